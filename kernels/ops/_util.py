@@ -1,0 +1,30 @@
+"""Helpers shared by kernel modules: reading constant-or-runtime inputs, shapes, dtype sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import Prepared
+
+
+def stash_constants(node: NodeInfo, consts: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Copy every constant input of ``node`` into a consts dict under the key ``in{i}``."""
+    consts = {} if consts is None else consts
+    for i, v in enumerate(node.inputs):
+        if not v.missing and v.value is not None:
+            consts[f"in{i}"] = np.ascontiguousarray(v.value)
+    return consts
+
+
+def arg(p: Prepared, inputs: Sequence[np.ndarray | None], i: int) -> np.ndarray | None:
+    """Input ``i`` at run time: the runtime array, else the compile-time constant, else None (omitted)."""
+    if i < len(inputs) and inputs[i] is not None:
+        return inputs[i]
+    return p.consts.get(f"in{i}")
+
+
+def nbytes(shape: tuple[int, ...] | None, itemsize: int) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * itemsize if shape is not None else 0

@@ -1,0 +1,103 @@
+"""The kernel registry: ``(domain, op_type) -> KernelDef``, plain data (tinygrad/XNNPACK-partitioner style).
+
+A kernel has four functions:
+
+- ``check(node, target) -> str | None``: kernel-specific reason to decline (attribute values, shape limits); the
+  generic rules (op listed by the target, dtypes, rank, static shapes) live in ``support.why_not``.
+- ``prepare(node, target) -> Prepared``: compile time. Receives constant inputs as ``node.inputs[i].value`` and
+  must copy everything ``run`` needs into ``Prepared.consts`` (re-laid out for the NPU: packed weights, folded
+  scales) and ``Prepared.attrs`` (JSON-serializable: attributes, tile plan). A compiled program stores only these,
+  so loading a context binary never calls ``prepare`` again.
+- ``run(prepared, inputs) -> list[np.ndarray]``: run time. ``inputs`` is aligned with ``node.inputs``: a numpy
+  array for every runtime input, ``None`` for omitted optional inputs AND for inputs that were constant at
+  compile time (their data is in ``prepared.consts``). Inputs are read-only views: never write into them.
+- ``cost(prepared, in_shapes) -> OpCost``: the cost model for one execution with these concrete input shapes.
+
+Adding an op = one ``register(KernelDef(...))`` in a module under ``kernels/ops/`` (auto-imported), one entry in
+the target files, one test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .node import NodeInfo
+
+if TYPE_CHECKING:
+    from .target import Target
+
+Shape = tuple[int, ...]
+
+
+@dataclasses.dataclass
+class OpCost:
+    """Emulated cost of one op execution. Cycles at the target clock; bytes moved between DRAM and SRAM."""
+
+    compute_cycles: float = 0.0
+    dma_cycles: float = 0.0
+    cycles: float = 0.0  # total after compute/DMA overlap (double buffering)
+    dma_bytes: int = 0
+    sram_peak: int = 0
+    macs: int = 0
+    utilization: float = 0.0  # achieved MACs / (cycles * peak MACs per cycle); 0 for vector ops
+    unit: str = "vector"  # "matrix" | "vector" | "dma"
+
+
+@dataclasses.dataclass
+class Prepared:
+    attrs: dict[str, Any]
+    consts: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    target: "Target | None" = None  # re-attached after loading a context binary, never serialized
+    memo: dict[Any, Any] = dataclasses.field(default_factory=dict)  # run-time memo (plans per shape), not serialized
+
+
+def _no_check(node: NodeInfo, target: "Target") -> str | None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelDef:
+    domain: str
+    op_type: str
+    prepare: Callable[[NodeInfo, "Target"], Prepared]
+    run: Callable[[Prepared, Sequence[np.ndarray | None]], Sequence[np.ndarray]]
+    cost: Callable[[Prepared, Sequence[Shape | None]], OpCost]
+    check: Callable[[NodeInfo, "Target"], str | None] = _no_check
+
+
+KERNELS: dict[tuple[str, str], KernelDef] = {}
+
+
+def register(kernel: KernelDef) -> KernelDef:
+    key = (kernel.domain, kernel.op_type)
+    if key in KERNELS:
+        raise ValueError(f"kernel {key} registered twice")
+    KERNELS[key] = kernel
+    return kernel
+
+
+def kernel_for(domain: str, op_type: str) -> KernelDef | None:
+    _load_ops()
+    return KERNELS.get((domain, op_type))
+
+
+_loaded = False
+
+
+def _load_ops() -> None:
+    """Import every module of ``kernels.ops`` once so their ``register`` calls run."""
+    global _loaded
+    if _loaded:
+        return
+    import importlib
+    import pkgutil
+
+    from . import ops
+
+    for mod in sorted(m.name for m in pkgutil.iter_modules(ops.__path__)):
+        importlib.import_module(f"{ops.__name__}.{mod}")
+    _loaded = True
