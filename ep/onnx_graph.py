@@ -1,0 +1,83 @@
+"""Build the compiler's ``NodeInfo`` view straight from an ONNX model (no ORT session).
+
+Used by offline tools (``npu-report`` without ``--run``) and by kernel tests; the EP itself gets the same view
+from ORT's graph through the plugin shim (``ep.graph_convert``). Shapes come from ONNX shape inference.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import numpy_helper
+
+from ..kernels.node import Dim, NodeInfo, ValueInfo, canonical_domain
+from .dtypes import numpy_dtype
+
+
+def _shape(t: onnx.TypeProto) -> tuple[Dim, ...] | None:
+    if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    dims: list[Dim] = []
+    for d in t.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return tuple(dims)
+
+
+def _attr_value(a: onnx.AttributeProto):
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, bytes) and a.name != "ep_cache_context":
+        return v.decode("utf-8", "replace")
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [s.decode("utf-8", "replace") for s in v]
+    return v
+
+
+def nodes_from_model(model: onnx.ModelProto, *, infer_shapes: bool = True) -> list[NodeInfo]:
+    """Every node of the main graph in topological (file) order, with inferred shapes and constant values."""
+    if infer_shapes:
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    g = model.graph
+    consts = {t.name: t for t in g.initializer}
+    for n in g.node:  # Constant nodes are constants too
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.attribute and n.attribute[0].name == "value":
+            consts[n.output[0]] = n.attribute[0].t
+    types: dict[str, onnx.TypeProto] = {}
+    for vi in (*g.input, *g.value_info, *g.output):
+        types[vi.name] = vi.type
+    graph_inputs = {i.name for i in g.input} - set(consts)
+    graph_outputs = {o.name for o in g.output}
+
+    def value(name: str) -> ValueInfo:
+        if not name:
+            return ValueInfo("", None, None)
+        if name in consts:
+            t = consts[name]
+            arr = numpy_helper.to_array(t)
+            return ValueInfo(name, numpy_dtype(t.data_type), tuple(int(d) for d in t.dims), arr, True,
+                             False, name in graph_outputs)
+        t = types.get(name)
+        dtype = numpy_dtype(t.tensor_type.elem_type) if t is not None and t.HasField("tensor_type") else None
+        return ValueInfo(name, dtype, _shape(t) if t is not None else None, None, False,
+                         name in graph_inputs, name in graph_outputs)
+
+    nodes = []
+    for i, n in enumerate(g.node):
+        nodes.append(NodeInfo(
+            index=i, name=n.name or f"{n.op_type}_{i}", op_type=n.op_type, domain=canonical_domain(n.domain),
+            inputs=tuple(value(x) for x in n.input), outputs=tuple(value(x) for x in n.output),
+            attrs={a.name: _attr_value(a) for a in n.attribute}, since_version=_opset(model, n.domain)))
+    return nodes
+
+
+def _opset(model: onnx.ModelProto, domain: str) -> int:
+    d = canonical_domain(domain)
+    for o in model.opset_import:
+        if canonical_domain(o.domain) == d:
+            return int(o.version)
+    return 0
