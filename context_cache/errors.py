@@ -1,0 +1,21 @@
+"""Errors raised when a compiled context binary cannot be trusted or cannot be used.
+
+Both derive from ``ValueError`` so callers that only want "bad input" can catch that; callers that want to
+recompile on any problem catch ``ContextFormatError`` (an incompatibility is a special, well-formed case of it).
+"""
+
+from __future__ import annotations
+
+
+class ContextFormatError(ValueError):
+    """The bytes are not a valid context container: wrong magic, bad length/offset, hash mismatch, bad JSON.
+
+    The message names the section or field, the offending value and what was expected.
+    """
+
+
+class ContextIncompatibleError(ContextFormatError):
+    """The container is intact but was made for another target, compiler version or format version.
+
+    The message says what differs and how to recompile.
+    """
