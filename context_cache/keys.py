@@ -1,0 +1,92 @@
+"""Content-addressed cache keys: one SHA-256 over everything that changes a compiled program.
+
+Why an explicit encoding: a key built by concatenating strings lets ("ab", "c") and ("a", "bc") collide, and a
+dict hashed via ``str()`` depends on insertion order. Here every part is written as ``tag + u64 length + payload``
+(arrays also carry dtype and shape), dicts/lists become sorted, compact JSON, and the part count is hashed first,
+so different inputs give different byte streams and the same input always gives the same key.
+
+Typical parts: canonical subgraph bytes, each initializer array, the target description (dict), compiler version,
+compile options (dict), shape bucket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from typing import Any, Mapping
+
+import numpy as np
+
+KEY_DOMAIN = b"npu_ep.cache_key.v1\0"
+_U64 = struct.Struct("<Q")
+
+KeyPart = bytes | bytearray | memoryview | str | Mapping | list | tuple | int | float | bool | None | np.ndarray
+
+
+def _check_json_value(v: Any, path: str) -> None:
+    """Reject what sorted JSON would encode ambiguously: non-str keys ({1: x} vs {"1": x}), NaN, unknown types."""
+    if isinstance(v, Mapping):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise TypeError(f"cache_key: mapping key {k!r} at {path} must be str")
+            _check_json_value(x, f"{path}.{k}")
+    elif isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            _check_json_value(x, f"{path}[{i}]")
+    elif isinstance(v, float) and v != v:
+        raise ValueError(f"cache_key: NaN at {path} has no canonical encoding")
+    elif not isinstance(v, (str, int, float, bool, type(None))):
+        raise TypeError(f"cache_key: value of type {type(v).__name__} at {path} is not JSON; "
+                        f"pass arrays/bytes as separate parts")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted, compact, UTF-8 JSON: the canonical bytes of a dict/list of plain values."""
+    _check_json_value(value, "$")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def _put(h: "hashlib._Hash", tag: bytes, payload: bytes | memoryview) -> None:
+    h.update(tag)
+    h.update(_U64.pack(len(payload) if not isinstance(payload, memoryview) else payload.nbytes))
+    h.update(payload)
+
+
+def _put_array(h: "hashlib._Hash", arr: np.ndarray) -> None:
+    if arr.dtype.hasobject or arr.dtype.kind == "V" and arr.dtype.fields:
+        raise TypeError(f"cache_key: array dtype {arr.dtype} has no canonical byte encoding")
+    dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder in (">", "=") else arr.dtype
+    data = np.asarray(arr, dtype=dt, order="C")  # little-endian, C order: layout-independent bytes
+    h.update(b"A")
+    _put(h, b"d", dt.str.encode("ascii") + b"/" + str(dt).encode("ascii"))
+    h.update(_U64.pack(data.ndim))
+    for d in data.shape:
+        h.update(_U64.pack(d))
+    _put(h, b"b", memoryview(data.reshape(-1).view(np.uint8)))
+
+
+def cache_key(*parts: KeyPart) -> str:
+    """SHA-256 hex (64 lowercase chars) of an unambiguous encoding of ``parts``.
+
+    bytes-like -> raw bytes; str -> UTF-8; ndarray -> dtype + shape + little-endian C-order bytes;
+    Mapping/list/tuple/int/float/bool/None -> canonical JSON (str keys only, no NaN).
+    """
+    h = hashlib.sha256(KEY_DOMAIN)
+    h.update(_U64.pack(len(parts)))
+    for i, p in enumerate(parts):
+        if isinstance(p, (bytes, bytearray, memoryview)):
+            _put(h, b"B", memoryview(p).cast("B") if isinstance(p, memoryview) else bytes(p))
+        elif isinstance(p, str):
+            _put(h, b"S", p.encode("utf-8"))
+        elif isinstance(p, np.ndarray):
+            _put_array(h, p)
+        elif isinstance(p, np.generic):
+            _put_array(h, np.asarray(p))
+        else:
+            try:
+                _put(h, b"J", canonical_json(p))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"cache_key part {i}: {e}") from None
+    return h.hexdigest()
