@@ -1,0 +1,106 @@
+"""Rounding and saturation rules of ONNX QuantizeLinear and of ORT's MLAS block quantizer.
+
+Two rounding modes matter and they differ on ties:
+- ONNX QuantizeLinear rounds half to even (``np.rint``), then saturates to the target range.
+- MLAS's block quantizer (MatMulNBits packing) uses C ``roundf``: half away from zero.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# (min, max) of every integer type QuantizeLinear can produce here
+QUANT_RANGES: dict[str, tuple[int, int]] = {
+    "int4": (-8, 7),
+    "uint4": (0, 15),
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+}
+
+# numpy container for each type; int4/uint4 are held unpacked, one element per int8/uint8
+_CONTAINER = {
+    "int4": np.int8,
+    "uint4": np.uint8,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "int16": np.int16,
+    "uint16": np.uint16,
+}
+
+
+def qrange(qtype: str) -> tuple[int, int]:
+    """Return ``(qmin, qmax)`` of ``qtype`` (one of ``QUANT_RANGES``); ValueError names unknown types."""
+    try:
+        return QUANT_RANGES[qtype]
+    except KeyError:
+        raise ValueError(f"unknown quantized type {qtype!r}; expected one of {sorted(QUANT_RANGES)}") from None
+
+
+def container_dtype(qtype: str) -> np.dtype:
+    """The numpy dtype holding unpacked values of ``qtype`` (int4 -> int8, uint4 -> uint8)."""
+    qrange(qtype)
+    return np.dtype(_CONTAINER[qtype])
+
+
+def round_half_to_even(x: np.ndarray) -> np.ndarray:
+    """Round to nearest, ties to even (IEEE default; what QuantizeLinear specifies)."""
+    return np.rint(x)
+
+
+def round_half_away_from_zero(x: np.ndarray) -> np.ndarray:
+    """C ``roundf`` semantics, exact for every float (no ``floor(x + 0.5)`` precision trap)."""
+    x = np.asarray(x)
+    t = np.trunc(x)
+    frac = x - t  # exact: x and t share the exponent range
+    return t + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
+
+
+def saturate(x: np.ndarray, qtype: str) -> np.ndarray:
+    """Clip rounded values to ``qtype``'s range and cast to its container dtype."""
+    lo, hi = qrange(qtype)
+    return np.clip(x, lo, hi).astype(_CONTAINER[qtype])
+
+
+def quantize_linear(
+    x: np.ndarray,
+    scale: np.ndarray | float,
+    zero_point: np.ndarray | int = 0,
+    qtype: str = "uint8",
+    axis: int | None = None,
+) -> np.ndarray:
+    """ONNX QuantizeLinear: ``saturate(round_half_to_even(x / scale) + zero_point)``.
+
+    Division is done in float32 like ORT's CPU kernel. ``scale``/``zero_point`` are scalars, or 1-D per-channel
+    arrays along ``axis``. The result holds unpacked values in the container dtype (int4 -> int8); use
+    ``npu_ep.quantization.int4.pack_int4`` to get ONNX's packed int4 bytes.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    scale = np.asarray(scale, dtype=np.float32)
+    zp = np.asarray(zero_point).astype(np.int64)
+    if scale.ndim == 1 and scale.size > 1:
+        if axis is None:
+            raise ValueError(f"per-channel scale of shape {scale.shape} needs an axis")
+        shape = [1] * x.ndim
+        shape[axis] = scale.size
+        scale = scale.reshape(shape)
+        zp = zp.reshape(shape) if zp.size > 1 else zp
+    q = round_half_to_even(x / scale).astype(np.int64) + zp
+    return saturate(q, qtype)
+
+
+def dequantize_linear(q: np.ndarray, scale: np.ndarray | float, zero_point: np.ndarray | int = 0,
+                      axis: int | None = None) -> np.ndarray:
+    """ONNX DequantizeLinear ``(q - zero_point) * scale`` in float32 (per-tensor or per-channel on ``axis``)."""
+    q = np.asarray(q).astype(np.int64)
+    scale = np.asarray(scale, dtype=np.float32)
+    zp = np.asarray(zero_point).astype(np.int64)
+    if scale.ndim == 1 and scale.size > 1:
+        if axis is None:
+            raise ValueError(f"per-channel scale of shape {scale.shape} needs an axis")
+        shape = [1] * q.ndim
+        shape[axis] = scale.size
+        scale = scale.reshape(shape)
+        zp = zp.reshape(shape) if zp.size > 1 else zp
+    return ((q - zp).astype(np.float32) * scale).astype(np.float32)
