@@ -2,6 +2,21 @@
 
 Built-in targets live in ``kernels/targets/<name>.toml``; a path to any TOML file with the same schema works too.
 Capability, the tile planner, the kernels, the cost model and the reports all read this one object.
+
+Schema (units in brackets; every field is validated by ``Target.from_dict`` with an error naming the field):
+
+- ``name``, ``description``, ``clock_mhz`` [MHz], ``sram_bytes`` [B], ``static_shapes`` (bool: symbolic dims
+  declined target-wide unless an op rule overrides it).
+- ``[matrix]``: ``tile_m``/``tile_n``/``tile_k`` (the unit's native tile [elements]; plans use multiples),
+  ``macs_per_cycle = {mode = rate}`` with modes among ``float32 float16 int8 int4`` (int4 = int4 weights x int8
+  activations), ``accumulator = {mode = dtype}`` (one per mode), ``float_compute = {input_dtype = mode}`` (which
+  mode a float matmul with that input dtype runs in; absent or empty: no float matmul).
+- ``[vector]``: ``lanes`` [fp32 elements/cycle], ``transcendental_cycles`` [cycles per vector op of exp/erf/...].
+- ``[dma]``: ``bytes_per_cycle`` [B/cycle], ``latency_cycles`` [cycles per transfer], ``alignment_bytes`` [B,
+  power of two: every SRAM buffer is rounded up to it].
+- ``[fusion]``: ``epilogues`` = subset of ``["bias", "relu", "quantize"]`` foldable into a matmul's tile loop.
+- ``[ops]``: ``"domain::Op" = {dtypes = [...], max_rank, static_shapes, max_dim}`` (``dtypes`` constrain the node's
+  first input; ``int4``/``uint4`` name ONNX 4-bit types, which reach kernels unpacked in int8/uint8 containers).
 """
 
 from __future__ import annotations
@@ -17,10 +32,22 @@ from typing import Any
 import numpy as np
 
 BUILTIN_DIR = Path(__file__).with_name("targets")
+MATRIX_MODES = ("float32", "float16", "int8", "int4")
+EPILOGUES = ("bias", "relu", "quantize")
+_EXTRA_DTYPES = {"int4", "uint4"}  # ONNX types numpy has no native dtype for
 
 
 class TargetError(ValueError):
     pass
+
+
+def _check_dtype(where: str, dt: str) -> None:
+    if dt in _EXTRA_DTYPES:
+        return
+    try:
+        np.dtype(dt)
+    except TypeError as exc:
+        raise TargetError(f"{where}: unknown dtype {dt!r}") from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,16 +61,68 @@ class OpRule:
 
     @staticmethod
     def from_dict(key: str, d: Mapping[str, Any]) -> "OpRule":
+        if not isinstance(d, Mapping):
+            raise TargetError(f"ops.{key}: expected a table, got {type(d).__name__}")
         unknown = set(d) - {"dtypes", "max_rank", "static_shapes", "max_dim"}
         if unknown:
             raise TargetError(f"ops.{key}: unknown field(s) {sorted(unknown)}")
         dtypes = frozenset(d.get("dtypes", ()))
         for dt in dtypes:
-            try:
-                np.dtype(dt)
-            except TypeError as exc:
-                raise TargetError(f"ops.{key}: unknown dtype {dt!r}") from exc
-        return OpRule(dtypes, int(d.get("max_rank", 6)), d.get("static_shapes"), d.get("max_dim"))
+            _check_dtype(f"ops.{key}", dt)
+        max_rank = d.get("max_rank", 6)
+        if not isinstance(max_rank, int) or max_rank < 0:
+            raise TargetError(f"ops.{key}.max_rank: expected a non-negative integer, got {max_rank!r}")
+        return OpRule(dtypes, int(max_rank), d.get("static_shapes"), d.get("max_dim"))
+
+
+def _positive(raw: Mapping[str, Any], key: str, where: str, kind: type = int) -> Any:
+    if key not in raw:
+        raise TargetError(f"{where}: missing field '{key}'")
+    v = raw[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int) or v <= 0:
+        raise TargetError(f"{where}.{key}: expected a positive {kind.__name__}, got {v!r}")
+    return v
+
+
+def _validate(raw: Mapping[str, Any], source: str) -> None:
+    """Raise TargetError naming the first bad field; the dataclass then trusts the data."""
+    w = f"target {source}"
+    for key in ("name", "matrix", "vector", "dma"):
+        if key not in raw:
+            raise TargetError(f"{w}: missing field '{key}'")
+    _positive(raw, "clock_mhz", w, float)
+    _positive(raw, "sram_bytes", w)
+    mx = raw["matrix"]
+    for key in ("tile_m", "tile_n", "tile_k"):
+        _positive(mx, key, f"{w}: matrix")
+    rates = mx.get("macs_per_cycle", {})
+    if not rates:
+        raise TargetError(f"{w}: matrix.macs_per_cycle must name at least one mode")
+    acc = mx.get("accumulator", {})
+    for mode, rate in rates.items():
+        if mode not in MATRIX_MODES:
+            raise TargetError(f"{w}: matrix.macs_per_cycle: unknown mode {mode!r} (known: {', '.join(MATRIX_MODES)})")
+        _positive(rates, mode, f"{w}: matrix.macs_per_cycle")
+        if mode not in acc:
+            raise TargetError(f"{w}: matrix.accumulator has no entry for mode {mode!r}")
+        _check_dtype(f"{w}: matrix.accumulator.{mode}", acc[mode])
+    fc = mx.get("float_compute", {})
+    if not isinstance(fc, Mapping):
+        raise TargetError(f"{w}: matrix.float_compute must map input dtype -> mode, got {fc!r}")
+    for dt, mode in fc.items():
+        if mode not in rates:
+            raise TargetError(f"{w}: matrix.float_compute.{dt} = {mode!r} is not a mode of matrix.macs_per_cycle")
+    _positive(raw["vector"], "lanes", f"{w}: vector")
+    dma = raw["dma"]
+    _positive(dma, "bytes_per_cycle", f"{w}: dma", float)
+    if not isinstance(dma.get("latency_cycles"), (int, float)) or dma["latency_cycles"] < 0:
+        raise TargetError(f"{w}: dma.latency_cycles: expected a non-negative number, got {dma.get('latency_cycles')!r}")
+    al = _positive(dma, "alignment_bytes", f"{w}: dma")
+    if al & (al - 1):
+        raise TargetError(f"{w}: dma.alignment_bytes must be a power of two, got {al}")
+    for e in raw.get("fusion", {}).get("epilogues", []):
+        if e not in EPILOGUES:
+            raise TargetError(f"{w}: fusion.epilogues: unknown epilogue {e!r} (known: {', '.join(EPILOGUES)})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +132,8 @@ class Target:
     clock_hz: float
     sram_bytes: int
     static_shapes: bool
-    matrix: Mapping[str, Any]  # tile_m/tile_n/tile_k, macs_per_cycle{dtype}, accumulator{dtype}
-    vector: Mapping[str, Any]  # lanes (elements/cycle), dtypes
+    matrix: Mapping[str, Any]  # tile_m/tile_n/tile_k, macs_per_cycle{mode}, accumulator{mode}, float_compute
+    vector: Mapping[str, Any]  # lanes (elements/cycle), transcendental_cycles
     dma: Mapping[str, Any]  # bytes_per_cycle, latency_cycles, alignment_bytes
     ops: Mapping[tuple[str, str], OpRule]
     raw: Mapping[str, Any]
@@ -75,33 +154,59 @@ class Target:
 
     @staticmethod
     def from_dict(raw: Mapping[str, Any], source: str = "<dict>") -> "Target":
-        try:
-            ops = {}
-            for key, rule in raw.get("ops", {}).items():
-                domain, _, op = key.rpartition("::")
-                ops[(domain, op)] = OpRule.from_dict(key, rule)
-            canonical = json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()
-            return Target(
-                name=str(raw["name"]),
-                description=str(raw.get("description", "")),
-                clock_hz=float(raw["clock_mhz"]) * 1e6,
-                sram_bytes=int(raw["sram_bytes"]),
-                static_shapes=bool(raw.get("static_shapes", False)),
-                matrix=raw["matrix"],
-                vector=raw["vector"],
-                dma=raw["dma"],
-                ops=ops,
-                raw=raw,
-                digest=hashlib.sha256(canonical).hexdigest(),
-            )
-        except KeyError as exc:
-            raise TargetError(f"target description {source}: missing field {exc}") from exc
+        _validate(raw, source)
+        ops = {}
+        for key, rule in raw.get("ops", {}).items():
+            domain, _, op = key.rpartition("::")
+            ops[(domain, op)] = OpRule.from_dict(key, rule)
+        canonical = json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()
+        return Target(
+            name=str(raw["name"]),
+            description=str(raw.get("description", "")),
+            clock_hz=float(raw["clock_mhz"]) * 1e6,
+            sram_bytes=int(raw["sram_bytes"]),
+            static_shapes=bool(raw.get("static_shapes", False)),
+            matrix=raw["matrix"],
+            vector=raw["vector"],
+            dma=raw["dma"],
+            ops=ops,
+            raw=raw,
+            digest=hashlib.sha256(canonical).hexdigest(),
+        )
 
     def rule(self, domain: str, op_type: str) -> OpRule | None:
         return self.ops.get((domain, op_type))
 
     def cycles_to_seconds(self, cycles: float) -> float:
         return cycles / self.clock_hz
+
+    # --- matrix unit -------------------------------------------------------------------------------------------
+    @property
+    def tile(self) -> tuple[int, int, int]:
+        """The matrix unit's native tile ``(tile_m, tile_n, tile_k)`` [elements]."""
+        return int(self.matrix["tile_m"]), int(self.matrix["tile_n"]), int(self.matrix["tile_k"])
+
+    def has_mode(self, mode: str) -> bool:
+        return mode in self.matrix["macs_per_cycle"]
+
+    def mac_rate(self, mode: str) -> float:
+        """Peak MACs per cycle of the matrix unit in ``mode`` (KeyError names the mode if absent)."""
+        return float(self.matrix["macs_per_cycle"][mode])
+
+    def accumulator(self, mode: str) -> str:
+        return str(self.matrix["accumulator"][mode])
+
+    def float_mode(self, dtype: str) -> str | None:
+        """Matrix mode a float matmul with inputs of ``dtype`` runs in; None: this target has no such mode."""
+        return self.matrix.get("float_compute", {}).get(dtype)
+
+    def allows_epilogue(self, kind: str) -> bool:
+        return kind in self.raw.get("fusion", {}).get("epilogues", ())
+
+    def align(self, nbytes: int) -> int:
+        """``nbytes`` rounded up to the DMA/SRAM alignment."""
+        a = int(self.dma["alignment_bytes"])
+        return -(-int(nbytes) // a) * a
 
 
 def builtin_targets() -> list[str]:
