@@ -1,47 +1,163 @@
-"""Element-wise ops on the vector unit (numpy broadcasting == ONNX multidirectional broadcasting)."""
+"""Element-wise ops on the vector unit: arithmetic, comparisons, Where, Cast and activations.
+
+Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is computed in float32 and rounded once on
+store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor.
+
+Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
+``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
+and the output (``_vector.stream_cost``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from ..cost import vector_cost
 from ..node import NodeInfo
-from ..registry import KernelDef, Prepared, register
+from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
+from ._vector import erf, itemsize_of, stream_cost, widen
 
-_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
-_UNARY = {
-    "Relu": (lambda x: np.maximum(x, x.dtype.type(0)), 1.0),
-    "Sigmoid": (lambda x: (1.0 / (1.0 + np.exp(-x))).astype(x.dtype, copy=False), 4.0),
-    "Tanh": (np.tanh, 4.0),
+_SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C++ integer division (truncate toward zero), as ORT's CPU Div."""
+    q = np.floor_divide(a, b)
+    fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return q + fix.astype(q.dtype)
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _int_div(a, b) if np.issubdtype(a.dtype, np.integer) else np.divide(a, b)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Output has the base's dtype (ONNX Pow); float bases computed in fp32 (fp64 for fp64)."""
+    if np.issubdtype(a.dtype, np.floating):
+        base = widen(a)
+        return np.power(base, b.astype(base.dtype, copy=False)).astype(a.dtype, copy=False)
+    return np.power(a, b.astype(a.dtype, copy=False))
+
+
+# op -> (fn, ops/element, transcendental ops/element)
+_BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], float, float]] = {
+    "Add": (np.add, 1.0, 0.0),
+    "Sub": (np.subtract, 1.0, 0.0),
+    "Mul": (np.multiply, 1.0, 0.0),
+    "Div": (_div, 1.0, 1.0),
+    "Pow": (_pow, 2.0, 2.0),  # exp(b * log(a))
+    "Equal": (np.equal, 1.0, 0.0),
+    "Less": (np.less, 1.0, 0.0),
+    "Greater": (np.greater, 1.0, 0.0),
+    "LessOrEqual": (np.less_equal, 1.0, 0.0),
+    "GreaterOrEqual": (np.greater_equal, 1.0, 0.0),
 }
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    return (0.5 * x * (1.0 + erf(x * np.float32(1.0 / np.sqrt(2.0))))).astype(x.dtype, copy=False)
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    inner = np.float32(_SQRT_2_OVER_PI) * (x + np.float32(0.044715) * x * x * x)
+    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+
+
+def _reciprocal(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.reciprocal(x)
+
+
+# op -> (fn on the compute dtype, ops/element, transcendental ops/element)
+_UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
+    "Relu": (lambda x: np.maximum(x, x.dtype.type(0)), 1.0, 0.0),
+    "Neg": (np.negative, 1.0, 0.0),
+    "Sqrt": (np.sqrt, 0.0, 1.0),
+    "Reciprocal": (_reciprocal, 0.0, 1.0),
+    "Exp": (np.exp, 0.0, 1.0),
+    "Erf": (lambda x: erf(x).astype(x.dtype), 0.0, 1.0),
+    "Sigmoid": (_sigmoid, 2.0, 1.0),
+    "Tanh": (np.tanh, 0.0, 1.0),
+    "Gelu": (_gelu_erf, 3.0, 1.0),  # opset 20; approximate="tanh" switches to _gelu_tanh
+    "FastGelu": (_gelu_tanh, 5.0, 1.0),  # com.microsoft
+}
+_MS_UNARY = ("Gelu", "FastGelu")
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
     out = node.outputs[0]
-    return Prepared({"op": node.op_type, "itemsize": out.dtype.itemsize if out.dtype is not None else 4},
-                    stash_constants(node), target)
+    attrs = {"op": node.op_type, "in_itemsizes": [itemsize_of(v) for v in node.inputs],
+             "out_itemsize": itemsize_of(out), "out_dtype": out.dtype.name if out.dtype is not None else None}
+    if node.op_type == "Gelu":
+        attrs["approximate"] = str(node.attr("approximate", "none"))
+    return Prepared(attrs, stash_constants(node), target)
 
 
-def _cost(p: Prepared, shapes) -> OpCost:  # noqa: F821 - annotation only
-    item = p.attrs["itemsize"]
-    out = np.broadcast_shapes(*[s for s in shapes if s is not None]) if any(shapes) else ()
+def _check(node: NodeInfo, target: Target) -> str | None:
+    for v in (*node.inputs, *node.outputs):
+        if not v.missing and v.dtype is None:
+            return f"{node.describe()}: {v.name} has a dtype the NPU cannot carry"
+    if node.op_type == "Gelu" and str(node.attr("approximate", "none")) not in ("none", "tanh"):
+        return f"{node.describe()}: Gelu approximate={node.attr('approximate')!r} unknown"
+    return None
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    op = p.attrs["op"]
+    present = [s for s in shapes if s is not None]
+    out = np.broadcast_shapes(*present) if present else ()
     n = int(np.prod(out, dtype=np.int64))
-    ops = _UNARY[p.attrs["op"]][1] if p.attrs["op"] in _UNARY else 1.0
-    return vector_cost(p.target, n, sum(nbytes(s, item) for s in shapes), n * item, ops)
+    row = _BINARY.get(op) or _UNARY.get(op) or (None, 1.0, 0.0)
+    b_in = sum(nbytes(s, sz) for s, sz in zip(shapes, p.attrs["in_itemsizes"]) if s is not None)
+    return stream_cost(p, n, b_in, n * p.attrs["out_itemsize"], row[1], row[2])
 
 
-def _binary_run(p: Prepared, inputs):
+def _binary_run(p: Prepared, inputs) -> list[np.ndarray]:
     a, b = arg(p, inputs, 0), arg(p, inputs, 1)
-    return [_BINARY[p.attrs["op"]](a, b)]
+    return [np.asarray(_BINARY[p.attrs["op"]][0](a, b))]
 
 
-def _unary_run(p: Prepared, inputs):
-    return [_UNARY[p.attrs["op"]][0](arg(p, inputs, 0))]
+def _unary_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    op = p.attrs["op"]
+    fn = _gelu_tanh if op == "Gelu" and p.attrs.get("approximate") == "tanh" else _UNARY[op][0]
+    if op == "FastGelu":
+        bias = arg(p, inputs, 1)
+        if bias is not None:
+            x = widen(x) + widen(bias)
+    y = fn(widen(x))
+    return [np.asarray(y).astype(p.attrs["out_dtype"] or x.dtype, copy=False)]
+
+
+def _where_run(p: Prepared, inputs) -> list[np.ndarray]:
+    return [np.where(arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2))]
+
+
+def _cast_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """numpy's astype: float->int truncates toward zero, ->float16 rounds to nearest even, ->bool is x != 0."""
+    return [arg(p, inputs, 0).astype(p.attrs["out_dtype"], copy=False)]
+
+
+def _cast_check(node: NodeInfo, target: Target) -> str | None:
+    if node.outputs[0].dtype is None:
+        return f"{node.describe()}: Cast to a dtype the NPU cannot carry (to={node.attr('to')})"
+    return _check(node, target)
 
 
 for _op in _BINARY:
-    register(KernelDef("", _op, _prepare, _binary_run, _cost))
+    register(KernelDef("", _op, _prepare, _binary_run, _cost, _check))
 for _op in _UNARY:
-    register(KernelDef("", _op, _prepare, _unary_run, _cost))
+    if _op != "FastGelu":
+        register(KernelDef("", _op, _prepare, _unary_run, _cost, _check))
+for _op in _MS_UNARY:
+    register(KernelDef("com.microsoft", _op, _prepare, _unary_run, _cost, _check))
+register(KernelDef("", "Where", _prepare, _where_run, _cost, _check))
+register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check))

@@ -1,0 +1,118 @@
+"""Element-wise kernels vs ORT CPU: arithmetic, comparisons, activations, Where, Cast.
+
+Tolerances: float32 rtol=atol=1e-5, float16 2e-3 (one fp16 rounding of an fp32 result); integers and bools exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_elementwise_ortref import check_against_ort, rand
+
+BROADCASTS = [((2, 3, 17), (2, 3, 17)), ((4, 1, 33), (7, 1)), ((5,), (3, 1, 5)), ((), (2, 65)), ((1, 130), ())]
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.int64])
+@pytest.mark.parametrize("shapes", BROADCASTS)
+def test_arithmetic_broadcasts_like_ort(op, dtype, shapes):
+    a = rand(shapes[0], dtype, seed=1)
+    b = rand(shapes[1], dtype, seed=2)
+    if op == "Div":
+        b = np.where(b == 0, 3, b).astype(dtype)  # integer division by zero is UB in ORT
+    check_against_ort(op, [("a", a, False), ("b", b, False)], [("y", dtype)])
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_constant_operand_is_stashed_at_compile_time(op):
+    a = rand((3, 8, 16), np.float32, seed=3)
+    w = rand((16,), np.float32, seed=4)
+    check_against_ort(op, [("a", a, False), ("w", w, True)], [("y", np.float32)])
+
+
+def test_integer_div_truncates_toward_zero():
+    a = np.array([-7, 7, -7, 7, -1, 0], np.int32)
+    b = np.array([2, -2, -2, 2, 3, 5], np.int32)
+    check_against_ort("Div", [("a", a, False), ("b", b, False)], [("y", np.int32)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_pow_float_and_integer_exponents(dtype):
+    a = rand((4, 9), dtype, seed=5, lo=0.1, hi=3.0)
+    check_against_ort("Pow", [("a", a, False), ("b", rand((9,), dtype, seed=6, lo=-2, hi=2), False)], [("y", dtype)],
+                      tol=(1e-5, 1e-5) if dtype == np.float32 else (3e-3, 3e-3))
+    check_against_ort("Pow", [("a", a, False), ("e", np.array(3, np.int64), True)], [("y", dtype)],
+                      tol=(1e-5, 1e-5) if dtype == np.float32 else (3e-3, 3e-3))
+
+
+@pytest.mark.parametrize("op", ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_comparisons_give_bools(op, dtype):
+    a = rand((3, 1, 7), dtype, seed=7, lo=-2, hi=2).round()
+    b = rand((4, 7), dtype, seed=8, lo=-2, hi=2).round()
+    check_against_ort(op, [("a", a.astype(dtype), False), ("b", b.astype(dtype), False)], [("y", np.bool_)])
+
+
+UNARY_RANGES = {"Sqrt": (0.0, 9.0), "Reciprocal": (0.2, 5.0), "Exp": (-8.0, 8.0)}
+
+
+@pytest.mark.parametrize("op", ["Relu", "Neg", "Sqrt", "Reciprocal", "Exp", "Erf", "Sigmoid", "Tanh"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_unary_math(op, dtype):
+    lo, hi = UNARY_RANGES.get(op, (-6.0, 6.0))
+    x = rand((3, 5, 67), dtype, seed=9, lo=lo, hi=hi)
+    check_against_ort(op, [("x", x, False)], [("y", dtype)])
+
+
+def test_sigmoid_saturates_without_overflow():
+    x = np.array([-1000.0, -90.0, -20.0, 0.0, 20.0, 90.0, 1000.0], np.float32)
+    check_against_ort("Sigmoid", [("x", x, False)], [("y", np.float32)])
+
+
+def test_erf_accuracy_near_zero_and_tails():
+    x = np.concatenate([np.linspace(-1e-3, 1e-3, 101), np.linspace(-6, 6, 1001)]).astype(np.float32)
+    check_against_ort("Erf", [("x", x, False)], [("y", np.float32)], tol=(1e-6, 2e-7))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_gelu_opset20(approximate, dtype):
+    x = rand((2, 7, 96), dtype, seed=10, lo=-5, hi=5)
+    check_against_ort("Gelu", [("x", x, False)], [("y", dtype)], {"approximate": approximate}, opset=20)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_com_microsoft_gelu(dtype):
+    x = rand((2, 7, 96), dtype, seed=11, lo=-5, hi=5)
+    check_against_ort("Gelu", [("x", x, False)], [("y", dtype)], domain="com.microsoft")
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fast_gelu_with_optional_bias(with_bias):
+    x = rand((2, 5, 64), np.float32, seed=12, lo=-5, hi=5)
+    inputs = [("x", x, False)] + ([("bias", rand((64,), np.float32, seed=13), True)] if with_bias else [])
+    check_against_ort("FastGelu", inputs, [("y", np.float32)], domain="com.microsoft", tol=(1e-5, 2e-5))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64])
+def test_where_broadcasts_three_ways(dtype):
+    c = rand((4, 1, 9), np.bool_, seed=14)
+    check_against_ort("Where", [("c", c, False), ("a", rand((3, 9), dtype, seed=15), False),
+                                ("b", rand((4, 3, 1), dtype, seed=16), False)], [("y", dtype)])
+
+
+CASTS = [(np.float32, np.float16), (np.float16, np.float32), (np.float32, np.int32), (np.float32, np.int8),
+         (np.int64, np.float32), (np.int32, np.int64), (np.int64, np.int32), (np.float32, np.bool_),
+         (np.bool_, np.float32), (np.uint8, np.float16)]
+
+
+@pytest.mark.parametrize("src,dst", CASTS)
+def test_cast(src, dst):
+    x = rand((6, 11), src, seed=17, lo=-100, hi=100) if src != np.uint8 else rand((6, 11), src, seed=17, lo=0, hi=20)
+    if np.issubdtype(np.dtype(dst), np.integer) and np.issubdtype(np.dtype(src), np.floating):
+        x = np.clip(x, -120, 120).astype(src)  # out-of-range float->int is UB in ORT
+    if src == np.float32:
+        x[0, :3] = [0.0, -0.0, 0.5]
+    from onnx.helper import np_dtype_to_tensor_dtype
+    check_against_ort("Cast", [("x", x, False)], [("y", dst)], {"to": np_dtype_to_tensor_dtype(np.dtype(dst))})
