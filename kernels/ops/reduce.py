@@ -1,0 +1,85 @@
+"""Reductions on the vector unit: ReduceSum, ReduceMean, ReduceMax.
+
+Axes come from the ``axes`` attribute (ReduceSum < opset 13, ReduceMean/Max < opset 18) or from input 1 (later
+opsets); a constant axes input is resolved at compile time. Empty/absent axes reduce everything unless
+``noop_with_empty_axes=1``, which makes the op an identity. Float16 accumulates in float32 (the vector unit's
+accumulator) and rounds once; integer sums wrap in the input dtype as in ORT.
+
+Cost: every input element passes the vector unit once (1 op, +1 per output element for Mean's scaling);
+DMA reads the input and writes the output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._util import arg, nbytes
+from ._vector import elems, itemsize_of, stream_cost
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    axes = node.attr("axes")
+    axes_in = node.input(1)
+    if axes_in is not None and axes_in.value is not None:
+        axes = axes_in.value.reshape(-1).tolist()
+    attrs = {"op": node.op_type, "keepdims": int(node.attr("keepdims", 1)),
+             "noop_with_empty_axes": int(node.attr("noop_with_empty_axes", 0)),
+             "axes": None if axes is None else [int(a) for a in axes],
+             "itemsize": itemsize_of(node.inputs[0])}
+    return Prepared(attrs, {}, target)
+
+
+def _axes(p: Prepared, inputs, rank: int) -> tuple[int, ...] | None:
+    """Normalized axes, () for "reduce nothing" (noop), None for "reduce all"."""
+    axes = p.attrs["axes"]
+    if axes is None:
+        runtime = arg(p, inputs, 1)
+        axes = None if runtime is None else runtime.reshape(-1).tolist()
+    if not axes:
+        return () if p.attrs["noop_with_empty_axes"] else None
+    return tuple(sorted({int(a) % rank if rank else 0 for a in axes}))
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    axes = _axes(p, inputs, x.ndim)
+    if axes == ():
+        return [x]
+    keep = bool(p.attrs["keepdims"])
+    op = p.attrs["op"]
+    if op == "ReduceMax":
+        return [np.max(x, axis=axes, keepdims=keep)]
+    acc = np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
+    y = np.sum(x, axis=axes, dtype=acc, keepdims=keep)
+    if op == "ReduceMean":
+        count = x.size // max(np.asarray(y).size, 1) if x.size else 1
+        y = y / acc.type(count) if np.issubdtype(acc, np.floating) else y // count
+    return [np.asarray(y).astype(x.dtype, copy=False)]
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    n = elems(shapes[0])
+    size = p.attrs["itemsize"]
+    axes = p.attrs["axes"]
+    rank = len(shapes[0]) if shapes[0] is not None else 0
+    if axes:
+        keep = {a % rank for a in axes} if rank else set()
+        n_out = int(np.prod([d for i, d in enumerate(shapes[0]) if i not in keep], dtype=np.int64))
+    else:
+        n_out = 1
+    extra = n_out / max(n, 1) if p.attrs["op"] == "ReduceMean" else 0.0
+    return stream_cost(p, n, nbytes(shapes[0], size), n_out * size, 1.0 + extra)
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    x = node.input(0)
+    if x is not None and x.dtype is not None and node.op_type == "ReduceMean" and not np.issubdtype(x.dtype, np.floating):
+        return f"{node.describe()}: integer ReduceMean not supported on the vector unit"
+    return None
+
+
+for _op in ("ReduceSum", "ReduceMean", "ReduceMax"):
+    register(KernelDef("", _op, _prepare, _run, _cost, _check))
