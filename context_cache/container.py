@@ -283,10 +283,10 @@ def _parse_table(doc: dict[str, Any], data_size: int) -> tuple[ArrayEntry, ...]:
             raise _fail(f"{where}.offset: {off} is not {ALIGN}-byte aligned")
         if off < cursor:
             raise _fail(f"{where}.offset: {off} overlaps section {prev} which ends at {cursor}")
-        if off != cursor:
-            raise _fail(f"{where}.offset: {off} leaves a gap, expected {cursor}")
         if off + nb > data_size:
             raise _fail(f"{where}: [{off}, {off + nb}) extends past the end of the data region ({data_size} bytes)")
+        if off != cursor:
+            raise _fail(f"{where}.offset: {off} leaves a gap, expected {cursor}")
         if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
             raise _fail(f"{where}.sha256: {str(sha)[:80]!r} is not 64 lowercase hex digits")
         out.append(ArrayEntry(name, dname, tuple(shape), off, nb, sha))
