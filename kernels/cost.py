@@ -4,19 +4,28 @@ Formulas (all per op execution, at the target clock):
 - DMA:      dma_cycles = n_transfers * latency_cycles + bytes / bytes_per_cycle
 - vector:   compute_cycles = ceil(elements / lanes) * cycles_per_element_op
 - overlap:  with double buffering, cycles = max(compute, dma) + the first tile's load (not hidden)
+- matrix:   see ``matrix_compute_cycles`` / ``plan_cycles`` (per tile plan from ``kernels.planner``)
+- roofline: ``roofline_cycles`` = max(compute-bound, DMA-bound) time, the planner-quality yardstick
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from .registry import OpCost
 from .target import Target
 
+if TYPE_CHECKING:
+    from .planner import TilePlan
+
 
 def dma_cycles(target: Target, nbytes: int, transfers: int = 1) -> float:
+    """``transfers * latency_cycles / outstanding + nbytes / bytes_per_cycle``: the DMA engine keeps
+    ``dma.outstanding`` (default 1) transfers in flight, so their fixed latencies overlap."""
     dma = target.dma
-    return transfers * float(dma["latency_cycles"]) + nbytes / float(dma["bytes_per_cycle"])
+    return (transfers * float(dma["latency_cycles"]) / float(dma.get("outstanding", 1))
+            + nbytes / float(dma["bytes_per_cycle"]))
 
 
 def vector_cost(target: Target, elements: int, bytes_in: int, bytes_out: int, ops_per_element: float = 1.0) -> OpCost:
@@ -37,3 +46,57 @@ def movement_cost(target: Target, nbytes: int) -> OpCost:
         return OpCost(unit="dma")
     dma = dma_cycles(target, 2 * nbytes, transfers=2)
     return OpCost(dma_cycles=dma, cycles=dma, dma_bytes=2 * nbytes, unit="dma")
+
+
+# --- matrix unit ---------------------------------------------------------------------------------------------
+def matrix_compute_cycles(plan: "TilePlan", target: Target) -> float:
+    """MAC cycles: every tile is padded to native tiles, so
+    ``batch * ceil(m/tile_m) * ceil(n/tile_n) * ceil(k/tile_k) * tile_m*tile_n*tile_k / macs_per_cycle[mode]``."""
+    hm, hn, hk = target.tile
+    native = math.ceil(plan.m / hm) * math.ceil(plan.n / hn) * math.ceil(plan.k / hk)
+    return plan.batch * native * hm * hn * hk / target.mac_rate(plan.mode)
+
+
+def epilogue_cycles(plan: "TilePlan", target: Target, epilogue_ops: float) -> float:
+    """Vector-unit cycles of a fused epilogue: ``batch * ceil(m*n / lanes) * epilogue_ops``."""
+    return plan.batch * math.ceil(plan.m * plan.n / int(target.vector["lanes"])) * epilogue_ops
+
+
+def plan_cycles(plan: "TilePlan", target: Target, epilogue_ops: float = 0.0) -> float:
+    """Emulated cycles of one planned matmul.
+
+    - dma = ``dma_cycles(dma_bytes, transfers)`` (latencies overlap ``dma.outstanding`` deep)
+    - double-buffered: cycles = max(matrix, vector epilogue, dma) + prologue + drain, where prologue is the first
+      A and B tile load (latency + bytes / bw) and drain the last output tile's store; nothing hides those two.
+    - single-buffered: cycles = matrix + vector epilogue + dma (no overlap).
+    """
+    bw = float(target.dma["bytes_per_cycle"])
+    lat = float(target.dma["latency_cycles"])
+    compute = matrix_compute_cycles(plan, target)
+    vec = epilogue_cycles(plan, target, epilogue_ops)
+    dma = dma_cycles(target, plan.dma_bytes, plan.transfers)
+    if not plan.double_buffer:
+        return compute + vec + dma
+    tk = min(plan.tk, plan.k)
+    first = 2 * lat + (min(plan.tm, plan.m) * tk * plan.a_bytes + tk * min(plan.tn, plan.n) * plan.b_bytes) / bw
+    drain = lat + min(plan.tm, plan.m) * min(plan.tn, plan.n) * plan.out_bytes / bw
+    return max(compute, vec, dma) + first + drain
+
+
+def matmul_cost(plan: "TilePlan", target: Target, epilogue_ops: float = 0.0) -> OpCost:
+    """OpCost of a planned matmul; utilization = macs / (cycles * peak MACs/cycle of the plan's mode)."""
+    compute = matrix_compute_cycles(plan, target) + epilogue_cycles(plan, target, epilogue_ops)
+    dma = dma_cycles(target, plan.dma_bytes, plan.transfers)
+    cycles = plan_cycles(plan, target, epilogue_ops)
+    rate = target.mac_rate(plan.mode)
+    return OpCost(compute_cycles=compute, dma_cycles=dma, cycles=cycles, dma_bytes=plan.dma_bytes,
+                  sram_peak=plan.sram_bytes, macs=plan.macs, utilization=plan.macs / (cycles * rate) if cycles else 0.0,
+                  unit="matrix")
+
+
+def roofline_cycles(macs: int, dma_bytes: int, dtype: str, target: Target) -> float:
+    """Lower bound of any schedule: ``max(macs / macs_per_cycle[mode], dma_bytes / bytes_per_cycle)``.
+
+    ``dtype`` is the matrix mode (float32/float16/int8/int4); ``dma_bytes`` the compulsory traffic (each operand
+    read once, the output written once)."""
+    return max(macs / target.mac_rate(dtype), dma_bytes / float(target.dma["bytes_per_cycle"]))

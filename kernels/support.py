@@ -5,9 +5,22 @@ Every decline is a sentence naming the rule, so ``npu-report`` and the EP log ca
 
 from __future__ import annotations
 
-from .node import NodeInfo
+import numpy as np
+
+from .node import NodeInfo, ValueInfo
 from .registry import kernel_for
 from .target import Target
+
+
+def dtype_name(v: ValueInfo) -> str | None:
+    """The value's element type name; ONNX int4/uint4 constants (dtype None in NodeInfo, but onnx's numpy_helper
+    gives ml_dtypes int4/uint4 arrays) are named ``int4``/``uint4`` so target rules can list them."""
+    if v.dtype is not None:
+        return v.dtype.name
+    if v.value is not None:
+        name = np.asarray(v.value).dtype.name
+        return name if name in ("int4", "uint4") else None
+    return None
 
 
 def why_not(node: NodeInfo, target: Target) -> str | None:
@@ -16,13 +29,14 @@ def why_not(node: NodeInfo, target: Target) -> str | None:
     rule = target.rule(node.domain, node.op_type)
     kernel = kernel_for(node.domain, node.op_type)
     if rule is None:
-        return f"{op}: op not supported by target {target.name}"
+        return f"{op}: op not listed in [ops] of target {target.name}"
     if kernel is None:
         return f"{op}: no NPU kernel for this op"
     data = node.input(0)
     if data is not None and rule.dtypes:
-        if data.dtype is None or data.dtype.name not in rule.dtypes:
-            return (f"{op}: input dtype {data.dtype} not supported by target {target.name} "
+        name = dtype_name(data)
+        if name is None or name not in rule.dtypes:
+            return (f"{op}: input dtype {name} not supported by target {target.name} "
                     f"(allowed: {', '.join(sorted(rule.dtypes))})")
     static_required = target.static_shapes if rule.static_shapes is None else rule.static_shapes
     for v in (*node.inputs, *node.outputs):

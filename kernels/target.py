@@ -12,8 +12,8 @@ Schema (units in brackets; every field is validated by ``Target.from_dict`` with
   activations), ``accumulator = {mode = dtype}`` (one per mode), ``float_compute = {input_dtype = mode}`` (which
   mode a float matmul with that input dtype runs in; absent or empty: no float matmul).
 - ``[vector]``: ``lanes`` [fp32 elements/cycle], ``transcendental_cycles`` [cycles per vector op of exp/erf/...].
-- ``[dma]``: ``bytes_per_cycle`` [B/cycle], ``latency_cycles`` [cycles per transfer], ``alignment_bytes`` [B,
-  power of two: every SRAM buffer is rounded up to it].
+- ``[dma]``: ``bytes_per_cycle`` [B/cycle], ``latency_cycles`` [cycles per transfer], ``outstanding`` (transfers
+  in flight, default 1), ``alignment_bytes`` [B, power of two: every SRAM buffer is rounded up to it].
 - ``[fusion]``: ``epilogues`` = subset of ``["bias", "relu", "quantize"]`` foldable into a matmul's tile loop.
 - ``[ops]``: ``"domain::Op" = {dtypes = [...], max_rank, static_shapes, max_dim}`` (``dtypes`` constrain the node's
   first input; ``int4``/``uint4`` name ONNX 4-bit types, which reach kernels unpacked in int8/uint8 containers).
