@@ -30,8 +30,8 @@ def _age(s: float) -> str:
     return f"{s:.0f} s"
 
 
-def _table(title: str, entries: list[CacheEntry], full_keys: bool) -> Table:
-    t = Table(title=title)
+def _table(entries: list[CacheEntry], full_keys: bool) -> Table:
+    t = Table()
     for col, just in (("key", "left"), ("size", "right"), ("target", "left"), ("compiler", "left"),
                       ("age", "right"), ("last used", "right"), ("status", "left")):
         t.add_column(col, justify=just, no_wrap=col == "key")  # type: ignore[arg-type]
@@ -76,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     entries = store.verify_all(remove_corrupt=args.remove_corrupt) if args.cmd == "verify" else store.entries()
     total = sum(e.size for e in entries)
-    console.print(_table(f"NpuEP cache {root}: {len(entries)} entries, {_size(total)}", entries, args.full_keys))
+    noun = "entry" if len(entries) == 1 else "entries"
+    console.print(f"NpuEP cache {root}: {len(entries)} {noun}, {_size(total)}", soft_wrap=True)
+    if entries:
+        console.print(_table(entries, args.full_keys))
     bad = [e for e in entries if not e.ok]
     if args.cmd == "verify":
         msg = f"{len(bad)} corrupt entr{'y' if len(bad) == 1 else 'ies'}" if bad else "all entries verified"
