@@ -1,0 +1,74 @@
+"""Normalization kernels vs ORT CPU: LayerNormalization, RMSNormalization (opset 23), SimplifiedLayerNormalization
+(default domain, as ORT registers it) and com.microsoft SkipSimplifiedLayerNormalization with optional outputs.
+
+Tolerances: float32 rtol=atol=1e-5 (statistics in fp32, as ORT), float16 2e-3 (one fp16 rounding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_elementwise_ortref import check_against_ort, rand
+
+F32_TOL = (1e-5, 2e-5)
+
+
+def _tol(dtype):
+    return F32_TOL if dtype == np.float32 else (4e-3, 4e-3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("axis", [-1, 1])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_with_statistics(dtype, axis, with_bias):
+    x = rand((2, 5, 48), dtype, seed=1, lo=-4, hi=4)
+    norm_shape = x.shape[axis:]
+    inputs = [("x", x, False), ("scale", rand(norm_shape, dtype, seed=2), True)]
+    if with_bias:
+        inputs.append(("bias", rand(norm_shape, dtype, seed=3), True))
+    check_against_ort("LayerNormalization", inputs, [("y", dtype), ("mean", np.float32), ("inv_std", np.float32)],
+                      {"axis": axis, "epsilon": 1e-5}, opset=17, tol=_tol(dtype))
+
+
+def test_layer_norm_runtime_scale_odd_width():
+    x = rand((7, 33), np.float32, seed=4)
+    check_against_ort("LayerNormalization", [("x", x, False), ("scale", rand((33,), np.float32, seed=5), False)],
+                      [("y", np.float32)], opset=17, tol=F32_TOL)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("axis", [-1, 2])
+def test_rms_normalization_opset23(dtype, axis):
+    x = rand((2, 3, 4, 32), dtype, seed=6)
+    check_against_ort("RMSNormalization", [("x", x, False), ("scale", rand(x.shape[axis:], dtype, seed=7), True)],
+                      [("y", dtype)], {"axis": axis, "epsilon": 1e-6}, opset=23, tol=_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_simplified_layer_norm_default_domain(dtype):
+    x = rand((2, 9, 64), dtype, seed=8)
+    check_against_ort("SimplifiedLayerNormalization", [("x", x, False), ("g", rand((64,), dtype, seed=9), True)],
+                      [("y", dtype), ("inv_std", np.float32)], {"epsilon": 1e-6}, opset=17, tol=_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_skip_simplified_layer_norm_all_outputs(dtype, with_bias):
+    x = rand((2, 7, 64), dtype, seed=10)
+    inputs = [("x", x, False), ("skip", rand((2, 7, 64), dtype, seed=11), False),
+              ("gamma", rand((64,), dtype, seed=12), True)]
+    if with_bias:
+        inputs.append(("bias", rand((64,), dtype, seed=13), True))
+    check_against_ort("SkipSimplifiedLayerNormalization", inputs,
+                      [("y", dtype), ("mean", np.float32), ("inv_std", np.float32), ("sum", dtype)],
+                      {"epsilon": 1e-6}, domain="com.microsoft", tol=_tol(dtype))
+
+
+def test_skip_simplified_layer_norm_only_sum_output_and_2d_skip():
+    x = rand((3, 5, 32), np.float32, seed=14)
+    check_against_ort("SkipSimplifiedLayerNormalization",
+                      [("x", x, False), ("skip", rand((5, 32), np.float32, seed=15), False),
+                       ("gamma", rand((32,), np.float32, seed=16), True)],
+                      [("y", np.float32), ("", np.float32), ("", np.float32), ("sum", np.float32)],
+                      domain="com.microsoft", tol=F32_TOL)
