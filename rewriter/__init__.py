@@ -1,1 +1,13 @@
-"""npu_ep.rewriter"""
+"""npu_ep.rewriter: offline graph rewrites into the NPU-friendly canonical form (Q/DQ fusion, RoPE/GQA
+normalization, INT4 MatMulNBits packing), emitting only ops ORT's CPU EP can run.
+
+``rewrite(model, options=None, **overrides) -> RewriteResult`` is the Python API; ``npu-rewrite`` the CLI.
+"""
+
+from ._core import RewriteError, RewriteResult, apply_rule_set, load_model, progress_hook, rewrite, save_model
+from .options import ALL_PASSES, RewriteOptions, RewriteReport, RuleFailure
+
+__all__ = [
+    "ALL_PASSES", "RewriteError", "RewriteOptions", "RewriteReport", "RewriteResult", "RuleFailure",
+    "apply_rule_set", "load_model", "progress_hook", "rewrite", "save_model",
+]

@@ -1,0 +1,312 @@
+"""The rewrite pipeline: load a model, run the requested rule families in a fixed order, report, save.
+
+Each family (``cleanup``, ``qdq``, ``rope``, ``gqa``, ``int4``) is a module exposing
+``apply(model, options, report)``; here each one is wrapped in an ``onnx_ir`` ``InPlacePass`` and the passes run
+in ``ALL_PASSES`` order whatever order the user listed them in. ``apply_rule_set`` is the shared way to run
+onnxscript rules so that every family reports ``{rule: count}`` and why candidate matches were declined.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import importlib
+import os
+import pathlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+from onnxscript.rewriter import MatchingTracer, MatchStatus, RewriteRule, RewriteRuleSet
+
+from .options import ALL_PASSES, RewriteOptions, RewriteReport, RuleFailure
+
+# Above this many bytes of tensor data a model is saved with external data (protobuf's limit is 2 GiB).
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+MAX_FAILURES_PER_RULE = 200
+
+ProgressHook = Callable[[str, int, int], None]  # (stage, done, total)
+_progress: contextvars.ContextVar[ProgressHook | None] = contextvars.ContextVar("npu_rewrite_progress",
+                                                                                  default=None)
+
+
+class RewriteError(Exception):
+    """A model could not be read or rewritten; the message is one line naming the file or node and the reason."""
+
+
+@dataclasses.dataclass
+class RewriteResult:
+    """The rewritten model (an ``onnx_ir.Model``) and what changed."""
+
+    model: ir.Model
+    report: RewriteReport
+
+    def save(self, path: str | os.PathLike) -> pathlib.Path:
+        """Save to ``path``; tensor data goes to ``<name>.data`` beside it when the model exceeds ~1.8 GB."""
+        return save_model(self.model, path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# progress reporting (the CLI installs a rich progress bar; library callers get nothing by default)
+
+
+@contextlib.contextmanager
+def progress_hook(hook: ProgressHook | None) -> Iterator[None]:
+    """Install ``hook(stage, done, total)`` for the rewrites run inside this context."""
+    token = _progress.set(hook)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
+
+
+def report_progress(stage: str, done: int, total: int) -> None:
+    """Called by long-running families (int4) after each unit of work."""
+    hook = _progress.get()
+    if hook is not None:
+        hook(stage, done, total)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# running onnxscript rules with counts and failure reasons
+
+
+class _FailureTracer(MatchingTracer):
+    """Collects every candidate match whose check failed, with the rule's reason (not just the best match)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: list[RuleFailure] = []
+        self._seen: set[tuple[str, str, str]] = set()
+        self._per_rule: dict[str, int] = {}
+
+    def log(self, rule, container, node, match_result, status) -> None:  # noqa: D102 - MatchingTracer API
+        if status not in (MatchStatus.CONDITION_FAILED, MatchStatus.REPLACEMENT_FAILED):
+            return
+        name = rule.name or str(rule)
+        node_name = node.name or f"<{node.op_type}>"
+        reason = match_result.reason or ("replacement failed" if status == MatchStatus.REPLACEMENT_FAILED
+                                         else "check failed")
+        key = (name, node_name, reason)
+        if key in self._seen or self._per_rule.get(name, 0) >= MAX_FAILURES_PER_RULE:
+            return
+        self._seen.add(key)
+        self._per_rule[name] = self._per_rule.get(name, 0) + 1
+        self.failures.append(RuleFailure(rule=name, node=node_name, reason=reason))
+
+
+def apply_rule_set(model: ir.Model, rules: RewriteRuleSet | Iterable[RewriteRule], report: RewriteReport,
+                   *, collect_failures: bool = True) -> int:
+    """Apply ``rules`` in order (each rule over the whole graph), add ``{rule.name: count}`` to ``report``, then
+    record why the remaining candidate matches were declined. Returns the number of rewrites."""
+    rule_list: list[RewriteRule] = list(rules)
+    total = 0
+    for rule in rule_list:
+        n = RewriteRuleSet([rule]).apply_to_model(model)
+        report.add(rule.name or str(rule), n)
+        total += n
+    if collect_failures and rule_list:
+        tracer = _FailureTracer()
+        RewriteRuleSet(rule_list).apply_to_model(model, tracer=tracer)  # a tracer makes this a dry run
+        report.failures.extend(tracer.failures)
+    return total
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the pipeline
+
+
+_FAMILY_MODULES = {name: f"{__package__}.{name}" for name in ALL_PASSES}
+
+
+def _family_module(name: str) -> Any:
+    """Import a family module by pass name; rope/gqa may not exist yet, which is only an error when requested."""
+    if name not in _FAMILY_MODULES:
+        raise RewriteError(f"unknown pass {name!r}; expected a subset of {','.join(ALL_PASSES)}")
+    try:
+        module = importlib.import_module(_FAMILY_MODULES[name])
+    except ModuleNotFoundError as e:
+        if e.name == _FAMILY_MODULES[name]:
+            raise RewriteError(f"pass {name!r} is not available: module {e.name} is not installed") from None
+        raise
+    if not callable(getattr(module, "apply", None)):
+        raise RewriteError(f"pass {name!r}: module {module.__name__} has no apply(model, options, report)")
+    return module
+
+
+class FamilyPass(ir.passes.InPlacePass):
+    """One rule family as an onnx-ir pass; ``modified`` is true when the family counted any rewrite."""
+
+    def __init__(self, name: str, options: RewriteOptions, report: RewriteReport) -> None:
+        super().__init__()
+        self.name = name
+        self.options = options
+        self.report = report
+        self.module = _family_module(name)
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        before = sum(self.report.counts.values())
+        self.module.apply(model, self.options, self.report)
+        return ir.passes.PassResult(model, modified=sum(self.report.counts.values()) != before)
+
+
+def build_pipeline(options: RewriteOptions, report: RewriteReport) -> ir.passes.Sequential:
+    """The requested families as a ``Sequential`` of passes, always in ``ALL_PASSES`` order."""
+    unknown = [p for p in options.passes if p not in ALL_PASSES]
+    if unknown:
+        raise RewriteError(f"unknown pass {unknown[0]!r}; expected a subset of {','.join(ALL_PASSES)}")
+    passes = [FamilyPass(name, options, report) for name in ALL_PASSES if name in options.passes]
+    if not passes:
+        raise RewriteError("no passes requested")
+    return ir.passes.Sequential(*passes)
+
+
+def rewrite(model: str | os.PathLike | onnx.ModelProto | ir.Model, options: RewriteOptions | None = None,
+            **overrides: Any) -> RewriteResult:
+    """Rewrite ``model`` into the NPU-friendly canonical form.
+
+    ``model`` is a path (external data is memory-mapped, never loaded twice), a ``ModelProto`` or an
+    ``onnx_ir.Model`` (rewritten in place). ``overrides`` replace fields of ``options``
+    (e.g. ``passes=("int4",)``, ``int4_block_size=64``). Raises ``RewriteError`` for unreadable or invalid input.
+    """
+    options = options or RewriteOptions()
+    if overrides:
+        if "passes" in overrides and isinstance(overrides["passes"], str):
+            overrides["passes"] = tuple(p.strip() for p in overrides["passes"].split(",") if p.strip())
+        try:
+            options = dataclasses.replace(options, **overrides)
+        except TypeError as e:
+            raise RewriteError(f"bad rewrite option: {e}") from None
+    _validate_options(options)
+    ir_model = load_model(model)
+    report = RewriteReport()
+    pipeline = build_pipeline(options, report)
+    io_before = _io_signature(ir_model)
+    try:
+        pipeline(ir_model)
+    except ir.passes.PassError as e:  # onnx-ir wraps errors raised inside passes
+        cause = e.__cause__ or e
+        if isinstance(cause, (RewriteError, ValueError)):
+            raise RewriteError(str(cause)) from cause
+        raise
+    io_after = _io_signature(ir_model)
+    if io_after != io_before:
+        raise RewriteError(f"internal error: graph inputs/outputs changed from {io_before} to {io_after}")
+    return RewriteResult(model=ir_model, report=report)
+
+
+def _validate_options(options: RewriteOptions) -> None:
+    bs = options.int4_block_size
+    if bs < 16 or bs > 256 or bs & (bs - 1):
+        raise RewriteError(f"int4 block size must be a power of two in [16, 256], got {bs}")
+    if options.int4_accuracy_level not in (0, 1, 2, 3, 4):
+        raise RewriteError(f"int4 accuracy level must be 0..4, got {options.int4_accuracy_level}")
+    if options.int4_min_elements < 0:
+        raise RewriteError(f"int4 min elements must be >= 0, got {options.int4_min_elements}")
+    if options.exclude is not None:
+        import re
+
+        try:
+            re.compile(options.exclude)
+        except re.error as e:
+            raise RewriteError(f"bad --exclude regex {options.exclude!r}: {e}") from None
+
+
+def _io_signature(model: ir.Model) -> tuple:
+    def sig(values: Sequence[ir.Value]) -> tuple:
+        return tuple((v.name, v.dtype, None if v.shape is None else tuple(str(d) for d in v.shape)) for v in values)
+
+    return sig(model.graph.inputs), sig(model.graph.outputs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# loading and saving
+
+
+def load_model(model: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Model:
+    """Any accepted model form as an ``onnx_ir.Model``; external data stays memory-mapped on disk."""
+    if isinstance(model, ir.Model):
+        return model
+    if isinstance(model, onnx.ModelProto):
+        try:
+            return ir.serde.deserialize_model(model)
+        except Exception as e:  # noqa: BLE001 - any deserialization failure is bad input
+            raise RewriteError(f"<ModelProto>: not a valid ONNX model: {_one_line(e)}") from None
+    if not isinstance(model, (str, os.PathLike)):
+        raise RewriteError(f"cannot rewrite a {type(model).__name__}; pass a path, ModelProto or onnx_ir.Model")
+    path = pathlib.Path(model)
+    if not path.is_file():
+        raise RewriteError(f"{path}: no such file")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # noqa: BLE001 - protobuf raises various types on garbage
+        raise RewriteError(f"{path}: not a readable ONNX model: {_one_line(e)}") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise RewriteError(f"{path}: not a readable ONNX model: empty graph")
+    _check_external_data(proto, path)
+    try:
+        ir_model = ir.serde.deserialize_model(proto)
+    except Exception as e:  # noqa: BLE001
+        raise RewriteError(f"{path}: not a valid ONNX model: {_one_line(e)}") from None
+    ir.external_data.set_base_dir(ir_model.graph, str(path.parent))
+    return ir_model
+
+
+def _check_external_data(proto: onnx.ModelProto, path: pathlib.Path) -> None:
+    """Every external data file must exist inside the model's directory (no absolute paths, no ``..`` escape)."""
+    base = path.parent.resolve()
+    for tensor in _all_tensors(proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+        if not location:
+            raise RewriteError(f"{path}: initializer {tensor.name!r} has external data without a location")
+        target = (base / location).resolve()
+        if os.path.isabs(location) or not target.is_relative_to(base):
+            raise RewriteError(f"{path}: initializer {tensor.name!r} external data path {location!r} "
+                               "escapes the model directory")
+        if not target.is_file():
+            raise RewriteError(f"{path}: initializer {tensor.name!r} external data file {location!r} not found")
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_tensors(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _all_tensors(g)
+
+
+def tensor_bytes(model: ir.Model) -> int:
+    """Total bytes of initializer data (without reading it)."""
+    total = 0
+    for value in model.graph.initializers.values():
+        if value.const_value is not None:
+            total += value.const_value.nbytes
+    return total
+
+
+def save_model(model: ir.Model, path: str | os.PathLike) -> pathlib.Path:
+    """Save ``model``; above ``EXTERNAL_DATA_THRESHOLD`` bytes of tensors, data goes to ``<file>.data``."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+            ir.save(model, path, external_data=path.name + ".data")
+        else:
+            ir.save(model, path)
+    except OSError as e:
+        raise RewriteError(f"{path}: cannot write model: {_one_line(e)}") from None
+    return path
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
