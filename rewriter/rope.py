@@ -1,0 +1,397 @@
+"""RoPE normalization: decomposed rotary embedding -> com.microsoft RotaryEmbedding with cos/sin caches.
+
+Dimensions: B batch, S sequence, N heads, H head dim, R rotary dim (R <= H), M cache rows (max positions).
+
+Matched (x is [B,N,S,H] as in Llama, or [B,S,N,H] as in GPT-J, which rotates before the head transpose):
+  half        x*cos + Concat(Neg(x[..., R/2:R]), x[..., :R/2]) * sin                       (rotate_half)
+  interleaved x*cos + Reshape(Concat(Unsqueeze(Neg(x[..., 1::2])), Unsqueeze(x[..., 0::2]))) * sin
+  partial     Concat(rope(x[..., :R]), x[..., R:])                                         (R < H)
+cos/sin may come from anything that is a per-position function of ONE integer graph input (position_ids):
+inv_freq MatMul + Cos/Sin, a Gather from a constant table, exporter Shape plumbing. Instead of matching each of
+those spellings, the check *evaluates* the cos/sin subgraph on ORT CPU for positions 0..M-1 (which gives the
+cache) and again for random positions (which proves the values depend on nothing but the position), and checks
+the duplication RoPE implies (halves equal, or pairs equal for interleaved). M is the row count of a gathered
+table, else the model's ``max_position_embeddings`` metadata, else 4096.
+
+Needs before it: constant folding (onnxscript optimizer) so Slice bounds are constants, and shape inference
+(so x has a known rank, N and H).
+
+Emitted: RotaryEmbedding(x, position_ids, cos_cache [M,R/2], sin_cache [M,R/2], interleaved, num_heads,
+rotary_embedding_dim) on the 4-D [B,N,S,H] tensor, or, for [B,S,N,H], on a [B,S,N*H] reshape of it (the 3-D
+layout ORT documents), reshaped back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+from onnx import helper
+from onnxscript.rewriter import pattern
+
+from .options import RewriteOptions, RewriteReport, RuleFailure
+
+DEFAULT_MAX_POSITIONS = 4096
+_SLICE_LIMIT = 400  # nodes; a cos/sin subgraph is a few dozen at most
+
+
+# --- subgraph evaluation (shared with gqa.py) --------------------------------------------------------------
+def backward_slice(graph: ir.Graph, outputs: list[ir.Value]) -> tuple[list[ir.Node], list[ir.Value]]:
+    """Nodes computing ``outputs`` (topological order) and the non-constant graph inputs they read."""
+    nodes: set[ir.Node] = set()
+    leaves: list[ir.Value] = []
+    stack = list(outputs)
+    seen: set[ir.Value] = set()
+    while stack:
+        v = stack.pop()
+        if v is None or v in seen:
+            continue
+        seen.add(v)
+        if v.const_value is not None and v.producer() is None:
+            continue
+        node = v.producer()
+        if node is None:
+            leaves.append(v)
+            continue
+        if any(isinstance(a.value, (ir.Graph, list)) and a.type in (ir.AttributeType.GRAPH,
+               ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+            raise ValueError(f"node {node.name} ({node.op_type}) has a subgraph")
+        nodes.add(node)
+        if len(nodes) > _SLICE_LIMIT:
+            raise ValueError(f"subgraph larger than {_SLICE_LIMIT} nodes")
+        stack.extend(node.inputs)
+    order = [n for n in graph if n in nodes]
+    return order, leaves
+
+
+def evaluate_values(graph: ir.Graph, outputs: list[ir.Value], feed_sets: list[dict[ir.Value, np.ndarray]]
+                    ) -> list[list[np.ndarray]]:
+    """Run the subgraph computing ``outputs`` on ORT CPU once per feed set (feeds keyed by leaf value)."""
+    nodes, leaves = backward_slice(graph, outputs)
+    missing = [v.name for v in leaves if v not in feed_sets[0]]
+    if missing:
+        raise ValueError(f"depends on graph inputs {missing}")
+    inits, seen = [], set()
+    for node in nodes:
+        for v in node.inputs:
+            if v is not None and v.producer() is None and v.const_value is not None and v.name not in seen:
+                seen.add(v.name)
+                inits.append(ir.serde.serialize_tensor(v.const_value))
+                inits[-1].name = v.name
+    leaf_order = list(feed_sets[0])
+    g = helper.make_graph(
+        [ir.serde.serialize_node(n) for n in nodes], "slice",
+        [helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(feed_sets[0][v].dtype), None)
+         for v in leaf_order],
+        [helper.make_empty_tensor_value_info(v.name) for v in outputs], initializer=inits)
+    opsets = [helper.make_opsetid(d, v) for d, v in graph.opset_imports.items()]
+    proto = helper.make_model(g, opset_imports=opsets)
+    proto.ir_version = 10
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return [sess.run([v.name for v in outputs], {v.name: feeds[v] for v in leaf_order}) for feeds in feed_sets]
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+def _ints(v: ir.Value | None, depth: int = 8) -> list[int] | None:
+    """Integer contents of ``v`` when known statically: constants, and TorchScript-style shape plumbing
+    (Shape -> Gather -> Unsqueeze -> Div ...) over static dims, which the constant folder leaves behind."""
+    if v is None:
+        return None
+    if v.const_value is not None:
+        arr = v.const_value.numpy()
+        return [int(a) for a in arr.reshape(-1)] if arr.dtype.kind in "iu" else None
+    node = v.producer()
+    if node is None or depth == 0:
+        return None
+    op, ins = node.op_type, node.inputs
+    if op == "Constant":
+        attr = node.attributes.get("value_ints") or node.attributes.get("value_int")
+        if attr is not None:
+            val = attr.value
+            return list(val) if isinstance(val, (list, tuple)) else [int(val)]
+        attr = node.attributes.get("value")
+        arr = attr.value.numpy() if attr is not None else None
+        return [int(a) for a in arr.reshape(-1)] if arr is not None and arr.dtype.kind in "iu" else None
+    if op == "Shape" and ins[0].shape is not None:
+        dims = list(ins[0].shape)
+        start = node.attributes["start"].as_int() if "start" in node.attributes else 0
+        end = node.attributes["end"].as_int() if "end" in node.attributes else len(dims)
+        dims = dims[start:end]
+        return dims if all(isinstance(d, int) for d in dims) else None
+    args = [_ints(i, depth - 1) for i in ins]
+    if op in ("Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape") and args and args[0] is not None:
+        return args[0]
+    if op == "Concat" and all(a is not None for a in args):
+        return [x for a in args for x in a]
+    if op == "Gather" and ins[0].producer() is not None and ins[0].producer().op_type == "Shape":
+        shape_node = ins[0].producer()
+        dims = list(shape_node.inputs[0].shape or [])
+        start = shape_node.attributes["start"].as_int() if "start" in shape_node.attributes else 0
+        idx = args[1]
+        if idx is None or not dims:
+            return None
+        picked = [dims[start:][i] for i in idx]
+        return picked if all(isinstance(d, int) for d in picked) else None
+    binary = {"Div": lambda a, b: a // b, "Mul": lambda a, b: a * b, "Add": lambda a, b: a + b,
+              "Sub": lambda a, b: a - b}
+    if op in binary and len(args) == 2 and None not in args and (len(args[0]) == len(args[1]) or
+                                                                  1 in (len(args[0]), len(args[1]))):
+        a, b = args
+        n = max(len(a), len(b))
+        a, b = a * n if len(a) == 1 else a, b * n if len(b) == 1 else b
+        return [binary[op](x, y) for x, y in zip(a, b)]
+    return None
+
+
+def slice_params(node: ir.Node, rank: int) -> tuple[int, int, int, int] | None:
+    """(start, end, axis, step) of a constant single-axis Slice, axis normalized to >= 0; None otherwise."""
+    ins = list(node.inputs) + [None] * (5 - len(node.inputs))
+    starts, ends = _ints(ins[1]), _ints(ins[2])
+    axes = _ints(ins[3]) if ins[3] is not None else [0]
+    steps = _ints(ins[4]) if ins[4] is not None else [1]
+    if None in (starts, ends, axes, steps) or not (len(starts) == len(ends) == len(axes) == len(steps) == 1):
+        return None
+    return starts[0], ends[0], axes[0] % rank, steps[0]
+
+
+def _axis(node: ir.Node, rank: int) -> int | None:
+    attr = node.attributes.get("axis")
+    return None if attr is None else attr.as_int() % rank
+
+
+def _max_positions(model: ir.Model, nodes: list[ir.Node]) -> int:
+    for n in nodes:  # a table gathered by position: its rows are the cache length
+        if n.op_type == "Gather" and n.inputs[0].const_value is not None and len(n.inputs[0].shape or ()) == 2:
+            return int(n.inputs[0].shape[0])
+    meta = model.metadata_props.get("max_position_embeddings")
+    return int(meta) if meta and meta.isdigit() else DEFAULT_MAX_POSITIONS
+
+
+class _CosSin:
+    """Result of evaluating one (cos, sin) pair: caches [M,R/2], the layout and the position input."""
+
+    def __init__(self, cos: np.ndarray, sin: np.ndarray, layout: str, position_ids: ir.Value) -> None:
+        self.cos, self.sin, self.layout, self.position_ids = cos, sin, layout, position_ids
+        self.values: tuple[ir.Value, ir.Value] | None = None  # initializers once emitted
+
+
+def analyse_cos_sin(model: ir.Model, cos: ir.Value, sin: ir.Value, interleaved: bool) -> _CosSin | str:
+    """Evaluate cos/sin as functions of the position input; return caches or the reason they are not RoPE."""
+    graph = model.graph
+    try:
+        nodes, leaves = backward_slice(graph, [cos, sin])
+    except ValueError as e:
+        return f"cos/sin: {e}"
+    if len(leaves) != 1:
+        return f"cos/sin depend on {len(leaves)} graph inputs {[v.name for v in leaves]}, expected one (position_ids)"
+    pos = leaves[0]
+    if pos.dtype not in (ir.DataType.INT64, ir.DataType.INT32) or pos.shape is None or len(pos.shape) != 2:
+        return f"cos/sin come from {pos.name} which is not an integer [B,S] position tensor"
+    m = _max_positions(model, nodes)
+    np_int = pos.dtype.numpy()
+    probe = np.random.default_rng(0).integers(0, m, size=(2, 3)).astype(np_int)
+    try:
+        (c, s), (c2, s2) = evaluate_values(graph, [cos, sin], [{pos: np.arange(m, dtype=np_int)[None]},
+                                                               {pos: probe}])
+    except Exception as e:  # noqa: BLE001 - ORT raises many types; the reason is what matters
+        return f"cos/sin could not be evaluated for positions 0..{m - 1}: {str(e).splitlines()[0][:200]}"
+    if c.ndim != 4 or c.shape != s.shape or c.shape[0] != 1:
+        return f"cos/sin have shape {c.shape}, expected [1,1,M,R] or [1,M,1,R]"
+    if c.shape[1:3] == (1, m):
+        layout = "BNSH"
+    elif c.shape[1:3] == (m, 1):
+        layout = "BSNH"
+    else:
+        return f"cos/sin have shape {c.shape}, expected [1,1,{m},R] or [1,{m},1,R]"
+    c, s = c.reshape(m, -1), s.reshape(m, -1)
+    r = c.shape[1]
+    first, second = (slice(0, None, 2), slice(1, None, 2)) if interleaved else (slice(0, r // 2), slice(r // 2, r))
+    if r % 2 or not (np.array_equal(c[:, first], c[:, second]) and np.array_equal(s[:, first], s[:, second])):
+        return f"cos/sin channels are not duplicated as {'interleaved' if interleaved else 'half'} RoPE needs"
+    cos_cache, sin_cache = np.ascontiguousarray(c[:, first]), np.ascontiguousarray(s[:, first])
+    if not (np.allclose(c2.reshape(6, -1)[:, first], cos_cache[probe.reshape(-1)], atol=1e-6)
+            and np.allclose(s2.reshape(6, -1)[:, first], sin_cache[probe.reshape(-1)], atol=1e-6)):
+        return "cos/sin are not a per-position function of the position input (batch or order dependent)"
+    if not np.allclose(cos_cache ** 2 + sin_cache ** 2, 1.0, atol=1e-4):
+        return "cos^2 + sin^2 != 1: scaled rotary (attention_scaling != 1) is not supported"
+    return _CosSin(cos_cache, sin_cache, layout, pos)
+
+
+# --- rules --------------------------------------------------------------------------------------------------
+class _RotaryFusion(pattern.RewriteRuleClassBase):
+    """One rule per (rotation, partial) variant; shares a cos/sin cache table across all matches."""
+
+    def __init__(self, name: str, *, interleaved: bool, shared: dict) -> None:
+        super().__init__(name)
+        self.interleaved, self._shared = interleaved, shared
+
+    # pattern ------------------------------------------------------------------------------------------------
+    def _rotate(self, op, x_rot):
+        if self.interleaved:
+            odd = op.Slice(x_rot, _allow_other_inputs=True, _outputs=["odd"])
+            even = op.Slice(x_rot, _allow_other_inputs=True, _outputs=["even"])
+            stacked = op.Concat(op.Unsqueeze(op.Neg(odd), _allow_other_inputs=True, _outputs=["u_odd"]),
+                                op.Unsqueeze(even, _allow_other_inputs=True, _outputs=["u_even"]),
+                                _outputs=["stacked"])
+            return op.Reshape(stacked, _allow_other_inputs=True, _outputs=["rotated"])
+        hi = op.Slice(x_rot, _allow_other_inputs=True, _outputs=["hi"])
+        lo = op.Slice(x_rot, _allow_other_inputs=True, _outputs=["lo"])
+        return op.Concat(op.Neg(hi), lo, _outputs=["rotated"])
+
+    def pattern(self, op, x, cos, sin):
+        return op.Add(op.Mul(x, cos), op.Mul(self._rotate(op, x), sin))
+
+    # check --------------------------------------------------------------------------------------------------
+    def _fail(self, context, reason: str, *values) -> pattern.MatchResult:
+        self._shared["failures"].append(RuleFailure(self.name, context.root.name or context.root.op_type, reason))
+        return pattern.MatchResult().fail(reason, list(values))
+
+    def check(self, context, x, cos, sin, rotated, **b) -> pattern.MatchResult:
+        shape = x.shape
+        if shape is None or len(shape) != 4 or not isinstance(shape[3], int):
+            return self._fail(context, f"{x.name}: needs a 4-D input with a static head dim, got shape {shape}", x)
+        r = h = shape[3]
+        if self.interleaved:
+            odd, even = slice_params(b["odd"].producer(), 4), slice_params(b["even"].producer(), 4)
+            if odd is None or even is None or odd[0] != 1 or even[0] != 0 or odd[2:] != (3, 2) \
+                    or even[2:] != (3, 2) or min(odd[1], even[1]) < r:
+                return self._fail(context, f"interleaved rotation: expected x[..., 1::2] and x[..., 0::2], got "
+                                           f"{odd} and {even} (start, end, axis, step)")
+            for u in ("u_odd", "u_even"):
+                axes = _ints(b[u].producer().inputs[1]) if len(b[u].producer().inputs) > 1 else None
+                if axes is None or len(axes) != 1 or axes[0] % 5 != 4:
+                    return self._fail(context, "interleaved rotation: pairs are not stacked on a new last axis")
+            if _axis(b["stacked"].producer(), 5) != 4:
+                return self._fail(context, "interleaved rotation: Concat is not on the new last axis")
+            if rotated.shape is None or len(rotated.shape) != 4 or rotated.shape[3] != r or \
+                    list(rotated.shape) != list(shape):
+                return self._fail(context, f"interleaved rotation: reshape back gives {rotated.shape}, "
+                                           "expected the input's shape (run shape inference first)")
+        else:
+            hi, lo = slice_params(b["hi"].producer(), 4), slice_params(b["lo"].producer(), 4)
+            if hi is None or lo is None or hi[2:] != (3, 1) or lo[2:] != (3, 1) or lo[0] != 0 \
+                    or lo[1] != r // 2 or hi[0] != r // 2 or hi[1] < r or r % 2:
+                return self._fail(context, f"rotate_half: expected x[..., {r // 2}:] and x[..., :{r // 2}], got "
+                                           f"{hi} and {lo} (start, end, axis, step)")
+            if _axis(rotated.producer(), 4) != 3:
+                return self._fail(context, "rotate_half: Concat is not on the last axis")
+        key = (cos, sin, self.interleaved)
+        if key not in self._shared["cos_sin"]:
+            self._shared["cos_sin"][key] = analyse_cos_sin(context.model, cos, sin, self.interleaved)
+        cs = self._shared["cos_sin"][key]
+        if isinstance(cs, str):
+            return self._fail(context, cs, cos, sin)
+        if cs.cos.shape[1] * 2 != r:
+            return self._fail(context, f"cos/sin rotate {cs.cos.shape[1] * 2} channels, the slices {r}")
+        heads = shape[1] if cs.layout == "BNSH" else shape[2]
+        if not isinstance(heads, int):
+            return self._fail(context, f"{x.name}: head count is not static in shape {shape}")
+        self._match = (cs, r, h, heads)
+        return pattern.MatchResult()
+
+    # rewrite ------------------------------------------------------------------------------------------------
+    def rewrite(self, op, x, **_):
+        cs, _, _, heads = self._match
+        if cs.values is None:
+            dtype = x.dtype.numpy()
+            k = len([c for c in self._shared["cos_sin"].values() if not isinstance(c, str) and c.values])
+            cs.values = (op.initializer(ir.tensor(cs.cos.astype(dtype)), name=f"rope_cos_cache_{k}"),
+                         op.initializer(ir.tensor(cs.sin.astype(dtype)), name=f"rope_sin_cache_{k}"))
+        attrs = dict(interleaved=int(self.interleaved), num_heads=heads, _domain="com.microsoft")
+        if cs.layout == "BNSH":
+            return op.RotaryEmbedding(x, cs.position_ids, *cs.values, **attrs)
+        x3 = op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))  # [B,S,N*H]
+        out = op.RotaryEmbedding(x3, cs.position_ids, *cs.values, **attrs)
+        return op.Reshape(out, op.Constant(value_ints=[0, 0, heads, x.shape[3]]))
+
+
+class _PartialRotaryMerge(pattern.RewriteRuleClassBase):
+    """Concat(RotaryEmbedding(x[..., :R]), x[..., R:]) -> RotaryEmbedding(x, rotary_embedding_dim=R).
+
+    Runs after the full-rotation rules (the pass-through Slice is often shared with shape plumbing, so the
+    whole partial pattern cannot be matched in one go). ``bsnh`` also looks through the [B,S,N*R] reshapes
+    that the [B,S,N,H] layout gets.
+    """
+
+    def __init__(self, name: str, *, bsnh: bool, shared: dict) -> None:
+        super().__init__(name)
+        self.bsnh, self._shared = bsnh, shared
+
+    def pattern(self, op, x, pos, cos, sin, shape_in, shape_out):
+        x_rot = op.Slice(x, _allow_other_inputs=True, _outputs=["x_rot"])
+        x_pass = op.Slice(x, _allow_other_inputs=True, _outputs=["x_pass"])
+        inner = op.Reshape(x_rot, shape_in) if self.bsnh else x_rot
+        rope = op.RotaryEmbedding(inner, pos, cos, sin, _domain="com.microsoft", _outputs=["rope"])
+        if self.bsnh:
+            rope = op.Reshape(rope, shape_out)
+        return op.Concat(rope, x_pass, _outputs=["joined"])
+
+    def check(self, context, x, x_rot, x_pass, rope, joined, shape_in=None, shape_out=None, **_):
+        fail = lambda reason: _fail(self, context, reason)  # noqa: E731
+        shape = x.shape
+        if shape is None or len(shape) != 4 or not isinstance(shape[3], int):
+            return fail(f"{x.name}: needs a 4-D input with a static head dim, got shape {shape}")
+        h = shape[3]
+        sp, pp = slice_params(x_rot.producer(), 4), slice_params(x_pass.producer(), 4)
+        if sp is None or pp is None or sp[2:] != (3, 1) or pp[2:] != (3, 1):
+            return fail("partial rotary: slices are not constant unit-step slices of the last axis")
+        r = sp[1]
+        if sp[0] != 0 or pp[0] != r or pp[1] < h or not 0 < r < h:
+            return fail(f"partial rotary: x[..., {sp[0]}:{sp[1]}] and x[..., {pp[0]}:{pp[1]}] do not split "
+                        f"head dim {h}")
+        if _axis(joined.producer(), 4) != 3:
+            return fail("partial rotary: pass-through Concat is not on the last axis")
+        attrs = rope.producer().attributes
+        if attrs.get("rotary_embedding_dim") is not None and attrs["rotary_embedding_dim"].as_int() not in (0, r):
+            return fail("RotaryEmbedding already has a different rotary_embedding_dim")
+        if self.bsnh:
+            heads = shape[2]
+            if _ints(shape_in) != [0, 0, -1] or _ints(shape_out) != [0, 0, heads, r]:
+                return fail("partial rotary: reshapes around RotaryEmbedding are not [B,S,N*R] and back")
+        return pattern.MatchResult()
+
+    def rewrite(self, op, x, pos, cos, sin, rope, **_):
+        attrs = {k: a.value for k, a in rope.producer().attributes.items()}
+        r = slice_params(rope.producer().inputs[0].producer().inputs[0].producer()
+                         if self.bsnh else rope.producer().inputs[0].producer(), 4)[1]
+        attrs["rotary_embedding_dim"] = r
+        if not self.bsnh:
+            return op.RotaryEmbedding(x, pos, cos, sin, _domain="com.microsoft", **attrs)
+        x3 = op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))
+        out = op.RotaryEmbedding(x3, pos, cos, sin, _domain="com.microsoft", **attrs)
+        return op.Reshape(out, op.Constant(value_ints=[0, 0, x.shape[2], x.shape[3]]))
+
+
+def _fail(rule, context, reason: str) -> pattern.MatchResult:
+    rule._shared["failures"].append(RuleFailure(rule.name, context.root.name or context.root.op_type, reason))
+    return pattern.MatchResult().fail(reason)
+
+
+def make_rules() -> tuple[list[tuple[list, bool]], dict]:
+    """The rule-set stages (full rotation, then partial merge) and their shared state."""
+    shared: dict = {"cos_sin": {}, "failures": []}
+    full = [_RotaryFusion.rule(f"RotaryEmbedding{'Interleaved' if i else 'Half'}", interleaved=i, shared=shared)
+            for i in (False, True)]
+    partial = [_PartialRotaryMerge.rule(f"RotaryEmbeddingPartial{'BSNH' if b else ''}", bsnh=b, shared=shared)
+               for b in (False, True)]
+    return [(full, True), (partial, False)], shared
+
+
+def apply(model: ir.Model, options: RewriteOptions, report: RewriteReport) -> None:
+    """Fuse decomposed RoPE in ``model`` in place; count per rule name in ``report``."""
+    stages, shared = make_rules()
+    for rules, commute in stages:
+        for rule in rules:
+            report.add(rule.name, pattern.RewriteRuleSet([rule], commute=commute).apply_to_model(model))
+        ir.passes.common.RemoveUnusedNodesPass()(model)
+    report.failures.extend(_dedupe(shared["failures"]))
+def _dedupe(failures: list[RuleFailure]) -> list[RuleFailure]:
+    seen, out = set(), []
+    for f in failures:
+        if f not in seen:
+            seen.add(f)
+            out.append(f)
+    return out
