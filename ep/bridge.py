@@ -1,0 +1,108 @@
+"""The Python side of the plugin: the native shim calls exactly these entry points.
+
+- ``create_ep(ep_name, config) -> EpSession``                 (OrtEpFactory::CreateEp)
+- ``EpSession.get_capability(nodes, graph) -> [[index...]]``  (OrtEp::GetCapability)
+- ``EpSession.compile(name, nodes, inputs, outputs, graph)``  (OrtEp::Compile) -> (program, epcontext spec | None)
+- ``EpSession.compatibility_info(graph) -> str``              (OrtEp::GetCompiledModelCompatibilityInfo)
+- ``validate_compatibility(info) -> int``                     (OrtEpFactory::ValidateCompiledModelCompatibilityInfo)
+
+Nodes arrive as plain dicts (ep/native/graph_view.h); everything else is decided here in Python.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..kernels.target import Target
+from . import options as options_mod
+from .capability import EPCONTEXT, Capability, analyze
+from .compiler import compile_partition
+from .graph_convert import node_from_dict, value_from_dict
+from .log import logger
+from .program import Program
+
+# Live sessions, for reports that inspect a running InferenceSession (weak: ORT owns their lifetime).
+LIVE_SESSIONS: "weakref.WeakSet[EpSession]" = weakref.WeakSet()
+
+
+class EpSession:
+    """One OrtEp instance: the options, the target, the capability results and the compiled programs."""
+
+    def __init__(self, ep_name: str, config: Mapping[str, str]):
+        self.ep_name = ep_name
+        self.config = dict(config)
+        self.options = options_mod.parse(config)
+        self.target = Target.load(self.options.target)
+        logger.setLevel(getattr(logging, self.options.log_level.upper()))
+        self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call
+        self.programs: dict[str, Program] = {}
+        from .context import ContextManager  # deferred: pulls in the cache layer
+
+        self.context = ContextManager(self)
+        LIVE_SESSIONS.add(self)
+
+    # -- GetCapability -------------------------------------------------------------------------------------------
+    def get_capability(self, nodes: Sequence[dict], graph: Mapping[str, Any]) -> list[list[int]]:
+        infos = [node_from_dict(n) for n in nodes]
+        assigned = {n["index"]: n.get("ep", "") for n in nodes if n.get("ep")}
+        policy = None
+        if self.options.partition_policy == "cost_aware":
+            from .policy import cost_aware_policy
+
+            policy = cost_aware_policy(self.target)
+        result = analyze(infos, self.target, ep_name=self.ep_name, assigned=assigned, policy=policy)
+        self.capabilities.append((dict(graph), result))
+        self._log_declines(result, graph)
+        return result.partitions
+
+    def _log_declines(self, result: Capability, graph: Mapping[str, Any]) -> None:
+        declined = [d for d in result.declined if "already assigned" not in d.reason]
+        where = graph.get("model_path") or graph.get("name") or "graph"
+        logger.info("target %s, %s: %s", self.target.name, where, result.summary())
+        if not declined:
+            return
+        by_reason = Counter(d.reason.split(": ", 1)[-1] for d in declined)
+        lines = [f"  {count} x {reason}  (e.g. {next(d.node.describe() for d in declined if d.reason.endswith(reason))})"
+                 for reason, count in by_reason.most_common()]
+        logger.warning("%d of %d nodes of %s stay on the CPU (target %s):\n%s", len(declined),
+                       len(result.decisions), where, self.target.name, "\n".join(lines))
+
+    # -- Compile -------------------------------------------------------------------------------------------------
+    def compile(self, name: str, nodes: Sequence[dict], inputs: Sequence[dict], outputs: Sequence[dict],
+                graph: Mapping[str, Any]) -> tuple[Program, dict | None]:
+        node_infos = [node_from_dict(n) for n in nodes]
+        ins = [value_from_dict(v) for v in inputs]
+        outs = [value_from_dict(v) for v in outputs]
+        if len(node_infos) == 1 and node_infos[0].key == EPCONTEXT:
+            program = self.context.load_epcontext(name, node_infos[0], ins, outs, graph)
+            self.programs[name] = program
+            return program, None
+        program, blob = self.context.compile_cached(
+            name, node_infos, ins, outs,
+            lambda: compile_partition(name, node_infos, ins, outs, self.target, record=self.options.record_tensors))
+        self.programs[name] = program
+        spec = self.context.epcontext_spec(name, blob, graph) if self.options.context_enable else None
+        return program, spec
+
+    # -- compatibility -------------------------------------------------------------------------------------------
+    def compatibility_info(self, graph: Mapping[str, Any]) -> str:
+        from .context import compatibility_info
+
+        return compatibility_info(self.target)
+
+    def release(self) -> None:
+        self.programs.clear()
+
+
+def create_ep(ep_name: str, config: Mapping[str, str]) -> EpSession:
+    return EpSession(ep_name, config)
+
+
+def validate_compatibility(info: str) -> int:
+    from .context import validate_compatibility_info
+
+    return validate_compatibility_info(info)

@@ -1,0 +1,78 @@
+"""Partition -> Program: fuse epilogues, assign value slots, prepare each kernel, plan slot lifetimes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..kernels import fusion
+from ..kernels.node import NodeInfo, ValueInfo
+from ..kernels.registry import kernel_for
+from ..kernels.target import Target
+from .program import IoSpec, Program, Step
+
+
+class CompileError(RuntimeError):
+    """Compilation of a partition failed; the message names the node and op."""
+
+
+def _io(values: Sequence[ValueInfo]) -> list[IoSpec]:
+    return [IoSpec(v.name, v.dtype.name if v.dtype is not None else "?", v.shape) for v in values]
+
+
+def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo],
+                      outputs: Sequence[ValueInfo], target: Target, *, record: bool = False) -> Program:
+    """Compile the nodes of one partition; ``inputs``/``outputs`` are the fused node's I/O in ORT's order."""
+    nodes = fusion.fuse(list(nodes), target)
+    slot: dict[str, int] = {v.name: i for i, v in enumerate(inputs)}
+    steps: list[Step] = []
+    for n in nodes:
+        kernel = kernel_for(n.domain, n.op_type)
+        if kernel is None:
+            raise CompileError(f"partition '{name}': {n.describe()} has no NPU kernel")
+        try:
+            prepared = kernel.prepare(n, target)
+        except Exception as exc:
+            shapes = ", ".join(v.describe() for v in n.inputs if not v.missing)
+            raise CompileError(f"partition '{name}': compiling {n.describe()} with inputs ({shapes}) failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        prepared.target = target
+        in_slots = []
+        for v in n.inputs:
+            if v.missing or v.is_constant:
+                in_slots.append(-1)
+            elif v.name in slot:
+                in_slots.append(slot[v.name])
+            else:
+                raise CompileError(f"partition '{name}': {n.describe()} reads '{v.name}', which is neither a "
+                                   "partition input, a constant nor produced earlier in the partition")
+        out_slots = []
+        for v in n.outputs:
+            if v.missing:
+                out_slots.append(-1)
+            else:
+                slot[v.name] = len(slot)
+                out_slots.append(slot[v.name])
+        op = f"{n.domain}::{n.op_type}" if n.domain else n.op_type
+        steps.append(Step(n.name, op, kernel, prepared, tuple(in_slots), tuple(out_slots)))
+    missing = [v.name for v in outputs if v.name not in slot]
+    if missing:
+        raise CompileError(f"partition '{name}': outputs {missing} are not produced by its nodes")
+    output_slots = tuple(slot[v.name] for v in outputs)
+    _plan_releases(steps, output_slots)
+    return Program(name, _io(inputs), _io(outputs), steps, len(slot), output_slots, target, record=record)
+
+
+def _plan_releases(steps: list[Step], keep: tuple[int, ...]) -> None:
+    """Free each intermediate slot right after its last reader, so peak host memory follows the NPU buffer plan."""
+    last_use: dict[int, int] = {}
+    for i, s in enumerate(steps):
+        for slot in (*s.in_slots, *s.out_slots):
+            if slot >= 0:
+                last_use[slot] = i
+    for slot in keep:
+        last_use.pop(slot, None)
+    by_step: dict[int, list[int]] = {}
+    for slot, i in last_use.items():
+        by_step.setdefault(i, []).append(slot)
+    for i, s in enumerate(steps):
+        s.release = tuple(sorted(by_step.get(i, ())))

@@ -1,0 +1,27 @@
+// The OrtEp: hands GetCapability and Compile to the Python session object (`npu_ep.ep.bridge.EpSession`).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "partition_kernel.h"
+
+namespace npu_ep {
+
+struct NpuEpFactory;
+
+struct NpuEp : OrtEp {
+  NpuEp(NpuEpFactory* factory, std::string name, py::object session);
+  ~NpuEp();
+
+  NpuEpFactory* factory;
+  std::string name;
+  py::object session;           // Python EpSession: all decisions and compute
+  std::string compat_info;      // kept alive for GetCompiledModelCompatibilityInfo's returned pointer
+  std::mutex mu;
+  std::unordered_map<std::string, std::unique_ptr<PartitionKernel>> kernels;  // by fused node name
+};
+
+}  // namespace npu_ep

@@ -1,0 +1,147 @@
+// OrtEpFactory and the two exported entry points ORT looks up in a plugin EP library.
+#include <cstring>
+
+#include "execution_provider.h"
+#include "graph_view.h"
+
+#define NPU_EP_EXPORT __attribute__((visibility("default")))
+
+namespace npu_ep {
+
+const OrtApi* g_ort = nullptr;
+const OrtEpApi* g_ep_api = nullptr;
+const OrtModelEditorApi* g_model_editor = nullptr;
+
+inline constexpr const char* kBridgeModule = "npu_ep.ep.bridge";
+
+struct NpuEpFactory : OrtEpFactory {
+  std::string ep_name;
+  std::string vendor = "NpuEP";
+  std::string version;
+};
+
+namespace {
+
+const char* ORT_API_CALL FactoryName(const OrtEpFactory* f) noexcept {
+  return static_cast<const NpuEpFactory*>(f)->ep_name.c_str();
+}
+const char* ORT_API_CALL FactoryVendor(const OrtEpFactory* f) noexcept {
+  return static_cast<const NpuEpFactory*>(f)->vendor.c_str();
+}
+uint32_t ORT_API_CALL FactoryVendorId(const OrtEpFactory*) noexcept { return 0x4E50; }  // "NP"
+const char* ORT_API_CALL FactoryVersion(const OrtEpFactory* f) noexcept {
+  return static_cast<const NpuEpFactory*>(f)->version.c_str();
+}
+
+// One OrtEpDevice on the CPU: the emulated NPU computes in host memory, so ORT's default CPU allocator serves our
+// inputs and outputs and no data transfer is needed.
+OrtStatus* ORT_API_CALL GetSupportedDevices(OrtEpFactory* f, const OrtHardwareDevice* const* devices, size_t n,
+                                            OrtEpDevice** ep_devices, size_t max_ep_devices,
+                                            size_t* num_ep_devices) noexcept {
+  *num_ep_devices = 0;
+  for (size_t i = 0; i < n && *num_ep_devices < max_ep_devices; ++i) {
+    if (g_ort->HardwareDevice_Type(devices[i]) != OrtHardwareDeviceType_CPU) continue;
+    OrtKeyValuePairs* metadata = nullptr;
+    g_ort->CreateKeyValuePairs(&metadata);
+    g_ort->AddKeyValuePair(metadata, "npu_ep.device", "emulated-npu");
+    OrtEpDevice* device = nullptr;
+    OrtStatus* s = g_ep_api->CreateEpDevice(f, devices[i], metadata, nullptr, &device);
+    g_ort->ReleaseKeyValuePairs(metadata);
+    if (s) return s;
+    ep_devices[(*num_ep_devices)++] = device;
+    break;
+  }
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const*, const OrtKeyValuePairs* const*,
+                                 size_t num_devices, const OrtSessionOptions* options, const OrtLogger*,
+                                 OrtEp** out) noexcept {
+  auto* factory = static_cast<NpuEpFactory*>(f);
+  *out = nullptr;
+  if (num_devices != 1) return MakeStatus(ORT_INVALID_ARGUMENT, "NpuEP: expected exactly one device");
+  EnsurePython();
+  return WithPython("CreateEp", [&]() {
+    py::object bridge = py::module_::import(kBridgeModule);
+    py::object session = bridge.attr("create_ep")(factory->ep_name, SessionConfig(options));
+    *out = new NpuEp(factory, factory->ep_name, std::move(session));
+  });
+}
+
+void ORT_API_CALL ReleaseEp(OrtEpFactory*, OrtEp* ep) noexcept { delete static_cast<NpuEp*>(ep); }
+
+OrtStatus* ORT_API_CALL ValidateCompatibility(OrtEpFactory*, const OrtHardwareDevice* const*, size_t,
+                                              const char* info, OrtCompiledModelCompatibility* result) noexcept {
+  *result = OrtCompiledModelCompatibility_EP_NOT_APPLICABLE;
+  EnsurePython();
+  return WithPython("ValidateCompiledModelCompatibilityInfo", [&]() {
+    int verdict = py::module_::import(kBridgeModule).attr("validate_compatibility")(info ? info : "").cast<int>();
+    *result = static_cast<OrtCompiledModelCompatibility>(verdict);
+  });
+}
+
+// Fields "since 1.23" are called unconditionally by ORT when ort_version_supported >= 23: all must be set.
+OrtStatus* ORT_API_CALL CreateAllocator(OrtEpFactory*, const OrtMemoryInfo*, const OrtKeyValuePairs*,
+                                        OrtAllocator** allocator) noexcept {
+  *allocator = nullptr;  // ORT's default CPU allocator
+  return nullptr;
+}
+void ORT_API_CALL ReleaseAllocator(OrtEpFactory*, OrtAllocator*) noexcept {}
+OrtStatus* ORT_API_CALL CreateDataTransfer(OrtEpFactory*, OrtDataTransferImpl** transfer) noexcept {
+  *transfer = nullptr;  // host memory only
+  return nullptr;
+}
+bool ORT_API_CALL IsStreamAware(const OrtEpFactory*) noexcept { return false; }
+OrtStatus* ORT_API_CALL CreateSyncStream(OrtEpFactory*, const OrtMemoryDevice*, const OrtKeyValuePairs*,
+                                         OrtSyncStreamImpl** stream) noexcept {
+  *stream = nullptr;
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace npu_ep
+
+extern "C" {
+
+NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* api_base,
+                                           const OrtLogger*, OrtEpFactory** factories, size_t max_factories,
+                                           size_t* num_factories) {
+  using namespace npu_ep;
+  *num_factories = 0;
+  const OrtApi* api = api_base->GetApi(kOrtApiVersion);
+  if (!api) return nullptr;  // runtime older than 1.23: no OrtApi to even build an error status with
+  g_ort = api;
+  g_ep_api = api->GetEpApi();
+  g_model_editor = api->GetModelEditorApi();
+  if (!g_ep_api || !g_model_editor) return MakeStatus(ORT_FAIL, "NpuEP: this ONNX Runtime build lacks the EP API");
+  if (max_factories < 1) return MakeStatus(ORT_INVALID_ARGUMENT, "NpuEP: no room for a factory");
+
+  auto* f = new NpuEpFactory();
+  std::memset(static_cast<OrtEpFactory*>(f), 0, sizeof(OrtEpFactory));
+  f->ort_version_supported = kOrtApiVersion;
+  f->ep_name = registered_name;
+  f->version = NPU_EP_VERSION;
+  f->GetName = FactoryName;
+  f->GetVendor = FactoryVendor;
+  f->GetVendorId = FactoryVendorId;
+  f->GetVersion = FactoryVersion;
+  f->GetSupportedDevices = GetSupportedDevices;
+  f->CreateEp = CreateEp;
+  f->ReleaseEp = ReleaseEp;
+  f->ValidateCompiledModelCompatibilityInfo = ValidateCompatibility;
+  f->CreateAllocator = CreateAllocator;
+  f->ReleaseAllocator = ReleaseAllocator;
+  f->CreateDataTransfer = CreateDataTransfer;
+  f->IsStreamAware = IsStreamAware;
+  f->CreateSyncStreamForDevice = CreateSyncStream;
+  factories[0] = f;
+  *num_factories = 1;
+  return nullptr;
+}
+
+NPU_EP_EXPORT OrtStatus* ReleaseEpFactory(OrtEpFactory* factory) {
+  delete static_cast<npu_ep::NpuEpFactory*>(factory);
+  return nullptr;
+}
+
+}  // extern "C"

@@ -1,0 +1,201 @@
+#include "graph_view.h"
+
+namespace npu_ep {
+
+std::vector<const OrtNode*> GraphNodes(const OrtGraph* graph) {
+  size_t n = 0;
+  Check(g_ort->Graph_GetNumNodes(graph, &n));
+  std::vector<const OrtNode*> nodes(n);
+  if (n) Check(g_ort->Graph_GetNodes(graph, nodes.data(), n));
+  return nodes;
+}
+
+std::string ValueName(const OrtValueInfo* vi) {
+  if (!vi) return "";
+  const char* name = nullptr;
+  Check(g_ort->GetValueInfoName(vi, &name));
+  return name ? name : "";
+}
+
+std::string NodeName(const OrtNode* node) {
+  const char* name = nullptr;
+  Check(g_ort->Node_GetName(node, &name));
+  return name ? name : "";
+}
+
+std::vector<const OrtValueInfo*> NodeInputs(const OrtNode* node) {
+  size_t n = 0;
+  Check(g_ort->Node_GetNumInputs(node, &n));
+  std::vector<const OrtValueInfo*> v(n);
+  if (n) Check(g_ort->Node_GetInputs(node, v.data(), n));
+  return v;
+}
+
+std::vector<const OrtValueInfo*> NodeOutputs(const OrtNode* node) {
+  size_t n = 0;
+  Check(g_ort->Node_GetNumOutputs(node, &n));
+  std::vector<const OrtValueInfo*> v(n);
+  if (n) Check(g_ort->Node_GetOutputs(node, v.data(), n));
+  return v;
+}
+
+static py::object ShapeOf(const OrtTensorTypeAndShapeInfo* info) {
+  size_t rank = 0;
+  Check(g_ort->GetDimensionsCount(info, &rank));
+  std::vector<int64_t> dims(rank);
+  std::vector<const char*> sym(rank, nullptr);
+  Check(g_ort->GetDimensions(info, dims.data(), rank));
+  Check(g_ort->GetSymbolicDimensions(info, sym.data(), rank));
+  py::list shape;
+  for (size_t i = 0; i < rank; ++i) {
+    if (dims[i] >= 0) shape.append(dims[i]);
+    else if (sym[i] && *sym[i]) shape.append(py::str(sym[i]));
+    else shape.append(py::none());
+  }
+  return std::move(shape);
+}
+
+py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit) {
+  py::dict d;
+  d["name"] = ValueName(vi);
+  d["elem_type"] = 0;
+  d["shape"] = py::none();
+  if (!vi) return d;  // omitted optional input
+  const OrtTypeInfo* type = nullptr;
+  Check(g_ort->GetValueInfoTypeInfo(vi, &type));
+  const OrtTensorTypeAndShapeInfo* tensor = nullptr;
+  if (type) Check(g_ort->CastTypeInfoToTensorInfo(type, &tensor));
+  if (tensor) {
+    ONNXTensorElementDataType et;
+    Check(g_ort->GetTensorElementType(tensor, &et));
+    d["elem_type"] = static_cast<int>(et);
+    // A tensor of unknown rank has no shape info at all: GetDimensionsCount then reports 0 and we cannot tell it
+    // from a scalar, so ORT's own convention applies (rank 0).
+    d["shape"] = ShapeOf(tensor);
+  }
+  bool is_const = false, is_input = false, is_output = false;
+  Check(g_ort->ValueInfo_IsConstantInitializer(vi, &is_const));
+  Check(g_ort->ValueInfo_IsRequiredGraphInput(vi, &is_input));
+  Check(g_ort->ValueInfo_IsGraphOutput(vi, &is_output));
+  d["is_constant"] = is_const;
+  d["is_graph_input"] = is_input;
+  d["is_graph_output"] = is_output;
+  if (is_const) {
+    const OrtValue* value = nullptr;
+    Check(g_ort->ValueInfo_GetInitializerValue(vi, &value));
+    if (value) {
+      size_t bytes = 0;
+      Check(g_ort->GetTensorSizeInBytes(value, &bytes));
+      if (bytes <= value_limit) d["value"] = TensorCopy(value);
+    }
+  }
+  return d;
+}
+
+template <typename T>
+static py::object ReadArrayAttr(const OrtOpAttr* a, OrtOpAttrType type) {
+  size_t need = 0;
+  OrtStatus* s = g_ort->ReadOpAttr(a, type, nullptr, 0, &need);  // size query reports "buffer too small"
+  if (s) g_ort->ReleaseStatus(s);
+  std::vector<T> v(need / sizeof(T));
+  if (need) Check(g_ort->ReadOpAttr(a, type, v.data(), need, &need));
+  py::list out;
+  for (const T& x : v) out.append(x);
+  return std::move(out);
+}
+
+static py::object ReadAttr(const OrtOpAttr* a, OrtOpAttrType type, const std::string& name) {
+  size_t need = 0;
+  switch (type) {
+    case ORT_OP_ATTR_INT: {
+      int64_t v = 0;
+      Check(g_ort->ReadOpAttr(a, type, &v, sizeof(v), &need));
+      return py::int_(v);
+    }
+    case ORT_OP_ATTR_FLOAT: {
+      float v = 0;
+      Check(g_ort->ReadOpAttr(a, type, &v, sizeof(v), &need));
+      return py::float_(v);
+    }
+    case ORT_OP_ATTR_INTS: return ReadArrayAttr<int64_t>(a, type);
+    case ORT_OP_ATTR_FLOATS: return ReadArrayAttr<float>(a, type);
+    case ORT_OP_ATTR_STRING: {
+      OrtStatus* s = g_ort->ReadOpAttr(a, type, nullptr, 0, &need);
+      if (s) g_ort->ReleaseStatus(s);
+      std::string v(need, '\0');
+      if (need) Check(g_ort->ReadOpAttr(a, type, v.data(), need, &need));
+      v.resize(need);
+      if (name == "ep_cache_context") return py::bytes(v);  // binary-safe payload
+      return py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(v.data(), (Py_ssize_t)v.size(), "replace"));
+    }
+    case ORT_OP_ATTR_TENSOR: {
+      OrtValue* value = nullptr;
+      Check(g_ort->OpAttr_GetTensorAttributeAsOrtValue(a, &value));
+      py::array arr;
+      try {
+        arr = TensorCopy(value);
+      } catch (...) {
+        g_ort->ReleaseValue(value);
+        throw;
+      }
+      g_ort->ReleaseValue(value);
+      return std::move(arr);
+    }
+    default:
+      return py::none();  // STRINGS / GRAPH: no NPU op needs them; capability declines such nodes by op type
+  }
+}
+
+py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit) {
+  py::dict d;
+  const char *op = nullptr, *domain = nullptr, *ep = nullptr;
+  int since = 0;
+  Check(g_ort->Node_GetOperatorType(node, &op));
+  Check(g_ort->Node_GetDomain(node, &domain));
+  Check(g_ort->Node_GetSinceVersion(node, &since));
+  Check(g_ort->Node_GetEpName(node, &ep));
+  d["index"] = index;
+  d["name"] = NodeName(node);
+  d["op_type"] = op ? op : "";
+  d["domain"] = domain ? domain : "";
+  d["since_version"] = since;
+  d["ep"] = ep ? ep : "";
+  py::list inputs, outputs;
+  for (auto* v : NodeInputs(node)) inputs.append(DescribeValue(v, value_limit));
+  for (auto* v : NodeOutputs(node)) outputs.append(DescribeValue(v, 0));
+  d["inputs"] = inputs;
+  d["outputs"] = outputs;
+
+  size_t n = 0;
+  Check(g_ort->Node_GetNumAttributes(node, &n));
+  py::dict attrs;
+  if (n) {
+    std::vector<const OrtOpAttr*> av(n);
+    Check(g_ort->Node_GetAttributes(node, av.data(), n));
+    for (auto* a : av) {
+      const char* name = nullptr;
+      OrtOpAttrType type;
+      Check(g_ort->OpAttr_GetName(a, &name));
+      Check(g_ort->OpAttr_GetType(a, &type));
+      std::string sname = name ? name : "";
+      attrs[py::str(sname)] = ReadAttr(a, type, sname);
+    }
+  }
+  d["attrs"] = attrs;
+  return d;
+}
+
+py::dict SessionConfig(const OrtSessionOptions* options) {
+  py::dict out;
+  OrtKeyValuePairs* kvps = nullptr;
+  Check(g_ort->GetSessionOptionsConfigEntries(options, &kvps));
+  const char* const* keys = nullptr;
+  const char* const* values = nullptr;
+  size_t n = 0;
+  g_ort->GetKeyValuePairs(kvps, &keys, &values, &n);
+  for (size_t i = 0; i < n; ++i) out[py::str(keys[i])] = py::str(values[i] ? values[i] : "");
+  g_ort->ReleaseKeyValuePairs(kvps);
+  return out;
+}
+
+}  // namespace npu_ep

@@ -1,0 +1,32 @@
+// ORT graph objects -> plain Python dicts (the Python compiler's input). No decisions here.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "py_bridge.h"
+
+namespace npu_ep {
+
+// Constant initializer values larger than this are not copied into GetCapability's view (capability needs
+// shapes and small constants such as Reshape targets; Compile gets every value).
+inline constexpr size_t kCapabilityValueLimit = 1 << 20;
+
+std::vector<const OrtNode*> GraphNodes(const OrtGraph* graph);
+
+// {"name", "elem_type", "shape" (list of int|str|None, or None), "is_constant", "is_graph_input",
+//  "is_graph_output", "value" (numpy copy, constants only, if <= value_limit bytes)}
+py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit);
+
+// {"index", "name", "op_type", "domain", "since_version", "inputs", "outputs", "attrs", "ep"}
+py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit);
+
+std::vector<const OrtValueInfo*> NodeInputs(const OrtNode* node);
+std::vector<const OrtValueInfo*> NodeOutputs(const OrtNode* node);
+std::string ValueName(const OrtValueInfo* vi);
+std::string NodeName(const OrtNode* node);
+
+// All session config entries (provider options arrive as "ep.npuep.<key>").
+py::dict SessionConfig(const OrtSessionOptions* options);
+
+}  // namespace npu_ep

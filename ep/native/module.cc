@@ -1,0 +1,15 @@
+// The same shared library is also a Python extension module (`npu_ep.ep._native`): importing it locates the
+// plugin for registration and exposes the bridge's per-partition timing counters to reports and benchmarks.
+#include <pybind11/pybind11.h>
+
+#include "ort_api.h"
+#include "partition_kernel.h"
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "NpuEP plugin library (ORT plugin-EP ABI) and its bridge counters";
+  m.attr("ORT_API_VERSION") = npu_ep::kOrtApiVersion;
+  m.attr("VERSION") = NPU_EP_VERSION;
+  m.def("partition_stats", &npu_ep::AllStats,
+        "{partition: {calls, total_ns, program_ns, bytes_in, bytes_out}} measured inside the Compute callback");
+  m.def("reset_stats", &npu_ep::ResetStats);
+}

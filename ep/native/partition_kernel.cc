@@ -1,0 +1,129 @@
+#include "partition_kernel.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace npu_ep {
+
+namespace {
+std::mutex g_stats_mu;
+std::map<std::string, std::unique_ptr<BridgeStats>>& StatsRegistry() {
+  static auto* registry = new std::map<std::string, std::unique_ptr<BridgeStats>>();  // never destroyed
+  return *registry;
+}
+uint64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+BridgeStats* StatsFor(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  auto& slot = StatsRegistry()[name];
+  if (!slot) slot = std::make_unique<BridgeStats>();
+  return slot.get();
+}
+
+py::dict AllStats() {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  py::dict out;
+  for (auto& [name, s] : StatsRegistry()) {
+    py::dict d;
+    d["calls"] = s->calls.load();
+    d["total_ns"] = s->total_ns.load();
+    d["program_ns"] = s->program_ns.load();
+    d["bytes_in"] = s->bytes_in.load();
+    d["bytes_out"] = s->bytes_out.load();
+    out[py::str(name)] = d;
+  }
+  return out;
+}
+
+void ResetStats() {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  for (auto& [name, s] : StatsRegistry()) {
+    s->calls = 0;
+    s->total_ns = 0;
+    s->program_ns = 0;
+    s->bytes_in = 0;
+    s->bytes_out = 0;
+  }
+}
+
+PartitionKernel::~PartitionKernel() {
+  SafeDrop(program);
+  for (auto& d : input_dtypes) SafeDrop(d);
+  for (auto& d : output_dtypes) SafeDrop(d);
+}
+
+static std::string ShapeString(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept {
+  const uint64_t t0 = NowNs();
+  uint64_t program_ns = 0, bytes_in = 0, bytes_out = 0;
+  OrtStatus* status = WithPython("partition '" + k->name + "'", [&]() {
+    size_t n_in = 0, n_out = 0;
+    Check(g_ort->KernelContext_GetInputCount(ctx, &n_in));
+    Check(g_ort->KernelContext_GetOutputCount(ctx, &n_out));
+    if (n_in != k->input_types.size() || n_out != k->output_types.size())
+      throw OrtError(ORT_EP_FAIL, "expected " + std::to_string(k->input_types.size()) + " inputs/" +
+                                      std::to_string(k->output_types.size()) + " outputs, ORT passed " +
+                                      std::to_string(n_in) + "/" + std::to_string(n_out));
+    py::tuple args(n_in);
+    for (size_t i = 0; i < n_in; ++i) {
+      const OrtValue* v = nullptr;
+      Check(g_ort->KernelContext_GetInput(ctx, i, &v));
+      TensorMeta meta = GetTensorMeta(v);
+      if (meta.elem_type != k->input_types[i])
+        throw OrtError(ORT_EP_FAIL, "input " + std::to_string(i) + " has element type " +
+                                        std::to_string(meta.elem_type) + ", compiled for " +
+                                        std::to_string(k->input_types[i]));
+      py::array view = TensorView(v, k->input_dtypes[i].cast<py::dtype>(), meta);
+      bytes_in += static_cast<uint64_t>(view.nbytes());
+      args[i] = std::move(view);
+    }
+    const uint64_t tp = NowNs();
+    py::object result = k->program(*args);
+    program_ns = NowNs() - tp;
+    py::tuple outs = py::isinstance<py::tuple>(result) ? result.cast<py::tuple>() : py::tuple(result);
+    if (outs.size() != n_out)
+      throw OrtError(ORT_EP_FAIL, "program returned " + std::to_string(outs.size()) + " outputs, expected " +
+                                      std::to_string(n_out));
+    for (size_t i = 0; i < n_out; ++i) {
+      // C-contiguous in the declared dtype (no copy when it already is).
+      auto& api = py::detail::npy_api::get();
+      py::object dt = k->output_dtypes[i];
+      py::array a = py::reinterpret_steal<py::array>(api.PyArray_FromAny_(
+          outs[i].ptr(), dt.inc_ref().ptr(), 0, 0,
+          py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_, nullptr));
+      if (!a) throw py::error_already_set();
+      std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
+      OrtValue* out = nullptr;
+      Check(g_ort->KernelContext_GetOutput(ctx, i, dims.data(), dims.size(), &out));
+      void* dst = nullptr;
+      Check(g_ort->GetTensorMutableData(out, &dst));
+      size_t expected = 0;
+      Check(g_ort->GetTensorSizeInBytes(out, &expected));
+      if (expected != static_cast<size_t>(a.nbytes()))
+        throw OrtError(ORT_EP_FAIL, "output " + std::to_string(i) + " " + ShapeString(dims) + " size mismatch");
+      if (expected) std::memcpy(dst, a.data(), expected);
+      bytes_out += expected;
+    }
+  });
+  BridgeStats* s = k->stats;
+  s->calls.fetch_add(1, std::memory_order_relaxed);
+  s->total_ns.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+  s->program_ns.fetch_add(program_ns, std::memory_order_relaxed);
+  s->bytes_in.fetch_add(bytes_in, std::memory_order_relaxed);
+  s->bytes_out.fetch_add(bytes_out, std::memory_order_relaxed);
+  return status;
+}
+
+}  // namespace npu_ep

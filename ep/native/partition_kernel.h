@@ -1,0 +1,40 @@
+// One compiled partition: the Python program to call, the I/O types ORT will hand us, and bridge timing.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "py_bridge.h"
+
+namespace npu_ep {
+
+// Per-partition counters of the C++ side of each call, read by `npu_ep.ep._native.partition_stats()` so reports
+// can separate bridge cost (views, call, output copies) from the time the Python program runs.
+struct BridgeStats {
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> total_ns{0};    // whole Compute callback, incl. GIL wait
+  std::atomic<uint64_t> program_ns{0};  // inside the Python program
+  std::atomic<uint64_t> bytes_in{0};
+  std::atomic<uint64_t> bytes_out{0};
+};
+
+struct PartitionKernel {
+  std::string name;
+  py::object program;  // callable(*inputs) -> tuple of arrays
+  std::vector<ONNXTensorElementDataType> input_types;
+  std::vector<py::object> input_dtypes;  // py::dtype per input, cached (creating one per call costs ~100 ns)
+  std::vector<ONNXTensorElementDataType> output_types;
+  std::vector<py::object> output_dtypes;
+  BridgeStats* stats = nullptr;  // owned by the global registry (outlives sessions so reports can read it)
+
+  ~PartitionKernel();
+};
+
+OrtStatus* ComputePartition(PartitionKernel* kernel, OrtKernelContext* context) noexcept;
+
+BridgeStats* StatsFor(const std::string& partition_name);
+py::dict AllStats();
+void ResetStats();
+
+}  // namespace npu_ep

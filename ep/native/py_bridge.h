@@ -1,0 +1,58 @@
+// Python interop: running a callback body with the GIL, numpy views of ORT tensors, and dtype mapping.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "ort_api.h"
+
+namespace npu_ep {
+namespace py = pybind11;
+
+bool PythonAlive();
+
+// Start an interpreter when loaded into a non-Python host (C/C++ application); no-op inside Python.
+void EnsurePython();
+
+// Drop a Python reference safely, also during interpreter shutdown (then it is leaked on purpose).
+void SafeDrop(py::object& o);
+
+// Run body() with the GIL held. Every exception becomes an OrtStatus naming `where`; Python exceptions keep their
+// traceback text. The GIL is taken outside the try so error_already_set is formatted while holding it.
+template <typename F>
+OrtStatus* WithPython(const std::string& where, F&& body) noexcept {
+  if (!PythonAlive()) return MakeStatus(ORT_EP_FAIL, "NpuEP: Python interpreter not available in " + where);
+  py::gil_scoped_acquire gil;
+  try {
+    body();
+    return nullptr;
+  } catch (py::error_already_set& e) {
+    return MakeStatus(ORT_EP_FAIL, "NpuEP: " + where + ": " + e.what());
+  } catch (OrtError& e) {
+    return MakeStatus(e.code, "NpuEP: " + where + ": " + e.what());
+  } catch (std::exception& e) {
+    return MakeStatus(ORT_EP_FAIL, "NpuEP: " + where + ": " + e.what());
+  } catch (...) {
+    return MakeStatus(ORT_EP_FAIL, "NpuEP: " + where + ": unknown C++ exception");
+  }
+}
+
+// numpy dtype for an ONNX element type, or nullptr when numpy cannot carry it.
+const char* NumpyDtypeName(ONNXTensorElementDataType t);
+py::dtype NumpyDtype(ONNXTensorElementDataType t);
+
+struct TensorMeta {
+  ONNXTensorElementDataType elem_type;
+  std::vector<int64_t> dims;
+};
+TensorMeta GetTensorMeta(const OrtValue* v);
+
+// Read-only zero-copy view of an ORT tensor: valid only while ORT keeps the tensor alive (one Compute call).
+py::array TensorView(const OrtValue* v, const py::dtype& dtype, const TensorMeta& meta);
+
+// Owned copy of an ORT tensor (initializers we keep beyond the lifetime of the OrtGraph).
+py::array TensorCopy(const OrtValue* v);
+
+}  // namespace npu_ep

@@ -1,0 +1,90 @@
+"""Provider options (``providers=[("NpuEP", {...})]``, arriving as session config ``ep.npuep.<key>``) and the
+session-level EPContext keys. Unknown keys are errors that list the valid ones."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+PREFIX = "ep.npuep."
+
+
+class OptionError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class EpOptions:
+    target: str = "npu-ref"  # built-in target name or path to a target TOML file
+    cache_dir: str | None = None  # None: default user cache dir; "" disables the on-disk cache
+    cache_max_bytes: int | None = None
+    partition_policy: str = "max_coverage"  # or "cost_aware"
+    record_tensors: bool = False  # debug: keep every intermediate tensor of the last run (npu-report --compare)
+    log_level: str = "warning"
+    # EPContext (ORT's standard session keys)
+    context_enable: bool = False
+    context_file_path: str = ""
+    context_embed_mode: int = 1
+    context_node_name_prefix: str = ""
+    disable_cpu_fallback: bool = False
+
+
+_PROVIDER_KEYS = {
+    "target": "built-in target name (npu-ref, npu-edge) or path to a target .toml",
+    "cache_dir": "directory of the compiled-context cache; empty string disables it",
+    "cache_max_bytes": "size cap of the cache in bytes (LRU eviction)",
+    "partition_policy": "max_coverage | cost_aware",
+    "record_tensors": "0 | 1: record intermediate tensors inside partitions (debug)",
+    "log_level": "debug | info | warning | error",
+}
+_POLICIES = ("max_coverage", "cost_aware")
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _bool(key: str, value: str) -> bool:
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise OptionError(f"NpuEP option {key}={value!r}: expected 0 or 1")
+
+
+def _int(key: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise OptionError(f"NpuEP option {key}={value!r}: expected an integer") from None
+
+
+def parse(config: Mapping[str, str]) -> EpOptions:
+    """Options from the full session config map."""
+    provider = {k[len(PREFIX):]: v for k, v in config.items() if k.startswith(PREFIX)}
+    unknown = sorted(set(provider) - set(_PROVIDER_KEYS))
+    if unknown:
+        valid = "; ".join(f"{k} ({doc})" for k, doc in _PROVIDER_KEYS.items())
+        raise OptionError(f"unknown NpuEP provider option(s) {', '.join(unknown)}; valid options: {valid}")
+    policy = provider.get("partition_policy", "max_coverage")
+    if policy not in _POLICIES:
+        raise OptionError(f"NpuEP option partition_policy={policy!r}: expected one of {', '.join(_POLICIES)}")
+    level = provider.get("log_level", "warning").lower()
+    if level not in _LOG_LEVELS:
+        raise OptionError(f"NpuEP option log_level={level!r}: expected one of {', '.join(_LOG_LEVELS)}")
+    embed = _int("ep.context_embed_mode", config.get("ep.context_embed_mode", "1"))
+    if embed not in (0, 1):
+        raise OptionError(f"ep.context_embed_mode={embed}: expected 0 or 1")
+    max_bytes = provider.get("cache_max_bytes")
+    return EpOptions(
+        target=provider.get("target", os.environ.get("NPU_EP_TARGET", "npu-ref")),
+        cache_dir=provider.get("cache_dir"),
+        cache_max_bytes=_int("cache_max_bytes", max_bytes) if max_bytes else None,
+        partition_policy=policy,
+        record_tensors=_bool("record_tensors", provider.get("record_tensors", "0")),
+        log_level=level,
+        context_enable=_bool("ep.context_enable", config.get("ep.context_enable", "0")),
+        context_file_path=config.get("ep.context_file_path", ""),
+        context_embed_mode=embed,
+        context_node_name_prefix=config.get("ep.context_node_name_prefix", ""),
+        disable_cpu_fallback=_bool("session.disable_cpu_ep_fallback",
+                                   config.get("session.disable_cpu_ep_fallback", "0")),
+    )

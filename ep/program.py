@@ -1,0 +1,123 @@
+"""A compiled partition: a straight-line list of prepared kernel steps over numbered value slots.
+
+Everything that does not depend on the inputs was done at compile time (``prepare``); a call only looks up
+slots and runs kernels. The program also keeps what reports need: call count, host time, and the emulated NPU
+cost per distinct input-shape signature (computed once per signature from the cost model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..kernels.registry import KernelDef, OpCost, Prepared
+
+
+class NpuRuntimeError(RuntimeError):
+    """A kernel failed at run time; the message names the node, op and input shapes."""
+
+
+@dataclasses.dataclass
+class Step:
+    node_name: str
+    op: str  # "domain::op_type" or "op_type"
+    kernel: KernelDef
+    prepared: Prepared
+    in_slots: tuple[int, ...]  # -1: compile-time constant or omitted optional input
+    out_slots: tuple[int, ...]
+    release: tuple[int, ...] = ()  # slots whose last reader is this step
+
+    def describe(self) -> str:
+        return f"node '{self.node_name}' ({self.op})"
+
+
+@dataclasses.dataclass
+class IoSpec:
+    name: str
+    dtype: str
+    shape: tuple[Any, ...] | None
+
+
+@dataclasses.dataclass
+class RunCost:
+    """Emulated cost of one program execution: per-step OpCost and the total in cycles and seconds."""
+
+    steps: list[OpCost]
+    cycles: float
+    seconds: float
+    dma_bytes: int
+
+
+class Program:
+    def __init__(self, name: str, inputs: list[IoSpec], outputs: list[IoSpec], steps: list[Step],
+                 n_slots: int, output_slots: tuple[int, ...], target, *, record: bool = False):
+        self.name = name
+        self.inputs = inputs
+        self.outputs = outputs
+        self.steps = steps
+        self.n_slots = n_slots
+        self.output_slots = output_slots
+        self.target = target
+        self.record = record
+        self.recorded: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.host_ns = 0
+        self._costs: dict[tuple, RunCost] = {}
+        self.signatures: dict[tuple, int] = {}  # input-shape signature -> calls
+
+    def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        t0 = time.perf_counter_ns()
+        env: list[Any] = [None] * self.n_slots
+        env[: len(inputs)] = inputs
+        signature = tuple(a.shape for a in inputs)
+        shapes_needed = signature not in self._costs
+        step_shapes: list[list] = []
+        for step in self.steps:
+            args = [env[s] if s >= 0 else None for s in step.in_slots]
+            if shapes_needed:
+                step_shapes.append([a.shape if a is not None else None for a in args])
+            try:
+                outs = step.kernel.run(step.prepared, args)
+            except Exception as exc:
+                shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
+                raise NpuRuntimeError(f"{step.describe()} failed on inputs ({shapes}): "
+                                      f"{type(exc).__name__}: {exc}") from exc
+            for slot, value in zip(step.out_slots, outs):
+                if slot >= 0:
+                    env[slot] = value
+            for slot in step.release:
+                env[slot] = None
+            if self.record:
+                self._record(step, outs)
+        result = tuple(env[s] for s in self.output_slots)
+        elapsed = time.perf_counter_ns() - t0
+        with self._lock:
+            self.calls += 1
+            self.host_ns += elapsed
+            self.signatures[signature] = self.signatures.get(signature, 0) + 1
+            if shapes_needed and signature not in self._costs:
+                self._costs[signature] = self._cost(step_shapes)
+        return result
+
+    def _record(self, step: Step, outs: Sequence[np.ndarray]) -> None:
+        for i, value in enumerate(outs):
+            self.recorded[f"{step.node_name}:{i}"] = np.array(value, copy=True)
+
+    def _cost(self, step_shapes: list[list]) -> RunCost:
+        costs = [s.kernel.cost(s.prepared, shapes) for s, shapes in zip(self.steps, step_shapes)]
+        cycles = sum(c.cycles for c in costs)
+        return RunCost(costs, cycles, self.target.cycles_to_seconds(cycles), sum(c.dma_bytes for c in costs))
+
+    def cost_for(self, signature: tuple) -> RunCost | None:
+        return self._costs.get(signature)
+
+    def emulated_seconds(self) -> float:
+        """Emulated NPU time of every call so far."""
+        with self._lock:
+            return sum(self._costs[s].seconds * n for s, n in self.signatures.items() if s in self._costs)

@@ -1,0 +1,102 @@
+"""Program <-> (JSON header, named arrays): what a context binary stores.
+
+Only ``Prepared.attrs`` (JSON) and ``Prepared.consts`` (arrays, already in the NPU's layout) are stored, so
+loading rebuilds the program without calling any kernel's ``prepare`` (no recompilation, no weight re-packing).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..kernels.registry import Prepared, kernel_for
+from ..kernels.target import Target
+from .program import IoSpec, Program, Step
+
+
+class ProgramFormatError(ValueError):
+    pass
+
+
+def program_to_parts(program: Program) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    arrays: dict[str, np.ndarray] = {}
+    steps = []
+    for i, s in enumerate(program.steps):
+        for cname, arr in s.prepared.consts.items():
+            arrays[f"{i}/{cname}"] = np.ascontiguousarray(arr)
+        steps.append({
+            "node": s.node_name, "op": s.op, "kernel": [s.kernel.domain, s.kernel.op_type],
+            "in": list(s.in_slots), "out": list(s.out_slots), "release": list(s.release),
+            "attrs": s.prepared.attrs, "consts": sorted(s.prepared.consts),
+        })
+    header = {
+        "name": program.name,
+        "inputs": [[io.name, io.dtype, _shape(io.shape)] for io in program.inputs],
+        "outputs": [[io.name, io.dtype, _shape(io.shape)] for io in program.outputs],
+        "n_slots": program.n_slots,
+        "output_slots": list(program.output_slots),
+        "steps": steps,
+    }
+    try:
+        json.dumps(header)
+    except TypeError as exc:
+        bad = next((s["node"] for s in steps if not _jsonable(s["attrs"])), "?")
+        raise ProgramFormatError(f"program '{program.name}': prepared attributes of node '{bad}' are not "
+                                 f"JSON-serializable: {exc}") from exc
+    return header, arrays
+
+
+def _shape(shape) -> list | None:
+    return None if shape is None else list(shape)
+
+
+def _jsonable(x: Any) -> bool:
+    try:
+        json.dumps(x)
+        return True
+    except TypeError:
+        return False
+
+
+def _slots(values: Any, n_slots: int, what: str) -> tuple[int, ...]:
+    if not isinstance(values, list) or not all(isinstance(v, int) and -1 <= v < n_slots for v in values):
+        raise ProgramFormatError(f"{what}: slot list {values!r} invalid for {n_slots} slots")
+    return tuple(values)
+
+
+def program_from_parts(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], target: Target, *,
+                       name: str | None = None, record: bool = False) -> Program:
+    """Rebuild a program; every field is validated (the header came from disk)."""
+    try:
+        n_slots = int(header["n_slots"])
+        io_in = [IoSpec(n, d, tuple(s) if s is not None else None) for n, d, s in header["inputs"]]
+        io_out = [IoSpec(n, d, tuple(s) if s is not None else None) for n, d, s in header["outputs"]]
+        steps = []
+        for i, s in enumerate(header["steps"]):
+            domain, op_type = s["kernel"]
+            kernel = kernel_for(domain, op_type)
+            if kernel is None:
+                raise ProgramFormatError(f"step {i} (node '{s['node']}'): no kernel {domain}::{op_type} in this "
+                                         "NpuEP build; recompile the model")
+            consts = {}
+            for cname in s["consts"]:
+                key = f"{i}/{cname}"
+                if key not in arrays:
+                    raise ProgramFormatError(f"step {i} (node '{s['node']}'): array '{key}' missing")
+                consts[cname] = arrays[key]
+            where = f"step {i} (node '{s['node']}')"
+            steps.append(Step(str(s["node"]), str(s["op"]), kernel, Prepared(dict(s["attrs"]), consts, target),
+                              _slots(s["in"], n_slots, where), _slots(s["out"], n_slots, where),
+                              _slots(s["release"], n_slots, where)))
+        output_slots = _slots(header["output_slots"], n_slots, "outputs")
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, ProgramFormatError):
+            raise
+        raise ProgramFormatError(f"malformed program header: {type(exc).__name__}: {exc}") from exc
+    if len(io_in) > n_slots:
+        raise ProgramFormatError("program declares more inputs than slots")
+    return Program(name or str(header.get("name", "")), io_in, io_out, steps, n_slots, output_slots, target,
+                   record=record)
