@@ -1,39 +1,120 @@
-"""Data movement: Reshape (a view), Transpose (a DMA pass)."""
+"""Layout ops: Reshape, Squeeze, Unsqueeze (free: views), Transpose and Expand (a DMA pass).
+
+Shape-like operands (shape, axes) may be attributes (old opsets), constant inputs (resolved at compile time into
+``attrs``) or runtime inputs (read at run time). Views returned by these kernels alias their (read-only) inputs.
+
+Cost: a view costs nothing; Transpose/Expand stream ``bytes_in + bytes_out`` through DMA
+(``dma_cycles = 2 * latency + bytes / bytes_per_cycle``, no compute).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from ..cost import movement_cost
+from ..cost import dma_cycles, movement_cost
 from ..node import NodeInfo
-from ..registry import KernelDef, Prepared, register
+from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
+from ._vector import elems, itemsize_of
 
 
-def _reshape_prepare(node: NodeInfo, target: Target) -> Prepared:
-    return Prepared({"allowzero": int(node.attr("allowzero", 0))}, stash_constants(node), target)
+def static_ints(node: NodeInfo, index: int, attr: str | None = None) -> list[int] | None:
+    """Integer list from constant input ``index`` or, failing that, attribute ``attr``; None if neither is static."""
+    v = node.input(index)
+    if v is not None and v.value is not None:
+        return [int(a) for a in np.asarray(v.value).reshape(-1)]
+    if attr is not None and node.attr(attr) is not None:
+        return [int(a) for a in node.attr(attr)]
+    return None
 
 
-def _reshape_run(p: Prepared, inputs):
-    x, shape = arg(p, inputs, 0), arg(p, inputs, 1)
-    shape = [int(s) for s in shape]
+def runtime_ints(p: Prepared, inputs: Sequence[np.ndarray | None], key: str, index: int) -> list[int] | None:
+    """``attrs[key]`` if it was static at compile time, else runtime input ``index`` (None if omitted)."""
+    static = p.attrs.get(key)
+    if static is not None:
+        return static
+    v = arg(p, inputs, index)
+    return None if v is None else [int(a) for a in np.asarray(v).reshape(-1)]
+
+
+def copy_cost(p: Prepared, bytes_in: int, bytes_out: int) -> OpCost:
+    """A pure DMA pass: read ``bytes_in``, write ``bytes_out`` (one transfer each way)."""
+    moved = bytes_in + bytes_out
+    if moved == 0:
+        return OpCost(unit="dma")
+    dma = dma_cycles(p.target, moved, transfers=2)
+    return OpCost(dma_cycles=dma, cycles=dma, dma_bytes=moved, unit="dma")
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    attrs = {"op": node.op_type, "itemsize": itemsize_of(node.inputs[0]),
+             "ints": static_ints(node, 1, "axes" if node.op_type in ("Squeeze", "Unsqueeze") else None)}
+    if node.op_type == "Reshape":
+        attrs["allowzero"] = int(node.attr("allowzero", 0))
+    if node.op_type == "Transpose":
+        perm = node.attr("perm")
+        attrs["perm"] = [int(a) for a in perm] if perm is not None else None
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _reshape_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    shape = runtime_ints(p, inputs, "ints", 1)
     if not p.attrs["allowzero"]:
         shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
     return [x.reshape(shape)]
 
 
-def _transpose_prepare(node: NodeInfo, target: Target) -> Prepared:
-    perm = node.attr("perm")
-    return Prepared({"perm": list(perm) if perm is not None else None,
-                     "itemsize": node.outputs[0].dtype.itemsize if node.outputs[0].dtype is not None else 4},
-                    stash_constants(node), target)
+def _squeeze_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    axes = runtime_ints(p, inputs, "ints", 1)
+    if axes is None:
+        return [np.squeeze(x)]
+    axes = tuple(a % x.ndim for a in axes)
+    bad = [a for a in axes if x.shape[a] != 1]
+    if bad:
+        raise ValueError(f"Squeeze: dimension(s) {bad} of shape {x.shape} are not 1")
+    return [np.squeeze(x, axis=axes)]
 
 
-def _transpose_run(p: Prepared, inputs):
+def _unsqueeze_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    axes = runtime_ints(p, inputs, "ints", 1)
+    rank = x.ndim + len(axes)
+    return [np.expand_dims(x, tuple(sorted(a % rank for a in axes)))]
+
+
+def _transpose_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.transpose(arg(p, inputs, 0), p.attrs["perm"])]
 
 
-register(KernelDef("", "Reshape", _reshape_prepare, _reshape_run, lambda p, s: movement_cost(p.target, 0)))
-register(KernelDef("", "Transpose", _transpose_prepare, _transpose_run,
-                   lambda p, s: movement_cost(p.target, nbytes(s[0], p.attrs["itemsize"]))))
+def _expand_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """Bidirectional broadcast of x against ``shape`` (materialized, like ORT's output buffer)."""
+    x = arg(p, inputs, 0)
+    shape = runtime_ints(p, inputs, "ints", 1)
+    return [np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))))]
+
+
+def _view_cost(p: Prepared, shapes) -> OpCost:
+    return movement_cost(p.target, 0)
+
+
+def _transpose_cost(p: Prepared, shapes) -> OpCost:
+    return movement_cost(p.target, nbytes(shapes[0], p.attrs["itemsize"]))
+
+
+def _expand_cost(p: Prepared, shapes) -> OpCost:
+    size = p.attrs["itemsize"]
+    shape = p.attrs["ints"]
+    out = np.broadcast_shapes(shapes[0], tuple(shape)) if shape is not None else shapes[0]
+    return copy_cost(p, nbytes(shapes[0], size), elems(out) * size)
+
+
+register(KernelDef("", "Reshape", _prepare, _reshape_run, _view_cost))
+register(KernelDef("", "Squeeze", _prepare, _squeeze_run, _view_cost))
+register(KernelDef("", "Unsqueeze", _prepare, _unsqueeze_run, _view_cost))
+register(KernelDef("", "Transpose", _prepare, _transpose_run, _transpose_cost))
+register(KernelDef("", "Expand", _prepare, _expand_run, _expand_cost))

@@ -1,0 +1,134 @@
+"""Indexing ops on the DMA engine: Concat, Split, Slice, Gather.
+
+Split sizes come from the ``split`` input/attribute, else ``num_outputs`` (opset 18: ceil-sized chunks, the last
+smaller), else equal parts. Slice follows ONNX clamping exactly (not Python's): starts/ends are made non-negative by
+adding the dim once, then clamped to [0, dim] (step > 0) or start to [0, dim-1] and end to [-1, dim-1] (step < 0).
+Gather accepts negative indices in [-dim, dim) like ORT and raises on anything outside.
+
+Cost: a DMA pass over the bytes actually moved (Slice/Gather read only the selected elements).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._util import arg, nbytes, stash_constants
+from ._vector import elems, itemsize_of
+from .movement import copy_cost, runtime_ints, static_ints
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    op = node.op_type
+    attrs = {"op": op, "itemsize": itemsize_of(node.inputs[0]), "axis": int(node.attr("axis", 0)),
+             "n_outputs": len(node.outputs)}
+    if op == "Split":
+        attrs["split"] = static_ints(node, 1, "split")
+        attrs["num_outputs"] = node.attr("num_outputs")
+    if op == "Slice":
+        for i, key in enumerate(("starts", "ends", "axes", "steps"), start=1):
+            attrs[key] = static_ints(node, i, key if i < 4 else None)
+        attrs["legacy"] = node.input(1) is None and node.attr("starts") is not None
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _concat_run(p: Prepared, inputs) -> list[np.ndarray]:
+    parts = [arg(p, inputs, i) for i in range(len(inputs))]
+    return [np.concatenate(parts, axis=p.attrs["axis"])]
+
+
+def split_sizes(dim: int, n: int, split: list[int] | None, num_outputs: int | None) -> list[int]:
+    if split is not None:
+        if sum(split) != dim:
+            raise ValueError(f"Split: sizes {split} do not sum to dim {dim}")
+        return split
+    n = int(num_outputs) if num_outputs else n
+    chunk = -(-dim // n)
+    return [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
+
+
+def _split_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    axis = p.attrs["axis"] % x.ndim
+    sizes = split_sizes(x.shape[axis], p.attrs["n_outputs"], runtime_ints(p, inputs, "split", 1),
+                        p.attrs["num_outputs"])
+    return np.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis)
+
+
+def onnx_slice(shape: tuple[int, ...], starts: list[int], ends: list[int], axes: list[int] | None,
+               steps: list[int] | None) -> tuple[slice, ...]:
+    """The numpy index for ONNX Slice on ``shape`` (ONNX clamping rules, see module docstring)."""
+    rank = len(shape)
+    axes = list(range(len(starts))) if axes is None else [a % rank for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"Slice: repeated axes {axes}")
+    index = [slice(None)] * rank
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        dim = shape[axis]
+        if step == 0:
+            raise ValueError("Slice: step 0")
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        index[axis] = slice(start, None if end < 0 else end, step)
+    return tuple(index)
+
+
+def _slice_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    a = p.attrs
+    if a["legacy"]:
+        idx = onnx_slice(x.shape, a["starts"], a["ends"], a["axes"], None)
+    else:
+        idx = onnx_slice(x.shape, runtime_ints(p, inputs, "starts", 1), runtime_ints(p, inputs, "ends", 2),
+                         runtime_ints(p, inputs, "axes", 3), runtime_ints(p, inputs, "steps", 4))
+    return [x[idx]]
+
+
+def _gather_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x, idx = arg(p, inputs, 0), arg(p, inputs, 1)
+    axis = p.attrs["axis"] % x.ndim
+    dim = x.shape[axis]
+    idx = np.asarray(idx, dtype=np.int64)
+    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+        raise IndexError(f"Gather: indices outside [-{dim}, {dim}) on axis {axis}")
+    return [np.take(x, np.where(idx < 0, idx + dim, idx), axis=axis)]
+
+
+def _concat_cost(p: Prepared, shapes) -> OpCost:
+    moved = sum(nbytes(s, p.attrs["itemsize"]) for s in shapes if s is not None)
+    return copy_cost(p, moved, moved)
+
+
+def _split_cost(p: Prepared, shapes) -> OpCost:
+    moved = nbytes(shapes[0], p.attrs["itemsize"])
+    return copy_cost(p, moved, moved)
+
+
+def _slice_cost(p: Prepared, shapes) -> OpCost:
+    a = p.attrs
+    if a["starts"] is None or a["ends"] is None:  # runtime bounds: assume everything moves
+        out = elems(shapes[0])
+    else:
+        idx = onnx_slice(tuple(shapes[0]), a["starts"], a["ends"], a["axes"], a["steps"])
+        out = int(np.prod([len(range(*s.indices(d))) for s, d in zip(idx, shapes[0])], dtype=np.int64))
+    return copy_cost(p, out * a["itemsize"], out * a["itemsize"])
+
+
+def _gather_cost(p: Prepared, shapes) -> OpCost:
+    data, idx = shapes[0], shapes[1]
+    axis = p.attrs["axis"] % len(data)
+    out = elems(idx) * int(np.prod(data[:axis] + data[axis + 1:], dtype=np.int64))
+    return copy_cost(p, out * p.attrs["itemsize"] + nbytes(idx, 8), out * p.attrs["itemsize"])
+
+
+register(KernelDef("", "Concat", _prepare, _concat_run, _concat_cost))
+register(KernelDef("", "Split", _prepare, _split_run, _split_cost))
+register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost))
+register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost))

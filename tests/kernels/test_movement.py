@@ -1,0 +1,157 @@
+"""Data-movement kernels vs ORT CPU (bit-exact: these ops only move bytes).
+
+Reshape (0/-1, allowzero), Transpose, Squeeze/Unsqueeze (axes attribute and input), Expand, Concat,
+Split (input sizes, equal parts, opset-18 num_outputs with a short tail), Slice (negative and clamped bounds,
+negative steps, axes subsets, runtime bounds), Gather (negative indices, scalar indices, constant table).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from npu_ep.kernels.ops.indexing import onnx_slice
+from test_elementwise_ortref import check_against_ort, make_model, run_npu, rand
+
+I64 = np.int64
+DTYPES = [np.float32, np.float16, np.int64, np.bool_]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,new", [((2, 3, 4), (0, -1)), ((6, 4), (3, 2, -1)), ((1, 5), (5,))])
+def test_reshape(dtype, shape, new):
+    check_against_ort("Reshape", [("x", rand(shape, dtype), False), ("s", np.array(new, I64), True)], [("y", dtype)])
+
+
+def test_reshape_runtime_shape_and_allowzero():
+    x = rand((0, 4), np.float32)
+    check_against_ort("Reshape", [("x", x, False), ("s", np.array([4, 0], I64), False)], [("y", np.float32)],
+                      {"allowzero": 1})
+    x = rand((2, 3, 4), np.float32)
+    check_against_ort("Reshape", [("x", x, False), ("s", np.array([0, 12], I64), False)], [("y", np.float32)])
+
+
+@pytest.mark.parametrize("perm", [None, [0, 2, 1, 3], [3, 1, 0, 2]])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_transpose(perm, dtype):
+    attrs = {"perm": perm} if perm else {}
+    check_against_ort("Transpose", [("x", rand((2, 3, 5, 7), dtype), False)], [("y", dtype)], attrs)
+
+
+@pytest.mark.parametrize("axes", [None, [1], [-1, 1]])
+def test_squeeze_axes_input(axes):
+    x = rand((3, 1, 4, 1), np.float32)
+    inputs = [("x", x, False)] + ([("a", np.array(axes, I64), True)] if axes else [])
+    check_against_ort("Squeeze", inputs, [("y", np.float32)])
+
+
+def test_squeeze_and_unsqueeze_axes_attribute_opset11():
+    check_against_ort("Squeeze", [("x", rand((1, 4, 1), np.float32), False)], [("y", np.float32)], {"axes": [0]},
+                      opset=11)
+    check_against_ort("Unsqueeze", [("x", rand((4, 3), np.float32), False)], [("y", np.float32)],
+                      {"axes": [0, -1]}, opset=11)
+
+
+@pytest.mark.parametrize("axes", [[0], [-1], [0, 3], [1, -1]])
+def test_unsqueeze_axes_input(axes):
+    check_against_ort("Unsqueeze", [("x", rand((4, 3), np.float32), False), ("a", np.array(axes, I64), True)],
+                      [("y", np.float32)])
+
+
+@pytest.mark.parametrize("shape,target", [((3, 1), (2, 1, 6)), ((1, 4), (3, 1)), ((5,), (1,)), ((2, 1, 3), (2, 4, 3))])
+def test_expand_bidirectional(shape, target):
+    check_against_ort("Expand", [("x", rand(shape, np.float32), False), ("s", np.array(target, I64), True)],
+                      [("y", np.float32)])
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_concat_with_constant_part(axis, dtype):
+    a = rand((2, 3, 4), dtype, seed=1)
+    b = rand((2, 3, 4), dtype, seed=2)
+    c = rand((2, 3, 4), dtype, seed=3)
+    check_against_ort("Concat", [("a", a, False), ("b", b, True), ("c", c, False)], [("y", dtype)], {"axis": axis})
+
+
+@pytest.mark.parametrize("split,n", [([2, 3, 5], 3), ([10], 1), (None, 2)])
+def test_split_sizes_input(split, n):
+    x = rand((4, 10), np.float32)
+    inputs = [("x", x, False)] + ([("s", np.array(split, I64), True)] if split else [])
+    check_against_ort("Split", inputs, [(f"y{i}", np.float32) for i in range(n)], {"axis": 1}, opset=13)
+
+
+@pytest.mark.parametrize("dim,n", [(10, 3), (7, 4), (8, 4)])
+def test_split_num_outputs_opset18(dim, n):
+    x = rand((dim, 3), np.float32)
+    check_against_ort("Split", [("x", x, False)], [(f"y{i}", np.float32) for i in range(n)],
+                      {"axis": 0, "num_outputs": n}, opset=18)
+
+
+def test_split_attribute_opset11():
+    check_against_ort("Split", [("x", rand((3, 9), np.float32), False)], [("a", np.float32), ("b", np.float32)],
+                      {"axis": -1, "split": [4, 5]}, opset=11)
+
+
+BIG = np.iinfo(np.int64).max
+SLICES = [
+    ([1], [3], [0], [1]),
+    ([-3], [BIG], [1], None),
+    ([0, 1], [-1, 100], [0, 2], [2, 3]),
+    ([-1], [-BIG], [2], [-1]),
+    ([5], [0], [0], [-2]),
+    ([-100], [-200], [1], [-1]),
+    ([100], [-100], [0], [-1]),
+    ([2], [1], [2], [1]),
+    ([0], [3], None, None),
+]
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", SLICES)
+def test_slice_matches_onnx_clamping(starts, ends, axes, steps):
+    x = rand((6, 5, 7), np.float32)
+    inputs = [("x", x, False), ("st", np.array(starts, I64), True), ("en", np.array(ends, I64), True)]
+    inputs.append(("ax", np.array(axes, I64), True) if axes is not None else None)
+    if steps is not None:
+        inputs.append(("sp", np.array(steps, I64), True))
+    if steps is None:
+        inputs = [i for i in inputs if i is not None]
+    check_against_ort("Slice", inputs, [("y", np.float32)])
+
+
+def test_slice_runtime_bounds():
+    x = rand((6, 5, 7), np.int64)
+    check_against_ort("Slice", [("x", x, False), ("st", np.array([-2, 4], I64), False),
+                                ("en", np.array([-7, 0], I64), False), ("ax", np.array([2, 1], I64), False),
+                                ("sp", np.array([-2, -1], I64), False)], [("y", np.int64)])
+
+
+def test_slice_legacy_attributes_opset9():
+    check_against_ort("Slice", [("x", rand((4, 6), np.float32), False)], [("y", np.float32)],
+                      {"starts": [1, -4], "ends": [3, 1000], "axes": [0, 1]}, opset=9)
+
+
+def test_onnx_slice_differs_from_python_on_clamped_negative_step():
+    """Python would give [] for x[-10:-20:-1]; ONNX clamps start to 0 and yields [x0]."""
+    idx = onnx_slice((5,), [-10], [-20], [0], [-1])
+    assert np.arange(5)[idx].tolist() == [0]
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("indices", [np.array([0, -1, 2, -3], I64), np.array([[1, 0], [-2, 2]], I64),
+                                     np.array(-1, I64)])
+def test_gather_negative_and_scalar_indices(axis, indices):
+    x = rand((4, 3, 5), np.float32)
+    check_against_ort("Gather", [("x", x, False), ("i", indices, False)], [("y", np.float32)], {"axis": axis})
+
+
+def test_gather_constant_embedding_table_int32_indices():
+    table = rand((50, 16), np.float16)
+    ids = np.array([[3, 49, 0], [7, -50, 1]], np.int32)
+    check_against_ort("Gather", [("table", table, True), ("ids", ids, False)], [("y", np.float16)])
+
+
+def test_gather_out_of_range_raises():
+    x = rand((4, 3), np.float32)
+    model = make_model("Gather", [("x", x, False), ("i", np.array([4], I64), False)], [("y", np.float32)])
+    with pytest.raises(IndexError):
+        run_npu(model, {"x": x, "i": np.array([4], I64)})
