@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
+import os
 import struct
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
@@ -377,3 +379,22 @@ def peek_meta(buf: bytes | bytearray | memoryview) -> ContainerMeta:
 def meta_dict(meta: ContainerMeta) -> dict[str, Any]:
     """ContainerMeta as a plain dict (for reports and JSON output)."""
     return asdict(meta)
+
+
+def load_file(path: str | os.PathLike[str], *, expect: ContainerExpect | None = None,
+              verify: bool = True) -> Container:
+    """mmap a container file and unpack it: arrays are views into the mapping (kept alive by the arrays).
+
+    Errors name the file, e.g. for an external EPContext payload (embed_mode=0).
+    """
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                raise ContextFormatError(f"{os.fspath(path)}: empty file, not a context binary")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise ContextFormatError(f"{os.fspath(path)}: cannot read context binary: {e.strerror or e}") from None
+    try:
+        return unpack(mm, expect=expect, verify=verify)
+    except ContextFormatError as e:
+        raise type(e)(f"{os.fspath(path)}: {e}") from None

@@ -117,3 +117,18 @@ def test_pack_refuses_what_cannot_be_stored_safely(arrays, header, exc) -> None:
 
 def test_incompatible_is_a_format_error_so_one_except_rebuilds() -> None:
     assert issubclass(ContextIncompatibleError, ContextFormatError)
+
+
+def test_load_file_maps_the_file_and_names_it_in_errors(tmp_path) -> None:
+    good, bad, empty = tmp_path / "good.npuctx", tmp_path / "bad.npuctx", tmp_path / "empty.npuctx"
+    good.write_bytes(small_container(4))
+    bad.write_bytes(small_container(4)[:-1])
+    empty.write_bytes(b"")
+    c = C.load_file(good, expect=C.ContainerExpect(target_name="npu-ref"))
+    np.testing.assert_array_equal(c.arrays["w"], np.arange(16, dtype=np.int8).reshape(4, 4))
+    for p, needle in ((bad, "total_len"), (empty, "empty file"), (tmp_path / "missing", "cannot read")):
+        with pytest.raises(ContextFormatError, match=needle) as ei:
+            C.load_file(p)
+        assert str(p) in str(ei.value)
+    with pytest.raises(ContextIncompatibleError, match="good.npuctx.*npu-edge"):
+        C.load_file(good, expect=C.ContainerExpect(target_name="npu-edge"))
