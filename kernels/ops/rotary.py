@@ -1,0 +1,97 @@
+"""com.microsoft RotaryEmbedding on the vector unit, and the rotary core GroupQueryAttention reuses.
+
+Layouts: input [B, S, N*H] (3-D) or [B, N, S, H] (4-D); position_ids [B, S] (int64) or a 1-element offset p0
+(positions p0 + s); cos_cache/sin_cache [max_pos, R/2] with R = rotary_embedding_dim (default 2 * cache width,
+i.e. the whole head). Only the first R channels of each head rotate; channels R..H pass through.
+  half (interleaved=0):  out[i]     = x[i] cos[i] - x[i+R/2] sin[i],  out[i+R/2] = x[i+R/2] cos[i] + x[i] sin[i]
+  interleaved=1:         out[2i]    = x[2i] cos[i] - x[2i+1] sin[i],  out[2i+1]  = x[2i+1] cos[i] + x[2i] sin[i]
+The cos/sin rows are gathered once per (b, s) and broadcast over heads: no per-head or per-token Python loop.
+
+Cost per rotated element: 2 multiplies + 1 add (3 vector ops); DMA reads x, the gathered cache rows, writes out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._util import arg, nbytes, stash_constants
+from ._vector import elems, itemsize_of, stream_cost, widen
+
+
+def rotate(x_bsnh: np.ndarray, cos_bs: np.ndarray, sin_bs: np.ndarray, interleaved: bool) -> np.ndarray:
+    """Rotate the first R = 2 * cos_bs.shape[-1] channels of ``x_bsnh`` [B, S, N, H].
+
+    ``cos_bs``/``sin_bs`` [B, S, R/2] are the cache rows for each token's position. Computed in float32 for fp16
+    inputs; returns a new array in ``x_bsnh``'s dtype.
+    """
+    half = cos_bs.shape[-1]
+    rot = 2 * half
+    xf = widen(x_bsnh)
+    c = widen(cos_bs)[:, :, None, :]
+    s = widen(sin_bs)[:, :, None, :]
+    out = np.array(xf, copy=True)
+    if interleaved:
+        x0, x1 = xf[..., 0:rot:2], xf[..., 1:rot:2]
+        out[..., 0:rot:2] = x0 * c - x1 * s
+        out[..., 1:rot:2] = x1 * c + x0 * s
+    else:
+        x0, x1 = xf[..., :half], xf[..., half:rot]
+        out[..., :half] = x0 * c - x1 * s
+        out[..., half:rot] = x1 * c + x0 * s
+    return out.astype(x_bsnh.dtype, copy=False)
+
+
+def positions(position_ids: np.ndarray, batch: int, seq: int) -> np.ndarray:
+    """[B, S] int positions from ORT's two formats: [B, S] ids, or one offset p0 meaning p0 + s."""
+    pos = np.asarray(position_ids, dtype=np.int64)
+    if pos.size == 1:
+        return np.broadcast_to(pos.reshape(1, 1) + np.arange(seq, dtype=np.int64)[None, :], (batch, seq))
+    return pos.reshape(batch, seq)
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    attrs = {"interleaved": int(node.attr("interleaved", 0)), "num_heads": int(node.attr("num_heads", 0)),
+             "rotary_embedding_dim": int(node.attr("rotary_embedding_dim", 0)),
+             "itemsize": itemsize_of(node.inputs[0])}
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    x, pos_ids, cos, sin = (arg(p, inputs, i) for i in range(4))
+    rdim, n_heads = p.attrs["rotary_embedding_dim"], p.attrs["num_heads"]
+    if x.ndim == 4:  # [B, N, S, H]
+        b, n, s, h = x.shape
+        x_bsnh = x.transpose(0, 2, 1, 3)
+    else:  # [B, S, N*H]
+        b, s, hidden = x.shape
+        h = hidden // n_heads if rdim > 0 else 2 * cos.shape[1]  # ORT's rule
+        n = hidden // h
+        x_bsnh = x.reshape(b, s, n, h)
+    half = rdim // 2 if rdim > 0 else cos.shape[1]
+    pos = positions(pos_ids, b, s)
+    if pos.max(initial=0) >= cos.shape[0] or pos.min(initial=0) < 0:
+        raise IndexError(f"RotaryEmbedding: position ids outside the cos/sin cache [0, {cos.shape[0]})")
+    out = rotate(x_bsnh, cos[pos, :half], sin[pos, :half], bool(p.attrs["interleaved"]))
+    return [out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)]
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    n = elems(shapes[0])
+    size = p.attrs["itemsize"]
+    tokens = n // max(shapes[0][-1], 1)
+    cache = 2 * tokens * (shapes[2][-1] if shapes[2] else 0) * size
+    return stream_cost(p, n, nbytes(shapes[0], size) + cache, nbytes(shapes[0], size), 3.0)
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    if node.attr("is_packed_batching", 0):
+        return f"{node.describe()}: is_packed_batching=1 not supported"
+    if node.attr("rotary_embedding_dim", 0) and not node.attr("num_heads", 0):
+        return f"{node.describe()}: rotary_embedding_dim needs num_heads"
+    return None
+
+
+register(KernelDef("com.microsoft", "RotaryEmbedding", _prepare, _run, _cost, _check))

@@ -1,0 +1,51 @@
+"""com.microsoft RotaryEmbedding vs ORT CPU: half/interleaved, partial rotary, [B,S] ids and scalar offset,
+3-D [B,S,N*H] and 4-D [B,N,S,H] inputs. Tolerances: float32 1e-5, float16 2e-3."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_elementwise_ortref import check_against_ort, rand
+
+MAX_POS = 64
+
+
+def caches(half: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    inv = 1.0 / (10000 ** (np.arange(half) / half))
+    ang = np.arange(MAX_POS)[:, None] * inv[None, :]
+    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+
+
+def _inputs(x, pos, half, dtype, runtime_caches=False):
+    cos, sin = caches(half, dtype)
+    return [("x", x, False), ("pos", pos, False), ("cos", cos, runtime_caches), ("sin", sin, runtime_caches)]
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("layout", ["bsd", "bnsh"])
+def test_full_rotary_with_position_ids(interleaved, dtype, layout):
+    b, s, n, h = 2, 5, 3, 16
+    x = rand((b, s, n * h) if layout == "bsd" else (b, n, s, h), dtype, seed=1)
+    pos = np.array([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]], np.int64)
+    check_against_ort("RotaryEmbedding", _inputs(x, pos, h // 2, dtype), [("y", dtype)],
+                      {"interleaved": interleaved}, domain="com.microsoft")
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_scalar_position_offset(interleaved):
+    x = rand((2, 1, 4 * 32), np.float32, seed=2)  # decode step at position 37
+    check_against_ort("RotaryEmbedding", _inputs(x, np.array([37], np.int64), 16, np.float32, runtime_caches=True),
+                      [("y", np.float32)], {"interleaved": interleaved}, domain="com.microsoft")
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("layout", ["bsd", "bnsh"])
+def test_partial_rotary_passes_tail_through(interleaved, layout):
+    b, s, n, h, rdim = 1, 6, 2, 32, 16
+    x = rand((b, s, n * h) if layout == "bsd" else (b, n, s, h), np.float32, seed=3)
+    pos = np.arange(s, dtype=np.int64)[None, :] + 3
+    check_against_ort("RotaryEmbedding", _inputs(x, pos, rdim // 2, np.float32), [("y", np.float32)],
+                      {"interleaved": interleaved, "num_heads": n, "rotary_embedding_dim": rdim},
+                      domain="com.microsoft")
