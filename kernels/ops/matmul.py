@@ -1,60 +1,142 @@
-"""Float MatMul/Gemm on the matrix unit (seed version: numpy matmul; the tiled kernel replaces it)."""
+"""Float MatMul / Gemm on the matrix unit.
+
+Numerics: the target's ``matrix.float_compute`` picks the mode per input dtype. float32 mode (npu-ref) multiplies
+fp32 x fp32 with an fp32 accumulator, so fp32 models keep the CPU EP's numerics (LLM tokens identical);
+float16 mode takes fp16 operands with an fp32 accumulator and rounds the result to fp16 once. Both run on BLAS
+(sgemm) over whole tiles at once: the accumulation order inside a float32 tile is not observable beyond ulps.
+
+Compile time: a constant B is stored ready for the unit — Gemm's transB applied, alpha folded in, fp16 widened to
+fp32 (exact); Gemm's ``beta * C`` becomes the epilogue bias. Layouts: A ``[..., M, K]``, B ``[..., K, N]``.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from ..cost import dma_cycles
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._util import arg, stash_constants
+from ._mm import apply_float_epilogue, check_fits, matmul_dims, planned_cost, static_plan
+from ._util import arg
 
 
-def _prepare_matmul(node: NodeInfo, target: Target) -> Prepared:
-    return Prepared({"op": node.op_type}, stash_constants(node), target)
+def _dt(node: NodeInfo, i: int) -> str:
+    v = node.input(i)
+    return v.dtype.name if v is not None and v.dtype is not None else "float32"
 
 
-def _run_matmul(p: Prepared, inputs):
-    return [np.matmul(arg(p, inputs, 0), arg(p, inputs, 1))]
-
-
-def _prepare_gemm(node: NodeInfo, target: Target) -> Prepared:
-    attrs = {k: node.attr(k, d) for k, d in (("alpha", 1.0), ("beta", 1.0), ("transA", 0), ("transB", 0))}
-    return Prepared({"op": "Gemm", **attrs}, stash_constants(node), target)
-
-
-def _run_gemm(p: Prepared, inputs):
-    a, b, c = arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2)
-    a = a.T if p.attrs["transA"] else a
-    b = b.T if p.attrs["transB"] else b
-    y = a @ b
-    if p.attrs["alpha"] != 1.0:
-        y = y * np.float32(p.attrs["alpha"])
-    if c is not None:
-        y = y + (c * np.float32(p.attrs["beta"]) if p.attrs["beta"] != 1.0 else c)
-    return [y.astype(a.dtype, copy=False)]
-
-
-def _cost(p: Prepared, shapes) -> OpCost:
-    a, b = shapes[0], shapes[1]
-    if p.attrs["op"] == "Gemm":
-        m, k = (a[1], a[0]) if p.attrs["transA"] else a
-        n = b[0] if p.attrs["transB"] else b[1]
-        batch = 1
+def check_float(node: NodeInfo, target: Target) -> str | None:
+    dt = _dt(node, 0)
+    if target.float_mode(dt) is None:
+        return (f"{node.describe()}: target {target.name} has no float matrix mode for {dt} "
+                f"(matrix.float_compute lists: {', '.join(target.matrix.get('float_compute', {})) or 'none'})")
+    a, b = node.input(0).shape, node.input(1).shape
+    if a is None or b is None:
+        return None
+    if node.op_type == "Gemm":
+        m, k = (a[1], a[0]) if node.attr("transA", 0) else (a[0], a[1])
+        n = b[0] if node.attr("transB", 0) else b[1]
     else:
-        m, k, n = a[-2] if len(a) > 1 else 1, a[-1], b[-1]
-        batch = int(np.prod(a[:-2], dtype=np.int64)) if len(a) > 2 else 1
-    t = p.target
-    macs = batch * m * n * k
-    rate = float(t.matrix["macs_per_cycle"].get(t.matrix.get("float_compute", "float16"), 1))
-    compute = macs / rate
-    moved = 2 * batch * (m * k + k * n + m * n)
-    dma = dma_cycles(t, moved, transfers=3)
-    cycles = max(compute, dma)
-    return OpCost(compute_cycles=compute, dma_cycles=dma, cycles=cycles, dma_bytes=moved, macs=macs,
-                  utilization=macs / (cycles * rate) if cycles else 0.0, unit="matrix")
+        m, k, n = (a[-2] if len(a) > 1 else 1), a[-1], (b[-1] if len(b) > 1 else 1)
+    return check_fits(m, n, k, dt, dt, target)
 
 
-register(KernelDef("", "MatMul", _prepare_matmul, _run_matmul, _cost))
-register(KernelDef("", "Gemm", _prepare_gemm, _run_gemm, _cost))
+def prepare_float(node: NodeInfo, target: Target, epilogue: dict[str, Any] | None = None,
+                  ep_consts: dict[str, np.ndarray] | None = None) -> Prepared:
+    """Shared by MatMul, Gemm and the fused MatMulEpilogue (``epilogue``: bias/relu/quantize, consts ep_*)."""
+    dt = _dt(node, 0)
+    attrs: dict[str, Any] = {"op": node.op_type, "dtype": dt, "mode": target.float_mode(dt), "plan_a": dt,
+                             "plan_b": dt, "plan_out": dt, "trans_a": 0, "b_const": False}
+    consts: dict[str, np.ndarray] = dict(ep_consts or {})
+    ep = dict(epilogue or {})
+    alpha, beta = 1.0, 1.0
+    if node.op_type == "Gemm":
+        alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+        attrs["trans_a"] = int(node.attr("transA", 0))
+    a = node.input(0)
+    if a.value is not None:
+        consts["a"] = np.ascontiguousarray(a.value)
+    b = node.input(1)
+    if b.value is not None:
+        w = np.asarray(b.value, np.float32)
+        if node.op_type == "Gemm" and node.attr("transB", 0):
+            w = w.T
+        if alpha != 1.0:
+            w = w * np.float32(alpha)
+        consts["b"] = np.ascontiguousarray(w)
+        attrs["b_const"] = True
+    else:
+        attrs["trans_b"] = int(node.attr("transB", 0)) if node.op_type == "Gemm" else 0
+    attrs["alpha"] = 1.0 if b.value is not None else alpha
+    c = node.input(2) if node.op_type == "Gemm" else None
+    if c is not None:
+        if c.value is None:
+            attrs["runtime_c"], attrs["beta"] = True, beta
+        else:
+            bias = np.asarray(c.value, np.float32) * np.float32(beta)
+            if "ep_bias" in consts:
+                bias = bias + consts["ep_bias"]
+            consts["ep_bias"], ep["bias"] = bias, True
+    attrs["epilogue"] = ep
+    p = Prepared(attrs, consts, target)
+    static_plan(p, _node_dims(node))
+    return p
+
+
+def _node_dims(node: NodeInfo) -> tuple[int, int, int, int] | None:
+    a, b = node.input(0).shape, node.input(1).shape
+    if a is None or b is None or not all(isinstance(d, int) for d in (*a, *b)):
+        return None
+    if node.op_type == "Gemm":
+        m, k = (a[1], a[0]) if node.attr("transA", 0) else a
+        return m, (b[0] if node.attr("transB", 0) else b[1]), k, 1
+    return matmul_dims(a, b)
+
+
+def _dims(p: Prepared, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int, int, int]:
+    if p.attrs["op"] == "Gemm":
+        m, k = (a[1], a[0]) if p.attrs["trans_a"] else a
+        return m, (b[0] if p.attrs.get("trans_b") else b[1]), k, 1
+    return matmul_dims(a, b)
+
+
+def run_float(p: Prepared, inputs) -> list[np.ndarray]:
+    at = p.attrs
+    a = arg(p, inputs, 0) if "a" not in p.consts else p.consts["a"]
+    if at["trans_a"]:
+        a = a.T
+    b = p.consts["b"] if at["b_const"] else arg(p, inputs, 1)
+    if not at["b_const"] and at.get("trans_b"):
+        b = b.T
+    if a.dtype != np.float32:
+        a = a.astype(np.float32)
+    if b.dtype != np.float32:
+        b = b.astype(np.float32)
+    y = np.matmul(a, b)
+    if y.ndim == 0 or not y.flags.writeable:
+        y = np.array(y)
+    if at["alpha"] != 1.0:
+        y *= np.float32(at["alpha"])
+    if at.get("runtime_c"):
+        y += arg(p, inputs, 2).astype(np.float32) * np.float32(at["beta"])
+    y = apply_float_epilogue(y, at["epilogue"], p.consts)
+    if at["epilogue"].get("quantize"):
+        return [y]
+    return [y.astype(at["dtype"], copy=False)]
+
+
+def cost_float(p: Prepared, shapes) -> OpCost:
+    a = tuple(shapes[0]) if shapes[0] is not None else p.consts["a"].shape
+    if p.attrs["b_const"]:
+        b = p.consts["b"].shape
+        if p.attrs["op"] == "Gemm":  # a constant B is stored as [K, N]
+            m, k = (a[1], a[0]) if p.attrs["trans_a"] else a
+            return planned_cost(p, m, b[1], k, 1)
+        return planned_cost(p, *matmul_dims(a, b))
+    return planned_cost(p, *_dims(p, a, tuple(shapes[1])))
+
+
+register(KernelDef("", "MatMul", prepare_float, run_float, cost_float, check_float))
+register(KernelDef("", "Gemm", prepare_float, run_float, cost_float, check_float))

@@ -1,0 +1,143 @@
+"""Shared pieces of the matrix-family kernels: exact integer matmul on BLAS, requantization, epilogues, plans.
+
+Integer products run on float32 BLAS and stay exact: every partial sum over a K chunk is an integer of magnitude
+<= chunk * max|a - a_zp| * max|b - b_zp| <= 2^24, which float32 represents exactly whatever order BLAS adds in.
+Chunks (multiples of the plan's K tile) are summed in int32 — the NPU's accumulation order over K tiles.
+
+Requantization (QLinearMatMul/QLinearConv/fused quantize epilogue), as ORT's MLAS ``MlasRequantizeOutput``:
+``y = clip(rint(float32(acc) * multiplier), qmin - zp, qmax - zp) + zp`` with ``multiplier = float32(a_scale *
+b_scale) / y_scale`` in float32 per output column, round half to even, saturating.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..cost import matmul_cost
+from ..planner import PlanError, TilePlan, plan_matmul
+from ..registry import OpCost, Prepared
+
+QRANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
+          "int4": (-8, 7), "uint4": (0, 15), "int32": (-2**31, 2**31 - 1)}
+_EXACT = float(2 ** 24)
+
+
+def int_bound(dtype: str, zp: np.ndarray | None) -> int:
+    """max |q - zp| over the dtype's range (the worst-case operand magnitude after zero-point removal)."""
+    lo, hi = QRANGE[dtype]
+    z = np.asarray(0 if zp is None else zp, np.int64)
+    return int(max(np.abs(lo - z).max(), np.abs(hi - z).max()))
+
+
+def exact_int_matmul(a: np.ndarray, b: np.ndarray, bound_a: int, bound_b: int, tk: int) -> np.ndarray:
+    """``a @ b`` for integer-valued float32 operands (zero points removed), exact, as int32 (or as float32 when
+    the whole K fits one exact chunk: then the float32 result already holds the exact integers)."""
+    k = a.shape[-1]
+    chunk = max(1, int(_EXACT // max(1, bound_a * bound_b)))
+    if chunk >= k:
+        return np.matmul(a, b)
+    chunk = max(tk, chunk // tk * tk) if chunk >= tk else chunk
+    acc = None
+    for k0 in range(0, k, chunk):  # accumulation order over K tiles, int32 like the NPU accumulator
+        part = np.matmul(a[..., k0:k0 + chunk], b[..., k0:k0 + chunk, :]).astype(np.int32)
+        acc = part if acc is None else np.add(acc, part, out=acc)
+    return acc
+
+
+def requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, qtype: str) -> np.ndarray:
+    """MLAS requantization of int32 (or exact float32) accumulators to ``qtype`` (module docstring)."""
+    lo, hi = QRANGE[qtype]
+    z = np.asarray(zp, np.float32)
+    y = acc.astype(np.float32, copy=False) * np.asarray(multiplier, np.float32)
+    np.clip(y, np.float32(lo) - z, np.float32(hi) - z, out=y)
+    np.rint(y, out=y)
+    y += z
+    return y.astype(np.int8 if qtype == "int4" else np.uint8 if qtype == "uint4" else np.dtype(qtype))
+
+
+def quantize_float(y: np.ndarray, scale: np.ndarray, zp: np.ndarray, qtype: str) -> np.ndarray:
+    """ONNX QuantizeLinear as ORT computes it: ``saturate(rint(x / scale) + zp)`` in float32."""
+    lo, hi = QRANGE[qtype]
+    q = y.astype(np.float32) / np.asarray(scale, np.float32)
+    np.rint(q, out=q)
+    q += np.asarray(zp, np.float32)
+    np.clip(q, lo, hi, out=q)
+    return q.astype(np.int8 if qtype == "int4" else np.uint8 if qtype == "uint4" else np.dtype(qtype))
+
+
+# --- epilogue (bias / relu / quantize), applied in place on the accumulator tile -----------------------------
+def epilogue_ops(ep: dict[str, Any]) -> float:
+    """Vector ops per output element of an epilogue (cost model): bias 1, relu 1, quantize 3."""
+    return float(bool(ep.get("bias"))) + float(bool(ep.get("relu"))) + 3.0 * bool(ep.get("quantize"))
+
+
+def apply_float_epilogue(y: np.ndarray, ep: dict[str, Any], consts: dict[str, np.ndarray]) -> np.ndarray:
+    """Bias add and ReLU in place on a float32 accumulator, then optional QuantizeLinear."""
+    if ep.get("bias"):
+        y += consts["ep_bias"]
+    if ep.get("relu"):
+        np.maximum(y, 0, out=y)
+    q = ep.get("quantize")
+    if q:
+        return quantize_float(y, consts["ep_qscale"], consts["ep_qzp"], q)
+    return y
+
+
+# --- plans and cost --------------------------------------------------------------------------------------------
+def matmul_dims(a_shape: Sequence[int], b_shape: Sequence[int]) -> tuple[int, int, int, int]:
+    """``(m, n, k, batch)`` of an ONNX MatMul; a 2-D B is shared by every batch, so batch folds into m."""
+    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    k = a_shape[-1]
+    n = b_shape[-1] if len(b_shape) > 1 else 1
+    m = a_shape[-2] if len(a_shape) > 1 else 1
+    a_batch = int(np.prod(a_shape[:-2], dtype=np.int64)) if len(a_shape) > 2 else 1
+    if len(b_shape) <= 2:
+        return m * a_batch, n, k, 1
+    out_batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    return m, n, k, int(np.prod(out_batch, dtype=np.int64))
+
+
+def plan_for(p: Prepared, m: int, n: int, k: int, batch: int) -> TilePlan:
+    """The tile plan of this kernel for concrete dims (memoized per shape at run time)."""
+    key = ("plan", m, n, k, batch)
+    if key not in p.memo:
+        a = p.attrs
+        p.memo[key] = plan_matmul(m, n, k, a["plan_a"], a["plan_b"], p.target, block_size=a.get("block_size"),
+                                  batch=batch, out_dtype=a.get("plan_out"))
+    return p.memo[key]
+
+
+def planned_cost(p: Prepared, m: int, n: int, k: int, batch: int) -> OpCost:
+    return matmul_cost(plan_for(p, m, n, k, batch), p.target, epilogue_ops(p.attrs.get("epilogue", {})))
+
+
+def static_plan(p: Prepared, dims: tuple[Any, ...] | None) -> None:
+    """Put the plan in ``attrs['plan']`` when the dims are static at compile time (shown in reports, stored
+    in context binaries)."""
+    if dims is not None and all(isinstance(d, int) for d in dims):
+        try:
+            p.attrs["plan"] = plan_for(p, *dims).to_dict()
+        except PlanError:
+            pass
+
+
+def check_fits(m: Any, n: Any, k: Any, plan_a: str, plan_b: str, target, block_size: int | None = None) -> str | None:
+    """Decline reason when even the smallest plan misses SRAM or the unit lacks the mode; symbolic dims are taken
+    at their smallest (1): the plan for the real shape is made at first use."""
+    dims = [d if isinstance(d, int) else 1 for d in (m, n, k)]
+    try:
+        plan_matmul(*dims, plan_a, plan_b, target, block_size=block_size)
+    except PlanError as exc:
+        return str(exc)
+    return None
+
+
+def prod(dims: Sequence[Any]) -> Any:
+    """Product of dims, or None if any is symbolic."""
+    if any(not isinstance(d, int) for d in dims):
+        return None
+    return math.prod(dims)
