@@ -1,0 +1,245 @@
+"""GQA normalization: decomposed attention with repeated KV heads -> com.microsoft GroupQueryAttention.
+
+Dimensions: B batch, S sequence (new tokens), P past, T total (= P + S), N query heads, Nkv kv heads,
+H head dim, D = N*H, G = N/Nkv (group size).
+
+Matched (one rule per variant; exporter output of HF eager attention):
+  present_k = Concat(past_k [B,Nkv,P,H], k [B,Nkv,S,H], axis=2)    -> graph output, kept by name
+  k_rep     = Reshape(Expand|Tile(Unsqueeze(present_k, 2)))  [B,N,T,H]   (repeat_kv; absent when N == Nkv)
+  scores    = MatMul(q [B,N,S,H], Transpose(k_rep, [0,1,3,2])) * scale   (or / d)
+  masked    = scores + mask   |   Where(mask_bool, scores, -inf)
+  probs     = Softmax(masked) [optionally Where(IsNaN(probs), 0, probs)]
+  out       = Reshape(Transpose(MatMul(probs, v_rep), [0,2,1,3]))  [B,S,D]
+The repeated KV disappears: GroupQueryAttention reads the Nkv heads directly.
+
+The mask is verified by evaluating its subgraph on ORT CPU for a few (S, P, attention_mask) cases and comparing
+with "key j visible to query i iff j <= P + i and attention_mask[b, j] == 1". GQA then derives the same from
+  seqlens_k             = ReduceSum(attention_mask, axis 1) - 1   (int32 [B]: index of the last valid key)
+  total_sequence_length = Shape(attention_mask)[1]                (int32 scalar: T)
+Supported masks: no padding, or RIGHT padding (ones then zeros) — ORT's GQA takes each row's valid length to be
+a prefix of the buffer. LEFT padding is NOT equivalent (GQA would treat the padded prefix as valid keys); outputs
+at right-padded query positions are unspecified. Past and present are separate buffers here (past P, present
+T = P + S, layout [B,Nkv,*,H]), exactly the original graph's KV contract, so the model is a drop-in replacement.
+
+Needs before it: the RoPE family (q/k may come out of RotaryEmbedding), constant folding, shape inference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import pattern
+
+from .options import RewriteOptions, RewriteReport, RuleFailure
+from .rope import _ints, evaluate_values
+
+_MASK_CASES = ((3, 0, None), (2, 3, None), (4, 0, [[1, 1, 1, 1], [1, 1, 1, 0]]), (1, 4, [[1] * 5, [1, 1, 1, 0, 0]]))
+
+
+def _perm(v: ir.Value) -> list[int] | None:
+    node = v.producer()
+    attr = node.attributes.get("perm") if node is not None else None
+    return list(attr.value) if attr is not None else None
+
+
+class _AttentionToGQA(pattern.RewriteRuleClassBase):
+    def __init__(self, name: str, *, repeat: str, mask: str, scale_op: str, nan_guard: bool, shared: dict):
+        super().__init__(name)
+        self.repeat, self.mask, self.scale_op, self.nan_guard, self._shared = repeat, mask, scale_op, nan_guard, shared
+
+    # pattern ------------------------------------------------------------------------------------------------
+    def _repeat_kv(self, op, x, tag):
+        if self.repeat == "none":
+            return x
+        x5 = op.Unsqueeze(x, _allow_other_inputs=True, _outputs=[f"{tag}_5d"])
+        grown = op.Expand(x5, _allow_other_inputs=True, _outputs=[f"{tag}_grown"]) if self.repeat == "expand" \
+            else op.Tile(x5, _allow_other_inputs=True, _outputs=[f"{tag}_grown"])
+        return op.Reshape(grown, _allow_other_inputs=True, _outputs=[f"{tag}_rep"])
+
+    def pattern(self, op, q, k, v, past_k, past_v, mask, scale):
+        present_k = op.Concat(past_k, k, _outputs=["present_k"])
+        present_v = op.Concat(past_v, v, _outputs=["present_v"])
+        kt = op.Transpose(self._repeat_kv(op, present_k, "k"), _outputs=["kt"])
+        scores = op.MatMul(q, kt)
+        scores = op.Mul(scores, scale) if self.scale_op == "mul" else op.Div(scores, scale)
+        if self.mask == "add":
+            scores = op.Add(scores, mask)
+        else:
+            scores = op.Where(mask, scores, pattern.ANY_VALUE)
+        probs = op.Softmax(scores, _outputs=["probs"])
+        if self.nan_guard:
+            probs = op.Where(op.IsNaN(probs), pattern.ANY_VALUE, probs)
+        attn = op.MatMul(probs, self._repeat_kv(op, present_v, "v"))
+        out = op.Transpose(attn, _outputs=["attn_t"])
+        return op.Reshape(out, _allow_other_inputs=True, _outputs=["out"]), present_k, present_v
+
+    # check --------------------------------------------------------------------------------------------------
+    def _fail(self, context, reason: str) -> pattern.MatchResult:
+        self._shared["failures"].append(RuleFailure(self.name, context.root.name or context.root.op_type, reason))
+        return pattern.MatchResult().fail(reason)
+
+    def check(self, context, q, k, v, past_k, past_v, mask, scale, present_k, present_v, kt, probs, attn_t, out,
+              **b) -> pattern.MatchResult:
+        fail = lambda reason: self._fail(context, reason)  # noqa: E731
+        qs, ks = q.shape, present_k.shape
+        if qs is None or len(qs) != 4 or not all(isinstance(qs[i], int) for i in (1, 3)):
+            return fail(f"query {q.name}: expected [B,N,S,H] with static N and H, got {qs}")
+        if ks is None or len(ks) != 4 or not isinstance(ks[1], int) or ks[3] != qs[3]:
+            return fail(f"key {present_k.name}: expected [B,Nkv,T,H] with static Nkv and H={qs[3]}, got {ks}")
+        n, nkv, h = qs[1], ks[1], qs[3]
+        for name, cat in (("key", present_k), ("value", present_v)):
+            if (cat.producer().attributes["axis"].as_int() % 4) != 2:
+                return fail(f"past {name} Concat is not on the sequence axis 2")
+        if v.shape is None or len(v.shape) != 4 or v.shape[1] != nkv or v.shape[3] != h:
+            return fail(f"value {v.name}: expected [B,{nkv},S,{h}], got {v.shape}")
+        if n % nkv:
+            return fail(f"{n} query heads are not a multiple of {nkv} kv heads")
+        if self.repeat == "none" and n != nkv:
+            return fail(f"no repeat_kv but {n} query heads vs {nkv} kv heads")
+        if self.repeat != "none":
+            for tag in ("k", "v"):
+                axes = _ints(b[f"{tag}_5d"].producer().inputs[1]) if len(b[f"{tag}_5d"].producer().inputs) > 1 \
+                    else None
+                if axes is None or [a % 5 for a in axes] != [2]:
+                    return fail(f"repeat_kv ({tag}): Unsqueeze is not on axis 2, so heads would not be grouped")
+                grown = b[f"{tag}_grown"].shape
+                rep = b[f"{tag}_rep"].shape
+                if grown is None or len(grown) != 5 or grown[1] != nkv or grown[2] != n // nkv:
+                    return fail(f"repeat_kv ({tag}): expanded shape {grown} is not [B,{nkv},{n // nkv},T,H]")
+                if rep is None or len(rep) != 4 or rep[1] != n:
+                    return fail(f"repeat_kv ({tag}): reshaped to {rep}, expected [B,{n},T,H]")
+        if _perm(kt) != [0, 1, 3, 2] or _perm(attn_t) != [0, 2, 1, 3]:
+            return fail(f"transposes have perms {_perm(kt)} / {_perm(attn_t)}, expected [0,1,3,2] / [0,2,1,3]")
+        if probs.producer().attributes.get("axis") is None or probs.producer().attributes["axis"].as_int() % 4 != 3:
+            return fail("Softmax is not over the key axis")
+        if out.shape is None or len(out.shape) != 3 or out.shape[2] != n * h:
+            return fail(f"attention output reshaped to {out.shape}, expected [B,S,{n * h}]")
+        if scale.const_value is None or scale.const_value.size != 1:
+            return fail("attention scale is not a constant scalar")
+        s = float(scale.const_value.numpy().reshape(-1)[0])
+        self._scale = s if self.scale_op == "mul" else 1.0 / s
+        reason = self._check_mask(context.model, mask, q, past_k)
+        if reason:
+            return fail(reason)
+        self._heads = (n, nkv)
+        return pattern.MatchResult()
+
+    def _check_mask(self, model: ir.Model, mask: ir.Value, q: ir.Value, past_k: ir.Value) -> str | None:
+        if mask in self._shared["masks"]:
+            res = self._shared["masks"][mask]
+            return res if isinstance(res, str) else None
+        res = _verify_mask(model, mask, q, past_k, boolean=self.mask == "where")
+        self._shared["masks"][mask] = res
+        return res if isinstance(res, str) else None
+
+    # rewrite ------------------------------------------------------------------------------------------------
+    def rewrite(self, op, q, k, v, past_k, past_v, mask, **_):
+        n, nkv = self._heads
+        attention_mask = self._shared["masks"][mask]
+        if attention_mask not in self._shared["lengths"]:
+            total = op.Cast(op.Squeeze(op.Shape(attention_mask, start=1, end=2), op.Constant(value_ints=[0])),
+                            to=ir.DataType.INT32)
+            last = op.Sub(op.ReduceSum(attention_mask, op.Constant(value_ints=[1]), keepdims=0),
+                          op.Constant(value=ir.tensor(np.array(1, dtype=attention_mask.dtype.numpy()))))
+            self._shared["lengths"][attention_mask] = (op.Cast(last, to=ir.DataType.INT32), total)
+        seqlens_k, total = self._shared["lengths"][attention_mask]
+        return op.GroupQueryAttention(_to_bsd(op, q), _to_bsd(op, k), _to_bsd(op, v), past_k, past_v, seqlens_k,
+                                      total, num_heads=n, kv_num_heads=nkv, scale=self._scale,
+                                      _domain="com.microsoft", _outputs=3)
+
+
+def _to_bsd(op, x: ir.Value) -> ir.Value:
+    """[B,Nh,S,H] -> [B,S,Nh*H]; reuses the 3-D tensor when x is Transpose(Reshape(x3d)) as exporters emit."""
+    t = x.producer()
+    if t is not None and t.op_type == "Transpose" and list(t.attributes["perm"].value) == [0, 2, 1, 3]:
+        r = t.inputs[0].producer()
+        if r is not None and r.op_type == "Reshape" and r.inputs[0].shape is not None \
+                and len(r.inputs[0].shape) == 3 and r.inputs[0].shape[2] == x.shape[1] * x.shape[3]:
+            return r.inputs[0]
+        return op.Reshape(t.inputs[0], op.Constant(value_ints=[0, 0, -1]))
+    return op.Reshape(op.Transpose(x, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+
+
+def _verify_mask(model: ir.Model, mask: ir.Value, q: ir.Value, past_k: ir.Value, *, boolean: bool
+                 ) -> ir.Value | str:
+    """Return the attention_mask graph input if ``mask`` is causal+padding from it, else the reason."""
+    from .rope import backward_slice
+
+    try:
+        _, leaves = backward_slice(model.graph, [mask])
+    except ValueError as e:
+        return f"mask: {e}"
+    am = [v for v in leaves if v.dtype in (ir.DataType.INT64, ir.DataType.INT32) and v.shape is not None
+          and len(v.shape) == 2 and "mask" in (v.name or "")]
+    if len(am) != 1:
+        return f"mask is not computed from one 2-D integer attention_mask input (inputs: {[v.name for v in leaves]})"
+    am = am[0]
+    b_sym, t_sym = am.shape[0], am.shape[1]
+    s_sym = q.shape[2]
+    p_sym = past_k.shape[2] if past_k.shape is not None and len(past_k.shape) == 4 else None
+    feed_sets, expected = [], []
+    roles = {leaf: "bs" for leaf in leaves if leaf.shape is not None and len(leaf.shape) == 2
+             and any(k in (leaf.name or "") for k in ("input_ids", "position", "inputs_embeds"))}
+    roles.update({leaf: "past" for leaf in leaves if leaf.shape is not None and len(leaf.shape) == 4})
+    for s, p, pad in _MASK_CASES:
+        b, t = 2, s + p
+        dims = {b_sym: b, t_sym: t, s_sym: s, p_sym: p}
+        for leaf, role in roles.items():  # exporters name dims differently per input: tie them by role
+            if role == "bs":
+                dims.setdefault(leaf.shape[0], b), dims.setdefault(leaf.shape[1], s)
+            else:
+                dims.setdefault(leaf.shape[0], b), dims.setdefault(leaf.shape[2], p)
+        feeds = {}
+        for leaf in leaves:
+            if leaf.shape is None or any(not isinstance(d, int) and d not in dims for d in leaf.shape):
+                return f"mask depends on {leaf.name} with dims {leaf.shape} not tied to batch/sequence/past"
+            shape = [d if isinstance(d, int) else dims[d] for d in leaf.shape]
+            np_dtype = leaf.dtype.numpy()
+            if leaf is am:
+                feeds[leaf] = np.array(pad if pad is not None else np.ones((b, t)), dtype=np_dtype)
+            elif "position" in (leaf.name or "") and len(shape) == 2:
+                feeds[leaf] = np.tile(np.arange(p, p + s), (b, 1)).astype(np_dtype)
+            else:
+                feeds[leaf] = np.zeros(shape, dtype=np_dtype)
+        feed_sets.append(feeds)
+        causal = np.arange(t)[None, :] <= (p + np.arange(s))[:, None]
+        expected.append(causal[None, None] & (feeds[am][:, None, None, :] != 0))
+    try:
+        results = evaluate_values(model.graph, [mask], feed_sets)
+    except Exception as e:  # noqa: BLE001
+        return f"mask could not be evaluated: {str(e).splitlines()[0][:200]}"
+    for (s, p, pad), (got,), want in zip(_MASK_CASES, results, expected):
+        try:
+            got = np.broadcast_to(got, want.shape)
+        except ValueError:
+            return f"mask has shape {got.shape}, not broadcastable to [B,1,S,T]={want.shape}"
+        allowed = got if boolean else (got == 0)
+        blocked_ok = True if boolean else bool(np.all(got[~want] <= -1e4))
+        if not (np.array_equal(allowed.astype(bool), want) and blocked_ok):
+            return (f"mask is not causal+padding from {am.name} (S={s}, P={p}, "
+                    f"{'right-padded' if pad else 'no padding'})")
+    return am
+
+
+def make_rules() -> tuple[list, dict]:
+    shared: dict = {"masks": {}, "lengths": {}, "failures": []}
+    rules = [
+        _AttentionToGQA.rule(f"GroupQueryAttention[{rep},{mask},{sc}{',nanguard' if ng else ''}]", repeat=rep,
+                             mask=mask, scale_op=sc, nan_guard=ng, shared=shared)
+        for ng in (True, False) for rep in ("expand", "tile", "none") for mask in ("add", "where")
+        for sc in ("mul", "div")
+    ]
+    return rules, shared
+
+
+def apply(model: ir.Model, options: RewriteOptions, report: RewriteReport) -> None:
+    """Fuse decomposed attention in ``model`` in place; counts under 'GroupQueryAttention[variant]'."""
+    rules, shared = make_rules()
+    for rule in rules:
+        report.add(rule.name, pattern.RewriteRuleSet([rule]).apply_to_model(model))
+    ir.passes.common.RemoveUnusedNodesPass()(model)
+    seen = set()
+    for f in shared["failures"]:
+        if f not in seen:
+            seen.add(f)
+            report.failures.append(f)
