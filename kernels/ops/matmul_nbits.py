@@ -1,0 +1,109 @@
+"""com.microsoft MatMulNBits (bits=4) on the int4-weight matrix mode.
+
+Compile time (nothing of this runs per call): B ``[N, kb, bs/2]`` is unpacked, zero points subtracted and block
+scales folded in, giving the dequantized weight ``W[K, N] = (code - zp) * scale`` as float32, laid out K-major for
+BLAS; a bias and a fused epilogue bias are folded into one vector. Layouts: see ``npu_ep.quantization.matmul_nbits``.
+
+Numerics (match ORT CPU within tolerance; tests state it):
+- accuracy_level 0..3: ``A @ W`` in float32 (ORT's CompFp32 path dequantizes blocks and runs an fp32 GEMM).
+- accuracy_level 4: A is quantized per block of ``block_size`` along K to int8 like ORT's CompInt8 path
+  (``scale = max|a| / 127``, codes ``rint(a / scale)``), so ``y = sum_b sa[m,b] * sw[n,b] * sum_j qa * (q - zp)``.
+  Because ``sa`` is constant inside a block this equals ``dequant(quant(A)) @ W`` exactly in real arithmetic,
+  which we evaluate with float32 BLAS (differences to ORT: float summation order only).
+fp16 A: computed in float32 and rounded to fp16 once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...quantization.matmul_nbits import MatMulNBitsWeights, dequantize_b
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._mm import apply_float_epilogue, check_fits, matmul_dims, planned_cost, static_plan
+from ._util import arg
+
+
+def check_nbits(node: NodeInfo, target: Target) -> str | None:
+    bits, bs = int(node.attr("bits", 4)), int(node.attr("block_size", 0))
+    if bits != 4:
+        return f"{node.describe()}: bits={bits}; the matrix unit's int4 mode takes 4-bit weights only"
+    if bs < 16 or bs > 256 or bs & (bs - 1):
+        return f"{node.describe()}: block_size={bs}; supported: powers of two 16..256"
+    for i, what in ((1, "B"), (2, "scales"), (3, "zero_points")):
+        v = node.input(i)
+        if v is not None and v.value is None:
+            return f"{node.describe()}: {what} must be a constant initializer (weights are re-laid out at compile time)"
+    zp = node.input(3)
+    if zp is not None and zp.dtype is not None and zp.dtype.kind == "f":
+        return f"{node.describe()}: float zero points are not supported by the int4 weight mode"
+    a = node.input(0)
+    m = a.shape[-2] if a.shape is not None and len(a.shape) > 1 else 1
+    return check_fits(m, int(node.attr("N")), int(node.attr("K")), a.dtype.name if a.dtype is not None else "float32",
+                      "int4", target, block_size=bs)
+
+
+def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | None = None,
+                  ep_consts: dict[str, np.ndarray] | None = None) -> Prepared:
+    K, N, bs = int(node.attr("K")), int(node.attr("N")), int(node.attr("block_size"))
+    zp = node.input(3)
+    w = MatMulNBitsWeights(B=node.input(1).value, scales=node.input(2).value,
+                           zero_points=None if zp is None else zp.value, K=K, N=N, block_size=bs)
+    consts: dict[str, np.ndarray] = dict(ep_consts or {})
+    consts["w"] = np.ascontiguousarray(dequantize_b(w))  # float32 [K, N]
+    ep = dict(epilogue or {})
+    bias = node.input(5)
+    if bias is not None and bias.value is not None:
+        b = np.asarray(bias.value, np.float32)
+        consts["ep_bias"] = b + consts["ep_bias"] if "ep_bias" in consts else b
+        ep["bias"] = True
+    dt = node.input(0).dtype.name if node.input(0).dtype is not None else "float32"
+    level = int(node.attr("accuracy_level", 0))
+    attrs = {"op": "MatMulNBits", "K": K, "N": N, "block_size": bs, "accuracy_level": level, "dtype": dt,
+             "plan_a": dt, "plan_b": "int4", "plan_out": dt, "epilogue": ep,
+             "runtime_bias": bias is not None and bias.value is None}
+    p = Prepared(attrs, consts, target)
+    a = node.input(0).shape
+    if a is not None and all(isinstance(d, int) for d in a):
+        static_plan(p, matmul_dims(a, (K, N)))
+    return p
+
+
+def quantize_a_blockwise(a: np.ndarray, block_size: int) -> np.ndarray:
+    """A ``[..., K]`` fake-quantized to int8 per block along K (ORT CompInt8): returns ``qa * scale`` float32."""
+    K = a.shape[-1]
+    kb = -(-K // block_size)
+    pad = kb * block_size - K
+    ap = np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)]) if pad else a
+    blocks = ap.reshape(*a.shape[:-1], kb, block_size)
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    scale = amax / np.float32(127.0)
+    inv = np.divide(np.float32(1.0), scale, out=np.zeros_like(scale), where=scale != 0)
+    q = np.rint(blocks * inv)
+    q *= scale
+    return q.reshape(*a.shape[:-1], kb * block_size)[..., :K]
+
+
+def run_nbits(p: Prepared, inputs) -> list[np.ndarray]:
+    at = p.attrs
+    a = arg(p, inputs, 0)
+    a32 = a.astype(np.float32) if a.dtype != np.float32 else a
+    if at["accuracy_level"] == 4:
+        a32 = quantize_a_blockwise(a32, at["block_size"])
+    y = np.matmul(a32, p.consts["w"])
+    if at["runtime_bias"]:
+        y += arg(p, inputs, 5).astype(np.float32)
+    y = apply_float_epilogue(y, at["epilogue"], p.consts)
+    if at["epilogue"].get("quantize"):
+        return [y]
+    return [y.astype(at["dtype"], copy=False)]
+
+
+def cost_nbits(p: Prepared, shapes) -> OpCost:
+    return planned_cost(p, *matmul_dims(tuple(shapes[0]), (p.attrs["K"], p.attrs["N"])))
+
+
+register(KernelDef("com.microsoft", "MatMulNBits", prepare_nbits, run_nbits, cost_nbits, check_nbits))
