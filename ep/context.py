@@ -115,7 +115,7 @@ class ContextManager:
             blob = self.store.get(key)
             if blob is not None:
                 try:
-                    program = self._program_from_blob(blob, name)
+                    program = self._program_from_blob(blob, name, verified=True)
                     self.stats["hits"] += 1
                     logger.info("partition %s: loaded from cache %s", name, key[:12])
                     return program, blob
@@ -133,8 +133,8 @@ class ContextManager:
             self.store.put(key, blob)
         return program, blob
 
-    def _program_from_blob(self, blob: bytes | memoryview, name: str) -> Program:
-        container = unpack(blob, expect=self._expect())
+    def _program_from_blob(self, blob: bytes | memoryview, name: str, *, verified: bool = False) -> Program:
+        container = unpack(blob, expect=self._expect(), verify=not verified)  # store.get already hashed it
         return program_from_parts(container.header, container.arrays, self.session.target, name=name,
                                   record=self.session.options.record_tensors)
 
