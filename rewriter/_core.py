@@ -73,6 +73,9 @@ def report_progress(stage: str, done: int, total: int) -> None:
 # running onnxscript rules with counts and failure reasons
 
 
+_OTHER_USES = "Matched nodes have other uses preventing replacement."
+
+
 class _FailureTracer(MatchingTracer):
     """Collects every candidate match whose check failed, with the rule's reason (not just the best match)."""
 
@@ -83,12 +86,16 @@ class _FailureTracer(MatchingTracer):
         self._per_rule: dict[str, int] = {}
 
     def log(self, rule, container, node, match_result, status) -> None:  # noqa: D102 - MatchingTracer API
-        if status not in (MatchStatus.CONDITION_FAILED, MatchStatus.REPLACEMENT_FAILED):
+        if status == MatchStatus.NO_MATCH and match_result.reason != _OTHER_USES:
+            return  # a structural mismatch: not a candidate
+        if status == MatchStatus.SUCCESS:
             return
         name = rule.name or str(rule)
         node_name = node.name or f"<{node.op_type}>"
         reason = match_result.reason or ("replacement failed" if status == MatchStatus.REPLACEMENT_FAILED
                                          else "check failed")
+        if reason == _OTHER_USES:
+            reason = "an intermediate value has other consumers or is a graph output"
         key = (name, node_name, reason)
         if key in self._seen or self._per_rule.get(name, 0) >= MAX_FAILURES_PER_RULE:
             return
