@@ -1,0 +1,117 @@
+"""QuantizeLinear / DequantizeLinear on the vector unit: per-tensor, per-axis and blocked (opset 21).
+
+Types: int8/uint8/int16/uint16 and int4/uint4. 4-bit values live unpacked in int8/uint8 containers inside the
+NPU (one element per byte); constant int4 inputs arrive from onnx's numpy_helper as ml_dtypes int4/uint4 and are
+widened at compile time.
+
+QuantizeLinear, as ORT's CPU kernel: ``saturate(rint(float32(x) / scale) + zero_point)`` (round half to even; the
+division, not a reciprocal multiply, so results are bit-exact). DequantizeLinear: ``float32(x - zp) * scale``,
+cast to the scale's dtype. Blocked: ``scale`` has x's rank with ``ceil(D_axis / block_size)`` along ``axis``.
+Compile time: scale/zero point are expanded to x's broadcast layout (per-axis reshape, blocked repeat).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cost import vector_cost
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..support import dtype_name
+from ..target import Target
+from ._mm import quantize_float
+from ._util import arg, nbytes
+
+_QTYPES = ("int8", "uint8", "int16", "uint16", "int4", "uint4")
+_ONNX_QTYPE = {3: "int8", 2: "uint8", 5: "int16", 4: "uint16", 22: "int4", 21: "uint4"}
+
+
+def _widen(v: np.ndarray) -> np.ndarray:
+    """ml_dtypes int4/uint4 -> int8/uint8 containers; other arrays unchanged."""
+    name = v.dtype.name
+    if name == "int4":
+        return v.astype(np.int8)
+    if name == "uint4":
+        return v.astype(np.uint8)
+    return v
+
+
+def _expand(p: np.ndarray, rank: int, axis: int, block: int, dim: int | None) -> np.ndarray:
+    """Scale/zero point in a layout that broadcasts against x (rank ``rank``)."""
+    if p.ndim == 0 or p.size == 1 and p.ndim <= 1:
+        return p.reshape(())
+    if block:
+        r = np.repeat(p, block, axis=axis)
+        return r.take(range(dim), axis=axis) if dim is not None else r
+    shape = [1] * rank
+    shape[axis] = p.size
+    return p.reshape(shape)
+
+
+def check_q(node: NodeInfo, target: Target) -> str | None:
+    s = node.input(1)
+    if s is None or s.value is None:
+        return f"{node.describe()}: scale must be a constant (folded at compile time)"
+    z = node.input(2)
+    if z is not None and z.value is None:
+        return f"{node.describe()}: zero point must be a constant (folded at compile time)"
+    if node.op_type == "QuantizeLinear":
+        q = _qtype(node)
+        if q not in _QTYPES:
+            return f"{node.describe()}: output type {q} not supported (supported: {', '.join(_QTYPES)})"
+    return None
+
+
+def _qtype(node: NodeInfo) -> str | None:
+    z = node.input(2)
+    if z is not None:
+        return dtype_name(z)
+    od = int(node.attr("output_dtype", 0))
+    return _ONNX_QTYPE.get(od, "uint8") if od else "uint8"
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    x = node.input(0)
+    rank = len(x.shape) if x.shape is not None else (x.value.ndim if x.value is not None else 1)
+    axis = int(node.attr("axis", 1))
+    axis = axis + rank if axis < 0 else axis
+    block = int(node.attr("block_size", 0))
+    dim = x.shape[axis] if x.shape is not None and rank > axis and isinstance(x.shape[axis], int) else None
+    scale = np.asarray(node.input(1).value)
+    z = node.input(2)
+    zp = _widen(np.asarray(z.value)) if z is not None else np.zeros((), np.int64)
+    consts = {"scale": _expand(scale, rank, axis, block, dim), "zp": _expand(zp, rank, axis, block, dim)}
+    if x.value is not None:
+        consts["x"] = _widen(np.asarray(x.value))
+    attrs = {"op": node.op_type, "scale_dtype": scale.dtype.name, "qtype": _qtype(node) if node.op_type ==
+             "QuantizeLinear" else dtype_name(x), "itemsize": 4 if scale.dtype == np.float32 else 2}
+    if node.op_type == "DequantizeLinear":
+        consts["scale"] = consts["scale"].astype(np.float32)
+        consts["zp"] = consts["zp"].astype(np.float32)
+    return Prepared(attrs, consts, target)
+
+
+def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0) if "x" not in p.consts else p.consts["x"]
+    return [quantize_float(x, p.consts["scale"], p.consts["zp"], p.attrs["qtype"])]
+
+
+def _run_dq(p: Prepared, inputs) -> list[np.ndarray]:
+    x = p.consts["x"] if "x" in p.consts else _widen(arg(p, inputs, 0))
+    y = x.astype(np.float32)
+    y -= p.consts["zp"]
+    y *= p.consts["scale"]
+    return [y.astype(p.attrs["scale_dtype"], copy=False)]
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    shape = shapes[0] if shapes[0] is not None else p.consts["x"].shape
+    n = int(np.prod(shape, dtype=np.int64))
+    q_bytes = 1 if p.attrs["qtype"] in ("int8", "uint8", "int4", "uint4") else 2
+    f_bytes = p.attrs["itemsize"]
+    src, dst = (f_bytes, q_bytes) if p.attrs["op"] == "QuantizeLinear" else (q_bytes, f_bytes)
+    return vector_cost(p.target, n, nbytes(tuple(shape), src), n * dst, ops_per_element=3.0)
+
+
+register(KernelDef("", "QuantizeLinear", _prepare, _run_q, _cost, check_q))
+register(KernelDef("", "DequantizeLinear", _prepare, _run_dq, _cost, check_q))
