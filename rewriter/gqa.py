@@ -20,6 +20,8 @@ Supported masks: no padding, or RIGHT padding (ones then zeros) — ORT's GQA ta
 a prefix of the buffer. LEFT padding is NOT equivalent (GQA would treat the padded prefix as valid keys); outputs
 at right-padded query positions are unspecified. Past and present are separate buffers here (past P, present
 T = P + S, layout [B,Nkv,*,H]), exactly the original graph's KV contract, so the model is a drop-in replacement.
+ORT CPU limit (1.31): with past KV, S > 1 (chunked prefill) is accepted only for batch 1 ("batch_size must be 1
+when sequence_length > 1 and past context is given"); prefill with an empty past and decode (S = 1) work at any B.
 
 Needs before it: the RoPE family (q/k may come out of RotaryEmbedding), constant folding, shape inference.
 """
