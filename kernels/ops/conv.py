@@ -1,0 +1,151 @@
+"""2-D Conv and QLinearConv as implicit GEMM on the matrix unit.
+
+Layouts: X ``[N, C, H, W]``, W ``[M, C/g, kh, kw]``, Y ``[N, M, OH, OW]``. Per group g the GEMM is
+``[N*OH*OW, C/g*kh*kw] x [C/g*kh*kw, M/g]`` (m, k, n of the tile plan; ``batch`` = groups). Patches are gathered
+with a strided view (no Python loop over pixels); weights are re-laid out at compile time to ``[g, K, M/g]``
+(QLinearConv: zero point removed, float32 holding exact integers).
+
+QLinearConv numerics: input padding holds x_zero_point (zero after subtraction), int32 accumulation (exact, see
+``_mm``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
+float32 - bit-exact vs ORT CPU. Conv: float32 (fp16 inputs widened, result rounded to fp16 once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._mm import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
+from ._util import arg
+
+
+def _geometry(node: NodeInfo, wshape: tuple[int, ...]) -> dict[str, Any]:
+    kh, kw = wshape[2], wshape[3]
+    return {"kernel": [kh, kw], "strides": list(node.attr("strides", [1, 1])),
+            "dilations": list(node.attr("dilations", [1, 1])), "pads": list(node.attr("pads", [0, 0, 0, 0])),
+            "auto_pad": node.attr("auto_pad", "NOTSET"), "group": int(node.attr("group", 1))}
+
+
+def _pads(g: dict[str, Any], h: int, w: int) -> list[int]:
+    if g["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for size, k, s, d in ((h, *(g["kernel"][0], g["strides"][0], g["dilations"][0])),
+                              (w, *(g["kernel"][1], g["strides"][1], g["dilations"][1]))):
+            total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
+            small = total // 2
+            out.append((small, total - small) if g["auto_pad"] == "SAME_UPPER" else (total - small, small))
+        return [out[0][0], out[1][0], out[0][1], out[1][1]]
+    if g["auto_pad"] == "VALID":
+        return [0, 0, 0, 0]
+    return g["pads"]
+
+
+def im2col(x: np.ndarray, g: dict[str, Any], pad_value: float = 0.0) -> tuple[np.ndarray, int, int]:
+    """Patches ``[N, OH, OW, C, kh, kw]`` (a strided view over the padded input) and the output size."""
+    n, c, h, w = x.shape
+    t, l, b, r = _pads(g, h, w)
+    if t or l or b or r:
+        x = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=pad_value)
+    (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
+    ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    win = np.lib.stride_tricks.sliding_window_view(x, (ekh, ekw), axis=(2, 3))[..., ::dh, ::dw]
+    win = win[:, :, ::sh, ::sw]  # [N, C, OH, OW, kh, kw]
+    return win.transpose(0, 2, 3, 1, 4, 5), win.shape[2], win.shape[3]
+
+
+def _gemm_dims(p: Prepared, xshape) -> tuple[int, int, int, int]:
+    g = p.attrs["geom"]
+    n, _, h, w = xshape
+    t, l, b, r = _pads(g, h, w)
+    (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
+    oh = (h + t + b - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + l + r - (kw - 1) * dw - 1) // sw + 1
+    wg = p.consts["w"]
+    return n * oh * ow, wg.shape[2], wg.shape[1], wg.shape[0]
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    q = node.op_type == "QLinearConv"
+    wi = 3 if q else 1
+    wv = node.input(wi)
+    if wv is None or wv.value is None or wv.value.ndim != 4:
+        return f"{node.describe()}: only 2-D convolutions with constant weights [M, C/g, kh, kw] are supported"
+    if not q and target.float_mode(node.input(0).dtype.name) is None:
+        return f"{node.describe()}: target {target.name} has no float matrix mode (matrix.float_compute)"
+    m, cg, kh, kw = wv.value.shape
+    grp = int(node.attr("group", 1))
+    dt_a = node.input(0).dtype.name
+    return check_fits(1, m // grp, cg * kh * kw, dt_a, wv.dtype.name if q else dt_a, target)
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    q = node.op_type == "QLinearConv"
+    wi = 3 if q else 1
+    w = np.asarray(node.input(wi).value)
+    geom = _geometry(node, w.shape)
+    grp = geom["group"]
+    m, cg, kh, kw = w.shape
+    consts: dict[str, np.ndarray] = {}
+    wf = w.astype(np.float32)
+    dt = node.input(0).dtype.name
+    attrs: dict[str, Any] = {"op": node.op_type, "geom": geom, "dtype": dt, "epilogue": {}}
+    if q:
+        wzp = node.input(5)
+        wz = np.zeros((), np.float32) if wzp is None else np.asarray(wzp.value, np.float32)
+        wf -= wz.reshape(-1, 1, 1, 1) if wz.ndim == 1 else wz
+        xs, ws, ys = (np.asarray(node.input(i).value, np.float32) for i in (1, 4, 6))
+        consts["mult"] = np.asarray(xs * ws / ys, np.float32)
+        xzp = node.input(2)
+        consts["xzp"] = np.asarray(0 if xzp is None else xzp.value).astype(np.float32)
+        yzp = node.input(7)
+        consts["yzp"] = np.asarray(0 if yzp is None else yzp.value, np.float32)
+        attrs["out"] = yzp.dtype.name if yzp is not None else "uint8"
+        attrs["bound_a"] = int_bound(dt, consts["xzp"])
+        attrs["bound_b"] = int(np.abs(wf).max()) if wf.size else 1
+        bias = node.input(8)
+        attrs.update(plan_a=dt, plan_b=node.input(3).dtype.name, plan_out="int8")
+    else:
+        bias = node.input(2)
+        attrs.update(plan_a=dt, plan_b=dt, plan_out=dt)
+    if bias is not None:
+        consts["bias"] = np.asarray(bias.value)
+    # [g, K = C/g*kh*kw, M/g], K ordered (c, kh, kw) like the patches
+    consts["w"] = np.ascontiguousarray(wf.reshape(grp, m // grp, cg * kh * kw).transpose(0, 2, 1))
+    return Prepared(attrs, consts, target)
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    at, c = p.attrs, p.consts
+    q = at["op"] == "QLinearConv"
+    x = arg(p, inputs, 0).astype(np.float32)
+    if q:
+        x -= c["xzp"]
+    cols, oh, ow = im2col(x, at["geom"])
+    n = x.shape[0]
+    grp, kdim, mg = c["w"].shape
+    cols = cols.reshape(n * oh * ow, grp, kdim).transpose(1, 0, 2)  # [g, NP, K] (copy: the gather)
+    if q:
+        acc = exact_int_matmul(cols, c["w"], at["bound_a"], at["bound_b"], p.target.tile[2])
+        acc = acc.astype(np.int32, copy=False)
+    else:
+        acc = np.matmul(cols, c["w"])
+    y = acc.transpose(1, 0, 2).reshape(n, oh, ow, grp * mg)
+    if "bias" in c:
+        y = y + c["bias"].astype(y.dtype)
+    if q:
+        y = requantize(y, c["mult"], c["yzp"], at["out"])
+    else:
+        y = y.astype(at["dtype"], copy=False)
+    return [np.ascontiguousarray(y.transpose(0, 3, 1, 2))]
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    return planned_cost(p, *_gemm_dims(p, shapes[0]))
+
+
+register(KernelDef("", "Conv", _prepare, _run, _cost, _check))
+register(KernelDef("", "QLinearConv", _prepare, _run, _cost, _check))
