@@ -17,8 +17,9 @@ Needs before it: constant folding (onnxscript optimizer) so Slice bounds are con
 (so x has a known rank, N and H).
 
 Emitted: RotaryEmbedding(x, position_ids, cos_cache [M,R/2], sin_cache [M,R/2], interleaved, num_heads,
-rotary_embedding_dim) on the 4-D [B,N,S,H] tensor, or, for [B,S,N,H], on a [B,S,N*H] reshape of it (the 3-D
-layout ORT documents), reshaped back.
+rotary_embedding_dim) on the 3-D [B,S,N*H] tensor the heads were split from when x = Transpose(Reshape(y)) (so
+GroupQueryAttention can take it directly), else on the 4-D [B,N,S,H] tensor, or, for [B,S,N,H], on a [B,S,N*H]
+reshape of it, reshaped back.
 """
 
 from __future__ import annotations
@@ -302,10 +303,31 @@ class _RotaryFusion(pattern.RewriteRuleClassBase):
                          op.initializer(ir.tensor(cs.sin.astype(dtype)), name=f"rope_sin_cache_{k}"))
         attrs = dict(interleaved=int(self.interleaved), num_heads=heads, _domain="com.microsoft")
         if cs.layout == "BNSH":
-            return op.RotaryEmbedding(x, cs.position_ids, *cs.values, **attrs)
+            y3d = _head_split_source(x)
+            if y3d is None:
+                return op.RotaryEmbedding(x, cs.position_ids, *cs.values, **attrs)
+            # x = Transpose(Reshape(y3d [B,S,N*H])): rotate the 3-D tensor, so attention can take it as is
+            rot3d = op.RotaryEmbedding(y3d, cs.position_ids, *cs.values, **attrs)
+            rot3d.shape, rot3d.type = y3d.shape, y3d.type
+            return op.Transpose(op.Reshape(rot3d, op.Constant(value_ints=[0, 0, heads, x.shape[3]])),
+                                perm=[0, 2, 1, 3])
         x3 = op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))  # [B,S,N*H]
         out = op.RotaryEmbedding(x3, cs.position_ids, *cs.values, **attrs)
         return op.Reshape(out, op.Constant(value_ints=[0, 0, heads, x.shape[3]]))
+
+
+def _head_split_source(x: ir.Value) -> ir.Value | None:
+    """y when x [B,N,S,H] = Transpose(Reshape(y [B,S,N*H]), [0,2,1,3]); None otherwise."""
+    t = x.producer()
+    if t is None or t.op_type != "Transpose" or list(t.attributes["perm"].value) != [0, 2, 1, 3]:
+        return None
+    r = t.inputs[0].producer()
+    if r is None or r.op_type != "Reshape":
+        return None
+    y = r.inputs[0]
+    if y.shape is None or len(y.shape) != 3 or x.shape is None or y.shape[2] != x.shape[1] * x.shape[3]:
+        return None
+    return y
 
 
 class _PartialRotaryMerge(pattern.RewriteRuleClassBase):

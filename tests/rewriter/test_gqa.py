@@ -176,3 +176,13 @@ def test_handcrafted_near_misses_are_left_alone_with_reason(kw, reason):
     assert any(reason in f.reason for f in report.failures), report.failures
     for a, b in zip(run(proto, _feeds()), run(fused, _feeds())):
         np.testing.assert_allclose(b, a, atol=1e-6)
+
+
+def test_llama_query_reaches_gqa_without_layout_shuffles():
+    """RoPE is applied on the [B,S,D] tensor, so GQA's query/key come straight from RotaryEmbedding."""
+    fused, _ = fuse(build_tiny_llama_proto(CFG))
+    producer = {o: n for n in fused.graph.node for o in n.output}
+    for node in (n for n in fused.graph.node if n.op_type == "GroupQueryAttention"):
+        assert producer[node.input[0]].op_type == "RotaryEmbedding"
+        assert producer[node.input[1]].op_type == "RotaryEmbedding"
+    assert ops(fused).count("Transpose") == 0
