@@ -1,0 +1,131 @@
+"""com.microsoft GroupQueryAttention vs ORT CPU: prefill, decode with 512 past tokens, multi-token chunks with past,
+batch 1 and 2 (equal and ragged lengths), packed QKV, do_rotary (half/interleaved), local window, softcap, scale,
+kv_num_heads < num_heads. Every output is compared: output, present_key, present_value.
+
+Tolerance: float32 rtol=atol=5e-5 (softmax over up to 513 keys, different summation order than ORT's GEMM).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_elementwise_ortref import assert_close, check_against_ort, feeds_of, make_model, rand, run_npu
+
+TOL32 = (5e-5, 5e-5)
+MAX_POS = 1024
+
+
+def _cache(h: int, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
+    half = h // 2
+    ang = np.arange(MAX_POS)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
+    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+
+
+def gqa(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rotary=None, dtype=np.float32, seed=0,
+        **attrs):
+    """Build inputs and run the comparison; ``past`` is the past buffer length P (None: no past inputs)."""
+    seqlens = [s - 1 + (past or 0)] * b if seqlens is None else seqlens
+    total = max(seqlens) + 1 if total is None else total
+    if packed:
+        inputs = [("q", rand((b, s, (n + 2 * nkv) * h), dtype, seed), False), None, None]
+    else:
+        inputs = [("q", rand((b, s, n * h), dtype, seed), False), ("k", rand((b, s, nkv * h), dtype, seed + 1), False),
+                  ("v", rand((b, s, nkv * h), dtype, seed + 2), False)]
+    if past is not None:
+        inputs += [("pk", rand((b, nkv, past, h), dtype, seed + 3), False),
+                   ("pv", rand((b, nkv, past, h), dtype, seed + 4), False)]
+    else:
+        inputs += [None, None]
+    inputs += [("seqlens_k", np.array(seqlens, np.int32), False), ("total", np.array(total, np.int32), False)]
+    a = {"num_heads": n, "kv_num_heads": nkv, **attrs}
+    if rotary is not None:
+        cos, sin = _cache(h, dtype)
+        inputs += [("cos", cos, True), ("sin", sin, True)]
+        a.update(do_rotary=1, rotary_interleaved=int(rotary == "interleaved"))
+    outs = [("y", dtype), ("present_key", dtype), ("present_value", dtype)]
+    return check_against_ort("GroupQueryAttention", inputs, outs, a, domain="com.microsoft",
+                              tol=TOL32 if dtype == np.float32 else (4e-3, 4e-3))
+
+
+@pytest.mark.parametrize("b", [1, 2])
+@pytest.mark.parametrize("n,nkv", [(4, 2), (8, 1), (2, 2)])
+def test_prefill_without_past(b, n, nkv):
+    gqa(b, 7, n, nkv, 16)
+
+
+@pytest.mark.parametrize("b", [1, 2])
+def test_decode_with_512_past_tokens(b):
+    got, cost = gqa(b, 1, 8, 2, 64, past=512)
+    assert got[1].shape == (b, 2, 513, 64)
+    assert cost.macs == 2 * b * 8 * 1 * 513 * 64 and cost.unit == "matrix"
+
+
+def test_decode_ragged_batch_in_shared_size_buffer():
+    """Batch 2 in a 512-slot buffer holding 511 and 300 valid tokens: present keeps the buffer size."""
+    got, _ = gqa(2, 1, 8, 2, 32, past=512, seqlens=[511, 300], total=512)
+    assert got[1].shape == (2, 2, 512, 32)
+
+
+def test_multi_token_chunk_with_past():
+    gqa(1, 4, 4, 2, 16, past=16)
+
+
+def test_multi_token_chunk_batch2_equals_two_batch1_runs():
+    """ORT CPU refuses S > 1 with past for B > 1; the kernel handles it, and each batch row must equal the
+    ORT-checked batch-1 run on that row (ragged: 16 and 9 valid past tokens)."""
+    s, n, nkv, h, p = 3, 4, 2, 16, 16
+    q, k, v = rand((2, s, n * h), seed=1), rand((2, s, nkv * h), seed=2), rand((2, s, nkv * h), seed=3)
+    pk, pv = rand((2, nkv, p, h), seed=4), rand((2, nkv, p, h), seed=5)
+    seqlens = [p + s - 1, 9 + s - 1]
+    attrs = {"num_heads": n, "kv_num_heads": nkv}
+
+    def inputs(rows, sl, total):
+        return [("q", q[rows], False), ("k", k[rows], False), ("v", v[rows], False), ("pk", pk[rows], False),
+                ("pv", pv[rows], False), ("seqlens_k", np.array(sl, np.int32), False),
+                ("total", np.array(total, np.int32), False)]
+
+    outs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
+    both = inputs(slice(0, 2), seqlens, p + s)
+    model = make_model("GroupQueryAttention", both, outs, attrs, domain="com.microsoft")
+    got, _, _ = run_npu(model, feeds_of(both))
+    for row in (0, 1):
+        one, _ = check_against_ort("GroupQueryAttention", inputs(slice(row, row + 1), [seqlens[row]], seqlens[row] + 1),
+                                   outs, attrs, domain="com.microsoft", tol=TOL32)
+        assert_close(got[0][row:row + 1], one[0], TOL32, f"row {row} output")
+        t = one[1].shape[2]
+        assert_close(got[1][row:row + 1, :, :t], one[1], TOL32, f"row {row} present_key")
+
+
+@pytest.mark.parametrize("rotary", ["half", "interleaved"])
+@pytest.mark.parametrize("phase", ["prefill", "decode", "chunk"])
+def test_do_rotary_with_caches(rotary, phase):
+    if phase == "prefill":
+        gqa(2, 5, 4, 2, 32, rotary=rotary)
+    elif phase == "decode":
+        gqa(2, 1, 4, 2, 32, past=40, seqlens=[40, 17], total=41, rotary=rotary)
+    else:
+        gqa(1, 3, 4, 2, 32, past=10, rotary=rotary)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_packed_qkv(phase):
+    if phase == "prefill":
+        gqa(2, 6, 4, 2, 16, packed=True, rotary="half")
+    else:
+        gqa(1, 1, 4, 2, 16, past=20, packed=True)
+
+
+def test_local_window_prefill_and_decode():
+    gqa(1, 9, 4, 2, 16, local_window_size=3)
+    gqa(2, 1, 4, 2, 16, past=12, local_window_size=4)
+
+
+def test_softcap_and_explicit_scale():
+    gqa(1, 5, 4, 2, 16, softcap=2.0)
+    gqa(1, 1, 4, 1, 16, past=9, scale=0.3)
+
+
+def test_float16():
+    gqa(1, 1, 4, 2, 32, past=33, dtype=np.float16)
+    gqa(1, 6, 4, 2, 32, dtype=np.float16, rotary="half")
