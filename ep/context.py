@@ -146,7 +146,9 @@ class ContextManager:
             "main_context": 1,
             "embed_mode": opts.context_embed_mode,
             "ep_sdk_version": COMPILER_VERSION,
-            "partition_name": name,
+            # ORT matches an EPContext node to its fused node by exact name and the 1.23 plugin ABI lets the EP
+            # not choose fused-node names, so ep.context_node_name_prefix can only prefix the partition name.
+            "partition_name": f"{opts.context_node_name_prefix}{name}",
             "source": self.session.ep_name,
             "hardware_architecture": self.session.target.name,
             "notes": compatibility_info(self.session.target),
@@ -167,7 +169,7 @@ class ContextManager:
             tmp.write_bytes(blob)
             os.replace(tmp, folder / payload_name)
             attrs["ep_cache_context"] = payload_name
-        return {"node_name": f"{opts.context_node_name_prefix}{name}", "attrs": attrs}
+        return {"node_name": name, "attrs": attrs}
 
     # -- EPContext load ------------------------------------------------------------------------------------------
     def load_epcontext(self, name: str, node: NodeInfo, inputs: Sequence[ValueInfo],

@@ -1,0 +1,81 @@
+"""Bridge overhead per partition call: what crossing from ORT into the Python NPU runtime and back costs.
+
+Runs a one-node graph (Relu on [1, 4]) on NpuEP and on ORT's CPU EP in the same process and prints:
+- session.run latency of each (median of many runs) and their difference;
+- from the shim's own counters: time inside the Compute callback, time inside the Python program, and the
+  difference = the bridge (GIL, zero-copy input views, the call, output copy).
+Usage: ``python -m npu_ep.tools.bench_bridge [--runs N]``. Target: bridge < 5 us per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import npu_ep
+from npu_ep.ep import _native
+
+
+def tiny_model() -> bytes:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "tiny",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+def _median_run_us(sess: ort.InferenceSession, feeds, runs: int) -> float:
+    for _ in range(200):
+        sess.run(None, feeds)
+    samples = []
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        for _ in range(runs):
+            sess.run(None, feeds)
+        samples.append((time.perf_counter_ns() - t0) / runs / 1e3)
+    return statistics.median(samples)
+
+
+def measure(runs: int = 2000) -> dict[str, float]:
+    model = tiny_model()
+    feeds = {"x": np.arange(4, dtype=np.float32).reshape(1, 4) - 2}
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    npu = ort.InferenceSession(model, so, providers=[(npu_ep.get_ep_name(), {"cache_dir": ""})], enable_fallback=0)
+    assert {sg.ep_name for sg in npu.get_provider_graph_assignment_info()} == {"NpuEP"}, "NpuEP did not take Relu"
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    t_cpu = _median_run_us(cpu, feeds, runs)
+    _native.reset_stats()
+    t_npu = _median_run_us(npu, feeds, runs)
+    stats = [s for s in _native.partition_stats().values() if s["calls"]]
+    calls = sum(s["calls"] for s in stats)
+    total = sum(s["total_ns"] for s in stats) / calls / 1e3
+    program = sum(s["program_ns"] for s in stats) / calls / 1e3
+    return {"cpu_ep_run_us": t_cpu, "npu_ep_run_us": t_npu, "run_delta_us": t_npu - t_cpu,
+            "compute_callback_us": total, "python_program_us": program, "bridge_us": total - program}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=2000)
+    r = measure(ap.parse_args(argv).runs)
+    print(f"{'measurement (per call, median)':44s} {'us':>8s}")
+    labels = {"cpu_ep_run_us": "session.run, CPU EP", "npu_ep_run_us": "session.run, NpuEP",
+              "run_delta_us": "session.run delta NpuEP - CPU EP", "compute_callback_us": "Compute callback (shim)",
+              "python_program_us": "  of which the Python program", "bridge_us": "  bridge = callback - program"}
+    for k, label in labels.items():
+        print(f"{label:44s} {r[k]:8.2f}")
+    print(f"bridge overhead {r['bridge_us']:.2f} us per partition call (target < 5 us): "
+          f"{'OK' if r['bridge_us'] < 5 else 'OVER TARGET'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
