@@ -129,3 +129,47 @@ def test_softcap_and_explicit_scale():
 def test_float16():
     gqa(1, 1, 4, 2, 32, past=33, dtype=np.float16)
     gqa(1, 6, 4, 2, 32, dtype=np.float16, rotary="half")
+
+
+def _gqa_node():
+    from npu_ep.ep.onnx_graph import nodes_from_model
+    inputs = [("q", rand((1, 1, 4 * 16)), False), ("k", rand((1, 1, 2 * 16)), False), ("v", rand((1, 1, 2 * 16)), False),
+              ("pk", rand((1, 2, 8, 16)), False), ("pv", rand((1, 2, 8, 16)), False),
+              ("seqlens_k", np.array([8], np.int32), False), ("total", np.array(9, np.int32), False)]
+    outs = [("y", np.float32, [1, 1, 64]), ("present_key", np.float32, [1, 2, 9, 16]),
+            ("present_value", np.float32, [1, 2, 9, 16])]
+    model = make_model("GroupQueryAttention", inputs, outs, {"num_heads": 4, "kv_num_heads": 2}, domain="com.microsoft")
+    return nodes_from_model(model)[0]
+
+
+def test_coverage_follows_target_gqa_needs_a_float_matrix_mode():
+    from npu_ep.kernels.support import why_not
+    from npu_ep.kernels.target import Target
+    node = _gqa_node()
+    assert why_not(node, Target.load("npu-ref")) is None
+    edge = Target.load("npu-edge")
+    reason = why_not(node, edge)
+    assert reason is not None and "npu-edge" in reason  # not in the target's op table
+    from npu_ep.kernels.registry import kernel_for
+    own = kernel_for("com.microsoft", "GroupQueryAttention").check(node, edge)  # and the kernel says why
+    assert own is not None and "no float matrix mode" in own
+
+
+def test_decode_cost_stacks_query_heads_as_matrix_rows():
+    """Decode (S=1) with G=4 query heads per kv head: the matrix unit sees m=4 rows per kv head, so the cost grows
+    with kv heads, not query heads; macs count QK^T and PV."""
+    from npu_ep.kernels.registry import kernel_for
+    from npu_ep.kernels.target import Target
+    tgt = Target.load("npu-ref")
+    k = kernel_for("com.microsoft", "GroupQueryAttention")
+
+    def cost(n, nkv):
+        p = k.prepare(_gqa_node(), tgt)
+        p.attrs.update(num_heads=n, kv_num_heads=nkv)
+        return k.cost(p, [(1, 1, n * 128), (1, 1, nkv * 128), (1, 1, nkv * 128), (1, nkv, 512, 128),
+                          (1, nkv, 512, 128), (1,), ()])
+
+    c8, c32 = cost(8, 8), cost(32, 8)
+    assert c32.macs == 4 * c8.macs == 4 * 2 * 8 * 513 * 128
+    assert c32.compute_cycles < 2 * c8.compute_cycles  # 4x the MACs on the same padded tiles
+    assert c32.dma_bytes > 0 and 0 < c32.utilization <= 1

@@ -116,3 +116,13 @@ def test_cast(src, dst):
         x[0, :3] = [0.0, -0.0, 0.5]
     from onnx.helper import np_dtype_to_tensor_dtype
     check_against_ort("Cast", [("x", x, False)], [("y", dst)], {"to": np_dtype_to_tensor_dtype(np.dtype(dst))})
+
+
+def test_cost_transcendentals_cost_more_and_scale_with_elements():
+    from test_elementwise_ortref import make_model, run_npu
+    x = rand((64, 1024), np.float32)
+    costs = {}
+    for op in ("Relu", "Exp"):
+        _, _, costs[op] = run_npu(make_model(op, [("x", x, False)], [("y", np.float32)]), {"x": x})
+    assert costs["Exp"].compute_cycles > costs["Relu"].compute_cycles > 0
+    assert costs["Relu"].dma_bytes == 2 * x.nbytes

@@ -27,9 +27,10 @@ TOL = {np.dtype(np.float32): (1e-5, 1e-5), np.dtype(np.float16): (2e-3, 2e-3), n
 Input = tuple[str, np.ndarray, bool] | None  # (name, value, is_constant) or None for an omitted optional input
 
 
-def make_model(op: str, inputs: Sequence[Input], outputs: Sequence[tuple[str, Any]], attrs: Mapping[str, Any] | None = None,
+def make_model(op: str, inputs: Sequence[Input], outputs: Sequence[tuple], attrs: Mapping[str, Any] | None = None,
                *, domain: str = "", opset: int = 21) -> onnx.ModelProto:
-    """A one-node model; constant inputs become initializers, outputs are ``(name, numpy dtype)``."""
+    """A one-node model; constant inputs become initializers, outputs are ``(name, numpy dtype[, shape])``
+    (a shape only where ONNX shape inference cannot know it, e.g. contrib ops)."""
     g_inputs, inits, names = [], [], []
     for spec in inputs:
         if spec is None:
@@ -43,8 +44,9 @@ def make_model(op: str, inputs: Sequence[Input], outputs: Sequence[tuple[str, An
             g_inputs.append(helper.make_tensor_value_info(name, onnx_elem_type(value.dtype), list(value.shape)))
     while names and names[-1] == "":
         names.pop()
-    outs = [helper.make_tensor_value_info(n, onnx_elem_type(np.dtype(dt)), None) for n, dt in outputs if n]
-    node = helper.make_node(op, names, [n for n, _ in outputs], domain=domain, **(attrs or {}))
+    outs = [helper.make_tensor_value_info(o[0], onnx_elem_type(np.dtype(o[1])), o[2] if len(o) > 2 else None)
+            for o in outputs if o[0]]
+    node = helper.make_node(op, names, [o[0] for o in outputs], domain=domain, **(attrs or {}))
     graph = helper.make_graph([node], "single_op", g_inputs, outs, initializer=inits)
     opsets = [helper.make_opsetid("", opset)]
     if domain:
@@ -112,7 +114,7 @@ def check_against_ort(op: str, inputs: Sequence[Input], outputs: Sequence[tuple[
     feeds = feeds_of(inputs)
     want = run_ort(model, feeds)
     got, _, cost = run_npu(model, feeds, target)
-    present = [i for i, (name, _) in enumerate(outputs) if name]
+    present = [i for i, o in enumerate(outputs) if o[0]]
     assert len(got) >= len(outputs), f"{op}: {len(got)} outputs for {len(outputs)} declared"
     got = [got[i] for i in present]
     for i, (g, w) in zip(present, zip(got, want)):

@@ -155,3 +155,13 @@ def test_gather_out_of_range_raises():
     model = make_model("Gather", [("x", x, False), ("i", np.array([4], I64), False)], [("y", np.float32)])
     with pytest.raises(IndexError):
         run_npu(model, {"x": x, "i": np.array([4], I64)})
+
+
+def test_cost_views_are_free_and_gather_moves_only_selected_rows():
+    x = rand((1000, 64), np.float32)
+    _, _, reshape = run_npu(make_model("Reshape", [("x", x, False), ("s", np.array([64, 1000], I64), True)],
+                                       [("y", np.float32)]), {"x": x})
+    assert reshape.cycles == 0 and reshape.dma_bytes == 0
+    ids = np.array([1, 5, 7], I64)
+    _, _, gather = run_npu(make_model("Gather", [("x", x, True), ("i", ids, False)], [("y", np.float32)]), {"i": ids})
+    assert gather.dma_bytes == 2 * 3 * 64 * 4 + ids.nbytes
