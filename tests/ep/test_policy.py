@@ -1,0 +1,110 @@
+"""partition_policy=cost_aware: tiny NPU islands between CPU-only ops stay on the CPU, big matmuls stay on the NPU."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from npu_ep.ep.capability import analyze
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.policy import BRIDGE_ENV, DEFAULT_BRIDGE_US, bridge_cost_us, cost_aware_policy, crossings
+from npu_ep.kernels.target import Target
+from tests.npu_testing import assignment, cpu_run, make_model, npu_partitions, npu_session
+
+F32 = TensorProto.FLOAT
+ISLANDS = 12
+TARGET_DIR = Path(__file__).resolve().parents[2] / "kernels" / "targets"
+
+
+def target_without(folder, ops: tuple[str, ...] = ("Erf",), name: str = "npu-ref-no-erf") -> str:
+    """Path of a copy of npu-ref's TOML without ``ops`` in [ops]: those nodes are forced onto the CPU."""
+    lines = (TARGET_DIR / "npu-ref.toml").read_text().splitlines()
+    keep = [ln for ln in lines if not any(ln.startswith(f'"{op}" =') for op in ops)]
+    keep = [f'name = "{name}"' if ln.startswith("name =") else ln for ln in keep]
+    path = Path(folder) / f"{name}.toml"
+    path.write_text("\n".join(keep) + "\n")
+    return str(path)
+
+
+def islands_model(islands: int = ISLANDS, rows: int = 64, d: int = 256) -> onnx.ModelProto:
+    """x -> MatMul (big, worth the NPU) -> [Erf (CPU-only) -> Add (tiny NPU island)] * islands -> Erf -> y."""
+    rng = np.random.default_rng(0)
+    inits = {"w": (rng.standard_normal((d, d)) / 16).astype(np.float32), "c": np.full((1,), 0.5, np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h0"], name="big_mm")]
+    cur = "h0"
+    for i in range(islands):
+        nodes += [helper.make_node("Erf", [cur], [f"e{i}"], name=f"erf{i}"),
+                  helper.make_node("Add", [f"e{i}", "c"], [f"a{i}"], name=f"add{i}")]
+        cur = f"a{i}"
+    nodes.append(helper.make_node("Erf", [cur], ["y"], name="erf_out"))
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [rows, d])],
+                      [helper.make_tensor_value_info("y", F32, [rows, d])], inits)
+
+
+def test_bridge_cost_default_and_env_override(monkeypatch):
+    monkeypatch.delenv(BRIDGE_ENV, raising=False)
+    assert bridge_cost_us() == DEFAULT_BRIDGE_US
+    monkeypatch.setenv(BRIDGE_ENV, "3.5")
+    assert bridge_cost_us() == 3.5
+    monkeypatch.setenv(BRIDGE_ENV, "fast")
+    with pytest.raises(ValueError, match=BRIDGE_ENV):
+        bridge_cost_us()
+
+
+def test_policy_declines_islands_with_reason_and_keeps_big_matmul(tmp_path):
+    nodes = nodes_from_model(islands_model())
+    target = Target.load(target_without(tmp_path))
+    greedy = analyze(nodes, target)
+    aware = analyze(nodes, target, policy=cost_aware_policy(target, bridge_us=10.0))
+    assert len(greedy.partitions) == ISLANDS + 1
+    assert [[nodes[i].name for i in p] for p in aware.partitions] == [["big_mm"]]
+    declined = {d.node.name: d.reason for d in aware.declined}
+    for i in range(ISLANDS):
+        assert "declined: boundary cost 20.0 us > gain" in declined[f"add{i}"]
+    assert crossings(greedy.partitions[1], nodes) == 2
+
+
+def test_zero_bridge_cost_keeps_everything_with_positive_gain(tmp_path):
+    nodes = nodes_from_model(islands_model(islands=2))
+    target = Target.load(target_without(tmp_path))
+    aware = analyze(nodes, target, policy=cost_aware_policy(target, bridge_us=0.0))
+    assert [[nodes[i].name for i in p] for p in aware.partitions][0] == ["big_mm"]
+
+
+def best_latencies_us(sessions, feeds, runs: int = 60) -> list[float]:
+    """Best-of-``runs`` latency [us] per session, runs interleaved so machine load hits all sessions alike."""
+    for sess in sessions:
+        for _ in range(5):
+            sess.run(None, feeds)
+    best = [float("inf")] * len(sessions)
+    for _ in range(runs):
+        for i, sess in enumerate(sessions):
+            t0 = time.perf_counter_ns()
+            sess.run(None, feeds)
+            best[i] = min(best[i], (time.perf_counter_ns() - t0) / 1e3)
+    return best
+
+
+def test_cost_aware_has_fewer_partitions_and_lower_latency_than_max_coverage(monkeypatch, tmp_path):
+    monkeypatch.delenv(BRIDGE_ENV, raising=False)
+    target = target_without(tmp_path)
+    model = islands_model(rows=4)
+    feeds = {"x": np.random.default_rng(1).standard_normal((4, 256)).astype(np.float32)}
+    greedy = npu_session(model, {"partition_policy": "max_coverage", "target": target})
+    aware = npu_session(model, {"partition_policy": "cost_aware", "target": target})
+    assert len(npu_partitions(greedy)) == ISLANDS + 1
+    assert npu_partitions(aware) == [["big_mm"]]
+    ran = assignment(aware)
+    assert ran["big_mm"] == "NpuEP" and all(ran[f"add{i}"] == "CPUExecutionProvider" for i in range(ISLANDS))
+    want = cpu_run(model, feeds)[0]
+    for sess in (greedy, aware):
+        np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-4, atol=1e-4)
+    t_greedy, t_aware = best_latencies_us([greedy, aware], feeds)
+    print(f"\nbest latency: max_coverage {t_greedy:.0f} us, cost_aware {t_aware:.0f} us, "
+          f"ratio {t_greedy / t_aware:.2f}x")
+    assert t_aware < t_greedy
