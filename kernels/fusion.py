@@ -1,11 +1,144 @@
-"""Epilogue fusion inside a partition: rewrite the node list before ``prepare`` (identity until implemented)."""
+"""Epilogue fusion inside a partition: MatMul-like op -> [bias Add] -> [Relu] -> [QuantizeLinear] becomes one
+synthetic node ``npu::MatMulEpilogue`` whose epilogue runs on the accumulator tile before it leaves SRAM.
+
+Why: unfused, every intermediate ``[M, N]`` makes a DRAM round trip (write by the matmul, read + write by each
+vector op) and the host allocates a fresh array per op. Fused, the cost model charges only the vector cycles of
+the epilogue (overlapped with the next tile's MACs, see ``cost.plan_cycles``) and the host applies it in place.
+
+Rules (each link must hold, else the chain stops there): the intermediate has exactly one consumer and is not a
+graph output; the target lists the epilogue kind in ``[fusion] epilogues`` and runs both the base op and
+``npu::MatMulEpilogue``; bias is a constant with N elements broadcasting over the last axis; QuantizeLinear has a
+constant per-tensor (or last-axis) scale and zero point.
+"""
 
 from __future__ import annotations
 
-from .node import NodeInfo
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .node import NodeInfo, ValueInfo
+from .support import dtype_name, why_not
 from .target import Target
+
+BASES = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "MatMulNBits"), ("com.microsoft", "MatMulIntegerToFloat")}
+FUSED_DOMAIN, FUSED_OP = "npu", "MatMulEpilogue"
+
+
+def _bias_of(add: NodeInfo, y: str, n: int | None) -> ValueInfo | None:
+    others = [v for v in add.inputs if v.name != y]
+    if len(others) != 1 or others[0].value is None:
+        return None
+    b = others[0]
+    if n is None or b.value.size != n or (b.value.ndim and b.value.shape[-1] != n):
+        return None
+    return b
+
+
+def _out_cols(nd: NodeInfo) -> int | None:
+    """N of the matmul's output: inferred shape, else the N attribute (contrib ops), else a constant B's last dim."""
+    shape = nd.outputs[0].shape
+    if shape and isinstance(shape[-1], int):
+        return shape[-1]
+    if nd.attr("N") is not None:
+        return int(nd.attr("N"))
+    b = nd.input(1)
+    if b is not None and b.value is not None and nd.op_type != "Gemm":
+        return int(b.value.shape[-1])
+    return None
+
+
+def _qparams_ok(q: NodeInfo) -> bool:
+    s, z = q.input(1), q.input(2)
+    if s is None or s.value is None or (z is not None and z.value is None):
+        return False
+    if s.value.size > 1:
+        rank = len(q.inputs[0].shape) if q.inputs[0].shape is not None else None
+        axis = int(q.attr("axis", 1))
+        return rank is not None and axis in (-1, rank - 1) and not q.attr("block_size", 0)
+    return True
 
 
 def fuse(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     """Return the node list with fusable producer/consumer chains merged into synthetic fused nodes."""
-    return nodes
+    consumers: dict[str, list[int]] = {}
+    for i, nd in enumerate(nodes):
+        for v in nd.inputs:
+            if not v.missing:
+                consumers.setdefault(v.name, []).append(i)
+    if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
+        return nodes
+    out, absorbed = [], set()
+    for i, nd in enumerate(nodes):
+        if i in absorbed:
+            continue
+        if nd.key not in BASES or why_not(nd, target) is not None:
+            out.append(nd)
+            continue
+        chain, ep, extra = [], {}, []
+        cur = nd
+        n = _out_cols(nd)
+        for kind, op in (("bias", "Add"), ("relu", "Relu"), ("quantize", "QuantizeLinear")):
+            y = cur.outputs[0]
+            users = consumers.get(y.name, [])
+            if y.is_graph_output or len(users) != 1 or not target.allows_epilogue(kind):
+                continue
+            nxt = nodes[users[0]]
+            if nxt.op_type != op or nxt.domain != "" or users[0] in absorbed:
+                continue
+            if kind == "bias":
+                b = _bias_of(nxt, y.name, n if isinstance(n, int) else None)
+                if b is None:
+                    continue
+                ep["bias"], extra = True, [*extra, ("ep_bias", b)]
+            elif kind == "relu":
+                ep["relu"] = True
+            else:
+                if not _qparams_ok(nxt):
+                    continue
+                z = nxt.input(2)
+                ep["quantize"] = dtype_name(z) if z is not None else "uint8"
+                extra = [*extra, ("ep_qscale", nxt.input(1))] + ([("ep_qzp", z)] if z is not None else [])
+            chain.append(users[0])
+            cur = nxt
+        if not chain:
+            out.append(nd)
+            continue
+        fused = NodeInfo(
+            index=nd.index, name=f"{nd.name}+" + "+".join(nodes[j].name for j in chain), op_type=FUSED_OP,
+            domain=FUSED_DOMAIN, inputs=(*nd.inputs, *(v for _, v in extra)), outputs=cur.outputs,
+            attrs={"base_op": nd.op_type, "base_domain": nd.domain, "n_base_inputs": len(nd.inputs),
+                   "epilogue": ep, "extra": [k for k, _ in extra], "base_attrs": dict(nd.attrs),
+                   "fused_nodes": [nd.name, *(nodes[j].name for j in chain)]},
+            since_version=nd.since_version)
+        if why_not(fused, target) is not None:
+            out.append(nd)
+            continue
+        absorbed.update(chain)
+        out.append(fused)
+    return out
+
+
+def base_node(fused: NodeInfo) -> NodeInfo:
+    """The original matmul node inside a fused node (its output typed as the float accumulator result)."""
+    a: dict[str, Any] = fused.attrs
+    n = int(a["n_base_inputs"])
+    out = dataclasses.replace(fused.outputs[0], dtype=np.dtype(np.float32) if a["epilogue"].get("quantize")
+                              else fused.outputs[0].dtype)
+    return NodeInfo(fused.index, fused.name, a["base_op"], a["base_domain"], fused.inputs[:n], (out,),
+                    a["base_attrs"], fused.since_version)
+
+
+def epilogue_consts(fused: NodeInfo) -> dict[str, np.ndarray]:
+    """``ep_bias`` (float32, broadcast over N), ``ep_qscale``/``ep_qzp`` (float32) from the absorbed nodes."""
+    n = int(fused.attrs["n_base_inputs"])
+    consts = {}
+    for key, v in zip(fused.attrs["extra"], fused.inputs[n:]):
+        arr = np.asarray(v.value)
+        if arr.dtype.name in ("int4", "uint4"):
+            arr = arr.astype(np.int8 if arr.dtype.name == "int4" else np.uint8)
+        consts[key] = arr.astype(np.float32)
+    if fused.attrs["epilogue"].get("quantize") and "ep_qzp" not in consts:
+        consts["ep_qzp"] = np.zeros((), np.float32)
+    return consts
