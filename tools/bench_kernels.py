@@ -1,0 +1,132 @@
+"""Kernel benchmarks: host wall time of our kernels vs ORT's CPU EP on the same single-op models, and planner
+quality (emulated cycles / roofline bound) per target.
+
+    python -m npu_ep.tools.bench_kernels [--reps 20]
+
+Host time: our kernel is prepared once and run N times; ORT's session.run on the same model, same process,
+same inputs; the table shows medians and ratio = ours / CPU EP (targets: <= 2x for GEMMs, <= 3x for the int4 GEMV).
+Planner quality: roofline_cycles(macs, compulsory DMA bytes) / plan cycles (target >= 0.8 for large GEMMs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from ..ep.onnx_graph import nodes_from_model
+from ..kernels.cost import plan_cycles, roofline_cycles
+from ..kernels.planner import PlanError, compulsory_dma_bytes, plan_matmul
+from ..kernels.registry import kernel_for
+from ..kernels.target import Target, builtin_targets
+from ..quantization import quantize_matmul_nbits
+
+RNG = np.random.default_rng(0)
+
+
+def _model(node: onnx.NodeProto, x: np.ndarray, inits: list, out_type: int, out_shape) -> onnx.ModelProto:
+    g = helper.make_graph([node], "bench", [helper.make_tensor_value_info(
+        "x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info("y", out_type, out_shape)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=10)
+
+
+def cases() -> list[tuple[str, onnx.ModelProto, np.ndarray]]:
+    out = []
+    x = RNG.standard_normal((128, 1024)).astype(np.float32)
+    w = RNG.standard_normal((1024, 1024)).astype(np.float32)
+    out.append(("MatMul fp32 128x1024x1024", _model(helper.make_node("MatMul", ["x", "w"], ["y"]), x,
+                [numpy_helper.from_array(w, "w")], TensorProto.FLOAT, [128, 1024]), x))
+    for m in (1, 128):
+        K = N = 2048
+        q = quantize_matmul_nbits(RNG.standard_normal((K, N)).astype(np.float32), 32, True)
+        xm = RNG.standard_normal((m, K)).astype(np.float32)
+        node = helper.make_node("MatMulNBits", ["x", "B", "S"], ["y"], domain="com.microsoft", K=K, N=N, bits=4,
+                                block_size=32, accuracy_level=4)
+        out.append((f"MatMulNBits int4 {m}x{K}x{N}", _model(node, xm, [numpy_helper.from_array(q.B, "B"),
+                    numpy_helper.from_array(q.scales, "S")], TensorProto.FLOAT, [m, N]), xm))
+    a = RNG.integers(0, 256, (128, 1024)).astype(np.uint8)
+    b = RNG.integers(-64, 64, (1024, 1024)).astype(np.int8)
+    inits = [numpy_helper.from_array(v, n) for n, v in (
+        ("as", np.array(0.02, np.float32)), ("az", np.array(128, np.uint8)), ("b", b),
+        ("bs", np.array(0.01, np.float32)), ("bz", np.array(0, np.int8)), ("ys", np.array(2.0, np.float32)),
+        ("yz", np.array(128, np.uint8)))]
+    node = helper.make_node("QLinearMatMul", ["x", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    out.append(("QLinearMatMul u8s8 128x1024x1024", _model(node, a, inits, TensorProto.UINT8, [128, 1024]), a))
+    return out
+
+
+def _median_time(fn, reps: int) -> float:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float]]:
+    rows = []
+    for name, model, x in cases():
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        (node,) = nodes_from_model(model, infer_shapes=False)  # every value is declared in the graph
+        k = kernel_for(node.domain, node.op_type)
+        p = k.prepare(node, target)
+        args = [None if v.missing or v.is_constant else x for v in node.inputs]
+        ours = k.run(p, args)[0]
+        ref = sess.run(None, {"x": x})[0]
+        assert ours.shape == ref.shape, (name, ours.shape, ref.shape)
+        t_ort = _median_time(lambda: sess.run(None, {"x": x}), reps)
+        t_ours = _median_time(lambda: k.run(p, args), reps)
+        rows.append((name, t_ours * 1e3, t_ort * 1e3, t_ours / t_ort))
+    return rows
+
+
+GEMMS = [("fp32 128x1024x1024", 128, 1024, 1024, "float32", "float32", None, None),
+         ("fp16 1024x1024x1024", 1024, 1024, 1024, "float16", "float16", None, None),
+         ("int8 128x1024x1024", 128, 1024, 1024, "int8", "int8", None, "int8"),
+         ("int8 2048x2048x2048", 2048, 2048, 2048, "int8", "int8", None, "int8"),
+         ("int4 1x2048x2048", 1, 2048, 2048, "float32", "int4", 32, None),
+         ("int4 128x2048x2048", 128, 2048, 2048, "float32", "int4", 32, None)]
+
+
+def planner_table() -> list[tuple[str, str, str]]:
+    rows = []
+    for tname in builtin_targets():
+        t = Target.load(tname)
+        for label, m, n, k, a, b, bs, o in GEMMS:
+            try:
+                p = plan_matmul(m, n, k, a, b, t, block_size=bs, out_dtype=o)
+            except PlanError as exc:
+                rows.append((tname, label, f"declined: {exc}"))
+                continue
+            c = plan_cycles(p, t)
+            q = roofline_cycles(p.macs, compulsory_dma_bytes(p), p.mode, t) / c
+            rows.append((tname, label, f"{q:.3f}  ({p.tm}x{p.tn}x{p.tk} {p.resident}, {p.sram_bytes // 1024} KiB, "
+                                       f"{c / t.clock_hz * 1e6:.1f} us)"))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--target", default="npu-ref")
+    args = ap.parse_args(argv)
+    print(f"host wall time, median of {args.reps} (ours: prepare once, run N times; target {args.target})")
+    print(f"{'op':36} {'ours ms':>9} {'CPU EP ms':>10} {'ratio':>7}")
+    for name, ours, cpu, ratio in host_table(args.reps, Target.load(args.target)):
+        print(f"{name:36} {ours:9.3f} {cpu:10.3f} {ratio:7.2f}")
+    print("\nplanner quality: roofline / emulated cycles (>= 0.8 wanted)")
+    for tname, label, text in planner_table():
+        print(f"{tname:9} {label:22} {text}")
+
+
+if __name__ == "__main__":
+    main()
