@@ -13,7 +13,8 @@ ORT CPU semantics reproduced here:
     (ORT's non-shared-buffer path memsets present).
   * query s of batch b sees keys t with t <= past_b + s and t < total_b (causal), and, when
     local_window_size > 0, t > past_b + s - local_window_size (the window counts the query's own key, as ORT 1.31).
-  * rotary positions: first prompt s (1 for padding rows s >= total_b), otherwise past_b + s; Q and the new K rotate.
+  * rotary positions past_b + s (also for the padding rows of a right-padded first prompt, as ORT 1.31's CPU
+    kernel does), unless position_ids are given; Q and the new K rotate, V does not.
   * scale = 1/sqrt(H) unless given; softcap > 0 applies softcap * tanh(x / softcap) before masking.
 
 No repeated KV: the G query heads of one kv head are stacked as G*S rows of one matmul,
@@ -74,14 +75,14 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
-def _lengths(seqlens_k: np.ndarray, total: int, s: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(past_b, total_b, first_prompt) per ORT's rules (module docstring)."""
+def _lengths(seqlens_k: np.ndarray, total: int, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """(past_b, total_b) per ORT's rules (module docstring): a first prompt (S == total) has no past."""
     total_b = np.asarray(seqlens_k, dtype=np.int64).reshape(-1) + 1
     first = s == total
     past_b = np.zeros_like(total_b) if first else total_b - s
     if (past_b < 0).any():
         raise ValueError(f"GroupQueryAttention: seqlens_k {seqlens_k.tolist()} shorter than the {s} new tokens")
-    return past_b, total_b, first
+    return past_b, total_b
 
 
 def _present(past: np.ndarray | None, new_bsnh: np.ndarray, past_b: np.ndarray, t_buf: int) -> np.ndarray:
@@ -127,7 +128,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     else:
         h = query.shape[2] // n
         q, k_new, v_new = query.reshape(b, s, n, h), key.reshape(b, s, nkv, h), value.reshape(b, s, nkv, h)
-    past_b, total_b, first = _lengths(seqlens_k, total, s)
+    past_b, total_b = _lengths(seqlens_k, total, s)
 
     if a["do_rotary"]:
         cos, sin = arg(p, inputs, 7), arg(p, inputs, 8)
@@ -135,9 +136,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         if pos_in is not None:
             pos = np.asarray(pos_in, dtype=np.int64).reshape(b, s)
         else:
-            pos = past_b[:, None] + np.arange(s)[None, :]
-            if first:
-                pos = np.where(pos < total_b[:, None], pos, 1)
+            pos = past_b[:, None] + np.arange(s)[None, :]  # padding rows of a first prompt keep s (ORT 1.31 CPU)
         half = cos.shape[1]
         q = rotate(q, cos[pos, :half], sin[pos, :half], bool(a["rotary_interleaved"]))
         k_new = rotate(k_new, cos[pos, :half], sin[pos, :half], bool(a["rotary_interleaved"]))

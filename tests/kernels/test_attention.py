@@ -16,15 +16,15 @@ TOL32 = (5e-5, 5e-5)
 MAX_POS = 1024
 
 
-def _cache(h: int, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
-    half = h // 2
+def _cache(half: int, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
     ang = np.arange(MAX_POS)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
     return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
 
 
 def gqa(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rotary=None, dtype=np.float32, seed=0,
-        **attrs):
-    """Build inputs and run the comparison; ``past`` is the past buffer length P (None: no past inputs)."""
+        rotary_dim=None, **attrs):
+    """Build inputs and run the comparison; ``past`` is the past buffer length P (None: no past inputs);
+    ``rotary_dim`` < h makes the cos/sin caches narrower (partial rotary)."""
     seqlens = [s - 1 + (past or 0)] * b if seqlens is None else seqlens
     total = max(seqlens) + 1 if total is None else total
     if packed:
@@ -40,7 +40,7 @@ def gqa(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rota
     inputs += [("seqlens_k", np.array(seqlens, np.int32), False), ("total", np.array(total, np.int32), False)]
     a = {"num_heads": n, "kv_num_heads": nkv, **attrs}
     if rotary is not None:
-        cos, sin = _cache(h, dtype)
+        cos, sin = _cache((rotary_dim or h) // 2, dtype)
         inputs += [("cos", cos, True), ("sin", sin, True)]
         a.update(do_rotary=1, rotary_interleaved=int(rotary == "interleaved"))
     outs = [("y", dtype), ("present_key", dtype), ("present_value", dtype)]
@@ -108,6 +108,12 @@ def test_do_rotary_with_caches(rotary, phase):
         gqa(1, 3, 4, 2, 32, past=10, rotary=rotary)
 
 
+@pytest.mark.parametrize("rotary", ["half", "interleaved"])
+def test_partial_rotary_from_narrow_caches(rotary):
+    gqa(1, 4, 4, 2, 32, rotary=rotary, rotary_dim=16)
+    gqa(1, 1, 4, 2, 32, past=7, rotary=rotary, rotary_dim=16)
+
+
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
 def test_packed_qkv(phase):
     if phase == "prefill":
@@ -173,3 +179,24 @@ def test_decode_cost_stacks_query_heads_as_matrix_rows():
     assert c32.macs == 4 * c8.macs == 4 * 2 * 8 * 513 * 128
     assert c32.compute_cycles < 2 * c8.compute_cycles  # 4x the MACs on the same padded tiles
     assert c32.dma_bytes > 0 and 0 < c32.utilization <= 1
+
+
+def test_first_prompt_right_padded_batch_valid_rows():
+    """Batch 2 prompt of S=6 where batch 1 has 4 real tokens (seqlens_k = [5, 3]): the real rows and the whole
+    present cache match ORT; padded query rows (ORT leaves them undefined) are not compared."""
+    from test_elementwise_ortref import run_ort
+    b, s, n, nkv, h = 2, 6, 4, 2, 32
+    cos, sin = _cache(h // 2)
+    inputs = [("q", rand((b, s, n * h), seed=1), False), ("k", rand((b, s, nkv * h), seed=2), False),
+              ("v", rand((b, s, nkv * h), seed=3), False), None, None,
+              ("seqlens_k", np.array([5, 3], np.int32), False), ("total", np.array(6, np.int32), False),
+              ("cos", cos, True), ("sin", sin, True)]
+    outs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
+    model = make_model("GroupQueryAttention", inputs, outs, {"num_heads": n, "kv_num_heads": nkv, "do_rotary": 1},
+                       domain="com.microsoft")
+    want = run_ort(model, feeds_of(inputs))
+    got, _, _ = run_npu(model, feeds_of(inputs))
+    assert_close(got[0][0], want[0][0], TOL32, "batch 0 output")
+    assert_close(got[0][1, :4], want[0][1, :4], TOL32, "batch 1 real rows")
+    for i in (1, 2):
+        assert_close(got[i], want[i], TOL32, f"present {i}")
