@@ -1,0 +1,339 @@
+"""Greedy generation for exporter-style decoder graphs on NpuEP: bucketed prefill, then decode with a fixed KV cache.
+
+Graph I/O (HF/Optimum names): input_ids [1,S], attention_mask [1,P+S], position_ids [1,S],
+past_key_values.{i}.key/.value [1,Nkv,P,H] -> logits [1,S,V], present.{i}.key/.value [1,Nkv,P+S,H].
+
+Executed shapes (S, P): the first prefill chunk (bucket, 0); later chunks (largest bucket, C); decode (1, C) where C
+is ``max_kv_len``. Padding side, mask and cache layout are explained in ``generate_shapes``. One session runs
+every step (see ``Generator``). Per-shape sessions with ORT free-dimension overrides were tried and dropped: ORT's
+shape inference rejects the exporter graph's Range plumbing once the dims are fixed.
+
+``generate(model_or_session, prompt_ids, max_new_tokens, ...) -> GenerationResult``.
+``reference_generate(model, prompt_ids, max_new_tokens)``: the naive CPU loop (no padding, growing KV), for checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from .generate_shapes import (DEFAULT_BUCKETS, KvCache, KvCapacityError, KvLayout, PaddingStats,
+                              PromptTooLongError, check_buckets, plan_prefill)
+
+__all__ = ["DEFAULT_BUCKETS", "GenerationResult", "Generator", "KvCapacityError", "PromptTooLongError",
+           "StepRecord", "default_providers", "generate", "reference_generate"]
+
+DEFAULT_MAX_KV_LEN = 1024
+
+
+def default_providers() -> list:
+    import npu_ep
+
+    return [(npu_ep.get_ep_name(), {}), "CPUExecutionProvider"]
+
+
+@dataclasses.dataclass
+class StepRecord:
+    kind: str                 # "prefill" (first chunk), "chunk" (later prefill chunk) or "decode"
+    logical: int              # tokens that mattered
+    shape: tuple[int, int]    # executed (S, P)
+    host_s: float
+    npu_s: float              # emulated NPU seconds of this step (0 without NpuEP)
+
+
+@dataclasses.dataclass
+class ShapeInfo:
+    shape: tuple[int, int]    # executed (S, P)
+    calls: int = 0            # over the Generator's life
+    host_s: float = 0.0
+    npu_s: float = 0.0        # emulated NPU seconds
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    prompt: list[int]
+    tokens: list[int]                          # generated ids (greedy), max_new_tokens of them
+    ttft_s: float                              # host seconds from start to the first generated token
+    itl_s: list[float]                         # host seconds per later token (decode steps)
+    npu_prefill_s: float                       # emulated NPU seconds, all prefill chunks
+    npu_decode_s: list[float]                  # emulated NPU seconds per decode step
+    padding: PaddingStats
+    steps: list[StepRecord]
+    shapes: dict[tuple[int, int], ShapeInfo]
+    kv_capacity: int
+    kv_length: int                             # valid KV entries at the end
+    logits: list[np.ndarray] | None = None     # [V] float32 row that chose each generated token
+
+    @property
+    def mean_itl_s(self) -> float:
+        return float(np.mean(self.itl_s)) if self.itl_s else 0.0
+
+    @property
+    def mean_npu_decode_s(self) -> float:
+        return float(np.mean(self.npu_decode_s)) if self.npu_decode_s else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"prompt_len": len(self.prompt), "tokens": self.tokens, "ttft_s": self.ttft_s,
+                "mean_itl_s": self.mean_itl_s, "npu_prefill_s": self.npu_prefill_s,
+                "npu_mean_decode_s": self.mean_npu_decode_s, "kv_capacity": self.kv_capacity,
+                "kv_length": self.kv_length,
+                "padding": {"logical": self.padding.logical_tokens, "executed": self.padding.executed_tokens,
+                            "waste": self.padding.waste},
+                "shapes": {f"S={s},P={p}": {"calls": i.calls, "host_s": i.host_s, "npu_s": i.npu_s}
+                           for (s, p), i in self.shapes.items()}}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# model inspection
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModelInfo:
+    n_layers: int
+    kv_heads: int
+    head_dim: int
+    layouts: tuple[KvLayout, ...] | None  # None: unknown (a session was given), detected at run time
+
+
+def _inspect_model(model: onnx.ModelProto) -> _ModelInfo:
+    g = model.graph
+    inputs = {vi.name: vi for vi in g.input}
+    for need in ("input_ids", "attention_mask", "past_key_values.0.key"):
+        if need not in inputs:
+            raise ValueError(f"model has no input '{need}': expected the exporter decoder I/O (input_ids, "
+                             "attention_mask, position_ids, past_key_values.{i}.key/value)")
+    n_layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
+    kdims = inputs["past_key_values.0.key"].type.tensor_type.shape.dim
+    kv_heads, head_dim = kdims[1].dim_value, kdims[3].dim_value
+    producers = {o: n for n in g.node for o in n.output}
+    layouts = []
+    for i in range(n_layers):
+        node = producers.get(f"present.{i}.key")
+        op = node.op_type if node is not None else ""
+        layouts.append(KvLayout.VALID_PREFIX if op == "GroupQueryAttention" else KvLayout.APPEND
+                       if op == "Concat" else None)
+    return _ModelInfo(n_layers, kv_heads, head_dim, None if None in layouts else tuple(layouts))
+
+
+def _info_from_session(sess: ort.InferenceSession) -> _ModelInfo:
+    ins = {i.name: i for i in sess.get_inputs()}
+    n_layers = sum(1 for n in ins if n.startswith("past_key_values.") and n.endswith(".key"))
+    shape = ins["past_key_values.0.key"].shape
+    return _ModelInfo(n_layers, int(shape[1]), int(shape[3]), None)
+
+
+def _detect_layouts(presents, cache: KvCache, new: int) -> tuple[KvLayout, ...]:
+    """Without the graph: the cache keeps unused slots at zero, so an APPEND present (a copy of the past there)
+    holds zeros at slots L..L+new-1, while a VALID_PREFIX present holds the new keys."""
+    lo = cache.length
+    return tuple(KvLayout.APPEND if not np.any(pk[:, :, lo: lo + new]) else KvLayout.VALID_PREFIX
+                 for pk, _ in presents)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# sessions
+
+
+def _npu_ep_sessions(before: set[int]) -> list:
+    from ..ep.bridge import LIVE_SESSIONS
+
+    return [s for s in list(LIVE_SESSIONS) if id(s) not in before]
+
+
+def _live_ids() -> set[int]:
+    try:
+        from ..ep.bridge import LIVE_SESSIONS
+    except ImportError:
+        return set()
+    return {id(s) for s in list(LIVE_SESSIONS)}
+
+
+class _Runner:
+    """The ORT session (+ its NpuEP EpSessions, found through ``LIVE_SESSIONS``) that runs every step."""
+
+    def __init__(self, sess: ort.InferenceSession, eps: list, session_s: float):
+        self.sess, self.eps, self.session_s = sess, eps, session_s
+        self.output_names = [o.name for o in sess.get_outputs()]
+
+    def emulated(self) -> float:
+        return sum(p.emulated_seconds() for ep in self.eps for p in list(ep.programs.values()))
+
+    def run(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float, float]:
+        e0, t0 = self.emulated(), time.perf_counter()
+        outs = self.sess.run(None, feeds)
+        host = time.perf_counter() - t0
+        return dict(zip(self.output_names, outs)), host, self.emulated() - e0
+
+
+class Generator:
+    """One session for one model; reuse it across prompts (``generate`` makes one per call).
+
+    NpuEP compiles each partition once per session (its programs take any shape; the compiled-context cache
+    makes the next session start fast). Bucketing bounds the distinct executed shapes to the buckets used plus
+    the chunk and decode shapes; ``shapes`` counts calls per executed (S, P) and the emulated cost model is
+    evaluated once per shape.
+    """
+
+    def __init__(self, model: str | os.PathLike | onnx.ModelProto | ort.InferenceSession, *,
+                 providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
+                 max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True,
+                 session_config: dict[str, str] | None = None):
+        self.buckets = check_buckets(buckets)
+        self.max_kv_len = int(max_kv_len)
+        self.chunked_prefill = chunked_prefill
+        self.providers = list(providers) if providers is not None else default_providers()
+        self.shapes: dict[tuple[int, int], ShapeInfo] = {}
+        if isinstance(model, ort.InferenceSession):
+            self.info = _info_from_session(model)
+            sess, session_s, eps = model, 0.0, []
+            self.providers = model.get_providers()
+        else:
+            proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+            self.info = _inspect_model(proto)
+            so = ort.SessionOptions()
+            so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+            for k, v in (session_config or {}).items():
+                so.add_session_config_entry(k, v)
+            before = _live_ids()
+            t0 = time.perf_counter()
+            # enable_fallback=0: an NpuEP failure raises instead of silently re-running everything on the CPU
+            sess = ort.InferenceSession(proto.SerializeToString(), sess_options=so, providers=self.providers,
+                                        enable_fallback=0)
+            session_s = time.perf_counter() - t0
+            eps = _npu_ep_sessions(before) if self.uses_npu else []
+        self._runner = _Runner(sess, eps, session_s)
+        self.layouts = self.info.layouts
+
+    @property
+    def uses_npu(self) -> bool:
+        import npu_ep
+
+        return any((p[0] if isinstance(p, tuple) else p) == npu_ep.get_ep_name() for p in self.providers)
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        return self._runner.sess
+
+    def compile_stats(self) -> dict[str, Any]:
+        """NpuEP partitions of the session, how many were compiled vs loaded from the cache, session seconds."""
+        eps = self._runner.eps
+        return {"session_s": self._runner.session_s,
+                "npu_partitions": sum(len(ep.programs) for ep in eps),
+                "compiles": sum(ep.context.stats["misses"] for ep in eps),
+                "cache_hits": sum(ep.context.stats["hits"] for ep in eps)}
+
+    # -- one step ----------------------------------------------------------------------------------------------
+    def _step(self, cache: KvCache, tokens: Sequence[int], executed: int, first: bool
+              ) -> tuple[np.ndarray, float, float, tuple[int, int]]:
+        """Run `tokens` padded to `executed`; returns (logits row of the last valid token, host s, npu s, shape)."""
+        new = len(tokens)
+        cache.check_room(new)
+        ids = np.zeros((1, executed), np.int64)
+        ids[0, :new] = tokens
+        pos = np.zeros((1, executed), np.int64)           # padded positions read 0 (always a valid rotary row)
+        pos[0, :new] = np.arange(cache.length, cache.length + new)
+        if first:
+            past_len = 0
+            mask = np.zeros((1, executed), np.int64)
+            mask[0, :new] = 1
+            empty = np.zeros((1, self.info.kv_heads, 0, self.info.head_dim), np.float32)
+            past = {f"past_key_values.{i}.{kind}": empty for i in range(self.info.n_layers)
+                    for kind in ("key", "value")}
+        else:
+            past_len = cache.capacity
+            mask = cache.mask(new, executed)
+            past = cache.past_feeds()
+        feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, **past}
+        outs, host, npu = self._runner.run(feeds)
+        shape = self.shapes.setdefault((executed, past_len), ShapeInfo((executed, past_len)))
+        shape.calls += 1
+        shape.host_s += host
+        shape.npu_s += npu
+        presents = [(outs[f"present.{i}.key"], outs[f"present.{i}.value"]) for i in range(self.info.n_layers)]
+        if self.layouts is None:
+            if first:
+                layouts = (KvLayout.APPEND,) * self.info.n_layers  # empty past: both layouts agree
+            else:
+                layouts = self.layouts = _detect_layouts(presents, cache, new)
+        else:
+            layouts = self.layouts
+        cache.append(presents, layouts, new, past_len)
+        return np.array(outs["logits"][0, new - 1], np.float32), host, npu, (executed, past_len)
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, *, keep_logits: bool = True
+                 ) -> GenerationResult:
+        prompt = [int(t) for t in prompt_ids]
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        chunks = plan_prefill(len(prompt), self.buckets, chunked=self.chunked_prefill)
+        cache = KvCache(self.info.n_layers, self.info.kv_heads, self.info.head_dim, self.max_kv_len)
+        # capacity is checked up front: a clear error before any work, never a silent overwrite later
+        cache.check_room(len(prompt) + max_new_tokens - 1)
+        padding, steps = PaddingStats(), []
+        t_start = time.perf_counter()
+        npu_prefill = 0.0
+        for ch in chunks:
+            logits, host, npu, shape = self._step(cache, prompt[ch.start: ch.start + ch.length], ch.bucket, ch.first)
+            padding.logical_tokens += ch.length
+            padding.executed_tokens += ch.bucket
+            npu_prefill += npu
+            steps.append(StepRecord("prefill" if ch.first else "chunk", ch.length, shape, host, npu))
+        token = int(np.argmax(logits))
+        ttft = time.perf_counter() - t_start
+        tokens, rows, itl, npu_decode = [token], [logits] if keep_logits else None, [], []
+        for _ in range(max_new_tokens - 1):
+            t0 = time.perf_counter()
+            logits, host, npu, shape = self._step(cache, [token], 1, False)
+            token = int(np.argmax(logits))
+            itl.append(time.perf_counter() - t0)
+            npu_decode.append(npu)
+            steps.append(StepRecord("decode", 1, shape, host, npu))
+            tokens.append(token)
+            if rows is not None:
+                rows.append(logits)
+        shapes = {k: dataclasses.replace(v) for k, v in self.shapes.items()}
+        return GenerationResult(prompt, tokens, ttft, itl, npu_prefill, npu_decode, padding, steps, shapes,
+                                cache.capacity, cache.length, rows)
+
+
+def generate(session_or_model_path, prompt_ids: Sequence[int], max_new_tokens: int, *,
+             providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
+             max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True, keep_logits: bool = True) -> GenerationResult:
+    """Greedy-generate ``max_new_tokens`` ids after ``prompt_ids`` (batch 1). See the module docstring."""
+    gen = Generator(session_or_model_path, providers=providers, buckets=buckets, max_kv_len=max_kv_len,
+                    chunked_prefill=chunked_prefill)
+    return gen.generate(prompt_ids, max_new_tokens, keep_logits=keep_logits)
+
+
+def reference_generate(model, prompt_ids: Sequence[int], max_new_tokens: int
+                       ) -> tuple[list[int], list[np.ndarray]]:
+    """The naive exporter loop on ORT's CPU EP: unpadded prefill, KV grown by one each step (no buckets)."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+    info = _inspect_model(proto)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    empty = np.zeros((1, info.kv_heads, 0, info.head_dim), np.float32)
+    past = [(empty, empty)] * info.n_layers
+    ids = list(prompt_ids)
+    tokens, rows = [], []
+    for _ in range(max_new_tokens):
+        p = past[0][0].shape[2]
+        feeds = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, p + len(ids)), np.int64),
+                 "position_ids": np.arange(p, p + len(ids), dtype=np.int64)[None]}
+        for i, (k, v) in enumerate(past):
+            feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = k, v
+        out = dict(zip(names, sess.run(None, feeds)))
+        row = out["logits"][0, -1]
+        rows.append(row)
+        tokens.append(int(np.argmax(row)))
+        past = [(out[f"present.{i}.key"], out[f"present.{i}.value"]) for i in range(info.n_layers)]
+        ids = [tokens[-1]]
+    return tokens, rows
