@@ -1,0 +1,88 @@
+"""Stage-by-stage numerics for ``npu-report --compare``: golden per-node outputs vs what NpuEP computed.
+
+Reference: the CPU EP on a copy of the model with every node output made a graph output, optimizations off (so
+every node of the file exists). NpuEP: the unmodified model with provider option ``record_tensors=1``; each
+program keeps ``"node_name:i" -> array`` for its steps (a fused epilogue step is named ``"a+b+c"``: its output
+is the output of the last absorbed node ``c``). Per node: max abs diff and max relative diff
+(``max|d| / max|ref|``); a node fails when ``max|d| > atol + rtol * max|ref|`` for its dtype (table below).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from .report_run import npu_session
+
+# dtype -> (atol, rtol): fp32 kernels reassociate sums; fp16 keeps ~3 decimal digits; integers allow 1 LSB
+TOLERANCE = {"float32": (1e-4, 1e-3), "float16": (1e-2, 1e-2), "float64": (1e-8, 1e-6)}
+INT_TOLERANCE = (1.0, 0.0)
+
+
+def tolerance(dtype: np.dtype) -> tuple[float, float]:
+    return TOLERANCE.get(np.dtype(dtype).name, INT_TOLERANCE if np.issubdtype(dtype, np.integer) else (0.0, 0.0))
+
+
+def expose_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Copy of ``model`` whose graph outputs include every node output with a known type."""
+    m = onnx.shape_inference.infer_shapes(model)
+    known = {o.name for o in m.graph.output}
+    types = {vi.name: vi for vi in m.graph.value_info}
+    for n in m.graph.node:
+        for out in n.output:
+            if out and out not in known and out in types:
+                m.graph.output.append(types[out])
+                known.add(out)
+    return m
+
+
+def _reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    exposed = expose_all_outputs(model)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(exposed.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(feeds))))
+
+
+def compare(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+            provider_options: Mapping[str, str]) -> dict[str, Any]:
+    """Per-node diffs for every node NpuEP recorded, in graph order, and the first node out of tolerance."""
+    ref = _reference(model, feeds)
+    sess, ep = npu_session(model.SerializeToString(), {**provider_options, "record_tensors": "1"})
+    sess.run(None, dict(feeds))
+    nodes = [d.node for d in ep.capabilities[-1][1].decisions] if ep.capabilities else []
+    order = {n.name: i for i, n in enumerate(nodes)}
+    outputs = {n.name: [v.name for v in n.outputs] for n in nodes}
+    rows, unmatched = [], []
+    for prog in ep.programs.values():
+        for key, got in prog.recorded.items():
+            step, _, idx = key.rpartition(":")
+            last = step.split("+")[-1]
+            names = outputs.get(last, [])
+            tensor = names[int(idx)] if int(idx) < len(names) else None
+            if tensor is None or tensor not in ref:
+                unmatched.append(key)
+                continue
+            want = ref[tensor]
+            got = np.asarray(got)
+            if got.shape != want.shape:
+                rows.append({"node": step, "tensor": tensor, "dtype": want.dtype.name, "shape": list(want.shape),
+                             "max_abs": None, "max_rel": None, "ok": False,
+                             "note": f"shape {list(got.shape)} != reference {list(want.shape)}"})
+                continue
+            d = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            scale = float(np.max(np.abs(want))) if want.size else 0.0
+            max_abs = float(np.max(d)) if d.size else 0.0
+            atol, rtol = tolerance(want.dtype)
+            rows.append({"node": step, "tensor": tensor, "dtype": want.dtype.name, "shape": list(want.shape),
+                         "max_abs": max_abs, "max_rel": max_abs / scale if scale else max_abs,
+                         "ok": bool(max_abs <= atol + rtol * scale), "note": ""})
+    rows.sort(key=lambda r: order.get(r["node"].split("+")[-1], 1 << 30))
+    first_bad = next((r["node"] for r in rows if not r["ok"]), None)
+    return {"nodes": rows, "first_failure": first_bad, "unmatched": sorted(unmatched),
+            "tolerances": {k: {"atol": a, "rtol": r} for k, (a, r) in TOLERANCE.items()}}

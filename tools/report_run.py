@@ -1,0 +1,149 @@
+"""Running a model for ``npu-report --run``: input generation, a real NpuEP session, and bridge measurements.
+
+Measured, not guessed: the shim counts per partition the whole Compute callback (``total_ns``) and the time
+inside the Python program (``program_ns``); ``(total_ns - program_ns) / calls`` is the bridge cost of one call
+(GIL, zero-copy input views, the call, output copies). It is split over that call's crossings in proportion to
+their bytes. Latencies are medians over ``runs`` session.run calls [us], NpuEP and CPU EP on the same feeds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..ep import _native
+from ..ep.bridge import LIVE_SESSIONS, EpSession
+from ..ep.dtypes import numpy_dtype
+
+
+class ReportInputError(ValueError):
+    """Bad user input (model, dims, target): the CLI prints it in one line and exits with 2."""
+
+
+def _vocab_size(model: onnx.ModelProto, input_name: str) -> int:
+    inits = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == input_name and n.input[0] in inits:
+            return int(inits[n.input[0]].dims[0])
+    return 100
+
+
+def resolve_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[str, int]:
+    """Every symbolic dim of the graph inputs: ``--dim`` values, ``total*`` = past + sequence, others 1."""
+    names = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+    out = {k: int(v) for k, v in dims.items()}
+    for name in sorted(names - set(out), key=lambda s: "total" in s.lower()):
+        if "total" in name.lower():
+            past = sum(v for k, v in out.items() if "past" in k.lower())
+            seq = sum(v for k, v in out.items() if "seq" in k.lower() and "past" not in k.lower()
+                      and "total" not in k.lower())
+            out[name] = max(1, past + seq)
+        else:
+            out[name] = 1
+    return out
+
+
+def make_feeds(model: onnx.ModelProto, dims: Mapping[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+    """input_ids: ints < vocab; masks: ones; position_ids: arange; other floats: random normal; other ints: 0."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        tt = inp.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 1) for d in tt.shape.dim]
+        dtype = numpy_dtype(tt.elem_type)
+        if dtype is None:
+            raise ReportInputError(f"input '{inp.name}' has an element type npu-report cannot generate")
+        lname = inp.name.lower()
+        if "input_ids" in lname:
+            feeds[inp.name] = rng.integers(0, _vocab_size(model, inp.name), shape).astype(dtype)
+        elif "mask" in lname:
+            feeds[inp.name] = np.ones(shape, dtype)
+        elif "position_ids" in lname:
+            feeds[inp.name] = np.broadcast_to(np.arange(shape[-1] if shape else 1), shape).astype(dtype)
+        elif np.issubdtype(dtype, np.floating):
+            feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[inp.name] = np.ones(shape, dtype)
+        else:
+            feeds[inp.name] = np.zeros(shape, dtype)
+    return feeds
+
+
+def npu_session(model_bytes: bytes, provider_options: Mapping[str, str]) -> tuple[ort.InferenceSession, EpSession]:
+    """An NpuEP session that records ORT's graph assignment and never silently falls back, and its EpSession."""
+    before = set(LIVE_SESSIONS)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    opts = {"cache_dir": "", **provider_options}
+    sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("NpuEP", opts), "CPUExecutionProvider"],
+                                enable_fallback=0)
+    new = [s for s in LIVE_SESSIONS if s not in before]
+    if len(new) != 1:
+        raise RuntimeError(f"expected one new NpuEP session, found {len(new)}")
+    return sess, new[0]
+
+
+def assignment(sess: ort.InferenceSession) -> dict[str, str]:
+    """node name -> EP that ran it, from ORT's own record."""
+    return {n.name: sg.ep_name for sg in sess.get_provider_graph_assignment_info() for n in sg.get_nodes()}
+
+
+def latencies_us(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray], runs: int) -> tuple[float, float]:
+    """(median, mean) of ``runs`` session.run calls [us]; the mean matches the shim's summed counters."""
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        sess.run(None, dict(feeds))
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(samples), statistics.fmean(samples)
+
+
+def measure(sess: ort.InferenceSession, ep: EpSession, model_bytes: bytes, feeds: Mapping[str, np.ndarray],
+            runs: int, warmup: int = 2) -> dict[str, Any]:
+    """Latency on NpuEP and on the CPU EP, and the shim's per-partition counters over ``runs`` runs."""
+    for _ in range(warmup):
+        sess.run(None, dict(feeds))
+    _native.reset_stats()
+    npu_us, npu_mean = latencies_us(sess, feeds, runs)
+    stats = _native.partition_stats()
+    cpu = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    for _ in range(warmup):
+        cpu.run(None, dict(feeds))
+    cpu_us, cpu_mean = latencies_us(cpu, feeds, runs)
+    parts = []
+    for name in ep.programs:
+        s = stats.get(name, {})
+        calls = int(s.get("calls", 0))
+        per = max(calls, 1)
+        parts.append({"partition": name, "calls_per_run": calls / runs,
+                      "total_us_per_call": s.get("total_ns", 0) / per / 1e3,
+                      "program_us_per_call": s.get("program_ns", 0) / per / 1e3,
+                      "bridge_us_per_call": (s.get("total_ns", 0) - s.get("program_ns", 0)) / per / 1e3,
+                      "bytes_in_per_call": s.get("bytes_in", 0) // per, "bytes_out_per_call": s.get("bytes_out", 0) // per})
+    return {"runs": runs, "npu_latency_us": npu_us, "cpu_latency_us": cpu_us, "npu_mean_us": npu_mean,
+            "cpu_mean_us": cpu_mean, "partitions": parts}
+
+
+def attribute_bridge(crossings: Sequence[dict], measured_parts: Sequence[dict]) -> None:
+    """Set ``measured_us`` (per run) on every crossing: its partition's bridge time per call x calls per run,
+    split by bytes (evenly when sizes are unknown)."""
+    by_part: dict[str, list[dict]] = {}
+    for c in crossings:
+        by_part.setdefault(c["partition"], []).append(c)
+    for m in measured_parts:
+        group = by_part.get(m["partition"], [])
+        sizes = [c["bytes"] or 0 for c in group]
+        total = sum(sizes)
+        for c, b in zip(group, sizes):
+            share = b / total if total else 1 / len(group)
+            c["measured_us"] = m["bridge_us_per_call"] * share
+            c["per_run"] = m["calls_per_run"]

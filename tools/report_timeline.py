@@ -1,0 +1,78 @@
+"""Emulated NPU timeline for ``npu-report``: per partition and per op cycles, DMA bytes, SRAM peak, utilization.
+
+Two sources, same output shape:
+- ``from_programs``: the compiled programs of a live session after a run (``Program.cost_for(signature)``, one
+  entry per distinct input-shape signature: e.g. prefill and decode of a KV-cache model);
+- ``from_static``: the kernels' ``cost`` functions called on the model file's static shapes (``--dim`` resolves
+  symbolic dims); nodes whose shapes stay unresolved are listed with the reason instead of a number.
+Cycles at the target clock; seconds = cycles / clock; utilization = MACs / (cycles * peak MACs per cycle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..ep.capability import Capability
+from ..ep.program import Program
+from ..kernels.node import NodeInfo
+from ..kernels.registry import OpCost, kernel_for
+from ..kernels.target import Target
+from .report_model import layer_of, op_name, resolve_shape
+
+
+def _op_entry(node: str, op: str, c: OpCost, target: Target) -> dict[str, Any]:
+    return {"node": node, "op": op, "unit": c.unit, "cycles": float(c.cycles), "compute_cycles": float(c.compute_cycles),
+            "dma_cycles": float(c.dma_cycles), "dma_bytes": int(c.dma_bytes), "sram_peak": int(c.sram_peak),
+            "macs": int(c.macs), "utilization": float(c.utilization), "us": target.cycles_to_seconds(c.cycles) * 1e6,
+            "layer": layer_of(node)}
+
+
+def _partition_entry(name: str, signature: Any, ops: list[dict], target: Target, calls: int = 0,
+                     skipped: Sequence[dict] = ()) -> dict[str, Any]:
+    cycles = sum(o["cycles"] for o in ops)
+    peak = max((float(r) for r in target.matrix["macs_per_cycle"].values()), default=1.0)
+    macs = sum(o["macs"] for o in ops)
+    return {"partition": name, "signature": signature, "calls": calls, "cycles": cycles,
+            "us": target.cycles_to_seconds(cycles) * 1e6, "dma_bytes": sum(o["dma_bytes"] for o in ops),
+            "sram_peak": max((o["sram_peak"] for o in ops), default=0),
+            "utilization": macs / (cycles * peak) if cycles else 0.0, "ops": ops, "skipped": list(skipped)}
+
+
+def from_programs(programs: Mapping[str, Program], target: Target) -> list[dict[str, Any]]:
+    """One entry per (partition, input signature) the session actually ran."""
+    out = []
+    for name, prog in programs.items():
+        for sig, calls in prog.signatures.items():
+            cost = prog.cost_for(sig)
+            if cost is None:
+                continue
+            ops = [_op_entry(step.node_name, step.op, c, target) for step, c in zip(prog.steps, cost.steps)]
+            out.append(_partition_entry(name, [list(s) for s in sig], ops, target, calls))
+    return out
+
+
+def from_static(nodes: Sequence[NodeInfo], cap: Capability, names: Sequence[str], target: Target,
+                dims: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Kernel cost functions on the file's shapes (no fusion, one call per partition)."""
+    by_index = {n.index: n for n in nodes}
+    out = []
+    for name, group in zip(names, cap.partitions):
+        ops, skipped = [], []
+        for i in group:
+            n = by_index[i]
+            shapes = [None if v.missing or v.is_constant else resolve_shape(v, dims) for v in n.inputs]
+            if any(s is not None and not all(isinstance(d, int) for d in s) for s in shapes):
+                skipped.append({"node": n.name, "reason": "symbolic shape: pass --dim name=value"})
+                continue
+            kernel = kernel_for(n.domain, n.op_type)
+            try:
+                prepared = kernel.prepare(n, target)
+                prepared.target = target
+                cost = kernel.cost(prepared, [tuple(s) if s is not None else None for s in shapes])
+            except Exception as exc:  # report it, do not hide the partition
+                skipped.append({"node": n.name, "reason": f"cost model failed: {type(exc).__name__}: {exc}"})
+                continue
+            ops.append(_op_entry(n.name, op_name(n), cost, target))
+        out.append(_partition_entry(name, None, ops, target, 0, skipped))
+    return out
