@@ -1,7 +1,10 @@
 """Kernel benchmarks: host wall time of our kernels vs ORT's CPU EP on the same single-op models, and planner
 quality (emulated cycles / roofline bound) per target.
 
-    python -m npu_ep.tools.bench_kernels [--reps 20]
+    OPENBLAS_NUM_THREADS=1 python -m npu_ep.tools.bench_kernels [--reps 20]
+
+(On the shared 2-core machine OpenBLAS's own threads fight ORT's pool and other processes: with the default
+thread count our BLAS-backed kernels measured 5-10x slower and very noisy; one BLAS thread is stable.)
 
 Host time: our kernel is prepared once and run N times; ORT's session.run on the same model, same process,
 same inputs; the table shows medians and ratio = ours / CPU EP (targets: <= 2x for GEMMs, <= 3x for the int4 GEMV).
