@@ -113,6 +113,28 @@ def _mask(past_b: np.ndarray, total_b: np.ndarray, s: int, t: int, window: int) 
     return vis[:, None, None]
 
 
+_SCORES_BUDGET = 64 << 20  # bytes of attention scores materialized at once (long prefills run in row blocks)
+
+
+def _attend(q5: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, softcap: float) -> np.ndarray:
+    """softmax(mask(softcap(Q K^T))) V for pre-scaled q5 [B, Nkv, G, s, H] against k, v [B, Nkv, T, H].
+
+    The G query heads sharing a kv head are stacked as G*s matmul rows: [B, Nkv, G*s, H] @ [B, Nkv, H, T].
+    """
+    b, nkv, g, s, h = q5.shape
+    t = k.shape[2]
+    scores = np.matmul(q5.reshape(b, nkv, g * s, h), k.transpose(0, 1, 3, 2))  # [B, Nkv, G*s, T]
+    if softcap > 0:
+        scores = softcap * np.tanh(scores / softcap)
+    scores = scores.reshape(b, nkv, g, s, t)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return np.matmul(scores.reshape(b, nkv, g * s, t), v).reshape(b, nkv, g, s, h)
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
     n, nkv = int(a["num_heads"]), int(a["kv_num_heads"])
@@ -149,21 +171,17 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     t = int(min(total_b.max(), t_buf))  # keys beyond every batch's total length are never visible
     cdt = np.float64 if query.dtype == np.float64 else np.float32
     scale = float(a["scale"]) or 1.0 / math.sqrt(h)
-    # Q [B, S, N, H] -> [B, Nkv, G*S, H] (head n = kv * G + g, as ORT maps head n to kv head n // G)
-    qg = (q.astype(cdt, copy=False) * cdt(scale)).transpose(0, 2, 1, 3).reshape(b, nkv, g * s, h)
+    # Q [B, S, N, H] -> [B, Nkv, G, S, H] (head n = kv * G + g, as ORT maps head n to kv head n // G)
+    q5 = (q.astype(cdt, copy=False) * cdt(scale)).transpose(0, 2, 1, 3).reshape(b, nkv, g, s, h)
     k = present_k[:, :, :t].astype(cdt, copy=False)
     v = present_v[:, :, :t].astype(cdt, copy=False)
-    scores = np.matmul(qg, k.transpose(0, 1, 3, 2))  # [B, Nkv, G*S, T]
-    if a["softcap"] > 0:
-        scores = cdt(a["softcap"]) * np.tanh(scores / cdt(a["softcap"]))
-    scores = scores.reshape(b, nkv, g, s, t)
     mask = _mask(past_b, total_b, s, t, int(a["local_window_size"]))
-    if mask is not None:
-        scores = np.where(mask, scores, -np.inf)
-    scores -= scores.max(axis=-1, keepdims=True)
-    np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
-    out = np.matmul(scores.reshape(b, nkv, g * s, t), v)  # [B, Nkv, G*S, H]
+    out = np.empty((b, nkv, g, s, h), dtype=cdt)
+    rows = max(1, _SCORES_BUDGET // (b * n * t * np.dtype(cdt).itemsize))  # query rows per score block
+    for s0 in range(0, s, rows):  # one block unless the [B, N, S, T] scores would exceed the budget
+        s1 = min(s, s0 + rows)
+        block = None if mask is None else mask[..., s0:s1, :]
+        out[:, :, :, s0:s1] = _attend(q5[:, :, :, s0:s1], k, v, block, float(a["softcap"]))
     out = out.reshape(b, n, s, h).transpose(0, 2, 1, 3).reshape(b, s, n * h).astype(query.dtype, copy=False)
     return [out, present_k, present_v]
 

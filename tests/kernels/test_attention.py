@@ -200,3 +200,10 @@ def test_first_prompt_right_padded_batch_valid_rows():
     assert_close(got[0][1, :4], want[0][1, :4], TOL32, "batch 1 real rows")
     for i in (1, 2):
         assert_close(got[i], want[i], TOL32, f"present {i}")
+
+
+def test_long_prefill_runs_in_query_row_blocks(monkeypatch):
+    """A tiny scores budget forces the row-blocked path (3 query rows per block); results still match ORT."""
+    from npu_ep.kernels.ops import attention
+    monkeypatch.setattr(attention, "_SCORES_BUDGET", 3 * 4 * 11 * 4)
+    gqa(1, 11, 4, 2, 16, rotary="half", local_window_size=5)
