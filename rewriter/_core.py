@@ -167,7 +167,11 @@ def build_pipeline(options: RewriteOptions, report: RewriteReport) -> ir.passes.
     passes = [FamilyPass(name, options, report) for name in ALL_PASSES if name in options.passes]
     if not passes:
         raise RewriteError("no passes requested")
-    return ir.passes.Sequential(*passes)
+    # families may strand plumbing (e.g. Shape chains feeding a replaced pattern): drop it so a second run is a no-op
+    # and may add Constant nodes, which the cleanup family lifts to initializers: do the same here
+    tidy = [ir.passes.common.RemoveUnusedNodesPass(),
+            ir.passes.common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)]
+    return ir.passes.Sequential(*passes, *tidy)
 
 
 def rewrite(model: str | os.PathLike | onnx.ModelProto | ir.Model, options: RewriteOptions | None = None,
