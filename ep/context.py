@@ -195,13 +195,10 @@ class ContextManager:
             raise EpContextError(f"{where}: corrupt context binary: {exc}") from exc
         program = program_from_parts(container.header, container.arrays, self.session.target, name=name,
                                      record=self.session.options.record_tensors)
-        want_in = [v.name for v in inputs]
-        want_out = [v.name for v in outputs]
-        have_in = [io.name for io in program.inputs]
-        have_out = [io.name for io in program.outputs]
-        if have_in != want_in or have_out != want_out:
-            raise EpContextError(f"{where}: compiled program has I/O {have_in} -> {have_out}, but the node has "
-                                 f"{want_in} -> {want_out}")
+        try:
+            program.rebind([v.name for v in inputs], [v.name for v in outputs])
+        except ValueError as exc:
+            raise EpContextError(f"{where}: {exc}") from exc
         self.stats["epcontext_loads"] += 1
         return program
 

@@ -70,9 +70,26 @@ class Program:
         self.host_ns = 0
         self._costs: dict[tuple, RunCost] = {}
         self.signatures: dict[tuple, int] = {}  # input-shape signature -> calls
+        self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
+
+    def rebind(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
+        """Accept ORT's I/O order (an EPContext node's order can differ from the fused node it was compiled from)."""
+        have_in = [io.name for io in self.inputs]
+        have_out = [io.name for io in self.outputs]
+        if sorted(have_in) != sorted(input_names) or sorted(have_out) != sorted(output_names):
+            raise ValueError(f"compiled program has I/O {have_in} -> {have_out}, the node has "
+                             f"{list(input_names)} -> {list(output_names)}")
+        position = {n: i for i, n in enumerate(input_names)}
+        perm = tuple(position[n] for n in have_in)
+        self._input_perm = None if perm == tuple(range(len(perm))) else perm
+        by_name = dict(zip(have_out, zip(self.output_slots, self.outputs)))
+        self.output_slots = tuple(by_name[n][0] for n in output_names)
+        self.outputs = [by_name[n][1] for n in output_names]
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         t0 = time.perf_counter_ns()
+        if self._input_perm is not None:
+            inputs = tuple(inputs[i] for i in self._input_perm)
         env: list[Any] = [None] * self.n_slots
         env[: len(inputs)] = inputs
         signature = tuple(a.shape for a in inputs)
