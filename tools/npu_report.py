@@ -20,8 +20,8 @@ def _dim(text: str) -> tuple[str, int]:
         size = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--dim {name}: {value!r} is not an integer") from None
-    if size <= 0:
-        raise argparse.ArgumentTypeError(f"--dim {name}: size must be positive, got {size}")
+    if size < 0:
+        raise argparse.ArgumentTypeError(f"--dim {name}: size must be >= 0, got {size}")
     return name, size
 
 

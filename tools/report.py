@@ -147,8 +147,9 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
     parts, crossings = rm.partitions_and_crossings(nodes, cap, dims, names)
     if measurement:
         attribute_bridge(crossings, measurement["partitions"])
-    if timeline is None or not timeline:
-        timeline = rt.from_static(nodes, cap, names, tgt, dims)
+    if timeline is None or not timeline:  # cost model on the file with the input dims made concrete
+        timeline = rt.from_static(nodes_from_model(_with_dims(proto, dims)) if nodes is file_nodes else nodes,
+                                  cap, names, tgt, dims)
     doc.update(coverage=rm.coverage(cap), partitions=parts, crossings=crossings,
                layers=rm.layer_summary(nodes, crossings, layers), timeline=timeline, measurement=measurement)
     doc["per_layer"] = _per_layer(nodes, cap, timeline, crossings, measurement, tgt)
@@ -159,6 +160,17 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
 
         doc["compare"] = run_compare(proto, make_feeds(proto, dims), opts)
     return doc
+
+
+def _with_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> onnx.ModelProto:
+    """Copy with symbolic input dims set to ``dims`` so shape inference makes intermediate shapes concrete."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vi in m.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param in dims:
+                d.dim_value = int(dims[d.dim_param])
+    return m
 
 
 def _session_model(session) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -18,7 +19,7 @@ def _us(v: float | None) -> str:
 def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: int = 30) -> None:
     con = console or Console()
     cov = doc["coverage"]
-    con.print(f"[bold]npu-report[/] {doc['model']}  target [cyan]{doc['target']}[/]  policy {doc['policy']}  "
+    con.print(f"[bold]npu-report[/] {escape(doc['model'])}  target [cyan]{doc['target']}[/]  policy {doc['policy']}  "
               f"graph: {doc['source']}")
     con.print(f"coverage: [bold]{cov['claimed']}/{cov['total']}[/] nodes on NpuEP in {len(doc['partitions'])} "
               f"partition(s); {len(doc['crossings'])} crossing(s) per run")
@@ -26,7 +27,7 @@ def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: 
     for col in ("op", "claimed", "total"):
         t.add_column(col, justify="left" if col == "op" else "right")
     for r in cov["by_op"][:max_rows]:
-        t.add_row(r["op"], str(r["claimed"]), str(r["total"]))
+        t.add_row(escape(r["op"]), str(r["claimed"]), str(r["total"]))
     con.print(t)
     if cov["declined_nodes"]:
         t = Table(title="why nodes stay on the CPU")
@@ -36,7 +37,7 @@ def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: 
         reasons = Counter(d["reason"].split(": ", 1)[-1] for d in cov["declined_nodes"])
         for reason, n in reasons.most_common(max_rows):
             ex = next(d["node"] for d in cov["declined_nodes"] if d["reason"].endswith(reason))
-            t.add_row(str(n), reason, ex)
+            t.add_row(str(n), escape(reason), escape(ex))
         con.print(t)
     t = Table(title="partitions")
     for col in ("partition", "nodes", "inputs", "outputs", "emulated us"):
