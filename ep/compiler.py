@@ -36,6 +36,9 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
             raise CompileError(f"partition '{name}': compiling {n.describe()} with inputs ({shapes}) failed: "
                                f"{type(exc).__name__}: {exc}") from exc
         prepared.target = target
+        # The cost model needs every input's shape; constants are not runtime arguments, so keep theirs here.
+        prepared.attrs["_const_shapes"] = {str(i): list(v.shape) for i, v in enumerate(n.inputs)
+                                           if v.is_constant and v.shape is not None}
         in_slots = []
         for v in n.inputs:
             if v.missing or v.is_constant:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels.registry import KernelDef, OpCost, Prepared
+from .log import logger
 
 
 class NpuRuntimeError(RuntimeError):
@@ -127,7 +128,16 @@ class Program:
             self.recorded[f"{step.node_name}:{i}"] = np.array(value, copy=True)
 
     def _cost(self, step_shapes: list[list]) -> RunCost:
-        costs = [s.kernel.cost(s.prepared, shapes) for s, shapes in zip(self.steps, step_shapes)]
+        costs = []
+        for step, shapes in zip(self.steps, step_shapes):
+            known = step.prepared.attrs.get("_const_shapes", {})
+            shapes = [tuple(known[str(i)]) if s is None and str(i) in known else s for i, s in enumerate(shapes)]
+            try:
+                costs.append(step.kernel.cost(step.prepared, shapes))
+            except Exception as exc:  # the emulated timeline must never break inference
+                logger.warning("cost model failed for %s (shapes %s): %s: %s", step.describe(), shapes,
+                               type(exc).__name__, exc)
+                costs.append(OpCost())
         cycles = sum(c.cycles for c in costs)
         return RunCost(costs, cycles, self.target.cycles_to_seconds(cycles), sum(c.dma_bytes for c in costs))
 
