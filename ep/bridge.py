@@ -53,7 +53,7 @@ class EpSession:
         if self.options.partition_policy == "cost_aware":
             from .policy import cost_aware_policy
 
-            policy = cost_aware_policy(self.target)
+            policy = cost_aware_policy(self.target, bridge_us=self.options.bridge_cost_us)
         result = analyze(infos, self.target, ep_name=self.ep_name, assigned=assigned, policy=policy)
         self.capabilities.append((dict(graph), result))
         self._log_declines(result, graph)

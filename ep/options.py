@@ -20,6 +20,7 @@ class EpOptions:
     cache_dir: str | None = None  # None: default user cache dir; "" disables the on-disk cache
     cache_max_bytes: int | None = None
     partition_policy: str = "max_coverage"  # or "cost_aware"
+    bridge_cost_us: float | None = None  # cost of one CPU<->NPU crossing for cost_aware (None: policy default)
     record_tensors: bool = False  # debug: keep every intermediate tensor of the last run (npu-report --compare)
     log_level: str = "warning"
     # EPContext (ORT's standard session keys)
@@ -35,6 +36,8 @@ _PROVIDER_KEYS = {
     "cache_dir": "directory of the compiled-context cache; empty string disables it",
     "cache_max_bytes": "size cap of the cache in bytes (LRU eviction)",
     "partition_policy": "max_coverage | cost_aware",
+    "bridge_cost_us": "cost of one CPU<->NPU crossing in microseconds, used by cost_aware (measure it with "
+                      "python -m npu_ep.tools.bench_bridge)",
     "record_tensors": "0 | 1: record intermediate tensors inside partitions (debug)",
     "log_level": "debug | info | warning | error",
 }
@@ -74,11 +77,17 @@ def parse(config: Mapping[str, str]) -> EpOptions:
     if embed not in (0, 1):
         raise OptionError(f"ep.context_embed_mode={embed}: expected 0 or 1")
     max_bytes = provider.get("cache_max_bytes")
+    bridge_us = provider.get("bridge_cost_us")
+    try:
+        bridge_cost = float(bridge_us) if bridge_us else None
+    except ValueError:
+        raise OptionError(f"NpuEP option bridge_cost_us={bridge_us!r}: expected a number") from None
     return EpOptions(
         target=provider.get("target", os.environ.get("NPU_EP_TARGET", "npu-ref")),
         cache_dir=provider.get("cache_dir"),
         cache_max_bytes=_int("cache_max_bytes", max_bytes) if max_bytes else None,
         partition_policy=policy,
+        bridge_cost_us=bridge_cost,
         record_tensors=_bool("record_tensors", provider.get("record_tensors", "0")),
         log_level=level,
         context_enable=_bool("ep.context_enable", config.get("ep.context_enable", "0")),
