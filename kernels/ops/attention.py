@@ -64,8 +64,8 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     n, nkv = int(node.attr("num_heads", 0)), int(node.attr("kv_num_heads", 0))
     if n <= 0 or nkv <= 0 or n % nkv:
         return f"{op}: num_heads={n} must be a positive multiple of kv_num_heads={nkv}"
-    for attr in ("smooth_softmax", "qk_output"):
-        if node.attr(attr, 0):
+    for attr in ("smooth_softmax", "qk_output"):  # ORT's defaults are -1 ("off"); 0 is off too
+        if int(node.attr(attr, -1)) > 0:
             return f"{op}: {attr}={node.attr(attr)} not supported"
     for i, what in ((10, "attention_bias"), (11, "head_sink")):
         if node.input(i) is not None:
