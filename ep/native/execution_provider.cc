@@ -125,6 +125,7 @@ OrtStatus* ORT_API_CALL Compile(OrtEp* self, const OrtGraph** graphs, const OrtN
       const OrtNode* fused = fused_nodes[gi];
       auto kernel = std::make_unique<PartitionKernel>();
       kernel->name = NodeName(fused);
+      kernel->where = "partition '" + kernel->name + "'";
       py::list inputs, outputs, nodes;
       for (auto* v : NodeInputs(fused)) inputs.append(DescribeValue(v, 0));
       for (auto* v : NodeOutputs(fused)) outputs.append(DescribeValue(v, 0));

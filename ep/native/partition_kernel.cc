@@ -68,7 +68,7 @@ static std::string ShapeString(const std::vector<int64_t>& dims) {
 OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept {
   const uint64_t t0 = NowNs();
   uint64_t program_ns = 0, bytes_in = 0, bytes_out = 0;
-  OrtStatus* status = WithPython("partition '" + k->name + "'", [&]() {
+  OrtStatus* status = WithPython(k->where, [&]() {
     size_t n_in = 0, n_out = 0;
     Check(g_ort->KernelContext_GetInputCount(ctx, &n_in));
     Check(g_ort->KernelContext_GetOutputCount(ctx, &n_out));

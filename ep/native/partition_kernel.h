@@ -21,6 +21,7 @@ struct BridgeStats {
 
 struct PartitionKernel {
   std::string name;
+  std::string where;   // "partition '<name>'", built once: error context must not cost an allocation per call
   py::object program;  // callable(*inputs) -> tuple of arrays
   std::vector<ONNXTensorElementDataType> input_types;
   std::vector<py::object> input_dtypes;  // py::dtype per input, cached (creating one per call costs ~100 ns)
