@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,6 +214,8 @@ class ContextManager:
         if base not in path.parents:
             raise EpContextError(f"{where}: refusing payload path {rel!r}: it escapes the model directory {base}")
         try:
+            if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or device would block or never end
+                raise EpContextError(f"{where}: refusing payload {path}: not a regular file")
             return path.read_bytes()
         except OSError as exc:
             raise EpContextError(f"{where}: cannot read payload {path}: {exc.strerror or exc}") from exc

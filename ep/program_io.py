@@ -98,5 +98,9 @@ def program_from_parts(header: Mapping[str, Any], arrays: Mapping[str, np.ndarra
         raise ProgramFormatError(f"malformed program header: {type(exc).__name__}: {exc}") from exc
     if len(io_in) > n_slots:
         raise ProgramFormatError("program declares more inputs than slots")
+    written = set(range(len(io_in))) | {slot for st in steps for slot in st.out_slots if slot >= 0}
+    unwritten = [io_out[i].name for i, slot in enumerate(output_slots) if i < len(io_out) and slot not in written]
+    if unwritten or len(output_slots) != len(io_out):
+        raise ProgramFormatError(f"program outputs {unwritten or [io.name for io in io_out]} are never produced")
     return Program(name or str(header.get("name", "")), io_in, io_out, steps, n_slots, output_slots, target,
                    record=record)

@@ -187,7 +187,7 @@ def test_payload_path_escaping_the_model_dir_is_refused(tmp_path, kind):
 def test_payload_path_that_is_a_directory_is_a_clear_error(tmp_path):
     ctx, _ = _compile(tmp_path, 0)
     (tmp_path / "dir.npuctx").mkdir()
-    assert "cannot read payload" in _error(_point_payload_at(ctx, "dir.npuctx", tmp_path))
+    assert "not a regular file" in _error(_point_payload_at(ctx, "dir.npuctx", tmp_path))
 
 
 def test_payload_path_that_is_a_fifo_does_not_hang(tmp_path):
