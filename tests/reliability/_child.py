@@ -132,3 +132,24 @@ def probe_in_child(model_path: str, feeds: dict | None = None, provider_options:
         with np.load(out_path) as z:
             res["outputs"] = [z[f"arr_{i}"] for i in range(len(z.files))]
     return child, res
+
+
+def probe_batch(model_paths: dict[str, str], *, timeout: float = 300, mem_limit_gb: float = 8) -> dict[str, dict]:
+    """``probe`` (create only) for many models in ONE child; a crash fails the batch and names the running case."""
+    import json
+
+    code = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({int(mem_limit_gb * 2**30)},) * 2)\n"
+            "import sys\nfrom _child import probe\n"
+            f"for name, path in {model_paths!r}.items():\n"
+            "    print('CASE', name, flush=True)\n"
+            "    probe(path)\n    sys.stdout.flush()\n")
+    child = run_child(code, timeout=timeout)
+    assert_no_crash(child)
+    assert child.returncode == 0, child.stderr[-3000:]
+    results, name = {}, None
+    for line in child.stdout.splitlines():
+        if line.startswith("CASE "):
+            name = line[5:]
+        elif line.startswith("{") and name:
+            results[name] = json.loads(line)
+    return results

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from _child import probe_in_child, static_model, two_partition_model
+from _child import probe_batch, probe_in_child, static_model, two_partition_model
 from npu_testing import F32, cpu_run, make_model, save
 
 RNG = np.random.default_rng(8)
@@ -36,22 +36,77 @@ def _refused(res: dict, *words: str) -> None:
         assert w.lower() in res.get("error_full", res["error"]).lower(), res["error"]
 
 
-@pytest.mark.parametrize("kind", ["empty", "random", "truncated_half", "truncated_tail", "zeros"])
-def test_garbage_bytes_as_model_are_refused(tmp_path, kind):
+GARBAGE = ["empty", "random", "truncated_half", "truncated_tail", "zeros"]
+ESCAPES = {"dotdot": "../secret.bin", "absolute": "/etc/passwd", "nested": "sub/../../secret.bin"}
+
+
+def _refusal_models(folder) -> dict[str, str]:
+    """Every model that must be refused at session creation, written under ``folder``."""
     good = static_model().SerializeToString()
-    data = {"empty": b"", "random": RNG.bytes(4096), "truncated_half": good[: len(good) // 2],
-            "truncated_tail": good[:-3], "zeros": bytes(1000)}[kind]
-    child, res = probe_in_child(_write(tmp_path, data), tmp_path=tmp_path)
+    paths = {}
+    for kind, data in {"empty": b"", "random": RNG.bytes(4096), "truncated_half": good[: len(good) // 2],
+                       "truncated_tail": good[:-3], "zeros": bytes(1000)}.items():
+        paths[f"garbage_{kind}"] = _write(folder, data, f"garbage_{kind}.onnx")
+    m = static_model()
+    m.opset_import[0].version = 99
+    paths["opset_99"] = save(m, folder, "opset99.onnx")
+    x4 = helper.make_tensor_value_info("x", F32, [2, 4])
+    paths["missing_initializer"] = save(_raw_model(
+        [helper.make_node("MatMul", ["x", "W_missing"], ["y"], name="mm")], [x4],
+        [helper.make_tensor_value_info("y", F32, [2, 3])]), folder, "missing.onnx")
+    paths["cycle"] = save(_raw_model(
+        [helper.make_node("Add", ["x", "b"], ["a"], name="n1"), helper.make_node("Relu", ["a"], ["b"], name="n2"),
+         helper.make_node("Identity", ["a"], ["y"], name="n3")], [x4],
+        [helper.make_tensor_value_info("y", F32, [2, 4])]), folder, "cycle.onnx")
+    (folder / "secret.bin").write_bytes(np.arange(12, dtype=np.float32).tobytes())
+    (folder / "models" / "sub").mkdir(parents=True)
+    for kind, location in ESCAPES.items():
+        w = TensorProto(name="W", data_type=F32, dims=[4, 3], data_location=TensorProto.EXTERNAL)
+        for k, v in (("location", location), ("offset", "0"), ("length", "48")):
+            w.external_data.add(key=k, value=v)
+        paths[f"escape_{kind}"] = save(_raw_model(
+            [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [x4],
+            [helper.make_tensor_value_info("y", F32, [2, 3])], [w]), folder / "models", f"escape_{kind}.onnx")
+    big = TensorProto(name="W", data_type=F32, dims=[2**20, 2**20], raw_data=np.zeros(12, np.float32).tobytes())
+    paths["huge_initializer"] = save(_raw_model(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [helper.make_tensor_value_info("x", F32, [2, 2**20])],
+        [helper.make_tensor_value_info("y", F32, [2, 2**20])], [big]), folder, "huge_init.onnx")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory) -> dict[str, dict]:
+    return probe_batch(_refusal_models(tmp_path_factory.mktemp("refusals")))
+
+
+@pytest.mark.parametrize("kind", GARBAGE)
+def test_garbage_bytes_as_model_are_refused(refusals, kind):
+    res = refusals[f"garbage_{kind}"]
     if kind == "zeros" and res["created"]:  # all-zero bytes parse as an empty ModelProto in protobuf
         return
     _refused(res)
 
 
-def test_unknown_opset_is_refused(tmp_path):
-    m = static_model()
-    m.opset_import[0].version = 99
-    _, res = probe_in_child(save(m, tmp_path), tmp_path=tmp_path)
-    _refused(res, "opset")
+def test_unknown_opset_is_refused(refusals):
+    _refused(refusals["opset_99"], "opset")
+
+
+def test_missing_initializer_is_refused(refusals):
+    _refused(refusals["missing_initializer"], "W_missing")
+
+
+def test_graph_with_a_cycle_is_refused(refusals):
+    _refused(refusals["cycle"])
+
+
+@pytest.mark.parametrize("kind", sorted(ESCAPES))
+def test_external_data_escaping_the_model_dir_is_refused(refusals, kind):
+    _refused(refusals[f"escape_{kind}"])
+
+
+def test_initializer_declared_huge_with_little_data_is_refused(refusals):
+    """A MatMul weight declared [2^20, 2^20] (4 TiB) but carrying 48 bytes of raw data."""
+    _refused(refusals["huge_initializer"])
 
 
 def test_old_opset_runs_like_cpu(tmp_path):
@@ -65,39 +120,6 @@ def test_old_opset_runs_like_cpu(tmp_path):
         np.testing.assert_array_equal(res["outputs"][0], cpu_run(m, {"x": x})[0])
     else:
         assert res["error"]
-
-
-def test_missing_initializer_is_refused(tmp_path):
-    nodes = [helper.make_node("MatMul", ["x", "W_missing"], ["y"], name="mm")]
-    m = _raw_model(nodes, [helper.make_tensor_value_info("x", F32, [2, 4])],
-                   [helper.make_tensor_value_info("y", F32, [2, 3])])
-    _, res = probe_in_child(save(m, tmp_path), tmp_path=tmp_path)
-    _refused(res, "W_missing")
-
-
-def test_graph_with_a_cycle_is_refused(tmp_path):
-    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="n1"), helper.make_node("Relu", ["a"], ["b"], name="n2"),
-             helper.make_node("Identity", ["a"], ["y"], name="n3")]
-    m = _raw_model(nodes, [helper.make_tensor_value_info("x", F32, [2])], [helper.make_tensor_value_info("y", F32, [2])])
-    _, res = probe_in_child(save(m, tmp_path), tmp_path=tmp_path, timeout=60)
-    _refused(res)
-
-
-@pytest.mark.parametrize("location", ["../secret.bin", "/etc/passwd", "sub/../../secret.bin"])
-def test_external_data_escaping_the_model_dir_is_refused(tmp_path, location):
-    secret = tmp_path / "secret.bin"
-    secret.write_bytes(np.arange(12, dtype=np.float32).tobytes())
-    folder = tmp_path / "models"
-    (folder / "sub").mkdir(parents=True)
-    w = TensorProto(name="W", data_type=F32, dims=[4, 3], data_location=TensorProto.EXTERNAL)
-    for k, v in (("location", location), ("offset", "0"), ("length", "48")):
-        w.external_data.add(key=k, value=v)
-    m = _raw_model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
-                   [helper.make_tensor_value_info("x", F32, [2, 4])], [helper.make_tensor_value_info("y", F32, [2, 3])],
-                   [w])
-    x = np.ones((2, 4), np.float32)
-    _, res = probe_in_child(save(m, folder), {"x": x}, tmp_path=tmp_path)
-    _refused(res)
 
 
 def test_reshape_to_a_giant_constant_shape_does_not_allocate(tmp_path):
@@ -122,16 +144,6 @@ def test_expand_to_a_giant_shape_fails_cleanly(tmp_path):
     _, res = probe_in_child(save(m, tmp_path), {"x": np.ones((1,), np.float32)}, tmp_path=tmp_path)
     assert not res.get("ran"), res
     assert res["error"] or res["run_error"]
-
-
-def test_initializer_declared_huge_with_little_data_is_refused(tmp_path):
-    """A MatMul weight declared [2^20, 2^20] (4 TiB) but carrying 48 bytes of raw data."""
-    w = TensorProto(name="W", data_type=F32, dims=[2**20, 2**20], raw_data=np.zeros(12, np.float32).tobytes())
-    m = _raw_model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
-                   [helper.make_tensor_value_info("x", F32, [2, 2**20])],
-                   [helper.make_tensor_value_info("y", F32, [2, 2**20])], [w])
-    _, res = probe_in_child(save(m, tmp_path), tmp_path=tmp_path)
-    _refused(res)
 
 
 def test_huge_static_input_shape_does_not_allocate_at_compile(tmp_path):
