@@ -212,3 +212,22 @@ def test_wrong_input_at_run_time_is_an_error_or_correct(tmp_path, bad):
         np.testing.assert_array_equal(res["outputs"][0], cpu_run(m, feeds)[0])
     else:
         assert not res["ran"] and res["run_error"], res
+
+
+@pytest.mark.parametrize("feed_shape", [(3, 15), (3, 17), (3, 0), (0, 16)])
+def test_inconsistent_symbolic_shapes_reach_the_ep_and_fail_cleanly(tmp_path, feed_shape):
+    """x is [N, K] with K symbolic, W is [16, 8]: ORT cannot check K, so NpuEP's MatMul gets the bad shape."""
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="relu")]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", F32, ["N", "K"])],
+                   [helper.make_tensor_value_info("y", F32, ["N", 8])],
+                   {"W": RNG.standard_normal((16, 8)).astype(np.float32)})
+    feeds = {"x": np.ones(feed_shape, np.float32)}
+    _, res = probe_in_child(save(m, tmp_path), feeds, tmp_path=tmp_path)
+    assert res["assignment"].get("mm") == "NpuEP", res
+    if feed_shape[1] == 16:  # legal (empty batch): same as the CPU EP
+        assert res["ran"], res
+        np.testing.assert_array_equal(res["outputs"][0], cpu_run(m, feeds)[0])
+    else:
+        msg = res["run_error"] or ""
+        assert not res["ran"] and "node 'mm" in msg and "MatMul" in msg, res  # names the (possibly fused) node
+        assert f"float32{list(feed_shape)}".replace(" ", "") in msg.replace(" ", ""), msg  # and the bad shape
