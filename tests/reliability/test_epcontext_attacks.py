@@ -233,3 +233,30 @@ def test_malformed_epcontext_nodes_give_clear_errors(tmp_path, mutation):
     """, timeout=60)
     assert_no_crash(child)
     assert child.last_line().startswith("REFUSED"), child.stdout
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (reported): program_from_parts accepts any n_slots; a re-signed header "
+                   "with n_slots=2**28 makes every run allocate a 2 GiB slot list. Bound it by inputs + step outputs")
+def test_absurd_slot_count_in_a_header_is_refused_at_load(tmp_path):
+    ctx, _ = _compile(tmp_path, 1)
+    payload = _attr(onnx.load(ctx), "ep_cache_context").s
+
+    def edit(h):
+        h["n_slots"] = 2**28
+
+    evil = _with_payload(ctx, _repack(payload, edit), tmp_path)
+    child = run_child(f"""
+        import resource; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        import numpy as np
+        from npu_testing import npu_session
+        try:
+            s = npu_session({evil!r})
+        except Exception as e:
+            print("REFUSED", " ".join(str(e).split())[:300]); raise SystemExit(0)
+        try:
+            s.run(None, {{"x": np.ones((2, 8), np.float32)}}); print("RAN")
+        except Exception as e:
+            print("RUN_FAILED", " ".join(str(e).split())[:300])
+    """, timeout=60)
+    assert_no_crash(child)
+    assert child.last_line().startswith("REFUSED"), child.stdout
