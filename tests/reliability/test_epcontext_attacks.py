@@ -75,14 +75,17 @@ def test_hostile_headers_with_valid_hashes_never_crash():
     assert f["cases"] >= 100 and f["refused"] > 0, f
 
 
-def _repack(payload: bytes, edit_header=None, **meta_changes) -> bytes:
+def _repack(payload: bytes, edit_header=None, arrays_edit=None, **meta_changes) -> bytes:
     import dataclasses
 
     c = unpack(payload)
     header = json.loads(json.dumps(c.header))
     if edit_header:
         edit_header(header)
-    return pack(header, {k: np.array(v) for k, v in c.arrays.items()},
+    arrays = {k: np.array(v) for k, v in c.arrays.items()}
+    if arrays_edit:
+        arrays_edit(arrays)
+    return pack(header, arrays,
                 meta=dataclasses.replace(c.meta, **meta_changes))
 
 
@@ -260,3 +263,26 @@ def test_absurd_slot_count_in_a_header_is_refused_at_load(tmp_path):
     """, timeout=60)
     assert_no_crash(child)
     assert child.last_line().startswith("REFUSED"), child.stdout
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (reported): an accepted program may return an output whose shape "
+                   "contradicts the declared static shape (float32[0] for float32[2, 8]); found by the header fuzzer")
+def test_program_output_contradicting_the_declared_shape_is_an_error(tmp_path):
+    """Re-signed header: Mul reads only its constant, and that constant is empty -> output float32[0]."""
+    ctx, _ = _compile(tmp_path, 1)
+    payload = _attr(onnx.load(ctx), "ep_cache_context").s
+
+    def edit(h):
+        h["steps"][1]["in"] = [-1]
+
+    def arrays(a):
+        a["1/in1"] = np.zeros((0,), np.float32)
+
+    evil = _with_payload(ctx, _repack(payload, edit, arrays), tmp_path)
+    try:
+        sess = npu_session(evil)
+    except Exception:
+        return  # refused at load: fine
+    with pytest.raises(Exception):
+        got = sess.run(None, {"x": X})[0]
+        print("accepted output", got.dtype, got.shape)
