@@ -96,8 +96,10 @@ def program_from_parts(header: Mapping[str, Any], arrays: Mapping[str, np.ndarra
         if isinstance(exc, ProgramFormatError):
             raise
         raise ProgramFormatError(f"malformed program header: {type(exc).__name__}: {exc}") from exc
-    if len(io_in) > n_slots:
-        raise ProgramFormatError("program declares more inputs than slots")
+    produced = sum(len(st.out_slots) for st in steps)
+    if not len(io_in) <= n_slots <= len(io_in) + produced:  # every slot is an input or some step's output
+        raise ProgramFormatError(f"n_slots={n_slots} inconsistent with {len(io_in)} inputs and {produced} step "
+                                 "outputs")
     written = set(range(len(io_in))) | {slot for st in steps for slot in st.out_slots if slot >= 0}
     unwritten = [io_out[i].name for i, slot in enumerate(output_slots) if i < len(io_out) and slot not in written]
     if unwritten or len(output_slots) != len(io_out):

@@ -133,6 +133,14 @@ OrtStatus* ORT_API_CALL Compile(OrtEp* self, const OrtGraph** graphs, const OrtN
       for (size_t i = 0; i < graph_nodes.size(); ++i) nodes.append(DescribeNode(graph_nodes[i], i, SIZE_MAX));
       kernel->input_types = ElementTypes(inputs, kernel->name, kernel->input_dtypes);
       kernel->output_types = ElementTypes(outputs, kernel->name, kernel->output_dtypes);
+      for (py::handle v : outputs) {
+        std::vector<int64_t> dims;
+        py::object shape = v["shape"];
+        if (!shape.is_none())
+          for (py::handle d : shape) dims.push_back(py::isinstance<py::int_>(d) ? d.cast<int64_t>() : -1);
+        kernel->output_dims.push_back(std::move(dims));
+        kernel->output_names.push_back(v["name"].cast<std::string>());
+      }
 
       py::tuple result = ep->session.attr("compile")(kernel->name, nodes, inputs, outputs, GraphInfo(graphs[gi]));
       kernel->program = result[0];

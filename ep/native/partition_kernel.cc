@@ -105,6 +105,12 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
           py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_, nullptr));
       if (!a) throw py::error_already_set();
       std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
+      const auto& declared = k->output_dims[i];
+      bool ok = declared.empty() || declared.size() == dims.size();
+      for (size_t d = 0; ok && d < declared.size(); ++d) ok = declared[d] < 0 || declared[d] == dims[d];
+      if (!ok)
+        throw OrtError(ORT_EP_FAIL, "output '" + k->output_names[i] + "' has shape " + ShapeString(dims) +
+                                        " but the graph declares " + ShapeString(declared));
       OrtValue* out = nullptr;
       Check(g_ort->KernelContext_GetOutput(ctx, i, dims.data(), dims.size(), &out));
       void* dst = nullptr;

@@ -27,6 +27,10 @@ struct PartitionKernel {
   std::vector<py::object> input_dtypes;  // py::dtype per input, cached (creating one per call costs ~100 ns)
   std::vector<ONNXTensorElementDataType> output_types;
   std::vector<py::object> output_dtypes;
+  // Declared output shapes (-1: symbolic/unknown dim). A rank-0 declaration is not checked: ORT reports an
+  // unknown rank as rank 0, so the two cannot be told apart.
+  std::vector<std::vector<int64_t>> output_dims;
+  std::vector<std::string> output_names;
   BridgeStats* stats = nullptr;  // owned by the global registry (outlives sessions so reports can read it)
 
   ~PartitionKernel();
