@@ -100,7 +100,12 @@ def program_from_parts(header: Mapping[str, Any], arrays: Mapping[str, np.ndarra
     if not len(io_in) <= n_slots <= len(io_in) + produced:  # every slot is an input or some step's output
         raise ProgramFormatError(f"n_slots={n_slots} inconsistent with {len(io_in)} inputs and {produced} step "
                                  "outputs")
-    written = set(range(len(io_in))) | {slot for st in steps for slot in st.out_slots if slot >= 0}
+    written = set(range(len(io_in)))
+    for st in steps:  # every step reads only slots an input or an earlier step wrote
+        unread = [slot for slot in st.in_slots if slot >= 0 and slot not in written]
+        if unread:
+            raise ProgramFormatError(f"{st.describe()} reads slot(s) {unread} that nothing wrote before it")
+        written.update(slot for slot in st.out_slots if slot >= 0)
     unwritten = [io_out[i].name for i, slot in enumerate(output_slots) if i < len(io_out) and slot not in written]
     if unwritten or len(output_slots) != len(io_out):
         raise ProgramFormatError(f"program outputs {unwritten or [io.name for io in io_out]} are never produced")
