@@ -63,6 +63,20 @@ def saturate(x: np.ndarray, qtype: str) -> np.ndarray:
     return np.clip(x, lo, hi).astype(_CONTAINER[qtype])
 
 
+def _broadcastable(scale, zero_point, axis: int | None, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 scale and int64 zero point shaped to broadcast against a rank-``ndim`` tensor (per-channel on axis)."""
+    scale = np.asarray(scale, dtype=np.float32)
+    zp = np.asarray(zero_point).astype(np.int64)
+    if scale.ndim == 1 and scale.size > 1:
+        if axis is None:
+            raise ValueError(f"per-channel scale of shape {scale.shape} needs an axis")
+        shape = [1] * ndim
+        shape[axis] = scale.size
+        scale = scale.reshape(shape)
+        zp = zp.reshape(shape) if zp.size > 1 else zp
+    return scale, zp
+
+
 def quantize_linear(
     x: np.ndarray,
     scale: np.ndarray | float,
@@ -77,15 +91,7 @@ def quantize_linear(
     ``npu_ep.quantization.int4.pack_int4`` to get ONNX's packed int4 bytes.
     """
     x = np.asarray(x, dtype=np.float32)
-    scale = np.asarray(scale, dtype=np.float32)
-    zp = np.asarray(zero_point).astype(np.int64)
-    if scale.ndim == 1 and scale.size > 1:
-        if axis is None:
-            raise ValueError(f"per-channel scale of shape {scale.shape} needs an axis")
-        shape = [1] * x.ndim
-        shape[axis] = scale.size
-        scale = scale.reshape(shape)
-        zp = zp.reshape(shape) if zp.size > 1 else zp
+    scale, zp = _broadcastable(scale, zero_point, axis, x.ndim)
     q = round_half_to_even(x / scale).astype(np.int64) + zp
     return saturate(q, qtype)
 
@@ -94,13 +100,5 @@ def dequantize_linear(q: np.ndarray, scale: np.ndarray | float, zero_point: np.n
                       axis: int | None = None) -> np.ndarray:
     """ONNX DequantizeLinear ``(q - zero_point) * scale`` in float32 (per-tensor or per-channel on ``axis``)."""
     q = np.asarray(q).astype(np.int64)
-    scale = np.asarray(scale, dtype=np.float32)
-    zp = np.asarray(zero_point).astype(np.int64)
-    if scale.ndim == 1 and scale.size > 1:
-        if axis is None:
-            raise ValueError(f"per-channel scale of shape {scale.shape} needs an axis")
-        shape = [1] * q.ndim
-        shape[axis] = scale.size
-        scale = scale.reshape(shape)
-        zp = zp.reshape(shape) if zp.size > 1 else zp
+    scale, zp = _broadcastable(scale, zero_point, axis, q.ndim)
     return ((q - zp).astype(np.float32) * scale).astype(np.float32)
