@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
+from time import perf_counter_ns
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,10 +67,12 @@ class Program:
         self.record = record
         self.recorded: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
-        self.calls = 0
-        self.host_ns = 0
         self._costs: dict[tuple, RunCost] = {}
-        self.signatures: dict[tuple, int] = {}  # input-shape signature -> calls
+        self._stats: dict[tuple, list[int]] = {}  # input-shape signature -> [calls, host ns]
+        # The hot path's view of the steps: (run, prepared, in_slots, [(output index, slot)], release, step)
+        self._plan = [(st.kernel.run, st.prepared, st.in_slots,
+                       tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, st)
+                      for st in steps]
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
 
     def rebind(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
@@ -87,40 +89,72 @@ class Program:
         self.output_slots = tuple(by_name[n][0] for n in output_names)
         self.outputs = [by_name[n][1] for n in output_names]
 
+    @property
+    def calls(self) -> int:
+        return sum(c for c, _ in self._stats.values())
+
+    @property
+    def host_ns(self) -> int:
+        return sum(ns for _, ns in self._stats.values())
+
+    @property
+    def signatures(self) -> dict[tuple, int]:
+        """Input-shape signature -> number of calls."""
+        return {sig: c for sig, (c, _) in self._stats.items()}
+
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-        t0 = time.perf_counter_ns()
+        t0 = perf_counter_ns()
         if self._input_perm is not None:
-            inputs = tuple(inputs[i] for i in self._input_perm)
+            inputs = tuple([inputs[i] for i in self._input_perm])
         env: list[Any] = [None] * self.n_slots
         env[: len(inputs)] = inputs
-        signature = tuple(a.shape for a in inputs)
-        shapes_needed = signature not in self._costs
-        step_shapes: list[list] = []
-        for step in self.steps:
-            args = [env[s] if s >= 0 else None for s in step.in_slots]
-            if shapes_needed:
-                step_shapes.append([a.shape if a is not None else None for a in args])
+        signature = tuple([a.shape for a in inputs])
+        stats = self._stats.get(signature)
+        if stats is None or self.record:
+            return self._call_observed(env, signature, t0)
+        for run, prepared, in_slots, out_slots, release, step in self._plan:
+            args = [env[s] if s >= 0 else None for s in in_slots]
             try:
-                outs = step.kernel.run(step.prepared, args)
+                outs = run(prepared, args)
             except Exception as exc:
-                shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
-                raise NpuRuntimeError(f"{step.describe()} failed on inputs ({shapes}): "
-                                      f"{type(exc).__name__}: {exc}") from exc
-            for slot, value in zip(step.out_slots, outs):
-                if slot >= 0:
-                    env[slot] = value
-            for slot in step.release:
+                raise _failure(step, args, exc) from exc
+            for i, slot in out_slots:
+                env[slot] = outs[i]
+            for slot in release:
+                env[slot] = None
+        result = tuple([env[s] for s in self.output_slots])
+        elapsed = perf_counter_ns() - t0
+        with self._lock:
+            stats[0] += 1
+            stats[1] += elapsed
+        return result
+
+    def _call_observed(self, env: list[Any], signature: tuple, t0: int) -> tuple[np.ndarray, ...]:
+        """The first call with a new input-shape signature (or any call when recording): keeps every step's input
+        shapes for the cost model and, with ``record``, every intermediate tensor."""
+        step_shapes: list[list] = []
+        for run, prepared, in_slots, out_slots, release, step in self._plan:
+            args = [env[s] if s >= 0 else None for s in in_slots]
+            step_shapes.append([a.shape if a is not None else None for a in args])
+            try:
+                outs = run(prepared, args)
+            except Exception as exc:
+                raise _failure(step, args, exc) from exc
+            for i, slot in out_slots:
+                env[slot] = outs[i]
+            for slot in release:
                 env[slot] = None
             if self.record:
                 self._record(step, outs)
-        result = tuple(env[s] for s in self.output_slots)
-        elapsed = time.perf_counter_ns() - t0
+        result = tuple([env[s] for s in self.output_slots])
+        elapsed = perf_counter_ns() - t0
+        cost = None if signature in self._costs else self._cost(step_shapes)
         with self._lock:
-            self.calls += 1
-            self.host_ns += elapsed
-            self.signatures[signature] = self.signatures.get(signature, 0) + 1
-            if shapes_needed and signature not in self._costs:
-                self._costs[signature] = self._cost(step_shapes)
+            if cost is not None:
+                self._costs.setdefault(signature, cost)
+            stats = self._stats.setdefault(signature, [0, 0])
+            stats[0] += 1
+            stats[1] += elapsed
         return result
 
     def _record(self, step: Step, outs: Sequence[np.ndarray]) -> None:
@@ -147,4 +181,9 @@ class Program:
     def emulated_seconds(self) -> float:
         """Emulated NPU time of every call so far."""
         with self._lock:
-            return sum(self._costs[s].seconds * n for s, n in self.signatures.items() if s in self._costs)
+            return sum(self._costs[s].seconds * c for s, (c, _) in self._stats.items() if s in self._costs)
+
+
+def _failure(step: Step, args: Sequence[np.ndarray | None], exc: Exception) -> NpuRuntimeError:
+    shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
+    return NpuRuntimeError(f"{step.describe()} failed on inputs ({shapes}): {type(exc).__name__}: {exc}")
