@@ -2,8 +2,13 @@
 
 ``build_report`` returns one JSON-ready dict (schema: ``tools/report_schema.json``, ``schema_version`` below):
 coverage, partitions, crossings, layers, emulated timeline, and with ``run=True`` measurements from a real NpuEP
-session (what the session ran after ORT's own fusions, not what the file says), with ``compare=True`` per-node
-numerics. Rendering lives in ``report_render`` (terminal) and ``report_html`` (HTML).
+session (what the session ran after ORT's own fusions, not what the file says): latency, bridge counters, ORT's
+profile per node (``report_profile``), prefill vs decode for a KV-cache model (``report_phases``); with
+``compare=True`` per-node numerics, three-way for a quantized model given its float original (``report_quant``).
+
+The model is validated first (``report_validate``): bad input raises ``ReportInputError`` (CLI: exit 2, one
+line); an ORT failure on NpuEP for a model the CPU EP runs raises ``NpuEPFailure`` (CLI: exit 1, one line).
+Rendering lives in ``report_render`` (terminal) and ``report_html`` (HTML).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,26 +27,20 @@ from ..ep.onnx_graph import nodes_from_model
 from ..ep.policy import bridge_cost_us, cost_aware_policy
 from ..kernels.node import NodeInfo
 from ..kernels.target import Target, TargetError
+from . import report_layers as rl
 from . import report_model as rm
+from . import report_profile
 from . import report_timeline as rt
-from .report_run import ReportInputError, attribute_bridge, make_feeds, measure, npu_session, resolve_dims
+from .report_phases import DEFAULT_PREFILL_TOKENS, label_timeline, measure_phases
+from .report_run import (NpuEPFailure, ReportInputError, attribute_bridge, cpu_session, make_feeds, measure,
+                         npu_session, resolve_dims)
+from .report_validate import load_checked, ort_exceptions, ort_message
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
 
-__all__ = ["SCHEMA_VERSION", "SCHEMA_PATH", "ReportInputError", "build_report", "validate", "write_json"]
-
-
-def _load_model(model_or_path) -> tuple[onnx.ModelProto, str]:
-    if isinstance(model_or_path, onnx.ModelProto):
-        return model_or_path, "<ModelProto>"
-    path = os.fspath(model_or_path)
-    if not os.path.isfile(path):
-        raise ReportInputError(f"model file not found: {path}")
-    try:
-        return onnx.load(path), path
-    except Exception as exc:
-        raise ReportInputError(f"cannot read ONNX model {path}: {type(exc).__name__}: {exc}") from None
+__all__ = ["SCHEMA_VERSION", "SCHEMA_PATH", "NpuEPFailure", "ReportInputError", "build_report", "validate",
+           "write_json"]
 
 
 def _program_names(programs: Mapping[str, Any], cap: Capability, nodes: list[NodeInfo]) -> list[str]:
@@ -59,53 +58,15 @@ def _program_names(programs: Mapping[str, Any], cap: Capability, nodes: list[Nod
     return names
 
 
-def _per_layer(nodes: list[NodeInfo], cap: Capability, timeline: list[dict], crossings: list[dict],
-               measurement: dict | None, target: Target) -> list[dict]:
-    """Per layer [us per run]: NPU compute, exposed DMA, CPU fallback, boundaries (``None`` layer: outside)."""
-    rows: dict[Any, dict] = {}
-
-    def row(layer):
-        return rows.setdefault(layer, {"layer": layer, "npu_compute_us": 0.0, "dma_us": 0.0,
-                                       "cpu_fallback_us": 0.0, "boundary_us": 0.0})
-    best: dict[str, dict] = {}
-    for entry in timeline:  # one run calls each partition once: take its most frequent signature
-        if entry["partition"] not in best or entry["calls"] > best[entry["partition"]]["calls"]:
-            best[entry["partition"]] = entry
-    for entry in best.values():
-        for op in entry["ops"]:
-            r = row(op["layer"])
-            r["npu_compute_us"] += target.cycles_to_seconds(op["compute_cycles"]) * 1e6
-            r["dma_us"] += target.cycles_to_seconds(max(0.0, op["cycles"] - op["compute_cycles"])) * 1e6
-    for c in crossings:
-        r = row(c["layer"])
-        r["boundary_us"] += c["measured_us"] * c["per_run"] if c.get("measured_us") is not None else bridge_cost_us()
-    cpu_nodes = [d.node for d in cap.declined]
-    for n in cpu_nodes:
-        row(rm.layer_of(n.name))
-    if measurement and cpu_nodes:
-        in_partitions = sum(p["total_us_per_call"] * p["calls_per_run"] for p in measurement["partitions"])
-        other = max(0.0, measurement["npu_mean_us"] - in_partitions)
-        for n in cpu_nodes:  # estimate: host time outside partition calls, spread evenly over CPU nodes
-            row(rm.layer_of(n.name))["cpu_fallback_us"] += other / len(cpu_nodes)
-    return sorted(rows.values(), key=lambda r: (r["layer"] is None, r["layer"] or 0))
-
-
-def _projection(layers: dict, crossings: list[dict], measurement: dict) -> dict[str, Any]:
-    per_run = sum(c["measured_us"] * c["per_run"] for c in crossings if c.get("measured_us") is not None)
-    count = sum(c["per_run"] for c in crossings)
-    t_b = per_run / count if count else 0.0
-    internal = [c for c in crossings if not set(c["peer"]) <= {"graph input", "graph output"}]
-    saving = sum(c["measured_us"] * c["per_run"] for c in internal if c.get("measured_us") is not None)
-    n_l, n_b = layers["count"], layers["crossings_per_layer"]
-    return {"t_b_us": t_b, "boundary_us_per_run": per_run, "crossings_per_run": count, "layers": n_l,
-            "crossings_per_layer": n_b, "per_token_us": n_l * n_b * t_b, "full_coverage_saving_us": saving}
-
-
 def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str, int] | None = None,
                  run: bool = False, runs: int = 20, layers: int | None = None, compare: bool = False,
-                 provider_options: Mapping[str, str] | None = None, model=None) -> dict[str, Any]:
+                 provider_options: Mapping[str, str] | None = None, model=None, float_model=None,
+                 check: bool = True, prefill_tokens: int = DEFAULT_PREFILL_TOKENS) -> dict[str, Any]:
     """The report document. ``model_or_session``: path, ``onnx.ModelProto`` or an ``InferenceSession`` created
-    with NpuEP (then ``model=`` enables the CPU-EP comparison). ``dims``: symbolic dim -> size for inputs."""
+    with NpuEP (then ``model=`` enables the CPU-EP comparison). ``dims``: symbolic dim -> size for inputs.
+    ``float_model``: the float original of a quantized model (path or ModelProto) for the three-way numerics
+    (implies ``compare``). ``check=False`` skips ``onnx.checker`` (the structural checks always run).
+    ``prefill_tokens``: new tokens of the prefill-shaped run of a KV-cache model (``run=True``)."""
     import onnxruntime as ort
 
     from ..ep.bridge import LIVE_SESSIONS
@@ -116,8 +77,14 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
     except TargetError as exc:
         raise ReportInputError(str(exc)) from None
     session = model_or_session if isinstance(model_or_session, ort.InferenceSession) else None
-    proto, where = _load_model(model if session is not None and model is not None else
-                               model_or_session if session is None else _session_model(session))
+    if session is not None and model is None:
+        raise ReportInputError("report on an InferenceSession needs model= (path or ModelProto) for the file view")
+    proto, where, validation = load_checked(model if session is not None else model_or_session, checker=check)
+    fproto = None
+    if float_model is not None:
+        fproto, fwhere, _ = load_checked(float_model, checker=check)
+        _same_inputs(proto, where, fproto, fwhere)
+        compare = True
     dims = resolve_dims(proto, dims or {})
     file_nodes = nodes_from_model(proto)
     policy = cost_aware_policy(tgt) if opts.get("partition_policy") == "cost_aware" else None
@@ -125,18 +92,19 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
     doc: dict[str, Any] = {"schema": "npu-report", "schema_version": SCHEMA_VERSION, "model": where,
                            "target": tgt.name, "policy": opts.get("partition_policy", "max_coverage"),
                            "source": "file", "dims": dims, "bridge_cost_us_default": bridge_cost_us(),
+                           "validation": validation,
                            "file_coverage": {"total": len(file_cap.decisions),
                                              "claimed": sum(d.claimed for d in file_cap.decisions)},
-                           "measurement": None, "projection": None, "compare": None}
+                           "measurement": None, "projection": None, "compare": None, "phases": None}
     nodes, cap, measurement, names, timeline = file_nodes, file_cap, None, None, None
     ep = None
+    feeds = make_feeds(proto, dims) if run or compare else None
     if session is not None:
         ep = _ep_of(session, LIVE_SESSIONS)
     elif run:
-        model_bytes = proto.SerializeToString()
-        feeds = make_feeds(proto, dims)
-        session, ep = npu_session(model_bytes, opts)
-        measurement = measure(session, ep, model_bytes, feeds, runs)
+        session, ep, measurement, doc["phases"] = _run(proto, where, opts, feeds, dims, tgt, runs, prefill_tokens)
+    elif compare:
+        cpu_session(proto.SerializeToString(), feeds, where)
     if ep is not None:
         doc["source"] = "session"
         nodes = [d.node for d in ep.capabilities[-1][1].decisions]
@@ -150,16 +118,64 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
     if timeline is None or not timeline:  # cost model on the file with the input dims made concrete
         timeline = rt.from_static(nodes_from_model(_with_dims(proto, dims)) if nodes is file_nodes else nodes,
                                   cap, names, tgt, dims)
+    label_timeline(timeline, doc["phases"])
     doc.update(coverage=rm.coverage(cap), partitions=parts, crossings=crossings,
                layers=rm.layer_summary(nodes, crossings, layers), timeline=timeline, measurement=measurement)
-    doc["per_layer"] = _per_layer(nodes, cap, timeline, crossings, measurement, tgt)
+    doc["per_layer"] = rl.per_layer(nodes, cap, parts, timeline, crossings,
+                                    measurement["profile"] if measurement else None, tgt)
     if measurement:
-        doc["projection"] = _projection(doc["layers"], crossings, measurement)
+        doc["projection"] = rl.projection(doc["layers"], crossings)
     if compare:
         from .report_compare import compare as run_compare
 
-        doc["compare"] = run_compare(proto, make_feeds(proto, dims), opts)
+        doc["compare"] = _npu_guarded(where, lambda: run_compare(proto, feeds, opts, float_model=fproto),
+                                      creating=True)
     return doc
+
+
+def _run(proto: onnx.ModelProto, where: str, opts: Mapping[str, str], feeds, dims: Mapping[str, int], tgt: Target,
+         runs: int, prefill_tokens: int) -> tuple[Any, Any, dict[str, Any], dict[str, Any] | None]:
+    """``--run``: the CPU EP validates the model, then ONE profiled NpuEP session gives the ORT profile (per-node
+    time), the latency/bridge measurement and the prefill/decode phases. Returns (session, EpSession,
+    measurement, phases)."""
+    import onnxruntime as ort
+
+    model_bytes = proto.SerializeToString()
+    cpu = cpu_session(model_bytes, feeds, where)
+    so = ort.SessionOptions()
+    folder = report_profile.enable(so)
+    try:
+        session, ep = _npu_guarded(where, lambda: npu_session(model_bytes, opts, so=so), creating=True)
+    except BaseException:
+        report_profile.discard(folder)
+        raise
+    few = min(runs, 5)
+    profile = _npu_guarded(where, lambda: report_profile.profile_runs(session, folder, feeds, few, warmup=2))
+    measurement = _npu_guarded(where, lambda: measure(session, ep, cpu, feeds, runs))
+    measurement["profile"] = profile
+    phases = _npu_guarded(where, lambda: measure_phases(session, ep, cpu, proto, dims, tgt, runs=few,
+                                                        prefill_tokens=prefill_tokens))
+    return session, ep, measurement, phases
+
+
+def _npu_guarded(where: str, fn: Callable[[], Any], *, creating: bool = False) -> Any:
+    """Run an NpuEP step; ORT errors there (the CPU EP already ran the model) are NpuEP failures. ORT reports a
+    failure to create a plugin EP (e.g. a bad provider option) as a plain ``RuntimeError``: caught when
+    ``creating``, so that other RuntimeErrors (report bugs) keep their traceback."""
+    caught = (*ort_exceptions(), RuntimeError) if creating else ort_exceptions()
+    try:
+        return fn()
+    except caught as exc:
+        raise NpuEPFailure(f"{where}: NpuEP failed on a model the CPU EP runs: {ort_message(exc)}") from exc
+
+
+def _same_inputs(model: onnx.ModelProto, where: str, fmodel: onnx.ModelProto, fwhere: str) -> None:
+    """The float model must take the same feeds as the quantized one (three-way numerics run both on them)."""
+    def names(m):
+        inits = {t.name for t in m.graph.initializer}
+        return sorted(i.name for i in m.graph.input if i.name not in inits)
+    if names(model) != names(fmodel):
+        raise ReportInputError(f"{fwhere}: float model inputs {names(fmodel)} differ from {where}'s {names(model)}")
 
 
 def _with_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> onnx.ModelProto:
@@ -171,10 +187,6 @@ def _with_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> onnx.ModelPro
             if d.dim_param in dims:
                 d.dim_value = int(dims[d.dim_param])
     return m
-
-
-def _session_model(session) -> str:
-    raise ReportInputError("report on an InferenceSession needs model= (path or ModelProto) for the file view")
 
 
 def _ep_of(session, live) -> Any:

@@ -5,6 +5,9 @@ every node of the file exists). NpuEP: the unmodified model with provider option
 program keeps ``"node_name:i" -> array`` for its steps (a fused epilogue step is named ``"a+b+c"``: its output
 is the output of the last absorbed node ``c``). Per node: max abs diff and max relative diff
 (``max|d| / max|ref|``); a node fails when ``max|d| > atol + rtol * max|ref|`` for its dtype (table below).
+
+With a float model (``float_model=``) the result also carries ``three_way`` (see ``report_quant``): float
+reference vs quantized reference vs NpuEP per graph output and per recorded tensor.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .report_run import npu_session
+from .report_quant import diff, float_reference, is_quantized, three_way
+from .report_run import npu_session, quiet
 
 # dtype -> (atol, rtol): fp32 kernels reassociate sums; fp16 keeps ~3 decimal digits; integers allow 1 LSB
 TOLERANCE = {"float32": (1e-4, 1e-3), "float16": (1e-2, 1e-2), "float64": (1e-8, 1e-6)}
@@ -42,47 +46,67 @@ def expose_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     exposed = expose_all_outputs(model)
-    so = ort.SessionOptions()
+    so = quiet(ort.SessionOptions())
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(exposed.SerializeToString(), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, dict(feeds))))
 
 
-def compare(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-            provider_options: Mapping[str, str]) -> dict[str, Any]:
-    """Per-node diffs for every node NpuEP recorded, in graph order, and the first node out of tolerance."""
-    ref = _reference(model, feeds)
-    sess, ep = npu_session(model.SerializeToString(), {**provider_options, "record_tensors": "1"})
-    sess.run(None, dict(feeds))
-    nodes = [d.node for d in ep.capabilities[-1][1].decisions] if ep.capabilities else []
-    order = {n.name: i for i, n in enumerate(nodes)}
+def _recorded(ep, nodes) -> tuple[list[tuple[str, str, np.ndarray]], list[str]]:
+    """NpuEP's recorded tensors as (step name, tensor name, value), and the keys that map to no tensor."""
     outputs = {n.name: [v.name for v in n.outputs] for n in nodes}
-    rows, unmatched = [], []
+    found, unmatched = [], []
     for prog in ep.programs.values():
         for key, got in prog.recorded.items():
             step, _, idx = key.rpartition(":")
-            last = step.split("+")[-1]
-            names = outputs.get(last, [])
-            tensor = names[int(idx)] if int(idx) < len(names) else None
-            if tensor is None or tensor not in ref:
+            names = outputs.get(step.split("+")[-1], [])
+            if int(idx) < len(names):
+                found.append((step, names[int(idx)], np.asarray(got)))
+            else:
                 unmatched.append(key)
-                continue
-            want = ref[tensor]
-            got = np.asarray(got)
-            if got.shape != want.shape:
-                rows.append({"node": step, "tensor": tensor, "dtype": want.dtype.name, "shape": list(want.shape),
-                             "max_abs": None, "max_rel": None, "ok": False,
-                             "note": f"shape {list(got.shape)} != reference {list(want.shape)}"})
-                continue
-            d = np.abs(got.astype(np.float64) - want.astype(np.float64))
-            scale = float(np.max(np.abs(want))) if want.size else 0.0
-            max_abs = float(np.max(d)) if d.size else 0.0
-            atol, rtol = tolerance(want.dtype)
-            rows.append({"node": step, "tensor": tensor, "dtype": want.dtype.name, "shape": list(want.shape),
-                         "max_abs": max_abs, "max_rel": max_abs / scale if scale else max_abs,
-                         "ok": bool(max_abs <= atol + rtol * scale), "note": ""})
+    return found, unmatched
+
+
+def _node_row(step: str, tensor: str, want: np.ndarray, got: np.ndarray) -> dict[str, Any]:
+    row = {"node": step, "tensor": tensor, "dtype": want.dtype.name, "shape": list(want.shape)}
+    if got.shape != want.shape:
+        return {**row, "max_abs": None, "max_rel": None, "ok": False,
+                "note": f"shape {list(got.shape)} != reference {list(want.shape)}"}
+    d = diff(want, got)
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    atol, rtol = tolerance(want.dtype)
+    return {**row, **d, "ok": bool(d["max_abs"] <= atol + rtol * scale), "note": ""}
+
+
+def compare(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], provider_options: Mapping[str, str],
+            float_model: onnx.ModelProto | None = None) -> dict[str, Any]:
+    """Per-node diffs for every node NpuEP recorded, in graph order, and the first node out of tolerance;
+    with ``float_model`` also the three-way view."""
+    ref = _reference(model, feeds)
+    sess, ep = npu_session(model.SerializeToString(), {**provider_options, "record_tensors": "1"})
+    output_names = [o.name for o in sess.get_outputs()]
+    npu_outputs = dict(zip(output_names, sess.run(None, dict(feeds))))
+    nodes = [d.node for d in ep.capabilities[-1][1].decisions] if ep.capabilities else []
+    order = {n.name: i for i, n in enumerate(nodes)}
+    recorded, unmatched = _recorded(ep, nodes)
+    rows = []
+    for step, tensor, got in recorded:
+        if tensor not in ref:
+            unmatched.append(f"{step}:{tensor}")
+            continue
+        rows.append(_node_row(step, tensor, ref[tensor], got))
     rows.sort(key=lambda r: order.get(r["node"].split("+")[-1], 1 << 30))
     first_bad = next((r["node"] for r in rows if not r["ok"]), None)
-    return {"nodes": rows, "first_failure": first_bad, "unmatched": sorted(unmatched),
-            "tolerances": {k: {"atol": a, "rtol": r} for k, (a, r) in TOLERANCE.items()}}
+    doc = {"nodes": rows, "first_failure": first_bad, "unmatched": sorted(unmatched),
+           "tolerances": {k: {"atol": a, "rtol": r} for k, (a, r) in TOLERANCE.items()},
+           "quantized": is_quantized(model), "three_way": None}
+    if float_model is not None:
+        fmodel, info = float_reference(model, float_model)
+        if info["unmatched"] or not info["substituted"]:
+            fmodel = float_model
+        info["float_source"] = "substituted" if fmodel is not float_model else "float model"
+        fref = _reference(fmodel, feeds)
+        recorded.sort(key=lambda r: order.get(r[0].split("+")[-1], 1 << 30))
+        doc["three_way"] = three_way(fref, ref, npu_outputs, recorded, output_names, info)
+    return doc

@@ -1,5 +1,6 @@
 """One self-contained HTML file for an ``npu-report`` document: plotly figures with plotly.js inlined (no network
-needed to view it): coverage by op type, partition map of the graph, per-layer timeline."""
+needed to view it): coverage by op type, partition map of the graph, per-layer timeline; when the document has
+them, prefill vs decode and the three-way numerics of a quantized model."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-FIGURE_IDS = ("coverage-by-op", "partition-map", "layer-timeline")
+FIGURE_IDS = ("coverage-by-op", "partition-map", "layer-timeline")  # always present
+PHASES_ID, THREE_WAY_ID = "prefill-decode", "three-way-numerics"  # present when the document has the data
 
 
 def coverage_figure(doc: Mapping[str, Any]) -> go.Figure:
@@ -41,19 +43,82 @@ def partition_map_figure(doc: Mapping[str, Any]) -> go.Figure:
 
 
 def timeline_figure(doc: Mapping[str, Any]) -> go.Figure:
+    """Two stacks per layer: the emulated NPU (compute, exposed DMA) and the measured host time (CPU fallback
+    nodes, NpuEP partition calls without and with their bridge share). Without a run only the first stack and
+    the estimated boundaries exist."""
     rows = doc["per_layer"]
     labels = ["outside layers" if r["layer"] is None else f"layer {r['layer']}" for r in rows]
-    parts = (("npu_compute_us", "NPU compute (emulated)"), ("dma_us", "DMA exposed (emulated)"),
-             ("cpu_fallback_us", "CPU fallback (measured, spread)"), ("boundary_us", "boundaries"))
-    fig = go.Figure([go.Bar(name=name, x=labels, y=[r[key] for r in rows]) for key, name in parts])
-    fig.update_layout(barmode="stack", title="per-layer timeline (us per run)", yaxis_title="us")
+    bars = [go.Bar(name="NPU compute (emulated)", x=labels, y=[r["npu_compute_us"] for r in rows],
+                   offsetgroup="emulated"),
+            go.Bar(name="DMA exposed (emulated)", x=labels, y=[r["dma_us"] for r in rows], offsetgroup="emulated",
+                   base=[r["npu_compute_us"] for r in rows])]
+    if doc["measurement"] is not None:
+        cpu = [r["cpu_fallback_us"] for r in rows]
+        inner = [max(0.0, r["partition_us"] - r["boundary_us"]) for r in rows]
+        bars += [go.Bar(name="CPU fallback (measured)", x=labels, y=cpu, offsetgroup="host"),
+                 go.Bar(name="NpuEP partitions excl. bridge (measured)", x=labels, y=inner, offsetgroup="host",
+                        base=cpu),
+                 go.Bar(name="boundaries: bridge (measured)", x=labels, y=[r["boundary_us"] for r in rows],
+                        offsetgroup="host", base=[c + i for c, i in zip(cpu, inner)])]
+    else:
+        bars.append(go.Bar(name="boundaries (estimated)", x=labels, y=[r["boundary_us"] for r in rows],
+                           offsetgroup="host"))
+    fig = go.Figure(bars)
+    fig.update_layout(barmode="group", title="per-layer timeline (us per run): emulated NPU | measured host",
+                      yaxis_title="us")
     return fig
 
 
+def phases_figure(doc: Mapping[str, Any]) -> go.Figure | None:
+    """Prefill vs decode: emulated NPU time split into compute / DMA cycles, and host time on NpuEP and CPU EP."""
+    ph = doc.get("phases")
+    if not ph or "skipped" in ph:
+        return None
+    keys = ["prefill", "decode"]
+    labels = [f"{k} ({ph[k]['new_tokens']} new, {ph[k]['past_tokens']} past)" for k in keys]
+    fig = go.Figure([
+        go.Bar(name="NPU total (emulated)", x=labels, y=[ph[k]["npu_us"] for k in keys]),
+        go.Bar(name="host NpuEP (measured)", x=labels, y=[ph[k]["host_us"] for k in keys]),
+        go.Bar(name="host CPU EP (measured)", x=labels, y=[ph[k]["cpu_host_us"] for k in keys]),
+    ])
+    text = "; ".join(f"{k}: {ph[k]['npu_cycles']:,.0f} cycles ({ph[k]['npu_compute_cycles']:,.0f} compute, "
+                     f"{ph[k]['npu_dma_cycles']:,.0f} DMA), {ph[k]['dma_bytes']:,} DMA bytes" for k in keys)
+    fig.update_layout(barmode="group", title=f"prefill vs decode (us per execution)<br><sup>{html.escape(text)}</sup>",
+                      yaxis_title="us", yaxis_type="log")
+    return fig
+
+
+def three_way_figure(doc: Mapping[str, Any]) -> go.Figure | None:
+    """Per tensor (graph outputs first): max abs error from quantization vs from the compiler/kernels (log)."""
+    tw = (doc.get("compare") or {}).get("three_way")
+    if not tw:
+        return None
+    rows = tw["outputs"] + tw["nodes"]
+    names = [r["tensor"] for r in rows]
+    tiny = 1e-12  # log axis: exact zeros drawn at the floor
+
+    def ys(key):
+        return [max(r[key] or 0.0, tiny) for r in rows]
+    fig = go.Figure([go.Bar(name="float ref -> quantized ref (quantization)", x=names, y=ys("quant_max_abs")),
+                     go.Bar(name="quantized ref -> NpuEP (compiler/kernel)", x=names, y=ys("kernel_max_abs"))])
+    fig.update_layout(barmode="group", yaxis_type="log", yaxis_title="max abs diff",
+                      title=f"three-way numerics (float reference: {tw['float_source']}); dominant on the first "
+                            f"output: {tw['dominant'] or 'none'}")
+    return fig
+
+
+def figures(doc: Mapping[str, Any]) -> list[tuple[str, go.Figure]]:
+    """(div id, figure) for every figure the document has data for, in page order."""
+    out = list(zip(FIGURE_IDS, (coverage_figure(doc), partition_map_figure(doc), timeline_figure(doc))))
+    for fid, fig in ((PHASES_ID, phases_figure(doc)), (THREE_WAY_ID, three_way_figure(doc))):
+        if fig is not None:
+            out.append((fid, fig))
+    return out
+
+
 def render_html(doc: Mapping[str, Any]) -> str:
-    figs = zip(FIGURE_IDS, (coverage_figure(doc), partition_map_figure(doc), timeline_figure(doc)))
     divs = [pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), div_id=fid)
-            for i, (fid, fig) in enumerate(figs)]
+            for i, (fid, fig) in enumerate(figures(doc))]
     cov = doc["coverage"]
     summary = (f"{cov['claimed']}/{cov['total']} nodes on NpuEP, {len(doc['partitions'])} partition(s), "
                f"{len(doc['crossings'])} crossing(s) per run, target {doc['target']}")

@@ -66,14 +66,78 @@ def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: 
             con.print(f"per token: L*n_b*t_b = {pr['layers']} x {pr['crossings_per_layer']:.1f} x "
                       f"{pr['t_b_us']:.2f} = {_us(pr['per_token_us'])} us; full coverage would save "
                       f"{_us(pr['full_coverage_saving_us'])} us per run")
-    cmp_ = doc.get("compare")
-    if cmp_:
-        t = Table(title="per-node numerics vs CPU EP")
-        for col in ("node", "tensor", "dtype", "max abs", "max rel", "ok"):
-            t.add_column(col)
-        for r in cmp_["nodes"][:max_rows]:
-            fmt = (lambda v: "-" if v is None else f"{v:.3g}")
-            t.add_row(r["node"], r["tensor"], r["dtype"], fmt(r["max_abs"]), fmt(r["max_rel"]),
-                      "[green]ok[/]" if r["ok"] else "[red]FAIL[/]")
-        con.print(t)
-        con.print(f"first node out of tolerance: {cmp_['first_failure'] or 'none'}")
+        prof = m.get("profile")
+        if prof:
+            by = prof["us_per_run_by_provider"]
+            cpu = sum(v for k, v in by.items() if k != "NpuEP")
+            con.print(f"ORT profiler over {prof['runs']} runs: CPU fallback nodes {_us(cpu)} us, NpuEP partition "
+                      f"calls {_us(by.get('NpuEP', 0.0))} us per run (of {_us(prof['run_us'])} us)")
+    _per_layer_table(con, doc, max_rows)
+    _phases(con, doc.get("phases"))
+    _compare(con, doc.get("compare"), max_rows)
+
+
+def _per_layer_table(con: Console, doc: Mapping[str, Any], max_rows: int) -> None:
+    measured = doc["measurement"] is not None
+    t = Table(title="per-layer timeline, us per run (NPU emulated; CPU and partitions measured by ORT's profiler)"
+              if measured else "per-layer timeline, us per run (NPU emulated; boundaries estimated)")
+    for col in ("layer", "NPU compute", "DMA exposed", "CPU fallback", "partitions", "of which bridge"):
+        t.add_column(col, justify="right")
+    for r in doc["per_layer"][:max_rows]:
+        t.add_row("outside" if r["layer"] is None else str(r["layer"]), _us(r["npu_compute_us"]), _us(r["dma_us"]),
+                  _us(r["cpu_fallback_us"]) if measured else "-", _us(r["partition_us"]) if measured else "-",
+                  _us(r["boundary_us"]))
+    con.print(t)
+
+
+def _phases(con: Console, phases: Mapping[str, Any] | None) -> None:
+    if not phases:
+        return
+    if "skipped" in phases:
+        con.print(f"prefill vs decode: skipped ({escape(phases['skipped'])})")
+        return
+    t = Table(title="prefill vs decode (one execution each; host time = median)")
+    for col in ("phase", "new tokens", "past", "NPU cycles", "NPU us (emul.)", "compute cyc", "DMA cyc", "DMA bytes",
+                "host us NpuEP", "host us CPU EP"):
+        t.add_column(col, justify="left" if col == "phase" else "right")
+    for key in ("prefill", "decode"):
+        r = phases[key]
+        t.add_row(key, str(r["new_tokens"]), str(r["past_tokens"]), f"{r['npu_cycles']:,.0f}", _us(r["npu_us"]),
+                  f"{r['npu_compute_cycles']:,.0f}", f"{r['npu_dma_cycles']:,.0f}", f"{r['dma_bytes']:,}",
+                  _us(r["host_us"]), _us(r["cpu_host_us"]))
+    con.print(t)
+
+
+def _g(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def _compare(con: Console, cmp_: Mapping[str, Any] | None, max_rows: int) -> None:
+    if not cmp_:
+        return
+    t = Table(title="per-node numerics vs CPU EP")
+    for col in ("node", "tensor", "dtype", "max abs", "max rel", "ok"):
+        t.add_column(col)
+    for r in cmp_["nodes"][:max_rows]:
+        t.add_row(escape(r["node"]), escape(r["tensor"]), r["dtype"], _g(r["max_abs"]), _g(r["max_rel"]),
+                  "[green]ok[/]" if r["ok"] else "[red]FAIL[/]")
+    con.print(t)
+    con.print(f"first node out of tolerance: {cmp_['first_failure'] or 'none'}")
+    tw = cmp_.get("three_way")
+    if tw is None:
+        if cmp_.get("quantized"):
+            con.print("quantized model: pass --float-model FLOAT.onnx to separate quantization error from "
+                      "compiler/kernel error")
+        return
+    t = Table(title=f"three-way numerics (float reference: {tw['float_source']}, {tw['substituted']} weights "
+                    "substituted)")
+    for col in ("tensor", "node", "float->quant abs", "rel", "quant->NpuEP abs", "rel", "dominant"):
+        t.add_column(col)
+    for r in (tw["outputs"] + tw["nodes"])[:max_rows]:
+        t.add_row(escape(r["tensor"]), escape(r["node"] or "(graph output)"), _g(r["quant_max_abs"]),
+                  _g(r["quant_max_rel"]), _g(r["kernel_max_abs"]), _g(r["kernel_max_rel"]), r["dominant"] or "-")
+    con.print(t)
+    if tw["unmatched_weights"]:
+        con.print(f"no float weight found for {len(tw['unmatched_weights'])} quantized node(s), e.g. "
+                  f"{escape(tw['unmatched_weights'][0])}: the float model itself is the float reference")
+    con.print(f"dominant error on the first output: [bold]{tw['dominant'] or 'none'}[/]")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,10 @@ from ..ep.dtypes import numpy_dtype
 
 class ReportInputError(ValueError):
     """Bad user input (model, dims, target): the CLI prints it in one line and exits with 2."""
+
+
+class NpuEPFailure(RuntimeError):
+    """NpuEP failed on a model the CPU EP runs: a finding about NpuEP, not bad input (CLI: one line, exit 1)."""
 
 
 def _vocab_size(model: onnx.ModelProto, input_name: str) -> int:
@@ -78,10 +83,19 @@ def make_feeds(model: onnx.ModelProto, dims: Mapping[str, int], seed: int = 0) -
     return feeds
 
 
-def npu_session(model_bytes: bytes, provider_options: Mapping[str, str]) -> tuple[ort.InferenceSession, EpSession]:
-    """An NpuEP session that records ORT's graph assignment and never silently falls back, and its EpSession."""
+def quiet(so: ort.SessionOptions) -> ort.SessionOptions:
+    """Only fatal messages in ORT's log for the report's sessions: an ORT error reaches the user once, as the
+    exception the report turns into one line (ReportInputError / NpuEPFailure), not twice."""
+    so.log_severity_level = 4
+    return so
+
+
+def npu_session(model_bytes: bytes, provider_options: Mapping[str, str], *,
+                so: ort.SessionOptions | None = None) -> tuple[ort.InferenceSession, EpSession]:
+    """An NpuEP session that records ORT's graph assignment and never silently falls back, and its EpSession.
+    ``so``: session options to start from (e.g. with profiling enabled)."""
     before = set(LIVE_SESSIONS)
-    so = ort.SessionOptions()
+    so = quiet(so or ort.SessionOptions())
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     opts = {"cache_dir": "", **provider_options}
     sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("NpuEP", opts), "CPUExecutionProvider"],
@@ -90,6 +104,23 @@ def npu_session(model_bytes: bytes, provider_options: Mapping[str, str]) -> tupl
     if len(new) != 1:
         raise RuntimeError(f"expected one new NpuEP session, found {len(new)}")
     return sess, new[0]
+
+
+def cpu_session(model_bytes: bytes, feeds: Mapping[str, np.ndarray], where: str) -> ort.InferenceSession:
+    """A CPU EP session that has run ``feeds`` once: ORT's own validation of the model and the generated inputs.
+    Anything ORT refuses here is bad input (``ReportInputError`` naming the file)."""
+    from .report_validate import ort_error, ort_exceptions
+
+    errors = ort_exceptions()
+    try:
+        cpu = ort.InferenceSession(model_bytes, quiet(ort.SessionOptions()), providers=["CPUExecutionProvider"])
+    except errors as exc:
+        raise ort_error(where, "load the model", exc) from None
+    try:
+        cpu.run(None, dict(feeds))
+    except errors as exc:
+        raise ort_error(where, "run the model on the CPU EP", exc) from None
+    return cpu
 
 
 def assignment(sess: ort.InferenceSession) -> dict[str, str]:
@@ -107,15 +138,15 @@ def latencies_us(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray], ru
     return statistics.median(samples), statistics.fmean(samples)
 
 
-def measure(sess: ort.InferenceSession, ep: EpSession, model_bytes: bytes, feeds: Mapping[str, np.ndarray],
+def measure(sess: ort.InferenceSession, ep: EpSession, cpu: ort.InferenceSession, feeds: Mapping[str, np.ndarray],
             runs: int, warmup: int = 2) -> dict[str, Any]:
-    """Latency on NpuEP and on the CPU EP, and the shim's per-partition counters over ``runs`` runs."""
+    """Latency on NpuEP and on the CPU EP, the shim's per-partition counters over ``runs`` runs, and how many
+    nodes ORT's own graph assignment record puts on each EP (proof that NpuEP ran them)."""
     for _ in range(warmup):
         sess.run(None, dict(feeds))
     _native.reset_stats()
     npu_us, npu_mean = latencies_us(sess, feeds, runs)
     stats = _native.partition_stats()
-    cpu = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
     for _ in range(warmup):
         cpu.run(None, dict(feeds))
     cpu_us, cpu_mean = latencies_us(cpu, feeds, runs)
@@ -129,8 +160,10 @@ def measure(sess: ort.InferenceSession, ep: EpSession, model_bytes: bytes, feeds
                       "program_us_per_call": s.get("program_ns", 0) / per / 1e3,
                       "bridge_us_per_call": (s.get("total_ns", 0) - s.get("program_ns", 0)) / per / 1e3,
                       "bytes_in_per_call": s.get("bytes_in", 0) // per, "bytes_out_per_call": s.get("bytes_out", 0) // per})
+    placed = Counter(assignment(sess).values())
     return {"runs": runs, "npu_latency_us": npu_us, "cpu_latency_us": cpu_us, "npu_mean_us": npu_mean,
-            "cpu_mean_us": cpu_mean, "partitions": parts}
+            "cpu_mean_us": cpu_mean, "partitions": parts, "assignment": dict(sorted(placed.items())),
+            "profile": None}
 
 
 def attribute_bridge(crossings: Sequence[dict], measured_parts: Sequence[dict]) -> None:

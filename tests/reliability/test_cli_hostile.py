@@ -81,13 +81,7 @@ MAY_SUCCEED = {"npu_rewrite": {"cycle", "giant_reshape", "missing_initializer", 
                "npu_report": {"giant_reshape"}}
 
 
-@pytest.mark.parametrize("module", [
-    "npu_rewrite",
-    pytest.param("npu_report", marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG (reported): npu-report exits 0 on an empty file, a cycle, a missing initializer and opset 99, and "
-        "lets 'ValueError: cannot reshape array of size 12 into shape (1048576,1048576)' escape main() for an "
-        "initializer declared larger than its data"))),
-])
+@pytest.mark.parametrize("module", ["npu_rewrite", "npu_report"])
 def test_cli_refuses_hostile_models_with_one_line_and_exit_2(tmp_path, module):
     paths = _cases(tmp_path)
     if module == "npu_rewrite":

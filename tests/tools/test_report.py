@@ -1,4 +1,5 @@
-"""npu-report: schema-valid documents whose numbers agree with each other, measured boundaries, HTML, CLI."""
+"""npu-report: schema-valid documents whose numbers agree with each other, measured boundaries and CPU fallback
+time (ORT profiler), HTML, CLI, and bad input refused with exit 2 in one line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from onnx import TensorProto, helper
 
 import npu_ep
 from npu_ep.tools.npu_report import main
-from npu_ep.tools.report import validate
+from npu_ep.tools.report import SCHEMA_PATH, SCHEMA_VERSION, validate
+from npu_ep.tools.report_profile import parse
 from tests.ep.test_policy import target_without
 from tests.npu_testing import make_model
 
@@ -79,6 +81,64 @@ def test_run_measures_two_crossings_per_layer_with_positive_cost(target):
     rows = doc["compare"]["nodes"]
     assert [r["tensor"] for r in rows] == [f"mm{i}" for i in range(LAYERS)]
     assert doc["compare"]["first_failure"] is None and all(r["max_abs"] < 1e-4 for r in rows)
+    assert doc["compare"]["quantized"] is False and doc["compare"]["three_way"] is None
+    assert doc["phases"] is None  # no KV cache
+
+
+def test_cpu_fallback_and_partition_time_per_layer_are_measured_by_ort_profiler(target):
+    doc = npu_ep.report(erf_layers_model(), target=target, dims={"batch": 4}, run=True, runs=3)
+    check_consistent(doc)
+    m = doc["measurement"]
+    assert m["assignment"] == {"CPUExecutionProvider": LAYERS, "NpuEP": LAYERS}  # ORT's own record
+    prof = m["profile"]
+    assert prof["runs"] == 3 and prof["run_us"] > 0
+    by_node = {n["node"]: n for n in prof["nodes"]}
+    for i in range(LAYERS):  # every CPU fallback node timed once per run, in its layer
+        erf = by_node[f"/model/layers.{i}/mlp/Erf"]
+        assert (erf["provider"], erf["op"], erf["layer"], erf["calls_per_run"]) == ("CPUExecutionProvider", "Erf", i, 1)
+        assert erf["us_per_run"] > 0
+    partitions = {p["name"] for p in doc["partitions"]}
+    npu = [n for n in prof["nodes"] if n["provider"] == "NpuEP"]
+    assert {n["node"] for n in npu} == partitions == {p["partition"] for p in m["partitions"]}
+    rows = {r["layer"]: r for r in doc["per_layer"]}
+    assert sorted(rows) == list(range(LAYERS))
+    for i in range(LAYERS):  # measured, per layer: not one number spread evenly
+        assert rows[i]["cpu_fallback_us"] == pytest.approx(by_node[f"/model/layers.{i}/mlp/Erf"]["us_per_run"])
+        assert rows[i]["partition_us"] > 0 and rows[i]["boundary_us"] > 0
+    assert sum(r["partition_us"] for r in rows.values()) == pytest.approx(sum(n["us_per_run"] for n in npu))
+    assert sum(r["cpu_fallback_us"] for r in rows.values()) == pytest.approx(
+        prof["us_per_run_by_provider"]["CPUExecutionProvider"])
+
+
+def test_profile_parse_keeps_runs_after_warmup_and_averages_per_run():
+    def run(ts, dur):
+        return {"cat": "Session", "name": "model_run", "ts": ts, "dur": dur}
+
+    def node(name, ts, dur, provider="CPUExecutionProvider"):
+        return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur,
+                "args": {"provider": provider, "op_name": "Erf"}}
+    events = [run(0, 100), node("/layers.0/a", 10, 50),                                 # warmup: dropped
+              run(200, 40), node("/layers.0/a", 210, 4), node("p", 220, 10, "NpuEP"),
+              run(300, 60), node("/layers.0/a", 310, 6), node("p", 320, 30, "NpuEP"),
+              {"cat": "Session", "name": "session_initialization", "ts": 0, "dur": 1}]
+    out = parse(events, warmup=1)
+    rows = {n["node"]: n for n in out["nodes"]}
+    assert out["runs"] == 2 and out["run_us"] == 50
+    assert rows["/layers.0/a"]["us_per_run"] == 5 and rows["/layers.0/a"]["layer"] == 0
+    assert rows["p"]["us_per_run"] == 20 and rows["p"]["calls_per_run"] == 1
+    assert out["us_per_run_by_provider"] == {"CPUExecutionProvider": 5, "NpuEP": 20}
+
+
+def test_schema_is_versioned_and_documents_carry_that_version(target):
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION == "1.1"
+    assert schema["$id"].endswith(SCHEMA_VERSION)
+    doc = npu_ep.report(erf_layers_model(), target=target, dims={"batch": 4})
+    validate(doc)
+    assert doc["validation"] == {"structure": "ok", "checker": "full"}
+    bad = dict(doc, schema_version="1.0")
+    with pytest.raises(Exception, match="1.1"):
+        validate(bad)
 
 
 def test_cli_writes_json_and_self_contained_html(tmp_path, target, capsys):
@@ -95,6 +155,99 @@ def test_cli_writes_json_and_self_contained_html(tmp_path, target, capsys):
         assert f'id="{fid}"' in page
     assert "Plotly.newPlot" in page and len(page) > 1_000_000  # plotly.js bundle inlined
     assert '<script src="http' not in page
+
+
+def _hostile(tmp_path) -> dict[str, str]:
+    """Invalid models npu-report must refuse (exit 2, one line naming the file)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+
+    def raw(nodes, inits=(), opset=17, inputs=(x,)):
+        m = helper.make_model(helper.make_graph(nodes, "bad", list(inputs), [y], list(inits)),
+                              opset_imports=[helper.make_opsetid("", opset)])
+        m.ir_version = 10
+        return m.SerializeToString()
+    big = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[2**20, 2**20], raw_data=bytes(48))
+    files = {
+        "empty": b"",
+        "cycle": raw([helper.make_node("Add", ["x", "b"], ["a"], name="n1"),
+                      helper.make_node("Relu", ["a"], ["b"], name="n2"),
+                      helper.make_node("Identity", ["a"], ["y"], name="n3")]),
+        "missing_init": raw([helper.make_node("Add", ["x", "W"], ["y"], name="add")]),
+        "opset_99": raw([helper.make_node("Relu", ["x"], ["y"], name="r")], opset=99),
+        "huge_init": raw([helper.make_node("Add", ["x", "W"], ["y"], name="add")], [big]),
+    }
+    out = {}
+    for name, data in files.items():
+        path = tmp_path / f"{name}.onnx"
+        path.write_bytes(data)
+        out[name] = str(path)
+    return out
+
+
+@pytest.mark.parametrize("case, message", [
+    ("empty", "empty ONNX model"),
+    ("cycle", "node 'n1' (Add) reads 'b' before node 'n2' (Relu) produces it"),
+    ("missing_init", "node 'add' (Add) reads 'W', which is no graph input, initializer or node output"),
+    ("opset_99", "opset 99 of the ONNX domain is newer"),
+    ("huge_init", "invalid tensor 'W'"),
+])
+@pytest.mark.parametrize("run", [False, True])
+def test_invalid_model_exits_2_naming_file_and_reason(tmp_path, capsys, case, message, run):
+    path = _hostile(tmp_path)[case]
+    assert main([path, "--quiet"] + (["--run"] if run else [])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"npu-report: error: {path}: ") and message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_model_ort_refuses_at_run_time_exits_2_naming_the_cpu_ep(tmp_path, capsys):
+    """Valid for onnx.checker, refused by ORT when run: Reshape to 10^18 elements (--run only)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    m = make_model([helper.make_node("Reshape", ["x", "S"], ["y"], name="r")], [x],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [10**6] * 3)],
+                   {"S": np.array([10**6] * 3, np.int64)})
+    path = tmp_path / "reshape.onnx"
+    onnx.save(m, path)
+    assert main([str(path), "--quiet", "--no-check"]) == 0  # the static report needs no run
+    capsys.readouterr()
+    assert main([str(path), "--quiet", "--no-check", "--run"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: ONNX Runtime cannot run the model on the CPU EP" in err and "Reshape" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_checker_is_skipped_only_for_ops_without_onnx_schema(tmp_path):
+    """ORT's SimplifiedLayerNormalization lives in the ONNX domain without an ONNX schema: the checker would
+    reject a model ORT runs, so it is skipped, and the document says so."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, D])
+    graph = helper.make_graph([helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], name="ln", axis=-1)],
+                              "ln", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, D])],
+                              [onnx.numpy_helper.from_array(np.ones(D, np.float32), "g")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 10
+    doc = npu_ep.report(m, run=True, runs=2)
+    validate(doc)
+    assert doc["validation"]["checker"].startswith("skipped: ops without an ONNX schema")
+    assert "SimplifiedLayerNormalization" in doc["validation"]["checker"]
+    assert doc["measurement"]["assignment"] == {"NpuEP": 1}
+
+
+def test_npu_ep_failure_on_a_model_the_cpu_ep_runs_is_its_own_error(target, tmp_path, capsys, monkeypatch):
+    """Not bad input (exit 2) and not a traceback: one line naming the file and NpuEP's reason, exit 1."""
+    with pytest.raises(npu_ep.tools.report.NpuEPFailure, match="partition_policy='bogus'") as exc:
+        npu_ep.report(erf_layers_model(1), target=target, dims={"batch": 2}, run=True, runs=2,
+                      provider_options={"partition_policy": "bogus"})
+    assert str(exc.value).startswith("<ModelProto>: NpuEP failed on a model the CPU EP runs: EP_FAIL : NpuEP")
+    path = tmp_path / "m.onnx"
+    onnx.save(erf_layers_model(1), path)
+
+    def failing(*args, **kwargs):
+        raise npu_ep.tools.report.NpuEPFailure(f"{path}: NpuEP failed on a model the CPU EP runs: EP_FAIL : x")
+    monkeypatch.setattr(npu_ep.tools.report, "build_report", failing)
+    assert main([str(path), "--run"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"npu-report: {path}: NpuEP failed on a model the CPU EP runs: EP_FAIL : x\n"
 
 
 @pytest.mark.parametrize("argv, message", [

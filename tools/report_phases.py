@@ -1,0 +1,167 @@
+"""Prefill vs decode for ``npu-report --run`` on a model with a KV cache (``past_key_values`` inputs).
+
+Why both: a decoder runs one wide prefill (S prompt tokens, empty past) and then many one-token decode steps
+(S = 1, past = everything so far). Their profiles differ: prefill is matrix-bound, decode moves the weights
+and the KV cache for one row, so boundaries and DMA dominate. One report number for "the model" hides which.
+
+What runs: on the same NpuEP session as the rest of the report (no second compile), one prefill-shaped execution
+(``prefill_tokens`` new tokens, past length 0) and one decode-shaped execution (1 new token, past = the prefill's
+``present`` outputs, mask of P + 1 ones), each ``runs`` times on NpuEP and on the CPU EP for the host time
+(median, us). Emulated NPU cycles, DMA cycles and bytes come from the programs' cost model for the input
+signatures the phase's first execution called (each program counts calls per signature).
+
+Graph I/O conventions (HF/Optimum, see ``npu_ep.models.feeds``): ``input_ids`` [B, S], ``attention_mask``
+[B, P + S], ``position_ids`` [B, S], past ``[B, Nkv, P, H]`` named ``past_key_values.<i>.key|value`` (or
+``past_*``), presents named ``present.<i>.key|value`` (or ``present_*``). The past length must be a symbolic dim.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..ep.bridge import EpSession
+from .report_run import make_feeds
+
+DEFAULT_PREFILL_TOKENS = 16
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list:
+    return [d.dim_param or (d.dim_value if d.HasField("dim_value") else None) for d in vi.type.tensor_type.shape.dim]
+
+
+def kv_io(model: onnx.ModelProto) -> dict[str, Any] | None:
+    """The model's KV-cache plumbing, ``None`` when it has no past inputs, or ``{"skipped": reason}``."""
+    inputs = {i.name: i for i in model.graph.input}
+    past = [n for n in inputs if n.startswith("past_key_values") or n.startswith("past_")]
+    if not past:
+        return None
+    outputs = {o.name for o in model.graph.output}
+    present = {}
+    for name in past:
+        for cand in (name.replace("past_key_values", "present", 1), name.replace("past", "present", 1)):
+            if cand in outputs:
+                present[name] = cand
+                break
+        else:
+            return {"skipped": f"no present output for past input '{name}'"}
+    shape = _dims(inputs[past[0]])
+    if len(shape) != 4 or not isinstance(shape[2], str):
+        return {"skipped": f"past input '{past[0]}' has shape {shape}: needs [B, Nkv, past (symbolic), H]"}
+    if "input_ids" not in inputs or len(_dims(inputs["input_ids"])) != 2:
+        return {"skipped": "no input_ids [B, S] input"}
+    seq = _dims(inputs["input_ids"])[1]
+    total = _dims(inputs["attention_mask"])[1] if "attention_mask" in inputs else None
+    return {"present": present, "past_dim": shape[2], "seq_dim": seq, "total_dim": total}
+
+
+def _phase_dims(kv: Mapping[str, Any], dims: Mapping[str, int], new: int, past: int) -> dict[str, int]:
+    out = dict(dims)
+    out[kv["past_dim"]] = past
+    for key, value in ((kv["seq_dim"], new), (kv["total_dim"], past + new)):
+        if isinstance(key, str):
+            out[key] = value
+    return out
+
+
+def decode_feeds(model: onnx.ModelProto, kv: Mapping[str, Any], dims: Mapping[str, int], prefill_tokens: int,
+                 presents: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One new token after ``prefill_tokens``: past = the prefill's presents, position P, mask of P + 1 ones."""
+    feeds = make_feeds(model, _phase_dims(kv, dims, 1, prefill_tokens), seed=1)
+    for past, present in kv["present"].items():
+        feeds[past] = presents[present]
+    if "position_ids" in feeds:
+        feeds["position_ids"] = np.full_like(feeds["position_ids"], prefill_tokens)
+    return feeds
+
+
+def _snapshot(ep: EpSession) -> dict[str, dict]:
+    return {name: dict(p.signatures) for name, p in ep.programs.items()}
+
+
+def _emulated(ep: EpSession, before: Mapping[str, dict]) -> dict[str, Any]:
+    """Cost-model totals of the calls made since ``before``, and which (partition, signature) they were."""
+    cycles = compute = dma_cycles = 0.0
+    dma_bytes = calls = 0
+    parts = []
+    for name, prog in ep.programs.items():
+        for sig, n in prog.signatures.items():
+            new = n - before.get(name, {}).get(sig, 0)
+            cost = prog.cost_for(sig) if new > 0 else None
+            if cost is None:
+                continue
+            calls += new
+            cycles += cost.cycles * new
+            compute += sum(s.compute_cycles for s in cost.steps) * new
+            dma_cycles += sum(s.dma_cycles for s in cost.steps) * new
+            dma_bytes += cost.dma_bytes * new
+            parts.append({"partition": name, "signature": [list(s) for s in sig], "calls": new,
+                          "cycles": float(cost.cycles), "dma_bytes": int(cost.dma_bytes)})
+    return {"npu_cycles": cycles, "npu_compute_cycles": compute, "npu_dma_cycles": dma_cycles,
+            "dma_bytes": int(dma_bytes), "partition_calls": calls, "partitions": parts}
+
+
+def _host_us(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray], runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        sess.run(None, dict(feeds))
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(samples)
+
+
+class _Skip(Exception):
+    """The CPU EP refuses a phase's generated feeds: the model's cache plumbing is not the convention."""
+
+
+def _phase(name: str, sess, ep, cpu, feeds, runs: int, target, tokens: int, past: int) -> tuple[dict, dict]:
+    from .report_validate import ort_exceptions
+
+    try:  # the CPU EP first: a refusal there means our feeds do not fit the model, not an NpuEP failure
+        cpu.run(None, dict(feeds))
+    except ort_exceptions() as exc:
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise _Skip(f"the CPU EP refuses the {name}-shaped feeds: {first[:300]}") from None
+    before = _snapshot(ep)
+    outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(feeds))))
+    emu = _emulated(ep, before)
+    row = {"phase": name, "new_tokens": tokens, "past_tokens": past, **emu,
+           "npu_us": target.cycles_to_seconds(emu["npu_cycles"]) * 1e6,
+           "host_us": _host_us(sess, feeds, runs), "cpu_host_us": _host_us(cpu, feeds, runs)}
+    return row, outs
+
+
+def measure_phases(sess: ort.InferenceSession, ep: EpSession, cpu: ort.InferenceSession, model: onnx.ModelProto,
+                   dims: Mapping[str, int], target, *, runs: int = 5,
+                   prefill_tokens: int = DEFAULT_PREFILL_TOKENS) -> dict[str, Any] | None:
+    """``{"prefill": row, "decode": row}`` (see module docstring), ``None`` without a KV cache, or
+    ``{"skipped": reason}`` when the cache plumbing is not the convention above."""
+    kv = kv_io(model)
+    if kv is None or "skipped" in kv:
+        return kv
+    runs = max(1, runs)
+    try:
+        pre_feeds = make_feeds(model, _phase_dims(kv, dims, prefill_tokens, 0))
+        prefill, outs = _phase("prefill", sess, ep, cpu, pre_feeds, runs, target, prefill_tokens, 0)
+        dec_feeds = decode_feeds(model, kv, dims, prefill_tokens, outs)
+        decode, _ = _phase("decode", sess, ep, cpu, dec_feeds, runs, target, 1, prefill_tokens)
+    except _Skip as exc:
+        return {"skipped": str(exc)}
+    return {"prefill": prefill, "decode": decode}
+
+
+def label_timeline(timeline: list[dict], phases: Mapping[str, Any] | None) -> None:
+    """Set ``phase`` on timeline entries whose (partition, signature) a phase executed (else ``None``)."""
+    seen = {}
+    for key in ("prefill", "decode"):
+        row = (phases or {}).get(key)
+        for p in (row or {}).get("partitions", []):
+            seen[(p["partition"], repr(p["signature"]))] = key
+    for entry in timeline:
+        entry["phase"] = seen.get((entry["partition"], repr(entry["signature"])))
