@@ -71,6 +71,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
 
     from ..ep.bridge import LIVE_SESSIONS
 
+    if runs < 1 or prefill_tokens < 1:
+        raise ReportInputError(f"runs ({runs}) and prefill_tokens ({prefill_tokens}) must be >= 1")
     opts = {"target": target, **(provider_options or {})}
     try:
         tgt = Target.load(opts["target"])
@@ -150,7 +152,8 @@ def _run(proto: onnx.ModelProto, where: str, opts: Mapping[str, str], feeds, dim
         report_profile.discard(folder)
         raise
     few = min(runs, 5)
-    profile = _npu_guarded(where, lambda: report_profile.profile_runs(session, folder, feeds, few, warmup=2))
+    profile = _npu_guarded(where, lambda: report_profile.profile_runs(session, folder, feeds, min(runs, 10),
+                                                                      warmup=3))
     measurement = _npu_guarded(where, lambda: measure(session, ep, cpu, feeds, runs))
     measurement["profile"] = profile
     phases = _npu_guarded(where, lambda: measure_phases(session, ep, cpu, proto, dims, tgt, runs=few,

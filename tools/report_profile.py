@@ -9,6 +9,10 @@ Chrome-trace JSON where each executed node is an event ``{"cat": "Node", "name":
 includes the bridge (the C++ counters still give the bridge's share of it).
 
 ``end_profiling()`` also stops the profiler, so the session used here times its later runs without its overhead.
+
+The shim's counters are read over the same kept runs, so each partition's profiler time splits into the shim's
+callback time (bridge + program, ``shim_us_per_run``) and what ORT's plugin-EP wrapper adds around the callback
+(kernel context, output allocation: ``us_per_run - shim_us_per_run``), which no counter inside the shim can see.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from ..ep import _native
 from .report_model import layer_of
 
 SUFFIX = "_kernel_time"
@@ -38,8 +43,9 @@ def enable(so: ort.SessionOptions) -> str:
     return folder
 
 
-def parse(events: list[dict], warmup: int) -> dict[str, Any]:
-    """Per-node mean time per run [us] over the ``model_run`` windows after the first ``warmup`` ones."""
+def parse(events: list[dict], warmup: int, shim: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
+    """Per-node mean time per run [us] over the ``model_run`` windows after the first ``warmup`` ones; ``shim``:
+    the shim's per-partition counters over those same runs (``_native.partition_stats()``)."""
     runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
                   if e.get("cat") == "Session" and e.get("name") == "model_run")
     starts = [r[0] for r in runs]
@@ -61,6 +67,9 @@ def parse(events: list[dict], warmup: int) -> dict[str, Any]:
     n = max(len(kept), 1)
     nodes = [{"node": name, "op": meta[name][1], "provider": meta[name][0], "layer": layer_of(name),
               "us_per_run": total[name] / n, "calls_per_run": calls[name] / n} for name in total]
+    for r in nodes:
+        if shim is not None and r["node"] in shim:
+            r["shim_us_per_run"] = shim[r["node"]].get("total_ns", 0) / 1e3 / n
     by = defaultdict(float)
     for r in nodes:
         by[r["provider"]] += r["us_per_run"]
@@ -71,10 +80,15 @@ def parse(events: list[dict], warmup: int) -> dict[str, Any]:
 
 def profile_runs(sess: ort.InferenceSession, folder: str, feeds: Mapping[str, np.ndarray], runs: int,
                  warmup: int = 1) -> dict[str, Any]:
-    """Run ``warmup + runs`` times on a session created with ``enable``, stop the profiler and parse its trace."""
+    """Run ``warmup + runs`` times on a session created with ``enable``, stop the profiler and parse its trace
+    (the shim's counters are reset: read them again only after new runs)."""
     try:
-        for _ in range(warmup + runs):
+        for _ in range(warmup):
             sess.run(None, dict(feeds))
+        _native.reset_stats()
+        for _ in range(runs):
+            sess.run(None, dict(feeds))
+        shim = _native.partition_stats()
     finally:  # always stop the profiler: otherwise the session's destructor writes a trace later
         path = sess.end_profiling()
         try:
@@ -82,7 +96,7 @@ def profile_runs(sess: ort.InferenceSession, folder: str, feeds: Mapping[str, np
                 events = json.load(f)
         finally:
             discard(folder)
-    return parse(events, warmup)
+    return parse(events, warmup, shim)
 
 
 def discard(folder: str) -> None:

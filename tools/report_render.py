@@ -70,8 +70,10 @@ def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: 
         if prof:
             by = prof["us_per_run_by_provider"]
             cpu = sum(v for k, v in by.items() if k != "NpuEP")
+            wrap = sum(n["us_per_run"] - n["shim_us_per_run"] for n in prof["nodes"] if "shim_us_per_run" in n)
             con.print(f"ORT profiler over {prof['runs']} runs: CPU fallback nodes {_us(cpu)} us, NpuEP partition "
-                      f"calls {_us(by.get('NpuEP', 0.0))} us per run (of {_us(prof['run_us'])} us)")
+                      f"calls {_us(by.get('NpuEP', 0.0))} us per run (of {_us(prof['run_us'])} us), of which "
+                      f"{_us(wrap)} us in ORT's plugin-EP wrapper outside the shim's callback")
     _per_layer_table(con, doc, max_rows)
     _phases(con, doc.get("phases"))
     _compare(con, doc.get("compare"), max_rows)
