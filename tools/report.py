@@ -112,19 +112,21 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
         nodes = [d.node for d in ep.capabilities[-1][1].decisions]
         cap = ep.capabilities[-1][1]
         names = _program_names(ep.programs, cap, nodes)
-        timeline = rt.from_programs(ep.programs, tgt)
     names = names or [f"partition_{i}" for i in range(len(cap.partitions))]
-    parts, crossings = rm.partitions_and_crossings(nodes, cap, dims, names)
-    if measurement:
-        attribute_bridge(crossings, measurement["partitions"])
-    if timeline is None or not timeline:  # cost model on the file with the input dims made concrete
-        timeline = rt.from_static(nodes_from_model(_with_dims(proto, dims)) if nodes is file_nodes else nodes,
-                                  cap, names, tgt, dims)
-    label_timeline(timeline, doc["phases"])
-    doc.update(coverage=rm.coverage(cap), partitions=parts, crossings=crossings,
-               layers=rm.layer_summary(nodes, crossings, layers), timeline=timeline, measurement=measurement)
-    doc["per_layer"] = rl.per_layer(nodes, cap, parts, timeline, crossings,
-                                    measurement["profile"] if measurement else None, tgt)
+    with rm.layer_scope(nodes):
+        if ep is not None:
+            timeline = rt.from_programs(ep.programs, tgt)
+        parts, crossings = rm.partitions_and_crossings(nodes, cap, dims, names)
+        if measurement:
+            attribute_bridge(crossings, measurement["partitions"])
+        if timeline is None or not timeline:  # cost model on the file with the input dims made concrete
+            timeline = rt.from_static(nodes_from_model(_with_dims(proto, dims)) if nodes is file_nodes else nodes,
+                                      cap, names, tgt, dims)
+        label_timeline(timeline, doc["phases"])
+        doc.update(coverage=rm.coverage(cap), partitions=parts, crossings=crossings,
+                   layers=rm.layer_summary(nodes, crossings, layers), timeline=timeline, measurement=measurement)
+        doc["per_layer"] = rl.per_layer(nodes, cap, parts, timeline, crossings,
+                                        measurement["profile"] if measurement else None, tgt)
     if measurement:
         doc["projection"] = rl.projection(doc["layers"], crossings)
     if compare:

@@ -11,10 +11,12 @@ bridge time can be split over crossings. Sizes in bytes; unresolved symbolic dim
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..ep.capability import Capability
@@ -27,10 +29,55 @@ def op_name(n: NodeInfo) -> str:
     return f"{n.domain}::{n.op_type}" if n.domain else n.op_type
 
 
-def layer_of(name: str) -> int | None:
-    """Layer index from exporter naming (``/model/layers.3/...``, ``layers.3.mlp``, ``h.3``, ``block_3``)."""
+_AUTO_NAME_RE = re.compile(r"^/?(?:node_)?[A-Za-z]+(?:_\d+)?$")  # "node_GroupQueryAttention_78", "/Add_4"
+_WEIGHT_RE = re.compile(r"[._](?:weight|bias)$")
+_LAYERS: contextvars.ContextVar[Mapping[str, int | None] | None] = contextvars.ContextVar("npu_report_layers",
+                                                                                         default=None)
+
+
+def _named_layer(name: str) -> int | None:
     m = _LAYER_RE.search(name)
     return int(m.group(1)) if m else None
+
+
+def layer_of(name: str) -> int | None:
+    """Layer index of a node: from the graph's data flow inside ``layer_scope``, else from exporter naming
+    (``/model/layers.3/...``, ``layers.3.mlp``, ``h.3``, ``block_3``)."""
+    known = _LAYERS.get()
+    if known is not None and name in known:
+        return known[name]
+    return _named_layer(name)
+
+
+def infer_layers(nodes: Sequence[NodeInfo]) -> dict[str, int | None]:
+    """Layer of every node. Exporter names decide where they carry a layer; nodes the rewriter or exporter named
+    by op type alone (``node_GroupQueryAttention_78``) take the layer of their weights (``...layers.2...weight``),
+    else of the producers of their inputs, so fused attention and residual Adds land in their layer."""
+    produced: dict[str, int | None] = {}
+    layers: dict[str, int | None] = {}
+    for n in nodes:  # topological order
+        layer = _named_layer(n.name)
+        if layer is None and _AUTO_NAME_RE.match(n.name):
+            weights = [v.name for v in n.inputs if v.is_constant and _WEIGHT_RE.search(v.name)]
+            if weights:
+                layer = max((ly for ly in map(_named_layer, weights) if ly is not None), default=None)
+            else:
+                layer = max((ly for v in n.inputs if not v.missing
+                             for ly in (produced.get(v.name),) if ly is not None), default=None)
+        layers[n.name] = layer
+        for v in n.outputs:
+            produced[v.name] = layer
+    return layers
+
+
+@contextlib.contextmanager
+def layer_scope(nodes: Sequence[NodeInfo]) -> Iterator[None]:
+    """Make ``layer_of`` answer from the data flow of ``nodes`` for the duration of one report."""
+    token = _LAYERS.set(infer_layers(nodes))
+    try:
+        yield
+    finally:
+        _LAYERS.reset(token)
 
 
 def resolve_shape(v: ValueInfo, dims: Mapping[str, int]) -> list | None:
