@@ -1,0 +1,225 @@
+"""The rewriter on graphs that torch's exporters really emit: tiny random Llama, Qwen2, Phi-3 (fused QKV) and
+GPT-J (interleaved, partial RoPE; no GQA) exported with the dynamo and the TorchScript exporter.
+
+For each: the export matches torch; cleanup+rope+gqa fuses 2 RotaryEmbedding and 1 GroupQueryAttention per
+layer and keeps fp32 logits and presents within 1e-4 for prefill and one decode step; int4 then packs every
+Linear into MatMulNBits and matches, on ORT CPU, the fp32 graph whose weights are replaced by their dequantized
+INT4 values (so the only error left is the quantizer's own, which is reported, not hidden).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from npu_ep.models import torch_export  # noqa: E402
+from npu_ep.quantization import dequantize_b, quantize_matmul_nbits  # noqa: E402
+from npu_ep.rewriter import rewrite  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+LAYERS, HEADS, KV_HEADS, HIDDEN = 2, 4, 2, 64
+BLOCK_SIZE = 32
+CASES = [(arch, exporter) for arch in torch_export.ARCHS for exporter in torch_export.EXPORTERS]
+IDS = [f"{a}-{e}" for a, e in CASES]
+FP32_TOL = 1e-4
+INT4_TOL = 1e-4  # MatMulNBits vs MatMul with the same dequantized weights: float accumulation order only
+
+
+@dataclasses.dataclass
+class Case:
+    arch: str
+    exporter: str
+    model: object             # the torch module (same seed as the export)
+    original: onnx.ModelProto
+    fused: onnx.ModelProto    # cleanup, rope, gqa
+    counts: Counter
+    int4: onnx.ModelProto     # fused, then int4
+    int4_counts: Counter
+
+    @property
+    def kv_heads(self) -> int:
+        return torch_export.kv_layout(self.model)[1]
+
+    @property
+    def n_linear(self) -> int:
+        return sum(isinstance(m, torch.nn.Linear) for m in self.model.modules())
+
+
+_CACHE: dict[tuple[str, str], Case] = {}
+
+
+@pytest.fixture(params=CASES, ids=IDS)
+def case(request, tmp_path_factory) -> Case:
+    """Each arch x exporter is exported and rewritten once per session."""
+    key = request.param
+    if key not in _CACHE:
+        arch, exporter = key
+        path = torch_export.export_tiny_hf(arch, tmp_path_factory.mktemp(f"{arch}_{exporter}") / "model.onnx",
+                                           exporter=exporter, layers=LAYERS, hidden=HIDDEN, heads=HEADS,
+                                           kv_heads=KV_HEADS)
+        original = onnx.load(str(path))
+        fused = rewrite(original, passes=("cleanup", "rope", "gqa"))
+        fused_proto = ir.serde.serialize_model(fused.model)
+        int4 = rewrite(fused_proto, passes=("int4",), int4_block_size=BLOCK_SIZE)
+        model = torch_export.make_model(arch, layers=LAYERS, hidden=HIDDEN, heads=HEADS,
+                                        kv_heads=HEADS if arch == "gptj" else KV_HEADS)
+        _CACHE[key] = Case(arch, exporter, model, original, fused_proto, Counter(fused.report.counts),
+                           ir.serde.serialize_model(int4.model), Counter(int4.report.counts))
+    return _CACHE[key]
+
+
+# --- helpers -------------------------------------------------------------------------------------------------
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _run(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _prefill_feeds(case: Case, batch: int = 2, seq: int = 7) -> dict[str, np.ndarray]:
+    _, nkv, hd = torch_export.kv_layout(case.model)
+    rng = np.random.default_rng(1)
+    feeds = {"input_ids": rng.integers(0, case.model.config.vocab_size, (batch, seq)).astype(np.int64),
+             "attention_mask": np.ones((batch, seq), np.int64),
+             "position_ids": np.tile(np.arange(seq, dtype=np.int64), (batch, 1))}
+    for i in range(LAYERS):
+        for kind in ("key", "value"):
+            feeds[f"past_key_values.{i}.{kind}"] = np.zeros((batch, nkv, 0, hd), np.float32)
+    return feeds
+
+
+def _decode_feeds(prefill: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One greedy step after ``prefill``, with its presents as the past."""
+    batch, seq = prefill["input_ids"].shape
+    feeds = {"input_ids": outputs["logits"][:, -1].argmax(-1).astype(np.int64)[:, None],
+             "attention_mask": np.ones((batch, seq + 1), np.int64),
+             "position_ids": np.full((batch, 1), seq, np.int64)}
+    for i in range(LAYERS):
+        for kind in ("key", "value"):
+            feeds[f"past_key_values.{i}.{kind}"] = outputs[f"present.{i}.{kind}"]
+    return feeds
+
+
+def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, float]:
+    assert a.keys() == b.keys()
+    return {k: float(np.abs(a[k] - b[k]).max()) for k in a}
+
+
+def _signature(model: onnx.ModelProto) -> list[tuple[str, bytes]]:
+    return [(v.name, v.type.SerializeToString()) for v in (*model.graph.input, *model.graph.output)]
+
+
+def _ops(model: onnx.ModelProto) -> Counter:
+    return Counter(n.op_type for n in model.graph.node)
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _dequantized_reference(fused: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """``fused`` with every constant 2-D MatMul weight W replaced by dequant(quant_int4(W)), same settings as the
+    int4 pass; returns the model and the number of weights replaced."""
+    model = ir.serde.deserialize_model(fused)
+    replaced = 0
+    for node in model.graph:
+        if node.op_type != "MatMul" or node.domain != "":
+            continue
+        w = node.inputs[1]
+        if w is None or w.const_value is None or len(w.const_value.shape) != 2:
+            continue
+        packed = quantize_matmul_nbits(w.const_value.numpy(), BLOCK_SIZE, True)
+        w.const_value = ir.tensor(dequantize_b(packed), name=w.name)
+        replaced += 1
+    return ir.serde.serialize_model(model), replaced
+
+
+# --- tests ---------------------------------------------------------------------------------------------------
+def test_export_matches_torch(case):
+    sess = _session(case.original)
+    prefill = _prefill_feeds(case)
+    got = _run(sess, prefill)
+    assert max(_max_diff(torch_export.run_torch(case.model, prefill), got).values()) < FP32_TOL
+    decode = _decode_feeds(prefill, got)
+    assert max(_max_diff(torch_export.run_torch(case.model, decode), _run(sess, decode)).values()) < FP32_TOL
+
+
+def test_graph_contract(case):
+    names_in, names_out = torch_export.io_names(LAYERS)
+    assert [v.name for v in case.original.graph.input] == names_in
+    assert [v.name for v in case.original.graph.output] == names_out
+    for proto in (case.fused, case.int4):  # a drop-in replacement: same names, dtypes and shapes
+        assert _signature(proto) == _signature(case.original)
+
+
+def test_rope_and_gqa_are_fused(case):
+    ops = _ops(case.fused)
+    assert ops["RotaryEmbedding"] == 2 * LAYERS, case.counts
+    assert ops["GroupQueryAttention"] == LAYERS, case.counts
+    assert ops["Softmax"] == 0 and ops["Expand"] == 0 and ops["Tile"] == 0  # the repeated KV is gone
+    heads, kv, hd = HEADS, case.kv_heads, HIDDEN // HEADS
+    for node in case.fused.graph.node:
+        attrs = _attrs(node)
+        if node.op_type == "GroupQueryAttention":
+            assert (attrs["num_heads"], attrs["kv_num_heads"]) == (heads, kv)
+            assert attrs["scale"] == pytest.approx(hd ** -0.5)
+        elif node.op_type == "RotaryEmbedding":
+            assert attrs["num_heads"] in (heads, kv)
+            if case.arch == "gptj":  # rotate_every_two on the first half of each head
+                assert attrs["interleaved"] == 1 and attrs["rotary_embedding_dim"] == hd // 2
+            else:
+                assert attrs.get("interleaved", 0) == 0 and attrs.get("rotary_embedding_dim", 0) in (0, hd)
+    if case.arch != "gptj":  # RMSNorm -> (Skip)SimplifiedLayerNormalization
+        assert ops["SimplifiedLayerNormalization"] + ops["SkipSimplifiedLayerNormalization"] == 2 * LAYERS + 1
+
+
+def test_fp32_rewrite_keeps_prefill_and_decode_numerics(case):
+    ref, new = _session(case.original), _session(case.fused)
+    prefill = _prefill_feeds(case)
+    want = _run(ref, prefill)
+    diffs = _max_diff(want, _run(new, prefill))
+    assert max(diffs.values()) < FP32_TOL, diffs
+    decode = _decode_feeds(prefill, want)
+    diffs = _max_diff(_run(ref, decode), _run(new, decode))
+    assert max(diffs.values()) < FP32_TOL, diffs
+
+
+def test_rewrite_is_idempotent_on_exported_graphs(case):
+    again = rewrite(case.fused, passes=("cleanup", "rope", "gqa"))
+    fusions = {k: v for k, v in again.report.counts.items() if k != "cleanup.removed_nodes"}
+    assert fusions == {}, fusions
+
+
+def test_int4_packs_every_linear_within_quantizer_error(case):
+    ops = _ops(case.int4)
+    assert ops["MatMulNBits"] == case.n_linear, case.int4_counts
+    assert ops["MatMul"] == 0
+    assert ops["RotaryEmbedding"] == 2 * LAYERS and ops["GroupQueryAttention"] == LAYERS
+    reference, replaced = _dequantized_reference(case.fused)
+    assert replaced == case.n_linear
+    ref, q4, fp32 = _session(reference), _session(case.int4), _session(case.fused)
+    prefill = _prefill_feeds(case)
+    want = _run(ref, prefill)
+    got = _run(q4, prefill)
+    diffs = _max_diff(want, got)
+    assert max(diffs.values()) < INT4_TOL, diffs
+    decode = _decode_feeds(prefill, want)
+    diffs = _max_diff(_run(ref, decode), _run(q4, decode))
+    assert max(diffs.values()) < INT4_TOL, diffs
+    # the quantizer's own error is real but bounded: INT4 logits stay close to fp32 and mostly agree on top-1
+    float_logits = _run(fp32, prefill)["logits"]
+    rel = np.abs(got["logits"] - float_logits).max() / np.abs(float_logits).max()
+    assert 1e-4 < rel < 0.5, rel
