@@ -22,6 +22,7 @@ from . import options as options_mod
 from .capability import EPCONTEXT, Capability, analyze
 from .compiler import compile_partition
 from .graph_convert import node_from_dict, value_from_dict
+from .host_threads import blas_threads
 from .log import logger
 from .program import Program
 
@@ -79,14 +80,19 @@ class EpSession:
         outs = [value_from_dict(v) for v in outputs]
         if len(node_infos) == 1 and node_infos[0].key == EPCONTEXT:
             program = self.context.load_epcontext(name, node_infos[0], ins, outs, graph)
-            self.programs[name] = program
+            self._adopt(name, program)
             return program, None
         program, blob = self.context.compile_cached(
             name, node_infos, ins, outs,
             lambda: compile_partition(name, node_infos, ins, outs, self.target, record=self.options.record_tensors))
-        self.programs[name] = program
+        self._adopt(name, program)
         spec = self.context.epcontext_spec(name, blob, graph) if self.options.context_enable else None
         return program, spec
+
+    def _adopt(self, name: str, program: Program) -> None:
+        if self.options.blas_threads > 0:
+            program.threads = blas_threads(self.options.blas_threads)
+        self.programs[name] = program
 
     # -- compatibility -------------------------------------------------------------------------------------------
     def compatibility_info(self, graph: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ class EpOptions:
     cache_max_bytes: int | None = None
     partition_policy: str = "max_coverage"  # or "cost_aware"
     bridge_cost_us: float | None = None  # cost of one CPU<->NPU crossing for cost_aware (None: policy default)
+    blas_threads: int = 1  # BLAS threads inside partition calls; 0: leave the process setting alone
     record_tensors: bool = False  # debug: keep every intermediate tensor of the last run (npu-report --compare)
     log_level: str = "warning"
     # EPContext (ORT's standard session keys)
@@ -38,6 +39,8 @@ _PROVIDER_KEYS = {
     "partition_policy": "max_coverage | cost_aware",
     "bridge_cost_us": "cost of one CPU<->NPU crossing in microseconds, used by cost_aware (measure it with "
                       "python -m npu_ep.tools.bench_bridge)",
+    "blas_threads": "BLAS threads the kernels use inside a partition call (default 1; 0 leaves the process "
+                    "setting alone)",
     "record_tensors": "0 | 1: record intermediate tensors inside partitions (debug)",
     "log_level": "debug | info | warning | error",
 }
@@ -88,6 +91,7 @@ def parse(config: Mapping[str, str]) -> EpOptions:
         cache_max_bytes=_int("cache_max_bytes", max_bytes) if max_bytes else None,
         partition_policy=policy,
         bridge_cost_us=bridge_cost,
+        blas_threads=_int("blas_threads", provider.get("blas_threads", "1")),
         record_tensors=_bool("record_tensors", provider.get("record_tensors", "0")),
         log_level=level,
         context_enable=_bool("ep.context_enable", config.get("ep.context_enable", "0")),
