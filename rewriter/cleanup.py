@@ -215,17 +215,20 @@ def _where_equal(d: _Dim, c: _Dim, r: _Dim) -> _Dim:
     return None
 
 
-def _reshape_target(node: ir.Node, dims: list[_Dim]) -> list[int] | None:
-    """A constant target equivalent to ``dims`` for Reshape(y, .): 0 copies y's dim, at most one -1."""
+def _reshape_target(node: ir.Node, dims: list[_Dim], inputs: dict[str, _DimOf]) -> list[int | _DimOf] | None:
+    """A target equivalent to ``dims`` for Reshape(y, .): 0 copies y's dim, at most one -1, and a dim that is
+    not y's own is read from the graph input carrying its symbolic name (``inputs``), not from an intermediate."""
     y = node.inputs[0]
     if node.attributes.get_int("allowzero", 0) != 0:
         return None
-    target: list[int | None] = []
+    target: list[int | _DimOf | None] = []
     for i, d in enumerate(dims):
         if isinstance(d, int):
             target.append(d)
         elif isinstance(d, _DimOf) and y.shape is not None and i < len(y.shape) and d.same_as(y, i):
             target.append(0)
+        elif isinstance(d, _DimOf) and d.name in inputs:
+            target.append(inputs[d.name])
         else:
             target.append(None)
     unknown = [i for i, d in enumerate(target) if d is None]
@@ -233,7 +236,8 @@ def _reshape_target(node: ir.Node, dims: list[_Dim]) -> list[int] | None:
         return None
     if unknown:
         target[unknown[0]] = -1
-    if -1 in target and y.shape is not None:  # the -1 is static when every dim it absorbs is
+    if -1 in target and y.shape is not None and all(isinstance(d, int) for d in target):  # static when every
+        # dim the -1 absorbs is
         absorbed = [y.shape[i] for i in range(len(y.shape)) if i >= len(target) or target[i] != 0]
         known = [d for d in target if d not in (0, -1)]
         if all(isinstance(d, int) for d in absorbed) and np.prod(known) > 0 \
@@ -259,9 +263,22 @@ def _expand_target(node: ir.Node, dims: list[_Dim]) -> list[int] | None:
     return target
 
 
+def _input_dims(graph: ir.Graph) -> dict[str, _DimOf]:
+    """Where each named symbolic dim of the graph inputs can be read (first input that has it)."""
+    found: dict[str, _DimOf] = {}
+    for v in graph.inputs:
+        for axis, d in enumerate(v.shape or ()):
+            if isinstance(d, ir.SymbolicDim) and d.value and not _generated(d):
+                found.setdefault(d.value, _DimOf(v, axis, d.value))
+    return found
+
+
 def _static_operands(graph: ir.Graph) -> list[ir.Node]:
-    """Replace resolvable Reshape/Expand shapes and Slice bounds by constants; returns the changed nodes."""
+    """Replace resolvable Reshape/Expand shapes and Slice bounds by constants (Reshape: or by constants and
+    graph-input dims); returns the changed nodes."""
     changed = []
+    inputs = _input_dims(graph)
+    graph_inputs = set(graph.inputs)
     for node in list(graph):
         if node.domain not in ("", "ai.onnx"):
             continue
@@ -270,10 +287,18 @@ def _static_operands(graph: ir.Graph) -> list[ir.Node]:
             dims = _resolve(node.inputs[1])
             if dims is None:
                 continue
-            target = (_reshape_target if node.op_type == "Reshape" else _expand_target)(node, dims)
+            if node.op_type == "Reshape":
+                target = _reshape_target(node, dims, inputs)
+            else:
+                target = _expand_target(node, dims)
             if target is None:
                 continue
-            _set_const_input(graph, node, 1, target)
+            if all(isinstance(d, int) for d in target):
+                _set_const_input(graph, node, 1, target)
+            elif any(isinstance(d, _DimOf) and d.value not in graph_inputs for d in dims):
+                _set_shape_input(graph, node, target)
+            else:
+                continue  # already as simple as it gets
             changed.append(node)
         elif node.op_type == "Slice":
             done = False
@@ -299,6 +324,29 @@ def _set_const_input(graph: ir.Graph, node: ir.Node, index: int, ints: list[int]
                      const_value=ir.tensor(np.array(ints, dtype=np.int64), name=name))
     graph.register_initializer(value)
     node.replace_input_with(index, value)
+
+
+def _set_shape_input(graph: ir.Graph, node: ir.Node, target: list[int | _DimOf]) -> None:
+    """Concat(constants, Shape(graph input, start=a, end=a+1), ...) as ``node``'s shape operand."""
+    pieces, run = [], []
+    for d in [*target, None]:
+        if isinstance(d, int):
+            run.append(d)
+            continue
+        if run:
+            name = f"{node.name or node.op_type}_dims_{len(pieces)}"
+            value = ir.Value(name=name, shape=ir.Shape([len(run)]), type=ir.TensorType(ir.DataType.INT64),
+                             const_value=ir.tensor(np.array(run, dtype=np.int64), name=name))
+            graph.register_initializer(value) if name not in graph.initializers else None
+            pieces.append(graph.initializers[name])
+            run = []
+        if d is not None:
+            shape = ir.node("Shape", [d.value], attributes={"start": d.axis, "end": d.axis + 1})
+            graph.insert_before(node, shape)
+            pieces.append(shape.outputs[0])
+    concat = ir.node("Concat", pieces, attributes={"axis": 0})
+    graph.insert_before(node, concat)
+    node.replace_input_with(1, concat.outputs[0])
 
 
 def _forget_shapes_below(graph: ir.Graph, nodes: list[ir.Node]) -> None:

@@ -196,3 +196,27 @@ def test_rms_norm_over_another_axis_is_not_fused():
     assert result.report.counts["RmsNormDivFusionAxesAttr"] == 0
     assert "SimplifiedLayerNormalization" not in [n.op_type for n in fused.graph.node]
     assert any("last axis" in f.reason for f in result.report.failures)
+
+
+def test_reshape_dim_of_an_intermediate_is_read_from_the_graph_input_with_its_name():
+    """TorchScript SDPA's attn.view(B, -1, S, H): S comes from Shape(q) (an intermediate the attention rule
+    must be able to replace), so it is re-read from the graph input that names the same dim."""
+    g = _G()
+    q = g.op("Transpose", g.op("Reshape", "x", g.const([0, 0, N, HD])), perm=[0, 2, 1, 3])  # [batch,N,sequence,HD]
+    attn = g.op("Relu", "attn")
+    target = g.op("Concat", g.dim(attn, 0), g.const([-1]), g.dim(q, 2), g.const([HD]), axis=0)
+    out = _total(g, g.op("Mul", g.op("Reshape", attn, target), g.op("ReduceSum", q, keepdims=0)))
+    inputs = [_x(), helper.make_tensor_value_info("attn", F32, ["u", N, "v", HD])]
+    model = g.model(inputs, [helper.make_tensor_value_info(out, F32, [])])
+    result, fused = _cleanup(model)
+    assert result.report.counts["ShapePlumbingToConstant"] == 1
+    shapes = [n for n in fused.graph.node if n.op_type == "Shape"]
+    assert [(n.input[0], _attrs(n)) for n in shapes] == [("x", {"start": 1, "end": 2})]
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((2, 3, H)).astype(np.float32),
+             "attn": rng.standard_normal((2, N, 3, HD)).astype(np.float32)}
+    np.testing.assert_allclose(_run(model, feeds)[0], _run(fused, feeds)[0], rtol=1e-6)
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
