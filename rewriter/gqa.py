@@ -12,6 +12,15 @@ Matched (one rule per variant; exporter output of HF eager attention):
   out       = Reshape(Transpose(MatMul(probs, v_rep), [0,2,1,3]))  [B,S,D]
 The repeated KV disappears: GroupQueryAttention reads the Nkv heads directly.
 
+Also matched: torch's ``scaled_dot_product_attention`` decomposition (transformers' default "sdpa" attention),
+which scales both operands by sqrt(scale) and always guards the Softmax with IsNaN/Where:
+  scores    = MatMul(q * sqrt(s), kt * sqrt(s)) + mask
+  kt        = Transpose(k_rep, [0,1,3,2])
+  out       = Reshape(Transpose([Reshape(]attn[, [B,-1,S,H])], [0,2,1,3]))  (TorchScript adds the inner view)
+NOT yet matched: the dynamo exporter's SDPA, whose K^T is Reshape(Transpose(Reshape(k_rep, [-1,T,H]), [0,2,1]),
+[B,N,H,T]) with both targets read from Shape(k_rep) (T = "past_sequence + sequence" is no graph-input dim, so the
+cleanup cannot detach them and the repeated K has "other uses").
+
 The mask is verified by evaluating its subgraph on ORT CPU for a few (S, P, attention_mask) cases and comparing
 with "key j visible to query i iff j <= P + i and attention_mask[b, j] == 1". GQA then derives the same from
   seqlens_k             = ReduceSum(attention_mask, axis 1) - 1   (int32 [B]: index of the last valid key)
@@ -45,9 +54,11 @@ def _perm(v: ir.Value) -> list[int] | None:
 
 
 class _AttentionToGQA(pattern.RewriteRuleClassBase):
-    def __init__(self, name: str, *, repeat: str, mask: str, scale_op: str, nan_guard: bool, shared: dict):
+    def __init__(self, name: str, *, repeat: str, mask: str, scale_op: str, nan_guard: bool, shared: dict,
+                 attn_view: bool = False):
         super().__init__(name)
         self.repeat, self.mask, self.scale_op, self.nan_guard, self._shared = repeat, mask, scale_op, nan_guard, shared
+        self.attn_view = attn_view  # TorchScript SDPA's [B,-1,S,H] view of the output, see the module docstring
 
     # pattern ------------------------------------------------------------------------------------------------
     def _repeat_kv(self, op, x, tag):
@@ -58,12 +69,15 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
             else op.Tile(x5, _allow_other_inputs=True, _outputs=[f"{tag}_grown"])
         return op.Reshape(grown, _allow_other_inputs=True, _outputs=[f"{tag}_rep"])
 
-    def pattern(self, op, q, k, v, past_k, past_v, mask, scale):
+    def pattern(self, op, q, k, v, past_k, past_v, mask, scale, scale_k):
         present_k = op.Concat(past_k, k, _outputs=["present_k"])
         present_v = op.Concat(past_v, v, _outputs=["present_v"])
         kt = op.Transpose(self._repeat_kv(op, present_k, "k"), _outputs=["kt"])
-        scores = op.MatMul(q, kt)
-        scores = op.Mul(scores, scale) if self.scale_op == "mul" else op.Div(scores, scale)
+        if self.scale_op == "split":
+            scores = op.MatMul(op.Mul(q, scale), op.Mul(kt, scale_k))
+        else:
+            scores = op.MatMul(q, kt)
+            scores = op.Mul(scores, scale) if self.scale_op == "mul" else op.Div(scores, scale)
         if self.mask == "add":
             scores = op.Add(scores, mask)
         else:
@@ -71,7 +85,9 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
         probs = op.Softmax(scores, _outputs=["probs"])
         if self.nan_guard:
             probs = op.Where(op.IsNaN(probs), pattern.ANY_VALUE, probs)
-        attn = op.MatMul(probs, self._repeat_kv(op, present_v, "v"))
+        attn = op.MatMul(probs, self._repeat_kv(op, present_v, "v"), _outputs=["attn"])
+        if self.attn_view:
+            attn = op.Reshape(attn, _allow_other_inputs=True, _outputs=["attn_view"])
         out = op.Transpose(attn, _outputs=["attn_t"])
         return op.Reshape(out, _allow_other_inputs=True, _outputs=["out"]), present_k, present_v
 
@@ -81,7 +97,7 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
         return pattern.MatchResult().fail(reason)
 
     def check(self, context, q, k, v, past_k, past_v, mask, scale, present_k, present_v, kt, probs, attn_t, out,
-              **b) -> pattern.MatchResult:
+              scale_k=None, **b) -> pattern.MatchResult:
         fail = lambda reason: self._fail(context, reason)  # noqa: E731
         qs, ks = q.shape, present_k.shape
         if qs is None or len(qs) != 4 or not all(isinstance(qs[i], int) for i in (1, 3)):
@@ -110,16 +126,23 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
                     return fail(f"repeat_kv ({tag}): expanded shape {grown} is not [B,{nkv},{n // nkv},T,H]")
                 if rep is None or len(rep) != 4 or rep[1] != n:
                     return fail(f"repeat_kv ({tag}): reshaped to {rep}, expected [B,{n},T,H]")
-        if _perm(kt) != [0, 1, 3, 2] or _perm(attn_t) != [0, 2, 1, 3]:
-            return fail(f"transposes have perms {_perm(kt)} / {_perm(attn_t)}, expected [0,1,3,2] / [0,2,1,3]")
+        if _perm(kt) != [0, 1, 3, 2]:
+            return fail(f"key transpose has perm {_perm(kt)}, expected [0,1,3,2]")
+        if _perm(attn_t) != [0, 2, 1, 3]:
+            return fail(f"output transpose has perm {_perm(attn_t)}, expected [0,2,1,3]")
+        if self.attn_view:
+            reason = _check_attn_view(b["attn"], b["attn_view"], q)
+            if reason:
+                return fail(reason)
         if probs.producer().attributes.get("axis") is None or probs.producer().attributes["axis"].as_int() % 4 != 3:
             return fail("Softmax is not over the key axis")
         if out.shape is None or len(out.shape) != 3 or out.shape[2] != n * h:
             return fail(f"attention output reshaped to {out.shape}, expected [B,S,{n * h}]")
-        if scale.const_value is None or scale.const_value.size != 1:
+        scales = (scale, scale_k) if self.scale_op == "split" else (scale,)
+        if any(x.const_value is None or x.const_value.size != 1 for x in scales):
             return fail("attention scale is not a constant scalar")
-        s = float(scale.const_value.numpy().reshape(-1)[0])
-        self._scale = s if self.scale_op == "mul" else 1.0 / s
+        s = float(np.prod([float(x.const_value.numpy().reshape(-1)[0]) for x in scales]))
+        self._scale = 1.0 / s if self.scale_op == "div" else s
         reason = self._check_mask(context.model, mask, q, past_k)
         if reason:
             return fail(reason)
@@ -148,6 +171,25 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
         return op.GroupQueryAttention(_to_bsd(op, q), _to_bsd(op, k), _to_bsd(op, v), past_k, past_v, seqlens_k,
                                       total, num_heads=n, kv_num_heads=nkv, scale=self._scale,
                                       _domain="com.microsoft", _outputs=3)
+
+
+def _check_attn_view(attn: ir.Value, view: ir.Value, q: ir.Value) -> str | None:
+    """TorchScript's SDPA re-views its [B,N,S,H] output as [B,-1,S,H]: an identity when the view's dims are the
+    output's own batch and head dims and the query's sequence dim."""
+    from .cleanup import _resolve
+
+    target = _resolve(view.producer().inputs[1])
+    shape = attn.shape
+    if target is None or len(target) != 4 or shape is None or len(shape) != 4:
+        return f"attention output view: target {target} / shape {shape} are not 4-D"
+    d0, d1, d2, d3 = target
+    ok0 = d0 == 0 or (not isinstance(d0, int) and d0.same_as(attn, 0))
+    ok1 = d1 in (-1, shape[1]) and isinstance(shape[1], int)
+    ok2 = not isinstance(d2, int) and d2 is not None and d2.same_as(q, 2)
+    ok3 = isinstance(shape[3], int) and d3 == shape[3]
+    if not (ok0 and ok1 and ok2 and ok3):
+        return f"attention output view to {target} is not the identity on {shape}"
+    return None
 
 
 def _to_bsd(op, x: ir.Value) -> ir.Value:
@@ -230,6 +272,11 @@ def make_rules() -> tuple[list, dict]:
                              mask=mask, scale_op=sc, nan_guard=ng, shared=shared)
         for ng in (True, False) for rep in ("expand", "tile", "none") for mask in ("add", "where")
         for sc in ("mul", "div")
+    ]
+    rules += [  # torch SDPA decomposition: split scale, NaN guard, additive mask
+        _AttentionToGQA.rule(f"GroupQueryAttention[{rep},add,sdpa{',view' if view else ''}]", repeat=rep,
+                             mask="add", scale_op="split", nan_guard=True, shared=shared, attn_view=view)
+        for rep in ("expand", "none") for view in (True, False)
     ]
     return rules, shared
 
