@@ -93,11 +93,16 @@ def _present(past: np.ndarray | None, new_bsnh: np.ndarray, past_b: np.ndarray, 
     if past is not None and t_buf == p + s and (past_b == p).all():  # full past buffer: one concatenation
         return np.concatenate([past, new.astype(past.dtype, copy=False)], axis=2)
     out = np.zeros((b, nkv, t_buf, h), dtype=new_bsnh.dtype)
-    if past is not None and p:
-        keep = (np.arange(p)[None, :] < past_b[:, None])[:, None, :, None]
-        np.copyto(out[:, :, :p], past, where=keep)
-    rows = past_b[:, None] + np.arange(s)[None, :]  # [B, S] destination rows
-    out[np.arange(b)[:, None], :, rows, :] = new_bsnh  # advanced indices first: [B, S, Nkv, H]
+    if (past_b == past_b[0]).all():  # one valid length for the whole batch (always for B=1): plain slices
+        start = int(past_b[0])
+        if past is not None and start:
+            out[:, :, :start] = past[:, :, :start]
+        out[:, :, start:start + s] = new
+        return out
+    for i, start in enumerate(past_b.tolist()):  # ragged batch: one slice copy per batch row (B rows, not tiles)
+        if past is not None and start:
+            out[i, :, :start] = past[i, :, :start]
+        out[i, :, start:start + s] = new[i]
     return out
 
 
