@@ -32,23 +32,24 @@ def rotate(x_bsnh: np.ndarray, cos_bs: np.ndarray, sin_bs: np.ndarray, interleav
     xf = widen(x_bsnh)
     c = widen(cos_bs)[:, :, None, :]
     s = widen(sin_bs)[:, :, None, :]
-    out = np.array(xf, copy=True)
     if interleaved:
         x0, x1 = xf[..., 0:rot:2], xf[..., 1:rot:2]
-        out[..., 0:rot:2] = x0 * c - x1 * s
-        out[..., 1:rot:2] = x1 * c + x0 * s
+        # (x0 c - x1 s, x1 c + x0 s) interleaved back: stack on a new last axis, then merge it with the pairs axis
+        rotated = np.stack([x0 * c - x1 * s, x1 * c + x0 * s], axis=-1).reshape(*xf.shape[:-1], rot)
     else:
         x0, x1 = xf[..., :half], xf[..., half:rot]
-        out[..., :half] = x0 * c - x1 * s
-        out[..., half:rot] = x1 * c + x0 * s
-    return out.astype(x_bsnh.dtype, copy=False)
+        rotated = np.concatenate([x0 * c - x1 * s, x1 * c + x0 * s], axis=-1)
+    if rot < xf.shape[-1]:  # partial rotary: channels R..H pass through
+        rotated = np.concatenate([rotated, xf[..., rot:]], axis=-1)
+    return rotated.astype(x_bsnh.dtype, copy=False)
 
 
 def positions(position_ids: np.ndarray, batch: int, seq: int) -> np.ndarray:
-    """[B, S] int positions from ORT's two formats: [B, S] ids, or one offset p0 meaning p0 + s."""
+    """[B, S] (or broadcastable [1, S]) int positions from ORT's two formats: [B, S] ids, or one offset p0 meaning
+    p0 + s."""
     pos = np.asarray(position_ids, dtype=np.int64)
-    if pos.size == 1:
-        return np.broadcast_to(pos.reshape(1, 1) + np.arange(seq, dtype=np.int64)[None, :], (batch, seq))
+    if pos.size == 1:  # [1, S]: broadcasts over the batch wherever it is used
+        return pos.reshape(1, 1) + np.arange(seq, dtype=np.int64)[None, :]
     return pos.reshape(batch, seq)
 
 
