@@ -215,9 +215,9 @@ def _where_equal(d: _Dim, c: _Dim, r: _Dim) -> _Dim:
     return None
 
 
-def _reshape_target(node: ir.Node, dims: list[_Dim], inputs: dict[str, _DimOf]) -> list[int | _DimOf] | None:
+def _reshape_target(node: ir.Node, dims: list[_Dim], sources: _DimSources) -> list[int | _DimOf] | None:
     """A target equivalent to ``dims`` for Reshape(y, .): 0 copies y's dim, at most one -1, and a dim that is
-    not y's own is read from the graph input carrying its symbolic name (``inputs``), not from an intermediate."""
+    not y's own is read from a graph input or output carrying its symbolic name, not from an intermediate."""
     y = node.inputs[0]
     if node.attributes.get_int("allowzero", 0) != 0:
         return None
@@ -227,8 +227,8 @@ def _reshape_target(node: ir.Node, dims: list[_Dim], inputs: dict[str, _DimOf]) 
             target.append(d)
         elif isinstance(d, _DimOf) and y.shape is not None and i < len(y.shape) and d.same_as(y, i):
             target.append(0)
-        elif isinstance(d, _DimOf) and d.name in inputs:
-            target.append(inputs[d.name])
+        elif isinstance(d, _DimOf) and sources.find(d.name, node) is not None:
+            target.append(sources.find(d.name, node))
         else:
             target.append(None)
     unknown = [i for i, d in enumerate(target) if d is None]
@@ -263,22 +263,42 @@ def _expand_target(node: ir.Node, dims: list[_Dim]) -> list[int] | None:
     return target
 
 
-def _input_dims(graph: ir.Graph) -> dict[str, _DimOf]:
-    """Where each named symbolic dim of the graph inputs can be read (first input that has it)."""
-    found: dict[str, _DimOf] = {}
-    for v in graph.inputs:
-        for axis, d in enumerate(v.shape or ()):
-            if isinstance(d, ir.SymbolicDim) and d.value and not _generated(d):
-                found.setdefault(d.value, _DimOf(v, axis, d.value))
-    return found
+class _DimSources:
+    """Where a named symbolic dim can be read without touching intermediates: a graph input, else a graph output
+    computed before the node that needs it (an attention rule keeps its present-KV outputs, so reading their
+    shape leaves its intermediates single-use)."""
+
+    def __init__(self, graph: ir.Graph) -> None:
+        self.order = {n: i for i, n in enumerate(graph)}
+        self.inputs: dict[str, _DimOf] = {}
+        self.outputs: dict[str, list[_DimOf]] = {}
+        for values, table in ((graph.inputs, None), (graph.outputs, self.outputs)):
+            for v in values:
+                for axis, d in enumerate(v.shape or ()):
+                    if isinstance(d, ir.SymbolicDim) and d.value and not _generated(d):
+                        if table is None:
+                            self.inputs.setdefault(d.value, _DimOf(v, axis, d.value))
+                        else:
+                            table.setdefault(d.value, []).append(_DimOf(v, axis, d.value))
+        self.values = set(graph.inputs) | set(graph.outputs)  # reading these never holds an intermediate
+
+    def find(self, name: str | None, node: ir.Node) -> _DimOf | None:
+        if not name:
+            return None
+        if name in self.inputs:
+            return self.inputs[name]
+        for d in self.outputs.get(name, ()):
+            producer = d.value.producer()
+            if producer is not None and self.order.get(producer, len(self.order)) < self.order.get(node, -1):
+                return d
+        return None
 
 
 def _static_operands(graph: ir.Graph) -> list[ir.Node]:
     """Replace resolvable Reshape/Expand shapes and Slice bounds by constants (Reshape: or by constants and
     graph-input dims); returns the changed nodes."""
     changed = []
-    inputs = _input_dims(graph)
-    graph_inputs = set(graph.inputs)
+    sources = _DimSources(graph)
     for node in list(graph):
         if node.domain not in ("", "ai.onnx"):
             continue
@@ -288,14 +308,14 @@ def _static_operands(graph: ir.Graph) -> list[ir.Node]:
             if dims is None:
                 continue
             if node.op_type == "Reshape":
-                target = _reshape_target(node, dims, inputs)
+                target = _reshape_target(node, dims, sources)
             else:
                 target = _expand_target(node, dims)
             if target is None:
                 continue
             if all(isinstance(d, int) for d in target):
                 _set_const_input(graph, node, 1, target)
-            elif any(isinstance(d, _DimOf) and d.value not in graph_inputs for d in dims):
+            elif any(isinstance(d, _DimOf) and d.value not in sources.values for d in dims):
                 _set_shape_input(graph, node, target)
             else:
                 continue  # already as simple as it gets

@@ -220,3 +220,51 @@ def test_reshape_dim_of_an_intermediate_is_read_from_the_graph_input_with_its_na
 
 def _attrs(node: onnx.NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _kv_reshape_model(output_before: bool) -> onnx.ModelProto:
+    """present = Concat(past, new) [batch,2,total,HD] ("total" known from the exporter's shapes only), k_rep =
+    Relu(present), then Reshape(k_rep, [-1, T, H]) with T, H read from Shape(k_rep), as torchlib's last-two-dims
+    transpose does. ``output_before``: present is a graph output (computed before the Reshape); else the only
+    graph value naming "total" is computed from the Reshape's result (reading it would be a cycle)."""
+    g = _G()
+    present = g.op("Concat", "past", "new", axis=2)
+    k_rep = g.op("Relu", present)
+    outputs = []
+    if output_before:
+        outputs.append(helper.make_tensor_value_info(present, F32, ["batch", 2, "total", HD]))
+    t = g.op("Slice", g.op("Shape", k_rep), g.const([-2]), g.const([-1]))
+    h = g.op("Slice", g.op("Shape", k_rep), g.const([-1]), g.const([2 ** 62]))
+    out = g.op("Reshape", k_rep, g.op("Concat", g.const([-1]), t, h, axis=0))
+    if not output_before:
+        outputs.append(helper.make_tensor_value_info(g.op("Identity", out), F32, ["rows", "total", HD]))
+    outputs.append(helper.make_tensor_value_info(_total(g, out), F32, []))
+    inputs = [helper.make_tensor_value_info(n, F32, ["batch", 2, d, HD]) for n, d in (("past", "p"), ("new", "s"))]
+    model = g.model(inputs, outputs)
+    for name in (present, k_rep):
+        model.graph.value_info.append(helper.make_tensor_value_info(name, F32, ["batch", 2, "total", HD]))
+    return model
+
+
+def _feeds_kv() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    return {"past": rng.standard_normal((2, 2, 3, HD)).astype(np.float32),
+            "new": rng.standard_normal((2, 2, 1, HD)).astype(np.float32)}
+
+
+def test_reshape_dim_is_read_from_a_graph_output_computed_before_it():
+    model = _kv_reshape_model(output_before=True)
+    result, fused = _cleanup(model)
+    assert result.report.counts["ShapePlumbingToConstant"] == 1
+    assert [n.input[0] for n in fused.graph.node if n.op_type == "Shape"] == [fused.graph.output[0].name]
+    for a, b in zip(_run(model, _feeds_kv()), _run(fused, _feeds_kv())):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_graph_output_computed_after_the_reshape_is_not_read():
+    model = _kv_reshape_model(output_before=False)
+    result, fused = _cleanup(model)
+    assert result.report.counts["ShapePlumbingToConstant"] == 0
+    assert fused.graph.output[0].name not in {n.input[0] for n in fused.graph.node if n.op_type == "Shape"}
+    for a, b in zip(_run(model, _feeds_kv()), _run(fused, _feeds_kv())):
+        np.testing.assert_array_equal(a, b)
