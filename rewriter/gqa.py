@@ -15,11 +15,10 @@ The repeated KV disappears: GroupQueryAttention reads the Nkv heads directly.
 Also matched: torch's ``scaled_dot_product_attention`` decomposition (transformers' default "sdpa" attention),
 which scales both operands by sqrt(scale) and always guards the Softmax with IsNaN/Where:
   scores    = MatMul(q * sqrt(s), kt * sqrt(s)) + mask
-  kt        = Transpose(k_rep, [0,1,3,2])
-  out       = Reshape(Transpose([Reshape(]attn[, [B,-1,S,H])], [0,2,1,3]))  (TorchScript adds the inner view)
-NOT yet matched: the dynamo exporter's SDPA, whose K^T is Reshape(Transpose(Reshape(k_rep, [-1,T,H]), [0,2,1]),
-[B,N,H,T]) with both targets read from Shape(k_rep) (T = "past_sequence + sequence" is no graph-input dim, so the
-cleanup cannot detach them and the repeated K has "other uses").
+  kt        = Transpose(k_rep, [0,1,3,2])                                         (TorchScript exporter)
+            | Reshape(Transpose(Reshape(k_rep, [-1,T,H]), [0,2,1]), [B,N,H,T])   (dynamo: torchlib's transpose)
+  out       = Reshape(Transpose([Reshape(]attn[, [B,-1,S,H])], [0,2,1,3]))  (an inner view, e.g. TorchScript's)
+(The cleanup re-reads the dims of those Reshape targets from graph inputs/outputs, so k_rep is single-use.)
 
 The mask is verified by evaluating its subgraph on ORT CPU for a few (S, P, attention_mask) cases and comparing
 with "key j visible to query i iff j <= P + i and attention_mask[b, j] == 1". GQA then derives the same from
@@ -55,10 +54,11 @@ def _perm(v: ir.Value) -> list[int] | None:
 
 class _AttentionToGQA(pattern.RewriteRuleClassBase):
     def __init__(self, name: str, *, repeat: str, mask: str, scale_op: str, nan_guard: bool, shared: dict,
-                 attn_view: bool = False):
+                 attn_view: bool = False, kt3d: bool = False):
         super().__init__(name)
         self.repeat, self.mask, self.scale_op, self.nan_guard, self._shared = repeat, mask, scale_op, nan_guard, shared
         self.attn_view = attn_view  # TorchScript SDPA's [B,-1,S,H] view of the output, see the module docstring
+        self.kt3d = kt3d  # dynamo SDPA's K^T through a 3-D reshape, see the module docstring
 
     # pattern ------------------------------------------------------------------------------------------------
     def _repeat_kv(self, op, x, tag):
@@ -72,7 +72,12 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
     def pattern(self, op, q, k, v, past_k, past_v, mask, scale, scale_k):
         present_k = op.Concat(past_k, k, _outputs=["present_k"])
         present_v = op.Concat(past_v, v, _outputs=["present_v"])
-        kt = op.Transpose(self._repeat_kv(op, present_k, "k"), _outputs=["kt"])
+        k_all = self._repeat_kv(op, present_k, "k")
+        if self.kt3d:
+            k3 = op.Reshape(k_all, _allow_other_inputs=True, _outputs=["k3"])
+            kt = op.Reshape(op.Transpose(k3, _outputs=["kt3"]), _allow_other_inputs=True, _outputs=["kt"])
+        else:
+            kt = op.Transpose(k_all, _outputs=["kt"])
         if self.scale_op == "split":
             scores = op.MatMul(op.Mul(q, scale), op.Mul(kt, scale_k))
         else:
@@ -126,7 +131,11 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
                     return fail(f"repeat_kv ({tag}): expanded shape {grown} is not [B,{nkv},{n // nkv},T,H]")
                 if rep is None or len(rep) != 4 or rep[1] != n:
                     return fail(f"repeat_kv ({tag}): reshaped to {rep}, expected [B,{n},T,H]")
-        if _perm(kt) != [0, 1, 3, 2]:
+        if self.kt3d:
+            reason = _check_kt3d(b["k_rep"] if self.repeat != "none" else present_k, b["k3"], b["kt3"], kt)
+            if reason:
+                return fail(reason)
+        elif _perm(kt) != [0, 1, 3, 2]:
             return fail(f"key transpose has perm {_perm(kt)}, expected [0,1,3,2]")
         if _perm(attn_t) != [0, 2, 1, 3]:
             return fail(f"output transpose has perm {_perm(attn_t)}, expected [0,2,1,3]")
@@ -173,6 +182,28 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
                                       _domain="com.microsoft", _outputs=3)
 
 
+def _same_dim(a, b) -> bool:
+    """Provably equal dims: equal ints, or the same symbolic name (not one shape inference made up)."""
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b
+    return a is not None and a.value is not None and not a.value.startswith("unk__") and a == b
+
+
+def _check_kt3d(k_rep: ir.Value, k3: ir.Value, kt3: ir.Value, kt: ir.Value) -> str | None:
+    """torchlib's K^T of a 4-D tensor: Reshape to [B*N,T,H], Transpose [0,2,1], Reshape to [B,N,H,T]. Proven by
+    shapes: the first Reshape keeps the last two dims (merging the leading ones), the last splits them back."""
+    ks, k3s, kts = k_rep.shape, k3.shape, kt.shape
+    if ks is None or len(ks) != 4 or k3s is None or len(k3s) != 3 or kts is None or len(kts) != 4:
+        return f"K^T via a 3-D reshape: shapes {ks} -> {k3s} -> {kts} are not 4-D -> 3-D -> 4-D"
+    if _perm(kt3) != [0, 2, 1]:
+        return f"K^T via a 3-D reshape: the transpose has perm {_perm(kt3)}, expected [0,2,1]"
+    if not (_same_dim(k3s[1], ks[2]) and _same_dim(k3s[2], ks[3])):
+        return f"K^T via a 3-D reshape: {k3s} does not keep the last two dims of {ks}"
+    if not all(_same_dim(kts[i], ks[j]) for i, j in ((0, 0), (1, 1), (2, 3), (3, 2))):
+        return f"K^T via a 3-D reshape: {kts} is not {ks} with the last two dims swapped"
+    return None
+
+
 def _check_attn_view(attn: ir.Value, view: ir.Value, q: ir.Value) -> str | None:
     """TorchScript's SDPA re-views its [B,N,S,H] output as [B,-1,S,H]: an identity when the view's dims are the
     output's own batch and head dims and the query's sequence dim."""
@@ -183,7 +214,8 @@ def _check_attn_view(attn: ir.Value, view: ir.Value, q: ir.Value) -> str | None:
     if target is None or len(target) != 4 or shape is None or len(shape) != 4:
         return f"attention output view: target {target} / shape {shape} are not 4-D"
     d0, d1, d2, d3 = target
-    ok0 = d0 == 0 or (not isinstance(d0, int) and d0.same_as(attn, 0))
+    copy = view.producer().attributes.get_int("allowzero", 0) == 0  # else a literal 0 means an empty dim
+    ok0 = (d0 == 0 and copy) or (d0 is not None and not isinstance(d0, int) and d0.same_as(attn, 0))
     ok1 = d1 in (-1, shape[1]) and isinstance(shape[1], int)
     ok2 = not isinstance(d2, int) and d2 is not None and d2.same_as(q, 2)
     ok3 = isinstance(shape[3], int) and d3 == shape[3]
@@ -274,9 +306,10 @@ def make_rules() -> tuple[list, dict]:
         for sc in ("mul", "div")
     ]
     rules += [  # torch SDPA decomposition: split scale, NaN guard, additive mask
-        _AttentionToGQA.rule(f"GroupQueryAttention[{rep},add,sdpa{',view' if view else ''}]", repeat=rep,
-                             mask="add", scale_op="split", nan_guard=True, shared=shared, attn_view=view)
-        for rep in ("expand", "none") for view in (True, False)
+        _AttentionToGQA.rule(f"GroupQueryAttention[{rep},add,sdpa{',kt3d' if kt3d else ''}{',view' if view else ''}]",
+                             repeat=rep, mask="add", scale_op="split", nan_guard=True, shared=shared,
+                             attn_view=view, kt3d=kt3d)
+        for rep in ("expand", "none") for kt3d in (True, False) for view in (True, False)
     ]
     return rules, shared
 
