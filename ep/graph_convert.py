@@ -2,20 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+from onnx import TensorProto
+
+from ..quantization.int4 import unpack_int4
 from ..kernels.node import NodeInfo, ValueInfo, canonical_domain
 from .dtypes import numpy_dtype
 
 
+def _unpack_4bit(packed: np.ndarray, elem_type: int, shape: Sequence[int]) -> np.ndarray:
+    """ONNX int4/uint4 bytes -> ml_dtypes int4/uint4 array (the representation onnx.numpy_helper gives)."""
+    import ml_dtypes
+
+    signed = elem_type == TensorProto.INT4
+    count = int(np.prod(shape, dtype=np.int64))
+    values = unpack_int4(packed, count, signed).reshape(tuple(shape))
+    return values.astype(ml_dtypes.int4 if signed else ml_dtypes.uint4)
+
+
 def value_from_dict(d: Mapping[str, Any]) -> ValueInfo:
     shape = d.get("shape")
+    elem_type = int(d.get("elem_type", 0))
+    value = d.get("value")
+    if value is None and d.get("packed_value") is not None:
+        value = _unpack_4bit(d["packed_value"], elem_type, shape or ())
     return ValueInfo(
         name=d["name"],
-        dtype=numpy_dtype(d.get("elem_type", 0)),
+        dtype=numpy_dtype(elem_type),
         shape=tuple(shape) if shape is not None else None,
-        value=d.get("value"),
+        value=value,
+        onnx_type=elem_type,
         is_constant=bool(d.get("is_constant", False)),
         is_graph_input=bool(d.get("is_graph_input", False)),
         is_graph_output=bool(d.get("is_graph_output", False)),

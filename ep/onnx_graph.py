@@ -60,11 +60,12 @@ def nodes_from_model(model: onnx.ModelProto, *, infer_shapes: bool = True) -> li
             t = consts[name]
             arr = numpy_helper.to_array(t)
             return ValueInfo(name, numpy_dtype(t.data_type), tuple(int(d) for d in t.dims), arr, True,
-                             False, name in graph_outputs)
+                             False, name in graph_outputs, onnx_type=int(t.data_type))
         t = types.get(name)
         dtype = numpy_dtype(t.tensor_type.elem_type) if t is not None and t.HasField("tensor_type") else None
         return ValueInfo(name, dtype, _shape(t) if t is not None else None, None, False,
-                         name in graph_inputs, name in graph_outputs)
+                         name in graph_inputs, name in graph_outputs,
+                         onnx_type=int(t.tensor_type.elem_type) if t is not None and t.HasField("tensor_type") else 0)
 
     nodes = []
     for i, n in enumerate(g.node):

@@ -24,6 +24,7 @@ class ValueInfo:
     is_constant: bool = False
     is_graph_input: bool = False
     is_graph_output: bool = False
+    onnx_type: int = 0  # ONNX element type (names types numpy lacks, e.g. int4 = 22, uint4 = 21)
 
     @property
     def missing(self) -> bool:

@@ -17,10 +17,15 @@ def dtype_name(v: ValueInfo) -> str | None:
     gives ml_dtypes int4/uint4 arrays) are named ``int4``/``uint4`` so target rules can list them."""
     if v.dtype is not None:
         return v.dtype.name
+    if v.onnx_type in _FOUR_BIT:
+        return _FOUR_BIT[v.onnx_type]
     if v.value is not None:
         name = np.asarray(v.value).dtype.name
         return name if name in ("int4", "uint4") else None
     return None
+
+
+_FOUR_BIT = {22: "int4", 21: "uint4"}  # ONNX TensorProto.INT4 / UINT4
 
 
 def why_not(node: NodeInfo, target: Target) -> str | None:

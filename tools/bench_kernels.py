@@ -1,13 +1,11 @@
 """Kernel benchmarks: host wall time of our kernels vs ORT's CPU EP on the same single-op models, and planner
 quality (emulated cycles / roofline bound) per target.
 
-    OPENBLAS_NUM_THREADS=1 python -m npu_ep.tools.bench_kernels [--reps 20]
+    python -m npu_ep.tools.bench_kernels [--reps 20]
 
-(On the shared 2-core machine OpenBLAS's own threads fight ORT's pool and other processes: with the default
-thread count our BLAS-backed kernels measured 5-10x slower and very noisy; one BLAS thread is stable.)
-
-Host time: our kernel is prepared once and run N times; ORT's session.run on the same model, same process,
-same inputs; the table shows medians and ratio = ours / CPU EP (targets: <= 2x for GEMMs, <= 3x for the int4 GEMV).
+Host time, medians, same process, same inputs: the kernel alone (prepared once, run N times, one BLAS thread as
+NpuEP runs it), the single-op model through a real NpuEP session (graph assignment checked), and ORT's CPU EP on
+the same model; ratio = NpuEP session / CPU EP (targets: <= 2x for GEMMs, <= 3x for the int4 GEMV).
 Planner quality: roofline_cycles(macs, compulsory DMA bytes) / plan cycles (target >= 0.8 for large GEMMs).
 """
 
@@ -75,10 +73,26 @@ def _median_time(fn, reps: int) -> float:
     return statistics.median(ts)
 
 
-def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float]]:
+def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
+    import npu_ep
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    sess = ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0,
+                                providers=[(npu_ep.get_ep_name(), {"target": target, "cache_dir": ""})])
+    eps = {sg.ep_name for sg in sess.get_provider_graph_assignment_info()}
+    if eps != {npu_ep.get_ep_name()}:
+        raise RuntimeError(f"NpuEP did not take the whole single-op model (assignment: {eps})")
+    return sess
+
+
+def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float, float]]:
+    from ..ep.host_threads import blas_threads
+
     rows = []
     for name, model, x in cases():
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        npu = _npu_session(model, target.name)
         (node,) = nodes_from_model(model, infer_shapes=False)  # every value is declared in the graph
         k = kernel_for(node.domain, node.op_type)
         p = k.prepare(node, target)
@@ -86,9 +100,14 @@ def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float
         ours = k.run(p, args)[0]
         ref = sess.run(None, {"x": x})[0]
         assert ours.shape == ref.shape, (name, ours.shape, ref.shape)
+        # same kernel; BLAS thread counts may reorder float sums
+        np.testing.assert_allclose(npu.run(None, {"x": x})[0].astype(np.float64), ours.astype(np.float64),
+                                   rtol=1e-4, atol=1e-3)
         t_ort = _median_time(lambda: sess.run(None, {"x": x}), reps)
-        t_ours = _median_time(lambda: k.run(p, args), reps)
-        rows.append((name, t_ours * 1e3, t_ort * 1e3, t_ours / t_ort))
+        with blas_threads(1):
+            t_ours = _median_time(lambda: k.run(p, args), reps)
+        t_npu = _median_time(lambda: npu.run(None, {"x": x}), reps)
+        rows.append((name, t_ours * 1e3, t_npu * 1e3, t_ort * 1e3, t_npu / t_ort))
     return rows
 
 
@@ -122,10 +141,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--target", default="npu-ref")
     args = ap.parse_args(argv)
-    print(f"host wall time, median of {args.reps} (ours: prepare once, run N times; target {args.target})")
-    print(f"{'op':36} {'ours ms':>9} {'CPU EP ms':>10} {'ratio':>7}")
-    for name, ours, cpu, ratio in host_table(args.reps, Target.load(args.target)):
-        print(f"{name:36} {ours:9.3f} {cpu:10.3f} {ratio:7.2f}")
+    print(f"host wall time, median of {args.reps} (target {args.target})")
+    print(f"{'op':36} {'kernel ms':>10} {'NpuEP ms':>9} {'CPU EP ms':>10} {'NpuEP/CPU':>10}")
+    for name, ours, npu, cpu, ratio in host_table(args.reps, Target.load(args.target)):
+        print(f"{name:36} {ours:10.3f} {npu:9.3f} {cpu:10.3f} {ratio:10.2f}")
     print("\nplanner quality: roofline / emulated cycles (>= 0.8 wanted)")
     for tname, label, text in planner_table():
         print(f"{tname:9} {label:22} {text}")

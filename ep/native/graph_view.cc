@@ -86,7 +86,18 @@ py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit) {
     if (value) {
       size_t bytes = 0;
       Check(g_ort->GetTensorSizeInBytes(value, &bytes));
-      if (bytes <= value_limit) d["value"] = TensorCopy(value);
+      if (bytes <= value_limit) {
+        TensorMeta meta = GetTensorMeta(value);
+        if (NumpyDtypeName(meta.elem_type)) {
+          d["value"] = TensorCopy(value);
+        } else if (meta.elem_type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT4 ||
+                   meta.elem_type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT4) {
+          // numpy has no 4-bit dtype: hand over ONNX's packed bytes (low nibble first); Python unpacks them.
+          const void* data = nullptr;
+          Check(g_ort->GetTensorData(value, &data));
+          d["packed_value"] = py::array(py::dtype("uint8"), {static_cast<py::ssize_t>(bytes)}, {}, data);
+        }
+      }
     }
   }
   return d;

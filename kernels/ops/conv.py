@@ -72,11 +72,11 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     q = node.op_type == "QLinearConv"
     wi = 3 if q else 1
     wv = node.input(wi)
-    if wv is None or wv.value is None or wv.value.ndim != 4:
+    if wv is None or not wv.is_constant or wv.shape is None or len(wv.shape) != 4:
         return f"{node.describe()}: only 2-D convolutions with constant weights [M, C/g, kh, kw] are supported"
     if not q and target.float_mode(node.input(0).dtype.name) is None:
         return f"{node.describe()}: target {target.name} has no float matrix mode (matrix.float_compute)"
-    m, cg, kh, kw = wv.value.shape
+    m, cg, kh, kw = wv.shape
     grp = int(node.attr("group", 1))
     dt_a = node.input(0).dtype.name
     return check_fits(1, m // grp, cg * kh * kw, dt_a, wv.dtype.name if q else dt_a, target)

@@ -35,7 +35,7 @@ def check_nbits(node: NodeInfo, target: Target) -> str | None:
         return f"{node.describe()}: block_size={bs}; supported: powers of two 16..256"
     for i, what in ((1, "B"), (2, "scales"), (3, "zero_points")):
         v = node.input(i)
-        if v is not None and v.value is None:
+        if v is not None and not v.is_constant:
             return f"{node.describe()}: {what} must be a constant initializer (weights are re-laid out at compile time)"
     zp = node.input(3)
     if zp is not None and zp.dtype is not None and zp.dtype.kind == "f":

@@ -50,10 +50,10 @@ def _expand(p: np.ndarray, rank: int, axis: int, block: int, dim: int | None) ->
 
 def check_q(node: NodeInfo, target: Target) -> str | None:
     s = node.input(1)
-    if s is None or s.value is None:
+    if s is None or not s.is_constant:
         return f"{node.describe()}: scale must be a constant (folded at compile time)"
     z = node.input(2)
-    if z is not None and z.value is None:
+    if z is not None and not z.is_constant:
         return f"{node.describe()}: zero point must be a constant (folded at compile time)"
     if node.op_type == "QuantizeLinear":
         q = _qtype(node)
