@@ -203,7 +203,7 @@ def rewrite(model: str | os.PathLike | onnx.ModelProto | ir.Model, options: Rewr
             raise RewriteError(str(cause)) from cause
         raise
     io_after = _io_signature(ir_model)
-    if io_after != io_before:
+    if not _same_io(io_before, io_after):
         raise RewriteError(f"internal error: graph inputs/outputs changed from {io_before} to {io_after}")
     return RewriteResult(model=ir_model, report=report)
 
@@ -230,6 +230,15 @@ def _io_signature(model: ir.Model) -> tuple:
         return tuple((v.name, v.dtype, None if v.shape is None else tuple(str(d) for d in v.shape)) for v in values)
 
     return sig(model.graph.inputs), sig(model.graph.outputs)
+
+
+def _same_io(before: tuple, after: tuple) -> bool:
+    """Names, dtypes and declared shapes unchanged; a value that declared no shape may gain an inferred one."""
+    def same(b: tuple, a: tuple) -> bool:
+        return len(b) == len(a) and all(
+            bn == an and bt == at and (bs is None or bs == as_) for (bn, bt, bs), (an, at, as_) in zip(b, a))
+
+    return same(before[0], after[0]) and same(before[1], after[1])
 
 
 # ----------------------------------------------------------------------------------------------------------------

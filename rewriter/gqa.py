@@ -207,9 +207,9 @@ def _check_kt3d(k_rep: ir.Value, k3: ir.Value, kt3: ir.Value, kt: ir.Value) -> s
 def _check_attn_view(attn: ir.Value, view: ir.Value, q: ir.Value) -> str | None:
     """TorchScript's SDPA re-views its [B,N,S,H] output as [B,-1,S,H]: an identity when the view's dims are the
     output's own batch and head dims and the query's sequence dim."""
-    from .cleanup import _resolve
+    from .shape_plumbing import resolve_dims
 
-    target = _resolve(view.producer().inputs[1])
+    target = resolve_dims(view.producer().inputs[1])
     shape = attn.shape
     if target is None or len(target) != 4 or shape is None or len(shape) != 4:
         return f"attention output view: target {target} / shape {shape} are not 4-D"

@@ -147,3 +147,20 @@ def test_missing_family_module_is_an_error_only_when_requested(monkeypatch):
 def test_bad_options_are_rewrite_errors(overrides, message):
     with pytest.raises(RewriteError, match=message):
         rewrite(_model(), **overrides)
+
+
+def test_output_without_a_declared_shape_may_gain_an_inferred_one():
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    out = rewrite(model, passes=("cleanup",)).model
+    assert [v.name for v in out.graph.outputs] == ["y"]
+
+
+def test_changed_declared_output_shape_is_caught():
+    before = ((("x", 1, ("2", "4")),), (("y", 1, ("2", "3")),))
+    assert _core._same_io(before, before)
+    assert not _core._same_io(before, ((("x", 1, ("2", "4")),), (("y", 1, ("2", "5")),)))
+    assert _core._same_io(((("x", 1, ("2", "4")),), (("y", 1, None),)), before)
