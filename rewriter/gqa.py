@@ -40,6 +40,8 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from . import gqa_rotary
+from ._core import apply_rule_set
 from .options import RewriteOptions, RewriteReport, RuleFailure
 from .rope import _ints, evaluate_values
 
@@ -315,11 +317,15 @@ def make_rules() -> tuple[list, dict]:
 
 
 def apply(model: ir.Model, options: RewriteOptions, report: RewriteReport) -> None:
-    """Fuse decomposed attention in ``model`` in place; counts under 'GroupQueryAttention[variant]'."""
+    """Fuse decomposed attention in ``model`` in place; counts under 'GroupQueryAttention[variant]'. Then, unless
+    ``options.fold_rotary`` is off, fold the RotaryEmbeddings feeding each attention into it (``gqa_rotary``)."""
     rules, shared = make_rules()
     for rule in rules:
         report.add(rule.name, pattern.RewriteRuleSet([rule]).apply_to_model(model))
     ir.passes.common.RemoveUnusedNodesPass()(model)
+    if options.fold_rotary:
+        apply_rule_set(model, gqa_rotary.rules(), report)
+        ir.passes.common.RemoveUnusedNodesPass()(model)
     seen = set()
     for f in shared["failures"]:
         if f not in seen:

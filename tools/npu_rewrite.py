@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude", default=None, help="regex on node names never quantized (e.g. lm_head)")
     p.add_argument("--min-elements", type=int, default=0, help="weights with fewer elements stay float")
     p.add_argument("--drop-qdq-roundtrips", action="store_true", help="also drop lossy Q->DQ pairs")
+    p.add_argument("--no-fold-rotary", action="store_true",
+                   help="keep RotaryEmbedding nodes separate instead of folding them into GroupQueryAttention")
     p.add_argument("--check", action="store_true", help="compare input and output on ORT's CPU EP")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout instead of tables")
     p.add_argument("--verbose", action="store_true", help="show why candidate matches were declined")
@@ -57,6 +59,7 @@ def _options(args: argparse.Namespace) -> RewriteOptions:
     return RewriteOptions(passes=passes, int4_block_size=args.int4_block_size, int4_symmetric=args.int4_symmetric,
                           int4_accuracy_level=args.int4_accuracy_level, exclude=args.exclude,
                           int4_min_elements=args.min_elements, drop_qdq_roundtrips=args.drop_qdq_roundtrips,
+                          fold_rotary=not args.no_fold_rotary,
                           verbose=args.verbose)
 
 

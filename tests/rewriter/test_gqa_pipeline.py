@@ -36,8 +36,9 @@ def test_pipeline_fuses_and_generation_is_token_identical(style):
     result = rewriter.rewrite(original, passes=("cleanup", "rope", "gqa"))
     fused = ir.serde.serialize_model(result.model)
     op_types = [n.op_type for n in fused.graph.node]
-    assert op_types.count("RotaryEmbedding") == 2 * CFG.num_hidden_layers
+    assert op_types.count("RotaryEmbedding") == 0  # folded into the attention (do_rotary=1)
     assert op_types.count("GroupQueryAttention") == CFG.num_hidden_layers
+    assert result.report.counts["FoldRotaryIntoGQA"] == CFG.num_hidden_layers
     ref = ort.InferenceSession(original.SerializeToString(), providers=["CPUExecutionProvider"])
     new = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"])
     ids = [t % CFG.vocab_size for t in PROMPTS[1]]
