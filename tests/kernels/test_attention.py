@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_elementwise_ortref import assert_close, check_against_ort, feeds_of, make_model, rand, run_npu
+from _vector_ortref import assert_close, check_against_ort, feeds_of, make_model, rand, run_npu
 
 TOL32 = (5e-5, 5e-5)
 MAX_POS = 1024
@@ -184,7 +184,7 @@ def test_decode_cost_stacks_query_heads_as_matrix_rows():
 def test_first_prompt_right_padded_batch_valid_rows():
     """Batch 2 prompt of S=6 where batch 1 has 4 real tokens (seqlens_k = [5, 3]): the real rows and the whole
     present cache match ORT; padded query rows (ORT leaves them undefined) are not compared."""
-    from test_elementwise_ortref import run_ort
+    from _vector_ortref import run_ort
     b, s, n, nkv, h = 2, 6, 4, 2, 32
     cos, sin = _cache(h // 2)
     inputs = [("q", rand((b, s, n * h), seed=1), False), ("k", rand((b, s, nkv * h), seed=2), False),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_elementwise_ortref import check_against_ort, rand
+from _vector_ortref import check_against_ort, rand
 
 BROADCASTS = [((2, 3, 17), (2, 3, 17)), ((4, 1, 33), (7, 1)), ((5,), (3, 1, 5)), ((), (2, 65)), ((1, 130), ())]
 
@@ -119,7 +119,7 @@ def test_cast(src, dst):
 
 
 def test_cost_transcendentals_cost_more_and_scale_with_elements():
-    from test_elementwise_ortref import make_model, run_npu
+    from _vector_ortref import make_model, run_npu
     x = rand((64, 1024), np.float32)
     costs = {}
     for op in ("Relu", "Exp"):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from npu_ep.kernels.ops.indexing import onnx_slice
-from test_elementwise_ortref import check_against_ort, make_model, run_npu, rand
+from _vector_ortref import check_against_ort, make_model, run_npu, rand
 
 I64 = np.int64
 DTYPES = [np.float32, np.float16, np.int64, np.bool_]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_elementwise_ortref import check_against_ort, rand
+from _vector_ortref import check_against_ort, rand
 
 AXES = [[-1], [0], [1, 2], [0, 2], [0, 1, 2]]
 

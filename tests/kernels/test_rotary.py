@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_elementwise_ortref import check_against_ort, rand
+from _vector_ortref import check_against_ort, rand
 
 MAX_POS = 64
 
