@@ -6,6 +6,8 @@ from ORT's graph through the plugin shim (``ep.graph_convert``). Shapes come fro
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import onnx
 from onnx import numpy_helper
 
@@ -74,6 +76,20 @@ def nodes_from_model(model: onnx.ModelProto, *, infer_shapes: bool = True) -> li
             inputs=tuple(value(x) for x in n.input), outputs=tuple(value(x) for x in n.output),
             attrs={a.name: _attr_value(a) for a in n.attribute}, since_version=_opset(model, n.domain)))
     return nodes
+
+
+def all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor a graph stores: initializers and tensor attributes, recursing into subgraphs."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_tensors(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from all_tensors(g)
 
 
 def _opset(model: onnx.ModelProto, domain: str) -> int:

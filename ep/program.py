@@ -116,10 +116,14 @@ class Program:
         env[: len(inputs)] = inputs
         signature = tuple([a.shape for a in inputs])
         stats = self._stats.get(signature)
-        if stats is None or self.record:
-            return self._call_observed(env, signature, t0)
+        # The first call with a new input-shape signature keeps every step's input shapes for the cost model;
+        # recording keeps every intermediate tensor. Other calls observe nothing.
+        step_shapes: list[list] | None = [] if stats is None else None
+        record = self.record
         for run, prepared, in_slots, out_slots, release, step in self._plan:
             args = [env[s] if s >= 0 else None for s in in_slots]
+            if step_shapes is not None:
+                step_shapes.append([a.shape if a is not None else None for a in args])
             try:
                 outs = run(prepared, args)
             except Exception as exc:
@@ -128,32 +132,19 @@ class Program:
                 env[slot] = outs[i]
             for slot in release:
                 env[slot] = None
+            if record:
+                self._record(step, outs)
         result = tuple([env[s] for s in self.output_slots])
         elapsed = perf_counter_ns() - t0
+        if stats is None:
+            return self._first_of_signature(signature, step_shapes, elapsed, result)
         with self._lock:
             stats[0] += 1
             stats[1] += elapsed
         return result
 
-    def _call_observed(self, env: list[Any], signature: tuple, t0: int) -> tuple[np.ndarray, ...]:
-        """The first call with a new input-shape signature (or any call when recording): keeps every step's input
-        shapes for the cost model and, with ``record``, every intermediate tensor."""
-        step_shapes: list[list] = []
-        for run, prepared, in_slots, out_slots, release, step in self._plan:
-            args = [env[s] if s >= 0 else None for s in in_slots]
-            step_shapes.append([a.shape if a is not None else None for a in args])
-            try:
-                outs = run(prepared, args)
-            except Exception as exc:
-                raise _failure(step, args, exc) from exc
-            for i, slot in out_slots:
-                env[slot] = outs[i]
-            for slot in release:
-                env[slot] = None
-            if self.record:
-                self._record(step, outs)
-        result = tuple([env[s] for s in self.output_slots])
-        elapsed = perf_counter_ns() - t0
+    def _first_of_signature(self, signature: tuple, step_shapes: list[list], elapsed: int,
+                            result: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         cost = None if signature in self._costs else self._cost(step_shapes)
         with self._lock:
             if cost is not None:

@@ -21,6 +21,7 @@ import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import MatchingTracer, MatchStatus, RewriteRule, RewriteRuleSet
 
+from ..ep.onnx_graph import all_tensors
 from .options import ALL_PASSES, RewriteOptions, RewriteReport, RuleFailure
 
 # Above this many bytes of tensor data a model is saved with external data (protobuf's limit is 2 GiB).
@@ -277,7 +278,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Mode
 def _check_external_data(proto: onnx.ModelProto, path: pathlib.Path) -> None:
     """Every external data file must exist inside the model's directory (no absolute paths, no ``..`` escape)."""
     base = path.parent.resolve()
-    for tensor in _all_tensors(proto.graph):
+    for tensor in all_tensors(proto.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         location = next((e.value for e in tensor.external_data if e.key == "location"), None)
@@ -289,19 +290,6 @@ def _check_external_data(proto: onnx.ModelProto, path: pathlib.Path) -> None:
                                "escapes the model directory")
         if not target.is_file():
             raise RewriteError(f"{path}: initializer {tensor.name!r} external data file {location!r} not found")
-
-
-def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-            elif attr.type == onnx.AttributeProto.GRAPH:
-                yield from _all_tensors(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _all_tensors(g)
 
 
 def tensor_bytes(model: ir.Model) -> int:

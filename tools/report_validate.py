@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import onnx
 
+from ..ep.onnx_graph import all_tensors
 from .report_run import ReportInputError
 
 ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
@@ -62,19 +62,6 @@ def ort_exceptions() -> tuple[type[BaseException], ...]:
     return tuple(getattr(st, n) for n in names if hasattr(st, n))
 
 
-def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-            elif attr.type == onnx.AttributeProto.GRAPH:
-                yield from _all_tensors(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _all_tensors(g)
-
-
 def _node(n: onnx.NodeProto) -> str:
     return f"node '{n.name or '<unnamed>'}' ({n.op_type})"
 
@@ -95,7 +82,7 @@ def check_structure(model: onnx.ModelProto, where: str) -> None:
         if opsets.get(domain, 0) > newest:
             raise ReportInputError(f"{where}: opset {opsets[domain]} of the ONNX domain is newer than this "
                                    f"ONNX supports ({newest})")
-    for t in _all_tensors(g):
+    for t in all_tensors(g):
         try:
             onnx.checker.check_tensor(t)
         except Exception as exc:  # noqa: BLE001 - any checker failure is bad input
