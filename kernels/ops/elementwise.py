@@ -80,6 +80,7 @@ def _reciprocal(x: np.ndarray) -> np.ndarray:
 _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
     "Relu": (lambda x: np.maximum(x, x.dtype.type(0)), 1.0, 0.0),
     "Neg": (np.negative, 1.0, 0.0),
+    "Abs": (np.abs, 1.0, 0.0),
     "Sqrt": (np.sqrt, 0.0, 1.0),
     "Reciprocal": (_reciprocal, 0.0, 1.0),
     "Exp": (np.exp, 0.0, 1.0),

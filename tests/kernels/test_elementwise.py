@@ -57,7 +57,7 @@ def test_comparisons_give_bools(op, dtype):
 UNARY_RANGES = {"Sqrt": (0.0, 9.0), "Reciprocal": (0.2, 5.0), "Exp": (-8.0, 8.0)}
 
 
-@pytest.mark.parametrize("op", ["Relu", "Neg", "Sqrt", "Reciprocal", "Exp", "Erf", "Sigmoid", "Tanh"])
+@pytest.mark.parametrize("op", ["Relu", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Erf", "Sigmoid", "Tanh"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_unary_math(op, dtype):
     lo, hi = UNARY_RANGES.get(op, (-6.0, 6.0))
