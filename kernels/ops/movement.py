@@ -113,6 +113,19 @@ def _expand_cost(p: Prepared, shapes) -> OpCost:
     return copy_cost(p, nbytes(shapes[0], size), elems(out) * size)
 
 
+def _shape_prepare(node: NodeInfo, target: Target) -> Prepared:
+    return Prepared({"start": int(node.attr("start", 0)), "end": node.attr("end")}, {}, target)
+
+
+def _shape_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """Shape (opset 15 start/end, negative and out-of-range values clamped as ONNX says): tensor metadata, which
+    the NPU runtime answers on its control processor without touching the data."""
+    dims = inputs[0].shape
+    end = p.attrs["end"]
+    return [np.array(dims[slice(p.attrs["start"], None if end is None else int(end))], dtype=np.int64)]
+
+
+register(KernelDef("", "Shape", _shape_prepare, _shape_run, _view_cost))
 register(KernelDef("", "Reshape", _prepare, _reshape_run, _view_cost))
 register(KernelDef("", "Squeeze", _prepare, _squeeze_run, _view_cost))
 register(KernelDef("", "Unsqueeze", _prepare, _unsqueeze_run, _view_cost))

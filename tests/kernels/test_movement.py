@@ -165,3 +165,8 @@ def test_cost_views_are_free_and_gather_moves_only_selected_rows():
     ids = np.array([1, 5, 7], I64)
     _, _, gather = run_npu(make_model("Gather", [("x", x, True), ("i", ids, False)], [("y", np.float32)]), {"i": ids})
     assert gather.dma_bytes == 2 * 3 * 64 * 4 + ids.nbytes
+
+
+@pytest.mark.parametrize("attrs", [{}, {"start": 1}, {"end": -1}, {"start": -2, "end": 10}, {"start": 5}])
+def test_shape_with_start_and_end(attrs):
+    check_against_ort("Shape", [("x", rand((2, 3, 4), np.float32), False)], [("y", I64)], attrs, opset=15)
