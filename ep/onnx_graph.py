@@ -40,10 +40,23 @@ def _attr_value(a: onnx.AttributeProto):
     return v
 
 
+def infer_all_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Shapes for every value, com.microsoft ops included: ONNX's inference knows only standard ops, so models
+    with contrib ops (rewritten LLMs) go through ORT's symbolic shape inference, as an ORT session would."""
+    if any(n.domain == "com.microsoft" for n in model.graph.node):
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        try:
+            return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        except Exception:  # noqa: BLE001 - it gives up on some graphs; ONNX's inference still gives most shapes
+            pass
+    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+
 def nodes_from_model(model: onnx.ModelProto, *, infer_shapes: bool = True) -> list[NodeInfo]:
     """Every node of the main graph in topological (file) order, with inferred shapes and constant values."""
     if infer_shapes:
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        model = infer_all_shapes(model)
     g = model.graph
     consts = {t.name: t for t in g.initializer}
     for n in g.node:  # Constant nodes are constants too

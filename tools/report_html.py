@@ -13,6 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from .report_tables import STYLE, crossings_table, declined_table, partitions_table
+
 FIGURE_IDS = ("coverage-by-op", "partition-map", "layer-timeline")  # always present
 PHASES_ID, THREE_WAY_ID = "prefill-decode", "three-way-numerics"  # present when the document has the data
 
@@ -27,18 +29,19 @@ def coverage_figure(doc: Mapping[str, Any]) -> go.Figure:
 
 
 def partition_map_figure(doc: Mapping[str, Any]) -> go.Figure:
-    """Every node in graph order as a cell: colour = partition (or CPU), hover = node, op, reason."""
-    placed = {n: p["name"] for p in doc["partitions"] for n in p["nodes"]}
+    """Every node in graph order as a square, one legend entry per NpuEP partition and one for the CPU; hover shows
+    the node, its op and, for CPU nodes, the reason."""
     reasons = {d["node"]: d["reason"] for d in doc["coverage"]["declined_nodes"]}
-    order = [p["name"] for p in doc["partitions"]]
     nodes = list(dict.fromkeys([*(n for p in doc["partitions"] for n in p["nodes"]), *reasons]))
-    xs = list(range(len(nodes)))
-    colour = [order.index(placed[n]) + 1 if n in placed else 0 for n in nodes]
-    text = [f"{n}<br>{placed.get(n, 'CPU')}<br>{reasons.get(n, '')}" for n in nodes]
-    fig = go.Figure(go.Heatmap(z=[colour], x=xs, text=[text], hoverinfo="text", colorscale="Turbo",
-                               showscale=False))
-    fig.update_layout(title="partition map (node order; 0 = CPU, k = NpuEP partition k)", height=260,
-                      yaxis={"visible": False})
+    position = {n: i for i, n in enumerate(nodes)}
+    groups = [(p["name"], p["nodes"]) for p in doc["partitions"]] + [("CPU", list(reasons))]
+    fig = go.Figure([go.Scatter(x=[position[n] for n in members], y=[0] * len(members), mode="markers", name=name,
+                                marker={"symbol": "square", "size": 12, **({"color": "#d62728"} if name == "CPU"
+                                                                         else {})},
+                                text=[f"{n}<br>{reasons.get(n, name)}" for n in members], hoverinfo="text")
+                     for name, members in groups if members])
+    fig.update_layout(title="partition map (nodes in graph order)", height=240, yaxis={"visible": False},
+                      xaxis_title="node index")
     return fig
 
 
@@ -122,9 +125,10 @@ def render_html(doc: Mapping[str, Any]) -> str:
     cov = doc["coverage"]
     summary = (f"{cov['claimed']}/{cov['total']} nodes on NpuEP, {len(doc['partitions'])} partition(s), "
                f"{len(doc['crossings'])} crossing(s) per run, target {doc['target']}")
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>npu-report</title></head><body>"
+    tables = declined_table(doc) + partitions_table(doc) + crossings_table(doc)
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>npu-report</title>" + STYLE + "</head><body>"
             f"<h1>npu-report: {html.escape(doc['model'])}</h1><p>{html.escape(summary)}</p>"
-            + "".join(divs)
+            + "".join(divs) + tables
             + "<details><summary>report JSON</summary><pre>"
             + html.escape(json.dumps(doc, indent=1, default=str)) + "</pre></details></body></html>")
 

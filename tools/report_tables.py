@@ -1,0 +1,57 @@
+"""HTML tables of an ``npu-report`` document: what a reader needs beside the plots: every declined node with its
+reason, the partitions with their I/O, and every CPU<->NPU crossing with its size and (measured) cost."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+STYLE = ("<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.5em 0 1.5em}"
+         "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}th{background:#f0f0f5}"
+         "td.num{text-align:right}</style>")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"<td class='num'>{value:,.2f}</td>"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"<td class='num'>{value:,}</td>"
+    if value is None:
+        return "<td></td>"
+    if isinstance(value, (list, tuple)):
+        value = ", ".join(str(v) for v in value)
+    return f"<td>{html.escape(str(value))}</td>"
+
+
+def table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]], empty: str) -> str:
+    rows = list(rows)
+    if not rows:
+        return f"<h2>{html.escape(title)}</h2><p>{html.escape(empty)}</p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(_cell(v) for v in r) + "</tr>" for r in rows)
+    return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{body}</table>"
+
+
+def declined_table(doc: Mapping[str, Any]) -> str:
+    rows = [(d["node"], d["op"], d.get("layer"), d["reason"].split(": ", 1)[-1])
+            for d in doc["coverage"]["declined_nodes"]]
+    return table("nodes left to the CPU, and why", ("node", "op", "layer", "reason"), rows,
+                 "none: every node runs on NpuEP")
+
+
+def partitions_table(doc: Mapping[str, Any]) -> str:
+    rows = [(p["name"], len(p["nodes"]), p.get("layers"), len(p["inputs"]), len(p["outputs"]),
+             ", ".join(sorted({op.split("::")[-1] for op in p["ops"]})))
+            for p in doc["partitions"]]
+    return table("NpuEP partitions", ("partition", "nodes", "layers", "inputs", "outputs", "op types"), rows,
+                 "no partitions: nothing runs on NpuEP")
+
+
+def crossings_table(doc: Mapping[str, Any]) -> str:
+    rows = [(c["name"], c["direction"].replace("_", " "), c["partition"], c.get("dtype"), c.get("shape"),
+             c.get("bytes"), c.get("per_run"), c.get("measured_us"))
+            for c in doc["crossings"]]
+    return table("CPU <-> NPU crossings (per run)",
+                 ("tensor", "direction", "partition", "dtype", "shape", "bytes", "per run", "measured us"), rows,
+                 "no crossings")
