@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import threading
@@ -54,4 +55,14 @@ def report(model_or_session, **kwargs):
     return build_report(model_or_session, **kwargs)
 
 
+def _prepare_shutdown() -> None:
+    """Daemon threads may still be inside session.run at exit: stop NpuEP from entering Python before teardown."""
+    try:
+        from .ep import _native
+    except ImportError:
+        return
+    _native.prepare_shutdown(2.0)
+
+
 register()
+atexit.register(_prepare_shutdown)

@@ -12,4 +12,10 @@ PYBIND11_MODULE(_native, m) {
   m.def("partition_stats", &npu_ep::AllStats,
         "{partition: {calls, total_ns, program_ns, bytes_in, bytes_out}} measured inside the Compute callback");
   m.def("reset_stats", &npu_ep::ResetStats);
+  m.def("prepare_shutdown", [](double timeout_s) {
+          pybind11::gil_scoped_release release;  // let in-flight partition calls finish their Python part
+          return npu_ep::PrepareShutdown(timeout_s);
+        },
+        pybind11::arg("timeout_s") = 2.0,
+        "Refuse new partition calls and wait for running ones; returns whether all finished in time");
 }

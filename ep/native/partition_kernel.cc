@@ -5,11 +5,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 namespace npu_ep {
 
 namespace {
 std::mutex g_stats_mu;
+std::atomic<bool> g_shutting_down{false};
+std::atomic<int> g_in_flight{0};
 std::map<std::string, std::unique_ptr<BridgeStats>>& StatsRegistry() {
   static auto* registry = new std::map<std::string, std::unique_ptr<BridgeStats>>();  // never destroyed
   return *registry;
@@ -65,7 +68,20 @@ static std::string ShapeString(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
+bool PrepareShutdown(double timeout_s) {
+  g_shutting_down = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (g_in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return g_in_flight.load() == 0;
+}
+
 OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept {
+  if (g_shutting_down.load()) return MakeStatus(ORT_EP_FAIL, "NpuEP: " + k->where + ": the Python interpreter is shutting down");
+  struct InFlight {
+    InFlight() { g_in_flight.fetch_add(1); }
+    ~InFlight() { g_in_flight.fetch_sub(1); }
+  } in_flight;
   const uint64_t t0 = NowNs();
   uint64_t program_ns = 0, bytes_in = 0, bytes_out = 0;
   OrtStatus* status = WithPython(k->where, [&]() {

@@ -38,6 +38,11 @@ struct PartitionKernel {
 
 OrtStatus* ComputePartition(PartitionKernel* kernel, OrtKernelContext* context) noexcept;
 
+// Interpreter shutdown: from this point partition calls fail with an error instead of entering Python, and the
+// caller waits (GIL released) up to `timeout_s` for calls already inside Python to return. Called from an
+// atexit hook, i.e. before Python starts tearing down while daemon threads may still be inside session.run.
+bool PrepareShutdown(double timeout_s);
+
 BridgeStats* StatsFor(const std::string& partition_name);
 py::dict AllStats();
 void ResetStats();
