@@ -44,6 +44,9 @@ class EpSession:
         from .context import ContextManager  # deferred: pulls in the cache layer
 
         self.context = ContextManager(self)
+        self._blas = blas_threads(self.options.blas_threads) if self.options.blas_threads > 0 else None
+        if self._blas is not None:
+            self._blas.__enter__()
         LIVE_SESSIONS.add(self)
 
     # -- GetCapability -------------------------------------------------------------------------------------------
@@ -90,8 +93,6 @@ class EpSession:
         return program, spec
 
     def _adopt(self, name: str, program: Program) -> None:
-        if self.options.blas_threads > 0:
-            program.threads = blas_threads(self.options.blas_threads)
         self.programs[name] = program
 
     # -- compatibility -------------------------------------------------------------------------------------------
@@ -102,6 +103,9 @@ class EpSession:
 
     def release(self) -> None:
         self.programs.clear()
+        if self._blas is not None:
+            self._blas.__exit__(None, None, None)
+            self._blas = None
 
 
 def create_ep(ep_name: str, config: Mapping[str, str]) -> EpSession:

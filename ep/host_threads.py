@@ -2,10 +2,11 @@
 
 The kernels run numpy BLAS inside ORT's process, whose intra-op thread pool also wants both cores. OpenBLAS's own
 worker threads then contend with ORT's (spinning) threads: on a 2-core machine the prefill of a tiny LLM measured
-46 ms median / 502 ms worst with the default BLAS threads versus 7.7 ms with one (``/tmp`` profiling runs noted in
-the issue). The NPU is one device driven from one thread, so partition calls run with a fixed BLAS thread count
-(provider option ``blas_threads``, default 1; 0 leaves the process setting alone) and restore the host's setting
-afterwards, so the application's own numpy keeps its threads.
+46 ms median / 502 ms worst with the default BLAS threads versus 7.7 ms with one (profiling runs noted in the
+issue). The NPU is one device driven from one thread, so while NpuEP sessions are alive BLAS runs with a fixed
+thread count (provider option ``blas_threads``, default 1; 0 leaves the process setting alone) and the host's
+setting comes back when the last session is released. Switching per partition call was tried and dropped:
+OpenBLAS resizes its thread pool on every change, which cost ~10 us per call.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def blas_threads(n: int) -> "BlasThreads":
 
 
 class BlasThreads:
-    """Set BLAS to ``n`` threads while at least one partition call is running; restore when the last one ends."""
+    """Set BLAS to ``n`` threads while at least one holder (an NpuEP session) is alive; restore after the last."""
 
     def __init__(self, n: int):
         self.n = n

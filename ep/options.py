@@ -21,7 +21,7 @@ class EpOptions:
     cache_max_bytes: int | None = None
     partition_policy: str = "max_coverage"  # or "cost_aware"
     bridge_cost_us: float | None = None  # cost of one CPU<->NPU crossing for cost_aware (None: policy default)
-    blas_threads: int = 1  # BLAS threads inside partition calls; 0: leave the process setting alone
+    blas_threads: int = 1  # BLAS threads while NpuEP sessions live; 0: leave the process setting alone
     record_tensors: bool = False  # debug: keep every intermediate tensor of the last run (npu-report --compare)
     log_level: str = "warning"
     # EPContext (ORT's standard session keys)
@@ -39,7 +39,7 @@ _PROVIDER_KEYS = {
     "partition_policy": "max_coverage | cost_aware",
     "bridge_cost_us": "cost of one CPU<->NPU crossing in microseconds, used by cost_aware (measure it with "
                       "python -m npu_ep.tools.bench_bridge)",
-    "blas_threads": "BLAS threads the kernels use inside a partition call (default 1; 0 leaves the process "
+    "blas_threads": "BLAS threads while NpuEP sessions are alive (default 1; 0 leaves the process "
                     "setting alone)",
     "record_tensors": "0 | 1: record intermediate tensors inside partitions (debug)",
     "log_level": "debug | info | warning | error",

@@ -7,7 +7,6 @@ cost per distinct input-shape signature (computed once per signature from the co
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
 from time import perf_counter_ns
@@ -75,7 +74,6 @@ class Program:
                        tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, st)
                       for st in steps]
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
-        self.threads: contextlib.AbstractContextManager = contextlib.nullcontext()  # BLAS thread guard (bridge)
 
     def rebind(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
         """Accept ORT's I/O order (an EPContext node's order can differ from the fused node it was compiled from)."""
@@ -105,10 +103,6 @@ class Program:
         return {sig: c for sig, (c, _) in self._stats.items()}
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-        with self.threads:
-            return self._call(inputs)
-
-    def _call(self, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         t0 = perf_counter_ns()
         if self._input_perm is not None:
             inputs = tuple([inputs[i] for i in self._input_perm])
