@@ -22,7 +22,7 @@ from . import options as options_mod
 from .capability import EPCONTEXT, Capability, analyze
 from .compiler import compile_partition
 from .graph_convert import node_from_dict, value_from_dict
-from .host_threads import blas_threads
+from ..kernels.host_blas import blas_threads
 from .log import logger
 from .program import Program
 

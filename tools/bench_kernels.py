@@ -87,7 +87,7 @@ def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
 
 
 def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float, float]]:
-    from ..ep.host_threads import blas_threads
+    from ..kernels.host_blas import blas_threads
 
     rows = []
     for name, model, x in cases():

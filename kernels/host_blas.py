@@ -11,9 +11,15 @@ OpenBLAS resizes its thread pool on every change, which cost ~10 us per call.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
+
+import numpy as np
+
+_GUARDS: dict[int, "BlasThreads"] = {}
 
 
 @lru_cache(maxsize=1)
@@ -23,6 +29,28 @@ def _blas_controllers() -> tuple[Any, ...]:
     except ImportError:  # pragma: no cover - a declared dependency; degrade to "leave alone"
         return ()
     return tuple(c for c in ThreadpoolController().lib_controllers if c.user_api == "blas")
+
+
+# A matmul this large (MACs) amortizes a BLAS thread-pool resize (~10 us) many times over: it gets the host's
+# threads back for its duration. Below it, one thread (no contention with ORT's pool) wins.
+WIDE_MACS = 1 << 24
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul`` that uses the host's BLAS threads for large products while NpuEP holds BLAS at fewer."""
+    macs = (a.size // max(a.shape[-1], 1)) * b.shape[-1] * a.shape[-1] if b.ndim >= 2 else a.size
+    guard = _active_guard()
+    if macs < WIDE_MACS or guard is None:
+        return np.matmul(a, b)
+    with guard.widened():
+        return np.matmul(a, b)
+
+
+def _active_guard() -> "BlasThreads | None":
+    for guard in _GUARDS.values():
+        if guard.holding:
+            return guard
+    return None
 
 
 @lru_cache(maxsize=None)
@@ -40,6 +68,31 @@ class BlasThreads:
         self._lock = threading.Lock()
         self._depth = 0
         self._saved: list[int] = []
+        self._wide = 0  # calls currently running with the host's thread count
+        _GUARDS[n] = self
+
+    @property
+    def holding(self) -> bool:
+        return self._depth > 0 and bool(self._controllers)
+
+    @contextlib.contextmanager
+    def widened(self) -> Iterator[None]:
+        """Give BLAS the host's thread count for one large call (nested and concurrent calls share it)."""
+        with self._lock:
+            if self._wide == 0 and self._depth > 0:
+                for c, prev in zip(self._controllers, self._saved):
+                    if prev > self.n:
+                        c.set_num_threads(prev)
+            self._wide += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._wide -= 1
+                if self._wide == 0 and self._depth > 0:
+                    for c, prev in zip(self._controllers, self._saved):
+                        if prev > self.n:
+                            c.set_num_threads(self.n)
 
     def __enter__(self) -> None:
         if not self._controllers:
