@@ -106,7 +106,10 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       args[i] = std::move(view);
     }
     const uint64_t tp = NowNs();
-    py::object result = k->program(*args);
+    // PyObject_Call takes the tuple as is (pybind11's call with *args would build a second one)
+    PyObject* raw = PyObject_Call(k->program.ptr(), args.ptr(), nullptr);
+    if (!raw) throw py::error_already_set();
+    py::object result = py::reinterpret_steal<py::object>(raw);
     program_ns = NowNs() - tp;
     py::tuple outs = py::isinstance<py::tuple>(result) ? result.cast<py::tuple>() : py::tuple(result);
     if (outs.size() != n_out)
