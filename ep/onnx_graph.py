@@ -42,12 +42,21 @@ def _attr_value(a: onnx.AttributeProto):
 
 def infer_all_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """Shapes for every value, com.microsoft ops included: ONNX's inference knows only standard ops, so models
-    with contrib ops (rewritten LLMs) go through ORT's symbolic shape inference, as an ORT session would."""
+    with contrib ops (rewritten LLMs) go through ORT's symbolic shape inference, as an ORT session would.
+
+    Its inference loop is driven here rather than through ``SymbolicShapeInference.infer_shapes``, which on an
+    incomplete result writes ``sym_shape_infer_temp.onnx`` and its external data into the current directory and
+    raises; the partial shapes are still worth keeping."""
     if any(n.domain == "com.microsoft" for n in model.graph.node):
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
         try:
-            return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+            inference = SymbolicShapeInference(2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0)
+            inference._preprocess(model)
+            while inference.run_:
+                inference._infer_impl()
+            inference._update_output_from_vi()
+            return inference.out_mp_
         except Exception:  # noqa: BLE001 - it gives up on some graphs; ONNX's inference still gives most shapes
             pass
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
