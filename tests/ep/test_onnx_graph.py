@@ -9,8 +9,8 @@ from onnx import TensorProto, helper
 from npu_ep.ep.onnx_graph import nodes_from_model
 
 
-def _contrib_model(dims):
-    node = helper.make_node("FastGelu", ["x"], ["y"], name="gelu", domain="com.microsoft")
+def _contrib_model(dims, op: str = "FastGelu"):
+    node = helper.make_node(op, ["x"], ["y"], name="gelu", domain="com.microsoft")
     graph = helper.make_graph([node, helper.make_node("Relu", ["y"], ["z"], name="relu")], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
@@ -26,6 +26,6 @@ def test_incomplete_inference_leaves_the_working_directory_alone(tmp_path, monke
     """ORT's SymbolicShapeInference.infer_shapes dumps sym_shape_infer_temp.onnx + <uuid>.data into the cwd when it
     cannot finish; nodes_from_model must not."""
     monkeypatch.chdir(tmp_path)
-    nodes = nodes_from_model(_contrib_model(None))  # unknown rank: inference cannot complete
-    assert [n.op_type for n in nodes] == ["FastGelu", "Relu"]
+    nodes = nodes_from_model(_contrib_model([2, 3], op="NoSuchContribOp"))  # symbolic inference cannot complete
+    assert [n.op_type for n in nodes] == ["NoSuchContribOp", "Relu"]
     assert os.listdir(tmp_path) == []
