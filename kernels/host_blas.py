@@ -2,10 +2,11 @@
 
 The kernels run numpy BLAS inside ORT's process, whose intra-op thread pool also wants both cores. OpenBLAS's own
 worker threads then contend with ORT's (spinning) threads: on a 2-core machine the prefill of a tiny LLM measured
-46 ms median / 502 ms worst with the default BLAS threads versus 7.7 ms with one (profiling runs noted in the
-issue). The NPU is one device driven from one thread, so while NpuEP sessions are alive BLAS runs with a fixed
-thread count (provider option ``blas_threads``, default 1; 0 leaves the process setting alone) and the host's
-setting comes back when the last session is released. Switching per partition call was tried and dropped:
+46 ms median / 502 ms worst with the default BLAS threads versus 7.7 ms with one (an ad-hoc
+profiling script, not kept; ``python -m npu_ep.tools.bench_llm`` shows TTFT as it is now). The NPU is one device
+driven from one thread, so while NpuEP sessions are alive BLAS runs with a fixed thread count (provider option
+``blas_threads``, default 1; 0 leaves the process setting alone) and the host's setting comes back when the last
+session is released. Switching per partition call was tried and dropped:
 OpenBLAS resizes its thread pool on every change, which cost ~10 us per call.
 """
 

@@ -10,12 +10,19 @@ from ..node import NodeInfo
 from ..registry import Prepared
 
 
+_KEYS = tuple(f"in{i}" for i in range(64))  # consts keys of inputs, built once (``arg`` is on every kernel call)
+
+
+def _key(i: int) -> str:
+    return _KEYS[i] if i < len(_KEYS) else f"in{i}"
+
+
 def stash_constants(node: NodeInfo, consts: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Copy every constant input of ``node`` into a consts dict under the key ``in{i}``."""
     consts = {} if consts is None else consts
     for i, v in enumerate(node.inputs):
         if not v.missing and v.value is not None:
-            consts[f"in{i}"] = np.ascontiguousarray(v.value)
+            consts[_key(i)] = np.ascontiguousarray(v.value)
     return consts
 
 
@@ -23,7 +30,7 @@ def arg(p: Prepared, inputs: Sequence[np.ndarray | None], i: int) -> np.ndarray 
     """Input ``i`` at run time: the runtime array, else the compile-time constant, else None (omitted)."""
     if i < len(inputs) and inputs[i] is not None:
         return inputs[i]
-    return p.consts.get(f"in{i}")
+    return p.consts.get(_KEYS[i] if i < 64 else f"in{i}")
 
 
 def nbytes(shape: tuple[int, ...] | None, itemsize: int) -> int:

@@ -193,20 +193,25 @@ def test_payload_path_that_is_a_directory_is_a_clear_error(tmp_path):
     assert "not a regular file" in _error(_point_payload_at(ctx, "dir.npuctx", tmp_path))
 
 
+def _assert_session_refused_in_child(model: str, timeout: float = 60) -> None:
+    """Creating an NpuEP session on ``model`` in a child process is refused with an error: no crash, no hang."""
+    child = run_child(f"""
+        from npu_testing import npu_session
+        try:
+            npu_session({model!r}); print("ACCEPTED")
+        except Exception as e:
+            print("REFUSED", " ".join(str(e).split())[:400])
+    """, timeout=timeout)
+    assert_no_crash(child)
+    assert child.last_line().startswith("REFUSED"), child.stdout
+
+
 def test_payload_path_that_is_a_fifo_does_not_hang(tmp_path):
     """A named pipe inside the model folder: reading it would block forever. Must fail, not hang."""
     ctx, _ = _compile(tmp_path, 0)
     os.mkfifo(tmp_path / "pipe.npuctx")
     evil = _point_payload_at(ctx, "pipe.npuctx", tmp_path)
-    child = run_child(f"""
-        from npu_testing import npu_session
-        try:
-            npu_session({evil!r}); print("ACCEPTED")
-        except Exception as e:
-            print("REFUSED", str(e).splitlines()[0][:300])
-    """, timeout=5)
-    assert_no_crash(child)
-    assert child.last_line().startswith("REFUSED"), child.stdout
+    _assert_session_refused_in_child(evil, timeout=5)
 
 
 @pytest.mark.parametrize("mutation", ["embed_mode_2", "no_payload", "empty_payload", "source_other_ep",
@@ -227,15 +232,7 @@ def test_malformed_epcontext_nodes_give_clear_errors(tmp_path, mutation):
         _attr(m, "ep_cache_context").s = b"import os; os.system('touch /tmp/pwned')"
     evil = str(tmp_path / "evil_ctx.onnx")
     onnx.save(m, evil)
-    child = run_child(f"""
-        from npu_testing import npu_session
-        try:
-            npu_session({evil!r}); print("ACCEPTED")
-        except Exception as e:
-            print("REFUSED", " ".join(str(e).split())[:400])
-    """, timeout=60)
-    assert_no_crash(child)
-    assert child.last_line().startswith("REFUSED"), child.stdout
+    _assert_session_refused_in_child(evil)
 
 
 def test_absurd_slot_count_in_a_header_is_refused_at_load(tmp_path):
