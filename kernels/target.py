@@ -26,6 +26,7 @@ import hashlib
 import json
 import tomllib
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -141,11 +142,14 @@ class Target:
 
     @staticmethod
     def load(name_or_path: str | Path) -> "Target":
-        path = Path(name_or_path)
-        if not path.suffix:
-            path = BUILTIN_DIR / f"{name_or_path}.toml"
-            if not path.is_file():
-                raise TargetError(f"unknown target {name_or_path!r}; built-in targets: {', '.join(builtin_targets())}")
+        """A built-in target by name (package data: parsed once per process), or a target file (read every time,
+        so edits to it take effect in the next session)."""
+        if not Path(name_or_path).suffix:
+            return _builtin(str(name_or_path))
+        return Target._read(Path(name_or_path))
+
+    @staticmethod
+    def _read(path: Path) -> "Target":
         try:
             raw = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -207,6 +211,14 @@ class Target:
         """``nbytes`` rounded up to the DMA/SRAM alignment."""
         a = int(self.dma["alignment_bytes"])
         return -(-int(nbytes) // a) * a
+
+
+@lru_cache(maxsize=None)
+def _builtin(name: str) -> Target:
+    path = BUILTIN_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise TargetError(f"unknown target {name!r}; built-in targets: {', '.join(builtin_targets())}")
+    return Target._read(path)
 
 
 def builtin_targets() -> list[str]:
