@@ -6,6 +6,8 @@ i.e. the whole head). Only the first R channels of each head rotate; channels R.
   half (interleaved=0):  out[i]     = x[i] cos[i] - x[i+R/2] sin[i],  out[i+R/2] = x[i+R/2] cos[i] + x[i] sin[i]
   interleaved=1:         out[2i]    = x[2i] cos[i] - x[2i+1] sin[i],  out[2i+1]  = x[2i+1] cos[i] + x[2i] sin[i]
 The cos/sin rows are gathered once per (b, s) and broadcast over heads: no per-head or per-token Python loop.
+On the host both halves come from one view of the pairs: out = x * cos + swap(x) * (-sin, sin) (3 numpy calls,
+bit-identical to the formulas above).
 
 Cost per rotated element: 2 multiplies + 1 add (3 vector ops); DMA reads x, the gathered cache rows, writes out.
 """
@@ -21,27 +23,48 @@ from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 
 
+def signed_sin(sin_rows: np.ndarray, interleaved: bool) -> np.ndarray:
+    """(-sin, sin) laid out like a head's channel pairs: [..., 2, R/2] (half) or [..., R/2, 2] (interleaved).
+
+    With it a rotation is ``x * cos + swap(x) * signed_sin``, where swap exchanges the two members of each pair:
+    three vector ops, no concatenation. Built once per cache when the cache is a constant (GroupQueryAttention).
+    """
+    s = widen(sin_rows)
+    return np.stack((-s, s), axis=-1 if interleaved else -2)
+
+
+def rotate_signed(x: np.ndarray, cos_rows: np.ndarray, ssin_rows: np.ndarray, interleaved: bool) -> np.ndarray:
+    """Rotate the first R = 2 * cos_rows.shape[-1] channels of ``x`` [..., H] (new array in ``x``'s dtype).
+
+    ``cos_rows`` [..., R/2] and ``ssin_rows`` (``signed_sin`` of the sin rows) broadcast against ``x.shape[:-1]``.
+    Bit-identical to x0 c - x1 s, x1 c + x0 s: adding x1 * (-s) is subtracting x1 * s in IEEE arithmetic.
+    """
+    xf = widen(x)
+    half = cos_rows.shape[-1]
+    rot = 2 * half
+    if rot < xf.shape[-1]:  # partial rotary: channels R..H pass through
+        head = rotate_signed(xf[..., :rot], cos_rows, ssin_rows, interleaved)
+        return np.concatenate([head, xf[..., rot:]], axis=-1).astype(x.dtype, copy=False)
+    c = widen(cos_rows)
+    if interleaved:  # pairs (2i, 2i+1): [..., R/2, 2], swap = reverse the last axis
+        pairs = xf.reshape(*xf.shape[:-1], half, 2)
+        out = pairs * c[..., None]
+        out += pairs[..., ::-1] * ssin_rows
+    else:  # pairs (i, i + R/2): [..., 2, R/2], swap = reverse the pair axis
+        pairs = xf.reshape(*xf.shape[:-1], 2, half)
+        out = pairs * c[..., None, :]
+        out += pairs[..., ::-1, :] * ssin_rows
+    return out.reshape(xf.shape).astype(x.dtype, copy=False)
+
+
 def rotate(x_bsnh: np.ndarray, cos_bs: np.ndarray, sin_bs: np.ndarray, interleaved: bool) -> np.ndarray:
     """Rotate the first R = 2 * cos_bs.shape[-1] channels of ``x_bsnh`` [B, S, N, H].
 
     ``cos_bs``/``sin_bs`` [B, S, R/2] are the cache rows for each token's position. Computed in float32 for fp16
     inputs; returns a new array in ``x_bsnh``'s dtype.
     """
-    half = cos_bs.shape[-1]
-    rot = 2 * half
-    xf = widen(x_bsnh)
-    c = widen(cos_bs)[:, :, None, :]
-    s = widen(sin_bs)[:, :, None, :]
-    if interleaved:
-        x0, x1 = xf[..., 0:rot:2], xf[..., 1:rot:2]
-        # (x0 c - x1 s, x1 c + x0 s) interleaved back: stack on a new last axis, then merge it with the pairs axis
-        rotated = np.stack([x0 * c - x1 * s, x1 * c + x0 * s], axis=-1).reshape(*xf.shape[:-1], rot)
-    else:
-        x0, x1 = xf[..., :half], xf[..., half:rot]
-        rotated = np.concatenate([x0 * c - x1 * s, x1 * c + x0 * s], axis=-1)
-    if rot < xf.shape[-1]:  # partial rotary: channels R..H pass through
-        rotated = np.concatenate([rotated, xf[..., rot:]], axis=-1)
-    return rotated.astype(x_bsnh.dtype, copy=False)
+    ssin = signed_sin(sin_bs, interleaved)[:, :, None]  # broadcast over heads
+    return rotate_signed(x_bsnh, cos_bs[:, :, None, :], ssin, interleaved)
 
 
 def positions(position_ids: np.ndarray, batch: int, seq: int) -> np.ndarray:

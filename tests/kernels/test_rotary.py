@@ -49,3 +49,25 @@ def test_partial_rotary_passes_tail_through(interleaved, layout):
     check_against_ort("RotaryEmbedding", _inputs(x, pos, rdim // 2, np.float32), [("y", np.float32)],
                       {"interleaved": interleaved, "num_heads": n, "rotary_embedding_dim": rdim},
                       domain="com.microsoft")
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_signed_sin_rotation_is_bit_identical_to_the_formulas(interleaved, dtype):
+    """rotate_signed (x cos + swap(x) (-sin, sin), what GroupQueryAttention calls) equals x0 c - x1 s, x1 c + x0 s
+    exactly, for full and partial rotary."""
+    from npu_ep.kernels.ops.rotary import rotate_signed, signed_sin
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 4, 32)).astype(dtype)
+    for half in (16, 8):
+        c, s = (rng.standard_normal((2, 3, 1, half)).astype(dtype) for _ in range(2))
+        xf, cf, sf = (a.astype(np.float32) for a in (x, c, s))
+        if interleaved:
+            x0, x1 = xf[..., 0:2 * half:2], xf[..., 1:2 * half:2]
+            head = np.stack([x0 * cf - x1 * sf, x1 * cf + x0 * sf], axis=-1).reshape(2, 3, 4, 2 * half)
+        else:
+            x0, x1 = xf[..., :half], xf[..., half:2 * half]
+            head = np.concatenate([x0 * cf - x1 * sf, x1 * cf + x0 * sf], axis=-1)
+        want = np.concatenate([head, xf[..., 2 * half:]], axis=-1).astype(dtype)
+        got = rotate_signed(x, c, signed_sin(s, interleaved), interleaved)
+        assert got.dtype == dtype and np.array_equal(got, want)
