@@ -74,18 +74,24 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
 
 
 def quantize_a_blockwise(a: np.ndarray, block_size: int) -> np.ndarray:
-    """A ``[..., K]`` fake-quantized to int8 per block along K (ORT CompInt8): returns ``qa * scale`` float32."""
+    """A ``[..., K]`` fake-quantized to int8 per block along K (ORT CompInt8): returns ``qa * scale`` float32.
+
+    An all-zero block has scale 0; its reciprocal is taken of the smallest normal float instead, which leaves
+    its codes 0 without a masked divide (this runs once per decode step per MatMulNBits)."""
     K = a.shape[-1]
     kb = -(-K // block_size)
     pad = kb * block_size - K
     ap = np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)]) if pad else a
     blocks = ap.reshape(*a.shape[:-1], kb, block_size)
-    amax = np.abs(blocks).max(axis=-1, keepdims=True)
-    scale = amax / np.float32(127.0)
-    inv = np.divide(np.float32(1.0), scale, out=np.zeros_like(scale), where=scale != 0)
-    q = np.rint(blocks * inv)
+    scale = np.maximum.reduce(np.abs(blocks), axis=-1, keepdims=True)
+    scale /= np.float32(127.0)
+    q = blocks * (np.float32(1.0) / np.maximum(scale, _TINY))
+    np.rint(q, out=q)
     q *= scale
     return q.reshape(*a.shape[:-1], kb * block_size)[..., :K]
+
+
+_TINY = np.finfo(np.float32).tiny
 
 
 def run_nbits(p: Prepared, inputs) -> list[np.ndarray]:
