@@ -2,11 +2,16 @@
 (ORT registers it in the default ONNX domain) and com.microsoft SkipSimplifiedLayerNormalization.
 
 Layout: X [..., D] normalized over the trailing axes from ``axis`` (default -1; Skip* always the last axis).
-Statistics are computed in float32 (``stash_type=1``, and the vector unit's accumulator), so float16 inputs widen once:
+Inputs are read in float32 (float16 widens once) and sums accumulate in float32 (``stash_type=1``, and the vector
+unit's accumulator):
   LayerNorm:  mean = E[x], var = E[(x - mean)^2], y = (x - mean) * rsqrt(var + eps) * scale + bias
   RMS/Simplified: y = x * rsqrt(E[x^2] + eps) * scale
   SkipSimplified: s = input + skip (+ bias); y = RMS(s) * gamma; optional outputs: mean (always 0, as ORT CPU),
   inv_std_var [..., 1] and input_skip_bias_sum s (in the input dtype).
+The RMS kernels take sum(x^2) per row as a float32 dot product and evaluate the per-row scalar
+rsqrt(sum / D + eps) in double, rounded once to float32 (a correctly rounded rsqrt; ORT's CPU kernels keep these
+statistics in double as well). A single row (a decode step) does that scalar math on Python floats, which is
+cheaper than numpy calls on one-element arrays.
 Optional statistics outputs have shape X.shape[:axis] + (1,) * (rank - axis).
 
 Cost per element: ~6 vector ops (sum, sub/square, accumulate, scale, shift) plus one rsqrt per row; DMA reads X
@@ -15,15 +20,17 @@ Cost per element: ~6 vector ops (sum, sub/square, accumulate, scale, shift) plus
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
-from ._vector import elems, itemsize_of, stream_cost, widen
+from ._vector import elems, itemsize_of, stream_cost
 
-_F32 = np.float32
+_F32 = np.dtype(np.float32)
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
@@ -38,52 +45,129 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 
 def _stats_dtype(p: Prepared, i: int) -> np.dtype:
     dts = p.attrs["out_dtypes"]
-    return np.dtype(dts[i]) if i < len(dts) and dts[i] else np.dtype(_F32)
+    return np.dtype(dts[i]) if i < len(dts) and dts[i] else _F32
 
 
-def _rms(x: np.ndarray, axes: tuple[int, ...], eps: float) -> np.ndarray:
-    """rsqrt(E[x^2] + eps) over ``axes`` (keepdims), float32 accumulation."""
-    ms = np.mean(np.square(x), axis=axes, keepdims=True, dtype=_F32)
-    return 1.0 / np.sqrt(ms + _F32(eps))
+def _setup(p: Prepared, ndim: int) -> tuple[int, int, np.dtype, np.dtype]:
+    """Per-rank constants of this node, resolved on the first call: (first normalized axis, number of outputs,
+    dtype of output 1, dtype of output 2); kept in ``p.memo`` so a call does no attribute parsing."""
+    s = p.memo.get(ndim)
+    if s is None:
+        s = p.memo[ndim] = (p.attrs["axis"] % ndim, len(p.attrs["outputs"]), _stats_dtype(p, 1), _stats_dtype(p, 2))
+    return s
 
 
-def _axes(x: np.ndarray, axis: int) -> tuple[int, ...]:
-    return tuple(range(axis % x.ndim, x.ndim))
+def _f32(x: np.ndarray) -> np.ndarray:
+    """``x`` as float32 (a copy only when it is not float32 already)."""
+    return x if x.dtype == _F32 else x.astype(_F32)
+
+
+def _param(p: Prepared, inputs, i: int) -> np.ndarray | None:
+    """Input ``i`` (scale, gamma, bias) as float32; a constant one is converted once and kept in ``p.memo``."""
+    if i < len(inputs) and inputs[i] is not None:
+        return _f32(inputs[i])
+    key = ("f32", i)
+    v = p.memo.get(key)
+    if v is None:
+        c = arg(p, inputs, i)
+        if c is None:
+            return None
+        v = p.memo[key] = _f32(c)
+    return v
+
+
+def _store(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``y`` rounded to ``dtype`` on store (no copy when it already is)."""
+    return y if y.dtype == dtype else y.astype(dtype)
+
+
+def _rsqrt(v: float) -> float:
+    """1 / sqrt(v) with numpy's IEEE results where math would raise: inf at 0, nan below 0 or for nan."""
+    if v > 0.0:
+        return 1.0 / math.sqrt(v)
+    return math.inf if v == 0.0 else math.nan
+
+
+def _inv_rms(s: np.ndarray, axis: int, eps: float) -> float | np.ndarray:
+    """rsqrt(sum(s^2) / D + eps) over the axes from ``axis`` of float32 ``s`` (see the module docstring): a Python
+    float when ``s`` is a single row, else a float32 array of the statistics shape."""
+    d = math.prod(s.shape[axis:])
+    if s.size == d and d:
+        flat = s.reshape(-1)
+        return _rsqrt(float(flat.dot(flat)) / d + eps)
+    lead = s.shape[:axis]
+    rows = s.reshape(lead + (d,))
+    ms = np.vecdot(rows, rows).astype(np.float64)
+    ms /= d
+    ms += eps
+    np.sqrt(ms, out=ms)
+    np.divide(1.0, ms, out=ms)
+    return ms.astype(_F32).reshape(lead + (1,) * (s.ndim - axis))
+
+
+def _inv_stat(inv: float | np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:
+    """The inv_std_var output from ``_inv_rms``'s result (a single row's float fills a [1, ..., 1] array)."""
+    if isinstance(inv, float):
+        out = np.empty((1,) * ndim, dtype)
+        out.fill(inv)
+        return out
+    return _store(inv, dtype)
 
 
 def _layer_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
-    x, scale, bias = arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2)
-    xf = widen(x).astype(_F32, copy=False)
-    axes = _axes(x, p.attrs["axis"])
-    mean = np.mean(xf, axis=axes, keepdims=True, dtype=_F32)
+    x = arg(p, inputs, 0)
+    axis, n_out, mean_dt, inv_dt = _setup(p, x.ndim)
+    xf = _f32(x)
+    axes = tuple(range(axis, x.ndim))
+    d = math.prod(x.shape[axis:])
+    mean = np.add.reduce(xf, axis=axes, keepdims=True)
+    mean /= d
     centered = xf - mean
-    inv_std = 1.0 / np.sqrt(np.mean(np.square(centered), axis=axes, keepdims=True) + _F32(p.attrs["epsilon"]))
-    y = centered * inv_std * widen(scale)
+    var = np.add.reduce(np.square(centered), axis=axes, keepdims=True)
+    var /= d
+    var += _F32.type(p.attrs["epsilon"])
+    inv_std = np.sqrt(var, out=var)
+    np.divide(1.0, inv_std, out=inv_std)
+    y = np.multiply(centered, inv_std, out=centered)
+    y *= _param(p, inputs, 1)
+    bias = _param(p, inputs, 2)
     if bias is not None:
-        y += widen(bias)
-    return [y.astype(x.dtype, copy=False), mean.astype(_stats_dtype(p, 1), copy=False),
-            inv_std.astype(_stats_dtype(p, 2), copy=False)][:len(p.attrs["outputs"])]
+        y += bias
+    return [_store(y, x.dtype), _store(mean, mean_dt), _store(inv_std, inv_dt)][:n_out]
 
 
 def _rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
     """RMSNormalization (opset 23) and SimplifiedLayerNormalization (output 1: inv_std_var)."""
-    x, scale = arg(p, inputs, 0), arg(p, inputs, 1)
-    xf = widen(x).astype(_F32, copy=False)
-    inv = _rms(xf, _axes(x, p.attrs["axis"]), p.attrs["epsilon"])
-    y = (xf * inv * widen(scale)).astype(x.dtype, copy=False)
-    return [y, inv.astype(_stats_dtype(p, 1), copy=False)][:len(p.attrs["outputs"])]
+    x = arg(p, inputs, 0)
+    axis, n_out, inv_dt, _ = _setup(p, x.ndim)
+    xf = _f32(x)
+    inv = _inv_rms(xf, axis, p.attrs["epsilon"])
+    y = np.multiply(xf, inv)
+    y *= _param(p, inputs, 1)
+    if n_out == 1:
+        return [_store(y, x.dtype)]
+    return [_store(y, x.dtype), _inv_stat(inv, x.ndim, inv_dt)]
 
 
 def _skip_rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
-    x, skip, gamma, bias = (arg(p, inputs, i) for i in range(4))
-    s = widen(x).astype(_F32, copy=False) + widen(skip)
+    x, skip = arg(p, inputs, 0), arg(p, inputs, 1)
+    ndim = x.ndim
+    _, n_out, mean_dt, inv_dt = _setup(p, ndim)
+    s = np.add(x, skip, dtype=_F32)
+    bias = _param(p, inputs, 3)
     if bias is not None:
-        s = s + widen(bias)
-    inv = _rms(s, (s.ndim - 1,), p.attrs["epsilon"])
-    y = (s * inv * widen(gamma)).astype(x.dtype, copy=False)
-    outs = [y, np.zeros(inv.shape, _stats_dtype(p, 1)),  # ORT's CPU kernel leaves the (meaningless) mean at 0
-            inv.astype(_stats_dtype(p, 2), copy=False), s.astype(x.dtype, copy=False)]
-    return outs[:len(p.attrs["outputs"])]
+        s += bias
+    inv = _inv_rms(s, ndim - 1, p.attrs["epsilon"])
+    y = np.multiply(s, inv)
+    y *= _param(p, inputs, 2)
+    outs = [_store(y, x.dtype)]
+    if n_out > 1:  # ORT's CPU kernel leaves the (meaningless) mean at 0
+        outs.append(np.zeros(x.shape[:-1] + (1,), mean_dt))
+    if n_out > 2:
+        outs.append(_inv_stat(inv, ndim, inv_dt))
+    if n_out > 3:
+        outs.append(_store(s, x.dtype))
+    return outs
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
