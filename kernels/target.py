@@ -14,7 +14,8 @@ Schema (units in brackets; every field is validated by ``Target.from_dict`` with
 - ``[vector]``: ``lanes`` [fp32 elements/cycle], ``transcendental_cycles`` [cycles per vector op of exp/erf/...].
 - ``[dma]``: ``bytes_per_cycle`` [B/cycle], ``latency_cycles`` [cycles per transfer], ``outstanding`` (transfers
   in flight, default 1), ``alignment_bytes`` [B, power of two: every SRAM buffer is rounded up to it].
-- ``[fusion]``: ``epilogues`` = subset of ``["bias", "relu", "quantize"]`` foldable into a matmul's tile loop.
+- ``[fusion]``: ``epilogues`` = subset of ``["bias", "relu", "quantize", "swiglu"]`` foldable into a matmul's tile
+  loop (``swiglu``: ``silu(gate) * up`` on a sibling group's accumulator, see ``kernels.fusion_siblings``).
 - ``[ops]``: ``"domain::Op" = {dtypes = [...], max_rank, static_shapes, max_dim}`` (``dtypes`` constrain the node's
   first input; ``int4``/``uint4`` name ONNX 4-bit types, which reach kernels unpacked in int8/uint8 containers).
 """
@@ -34,7 +35,7 @@ import numpy as np
 
 BUILTIN_DIR = Path(__file__).with_name("targets")
 MATRIX_MODES = ("float32", "float16", "int8", "int4")
-EPILOGUES = ("bias", "relu", "quantize")
+EPILOGUES = ("bias", "relu", "quantize", "swiglu")
 _EXTRA_DTYPES = {"int4", "uint4"}  # ONNX types numpy has no native dtype for
 
 

@@ -54,15 +54,21 @@ def _reference(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[
 
 
 def _recorded(ep, nodes) -> tuple[list[tuple[str, str, np.ndarray]], list[str]]:
-    """NpuEP's recorded tensors as (step name, tensor name, value), and the keys that map to no tensor."""
+    """NpuEP's recorded tensors as (step name, tensor name, value), and the keys that map to no tensor.
+
+    A fused step's outputs belong to the last node it absorbed, unless the kernel names their owners
+    (``output_owners``: a sibling group's output i is member i's output; the member then labels the row)."""
     outputs = {n.name: [v.name for v in n.outputs] for n in nodes}
     found, unmatched = [], []
     for prog in ep.programs.values():
+        owners = {s.node_name: s.prepared.attrs.get("output_owners") for s in prog.steps}
         for key, got in prog.recorded.items():
             step, _, idx = key.rpartition(":")
-            names = outputs.get(step.split("+")[-1], [])
-            if int(idx) < len(names):
-                found.append((step, names[int(idx)], np.asarray(got)))
+            i, own = int(idx), owners.get(step)
+            node, j = (own[i][0], int(own[i][1])) if own and i < len(own) else (step.split("+")[-1], i)
+            names = outputs.get(node, [])
+            if j < len(names):
+                found.append((node if own else step, names[j], np.asarray(got)))
             else:
                 unmatched.append(key)
     return found, unmatched

@@ -1,0 +1,119 @@
+"""``npu::MatMulGroup``: sibling matmuls sharing input A as one matmul over concatenated weights (built by
+``kernels.fusion_siblings``), optionally with the SwiGLU epilogue.
+
+Compile time: every member is prepared by its own op's prepare (MatMulNBits: unpacked, zero points and scales
+folded into float32 ``W [K, N_i]``; MatMul: constant B as float32), then the weights are concatenated along N into
+one ``[K, sum N_i]`` array and the member biases into one vector.
+
+Run: one ``A @ W`` (A quantized per block first for MatMulNBits accuracy_level 4, exactly as the single-op
+kernel), bias added in place, then either the members' outputs as column slices of the accumulator or, with the
+SwiGLU epilogue on a {gate, up} group, ``g * sigmoid(g) * u`` (``g / (1 + exp(-g))``, the exponent clipped at 80
+so it never overflows: beyond it the product is 0 to float32 precision anyway). Numerics equal the separate
+kernels' up to BLAS summation order.
+
+Cost: the plan of one matmul with N = sum N_i (A is loaded once), the epilogue as overlapped vector work: bias 1 op
+per accumulator element, SwiGLU (4 ops + 1 transcendental) per (gate, up) pair.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import host_blas
+from ..fusion_siblings import GROUP_DOMAIN, GROUP_OP
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
+from ..target import Target
+from ..cost import matmul_cost
+from ._mm import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
+from ._vector import transcendental
+from .matmul_nbits import quantize_a_blockwise
+
+_NBITS = ("com.microsoft", "MatMulNBits")
+_EXP_CLIP = np.float32(80.0)
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    members = node.attrs["members"]
+    for m in members:
+        reason = kernel_for(*m.key).check(m, target)
+        if reason is not None:
+            return reason
+    first = members[0]
+    a = first.input(0)
+    rows = a.shape[-2] if a.shape is not None and len(a.shape) > 1 else 1
+    k = int(first.attr("K")) if first.key == _NBITS else int(first.input(1).value.shape[0])
+    dt = a.dtype.name if a.dtype is not None else "float32"
+    return check_fits(rows, sum(node.attrs["splits"]), k, dt, "int4" if first.key == _NBITS else dt, target,
+                      block_size=first.attr("block_size"))
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    members = node.attrs["members"]
+    first = members[0]
+    nbits = first.key == _NBITS
+    parts = [kernel_for(*m.key).prepare(m, target) for m in members]
+    splits = [int(n) for n in node.attrs["splits"]]
+    consts = {"w": np.ascontiguousarray(np.concatenate([p.consts["w" if nbits else "b"] for p in parts], axis=1))}
+    ep = dict(node.attrs["epilogue"])
+    if any(p.attrs["epilogue"].get("bias") for p in parts):
+        consts["ep_bias"] = np.concatenate([p.consts["ep_bias"] if p.attrs["epilogue"].get("bias")
+                                            else np.zeros(n, np.float32) for p, n in zip(parts, splits)])
+        ep["bias"] = True
+    dt = parts[0].attrs["dtype"]
+    k = consts["w"].shape[0]
+    edges = np.cumsum([0, *splits]).tolist()
+    attrs = {"op": GROUP_OP, "base": list(first.key), "K": k, "N": edges[-1], "splits": splits,
+             "slices": [[edges[i], edges[i + 1]] for i in range(len(splits))], "dtype": dt,
+             "accuracy_level": int(parts[0].attrs.get("accuracy_level", 0)),
+             "block_size": parts[0].attrs.get("block_size"), "plan_a": dt, "plan_b": "int4" if nbits else dt,
+             "plan_out": dt, "epilogue": ep, "fused_nodes": list(node.attrs["fused_nodes"]),
+             # which original node's output each of ours is (reports compare per node)
+             "output_owners": ([[node.attrs["fused_nodes"][-1], 0]] if ep.get("swiglu")
+                               else [[m.name, 0] for m in members])}
+    p = Prepared(attrs, consts, target)
+    a = first.input(0).shape
+    if a is not None and all(isinstance(d, int) for d in a):
+        static_plan(p, matmul_dims(a, (k, edges[-1])))
+    return p
+
+
+def _silu_mul(y: np.ndarray, n: int) -> np.ndarray:
+    """``g * sigmoid(g) * u`` for ``g, u = y[..., :n], y[..., n:]`` with one temporary."""
+    g, u = y[..., :n], y[..., n:]
+    e = np.negative(g)
+    np.minimum(e, _EXP_CLIP, out=e)
+    np.exp(e, out=e)
+    e += np.float32(1.0)
+    np.divide(g, e, out=e)
+    e *= u
+    return e
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    at = p.attrs
+    a = inputs[0]
+    if a.dtype != np.float32:
+        a = a.astype(np.float32)
+    if at["accuracy_level"] == 4 and at["base"][1] == "MatMulNBits":
+        a = quantize_a_blockwise(a, at["block_size"])
+    y = host_blas.matmul(a, p.consts["w"])
+    ep = at["epilogue"]
+    if ep.get("bias"):
+        y = apply_float_epilogue(y, ep, p.consts)
+    outs = [_silu_mul(y, at["splits"][0])] if ep.get("swiglu") else [y[..., s0:s1] for s0, s1 in at["slices"]]
+    if at["dtype"] != "float32":
+        outs = [o.astype(at["dtype"]) for o in outs]
+    return outs
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    at = p.attrs
+    ops = epilogue_ops(at["epilogue"])
+    if at["epilogue"].get("swiglu"):
+        ops += (4.0 + transcendental(p.target)) / 2.0  # per accumulator element: one (gate, up) pair per two
+    m, n, k, batch = matmul_dims(tuple(shapes[0]), (at["K"], at["N"]))
+    return matmul_cost(plan_for(p, m, n, k, batch), p.target, ops)
+
+
+register(KernelDef(GROUP_DOMAIN, GROUP_OP, _prepare, _run, _cost, _check))
