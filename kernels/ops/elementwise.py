@@ -57,9 +57,18 @@ _BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], float, 
 }
 
 
+# exp's argument is clamped below overflow: exp(88) < float32 max, exp(709) < float64 max
+_EXP_ARG_MAX = {np.dtype(np.float32): 88.0, np.dtype(np.float64): 709.0}
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(-x))
+    """1 / (1 + exp(-x)) on one temporary. Clamping -x below exp's overflow costs one in-place call, an errstate
+    context would cost more; x < -88 (fp32) then gives ~6e-39 instead of a smaller denormal or 0."""
+    t = np.asarray(np.negative(x))
+    np.minimum(t, _EXP_ARG_MAX[t.dtype], out=t)
+    np.exp(t, out=t)
+    t += 1.0
+    return np.reciprocal(t, out=t)
 
 
 def _gelu_erf(x: np.ndarray) -> np.ndarray:
@@ -121,21 +130,47 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in, n * p.attrs["out_itemsize"], row[1], row[2])
 
 
-def _binary_run(p: Prepared, inputs) -> list[np.ndarray]:
-    a, b = arg(p, inputs, 0), arg(p, inputs, 1)
-    return [np.asarray(_BINARY[p.attrs["op"]][0](a, b))]
+def _out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
+    """The output dtype as an ``np.dtype``, parsed from ``attrs`` once (``p.memo``), ``x``'s dtype if unknown."""
+    dt = p.memo.get("out_dtype")
+    if dt is None:
+        dt = p.memo["out_dtype"] = np.dtype(p.attrs["out_dtype"] or x.dtype)
+    return dt
 
 
-def _unary_run(p: Prepared, inputs) -> list[np.ndarray]:
+def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
+    """The run function of one binary op (no per-call table lookup)."""
+    def run(p: Prepared, inputs) -> list[np.ndarray]:
+        return [np.asarray(fn(arg(p, inputs, 0), arg(p, inputs, 1)))]
+    return run
+
+
+def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
+    """``y`` (an array, or a numpy scalar from a 0-d input) rounded on store to the output dtype."""
+    dt = _out_dtype(p, x)
+    if type(y) is np.ndarray and y.dtype == dt:
+        return y
+    return np.asarray(y).astype(dt, copy=False)
+
+
+def _unary_runner(fn: Callable[[np.ndarray], np.ndarray]):
+    """The run function of one unary op: ``fn`` on the compute dtype, rounded once on store."""
+    def run(p: Prepared, inputs) -> list[np.ndarray]:
+        x = arg(p, inputs, 0)
+        return [_store(p, fn(widen(x)), x)]
+    return run
+
+
+def _gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
-    op = p.attrs["op"]
-    fn = _gelu_tanh if op == "Gelu" and p.attrs.get("approximate") == "tanh" else _UNARY[op][0]
-    if op == "FastGelu":
-        bias = arg(p, inputs, 1)
-        if bias is not None:
-            x = widen(x) + widen(bias)
-    y = fn(widen(x))
-    return [np.asarray(y).astype(p.attrs["out_dtype"] or x.dtype, copy=False)]
+    fn = _gelu_tanh if p.attrs.get("approximate") == "tanh" else _gelu_erf
+    return [_store(p, fn(widen(x)), x)]
+
+
+def _fast_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x, bias = arg(p, inputs, 0), arg(p, inputs, 1)
+    xc = widen(x) if bias is None else widen(x) + widen(bias)
+    return [_store(p, _gelu_tanh(xc), x)]
 
 
 def _where_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -144,7 +179,8 @@ def _where_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 def _cast_run(p: Prepared, inputs) -> list[np.ndarray]:
     """numpy's astype: float->int truncates toward zero, ->float16 rounds to nearest even, ->bool is x != 0."""
-    return [arg(p, inputs, 0).astype(p.attrs["out_dtype"], copy=False)]
+    x = arg(p, inputs, 0)
+    return [x.astype(_out_dtype(p, x), copy=False)]
 
 
 def _cast_check(node: NodeInfo, target: Target) -> str | None:
@@ -153,12 +189,13 @@ def _cast_check(node: NodeInfo, target: Target) -> str | None:
     return _check(node, target)
 
 
-for _op in _BINARY:
-    register(KernelDef("", _op, _prepare, _binary_run, _cost, _check))
-for _op in _UNARY:
-    if _op != "FastGelu":
-        register(KernelDef("", _op, _prepare, _unary_run, _cost, _check))
-for _op in _MS_UNARY:
-    register(KernelDef("com.microsoft", _op, _prepare, _unary_run, _cost, _check))
+for _op, (_fn, _, _) in _BINARY.items():
+    register(KernelDef("", _op, _prepare, _binary_runner(_fn), _cost, _check))
+for _op, (_fn, _, _) in _UNARY.items():
+    if _op not in _MS_UNARY:
+        register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check))
+register(KernelDef("", "Gelu", _prepare, _gelu_run, _cost, _check))  # opset 20; approximate="tanh" switches
+register(KernelDef("com.microsoft", "Gelu", _prepare, _gelu_run, _cost, _check))
+register(KernelDef("com.microsoft", "FastGelu", _prepare, _fast_gelu_run, _cost, _check))
 register(KernelDef("", "Where", _prepare, _where_run, _cost, _check))
 register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check))

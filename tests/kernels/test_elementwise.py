@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _vector_ortref import check_against_ort, rand
+from _vector_ortref import check_against_ort, make_model, rand, run_npu, run_ort
+from npu_ep.kernels.registry import kernel_for
 
 BROADCASTS = [((2, 3, 17), (2, 3, 17)), ((4, 1, 33), (7, 1)), ((5,), (3, 1, 5)), ((), (2, 65)), ((1, 130), ())]
 
@@ -68,6 +69,43 @@ def test_unary_math(op, dtype):
 def test_sigmoid_saturates_without_overflow():
     x = np.array([-1000.0, -90.0, -20.0, 0.0, 20.0, 90.0, 1000.0], np.float32)
     check_against_ort("Sigmoid", [("x", x, False)], [("y", np.float32)])
+
+
+def test_sigmoid_float64_tails_and_specials():
+    x = np.array([-745.0, -709.5, -100.0, -30.0, 0.0, 30.0, 745.0, -np.inf, np.inf], np.float64)
+    check_against_ort("Sigmoid", [("x", x, False)], [("y", np.float64)])  # ORT: ~1e-3 relative in the far tail
+    got, _, _ = run_npu(make_model("Sigmoid", [("x", x, False)], [("y", np.float64)]), {"x": x})
+    assert got[0][4] == 0.5 and got[0][-1] == 1.0 and got[0][-2] < 1e-300
+
+
+def test_sigmoid_float32_extremes_and_nan():
+    x = np.array([-np.inf, -1e30, -88.5, -88.0, -87.0, np.nan, 88.5, np.inf], np.float32)
+    with np.errstate(over="raise"):  # exp never overflows (numpy warns on overflow by default)
+        (y,), _, _ = run_npu(make_model("Sigmoid", [("x", x, False)], [("y", np.float32)]), {"x": x})
+    assert np.all(y[:4] < 1e-38) and y[4] > 0 and np.isnan(y[5]) and np.all(y[6:] == 1.0)
+
+
+@pytest.mark.parametrize("op,dtype", [("Sigmoid", np.float32), ("Sigmoid", np.float16), ("Exp", np.float32),
+                                      ("Neg", np.int64), ("Relu", np.float16), ("Cast", np.int64)])
+def test_unary_0d_input_gives_a_0d_array_also_on_a_second_call(op, dtype):
+    x = np.array(1.5).astype(dtype)
+    attrs = {"to": 1} if op == "Cast" else None
+    out_dtype = np.float32 if op == "Cast" else dtype
+    model = make_model(op, [("x", x, False)], [("y", out_dtype)], attrs)
+    got, prepared, _ = run_npu(model, {"x": x})
+    again = kernel_for("", op).run(prepared, [x])
+    want = run_ort(model, {"x": x})[0]
+    for g in (got[0], again[0]):
+        assert type(g) is np.ndarray and g.shape == () and g.dtype == want.dtype
+        np.testing.assert_allclose(g.astype(np.float64), want.astype(np.float64), rtol=2e-3)
+
+
+def test_binary_0d_inputs_give_a_0d_array():
+    a, b = np.array(7, np.int64), np.array(3, np.int64)
+    model = make_model("Sub", [("a", a, False), ("b", b, False)], [("y", np.int64)])
+    _, prepared, _ = run_npu(model, {"a": a, "b": b})
+    (y,) = kernel_for("", "Sub").run(prepared, [a, b])
+    assert type(y) is np.ndarray and y.shape == () and y == 4
 
 
 def test_erf_accuracy_near_zero_and_tails():
