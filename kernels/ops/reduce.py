@@ -19,6 +19,9 @@ from ..target import Target
 from ._util import arg, nbytes
 from ._vector import elems, itemsize_of, stream_cost
 
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
     axes = node.attr("axes")
@@ -32,15 +35,24 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, {}, target)
 
 
-def _axes(p: Prepared, inputs, rank: int) -> tuple[int, ...] | None:
+def _normalized(axes: list[int], noop: int, rank: int) -> tuple[int, ...] | None:
     """Normalized axes, () for "reduce nothing" (noop), None for "reduce all"."""
+    if not axes:
+        return () if noop else None
+    return tuple(sorted({int(a) % rank if rank else 0 for a in axes}))
+
+
+def _axes(p: Prepared, inputs, rank: int) -> tuple[int, ...] | None:
+    """The axes of this call; static axes are normalized once per rank (``p.memo``)."""
     axes = p.attrs["axes"]
     if axes is None:
         runtime = arg(p, inputs, 1)
-        axes = None if runtime is None else runtime.reshape(-1).tolist()
-    if not axes:
-        return () if p.attrs["noop_with_empty_axes"] else None
-    return tuple(sorted({int(a) % rank if rank else 0 for a in axes}))
+        return _normalized(None if runtime is None else runtime.reshape(-1).tolist(), p.attrs["noop_with_empty_axes"],
+                           rank)
+    key = ("axes", rank)
+    if key not in p.memo:
+        p.memo[key] = _normalized(axes, p.attrs["noop_with_empty_axes"], rank)
+    return p.memo[key]
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -48,16 +60,17 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     axes = _axes(p, inputs, x.ndim)
     if axes == ():
         return [x]
-    keep = bool(p.attrs["keepdims"])
+    keep = p.attrs["keepdims"] != 0
     op = p.attrs["op"]
     if op == "ReduceMax":
-        return [np.max(x, axis=axes, keepdims=keep)]
-    acc = np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
-    y = np.sum(x, axis=axes, dtype=acc, keepdims=keep)
+        return [np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keep))]
+    # ufunc reduce, not np.sum (a Python wrapper); dtype given so that small ints wrap instead of widening
+    acc = _F32 if x.dtype == _F16 else x.dtype
+    y = np.add.reduce(x, axis=axes, dtype=acc, keepdims=keep)
     if op == "ReduceMean":
         count = x.size // max(np.asarray(y).size, 1) if x.size else 1
         y = y / acc.type(count) if np.issubdtype(acc, np.floating) else y // count
-    return [np.asarray(y).astype(x.dtype, copy=False)]
+    return [y if type(y) is np.ndarray and y.dtype == x.dtype else np.asarray(y).astype(x.dtype, copy=False)]
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

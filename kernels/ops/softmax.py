@@ -19,9 +19,11 @@ from ._vector import elems, itemsize_of, stream_cost, widen
 
 
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    """Numerically stable softmax of ``x`` along ``axis`` in ``x``'s dtype (fp32/fp64)."""
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    e /= e.sum(axis=axis, keepdims=True)
+    """Numerically stable softmax of ``x`` along ``axis`` in ``x``'s dtype (fp32/fp64). Ufunc reductions, not the
+    ``max``/``sum`` methods (Python wrappers around the same reductions), and one temporary."""
+    e = np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True))
+    np.exp(e, out=e)
+    e /= np.add.reduce(e, axis=axis, keepdims=True)
     return e
 
 
@@ -39,7 +41,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         y = softmax(widen(x).reshape(rows, -1), -1).reshape(x.shape)
     else:
         y = softmax(widen(x), axis)
-    return [y.astype(x.dtype, copy=False)]
+    return [y if y.dtype == x.dtype else y.astype(x.dtype)]
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _vector_ortref import check_against_ort, rand
+from _vector_ortref import check_against_ort, make_model, rand, run_npu
+from npu_ep.kernels.registry import kernel_for
 
 AXES = [[-1], [0], [1, 2], [0, 2], [0, 1, 2]]
 
@@ -49,6 +50,30 @@ def test_empty_axes_reduce_all_or_noop(noop):
 def test_integer_reductions_exact(op, dtype):
     x = rand((6, 33), dtype, seed=5)
     check_against_ort(op, [("x", x, False), ("axes", np.array([1], np.int64), True)], [("y", dtype)], opset=18)
+
+
+def test_int64_sum_over_attention_mask_and_second_call_other_length():
+    """The decode step's seqlens: ReduceSum(attention_mask [1, L], axes=[1], keepdims=0); the normalized axes are
+    reused (memo) when L grows."""
+    mask = np.ones((1, 513), np.int64)
+    inputs = [("m", mask, False), ("axes", np.array([1], np.int64), True)]
+    check_against_ort("ReduceSum", inputs, [("y", np.int64)], {"keepdims": 0}, opset=18)
+    _, prepared, _ = run_npu(make_model("ReduceSum", inputs, [("y", np.int64)], {"keepdims": 0}, opset=18), {"m": mask})
+    (y,) = kernel_for("", "ReduceSum").run(prepared, [np.ones((1, 514), np.int64), None])
+    assert y.dtype == np.int64 and y.tolist() == [514]
+
+
+@pytest.mark.parametrize("op,dtype", [(op, dt) for op in ("ReduceSum", "ReduceMean", "ReduceMax")
+                                      for dt in (np.float32, np.float16, np.int64)
+                                      if not (op == "ReduceMean" and dt == np.int64)])  # declined by check
+def test_reduce_all_to_a_0d_array(op, dtype):
+    x = rand((3, 5), dtype, seed=8)
+    model = make_model(op, [("x", x, False)], [("y", dtype)], {"keepdims": 0}, opset=18)
+    _, prepared, _ = run_npu(model, {"x": x})
+    (y,) = kernel_for("", op).run(prepared, [x])
+    assert type(y) is np.ndarray and y.shape == () and y.dtype == dtype
+    check_against_ort(op, [("x", x, False)], [("y", dtype)], {"keepdims": 0}, opset=18,
+                      tol=(1e-5, 1e-5) if dtype == np.float32 else (2e-3, 2e-2))
 
 
 @pytest.mark.parametrize("axis", [-1, 0, 1, 2])
