@@ -3,7 +3,8 @@
 Axes come from the ``axes`` attribute (ReduceSum < opset 13, ReduceMean/Max < opset 18) or from input 1 (later
 opsets); a constant axes input is resolved at compile time. Empty/absent axes reduce everything unless
 ``noop_with_empty_axes=1``, which makes the op an identity. Float16 accumulates in float32 (the vector unit's
-accumulator) and rounds once; integer sums wrap in the input dtype as in ORT.
+accumulator) and rounds once; integer sums wrap in the input dtype (ORT 1.31's CPU kernel saturates an
+overflowing int32/int64 sum at the type's limit instead; not emulated).
 
 Cost: every input element passes the vector unit once (1 op, +1 per output element for Mean's scaling);
 DMA reads the input and writes the output.
