@@ -92,13 +92,18 @@ def _slice_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _gather_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """``take`` in raise mode wraps [-dim, 0) like ORT; the range check before it keeps our error message.
+    One index (a decode step's token) is checked as a Python int instead of two reductions."""
     x, idx = arg(p, inputs, 0), arg(p, inputs, 1)
     axis = p.attrs["axis"] % x.ndim
     dim = x.shape[axis]
-    idx = np.asarray(idx, dtype=np.int64)
-    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+    if idx.size == 1:
+        bad = not -dim <= idx.item() < dim
+    else:
+        bad = idx.size > 0 and (np.minimum.reduce(idx, axis=None) < -dim or np.maximum.reduce(idx, axis=None) >= dim)
+    if bad:
         raise IndexError(f"Gather: indices outside [-{dim}, {dim}) on axis {axis}")
-    return [np.take(x, np.where(idx < 0, idx + dim, idx), axis=axis)]
+    return [np.asarray(x.take(idx, axis=axis))]
 
 
 def _concat_cost(p: Prepared, shapes) -> OpCost:

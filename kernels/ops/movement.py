@@ -60,31 +60,62 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, stash_constants(node), target)
 
 
+def _static_shape(p: Prepared) -> tuple[int, ...] | None:
+    """The Reshape target when it is static and holds no 0 to copy from the input (built once, ``p.memo``)."""
+    if "shape" not in p.memo:
+        ints = p.attrs["ints"]
+        p.memo["shape"] = None if ints is None or (0 in ints and not p.attrs["allowzero"]) else tuple(ints)
+    return p.memo["shape"]
+
+
 def _reshape_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
-    shape = runtime_ints(p, inputs, "ints", 1)
-    if not p.attrs["allowzero"]:
-        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    shape = _static_shape(p)
+    if shape is None:
+        shape = runtime_ints(p, inputs, "ints", 1)
+        if not p.attrs["allowzero"]:
+            shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
     return [x.reshape(shape)]
+
+
+def _axes(p: Prepared, inputs, rank: int, unsqueeze: bool) -> tuple[int, ...] | None:
+    """Squeeze/Unsqueeze axes normalized against ``rank`` (Unsqueeze: sorted output positions); static axes are
+    normalized once per rank (``p.memo``). None: no axes (Squeeze drops every 1)."""
+    key = ("axes", rank)
+    if key in p.memo:
+        return p.memo[key]
+    axes = runtime_ints(p, inputs, "ints", 1)
+    if axes is not None:
+        rank = rank + len(axes) if unsqueeze else rank
+        axes = tuple(sorted(a % rank for a in axes)) if unsqueeze else tuple(a % rank for a in axes)
+        if unsqueeze and len(set(axes)) != len(axes):
+            raise ValueError("repeated axis")  # np.expand_dims' error
+    if p.attrs["ints"] is not None:
+        p.memo[key] = axes
+    return axes
 
 
 def _squeeze_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
-    axes = runtime_ints(p, inputs, "ints", 1)
+    axes = _axes(p, inputs, x.ndim, False)
     if axes is None:
-        return [np.squeeze(x)]
-    axes = tuple(a % x.ndim for a in axes)
-    bad = [a for a in axes if x.shape[a] != 1]
-    if bad:
-        raise ValueError(f"Squeeze: dimension(s) {bad} of shape {x.shape} are not 1")
-    return [np.squeeze(x, axis=axes)]
+        return [x.squeeze()]
+    shape = x.shape
+    for a in axes:
+        if shape[a] != 1:
+            bad = [a for a in axes if shape[a] != 1]
+            raise ValueError(f"Squeeze: dimension(s) {bad} of shape {x.shape} are not 1")
+    return [x.squeeze(axes)]
 
 
 def _unsqueeze_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """A reshape with 1s inserted at the (sorted, normalized) output axes; np.expand_dims is a Python wrapper."""
     x = arg(p, inputs, 0)
-    axes = runtime_ints(p, inputs, "ints", 1)
-    rank = x.ndim + len(axes)
-    return [np.expand_dims(x, tuple(sorted(a % rank for a in axes)))]
+    axes = _axes(p, inputs, x.ndim, True)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return [x.reshape(shape)]
 
 
 def _transpose_run(p: Prepared, inputs) -> list[np.ndarray]:

@@ -12,6 +12,7 @@ import pytest
 
 from npu_ep.kernels.ops.indexing import onnx_slice
 from _vector_ortref import check_against_ort, make_model, run_npu, rand
+from npu_ep.kernels.registry import kernel_for
 
 I64 = np.int64
 DTYPES = [np.float32, np.float16, np.int64, np.bool_]
@@ -56,6 +57,45 @@ def test_squeeze_and_unsqueeze_axes_attribute_opset11():
 def test_unsqueeze_axes_input(axes):
     check_against_ort("Unsqueeze", [("x", rand((4, 3), np.float32), False), ("a", np.array(axes, I64), True)],
                       [("y", np.float32)])
+
+
+def _second_call(op, inputs, x2, attrs=None, opset=21):
+    """Run once (through the ORT comparison), then the same Prepared (memo warm) on ``x2``; returns that output."""
+    model = make_model(op, inputs, [("y", x2.dtype)], attrs, opset=opset)
+    feeds = {n: v for n, v, const in inputs if not const}
+    _, prepared, _ = run_npu(model, feeds)
+    return kernel_for("", op).run(prepared, [x2] + [None] * (len(inputs) - 1))[0]
+
+
+def test_squeeze_static_axes_reused_across_shapes_and_checked_every_call():
+    x = rand((3, 1, 4, 1), np.float32)
+    inputs = [("x", x, False), ("a", np.array([-1, 1], I64), True)]
+    check_against_ort("Squeeze", inputs, [("y", np.float32)])
+    assert _second_call("Squeeze", inputs, np.zeros((2, 1, 5, 1), np.float32)).shape == (2, 5)
+    assert _second_call("Squeeze", inputs, np.zeros((5, 1, 1), np.float32)).shape == (5,)
+    with pytest.raises(ValueError, match=r"Squeeze: dimension\(s\) \[3\] of shape \(2, 1, 5, 3\) are not 1"):
+        _second_call("Squeeze", inputs, np.zeros((2, 1, 5, 3), np.float32))
+
+
+def test_squeeze_unsqueeze_runtime_axes():
+    x = rand((1, 4, 1), np.float32)
+    check_against_ort("Squeeze", [("x", x, False), ("a", np.array([0, 2], I64), False)], [("y", np.float32)])
+    check_against_ort("Unsqueeze", [("x", x, False), ("a", np.array([-1, 0], I64), False)], [("y", np.float32)])
+
+
+def test_unsqueeze_static_axes_reused_across_ranks_and_repeated_axis_raises():
+    inputs = [("x", rand((4, 3), np.float32), False), ("a", np.array([0, -1], I64), True)]
+    check_against_ort("Unsqueeze", inputs, [("y", np.float32)])
+    assert _second_call("Unsqueeze", inputs, np.array(5, I64)).shape == (1, 1)
+    assert _second_call("Unsqueeze", inputs, np.zeros((2, 3, 4), np.float32)).shape == (1, 2, 3, 4, 1)
+    with pytest.raises(ValueError, match="repeated axis"):
+        _second_call("Unsqueeze", [inputs[0], ("a", np.array([0, -3], I64), True)], np.zeros(4, np.float32))
+
+
+def test_reshape_static_shape_with_zero_copies_each_calls_dim():
+    inputs = [("x", rand((2, 3, 4), np.float32), False), ("s", np.array([0, -1], I64), True)]
+    check_against_ort("Reshape", inputs, [("y", np.float32)])
+    assert _second_call("Reshape", inputs, np.zeros((5, 3, 4), np.float32)).shape == (5, 12)
 
 
 @pytest.mark.parametrize("shape,target", [((3, 1), (2, 1, 6)), ((1, 4), (3, 1)), ((5,), (1,)), ((2, 1, 3), (2, 4, 3))])
@@ -150,11 +190,28 @@ def test_gather_constant_embedding_table_int32_indices():
     check_against_ort("Gather", [("table", table, True), ("ids", ids, False)], [("y", np.float16)])
 
 
-def test_gather_out_of_range_raises():
+@pytest.mark.parametrize("ids", [[4], [-5], [[0, 4]], [1, -5, 0], [[[-5]]]])
+def test_gather_out_of_range_raises(ids):
+    """Both the single-index check (a Python int) and the min/max check of many indices."""
     x = rand((4, 3), np.float32)
-    model = make_model("Gather", [("x", x, False), ("i", np.array([4], I64), False)], [("y", np.float32)])
-    with pytest.raises(IndexError):
-        run_npu(model, {"x": x, "i": np.array([4], I64)})
+    ids = np.array(ids, I64)
+    model = make_model("Gather", [("x", x, False), ("i", ids, False)], [("y", np.float32)])
+    with pytest.raises(IndexError, match=r"Gather: indices outside \[-4, 4\) on axis 0"):
+        run_npu(model, {"x": x, "i": ids})
+
+
+@pytest.mark.parametrize("token", [0, 7, 999, -1, -1000])
+@pytest.mark.parametrize("dtype", [I64, np.int32])
+def test_gather_one_token_from_constant_embedding(token, dtype):
+    """The decode step's embedding lookup: one id of shape [1, 1] into a constant table."""
+    table = rand((1000, 32), np.float32, seed=3)
+    ids = np.array([[token]], dtype)
+    check_against_ort("Gather", [("table", table, True), ("ids", ids, False)], [("y", np.float32)])
+
+
+def test_gather_empty_indices():
+    x = rand((4, 3), np.float32)
+    check_against_ort("Gather", [("x", x, False), ("i", np.zeros((0, 2), I64), False)], [("y", np.float32)])
 
 
 def test_cost_views_are_free_and_gather_moves_only_selected_rows():
