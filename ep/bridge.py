@@ -22,6 +22,7 @@ from . import options as options_mod
 from .capability import EPCONTEXT, Capability, analyze
 from .compiler import compile_partition
 from .graph_convert import node_from_dict, value_from_dict
+from .host_memory import retain_freed_memory
 from ..kernels.host_blas import blas_threads
 from .log import logger
 from .program import Program
@@ -44,6 +45,8 @@ class EpSession:
         from .context import ContextManager  # deferred: pulls in the cache layer
 
         self.context = ContextManager(self)
+        if self.options.retain_host_memory:
+            retain_freed_memory()
         self._blas = blas_threads(self.options.blas_threads) if self.options.blas_threads > 0 else None
         if self._blas is not None:
             self._blas.__enter__()
