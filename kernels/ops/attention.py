@@ -31,7 +31,10 @@ Cost (per execution; mode = target.float_mode(dtype), tiles padded to the native
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
+import threading
 import time
 
 import numpy as np
@@ -41,8 +44,8 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, stash_constants
-from ._vector import itemsize_of, transcendental
-from .rotary import rotate
+from ._vector import itemsize_of, transcendental, widen
+from .rotary import rotate_signed, signed_sin
 
 _ATTRS = (("num_heads", 0), ("kv_num_heads", 0), ("scale", 0.0), ("softcap", 0.0), ("local_window_size", -1),
           ("do_rotary", 0), ("rotary_interleaved", 0))
@@ -75,120 +78,216 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
-def _lengths(seqlens_k: np.ndarray, total: int, s: int) -> tuple[np.ndarray, np.ndarray]:
-    """(past_b, total_b) per ORT's rules (module docstring): a first prompt (S == total) has no past."""
-    total_b = np.asarray(seqlens_k, dtype=np.int64).reshape(-1) + 1
-    first = s == total
-    past_b = np.zeros_like(total_b) if first else total_b - s
-    if (past_b < 0).any():
-        raise ValueError(f"GroupQueryAttention: seqlens_k {seqlens_k.tolist()} shorter than the {s} new tokens")
+def _lengths(seqlens_k: np.ndarray, total: int, s: int) -> tuple[list[int], list[int]]:
+    """(past_b, total_b) per ORT's rules (module docstring) as Python ints: a first prompt (S == total) has no past."""
+    total_b = [x + 1 for x in np.asarray(seqlens_k).reshape(-1).tolist()]
+    past_b = [0] * len(total_b) if s == total else [x - s for x in total_b]
+    if min(past_b) < 0:
+        raise ValueError(f"GroupQueryAttention: seqlens_k {[x - 1 for x in total_b]} shorter than the {s} new tokens")
     return past_b, total_b
 
 
-def _present(past: np.ndarray | None, new_bsnh: np.ndarray, past_b: np.ndarray, t_buf: int) -> np.ndarray:
-    """present [B, Nkv, T, H]: the valid past prefix of each batch, then the S new rows, zeros elsewhere."""
-    b, s, nkv, h = new_bsnh.shape
-    p = 0 if past is None else past.shape[2]
-    new = new_bsnh.transpose(0, 2, 1, 3)
-    if past is not None and t_buf == p + s and (past_b == p).all():  # full past buffer: one concatenation
-        return np.concatenate([past, new.astype(past.dtype, copy=False)], axis=2)
-    out = np.zeros((b, nkv, t_buf, h), dtype=new_bsnh.dtype)
-    if (past_b == past_b[0]).all():  # one valid length for the whole batch (always for B=1): plain slices
-        start = int(past_b[0])
-        if past is not None and start:
-            out[:, :, :start] = past[:, :, :start]
-        out[:, :, start:start + s] = new
-        return out
-    for i, start in enumerate(past_b.tolist()):  # ragged batch: one slice copy per batch row (B rows, not tiles)
-        if past is not None and start:
-            out[i, :, :start] = past[i, :, :start]
-        out[i, :, start:start + s] = new[i]
-    return out
+def _split(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None, n: int, nkv: int):
+    """Views q [B, S, N, H], k/v [B, S, Nkv, H], and q+k as one [B, S, N+Nkv, H] view when packed (rotated at once)."""
+    b, s, d = query.shape
+    if key is None:  # packed QKV
+        qkv = query.reshape(b, s, n + 2 * nkv, d // (n + 2 * nkv))
+        return qkv[:, :, :n], qkv[:, :, n:n + nkv], qkv[:, :, n + nkv:], qkv[:, :, :n + nkv]
+    h = d // n
+    return query.reshape(b, s, n, h), key.reshape(b, s, nkv, h), value.reshape(b, s, nkv, h), None
 
 
-def _mask(past_b: np.ndarray, total_b: np.ndarray, s: int, t: int, window: int) -> np.ndarray | None:
-    """[B, 1, 1, S, T] bool of visible keys, or None when every key in [0, T) is visible to every query."""
-    key = np.arange(t)[None, None, :]
-    last = past_b[:, None, None] + np.arange(s)[None, :, None]  # [B, S, 1]: the query's own position
-    vis = (key <= last) & (key < total_b[:, None, None])
+def _rope_rows(p: Prepared, inputs, past_b: list[int], b: int, s: int, interleaved: bool):
+    """cos rows and signed sin rows (rotary.signed_sin) of each token, broadcastable against [B, S, heads, H].
+
+    One decode token (B = S = 1) indexes one cache row (a view, no gather); constant caches get their signed sin
+    table built once (memo), runtime caches only for the gathered rows.
+    """
+    pos_in = arg(p, inputs, 9)
+    if pos_in is not None:
+        pos = np.asarray(pos_in, dtype=np.int64).reshape(b, s)
+    else:  # padding rows of a first prompt keep s (ORT 1.31 CPU)
+        pos = np.asarray(past_b, dtype=np.int64)[:, None] + np.arange(s)[None, :]
+    idx = int(pos.item()) if pos.size == 1 else pos
+    if len(inputs) > 8 and (inputs[7] is not None or inputs[8] is not None):  # runtime caches
+        cos, ssin = arg(p, inputs, 7)[idx], signed_sin(arg(p, inputs, 8)[idx], interleaved)
+    else:
+        tables = p.memo.get("rope")
+        if tables is None:
+            tables = p.memo["rope"] = (widen(p.consts["in7"]), signed_sin(p.consts["in8"], interleaved))
+        cos, ssin = tables[0][idx], tables[1][idx]
+    if pos.size == 1:
+        return cos, ssin
+    return cos[:, :, None], ssin[:, :, None]
+
+
+def _rope(p: Prepared, inputs, q, k_new, qk, past_b: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Rotate Q and the new K in one pass over [B, S, N+Nkv, H] (V does not rotate)."""
+    b, s, n, _ = q.shape
+    interleaved = bool(p.attrs["rotary_interleaved"])
+    cos, ssin = _rope_rows(p, inputs, past_b, b, s, interleaved)
+    x = qk if qk is not None else np.concatenate((q, k_new), axis=2)
+    rotated = rotate_signed(x, cos, ssin, interleaved)
+    return rotated[:, :, :n], rotated[:, :, n:]
+
+
+_POOL_BYTES = 16 << 20  # present buffers up to this size are kept per node and reused (larger: allocated per call)
+_POOL_SLOTS = 2  # per node: one in flight to ORT, one being filled
+_POOL_LOCK = threading.Lock()
+
+
+def _refs(slot: list) -> int:
+    return sys.getrefcount(slot[0])
+
+
+_FREE_REFS = _refs([np.empty(0), 0])  # the count of a buffer only its pool slot holds (same call shape as below)
+
+
+def _present_buffer(p: Prepared, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, list]:
+    """A [2, B, Nkv, T, H] buffer for both presents and its slot [buffer, dirty rows]: rows >= dirty are zero.
+
+    Why a pool: a fresh present costs a memset of its zero tail, and once glibc trims the heap (multi-MB presents)
+    a page fault per 4 KiB; ORT's own arena has neither. A buffer is reused only when nothing but its slot refers
+    to it (every numpy view holds a reference to it), i.e. ORT has copied the previous outputs and dropped them.
+    """
+    if math.prod(shape) * dtype.itemsize > _POOL_BYTES:
+        return np.empty(shape, dtype), [None, shape[3]]
+    with _POOL_LOCK:  # check-and-take is atomic: the caller's reference marks the buffer busy from here on
+        pool = p.memo.setdefault("present_pool", [])
+        for i, slot in enumerate(pool):
+            if _refs(slot) == _FREE_REFS:
+                if slot[0].shape != shape or slot[0].dtype != dtype:
+                    pool[i] = slot = [np.empty(shape, dtype), shape[3]]
+                return slot[0], slot
+        slot = [np.empty(shape, dtype), shape[3]]
+        if len(pool) < _POOL_SLOTS:
+            pool.append(slot)
+        return slot[0], slot
+
+
+def _presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None, k_new: np.ndarray,
+              v_new: np.ndarray, past_b: list[int], t_buf: int) -> tuple[np.ndarray, np.ndarray]:
+    """present_key/present_value [B, Nkv, T, H] from new [B, S, Nkv, H]: each batch's valid past prefix, its S new
+    rows, zeros after.
+
+    Both are views of one [2, B, Nkv, T, H] buffer (so one call zeroes both tails) from the node's pool: only the
+    rows the buffer's previous use left nonzero past the new valid length are zeroed, so a decode step writes the
+    prefix and one new row, not the whole zero tail.
+    """
+    b, s, nkv, h = k_new.shape
+    kv, slot = _present_buffer(p, (2, b, nkv, t_buf, h), k_new.dtype)
+    dirty = slot[1]
+    start = past_b[0]
+    spans = [(slice(None), start)] if all(x == start for x in past_b) else \
+        [(slice(i, i + 1), x) for i, x in enumerate(past_b)]
+    for rows, start in spans:  # ragged batches: one slice copy per batch row (B rows, not tiles)
+        for i, past, new in ((0, past_k, k_new), (1, past_v, v_new)):
+            if start:
+                kv[i, rows, :, :start] = 0 if past is None else past[rows, :, :start]
+            kv[i, rows, :, start:start + s] = new[rows].transpose(0, 2, 1, 3)
+        if start + s < dirty:
+            kv[:, rows, :, start + s:dirty] = 0
+    slot[1] = max(past_b) + s
+    return kv[0], kv[1]
+
+
+def _key_range(past_b: list[int], total_b: list[int], s: int, t_buf: int, window: int) -> tuple[int, int]:
+    """[lo, hi): the keys some query can see; every attention matmul reads only these present rows."""
+    lo = max(0, min(past_b) - window + 1) if window > 0 else 0  # t > past_b + s - window, smallest at s = 0
+    return lo, min(max(total_b), t_buf)
+
+
+def _needs_mask(past_b: list[int], total_b: list[int], s0: int, s1: int, lo: int, hi: int, window: int) -> bool:
+    """Whether some query row in [s0, s1) must not see some key in [lo, hi) (decode with one length: never)."""
+    last_seen = min(min(pb + s0, tb - 1) for pb, tb in zip(past_b, total_b))  # causal + length limit, tightest row
+    return hi - 1 > last_seen or (window > 0 and lo < max(past_b) + s1 - window)
+
+
+@functools.lru_cache(maxsize=32)
+def _bias(past_b: tuple[int, ...], total_b: tuple[int, ...], s0: int, s1: int, lo: int, hi: int, window: int,
+          dtype: type) -> np.ndarray:
+    """Additive mask [B, 1, 1, s1-s0, hi-lo] (0 visible, -inf hidden) for query rows s0..s1 and keys lo..hi.
+
+    Cached (read-only): the layers of one forward pass, and repeated prompt shapes, share it.
+    """
+    key = np.arange(lo, hi)[None, None, :]
+    last = np.asarray(past_b)[:, None, None] + np.arange(s0, s1)[None, :, None]  # [B, s, 1]: the query's own position
+    vis = (key <= last) & (key < np.asarray(total_b)[:, None, None])
     if window > 0:
         vis &= key > last - window
-    if vis.all():
-        return None
-    return vis[:, None, None]
+    bias = np.where(vis, dtype(0), dtype(-np.inf))[:, None, None]
+    bias.flags.writeable = False
+    return bias
 
 
 _SCORES_BUDGET = 64 << 20  # bytes of attention scores materialized at once (long prefills run in row blocks)
 
 
-def _attend(q5: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, softcap: float) -> np.ndarray:
-    """softmax(mask(softcap(Q K^T))) V for pre-scaled q5 [B, Nkv, G, s, H] against k, v [B, Nkv, T, H].
+def _attend(q5: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None, softcap: float) -> np.ndarray:
+    """softmax(bias + softcap(Q K^T)) V for pre-scaled q5 [B, Nkv, G, s, H] against k, v [B, Nkv, T, H].
 
     The G query heads sharing a kv head are stacked as G*s matmul rows: [B, Nkv, G*s, H] @ [B, Nkv, H, T].
+    In-place softmax; the 1/sum is applied to the [G*s, H] output rather than the [G*s, T] probabilities.
     """
     b, nkv, g, s, h = q5.shape
     t = k.shape[2]
     scores = np.matmul(q5.reshape(b, nkv, g * s, h), k.transpose(0, 1, 3, 2))  # [B, Nkv, G*s, T]
     if softcap > 0:
-        scores = softcap * np.tanh(scores / softcap)
-    scores = scores.reshape(b, nkv, g, s, t)
-    if mask is not None:
-        scores = np.where(mask, scores, -np.inf)
-    scores -= scores.max(axis=-1, keepdims=True)
+        scores /= softcap
+        np.tanh(scores, out=scores)
+        scores *= softcap
+    if bias is not None:
+        masked = scores.reshape(b, nkv, g, s, t)
+        masked += bias
+    scores -= np.maximum.reduce(scores, axis=-1, keepdims=True)
     np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
-    return np.matmul(scores.reshape(b, nkv, g * s, t), v).reshape(b, nkv, g, s, h)
+    denom = np.add.reduce(scores, axis=-1, keepdims=True)
+    out = np.matmul(scores, v)
+    out /= denom
+    return out.reshape(b, nkv, g, s, h)
+
+
+def _scaled_q(q: np.ndarray, scale: float, cdt: type) -> np.ndarray:
+    """Q [B, S, N, H] * scale as [B, N, S, H] in the compute dtype (free reshape to [B, Nkv, G, S, H])."""
+    b, s, n, h = q.shape
+    if s == 1:  # [B, 1, N, H] is already [B, N, 1, H]
+        return (q * cdt(scale)).reshape(b, n, 1, h)
+    return np.multiply(q.transpose(0, 2, 1, 3), cdt(scale), out=np.empty((b, n, s, h), dtype=cdt))
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
     n, nkv = int(a["num_heads"]), int(a["kv_num_heads"])
     g = n // nkv
-    query, key, value = arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2)
+    query = arg(p, inputs, 0)
+    q, k_new, v_new, qk = _split(query, arg(p, inputs, 1), arg(p, inputs, 2), n, nkv)
     past_k, past_v = arg(p, inputs, 3), arg(p, inputs, 4)
-    seqlens_k, total = arg(p, inputs, 5), int(np.asarray(arg(p, inputs, 6)).reshape(-1)[0])
-    b, s, _ = query.shape
-    if key is None:  # packed QKV
-        h = query.shape[2] // (n + 2 * nkv)
-        qkv = query.reshape(b, s, n + 2 * nkv, h)
-        q, k_new, v_new = qkv[:, :, :n], qkv[:, :, n:n + nkv], qkv[:, :, n + nkv:]
-    else:
-        h = query.shape[2] // n
-        q, k_new, v_new = query.reshape(b, s, n, h), key.reshape(b, s, nkv, h), value.reshape(b, s, nkv, h)
-    past_b, total_b = _lengths(seqlens_k, total, s)
-
+    total = int(np.asarray(arg(p, inputs, 6)).reshape(-1)[0])
+    b, s, _, h = q.shape
+    past_b, total_b = _lengths(arg(p, inputs, 5), total, s)
     if a["do_rotary"]:
-        cos, sin = arg(p, inputs, 7), arg(p, inputs, 8)
-        pos_in = arg(p, inputs, 9)
-        if pos_in is not None:
-            pos = np.asarray(pos_in, dtype=np.int64).reshape(b, s)
-        else:
-            pos = past_b[:, None] + np.arange(s)[None, :]  # padding rows of a first prompt keep s (ORT 1.31 CPU)
-        half = cos.shape[1]
-        q = rotate(q, cos[pos, :half], sin[pos, :half], bool(a["rotary_interleaved"]))
-        k_new = rotate(k_new, cos[pos, :half], sin[pos, :half], bool(a["rotary_interleaved"]))
+        q, k_new = _rope(p, inputs, q, k_new, qk, past_b)
 
-    p_len = 0 if past_k is None else past_k.shape[2]
-    t_buf = max(total, p_len)
-    present_k = _present(past_k, k_new, past_b, t_buf)
-    present_v = _present(past_v, v_new, past_b, t_buf)
+    t_buf = max(total, 0 if past_k is None else past_k.shape[2])
+    present_k, present_v = _presents(p, past_k, past_v, k_new, v_new, past_b, t_buf)
 
-    t = int(min(total_b.max(), t_buf))  # keys beyond every batch's total length are never visible
+    window = int(a["local_window_size"])
+    lo, hi = _key_range(past_b, total_b, s, t_buf, window)  # keys outside are never visible: not read at all
     cdt = np.float64 if query.dtype == np.float64 else np.float32
-    scale = float(a["scale"]) or 1.0 / math.sqrt(h)
-    # Q [B, S, N, H] -> [B, Nkv, G, S, H] (head n = kv * G + g, as ORT maps head n to kv head n // G)
-    q5 = (q.astype(cdt, copy=False) * cdt(scale)).transpose(0, 2, 1, 3).reshape(b, nkv, g, s, h)
-    k = present_k[:, :, :t].astype(cdt, copy=False)
-    v = present_v[:, :, :t].astype(cdt, copy=False)
-    mask = _mask(past_b, total_b, s, t, int(a["local_window_size"]))
-    out = np.empty((b, nkv, g, s, h), dtype=cdt)
-    rows = max(1, _SCORES_BUDGET // (b * n * t * np.dtype(cdt).itemsize))  # query rows per score block
+    k = present_k[:, :, lo:hi].astype(cdt, copy=False)
+    v = present_v[:, :, lo:hi].astype(cdt, copy=False)
+    # head n = kv * G + g, as ORT maps head n to kv head n // G: [B, N, S, H] is [B, Nkv, G, S, H]
+    q5 = _scaled_q(q, float(a["scale"]) or 1.0 / math.sqrt(h), cdt).reshape(b, nkv, g, s, h)
+    rows = max(1, _SCORES_BUDGET // (b * n * (hi - lo) * np.dtype(cdt).itemsize))  # query rows per score block
+    blocks = []
     for s0 in range(0, s, rows):  # one block unless the [B, N, S, T] scores would exceed the budget
         s1 = min(s, s0 + rows)
-        block = None if mask is None else mask[..., s0:s1, :]
-        out[:, :, :, s0:s1] = _attend(q5[:, :, :, s0:s1], k, v, block, float(a["softcap"]))
-    out = out.reshape(b, n, s, h).transpose(0, 2, 1, 3).reshape(b, s, n * h).astype(query.dtype, copy=False)
-    return [out, present_k, present_v]
+        bias = (_bias(tuple(past_b), tuple(total_b), s0, s1, lo, hi, window, cdt)
+                if _needs_mask(past_b, total_b, s0, s1, lo, hi, window) else None)
+        blocks.append(_attend(q5[:, :, :, s0:s1], k, v, bias, float(a["softcap"])))
+    out = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=3)
+    out = out.transpose(0, 3, 1, 2, 4).reshape(b, s, n * h)  # [B, S, N*H]; a free reshape for S = 1
+    return [out.astype(query.dtype, copy=False), present_k, present_v]
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -224,8 +323,9 @@ def bench_gqa_decode(batch: int = 1, past: int = 512, num_heads: int = 32, kv_nu
     """Host time per call of the kernel vs ORT CPU for one GQA decode step (S = 1, ``past`` cached tokens).
 
     Returns ``{"npu_ms", "ort_ms", "ratio"}``; numbers are host wall time, not the emulated NPU time.
-    Note: most of the kernel's time is the page faulting of the two fresh [B, Nkv, P+1, H] present outputs
-    (glibc returns large blocks to the OS on free); ORT's arena allocator avoids that.
+    Note: the two [B, Nkv, P+1, H] presents come from the node's buffer pool (``_present_buffer``); fresh ones were
+    most of the kernel's time here (glibc trims multi-MB blocks back to the OS on free, so every call page-faulted
+    them in again; ORT's arena allocator avoids that too).
     Run: ``python -m npu_ep.kernels.ops.attention``.
     """
     import onnxruntime as ort

@@ -22,9 +22,10 @@ def _cache(half: int, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gqa(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rotary=None, dtype=np.float32, seed=0,
-        rotary_dim=None, **attrs):
+        rotary_dim=None, position_ids=None, runtime_caches=False, **attrs):
     """Build inputs and run the comparison; ``past`` is the past buffer length P (None: no past inputs);
-    ``rotary_dim`` < h makes the cos/sin caches narrower (partial rotary)."""
+    ``rotary_dim`` < h makes the cos/sin caches narrower (partial rotary); ``position_ids`` [B, S] is the optional
+    input 9 (with ``rotary``); ``runtime_caches`` feeds cos/sin as graph inputs instead of initializers."""
     seqlens = [s - 1 + (past or 0)] * b if seqlens is None else seqlens
     total = max(seqlens) + 1 if total is None else total
     if packed:
@@ -41,8 +42,10 @@ def gqa(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rota
     a = {"num_heads": n, "kv_num_heads": nkv, **attrs}
     if rotary is not None:
         cos, sin = _cache((rotary_dim or h) // 2, dtype)
-        inputs += [("cos", cos, True), ("sin", sin, True)]
+        inputs += [("cos", cos, not runtime_caches), ("sin", sin, not runtime_caches)]
         a.update(do_rotary=1, rotary_interleaved=int(rotary == "interleaved"))
+        if position_ids is not None:
+            inputs += [("position_ids", np.asarray(position_ids, np.int64).reshape(b, s), False)]
     outs = [("y", dtype), ("present_key", dtype), ("present_value", dtype)]
     return check_against_ort("GroupQueryAttention", inputs, outs, a, domain="com.microsoft",
                               tol=TOL32 if dtype == np.float32 else (4e-3, 4e-3))
@@ -207,3 +210,95 @@ def test_long_prefill_runs_in_query_row_blocks(monkeypatch):
     from npu_ep.kernels.ops import attention
     monkeypatch.setattr(attention, "_SCORES_BUDGET", 3 * 4 * 11 * 4)
     gqa(1, 11, 4, 2, 16, rotary="half", local_window_size=5)
+
+
+# --- fixed-capacity KV cache (the generator's layout): past [B, Nkv, C, H] holds L valid rows, total = C + S, so
+# present has C + S rows of which L + S are valid and the rest must be zero; only keys < L + S are read.
+
+@pytest.mark.parametrize("rotary", ["half", "interleaved"])
+@pytest.mark.parametrize("total_extra", [1, 0])
+def test_decode_fixed_capacity_past_valid_prefix(rotary, total_extra):
+    """Tiny-Llama decode: C = 512 slots, 40 valid, position_ids given; total = C + 1 (present grows) or C."""
+    got, _ = gqa(1, 1, 8, 2, 32, past=512, seqlens=[40], total=512 + total_extra, rotary=rotary,
+                 position_ids=[[40]])
+    assert got[1].shape == (1, 2, 512 + total_extra, 32)
+    assert not got[1][:, :, 41:].any() and not got[2][:, :, 41:].any()
+
+
+def test_decode_fixed_capacity_runtime_caches():
+    gqa(1, 1, 8, 2, 32, past=64, seqlens=[20], total=65, rotary="half", position_ids=[[20]], runtime_caches=True)
+
+
+@pytest.mark.parametrize("rotary", [None, "half"])
+def test_decode_ragged_batch_fixed_capacity(rotary):
+    """B = 2 decode in a 64-slot cache with 40 and 17 valid rows: each row keeps its own prefix and zero tail."""
+    pos = [[40], [17]] if rotary else None
+    gqa(2, 1, 8, 2, 32, past=64, seqlens=[40, 17], total=65, rotary=rotary, position_ids=pos)
+
+
+@pytest.mark.parametrize("window", [1, 8, 64])
+def test_local_window_decode_deep_in_cache(window):
+    """The window starts past key 0 (keys before it are not read at all); B = 2 ragged too."""
+    gqa(1, 1, 4, 2, 16, past=64, seqlens=[40], total=65, local_window_size=window)
+    gqa(2, 1, 4, 2, 16, past=64, seqlens=[40, 9], total=65, local_window_size=window)
+
+
+def test_prefill_and_chunk_into_static_cache():
+    """First prompt (S = total = 8) into a 32-slot past: present keeps 32 rows, 8 valid, causal inside the 8;
+    then a 4-token chunk after 16 valid rows (total <= P: ORT's static cache)."""
+    gqa(1, 8, 4, 2, 16, past=32, seqlens=[7], total=8, rotary="half")
+    gqa(1, 4, 4, 2, 16, past=32, seqlens=[19], total=32, rotary="half", local_window_size=6)
+
+
+def _static_cache_decode(seqlens: list[int], cap: int = 64):
+    """A B=len(seqlens) decode model over a ``cap``-slot cache, its kernel, and feeds per valid-length list."""
+    from npu_ep.ep.onnx_graph import nodes_from_model
+    from npu_ep.kernels.registry import kernel_for
+    from npu_ep.kernels.target import Target
+    b, n, nkv, h = len(seqlens), 4, 2, 16
+
+    def inputs(lens, seed):
+        return [("q", rand((b, 1, n * h), seed=seed), False), ("k", rand((b, 1, nkv * h), seed=seed + 1), False),
+                ("v", rand((b, 1, nkv * h), seed=seed + 2), False),
+                ("pk", rand((b, nkv, cap, h), seed=seed + 3), False), ("pv", rand((b, nkv, cap, h), seed=seed + 4), False),
+                ("seqlens_k", np.array(lens, np.int32), False), ("total", np.array(cap + 1, np.int32), False)]
+
+    outs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
+    model = make_model("GroupQueryAttention", inputs(seqlens, 0), outs, {"num_heads": n, "kv_num_heads": nkv},
+                       domain="com.microsoft")
+    tgt = Target.load("npu-ref")
+    node = nodes_from_model(model)[0]
+    kernel = kernel_for(node.domain, node.op_type)
+    return model, kernel, kernel.prepare(node, tgt), inputs
+
+
+@pytest.mark.parametrize("seqlens", [[50], [50, 20]])
+def test_present_buffers_are_reused_and_stale_rows_rezeroed(seqlens):
+    """Outputs dropped between calls (as ORT does after copying them) let the node reuse its present buffer; a
+    shorter valid length after a longer one must still leave zeros after the new valid rows."""
+    from _vector_ortref import run_ort
+    model, kernel, prepared, inputs = _static_cache_decode(seqlens)
+    addresses = set()
+    for step, lens in enumerate([seqlens, [x - 15 for x in seqlens], [x - 5 for x in seqlens], seqlens]):
+        ins = inputs(lens, seed=10 * step)
+        want = run_ort(model, feeds_of(ins))
+        got = kernel.run(prepared, [x[1] for x in ins])
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_close(g, w, TOL32, f"step {step} output {i}")
+        addresses.add(got[1].__array_interface__["data"][0])
+        del got, g
+    assert len(addresses) == 1  # every call after the first reused the buffer
+
+
+def test_present_buffers_in_use_are_never_overwritten():
+    """Outputs (or any view of them) still held by the caller keep their buffer out of the pool."""
+    model, kernel, prepared, inputs = _static_cache_decode([40])
+    first = kernel.run(prepared, [x[1] for x in inputs([40], seed=1)])
+    tail_view = first[2][:, :, 30:]
+    kept = [np.array(o) for o in first]
+    del first
+    for step in range(4):  # more calls than pool slots, outputs dropped or kept
+        out = kernel.run(prepared, [x[1] for x in inputs([10 + step], seed=2 + step)])
+        if step % 2:
+            del out
+    np.testing.assert_array_equal(tail_view, kept[2][:, :, 30:])
