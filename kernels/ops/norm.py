@@ -5,13 +5,13 @@ Layout: X [..., D] normalized over the trailing axes from ``axis`` (default -1; 
 Inputs are read in float32 (float16 widens once) and sums accumulate in float32 (``stash_type=1``, and the vector
 unit's accumulator):
   LayerNorm:  mean = E[x], var = E[(x - mean)^2], y = (x - mean) * rsqrt(var + eps) * scale + bias
-  RMS/Simplified: y = x * rsqrt(E[x^2] + eps) * scale
-  SkipSimplified: s = input + skip (+ bias); y = RMS(s) * gamma; optional outputs: mean (always 0, as ORT CPU),
-  inv_std_var [..., 1] and input_skip_bias_sum s (in the input dtype).
+  RMS/Simplified: y = (x * scale) * rsqrt(E[x^2] + eps)
+  SkipSimplified: s = input + skip (+ bias); y = (s * gamma) * rsqrt(E[s^2] + eps); optional outputs: mean
+  (always 0, as ORT CPU), inv_std_var [..., 1] and input_skip_bias_sum s (in the input dtype).
 The RMS kernels take sum(x^2) per row as a float32 dot product and evaluate the per-row scalar
 rsqrt(sum / D + eps) in double, rounded once to float32 (a correctly rounded rsqrt; ORT's CPU kernels keep these
 statistics in double as well). A single row (a decode step) does that scalar math on Python floats, which is
-cheaper than numpy calls on one-element arrays.
+cheaper than numpy calls on one-element arrays, and scales by a 0-d array (cheaper than by a Python float).
 Optional statistics outputs have shape X.shape[:axis] + (1,) * (rank - axis).
 
 Cost per element: ~6 vector ops (sum, sub/square, accumulate, scale, shift) plus one rsqrt per row; DMA reads X
@@ -31,6 +31,7 @@ from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
 
 _F32 = np.dtype(np.float32)
+_UNSET = object()
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
@@ -62,17 +63,20 @@ def _f32(x: np.ndarray) -> np.ndarray:
     return x if x.dtype == _F32 else x.astype(_F32)
 
 
-def _param(p: Prepared, inputs, i: int) -> np.ndarray | None:
-    """Input ``i`` (scale, gamma, bias) as float32; a constant one is converted once and kept in ``p.memo``."""
+def _param(p: Prepared, inputs, i: int, ndim: int) -> np.ndarray | None:
+    """Input ``i`` (scale, gamma, bias) as float32. A constant one is converted once per rank and shaped to
+    ``ndim`` dims (leading 1s, kept in ``p.memo``): numpy multiplies equal-rank operands faster than it
+    broadcasts a missing leading dim."""
     if i < len(inputs) and inputs[i] is not None:
         return _f32(inputs[i])
-    key = ("f32", i)
-    v = p.memo.get(key)
-    if v is None:
-        c = arg(p, inputs, i)
-        if c is None:
-            return None
-        v = p.memo[key] = _f32(c)
+    key = (i, ndim)
+    v = p.memo.get(key, _UNSET)
+    if v is _UNSET:
+        v = arg(p, inputs, i)  # constant or omitted (None), the same on every call
+        if v is not None:
+            v = _f32(v)
+            v = v.reshape((1,) * (ndim - v.ndim) + v.shape) if v.ndim < ndim else v
+        p.memo[key] = v
     return v
 
 
@@ -88,13 +92,15 @@ def _rsqrt(v: float) -> float:
     return math.inf if v == 0.0 else math.nan
 
 
-def _inv_rms(s: np.ndarray, axis: int, eps: float) -> float | np.ndarray:
-    """rsqrt(sum(s^2) / D + eps) over the axes from ``axis`` of float32 ``s`` (see the module docstring): a Python
-    float when ``s`` is a single row, else a float32 array of the statistics shape."""
-    d = math.prod(s.shape[axis:])
+def _inv_rms(s: np.ndarray, axis: int, eps: float) -> np.ndarray:
+    """rsqrt(sum(s^2) / D + eps) over the axes from ``axis`` of float32 ``s`` (see the module docstring), as a
+    float32 array of the statistics shape; a single row gives a 0-d array (numpy multiplies by a 0-d array
+    faster than by a Python float)."""
+    d = s.shape[-1] if axis == s.ndim - 1 else math.prod(s.shape[axis:])
     if s.size == d and d:
-        flat = s.reshape(-1)
-        return _rsqrt(float(flat.dot(flat)) / d + eps)
+        flat = s.ravel()
+        v = float(flat.dot(flat)) / d + eps
+        return np.array(1.0 / math.sqrt(v) if v > 0.0 else _rsqrt(v), _F32)
     lead = s.shape[:axis]
     rows = s.reshape(lead + (d,))
     ms = np.vecdot(rows, rows).astype(np.float64)
@@ -105,13 +111,25 @@ def _inv_rms(s: np.ndarray, axis: int, eps: float) -> float | np.ndarray:
     return ms.astype(_F32).reshape(lead + (1,) * (s.ndim - axis))
 
 
-def _inv_stat(inv: float | np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:
-    """The inv_std_var output from ``_inv_rms``'s result (a single row's float fills a [1, ..., 1] array)."""
-    if isinstance(inv, float):
-        out = np.empty((1,) * ndim, dtype)
-        out.fill(inv)
-        return out
+def _inv_stat(inv: np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:
+    """The inv_std_var output from ``_inv_rms``'s result (a single row's 0-d array becomes [1, ..., 1])."""
+    if inv.ndim != ndim:
+        inv = inv.reshape((1,) * ndim)
     return _store(inv, dtype)
+
+
+def _zero_mean(p: Prepared, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """SkipSimplified's mean output (zeros [..., 1]); a single row's is one read-only array kept in ``p.memo``
+    (outputs are only read downstream and copied out to ORT)."""
+    shape = x.shape[:-1] + (1,)
+    if x.size != x.shape[-1]:
+        return np.zeros(shape, dtype)
+    key = ("zeros", shape)
+    z = p.memo.get(key)
+    if z is None:
+        z = p.memo[key] = np.zeros(shape, dtype)
+        z.flags.writeable = False
+    return z
 
 
 def _layer_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -129,8 +147,8 @@ def _layer_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
     inv_std = np.sqrt(var, out=var)
     np.divide(1.0, inv_std, out=inv_std)
     y = np.multiply(centered, inv_std, out=centered)
-    y *= _param(p, inputs, 1)
-    bias = _param(p, inputs, 2)
+    y *= _param(p, inputs, 1, x.ndim)
+    bias = _param(p, inputs, 2, x.ndim)
     if bias is not None:
         y += bias
     return [_store(y, x.dtype), _store(mean, mean_dt), _store(inv_std, inv_dt)][:n_out]
@@ -142,8 +160,8 @@ def _rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
     axis, n_out, inv_dt, _ = _setup(p, x.ndim)
     xf = _f32(x)
     inv = _inv_rms(xf, axis, p.attrs["epsilon"])
-    y = np.multiply(xf, inv)
-    y *= _param(p, inputs, 1)
+    y = np.multiply(xf, _param(p, inputs, 1, x.ndim))
+    y *= inv
     if n_out == 1:
         return [_store(y, x.dtype)]
     return [_store(y, x.dtype), _inv_stat(inv, x.ndim, inv_dt)]
@@ -153,16 +171,16 @@ def _skip_rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
     x, skip = arg(p, inputs, 0), arg(p, inputs, 1)
     ndim = x.ndim
     _, n_out, mean_dt, inv_dt = _setup(p, ndim)
-    s = np.add(x, skip, dtype=_F32)
-    bias = _param(p, inputs, 3)
+    s = np.add(x, skip) if x.dtype == _F32 == skip.dtype else np.add(x, skip, dtype=_F32)
+    bias = _param(p, inputs, 3, ndim)
     if bias is not None:
         s += bias
     inv = _inv_rms(s, ndim - 1, p.attrs["epsilon"])
-    y = np.multiply(s, inv)
-    y *= _param(p, inputs, 2)
+    y = np.multiply(s, _param(p, inputs, 2, ndim))
+    y *= inv
     outs = [_store(y, x.dtype)]
     if n_out > 1:  # ORT's CPU kernel leaves the (meaningless) mean at 0
-        outs.append(np.zeros(x.shape[:-1] + (1,), mean_dt))
+        outs.append(_zero_mean(p, x, mean_dt))
     if n_out > 2:
         outs.append(_inv_stat(inv, ndim, inv_dt))
     if n_out > 3:
