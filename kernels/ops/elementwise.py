@@ -57,17 +57,20 @@ _BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], float, 
 }
 
 
-# exp's argument is clamped below overflow: exp(88) < float32 max, exp(709) < float64 max
-_EXP_ARG_MAX = {np.dtype(np.float32): 88.0, np.dtype(np.float64): 709.0}
+# Sigmoid's constants per compute dtype as 0-d arrays (numpy applies those faster than Python or numpy scalars):
+# exp's argument is clamped below overflow (exp(88) < float32 max, exp(709) < float64 max), and 1.
+_SIGMOID_CONSTS = {np.dtype(t): (np.array(lim, t), np.array(1.0, t))
+                   for t, lim in ((np.float32, 88.0), (np.float64, 709.0))}
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)) on one temporary. Clamping -x below exp's overflow costs one in-place call, an errstate
     context would cost more; x < -88 (fp32) then gives ~6e-39 instead of a smaller denormal or 0."""
     t = np.asarray(np.negative(x))
-    np.minimum(t, _EXP_ARG_MAX[t.dtype], out=t)
+    limit, one = _SIGMOID_CONSTS[t.dtype]
+    np.minimum(t, limit, out=t)
     np.exp(t, out=t)
-    t += 1.0
+    t += one
     return np.reciprocal(t, out=t)
 
 
