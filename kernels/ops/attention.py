@@ -45,7 +45,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, stash_constants
 from ._vector import itemsize_of, transcendental, widen
-from .rotary import rotate_signed, signed_sin
+from .rotary import rotate_inplace, signed_sin
 
 _ATTRS = (("num_heads", 0), ("kv_num_heads", 0), ("scale", 0.0), ("softcap", 0.0), ("local_window_size", -1),
           ("do_rotary", 0), ("rotary_interleaved", 0))
@@ -80,21 +80,34 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 def _lengths(seqlens_k: np.ndarray, total: int, s: int) -> tuple[list[int], list[int]]:
     """(past_b, total_b) per ORT's rules (module docstring) as Python ints: a first prompt (S == total) has no past."""
-    total_b = [x + 1 for x in np.asarray(seqlens_k).reshape(-1).tolist()]
+    total_b = [x + 1 for x in seqlens_k.ravel().tolist()]
     past_b = [0] * len(total_b) if s == total else [x - s for x in total_b]
     if min(past_b) < 0:
         raise ValueError(f"GroupQueryAttention: seqlens_k {[x - 1 for x in total_b]} shorter than the {s} new tokens")
     return past_b, total_b
 
 
-def _split(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None, n: int, nkv: int):
-    """Views q [B, S, N, H], k/v [B, S, Nkv, H], and q+k as one [B, S, N+Nkv, H] view when packed (rotated at once)."""
+def _qkv(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None, n: int, nkv: int, cdt: type
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(qk, v, kv): a fresh contiguous Q|K [B, S, N + Nkv, H] in the compute dtype, the new V [B, S, Nkv, H], and
+    for one token (B = S = 1) the new K|V rows as one [B, S, 2, Nkv, H] view (else None).
+
+    Rotary and the Q scale work in place on qk (contiguous: the broadcasting rotary ops run several times faster
+    than on every other head of a Q|K|V block). One token has V copied right after K in the same buffer, so the
+    new K and V rows reach the presents in one copy; otherwise V stays a view of the input.
+    """
     b, s, d = query.shape
+    heads = n + 2 * nkv if key is None else n
+    h = d // heads
+    if b * s == 1:
+        qkv = query.reshape(1, 1, heads, h).astype(cdt) if key is None else np.concatenate(
+            (query.reshape(1, 1, n, h), key.reshape(1, 1, nkv, h), value.reshape(1, 1, nkv, h)), axis=2, dtype=cdt)
+        return qkv[:, :, :n + nkv], qkv[:, :, n + nkv:], qkv[:, :, n:].reshape(1, 1, 2, nkv, h)
     if key is None:  # packed QKV
-        qkv = query.reshape(b, s, n + 2 * nkv, d // (n + 2 * nkv))
-        return qkv[:, :, :n], qkv[:, :, n:n + nkv], qkv[:, :, n + nkv:], qkv[:, :, :n + nkv]
-    h = d // n
-    return query.reshape(b, s, n, h), key.reshape(b, s, nkv, h), value.reshape(b, s, nkv, h), None
+        qkv = query.reshape(b, s, heads, h)
+        return qkv[:, :, :n + nkv].astype(cdt), qkv[:, :, n + nkv:], None
+    return (np.concatenate((query.reshape(b, s, n, h), key.reshape(b, s, nkv, h)), axis=2, dtype=cdt),
+            value.reshape(b, s, nkv, h), None)
 
 
 def _rope_rows(p: Prepared, inputs, past_b: list[int], b: int, s: int, interleaved: bool):
@@ -104,31 +117,32 @@ def _rope_rows(p: Prepared, inputs, past_b: list[int], b: int, s: int, interleav
     table built once (memo), runtime caches only for the gathered rows.
     """
     pos_in = arg(p, inputs, 9)
-    if pos_in is not None:
-        pos = np.asarray(pos_in, dtype=np.int64).reshape(b, s)
+    one = b * s == 1
+    if one:
+        idx = past_b[0] if pos_in is None else int(pos_in.item())
+    elif pos_in is not None:
+        idx = np.asarray(pos_in, dtype=np.int64).reshape(b, s)
     else:  # padding rows of a first prompt keep s (ORT 1.31 CPU)
-        pos = np.asarray(past_b, dtype=np.int64)[:, None] + np.arange(s)[None, :]
-    idx = int(pos.item()) if pos.size == 1 else pos
-    if len(inputs) > 8 and (inputs[7] is not None or inputs[8] is not None):  # runtime caches
+        idx = np.asarray(past_b, dtype=np.int64)[:, None] + np.arange(s)[None, :]
+    tables = p.memo.get("rope")
+    if tables is not None:
+        cos, ssin = tables[0][idx], tables[1][idx]
+    elif len(inputs) > 8 and (inputs[7] is not None or inputs[8] is not None):  # runtime caches
         cos, ssin = arg(p, inputs, 7)[idx], signed_sin(arg(p, inputs, 8)[idx], interleaved)
     else:
-        tables = p.memo.get("rope")
-        if tables is None:
-            tables = p.memo["rope"] = (widen(p.consts["in7"]), signed_sin(p.consts["in8"], interleaved))
+        tables = p.memo["rope"] = (widen(p.consts["in7"]), signed_sin(p.consts["in8"], interleaved))
         cos, ssin = tables[0][idx], tables[1][idx]
-    if pos.size == 1:
+    if one:
         return cos, ssin
     return cos[:, :, None], ssin[:, :, None]
 
 
-def _rope(p: Prepared, inputs, q, k_new, qk, past_b: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Rotate Q and the new K in one pass over [B, S, N+Nkv, H] (V does not rotate)."""
-    b, s, n, _ = q.shape
+def _rope(p: Prepared, inputs, qk: np.ndarray, past_b: list[int]) -> None:
+    """Rotate Q and the new K in place, as one [B, S, N + Nkv, H] array (V does not rotate)."""
+    b, s = qk.shape[:2]
     interleaved = bool(p.attrs["rotary_interleaved"])
     cos, ssin = _rope_rows(p, inputs, past_b, b, s, interleaved)
-    x = qk if qk is not None else np.concatenate((q, k_new), axis=2)
-    rotated = rotate_signed(x, cos, ssin, interleaved)
-    return rotated[:, :, :n], rotated[:, :, n:]
+    rotate_inplace(qk, cos, ssin, interleaved)
 
 
 _POOL_BYTES = 16 << 20  # present buffers up to this size are kept per node and reused (larger: allocated per call)
@@ -136,11 +150,12 @@ _POOL_SLOTS = 2  # per node: one in flight to ORT, one being filled
 _POOL_LOCK = threading.Lock()
 
 
-def _refs(slot: list) -> int:
-    return sys.getrefcount(slot[0])
+def _calibrate(pool: list) -> int:
+    for slot in pool:  # the same expression as the check in _present_buffer
+        return sys.getrefcount(slot[0])
 
 
-_FREE_REFS = _refs([np.empty(0), 0])  # the count of a buffer only its pool slot holds (same call shape as below)
+_FREE_REFS = _calibrate([[np.empty(0), 0]])  # reference count of a buffer that only its pool slot holds
 
 
 def _present_buffer(p: Prepared, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, list]:
@@ -153,11 +168,13 @@ def _present_buffer(p: Prepared, shape: tuple[int, ...], dtype: np.dtype) -> tup
     if math.prod(shape) * dtype.itemsize > _POOL_BYTES:
         return np.empty(shape, dtype), [None, shape[3]]
     with _POOL_LOCK:  # check-and-take is atomic: the caller's reference marks the buffer busy from here on
-        pool = p.memo.setdefault("present_pool", [])
-        for i, slot in enumerate(pool):
-            if _refs(slot) == _FREE_REFS:
+        pool = p.memo.get("present_pool")
+        if pool is None:
+            pool = p.memo["present_pool"] = []
+        for slot in pool:
+            if sys.getrefcount(slot[0]) == _FREE_REFS:
                 if slot[0].shape != shape or slot[0].dtype != dtype:
-                    pool[i] = slot = [np.empty(shape, dtype), shape[3]]
+                    slot[:] = [np.empty(shape, dtype), shape[3]]
                 return slot[0], slot
         slot = [np.empty(shape, dtype), shape[3]]
         if len(pool) < _POOL_SLOTS:
@@ -166,25 +183,30 @@ def _present_buffer(p: Prepared, shape: tuple[int, ...], dtype: np.dtype) -> tup
 
 
 def _presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None, k_new: np.ndarray,
-              v_new: np.ndarray, past_b: list[int], t_buf: int) -> tuple[np.ndarray, np.ndarray]:
-    """present_key/present_value [B, Nkv, T, H] from new [B, S, Nkv, H]: each batch's valid past prefix, its S new
-    rows, zeros after.
+              v_new: np.ndarray, kv_new: np.ndarray | None, past_b: list[int], t_buf: int,
+              dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """present_key/present_value [B, Nkv, T, H] from the new rows k_new, v_new [B, S, Nkv, H] (or both as one
+    [B, S, 2, Nkv, H] view kv_new): each batch's valid past prefix, its S new rows, zeros after.
 
     Both are views of one [2, B, Nkv, T, H] buffer (so one call zeroes both tails) from the node's pool: only the
     rows the buffer's previous use left nonzero past the new valid length are zeroed, so a decode step writes the
     prefix and one new row, not the whole zero tail.
     """
-    b, s, nkv, h = k_new.shape
-    kv, slot = _present_buffer(p, (2, b, nkv, t_buf, h), k_new.dtype)
+    b, s, nkv, h = v_new.shape
+    kv, slot = _present_buffer(p, (2, b, nkv, t_buf, h), dtype)
     dirty = slot[1]
     start = past_b[0]
-    spans = [(slice(None), start)] if all(x == start for x in past_b) else \
+    spans = ((slice(None), start),) if b == 1 or past_b.count(start) == b else \
         [(slice(i, i + 1), x) for i, x in enumerate(past_b)]
     for rows, start in spans:  # ragged batches: one slice copy per batch row (B rows, not tiles)
-        for i, past, new in ((0, past_k, k_new), (1, past_v, v_new)):
-            if start:
-                kv[i, rows, :, :start] = 0 if past is None else past[rows, :, :start]
-            kv[i, rows, :, start:start + s] = new[rows].transpose(0, 2, 1, 3)
+        if start:
+            kv[0, rows, :, :start] = 0 if past_k is None else past_k[rows, :, :start]
+            kv[1, rows, :, :start] = 0 if past_v is None else past_v[rows, :, :start]
+        if kv_new is not None:
+            kv[:, rows, :, start:start + s] = kv_new[rows].transpose(2, 0, 3, 1, 4)
+        else:
+            kv[0, rows, :, start:start + s] = k_new[rows].transpose(0, 2, 1, 3)
+            kv[1, rows, :, start:start + s] = v_new[rows].transpose(0, 2, 1, 3)
         if start + s < dirty:
             kv[:, rows, :, start + s:dirty] = 0
     slot[1] = max(past_b) + s
@@ -201,6 +223,14 @@ def _needs_mask(past_b: list[int], total_b: list[int], s0: int, s1: int, lo: int
     """Whether some query row in [s0, s1) must not see some key in [lo, hi) (decode with one length: never)."""
     last_seen = min(min(pb + s0, tb - 1) for pb, tb in zip(past_b, total_b))  # causal + length limit, tightest row
     return hi - 1 > last_seen or (window > 0 and lo < max(past_b) + s1 - window)
+
+
+def _mask(past_b: list[int], total_b: list[int], s0: int, s1: int, lo: int, hi: int, window: int,
+          cdt: type) -> np.ndarray | None:
+    """The additive mask of query rows [s0, s1) against keys [lo, hi), or None when every key there is visible."""
+    if _needs_mask(past_b, total_b, s0, s1, lo, hi, window):
+        return _bias(tuple(past_b), tuple(total_b), s0, s1, lo, hi, window, cdt)
+    return None
 
 
 @functools.lru_cache(maxsize=32)
@@ -247,47 +277,79 @@ def _attend(q5: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | Non
     return out.reshape(b, nkv, g, s, h)
 
 
-def _scaled_q(q: np.ndarray, scale: float, cdt: type) -> np.ndarray:
-    """Q [B, S, N, H] * scale as [B, N, S, H] in the compute dtype (free reshape to [B, Nkv, G, S, H])."""
-    b, s, n, h = q.shape
-    if s == 1:  # [B, 1, N, H] is already [B, N, 1, H]
-        return (q * cdt(scale)).reshape(b, n, 1, h)
-    return np.multiply(q.transpose(0, 2, 1, 3), cdt(scale), out=np.empty((b, n, s, h), dtype=cdt))
+def _scaled_q(qk: np.ndarray, n: int, scale: float) -> np.ndarray:
+    """Q * scale as [B, N, S, H] (a free reshape to [B, Nkv, G, S, H]); in place in the scratch ``qk`` for S = 1,
+    where [B, 1, N, H] already is [B, N, 1, H]."""
+    b, s, _, h = qk.shape
+    q = qk[:, :, :n]
+    if s == 1:
+        q *= scale
+        return q.reshape(b, n, 1, h)
+    return np.multiply(q.transpose(0, 2, 1, 3), scale, out=np.empty((b, n, s, h), dtype=qk.dtype))
+
+
+def _decode(p: Prepared, qk: np.ndarray, present_k: np.ndarray, present_v: np.ndarray, pb: int,
+            cdt: type) -> np.ndarray:
+    """Output [B, 1, N*H] of a decode step where every batch row has pb past keys (the common case).
+
+    Same result as the general path below, with the fewest numpy calls and views per token: the new token sees
+    exactly keys [lo, pb], so there is no mask, and [B, 1, N, H] already is the [B, Nkv, G, 1, H] matmul layout.
+    """
+    a = p.attrs
+    n = a["num_heads"]
+    b, _, _, h = qk.shape
+    window = a["local_window_size"]
+    lo = pb - window + 1 if 0 < window <= pb else 0
+    k, v = present_k[:, :, lo:pb + 1], present_v[:, :, lo:pb + 1]
+    if k.dtype != cdt:
+        k, v = k.astype(cdt), v.astype(cdt)
+    q = qk[:, 0, :n]
+    q *= cdt(a["scale"] or 1.0 / math.sqrt(h))
+    return _attend(q.reshape(b, present_k.shape[1], -1, 1, h), k, v, None, a["softcap"]).reshape(b, 1, n * h)
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
-    n, nkv = int(a["num_heads"]), int(a["kv_num_heads"])
-    g = n // nkv
+    n, nkv = a["num_heads"], a["kv_num_heads"]
     query = arg(p, inputs, 0)
-    q, k_new, v_new, qk = _split(query, arg(p, inputs, 1), arg(p, inputs, 2), n, nkv)
+    cdt = np.float64 if a["itemsize"] == 8 else np.float32
+    qk, v_new, kv_new = _qkv(query, arg(p, inputs, 1), arg(p, inputs, 2), n, nkv, cdt)
+    b, s, _, h = qk.shape
     past_k, past_v = arg(p, inputs, 3), arg(p, inputs, 4)
-    total = int(np.asarray(arg(p, inputs, 6)).reshape(-1)[0])
-    b, s, _, h = q.shape
+    total = int(arg(p, inputs, 6).item())
     past_b, total_b = _lengths(arg(p, inputs, 5), total, s)
     if a["do_rotary"]:
-        q, k_new = _rope(p, inputs, q, k_new, qk, past_b)
-
+        _rope(p, inputs, qk, past_b)
     t_buf = max(total, 0 if past_k is None else past_k.shape[2])
-    present_k, present_v = _presents(p, past_k, past_v, k_new, v_new, past_b, t_buf)
+    present_k, present_v = _presents(p, past_k, past_v, qk[:, :, n:], v_new, kv_new, past_b, t_buf, query.dtype)
+    pb = past_b[0]
+    if s == 1 and total_b[0] == pb + 1 <= t_buf and (b == 1 or past_b.count(pb) == b == total_b.count(pb + 1)):
+        out = _decode(p, qk, present_k, present_v, pb, cdt)
+    else:
+        out = _general(p, qk, present_k, present_v, past_b, total_b, t_buf, cdt)
+    return [out.astype(query.dtype, copy=False), present_k, present_v]
 
+
+def _general(p: Prepared, qk: np.ndarray, present_k: np.ndarray, present_v: np.ndarray, past_b: list[int],
+             total_b: list[int], t_buf: int, cdt: type) -> np.ndarray:
+    """Output [B, S, N*H] for any lengths: prefill, chunks, ragged batches (masked where needed)."""
+    a = p.attrs
+    n, nkv = a["num_heads"], a["kv_num_heads"]
+    b, s, _, h = qk.shape
     window = int(a["local_window_size"])
     lo, hi = _key_range(past_b, total_b, s, t_buf, window)  # keys outside are never visible: not read at all
-    cdt = np.float64 if query.dtype == np.float64 else np.float32
-    k = present_k[:, :, lo:hi].astype(cdt, copy=False)
-    v = present_v[:, :, lo:hi].astype(cdt, copy=False)
+    k, v = present_k[:, :, lo:hi], present_v[:, :, lo:hi]
+    if k.dtype != cdt:
+        k, v = k.astype(cdt), v.astype(cdt)
     # head n = kv * G + g, as ORT maps head n to kv head n // G: [B, N, S, H] is [B, Nkv, G, S, H]
-    q5 = _scaled_q(q, float(a["scale"]) or 1.0 / math.sqrt(h), cdt).reshape(b, nkv, g, s, h)
+    q5 = _scaled_q(qk, n, cdt(float(a["scale"]) or 1.0 / math.sqrt(h))).reshape(b, nkv, n // nkv, s, h)
+    softcap = float(a["softcap"])
     rows = max(1, _SCORES_BUDGET // (b * n * (hi - lo) * np.dtype(cdt).itemsize))  # query rows per score block
-    blocks = []
-    for s0 in range(0, s, rows):  # one block unless the [B, N, S, T] scores would exceed the budget
-        s1 = min(s, s0 + rows)
-        bias = (_bias(tuple(past_b), tuple(total_b), s0, s1, lo, hi, window, cdt)
-                if _needs_mask(past_b, total_b, s0, s1, lo, hi, window) else None)
-        blocks.append(_attend(q5[:, :, :, s0:s1], k, v, bias, float(a["softcap"])))
+    blocks = [_attend(q5[:, :, :, s0:s0 + rows], k, v,
+                      _mask(past_b, total_b, s0, min(s, s0 + rows), lo, hi, window, cdt), softcap)
+              for s0 in range(0, s, rows)]  # one block unless the [B, N, S, T] scores would exceed the budget
     out = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=3)
-    out = out.transpose(0, 3, 1, 2, 4).reshape(b, s, n * h)  # [B, S, N*H]; a free reshape for S = 1
-    return [out.astype(query.dtype, copy=False), present_k, present_v]
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, s, n * h)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -57,6 +57,26 @@ def rotate_signed(x: np.ndarray, cos_rows: np.ndarray, ssin_rows: np.ndarray, in
     return out.reshape(xf.shape).astype(x.dtype, copy=False)
 
 
+def rotate_inplace(x: np.ndarray, cos_rows: np.ndarray, ssin_rows: np.ndarray, interleaved: bool) -> None:
+    """``rotate_signed`` written back into ``x`` [..., H] (writable, in its compute dtype).
+
+    For a caller that owns a scratch copy anyway (GroupQueryAttention's Q|K|V): no output allocation. ``x`` must
+    have unit-stride channels: then splitting them into pairs is a view (numpy reshapes without copying whenever
+    it can), so the in-place ops below land in ``x``.
+    """
+    half = cos_rows.shape[-1]
+    head = x[..., :2 * half]
+    if interleaved:
+        pairs = head.reshape(*head.shape[:-1], half, 2)
+        t = pairs[..., ::-1] * ssin_rows
+        pairs *= cos_rows[..., None]
+    else:
+        pairs = head.reshape(*head.shape[:-1], 2, half)
+        t = pairs[..., ::-1, :] * ssin_rows
+        pairs *= cos_rows[..., None, :]
+    pairs += t
+
+
 def rotate(x_bsnh: np.ndarray, cos_bs: np.ndarray, sin_bs: np.ndarray, interleaved: bool) -> np.ndarray:
     """Rotate the first R = 2 * cos_bs.shape[-1] channels of ``x_bsnh`` [B, S, N, H].
 
