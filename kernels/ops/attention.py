@@ -44,8 +44,8 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, stash_constants
-from ._vector import itemsize_of, transcendental, widen
-from .rotary import rotate_inplace, signed_sin
+from ._vector import itemsize_of, transcendental
+from .rotary import rotate_inplace, signed_sin, wide_cos
 
 _ATTRS = (("num_heads", 0), ("kv_num_heads", 0), ("scale", 0.0), ("softcap", 0.0), ("local_window_size", -1),
           ("do_rotary", 0), ("rotary_interleaved", 0))
@@ -110,12 +110,15 @@ def _qkv(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None, n:
             value.reshape(b, s, nkv, h), None)
 
 
-def _rope_rows(p: Prepared, inputs, past_b: list[int], b: int, s: int, interleaved: bool):
-    """cos rows and signed sin rows (rotary.signed_sin) of each token, broadcastable against [B, S, heads, H].
+def _rope(p: Prepared, inputs, qk: np.ndarray, past_b: list[int]) -> None:
+    """Rotate Q and the new K in place, as one [B, S, N + Nkv, H] array (V does not rotate).
 
-    One decode token (B = S = 1) indexes one cache row (a view, no gather); constant caches get their signed sin
-    table built once (memo), runtime caches only for the gathered rows.
+    One token (B = S = 1) indexes one row of each cache table (a view, no gather). Constant caches get their wide
+    cos and signed sin tables (rotary.wide_cos / signed_sin) built once per node (memo); runtime caches only for
+    the gathered rows.
     """
+    b, s = qk.shape[:2]
+    interleaved = bool(p.attrs["rotary_interleaved"])
     pos_in = arg(p, inputs, 9)
     one = b * s == 1
     if one:
@@ -128,20 +131,12 @@ def _rope_rows(p: Prepared, inputs, past_b: list[int], b: int, s: int, interleav
     if tables is not None:
         cos, ssin = tables[0][idx], tables[1][idx]
     elif len(inputs) > 8 and (inputs[7] is not None or inputs[8] is not None):  # runtime caches
-        cos, ssin = arg(p, inputs, 7)[idx], signed_sin(arg(p, inputs, 8)[idx], interleaved)
+        cos, ssin = wide_cos(arg(p, inputs, 7)[idx], interleaved), signed_sin(arg(p, inputs, 8)[idx], interleaved)
     else:
-        tables = p.memo["rope"] = (widen(p.consts["in7"]), signed_sin(p.consts["in8"], interleaved))
+        tables = p.memo["rope"] = (wide_cos(p.consts["in7"], interleaved), signed_sin(p.consts["in8"], interleaved))
         cos, ssin = tables[0][idx], tables[1][idx]
-    if one:
-        return cos, ssin
-    return cos[:, :, None], ssin[:, :, None]
-
-
-def _rope(p: Prepared, inputs, qk: np.ndarray, past_b: list[int]) -> None:
-    """Rotate Q and the new K in place, as one [B, S, N + Nkv, H] array (V does not rotate)."""
-    b, s = qk.shape[:2]
-    interleaved = bool(p.attrs["rotary_interleaved"])
-    cos, ssin = _rope_rows(p, inputs, past_b, b, s, interleaved)
+    if not one:  # [B, S, R] rows broadcast over heads
+        cos, ssin = cos[:, :, None], ssin[:, :, None]
     rotate_inplace(qk, cos, ssin, interleaved)
 
 

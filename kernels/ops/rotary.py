@@ -57,23 +57,29 @@ def rotate_signed(x: np.ndarray, cos_rows: np.ndarray, ssin_rows: np.ndarray, in
     return out.reshape(xf.shape).astype(x.dtype, copy=False)
 
 
-def rotate_inplace(x: np.ndarray, cos_rows: np.ndarray, ssin_rows: np.ndarray, interleaved: bool) -> None:
-    """``rotate_signed`` written back into ``x`` [..., H] (writable, in its compute dtype).
+def wide_cos(cos_rows: np.ndarray, interleaved: bool) -> np.ndarray:
+    """cos per rotated channel, [..., R]: (c, c) (half) or (c0, c0, c1, c1, ...) (interleaved), in compute dtype.
 
-    For a caller that owns a scratch copy anyway (GroupQueryAttention's Q|K|V): no output allocation. ``x`` must
-    have unit-stride channels: then splitting them into pairs is a view (numpy reshapes without copying whenever
-    it can), so the in-place ops below land in ``x``.
+    Multiplying whole heads by it is one broadcast over R channels instead of over R/2-channel pairs (2x faster
+    for many tokens); built once per cache when the cache is a constant (GroupQueryAttention).
     """
-    half = cos_rows.shape[-1]
-    head = x[..., :2 * half]
-    if interleaved:
-        pairs = head.reshape(*head.shape[:-1], half, 2)
-        t = pairs[..., ::-1] * ssin_rows
-        pairs *= cos_rows[..., None]
-    else:
-        pairs = head.reshape(*head.shape[:-1], 2, half)
-        t = pairs[..., ::-1, :] * ssin_rows
-        pairs *= cos_rows[..., None, :]
+    c = widen(cos_rows)
+    return np.repeat(c, 2, axis=-1) if interleaved else np.concatenate((c, c), axis=-1)
+
+
+def rotate_inplace(x: np.ndarray, cos_wide: np.ndarray, ssin_rows: np.ndarray, interleaved: bool) -> None:
+    """Rotate the first R = cos_wide.shape[-1] channels of ``x`` [..., H] in place (``rotate_signed``'s result).
+
+    ``cos_wide`` is ``wide_cos`` of the cos rows, ``ssin_rows`` ``signed_sin`` of the sin rows, both broadcasting
+    against ``x.shape[:-1]``. For a caller that owns a scratch copy in the compute dtype anyway
+    (GroupQueryAttention's Q|K): no output allocation. ``x`` must have unit-stride channels: then splitting them
+    into pairs is a view (numpy reshapes without copying whenever it can), so the in-place ops land in ``x``.
+    """
+    rot = cos_wide.shape[-1]
+    head = x[..., :rot]
+    pairs = head.reshape(*head.shape[:-1], *((rot // 2, 2) if interleaved else (2, rot // 2)))
+    t = (pairs[..., ::-1] if interleaved else pairs[..., ::-1, :]) * ssin_rows
+    head *= cos_wide
     pairs += t
 
 

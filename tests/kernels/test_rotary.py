@@ -54,9 +54,9 @@ def test_partial_rotary_passes_tail_through(interleaved, layout):
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_signed_sin_rotation_is_bit_identical_to_the_formulas(interleaved, dtype):
-    """rotate_signed (x cos + swap(x) (-sin, sin), what GroupQueryAttention calls) equals x0 c - x1 s, x1 c + x0 s
-    exactly, for full and partial rotary."""
-    from npu_ep.kernels.ops.rotary import rotate_signed, signed_sin
+    """rotate_signed and rotate_inplace (x cos + swap(x) (-sin, sin); GroupQueryAttention rotates its Q|K scratch
+    in place) equal x0 c - x1 s, x1 c + x0 s exactly, for full and partial rotary."""
+    from npu_ep.kernels.ops.rotary import rotate_inplace, rotate_signed, signed_sin, wide_cos
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 3, 4, 32)).astype(dtype)
     for half in (16, 8):
@@ -71,3 +71,6 @@ def test_signed_sin_rotation_is_bit_identical_to_the_formulas(interleaved, dtype
         want = np.concatenate([head, xf[..., 2 * half:]], axis=-1).astype(dtype)
         got = rotate_signed(x, c, signed_sin(s, interleaved), interleaved)
         assert got.dtype == dtype and np.array_equal(got, want)
+        inplace = x.astype(np.float32)
+        rotate_inplace(inplace, wide_cos(c, interleaved), signed_sin(s, interleaved), interleaved)
+        assert np.array_equal(inplace.astype(dtype), want)
