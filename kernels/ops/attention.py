@@ -21,6 +21,15 @@ No repeated KV: the G query heads of one kv head are stacked as G*S rows of one 
 Q [B, Nkv, G*S, H] @ K^T [B, Nkv, H, T] -> [B, Nkv, G*S, T] (== Q [B, Nkv, G, S, H] against K [B, Nkv, 1, T, H]),
 so the matrix unit sees m = G*S rows even in decode (S = 1) and K/V are read once per kv head.
 
+Host (numpy) implementation: a decode step is ~15 small numpy calls, so calls, not FLOPs, are its cost.
+  * Q|K are copied once into a contiguous compute-dtype scratch; rotary (wide cos / signed sin tables built once
+    per node for constant caches) and the Q scale run in place on it.
+  * both presents are views of one [2, B, Nkv, T, H] buffer from a per-node pool (at most _POOL_SLOTS buffers of
+    up to _POOL_BYTES each), reused once ORT has copied and dropped the previous outputs; a reused buffer only
+    re-zeroes the rows its last use left nonzero past the new valid length.
+  * only keys [lo, hi) some query can see are read. The uniform decode step (S = 1, one valid length for all
+    rows) then needs no mask (_decode); other shapes add a cached 0/-inf bias where needed (_general).
+
 Cost (per execution; mode = target.float_mode(dtype), tiles padded to the native tile_m x tile_n x tile_k):
   matrix = B * Nkv * (ceil(GS/tm) ceil(T/tn) ceil(H/tk) + ceil(GS/tm) ceil(H/tn) ceil(T/tk)) * tm tn tk / macs_per_cycle
   vector = ceil(B N S T / lanes) * (5 + transcendental_cycles)      (scale/mask/max/sum/divide + exp)
@@ -76,6 +85,15 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     if any(not o.missing for o in node.outputs[3:]):
         return f"{op}: output_qk not supported"
     return None
+
+
+_ARG_KEYS = tuple(f"in{i}" for i in range(7))
+
+
+def _args(p: Prepared, inputs) -> list[np.ndarray | None]:
+    """Inputs 0..6 (query .. total_sequence_length) in one pass: the runtime array, else the constant."""
+    consts = p.consts
+    return [x if x is not None else consts.get(k) for x, k in zip(inputs, _ARG_KEYS)]
 
 
 def _lengths(seqlens_k: np.ndarray, total: int, s: int) -> tuple[list[int], list[int]]:
@@ -306,13 +324,12 @@ def _decode(p: Prepared, qk: np.ndarray, present_k: np.ndarray, present_v: np.nd
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
     n, nkv = a["num_heads"], a["kv_num_heads"]
-    query = arg(p, inputs, 0)
+    query, key, value, past_k, past_v, seqlens_k, total = _args(p, inputs)
     cdt = np.float64 if a["itemsize"] == 8 else np.float32
-    qk, v_new, kv_new = _qkv(query, arg(p, inputs, 1), arg(p, inputs, 2), n, nkv, cdt)
+    qk, v_new, kv_new = _qkv(query, key, value, n, nkv, cdt)
     b, s, _, h = qk.shape
-    past_k, past_v = arg(p, inputs, 3), arg(p, inputs, 4)
-    total = int(arg(p, inputs, 6).item())
-    past_b, total_b = _lengths(arg(p, inputs, 5), total, s)
+    total = int(total.item())
+    past_b, total_b = _lengths(seqlens_k, total, s)
     if a["do_rotary"]:
         _rope(p, inputs, qk, past_b)
     t_buf = max(total, 0 if past_k is None else past_k.shape[2])
