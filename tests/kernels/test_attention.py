@@ -243,6 +243,15 @@ def test_local_window_decode_deep_in_cache(window):
     gqa(2, 1, 4, 2, 16, past=64, seqlens=[40, 9], total=65, local_window_size=window)
 
 
+def test_decode_step_variants():
+    """The uniform decode step (S = 1, one valid length) with softcap, packed QKV for B = 2 with rotary, and the
+    first token of a prompt (no past; and into a static 8-slot cache, whose 7 tail rows stay zero)."""
+    gqa(1, 1, 4, 2, 16, past=9, softcap=2.0, local_window_size=4)
+    gqa(2, 1, 4, 2, 16, past=20, packed=True, rotary="interleaved")
+    gqa(1, 1, 4, 2, 16, rotary="half")
+    gqa(1, 1, 4, 2, 16, past=8, seqlens=[0], total=1, rotary="half")
+
+
 def test_prefill_and_chunk_into_static_cache():
     """First prompt (S = total = 8) into a 32-slot past: present keeps 32 rows, 8 valid, causal inside the 8;
     then a 4-token chunk after 16 valid rows (total <= P: ORT's static cache)."""
