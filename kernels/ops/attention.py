@@ -27,8 +27,9 @@ Host (numpy) implementation: a decode step is ~15 small numpy calls, so calls, n
   * both presents are views of one [2, B, Nkv, T, H] buffer from a per-node pool (at most _POOL_SLOTS buffers of
     up to _POOL_BYTES each), reused once ORT has copied and dropped the previous outputs; a reused buffer only
     re-zeroes the rows its last use left nonzero past the new valid length.
-  * only keys [lo, hi) some query can see are read. The uniform decode step (S = 1, one valid length for all
-    rows) then needs no mask (_decode); other shapes add a cached 0/-inf bias where needed (_general).
+  * only keys [lo, hi) some query can see are read, so a decode step needs no mask; other shapes add a cached
+    0/-inf bias where needed. One new token of one sequence (every decode step of a batch-1 generation) runs a
+    flat copy of the whole op (_one_token); everything else runs _general.
 
 Cost (per execution; mode = target.float_mode(dtype), tiles padded to the native tile_m x tile_n x tile_k):
   matrix = B * Nkv * (ceil(GS/tm) ceil(T/tn) ceil(H/tk) + ceil(GS/tm) ceil(H/tn) ceil(T/tk)) * tm tn tk / macs_per_cycle
@@ -105,57 +106,47 @@ def _lengths(seqlens_k: np.ndarray, total: int, s: int) -> tuple[list[int], list
     return past_b, total_b
 
 
-def _qkv(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None, n: int, nkv: int, cdt: type
-         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(qk, v, kv): a fresh contiguous Q|K [B, S, N + Nkv, H] in the compute dtype, the new V [B, S, Nkv, H], and
-    for one token (B = S = 1) the new K|V rows as one [B, S, 2, Nkv, H] view (else None).
+def _qk_v(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None, n: int, nkv: int, cdt: type
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """(qk, v): a fresh contiguous Q|K [B, S, N + Nkv, H] in the compute dtype, and the new V [B, S, Nkv, H] (a view).
 
-    Rotary and the Q scale work in place on qk (contiguous: the broadcasting rotary ops run several times faster
-    than on every other head of a Q|K|V block). One token has V copied right after K in the same buffer, so the
-    new K and V rows reach the presents in one copy; otherwise V stays a view of the input.
+    Rotary and the Q scale work in place on qk; contiguous, because the broadcasting rotary ops run several times
+    faster on it than on every other head of a Q|K|V block.
     """
     b, s, d = query.shape
-    heads = n + 2 * nkv if key is None else n
-    h = d // heads
-    if b * s == 1:
-        qkv = query.reshape(1, 1, heads, h).astype(cdt) if key is None else np.concatenate(
-            (query.reshape(1, 1, n, h), key.reshape(1, 1, nkv, h), value.reshape(1, 1, nkv, h)), axis=2, dtype=cdt)
-        return qkv[:, :, :n + nkv], qkv[:, :, n + nkv:], qkv[:, :, n:].reshape(1, 1, 2, nkv, h)
     if key is None:  # packed QKV
-        qkv = query.reshape(b, s, heads, h)
-        return qkv[:, :, :n + nkv].astype(cdt), qkv[:, :, n + nkv:], None
+        qkv = query.reshape(b, s, n + 2 * nkv, d // (n + 2 * nkv))
+        return qkv[:, :, :n + nkv].astype(cdt), qkv[:, :, n + nkv:]
+    h = d // n
     return (np.concatenate((query.reshape(b, s, n, h), key.reshape(b, s, nkv, h)), axis=2, dtype=cdt),
-            value.reshape(b, s, nkv, h), None)
+            value.reshape(b, s, nkv, h))
+
+
+def _cos_sin(p: Prepared, inputs, idx: int | np.ndarray, interleaved: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Wide cos and signed sin rows (rotary.wide_cos / signed_sin) at positions ``idx`` (an int: one row view).
+
+    Constant caches get both tables built once per node (memo); runtime caches only the gathered rows.
+    """
+    tables = p.memo.get("rope")
+    if tables is not None:
+        return tables[0][idx], tables[1][idx]
+    if len(inputs) > 8 and (inputs[7] is not None or inputs[8] is not None):  # runtime caches
+        return wide_cos(arg(p, inputs, 7)[idx], interleaved), signed_sin(arg(p, inputs, 8)[idx], interleaved)
+    tables = p.memo["rope"] = (wide_cos(p.consts["in7"], interleaved), signed_sin(p.consts["in8"], interleaved))
+    return tables[0][idx], tables[1][idx]
 
 
 def _rope(p: Prepared, inputs, qk: np.ndarray, past_b: list[int]) -> None:
-    """Rotate Q and the new K in place, as one [B, S, N + Nkv, H] array (V does not rotate).
-
-    One token (B = S = 1) indexes one row of each cache table (a view, no gather). Constant caches get their wide
-    cos and signed sin tables (rotary.wide_cos / signed_sin) built once per node (memo); runtime caches only for
-    the gathered rows.
-    """
+    """Rotate Q and the new K in place, as one [B, S, N + Nkv, H] array (V does not rotate)."""
     b, s = qk.shape[:2]
-    interleaved = bool(p.attrs["rotary_interleaved"])
     pos_in = arg(p, inputs, 9)
-    one = b * s == 1
-    if one:
-        idx = past_b[0] if pos_in is None else int(pos_in.item())
-    elif pos_in is not None:
-        idx = np.asarray(pos_in, dtype=np.int64).reshape(b, s)
+    if pos_in is not None:
+        pos = np.asarray(pos_in, dtype=np.int64).reshape(b, s)
     else:  # padding rows of a first prompt keep s (ORT 1.31 CPU)
-        idx = np.asarray(past_b, dtype=np.int64)[:, None] + np.arange(s)[None, :]
-    tables = p.memo.get("rope")
-    if tables is not None:
-        cos, ssin = tables[0][idx], tables[1][idx]
-    elif len(inputs) > 8 and (inputs[7] is not None or inputs[8] is not None):  # runtime caches
-        cos, ssin = wide_cos(arg(p, inputs, 7)[idx], interleaved), signed_sin(arg(p, inputs, 8)[idx], interleaved)
-    else:
-        tables = p.memo["rope"] = (wide_cos(p.consts["in7"], interleaved), signed_sin(p.consts["in8"], interleaved))
-        cos, ssin = tables[0][idx], tables[1][idx]
-    if not one:  # [B, S, R] rows broadcast over heads
-        cos, ssin = cos[:, :, None], ssin[:, :, None]
-    rotate_inplace(qk, cos, ssin, interleaved)
+        pos = np.asarray(past_b, dtype=np.int64)[:, None] + np.arange(s)[None, :]
+    interleaved = bool(p.attrs["rotary_interleaved"])
+    cos, ssin = _cos_sin(p, inputs, pos, interleaved)
+    rotate_inplace(qk, cos[:, :, None], ssin[:, :, None], interleaved)  # rows broadcast over heads
 
 
 _POOL_BYTES = 16 << 20  # present buffers up to this size are kept per node and reused (larger: allocated per call)
@@ -196,10 +187,9 @@ def _present_buffer(p: Prepared, shape: tuple[int, ...], dtype: np.dtype) -> tup
 
 
 def _presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None, k_new: np.ndarray,
-              v_new: np.ndarray, kv_new: np.ndarray | None, past_b: list[int], t_buf: int,
-              dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """present_key/present_value [B, Nkv, T, H] from the new rows k_new, v_new [B, S, Nkv, H] (or both as one
-    [B, S, 2, Nkv, H] view kv_new): each batch's valid past prefix, its S new rows, zeros after.
+              v_new: np.ndarray, past_b: list[int], t_buf: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """present_key/present_value [B, Nkv, T, H] from the new rows k_new, v_new [B, S, Nkv, H]: each batch's valid
+    past prefix, its S new rows, zeros after.
 
     Both are views of one [2, B, Nkv, T, H] buffer (so one call zeroes both tails) from the node's pool: only the
     rows the buffer's previous use left nonzero past the new valid length are zeroed, so a decode step writes the
@@ -215,11 +205,8 @@ def _presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None,
         if start:
             kv[0, rows, :, :start] = 0 if past_k is None else past_k[rows, :, :start]
             kv[1, rows, :, :start] = 0 if past_v is None else past_v[rows, :, :start]
-        if kv_new is not None:
-            kv[:, rows, :, start:start + s] = kv_new[rows].transpose(2, 0, 3, 1, 4)
-        else:
-            kv[0, rows, :, start:start + s] = k_new[rows].transpose(0, 2, 1, 3)
-            kv[1, rows, :, start:start + s] = v_new[rows].transpose(0, 2, 1, 3)
+        kv[0, rows, :, start:start + s] = k_new[rows].transpose(0, 2, 1, 3)
+        kv[1, rows, :, start:start + s] = v_new[rows].transpose(0, 2, 1, 3)
         if start + s < dirty:
             kv[:, rows, :, start + s:dirty] = 0
     slot[1] = max(past_b) + s
@@ -266,28 +253,28 @@ def _bias(past_b: tuple[int, ...], total_b: tuple[int, ...], s0: int, s1: int, l
 _SCORES_BUDGET = 64 << 20  # bytes of attention scores materialized at once (long prefills run in row blocks)
 
 
-def _attend(q5: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None, softcap: float) -> np.ndarray:
-    """softmax(bias + softcap(Q K^T)) V for pre-scaled q5 [B, Nkv, G, s, H] against k, v [B, Nkv, T, H].
+def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, softcap: float, bias: np.ndarray | None = None,
+            view: tuple[int, ...] | None = None) -> np.ndarray:
+    """softmax(bias + softcap(Q K^T)) V for pre-scaled q [..., M, H] against k, v [..., T, H] -> [..., M, H].
 
-    The G query heads sharing a kv head are stacked as G*s matmul rows: [B, Nkv, G*s, H] @ [B, Nkv, H, T].
-    In-place softmax; the 1/sum is applied to the [G*s, H] output rather than the [G*s, T] probabilities.
+    The M rows of one kv head are its G query heads stacked (G*s rows): one matmul per kv head, no repeated K/V.
+    ``bias`` is added to the scores reshaped to ``view`` ([B, Nkv, G, s, T], so a [B, 1, 1, s, T] mask broadcasts
+    over heads). In-place softmax; the 1/sum is applied to the [M, H] output rather than the [M, T] probabilities.
     """
-    b, nkv, g, s, h = q5.shape
-    t = k.shape[2]
-    scores = np.matmul(q5.reshape(b, nkv, g * s, h), k.transpose(0, 1, 3, 2))  # [B, Nkv, G*s, T]
+    scores = np.matmul(q, k.swapaxes(-1, -2))  # [..., M, T]
     if softcap > 0:
         scores /= softcap
         np.tanh(scores, out=scores)
         scores *= softcap
     if bias is not None:
-        masked = scores.reshape(b, nkv, g, s, t)
+        masked = scores.reshape(view)
         masked += bias
     scores -= np.maximum.reduce(scores, axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     denom = np.add.reduce(scores, axis=-1, keepdims=True)
     out = np.matmul(scores, v)
     out /= denom
-    return out.reshape(b, nkv, g, s, h)
+    return out
 
 
 def _scaled_q(qk: np.ndarray, n: int, scale: float) -> np.ndarray:
@@ -301,67 +288,89 @@ def _scaled_q(qk: np.ndarray, n: int, scale: float) -> np.ndarray:
     return np.multiply(q.transpose(0, 2, 1, 3), scale, out=np.empty((b, n, s, h), dtype=qk.dtype))
 
 
-def _decode(p: Prepared, qk: np.ndarray, present_k: np.ndarray, present_v: np.ndarray, pb: int,
-            cdt: type) -> np.ndarray:
-    """Output [B, 1, N*H] of a decode step where every batch row has pb past keys (the common case).
+def _one_token(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
+               past_k: np.ndarray | None, past_v: np.ndarray | None, pb: int, t_buf: int) -> list[np.ndarray]:
+    """The whole op for one new token (B = S = 1) after pb past keys: every decode step of a batch-1 generation.
 
-    Same result as the general path below, with the fewest numpy calls and views per token: the new token sees
-    exactly keys [lo, pb], so there is no mask, and [B, 1, N, H] already is the [B, Nkv, G, 1, H] matmul layout.
+    Same results as _general (the tests drive both against ORT), written flat on 2-D/3-D views: a decode step is
+    ~15 tiny numpy calls, and helper calls and extra views around them cost about as much again. The token sees
+    exactly keys [lo, pb] (no mask); Q|K|V share one scratch, so the new K and V rows reach the presents in one copy.
     """
     a = p.attrs
-    n = a["num_heads"]
-    b, _, _, h = qk.shape
+    n, nkv = a["num_heads"], a["kv_num_heads"]
+    cdt = np.float64 if a["itemsize"] == 8 else np.float32
+    x = query.reshape(n + 2 * nkv, -1).astype(cdt) if key is None else np.concatenate(
+        (query.reshape(n, -1), key.reshape(nkv, -1), value.reshape(nkv, -1)), dtype=cdt)  # [N + 2 Nkv, H] scratch
+    h = x.shape[1]
+    if a["do_rotary"]:
+        pos = arg(p, inputs, 9)
+        interleaved = bool(a["rotary_interleaved"])
+        cos, ssin = _cos_sin(p, inputs, pb if pos is None else int(pos.item()), interleaved)
+        rotate_inplace(x[:n + nkv], cos, ssin, interleaved)
+    kv, slot = _present_buffer(p, (2, 1, nkv, t_buf, h), query.dtype)
+    if pb:
+        kv[0, 0, :, :pb] = 0 if past_k is None else past_k[0, :, :pb]
+        kv[1, 0, :, :pb] = 0 if past_v is None else past_v[0, :, :pb]
+    kv[:, 0, :, pb] = x[n:].reshape(2, nkv, h)
+    if pb + 1 < slot[1]:
+        kv[:, 0, :, pb + 1:slot[1]] = 0
+    slot[1] = pb + 1
     window = a["local_window_size"]
     lo = pb - window + 1 if 0 < window <= pb else 0
-    k, v = present_k[:, :, lo:pb + 1], present_v[:, :, lo:pb + 1]
+    k, v = kv[0, 0, :, lo:pb + 1], kv[1, 0, :, lo:pb + 1]  # [Nkv, T, H]
     if k.dtype != cdt:
         k, v = k.astype(cdt), v.astype(cdt)
-    q = qk[:, 0, :n]
+    q = x[:n]
     q *= cdt(a["scale"] or 1.0 / math.sqrt(h))
-    return _attend(q.reshape(b, present_k.shape[1], -1, 1, h), k, v, None, a["softcap"]).reshape(b, 1, n * h)
+    out = _attend(q.reshape(nkv, -1, h), k, v, a["softcap"])  # [Nkv, G, H] is [1, 1, N*H]
+    return [out.reshape(1, 1, n * h).astype(query.dtype, copy=False), kv[0], kv[1]]
 
 
-def _run(p: Prepared, inputs) -> list[np.ndarray]:
+def _general(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
+             past_k: np.ndarray | None, past_v: np.ndarray | None, past_b: list[int], total_b: list[int],
+             t_buf: int) -> list[np.ndarray]:
+    """Any batch and lengths: prefill, chunks, batched and ragged decode (masked where needed)."""
     a = p.attrs
     n, nkv = a["num_heads"], a["kv_num_heads"]
-    query, key, value, past_k, past_v, seqlens_k, total = _args(p, inputs)
     cdt = np.float64 if a["itemsize"] == 8 else np.float32
-    qk, v_new, kv_new = _qkv(query, key, value, n, nkv, cdt)
+    qk, v_new = _qk_v(query, key, value, n, nkv, cdt)
     b, s, _, h = qk.shape
-    total = int(total.item())
-    past_b, total_b = _lengths(seqlens_k, total, s)
     if a["do_rotary"]:
         _rope(p, inputs, qk, past_b)
-    t_buf = max(total, 0 if past_k is None else past_k.shape[2])
-    present_k, present_v = _presents(p, past_k, past_v, qk[:, :, n:], v_new, kv_new, past_b, t_buf, query.dtype)
-    pb = past_b[0]
-    if s == 1 and total_b[0] == pb + 1 <= t_buf and (b == 1 or past_b.count(pb) == b == total_b.count(pb + 1)):
-        out = _decode(p, qk, present_k, present_v, pb, cdt)
-    else:
-        out = _general(p, qk, present_k, present_v, past_b, total_b, t_buf, cdt)
-    return [out.astype(query.dtype, copy=False), present_k, present_v]
+    present_k, present_v = _presents(p, past_k, past_v, qk[:, :, n:], v_new, past_b, t_buf, query.dtype)
 
-
-def _general(p: Prepared, qk: np.ndarray, present_k: np.ndarray, present_v: np.ndarray, past_b: list[int],
-             total_b: list[int], t_buf: int, cdt: type) -> np.ndarray:
-    """Output [B, S, N*H] for any lengths: prefill, chunks, ragged batches (masked where needed)."""
-    a = p.attrs
-    n, nkv = a["num_heads"], a["kv_num_heads"]
-    b, s, _, h = qk.shape
     window = int(a["local_window_size"])
     lo, hi = _key_range(past_b, total_b, s, t_buf, window)  # keys outside are never visible: not read at all
     k, v = present_k[:, :, lo:hi], present_v[:, :, lo:hi]
     if k.dtype != cdt:
         k, v = k.astype(cdt), v.astype(cdt)
     # head n = kv * G + g, as ORT maps head n to kv head n // G: [B, N, S, H] is [B, Nkv, G, S, H]
-    q5 = _scaled_q(qk, n, cdt(float(a["scale"]) or 1.0 / math.sqrt(h))).reshape(b, nkv, n // nkv, s, h)
+    g = n // nkv
+    q5 = _scaled_q(qk, n, cdt(float(a["scale"]) or 1.0 / math.sqrt(h))).reshape(b, nkv, g, s, h)
     softcap = float(a["softcap"])
     rows = max(1, _SCORES_BUDGET // (b * n * (hi - lo) * np.dtype(cdt).itemsize))  # query rows per score block
-    blocks = [_attend(q5[:, :, :, s0:s0 + rows], k, v,
-                      _mask(past_b, total_b, s0, min(s, s0 + rows), lo, hi, window, cdt), softcap)
-              for s0 in range(0, s, rows)]  # one block unless the [B, N, S, T] scores would exceed the budget
+    blocks = []
+    for s0 in range(0, s, rows):  # one block unless the [B, N, S, T] scores would exceed the budget
+        s1 = min(s, s0 + rows)
+        view = (b, nkv, g, s1 - s0, hi - lo)
+        out = _attend(q5[:, :, :, s0:s1].reshape(b, nkv, g * (s1 - s0), h), k, v, softcap,
+                      _mask(past_b, total_b, s0, s1, lo, hi, window, cdt), view)
+        blocks.append(out.reshape(b, nkv, g, s1 - s0, h))
     out = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=3)
-    return out.transpose(0, 3, 1, 2, 4).reshape(b, s, n * h)
+    out = out.transpose(0, 3, 1, 2, 4).reshape(b, s, n * h)
+    return [out.astype(query.dtype, copy=False), present_k, present_v]
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    query, key, value, past_k, past_v, seqlens_k, total = _args(p, inputs)
+    total = int(total.item())
+    b, s = query.shape[:2]
+    past_b, total_b = _lengths(seqlens_k, total, s)
+    t_buf = max(total, 0 if past_k is None else past_k.shape[2])
+    pb = past_b[0]
+    if b == s == 1 and total_b[0] == pb + 1 <= t_buf:
+        return _one_token(p, inputs, query, key, value, past_k, past_v, pb, t_buf)
+    return _general(p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -244,8 +244,9 @@ def test_local_window_decode_deep_in_cache(window):
 
 
 def test_decode_step_variants():
-    """The uniform decode step (S = 1, one valid length) with softcap, packed QKV for B = 2 with rotary, and the
-    first token of a prompt (no past; and into a static 8-slot cache, whose 7 tail rows stay zero)."""
+    """Decode steps: one token with softcap + window (the flat one-token path), packed QKV for B = 2 with rotary
+    (the general path), and the first token of a prompt (no past; and into a static 8-slot cache, whose 7 tail rows
+    stay zero)."""
     gqa(1, 1, 4, 2, 16, past=9, softcap=2.0, local_window_size=4)
     gqa(2, 1, 4, 2, 16, past=20, packed=True, rotary="interleaved")
     gqa(1, 1, 4, 2, 16, rotary="half")
