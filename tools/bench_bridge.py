@@ -14,7 +14,6 @@ import statistics
 import time
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 

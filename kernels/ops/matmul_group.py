@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import host_blas
 from ..fusion_siblings import GROUP_DOMAIN, GROUP_OP
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
@@ -97,7 +96,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         a = a.astype(np.float32)
     if at["accuracy_level"] == 4 and at["base"][1] == "MatMulNBits":
         a = quantize_a_blockwise(a, at["block_size"])
-    y = host_blas.matmul(a, p.consts["w"])
+    y = np.matmul(a, p.consts["w"])
     ep = at["epilogue"]
     if ep.get("bias"):
         y = apply_float_epilogue(y, ep, p.consts)

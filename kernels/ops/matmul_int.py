@@ -22,7 +22,6 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._mm import (check_fits, exact_int_matmul, int_bound, matmul_dims, planned_cost, quantize_float,
                   requantize, static_plan)
-from ._util import arg
 
 # op -> (A, B, a_zp, b_zp, a_scale, b_scale, y_scale, y_zp, bias) input indices (None: absent)
 _SLOTS = {

@@ -38,19 +38,3 @@ def test_blas_threads_zero_leaves_the_process_setting_alone():
         assert _blas_threads() == 2
         del sess
         gc.collect()
-
-
-def test_large_matmuls_get_the_host_threads_back_small_ones_do_not(monkeypatch):
-    from npu_ep.kernels import host_blas
-
-    seen = []
-    real = np.matmul
-    monkeypatch.setattr(host_blas.np, "matmul", lambda a, b: seen.append(_blas_threads()) or real(a, b))
-    with threadpool_limits(limits=2, user_api="blas"):
-        sess = npu_session(_model())
-        host_blas.matmul(np.ones((256, 256), np.float32), np.ones((256, 512), np.float32))  # 33.5 M MACs
-        host_blas.matmul(np.ones((1, 256), np.float32), np.ones((256, 512), np.float32))
-        host_blas.matmul(np.ones((1, 1024), np.float32), np.ones((1024, 1024), np.float32))  # GEMV streaming 4 MiB
-        assert seen == [2, 1, 2] and _blas_threads() == 1
-        del sess
-        gc.collect()
