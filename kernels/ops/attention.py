@@ -406,9 +406,10 @@ def bench_gqa_decode(batch: int = 1, past: int = 512, num_heads: int = 32, kv_nu
     """Host time per call of the kernel vs ORT CPU for one GQA decode step (S = 1, ``past`` cached tokens).
 
     Returns ``{"npu_ms", "ort_ms", "ratio"}``; numbers are host wall time, not the emulated NPU time.
-    Note: the two [B, Nkv, P+1, H] presents come from the node's buffer pool (``_present_buffer``); fresh ones were
-    most of the kernel's time here (glibc trims multi-MB blocks back to the OS on free, so every call page-faulted
-    them in again; ORT's arena allocator avoids that too).
+    Note: the two [B, Nkv, P+1, H] presents come from the node's buffer pool (``_present_buffer``). Fresh ones per
+    call were most of the kernel's time in a fresh process (glibc served them as new mmaps: ~1000 page faults,
+    ~4 ms per call); with a warmed-up allocator (or NpuEP's retain_host_memory) this shape is memory-bound and the
+    kernel's time is mostly the prefix copy and the K/V reads.
     Run: ``python -m npu_ep.kernels.ops.attention``.
     """
     import onnxruntime as ort
