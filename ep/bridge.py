@@ -23,7 +23,7 @@ from .capability import EPCONTEXT, Capability, analyze
 from .compiler import compile_partition
 from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
-from ..kernels.host_blas import blas_threads
+from ..kernels.host_blas import allow_split, blas_threads
 from .log import logger
 from .program import Program
 
@@ -50,6 +50,9 @@ class EpSession:
         self._blas = blas_threads(self.options.blas_threads) if self.options.blas_threads > 0 else None
         if self._blas is not None:
             self._blas.__enter__()
+        self._split = self.options.host_threads >= 2
+        if self._split:
+            allow_split(True)
         LIVE_SESSIONS.add(self)
 
     # -- GetCapability -------------------------------------------------------------------------------------------
@@ -109,6 +112,9 @@ class EpSession:
         if self._blas is not None:
             self._blas.__exit__(None, None, None)
             self._blas = None
+        if self._split:
+            allow_split(False)
+            self._split = False
 
 
 def create_ep(ep_name: str, config: Mapping[str, str]) -> EpSession:

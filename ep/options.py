@@ -22,6 +22,7 @@ class EpOptions:
     partition_policy: str = "max_coverage"  # or "cost_aware"
     bridge_cost_us: float | None = None  # cost of one CPU<->NPU crossing for cost_aware (None: policy default)
     blas_threads: int = 1  # BLAS threads while NpuEP sessions live; 0: leave the process setting alone
+    host_threads: int = 2  # host threads one large matmul may use (its halves on the caller's and a helper thread)
     retain_host_memory: bool = True  # keep freed host memory mapped for reuse (glibc thresholds, ep.host_memory)
     record_tensors: bool = False  # debug: keep every intermediate tensor of the last run (npu-report --compare)
     log_level: str = "warning"
@@ -42,6 +43,7 @@ _PROVIDER_KEYS = {
                       "python -m npu_ep.tools.bench_bridge)",
     "blas_threads": "BLAS threads while NpuEP sessions are alive (default 1; 0 leaves the process "
                     "setting alone)",
+    "host_threads": "1 | 2 (default 2): host threads one large matmul may use (kernels/host_blas.py)",
     "retain_host_memory": "0 | 1 (default 1): keep freed host memory mapped for the next run instead of "
                           "returning it to the OS (process-wide glibc malloc thresholds)",
     "record_tensors": "0 | 1: record intermediate tensors inside partitions (debug)",
@@ -95,6 +97,7 @@ def parse(config: Mapping[str, str]) -> EpOptions:
         partition_policy=policy,
         bridge_cost_us=bridge_cost,
         blas_threads=_int("blas_threads", provider.get("blas_threads", "1")),
+        host_threads=_int("host_threads", provider.get("host_threads", "2")),
         retain_host_memory=_bool("retain_host_memory", provider.get("retain_host_memory", "1")),
         record_tensors=_bool("record_tensors", provider.get("record_tensors", "0")),
         log_level=level,

@@ -3,16 +3,18 @@ quality (emulated cycles / roofline bound) per target.
 
     python -m npu_ep.tools.bench_kernels [--reps 20]
 
-Host time, medians, same process, same inputs: the kernel alone (prepared once, run N times, one BLAS thread as
-NpuEP runs it), the single-op model through a real NpuEP session (graph assignment checked), and ORT's CPU EP on
-the same model; ratio = NpuEP session / CPU EP (targets: <= 2x for GEMMs, <= 3x for the int4 GEMV; the GQA decode
-row has no target in the issue and is printed for reference).
+Host time, medians, same process, same inputs: the kernel alone (prepared once, run N times, one BLAS thread),
+the single-op model through a real NpuEP session (graph assignment checked), and ORT's CPU EP on the same model;
+ratio = NpuEP session / CPU EP (targets: <= 2x for GEMMs, <= 3x for the int4 GEMV; the GQA decode row has no
+target in the issue and is printed for reference). The kernel column runs with one host thread; a
+session splits large matmuls over two (provider option ``host_threads``, ``kernels/host_blas.py``).
 Planner quality: roofline_cycles(macs, compulsory DMA bytes) / plan cycles (target >= 0.8 for large GEMMs).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 
@@ -51,10 +53,11 @@ def _gqa_decode(past: int = 512, num_heads: int = 32, kv_heads: int = 8, head: i
              "sl": np.full((1,), past, np.int32), "tot": np.array(past + 1, np.int32)}
     ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
            for k, v in feeds.items()]
-    # present shapes left open: ORT's schema infers P (a shared KV buffer) where the CPU kernel returns P + 1
+    # presents declared P + 1, as ORT's CPU kernel returns them (its schema infers P, a shared KV buffer, and
+    # warns about the merge: sessions here log errors only)
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, num_heads * head]),
-            helper.make_tensor_value_info("pk_out", TensorProto.FLOAT, None),
-            helper.make_tensor_value_info("pv_out", TensorProto.FLOAT, None)]
+            helper.make_tensor_value_info("pk_out", TensorProto.FLOAT, [1, kv_heads, past + 1, head]),
+            helper.make_tensor_value_info("pv_out", TensorProto.FLOAT, [1, kv_heads, past + 1, head])]
     node = helper.make_node("GroupQueryAttention", list(feeds), ["y", "pk_out", "pv_out"], domain="com.microsoft",
                             num_heads=num_heads, kv_num_heads=kv_heads)
     g = helper.make_graph([node], "bench", ins, outs)
@@ -104,6 +107,7 @@ def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
     import npu_ep
 
     so = ort.SessionOptions()
+    so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     sess = ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0,
                                 providers=[(npu_ep.get_ep_name(), {"target": target, "cache_dir": ""})])
@@ -114,6 +118,7 @@ def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
 
 
 def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float, float]]:
+    """(label, kernel ms, NpuEP ms, CPU EP ms, NpuEP / CPU EP) per case."""
     from ..kernels.host_blas import blas_threads
 
     rows = []
@@ -134,8 +139,11 @@ def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float
         for got, want in zip(npu.run(None, feeds), ours):
             np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-4, atol=1e-3)
         t_ort = _median_time(lambda: sess.run(None, feeds), reps)
+        del npu  # the kernel column: no live session, so no two-thread split (kernels/host_blas.py)
+        gc.collect()
         with blas_threads(1):
             t_ours = _median_time(lambda: k.run(p, args), reps)
+        npu = _npu_session(model, target.name)
         t_npu = _median_time(lambda: npu.run(None, feeds), reps)
         rows.append((name, t_ours * 1e3, t_npu * 1e3, t_ort * 1e3, t_npu / t_ort))
     return rows
@@ -172,9 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--target", default="npu-ref")
     args = ap.parse_args(argv)
     print(f"host wall time, median of {args.reps} (target {args.target})")
-    print(f"{'op':36} {'kernel ms':>10} {'NpuEP ms':>9} {'CPU EP ms':>10} {'NpuEP/CPU':>10}")
+    print(f"{'op':38} {'kernel ms':>9} {'NpuEP ms':>9} {'CPU EP ms':>9} {'NpuEP/CPU':>9}")
     for name, ours, npu, cpu, ratio in host_table(args.reps, Target.load(args.target)):
-        print(f"{name:36} {ours:10.3f} {npu:9.3f} {cpu:10.3f} {ratio:10.2f}")
+        print(f"{name:38} {ours:9.3f} {npu:9.3f} {cpu:9.3f} {ratio:9.2f}")
     print("\nplanner quality: roofline / emulated cycles (>= 0.8 wanted)")
     for tname, label, text in planner_table():
         print(f"{tname:9} {label:22} {text}")

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import host_blas
 from ..cost import matmul_cost
 from ..planner import PlanError, TilePlan, plan_matmul
 from ..registry import OpCost, Prepared
@@ -39,11 +40,11 @@ def exact_int_matmul(a: np.ndarray, b: np.ndarray, bound_a: int, bound_b: int, t
     k = a.shape[-1]
     chunk = max(1, int(_EXACT // max(1, bound_a * bound_b)))
     if chunk >= k:
-        return np.matmul(a, b)
+        return host_blas.matmul(a, b)
     chunk = max(tk, chunk // tk * tk) if chunk >= tk else chunk
     acc = None
     for k0 in range(0, k, chunk):  # accumulation order over K tiles, int32 like the NPU accumulator
-        part = np.matmul(a[..., k0:k0 + chunk], b[..., k0:k0 + chunk, :]).astype(np.int32)
+        part = host_blas.matmul(a[..., k0:k0 + chunk], b[..., k0:k0 + chunk, :]).astype(np.int32)
         acc = part if acc is None else np.add(acc, part, out=acc)
     return acc
 

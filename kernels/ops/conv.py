@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import host_blas
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -132,7 +133,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         acc = exact_int_matmul(cols, c["w"], at["bound_a"], at["bound_b"], p.target.tile[2])
         acc = acc.astype(np.int32, copy=False)
     else:
-        acc = np.matmul(cols, c["w"])
+        acc = host_blas.matmul(cols, c["w"])
     y = acc.transpose(1, 0, 2).reshape(n, oh, ow, grp * mg)
     if "bias" in c:
         y = y + c["bias"].astype(y.dtype)

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import host_blas
+from ..cost import matmul_cost
 from ..fusion_siblings import GROUP_DOMAIN, GROUP_OP
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
-from ..cost import matmul_cost
 from ._mm import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
 from .matmul_nbits import quantize_a_blockwise
@@ -96,7 +97,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         a = a.astype(np.float32)
     if at["accuracy_level"] == 4 and at["base"][1] == "MatMulNBits":
         a = quantize_a_blockwise(a, at["block_size"])
-    y = np.matmul(a, p.consts["w"])
+    y = host_blas.matmul(a, p.consts["w"])
     ep = at["epilogue"]
     if ep.get("bias"):
         y = apply_float_epilogue(y, ep, p.consts)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import host_blas
 from ...quantization.matmul_nbits import MatMulNBitsWeights, dequantize_b
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
@@ -99,7 +100,7 @@ def run_nbits(p: Prepared, inputs) -> list[np.ndarray]:
     a32 = a.astype(np.float32) if a.dtype != np.float32 else a
     if at["accuracy_level"] == 4:
         a32 = quantize_a_blockwise(a32, at["block_size"])
-    y = np.matmul(a32, p.consts["w"])
+    y = host_blas.matmul(a32, p.consts["w"])
     if at["runtime_bias"]:
         y += arg(p, inputs, 5).astype(np.float32)
     y = apply_float_epilogue(y, at["epilogue"], p.consts)

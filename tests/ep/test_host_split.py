@@ -1,0 +1,60 @@
+"""Large matmuls run as two halves on two host threads while a session allows it (provider option host_threads),
+with the same result as one np.matmul; small ones stay on the calling thread; host_threads=1 sessions do not allow it."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+from onnx import helper
+from npu_testing import F32, make_model, npu_session
+
+from npu_ep.kernels import host_blas
+
+RNG = np.random.default_rng(3)
+
+
+def _model():
+    return make_model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", F32, [2])],
+                      [helper.make_tensor_value_info("y", F32, [2])])
+
+
+def _threads_used(monkeypatch, a, b) -> tuple[set[str], np.ndarray]:
+    seen, real = set(), np.matmul
+
+    def spy(x, y, **kw):
+        seen.add(threading.current_thread().name)
+        return real(x, y, **kw)
+
+    monkeypatch.setattr(host_blas.np, "matmul", spy)
+    out = host_blas.matmul(a, b)
+    monkeypatch.setattr(host_blas.np, "matmul", real)
+    return seen, out
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((1, 256, 512), (512, 640)),  # rows split: 84 M MACs
+                                             ((1, 1, 2048), (2048, 1100))])  # one row: columns split, 9 MB of B
+def test_large_products_split_over_two_threads_same_result(monkeypatch, a_shape, b_shape):
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    b = RNG.standard_normal(b_shape).astype(np.float32)
+    sess = npu_session(_model())
+    seen, out = _threads_used(monkeypatch, a, b)
+    assert len(seen) == 2 and any(n.startswith("npu_ep-matmul") for n in seen)
+    np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-4)
+    seen, _ = _threads_used(monkeypatch, a[..., :8, :], b[:, :64])  # small: one call on this thread
+    assert seen == {threading.current_thread().name}
+    del sess
+    gc.collect()
+
+
+def test_sessions_count_in_and_out_and_host_threads_1_does_not_allow_it():
+    before = host_blas._split_enabled
+    one = npu_session(_model(), {"host_threads": "1"})
+    assert host_blas._split_enabled == before
+    two = npu_session(_model())
+    assert host_blas._split_enabled == before + 1
+    del one, two
+    gc.collect()
+    assert host_blas._split_enabled == before
