@@ -1,20 +1,19 @@
-"""BLAS threads for the emulated NPU's kernels.
+"""Host threads for the emulated NPU's matmuls.
 
-The kernels run numpy BLAS inside ORT's process, whose intra-op thread pool also wants both cores. OpenBLAS's own
-worker threads then contend with ORT's (spinning) threads: on a 2-core machine the prefill of a tiny LLM measured
-46 ms median / 502 ms worst with the default BLAS threads versus 7.7 ms with one (an ad-hoc
-profiling script, not kept; ``python -m npu_ep.tools.bench_llm`` shows TTFT as it is now). The NPU is one device
-driven from one thread, so while NpuEP sessions are alive BLAS runs with a fixed thread count (provider option
-``blas_threads``, default 1; 0 leaves the process setting alone) and the host's setting comes back when the last
-session is released. Two ways of using more threads were tried and dropped:
-- switching per partition call: OpenBLAS resizes its thread pool on every change, ~10 us per call;
-- giving large matmuls the host's threads back for their duration: ORT spins its intra-op workers for the whole
-  ``session.run`` (``session.intra_op.allow_spinning``, on by default), so a second BLAS thread fights a spinning
-  ORT worker for the other core. A 128x1024x1024 MatMul took 19 ms per run that way instead of 3 ms (ad-hoc), and
-  the tiny Llama's 128-token prefill 173 ms instead of 14 ms (``bench_llm``).
-Whoever runs NpuEP sessions with ``allow_spinning=0`` on an otherwise idle machine can raise ``blas_threads``.
+The kernels run numpy BLAS inside ORT's process, whose intra-op thread pool also wants the cores. OpenBLAS's own
+worker threads busy-wait for each other, so they stall whenever anything else runs: on a 2-core machine the
+prefill of a tiny LLM measured 46 ms median / 502 ms worst with the default BLAS threads versus 7.7 ms with one
+(an ad-hoc profiling script, not kept; ``python -m npu_ep.tools.bench_llm`` shows TTFT as it is now). So while
+NpuEP sessions are alive OpenBLAS runs with a fixed thread count (provider option ``blas_threads``, default 1; 0
+leaves the process setting alone) and the host's setting comes back when the last session is released.
+
+Large products still use two cores: ``matmul`` cuts them in halves, the second on one helper thread (provider
+option ``host_threads``, default 2; see the constants below). Tried and dropped on the way:
+- switching OpenBLAS's thread count per partition call: it resizes its pool on every change, ~10 us per call;
+- giving large matmuls OpenBLAS's threads back for their duration: under any other load (ORT's spinning
+  workers, another process) its threads stall each other. A 128x1024x1024 MatMul took 19 ms per run that way
+  instead of 3 ms (ad-hoc), and the tiny Llama's 128-token prefill 173 ms instead of 14 ms (``bench_llm``).
 """
-
 from __future__ import annotations
 
 import threading
