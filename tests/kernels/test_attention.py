@@ -205,6 +205,36 @@ def test_first_prompt_right_padded_batch_valid_rows():
         assert_close(got[i], want[i], TOL32, f"present {i}")
 
 
+@pytest.mark.parametrize("packed,runtime_caches,rotary", [(False, False, "half"), (True, True, "interleaved"),
+                                                             (False, True, None)])
+def test_first_prompt_batch1_right_padded(packed, runtime_caches, rotary):
+    """The tiny-Llama prefill: B = 1, S = 8 bucket holding 5 real tokens (seqlens_k = [4], total = S), empty
+    past [1, Nkv, 0, H], position_ids 0..4 then 0 for the padding. Real rows of the output and the presents match
+    ORT. (The padding rows of present_key do not: ORT 1.31's CPU kernel rotates row s by position_ids[b, 0] + s,
+    the kernel by position_ids[b, s]; no query ever reads them.)"""
+    from _vector_ortref import run_ort
+    s, n, nkv, h, valid = 8, 8, 2, 32, 5
+    d = (n + 2 * nkv) * h if packed else n * h
+    inputs = [("q", rand((1, s, d), seed=1), False), None if packed else ("k", rand((1, s, nkv * h), seed=2), False),
+              None if packed else ("v", rand((1, s, nkv * h), seed=3), False),
+              ("pk", np.zeros((1, nkv, 0, h), np.float32), False), ("pv", np.zeros((1, nkv, 0, h), np.float32), False),
+              ("seqlens_k", np.array([valid - 1], np.int32), False), ("total", np.array(s, np.int32), False)]
+    attrs = {"num_heads": n, "kv_num_heads": nkv}
+    if rotary:
+        cos, sin = _cache(h // 2)
+        pos = np.array([list(range(valid)) + [0] * (s - valid)], np.int64)
+        inputs += [("cos", cos, not runtime_caches), ("sin", sin, not runtime_caches), ("position_ids", pos, False)]
+        attrs.update(do_rotary=1, rotary_interleaved=int(rotary == "interleaved"))
+    outs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
+    model = make_model("GroupQueryAttention", inputs, outs, attrs, domain="com.microsoft")
+    want = run_ort(model, feeds_of(inputs))
+    got, _, _ = run_npu(model, feeds_of(inputs))
+    assert_close(got[0][:, :valid], want[0][:, :valid], TOL32, "real rows")
+    for i in (1, 2):
+        assert got[i].shape == (1, nkv, s, h)
+        assert_close(got[i][:, :, :valid], want[i][:, :, :valid], TOL32, f"present {i}")
+
+
 def test_long_prefill_runs_in_query_row_blocks(monkeypatch):
     """A tiny scores budget forces the row-blocked path (3 query rows per block); results still match ORT."""
     from npu_ep.kernels.ops import attention
