@@ -17,6 +17,7 @@ import numpy as np
 
 from ..kernels.registry import KernelDef, OpCost, Prepared
 from .log import logger
+from .weight_arena import pack_constants
 
 
 class NpuRuntimeError(RuntimeError):
@@ -74,6 +75,7 @@ class Program:
                        tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, st)
                       for st in steps]
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
+        self.arena_bytes = pack_constants(st.prepared for st in steps)  # weights as one huge-page stream
 
     def rebind(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
         """Accept ORT's I/O order (an EPContext node's order can differ from the fused node it was compiled from)."""

@@ -1,0 +1,40 @@
+"""Pack a program's large constants (weights) into one contiguous arena backed by huge pages.
+
+Why: a decode step streams every weight of the model once (the GEMVs are memory-bound). Separate arrays of
+0.25-1 MiB sit on 4 KiB pages, whose boundaries stop the hardware prefetcher and cost a TLB miss each; one arena
+of >= 4 MiB is madvised to 2 MiB huge pages by numpy and read as one stream. Ad-hoc, this VM: the 17 weight
+GEMVs of a tiny-Llama decode step took 0.38 ms from an arena vs 0.44 ms from separate arrays.
+
+The kernels see the same arrays as before (same dtype, shape, values, C-contiguous); only where they live
+changes. Constants below ``MIN_BYTES`` stay where they are, and nothing is packed when the total would not reach
+the huge-page threshold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..kernels.registry import Prepared
+
+MIN_BYTES = 64 << 10  # smaller constants (scales, biases, norms) are not worth moving
+HUGE_PAGE_ARENA = 4 << 20  # numpy madvises allocations from this size on to huge pages
+ALIGN = 64
+
+
+def pack_constants(prepared: Iterable[Prepared]) -> int:
+    """Move every constant array of ``MIN_BYTES`` or more into one arena; returns the arena's size in bytes."""
+    big = [(p, key, arr) for p in prepared for key, arr in p.consts.items()
+           if isinstance(arr, np.ndarray) and arr.nbytes >= MIN_BYTES and arr.dtype.kind in "fiub"]
+    total = sum(-(-arr.nbytes // ALIGN) * ALIGN for _, _, arr in big)
+    if total < HUGE_PAGE_ARENA:
+        return 0
+    arena = np.empty(total + ALIGN, np.uint8)
+    offset = (-arena.ctypes.data) % ALIGN
+    for p, key, arr in big:
+        view = arena[offset:offset + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+        view[...] = arr
+        p.consts[key] = view
+        offset += -(-arr.nbytes // ALIGN) * ALIGN
+    return total
