@@ -124,18 +124,29 @@ def _qk_v(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None, n
             value.reshape(b, s, nkv, h))
 
 
-def _cos_sin(p: Prepared, inputs, idx: int | np.ndarray, interleaved: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Wide cos and signed sin rows (rotary.wide_cos / signed_sin) at positions ``idx`` (an int: one row view).
+def _cos_sin(p: Prepared, inputs, idx: int | slice | np.ndarray, interleaved: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Wide cos and signed sin rows (rotary.wide_cos / signed_sin) at positions ``idx`` (an int or a slice: views).
 
-    Constant caches get both tables built once per node (memo); runtime caches only the gathered rows.
+    Constant caches get both tables built once per node (memo), stacked as one [2, max_pos, R] array so that an
+    array of positions is one gather (``take``) for both; runtime caches only the gathered rows.
     """
     tables = p.memo.get("rope")
-    if tables is not None:
-        return tables[0][idx], tables[1][idx]
-    if len(inputs) > 8 and (inputs[7] is not None or inputs[8] is not None):  # runtime caches
-        return wide_cos(arg(p, inputs, 7)[idx], interleaved), signed_sin(arg(p, inputs, 8)[idx], interleaved)
-    tables = p.memo["rope"] = (wide_cos(p.consts["in7"], interleaved), signed_sin(p.consts["in8"], interleaved))
+    if tables is None:
+        if len(inputs) > 8 and (inputs[7] is not None or inputs[8] is not None):  # runtime caches
+            return wide_cos(arg(p, inputs, 7)[idx], interleaved), signed_sin(arg(p, inputs, 8)[idx], interleaved)
+        tables = p.memo["rope"] = _rope_tables(p.consts["in7"], p.consts["in8"], interleaved)
+    if isinstance(idx, np.ndarray):
+        rows = tables[2].take(idx, axis=1)
+        return rows[0], rows[1].reshape(idx.shape + tables[1].shape[1:])
     return tables[0][idx], tables[1][idx]
+
+
+def _rope_tables(cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(wide cos [P, R], signed sin [P, 2, R/2] or [P, R/2, 2], both stacked as [2, P, R]); the first two are views
+    of the third."""
+    ssin = signed_sin(sin, interleaved)
+    both = np.stack((wide_cos(cos, interleaved), ssin.reshape(ssin.shape[0], -1)))
+    return both[0], both[1].reshape(ssin.shape), both
 
 
 def _rope(p: Prepared, inputs, qk: np.ndarray, past_b: list[int]) -> None:
