@@ -17,7 +17,6 @@ option ``host_threads``, default 2; see the constants below). Tried and dropped 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
 
@@ -75,47 +74,87 @@ class BlasThreads:
 # OpenBLAS's own threads busy-wait for each other, which turns any other load on the machine into stalls (a
 # 128x1024x1024 MatMul took 19 ms instead of 3 ms). Instead, a large product is cut in two halves (rows of A, or
 # columns of B for one-row products) and the second half runs on one helper thread, each half single-threaded
-# BLAS; under load the halves simply take turns. Below these sizes the hand-off (~50 us on this VM) costs more
-# than it saves (ad-hoc: 32x256x1024 0.32 -> 0.37 ms; 128x1024x1024 4.3 -> 2.7 ms; 1x2048x2048 0.59 -> 0.40 ms).
+# BLAS; under load the halves simply take turns. The hand-off is a pair of locks (~18 us round trip on this VM;
+# a ThreadPoolExecutor took ~53 us). Ad-hoc, quiet machine, one thread -> two: 128x1024x1024 4.3 -> 2.7 ms,
+# 1x2048x2048 0.59 -> 0.40 ms; but inside a decode loop, splitting the tiny Llama's 0.1-0.3 ms products (from
+# 8 M MACs or 1 MiB of B) made steps slower (ITL 2.0-2.7 -> 3.3-3.7 ms): the thresholds stay high.
 SPLIT_MACS = 1 << 26
 SPLIT_B_BYTES = 8 << 20
 
-_helper_lock = threading.Lock()
-_helper: "ThreadPoolExecutor | None" = None
+
+class _Helper:
+    """One helper thread that runs the second half of a split matmul; one caller at a time owns it."""
+
+    def __init__(self) -> None:
+        self._owner = threading.Lock()  # held by the caller whose half is in flight
+        self._go = threading.Lock()     # released by the owner to start the helper
+        self._done = threading.Lock()   # released by the helper when its half is written
+        self._go.acquire()
+        self._done.acquire()
+        self._job: tuple | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._loop, name="npu_ep-matmul", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self._go.acquire()
+            a, b, out = self._job
+            try:
+                np.matmul(a, b, out=out)
+            except BaseException as exc:  # handed to the owner, which raises it
+                self._error = exc
+            self._done.release()
+
+    def start(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+        """Start ``out[...] = a @ b`` on the helper; False (nothing started) if another caller owns it."""
+        if not self._owner.acquire(blocking=False):
+            return False
+        self._job = (a, b, out)
+        self._go.release()
+        return True
+
+    def wait(self) -> None:
+        self._done.acquire()
+        error, self._job, self._error = self._error, None, None
+        self._owner.release()
+        if error is not None:
+            raise error
+
+
+_state_lock = threading.Lock()
+_helper: _Helper | None = None
 _split_enabled = 0  # live sessions that allow it (provider option host_threads >= 2)
 
 
 def allow_split(enable: bool) -> None:
     """Count a session in (``enable``) or out of the split; matmuls split while at least one allows it."""
-    global _split_enabled
-    with _helper_lock:
+    global _split_enabled, _helper
+    with _state_lock:
         _split_enabled = max(0, _split_enabled + (1 if enable else -1))
-
-
-def _executor() -> "ThreadPoolExecutor":
-    global _helper
-    with _helper_lock:
-        if _helper is None:
-            _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="npu_ep-matmul")
-        return _helper
+        if _split_enabled and _helper is None:
+            _helper = _Helper()
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul`` for float operands with a 2-D ``b``; large products run as two halves on two threads."""
+    """``np.matmul``; with a 2-D ``b``, a large product runs as two halves on two threads."""
     k = a.shape[-1]
     rows = a.size // k if k else 0
     n = b.shape[-1]
-    if (not _split_enabled or b.ndim != 2 or a.ndim < 1 or (rows * n * k < SPLIT_MACS and b.nbytes < SPLIT_B_BYTES)
-            or (rows < 2 and n < 2)):
+    helper = _helper
+    if (not _split_enabled or helper is None or b.ndim != 2 or a.ndim < 1 or (rows < 2 and n < 2)
+            or (rows * n * k < SPLIT_MACS and b.nbytes < SPLIT_B_BYTES)):
         return np.matmul(a, b)
     out = np.empty((*a.shape[:-1], n), np.result_type(a.dtype, b.dtype))
     if a.ndim >= 2 and a.shape[-2] >= 2:
         h = a.shape[-2] // 2
-        parts = ((a[..., :h, :], b, out[..., :h, :]), (a[..., h:, :], b, out[..., h:, :]))
+        first, second = (a[..., :h, :], b, out[..., :h, :]), (a[..., h:, :], b, out[..., h:, :])
     else:
         h = n // 2
-        parts = ((a, b[:, :h], out[..., :h]), (a, b[:, h:], out[..., h:]))
-    second = _executor().submit(np.matmul, *parts[1][:2], out=parts[1][2])
-    np.matmul(*parts[0][:2], out=parts[0][2])
-    second.result()
+        first, second = (a, b[:, :h], out[..., :h]), (a, b[:, h:], out[..., h:])
+    if not helper.start(*second):  # another thread's half is in flight: this product runs whole here
+        return np.matmul(a, b)
+    try:
+        np.matmul(first[0], first[1], out=first[2])
+    finally:
+        helper.wait()
     return out
