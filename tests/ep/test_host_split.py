@@ -58,3 +58,26 @@ def test_sessions_count_in_and_out_and_host_threads_1_does_not_allow_it():
     del one, two
     gc.collect()
     assert host_blas._split_enabled == before
+
+
+def test_concurrent_callers_share_the_helper_and_all_get_their_own_result():
+    sess = npu_session(_model())
+    a = [RNG.standard_normal((1, 128, 512)).astype(np.float32) for _ in range(4)]
+    b = RNG.standard_normal((512, 1100)).astype(np.float32)  # 72 M MACs: splits when the helper is free
+    want = [np.matmul(x, b) for x in a]
+    errors = []
+
+    def work(i):
+        for _ in range(10):
+            got = host_blas.matmul(a[i], b)
+            if not np.allclose(got, want[i], rtol=1e-5, atol=1e-4):
+                errors.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    del sess
+    gc.collect()
