@@ -92,7 +92,7 @@ def _rsqrt(v: float) -> float:
     return math.inf if v == 0.0 else math.nan
 
 
-def _inv_rms(s: np.ndarray, axis: int, eps: float) -> np.ndarray:
+def inv_rms(s: np.ndarray, axis: int, eps: float) -> np.ndarray:
     """rsqrt(sum(s^2) / D + eps) over the axes from ``axis`` of float32 ``s`` (see the module docstring), as a
     float32 array of the statistics shape; a single row gives a 0-d array (numpy multiplies by a 0-d array
     faster than by a Python float)."""
@@ -112,7 +112,7 @@ def _inv_rms(s: np.ndarray, axis: int, eps: float) -> np.ndarray:
 
 
 def _inv_stat(inv: np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:
-    """The inv_std_var output from ``_inv_rms``'s result (a single row's 0-d array becomes [1, ..., 1])."""
+    """The inv_std_var output from ``inv_rms``'s result (a single row's 0-d array becomes [1, ..., 1])."""
     if inv.ndim != ndim:
         inv = inv.reshape((1,) * ndim)
     return _store(inv, dtype)
@@ -159,7 +159,7 @@ def _rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     axis, n_out, inv_dt, _ = _setup(p, x.ndim)
     xf = _f32(x)
-    inv = _inv_rms(xf, axis, p.attrs["epsilon"])
+    inv = inv_rms(xf, axis, p.attrs["epsilon"])
     y = np.multiply(xf, _param(p, inputs, 1, x.ndim))
     y *= inv
     if n_out == 1:
@@ -175,7 +175,7 @@ def _skip_rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
     bias = _param(p, inputs, 3, ndim)
     if bias is not None:
         s += bias
-    inv = _inv_rms(s, ndim - 1, p.attrs["epsilon"])
+    inv = inv_rms(s, ndim - 1, p.attrs["epsilon"])
     y = np.multiply(s, _param(p, inputs, 2, ndim))
     y *= inv
     outs = [_store(y, x.dtype)]

@@ -1,0 +1,96 @@
+"""RMS-norm prologue fusion inside a partition: SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization whose
+normalized output feeds exactly one float matmul become one synthetic ``npu::NormMatMul``.
+
+Why: in a decoder every RMS norm feeds a projection (q/k/v, gate/up, lm_head). On the NPU the row statistics are
+a prologue of the matmul's A load: ``y = ((s * inv) * gamma) @ W = (s * inv) @ (gamma[:, None] * W)`` with
+``inv = rsqrt(mean(s^2) + eps)`` per row, so gamma folds into W's rows at compile time and the normalized tensor
+never makes a DRAM round trip. On the host it is one kernel call instead of two.
+
+Rules (all must hold): the norm normalizes the last axis of a float32 input with a constant gamma (and constant
+bias, Skip*); its normalized output is not a graph output and has exactly one consumer, which reads it as input 0
+(A); the consumer is a float ``MatMul`` with a constant 2-D B, a plain ``MatMulNBits`` or an ``npu::MatMulGroup``
+of them, with accuracy_level 0 (level 4 quantizes the normalized A per block, which a folded gamma would change);
+the norm's statistics outputs (mean, inv_std_var) are unused; the target lists ``npu::NormMatMul``. Skip*'s sum
+output (the residual) stays an output of the fused node.
+"""
+
+from __future__ import annotations
+
+from .node import NodeInfo
+from .support import why_not
+from .target import Target
+
+FUSED_DOMAIN, FUSED_OP = "npu", "NormMatMul"
+_NORMS = {("", "SimplifiedLayerNormalization"), ("com.microsoft", "SkipSimplifiedLayerNormalization")}
+_GROUP = ("npu", "MatMulGroup")
+
+
+def _plain_consumer(nd: NodeInfo) -> bool:
+    """A float matmul whose constant weights can take gamma in their rows."""
+    if nd.key == ("", "MatMul"):
+        b = nd.input(1)
+        return b is not None and b.value is not None and b.value.ndim == 2
+    if nd.key == ("com.microsoft", "MatMulNBits"):
+        return int(nd.attr("accuracy_level", 0)) != 4 and all(
+            v.missing or v.is_constant for v in nd.inputs[1:])
+    return False
+
+
+def _foldable_consumer(nd: NodeInfo) -> bool:
+    if nd.key == _GROUP:
+        return all(_plain_consumer(m) for m in nd.attrs["members"])
+    return _plain_consumer(nd)
+
+
+def _norm_ok(nd: NodeInfo, users: dict[str, list[int]]) -> bool:
+    if nd.key not in _NORMS:
+        return False
+    x = nd.input(0)
+    if x is None or x.dtype is None or x.dtype.name != "float32" or x.shape is None:
+        return False
+    skip = nd.op_type == "SkipSimplifiedLayerNormalization"
+    if not skip and int(nd.attr("axis", -1)) not in (-1, len(x.shape) - 1):
+        return False
+    consts = (2, 3) if skip else (1,)
+    if any(nd.input(i) is not None and nd.input(i).value is None for i in consts) or nd.input(consts[0]) is None:
+        return False
+    stats = nd.outputs[1:3] if skip else nd.outputs[1:2]
+    return all(v.missing or (not v.is_graph_output and not users.get(v.name)) for v in stats)
+
+
+def fuse_norms(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+    """Return the node list with foldable norm -> matmul pairs merged into ``npu::NormMatMul``."""
+    if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
+        return nodes
+    users: dict[str, list[int]] = {}
+    for i, nd in enumerate(nodes):
+        for v in nd.inputs:
+            if not v.missing:
+                users.setdefault(v.name, []).append(i)
+    replace: dict[int, NodeInfo] = {}
+    absorbed: set[int] = set()
+    for i, nd in enumerate(nodes):
+        if not _norm_ok(nd, users):
+            continue
+        y = nd.outputs[0]
+        readers = users.get(y.name, [])
+        if y.is_graph_output or len(readers) != 1 or readers[0] in absorbed or readers[0] in replace:
+            continue
+        mm = nodes[readers[0]]
+        if mm.inputs[0].name != y.name or any(v.name == y.name for v in mm.inputs[1:]) or not _foldable_consumer(mm):
+            continue
+        skip = nd.op_type == "SkipSimplifiedLayerNormalization"
+        outputs = tuple(mm.outputs) + ((nd.outputs[3],) if skip and len(nd.outputs) > 3 and not nd.outputs[3].missing
+                                       else ())
+        norm_inputs = nd.inputs[:4] if skip else nd.inputs[:2]
+        fused = NodeInfo(
+            index=nd.index, name=f"{nd.name}+{mm.name}", op_type=FUSED_OP, domain=FUSED_DOMAIN,
+            inputs=(*norm_inputs, *mm.inputs[1:]), outputs=outputs,
+            attrs={"norm": nd, "matmul": mm, "n_norm_inputs": len(norm_inputs),
+                   "fused_nodes": [nd.name, *mm.attrs.get("fused_nodes", [mm.name])]},
+            since_version=nd.since_version)
+        if why_not(fused, target) is not None:
+            continue
+        replace[i] = fused
+        absorbed.add(readers[0])
+    return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]
