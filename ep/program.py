@@ -108,7 +108,7 @@ class Program:
         t0 = perf_counter_ns()
         if self._input_perm is not None:
             inputs = tuple([inputs[i] for i in self._input_perm])
-        env: list[Any] = [None] * self.n_slots
+        env: list[Any] = [None] * (self.n_slots + 1)  # the extra last slot stays None: in_slots -1 read it
         env[: len(inputs)] = inputs
         signature = tuple([a.shape for a in inputs])
         stats = self._stats.get(signature)
@@ -117,7 +117,7 @@ class Program:
         step_shapes: list[list] | None = [] if stats is None else None
         record = self.record
         for run, prepared, in_slots, out_slots, release, step in self._plan:
-            args = [env[s] if s >= 0 else None for s in in_slots]
+            args = [env[s] for s in in_slots]
             if step_shapes is not None:
                 step_shapes.append([a.shape if a is not None else None for a in args])
             try:
