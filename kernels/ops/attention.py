@@ -24,9 +24,9 @@ so the matrix unit sees m = G*S rows even in decode (S = 1) and K/V are read onc
 Host (numpy) implementation: a decode step is ~15 small numpy calls, so calls, not FLOPs, are its cost.
   * Q|K are copied once into a contiguous compute-dtype scratch; rotary (wide cos / signed sin tables built once
     per node for constant caches) and the Q scale run in place on it.
-  * both presents are views of one [2, B, Nkv, T, H] buffer from a per-node pool (at most _POOL_SLOTS buffers of
-    up to _POOL_BYTES each), reused once ORT has copied and dropped the previous outputs; a reused buffer only
-    re-zeroes the rows its last use left nonzero past the new valid length.
+  * both presents are views of one [2, B, Nkv, T, H] buffer from a per-node pool (``_kv_pool``), reused once
+    ORT has copied and dropped the previous outputs; a reused buffer only re-zeroes the rows its last use left
+    nonzero past the new valid length.
   * only keys [lo, hi) some query can see are read, so a decode step needs no mask; other shapes add a cached
     0/-inf bias where needed. One new token of one sequence (every decode step of a batch-1 generation) runs a
     flat copy of the whole op (_one_token); a batch-1 first prompt with no past to carry (every prefill of a
@@ -45,8 +45,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
-import threading
 import time
 
 import numpy as np
@@ -55,6 +53,7 @@ from ..cost import dma_cycles
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from ._kv_pool import present_buffer
 from ._util import arg, stash_constants
 from ._vector import itemsize_of, transcendental
 from .rotary import rotate_inplace, signed_sin, wide_cos
@@ -162,43 +161,6 @@ def _rope(p: Prepared, inputs, qk: np.ndarray, past_b: list[int]) -> None:
     rotate_inplace(qk, cos[:, :, None], ssin[:, :, None], interleaved)  # rows broadcast over heads
 
 
-_POOL_BYTES = 16 << 20  # present buffers up to this size are kept per node and reused (larger: allocated per call)
-_POOL_SLOTS = 2  # per node: one in flight to ORT, one being filled
-_POOL_LOCK = threading.Lock()
-
-
-def _calibrate(pool: list) -> int:
-    for slot in pool:  # the same expression as the check in _present_buffer
-        return sys.getrefcount(slot[0])
-
-
-_FREE_REFS = _calibrate([[np.empty(0), 0]])  # reference count of a buffer that only its pool slot holds
-
-
-def _present_buffer(p: Prepared, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, list]:
-    """A [2, B, Nkv, T, H] buffer for both presents and its slot [buffer, dirty rows]: rows >= dirty are zero.
-
-    Why a pool: a fresh present costs a memset of its zero tail, and once glibc trims the heap (multi-MB presents)
-    a page fault per 4 KiB; ORT's own arena has neither. A buffer is reused only when nothing but its slot refers
-    to it (every numpy view holds a reference to it), i.e. ORT has copied the previous outputs and dropped them.
-    """
-    if math.prod(shape) * dtype.itemsize > _POOL_BYTES:
-        return np.empty(shape, dtype), [None, shape[3]]
-    with _POOL_LOCK:  # check-and-take is atomic: the caller's reference marks the buffer busy from here on
-        pool = p.memo.get("present_pool")
-        if pool is None:
-            pool = p.memo["present_pool"] = []
-        for slot in pool:
-            if sys.getrefcount(slot[0]) == _FREE_REFS:
-                if slot[0].shape != shape or slot[0].dtype != dtype:
-                    slot[:] = [np.empty(shape, dtype), shape[3]]
-                return slot[0], slot
-        slot = [np.empty(shape, dtype), shape[3]]
-        if len(pool) < _POOL_SLOTS:
-            pool.append(slot)
-        return slot[0], slot
-
-
 def _presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None, k_new: np.ndarray,
               v_new: np.ndarray, past_b: list[int], t_buf: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """present_key/present_value [B, Nkv, T, H] from the new rows k_new, v_new [B, S, Nkv, H]: each batch's valid
@@ -209,7 +171,7 @@ def _presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None,
     prefix and one new row, not the whole zero tail.
     """
     b, s, nkv, h = v_new.shape
-    kv, slot = _present_buffer(p, (2, b, nkv, t_buf, h), dtype)
+    kv, slot = present_buffer(p, (2, b, nkv, t_buf, h), dtype)
     dirty = slot[1]
     start = past_b[0]
     spans = ((slice(None), start),) if b == 1 or past_b.count(start) == b else \
@@ -320,7 +282,7 @@ def _one_token(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, v
         interleaved = bool(a["rotary_interleaved"])
         cos, ssin = _cos_sin(p, inputs, pb if pos is None else int(pos.item()), interleaved)
         rotate_inplace(x[:n + nkv], cos, ssin, interleaved)
-    kv, slot = _present_buffer(p, (2, 1, nkv, t_buf, h), query.dtype)
+    kv, slot = present_buffer(p, (2, 1, nkv, t_buf, h), query.dtype)
     if pb:
         kv[0, 0, :, :pb] = 0 if past_k is None else past_k[0, :, :pb]
         kv[1, 0, :, :pb] = 0 if past_v is None else past_v[0, :, :pb]
@@ -495,8 +457,8 @@ def bench_gqa_decode(batch: int = 1, past: int = 512, num_heads: int = 32, kv_nu
     """Host time per call of the kernel vs ORT CPU for one GQA decode step (S = 1, ``past`` cached tokens).
 
     Returns ``{"npu_ms", "ort_ms", "ratio"}``; numbers are host wall time, not the emulated NPU time.
-    Note: the two [B, Nkv, P+1, H] presents come from the node's buffer pool (``_present_buffer``). Fresh ones per
-    call were most of the kernel's time in a fresh process (glibc served them as new mmaps: ~1000 page faults,
+    Note: the two [B, Nkv, P+1, H] presents come from the node's buffer pool (``_kv_pool``). Fresh ones per call
+    were most of the kernel's time in a fresh process (glibc served them as new mmaps: ~1000 page faults,
     ~4 ms per call); with a warmed-up allocator (or NpuEP's retain_host_memory) this shape is memory-bound and the
     kernel's time is mostly the prefix copy and the K/V reads.
     Run: ``python -m npu_ep.kernels.ops.attention``.
