@@ -145,3 +145,25 @@ def test_npu_greedy_tokens_identical_to_cpu(models, kind, capsys):
     assert npu.shapes[(1, 256)].calls == DECODE_STEPS * len(PROMPTS)
     with capsys.disabled():
         print("\n" + "\n".join(lines) + f"\n{kind} on NpuEP: {on_npu}, {stats}")
+
+
+def test_four_threads_generating_on_one_npu_session_get_the_single_thread_tokens(models):
+    """Shared per-node state (present-buffer pools, the matmul split helper, memoized tables) under concurrency:
+    four threads decoding different prompts on one session produce exactly the single-threaded tokens."""
+    import threading
+
+    shared = Generator(models["int4"], providers=NPU, buckets=BUCKETS, max_kv_len=256)
+    want = [shared.generate(p, 16, keep_logits=False).tokens for p in PROMPTS[:4]]
+    got: dict[int, list[int]] = {}
+
+    def work(i: int) -> None:
+        gen = Generator(shared.session, buckets=BUCKETS, max_kv_len=256)
+        for _ in range(3):
+            got.setdefault(i, []).append(gen.generate(PROMPTS[i], 16, keep_logits=False).tokens)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(got[i] == [want[i]] * 3 for i in range(4)), (got, want)
