@@ -2,7 +2,8 @@
 run, as ratios; plus the emulated NPU prefill/decode times.
 
 ``python -m npu_ep.tools.bench_llm [--model M.onnx] [--new-tokens N] [--repeats R]``. Both EPs use the same loop
-and shapes (bucketed prefill, fixed KV capacity); each is warmed up once, then the median over repeats is taken.
+and shapes (bucketed prefill, fixed KV capacity); each is warmed up once, then the repeats alternate between the
+two EPs (so a change in host load hits both) and the median over repeats is taken.
 Targets (issue 7): NpuEP host time <= 2x CPU EP for prefill, <= 3x for decode.
 """
 
@@ -22,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m npu_ep.tools.bench_llm", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="rewritten decoder .onnx (default: build + rewrite the tiny Llama)")
     ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--max-kv-len", type=int, default=512)
     args = ap.parse_args(argv)
 
@@ -47,11 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         table.add_column(col, justify="right")
     worst = {"ttft": 0.0, "itl": 0.0}
     for prompt in PROMPTS:
-        res = {}
-        for name, gen in gens.items():
+        res = {name: [] for name in gens}
+        for gen in gens.values():
             gen.generate(prompt, 2, keep_logits=False)  # warm-up (first-call costs, emulated cost per shape)
-            runs = [gen.generate(prompt, args.new_tokens, keep_logits=False) for _ in range(args.repeats)]
-            res[name] = runs
+        for _ in range(args.repeats):  # interleaved, so both EPs see the same host load over time
+            for name, gen in gens.items():
+                res[name].append(gen.generate(prompt, args.new_tokens, keep_logits=False))
         npu, cpu = res["NpuEP"], res["CPU EP"]
         assert all(r.tokens == cpu[0].tokens for r in npu + cpu), "NpuEP and CPU EP tokens differ"
         med = lambda rs, f: statistics.median(f(r) for r in rs)  # noqa: E731
