@@ -72,14 +72,14 @@ class BlasThreads:
 
 # --- large products on two host threads ---------------------------------------------------------------------
 # OpenBLAS's own threads busy-wait for each other, which turns any other load on the machine into stalls (a
-# 128x1024x1024 MatMul took 19 ms instead of 3 ms). Instead, a large product is cut in two halves (rows of A, or
-# columns of B for one-row products) and the second half runs on one helper thread, each half single-threaded
-# BLAS; under load the halves simply take turns. The hand-off is a pair of locks (~18 us round trip on this VM;
-# a ThreadPoolExecutor took ~53 us). Ad-hoc, quiet machine, one thread -> two: 128x1024x1024 4.3 -> 2.7 ms,
-# 1x2048x2048 0.59 -> 0.40 ms; but inside a decode loop, splitting the tiny Llama's 0.1-0.3 ms products (from
-# 8 M MACs or 1 MiB of B) made steps slower (ITL 2.0-2.7 -> 3.3-3.7 ms): the thresholds stay high.
+# 128x1024x1024 MatMul took 19 ms instead of 3 ms). Instead, a product with many rows is cut in two halves of A's
+# rows and the second half runs on one helper thread, each half single-threaded BLAS; under load the halves simply
+# take turns. The hand-off is a pair of locks (~18 us round trip on this VM; a ThreadPoolExecutor took ~53 us).
+# Ad-hoc, one thread -> two: 128x1024x1024 4.3 -> 2.6-3.1 ms in an NpuEP session. Not split (measured slower in
+# situ): products under 64 M MACs (the tiny Llama's 32- and 128-token prefill GEMMs gained nothing) and one-row
+# products (a 1x2048x2048 GEMV split over K ran 1.1-1.2 ms vs 0.7-0.9 ms whole: two threads streaming one
+# matrix's pages).
 SPLIT_MACS = 1 << 26
-SPLIT_B_BYTES = 8 << 20
 
 
 class _Helper:
@@ -136,25 +136,17 @@ def allow_split(enable: bool) -> None:
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul``; with a 2-D ``b``, a large product runs as two halves on two threads."""
-    k = a.shape[-1]
-    rows = a.size // k if k else 0
-    n = b.shape[-1]
+    """``np.matmul``; with a 2-D ``b``, a product of many rows runs as two halves on two threads."""
     helper = _helper
-    if (not _split_enabled or helper is None or b.ndim != 2 or a.ndim < 1 or (rows < 2 and n < 2)
-            or (rows * n * k < SPLIT_MACS and b.nbytes < SPLIT_B_BYTES)):
+    if (not _split_enabled or helper is None or b.ndim != 2 or a.ndim < 2 or a.shape[-2] < 2
+            or (a.size // max(a.shape[-1], 1)) * b.shape[0] * b.shape[1] < SPLIT_MACS):
         return np.matmul(a, b)
-    out = np.empty((*a.shape[:-1], n), np.result_type(a.dtype, b.dtype))
-    if a.ndim >= 2 and a.shape[-2] >= 2:
-        h = a.shape[-2] // 2
-        first, second = (a[..., :h, :], b, out[..., :h, :]), (a[..., h:, :], b, out[..., h:, :])
-    else:
-        h = n // 2
-        first, second = (a, b[:, :h], out[..., :h]), (a, b[:, h:], out[..., h:])
-    if not helper.start(*second):  # another thread's half is in flight: this product runs whole here
+    out = np.empty((*a.shape[:-1], b.shape[1]), np.result_type(a.dtype, b.dtype))
+    h = a.shape[-2] // 2
+    if not helper.start(a[..., h:, :], b, out[..., h:, :]):  # another thread's half is in flight: run it whole
         return np.matmul(a, b)
     try:
-        np.matmul(first[0], first[1], out=first[2])
+        np.matmul(a[..., :h, :], b, out=out[..., :h, :])
     finally:
         helper.wait()
     return out

@@ -3,7 +3,8 @@ run, as ratios; plus the emulated NPU prefill/decode times.
 
 ``python -m npu_ep.tools.bench_llm [--model M.onnx] [--new-tokens N] [--repeats R]``. Both EPs use the same loop
 and shapes (bucketed prefill, fixed KV capacity); each is warmed up once, then the repeats alternate between the
-two EPs (so a change in host load hits both) and the median over repeats is taken.
+two EPs (so a change in host load hits both), each after a pause that lets the other session's ORT worker
+threads stop spinning (they keep a core busy for ~50 ms after a run), and the median over repeats is taken.
 Targets (issue 7): NpuEP host time <= 2x CPU EP for prefill, <= 3x for decode.
 """
 
@@ -11,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+SETTLE_S = 0.25  # see bench_kernels.SETTLE_S
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gen.generate(prompt, 2, keep_logits=False)  # warm-up (first-call costs, emulated cost per shape)
         for _ in range(args.repeats):  # interleaved, so both EPs see the same host load over time
             for name, gen in gens.items():
+                time.sleep(SETTLE_S)  # the other EP's ORT workers spin ~50 ms after its last run
                 res[name].append(gen.generate(prompt, args.new_tokens, keep_logits=False))
         npu, cpu = res["NpuEP"], res["CPU EP"]
         assert all(r.tokens == cpu[0].tokens for r in npu + cpu), "NpuEP and CPU EP tokens differ"

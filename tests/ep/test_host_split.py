@@ -1,5 +1,6 @@
 """Large matmuls run as two halves on two host threads while a session allows it (provider option host_threads),
-with the same result as one np.matmul; small ones stay on the calling thread; host_threads=1 sessions do not allow it."""
+with the same result as one np.matmul; small ones and one-row products stay on the calling thread; host_threads=1
+sessions do not allow it."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def _threads_used(monkeypatch, a, b) -> tuple[set[str], np.ndarray]:
     return seen, out
 
 
-@pytest.mark.parametrize("a_shape,b_shape", [((1, 256, 512), (512, 640)),  # rows split: 84 M MACs
-                                             ((1, 1, 2048), (2048, 1100))])  # one row: columns split, 9 MB of B
+@pytest.mark.parametrize("a_shape,b_shape", [((1, 256, 512), (512, 640)),  # 84 M MACs
+                                             ((3, 64, 512), (512, 1024))])  # batched A: 100 M MACs
 def test_large_products_split_over_two_threads_same_result(monkeypatch, a_shape, b_shape):
     a = RNG.standard_normal(a_shape).astype(np.float32)
     b = RNG.standard_normal(b_shape).astype(np.float32)
@@ -44,6 +45,9 @@ def test_large_products_split_over_two_threads_same_result(monkeypatch, a_shape,
     assert len(seen) == 2 and any(n.startswith("npu_ep-matmul") for n in seen)
     np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-4)
     seen, _ = _threads_used(monkeypatch, a[..., :8, :], b[:, :64])  # small: one call on this thread
+    assert seen == {threading.current_thread().name}
+    monkeypatch.setattr(host_blas, "SPLIT_MACS", 1)
+    seen, _ = _threads_used(monkeypatch, a[..., :1, :], b)  # one row (a GEMV): never split, however large
     assert seen == {threading.current_thread().name}
     del sess
     gc.collect()
