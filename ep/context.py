@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .bridge import EpSession
 
 # Bump the suffix whenever a change to the compiler or a kernel's prepared layout changes compiled programs.
-COMPILER_VERSION = f"{__version__}+c1"
+COMPILER_VERSION = f"{__version__}+c2"  # c2: sibling, SwiGLU and norm-prologue fusion; GQA tables
 COMPAT_PREFIX = "npu_ep"
 
 
