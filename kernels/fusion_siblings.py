@@ -12,10 +12,10 @@ before it leaves SRAM; the group then has one output, the last Mul's.
 
 Rules (a group forms only when all hold): members are plain MatMulNBits with equal K, block_size and
 accuracy_level and no runtime bias, or plain MatMul with a constant 2-D B; they share input A (same value name);
-no member output is a graph output of the partition unless it stays a separate output (member outputs remain
-values, so that is allowed); the target lists ``npu::MatMulGroup`` and accepts the synthetic node (its plan for
-the concatenated N must fit SRAM, ``support.why_not``). SwiGLU also needs ``swiglu`` in ``[fusion] epilogues`` and
-intermediates with no other consumer and not graph outputs.
+the target lists ``npu::MatMulGroup`` and accepts the synthetic node (its plan for the concatenated N must fit
+SRAM, ``support.why_not``). A member output may be a graph output: it stays a value of its own (a column slice).
+SwiGLU also needs ``swiglu`` in ``[fusion] epilogues`` and intermediates with no other consumer and not graph
+outputs.
 """
 
 from __future__ import annotations
