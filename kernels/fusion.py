@@ -60,15 +60,21 @@ def _qparams_ok(q: NodeInfo) -> bool:
     return True
 
 
-def fuse(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
-    """Return the node list with fusable producer/consumer chains merged into synthetic fused nodes."""
-    consumers: dict[str, list[int]] = {}
+def consumers_of(nodes: list[NodeInfo]) -> dict[str, list[int]]:
+    """Value name -> indices of the nodes that read it (shared by every fusion pass)."""
+    users: dict[str, list[int]] = {}
     for i, nd in enumerate(nodes):
         for v in nd.inputs:
             if not v.missing:
-                consumers.setdefault(v.name, []).append(i)
+                users.setdefault(v.name, []).append(i)
+    return users
+
+
+def fuse(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+    """Return the node list with fusable producer/consumer chains merged into synthetic fused nodes."""
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
+    consumers = consumers_of(nodes)
     out, absorbed = [], set()
     for i, nd in enumerate(nodes):
         if i in absorbed:

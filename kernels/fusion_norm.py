@@ -16,6 +16,7 @@ output (the residual) stays an output of the fused node.
 
 from __future__ import annotations
 
+from .fusion import consumers_of
 from .node import NodeInfo
 from .support import why_not
 from .target import Target
@@ -62,11 +63,7 @@ def fuse_norms(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     """Return the node list with foldable norm -> matmul pairs merged into ``npu::NormMatMul``."""
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
-    users: dict[str, list[int]] = {}
-    for i, nd in enumerate(nodes):
-        for v in nd.inputs:
-            if not v.missing:
-                users.setdefault(v.name, []).append(i)
+    users = consumers_of(nodes)
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
     for i, nd in enumerate(nodes):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .fusion import consumers_of
 from .node import NodeInfo
 from .support import why_not
 from .target import Target
@@ -51,15 +52,6 @@ def _member_key(nd: NodeInfo) -> tuple | None:
 
 def _out_cols(nd: NodeInfo) -> int:
     return int(nd.attr("N")) if nd.key == _NBITS else int(nd.input(1).value.shape[1])
-
-
-def _consumers(nodes: list[NodeInfo]) -> dict[str, list[int]]:
-    users: dict[str, list[int]] = {}
-    for i, nd in enumerate(nodes):
-        for v in nd.inputs:
-            if not v.missing:
-                users.setdefault(v.name, []).append(i)
-    return users
 
 
 def _swiglu(nodes: list[NodeInfo], users: dict[str, list[int]], gate: NodeInfo, up: NodeInfo
@@ -108,7 +100,7 @@ def fuse_siblings(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
         key = _member_key(nd)
         if key is not None and why_not(nd, target) is None:
             groups.setdefault(key, []).append(i)
-    users = _consumers(nodes)
+    users = consumers_of(nodes)
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
     for idx in groups.values():
