@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from npu_ep.rewriter import RewriteError, RewriteOptions, rewrite
-from npu_ep.rewriter import _core
+from npu_ep.rewriter import _core, model_io
 
 MY_PASSES = ("cleanup", "qdq", "int4")
 
@@ -94,7 +94,7 @@ def test_ir_model_is_rewritten_in_place_and_options_object_works():
 
 
 def test_save_uses_external_data_above_threshold(tmp_path, monkeypatch):
-    monkeypatch.setattr(_core, "EXTERNAL_DATA_THRESHOLD", 1000)
+    monkeypatch.setattr(model_io, "EXTERNAL_DATA_THRESHOLD", 1000)
     result = rewrite(_model(), passes=("int4",))
     path = result.save(tmp_path / "out.onnx")
     assert (tmp_path / "out.onnx.data").is_file()
