@@ -26,7 +26,7 @@ def program_to_parts(program: Program) -> tuple[dict[str, Any], dict[str, np.nda
     steps = []
     for i, s in enumerate(program.steps):
         for cname, arr in s.prepared.consts.items():
-            arrays[f"{i}/{cname}"] = np.ascontiguousarray(arr)
+            arrays[f"{i}/{cname}"] = np.asarray(arr, order="C")  # keeps 0-d constants 0-d
         steps.append({
             "node": s.node_name, "op": s.op, "kernel": [s.kernel.domain, s.kernel.op_type],
             "in": list(s.in_slots), "out": list(s.out_slots), "release": list(s.release),

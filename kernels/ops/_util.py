@@ -22,7 +22,7 @@ def stash_constants(node: NodeInfo, consts: dict[str, np.ndarray] | None = None)
     consts = {} if consts is None else consts
     for i, v in enumerate(node.inputs):
         if not v.missing and v.value is not None:
-            consts[_key(i)] = np.ascontiguousarray(v.value)
+            consts[_key(i)] = np.asarray(v.value, order="C")  # ascontiguousarray would make 0-d values 1-d
     return consts
 
 
