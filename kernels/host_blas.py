@@ -7,8 +7,9 @@ prefill of a tiny LLM measured 46 ms median / 502 ms worst with the default BLAS
 NpuEP sessions are alive OpenBLAS runs with a fixed thread count (provider option ``blas_threads``, default 1; 0
 leaves the process setting alone) and the host's setting comes back when the last session is released.
 
-Large products still use two cores: ``matmul`` cuts them in halves, the second on one helper thread (provider
-option ``host_threads``, default 2; see the constants below). Tried and dropped on the way:
+Large products still use two cores: ``matmul`` cuts them in halves of B's columns, the second on one helper
+thread (provider option ``host_threads``, default 2; the cut depends on the shape only, so the bits do not depend
+on the thread count; see the constants below). Tried and dropped on the way:
 - switching OpenBLAS's thread count per partition call: it resizes its pool on every change, ~10 us per call;
 - giving large matmuls OpenBLAS's threads back for their duration: under any other load (ORT's spinning
   workers, another process) its threads stall each other. A 128x1024x1024 MatMul took 19 ms per run that way
@@ -72,13 +73,21 @@ class BlasThreads:
 
 # --- large products on two host threads ---------------------------------------------------------------------
 # OpenBLAS's own threads busy-wait for each other, which turns any other load on the machine into stalls (a
-# 128x1024x1024 MatMul took 19 ms instead of 3 ms). Instead, a product with many rows is cut in two halves of A's
-# rows and the second half runs on one helper thread, each half single-threaded BLAS; under load the halves simply
-# take turns. The hand-off is a pair of locks (~18 us round trip on this VM; a ThreadPoolExecutor took ~53 us).
+# 128x1024x1024 MatMul took 19 ms instead of 3 ms). Instead, a large product is cut in two halves of B's columns
+# and the second half runs on one helper thread, each half single-threaded BLAS; under load the halves simply take
+# turns. The hand-off is a pair of locks (~18 us round trip on this VM; a ThreadPoolExecutor took ~53 us).
 # Ad-hoc, one thread -> two: 128x1024x1024 4.3 -> 2.6-3.1 ms in an NpuEP session. Not split (measured slower in
 # situ): products under 64 M MACs (the tiny Llama's 32- and 128-token prefill GEMMs gained nothing) and one-row
 # products (a 1x2048x2048 GEMV split over K ran 1.1-1.2 ms vs 0.7-0.9 ms whole: two threads streaming one
 # matrix's pages).
+#
+# Determinism: whether a product is cut, and where, depends on its shape only. When the helper is busy or no
+# session allows it (host_threads=1), the same two halves run one after the other on the calling thread, so the
+# bits never depend on the thread count or the load. (Cutting only when the helper was free gave different bits:
+# BLAS takes another code path for another shape, e.g. numpy runs a one-row half as a GEMV and the whole as a
+# GEMM.) Columns rather than rows: each half reads half of B, and two halves in sequence cost what the whole does
+# (ad-hoc, single-threaded: 64x2048x2048 7.4 ms whole, 7.5 as column halves, 10.3 as row halves, which pack all
+# of B twice).
 SPLIT_MACS = 1 << 26
 
 
@@ -135,18 +144,26 @@ def allow_split(enable: bool) -> None:
             _helper = _Helper()
 
 
+def _splits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a @ b`` runs as two column halves: a function of the shapes only (see above)."""
+    return (b.ndim == 2 and a.ndim >= 2 and a.shape[-2] >= 2 and b.shape[1] >= 2
+            and (a.size // max(a.shape[-1], 1)) * b.shape[0] * b.shape[1] >= SPLIT_MACS)
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul``; with a 2-D ``b``, a product of many rows runs as two halves on two threads."""
-    helper = _helper
-    if (not _split_enabled or helper is None or b.ndim != 2 or a.ndim < 2 or a.shape[-2] < 2
-            or (a.size // max(a.shape[-1], 1)) * b.shape[0] * b.shape[1] < SPLIT_MACS):
+    """``np.matmul``; with a 2-D ``b``, a large product of many rows runs as two halves of B's columns, the second
+    on the helper thread while a session allows it and the helper is free, else after the first on this thread."""
+    if not _splits(a, b):
         return np.matmul(a, b)
     out = np.empty((*a.shape[:-1], b.shape[1]), np.result_type(a.dtype, b.dtype))
-    h = a.shape[-2] // 2
-    if not helper.start(a[..., h:, :], b, out[..., h:, :]):  # another thread's half is in flight: run it whole
-        return np.matmul(a, b)
+    h = b.shape[1] // 2
+    helper = _helper if _split_enabled else None
+    if helper is None or not helper.start(a, b[:, h:], out[..., h:]):
+        np.matmul(a, b[:, h:], out=out[..., h:])
+        np.matmul(a, b[:, :h], out=out[..., :h])
+        return out
     try:
-        np.matmul(a[..., :h, :], b, out=out[..., :h, :])
+        np.matmul(a, b[:, :h], out=out[..., :h])
     finally:
         helper.wait()
     return out
