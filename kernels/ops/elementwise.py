@@ -1,4 +1,5 @@
-"""Element-wise ops on the vector unit: arithmetic, comparisons, Where, Cast and activations.
+"""Element-wise ops on the vector unit: arithmetic, comparisons, logic, variadic Min/Max/Sum/Mean, Where, Cast,
+math and activations (activations with attributes and Clip/PRelu: ``activation.py``).
 
 Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is computed in float32 and rounded once on
 store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor.
@@ -54,6 +55,18 @@ _BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], float, 
     "Greater": (np.greater, 1.0, 0.0),
     "LessOrEqual": (np.less_equal, 1.0, 0.0),
     "GreaterOrEqual": (np.greater_equal, 1.0, 0.0),
+    "And": (np.logical_and, 1.0, 0.0),
+    "Or": (np.logical_or, 1.0, 0.0),
+    "Xor": (np.logical_xor, 1.0, 0.0),
+}
+
+# Variadic ops (1..N inputs broadcast together): op -> (pairwise fn, ops per extra input, transcendental ops).
+# Min/Max propagate NaN like ORT; Sum/Mean accumulate in the compute dtype and round once on store.
+_VARIADIC: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], float, float]] = {
+    "Min": (np.minimum, 1.0, 0.0),
+    "Max": (np.maximum, 1.0, 0.0),
+    "Sum": (np.add, 1.0, 0.0),
+    "Mean": (np.add, 1.0, 0.0),  # then one multiply by 1/N
 }
 
 
@@ -88,6 +101,12 @@ def _reciprocal(x: np.ndarray) -> np.ndarray:
         return np.reciprocal(x)
 
 
+def _log(x: np.ndarray) -> np.ndarray:
+    """log(0) = -inf and log(x < 0) = nan, as ORT, without numpy's warnings."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(x)
+
+
 # op -> (fn on the compute dtype, ops/element, transcendental ops/element)
 _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
     "Relu": (lambda x: np.maximum(x, x.dtype.type(0)), 1.0, 0.0),
@@ -101,6 +120,14 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
     "Tanh": (np.tanh, 0.0, 1.0),
     "Gelu": (_gelu_erf, 3.0, 1.0),  # opset 20; approximate="tanh" switches to _gelu_tanh
     "FastGelu": (_gelu_tanh, 5.0, 1.0),  # com.microsoft
+    "Sin": (np.sin, 0.0, 1.0),
+    "Cos": (np.cos, 0.0, 1.0),
+    "Log": (_log, 0.0, 1.0),
+    "Floor": (np.floor, 1.0, 0.0),
+    "Ceil": (np.ceil, 1.0, 0.0),
+    "Round": (np.rint, 1.0, 0.0),  # ONNX Round: half to even, as rint
+    "Not": (np.logical_not, 1.0, 0.0),
+    "IsNaN": (np.isnan, 1.0, 0.0),
 }
 _MS_UNARY = ("Gelu", "FastGelu")
 
@@ -129,6 +156,8 @@ def _cost(p: Prepared, shapes) -> OpCost:
     out = np.broadcast_shapes(*present) if present else ()
     n = int(np.prod(out, dtype=np.int64))
     row = _BINARY.get(op) or _UNARY.get(op) or (None, 1.0, 0.0)
+    if op in _VARIADIC:
+        row = (None, _VARIADIC[op][1] * max(len(present) - 1, 1), _VARIADIC[op][2])
     b_in = sum(nbytes(s, sz) for s, sz in zip(shapes, p.attrs["in_itemsizes"]) if s is not None)
     return stream_cost(p, n, b_in, n * p.attrs["out_itemsize"], row[1], row[2])
 
@@ -176,6 +205,19 @@ def _fast_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [_store(p, _gelu_tanh(xc), x)]
 
 
+def _variadic_runner(op: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
+    """The run function of one variadic op: ``fn`` folded over every input in the compute dtype."""
+    def run(p: Prepared, inputs) -> list[np.ndarray]:
+        xs = [arg(p, inputs, i) for i in range(len(inputs))]
+        acc = widen(xs[0])
+        for x in xs[1:]:
+            acc = fn(acc, widen(x))
+        if op == "Mean":
+            acc = acc / acc.dtype.type(len(xs))
+        return [_store(p, acc, xs[0])]
+    return run
+
+
 def _where_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.where(arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2))]
 
@@ -200,5 +242,7 @@ for _op, (_fn, _, _) in _UNARY.items():
 register(KernelDef("", "Gelu", _prepare, _gelu_run, _cost, _check))  # opset 20; approximate="tanh" switches
 register(KernelDef("com.microsoft", "Gelu", _prepare, _gelu_run, _cost, _check))
 register(KernelDef("com.microsoft", "FastGelu", _prepare, _fast_gelu_run, _cost, _check))
+for _op, (_fn, _, _) in _VARIADIC.items():
+    register(KernelDef("", _op, _prepare, _variadic_runner(_op, _fn), _cost, _check))
 register(KernelDef("", "Where", _prepare, _where_run, _cost, _check))
 register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check))

@@ -164,3 +164,60 @@ def test_cost_transcendentals_cost_more_and_scale_with_elements():
         _, _, costs[op] = run_npu(make_model(op, [("x", x, False)], [("y", np.float32)]), {"x": x})
     assert costs["Exp"].compute_cycles > costs["Relu"].compute_cycles > 0
     assert costs["Relu"].dma_bytes == 2 * x.nbytes
+
+
+# --- ops of vision/speech models (issue 13): math, rounding, logic, variadic; also through NpuEP sessions ------
+from _ep_single import check_on_ep  # noqa: E402
+
+MATH_RANGES = {"Log": (0.01, 50.0), "Sin": (-20.0, 20.0), "Cos": (-20.0, 20.0)}
+
+
+@pytest.mark.parametrize("op", ["Sin", "Cos", "Log", "Floor", "Ceil", "Round"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_math_and_rounding_on_both_targets(op, dtype):
+    lo, hi = MATH_RANGES.get(op, (-6.0, 6.0))
+    x = rand((3, 5, 41), dtype, seed=20, lo=lo, hi=hi)
+    if op in ("Floor", "Ceil", "Round"):
+        x.reshape(-1)[:8] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, -0.0, 3.0]  # Round: half to even
+    check_on_ep(op, [("x", x, False)], [("y", dtype)], targets=("npu-ref", "npu-edge"))
+
+
+def test_log_of_zero_and_negative_without_warnings():
+    x = np.array([0.0, -1.0, 1.0, np.inf], np.float32)
+    with np.errstate(over="raise", divide="raise", invalid="raise"):
+        check_on_ep("Log", [("x", x, False)], [("y", np.float32)])
+
+
+@pytest.mark.parametrize("op", ["And", "Or", "Xor"])
+def test_logic_binary_broadcasts(op):
+    check_on_ep(op, [("a", rand((4, 1, 9), np.bool_, seed=21), False), ("b", rand((3, 9), np.bool_, seed=22), False)],
+                [("y", np.bool_)], targets=("npu-ref", "npu-edge"))
+
+
+def test_not_and_isnan():
+    check_on_ep("Not", [("a", rand((5, 7), np.bool_, seed=23), False)], [("y", np.bool_)])
+    x = np.array([[np.nan, 0.0, np.inf, -np.inf, 1.0]], np.float16)
+    check_on_ep("IsNaN", [("x", x, False)], [("y", np.bool_)], targets=("npu-ref", "npu-edge"))
+
+
+@pytest.mark.parametrize("op", ["Min", "Max", "Sum", "Mean"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_variadic_broadcasts(op, n, dtype):
+    shapes = [(2, 1, 7), (3, 1), (7,)][:n]
+    inputs = [(f"x{i}", rand(s, dtype, seed=30 + i), i == 2) for i, s in enumerate(shapes)]
+    check_on_ep(op, inputs, [("y", dtype)], targets=("npu-ref", "npu-edge"))
+
+
+@pytest.mark.parametrize("op", ["Min", "Max"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_min_max_integers(op, dtype):
+    check_on_ep(op, [("a", rand((4, 9), dtype, seed=24, lo=0, hi=9), False),
+                     ("b", rand((9,), dtype, seed=25, lo=0, hi=9), False)], [("y", dtype)])
+
+
+@pytest.mark.parametrize("op", ["Min", "Max"])
+def test_min_max_nan_propagates_like_ort(op):
+    a = np.array([np.nan, 1.0, 2.0, np.nan], np.float32)
+    b = np.array([0.0, np.nan, 1.0, np.nan], np.float32)
+    check_on_ep(op, [("a", a, False), ("b", b, False)], [("y", np.float32)])

@@ -1,0 +1,157 @@
+"""Element-wise ops whose behaviour depends on attributes or optional operands: Clip (bounds as opset-11+ inputs
+or opset-6 attributes, either may be absent), HardSigmoid, HardSwish, LeakyRelu, Elu, Selu, Softplus, Softsign,
+PRelu (slope broadcast to x) and IsInf (detect_negative/detect_positive).
+
+Numerics as the element-wise kernels: float16 widens to float32, one rounding on store; Clip and PRelu compute in
+the input dtype (Clip also takes integers; it is exact there). Clip is ``min(max(x, lo), hi)`` like ORT, so
+lo > hi gives hi everywhere.
+
+Each op is a row ``op -> (fn(x, attrs), attribute defaults, plain ops/element, transcendental ops/element)``; the
+cost is ``_vector.stream_cost`` over the output elements with DMA of every input and the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._util import arg, nbytes, stash_constants
+from ._vector import elems, itemsize_of, stream_cost, widen
+
+
+def _f(x: np.ndarray, v: float) -> np.generic:
+    """An attribute as a scalar of x's compute dtype (so fp32 math stays fp32 as in ORT)."""
+    return x.dtype.type(v)
+
+
+def _hard_sigmoid(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    y = x * _f(x, a["alpha"])
+    y += _f(x, a["beta"])
+    return np.clip(y, _f(x, 0.0), _f(x, 1.0), out=y)
+
+
+def _hard_swish(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    return x * _hard_sigmoid(x, {"alpha": 1.0 / 6.0, "beta": 0.5})
+
+
+def _leaky_relu(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    return np.where(x >= 0, x, x * _f(x, a["alpha"]))
+
+
+def _elu(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.where(x >= 0, x, np.expm1(np.minimum(x, _f(x, 0.0))) * _f(x, a["alpha"]))
+
+
+def _selu(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    neg = np.expm1(np.minimum(x, _f(x, 0.0))) * _f(x, a["alpha"])
+    return np.where(x > 0, x, neg) * _f(x, a["gamma"])
+
+
+def _softplus(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    return np.logaddexp(_f(x, 0.0), x)  # log(1 + exp(x)) without overflow
+
+
+def _softsign(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    return x / (_f(x, 1.0) + np.abs(x))
+
+
+def _is_inf(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    neg, pos = bool(a["detect_negative"]), bool(a["detect_positive"])
+    if neg and pos:
+        return np.isinf(x)
+    if pos:
+        return np.isposinf(x)
+    return np.isneginf(x) if neg else np.zeros(x.shape, np.bool_)
+
+
+# op -> (fn on the compute dtype, attribute defaults, ops/element, transcendental ops/element)
+_PARAM_UNARY: dict[str, tuple[Callable[[np.ndarray, dict[str, Any]], np.ndarray], dict[str, Any], float, float]] = {
+    "HardSigmoid": (_hard_sigmoid, {"alpha": 0.2, "beta": 0.5}, 3.0, 0.0),
+    "HardSwish": (_hard_swish, {}, 4.0, 0.0),
+    "LeakyRelu": (_leaky_relu, {"alpha": 0.01}, 2.0, 0.0),
+    "Elu": (_elu, {"alpha": 1.0}, 3.0, 1.0),
+    "Selu": (_selu, {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}, 4.0, 1.0),
+    "Softplus": (_softplus, {}, 2.0, 2.0),  # exp + log
+    "Softsign": (_softsign, {}, 2.0, 1.0),  # reciprocal
+    "IsInf": (_is_inf, {"detect_negative": 1, "detect_positive": 1}, 1.0, 0.0),
+}
+_FLOAT_ONLY = set(_PARAM_UNARY) - {"IsInf"}
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    op = node.op_type
+    out = node.outputs[0]
+    attrs: dict[str, Any] = {"op": op, "in_itemsizes": [itemsize_of(v) for v in node.inputs],
+                             "out_itemsize": itemsize_of(out),
+                             "out_dtype": out.dtype.name if out.dtype is not None else None}
+    if op in _PARAM_UNARY:
+        attrs["params"] = {k: type(v)(node.attr(k, v)) for k, v in _PARAM_UNARY[op][1].items()}
+    if op == "Clip" and (node.attr("min") is not None or node.attr("max") is not None):
+        attrs["bounds"] = [node.attr("min"), node.attr("max")]  # opset 6: attributes
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    for v in (*node.inputs, *node.outputs):
+        if not v.missing and v.dtype is None:
+            return f"{node.describe()}: {v.name} has a dtype the NPU cannot carry"
+    x = node.input(0)
+    if node.op_type in _FLOAT_ONLY | {"PRelu"} and not np.issubdtype(x.dtype, np.floating):
+        return f"{node.describe()}: {node.op_type} of {x.dtype} (only float inputs)"
+    return None
+
+
+def _out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
+    dt = p.memo.get("out_dtype")
+    if dt is None:
+        dt = p.memo["out_dtype"] = np.dtype(p.attrs["out_dtype"] or x.dtype)
+    return dt
+
+
+def _param_runner(fn: Callable[[np.ndarray, dict[str, Any]], np.ndarray]):
+    def run(p: Prepared, inputs) -> list[np.ndarray]:
+        x = arg(p, inputs, 0)
+        return [np.asarray(fn(widen(x), p.attrs["params"])).astype(_out_dtype(p, x), copy=False)]
+    return run
+
+
+def _clip_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """``min(max(x, lo), hi)`` with each bound optional (an omitted input or attribute leaves that side open)."""
+    x = arg(p, inputs, 0)
+    if "bounds" in p.attrs:
+        lo, hi = (None if b is None else x.dtype.type(b) for b in p.attrs["bounds"])
+    else:
+        lo, hi = arg(p, inputs, 1), arg(p, inputs, 2)
+    y = x
+    if lo is not None:
+        y = np.maximum(y, lo)
+    if hi is not None:
+        y = np.minimum(y, hi)
+    return [np.asarray(y)]  # no bounds: a view of x, as the movement kernels return
+
+
+def _prelu_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x, slope = arg(p, inputs, 0), arg(p, inputs, 1)
+    xc = widen(x)
+    return [np.where(xc < 0, xc * widen(slope), xc).astype(x.dtype, copy=False)]
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    op = p.attrs["op"]
+    present = [s for s in shapes if s is not None]
+    n = elems(np.broadcast_shapes(*present)) if present else 0
+    _, _, ops, trans = _PARAM_UNARY.get(op, (None, None, 2.0, 0.0))  # Clip, PRelu: compare + select
+    b_in = sum(nbytes(s, sz) for s, sz in zip(shapes, p.attrs["in_itemsizes"]) if s is not None)
+    return stream_cost(p, n, b_in, n * p.attrs["out_itemsize"], ops, trans)
+
+
+for _op, (_fn, _, _, _) in _PARAM_UNARY.items():
+    register(KernelDef("", _op, _prepare, _param_runner(_fn), _cost, _check))
+register(KernelDef("", "Clip", _prepare, _clip_run, _cost, _check))
+register(KernelDef("", "PRelu", _prepare, _prelu_run, _cost, _check))
