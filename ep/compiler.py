@@ -9,7 +9,7 @@ from ..kernels import fusion, fusion_norm, fusion_siblings
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.registry import kernel_for
 from ..kernels.target import Target
-from .program import IoSpec, Program, Step
+from .program import UNKNOWN_RANK, IoSpec, Program, Step
 
 
 class CompileError(RuntimeError):
@@ -57,7 +57,9 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
                 slot[v.name] = len(slot)
                 out_slots.append(slot[v.name])
         op = f"{n.domain}::{n.op_type}" if n.domain else n.op_type
-        steps.append(Step(n.name, op, kernel, prepared, tuple(in_slots), tuple(out_slots)))
+        declared = tuple(None if v.missing or v.is_constant else UNKNOWN_RANK if v.shape is None else tuple(v.shape)
+                         for v in n.inputs)
+        steps.append(Step(n.name, op, kernel, prepared, tuple(in_slots), tuple(out_slots), declared=declared))
     missing = [v.name for v in outputs if v.name not in slot]
     if missing:
         raise CompileError(f"partition '{name}': outputs {missing} are not produced by its nodes")

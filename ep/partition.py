@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from ..kernels.node import NodeInfo
+from ..kernels.node import NodeInfo, ValueInfo
 
 
 def _edges(nodes: Sequence[NodeInfo]) -> dict[int, set[int]]:
@@ -75,3 +75,23 @@ def partition(nodes: Sequence[NodeInfo], claimed: set[int]) -> list[list[int]]:
                 clusters.merge(a, b)
     groups = [sorted(m) for m in clusters.members.values()]
     return sorted(groups, key=lambda g: g[0])
+
+
+def boundary(group: Sequence[int], nodes: Sequence[NodeInfo]) -> tuple[list[ValueInfo], list[ValueInfo]]:
+    """The values crossing into and out of a partition, in graph order: its non-constant inputs produced outside
+    it, and its outputs read outside it or returned by the graph. These are the fused node's I/O, and each one is
+    a CPU<->NPU crossing per call."""
+    members = set(group)
+    inside = [n for n in nodes if n.index in members]
+    produced = {v.name for n in inside for v in n.outputs if not v.missing}
+    read_outside = {v.name for n in nodes if n.index not in members for v in n.inputs if not v.missing}
+    inputs: dict[str, ValueInfo] = {}
+    outputs: dict[str, ValueInfo] = {}
+    for n in inside:
+        for v in n.inputs:
+            if not v.missing and not v.is_constant and v.name not in produced:
+                inputs.setdefault(v.name, v)
+        for v in n.outputs:
+            if not v.missing and (v.is_graph_output or v.name in read_outside):
+                outputs.setdefault(v.name, v)
+    return list(inputs.values()), list(outputs.values())

@@ -20,6 +20,9 @@ from .log import logger
 from .weight_arena import pack_constants
 
 
+UNKNOWN_RANK = "?"  # a declared input shape of unknown rank (Step.declared)
+
+
 class NpuRuntimeError(RuntimeError):
     """A kernel failed at run time; the message names the node, op and input shapes."""
 
@@ -33,6 +36,7 @@ class Step:
     in_slots: tuple[int, ...]  # -1: compile-time constant or omitted optional input
     out_slots: tuple[int, ...]
     release: tuple[int, ...] = ()  # slots whose last reader is this step
+    declared: tuple[tuple | None, ...] = ()  # the graph's shapes of the runtime inputs (None: constant or omitted)
 
     def describe(self) -> str:
         return f"node '{self.node_name}' ({self.op})"
@@ -154,9 +158,9 @@ class Program:
         for i, value in enumerate(outs):
             self.recorded[f"{step.node_name}:{i}"] = np.array(value, copy=True)
 
-    def _cost(self, step_shapes: list[list]) -> RunCost:
+    def _cost(self, step_shapes: list[list], steps: Sequence[Step] | None = None) -> RunCost:
         costs = []
-        for step, shapes in zip(self.steps, step_shapes):
+        for step, shapes in zip(self.steps if steps is None else steps, step_shapes):
             known = step.prepared.attrs.get("_const_shapes", {})
             shapes = [tuple(known[str(i)]) if s is None and str(i) in known else s for i, s in enumerate(shapes)]
             try:
@@ -168,6 +172,21 @@ class Program:
         cycles = sum(c.cycles for c in costs)
         return RunCost(costs, cycles, self.target.cycles_to_seconds(cycles), sum(c.dma_bytes for c in costs))
 
+    def static_cost(self, unknown_dim: int | None = None) -> tuple[RunCost, list[tuple[Step, str]]]:
+        """The cost model on the graph's declared shapes (no run needed): what ``npu-report`` shows for a model
+        it does not run and what the cost-aware policy weighs. Symbolic dims become ``unknown_dim``; with None, a
+        step whose shapes stay symbolic is skipped and returned with the reason."""
+        shapes, skipped, kept = [], [], []
+        for step in self.steps:
+            resolved = [_resolve(s, unknown_dim) for s in step.declared]
+            if any(r is False for r in resolved):
+                ranked = all(s != UNKNOWN_RANK for s in step.declared)
+                skipped.append((step, "symbolic shape: pass --dim name=value" if ranked else "input of unknown rank"))
+                continue
+            kept.append(step)
+            shapes.append(resolved)
+        return self._cost(shapes, kept), skipped
+
     def cost_for(self, signature: tuple) -> RunCost | None:
         return self._costs.get(signature)
 
@@ -175,6 +194,19 @@ class Program:
         """Emulated NPU time of every call so far."""
         with self._lock:
             return sum(self._costs[s].seconds * c for s, (c, _) in self._stats.items() if s in self._costs)
+
+
+def _resolve(shape: tuple | None, unknown_dim: int | None) -> tuple | None | bool:
+    """A declared shape with symbolic/unknown dims replaced by ``unknown_dim``; False if that is None."""
+    if shape is None:
+        return None
+    if shape == UNKNOWN_RANK:
+        return False
+    if all(isinstance(d, int) and d >= 0 for d in shape):
+        return tuple(shape)
+    if unknown_dim is None:
+        return False
+    return tuple(d if isinstance(d, int) and d >= 0 else unknown_dim for d in shape)
 
 
 def _failure(step: Step, args: Sequence[np.ndarray | None], exc: Exception) -> NpuRuntimeError:

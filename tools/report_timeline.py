@@ -3,8 +3,9 @@
 Two sources, same output shape:
 - ``from_programs``: the compiled programs of a live session after a run (``Program.cost_for(signature)``, one
   entry per distinct input-shape signature: e.g. prefill and decode of a KV-cache model);
-- ``from_static``: the kernels' ``cost`` functions called on the model file's static shapes (``--dim`` resolves
-  symbolic dims); nodes whose shapes stay unresolved are listed with the reason instead of a number.
+- ``from_static``: every partition compiled by the real compiler and its Program costed on the model file's
+  static shapes (``--dim`` resolves symbolic dims); steps whose shapes stay unresolved are listed with the reason
+  instead of a number.
 Cycles at the target clock; seconds = cycles / clock; utilization = MACs / (cycles * peak MACs per cycle).
 """
 
@@ -14,11 +15,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..ep.capability import Capability
+from ..ep.compiler import compile_partition
+from ..ep.partition import boundary
 from ..ep.program import Program
 from ..kernels.node import NodeInfo
-from ..kernels.registry import OpCost, kernel_for
+from ..kernels.registry import OpCost
 from ..kernels.target import Target
-from .report_model import layer_of, op_name, resolve_shape
+from .report_model import layer_of
 
 
 def _op_entry(node: str, op: str, c: OpCost, target: Target) -> dict[str, Any]:
@@ -54,25 +57,22 @@ def from_programs(programs: Mapping[str, Program], target: Target) -> list[dict[
 
 def from_static(nodes: Sequence[NodeInfo], cap: Capability, names: Sequence[str], target: Target,
                 dims: Mapping[str, int]) -> list[dict[str, Any]]:
-    """Kernel cost functions on the file's shapes (no fusion, one call per partition)."""
+    """Each partition compiled by the real compiler (fusions included) and its Program costed on the file's shapes
+    (``nodes`` carry them, with ``--dim`` applied): the same programs and cost model as a run, one call each."""
     by_index = {n.index: n for n in nodes}
     out = []
     for name, group in zip(names, cap.partitions):
-        ops, skipped = [], []
-        for i in group:
-            n = by_index[i]
-            shapes = [None if v.missing or v.is_constant else resolve_shape(v, dims) for v in n.inputs]
-            if any(s is not None and not all(isinstance(d, int) for d in s) for s in shapes):
-                skipped.append({"node": n.name, "reason": "symbolic shape: pass --dim name=value"})
-                continue
-            kernel = kernel_for(n.domain, n.op_type)
-            try:
-                prepared = kernel.prepare(n, target)
-                prepared.target = target
-                cost = kernel.cost(prepared, [tuple(s) if s is not None else None for s in shapes])
-            except Exception as exc:  # report it, do not hide the partition
-                skipped.append({"node": n.name, "reason": f"cost model failed: {type(exc).__name__}: {exc}"})
-                continue
-            ops.append(_op_entry(n.name, op_name(n), cost, target))
+        inputs, outputs = boundary(group, nodes)
+        try:
+            program = compile_partition(name, [by_index[i] for i in group], inputs, outputs, target)
+        except Exception as exc:  # report it, do not hide the partition
+            skipped = [{"node": by_index[group[0]].name, "reason": f"compile failed: {type(exc).__name__}: {exc}"}]
+            out.append(_partition_entry(name, None, [], target, 0, skipped))
+            continue
+        cost, unresolved = program.static_cost()
+        unresolved_ids = {id(step) for step, _ in unresolved}
+        steps = [s for s in program.steps if id(s) not in unresolved_ids]
+        ops = [_op_entry(step.node_name, step.op, c, target) for step, c in zip(steps, cost.steps)]
+        skipped = [{"node": step.node_name, "reason": reason} for step, reason in unresolved]
         out.append(_partition_entry(name, None, ops, target, 0, skipped))
     return out

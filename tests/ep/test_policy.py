@@ -12,7 +12,9 @@ from onnx import TensorProto, helper
 
 from npu_ep.ep.capability import analyze
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.ep.policy import BRIDGE_ENV, DEFAULT_BRIDGE_US, bridge_cost_us, cost_aware_policy, crossings
+from npu_ep.ep.compiler import compile_partition
+from npu_ep.ep.partition import boundary
+from npu_ep.ep.policy import BRIDGE_ENV, DEFAULT_BRIDGE_US, bridge_cost_us, cost_aware_policy, crossings, estimate
 from npu_ep.kernels.target import Target
 from tests.npu_testing import assignment, cpu_run, make_model, npu_partitions, npu_session
 
@@ -74,6 +76,35 @@ def test_zero_bridge_cost_keeps_everything_with_positive_gain(tmp_path):
     target = Target.load(target_without(tmp_path))
     aware = analyze(nodes, target, policy=cost_aware_policy(target, bridge_us=0.0))
     assert [[nodes[i].name for i in p] for p in aware.partitions][0] == ["big_mm"]
+
+
+def conv_island_model() -> onnx.ModelProto:
+    """x -> Erf (CPU-only) -> Conv 3x3, 64 -> 64 channels at 32x32 (75 M MACs) -> Erf -> y."""
+    rng = np.random.default_rng(2)
+    inits = {"w": (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)}
+    nodes = [helper.make_node("Erf", ["x"], ["e"], name="erf_in"),
+             helper.make_node("Conv", ["e", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Erf", ["c"], ["y"], name="erf_out")]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, 64, 32, 32])],
+                      [helper.make_tensor_value_info("y", F32, [1, 64, 32, 32])], inits)
+
+
+def test_policy_costs_partitions_with_the_compiled_programs_cost_model(tmp_path):
+    """One cost model: the policy's NPU estimate is the compiled Program's cost on the declared shapes, so a Conv
+    is matrix work (its MACs at the matrix rate), not element-wise work as a per-op table would cost it."""
+    nodes = nodes_from_model(conv_island_model())
+    target = Target.load(target_without(tmp_path))
+    group = analyze(nodes, target).partitions[0]
+    assert [nodes[i].name for i in group] == ["conv"]
+    inputs, outputs = boundary(group, nodes)
+    program = compile_partition("p", [nodes[i] for i in group], inputs, outputs, target)
+    cost, skipped = program.static_cost()
+    assert not skipped and cost.steps[0].unit == "matrix" and cost.steps[0].macs == 64 * 64 * 9 * 32 * 32
+    est = estimate(group, nodes, target)
+    assert est.npu_us == pytest.approx(cost.seconds * 1e6)
+    assert est.cpu_us > est.npu_us  # 75 M MACs: worth two crossings at any plausible bridge cost
+    aware = analyze(nodes, target, policy=cost_aware_policy(target, bridge_us=10.0))
+    assert [[nodes[i].name for i in p] for p in aware.partitions] == [["conv"]]
 
 
 def best_latencies_us(sessions, feeds, runs: int = 60) -> list[float]:
