@@ -1,34 +1,27 @@
 """The rewrite pipeline: load a model, run the requested rule families in a fixed order, report, save.
 
 Each family (``cleanup``, ``qdq``, ``rope``, ``gqa``, ``int4``) is a module exposing
-``apply(model, options, report)``; here each one is wrapped in an ``onnx_ir`` ``InPlacePass`` and the passes run
-in ``ALL_PASSES`` order whatever order the user listed them in. ``apply_rule_set`` is the shared way to run
-onnxscript rules so that every family reports ``{rule: count}`` and why candidate matches were declined.
+``apply(model, options, report)``, listed in the static table ``FAMILIES``; here each one is wrapped in an
+``onnx_ir`` ``InPlacePass`` and the passes run in ``ALL_PASSES`` order whatever order the user listed them in.
+Families run their onnxscript rules through ``rule_set.apply_rule_set``, so every family reports
+``{rule: count}`` and why candidate matches were declined.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-import importlib
 import os
 import pathlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import onnx
 import onnx_ir as ir
-from onnxscript.rewriter import MatchingTracer, MatchStatus, RewriteRule, RewriteRuleSet
 
+from . import cleanup, gqa, int4, qdq, rope
 from .model_io import EXTERNAL_DATA_THRESHOLD, RewriteError, load_model, save_model, tensor_bytes  # noqa: F401
-from .options import ALL_PASSES, RewriteOptions, RewriteReport, RuleFailure
-
-MAX_FAILURES_PER_RULE = 200
-
-ProgressHook = Callable[[str, int, int], None]  # (stage, done, total)
-_progress: contextvars.ContextVar[ProgressHook | None] = contextvars.ContextVar("npu_rewrite_progress",
-                                                                                  default=None)
+from .options import ALL_PASSES, RewriteOptions, RewriteReport
 
 
 @dataclasses.dataclass
@@ -44,98 +37,21 @@ class RewriteResult:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# progress reporting (the CLI installs a rich progress bar; library callers get nothing by default)
-
-
-@contextlib.contextmanager
-def progress_hook(hook: ProgressHook | None) -> Iterator[None]:
-    """Install ``hook(stage, done, total)`` for the rewrites run inside this context."""
-    token = _progress.set(hook)
-    try:
-        yield
-    finally:
-        _progress.reset(token)
-
-
-def report_progress(stage: str, done: int, total: int) -> None:
-    """Called by long-running families (int4) after each unit of work."""
-    hook = _progress.get()
-    if hook is not None:
-        hook(stage, done, total)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# running onnxscript rules with counts and failure reasons
-
-
-_OTHER_USES = "Matched nodes have other uses preventing replacement."
-
-
-class _FailureTracer(MatchingTracer):
-    """Collects every candidate match whose check failed, with the rule's reason (not just the best match)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failures: list[RuleFailure] = []
-        self._seen: set[tuple[str, str, str]] = set()
-        self._per_rule: dict[str, int] = {}
-
-    def log(self, rule, container, node, match_result, status) -> None:  # noqa: D102 - MatchingTracer API
-        if status == MatchStatus.NO_MATCH and match_result.reason != _OTHER_USES:
-            return  # a structural mismatch: not a candidate
-        if status == MatchStatus.SUCCESS:
-            return
-        name = rule.name or str(rule)
-        node_name = node.name or f"<{node.op_type}>"
-        reason = match_result.reason or ("replacement failed" if status == MatchStatus.REPLACEMENT_FAILED
-                                         else "check failed")
-        if reason == _OTHER_USES:
-            reason = "an intermediate value has other consumers or is a graph output"
-        key = (name, node_name, reason)
-        if key in self._seen or self._per_rule.get(name, 0) >= MAX_FAILURES_PER_RULE:
-            return
-        self._seen.add(key)
-        self._per_rule[name] = self._per_rule.get(name, 0) + 1
-        self.failures.append(RuleFailure(rule=name, node=node_name, reason=reason))
-
-
-def apply_rule_set(model: ir.Model, rules: RewriteRuleSet | Iterable[RewriteRule], report: RewriteReport,
-                   *, collect_failures: bool = True) -> int:
-    """Apply ``rules`` in order (each rule over the whole graph), add ``{rule.name: count}`` to ``report``, then
-    record why the remaining candidate matches were declined. Returns the number of rewrites."""
-    rule_list: list[RewriteRule] = list(rules)
-    total = 0
-    for rule in rule_list:
-        n = RewriteRuleSet([rule]).apply_to_model(model)
-        report.add(rule.name or str(rule), n)
-        total += n
-    if collect_failures and rule_list:
-        tracer = _FailureTracer()
-        RewriteRuleSet(rule_list).apply_to_model(model, tracer=tracer)  # a tracer makes this a dry run
-        report.failures.extend(tracer.failures)
-    return total
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # the pipeline
 
 
-_FAMILY_MODULES = {name: f"{__package__}.{name}" for name in ALL_PASSES}
+# pass name -> family module (each exposes ``apply(model, options, report)``); a static table, so every family is
+# imported with the package and a typo is an import error, not a run-time surprise
+FAMILIES: dict[str, ModuleType] = {"cleanup": cleanup, "qdq": qdq, "rope": rope, "gqa": gqa, "int4": int4}
 
 
-def _family_module(name: str) -> Any:
-    """Import a family module by pass name; rope/gqa may not exist yet, which is only an error when requested."""
-    if name not in _FAMILY_MODULES:
+def _family_module(name: str) -> ModuleType:
+    """The family module of a pass name; an unknown or unregistered name is a ``RewriteError``."""
+    if name not in ALL_PASSES:
         raise RewriteError(f"unknown pass {name!r}; expected a subset of {','.join(ALL_PASSES)}")
-    try:
-        module = importlib.import_module(_FAMILY_MODULES[name])
-    except ModuleNotFoundError as e:
-        if e.name == _FAMILY_MODULES[name]:
-            raise RewriteError(f"pass {name!r} is not available: module {e.name} is not installed") from None
-        raise
-    if not callable(getattr(module, "apply", None)):
-        raise RewriteError(f"pass {name!r}: module {module.__name__} has no apply(model, options, report)")
-    return module
+    if name not in FAMILIES:
+        raise RewriteError(f"pass {name!r} is not available: no family module is registered for it")
+    return FAMILIES[name]
 
 
 class FamilyPass(ir.passes.InPlacePass):

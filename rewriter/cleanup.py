@@ -19,9 +19,9 @@ from onnxscript import optimizer
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 from onnxscript.rewriter.ort_fusions import rms_normalization, skip_normalization
 
-from ._core import apply_rule_set
-from .shape_plumbing import normalize_shape_plumbing
 from .options import RewriteOptions, RewriteReport
+from .rule_set import apply_rule_set
+from .shape_plumbing import normalize_shape_plumbing
 
 FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 

@@ -41,9 +41,9 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
 from . import gqa_rotary
-from ._core import apply_rule_set
 from .options import RewriteOptions, RewriteReport, RuleFailure
-from .rope import _ints, evaluate_values
+from .rule_set import apply_rule_set
+from .subgraph_eval import backward_slice, evaluate_values, static_ints
 
 _MASK_CASES = ((3, 0, None), (2, 3, None), (4, 0, [[1, 1, 1, 1], [1, 1, 1, 0]]), (1, 4, [[1] * 5, [1, 1, 1, 0, 0]]))
 
@@ -123,7 +123,7 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
             return fail(f"no repeat_kv but {n} query heads vs {nkv} kv heads")
         if self.repeat != "none":
             for tag in ("k", "v"):
-                axes = _ints(b[f"{tag}_5d"].producer().inputs[1]) if len(b[f"{tag}_5d"].producer().inputs) > 1 \
+                axes = static_ints(b[f"{tag}_5d"].producer().inputs[1]) if len(b[f"{tag}_5d"].producer().inputs) > 1 \
                     else None
                 if axes is None or [a % 5 for a in axes] != [2]:
                     return fail(f"repeat_kv ({tag}): Unsqueeze is not on axis 2, so heads would not be grouped")
@@ -241,8 +241,6 @@ def _to_bsd(op, x: ir.Value) -> ir.Value:
 def _verify_mask(model: ir.Model, mask: ir.Value, q: ir.Value, past_k: ir.Value, *, boolean: bool
                  ) -> ir.Value | str:
     """Return the attention_mask graph input if ``mask`` is causal+padding from it, else the reason."""
-    from .rope import backward_slice
-
     try:
         _, leaves = backward_slice(model.graph, [mask])
     except ValueError as e:

@@ -20,8 +20,9 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSe
 
 from ..quantization import MatMulNBitsWeights, quantize_matmul_nbits, repack_blocked_int4
 from ..quantization.blockwise import k_blocks
-from ._core import apply_rule_set, report_progress
 from .options import RewriteOptions, RewriteReport
+from .progress import report_progress
+from .rule_set import apply_rule_set
 
 FLOAT_TYPES = {ir.DataType.FLOAT: np.float32, ir.DataType.FLOAT16: np.float16}
 INT4_TYPES = {ir.DataType.INT4: True, ir.DataType.UINT4: False}  # dtype -> signed

@@ -20,8 +20,8 @@ import onnx_ir as ir
 from onnx_ir.passes.common import IdentityEliminationPass
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
-from ._core import apply_rule_set
 from .options import RewriteOptions, RewriteReport
+from .rule_set import apply_rule_set
 
 INT8_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
 DATA_MOVEMENT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice")

@@ -14,7 +14,7 @@ from npu_ep.models.feeds import decoder_feeds, split_outputs
 from npu_ep.models.tiny_llama import build_tiny_llama_proto
 from npu_ep.models.weights import LlamaConfig
 from npu_ep.rewriter import RewriteOptions, RewriteReport, gqa_rotary, rewrite
-from npu_ep.rewriter._core import apply_rule_set
+from npu_ep.rewriter.rule_set import apply_rule_set
 
 B, S, N, NKV, H, P, MAXP = 1, 3, 4, 2, 32, 5, 32
 CFG = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
