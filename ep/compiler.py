@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..kernels import fusion, fusion_norm, fusion_siblings
+from ..kernels.fusion import fuse_partition
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.registry import kernel_for
 from ..kernels.target import Target
@@ -23,7 +23,7 @@ def _io(values: Sequence[ValueInfo]) -> list[IoSpec]:
 def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo],
                       outputs: Sequence[ValueInfo], target: Target, *, record: bool = False) -> Program:
     """Compile the nodes of one partition; ``inputs``/``outputs`` are the fused node's I/O in ORT's order."""
-    nodes = fusion_norm.fuse_norms(fusion_siblings.fuse_siblings(fusion.fuse(list(nodes), target), target), target)
+    nodes = fuse_partition(nodes, target)
     slot: dict[str, int] = {v.name: i for i, v in enumerate(inputs)}
     steps: list[Step] = []
     for n in nodes:

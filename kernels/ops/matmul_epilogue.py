@@ -1,13 +1,13 @@
 """``npu::MatMulEpilogue``: a matmul-family op with bias / relu / quantize folded into its tile loop.
 
-Built by ``kernels.fusion.fuse``; delegates to the base kernel's prepare with the epilogue spec, so the epilogue
+Built by ``kernels.fusion.epilogue``; delegates to the base kernel's prepare with the epilogue spec, so the epilogue
 is applied in place on the accumulator (no intermediate arrays) and the cost model charges it as overlapped
 vector work instead of separate ops with DRAM round trips.
 """
 
 from __future__ import annotations
 
-from ..fusion import base_node, epilogue_consts
+from ..fusion.epilogue import base_node, epilogue_consts
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target

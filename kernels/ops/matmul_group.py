@@ -1,5 +1,5 @@
 """``npu::MatMulGroup``: sibling matmuls sharing input A as one matmul over concatenated weights (built by
-``kernels.fusion_siblings``), optionally with the SwiGLU epilogue.
+``kernels.fusion.siblings``), optionally with the SwiGLU epilogue.
 
 Compile time: every member is prepared by its own op's prepare (MatMulNBits: unpacked, zero points and scales
 folded into float32 ``W [K, N_i]``; MatMul: constant B as float32), then the weights are concatenated along N into
@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import host_blas
 from ..cost import matmul_cost
-from ..fusion_siblings import GROUP_DOMAIN, GROUP_OP
+from ..fusion.siblings import GROUP_DOMAIN, GROUP_OP
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target

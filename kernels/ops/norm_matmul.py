@@ -1,5 +1,5 @@
 """``npu::NormMatMul``: an RMS norm (Simplified / SkipSimplified) folded into the float matmul that reads it, built
-by ``kernels.fusion_norm``.
+by ``kernels.fusion.norm``.
 
 Compile time: the matmul (MatMul, MatMulNBits or MatMulGroup) is prepared by its own kernel, then the norm's gamma
 is folded into the rows of its float32 weights: ``W' = gamma[:, None] * W``.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fusion_norm import FUSED_DOMAIN, FUSED_OP
+from ..fusion.norm import FUSED_DOMAIN, FUSED_OP
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target

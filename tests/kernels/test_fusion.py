@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.fusion import fuse
+from npu_ep.kernels.fusion import PASSES
+from npu_ep.kernels.fusion.epilogue import fuse
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 from npu_ep.quantization import quantize_matmul_nbits
@@ -138,3 +139,11 @@ def test_fusion_is_cheaper_in_cost_model_and_host_time():
     assert allocated(prep_f) * 2 < allocated(prep_u)
     # and wall time, best of interleaved runs (generous: the shared machine is noisy)
     assert t_fused < t_unfused * 1.5, (t_fused, t_unfused)
+
+
+def test_every_declared_fusion_pass_produces_an_op_with_a_kernel_and_a_target_entry():
+    target = Target.load("npu-ref")
+    assert [p.name for p in PASSES] == ["epilogue", "siblings", "norm"]
+    for p in PASSES:
+        assert kernel_for(*p.produces) is not None, p.name
+        assert target.rule(*p.produces) is not None, p.name

@@ -10,8 +10,8 @@ from onnx import helper, numpy_helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.fusion_norm import fuse_norms
-from npu_ep.kernels.fusion_siblings import fuse_siblings
+from npu_ep.kernels.fusion.norm import fuse_norms
+from npu_ep.kernels.fusion.siblings import fuse_siblings
 from npu_ep.kernels.target import Target
 from npu_ep.quantization import quantize_matmul_nbits
 from tests.npu_testing import F32, assignment, cpu_run, npu_session

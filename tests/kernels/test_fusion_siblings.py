@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.fusion_siblings import fuse_siblings
+from npu_ep.kernels.fusion.siblings import fuse_siblings
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 from npu_ep.quantization import quantize_matmul_nbits

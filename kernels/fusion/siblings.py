@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .fusion import consumers_of
-from .node import NodeInfo
-from .support import why_not
-from .target import Target
+from ..node import NodeInfo
+from ..support import why_not
+from ..target import Target
+from ._graph import consumers_of
 
 GROUP_DOMAIN, GROUP_OP = "npu", "MatMulGroup"
 _NBITS = ("com.microsoft", "MatMulNBits")

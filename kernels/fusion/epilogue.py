@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from .node import NodeInfo, ValueInfo
-from .support import dtype_name, why_not
-from .target import Target
+from ..node import NodeInfo, ValueInfo
+from ..support import dtype_name, why_not
+from ..target import Target
+from ._graph import consumers_of
 
 BASES = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "MatMulNBits"), ("com.microsoft", "MatMulIntegerToFloat")}
 FUSED_DOMAIN, FUSED_OP = "npu", "MatMulEpilogue"
@@ -58,16 +59,6 @@ def _qparams_ok(q: NodeInfo) -> bool:
         axis = int(q.attr("axis", 1))
         return rank is not None and axis in (-1, rank - 1) and not q.attr("block_size", 0)
     return True
-
-
-def consumers_of(nodes: list[NodeInfo]) -> dict[str, list[int]]:
-    """Value name -> indices of the nodes that read it (shared by every fusion pass)."""
-    users: dict[str, list[int]] = {}
-    for i, nd in enumerate(nodes):
-        for v in nd.inputs:
-            if not v.missing:
-                users.setdefault(v.name, []).append(i)
-    return users
 
 
 def fuse(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:

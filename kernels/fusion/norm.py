@@ -16,10 +16,10 @@ output (the residual) stays an output of the fused node.
 
 from __future__ import annotations
 
-from .fusion import consumers_of
-from .node import NodeInfo
-from .support import why_not
-from .target import Target
+from ..node import NodeInfo
+from ..support import why_not
+from ..target import Target
+from ._graph import consumers_of
 
 FUSED_DOMAIN, FUSED_OP = "npu", "NormMatMul"
 _NORMS = {("", "SimplifiedLayerNormalization"), ("com.microsoft", "SkipSimplifiedLayerNormalization")}

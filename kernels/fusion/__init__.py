@@ -1,0 +1,42 @@
+"""The compiler's in-partition fusion passes, declared in the order they run.
+
+Each pass takes the partition's node list (topological) and returns it with some chains replaced by one
+synthetic ``npu::*`` node that a kernel in ``kernels/ops`` executes. Order matters: the sibling pass groups plain
+matmuls that the epilogue pass left alone, and the norm pass folds a norm into a matmul or a sibling group.
+A pass applies only where the target lists its fused op (``support.why_not`` on the synthetic node).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from ..node import NodeInfo
+from ..target import Target
+from . import epilogue, norm, siblings
+
+
+@dataclasses.dataclass(frozen=True)
+class FusionPass:
+    name: str
+    consumes: str  # the chain it looks for
+    produces: tuple[str, str]  # (domain, op_type) of the synthetic node
+    run: Callable[[list[NodeInfo], Target], list[NodeInfo]]
+
+
+PASSES: tuple[FusionPass, ...] = (
+    FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "
+               "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse),
+    FusionPass("siblings", "matmuls with constant weights reading the same A, and a SwiGLU tail on {gate, up}",
+               (siblings.GROUP_DOMAIN, siblings.GROUP_OP), siblings.fuse_siblings),
+    FusionPass("norm", "(Skip)SimplifiedLayerNormalization -> its only consumer, a float matmul or sibling group",
+               (norm.FUSED_DOMAIN, norm.FUSED_OP), norm.fuse_norms),
+)
+
+
+def fuse_partition(nodes: Sequence[NodeInfo], target: Target) -> list[NodeInfo]:
+    """Run every pass in order over one partition's nodes."""
+    out = list(nodes)
+    for p in PASSES:
+        out = p.run(out, target)
+    return out
