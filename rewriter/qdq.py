@@ -27,14 +27,6 @@ INT8_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
 DATA_MOVEMENT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice")
 
 
-class QdqFail(Exception):
-    """Raised inside checks with a reason; turned into ``MatchResult().fail``."""
-
-    def __init__(self, reason: str, where: ir.Value | ir.Node | None = None) -> None:
-        super().__init__(reason)
-        self.where = where
-
-
 @dataclasses.dataclass
 class QParams:
     """Quantization parameters of one Q or DQ node (constants only)."""
@@ -61,18 +53,22 @@ def _axis(node: ir.Node) -> int:
     return node.attributes.get_int("axis", 1)
 
 
-def _const(value: ir.Value | None, what: str, node: ir.Node) -> np.ndarray:
+def _const(value: ir.Value | None) -> np.ndarray | None:
     if value is None or value.const_value is None or value.is_graph_input():
-        raise QdqFail(f"{what} of {node.op_type} {node.name!r} is not a constant", value or node)
+        return None
     return value.const_value.numpy()
 
 
-def qparams(value: ir.Value) -> QParams:
-    """Params of the Q/DQ node producing ``value`` (a DQ's float output or a Q's integer output)."""
+def qparams(value: ir.Value) -> QParams | MatchResult:
+    """Params of the Q/DQ node producing ``value`` (a DQ's float output or a Q's integer output), or the failed
+    ``MatchResult`` saying why they are not usable (blocked, or a scale / zero point that is not a constant)."""
     node = value.producer()
     if node.attributes.get_int("block_size", 0):
-        raise QdqFail(f"{node.op_type} {node.name!r} is blocked; only per-tensor/per-channel units fuse", node)
-    scale_np = _const(node.inputs[1], "scale", node)
+        return MatchResult().fail(f"{node.op_type} {node.name!r} is blocked; only per-tensor/per-channel units "
+                                  "fuse", node)
+    scale_np = _const(node.inputs[1])
+    if scale_np is None:
+        return MatchResult().fail(f"scale of {node.op_type} {node.name!r} is not a constant", node.inputs[1] or node)
     zp = node.inputs[2] if len(node.inputs) > 2 else None
     if zp is not None:
         qtype = zp.dtype
@@ -81,46 +77,58 @@ def qparams(value: ir.Value) -> QParams:
     else:
         qtype = ir.DataType(node.attributes.get_int("output_dtype", 0) or ir.DataType.UINT8)
     if zp is not None:
-        zp_np = _const(zp, "zero point", node)
+        zp_np = _const(zp)
+        if zp_np is None:
+            return MatchResult().fail(f"zero point of {node.op_type} {node.name!r} is not a constant", zp)
     else:
         zp_np = np.zeros(scale_np.shape, dtype=np.int64)
     return QParams(node, node.inputs[1], zp, scale_np, zp_np.astype(np.int64), qtype)
 
 
-def _single_use(value: ir.Value, what: str) -> None:
+def unit_params(*values: ir.Value) -> list[QParams] | MatchResult:
+    """``qparams`` of each value, or the first failure."""
+    params = []
+    for v in values:
+        p = qparams(v)
+        if isinstance(p, MatchResult):
+            return p
+        params.append(p)
+    return params
+
+
+def _first_failure(*results: MatchResult) -> MatchResult:
+    """The first failed result, else a success (the checks are cheap and side-effect free)."""
+    return next((r for r in results if not r), MatchResult())
+
+
+def _single_use(value: ir.Value, what: str) -> MatchResult:
     if value.is_graph_output():
-        raise QdqFail(f"{what} {value.name!r} is a graph output", value)
+        return MatchResult().fail(f"{what} {value.name!r} is a graph output", value)
     if len(value.uses()) != 1:
-        raise QdqFail(f"{what} {value.name!r} has {len(value.uses())} consumers, a QDQ unit needs 1", value)
+        return MatchResult().fail(f"{what} {value.name!r} has {len(value.uses())} consumers, a QDQ unit needs 1",
+                                  value)
+    return MatchResult()
 
 
-def _int8(p: QParams, what: str) -> None:
+def _int8(p: QParams, what: str) -> MatchResult:
     if p.qtype not in INT8_TYPES:
-        raise QdqFail(f"{what} is {p.qtype}; the integer op takes int8/uint8", p.node)
+        return MatchResult().fail(f"{what} is {p.qtype}; the integer op takes int8/uint8", p.node)
+    return MatchResult()
 
 
-def _scalar(p: QParams, what: str) -> None:
+def _scalar(p: QParams, what: str) -> MatchResult:
     if not p.per_tensor:
-        raise QdqFail(f"{what} has per-channel scale of shape {list(p.scale_np.shape)}; needs per-tensor", p.node)
+        return MatchResult().fail(f"{what} has per-channel scale of shape {list(p.scale_np.shape)}; needs "
+                                  "per-tensor", p.node)
+    return MatchResult()
 
 
 class _QdqRule(RewriteRuleClassBase):
-    """Checks raise ``QdqFail``; this turns them into MatchResult failures with the reason."""
+    """A Q/DQ rule: ``check`` returns the first failed unit condition (``MatchResult.fail`` with the reason)."""
 
     def __init__(self, name: str, options: RewriteOptions) -> None:
         super().__init__(name)
         self.options = options
-
-    def check(self, context, **bindings) -> MatchResult:
-        result = MatchResult()
-        try:
-            self.check_unit(**bindings)
-        except QdqFail as e:
-            return result.fail(str(e), e.where)
-        return result
-
-    def check_unit(self, **bindings) -> None:
-        raise NotImplementedError
 
     @staticmethod
     def zp_input(op, p: QParams) -> ir.Value:
@@ -144,13 +152,19 @@ class DropLosslessDqQ(_QdqRule):
     def pattern(self, op, x, s1, s2):
         return _q(op, _dq(op, x, s1, "deq"), s2, "q_out")
 
-    def check_unit(self, x, deq, q_out, **_) -> None:
-        _single_use(deq, "DequantizeLinear output")
+    def check(self, context, x, deq, q_out, **_) -> MatchResult:
+        failed = _single_use(deq, "DequantizeLinear output")
+        if not failed:
+            return failed
         if q_out.is_graph_output():
-            raise QdqFail(f"QuantizeLinear output {q_out.name!r} is a graph output", q_out)
-        if not qparams(deq).same_as(qparams(q_out)):
-            raise QdqFail("DequantizeLinear and QuantizeLinear params differ (a requantization, not lossless)",
-                          q_out.producer())
+            return MatchResult().fail(f"QuantizeLinear output {q_out.name!r} is a graph output", q_out)
+        params = unit_params(deq, q_out)
+        if isinstance(params, MatchResult):
+            return params
+        if not params[0].same_as(params[1]):
+            return MatchResult().fail("DequantizeLinear and QuantizeLinear params differ (a requantization, not "
+                                      "lossless)", q_out.producer())
+        return MatchResult()
 
     def rewrite(self, op, x, **_):
         return op.Identity(x)
@@ -162,14 +176,21 @@ class DropQdqRoundTrip(_QdqRule):
     def pattern(self, op, x, s1, s2):
         return _dq(op, _q(op, x, s1, "quant"), s2, "dq_out")
 
-    def check_unit(self, x, quant, dq_out, **_) -> None:
+    def check(self, context, x, quant, dq_out, **_) -> MatchResult:
         if not self.options.drop_qdq_roundtrips:
-            raise QdqFail("Q->DQ round trip kept: it is lossy (opt in with --drop-qdq-roundtrips)", quant.producer())
-        _single_use(quant, "QuantizeLinear output")
+            return MatchResult().fail("Q->DQ round trip kept: it is lossy (opt in with --drop-qdq-roundtrips)",
+                                      quant.producer())
+        failed = _single_use(quant, "QuantizeLinear output")
+        if not failed:
+            return failed
         if dq_out.is_graph_output():
-            raise QdqFail(f"DequantizeLinear output {dq_out.name!r} is a graph output", dq_out)
-        if not qparams(quant).same_as(qparams(dq_out)):
-            raise QdqFail("QuantizeLinear and DequantizeLinear params differ", dq_out.producer())
+            return MatchResult().fail(f"DequantizeLinear output {dq_out.name!r} is a graph output", dq_out)
+        params = unit_params(quant, dq_out)
+        if isinstance(params, MatchResult):
+            return params
+        if not params[0].same_as(params[1]):
+            return MatchResult().fail("QuantizeLinear and DequantizeLinear params differ", dq_out.producer())
+        return MatchResult()
 
     def rewrite(self, op, x, **_):
         return op.Identity(x)
@@ -181,15 +202,20 @@ class QLinearMatMulFusion(_QdqRule):
     def pattern(self, op, a, sa, b, sb, sy):
         return _q(op, op.MatMul(_dq(op, a, sa, "da"), _dq(op, b, sb, "db"), _outputs=["mm"]), sy, "y")
 
-    def check_unit(self, da, db, mm, y, **_) -> None:
-        for v, what in ((da, "DequantizeLinear(A) output"), (db, "DequantizeLinear(B) output"), (mm, "MatMul output")):
-            _single_use(v, what)
-        pa, pb, py = qparams(da), qparams(db), qparams(y)
-        _int8(pa, "A"), _int8(pb, "B"), _int8(py, "output")
-        _scalar(pa, "A"), _scalar(py, "output"), _scalar(pb, "B")
+    def check(self, context, da, db, mm, y, **_) -> MatchResult:
+        failed = _first_failure(_single_use(da, "DequantizeLinear(A) output"),
+                                _single_use(db, "DequantizeLinear(B) output"), _single_use(mm, "MatMul output"))
+        if not failed:
+            return failed
+        params = unit_params(da, db, y)
+        if isinstance(params, MatchResult):
+            return params
+        pa, pb, py = params
+        return _first_failure(_int8(pa, "A"), _int8(pb, "B"), _int8(py, "output"),
+                              _scalar(pa, "A"), _scalar(py, "output"), _scalar(pb, "B"))
 
     def rewrite(self, op, a, b, da, db, y, **_):
-        pa, pb, py = qparams(da), qparams(db), qparams(y)
+        pa, pb, py = unit_params(da, db, y)
         return op.QLinearMatMul(a, pa.scale, self.zp_input(op, pa), b, pb.scale, self.zp_input(op, pb),
                                 py.scale, self.zp_input(op, py))
 
@@ -200,23 +226,31 @@ class MatMulIntegerToFloatFusion(_QdqRule):
     def pattern(self, op, a, sa, b, sb):
         return op.MatMul(_dq(op, a, sa, "da"), _dq(op, b, sb, "db"), _outputs=["mm"])
 
-    def check_unit(self, da, db, mm, **_) -> None:
-        _single_use(da, "DequantizeLinear(A) output")
-        _single_use(db, "DequantizeLinear(B) output")
-        pa, pb = qparams(da), qparams(db)
-        _int8(pa, "A"), _int8(pb, "B")
-        _scalar(pa, "A")
+    def check(self, context, da, db, mm, **_) -> MatchResult:
+        failed = _first_failure(_single_use(da, "DequantizeLinear(A) output"),
+                                _single_use(db, "DequantizeLinear(B) output"))
+        if not failed:
+            return failed
+        params = unit_params(da, db)
+        if isinstance(params, MatchResult):
+            return params
+        pa, pb = params
+        failed = _first_failure(_int8(pa, "A"), _int8(pb, "B"), _scalar(pa, "A"))
+        if not failed:
+            return failed
         if not pb.per_tensor:
             shape = db.producer().inputs[0].shape
             if _axis(pb.node) not in (-1, len(shape) - 1 if shape is not None else -1) or pb.scale_np.ndim != 1:
-                raise QdqFail("B's per-channel scale must run along its last axis (N)", pb.node)
+                return MatchResult().fail("B's per-channel scale must run along its last axis (N)", pb.node)
         if mm.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16):
-            raise QdqFail(f"MatMul output is {mm.dtype}; MatMulIntegerToFloat produces float/float16", mm)
+            return MatchResult().fail(f"MatMul output is {mm.dtype}; MatMulIntegerToFloat produces float/float16",
+                                      mm)
         if pa.scale_np.dtype != pb.scale_np.dtype:
-            raise QdqFail("A and B scales have different dtypes", pb.node)
+            return MatchResult().fail("A and B scales have different dtypes", pb.node)
+        return MatchResult()
 
     def rewrite(self, op, a, b, da, db, **_):
-        pa, pb = qparams(da), qparams(db)
+        pa, pb = unit_params(da, db)
         return op.MatMulIntegerToFloat(a, b, pa.scale, pb.scale, self.zp_input(op, pa), self.zp_input(op, pb),
                                        _domain="com.microsoft")
 
@@ -234,32 +268,45 @@ class QLinearConvFusion(_QdqRule):
             inputs.append(_dq(op, bq, sb, "dbias"))
         return _q(op, op.Conv(*inputs, _allow_other_attributes=True, _outputs=["conv"]), sy, "y")
 
-    def check_unit(self, dx, dw, conv, y, dbias=None, **_) -> None:
-        for v, what in ((dx, "DequantizeLinear(X) output"), (dw, "DequantizeLinear(W) output"),
-                        (conv, "Conv output")):
-            _single_use(v, what)
-        px, pw, py = qparams(dx), qparams(dw), qparams(y)
-        _int8(px, "X"), _int8(pw, "W"), _int8(py, "output")
-        _scalar(px, "X"), _scalar(py, "output")
+    def check(self, context, dx, dw, conv, y, dbias=None, **_) -> MatchResult:
+        failed = _first_failure(_single_use(dx, "DequantizeLinear(X) output"),
+                                _single_use(dw, "DequantizeLinear(W) output"), _single_use(conv, "Conv output"))
+        if not failed:
+            return failed
+        params = unit_params(dx, dw, y)
+        if isinstance(params, MatchResult):
+            return params
+        px, pw, py = params
+        failed = _first_failure(_int8(px, "X"), _int8(pw, "W"), _int8(py, "output"),
+                                _scalar(px, "X"), _scalar(py, "output"))
+        if not failed:
+            return failed
         if px.qtype != py.qtype:
-            raise QdqFail(f"X is {px.qtype} but output is {py.qtype}; QLinearConv needs the same type", py.node)
+            return MatchResult().fail(f"X is {px.qtype} but output is {py.qtype}; QLinearConv needs the same type",
+                                      py.node)
         if px.qtype == ir.DataType.INT8 and pw.qtype != ir.DataType.INT8:
-            raise QdqFail("int8 X needs int8 W in ORT's QLinearConv", pw.node)
+            return MatchResult().fail("int8 X needs int8 W in ORT's QLinearConv", pw.node)
         if not pw.per_tensor and (_axis(pw.node) != 0 or pw.scale_np.ndim != 1):
-            raise QdqFail("W's per-channel scale must be along axis 0 (output channels)", pw.node)
-        if dbias is not None:
-            _single_use(dbias, "DequantizeLinear(bias) output")
-            pb = qparams(dbias)
-            if pb.qtype != ir.DataType.INT32 or np.any(pb.zp_np):
-                raise QdqFail("bias must be int32 with zero point 0", pb.node)
-            want = (px.scale_np.astype(np.float64) * pw.scale_np.astype(np.float64)).reshape(-1)
-            have = np.broadcast_to(pb.scale_np.astype(np.float64).reshape(-1), want.shape) if pb.scale_np.size in (
-                1, want.size) else None
-            if have is None or not np.allclose(have, np.broadcast_to(want, have.shape), rtol=1e-6, atol=0):
-                raise QdqFail("bias scale is not x_scale * w_scale", pb.node)
+            return MatchResult().fail("W's per-channel scale must be along axis 0 (output channels)", pw.node)
+        if dbias is None:
+            return MatchResult()
+        failed = _single_use(dbias, "DequantizeLinear(bias) output")
+        if not failed:
+            return failed
+        pb = qparams(dbias)
+        if isinstance(pb, MatchResult):
+            return pb
+        if pb.qtype != ir.DataType.INT32 or np.any(pb.zp_np):
+            return MatchResult().fail("bias must be int32 with zero point 0", pb.node)
+        want = (px.scale_np.astype(np.float64) * pw.scale_np.astype(np.float64)).reshape(-1)
+        have = np.broadcast_to(pb.scale_np.astype(np.float64).reshape(-1), want.shape) if pb.scale_np.size in (
+            1, want.size) else None
+        if have is None or not np.allclose(have, np.broadcast_to(want, have.shape), rtol=1e-6, atol=0):
+            return MatchResult().fail("bias scale is not x_scale * w_scale", pb.node)
+        return MatchResult()
 
     def rewrite(self, op, x, w, dx, dw, conv, y, dbias=None, bq=None, **_):
-        px, pw, py = qparams(dx), qparams(dw), qparams(y)
+        px, pw, py = unit_params(dx, dw, y)
         attrs = {k: a for k, a in conv.producer().attributes.items()}
         args = [x, px.scale, self.zp_input(op, px), w, pw.scale, self.zp_input(op, pw), py.scale,
                 self.zp_input(op, py)]
@@ -279,19 +326,26 @@ class QLinearBinaryFusion(_QdqRule):
         v = getattr(op, self.op_type)(_dq(op, a, sa, "da"), _dq(op, b, sb, "db"), _outputs=["mid"])
         return _q(op, v, sy, "y")
 
-    def check_unit(self, da, db, mid, y, **_) -> None:
-        for v, what in ((da, "DequantizeLinear(A) output"), (db, "DequantizeLinear(B) output"),
-                        (mid, f"{self.op_type} output")):
-            _single_use(v, what)
-        params = [qparams(da), qparams(db), qparams(y)]
+    def check(self, context, da, db, mid, y, **_) -> MatchResult:
+        failed = _first_failure(_single_use(da, "DequantizeLinear(A) output"),
+                                _single_use(db, "DequantizeLinear(B) output"),
+                                _single_use(mid, f"{self.op_type} output"))
+        if not failed:
+            return failed
+        params = unit_params(da, db, y)
+        if isinstance(params, MatchResult):
+            return params
         for p, what in zip(params, ("A", "B", "output"), strict=True):
-            _int8(p, what)
-            _scalar(p, what)
+            failed = _first_failure(_int8(p, what), _scalar(p, what))
+            if not failed:
+                return failed
         if len({p.qtype for p in params}) != 1:
-            raise QdqFail(f"A, B and output types differ ({', '.join(str(p.qtype) for p in params)})", y.producer())
+            return MatchResult().fail(f"A, B and output types differ ({', '.join(str(p.qtype) for p in params)})",
+                                      y.producer())
+        return MatchResult()
 
     def rewrite(self, op, a, b, da, db, y, **_):
-        pa, pb, py = qparams(da), qparams(db), qparams(y)
+        pa, pb, py = unit_params(da, db, y)
         return op.op(f"QLinear{self.op_type}", a, pa.scale, self.zp_input(op, pa), b, pb.scale,
                      self.zp_input(op, pb), py.scale, self.zp_input(op, py), _domain="com.microsoft")
 
@@ -308,14 +362,21 @@ class QdqPassThrough(_QdqRule):
                                       _allow_other_attributes=True, _outputs=["moved"])
         return _q(op, v, s2, "y")
 
-    def check_unit(self, deq, moved, y, **_) -> None:
-        _single_use(deq, "DequantizeLinear output")
-        _single_use(moved, f"{self.op_type} output")
-        pd, pq = qparams(deq), qparams(y)
-        _int8(pd, "the moved tensor")
-        _scalar(pd, "DequantizeLinear")
+    def check(self, context, deq, moved, y, **_) -> MatchResult:
+        failed = _first_failure(_single_use(deq, "DequantizeLinear output"),
+                                _single_use(moved, f"{self.op_type} output"))
+        if not failed:
+            return failed
+        params = unit_params(deq, y)
+        if isinstance(params, MatchResult):
+            return params
+        pd, pq = params
+        failed = _first_failure(_int8(pd, "the moved tensor"), _scalar(pd, "DequantizeLinear"))
+        if not failed:
+            return failed
         if not pd.same_as(pq):
-            raise QdqFail(f"params around {self.op_type} differ (it would requantize)", y.producer())
+            return MatchResult().fail(f"params around {self.op_type} differ (it would requantize)", y.producer())
+        return MatchResult()
 
     def rewrite(self, op, x, moved, **_):
         node = moved.producer()
