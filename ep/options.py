@@ -4,6 +4,7 @@ session-level EPContext keys. Unknown keys are errors that list the valid ones."
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 
@@ -61,11 +62,31 @@ def _bool(key: str, value: str) -> bool:
     raise OptionError(f"NpuEP option {key}={value!r}: expected 0 or 1")
 
 
-def _int(key: str, value: str) -> int:
+def _int(key: str, value: str, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer option, at least ``lo`` and at most ``hi`` when given; the error names the key and the range."""
     try:
-        return int(value)
+        v = int(value)
     except ValueError:
         raise OptionError(f"NpuEP option {key}={value!r}: expected an integer") from None
+    if lo is not None and (v < lo or (hi is not None and v > hi)):
+        want = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise OptionError(f"NpuEP option {key}={value!r}: expected an integer {want}")
+    return v
+
+
+def _microseconds(key: str, value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise OptionError(f"NpuEP option {key}={value!r}: expected a number of microseconds") from None
+    if not math.isfinite(v) or v < 0:
+        raise OptionError(f"NpuEP option {key}={value!r}: expected a finite number of microseconds >= 0")
+    return v
+
+
+def _path(value: str | None) -> str | None:
+    """``~`` and ``~user`` expanded as a shell would; anything else untouched ("" keeps its meaning)."""
+    return os.path.expanduser(value) if value else value
 
 
 def parse(config: Mapping[str, str]) -> EpOptions:
@@ -86,18 +107,14 @@ def parse(config: Mapping[str, str]) -> EpOptions:
         raise OptionError(f"ep.context_embed_mode={embed}: expected 0 or 1")
     max_bytes = provider.get("cache_max_bytes")
     bridge_us = provider.get("bridge_cost_us")
-    try:
-        bridge_cost = float(bridge_us) if bridge_us else None
-    except ValueError:
-        raise OptionError(f"NpuEP option bridge_cost_us={bridge_us!r}: expected a number") from None
     return EpOptions(
-        target=provider.get("target", os.environ.get("NPU_EP_TARGET", "npu-ref")),
-        cache_dir=provider.get("cache_dir"),
-        cache_max_bytes=_int("cache_max_bytes", max_bytes) if max_bytes else None,
+        target=_path(provider.get("target", os.environ.get("NPU_EP_TARGET", "npu-ref"))),
+        cache_dir=_path(provider.get("cache_dir")),
+        cache_max_bytes=_int("cache_max_bytes", max_bytes, lo=0) if max_bytes else None,
         partition_policy=policy,
-        bridge_cost_us=bridge_cost,
-        blas_threads=_int("blas_threads", provider.get("blas_threads", "1")),
-        host_threads=_int("host_threads", provider.get("host_threads", "2")),
+        bridge_cost_us=_microseconds("bridge_cost_us", bridge_us) if bridge_us else None,
+        blas_threads=_int("blas_threads", provider.get("blas_threads", "1"), lo=0),
+        host_threads=_int("host_threads", provider.get("host_threads", "2"), lo=1, hi=2),
         retain_host_memory=_bool("retain_host_memory", provider.get("retain_host_memory", "1")),
         record_tensors=_bool("record_tensors", provider.get("record_tensors", "0")),
         log_level=level,

@@ -15,7 +15,7 @@ Schema (units in brackets; every field is validated by ``Target.from_dict`` with
 - ``[dma]``: ``bytes_per_cycle`` [B/cycle], ``latency_cycles`` [cycles per transfer], ``outstanding`` (transfers
   in flight, default 1), ``alignment_bytes`` [B, power of two: every SRAM buffer is rounded up to it].
 - ``[fusion]``: ``epilogues`` = subset of ``["bias", "relu", "quantize", "swiglu"]`` foldable into a matmul's tile
-  loop (``swiglu``: ``silu(gate) * up`` on a sibling group's accumulator, see ``kernels.fusion_siblings``).
+  loop (``swiglu``: ``silu(gate) * up`` on a sibling group's accumulator, see ``kernels.fusion.siblings``).
 - ``[ops]``: ``"domain::Op" = {dtypes = [...], max_rank, static_shapes, max_dim}`` (``dtypes`` constrain the node's
   first input; ``int4``/``uint4`` name ONNX 4-bit types, which reach kernels unpacked in int8/uint8 containers).
 """
@@ -25,6 +25,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from functools import lru_cache
@@ -43,13 +46,61 @@ class TargetError(ValueError):
     pass
 
 
-def _check_dtype(where: str, dt: str) -> None:
+def _check_dtype(where: str, dt: Any) -> None:
+    if not isinstance(dt, str):
+        raise TargetError(f"{where}: expected a dtype name, got {dt!r}")
     if dt in _EXTRA_DTYPES:
         return
     try:
         np.dtype(dt)
     except TypeError as exc:
         raise TargetError(f"{where}: unknown dtype {dt!r}") from exc
+
+
+# --- the schema: every scalar field, its kind and whether it is required, in one place -------------------------
+# Kinds: "name" (non-empty string), "text" (string), "bool", "count" (integer >= 1), "rate" (finite number > 0),
+# "cycles" (finite number >= 0). Tables not listed here (macs_per_cycle, accumulator, float_compute, epilogues,
+# ops) are checked by ``_validate`` / ``OpRule.from_dict``. Unknown fields are errors, so a misspelt field cannot
+# silently fall back to a default.
+_SECTIONS: dict[str, dict[str, tuple[str, bool]]] = {
+    "": {"name": ("name", True), "description": ("text", False), "clock_mhz": ("rate", True),
+         "sram_bytes": ("count", True), "static_shapes": ("bool", False)},
+    "matrix": {"tile_m": ("count", True), "tile_n": ("count", True), "tile_k": ("count", True)},
+    "vector": {"lanes": ("count", True), "transcendental_cycles": ("cycles", False)},
+    "dma": {"bytes_per_cycle": ("rate", True), "latency_cycles": ("cycles", True), "outstanding": ("count", False),
+            "alignment_bytes": ("count", True)},
+    "fusion": {},
+}
+_TABLES = {"": {"matrix", "vector", "dma", "fusion", "ops"},
+           "matrix": {"macs_per_cycle", "accumulator", "float_compute"}, "fusion": {"epilogues"}}
+_EXPECTED = {"name": "a non-empty string", "text": "a string", "bool": "true or false",
+             "count": "a positive int", "rate": "a positive float", "cycles": "a non-negative number"}
+
+
+def _check_value(where: str, v: Any, kind: str) -> None:
+    if kind in ("name", "text"):
+        ok = isinstance(v, str) and (kind == "text" or v != "")
+    elif kind == "bool":
+        ok = isinstance(v, bool)
+    elif kind == "count":
+        ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    else:
+        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+              and (v > 0 if kind == "rate" else v >= 0))
+    if not ok:
+        finite = " (finite)" if isinstance(v, float) and not math.isfinite(v) else ""
+        raise TargetError(f"{where}: expected {_EXPECTED[kind]}{finite}, got {v!r}")
+
+
+def _table(raw: Mapping[str, Any], key: str, where: str, required: bool = True) -> Mapping[str, Any]:
+    if key not in raw:
+        if required:
+            raise TargetError(f"{where}: missing field '{key}'")
+        return {}
+    v = raw[key]
+    if not isinstance(v, Mapping):
+        raise TargetError(f"{where}: {key} must be a table, got {v!r}")
+    return v
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,63 +119,68 @@ class OpRule:
         unknown = set(d) - {"dtypes", "max_rank", "static_shapes", "max_dim"}
         if unknown:
             raise TargetError(f"ops.{key}: unknown field(s) {sorted(unknown)}")
-        dtypes = frozenset(d.get("dtypes", ()))
+        dtypes = d.get("dtypes", [])
+        if not isinstance(dtypes, list):
+            raise TargetError(f"ops.{key}.dtypes: expected a list of dtype names, got {dtypes!r}")
         for dt in dtypes:
             _check_dtype(f"ops.{key}", dt)
         max_rank = d.get("max_rank", 6)
-        if not isinstance(max_rank, int) or max_rank < 0:
+        if not isinstance(max_rank, int) or isinstance(max_rank, bool) or max_rank < 0:
             raise TargetError(f"ops.{key}.max_rank: expected a non-negative integer, got {max_rank!r}")
-        return OpRule(dtypes, int(max_rank), d.get("static_shapes"), d.get("max_dim"))
-
-
-def _positive(raw: Mapping[str, Any], key: str, where: str, kind: type = int) -> Any:
-    if key not in raw:
-        raise TargetError(f"{where}: missing field '{key}'")
-    v = raw[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int) or v <= 0:
-        raise TargetError(f"{where}.{key}: expected a positive {kind.__name__}, got {v!r}")
-    return v
+        if "static_shapes" in d:
+            _check_value(f"ops.{key}.static_shapes", d["static_shapes"], "bool")
+        if "max_dim" in d:
+            _check_value(f"ops.{key}.max_dim", d["max_dim"], "count")
+        return OpRule(frozenset(dtypes), max_rank, d.get("static_shapes"), d.get("max_dim"))
 
 
 def _validate(raw: Mapping[str, Any], source: str) -> None:
     """Raise TargetError naming the first bad field; the dataclass then trusts the data."""
     w = f"target {source}"
-    for key in ("name", "matrix", "vector", "dma"):
-        if key not in raw:
-            raise TargetError(f"{w}: missing field '{key}'")
-    _positive(raw, "clock_mhz", w, float)
-    _positive(raw, "sram_bytes", w)
+    for section, fields in _SECTIONS.items():
+        table = _table(raw, section, w, section != "fusion") if section else raw
+        where = f"{w}: {section}." if section else f"{w}: "
+        unknown = sorted(set(table) - set(fields) - _TABLES.get(section, set()))
+        if unknown:
+            known = ", ".join(sorted(set(fields) | _TABLES.get(section, set())))
+            raise TargetError(f"{where.rstrip('. :')}: unknown field(s) {unknown} (known: {known})")
+        for key, (kind, required) in fields.items():
+            if key in table:
+                _check_value(f"{where}{key}", table[key], kind)
+            elif required:
+                raise TargetError(f"{w}: missing field '{(section + '.') if section else ''}{key}'")
     mx = raw["matrix"]
-    for key in ("tile_m", "tile_n", "tile_k"):
-        _positive(mx, key, f"{w}: matrix")
-    rates = mx.get("macs_per_cycle", {})
+    rates = _table(mx, "macs_per_cycle", f"{w}: matrix", required=False)
     if not rates:
         raise TargetError(f"{w}: matrix.macs_per_cycle must name at least one mode")
-    acc = mx.get("accumulator", {})
+    acc = _table(mx, "accumulator", f"{w}: matrix", required=False)
     for mode, rate in rates.items():
         if mode not in MATRIX_MODES:
             raise TargetError(f"{w}: matrix.macs_per_cycle: unknown mode {mode!r} (known: {', '.join(MATRIX_MODES)})")
-        _positive(rates, mode, f"{w}: matrix.macs_per_cycle")
+        _check_value(f"{w}: matrix.macs_per_cycle.{mode}", rate, "rate")
         if mode not in acc:
             raise TargetError(f"{w}: matrix.accumulator has no entry for mode {mode!r}")
-        _check_dtype(f"{w}: matrix.accumulator.{mode}", acc[mode])
+    for mode, dt in acc.items():
+        if mode not in rates:
+            raise TargetError(f"{w}: matrix.accumulator.{mode}: not a mode of matrix.macs_per_cycle")
+        _check_dtype(f"{w}: matrix.accumulator.{mode}", dt)
     fc = mx.get("float_compute", {})
     if not isinstance(fc, Mapping):
         raise TargetError(f"{w}: matrix.float_compute must map input dtype -> mode, got {fc!r}")
     for dt, mode in fc.items():
-        if mode not in rates:
+        _check_dtype(f"{w}: matrix.float_compute", dt)
+        if not isinstance(mode, str) or mode not in rates:
             raise TargetError(f"{w}: matrix.float_compute.{dt} = {mode!r} is not a mode of matrix.macs_per_cycle")
-    _positive(raw["vector"], "lanes", f"{w}: vector")
-    dma = raw["dma"]
-    _positive(dma, "bytes_per_cycle", f"{w}: dma", float)
-    if not isinstance(dma.get("latency_cycles"), (int, float)) or dma["latency_cycles"] < 0:
-        raise TargetError(f"{w}: dma.latency_cycles: expected a non-negative number, got {dma.get('latency_cycles')!r}")
-    al = _positive(dma, "alignment_bytes", f"{w}: dma")
+    al = raw["dma"]["alignment_bytes"]
     if al & (al - 1):
         raise TargetError(f"{w}: dma.alignment_bytes must be a power of two, got {al}")
-    for e in raw.get("fusion", {}).get("epilogues", []):
+    epilogues = _table(raw, "fusion", w, required=False).get("epilogues", [])
+    if not isinstance(epilogues, list):
+        raise TargetError(f"{w}: fusion.epilogues: expected a list, got {epilogues!r}")
+    for e in epilogues:
         if e not in EPILOGUES:
             raise TargetError(f"{w}: fusion.epilogues: unknown epilogue {e!r} (known: {', '.join(EPILOGUES)})")
+    _table(raw, "ops", w, required=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,9 +208,11 @@ class Target:
     @staticmethod
     def _read(path: Path) -> "Target":
         try:
-            raw = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raw = tomllib.loads(_read_bounded(path).decode())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise TargetError(f"cannot read target description {path}: {exc}") from exc
+        except RecursionError:
+            raise TargetError(f"cannot read target description {path}: nested too deeply") from None
         return Target.from_dict(raw, source=str(path))
 
     @staticmethod
@@ -212,6 +270,27 @@ class Target:
         """``nbytes`` rounded up to the DMA/SRAM alignment."""
         a = int(self.dma["alignment_bytes"])
         return -(-int(nbytes) // a) * a
+
+
+MAX_FILE_BYTES = 1 << 20  # a target description is a few KiB; anything bigger is not one
+
+
+def _read_bounded(path: Path) -> bytes:
+    """A regular file's bytes, at most ``MAX_FILE_BYTES`` (a FIFO, device or huge file is refused, never read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise OSError(f"{st.st_size} bytes, more than the {MAX_FILE_BYTES} a target description may have")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(f"more than the {MAX_FILE_BYTES} bytes a target description may have")
+    return data
 
 
 @lru_cache(maxsize=None)
