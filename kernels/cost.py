@@ -11,13 +11,10 @@ Formulas (all per op execution, at the target clock):
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from .registry import OpCost
 from .target import Target
-
-if TYPE_CHECKING:
-    from .planner import TilePlan
+from .tile_plan import TilePlan
 
 
 def dma_cycles(target: Target, nbytes: int, transfers: int = 1) -> float:
@@ -49,7 +46,7 @@ def movement_cost(target: Target, nbytes: int) -> OpCost:
 
 
 # --- matrix unit ---------------------------------------------------------------------------------------------
-def matrix_compute_cycles(plan: "TilePlan", target: Target) -> float:
+def matrix_compute_cycles(plan: TilePlan, target: Target) -> float:
     """MAC cycles: every tile is padded to native tiles, so
     ``batch * ceil(m/tile_m) * ceil(n/tile_n) * ceil(k/tile_k) * tile_m*tile_n*tile_k / macs_per_cycle[mode]``."""
     hm, hn, hk = target.tile
@@ -57,12 +54,12 @@ def matrix_compute_cycles(plan: "TilePlan", target: Target) -> float:
     return plan.batch * native * hm * hn * hk / target.mac_rate(plan.mode)
 
 
-def epilogue_cycles(plan: "TilePlan", target: Target, epilogue_ops: float) -> float:
+def epilogue_cycles(plan: TilePlan, target: Target, epilogue_ops: float) -> float:
     """Vector-unit cycles of a fused epilogue: ``batch * ceil(m*n / lanes) * epilogue_ops``."""
     return plan.batch * math.ceil(plan.m * plan.n / int(target.vector["lanes"])) * epilogue_ops
 
 
-def plan_cycles(plan: "TilePlan", target: Target, epilogue_ops: float = 0.0) -> float:
+def plan_cycles(plan: TilePlan, target: Target, epilogue_ops: float = 0.0) -> float:
     """Emulated cycles of one planned matmul.
 
     - dma = ``dma_cycles(dma_bytes, transfers)`` (latencies overlap ``dma.outstanding`` deep)
@@ -83,7 +80,7 @@ def plan_cycles(plan: "TilePlan", target: Target, epilogue_ops: float = 0.0) -> 
     return max(compute, vec, dma) + first + drain
 
 
-def matmul_cost(plan: "TilePlan", target: Target, epilogue_ops: float = 0.0) -> OpCost:
+def matmul_cost(plan: TilePlan, target: Target, epilogue_ops: float = 0.0) -> OpCost:
     """OpCost of a planned matmul; utilization = macs / (cycles * peak MACs/cycle of the plan's mode)."""
     compute = matrix_compute_cycles(plan, target) + epilogue_cycles(plan, target, epilogue_ops)
     dma = dma_cycles(target, plan.dma_bytes, plan.transfers)

@@ -29,12 +29,11 @@ SRAM budget (each buffer rounded up to ``dma.alignment_bytes``; x2 where double-
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Iterator
-from typing import Any
 
+from .cost import plan_cycles
 from .target import Target
+from .tile_plan import TilePlan
 
 _BYTES = {"float32": 4.0, "float16": 2.0, "int8": 1.0, "uint8": 1.0, "int16": 2.0, "uint16": 2.0,
           "int32": 4.0, "int4": 0.5, "uint4": 0.5}
@@ -42,77 +41,6 @@ _BYTES = {"float32": 4.0, "float16": 2.0, "int8": 1.0, "uint8": 1.0, "int16": 2.
 
 class PlanError(ValueError):
     """No tile plan fits the target (the message is a decline reason)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TilePlan:
-    """One matmul's tiling. Plain data: ``to_dict``/``from_dict`` round-trip through JSON."""
-
-    m: int
-    n: int
-    k: int
-    batch: int
-    mode: str  # matrix-unit mode: float32 | float16 | int8 | int4
-    acc_dtype: str
-    tm: int
-    tn: int
-    tk: int
-    loop_order: str  # "mnk" | "nmk"
-    resident: str  # "none" | "a" | "b" | "weights"
-    double_buffer: bool
-    block_size: int | None
-    a_bytes: float  # bytes per element in DRAM
-    b_bytes: float
-    out_bytes: float
-    sram_a: int
-    sram_b: int
-    sram_scales: int
-    sram_acc: int
-    sram_out: int
-    dma_a: int  # total bytes over all batches
-    dma_b: int
-    dma_scales: int
-    dma_out: int
-    transfers: int
-
-    # --- derived -------------------------------------------------------------------------------------------
-    @property
-    def sram_bytes(self) -> int:
-        return self.sram_a + self.sram_b + self.sram_scales + self.sram_acc + self.sram_out
-
-    @property
-    def dma_bytes(self) -> int:
-        return self.dma_a + self.dma_b + self.dma_scales + self.dma_out
-
-    @property
-    def tiles(self) -> tuple[int, int, int]:
-        """Number of tiles along (m, n, k), tails included."""
-        return -(-self.m // self.tm), -(-self.n // self.tn), -(-self.k // self.tk)
-
-    @property
-    def macs(self) -> int:
-        return self.batch * self.m * self.n * self.k
-
-    def output_tiles(self) -> Iterator[tuple[int, int, int, int, int]]:
-        """``(b, m0, m1, n0, n1)`` of every output tile in loop order (for inspection and coverage tests)."""
-        tm_, tn_, _ = self.tiles
-        for b in range(self.batch):
-            outer, inner = ((tm_, tn_) if self.loop_order == "mnk" else (tn_, tm_))
-            for o in range(outer):
-                for i in range(inner):
-                    mi, ni = (o, i) if self.loop_order == "mnk" else (i, o)
-                    yield b, mi * self.tm, min(self.m, (mi + 1) * self.tm), ni * self.tn, min(self.n, (ni + 1) * self.tn)
-
-    def k_tiles(self) -> list[tuple[int, int]]:
-        """``(k0, k1)`` of the accumulation steps of every output tile."""
-        return [(k0, min(self.k, k0 + self.tk)) for k0 in range(0, self.k, self.tk)]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> "TilePlan":
-        return TilePlan(**d)
 
 
 def elem_bytes(dtype: str) -> float:
@@ -210,7 +138,6 @@ def plan_matmul(m: int, n: int, k: int, dtype_a: str, dtype_b: str, target: Targ
     ``block_size`` is the quantization block along K). out_dtype: DRAM dtype of C (default: the accumulator's
     for integer modes, A's dtype for float modes).
     """
-    from .cost import plan_cycles  # cost depends on plans, not the other way round
 
     key = (m, n, k, dtype_a, dtype_b, target.digest, block_size, batch, out_dtype)
     if key in _CACHE:
@@ -246,16 +173,6 @@ def plan_matmul(m: int, n: int, k: int, dtype_a: str, dtype_b: str, target: Targ
                         f"(smallest {mode} tile plan {smallest.tm}x{smallest.tn}x{smallest.tk} on {target.name})")
     _CACHE[key] = best
     return best
-
-
-def check_matmul_fits(m: int, n: int, k: int, dtype_a: str, dtype_b: str, target: Target, *,
-                      block_size: int | None = None) -> str | None:
-    """Decline reason if no plan of this matmul fits ``target`` (None if one does)."""
-    try:
-        plan_matmul(m, n, k, dtype_a, dtype_b, target, block_size=block_size)
-    except PlanError as exc:
-        return str(exc)
-    return None
 
 
 def compulsory_dma_bytes(plan: TilePlan) -> int:

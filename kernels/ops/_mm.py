@@ -19,7 +19,8 @@ import numpy as np
 
 from .. import host_blas
 from ..cost import matmul_cost
-from ..planner import PlanError, TilePlan, plan_matmul
+from ..planner import PlanError, plan_matmul
+from ..tile_plan import TilePlan
 from ..registry import OpCost, Prepared
 
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npu_ep.kernels.cost import plan_cycles, roofline_cycles
-from npu_ep.kernels.planner import PlanError, TilePlan, compulsory_dma_bytes, plan_matmul
+from npu_ep.kernels.planner import PlanError, compulsory_dma_bytes, plan_matmul
+from npu_ep.kernels.tile_plan import TilePlan
 from npu_ep.kernels.target import Target
 
 TARGETS = {n: Target.load(n) for n in ("npu-ref", "npu-edge")}
