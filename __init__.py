@@ -11,7 +11,7 @@ import importlib.util
 import os
 import threading
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 _EP_NAME = "NpuEP"
 _lock = threading.Lock()

@@ -16,7 +16,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 NATIVE = ROOT / "ep" / "native"
-VERSION = "0.1.0"
+VERSION = runpy.run_path(str(ROOT / "_version.py"))["__version__"]
 
 
 class BuildNative(build_ext):
