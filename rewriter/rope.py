@@ -28,7 +28,8 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from .options import RewriteOptions, RewriteReport, RuleFailure
+from .options import RewriteOptions, RewriteReport
+from .rule_set import apply_rule_set
 from .subgraph_eval import backward_slice, evaluate_values, static_ints
 
 DEFAULT_MAX_POSITIONS = 4096
@@ -108,13 +109,31 @@ def analyse_cos_sin(model: ir.Model, cos: ir.Value, sin: ir.Value, interleaved: 
     return _CosSin(cos_cache, sin_cache, layout, pos)
 
 
+class CosSinAnalyses:
+    """The cos/sin analyses of one ``apply`` (per graph): evaluating a cos/sin pair runs ORT, and every layer reads
+    the same pair, so each pair is analysed once and its caches are emitted once, shared by all layers."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.model = model
+        self._results: dict[tuple[ir.Value, ir.Value, bool], _CosSin | str] = {}
+
+    def get(self, cos: ir.Value, sin: ir.Value, interleaved: bool) -> _CosSin | str:
+        key = (cos, sin, interleaved)
+        if key not in self._results:
+            self._results[key] = analyse_cos_sin(self.model, cos, sin, interleaved)
+        return self._results[key]
+
+    def emitted(self) -> int:
+        return sum(1 for c in self._results.values() if not isinstance(c, str) and c.values)
+
+
 # --- rules --------------------------------------------------------------------------------------------------
 class _RotaryFusion(pattern.RewriteRuleClassBase):
-    """One rule per (rotation, partial) variant; shares a cos/sin cache table across all matches."""
+    """One rule per rotation (half, interleaved); layers sharing a cos/sin pair share its cache initializers."""
 
-    def __init__(self, name: str, *, interleaved: bool, shared: dict) -> None:
+    def __init__(self, name: str, *, interleaved: bool, analyses: CosSinAnalyses) -> None:
         super().__init__(name)
-        self.interleaved, self._shared = interleaved, shared
+        self.interleaved, self.analyses = interleaved, analyses
 
     # pattern ------------------------------------------------------------------------------------------------
     def _rotate(self, op, x_rot):
@@ -133,59 +152,63 @@ class _RotaryFusion(pattern.RewriteRuleClassBase):
         return op.Add(op.Mul(x, cos), op.Mul(self._rotate(op, x), sin))
 
     # check --------------------------------------------------------------------------------------------------
-    def _fail(self, context, reason: str, *values) -> pattern.MatchResult:
-        self._shared["failures"].append(RuleFailure(self.name, context.root.name or context.root.op_type, reason))
-        return pattern.MatchResult().fail(reason, list(values))
-
     def check(self, context, x, cos, sin, rotated, **b) -> pattern.MatchResult:
+        result = pattern.MatchResult()
         shape = x.shape
         if shape is None or len(shape) != 4 or not isinstance(shape[3], int):
-            return self._fail(context, f"{x.name}: needs a 4-D input with a static head dim, got shape {shape}", x)
-        r = h = shape[3]
-        if self.interleaved:
-            odd, even = slice_params(b["odd"].producer(), 4), slice_params(b["even"].producer(), 4)
-            if odd is None or even is None or odd[0] != 1 or even[0] != 0 or odd[2:] != (3, 2) \
-                    or even[2:] != (3, 2) or min(odd[1], even[1]) < r:
-                return self._fail(context, f"interleaved rotation: expected x[..., 1::2] and x[..., 0::2], got "
-                                           f"{odd} and {even} (start, end, axis, step)")
-            for u in ("u_odd", "u_even"):
-                axes = static_ints(b[u].producer().inputs[1]) if len(b[u].producer().inputs) > 1 else None
-                if axes is None or len(axes) != 1 or axes[0] % 5 != 4:
-                    return self._fail(context, "interleaved rotation: pairs are not stacked on a new last axis")
-            if _axis(b["stacked"].producer(), 5) != 4:
-                return self._fail(context, "interleaved rotation: Concat is not on the new last axis")
-            if rotated.shape is None or len(rotated.shape) != 4 or rotated.shape[3] != r or \
-                    list(rotated.shape) != list(shape):
-                return self._fail(context, f"interleaved rotation: reshape back gives {rotated.shape}, "
-                                           "expected the input's shape (run shape inference first)")
-        else:
-            hi, lo = slice_params(b["hi"].producer(), 4), slice_params(b["lo"].producer(), 4)
-            if hi is None or lo is None or hi[2:] != (3, 1) or lo[2:] != (3, 1) or lo[0] != 0 \
-                    or lo[1] != r // 2 or hi[0] != r // 2 or hi[1] < r or r % 2:
-                return self._fail(context, f"rotate_half: expected x[..., {r // 2}:] and x[..., :{r // 2}], got "
-                                           f"{hi} and {lo} (start, end, axis, step)")
-            if _axis(rotated.producer(), 4) != 3:
-                return self._fail(context, "rotate_half: Concat is not on the last axis")
-        key = (cos, sin, self.interleaved)
-        if key not in self._shared["cos_sin"]:
-            self._shared["cos_sin"][key] = analyse_cos_sin(context.model, cos, sin, self.interleaved)
-        cs = self._shared["cos_sin"][key]
+            return result.fail(f"{x.name}: needs a 4-D input with a static head dim, got shape {shape}", x)
+        r = shape[3]
+        reason = self._check_interleaved(b, rotated, shape) if self.interleaved else \
+            self._check_rotate_half(b, rotated, r)
+        if reason:
+            return result.fail(reason, rotated)
+        cs = self.analyses.get(cos, sin, self.interleaved)
         if isinstance(cs, str):
-            return self._fail(context, cs, cos, sin)
+            return result.fail(cs, [cos, sin])
         if cs.cos.shape[1] * 2 != r:
-            return self._fail(context, f"cos/sin rotate {cs.cos.shape[1] * 2} channels, the slices {r}")
-        heads = shape[1] if cs.layout == "BNSH" else shape[2]
-        if not isinstance(heads, int):
-            return self._fail(context, f"{x.name}: head count is not static in shape {shape}")
-        self._match = (cs, r, h, heads)
-        return pattern.MatchResult()
+            return result.fail(f"cos/sin rotate {cs.cos.shape[1] * 2} channels, the slices {r}", [cos, sin])
+        if not isinstance(_heads(x, cs), int):
+            return result.fail(f"{x.name}: head count is not static in shape {shape}", x)
+        return result
+
+    @staticmethod
+    def _check_interleaved(b: dict, rotated: ir.Value, shape) -> str | None:
+        r = shape[3]
+        odd, even = slice_params(b["odd"].producer(), 4), slice_params(b["even"].producer(), 4)
+        if odd is None or even is None or odd[0] != 1 or even[0] != 0 or odd[2:] != (3, 2) \
+                or even[2:] != (3, 2) or min(odd[1], even[1]) < r:
+            return (f"interleaved rotation: expected x[..., 1::2] and x[..., 0::2], got {odd} and {even} "
+                    "(start, end, axis, step)")
+        for u in ("u_odd", "u_even"):
+            axes = static_ints(b[u].producer().inputs[1]) if len(b[u].producer().inputs) > 1 else None
+            if axes is None or len(axes) != 1 or axes[0] % 5 != 4:
+                return "interleaved rotation: pairs are not stacked on a new last axis"
+        if _axis(b["stacked"].producer(), 5) != 4:
+            return "interleaved rotation: Concat is not on the new last axis"
+        if rotated.shape is None or len(rotated.shape) != 4 or rotated.shape[3] != r or \
+                list(rotated.shape) != list(shape):
+            return (f"interleaved rotation: reshape back gives {rotated.shape}, expected the input's shape (run "
+                    "shape inference first)")
+        return None
+
+    @staticmethod
+    def _check_rotate_half(b: dict, rotated: ir.Value, r: int) -> str | None:
+        hi, lo = slice_params(b["hi"].producer(), 4), slice_params(b["lo"].producer(), 4)
+        if hi is None or lo is None or hi[2:] != (3, 1) or lo[2:] != (3, 1) or lo[0] != 0 \
+                or lo[1] != r // 2 or hi[0] != r // 2 or hi[1] < r or r % 2:
+            return (f"rotate_half: expected x[..., {r // 2}:] and x[..., :{r // 2}], got {hi} and {lo} "
+                    "(start, end, axis, step)")
+        if _axis(rotated.producer(), 4) != 3:
+            return "rotate_half: Concat is not on the last axis"
+        return None
 
     # rewrite ------------------------------------------------------------------------------------------------
-    def rewrite(self, op, x, **_):
-        cs, _, _, heads = self._match
+    def rewrite(self, op, x, cos, sin, **_):
+        cs = self.analyses.get(cos, sin, self.interleaved)  # analysed by check
+        heads = _heads(x, cs)
         if cs.values is None:
             dtype = x.dtype.numpy()
-            k = len([c for c in self._shared["cos_sin"].values() if not isinstance(c, str) and c.values])
+            k = self.analyses.emitted()
             cs.values = (op.initializer(ir.tensor(cs.cos.astype(dtype)), name=f"rope_cos_cache_{k}"),
                          op.initializer(ir.tensor(cs.sin.astype(dtype)), name=f"rope_sin_cache_{k}"))
         attrs = dict(interleaved=int(self.interleaved), num_heads=heads, _domain="com.microsoft")
@@ -201,6 +224,11 @@ class _RotaryFusion(pattern.RewriteRuleClassBase):
         x3 = op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))  # [B,S,N*H]
         out = op.RotaryEmbedding(x3, cs.position_ids, *cs.values, **attrs)
         return op.Reshape(out, op.Constant(value_ints=[0, 0, heads, x.shape[3]]))
+
+
+def _heads(x: ir.Value, cs: _CosSin):
+    """The head count of x in the layout its cos/sin broadcast over ([B,N,S,H] or [B,S,N,H])."""
+    return x.shape[1] if cs.layout == "BNSH" else x.shape[2]
 
 
 def _head_split_source(x: ir.Value) -> ir.Value | None:
@@ -225,9 +253,9 @@ class _PartialRotaryMerge(pattern.RewriteRuleClassBase):
     that the [B,S,N,H] layout gets.
     """
 
-    def __init__(self, name: str, *, bsnh: bool, shared: dict) -> None:
+    def __init__(self, name: str, *, bsnh: bool) -> None:
         super().__init__(name)
-        self.bsnh, self._shared = bsnh, shared
+        self.bsnh = bsnh
 
     def pattern(self, op, x, pos, cos, sin, shape_in, shape_out):
         x_rot = op.Slice(x, _allow_other_inputs=True, _outputs=["x_rot"])
@@ -239,28 +267,30 @@ class _PartialRotaryMerge(pattern.RewriteRuleClassBase):
         return op.Concat(rope, x_pass, _outputs=["joined"])
 
     def check(self, context, x, x_rot, x_pass, rope, joined, shape_in=None, shape_out=None, **_):
-        fail = lambda reason: _fail(self, context, reason)  # noqa: E731
+        result = pattern.MatchResult()
         shape = x.shape
         if shape is None or len(shape) != 4 or not isinstance(shape[3], int):
-            return fail(f"{x.name}: needs a 4-D input with a static head dim, got shape {shape}")
+            return result.fail(f"{x.name}: needs a 4-D input with a static head dim, got shape {shape}", x)
         h = shape[3]
         sp, pp = slice_params(x_rot.producer(), 4), slice_params(x_pass.producer(), 4)
         if sp is None or pp is None or sp[2:] != (3, 1) or pp[2:] != (3, 1):
-            return fail("partial rotary: slices are not constant unit-step slices of the last axis")
+            return result.fail("partial rotary: slices are not constant unit-step slices of the last axis",
+                               [x_rot, x_pass])
         r = sp[1]
         if sp[0] != 0 or pp[0] != r or pp[1] < h or not 0 < r < h:
-            return fail(f"partial rotary: x[..., {sp[0]}:{sp[1]}] and x[..., {pp[0]}:{pp[1]}] do not split "
-                        f"head dim {h}")
+            return result.fail(f"partial rotary: x[..., {sp[0]}:{sp[1]}] and x[..., {pp[0]}:{pp[1]}] do not "
+                               f"split head dim {h}", [x_rot, x_pass])
         if _axis(joined.producer(), 4) != 3:
-            return fail("partial rotary: pass-through Concat is not on the last axis")
+            return result.fail("partial rotary: pass-through Concat is not on the last axis", joined)
         attrs = rope.producer().attributes
         if attrs.get("rotary_embedding_dim") is not None and attrs["rotary_embedding_dim"].as_int() not in (0, r):
-            return fail("RotaryEmbedding already has a different rotary_embedding_dim")
+            return result.fail("RotaryEmbedding already has a different rotary_embedding_dim", rope)
         if self.bsnh:
             heads = shape[2]
             if static_ints(shape_in) != [0, 0, -1] or static_ints(shape_out) != [0, 0, heads, r]:
-                return fail("partial rotary: reshapes around RotaryEmbedding are not [B,S,N*R] and back")
-        return pattern.MatchResult()
+                return result.fail("partial rotary: reshapes around RotaryEmbedding are not [B,S,N*R] and back",
+                                   [shape_in, shape_out])
+        return result
 
     def rewrite(self, op, x, pos, cos, sin, rope, **_):
         attrs = {k: a.value for k, a in rope.producer().attributes.items()}
@@ -274,33 +304,19 @@ class _PartialRotaryMerge(pattern.RewriteRuleClassBase):
         return op.Reshape(out, op.Constant(value_ints=[0, 0, x.shape[2], x.shape[3]]))
 
 
-def _fail(rule, context, reason: str) -> pattern.MatchResult:
-    rule._shared["failures"].append(RuleFailure(rule.name, context.root.name or context.root.op_type, reason))
-    return pattern.MatchResult().fail(reason)
-
-
-def make_rules() -> tuple[list[tuple[list, bool]], dict]:
-    """The rule-set stages (full rotation, then partial merge) and their shared state."""
-    shared: dict = {"cos_sin": {}, "failures": []}
-    full = [_RotaryFusion.rule(f"RotaryEmbedding{'Interleaved' if i else 'Half'}", interleaved=i, shared=shared)
-            for i in (False, True)]
-    partial = [_PartialRotaryMerge.rule(f"RotaryEmbeddingPartial{'BSNH' if b else ''}", bsnh=b, shared=shared)
-               for b in (False, True)]
-    return [(full, True), (partial, False)], shared
+def rules(model: ir.Model) -> tuple[pattern.RewriteRuleSet, pattern.RewriteRuleSet]:
+    """The two stages: full rotations (commuted), then merges of partial rotations into them."""
+    analyses = CosSinAnalyses(model)
+    full = pattern.RewriteRuleSet(
+        [_RotaryFusion.rule(f"RotaryEmbedding{'Interleaved' if i else 'Half'}", interleaved=i, analyses=analyses)
+         for i in (False, True)], commute=True)
+    partial = pattern.RewriteRuleSet(
+        [_PartialRotaryMerge.rule(f"RotaryEmbeddingPartial{'BSNH' if b else ''}", bsnh=b) for b in (False, True)])
+    return full, partial
 
 
 def apply(model: ir.Model, options: RewriteOptions, report: RewriteReport) -> None:
     """Fuse decomposed RoPE in ``model`` in place; count per rule name in ``report``."""
-    stages, shared = make_rules()
-    for rules, commute in stages:
-        for rule in rules:
-            report.add(rule.name, pattern.RewriteRuleSet([rule], commute=commute).apply_to_model(model))
+    for stage in rules(model):
+        apply_rule_set(model, stage, report)
         ir.passes.common.RemoveUnusedNodesPass()(model)
-    report.failures.extend(_dedupe(shared["failures"]))
-def _dedupe(failures: list[RuleFailure]) -> list[RuleFailure]:
-    seen, out = set(), []
-    for f in failures:
-        if f not in seen:
-            seen.add(f)
-            out.append(f)
-    return out
