@@ -41,7 +41,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
 from . import gqa_rotary
-from .options import RewriteOptions, RewriteReport, RuleFailure
+from .options import RewriteOptions, RewriteReport
 from .rule_set import apply_rule_set
 from .subgraph_eval import backward_slice, evaluate_values, static_ints
 
@@ -54,11 +54,39 @@ def _perm(v: ir.Value) -> list[int] | None:
     return list(attr.value) if attr is not None else None
 
 
+class MaskAnalyses:
+    """The attention-mask analyses of one ``apply`` (per graph): verifying a mask evaluates it on ORT, and every
+    layer reads the same mask, so each mask is verified once, and the GroupQueryAttention length inputs derived
+    from its attention_mask are emitted once, shared by all layers."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.model = model
+        self._masks: dict[ir.Value, ir.Value | str] = {}
+        self._lengths: dict[ir.Value, tuple[ir.Value, ir.Value]] = {}
+
+    def attention_mask(self, mask: ir.Value, q: ir.Value, past_k: ir.Value, *, boolean: bool) -> ir.Value | str:
+        """The attention_mask graph input ``mask`` is causal+padding from, else the reason it is not."""
+        if mask not in self._masks:
+            self._masks[mask] = _verify_mask(self.model, mask, q, past_k, boolean=boolean)
+        return self._masks[mask]
+
+    def lengths(self, op, attention_mask: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(seqlens_k, total_sequence_length) computed from ``attention_mask``, emitted on first use."""
+        if attention_mask not in self._lengths:
+            total = op.Cast(op.Squeeze(op.Shape(attention_mask, start=1, end=2), op.Constant(value_ints=[0])),
+                            to=ir.DataType.INT32)
+            last = op.Sub(op.ReduceSum(attention_mask, op.Constant(value_ints=[1]), keepdims=0),
+                          op.Constant(value=ir.tensor(np.array(1, dtype=attention_mask.dtype.numpy()))))
+            self._lengths[attention_mask] = (op.Cast(last, to=ir.DataType.INT32), total)
+        return self._lengths[attention_mask]
+
+
 class _AttentionToGQA(pattern.RewriteRuleClassBase):
-    def __init__(self, name: str, *, repeat: str, mask: str, scale_op: str, nan_guard: bool, shared: dict,
-                 attn_view: bool = False, kt3d: bool = False):
+    def __init__(self, name: str, *, repeat: str, mask: str, scale_op: str, nan_guard: bool,
+                 analyses: MaskAnalyses, attn_view: bool = False, kt3d: bool = False):
         super().__init__(name)
-        self.repeat, self.mask, self.scale_op, self.nan_guard, self._shared = repeat, mask, scale_op, nan_guard, shared
+        self.repeat, self.mask, self.scale_op, self.nan_guard = repeat, mask, scale_op, nan_guard
+        self.analyses = analyses
         self.attn_view = attn_view  # TorchScript SDPA's [B,-1,S,H] view of the output, see the module docstring
         self.kt3d = kt3d  # dynamo SDPA's K^T through a 3-D reshape, see the module docstring
 
@@ -99,88 +127,77 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
         return op.Reshape(out, _allow_other_inputs=True, _outputs=["out"]), present_k, present_v
 
     # check --------------------------------------------------------------------------------------------------
-    def _fail(self, context, reason: str) -> pattern.MatchResult:
-        self._shared["failures"].append(RuleFailure(self.name, context.root.name or context.root.op_type, reason))
-        return pattern.MatchResult().fail(reason)
-
     def check(self, context, q, k, v, past_k, past_v, mask, scale, present_k, present_v, kt, probs, attn_t, out,
               scale_k=None, **b) -> pattern.MatchResult:
-        fail = lambda reason: self._fail(context, reason)  # noqa: E731
+        result = pattern.MatchResult()
         qs, ks = q.shape, present_k.shape
         if qs is None or len(qs) != 4 or not all(isinstance(qs[i], int) for i in (1, 3)):
-            return fail(f"query {q.name}: expected [B,N,S,H] with static N and H, got {qs}")
+            return result.fail(f"query {q.name}: expected [B,N,S,H] with static N and H, got {qs}", q)
         if ks is None or len(ks) != 4 or not isinstance(ks[1], int) or ks[3] != qs[3]:
-            return fail(f"key {present_k.name}: expected [B,Nkv,T,H] with static Nkv and H={qs[3]}, got {ks}")
+            return result.fail(f"key {present_k.name}: expected [B,Nkv,T,H] with static Nkv and H={qs[3]}, "
+                               f"got {ks}", present_k)
         n, nkv, h = qs[1], ks[1], qs[3]
         for name, cat in (("key", present_k), ("value", present_v)):
             if (cat.producer().attributes["axis"].as_int() % 4) != 2:
-                return fail(f"past {name} Concat is not on the sequence axis 2")
+                return result.fail(f"past {name} Concat is not on the sequence axis 2", cat)
         if v.shape is None or len(v.shape) != 4 or v.shape[1] != nkv or v.shape[3] != h:
-            return fail(f"value {v.name}: expected [B,{nkv},S,{h}], got {v.shape}")
+            return result.fail(f"value {v.name}: expected [B,{nkv},S,{h}], got {v.shape}", v)
         if n % nkv:
-            return fail(f"{n} query heads are not a multiple of {nkv} kv heads")
+            return result.fail(f"{n} query heads are not a multiple of {nkv} kv heads", [q, present_k])
         if self.repeat == "none" and n != nkv:
-            return fail(f"no repeat_kv but {n} query heads vs {nkv} kv heads")
+            return result.fail(f"no repeat_kv but {n} query heads vs {nkv} kv heads", [q, present_k])
         if self.repeat != "none":
             for tag in ("k", "v"):
-                axes = static_ints(b[f"{tag}_5d"].producer().inputs[1]) if len(b[f"{tag}_5d"].producer().inputs) > 1 \
-                    else None
+                unsqueeze = b[f"{tag}_5d"].producer()
+                axes = static_ints(unsqueeze.inputs[1]) if len(unsqueeze.inputs) > 1 else None
                 if axes is None or [a % 5 for a in axes] != [2]:
-                    return fail(f"repeat_kv ({tag}): Unsqueeze is not on axis 2, so heads would not be grouped")
+                    return result.fail(f"repeat_kv ({tag}): Unsqueeze is not on axis 2, so heads would not be "
+                                       "grouped", b[f"{tag}_5d"])
                 grown = b[f"{tag}_grown"].shape
                 rep = b[f"{tag}_rep"].shape
                 if grown is None or len(grown) != 5 or grown[1] != nkv or grown[2] != n // nkv:
-                    return fail(f"repeat_kv ({tag}): expanded shape {grown} is not [B,{nkv},{n // nkv},T,H]")
+                    return result.fail(f"repeat_kv ({tag}): expanded shape {grown} is not "
+                                       f"[B,{nkv},{n // nkv},T,H]", b[f"{tag}_grown"])
                 if rep is None or len(rep) != 4 or rep[1] != n:
-                    return fail(f"repeat_kv ({tag}): reshaped to {rep}, expected [B,{n},T,H]")
+                    return result.fail(f"repeat_kv ({tag}): reshaped to {rep}, expected [B,{n},T,H]",
+                                       b[f"{tag}_rep"])
         if self.kt3d:
             reason = _check_kt3d(b["k_rep"] if self.repeat != "none" else present_k, b["k3"], b["kt3"], kt)
             if reason:
-                return fail(reason)
+                return result.fail(reason, kt)
         elif _perm(kt) != [0, 1, 3, 2]:
-            return fail(f"key transpose has perm {_perm(kt)}, expected [0,1,3,2]")
+            return result.fail(f"key transpose has perm {_perm(kt)}, expected [0,1,3,2]", kt)
         if _perm(attn_t) != [0, 2, 1, 3]:
-            return fail(f"output transpose has perm {_perm(attn_t)}, expected [0,2,1,3]")
+            return result.fail(f"output transpose has perm {_perm(attn_t)}, expected [0,2,1,3]", attn_t)
         if self.attn_view:
             reason = _check_attn_view(b["attn"], b["attn_view"], q)
             if reason:
-                return fail(reason)
+                return result.fail(reason, b["attn_view"])
         if probs.producer().attributes.get("axis") is None or probs.producer().attributes["axis"].as_int() % 4 != 3:
-            return fail("Softmax is not over the key axis")
+            return result.fail("Softmax is not over the key axis", probs)
         if out.shape is None or len(out.shape) != 3 or out.shape[2] != n * h:
-            return fail(f"attention output reshaped to {out.shape}, expected [B,S,{n * h}]")
+            return result.fail(f"attention output reshaped to {out.shape}, expected [B,S,{n * h}]", out)
         scales = (scale, scale_k) if self.scale_op == "split" else (scale,)
         if any(x.const_value is None or x.const_value.size != 1 for x in scales):
-            return fail("attention scale is not a constant scalar")
-        s = float(np.prod([float(x.const_value.numpy().reshape(-1)[0]) for x in scales]))
-        self._scale = 1.0 / s if self.scale_op == "div" else s
-        reason = self._check_mask(context.model, mask, q, past_k)
-        if reason:
-            return fail(reason)
-        self._heads = (n, nkv)
-        return pattern.MatchResult()
+            return result.fail("attention scale is not a constant scalar", [x for x in scales if x is not None])
+        attention_mask = self.analyses.attention_mask(mask, q, past_k, boolean=self.mask == "where")
+        if isinstance(attention_mask, str):
+            return result.fail(attention_mask, mask)
+        return result
 
-    def _check_mask(self, model: ir.Model, mask: ir.Value, q: ir.Value, past_k: ir.Value) -> str | None:
-        if mask in self._shared["masks"]:
-            res = self._shared["masks"][mask]
-            return res if isinstance(res, str) else None
-        res = _verify_mask(model, mask, q, past_k, boolean=self.mask == "where")
-        self._shared["masks"][mask] = res
-        return res if isinstance(res, str) else None
+    def _scale(self, scale: ir.Value, scale_k: ir.Value | None) -> float:
+        """The softmax scale GroupQueryAttention takes: the product of the (checked) constant factors."""
+        scales = (scale, scale_k) if self.scale_op == "split" else (scale,)
+        s = float(np.prod([float(x.const_value.numpy().reshape(-1)[0]) for x in scales]))
+        return 1.0 / s if self.scale_op == "div" else s
 
     # rewrite ------------------------------------------------------------------------------------------------
-    def rewrite(self, op, q, k, v, past_k, past_v, mask, **_):
-        n, nkv = self._heads
-        attention_mask = self._shared["masks"][mask]
-        if attention_mask not in self._shared["lengths"]:
-            total = op.Cast(op.Squeeze(op.Shape(attention_mask, start=1, end=2), op.Constant(value_ints=[0])),
-                            to=ir.DataType.INT32)
-            last = op.Sub(op.ReduceSum(attention_mask, op.Constant(value_ints=[1]), keepdims=0),
-                          op.Constant(value=ir.tensor(np.array(1, dtype=attention_mask.dtype.numpy()))))
-            self._shared["lengths"][attention_mask] = (op.Cast(last, to=ir.DataType.INT32), total)
-        seqlens_k, total = self._shared["lengths"][attention_mask]
+    def rewrite(self, op, q, k, v, past_k, past_v, mask, scale, present_k, scale_k=None, **_):
+        n, nkv = q.shape[1], present_k.shape[1]
+        attention_mask = self.analyses.attention_mask(mask, q, past_k, boolean=self.mask == "where")  # checked
+        seqlens_k, total = self.analyses.lengths(op, attention_mask)
         return op.GroupQueryAttention(_to_bsd(op, q), _to_bsd(op, k), _to_bsd(op, v), past_k, past_v, seqlens_k,
-                                      total, num_heads=n, kv_num_heads=nkv, scale=self._scale,
+                                      total, num_heads=n, kv_num_heads=nkv, scale=self._scale(scale, scale_k),
                                       _domain="com.microsoft", _outputs=3)
 
 
@@ -297,35 +314,29 @@ def _verify_mask(model: ir.Model, mask: ir.Value, q: ir.Value, past_k: ir.Value,
     return am
 
 
-def make_rules() -> tuple[list, dict]:
-    shared: dict = {"masks": {}, "lengths": {}, "failures": []}
-    rules = [
+def rules(model: ir.Model) -> pattern.RewriteRuleSet:
+    """One rule per exporter variant (repeat_kv spelling, mask kind, scale spelling, NaN guard, SDPA views)."""
+    analyses = MaskAnalyses(model)
+    variants = [
         _AttentionToGQA.rule(f"GroupQueryAttention[{rep},{mask},{sc}{',nanguard' if ng else ''}]", repeat=rep,
-                             mask=mask, scale_op=sc, nan_guard=ng, shared=shared)
+                             mask=mask, scale_op=sc, nan_guard=ng, analyses=analyses)
         for ng in (True, False) for rep in ("expand", "tile", "none") for mask in ("add", "where")
         for sc in ("mul", "div")
     ]
-    rules += [  # torch SDPA decomposition: split scale, NaN guard, additive mask
+    variants += [  # torch SDPA decomposition: split scale, NaN guard, additive mask
         _AttentionToGQA.rule(f"GroupQueryAttention[{rep},add,sdpa{',kt3d' if kt3d else ''}{',view' if view else ''}]",
-                             repeat=rep, mask="add", scale_op="split", nan_guard=True, shared=shared,
+                             repeat=rep, mask="add", scale_op="split", nan_guard=True, analyses=analyses,
                              attn_view=view, kt3d=kt3d)
         for rep in ("expand", "none") for kt3d in (True, False) for view in (True, False)
     ]
-    return rules, shared
+    return pattern.RewriteRuleSet(variants)
 
 
 def apply(model: ir.Model, options: RewriteOptions, report: RewriteReport) -> None:
     """Fuse decomposed attention in ``model`` in place; counts under 'GroupQueryAttention[variant]'. Then, unless
     ``options.fold_rotary`` is off, fold the RotaryEmbeddings feeding each attention into it (``gqa_rotary``)."""
-    rules, shared = make_rules()
-    for rule in rules:
-        report.add(rule.name, pattern.RewriteRuleSet([rule]).apply_to_model(model))
+    apply_rule_set(model, rules(model), report)
     ir.passes.common.RemoveUnusedNodesPass()(model)
     if options.fold_rotary:
         apply_rule_set(model, gqa_rotary.rules(), report)
         ir.passes.common.RemoveUnusedNodesPass()(model)
-    seen = set()
-    for f in shared["failures"]:
-        if f not in seen:
-            seen.add(f)
-            report.failures.append(f)
