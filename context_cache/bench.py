@@ -28,7 +28,6 @@ def _ms(fn, repeat: int = 3) -> float:
 
 def run(sizes_mib: list[float]) -> list[dict[str, float]]:
     """One row per size: MiB, pack/unpack/unpack_noverify/peek/put/get in ms, GB/s of verified unpack."""
-    meta = ContainerMeta("bench", "npu-ref", "0" * 64, "0" * 64)
     rows = []
     with tempfile.TemporaryDirectory() as d:
         store = CacheStore(d)
@@ -36,8 +35,9 @@ def run(sizes_mib: list[float]) -> list[dict[str, float]]:
             n = int(mib * (1 << 20)) // 16
             arrays = {f"w{i}": np.random.default_rng(i).integers(-128, 127, n, dtype=np.int8) for i in range(16)}
             header = {"ops": [{"op": "MatMul", "i": i} for i in range(200)]}
-            buf = pack(header, arrays, meta=meta)
             key = cache_key("bench", mib)
+            meta = ContainerMeta("bench", "npu-ref", "0" * 64, key)  # a cache entry is bound to its key
+            buf = pack(header, arrays, meta=meta)
             c = unpack(buf, verify=False)
             assert all(np.shares_memory(a, np.frombuffer(buf, np.uint8)) for a in c.arrays.values())
             row = {"MiB": len(buf) / (1 << 20), "pack": _ms(lambda: pack(header, arrays, meta=meta)),

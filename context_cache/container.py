@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import struct
 from dataclasses import asdict, dataclass, field
@@ -76,6 +75,7 @@ class ContainerExpect:
     target_hash: str | None = None
     compiler_version: str | None = None
     format_version: int | None = None
+    source_key: str | None = None  # binds a cache entry to the key it is looked up under (a copied file fails)
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,19 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _read_prefix(mv: memoryview) -> tuple[int, int, int, bytes]:
     """Check magic, version, flags and lengths; return (format_version, header_len, total_len, header_sha)."""
+    version, hlen, total, digest = _unpack_prefix(mv)
+    if total != len(mv):
+        raise _fail(f"prefix.total_len at offset 24: says {total} bytes, buffer has {len(mv)} (truncated or padded)")
+    return version, hlen, total, digest
+
+
+def declared_size(prefix: bytes | bytearray | memoryview) -> int:
+    """The file size (``total_len``) a container's first 64 bytes declare, after the magic, version, flags and
+    header_len checks: a file reader compares it with the file's real size before reading the rest."""
+    return _unpack_prefix(_as_readonly_view(prefix))[2]
+
+
+def _unpack_prefix(mv: memoryview) -> tuple[int, int, int, bytes]:
     if len(mv) < PREFIX_SIZE:
         raise _fail(f"prefix: buffer is {len(mv)} bytes, need at least {PREFIX_SIZE}")
     magic, version, flags, hlen, total, digest = PREFIX.unpack_from(mv, 0)
@@ -196,8 +209,8 @@ def _read_prefix(mv: memoryview) -> tuple[int, int, int, bytes]:
             f"to recompile")
     if flags != 0:
         raise _fail(f"prefix.flags at offset 12: got {flags:#x}, expected 0")
-    if total != len(mv):
-        raise _fail(f"prefix.total_len at offset 24: says {total} bytes, buffer has {len(mv)} (truncated or padded)")
+    if total < PREFIX_SIZE:
+        raise _fail(f"prefix.total_len at offset 24: {total} bytes is shorter than the {PREFIX_SIZE}-byte prefix")
     if hlen > total - PREFIX_SIZE:
         raise _fail(f"prefix.header_len at offset 16: {hlen} bytes does not fit in {total - PREFIX_SIZE} bytes "
                     f"after the prefix")
@@ -315,6 +328,9 @@ def _check_expect(meta: ContainerMeta, expect: ContainerExpect) -> None:
         diffs.append(f"compiler version {meta.compiler_version!r} (session uses {expect.compiler_version!r})")
     if expect.format_version is not None and meta.format_version != expect.format_version:
         diffs.append(f"format version {meta.format_version} (session expects {expect.format_version})")
+    if expect.source_key is not None and meta.source_key != expect.source_key:
+        diffs.append(f"source key {meta.source_key[:16]}... (looked up as {expect.source_key[:16]}...: a copied or "
+                     f"swapped file)")
     if diffs:
         raise ContextIncompatibleError(
             "context binary was compiled for " + "; ".join(diffs)
@@ -385,13 +401,13 @@ def load_file(path: str | os.PathLike[str], *, expect: ContainerExpect | None = 
               verify: bool = True) -> Container:
     """mmap a container file and unpack it: arrays are views into the mapping (kept alive by the arrays).
 
+    The file is opened by ``fileio.map_container`` (regular files only, size checked against the header first).
     Errors name the file, e.g. for an external EPContext payload (embed_mode=0).
     """
+    from .fileio import map_container  # fileio needs this module's prefix parser
+
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                raise ContextFormatError(f"{os.fspath(path)}: empty file, not a context binary")
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        mm = map_container(path)
     except OSError as e:
         raise ContextFormatError(f"{os.fspath(path)}: cannot read context binary: {e.strerror or e}") from None
     try:

@@ -19,3 +19,9 @@ class ContextIncompatibleError(ContextFormatError):
 
     The message says what differs and how to recompile.
     """
+
+
+class ContextFileError(ContextFormatError):
+    """The path cannot hold a context binary: not a regular file (FIFO, device, folder), a symbolic link, or larger
+    than the reader's limit. Nothing past the first 64 bytes was read.
+    """

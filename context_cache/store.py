@@ -6,29 +6,34 @@ fsync'ed and then ``os.replace``d over the entry (readers see the old file or th
 read checks all hashes, and a corrupt entry is removed with a warning so the caller rebuilds it. I/O problems
 degrade to "no cache" with a warning; they never fail the session.
 
-Layout: ``<root>/<key>.npuctx``; temp files are ``<root>/.<key>.<pid>.<random>.tmp`` and are never read.
+Layout: ``<root>/<key>.npuctx``; an entry's ``meta.source_key`` must equal its key (a file copied over another
+key's name is refused like a corrupt one). Entries are read through ``fileio`` (regular files only, size checked
+against the header first). Temp files are ``npu_ep._atomic``'s ``<root>/.<key>.npuctx.<pid>.<random>.tmp``, never
+read, and swept once their writer is gone; no other file in the folder is ever touched.
 """
 
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import re
-import secrets
 import time
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .container import ContainerMeta, peek_meta, verify
+from .._atomic import atomic_write_bytes, temp_name_pattern
+from .container import ContainerExpect, ContainerMeta, peek_meta, unpack
 from .errors import ContextFormatError
+from .fileio import map_container, read_container
 
 ENV_CACHE_DIR = "NPU_EP_CACHE_DIR"
 SUFFIX = ".npuctx"
-TMP_SUFFIX = ".tmp"
 TMP_MAX_AGE_S = 3600.0  # a temp file older than this (seconds) belongs to a dead writer
 _KEY_RE = re.compile(r"[0-9a-f]{16,128}")
+# the cache's own temp names: npu_ep._atomic's for an entry, and the older ``.<key>.<pid>.<random>.tmp``
+_TMP_RES = (temp_name_pattern(_KEY_RE.pattern + re.escape(SUFFIX)),
+            re.compile(r"\.[0-9a-f]{16,128}\.(?P<pid>[0-9]+)\.[0-9a-f]{1,32}\.tmp"))
 
 
 class CacheWarning(UserWarning):
@@ -71,36 +76,31 @@ class CacheEntry:
     error: str | None = None
 
 
-def _read_fd(fd: int, size: int) -> bytes:
-    chunks, got = [], 0
-    while True:
-        b = os.read(fd, max(size - got, 1 << 20))
-        if not b:
-            return b"".join(chunks)
-        chunks.append(b)
-        got += len(b)
+def _check_entry(key: str, data: bytes | memoryview) -> None:
+    """Every hash, and the binding: the entry must have been written for ``key`` (not copied from another key)."""
+    unpack(data, expect=ContainerExpect(source_key=key))
 
 
-def _peek_file(path: Path) -> tuple[ContainerMeta | None, str | None]:
-    """Meta of a cache file via mmap (only the header pages are read) or the reason it is unreadable."""
+def _peek_file(key: str, path: Path) -> tuple[ContainerMeta | None, str | None]:
+    """Meta of a cache file via mmap (only the header pages are read) or the reason it cannot be used."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                return None, "empty file"
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            err = None
-            try:
-                meta = peek_meta(mm)
-            except ContextFormatError as e:
-                meta, err = None, str(e)
-            try:
-                mm.close()
-            except BufferError:  # a view is still alive somewhere: let the GC unmap it
-                pass
-            return meta, err
+        mm = map_container(path)
+    except ContextFormatError as e:
+        return None, str(e)
     except OSError as e:
         return None, f"unreadable: {e.strerror or e}"
+    try:
+        meta = peek_meta(mm)
+    except ContextFormatError as e:
+        return None, str(e)
+    finally:
+        try:
+            mm.close()
+        except BufferError:  # a view is still alive somewhere: let the GC unmap it
+            pass
+    if meta.source_key != key:
+        return meta, (f"written for key {meta.source_key[:16]}..., not {key[:16]}... (a copied or swapped file)")
+    return meta, None
 
 
 class CacheStore:
@@ -119,31 +119,25 @@ class CacheStore:
     # ------------------------------------------------------------------------------------------------ reading
 
     def get(self, key: str) -> bytes | None:
-        """The verified bytes of ``key``, or None (missing, unreadable, or corrupt: then removed + warning)."""
+        """The verified bytes of ``key``, or None: missing, unreadable, or refused (corrupt, written for another
+        key, not a regular file, size contradicting its header): then removed with a warning, so it is rebuilt."""
         path = self.path_for(key)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            st = os.lstat(path)  # what a refused entry is compared with before it is unlinked
+            data = read_container(path, self.max_bytes)
+            _check_entry(key, data)
         except FileNotFoundError:
             return None
-        except OSError as e:
-            _warn(f"cannot read {path}: {e.strerror or e}; compiling without the cache")
-            return None
-        try:
-            st = os.fstat(fd)
-            data = _read_fd(fd, st.st_size)
-        except OSError as e:
-            _warn(f"cannot read {path}: {e.strerror or e}; compiling without the cache")
-            return None
-        finally:
-            os.close(fd)
-        try:
-            verify(data)
         except ContextFormatError as e:
             self._remove_if_same(path, st)
             _warn(f"removed corrupt entry {path} ({e}); it will be rebuilt")
             return None
+        except (OSError, MemoryError) as e:
+            reason = "not enough memory" if isinstance(e, MemoryError) else (e.strerror or str(e))
+            _warn(f"cannot read {path}: {reason}; compiling without the cache")
+            return None
         try:  # LRU clock: reads refresh the access time explicitly (relatime/noatime mounts would not)
-            os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
+            os.utime(path, ns=(time.time_ns(), st.st_mtime_ns), follow_symlinks=False)
         except OSError:
             pass
         return data
@@ -152,7 +146,7 @@ class CacheStore:
     def _remove_if_same(path: Path, st: os.stat_result) -> None:
         """Unlink ``path`` only if it is still the file we read (a concurrent writer may have replaced it)."""
         try:
-            now = os.stat(path)
+            now = os.lstat(path)
             if (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
                 os.unlink(path)
         except OSError:
@@ -166,46 +160,24 @@ class CacheStore:
         Raises only for caller bugs: a bad key (ValueError) or bytes that are not a container (ContextFormatError).
         """
         path = self.path_for(key)
-        peek_meta(data)
+        bound = peek_meta(data).source_key
+        if bound != key:
+            raise ValueError(f"cache entry for key {key[:16]}... holds a container written for {bound[:16]}...: "
+                             f"meta.source_key must be the key")
         if self.max_bytes is not None and len(data) > self.max_bytes:
             _warn(f"entry {key[:16]} is {len(data)} bytes, above the cache cap of {self.max_bytes}; not cached")
             return None
-        tmp = self.root / f".{key}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
-        fd = -1
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-            os.close(fd)
-            fd = -1
-            os.replace(tmp, path)
+            atomic_write_bytes(path, data)
         except OSError as e:
-            if fd >= 0:
-                os.close(fd)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             reason = "disk full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
             _warn(f"cannot write {path}: {reason}; continuing without caching")
             return None
-        self._fsync_dir()
+        self._sweep_tmp()
         if self.max_bytes is not None:
             self._evict(keep=path)
         return path
-
-    def _fsync_dir(self) -> None:
-        try:  # make the rename durable; best effort (not all file systems allow it)
-            dfd = os.open(self.root, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
 
     # ---------------------------------------------------------------------------------------------- housekeeping
 
@@ -221,13 +193,14 @@ class CacheStore:
             if not name.endswith(SUFFIX) or not _KEY_RE.fullmatch(name[: -len(SUFFIX)]):
                 continue
             try:
-                out.append((name[: -len(SUFFIX)], Path(de.path), de.stat()))
+                out.append((name[: -len(SUFFIX)], Path(de.path), de.stat(follow_symlinks=False)))
             except OSError:
                 continue
         return sorted(out, key=lambda t: t[0])
 
     def _sweep_tmp(self, force: bool = False) -> int:
-        """Remove temp files of dead or long-gone writers (all of them if ``force``); returns the count."""
+        """Remove the cache's own temp files whose writer is gone (pid not running, or older than an hour), all of
+        them if ``force``; any other file, dotfile or not, is left alone. Returns the count."""
         n = 0
         try:
             it = list(os.scandir(self.root))
@@ -235,10 +208,12 @@ class CacheStore:
             return 0
         now = time.time()
         for de in it:
-            if not (de.name.startswith(".") and de.name.endswith(TMP_SUFFIX)):
+            m = next((m for r in _TMP_RES if (m := r.fullmatch(de.name))), None)
+            if m is None:
                 continue
             try:
-                if force or now - de.stat().st_mtime > TMP_MAX_AGE_S or not _pid_alive(de.name):
+                if (force or now - de.stat(follow_symlinks=False).st_mtime > TMP_MAX_AGE_S
+                        or not _pid_alive(int(m["pid"]))):
                     os.unlink(de.path)
                     n += 1
             except OSError:
@@ -249,7 +224,6 @@ class CacheStore:
         """Remove least-recently-used entries until the total is within ``max_bytes``; returns removed keys."""
         if self.max_bytes is None:
             return []
-        self._sweep_tmp()
         files = self._scan()
         total = sum(st.st_size for _, _, st in files)
         removed = []
@@ -277,10 +251,10 @@ class CacheStore:
         now = time.time()
         out = []
         for key, path, st in self._scan():
-            meta, err = _peek_file(path)
+            meta, err = _peek_file(key, path)
             out.append(CacheEntry(key, path, st.st_size, meta.target_name if meta else None,
                                   meta.compiler_version if meta else None, max(0.0, now - st.st_mtime),
-                                  max(0.0, now - st.st_atime), meta is not None, err))
+                                  max(0.0, now - st.st_atime), err is None, err))
         return out
 
     def verify_all(self, remove_corrupt: bool = False) -> list[CacheEntry]:
@@ -289,11 +263,12 @@ class CacheStore:
         for e in self.entries():
             if e.ok:
                 try:
-                    verify(e.path.read_bytes())
+                    _check_entry(e.key, read_container(e.path))
                 except ContextFormatError as exc:
                     e = replace(e, ok=False, error=str(exc))
-                except OSError as exc:
-                    e = replace(e, ok=False, error=f"unreadable: {exc.strerror or exc}")
+                except (OSError, MemoryError) as exc:
+                    reason = "not enough memory" if isinstance(exc, MemoryError) else (exc.strerror or exc)
+                    e = replace(e, ok=False, error=f"unreadable: {reason}")
             if not e.ok and remove_corrupt:
                 try:
                     os.unlink(e.path)
@@ -314,17 +289,14 @@ class CacheStore:
         return n
 
 
-def _pid_alive(tmp_name: str) -> bool:
-    """Whether the writer pid encoded in a temp file name (``.<key>.<pid>.<rand>.tmp``) still runs here."""
-    parts = tmp_name.split(".")
-    try:
-        pid = int(parts[2])
-    except (IndexError, ValueError):
-        return False
+def _pid_alive(pid: int) -> bool:
+    """Whether the writer pid of a temp file still runs on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:
+    except OverflowError:  # no such pid can exist
+        return False
+    except OSError:  # exists, owned by someone else
         return True
     return True

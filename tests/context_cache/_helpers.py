@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any
@@ -12,6 +13,11 @@ from npu_ep.context_cache import container as C
 
 META = C.ContainerMeta(compiler_version="0.1.0", target_name="npu-ref", target_hash="a1" * 32,
                        source_key="b2" * 32)
+
+
+def meta_for(key: str) -> C.ContainerMeta:
+    """META bound to a cache key: a CacheStore entry's source_key must be the key it is stored under."""
+    return dataclasses.replace(META, source_key=key)
 
 
 def small_container(n: int = 3) -> bytes:

@@ -11,14 +11,14 @@ from npu_ep.context_cache.keys import cache_key
 from npu_ep.context_cache.store import CacheStore
 from npu_ep.tools.npu_cache import main
 
-from ._helpers import META
+from ._helpers import meta_for
 
 
 def _fill(root: Path, n: int = 2) -> list[str]:
     s, keys = CacheStore(root), []
     for i in range(n):
         k = cache_key(i)
-        s.put(k, C.pack({"i": i}, {"w": np.full(64, i, np.int8)}, meta=META))
+        s.put(k, C.pack({"i": i}, {"w": np.full(64, i, np.int8)}, meta=meta_for(k)))
         keys.append(k)
     return keys
 

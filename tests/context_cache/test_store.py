@@ -14,11 +14,12 @@ from npu_ep.context_cache import container as C
 from npu_ep.context_cache.keys import cache_key
 from npu_ep.context_cache.store import CacheStore, CacheWarning, check_key, default_cache_dir
 
-from ._helpers import META
+from ._helpers import meta_for
 
 
 def entry(i: int, n: int = 100) -> tuple[str, bytes]:
-    return cache_key("entry", i), C.pack({"i": i}, {"w": np.full(n, i % 128, np.int8)}, meta=META)
+    key = cache_key("entry", i)
+    return key, C.pack({"i": i}, {"w": np.full(n, i % 128, np.int8)}, meta=meta_for(key))
 
 
 def test_put_then_get_returns_the_same_verified_bytes(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from npu_ep.context_cache import container as C
 from npu_ep.context_cache.keys import cache_key
 from npu_ep.context_cache.store import SUFFIX, CacheStore, CacheWarning
 
-from ._helpers import META
+from ._helpers import meta_for
 
 KEY = cache_key("shared model", "npu-ref", "0.1.0")
 CTX = mp.get_context("fork")
@@ -25,7 +25,7 @@ CTX = mp.get_context("fork")
 
 def payload(writer: int, n: int = 1 << 20) -> bytes:
     """~1 MiB container whose every byte identifies its writer (so a mix of two writers cannot verify)."""
-    return C.pack({"writer": writer}, {"w": np.full(n, writer, np.uint8)}, meta=META)
+    return C.pack({"writer": writer}, {"w": np.full(n, writer, np.uint8)}, meta=meta_for(KEY))
 
 
 def _writer(root: str, writer: int, rounds: int) -> None:
