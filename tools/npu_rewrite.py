@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import sys
 import time
 from collections.abc import Sequence
@@ -15,7 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..rewriter import ALL_PASSES, RewriteError, RewriteOptions, RewriteResult, progress_hook, rewrite
+from ..rewriter import ALL_PASSES, RewriteError, RewriteOptions, RewriteResult, load_model, progress_hook, rewrite
+from ..rewriter.model_io import files_read_by, refuse_overwriting_inputs
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -32,16 +34,25 @@ class _BadInput(Exception):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="npu-rewrite", description="Rewrite an ONNX model for the NPU (Q/DQ fusion, RoPE/GQA, INT4).")
     p.add_argument("input", help="input .onnx (external data beside it is fine)")
-    p.add_argument("-o", "--output", required=True, help="output .onnx (data goes to OUT.onnx.data above ~1.8 GB)")
+    p.add_argument("-o", "--output", required=True,
+                   help="output .onnx, written atomically; its tensors go to OUT.onnx.data beside it when the "
+                        "input has external data or above ~1.8 GB. Never one of the input's files")
     p.add_argument("--passes", default=",".join(ALL_PASSES),
                    help=f"comma-separated subset of {','.join(ALL_PASSES)} (always run in that order)")
-    p.add_argument("--int4-block-size", type=int, default=RewriteOptions.int4_block_size)
+    p.add_argument("--int4-block-size", type=int, default=RewriteOptions.int4_block_size, metavar="N",
+                   help="int4 pass: weights per quantization block along K, a power of two in [16, 256] "
+                        f"(default {RewriteOptions.int4_block_size}); smaller is more accurate and larger")
     sym = p.add_mutually_exclusive_group()
-    sym.add_argument("--int4-symmetric", dest="int4_symmetric", action="store_true", default=True)
-    sym.add_argument("--int4-asymmetric", dest="int4_symmetric", action="store_false")
-    p.add_argument("--int4-accuracy-level", type=int, default=0)
-    p.add_argument("--exclude", default=None, help="regex on node names never quantized (e.g. lm_head)")
-    p.add_argument("--min-elements", type=int, default=0, help="weights with fewer elements stay float")
+    sym.add_argument("--int4-symmetric", dest="int4_symmetric", action="store_true", default=True,
+                     help="int4 pass: one scale per block, zero point 8 (default; as ORT's quantizer)")
+    sym.add_argument("--int4-asymmetric", dest="int4_symmetric", action="store_false",
+                     help="int4 pass: a scale and a zero point per block (better for skewed weights)")
+    p.add_argument("--int4-accuracy-level", type=int, default=0, choices=range(5), metavar="{0..4}",
+                   help="int4 pass: MatMulNBits accuracy_level, the lowest precision of A the kernel may use "
+                        "(0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8; default 0)")
+    p.add_argument("--exclude", default=None, help="int4 pass: regex on MatMul node names never quantized (e.g. lm_head)")
+    p.add_argument("--min-elements", type=int, default=0, metavar="N",
+                   help="int4 pass: weights with fewer than N elements stay float (default 0)")
     p.add_argument("--drop-qdq-roundtrips", action="store_true", help="also drop lossy Q->DQ pairs")
     p.add_argument("--no-fold-rotary", action="store_true",
                    help="keep RotaryEmbedding nodes separate instead of folding them into GroupQueryAttention")
@@ -63,9 +74,9 @@ def _options(args: argparse.Namespace) -> RewriteOptions:
                           verbose=args.verbose)
 
 
-def _run_with_progress(path: str, options: RewriteOptions, console: Console, show: bool) -> RewriteResult:
+def _run_with_progress(model, options: RewriteOptions, console: Console, show: bool) -> RewriteResult:
     if not show:
-        return rewrite(path, options)
+        return rewrite(model, options)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         tasks: dict[str, int] = {}
@@ -76,7 +87,7 @@ def _run_with_progress(path: str, options: RewriteOptions, console: Console, sho
             bar.update(tasks[stage], completed=done, total=total or None)
 
         with progress_hook(hook):
-            return rewrite(path, options)
+            return rewrite(model, options)
 
 
 def _print_tables(result: RewriteResult, console: Console, verbose: bool) -> None:
@@ -105,9 +116,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         options = _options(args)
         t0 = time.perf_counter()
-        result = _run_with_progress(args.input, options, err, show=not args.json)
-        saved = result.save(args.output)
+        model = load_model(args.input)
+        # refused before any work: the output (and its data file) must not replace a file the input reads
+        target = pathlib.Path(args.output)
+        refuse_overwriting_inputs([target, target.with_name(target.name + ".data")], files_read_by(model))
+        result = _run_with_progress(model, options, err, show=not args.json)
+        saved = result.save(target)
         seconds = time.perf_counter() - t0
+    except MemoryError:
+        print(f"npu-rewrite: error: {args.input}: out of memory while rewriting", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except (_BadInput, RewriteError, OSError, ValueError) as e:
         print(f"npu-rewrite: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return EXIT_BAD_INPUT
