@@ -11,14 +11,15 @@
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from .._atomic import atomic_write_bytes
 from ..context_cache.container import FORMAT_VERSION, ContainerExpect, ContainerMeta, pack, unpack
-from ..context_cache.errors import ContextFormatError, ContextIncompatibleError
+from ..context_cache.errors import ContextFileError, ContextFormatError, ContextIncompatibleError
+from ..context_cache.fileio import read_container
 from ..context_cache.keys import cache_key
 from ..context_cache.store import CacheStore, default_cache_dir
 from ..kernels.node import NodeInfo, ValueInfo
@@ -166,9 +167,7 @@ class ContextManager:
                                      "loaded from a file")
             folder = Path(ctx_model).resolve().parent
             payload_name = f"{Path(ctx_model).stem}_{_safe(name)}.npuctx"
-            tmp = folder / (payload_name + ".tmp")
-            tmp.write_bytes(blob)
-            os.replace(tmp, folder / payload_name)
+            atomic_write_bytes(folder / payload_name, blob)  # unique O_EXCL|O_NOFOLLOW temp, never a planted link
             attrs["ep_cache_context"] = payload_name
         return {"node_name": name, "attrs": attrs}
 
@@ -183,7 +182,7 @@ class ContextManager:
         if embed == 1:
             blob = payload if isinstance(payload, (bytes, bytearray)) else str(payload).encode("latin-1")
         elif embed == 0:
-            path = payload.decode() if isinstance(payload, (bytes, bytearray)) else str(payload)
+            path = _payload_path(payload, where)
             blob = self._read_payload_file(path, graph, where)
             where += f" payload {path}"
         else:
@@ -213,12 +212,30 @@ class ContextManager:
         path = (base / rel).resolve()
         if base not in path.parents:
             raise EpContextError(f"{where}: refusing payload path {rel!r}: it escapes the model directory {base}")
-        try:
-            if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or device would block or never end
-                raise EpContextError(f"{where}: refusing payload {path}: not a regular file")
-            return path.read_bytes()
+        try:  # regular files only, size checked against the container's header before the rest is read
+            return read_container(path)
+        except ContextFileError as exc:
+            raise EpContextError(f"{where}: refusing payload {path}: {_after_path(exc, path)}") from exc
+        except ContextFormatError as exc:
+            raise EpContextError(f"{where}: corrupt context binary: {exc}") from exc
         except OSError as exc:
             raise EpContextError(f"{where}: cannot read payload {path}: {exc.strerror or exc}") from exc
+
+
+def _after_path(exc: Exception, path: Path) -> str:
+    msg = str(exc)
+    return msg[len(f"{path}: "):] if msg.startswith(f"{path}: ") else msg
+
+
+def _payload_path(payload: Any, where: str) -> str:
+    """The embed_mode=0 payload location as text; a NUL byte or undecodable bytes cannot name a file."""
+    try:
+        path = payload.decode("utf-8") if isinstance(payload, (bytes, bytearray)) else str(payload)
+    except UnicodeDecodeError:
+        raise EpContextError(f"{where}: refusing payload path {bytes(payload)[:80]!r}: not UTF-8") from None
+    if "\0" in path:
+        raise EpContextError(f"{where}: refusing payload path {path[:80]!r}: it contains a NUL byte")
+    return path
 
 
 def _safe(name: str) -> str:

@@ -279,3 +279,69 @@ def test_program_output_contradicting_the_declared_shape_is_an_error(tmp_path):
     with pytest.raises(Exception):
         got = sess.run(None, {"x": X})[0]
         print("accepted output", got.dtype, got.shape)
+
+
+def test_payload_path_with_a_nul_byte_names_the_node(tmp_path):
+    """Issue 14 item 7: a NUL in ep_cache_context used to raise a bare ValueError ("embedded null byte")."""
+    ctx, _ = _compile(tmp_path, 0)
+    node_name = onnx.load(ctx).graph.node[0].name
+    for loc in ("model_ctx.npuctx\0.txt", "\0"):
+        msg = _error(_point_payload_at(ctx, loc, tmp_path))
+        assert "NUL" in msg and node_name in msg and "EPContext" in msg, msg
+
+
+def test_payload_path_that_is_not_utf8_names_the_node(tmp_path):
+    ctx, _ = _compile(tmp_path, 0)
+    m = onnx.load(ctx)
+    _attr(m, "ep_cache_context").s = b"\xff\xfe.npuctx"
+    evil = str(tmp_path / "evil_ctx.onnx")
+    onnx.save(m, evil)
+    msg = _error(evil)
+    assert "not UTF-8" in msg and m.graph.node[0].name in msg, msg
+
+
+@pytest.mark.parametrize("kind", ["sparse_zeros", "valid_then_hole"])
+def test_huge_sparse_payload_is_refused_without_reading_it(tmp_path, kind):
+    ctx, _ = _compile(tmp_path, 0)
+    path = _payload_file(ctx)
+    valid = open(path, "rb").read()
+    with open(path, "wb") as f:
+        if kind == "valid_then_hole":
+            f.write(valid)
+        f.truncate(2 << 30)
+    child = run_child(f"""
+        import resource
+        from npu_testing import npu_session
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            npu_session({ctx!r}); print("ACCEPTED")
+        except Exception as e:
+            growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+            print("REFUSED", round(growth), " ".join(str(e).split())[:400])
+    """, timeout=60)
+    assert_no_crash(child)
+    verdict, growth, msg = child.last_line().split(" ", 2)
+    assert verdict == "REFUSED" and "corrupt context binary" in msg, child.stdout
+    assert int(growth) < 64, child.stdout  # MiB: refused from the 64-byte prefix, not read whole
+
+
+def test_dump_never_writes_through_a_planted_symlink(tmp_path):
+    """Issue 14 item 5: the embed_mode=0 dump wrote through a fixed '<payload>.tmp' that could be a symlink."""
+    ctx, expected = _compile(tmp_path, 0)  # learn the payload's name, then dump again into the same folder
+    name = os.path.basename(_payload_file(ctx))
+    os.remove(_payload_file(ctx))
+    os.remove(ctx)
+    victim = tmp_path.parent / f"victim_{tmp_path.name}.txt"
+    victim.write_bytes(b"precious")
+    planted = [f"{name}.tmp", f".{name}.tmp", f".{name}.{os.getpid()}.tmp"]
+    for p in planted:
+        os.symlink(victim, tmp_path / p)
+    try:
+        ctx2, _ = _compile(tmp_path, 0)
+        assert victim.read_bytes() == b"precious"
+    finally:
+        victim.unlink()
+    assert ctx2 == ctx and os.path.basename(_payload_file(ctx2)) == name, "the same name was dumped again"
+    assert not os.path.islink(_payload_file(ctx2))
+    np.testing.assert_array_equal(npu_session(ctx2).run(None, {"x": X})[0], expected)
+    assert sorted(p for p in os.listdir(tmp_path) if p.endswith(".tmp")) == sorted(planted)  # none of ours left
