@@ -1,4 +1,5 @@
-"""Indexing ops on the DMA engine: Concat, Split, Slice, Gather.
+"""Indexing ops on the DMA engine: Concat, Split, Slice, Gather, GatherND (batch_dims) and ScatterND (reduction
+none/add/mul/max/min).
 
 Split sizes come from the ``split`` input/attribute, else ``num_outputs`` (opset 18: ceil-sized chunks, the last
 smaller), else equal parts. Slice follows ONNX clamping exactly (not Python's): starts/ends are made non-negative by
@@ -27,6 +28,9 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     if op == "Split":
         attrs["split"] = static_ints(node, 1, "split")
         attrs["num_outputs"] = node.attr("num_outputs")
+    if op in ("GatherND", "ScatterND"):
+        attrs["batch_dims"] = int(node.attr("batch_dims", 0))
+        attrs["reduction"] = str(node.attr("reduction", "none"))
     if op == "Slice":
         for i, key in enumerate(("starts", "ends", "axes", "steps"), start=1):
             attrs[key] = static_ints(node, i, key if i < 4 else None)
@@ -106,6 +110,64 @@ def _gather_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.asarray(x.take(idx, axis=axis))]
 
 
+def _nd_index(idx: np.ndarray, dims: tuple[int, ...], op: str) -> tuple[np.ndarray, ...]:
+    """The last axis of ``idx`` (index tuples into ``dims``) as one int64 array per dim, negatives wrapped once;
+    anything outside [-dim, dim) raises."""
+    idx = idx.astype(np.int64, copy=False)
+    d = np.asarray(dims, np.int64)
+    if idx.size and (np.any(idx < -d) or np.any(idx >= d)):
+        raise IndexError(f"{op}: indices outside the data dims {list(dims)}")
+    idx = np.where(idx < 0, idx + d, idx)
+    return tuple(idx[..., t] for t in range(idx.shape[-1]))
+
+
+def _gather_nd_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """out[b..., m...] = data[b..., *indices[b..., m..., :]] over ``batch_dims`` leading batch axes."""
+    x, idx = arg(p, inputs, 0), arg(p, inputs, 1)
+    b = p.attrs["batch_dims"]
+    q = idx.shape[-1]
+    if q > x.ndim - b:
+        raise ValueError(f"GatherND: index tuples of length {q} for data {x.shape} with batch_dims {b}")
+    n_batch = int(np.prod(x.shape[:b], dtype=np.int64))
+    xb = x.reshape((n_batch,) + x.shape[b:])
+    ib = idx.reshape(n_batch, -1, q)
+    parts = _nd_index(ib, x.shape[b:b + q], "GatherND")
+    batch = np.arange(n_batch).reshape(n_batch, 1)
+    out = xb[(batch,) + parts]
+    return [out.reshape(idx.shape[:-1] + x.shape[b + q:])]
+
+
+_SCATTER_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_nd_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """A copy of data with ``updates`` written (or reduced, ``reduction``) at the index tuples; with duplicate
+    indices and reduction 'none' the last update wins (ONNX leaves the order undefined)."""
+    x, idx, upd = arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2)
+    q = idx.shape[-1]
+    if upd.shape != idx.shape[:-1] + x.shape[q:]:
+        raise ValueError(f"ScatterND: updates {upd.shape} != indices {idx.shape[:-1]} + data {x.shape[q:]}")
+    out = np.array(x, copy=True)
+    where = _nd_index(idx.reshape(-1, q), x.shape[:q], "ScatterND")
+    rows = upd.reshape((-1,) + x.shape[q:])
+    red = p.attrs["reduction"]
+    if red == "none":
+        out[where] = rows
+    else:
+        _SCATTER_REDUCE[red].at(out, where, rows)
+    return [out]
+
+
+def _nd_check(node: NodeInfo, target: Target) -> str | None:
+    red = str(node.attr("reduction", "none"))
+    if node.op_type == "ScatterND" and red not in ("none", *_SCATTER_REDUCE):
+        return f"{node.describe()}: ScatterND reduction {red!r} unknown"
+    idx = node.input(1)
+    if idx is None or idx.dtype is None or idx.dtype != np.int64:
+        return f"{node.describe()}: indices must be int64"
+    return None
+
+
 def _concat_cost(p: Prepared, shapes) -> OpCost:
     moved = sum(nbytes(s, p.attrs["itemsize"]) for s in shapes if s is not None)
     return copy_cost(p, moved, moved)
@@ -133,7 +195,22 @@ def _gather_cost(p: Prepared, shapes) -> OpCost:
     return copy_cost(p, out * p.attrs["itemsize"] + nbytes(idx, 8), out * p.attrs["itemsize"])
 
 
+def _gather_nd_cost(p: Prepared, shapes) -> OpCost:
+    data, idx = shapes[0], shapes[1]
+    q, b = idx[-1], p.attrs["batch_dims"]
+    out = elems(idx[:-1]) * elems(data[b + q:])
+    return copy_cost(p, out * p.attrs["itemsize"] + nbytes(idx, 8), out * p.attrs["itemsize"])
+
+
+def _scatter_nd_cost(p: Prepared, shapes) -> OpCost:
+    moved = nbytes(shapes[0], p.attrs["itemsize"])
+    upd = nbytes(shapes[2], p.attrs["itemsize"])
+    return copy_cost(p, moved + upd + nbytes(shapes[1], 8), moved)
+
+
 register(KernelDef("", "Concat", _prepare, _concat_run, _concat_cost))
 register(KernelDef("", "Split", _prepare, _split_run, _split_cost))
 register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost))
 register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost))
+register(KernelDef("", "GatherND", _prepare, _gather_nd_run, _gather_nd_cost, _nd_check))
+register(KernelDef("", "ScatterND", _prepare, _scatter_nd_run, _scatter_nd_cost, _nd_check))

@@ -1,9 +1,10 @@
-"""Layout ops: Reshape, Squeeze, Unsqueeze (free: views), Transpose and Expand (a DMA pass).
+"""Layout ops: Reshape, Squeeze, Unsqueeze, Flatten, Identity, Shape (free: views), Transpose, Expand and Tile
+(a DMA pass).
 
 Shape-like operands (shape, axes) may be attributes (old opsets), constant inputs (resolved at compile time into
 ``attrs``) or runtime inputs (read at run time). Views returned by these kernels alias their (read-only) inputs.
 
-Cost: a view costs nothing; Transpose/Expand stream ``bytes_in + bytes_out`` through DMA
+Cost: a view costs nothing; Transpose/Expand/Tile stream ``bytes_in + bytes_out`` through DMA
 (``dma_cycles = 2 * latency + bytes / bytes_per_cycle``, no compute).
 """
 
@@ -54,6 +55,8 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "ints": static_ints(node, 1, "axes" if node.op_type in ("Squeeze", "Unsqueeze") else None)}
     if node.op_type == "Reshape":
         attrs["allowzero"] = int(node.attr("allowzero", 0))
+    if node.op_type == "Flatten":
+        attrs["axis"] = int(node.attr("axis", 1))
     if node.op_type == "Transpose":
         perm = node.attr("perm")
         attrs["perm"] = [int(a) for a in perm] if perm is not None else None
@@ -129,6 +132,25 @@ def _expand_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))))]
 
 
+def _identity_run(p: Prepared, inputs) -> list[np.ndarray]:
+    return [arg(p, inputs, 0)]
+
+
+def _flatten_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """[d0..d(axis-1), d(axis)..] -> 2-D (a view); axis may be negative, axis 0 gives [1, N]."""
+    x = arg(p, inputs, 0)
+    axis = p.attrs["axis"] + x.ndim if p.attrs["axis"] < 0 else p.attrs["axis"]
+    return [x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1)]
+
+
+def _tile_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    repeats = runtime_ints(p, inputs, "ints", 1)
+    if len(repeats) != x.ndim or min(repeats, default=0) < 0:
+        raise ValueError(f"Tile: repeats {repeats} do not match input rank {x.ndim} (or are negative)")
+    return [np.tile(x, repeats)]
+
+
 def _view_cost(p: Prepared, shapes) -> OpCost:
     return movement_cost(p.target, 0)
 
@@ -142,6 +164,12 @@ def _expand_cost(p: Prepared, shapes) -> OpCost:
     shape = p.attrs["ints"]
     out = np.broadcast_shapes(shapes[0], tuple(shape)) if shape is not None else shapes[0]
     return copy_cost(p, nbytes(shapes[0], size), elems(out) * size)
+
+
+def _tile_cost(p: Prepared, shapes) -> OpCost:
+    size, reps = p.attrs["itemsize"], p.attrs["ints"]
+    n_in = nbytes(shapes[0], size)
+    return copy_cost(p, n_in, n_in * (int(np.prod(reps, dtype=np.int64)) if reps is not None else 1))
 
 
 def _shape_prepare(node: NodeInfo, target: Target) -> Prepared:
@@ -162,3 +190,6 @@ register(KernelDef("", "Squeeze", _prepare, _squeeze_run, _view_cost))
 register(KernelDef("", "Unsqueeze", _prepare, _unsqueeze_run, _view_cost))
 register(KernelDef("", "Transpose", _prepare, _transpose_run, _transpose_cost))
 register(KernelDef("", "Expand", _prepare, _expand_run, _expand_cost))
+register(KernelDef("", "Identity", _prepare, _identity_run, _view_cost))
+register(KernelDef("", "Flatten", _prepare, _flatten_run, _view_cost))
+register(KernelDef("", "Tile", _prepare, _tile_run, _tile_cost))

@@ -227,3 +227,58 @@ def test_cost_views_are_free_and_gather_moves_only_selected_rows():
 @pytest.mark.parametrize("attrs", [{}, {"start": 1}, {"end": -1}, {"start": -2, "end": 10}, {"start": 5}])
 def test_shape_with_start_and_end(attrs):
     check_against_ort("Shape", [("x", rand((2, 3, 4), np.float32), False)], [("y", I64)], attrs, opset=15)
+
+
+# --- Identity, Flatten, Tile, GatherND, ScatterND (issue 13), also through NpuEP sessions on both targets -------
+from _ep_single import check_on_ep  # noqa: E402
+
+BOTH = ("npu-ref", "npu-edge")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+def test_identity(dtype):
+    check_on_ep("Identity", [("x", rand((3, 4), dtype), False)], [("y", dtype)], targets=BOTH)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, 3, -1, -3])
+def test_flatten_axes(axis):
+    check_on_ep("Flatten", [("x", rand((2, 3, 4), np.float32), False)], [("y", np.float32)], {"axis": axis},
+                targets=BOTH)
+
+
+@pytest.mark.parametrize("repeats,const", [([2, 1, 3], True), ([1, 1, 1], True), ([3, 2, 1], False),
+                                           ([1, 0, 2], True)])
+def test_tile(repeats, const):
+    check_on_ep("Tile", [("x", rand((2, 3, 4), np.float16), False), ("r", np.array(repeats, I64), const)],
+                [("y", np.float16)], targets=BOTH if const else ("npu-ref",))
+
+
+@pytest.mark.parametrize("xs,idx,b", [((4, 5), [[1, 2], [-1, 0]], 0), ((4, 5, 3), [[1], [3]], 0),
+                                      ((2, 4, 5), [[[1, 2]], [[3, -5]]], 1), ((2, 3, 4, 5), [[[1], [2], [-1]], [[0], [3], [2]]], 2),
+                                      ((4, 5), [[[0, 0], [3, 4]], [[1, 1], [2, 2]]], 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_gather_nd_batch_dims_and_negative_indices(xs, idx, b, dtype):
+    check_on_ep("GatherND", [("x", rand(xs, dtype), False), ("i", np.array(idx, I64), False)], [("y", dtype)],
+                {"batch_dims": b}, targets=BOTH)
+
+
+def test_gather_nd_out_of_range_raises():
+    x, i = rand((4, 5), np.float32), np.array([[4, 0]], I64)
+    model = make_model("GatherND", [("x", x, False), ("i", i, False)], [("y", np.float32)])
+    with pytest.raises(IndexError, match="GatherND: indices outside"):
+        run_npu(model, {"x": x, "i": i})
+
+
+@pytest.mark.parametrize("reduction,case", [(r, c) for r in ("none", "add", "mul", "max", "min")
+                                             for c in ("rows", "elements", "duplicates")
+                                             if (r, c) != ("none", "duplicates")])  # ONNX: undefined
+def test_scatter_nd_reductions(reduction, case):
+    x = rand((4, 5, 3), np.float32, seed=1)
+    if case == "rows":
+        idx, upd = np.array([[2], [0]], I64), rand((2, 5, 3), np.float32, seed=2)
+    elif case == "elements":
+        idx, upd = np.array([[1, 2, 0], [3, -1, 2]], I64), rand((2,), np.float32, seed=3)
+    else:
+        idx, upd = np.array([[1, 2], [1, 2], [0, 4]], I64), rand((3, 3), np.float32, seed=4)
+    check_on_ep("ScatterND", [("x", x, False), ("i", idx, True), ("u", upd, False)], [("y", np.float32)],
+                {"reduction": reduction}, opset=18, targets=BOTH)

@@ -1,0 +1,111 @@
+"""Ops that make tensors rather than read them: Range, ConstantOfShape, and Trilu (a generated triangle mask).
+
+Range: ``n = max(ceil((limit - start) / delta), 0)`` as ORT computes it (the difference in the input dtype, the
+division in double); float outputs accumulate ``value += delta`` in the input dtype like ORT's loop (not
+``start + i * delta``, which rounds differently), integers are exact. ConstantOfShape: the ``value`` attribute
+(one element, default float32 0) broadcast to the runtime shape. Trilu: keep ``j - i >= k`` (upper, default) or
+``j - i <= k`` (lower) over the last two axes, zeros elsewhere; ``k`` is an optional scalar input.
+
+Cost: Range/ConstantOfShape write their output from the vector unit (one op per element, no input DMA);
+Trilu streams input and output with one select per element.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._util import arg, nbytes, stash_constants
+from ._vector import elems, itemsize_of, stream_cost
+from .movement import runtime_ints, static_ints
+
+
+def _static_out_elems(node: NodeInfo) -> int | None:
+    out = node.outputs[0]
+    return elems(out.shape) if out.static else None
+
+
+def _range_count(start, limit, delta) -> int:
+    if delta == 0:
+        raise ValueError("Range: delta is 0")
+    diff = np.subtract(limit, start, dtype=np.asarray(start).dtype)
+    return max(int(math.ceil(float(diff) / float(delta))), 0)
+
+
+def _range_prepare(node: NodeInfo, target: Target) -> Prepared:
+    consts = stash_constants(node)
+    out_elems = _static_out_elems(node)
+    if out_elems is None and all(f"in{i}" in consts for i in range(3)):
+        out_elems = _range_count(*(consts[f"in{i}"].reshape(-1)[0] for i in range(3)))
+    return Prepared({"itemsize": itemsize_of(node.inputs[0]), "out_elems": out_elems}, consts, target)
+
+
+def _range_run(p: Prepared, inputs) -> list[np.ndarray]:
+    start, limit, delta = (np.asarray(arg(p, inputs, i)).reshape(-1)[0] for i in range(3))
+    n = _range_count(start, limit, delta)
+    if np.issubdtype(start.dtype, np.integer):
+        return [np.arange(n, dtype=start.dtype) * delta + start]
+    steps = np.full(n, delta, start.dtype)
+    if n:
+        steps[0] = start
+    return [np.add.accumulate(steps, dtype=start.dtype)]  # sequential, as ORT's value += delta
+
+
+def _cos_prepare(node: NodeInfo, target: Target) -> Prepared:
+    value = node.attr("value")
+    value = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)[:1]
+    shape = static_ints(node, 0)
+    out_elems = _static_out_elems(node) if shape is None else int(np.prod(shape, dtype=np.int64))
+    return Prepared({"shape": shape, "itemsize": value.dtype.itemsize, "out_elems": out_elems},
+                    {"value": np.ascontiguousarray(value)}, target)
+
+
+def _cos_check(node: NodeInfo, target: Target) -> str | None:
+    value = node.attr("value")
+    if value is not None and (np.asarray(value).size != 1 or np.asarray(value).dtype.kind not in "biuf"):
+        return f"{node.describe()}: ConstantOfShape value must be one numeric element"
+    return None
+
+
+def _cos_run(p: Prepared, inputs) -> list[np.ndarray]:
+    shape = runtime_ints(p, inputs, "shape", 0)
+    if min(shape, default=0) < 0:
+        raise ValueError(f"ConstantOfShape: negative dimension in {shape}")
+    return [np.full(shape, p.consts["value"][0], p.consts["value"].dtype)]
+
+
+def _generated_cost(p: Prepared, shapes) -> OpCost:
+    """Unknown output size (runtime bounds and no static output shape) counts as one element."""
+    n = p.attrs["out_elems"] or 1
+    return stream_cost(p, n, 0, n * p.attrs["itemsize"], 1.0)
+
+
+def _trilu_prepare(node: NodeInfo, target: Target) -> Prepared:
+    attrs: dict[str, Any] = {"upper": int(node.attr("upper", 1)), "k": static_ints(node, 1),
+                             "itemsize": itemsize_of(node.inputs[0])}
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _trilu_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    if x.ndim < 2:
+        raise ValueError(f"Trilu: input of rank {x.ndim} (needs >= 2)")
+    k = runtime_ints(p, inputs, "k", 1)
+    k = 0 if k is None else k[0]
+    return [np.triu(x, k) if p.attrs["upper"] else np.tril(x, k)]
+
+
+def _trilu_cost(p: Prepared, shapes) -> OpCost:
+    n = elems(shapes[0])
+    moved = nbytes(shapes[0], p.attrs["itemsize"])
+    return stream_cost(p, n, moved, moved, 1.0)
+
+
+register(KernelDef("", "Range", _range_prepare, _range_run, _generated_cost))
+register(KernelDef("", "ConstantOfShape", _cos_prepare, _cos_run, _generated_cost, _cos_check))
+register(KernelDef("", "Trilu", _trilu_prepare, _trilu_run, _trilu_cost))

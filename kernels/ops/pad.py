@@ -1,0 +1,87 @@
+"""Pad: constant, reflect, edge and wrap modes, negative pads (crop), opset-18 ``axes``, opset-2 attributes.
+
+``pads`` is ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]`` over ``axes`` (default every axis). A negative pad
+removes elements: the input is cropped first and the crop is padded (what ORT does), so reflect/edge/wrap read the
+cropped data. Reflect needs every padded axis longer than its pad (numpy would reflect repeatedly; ORT refuses).
+
+Cost: one DMA pass, the cropped input read and the output written (``movement.copy_cost``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._util import arg, stash_constants
+from ._vector import elems, itemsize_of
+from .movement import copy_cost, runtime_ints, static_ints
+
+_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    legacy = node.input(1) is None and node.attr("pads") is not None
+    attrs: dict[str, Any] = {"mode": str(node.attr("mode", "constant")), "itemsize": itemsize_of(node.inputs[0]),
+                             "pads": static_ints(node, 1, "pads"), "axes": static_ints(node, 3),
+                             "legacy_value": float(node.attr("value", 0.0)) if legacy else None}
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    mode = str(node.attr("mode", "constant"))
+    if mode not in _MODES:
+        return f"{node.describe()}: Pad mode {mode!r} unknown (constant, reflect, edge, wrap)"
+    return None
+
+
+def pad_widths(rank: int, pads: list[int], axes: list[int] | None) -> list[tuple[int, int]]:
+    """Per-axis (begin, end) pads from ONNX ``pads`` over ``axes`` (negative axes allowed)."""
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    if len(pads) != 2 * len(axes):
+        raise ValueError(f"Pad: {len(pads)} pads for {len(axes)} axes (need 2 per axis)")
+    widths = [(0, 0)] * rank
+    for i, a in enumerate(axes):
+        widths[a] = (pads[i], pads[i + len(axes)])
+    return widths
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    widths = pad_widths(x.ndim, runtime_ints(p, inputs, "pads", 1), runtime_ints(p, inputs, "axes", 3))
+    crop = tuple(slice(-b if b < 0 else 0, x.shape[i] + e if e < 0 else None) for i, (b, e) in enumerate(widths))
+    x = x[crop]
+    grow = [(max(b, 0), max(e, 0)) for b, e in widths]
+    mode = p.attrs["mode"]
+    if not any(b or e for b, e in grow):
+        return [x]
+    if mode == "constant":
+        if p.attrs["legacy_value"] is not None:
+            value = p.attrs["legacy_value"]
+        else:
+            v = arg(p, inputs, 2)
+            value = 0 if v is None else np.asarray(v).reshape(-1)[0]
+        return [np.pad(x, grow, mode="constant", constant_values=np.asarray(value).astype(x.dtype))]
+    for i, (b, e) in enumerate(grow):
+        if (b or e) and x.shape[i] == 0:
+            raise ValueError(f"Pad: mode {mode} cannot pad empty axis {i} of shape {x.shape}")
+        if mode == "reflect" and (b or e) and max(b, e) >= x.shape[i]:
+            raise ValueError(f"Pad: reflect pads {(b, e)} need axis {i} longer than them, shape {x.shape}")
+    return [np.pad(x, grow, mode=_MODES[mode])]
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    size, x = p.attrs["itemsize"], shapes[0]
+    pads = p.attrs["pads"]
+    if pads is None:  # runtime pads: count the input twice
+        return copy_cost(p, elems(x) * size, elems(x) * size)
+    widths = pad_widths(len(x), pads, p.attrs["axes"])
+    kept = [d + min(b, 0) + min(e, 0) for d, (b, e) in zip(x, widths)]
+    out = [d + b + e for d, (b, e) in zip(x, widths)]
+    return copy_cost(p, elems(kept) * size, elems(out) * size)
+
+
+register(KernelDef("", "Pad", _prepare, _run, _cost, _check))

@@ -1,0 +1,234 @@
+"""Resize (opsets 11-21, and Upsample's successor semantics): nearest and linear, every coordinate transformation
+mode ORT implements, scales or sizes (with opset-18 ``axes`` and ``keep_aspect_ratio_policy``).
+
+The resize is separable: one pass per resized axis, each a gather (nearest) or a two-tap blend (linear), so an
+N-linear resize is the product of per-axis weights, as ORT's bilinear/trilinear kernels compute it. Coordinates
+are computed in float32 with ORT's formulas (``upsamplebase.h``), so nearest picks the same source elements:
+
+- half_pixel: (x + 0.5) / scale - 0.5;  half_pixel_symmetric: the same about the centre of the input;
+- pytorch_half_pixel: like half_pixel, but 0 when the output length is 1;
+- align_corners: x * (in - 1) / (out - 1) (0 when out is 1);  asymmetric: x / scale;
+- tf_half_pixel_for_nn: (x + 0.5) / scale;
+- tf_crop_and_resize: start * (in - 1) + x * (end - start) * (in - 1) / (out - 1) from ``roi``; a source
+  coordinate outside [0, in - 1] gives ``extrapolation_value``.
+
+When the output shape equals the input's, the output is the input (ORT copies it whatever the scales say).
+nearest_mode: round_prefer_floor / round_prefer_ceil (ties), floor, ceil; then clamped to [0, in - 1]. Linear
+clamps the coordinate to [0, in - 1] and blends the two neighbours. Scales give ``out = floor(in * scale)``; sizes
+give ``scale = out / in`` (float32). Float16 computes in float32; integer inputs take nearest only (exact gathers).
+Declined with a reason: cubic mode, antialias, and nearest with half_pixel_symmetric (ORT's coordinates for it
+land exactly on .5 in cases where float32 evaluation of its formula gives the float below; 9 of 744 size/scale/
+rounding combinations tried picked another pixel).
+
+Cost: per resized axis one vector op per output element (nearest) or three (linear); DMA reads the input once and
+writes the output once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._util import arg, nbytes, stash_constants
+from ._vector import elems, itemsize_of, stream_cost, widen
+from .movement import static_ints
+
+_F32 = np.float32
+_COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                "tf_half_pixel_for_nn", "tf_crop_and_resize")
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _static_floats(node: NodeInfo, i: int) -> list[float] | None:
+    v = node.input(i)
+    if v is None or v.value is None or np.asarray(v.value).size == 0:
+        return None
+    return [float(a) for a in np.asarray(v.value, np.float32).reshape(-1)]
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    legacy = node.since_version and node.since_version < 11  # opset 10: (X, scales)
+    attrs: dict[str, Any] = {
+        "mode": str(node.attr("mode", "nearest")),
+        "coord": "asymmetric" if legacy else str(node.attr("coordinate_transformation_mode", "half_pixel")),
+        "nearest": "floor" if legacy else str(node.attr("nearest_mode", "round_prefer_floor")),
+        "extrapolation": float(node.attr("extrapolation_value", 0.0)),
+        "axes": [int(a) for a in node.attr("axes")] if node.attr("axes") is not None else None,
+        "policy": str(node.attr("keep_aspect_ratio_policy", "stretch")),
+        "slots": [1, 2, 3] if not legacy else [None, 1, None],  # input index of roi, scales, sizes
+        "itemsize": itemsize_of(node.inputs[0]),
+    }
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    mode = str(node.attr("mode", "nearest"))
+    coord = str(node.attr("coordinate_transformation_mode", "half_pixel"))
+    why = None
+    if mode not in ("nearest", "linear"):
+        why = f"mode {mode!r} (only nearest and linear)"
+    elif coord not in _COORD_MODES:
+        why = f"coordinate_transformation_mode {coord!r} unknown"
+    elif str(node.attr("nearest_mode", "round_prefer_floor")) not in _NEAREST_MODES:
+        why = f"nearest_mode {node.attr('nearest_mode')!r} unknown"
+    elif int(node.attr("antialias", 0)):
+        why = "antialias=1 (no antialiasing filter)"
+    elif str(node.attr("keep_aspect_ratio_policy", "stretch")) not in ("stretch", "not_larger", "not_smaller"):
+        why = f"keep_aspect_ratio_policy {node.attr('keep_aspect_ratio_policy')!r} unknown"
+    elif mode == "nearest" and coord == "half_pixel_symmetric":
+        why = ("nearest with half_pixel_symmetric (ORT lands some coordinates exactly on .5 where float32 math "
+               "gives the float below, so ties would pick a different pixel; linear takes this mode)")
+    elif mode != "nearest" and not np.issubdtype(node.input(0).dtype, np.floating):
+        why = f"{mode} resize of {node.input(0).dtype} (integer inputs: nearest only)"
+    return None if why is None else f"{node.describe()}: Resize {why}"
+
+
+def _input(p: Prepared, inputs, slot: int | None) -> np.ndarray | None:
+    if slot is None:
+        return None
+    v = arg(p, inputs, slot)
+    return None if v is None or v.size == 0 else v
+
+
+def output_plan(p: Prepared, inputs, shape: tuple[int, ...]) -> tuple[list[int], list[float], np.ndarray | None]:
+    """(output shape, float32 scale per axis, roi [2 * rank] or None) from scales or sizes and ``axes``."""
+    a = p.attrs
+    rank = len(shape)
+    axes = list(range(rank)) if a["axes"] is None else [x % rank for x in a["axes"]]
+    roi_slot, scales_slot, sizes_slot = a["slots"]
+    scales_in, sizes_in = _input(p, inputs, scales_slot), _input(p, inputs, sizes_slot)
+    out, scales = list(shape), [1.0] * rank
+    if sizes_in is not None:
+        sizes = [int(s) for s in sizes_in.reshape(-1)]
+        if a["policy"] != "stretch":
+            ratios = [_F32(s) / _F32(shape[ax]) for s, ax in zip(sizes, axes)]
+            r = min(ratios) if a["policy"] == "not_larger" else max(ratios)
+            sizes = [int(np.floor(_F32(shape[ax]) * r + _F32(0.5))) for ax in axes]
+        for ax, s in zip(axes, sizes):
+            out[ax] = s
+            scales[ax] = float(_F32(s) / _F32(shape[ax])) if shape[ax] else 1.0
+            if a["policy"] != "stretch":
+                scales[ax] = float(r)
+    elif scales_in is not None:
+        for ax, s in zip(axes, scales_in.astype(_F32).reshape(-1)):
+            if s <= 0:
+                raise ValueError(f"Resize: scale {s} on axis {ax} must be positive")
+            scales[ax] = float(s)
+            out[ax] = int(_F32(shape[ax]) * s)
+    else:
+        raise ValueError("Resize: neither scales nor sizes given")
+    roi = None
+    if a["coord"] == "tf_crop_and_resize":
+        r = _input(p, inputs, roi_slot)
+        if r is None:
+            raise ValueError("Resize: tf_crop_and_resize needs roi")
+        r = r.astype(_F32).reshape(-1)
+        roi = np.array([0.0] * rank + [1.0] * rank, _F32)
+        for i, ax in enumerate(axes):
+            roi[ax], roi[rank + ax] = r[i], r[len(axes) + i]
+    return out, scales, roi
+
+
+def source_coords(p: Prepared, n_in: int, n_out: int, scale: float, start: float, end: float) -> np.ndarray:
+    """float32 source coordinate of every output index on one axis (ORT's ``GetOriginalCoordinate``)."""
+    x = np.arange(n_out, dtype=_F32)
+    s, lin, lout = _F32(scale), _F32(n_in), _F32(n_out)
+    half = _F32(0.5)
+    c = p.attrs["coord"]
+    if c == "half_pixel":
+        return (x + half) / s - half
+    if c == "half_pixel_symmetric":  # ORT: the offset in float32, the rest in double (its 0.5 literals)
+        adj = lout / (s * lin)
+        offset = (lin / _F32(2)) * (_F32(1) - adj)
+        return (np.float64(offset) + (x.astype(np.float64) + 0.5) / np.float64(s) - 0.5).astype(_F32)
+    if c == "pytorch_half_pixel":
+        return (x + half) / s - half if n_out > 1 else np.zeros(n_out, _F32)
+    if c == "align_corners":
+        return x * (lin - 1) / (lout - 1) if n_out > 1 else np.zeros(n_out, _F32)
+    if c == "asymmetric":
+        return x / s
+    if c == "tf_half_pixel_for_nn":
+        return (x + half) / s
+    # tf_crop_and_resize
+    st, en = _F32(start), _F32(end)
+    if n_out > 1:
+        return st * (lin - 1) + x * (en - st) * (lin - 1) / (lout - 1)
+    return np.full(n_out, 0.5 * np.float64(st + en) * np.float64(lin - 1), _F32)  # double, as ORT
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    """std::round. Not floor(|x| + 0.5): that sum rounds up for the float just below 0.5; x - trunc(x) is exact."""
+    t = np.trunc(x)
+    return t + np.where(np.abs(x - t) >= _F32(0.5), np.sign(x), _F32(0))
+
+
+def nearest_index(coords: np.ndarray, mode: str, n_in: int) -> np.ndarray:
+    if mode == "round_prefer_floor":
+        tie = coords == np.trunc(coords) + _F32(0.5)
+        idx = np.where(tie, np.floor(coords), _round_half_away(coords))
+    elif mode == "round_prefer_ceil":
+        idx = _round_half_away(coords)
+    elif mode == "floor":
+        idx = np.floor(coords)
+    else:
+        idx = np.ceil(coords)
+    return np.clip(idx, 0, n_in - 1).astype(np.int64)
+
+
+def _shape_for(axis: int, rank: int, n: int) -> tuple[int, ...]:
+    return (1,) * axis + (n,) + (1,) * (rank - axis - 1)
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    out_shape, scales, roi = output_plan(p, inputs, x.shape)
+    if tuple(out_shape) == x.shape:  # ORT copies the input whenever the output shape equals it (any scales)
+        return [x]
+    rank = x.ndim
+    linear = p.attrs["mode"] == "linear"
+    y = widen(x) if linear else x
+    outside = None
+    for ax in range(rank):
+        n_in, n_out = x.shape[ax], out_shape[ax]
+        identity = n_in == n_out and scales[ax] == 1.0 and roi is None
+        if identity:
+            continue
+        start, end = (float(roi[ax]), float(roi[rank + ax])) if roi is not None else (0.0, 1.0)
+        coords = source_coords(p, n_in, n_out, scales[ax], start, end)
+        if roi is not None:
+            out_ax = (coords < 0) | (coords > _F32(n_in - 1))
+            m = out_ax.reshape(_shape_for(ax, rank, n_out))
+            outside = m if outside is None else (outside | m)
+        if not linear:
+            y = np.take(y, nearest_index(coords, p.attrs["nearest"], n_in), axis=ax)
+            continue
+        c = np.clip(coords, _F32(0), _F32(max(n_in - 1, 0)))
+        i0 = np.minimum(c.astype(np.int64), n_in - 1)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        w1 = (c - i0.astype(_F32)).reshape(_shape_for(ax, rank, n_out))
+        lo, hi = np.take(y, i0, axis=ax), np.take(y, i1, axis=ax)
+        y = lo + (hi - lo) * w1 if y.dtype == _F32 else lo + (hi - lo) * w1.astype(y.dtype)
+    if outside is not None:
+        y = np.where(outside, y.dtype.type(p.attrs["extrapolation"]), y)
+    return [np.ascontiguousarray(y, dtype=x.dtype)]
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    x = shapes[0]
+    static = {k: p.consts.get(f"in{i}") for k, i in zip(("roi", "scales", "sizes"), p.attrs["slots"])
+              if i is not None}
+    try:
+        out, _, _ = output_plan(p, [None] * 4, tuple(x)) if any(v is not None for v in static.values()) else (x, 0, 0)
+    except ValueError:
+        out = x
+    n = elems(out)
+    axes = sum(1 for a, b in zip(x, out) if a != b) or 1
+    ops = (3.0 if p.attrs["mode"] == "linear" else 1.0) * axes
+    return stream_cost(p, n, nbytes(x, p.attrs["itemsize"]), n * p.attrs["itemsize"], ops)
+
+
+register(KernelDef("", "Resize", _prepare, _run, _cost, _check))
