@@ -62,12 +62,14 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, qtype: s
 
 
 def quantize_float(y: np.ndarray, scale: np.ndarray, zp: np.ndarray, qtype: str) -> np.ndarray:
-    """ONNX QuantizeLinear as ORT computes it: ``saturate(rint(x / scale) + zp)`` in float32."""
+    """ONNX QuantizeLinear as ORT computes it: ``saturate(rint(x / scale) + zp)`` in float32; NaN gives the type's
+    lowest value, as ORT's MLAS does for every output type (fmax drops the NaN)."""
     lo, hi = QRANGE[qtype]
     q = y.astype(np.float32) / np.asarray(scale, np.float32)
     np.rint(q, out=q)
     q += np.asarray(zp, np.float32)
-    np.clip(q, lo, hi, out=q)
+    np.fmax(q, np.float32(lo), out=q)
+    np.fmin(q, np.float32(hi), out=q)
     return q.astype(np.int8 if qtype == "int4" else np.uint8 if qtype == "uint4" else np.dtype(qtype))
 
 

@@ -6,7 +6,8 @@ float16 mode takes fp16 operands with an fp32 accumulator and rounds the result 
 (sgemm) over whole tiles at once: the accumulation order inside a float32 tile is not observable beyond ulps.
 
 Compile time: a constant B is stored ready for the unit — Gemm's transB applied, alpha folded in, fp16 widened to
-fp32 (exact); Gemm's ``beta * C`` becomes the epilogue bias. Layouts: A ``[..., M, K]``, B ``[..., K, N]``.
+fp32 (exact); Gemm's ``beta * C`` becomes the epilogue bias (with ``beta = 0`` C is ignored, NaN/Inf included, as
+ORT does). Layouts: A ``[..., M, K]``, B ``[..., K, N]``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def prepare_float(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
     else:
         attrs["trans_b"] = int(node.attr("transB", 0)) if node.op_type == "Gemm" else 0
     attrs["alpha"] = 1.0 if b.value is not None else alpha
-    c = node.input(2) if node.op_type == "Gemm" else None
+    # beta == 0: C is not read at all, as in ORT (0 * inf or 0 * nan in C must not reach the result)
+    c = node.input(2) if node.op_type == "Gemm" and beta != 0.0 else None
     if c is not None:
         if c.value is None:
             attrs["runtime_c"], attrs["beta"] = True, beta

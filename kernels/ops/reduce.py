@@ -3,8 +3,9 @@
 Axes come from the ``axes`` attribute (ReduceSum < opset 13, ReduceMean/Max < opset 18) or from input 1 (later
 opsets); a constant axes input is resolved at compile time. Empty/absent axes reduce everything unless
 ``noop_with_empty_axes=1``, which makes the op an identity. Float16 accumulates in float32 (the vector unit's
-accumulator) and rounds once; integer sums wrap in the input dtype (ORT 1.31's CPU kernel saturates an
-overflowing int32/int64 sum at the type's limit instead; not emulated).
+accumulator) and rounds once. Integer sums accumulate in float64 and saturate at the type's limits, as ORT's CPU
+kernel does (exact for int32; int64 sums beyond 2^53 round as ORT's do, possibly in another order). An empty
+reduced axis gives the reduction's identity, as in ORT: 0 for Sum and Mean, the type's lowest value (-inf) for Max.
 
 Cost: every input element passes the vector unit once (1 op, +1 per output element for Mean's scaling);
 DMA reads the input and writes the output.
@@ -64,14 +65,33 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     keep = p.attrs["keepdims"] != 0
     op = p.attrs["op"]
     if op == "ReduceMax":
+        if x.size == 0:  # an empty reduced axis: the identity (numpy's maximum has none and raises)
+            return [np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype)))]
         return [np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keep))]
-    # ufunc reduce, not np.sum (a Python wrapper); dtype given so that small ints wrap instead of widening
+    if op == "ReduceSum" and x.dtype.kind in "iu":
+        return [_saturating_sum(x, axes, keep)]
+    # ufunc reduce, not np.sum (a Python wrapper)
     acc = _F32 if x.dtype == _F16 else x.dtype
     y = np.add.reduce(x, axis=axes, dtype=acc, keepdims=keep)
     if op == "ReduceMean":
         count = x.size // max(np.asarray(y).size, 1) if x.size else 1
         y = y / acc.type(count) if np.issubdtype(acc, np.floating) else y // count
     return [y if type(y) is np.ndarray and y.dtype == x.dtype else np.asarray(y).astype(x.dtype, copy=False)]
+
+
+def _lowest(dtype: np.dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _saturating_sum(x: np.ndarray, axes: tuple[int, ...] | None, keep: bool) -> np.ndarray:
+    """Integer ReduceSum as ORT: accumulate in float64, then saturate at the type's limits."""
+    s = np.asarray(np.add.reduce(x, axis=axes, dtype=np.float64, keepdims=keep))
+    info = np.iinfo(x.dtype)
+    top = float(info.max)  # 2^63 for int64, which int64 cannot hold: clip below it, then saturate sums >= it
+    below_top = top if int(top) == info.max else np.nextafter(top, 0.0)
+    y = np.asarray(np.clip(s, float(info.min), below_top)).astype(x.dtype)
+    np.copyto(y, info.max, where=s >= top)
+    return y
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
