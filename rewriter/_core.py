@@ -22,6 +22,7 @@ import onnx_ir as ir
 from . import cleanup, gqa, int4, qdq, rope
 from .model_io import EXTERNAL_DATA_THRESHOLD, RewriteError, load_model, save_model, tensor_bytes  # noqa: F401
 from .options import ALL_PASSES, RewriteOptions, RewriteReport
+from .target_ops import load_target
 
 
 @dataclasses.dataclass
@@ -120,6 +121,7 @@ def rewrite(model: str | os.PathLike | onnx.ModelProto | ir.Model, options: Rewr
 
 
 def _validate_options(options: RewriteOptions) -> None:
+    load_target(options.target)
     bs = options.int4_block_size
     if bs < 16 or bs > 256 or bs & (bs - 1):
         raise RewriteError(f"int4 block size must be a power of two in [16, 256], got {bs}")

@@ -24,6 +24,8 @@ class RewriteOptions:
     int4_min_elements: int = 0          # weights with fewer elements stay float
     # Q/DQ: Q->DQ round trips are lossy; only dropped when the user opts in
     drop_qdq_roundtrips: bool = False
+    # the NPU target the model is prepared for (built-in name or TOML path): fusions emit only ops it runs
+    target: str = "npu-ref"
     # gqa: fold the q/k RotaryEmbeddings into GroupQueryAttention (do_rotary=1, exact via its position_ids input)
     fold_rotary: bool = True
     verbose: bool = False

@@ -9,6 +9,9 @@ feeds only one Q, scales and zero points are constants, and no intermediate valu
 - ``MatMulIntegerToFloat``: ``DQ(a), DQ(b) -> MatMul`` with a float output (com.microsoft).
 - ``QdqPassThrough<op>``: ``DQ -> Reshape/Transpose/Squeeze/Unsqueeze/Gather/Slice -> Q`` with identical
   per-tensor params becomes the op on the integer tensor (exact: it only moves data).
+
+Every op a rule emits must be one the target NPU runs (``options.target``, ``target_ops.why_not_emitted``): NpuEP
+runs DQ -> op -> Q units as they are, so fusing into an op the target declines would only lose coverage.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ import onnx_ir as ir
 from onnx_ir.passes.common import IdentityEliminationPass
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
+from ..kernels.target import Target
+
 from .options import RewriteOptions, RewriteReport
 from .rule_set import apply_rule_set
+from .target_ops import load_target, why_not_emitted
 
 INT8_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
 DATA_MOVEMENT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice")
@@ -124,11 +130,18 @@ def _scalar(p: QParams, what: str) -> MatchResult:
 
 
 class _QdqRule(RewriteRuleClassBase):
-    """A Q/DQ rule: ``check`` returns the first failed unit condition (``MatchResult.fail`` with the reason)."""
+    """A Q/DQ rule: ``check`` returns the first failed unit condition (``MatchResult.fail`` with the reason).
+    Fusions emit an op only where ``target`` runs it (``emittable``)."""
 
-    def __init__(self, name: str, options: RewriteOptions) -> None:
+    def __init__(self, name: str, options: RewriteOptions, target: Target) -> None:
         super().__init__(name)
         self.options = options
+        self.target = target
+
+    def emittable(self, domain: str, op_type: str, p: QParams, where: ir.Node) -> MatchResult:
+        """Success if the target runs ``domain::op_type`` on the unit's quantized type, else why the unit stays."""
+        reason = why_not_emitted(self.target, domain, op_type, p.qtype)
+        return MatchResult().fail(reason, where) if reason else MatchResult()
 
     @staticmethod
     def zp_input(op, p: QParams) -> ir.Value:
@@ -212,7 +225,8 @@ class QLinearMatMulFusion(_QdqRule):
             return params
         pa, pb, py = params
         return _first_failure(_int8(pa, "A"), _int8(pb, "B"), _int8(py, "output"),
-                              _scalar(pa, "A"), _scalar(py, "output"), _scalar(pb, "B"))
+                              _scalar(pa, "A"), _scalar(py, "output"), _scalar(pb, "B"),
+                              self.emittable("", "QLinearMatMul", pa, mm.producer()))
 
     def rewrite(self, op, a, b, da, db, y, **_):
         pa, pb, py = unit_params(da, db, y)
@@ -247,7 +261,7 @@ class MatMulIntegerToFloatFusion(_QdqRule):
                                       mm)
         if pa.scale_np.dtype != pb.scale_np.dtype:
             return MatchResult().fail("A and B scales have different dtypes", pb.node)
-        return MatchResult()
+        return self.emittable("com.microsoft", "MatMulIntegerToFloat", pa, mm.producer())
 
     def rewrite(self, op, a, b, da, db, **_):
         pa, pb = unit_params(da, db)
@@ -258,8 +272,8 @@ class MatMulIntegerToFloatFusion(_QdqRule):
 class QLinearConvFusion(_QdqRule):
     """``Q(Conv(DQ(x), DQ(w)[, DQ(bias int32)])) -> QLinearConv`` (per-tensor x/y, per-tensor or per-M w)."""
 
-    def __init__(self, name: str, options: RewriteOptions, with_bias: bool) -> None:
-        super().__init__(name, options)
+    def __init__(self, name: str, options: RewriteOptions, target: Target, with_bias: bool) -> None:
+        super().__init__(name, options, target)
         self.with_bias = with_bias
 
     def pattern(self, op, x, sx, w, sw, sy, bq, sb):
@@ -288,8 +302,9 @@ class QLinearConvFusion(_QdqRule):
             return MatchResult().fail("int8 X needs int8 W in ORT's QLinearConv", pw.node)
         if not pw.per_tensor and (_axis(pw.node) != 0 or pw.scale_np.ndim != 1):
             return MatchResult().fail("W's per-channel scale must be along axis 0 (output channels)", pw.node)
-        if dbias is None:
-            return MatchResult()
+        failed = self.emittable("", "QLinearConv", px, conv.producer())
+        if not failed or dbias is None:
+            return failed
         failed = _single_use(dbias, "DequantizeLinear(bias) output")
         if not failed:
             return failed
@@ -318,8 +333,8 @@ class QLinearConvFusion(_QdqRule):
 class QLinearBinaryFusion(_QdqRule):
     """``Q(Add|Mul(DQ(a), DQ(b))) -> com.microsoft QLinearAdd|QLinearMul`` (per-tensor, same int8 type)."""
 
-    def __init__(self, name: str, options: RewriteOptions, op_type: str) -> None:
-        super().__init__(name, options)
+    def __init__(self, name: str, options: RewriteOptions, target: Target, op_type: str) -> None:
+        super().__init__(name, options, target)
         self.op_type = op_type
 
     def pattern(self, op, a, sa, b, sb, sy):
@@ -342,7 +357,7 @@ class QLinearBinaryFusion(_QdqRule):
         if len({p.qtype for p in params}) != 1:
             return MatchResult().fail(f"A, B and output types differ ({', '.join(str(p.qtype) for p in params)})",
                                       y.producer())
-        return MatchResult()
+        return self.emittable("com.microsoft", f"QLinear{self.op_type}", params[0], mid.producer())
 
     def rewrite(self, op, a, b, da, db, y, **_):
         pa, pb, py = unit_params(da, db, y)
@@ -353,8 +368,8 @@ class QLinearBinaryFusion(_QdqRule):
 class QdqPassThrough(_QdqRule):
     """``Q(op(DQ(x), ...)) -> op(x, ...)`` for data-movement ops with identical per-tensor params."""
 
-    def __init__(self, name: str, options: RewriteOptions, op_type: str) -> None:
-        super().__init__(name, options)
+    def __init__(self, name: str, options: RewriteOptions, target: Target, op_type: str) -> None:
+        super().__init__(name, options, target)
         self.op_type = op_type
 
     def pattern(self, op, x, s1, s2):
@@ -376,7 +391,7 @@ class QdqPassThrough(_QdqRule):
             return failed
         if not pd.same_as(pq):
             return MatchResult().fail(f"params around {self.op_type} differ (it would requantize)", y.producer())
-        return MatchResult()
+        return self.emittable("", self.op_type, pd, moved.producer())
 
     def rewrite(self, op, x, moved, **_):
         node = moved.producer()
@@ -384,17 +399,19 @@ class QdqPassThrough(_QdqRule):
 
 
 def rules(options: RewriteOptions) -> RewriteRuleSet:
-    """The Q/DQ rules in application order (lossless drops first, then unit fusions, then pass-through)."""
+    """The Q/DQ rules in application order (lossless drops first, then unit fusions, then pass-through); fusions
+    emit only ops that ``options.target`` runs."""
+    target = load_target(options.target)
     return RewriteRuleSet([
-        DropLosslessDqQ.rule("DropLosslessDqQ", options),
-        *(QdqPassThrough.rule(f"QdqPassThrough{t}", options, t) for t in DATA_MOVEMENT_OPS),
-        QLinearMatMulFusion.rule("QLinearMatMul", options),
-        MatMulIntegerToFloatFusion.rule("MatMulIntegerToFloat", options),
-        QLinearConvFusion.rule("QLinearConvBias", options, with_bias=True),
-        QLinearConvFusion.rule("QLinearConv", options, with_bias=False),
-        QLinearBinaryFusion.rule("QLinearAdd", options, "Add"),
-        QLinearBinaryFusion.rule("QLinearMul", options, "Mul"),
-        DropQdqRoundTrip.rule("DropQdqRoundTrip", options),
+        DropLosslessDqQ.rule("DropLosslessDqQ", options, target),
+        *(QdqPassThrough.rule(f"QdqPassThrough{t}", options, target, t) for t in DATA_MOVEMENT_OPS),
+        QLinearMatMulFusion.rule("QLinearMatMul", options, target),
+        MatMulIntegerToFloatFusion.rule("MatMulIntegerToFloat", options, target),
+        QLinearConvFusion.rule("QLinearConvBias", options, target, with_bias=True),
+        QLinearConvFusion.rule("QLinearConv", options, target, with_bias=False),
+        QLinearBinaryFusion.rule("QLinearAdd", options, target, "Add"),
+        QLinearBinaryFusion.rule("QLinearMul", options, target, "Mul"),
+        DropQdqRoundTrip.rule("DropQdqRoundTrip", options, target),
     ])
 
 

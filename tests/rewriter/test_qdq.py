@@ -9,7 +9,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from npu_ep.rewriter import rewrite
+from npu_ep.kernels.target import BUILTIN_DIR as TARGETS, Target
+from npu_ep.rewriter import RewriteError, rewrite
 
 U8, I8, I32, F32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32, TensorProto.FLOAT
 NP = {U8: np.uint8, I8: np.int8, I32: np.int32, F32: np.float32}
@@ -269,10 +270,22 @@ def _binary_model(op_type, y_type=U8):
     return g.model()
 
 
+@pytest.fixture
+def qlinear_binary_target(tmp_path):
+    """npu-ref plus com.microsoft QLinearAdd/QLinearMul: a target that runs them (npu-ref does not list them)."""
+    text = (TARGETS / "npu-ref.toml").read_text().replace('name = "npu-ref"', 'name = "npu-ref-qlinear"')
+    text += ('\n"com.microsoft::QLinearAdd" = { dtypes = ["int8", "uint8"] }'
+             '\n"com.microsoft::QLinearMul" = { dtypes = ["int8", "uint8"] }\n')
+    path = tmp_path / "npu-ref-qlinear.toml"
+    path.write_text(text)
+    assert Target.load(path).rule("com.microsoft", "QLinearAdd") is not None  # appended to the [ops] table
+    return str(path)
+
+
 @pytest.mark.parametrize("op_type", ["Add", "Mul"])
-def test_dq_binary_q_becomes_qlinear_op(op_type):
+def test_dq_binary_q_becomes_qlinear_op_where_the_target_lists_it(op_type, qlinear_binary_target):
     model = _binary_model(op_type)
-    result = rewrite(model, passes="qdq")
+    result = rewrite(model, passes="qdq", target=qlinear_binary_target)
     assert ops(result) == [f"QLinear{op_type}"]
     feeds = {"a": u8(2, 5), "b": u8(2, 5)}
     got = run(result.model, feeds)[0]
@@ -280,8 +293,23 @@ def test_dq_binary_q_becomes_qlinear_op(op_type):
     assert np.abs(got.astype(int) - run(model, feeds, optimize=False)[0].astype(int)).max() <= 1
 
 
-def test_binary_with_mixed_types_is_not_fused():
-    result = rewrite(_binary_model("Add", y_type=I8), passes="qdq")
+@pytest.mark.parametrize("target", ["npu-ref", "npu-edge"])
+@pytest.mark.parametrize("op_type", ["Add", "Mul"])
+def test_binary_unit_stays_where_the_target_does_not_list_the_qlinear_op(op_type, target):
+    model = _binary_model(op_type)
+    result = rewrite(model, passes="qdq", target=target)
+    assert ops(result) == ["DequantizeLinear", "DequantizeLinear", op_type, "QuantizeLinear"]
+    assert sum(result.report.counts.values()) == 0
+    assert f"com.microsoft::QLinear{op_type} is not listed in [ops] of target {target}" in reasons(result)
+
+
+def test_bad_rewrite_target_is_a_rewrite_error(tmp_path):
+    with pytest.raises(RewriteError, match="rewrite target: unknown target 'npu-nope'"):
+        rewrite(_binary_model("Add"), passes="qdq", target="npu-nope")
+
+
+def test_binary_with_mixed_types_is_not_fused(qlinear_binary_target):
+    result = rewrite(_binary_model("Add", y_type=I8), passes="qdq", target=qlinear_binary_target)
     assert "QLinearAdd" not in ops(result)
     assert "types differ" in reasons(result)
 
