@@ -6,6 +6,9 @@
 - fuzz: N mutated EPContext payloads (every changed payload must be refused) and M re-signed hostile headers
   (no crash, no output of the wrong signature), each fuzzer in its own process.
 - kills: SIGKILL compiling processes at random moments; every cache entry left on disk must verify.
+- inject: P processes x S sessions on one cache folder while swapped, corrupt, truncated, FIFO, oversized and
+  /dev/zero entries replace live ones; every output must equal the no-cache output, nothing may hang or print a
+  traceback, and after one clean pass every entry verifies (``python -m npu_ep.tools.soak --inject``: only this).
 
 Uses the helpers of ``tests/reliability`` (a development tool: run it from the repository). Exit code 0 when
 every invariant held, 1 otherwise; ``--json`` prints the figures as one JSON object.
@@ -98,6 +101,12 @@ def soak_kills(rounds: int) -> dict[str, Any]:
     return f
 
 
+def soak_inject(processes: int, sessions: int) -> dict[str, Any]:
+    rc, f = _script("_cache_injection.py", "run", str(processes), str(sessions))
+    f["ok"] = rc == 0 and bool(f.get("ok"))
+    return f
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="npu-soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=1000, help="runs per thread (8 threads)")
@@ -105,13 +114,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fuzz", type=int, default=5000, help="mutated EPContext payloads")
     p.add_argument("--header-fuzz", type=int, default=2000, help="re-signed hostile program headers")
     p.add_argument("--kills", type=int, default=10, help="compiling processes SIGKILLed at random moments")
-    p.add_argument("--only", choices=["threads", "sessions", "fuzz", "kills"], action="append",
+    p.add_argument("--inject-processes", type=int, default=4, help="processes sharing one cache folder (inject)")
+    p.add_argument("--inject-sessions", type=int, default=20, help="sessions per process (inject)")
+    p.add_argument("--only", choices=["threads", "sessions", "fuzz", "kills", "inject"], action="append",
                    help="run only these parts (repeatable)")
+    p.add_argument("--inject", action="store_true", help="shorthand for --only inject")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = p.parse_args(argv)
+    if args.inject:
+        args.only = (args.only or []) + ["inject"]
     _paths()
     parts = {"threads": lambda: soak_threads(args.runs), "sessions": lambda: soak_sessions(args.sessions),
-             "fuzz": lambda: soak_fuzz(args.fuzz, args.header_fuzz), "kills": lambda: soak_kills(args.kills)}
+             "fuzz": lambda: soak_fuzz(args.fuzz, args.header_fuzz), "kills": lambda: soak_kills(args.kills),
+             "inject": lambda: soak_inject(args.inject_processes, args.inject_sessions)}
     figures: dict[str, Any] = {}
     for name, fn in parts.items():
         if args.only and name not in args.only:
