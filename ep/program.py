@@ -62,7 +62,8 @@ class RunCost:
 class Program:
     def __init__(self, name: str, inputs: list[IoSpec], outputs: list[IoSpec], steps: list[Step],
                  n_slots: int, output_slots: tuple[int, ...], target, *, record: bool = False):
-        self.name = name
+        self.name = name  # ORT's fused-node name: the key of stats, caches and EPContext nodes
+        self.label = name  # what messages call the partition (the EP sets a readable one)
         self.inputs = inputs
         self.outputs = outputs
         self.steps = steps
@@ -120,20 +121,23 @@ class Program:
         # recording keeps every intermediate tensor. Other calls observe nothing.
         step_shapes: list[list] | None = [] if stats is None else None
         record = self.record
-        for run, prepared, in_slots, out_slots, release, step in self._plan:
-            args = [env[s] for s in in_slots]
-            if step_shapes is not None:
-                step_shapes.append([a.shape if a is not None else None for a in args])
-            try:
-                outs = run(prepared, args)
-            except Exception as exc:
-                raise _failure(step, args, exc) from exc
-            for i, slot in out_slots:
-                env[slot] = outs[i]
-            for slot in release:
-                env[slot] = None
-            if record:
-                self._record(step, outs)
+        # IEEE results (inf, nan) are the kernels' answers, as on the CPU EP: numpy must not turn them into
+        # RuntimeWarnings (errors under ``python -W error``). One errstate per call (~1.7 us), not one per step.
+        with np.errstate(all="ignore"):
+            for run, prepared, in_slots, out_slots, release, step in self._plan:
+                args = [env[s] for s in in_slots]
+                if step_shapes is not None:
+                    step_shapes.append([a.shape if a is not None else None for a in args])
+                try:
+                    outs = run(prepared, args)
+                except Exception as exc:
+                    raise _failure(step, args, exc) from exc
+                for i, slot in out_slots:
+                    env[slot] = outs[i]
+                for slot in release:
+                    env[slot] = None
+                if record:
+                    self._record(step, outs)
         result = tuple([env[s] for s in self.output_slots])
         elapsed = perf_counter_ns() - t0
         if stats is None:

@@ -105,6 +105,7 @@ class _Helper:
         threading.Thread(target=self._loop, name="npu_ep-matmul", daemon=True).start()
 
     def _loop(self) -> None:
+        np.seterr(all="ignore")  # this thread runs only our products: IEEE results, no warnings (ep/program.py)
         while True:
             self._go.acquire()
             a, b, out = self._job
