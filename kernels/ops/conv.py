@@ -1,4 +1,4 @@
-"""2-D Conv and QLinearConv as implicit GEMM on the matrix unit.
+"""1-D and 2-D Conv and QLinearConv as implicit GEMM on the matrix unit (a 1-D conv runs as a 2-D one of height 1).
 
 Layouts: X ``[N, C, H, W]``, W ``[M, C/g, kh, kw]``, Y ``[N, M, OH, OW]``. Per group g the GEMM is
 ``[N*OH*OW, C/g*kh*kw] x [C/g*kh*kw, M/g]`` (m, k, n of the tile plan; ``batch`` = groups). Patches are gathered
@@ -25,6 +25,13 @@ from ._util import arg
 
 
 def _geometry(node: NodeInfo, wshape: tuple[int, ...]) -> dict[str, Any]:
+    """Kernel, strides, dilations and pads as 2-D lists; a 1-D conv is a 2-D one with a height-1 kernel."""
+    if len(wshape) == 3:
+        (s,), (d,) = node.attr("strides", [1]), node.attr("dilations", [1])
+        b, e = node.attr("pads", [0, 0])
+        return {"kernel": [1, wshape[2]], "strides": [1, int(s)], "dilations": [1, int(d)],
+                "pads": [0, int(b), 0, int(e)], "auto_pad": node.attr("auto_pad", "NOTSET"),
+                "group": int(node.attr("group", 1)), "one_d": True}
     kh, kw = wshape[2], wshape[3]
     return {"kernel": [kh, kw], "strides": list(node.attr("strides", [1, 1])),
             "dilations": list(node.attr("dilations", [1, 1])), "pads": list(node.attr("pads", [0, 0, 0, 0])),
@@ -60,6 +67,8 @@ def im2col(x: np.ndarray, g: dict[str, Any], pad_value: float = 0.0) -> tuple[np
 
 def _gemm_dims(p: Prepared, xshape) -> tuple[int, int, int, int]:
     g = p.attrs["geom"]
+    if g.get("one_d"):
+        xshape = (xshape[0], xshape[1], 1, xshape[2])
     n, _, h, w = xshape
     t, l, b, r = _pads(g, h, w)
     (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
@@ -73,11 +82,12 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     q = node.op_type == "QLinearConv"
     wi = 3 if q else 1
     wv = node.input(wi)
-    if wv is None or not wv.is_constant or wv.shape is None or len(wv.shape) != 4:
-        return f"{node.describe()}: only 2-D convolutions with constant weights [M, C/g, kh, kw] are supported"
+    if wv is None or not wv.is_constant or wv.shape is None or len(wv.shape) not in (3, 4):
+        return (f"{node.describe()}: only 1-D and 2-D convolutions with constant weights [M, C/g, (kh,) kw] "
+                f"are supported")
     if not q and target.float_mode(node.input(0).dtype.name) is None:
         return f"{node.describe()}: target {target.name} has no float matrix mode (matrix.float_compute)"
-    m, cg, kh, kw = wv.shape
+    m, cg, kh, kw = wv.shape if len(wv.shape) == 4 else (wv.shape[0], wv.shape[1], 1, wv.shape[2])
     grp = int(node.attr("group", 1))
     dt_a = node.input(0).dtype.name
     return check_fits(1, m // grp, cg * kh * kw, dt_a, wv.dtype.name if q else dt_a, target)
@@ -88,6 +98,8 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     wi = 3 if q else 1
     w = np.asarray(node.input(wi).value)
     geom = _geometry(node, w.shape)
+    if w.ndim == 3:
+        w = w[:, :, None, :]
     grp = geom["group"]
     m, cg, kh, kw = w.shape
     consts: dict[str, np.ndarray] = {}
@@ -123,6 +135,9 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     at, c = p.attrs, p.consts
     q = at["op"] == "QLinearConv"
     x = arg(p, inputs, 0).astype(np.float32)
+    one_d = x.ndim == 3
+    if one_d:
+        x = x[:, :, None, :]
     if q:
         x -= c["xzp"]
     cols, oh, ow = im2col(x, at["geom"])
@@ -141,7 +156,8 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         y = requantize(y, c["mult"], c["yzp"], at["out"])
     else:
         y = y.astype(at["dtype"], copy=False)
-    return [np.ascontiguousarray(y.transpose(0, 3, 1, 2))]
+    y = y.transpose(0, 3, 1, 2)
+    return [np.ascontiguousarray(y[:, :, 0, :] if one_d else y)]
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -49,3 +49,36 @@ def test_qlinearconv_bit_exact(xs, ws, attrs, dtx, dtw, per_channel, target):
     ours, ref, _, _ = both("QLinearConv", inputs, target, **attrs)
     assert ours[0].dtype == ref[0].dtype
     np.testing.assert_array_equal(ours[0], ref[0])
+
+
+# --- 1-D and depthwise Conv through NpuEP sessions (issue 13) ---------------------------------------------------
+from _ep_single import check_on_ep  # noqa: E402
+
+CASES_1D_DW = [
+    ((2, 4, 17), (6, 4, 3), dict(pads=[1, 1])),
+    ((1, 8, 20), (8, 1, 5), dict(group=8, strides=[2], pads=[2, 2])),  # depthwise 1-D (speech front ends)
+    ((1, 3, 16), (5, 3, 4), dict(auto_pad="SAME_UPPER", strides=[2])),
+    ((1, 3, 16), (5, 3, 4), dict(dilations=[3], pads=[0, 2])),
+    ((1, 4, 11), (4, 2, 3), dict(group=2, auto_pad="VALID", strides=[3])),
+    ((1, 16, 9, 9), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1])),  # depthwise 2-D (MobileNet)
+    ((1, 16, 9, 9), (32, 1, 3, 3), dict(group=16, strides=[2, 2], pads=[0, 1, 1, 0])),  # depth multiplier 2
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", CASES_1D_DW)
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_conv_1d_and_depthwise_on_npu(xs, ws, attrs, dt):
+    x, w = RNG.standard_normal(xs).astype(dt), RNG.standard_normal(ws).astype(dt)
+    bias = RNG.standard_normal(ws[0]).astype(dt)
+    tol = (1e-4, 4e-4) if dt == np.float32 else (2e-2, 8e-2)
+    check_on_ep("Conv", [("x", x, False), ("w", w, True), ("b", bias, True)], [("y", dt)], attrs, tol=tol)
+
+
+def test_qlinearconv_1d_bit_exact():
+    x = RNG.integers(0, 256, (1, 4, 15)).astype(np.uint8)
+    w = RNG.integers(-60, 60, (6, 4, 3)).astype(np.int8)
+    inputs = [("x", x, False), ("xs", np.array(0.03, np.float32), True), ("xz", np.array(128, np.uint8), True),
+              ("w", w, True), ("ws", np.array(0.005, np.float32), True), ("wz", np.array(0, np.int8), True),
+              ("ys", np.array(0.2, np.float32), True), ("yz", np.array(5, np.uint8), True)]
+    ours, ref, _, _ = both("QLinearConv", inputs, "npu-edge", pads=[1, 1], strides=[2])
+    np.testing.assert_array_equal(ours[0], ref[0])
