@@ -46,6 +46,26 @@ class RewriteResult:
 FAMILIES: dict[str, ModuleType] = {"cleanup": cleanup, "qdq": qdq, "rope": rope, "gqa": gqa, "int4": int4}
 
 
+# pass -> passes it cannot work without, run first whether or not they were named: rope and gqa match on static
+# ranks, head dims and constant Slice bounds, which only cleanup's constant folding and shape inference provide
+# (without it they fuse nothing on exported models)
+REQUIRES: dict[str, tuple[str, ...]] = {"rope": ("cleanup",), "gqa": ("cleanup",)}
+
+
+def with_requirements(passes: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
+    """The requested passes plus every pass they require, in ``ALL_PASSES`` order, and one note per added pass."""
+    wanted, notes = set(passes), []
+    stack = list(passes)
+    while stack:
+        for needed in REQUIRES.get(stack.pop(), ()):
+            if needed not in wanted:
+                wanted.add(needed)
+                stack.append(needed)
+                needers = [p for p in ALL_PASSES if p in wanted and needed in REQUIRES.get(p, ())]
+                notes.append(f"pass {needed!r} added: {', '.join(needers)} need(s) it")
+    return tuple(p for p in ALL_PASSES if p in wanted), notes
+
+
 def _family_module(name: str) -> ModuleType:
     """The family module of a pass name; an unknown or unregistered name is a ``RewriteError``."""
     if name not in ALL_PASSES:
@@ -72,13 +92,16 @@ class FamilyPass(ir.passes.InPlacePass):
 
 
 def build_pipeline(options: RewriteOptions, report: RewriteReport) -> ir.passes.Sequential:
-    """The requested families as a ``Sequential`` of passes, always in ``ALL_PASSES`` order."""
+    """The requested families and those they require (``REQUIRES``, noted in ``report.notes``) as a
+    ``Sequential`` of passes, always in ``ALL_PASSES`` order."""
     unknown = [p for p in options.passes if p not in ALL_PASSES]
     if unknown:
         raise RewriteError(f"unknown pass {unknown[0]!r}; expected a subset of {','.join(ALL_PASSES)}")
-    passes = [FamilyPass(name, options, report) for name in ALL_PASSES if name in options.passes]
-    if not passes:
+    if not options.passes:
         raise RewriteError("no passes requested")
+    names, notes = with_requirements(options.passes)
+    report.notes.extend(notes)
+    passes = [FamilyPass(name, options, report) for name in names]
     # families may strand plumbing (e.g. Shape chains feeding a replaced pattern): drop it so a second run is a no-op
     # and may add Constant nodes, which the cleanup family lifts to initializers: do the same here
     tidy = [ir.passes.common.RemoveUnusedNodesPass(),

@@ -42,6 +42,7 @@ class RuleFailure:
 class RewriteReport:
     counts: Counter = dataclasses.field(default_factory=Counter)
     failures: list[RuleFailure] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)  # e.g. passes run because a requested one needs them
 
     def add(self, rule: str, n: int = 1) -> None:
         if n:

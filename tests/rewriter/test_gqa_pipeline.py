@@ -46,3 +46,22 @@ def test_pipeline_fuses_and_generation_is_token_identical(style):
     new_tokens, new_logits = _greedy(new, ids, 12)
     assert new_tokens == ref_tokens
     assert max(float(np.abs(a - b).max()) for a, b in zip(ref_logits, new_logits)) < 1e-4
+
+
+@pytest.mark.parametrize("style", ["dynamo", "torchscript"])
+def test_rope_and_gqa_named_without_cleanup_run_it_and_fuse_every_layer(style):
+    """rope/gqa match on static shapes and folded constants that only cleanup provides: naming them alone used to
+    fuse nothing (0 of N attention blocks); the pipeline now runs cleanup first and says so."""
+    original = build_tiny_llama_proto(CFG, style=style)
+    alone = rewriter.rewrite(original, passes=("rope", "gqa"))
+    named = rewriter.rewrite(original, passes=("cleanup", "rope", "gqa"))
+    assert alone.report.counts == named.report.counts
+    assert sum(n for rule, n in alone.report.counts.items()
+               if rule.startswith("GroupQueryAttention[")) == CFG.num_hidden_layers
+    assert alone.report.notes == ["pass 'cleanup' added: rope, gqa need(s) it"]
+    assert named.report.notes == []
+    fused = ir.serde.serialize_model(alone.model)
+    ref = ort.InferenceSession(original.SerializeToString(), providers=["CPUExecutionProvider"])
+    new = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"])
+    ids = [t % CFG.vocab_size for t in PROMPTS[1]]
+    assert _greedy(new, ids, 4)[0] == _greedy(ref, ids, 4)[0]

@@ -138,6 +138,16 @@ def test_missing_family_module_is_an_error_only_when_requested(monkeypatch):
         rewrite(_model(), passes=("rope",))
 
 
+@pytest.mark.parametrize("passes,expected,notes", [
+    (("int4",), ("int4",), []),
+    (("cleanup", "gqa"), ("cleanup", "gqa"), []),
+    (("gqa",), ("cleanup", "gqa"), ["pass 'cleanup' added: gqa need(s) it"]),
+    (("int4", "rope", "qdq"), ("cleanup", "qdq", "rope", "int4"), ["pass 'cleanup' added: rope need(s) it"]),
+])
+def test_passes_that_need_cleanup_get_it_first_with_a_note(passes, expected, notes):
+    assert _core.with_requirements(passes) == (expected, notes)
+
+
 @pytest.mark.parametrize("overrides,message", [
     ({"passes": ("int4", "fold")}, "unknown pass 'fold'"),
     ({"int4_block_size": 48}, "block size must be a power of two"),
