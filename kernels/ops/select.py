@@ -1,0 +1,115 @@
+"""Selection and scans on the vector unit: ArgMax/ArgMin (keepdims, select_last_index), TopK (largest/smallest,
+K as input or opset-1 attribute) and CumSum (exclusive, reverse).
+
+Ties: ArgMax/ArgMin take the first index (the last with ``select_last_index=1``); TopK orders equal values by
+ascending index, as ORT. ``sorted=0`` leaves the order to the implementation (ONNX); this kernel returns the
+sorted order. TopK ranks with a stable argsort of the values (floats negated, integers bit-inverted for
+"largest", which reverses their order without overflow). CumSum accumulates sequentially along the axis in the
+input dtype (float16: float32, one rounding on store), like ORT's loop.
+
+Cost: ArgMax/CumSum one vector op per element; TopK ``log2(axis length)`` compare-exchange ops per element (a
+sorting network); DMA reads the input and writes the outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._util import arg, stash_constants
+from ._vector import elems, itemsize_of, stream_cost, widen
+from .movement import runtime_ints, static_ints
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    op = node.op_type
+    attrs: dict[str, Any] = {"op": op, "itemsize": itemsize_of(node.inputs[0]),
+                             "axis": int(node.attr("axis", -1 if op == "TopK" else 0)),
+                             "keepdims": int(node.attr("keepdims", 1)),
+                             "last": int(node.attr("select_last_index", 0)),
+                             "largest": int(node.attr("largest", 1)),
+                             "exclusive": int(node.attr("exclusive", 0)), "reverse": int(node.attr("reverse", 0)),
+                             "k": static_ints(node, 1, "k") if op == "TopK" else None,
+                             "scan_axis": static_ints(node, 1) if op == "CumSum" else None}
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _arg_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    axis = p.attrs["axis"] % x.ndim
+    pick = np.argmax if p.attrs["op"] == "ArgMax" else np.argmin
+    if p.attrs["last"]:
+        idx = x.shape[axis] - 1 - pick(np.flip(x, axis), axis=axis)
+    else:
+        idx = pick(x, axis=axis)
+    idx = idx.astype(np.int64, copy=False)
+    return [np.expand_dims(idx, axis) if p.attrs["keepdims"] else np.asarray(idx)]
+
+
+def _topk_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    axis = p.attrs["axis"] % x.ndim
+    k = runtime_ints(p, inputs, "k", 1)[0]
+    if not 0 <= k <= x.shape[axis]:
+        raise ValueError(f"TopK: k={k} outside [0, {x.shape[axis]}] on axis {axis} of shape {x.shape}")
+    if p.attrs["largest"]:
+        key = np.negative(x) if np.issubdtype(x.dtype, np.floating) else np.invert(x)
+    else:
+        key = x
+    order = np.argsort(key, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis)
+    return [np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64, copy=False)]
+
+
+def _cumsum_run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    (axis,) = runtime_ints(p, inputs, "scan_axis", 1)
+    axis %= max(x.ndim, 1)
+    xc = widen(x)
+    if p.attrs["reverse"]:
+        xc = np.flip(xc, axis)
+    y = np.cumsum(xc, axis=axis, dtype=xc.dtype)
+    if p.attrs["exclusive"]:
+        y = np.roll(y, 1, axis=axis)
+        index = [slice(None)] * y.ndim
+        index[axis] = 0
+        y[tuple(index)] = 0
+    if p.attrs["reverse"]:
+        y = np.flip(y, axis)
+    return [np.ascontiguousarray(y, dtype=x.dtype)]
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    x = node.input(0)
+    if x is None or x.dtype is None:
+        return f"{node.describe()}: input has a dtype the NPU cannot carry"
+    if node.op_type == "TopK" and node.input(1) is None and node.attr("k") is None:
+        return f"{node.describe()}: TopK without K"
+    return None
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    x = shapes[0]
+    n = elems(x)
+    size = p.attrs["itemsize"]
+    op = p.attrs["op"]
+    if op == "TopK":
+        length = x[p.attrs["axis"] % len(x)] if x else 1
+        k = p.attrs["k"][0] if p.attrs["k"] else length
+        out = n // max(length, 1) * k
+        return stream_cost(p, n, n * size, out * (size + 8), max(math.log2(max(length, 2)), 1.0))
+    if op == "CumSum":
+        return stream_cost(p, n, n * size, n * size, 1.0)
+    axis_len = x[p.attrs["axis"] % len(x)] if x else 1
+    return stream_cost(p, n, n * size, n // max(axis_len, 1) * 8, 1.0)
+
+
+register(KernelDef("", "ArgMax", _prepare, _arg_run, _cost, _check))
+register(KernelDef("", "ArgMin", _prepare, _arg_run, _cost, _check))
+register(KernelDef("", "TopK", _prepare, _topk_run, _cost, _check))
+register(KernelDef("", "CumSum", _prepare, _cumsum_run, _cost, _check))

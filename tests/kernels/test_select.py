@@ -1,0 +1,76 @@
+"""ArgMax/ArgMin, TopK and CumSum vs ORT CPU through the kernel and NpuEP sessions on both targets: keepdims,
+select_last_index with ties, negative axes, TopK largest/smallest with ties, sorted=0 (order left open by ONNX:
+compared as sets), runtime K, CumSum exclusive/reverse. Indices exact; CumSum float32 1e-5."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _ep_single import check_on_ep
+from _vector_ortref import feeds_of, make_model, rand, run_npu, run_ort
+from npu_testing import assignment, npu_session
+
+I64 = np.int64
+BOTH = ("npu-ref", "npu-edge")
+
+
+def _ties(shape, dtype, seed=0):
+    """Values from a small set, so every row has ties."""
+    return rand(shape, dtype, seed=seed, lo=-2, hi=2).round().astype(dtype)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("last", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.uint8])
+def test_arg_reductions_with_ties(op, axis, keepdims, last, dtype):
+    x = _ties((4, 5, 6), dtype, seed=1) if dtype != np.uint8 else rand((4, 5, 6), dtype, seed=1, lo=0, hi=0.3)
+    check_on_ep(op, [("x", x, False)], [("y", I64)], {"axis": axis, "keepdims": keepdims, "select_last_index": last},
+                targets=BOTH)
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8])
+def test_topk_sorted_with_ties(largest, axis, k, dtype):
+    x = _ties((6, 7, 8), dtype, seed=2) if dtype != np.uint8 else rand((6, 7, 8), dtype, seed=2, lo=0, hi=0.5)
+    check_on_ep("TopK", [("x", x, False), ("k", np.array([k], I64), True)], [("v", dtype), ("i", I64)],
+                {"largest": largest, "axis": axis, "sorted": 1}, targets=BOTH)
+
+
+def test_topk_runtime_k_and_k_equal_to_axis_length():
+    x = rand((3, 9), np.float32, seed=3)
+    for k in (0, 9):
+        check_on_ep("TopK", [("x", x, False), ("k", np.array([k], I64), False)], [("v", np.float32), ("i", I64)])
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_unsorted_returns_the_same_set(largest):
+    """sorted=0: ONNX leaves the order open (ORT returns heap order); the selected (value, index) pairs match."""
+    x = rand((5, 40), np.float32, seed=4)
+    inputs = [("x", x, False), ("k", np.array([7], I64), True)]
+    model = make_model("TopK", inputs, [("v", np.float32), ("i", I64)], {"largest": largest, "sorted": 0})
+    want = run_ort(model, feeds_of(inputs))
+    sess = npu_session(model, {"target": "npu-ref"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    for got in (sess.run(None, feeds_of(inputs)), run_npu(model, feeds_of(inputs))[0]):
+        for row in range(x.shape[0]):
+            assert sorted(zip(got[1][row], got[0][row])) == sorted(zip(want[1][row], want[0][row]))
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("axis", [0, -1, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+def test_cumsum_exclusive_reverse(exclusive, reverse, axis, dtype):
+    x = rand((3, 4, 9), dtype, seed=5)
+    check_on_ep("CumSum", [("x", x, False), ("a", np.array(axis, I64), True)], [("y", dtype)],
+                {"exclusive": exclusive, "reverse": reverse}, targets=BOTH)
+
+
+def test_cumsum_runtime_axis_int32_and_float16():
+    x = rand((6, 5), np.float16, seed=6, lo=0, hi=1)
+    check_on_ep("CumSum", [("x", x, False), ("a", np.array(0, np.int32), False)], [("y", np.float16)])
