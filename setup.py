@@ -43,7 +43,7 @@ class BuildPy(build_py):
 
 native = Pybind11Extension(
     "npu_ep.ep._native",
-    sorted(str(p.relative_to(ROOT)) for p in NATIVE.glob("*.cc")),
+    sorted(str(p.relative_to(ROOT)) for p in [*NATIVE.glob("*.cc"), *NATIVE.glob("kernels/*.cc")]),
     cxx_std=17,
     define_macros=[("NPU_EP_VERSION", f'"{VERSION}"')],
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],

@@ -24,6 +24,7 @@ from .compiler import compile_partition
 from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
 from ..kernels.host_blas import allow_split, blas_threads
+from ..kernels.ops._native import configure as configure_kernels
 from .log import logger
 from .program import Program
 
@@ -99,6 +100,7 @@ class EpSession:
         return program, spec
 
     def _adopt(self, name: str, program: Program) -> None:
+        configure_kernels((st.prepared for st in program.steps), self.options.kernels, self.options.host_threads)
         self.programs[name] = program
 
     # -- compatibility -------------------------------------------------------------------------------------------

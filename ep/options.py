@@ -25,6 +25,7 @@ class EpOptions:
     blas_threads: int = 1  # BLAS threads while NpuEP sessions live; 0: leave the process setting alone
     host_threads: int = 2  # host threads one large matmul may use (its halves on the caller's and a helper thread)
     retain_host_memory: bool = True  # keep freed host memory mapped for reuse (glibc thresholds, ep.host_memory)
+    kernels: str = "native"  # native kernels, or the numpy reference model (kernels/ops/_native.py)
     record_tensors: bool = False  # debug: keep every intermediate tensor of the last run (npu-report --compare)
     log_level: str = "warning"
     # EPContext (ORT's standard session keys)
@@ -47,11 +48,13 @@ _PROVIDER_KEYS = {
     "host_threads": "1 | 2 (default 2): host threads one large matmul may use (kernels/host_blas.py)",
     "retain_host_memory": "0 | 1 (default 1): keep freed host memory mapped for the next run instead of "
                           "returning it to the OS (process-wide glibc malloc thresholds)",
+    "kernels": "native | reference (default native): native kernels or the numpy reference model",
     "record_tensors": "0 | 1: record intermediate tensors inside partitions (debug)",
     "log_level": "debug | info | warning | error",
 }
 _POLICIES = ("max_coverage", "cost_aware")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
+_KERNELS = ("native", "reference")
 
 
 def _bool(key: str, value: str) -> bool:
@@ -99,6 +102,9 @@ def parse(config: Mapping[str, str]) -> EpOptions:
     policy = provider.get("partition_policy", "max_coverage")
     if policy not in _POLICIES:
         raise OptionError(f"NpuEP option partition_policy={policy!r}: expected one of {', '.join(_POLICIES)}")
+    kernels = provider.get("kernels", "native")
+    if kernels not in _KERNELS:
+        raise OptionError(f"NpuEP option kernels={kernels!r}: expected one of {', '.join(_KERNELS)}")
     level = provider.get("log_level", "warning").lower()
     if level not in _LOG_LEVELS:
         raise OptionError(f"NpuEP option log_level={level!r}: expected one of {', '.join(_LOG_LEVELS)}")
@@ -116,6 +122,7 @@ def parse(config: Mapping[str, str]) -> EpOptions:
         blas_threads=_int("blas_threads", provider.get("blas_threads", "1"), lo=0),
         host_threads=_int("host_threads", provider.get("host_threads", "2"), lo=1, hi=2),
         retain_host_memory=_bool("retain_host_memory", provider.get("retain_host_memory", "1")),
+        kernels=kernels,
         record_tensors=_bool("record_tensors", provider.get("record_tensors", "0")),
         log_level=level,
         context_enable=_bool("ep.context_enable", config.get("ep.context_enable", "0")),

@@ -2,6 +2,7 @@
 // plugin for registration and exposes the bridge's per-partition timing counters to reports and benchmarks.
 #include <pybind11/pybind11.h>
 
+#include "kernels/bindings.h"
 #include "ort_api.h"
 #include "partition_kernel.h"
 
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_native, m) {
         },
         pybind11::arg("timeout_s") = 2.0,
         "Refuse new partition calls and wait for running ones; returns whether all finished in time");
+  npu_ep::kern::RegisterKernels(m);
 }

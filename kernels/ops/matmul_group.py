@@ -1,12 +1,13 @@
 """``npu::MatMulGroup``: sibling matmuls sharing input A as one matmul over concatenated weights (built by
 ``kernels.fusion.siblings``), optionally with the SwiGLU epilogue.
 
-Compile time: every member is prepared by its own op's prepare (MatMulNBits: unpacked, zero points and scales
-folded into float32 ``W [K, N_i]``; MatMul: constant B as float32), then the weights are concatenated along N into
-one ``[K, sum N_i]`` array and the member biases into one vector.
+Compile time: every member is prepared by its own op's prepare, then the weights are concatenated along N and the
+member biases into one vector. MatMulNBits members stay packed: their B rows, scales and zero points are output
+channels, so concatenating them along N is free (a member without zero points gets the packed default 8s);
+MatMul members concatenate their float32 ``[K, N_i]`` into ``[K, sum N_i]``.
 
-Run: one ``A @ W`` (A quantized per block first for MatMulNBits accuracy_level 4, exactly as the single-op
-kernel), bias added in place, then either the members' outputs as column slices of the accumulator or, with the
+Run: one matmul (for MatMulNBits the single-op kernel on the concatenated packed weights, native or reference as
+the session chose), bias added in place, then either the members' outputs as column slices of the accumulator or, with the
 SwiGLU epilogue on a {gate, up} group, ``g * sigmoid(g) * u`` (``g / (1 + exp(-g))``, the exponent clipped at 80
 so it never overflows: beyond it the product is 0 to float32 precision anyway). Numerics equal the separate
 kernels' up to BLAS summation order.
@@ -27,7 +28,7 @@ from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
 from ._mm import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
-from .matmul_nbits import quantize_a_blockwise
+from .matmul_nbits import nbits_matmul
 
 _NBITS = ("com.microsoft", "MatMulNBits")
 _EXP_CLIP = np.float32(80.0)
@@ -54,14 +55,15 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     nbits = first.key == _NBITS
     parts = [kernel_for(*m.key).prepare(m, target) for m in members]
     splits = [int(n) for n in node.attrs["splits"]]
-    consts = {"w": np.ascontiguousarray(np.concatenate([p.consts["w" if nbits else "b"] for p in parts], axis=1))}
+    consts = _concat_packed(parts) if nbits else {
+        "w": np.ascontiguousarray(np.concatenate([p.consts["b"] for p in parts], axis=1))}
     ep = dict(node.attrs["epilogue"])
     if any(p.attrs["epilogue"].get("bias") for p in parts):
         consts["ep_bias"] = np.concatenate([p.consts["ep_bias"] if p.attrs["epilogue"].get("bias")
                                             else np.zeros(n, np.float32) for p, n in zip(parts, splits)])
         ep["bias"] = True
     dt = parts[0].attrs["dtype"]
-    k = consts["w"].shape[0]
+    k = int(parts[0].attrs["K"]) if nbits else consts["w"].shape[0]
     edges = np.cumsum([0, *splits]).tolist()
     attrs = {"op": GROUP_OP, "base": list(first.key), "K": k, "N": edges[-1], "splits": splits,
              "slices": [[edges[i], edges[i + 1]] for i in range(len(splits))], "dtype": dt,
@@ -76,6 +78,18 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     if a is not None and all(isinstance(d, int) for d in a):
         static_plan(p, matmul_dims(a, (k, edges[-1])))
     return p
+
+
+def _concat_packed(parts: list[Prepared]) -> dict[str, np.ndarray]:
+    """MatMulNBits members' packed constants stacked along N (rows are output channels)."""
+    consts = {key: np.ascontiguousarray(np.concatenate([p.consts[key] for p in parts], axis=0))
+              for key in ("nb_b", "nb_scales")}
+    if any("nb_zp" in p.consts for p in parts):
+        zb = (parts[0].consts["nb_scales"].shape[1] + 1) // 2
+        consts["nb_zp"] = np.ascontiguousarray(np.concatenate([
+            p.consts["nb_zp"] if "nb_zp" in p.consts else np.full((p.attrs["N"], zb), 0x88, np.uint8)
+            for p in parts], axis=0))
+    return consts
 
 
 def _silu_mul(y: np.ndarray, n: int) -> np.ndarray:
@@ -93,11 +107,10 @@ def _silu_mul(y: np.ndarray, n: int) -> np.ndarray:
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
     a = inputs[0]
-    if a.dtype != np.float32:
-        a = a.astype(np.float32)
-    if at["accuracy_level"] == 4:  # only MatMulNBits members carry a level
-        a = quantize_a_blockwise(a, at["block_size"])
-    y = host_blas.matmul(a, p.consts["w"])
+    if "nb_b" in p.consts:
+        y = nbits_matmul(p, a)
+    else:
+        y = host_blas.matmul(a if a.dtype == np.float32 else a.astype(np.float32), p.consts["w"])
     ep = at["epilogue"]
     if ep.get("bias"):
         y = apply_float_epilogue(y, ep, p.consts)

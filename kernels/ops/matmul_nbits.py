@@ -1,15 +1,19 @@
 """com.microsoft MatMulNBits (bits=4) on the int4-weight matrix mode.
 
-Compile time (nothing of this runs per call): B ``[N, kb, bs/2]`` is unpacked, zero points subtracted and block
-scales folded in, giving the dequantized weight ``W[K, N] = (code - zp) * scale`` as float32, laid out K-major for
-BLAS; a bias and a fused epilogue bias are folded into one vector. Layouts: see ``npu_ep.quantization.matmul_nbits``.
+Weights stay packed, as an NPU holds them in DRAM: the compiled program (and so a context binary) keeps B
+``[N, kb * bs / 2]`` uint8, the scales as float32 ``[N, kb]`` and the packed zero points ``[N, ceil(kb / 2)]``
+(absent: 8) exactly in ORT's layout (``npu_ep.quantization.matmul_nbits``); a bias and a fused epilogue bias are
+folded into one vector. The native kernel (``ep/native/kernels/qnbit_gemm.cc``) dequantizes per chunk in
+registers. The reference model (provider option ``kernels=reference``) dequantizes the whole weight once per
+process into a float32 memo and multiplies with BLAS.
 
 Numerics (match ORT CPU within tolerance; tests state it):
-- accuracy_level 0..3: ``A @ W`` in float32 (ORT's CompFp32 path dequantizes blocks and runs an fp32 GEMM).
+- accuracy_level 0..3: ``A @ W`` in float32 with ``W = (code - zp) * scale`` rounded once (ORT's CompFp32 path
+  dequantizes blocks and runs an fp32 GEMM).
 - accuracy_level 4: A is quantized per block of ``block_size`` along K to int8 like ORT's CompInt8 path
-  (``scale = max|a| / 127``, codes ``rint(a / scale)``), so ``y = sum_b sa[m,b] * sw[n,b] * sum_j qa * (q - zp)``.
-  Because ``sa`` is constant inside a block this equals ``dequant(quant(A)) @ W`` exactly in real arithmetic,
-  which we evaluate with float32 BLAS (differences to ORT: float summation order only).
+  (``scale = max|a| / 127``, codes ``rint(a * (127 / max|a|))``), so ``y = sum_b sa[m,b] * sw[n,b] * sum_j qa *
+  (q - zp)``. The native kernel sums the integer products exactly; the reference evaluates ``dequant(quant(A)) @
+  W`` with float32 BLAS, equal in real arithmetic (differences: float summation order only).
 fp16 A: computed in float32 and rounded to fp16 once.
 """
 
@@ -21,6 +25,7 @@ import numpy as np
 
 from .. import host_blas
 from ...quantization.matmul_nbits import MatMulNBitsWeights, dequantize_b
+from . import _native
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -54,7 +59,7 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
     w = MatMulNBitsWeights(B=node.input(1).value, scales=node.input(2).value,
                            zero_points=None if zp is None else zp.value, K=K, N=N, block_size=bs)
     consts: dict[str, np.ndarray] = dict(ep_consts or {})
-    consts["w"] = np.ascontiguousarray(dequantize_b(w))  # float32 [K, N]
+    consts.update(packed_consts(w))
     ep = dict(epilogue or {})
     bias = node.input(5)
     if bias is not None and bias.value is not None:
@@ -74,33 +79,57 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
 
 
 def quantize_a_blockwise(a: np.ndarray, block_size: int) -> np.ndarray:
-    """A ``[..., K]`` fake-quantized to int8 per block along K (ORT CompInt8): returns ``qa * scale`` float32.
-
-    An all-zero block has scale 0; its reciprocal is taken of the smallest normal float instead, which leaves
-    its codes 0 without a masked divide (this runs once per decode step per MatMulNBits)."""
+    """A ``[..., K]`` fake-quantized to int8 per block along K as ORT's CompInt8 path (MLAS ``QuantizeARow``):
+    ``scale = max|a| / 127``, codes ``rint(a * (127 / max|a|))`` (half to even); returns ``codes * scale`` float32.
+    An all-zero block has scale 0 and codes 0."""
     K = a.shape[-1]
     kb = -(-K // block_size)
     pad = kb * block_size - K
     ap = np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)]) if pad else a
     blocks = ap.reshape(*a.shape[:-1], kb, block_size)
-    scale = np.maximum.reduce(np.abs(blocks), axis=-1, keepdims=True)
-    scale /= np.float32(127.0)
-    q = blocks * (np.float32(1.0) / np.maximum(scale, _TINY))
+    amax = np.maximum.reduce(np.abs(blocks), axis=-1, keepdims=True)
+    inv = np.divide(np.float32(127.0), amax, out=np.zeros_like(amax), where=amax != 0)
+    q = blocks * inv
     np.rint(q, out=q)
-    q *= scale
+    q *= amax / np.float32(127.0)
     return q.reshape(*a.shape[:-1], kb * block_size)[..., :K]
 
 
-_TINY = np.finfo(np.float32).tiny
+def packed_consts(w: MatMulNBitsWeights) -> dict[str, np.ndarray]:
+    """The packed weight constants of one MatMulNBits node (names shared with fused kernels)."""
+    kb = -(-w.K // w.block_size)
+    out = {"nb_b": np.ascontiguousarray(np.asarray(w.B, np.uint8).reshape(w.N, kb * w.block_size // 2)),
+           "nb_scales": np.ascontiguousarray(np.asarray(w.scales, np.float32).reshape(w.N, kb))}
+    if w.zero_points is not None:
+        out["nb_zp"] = np.ascontiguousarray(np.asarray(w.zero_points, np.uint8).reshape(w.N, (kb + 1) // 2))
+    return out
+
+
+def nbits_matmul(p: Prepared, a: np.ndarray) -> np.ndarray:
+    """``A[..., K] @ W`` as float32 ``[..., N]`` from the packed constants of ``p`` (attrs K, N, block_size,
+    accuracy_level), on the native kernel or the reference model as the session chose."""
+    at, c = p.attrs, p.consts
+    K, N, bs, level = at["K"], at["N"], at["block_size"], at["accuracy_level"]
+    a32 = a if a.dtype == np.float32 else a.astype(np.float32)
+    nat = _native.native(p)
+    if nat is not None:
+        y = nat.matmul_nbits(np.ascontiguousarray(a32).reshape(-1, K), c["nb_b"], c["nb_scales"], c.get("nb_zp"),
+                             None, K, N, bs, level, _native.threads(p))
+        return y.reshape(*a.shape[:-1], N)
+    w = p.memo.get("reference_w")
+    if w is None:  # the reference model's float copy, built on first use
+        kb = -(-K // bs)
+        w = p.memo["reference_w"] = dequantize_b(MatMulNBitsWeights(
+            B=c["nb_b"].reshape(N, kb, bs // 2), scales=c["nb_scales"], zero_points=c.get("nb_zp"), K=K, N=N,
+            block_size=bs))
+    if level == 4:
+        a32 = quantize_a_blockwise(a32, bs)
+    return host_blas.matmul(a32, w)
 
 
 def run_nbits(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
-    a = arg(p, inputs, 0)
-    a32 = a.astype(np.float32) if a.dtype != np.float32 else a
-    if at["accuracy_level"] == 4:
-        a32 = quantize_a_blockwise(a32, at["block_size"])
-    y = host_blas.matmul(a32, p.consts["w"])
+    y = nbits_matmul(p, arg(p, inputs, 0))
     if at["runtime_bias"]:
         y += arg(p, inputs, 5).astype(np.float32)
     y = apply_float_epilogue(y, at["epilogue"], p.consts)

@@ -1,12 +1,14 @@
 """``npu::NormMatMul``: an RMS norm (Simplified / SkipSimplified) folded into the float matmul that reads it, built
 by ``kernels.fusion.norm``.
 
-Compile time: the matmul (MatMul, MatMulNBits or MatMulGroup) is prepared by its own kernel, then the norm's gamma
-is folded into the rows of its float32 weights: ``W' = gamma[:, None] * W``.
+Compile time: the matmul (MatMul, MatMulNBits or MatMulGroup) is prepared by its own kernel. A float32 weight
+gets the norm's gamma folded into its rows (``W' = gamma[:, None] * W``); packed int4 weights stay packed, and
+gamma is kept as a vector that scales A instead (as the unfused norm does).
 
 Run: ``s = x (+ skip (+ bias))``, ``inv = rsqrt(mean(s^2) + eps)`` per row (float32 sums, the norm kernel's
-``inv_rms``), then the matmul kernel on ``A = s * inv``; Skip*'s sum output ``s`` is passed on. Equal to the
-separate kernels up to float32 reassociation (gamma multiplies W instead of A).
+``inv_rms``), then the matmul kernel on ``A = s * inv`` (``* gamma`` for packed weights); Skip*'s sum output ``s``
+is passed on. Equal to the separate kernels up to float32 reassociation (for float weights gamma multiplies W
+instead of A).
 
 Cost: the matmul's cost plus the prologue on the vector unit (add, square-accumulate, scale: 3 ops per element of
 A, 4 with skip, one rsqrt per row); A's normalized copy never goes to DRAM.
@@ -21,6 +23,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
 from ._vector import elems, stream_cost
+from ._native import copy_runtime
 from .norm import inv_rms
 
 _INNER = "inner/"
@@ -35,13 +38,19 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     norm, inner = node.attrs["norm"], node.attrs["matmul"]
     skip = norm.op_type == "SkipSimplifiedLayerNormalization"
     pin = kernel_for(*inner.key).prepare(inner, target)
-    key = "w" if "w" in pin.consts else "b"
     gamma = np.asarray(norm.input(2 if skip else 1).value, np.float32).reshape(-1)
-    w = pin.consts[key]
-    if w.ndim != 2 or w.shape[0] != gamma.size:
-        raise ValueError(f"{node.describe()}: gamma has {gamma.size} elements, the matmul's K is {w.shape[0]}")
-    pin.consts[key] = np.ascontiguousarray(w * gamma[:, None])
-    consts = {_INNER + k: v for k, v in pin.consts.items()}
+    consts = {}
+    if "nb_b" in pin.consts:  # packed int4: gamma scales A at run time
+        if int(pin.attrs["K"]) != gamma.size:
+            raise ValueError(f"{node.describe()}: gamma has {gamma.size} elements, the matmul's K is {pin.attrs['K']}")
+        consts["gamma"] = gamma
+    else:
+        key = "w" if "w" in pin.consts else "b"
+        w = pin.consts[key]
+        if w.ndim != 2 or w.shape[0] != gamma.size:
+            raise ValueError(f"{node.describe()}: gamma has {gamma.size} elements, the matmul's K is {w.shape[0]}")
+        pin.consts[key] = np.ascontiguousarray(w * gamma[:, None])
+    consts.update({_INNER + k: v for k, v in pin.consts.items()})
     bias = norm.input(3) if skip else None
     if bias is not None:
         consts["norm_bias"] = np.asarray(bias.value, np.float32).reshape(-1)
@@ -60,6 +69,7 @@ def _inner(p: Prepared) -> Prepared:
     if inner is None:
         consts = {k[len(_INNER):]: v for k, v in p.consts.items() if k.startswith(_INNER)}
         inner = p.memo["inner"] = Prepared(p.attrs["inner_attrs"], consts, p.target)
+    copy_runtime(p, inner)
     return inner
 
 
@@ -71,6 +81,8 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         if "norm_bias" in p.consts:
             s += p.consts["norm_bias"]
     a = s * inv_rms(s, s.ndim - 1, at["epsilon"])
+    if "gamma" in p.consts:
+        a *= p.consts["gamma"]
     outs = kernel_for(*at["inner_key"]).run(_inner(p), [a] + [None] * (at["n_inner_inputs"] - 1))
     return [*outs, s] if at["sum_output"] else list(outs)
 

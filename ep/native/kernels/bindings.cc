@@ -1,0 +1,76 @@
+// Python bindings of the native kernels (`npu_ep.ep._native.kernels`). Arrays are checked here (dtype, size,
+// contiguity) so a wrong call is a clear ValueError, never a crash; the kernels then run without the GIL.
+#include "bindings.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include <stdexcept>
+#include <string>
+
+#include "cpu.h"
+#include "qnbit_gemm.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+template <typename T>
+using Arr = py::array_t<T, py::array::c_style>;
+
+template <typename T>
+const T* Data(const Arr<T>& a, int64_t expect, const char* what) {
+  if (a.size() != expect)
+    throw std::invalid_argument(std::string("matmul_nbits: ") + what + " has " + std::to_string(a.size()) +
+                                " elements, expected " + std::to_string(expect));
+  return a.data();
+}
+
+py::array_t<float> MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<float>& scales,
+                                 const std::optional<Arr<uint8_t>>& zero_points,
+                                 const std::optional<Arr<float>>& bias, int64_t K, int64_t N, int block_size,
+                                 int accuracy_level, int threads) {
+  if (block_size < 16 || block_size > 256 || (block_size & (block_size - 1)))
+    throw std::invalid_argument("matmul_nbits: block_size " + std::to_string(block_size) +
+                                " is not a power of two in 16..256");
+  if (a.ndim() != 2 || a.shape(1) != K)
+    throw std::invalid_argument("matmul_nbits: A must be [M, K=" + std::to_string(K) + "]");
+  const int64_t kb = (K + block_size - 1) / block_size;
+  NBitsGemm g;
+  g.M = a.shape(0);
+  g.K = K;
+  g.N = N;
+  g.block_size = block_size;
+  g.accuracy_level = accuracy_level;
+  g.threads = threads;
+  g.a = a.data();
+  g.b = Data(b, N * kb * block_size / 2, "B");
+  g.scales = Data(scales, N * kb, "scales");
+  if (zero_points) g.zero_points = Data(*zero_points, N * ((kb + 1) / 2), "zero_points");
+  if (bias) g.bias = Data(*bias, N, "bias");
+  py::array_t<float> y({g.M, N});
+  g.y = y.mutable_data();
+  {
+    py::gil_scoped_release release;
+    MatMulNBits(g);
+  }
+  return y;
+}
+
+}  // namespace
+
+void RegisterKernels(py::module_& parent) {
+  py::module_ m = parent.def_submodule("kernels", "native tile kernels (the numpy kernels are the reference)");
+  m.def("isa", [] { return std::string(IsaName(ActiveIsa())); }, "instruction set the kernels dispatch to");
+  m.def("set_isa_cap", &SetIsaCap, py::arg("cap"),
+        "cap the dispatch (0 scalar, 1 avx2, 2 avx512, 3 avx512_vnni; -1 none): tests run every host path");
+  m.def("matmul_nbits", &MatMulNBitsPy, py::arg("a"), py::arg("b"), py::arg("scales"), py::arg("zero_points"),
+        py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"), py::arg("accuracy_level"),
+        py::arg("threads") = 1,
+        "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout");
+}
+
+}  // namespace npu_ep::kern

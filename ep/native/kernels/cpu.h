@@ -1,0 +1,29 @@
+// Runtime CPU dispatch for the native kernels: the widest instruction set this host runs.
+#pragma once
+
+namespace npu_ep::kern {
+
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define NPU_EP_X86 1
+inline Isa DetectIsa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl")) {
+    return __builtin_cpu_supports("avx512vnni") ? Isa::kAvx512Vnni : Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+  return Isa::kScalar;
+}
+#else
+#define NPU_EP_X86 0
+inline Isa DetectIsa() { return Isa::kScalar; }
+#endif
+
+// The host's ISA, optionally capped (tests run every path that this host supports).
+Isa ActiveIsa();
+void SetIsaCap(int cap);  // -1: no cap
+const char* IsaName(Isa isa);
+
+}  // namespace npu_ep::kern

@@ -1,0 +1,361 @@
+// MatMulNBits kernels, one family: fp32 math (accuracy_level 0..3) and int8 A x int4 B (accuracy_level 4).
+//
+// Layout trick (shared by every ISA path): byte i of a packed B row holds elements 2i (low nibble) and 2i+1
+// (high nibble) of the zero-padded K axis, whatever the block size. The row is walked in chunks of 64 bytes; per
+// chunk the low nibbles give the even elements and the high nibbles the odd ones. A is re-laid out once per call
+// to match ("perm" layout: per chunk, 64 even elements then 64 odd ones), so the kernels never interleave
+// nibbles. An int32 lane of a chunk covers 4 bytes = 8 elements, always inside one block (blocks >= 16).
+//
+// accuracy_level 4, as ORT's CompInt8: per block of A, scale = max|a| / 127, codes = round_half_even(a * (127 /
+// max|a|)); per lane the exact integer sum of code_a * code_b, minus zp * sum(code_a), times scale_a * scale_b,
+// accumulated in float32. The scalar path sums each block exactly in int32 before scaling.
+// accuracy_level 0..3: weights dequantized per 8-byte group ((q - zp) * scale, one rounding, like ORT's
+// dequantize-then-SGEMM) into a per-column buffer, then float32 dot products.
+#include "qnbit_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu.h"
+#include "thread_pool.h"
+
+#if NPU_EP_X86
+#include <immintrin.h>
+// GCC 12 flags the deliberately undefined pass-through operand inside AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace npu_ep::kern {
+namespace {
+
+constexpr int64_t kChunkBytes = 64;
+constexpr int64_t kChunkElems = 128;
+constexpr int64_t kColsPerTask = 16;
+
+struct Shape {
+  int64_t M, K, N, kb, row_bytes, n_chunks, kc, zp_bytes;
+  int bs, bs_log2;  // block size is a power of two: block of element e is e >> bs_log2
+};
+
+inline int64_t PermPos(int64_t e) {
+  const int64_t byte = e >> 1;
+  return (byte / kChunkBytes) * kChunkElems + (e & 1) * kChunkBytes + (byte % kChunkBytes);
+}
+
+// Per-call re-layout of A (level 0) or its int8 quantization (level 4).
+struct PreparedA {
+  std::vector<float> a;        // [M, kc] perm layout (level 0)
+  std::vector<int8_t> q;       // [M, kc] perm layout (level 4)
+  std::vector<float> scale;    // [M, kb]
+  std::vector<int32_t> lane;   // [M, kc / 8] sum of codes per lane (4 bytes = 8 elements)
+  std::vector<int32_t> block;  // [M, kb] sum of codes per block
+};
+
+void PermuteRow(const float* a, const Shape& s, float* out) {
+  std::fill(out, out + s.kc, 0.0f);
+  for (int64_t k = 0; k < s.K; ++k) out[PermPos(k)] = a[k];
+}
+
+void QuantizeRow(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* lane, int32_t* block) {
+  std::fill(q, q + s.kc, int8_t{0});
+  std::fill(lane, lane + s.kc / 8, 0);
+  for (int64_t b = 0; b < s.kb; ++b) {
+    const int64_t k0 = b * s.bs, k1 = std::min<int64_t>(s.K, k0 + s.bs);
+    float amax = 0.0f;
+    for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(a[k]));
+    scale[b] = amax / 127.0f;
+    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int64_t k = k0; k < k1; ++k) {
+      const float r = std::nearbyint(a[k] * inv);  // default rounding mode: half to even
+      const int32_t c = static_cast<int32_t>(std::min(127.0f, std::max(-128.0f, r)));
+      q[PermPos(k)] = static_cast<int8_t>(c);
+      lane[k >> 3] += c;
+      sum += c;
+    }
+    block[b] = sum;
+  }
+}
+
+inline int ZeroPoint(const uint8_t* zp_row, int64_t b) {
+  return zp_row == nullptr ? 8 : (zp_row[b >> 1] >> ((b & 1) * 4)) & 0x0F;
+}
+
+void UnpackZeroPoints(const uint8_t* zp_row, const Shape& s, int32_t* out) {
+  for (int64_t b = 0; b < s.kb; ++b) out[b] = ZeroPoint(zp_row, b);
+}
+
+// ---- scalar (portable) -------------------------------------------------------------------------------------
+void DequantColScalar(const uint8_t* brow, const float* sw, const int32_t* zpc, const Shape& s, float* w) {
+  for (int64_t i = 0; i < s.row_bytes; ++i) {
+    const int64_t blk = (2 * i) >> s.bs_log2;
+    const float sc = sw[blk];
+    const int z = zpc[blk];
+    const int64_t pos = (i / kChunkBytes) * kChunkElems + (i % kChunkBytes);
+    w[pos] = static_cast<float>((brow[i] & 0x0F) - z) * sc;
+    w[pos + kChunkBytes] = static_cast<float>((brow[i] >> 4) - z) * sc;
+  }
+}
+
+float DotScalar(const float* a, const float* w, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * w[i + j];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+float Int8ColScalar(const uint8_t* brow, const float* sw, const int32_t* zpc, const Shape& s, const int8_t* q,
+                    const float* sa, const int32_t* qblock) {
+  float acc = 0.0f;
+  const int64_t bytes_per_block = s.bs / 2;
+  for (int64_t b = 0; b < s.kb; ++b) {
+    int32_t dot = 0;
+    for (int64_t i = b * bytes_per_block; i < (b + 1) * bytes_per_block; ++i) {
+      const int64_t pos = (i / kChunkBytes) * kChunkElems + (i % kChunkBytes);
+      dot += (brow[i] & 0x0F) * q[pos] + (brow[i] >> 4) * q[pos + kChunkBytes];
+    }
+    dot -= zpc[b] * qblock[b];
+    acc += (sa[b] * sw[b]) * static_cast<float>(dot);
+  }
+  return acc;
+}
+
+#if NPU_EP_X86
+// ---- AVX2 + FMA --------------------------------------------------------------------------------------------
+__attribute__((target("avx2,fma"))) void DequantColAvx2(const uint8_t* brow, const float* sw, const int32_t* zpc,
+                                                        const Shape& s, float* w) {
+  const __m128i m0f = _mm_set1_epi8(0x0F);
+  const int64_t block_bytes = s.bs / 2;
+  for (int64_t blk = 0; blk < s.kb; ++blk) {
+   const __m256 sc = _mm256_set1_ps(sw[blk]);
+   const __m256i z = _mm256_set1_epi32(zpc[blk]);
+   for (int64_t g = blk * block_bytes; g < (blk + 1) * block_bytes; g += 8) {  // 8 bytes = 16 elements
+    const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(brow + g));
+    const __m256i lo = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(raw, m0f)), z);
+    const __m256i hi = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f)), z);
+    float* dst = w + (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
+    _mm256_storeu_ps(dst, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), sc));
+    _mm256_storeu_ps(dst + kChunkBytes, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), sc));
+   }
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline float HsumAvx2(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+__attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* w, int64_t n) {
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  for (int64_t i = 0; i < n; i += 32) {  // n is a multiple of 128
+    c0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(w + i), c0);
+    c1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(w + i + 8), c1);
+    c2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(w + i + 16), c2);
+    c3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(w + i + 24), c3);
+  }
+  return HsumAvx2(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)));
+}
+
+__attribute__((target("avx2,fma"))) float Int8ColAvx2(const uint8_t* brow, const uint8_t* tail, const float* sw,
+                                                      const int32_t* zpc, const Shape& s, const int8_t* q,
+                                                      const float* sa, const int32_t* qlane) {
+  const __m256i m0f = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const int bs = s.bs;
+  const __m256i idx = _mm256_setr_epi32(0, 8 / bs, 16 / bs, 24 / bs, 32 / bs, 40 / bs, 48 / bs, 56 / bs);
+  const int64_t full = s.row_bytes / kChunkBytes;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t c = 0; c < s.n_chunks; ++c) {
+    const uint8_t* src = c < full ? brow + c * kChunkBytes : tail;
+    for (int h = 0; h < 2; ++h) {
+      const int64_t first = c * kChunkElems + h * 64;  // first (even) element of this half
+      if (first >= 2 * s.row_bytes) break;
+      const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32 * h));
+      const __m256i lo = _mm256_and_si256(bv, m0f);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bv, 4), m0f);
+      const int8_t* qc = q + c * kChunkElems + 32 * h;
+      const __m256i p = _mm256_add_epi16(
+          _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qc))),
+          _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qc + kChunkBytes))));
+      __m256i d = _mm256_madd_epi16(p, ones);  // |pair sums| <= 2 * 2 * 15 * 128: no int16 saturation
+      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qlane + c * 16 + 8 * h));
+      __m256 sv;
+      __m256i zv;
+      const int64_t b0 = first >> s.bs_log2;
+      if (bs >= 64) {
+        sv = _mm256_set1_ps(sa[b0] * sw[b0]);
+        zv = _mm256_set1_epi32(zpc[b0]);
+      } else {
+        const int64_t nb = std::min<int64_t>(64 >> s.bs_log2, s.kb - b0);
+        const __m128i mask = _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(nb)), _mm_setr_epi32(0, 1, 2, 3));
+        const __m128 s4 = _mm_mul_ps(_mm_maskload_ps(sw + b0, mask), _mm_maskload_ps(sa + b0, mask));
+        sv = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s4), idx);
+        zv = _mm256_permutevar8x32_epi32(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zpc + b0))), idx);
+      }
+      d = _mm256_sub_epi32(d, _mm256_mullo_epi32(zv, ql));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sv, acc);
+    }
+  }
+  return HsumAvx2(acc);
+}
+
+// ---- AVX-512 (BW, optionally VNNI) -------------------------------------------------------------------------
+#define NPU_AVX512 "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
+
+__attribute__((target(NPU_AVX512))) float DotAvx512(const float* a, const float* w, int64_t n) {
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  for (int64_t i = 0; i < n; i += 64) {  // n is a multiple of 128
+    c0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(w + i), c0);
+    c1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(w + i + 16), c1);
+    c2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(w + i + 32), c2);
+    c3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(w + i + 48), c3);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)));
+}
+
+// One body, two instruction sets: DPBUSD(acc, u8, s8) is vpdpbusd on VNNI hosts, maddubs+madd otherwise (exact
+// here: |u8| <= 15, so int16 pair sums cannot saturate).
+#define NPU_INT8_COL_AVX512(NAME, TARGET, DPBUSD)                                                               \
+  __attribute__((target(TARGET))) float NAME(const uint8_t* brow, const uint8_t* tail, const float* sw,         \
+                                             const int32_t* zpc, const Shape& s, const int8_t* q,              \
+                                             const float* sa, const int32_t* qlane) {                          \
+    const __m512i m0f = _mm512_set1_epi8(0x0F);                                                                \
+    const int bs = s.bs;                                                                                       \
+    const int64_t bpc = bs >= kChunkElems ? 1 : kChunkElems >> s.bs_log2;                                            \
+    const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(                                                  \
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(8)),        \
+        __builtin_ctz(static_cast<unsigned>(bs)));                                                             \
+    const int64_t full = s.row_bytes / kChunkBytes;                                                            \
+    __m512 acc = _mm512_setzero_ps();                                                                          \
+    for (int64_t c = 0; c < s.n_chunks; ++c) {                                                                 \
+      const __m512i bv = _mm512_loadu_si512(c < full ? brow + c * kChunkBytes : tail);                         \
+      const __m512i lo = _mm512_and_si512(bv, m0f);                                                            \
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f);                                      \
+      const int8_t* qc = q + c * kChunkElems;                                                                  \
+      __m512i d = DPBUSD(_mm512_setzero_si512(), lo, _mm512_loadu_si512(qc));                                  \
+      d = DPBUSD(d, hi, _mm512_loadu_si512(qc + kChunkBytes));                                                 \
+      const __m512i ql = _mm512_loadu_si512(qlane + c * 16);                                                   \
+      __m512 sv;                                                                                               \
+      __m512i zv;                                                                                              \
+      if (bs >= kChunkElems) {                                                                                 \
+        const int64_t b = (c * kChunkElems) >> s.bs_log2;                                                            \
+        sv = _mm512_set1_ps(sa[b] * sw[b]);                                                                    \
+        zv = _mm512_set1_epi32(zpc[b]);                                                                        \
+      } else {                                                                                                 \
+        const int64_t b0 = c * bpc;                                                                            \
+        const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(bpc, s.kb - b0)) - 1);         \
+        const __m512 sblk = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, sw + b0), _mm512_maskz_loadu_ps(mask, sa + b0)); \
+        sv = _mm512_permutexvar_ps(idx, sblk);                                                                 \
+        zv = _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(mask, zpc + b0));                          \
+      }                                                                                                        \
+      d = _mm512_sub_epi32(d, _mm512_mullo_epi32(zv, ql));                                                     \
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc);                                                   \
+    }                                                                                                          \
+    return _mm512_reduce_add_ps(acc);                                                                          \
+  }
+
+__attribute__((target(NPU_AVX512))) inline __m512i DpbusdBw(__m512i acc, __m512i u, __m512i s) {
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+}
+__attribute__((target(NPU_AVX512 ",avx512vnni"))) inline __m512i DpbusdVnni(__m512i acc, __m512i u, __m512i s) {
+  return _mm512_dpbusd_epi32(acc, u, s);
+}
+
+NPU_INT8_COL_AVX512(Int8ColAvx512, NPU_AVX512, DpbusdBw)
+NPU_INT8_COL_AVX512(Int8ColAvx512Vnni, NPU_AVX512 ",avx512vnni", DpbusdVnni)
+#endif  // NPU_EP_X86
+
+using Int8ColFn = float (*)(const uint8_t*, const uint8_t*, const float*, const int32_t*, const Shape&,
+                            const int8_t*, const float*, const int32_t*);
+using DequantFn = void (*)(const uint8_t*, const float*, const int32_t*, const Shape&, float*);
+using DotFn = float (*)(const float*, const float*, int64_t);
+
+void PrepareA(const NBitsGemm& g, const Shape& s, PreparedA& pa) {
+  const bool int8 = g.accuracy_level == 4;
+  if (int8) {
+    pa.q.resize(s.M * s.kc);
+    pa.scale.resize(s.M * s.kb);
+    pa.lane.resize(s.M * s.kc / 8);
+    pa.block.resize(s.M * s.kb);
+  } else {
+    pa.a.resize(s.M * s.kc);
+  }
+  ParallelFor(g.threads, s.M, [&](int64_t m) {  // rows are independent: same bits at any thread count
+    if (int8)
+      QuantizeRow(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
+                  pa.lane.data() + m * s.kc / 8, pa.block.data() + m * s.kb);
+    else
+      PermuteRow(g.a + m * s.K, s, pa.a.data() + m * s.kc);
+  });
+}
+
+}  // namespace
+
+void MatMulNBits(const NBitsGemm& g) {
+  Shape s;
+  s.M = g.M;
+  s.K = g.K;
+  s.N = g.N;
+  s.bs = g.block_size;
+  s.bs_log2 = __builtin_ctz(static_cast<unsigned>(g.block_size));
+  s.kb = (g.K + g.block_size - 1) / g.block_size;
+  s.row_bytes = s.kb * g.block_size / 2;
+  s.n_chunks = (s.row_bytes + kChunkBytes - 1) / kChunkBytes;
+  s.kc = s.n_chunks * kChunkElems;
+  s.zp_bytes = (s.kb + 1) / 2;
+  if (s.M == 0 || s.N == 0) return;
+  PreparedA pa;
+  PrepareA(g, s, pa);
+  const Isa isa = ActiveIsa();
+  const bool int8 = g.accuracy_level == 4;
+  Int8ColFn int8_col = nullptr;
+  DequantFn dequant = DequantColScalar;
+  DotFn dot = DotScalar;
+#if NPU_EP_X86
+  if (isa == Isa::kAvx512Vnni) int8_col = Int8ColAvx512Vnni;
+  if (isa == Isa::kAvx512) int8_col = Int8ColAvx512;
+  if (isa == Isa::kAvx2) int8_col = Int8ColAvx2;
+  if (isa >= Isa::kAvx2) dequant = DequantColAvx2;
+  if (isa >= Isa::kAvx2) dot = DotAvx2;
+  if (isa >= Isa::kAvx512) dot = DotAvx512;
+#else
+  (void)isa;
+#endif
+  const int64_t n_tasks = (s.N + kColsPerTask - 1) / kColsPerTask;
+  ParallelFor(g.threads, n_tasks, [&](int64_t task) {
+    const int64_t n0 = task * kColsPerTask, n1 = std::min(s.N, n0 + kColsPerTask);
+    std::vector<int32_t> zpc(s.kb + 16, 0);
+    std::vector<float> w(int8 ? 0 : s.kc, 0.0f);
+    alignas(64) uint8_t tail[kChunkBytes];
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint8_t* brow = g.b + n * s.row_bytes;
+      const float* sw = g.scales + n * s.kb;
+      UnpackZeroPoints(g.zero_points == nullptr ? nullptr : g.zero_points + n * s.zp_bytes, s, zpc.data());
+      const float bias = g.bias == nullptr ? 0.0f : g.bias[n];
+      if (!int8) {
+        dequant(brow, sw, zpc.data(), s, w.data());
+        for (int64_t m = 0; m < s.M; ++m) g.y[m * s.N + n] = dot(pa.a.data() + m * s.kc, w.data(), s.kc) + bias;
+        continue;
+      }
+      if (int8_col == nullptr) {
+        for (int64_t m = 0; m < s.M; ++m)
+          g.y[m * s.N + n] = Int8ColScalar(brow, sw, zpc.data(), s, pa.q.data() + m * s.kc,
+                                           pa.scale.data() + m * s.kb, pa.block.data() + m * s.kb) + bias;
+        continue;
+      }
+      const int64_t full = s.row_bytes / kChunkBytes, rem = s.row_bytes % kChunkBytes;
+      std::memset(tail, 0, sizeof(tail));
+      if (rem) std::memcpy(tail, brow + full * kChunkBytes, rem);
+      for (int64_t m = 0; m < s.M; ++m)
+        g.y[m * s.N + n] = int8_col(brow, tail, sw, zpc.data(), s, pa.q.data() + m * s.kc,
+                                    pa.scale.data() + m * s.kb, pa.lane.data() + m * s.kc / 8) + bias;
+    }
+  });
+}
+
+}  // namespace npu_ep::kern

@@ -1,0 +1,26 @@
+// MatMulNBits (4-bit weights in ORT's packed layout) as native kernels: the weights stay packed and are
+// dequantized per chunk in registers, never as a whole float copy.
+#pragma once
+
+#include <cstdint>
+
+namespace npu_ep::kern {
+
+struct NBitsGemm {
+  const float* a = nullptr;         // [M, K] float32
+  int64_t M = 0, K = 0, N = 0;
+  int block_size = 32;              // power of two, 16..256
+  int accuracy_level = 0;           // 4: A quantized per block to int8 (ORT CompInt8); else fp32 math
+  const uint8_t* b = nullptr;       // [N, kb, block_size / 2], element 2j in the low nibble of byte j
+  const float* scales = nullptr;    // [N, kb]
+  const uint8_t* zero_points = nullptr;  // [N, ceil(kb / 2)] packed nibbles, or null (= 8)
+  const float* bias = nullptr;      // [N] or null
+  float* y = nullptr;               // [M, N]
+  int threads = 1;
+};
+
+// y = A @ dequant(B) (+ bias). Each output element is computed by one thread in a fixed order, so the bits do
+// not depend on the thread count.
+void MatMulNBits(const NBitsGemm& g);
+
+}  // namespace npu_ep::kern

@@ -1,0 +1,55 @@
+"""Which implementation a prepared kernel runs: the native kernels of the extension or the numpy reference model.
+
+The choice is a run-time property of a session (provider options ``kernels`` and ``host_threads``), not part of
+the compiled program: both implementations read the same prepared constants (packed weights), so a cached
+context serves either. ``ep.bridge`` stamps every step of an adopted program with ``configure``; a Prepared that
+was never stamped (kernel tests, benchmarks) runs native on one thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import ModuleType
+
+from ..registry import Prepared
+
+KERNEL_CHOICES = ("native", "reference")
+_KEY = "runtime"  # Prepared.memo key: (kernels, threads)
+_DEFAULT = ("native", 1)
+
+
+_module: list[ModuleType | None] = []
+
+
+def native_module() -> ModuleType | None:
+    """The extension's ``kernels`` submodule (imported on first use: ``ep`` imports ``kernels``), None if absent."""
+    if not _module:
+        try:
+            from ...ep import _native
+        except ImportError:  # extension not built: the reference kernels still run
+            _native = None
+        _module.append(getattr(_native, "kernels", None))
+    return _module[0]
+
+
+def configure(prepared: Iterable[Prepared], kernels: str, threads: int) -> None:
+    """Stamp prepared kernels with the session's choice (``kernels`` in KERNEL_CHOICES, host threads >= 1)."""
+    if kernels not in KERNEL_CHOICES:
+        raise ValueError(f"kernels={kernels!r}: expected one of {', '.join(KERNEL_CHOICES)}")
+    setting = (kernels, max(1, int(threads)))
+    for p in prepared:
+        p.memo[_KEY] = setting
+
+
+def copy_runtime(src: Prepared, dst: Prepared) -> None:
+    """Give a nested Prepared (fused ops run an inner kernel) its owner's setting."""
+    dst.memo[_KEY] = src.memo.get(_KEY, _DEFAULT)
+
+
+def native(p: Prepared) -> ModuleType | None:
+    """The native kernel module when ``p`` runs native kernels, else None (reference model)."""
+    return native_module() if p.memo.get(_KEY, _DEFAULT)[0] == "native" else None
+
+
+def threads(p: Prepared) -> int:
+    return p.memo.get(_KEY, _DEFAULT)[1]
