@@ -16,117 +16,18 @@ runs DQ -> op -> Q units as they are, so fusing into an op the target declines w
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import IdentityEliminationPass
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 from ..kernels.target import Target
-
 from .options import RewriteOptions, RewriteReport
+from .qdq_params import QParams, axis, first_failure, int8, per_tensor, qparams, single_use, unit_params
 from .rule_set import apply_rule_set
 from .target_ops import load_target, why_not_emitted
 
-INT8_TYPES = (ir.DataType.INT8, ir.DataType.UINT8)
 DATA_MOVEMENT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice")
-
-
-@dataclasses.dataclass
-class QParams:
-    """Quantization parameters of one Q or DQ node (constants only)."""
-
-    node: ir.Node
-    scale: ir.Value
-    zero_point: ir.Value | None
-    scale_np: np.ndarray
-    zp_np: np.ndarray  # the zero point, materialized (ONNX default 0) in the quantized dtype
-    qtype: ir.DataType  # the integer type on the quantized side
-
-    @property
-    def per_tensor(self) -> bool:
-        return self.scale_np.size == 1
-
-    def same_as(self, other: QParams) -> bool:
-        return (self.qtype == other.qtype and self.scale_np.dtype == other.scale_np.dtype
-                and self.scale_np.shape == other.scale_np.shape and np.array_equal(self.scale_np, other.scale_np)
-                and np.array_equal(self.zp_np.reshape(self.scale_np.shape), other.zp_np.reshape(other.scale_np.shape))
-                and (self.per_tensor or _axis(self.node) == _axis(other.node)))
-
-
-def _axis(node: ir.Node) -> int:
-    return node.attributes.get_int("axis", 1)
-
-
-def _const(value: ir.Value | None) -> np.ndarray | None:
-    if value is None or value.const_value is None or value.is_graph_input():
-        return None
-    return value.const_value.numpy()
-
-
-def qparams(value: ir.Value) -> QParams | MatchResult:
-    """Params of the Q/DQ node producing ``value`` (a DQ's float output or a Q's integer output), or the failed
-    ``MatchResult`` saying why they are not usable (blocked, or a scale / zero point that is not a constant)."""
-    node = value.producer()
-    if node.attributes.get_int("block_size", 0):
-        return MatchResult().fail(f"{node.op_type} {node.name!r} is blocked; only per-tensor/per-channel units "
-                                  "fuse", node)
-    scale_np = _const(node.inputs[1])
-    if scale_np is None:
-        return MatchResult().fail(f"scale of {node.op_type} {node.name!r} is not a constant", node.inputs[1] or node)
-    zp = node.inputs[2] if len(node.inputs) > 2 else None
-    if zp is not None:
-        qtype = zp.dtype
-    elif node.op_type == "DequantizeLinear":
-        qtype = node.inputs[0].dtype
-    else:
-        qtype = ir.DataType(node.attributes.get_int("output_dtype", 0) or ir.DataType.UINT8)
-    if zp is not None:
-        zp_np = _const(zp)
-        if zp_np is None:
-            return MatchResult().fail(f"zero point of {node.op_type} {node.name!r} is not a constant", zp)
-    else:
-        zp_np = np.zeros(scale_np.shape, dtype=np.int64)
-    return QParams(node, node.inputs[1], zp, scale_np, zp_np.astype(np.int64), qtype)
-
-
-def unit_params(*values: ir.Value) -> list[QParams] | MatchResult:
-    """``qparams`` of each value, or the first failure."""
-    params = []
-    for v in values:
-        p = qparams(v)
-        if isinstance(p, MatchResult):
-            return p
-        params.append(p)
-    return params
-
-
-def _first_failure(*results: MatchResult) -> MatchResult:
-    """The first failed result, else a success (the checks are cheap and side-effect free)."""
-    return next((r for r in results if not r), MatchResult())
-
-
-def _single_use(value: ir.Value, what: str) -> MatchResult:
-    if value.is_graph_output():
-        return MatchResult().fail(f"{what} {value.name!r} is a graph output", value)
-    if len(value.uses()) != 1:
-        return MatchResult().fail(f"{what} {value.name!r} has {len(value.uses())} consumers, a QDQ unit needs 1",
-                                  value)
-    return MatchResult()
-
-
-def _int8(p: QParams, what: str) -> MatchResult:
-    if p.qtype not in INT8_TYPES:
-        return MatchResult().fail(f"{what} is {p.qtype}; the integer op takes int8/uint8", p.node)
-    return MatchResult()
-
-
-def _scalar(p: QParams, what: str) -> MatchResult:
-    if not p.per_tensor:
-        return MatchResult().fail(f"{what} has per-channel scale of shape {list(p.scale_np.shape)}; needs "
-                                  "per-tensor", p.node)
-    return MatchResult()
 
 
 class _QdqRule(RewriteRuleClassBase):
@@ -166,7 +67,7 @@ class DropLosslessDqQ(_QdqRule):
         return _q(op, _dq(op, x, s1, "deq"), s2, "q_out")
 
     def check(self, context, x, deq, q_out, **_) -> MatchResult:
-        failed = _single_use(deq, "DequantizeLinear output")
+        failed = single_use(deq, "DequantizeLinear output")
         if not failed:
             return failed
         if q_out.is_graph_output():
@@ -193,7 +94,7 @@ class DropQdqRoundTrip(_QdqRule):
         if not self.options.drop_qdq_roundtrips:
             return MatchResult().fail("Q->DQ round trip kept: it is lossy (opt in with --drop-qdq-roundtrips)",
                                       quant.producer())
-        failed = _single_use(quant, "QuantizeLinear output")
+        failed = single_use(quant, "QuantizeLinear output")
         if not failed:
             return failed
         if dq_out.is_graph_output():
@@ -216,16 +117,16 @@ class QLinearMatMulFusion(_QdqRule):
         return _q(op, op.MatMul(_dq(op, a, sa, "da"), _dq(op, b, sb, "db"), _outputs=["mm"]), sy, "y")
 
     def check(self, context, da, db, mm, y, **_) -> MatchResult:
-        failed = _first_failure(_single_use(da, "DequantizeLinear(A) output"),
-                                _single_use(db, "DequantizeLinear(B) output"), _single_use(mm, "MatMul output"))
+        failed = first_failure(single_use(da, "DequantizeLinear(A) output"),
+                                single_use(db, "DequantizeLinear(B) output"), single_use(mm, "MatMul output"))
         if not failed:
             return failed
         params = unit_params(da, db, y)
         if isinstance(params, MatchResult):
             return params
         pa, pb, py = params
-        return _first_failure(_int8(pa, "A"), _int8(pb, "B"), _int8(py, "output"),
-                              _scalar(pa, "A"), _scalar(py, "output"), _scalar(pb, "B"),
+        return first_failure(int8(pa, "A"), int8(pb, "B"), int8(py, "output"),
+                              per_tensor(pa, "A"), per_tensor(py, "output"), per_tensor(pb, "B"),
                               self.emittable("", "QLinearMatMul", pa, mm.producer()))
 
     def rewrite(self, op, a, b, da, db, y, **_):
@@ -241,20 +142,20 @@ class MatMulIntegerToFloatFusion(_QdqRule):
         return op.MatMul(_dq(op, a, sa, "da"), _dq(op, b, sb, "db"), _outputs=["mm"])
 
     def check(self, context, da, db, mm, **_) -> MatchResult:
-        failed = _first_failure(_single_use(da, "DequantizeLinear(A) output"),
-                                _single_use(db, "DequantizeLinear(B) output"))
+        failed = first_failure(single_use(da, "DequantizeLinear(A) output"),
+                                single_use(db, "DequantizeLinear(B) output"))
         if not failed:
             return failed
         params = unit_params(da, db)
         if isinstance(params, MatchResult):
             return params
         pa, pb = params
-        failed = _first_failure(_int8(pa, "A"), _int8(pb, "B"), _scalar(pa, "A"))
+        failed = first_failure(int8(pa, "A"), int8(pb, "B"), per_tensor(pa, "A"))
         if not failed:
             return failed
         if not pb.per_tensor:
             shape = db.producer().inputs[0].shape
-            if _axis(pb.node) not in (-1, len(shape) - 1 if shape is not None else -1) or pb.scale_np.ndim != 1:
+            if axis(pb.node) not in (-1, len(shape) - 1 if shape is not None else -1) or pb.scale_np.ndim != 1:
                 return MatchResult().fail("B's per-channel scale must run along its last axis (N)", pb.node)
         if mm.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16):
             return MatchResult().fail(f"MatMul output is {mm.dtype}; MatMulIntegerToFloat produces float/float16",
@@ -283,16 +184,16 @@ class QLinearConvFusion(_QdqRule):
         return _q(op, op.Conv(*inputs, _allow_other_attributes=True, _outputs=["conv"]), sy, "y")
 
     def check(self, context, dx, dw, conv, y, dbias=None, **_) -> MatchResult:
-        failed = _first_failure(_single_use(dx, "DequantizeLinear(X) output"),
-                                _single_use(dw, "DequantizeLinear(W) output"), _single_use(conv, "Conv output"))
+        failed = first_failure(single_use(dx, "DequantizeLinear(X) output"),
+                                single_use(dw, "DequantizeLinear(W) output"), single_use(conv, "Conv output"))
         if not failed:
             return failed
         params = unit_params(dx, dw, y)
         if isinstance(params, MatchResult):
             return params
         px, pw, py = params
-        failed = _first_failure(_int8(px, "X"), _int8(pw, "W"), _int8(py, "output"),
-                                _scalar(px, "X"), _scalar(py, "output"))
+        failed = first_failure(int8(px, "X"), int8(pw, "W"), int8(py, "output"),
+                                per_tensor(px, "X"), per_tensor(py, "output"))
         if not failed:
             return failed
         if px.qtype != py.qtype:
@@ -300,12 +201,12 @@ class QLinearConvFusion(_QdqRule):
                                       py.node)
         if px.qtype == ir.DataType.INT8 and pw.qtype != ir.DataType.INT8:
             return MatchResult().fail("int8 X needs int8 W in ORT's QLinearConv", pw.node)
-        if not pw.per_tensor and (_axis(pw.node) != 0 or pw.scale_np.ndim != 1):
+        if not pw.per_tensor and (axis(pw.node) != 0 or pw.scale_np.ndim != 1):
             return MatchResult().fail("W's per-channel scale must be along axis 0 (output channels)", pw.node)
         failed = self.emittable("", "QLinearConv", px, conv.producer())
         if not failed or dbias is None:
             return failed
-        failed = _single_use(dbias, "DequantizeLinear(bias) output")
+        failed = single_use(dbias, "DequantizeLinear(bias) output")
         if not failed:
             return failed
         pb = qparams(dbias)
@@ -342,16 +243,16 @@ class QLinearBinaryFusion(_QdqRule):
         return _q(op, v, sy, "y")
 
     def check(self, context, da, db, mid, y, **_) -> MatchResult:
-        failed = _first_failure(_single_use(da, "DequantizeLinear(A) output"),
-                                _single_use(db, "DequantizeLinear(B) output"),
-                                _single_use(mid, f"{self.op_type} output"))
+        failed = first_failure(single_use(da, "DequantizeLinear(A) output"),
+                                single_use(db, "DequantizeLinear(B) output"),
+                                single_use(mid, f"{self.op_type} output"))
         if not failed:
             return failed
         params = unit_params(da, db, y)
         if isinstance(params, MatchResult):
             return params
         for p, what in zip(params, ("A", "B", "output"), strict=True):
-            failed = _first_failure(_int8(p, what), _scalar(p, what))
+            failed = first_failure(int8(p, what), per_tensor(p, what))
             if not failed:
                 return failed
         if len({p.qtype for p in params}) != 1:
@@ -378,15 +279,15 @@ class QdqPassThrough(_QdqRule):
         return _q(op, v, s2, "y")
 
     def check(self, context, deq, moved, y, **_) -> MatchResult:
-        failed = _first_failure(_single_use(deq, "DequantizeLinear output"),
-                                _single_use(moved, f"{self.op_type} output"))
+        failed = first_failure(single_use(deq, "DequantizeLinear output"),
+                                single_use(moved, f"{self.op_type} output"))
         if not failed:
             return failed
         params = unit_params(deq, y)
         if isinstance(params, MatchResult):
             return params
         pd, pq = params
-        failed = _first_failure(_int8(pd, "the moved tensor"), _scalar(pd, "DequantizeLinear"))
+        failed = first_failure(int8(pd, "the moved tensor"), per_tensor(pd, "DequantizeLinear"))
         if not failed:
             return failed
         if not pd.same_as(pq):
