@@ -11,6 +11,7 @@ The report's ORT sessions log only fatal messages: an ORT error reaches the user
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..kernels.target import TargetError
@@ -49,7 +50,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run", action="store_true", help="run on NpuEP and the CPU EP and measure boundaries")
     p.add_argument("--runs", type=int, default=20, help="timed runs per EP with --run (default 20)")
     p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=VALUE",
-                   help="size of a symbolic input dim (repeatable)")
+                   help="size of a symbolic input dim, or of an unnamed/-1 one as INPUT:AXIS=VALUE (repeatable); "
+                        "the sizes picked for the others are printed")
+    p.add_argument("--max-input-mib", type=float, default=None, metavar="MIB",
+                   help="refuse --run/--compare when the generated inputs need more (default "
+                        "128 MiB)")
     p.add_argument("--layers", type=int, help="number of decoder layers when node names do not show them")
     p.add_argument("--policy", choices=("max_coverage", "cost_aware"), default="max_coverage")
     p.add_argument("--compare", action="store_true", help="per-node numerics: NpuEP vs CPU EP golden tensors")
@@ -68,21 +73,35 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.runs < 1 or args.prefill_tokens < 1:
         parser().error("--runs and --prefill-tokens must be >= 1")
+    if args.max_input_mib is not None and not args.max_input_mib > 0:
+        parser().error("--max-input-mib must be > 0")
     from .report import NpuEPFailure, ReportInputError, build_report, write_json
     from .report_html import write_html
     from .report_render import render
+    from .report_run import DEFAULT_MAX_INPUT_MIB
 
+    outputs = [o for o in (args.json, args.html) if o]
     try:
+        refuse_outputs_onto_inputs(outputs, [args.model, args.float_model])
         doc = build_report(args.model, target=args.target, dims=dict(args.dim), run=args.run, runs=args.runs,
                            layers=args.layers, compare=args.compare or bool(args.float_model),
                            provider_options={"partition_policy": args.policy}, float_model=args.float_model,
-                           check=not args.no_check, prefill_tokens=args.prefill_tokens)
+                           check=not args.no_check, prefill_tokens=args.prefill_tokens,
+                           max_input_mib=args.max_input_mib or DEFAULT_MAX_INPUT_MIB)
     except (ReportInputError, TargetError) as exc:
         print(f"npu-report: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"npu-report: error: {args.model}: out of memory (lower sizes with --dim NAME=VALUE)", file=sys.stderr)
         return 2
     except NpuEPFailure as exc:
         print(f"npu-report: {_one_line(exc)}", file=sys.stderr)
         return 1
+    picked = {k: v for k, v in doc["dims"].items() if k not in dict(args.dim)}
+    if picked:  # stderr, so that it shows with --quiet and never mixes into a pipe of the terminal summary
+        sizes = ", ".join(f"{k}={v}" for k, v in picked.items())
+        print(f"npu-report: input dims not given were sized {sizes} (set them with --dim NAME=VALUE)",
+              file=sys.stderr)
     if not args.quiet:
         render(doc)
     try:
@@ -91,9 +110,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.html:
             write_html(doc, args.html)
     except OSError as exc:
-        print(f"npu-report: error: cannot write output: {exc}", file=sys.stderr)
+        print(f"npu-report: error: cannot write output: {_one_line(exc)}", file=sys.stderr)
         return 2
     return 0
+
+
+def refuse_outputs_onto_inputs(outputs: list[str], inputs: list[str | None]) -> None:
+    """An output may not replace a file the report reads (the models and their external data files), and
+    ``--json`` and ``--html`` may not be the same file."""
+    from .report import ReportInputError
+    from .report_validate import files_read_by
+
+    if not outputs:
+        return
+    if len(outputs) == 2 and os.path.abspath(outputs[0]) == os.path.abspath(outputs[1]):
+        raise ReportInputError(f"{outputs[0]}: --json and --html name the same file")
+    read = [f for model in inputs if model for f in files_read_by(model)]
+    for out in outputs:
+        for f in read:
+            if os.path.realpath(out) == os.path.realpath(f) or (
+                    os.path.exists(out) and os.path.exists(f) and os.path.samefile(out, f)):
+                raise ReportInputError(f"{out}: output would replace {f}, which the report reads; "
+                                       "choose another output path")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 
 import onnx
 
+from .._atomic import atomic_write_bytes
 from ..ep.capability import Capability, analyze
 from ..ep.onnx_graph import nodes_from_model
 from ..ep.policy import bridge_cost_us, cost_aware_policy
@@ -32,8 +33,8 @@ from . import report_model as rm
 from . import report_profile
 from . import report_timeline as rt
 from .report_phases import DEFAULT_PREFILL_TOKENS, label_timeline, measure_phases
-from .report_run import (NpuEPFailure, ReportInputError, attribute_bridge, cpu_session, make_feeds, measure,
-                         npu_session, resolve_dims)
+from .report_run import (DEFAULT_MAX_INPUT_MIB, NpuEPFailure, ReportInputError, attribute_bridge,
+                         check_input_memory, cpu_session, dim_key, make_feeds, measure, npu_session, resolve_dims)
 from .report_validate import load_checked, ort_exceptions, ort_message
 
 SCHEMA_VERSION = "1.1"
@@ -61,12 +62,14 @@ def _program_names(programs: Mapping[str, Any], cap: Capability, nodes: list[Nod
 def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str, int] | None = None,
                  run: bool = False, runs: int = 20, layers: int | None = None, compare: bool = False,
                  provider_options: Mapping[str, str] | None = None, model=None, float_model=None,
-                 check: bool = True, prefill_tokens: int = DEFAULT_PREFILL_TOKENS) -> dict[str, Any]:
+                 check: bool = True, prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
+                 max_input_mib: float = DEFAULT_MAX_INPUT_MIB) -> dict[str, Any]:
     """The report document. ``model_or_session``: path, ``onnx.ModelProto`` or an ``InferenceSession`` created
     with NpuEP (then ``model=`` enables the CPU-EP comparison). ``dims``: symbolic dim -> size for inputs.
     ``float_model``: the float original of a quantized model (path or ModelProto) for the three-way numerics
     (implies ``compare``). ``check=False`` skips ``onnx.checker`` (the structural checks always run).
-    ``prefill_tokens``: new tokens of the prefill-shaped run of a KV-cache model (``run=True``)."""
+    ``prefill_tokens``: new tokens of the prefill-shaped run of a KV-cache model (``run=True``).
+    ``max_input_mib``: generated inputs (``run``/``compare``) above this are refused before allocation."""
     import onnxruntime as ort
 
     from ..ep.bridge import LIVE_SESSIONS
@@ -100,6 +103,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                            "measurement": None, "projection": None, "compare": None, "phases": None}
     nodes, cap, measurement, names, timeline = file_nodes, file_cap, None, None, None
     ep = None
+    if run or compare:
+        check_input_memory(proto, dims, where, max_input_mib)
     feeds = make_feeds(proto, dims) if run or compare else None
     if session is not None:
         ep = _ep_of(session, LIVE_SESSIONS)
@@ -184,13 +189,17 @@ def _same_inputs(model: onnx.ModelProto, where: str, fmodel: onnx.ModelProto, fw
 
 
 def _with_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> onnx.ModelProto:
-    """Copy with symbolic input dims set to ``dims`` so shape inference makes intermediate shapes concrete."""
+    """Copy with symbolic and unknown (``-1``) input dims set to ``dims`` so shape inference makes intermediate
+    shapes concrete."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for vi in m.graph.input:
-        for d in vi.type.tensor_type.shape.dim:
-            if d.dim_param in dims:
-                d.dim_value = int(dims[d.dim_param])
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value >= 0:
+                continue
+            name = d.dim_param if d.HasField("dim_param") and d.dim_param else dim_key(vi.name, axis)
+            if name in dims:
+                d.dim_value = int(dims[name])
     return m
 
 
@@ -214,4 +223,5 @@ def validate(doc: Mapping[str, Any]) -> None:
 
 
 def write_json(doc: Mapping[str, Any], path: str | os.PathLike) -> None:
-    Path(path).write_text(json.dumps(doc, indent=1, default=str))
+    """Atomically (temp file, fsync, rename): a failed write leaves what was there."""
+    atomic_write_bytes(path, json.dumps(doc, indent=1, default=str).encode())

@@ -134,5 +134,6 @@ def render_html(doc: Mapping[str, Any]) -> str:
 
 
 def write_html(doc: Mapping[str, Any], path: str | os.PathLike) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(doc))
+    from .._atomic import atomic_write_bytes  # temp file, fsync, rename: a failed write leaves what was there
+
+    atomic_write_bytes(path, render_html(doc).encode("utf-8"))

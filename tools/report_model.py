@@ -81,9 +81,11 @@ def layer_scope(nodes: Sequence[NodeInfo]) -> Iterator[None]:
 
 
 def resolve_shape(v: ValueInfo, dims: Mapping[str, int]) -> list | None:
+    """Declared shape with symbolic dims from ``dims``; a negative (unknown, ``-1``) dim stays unknown (None)."""
     if v.shape is None:
         return None
-    return [d if isinstance(d, int) else dims.get(d, d) if isinstance(d, str) else None for d in v.shape]
+    return [(d if d >= 0 else None) if isinstance(d, int) else dims.get(d, d) if isinstance(d, str) else None
+            for d in v.shape]
 
 
 def tensor_bytes(v: ValueInfo, dims: Mapping[str, int]) -> int | None:

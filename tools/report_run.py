@@ -8,6 +8,7 @@ their bytes. Latencies are medians over ``runs`` session.run calls [us], NpuEP a
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import Counter
@@ -39,31 +40,98 @@ def _vocab_size(model: onnx.ModelProto, input_name: str) -> int:
     return 100
 
 
+DEFAULT_SPATIAL = 224  # a symbolic or unknown height/width of an image input (rank 4, axes 2 and 3)
+DEFAULT_MAX_INPUT_MIB = 128  # generated inputs above this are refused before anything is allocated
+
+
+def dim_key(input_name: str, axis: int) -> str:
+    """The ``--dim`` name of an input dim that has no name (``-1`` or unset): ``input:axis``."""
+    return f"{input_name}:{axis}"
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def _dim_name(inp: onnx.ValueInfoProto, axis: int, d) -> str | None:
+    """None for a fixed size, else the key ``--dim`` sets: the dim's symbol, or ``input:axis`` without one."""
+    if d.HasField("dim_value") and d.dim_value >= 0:
+        return None
+    return d.dim_param if d.HasField("dim_param") and d.dim_param else dim_key(inp.name, axis)
+
+
+def _default_size(name: str, rank: int, axis: int) -> int:
+    low = name.lower()
+    if "batch" in low:
+        return 1
+    if any(w in low for w in ("height", "width")) or (rank == 4 and axis >= 2):
+        return DEFAULT_SPATIAL
+    return 1
+
+
 def resolve_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[str, int]:
-    """Every symbolic dim of the graph inputs: ``--dim`` values, ``total*`` = past + sequence, others 1."""
-    names = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+    """A size for every symbolic or unknown (``-1``) dim of the graph inputs: the ``--dim`` values first; then
+    ``total*`` = past + sequence; batch 1; image height/width (rank-4 axes 2-3) ``DEFAULT_SPATIAL``; others 1.
+    Unnamed dims are keyed ``input:axis`` (see ``dim_key``)."""
+    found: dict[str, tuple[int, int]] = {}
+    for inp in _graph_inputs(model):
+        shape = inp.type.tensor_type.shape.dim
+        for axis, d in enumerate(shape):
+            name = _dim_name(inp, axis, d)
+            if name is not None:
+                found.setdefault(name, (len(shape), axis))
     out = {k: int(v) for k, v in dims.items()}
-    for name in sorted(names - set(out), key=lambda s: "total" in s.lower()):
+    for name in sorted((n for n in found if n not in out), key=lambda s: "total" in s.lower()):  # stable: input order
         if "total" in name.lower():
             past = sum(v for k, v in out.items() if "past" in k.lower())
             seq = sum(v for k, v in out.items() if "seq" in k.lower() and "past" not in k.lower()
                       and "total" not in k.lower())
             out[name] = max(1, past + seq)
         else:
-            out[name] = 1
+            out[name] = _default_size(name, *found[name])
     return out
 
 
+def input_shapes(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[str, list[int]]:
+    """Concrete shape of every graph input with ``dims`` (from ``resolve_dims``) applied."""
+    shapes = {}
+    for inp in _graph_inputs(model):
+        shape = []
+        for axis, d in enumerate(inp.type.tensor_type.shape.dim):
+            name = _dim_name(inp, axis, d)
+            shape.append(d.dim_value if name is None else int(dims.get(name, 1)))
+        shapes[inp.name] = shape
+    return shapes
+
+
+def check_input_memory(model: onnx.ModelProto, dims: Mapping[str, int], where: str,
+                       max_mib: float = DEFAULT_MAX_INPUT_MIB) -> None:
+    """Refuse, before allocating, generated inputs whose declared shapes need more than ``max_mib`` MiB."""
+    total, biggest = 0, ("", [], 0)
+    shapes = input_shapes(model, dims)
+    for inp in _graph_inputs(model):
+        shape = shapes[inp.name]
+        dtype = numpy_dtype(inp.type.tensor_type.elem_type)
+        nbytes = math.prod(shape) * (np.dtype(dtype).itemsize if dtype is not None else 1)
+        total += nbytes
+        if nbytes >= biggest[2]:
+            biggest = (inp.name, shape, nbytes)
+    if total > max_mib * 2**20:
+        how = "set smaller sizes with --dim NAME=VALUE or raise --max-input-mib" if dims else "raise --max-input-mib"
+        raise ReportInputError(f"{where}: the generated inputs need {total / 2**20:,.0f} MiB (largest: "
+                               f"'{biggest[0]}' {biggest[1]}), above the {max_mib:g} MiB limit; {how}")
+
+
 def make_feeds(model: onnx.ModelProto, dims: Mapping[str, int], seed: int = 0) -> dict[str, np.ndarray]:
-    """input_ids: ints < vocab; masks: ones; position_ids: arange; other floats: random normal; other ints: 0."""
+    """input_ids: ints < vocab; masks: ones; position_ids: arange; other floats: random normal; other ints: 0.
+    Sizes: ``input_shapes``; callers check ``check_input_memory`` first."""
     rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
+    shapes = input_shapes(model, dims)
     feeds = {}
-    for inp in model.graph.input:
-        if inp.name in inits:
-            continue
+    for inp in _graph_inputs(model):
         tt = inp.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 1) for d in tt.shape.dim]
+        shape = shapes[inp.name]
         dtype = numpy_dtype(tt.elem_type)
         if dtype is None:
             raise ReportInputError(f"input '{inp.name}' has an element type npu-report cannot generate")

@@ -140,6 +140,22 @@ def run_checker(model: onnx.ModelProto, where: str, path: str | None) -> str:
     return "full"
 
 
+def files_read_by(path: str | os.PathLike) -> list[str]:
+    """The model file and the external data files it names (unreadable models: just the file; the report's own
+    validation says what is wrong with them)."""
+    files = [os.fspath(path)]
+    try:
+        model = onnx.load(os.fspath(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - load_checked reports it
+        return files
+    base = os.path.dirname(os.fspath(path))
+    for t in all_tensors(model.graph):
+        for e in t.external_data:
+            if e.key == "location" and e.value:
+                files.append(os.path.join(base, e.value))
+    return files
+
+
 def load_checked(model_or_path: Any, *, checker: bool = True) -> tuple[onnx.ModelProto, str, dict[str, str]]:
     """(model, where, validation summary) after steps 1-3; ``checker=False`` skips step 3 only."""
     if isinstance(model_or_path, onnx.ModelProto):
