@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..kernels.fusion import fuse_partition
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.registry import kernel_for
@@ -20,6 +22,7 @@ def _io(values: Sequence[ValueInfo]) -> list[IoSpec]:
     return [IoSpec(v.name, v.dtype.name if v.dtype is not None else "?", v.shape) for v in values]
 
 
+@np.errstate(all="ignore")  # folding constants (alpha into B, gamma into weights) yields IEEE inf/nan, no warnings
 def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo],
                       outputs: Sequence[ValueInfo], target: Target, *, record: bool = False) -> Program:
     """Compile the nodes of one partition; ``inputs``/``outputs`` are the fused node's I/O in ORT's order."""

@@ -5,9 +5,9 @@ fp32 x fp32 with an fp32 accumulator, so fp32 models keep the CPU EP's numerics 
 float16 mode takes fp16 operands with an fp32 accumulator and rounds the result to fp16 once. Both run on BLAS
 (sgemm) over whole tiles at once: the accumulation order inside a float32 tile is not observable beyond ulps.
 
-Compile time: a constant B is stored ready for the unit — Gemm's transB applied, alpha folded in, fp16 widened to
-fp32 (exact); Gemm's ``beta * C`` becomes the epilogue bias (with ``beta = 0`` C is ignored, NaN/Inf included, as
-ORT does). Layouts: A ``[..., M, K]``, B ``[..., K, N]``.
+Compile time: a constant B is stored ready for the unit — Gemm's transB applied, alpha folded in (unless that would
+overflow a weight), fp16 widened to fp32 (exact); Gemm's ``beta * C`` becomes the epilogue bias (with ``beta = 0``
+C is ignored, NaN/Inf included, as ORT does). Layouts: A ``[..., M, K]``, B ``[..., K, N]``.
 """
 
 from __future__ import annotations
@@ -65,13 +65,16 @@ def prepare_float(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
         w = np.asarray(b.value, np.float32)
         if node.op_type == "Gemm" and node.attr("transB", 0):
             w = w.T
-        if alpha != 1.0:
-            w = w * np.float32(alpha)
-        consts["b"] = np.ascontiguousarray(w)
+        scaled = w * np.float32(alpha) if alpha != 1.0 else w
+        folded = alpha == 1.0 or np.isfinite(scaled).sum() == np.isfinite(w).sum()
+        # alpha stays a runtime multiply where folding it would overflow a weight (0 * inf would make a nan that
+        # alpha * (A @ B) does not have)
+        consts["b"] = np.ascontiguousarray(scaled if folded else w)
         attrs["b_const"] = True
     else:
         attrs["trans_b"] = int(node.attr("transB", 0)) if node.op_type == "Gemm" else 0
-    attrs["alpha"] = 1.0 if b.value is not None else alpha
+        folded = False
+    attrs["alpha"] = 1.0 if folded else alpha
     # beta == 0: C is not read at all, as in ORT (0 * inf or 0 * nan in C must not reach the result)
     c = node.input(2) if node.op_type == "Gemm" and beta != 0.0 else None
     if c is not None:

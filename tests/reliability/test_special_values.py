@@ -150,3 +150,20 @@ def test_split_matmul_with_inf_does_not_warn_on_the_helper_thread(monkeypatch):
         warnings.simplefilter("error")
         got = sess.run(None, {"a": a})[0]
     _compare("MatMul", got, cpu_run(model, {"a": a})[0])
+
+
+def test_compile_time_constant_folding_with_huge_weights_does_not_warn():
+    """Compile time folds constants (Gemm's alpha into B, beta into C): 2 * 3e38 overflows to inf there too, and
+    session creation must not fail under warnings-as-errors."""
+    b = np.full((4, 3), 3e38, F32)
+    c = np.full((3,), 3e38, F32)
+    model = _model([helper.make_node("Gemm", ["a", "b", "c"], ["y"], name="k", alpha=2.0, beta=2.0)],
+                   [_vi("a", (2, 4))], [_vi("y", (2, 3))],
+                   [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")], opset=17)
+    a = np.array([[1.0, 0.0, 0.0, 0.0], [-1e-3, 0.0, 0.0, 0.0]], F32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sess = npu_session(model)
+        got = sess.run(None, {"a": a})[0]
+    assert assignment(sess)["k"] == "NpuEP"
+    _compare("Gemm", got, cpu_run(model, {"a": a})[0])
