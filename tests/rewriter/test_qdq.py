@@ -300,7 +300,7 @@ def test_binary_unit_stays_where_the_target_does_not_list_the_qlinear_op(op_type
     result = rewrite(model, passes="qdq", target=target)
     assert ops(result) == ["DequantizeLinear", "DequantizeLinear", op_type, "QuantizeLinear"]
     assert sum(result.report.counts.values()) == 0
-    assert f"com.microsoft::QLinear{op_type} is not listed in [ops] of target {target}" in reasons(result)
+    assert f"com.microsoft::QLinear{op_type} is not in the ops table of target {target}" in reasons(result)
 
 
 def test_bad_rewrite_target_is_a_rewrite_error(tmp_path):
