@@ -131,13 +131,30 @@ class Injector:
         return kind
 
 
-def _npu_cache_list(cache: Path) -> dict:
-    try:
-        p = subprocess.run([sys.executable, "-m", "npu_ep.tools.npu_cache", "--dir", str(cache), "list"],
-                           capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        return {"hang": 1, "traceback": 0}
-    return {"hang": 0, "traceback": int("Traceback" in p.stderr or p.returncode not in (0,))}
+class CacheLister:
+    """``npu-cache list`` on the folder now and then, in the background (the injector keeps going meanwhile)."""
+
+    TIMEOUT_S = 120
+
+    def __init__(self, cache: Path) -> None:
+        self.cache, self.proc, self.started = cache, None, 0.0
+        self.figures = {"runs": 0, "hangs": 0, "tracebacks": 0}
+
+    def poll(self, start: bool) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                if time.monotonic() - self.started < self.TIMEOUT_S:
+                    return
+                self.proc.kill()
+                self.figures["hangs"] += 1
+            _, err = self.proc.communicate()
+            self.figures["tracebacks"] += int("Traceback" in err or self.proc.returncode not in (0, -9))
+            self.proc = None
+        if start:
+            self.proc = subprocess.Popen([sys.executable, "-m", "npu_ep.tools.npu_cache", "--dir", str(self.cache),
+                                          "list"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.started = time.monotonic()
+            self.figures["runs"] += 1
 
 
 # ------------------------------------------------------------------------------------------------------- parent
@@ -174,16 +191,16 @@ def run(processes: int, sessions: int, seed: int = 0) -> dict:
                                   stderr=subprocess.PIPE, text=True) for w in range(processes)]
         injector = Injector(cache, valid, owner, seed)
         rng = random.Random(seed + 1)
-        lists = {"runs": 0, "hangs": 0, "tracebacks": 0}
+        lister = CacheLister(cache)
         deadline = time.monotonic() + sessions * SESSION_TIMEOUT_S + 60
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
             kind = injector.inject()
-            if kind == "fifo" and injector.n % (4 * len(KINDS)) == 4:  # now and then, list a cache holding a FIFO
-                r = _npu_cache_list(cache)
-                lists["runs"] += 1
-                lists["hangs"] += r["hang"]
-                lists["tracebacks"] += r["traceback"]
-            time.sleep(rng.uniform(0.02, 0.08))
+            lister.poll(start=kind == "fifo" and lister.proc is None)  # list a folder that just got a FIFO
+            time.sleep(rng.uniform(0.005, 0.03))
+        while lister.proc is not None:
+            lister.poll(start=False)
+            time.sleep(0.1)
+        lists = lister.figures
         figures["injections"] = dict(injector.counts, total=injector.n)
         workers, hangs, tracebacks = [], 0, 0
         for p in procs:

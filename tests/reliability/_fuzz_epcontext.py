@@ -2,6 +2,8 @@
 
     python _fuzz_epcontext.py bytes N    # mutate the embedded container bytes (flip/overwrite/truncate/insert/splice)
     python _fuzz_epcontext.py header N   # re-pack valid containers around a mutated program header (hashes valid)
+    python _fuzz_epcontext.py paths N    # embed_mode=0 payload locations: NUL, non-UTF-8, escapes, FIFO, /dev/zero,
+                                         # sparse and folder payloads (every refusal must name the node)
 
 Prints one JSON line of figures. Exit 1 if a mutated payload was accepted and ran with different results (bytes
 mode: if a changed payload was accepted at all) — the invariant is "every corruption detected, never silently
@@ -118,12 +120,73 @@ def run(mode: str, n: int) -> dict:
             def fuzz(ops):
                 check(apply(payload, ops))
             fuzz()
+        elif mode == "paths":
+            fuzz_paths(folder, model, payload, expected, figures, n)
         else:
             from _header_mutations import fuzz_headers
 
             fuzz_headers(payload, check, n)
     figures["examples"] = figures["examples"][:5]
     return figures
+
+
+def _path_corpus(folder: str, payload: bytes) -> list[bytes]:
+    """Hostile objects inside the model folder, and the locations that name them."""
+    os.mkfifo(os.path.join(folder, "pipe.npuctx"))
+    os.symlink("/dev/zero", os.path.join(folder, "zero.npuctx"))
+    os.mkdir(os.path.join(folder, "dir.npuctx"))
+    with open(os.path.join(folder, "sparse.npuctx"), "wb") as f:
+        f.write(payload)
+        f.truncate(1 << 30)
+    with open(os.path.join(folder, "valid.npuctx"), "wb") as f:
+        f.write(payload)
+    return [b"pipe.npuctx", b"zero.npuctx", b"dir.npuctx", b"sparse.npuctx", b"valid.npuctx", b"./valid.npuctx",
+            b"valid.npuctx\0", b"\0", b"", b".", b"..", b"/dev/zero", b"../valid.npuctx", b"dir.npuctx/../valid.npuctx",
+            b"\xff\xfe", "v\u00e4lid.npuctx".encode(), b"valid.npuctx" * 400, b"missing.npuctx"]
+
+
+def fuzz_paths(folder: str, model: onnx.ModelProto, payload: bytes, expected: np.ndarray, figures: dict,
+               n: int) -> None:
+    """embed_mode=0 EPContext nodes pointing anywhere: refused with the node's name, or the valid payload runs."""
+    m0 = copy.deepcopy(model)
+    node = m0.graph.node[0]
+    next(a for a in node.attribute if a.name == "embed_mode").i = 0
+    corpus = _path_corpus(folder, payload)
+    path = os.path.join(folder, "paths_ctx.onnx")
+
+    def check(loc: bytes) -> None:
+        figures["cases"] += 1
+        onnx.save(with_payload_model(m0, loc), path)
+        try:
+            sess = npu_session(path)
+        except Exception as exc:  # noqa: BLE001
+            figures["refused"] += 1
+            if node.name not in str(exc) or "EpContextError" not in str(exc):
+                figures["non_runtime_errors"] += 1
+                figures["examples"].append(f"{loc[:40]!r}: {str(exc)[:300]}")
+            return
+        same = np.array_equal(sess.run(None, {"x": X})[0], expected)
+        figures["accepted_same_bytes" if same else "wrong_results"] += 1
+
+    for loc in corpus:
+        check(loc)
+
+    @settings(max_examples=max(0, n - len(corpus)), deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.one_of(st.binary(max_size=40), st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")),
+                     st.lists(st.sampled_from(["..", ".", "valid.npuctx", "dir.npuctx", "pipe.npuctx", "", "\0"]),
+                              min_size=1, max_size=4).map(lambda p: "/".join(p).encode())))
+    def fuzz(loc):
+        check(loc)
+
+    if n > len(corpus):
+        fuzz()
+
+
+def with_payload_model(model: onnx.ModelProto, payload: bytes) -> onnx.ModelProto:
+    m = copy.deepcopy(model)
+    next(a for a in m.graph.node[0].attribute if a.name == "ep_cache_context").s = payload
+    return m
 
 
 if __name__ == "__main__":
@@ -133,5 +196,6 @@ if __name__ == "__main__":
     print(json.dumps(f))
     # bytes: nothing changed may be accepted. header (valid hashes, hostile content): an accepted program may
     # compute something else (that is what a re-signed program says), but never outputs of the wrong signature.
-    bad = f["wrong_results"] or f["accepted_changed"] if f["mode"] == "bytes" else f["ran_wrong_signature"]
+    bad = {"bytes": f["wrong_results"] or f["accepted_changed"], "paths": f["wrong_results"] or f["non_runtime_errors"]
+           }.get(f["mode"], f["ran_wrong_signature"])
     sys.exit(1 if bad else 0)

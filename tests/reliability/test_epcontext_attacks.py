@@ -69,6 +69,13 @@ def test_fuzzed_embedded_payload_bytes_5000():
     assert f["accepted_changed"] == 0 and f["wrong_results"] == 0 and f["rc"] == 0, f
 
 
+def test_fuzzed_payload_locations_are_refused_naming_the_node_or_run_the_valid_payload():
+    """embed_mode=0 locations: NUL, non-UTF-8, escapes, FIFO, /dev/zero, folder, sparse file, random text."""
+    f = _fuzz("paths", 150, timeout=300)
+    assert f["cases"] == 150 and f["non_runtime_errors"] == 0 and f["wrong_results"] == 0, f
+    assert f["refused"] + f["accepted_same_bytes"] == f["cases"] and f["accepted_same_bytes"] >= 3, f
+
+
 def test_hostile_headers_with_valid_hashes_never_crash():
     """Re-signed containers with mutated program headers reach program_from_parts and the kernels."""
     f = _fuzz("header", 150, timeout=300)
