@@ -3,7 +3,9 @@
 Built-in targets live in ``kernels/targets/<name>.toml``; a path to any TOML file with the same schema works too.
 Capability, the tile planner, the kernels, the cost model and the reports all read this one object.
 
-Schema (units in brackets; every field is validated by ``Target.from_dict`` with an error naming the field):
+Schema (units in brackets; every field is validated by ``Target.from_dict`` with an error naming the field: kinds
+and ranges in ``_SECTIONS``, numbers finite, unknown fields refused; a file is read only if it is a regular file
+of at most ``MAX_FILE_BYTES``):
 
 - ``name``, ``description``, ``clock_mhz`` [MHz], ``sram_bytes`` [B], ``static_shapes`` (bool: symbolic dims
   declined target-wide unless an op rule overrides it).
