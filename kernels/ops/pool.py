@@ -1,9 +1,14 @@
-"""MaxPool, AveragePool, GlobalAveragePool (2-D, NCHW) on the vector unit, as strided window views.
+"""MaxPool, AveragePool (1-D and 2-D: NCL, NCHW) and GlobalAveragePool (any rank) on the vector unit, as strided
+window views.
 
-Padding: MaxPool pads with the dtype's lowest value; AveragePool divides by the window size
-(count_include_pad=1: the window clipped to the padded input) or by the number of real elements
-(count_include_pad=0), both computed once per output position from a mask. ceil_mode adds extra padding at the
-end that never counts. Cost: one vector op per window element per output (``kh*kw`` ops/output).
+Geometry per spatial axis follows ORT's CPU EP (``PoolAttributes``): explicit ``pads``, or ``auto_pad`` VALID
+(none) / SAME_UPPER / SAME_LOWER (output ``ceil(size/stride)``, the odd pad at the end resp. the start), resolved
+at run time since SAME depends on the input size. ``ceil_mode`` adds windows that start inside the input or the
+leading pad; their extension past the declared pads never counts.
+
+AveragePool divides by the window's element count, separable per axis: with ``count_include_pad=1`` the window
+positions inside the declared-padded input, else those inside the real input. A 1-D pool runs as a 2-D one over
+H = 1. Cost: one vector op per window element per output (``kh*kw`` ops/output).
 """
 
 from __future__ import annotations
@@ -19,87 +24,147 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes
 
+_AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+
 
 def _check(node: NodeInfo, target: Target) -> str | None:
     x = node.input(0)
-    if x.shape is not None and len(x.shape) != 4:
-        return f"{node.describe()}: only 2-D pooling over NCHW inputs is supported"
+    if node.op_type == "GlobalAveragePool":
+        if x.shape is not None and len(x.shape) < 3:
+            return f"{node.describe()}: input {x.describe()} has no spatial axis"
+        return None
+    k = node.attr("kernel_shape")
+    if k is None or len(k) not in (1, 2):
+        return f"{node.describe()}: only 1-D and 2-D pooling is supported (kernel_shape {k})"
+    if x.shape is not None and len(x.shape) != len(k) + 2:
+        return f"{node.describe()}: input {x.describe()} does not match kernel_shape {list(k)}"
     if node.op_type == "MaxPool" and len(node.outputs) > 1 and not node.outputs[1].missing:
         return f"{node.describe()}: the Indices output is not supported"
-    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-        return f"{node.describe()}: auto_pad={node.attr('auto_pad')} not supported (use explicit pads)"
+    if node.attr("storage_order", 0):
+        return f"{node.describe()}: storage_order=1 is not supported"
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto not in _AUTO_PADS:
+        return f"{node.describe()}: auto_pad={auto} is not an ONNX padding mode"
     return None
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
-    k = list(node.attr("kernel_shape", [1, 1]))
-    attrs: dict[str, Any] = {"op": node.op_type, "kernel": k, "strides": list(node.attr("strides", [1, 1])),
-                             "pads": list(node.attr("pads", [0, 0, 0, 0])) if node.attr("auto_pad", "NOTSET") ==
-                             "NOTSET" else [0, 0, 0, 0],
-                             "dilations": list(node.attr("dilations", [1, 1])), "ceil": int(node.attr("ceil_mode", 0)),
-                             "include_pad": int(node.attr("count_include_pad", 0))}
+    if node.op_type == "GlobalAveragePool":
+        return Prepared({"op": node.op_type}, {}, target)
+    k = [int(v) for v in node.attr("kernel_shape")]
+    n = len(k)
+    strides = [int(v) for v in node.attr("strides", [1] * n)]
+    dilations = [int(v) for v in node.attr("dilations", [1] * n)]
+    pads = [int(v) for v in node.attr("pads", [0] * 2 * n)]
+    if n == 1:  # NCL -> NC1L
+        k, strides, dilations, pads = [1] + k, [1] + strides, [1] + dilations, [0, pads[0], 0, pads[1]]
+    attrs: dict[str, Any] = {"op": node.op_type, "kernel": k, "strides": strides, "dilations": dilations,
+                             "pads": pads, "auto_pad": node.attr("auto_pad", "NOTSET"),
+                             "ceil": int(node.attr("ceil_mode", 0)),
+                             "include_pad": int(node.attr("count_include_pad", 0)), "one_d": n == 1}
     return Prepared(attrs, {}, target)
 
 
-def _out_size(size: int, k: int, s: int, d: int, p0: int, p1: int, ceil: int) -> int:
-    span = size + p0 + p1 - ((k - 1) * d + 1)
-    o = (-(-span // s) if ceil else span // s) + 1
-    if ceil and (o - 1) * s >= size + p0:  # last window must start inside the input or left pad
-        o -= 1
-    return o
+def _axis(size: int, k: int, s: int, d: int, p0: int, p1: int, ceil: int, auto: str) -> tuple[int, int, int]:
+    """(output size, leading pad, trailing pad) of one spatial axis, as ORT's PoolAttributes computes them."""
+    span = (k - 1) * d + 1
+    if auto == "VALID":
+        p0 = p1 = 0
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):  # ORT sizes the pad with the undilated kernel
+        need = (-(-size // s) - 1) * s + k - size
+        p0 = int(need / 2) if auto == "SAME_UPPER" else int((need + 1) / 2)
+        return int((size + need - span) / s) + 1, p0, need - p0
+    total = size + p0 + p1 - span  # ORT divides in float and truncates: a window up to s-1 too large still fits
+    out = math.ceil(total / s + 1) if ceil else int(total / s) + 1
+    if ceil and out > 0 and (out - 1) * s >= size + p0:  # the last window must start inside the input or lead pad
+        out -= 1
+    return out, p0, p1
 
 
-def _windows(x: np.ndarray, at: dict[str, Any], fill: Any) -> tuple[np.ndarray, list[int]]:
+def _geometry(x: np.ndarray, at: dict[str, Any]):
     (kh, kw), (sh, sw), (dh, dw) = at["kernel"], at["strides"], at["dilations"]
     t, l, b, r = at["pads"]
     h, w = x.shape[2:]
-    oh = _out_size(h, kh, sh, dh, t, b, at["ceil"])
-    ow = _out_size(w, kw, sw, dw, l, r, at["ceil"])
-    eb = max(b, (oh - 1) * sh + (kh - 1) * dh + 1 - h - t)  # ceil_mode extra padding
+    oh, t, b = _axis(h, kh, sh, dh, t, b, at["ceil"], at["auto_pad"])
+    ow, l, r = _axis(w, kw, sw, dw, l, r, at["ceil"], at["auto_pad"])
+    if oh < 0 or ow < 0:
+        raise ValueError(f"{at['op']}: input {list(x.shape)} is smaller than the window (kernel {at['kernel']}, "
+                         f"dilations {at['dilations']}, pads {[t, l, b, r]})")
+    return (oh, t, b), (ow, l, r)
+
+
+def _windows(x: np.ndarray, at: dict[str, Any], fill: Any, geo) -> np.ndarray:
+    """[N, C, oh, ow, kh, kw] view of the windows over ``x`` padded with ``fill``."""
+    (kh, kw), (sh, sw), (dh, dw) = at["kernel"], at["strides"], at["dilations"]
+    (oh, t, b), (ow, l, r) = geo
+    h, w = x.shape[2:]
+    eb = max(b, (oh - 1) * sh + (kh - 1) * dh + 1 - h - t)  # ceil_mode windows may reach past the pads
     er = max(r, (ow - 1) * sw + (kw - 1) * dw + 1 - w - l)
-    xp = np.pad(x, ((0, 0), (0, 0), (t, eb), (l, er)), constant_values=fill)
+    # SAME with a kernel smaller than the stride can give a negative pad: windows then start inside the input
+    x = x[:, :, max(-t, 0):, max(-l, 0):]
+    xp = np.pad(x, ((0, 0), (0, 0), (max(t, 0), max(eb, 0)), (max(l, 0), max(er, 0))), constant_values=fill)
     win = np.lib.stride_tricks.sliding_window_view(xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
-    return win[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow], [t, eb, l, er, oh, ow]
+    return win[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]
+
+
+def _counted(out: int, size: int, k: int, s: int, d: int, p0: int, p1: int, include_pad: int) -> np.ndarray:
+    """Per output position of one axis: how many window positions the average divides by."""
+    pos = (np.arange(out) * s - p0)[:, None] + np.arange(k) * d
+    lo, hi = (-p0, size + p1) if include_pad else (0, size)
+    return ((pos >= lo) & (pos < hi)).sum(axis=1)
+
+
+def _as_2d(p: Prepared, x: np.ndarray) -> np.ndarray:
+    return x[:, :, None, :] if p.attrs["one_d"] else x
+
+
+def _from_2d(p: Prepared, y: np.ndarray) -> np.ndarray:
+    return y[:, :, 0, :] if p.attrs["one_d"] else y
 
 
 def _run_max(p: Prepared, inputs) -> list[np.ndarray]:
-    x = arg(p, inputs, 0)
+    x = _as_2d(p, arg(p, inputs, 0))
+    geo = _geometry(x, p.attrs)
+    (oh, _, _), (ow, _, _) = geo
+    if oh == 0 or ow == 0:
+        return [_from_2d(p, np.empty((*x.shape[:2], oh, ow), x.dtype))]
     low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    win, _ = _windows(x, p.attrs, low)
-    return [win.max(axis=(-2, -1))]
+    return [_from_2d(p, _windows(x, p.attrs, low, geo).max(axis=(-2, -1)))]
 
 
 def _run_avg(p: Prepared, inputs) -> list[np.ndarray]:
-    x = arg(p, inputs, 0)
+    x0 = arg(p, inputs, 0)
+    x = _as_2d(p, x0)
     at = p.attrs
-    win, (t, eb, l, er, oh, ow) = _windows(x.astype(np.float32), at, 0.0)
-    s = win.sum(axis=(-2, -1))
+    geo = _geometry(x, at)
+    (oh, t, b), (ow, l, r) = geo
+    if oh == 0 or ow == 0:
+        return [_from_2d(p, np.empty((*x.shape[:2], oh, ow), x.dtype))]
+    s = _windows(x.astype(np.float32), at, 0.0, geo).sum(axis=(-2, -1))
+    (kh, kw), (sh, sw), (dh, dw) = at["kernel"], at["strides"], at["dilations"]
     h, w = x.shape[2:]
-    b, r = at["pads"][2], at["pads"][3]
-    mask = np.zeros((1, 1, h + t + eb, w + l + er), np.float32)
-    if at["include_pad"]:
-        mask[..., : h + t + b, : w + l + r] = 1  # declared pads count, ceil_mode extension does not
-    else:
-        mask[..., t:t + h, l:l + w] = 1
-    cnt, _ = _windows(mask, {**at, "pads": [0, 0, 0, 0], "ceil": 0}, 0.0)
-    cnt = cnt[..., :oh, :ow].sum(axis=(-2, -1))
-    return [(s / cnt).astype(x.dtype)]
+    ch = _counted(oh, h, kh, sh, dh, t, b, at["include_pad"])
+    cw = _counted(ow, w, kw, sw, dw, l, r, at["include_pad"])
+    cnt = (ch[:, None] * cw[None, :]).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a window wholly in padding: 0/0, NaN as in ORT
+        return [_from_2d(p, (s / cnt).astype(x.dtype))]
 
 
 def _run_gap(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
-    return [x.astype(np.float32).mean(axis=(2, 3), keepdims=True).astype(x.dtype)]
+    axes = tuple(range(2, x.ndim))
+    return [x.astype(np.float32).mean(axis=axes, keepdims=True).astype(x.dtype)]
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
     s = tuple(shapes[0])
     item = 4
     if p.attrs["op"] == "GlobalAveragePool":
-        n_out, ops = s[0] * s[1], s[2] * s[3]
+        n_out, ops = s[0] * s[1], math.prod(s[2:])
     else:
         kh, kw = p.attrs["kernel"]
         n_out, ops = int(np.prod(s, dtype=np.int64)) // math.prod(p.attrs["strides"]), kh * kw
-    return vector_cost(p.target, n_out, nbytes(s, item), n_out * item, float(ops))
+    return vector_cost(p.target, max(n_out, 1), nbytes(s, item), max(n_out, 1) * item, float(ops))
 
 
 register(KernelDef("", "MaxPool", _prepare, _run_max, _cost, _check))
