@@ -5,7 +5,9 @@ G = N / Nkv query heads per kv head, H head dim):
   query [B, S, N*H], key/value [B, S, Nkv*H]   or packed query [B, S, (N + 2 Nkv) * H] with key/value omitted
   past_key/past_value [B, Nkv, P, H] (right-padded per batch), seqlens_k [B] int32 = total_b - 1,
   total_sequence_length: scalar int32, cos_cache/sin_cache [max_pos, R/2] (do_rotary=1)
-  output [B, S, N*H], present_key/present_value [B, Nkv, T, H] with T = max(total_sequence_length, P)
+  output [B, S, N*H], present_key/present_value [B, Nkv, T, H] with T = max(total_sequence_length, P), as ORT's
+  CPU EP: a static past buffer (T = P) grows by S when the step overflows it (total = P + S); ORT's shape inference
+  declares T = P there and ORT only warns. Any other total > P is refused, with ORT's message.
 
 ORT CPU semantics reproduced here:
   * first prompt (S == total_sequence_length): past_b = 0; otherwise past_b = seqlens_k[b] + 1 - S.
@@ -414,8 +416,14 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     query, key, value, past_k, past_v, seqlens_k, total = _args(p, inputs)
     total = int(total.item())
     b, s = query.shape[:2]
+    past_len = 0 if past_k is None else past_k.shape[2]
+    if total != past_len + s and total > past_len:  # ORT's rule, and its message
+        raise ValueError(f"GroupQueryAttention: total_sequence_length must equal past_sequence_length + "
+                         f"kv_sequence_length for a dynamic cache, or be no greater than past_sequence_length for a "
+                         f"static cache. Got total_sequence_length={total}, past_sequence_length={past_len}, "
+                         f"kv_sequence_length={s}")
     past_b, total_b = _lengths(seqlens_k, total, s)
-    t_buf = max(total, 0 if past_k is None else past_k.shape[2])
+    t_buf = max(total, past_len)
     pb = past_b[0]
     if b == 1 and s == total == t_buf and s > 1 and p.attrs["num_heads"] * s * s * 8 <= _SCORES_BUDGET:
         return _first_prompt(p, inputs, query, key, value, min(total_b[0], s))  # its [N, S, S] scores are one block

@@ -342,3 +342,58 @@ def test_present_buffers_in_use_are_never_overwritten():
         if step % 2:
             del out
     np.testing.assert_array_equal(tail_view, kept[2][:, :, 30:])
+
+
+def _static_buffer_gqa_model(past: int, n: int = 4, nkv: int = 2, h: int = 64):
+    """GQA with a static past buffer declared [1, Nkv, past, H]: ORT's shape inference then declares the presents
+    with length ``past`` too."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    vi = helper.make_tensor_value_info
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "sl", "tot"], ["y", "pko", "pvo"],
+                            domain="com.microsoft", num_heads=n, kv_num_heads=nkv, name="gqa")
+    ins = [vi("q", TensorProto.FLOAT, [1, 1, n * h]), vi("k", TensorProto.FLOAT, [1, 1, nkv * h]),
+           vi("v", TensorProto.FLOAT, [1, 1, nkv * h]), vi("pk", TensorProto.FLOAT, [1, nkv, past, h]),
+           vi("pv", TensorProto.FLOAT, [1, nkv, past, h]), vi("sl", TensorProto.INT32, [1]),
+           vi("tot", TensorProto.INT32, [])]
+    outs = [vi("y", TensorProto.FLOAT, [1, 1, n * h]), vi("pko", TensorProto.FLOAT, [1, nkv, past, h]),
+            vi("pvo", TensorProto.FLOAT, [1, nkv, past, h])]
+    model = helper.make_model(helper.make_graph([node], "g", ins, outs), ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def _static_buffer_feeds(past: int, seqlen: int, n: int = 4, nkv: int = 2, h: int = 64):
+    rng = np.random.default_rng(seqlen)
+    return {"q": rng.standard_normal((1, 1, n * h), np.float32), "k": rng.standard_normal((1, 1, nkv * h), np.float32),
+            "v": rng.standard_normal((1, 1, nkv * h), np.float32),
+            "pk": rng.standard_normal((1, nkv, past, h), np.float32),
+            "pv": rng.standard_normal((1, nkv, past, h), np.float32),
+            "sl": np.array([seqlen], np.int32), "tot": np.array(seqlen + 1, np.int32)}
+
+
+@pytest.mark.parametrize("seqlen", [5, 36, 37])  # 37: the step overflows the 37-row buffer (issue 13)
+def test_static_past_buffer_presents_match_cpu_ep_in_a_session(seqlen):
+    """ORT's CPU EP grows the presents to P + 1 = 38 when the buffer overflows (its inferred shape says 37 and it
+    only warns): NpuEP produces exactly that, through a real session."""
+    from npu_testing import assignment, cpu_run, npu_session
+
+    model, feeds = _static_buffer_gqa_model(37), _static_buffer_feeds(37, seqlen)
+    sess = npu_session(model)
+    assert assignment(sess) == {"gqa": "NpuEP"}
+    got, ref = sess.run(None, feeds), cpu_run(model, feeds)
+    assert [g.shape for g in got] == [r.shape for r in ref]
+    assert ref[1].shape[2] == (38 if seqlen == 37 else 37)
+    for g, r in zip(got, ref):
+        assert_close(g, r, TOL32, "static buffer")
+
+
+def test_total_length_past_the_static_buffer_is_refused_with_orts_rule():
+    from npu_testing import npu_session
+
+    sess = npu_session(_static_buffer_gqa_model(37))
+    with pytest.raises(Exception, match="no greater than past_sequence_length for a static cache. "
+                                        "Got total_sequence_length=41"):
+        sess.run(None, _static_buffer_feeds(37, 40))
