@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ..node import NodeInfo
 from ..target import Target
-from . import epilogue, norm, siblings
+from . import conv_bn, epilogue, norm, siblings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +25,8 @@ class FusionPass:
 
 
 PASSES: tuple[FusionPass, ...] = (
+    FusionPass("conv_bn", "float Conv (constant W, b) -> BatchNormalization (constant parameters)", ("", "Conv"),
+               conv_bn.fuse_conv_bn),
     FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "
                "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse),
     FusionPass("siblings", "matmuls with constant weights reading the same A, and a SwiGLU tail on {gate, up}",
