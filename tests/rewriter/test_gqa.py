@@ -174,6 +174,7 @@ def test_handcrafted_near_misses_are_left_alone_with_reason(kw, reason):
     fused, report = fuse(proto, families=(gqa,))
     assert "GroupQueryAttention" not in ops(fused)
     assert any(reason in f.reason for f in report.failures), report.failures
+    assert len(set(report.failures)) == len(report.failures), "a declined candidate is reported once"
     for a, b in zip(run(proto, _feeds()), run(fused, _feeds())):
         np.testing.assert_allclose(b, a, atol=1e-6)
 
@@ -186,3 +187,7 @@ def test_llama_query_reaches_gqa_without_layout_shuffles():
         assert producer[node.input[0]].op_type == "RotaryEmbedding"
         assert producer[node.input[1]].op_type == "RotaryEmbedding"
     assert ops(fused).count("Transpose") == 0
+    # the length inputs derived from attention_mask are computed once and shared by every layer's attention
+    seqlens = {n.input[5] for n in fused.graph.node if n.op_type == "GroupQueryAttention"}
+    totals = {n.input[6] for n in fused.graph.node if n.op_type == "GroupQueryAttention"}
+    assert len(seqlens) == len(totals) == 1 and ops(fused).count("ReduceSum") == 1

@@ -62,6 +62,9 @@ def test_tiny_llama_rope_fused_and_numerics_unchanged(kw):
     assert op_count(fused, "Neg") == 0, "the decomposed rotation must be gone"
     partial = kw.get("partial_rotary", 1.0) < 1
     assert any(k.startswith("RotaryEmbeddingPartial") for k in report.counts) == partial
+    # every layer reads the same cos/sin: one analysis, one cache pair shared by all RotaryEmbeddings
+    assert sorted(i.name for i in fused.graph.initializer if i.name.startswith("rope_")) == [
+        "rope_cos_cache_0", "rope_sin_cache_0"]
     ids = np.array([[3, 14, 15, 92, 65, 35], [8, 9, 7, 9, 3, 2]])
     feeds = decoder_feeds(CFG, ids)
     ref, got = run(original, feeds), run(fused, feeds)
@@ -136,6 +139,7 @@ def test_handcrafted_near_misses_are_left_alone_with_reason(kw, reason):
     fused, report = fuse(proto)
     assert op_count(fused, "RotaryEmbedding") == 0
     assert any(reason in f.reason for f in report.failures), report.failures
+    assert len(set(report.failures)) == len(report.failures), "a declined candidate is reported once"
     feeds = _feeds(kw.get("extra_input", False))
     np.testing.assert_allclose(run(fused, feeds)[0], run(proto, feeds)[0], atol=1e-6)
 
