@@ -1,6 +1,7 @@
 #include "execution_provider.h"
 
 #include <cstring>
+#include <map>
 
 #include "graph_view.h"
 
@@ -37,8 +38,11 @@ py::dict GraphInfo(const OrtGraph* graph) {
   const ORTCHAR_T* path = nullptr;
   Check(g_ort->Graph_GetName(graph, &name));
   Check(g_ort->Graph_GetModelPath(graph, &path));
+  const OrtNode* parent = nullptr;
+  Check(g_ort->Graph_GetParentNode(graph, &parent));
   d["name"] = name ? name : "";
   d["model_path"] = path ? path : "";
+  d["is_subgraph"] = parent != nullptr;  // ORT partitions If/Loop bodies before the graph holding them
   return d;
 }
 
@@ -133,19 +137,31 @@ OrtStatus* ORT_API_CALL Compile(OrtEp* self, const OrtGraph** graphs, const OrtN
       for (size_t i = 0; i < graph_nodes.size(); ++i) nodes.append(DescribeNode(graph_nodes[i], i, SIZE_MAX));
       kernel->input_types = ElementTypes(inputs, kernel->name, kernel->input_dtypes);
       kernel->output_types = ElementTypes(outputs, kernel->name, kernel->output_dtypes);
+      std::map<std::string, std::string> producer;  // value name -> "node 'n' (op)"
+      for (py::handle n : nodes) {
+        std::string who = "node '" + n["name"].cast<std::string>() + "' (" + n["op_type"].cast<std::string>() + ")";
+        for (py::handle v : n["outputs"]) producer[v["name"].cast<std::string>()] = who;
+      }
       for (py::handle v : outputs) {
         std::vector<int64_t> dims;
         py::object shape = v["shape"];
         if (!shape.is_none())
           for (py::handle d : shape) dims.push_back(py::isinstance<py::int_>(d) ? d.cast<int64_t>() : -1);
         kernel->output_dims.push_back(std::move(dims));
-        kernel->output_names.push_back(v["name"].cast<std::string>());
+        kernel->output_rank_known.push_back(!shape.is_none());
+        std::string out_name = v["name"].cast<std::string>();
+        auto who = producer.find(out_name);
+        kernel->output_producers.push_back(who != producer.end() ? who->second : "the partition");
+        kernel->output_names.push_back(std::move(out_name));
+        kernel->output_warned.push_back(0);
       }
 
       py::tuple result = ep->session.attr("compile")(kernel->name, nodes, inputs, outputs, GraphInfo(graphs[gi]));
       kernel->program = result[0];
       if (!PyCallable_Check(kernel->program.ptr()))
         throw OrtError(ORT_EP_FAIL, "compile of partition '" + kernel->name + "' returned no callable program");
+      if (py::hasattr(kernel->program, "label"))  // readable name for messages; ORT's node name stays the key
+        kernel->where = "partition " + kernel->program.attr("label").cast<std::string>();
       if (ep_context_nodes && !result[1].is_none())
         MakeEpContextNode(fused, result[1].cast<py::dict>(), &ep_context_nodes[gi]);
       kernel->stats = StatsFor(kernel->name);

@@ -111,6 +111,7 @@ NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   const OrtApi* api = api_base->GetApi(kOrtApiVersion);
   if (!api) return nullptr;  // runtime older than 1.23: no OrtApi to even build an error status with
   g_ort = api;
+  InitShapeApi(api_base);
   g_ep_api = api->GetEpApi();
   g_model_editor = api->GetModelEditorApi();
   if (!g_ep_api || !g_model_editor) return MakeStatus(ORT_FAIL, "NpuEP: this ONNX Runtime build lacks the EP API");

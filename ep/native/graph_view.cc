@@ -1,6 +1,26 @@
 #include "graph_view.h"
 
+#include <cstdio>
+#include <cstring>
+
 namespace npu_ep {
+
+namespace {
+using HasShapeFn = bool(ORT_API_CALL*)(const OrtTensorTypeAndShapeInfo*);
+HasShapeFn g_has_shape = nullptr;
+}  // namespace
+
+void InitShapeApi(const OrtApiBase* api_base) {
+  // ORT 1.24 appended TensorTypeAndShape_HasShape right after CreateExternalInitializerInfo, the last entry of the
+  // 1.23 OrtApi our headers describe. The table is append-only and one struct serves every version, so on a
+  // runtime offering API 24 the function is the slot just past our OrtApi. Ask only runtimes >= 1.24 (GetApi
+  // prints an error for versions it lacks).
+  int major = 0, minor = 0;
+  const char* version = api_base->GetVersionString();
+  if (!version || std::sscanf(version, "%d.%d", &major, &minor) != 2 || (major == 1 && minor < 24)) return;
+  const OrtApi* v24 = api_base->GetApi(24);
+  if (v24) std::memcpy(&g_has_shape, reinterpret_cast<const char*>(v24) + sizeof(OrtApi), sizeof(g_has_shape));
+}
 
 std::vector<const OrtNode*> GraphNodes(const OrtGraph* graph) {
   size_t n = 0;
@@ -69,9 +89,8 @@ py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit) {
     ONNXTensorElementDataType et;
     Check(g_ort->GetTensorElementType(tensor, &et));
     d["elem_type"] = static_cast<int>(et);
-    // A tensor of unknown rank has no shape info at all: GetDimensionsCount then reports 0 and we cannot tell it
-    // from a scalar, so ORT's own convention applies (rank 0).
-    d["shape"] = ShapeOf(tensor);
+    // Unknown rank: no shape at all (GetDimensionsCount would report 0, i.e. a scalar).
+    if (!g_has_shape || g_has_shape(tensor)) d["shape"] = ShapeOf(tensor);
   }
   bool is_const = false, is_input = false, is_output = false;
   Check(g_ort->ValueInfo_IsConstantInitializer(vi, &is_const));

@@ -14,7 +14,11 @@ inline constexpr size_t kCapabilityValueLimit = 1 << 20;
 
 std::vector<const OrtNode*> GraphNodes(const OrtGraph* graph);
 
-// {"name", "elem_type", "shape" (list of int|str|None, or None), "is_constant", "is_graph_input",
+// Looks up OrtApi::TensorTypeAndShape_HasShape (ORT >= 1.24) so a tensor of unknown rank is told from a scalar.
+// Called once from CreateEpFactories; without it (ORT 1.23) both read as rank 0.
+void InitShapeApi(const OrtApiBase* api_base);
+
+// {"name", "elem_type", "shape" (list of int|str|None; None: unknown rank), "is_constant", "is_graph_input",
 //  "is_graph_output", "value" (numpy copy, constants only, if <= value_limit bytes)}
 py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit);
 

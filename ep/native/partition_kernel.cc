@@ -76,6 +76,21 @@ bool PrepareShutdown(double timeout_s) {
   return g_in_flight.load() == 0;
 }
 
+// Called with the GIL held (inside WithPython).
+static void CheckOutputShape(PartitionKernel* k, size_t i, const std::vector<int64_t>& dims) {
+  if (!k->output_rank_known[i]) return;
+  const auto& declared = k->output_dims[i];
+  const std::string what = "output '" + k->output_names[i] + "' of " + k->output_producers[i] + " has shape " +
+                           ShapeString(dims) + " but the graph declares " + ShapeString(declared);
+  if (declared.size() != dims.size()) throw OrtError(ORT_EP_FAIL, what);
+  bool same = true;
+  for (size_t d = 0; same && d < declared.size(); ++d) same = declared[d] < 0 || declared[d] == dims[d];
+  if (same || k->output_warned[i]) return;
+  k->output_warned[i] = 1;
+  py::module_::import("npu_ep.ep.log").attr("logger").attr("warning")(
+      k->where + ": " + what + " (ORT's inferred shape; its CPU EP computes the same shape and warns too)");
+}
+
 OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept {
   if (g_shutting_down.load()) return MakeStatus(ORT_EP_FAIL, "NpuEP: " + k->where + ": the Python interpreter is shutting down");
   struct InFlight {
@@ -124,12 +139,7 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
           py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_, nullptr));
       if (!a) throw py::error_already_set();
       std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
-      const auto& declared = k->output_dims[i];
-      bool ok = declared.empty() || declared.size() == dims.size();
-      for (size_t d = 0; ok && d < declared.size(); ++d) ok = declared[d] < 0 || declared[d] == dims[d];
-      if (!ok)
-        throw OrtError(ORT_EP_FAIL, "output '" + k->output_names[i] + "' has shape " + ShapeString(dims) +
-                                        " but the graph declares " + ShapeString(declared));
+      CheckOutputShape(k, i, dims);
       OrtValue* out = nullptr;
       Check(g_ort->KernelContext_GetOutput(ctx, i, dims.data(), dims.size(), &out));
       void* dst = nullptr;

@@ -27,10 +27,15 @@ struct PartitionKernel {
   std::vector<py::object> input_dtypes;  // py::dtype per input, cached (creating one per call costs ~100 ns)
   std::vector<ONNXTensorElementDataType> output_types;
   std::vector<py::object> output_dtypes;
-  // Declared output shapes (-1: symbolic/unknown dim). A rank-0 declaration is not checked: ORT reports an
-  // unknown rank as rank 0, so the two cannot be told apart.
+  // Declared output shapes (-1: symbolic/unknown dim), from ORT's shape inference. An output of unknown rank is
+  // not checked. A rank that differs is our kernel's bug and fails the call; dims that differ are what ORT's own
+  // kernels produce in some cases (a static KV buffer that overflows, pool rounding), where ORT only warns: so
+  // do we, once per output.
   std::vector<std::vector<int64_t>> output_dims;
+  std::vector<bool> output_rank_known;
   std::vector<std::string> output_names;
+  std::vector<std::string> output_producers;  // "node 'name' (op)" that computes each output, for messages
+  std::vector<char> output_warned;
   BridgeStats* stats = nullptr;  // owned by the global registry (outlives sessions so reports can read it)
 
   ~PartitionKernel();

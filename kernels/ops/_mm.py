@@ -129,6 +129,26 @@ def static_plan(p: Prepared, dims: tuple[Any, ...] | None) -> None:
             pass
 
 
+def matmul_operand_dims(node, a_index: int, b_index: int, *, gemm: bool = False) -> tuple[Any, Any, Any] | str | None:
+    """``(m, n, k)`` of a matmul-family node for the capability check, a decline sentence when an operand's rank
+    cannot be a matmul's (ONNX: MatMul operands have rank >= 1, Gemm's exactly 2), or None when a rank is unknown
+    (the generic rules of ``support.why_not`` decline those)."""
+    a, b = node.input(a_index), node.input(b_index)
+    if a is None or b is None:
+        return f"{node.describe()}: matrix operand {a_index if a is None else b_index} is missing"
+    if a.shape is None or b.shape is None:
+        return None
+    for v in (a, b):
+        if (len(v.shape) != 2) if gemm else (len(v.shape) < 1):
+            return f"{node.describe()}: operand {v.describe()} has rank {len(v.shape)}, {node.op_type} needs " + \
+                ("rank 2" if gemm else "rank >= 1")
+    sa, sb = a.shape, b.shape
+    if gemm:
+        m, k = (sa[1], sa[0]) if node.attr("transA", 0) else (sa[0], sa[1])
+        return m, (sb[0] if node.attr("transB", 0) else sb[1]), k
+    return (sa[-2] if len(sa) > 1 else 1), (sb[-1] if len(sb) > 1 else 1), sa[-1]
+
+
 def check_fits(m: Any, n: Any, k: Any, plan_a: str, plan_b: str, target, block_size: int | None = None) -> str | None:
     """Decline reason when even the smallest plan misses SRAM or the unit lacks the mode; symbolic dims are taken
     at their smallest (1): the plan for the real shape is made at first use."""

@@ -20,7 +20,7 @@ from .. import host_blas
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import apply_float_epilogue, check_fits, matmul_dims, planned_cost, static_plan
+from ._mm import apply_float_epilogue, check_fits, matmul_dims, matmul_operand_dims, planned_cost, static_plan
 from ._util import arg
 
 
@@ -34,14 +34,10 @@ def check_float(node: NodeInfo, target: Target) -> str | None:
     if target.float_mode(dt) is None:
         return (f"{node.describe()}: target {target.name} has no float matrix mode for {dt} "
                 f"(matrix.float_compute lists: {', '.join(target.matrix.get('float_compute', {})) or 'none'})")
-    a, b = node.input(0).shape, node.input(1).shape
-    if a is None or b is None:
-        return None
-    if node.op_type == "Gemm":
-        m, k = (a[1], a[0]) if node.attr("transA", 0) else (a[0], a[1])
-        n = b[0] if node.attr("transB", 0) else b[1]
-    else:
-        m, k, n = (a[-2] if len(a) > 1 else 1), a[-1], (b[-1] if len(b) > 1 else 1)
+    dims = matmul_operand_dims(node, 0, 1, gemm=node.op_type == "Gemm")
+    if dims is None or isinstance(dims, str):
+        return dims
+    m, n, k = dims
     return check_fits(m, n, k, dt, dt, target)
 
 

@@ -20,8 +20,8 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import (check_fits, exact_int_matmul, int_bound, matmul_dims, planned_cost, quantize_float,
-                  requantize, static_plan)
+from ._mm import (check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims, planned_cost,
+                  quantize_float, requantize, static_plan)
 
 # op -> (A, B, a_zp, b_zp, a_scale, b_scale, y_scale, y_zp, bias) input indices (None: absent)
 _SLOTS = {
@@ -43,10 +43,10 @@ def _dtname(node: NodeInfo, i: int) -> str:
 
 def check_int(node: NodeInfo, target: Target) -> str | None:
     s = _SLOTS[node.op_type]
-    a, b = node.input(s["a"]).shape, node.input(s["b"]).shape
-    if a is None or b is None:
-        return None
-    m, k, n = (a[-2] if len(a) > 1 else 1), a[-1], (b[-1] if len(b) > 1 else 1)
+    dims = matmul_operand_dims(node, s["a"], s["b"])
+    if dims is None or isinstance(dims, str):
+        return dims
+    m, n, k = dims
     return check_fits(m, n, k, _dtname(node, s["a"]), _dtname(node, s["b"]), target)
 
 

@@ -1,0 +1,83 @@
+"""Capability never raises: every registered kernel's check, fed inputs of unknown rank, rank 0 or unknown dims,
+answers None or a one-sentence reason. A decline shown to the user is a sentence, never a Python exception.
+
+Through ORT: a MatMul whose input has unknown rank (a Reshape to a runtime shape of runtime length) used to raise
+IndexError inside the check; it is now declined with a reason and the model still matches the CPU EP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from npu_testing import F32, assignment, cpu_run, make_model, npu_session
+
+from npu_ep.ep.capability import analyze
+from npu_ep.kernels.node import NodeInfo, ValueInfo
+from npu_ep.kernels.registry import KERNELS, kernel_for
+from npu_ep.kernels.support import why_not
+from npu_ep.kernels.target import Target
+
+kernel_for("", "MatMul")  # loads every kernel module
+# The "npu" domain holds the compiler's fused kernels (made by fusion from claimed nodes): capability never sees them.
+ALL_KERNELS = sorted(k for k in KERNELS if k[0] != "npu")
+SHAPES = {"unknown rank": None, "rank 0": (), "unknown dims": (None, "S", None), "rank 1 symbolic": ("N",)}
+DTYPES = [np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.int64)]
+
+
+def _node(domain: str, op: str, shape, dtype, n_inputs: int) -> NodeInfo:
+    inputs = tuple(ValueInfo(f"in{i}", dtype, shape) for i in range(n_inputs))
+    outputs = (ValueInfo("out0", dtype, shape), ValueInfo("out1", dtype, shape), ValueInfo("out2", dtype, shape))
+    return NodeInfo(0, f"{op}_probe", op, domain, inputs, outputs, {}, since_version=21)
+
+
+@pytest.mark.parametrize("key", ALL_KERNELS, ids=lambda k: f"{k[0]}::{k[1]}" if k[0] else k[1])
+@pytest.mark.parametrize("target", ["npu-ref", "npu-edge"])
+def test_every_kernel_check_answers_a_sentence_on_unknown_shapes(key, target):
+    t = Target.load(target)
+    kernel = KERNELS[key]
+    for label, shape in SHAPES.items():
+        for dtype in DTYPES:
+            for n_inputs in (9, 12):  # more than any op reads: a check never meets a missing required input
+                node = _node(*key, shape, dtype, n_inputs)
+                for check in (kernel.check, lambda n, tt: why_not(n, tt)):
+                    try:
+                        reason = check(node, t)
+                    except Exception as exc:  # noqa: BLE001
+                        pytest.fail(f"{key} ({label}, {dtype}, {n_inputs} inputs) raised {type(exc).__name__}: {exc}")
+                    assert reason is None or (isinstance(reason, str) and reason and "\n" not in reason), reason
+
+
+def test_analyze_has_no_exception_reasons_for_unknown_rank_inputs():
+    t = Target.load("npu-ref")
+    nodes = [_node(*key, None, np.dtype(np.float32), 9) for key in ALL_KERNELS]
+    nodes = [NodeInfo(i, n.name, n.op_type, n.domain, n.inputs, n.outputs, n.attrs, n.since_version)
+             for i, n in enumerate(nodes)]
+    failed = [d.reason for d in analyze(nodes, t).decisions if d.reason and "capability check failed" in d.reason]
+    assert not failed, failed
+
+
+def unknown_rank_matmul_model():
+    """y = Reshape(x, shape) @ W where ``shape`` is a runtime input of runtime length: ORT cannot infer the rank."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             helper.make_node("MatMul", ["r", "w"], ["y"], name="matmul"),
+             helper.make_node("Relu", ["y"], ["z"], name="relu")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [4, 8]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, ["L"])],
+                       [helper.make_tensor_value_info("z", F32, ["?"])],
+                       {"w": np.random.default_rng(2).standard_normal((8, 3)).astype(np.float32)})
+    model.graph.output[0].type.tensor_type.ClearField("shape")  # unknown rank (the checker wants a shape field)
+    return model
+
+
+def test_unknown_rank_matmul_is_declined_with_a_reason_and_the_model_matches_cpu(caplog):
+    model = unknown_rank_matmul_model()
+    with caplog.at_level("DEBUG", logger="npu_ep"):
+        sess = npu_session(model)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "IndexError" not in text and "capability check failed" not in text, text
+    where = assignment(sess)
+    assert where["matmul"] == "CPUExecutionProvider"
+    assert "node 'matmul' (MatMul): r has unknown rank" in text
+    feeds = {"x": np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32),
+             "shape": np.array([2, 2, 8], np.int64)}
+    np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
