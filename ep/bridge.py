@@ -11,21 +11,22 @@ Nodes arrive as plain dicts (ep/native/graph_view.h); everything else is decided
 
 from __future__ import annotations
 
-import logging
+import re
 import weakref
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..kernels.node import NodeInfo
 from ..kernels.target import Target
 from . import options as options_mod
 from .capability import EPCONTEXT, Capability, analyze
+from .decline_report import DeclineReport
 from .compiler import compile_partition
 from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
 from ..kernels.host_blas import allow_split, blas_threads
 from ..kernels.ops._native import configure as configure_kernels
-from .log import logger
+from .log import logger, set_level
 from .program import Program
 
 # Live sessions, for reports that inspect a running InferenceSession (weak: ORT owns their lifetime).
@@ -40,8 +41,10 @@ class EpSession:
         self.config = dict(config)
         self.options = options_mod.parse(config)
         self.target = Target.load(self.options.target)
-        logger.setLevel(getattr(logging, self.options.log_level.upper()))
+        if options_mod.PREFIX + "log_level" in self.config:  # else the application's logging config rules
+            set_level(self.options.log_level)
         self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call
+        self._declines = DeclineReport(self.target.name)
         self.programs: dict[str, Program] = {}
         from .context import ContextManager  # deferred: pulls in the cache layer
 
@@ -67,20 +70,10 @@ class EpSession:
             policy = cost_aware_policy(self.target, bridge_us=self.options.bridge_cost_us)
         result = analyze(infos, self.target, ep_name=self.ep_name, assigned=assigned, policy=policy)
         self.capabilities.append((dict(graph), result))
-        self._log_declines(result, graph)
+        self._declines.add(result, graph)
+        if not graph.get("is_subgraph", False):  # ORT partitions subgraphs first: the main graph comes last
+            self._declines.flush()
         return result.partitions
-
-    def _log_declines(self, result: Capability, graph: Mapping[str, Any]) -> None:
-        declined = [d for d in result.declined if "already assigned" not in d.reason]
-        where = graph.get("model_path") or graph.get("name") or "graph"
-        logger.info("target %s, %s: %s", self.target.name, where, result.summary())
-        if not declined:
-            return
-        by_reason = Counter(d.reason.split(": ", 1)[-1] for d in declined)
-        lines = [f"  {count} x {reason}  (e.g. {next(d.node.describe() for d in declined if d.reason.endswith(reason))})"
-                 for reason, count in by_reason.most_common()]
-        logger.warning("%d of %d nodes of %s stay on the CPU (target %s):\n%s", len(declined),
-                       len(result.decisions), where, self.target.name, "\n".join(lines))
 
     # -- Compile -------------------------------------------------------------------------------------------------
     def compile(self, name: str, nodes: Sequence[dict], inputs: Sequence[dict], outputs: Sequence[dict],
@@ -90,16 +83,17 @@ class EpSession:
         outs = [value_from_dict(v) for v in outputs]
         if len(node_infos) == 1 and node_infos[0].key == EPCONTEXT:
             program = self.context.load_epcontext(name, node_infos[0], ins, outs, graph)
-            self._adopt(name, program)
+            self._adopt(name, program, node_infos)
             return program, None
         program, blob = self.context.compile_cached(
             name, node_infos, ins, outs,
             lambda: compile_partition(name, node_infos, ins, outs, self.target, record=self.options.record_tensors))
-        self._adopt(name, program)
+        self._adopt(name, program, node_infos)
         spec = self.context.epcontext_spec(name, blob, graph) if self.options.context_enable else None
         return program, spec
 
-    def _adopt(self, name: str, program: Program) -> None:
+    def _adopt(self, name: str, program: Program, nodes: Sequence[NodeInfo]) -> None:
+        program.label = partition_label(self.ep_name, name, nodes)
         configure_kernels((st.prepared for st in program.steps), self.options.kernels, self.options.host_threads)
         self.programs[name] = program
 
@@ -119,6 +113,17 @@ class EpSession:
             self._split = False
 
 
+def partition_label(ep_name: str, name: str, nodes: Sequence[NodeInfo]) -> str:
+    """A readable name for messages, ``'NpuEP_<first op>_<ORT's index>'``, with ORT's fused-node name after it.
+
+    ORT names fused nodes itself (``NpuEP_<model hash>_<index>``) and the plugin ABI gives the EP no say; that
+    name stays the key of EPContext's partition_name, the cache and the stats."""
+    index = re.search(r"_(\d+)$", name)
+    first = nodes[0].op_type if nodes else "empty"
+    return (f"'{ep_name}_{first}_{index.group(1) if index else 0}' ({len(nodes)} node{'s' * (len(nodes) != 1)}, "
+            f"ORT node '{name}')")
+
+
 def create_ep(ep_name: str, config: Mapping[str, str]) -> EpSession:
     return EpSession(ep_name, config)
 
@@ -127,3 +132,4 @@ def validate_compatibility(info: str) -> int:
     from .context import validate_compatibility_info
 
     return validate_compatibility_info(info)
+

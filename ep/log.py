@@ -1,30 +1,57 @@
-"""NpuEP's logger: warnings reach stderr by default (declined nodes must be visible without configuration)."""
+"""NpuEP's logger, ``npu_ep``, following the library convention: a NullHandler, records propagate to the
+application's handlers, and only when the application configured no handler at all (on ``npu_ep`` or on any
+logger it propagates to) does our own fallback write warnings to stderr, so declined nodes are visible without any
+configuration but never printed twice nor hidden by an application's own handler.
+
+The ``log_level`` provider option sets this logger's level; without it the logger inherits the application's.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
 
+FORMAT = "NpuEP %(levelname)s: %(message)s"
 
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is at emit time (redirections after import are honoured)."""
+
+def _application_handles(log: logging.Logger) -> bool:
+    """True when a handler the application installed would receive records of ``log``."""
+    current: logging.Logger | None = log
+    while current is not None:
+        if any(not isinstance(h, (logging.NullHandler, _FallbackStderrHandler)) for h in current.handlers):
+            return True
+        if not current.propagate:
+            return False
+        current = current.parent
+    return False
+
+
+class _FallbackStderrHandler(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is at emit time, only while the application configured no handler."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(logging.WARNING)
+        self.setFormatter(logging.Formatter(FORMAT))
 
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
+    def emit(self, record: logging.LogRecord) -> None:
+        if _application_handles(logger):
+            return
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never raise into the EP
+            self.handleError(record)
 
 
 logger = logging.getLogger("npu_ep")
-if not logger.handlers:
-    _handler = _StderrHandler()
-    _handler.setFormatter(logging.Formatter("NpuEP %(levelname)s: %(message)s"))
-    logger.addHandler(_handler)
-    logger.setLevel(logging.WARNING)
-    logger.propagate = False
+if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+    logger.addHandler(logging.NullHandler())
+FALLBACK = next((h for h in logger.handlers if isinstance(h, _FallbackStderrHandler)), None) or _FallbackStderrHandler()
+if FALLBACK not in logger.handlers:
+    logger.addHandler(FALLBACK)
+
+
+def set_level(name: str) -> None:
+    """The ``log_level`` provider option: also lets our stderr fallback print below WARNING."""
+    level = getattr(logging, name.upper())
+    logger.setLevel(level)
+    FALLBACK.setLevel(level)

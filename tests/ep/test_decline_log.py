@@ -1,0 +1,119 @@
+"""The decline report: one warning per session naming every op under its reason, reaching the user whatever the
+application did with logging (nothing: our stderr fallback; its own handlers: those, and only those).
+
+The logging tests run in child processes: logging configuration is process-wide, and pytest configures it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+from onnx import helper
+from npu_testing import F32, assignment, cpu_run, make_model, npu_session
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD_PRELUDE = textwrap.dedent("""
+    import logging, sys
+    sys.path.insert(0, {tests!r})
+    import numpy as np
+    from onnx import helper
+    from npu_testing import F32, make_model, npu_session
+
+    def session():
+        nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                 helper.make_node("Atan", ["r"], ["a1"], name="atan_1"),
+                 helper.make_node("Atan", ["a1"], ["a2"], name="atan_2"),
+                 helper.make_node("Relu", ["a2"], ["y"], name="relu_2")]
+        m = make_model(nodes, [helper.make_tensor_value_info("x", F32, [2, 4])],
+                       [helper.make_tensor_value_info("y", F32, [2, 4])])
+        return npu_session(m)
+""").format(tests=TESTS)
+
+
+def _child(body: str) -> subprocess.CompletedProcess:
+    code = CHILD_PRELUDE + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_without_logging_config_the_report_goes_to_stderr_once():
+    r = _child("session()\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("stay on the CPU") == 1, r.stderr
+    assert "Atan x2 ('atan_1', 'atan_2')" in r.stderr
+
+
+def test_an_application_handler_on_npu_ep_gets_the_report_and_stderr_stays_quiet():
+    r = _child("""
+        got = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                got.append(record.getMessage())
+        logging.getLogger("npu_ep").addHandler(Keep())
+        session()
+        assert sum("stay on the CPU" in m for m in got) == 1, got
+        assert any("Atan x2" in m for m in got), got
+        print("OK")
+    """)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr
+    assert "stay on the CPU" not in r.stderr  # not printed a second time by our fallback
+
+
+def test_basic_config_of_the_application_prints_the_report_once_in_its_format():
+    r = _child("""
+        logging.basicConfig(format="APP %(name)s %(levelname)s %(message)s")
+        session()
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("stay on the CPU") == 1, r.stderr
+    assert "APP npu_ep WARNING" in r.stderr
+
+
+def test_log_level_option_lists_every_declined_node_at_debug():
+    r = _child("""
+        nodes = [helper.make_node("Atan", ["x"], ["y"], name="only_atan")]
+        m = make_model(nodes, [helper.make_tensor_value_info("x", F32, [2])],
+                       [helper.make_tensor_value_info("y", F32, [2])])
+        npu_session(m, {"log_level": "debug"})
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "declined: node 'only_atan' (Atan): op not listed" in r.stderr
+
+
+def many_if_model(n_ifs: int):
+    """n_ifs If nodes, each with two branches holding a declined Atan and a claimed Relu."""
+    def branch(tag: str, i: int):
+        return helper.make_graph([helper.make_node("Atan", ["x"], [f"{tag}{i}_a"], name=f"{tag}{i}_atan"),
+                                  helper.make_node("Relu", [f"{tag}{i}_a"], [f"{tag}{i}_out"], name=f"{tag}{i}_relu")],
+                                 f"{tag}{i}", [], [helper.make_tensor_value_info(f"{tag}{i}_out", F32, [4])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="greater")]
+    outs = []
+    for i in range(n_ifs):
+        nodes.append(helper.make_node("If", ["c"], [f"y{i}"], name=f"if{i}", then_branch=branch("then", i),
+                                      else_branch=branch("else", i)))
+        outs.append(f"y{i}")
+    nodes.append(helper.make_node("Sum", outs, ["y"], name="total"))
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [4])],
+                      [helper.make_tensor_value_info("y", F32, [4])], {"zero": np.array(0.0, np.float32)})
+
+
+def test_many_if_branches_give_one_short_report(caplog):
+    n = 40
+    model = many_if_model(n)
+    with caplog.at_level(logging.WARNING, logger="npu_ep"):
+        sess = npu_session(model)
+    reports = [r.getMessage() for r in caplog.records if r.name == "npu_ep" and r.levelno >= logging.WARNING]
+    assert len(reports) == 1, reports
+    lines = reports[0].splitlines()
+    assert len(lines) <= 4, reports[0]  # header + one line per reason, not one block per branch
+    assert f"Atan x{2 * n}" in reports[0] and f"If x{n}" in reports[0]
+    assert f"{2 * n} subgraph(s)" in lines[0]
+    where = assignment(sess)
+    assert where["then0_relu"] == where["else7_relu"] == "NpuEP"
+    x = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-6)
