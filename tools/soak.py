@@ -3,8 +3,9 @@
 - threads: 8 threads x N runs on one two-partition session, then 8 threads over 4 sessions; every result must
   equal the single-threaded one.
 - sessions: create + run + destroy N sessions in a fresh process; RSS growth must stay under 20 MB.
-- fuzz: N mutated EPContext payloads (every changed payload must be refused) and M re-signed hostile headers
-  (no crash, no output of the wrong signature), each fuzzer in its own process.
+- fuzz: N mutated EPContext payloads (every changed payload must be refused), M re-signed hostile headers
+  (no crash, no output of the wrong signature) and C hostile cache entries (mutated, swapped, FIFO, /dev/zero,
+  sparse: the session's outputs never change), each fuzzer in its own process.
 - kills: SIGKILL compiling processes at random moments; every cache entry left on disk must verify.
 - inject: P processes x S sessions on one cache folder while swapped, corrupt, truncated, FIFO, oversized and
   /dev/zero entries replace live ones; every output must equal the no-cache output, nothing may hang or print a
@@ -74,12 +75,15 @@ def soak_sessions(n: int) -> dict[str, Any]:
     return f
 
 
-def soak_fuzz(n_bytes: int, n_header: int) -> dict[str, Any]:
+def soak_fuzz(n_bytes: int, n_header: int, n_cache: int) -> dict[str, Any]:
     rc_b, fb = _script("_fuzz_epcontext.py", "bytes", str(n_bytes))
     rc_h, fh = _script("_fuzz_epcontext.py", "header", str(n_header))
+    rc_c, fc = _script("_fuzz_cache.py", str(n_cache))
     fb["ok"] = rc_b == 0 and fb.get("accepted_changed") == 0 and fb.get("cases") == n_bytes
     fh["ok"] = rc_h == 0  # 1: an accepted program produced an output of the wrong signature; <0: crash
-    return {"payload_bytes": fb, "hostile_headers": fh, "ok": fb["ok"] and fh["ok"]}
+    fc["ok"] = rc_c == 0 and fc.get("cases") == n_cache  # 1: a wrong output, a failed session or a changed entry used
+    return {"payload_bytes": fb, "hostile_headers": fh, "cache_entries": fc,
+            "ok": fb["ok"] and fh["ok"] and fc["ok"]}
 
 
 def soak_kills(rounds: int) -> dict[str, Any]:
@@ -113,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sessions", type=int, default=500, help="sessions created and destroyed")
     p.add_argument("--fuzz", type=int, default=5000, help="mutated EPContext payloads")
     p.add_argument("--header-fuzz", type=int, default=2000, help="re-signed hostile program headers")
+    p.add_argument("--cache-fuzz", type=int, default=2000, help="hostile cache entries")
     p.add_argument("--kills", type=int, default=10, help="compiling processes SIGKILLed at random moments")
     p.add_argument("--inject-processes", type=int, default=4, help="processes sharing one cache folder (inject)")
     p.add_argument("--inject-sessions", type=int, default=20, help="sessions per process (inject)")
@@ -125,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         args.only = (args.only or []) + ["inject"]
     _paths()
     parts = {"threads": lambda: soak_threads(args.runs), "sessions": lambda: soak_sessions(args.sessions),
-             "fuzz": lambda: soak_fuzz(args.fuzz, args.header_fuzz), "kills": lambda: soak_kills(args.kills),
+             "fuzz": lambda: soak_fuzz(args.fuzz, args.header_fuzz, args.cache_fuzz), "kills": lambda: soak_kills(args.kills),
              "inject": lambda: soak_inject(args.inject_processes, args.inject_sessions)}
     figures: dict[str, Any] = {}
     for name, fn in parts.items():

@@ -164,3 +164,23 @@ def test_full_cache_dir_degrades_to_in_memory_with_a_warning(setup, tmp_path):
     assert info["stats"]["misses"] == 2, info
     assert any("cannot write" in w for w in info["warnings"]), info["warnings"]
     assert not [p for p in os.listdir(cache) if p.endswith(SUFFIX)]
+
+
+def _fuzz_cache(n: int, timeout: float) -> dict:
+    p = subprocess.run([PYTHON, os.path.join(HERE, "_fuzz_cache.py"), str(n)], capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode in (0, 1), f"cache fuzzer crashed: rc={p.returncode}\n{p.stderr[-3000:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_fuzzed_cache_entries_never_give_a_wrong_result_or_fail_the_session():
+    """Mutated, swapped, FIFO, /dev/zero, symlinked, folder and sparse entries in place of a model's entry."""
+    f = _fuzz_cache(150, timeout=600)
+    assert f["cases"] == 150 and f["wrong_results"] == 0 and f["session_errors"] == 0, f
+    assert f["loaded_changed"] == 0 and f["rebuilt"] + f["loaded_valid"] == f["cases"], f
+
+
+@pytest.mark.slow
+def test_fuzzed_cache_entries_3000():
+    f = _fuzz_cache(3000, timeout=3600)
+    assert f["wrong_results"] == 0 and f["session_errors"] == 0 and f["loaded_changed"] == 0, f
