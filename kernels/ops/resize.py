@@ -35,19 +35,11 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
-from .movement import static_ints
 
 _F32 = np.float32
 _COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                 "tf_half_pixel_for_nn", "tf_crop_and_resize")
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
-
-
-def _static_floats(node: NodeInfo, i: int) -> list[float] | None:
-    v = node.input(i)
-    if v is None or v.value is None or np.asarray(v.value).size == 0:
-        return None
-    return [float(a) for a in np.asarray(v.value, np.float32).reshape(-1)]
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:

@@ -254,7 +254,8 @@ def test_tile(repeats, const):
 
 
 @pytest.mark.parametrize("xs,idx,b", [((4, 5), [[1, 2], [-1, 0]], 0), ((4, 5, 3), [[1], [3]], 0),
-                                      ((2, 4, 5), [[[1, 2]], [[3, -5]]], 1), ((2, 3, 4, 5), [[[1], [2], [-1]], [[0], [3], [2]]], 2),
+                                      ((2, 4, 5), [[[1, 2]], [[3, -5]]], 1),
+                                      ((2, 3, 4, 5), [[[1], [2], [-1]], [[0], [3], [2]]], 2),
                                       ((4, 5), [[[0, 0], [3, 4]], [[1, 1], [2, 2]]], 0)])
 @pytest.mark.parametrize("dtype", [np.float32, np.int64])
 def test_gather_nd_batch_dims_and_negative_indices(xs, idx, b, dtype):

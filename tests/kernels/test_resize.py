@@ -112,3 +112,12 @@ def test_linear_half_pixel_symmetric_over_a_grid_of_sizes():
             x = rand((1, n_in), F32, seed=n_in)
             check_on_ep("Resize", _inputs(x, scales=[1, s]), [("y", F32)],
                         {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}, kernel=False)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [[1, 1, 2, 3], [1, 1, 0.5, 1.5]])
+def test_opset10_scales_input(mode, scales):
+    """Opset 10: (X, scales) only, asymmetric coordinates."""
+    x = rand((1, 2, 4, 6), F32, seed=11)
+    check_on_ep("Resize", [("x", x, False), ("scales", np.array(scales, F32), True)], [("y", F32)], {"mode": mode},
+                opset=10, targets=BOTH)
