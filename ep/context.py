@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .bridge import EpSession
 
 # Bump the suffix whenever a change to the compiler or a kernel's prepared layout changes compiled programs.
-COMPILER_VERSION = f"{__version__}+c3"  # c3: MatMulNBits weights stay packed (c2: sibling/SwiGLU/norm fusion)
+COMPILER_VERSION = f"{__version__}+c4"  # c4: pool attrs (auto_pad, 1-D); c3: packed MatMulNBits; c2: fusions
 COMPAT_PREFIX = "npu_ep"
 
 
