@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         args.only = (args.only or []) + ["inject"]
     _paths()
     parts = {"threads": lambda: soak_threads(args.runs), "sessions": lambda: soak_sessions(args.sessions),
-             "fuzz": lambda: soak_fuzz(args.fuzz, args.header_fuzz, args.cache_fuzz), "kills": lambda: soak_kills(args.kills),
+             "fuzz": lambda: soak_fuzz(args.fuzz, args.header_fuzz, args.cache_fuzz),
+             "kills": lambda: soak_kills(args.kills),
              "inject": lambda: soak_inject(args.inject_processes, args.inject_sessions)}
     figures: dict[str, Any] = {}
     for name, fn in parts.items():
