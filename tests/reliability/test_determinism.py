@@ -54,7 +54,7 @@ def test_same_bits_with_host_threads_1_and_2_under_contention(monkeypatch, rows)
     differing: list[str] = []
 
     def runner(i: int) -> None:
-        for r in range(60):
+        for r in range(150):
             got = sessions[i].run(None, {"x": x})[0]
             if not np.array_equal(got, want):
                 differing.append(f"session {i} run {r}: {int((got != want).sum())} of {got.size} outputs differ")
