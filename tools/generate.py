@@ -100,6 +100,7 @@ class _ModelInfo:
     kv_heads: int
     head_dim: int
     layouts: tuple[KvLayout, ...] | None  # None: unknown (a session was given), detected at run time
+    vocab: int | None  # logits' last dim when declared: token ids must lie in [0, vocab)
 
 
 def _inspect_model(model: onnx.ModelProto) -> _ModelInfo:
@@ -119,14 +120,29 @@ def _inspect_model(model: onnx.ModelProto) -> _ModelInfo:
         op = node.op_type if node is not None else ""
         layouts.append(KvLayout.VALID_PREFIX if op == "GroupQueryAttention" else KvLayout.APPEND
                        if op == "Concat" else None)
-    return _ModelInfo(n_layers, kv_heads, head_dim, None if None in layouts else tuple(layouts))
+    return _ModelInfo(n_layers, kv_heads, head_dim, None if None in layouts else tuple(layouts), _vocab(model))
+
+
+def _vocab(model: onnx.ModelProto) -> int | None:
+    """Vocabulary size: the declared last dim of ``logits``, else the rows of the table ``input_ids`` gathers."""
+    for out in model.graph.output:
+        dims = out.type.tensor_type.shape.dim
+        if out.name == "logits" and dims and dims[-1].dim_value > 0:
+            return int(dims[-1].dim_value)
+    tables = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == "input_ids" and n.input[0] in tables:
+            return int(tables[n.input[0]].dims[0])
+    return None
 
 
 def _info_from_session(sess: ort.InferenceSession) -> _ModelInfo:
     ins = {i.name: i for i in sess.get_inputs()}
     n_layers = sum(1 for n in ins if n.startswith("past_key_values.") and n.endswith(".key"))
     shape = ins["past_key_values.0.key"].shape
-    return _ModelInfo(n_layers, int(shape[1]), int(shape[3]), None)
+    logits = next((o.shape for o in sess.get_outputs() if o.name == "logits"), None)
+    vocab = logits[-1] if logits and isinstance(logits[-1], int) and logits[-1] > 0 else None
+    return _ModelInfo(n_layers, int(shape[1]), int(shape[3]), None, vocab)
 
 
 def _detect_layouts(presents, cache: KvCache, new: int) -> tuple[KvLayout, ...]:
@@ -273,6 +289,13 @@ class Generator:
         prompt = [int(t) for t in prompt_ids]
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
+        if not prompt:
+            raise ValueError("the prompt is empty: give at least one token id")
+        vocab = self.info.vocab
+        bad = next((i for i, t in enumerate(prompt) if t < 0 or (vocab is not None and t >= vocab)), None)
+        if bad is not None:
+            raise ValueError(f"prompt token id {prompt[bad]} at position {bad} is outside the vocabulary "
+                             f"[0, {vocab if vocab is not None else 'vocab'})")
         chunks = plan_prefill(len(prompt), self.buckets, chunked=self.chunked_prefill)
         cache = KvCache(self.info.n_layers, self.info.kv_heads, self.info.head_dim, self.max_kv_len)
         # capacity is checked up front: a clear error before any work, never a silent overwrite later

@@ -1,4 +1,4 @@
-"""``npu-generate MODEL --prompt-ids 1,2,3 --max-new-tokens N``: greedy generation on NpuEP (bucketed prefill,
+"""``npu-generate MODEL --prompt-ids 1 2 3 --max-new-tokens N``: greedy generation on NpuEP (bucketed prefill,
 fixed-capacity KV cache), printing the ids, TTFT / inter-token latency (host and emulated NPU) and padding.
 
 Exit codes: 0 ok, 2 bad input or a refused request (prompt too long without chunking, KV capacity exceeded).
@@ -11,22 +11,37 @@ import json
 import sys
 from collections.abc import Sequence
 
+from google.protobuf.message import DecodeError
+
 from .generate import DEFAULT_BUCKETS, DEFAULT_MAX_KV_LEN, GenerationResult, KvCapacityError, PromptTooLongError
 
 
 def _ints(text: str) -> list[int]:
+    """One argument of an integer list: ``1``, ``1,2,3`` or ``"1 2 3"``."""
     try:
         return [int(t) for t in text.replace(" ", ",").split(",") if t]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected integers (space- or comma-separated), got {text!r}") from None
+
+
+def _flat(parts: Sequence[list[int]]) -> list[int]:
+    return [i for part in parts for i in part]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse's default prints the usage too)
+        print(f"npu-generate: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="npu-generate", description=__doc__.splitlines()[0])
+    p = _Parser(prog="npu-generate", description=__doc__.splitlines()[0])
     p.add_argument("model", help="decoder .onnx with exporter I/O (input_ids, attention_mask, position_ids, past/present)")
-    p.add_argument("--prompt-ids", type=_ints, required=True, help="comma-separated prompt token ids")
+    p.add_argument("--prompt-ids", type=_ints, nargs="+", required=True, metavar="ID",
+                   help="prompt token ids, space- or comma-separated (1 2 3 or 1,2,3)")
     p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--buckets", type=_ints, default=list(DEFAULT_BUCKETS), help="prefill shape buckets")
+    p.add_argument("--buckets", type=_ints, nargs="+", default=[list(DEFAULT_BUCKETS)], metavar="N",
+                   help="prefill shape buckets, space- or comma-separated")
     p.add_argument("--max-kv-len", type=int, default=DEFAULT_MAX_KV_LEN, help="fixed KV cache capacity")
     p.add_argument("--no-chunked-prefill", dest="chunked", action="store_false",
                    help="refuse prompts longer than the largest bucket instead of chunking them")
@@ -59,11 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.target:
             providers[0] = (providers[0][0], {"target": args.target})
     try:
-        gen = Generator(args.model, providers=providers, buckets=args.buckets, max_kv_len=args.max_kv_len,
+        gen = Generator(args.model, providers=providers, buckets=_flat(args.buckets), max_kv_len=args.max_kv_len,
                         chunked_prefill=args.chunked)
-        res = gen.generate(args.prompt_ids, args.max_new_tokens, keep_logits=False)
-    except (PromptTooLongError, KvCapacityError, ValueError, FileNotFoundError) as exc:
-        print(f"npu-generate: {exc}", file=sys.stderr)
+        res = gen.generate(_flat(args.prompt_ids), args.max_new_tokens, keep_logits=False)
+    except (PromptTooLongError, KvCapacityError, ValueError, OSError, DecodeError) as exc:
+        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+        print(f"npu-generate: error: {lines[0] if lines else type(exc).__name__}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({**res.summary(), "compile": gen.compile_stats()}, indent=1))

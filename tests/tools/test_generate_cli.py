@@ -1,0 +1,55 @@
+"""``npu-generate`` arguments: prompt ids space- or comma-separated (the README's form is ``--prompt-ids 1 2 3``),
+and bad ids refused in one line with exit 2 before any session runs (issue 14 items 7 and 12)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from npu_ep.models.tiny_llama import build_tiny_llama
+from npu_ep.tools.npu_generate import main
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return str(build_tiny_llama(tmp_path_factory.mktemp("gen_cli") / "tiny.onnx"))
+
+
+def _tokens(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)["tokens"]
+
+
+def test_prompt_ids_space_and_comma_separated_give_the_same_tokens(model, capsys):
+    spaced = _tokens(capsys, [model, "--prompt-ids", "1", "2", "3", "--max-new-tokens", "4", "--cpu", "--json"])
+    comma = _tokens(capsys, [model, "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--cpu", "--json"])
+    mixed = _tokens(capsys, [model, "--prompt-ids", "1,2", "3", "--max-new-tokens", "4", "--cpu", "--json",
+                             "--buckets", "16", "32"])
+    assert spaced == comma == mixed and len(spaced) == 4
+
+
+@pytest.mark.parametrize("ids,message", [
+    (["1", "99999"], "prompt token id 99999 at position 1 is outside the vocabulary [0, "),
+    (["-1"], "prompt token id -1 at position 0 is outside the vocabulary"),
+    ([""], "the prompt is empty"),
+    (["1", "x"], "expected integers (space- or comma-separated), got 'x'"),
+])
+def test_bad_prompt_ids_are_one_line_exit_2(model, capsys, ids, message):
+    try:
+        code = main([model, "--prompt-ids", *ids, "--max-new-tokens", "2"])
+    except SystemExit as e:  # argparse errors exit from inside main, as for the console script
+        code = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_vocabulary_known_from_a_session_too(model):
+    import onnxruntime as ort
+
+    from npu_ep.tools.generate import Generator
+
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    gen = Generator(sess, max_kv_len=64)
+    with pytest.raises(ValueError, match="prompt token id 1024 at position 0 is outside the vocabulary"):
+        gen.generate([1024], 2)
