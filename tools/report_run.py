@@ -61,26 +61,28 @@ def _dim_name(inp: onnx.ValueInfoProto, axis: int, d) -> str | None:
     return d.dim_param if d.HasField("dim_param") and d.dim_param else dim_key(inp.name, axis)
 
 
-def _default_size(name: str, rank: int, axis: int) -> int:
+def _default_size(name: str, rank: int, axis: int, unnamed: bool) -> int:
+    """Batch 1; height/width (by name, or an unnamed axis 2-3 of a rank-4 input) ``DEFAULT_SPATIAL``; else 1
+    (a sequence of one token: a decode step; a named rank-4 axis such as ``past_sequence`` is not an image)."""
     low = name.lower()
     if "batch" in low:
         return 1
-    if any(w in low for w in ("height", "width")) or (rank == 4 and axis >= 2):
+    if any(w in low for w in ("height", "width")) or (unnamed and rank == 4 and axis >= 2):
         return DEFAULT_SPATIAL
     return 1
 
 
 def resolve_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[str, int]:
     """A size for every symbolic or unknown (``-1``) dim of the graph inputs: the ``--dim`` values first; then
-    ``total*`` = past + sequence; batch 1; image height/width (rank-4 axes 2-3) ``DEFAULT_SPATIAL``; others 1.
+    ``total*`` = past + sequence; batch 1; image height/width ``DEFAULT_SPATIAL``; others 1 (``_default_size``).
     Unnamed dims are keyed ``input:axis`` (see ``dim_key``)."""
-    found: dict[str, tuple[int, int]] = {}
+    found: dict[str, tuple[int, int, bool]] = {}
     for inp in _graph_inputs(model):
         shape = inp.type.tensor_type.shape.dim
         for axis, d in enumerate(shape):
             name = _dim_name(inp, axis, d)
             if name is not None:
-                found.setdefault(name, (len(shape), axis))
+                found.setdefault(name, (len(shape), axis, name == dim_key(inp.name, axis)))
     out = {k: int(v) for k, v in dims.items()}
     for name in sorted((n for n in found if n not in out), key=lambda s: "total" in s.lower()):  # stable: input order
         if "total" in name.lower():
