@@ -27,10 +27,10 @@ def _valid_entry() -> bytes:
     return C.pack({"i": 1}, {"w": np.arange(256, dtype=np.int8)}, meta=meta)
 
 
-def _plant(cache, kind: str) -> None:
-    """Put something hostile where the entry for KEY lives."""
+def _plant(cache, kind: str, key: str = KEY) -> None:
+    """Put something hostile where the entry for ``key`` lives."""
     cache.mkdir(exist_ok=True)
-    path = cache / f"{KEY}{SUFFIX}"
+    path = cache / f"{key}{SUFFIX}"
     if kind == "fifo":
         os.mkfifo(path)
     elif kind == "dev_zero":
@@ -89,16 +89,19 @@ def test_store_refuses_what_is_not_a_regular_entry_file_quickly_and_without_read
     assert all(not ok for ok, _ in res["listed"] + res["verified"])
 
 
-@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "sparse_zeros"])
-def test_npu_cache_list_and_verify_do_not_hang(tmp_path, kind):
+def test_npu_cache_list_and_verify_do_not_hang(tmp_path):
     cache = tmp_path / "cache"
-    _plant(cache, kind)
+    kinds = ["fifo", "dev_zero", "sparse_zeros"]
+    keys = [cache_key("listed", k) for k in kinds]
+    for kind, key in zip(kinds, keys):
+        _plant(cache, kind, key)
     for cmd in ("list", "verify"):
         p = subprocess.run([sys.executable, "-m", "npu_ep.tools.npu_cache", "--dir", str(cache), cmd],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "400"})
         assert p.returncode == (0 if cmd == "list" else 1), (cmd, p.returncode, p.stdout, p.stderr[-2000:])
-        assert "CORRUPT" in p.stdout and "Traceback" not in p.stderr, p.stdout
-    assert os.path.lexists(cache / f"{KEY}{SUFFIX}")  # listing and verifying never delete
+        assert p.stdout.count("CORRUPT") == 3 and "Traceback" not in p.stderr, p.stdout
+        assert "3 entries" in p.stdout and all(k[:16] in p.stdout for k in keys), p.stdout
+    assert all(os.path.lexists(cache / f"{k}{SUFFIX}") for k in keys)  # listing and verifying never delete
 
 
 SESSION_CHILD = """
