@@ -5,8 +5,13 @@ NPU numerics: int8/uint8 operands with zero points removed, int32 accumulation (
 - QLinearMatMul: requantized to int8/uint8 (float32 multiplier, round half to even, saturation) - bit-exact vs ORT;
 - MatMulIntegerToFloat: ``float32(acc) * (a_scale * b_scale) + bias``.
 
-Compile time: a constant B is stored zero-point-free as float32 ``[..., K, N]`` (the tile layout BLAS reads) with
-its exact magnitude bound; constant scales are folded into one per-column multiplier.
+Compile time: a constant 2-D B stays int8, re-laid out for the native int8 GEMM (``pack_b``: B^T, uint8 shifted to
+int8, K padded to 64, column sums and shifted zero points); other constant B (batched) is stored zero-point-free
+as float32 ``[..., K, N]`` with its exact magnitude bound. Constant scales fold into one per-column multiplier.
+
+Run: the native kernel (``ep/native/kernels/int8_gemm.cc``, exact int32, requantization fused for QLinearMatMul)
+when B was packed and A's zero point is per tensor; otherwise, or with ``kernels=reference``, the numpy reference
+below (float32 BLAS on exact integer chunks) - bit-identical results.
 Input order: MatMulInteger (A, B, a_zp, b_zp); QLinearMatMul (a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp);
 MatMulIntegerToFloat (A, B, a_scale, b_scale, a_zp, b_zp, bias).
 """
@@ -20,6 +25,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._mm import (check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims, planned_cost,
                   quantize_float, requantize, static_plan)
 
@@ -72,7 +78,11 @@ def prepare_int(node: NodeInfo, target: Target, epilogue: dict[str, Any] | None 
         if v is not None:
             consts[name] = np.ascontiguousarray(v)
     bzp = consts.get("bzp")
-    if "b" in consts:
+    packed = pack_b(consts["b"], bzp) if "b" in consts else None
+    if packed is not None:  # int8 stays int8: the raw B and its float copy are not kept
+        attrs["b_shape"] = list(consts.pop("b").shape)
+        consts.update(packed)
+    elif "b" in consts:
         bc = consts["b"].astype(np.float32)
         if bzp is not None:
             bc -= bzp.astype(np.float32)  # 1-D zero points are per column (last axis)
@@ -88,6 +98,64 @@ def prepare_int(node: NodeInfo, target: Target, epilogue: dict[str, Any] | None 
     if a is not None and b is not None and all(isinstance(d, int) for d in (*a, *b)):
         static_plan(p, matmul_dims(a, b))
     return p
+
+
+def pack_b(b: np.ndarray, bzp: np.ndarray | None) -> dict[str, np.ndarray] | None:
+    """A constant 2-D B ``[K, N]`` as the native int8 GEMM reads it (None if B is batched or its zero point is
+    neither per tensor nor per column): ``i8_bt [N, kp]`` int8 = B^T (uint8 B shifted by -128), K zero-padded
+    to a multiple of 64; ``i8_bsum`` its row sums; ``i8_bzp`` B's zero point per column, shifted alike (so
+    ``i8_bt - i8_bzp == B - b_zp`` exactly)."""
+    if b.ndim != 2 or (bzp is not None and np.size(bzp) not in (1, b.shape[1])):
+        return None
+    K, N = b.shape
+    kp = max(64, -(-K // 64) * 64)
+    shift = 0 if b.dtype == np.int8 else 128
+    bt = np.zeros((N, kp), np.int8)
+    bt[:, :K] = (b.T.astype(np.int16) - shift).astype(np.int8)
+    z = np.zeros(N, np.int32) if bzp is None else np.broadcast_to(np.asarray(bzp, np.int32).reshape(-1), (N,))
+    return {"i8_bt": bt, "i8_bsum": bt.sum(axis=1, dtype=np.int32),
+            "i8_bzp": np.ascontiguousarray(z - shift, np.int32)}
+
+
+def _b_centered(p: Prepared) -> tuple[np.ndarray, int]:
+    """The reference model's float32 ``B - b_zp`` ``[K, N]`` from the packed constants (memo) and its bound."""
+    got = p.memo.get("reference_b")
+    if got is None:
+        K = p.attrs["b_shape"][0]
+        bc = np.ascontiguousarray(p.consts["i8_bt"][:, :K].T.astype(np.float32) - p.consts["i8_bzp"])
+        got = p.memo["reference_b"] = (bc, int(np.abs(bc).max()) if bc.size else 1)
+    return got
+
+
+def _native_int(p: Prepared, inputs) -> np.ndarray | None:
+    """The native kernel's result (int32, or the requantized output for QLinearMatMul), None if it does not apply."""
+    nat = _native.native(p)
+    if nat is None or "i8_bt" not in p.consts:
+        return None
+    a, azp = _get(p, inputs, "a"), _get(p, inputs, "azp")
+    yzp = _get(p, inputs, "yzp")
+    if (azp is not None and np.size(azp) != 1) or (yzp is not None and np.size(yzp) != 1):
+        return None
+    K = p.attrs["b_shape"][0]
+    a2 = np.ascontiguousarray(a).reshape(-1, K)
+    z = np.asarray(0 if azp is None else azp, np.int32).reshape(1)
+    args = (a2, z, p.consts["i8_bt"], p.consts["i8_bsum"], p.consts["i8_bzp"], K, _native.threads(p))
+    if p.attrs["op"] == "QLinearMatMul":
+        y = nat.int8_matmul(*args, multiplier=np.asarray(_multiplier(p, inputs), np.float32).reshape(-1),
+                            y_zero_point=0 if yzp is None else int(np.asarray(yzp).reshape(-1)[0]),
+                            y_signed=p.attrs["out"] == "int8")
+    else:
+        y = nat.int8_matmul(*args)
+    return y.reshape(*a.shape[:-1], y.shape[-1])
+
+
+def _multiplier(p: Prepared, inputs) -> np.ndarray:
+    mult = p.consts.get("mult")
+    if mult is None:
+        mult = np.asarray(_get(p, inputs, "ascale"), np.float32) * np.asarray(_get(p, inputs, "bscale"), np.float32)
+        if p.attrs["op"] == "QLinearMatMul":
+            mult = mult / np.asarray(_get(p, inputs, "yscale"), np.float32)
+    return mult
 
 
 def _get(p: Prepared, inputs, name: str) -> np.ndarray | None:
@@ -109,7 +177,9 @@ def int_accumulate(p: Prepared, inputs) -> np.ndarray:
         z = np.asarray(azp, np.float32)
         a_c -= z[:, None] if z.ndim == 1 and a.ndim > 1 and z.size > 1 else z
     bzp = _get(p, inputs, "bzp")
-    if "b_c" in p.consts:
+    if "i8_bt" in p.consts:
+        b_c, bound_b = _b_centered(p)
+    elif "b_c" in p.consts:
         b_c, bound_b = p.consts["b_c"], at["bound_b"]
     else:
         b_c = _get(p, inputs, "b").astype(np.float32)
@@ -123,8 +193,11 @@ def int_accumulate(p: Prepared, inputs) -> np.ndarray:
 
 def run_int(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
-    acc = int_accumulate(p, inputs)
     op = at["op"]
+    native = _native_int(p, inputs)
+    if native is not None and op == "QLinearMatMul":
+        return [native]
+    acc = int_accumulate(p, inputs) if native is None else native
     if op == "MatMulInteger":
         y = acc.astype(np.int32, copy=False)
         ep = at["epilogue"]
@@ -132,11 +205,7 @@ def run_int(p: Prepared, inputs) -> list[np.ndarray]:
             if ep.get("relu"):
                 np.maximum(y, 0, out=y)
         return [y]
-    mult = p.consts.get("mult")
-    if mult is None:
-        mult = np.asarray(_get(p, inputs, "ascale"), np.float32) * np.asarray(_get(p, inputs, "bscale"), np.float32)
-        if op == "QLinearMatMul":
-            mult = mult / np.asarray(_get(p, inputs, "yscale"), np.float32)
+    mult = _multiplier(p, inputs)
     if op == "QLinearMatMul":
         yzp = _get(p, inputs, "yzp")
         return [requantize(acc, mult, np.zeros((), np.float32) if yzp is None else yzp, at["out"])]
@@ -157,7 +226,8 @@ def run_int(p: Prepared, inputs) -> list[np.ndarray]:
 def cost_int(p: Prepared, shapes) -> OpCost:
     s = p.attrs["slots"]
     a = shapes[s["a"]] if shapes[s["a"]] is not None else p.consts["a"].shape
-    b = shapes[s["b"]] if s["b"] < len(shapes) and shapes[s["b"]] is not None else p.consts["b"].shape
+    b = shapes[s["b"]] if s["b"] < len(shapes) and shapes[s["b"]] is not None else (
+        p.attrs.get("b_shape") or p.consts["b"].shape)
     return planned_cost(p, *matmul_dims(tuple(a), tuple(b)))
 
 

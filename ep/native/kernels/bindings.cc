@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cpu.h"
+#include "int8_gemm.h"
 #include "qnbit_gemm.h"
 
 namespace py = pybind11;
@@ -24,7 +25,7 @@ using Arr = py::array_t<T, py::array::c_style>;
 template <typename T>
 const T* Data(const Arr<T>& a, int64_t expect, const char* what) {
   if (a.size() != expect)
-    throw std::invalid_argument(std::string("matmul_nbits: ") + what + " has " + std::to_string(a.size()) +
+    throw std::invalid_argument(std::string("native kernel: ") + what + " has " + std::to_string(a.size()) +
                                 " elements, expected " + std::to_string(expect));
   return a.data();
 }
@@ -60,6 +61,49 @@ py::array_t<float> MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, con
   return y;
 }
 
+
+py::array Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bt, const Arr<int32_t>& bsum,
+                       const Arr<int32_t>& bzp, int64_t K, int threads, const std::optional<Arr<float>>& mult,
+                       int y_zero_point, bool y_signed) {
+  const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
+  if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))
+    throw std::invalid_argument("int8_matmul: A must be uint8 or int8");
+  if (a.ndim() != 2 || a.shape(1) != K || !(a.flags() & py::array::c_style))
+    throw std::invalid_argument("int8_matmul: A must be C-contiguous [M, K=" + std::to_string(K) + "]");
+  if (bt.ndim() != 2 || bt.shape(1) < K || bt.shape(1) % 64)
+    throw std::invalid_argument("int8_matmul: bt must be [N, kp] with kp >= K a multiple of 64");
+  Int8Gemm g;
+  g.M = a.shape(0);
+  g.K = K;
+  g.N = bt.shape(0);
+  g.kp = bt.shape(1);
+  g.a = static_cast<const uint8_t*>(a.data());
+  g.a_signed = a_signed;
+  g.azp_per_row = azp.size() != 1;
+  g.azp = Data(azp, g.azp_per_row ? g.M : 1, "a_zero_point");
+  g.bt = bt.data();
+  g.bsum = Data(bsum, g.N, "bsum");
+  g.bzp = Data(bzp, g.N, "b_zero_point");
+  g.threads = threads;
+  py::array out;
+  if (mult) {
+    g.mult_per_col = mult->size() != 1;
+    g.mult = Data(*mult, g.mult_per_col ? g.N : 1, "multiplier");
+    g.y_zp = y_zero_point;
+    g.y_signed = y_signed;
+    out = y_signed ? py::array(py::array_t<int8_t>({g.M, g.N})) : py::array(py::array_t<uint8_t>({g.M, g.N}));
+    g.y = static_cast<uint8_t*>(out.mutable_data());
+  } else {
+    out = py::array_t<int32_t>({g.M, g.N});
+    g.acc = static_cast<int32_t*>(out.mutable_data());
+  }
+  {
+    py::gil_scoped_release release;
+    Int8MatMul(g);
+  }
+  return out;
+}
+
 }  // namespace
 
 void RegisterKernels(py::module_& parent) {
@@ -71,6 +115,11 @@ void RegisterKernels(py::module_& parent) {
         py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"), py::arg("accuracy_level"),
         py::arg("threads") = 1,
         "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout");
+  m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bt"), py::arg("bsum"),
+        py::arg("b_zero_point"), py::arg("K"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
+        py::arg("y_zero_point") = 0, py::arg("y_signed") = false,
+        "exact int32 (A - azp) @ (B - bzp) with B prepared by matmul_int.pack_b; with a multiplier, requantized "
+        "to uint8/int8 as MLAS (round half to even, saturation)");
 }
 
 }  // namespace npu_ep::kern

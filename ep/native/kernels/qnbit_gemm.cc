@@ -218,45 +218,54 @@ __attribute__((target(NPU_AVX512))) float DotAvx512(const float* a, const float*
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)));
 }
 
-// One body, two instruction sets: DPBUSD(acc, u8, s8) is vpdpbusd on VNNI hosts, maddubs+madd otherwise (exact
-// here: |u8| <= 15, so int16 pair sums cannot saturate).
-#define NPU_INT8_COL_AVX512(NAME, TARGET, DPBUSD)                                                               \
-  __attribute__((target(TARGET))) float NAME(const uint8_t* brow, const uint8_t* tail, const float* sw,         \
-                                             const int32_t* zpc, const Shape& s, const int8_t* q,              \
-                                             const float* sa, const int32_t* qlane) {                          \
-    const __m512i m0f = _mm512_set1_epi8(0x0F);                                                                \
-    const int bs = s.bs;                                                                                       \
-    const int64_t bpc = bs >= kChunkElems ? 1 : kChunkElems >> s.bs_log2;                                            \
-    const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(                                                  \
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(8)),        \
-        __builtin_ctz(static_cast<unsigned>(bs)));                                                             \
-    const int64_t full = s.row_bytes / kChunkBytes;                                                            \
-    __m512 acc = _mm512_setzero_ps();                                                                          \
-    for (int64_t c = 0; c < s.n_chunks; ++c) {                                                                 \
-      const __m512i bv = _mm512_loadu_si512(c < full ? brow + c * kChunkBytes : tail);                         \
-      const __m512i lo = _mm512_and_si512(bv, m0f);                                                            \
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f);                                      \
-      const int8_t* qc = q + c * kChunkElems;                                                                  \
-      __m512i d = DPBUSD(_mm512_setzero_si512(), lo, _mm512_loadu_si512(qc));                                  \
-      d = DPBUSD(d, hi, _mm512_loadu_si512(qc + kChunkBytes));                                                 \
-      const __m512i ql = _mm512_loadu_si512(qlane + c * 16);                                                   \
-      __m512 sv;                                                                                               \
-      __m512i zv;                                                                                              \
-      if (bs >= kChunkElems) {                                                                                 \
-        const int64_t b = (c * kChunkElems) >> s.bs_log2;                                                            \
-        sv = _mm512_set1_ps(sa[b] * sw[b]);                                                                    \
-        zv = _mm512_set1_epi32(zpc[b]);                                                                        \
-      } else {                                                                                                 \
-        const int64_t b0 = c * bpc;                                                                            \
-        const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(bpc, s.kb - b0)) - 1);         \
-        const __m512 sblk = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, sw + b0), _mm512_maskz_loadu_ps(mask, sa + b0)); \
-        sv = _mm512_permutexvar_ps(idx, sblk);                                                                 \
-        zv = _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(mask, zpc + b0));                          \
-      }                                                                                                        \
-      d = _mm512_sub_epi32(d, _mm512_mullo_epi32(zv, ql));                                                     \
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc);                                                   \
-    }                                                                                                          \
-    return _mm512_reduce_add_ps(acc);                                                                          \
+// Four columns per pass share A's loads (codes, lane sums, block scales). One body, two instruction sets:
+// DPBUSD(acc, u8, s8) is vpdpbusd on VNNI hosts, maddubs+madd otherwise (exact here: |u8| <= 15, so int16 pair
+// sums cannot saturate). Symmetric weights (zero point 8 everywhere) skip the per-column zero-point vectors.
+struct Cols4 {
+  const uint8_t* full[4];  // packed rows (full chunks)
+  const uint8_t* tail[4];  // last partial chunk, zero-padded to 64 bytes
+  const float* sw[4];
+  const int32_t* zpc[4];
+  bool symmetric;
+};
+
+#define NPU_INT8_COLS4_AVX512(NAME, TARGET, DPBUSD)                                                              \
+  __attribute__((target(TARGET))) void NAME(const Cols4& cols, const Shape& s, const int8_t* q, const float* sa, \
+                                            const int32_t* qlane, float out[4]) {                                \
+    const __m512i m0f = _mm512_set1_epi8(0x0F);                                                                 \
+    const int bs = s.bs;                                                                                        \
+    const int64_t bpc = bs >= kChunkElems ? 1 : kChunkElems >> s.bs_log2;                                       \
+    const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(                                                   \
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(8)),         \
+        s.bs_log2);                                                                                             \
+    const int64_t full = s.row_bytes / kChunkBytes;                                                             \
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};       \
+    for (int64_t c = 0; c < s.n_chunks; ++c) {                                                                  \
+      const int8_t* qc = q + c * kChunkElems;                                                                   \
+      const __m512i qlo = _mm512_loadu_si512(qc), qhi = _mm512_loadu_si512(qc + kChunkBytes);                   \
+      const __m512i ql = _mm512_loadu_si512(qlane + c * 16);                                                    \
+      const __m512i ql8 = _mm512_slli_epi32(ql, 3);                                                             \
+      const int64_t b0 = bs >= kChunkElems ? (c * kChunkElems) >> s.bs_log2 : c * bpc;                          \
+      const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(bpc, s.kb - b0)) - 1);            \
+      const __m512 sab = bs >= kChunkElems ? _mm512_set1_ps(sa[b0]) : _mm512_maskz_loadu_ps(mask, sa + b0);     \
+      for (int j = 0; j < 4; ++j) {                                                                             \
+        const __m512i bv = _mm512_loadu_si512(c < full ? cols.full[j] + c * kChunkBytes : cols.tail[j]);        \
+        const __m512i lo = _mm512_and_si512(bv, m0f);                                                           \
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f);                                     \
+        __m512i d = DPBUSD(DPBUSD(_mm512_setzero_si512(), lo, qlo), hi, qhi);                                   \
+        __m512 sv;                                                                                              \
+        if (bs >= kChunkElems) {                                                                                \
+          sv = _mm512_mul_ps(_mm512_set1_ps(cols.sw[j][b0]), sab);                                              \
+          d = _mm512_sub_epi32(d, cols.symmetric ? ql8 : _mm512_mullo_epi32(_mm512_set1_epi32(cols.zpc[j][b0]), ql)); \
+        } else {                                                                                                \
+          sv = _mm512_permutexvar_ps(idx, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, cols.sw[j] + b0), sab));    \
+          d = _mm512_sub_epi32(d, cols.symmetric ? ql8 : _mm512_mullo_epi32(                                    \
+              _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(mask, cols.zpc[j] + b0)), ql));            \
+        }                                                                                                       \
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc[j]);                                            \
+      }                                                                                                         \
+    }                                                                                                           \
+    for (int j = 0; j < 4; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);                                          \
   }
 
 __attribute__((target(NPU_AVX512))) inline __m512i DpbusdBw(__m512i acc, __m512i u, __m512i s) {
@@ -266,12 +275,15 @@ __attribute__((target(NPU_AVX512 ",avx512vnni"))) inline __m512i DpbusdVnni(__m5
   return _mm512_dpbusd_epi32(acc, u, s);
 }
 
-NPU_INT8_COL_AVX512(Int8ColAvx512, NPU_AVX512, DpbusdBw)
-NPU_INT8_COL_AVX512(Int8ColAvx512Vnni, NPU_AVX512 ",avx512vnni", DpbusdVnni)
+NPU_INT8_COLS4_AVX512(Int8Cols4Avx512, NPU_AVX512, DpbusdBw)
+NPU_INT8_COLS4_AVX512(Int8Cols4Avx512Vnni, NPU_AVX512 ",avx512vnni", DpbusdVnni)
 #endif  // NPU_EP_X86
 
 using Int8ColFn = float (*)(const uint8_t*, const uint8_t*, const float*, const int32_t*, const Shape&,
                             const int8_t*, const float*, const int32_t*);
+#if NPU_EP_X86
+using Int8Cols4Fn = void (*)(const Cols4&, const Shape&, const int8_t*, const float*, const int32_t*, float*);
+#endif
 using DequantFn = void (*)(const uint8_t*, const float*, const int32_t*, const Shape&, float*);
 using DotFn = float (*)(const float*, const float*, int64_t);
 
@@ -293,6 +305,37 @@ void PrepareA(const NBitsGemm& g, const Shape& s, PreparedA& pa) {
       PermuteRow(g.a + m * s.K, s, pa.a.data() + m * s.kc);
   });
 }
+
+#if NPU_EP_X86
+// Columns [n0, n1) four at a time (a short last group repeats its last column and stores only the real ones).
+void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8Cols4Fn fn, int64_t n0, int64_t n1) {
+  const bool symmetric = g.zero_points == nullptr;
+  std::vector<int32_t> zpc(4 * (s.kb + 16), 8);
+  alignas(64) uint8_t tails[4][kChunkBytes];
+  const int64_t full = s.row_bytes / kChunkBytes, rem = s.row_bytes % kChunkBytes;
+  for (int64_t c0 = n0; c0 < n1; c0 += 4) {
+    Cols4 cols;
+    cols.symmetric = symmetric;
+    for (int j = 0; j < 4; ++j) {
+      const int64_t n = std::min(c0 + j, n1 - 1);
+      cols.full[j] = g.b + n * s.row_bytes;
+      std::memset(tails[j], 0, kChunkBytes);
+      if (rem) std::memcpy(tails[j], cols.full[j] + full * kChunkBytes, rem);
+      cols.tail[j] = tails[j];
+      cols.sw[j] = g.scales + n * s.kb;
+      int32_t* z = zpc.data() + j * (s.kb + 16);
+      if (!symmetric) UnpackZeroPoints(g.zero_points + n * s.zp_bytes, s, z);
+      cols.zpc[j] = z;
+    }
+    for (int64_t m = 0; m < s.M; ++m) {
+      float out[4];
+      fn(cols, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb, pa.lane.data() + m * s.kc / 8, out);
+      for (int j = 0; j < 4 && c0 + j < n1; ++j)
+        g.y[m * s.N + c0 + j] = out[j] + (g.bias == nullptr ? 0.0f : g.bias[c0 + j]);
+    }
+  }
+}
+#endif
 
 }  // namespace
 
@@ -317,8 +360,9 @@ void MatMulNBits(const NBitsGemm& g) {
   DequantFn dequant = DequantColScalar;
   DotFn dot = DotScalar;
 #if NPU_EP_X86
-  if (isa == Isa::kAvx512Vnni) int8_col = Int8ColAvx512Vnni;
-  if (isa == Isa::kAvx512) int8_col = Int8ColAvx512;
+  Int8Cols4Fn int8_cols4 = nullptr;
+  if (isa == Isa::kAvx512Vnni) int8_cols4 = Int8Cols4Avx512Vnni;
+  if (isa == Isa::kAvx512) int8_cols4 = Int8Cols4Avx512;
   if (isa == Isa::kAvx2) int8_col = Int8ColAvx2;
   if (isa >= Isa::kAvx2) dequant = DequantColAvx2;
   if (isa >= Isa::kAvx2) dot = DotAvx2;
@@ -329,6 +373,12 @@ void MatMulNBits(const NBitsGemm& g) {
   const int64_t n_tasks = (s.N + kColsPerTask - 1) / kColsPerTask;
   ParallelFor(g.threads, n_tasks, [&](int64_t task) {
     const int64_t n0 = task * kColsPerTask, n1 = std::min(s.N, n0 + kColsPerTask);
+#if NPU_EP_X86
+    if (int8 && int8_cols4 != nullptr) {
+      Int8Cols4Task(g, s, pa, int8_cols4, n0, n1);
+      return;
+    }
+#endif
     std::vector<int32_t> zpc(s.kb + 16, 0);
     std::vector<float> w(int8 ? 0 : s.kc, 0.0f);
     alignas(64) uint8_t tail[kChunkBytes];

@@ -1,0 +1,31 @@
+// int8 GEMM with exact int32 accumulation (MatMulInteger, QLinearMatMul, MatMulIntegerToFloat).
+#pragma once
+
+#include <cstdint>
+
+namespace npu_ep::kern {
+
+// B is prepared once (compile time) as bt[N, kp] int8 = B^T with uint8 B shifted by -128 (so every B is signed),
+// K zero-padded to kp (a multiple of 64); bsum[n] = sum_k bt[n, k]; bzp[n] = B's zero point shifted the same way.
+struct Int8Gemm {
+  const uint8_t* a = nullptr;  // [M, K], uint8 or int8 (a_signed) bytes
+  bool a_signed = false;
+  const int32_t* azp = nullptr;  // A's zero point: one value, or one per row (azp_per_row)
+  bool azp_per_row = false;
+  int64_t M = 0, K = 0, N = 0, kp = 0;
+  const int8_t* bt = nullptr;
+  const int32_t* bsum = nullptr;
+  const int32_t* bzp = nullptr;  // [N]
+  int32_t* acc = nullptr;        // [M, N] exact (A - azp) @ (B - bzp), wrapping like int32 hardware
+  // optional requantization (QLinearMatMul): y = saturate(rint(clip(float(acc) * mult, lo - zp, hi - zp)) + zp)
+  const float* mult = nullptr;  // one value, or [N] (mult_per_col)
+  bool mult_per_col = false;
+  int32_t y_zp = 0;
+  bool y_signed = false;
+  uint8_t* y = nullptr;  // [M, N] uint8 / int8
+  int threads = 1;
+};
+
+void Int8MatMul(const Int8Gemm& g);
+
+}  // namespace npu_ep::kern
