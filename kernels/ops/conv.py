@@ -5,6 +5,10 @@ Layouts: X ``[N, C, H, W]``, W ``[M, C/g, kh, kw]``, Y ``[N, M, OH, OW]``. Per g
 with a strided view (no Python loop over pixels); weights are re-laid out at compile time to ``[g, K, M/g]``
 (QLinearConv: zero point removed, float32 holding exact integers).
 
+Float Conv takes two shortcuts around the patch matrix: a pointwise conv (1x1, stride 1, no pads, one group) is one
+GEMM in NCHW, and a depthwise conv (a group per input channel) is kh*kw multiply-adds of strided windows; both
+sum in float32 like the GEMM, in a different order (last-bit differences).
+
 QLinearConv numerics: input padding holds x_zero_point (zero after subtraction), int32 accumulation (exact, see
 ``_mm``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
 float32 - bit-exact vs ORT CPU. Conv: float32 (fp16 inputs widened, result rounded to fp16 once).
@@ -131,6 +135,46 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, consts, target)
 
 
+def _pointwise(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A 1x1, stride-1, unpadded, ungrouped conv straight in NCHW: ``W[M, C] @ x[n][C, H*W]`` (no patches)."""
+    n, ch, h, wd = x.shape
+    return host_blas.matmul(w[0].T, x.reshape(n, ch, h * wd)).reshape(n, -1, h, wd)
+
+
+def _depthwise(x: np.ndarray, w: np.ndarray, g: dict[str, Any]) -> np.ndarray:
+    """A depthwise conv (one input channel per group, ``mult`` outputs each) as kh*kw multiply-adds of whole
+    strided feature-map windows: no patch matrix, no per-group GEMMs of width ``mult``."""
+    n, ch, h, wd = x.shape
+    t, l, b, r = _pads(g, h, wd)
+    if t or l or b or r:
+        x = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
+    (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
+    oh = (x.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    ow = (x.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    mult = w.shape[2]
+    y = np.empty((n, ch, mult, oh, ow), np.float32)
+    tmp = np.empty_like(y)
+    for t in range(kh * kw):
+        i, j = divmod(t, kw)
+        win = x[:, :, None, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+        np.multiply(win, w[None, :, t, :, None, None], out=y if t == 0 else tmp)
+        if t:
+            y += tmp
+    return y.reshape(n, ch * mult, oh, ow)
+
+
+def _fast_float_conv(x: np.ndarray, c: dict[str, np.ndarray], at: dict[str, Any]) -> np.ndarray | None:
+    """The float conv in NCHW without im2col when its shape allows (pointwise or depthwise), else None."""
+    g = at["geom"]
+    grp, kdim, _ = c["w"].shape
+    if grp == 1 and kdim == x.shape[1] and g["kernel"] == [1, 1] and g["strides"] == [1, 1] \
+            and g["auto_pad"] in ("NOTSET", "VALID") and not any(g["pads"]):
+        return _pointwise(x, c["w"])
+    if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
+        return _depthwise(x, c["w"], g)
+    return None
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     at, c = p.attrs, p.consts
     q = at["op"] == "QLinearConv"
@@ -138,6 +182,13 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     one_d = x.ndim == 3
     if one_d:
         x = x[:, :, None, :]
+    if not q:
+        y = _fast_float_conv(x, c, at)
+        if y is not None:
+            if "bias" in c:
+                y += c["bias"].astype(np.float32).reshape(1, -1, 1, 1)
+            y = y.astype(at["dtype"], copy=False)
+            return [np.ascontiguousarray(y[:, :, 0, :] if one_d else y)]
     if q:
         x -= c["xzp"]
     cols, oh, ow = im2col(x, at["geom"])

@@ -62,12 +62,18 @@ CASES_1D_DW = [
     ((1, 4, 11), (4, 2, 3), dict(group=2, auto_pad="VALID", strides=[3])),
     ((1, 16, 9, 9), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1])),  # depthwise 2-D (MobileNet)
     ((1, 16, 9, 9), (32, 1, 3, 3), dict(group=16, strides=[2, 2], pads=[0, 1, 1, 0])),  # depth multiplier 2
+    ((1, 6, 11, 10), (12, 1, 3, 3), dict(group=6, dilations=[2, 1], strides=[1, 2], pads=[2, 1, 2, 1])),
+    ((2, 8, 7, 7), (8, 1, 5, 5), dict(group=8, auto_pad="SAME_LOWER")),
+    ((2, 5, 6, 7), (9, 5, 1, 1), dict()),  # pointwise: one GEMM in NCHW
+    ((1, 5, 13), (7, 5, 1), dict()),  # pointwise 1-D
+    ((1, 4, 6, 7), (6, 4, 1, 1), dict(pads=[1, 0, 0, 1])),  # 1x1 with pads: the patch path
+    ((1, 4, 6, 7), (6, 2, 1, 1), dict(group=2)),  # grouped 1x1: the patch path
 ]
 
 
 @pytest.mark.parametrize("xs,ws,attrs", CASES_1D_DW)
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
-def test_conv_1d_and_depthwise_on_npu(xs, ws, attrs, dt):
+def test_conv_1d_depthwise_and_pointwise_on_npu(xs, ws, attrs, dt):
     x, w = RNG.standard_normal(xs).astype(dt), RNG.standard_normal(ws).astype(dt)
     bias = RNG.standard_normal(ws[0]).astype(dt)
     tol = (1e-4, 4e-4) if dt == np.float32 else (2e-2, 8e-2)
