@@ -169,9 +169,14 @@ def _io_signature(model: ir.Model) -> tuple:
 
 
 def _same_io(before: tuple, after: tuple) -> bool:
-    """Names, dtypes and declared shapes unchanged; a value that declared no shape may gain an inferred one."""
+    """Names, dtypes and declared shapes unchanged; a value that declared no shape may gain an inferred one, and
+    an unknown dim (``None``) an inferred size or symbol."""
+    def same_shape(b: tuple | None, a: tuple | None) -> bool:
+        return b is None or (a is not None and len(b) == len(a)
+                             and all(bd == ad or bd == "None" for bd, ad in zip(b, a)))
+
     def same(b: tuple, a: tuple) -> bool:
         return len(b) == len(a) and all(
-            bn == an and bt == at and (bs is None or bs == as_) for (bn, bt, bs), (an, at, as_) in zip(b, a))
+            bn == an and bt == at and same_shape(bs, as_) for (bn, bt, bs), (an, at, as_) in zip(b, a))
 
     return same(before[0], after[0]) and same(before[1], after[1])
