@@ -31,6 +31,9 @@ def load_model(model: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Mode
         return model
     if isinstance(model, onnx.ModelProto):
         _check_tensor_sizes(model, "<ModelProto>", None)
+        if _has_negative_dims(model.graph):
+            model = _copy(model)
+            _clear_negative_dims(model.graph)
         try:
             return ir.serde.deserialize_model(model)
         except Exception as e:  # noqa: BLE001 - any deserialization failure is bad input
@@ -48,6 +51,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Mode
         raise RewriteError(f"{path}: not a readable ONNX model: empty graph")
     data_files = _check_external_data(proto, path)
     _check_tensor_sizes(proto, str(path), path.parent)
+    _clear_negative_dims(proto.graph)
     try:
         ir_model = ir.serde.deserialize_model(proto)
     except Exception as e:  # noqa: BLE001
@@ -108,6 +112,35 @@ def _check_tensor_sizes(proto: onnx.ModelProto, where: str, base: pathlib.Path |
             if available < need:
                 raise RewriteError(f"{name} needs {need} bytes at offset {offset} of {info['location']!r}, "
                                    f"which holds only {max(available, 0)} there")
+
+
+def _value_infos(graph: onnx.GraphProto):
+    """Every declared value shape of ``graph`` and its subgraphs."""
+    yield from (*graph.input, *graph.output, *graph.value_info)
+    for node in graph.node:
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
+                yield from _value_infos(g)
+
+
+def _has_negative_dims(graph: onnx.GraphProto) -> bool:
+    return any(d.HasField("dim_value") and d.dim_value < 0
+               for vi in _value_infos(graph) for d in vi.type.tensor_type.shape.dim)
+
+
+def _clear_negative_dims(graph: onnx.GraphProto) -> None:
+    """A negative declared size (exporters write -1 for "unknown"; ONNX requires >= 0) becomes an unknown dim,
+    which is what it means: shape inference then fills it instead of failing on it."""
+    for vi in _value_infos(graph):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value < 0:
+                d.ClearField("dim_value")
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
 
 
 def _declared_bytes(tensor: onnx.TensorProto) -> int | None:

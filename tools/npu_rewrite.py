@@ -6,11 +6,13 @@ Exit codes: 0 ok, 1 ``--check`` failed, 2 bad input (one line on stderr, no trac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import pathlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -108,8 +110,38 @@ def _print_tables(result: RewriteResult, console: Console, verbose: bool) -> Non
         console.print(why)
 
 
+class _OneLineWarnings(logging.Handler):
+    """Library warnings (onnx_ir logs a failed shape inference with its traceback) as one line each."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            lines = [ln for ln in str(record.exc_info[1]).splitlines() if ln.strip()]
+            text += f": {type(record.exc_info[1]).__name__}: {lines[0] if lines else ''}"
+        print(f"npu-rewrite: warning: {text}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _one_line_library_warnings() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in ("onnx_ir", "onnxscript")]
+    handler = _OneLineWarnings(logging.WARNING)
+    saved = [(lg.propagate, list(lg.handlers)) for lg in loggers]
+    for lg in loggers:
+        lg.handlers, lg.propagate = [handler], False
+    try:
+        yield
+    finally:
+        for lg, (propagate, handlers) in zip(loggers, saved):
+            lg.handlers, lg.propagate = handlers, propagate
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``npu-rewrite``; returns the exit code."""
+    with _one_line_library_warnings():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     err = Console(stderr=True)
     out = Console()
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 
 import numpy as np
@@ -156,3 +157,36 @@ def test_initializer_smaller_than_its_dims_is_one_line(tmp_path, capsys, case, m
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "initializer 'W' FLOAT[64, " in err[0] and message in err[0], err
     assert not (tmp_path / "out.onnx").exists()
+
+
+def _relu_model(folder, in_shape, out_shape, inner=None):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)
+    vi = [helper.make_tensor_value_info("a", TensorProto.FLOAT, inner)] if inner else []
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"), helper.make_node("Neg", ["a"], ["y"], name="neg")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], value_info=vi),
+                          opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    path = folder / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_negative_declared_dims_are_unknown_dims_without_traceback(tmp_path, capsys):
+    """Exporters write -1 for "unknown": shape inference failed on it and onnx_ir printed its traceback (exit 0)."""
+    src = _relu_model(tmp_path, [-3, 4], [-3, 4], inner=[-7, 4])
+    assert main([str(src), "-o", str(tmp_path / "out.onnx"), "--passes", "cleanup", "--check", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "" and json.loads(captured.out)["check"]["passed"]
+    out = onnx.load(str(tmp_path / "out.onnx"))
+    assert not out.graph.input[0].type.tensor_type.shape.dim[0].HasField("dim_value")
+    x = RNG.standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(_run(tmp_path / "out.onnx", x), -np.maximum(x, 0))
+
+
+def test_library_warnings_are_one_line(tmp_path, capsys):
+    """A declared shape that contradicts inference: onnx_ir warns with a traceback; the CLI shows one line."""
+    src = _relu_model(tmp_path, [2, 4], [2, 4], inner=[3, 4])
+    assert main([str(src), "-o", str(tmp_path / "out.onnx"), "--passes", "cleanup"]) == 0
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err and all(ln.startswith("npu-rewrite: warning: ") for ln in err), err
+    assert "Inferred shape and existing shape differ" in err[0]
