@@ -1,5 +1,5 @@
-"""Layout ops: Reshape, Squeeze, Unsqueeze, Flatten, Identity, Shape (free: views), Transpose, Expand and Tile
-(a DMA pass).
+"""Layout ops: Reshape, Squeeze, Unsqueeze, Flatten, Identity, Shape, Size (free: views or metadata), Transpose,
+Expand and Tile (a DMA pass).
 
 Shape-like operands (shape, axes) may be attributes (old opsets), constant inputs (resolved at compile time into
 ``attrs``) or runtime inputs (read at run time). Views returned by these kernels alias their (read-only) inputs.
@@ -184,7 +184,13 @@ def _shape_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.array(dims[slice(p.attrs["start"], None if end is None else int(end))], dtype=np.int64)]
 
 
+def _size_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """Size: the element count as a 0-d int64 (tensor metadata, like Shape)."""
+    return [np.array(inputs[0].size, dtype=np.int64)]
+
+
 register(KernelDef("", "Shape", _shape_prepare, _shape_run, _view_cost))
+register(KernelDef("", "Size", _shape_prepare, _size_run, _view_cost))
 register(KernelDef("", "Reshape", _prepare, _reshape_run, _view_cost))
 register(KernelDef("", "Squeeze", _prepare, _squeeze_run, _view_cost))
 register(KernelDef("", "Unsqueeze", _prepare, _unsqueeze_run, _view_cost))

@@ -283,3 +283,8 @@ def test_scatter_nd_reductions(reduction, case):
         idx, upd = np.array([[1, 2], [1, 2], [0, 4]], I64), rand((3, 3), np.float32, seed=4)
     check_on_ep("ScatterND", [("x", x, False), ("i", idx, True), ("u", upd, False)], [("y", np.float32)],
                 {"reduction": reduction}, opset=18, targets=BOTH)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (0, 5), ()])
+def test_size(shape):
+    check_on_ep("Size", [("x", rand(shape, np.float32), False)], [("y", I64)], targets=BOTH)
