@@ -1,8 +1,9 @@
-"""Resize (opsets 11-21, and Upsample's successor semantics): nearest and linear, every coordinate transformation
-mode ORT implements, scales or sizes (with opset-18 ``axes`` and ``keep_aspect_ratio_policy``).
+"""Resize (opsets 10-21): nearest, linear and cubic, every coordinate transformation mode ORT implements, scales or
+sizes (with opset-18 ``axes`` and ``keep_aspect_ratio_policy``).
 
-The resize is separable: one pass per resized axis, each a gather (nearest) or a two-tap blend (linear), so an
-N-linear resize is the product of per-axis weights, as ORT's bilinear/trilinear kernels compute it. Coordinates
+The resize is separable: one pass per resized axis, each a gather (nearest), a two-tap blend (linear) or a four-tap
+Keys cubic (``cubic_coeff_a``, ``exclude_outside``; taps beyond the axis read its edge), so an N-linear or bicubic
+resize is the product of per-axis weights, as ORT's bilinear/bicubic kernels compute it. Coordinates
 are computed in float32 with ORT's formulas (``upsamplebase.h``), so nearest picks the same source elements:
 
 - half_pixel: (x + 0.5) / scale - 0.5;  half_pixel_symmetric: the same about the centre of the input;
@@ -16,11 +17,11 @@ When the output shape equals the input's, the output is the input (ORT copies it
 nearest_mode: round_prefer_floor / round_prefer_ceil (ties), floor, ceil; then clamped to [0, in - 1]. Linear
 clamps the coordinate to [0, in - 1] and blends the two neighbours. Scales give ``out = floor(in * scale)``; sizes
 give ``scale = out / in`` (float32). Float16 computes in float32; integer inputs take nearest only (exact gathers).
-Declined with a reason: cubic mode, antialias, and nearest with half_pixel_symmetric (ORT's coordinates for it
+Declined with a reason: antialias, and nearest with half_pixel_symmetric (ORT's coordinates for it
 land exactly on .5 in cases where float32 evaluation of its formula gives the float below; 9 of 744 size/scale/
 rounding combinations tried picked another pixel).
 
-Cost: per resized axis one vector op per output element (nearest) or three (linear); DMA reads the input once and
+Cost: per resized axis one vector op per output element (nearest), three (linear) or eight (cubic); DMA reads the input once and
 writes the output once.
 """
 
@@ -49,6 +50,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
         "coord": "asymmetric" if legacy else str(node.attr("coordinate_transformation_mode", "half_pixel")),
         "nearest": "floor" if legacy else str(node.attr("nearest_mode", "round_prefer_floor")),
         "extrapolation": float(node.attr("extrapolation_value", 0.0)),
+        "cubic_a": float(node.attr("cubic_coeff_a", -0.75)), "exclude_outside": int(node.attr("exclude_outside", 0)),
         "axes": [int(a) for a in node.attr("axes")] if node.attr("axes") is not None else None,
         "policy": str(node.attr("keep_aspect_ratio_policy", "stretch")),
         "slots": [1, 2, 3] if not legacy else [None, 1, None],  # input index of roi, scales, sizes
@@ -61,8 +63,8 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     mode = str(node.attr("mode", "nearest"))
     coord = str(node.attr("coordinate_transformation_mode", "half_pixel"))
     why = None
-    if mode not in ("nearest", "linear"):
-        why = f"mode {mode!r} (only nearest and linear)"
+    if mode not in ("nearest", "linear", "cubic"):
+        why = f"mode {mode!r} unknown"
     elif coord not in _COORD_MODES:
         why = f"coordinate_transformation_mode {coord!r} unknown"
     elif str(node.attr("nearest_mode", "round_prefer_floor")) not in _NEAREST_MODES:
@@ -171,6 +173,25 @@ def nearest_index(coords: np.ndarray, mode: str, n_in: int) -> np.ndarray:
     return np.clip(idx, 0, n_in - 1).astype(np.int64)
 
 
+def cubic_taps(coords: np.ndarray, n_in: int, a: float, exclude_outside: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Source indices [n_out, 4] (clamped to the axis) and float32 Keys-cubic weights [n_out, 4] (ORT's
+    ``GetCubicCoeffs`` with coefficient ``a``); exclude_outside zeroes taps outside the axis and renormalizes."""
+    base = np.floor(coords)
+    s = (coords - base).astype(_F32)
+    a = _F32(a)
+    one, two = _F32(1), _F32(2)
+    s1, r, r1 = s + one, one - s, two - s
+    coef = np.stack([((a * s1 - 5 * a) * s1 + 8 * a) * s1 - 4 * a,
+                     ((a + 2) * s - (a + 3)) * s * s + one,
+                     ((a + 2) * r - (a + 3)) * r * r + one,
+                     ((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a], axis=1).astype(_F32)
+    raw = base.astype(np.int64)[:, None] + np.arange(-1, 3)
+    if exclude_outside:
+        coef = np.where((raw >= 0) & (raw < n_in), coef, _F32(0))
+        coef = (coef / coef.sum(axis=1, keepdims=True)).astype(_F32)
+    return np.clip(raw, 0, n_in - 1), coef
+
+
 def _shape_for(axis: int, rank: int, n: int) -> tuple[int, ...]:
     return (1,) * axis + (n,) + (1,) * (rank - axis - 1)
 
@@ -181,8 +202,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     if tuple(out_shape) == x.shape:  # ORT copies the input whenever the output shape equals it (any scales)
         return [x]
     rank = x.ndim
-    linear = p.attrs["mode"] == "linear"
-    y = widen(x) if linear else x
+    y = x if p.attrs["mode"] == "nearest" else widen(x)
     outside = None
     for ax in range(rank):
         n_in, n_out = x.shape[ax], out_shape[ax]
@@ -195,8 +215,13 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
             out_ax = (coords < 0) | (coords > _F32(n_in - 1))
             m = out_ax.reshape(_shape_for(ax, rank, n_out))
             outside = m if outside is None else (outside | m)
-        if not linear:
+        if p.attrs["mode"] == "nearest":
             y = np.take(y, nearest_index(coords, p.attrs["nearest"], n_in), axis=ax)
+            continue
+        if p.attrs["mode"] == "cubic":
+            idx, coef = cubic_taps(coords, n_in, p.attrs["cubic_a"], p.attrs["exclude_outside"])
+            shape = _shape_for(ax, rank, n_out)
+            y = sum(np.take(y, idx[:, t], axis=ax) * coef[:, t].reshape(shape) for t in range(4))
             continue
         c = np.clip(coords, _F32(0), _F32(max(n_in - 1, 0)))
         i0 = np.minimum(c.astype(np.int64), n_in - 1)
@@ -219,7 +244,7 @@ def _cost(p: Prepared, shapes) -> OpCost:
         out = x
     n = elems(out)
     axes = sum(1 for a, b in zip(x, out) if a != b) or 1
-    ops = (3.0 if p.attrs["mode"] == "linear" else 1.0) * axes
+    ops = {"nearest": 1.0, "linear": 3.0, "cubic": 8.0}[p.attrs["mode"]] * axes
     return stream_cost(p, n, nbytes(x, p.attrs["itemsize"]), n * p.attrs["itemsize"], ops)
 
 

@@ -1,6 +1,7 @@
-"""Resize vs ORT CPU through the kernel and NpuEP sessions on both targets: nearest (every nearest_mode) and linear,
-every coordinate_transformation_mode, scales vs sizes, opset-18 axes and keep_aspect_ratio_policy,
-tf_crop_and_resize with roi and extrapolation, integer nearest. Nearest is exact; linear float32 1e-5."""
+"""Resize vs ORT CPU through the kernel and NpuEP sessions on both targets: nearest (every nearest_mode), linear and
+cubic (coefficient, exclude_outside), every coordinate_transformation_mode, scales vs sizes, opset-18 axes and
+keep_aspect_ratio_policy, tf_crop_and_resize with roi and extrapolation, integer nearest, opset 10. Nearest is
+exact; linear and cubic float32 1e-5, float16 2e-3."""
 
 from __future__ import annotations
 
@@ -85,7 +86,25 @@ def test_runtime_scales_and_3d_nearest():
                 {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"})
 
 
-@pytest.mark.parametrize("attrs,why", [({"mode": "cubic"}, "mode 'cubic'"), ({"antialias": 1}, "antialias"),
+@pytest.mark.parametrize("coord", [c for c in COORDS if c != "tf_half_pixel_for_nn"])
+@pytest.mark.parametrize("hw", SCALES)
+@pytest.mark.parametrize("a,exclude", [(-0.75, 0), (-0.5, 1), (-0.5, 0)])
+def test_cubic_every_coordinate_mode(coord, hw, a, exclude):
+    x = rand((1, 2, 7, 6), F32, seed=12)
+    check_on_ep("Resize", _inputs(x, scales=[1, 1, *hw]), [("y", F32)],
+                {"mode": "cubic", "coordinate_transformation_mode": coord, "cubic_coeff_a": a,
+                 "exclude_outside": exclude}, targets=BOTH)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_cubic_sizes_and_crop(dtype):
+    x = rand((2, 3, 8, 9), dtype, seed=13)
+    check_on_ep("Resize", _inputs(x, sizes=[2, 3, 13, 5]), [("y", dtype)], {"mode": "cubic"})
+    check_on_ep("Resize", _inputs(x, sizes=[2, 3, 5, 6], roi=[0, 0, -0.1, 0.2, 1, 1, 0.9, 1.2]), [("y", dtype)],
+                {"mode": "cubic", "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": 2.0})
+
+
+@pytest.mark.parametrize("attrs,why", [({"mode": "area"}, "mode 'area'"), ({"antialias": 1}, "antialias"),
                                        ({"mode": "linear"}, "integer inputs: nearest only"),
                                        ({"mode": "nearest", "coordinate_transformation_mode": "half_pixel_symmetric"},
                                         "nearest with half_pixel_symmetric")])
