@@ -14,7 +14,8 @@ are computed in float32 with ORT's formulas (``upsamplebase.h``), so nearest pic
   coordinate outside [0, in - 1] gives ``extrapolation_value``.
 
 When the output shape equals the input's, the output is the input (ORT copies it whatever the scales say).
-nearest_mode: round_prefer_floor / round_prefer_ceil (ties), floor, ceil; then clamped to [0, in - 1]. Linear
+nearest_mode: round_prefer_floor / round_prefer_ceil (ties), floor, ceil; then clamped to [0, in - 1]. Opset 10
+(X, scales) is asymmetric, and its nearest ceils when downsampling and truncates otherwise, as ORT. Linear
 clamps the coordinate to [0, in - 1] and blends the two neighbours. Scales give ``out = floor(in * scale)``; sizes
 give ``scale = out / in`` (float32). Float16 computes in float32; integer inputs take nearest only (exact gathers).
 Declined with a reason: antialias, and nearest with half_pixel_symmetric (ORT's coordinates for it
@@ -48,7 +49,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     attrs: dict[str, Any] = {
         "mode": str(node.attr("mode", "nearest")),
         "coord": "asymmetric" if legacy else str(node.attr("coordinate_transformation_mode", "half_pixel")),
-        "nearest": "floor" if legacy else str(node.attr("nearest_mode", "round_prefer_floor")),
+        "nearest": "simple" if legacy else str(node.attr("nearest_mode", "round_prefer_floor")),
         "extrapolation": float(node.attr("extrapolation_value", 0.0)),
         "cubic_a": float(node.attr("cubic_coeff_a", -0.75)), "exclude_outside": int(node.attr("exclude_outside", 0)),
         "axes": [int(a) for a in node.attr("axes")] if node.attr("axes") is not None else None,
@@ -216,7 +217,10 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
             m = out_ax.reshape(_shape_for(ax, rank, n_out))
             outside = m if outside is None else (outside | m)
         if p.attrs["mode"] == "nearest":
-            y = np.take(y, nearest_index(coords, p.attrs["nearest"], n_in), axis=ax)
+            mode = p.attrs["nearest"]
+            if mode == "simple":  # opset 10 (ORT): ceil when downsampling, else truncate
+                mode = "ceil" if scales[ax] < 1 else "floor"
+            y = np.take(y, nearest_index(coords, mode, n_in), axis=ax)
             continue
         if p.attrs["mode"] == "cubic":
             idx, coef = cubic_taps(coords, n_in, p.attrs["cubic_a"], p.attrs["exclude_outside"])

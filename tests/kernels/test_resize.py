@@ -134,9 +134,9 @@ def test_linear_half_pixel_symmetric_over_a_grid_of_sizes():
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
-@pytest.mark.parametrize("scales", [[1, 1, 2, 3], [1, 1, 0.5, 1.5]])
+@pytest.mark.parametrize("scales", [[1, 1, 2, 3], [1, 1, 0.5, 1.5], [1, 1, 0.6, 0.7], [1, 1, 1.7, 0.45]])
 def test_opset10_scales_input(mode, scales):
-    """Opset 10: (X, scales) only, asymmetric coordinates."""
+    """Opset 10: (X, scales) only, asymmetric coordinates; nearest ceils when downsampling, else truncates (ORT)."""
     x = rand((1, 2, 4, 6), F32, seed=11)
     check_on_ep("Resize", [("x", x, False), ("scales", np.array(scales, F32), True)], [("y", F32)], {"mode": mode},
                 opset=10, targets=BOTH)
