@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 from .._atomic import atomic_write_bytes, atomic_writer
 from ..ep.onnx_graph import all_tensors
+from .inline_data import load_mapped
 
 # Above this many bytes of tensor data a model is saved with external data (protobuf's limit is 2 GiB).
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
@@ -44,7 +45,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Mode
     if not path.is_file():
         raise RewriteError(f"{path}: no such file")
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto = load_mapped(path) or onnx.load(str(path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - protobuf raises various types on garbage
         raise RewriteError(f"{path}: not a readable ONNX model: {_one_line(e)}") from None
     if not proto.graph.node and not proto.graph.output:
@@ -168,7 +169,7 @@ def files_read_by(model: ir.Model) -> set[pathlib.Path]:
         for value in graph.initializers.values():
             if isinstance(value.const_value, ir.ExternalTensor):
                 files.add(pathlib.Path(value.const_value.path))
-    return files
+    return {f.resolve() for f in files}
 
 
 def refuse_overwriting_inputs(outputs: Iterable[str | os.PathLike], inputs: Iterable[str | os.PathLike],
@@ -201,7 +202,7 @@ def save_model(model: ir.Model, path: str | os.PathLike) -> pathlib.Path:
     path = pathlib.Path(path)
     data_name = path.name + ".data"
     inputs = files_read_by(model)
-    data_files_read = inputs - set(_source_model(model)[:1])  # external data in, external data out
+    data_files_read = inputs - {p.resolve() for p in _source_model(model)[:1]}  # external data in, external out
     external = bool(data_files_read) or tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
     refuse_overwriting_inputs([path, path.with_name(data_name)] if external else [path], inputs)
     try:
@@ -209,7 +210,7 @@ def save_model(model: ir.Model, path: str | os.PathLike) -> pathlib.Path:
         if external:
             _save_with_data_file(model, path, data_name)
         else:
-            atomic_write_bytes(path, _serialize(model, path))
+            atomic_write_bytes(path, _serialize_inline(model, path))
     except OSError as e:
         raise RewriteError(f"{path}: cannot write model: {_one_line(e)}") from None
     return path
@@ -225,6 +226,20 @@ def _serialize(model: ir.Model, path: pathlib.Path) -> bytes:
         return ir.serde.serialize_model(model).SerializeToString()
     except ValueError as e:  # protobuf refuses messages above 2 GiB
         raise RewriteError(f"{path}: cannot serialize model: {_one_line(e)}") from None
+
+
+def _serialize_inline(model: ir.Model, path: pathlib.Path) -> bytes:
+    """Every initializer inline; tensors mapped from the input's own file (``inline_data``) are read into it."""
+    values = [v for g in model.graphs() for v in g.initializers.values()
+              if isinstance(v.const_value, ir.ExternalTensor)]
+    originals = [v.const_value for v in values]
+    try:
+        for value, tensor in zip(values, originals):
+            value.const_value = ir.Tensor(tensor.numpy(), dtype=tensor.dtype, name=tensor.name)
+        return _serialize(model, path)
+    finally:
+        for value, tensor in zip(values, originals):
+            value.const_value = tensor
 
 
 def _save_with_data_file(model: ir.Model, path: pathlib.Path, data_name: str) -> None:
