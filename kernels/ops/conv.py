@@ -5,9 +5,11 @@ Layouts: X ``[N, C, H, W]``, W ``[M, C/g, kh, kw]``, Y ``[N, M, OH, OW]``. Per g
 with a strided view (no Python loop over pixels); weights are re-laid out at compile time to ``[g, K, M/g]``
 (QLinearConv: zero point removed, float32 holding exact integers).
 
-Float Conv takes two shortcuts around the patch matrix: a pointwise conv (1x1, stride 1, no pads, one group) is one
-GEMM in NCHW, and a depthwise conv (a group per input channel) is kh*kw multiply-adds of strided windows; both
-sum in float32 like the GEMM, in a different order (last-bit differences).
+Float Conv avoids the pixel-major patch gather: a pointwise conv (1x1, stride 1, no pads, one group) is one GEMM in
+NCHW, a depthwise conv (a group per input channel) is kh*kw multiply-adds of strided windows, and any other
+one-group conv builds its patch matrix K-major (one window copy per tap) for ``W[M, K] @ patches``; all sum in
+float32 like the batched GEMM, in a different order (last-bit differences). Grouped convs and QLinearConv keep the
+``[g, N*OH*OW, K]`` patches.
 
 QLinearConv numerics: input padding holds x_zero_point (zero after subtraction), int32 accumulation (exact, see
 ``_mm``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
@@ -163,8 +165,28 @@ def _depthwise(x: np.ndarray, w: np.ndarray, g: dict[str, Any]) -> np.ndarray:
     return y.reshape(n, ch * mult, oh, ow)
 
 
+def _dense(x: np.ndarray, w: np.ndarray, g: dict[str, Any]) -> np.ndarray:
+    """A one-group conv as ``W[M, K] @ patches[K, N*OH*OW]``: the patch matrix is built K-major, one strided
+    window copy per (kh, kw) tap (row runs stay contiguous), and the product lands in [M, N, OH, OW] order."""
+    n, ch, h, wd = x.shape
+    t, l, b, r = _pads(g, h, wd)
+    if t or l or b or r:
+        x = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
+    (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
+    oh = (x.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    ow = (x.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    cols = np.empty((ch, kh, kw, n, oh, ow), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            win = x[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+            cols[:, i, j] = win.transpose(1, 0, 2, 3)
+    y = host_blas.matmul(w[0].T, cols.reshape(ch * kh * kw, n * oh * ow))
+    return y.reshape(-1, n, oh, ow).transpose(1, 0, 2, 3)
+
+
 def _fast_float_conv(x: np.ndarray, c: dict[str, np.ndarray], at: dict[str, Any]) -> np.ndarray | None:
-    """The float conv in NCHW without im2col when its shape allows (pointwise or depthwise), else None."""
+    """The float conv in NCHW without the pixel-major patch gather when its shape allows (pointwise, depthwise or
+    one group), else None (grouped convs take the batched-GEMM path)."""
     g = at["geom"]
     grp, kdim, _ = c["w"].shape
     if grp == 1 and kdim == x.shape[1] and g["kernel"] == [1, 1] and g["strides"] == [1, 1] \
@@ -172,6 +194,8 @@ def _fast_float_conv(x: np.ndarray, c: dict[str, np.ndarray], at: dict[str, Any]
         return _pointwise(x, c["w"])
     if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
         return _depthwise(x, c["w"], g)
+    if grp == 1:
+        return _dense(x, c["w"], g)
     return None
 
 
