@@ -5,8 +5,8 @@ NPU numerics: int8/uint8 operands with zero points removed, int32 accumulation (
 - QLinearMatMul: requantized to int8/uint8 (float32 multiplier, round half to even, saturation) - bit-exact vs ORT;
 - MatMulIntegerToFloat: ``float32(acc) * (a_scale * b_scale) + bias``.
 
-Compile time: a constant 2-D B stays int8, re-laid out for the native int8 GEMM (``pack_b``: B^T, uint8 shifted to
-int8, K padded to 64, column sums and shifted zero points); other constant B (batched) is stored zero-point-free
+Compile time: a constant 2-D B stays int8, re-laid out for the native int8 GEMM (``pack_b``: uint8 shifted to
+int8, blocks of 16 columns x 4 k, column sums and shifted zero points); other constant B (batched) is stored zero-point-free
 as float32 ``[..., K, N]`` with its exact magnitude bound. Constant scales fold into one per-column multiplier.
 
 Run: the native kernel (``ep/native/kernels/int8_gemm.cc``, exact int32, requantization fused for QLinearMatMul)
@@ -102,27 +102,32 @@ def prepare_int(node: NodeInfo, target: Target, epilogue: dict[str, Any] | None 
 
 def pack_b(b: np.ndarray, bzp: np.ndarray | None) -> dict[str, np.ndarray] | None:
     """A constant 2-D B ``[K, N]`` as the native int8 GEMM reads it (None if B is batched or its zero point is
-    neither per tensor nor per column): ``i8_bt [N, kp]`` int8 = B^T (uint8 B shifted by -128), K zero-padded
-    to a multiple of 64; ``i8_bsum`` its row sums; ``i8_bzp`` B's zero point per column, shifted alike (so
-    ``i8_bt - i8_bzp == B - b_zp`` exactly)."""
+    neither per tensor nor per column). ``B'`` is B with uint8 shifted by -128, zero-padded to ``kp`` (K rounded
+    up to 64) x ``np`` (N rounded up to 16); ``i8_bp [np/16, kp/4, 16, 4]``: per block of 16 columns, 4
+    consecutive k of each column side by side (the order vpdpbusd multiplies); ``i8_bsum`` the column sums of
+    ``B'``; ``i8_bzp`` B's zero point per column, shifted alike (so ``B' - i8_bzp == B - b_zp`` exactly)."""
     if b.ndim != 2 or (bzp is not None and np.size(bzp) not in (1, b.shape[1])):
         return None
     K, N = b.shape
-    kp = max(64, -(-K // 64) * 64)
+    kp, n16 = max(64, -(-K // 64) * 64), max(16, -(-N // 16) * 16)
     shift = 0 if b.dtype == np.int8 else 128
-    bt = np.zeros((N, kp), np.int8)
-    bt[:, :K] = (b.T.astype(np.int16) - shift).astype(np.int8)
-    z = np.zeros(N, np.int32) if bzp is None else np.broadcast_to(np.asarray(bzp, np.int32).reshape(-1), (N,))
-    return {"i8_bt": bt, "i8_bsum": bt.sum(axis=1, dtype=np.int32),
-            "i8_bzp": np.ascontiguousarray(z - shift, np.int32)}
+    bt = np.zeros((n16, kp), np.int8)
+    bt[:N, :K] = (b.T.astype(np.int16) - shift).astype(np.int8)
+    z = np.zeros(n16, np.int32)
+    z[:N] = 0 if bzp is None else np.asarray(bzp, np.int32).reshape(-1)
+    z[:N] -= shift
+    return {"i8_bp": np.ascontiguousarray(bt.reshape(n16 // 16, 16, kp // 4, 4).transpose(0, 2, 1, 3)),
+            "i8_bsum": bt.sum(axis=1, dtype=np.int32), "i8_bzp": z}
 
 
 def _b_centered(p: Prepared) -> tuple[np.ndarray, int]:
     """The reference model's float32 ``B - b_zp`` ``[K, N]`` from the packed constants (memo) and its bound."""
     got = p.memo.get("reference_b")
     if got is None:
-        K = p.attrs["b_shape"][0]
-        bc = np.ascontiguousarray(p.consts["i8_bt"][:, :K].T.astype(np.float32) - p.consts["i8_bzp"])
+        K, N = p.attrs["b_shape"]
+        bp = p.consts["i8_bp"]
+        bt = bp.transpose(0, 2, 1, 3).reshape(bp.shape[0] * 16, bp.shape[1] * 4)[:N, :K]
+        bc = np.ascontiguousarray(bt.T.astype(np.float32) - p.consts["i8_bzp"][:N])
         got = p.memo["reference_b"] = (bc, int(np.abs(bc).max()) if bc.size else 1)
     return got
 
@@ -130,16 +135,16 @@ def _b_centered(p: Prepared) -> tuple[np.ndarray, int]:
 def _native_int(p: Prepared, inputs) -> np.ndarray | None:
     """The native kernel's result (int32, or the requantized output for QLinearMatMul), None if it does not apply."""
     nat = _native.native(p)
-    if nat is None or "i8_bt" not in p.consts:
+    if nat is None or "i8_bp" not in p.consts:
         return None
     a, azp = _get(p, inputs, "a"), _get(p, inputs, "azp")
     yzp = _get(p, inputs, "yzp")
     if (azp is not None and np.size(azp) != 1) or (yzp is not None and np.size(yzp) != 1):
         return None
-    K = p.attrs["b_shape"][0]
+    K, N = p.attrs["b_shape"]
     a2 = np.ascontiguousarray(a).reshape(-1, K)
     z = np.asarray(0 if azp is None else azp, np.int32).reshape(1)
-    args = (a2, z, p.consts["i8_bt"], p.consts["i8_bsum"], p.consts["i8_bzp"], K, _native.threads(p))
+    args = (a2, z, p.consts["i8_bp"], p.consts["i8_bsum"], p.consts["i8_bzp"], K, N, _native.threads(p))
     if p.attrs["op"] == "QLinearMatMul":
         y = nat.int8_matmul(*args, multiplier=np.asarray(_multiplier(p, inputs), np.float32).reshape(-1),
                             y_zero_point=0 if yzp is None else int(np.asarray(yzp).reshape(-1)[0]),
@@ -177,7 +182,7 @@ def int_accumulate(p: Prepared, inputs) -> np.ndarray:
         z = np.asarray(azp, np.float32)
         a_c -= z[:, None] if z.ndim == 1 and a.ndim > 1 and z.size > 1 else z
     bzp = _get(p, inputs, "bzp")
-    if "i8_bt" in p.consts:
+    if "i8_bp" in p.consts:
         b_c, bound_b = _b_centered(p)
     elif "b_c" in p.consts:
         b_c, bound_b = p.consts["b_c"], at["bound_b"]

@@ -34,8 +34,8 @@ def _codes(shape, dt):
 
 def _native_acc(a, azp, b, bzp, threads=1, **kw):
     pk = pack_b(b, bzp)
-    return NK.int8_matmul(a, np.asarray(azp, np.int32).reshape(-1), pk["i8_bt"], pk["i8_bsum"], pk["i8_bzp"],
-                          b.shape[0], threads, **kw)
+    return NK.int8_matmul(a, np.asarray(azp, np.int32).reshape(-1), pk["i8_bp"], pk["i8_bsum"], pk["i8_bzp"],
+                          b.shape[0], b.shape[1], threads, **kw)
 
 
 def _exact(a, azp, b, bzp):

@@ -62,28 +62,31 @@ py::array_t<float> MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, con
 }
 
 
-py::array Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bt, const Arr<int32_t>& bsum,
-                       const Arr<int32_t>& bzp, int64_t K, int threads, const std::optional<Arr<float>>& mult,
+py::array Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
+                       const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads, const std::optional<Arr<float>>& mult,
                        int y_zero_point, bool y_signed) {
   const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
   if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))
     throw std::invalid_argument("int8_matmul: A must be uint8 or int8");
   if (a.ndim() != 2 || a.shape(1) != K || !(a.flags() & py::array::c_style))
     throw std::invalid_argument("int8_matmul: A must be C-contiguous [M, K=" + std::to_string(K) + "]");
-  if (bt.ndim() != 2 || bt.shape(1) < K || bt.shape(1) % 64)
-    throw std::invalid_argument("int8_matmul: bt must be [N, kp] with kp >= K a multiple of 64");
+  const int64_t kp = (K + 63) / 64 * 64;
+  if (bp.ndim() != 4 || bp.shape(1) != kp / 4 || bp.shape(2) != 16 || bp.shape(3) != 4)
+    throw std::invalid_argument("int8_matmul: packed B must be [np/16, kp/4, 16, 4] with kp = " + std::to_string(kp));
   Int8Gemm g;
   g.M = a.shape(0);
   g.K = K;
-  g.N = bt.shape(0);
-  g.kp = bt.shape(1);
+  g.N = n;
+  g.kp = kp;
   g.a = static_cast<const uint8_t*>(a.data());
   g.a_signed = a_signed;
   g.azp_per_row = azp.size() != 1;
   g.azp = Data(azp, g.azp_per_row ? g.M : 1, "a_zero_point");
-  g.bt = bt.data();
-  g.bsum = Data(bsum, g.N, "bsum");
-  g.bzp = Data(bzp, g.N, "b_zero_point");
+  g.bp = bp.data();
+  const int64_t np16 = bp.shape(0) * 16;
+  if (n > np16) throw std::invalid_argument("int8_matmul: N exceeds the packed B's columns");
+  g.bsum = Data(bsum, np16, "bsum");
+  g.bzp = Data(bzp, np16, "b_zero_point");
   g.threads = threads;
   py::array out;
   if (mult) {
@@ -115,8 +118,8 @@ void RegisterKernels(py::module_& parent) {
         py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"), py::arg("accuracy_level"),
         py::arg("threads") = 1,
         "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout");
-  m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bt"), py::arg("bsum"),
-        py::arg("b_zero_point"), py::arg("K"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
+  m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
+        py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
         py::arg("y_zero_point") = 0, py::arg("y_signed") = false,
         "exact int32 (A - azp) @ (B - bzp) with B prepared by matmul_int.pack_b; with a multiplier, requantized "
         "to uint8/int8 as MLAS (round half to even, saturation)");

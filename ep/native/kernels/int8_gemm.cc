@@ -2,10 +2,11 @@
 // alike), so one integer dot product serves all four sign combinations:
 //   sum_k (A' - azp')(B' - bzp') = dot(A', B') - bzp' * sum(A') - azp' * sum(B') + K * azp' * bzp'
 // evaluated in wrapping 32-bit arithmetic, which equals the exact result whenever that fits int32 (as int32
-// hardware accumulators). dot(): vpdpbusd on VNNI hosts (4 products per lane, no intermediate saturation);
-// otherwise bytes widened to int16 and vpmaddwd (pair sums <= 2 * 255 * 128, exact) - never vpmaddubsw, whose
-// int16 saturation is the inexactness ORT's AVX2 u8s8 path has.
-// Register tile 4 rows x 4 columns; tasks are fixed chunks of columns, so bits do not depend on thread count.
+// hardware accumulators do). VNNI hosts: vpdpbusd (4 products per lane, no intermediate saturation) on a register
+// tile of 8 rows x 32 columns, columns in lanes, so the epilogue (zero-point terms, MLAS requantization) is
+// vectorized too. Other hosts: bytes widened to int16 and vpmaddwd (pair sums <= 2 * 255 * 128, exact) - never
+// vpmaddubsw, whose int16 saturation is the inexactness ORT's AVX2 u8s8 path has - or plain C++.
+// Tasks are fixed blocks of columns, so the bits do not depend on the thread count.
 #include "int8_gemm.h"
 
 #include <algorithm>
@@ -25,64 +26,25 @@
 namespace npu_ep::kern {
 namespace {
 
-constexpr int64_t kColsPerTask = 32;
-constexpr int kTile = 4;
+constexpr int64_t kBlock = 16;        // columns per packed block
+constexpr int64_t kColsPerTask = 32;  // two blocks
+#define UNROLL _Pragma("GCC unroll 16")
 
-// dot of up to 4 rows x 4 columns over kp bytes; out[r][c]
-using TileFn = void (*)(const uint8_t* const* a, const int8_t* const* b, int64_t kp, int32_t out[kTile][kTile]);
-
-void TileScalar(const uint8_t* const* a, const int8_t* const* b, int64_t kp, int32_t out[kTile][kTile]) {
-  for (int r = 0; r < kTile; ++r)
-    for (int c = 0; c < kTile; ++c) {
-      uint32_t s = 0;
-      for (int64_t k = 0; k < kp; ++k) s += static_cast<uint32_t>(a[r][k] * b[c][k]);
-      out[r][c] = static_cast<int32_t>(s);
-    }
+inline int8_t PackedB(const Int8Gemm& g, int64_t k, int64_t n) {
+  return g.bp[((n / kBlock) * (g.kp / 4) + k / 4) * 64 + (n % kBlock) * 4 + (k % 4)];
 }
 
-#if NPU_EP_X86
-__attribute__((target("avx2,fma"))) inline int32_t HsumEpi32Avx2(__m256i v) {
-  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
-  return _mm_cvtsi128_si32(x);
-}
+struct Prep {
+  std::vector<uint8_t> a;     // [M, kp] A' rows
+  std::vector<int32_t> asum;  // [M]
+};
 
-__attribute__((target("avx2,fma"))) void TileAvx2(const uint8_t* const* a, const int8_t* const* b, int64_t kp,
-                                                  int32_t out[kTile][kTile]) {
-  __m256i acc[kTile][kTile];
-  for (auto& row : acc)
-    for (auto& v : row) v = _mm256_setzero_si256();
-  for (int64_t k = 0; k < kp; k += 16) {
-    __m256i bv[kTile];
-    for (int c = 0; c < kTile; ++c)
-      bv[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[c] + k)));
-    for (int r = 0; r < kTile; ++r) {
-      const __m256i av = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[r] + k)));
-      for (int c = 0; c < kTile; ++c) acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(av, bv[c]));
-    }
-  }
-  for (int r = 0; r < kTile; ++r)
-    for (int c = 0; c < kTile; ++c) out[r][c] = HsumEpi32Avx2(acc[r][c]);
+inline int32_t Finish(const Int8Gemm& g, const Prep& p, int64_t m, int64_t n, uint32_t dot) {
+  const uint32_t azp = static_cast<uint32_t>((g.azp_per_row ? g.azp[m] : g.azp[0]) + (g.a_signed ? 128 : 0));
+  const uint32_t bzp = static_cast<uint32_t>(g.bzp[n]);
+  return static_cast<int32_t>(dot - bzp * static_cast<uint32_t>(p.asum[m]) - azp * static_cast<uint32_t>(g.bsum[n]) +
+                              static_cast<uint32_t>(g.K) * azp * bzp);
 }
-
-__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"))) void TileVnni(
-    const uint8_t* const* a, const int8_t* const* b, int64_t kp, int32_t out[kTile][kTile]) {
-  __m512i acc[kTile][kTile];
-  for (auto& row : acc)
-    for (auto& v : row) v = _mm512_setzero_si512();
-  for (int64_t k = 0; k < kp; k += 64) {
-    __m512i bv[kTile];
-    for (int c = 0; c < kTile; ++c) bv[c] = _mm512_loadu_si512(b[c] + k);
-    for (int r = 0; r < kTile; ++r) {
-      const __m512i av = _mm512_loadu_si512(a[r] + k);
-      for (int c = 0; c < kTile; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], av, bv[c]);
-    }
-  }
-  for (int r = 0; r < kTile; ++r)
-    for (int c = 0; c < kTile; ++c) out[r][c] = _mm512_reduce_add_epi32(acc[r][c]);
-}
-#endif
 
 inline uint8_t Requantize(int32_t acc, float mult, int32_t zp, bool is_signed) {
   const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
@@ -91,63 +53,138 @@ inline uint8_t Requantize(int32_t acc, float mult, int32_t zp, bool is_signed) {
   v = std::min(std::max(v, lo - z), hi - z);
   v = std::nearbyint(v) + z;  // half to even (default rounding mode)
   const int32_t q = static_cast<int32_t>(v);
-  return static_cast<uint8_t>(is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q)) : q);
+  return is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q)) : static_cast<uint8_t>(q);
 }
+
+inline void Store(const Int8Gemm& g, int64_t m, int64_t n, int32_t acc) {
+  if (g.y != nullptr)
+    g.y[m * g.N + n] = Requantize(acc, g.mult[g.mult_per_col ? n : 0], g.y_zp, g.y_signed);
+  else
+    g.acc[m * g.N + n] = acc;
+}
+
+// Portable: one (row, column) at a time.
+void ColumnsScalar(const Int8Gemm& g, const Prep& p, int64_t n0, int64_t n1) {
+  for (int64_t m = 0; m < g.M; ++m)
+    for (int64_t n = n0; n < n1; ++n) {
+      uint32_t dot = 0;
+      for (int64_t k = 0; k < g.K; ++k)
+        dot += static_cast<uint32_t>(p.a[m * g.kp + k] * PackedB(g, k, n));
+      Store(g, m, n, Finish(g, p, m, n, dot));
+    }
+}
+
+#if NPU_EP_X86
+// AVX2: one row x one block of 16 columns; a 16-byte piece (4 columns x 4 k) widened to int16, vpmaddwd with the
+// row's 4 bytes repeated, giving per column two partial sums that are added at the end.
+__attribute__((target("avx2,fma"))) void ColumnsAvx2(const Int8Gemm& g, const Prep& p, int64_t n0, int64_t n1) {
+  const int64_t kg_count = g.kp / 4;
+  for (int64_t m = 0; m < g.M; ++m) {
+    const uint8_t* a = p.a.data() + m * g.kp;
+    for (int64_t nb = n0; nb < n1; nb += kBlock) {
+      const int8_t* b = g.bp + (nb / kBlock) * kg_count * 64;
+      __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                        _mm256_setzero_si256()};
+      for (int64_t kg = 0; kg < kg_count; ++kg) {
+        int32_t a4;
+        std::memcpy(&a4, a + 4 * kg, 4);
+        const __m256i av = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(a4)));
+        UNROLL for (int q = 0; q < 4; ++q) {
+          const __m256i bv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kg * 64 + 16 * q)));
+          acc[q] = _mm256_add_epi32(acc[q], _mm256_madd_epi16(av, bv));
+        }
+      }
+      alignas(32) int32_t part[4][8];
+      UNROLL for (int q = 0; q < 4; ++q) _mm256_store_si256(reinterpret_cast<__m256i*>(part[q]), acc[q]);
+      for (int c = 0; c < kBlock && nb + c < n1; ++c) {
+        const uint32_t dot = static_cast<uint32_t>(part[c / 4][2 * (c % 4)]) +
+                             static_cast<uint32_t>(part[c / 4][2 * (c % 4) + 1]);
+        Store(g, m, nb + c, Finish(g, p, m, nb + c, dot));
+      }
+    }
+  }
+}
+
+// VNNI: 8 rows x 2 blocks of 16 columns in 16 zmm accumulators; epilogue on whole vectors.
+constexpr int kRows = 8;
+#define NPU_VNNI "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
+
+__attribute__((target(NPU_VNNI))) void EpilogueVnni(const Int8Gemm& g, const Prep& p, int64_t m, int64_t nb,
+                                                    int64_t n1, __m512i dot) {
+  const __mmask16 mask = static_cast<__mmask16>(nb + kBlock <= n1 ? 0xFFFF : (1u << (n1 - nb)) - 1);
+  const int32_t azp = (g.azp_per_row ? g.azp[m] : g.azp[0]) + (g.a_signed ? 128 : 0);
+  const __m512i bzp = _mm512_loadu_si512(g.bzp + nb), bsum = _mm512_loadu_si512(g.bsum + nb);
+  __m512i v = _mm512_sub_epi32(dot, _mm512_mullo_epi32(bzp, _mm512_set1_epi32(p.asum[m])));
+  v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(azp), bsum));
+  v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(static_cast<int32_t>(g.K) * azp), bzp));
+  if (g.y == nullptr) {
+    _mm512_mask_storeu_epi32(g.acc + m * g.N + nb, mask, v);
+    return;
+  }
+  const float z = static_cast<float>(g.y_zp);
+  const __m512 mult = g.mult_per_col ? _mm512_maskz_loadu_ps(mask, g.mult + nb) : _mm512_set1_ps(g.mult[0]);
+  __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult);
+  f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps((g.y_signed ? -128.0f : 0.0f) - z)),
+                    _mm512_set1_ps((g.y_signed ? 127.0f : 255.0f) - z));
+  f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm512_set1_ps(z));
+  _mm_mask_storeu_epi8(g.y + m * g.N + nb, mask, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(f)));
+}
+
+__attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep& p, int64_t n0, int64_t n1) {
+  const int64_t kg_count = g.kp / 4;
+  const int8_t* b0 = g.bp + (n0 / kBlock) * kg_count * 64;
+  const bool two = n0 + kBlock < n1;
+  const int8_t* b1 = two ? b0 + kg_count * 64 : b0;
+  for (int64_t m0 = 0; m0 < g.M; m0 += kRows) {
+    const uint8_t* a[kRows];
+    UNROLL for (int r = 0; r < kRows; ++r) a[r] = p.a.data() + std::min<int64_t>(m0 + r, g.M - 1) * g.kp;
+    __m512i acc0[kRows], acc1[kRows];
+    UNROLL for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_si512();
+    for (int64_t kg = 0; kg < kg_count; ++kg) {
+      const __m512i bv0 = _mm512_loadu_si512(b0 + kg * 64), bv1 = _mm512_loadu_si512(b1 + kg * 64);
+      UNROLL for (int r = 0; r < kRows; ++r) {
+        int32_t a4;
+        std::memcpy(&a4, a[r] + 4 * kg, 4);
+        const __m512i av = _mm512_set1_epi32(a4);
+        acc0[r] = _mm512_dpbusd_epi32(acc0[r], av, bv0);
+        acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, bv1);
+      }
+    }
+    for (int r = 0; r < kRows && m0 + r < g.M; ++r) {
+      EpilogueVnni(g, p, m0 + r, n0, n1, acc0[r]);
+      if (two) EpilogueVnni(g, p, m0 + r, n0 + kBlock, n1, acc1[r]);
+    }
+  }
+}
+#endif
 
 }  // namespace
 
 void Int8MatMul(const Int8Gemm& g) {
   if (g.M == 0 || g.N == 0) return;
-  // A' = u8 rows padded to kp, and their sums
-  std::vector<uint8_t> ap(g.M * g.kp, 0);
-  std::vector<int32_t> asum(g.M, 0);
-  const uint8_t flip = g.a_signed ? 0x80 : 0x00;
+  Prep p;  // A' = u8 rows padded to kp, and their sums
+  p.a.assign(g.M * g.kp, 0);
+  p.asum.assign(g.M, 0);
+  const uint8_t flip = g.a_signed ? 0x80 : 0x00;  // int8 x + 128 == the bits of x with the sign bit flipped
   for (int64_t m = 0; m < g.M; ++m) {
     int32_t s = 0;
     for (int64_t k = 0; k < g.K; ++k) {
-      const uint8_t v = g.a[m * g.K + k] ^ flip;  // int8 x + 128 == uint8 bits of x with the sign bit flipped
-      ap[m * g.kp + k] = v;
+      const uint8_t v = g.a[m * g.K + k] ^ flip;
+      p.a[m * g.kp + k] = v;
       s += v;
     }
-    asum[m] = s;
+    p.asum[m] = s;
   }
-  const Isa isa = ActiveIsa();
-  TileFn tile = TileScalar;
+  using ColumnsFn = void (*)(const Int8Gemm&, const Prep&, int64_t, int64_t);
+  ColumnsFn columns = ColumnsScalar;
 #if NPU_EP_X86
-  if (isa >= Isa::kAvx2) tile = TileAvx2;
-  if (isa == Isa::kAvx512Vnni) tile = TileVnni;
-#else
-  (void)isa;
+  const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx2) columns = ColumnsAvx2;
+  if (isa == Isa::kAvx512Vnni) columns = ColumnsVnni;
 #endif
-  const int32_t a_shift = g.a_signed ? 128 : 0;
   const int64_t n_tasks = (g.N + kColsPerTask - 1) / kColsPerTask;
   ParallelFor(g.threads, n_tasks, [&](int64_t task) {
-    const int64_t n0 = task * kColsPerTask, n1 = std::min(g.N, n0 + kColsPerTask);
-    for (int64_t m0 = 0; m0 < g.M; m0 += kTile) {
-      for (int64_t c0 = n0; c0 < n1; c0 += kTile) {
-        const uint8_t* ar[kTile];
-        const int8_t* br[kTile];
-        for (int r = 0; r < kTile; ++r) ar[r] = ap.data() + std::min(m0 + r, g.M - 1) * g.kp;
-        for (int c = 0; c < kTile; ++c) br[c] = g.bt + std::min(c0 + c, n1 - 1) * g.kp;
-        int32_t d[kTile][kTile];
-        tile(ar, br, g.kp, d);
-        for (int r = 0; r < kTile && m0 + r < g.M; ++r) {
-          const int64_t m = m0 + r;
-          const uint32_t azp = static_cast<uint32_t>((g.azp_per_row ? g.azp[m] : g.azp[0]) + a_shift);
-          for (int c = 0; c < kTile && c0 + c < n1; ++c) {
-            const int64_t n = c0 + c;
-            const uint32_t bzp = static_cast<uint32_t>(g.bzp[n]);
-            const uint32_t v = static_cast<uint32_t>(d[r][c]) - bzp * static_cast<uint32_t>(asum[m]) -
-                               azp * static_cast<uint32_t>(g.bsum[n]) + static_cast<uint32_t>(g.K) * azp * bzp;
-            const int32_t acc = static_cast<int32_t>(v);
-            if (g.y != nullptr)
-              g.y[m * g.N + n] = Requantize(acc, g.mult[g.mult_per_col ? n : 0], g.y_zp, g.y_signed);
-            else
-              g.acc[m * g.N + n] = acc;
-          }
-        }
-      }
-    }
+    columns(g, p, task * kColsPerTask, std::min(g.N, (task + 1) * kColsPerTask));
   });
 }
 

@@ -5,15 +5,17 @@
 
 namespace npu_ep::kern {
 
-// B is prepared once (compile time) as bt[N, kp] int8 = B^T with uint8 B shifted by -128 (so every B is signed),
-// K zero-padded to kp (a multiple of 64); bsum[n] = sum_k bt[n, k]; bzp[n] = B's zero point shifted the same way.
+// B is prepared once (compile time): B' = B with uint8 shifted by -128 (so every B is signed), K zero-padded to kp
+// (a multiple of 64), N to np (a multiple of 16), laid out as bp[np / 16][kp / 4][16][4] - for each block of 16
+// columns, 4 consecutive k of each column side by side (the vpdpbusd operand order); bsum[n] = sum_k B'[k, n];
+// bzp[n] = B's zero point shifted the same way (bsum, bzp padded to np with zeros).
 struct Int8Gemm {
   const uint8_t* a = nullptr;  // [M, K], uint8 or int8 (a_signed) bytes
   bool a_signed = false;
   const int32_t* azp = nullptr;  // A's zero point: one value, or one per row (azp_per_row)
   bool azp_per_row = false;
   int64_t M = 0, K = 0, N = 0, kp = 0;
-  const int8_t* bt = nullptr;
+  const int8_t* bp = nullptr;
   const int32_t* bsum = nullptr;
   const int32_t* bzp = nullptr;  // [N]
   int32_t* acc = nullptr;        // [M, N] exact (A - azp) @ (B - bzp), wrapping like int32 hardware

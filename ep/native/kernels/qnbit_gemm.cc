@@ -207,6 +207,37 @@ __attribute__((target("avx2,fma"))) float Int8ColAvx2(const uint8_t* brow, const
 // ---- AVX-512 (BW, optionally VNNI) -------------------------------------------------------------------------
 #define NPU_AVX512 "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
 
+// 16 bytes (32 elements) per step; a step covers one block (bs >= 32) or two (bs = 16: lanes 0-7 and 8-15).
+// Same products as the AVX2 and scalar versions: (q - zp) * scale, rounded once.
+__attribute__((target(NPU_AVX512))) void DequantColAvx512(const uint8_t* brow, const float* sw,
+                                                           const int32_t* zpc, const Shape& s, float* w) {
+  const __m128i m0f = _mm_set1_epi8(0x0F);
+  const int64_t steps = s.row_bytes / 16;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t g = 16 * i, blk = (2 * g) >> s.bs_log2;
+    __m512 sc = _mm512_set1_ps(sw[blk]);
+    __m512i z = _mm512_set1_epi32(zpc[blk]);
+    if (s.bs == 16) {
+      sc = _mm512_mask_blend_ps(0xFF00, sc, _mm512_set1_ps(sw[blk + 1]));
+      z = _mm512_mask_blend_epi32(0xFF00, z, _mm512_set1_epi32(zpc[blk + 1]));
+    }
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(brow + g));
+    const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(raw, m0f)), z);
+    const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f)), z);
+    float* dst = w + (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
+    _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), sc));
+    _mm512_storeu_ps(dst + kChunkBytes, _mm512_mul_ps(_mm512_cvtepi32_ps(hi), sc));
+  }
+  if (s.row_bytes % 16) {  // a last 8-byte group (bs = 16, odd number of blocks)
+    const int64_t g0 = steps * 16, blk = (2 * g0) >> s.bs_log2;
+    for (int64_t g = g0; g < s.row_bytes; ++g) {
+      const int64_t pos = (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
+      w[pos] = static_cast<float>((brow[g] & 0x0F) - zpc[blk]) * sw[blk];
+      w[pos + kChunkBytes] = static_cast<float>((brow[g] >> 4) - zpc[blk]) * sw[blk];
+    }
+  }
+}
+
 __attribute__((target(NPU_AVX512))) float DotAvx512(const float* a, const float* w, int64_t n) {
   __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
   for (int64_t i = 0; i < n; i += 64) {  // n is a multiple of 128
@@ -248,7 +279,7 @@ struct Cols4 {
       const int64_t b0 = bs >= kChunkElems ? (c * kChunkElems) >> s.bs_log2 : c * bpc;                          \
       const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(bpc, s.kb - b0)) - 1);            \
       const __m512 sab = bs >= kChunkElems ? _mm512_set1_ps(sa[b0]) : _mm512_maskz_loadu_ps(mask, sa + b0);     \
-      for (int j = 0; j < 4; ++j) {                                                                             \
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {                                                     \
         const __m512i bv = _mm512_loadu_si512(c < full ? cols.full[j] + c * kChunkBytes : cols.tail[j]);        \
         const __m512i lo = _mm512_and_si512(bv, m0f);                                                           \
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f);                                     \
@@ -265,7 +296,7 @@ struct Cols4 {
         acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc[j]);                                            \
       }                                                                                                         \
     }                                                                                                           \
-    for (int j = 0; j < 4; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);                                          \
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);                  \
   }
 
 __attribute__((target(NPU_AVX512))) inline __m512i DpbusdBw(__m512i acc, __m512i u, __m512i s) {
@@ -367,6 +398,7 @@ void MatMulNBits(const NBitsGemm& g) {
   if (isa >= Isa::kAvx2) dequant = DequantColAvx2;
   if (isa >= Isa::kAvx2) dot = DotAvx2;
   if (isa >= Isa::kAvx512) dot = DotAvx512;
+  if (isa >= Isa::kAvx512) dequant = DequantColAvx512;
 #else
   (void)isa;
 #endif

@@ -1,0 +1,127 @@
+"""A decoder at the layer widths of a real 1B edge LLM (TinyLlama-1.1B: hidden 2048, FFN 5632, 32 query / 4 KV
+heads; 8 layers by default, random weights, int4 MatMulNBits at accuracy_level 4), NpuEP vs ORT's CPU EP:
+peak RSS, session creation, TTFT for a 128-token prompt, inter-token latency, greedy-token agreement.
+
+    python -m npu_ep.tools.bench_llm_1b [--layers 8] [--new-tokens 16] [--workdir DIR]
+
+The model is built once by the project's own builder (``models/tiny_llama.py``) and ``npu-rewrite`` (cleanup,
+rope, gqa, int4 with accuracy_level 4), in a child process, and kept in ``--workdir`` (default: a folder under the
+system temp dir named after the configuration). Each EP is then measured in its own child process, so peak RSS
+(``ru_maxrss``) is that EP's alone; both load the same .onnx by path. Targets (issue 12): peak RSS <= 1.2x, session
+creation <= 2x (cold; NpuEP's compiled-context cache is off here), inter-token <= 1.1x, TTFT <= 1.0x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIG = dict(hidden_size=2048, intermediate_size=5632, num_attention_heads=32, num_key_value_heads=4,
+              vocab_size=32000)
+
+
+def _model_path(workdir: Path, layers: int) -> Path:
+    return workdir / f"llm1b_L{layers}.int4.onnx"
+
+
+def build(workdir: Path, layers: int) -> Path:
+    """fp32 decoder -> rewritten int4 decoder (accuracy_level 4); returns the int4 path (reused if present)."""
+    dst = _model_path(workdir, layers)
+    if dst.exists():
+        return dst
+    from ..models.tiny_llama import LlamaConfig, build_tiny_llama
+    from ..rewriter import rewrite
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = build_tiny_llama(workdir / f"llm1b_L{layers}.fp32.onnx",
+                           LlamaConfig(num_hidden_layers=layers, **CONFIG))
+    result = rewrite(str(src), passes=("cleanup", "rope", "gqa", "int4"), int4_accuracy_level=4)
+    tmp = dst.with_suffix(".partial.onnx")
+    result.save(tmp)
+    os.replace(tmp, dst)
+    src.unlink()  # the 1.9 GB float model is only an intermediate we wrote
+    return dst
+
+
+def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
+    """One EP in this process: session creation, TTFT, inter-token latencies, peak RSS."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import npu_ep
+
+    from .demo import coverage
+    from .generate import Generator
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    providers = ([(npu_ep.get_ep_name(), {"cache_dir": ""}), "CPUExecutionProvider"] if ep == "NpuEP"
+                 else ["CPUExecutionProvider"])
+    t0 = time.perf_counter()
+    sess = ort.InferenceSession(model, so, providers=providers, enable_fallback=0)
+    session_s = time.perf_counter() - t0
+    on, total = coverage(sess) if ep == "NpuEP" else (0, 0)
+    gen = Generator(sess, max_kv_len=prompt_len + new_tokens + 8)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(1, CONFIG["vocab_size"], prompt_len)]
+    gen.generate(prompt, 2, keep_logits=False)  # warm-up: first-call costs of each shape
+    res = gen.generate(prompt, new_tokens, keep_logits=True)
+    return {"ep": ep, "session_s": session_s, "ttft_s": res.ttft_s, "itl_s": float(np.median(res.itl_s)),
+            "tokens": res.tokens, "first_logits": res.logits[0].tolist(), "npu_nodes": on, "nodes": total,
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _child(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "npu_ep.tools.bench_llm_1b", *args], check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m npu_ep.tools.bench_llm_1b", description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "npu_ep_bench_llm_1b")
+    ap.add_argument("--child", choices=["build", "NpuEP", "CPU EP"], help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child == "build":
+        print(json.dumps({"model": str(build(a.workdir, a.layers))}))
+        return 0
+    if a.child:
+        print(json.dumps(measure(a.model, a.child, a.prompt_len, a.new_tokens)))
+        return 0
+    t0 = time.perf_counter()
+    model = _child("--child", "build", "--workdir", str(a.workdir), "--layers", str(a.layers))["model"]
+    print(f"model: {model} ({os.path.getsize(model) / 1e6:.0f} MB, ready in {time.perf_counter() - t0:.0f} s)")
+    res = {ep: _child("--child", ep, "--model", model, "--prompt-len", str(a.prompt_len),
+                      "--new-tokens", str(a.new_tokens)) for ep in ("CPU EP", "NpuEP")}
+    npu, cpu = res["NpuEP"], res["CPU EP"]
+    print(f"NpuEP took {npu['npu_nodes']} of {npu['nodes']} nodes")
+    print(f"{'':22} {'CPU EP':>10} {'NpuEP':>10} {'ratio':>7}  target")
+    for key, label, scale, unit, target in (("peak_rss", "peak RSS", 1e-6, "MB", 1.2),
+                                            ("session_s", "session creation", 1.0, "s", 2.0),
+                                            ("ttft_s", f"TTFT ({a.prompt_len} tokens)", 1e3, "ms", 1.0),
+                                            ("itl_s", "inter-token (median)", 1e3, "ms", 1.1)):
+        r = npu[key] / cpu[key]
+        print(f"{label + ' [' + unit + ']':22} {cpu[key] * scale:10.1f} {npu[key] * scale:10.1f} {r:7.2f}  "
+              f"<= {target}")
+    import numpy as np
+
+    same = next((i for i, (x, y) in enumerate(zip(npu["tokens"], cpu["tokens"])) if x != y), len(npu["tokens"]))
+    lc, ln = np.asarray(cpu["first_logits"]), np.asarray(npu["first_logits"])
+    print(f"greedy tokens identical for {same} of {len(npu['tokens'])} steps; first-step logits max |diff| "
+          f"{np.abs(ln - lc).max():.2e} on a scale of {np.abs(lc).max():.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
