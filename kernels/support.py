@@ -26,11 +26,15 @@ def dtype_name(v: ValueInfo) -> str | None:
 
 
 _FOUR_BIT = {22: "int4", 21: "uint4"}  # ONNX TensorProto.INT4 / UINT4
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 
 
 def why_not(node: NodeInfo, target: Target) -> str | None:
     """None if ``target`` runs ``node``, else the reason it declines (which rule of the target)."""
     op = node.describe()
+    if node.domain == "" and node.op_type in _CONTROL_FLOW:
+        return (f"{op}: control flow stays on the CPU EP; ORT gives each of its branches/bodies to NpuEP as a graph "
+                "of its own")
     rule = target.rule(node.domain, node.op_type)
     kernel = kernel_for(node.domain, node.op_type)
     if rule is None:

@@ -68,6 +68,7 @@ def test_if_decline_is_one_reason_per_session(caplog):
     reports = [r.getMessage() for r in caplog.records if "stay on the CPU" in r.getMessage()]
     assert len(reports) == 1, reports
     assert "outer_if" in reports[0] and "inner_if" in reports[0]
+    assert "2 x control flow stays on the CPU EP" in reports[0]
 
 
 SILERO = importlib.util.find_spec("silero_vad")
