@@ -117,3 +117,21 @@ def test_many_if_branches_give_one_short_report(caplog):
     assert where["then0_relu"] == where["else7_relu"] == "NpuEP"
     x = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-6)
+
+
+def test_a_handler_added_before_importing_npu_ep_gets_the_report():
+    code = textwrap.dedent("""
+        import logging
+        got = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                got.append(record.getMessage())
+        logging.getLogger("npu_ep").addHandler(Keep())
+    """) + CHILD_PRELUDE + textwrap.dedent("""
+        session()
+        assert sum("stay on the CPU" in m for m in got) == 1, got
+        print("OK")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr
+    assert "stay on the CPU" not in r.stderr
