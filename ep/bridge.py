@@ -26,7 +26,7 @@ from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
 from ..kernels.host_blas import allow_split, blas_threads
 from ..kernels.ops._native import configure as configure_kernels
-from .log import logger, set_level
+from .log import set_level
 from .program import Program
 
 # Live sessions, for reports that inspect a running InferenceSession (weak: ORT owns their lifetime).
