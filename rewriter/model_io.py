@@ -245,7 +245,8 @@ def _serialize_inline(model: ir.Model, path: pathlib.Path) -> bytes:
 def _save_with_data_file(model: ir.Model, path: pathlib.Path, data_name: str) -> None:
     """Stream every initializer above ``_INLINE_LIMIT`` bytes, and every external one, into ``data_name`` beside ``path`` (atomically),
     point the initializers at it while the model is serialized, then restore them (the model is unchanged)."""
-    values = [v for g in model.graphs() for v in g.initializers.values() if v.const_value is not None
+    values = [v for g in model.graphs() for v in g.initializers.values()
+              if v.const_value is not None and v.const_value.dtype != ir.DataType.STRING  # strings stay inline
               and (v.const_value.nbytes > _INLINE_LIMIT or isinstance(v.const_value, ir.ExternalTensor))]
     originals = [v.const_value for v in values]
     moved: list[ir.ExternalTensor] = []

@@ -190,3 +190,15 @@ def test_library_warnings_are_one_line(tmp_path, capsys):
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert err and all(ln.startswith("npu-rewrite: warning: ") for ln in err), err
     assert "Inferred shape and existing shape differ" in err[0]
+
+
+def test_string_initializers_stay_inline_beside_a_data_file(tmp_path):
+    import onnx_ir as ir
+
+    model = model_io.load_model(_external_model(tmp_path / "in"))
+    words = ir.Value(name="words", const_value=ir.StringTensor([b"a" * 2000, b"b"], shape=ir.Shape([2]), name="words"))
+    model.graph.register_initializer(words)
+    out = model_io.save_model(model, tmp_path / "out" / "m.onnx")
+    proto = onnx.load(str(out))
+    (t,) = [t for t in proto.graph.initializer if t.name == "words"]
+    assert t.data_location == TensorProto.DEFAULT and list(t.string_data) == [b"a" * 2000, b"b"]
