@@ -1,4 +1,11 @@
-"""Reading and writing models for the rewriter: external data stays memory-mapped on disk while loading."""
+"""Reading and writing models for the rewriter.
+
+Loading: weights stay on disk, memory-mapped by onnx-ir when a rule reads them (external data as it is; large
+inline tensors through ``inline_data``); every stored tensor is checked against its dims from the headers, before
+anything is allocated; negative declared dims become unknown dims.
+Saving: self-contained (the output never points at the input's files), atomic (``npu_ep._atomic``), and never
+over a file the input reads (``refuse_overwriting_inputs``).
+"""
 
 from __future__ import annotations
 
@@ -18,12 +25,11 @@ from .inline_data import load_mapped
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 _INLINE_LIMIT = 1024  # with a data file, tensors up to this size stay inline (as onnx.save's size_threshold)
 _ALIGN = 64  # data-file offsets are aligned for the memory maps that read them
-SOURCE_FILES_KEY = "npu_ep.source_files"  # ir.Model.meta: the model file a model was loaded from
+SOURCE_FILES_KEY = "npu_ep.source_files"  # ir.Model.meta: the model file a model was loaded from, then its data files
 
 
 class RewriteError(Exception):
     """A model could not be read or rewritten; the message is one line naming the file or node and the reason."""
-
 
 
 def load_model(model: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Model:
@@ -196,7 +202,8 @@ def save_model(model: ir.Model, path: str | os.PathLike) -> pathlib.Path:
     Self-contained: when the model reads external data (it came with a data file) or holds more than
     ``EXTERNAL_DATA_THRESHOLD`` bytes of tensors, every large initializer is copied into ``<file>.data`` beside
     the output (kernel file-to-file copy for untouched external tensors, so weights are streamed, never resident);
-    otherwise everything is inline. The output never points at the input's data file.
+    otherwise everything is inline (weights mapped from an inline input file are read back in). The output never
+    points at a file of the input.
     Atomic: each file is written to a unique temp file, fsync'ed and renamed (data first, then the model).
     """
     path = pathlib.Path(path)
@@ -243,8 +250,9 @@ def _serialize_inline(model: ir.Model, path: pathlib.Path) -> bytes:
 
 
 def _save_with_data_file(model: ir.Model, path: pathlib.Path, data_name: str) -> None:
-    """Stream every initializer above ``_INLINE_LIMIT`` bytes, and every external one, into ``data_name`` beside ``path`` (atomically),
-    point the initializers at it while the model is serialized, then restore them (the model is unchanged)."""
+    """Stream every initializer above ``_INLINE_LIMIT`` bytes, and every external one, into ``data_name`` beside
+    ``path`` (atomically), point the initializers at it while the model is serialized, then restore them (the
+    model is unchanged)."""
     values = [v for g in model.graphs() for v in g.initializers.values()
               if v.const_value is not None and v.const_value.dtype != ir.DataType.STRING  # strings stay inline
               and (v.const_value.nbytes > _INLINE_LIMIT or isinstance(v.const_value, ir.ExternalTensor))]

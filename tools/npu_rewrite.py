@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--int4-accuracy-level", type=int, default=0, choices=range(5), metavar="{0..4}",
                    help="int4 pass: MatMulNBits accuracy_level, the lowest precision of A the kernel may use "
                         "(0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8; default 0)")
-    p.add_argument("--exclude", default=None, help="int4 pass: regex on MatMul node names never quantized (e.g. lm_head)")
+    p.add_argument("--exclude", default=None,
+                   help="int4 pass: regex on MatMul node names never quantized (e.g. lm_head)")
     p.add_argument("--min-elements", type=int, default=0, metavar="N",
                    help="int4 pass: weights with fewer than N elements stay float (default 0)")
     p.add_argument("--drop-qdq-roundtrips", action="store_true", help="also drop lossy Q->DQ pairs")
