@@ -202,3 +202,11 @@ def test_string_initializers_stay_inline_beside_a_data_file(tmp_path):
     proto = onnx.load(str(out))
     (t,) = [t for t in proto.graph.initializer if t.name == "words"]
     assert t.data_location == TensorProto.DEFAULT and list(t.string_data) == [b"a" * 2000, b"b"]
+
+
+def test_check_refuses_to_generate_giant_declared_inputs(tmp_path, capsys):
+    """``--check`` sizes its inputs from the declared shapes: above its limit it says so (exit 1) unallocated."""
+    src = _relu_model(tmp_path, [8192, 8192], [8192, 8192])
+    assert main([str(src), "-o", str(tmp_path / "out.onnx"), "--passes", "cleanup", "--check", "--json"]) == 1
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert not check["passed"] and check["reason"].startswith("not checked: the declared inputs need 256 MiB")
