@@ -136,6 +136,19 @@ def _vocab(model: onnx.ModelProto) -> int | None:
     return None
 
 
+def _check_kv_memory(info: _ModelInfo, capacity: int) -> None:
+    """Refuse, before allocating, a KV cache (fp32 keys and values of every layer) above half the machine's RAM."""
+    need = 2 * info.n_layers * max(info.kv_heads, 1) * max(capacity, 0) * max(info.head_dim, 1) * 4
+    try:
+        budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError):
+        budget = 8 << 30
+    if need > budget:
+        raise ValueError(f"a KV cache of {capacity} tokens needs {need / 2**30:,.1f} GiB ({info.n_layers} layers x "
+                         f"key+value x {info.kv_heads} heads x {info.head_dim}, fp32), more than half of this "
+                         f"machine's memory ({budget / 2**30:,.1f} GiB); lower max_kv_len (--max-kv-len)")
+
+
 def _info_from_session(sess: ort.InferenceSession) -> _ModelInfo:
     ins = {i.name: i for i in sess.get_inputs()}
     n_layers = sum(1 for n in ins if n.startswith("past_key_values.") and n.endswith(".key"))
@@ -200,7 +213,7 @@ class Generator:
     def __init__(self, model: str | os.PathLike | onnx.ModelProto | ort.InferenceSession, *,
                  providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
                  max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True,
-                 session_config: dict[str, str] | None = None):
+                 session_config: dict[str, str] | None = None, ort_log_level: int | None = None):
         self.buckets = check_buckets(buckets)
         self.max_kv_len = int(max_kv_len)
         self.chunked_prefill = chunked_prefill
@@ -215,6 +228,8 @@ class Generator:
             self.info = _inspect_model(proto)
             so = ort.SessionOptions()
             so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+            if ort_log_level is not None:  # e.g. 4 (fatal only) when the caller reports ORT's exceptions itself
+                so.log_severity_level = ort_log_level
             for k, v in (session_config or {}).items():
                 so.add_session_config_entry(k, v)
             before = _live_ids()
@@ -297,6 +312,7 @@ class Generator:
             raise ValueError(f"prompt token id {prompt[bad]} at position {bad} is outside the vocabulary "
                              f"[0, {vocab if vocab is not None else 'vocab'})")
         chunks = plan_prefill(len(prompt), self.buckets, chunked=self.chunked_prefill)
+        _check_kv_memory(self.info, self.max_kv_len)
         cache = KvCache(self.info.n_layers, self.info.kv_heads, self.info.head_dim, self.max_kv_len)
         # capacity is checked up front: a clear error before any work, never a silent overwrite later
         cache.check_room(len(prompt) + max_new_tokens - 1)

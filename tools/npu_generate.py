@@ -1,7 +1,9 @@
 """``npu-generate MODEL --prompt-ids 1 2 3 --max-new-tokens N``: greedy generation on NpuEP (bucketed prefill,
 fixed-capacity KV cache), printing the ids, TTFT / inter-token latency (host and emulated NPU) and padding.
 
-Exit codes: 0 ok, 2 bad input or a refused request (prompt too long without chunking, KV capacity exceeded).
+Exit codes: 0 ok, 2 bad input or a refused request (prompt too long without chunking, KV capacity exceeded, a KV
+cache larger than half the machine's memory, token ids outside the vocabulary), 1 ONNX Runtime failed on the model;
+each printed as one line on stderr.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse's default prints the usage too)
         print(f"npu-generate: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +73,7 @@ def format_result(res: GenerationResult) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .generate import Generator, default_providers
+    from .report_validate import ort_exceptions, ort_message
 
     if args.cpu:
         providers = ["CPUExecutionProvider"]
@@ -75,12 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             providers[0] = (providers[0][0], {"target": args.target})
     try:
         gen = Generator(args.model, providers=providers, buckets=_flat(args.buckets), max_kv_len=args.max_kv_len,
-                        chunked_prefill=args.chunked)
+                        chunked_prefill=args.chunked, ort_log_level=4)  # ORT errors: the one line below
         res = gen.generate(_flat(args.prompt_ids), args.max_new_tokens, keep_logits=False)
     except (PromptTooLongError, KvCapacityError, ValueError, OSError, DecodeError) as exc:
-        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-        print(f"npu-generate: error: {lines[0] if lines else type(exc).__name__}", file=sys.stderr)
+        print(f"npu-generate: error: {_first_line(exc)}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print(f"npu-generate: error: {args.model}: out of memory (lower --max-kv-len or --buckets)", file=sys.stderr)
+        return 2
+    except ort_exceptions() as exc:  # ONNX Runtime refused the model or failed a run (e.g. an allocation)
+        print(f"npu-generate: {args.model}: ONNX Runtime failed: {ort_message(exc)}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps({**res.summary(), "compile": gen.compile_stats()}, indent=1))
     else:

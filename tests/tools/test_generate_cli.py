@@ -53,3 +53,32 @@ def test_vocabulary_known_from_a_session_too(model):
     gen = Generator(sess, max_kv_len=64)
     with pytest.raises(ValueError, match="prompt token id 1024 at position 0 is outside the vocabulary"):
         gen.generate([1024], 2)
+
+
+def _run(argv, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_kv_cache_larger_than_memory_is_refused_before_allocating(model, capsys):
+    code, err = _run([model, "--prompt-ids", "1", "--max-kv-len", "1000000000", "--cpu"], capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "a KV cache of 1000000000 tokens needs 1,907.3 GiB" in err[0] and "--max-kv-len" in err[0]
+
+
+def test_onnx_runtime_failure_is_one_line(model, capsys, monkeypatch):
+    """ORT failing a run (here: a failed allocation, injected) is one line with exit 1, not a traceback."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail
+
+    from npu_ep.tools import generate
+
+    def failing_run(self, feeds):
+        raise Fail("[ONNXRuntimeError] : 1 : FAIL : Failed to allocate memory for requested buffer of size 10")
+
+    monkeypatch.setattr(generate._Runner, "run", failing_run)
+    code, err = _run([model, "--prompt-ids", "1", "--cpu"], capsys)
+    assert code == 1 and err == [f"npu-generate: {model}: ONNX Runtime failed: FAIL : Failed to allocate memory "
+                                 "for requested buffer of size 10"], err
