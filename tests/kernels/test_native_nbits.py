@@ -100,3 +100,15 @@ def test_bad_arguments_raise_clear_errors():
         NK.matmul_nbits(a, w.B, w.scales, None, None, 64, 8, 48, 0, 1)
     with pytest.raises(ValueError, match=r"A must be \[M, K=64\]"):
         NK.matmul_nbits(np.zeros((1, 63), np.float32), w.B, w.scales, None, None, 64, 8, 32, 0, 1)
+
+
+@pytest.mark.parametrize("bs", [16, 64, 256])
+@pytest.mark.parametrize("level", [0, 4])
+def test_prefill_rows_equal_decode_bits(isa, bs, level):
+    """A row computed inside a prefill tile has the bits of the same row computed alone (decode)."""
+    K, N = 700, 37
+    w = _weights(K, N, bs, symmetric=False)
+    a = RNG.standard_normal((6, K)).astype(np.float32)
+    y = _native(a, w, level)
+    for r in range(6):
+        np.testing.assert_array_equal(y[r], _native(a[r:r + 1], w, level)[0])

@@ -299,6 +299,56 @@ struct Cols4 {
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);                  \
   }
 
+// Prefill (M > 1): 4 rows x 4 columns per pass; B is unpacked once per chunk for all four rows. Each product
+// sw * sa is formed lane by lane exactly as in the one-row kernel, so a row's result has the same bits either way.
+#define NPU_INT8_TILE4_AVX512(NAME, TARGET, DPBUSD)                                                              \
+  __attribute__((target(TARGET))) void NAME(const Cols4& cols, const Shape& s, const int8_t* const q[4],       \
+                                            const float* const sa[4], const int32_t* const qlane[4],           \
+                                            float out[4][4]) {                                                 \
+    const __m512i m0f = _mm512_set1_epi8(0x0F);                                                                 \
+    const int bs = s.bs;                                                                                        \
+    const int64_t bpc = bs >= kChunkElems ? 1 : kChunkElems >> s.bs_log2;                                       \
+    const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(                                                   \
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(8)),         \
+        s.bs_log2);                                                                                             \
+    const int64_t full = s.row_bytes / kChunkBytes;                                                             \
+    __m512 acc[4][4];                                                                                           \
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r)                                                         \
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();                      \
+    for (int64_t c = 0; c < s.n_chunks; ++c) {                                                                  \
+      const int64_t b0 = bs >= kChunkElems ? (c * kChunkElems) >> s.bs_log2 : c * bpc;                          \
+      const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(bpc, s.kb - b0)) - 1);            \
+      __m512i lo[4], hi[4], zl[4];                                                                              \
+      __m512 swv[4];                                                                                            \
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {                                                     \
+        const __m512i bv = _mm512_loadu_si512(c < full ? cols.full[j] + c * kChunkBytes : cols.tail[j]);        \
+        lo[j] = _mm512_and_si512(bv, m0f);                                                                      \
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f);                                                \
+        if (bs >= kChunkElems) {                                                                                \
+          swv[j] = _mm512_set1_ps(cols.sw[j][b0]);                                                              \
+          zl[j] = _mm512_set1_epi32(cols.zpc[j][b0]);                                                           \
+        } else {                                                                                                \
+          swv[j] = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(mask, cols.sw[j] + b0));                    \
+          zl[j] = _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(mask, cols.zpc[j] + b0));              \
+        }                                                                                                       \
+      }                                                                                                         \
+      _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r) {                                                     \
+        const int8_t* qc = q[r] + c * kChunkElems;                                                              \
+        const __m512i qlo = _mm512_loadu_si512(qc), qhi = _mm512_loadu_si512(qc + kChunkBytes);                 \
+        const __m512i ql = _mm512_loadu_si512(qlane[r] + c * 16);                                               \
+        const __m512 sav = bs >= kChunkElems ? _mm512_set1_ps(sa[r][b0])                                        \
+                                             : _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(mask, sa[r] + b0)); \
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {                                                   \
+          __m512i d = DPBUSD(DPBUSD(_mm512_setzero_si512(), lo[j], qlo), hi[j], qhi);                           \
+          d = _mm512_sub_epi32(d, _mm512_mullo_epi32(zl[j], ql));                                               \
+          acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(swv[j], sav), acc[r][j]);            \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r)                                                         \
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) out[r][j] = _mm512_reduce_add_ps(acc[r][j]);          \
+  }
+
 __attribute__((target(NPU_AVX512))) inline __m512i DpbusdBw(__m512i acc, __m512i u, __m512i s) {
   return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
 }
@@ -308,12 +358,16 @@ __attribute__((target(NPU_AVX512 ",avx512vnni"))) inline __m512i DpbusdVnni(__m5
 
 NPU_INT8_COLS4_AVX512(Int8Cols4Avx512, NPU_AVX512, DpbusdBw)
 NPU_INT8_COLS4_AVX512(Int8Cols4Avx512Vnni, NPU_AVX512 ",avx512vnni", DpbusdVnni)
+NPU_INT8_TILE4_AVX512(Int8Tile4Avx512, NPU_AVX512, DpbusdBw)
+NPU_INT8_TILE4_AVX512(Int8Tile4Avx512Vnni, NPU_AVX512 ",avx512vnni", DpbusdVnni)
 #endif  // NPU_EP_X86
 
 using Int8ColFn = float (*)(const uint8_t*, const uint8_t*, const float*, const int32_t*, const Shape&,
                             const int8_t*, const float*, const int32_t*);
 #if NPU_EP_X86
 using Int8Cols4Fn = void (*)(const Cols4&, const Shape&, const int8_t*, const float*, const int32_t*, float*);
+using Int8Tile4Fn = void (*)(const Cols4&, const Shape&, const int8_t* const*, const float* const*,
+                             const int32_t* const*, float (*)[4]);
 #endif
 using DequantFn = void (*)(const uint8_t*, const float*, const int32_t*, const Shape&, float*);
 using DotFn = float (*)(const float*, const float*, int64_t);
@@ -339,7 +393,8 @@ void PrepareA(const NBitsGemm& g, const Shape& s, PreparedA& pa) {
 
 #if NPU_EP_X86
 // Columns [n0, n1) four at a time (a short last group repeats its last column and stores only the real ones).
-void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8Cols4Fn fn, int64_t n0, int64_t n1) {
+void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8Cols4Fn fn, Int8Tile4Fn tile,
+                   int64_t n0, int64_t n1) {
   const bool symmetric = g.zero_points == nullptr;
   std::vector<int32_t> zpc(4 * (s.kb + 16), 8);
   alignas(64) uint8_t tails[4][kChunkBytes];
@@ -358,11 +413,27 @@ void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8
       if (!symmetric) UnpackZeroPoints(g.zero_points + n * s.zp_bytes, s, z);
       cols.zpc[j] = z;
     }
-    for (int64_t m = 0; m < s.M; ++m) {
+    if (s.M == 1) {
       float out[4];
-      fn(cols, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb, pa.lane.data() + m * s.kc / 8, out);
-      for (int j = 0; j < 4 && c0 + j < n1; ++j)
-        g.y[m * s.N + c0 + j] = out[j] + (g.bias == nullptr ? 0.0f : g.bias[c0 + j]);
+      fn(cols, s, pa.q.data(), pa.scale.data(), pa.lane.data(), out);
+      for (int j = 0; j < 4 && c0 + j < n1; ++j) g.y[c0 + j] = out[j] + (g.bias == nullptr ? 0.0f : g.bias[c0 + j]);
+      continue;
+    }
+    for (int64_t m0 = 0; m0 < s.M; m0 += 4) {  // a short last group repeats its last row
+      const int8_t* q[4];
+      const float* sa[4];
+      const int32_t* ql[4];
+      for (int r = 0; r < 4; ++r) {
+        const int64_t m = std::min(m0 + r, s.M - 1);
+        q[r] = pa.q.data() + m * s.kc;
+        sa[r] = pa.scale.data() + m * s.kb;
+        ql[r] = pa.lane.data() + m * s.kc / 8;
+      }
+      float out[4][4];
+      tile(cols, s, q, sa, ql, out);
+      for (int r = 0; r < 4 && m0 + r < s.M; ++r)
+        for (int j = 0; j < 4 && c0 + j < n1; ++j)
+          g.y[(m0 + r) * s.N + c0 + j] = out[r][j] + (g.bias == nullptr ? 0.0f : g.bias[c0 + j]);
     }
   }
 }
@@ -392,8 +463,9 @@ void MatMulNBits(const NBitsGemm& g) {
   DotFn dot = DotScalar;
 #if NPU_EP_X86
   Int8Cols4Fn int8_cols4 = nullptr;
-  if (isa == Isa::kAvx512Vnni) int8_cols4 = Int8Cols4Avx512Vnni;
-  if (isa == Isa::kAvx512) int8_cols4 = Int8Cols4Avx512;
+  Int8Tile4Fn int8_tile4 = nullptr;
+  if (isa == Isa::kAvx512Vnni) int8_cols4 = Int8Cols4Avx512Vnni, int8_tile4 = Int8Tile4Avx512Vnni;
+  if (isa == Isa::kAvx512) int8_cols4 = Int8Cols4Avx512, int8_tile4 = Int8Tile4Avx512;
   if (isa == Isa::kAvx2) int8_col = Int8ColAvx2;
   if (isa >= Isa::kAvx2) dequant = DequantColAvx2;
   if (isa >= Isa::kAvx2) dot = DotAvx2;
@@ -407,7 +479,7 @@ void MatMulNBits(const NBitsGemm& g) {
     const int64_t n0 = task * kColsPerTask, n1 = std::min(s.N, n0 + kColsPerTask);
 #if NPU_EP_X86
     if (int8 && int8_cols4 != nullptr) {
-      Int8Cols4Task(g, s, pa, int8_cols4, n0, n1);
+      Int8Cols4Task(g, s, pa, int8_cols4, int8_tile4, n0, n1);
       return;
     }
 #endif
