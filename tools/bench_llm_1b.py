@@ -7,7 +7,8 @@ peak RSS, session creation, TTFT for a 128-token prompt, inter-token latency, gr
 The model is built once by the project's own builder (``models/tiny_llama.py``) and ``npu-rewrite`` (cleanup,
 rope, gqa, int4 with accuracy_level 4), in a child process, and kept in ``--workdir`` (default: a folder under the
 system temp dir named after the configuration). Each EP is then measured in its own child process, so peak RSS
-(``ru_maxrss``) is that EP's alone; both load the same .onnx by path. Targets (issue 12): peak RSS <= 1.2x, session
+(``ru_maxrss``) is that EP's alone; both load the same .onnx by path. The children alternate between the EPs for
+``--repeats`` rounds (host load on a shared machine changes by 2x within minutes) and each metric is the median. Targets (issue 12): peak RSS <= 1.2x, session
 creation <= 2x (cold; NpuEP's compiled-context cache is off here), inter-token <= 1.1x, TTFT <= 1.0x.
 """
 
@@ -75,7 +76,7 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
     res = gen.generate(prompt, new_tokens, keep_logits=True)
     return {"ep": ep, "session_s": session_s, "ttft_s": res.ttft_s, "itl_s": float(np.median(res.itl_s)),
             "tokens": res.tokens, "first_logits": res.logits[0].tolist(), "npu_nodes": on, "nodes": total,
-            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            "peak_rss": float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)}
 
 
 def _child(*args: str) -> dict:
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "npu_ep_bench_llm_1b")
     ap.add_argument("--child", choices=["build", "NpuEP", "CPU EP"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -102,9 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     model = _child("--child", "build", "--workdir", str(a.workdir), "--layers", str(a.layers))["model"]
     print(f"model: {model} ({os.path.getsize(model) / 1e6:.0f} MB, ready in {time.perf_counter() - t0:.0f} s)")
-    res = {ep: _child("--child", ep, "--model", model, "--prompt-len", str(a.prompt_len),
-                      "--new-tokens", str(a.new_tokens)) for ep in ("CPU EP", "NpuEP")}
-    npu, cpu = res["NpuEP"], res["CPU EP"]
+    runs: dict[str, list[dict]] = {"CPU EP": [], "NpuEP": []}
+    for _ in range(a.repeats):
+        for ep in runs:
+            runs[ep].append(_child("--child", ep, "--model", model, "--prompt-len", str(a.prompt_len),
+                                   "--new-tokens", str(a.new_tokens)))
+    import statistics
+
+    npu, cpu = ({k: (statistics.median(r[k] for r in rs) if isinstance(rs[0][k], float) else rs[0][k])
+                 for k in rs[0]} for rs in (runs["NpuEP"], runs["CPU EP"]))
+    print(f"medians of {a.repeats} alternating child processes per EP")
     print(f"NpuEP took {npu['npu_nodes']} of {npu['nodes']} nodes")
     print(f"{'':22} {'CPU EP':>10} {'NpuEP':>10} {'ratio':>7}  target")
     for key, label, scale, unit, target in (("peak_rss", "peak RSS", 1e-6, "MB", 1.2),

@@ -21,6 +21,13 @@ inline Isa DetectIsa() {
 inline Isa DetectIsa() { return Isa::kScalar; }
 #endif
 
+// Round to nearest, ties to even, for |x| < 2^22 (the default rounding mode; no libm call, unlike std::nearbyint
+// on baseline x86-64): adding 1.5 * 2^23 leaves a float whose spacing is 1.
+inline float RoundHalfEven(float x) {
+  constexpr float kMagic = 12582912.0f;
+  return (x + kMagic) - kMagic;
+}
+
 // The host's ISA, optionally capped (tests run every path that this host supports).
 Isa ActiveIsa();
 void SetIsaCap(int cap);  // -1: no cap

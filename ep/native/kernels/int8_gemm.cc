@@ -51,7 +51,7 @@ inline uint8_t Requantize(int32_t acc, float mult, int32_t zp, bool is_signed) {
   const float z = static_cast<float>(zp);
   float v = static_cast<float>(acc) * mult;
   v = std::min(std::max(v, lo - z), hi - z);
-  v = std::nearbyint(v) + z;  // half to even (default rounding mode)
+  v = RoundHalfEven(v) + z;  // |v| <= 255 + |zp| after the clip
   const int32_t q = static_cast<int32_t>(v);
   return is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q)) : static_cast<uint8_t>(q);
 }

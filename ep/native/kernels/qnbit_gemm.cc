@@ -70,7 +70,7 @@ void QuantizeRow(const float* a, const Shape& s, int8_t* q, float* scale, int32_
     const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
     int32_t sum = 0;
     for (int64_t k = k0; k < k1; ++k) {
-      const float r = std::nearbyint(a[k] * inv);  // default rounding mode: half to even
+      const float r = RoundHalfEven(a[k] * inv);  // |a * inv| <= 127
       const int32_t c = static_cast<int32_t>(std::min(127.0f, std::max(-128.0f, r)));
       q[PermPos(k)] = static_cast<int8_t>(c);
       lane[k >> 3] += c;
