@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.quantization import quantize_matmul_nbits
@@ -101,3 +101,24 @@ def test_unknown_kernels_option_is_a_clear_error():
     model, _ = _single(1, 64, 16, 0)
     with pytest.raises(Exception, match="kernels='fast': expected one of native, reference"):
         npu_session(model, {"kernels": "fast"}, cpu=False)
+
+
+def test_fp16_activations_native_equals_reference():
+    """fp16 A and scales: both implementations compute in float32 and round to fp16 once (1 fp16 ulp apart at
+    most, from float32 summation order)."""
+    k, n = 512, 96
+    q = quantize_matmul_nbits((RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), 32, False)
+    node = helper.make_node("MatMulNBits", ["x", "B", "S", "Z"], ["y"], "y", domain="com.microsoft", K=k, N=n,
+                            bits=4, block_size=32, accuracy_level=4)
+    f16 = TensorProto.FLOAT16
+    model = make_model([node], [helper.make_tensor_value_info("x", f16, [3, k])],
+                       [helper.make_tensor_value_info("y", f16, [3, n])],
+                       {"B": q.B, "S": q.scales.astype(np.float16), "Z": q.zero_points}, opset=21, extra_opsets=MS)
+    x = {"x": RNG.standard_normal((3, k)).astype(np.float16)}
+    outs = []
+    for kernels in ("native", "reference"):
+        sess = npu_session(model, {"kernels": kernels}, cpu=False)
+        assert assignment(sess) == {"y": "NpuEP"}
+        outs.append(sess.run(None, x)[0])
+    assert outs[0].dtype == np.float16
+    np.testing.assert_allclose(outs[0].astype(np.float32), outs[1].astype(np.float32), rtol=1e-3, atol=1e-3)
