@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from .peak_rss import peak_rss_bytes
+
 
 def build_model(path: pathlib.Path, layers: int, dim: int, seed: int = 0, inline: bool = False) -> int:
     """Write ``layers`` chained MatMuls of ``dim x dim`` float32 weights; returns the weight bytes."""
@@ -75,7 +77,7 @@ def _env() -> dict[str, str]:
 
 def _measure(cmd: list[str]) -> dict:
     """Run ``cmd`` as a process: wall time from spawn to exit (interpreter start, imports and I/O included) and
-    its own peak RSS (``ru_maxrss`` from ``wait4``: this child only, not the parent)."""
+    its own peak RSS (``ru_maxrss`` from ``wait4``; valid only above this process's own peak, which it checks)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=_env())
@@ -88,8 +90,12 @@ def _measure(cmd: list[str]) -> dict:
     if proc.returncode != 0:
         tail = stderr.strip().splitlines()
         raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}): {tail[-1] if tail else ''}")
-    return {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime,
-            "peak_rss_bytes": usage.ru_maxrss * 1024, "stdout": stdout}
+    peak = usage.ru_maxrss * 1024
+    if peak <= peak_rss_bytes():  # Linux carries the parent's RSS into the child's ru_maxrss (tools/peak_rss.py)
+        raise SystemExit(f"{cmd[:4]}: its peak RSS is hidden below this benchmark's own "
+                         f"({peak_rss_bytes() >> 20} MiB); use a larger model")
+    return {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": peak,
+            "stdout": stdout}
 
 
 def _ort_cmd(src: pathlib.Path, dst: pathlib.Path, block_size: int, symmetric: bool) -> list[str]:

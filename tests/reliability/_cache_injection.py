@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from npu_ep.tools.peak_rss import peak_rss_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
@@ -85,7 +86,7 @@ def worker(config_path: str, wid: int) -> int:
         summary[verdict] += 1
         summary["cache_warnings"] += sum(w.category.__name__ == "CacheWarning" for w in caught)
         print(json.dumps({"worker": wid, "session": i, "verdict": verdict}), flush=True)
-    summary["max_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    summary["max_rss_mib"] = round(peak_rss_bytes() / 2**20)
     summary["error_examples"] = summary["error_examples"][:3]
     print(json.dumps(summary), flush=True)
     return 0

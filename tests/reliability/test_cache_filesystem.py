@@ -52,9 +52,10 @@ def _plant(cache, kind: str, key: str = KEY) -> None:
 
 
 STORE_CHILD = """
-import json, resource, time, warnings
+import json, time, warnings
 from npu_ep.context_cache.store import CacheStore
-rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+from npu_ep.tools.peak_rss import peak_rss_bytes
+rss0 = peak_rss_bytes() / 1024
 s = CacheStore({cache!r})
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -62,7 +63,7 @@ with warnings.catch_warnings(record=True) as caught:
     got = s.get({key!r})
     listed = [(e.ok, e.error) for e in s.entries()]
     verified = [(e.ok, e.error) for e in s.verify_all()]
-rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rss1 = peak_rss_bytes() / 1024
 print(json.dumps({{"got": got is not None, "warnings": [str(w.message) for w in caught], "listed": listed,
                   "verified": verified, "rss_growth_mib": (rss1 - rss0) / 1024}}))
 """
