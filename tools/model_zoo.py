@@ -1,0 +1,152 @@
+"""``npu-report --zoo``: which of my models run on this NPU? One row per model, each measured in its own worker
+process: nodes, coverage, partitions, crossings, the top decline reasons, numerics against the CPU EP, the
+application's decision (for the corpus models) and host time against the CPU EP.
+
+The session is the one a user gets (NpuEP first, CPU EP as fallback, no rewrite); coverage and partitions are
+ORT's graph assignment, not a file-level estimate.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import multiprocessing
+import os
+import pathlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+TARGETS = {"coverage": 0.95, "partitions": 3, "host_ratio": 2.0}  # issue 13's bar per model
+
+
+def model_paths(sources: Sequence[str]) -> list[tuple[str, str]]:
+    """(name, path) for every ``.onnx`` under the given files/folders; ``corpus`` names the installed real
+    models of ``npu_ep.models.corpus``."""
+    from ..models.corpus import CORPUS
+
+    out: list[tuple[str, str]] = []
+    for src in sources:
+        if src == "corpus":
+            out += [(m.name, str(m.path())) for m in CORPUS if m.path() is not None]
+            continue
+        p = pathlib.Path(src)
+        if p.is_dir():
+            out += [(f.stem, str(f)) for f in sorted(p.rglob("*.onnx"))]
+        elif p.is_file():
+            out.append((p.stem, str(p)))
+        else:
+            raise FileNotFoundError(f"{src}: no such model file or folder")
+    return out
+
+
+def measure_model(name: str, path: str, target: str, dims: Mapping[str, int], runs: int) -> dict[str, Any]:
+    """One zoo row (runs in a worker process: one NpuEP session alive at a time there)."""
+    import onnx
+    import onnxruntime as ort
+
+    from ..ep.sessions import session_of, tag_session_options
+    from ..models.corpus import CORPUS
+    from .report_run import make_feeds, resolve_dims
+
+    row: dict[str, Any] = {"model": name, "path": path}
+    try:
+        model = onnx.load(path)
+        corpus = next((m for m in CORPUS if m.path() is not None and str(m.path()) == path), None)
+        feeds = corpus.feeds(np.random.default_rng(0)) if corpus else make_feeds(model, resolve_dims(model, dims))
+        so = ort.SessionOptions()
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        so.log_severity_level = 3
+        tag_session_options(so)
+        npu = ort.InferenceSession(path, so, providers=[("NpuEP", {"target": target, "cache_dir": "",
+                                                                     "log_level": "error"}), "CPUExecutionProvider"],
+                                   enable_fallback=0)
+        cpu = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        got, want = npu.run(None, feeds), cpu.run(None, feeds)
+        groups = npu.get_provider_graph_assignment_info()
+        total = sum(len(g.get_nodes()) for g in groups)
+        on_npu = sum(len(g.get_nodes()) for g in groups if g.ep_name == "NpuEP")
+        ep = session_of(npu)
+        declined = [d for _, cap in ep.capabilities for d in cap.declined]
+        by_op = collections.Counter(d.node.op_type for d in declined)
+        example = {d.node.op_type: d.reason.split(": ", 1)[-1] for d in reversed(declined)}
+        rel = max((float(np.abs(g.astype(np.float64) - w).max() / max(float(np.abs(w).max()), 1e-12))
+                   for g, w in zip(got, want) if w.dtype.kind == "f" and w.size), default=0.0)
+        exact = all(np.array_equal(g, w) for g, w in zip(got, want) if w.dtype.kind != "f")
+        row.update(nodes=total, on_npu=on_npu, coverage=on_npu / total if total else 0.0,
+                   partitions=sum(1 for g in groups if g.ep_name == "NpuEP"),
+                   crossings=sum(len(p.inputs) + len(p.outputs) for p in ep.programs.values()),
+                   top_reasons=[f"{n} x {op} (e.g. {example[op]})" for op, n in by_op.most_common(3)],
+                   max_rel_diff=rel,
+                   integer_outputs_equal=exact,
+                   same_decision=(bool(np.array_equal(corpus.decision(got), corpus.decision(want)))
+                                  if corpus else None),
+                   host_ratio=_best_us(npu, feeds, runs) / _best_us(cpu, feeds, runs))
+    except Exception as exc:  # noqa: BLE001 - a model that fails is a row with the reason, not a crash
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return row
+
+
+def _best_us(sess, feeds, runs: int) -> float:
+    sess.run(None, feeds)
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        sess.run(None, feeds)
+        best = min(best, (time.perf_counter_ns() - t0) / 1e3)
+    return best
+
+
+def zoo(sources: Sequence[str], *, target: str = "npu-ref", dims: Mapping[str, int] | None = None,
+        workers: int | None = None, runs: int = 5) -> dict[str, Any]:
+    """Measure every model in parallel worker processes (spawned: a fresh ORT and NpuEP per model)."""
+    models = model_paths(sources)
+    workers = workers or max(1, min(len(models), os.cpu_count() or 1))
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        rows = list(pool.map(measure_model, *zip(*models), [target] * len(models), [dict(dims or {})] * len(models),
+                             [runs] * len(models))) if models else []
+    return {"target": target, "targets": TARGETS, "models": rows}
+
+
+HEADER = ("model", "nodes", "on NpuEP", "partitions", "crossings", "max rel diff", "same decision", "host x CPU",
+          "top decline reasons")
+
+
+def rows(doc: Mapping[str, Any]) -> list[list[Any]]:
+    out = []
+    for r in doc["models"]:
+        if "error" in r:
+            out.append([r["model"], None, None, None, None, None, None, None, r["error"]])
+            continue
+        out.append([r["model"], r["nodes"], f"{r['coverage']:.0%}", r["partitions"], r["crossings"],
+                    f"{r['max_rel_diff']:.1e}", {None: "-", True: "yes", False: "NO"}[r["same_decision"]],
+                    round(r["host_ratio"], 2), "; ".join(r["top_reasons"]) or "-"])
+    return out
+
+
+def render_terminal(doc: Mapping[str, Any]) -> str:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=f"Model zoo on {doc['target']} (targets: >= {TARGETS['coverage']:.0%} on NpuEP, <= "
+                    f"{TARGETS['partitions']} partitions, host <= {TARGETS['host_ratio']}x CPU EP)")
+    for h in HEADER:
+        t.add_column(h, overflow="fold")
+    for r in rows(doc):
+        t.add_row(*("" if v is None else escape(str(v)) for v in r))
+    console = Console(width=160, record=True)
+    with console.capture() as cap:
+        console.print(t)
+    return cap.get()
+
+
+def render_html(doc: Mapping[str, Any]) -> str:
+    from .report_tables import table
+
+    return ("<!doctype html><meta charset='utf-8'><title>NpuEP model zoo</title>"
+            "<style>td.num{text-align:right}td,th{padding:2px 8px;border-bottom:1px solid #ddd}</style>"
+            + table(f"Model zoo on {doc['target']}", HEADER, rows(doc), "no models"))
