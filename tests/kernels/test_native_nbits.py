@@ -112,3 +112,21 @@ def test_prefill_rows_equal_decode_bits(isa, bs, level):
     y = _native(a, w, level)
     for r in range(6):
         np.testing.assert_array_equal(y[r], _native(a[r:r + 1], w, level)[0])
+
+
+def test_nan_and_inf_rows_propagate_like_the_reference(isa):
+    """A NaN (level 0 and 4) or an Inf (level 4: its block's scale is Inf) in a row of A makes that row NaN, in
+    the native kernel as in the numpy reference; other rows are untouched."""
+    K, N = 200, 24
+    w = _weights(K, N, 32, symmetric=False)
+    a = RNG.standard_normal((3, K)).astype(np.float32)
+    a[0, 7] = np.nan
+    a[2, 150] = np.inf
+    for level in (0, 4):
+        y = _native(a, w, level)
+        with np.errstate(invalid="ignore"):  # the reference's Inf * 0 and NaN products
+            ref = _reference(a, w, level)
+        assert np.isnan(y[0]).all() and np.isnan(ref[0]).all()
+        _close(y[1], ref[1])
+        if level == 4:
+            assert np.isnan(y[2]).all() and np.isnan(ref[2]).all()

@@ -65,12 +65,17 @@ void QuantizeRow(const float* a, const Shape& s, int8_t* q, float* scale, int32_
   for (int64_t b = 0; b < s.kb; ++b) {
     const int64_t k0 = b * s.bs, k1 = std::min<int64_t>(s.K, k0 + s.bs);
     float amax = 0.0f;
-    for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(a[k]));
-    scale[b] = amax / 127.0f;
-    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    bool nan = false;
+    for (int64_t k = k0; k < k1; ++k) {
+      amax = std::max(amax, std::fabs(a[k]));
+      nan |= std::isnan(a[k]);
+    }
+    if (nan) amax = std::nanf("");  // as numpy's max: a NaN makes the block's scale NaN
+    scale[b] = amax / 127.0f;  // NaN or Inf scale: the block's codes are 0 and its products NaN, as the reference
+    const float inv = std::isfinite(amax) && amax != 0.0f ? 127.0f / amax : 0.0f;
     int32_t sum = 0;
     for (int64_t k = k0; k < k1; ++k) {
-      const float r = RoundHalfEven(a[k] * inv);  // |a * inv| <= 127
+      const float r = inv == 0.0f ? 0.0f : RoundHalfEven(a[k] * inv);  // |a * inv| <= 127
       const int32_t c = static_cast<int32_t>(std::min(127.0f, std::max(-128.0f, r)));
       q[PermPos(k)] = static_cast<int8_t>(c);
       lane[k >> 3] += c;
