@@ -1,0 +1,123 @@
+"""com.microsoft QLinearAdd and QLinearMul on the vector unit: int8/uint8 in and out, per-tensor scales and zero
+points (scalars, as ORT requires), numpy broadcasting.
+
+Numerics reproduce ORT 1.31's x86-64 MLAS kernels exactly (float32 arithmetic, round half to even, saturation):
+  QLinearMul (qlmul.cpp, SSE2): r = sA*sB/sC (float32, left to right);
+      y = sat(rint(float32(float32((a - zA) * (b - zB)) * r) + zC))
+  QLinearAdd (qladd_avx2.cpp): rA = sA/sC, rB = sB/sC, fixed = float32(zC) - (rA*zA + rB*zB);
+      both operands vary along the innermost span: y = sat(rint(fma(a, rA, fma(b, rB, fixed))));
+      one operand constant along it (ORT's broadcast looper hands it over as a scalar): that operand is folded
+      into ``fixed`` by a rounded multiply and add, the other goes through one fma.
+An fma is emulated in float64: a product of an 8-bit integer and a float32 is exact in float64, so the float64
+sum rounded once to float32 is the fused result.
+
+Cost: ``_vector.stream_cost`` over the output elements, 4 ops each (widen, two multiply-adds, round/saturate).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._mm import QRANGE
+from ._util import arg, nbytes, stash_constants
+from ._vector import elems, itemsize_of, stream_cost
+
+_F32, _F64 = np.float32, np.float64
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    attrs = {"op": node.op_type, "qtype": node.input(0).dtype.name,
+             "in_itemsizes": [itemsize_of(v) for v in node.inputs]}
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def check_quant_params(node: NodeInfo, pairs: tuple[tuple[int, int], ...]) -> str | None:
+    """Decline reason when a (scale, zero point) pair of ``node`` is not per-tensor or a zero point's dtype differs
+    from the data's (ORT's rules for the com.microsoft QLinear* ops)."""
+    data = node.input(0)
+    for s_i, z_i in pairs:
+        for i in (s_i, z_i):
+            v = node.input(i)
+            if v is not None and v.shape is not None and any(d != 1 for d in v.shape):
+                return f"{node.describe()}: {v.describe()} must be a scalar (per-tensor quantization)"
+        s, z = node.input(s_i), node.input(z_i)
+        if s is None or s.dtype != np.float32:
+            return f"{node.describe()}: input {s_i} (scale) must be a float32 scalar"
+        if z is not None and z.dtype != data.dtype:
+            return f"{node.describe()}: zero point {z.describe()} must have the data dtype {data.dtype}"
+    return None
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    a, b = node.input(0), node.input(3)
+    if a is None or b is None or a.dtype not in (np.int8, np.uint8) or b.dtype != a.dtype:
+        return f"{node.describe()}: {node.op_type} needs two int8 or two uint8 operands"
+    return check_quant_params(node, ((1, 2), (4, 5), (6, 7)))
+
+
+def scalar(p: Prepared, inputs, i: int, dtype=_F32):
+    """A scale or zero point input as a numpy scalar (an omitted zero point is 0)."""
+    v = arg(p, inputs, i)
+    return dtype(0) if v is None else dtype(np.asarray(v).reshape(-1)[0])
+
+
+def _scalar_along_span(x: np.ndarray, out_shape: tuple[int, ...]) -> bool:
+    """Whether ORT's broadcast looper hands ``x`` to the kernel as a scalar: a single element, or constant along
+    the innermost dim that varies in the output."""
+    if x.size == 1:
+        return True
+    shape = (1,) * (len(out_shape) - x.ndim) + x.shape
+    last = max((i for i, d in enumerate(out_shape) if d != 1), default=None)
+    return last is not None and shape[last] == 1
+
+
+def _saturate(y: np.ndarray, qtype: str) -> np.ndarray:
+    lo, hi = QRANGE[qtype]
+    np.rint(y, out=y)
+    np.clip(y, lo, hi, out=y)
+    return y.astype(qtype)
+
+
+def _add_run(p: Prepared, inputs) -> list[np.ndarray]:
+    a, b = arg(p, inputs, 0), arg(p, inputs, 3)
+    sa, za, sb, zb, sc, zc = (scalar(p, inputs, i) for i in (1, 2, 4, 5, 6, 7))
+    ra, rb = _F32(sa / sc), _F32(sb / sc)
+    fixed = _F32(zc - _F32(_F32(ra * za) + _F32(rb * zb)))
+    out_shape = np.broadcast_shapes(a.shape, b.shape)
+    a_scalar = _scalar_along_span(a, out_shape)
+    b_scalar = not a_scalar and _scalar_along_span(b, out_shape)
+    a64, b64 = a.astype(_F64), b.astype(_F64)
+    if a_scalar:  # the scalar side folds into the constant with two roundings; the other side is one fma
+        fixed_v = (fixed + (a64 * ra).astype(_F32)).astype(_F32)
+        y = (b64 * rb + fixed_v).astype(_F32)
+    elif b_scalar:
+        fixed_v = (fixed + (b64 * rb).astype(_F32)).astype(_F32)
+        y = (a64 * ra + fixed_v).astype(_F32)
+    else:
+        t = (b64 * rb + _F64(fixed)).astype(_F32)
+        y = (a64 * ra + t).astype(_F32)
+    return [_saturate(np.broadcast_to(y, out_shape).copy(), p.attrs["qtype"])]
+
+
+def _mul_run(p: Prepared, inputs) -> list[np.ndarray]:
+    a, b = arg(p, inputs, 0), arg(p, inputs, 3)
+    sa, za, sb, zb, sc, zc = (scalar(p, inputs, i) for i in (1, 2, 4, 5, 6, 7))
+    ratio = _F32(_F32(sa * sb) / sc)
+    prod = (a.astype(np.int32) - np.int32(za)) * (b.astype(np.int32) - np.int32(zb))
+    y = prod.astype(_F32) * ratio
+    y += zc
+    return [_saturate(y, p.attrs["qtype"])]
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    present = [s for s in (shapes[0], shapes[3]) if s is not None]
+    n = elems(np.broadcast_shapes(*present)) if present else 0
+    b_in = sum(nbytes(s, sz) for s, sz in zip(shapes, p.attrs["in_itemsizes"]) if s is not None)
+    return stream_cost(p, n, b_in, n, 4.0)
+
+
+register(KernelDef("com.microsoft", "QLinearAdd", _prepare, _add_run, _cost, _check))
+register(KernelDef("com.microsoft", "QLinearMul", _prepare, _mul_run, _cost, _check))
