@@ -20,8 +20,10 @@ from ..kernels.node import NodeInfo
 from ..kernels.target import Target
 from . import options as options_mod
 from .capability import EPCONTEXT, Capability, analyze
+from .context import ContextManager
 from .decline_report import DeclineReport
 from .compiler import compile_partition
+from .epcontext import compatibility_info, validate_compatibility_info
 from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
 from ..kernels.host_blas import allow_split, blas_threads
@@ -46,9 +48,7 @@ class EpSession:
         self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call
         self._declines = DeclineReport(self.target.name)
         self.programs: dict[str, Program] = {}
-        from .context import ContextManager  # deferred: pulls in the cache layer
-
-        self.context = ContextManager(self)
+        self.context = ContextManager(self.options, self.target, ep_name)
         if self.options.retain_host_memory:
             retain_freed_memory()
         self._blas = blas_threads(self.options.blas_threads) if self.options.blas_threads > 0 else None
@@ -99,8 +99,6 @@ class EpSession:
 
     # -- compatibility -------------------------------------------------------------------------------------------
     def compatibility_info(self, graph: Mapping[str, Any]) -> str:
-        from .context import compatibility_info
-
         return compatibility_info(self.target)
 
     def release(self) -> None:
@@ -129,7 +127,5 @@ def create_ep(ep_name: str, config: Mapping[str, str]) -> EpSession:
 
 
 def validate_compatibility(info: str) -> int:
-    from .context import validate_compatibility_info
-
     return validate_compatibility_info(info)
 

@@ -108,11 +108,11 @@ def test_cache_key_depends_on_target(tmp_path, count_compiles):
 
 
 def test_cache_key_depends_on_compiler_version(tmp_path, count_compiles, monkeypatch):
-    from npu_ep.ep import context
+    from npu_ep.ep import compiler_version
 
     cache = {"cache_dir": str(tmp_path / "cache")}
     npu_session(elementwise_model(), cache)
-    monkeypatch.setattr(context, "COMPILER_VERSION", context.COMPILER_VERSION + "-next")
+    monkeypatch.setattr(compiler_version, "COMPILER_VERSION", compiler_version.COMPILER_VERSION + "-next")
     npu_session(elementwise_model(), cache)
     assert len(count_compiles) == 2
 

@@ -1,4 +1,4 @@
-"""Attacks on the EP-side EPContext loader (ep/context.py): mutated embedded payloads, corrupt or escaping external
+"""Attacks on the EP-side EPContext loader (ep/epcontext.py): mutated embedded payloads, corrupt or escaping external
 payloads, contexts compiled for another target or compiler — always a clear refusal, never a crash or wrong result."""
 
 from __future__ import annotations
@@ -318,7 +318,7 @@ def test_huge_sparse_payload_is_refused_without_reading_it(tmp_path, kind):
         f.truncate(2 << 30)
     child = run_child(f"""
         from npu_testing import npu_session
-        from npu_ep.tools.peak_rss import peak_rss_bytes
+        from npu_ep.tools.bench.peak_rss import peak_rss_bytes
         rss0 = peak_rss_bytes() / 1024
         try:
             npu_session({ctx!r}); print("ACCEPTED")

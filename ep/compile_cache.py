@@ -1,0 +1,93 @@
+"""The compiled-program cache: a partition's program is stored under a key of everything that changes it and
+loaded instead of compiled on the next session start.
+
+The key hashes the canonical subgraph (with initializer bytes), the target description, the compiler version and
+the I/O signature. A hit loads the stored program (no prepare, no re-packing); a corrupt, stale or incompatible
+entry is rebuilt with a warning, never trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..context_cache.container import pack, unpack
+from ..context_cache.errors import ContextFormatError
+from ..context_cache.keys import cache_key
+from ..context_cache.store import CacheStore
+from ..kernels.node import NodeInfo, ValueInfo
+from ..kernels.target import Target
+from . import compiler_version
+from .log import logger
+from .program import Program
+from .program_io import ProgramFormatError, program_from_parts, program_to_parts
+
+
+def subgraph_key(nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo], outputs: Sequence[ValueInfo],
+                 target: Target) -> str:
+    """Everything that changes the compiled result, and nothing else (not ORT's partition names)."""
+    parts: list[Any] = [compiler_version.COMPILER_VERSION, target.digest,
+                        [[v.name, str(v.dtype), _shape(v.shape)] for v in inputs],
+                        [[v.name, str(v.dtype), _shape(v.shape)] for v in outputs]]
+    for n in nodes:
+        parts.append({"op": [n.domain, n.op_type], "attrs": {k: _plain(v) for k, v in sorted(n.attrs.items())},
+                      "in": [[v.name, str(v.dtype), _shape(v.shape), v.is_constant] for v in n.inputs],
+                      "out": [[v.name, str(v.dtype), _shape(v.shape)] for v in n.outputs]})
+        for v in n.inputs:
+            if v.value is not None:
+                parts.append(v.value)
+    return cache_key(*parts)
+
+
+def _shape(shape) -> list | None:
+    return None if shape is None else [d if d is not None else "?" for d in shape]
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "tolist"):
+        return {"tensor": v.tolist(), "dtype": str(v.dtype)}
+    if isinstance(v, bytes):
+        return v.hex()
+    return v
+
+
+class CompileCache:
+    """Compiles through the store (``store=None``: no cache). ``stats`` counts hits, misses and rebuilt entries."""
+
+    def __init__(self, store: CacheStore | None, target: Target, *, record: bool, stats: dict[str, int]):
+        self.store = store
+        self.target = target
+        self.record = record
+        self.stats = stats
+
+    def compile_cached(self, name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo],
+                       outputs: Sequence[ValueInfo], build: Callable[[], Program], *,
+                       need_blob: bool = False) -> tuple[Program, bytes | None]:
+        """Program for a partition and its packed bytes (None unless the store or ``need_blob`` wants them)."""
+        need_blob = need_blob or self.store is not None
+        key = subgraph_key(nodes, inputs, outputs, self.target) if need_blob else ""
+        if self.store is not None:
+            blob = self.store.get(key)
+            if blob is not None:
+                try:
+                    program = self._program_from_blob(blob, name)
+                    self.stats["hits"] += 1
+                    logger.info("partition %s: loaded from cache %s", name, key[:12])
+                    return program, blob
+                except (ContextFormatError, ProgramFormatError) as exc:
+                    logger.warning("cache entry %s for partition %s is unusable (%s); recompiling", key[:12], name,
+                                   exc)
+                    self.stats["rebuilt"] += 1  # put() below replaces the entry atomically
+        self.stats["misses"] += 1
+        program = build()
+        if not need_blob:
+            return program, None
+        header, arrays = program_to_parts(program)
+        blob = pack(header, arrays, meta=compiler_version.stamp(self.target, key))
+        if self.store is not None:
+            self.store.put(key, blob)
+        return program, blob
+
+    def _program_from_blob(self, blob: bytes | memoryview, name: str) -> Program:
+        container = unpack(blob, expect=compiler_version.expected(self.target), verify=False)  # get() hashed it
+        return program_from_parts(container.header, container.arrays, self.target, name=name, record=self.record)

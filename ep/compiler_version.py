@@ -1,0 +1,23 @@
+"""The stamp of a compiled program: compiler version and target, checked in cache keys, container headers and
+EPContext nodes, so a program is never loaded by a compiler that would have built it differently."""
+
+from __future__ import annotations
+
+from .. import __version__
+from ..context_cache.container import ContainerExpect, ContainerMeta
+from ..kernels.target import Target
+
+# The one place to bump: raise the cN suffix (c4 -> c5, and add a note) in the commit whose change to the compiler
+# (ep/compiler.py, kernels/fusion/) or to a kernel's prepared layout changes compiled programs. Cache entries and
+# EPContext models made by the previous version then miss or are refused instead of being loaded.
+COMPILER_VERSION = f"{__version__}+c4"  # c4: pool attrs (auto_pad, 1-D); c3: packed MatMulNBits; c2: fusions
+
+
+def stamp(target: Target, key: str) -> ContainerMeta:
+    """What a new container records about its maker (``key``: the cache key it was compiled under)."""
+    return ContainerMeta(COMPILER_VERSION, target.name, target.digest, key)
+
+
+def expected(target: Target) -> ContainerExpect:
+    """What a loaded container must match to run in a session for ``target``."""
+    return ContainerExpect(target_name=target.name, target_hash=target.digest, compiler_version=COMPILER_VERSION)
