@@ -49,8 +49,8 @@ def register() -> None:
 
 
 def report(model_or_session, **kwargs):
-    """Coverage/partition/boundary report for a model path or an InferenceSession (see ``npu_ep.tools.report``)."""
-    from .tools.report import build_report
+    """Coverage/partition/boundary report for a model path or an InferenceSession (``npu_ep.tools.report.build``)."""
+    from .tools.report.build import build_report
 
     return build_report(model_or_session, **kwargs)
 

@@ -7,7 +7,7 @@ cache is a temp folder (``NPU_EP_CACHE_DIR``), so ``npu-cache clear`` never touc
 block runs with the ``feeds`` an application provides (generated for the model's inputs).
 
 Not run inside the suite, by design: ``./run demo`` / ``./run tests`` (they create the environment and run this
-suite itself; the test checks the script offers both) and long runs such as ``python -m npu_ep.tools.soak``
+suite itself; the test checks the script offers both) and long runs such as ``python -m npu_ep.tools.bench.soak``
 (covered by their own slow tests; here the module must exist and accept every flag the README shows).
 A new kind of command in the README fails ``test_every_readme_command_is_known`` until it is handled here.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-LONG_RUNNING = {"npu_ep.tools.soak"}  # python -m modules checked for existence and flags only
+LONG_RUNNING = {"npu_ep.tools.bench.soak"}  # python -m modules checked for existence and flags only
 
 
 def _blocks(lang: str) -> list[str]:
@@ -114,7 +114,7 @@ def test_readme_tool_commands_run(readme_folder, capsys):
 def test_readme_python_snippet_runs(readme_folder, capsys):
     import onnx
 
-    from npu_ep.tools.report_run import make_feeds, resolve_dims
+    from npu_ep.tools.report.run import make_feeds, resolve_dims
 
     (snippet,) = _blocks("python")
     proto = onnx.load("model.onnx")

@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ..models.prompts import PROMPTS
     from ..models.tiny_llama import build_tiny_llama
-    from .generate import Generator, default_providers
+    from .generation import Generator, default_providers
     from .npu_generate import format_result
 
     out = Path(args.out or tempfile.mkdtemp(prefix="npu_demo_"))
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         try:
             import npu_ep
-            from .report_html import write_html
+            from .report.html import write_html
 
             doc = npu_ep.report(npu.session, model=str(dst))
             html = out / "report.html"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from google.protobuf.message import DecodeError
 
-from .generate import DEFAULT_BUCKETS, DEFAULT_MAX_KV_LEN, GenerationResult, KvCapacityError, PromptTooLongError
+from .generation import DEFAULT_BUCKETS, DEFAULT_MAX_KV_LEN, GenerationResult, KvCapacityError, PromptTooLongError
 
 
 def _ints(text: str) -> list[int]:
@@ -72,8 +72,8 @@ def format_result(res: GenerationResult) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .generate import Generator, default_providers
-    from .report_validate import ort_exceptions, ort_message
+    from .generation import Generator, default_providers
+    from .report.validate import ort_exceptions, ort_message
 
     if args.cpu:
         providers = ["CPUExecutionProvider"]

@@ -75,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--runs and --prefill-tokens must be >= 1")
     if args.max_input_mib is not None and not args.max_input_mib > 0:
         parser().error("--max-input-mib must be > 0")
-    from .report import NpuEPFailure, ReportInputError, build_report, write_json
-    from .report_html import write_html
-    from .report_render import render
-    from .report_run import DEFAULT_MAX_INPUT_MIB
+    from .report.build import NpuEPFailure, ReportInputError, build_report, write_json
+    from .report.html import write_html
+    from .report.render import render
+    from .report.run import DEFAULT_MAX_INPUT_MIB
 
     outputs = [o for o in (args.json, args.html) if o]
     try:
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 def refuse_outputs_onto_inputs(outputs: list[str], inputs: list[str | None]) -> None:
     """An output may not replace a file the report reads (the models and their external data files), and
     ``--json`` and ``--html`` may not be the same file."""
-    from .report import ReportInputError
-    from .report_validate import files_read_by
+    from .report.build import ReportInputError
+    from .report.validate import files_read_by
 
     if not outputs:
         return

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 
 import numpy as np
 
@@ -459,61 +458,3 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 register(KernelDef("com.microsoft", "GroupQueryAttention", _prepare, _run, _cost, _check))
 
-
-def bench_gqa_decode(batch: int = 1, past: int = 512, num_heads: int = 32, kv_num_heads: int = 8, head: int = 128,
-                     iters: int = 50) -> dict[str, float]:
-    """Host time per call of the kernel vs ORT CPU for one GQA decode step (S = 1, ``past`` cached tokens).
-
-    Returns ``{"npu_ms", "ort_ms", "ratio"}``; numbers are host wall time, not the emulated NPU time.
-    Note: the two [B, Nkv, P+1, H] presents come from the node's buffer pool (``_kv_pool``). Fresh ones per call
-    were most of the kernel's time in a fresh process (glibc served them as new mmaps: ~1000 page faults,
-    ~4 ms per call); with a warmed-up allocator (or NpuEP's retain_host_memory) this shape is memory-bound and the
-    kernel's time is mostly the prefix copy and the K/V reads.
-    Run: ``python -m npu_ep.kernels.ops.attention``.
-    """
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    from ...ep.onnx_graph import nodes_from_model
-
-    rng = np.random.default_rng(0)
-    f32 = np.float32
-    feeds = {"q": rng.standard_normal((batch, 1, num_heads * head), f32),
-             "k": rng.standard_normal((batch, 1, kv_num_heads * head), f32),
-             "v": rng.standard_normal((batch, 1, kv_num_heads * head), f32),
-             "pk": rng.standard_normal((batch, kv_num_heads, past, head), f32),
-             "pv": rng.standard_normal((batch, kv_num_heads, past, head), f32),
-             "sl": np.full((batch,), past, np.int32), "tot": np.array(past + 1, np.int32)}
-    vi = helper.make_tensor_value_info
-    elem = {np.dtype(f32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32}
-    ins = [vi(k, elem[v.dtype], list(v.shape)) for k, v in feeds.items()]
-    outs = [vi(o, TensorProto.FLOAT, None) for o in ("y", "pk_out", "pv_out")]
-    node = helper.make_node("GroupQueryAttention", list(feeds), ["y", "pk_out", "pv_out"], domain="com.microsoft",
-                            num_heads=num_heads, kv_num_heads=kv_num_heads)
-    model = helper.make_model(helper.make_graph([node], "gqa", ins, outs),
-                              opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 10
-    so = ort.SessionOptions()
-    so.log_severity_level = 3  # ORT's schema assumes a shared KV buffer and warns that present grew to P + 1
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    tgt = Target.load("npu-ref")
-    prepared = _prepare(nodes_from_model(model)[0], tgt)
-    runtime = list(feeds.values())
-
-    def timed(fn) -> float:
-        fn()
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - start) / iters * 1e3
-
-    npu_ms = timed(lambda: _run(prepared, runtime))
-    ort_ms = timed(lambda: sess.run(None, feeds))
-    return {"npu_ms": npu_ms, "ort_ms": ort_ms, "ratio": npu_ms / ort_ms}
-
-
-if __name__ == "__main__":
-    for bsz in (1, 2):
-        r = bench_gqa_decode(batch=bsz)
-        print(f"GQA decode B={bsz} P=512 N=32 Nkv=8 H=128: kernel {r['npu_ms']:.3f} ms, ORT CPU {r['ort_ms']:.3f} ms, "
-              f"ratio {r['ratio']:.2f}x")

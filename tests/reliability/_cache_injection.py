@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from npu_ep.tools.peak_rss import peak_rss_bytes
+from npu_ep.tools.bench.peak_rss import peak_rss_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)

@@ -54,7 +54,7 @@ def _plant(cache, kind: str, key: str = KEY) -> None:
 STORE_CHILD = """
 import json, time, warnings
 from npu_ep.context_cache.store import CacheStore
-from npu_ep.tools.peak_rss import peak_rss_bytes
+from npu_ep.tools.bench.peak_rss import peak_rss_bytes
 rss0 = peak_rss_bytes() / 1024
 s = CacheStore({cache!r})
 with warnings.catch_warnings(record=True) as caught:

@@ -81,7 +81,7 @@ def test_giant_declared_input_is_refused_before_allocating(tmp_path):
     path = _save(_relu([8192, 8192]), tmp_path / "giant.onnx")
     child = run_child(f"""
         from npu_ep.tools.npu_report import main
-        from npu_ep.tools.peak_rss import peak_rss_bytes
+        from npu_ep.tools.bench.peak_rss import peak_rss_bytes
         code = main([{path!r}, "--run", "--runs", "1", "--quiet"])
         print("RSS_MB", peak_rss_bytes() >> 20, "CODE", code)
     """, timeout=120)

@@ -11,8 +11,8 @@ import npu_ep
 from npu_ep.models.prompts import PROMPTS
 from npu_ep.models.tiny_llama import build_tiny_llama
 from npu_ep.rewriter import rewrite
-from npu_ep.tools.generate import Generator, KvCapacityError, PromptTooLongError, generate, reference_generate
-from npu_ep.tools.generate_shapes import KvCache, KvLayout, plan_prefill
+from npu_ep.tools.generation import Generator, KvCapacityError, PromptTooLongError, generate, reference_generate
+from npu_ep.tools.generation import KvCache, KvLayout, plan_prefill
 from npu_testing import assignment
 
 CPU = ["CPUExecutionProvider"]

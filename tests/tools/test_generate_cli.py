@@ -47,7 +47,7 @@ def test_bad_prompt_ids_are_one_line_exit_2(model, capsys, ids, message):
 def test_vocabulary_known_from_a_session_too(model):
     import onnxruntime as ort
 
-    from npu_ep.tools.generate import Generator
+    from npu_ep.tools.generation import Generator
 
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     gen = Generator(sess, max_kv_len=64)
@@ -73,12 +73,12 @@ def test_onnx_runtime_failure_is_one_line(model, capsys, monkeypatch):
     """ORT failing a run (here: a failed allocation, injected) is one line with exit 1, not a traceback."""
     from onnxruntime.capi.onnxruntime_pybind11_state import Fail
 
-    from npu_ep.tools import generate
+    from npu_ep.tools.generation import generator
 
     def failing_run(self, feeds):
         raise Fail("[ONNXRuntimeError] : 1 : FAIL : Failed to allocate memory for requested buffer of size 10")
 
-    monkeypatch.setattr(generate._Runner, "run", failing_run)
+    monkeypatch.setattr(generator._Runner, "run", failing_run)
     code, err = _run([model, "--prompt-ids", "1", "--cpu"], capsys)
     assert code == 1 and err == [f"npu-generate: {model}: ONNX Runtime failed: FAIL : Failed to allocate memory "
                                  "for requested buffer of size 10"], err

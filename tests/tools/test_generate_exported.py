@@ -14,7 +14,7 @@ from npu_testing import assignment  # noqa: E402
 
 from npu_ep.models.torch_export import export_tiny_hf  # noqa: E402
 from npu_ep.rewriter import rewrite  # noqa: E402
-from npu_ep.tools.generate import Generator  # noqa: E402
+from npu_ep.tools.generation import Generator  # noqa: E402
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])

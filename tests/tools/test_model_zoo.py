@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from npu_ep.models.corpus import by_name
-from npu_ep.tools.model_zoo import model_paths, render_html, render_terminal, zoo
+from npu_ep.tools.report.model_zoo import model_paths, render_html, render_terminal, zoo
 from tests.npu_testing import make_model, save
 
 

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from npu_ep.ep.capability import analyze
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.target import Target
-from npu_ep.tools.partition_dump import DumpError, boundary_values, dump_partitions
+from npu_ep.tools.report.partition_dump import DumpError, boundary_values, dump_partitions
 from tests.ep.test_policy import target_without
 from tests.npu_testing import assignment, cpu_run, make_model, npu_session
 

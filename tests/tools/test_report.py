@@ -12,8 +12,8 @@ from onnx import TensorProto, helper
 
 import npu_ep
 from npu_ep.tools.npu_report import main
-from npu_ep.tools.report import SCHEMA_PATH, SCHEMA_VERSION, validate
-from npu_ep.tools.report_profile import parse
+from npu_ep.tools.report.build import SCHEMA_PATH, SCHEMA_VERSION, validate
+from npu_ep.tools.report.profile import parse
 from tests.ep.test_policy import target_without
 from tests.npu_testing import make_model
 
@@ -237,7 +237,7 @@ def test_checker_is_skipped_only_for_ops_without_onnx_schema(tmp_path):
 
 def test_npu_ep_failure_on_a_model_the_cpu_ep_runs_is_its_own_error(target, tmp_path, capsys, monkeypatch):
     """Not bad input (exit 2) and not a traceback: one line naming the file and NpuEP's reason, exit 1."""
-    with pytest.raises(npu_ep.tools.report.NpuEPFailure, match="partition_policy='bogus'") as exc:
+    with pytest.raises(npu_ep.tools.report.build.NpuEPFailure, match="partition_policy='bogus'") as exc:
         npu_ep.report(erf_layers_model(1), target=target, dims={"batch": 2}, run=True, runs=2,
                       provider_options={"partition_policy": "bogus"})
     assert str(exc.value).startswith("<ModelProto>: NpuEP failed on a model the CPU EP runs: EP_FAIL : NpuEP")
@@ -245,8 +245,8 @@ def test_npu_ep_failure_on_a_model_the_cpu_ep_runs_is_its_own_error(target, tmp_
     onnx.save(erf_layers_model(1), path)
 
     def failing(*args, **kwargs):
-        raise npu_ep.tools.report.NpuEPFailure(f"{path}: NpuEP failed on a model the CPU EP runs: EP_FAIL : x")
-    monkeypatch.setattr(npu_ep.tools.report, "build_report", failing)
+        raise npu_ep.tools.report.build.NpuEPFailure(f"{path}: NpuEP failed on a model the CPU EP runs: EP_FAIL : x")
+    monkeypatch.setattr(npu_ep.tools.report.build, "build_report", failing)
     assert main([str(path), "--run"]) == 1
     err = capsys.readouterr().err
     assert err == f"npu-report: {path}: NpuEP failed on a model the CPU EP runs: EP_FAIL : x\n"

@@ -16,10 +16,10 @@ from npu_ep.models.tiny_llama import build_tiny_llama
 from npu_ep.models.weights import LlamaConfig
 from npu_ep.rewriter import rewrite
 from npu_ep.tools.npu_report import main
-from npu_ep.tools.report import validate
-from npu_ep.tools.report_html import PHASES_ID, THREE_WAY_ID
-from npu_ep.tools.report_quant import float_reference
-from npu_ep.tools.report_run import make_feeds
+from npu_ep.tools.report.build import validate
+from npu_ep.tools.report.html import PHASES_ID, THREE_WAY_ID
+from npu_ep.tools.report.quant import float_reference
+from npu_ep.tools.report.run import make_feeds
 
 CFG = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   intermediate_size=128, vocab_size=128)

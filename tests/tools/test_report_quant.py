@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import npu_ep
-from npu_ep.tools.report import validate
-from npu_ep.tools.report_quant import dominant, float_reference, is_quantized
+from npu_ep.tools.report.build import validate
+from npu_ep.tools.report.quant import dominant, float_reference, is_quantized
 from tests.npu_testing import make_model
 
 K, N = 64, 32
@@ -73,7 +73,7 @@ def test_float_model_with_other_inputs_is_refused(tmp_path):
     fmodel, qmodel = _models()
     fmodel.graph.input[0].name = "z_in"
     fmodel.graph.node[0].input[0] = "z_in"
-    with pytest.raises(npu_ep.tools.report.ReportInputError, match="float model inputs"):
+    with pytest.raises(npu_ep.tools.report.build.ReportInputError, match="float model inputs"):
         npu_ep.report(qmodel, float_model=fmodel, dims={})
 
 

@@ -2,7 +2,7 @@
 heads; 8 layers by default, random weights, int4 MatMulNBits at accuracy_level 4), NpuEP vs ORT's CPU EP:
 peak RSS, session creation, TTFT for a 128-token prompt, inter-token latency, greedy-token agreement.
 
-    python -m npu_ep.tools.bench_llm_1b [--layers 8] [--new-tokens 16] [--workdir DIR]
+    python -m npu_ep.tools.bench.llm_1b [--layers 8] [--new-tokens 16] [--workdir DIR]
 
 The model is built once by the project's own builder (``models/tiny_llama.py``) and ``npu-rewrite`` (cleanup,
 rope, gqa, int4 with accuracy_level 4), in a child process, and kept in ``--workdir`` (default: a folder under the
@@ -37,8 +37,8 @@ def build(workdir: Path, layers: int) -> Path:
     dst = _model_path(workdir, layers)
     if dst.exists():
         return dst
-    from ..models.tiny_llama import LlamaConfig, build_tiny_llama
-    from ..rewriter import rewrite
+    from ...models.tiny_llama import LlamaConfig, build_tiny_llama
+    from ...rewriter import rewrite
 
     workdir.mkdir(parents=True, exist_ok=True)
     src = build_tiny_llama(workdir / f"llm1b_L{layers}.fp32.onnx",
@@ -58,8 +58,8 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
 
     import npu_ep
 
-    from .demo import coverage
-    from .generate import Generator
+    from ..demo import coverage
+    from ..generation import Generator
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -80,13 +80,13 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
 
 
 def _child(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "npu_ep.tools.bench_llm_1b", *args], check=True,
+    out = subprocess.run([sys.executable, "-m", "npu_ep.tools.bench.llm_1b", *args], check=True,
                          stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m npu_ep.tools.bench_llm_1b", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m npu_ep.tools.bench.llm_1b", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=128)

@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .report_tables import STYLE, crossings_table, declined_table, partitions_table
+from .tables import STYLE, crossings_table, declined_table, partitions_table
 
 FIGURE_IDS = ("coverage-by-op", "partition-map", "layer-timeline")  # always present
 PHASES_ID, THREE_WAY_ID = "prefill-decode", "three-way-numerics"  # present when the document has the data
@@ -134,6 +134,6 @@ def render_html(doc: Mapping[str, Any]) -> str:
 
 
 def write_html(doc: Mapping[str, Any], path: str | os.PathLike) -> None:
-    from .._atomic import atomic_write_bytes  # temp file, fsync, rename: a failed write leaves what was there
+    from ..._atomic import atomic_write_bytes  # temp file, fsync, rename: a failed write leaves what was there
 
     atomic_write_bytes(path, render_html(doc).encode("utf-8"))

@@ -6,7 +6,7 @@ program keeps ``"node_name:i" -> array`` for its steps (a fused epilogue step is
 is the output of the last absorbed node ``c``). Per node: max abs diff and max relative diff
 (``max|d| / max|ref|``); a node fails when ``max|d| > atol + rtol * max|ref|`` for its dtype (table below).
 
-With a float model (``float_model=``) the result also carries ``three_way`` (see ``report_quant``): float
+With a float model (``float_model=``) the result also carries ``three_way`` (see ``quant``): float
 reference vs quantized reference vs NpuEP per graph output and per recorded tensor.
 """
 
@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .report_quant import diff, float_reference, is_quantized, three_way
-from .report_run import npu_session, quiet
+from .quant import diff, float_reference, is_quantized, three_way
+from .run import npu_session, quiet
 
 # dtype -> (atol, rtol): fp32 kernels reassociate sums; fp16 keeps ~3 decimal digits; integers allow 1 LSB
 TOLERANCE = {"float32": (1e-4, 1e-3), "float16": (1e-2, 1e-2), "float64": (1e-8, 1e-6)}

@@ -1,14 +1,14 @@
 """``npu_ep.report(...)`` / ``npu-report``: which nodes NpuEP takes, which fall back and why, what it costs.
 
-``build_report`` returns one JSON-ready dict (schema: ``tools/report_schema.json``, ``schema_version`` below):
+``build_report`` returns one JSON-ready dict (schema: ``tools/report/schema.json``, ``schema_version`` below):
 coverage, partitions, crossings, layers, emulated timeline, and with ``run=True`` measurements from a real NpuEP
 session (what the session ran after ORT's own fusions, not what the file says): latency, bridge counters, ORT's
-profile per node (``report_profile``), prefill vs decode for a KV-cache model (``report_phases``); with
-``compare=True`` per-node numerics, three-way for a quantized model given its float original (``report_quant``).
+profile per node (``profile``), prefill vs decode for a KV-cache model (``phases``); with
+``compare=True`` per-node numerics, three-way for a quantized model given its float original (``quant``).
 
-The model is validated first (``report_validate``): bad input raises ``ReportInputError`` (CLI: exit 2, one
+The model is validated first (``validate``): bad input raises ``ReportInputError`` (CLI: exit 2, one
 line); an ORT failure on NpuEP for a model the CPU EP runs raises ``NpuEPFailure`` (CLI: exit 1, one line).
-Rendering lives in ``report_render`` (terminal) and ``report_html`` (HTML).
+Rendering lives in ``render`` (terminal) and ``html`` (HTML).
 """
 
 from __future__ import annotations
@@ -22,23 +22,23 @@ from typing import Any
 
 import onnx
 
-from .._atomic import atomic_write_bytes
-from ..ep.capability import Capability, analyze
-from ..ep.onnx_graph import nodes_from_model
-from ..ep.policy import bridge_cost_us, cost_aware_policy
-from ..kernels.node import NodeInfo
-from ..kernels.target import Target, TargetError
-from . import report_layers as rl
-from . import report_model as rm
-from . import report_profile
-from . import report_timeline as rt
-from .report_phases import DEFAULT_PREFILL_TOKENS, label_timeline, measure_phases
-from .report_run import (DEFAULT_MAX_INPUT_MIB, NpuEPFailure, ReportInputError, attribute_bridge,
+from ..._atomic import atomic_write_bytes
+from ...ep.capability import Capability, analyze
+from ...ep.onnx_graph import nodes_from_model
+from ...ep.policy import bridge_cost_us, cost_aware_policy
+from ...kernels.node import NodeInfo
+from ...kernels.target import Target, TargetError
+from . import layers as rl
+from . import model as rm
+from . import profile as report_profile
+from . import timeline as rt
+from .phases import DEFAULT_PREFILL_TOKENS, label_timeline, measure_phases
+from .run import (DEFAULT_MAX_INPUT_MIB, NpuEPFailure, ReportInputError, attribute_bridge,
                          check_input_memory, cpu_session, dim_key, make_feeds, measure, npu_session, resolve_dims)
-from .report_validate import load_checked, ort_exceptions, ort_message
+from .validate import load_checked, ort_exceptions, ort_message
 
 SCHEMA_VERSION = "1.1"
-SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
+SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 __all__ = ["SCHEMA_VERSION", "SCHEMA_PATH", "NpuEPFailure", "ReportInputError", "build_report", "validate",
            "write_json"]
@@ -72,7 +72,7 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
     ``max_input_mib``: generated inputs (``run``/``compare``) above this are refused before allocation."""
     import onnxruntime as ort
 
-    from ..ep.bridge import LIVE_SESSIONS
+    from ...ep.bridge import LIVE_SESSIONS
 
     if runs < 1 or prefill_tokens < 1:
         raise ReportInputError(f"runs ({runs}) and prefill_tokens ({prefill_tokens}) must be >= 1")
@@ -135,7 +135,7 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
     if measurement:
         doc["projection"] = rl.projection(doc["layers"], crossings)
     if compare:
-        from .report_compare import compare as run_compare
+        from .compare import compare as run_compare
 
         doc["compare"] = _npu_guarded(where, lambda: run_compare(proto, feeds, opts, float_model=fproto),
                                       creating=True)
@@ -216,7 +216,7 @@ def _ep_of(session, live) -> Any:
 
 
 def validate(doc: Mapping[str, Any]) -> None:
-    """jsonschema validation against ``report_schema.json`` (raises ``jsonschema.ValidationError``)."""
+    """jsonschema validation against ``schema.json`` (raises ``jsonschema.ValidationError``)."""
     import jsonschema
 
     jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))

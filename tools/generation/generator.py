@@ -4,7 +4,7 @@ Graph I/O (HF/Optimum names): input_ids [1,S], attention_mask [1,P+S], position_
 past_key_values.{i}.key/.value [1,Nkv,P,H] -> logits [1,S,V], present.{i}.key/.value [1,Nkv,P+S,H].
 
 Executed shapes (S, P): the first prefill chunk (bucket, 0); later chunks (largest bucket, C); decode (1, C) where C
-is ``max_kv_len``. Padding side, mask and cache layout are explained in ``generate_shapes``. One session runs
+is ``max_kv_len``. Padding side, mask and cache layout are explained in ``shapes``. One session runs
 every step (see ``Generator``). Per-shape sessions with ORT free-dimension overrides were tried and dropped: ORT's
 shape inference rejects the exporter graph's Range plumbing once the dims are fixed.
 
@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .generate_shapes import (DEFAULT_BUCKETS, KvCache, KvCapacityError, KvLayout, PaddingStats,
-                              PromptTooLongError, check_buckets, plan_prefill)
+from .shapes import (DEFAULT_BUCKETS, KvCache, KvCapacityError, KvLayout, PaddingStats, PromptTooLongError,
+                     check_buckets, plan_prefill)
 
 __all__ = ["DEFAULT_BUCKETS", "GenerationResult", "Generator", "KvCapacityError", "PromptTooLongError",
            "StepRecord", "default_providers", "generate", "reference_generate"]
@@ -171,14 +171,14 @@ def _detect_layouts(presents, cache: KvCache, new: int) -> tuple[KvLayout, ...]:
 
 
 def _npu_ep_sessions(before: set[int]) -> list:
-    from ..ep.bridge import LIVE_SESSIONS
+    from ...ep.bridge import LIVE_SESSIONS
 
     return [s for s in list(LIVE_SESSIONS) if id(s) not in before]
 
 
 def _live_ids() -> set[int]:
     try:
-        from ..ep.bridge import LIVE_SESSIONS
+        from ...ep.bridge import LIVE_SESSIONS
     except ImportError:
         return set()
     return {id(s) for s in list(LIVE_SESSIONS)}

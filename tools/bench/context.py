@@ -5,7 +5,7 @@ Builds the tiny decoder LLM from ``models/``, then times ``InferenceSession`` cr
 2. warm cache: same model, same cache directory (programs loaded: no prepare, no re-packing);
 3. warm EPContext: a ``_ctx.onnx`` dumped in step 1 (embed_mode=1), loaded with the cache disabled;
 and again with a simulated slow compiler (every kernel ``prepare`` delayed) to show warm starts do not depend on
-compiler time. Usage: ``python -m npu_ep.tools.bench_context [--layers 4] [--compile-delay-ms 20]``.
+compiler time. Usage: ``python -m npu_ep.tools.bench.context [--layers 4] [--compile-delay-ms 20]``.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from typing import Any
 
 import onnx
 
-from ..ep.onnx_graph import all_tensors
-from .report_run import ReportInputError
+from ...ep.onnx_graph import all_tensors
+from .run import ReportInputError
 
 ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 _PROTO_LIMIT = 2**31 - 1  # protobuf cannot serialize more in one message: check large models by path

@@ -1,7 +1,7 @@
 """Kernel benchmarks: host wall time of our kernels vs ORT's CPU EP on the same single-op models, and planner
 quality (emulated cycles / roofline bound) per target.
 
-    python -m npu_ep.tools.bench_kernels [--reps 20]
+    python -m npu_ep.tools.bench.kernels [--reps 20]
 
 Host time, medians, same process, same inputs: the kernel alone (prepared once, run N times, one BLAS thread),
 the single-op model through a real NpuEP session (graph assignment checked), and ORT's CPU EP on the same model;
@@ -24,12 +24,12 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from ..ep.onnx_graph import nodes_from_model
-from ..kernels.cost import plan_cycles, roofline_cycles
-from ..kernels.planner import PlanError, compulsory_dma_bytes, plan_matmul
-from ..kernels.registry import kernel_for
-from ..kernels.target import Target, builtin_targets
-from ..quantization import quantize_matmul_nbits
+from ...ep.onnx_graph import nodes_from_model
+from ...kernels.cost import plan_cycles, roofline_cycles
+from ...kernels.planner import PlanError, compulsory_dma_bytes, plan_matmul
+from ...kernels.registry import kernel_for
+from ...kernels.target import Target, builtin_targets
+from ...quantization import quantize_matmul_nbits
 
 RNG = np.random.default_rng(0)
 
@@ -127,7 +127,7 @@ def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
 
 def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float, float]]:
     """(label, kernel ms, NpuEP ms, CPU EP ms, NpuEP / CPU EP) per case."""
-    from ..kernels.host_blas import blas_threads
+    from ...kernels.host_blas import blas_threads
 
     rows = []
     for name, model, feeds in cases():

@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..ep.capability import Capability
-from ..ep.compiler import compile_partition
-from ..ep.partition import boundary
-from ..ep.program import Program
-from ..kernels.node import NodeInfo
-from ..kernels.registry import OpCost
-from ..kernels.target import Target
-from .report_model import layer_of
+from ...ep.capability import Capability
+from ...ep.compiler import compile_partition
+from ...ep.partition import boundary
+from ...ep.program import Program
+from ...kernels.node import NodeInfo
+from ...kernels.registry import OpCost
+from ...kernels.target import Target
+from .model import layer_of
 
 
 def _op_entry(node: str, op: str, c: OpCost, target: Target) -> dict[str, Any]:

@@ -20,11 +20,11 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from .._atomic import atomic_write_bytes
-from ..ep.capability import Capability
-from ..ep.onnx_graph import infer_all_shapes
-from ..ep.partition import boundary
-from ..kernels.node import NodeInfo
+from ..._atomic import atomic_write_bytes
+from ...ep.capability import Capability
+from ...ep.onnx_graph import infer_all_shapes
+from ...ep.partition import boundary
+from ...kernels.node import NodeInfo
 
 
 class DumpError(RuntimeError):

@@ -1,7 +1,7 @@
 """TTFT and mean inter-token latency, NpuEP vs ORT's CPU EP on the same rewritten (RoPE+GQA+INT4) tiny Llama, same
 run, as ratios; plus the emulated NPU prefill/decode times.
 
-``python -m npu_ep.tools.bench_llm [--model M.onnx] [--new-tokens N] [--repeats R]``. Both EPs use the same loop
+``python -m npu_ep.tools.bench.llm [--model M.onnx] [--new-tokens N] [--repeats R]``. Both EPs use the same loop
 and shapes (bucketed prefill, fixed KV capacity); each is warmed up once, then the repeats alternate between the
 two EPs (so a change in host load hits both), each after a pause that lets the other session's ORT worker
 threads stop spinning (they keep a core busy for ~50 ms after a run), and the median over repeats is taken.
@@ -20,24 +20,24 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-SETTLE_S = 0.25  # see bench_kernels.SETTLE_S
+SETTLE_S = 0.25  # see bench.kernels.SETTLE_S
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m npu_ep.tools.bench_llm", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m npu_ep.tools.bench.llm", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="rewritten decoder .onnx (default: build + rewrite the tiny Llama)")
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--max-kv-len", type=int, default=512)
     args = ap.parse_args(argv)
 
-    from ..models.prompts import PROMPTS
-    from .demo import rewrite_available
-    from .generate import Generator, default_providers
+    from ...models.prompts import PROMPTS
+    from ..demo import rewrite_available
+    from ..generation import Generator, default_providers
 
     model = args.model
     if model is None:
-        from ..models.tiny_llama import build_tiny_llama
+        from ...models.tiny_llama import build_tiny_llama
 
         d = Path(tempfile.mkdtemp(prefix="npu_bench_"))
         counts, skipped = rewrite_available(build_tiny_llama(d / "tiny.onnx"), d / "tiny.npu.onnx")

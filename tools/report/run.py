@@ -19,9 +19,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..ep import _native
-from ..ep.bridge import LIVE_SESSIONS, EpSession
-from ..ep.dtypes import numpy_dtype
+from ...ep import _native
+from ...ep.bridge import LIVE_SESSIONS, EpSession
+from ...ep.dtypes import numpy_dtype
 
 
 class ReportInputError(ValueError):
@@ -179,7 +179,7 @@ def npu_session(model_bytes: bytes, provider_options: Mapping[str, str], *,
 def cpu_session(model_bytes: bytes, feeds: Mapping[str, np.ndarray], where: str) -> ort.InferenceSession:
     """A CPU EP session that has run ``feeds`` once: ORT's own validation of the model and the generated inputs.
     Anything ORT refuses here is bad input (``ReportInputError`` naming the file)."""
-    from .report_validate import ort_error, ort_exceptions
+    from .validate import ort_error, ort_exceptions
 
     errors = ort_exceptions()
     try:

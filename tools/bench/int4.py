@@ -7,7 +7,7 @@ the CLI exactly as a user runs it, ORT's quantizer loading, processing and savin
 wall ratio and peak RSS / model size against the targets (<= 0.5, <= 1.2), and checks the packed tensors are
 bit-identical.
 
-    python -m npu_ep.tools.bench_int4 [--layers 12] [--dim 3072] [--block-size 32] [--asymmetric] [--inline]
+    python -m npu_ep.tools.bench.int4 [--layers 12] [--dim 3072] [--block-size 32] [--asymmetric] [--inline]
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _measure(cmd: list[str]) -> dict:
         tail = stderr.strip().splitlines()
         raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}): {tail[-1] if tail else ''}")
     peak = usage.ru_maxrss * 1024
-    if peak <= peak_rss_bytes():  # Linux carries the parent's RSS into the child's ru_maxrss (tools/peak_rss.py)
+    if peak <= peak_rss_bytes():  # Linux carries the parent's RSS into the child's ru_maxrss (tools/bench/peak_rss.py)
         raise SystemExit(f"{cmd[:4]}: its peak RSS is hidden below this benchmark's own "
                          f"({peak_rss_bytes() >> 20} MiB); use a larger model")
     return {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": peak,
@@ -109,7 +109,7 @@ def _cli_cmd(src: pathlib.Path, dst: pathlib.Path, block_size: int, symmetric: b
 
 
 def _build(src: pathlib.Path, layers: int, dim: int, inline: bool) -> int:
-    code = ("import pathlib, sys; from npu_ep.tools.bench_int4 import build_model; "
+    code = ("import pathlib, sys; from npu_ep.tools.bench.int4 import build_model; "
             f"print(build_model(pathlib.Path(sys.argv[1]), {layers}, {dim}, inline={inline}))")
     return int(_measure([sys.executable, "-c", code, str(src)])["stdout"].strip().splitlines()[-1])
 
@@ -125,7 +125,7 @@ def _same_tensors(a: pathlib.Path, b: pathlib.Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench_int4", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m npu_ep.tools.bench.int4", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--dim", type=int, default=3072)
     ap.add_argument("--block-size", type=int, default=32)

@@ -17,11 +17,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ..ep.capability import Capability
-from ..ep.policy import bridge_cost_us
-from ..kernels.node import NodeInfo
-from ..kernels.target import Target
-from . import report_model as rm
+from ...ep.capability import Capability
+from ...ep.policy import bridge_cost_us
+from ...kernels.node import NodeInfo
+from ...kernels.target import Target
+from . import model as rm
 
 FIELDS = ("npu_compute_us", "dma_us", "cpu_fallback_us", "partition_us", "boundary_us")
 

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..ep import _native
-from .report_model import layer_of
+from ...ep import _native
+from .model import layer_of
 
 SUFFIX = "_kernel_time"
 

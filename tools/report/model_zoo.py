@@ -25,7 +25,7 @@ TARGETS = {"coverage": 0.95, "partitions": 3, "host_ratio": 2.0}  # issue 13's b
 def model_paths(sources: Sequence[str]) -> list[tuple[str, str]]:
     """(name, path) for every ``.onnx`` under the given files/folders; ``corpus`` names the installed real
     models of ``npu_ep.models.corpus``."""
-    from ..models.corpus import CORPUS
+    from ...models.corpus import CORPUS
 
     out: list[tuple[str, str]] = []
     for src in sources:
@@ -47,9 +47,9 @@ def measure_model(name: str, path: str, target: str, dims: Mapping[str, int], ru
     import onnx
     import onnxruntime as ort
 
-    from ..ep.sessions import session_of, tag_session_options
-    from ..models.corpus import CORPUS
-    from .report_run import make_feeds, resolve_dims
+    from ...ep.sessions import session_of, tag_session_options
+    from ...models.corpus import CORPUS
+    from .run import make_feeds, resolve_dims
 
     row: dict[str, Any] = {"model": name, "path": path}
     try:
@@ -145,7 +145,7 @@ def render_terminal(doc: Mapping[str, Any]) -> str:
 
 
 def render_html(doc: Mapping[str, Any]) -> str:
-    from .report_tables import table
+    from .tables import table
 
     return ("<!doctype html><meta charset='utf-8'><title>NpuEP model zoo</title>"
             "<style>td.num{text-align:right}td,th{padding:2px 8px;border-bottom:1px solid #ddd}</style>"

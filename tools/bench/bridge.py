@@ -4,7 +4,7 @@ Runs a one-node graph (Relu on [1, 4]) on NpuEP and on ORT's CPU EP in the same 
 - session.run latency of each (median of many runs) and their difference;
 - from the shim's own counters: time inside the Compute callback, time inside the Python program, and the
   difference = the bridge (GIL, zero-copy input views, the call, output copy).
-Usage: ``python -m npu_ep.tools.bench_bridge [--runs N]``. Target: bridge < 5 us per call.
+Usage: ``python -m npu_ep.tools.bench.bridge [--runs N]``. Target: bridge < 5 us per call.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Micro-benchmark of the storage layer: ``python -m npu_ep.context_cache.bench [MiB ...]``.
+"""Micro-benchmark of the storage layer: ``python -m npu_ep.tools.bench.cache_store [MiB ...]``.
 
 Prints, per container size, the time (ms) to pack, verify-unpack, unpack without hashes, peek the meta, and
 store/fetch through CacheStore, so the O(size) load cost and the zero-copy claim can be checked on this machine.
@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from .container import ContainerMeta, pack, peek_meta, unpack
-from .keys import cache_key
-from .store import CacheStore
+from ...context_cache.container import ContainerMeta, pack, peek_meta, unpack
+from ...context_cache.keys import cache_key
+from ...context_cache.store import CacheStore
 
 
 def _ms(fn, repeat: int = 3) -> float:

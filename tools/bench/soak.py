@@ -1,4 +1,4 @@
-"""``python -m npu_ep.tools.soak``: the long reliability runs (issue 8), with figures.
+"""``python -m npu_ep.tools.bench.soak``: the long reliability runs (issue 8), with figures.
 
 - threads: 8 threads x N runs on one two-partition session, then 8 threads over 4 sessions; every result must
   equal the single-threaded one.
@@ -9,7 +9,7 @@
 - kills: SIGKILL compiling processes at random moments; every cache entry left on disk must verify.
 - inject: P processes x S sessions on one cache folder while swapped, corrupt, truncated, FIFO, oversized and
   /dev/zero entries replace live ones; every output must equal the no-cache output, nothing may hang or print a
-  traceback, and after one clean pass every entry verifies (``python -m npu_ep.tools.soak --inject``: only this).
+  traceback, and after one clean pass every entry verifies (``python -m npu_ep.tools.bench.soak --inject``: only this).
 
 Uses the helpers of ``tests/reliability`` (a development tool: run it from the repository). Exit code 0 when
 every invariant held, 1 otherwise; ``--json`` prints the figures as one JSON object.

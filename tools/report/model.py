@@ -19,8 +19,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..ep.capability import Capability
-from ..kernels.node import NodeInfo, ValueInfo
+from ...ep.capability import Capability
+from ...kernels.node import NodeInfo, ValueInfo
 
 _LAYER_RE = re.compile(r"(?:^|[/._:])(?:layers?|blocks?|h|block)[/._]?(\d+)(?=$|[/._:+])", re.IGNORECASE)
 

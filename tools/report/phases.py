@@ -26,8 +26,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..ep.bridge import EpSession
-from .report_run import make_feeds
+from ...ep.bridge import EpSession
+from .run import make_feeds
 
 DEFAULT_PREFILL_TOKENS = 16
 
@@ -121,7 +121,7 @@ class _Skip(Exception):
 
 
 def _phase(name: str, sess, ep, cpu, feeds, runs: int, target, tokens: int, past: int) -> tuple[dict, dict]:
-    from .report_validate import ort_exceptions
+    from .validate import ort_exceptions
 
     try:  # the CPU EP first: a refusal there means our feeds do not fit the model, not an NpuEP failure
         cpu.run(None, dict(feeds))
