@@ -3,6 +3,7 @@ kernel, plan slot lifetimes."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,7 +27,7 @@ def _io(values: Sequence[ValueInfo]) -> list[IoSpec]:
 def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo],
                       outputs: Sequence[ValueInfo], target: Target, *, record: bool = False) -> Program:
     """Compile the nodes of one partition; ``inputs``/``outputs`` are the fused node's I/O in ORT's order."""
-    nodes = fuse_partition(nodes, target)
+    nodes = fuse_partition(_outputs_visible(nodes, outputs), target)
     slot: dict[str, int] = {v.name: i for i, v in enumerate(inputs)}
     steps: list[Step] = []
     for n in nodes:
@@ -69,6 +70,19 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
     output_slots = tuple(slot[v.name] for v in outputs)
     _plan_releases(steps, output_slots)
     return Program(name, _io(inputs), _io(outputs), steps, len(slot), output_slots, target, record=record)
+
+
+def _outputs_visible(nodes: Sequence[NodeInfo], outputs: Sequence[ValueInfo]) -> list[NodeInfo]:
+    """The partition's outputs marked as graph outputs: to the fusion passes they are the outputs of the graph
+    being compiled, so no pass absorbs a value that is read outside the partition."""
+    names = {v.name for v in outputs}
+    out = []
+    for n in nodes:
+        if any(v.name in names and not v.is_graph_output for v in n.outputs):
+            n = dataclasses.replace(n, outputs=tuple(dataclasses.replace(v, is_graph_output=True)
+                                                     if v.name in names else v for v in n.outputs))
+        out.append(n)
+    return out
 
 
 def _plan_releases(steps: list[Step], keep: tuple[int, ...]) -> None:

@@ -12,7 +12,9 @@ of at most ``MAX_FILE_BYTES``):
 - ``[matrix]``: ``tile_m``/``tile_n``/``tile_k`` (the unit's native tile [elements]; plans use multiples),
   ``macs_per_cycle = {mode = rate}`` with modes among ``float32 float16 int8 int4`` (int4 = int4 weights x int8
   activations), ``accumulator = {mode = dtype}`` (one per mode), ``float_compute = {input_dtype = mode}`` (which
-  mode a float matmul with that input dtype runs in; absent or empty: no float matmul).
+  mode a float matmul with that input dtype runs in; absent or empty: no float matmul),
+  ``a16_accumulator_bits`` (accumulator width [bits] for 16-bit activations x 8/4-bit weights in QDQ units;
+  absent: 16-bit activations are declined).
 - ``[vector]``: ``lanes`` [fp32 elements/cycle], ``transcendental_cycles`` [cycles per vector op of exp/erf/...].
 - ``[dma]``: ``bytes_per_cycle`` [B/cycle], ``latency_cycles`` [cycles per transfer], ``outstanding`` (transfers
   in flight, default 1), ``alignment_bytes`` [B, power of two: every SRAM buffer is rounded up to it].
@@ -67,7 +69,8 @@ def _check_dtype(where: str, dt: Any) -> None:
 _SECTIONS: dict[str, dict[str, tuple[str, bool]]] = {
     "": {"name": ("name", True), "description": ("text", False), "clock_mhz": ("rate", True),
          "sram_bytes": ("count", True), "static_shapes": ("bool", False)},
-    "matrix": {"tile_m": ("count", True), "tile_n": ("count", True), "tile_k": ("count", True)},
+    "matrix": {"tile_m": ("count", True), "tile_n": ("count", True), "tile_k": ("count", True),
+               "a16_accumulator_bits": ("count", False)},
     "vector": {"lanes": ("count", True), "transcendental_cycles": ("cycles", False)},
     "dma": {"bytes_per_cycle": ("rate", True), "latency_cycles": ("cycles", True), "outstanding": ("count", False),
             "alignment_bytes": ("count", True)},

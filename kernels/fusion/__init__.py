@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ..node import NodeInfo
 from ..target import Target
-from . import conv_bn, epilogue, norm, siblings
+from . import conv_bn, epilogue, norm, qdq, siblings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +25,9 @@ class FusionPass:
 
 
 PASSES: tuple[FusionPass, ...] = (
+    FusionPass("qdq", "DQ(x) -> Conv | MatMul (DQ(constant W)) -> Q units (8-bit ones become QLinearConv / "
+               "QLinearMatMul); then every single-reader DQ of a constant folded into its reader as a float constant",
+               (qdq.FUSED_DOMAIN, qdq.FUSED_MATMUL), qdq.fuse_qdq),
     FusionPass("conv_bn", "float Conv (constant W, b) -> BatchNormalization (constant parameters)", ("", "Conv"),
                conv_bn.fuse_conv_bn),
     FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "

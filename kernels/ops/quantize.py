@@ -55,10 +55,12 @@ def check_q(node: NodeInfo, target: Target) -> str | None:
     z = node.input(2)
     if z is not None and not z.is_constant:
         return f"{node.describe()}: zero point must be a constant (folded at compile time)"
-    if node.op_type == "QuantizeLinear":
-        q = _qtype(node)
-        if q not in _QTYPES:
-            return f"{node.describe()}: output type {q} not supported (supported: {', '.join(_QTYPES)})"
+    q = _qtype(node) if node.op_type == "QuantizeLinear" else dtype_name(node.input(0))
+    if node.op_type == "QuantizeLinear" and q not in _QTYPES:
+        return f"{node.describe()}: output type {q} not supported (supported: {', '.join(_QTYPES)})"
+    if q in ("int16", "uint16") and not target.matrix.get("a16_accumulator_bits"):
+        return (f"{node.describe()}: 16-bit activations ({q}) need a wide accumulator; target {target.name} has "
+                "none (matrix.a16_accumulator_bits)")
     return None
 
 
@@ -113,5 +115,14 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return vector_cost(p.target, n, nbytes(tuple(shape), src), n * dst, ops_per_element=3.0)
 
 
-register(KernelDef("", "QuantizeLinear", _prepare, _run_q, _cost, check_q))
-register(KernelDef("", "DequantizeLinear", _prepare, _run_dq, _cost, check_q))
+def prepare(node: NodeInfo, target: Target | None = None) -> Prepared:
+    """Compile-time layout of a Q/DQ node (also used to dequantize constant weights, see kernels.fusion.qdq)."""
+    return _prepare(node, target)
+
+
+run_dq = _run_dq
+
+# com.microsoft Q/DQ (QNN-style 16-bit graphs) have the same semantics (no block_size attribute).
+for _domain in ("", "com.microsoft"):
+    register(KernelDef(_domain, "QuantizeLinear", _prepare, _run_q, _cost, check_q))
+    register(KernelDef(_domain, "DequantizeLinear", _prepare, _run_dq, _cost, check_q))

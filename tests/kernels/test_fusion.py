@@ -143,7 +143,7 @@ def test_fusion_is_cheaper_in_cost_model_and_host_time():
 
 def test_every_declared_fusion_pass_produces_an_op_with_a_kernel_and_a_target_entry():
     target = Target.load("npu-ref")
-    assert [p.name for p in PASSES] == ["conv_bn", "epilogue", "siblings", "norm"]
+    assert [p.name for p in PASSES] == ["qdq", "conv_bn", "epilogue", "siblings", "norm"]
     for p in PASSES:
         assert kernel_for(*p.produces) is not None, p.name
         assert target.rule(*p.produces) is not None, p.name

@@ -1,0 +1,249 @@
+"""QDQ node units, the way ORT reads QDQ graphs: ``DQ -> op -> Q`` with single-consumer DQs and one Q per output.
+
+Two things happen here, in this order:
+
+1. **Integer units.** A Conv or MatMul whose activation arrives through a per-tensor DequantizeLinear (read only
+   by it), whose weight is a DequantizeLinear of a constant (per tensor, or per output channel: Conv axis 0,
+   MatMul axis 1), and whose output is read only by one per-tensor QuantizeLinear becomes one synthetic node that
+   runs on integers: 8-bit activations as ``QLinearConv``/``QLinearMatMul`` (the int8 matrix kernels, int32
+   accumulation, MLAS requantization), 16-bit activations as ``npu::QdqMatMul`` (kernels/ops/qdq_matmul.py,
+   accumulator width from ``matrix.a16_accumulator_bits``). A Conv bias must be the int32 DequantizeLinear that
+   ``quantize_static`` writes (zero point 0, scale ``x_scale * w_scale``), else the unit stays as float steps.
+2. **Weight DequantizeLinear folding.** Every other DequantizeLinear of a constant read by exactly one node becomes
+   a constant float input of that node, dequantized at compile time exactly as ORT's kernel does, so the unit runs
+   as float ``DQ -> op -> Q`` steps (ORT's unoptimized semantics) whatever op it is. Capability makes the same
+   decision (``constant_view``), which is why a Conv behind a weight DQ is claimed at all.
+
+Numerics of the integer units vs ORT with optimizations disabled (which runs the float steps literally): the
+exact integer sum replaces a float32 sum of dequantized products, so outputs agree within one quantum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from ..node import NodeInfo, ValueInfo
+from ..support import dtype_name, why_not
+from ..target import Target
+from ._graph import consumers_of
+
+Q_OPS = frozenset({("", "QuantizeLinear"), ("com.microsoft", "QuantizeLinear")})
+DQ_OPS = frozenset({("", "DequantizeLinear"), ("com.microsoft", "DequantizeLinear")})
+SIXTEEN_BIT = ("int16", "uint16")
+EIGHT_BIT = ("int8", "uint8")
+FUSED_DOMAIN, FUSED_MATMUL = "npu", "QdqMatMul"
+
+
+def _const_param(nd: NodeInfo, i: int) -> bool:
+    v = nd.input(i)
+    return v is None or v.value is not None
+
+
+def is_weight_dq(nd: NodeInfo) -> bool:
+    """A DequantizeLinear of a constant with constant scale and zero point: a weight, foldable at compile time."""
+    x, s = nd.input(0), nd.input(1)
+    return (nd.key in DQ_OPS and x is not None and x.value is not None and s is not None and s.value is not None
+            and _const_param(nd, 2))
+
+
+def dequantized(dq: NodeInfo) -> np.ndarray:
+    """The float value of a weight DequantizeLinear, computed by the DequantizeLinear kernel itself."""
+    from ..ops import quantize
+
+    p = quantize.prepare(dq)
+    return quantize.run_dq(p, [None] * len(dq.inputs))[0]
+
+
+def _const_value(like: ValueInfo, name: str, value: np.ndarray) -> ValueInfo:
+    return dataclasses.replace(like, name=name, dtype=value.dtype, shape=tuple(value.shape), value=value,
+                               is_constant=True, is_graph_input=False, is_graph_output=False, onnx_type=0)
+
+
+def foldable_weights(nodes: Iterable[NodeInfo]) -> dict[str, NodeInfo]:
+    """Output name -> weight DQ, for weight DQs read by exactly one node of ``nodes`` and not graph outputs."""
+    nodes = list(nodes)
+    users = consumers_of(nodes)
+    out = {}
+    for nd in nodes:
+        if is_weight_dq(nd):
+            y = nd.outputs[0]
+            if not y.is_graph_output and len(users.get(y.name, [])) == 1:
+                out[y.name] = nd
+    return out
+
+
+def constant_view(node: NodeInfo, weights: Mapping[str, NodeInfo], *,
+                  placeholder_above: int | None = 4096) -> NodeInfo:
+    """``node`` as its kernel check should see it: inputs from foldable weight DQs become float constants.
+
+    Capability only needs shapes and small values (checks never read a large weight), so weights above
+    ``placeholder_above`` elements are a zero-strided placeholder of the right shape and dtype, not dequantized
+    (``None``: always dequantize, as the compiler does).
+    """
+    if not any(v.name in weights for v in node.inputs):
+        return node
+    inputs = []
+    for v in node.inputs:
+        dq = weights.get(v.name)
+        if dq is None:
+            inputs.append(v)
+            continue
+        x = np.asarray(dq.input(0).value)
+        if placeholder_above is None or x.size <= placeholder_above:
+            value = dequantized(dq)
+        else:
+            value = np.broadcast_to(np.zeros((), np.asarray(dq.input(1).value).dtype), x.shape)
+        inputs.append(_const_value(v, v.name, value))
+    return dataclasses.replace(node, inputs=tuple(inputs))
+
+
+# --- integer units -------------------------------------------------------------------------------------------------
+def _per_tensor(nd: NodeInfo) -> bool:
+    s, z = nd.input(1), nd.input(2)
+    return (s is not None and s.value is not None and np.size(s.value) == 1 and _const_param(nd, 2)
+            and (z is None or np.size(z.value) == 1) and not int(nd.attr("block_size", 0)))
+
+
+def _weight_ok(dq: NodeInfo, out_axis: int) -> bool:
+    """Weights per tensor, or per channel along the output-channel axis ``out_axis`` (no blocks)."""
+    if int(dq.attr("block_size", 0)):
+        return False
+    s = np.asarray(dq.input(1).value)
+    if s.size == 1:
+        return True
+    x = np.asarray(dq.input(0).value)
+    axis = int(dq.attr("axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis
+    return s.ndim == 1 and axis == out_axis and s.size == x.shape[out_axis]
+
+
+def _zp(nd: NodeInfo, dtype: str) -> np.ndarray:
+    z = nd.input(2)
+    if z is not None:
+        return np.asarray(z.value)
+    return np.zeros((), dtype)
+
+
+class _Graph:
+    def __init__(self, nodes: list[NodeInfo]):
+        self.nodes = nodes
+        self.users = consumers_of(nodes)
+        self.producer = {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
+
+    def sole_reader(self, v: ValueInfo) -> bool:
+        return not v.is_graph_output and len(self.users.get(v.name, [])) == 1
+
+    def dq_feeding(self, v: ValueInfo | None) -> int | None:
+        """Index of the DQ producing ``v`` if ``v`` is read only by one node."""
+        if v is None or v.name not in self.producer or not self.sole_reader(v):
+            return None
+        i = self.producer[v.name]
+        return i if self.nodes[i].key in DQ_OPS else None
+
+    def sole_q(self, nd: NodeInfo) -> int | None:
+        y = nd.outputs[0]
+        if len(nd.outputs) != 1 or not self.sole_reader(y):
+            return None
+        i = self.users[y.name][0]
+        q = self.nodes[i]
+        return i if q.key in Q_OPS and q.inputs[0].name == y.name and _per_tensor(q) else None
+
+
+def _qvalue(like: ValueInfo, name: str, value) -> ValueInfo:
+    value = np.asarray(value)
+    return _const_value(like, name, value)
+
+
+def _unit(g: _Graph, i: int, target: Target) -> tuple[NodeInfo, set[int]] | None:
+    """The synthetic integer node replacing the unit around node ``i`` and the indices it absorbs, or None."""
+    op = g.nodes[i]
+    if op.key not in (("", "Conv"), ("", "MatMul")):
+        return None
+    conv = op.op_type == "Conv"
+    ia, iw = g.dq_feeding(op.input(0)), g.dq_feeding(op.input(1))
+    iq = g.sole_q(op)
+    if ia is None or iw is None or iq is None:
+        return None
+    adq, wdq, q = g.nodes[ia], g.nodes[iw], g.nodes[iq]
+    if not _per_tensor(adq) or adq.input(0).value is not None or not is_weight_dq(wdq):
+        return None
+    w = np.asarray(wdq.input(0).value)
+    if not _weight_ok(wdq, 0 if conv else w.ndim - 1) or (not conv and w.ndim != 2):
+        return None
+    at, wt = dtype_name(adq.input(0)), dtype_name(wdq.input(0))
+    yt = dtype_name(q.outputs[0])
+    if wt not in ("int8", "uint8", "int4", "uint4"):
+        return None
+    absorbed = {i, ia, iw, iq}
+    xs, ws = np.asarray(adq.input(1).value, np.float32), np.asarray(wdq.input(1).value, np.float32)
+    bias = None
+    if conv and op.input(2) is not None:
+        ib = g.dq_feeding(op.input(2))
+        if ib is None:
+            return None
+        bdq = g.nodes[ib]
+        expected = (xs.reshape(()) * ws).reshape(-1)
+        if (not is_weight_dq(bdq) or dtype_name(bdq.input(0)) != "int32" or int(bdq.attr("block_size", 0))
+                or np.any(np.asarray(_zp(bdq, "int32"))) or not np.array_equal(
+                    np.broadcast_to(np.asarray(bdq.input(1).value, np.float32).reshape(-1), expected.shape),
+                    expected)):
+            return None
+        bias = np.asarray(bdq.input(0).value, np.int32)
+        absorbed.add(ib)
+    wi = w.astype(np.int8) if wt == "int4" else w.astype(np.uint8) if wt == "uint4" else w
+    wzp = _zp(wdq, wi.dtype.name).astype(wi.dtype)
+    x, y = adq.input(0), q.outputs[0]
+    xzp, yzp = _zp(adq, at).reshape(()), _zp(q, yt or "uint8").reshape(())
+    ys = np.asarray(q.input(1).value, np.float32).reshape(())
+    name = f"{op.name}/qdq"
+    c = lambda suffix, v: _qvalue(op.inputs[1], f"{name}/{suffix}", v)  # noqa: E731
+    if at in EIGHT_BIT and yt in EIGHT_BIT and wt in EIGHT_BIT:
+        if conv:
+            inputs = [x, c("xs", xs.reshape(())), c("xzp", xzp), c("w", wi), c("ws", ws), c("wzp", wzp),
+                      c("ys", ys), c("yzp", yzp)] + ([c("bias", bias)] if bias is not None else [])
+            synth = dataclasses.replace(op, name=name, op_type="QLinearConv", inputs=tuple(inputs), outputs=(y,),
+                                        attrs={**op.attrs, "fused_nodes": [g.nodes[j].name for j in sorted(absorbed)]})
+        else:
+            inputs = [x, c("xs", xs.reshape(())), c("xzp", xzp), c("w", wi), c("ws", ws), c("wzp", wzp),
+                      c("ys", ys), c("yzp", yzp)]
+            synth = dataclasses.replace(op, name=name, op_type="QLinearMatMul", inputs=tuple(inputs), outputs=(y,),
+                                        attrs={"fused_nodes": [g.nodes[j].name for j in sorted(absorbed)]})
+    elif not conv and at in (*EIGHT_BIT, *SIXTEEN_BIT) and yt in (*EIGHT_BIT, *SIXTEEN_BIT):
+        inputs = [x, c("xs", xs.reshape(())), c("xzp", xzp), c("w", wi), c("ws", ws), c("wzp", wzp),
+                  c("ys", ys), c("yzp", yzp)]
+        synth = dataclasses.replace(op, name=name, domain=FUSED_DOMAIN, op_type=FUSED_MATMUL, inputs=tuple(inputs),
+                                    outputs=(y,), attrs={"fused_nodes": [g.nodes[j].name for j in sorted(absorbed)]})
+    else:
+        return None
+    if why_not(synth, target) is not None:
+        return None
+    return synth, absorbed
+
+
+def integer_units(nodes: list[NodeInfo], target: Target) -> dict[int, tuple[NodeInfo, set[int]]]:
+    """Position of each unit's op in ``nodes`` -> (its synthetic integer node, positions of all its members)."""
+    g = _Graph(list(nodes))
+    found: dict[int, tuple[NodeInfo, set[int]]] = {}
+    taken: set[int] = set()
+    for i in range(len(g.nodes)):
+        got = _unit(g, i, target)
+        if got is None or got[1] & taken:
+            continue
+        found[i] = got
+        taken |= got[1]
+    return found
+
+
+def fuse_qdq(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+    """Integer units first, then fold every remaining single-reader weight DQ into its reader (module docstring)."""
+    units = integer_units(list(nodes), target)
+    absorbed = {j for i, (_, members) in units.items() for j in members if j != i}
+    out = [units[i][0] if i in units else nd for i, nd in enumerate(nodes) if i not in absorbed]
+    weights = foldable_weights(out)
+    if not weights:
+        return out
+    folded = [constant_view(nd, weights, placeholder_above=None) for nd in out]
+    return [nd for nd in folded if not (nd.key in DQ_OPS and nd.outputs[0].name in weights)]
