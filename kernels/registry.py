@@ -13,6 +13,10 @@ A kernel has four functions:
   compile time (their data is in ``prepared.consts``). Inputs are read-only views: never write into them.
 - ``cost(prepared, in_shapes) -> OpCost``: the cost model for one execution with these concrete input shapes.
 
+``rank_free``: the kernel needs no input's rank at compile time (it reads ranks from the runtime arrays: element-wise,
+movement, reductions with runtime axis normalization), so inputs of unknown rank are claimed; kernels that plan by
+rank (matmul tiles, convolution windows) leave it False and ``support.why_not`` declines unknown ranks for them.
+
 Adding an op = one ``register(KernelDef(...))`` in a module under ``kernels/ops/`` (auto-imported), one entry in
 the target files, one test.
 """
@@ -67,6 +71,7 @@ class KernelDef:
     run: Callable[[Prepared, Sequence[np.ndarray | None]], Sequence[np.ndarray]]
     cost: Callable[[Prepared, Sequence[Shape | None]], OpCost]
     check: Callable[[NodeInfo, "Target"], str | None] = _no_check
+    rank_free: bool = False  # True: inputs of unknown rank are fine (see the module docstring)
 
 
 KERNELS: dict[tuple[str, str], KernelDef] = {}

@@ -9,7 +9,7 @@ import numpy as np
 
 from .node import NodeInfo, ValueInfo
 from .registry import kernel_for
-from .target import Target
+from .target import OpRule, Target
 
 
 def dtype_name(v: ValueInfo) -> str | None:
@@ -26,7 +26,23 @@ def dtype_name(v: ValueInfo) -> str | None:
 
 
 _FOUR_BIT = {22: "int4", 21: "uint4"}  # ONNX TensorProto.INT4 / UINT4
+DEFAULT_MAX_RANK = OpRule.__dataclass_fields__["max_rank"].default
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
+def _unknown_rank_reason(node: NodeInfo, v: ValueInfo, rank_free: bool, rule: OpRule, target: Target,
+                         static_required: bool) -> str | None:
+    """Why an input of unknown rank (ORT's shape inference lost it, e.g. after a Reshape to a computed shape) keeps
+    ``node`` off the NPU, or None. A rank-free kernel reads the rank from the runtime array, so only a target that
+    compiles static shapes or limits this op's rank below the default must know it."""
+    op = node.describe()
+    if not rank_free:
+        return f"{op}: {v.name} has unknown rank (the {node.op_type} kernel plans by rank at compile time)"
+    if static_required:
+        return f"{op}: {v.name} has unknown rank; target {target.name} requires static shapes"
+    if rule.max_rank < DEFAULT_MAX_RANK:
+        return f"{op}: {v.name} has unknown rank; target {target.name} limits this op to rank {rule.max_rank}"
+    return None
 
 
 def why_not(node: NodeInfo, target: Target) -> str | None:
@@ -55,7 +71,10 @@ def why_not(node: NodeInfo, target: Target) -> str | None:
         if v.shape is None:
             if i >= n_inputs:  # an output: the kernel computes it; shape inference may simply not know the op
                 continue
-            return f"{op}: {v.name} has unknown rank"
+            reason = _unknown_rank_reason(node, v, kernel.rank_free, rule, target, static_required)
+            if reason is not None:
+                return reason
+            continue
         if len(v.shape) > rule.max_rank:
             return f"{op}: {v.describe()} has rank {len(v.shape)} > max_rank {rule.max_rank} of target {target.name}"
         if static_required and not v.static:

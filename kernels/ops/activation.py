@@ -152,6 +152,6 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 
 for _op, (_fn, _, _, _) in _PARAM_UNARY.items():
-    register(KernelDef("", _op, _prepare, _param_runner(_fn), _cost, _check))
-register(KernelDef("", "Clip", _prepare, _clip_run, _cost, _check))
-register(KernelDef("", "PRelu", _prepare, _prelu_run, _cost, _check))
+    register(KernelDef("", _op, _prepare, _param_runner(_fn), _cost, _check, rank_free=True))
+register(KernelDef("", "Clip", _prepare, _clip_run, _cost, _check, rank_free=True))
+register(KernelDef("", "PRelu", _prepare, _prelu_run, _cost, _check, rank_free=True))

@@ -235,14 +235,15 @@ def _cast_check(node: NodeInfo, target: Target) -> str | None:
 
 
 for _op, (_fn, _, _) in _BINARY.items():
-    register(KernelDef("", _op, _prepare, _binary_runner(_fn), _cost, _check))
+    register(KernelDef("", _op, _prepare, _binary_runner(_fn), _cost, _check, rank_free=True))
 for _op, (_fn, _, _) in _UNARY.items():
     if _op not in _MS_UNARY:
-        register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check))
-register(KernelDef("", "Gelu", _prepare, _gelu_run, _cost, _check))  # opset 20; approximate="tanh" switches
-register(KernelDef("com.microsoft", "Gelu", _prepare, _gelu_run, _cost, _check))
-register(KernelDef("com.microsoft", "FastGelu", _prepare, _fast_gelu_run, _cost, _check))
+        register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True))
+# opset 20; approximate="tanh" switches
+register(KernelDef("", "Gelu", _prepare, _gelu_run, _cost, _check, rank_free=True))
+register(KernelDef("com.microsoft", "Gelu", _prepare, _gelu_run, _cost, _check, rank_free=True))
+register(KernelDef("com.microsoft", "FastGelu", _prepare, _fast_gelu_run, _cost, _check, rank_free=True))
 for _op, (_fn, _, _) in _VARIADIC.items():
-    register(KernelDef("", _op, _prepare, _variadic_runner(_op, _fn), _cost, _check))
-register(KernelDef("", "Where", _prepare, _where_run, _cost, _check))
-register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check))
+    register(KernelDef("", _op, _prepare, _variadic_runner(_op, _fn), _cost, _check, rank_free=True))
+register(KernelDef("", "Where", _prepare, _where_run, _cost, _check, rank_free=True))
+register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check, rank_free=True))

@@ -106,6 +106,6 @@ def _trilu_cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, moved, moved, 1.0)
 
 
-register(KernelDef("", "Range", _range_prepare, _range_run, _generated_cost))
-register(KernelDef("", "ConstantOfShape", _cos_prepare, _cos_run, _generated_cost, _cos_check))
-register(KernelDef("", "Trilu", _trilu_prepare, _trilu_run, _trilu_cost))
+register(KernelDef("", "Range", _range_prepare, _range_run, _generated_cost, rank_free=True))
+register(KernelDef("", "ConstantOfShape", _cos_prepare, _cos_run, _generated_cost, _cos_check, rank_free=True))
+register(KernelDef("", "Trilu", _trilu_prepare, _trilu_run, _trilu_cost, rank_free=True))

@@ -208,9 +208,9 @@ def _scatter_nd_cost(p: Prepared, shapes) -> OpCost:
     return copy_cost(p, moved + upd + nbytes(shapes[1], 8), moved)
 
 
-register(KernelDef("", "Concat", _prepare, _concat_run, _concat_cost))
-register(KernelDef("", "Split", _prepare, _split_run, _split_cost))
-register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost))
-register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost))
-register(KernelDef("", "GatherND", _prepare, _gather_nd_run, _gather_nd_cost, _nd_check))
-register(KernelDef("", "ScatterND", _prepare, _scatter_nd_run, _scatter_nd_cost, _nd_check))
+register(KernelDef("", "Concat", _prepare, _concat_run, _concat_cost, rank_free=True))
+register(KernelDef("", "Split", _prepare, _split_run, _split_cost, rank_free=True))
+register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost, rank_free=True))
+register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost, rank_free=True))
+register(KernelDef("", "GatherND", _prepare, _gather_nd_run, _gather_nd_cost, _nd_check, rank_free=True))
+register(KernelDef("", "ScatterND", _prepare, _scatter_nd_run, _scatter_nd_cost, _nd_check, rank_free=True))

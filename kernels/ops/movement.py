@@ -189,13 +189,13 @@ def _size_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.array(inputs[0].size, dtype=np.int64)]
 
 
-register(KernelDef("", "Shape", _shape_prepare, _shape_run, _view_cost))
-register(KernelDef("", "Size", _shape_prepare, _size_run, _view_cost))
-register(KernelDef("", "Reshape", _prepare, _reshape_run, _view_cost))
-register(KernelDef("", "Squeeze", _prepare, _squeeze_run, _view_cost))
-register(KernelDef("", "Unsqueeze", _prepare, _unsqueeze_run, _view_cost))
-register(KernelDef("", "Transpose", _prepare, _transpose_run, _transpose_cost))
-register(KernelDef("", "Expand", _prepare, _expand_run, _expand_cost))
-register(KernelDef("", "Identity", _prepare, _identity_run, _view_cost))
-register(KernelDef("", "Flatten", _prepare, _flatten_run, _view_cost))
-register(KernelDef("", "Tile", _prepare, _tile_run, _tile_cost))
+register(KernelDef("", "Shape", _shape_prepare, _shape_run, _view_cost, rank_free=True))
+register(KernelDef("", "Size", _shape_prepare, _size_run, _view_cost, rank_free=True))
+register(KernelDef("", "Reshape", _prepare, _reshape_run, _view_cost, rank_free=True))
+register(KernelDef("", "Squeeze", _prepare, _squeeze_run, _view_cost, rank_free=True))
+register(KernelDef("", "Unsqueeze", _prepare, _unsqueeze_run, _view_cost, rank_free=True))
+register(KernelDef("", "Transpose", _prepare, _transpose_run, _transpose_cost, rank_free=True))
+register(KernelDef("", "Expand", _prepare, _expand_run, _expand_cost, rank_free=True))
+register(KernelDef("", "Identity", _prepare, _identity_run, _view_cost, rank_free=True))
+register(KernelDef("", "Flatten", _prepare, _flatten_run, _view_cost, rank_free=True))
+register(KernelDef("", "Tile", _prepare, _tile_run, _tile_cost, rank_free=True))

@@ -209,7 +209,8 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
-register(KernelDef("", "LayerNormalization", _prepare, _layer_norm_run, _cost, _check))
-register(KernelDef("", "RMSNormalization", _prepare, _rms_norm_run, _cost, _check))
-register(KernelDef("", "SimplifiedLayerNormalization", _prepare, _rms_norm_run, _cost, _check))
-register(KernelDef("com.microsoft", "SkipSimplifiedLayerNormalization", _prepare, _skip_rms_norm_run, _cost, _check))
+register(KernelDef("", "LayerNormalization", _prepare, _layer_norm_run, _cost, _check, rank_free=True))
+register(KernelDef("", "RMSNormalization", _prepare, _rms_norm_run, _cost, _check, rank_free=True))
+register(KernelDef("", "SimplifiedLayerNormalization", _prepare, _rms_norm_run, _cost, _check, rank_free=True))
+register(KernelDef("com.microsoft", "SkipSimplifiedLayerNormalization", _prepare, _skip_rms_norm_run, _cost, _check,
+                   rank_free=True))

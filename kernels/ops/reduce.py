@@ -116,4 +116,4 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 
 for _op in ("ReduceSum", "ReduceMean", "ReduceMax"):
-    register(KernelDef("", _op, _prepare, _run, _cost, _check))
+    register(KernelDef("", _op, _prepare, _run, _cost, _check, rank_free=True))

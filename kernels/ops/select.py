@@ -109,7 +109,7 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, n * size, n // max(axis_len, 1) * 8, 1.0)
 
 
-register(KernelDef("", "ArgMax", _prepare, _arg_run, _cost, _check))
-register(KernelDef("", "ArgMin", _prepare, _arg_run, _cost, _check))
-register(KernelDef("", "TopK", _prepare, _topk_run, _cost, _check))
-register(KernelDef("", "CumSum", _prepare, _cumsum_run, _cost, _check))
+register(KernelDef("", "ArgMax", _prepare, _arg_run, _cost, _check, rank_free=True))
+register(KernelDef("", "ArgMin", _prepare, _arg_run, _cost, _check, rank_free=True))
+register(KernelDef("", "TopK", _prepare, _topk_run, _cost, _check, rank_free=True))
+register(KernelDef("", "CumSum", _prepare, _cumsum_run, _cost, _check, rank_free=True))

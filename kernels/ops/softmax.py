@@ -49,4 +49,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, elems(shapes[0]), size, size, 4.0, 1.0)
 
 
-register(KernelDef("", "Softmax", _prepare, _run, _cost))
+register(KernelDef("", "Softmax", _prepare, _run, _cost, rank_free=True))

@@ -7,9 +7,10 @@ IndexError inside the check; it is now declined with a reason and the model stil
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
-from npu_testing import F32, assignment, cpu_run, make_model, npu_session
+from npu_testing import F32, assignment, cpu_run, make_model, npu_partitions, npu_session, session_options
 
 from npu_ep.ep.capability import analyze
 from npu_ep.kernels.node import NodeInfo, ValueInfo
@@ -81,3 +82,72 @@ def test_unknown_rank_matmul_is_declined_with_a_reason_and_the_model_matches_cpu
     feeds = {"x": np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32),
              "shape": np.array([2, 2, 8], np.int64)}
     np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+def unknown_rank_chain_model():
+    """A Reshape to a runtime shape (ORT loses the rank) feeding the rank-free kernels of an attention-like block:
+    element-wise, ReduceMean with a negative axis, Softmax, Transpose with and without perm, Cast, Identity, Slice,
+    Concat, Squeeze/Unsqueeze and Shape -> Gather plumbing, then a MatMul (which plans by rank: stays on the CPU)."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             helper.make_node("ReduceMean", ["r"], ["mean"], name="mean", axes=[-1], keepdims=1),
+             helper.make_node("Sub", ["r", "mean"], ["centered"], name="sub"),
+             helper.make_node("Mul", ["centered", "centered"], ["sq"], name="mul"),
+             helper.make_node("Softmax", ["sq"], ["sm"], name="softmax", axis=-1),
+             helper.make_node("Transpose", ["sm"], ["t"], name="transpose", perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["t"], ["tt"], name="transpose_reverse"),
+             helper.make_node("Transpose", ["tt"], ["tb"], name="transpose_back"),
+             helper.make_node("Cast", ["tb"], ["c"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Identity", ["c"], ["ident"], name="identity"),
+             helper.make_node("Slice", ["ident", "starts", "ends", "axes"], ["sl"], name="slice"),
+             helper.make_node("Concat", ["sl", "sl"], ["cat"], name="concat", axis=-1),
+             helper.make_node("Unsqueeze", ["cat", "ax0"], ["u"], name="unsqueeze"),
+             helper.make_node("Squeeze", ["u", "ax0"], ["sq2"], name="squeeze"),
+             helper.make_node("Shape", ["sq2"], ["shp"], name="shape"),
+             helper.make_node("Gather", ["shp", "last"], ["n"], name="gather", axis=0),
+             helper.make_node("Cast", ["n"], ["nf"], name="cast_n", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["sq2", "nf"], ["y"], name="add"),
+             helper.make_node("MatMul", ["y", "w"], ["z"], name="matmul")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [4, 8]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, ["L"])],
+                       [helper.make_tensor_value_info("z", F32, ["?"])],
+                       {"w": np.random.default_rng(2).standard_normal((6, 3)).astype(np.float32),
+                        "starts": np.array([1], np.int64), "ends": np.array([4], np.int64),
+                        "axes": np.array([-1], np.int64), "ax0": np.array([0], np.int64),
+                        "last": np.array(-1, np.int64)})
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    return model
+
+
+RANK_FREE_NODES = ["reshape", "mean", "sub", "mul", "softmax", "transpose", "transpose_reverse", "transpose_back",
+                   "cast", "identity", "slice", "concat", "unsqueeze", "squeeze", "shape", "gather", "cast_n", "add"]
+
+
+def test_rank_free_kernels_take_unknown_rank_inputs_in_one_partition_and_match_cpu(caplog):
+    model = unknown_rank_chain_model()
+    so = session_options()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the no-op Cast and Identity
+    with caplog.at_level("DEBUG", logger="npu_ep"):
+        sess = npu_session(model, so=so)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    where = assignment(sess)
+    assert {n: where[n] for n in RANK_FREE_NODES} == {n: "NpuEP" for n in RANK_FREE_NODES}
+    assert len(npu_partitions(sess)) == 1
+    assert where["matmul"] == "CPUExecutionProvider"
+    assert "node 'matmul' (MatMul): y has unknown rank (the MatMul kernel plans by rank at compile time)" in text
+    rng = np.random.default_rng(4)
+    for shape in ([2, 2, 8], [1, 4, 8]):  # the runtime rank-3 shapes this model's Transpose perm allows
+        feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32), "shape": np.array(shape, np.int64)}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_unknown_rank_is_declined_where_the_target_needs_the_rank():
+    """npu-edge compiles static shapes only, and a rule with max_rank below the default cannot be checked without
+    the rank: both decline a rank-free kernel's unknown-rank input with the target's reason."""
+    edge = Target.load("npu-edge")
+    add = _node("", "Add", None, np.dtype(np.float32), 2)
+    assert why_not(add, edge) == "node 'Add_probe' (Add): in0 has unknown rank; target npu-edge requires static shapes"
+    ref = Target.load("npu-ref")
+    assert why_not(add, ref) is None
+    limited = Target.from_dict({**ref.raw, "ops": {**ref.raw["ops"], "Add": {"dtypes": ["float32"], "max_rank": 4}}})
+    assert why_not(add, limited) == \
+        "node 'Add_probe' (Add): in0 has unknown rank; target npu-ref limits this op to rank 4"
