@@ -7,7 +7,7 @@ peak RSS, session creation, TTFT for a 128-token prompt, inter-token latency, gr
 The model is built once by the project's own builder (``models/tiny_llama.py``) and ``npu-rewrite`` (cleanup,
 rope, gqa, int4 with accuracy_level 4), in a child process, and kept in ``--workdir`` (default: a folder under the
 system temp dir named after the configuration). Each EP is then measured in its own child process, so peak RSS
-(``ru_maxrss``) is that EP's alone; both load the same .onnx by path. The children alternate between the EPs for
+(``VmHWM``, ``peak_rss.py``) is that EP's alone; both load the same .onnx by path. The children alternate between the EPs for
 ``--repeats`` rounds (host load on a shared machine changes by 2x within minutes) and each metric is the median. Targets (issue 12): peak RSS <= 1.2x, session
 creation <= 2x (cold; NpuEP's compiled-context cache is off here), inter-token <= 1.1x, TTFT <= 1.0x.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -60,6 +59,7 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
 
     from ..demo import coverage
     from ..generation import Generator
+    from .peak_rss import peak_rss_bytes
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -76,7 +76,7 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
     res = gen.generate(prompt, new_tokens, keep_logits=True)
     return {"ep": ep, "session_s": session_s, "ttft_s": res.ttft_s, "itl_s": float(np.median(res.itl_s)),
             "tokens": res.tokens, "first_logits": res.logits[0].tolist(), "npu_nodes": on, "nodes": total,
-            "peak_rss": float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)}
+            "peak_rss": float(peak_rss_bytes())}
 
 
 def _child(*args: str) -> dict:
