@@ -34,10 +34,10 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, stash_constants(node), target)
 
 
-def check_quant_params(node: NodeInfo, pairs: tuple[tuple[int, int], ...]) -> str | None:
+def check_quant_params(node: NodeInfo, pairs: tuple[tuple[int, int], ...], data_index: int = 0) -> str | None:
     """Decline reason when a (scale, zero point) pair of ``node`` is not per-tensor or a zero point's dtype differs
-    from the data's (ORT's rules for the com.microsoft QLinear* ops)."""
-    data = node.input(0)
+    from the data's (input ``data_index``; ORT's rules for the com.microsoft QLinear* ops)."""
+    data = node.input(data_index)
     for s_i, z_i in pairs:
         for i in (s_i, z_i):
             v = node.input(i)
