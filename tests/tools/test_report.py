@@ -63,6 +63,40 @@ def test_static_report_from_file_alone(target):
     assert mm["macs"] == 4 * D * D and mm["cycles"] > 0 and doc["timeline"][0]["sram_peak"] > 0
 
 
+def _session(model: onnx.ModelProto, target: str, tagged: bool = True):
+    import onnxruntime as ort
+
+    from npu_ep.ep.sessions import tag_session_options
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if tagged:
+        tag_session_options(so)
+    return ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0,
+                                providers=[("NpuEP", {"target": target, "cache_dir": ""}), "CPUExecutionProvider"])
+
+
+def test_report_on_a_session_reads_that_sessions_ep_not_the_newest(target):
+    """Two live NpuEP sessions: each report describes its own session's partitions (found by its options' tag)."""
+    three, one = erf_layers_model(3), erf_layers_model(1)
+    first, second = _session(three, target), _session(one, target)
+    for sess, model, layers in ((first, three, 3), (second, one, 1)):
+        assert sum(sg.ep_name == "NpuEP" for sg in sess.get_provider_graph_assignment_info()) == layers
+        doc = npu_ep.report(sess, model=model, target=target, dims={"batch": 2})
+        check_consistent(doc)
+        assert doc["source"] == "session" and len(doc["partitions"]) == layers
+        assert sorted(n for p in doc["partitions"] for n in p["nodes"]) == \
+            sorted(f"/model/layers.{i}/mlp/MatMul" for i in range(layers))
+
+
+def test_report_on_an_untagged_session_says_how_to_tag_it(target):
+    from npu_ep.tools.report.build import ReportInputError
+
+    sess = _session(erf_layers_model(1), target, tagged=False)
+    with pytest.raises(ReportInputError, match="tag_session_options"):
+        npu_ep.report(sess, model=erf_layers_model(1), target=target, dims={"batch": 2})
+
+
 def test_run_measures_two_crossings_per_layer_with_positive_cost(target):
     doc = npu_ep.report(erf_layers_model(), target=target, dims={"batch": 4}, run=True, runs=5, compare=True)
     check_consistent(doc)

@@ -170,22 +170,19 @@ def _detect_layouts(presents, cache: KvCache, new: int) -> tuple[KvLayout, ...]:
 # sessions
 
 
-def _npu_ep_sessions(before: set[int]) -> list:
-    from ...ep.bridge import LIVE_SESSIONS
+def _npu_ep_sessions(sess: ort.InferenceSession) -> list:
+    """The NpuEP EpSession behind ``sess`` when its options were tagged (``ep.sessions``), else none: a session
+    the caller created without the tag still generates, only without emulated NPU time."""
+    from ...ep.sessions import session_of
 
-    return [s for s in list(LIVE_SESSIONS) if id(s) not in before]
-
-
-def _live_ids() -> set[int]:
     try:
-        from ...ep.bridge import LIVE_SESSIONS
-    except ImportError:
-        return set()
-    return {id(s) for s in list(LIVE_SESSIONS)}
+        return [session_of(sess)]
+    except LookupError:
+        return []
 
 
 class _Runner:
-    """The ORT session (+ its NpuEP EpSessions, found through ``LIVE_SESSIONS``) that runs every step."""
+    """The ORT session (+ the NpuEP EpSession behind it, found through ``ep.sessions``) that runs every step."""
 
     def __init__(self, sess: ort.InferenceSession, eps: list, session_s: float):
         self.sess, self.eps, self.session_s = sess, eps, session_s
@@ -221,7 +218,7 @@ class Generator:
         self.shapes: dict[tuple[int, int], ShapeInfo] = {}
         if isinstance(model, ort.InferenceSession):
             self.info = _info_from_session(model)
-            sess, session_s, eps = model, 0.0, []
+            sess, session_s = model, 0.0
             self.providers = model.get_providers()
         else:
             proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
@@ -232,14 +229,16 @@ class Generator:
                 so.log_severity_level = ort_log_level
             for k, v in (session_config or {}).items():
                 so.add_session_config_entry(k, v)
-            before = _live_ids()
+            if self.uses_npu:
+                from ...ep.sessions import tag_session_options
+
+                tag_session_options(so)
             t0 = time.perf_counter()
             # enable_fallback=0: an NpuEP failure raises instead of silently re-running everything on the CPU
             sess = ort.InferenceSession(proto.SerializeToString(), sess_options=so, providers=self.providers,
                                         enable_fallback=0)
             session_s = time.perf_counter() - t0
-            eps = _npu_ep_sessions(before) if self.uses_npu else []
-        self._runner = _Runner(sess, eps, session_s)
+        self._runner = _Runner(sess, _npu_ep_sessions(sess) if self.uses_npu else [], session_s)
         self.layouts = self.info.layouts
 
     @property

@@ -26,6 +26,7 @@ from ..._atomic import atomic_write_bytes
 from ...ep.capability import Capability, analyze
 from ...ep.onnx_graph import nodes_from_model
 from ...ep.policy import bridge_cost_us, cost_aware_policy
+from ...ep.sessions import session_of
 from ...kernels.node import NodeInfo
 from ...kernels.target import Target, TargetError
 from . import layers as rl
@@ -33,9 +34,9 @@ from . import model as rm
 from . import profile as report_profile
 from . import timeline as rt
 from .phases import DEFAULT_PREFILL_TOKENS, label_timeline, measure_phases
-from .run import (DEFAULT_MAX_INPUT_MIB, NpuEPFailure, ReportInputError, attribute_bridge,
+from .run import (DEFAULT_MAX_INPUT_MIB, NpuEPFailure, attribute_bridge,
                          check_input_memory, cpu_session, dim_key, make_feeds, measure, npu_session, resolve_dims)
-from .validate import load_checked, ort_exceptions, ort_message
+from .validate import ReportInputError, load_checked, ort_exceptions, ort_message
 
 SCHEMA_VERSION = "1.1"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
@@ -65,14 +66,13 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                  check: bool = True, prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
                  max_input_mib: float = DEFAULT_MAX_INPUT_MIB) -> dict[str, Any]:
     """The report document. ``model_or_session``: path, ``onnx.ModelProto`` or an ``InferenceSession`` created
-    with NpuEP (then ``model=`` enables the CPU-EP comparison). ``dims``: symbolic dim -> size for inputs.
+    with NpuEP and options passed through ``npu_ep.ep.sessions.tag_session_options`` (then ``model=`` gives the
+    file view and enables the CPU-EP comparison). ``dims``: symbolic dim -> size for inputs.
     ``float_model``: the float original of a quantized model (path or ModelProto) for the three-way numerics
     (implies ``compare``). ``check=False`` skips ``onnx.checker`` (the structural checks always run).
     ``prefill_tokens``: new tokens of the prefill-shaped run of a KV-cache model (``run=True``).
     ``max_input_mib``: generated inputs (``run``/``compare``) above this are refused before allocation."""
     import onnxruntime as ort
-
-    from ...ep.bridge import LIVE_SESSIONS
 
     if runs < 1 or prefill_tokens < 1:
         raise ReportInputError(f"runs ({runs}) and prefill_tokens ({prefill_tokens}) must be >= 1")
@@ -107,7 +107,7 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
         check_input_memory(proto, dims, where, max_input_mib)
     feeds = make_feeds(proto, dims) if run or compare else None
     if session is not None:
-        ep = _ep_of(session, LIVE_SESSIONS)
+        ep = _ep_of(session)
     elif run:
         session, ep, measurement, doc["phases"] = _run(proto, where, opts, feeds, dims, tgt, runs, prefill_tokens)
     elif compare:
@@ -203,16 +203,12 @@ def _with_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> onnx.ModelPro
     return m
 
 
-def _ep_of(session, live) -> Any:
-    """The EpSession behind ``session``: the newest one whose partitions' nodes all ran on NpuEP there."""
-    ran = {n.name for sg in session.get_provider_graph_assignment_info() if sg.ep_name == "NpuEP"
-           for n in sg.get_nodes()}
-    for ep in sorted(live, key=id, reverse=True):
-        steps = {s for p in ep.programs.values() for st in p.steps for s in st.node_name.split("+")}
-        if ep.capabilities and steps and steps <= ran:
-            return ep
-    raise ReportInputError("no live NpuEP session found for this InferenceSession (created with "
-                           "session.record_ep_graph_assignment_info=1?)")
+def _ep_of(session) -> Any:
+    """The EpSession behind ``session`` (its options tagged by ``tag_session_options``)."""
+    try:
+        return session_of(session)
+    except LookupError as exc:
+        raise ReportInputError(f"report on an InferenceSession: {exc}") from None
 
 
 def validate(doc: Mapping[str, Any]) -> None:

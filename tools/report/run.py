@@ -20,12 +20,10 @@ import onnx
 import onnxruntime as ort
 
 from ...ep import _native
-from ...ep.bridge import LIVE_SESSIONS, EpSession
+from ...ep.bridge import EpSession
 from ...ep.dtypes import numpy_dtype
-
-
-class ReportInputError(ValueError):
-    """Bad user input (model, dims, target): the CLI prints it in one line and exits with 2."""
+from ...ep.sessions import session_of, tag_session_options
+from .validate import ReportInputError, ort_error, ort_exceptions
 
 
 class NpuEPFailure(RuntimeError):
@@ -164,23 +162,18 @@ def npu_session(model_bytes: bytes, provider_options: Mapping[str, str], *,
                 so: ort.SessionOptions | None = None) -> tuple[ort.InferenceSession, EpSession]:
     """An NpuEP session that records ORT's graph assignment and never silently falls back, and its EpSession.
     ``so``: session options to start from (e.g. with profiling enabled)."""
-    before = set(LIVE_SESSIONS)
     so = quiet(so or ort.SessionOptions())
+    tag_session_options(so)
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     opts = {"cache_dir": "", **provider_options}
     sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("NpuEP", opts), "CPUExecutionProvider"],
                                 enable_fallback=0)
-    new = [s for s in LIVE_SESSIONS if s not in before]
-    if len(new) != 1:
-        raise RuntimeError(f"expected one new NpuEP session, found {len(new)}")
-    return sess, new[0]
+    return sess, session_of(sess)
 
 
 def cpu_session(model_bytes: bytes, feeds: Mapping[str, np.ndarray], where: str) -> ort.InferenceSession:
     """A CPU EP session that has run ``feeds`` once: ORT's own validation of the model and the generated inputs.
     Anything ORT refuses here is bad input (``ReportInputError`` naming the file)."""
-    from .validate import ort_error, ort_exceptions
-
     errors = ort_exceptions()
     try:
         cpu = ort.InferenceSession(model_bytes, quiet(ort.SessionOptions()), providers=["CPUExecutionProvider"])

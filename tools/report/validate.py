@@ -29,10 +29,13 @@ from typing import Any
 import onnx
 
 from ...ep.onnx_graph import all_tensors
-from .run import ReportInputError
 
 ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 _PROTO_LIMIT = 2**31 - 1  # protobuf cannot serialize more in one message: check large models by path
+
+
+class ReportInputError(ValueError):
+    """Bad user input (model, dims, target): the CLI prints it in one line and exits with 2."""
 
 
 def _one_line(exc: BaseException) -> str:
