@@ -7,10 +7,10 @@ channels, so concatenating them along N is free (a member without zero points ge
 MatMul members concatenate their float32 ``[K, N_i]`` into ``[K, sum N_i]``.
 
 Run: one matmul (for MatMulNBits the single-op kernel on the concatenated packed weights, native or reference as
-the session chose), bias added in place, then either the members' outputs as column slices of the accumulator or, with the
-SwiGLU epilogue on a {gate, up} group, ``g * sigmoid(g) * u`` (``g / (1 + exp(-g))``, the exponent clipped at 80
-so it never overflows: beyond it the product is 0 to float32 precision anyway). Numerics equal the separate
-kernels' up to BLAS summation order.
+the session chose), bias added in place, then either the members' outputs as column slices of the accumulator or,
+with the SwiGLU epilogue on a {gate, up} group, ``g * sigmoid(g) * u`` (``g / (1 + exp(-g))``, the exponent
+clipped at 80 so it never overflows: beyond it the product is 0 to float32 precision anyway). Numerics equal the
+separate kernels' up to summation order.
 
 Cost: the plan of one matmul with N = sum N_i (A is loaded once), the epilogue as overlapped vector work: bias 1 op
 per accumulator element, SwiGLU (4 ops + 1 transcendental) per (gate, up) pair.

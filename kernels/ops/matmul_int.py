@@ -6,8 +6,9 @@ NPU numerics: int8/uint8 operands with zero points removed, int32 accumulation (
 - MatMulIntegerToFloat: ``float32(acc) * (a_scale * b_scale) + bias``.
 
 Compile time: a constant 2-D B stays int8, re-laid out for the native int8 GEMM (``pack_b``: uint8 shifted to
-int8, blocks of 16 columns x 4 k, column sums and shifted zero points); other constant B (batched) is stored zero-point-free
-as float32 ``[..., K, N]`` with its exact magnitude bound. Constant scales fold into one per-column multiplier.
+int8, blocks of 16 columns x 4 k, column sums and shifted zero points); other constant B (batched) is stored
+zero-point-free as float32 ``[..., K, N]`` with its exact magnitude bound. Constant scales fold into one
+per-column multiplier.
 
 Run: the native kernel (``ep/native/kernels/int8_gemm.cc``, exact int32, requantization fused for QLinearMatMul)
 when B was packed and A's zero point is per tensor; otherwise, or with ``kernels=reference``, the numpy reference

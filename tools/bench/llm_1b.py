@@ -7,9 +7,10 @@ peak RSS, session creation, TTFT for a 128-token prompt, inter-token latency, gr
 The model is built once by the project's own builder (``models/tiny_llama.py``) and ``npu-rewrite`` (cleanup,
 rope, gqa, int4 with accuracy_level 4), in a child process, and kept in ``--workdir`` (default: a folder under the
 system temp dir named after the configuration). Each EP is then measured in its own child process, so peak RSS
-(``VmHWM``, ``peak_rss.py``) is that EP's alone; both load the same .onnx by path. The children alternate between the EPs for
-``--repeats`` rounds (host load on a shared machine changes by 2x within minutes) and each metric is the median. Targets (issue 12): peak RSS <= 1.2x, session
-creation <= 2x (cold; NpuEP's compiled-context cache is off here), inter-token <= 1.1x, TTFT <= 1.0x.
+(``VmHWM``, ``peak_rss.py``) is that EP's alone; both load the same .onnx by path. The children alternate between
+the EPs for ``--repeats`` rounds (host load on a shared machine changes by 2x within minutes) and each metric is the
+median. Targets (issue 12): peak RSS <= 1.2x, session creation <= 2x (cold; NpuEP's compiled-context cache is off
+here), inter-token <= 1.1x, TTFT <= 1.0x.
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ py::array_t<float> MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, con
 
 
 py::array Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
-                       const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads, const std::optional<Arr<float>>& mult,
+                       const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads,
+                       const std::optional<Arr<float>>& mult,
                        int y_zero_point, bool y_signed) {
   const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
   if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))

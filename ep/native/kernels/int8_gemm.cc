@@ -90,7 +90,8 @@ __attribute__((target("avx2,fma"))) void ColumnsAvx2(const Int8Gemm& g, const Pr
         std::memcpy(&a4, a + 4 * kg, 4);
         const __m256i av = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(a4)));
         UNROLL for (int q = 0; q < 4; ++q) {
-          const __m256i bv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kg * 64 + 16 * q)));
+          const __m256i bv =
+              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kg * 64 + 16 * q)));
           acc[q] = _mm256_add_epi32(acc[q], _mm256_madd_epi16(av, bv));
         }
       }
