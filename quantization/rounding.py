@@ -3,6 +3,9 @@
 Two rounding modes matter and they differ on ties:
 - ONNX QuantizeLinear rounds half to even (``np.rint``), then saturates to the target range.
 - MLAS's block quantizer (MatMulNBits packing) uses C ``roundf``: half away from zero.
+
+Saturation is ORT's: NaN gives the type's lowest value (MLAS clamps with fmax/fmin, which drop the NaN), +-inf the
+type's limits. The NPU kernels (``kernels/ops/_mm.py``) and the offline tools share these functions.
 """
 
 from __future__ import annotations
@@ -58,9 +61,23 @@ def round_half_away_from_zero(x: np.ndarray) -> np.ndarray:
 
 
 def saturate(x: np.ndarray, qtype: str) -> np.ndarray:
-    """Clip rounded values to ``qtype``'s range and cast to its container dtype."""
+    """Clip rounded values to ``qtype``'s range (NaN to its lowest value, as ORT) and cast to its container dtype."""
     lo, hi = qrange(qtype)
-    return np.clip(x, lo, hi).astype(_CONTAINER[qtype])
+    return np.fmin(np.fmax(x, lo), hi).astype(_CONTAINER[qtype])
+
+
+def quantize_float(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, qtype: str) -> np.ndarray:
+    """QuantizeLinear as ORT computes it, all in float32: ``saturate(rint(x / scale) + zero_point)``.
+
+    ``scale`` and ``zero_point`` already broadcast against ``x`` (``quantize_linear`` shapes per-channel ones).
+    """
+    lo, hi = qrange(qtype)
+    q = np.asarray(x).astype(np.float32) / np.asarray(scale, np.float32)
+    np.rint(q, out=q)
+    q += np.asarray(zero_point, np.float32)
+    np.fmax(q, np.float32(lo), out=q)  # fmax/fmin drop the NaN: NaN -> lo
+    np.fmin(q, np.float32(hi), out=q)
+    return q.astype(_CONTAINER[qtype])
 
 
 def _broadcastable(scale, zero_point, axis: int | None, ndim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,16 +101,16 @@ def quantize_linear(
     qtype: str = "uint8",
     axis: int | None = None,
 ) -> np.ndarray:
-    """ONNX QuantizeLinear: ``saturate(round_half_to_even(x / scale) + zero_point)``.
+    """ONNX QuantizeLinear: ``saturate(round_half_to_even(x / scale) + zero_point)`` (``quantize_float``).
 
-    Division is done in float32 like ORT's CPU kernel. ``scale``/``zero_point`` are scalars, or 1-D per-channel
+    Computed in float32 like ORT's CPU kernel. ``scale``/``zero_point`` are scalars, or 1-D per-channel
     arrays along ``axis``. The result holds unpacked values in the container dtype (int4 -> int8); use
     ``npu_ep.quantization.int4.pack_int4`` to get ONNX's packed int4 bytes.
     """
+    qrange(qtype)  # unknown types fail before any work
     x = np.asarray(x, dtype=np.float32)
     scale, zp = _broadcastable(scale, zero_point, axis, x.ndim)
-    q = round_half_to_even(x / scale).astype(np.int64) + zp
-    return saturate(q, qtype)
+    return quantize_float(x, scale, zp, qtype)
 
 
 def dequantize_linear(q: np.ndarray, scale: np.ndarray | float, zero_point: np.ndarray | int = 0,

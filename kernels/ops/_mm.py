@@ -17,14 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from ...quantization.rounding import QUANT_RANGES, container_dtype, quantize_float  # kernels import it from here
 from .. import host_blas
 from ..cost import matmul_cost
 from ..planner import PlanError, plan_matmul
 from ..tile_plan import TilePlan
 from ..registry import OpCost, Prepared
 
-QRANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
-          "int4": (-8, 7), "uint4": (0, 15), "int32": (-2**31, 2**31 - 1)}
+# integer operand ranges: QuantizeLinear's types (quantization.rounding) and int32 (bias, accumulators)
+QRANGE = {**QUANT_RANGES, "int32": (-2**31, 2**31 - 1)}
 _EXACT = float(2 ** 24)
 
 
@@ -52,25 +53,13 @@ def exact_int_matmul(a: np.ndarray, b: np.ndarray, bound_a: int, bound_b: int, t
 
 def requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, qtype: str) -> np.ndarray:
     """MLAS requantization of int32 (or exact float32) accumulators to ``qtype`` (module docstring)."""
-    lo, hi = QRANGE[qtype]
+    lo, hi = QUANT_RANGES[qtype]
     z = np.asarray(zp, np.float32)
     y = acc.astype(np.float32, copy=False) * np.asarray(multiplier, np.float32)
-    np.clip(y, np.float32(lo) - z, np.float32(hi) - z, out=y)
+    np.clip(y, np.float32(lo) - z, np.float32(hi) - z, out=y)  # clips before rounding, as MLAS (no NaN here)
     np.rint(y, out=y)
     y += z
-    return y.astype(np.int8 if qtype == "int4" else np.uint8 if qtype == "uint4" else np.dtype(qtype))
-
-
-def quantize_float(y: np.ndarray, scale: np.ndarray, zp: np.ndarray, qtype: str) -> np.ndarray:
-    """ONNX QuantizeLinear as ORT computes it: ``saturate(rint(x / scale) + zp)`` in float32; NaN gives the type's
-    lowest value, as ORT's MLAS does for every output type (fmax drops the NaN)."""
-    lo, hi = QRANGE[qtype]
-    q = y.astype(np.float32) / np.asarray(scale, np.float32)
-    np.rint(q, out=q)
-    q += np.asarray(zp, np.float32)
-    np.fmax(q, np.float32(lo), out=q)
-    np.fmin(q, np.float32(hi), out=q)
-    return q.astype(np.int8 if qtype == "int4" else np.uint8 if qtype == "uint4" else np.dtype(qtype))
+    return y.astype(container_dtype(qtype))
 
 
 # --- epilogue (bias / relu / quantize), applied in place on the accumulator tile -----------------------------
