@@ -2,8 +2,7 @@
 
 Two things happen here, in this order:
 
-1. **Integer units.** A Conv or MatMul whose activation arrives through a per-tensor DequantizeLinear (read only
-   by it), whose weight is a DequantizeLinear of a constant (per tensor, or per output channel: Conv axis 0,
+1. **Integer units.** A Conv or MatMul whose activation arrives through a per-tensor DequantizeLinear, whose weight is a DequantizeLinear of a constant (per tensor, or per output channel: Conv axis 0,
    MatMul axis 1), and whose output is read only by one per-tensor QuantizeLinear becomes one synthetic node that
    runs on integers: 8-bit activations as ``QLinearConv``/``QLinearMatMul`` (the int8 matrix kernels, int32
    accumulation, MLAS requantization), 16-bit activations as ``npu::QdqMatMul`` (kernels/ops/qdq_matmul.py,
@@ -136,9 +135,9 @@ class _Graph:
     def sole_reader(self, v: ValueInfo) -> bool:
         return not v.is_graph_output and len(self.users.get(v.name, [])) == 1
 
-    def dq_feeding(self, v: ValueInfo | None) -> int | None:
-        """Index of the DQ producing ``v`` if ``v`` is read only by one node."""
-        if v is None or v.name not in self.producer or not self.sole_reader(v):
+    def dq_feeding(self, v: ValueInfo | None, shared: bool = False) -> int | None:
+        """Index of the DQ producing ``v`` if ``v`` is read only by one node (``shared``: by any number)."""
+        if v is None or v.name not in self.producer or not (shared or self.sole_reader(v)):
             return None
         i = self.producer[v.name]
         return i if self.nodes[i].key in DQ_OPS else None
@@ -163,7 +162,9 @@ def _unit(g: _Graph, i: int, target: Target) -> tuple[NodeInfo, set[int]] | None
     if op.key not in (("", "Conv"), ("", "MatMul")):
         return None
     conv = op.op_type == "Conv"
-    ia, iw = g.dq_feeding(op.input(0)), g.dq_feeding(op.input(1))
+    # An activation DQ read by several ops feeds each of their units (ORT's EnsureUniqueDQForNodeUnit duplicates
+    # it); it is absorbed only when this unit is its sole reader. A weight DQ must have one reader.
+    ia, iw = g.dq_feeding(op.input(0), shared=True), g.dq_feeding(op.input(1))
     iq = g.sole_q(op)
     if ia is None or iw is None or iq is None:
         return None
@@ -177,7 +178,7 @@ def _unit(g: _Graph, i: int, target: Target) -> tuple[NodeInfo, set[int]] | None
     yt = dtype_name(q.outputs[0])
     if wt not in ("int8", "uint8", "int4", "uint4"):
         return None
-    absorbed = {i, ia, iw, iq}
+    absorbed = {i, iw, iq} | ({ia} if g.sole_reader(op.inputs[0]) else set())
     xs, ws = np.asarray(adq.input(1).value, np.float32), np.asarray(wdq.input(1).value, np.float32)
     bias = None
     if conv and op.input(2) is not None:
@@ -243,7 +244,9 @@ def fuse_qdq(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     absorbed = {j for i, (_, members) in units.items() for j in members if j != i}
     out = [units[i][0] if i in units else nd for i, nd in enumerate(nodes) if i not in absorbed]
     weights = foldable_weights(out)
-    if not weights:
-        return out
-    folded = [constant_view(nd, weights, placeholder_above=None) for nd in out]
-    return [nd for nd in folded if not (nd.key in DQ_OPS and nd.outputs[0].name in weights)]
+    if weights:
+        out = [constant_view(nd, weights, placeholder_above=None) for nd in out]
+        out = [nd for nd in out if not (nd.key in DQ_OPS and nd.outputs[0].name in weights)]
+    read = consumers_of(out)  # a shared activation DQ whose readers all became units is dead now
+    return [nd for nd in out if not (nd.key in DQ_OPS and not nd.outputs[0].is_graph_output
+                                     and nd.outputs[0].name not in read)]
