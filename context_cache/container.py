@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import struct
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -390,11 +390,6 @@ def peek_meta(buf: bytes | bytearray | memoryview) -> ContainerMeta:
     mv = _as_readonly_view(buf)
     version, doc, _ = _parse_header_block(mv)
     return _parse_meta(doc, version)
-
-
-def meta_dict(meta: ContainerMeta) -> dict[str, Any]:
-    """ContainerMeta as a plain dict (for reports and JSON output)."""
-    return asdict(meta)
 
 
 def load_file(path: str | os.PathLike[str], *, expect: ContainerExpect | None = None,

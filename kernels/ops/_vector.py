@@ -24,11 +24,6 @@ _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
 
 
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype the vector unit computes ``dtype`` in: fp16 widens to fp32, everything else stays."""
-    return _F32 if np.dtype(dtype) == _F16 else np.dtype(dtype)
-
-
 def widen(x: np.ndarray) -> np.ndarray:
     """``x`` in its compute dtype (a copy only for fp16). Called on every kernel call: compares against a
     prebuilt dtype (``== np.float16`` would convert the type each time)."""
