@@ -1,0 +1,99 @@
+"""Scaled dot-product attention shared by ONNX Attention (opset 23) and com.microsoft MultiHeadAttention/Attention:
+QK^T and PV on the matrix unit (float32 accumulation), scale, additive bias/mask, softcap and softmax on the vector
+unit in float32 (float16 inputs widen once; one rounding on store).
+
+``attend(q [B, N, S, H], k [B, Nkv, T, H], v [B, Nkv, T, Hv], ...)``: N is a multiple of Nkv and query head n
+reads kv head n // (N / Nkv) (GQA; Nkv == N is plain multi-head). The G query heads of one kv head are stacked as
+G*S rows of one matmul, so K/V are never repeated. Masked scores are -inf before the softmax; a row with every key
+masked gives 0 (not NaN), as ORT's CPU kernels.
+
+Cost (``attention_cost``): both matmuls through the planner (``plan_matmul`` + ``cost.matmul_cost``: batch B*Nkv,
+m = G*S rows), the softmax over B*N*S*T scores through ``cost.vector_cost`` (scale, bias, max, subtract, sum,
+divide plus one exp per score); the three are summed (no overlap claimed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cost import matmul_cost, vector_cost
+from ..planner import plan_matmul
+from ..registry import OpCost
+from ..target import Target
+from ._vector import transcendental
+
+_F32 = np.float32
+
+
+def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, bias: np.ndarray | None = None,
+           softcap: float = 0.0, want_scores: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(output [B, N, S, Hv] float32, the requested intermediate scores [B, N, S, T] or None).
+
+    Order as ORT 1.31's CPU kernels: scores = Q K^T * scale; softcap c > 0: c * tanh(x / c); + ``bias`` (float32,
+    −inf masks, broadcastable to [B, N, S, T]); softmax. ``want_scores`` picks ORT's qk_matmul_output stage:
+    0 scaled Q K^T, 1 after softcap, 2 after the mask (masked entries as float32's lowest value, as ORT), 3 softmax.
+    """
+    b, n, s, h = q.shape
+    nkv, t, hv = k.shape[1], k.shape[2], v.shape[3]
+    g = n // nkv
+    qf, kf, vf = (x.astype(_F32, copy=False) for x in (q, k, v))
+    scores = np.matmul(qf.reshape(b, nkv, g * s, h), np.swapaxes(kf, -1, -2)).reshape(b, n, s, t)
+    scores *= _F32(scale)
+    stage = scores.copy() if want_scores == 0 else None
+    if softcap > 0.0:
+        scores = np.tanh(scores / _F32(softcap)) * _F32(softcap)
+    if want_scores == 1:
+        stage = scores.copy()
+    if bias is not None:
+        scores = scores + bias.astype(_F32, copy=False)
+    if want_scores == 2:
+        stage = np.maximum(scores, np.finfo(_F32).min)
+    peak = scores.max(axis=-1, keepdims=True)
+    peak[~np.isfinite(peak)] = 0.0
+    e = np.exp(scores - peak)
+    total = e.sum(axis=-1, keepdims=True)
+    total[total == 0] = 1.0
+    e /= total
+    if want_scores == 3:
+        stage = e.copy()
+    out = np.matmul(e.reshape(b, nkv, g * s, t), vf).reshape(b, n, s, hv)
+    return out, stage
+
+
+def bool_mask_bias(mask: np.ndarray) -> np.ndarray:
+    """A boolean mask (True = attend) as a float32 0/−inf bias."""
+    return np.where(mask, _F32(0.0), _F32(-np.inf)).astype(_F32)
+
+
+def causal_bias(s: int, t: int, offset: int) -> np.ndarray:
+    """[S, T] 0/−inf bias: query i sees keys j <= i + offset."""
+    return bool_mask_bias(np.arange(t)[None, :] <= np.arange(s)[:, None] + offset)
+
+
+def attention_cost(target: Target, dtype: str, b: int, n: int, nkv: int, s: int, t: int, h: int, hv: int,
+                   extra_bytes: int = 0) -> OpCost:
+    """Cost of ``attend`` for these sizes (module docstring); ``extra_bytes``: other DMA (mask, presents)."""
+    g = n // nkv
+    qk = matmul_cost(plan_matmul(g * s, t, h, dtype, dtype, target, batch=b * nkv, out_dtype="float32"), target)
+    pv = matmul_cost(plan_matmul(g * s, hv, t, "float32", dtype, target, batch=b * nkv, out_dtype=dtype), target)
+    scores = b * n * s * t
+    soft = vector_cost(target, scores, extra_bytes, 0, 6.0 + transcendental(target))
+    total = OpCost(compute_cycles=qk.compute_cycles + pv.compute_cycles + soft.compute_cycles,
+                   dma_cycles=qk.dma_cycles + pv.dma_cycles + soft.dma_cycles,
+                   cycles=qk.cycles + pv.cycles + soft.cycles, dma_bytes=qk.dma_bytes + pv.dma_bytes + soft.dma_bytes,
+                   sram_peak=max(qk.sram_peak, pv.sram_peak, soft.sram_peak), macs=qk.macs + pv.macs, unit="matrix")
+    rate = target.mac_rate(qk_mode(target, dtype))
+    total.utilization = total.macs / (total.cycles * rate) if total.cycles else 0.0
+    return total
+
+
+def qk_mode(target: Target, dtype: str) -> str:
+    return target.float_mode(dtype) or "float32"
+
+
+def float_mode_reason(target: Target, dtype: np.dtype | None, what: str) -> str | None:
+    if dtype is None or not np.issubdtype(dtype, np.floating):
+        return f"{what} needs float query/key/value"
+    if target.float_mode(np.dtype(dtype).name) is None:
+        return f"target {target.name} has no float matrix mode for {np.dtype(dtype).name} (QK^T and PV need one)"
+    return None
