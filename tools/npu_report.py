@@ -1,5 +1,6 @@
 """``npu-report MODEL.onnx [--target T] [--json OUT] [--html OUT] [--run] [--dim name=value ...] [--compare]
-[--float-model FLOAT.onnx] [--no-check]``.
+[--float-model FLOAT.onnx] [--no-check] [--dump-partitions DIR]``; ``npu-report --zoo SRC [SRC ...] [--workers N]``
+(SRC: a model file, a folder of them, or ``corpus``): one row per model from a real NpuEP session.
 
 Exit codes: 0 report produced; 2 bad input (missing/unreadable/invalid model, a model ONNX Runtime refuses, unknown
 target, bad --dim), printed as one line on stderr naming the file and the reason, without a traceback; 1 NpuEP
@@ -14,7 +15,7 @@ import argparse
 import os
 import sys
 
-from ..kernels.target import TargetError
+from ..kernels.target import Target, TargetError
 
 
 def _dim(text: str) -> tuple[str, int]:
@@ -43,12 +44,12 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="npu-report", description="NpuEP coverage, partitions, CPU<->NPU boundaries and their cost.")
-    p.add_argument("model", help="ONNX model file")
+    p.add_argument("model", nargs="?", help="ONNX model file (not with --zoo)")
     p.add_argument("--target", default="npu-ref", help="built-in target name or path to a target .toml")
     p.add_argument("--json", metavar="OUT.json", help="write the versioned JSON document")
     p.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML file with plots")
     p.add_argument("--run", action="store_true", help="run on NpuEP and the CPU EP and measure boundaries")
-    p.add_argument("--runs", type=int, default=20, help="timed runs per EP with --run (default 20)")
+    p.add_argument("--runs", type=int, default=None, help="timed runs per EP with --run (default 20; --zoo: 5)")
     p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=VALUE",
                    help="size of a symbolic input dim, or of an unnamed/-1 one as INPUT:AXIS=VALUE (repeatable); "
                         "the sizes picked for the others are printed")
@@ -65,17 +66,29 @@ def parser() -> argparse.ArgumentParser:
                    help="new tokens of the prefill-shaped run of a KV-cache model with --run (default 16)")
     p.add_argument("--no-check", action="store_true",
                    help="skip onnx.checker (structural checks still run) for models ORT runs but the checker rejects")
+    p.add_argument("--dump-partitions", metavar="DIR",
+                   help="write every NPU partition of the file as a standalone ONNX model into DIR (new files only)")
+    p.add_argument("--zoo", nargs="+", metavar="SRC",
+                   help="model zoo: one row per model (a file, a folder of .onnx files, or 'corpus')")
+    p.add_argument("--workers", type=int, default=None, help="worker processes for --zoo (default: one per core)")
     p.add_argument("--quiet", action="store_true", help="no terminal summary")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.runs < 1 or args.prefill_tokens < 1:
+    if (args.runs is not None and args.runs < 1) or args.prefill_tokens < 1:
         parser().error("--runs and --prefill-tokens must be >= 1")
     if args.max_input_mib is not None and not args.max_input_mib > 0:
         parser().error("--max-input-mib must be > 0")
+    if args.zoo:
+        return _zoo(args)
+    if args.workers is not None:
+        parser().error("--workers goes with --zoo")
+    if args.model is None:
+        parser().error("a model file is required (or --zoo SRC ...)")
     from .report.build import NpuEPFailure, ReportInputError, build_report, write_json
+    from .report.partition_dump import DumpError
     from .report.html import write_html
     from .report.render import render
     from .report.run import DEFAULT_MAX_INPUT_MIB
@@ -83,12 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     outputs = [o for o in (args.json, args.html) if o]
     try:
         refuse_outputs_onto_inputs(outputs, [args.model, args.float_model])
-        doc = build_report(args.model, target=args.target, dims=dict(args.dim), run=args.run, runs=args.runs,
+        doc = build_report(args.model, target=args.target, dims=dict(args.dim), run=args.run, runs=args.runs or 20,
                            layers=args.layers, compare=args.compare or bool(args.float_model),
                            provider_options={"partition_policy": args.policy}, float_model=args.float_model,
                            check=not args.no_check, prefill_tokens=args.prefill_tokens,
-                           max_input_mib=args.max_input_mib or DEFAULT_MAX_INPUT_MIB)
-    except (ReportInputError, TargetError) as exc:
+                           max_input_mib=args.max_input_mib or DEFAULT_MAX_INPUT_MIB,
+                           dump_partitions=args.dump_partitions)
+    except (ReportInputError, TargetError, DumpError) as exc:
         print(f"npu-report: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except MemoryError:
@@ -104,11 +118,48 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     if not args.quiet:
         render(doc)
+    for d in doc.get("partition_dumps", []):
+        print(f"npu-report: wrote {d['path']} (partition {d['partition']}, {d['nodes']} nodes)", file=sys.stderr)
     try:
         if args.json:
             write_json(doc, args.json)
         if args.html:
             write_html(doc, args.html)
+    except OSError as exc:
+        print(f"npu-report: error: cannot write output: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _zoo(args: argparse.Namespace) -> int:
+    """``--zoo``: the sources' models measured in worker processes; JSON/HTML written like the report's."""
+    from .._atomic import atomic_write_bytes
+    from .report.build import ReportInputError, write_json
+    from .report.model_zoo import model_paths, render_html, render_terminal, zoo
+
+    wrong = [flag for flag, given in (("a model file", args.model), ("--run", args.run), ("--compare", args.compare),
+                                      ("--float-model", args.float_model), ("--dump-partitions", args.dump_partitions))
+             if given]
+    if wrong:
+        parser().error(f"--zoo does not take {', '.join(wrong)}")
+    if args.workers is not None and args.workers < 1:
+        parser().error("--workers must be >= 1")
+    outputs = [o for o in (args.json, args.html) if o]
+    try:
+        Target.load(args.target)  # an unknown target is bad input, not one error row per model
+        models = model_paths(args.zoo)
+        refuse_outputs_onto_inputs(outputs, [path for _, path in models])
+        doc = zoo(args.zoo, target=args.target, dims=dict(args.dim), workers=args.workers, runs=args.runs or 5)
+    except (ReportInputError, FileNotFoundError, TargetError) as exc:
+        print(f"npu-report: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(render_terminal(doc), end="")
+    try:
+        if args.json:
+            write_json(doc, args.json)
+        if args.html:
+            atomic_write_bytes(args.html, render_html(doc).encode())
     except OSError as exc:
         print(f"npu-report: error: cannot write output: {_one_line(exc)}", file=sys.stderr)
         return 2

@@ -48,3 +48,55 @@ def test_corpus_source_names_the_installed_real_models():
 def test_missing_source_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such model file or folder"):
         model_paths([str(tmp_path / "nope")])
+
+
+def _relu_folder(tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    f32 = TensorProto.FLOAT
+    save(make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                    [helper.make_tensor_value_info("x", f32, ["n", 8])],
+                    [helper.make_tensor_value_info("y", f32, ["n", 8])]), folder, "relu.onnx")
+    return folder
+
+
+def test_cli_zoo_prints_the_table_and_writes_json_and_html(tmp_path, capsys):
+    from npu_ep.tools.npu_report import main
+
+    folder = _relu_folder(tmp_path)
+    out_json, out_html = tmp_path / "zoo.json", tmp_path / "zoo.html"
+    assert main(["--zoo", str(folder), "--workers", "1", "--runs", "1", "--json", str(out_json),
+                 "--html", str(out_html)]) == 0
+    out = capsys.readouterr().out
+    assert "Model zoo on npu-ref" in out and "relu" in out and "100%" in out
+    doc = json.loads(out_json.read_text())
+    assert [(r["model"], r["coverage"], r["partitions"]) for r in doc["models"]] == [("relu", 1.0, 1)]
+    assert "<table>" in out_html.read_text() and "relu" in out_html.read_text()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--json", "{model}"], "output would replace"),
+    (["--target", "no-such-target"], "no-such-target"),
+    (["--run"], "--zoo does not take --run"),
+    (["--workers", "0"], "--workers must be >= 1"),
+])
+def test_cli_zoo_bad_input_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys, extra, message):
+    from npu_ep.tools.npu_report import main
+
+    folder = _relu_folder(tmp_path)
+    model = folder / "relu.onnx"
+    before = model.read_bytes()
+    try:
+        code = main(["--zoo", str(folder), "--workers", "1", *[a.format(model=model) for a in extra]])
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert model.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["relu.onnx"]
+
+
+def test_cli_zoo_missing_source_exits_2(tmp_path, capsys):
+    from npu_ep.tools.npu_report import main
+
+    assert main(["--zoo", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err == f"npu-report: error: {tmp_path / 'nope'}: no such model file or folder\n"

@@ -65,3 +65,61 @@ def test_dump_refuses_to_replace_an_existing_file(tmp_path):
     dump_partitions(model, nodes, cap, names, tmp_path / "dump")
     with pytest.raises(DumpError, match="exists already"):
         dump_partitions(model, nodes, cap, names, tmp_path / "dump")
+
+
+def test_cli_dump_partitions_writes_files_that_replay_on_the_cpu_ep(tmp_path, capsys):
+    """Through ``npu-report --dump-partitions``: the report's partitions (names included), --dim applied, each
+    file replays the whole model's boundary values exactly on ORT's CPU EP."""
+    from npu_ep.tools.npu_report import main
+
+    model = two_partition_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    target = target_without(tmp_path)
+    out = tmp_path / "dump"
+    assert main([str(path), "--target", target, "--dim", "batch=3", "--dump-partitions", str(out), "--quiet",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    err = capsys.readouterr().err
+    files = sorted(out.iterdir())
+    assert [f.name for f in files] == ["000_partition_0.onnx", "001_partition_1.onnx"]
+    assert err.count("npu-report: wrote ") == 2
+    import json
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert [d["partition"] for d in doc["partition_dumps"]] == [p["name"] for p in doc["partitions"]]
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)}
+    values = boundary_values(model, feeds, ["x", "r", "e", "y"])
+    for d in doc["partition_dumps"]:
+        sub = onnx.load(d["path"])
+        assert [d.dim_value for d in sub.graph.input[0].type.tensor_type.shape.dim][0] == 3
+        got = cpu_run(sub, {n: values[n] for n in d["inputs"]})
+        for name, value in zip(d["outputs"], got):
+            np.testing.assert_array_equal(value, values[name])
+
+
+def test_cli_dump_partitions_with_run_names_files_after_the_sessions_partitions(tmp_path, capsys):
+    from npu_ep.tools.npu_report import main
+
+    path = tmp_path / "m.onnx"
+    onnx.save(two_partition_model(), path)
+    out = tmp_path / "dump"
+    assert main([str(path), "--target", target_without(tmp_path), "--dim", "batch=2", "--run", "--runs", "1",
+                 "--dump-partitions", str(out), "--quiet"]) == 0
+    names = sorted(f.name for f in out.iterdir())
+    assert len(names) == 2 and all(n.endswith(".onnx") and "partition_" not in n for n in names), names
+
+
+def test_cli_dump_into_a_folder_holding_the_same_files_exits_2_and_keeps_them(tmp_path, capsys):
+    from npu_ep.tools.npu_report import main
+
+    path = tmp_path / "m.onnx"
+    onnx.save(two_partition_model(), path)
+    target = target_without(tmp_path)
+    out = tmp_path / "dump"
+    argv = [str(path), "--target", target, "--dump-partitions", str(out), "--quiet"]
+    assert main(argv) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exists already" in err[0], err
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before

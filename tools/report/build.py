@@ -64,14 +64,17 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                  run: bool = False, runs: int = 20, layers: int | None = None, compare: bool = False,
                  provider_options: Mapping[str, str] | None = None, model=None, float_model=None,
                  check: bool = True, prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
-                 max_input_mib: float = DEFAULT_MAX_INPUT_MIB) -> dict[str, Any]:
+                 max_input_mib: float = DEFAULT_MAX_INPUT_MIB,
+                 dump_partitions: str | os.PathLike | None = None) -> dict[str, Any]:
     """The report document. ``model_or_session``: path, ``onnx.ModelProto`` or an ``InferenceSession`` created
     with NpuEP and options passed through ``npu_ep.ep.sessions.tag_session_options`` (then ``model=`` gives the
     file view and enables the CPU-EP comparison). ``dims``: symbolic dim -> size for inputs.
     ``float_model``: the float original of a quantized model (path or ModelProto) for the three-way numerics
     (implies ``compare``). ``check=False`` skips ``onnx.checker`` (the structural checks always run).
     ``prefill_tokens``: new tokens of the prefill-shaped run of a KV-cache model (``run=True``).
-    ``max_input_mib``: generated inputs (``run``/``compare``) above this are refused before allocation."""
+    ``max_input_mib``: generated inputs (``run``/``compare``) above this are refused before allocation.
+    ``dump_partitions``: a folder to write every NPU partition of the file into as a standalone model
+    (``partition_dump``); the written files are listed under ``partition_dumps``."""
     import onnxruntime as ort
 
     if runs < 1 or prefill_tokens < 1:
@@ -134,6 +137,12 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                                         measurement["profile"] if measurement else None, tgt)
     if measurement:
         doc["projection"] = rl.projection(doc["layers"], crossings)
+    if dump_partitions is not None:
+        from .partition_dump import dump_partitions as dump_to  # onnx-graphsurgeon is imported only for this
+
+        # the file's partitions (a session's view is after ORT's fusions: its tensors need not exist in the file)
+        file_names = names if nodes is file_nodes else _program_names(ep.programs, file_cap, file_nodes)
+        doc["partition_dumps"] = dump_to(proto, file_nodes, file_cap, file_names, dump_partitions, dims)
     if compare:
         from .compare import compare as run_compare
 
