@@ -2,8 +2,7 @@
 
 Why: a decode step streams every weight of the model once (the GEMVs are memory-bound). Separate arrays of
 0.25-1 MiB sit on 4 KiB pages, whose boundaries stop the hardware prefetcher and cost a TLB miss each; one arena
-of >= 4 MiB is madvised to 2 MiB huge pages by numpy and read as one stream. Ad-hoc, this VM: the 17 weight
-GEMVs of a tiny-Llama decode step took 0.38 ms from an arena vs 0.44 ms from separate arrays.
+of >= 4 MiB is madvised to 2 MiB huge pages by numpy and read as one stream (decode GEMVs ran faster: PERF.md).
 
 The kernels see the same arrays as before (same dtype, shape, values, C-contiguous); only where they live
 changes. Constants below ``MIN_BYTES`` stay where they are, and nothing is packed when the total would not reach

@@ -1,19 +1,17 @@
 """Host threads for the emulated NPU's matmuls.
 
 The kernels run numpy BLAS inside ORT's process, whose intra-op thread pool also wants the cores. OpenBLAS's own
-worker threads busy-wait for each other, so they stall whenever anything else runs: on a 2-core machine the
-prefill of a tiny LLM measured 46 ms median / 502 ms worst with the default BLAS threads versus 7.7 ms with one
-(an ad-hoc profiling script, not kept; ``python -m npu_ep.tools.bench_llm`` shows TTFT as it is now). So while
-NpuEP sessions are alive OpenBLAS runs with a fixed thread count (provider option ``blas_threads``, default 1; 0
-leaves the process setting alone) and the host's setting comes back when the last session is released.
+worker threads busy-wait for each other, so they stall whenever anything else runs (several times slower, with
+long tails; PERF.md has the numbers). So while NpuEP sessions are alive OpenBLAS runs with a fixed thread count
+(provider option ``blas_threads``, default 1; 0 leaves the process setting alone) and the host's setting comes
+back when the last session is released.
 
 Large products still use two cores: ``matmul`` cuts them in halves of B's columns, the second on one helper
 thread (provider option ``host_threads``, default 2; the cut depends on the shape only, so the bits do not depend
-on the thread count; see the constants below). Tried and dropped on the way:
-- switching OpenBLAS's thread count per partition call: it resizes its pool on every change, ~10 us per call;
+on the thread count; see the constants below). Tried and dropped on the way (PERF.md):
+- switching OpenBLAS's thread count per partition call: it resizes its pool on every change;
 - giving large matmuls OpenBLAS's threads back for their duration: under any other load (ORT's spinning
-  workers, another process) its threads stall each other. A 128x1024x1024 MatMul took 19 ms per run that way
-  instead of 3 ms (ad-hoc), and the tiny Llama's 128-token prefill 173 ms instead of 14 ms (``bench_llm``).
+  workers, another process) its threads stall each other.
 """
 from __future__ import annotations
 
@@ -72,22 +70,18 @@ class BlasThreads:
 
 
 # --- large products on two host threads ---------------------------------------------------------------------
-# OpenBLAS's own threads busy-wait for each other, which turns any other load on the machine into stalls (a
-# 128x1024x1024 MatMul took 19 ms instead of 3 ms). Instead, a large product is cut in two halves of B's columns
-# and the second half runs on one helper thread, each half single-threaded BLAS; under load the halves simply take
-# turns. The hand-off is a pair of locks (~18 us round trip on this VM; a ThreadPoolExecutor took ~53 us).
-# Ad-hoc, one thread -> two: 128x1024x1024 4.3 -> 2.6-3.1 ms in an NpuEP session. Not split (measured slower in
-# situ): products under 64 M MACs (the tiny Llama's 32- and 128-token prefill GEMMs gained nothing) and one-row
-# products (a 1x2048x2048 GEMV split over K ran 1.1-1.2 ms vs 0.7-0.9 ms whole: two threads streaming one
-# matrix's pages).
+# OpenBLAS's own threads busy-wait for each other, which turns any other load on the machine into stalls.
+# Instead, a large product is cut in two halves of B's columns and the second half runs on one helper thread, each
+# half single-threaded BLAS; under load the halves simply take turns. The hand-off is a pair of locks (cheaper
+# than a ThreadPoolExecutor). Not split, because they ran slower split: products under 64 M MACs, and one-row
+# products (two threads streaming one matrix's pages). PERF.md has the measurements.
 #
 # Determinism: whether a product is cut, and where, depends on its shape only. When the helper is busy or no
 # session allows it (host_threads=1), the same two halves run one after the other on the calling thread, so the
 # bits never depend on the thread count or the load. (Cutting only when the helper was free gave different bits:
 # BLAS takes another code path for another shape, e.g. numpy runs a one-row half as a GEMV and the whole as a
 # GEMM.) Columns rather than rows: each half reads half of B, and two halves in sequence cost what the whole does
-# (ad-hoc, single-threaded: 64x2048x2048 7.4 ms whole, 7.5 as column halves, 10.3 as row halves, which pack all
-# of B twice).
+# (row halves each pack all of B).
 SPLIT_MACS = 1 << 26
 
 
