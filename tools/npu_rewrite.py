@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "input has external data or above ~1.8 GB. Never one of the input's files")
     p.add_argument("--passes", default=",".join(ALL_PASSES),
                    help=f"comma-separated subset of {','.join(ALL_PASSES)} (always run in that order)")
+    p.add_argument("--target", default=RewriteOptions.target, metavar="NAME|PATH",
+                   help="NPU target the model is prepared for (built-in name or target .toml): fusions emit only "
+                        f"ops it lists (default {RewriteOptions.target})")
     p.add_argument("--int4-block-size", type=int, default=RewriteOptions.int4_block_size, metavar="N",
                    help="int4 pass: weights per quantization block along K, a power of two in [16, 256] "
                         f"(default {RewriteOptions.int4_block_size}); smaller is more accurate and larger")
@@ -73,7 +77,7 @@ def _options(args: argparse.Namespace) -> RewriteOptions:
     return RewriteOptions(passes=passes, int4_block_size=args.int4_block_size, int4_symmetric=args.int4_symmetric,
                           int4_accuracy_level=args.int4_accuracy_level, exclude=args.exclude,
                           int4_min_elements=args.min_elements, drop_qdq_roundtrips=args.drop_qdq_roundtrips,
-                          fold_rotary=not args.no_fold_rotary,
+                          fold_rotary=not args.no_fold_rotary, target=args.target,
                           verbose=args.verbose)
 
 
@@ -94,11 +98,14 @@ def _run_with_progress(model, options: RewriteOptions, console: Console, show: b
 
 
 def _print_tables(result: RewriteResult, console: Console, verbose: bool) -> None:
+    """Names, reasons and notes are escaped: rich would otherwise eat text in brackets such as "[ops]"."""
+    for note in result.report.notes:
+        console.print(f"note: {escape(note)}")
     table = Table(title="rewrites per rule")
     table.add_column("rule")
     table.add_column("count", justify="right")
     for rule, n in sorted(result.report.counts.items()):
-        table.add_row(rule, str(n))
+        table.add_row(escape(rule), str(n))
     if not result.report.counts:
         table.add_row("(none)", "0")
     console.print(table)
@@ -107,7 +114,7 @@ def _print_tables(result: RewriteResult, console: Console, verbose: bool) -> Non
         for col in ("rule", "node", "reason"):
             why.add_column(col)
         for f in result.report.failures:
-            why.add_row(f.rule, f.node, f.reason)
+            why.add_row(escape(f.rule), escape(f.node), escape(f.reason))
         console.print(why)
 
 
@@ -165,7 +172,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     summary = {
         "input": args.input, "output": str(saved), "seconds": round(seconds, 3),
-        "counts": dict(sorted(result.report.counts.items())),
+        "counts": dict(sorted(result.report.counts.items())), "notes": list(result.report.notes),
         "failures": [{"rule": f.rule, "node": f.node, "reason": f.reason} for f in result.report.failures]
         if args.verbose else len(result.report.failures),
     }
@@ -181,12 +188,12 @@ def _main(argv: Sequence[str] | None) -> int:
         print(json.dumps(summary, default=str))
     else:
         _print_tables(result, out, args.verbose)
-        out.print(f"wrote {saved} in {seconds:.2f} s")
+        out.print(f"wrote {escape(str(saved))} in {seconds:.2f} s")
         if args.check:
             c = summary["check"]
-            status = "[green]passed[/green]" if c["passed"] else f"[red]FAILED[/red]: {c['reason']}"
+            status = "[green]passed[/green]" if c["passed"] else f"[red]FAILED[/red]: {escape(c['reason'])}"
             if c["output_name"]:
-                out.print(f"check {status}: output {c['output_name']!r} max abs diff {c['max_abs_diff']:.3g}, "
+                out.print(f"check {status}: output {escape(repr(c['output_name']))} max abs diff {c['max_abs_diff']:.3g}, "
                           f"top-1 agreement {c['top1_agreement']:.3f}")
             else:  # nothing was compared (a model ORT refuses, inputs too large to generate)
                 out.print(f"check {status}")

@@ -88,3 +88,50 @@ def test_bad_arguments_are_exit_2(tmp_path, capsys):
     assert main([str(src), "-o", str(tmp_path / "o.onnx"), "--int4-block-size", "20"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 3 and all(line.startswith("npu-rewrite: error:") for line in err)
+
+
+def test_target_flag_emits_only_ops_the_target_lists(tmp_path, capsys):
+    """--target reaches the qdq pass: npu-ref runs QLinearMatMul, a copy of it without that op keeps the unit."""
+    from tests.ep.test_policy import target_without
+    from tests.rewriter.test_qdq import _matmul_model
+
+    src = tmp_path / "qdq.onnx"
+    onnx.save(_matmul_model(), src)
+    assert main([str(src), "-o", str(tmp_path / "ref.onnx"), "--passes", "qdq", "--json"]) == 0
+    assert sum(json.loads(capsys.readouterr().out)["counts"].values()) == 1
+    assert [n.op_type for n in onnx.load(tmp_path / "ref.onnx").graph.node] == ["QLinearMatMul"]
+
+    target = target_without(tmp_path, ("QLinearMatMul",), name="npu-ref-no-qlmm")
+    assert main([str(src), "-o", str(tmp_path / "t.onnx"), "--passes", "qdq", "--target", target, "--json",
+                 "--verbose"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["counts"] == {}
+    assert any("QLinearMatMul is not in the ops table of target npu-ref-no-qlmm" in f["reason"]
+               for f in summary["failures"]), summary["failures"]
+    assert "QLinearMatMul" not in [n.op_type for n in onnx.load(tmp_path / "t.onnx").graph.node]
+
+
+def test_unknown_target_is_exit_2_one_line(tmp_path, capsys):
+    src = _lm(tmp_path / "lm.onnx")
+    assert main([str(src), "-o", str(tmp_path / "out.onnx"), "--target", "npu-nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rewrite target: unknown target 'npu-nope'" in err[0], err
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_notes_are_printed_and_bracketed_names_survive_rich_markup(tmp_path, capsys):
+    """gqa needs cleanup: the note says so (table and JSON); rule names such as 'GroupQueryAttention[expand,...]'
+    print whole (rich would eat a lowercase '[...]' as markup)."""
+    from npu_ep.models.tiny_llama import build_tiny_llama
+
+    src = build_tiny_llama(tmp_path / "tl.onnx")
+    assert main([str(src), "-o", str(tmp_path / "a.onnx"), "--passes", "gqa", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["notes"] == ["pass 'cleanup' added: gqa need(s) it"]
+    bracketed = [rule for rule in summary["counts"] if "[" in rule]
+    assert bracketed, summary["counts"]
+    assert main([str(src), "-o", str(tmp_path / "b.onnx"), "--passes", "gqa"]) == 0
+    out = capsys.readouterr().out
+    assert "note: pass 'cleanup' added: gqa need(s) it" in out
+    for rule in bracketed:
+        assert rule in out, out
