@@ -1,0 +1,223 @@
+"""Recurrent ops: LSTM (opset 7/14) and GRU (opset 7/14): forward, reverse or bidirectional, optional bias,
+initial states, peepholes (LSTM) and ``sequence_lens``, ``clip``, ``layout`` 0/1, ``linear_before_reset`` (GRU).
+
+Only the default activations (LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid, Tanh) and LSTM ``input_forget=0`` are
+taken; other values are declined with a reason. Float32 only (ORT's CPU kernels are float/double).
+
+Numerics as ORT's CPU kernels: the input projection ``X @ W^T + Wb + Rb`` is one matmul over all time steps, then
+each step adds ``H @ R^T``; ``clip`` bounds every gate's pre-activation to [-clip, clip]. With ``sequence_lens``,
+batch entry b runs its first L_b steps (the reverse direction runs steps L_b-1 .. 0); Y is 0 past L_b and Y_h/Y_c
+are the states after the last valid step.
+
+Cost: the input projection on the matrix unit, then per time step one [batch, H] x [H, gates*H] matmul padded to
+native tiles (the recurrence serializes the steps) and the gate math on the vector unit; weights are read once
+when they fit half the SRAM, else R is re-read every step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..cost import dma_cycles
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._util import arg, stash_constants
+from ._vector import transcendental
+
+_F32 = np.dtype(np.float32)
+_DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+_GATES = {"LSTM": 4, "GRU": 3}
+_DIRECTIONS = ("forward", "reverse", "bidirectional")
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) without overflow warnings (exp's argument clamped at 88, where fp32 saturates anyway)."""
+    return 1.0 / (1.0 + np.exp(np.minimum(-x, np.float32(88.0))))
+
+
+def _clip(x: np.ndarray, clip: float | None) -> np.ndarray:
+    return x if clip is None else np.clip(x, np.float32(-clip), np.float32(clip))
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    attrs: dict[str, Any] = {"op": node.op_type, "hidden": int(node.attr("hidden_size", 0)),
+                             "direction": str(node.attr("direction", "forward")),
+                             "layout": int(node.attr("layout", 0)),
+                             "clip": None if node.attr("clip") is None else float(node.attr("clip")),
+                             "linear_before_reset": int(node.attr("linear_before_reset", 0))}
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    op = node.describe()
+    x = node.input(0)
+    if x is None or x.dtype != _F32:
+        return f"{op}: {node.op_type} needs float32 input (ORT's CPU kernels are float/double)"
+    if not target.matrix.get("float_compute", {}).get("float32"):
+        return (f"{op}: {node.op_type}'s gate matmuls are float32 and target {target.name} has no float matrix mode "
+                "(float_compute)")
+    acts = node.attr("activations")
+    if acts is None and "activations" in node.attrs:  # present, but the plugin graph view does not read STRINGS
+        return f"{op}: activations attribute present but unreadable through ORT's graph view (may not be the defaults)"
+    if acts is not None:
+        names = [a.decode() if isinstance(a, bytes) else str(a) for a in acts]
+        want = _DEFAULT_ACTS[node.op_type]
+        n_dirs = 2 if str(node.attr("direction", "forward")) == "bidirectional" else 1
+        if [n.lower() for n in names] != [w.lower() for w in want * n_dirs]:
+            return f"{op}: activations {names} (only the defaults {want} per direction)"
+    if node.attr("activation_alpha") is not None or node.attr("activation_beta") is not None:
+        return f"{op}: activation_alpha/activation_beta given (only the default activations)"
+    if node.op_type == "LSTM" and int(node.attr("input_forget", 0)) != 0:
+        return f"{op}: input_forget={node.attr('input_forget')} (coupled input/forget gates) not supported"
+    if str(node.attr("direction", "forward")) not in _DIRECTIONS:
+        return f"{op}: direction {node.attr('direction')!r} unknown"
+    if int(node.attr("layout", 0)) not in (0, 1):
+        return f"{op}: layout {node.attr('layout')} unknown"
+    if int(node.attr("hidden_size", 0)) <= 0:
+        return f"{op}: hidden_size attribute missing"
+    lens = node.input(4)
+    if lens is not None and lens.dtype != np.dtype(np.int32):
+        return f"{op}: sequence_lens must be int32"
+    return None
+
+
+def _steps(lens: np.ndarray, seq: int, reverse: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per step s and batch b: the time index processed and whether it is valid (s < L_b)."""
+    s = np.arange(seq)[:, None]
+    valid = s < lens[None, :]
+    t = (lens[None, :] - 1 - s) if reverse else np.broadcast_to(s, valid.shape)
+    return np.where(valid, t, 0), valid
+
+
+def _lstm_direction(xw: np.ndarray, r: np.ndarray, p: np.ndarray | None, h: np.ndarray, c: np.ndarray,
+                    lens: np.ndarray, reverse: bool, clip: float | None):
+    """One direction. ``xw`` [seq, batch, 4H] = X @ W^T + Wb + Rb (gate order i, o, f, c)."""
+    seq, batch, _ = xw.shape
+    hid = h.shape[-1]
+    y = np.zeros((seq, batch, hid), _F32)
+    rt = np.ascontiguousarray(r.T)
+    pi, po, pf = (p[:hid], p[hid:2 * hid], p[2 * hid:]) if p is not None else (None, None, None)
+    t_idx, valid = _steps(lens, seq, reverse)
+    cols = np.arange(batch)
+    for s in range(seq):
+        ok = valid[s][:, None]
+        g = xw[t_idx[s], cols] + h @ rt
+        gi, go, gf, gc = g[:, :hid], g[:, hid:2 * hid], g[:, 2 * hid:3 * hid], g[:, 3 * hid:]
+        if pi is not None:
+            gi, gf = gi + pi * c, gf + pf * c
+        i, f = _sigmoid(_clip(gi, clip)), _sigmoid(_clip(gf, clip))
+        c_new = f * c + i * np.tanh(_clip(gc, clip))
+        if po is not None:
+            go = go + po * c_new
+        h_new = _sigmoid(_clip(go, clip)) * np.tanh(c_new)
+        c, h = np.where(ok, c_new, c), np.where(ok, h_new, h)
+        y[t_idx[s], cols] = np.where(ok, h_new, y[t_idx[s], cols])
+    return y, h, c
+
+
+def _gru_direction(xw: np.ndarray, r: np.ndarray, rb: np.ndarray, h: np.ndarray, lens: np.ndarray, reverse: bool,
+                   clip: float | None, linear_before_reset: bool):
+    """One direction. ``xw`` [seq, batch, 3H] = X @ W^T + Wb, plus Rb for z and r (gate order z, r, h)."""
+    seq, batch, _ = xw.shape
+    hid = h.shape[-1]
+    y = np.zeros((seq, batch, hid), _F32)
+    rzr = np.ascontiguousarray(r[:2 * hid].T)
+    rh = np.ascontiguousarray(r[2 * hid:].T)
+    rbh = rb[2 * hid:]
+    t_idx, valid = _steps(lens, seq, reverse)
+    cols = np.arange(batch)
+    for s in range(seq):
+        ok = valid[s][:, None]
+        x = xw[t_idx[s], cols]
+        zr = x[:, :2 * hid] + h @ rzr
+        z, rr = _sigmoid(_clip(zr[:, :hid], clip)), _sigmoid(_clip(zr[:, hid:], clip))
+        if linear_before_reset:
+            gh = x[:, 2 * hid:] + rr * (h @ rh + rbh)
+        else:
+            gh = x[:, 2 * hid:] + (rr * h) @ rh + rbh
+        h_new = (1.0 - z) * np.tanh(_clip(gh, clip)) + z * h
+        h = np.where(ok, h_new, h)
+        y[t_idx[s], cols] = np.where(ok, h_new, y[t_idx[s], cols])
+    return y, h
+
+
+def _state(v: np.ndarray | None, dirs: int, batch: int, hid: int, layout: int) -> np.ndarray:
+    """An initial state as [dirs, batch, H] float32 (zeros when omitted)."""
+    if v is None:
+        return np.zeros((dirs, batch, hid), _F32)
+    return np.asarray(v.transpose(1, 0, 2) if layout else v, _F32)
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    a = p.attrs
+    op, hid, layout, clip = a["op"], a["hidden"], a["layout"], a["clip"]
+    x = arg(p, inputs, 0)
+    w, r, b = arg(p, inputs, 1), arg(p, inputs, 2), arg(p, inputs, 3)
+    xs = x.transpose(1, 0, 2) if layout else x  # [seq, batch, input]
+    seq, batch = xs.shape[0], xs.shape[1]
+    dirs = w.shape[0]
+    gates = _GATES[op]
+    lens_in = arg(p, inputs, 4)
+    lens = np.full(batch, seq, np.int64) if lens_in is None else lens_in.astype(np.int64)
+    if lens.shape != (batch,) or (batch and (lens.min() < 0 or lens.max() > seq)):
+        raise ValueError(f"{op}: sequence_lens {lens.tolist()} must be {batch} values in [0, {seq}]")
+    h0 = _state(arg(p, inputs, 5), dirs, batch, hid, layout)
+    c0 = _state(arg(p, inputs, 6), dirs, batch, hid, layout) if op == "LSTM" else None
+    peep = arg(p, inputs, 7) if op == "LSTM" else None
+    bias = np.zeros((dirs, 2 * gates * hid), _F32) if b is None else b.astype(_F32, copy=False)
+    flat = xs.reshape(seq * batch, -1).astype(_F32, copy=False)
+    ys, hs, cs = [], [], []
+    for d in range(dirs):
+        reverse = a["direction"] == "reverse" or d == 1
+        wb, rb = bias[d, :gates * hid], bias[d, gates * hid:]
+        if op == "LSTM":
+            xw = (flat @ w[d].T + (wb + rb)).reshape(seq, batch, gates * hid)
+            y, h, c = _lstm_direction(xw, r[d], None if peep is None else peep[d], h0[d], c0[d], lens, reverse, clip)
+            cs.append(c)
+        else:
+            zr_bias = np.concatenate([wb[:2 * hid] + rb[:2 * hid], wb[2 * hid:]])
+            xw = (flat @ w[d].T + zr_bias).reshape(seq, batch, gates * hid)
+            y, h = _gru_direction(xw, r[d], rb, h0[d], lens, reverse, clip, bool(a["linear_before_reset"]))
+        ys.append(y)
+        hs.append(h)
+    y = np.stack(ys, axis=1)  # [seq, dirs, batch, H]
+    states = [np.stack(hs)] + ([np.stack(cs)] if op == "LSTM" else [])  # [dirs, batch, H]
+    if layout:
+        y = y.transpose(2, 0, 1, 3)
+        states = [s.transpose(1, 0, 2) for s in states]
+    return [np.ascontiguousarray(y)] + [np.ascontiguousarray(s) for s in states]
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    t = p.target
+    a = p.attrs
+    hid, gates = a["hidden"], _GATES[a["op"]]
+    x = shapes[0]
+    seq, batch = (x[1], x[0]) if a["layout"] else (x[0], x[1])
+    n_in = x[2]
+    dirs = 2 if a["direction"] == "bidirectional" else 1
+    tm, tn, tk = t.tile
+    rate = t.mac_rate("float32") if t.has_mode("float32") else 1.0
+    native = lambda m, n, k: math.ceil(m / tm) * math.ceil(n / tn) * math.ceil(k / tk) * tm * tn * tk  # noqa: E731
+    matrix = dirs * (native(seq * batch, gates * hid, n_in) + seq * native(batch, gates * hid, hid)) / rate
+    lanes = int(t.vector["lanes"])
+    vector = dirs * seq * math.ceil(batch * gates * hid / lanes) * (4.0 + 2.0 * transcendental(t))
+    w_bytes = dirs * gates * hid * (n_in + hid + 2) * 4
+    io_bytes = (seq * batch * n_in + seq * dirs * batch * hid + 3 * dirs * batch * hid) * 4
+    r_bytes = gates * hid * hid * 4
+    resident = w_bytes <= t.sram_bytes // 2
+    moved = w_bytes + io_bytes + (0 if resident else dirs * (seq - 1) * r_bytes)
+    dma = dma_cycles(t, moved, transfers=2 + (0 if resident else dirs * seq))
+    macs = dirs * seq * batch * gates * hid * (n_in + hid)
+    cycles = matrix + vector + dma  # the recurrence serializes the steps: no overlap is assumed
+    return OpCost(compute_cycles=matrix + vector, dma_cycles=dma, cycles=cycles, dma_bytes=moved,
+                  sram_peak=min(w_bytes, t.sram_bytes // 2), macs=macs,
+                  utilization=macs / (cycles * rate) if cycles else 0.0, unit="matrix")
+
+
+register(KernelDef("", "LSTM", _prepare, _run, _cost, _check))
+register(KernelDef("", "GRU", _prepare, _run, _cost, _check))
