@@ -219,5 +219,7 @@ def _cost(p: Prepared, shapes) -> OpCost:
                   utilization=macs / (cycles * rate) if cycles else 0.0, unit="matrix")
 
 
-register(KernelDef("", "LSTM", _prepare, _run, _cost, _check))
-register(KernelDef("", "GRU", _prepare, _run, _cost, _check))
+# rank_free: the schema fixes every rank (X 3, states 3, Y 4) and the kernel reads the sizes from the arrays; ORT's
+# inference loses X's rank behind exporters' Unsqueeze of a runtime-shaped tensor (Silero VAD)
+register(KernelDef("", "LSTM", _prepare, _run, _cost, _check, rank_free=True))
+register(KernelDef("", "GRU", _prepare, _run, _cost, _check, rank_free=True))

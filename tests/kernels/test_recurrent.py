@@ -162,3 +162,24 @@ def test_explicit_default_activations_are_accepted_where_they_can_be_read():
                             activations=["Sigmoid", "Tanh", "Tanh", "sigmoid", "tanh", "tanh"])
     node = next(n for n in nodes_from_model(model) if n.name == "rnn")
     assert why_not(node, Target.load("npu-ref")) is None
+
+
+def test_lstm_takes_an_input_of_unknown_rank():
+    """Silero VAD's LSTM reads an Unsqueeze of a runtime-shaped tensor, whose rank ORT's inference loses: the
+    schema fixes X's rank, so the kernel takes it (here X = Reshape(x, runtime shape))."""
+    model = recurrent_model("LSTM", direction="bidirectional", initial=True)
+    g = model.graph
+    g.node[0].input[0] = "X_r"
+    g.node.insert(0, helper.make_node("Reshape", ["X", "x_shape"], ["X_r"], name="reshape"))
+    g.input.append(helper.make_tensor_value_info("x_shape", TensorProto.INT64, ["L"]))
+    g.input[0].type.tensor_type.shape.Clear()
+    g.input[0].type.tensor_type.shape.dim.add().dim_value = SEQ * BATCH * INPUT
+    sess = npu_session(model)
+    assert assignment(sess)["rnn"] == "NpuEP"
+    rng = np.random.default_rng(3)
+    feeds = {"X": rng.standard_normal(SEQ * BATCH * INPUT).astype(np.float32),
+             "x_shape": np.array([SEQ, BATCH, INPUT], np.int64),
+             "initial_h": rng.standard_normal((2, BATCH, HIDDEN)).astype(np.float32),
+             "initial_c": rng.standard_normal((2, BATCH, HIDDEN)).astype(np.float32)}
+    for got, want in zip(sess.run(None, feeds), cpu_run(model, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
