@@ -1,0 +1,146 @@
+"""com.microsoft MultiHeadAttention on the matrix and vector units (``_sdpa.attend``).
+
+Inputs (ORT's CPU kernel, 1.31): query [B, S, D]; key/value [B, L, D] / [B, L, Dv], or key and value already per
+head [B, N, L, H] (cross attention, no past); packed QKV/KV are declined (ORT's CPU kernel has neither); bias [D + D + Dv]
+(added to the projected Q, K, V); key_padding_mask int32 [B] (valid key count), [B, T] or [B, S, T] (0 masks);
+attention_bias [B or 1, N or 1, S, T] added to the scores; past_key/past_value [B, N, P, H].
+Outputs: output [B, S, N*Hv], present_key/present_value [B, N, P + L, H] (past then new), optional qk.
+Attributes: num_heads, scale (default 1/sqrt(H)), mask_filter_value (default -10000: masked keys get this added,
+not -inf, so a fully masked row averages its values as ORT's does), unidirectional (query i sees keys
+j <= i + P; only for as many new keys as queries, where ORT's result is defined by that rule).
+
+Cost: ``_sdpa.attention_cost`` plus DMA of masks and the presents.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..node import NodeInfo
+from ..registry import KernelDef, OpCost, Prepared, register
+from ..target import Target
+from ._sdpa import attend, attention_cost, float_mode_reason
+from ._util import arg, stash_constants
+from ._vector import itemsize_of
+
+_F32 = np.float32
+
+
+def _prepare(node: NodeInfo, target: Target) -> Prepared:
+    attrs = {"num_heads": int(node.attr("num_heads", 0)), "scale": float(node.attr("scale", 0.0)),
+             "mask_filter_value": float(node.attr("mask_filter_value", -10000.0)),
+             "unidirectional": int(node.attr("unidirectional", 0)),
+             "outputs": [not v.missing for v in node.outputs], "itemsize": itemsize_of(node.inputs[0]),
+             "dtype": node.input(0).dtype.name}
+    return Prepared(attrs, stash_constants(node), target)
+
+
+def _check(node: NodeInfo, target: Target) -> str | None:
+    op = node.describe()
+    q = node.input(0)
+    reason = float_mode_reason(target, q.dtype if q is not None else None, "MultiHeadAttention")
+    if reason:
+        return f"{op}: {reason}"
+    if int(node.attr("num_heads", 0)) <= 0:
+        return f"{op}: num_heads must be positive"
+    if q.shape is not None and len(q.shape) != 3:
+        return f"{op}: packed QKV query {q.describe()} not supported (ORT's CPU kernel takes [B, S, D] only)"
+    k = node.input(1)
+    if k is None:
+        return f"{op}: key is required"
+    if k.shape is not None and len(k.shape) == 5:
+        return f"{op}: packed key/value {k.describe()} not supported (ORT's CPU kernel does not implement it either)"
+    if int(node.attr("unidirectional", 0)) and q.shape is not None and k.shape is not None and len(k.shape) == 3:
+        if isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and q.shape[1] != k.shape[1]:
+            return (f"{op}: unidirectional with {k.shape[1]} new keys for {q.shape[1]} queries not supported "
+                    "(ORT's CPU kernel defines it for equal lengths)")
+    for i, what in ((8, "past_sequence_length"), (9, "cache_indirection")):
+        if len(node.inputs) > i and node.input(i) is not None:
+            return f"{op}: input {what} not supported"
+    return None
+
+
+def _per_head(x: np.ndarray, n: int) -> np.ndarray:
+    b, s, d = x.shape
+    return x.reshape(b, s, n, d // n).transpose(0, 2, 1, 3)
+
+
+def _mask_bias(mask: np.ndarray, b: int, s: int, t: int, fill: float) -> np.ndarray:
+    """key_padding_mask as a [B, 1, S or 1, T] additive bias (``fill`` where masked)."""
+    if mask.ndim == 1:
+        keep = np.arange(t)[None, :] < mask[:, None]
+        keep = keep[:, None, None, :]
+    elif mask.ndim == 2:
+        keep = (mask != 0)[:, None, None, :]
+    else:
+        keep = (mask != 0)[:, None, :, :]
+    return np.where(keep, _F32(0.0), _F32(fill))
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    a = p.attrs
+    n = a["num_heads"]
+    q, k, v, bias, kpm, ab, past_k, past_v = (arg(p, inputs, i) for i in range(8))
+    b, s, d = q.shape
+    qf = q.astype(_F32)
+    kh, vh = k.astype(_F32), v.astype(_F32)  # [B, L, D] or already per head [B, N, L, H]
+    if bias is not None:
+        bf = bias.astype(_F32)
+        dv = bf.shape[0] - 2 * d
+        qf = qf + bf[:d]
+        if kh.ndim == 3:
+            kh, vh = kh + bf[d:2 * d], vh + bf[2 * d:2 * d + dv]
+    qh = _per_head(qf, n)
+    if kh.ndim == 3:
+        kh, vh = _per_head(kh, n), _per_head(vh, n)
+    past = 0
+    if past_k is not None:
+        past = past_k.shape[2]
+        kh = np.concatenate((past_k.astype(_F32), kh), axis=2)
+        vh = np.concatenate((past_v.astype(_F32), vh), axis=2)
+    t = kh.shape[2]
+    add = None
+    if kpm is not None:
+        add = _mask_bias(kpm, b, s, t, a["mask_filter_value"])
+    if a["unidirectional"]:
+        if kh.shape[2] - past != s:
+            raise ValueError(f"MultiHeadAttention: unidirectional needs as many new keys as queries "
+                             f"({kh.shape[2] - past} keys, {s} queries)")
+        causal = np.where(np.arange(t)[None, :] <= np.arange(s)[:, None] + past, _F32(0.0),
+                          _F32(a["mask_filter_value"]))
+        add = causal if add is None else add + causal
+    if ab is not None:
+        add = ab.astype(_F32) if add is None else add + ab.astype(_F32)
+    scale = a["scale"] or 1.0 / math.sqrt(qh.shape[3])
+    want = a["outputs"]
+    out, qk = attend(qh, kh, vh, scale, add, 0.0, 0 if len(want) > 3 and want[3] else None)
+    out = out.transpose(0, 2, 1, 3).reshape(b, s, n * vh.shape[3])
+    outs = [out.astype(q.dtype, copy=False)]
+    if len(want) > 1:
+        outs.append(kh.astype(q.dtype))
+    if len(want) > 2:
+        outs.append(vh.astype(q.dtype))
+    if len(want) > 3 and want[3]:
+        outs.append(qk.astype(q.dtype))
+    return outs
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    a = p.attrs
+    n = a["num_heads"]
+    b, s, d = shapes[0]
+    ks = shapes[1]
+    h = d // n
+    if len(ks) == 4:
+        t, hv = ks[2], shapes[2][3]
+    else:
+        t, hv = ks[1], shapes[2][2] // n
+    past = shapes[6][2] if len(shapes) > 6 and shapes[6] is not None else 0
+    extra = sum(int(np.prod(shapes[i])) * 4 for i in (4, 5) if len(shapes) > i and shapes[i] is not None)
+    extra += 2 * b * n * (past + t) * h * a["itemsize"]
+    return attention_cost(p.target, a["dtype"], b, n, n, s, past + t, h, hv, extra)
+
+
+register(KernelDef("com.microsoft", "MultiHeadAttention", _prepare, _run, _cost, _check))
