@@ -13,6 +13,11 @@ from npu_ep.models.corpus import CORPUS, RealModel
 from tests.npu_testing import assignment, npu_partitions, npu_session
 
 REL_TOL = 1e-3  # of the output's largest magnitude (issue 13: logits within 1e-3 relative)
+# Reached on npu-ref (share of nodes on NpuEP, most partitions), kept as floors so coverage cannot slide back.
+# Issue 13's target is >= 95% in <= 3 partitions: ocr-rec misses it on 12 MatMuls whose input rank ORT's inference
+# loses (the MatMul kernel declines unknown ranks), the VADs on If (ORT partitions each branch separately).
+REACHED = {"ocr-cls": (1.00, 1), "ocr-det": (1.00, 1), "ocr-rec": (0.97, 13),
+           "vad": (0.87, 81), "vad-op15": (0.88, 40), "vad-half": (0.88, 40)}
 
 
 def _installed(m: RealModel):
@@ -45,8 +50,11 @@ def test_real_model_on_npuep_keeps_the_applications_decision_and_matches_cpu(m: 
     got, want = _run_stream(npu, m, 6), _run_stream(cpu, m, 6)
     ran = assignment(npu)
     on_npu = sum(ep == "NpuEP" for ep in ran.values())
-    print(f"\n{m.name}: {on_npu}/{len(ran)} nodes on NpuEP in {len(npu_partitions(npu))} partitions")
+    n_parts = len(npu_partitions(npu))
+    print(f"\n{m.name}: {on_npu}/{len(ran)} nodes on NpuEP in {n_parts} partitions")
     assert on_npu > 0
+    share, most_parts = REACHED[m.name]
+    assert on_npu >= share * len(ran) and n_parts <= most_parts, (on_npu, len(ran), n_parts)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         scale = max(float(np.abs(w).max()), 1e-6)
