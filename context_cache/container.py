@@ -17,21 +17,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
 from .errors import ContextFormatError, ContextIncompatibleError
+from .fileio import map_container
+from .prefix import ALIGN, FORMAT_VERSION, HASHED_PREFIX, MAGIC, PREFIX, PREFIX_SIZE  # noqa: F401 (format API)
+from .prefix import align as _align, as_readonly_view as _as_readonly_view, fail as _fail
+from .prefix import unpack_prefix as _unpack_prefix
 
-MAGIC = b"NPUCTX\0\1"
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = frozenset({1})
-ALIGN = 64
-PREFIX = struct.Struct("<8sIIQQ32s")  # magic, format_version, flags, header_len, total_len, header_sha256
-PREFIX_SIZE = PREFIX.size  # 64 bytes
-HASHED_PREFIX = 32  # bytes [0, 32) of the prefix are covered by the header hash, with the JSON block
 MAX_NDIM = 32
 MAX_SPAN = 2**62  # numpy refuses arrays whose non-zero dims span more than intp can address
 
@@ -101,10 +97,6 @@ class Container:
     nbytes: int = 0
 
 
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
 def _dtype_name(dt: np.dtype) -> str:
     for name, wl in DTYPES.items():
         if dt == wl or (dt.kind != "V" and dt.newbyteorder("<") == wl):
@@ -165,10 +157,6 @@ def pack(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, meta: C
 # --------------------------------------------------------------------------------------------------- unpacking
 
 
-def _fail(msg: str) -> ContextFormatError:
-    return ContextFormatError(f"context container: {msg}")
-
-
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name} is not allowed")
 
@@ -187,36 +175,6 @@ def _read_prefix(mv: memoryview) -> tuple[int, int, int, bytes]:
     version, hlen, total, digest = _unpack_prefix(mv)
     if total != len(mv):
         raise _fail(f"prefix.total_len at offset 24: says {total} bytes, buffer has {len(mv)} (truncated or padded)")
-    return version, hlen, total, digest
-
-
-def declared_size(prefix: bytes | bytearray | memoryview) -> int:
-    """The file size (``total_len``) a container's first 64 bytes declare, after the magic, version, flags and
-    header_len checks: a file reader compares it with the file's real size before reading the rest."""
-    return _unpack_prefix(_as_readonly_view(prefix))[2]
-
-
-def _unpack_prefix(mv: memoryview) -> tuple[int, int, int, bytes]:
-    if len(mv) < PREFIX_SIZE:
-        raise _fail(f"prefix: buffer is {len(mv)} bytes, need at least {PREFIX_SIZE}")
-    magic, version, flags, hlen, total, digest = PREFIX.unpack_from(mv, 0)
-    if magic != MAGIC:
-        raise _fail(f"prefix.magic at offset 0: got {magic!r}, expected {MAGIC!r} (not an NpuEP context binary)")
-    if version not in SUPPORTED_FORMAT_VERSIONS:
-        raise ContextIncompatibleError(
-            f"context container: prefix.format_version at offset 8 is {version}, this NpuEP reads "
-            f"{sorted(SUPPORTED_FORMAT_VERSIONS)}: delete the cache entry or re-run with ep.context_enable=1 "
-            f"to recompile")
-    if flags != 0:
-        raise _fail(f"prefix.flags at offset 12: got {flags:#x}, expected 0")
-    if total < PREFIX_SIZE:
-        raise _fail(f"prefix.total_len at offset 24: {total} bytes is shorter than the {PREFIX_SIZE}-byte prefix")
-    if hlen > total - PREFIX_SIZE:
-        raise _fail(f"prefix.header_len at offset 16: {hlen} bytes does not fit in {total - PREFIX_SIZE} bytes "
-                    f"after the prefix")
-    if _align(PREFIX_SIZE + hlen) > total:
-        raise _fail(f"prefix.header_len at offset 16: header padding to {_align(PREFIX_SIZE + hlen)} passes the "
-                    f"end ({total})")
     return version, hlen, total, digest
 
 
@@ -337,13 +295,6 @@ def _check_expect(meta: ContainerMeta, expect: ContainerExpect) -> None:
             + ": delete the cache entry or re-run with ep.context_enable=1 to recompile")
 
 
-def _as_readonly_view(buf: bytes | bytearray | memoryview) -> memoryview:
-    mv = memoryview(buf)
-    if mv.ndim != 1 or mv.itemsize != 1 or not mv.c_contiguous:
-        mv = mv.cast("B")
-    return mv.toreadonly()
-
-
 def unpack(buf: bytes | bytearray | memoryview, *, expect: ContainerExpect | None = None,
            verify: bool = True) -> Container:
     """Parse and check a container; arrays are read-only views into ``buf`` (keep ``buf`` alive).
@@ -399,8 +350,6 @@ def load_file(path: str | os.PathLike[str], *, expect: ContainerExpect | None = 
     The file is opened by ``fileio.map_container`` (regular files only, size checked against the header first).
     Errors name the file, e.g. for an external EPContext payload (embed_mode=0).
     """
-    from .fileio import map_container  # fileio needs this module's prefix parser
-
     try:
         mm = map_container(path)
     except OSError as e:

@@ -21,7 +21,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .container import PREFIX_SIZE, declared_size
+from .prefix import PREFIX_SIZE, declared_size
 from .errors import ContextFileError, ContextFormatError
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

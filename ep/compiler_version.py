@@ -3,7 +3,7 @@ EPContext nodes, so a program is never loaded by a compiler that would have buil
 
 from __future__ import annotations
 
-from .. import __version__
+from .._version import __version__
 from ..context_cache.container import ContainerExpect, ContainerMeta
 from ..kernels.target import Target
 
