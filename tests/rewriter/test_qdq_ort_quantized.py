@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from npu_ep.kernels.target import Target
 from npu_ep.rewriter import rewrite
+from tests.rewriter.test_qdq import target_without_qlinear_binary
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 
@@ -66,8 +67,8 @@ def quantized(request, tmp_path_factory) -> onnx.ModelProto:
     return onnx.load(str(folder / "qdq.onnx"))
 
 
-def _coverage(model: onnx.ModelProto) -> float:
-    ran = assignment(npu_session(model))
+def _coverage(model: onnx.ModelProto, target: str) -> float:
+    ran = assignment(npu_session(model, {"target": target}))
     return sum(ep == "NpuEP" for ep in ran.values()) / len(ran)
 
 
@@ -77,24 +78,30 @@ def _unoptimized_cpu(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
 
 
-def test_qdq_pass_emits_only_listed_ops_and_keeps_coverage_and_numerics(quantized):
-    result = rewrite(quantized, passes="qdq")
+@pytest.mark.parametrize("lists_qlinear_binary", [True, False], ids=["npu-ref", "npu-ref-without-qlinear-add-mul"])
+def test_qdq_pass_emits_only_listed_ops_and_keeps_coverage_and_numerics(quantized, lists_qlinear_binary, tmp_path):
+    target_name = "npu-ref" if lists_qlinear_binary else target_without_qlinear_binary(tmp_path)
+    result = rewrite(quantized, passes="qdq", target=target_name)
     rewritten = ir.serde.serialize_model(result.model)
-    target = Target.load("npu-ref")
+    target = Target.load(target_name)
     emitted = {(n.domain, n.op_type) for n in rewritten.graph.node} - {(n.domain, n.op_type)
                                                                        for n in quantized.graph.node}
     assert emitted, "expected the pass to fuse some unit (QLinearConv)"
     assert all(target.rule(d, op) is not None for d, op in emitted), emitted
-    assert not {op for _, op in emitted} & {"QLinearAdd", "QLinearMul"}
+    binary = {op for _, op in emitted} & {"QLinearAdd", "QLinearMul"}
     reasons = " | ".join(f.reason for f in result.report.failures)
-    assert "com.microsoft::QLinearAdd is not in the ops table of target npu-ref" in reasons
+    if lists_qlinear_binary:
+        assert binary, emitted
+    else:
+        assert not binary
+        assert "com.microsoft::QLinearAdd is not in the ops table of target npu-ref-no-qlinear-binary" in reasons
 
-    before, after = _coverage(quantized), _coverage(rewritten)
+    before, after = _coverage(quantized, target_name), _coverage(rewritten, target_name)
     assert after >= before, (before, after)
 
     x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
     want = _unoptimized_cpu(quantized, {"x": x})
-    got = npu_session(rewritten).run(None, {"x": x})[0]
+    got = npu_session(rewritten, {"target": target_name}).run(None, {"x": x})[0]
     last_dq = next(n for n in quantized.graph.node if quantized.graph.output[0].name in n.output)
     assert last_dq.op_type == "DequantizeLinear"
     quantum = float(next(numpy_helper.to_array(t) for t in quantized.graph.initializer if t.name == last_dq.input[1]))
