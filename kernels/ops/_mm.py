@@ -121,10 +121,13 @@ def static_plan(p: Prepared, dims: tuple[Any, ...] | None) -> None:
 def matmul_operand_dims(node, a_index: int, b_index: int, *, gemm: bool = False) -> tuple[Any, Any, Any] | str | None:
     """``(m, n, k)`` of a matmul-family node for the capability check, a decline sentence when an operand's rank
     cannot be a matmul's (ONNX: MatMul operands have rank >= 1, Gemm's exactly 2), or None when a rank is unknown
-    (the generic rules of ``support.why_not`` decline those)."""
+    (the generic rules of ``support.why_not`` decide those). With only A's rank unknown, (None, n, k) from B: the
+    rows are known at run time, the plan is made per concrete shape."""
     a, b = node.input(a_index), node.input(b_index)
     if a is None or b is None:
         return f"{node.describe()}: matrix operand {a_index if a is None else b_index} is missing"
+    if b.shape is not None and a.shape is None and not gemm and len(b.shape) >= 1:
+        return None, (b.shape[-1] if len(b.shape) > 1 else 1), b.shape[-2] if len(b.shape) > 1 else b.shape[0]
     if a.shape is None or b.shape is None:
         return None
     for v in (a, b):

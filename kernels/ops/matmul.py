@@ -140,5 +140,5 @@ def cost_float(p: Prepared, shapes) -> OpCost:
     return planned_cost(p, *_dims(p, a, tuple(shapes[1])))
 
 
-register(KernelDef("", "MatMul", prepare_float, run_float, cost_float, check_float))
+register(KernelDef("", "MatMul", prepare_float, run_float, cost_float, check_float, rank_free=True))
 register(KernelDef("", "Gemm", prepare_float, run_float, cost_float, check_float))

@@ -57,10 +57,10 @@ def test_analyze_has_no_exception_reasons_for_unknown_rank_inputs():
     assert not failed, failed
 
 
-def unknown_rank_matmul_model():
-    """y = Reshape(x, shape) @ W where ``shape`` is a runtime input of runtime length: ORT cannot infer the rank."""
+def unknown_rank_matmul_model(op_type: str = "MatMul"):
+    """y = op(Reshape(x, shape), W) where ``shape`` is a runtime input of runtime length: ORT cannot infer the rank."""
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
-             helper.make_node("MatMul", ["r", "w"], ["y"], name="matmul"),
+             helper.make_node(op_type, ["r", "w"], ["y"], name="matmul"),
              helper.make_node("Relu", ["y"], ["z"], name="relu")]
     model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [4, 8]),
                                helper.make_tensor_value_info("shape", TensorProto.INT64, ["L"])],
@@ -70,24 +70,37 @@ def unknown_rank_matmul_model():
     return model
 
 
-def test_unknown_rank_matmul_is_declined_with_a_reason_and_the_model_matches_cpu(caplog):
-    model = unknown_rank_matmul_model()
+def test_unknown_rank_matmul_runs_on_npuep_and_matches_cpu(caplog):
+    """MatMul reads A's rank at run time (leading dims are rows or a batch; the plan is made per concrete shape)."""
+    model = unknown_rank_matmul_model("MatMul")
     with caplog.at_level("DEBUG", logger="npu_ep"):
         sess = npu_session(model)
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "IndexError" not in text and "capability check failed" not in text, text
-    where = assignment(sess)
-    assert where["matmul"] == "CPUExecutionProvider"
-    assert "node 'matmul' (MatMul): r has unknown rank" in text
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    rng = np.random.default_rng(3)
+    for shape in ([2, 2, 8], [4, 8], [1, 2, 2, 8]):
+        feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32), "shape": np.array(shape, np.int64)}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_unknown_rank_gemm_is_declined_with_a_reason_and_the_model_matches_cpu(caplog):
+    model = unknown_rank_matmul_model("Gemm")
+    with caplog.at_level("DEBUG", logger="npu_ep"):
+        sess = npu_session(model)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "IndexError" not in text and "capability check failed" not in text, text
+    assert assignment(sess)["matmul"] == "CPUExecutionProvider"
+    assert "node 'matmul' (Gemm): r has unknown rank (the Gemm kernel plans by rank at compile time)" in text
     feeds = {"x": np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32),
-             "shape": np.array([2, 2, 8], np.int64)}
+             "shape": np.array([4, 8], np.int64)}
     np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
 
 
 def unknown_rank_chain_model():
     """A Reshape to a runtime shape (ORT loses the rank) feeding the rank-free kernels of an attention-like block:
     element-wise, ReduceMean with a negative axis, Softmax, Transpose with and without perm, Cast, Identity, Slice,
-    Concat, Squeeze/Unsqueeze and Shape -> Gather plumbing, then a MatMul (which plans by rank: stays on the CPU)."""
+    Concat, Squeeze/Unsqueeze and Shape -> Gather plumbing, then a MatMul (which reads A's rank at run time too)."""
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
              helper.make_node("ReduceMean", ["r"], ["mean"], name="mean", axes=[-1], keepdims=1),
              helper.make_node("Sub", ["r", "mean"], ["centered"], name="sub"),
@@ -130,10 +143,9 @@ def test_rank_free_kernels_take_unknown_rank_inputs_in_one_partition_and_match_c
         sess = npu_session(model, so=so)
     text = "\n".join(r.getMessage() for r in caplog.records)
     where = assignment(sess)
-    assert {n: where[n] for n in RANK_FREE_NODES} == {n: "NpuEP" for n in RANK_FREE_NODES}
+    assert {n: where[n] for n in RANK_FREE_NODES + ["matmul"]} == {n: "NpuEP" for n in RANK_FREE_NODES + ["matmul"]}
     assert len(npu_partitions(sess)) == 1
-    assert where["matmul"] == "CPUExecutionProvider"
-    assert "node 'matmul' (MatMul): y has unknown rank (the MatMul kernel plans by rank at compile time)" in text
+    assert "has unknown rank" not in text
     rng = np.random.default_rng(4)
     for shape in ([2, 2, 8], [1, 4, 8]):  # the runtime rank-3 shapes this model's Transpose perm allows
         feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32), "shape": np.array(shape, np.int64)}
