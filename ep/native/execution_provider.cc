@@ -55,7 +55,8 @@ OrtStatus* ORT_API_CALL GetCapability(OrtEp* self, const OrtGraph* graph, OrtEpG
     py::object groups = ep->session.attr("get_capability")(described, GraphInfo(graph));
     OrtNodeFusionOptions fusion{};
     fusion.ort_version_supported = kOrtApiVersion;
-    fusion.drop_constant_initializers = true;  // Compile copies the weights it needs into the program
+    // Borrowing: ORT keeps the weights and the program reads them in place; else Compile copies them.
+    fusion.drop_constant_initializers = !ep->borrow_initializers;
     for (py::handle group : groups) {
       std::vector<const OrtNode*> selected;
       for (py::handle idx : group) {
@@ -131,10 +132,37 @@ OrtStatus* ORT_API_CALL Compile(OrtEp* self, const OrtGraph** graphs, const OrtN
       kernel->name = NodeName(fused);
       kernel->where = "partition '" + kernel->name + "'";
       py::list inputs, outputs, nodes;
-      for (auto* v : NodeInputs(fused)) inputs.append(DescribeValue(v, 0));
-      for (auto* v : NodeOutputs(fused)) outputs.append(DescribeValue(v, 0));
       std::vector<const OrtNode*> graph_nodes = GraphNodes(graphs[gi]);
-      for (size_t i = 0; i < graph_nodes.size(); ++i) nodes.append(DescribeNode(graph_nodes[i], i, SIZE_MAX));
+      for (size_t i = 0; i < graph_nodes.size(); ++i)
+        nodes.append(DescribeNode(graph_nodes[i], i, SIZE_MAX, ep->borrow_initializers));
+      // The fused node's own value infos do not know they are initializers; the partition's nodes' inputs do.
+      std::map<std::string, const OrtValue*> constants;
+      if (ep->borrow_initializers)
+        for (auto* node : graph_nodes)
+          for (auto* v : NodeInputs(node)) {
+            bool is_const = false;
+            if (v) Check(g_ort->ValueInfo_IsConstantInitializer(v, &is_const));
+            if (!is_const) continue;
+            const OrtValue* value = nullptr;
+            Check(g_ort->ValueInfo_GetInitializerValue(v, &value));
+            constants[ValueName(v)] = value;
+          }
+      std::vector<const OrtValueInfo*> fused_inputs = NodeInputs(fused);
+      for (size_t i = 0; i < fused_inputs.size(); ++i) {
+        auto c = constants.find(ValueName(fused_inputs[i]));
+        if (c == constants.end()) {
+          inputs.append(DescribeValue(fused_inputs[i], 0));
+          continue;
+        }
+        // ORT passes the weight on every call; the program already reads it through the compile-time view.
+        BorrowedInput b{i, nullptr, 0, c->first};
+        if (c->second) {
+          Check(g_ort->GetTensorSizeInBytes(c->second, &b.bytes));
+          if (b.bytes >= kBorrowMinBytes) Check(g_ort->GetTensorData(c->second, &b.data));  // else: a copy
+        }
+        kernel->borrowed.push_back(std::move(b));
+      }
+      for (auto* v : NodeOutputs(fused)) outputs.append(DescribeValue(v, 0));
       kernel->input_types = ElementTypes(inputs, kernel->name, kernel->input_dtypes);
       kernel->output_types = ElementTypes(outputs, kernel->name, kernel->output_dtypes);
       std::map<std::string, std::string> producer;  // value name -> "node 'n' (op)"

@@ -20,6 +20,10 @@ struct NpuEp : OrtEp {
   std::string name;
   py::object session;           // Python EpSession: all decisions and compute
   std::string compat_info;      // kept alive for GetCompiledModelCompatibilityInfo's returned pointer
+  // Fuse with drop_constant_initializers=false and compile from read-only views of ORT's initializers (no copy
+  // of the weights; ORT keeps them for the session and passes them as fused-node inputs, which Compute checks
+  // and skips). Off when the session writes an EPContext model, whose nodes must not reference the weights.
+  bool borrow_initializers = false;
   std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<PartitionKernel>> kernels;  // by fused node name
 };

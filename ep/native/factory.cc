@@ -63,8 +63,12 @@ OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const
   EnsurePython();
   return WithPython("CreateEp", [&]() {
     py::object bridge = py::module_::import(kBridgeModule);
-    py::object session = bridge.attr("create_ep")(factory->ep_name, SessionConfig(options));
-    *out = new NpuEp(factory, factory->ep_name, std::move(session));
+    py::dict config = SessionConfig(options);
+    const bool writes_epcontext = config.attr("get")("ep.context_enable", "0").cast<std::string>() == "1";
+    py::object session = bridge.attr("create_ep")(factory->ep_name, config);
+    auto* ep = new NpuEp(factory, factory->ep_name, std::move(session));
+    ep->borrow_initializers = !writes_epcontext;
+    *out = ep;
   });
 }
 

@@ -75,7 +75,7 @@ static py::object ShapeOf(const OrtTensorTypeAndShapeInfo* info) {
   return std::move(shape);
 }
 
-py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit) {
+py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit, bool borrow) {
   py::dict d;
   d["name"] = ValueName(vi);
   d["elem_type"] = 0;
@@ -105,16 +105,24 @@ py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit) {
     if (value) {
       size_t bytes = 0;
       Check(g_ort->GetTensorSizeInBytes(value, &bytes));
+      if (bytes < kBorrowMinBytes) borrow = false;
       if (bytes <= value_limit) {
         TensorMeta meta = GetTensorMeta(value);
         if (NumpyDtypeName(meta.elem_type)) {
-          d["value"] = TensorCopy(value);
+          d["value"] = borrow ? InitializerView(value) : TensorCopy(value);
         } else if (meta.elem_type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT4 ||
                    meta.elem_type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT4) {
           // numpy has no 4-bit dtype: hand over ONNX's packed bytes (low nibble first); Python unpacks them.
           const void* data = nullptr;
           Check(g_ort->GetTensorData(value, &data));
-          d["packed_value"] = py::array(py::dtype("uint8"), {static_cast<py::ssize_t>(bytes)}, {}, data);
+          const py::ssize_t n = static_cast<py::ssize_t>(bytes);
+          if (borrow) {
+            py::array view(py::dtype("uint8"), {n}, {}, data, InitializerBase());
+            py::detail::array_proxy(view.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+            d["packed_value"] = view;
+          } else {
+            d["packed_value"] = py::array(py::dtype("uint8"), {n}, {}, data);
+          }
         }
       }
     }
@@ -176,7 +184,7 @@ static py::object ReadAttr(const OrtOpAttr* a, OrtOpAttrType type, const std::st
   }
 }
 
-py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit) {
+py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit, bool borrow) {
   py::dict d;
   const char *op = nullptr, *domain = nullptr, *ep = nullptr;
   int since = 0;
@@ -191,7 +199,7 @@ py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit) {
   d["since_version"] = since;
   d["ep"] = ep ? ep : "";
   py::list inputs, outputs;
-  for (auto* v : NodeInputs(node)) inputs.append(DescribeValue(v, value_limit));
+  for (auto* v : NodeInputs(node)) inputs.append(DescribeValue(v, value_limit, borrow));
   for (auto* v : NodeOutputs(node)) outputs.append(DescribeValue(v, 0));
   d["inputs"] = inputs;
   d["outputs"] = outputs;

@@ -8,6 +8,10 @@
 
 namespace npu_ep {
 
+// Constant initializers from this size on are borrowed (read in place) when borrowing is on; smaller ones are
+// copied: ORT re-creates small initializers in the session state, so their Compile-time memory does not last.
+inline constexpr size_t kBorrowMinBytes = 64 << 10;
+
 // Constant initializer values larger than this are not copied into GetCapability's view (capability needs
 // shapes and small constants such as Reshape targets; Compile gets every value).
 inline constexpr size_t kCapabilityValueLimit = 1 << 20;
@@ -20,10 +24,12 @@ void InitShapeApi(const OrtApiBase* api_base);
 
 // {"name", "elem_type", "shape" (list of int|str|None; None: unknown rank), "is_constant", "is_graph_input",
 //  "is_graph_output", "value" (numpy copy, constants only, if <= value_limit bytes)}
-py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit);
+// borrow: constant values of kBorrowMinBytes or more are read-only views of ORT's initializers (InitializerView)
+// instead of copies; only for initializers ORT keeps for the session (fused with drop_constant_initializers=false).
+py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit, bool borrow = false);
 
 // {"index", "name", "op_type", "domain", "since_version", "inputs", "outputs", "attrs", "ep"}
-py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit);
+py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit, bool borrow = false);
 
 std::vector<const OrtValueInfo*> NodeInputs(const OrtNode* node);
 std::vector<const OrtValueInfo*> NodeOutputs(const OrtNode* node);

@@ -5,11 +5,14 @@
 #include "kernels/bindings.h"
 #include "ort_api.h"
 #include "partition_kernel.h"
+#include "py_bridge.h"
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "NpuEP plugin library (ORT plugin-EP ABI) and its bridge counters";
   m.attr("ORT_API_VERSION") = npu_ep::kOrtApiVersion;
   m.attr("VERSION") = NPU_EP_VERSION;
+  // The base object of every view of an ORT-owned initializer (weights the program reads in place).
+  m.attr("ORT_INITIALIZER") = npu_ep::InitializerBase();
   m.def("partition_stats", &npu_ep::AllStats,
         "{partition: {calls, total_ns, program_ns, bytes_in, bytes_out}} measured inside the Compute callback");
   m.def("reset_stats", &npu_ep::ResetStats);

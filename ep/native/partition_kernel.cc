@@ -103,22 +103,33 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
     size_t n_in = 0, n_out = 0;
     Check(g_ort->KernelContext_GetInputCount(ctx, &n_in));
     Check(g_ort->KernelContext_GetOutputCount(ctx, &n_out));
-    if (n_in != k->input_types.size() || n_out != k->output_types.size())
-      throw OrtError(ORT_EP_FAIL, "expected " + std::to_string(k->input_types.size()) + " inputs/" +
+    const size_t n_prog = k->input_types.size();
+    if (n_in != n_prog + k->borrowed.size() || n_out != k->output_types.size())
+      throw OrtError(ORT_EP_FAIL, "expected " + std::to_string(n_prog + k->borrowed.size()) + " inputs/" +
                                       std::to_string(k->output_types.size()) + " outputs, ORT passed " +
                                       std::to_string(n_in) + "/" + std::to_string(n_out));
-    py::tuple args(n_in);
+    py::tuple args(n_prog);
+    size_t j = 0, b = 0;  // next program input, next borrowed input
     for (size_t i = 0; i < n_in; ++i) {
       const OrtValue* v = nullptr;
       Check(g_ort->KernelContext_GetInput(ctx, i, &v));
+      if (b < k->borrowed.size() && k->borrowed[b].index == i) {
+        const BorrowedInput& w = k->borrowed[b++];
+        const void* data = nullptr;
+        if (v) Check(g_ort->GetTensorData(v, &data));
+        if (w.data && data != w.data)  // the compiled views would read freed memory: refuse to run
+          throw OrtError(ORT_EP_FAIL, "constant initializer '" + w.name + "' is no longer the memory the "
+                                      "partition was compiled against (ORT moved it after Compile)");
+        continue;
+      }
       TensorMeta meta = GetTensorMeta(v);
-      if (meta.elem_type != k->input_types[i])
-        throw OrtError(ORT_EP_FAIL, "input " + std::to_string(i) + " has element type " +
+      if (meta.elem_type != k->input_types[j])
+        throw OrtError(ORT_EP_FAIL, "input " + std::to_string(j) + " has element type " +
                                         std::to_string(meta.elem_type) + ", compiled for " +
-                                        std::to_string(k->input_types[i]));
-      py::array view = TensorView(v, k->input_dtypes[i].cast<py::dtype>(), meta);
+                                        std::to_string(k->input_types[j]));
+      py::array view = TensorView(v, k->input_dtypes[j].cast<py::dtype>(), meta);
       bytes_in += static_cast<uint64_t>(view.nbytes());
-      args[i] = std::move(view);
+      args[j++] = std::move(view);
     }
     const uint64_t tp = NowNs();
     // PyObject_Call takes the tuple as is (pybind11's call with *args would build a second one)

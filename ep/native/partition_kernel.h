@@ -19,12 +19,22 @@ struct BridgeStats {
   std::atomic<uint64_t> bytes_out{0};
 };
 
+// A fused-node input that is a constant initializer ORT keeps for the session (NpuEp::borrow_initializers): the
+// program reads it through a view made at Compile, so Compute only checks that ORT still passes the same memory.
+struct BorrowedInput {
+  size_t index;  // position among the fused node's inputs
+  const void* data;  // the memory the program's view reads; nullptr: the program holds a copy (small constant)
+  size_t bytes;
+  std::string name;
+};
+
 struct PartitionKernel {
   std::string name;
   std::string where;   // "partition '<name>'", built once: error context must not cost an allocation per call
   py::object program;  // callable(*inputs) -> tuple of arrays
   std::vector<ONNXTensorElementDataType> input_types;
   std::vector<py::object> input_dtypes;  // py::dtype per input, cached (creating one per call costs ~100 ns)
+  std::vector<BorrowedInput> borrowed;   // by ascending index; not among input_types (the program's inputs)
   std::vector<ONNXTensorElementDataType> output_types;
   std::vector<py::object> output_dtypes;
   // Declared output shapes (-1: symbolic/unknown dim), from ORT's shape inference. An output of unknown rank is

@@ -95,4 +95,20 @@ py::array TensorCopy(const OrtValue* v) {
   return py::array(NumpyDtype(meta.elem_type), shape, {}, data);  // no base: pybind11 copies
 }
 
+py::handle InitializerBase() {
+  static PyObject* base =
+      py::capsule(reinterpret_cast<void*>(&InitializerBase), "npu_ep.ort_initializer").release().ptr();
+  return base;
+}
+
+py::array InitializerView(const OrtValue* v) {
+  TensorMeta meta = GetTensorMeta(v);
+  const void* data = nullptr;
+  Check(g_ort->GetTensorData(v, &data));
+  std::vector<py::ssize_t> shape(meta.dims.begin(), meta.dims.end());
+  py::array a(NumpyDtype(meta.elem_type), shape, {}, data, InitializerBase());
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
+}
+
 }  // namespace npu_ep

@@ -55,4 +55,9 @@ py::array TensorView(const OrtValue* v, const py::dtype& dtype, const TensorMeta
 // Owned copy of an ORT tensor (initializers we keep beyond the lifetime of the OrtGraph).
 py::array TensorCopy(const OrtValue* v);
 
+// Read-only zero-copy view of a constant initializer that ORT keeps for the session (fused with
+// drop_constant_initializers=false). Its base is InitializerBase(), so Python can tell it from memory it owns.
+py::array InitializerView(const OrtValue* v);
+py::handle InitializerBase();
+
 }  // namespace npu_ep

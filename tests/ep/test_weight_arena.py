@@ -1,4 +1,5 @@
-"""A compiled program's large weights live in one contiguous arena (huge-page sized); results are unchanged."""
+"""A compiled program's large weights live in one contiguous arena (huge-page sized), except weights ORT keeps
+for the session, which the program reads in place; results are unchanged."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 from onnx import helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
-from npu_ep.ep.weight_arena import pack_constants
+from npu_ep.ep.weight_arena import borrowed_from_ort, pack_constants
 from npu_ep.kernels.registry import Prepared
 from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
@@ -27,7 +28,7 @@ def test_pack_moves_large_constants_into_one_aligned_arena_and_keeps_values():
     assert pack_constants([Prepared({}, {"w": np.ones((64, 64), np.float32)})]) == 0  # below a huge page: no-op
 
 
-def test_session_programs_pack_their_weights_and_match_cpu():
+def _three_matmuls():
     dims = [256, 1024, 1024, 256]
     inits = {f"w{i}": (RNG.standard_normal((dims[i], dims[i + 1])) / np.sqrt(dims[i])).astype(np.float32)
              for i in range(3)}
@@ -35,10 +36,41 @@ def test_session_programs_pack_their_weights_and_match_cpu():
                               name=f"mm{i}") for i in range(3)]
     model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [4, 256])],
                        [helper.make_tensor_value_info("y", F32, [4, 256])], inits)
-    sess = npu_session(model, cpu=False)
-    assert set(assignment(sess).values()) == {"NpuEP"}
-    x = RNG.standard_normal((4, 256)).astype(np.float32)
-    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-4, atol=1e-3)
+    return model, inits
+
+
+def _program_of(sess):
     progs = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()
              if {s.node_name for s in prog.steps} == {"mm0", "mm1", "mm2"}]
-    assert progs and progs[-1].arena_bytes >= sum(w.nbytes for w in inits.values())
+    assert progs
+    return progs[-1]
+
+
+def _run_and_compare(sess, model):
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    x = RNG.standard_normal((4, 256)).astype(np.float32)
+    want = cpu_run(model, {"x": x})[0]
+    for _ in range(2):  # the second call reads the weights again, after ORT's first run
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-3)
+
+
+def test_session_reads_orts_weights_in_place_without_a_copy_and_matches_cpu():
+    model, inits = _three_matmuls()
+    sess = npu_session(model, cpu=False)
+    _run_and_compare(sess, model)
+    prog = _program_of(sess)
+    weights = [a for st in prog.steps for a in st.prepared.consts.values()
+               if isinstance(a, np.ndarray) and a.nbytes >= min(w.nbytes for w in inits.values())]
+    assert len(weights) == 3 and all(borrowed_from_ort(w) for w in weights)
+    assert prog.arena_bytes == 0  # nothing of ours to pack
+
+
+def test_session_writing_an_epcontext_copies_its_weights_into_the_arena(tmp_path):
+    model, inits = _three_matmuls()
+    sess = npu_session(model, cpu=False, **{"ep.context_enable": "1",
+                                            "ep.context_file_path": str(tmp_path / "ctx.onnx")})
+    _run_and_compare(sess, model)
+    prog = _program_of(sess)
+    assert prog.arena_bytes >= sum(w.nbytes for w in inits.values())
+    assert not any(borrowed_from_ort(a) for st in prog.steps for a in st.prepared.consts.values()
+                   if isinstance(a, np.ndarray))
