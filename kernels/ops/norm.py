@@ -6,8 +6,13 @@ Inputs are read in float32 (float16 widens once) and sums accumulate in float32 
 unit's accumulator):
   LayerNorm:  mean = E[x], var = E[(x - mean)^2], y = (x - mean) * rsqrt(var + eps) * scale + bias
   RMS/Simplified: y = (x * scale) * rsqrt(E[x^2] + eps)
-  SkipSimplified: s = input + skip (+ bias); y = (s * gamma) * rsqrt(E[s^2] + eps); optional outputs: mean
+  SkipSimplified: s = input + skip (+ bias); y = s / sqrt(E[s^2] + eps) * gamma; optional outputs: mean
   (always 0, as ORT CPU), inv_std_var [..., 1] and input_skip_bias_sum s (in the input dtype).
+SkipSimplified follows ORT's CPU kernel operation for operation (``skip_rms``: s^2 summed left to right in float32,
+sqrt in float32, then a division and a multiplication), so given the same inputs its output has ORT's bits. That
+matters more than the last ulp of accuracy: a following MatMulNBits with accuracy_level 4 quantizes this output to
+int8 per block, and a 1-ulp difference that moves a value across a rounding boundary changes a code (one quantum,
+~1e-4 relative on that matmul's output), which later layers amplify.
 The RMS kernels take sum(x^2) per row as a float32 dot product and evaluate the per-row scalar
 rsqrt(sum / D + eps) in double, rounded once to float32 (a correctly rounded rsqrt; ORT's CPU kernels keep these
 statistics in double as well). A single row (a decode step) does that scalar math on Python floats, which is
@@ -111,6 +116,17 @@ def inv_rms(s: np.ndarray, axis: int, eps: float) -> np.ndarray:
     return ms.astype(_F32).reshape(lead + (1,) * (s.ndim - axis))
 
 
+def skip_rms(s: np.ndarray, eps: float) -> np.ndarray:
+    """sqrt(sum(s^2) / D + eps) over the last axis of float32 ``s`` with ORT's SkipSimplifiedLayerNormalization
+    arithmetic: float32 squares summed sequentially in float32, float32 division and sqrt; shape [..., 1]."""
+    d = s.shape[-1]
+    sq = np.multiply(s, s)
+    total = np.add.accumulate(sq, axis=-1, out=sq)[..., -1:]
+    ms = total / _F32.type(d)
+    ms += _F32.type(eps)
+    return np.sqrt(ms, out=ms)
+
+
 def _inv_stat(inv: np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:
     """The inv_std_var output from ``inv_rms``'s result (a single row's 0-d array becomes [1, ..., 1])."""
     if inv.ndim != ndim:
@@ -175,14 +191,14 @@ def _skip_rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
     bias = _param(p, inputs, 3, ndim)
     if bias is not None:
         s += bias
-    inv = inv_rms(s, ndim - 1, p.attrs["epsilon"])
-    y = np.multiply(s, _param(p, inputs, 2, ndim))
-    y *= inv
+    ms = skip_rms(s, p.attrs["epsilon"])
+    y = np.divide(s, ms)
+    y *= _param(p, inputs, 2, ndim)
     outs = [_store(y, x.dtype)]
     if n_out > 1:  # ORT's CPU kernel leaves the (meaningless) mean at 0
         outs.append(_zero_mean(p, x, mean_dt))
     if n_out > 2:
-        outs.append(_inv_stat(inv, ndim, inv_dt))
+        outs.append(_store(np.divide(_F32.type(1.0), ms), inv_dt))
     if n_out > 3:
         outs.append(_store(s, x.dtype))
     return outs

@@ -5,10 +5,10 @@ Compile time: the matmul (MatMul, MatMulNBits or MatMulGroup) is prepared by its
 gets the norm's gamma folded into its rows (``W' = gamma[:, None] * W``); packed int4 weights stay packed, and
 gamma is kept as a vector that scales A instead (as the unfused norm does).
 
-Run: ``s = x (+ skip (+ bias))``, ``inv = rsqrt(mean(s^2) + eps)`` per row (float32 sums, the norm kernel's
-``inv_rms``), then the matmul kernel on ``A = s * inv`` (``* gamma`` for packed weights); Skip*'s sum output ``s``
-is passed on. Equal to the separate kernels up to float32 reassociation (for float weights gamma multiplies W
-instead of A).
+Run: ``s = x (+ skip (+ bias))``, then the norm kernel's own statistics: Simplified ``A = s * inv_rms`` (``*
+gamma`` for packed weights), Skip* ``A = s / skip_rms * gamma`` (ORT's operations, so A has the unfused kernel's
+bits: an int8-quantizing matmul, accuracy_level 4, sees the same codes); Skip*'s sum output ``s`` is passed on.
+For float weights gamma multiplies W instead of A (equal up to float32 reassociation).
 
 Cost: the matmul's cost plus the prologue on the vector unit (add, square-accumulate, scale: 3 ops per element of
 A, 4 with skip, one rsqrt per row); A's normalized copy never goes to DRAM.
@@ -24,7 +24,7 @@ from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
 from ._vector import elems, stream_cost
 from ._native import copy_runtime
-from .norm import inv_rms
+from .norm import inv_rms, skip_rms
 
 _INNER = "inner/"
 
@@ -80,7 +80,10 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         s = np.add(s, inputs[1])
         if "norm_bias" in p.consts:
             s += p.consts["norm_bias"]
-    a = s * inv_rms(s, s.ndim - 1, at["epsilon"])
+    if at["skip"]:
+        a = np.divide(s, skip_rms(s, at["epsilon"]))
+    else:
+        a = s * inv_rms(s, s.ndim - 1, at["epsilon"])
     if "gamma" in p.consts:
         a *= p.consts["gamma"]
     outs = kernel_for(*at["inner_key"]).run(_inner(p), [a] + [None] * (at["n_inner_inputs"] - 1))
