@@ -34,6 +34,13 @@ class _BadInput(Exception):
     pass
 
 
+def _static_dim(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"--static-dim expects NAME=VALUE with VALUE >= 0, got {text!r}")
+    return name, int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="npu-rewrite", description="Rewrite an ONNX model for the NPU (Q/DQ fusion, RoPE/GQA, INT4).")
     p.add_argument("input", help="input .onnx (external data beside it is fine)")
@@ -63,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop-qdq-roundtrips", action="store_true", help="also drop lossy Q->DQ pairs")
     p.add_argument("--no-fold-rotary", action="store_true",
                    help="keep RotaryEmbedding nodes separate instead of folding them into GroupQueryAttention")
+    p.add_argument("--static-dim", action="append", default=[], type=_static_dim, metavar="NAME=VALUE",
+                   help="fix an input dim (its symbolic name, or INPUT:AXIS) after rewriting and fold the shape "
+                        "plumbing that becomes constant: one static model per bucket for static-shape targets such "
+                        "as npu-edge; repeatable")
     p.add_argument("--check", action="store_true", help="compare input and output on ORT's CPU EP")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout instead of tables")
     p.add_argument("--verbose", action="store_true", help="show why candidate matches were declined")
@@ -118,6 +129,15 @@ def _print_tables(result: RewriteResult, console: Console, verbose: bool) -> Non
         console.print(why)
 
 
+def _specialized(model, dims: dict[str, int]):
+    """Imported here: onnx-graphsurgeon is only needed with --static-dim (CLI start-up time)."""
+    import onnx_ir as ir
+
+    from .static_shapes import specialize
+
+    return ir.serde.deserialize_model(specialize(ir.serde.serialize_model(model), dims))
+
+
 class _OneLineWarnings(logging.Handler):
     """Library warnings (onnx_ir logs a failed shape inference with its traceback) as one line each."""
 
@@ -161,12 +181,14 @@ def _main(argv: Sequence[str] | None) -> int:
         target = pathlib.Path(args.output)
         refuse_overwriting_inputs([target, target.with_name(target.name + ".data")], files_read_by(model))
         result = _run_with_progress(model, options, err, show=not args.json)
+        if args.static_dim:
+            result.model = _specialized(result.model, dict(args.static_dim))
         saved = result.save(target)
         seconds = time.perf_counter() - t0
     except MemoryError:
         print(f"npu-rewrite: error: {args.input}: out of memory while rewriting", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (_BadInput, RewriteError, OSError, ValueError) as e:
+    except (_BadInput, RewriteError, OSError, ValueError) as e:  # StaticShapeError is a ValueError
         print(f"npu-rewrite: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
