@@ -42,7 +42,7 @@ _PROVIDER_KEYS = {
     "cache_max_bytes": "size cap of the cache in bytes (LRU eviction)",
     "partition_policy": "max_coverage | cost_aware",
     "bridge_cost_us": "cost of one CPU<->NPU crossing in microseconds, used by cost_aware (measure it with "
-                      "python -m npu_ep.tools.bench_bridge)",
+                      "python -m npu_ep.tools.bench.bridge)",
     "blas_threads": "BLAS threads while NpuEP sessions are alive (default 1; 0 leaves the process "
                     "setting alone)",
     "host_threads": "1 | 2 (default 2): host threads one large matmul may use (kernels/host_blas.py)",

@@ -21,7 +21,7 @@ Estimates:
   non-default policy pays that.
 - CPU: ``macs / CPU_MACS_PER_S + elements / CPU_ELEMENTS_PER_S`` (one host core), with the MACs the kernels' cost
   functions counted.
-- bridge_us: the measured cost of one crossing, calibrated by ``tools/bench_bridge.py``; default
+- bridge_us: the measured cost of one crossing, calibrated by ``python -m npu_ep.tools.bench.bridge``; default
   ``DEFAULT_BRIDGE_US``; override with the environment variable ``NPU_EP_BRIDGE_US`` (microseconds).
 - Symbolic/unknown dims count as 1 (a decode step: the case where boundaries dominate).
 """
@@ -40,7 +40,7 @@ from .compiler import compile_partition
 from .log import logger
 from .partition import boundary
 
-DEFAULT_BRIDGE_US = 10.0  # per crossing [us]; bench_bridge measures ~2.5 us per call + Python program entry
+DEFAULT_BRIDGE_US = 10.0  # per crossing [us]; measure this machine's with python -m npu_ep.tools.bench.bridge
 BRIDGE_ENV = "NPU_EP_BRIDGE_US"
 CPU_MACS_PER_S = 4e9  # host fp32 MACs per second (one core, BLAS)
 CPU_ELEMENTS_PER_S = 1e9  # host element-wise ops per second (one core, vectorized)
