@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "kernels/thread_pool.h"
+
 namespace npu_ep {
 
 namespace {
@@ -132,6 +134,7 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       args[j++] = std::move(view);
     }
     const uint64_t tp = NowNs();
+    kern::CallContextScope on_orts_pool(ctx);  // native kernels' parallel loops run on ORT's intra-op threads
     // PyObject_Call takes the tuple as is (pybind11's call with *args would build a second one)
     PyObject* raw = PyObject_Call(k->program.ptr(), args.ptr(), nullptr);
     if (!raw) throw py::error_already_set();

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.quantization import quantize_matmul_nbits
-from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session
+from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session, session_options
 
 RNG = np.random.default_rng(12)
 MS = [("com.microsoft", 1)]
@@ -80,6 +80,26 @@ def test_swiglu_mlp_group_matches_cpu(kernels):
            for prog in ep.programs.values() if any(s.node_name == "y" for s in prog.steps) for s in prog.steps]
     assert "npu::MatMulGroup" in ops, ops
     del sess
+
+
+@pytest.mark.parametrize("level", [4, 0])
+def test_same_bits_on_orts_pool_at_any_thread_count(level):
+    """Inside a session the native loops run on ORT's intra-op pool (KernelContext_ParallelFor): the fixed
+    column split gives the same bits whatever the pool's size and the session's host_threads."""
+    model, _ = _single(2, 2048, 1536, level)
+    x = RNG.standard_normal((1, 2, 2048)).astype(np.float32)
+    results = []
+    for intra, host in ((1, 1), (2, 2), (3, 2), (2, 1)):
+        so = session_options()
+        so.intra_op_num_threads = intra
+        sess = npu_session(model, {"host_threads": str(host)}, cpu=False, so=so)
+        assert assignment(sess) == {"y": "NpuEP"}
+        results.append(sess.run(None, {"x": x})[0])
+        del sess
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+    (ref,) = cpu_run(model, {"x": x})
+    np.testing.assert_allclose(results[0], ref, rtol=0, atol=1e-5 * np.abs(ref).max())
 
 
 def test_compiled_program_keeps_weights_packed():

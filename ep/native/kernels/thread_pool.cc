@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "../ort_api.h"
+
 namespace npu_ep::kern {
 namespace {
 
@@ -70,10 +72,28 @@ class Pool {
 
 }  // namespace
 
+namespace {
+thread_local const OrtKernelContext* t_call_context = nullptr;
+
+void RunTask(void* fn, size_t i) { (*static_cast<const std::function<void(int64_t)>*>(fn))(static_cast<int64_t>(i)); }
+}  // namespace
+
+CallContextScope::CallContextScope(const OrtKernelContext* ctx) : previous_(t_call_context) { t_call_context = ctx; }
+CallContextScope::~CallContextScope() { t_call_context = previous_; }
+
 void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn) {
   static Pool* pool = new Pool();  // intentionally leaked: detached workers may outlive static destructors
   if (n_tasks <= 0) return;
-  pool->Run(std::max(threads, 1), n_tasks, fn);
+  threads = std::max(threads, 1);
+  if (threads > 1 && n_tasks > 1 && t_call_context != nullptr) {
+    // At most `threads` batches of consecutive tasks; which thread runs a task never changes its result.
+    const size_t batches = static_cast<size_t>(std::min<int64_t>(threads, n_tasks));
+    OrtStatus* status = npu_ep::g_ort->KernelContext_ParallelFor(
+        t_call_context, RunTask, static_cast<size_t>(n_tasks), batches, const_cast<std::function<void(int64_t)>*>(&fn));
+    if (status == nullptr) return;
+    npu_ep::g_ort->ReleaseStatus(status);  // refused before running any task (bad context): use our own helpers
+  }
+  pool->Run(threads, n_tasks, fn);
 }
 
 }  // namespace npu_ep::kern

@@ -8,10 +8,27 @@
 #include <cstdint>
 #include <functional>
 
+struct OrtKernelContext;
+
 namespace npu_ep::kern {
 
 // Runs fn(i) for every i in [0, n_tasks) on up to `threads` threads (the caller is one of them) and returns when
-// all are done. If another call is already using the pool, this one runs on the caller's thread alone.
+// all are done. Inside a partition call (a CallContextScope on this thread) the tasks run on ORT's own intra-op
+// pool, so no second pool competes with ORT's for the cores; elsewhere (kernel tests, benchmarks) on our helpers.
+// If another call is already using our pool, this one runs on the caller's thread alone.
 void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn);
+
+// While alive, ParallelFor on this thread runs through OrtApi::KernelContext_ParallelFor(ctx). Nests (restores
+// the previous context), so a partition called from inside another one keeps working.
+class CallContextScope {
+ public:
+  explicit CallContextScope(const OrtKernelContext* ctx);
+  ~CallContextScope();
+  CallContextScope(const CallContextScope&) = delete;
+  CallContextScope& operator=(const CallContextScope&) = delete;
+
+ private:
+  const OrtKernelContext* previous_;
+};
 
 }  // namespace npu_ep::kern
