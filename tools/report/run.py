@@ -23,6 +23,7 @@ from ...ep import _native
 from ...ep.bridge import EpSession
 from ...ep.dtypes import numpy_dtype
 from ...ep.sessions import session_of, tag_session_options
+from .attention_dims import attention_dims
 from .validate import ReportInputError, ort_error, ort_exceptions
 
 
@@ -70,24 +71,57 @@ def _default_size(name: str, rank: int, axis: int, unnamed: bool) -> int:
     return 1
 
 
+def _sequence_names(model: onnx.ModelProto, past_axes: Sequence[tuple[str, int]]) -> tuple[set, set, set]:
+    """(past, new, total) sequence dim names from the graph: the past axis of attention nodes' past inputs,
+    ``input_ids``' axis 1, and the attention mask's last axis when it is neither (the model's total length)."""
+    ins = {i.name: i for i in _graph_inputs(model)}
+
+    def name(inp: str, axis: int) -> str | None:
+        dims = ins[inp].type.tensor_type.shape.dim if inp in ins else []
+        return _dim_name(ins[inp], axis, dims[axis]) if axis < len(dims) else None
+
+    past = {n for n in (name(i, a) for i, a in past_axes) if n}
+    new = {n for n in (name("input_ids", 1),) if n and n not in past}
+    mask = ins.get("attention_mask")
+    rank = len(mask.type.tensor_type.shape.dim) if mask is not None else 0
+    total = {n for n in (name("attention_mask", rank - 1) if rank else None,) if n and n not in past | new}
+    return past, new, total
+
+
 def resolve_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[str, int]:
-    """A size for every symbolic or unknown (``-1``) dim of the graph inputs: the ``--dim`` values first; then
-    ``total*`` = past + sequence; batch 1; image height/width ``DEFAULT_SPATIAL``; others 1 (``_default_size``).
-    Unnamed dims are keyed ``input:axis`` (see ``dim_key``)."""
+    """A size for every symbolic or unknown (``-1``) dim of the graph inputs: the ``--dim`` values first; then the
+    sizes attention nodes fix (KV heads, head size of the past inputs: ``attention_dims``); the total sequence
+    length = past + new (the dims found in the graph, else those named ``total*``, ``past*``, ``*seq*``); batch 1;
+    image height/width ``DEFAULT_SPATIAL``; others 1 (``_default_size``). Unnamed dims are keyed ``input:axis``
+    (see ``dim_key``). A ``--dim`` contradicting a size the structure fixes is refused (``ReportInputError``)."""
     found: dict[str, tuple[int, int, bool]] = {}
-    for inp in _graph_inputs(model):
+    inputs = _graph_inputs(model)
+    for inp in inputs:
         shape = inp.type.tensor_type.shape.dim
         for axis, d in enumerate(shape):
             name = _dim_name(inp, axis, d)
             if name is not None:
                 found.setdefault(name, (len(shape), axis, name == dim_key(inp.name, axis)))
     out = {k: int(v) for k, v in dims.items()}
-    for name in sorted((n for n in found if n not in out), key=lambda s: "total" in s.lower()):  # stable: input order
-        if "total" in name.lower():
-            past = sum(v for k, v in out.items() if "past" in k.lower())
-            seq = sum(v for k, v in out.items() if "seq" in k.lower() and "past" not in k.lower()
-                      and "total" not in k.lower())
-            out[name] = max(1, past + seq)
+    structure = attention_dims(model)
+    by_name = {i.name: i for i in inputs}
+    for (inp, axis), (size, why) in structure.sizes.items():
+        name = _dim_name(by_name[inp], axis, by_name[inp].type.tensor_type.shape.dim[axis])
+        if name is None:
+            continue
+        if name in out and out[name] != size:
+            raise ReportInputError(f"--dim {name}={out[name]} contradicts the model: {why} for '{inp}' "
+                                   f"axis {axis}")
+        out[name] = size
+    past, new, total = _sequence_names(model, structure.past)
+    for name in sorted((n for n in found if n not in out), key=lambda s: s in total or "total" in s.lower()):
+        if name in total or "total" in name.lower():
+            past_len = (sum(out.get(k, 1) for k in past) if past else
+                        sum(v for k, v in out.items() if "past" in k.lower()))
+            seq = (sum(out.get(k, 1) for k in new) if new else
+                   sum(v for k, v in out.items() if "seq" in k.lower() and "past" not in k.lower()
+                       and "total" not in k.lower()))
+            out[name] = max(1, past_len + seq)
         else:
             out[name] = _default_size(name, *found[name])
     return out
