@@ -86,10 +86,10 @@ void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)
   if (n_tasks <= 0) return;
   threads = std::max(threads, 1);
   if (threads > 1 && n_tasks > 1 && t_call_context != nullptr) {
-    // At most `threads` batches of consecutive tasks; which thread runs a task never changes its result.
-    const size_t batches = static_cast<size_t>(std::min<int64_t>(threads, n_tasks));
+    // num_batch 0: ORT's threads and the caller claim tasks one by one (fixed batches would leave the caller
+    // waiting for a worker that is slow to wake). Which thread runs a task never changes its result.
     OrtStatus* status = npu_ep::g_ort->KernelContext_ParallelFor(
-        t_call_context, RunTask, static_cast<size_t>(n_tasks), batches, const_cast<std::function<void(int64_t)>*>(&fn));
+        t_call_context, RunTask, static_cast<size_t>(n_tasks), 0, const_cast<std::function<void(int64_t)>*>(&fn));
     if (status == nullptr) return;
     npu_ep::g_ort->ReleaseStatus(status);  // refused before running any task (bad context): use our own helpers
   }
