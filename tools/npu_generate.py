@@ -1,6 +1,10 @@
 """``npu-generate MODEL --prompt-ids 1 2 3 --max-new-tokens N``: greedy generation on NpuEP (bucketed prefill,
 fixed-capacity KV cache), printing the ids, TTFT / inter-token latency (host and emulated NPU) and padding.
 
+MODEL is a decoder .onnx or an onnxruntime-genai model folder: its genai_config.json gives the decoder file, the
+I/O names, the end-of-sequence ids (generation stops at one), the context length (the default KV capacity) and the
+NpuEP provider options (``--target`` overrides the target).
+
 Exit codes: 0 ok, 2 bad input or a refused request (prompt too long without chunking, KV capacity exceeded, a KV
 cache larger than half the machine's memory, token ids outside the vocabulary), 1 ONNX Runtime failed on the model;
 each printed as one line on stderr.
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -43,13 +48,16 @@ def _first_line(exc: BaseException) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="npu-generate", description=__doc__.splitlines()[0])
-    p.add_argument("model", help="decoder .onnx with exporter I/O (input_ids, attention_mask, position_ids, past/present)")
+    p.add_argument("model", help="decoder .onnx with exporter I/O (input_ids, attention_mask, position_ids, "
+                   "past/present), or an onnxruntime-genai model folder (genai_config.json)")
     p.add_argument("--prompt-ids", type=_ints, nargs="+", required=True, metavar="ID",
                    help="prompt token ids, space- or comma-separated (1 2 3 or 1,2,3)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--buckets", type=_ints, nargs="+", default=[list(DEFAULT_BUCKETS)], metavar="N",
                    help="prefill shape buckets, space- or comma-separated")
-    p.add_argument("--max-kv-len", type=int, default=DEFAULT_MAX_KV_LEN, help="fixed KV cache capacity")
+    p.add_argument("--max-kv-len", type=int, default=None,
+                   help=f"fixed KV cache capacity (default {DEFAULT_MAX_KV_LEN}; a genai folder: its context_length "
+                   "less the largest bucket)")
     p.add_argument("--no-chunked-prefill", dest="chunked", action="store_false",
                    help="refuse prompts longer than the largest bucket instead of chunking them")
     p.add_argument("--cpu", action="store_true", help="run on ORT's CPU EP only (reference)")
@@ -70,21 +78,42 @@ def format_result(res: GenerationResult) -> str:
     return "\n".join(lines)
 
 
+def _model_source(args: argparse.Namespace):
+    """(model path, IoNames, eos ids, buckets, KV capacity, NpuEP options) from a .onnx or a genai folder."""
+    from .generation.genai_folder import is_genai_folder, load_genai_folder
+    from .generation.model_info import IoNames
+
+    if not is_genai_folder(args.model):
+        if os.path.isdir(args.model):
+            raise ValueError(f"{args.model}: a folder without genai_config.json; give a decoder .onnx or an "
+                             "onnxruntime-genai model folder")
+        return args.model, IoNames(), (), _flat(args.buckets), args.max_kv_len or DEFAULT_MAX_KV_LEN, {}
+    folder = load_genai_folder(args.model)
+    buckets, capacity, context = _flat(args.buckets), args.max_kv_len, folder.context_length
+    if context and args.buckets == [list(DEFAULT_BUCKETS)]:  # default buckets: those leaving half the context
+        buckets = [b for b in buckets if b <= context // 2] or [max(1, context // 2)]
+    if capacity is None:  # every step's total length (capacity + its new tokens) stays within the context
+        capacity = min(DEFAULT_MAX_KV_LEN, context - max(buckets)) if context else DEFAULT_MAX_KV_LEN
+        if capacity < 1:
+            raise ValueError(f"{args.model}: context_length {context} leaves no KV capacity after the largest "
+                             f"prefill bucket {max(buckets)}; pass smaller --buckets")
+    return (str(folder.model), folder.io, folder.eos_token_ids, buckets, capacity,
+            folder.provider_options.get("NpuEP", {}))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .generation import Generator, default_providers
     from .report.validate import ort_exceptions, ort_message
 
-    if args.cpu:
-        providers = ["CPUExecutionProvider"]
-    else:
-        providers = default_providers()
-        if args.target:
-            providers[0] = (providers[0][0], {"target": args.target})
     try:
-        gen = Generator(args.model, providers=providers, buckets=_flat(args.buckets), max_kv_len=args.max_kv_len,
-                        chunked_prefill=args.chunked, ort_log_level=4)  # ORT errors: the one line below
-        res = gen.generate(_flat(args.prompt_ids), args.max_new_tokens, keep_logits=False)
+        model, io, eos, buckets, max_kv_len, npu_options = _model_source(args)
+        providers = ["CPUExecutionProvider"] if args.cpu else default_providers()
+        if not args.cpu:
+            providers[0] = (providers[0][0], {**npu_options, **({"target": args.target} if args.target else {})})
+        gen = Generator(model, providers=providers, buckets=buckets, max_kv_len=max_kv_len,
+                        chunked_prefill=args.chunked, ort_log_level=4, io=io)  # ORT errors: the one line below
+        res = gen.generate(_flat(args.prompt_ids), args.max_new_tokens, keep_logits=False, eos_token_ids=eos)
     except (PromptTooLongError, KvCapacityError, ValueError, OSError, DecodeError) as exc:
         print(f"npu-generate: error: {_first_line(exc)}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """Greedy generation for exporter-style decoder graphs on NpuEP: bucketed prefill, then decode with a fixed KV cache.
 
 Graph I/O (HF/Optimum names): input_ids [1,S], attention_mask [1,P+S], position_ids [1,S],
-past_key_values.{i}.key/.value [1,Nkv,P,H] -> logits [1,S,V], present.{i}.key/.value [1,Nkv,P+S,H].
+past_key_values.{i}.key/.value [1,Nkv,P,H] -> logits [1,S,V], present.{i}.key/.value [1,Nkv,P+S,H]; other names
+(an onnxruntime-genai folder's genai_config.json) through ``IoNames``; position_ids only when the graph has it.
 
 Executed shapes (S, P): the first prefill chunk (bucket, 0); later chunks (largest bucket, C); decode (1, C) where C
 is ``max_kv_len``. Padding side, mask and cache layout are explained in ``shapes``. One session runs
@@ -24,6 +25,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .model_info import IoNames, check_kv_memory, detect_layouts, info_from_session, inspect_model
 from .shapes import (DEFAULT_BUCKETS, KvCache, KvCapacityError, KvLayout, PaddingStats, PromptTooLongError,
                      check_buckets, plan_prefill)
 
@@ -91,82 +93,6 @@ class GenerationResult:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# model inspection
-
-
-@dataclasses.dataclass(frozen=True)
-class _ModelInfo:
-    n_layers: int
-    kv_heads: int
-    head_dim: int
-    layouts: tuple[KvLayout, ...] | None  # None: unknown (a session was given), detected at run time
-    vocab: int | None  # logits' last dim when declared: token ids must lie in [0, vocab)
-
-
-def _inspect_model(model: onnx.ModelProto) -> _ModelInfo:
-    g = model.graph
-    inputs = {vi.name: vi for vi in g.input}
-    for need in ("input_ids", "attention_mask", "past_key_values.0.key"):
-        if need not in inputs:
-            raise ValueError(f"model has no input '{need}': expected the exporter decoder I/O (input_ids, "
-                             "attention_mask, position_ids, past_key_values.{i}.key/value)")
-    n_layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
-    kdims = inputs["past_key_values.0.key"].type.tensor_type.shape.dim
-    kv_heads, head_dim = kdims[1].dim_value, kdims[3].dim_value
-    producers = {o: n for n in g.node for o in n.output}
-    layouts = []
-    for i in range(n_layers):
-        node = producers.get(f"present.{i}.key")
-        op = node.op_type if node is not None else ""
-        layouts.append(KvLayout.VALID_PREFIX if op == "GroupQueryAttention" else KvLayout.APPEND
-                       if op == "Concat" else None)
-    return _ModelInfo(n_layers, kv_heads, head_dim, None if None in layouts else tuple(layouts), _vocab(model))
-
-
-def _vocab(model: onnx.ModelProto) -> int | None:
-    """Vocabulary size: the declared last dim of ``logits``, else the rows of the table ``input_ids`` gathers."""
-    for out in model.graph.output:
-        dims = out.type.tensor_type.shape.dim
-        if out.name == "logits" and dims and dims[-1].dim_value > 0:
-            return int(dims[-1].dim_value)
-    tables = {t.name: t for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == "input_ids" and n.input[0] in tables:
-            return int(tables[n.input[0]].dims[0])
-    return None
-
-
-def _check_kv_memory(info: _ModelInfo, capacity: int) -> None:
-    """Refuse, before allocating, a KV cache (fp32 keys and values of every layer) above half the machine's RAM."""
-    need = 2 * info.n_layers * max(info.kv_heads, 1) * max(capacity, 0) * max(info.head_dim, 1) * 4
-    try:
-        budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    except (ValueError, OSError):
-        budget = 8 << 30
-    if need > budget:
-        raise ValueError(f"a KV cache of {capacity} tokens needs {need / 2**30:,.1f} GiB ({info.n_layers} layers x "
-                         f"key+value x {info.kv_heads} heads x {info.head_dim}, fp32), more than half of this "
-                         f"machine's memory ({budget / 2**30:,.1f} GiB); lower max_kv_len (--max-kv-len)")
-
-
-def _info_from_session(sess: ort.InferenceSession) -> _ModelInfo:
-    ins = {i.name: i for i in sess.get_inputs()}
-    n_layers = sum(1 for n in ins if n.startswith("past_key_values.") and n.endswith(".key"))
-    shape = ins["past_key_values.0.key"].shape
-    logits = next((o.shape for o in sess.get_outputs() if o.name == "logits"), None)
-    vocab = logits[-1] if logits and isinstance(logits[-1], int) and logits[-1] > 0 else None
-    return _ModelInfo(n_layers, int(shape[1]), int(shape[3]), None, vocab)
-
-
-def _detect_layouts(presents, cache: KvCache, new: int) -> tuple[KvLayout, ...]:
-    """Without the graph: the cache keeps unused slots at zero, so an APPEND present (a copy of the past there)
-    holds zeros at slots L..L+new-1, while a VALID_PREFIX present holds the new keys."""
-    lo = cache.length
-    return tuple(KvLayout.APPEND if not np.any(pk[:, :, lo: lo + new]) else KvLayout.VALID_PREFIX
-                 for pk, _ in presents)
-
-
-# ------------------------------------------------------------------------------------------------------------
 # sessions
 
 
@@ -210,19 +136,21 @@ class Generator:
     def __init__(self, model: str | os.PathLike | onnx.ModelProto | ort.InferenceSession, *,
                  providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
                  max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True,
-                 session_config: dict[str, str] | None = None, ort_log_level: int | None = None):
+                 session_config: dict[str, str] | None = None, ort_log_level: int | None = None,
+                 io: IoNames = IoNames()):
         self.buckets = check_buckets(buckets)
         self.max_kv_len = int(max_kv_len)
         self.chunked_prefill = chunked_prefill
         self.providers = list(providers) if providers is not None else default_providers()
         self.shapes: dict[tuple[int, int], ShapeInfo] = {}
         if isinstance(model, ort.InferenceSession):
-            self.info = _info_from_session(model)
+            self.info = info_from_session(model, io)
             sess, session_s = model, 0.0
             self.providers = model.get_providers()
         else:
-            proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
-            self.info = _inspect_model(proto)
+            path = None if isinstance(model, onnx.ModelProto) else os.fspath(model)
+            proto = model if path is None else onnx.load(path, load_external_data=False)
+            self.info = inspect_model(proto, io)
             so = ort.SessionOptions()
             so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
             if ort_log_level is not None:  # e.g. 4 (fatal only) when the caller reports ORT's exceptions itself
@@ -235,8 +163,9 @@ class Generator:
                 tag_session_options(so)
             t0 = time.perf_counter()
             # enable_fallback=0: an NpuEP failure raises instead of silently re-running everything on the CPU
-            sess = ort.InferenceSession(proto.SerializeToString(), sess_options=so, providers=self.providers,
-                                        enable_fallback=0)
+            # a path is handed to ORT as is: external data (genai's model.onnx.data) loads from the model's folder
+            sess = ort.InferenceSession(path if path is not None else proto.SerializeToString(), sess_options=so,
+                                        providers=self.providers, enable_fallback=0)
             session_s = time.perf_counter() - t0
         self._runner = _Runner(sess, _npu_ep_sessions(sess) if self.uses_npu else [], session_s)
         self.layouts = self.info.layouts
@@ -269,37 +198,41 @@ class Generator:
         ids[0, :new] = tokens
         pos = np.zeros((1, executed), np.int64)           # padded positions read 0 (always a valid rotary row)
         pos[0, :new] = np.arange(cache.length, cache.length + new)
+        io = self.info.io
         if first:
             past_len = 0
             mask = np.zeros((1, executed), np.int64)
             mask[0, :new] = 1
             empty = np.zeros((1, self.info.kv_heads, 0, self.info.head_dim), np.float32)
-            past = {f"past_key_values.{i}.{kind}": empty for i in range(self.info.n_layers)
-                    for kind in ("key", "value")}
+            past = {name % i: empty for i in range(self.info.n_layers) for name in (io.past_key, io.past_value)}
         else:
             past_len = cache.capacity
             mask = cache.mask(new, executed)
-            past = cache.past_feeds()
-        feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, **past}
+            past = io.past_feeds(cache)
+        feeds = {io.input_ids: ids, io.attention_mask: mask, **past}
+        if self.info.feeds_position_ids:
+            feeds[io.position_ids] = pos
         outs, host, npu = self._runner.run(feeds)
         shape = self.shapes.setdefault((executed, past_len), ShapeInfo((executed, past_len)))
         shape.calls += 1
         shape.host_s += host
         shape.npu_s += npu
-        presents = [(outs[f"present.{i}.key"], outs[f"present.{i}.value"]) for i in range(self.info.n_layers)]
+        presents = [(outs[io.present_key % i], outs[io.present_value % i]) for i in range(self.info.n_layers)]
         if self.layouts is None:
             if first:
                 layouts = (KvLayout.APPEND,) * self.info.n_layers  # empty past: both layouts agree
             else:
-                layouts = self.layouts = _detect_layouts(presents, cache, new)
+                layouts = self.layouts = detect_layouts(presents, cache, new)
         else:
             layouts = self.layouts
         cache.append(presents, layouts, new, past_len)
-        return np.array(outs["logits"][0, new - 1], np.float32), host, npu, (executed, past_len)
+        return np.array(outs[io.logits][0, new - 1], np.float32), host, npu, (executed, past_len)
 
     # -- the loop ----------------------------------------------------------------------------------------------
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, *, keep_logits: bool = True
-                 ) -> GenerationResult:
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, *, keep_logits: bool = True,
+                 eos_token_ids: Sequence[int] = ()) -> GenerationResult:
+        """Greedy ids after ``prompt_ids``: ``max_new_tokens`` of them, or fewer when one of ``eos_token_ids`` is
+        generated (it ends the list, as in onnxruntime-genai's sequences)."""
         prompt = [int(t) for t in prompt_ids]
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
@@ -311,7 +244,7 @@ class Generator:
             raise ValueError(f"prompt token id {prompt[bad]} at position {bad} is outside the vocabulary "
                              f"[0, {vocab if vocab is not None else 'vocab'})")
         chunks = plan_prefill(len(prompt), self.buckets, chunked=self.chunked_prefill)
-        _check_kv_memory(self.info, self.max_kv_len)
+        check_kv_memory(self.info, self.max_kv_len)
         cache = KvCache(self.info.n_layers, self.info.kv_heads, self.info.head_dim, self.max_kv_len)
         # capacity is checked up front: a clear error before any work, never a silent overwrite later
         cache.check_room(len(prompt) + max_new_tokens - 1)
@@ -327,7 +260,10 @@ class Generator:
         token = int(np.argmax(logits))
         ttft = time.perf_counter() - t_start
         tokens, rows, itl, npu_decode = [token], [logits] if keep_logits else None, [], []
+        stop = {int(t) for t in eos_token_ids}
         for _ in range(max_new_tokens - 1):
+            if token in stop:
+                break
             t0 = time.perf_counter()
             logits, host, npu, shape = self._step(cache, [token], 1, False)
             token = int(np.argmax(logits))
@@ -355,7 +291,7 @@ def reference_generate(model, prompt_ids: Sequence[int], max_new_tokens: int
                        ) -> tuple[list[int], list[np.ndarray]]:
     """The naive exporter loop on ORT's CPU EP: unpadded prefill, KV grown by one each step (no buckets)."""
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
-    info = _inspect_model(proto)
+    info = inspect_model(proto)
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     empty = np.zeros((1, info.kv_heads, 0, info.head_dim), np.float32)
