@@ -57,11 +57,6 @@ def check_int(node: NodeInfo, target: Target) -> str | None:
     return check_fits(m, n, k, _dtname(node, s["a"]), _dtname(node, s["b"]), target)
 
 
-def _col(x: np.ndarray | None, dtype=np.float32) -> np.ndarray | None:
-    """Per-tensor scalars stay scalars; per-column 1-D vectors broadcast over the last (N) axis."""
-    return None if x is None else np.asarray(x, dtype)
-
-
 def prepare_int(node: NodeInfo, target: Target, epilogue: dict[str, Any] | None = None,
                 ep_consts: dict[str, np.ndarray] | None = None) -> Prepared:
     op = node.op_type
