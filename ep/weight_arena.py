@@ -12,7 +12,8 @@ the huge-page threshold. Views of ORT's own initializers (read in place for the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,44 @@ def borrowed_from_ort(arr: np.ndarray) -> bool:
     while isinstance(base, np.ndarray):
         base = base.base
     return owner is not None and base is owner
+
+
+def rebase_borrowed(program: Any, moves: Sequence[tuple[int, int, np.ndarray]]) -> int:
+    """Point a program's views of ORT initializers at the memory ORT actually passes at run time.
+
+    ORT can hand Compile a temporary copy of an initializer (weights in an external data file are loaded for the
+    graph view, then loaded again into the session state). ``moves`` lists (compile-time address, size, read-only
+    uint8 view of the session's buffer); every array reading inside a moved range becomes the same view at the
+    same offset of the new buffer. Returns how many arrays were rebased."""
+    count = 0
+
+    def rebase(value: Any) -> Any:
+        nonlocal count
+        if isinstance(value, np.ndarray) and value.size and borrowed_from_ort(value):
+            address = value.ctypes.data
+            for old, nbytes, new in moves:
+                if old <= address < old + nbytes:
+                    view = np.ndarray(value.shape, value.dtype, new, address - old, value.strides)
+                    view.flags.writeable = False
+                    count += 1
+                    return view
+            return value
+        if isinstance(value, Prepared):
+            for table in (value.attrs, value.consts, value.memo):
+                for key, item in table.items():
+                    table[key] = rebase(item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                value[key] = rebase(item)
+        elif isinstance(value, list):
+            value[:] = [rebase(item) for item in value]
+        elif isinstance(value, tuple):
+            return type(value)(*map(rebase, value)) if hasattr(value, "_fields") else tuple(map(rebase, value))
+        return value
+
+    for step in getattr(program, "steps", ()):
+        rebase(step.prepared)
+    return count
 
 
 def pack_constants(prepared: Iterable[Prepared]) -> int:

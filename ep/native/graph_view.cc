@@ -115,14 +115,8 @@ py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit, bool borrow) 
           // numpy has no 4-bit dtype: hand over ONNX's packed bytes (low nibble first); Python unpacks them.
           const void* data = nullptr;
           Check(g_ort->GetTensorData(value, &data));
-          const py::ssize_t n = static_cast<py::ssize_t>(bytes);
-          if (borrow) {
-            py::array view(py::dtype("uint8"), {n}, {}, data, InitializerBase());
-            py::detail::array_proxy(view.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-            d["packed_value"] = view;
-          } else {
-            d["packed_value"] = py::array(py::dtype("uint8"), {n}, {}, data);
-          }
+          d["packed_value"] = borrow ? InitializerBytes(data, bytes)
+                                     : py::array(py::dtype("uint8"), {static_cast<py::ssize_t>(bytes)}, {}, data);
         }
       }
     }

@@ -93,6 +93,35 @@ static void CheckOutputShape(PartitionKernel* k, size_t i, const std::vector<int
       k->where + ": " + what + " (ORT's inferred shape; its CPU EP computes the same shape and warns too)");
 }
 
+// Called with the GIL held. Makes the program's views of borrowed initializers read the buffers ORT passes now.
+static void CheckBorrowed(PartitionKernel* k, OrtKernelContext* ctx) {
+  std::unique_lock<std::mutex> lock(k->borrowed_mu, std::defer_lock);
+  {
+    py::gil_scoped_release nogil;  // a thread holding the lock may need the GIL to finish a rebase
+    lock.lock();
+  }
+  py::list moves;
+  std::vector<std::pair<BorrowedInput*, const void*>> moved;
+  for (BorrowedInput& w : k->borrowed) {
+    if (!w.data) continue;  // a small constant the program holds a copy of
+    const OrtValue* v = nullptr;
+    Check(g_ort->KernelContext_GetInput(ctx, w.index, &v));
+    const void* data = nullptr;
+    size_t bytes = 0;
+    if (v) Check(g_ort->GetTensorData(v, &data));
+    if (data == w.data) continue;
+    if (v) Check(g_ort->GetTensorSizeInBytes(v, &bytes));
+    if (!data || bytes != w.bytes)
+      throw OrtError(ORT_EP_FAIL, "constant initializer '" + w.name + "' has " + std::to_string(bytes) +
+                                      " bytes at run time, " + std::to_string(w.bytes) + " at Compile");
+    moves.append(py::make_tuple(reinterpret_cast<uintptr_t>(w.data), w.bytes, InitializerBytes(data, bytes)));
+    moved.emplace_back(&w, data);
+  }
+  if (moved.empty()) return;
+  py::module_::import("npu_ep.ep.weight_arena").attr("rebase_borrowed")(k->program, moves);
+  for (auto& [w, data] : moved) w->data = data;
+}
+
 OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept {
   if (g_shutting_down.load()) return MakeStatus(ORT_EP_FAIL, "NpuEP: " + k->where + ": the Python interpreter is shutting down");
   struct InFlight {
@@ -110,18 +139,14 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       throw OrtError(ORT_EP_FAIL, "expected " + std::to_string(n_prog + k->borrowed.size()) + " inputs/" +
                                       std::to_string(k->output_types.size()) + " outputs, ORT passed " +
                                       std::to_string(n_in) + "/" + std::to_string(n_out));
+    if (!k->borrowed.empty()) CheckBorrowed(k, ctx);
     py::tuple args(n_prog);
     size_t j = 0, b = 0;  // next program input, next borrowed input
     for (size_t i = 0; i < n_in; ++i) {
       const OrtValue* v = nullptr;
       Check(g_ort->KernelContext_GetInput(ctx, i, &v));
       if (b < k->borrowed.size() && k->borrowed[b].index == i) {
-        const BorrowedInput& w = k->borrowed[b++];
-        const void* data = nullptr;
-        if (v) Check(g_ort->GetTensorData(v, &data));
-        if (w.data && data != w.data)  // the compiled views would read freed memory: refuse to run
-          throw OrtError(ORT_EP_FAIL, "constant initializer '" + w.name + "' is no longer the memory the "
-                                      "partition was compiled against (ORT moved it after Compile)");
+        ++b;  // checked by CheckBorrowed
         continue;
       }
       TensorMeta meta = GetTensorMeta(v);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,9 @@ struct BridgeStats {
 };
 
 // A fused-node input that is a constant initializer ORT keeps for the session (NpuEp::borrow_initializers): the
-// program reads it through a view made at Compile, so Compute only checks that ORT still passes the same memory.
+// program reads it through a view made at Compile. Compute checks that ORT passes that memory; if ORT passes
+// another buffer (Compile saw a temporary copy, e.g. of external data), the program's views are moved onto it
+// once (weight_arena.rebase_borrowed) before anything reads them.
 struct BorrowedInput {
   size_t index;  // position among the fused node's inputs
   const void* data;  // the memory the program's view reads; nullptr: the program holds a copy (small constant)
@@ -35,6 +38,7 @@ struct PartitionKernel {
   std::vector<ONNXTensorElementDataType> input_types;
   std::vector<py::object> input_dtypes;  // py::dtype per input, cached (creating one per call costs ~100 ns)
   std::vector<BorrowedInput> borrowed;   // by ascending index; not among input_types (the program's inputs)
+  std::mutex borrowed_mu;                // guards borrowed[].data (checked and rebased by concurrent runs)
   std::vector<ONNXTensorElementDataType> output_types;
   std::vector<py::object> output_dtypes;
   // Declared output shapes (-1: symbolic/unknown dim), from ORT's shape inference. An output of unknown rank is

@@ -101,6 +101,12 @@ py::handle InitializerBase() {
   return base;
 }
 
+py::array InitializerBytes(const void* data, size_t bytes) {
+  py::array a(py::dtype("uint8"), {static_cast<py::ssize_t>(bytes)}, {}, data, InitializerBase());
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
+}
+
 py::array InitializerView(const OrtValue* v) {
   TensorMeta meta = GetTensorMeta(v);
   const void* data = nullptr;

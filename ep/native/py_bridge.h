@@ -58,6 +58,7 @@ py::array TensorCopy(const OrtValue* v);
 // Read-only zero-copy view of a constant initializer that ORT keeps for the session (fused with
 // drop_constant_initializers=false). Its base is InitializerBase(), so Python can tell it from memory it owns.
 py::array InitializerView(const OrtValue* v);
+py::array InitializerBytes(const void* data, size_t bytes);  // the same, as flat read-only uint8
 py::handle InitializerBase();
 
 }  // namespace npu_ep

@@ -4,6 +4,7 @@ for the session, which the program reads in place; results are unchanged."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
@@ -74,3 +75,73 @@ def test_session_writing_an_epcontext_copies_its_weights_into_the_arena(tmp_path
     assert prog.arena_bytes >= sum(w.nbytes for w in inits.values())
     assert not any(borrowed_from_ort(a) for st in prog.steps for a in st.prepared.consts.values()
                    if isinstance(a, np.ndarray))
+
+
+def test_weights_in_an_external_data_file_are_read_in_place(tmp_path):
+    model, _ = _three_matmuls()
+    path = str(tmp_path / "model.onnx")
+    external = onnx.ModelProto()
+    external.CopyFrom(model)  # onnx.save moves the tensors of the proto it saves out to the data file
+    onnx.save(external, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.data",
+              size_threshold=1024)
+    sess = npu_session(path, cpu=False)
+    _run_and_compare(sess, model)
+    assert _program_of(sess).arena_bytes == 0
+
+
+def test_a_large_outer_scope_weight_read_inside_if_branches_matches_cpu():
+    """ORT hands each If branch to NpuEP as a graph of its own; the weight lives in the main graph."""
+    w = (RNG.standard_normal((256, 512)) / 16).astype(np.float32)  # 512 KiB: borrowed, not copied
+
+    def branch(name, op):
+        return helper.make_graph([helper.make_node("MatMul", ["x", "w"], [f"{name}_mm"], name=f"{name}_matmul"),
+                                  helper.make_node(op, [f"{name}_mm"], [f"{name}_out"], name=f"{name}_act")],
+                                 name, [], [helper.make_tensor_value_info(f"{name}_out", F32, None)])
+
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="greater"),
+             helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch("then", "Relu"),
+                              else_branch=branch("else", "Sigmoid"))]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [4, 256])],
+                       [helper.make_tensor_value_info("y", F32, [4, 512])], {"w": w, "zero": np.float32(0)})
+    sess = npu_session(model)
+    where = assignment(sess)
+    assert where["then_matmul"] == where["else_matmul"] == "NpuEP", where
+    for sign in (1.0, -1.0):
+        x = sign * np.abs(RNG.standard_normal((4, 256))).astype(np.float32)
+        for _ in range(2):
+            np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0],
+                                       rtol=1e-5, atol=1e-5)
+
+
+def test_each_session_reads_its_own_weights_after_another_is_gone():
+    model, _ = _three_matmuls()
+    first, second = npu_session(model, cpu=False), npu_session(model, cpu=False)
+    _run_and_compare(first, model)
+    del first
+    _run_and_compare(second, model)
+
+
+def test_rebase_moves_every_view_of_a_moved_initializer_and_nothing_else(monkeypatch):
+    """ORT may pass other memory at run time than Compile saw (external data is loaded twice): the program's
+    views, derived views and nested kernels included, move to the same offsets of the new buffer."""
+    from npu_ep.ep import weight_arena
+
+    old, new, other = (np.arange(4096, dtype=np.uint8) for _ in range(3))
+    new[:] = 255 - old
+
+    def in_ort_buffers(a):  # stands in for "the base chain ends at ORT's initializer"
+        return any(b.ctypes.data <= a.ctypes.data < b.ctypes.data + b.nbytes for b in (old, new))
+
+    monkeypatch.setattr(weight_arena, "borrowed_from_ort", in_ort_buffers)
+    w = old[1024:].view(np.float32).reshape(32, 24)  # a typed view at an offset
+    inner = Prepared({}, {"w": w[:, ::2]})  # a strided view, one level down
+    outer = Prepared({"parts": [old[:16]]}, {"mine": other, "w": w}, memo={"inner": inner})
+    program = type("P", (), {"steps": [type("S", (), {"prepared": outer})()]})()
+    assert weight_arena.rebase_borrowed(program, [(old.ctypes.data, old.nbytes, new)]) == 3
+    moved_w = outer.consts["w"]
+    assert moved_w.ctypes.data == new.ctypes.data + 1024 and not moved_w.flags.writeable
+    np.testing.assert_array_equal(moved_w, new[1024:].view(np.float32).reshape(32, 24))
+    np.testing.assert_array_equal(inner.consts["w"], moved_w[:, ::2])
+    np.testing.assert_array_equal(outer.attrs["parts"][0], new[:16])
+    assert outer.consts["mine"] is other  # memory we own is never touched
