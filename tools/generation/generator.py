@@ -231,8 +231,8 @@ class Generator:
     # -- the loop ----------------------------------------------------------------------------------------------
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, *, keep_logits: bool = True,
                  eos_token_ids: Sequence[int] = ()) -> GenerationResult:
-        """Greedy ids after ``prompt_ids``: ``max_new_tokens`` of them, or fewer when one of ``eos_token_ids`` is
-        generated (it ends the list, as in onnxruntime-genai's sequences)."""
+        """Greedy ids after ``prompt_ids``: ``max_new_tokens`` of them, or those before the first of
+        ``eos_token_ids`` generated (left out, as onnxruntime-genai's sequences leave it out)."""
         prompt = [int(t) for t in prompt_ids]
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
@@ -273,6 +273,10 @@ class Generator:
             tokens.append(token)
             if rows is not None:
                 rows.append(logits)
+        if tokens[-1] in stop:  # it ends the text and is not part of it
+            tokens.pop()
+            if rows is not None:
+                rows.pop()
         shapes = {k: dataclasses.replace(v) for k, v in self.shapes.items()}
         return GenerationResult(prompt, tokens, ttft, itl, npu_prefill, npu_decode, padding, steps, shapes,
                                 cache.capacity, cache.length, rows)
