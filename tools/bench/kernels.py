@@ -114,7 +114,10 @@ def _median_time(fn, reps: int) -> float:
 def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
     import npu_ep
 
+    from ...ep.sessions import tag_session_options
+
     so = ort.SessionOptions()
+    tag_session_options(so)  # overhead_table finds the program through ep.sessions.session_of
     so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     sess = ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0,
@@ -157,6 +160,52 @@ def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float
     return rows
 
 
+def _median_us(fn, reps: int) -> float:
+    for _ in range(20):
+        fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        fn()
+        ts.append(time.perf_counter_ns() - t0)
+    return statistics.median(ts) / 1e3
+
+
+def overhead_table(reps: int, target: Target, chain: int = 64) -> list[str]:
+    """Per-step and per-call cost of the Python program (what a native executor removes, ep/native/EXECUTOR.md):
+    a chain of Relu on [1, 8] (kernel work ~nothing) and a one-node partition through session.run."""
+    from ...ep.sessions import session_of
+
+    x = np.ones((1, 8), np.float32)
+
+    def relu_chain(n: int) -> onnx.ModelProto:
+        nodes = [helper.make_node("Relu", ["x" if i == 0 else f"h{i}"], [f"h{i + 1}" if i < n - 1 else "y"])
+                 for i in range(n)]
+        g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 10
+        return m
+
+    out = []
+    for n in (chain, 1):
+        model = relu_chain(n)
+        npu = _npu_session(model, target.name)
+        cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        (prog,) = session_of(npu).programs.values()
+        step = prog.steps[0]
+        t_prog = _median_us(lambda: prog(x), reps)
+        t_kernel = _median_us(lambda: step.kernel.run(step.prepared, [x]), reps)
+        t_npu = _median_us(lambda: npu.run(None, {"x": x}), reps)
+        t_cpu = _median_us(lambda: cpu.run(None, {"x": x}), reps)
+        t_numpy = _median_us(lambda: np.maximum(x, 0), reps)
+        out.append(f"Relu x{n:<3} program() {t_prog:7.1f} us = {t_prog / n:5.2f} us/step (Relu kernel.run "
+                   f"{t_kernel:4.2f}, numpy alone {t_numpy:4.2f}); session.run NpuEP {t_npu:6.1f} us, CPU EP "
+                   f"{t_cpu:6.1f} us, +{t_npu - t_cpu:.1f} us")
+        del npu
+    return out
+
+
 GEMMS = [("fp32 128x1024x1024", 128, 1024, 1024, "float32", "float32", None, None),
          ("fp16 1024x1024x1024", 1024, 1024, 1024, "float16", "float16", None, None),
          ("int8 128x1024x1024", 128, 1024, 1024, "int8", "int8", None, "int8"),
@@ -186,11 +235,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--target", default="npu-ref")
+    ap.add_argument("--overhead-reps", type=int, default=2000)
     args = ap.parse_args(argv)
     print(f"host wall time, median of {args.reps} (target {args.target})")
     print(f"{'op':38} {'kernel ms':>9} {'NpuEP ms':>9} {'CPU EP ms':>9} {'NpuEP/CPU':>9}")
     for name, ours, npu, cpu, ratio in host_table(args.reps, Target.load(args.target)):
         print(f"{name:38} {ours:9.3f} {npu:9.3f} {cpu:9.3f} {ratio:9.2f}")
+    print(f"\nPython program overhead, median of {args.overhead_reps} (run overhead target: one-node partition "
+          "<= 5 us over the CPU EP)")
+    for line in overhead_table(args.overhead_reps, Target.load(args.target)):
+        print(line)
     print("\nplanner quality: roofline / emulated cycles (>= 0.8 wanted)")
     for tname, label, text in planner_table():
         print(f"{tname:9} {label:22} {text}")
