@@ -168,3 +168,11 @@ def test_readme_genai_snippet_runs(folder, monkeypatch, capsys, tmp_path):
     while not gen.is_done():
         gen.generate_next_token()
     assert printed == [int(t) for t in gen.get_sequence(0)]
+
+
+def test_genai_benchmark_runs_both_providers_with_identical_tokens(folder, capsys):
+    from npu_ep.tools.bench.genai import main as bench_main
+
+    assert bench_main(["--folder", str(folder), "--repeats", "1", "--new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "tokens identical: True" in out and "per later token" in out and "ratio" in out
