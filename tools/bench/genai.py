@@ -42,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--folder", default=None, help="genai model folder (default: build the tiny genai Llama)")
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--hidden", type=int, default=256, help="width of the built model (intermediate: 2x)")
+    ap.add_argument("--layers", type=int, default=2, help="layers of the built model")
     args = ap.parse_args(argv)
 
     import onnxruntime_genai as og
@@ -51,9 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="npu_bench_genai_") as tmp:
         folder = args.folder
         if folder is None:
-            from ...models.genai_llama import build_genai_llama
+            from ...models.genai_llama import GenaiLlamaConfig, build_genai_llama
 
-            folder = build_genai_llama(Path(tmp) / "tiny_llama")
+            cfg = GenaiLlamaConfig(hidden=args.hidden, intermediate=2 * args.hidden, layers=args.layers)
+            folder = build_genai_llama(Path(tmp) / "tiny_llama", cfg)
         return _bench(og, npu_ep, folder, args)
 
 
@@ -82,8 +85,9 @@ def _bench(og, npu_ep, folder, args) -> int:
             ttft[name].append(first)
             itl[name].append(statistics.fmean(rest) if rest else 0.0)
     same = tokens["CPU"] == tokens["NpuEP"]
+    first_diff = next((i for i, (a, b) in enumerate(zip(tokens["CPU"], tokens["NpuEP"])) if a != b), None)
     print(f"{folder}: prompt {len(PROMPT)} tokens, {args.new_tokens} new, median of {args.repeats}; "
-          f"tokens identical: {same}")
+          f"tokens identical: {same}" + ("" if same else f" (first difference at new token {first_diff})"))
     med = {k: {n: statistics.median(v) * 1e3 for n, v in d.items()} for k, d in (("ttft", ttft), ("itl", itl))}
     for key, label in (("ttft", "first token (prefill)"), ("itl", "per later token")):
         cpu, npu = med[key]["CPU"], med[key]["NpuEP"]
