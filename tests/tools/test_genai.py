@@ -139,6 +139,7 @@ def test_npu_report_compare_sizes_the_genai_models_dims(folder, tmp_path, capsys
     assert doc["dims"]["kv_cache_dim"] == 32 and doc["dims"]["total_sequence_length"] == 8
     rows = doc["compare"]["nodes"]
     assert rows and all(r["ok"] for r in rows) and doc["compare"]["first_failure"] is None
+    assert doc["compare"]["local"] == [] and doc["compare"]["first_kernel_failure"] is None
     assert {f"present.{i}.{kv}" for i in range(2) for kv in ("key", "value")} <= {r["tensor"] for r in rows}
 
 

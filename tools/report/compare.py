@@ -5,6 +5,9 @@ every node of the file exists). NpuEP: the unmodified model with provider option
 program keeps ``"node_name:i" -> array`` for its steps (a fused epilogue step is named ``"a+b+c"``: its output
 is the output of the last absorbed node ``c``). Per node: max abs diff and max relative diff
 (``max|d| / max|ref|``); a node fails when ``max|d| > atol + rtol * max|ref|`` for its dtype (table below).
+The first failing nodes are then run alone on the CPU EP with NpuEP's own inputs (``local_check``): ``local``
+says whether each one's kernel agrees (the difference came from upstream) and ``first_kernel_failure`` names the
+first that does not.
 
 With a float model (``float_model=``) the result also carries ``three_way`` (see ``quant``): float
 reference vs quantized reference vs NpuEP per graph output and per recorded tensor.
@@ -19,6 +22,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .local_check import local_checks, numpy_values
 from .quant import diff, float_reference, is_quantized, three_way
 from .run import npu_session, quiet
 
@@ -85,6 +89,11 @@ def _node_row(step: str, tensor: str, want: np.ndarray, got: np.ndarray) -> dict
     return {**row, **d, "ok": bool(d["max_abs"] <= atol + rtol * scale), "note": ""}
 
 
+def _within(want: np.ndarray, got: np.ndarray) -> dict[str, Any]:
+    row = _node_row("", "", want, got)
+    return {k: row[k] for k in ("max_abs", "max_rel", "ok", "note")}
+
+
 def compare(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], provider_options: Mapping[str, str],
             float_model: onnx.ModelProto | None = None) -> dict[str, Any]:
     """Per-node diffs for every node NpuEP recorded, in graph order, and the first node out of tolerance;
@@ -104,7 +113,9 @@ def compare(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], provider_op
         rows.append(_node_row(step, tensor, ref[tensor], got))
     rows.sort(key=lambda r: order.get(r["node"].split("+")[-1], 1 << 30))
     first_bad = next((r["node"] for r in rows if not r["ok"]), None)
+    local = local_checks(model, rows, numpy_values(recorded), feeds, _within) if first_bad else []
     doc = {"nodes": rows, "first_failure": first_bad, "unmatched": sorted(unmatched),
+           "local": local, "first_kernel_failure": next((c["node"] for c in local if not c["ok"]), None),
            "tolerances": {k: {"atol": a, "rtol": r} for k, (a, r) in TOLERANCE.items()},
            "quantized": is_quantized(model), "three_way": None}
     if float_model is not None:

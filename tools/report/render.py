@@ -125,6 +125,11 @@ def _compare(con: Console, cmp_: Mapping[str, Any] | None, max_rows: int) -> Non
                   "[green]ok[/]" if r["ok"] else "[red]FAIL[/]")
     con.print(t)
     con.print(f"first node out of tolerance: {cmp_['first_failure'] or 'none'}")
+    if cmp_.get("local"):
+        agree = sum(c["ok"] for c in cmp_["local"])
+        con.print(f"run alone on the CPU EP with NpuEP's own inputs, {agree} of {len(cmp_['local'])} failing nodes "
+                  f"agree (their difference came from upstream); first kernel failure: "
+                  f"{escape(cmp_['first_kernel_failure'] or 'none')}")
     tw = cmp_.get("three_way")
     if tw is None:
         if cmp_.get("quantized"):
