@@ -44,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--hidden", type=int, default=256, help="width of the built model (intermediate: 2x)")
     ap.add_argument("--layers", type=int, default=2, help="layers of the built model")
+    ap.add_argument("--extra-options", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="genai builder options of the built model (e.g. accuracy_level=0)")
     args = ap.parse_args(argv)
 
     import onnxruntime_genai as og
@@ -55,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if folder is None:
             from ...models.genai_llama import GenaiLlamaConfig, build_genai_llama
 
-            cfg = GenaiLlamaConfig(hidden=args.hidden, intermediate=2 * args.hidden, layers=args.layers)
+            cfg = GenaiLlamaConfig(hidden=args.hidden, intermediate=2 * args.hidden, layers=args.layers,
+                                   extra_options=tuple(args.extra_options))
             folder = build_genai_llama(Path(tmp) / "tiny_llama", cfg)
         return _bench(og, npu_ep, folder, args)
 
