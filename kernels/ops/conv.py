@@ -239,5 +239,6 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return planned_cost(p, *_gemm_dims(p, shapes[0]))
 
 
-register(KernelDef("", "Conv", _prepare, _run, _cost, _check))
+# The input's rank is the constant weight's (1-D or 2-D conv), so an input of unknown rank is fine.
+register(KernelDef("", "Conv", _prepare, _run, _cost, _check, rank_free=True))
 register(KernelDef("", "QLinearConv", _prepare, _run, _cost, _check))

@@ -163,3 +163,20 @@ def test_unknown_rank_is_declined_where_the_target_needs_the_rank():
     limited = Target.from_dict({**ref.raw, "ops": {**ref.raw["ops"], "Add": {"dtypes": ["float32"], "max_rank": 4}}})
     assert why_not(add, limited) == \
         "node 'Add_probe' (Add): in0 has unknown rank; target npu-ref limits this op to rank 4"
+
+
+def test_unknown_rank_conv_input_runs_on_npuep_since_its_weight_fixes_the_rank():
+    """A 1-D Conv reading a Reshape to a runtime shape (Silero VAD's Conv after an If): the constant weight
+    [M, C, k] says the input is [N, C, L]."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             helper.make_node("Conv", ["r", "w"], ["y"], name="conv", pads=[1, 1])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [2, 4, 8]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, ["L"])],
+                       [helper.make_tensor_value_info("y", F32, ["?"])],
+                       {"w": np.random.default_rng(5).standard_normal((3, 4, 3)).astype(np.float32)})
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    sess = npu_session(model)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    feeds = {"x": np.random.default_rng(6).standard_normal((2, 4, 8)).astype(np.float32),
+             "shape": np.array([1, 4, 16], np.int64)}
+    np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-5, atol=1e-5)
