@@ -58,12 +58,18 @@ def _pads(g: dict[str, Any], h: int, w: int) -> list[int]:
     return g["pads"]
 
 
-def im2col(x: np.ndarray, g: dict[str, Any], pad_value: float = 0.0) -> tuple[np.ndarray, int, int]:
-    """Patches ``[N, OH, OW, C, kh, kw]`` (a strided view over the padded input) and the output size."""
-    n, c, h, w = x.shape
-    t, l, b, r = _pads(g, h, w)
+def _padded(x: np.ndarray, g: dict[str, Any], pad_value: float = 0.0) -> tuple[np.ndarray, int, int]:
+    """NCHW ``x`` with the conv's pads applied, and the output height and width."""
+    t, l, b, r = _pads(g, x.shape[2], x.shape[3])
     if t or l or b or r:
         x = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=pad_value)
+    (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
+    return x, (x.shape[2] - (kh - 1) * dh - 1) // sh + 1, (x.shape[3] - (kw - 1) * dw - 1) // sw + 1
+
+
+def im2col(x: np.ndarray, g: dict[str, Any], pad_value: float = 0.0) -> tuple[np.ndarray, int, int]:
+    """Patches ``[N, OH, OW, C, kh, kw]`` (a strided view over the padded input) and the output size."""
+    x, _, _ = _padded(x, g, pad_value)
     (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
     ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     win = np.lib.stride_tricks.sliding_window_view(x, (ekh, ekw), axis=(2, 3))[..., ::dh, ::dw]
@@ -146,13 +152,9 @@ def _pointwise(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def _depthwise(x: np.ndarray, w: np.ndarray, g: dict[str, Any]) -> np.ndarray:
     """A depthwise conv (one input channel per group, ``mult`` outputs each) as kh*kw multiply-adds of whole
     strided feature-map windows: no patch matrix, no per-group GEMMs of width ``mult``."""
-    n, ch, h, wd = x.shape
-    t, l, b, r = _pads(g, h, wd)
-    if t or l or b or r:
-        x = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
+    n, ch = x.shape[:2]
+    x, oh, ow = _padded(x, g)
     (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
-    oh = (x.shape[2] - (kh - 1) * dh - 1) // sh + 1
-    ow = (x.shape[3] - (kw - 1) * dw - 1) // sw + 1
     mult = w.shape[2]
     y = np.empty((n, ch, mult, oh, ow), np.float32)
     tmp = np.empty_like(y)
@@ -168,13 +170,9 @@ def _depthwise(x: np.ndarray, w: np.ndarray, g: dict[str, Any]) -> np.ndarray:
 def _dense(x: np.ndarray, w: np.ndarray, g: dict[str, Any]) -> np.ndarray:
     """A one-group conv as ``W[M, K] @ patches[K, N*OH*OW]``: the patch matrix is built K-major, one strided
     window copy per (kh, kw) tap (row runs stay contiguous), and the product lands in [M, N, OH, OW] order."""
-    n, ch, h, wd = x.shape
-    t, l, b, r = _pads(g, h, wd)
-    if t or l or b or r:
-        x = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
+    n, ch = x.shape[:2]
+    x, oh, ow = _padded(x, g)
     (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
-    oh = (x.shape[2] - (kh - 1) * dh - 1) // sh + 1
-    ow = (x.shape[3] - (kw - 1) * dw - 1) // sw + 1
     cols = np.empty((ch, kh, kw, n, oh, ow), np.float32)
     for i in range(kh):
         for j in range(kw):
