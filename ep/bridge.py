@@ -68,8 +68,9 @@ class EpSession:
             from .policy import cost_aware_policy
 
             policy = cost_aware_policy(self.target, bridge_us=self.options.bridge_cost_us)
-        result = analyze(infos, self.target, ep_name=self.ep_name, assigned=assigned, policy=policy)
-        self.capabilities.append((dict(graph), result))
+        parent = node_from_dict(graph["parent"]) if graph.get("parent") else None  # the If holding a branch
+        result = analyze(infos, self.target, ep_name=self.ep_name, assigned=assigned, policy=policy, parent=parent)
+        self.capabilities.append(({k: v for k, v in graph.items() if k != "parent"}, result))
         self._declines.add(result, graph)
         if not graph.get("is_subgraph", False):  # ORT partitions subgraphs first: the main graph comes last
             self._declines.flush()

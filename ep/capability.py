@@ -22,6 +22,7 @@ from ..kernels.target import Target
 from .partition import partition
 
 EPCONTEXT = ("com.microsoft", "EPContext")
+BRANCH_OF_IF = "branch compiled as part of its If node"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +95,18 @@ def _drop_lone_weight_dqs(nodes: Sequence[NodeInfo], decisions: list[Decision],
 
 
 def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP",
-            assigned: dict[int, str] | None = None, policy=None) -> Capability:
+            assigned: dict[int, str] | None = None, policy=None, parent: NodeInfo | None = None) -> Capability:
     """Decide every node. ``assigned``: node index -> EP already chosen by ORT (such nodes are left alone).
 
     ``policy``, if given, is called as ``policy(nodes, decisions, partitions) -> (decisions, partitions)`` to
     decline whole partitions after the fact (the cost-aware boundary policy).
+
+    ``parent``: the If node holding this graph when it is a branch. ORT offers branches before the graph holding
+    the If; when the If will be claimed there (both branches run on the target), this branch claims nothing: it
+    is compiled as part of the If's partition.
     """
+    if parent is not None and parent.key == ("", "If") and _check(parent, target, {}) is None:
+        return Capability([Decision(n, f"{n.describe()}: {BRANCH_OF_IF} {parent.describe()}") for n in nodes], [])
     assigned = assigned or {}
     weights = qdq.foldable_weights(nodes)
     reasons: list[str | None] = []

@@ -44,6 +44,8 @@ def _shape(shape) -> list | None:
 
 
 def _plain(v: Any) -> Any:
+    if hasattr(v, "cache_digest"):  # an If's branch graph (kernels.ops.control_flow.BranchGraph)
+        return v.cache_digest()
     if hasattr(v, "tolist"):
         return {"tensor": v.tolist(), "dtype": str(v.dtype)}
     if isinstance(v, bytes):

@@ -10,6 +10,7 @@ from onnx import TensorProto
 
 from ..quantization.int4 import unpack_int4
 from ..kernels.node import NodeInfo, ValueInfo, canonical_domain
+from ..kernels.ops.control_flow import BranchGraph
 from .dtypes import numpy_dtype
 
 
@@ -42,13 +43,22 @@ def value_from_dict(d: Mapping[str, Any]) -> ValueInfo:
 
 
 def node_from_dict(d: Mapping[str, Any]) -> NodeInfo:
+    """A node; one holding graphs (If/Loop/Scan) gets each as a ``BranchGraph`` under its attribute name, and the
+    outer-scope values they read appended to its inputs (they are inputs of whatever partition claims it)."""
+    attrs = dict(d.get("attrs", {}))
+    inputs = [value_from_dict(v) for v in d["inputs"]]
+    for attr, g in (d.get("subgraphs") or {}).items():
+        attrs[attr] = BranchGraph(g["name"], tuple(node_from_dict(n) for n in g["nodes"]),
+                                  tuple(value_from_dict(v) for v in g["outputs"]))
+    if d.get("subgraphs"):
+        inputs += [value_from_dict(v) for v in d.get("implicit_inputs", ())]
     return NodeInfo(
         index=int(d["index"]),
         name=d["name"] or f"{d['op_type']}_{d['index']}",
         op_type=d["op_type"],
         domain=canonical_domain(d["domain"]),
-        inputs=tuple(value_from_dict(v) for v in d["inputs"]),
+        inputs=tuple(inputs),
         outputs=tuple(value_from_dict(v) for v in d["outputs"]),
-        attrs=dict(d.get("attrs", {})),
+        attrs=attrs,
         since_version=int(d.get("since_version", 0)),
     )

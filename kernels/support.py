@@ -27,7 +27,7 @@ def dtype_name(v: ValueInfo) -> str | None:
 
 _FOUR_BIT = {22: "int4", 21: "uint4"}  # ONNX TensorProto.INT4 / UINT4
 DEFAULT_MAX_RANK = OpRule.__dataclass_fields__["max_rank"].default
-_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+_CONTROL_FLOW = frozenset({"Loop", "Scan"})
 
 
 def _unknown_rank_reason(node: NodeInfo, v: ValueInfo, rank_free: bool, rule: OpRule, target: Target,

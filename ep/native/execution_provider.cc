@@ -32,7 +32,7 @@ OrtStatus* ORT_API_CALL Compute(OrtNodeComputeInfo*, void* state, OrtKernelConte
 
 const char* ORT_API_CALL GetName(const OrtEp* self) noexcept { return static_cast<const NpuEp*>(self)->name.c_str(); }
 
-py::dict GraphInfo(const OrtGraph* graph) {
+py::dict GraphInfo(const OrtGraph* graph, bool with_parent = false) {
   py::dict d;
   const char* name = nullptr;
   const ORTCHAR_T* path = nullptr;
@@ -43,6 +43,9 @@ py::dict GraphInfo(const OrtGraph* graph) {
   d["name"] = name ? name : "";
   d["model_path"] = path ? path : "";
   d["is_subgraph"] = parent != nullptr;  // ORT partitions If/Loop bodies before the graph holding them
+  // The node holding this subgraph, with all its branches: capability decides from it whether the whole If is
+  // claimed later (then this branch is compiled with it) before ORT has shown it the sibling branch.
+  if (with_parent && parent) d["parent"] = DescribeNode(parent, 0, kCapabilityValueLimit);
   return d;
 }
 
@@ -52,7 +55,7 @@ OrtStatus* ORT_API_CALL GetCapability(OrtEp* self, const OrtGraph* graph, OrtEpG
     std::vector<const OrtNode*> nodes = GraphNodes(graph);
     py::list described;
     for (size_t i = 0; i < nodes.size(); ++i) described.append(DescribeNode(nodes[i], i, kCapabilityValueLimit));
-    py::object groups = ep->session.attr("get_capability")(described, GraphInfo(graph));
+    py::object groups = ep->session.attr("get_capability")(described, GraphInfo(graph, true));
     OrtNodeFusionOptions fusion{};
     fusion.ort_version_supported = kOrtApiVersion;
     // Borrowing: ORT keeps the weights and the program reads them in place; else Compile copies them.

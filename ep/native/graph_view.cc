@@ -214,6 +214,46 @@ py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit, boo
     }
   }
   d["attrs"] = attrs;
+
+  // If/Loop/Scan: the branch/body graphs (attribute name -> graph) and the outer-scope values they read. Subgraph
+  // constants are copied, never borrowed: a claimed If's branches leave the session graph with the If node.
+  size_t n_sub = 0;
+  Check(g_ort->Node_GetNumSubgraphs(node, &n_sub));
+  if (n_sub) {
+    std::vector<const OrtGraph*> subs(n_sub);
+    std::vector<const char*> names(n_sub, nullptr);
+    Check(g_ort->Node_GetSubgraphs(node, subs.data(), n_sub, names.data()));
+    py::dict subgraphs;
+    for (size_t i = 0; i < n_sub; ++i)
+      subgraphs[py::str(names[i] ? names[i] : "")] = DescribeGraph(subs[i], value_limit);
+    d["subgraphs"] = subgraphs;
+    size_t n_implicit = 0;
+    Check(g_ort->Node_GetNumImplicitInputs(node, &n_implicit));
+    std::vector<const OrtValueInfo*> implicit(n_implicit);
+    if (n_implicit) Check(g_ort->Node_GetImplicitInputs(node, implicit.data(), n_implicit));
+    py::list implicit_inputs;
+    for (auto* v : implicit) implicit_inputs.append(DescribeValue(v, value_limit));
+    d["implicit_inputs"] = implicit_inputs;
+  }
+  return d;
+}
+
+py::dict DescribeGraph(const OrtGraph* graph, size_t value_limit) {
+  py::dict d;
+  const char* name = nullptr;
+  Check(g_ort->Graph_GetName(graph, &name));
+  d["name"] = name ? name : "";
+  std::vector<const OrtNode*> nodes = GraphNodes(graph);
+  py::list described;
+  for (size_t i = 0; i < nodes.size(); ++i) described.append(DescribeNode(nodes[i], i, value_limit));
+  d["nodes"] = described;
+  size_t n = 0;
+  Check(g_ort->Graph_GetNumOutputs(graph, &n));
+  std::vector<const OrtValueInfo*> outs(n);
+  if (n) Check(g_ort->Graph_GetOutputs(graph, outs.data(), n));
+  py::list outputs;
+  for (auto* v : outs) outputs.append(DescribeValue(v, 0));
+  d["outputs"] = outputs;
   return d;
 }
 

@@ -28,8 +28,13 @@ void InitShapeApi(const OrtApiBase* api_base);
 // instead of copies; only for initializers ORT keeps for the session (fused with drop_constant_initializers=false).
 py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit, bool borrow = false);
 
-// {"index", "name", "op_type", "domain", "since_version", "inputs", "outputs", "attrs", "ep"}
+// {"index", "name", "op_type", "domain", "since_version", "inputs", "outputs", "attrs", "ep"}; nodes holding
+// graphs (If/Loop/Scan) add "subgraphs" ({attribute name: DescribeGraph}) and "implicit_inputs" (outer-scope values
+// read inside them, as values).
 py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit, bool borrow = false);
+
+// {"name", "nodes" (DescribeNode each), "outputs" (values)}: a branch/body graph.
+py::dict DescribeGraph(const OrtGraph* graph, size_t value_limit);
 
 std::vector<const OrtValueInfo*> NodeInputs(const OrtNode* node);
 std::vector<const OrtValueInfo*> NodeOutputs(const OrtNode* node);

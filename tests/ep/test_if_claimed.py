@@ -1,0 +1,70 @@
+"""An ``If`` whose branches run entirely on the NPU is claimed in the graph holding it and its branches are
+compiled into programs the If step selects at run time (kernels/ops/control_flow.py): the branch graphs claim
+nothing of their own, and the model stays one partition. A branch with an op the NPU does not run keeps the old
+split (test_if.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+from npu_testing import F32, assignment, cpu_run, make_model, npu_partitions, npu_session
+from test_if import if_model
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])  # +: then branch; -: else branch, the nested If's else branch
+def test_nested_if_with_outer_scope_values_is_one_partition(sign):
+    """Outer If + nested If, branches reading outer-scope x and h (h computed in the same partition) and
+    branch-local 0-d initializers: one partition, both Ifs inside it, outputs equal to the CPU EP's."""
+    model = if_model(unsupported=False)
+    sess = npu_session(model)
+    where = assignment(sess)
+    assert where == {n: "NpuEP" for n in ("sum", "greater", "mean", "outer_if", "post")}, where
+    assert len(npu_partitions(sess)) == 1
+    x = (np.abs(RNG.standard_normal((3, 8))) * sign).astype(np.float32)
+    got, ref = sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def _branch(name, nodes, out):
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, F32, None)])
+
+
+def _select_model(then_op: str):
+    """y = If(cond, then: then_op(x) * w, else: x - w); cond and the outer-scope weight w are graph inputs."""
+    nodes = [helper.make_node("If", ["cond"], ["y"], name="the_if",
+                              then_branch=_branch("then", [helper.make_node(then_op, ["x"], ["t"], name="then_op"),
+                                                           helper.make_node("Mul", ["t", "w"], ["t_out"],
+                                                                            name="then_mul")], "t_out"),
+                              else_branch=_branch("else", [helper.make_node("Sub", ["x", "w"], ["e_out"],
+                                                                            name="else_sub")], "e_out"))]
+    return make_model(nodes, [helper.make_tensor_value_info("cond", 9, []),
+                              helper.make_tensor_value_info("x", F32, [2, 5]),
+                              helper.make_tensor_value_info("w", F32, [5])],
+                      [helper.make_tensor_value_info("y", F32, [2, 5])])
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_graph_input_condition_and_outer_scope_inputs(cond):
+    model = _select_model("Relu")
+    sess = npu_session(model)
+    assert assignment(sess) == {"the_if": "NpuEP"}
+    feeds = {"cond": np.array(cond), "x": RNG.standard_normal((2, 5)).astype(np.float32),
+             "w": RNG.standard_normal(5).astype(np.float32)}
+    np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_branch_with_unsupported_op_keeps_the_if_on_cpu():
+    """Near miss: Tan is not on the target, so the If stays on the CPU EP and the branches' supported nodes are
+    NpuEP partitions of their own, as before."""
+    model = _select_model("Tan")
+    sess = npu_session(model)
+    where = assignment(sess)
+    assert where["the_if"] == where["then_op"] == "CPUExecutionProvider", where
+    assert where["then_mul"] == where["else_sub"] == "NpuEP", where
+    for cond in (True, False):
+        feeds = {"cond": np.array(cond), "x": RNG.standard_normal((2, 5)).astype(np.float32),
+                 "w": RNG.standard_normal(5).astype(np.float32)}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
