@@ -130,3 +130,20 @@ def test_nan_and_inf_rows_propagate_like_the_reference(isa):
         _close(y[1], ref[1])
         if level == 4:
             assert np.isnan(y[2]).all() and np.isnan(ref[2]).all()
+
+
+@pytest.mark.parametrize("bs", [32, 128])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("level", [0, 4])
+def test_decode_gemv_at_width_has_prefill_bits(isa, bs, symmetric, level):
+    """The decode kernel (M = 1, one pass over the packed weights) gives a row the bits the prefill tile gives it,
+    at a 1B decoder's width, with a partial last chunk (K = 2080) and on 1 or 2 threads."""
+    K, N = 2080, 130
+    w = _weights(K, N, bs, symmetric)
+    a = RNG.standard_normal((2, K)).astype(np.float32)
+    bias = RNG.standard_normal(N).astype(np.float32)
+    y = _native(a, w, level, bias=bias)
+    _close(y, _reference(a, w, level) + bias)
+    for r in range(2):
+        for t in (1, 2):
+            np.testing.assert_array_equal(_native(a[r:r + 1], w, level, threads=t, bias=bias)[0], y[r])

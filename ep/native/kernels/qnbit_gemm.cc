@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "qnbit_gemm_internal.h"
 #include "thread_pool.h"
 
 #if NPU_EP_X86
@@ -31,14 +32,12 @@
 namespace npu_ep::kern {
 namespace {
 
-constexpr int64_t kChunkBytes = 64;
-constexpr int64_t kChunkElems = 128;
+using nbits::kChunkBytes;
+using nbits::kChunkElems;
+using nbits::Shape;
 constexpr int64_t kColsPerTask = 16;
-
-struct Shape {
-  int64_t M, K, N, kb, row_bytes, n_chunks, kc, zp_bytes;
-  int bs, bs_log2;  // block size is a power of two: block of element e is e >> bs_log2
-};
+// Decode (M = 1): a task is at least this many packed weight bytes, so ORT's per-task dispatch is amortized.
+constexpr int64_t kGemvTaskBytes = 128 * 1024;
 
 inline int64_t PermPos(int64_t e) {
   const int64_t byte = e >> 1;
@@ -478,6 +477,26 @@ void MatMulNBits(const NBitsGemm& g) {
   if (isa >= Isa::kAvx512) dequant = DequantColAvx512;
 #else
   (void)isa;
+#endif
+#if NPU_EP_X86
+  if (s.M == 1 && isa >= Isa::kAvx512 && (int8 || s.bs >= 32)) {
+    // Every column is computed whole by one task, so the split changes no bits.
+    nbits::GemvA ga;
+    ga.q = pa.q.data();
+    ga.scale = pa.scale.data();
+    ga.lane = pa.lane.data();
+    ga.a = pa.a.data();
+    const int64_t cols = std::max<int64_t>(4, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 3) / 4 * 4);
+    const bool vnni = isa == Isa::kAvx512Vnni;
+    ParallelFor(g.threads, (s.N + cols - 1) / cols, [&](int64_t task) {
+      const int64_t n0 = task * cols, n1 = std::min(s.N, n0 + cols);
+      if (int8)
+        nbits::GemvInt8Avx512(g, s, ga, vnni, n0, n1);
+      else
+        nbits::GemvFp32Avx512(g, s, ga, n0, n1);
+    });
+    return;
+  }
 #endif
   const int64_t n_tasks = (s.N + kColsPerTask - 1) / kColsPerTask;
   ParallelFor(g.threads, n_tasks, [&](int64_t task) {

@@ -1,0 +1,37 @@
+// Shared between the MatMulNBits kernel files: the problem shape and the per-call prepared A (see qnbit_gemm.cc
+// for the "perm" layout both use).
+#pragma once
+
+#include <cstdint>
+
+#include "cpu.h"
+#include "qnbit_gemm.h"
+
+namespace npu_ep::kern::nbits {
+
+constexpr int64_t kChunkBytes = 64;
+constexpr int64_t kChunkElems = 128;
+
+struct Shape {
+  int64_t M, K, N, kb, row_bytes, n_chunks, kc, zp_bytes;
+  int bs, bs_log2;  // block size is a power of two: block of element e is e >> bs_log2
+};
+
+// One row of A, prepared once per call: int8 codes, block scales and lane sums (level 4) or the float row in
+// perm layout (level 0..3).
+struct GemvA {
+  const int8_t* q = nullptr;       // [kc]
+  const float* scale = nullptr;    // [kb]
+  const int32_t* lane = nullptr;   // [kc / 8]
+  const float* a = nullptr;        // [kc]
+};
+
+#if NPU_EP_X86
+// M = 1, columns [n0, n1) of g.y (bias added). Same bits as the AVX-512 Cols4/Tile4 (level 4) and
+// dequantize-then-dot (level 0) paths of qnbit_gemm.cc: the same per-lane products and summation order.
+void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnni, int64_t n0, int64_t n1);
+// Level 0..3, block_size >= 32.
+void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, int64_t n0, int64_t n1);
+#endif
+
+}  // namespace npu_ep::kern::nbits
