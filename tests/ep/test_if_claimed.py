@@ -68,3 +68,30 @@ def test_branch_with_unsupported_op_keeps_the_if_on_cpu():
         feeds = {"cond": np.array(cond), "x": RNG.standard_normal((2, 5)).astype(np.float32),
                  "w": RNG.standard_normal(5).astype(np.float32)}
         np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_claimed_if_loads_from_the_compile_cache(tmp_path):
+    """The branch programs are stored inside the If step (plain parts): a second session loads the partition from
+    the cache without compiling, takes either branch and matches the CPU EP; a changed branch constant misses."""
+    from npu_ep.ep.bridge import LIVE_SESSIONS
+
+    model = if_model(unsupported=False)
+    sessions, stats = [], []
+    for _ in range(2):
+        before = set(LIVE_SESSIONS)
+        sessions.append(npu_session(model, {"cache_dir": str(tmp_path)}))
+        (ep,) = set(LIVE_SESSIONS) - before
+        stats.append(dict(ep.context.stats))
+    assert stats[0]["misses"] == 1 and stats[1]["hits"] == 1 and stats[1]["misses"] == 0, stats
+    for sign in (1.0, -1.0):
+        x = (np.abs(RNG.standard_normal((3, 8))) * sign).astype(np.float32)
+        np.testing.assert_allclose(sessions[1].run(None, {"x": x})[0], cpu_run(model, {"x": x})[0],
+                                   rtol=1e-6, atol=1e-6)
+    changed = if_model(unsupported=False)
+    then = next(a.g for a in changed.graph.node[3].attribute if a.name == "then_branch")  # outer_if's
+    bias = next(t for t in then.initializer if t.name == "bias")
+    bias.raw_data = np.array([1.5], np.float32).tobytes()
+    before = set(LIVE_SESSIONS)
+    sess = npu_session(changed, {"cache_dir": str(tmp_path)})  # noqa: F841 (keeps its EP alive)
+    (ep,) = set(LIVE_SESSIONS) - before
+    assert ep.context.stats["misses"] == 1, ep.context.stats
