@@ -42,7 +42,8 @@ class Capability:
 
     @property
     def declined(self) -> list[Decision]:
-        return [d for d in self.decisions if not d.claimed]
+        """Nodes left to other EPs; a branch compiled with its claimed If is not one of them (it runs on NpuEP)."""
+        return [d for d in self.decisions if not d.claimed and BRANCH_OF_IF not in d.reason]
 
     def summary(self) -> str:
         claimed = sum(d.claimed for d in self.decisions)

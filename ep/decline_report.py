@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from .capability import BRANCH_OF_IF, Capability
+from .capability import Capability
 from .log import logger
 
 NAMES_PER_OP = 3  # node names shown per op type and reason; the debug level lists all of them
@@ -36,8 +36,7 @@ class DeclineReport:
         self.nodes += len(result.decisions)
         logger.debug("target %s, graph %s: %s", self.target_name, gname or "?", result.summary())
         for d in result.declined:
-            if ("already assigned" in d.reason or BRANCH_OF_IF in d.reason
-                    or (gname, d.node.name) in self.reported):
+            if "already assigned" in d.reason or (gname, d.node.name) in self.reported:
                 continue
             self.reported.add((gname, d.node.name))
             op = f"{d.node.domain}::{d.node.op_type}" if d.node.domain else d.node.op_type

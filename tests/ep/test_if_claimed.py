@@ -95,3 +95,17 @@ def test_claimed_if_loads_from_the_compile_cache(tmp_path):
     sess = npu_session(changed, {"cache_dir": str(tmp_path)})  # noqa: F841 (keeps its EP alive)
     (ep,) = set(LIVE_SESSIONS) - before
     assert ep.context.stats["misses"] == 1, ep.context.stats
+
+
+def test_branches_compiled_with_their_if_are_not_reported_as_declined(caplog):
+    """Branch nodes compiled inside a claimed If run on NpuEP: no decline warning, no declined decision."""
+    from npu_ep.ep.bridge import LIVE_SESSIONS
+
+    before = set(LIVE_SESSIONS)
+    with caplog.at_level("WARNING", logger="npu_ep"):
+        sess = npu_session(if_model(unsupported=False))  # noqa: F841 (keeps its EP alive)
+    assert not [r.getMessage() for r in caplog.records if "stay on the CPU" in r.getMessage()]
+    (ep,) = set(LIVE_SESSIONS) - before
+    assert len(ep.capabilities) == 5  # the four branch graphs (nested ones first), then the main graph
+    assert all(not cap.declined for _, cap in ep.capabilities)
+    assert all(not cap.partitions for graph, cap in ep.capabilities if graph["is_subgraph"])
