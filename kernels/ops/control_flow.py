@@ -20,7 +20,7 @@ import numpy as np
 from ..node import NodeInfo, ValueInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._util import arg, stash_constants
+from ._util import arg
 
 BRANCHES = ("then_branch", "else_branch")
 
@@ -106,7 +106,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     graphs = branches(node)
     if graphs is None:
         raise ValueError("branch graphs are not visible")
-    consts = stash_constants(node)
+    consts: dict[str, np.ndarray] = {}  # constant outer-scope values live in the branch programs that read them
     attrs: dict[str, Any] = {"outer": [v.name for v in node.inputs[1:]], "n_outputs": len(node.outputs)}
     for attr, g in graphs.items():
         program = compile_partition(f"{node.name}/{attr}", list(g.nodes), g.outer_values(), list(g.outputs), target)
