@@ -29,6 +29,7 @@ BRANCH_OF_IF = "branch compiled as part of its If node"
 class Decision:
     node: NodeInfo
     reason: str | None  # None: claimed by NpuEP
+    in_parent: bool = False  # a branch node compiled with its claimed If: not on the CPU, though not claimed here
 
     @property
     def claimed(self) -> bool:
@@ -43,7 +44,7 @@ class Capability:
     @property
     def declined(self) -> list[Decision]:
         """Nodes left to other EPs; a branch compiled with its claimed If is not one of them (it runs on NpuEP)."""
-        return [d for d in self.decisions if not d.claimed and BRANCH_OF_IF not in d.reason]
+        return [d for d in self.decisions if not d.claimed and not d.in_parent]
 
     def summary(self) -> str:
         claimed = sum(d.claimed for d in self.decisions)
@@ -107,7 +108,8 @@ def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP"
     is compiled as part of the If's partition.
     """
     if parent is not None and parent.key == ("", "If") and _check(parent, target, {}) is None:
-        return Capability([Decision(n, f"{n.describe()}: {BRANCH_OF_IF} {parent.describe()}") for n in nodes], [])
+        return Capability([Decision(n, f"{n.describe()}: {BRANCH_OF_IF} {parent.describe()}", in_parent=True)
+                           for n in nodes], [])
     assigned = assigned or {}
     weights = qdq.foldable_weights(nodes)
     reasons: list[str | None] = []

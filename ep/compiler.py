@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..kernels import subprograms
 from ..kernels.fusion import fuse_partition
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.registry import kernel_for
@@ -99,3 +100,19 @@ def _plan_releases(steps: list[Step], keep: tuple[int, ...]) -> None:
         by_step.setdefault(i, []).append(slot)
     for i, s in enumerate(steps):
         s.release = tuple(sorted(by_step.get(i, ())))
+
+
+def _compile_parts(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo], outputs: Sequence[ValueInfo],
+                   target: Target):
+    from .program_io import program_to_parts
+
+    return program_to_parts(compile_partition(name, nodes, inputs, outputs, target))
+
+
+def _load_program(header, arrays, target: Target) -> Program:
+    from .program_io import program_from_parts
+
+    return program_from_parts(header, arrays, target)
+
+
+subprograms.register(_compile_parts, _load_program)  # kernels holding graphs (If) compile their branches with us

@@ -6,7 +6,8 @@ its branches, nested Ifs included; ``ep.graph_convert`` appends them), so the pa
 them like any other input. A branch's program is stored as plain parts (``ep.program_io``) in the step's attrs and
 consts, so a cached or EPContext program rebuilds it without compiling again.
 
-Cost: the If itself is one scalar read; the branch programs' own steps are not added to the partition's estimate.
+Cost: the costlier branch program's cost on its declared shapes (the same cost model as every partition).
+Compiling and reloading branches goes through ``kernels.subprograms``, which the compiler fills in.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..node import NodeInfo, ValueInfo
+from .. import subprograms
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg
@@ -100,17 +102,14 @@ def _branch_reason(node: NodeInfo, target: Target) -> str | None:
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
-    from ...ep.compiler import compile_partition
-    from ...ep.program_io import program_to_parts
-
     graphs = branches(node)
     if graphs is None:
         raise ValueError("branch graphs are not visible")
     consts: dict[str, np.ndarray] = {}  # constant outer-scope values live in the branch programs that read them
     attrs: dict[str, Any] = {"outer": [v.name for v in node.inputs[1:]], "n_outputs": len(node.outputs)}
     for attr, g in graphs.items():
-        program = compile_partition(f"{node.name}/{attr}", list(g.nodes), g.outer_values(), list(g.outputs), target)
-        header, arrays = program_to_parts(program)
+        header, arrays = subprograms.compile_parts(f"{node.name}/{attr}", list(g.nodes), g.outer_values(),
+                                                   list(g.outputs), target)
         attrs[attr] = header
         consts.update({f"{attr}/{k}": v for k, v in arrays.items()})
     return Prepared(attrs, consts, target)
@@ -119,11 +118,9 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 def _branch_program(p: Prepared, attr: str):
     program = p.memo.get(attr)
     if program is None:
-        from ...ep.program_io import program_from_parts
-
         prefix = f"{attr}/"
         arrays = {k[len(prefix):]: v for k, v in p.consts.items() if k.startswith(prefix)}
-        program = p.memo[attr] = program_from_parts(p.attrs[attr], arrays, p.target)
+        program = p.memo[attr] = subprograms.load_program(p.attrs[attr], arrays, p.target)
     return program
 
 
@@ -140,7 +137,11 @@ def _run(p: Prepared, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
 
 
 def _cost(p: Prepared, in_shapes) -> OpCost:
-    return OpCost(compute_cycles=1.0, cycles=1.0, unit="vector")
+    """The costlier branch on its declared shapes (unknown dims as 1): which one runs is known only per call."""
+    costs = [_branch_program(p, attr).static_cost(unknown_dim=1)[0] for attr in BRANCHES]
+    worst = max(costs, key=lambda c: c.cycles)
+    return OpCost(compute_cycles=worst.cycles, cycles=worst.cycles, dma_bytes=worst.dma_bytes,
+                  macs=sum(c.macs for c in worst.steps), unit="vector")
 
 
 IF = register(KernelDef("", "If", _prepare, _run, _cost, check=_check, rank_free=True))
