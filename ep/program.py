@@ -182,6 +182,9 @@ class Program:
         step whose shapes stay symbolic is skipped and returned with the reason."""
         shapes, skipped, kept = [], [], []
         for step in self.steps:
+            if not step.declared and step.in_slots:
+                skipped.append((step, "declared shapes not kept (a context compiled by an older NpuEP)"))
+                continue
             resolved = [_resolve(s, unknown_dim) for s in step.declared]
             if any(r is False for r in resolved):
                 ranked = all(s != UNKNOWN_RANK for s in step.declared)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..kernels.registry import Prepared, kernel_for
 from ..kernels.target import Target
-from .program import IoSpec, Program, Step
+from .program import UNKNOWN_RANK, IoSpec, Program, Step
 
 
 class ProgramFormatError(ValueError):
@@ -31,6 +31,7 @@ def program_to_parts(program: Program) -> tuple[dict[str, Any], dict[str, np.nda
             "node": s.node_name, "op": s.op, "kernel": [s.kernel.domain, s.kernel.op_type],
             "in": list(s.in_slots), "out": list(s.out_slots), "release": list(s.release),
             "attrs": s.prepared.attrs, "consts": sorted(s.prepared.consts),
+            "declared": [d if d is None or d == UNKNOWN_RANK else list(d) for d in s.declared],
         })
     header = {
         "name": program.name,
@@ -59,6 +60,17 @@ def _jsonable(x: Any) -> bool:
         return True
     except TypeError:
         return False
+
+
+def _declared(values: Any, what: str) -> tuple:
+    """The steps' declared input shapes (for the static cost); absent in contexts written before they were kept."""
+    def ok(d: Any) -> bool:
+        return d is None or d == UNKNOWN_RANK or (
+            isinstance(d, list) and all(x is None or isinstance(x, (int, str)) for x in d))
+
+    if not isinstance(values, list) or not all(ok(d) for d in values):
+        raise ProgramFormatError(f"{what}: declared shapes {values!r} invalid")
+    return tuple(d if d is None or d == UNKNOWN_RANK else tuple(d) for d in values)
 
 
 def _slots(values: Any, n_slots: int, what: str) -> tuple[int, ...]:
@@ -90,7 +102,7 @@ def program_from_parts(header: Mapping[str, Any], arrays: Mapping[str, np.ndarra
             where = f"step {i} (node '{s['node']}')"
             steps.append(Step(str(s["node"]), str(s["op"]), kernel, Prepared(dict(s["attrs"]), consts, target),
                               _slots(s["in"], n_slots, where), _slots(s["out"], n_slots, where),
-                              _slots(s["release"], n_slots, where)))
+                              _slots(s["release"], n_slots, where), _declared(s.get("declared", []), where)))
         output_slots = _slots(header["output_slots"], n_slots, "outputs")
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, ProgramFormatError):

@@ -139,3 +139,19 @@ def test_cost_aware_has_fewer_partitions_and_lower_latency_than_max_coverage(mon
     print(f"\nbest latency: max_coverage {t_greedy:.0f} us, cost_aware {t_aware:.0f} us, "
           f"ratio {t_greedy / t_aware:.2f}x")
     assert t_aware < t_greedy
+
+
+def test_static_cost_survives_the_context_round_trip(tmp_path):
+    """Declared shapes travel with the program parts, so a cached or reloaded program (If branches are stored this
+    way) is costed exactly as the freshly compiled one."""
+    from npu_ep.ep.program_io import program_from_parts, program_to_parts
+
+    nodes = nodes_from_model(conv_island_model())
+    target = Target.load(target_without(tmp_path))
+    group = analyze(nodes, target).partitions[0]
+    inputs, outputs = boundary(group, nodes)
+    program = compile_partition("p", [nodes[i] for i in group], inputs, outputs, target)
+    loaded = program_from_parts(*program_to_parts(program), target)
+    (fresh, skipped_fresh), (again, skipped_again) = program.static_cost(), loaded.static_cost()
+    assert not skipped_fresh and not skipped_again
+    assert again.cycles == fresh.cycles and again.dma_bytes == fresh.dma_bytes
