@@ -161,7 +161,9 @@ OrtStatus* ORT_API_CALL Compile(OrtEp* self, const OrtGraph** graphs, const OrtN
         BorrowedInput b{i, nullptr, 0, c->first};
         if (c->second) {
           Check(g_ort->GetTensorSizeInBytes(c->second, &b.bytes));
-          if (b.bytes >= kBorrowMinBytes) Check(g_ort->GetTensorData(c->second, &b.data));  // else: a copy
+          const void* data = nullptr;
+          if (b.bytes >= kBorrowMinBytes) Check(g_ort->GetTensorData(c->second, &data));  // else: a copy
+          b.data.store(data);
         }
         kernel->borrowed.push_back(std::move(b));
       }

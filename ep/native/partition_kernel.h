@@ -26,9 +26,15 @@ struct BridgeStats {
 // once (weight_arena.rebase_borrowed) before anything reads them.
 struct BorrowedInput {
   size_t index;  // position among the fused node's inputs
-  const void* data;  // the memory the program's view reads; nullptr: the program holds a copy (small constant)
+  // The memory the program's view reads; nullptr: the program holds a copy (small constant). Atomic: runs compare
+  // it without the lock and take the lock only when ORT hands other memory (then a rebase stores the new address).
+  std::atomic<const void*> data;
   size_t bytes;
   std::string name;
+
+  BorrowedInput(size_t i, const void* d, size_t b, std::string n) : index(i), data(d), bytes(b), name(std::move(n)) {}
+  BorrowedInput(BorrowedInput&& o) noexcept
+      : index(o.index), data(o.data.load()), bytes(o.bytes), name(std::move(o.name)) {}
 };
 
 struct PartitionKernel {
