@@ -247,6 +247,13 @@ py::dict DescribeGraph(const OrtGraph* graph, size_t value_limit) {
   py::list described;
   for (size_t i = 0; i < nodes.size(); ++i) described.append(DescribeNode(nodes[i], i, value_limit));
   d["nodes"] = described;
+  size_t n_in = 0;  // a Loop/Scan body's formal inputs bind by position (iteration, condition, carried, scanned)
+  Check(g_ort->Graph_GetNumInputs(graph, &n_in));
+  std::vector<const OrtValueInfo*> ins(n_in);
+  if (n_in) Check(g_ort->Graph_GetInputs(graph, ins.data(), n_in));
+  py::list inputs;
+  for (auto* v : ins) inputs.append(DescribeValue(v, 0));
+  d["inputs"] = inputs;
   size_t n = 0;
   Check(g_ort->Graph_GetNumOutputs(graph, &n));
   std::vector<const OrtValueInfo*> outs(n);

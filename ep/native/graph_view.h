@@ -33,7 +33,7 @@ py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit, bool borrow =
 // read inside them, as values).
 py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit, bool borrow = false);
 
-// {"name", "nodes" (DescribeNode each), "outputs" (values)}: a branch/body graph.
+// {"name", "nodes" (DescribeNode each), "inputs" (formal inputs, in order), "outputs" (values)}: a branch/body graph.
 py::dict DescribeGraph(const OrtGraph* graph, size_t value_limit);
 
 std::vector<const OrtValueInfo*> NodeInputs(const OrtNode* node);
