@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "conv.h"
 #include "cpu.h"
 #include "int8_gemm.h"
 #include "qnbit_gemm.h"
@@ -124,6 +125,7 @@ void RegisterKernels(py::module_& parent) {
         py::arg("y_zero_point") = 0, py::arg("y_signed") = false,
         "exact int32 (A - azp) @ (B - bzp) with B prepared by matmul_int.pack_b; with a multiplier, requantized "
         "to uint8/int8 as MLAS (round half to even, saturation)");
+  void BindGqa(py::module_&); BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
 }
 
 }  // namespace npu_ep::kern

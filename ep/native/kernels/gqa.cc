@@ -1,0 +1,420 @@
+// GroupQueryAttention, float32 (see gqa.h). One task per (batch, kv head) writes that head's present rows (past
+// prefix, rotated new K and new V, zeroed stale tail) and then attends its G query heads token by token:
+// up to kRows heads of one token share one pass over K (scores) and one over V (P V), since they see the same
+// keys [lo, hi). Only visible keys are read, so there is no mask. The softmax is the reference's: scores =
+// (scale * q) . k, softcap c * tanh(x / c), subtract the row max, exp, output = (P V) / sum.
+#include "gqa.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu.h"
+#include "thread_pool.h"
+
+#if NPU_EP_X86
+#include <immintrin.h>
+// GCC 12 flags the deliberately undefined pass-through operand inside AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace npu_ep::kern {
+namespace {
+
+constexpr int kRows = 4;  // query heads per pass over K and V
+
+struct Ops {
+  // sc[r * ld + j] = q[r * h ..] . k[j * h ..] for r < rows, j < nk
+  void (*scores)(const float* q, int rows, const float* k, int64_t nk, int64_t h, float* sc, int64_t ld);
+  // x[j] = exp(x[j] - m) for j < n; returns their sum
+  float (*exp_sum)(float* x, int64_t n, float m);
+  // out[r * h + i] = sum_j p[r * ld + j] * v[j * h + i]
+  void (*pv)(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* out);
+};
+
+// ---- portable path ----
+
+void ScoresScalar(const float* q, int rows, const float* k, int64_t nk, int64_t h, float* sc, int64_t ld) {
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* kj = k + j * h;
+    for (int r = 0; r < rows; ++r) {
+      const float* qr = q + r * h;
+      float acc = 0.0f;
+      for (int64_t i = 0; i < h; ++i) acc += qr[i] * kj[i];
+      sc[r * ld + j] = acc;
+    }
+  }
+}
+
+float ExpSumScalar(float* x, int64_t n, float m) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - m));
+  return sum;
+}
+
+void PvScalar(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    float* o = out + r * h;
+    std::fill(o, o + h, 0.0f);
+    for (int64_t j = 0; j < nk; ++j) {
+      const float w = p[r * ld + j];
+      const float* vj = v + j * h;
+      for (int64_t i = 0; i < h; ++i) o[i] += w * vj[i];
+    }
+  }
+}
+
+#if NPU_EP_X86
+#define NPU_GQA_AVX512 "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
+
+// ---- AVX2 + FMA ----
+
+__attribute__((target("avx2,fma"))) inline __m256i LanesAvx2(int64_t n) {  // first min(n, 8) lanes set
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+__attribute__((target("avx2,fma"))) inline float HsumAvx2(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+// Cephes expf: 2^n * p(r), n = round(x log2 e), |r| <= ln2 / 2; below -87.3 (2^n would be subnormal) gives 0.
+__attribute__((target("avx2,fma"))) inline __m256 ExpAvx2(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3365f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(lo, x));  // NaN passes through (second operand)
+  const __m256 fn = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+template <int R>
+__attribute__((target("avx2,fma"))) void ScoresAvx2R(const float* q, const float* k, int64_t nk, int64_t h,
+                                                     float* sc, int64_t ld) {
+  const int64_t hv = h / 8 * 8;
+  const __m256i tail = LanesAvx2(h - hv);
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* kj = k + j * h;
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < hv; i += 8) {
+      const __m256 kv = _mm256_loadu_ps(kj + i);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * h + i), kv, acc[r]);
+    }
+    if (hv < h) {
+      const __m256 kv = _mm256_maskload_ps(kj + hv, tail);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(q + r * h + hv, tail), kv, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) sc[r * ld + j] = HsumAvx2(acc[r]);
+  }
+}
+
+void ScoresAvx2(const float* q, int rows, const float* k, int64_t nk, int64_t h, float* sc, int64_t ld) {
+  switch (rows) {
+    case 1: return ScoresAvx2R<1>(q, k, nk, h, sc, ld);
+    case 2: return ScoresAvx2R<2>(q, k, nk, h, sc, ld);
+    case 3: return ScoresAvx2R<3>(q, k, nk, h, sc, ld);
+    default: return ScoresAvx2R<4>(q, k, nk, h, sc, ld);
+  }
+}
+
+__attribute__((target("avx2,fma"))) float ExpSumAvx2(float* x, int64_t n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = ExpAvx2(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+    _mm256_storeu_ps(x + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (j < n) {
+    const __m256i lanes = LanesAvx2(n - j);
+    const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(lanes),
+                                   ExpAvx2(_mm256_sub_ps(_mm256_maskload_ps(x + j, lanes), mv)));
+    _mm256_maskstore_ps(x + j, lanes, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  return HsumAvx2(sum);
+}
+
+template <int R>
+__attribute__((target("avx2,fma"))) void PvAvx2R(const float* p, int64_t ld, const float* v, int64_t nk, int64_t h,
+                                                 float* out) {
+  constexpr int kVec = 3;  // 3 x 8 channels x R rows of accumulators stay in the 16 ymm registers
+  for (int64_t c = 0; c < h; c += 8 * kVec) {
+    __m256i lanes[kVec];
+    for (int u = 0; u < kVec; ++u) lanes[u] = LanesAvx2(std::max<int64_t>(0, h - c - 8 * u));
+    __m256 acc[R][kVec];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nk; ++j) {
+      const float* vj = v + j * h + c;
+      __m256 vv[kVec];
+      for (int u = 0; u < kVec; ++u) vv[u] = _mm256_maskload_ps(vj + 8 * u, lanes[u]);
+      for (int r = 0; r < R; ++r) {
+        const __m256 w = _mm256_broadcast_ss(p + r * ld + j);
+        for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_fmadd_ps(w, vv[u], acc[r][u]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kVec; ++u) _mm256_maskstore_ps(out + r * h + c + 8 * u, lanes[u], acc[r][u]);
+  }
+}
+
+void PvAvx2(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* out) {
+  switch (rows) {
+    case 1: return PvAvx2R<1>(p, ld, v, nk, h, out);
+    case 2: return PvAvx2R<2>(p, ld, v, nk, h, out);
+    case 3: return PvAvx2R<3>(p, ld, v, nk, h, out);
+    default: return PvAvx2R<4>(p, ld, v, nk, h, out);
+  }
+}
+
+// ---- AVX-512 ----
+
+__attribute__((target(NPU_GQA_AVX512))) inline __mmask16 Lanes512(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// Cephes expf with scalef for 2^n (subnormal results and underflow to 0 come out right).
+__attribute__((target(NPU_GQA_AVX512))) inline __m512 Exp512(__m512 x) {
+  x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));  // NaN passes through
+  const __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, fn);
+}
+
+template <int R>
+__attribute__((target(NPU_GQA_AVX512))) void Scores512R(const float* q, const float* k, int64_t nk, int64_t h,
+                                                        float* sc, int64_t ld) {
+  const int64_t hv = h / 16 * 16;
+  const __mmask16 tail = Lanes512(h - hv);
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* kj = k + j * h;
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < hv; i += 16) {
+      const __m512 kv = _mm512_loadu_ps(kj + i);
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + r * h + i), kv, acc[r]);
+    }
+    if (tail) {
+      const __m512 kv = _mm512_maskz_loadu_ps(tail, kj + hv);
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + r * h + hv), kv, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) sc[r * ld + j] = _mm512_reduce_add_ps(acc[r]);
+  }
+}
+
+void Scores512(const float* q, int rows, const float* k, int64_t nk, int64_t h, float* sc, int64_t ld) {
+  switch (rows) {
+    case 1: return Scores512R<1>(q, k, nk, h, sc, ld);
+    case 2: return Scores512R<2>(q, k, nk, h, sc, ld);
+    case 3: return Scores512R<3>(q, k, nk, h, sc, ld);
+    default: return Scores512R<4>(q, k, nk, h, sc, ld);
+  }
+}
+
+__attribute__((target(NPU_GQA_AVX512))) float ExpSum512(float* x, int64_t n, float m) {
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 lanes = Lanes512(n - j);
+    const __m512 e = Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, x + j), mv));
+    _mm512_mask_storeu_ps(x + j, lanes, e);
+    sum = _mm512_mask_add_ps(sum, lanes, sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+template <int R>
+__attribute__((target(NPU_GQA_AVX512))) void Pv512R(const float* p, int64_t ld, const float* v, int64_t nk,
+                                                    int64_t h, float* out) {
+  constexpr int kVec = 4;  // 64 channels x R rows of accumulators
+  for (int64_t c = 0; c < h; c += 16 * kVec) {
+    __mmask16 lanes[kVec];
+    for (int u = 0; u < kVec; ++u) lanes[u] = Lanes512(h - c - 16 * u);
+    __m512 acc[R][kVec];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nk; ++j) {
+      const float* vj = v + j * h + c;
+      __m512 vv[kVec];
+      for (int u = 0; u < kVec; ++u) vv[u] = _mm512_maskz_loadu_ps(lanes[u], vj + 16 * u);
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = _mm512_set1_ps(p[r * ld + j]);
+        for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_fmadd_ps(w, vv[u], acc[r][u]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kVec; ++u) _mm512_mask_storeu_ps(out + r * h + c + 16 * u, lanes[u], acc[r][u]);
+  }
+}
+
+void Pv512(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* out) {
+  switch (rows) {
+    case 1: return Pv512R<1>(p, ld, v, nk, h, out);
+    case 2: return Pv512R<2>(p, ld, v, nk, h, out);
+    case 3: return Pv512R<3>(p, ld, v, nk, h, out);
+    default: return Pv512R<4>(p, ld, v, nk, h, out);
+  }
+}
+#endif  // NPU_EP_X86
+
+Ops SelectOps() {
+#if NPU_EP_X86
+  const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx512) return {Scores512, ExpSum512, Pv512};
+  if (isa >= Isa::kAvx2) return {ScoresAvx2, ExpSumAvx2, PvAvx2};
+#endif
+  return {ScoresScalar, ExpSumScalar, PvScalar};
+}
+
+// Rotary as the reference computes it (x0 c + x1 (-s), x1 c + x0 s; two roundings, no fused multiply-add) on the
+// first 2 * half channels; the rest is copied. y may alias x.
+void Rotate(const float* x, float* y, const float* c, const float* sn, int64_t half, int64_t h, bool interleaved) {
+  for (int64_t i = 0; i < half; ++i) {
+    const int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+    const float x0 = x[i0], x1 = x[i1];
+    const float a0 = x0 * c[i], b0 = x1 * -sn[i];
+    const float a1 = x1 * c[i], b1 = x0 * sn[i];
+    y[i0] = a0 + b0;
+    y[i1] = a1 + b1;
+  }
+  if (y != x) std::memcpy(y + 2 * half, x + 2 * half, sizeof(float) * (h - 2 * half));
+}
+
+int64_t Position(const GqaArgs& a, int64_t b, int64_t s) {
+  return a.position_ids ? a.position_ids[b * a.S + s] : a.past_len[b] + s;
+}
+
+void Task(const GqaArgs& a, const Ops& ops, int64_t b, int64_t kh) {
+  const int64_t H = a.H, S = a.S, T = a.T, G = a.N / a.Nkv;
+  const int64_t pb = a.past_len[b], tb = a.total_len[b];
+  float* pk = a.present + (b * a.Nkv + kh) * T * H;
+  float* pv = a.present + ((a.B + b) * a.Nkv + kh) * T * H;
+  const size_t row_bytes = sizeof(float) * H;
+  if (pb > 0) {  // the valid past prefix
+    if (a.past_k) {
+      const int64_t src = (b * a.Nkv + kh) * a.P * H;
+      if (a.past_k + src != pk) std::memcpy(pk, a.past_k + src, row_bytes * pb);
+      if (a.past_v + src != pv) std::memcpy(pv, a.past_v + src, row_bytes * pb);
+    } else {
+      std::memset(pk, 0, row_bytes * pb);
+      std::memset(pv, 0, row_bytes * pb);
+    }
+  }
+  for (int64_t s = 0; s < S; ++s) {  // the new rows (K rotated)
+    const float* kin = a.k + (b * S + s) * a.kv_tok + kh * H;
+    float* kout = pk + (pb + s) * H;
+    if (a.cos) {
+      const int64_t pos = Position(a, b, s);
+      Rotate(kin, kout, a.cos + pos * a.half, a.sin + pos * a.half, a.half, H, a.interleaved);
+    } else {
+      std::memcpy(kout, kin, row_bytes);
+    }
+    std::memcpy(pv + (pb + s) * H, a.v + (b * S + s) * a.kv_tok + kh * H, row_bytes);
+  }
+  if (pb + S < a.dirty) {  // rows a previous use of the buffer left nonzero
+    std::memset(pk + (pb + S) * H, 0, row_bytes * (a.dirty - pb - S));
+    std::memset(pv + (pb + S) * H, 0, row_bytes * (a.dirty - pb - S));
+  }
+
+  thread_local std::vector<float> qbuf, sc;
+  qbuf.resize(kRows * H);
+  sc.resize(kRows * std::max<int64_t>(T, 1));
+  float sums[kRows];
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t pos = pb + s;  // the query's own key
+    const int64_t hi = std::min(pos + 1, tb);
+    const int64_t lo = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
+    const float* qtok = a.q + (b * S + s) * a.q_tok;
+    float* otok = a.out + (b * S + s) * a.N * H;
+    const int64_t rpos = a.cos ? Position(a, b, s) : 0;
+    for (int64_t g0 = 0; g0 < G; g0 += kRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, G - g0));
+      const int64_t n0 = kh * G + g0;  // heads n0 .. n0 + rows - 1: contiguous in Q and in the output
+      float* o = otok + n0 * H;
+      if (hi <= lo) {  // no visible key: the reference's softmax over all -inf gives NaN
+        std::fill(o, o + rows * H, std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
+      for (int r = 0; r < rows; ++r) {
+        float* qr = qbuf.data() + r * H;
+        if (a.cos)
+          Rotate(qtok + (n0 + r) * H, qr, a.cos + rpos * a.half, a.sin + rpos * a.half, a.half, H, a.interleaved);
+        else
+          std::memcpy(qr, qtok + (n0 + r) * H, row_bytes);
+        for (int64_t i = 0; i < H; ++i) qr[i] *= a.scale;
+      }
+      const int64_t nk = hi - lo;
+      ops.scores(qbuf.data(), rows, pk + lo * H, nk, H, sc.data(), nk);
+      for (int r = 0; r < rows; ++r) {
+        float* row = sc.data() + r * nk;
+        if (a.softcap > 0.0f)
+          for (int64_t j = 0; j < nk; ++j) row[j] = std::tanh(row[j] / a.softcap) * a.softcap;
+        float m = row[0];
+        for (int64_t j = 1; j < nk; ++j) m = row[j] > m ? row[j] : m;
+        sums[r] = ops.exp_sum(row, nk, m);
+      }
+      ops.pv(sc.data(), rows, nk, pv + lo * H, nk, H, o);
+      for (int r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < H; ++i) o[r * H + i] /= sums[r];
+    }
+  }
+}
+
+}  // namespace
+
+void GroupQueryAttention(const GqaArgs& a) {
+  if (a.N <= 0 || a.Nkv <= 0 || a.N % a.Nkv || a.H <= 0)
+    throw std::invalid_argument("GroupQueryAttention: num_heads " + std::to_string(a.N) +
+                                " must be a positive multiple of kv_num_heads " + std::to_string(a.Nkv));
+  if (a.cos && 2 * a.half > a.H)
+    throw std::invalid_argument("GroupQueryAttention: cos/sin cache width " + std::to_string(a.half) +
+                                " rotates more than the head size " + std::to_string(a.H));
+  for (int64_t b = 0; b < a.B; ++b) {
+    const int64_t pb = a.past_len[b];
+    if (pb < 0 || pb + a.S > a.T || (a.past_k && pb > a.P))
+      throw std::invalid_argument("GroupQueryAttention: batch " + std::to_string(b) + " writes rows [" +
+                                  std::to_string(pb) + ", " + std::to_string(pb + a.S) +
+                                  ") outside the present buffer of " + std::to_string(a.T));
+    for (int64_t s = 0; a.cos && s < a.S; ++s) {
+      const int64_t pos = Position(a, b, s);
+      if (pos < 0 || pos >= a.max_pos)
+        throw std::out_of_range("GroupQueryAttention: rotary position " + std::to_string(pos) + " (batch " +
+                                std::to_string(b) + ", token " + std::to_string(s) +
+                                ") outside the cos/sin cache [0, " + std::to_string(a.max_pos) + ")");
+    }
+  }
+  const Ops ops = SelectOps();
+  ParallelFor(a.threads, a.B * a.Nkv, [&](int64_t task) { Task(a, ops, task / a.Nkv, task % a.Nkv); });
+}
+
+}  // namespace npu_ep::kern

@@ -1,0 +1,131 @@
+// Python binding of the native GroupQueryAttention (`kernels.gqa`). Shapes, dtypes and contiguity are checked
+// here, so a wrong call is a clear ValueError; the kernel then runs without the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gqa.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+template <typename T>
+using Arr = py::array_t<T, py::array::c_style>;
+
+std::string Dims(const py::array& a) {
+  std::string s = "[";
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + "]";
+}
+
+void Expect(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("gqa: " + what);
+}
+
+// A float32 C-contiguous array as given (no converting copy, so a wrong caller is an error, not a slow path).
+const float* F32(const py::array& a, const char* name, py::ssize_t ndim) {
+  Expect(py::isinstance<py::array_t<float>>(a) && (a.flags() & py::array::c_style) && a.ndim() == ndim,
+         std::string(name) + " must be a C-contiguous float32 array of rank " + std::to_string(ndim) + ", got " +
+             Dims(a) + " " + std::string(py::str(a.dtype())));
+  return static_cast<const float*>(a.data());
+}
+
+py::array_t<float> GqaPy(const py::array& query, const std::optional<py::array>& key,
+                         const std::optional<py::array>& value, const std::optional<py::array>& past_key,
+                         const std::optional<py::array>& past_value, const py::array& present, int64_t dirty,
+                         const std::vector<int32_t>& past_len, const std::vector<int32_t>& total_len, int64_t num_heads,
+                         int64_t kv_num_heads, float scale, float softcap, int64_t local_window_size,
+                         const std::optional<py::array>& cos, const std::optional<py::array>& sin, bool interleaved,
+                         const std::optional<Arr<int64_t>>& position_ids, int threads) {
+  GqaArgs a;
+  a.q = F32(query, "query", 3);
+  a.B = query.shape(0);
+  a.S = query.shape(1);
+  a.N = num_heads;
+  a.Nkv = kv_num_heads;
+  Expect(a.N > 0 && a.Nkv > 0 && a.N % a.Nkv == 0, "num_heads must be a positive multiple of kv_num_heads");
+  const int64_t d = query.shape(2);
+  if (key) {
+    Expect(value.has_value(), "key without value");
+    a.H = d / a.N;
+    Expect(a.H * a.N == d, "query width " + std::to_string(d) + " is not num_heads x head size");
+    a.k = F32(*key, "key", 3);
+    a.v = F32(*value, "value", 3);
+    a.q_tok = d;
+    a.kv_tok = a.Nkv * a.H;
+    for (const py::array* x : {&*key, &*value})
+      Expect(x->shape(0) == a.B && x->shape(1) == a.S && x->shape(2) == a.kv_tok,
+             "key/value " + Dims(*x) + " do not match query " + Dims(query));
+  } else {
+    a.H = d / (a.N + 2 * a.Nkv);
+    Expect(a.H * (a.N + 2 * a.Nkv) == d, "packed QKV width " + std::to_string(d) + " is not (N + 2 Nkv) x H");
+    a.q_tok = a.kv_tok = d;
+    a.k = a.q + a.N * a.H;
+    a.v = a.q + (a.N + a.Nkv) * a.H;
+  }
+  Expect(present.writeable(), "present must be writeable");
+  a.present = const_cast<float*>(F32(present, "present", 5));
+  Expect(present.shape(0) == 2 && present.shape(1) == a.B && present.shape(2) == a.Nkv && present.shape(4) == a.H,
+         "present " + Dims(present) + " is not [2, B, Nkv, T, H]");
+  a.T = present.shape(3);
+  a.dirty = std::min(dirty, a.T);
+  if (past_key) {
+    Expect(past_value.has_value(), "past_key without past_value");
+    a.past_k = F32(*past_key, "past_key", 4);
+    a.past_v = F32(*past_value, "past_value", 4);
+    a.P = past_key->shape(2);
+    for (const py::array* x : {&*past_key, &*past_value})
+      Expect(x->shape(0) == a.B && x->shape(1) == a.Nkv && x->shape(2) == a.P && x->shape(3) == a.H,
+             "past " + Dims(*x) + " is not [B, Nkv, P, H]");
+  }
+  Expect(static_cast<int64_t>(past_len.size()) == a.B && static_cast<int64_t>(total_len.size()) == a.B,
+         "past/total lengths need one entry per batch row");
+  a.past_len = past_len.data();
+  a.total_len = total_len.data();
+  a.scale = scale;
+  a.softcap = softcap;
+  a.window = local_window_size;
+  if (cos) {
+    Expect(sin.has_value(), "cos without sin");
+    a.cos = F32(*cos, "cos_cache", 2);
+    a.sin = F32(*sin, "sin_cache", 2);
+    Expect(sin->shape(0) == cos->shape(0) && sin->shape(1) == cos->shape(1), "cos/sin caches differ in shape");
+    a.max_pos = cos->shape(0);
+    a.half = cos->shape(1);
+    a.interleaved = interleaved;
+    if (position_ids) {
+      Expect(position_ids->size() == a.B * a.S, "position_ids must have B x S entries");
+      a.position_ids = position_ids->data();
+    }
+  }
+  py::array_t<float> out({a.B, a.S, a.N * a.H});
+  a.out = out.mutable_data();
+  a.threads = threads;
+  {
+    py::gil_scoped_release release;
+    GroupQueryAttention(a);
+  }
+  return out;
+}
+
+}  // namespace
+
+void BindGqa(py::module_& m) {
+  m.def("gqa", &GqaPy, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("past_key"),
+        py::arg("past_value"), py::arg("present"), py::arg("dirty"), py::arg("past_len"), py::arg("total_len"),
+        py::arg("num_heads"), py::arg("kv_num_heads"), py::arg("scale"), py::arg("softcap"),
+        py::arg("local_window_size"), py::arg("cos"), py::arg("sin"), py::arg("interleaved"),
+        py::arg("position_ids"), py::arg("threads") = 1,
+        "GroupQueryAttention float32: fills present [2, B, Nkv, T, H] (past prefix, new rows, zeroes rows up to "
+        "dirty) and returns the output [B, S, N*H]; lengths and buffers as kernels/ops/attention.py resolves them");
+}
+
+}  // namespace npu_ep::kern

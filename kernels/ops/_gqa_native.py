@@ -1,0 +1,72 @@
+"""GroupQueryAttention on the native kernel (``ep/native/kernels/gqa.cc``): float32, one task per (batch, kv head).
+
+``attention._run`` resolves lengths (past_b, total_b) and the present length T as ORT does, then calls ``run``
+here first. Both presents are views of one [2, B, Nkv, T, H] buffer from the node's pool (``_kv_pool``); the
+native kernel fills it (past prefix, rotated new K, new V, stale rows re-zeroed) and attends in the same pass.
+What it does not implement returns None with the reason stored in ``p.memo[FALLBACK]`` and the numpy reference
+runs instead: float16/float64 inputs, and lengths the reference itself refuses (its error is the one raised).
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import numpy as np
+
+from ..registry import Prepared
+from . import _native
+from ._kv_pool import present_buffer
+from ._util import arg
+
+FALLBACK = "gqa_native_fallback"  # Prepared.memo key: why the last call ran the reference, or None
+_F32 = np.dtype(np.float32)
+
+
+def _refusal(query: np.ndarray, past_k: np.ndarray | None, past_b: list[int], s: int, t_buf: int) -> str | None:
+    if query.dtype != _F32:
+        return f"native GroupQueryAttention is float32 only (query is {query.dtype.name})"
+    top = max(past_b)
+    if top + s > t_buf or (past_k is not None and top > past_k.shape[2]):
+        return f"rows [{top}, {top + s}) do not fit the present/past buffers (the reference reports it)"
+    return None
+
+
+def _caches(p: Prepared, inputs) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin caches as contiguous float32 (constant caches converted once per node)."""
+    cached = p.memo.get("native_rope")
+    if cached is not None:
+        return cached
+    cos, sin = (np.ascontiguousarray(arg(p, inputs, i), dtype=np.float32) for i in (7, 8))
+    if inputs[7] is None and inputs[8] is None:  # both constants
+        p.memo["native_rope"] = (cos, sin)
+    return cos, sin
+
+
+def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
+        past_k: np.ndarray | None, past_v: np.ndarray | None, past_b: list[int], total_b: list[int],
+        t_buf: int) -> list[np.ndarray] | None:
+    """[output, present_key, present_value] from the native kernel, or None (reason in ``p.memo[FALLBACK]``)."""
+    b, s, d = query.shape
+    why = _refusal(query, past_k, past_b, s, t_buf)
+    p.memo[FALLBACK] = why
+    if why is not None:
+        return None
+    a = p.attrs
+    n, nkv = a["num_heads"], a["kv_num_heads"]
+    h = d // n if key is not None else d // (n + 2 * nkv)
+    kv, slot = present_buffer(p, (2, b, nkv, t_buf, h), _F32)
+    cos = sin = pos = None
+    if a["do_rotary"]:
+        cos, sin = _caches(p, inputs)
+        pos = arg(p, inputs, 9)
+        if pos is not None:
+            pos = np.ascontiguousarray(pos, dtype=np.int64).reshape(-1)
+    scale = float(a["scale"]) or 1.0 / math.sqrt(h)
+    query, key, value, past_k, past_v = (x if x is None else np.ascontiguousarray(x)
+                                         for x in (query, key, value, past_k, past_v))
+    out = nat.gqa(query, key, value, past_k, past_v, kv, slot[1], past_b, total_b, n, nkv, scale,
+                  float(a["softcap"]), int(a["local_window_size"]), cos, sin, bool(a["rotary_interleaved"]), pos,
+                  _native.threads(p))
+    slot[1] = max(past_b) + s
+    return [out, kv[0], kv[1]]

@@ -1,0 +1,192 @@
+"""The native GroupQueryAttention kernel (ep/native/kernels/gqa.cc) equals the numpy reference model
+(kernels/ops/attention.py), and runs inside real NpuEP sessions against ORT's CPU EP.
+
+Tolerance for the attention output: rtol = atol = 2e-5 (float32; the native kernel sums dot products and the
+softmax in a different order and uses a polynomial exp within ~2 ulp of numpy's). The presents are compared
+bit for bit: they are copies, and rotary is computed with the reference's operations and roundings. Every
+instruction-set path this host runs is checked (scalar, AVX2, AVX-512).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _vector_ortref import make_model, rand
+from npu_ep.ep import _native
+from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.ops import _native as runtime
+from npu_ep.kernels.ops._gqa_native import FALLBACK
+from npu_ep.kernels.registry import kernel_for
+from npu_ep.kernels.target import Target
+from tests.npu_testing import assignment, cpu_run, npu_session
+
+NK = _native.kernels
+_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
+ISAS = _ORDER[:min(_ORDER.index(NK.isa()), 2) + 1]  # the GQA kernel has no VNNI path of its own
+TOL = dict(rtol=2e-5, atol=2e-5)
+TARGET = Target.load("npu-ref")
+KERNEL = kernel_for("com.microsoft", "GroupQueryAttention")
+MAX_POS = 256
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    NK.set_isa_cap(_ORDER.index(request.param))
+    assert NK.isa() == request.param
+    yield request.param
+    NK.set_isa_cap(-1)
+
+
+def _model(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rotary=None, rotary_dim=None,
+           position_ids=None, runtime_caches=False, dtype=np.float32, seed=0, **attrs):
+    """(one-node model, feeds): ``past`` is the past buffer length P (None: no past inputs); seqlens_k default
+    to a full past (P + S - 1), total to max(seqlens) + 1."""
+    seqlens = [s - 1 + (past or 0)] * b if seqlens is None else seqlens
+    total = max(seqlens) + 1 if total is None else total
+    if packed:
+        inputs = [("q", rand((b, s, (n + 2 * nkv) * h), dtype, seed), False), None, None]
+    else:
+        inputs = [("q", rand((b, s, n * h), dtype, seed), False), ("k", rand((b, s, nkv * h), dtype, seed + 1), False),
+                  ("v", rand((b, s, nkv * h), dtype, seed + 2), False)]
+    if past is not None:
+        inputs += [("pk", rand((b, nkv, past, h), dtype, seed + 3), False),
+                   ("pv", rand((b, nkv, past, h), dtype, seed + 4), False)]
+    else:
+        inputs += [None, None]
+    inputs += [("seqlens_k", np.array(seqlens, np.int32), False), ("total", np.array(total, np.int32), False)]
+    a = {"num_heads": n, "kv_num_heads": nkv, **attrs}
+    if rotary is not None:
+        half = (rotary_dim or h) // 2
+        ang = np.arange(MAX_POS)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
+        inputs += [("cos", np.cos(ang).astype(dtype), not runtime_caches),
+                   ("sin", np.sin(ang).astype(dtype), not runtime_caches)]
+        a.update(do_rotary=1, rotary_interleaved=int(rotary == "interleaved"))
+        if position_ids is not None:
+            inputs += [("position_ids", np.asarray(position_ids, np.int64).reshape(b, s), False)]
+    outs = [("y", dtype, [b, s, n * h]), ("present_key", dtype, None), ("present_value", dtype, None)]
+    model = make_model("GroupQueryAttention", inputs, outs, a, domain="com.microsoft")
+    return model, {x[0]: x[1] for x in inputs if x is not None and not x[2]}
+
+
+def _prepared(model, kernels, threads=1):
+    (node,) = nodes_from_model(model)
+    p = KERNEL.prepare(node, TARGET)
+    runtime.configure([p], kernels, threads)
+    return node, p
+
+
+def _run(node, p, feeds):
+    args = [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
+    return [np.array(o) for o in KERNEL.run(p, args)]
+
+
+def _compare(model, feeds, threads=1):
+    """Native vs reference on the same feeds; returns the native outputs."""
+    node, nat = _prepared(model, "native", threads)
+    got = _run(node, nat, feeds)
+    assert nat.memo[FALLBACK] is None  # the native kernel ran
+    node, ref = _prepared(model, "reference")
+    want = _run(node, ref, feeds)
+    assert FALLBACK not in ref.memo
+    np.testing.assert_allclose(got[0], want[0], **TOL)
+    for g, w in zip(got[1:], want[1:]):
+        assert g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    return got
+
+
+CASES = {  # name: _model kwargs (odd head dims, past lengths 0/1/odd, ragged batches, prefill and decode)
+    "prefill_h24": dict(b=1, s=7, n=6, nkv=2, h=24),
+    "prefill_h17_mha": dict(b=2, s=5, n=3, nkv=3, h=17),
+    "prefill_g8_h40": dict(b=1, s=9, n=8, nkv=1, h=40),
+    "decode_past0_static": dict(b=1, s=1, n=4, nkv=2, h=33, past=8, seqlens=[0], total=8),
+    "decode_past1": dict(b=1, s=1, n=4, nkv=2, h=32, past=1),
+    "decode_past37_h128": dict(b=1, s=1, n=8, nkv=2, h=128, past=37),
+    "decode_ragged_b3": dict(b=3, s=1, n=6, nkv=3, h=20, past=40, seqlens=[5, 0, 39], total=40),
+    "chunk_ragged_b2": dict(b=2, s=3, n=4, nkv=2, h=48, past=20, seqlens=[9, 22], total=23),
+    "first_prompt_padded_b2": dict(b=2, s=7, n=4, nkv=2, h=16, seqlens=[3, 6], total=7),
+    "packed_decode": dict(b=2, s=1, n=4, nkv=1, h=36, past=11, packed=True),
+    "packed_prefill": dict(b=1, s=6, n=4, nkv=2, h=8, packed=True),
+    "softcap_scale": dict(b=1, s=4, n=4, nkv=2, h=32, past=9, softcap=3.0, scale=0.3),
+    "window_prefill": dict(b=1, s=12, n=4, nkv=2, h=16, local_window_size=5),
+    "window_decode": dict(b=2, s=1, n=4, nkv=2, h=16, past=30, seqlens=[29, 12], total=30, local_window_size=7),
+    "rotary_half": dict(b=2, s=3, n=4, nkv=2, h=32, past=5, rotary="half"),
+    "rotary_interleaved_decode": dict(b=1, s=1, n=8, nkv=2, h=64, past=37, rotary="interleaved"),
+    "rotary_partial_odd_h": dict(b=1, s=4, n=2, nkv=1, h=21, rotary="half", rotary_dim=12),
+    "rotary_position_ids": dict(b=2, s=2, n=4, nkv=2, h=16, past=6, rotary="interleaved",
+                                position_ids=[[40, 41], [3, 9]]),
+    "rotary_runtime_caches": dict(b=1, s=1, n=4, nkv=2, h=16, past=13, rotary="half", runtime_caches=True),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_native_equals_reference(isa, case):
+    _compare(*_model(**CASES[case], seed=len(case)))
+
+
+@pytest.mark.parametrize("case", ["decode_ragged_b3", "chunk_ragged_b2", "prefill_g8_h40", "window_decode"])
+def test_same_bits_at_any_thread_count(case):
+    model, feeds = _model(**CASES[case])
+    runs = [_run(*_prepared(model, "native", t), feeds) for t in (1, 2, 3)]
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_reused_present_buffer_rezeroes_stale_rows():
+    """A shorter call after a longer one on the same node (same pool buffer): rows the first call filled past the
+    second's valid length read as zeros, as the reference's."""
+    long_model, long_feeds = _model(b=2, s=3, n=4, nkv=2, h=16, past=20, seqlens=[19, 22], total=23)
+    node, p = _prepared(long_model, "native")
+    _run(node, p, long_feeds)  # outputs dropped: the buffer returns to the pool
+    short = dict(long_feeds, seqlens_k=np.array([4, 2], np.int32))
+    got = _run(node, p, short)
+    assert p.memo[FALLBACK] is None
+    node, ref = _prepared(long_model, "reference")
+    want = _run(node, ref, short)
+    np.testing.assert_allclose(got[0], want[0], **TOL)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[2], want[2])
+    assert not got[1][:, :, 5:].any()
+
+
+def test_float16_runs_the_reference_with_the_reason_recorded():
+    model, feeds = _model(b=1, s=1, n=4, nkv=2, h=16, past=5, dtype=np.float16)
+    node, p = _prepared(model, "native")
+    got = _run(node, p, feeds)
+    assert p.memo[FALLBACK] == "native GroupQueryAttention is float32 only (query is float16)"
+    node, ref = _prepared(model, "reference")
+    for g, w in zip(got, _run(node, ref, feeds)):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_rotary_position_outside_the_cache_is_a_clear_error():
+    model, feeds = _model(b=1, s=2, n=2, nkv=1, h=8, past=3, rotary="half", position_ids=[[4, MAX_POS]])
+    node, p = _prepared(model, "native")
+    with pytest.raises(IndexError, match=rf"rotary position {MAX_POS} \(batch 0, token 1\) outside the cos/sin "
+                                         rf"cache \[0, {MAX_POS}\)"):
+        _run(node, p, feeds)
+
+
+def _npu_gqa_steps(kernels):
+    return [s.prepared for ep in LIVE_SESSIONS if ep.options.kernels == kernels for prog in ep.programs.values()
+            for s in prog.steps if s.op == "com.microsoft::GroupQueryAttention"]
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_session_matches_cpu_ep_and_runs_the_native_kernel(phase):
+    """Decode: 8 query heads over 2 kv heads x 64, 37 cached tokens, rotary; prefill: a 16-token prompt."""
+    kw = dict(b=1, s=1, past=37) if phase == "decode" else dict(b=1, s=16)
+    model, feeds = _model(n=8, nkv=2, h=64, rotary="half", **kw)
+    sess = npu_session(model, {"kernels": "native"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    got = sess.run(None, feeds)
+    want = cpu_run(model, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=5e-5, atol=5e-5)
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    steps = _npu_gqa_steps("native")
+    assert steps and all(p.memo.get(FALLBACK, "not run") is None for p in steps)
+    del sess
