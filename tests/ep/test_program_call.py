@@ -1,0 +1,92 @@
+"""Program.__call__: the hot path (a signature seen before) and the observing path (first call of a signature,
+record=True) give the same results, count every call, keep numpy's error state to the program and restore the
+caller's, also when a kernel fails."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from npu_ep.ep.compiler import compile_partition
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.partition import boundary
+from npu_ep.ep.program import NpuRuntimeError
+from npu_ep.kernels.target import Target
+from tests.npu_testing import cpu_run, make_model
+
+F32 = TensorProto.FLOAT
+
+
+def div_exp_model():
+    """y = exp(a / b): b = 0 gives inf (a > 0) or nan (a = 0); a large quotient overflows exp."""
+    nodes = [helper.make_node("Div", ["a", "b"], ["q"], name="div"), helper.make_node("Exp", ["q"], ["y"], name="exp")]
+    return make_model(nodes, [helper.make_tensor_value_info("a", F32, ["n"]),
+                              helper.make_tensor_value_info("b", F32, ["n"])],
+                      [helper.make_tensor_value_info("y", F32, ["n"])])
+
+
+def compiled(model, *, record: bool = False):
+    nodes = nodes_from_model(model)
+    inputs, outputs = boundary(list(range(len(nodes))), nodes)
+    return compile_partition("p", nodes, inputs, outputs, Target.load("npu-ref"), record=record)
+
+
+FEEDS = {"a": np.array([1.0, 0.0, 200.0, 2.0], np.float32), "b": np.array([0.0, 0.0, 1.0, 4.0], np.float32)}
+
+
+def test_hot_and_first_calls_agree_with_the_cpu_ep_and_count_per_signature():
+    model = div_exp_model()
+    program = compiled(model)
+    want = cpu_run(model, FEEDS)[0]
+    first = program(FEEDS["a"], FEEDS["b"])[0]  # observing path: records the shapes for the cost model
+    again = program(FEEDS["a"], FEEDS["b"])[0]  # hot path
+    np.testing.assert_array_equal(first, want)  # inf, nan and the overflow to inf, as the CPU EP
+    np.testing.assert_array_equal(again, want)
+    short = {k: v[:2] for k, v in FEEDS.items()}
+    program(short["a"], short["b"])
+    assert program.signatures == {((4,), (4,)): 2, ((2,), (2,)): 1}
+    assert program.calls == 3 and program.host_ns > 0
+    assert program.cost_for(((4,), (4,))) is not None and program.cost_for(((2,), (2,))) is not None
+
+
+@pytest.mark.parametrize("calls", [1, 2], ids=["first_call", "hot_path"])
+def test_program_ignores_numpy_errors_and_restores_the_callers_state(calls):
+    program = compiled(div_exp_model())
+    with np.errstate(all="raise"):  # the caller's choice must neither leak into kernels nor be lost
+        for _ in range(calls):
+            y = program(FEEDS["a"], FEEDS["b"])[0]
+        assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise", "invalid": "raise"}
+    assert np.isinf(y[0]) and np.isnan(y[1]) and np.isinf(y[2])
+
+
+def gather_model():
+    nodes = [helper.make_node("Gather", ["data", "idx"], ["y"], name="gather")]
+    return make_model(nodes, [helper.make_tensor_value_info("data", F32, [4]),
+                              helper.make_tensor_value_info("idx", TensorProto.INT64, [1])],
+                      [helper.make_tensor_value_info("y", F32, [1])])
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["first_call", "hot_path"])
+def test_failing_kernel_names_the_node_and_restores_the_callers_state(warm):
+    program = compiled(gather_model())
+    data = np.arange(4, dtype=np.float32)
+    if warm:  # the failing call's signature is known: it takes the hot path
+        assert program(data, np.array([1], np.int64))[0][0] == 1.0
+    with np.errstate(all="raise"):
+        with pytest.raises(NpuRuntimeError, match=r"node 'gather' \(Gather\) failed on inputs "
+                                                  r"\(float32\[4\], int64\[1\]\)"):
+            program(data, np.array([7], np.int64))  # index out of range
+        assert np.geterr()["divide"] == "raise"
+
+
+def test_record_keeps_every_intermediate_on_every_call():
+    program = compiled(div_exp_model(), record=True)
+    for scale in (1.0, 2.0):  # the second call has a known signature: recording must still observe it
+        a = FEEDS["a"] * np.float32(scale)
+        y = program(a, FEEDS["b"])[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.divide(a, FEEDS["b"])
+        np.testing.assert_array_equal(program.recorded["div:0"], q)
+        np.testing.assert_array_equal(program.recorded["exp:0"], y)
+    assert program.calls == 2
