@@ -22,14 +22,15 @@ from ..kernels.target import Target
 from .partition import partition
 
 EPCONTEXT = ("com.microsoft", "EPContext")
-BRANCH_OF_IF = "branch compiled as part of its If node"
+BRANCH_OF_IF = "compiled as part of its"  # + the claimed If/Loop/Scan holding this branch/body
+HOLDS_GRAPHS = frozenset({("", "If"), ("", "Loop"), ("", "Scan")})  # claimed whole, their graphs compiled inside
 
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
     node: NodeInfo
     reason: str | None  # None: claimed by NpuEP
-    in_parent: bool = False  # a branch node compiled with its claimed If: not on the CPU, though not claimed here
+    in_parent: bool = False  # a branch/body node compiled with its claimed If/Loop/Scan: not on the CPU, not claimed here
 
     @property
     def claimed(self) -> bool:
@@ -103,11 +104,11 @@ def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP"
     ``policy``, if given, is called as ``policy(nodes, decisions, partitions) -> (decisions, partitions)`` to
     decline whole partitions after the fact (the cost-aware boundary policy).
 
-    ``parent``: the If node holding this graph when it is a branch. ORT offers branches before the graph holding
-    the If; when the If will be claimed there (both branches run on the target), this branch claims nothing: it
-    is compiled as part of the If's partition.
+    ``parent``: the If/Loop/Scan node holding this graph when it is a branch or body. ORT offers subgraphs before
+    the graph holding their node; when that node will be claimed there (every node of its graphs runs on the
+    target), this graph claims nothing: it is compiled as part of the node's partition.
     """
-    if parent is not None and parent.key == ("", "If") and _check(parent, target, {}) is None:
+    if parent is not None and parent.key in HOLDS_GRAPHS and _check(parent, target, {}) is None:
         return Capability([Decision(n, f"{n.describe()}: {BRANCH_OF_IF} {parent.describe()}", in_parent=True)
                            for n in nodes], [])
     assigned = assigned or {}

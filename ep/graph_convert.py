@@ -49,7 +49,8 @@ def node_from_dict(d: Mapping[str, Any]) -> NodeInfo:
     inputs = [value_from_dict(v) for v in d["inputs"]]
     for attr, g in (d.get("subgraphs") or {}).items():
         attrs[attr] = BranchGraph(g["name"], tuple(node_from_dict(n) for n in g["nodes"]),
-                                  tuple(value_from_dict(v) for v in g["outputs"]))
+                                  tuple(value_from_dict(v) for v in g["outputs"]),
+                                  tuple(value_from_dict(v) for v in g.get("inputs", ())))
     if d.get("subgraphs"):
         inputs += [value_from_dict(v) for v in d.get("implicit_inputs", ())]
     return NodeInfo(

@@ -1,8 +1,14 @@
-"""How a kernel that holds graphs (``If``) compiles and reloads them, without importing the layer above.
+"""How a kernel that holds graphs (``If``, ``Loop``, ``Scan``) compiles and reloads them, without importing the
+layer above.
 
-Compiling a branch is the compiler's job (``ep.compiler``); the compiler registers its two functions here when it
-is imported, so ``kernels`` keeps depending only downward. A branch program travels as plain parts (a JSON-able
-header and named arrays), like every compiled program in the cache and in EPContext payloads.
+Compiling a branch or body is the compiler's job (``ep.compiler``); the compiler registers its two functions here
+when it is imported, so ``kernels`` keeps depending only downward. A sub-program travels as plain parts (a JSON-able
+header and named arrays), like every compiled program in the cache and in EPContext payloads, stored in its owner's
+Prepared: the header under ``attrs[key]``, the arrays under ``consts['key/...']``.
+
+A sub-program belongs to its owner: its steps run with the owner's kernel setting (``kernels=native|reference``,
+host threads; ``kernels.ops._native``), whether the session stamps the owner before or after the sub-program is
+loaded.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import numpy as np
 Parts = tuple[dict[str, Any], dict[str, np.ndarray]]
 _compile: Callable[..., Parts] | None = None
 _load: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any] | None = None
+MEMO = "subprograms"  # Prepared.memo key: {key: loaded program}, so a sub-program is loaded once per owner
+INHERITED: set[str] = set()  # Prepared.memo keys a sub-program's steps take from their owner (kernels.ops._native)
 
 
 def register(compile_fn: Callable[..., Parts], load_fn: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any]) -> None:
@@ -34,3 +42,24 @@ def load_program(header: dict[str, Any], arrays: dict[str, np.ndarray], target) 
     if _load is None:
         raise RuntimeError("no compiler registered for subgraphs (import npu_ep.ep.compiler first)")
     return _load(header, arrays, target)
+
+
+def program(owner: Any, key: str) -> Any:
+    """The sub-program stored under ``key`` in the Prepared ``owner``, loaded on first use; its steps take the
+    owner's INHERITED memo entries (the kernel setting; ``_native.configure`` re-stamps loaded sub-programs)."""
+    loaded = owner.memo.setdefault(MEMO, {})
+    found = loaded.get(key)
+    if found is None:
+        prefix = f"{key}/"
+        arrays = {k[len(prefix):]: v for k, v in owner.consts.items() if k.startswith(prefix)}
+        found = load_program(owner.attrs[key], arrays, owner.target)
+        inherited = {k: owner.memo[k] for k in INHERITED if k in owner.memo}
+        for step in found.steps:
+            step.prepared.memo.update(inherited)
+        loaded[key] = found
+    return found
+
+
+def loaded_programs(owner: Any) -> list[Any]:
+    """The sub-programs of ``owner`` loaded so far."""
+    return list(owner.memo.get(MEMO, {}).values())

@@ -27,7 +27,6 @@ def dtype_name(v: ValueInfo) -> str | None:
 
 _FOUR_BIT = {22: "int4", 21: "uint4"}  # ONNX TensorProto.INT4 / UINT4
 DEFAULT_MAX_RANK = OpRule.__dataclass_fields__["max_rank"].default
-_CONTROL_FLOW = frozenset({"Loop", "Scan"})
 
 
 def _unknown_rank_reason(node: NodeInfo, v: ValueInfo, rank_free: bool, rule: OpRule, target: Target,
@@ -48,9 +47,6 @@ def _unknown_rank_reason(node: NodeInfo, v: ValueInfo, rank_free: bool, rule: Op
 def why_not(node: NodeInfo, target: Target) -> str | None:
     """None if ``target`` runs ``node``, else the reason it declines (which rule of the target)."""
     op = node.describe()
-    if node.domain == "" and node.op_type in _CONTROL_FLOW:
-        return (f"{op}: control flow stays on the CPU EP; ORT gives each of its branches/bodies to NpuEP as a graph "
-                "of its own")
     rule = target.rule(node.domain, node.op_type)
     kernel = kernel_for(node.domain, node.op_type)
     if rule is None:

@@ -2,8 +2,10 @@
 
 The choice is a run-time property of a session (provider options ``kernels`` and ``host_threads``), not part of
 the compiled program: both implementations read the same prepared constants (packed weights), so a cached
-context serves either. ``ep.bridge`` stamps every step of an adopted program with ``configure``; a Prepared that
-was never stamped (kernel tests, benchmarks) runs native on one thread.
+context serves either. ``ep.bridge`` stamps every step of an adopted program with ``configure``, which reaches the
+sub-programs (If branches, Loop/Scan bodies) their steps hold; a sub-program loaded later copies its owner's
+setting (``kernels.subprograms.program``). A Prepared that was never stamped (kernel tests, benchmarks) runs
+native on one thread.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from types import ModuleType
 
+from .. import subprograms
 from ..registry import Prepared
 
 KERNEL_CHOICES = ("native", "reference")
 _KEY = "runtime"  # Prepared.memo key: (kernels, threads)
 _DEFAULT = ("native", 1)
+subprograms.INHERITED.add(_KEY)  # a sub-program loaded after configure runs with its owner's setting
 
 
 _module: list[ModuleType | None] = []
@@ -39,6 +43,8 @@ def configure(prepared: Iterable[Prepared], kernels: str, threads: int) -> None:
     setting = (kernels, max(1, int(threads)))
     for p in prepared:
         p.memo[_KEY] = setting
+        for program in subprograms.loaded_programs(p):  # If branches, Loop/Scan bodies: their owner's setting
+            configure((st.prepared for st in program.steps), kernels, threads)
 
 
 def copy_runtime(src: Prepared, dst: Prepared) -> None:

@@ -34,22 +34,54 @@ class BranchGraph:
     name: str
     nodes: tuple[NodeInfo, ...]
     outputs: tuple[ValueInfo, ...]
+    inputs: tuple[ValueInfo, ...] = ()  # formal inputs in order (a Loop/Scan body's; an If branch has none)
 
     def outer_values(self) -> list[ValueInfo]:
-        """Runtime values the branch reads but does not produce (outer scope), in order of first use."""
-        produced = {v.name for n in self.nodes for v in n.outputs if not v.missing}
+        """Runtime values the graph reads (or returns) but neither produces nor receives as formal inputs: the outer
+        scope, in order of first use."""
+        local = {v.name for n in self.nodes for v in n.outputs if not v.missing} | {v.name for v in self.inputs}
         seen: dict[str, ValueInfo] = {}
-        for n in self.nodes:
-            for v in n.inputs:
-                if not v.missing and not v.is_constant and v.name not in produced and v.name not in seen:
-                    seen[v.name] = v
+        for v in (*(v for n in self.nodes for v in n.inputs), *self.outputs):
+            if not v.missing and not v.is_constant and v.name not in local and v.name not in seen:
+                seen[v.name] = v
         return list(seen.values())
+
+    def program_inputs(self) -> list[ValueInfo]:
+        """The inputs of this graph's compiled program: its formal inputs, then its outer-scope values."""
+        return [*self.inputs, *self.outer_values()]
+
+    def reason(self, owner: NodeInfo, target: Target, what: str) -> str | None:
+        """Why ``owner`` cannot run this graph (``what``: 'a branch', 'its body') on ``target``, naming the op."""
+        from ..support import why_not
+
+        local = {v.name for n in self.nodes for v in n.outputs if not v.missing} | {v.name for v in self.inputs}
+        for out in self.outputs:
+            if out.name not in local and out.is_constant:
+                return f"{owner.describe()}: {what} returns the constant '{out.name}' without computing it"
+        # Each blocking node's own reason is reported with its graph. When the graph holding ``owner`` is offered,
+        # ORT has already fused the subgraph's claimed nodes (domain = the EP's name): name the ops left over.
+        blocking = [n for n in self.nodes if why_not(n, target) is not None]
+        ops = list(dict.fromkeys(n.op_type for n in blocking if not _fused(n))) or [n.op_type for n in blocking[:1]]
+        if not ops:
+            return None
+        held = f"a {ops[0]} node" if len(ops) == 1 else f"{', '.join(ops)} nodes"
+        return f"{owner.describe()}: {what} holds {held} target {target.name} does not run"
+
+    def compile_into(self, owner: NodeInfo, attr: str, target: Target, attrs: dict[str, Any],
+                     consts: dict[str, np.ndarray]) -> None:
+        """Compile this graph into a program stored as plain parts under ``attr`` of the owner's Prepared
+        (``kernels.subprograms.program`` loads it back)."""
+        header, arrays = subprograms.compile_parts(f"{owner.name}/{attr}", list(self.nodes), self.program_inputs(),
+                                                   list(self.outputs), target)
+        attrs[attr] = header
+        consts.update({f"{attr}/{k}": v for k, v in arrays.items()})
 
     def cache_digest(self) -> str:
         """Everything in the branch that changes its compiled program (compile-cache key part)."""
         from ...context_cache.keys import cache_key
 
-        parts: list[Any] = [self.name, [[v.name, str(v.dtype), _shape(v.shape)] for v in self.outputs]]
+        parts: list[Any] = [self.name, [[v.name, str(v.dtype), _shape(v.shape)] for v in self.outputs],
+                            [[v.name, str(v.dtype), _shape(v.shape)] for v in self.inputs]]
         for n in self.nodes:
             parts.append({"op": [n.domain, n.op_type],
                           "attrs": {k: (v.cache_digest() if isinstance(v, BranchGraph) else _plain(v))
@@ -58,6 +90,11 @@ class BranchGraph:
                           "out": [[v.name, str(v.dtype), _shape(v.shape)] for v in n.outputs]})
             parts.extend(np.asarray(v.value) for v in n.inputs if v.value is not None)
         return cache_key(*parts)
+
+
+def _fused(n: NodeInfo) -> bool:
+    """A node ORT made of an EP's partition (op ``<EP>_<hash>_<i>`` in domain ``<EP>``)."""
+    return bool(n.domain) and n.op_type.startswith(f"{n.domain}_")
 
 
 def _shape(shape) -> list | None:
@@ -84,20 +121,16 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 
 def _branch_reason(node: NodeInfo, target: Target) -> str | None:
-    from ..support import why_not
-
     graphs = branches(node)
     if graphs is None:
         return f"{node.describe()}: its branch graphs are not visible to the EP"
-    for attr, g in graphs.items():
+    for g in graphs.values():
         produced = {v.name for n in g.nodes for v in n.outputs}
-        for out in g.outputs:
-            if out.name not in produced:
-                return f"{node.describe()}: a branch returns an outer-scope value without computing it"
-        for n in g.nodes:
-            reason = why_not(n, target)
-            if reason is not None:  # that node's own reason is reported with its branch graph
-                return f"{node.describe()}: a branch holds a {n.op_type} node target {target.name} does not run"
+        if any(out.name not in produced for out in g.outputs):
+            return f"{node.describe()}: a branch returns an outer-scope value without computing it"
+        reason = g.reason(node, target, "a branch")
+        if reason is not None:
+            return reason
     return None
 
 
@@ -108,27 +141,15 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     consts: dict[str, np.ndarray] = {}  # constant outer-scope values live in the branch programs that read them
     attrs: dict[str, Any] = {"outer": [v.name for v in node.inputs[1:]], "n_outputs": len(node.outputs)}
     for attr, g in graphs.items():
-        header, arrays = subprograms.compile_parts(f"{node.name}/{attr}", list(g.nodes), g.outer_values(),
-                                                   list(g.outputs), target)
-        attrs[attr] = header
-        consts.update({f"{attr}/{k}": v for k, v in arrays.items()})
+        g.compile_into(node, attr, target, attrs, consts)
     return Prepared(attrs, consts, target)
-
-
-def _branch_program(p: Prepared, attr: str):
-    program = p.memo.get(attr)
-    if program is None:
-        prefix = f"{attr}/"
-        arrays = {k[len(prefix):]: v for k, v in p.consts.items() if k.startswith(prefix)}
-        program = p.memo[attr] = subprograms.load_program(p.attrs[attr], arrays, p.target)
-    return program
 
 
 def _run(p: Prepared, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     cond = arg(p, inputs, 0)
     if cond is None or np.asarray(cond).size != 1:
         raise ValueError(f"If: condition must be one element, got shape {None if cond is None else cond.shape}")
-    program = _branch_program(p, BRANCHES[0] if bool(np.asarray(cond).reshape(-1)[0]) else BRANCHES[1])
+    program = subprograms.program(p, BRANCHES[0] if bool(np.asarray(cond).reshape(-1)[0]) else BRANCHES[1])
     outer = {name: arg(p, inputs, i + 1) for i, name in enumerate(p.attrs["outer"])}
     missing = [io.name for io in program.inputs if outer.get(io.name) is None]
     if missing:
@@ -138,7 +159,7 @@ def _run(p: Prepared, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
 
 def _cost(p: Prepared, in_shapes) -> OpCost:
     """The costlier branch on its declared shapes (unknown dims as 1): which one runs is known only per call."""
-    costs = [_branch_program(p, attr).static_cost(unknown_dim=1)[0] for attr in BRANCHES]
+    costs = [subprograms.program(p, attr).static_cost(unknown_dim=1)[0] for attr in BRANCHES]
     worst = max(costs, key=lambda c: c.cycles)
     return OpCost(compute_cycles=worst.cycles, cycles=worst.cycles, dma_bytes=worst.dma_bytes,
                   macs=sum(c.macs for c in worst.steps), unit="vector")
