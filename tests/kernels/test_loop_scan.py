@@ -223,3 +223,40 @@ def test_claimed_loop_loads_from_the_compile_cache(tmp_path):
         stats.append(dict(ep.context.stats))
     assert stats[0]["misses"] == 1 and stats[1]["hits"] == 1 and stats[1]["misses"] == 0, stats
     _check(sessions[1], model, _feeds(4))
+
+
+def _onnx_cases():
+    """ONNX's own Loop/Scan node test cases (onnx.backend.test.case.node: importing a module registers its cases)."""
+    import onnx.backend.test.case.node as cases
+    from onnx.backend.test.case.node import loop, scan  # noqa: F401
+
+    return {c.name: c for c in cases._NodeTestCases if c.name.startswith(("test_loop", "test_scan"))}
+
+
+CLAIMED_CASES = ("test_loop11", "test_scan9_sum", "test_scan9_multi_state", "test_scan9_scalar")
+DECLINED_CASES = {"test_loop13_seq": "is not a tensor of a known type", "test_loop16_seq_none": "is not a tensor",
+                  "test_scan_sum": "Scan-8 (batch axis, sequence_lens) is not supported"}
+
+
+@pytest.mark.parametrize("name", [*CLAIMED_CASES, *DECLINED_CASES])
+def test_onnx_conformance_cases(name):
+    """Tensor-only cases run on NpuEP and give ONNX's expected outputs; sequence-state Loops and Scan-8 stay on the
+    CPU EP with their reason (and still give the expected outputs)."""
+    from npu_ep.ep.bridge import LIVE_SESSIONS
+
+    case = _onnx_cases()[name]
+    inputs, expected = case.data_sets[0]
+    feeds = {i.name: v if isinstance(v, list) else np.asarray(v) for i, v in zip(case.model.graph.input, inputs)}
+    before = set(LIVE_SESSIONS)
+    sess = npu_session(case.model)
+    (ep,) = set(LIVE_SESSIONS) - before
+    (node,) = [d for _, cap in ep.capabilities for d in cap.decisions if d.node.op_type in ("Loop", "Scan")]
+    where = set(assignment(sess).values())
+    if name in CLAIMED_CASES:
+        assert node.claimed and where == {"NpuEP"}, (node.reason, where)
+    else:
+        assert not node.claimed and DECLINED_CASES[name] in node.reason, node.reason
+    for got, want in zip(sess.run(None, feeds), expected):
+        assert len(got) == len(want)
+        for g, w in (zip(got, want) if isinstance(want, list) else [(got, want)]):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
