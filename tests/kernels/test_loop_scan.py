@@ -257,6 +257,6 @@ def test_onnx_conformance_cases(name):
     else:
         assert not node.claimed and DECLINED_CASES[name] in node.reason, node.reason
     for got, want in zip(sess.run(None, feeds), expected):
-        assert len(got) == len(want)
+        assert not isinstance(want, list) or len(got) == len(want)
         for g, w in (zip(got, want) if isinstance(want, list) else [(got, want)]):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
