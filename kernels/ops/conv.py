@@ -11,6 +11,13 @@ one-group conv builds its patch matrix K-major (one window copy per tap) for ``W
 float32 like the batched GEMM, in a different order (last-bit differences). Grouped convs and QLinearConv keep the
 ``[g, N*OH*OW, K]`` patches.
 
+Native kernels (``ep/native/kernels/conv.cc``, chosen per session through ``_native.native``): a float32 Conv
+runs its depthwise case directly (the reference's float32 operations in its order, bit-equal) and its other cases
+as a native patch matrix times numpy's BLAS (the reference's product, bit-equal for one image); QLinearConv runs
+on the int8 GEMM with exact int32 sums. QLinearConv's weights stay integers: ``qw`` is laid out for the native
+kernel (``[M, kh, kw, C/g rounded up to 4]``, or ``[M, kh*kw]`` when each group has one input channel) and the
+reference model's float weights are derived from it on first use.
+
 QLinearConv numerics: input padding holds x_zero_point (zero after subtraction), int32 accumulation (exact, see
 ``_mm``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
 float32 - bit-exact vs ORT CPU. Conv: float32 (fp16 inputs widened, result rounded to fp16 once).
@@ -26,6 +33,7 @@ from .. import host_blas
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._mm import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
 from ._util import arg
 
@@ -86,8 +94,9 @@ def _gemm_dims(p: Prepared, xshape) -> tuple[int, int, int, int]:
     (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
     oh = (h + t + b - (kh - 1) * dh - 1) // sh + 1
     ow = (w + l + r - (kw - 1) * dw - 1) // sw + 1
-    wg = p.consts["w"]
-    return n * oh * ow, wg.shape[2], wg.shape[1], wg.shape[0]
+    m, cg, kh, kw = p.attrs["wdims"]
+    grp = g["group"]
+    return n * oh * ow, m // grp, cg * kh * kw, grp
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:
@@ -117,11 +126,14 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     consts: dict[str, np.ndarray] = {}
     wf = w.astype(np.float32)
     dt = node.input(0).dtype.name
-    attrs: dict[str, Any] = {"op": node.op_type, "geom": geom, "dtype": dt, "epilogue": {}}
+    attrs: dict[str, Any] = {"op": node.op_type, "geom": geom, "dtype": dt, "epilogue": {},
+                             "wdims": (m, cg, kh, kw)}
     if q:
         wzp = node.input(5)
         wz = np.zeros((), np.float32) if wzp is None else np.asarray(wzp.value, np.float32)
         wf -= wz.reshape(-1, 1, 1, 1) if wz.ndim == 1 else wz
+        consts["qw"] = _native_weights(w)
+        consts["wzp"] = np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (m,)))
         xs, ws, ys = (np.asarray(node.input(i).value, np.float32) for i in (1, 4, 6))
         consts["mult"] = np.asarray(xs * ws / ys, np.float32)
         xzp = node.input(2)
@@ -138,9 +150,40 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
         attrs.update(plan_a=dt, plan_b=dt, plan_out=dt)
     if bias is not None:
         consts["bias"] = np.asarray(bias.value)
-    # [g, K = C/g*kh*kw, M/g], K ordered (c, kh, kw) like the patches
-    consts["w"] = np.ascontiguousarray(wf.reshape(grp, m // grp, cg * kh * kw).transpose(0, 2, 1))
+    if not q:
+        consts["w"] = _gemm_weights(wf, grp)
     return Prepared(attrs, consts, target)
+
+
+def _gemm_weights(wf: np.ndarray, grp: int) -> np.ndarray:
+    """``[M, C/g, kh, kw]`` float as ``[g, K = C/g*kh*kw, M/g]``, K ordered (c, kh, kw) like the patches."""
+    m, cg, kh, kw = wf.shape
+    return np.ascontiguousarray(wf.reshape(grp, m // grp, cg * kh * kw).transpose(0, 2, 1))
+
+
+def _native_weights(w: np.ndarray) -> np.ndarray:
+    """Integer weights ``[M, C/g, kh, kw]`` as the native QLinearConv reads them: ``[M, kh*kw]`` with one input
+    channel per group, else ``[M, kh, kw, C/g rounded up to 4]`` zero-padded (4 channels of a tap are one int32
+    lane of the int8 GEMM)."""
+    m, cg, kh, kw = w.shape
+    if cg == 1:
+        return np.ascontiguousarray(w.reshape(m, kh * kw))
+    cg4 = -(-cg // 4) * 4
+    out = np.zeros((m, kh, kw, cg4), w.dtype)
+    out[..., :cg] = w.transpose(0, 2, 3, 1)
+    return out.reshape(m, -1)
+
+
+def _reference_weights(p: Prepared) -> np.ndarray:
+    """QLinearConv's ``[g, K, M/g]`` float32 ``w - w_zp`` for the reference model, from ``qw`` (memo)."""
+    got = p.memo.get("reference_w")
+    if got is None:
+        m, cg, kh, kw = p.attrs["wdims"]
+        qw = p.consts["qw"]
+        w = qw.reshape(m, 1, kh, kw) if cg == 1 else qw.reshape(m, kh, kw, -1)[..., :cg].transpose(0, 3, 1, 2)
+        wf = w.astype(np.float32) - p.consts["wzp"].astype(np.float32).reshape(-1, 1, 1, 1)
+        got = p.memo["reference_w"] = _gemm_weights(wf, p.attrs["geom"]["group"])
+    return got
 
 
 def _pointwise(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -197,9 +240,69 @@ def _fast_float_conv(x: np.ndarray, c: dict[str, np.ndarray], at: dict[str, Any]
     return None
 
 
+def _geometry_list(p: Prepared, x: np.ndarray) -> list[int]:
+    """The native kernels' geometry: [M, group, kh, kw, sh, sw, dh, dw, pad top, left, bottom, right]."""
+    g = p.attrs["geom"]
+    return [p.attrs["wdims"][0], g["group"], *g["kernel"], *g["strides"], *g["dilations"],
+            *_pads(g, x.shape[2], x.shape[3])]
+
+
+def _native_run(p: Prepared, nat, x: np.ndarray) -> np.ndarray | None:
+    """The conv on the native kernels (x is 4-D), or None where they do not apply (fp16 and other float types)."""
+    at, c = p.attrs, p.consts
+    threads = _native.threads(p)
+    geom = _geometry_list(p, x)
+    if at["op"] == "QLinearConv":
+        mult = p.memo.get("native_mult")
+        if mult is None:
+            mult = p.memo["native_mult"] = np.ascontiguousarray(
+                np.broadcast_to(np.asarray(c["mult"], np.float32).reshape(-1), (at["wdims"][0],)))
+        bias = c.get("bias")
+        return nat.qlinear_conv(np.ascontiguousarray(x), int(c["xzp"]), c["qw"], c["wzp"],
+                                None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
+                                int(c["yzp"]), at["out"] == "int8", geom, at["wdims"][1] == 1, threads)
+    if x.dtype != np.float32:
+        return None
+    x = np.ascontiguousarray(x)
+    w, g = c["w"], at["geom"]
+    grp, kdim, mg = w.shape
+    bias = c.get("bias")
+    bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
+        return nat.conv_depthwise(x, w, bias, geom, threads)
+    if grp == 1 and kdim == x.shape[1] and g["kernel"] == [1, 1] and g["strides"] == [1, 1] and not any(geom[8:]):
+        y = _pointwise(x, w)
+    else:
+        n = x.shape[0]
+        ys = []
+        for i in range(n):
+            cols = nat.conv_im2col(x, i, geom, threads)
+            ys.append(host_blas.matmul(w[0].T, cols[0]) if grp == 1 else
+                      np.matmul(w.transpose(0, 2, 1), cols).reshape(grp * mg, -1))
+        oh, ow = _padded_size(p, x)
+        y = (ys[0][None] if n == 1 else np.stack(ys)).reshape(n, grp * mg, oh, ow)
+    if bias is not None:
+        y += bias.reshape(1, -1, 1, 1)
+    return y
+
+
+def _padded_size(p: Prepared, x: np.ndarray) -> tuple[int, int]:
+    g = p.attrs["geom"]
+    t, l, b, r = _pads(g, x.shape[2], x.shape[3])
+    (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
+    return (x.shape[2] + t + b - (kh - 1) * dh - 1) // sh + 1, (x.shape[3] + l + r - (kw - 1) * dw - 1) // sw + 1
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     at, c = p.attrs, p.consts
     q = at["op"] == "QLinearConv"
+    nat = _native.native(p)
+    if nat is not None:
+        x = arg(p, inputs, 0)
+        one_d = x.ndim == 3
+        y = _native_run(p, nat, x[:, :, None, :] if one_d else x)
+        if y is not None:
+            return [np.ascontiguousarray(y[:, :, 0, :]) if one_d else y]
     x = arg(p, inputs, 0).astype(np.float32)
     one_d = x.ndim == 3
     if one_d:
@@ -215,13 +318,14 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         x -= c["xzp"]
     cols, oh, ow = im2col(x, at["geom"])
     n = x.shape[0]
-    grp, kdim, mg = c["w"].shape
+    w = _reference_weights(p) if q else c["w"]
+    grp, kdim, mg = w.shape
     cols = cols.reshape(n * oh * ow, grp, kdim).transpose(1, 0, 2)  # [g, NP, K] (copy: the gather)
     if q:
-        acc = exact_int_matmul(cols, c["w"], at["bound_a"], at["bound_b"], p.target.tile[2])
+        acc = exact_int_matmul(cols, w, at["bound_a"], at["bound_b"], p.target.tile[2])
         acc = acc.astype(np.int32, copy=False)
     else:
-        acc = host_blas.matmul(cols, c["w"])
+        acc = host_blas.matmul(cols, w)
     y = acc.transpose(1, 0, 2).reshape(n, oh, ow, grp * mg)
     if "bias" in c:
         y = y + c["bias"].astype(y.dtype)

@@ -1,0 +1,60 @@
+// Native convolution kernels (Conv fp32, QLinearConv u8/s8), NCHW; a 1-D conv is a 2-D one of height 1.
+// The numpy kernels in kernels/ops/conv.py are the reference they are tested against.
+#pragma once
+
+#include <cstdint>
+
+namespace pybind11 {
+class module_;
+}
+
+namespace npu_ep::kern {
+
+struct ConvShape {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input [N, C, H, W]
+  int64_t M = 0, group = 1;            // output channels, groups
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int64_t pt = 0, pl = 0, pb = 0, pr = 0;  // pads: top, left, bottom, right
+  int64_t OH = 0, OW = 0;                  // derived by Finish()
+  int64_t Cg() const { return C / group; }
+  int64_t Mg() const { return M / group; }
+  int64_t P() const { return OH * OW; }
+  // Derives OH/OW; throws std::invalid_argument naming the problem when the geometry is inconsistent.
+  void Finish();
+};
+
+// Patches of image n for every group: cols [group, Cg*kh*kw, OH*OW], rows ordered (c, i, j), zeros where padded
+// (the K-major patch matrix of W[Mg, K] @ cols).
+void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int threads);
+
+// Depthwise conv (group == C): w [C, kh*kw, mult] with mult = M / C, bias [M] or null, y [N, M, OH, OW].
+// Per output: x_0 * w_0, then + x_t * w_t tap by tap (padded taps multiply 0), then + bias: the reference's
+// float32 operations in its order, no fused multiply-add.
+void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads);
+
+// QLinearConv with exact int32 accumulation: acc = sum (x - x_zp)(w - w_zp[m]) + bias[m] (wrapping int32),
+// y = saturate(round_half_even(clip(float(acc) * mult[m], lo - y_zp, hi - y_zp)) + y_zp), as MLAS requantizes.
+// Weights as QConvWeights lays them out (dense: [M, kh, kw, Cg4] with Cg4 = Cg rounded up to 4, padding zero;
+// depthwise: [M, kh*kw]).
+struct QConv {
+  ConvShape s;
+  const uint8_t* x = nullptr;  // [N, C, H, W] uint8, or int8 bytes (x_signed)
+  bool x_signed = false;
+  int32_t x_zp = 0;
+  const uint8_t* w = nullptr;  // uint8, or int8 bytes (w_signed)
+  bool w_signed = false;
+  const int32_t* w_zp = nullptr;  // [M]
+  const int32_t* bias = nullptr;  // [M] or null
+  const float* mult = nullptr;    // [M]: x_scale * w_scale[m] / y_scale
+  int32_t y_zp = 0;
+  bool y_signed = false;
+  uint8_t* y = nullptr;  // [N, M, OH, OW]
+  bool depthwise = false;
+  int threads = 1;
+};
+void QLinearConv(const QConv& q);
+
+// Python bindings (conv_bindings.cc), added to the `kernels` submodule.
+void BindConv(pybind11::module_& m);
+
+}  // namespace npu_ep::kern

@@ -1,0 +1,146 @@
+// Python bindings of the convolution kernels (conv.h). Geometry arrives as one list of 12 ints
+// [M, group, kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right]; arrays are checked here (dtype,
+// size, contiguity) so a wrong call is a ValueError naming the argument, never a crash; kernels run without the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "conv.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+template <typename T>
+using Arr = py::array_t<T, py::array::c_style>;
+
+ConvShape Shape(const py::array& x, const std::vector<int64_t>& geom, const char* op) {
+  if (geom.size() != 12)
+    throw std::invalid_argument(std::string(op) + ": geometry must be 12 ints [M, group, kh, kw, sh, sw, dh, dw, "
+                                "pt, pl, pb, pr], got " + std::to_string(geom.size()));
+  if (x.ndim() != 4 || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument(std::string(op) + ": x must be a C-contiguous [N, C, H, W] array");
+  ConvShape s;
+  s.N = x.shape(0);
+  s.C = x.shape(1);
+  s.H = x.shape(2);
+  s.W = x.shape(3);
+  s.M = geom[0];
+  s.group = geom[1];
+  s.kh = geom[2];
+  s.kw = geom[3];
+  s.sh = geom[4];
+  s.sw = geom[5];
+  s.dh = geom[6];
+  s.dw = geom[7];
+  s.pt = geom[8];
+  s.pl = geom[9];
+  s.pb = geom[10];
+  s.pr = geom[11];
+  s.Finish();
+  return s;
+}
+
+void ExpectSize(const py::array& a, int64_t n, const char* op, const char* what) {
+  if (a.size() != n)
+    throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(a.size()) +
+                                " elements, expected " + std::to_string(n));
+}
+
+bool IsByteArray(const py::array& a, const char* op, const char* what) {
+  if (py::isinstance<py::array_t<int8_t>>(a)) return true;
+  if (!py::isinstance<py::array_t<uint8_t>>(a))
+    throw std::invalid_argument(std::string(op) + ": " + what + " must be uint8 or int8");
+  return false;
+}
+
+py::array_t<float> Im2ColPy(const Arr<float>& x, int64_t n, const std::vector<int64_t>& geom, int threads) {
+  const ConvShape s = Shape(x, geom, "conv_im2col");
+  if (n < 0 || n >= s.N) throw std::invalid_argument("conv_im2col: image index out of range");
+  py::array_t<float> cols({s.group, s.Cg() * s.kh * s.kw, s.P()});
+  float* out = cols.mutable_data();
+  {
+    py::gil_scoped_release release;
+    Im2ColFloat(s, x.data(), n, out, threads);
+  }
+  return cols;
+}
+
+py::array_t<float> DepthwisePy(const Arr<float>& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
+                               const std::vector<int64_t>& geom, int threads) {
+  const ConvShape s = Shape(x, geom, "conv_depthwise");
+  if (s.group != s.C) throw std::invalid_argument("conv_depthwise: group must equal the input channels");
+  ExpectSize(w, s.M * s.kh * s.kw, "conv_depthwise", "w");
+  if (bias) ExpectSize(*bias, s.M, "conv_depthwise", "bias");
+  py::array_t<float> y({s.N, s.M, s.OH, s.OW});
+  float* out = y.mutable_data();
+  const float* b = bias ? bias->data() : nullptr;
+  {
+    py::gil_scoped_release release;
+    DepthwiseFloat(s, x.data(), w.data(), b, out, threads);
+  }
+  return y;
+}
+
+py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
+                        const std::optional<Arr<int32_t>>& bias, const Arr<float>& mult, int y_zp, bool y_signed,
+                        const std::vector<int64_t>& geom, bool depthwise, int threads) {
+  const char* op = "qlinear_conv";
+  QConv q;
+  q.s = Shape(x, geom, op);
+  const ConvShape& s = q.s;
+  q.x_signed = IsByteArray(x, op, "x");
+  q.w_signed = IsByteArray(w, op, "w");
+  if (!(w.flags() & py::array::c_style)) throw std::invalid_argument("qlinear_conv: w must be C-contiguous");
+  if (x_zp < (q.x_signed ? -128 : 0) || x_zp > (q.x_signed ? 127 : 255))
+    throw std::invalid_argument("qlinear_conv: x_zero_point outside x's type");
+  if (depthwise) {
+    if (s.group != s.C) throw std::invalid_argument("qlinear_conv: depthwise needs group == input channels");
+    ExpectSize(w, s.M * s.kh * s.kw, op, "w");
+  } else {
+    ExpectSize(w, s.M * s.kh * s.kw * ((s.Cg() + 3) / 4 * 4), op, "w");
+  }
+  ExpectSize(w_zp, s.M, op, "w_zero_point");
+  ExpectSize(mult, s.M, op, "multiplier");
+  if (bias) ExpectSize(*bias, s.M, op, "bias");
+  q.x = static_cast<const uint8_t*>(x.data());
+  q.x_zp = x_zp;
+  q.w = static_cast<const uint8_t*>(w.data());
+  q.w_zp = w_zp.data();
+  q.bias = bias ? bias->data() : nullptr;
+  q.mult = mult.data();
+  q.y_zp = y_zp;
+  q.y_signed = y_signed;
+  q.depthwise = depthwise;
+  q.threads = threads;
+  py::array y = y_signed ? py::array(py::array_t<int8_t>({s.N, s.M, s.OH, s.OW}))
+                         : py::array(py::array_t<uint8_t>({s.N, s.M, s.OH, s.OW}));
+  q.y = static_cast<uint8_t*>(y.mutable_data());
+  {
+    py::gil_scoped_release release;
+    QLinearConv(q);
+  }
+  return y;
+}
+
+}  // namespace
+
+void BindConv(py::module_& m) {
+  m.def("conv_im2col", &Im2ColPy, py::arg("x"), py::arg("n"), py::arg("geometry"), py::arg("threads") = 1,
+        "float patches of image n: [group, C/group*kh*kw, OH*OW], rows (c, i, j), zeros where padded");
+  m.def("conv_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
+        py::arg("threads") = 1, "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order");
+  m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"),
+        py::arg("w_zero_point"), py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"),
+        py::arg("y_signed"), py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1,
+        "QLinearConv, exact int32 sums and MLAS requantization; w [M, kh, kw, C/group rounded up to 4] "
+        "(depthwise: [M, kh*kw])");
+}
+
+}  // namespace npu_ep::kern
