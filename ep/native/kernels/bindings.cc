@@ -126,6 +126,7 @@ void RegisterKernels(py::module_& parent) {
         "exact int32 (A - azp) @ (B - bzp) with B prepared by matmul_int.pack_b; with a multiplier, requantized "
         "to uint8/int8 as MLAS (round half to even, saturation)");
   void BindGqa(py::module_&); BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
+  void BindConv(py::module_&); BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
 }
 
 }  // namespace npu_ep::kern
