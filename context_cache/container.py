@@ -18,7 +18,8 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -36,20 +37,34 @@ _ARRAY_FIELDS = frozenset({"name", "dtype", "shape", "offset", "nbytes", "sha256
 _TOP_FIELDS = frozenset({"meta", "header", "arrays"})
 
 
-def _dtype_whitelist() -> dict[str, np.dtype]:
-    names = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-             "float16", "float32", "float64"]
-    table = {n: np.dtype(n).newbyteorder("<") for n in names}
-    try:  # bfloat16 is common for NPU weights; ml_dtypes is optional
-        import ml_dtypes
+class _DtypeWhitelist(Mapping[str, np.dtype]):
+    """The dtypes a container may hold, by name. bfloat16 (common for NPU weights) comes from ml_dtypes, imported
+    on first use: its import is most of an EP session's start-up otherwise."""
 
-        table["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
-    except ImportError:  # pragma: no cover
-        pass
-    return table
+    _BASE = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+             "float16", "float32", "float64")
+
+    def __init__(self) -> None:
+        self._table = {n: np.dtype(n).newbyteorder("<") for n in self._BASE}
+        self._names = (*self._BASE, "bfloat16")
+
+    def __getitem__(self, name: str) -> np.dtype:
+        if name == "bfloat16" and name not in self._table:
+            try:
+                import ml_dtypes
+            except ImportError:  # pragma: no cover  (a declared dependency)
+                raise KeyError(name) from None
+            self._table[name] = np.dtype(ml_dtypes.bfloat16)
+        return self._table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
-DTYPES: dict[str, np.dtype] = _dtype_whitelist()
+DTYPES: Mapping[str, np.dtype] = _DtypeWhitelist()
 
 
 @dataclass(frozen=True)

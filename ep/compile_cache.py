@@ -3,7 +3,8 @@ loaded instead of compiled on the next session start.
 
 The key hashes the canonical subgraph (with initializer bytes), the target description, the compiler version and
 the I/O signature. A hit loads the stored program (no prepare, no re-packing); a corrupt, stale or incompatible
-entry is rebuilt with a warning, never trusted.
+entry is rebuilt with a warning, never trusted. Entries refer to the weights the program reads in place from ORT's
+initializers instead of holding a copy (``borrowed_refs``); the EPContext payload stays self-contained.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..context_cache.store import CacheStore
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.target import Target
 from . import compiler_version
+from .borrowed_refs import BorrowedRefs
 from .log import logger
 from .program import Program
 from .program_io import ProgramFormatError, program_from_parts, program_to_parts
@@ -65,31 +67,36 @@ class CompileCache:
     def compile_cached(self, name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo],
                        outputs: Sequence[ValueInfo], build: Callable[[], Program], *,
                        need_blob: bool = False) -> tuple[Program, bytes | None]:
-        """Program for a partition and its packed bytes (None unless the store or ``need_blob`` wants them)."""
-        need_blob = need_blob or self.store is not None
-        key = subgraph_key(nodes, inputs, outputs, self.target) if need_blob else ""
+        """Program for a partition and its self-contained packed bytes (for an EPContext node; None unless
+        ``need_blob``)."""
+        if self.store is None and not need_blob:
+            return build(), None
+        key = subgraph_key(nodes, inputs, outputs, self.target)
+        refs = BorrowedRefs(nodes)
+        program = None
         if self.store is not None:
-            blob = self.store.get(key)
-            if blob is not None:
+            entry = self.store.get(key)
+            if entry is not None:
                 try:
-                    program = self._program_from_blob(blob, name)
+                    program = self._program_from_blob(entry, name, refs)
                     self.stats["hits"] += 1
                     logger.info("partition %s: loaded from cache %s", name, key[:12])
-                    return program, blob
                 except (ContextFormatError, ProgramFormatError) as exc:
                     logger.warning("cache entry %s for partition %s is unusable (%s); recompiling", key[:12], name,
                                    exc)
                     self.stats["rebuilt"] += 1  # put() below replaces the entry atomically
-        self.stats["misses"] += 1
-        program = build()
-        if not need_blob:
-            return program, None
-        header, arrays = program_to_parts(program)
-        blob = pack(header, arrays, meta=compiler_version.stamp(self.target, key))
-        if self.store is not None:
-            self.store.put(key, blob)
-        return program, blob
+        if program is None:
+            self.stats["misses"] += 1
+            program = build()
+            if self.store is not None:
+                self.store.put(key, self._pack(program, key, refs))
+        return program, self._pack(program, key, None) if need_blob else None
 
-    def _program_from_blob(self, blob: bytes | memoryview, name: str) -> Program:
+    def _pack(self, program: Program, key: str, refs: BorrowedRefs | None) -> bytes:
+        header, arrays = program_to_parts(program, refs)
+        return pack(header, arrays, meta=compiler_version.stamp(self.target, key))
+
+    def _program_from_blob(self, blob: bytes | memoryview, name: str, refs: BorrowedRefs) -> Program:
         container = unpack(blob, expect=compiler_version.expected(self.target), verify=False)  # get() hashed it
-        return program_from_parts(container.header, container.arrays, self.target, name=name, record=self.record)
+        return program_from_parts(container.header, container.arrays, self.target, name=name, record=self.record,
+                                  refs=refs)

@@ -6,12 +6,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
 
 from ..quantization.int4 import unpack_int4
 from ..kernels.node import NodeInfo, ValueInfo, canonical_domain
 from ..kernels.ops.control_flow import BranchGraph
-from .dtypes import numpy_dtype
+from .dtypes import TensorProto, numpy_dtype
 
 
 def _unpack_4bit(packed: np.ndarray, elem_type: int, shape: Sequence[int]) -> np.ndarray:

@@ -2,6 +2,8 @@
 
 Only ``Prepared.attrs`` (JSON) and ``Prepared.consts`` (arrays, already in the NPU's layout) are stored, so
 loading rebuilds the program without calling any kernel's ``prepare`` (no recompilation, no weight re-packing).
+Given ``refs`` (cache entries), constants that view ORT's initializers are stored as references to them
+(``borrowed_refs``) instead of bytes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from ..kernels.registry import Prepared, kernel_for
 from ..kernels.target import Target
+from .borrowed_refs import BorrowedRefError, BorrowedRefs
 from .program import UNKNOWN_RANK, IoSpec, Program, Step
 
 
@@ -21,18 +24,26 @@ class ProgramFormatError(ValueError):
     pass
 
 
-def program_to_parts(program: Program) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def program_to_parts(program: Program, refs: BorrowedRefs | None = None
+                     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     arrays: dict[str, np.ndarray] = {}
     steps = []
     for i, s in enumerate(program.steps):
+        borrowed = {}
         for cname, arr in s.prepared.consts.items():
-            arrays[f"{i}/{cname}"] = np.asarray(arr, order="C")  # keeps 0-d constants 0-d
+            ref = refs.ref(arr) if refs is not None else None
+            if ref is not None:
+                borrowed[cname] = ref
+            else:
+                arrays[f"{i}/{cname}"] = np.asarray(arr, order="C")  # keeps 0-d constants 0-d
         steps.append({
             "node": s.node_name, "op": s.op, "kernel": [s.kernel.domain, s.kernel.op_type],
             "in": list(s.in_slots), "out": list(s.out_slots), "release": list(s.release),
-            "attrs": s.prepared.attrs, "consts": sorted(s.prepared.consts),
+            "attrs": s.prepared.attrs, "consts": sorted(set(s.prepared.consts) - set(borrowed)),
             "declared": [d if d is None or d == UNKNOWN_RANK else list(d) for d in s.declared],
         })
+        if borrowed:
+            steps[-1]["borrowed"] = borrowed
     header = {
         "name": program.name,
         "inputs": [[io.name, io.dtype, _shape(io.shape)] for io in program.inputs],
@@ -80,8 +91,9 @@ def _slots(values: Any, n_slots: int, what: str) -> tuple[int, ...]:
 
 
 def program_from_parts(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], target: Target, *,
-                       name: str | None = None, record: bool = False) -> Program:
-    """Rebuild a program; every field is validated (the header came from disk)."""
+                       name: str | None = None, record: bool = False, refs: BorrowedRefs | None = None) -> Program:
+    """Rebuild a program; every field is validated (the header came from disk). ``refs`` resolves constants stored
+    as references to the loading session's initializers."""
     try:
         n_slots = int(header["n_slots"])
         io_in = [IoSpec(n, d, tuple(s) if s is not None else None) for n, d, s in header["inputs"]]
@@ -100,6 +112,14 @@ def program_from_parts(header: Mapping[str, Any], arrays: Mapping[str, np.ndarra
                     raise ProgramFormatError(f"step {i} (node '{s['node']}'): array '{key}' missing")
                 consts[cname] = arrays[key]
             where = f"step {i} (node '{s['node']}')"
+            for cname, ref in dict(s.get("borrowed", {})).items():
+                if refs is None:
+                    raise ProgramFormatError(f"{where}: constant '{cname}' refers to an initializer, which only a "
+                                             "cache entry may do")
+                try:
+                    consts[str(cname)] = refs.resolve(ref, f"{where} constant '{cname}'")
+                except BorrowedRefError as exc:
+                    raise ProgramFormatError(str(exc)) from exc
             steps.append(Step(str(s["node"]), str(s["op"]), kernel, Prepared(dict(s["attrs"]), consts, target),
                               _slots(s["in"], n_slots, where), _slots(s["out"], n_slots, where),
                               _slots(s["release"], n_slots, where), _declared(s.get("declared", []), where)))

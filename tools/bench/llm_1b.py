@@ -9,8 +9,9 @@ rope, gqa, int4 with accuracy_level 4), in a child process, and kept in ``--work
 system temp dir named after the configuration). Each EP is then measured in its own child process, so peak RSS
 (``VmHWM``, ``peak_rss.py``) is that EP's alone; both load the same .onnx by path. The children alternate between
 the EPs for ``--repeats`` rounds (host load on a shared machine changes by 2x within minutes) and each metric is the
-median. Targets (issue 12): peak RSS <= 1.2x, session creation <= 2x (cold; NpuEP's compiled-context cache is off
-here), inter-token <= 1.1x, TTFT <= 1.0x.
+median. Targets (issue 12): peak RSS <= 1.2x, session creation <= 2x cold (NpuEP's compiled-context cache off) and
+<= 1x warm (from the on-disk cache, and from an EPContext model dumped once by a priming child), inter-token <= 1.1x,
+TTFT <= 1.0x.
 """
 
 from __future__ import annotations
@@ -51,8 +52,36 @@ def build(workdir: Path, layers: int) -> Path:
     return dst
 
 
+NPU_MODES = ("NpuEP", "NpuEP warm cache", "NpuEP warm EPContext")
+
+
+def _cache_dir(model: str) -> str:
+    return str(Path(model).parent / "cache")
+
+
+def _ctx_path(model: str) -> str:
+    return str(Path(model).with_suffix("")) + "_ctx.onnx"
+
+
+def prime(model: str) -> None:
+    """Fill the cache folder and dump the EPContext model (embed_mode=0: the context beside it) the warm runs load."""
+    import onnxruntime as ort
+
+    import npu_ep
+
+    ctx = _ctx_path(model)
+    for stale in (Path(ctx), *Path(ctx).parent.glob(Path(ctx).stem + "_*.npuctx")):  # this bench's own files
+        stale.unlink(missing_ok=True)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    for k, v in {"ep.context_enable": "1", "ep.context_file_path": ctx, "ep.context_embed_mode": "0"}.items():
+        so.add_session_config_entry(k, v)
+    ort.InferenceSession(model, so, providers=[(npu_ep.get_ep_name(), {"cache_dir": _cache_dir(model)}),
+                                               "CPUExecutionProvider"], enable_fallback=0)
+
+
 def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
-    """One EP in this process: session creation, TTFT, inter-token latencies, peak RSS."""
+    """One EP (or NpuEP start mode, NPU_MODES) in this process: session creation, TTFT, inter-token, peak RSS."""
     import numpy as np
     import onnxruntime as ort
 
@@ -65,12 +94,15 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    providers = ([(npu_ep.get_ep_name(), {"cache_dir": ""}), "CPUExecutionProvider"] if ep == "NpuEP"
+    options = {"cache_dir": _cache_dir(model) if ep == "NpuEP warm cache" else ""}
+    providers = ([(npu_ep.get_ep_name(), options), "CPUExecutionProvider"] if ep in NPU_MODES
                  else ["CPUExecutionProvider"])
+    if ep == "NpuEP warm EPContext":
+        model = _ctx_path(model)
     t0 = time.perf_counter()
     sess = ort.InferenceSession(model, so, providers=providers, enable_fallback=0)
     session_s = time.perf_counter() - t0
-    on, total = coverage(sess) if ep == "NpuEP" else (0, 0)
+    on, total = coverage(sess) if ep in NPU_MODES else (0, 0)
     gen = Generator(sess, max_kv_len=prompt_len + new_tokens + 8)
     prompt = [int(t) for t in np.random.default_rng(0).integers(1, CONFIG["vocab_size"], prompt_len)]
     gen.generate(prompt, 2, keep_logits=False)  # warm-up: first-call costs of each shape
@@ -93,11 +125,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "npu_ep_bench_llm_1b")
-    ap.add_argument("--child", choices=["build", "NpuEP", "CPU EP"], help=argparse.SUPPRESS)
+    ap.add_argument("--warm", action="store_true",
+                    help="also measure NpuEP sessions started from its cache and from an EPContext model")
+    ap.add_argument("--child", choices=["build", "prime", "CPU EP", *NPU_MODES], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child == "build":
         print(json.dumps({"model": str(build(a.workdir, a.layers))}))
+        return 0
+    if a.child == "prime":
+        prime(a.model)
+        print(json.dumps({}))
         return 0
     if a.child:
         print(json.dumps(measure(a.model, a.child, a.prompt_len, a.new_tokens)))
@@ -106,14 +144,18 @@ def main(argv: list[str] | None = None) -> int:
     model = _child("--child", "build", "--workdir", str(a.workdir), "--layers", str(a.layers))["model"]
     print(f"model: {model} ({os.path.getsize(model) / 1e6:.0f} MB, ready in {time.perf_counter() - t0:.0f} s)")
     runs: dict[str, list[dict]] = {"CPU EP": [], "NpuEP": []}
+    if a.warm:
+        _child("--child", "prime", "--model", model)
+        runs.update({mode: [] for mode in NPU_MODES[1:]})
     for _ in range(a.repeats):
         for ep in runs:
             runs[ep].append(_child("--child", ep, "--model", model, "--prompt-len", str(a.prompt_len),
                                    "--new-tokens", str(a.new_tokens)))
     import statistics
 
-    npu, cpu = ({k: (statistics.median(r[k] for r in rs) if isinstance(rs[0][k], float) else rs[0][k])
-                 for k in rs[0]} for rs in (runs["NpuEP"], runs["CPU EP"]))
+    med = {ep: {k: (statistics.median(r[k] for r in rs) if isinstance(rs[0][k], float) else rs[0][k])
+                for k in rs[0]} for ep, rs in runs.items()}
+    npu, cpu = med["NpuEP"], med["CPU EP"]
     print(f"medians of {a.repeats} alternating child processes per EP")
     print(f"NpuEP took {npu['npu_nodes']} of {npu['nodes']} nodes")
     print(f"{'':22} {'CPU EP':>10} {'NpuEP':>10} {'ratio':>7}  target")
@@ -124,6 +166,14 @@ def main(argv: list[str] | None = None) -> int:
         r = npu[key] / cpu[key]
         print(f"{label + ' [' + unit + ']':22} {cpu[key] * scale:10.1f} {npu[key] * scale:10.1f} {r:7.2f}  "
               f"<= {target}")
+    for mode in NPU_MODES[1:]:
+        if mode in med:
+            w = med[mode]
+            r = w["session_s"] / cpu["session_s"]
+            agree = "same tokens" if w["tokens"] == npu["tokens"] else "TOKENS DIFFER from the cold NpuEP run"
+            print(f"{'session, ' + mode[6:] + ' [s]':22} {cpu['session_s']:10.2f} {w['session_s']:10.2f} {r:7.2f}  "
+                  f"<= 1.0  (peak RSS {w['peak_rss'] / cpu['peak_rss']:.2f}x, {w['npu_nodes']} nodes on NpuEP, "
+                  f"{agree})")
     import numpy as np
 
     same = next((i for i, (x, y) in enumerate(zip(npu["tokens"], cpu["tokens"])) if x != y), len(npu["tokens"]))

@@ -1,0 +1,120 @@
+"""A cache entry names the ORT initializers its program reads in place instead of holding their bytes, so a warm
+start reads no weights from disk and holds no second copy; an entry that does not fit the session is rebuilt."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from npu_ep.ep.borrowed_refs import BorrowedRefError, BorrowedRefs
+from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.dtypes import TensorProto
+from npu_ep.ep.program_io import ProgramFormatError, program_from_parts
+from npu_ep.ep.weight_arena import borrowed_from_ort
+from npu_ep.kernels.target import Target
+from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session
+
+RNG = np.random.default_rng(11)
+DIMS = [256, 1024, 1024, 256]  # 1 MiB weights: read in place from ORT (>= 64 KiB)
+
+
+def _model(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    inits = {f"w{i}": (rng.standard_normal((DIMS[i], DIMS[i + 1])) / np.sqrt(DIMS[i])).astype(np.float32)
+             for i in range(3)}
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i}", f"w{i}"], [f"h{i + 1}" if i < 2 else "y"],
+                              name=f"mm{i}") for i in range(3)]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [4, 256])],
+                      [helper.make_tensor_value_info("y", F32, [4, 256])], inits), inits
+
+
+def _session(model, cache):
+    before = set(LIVE_SESSIONS)
+    sess = npu_session(model, {"cache_dir": str(cache)}, cpu=False)
+    (ep,) = set(LIVE_SESSIONS) - before
+    return sess, ep
+
+
+def test_warm_session_reads_the_weights_in_place_and_the_entry_holds_none_of_them(tmp_path):
+    model, inits = _model()
+    _session(model, tmp_path)
+    (entry,) = tmp_path.glob("*.npuctx")
+    weight_bytes = sum(w.nbytes for w in inits.values())
+    assert entry.stat().st_size < weight_bytes / 8, entry.stat().st_size  # references, not 3 MiB of weights
+    sess, ep = _session(model, tmp_path)
+    assert ep.context.stats["hits"] == 1 and ep.context.stats["misses"] == 0, ep.context.stats
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = ep.programs.values()
+    weights = [a for st in program.steps for a in st.prepared.consts.values() if a.nbytes >= DIMS[0] * DIMS[1] * 4]
+    assert len(weights) == 3 and all(borrowed_from_ort(w) for w in weights)
+    assert program.arena_bytes == 0
+    x = RNG.standard_normal((4, 256)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_other_weights_of_the_same_shape_miss_the_cache_and_give_their_own_results(tmp_path):
+    first, _ = _model(seed=0)
+    second, _ = _model(seed=1)
+    _session(first, tmp_path)
+    sess, ep = _session(second, tmp_path)
+    assert ep.context.stats["misses"] == 1 and ep.context.stats["hits"] == 0, ep.context.stats
+    x = RNG.standard_normal((4, 256)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(second, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def _refs_for(values: dict[str, np.ndarray]) -> BorrowedRefs:
+    refs = BorrowedRefs([])
+    refs.values.update(values)
+    return refs
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({"init": "w", "init_nbytes": 64, "offset": 0, "dtype": "float32", "shape": [4, 4], "strides": [16, 4]}, "does not hold"),
+    ({"init": "w", "init_nbytes": 256, "offset": 200, "dtype": "float32", "shape": [4, 4], "strides": [16, 4]}, "outside"),
+    ({"init": "w", "init_nbytes": 256, "offset": 0, "dtype": "float32", "shape": [4, 4], "strides": [-16, 4]}, "outside"),
+    ({"init": "w", "init_nbytes": 256, "offset": 0, "dtype": "object", "shape": [4], "strides": [4]}, "malformed"),
+    ({"init": "w", "init_nbytes": 256, "offset": 0, "dtype": "float32", "shape": [4, 4], "strides": [16]}, "malformed"),
+    ({"init": "w", "init_nbytes": 256, "offset": -4, "dtype": "float32", "shape": [4], "strides": [4]}, "malformed"),
+    ({"init": "w"}, "malformed"),
+])
+def test_a_reference_from_disk_is_checked_against_the_initializer_it_names(bad, why):
+    refs = _refs_for({"w": np.zeros((8, 8), np.float32)})
+    with pytest.raises(BorrowedRefError, match=why):
+        refs.resolve(bad, "step 0 constant 'b'")
+    good = refs.resolve({"init": "w", "init_nbytes": 256, "offset": 32, "dtype": "float32", "shape": [2, 8],
+                         "strides": [32, 4]}, "step 0")
+    assert good.shape == (2, 8) and not good.flags.writeable
+
+
+def test_a_reference_outside_a_cache_entry_is_refused():
+    header = {"n_slots": 2, "inputs": [["x", "float32", [4, 256]]], "outputs": [["y", "float32", [4, 1024]]],
+              "output_slots": [1], "steps": [{
+                  "node": "mm0", "op": "MatMul", "kernel": ["", "MatMul"], "in": [0, -1], "out": [1], "release": [],
+                  "attrs": {}, "consts": [], "borrowed": {"b": {"init": "w0"}}}]}
+    with pytest.raises(ProgramFormatError, match="only a cache entry"):
+        program_from_parts(header, {}, Target.load("npu-ref"))
+
+
+def test_element_types_match_onnx():
+    for t in TensorProto:
+        assert t.value == getattr(onnx.TensorProto, t.name), t
+
+
+def test_starting_a_session_imports_neither_onnx_nor_ml_dtypes(tmp_path):
+    """Their imports took ~0.9 s of every session start; the EP needs neither to compile or load a program."""
+    model, _ = _model()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    code = ("import sys, onnxruntime as ort, npu_ep\n"
+            f"s = ort.InferenceSession({str(path)!r}, providers=[(npu_ep.get_ep_name(), "
+            f"{{'cache_dir': {str(tmp_path / 'cache')!r}}})])\n"
+            "s.run(None, {'x': __import__('numpy').zeros((4, 256), 'float32')})\n"
+            "print(sorted(m for m in ('onnx', 'ml_dtypes') if m in sys.modules))\n")
+    for _ in range(2):  # cold, then warm from the cache
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
