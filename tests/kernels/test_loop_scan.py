@@ -260,3 +260,61 @@ def test_onnx_conformance_cases(name):
         assert not isinstance(want, list) or len(got) == len(want)
         for g, w in (zip(got, want) if isinstance(want, list) else [(got, want)]):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_body_outputs_that_pass_inputs_through():
+    """The body returns its condition input and a carried value unchanged, and a carried input as a scan output
+    (no node computes them; ONNX forbids returning an outer-scope value): the body program hands its inputs back."""
+    body = _graph("body", [helper.make_node("Add", ["a_in", "x"], ["a_out"], name="b_add")],
+                  [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("a_in", F32, [3]), _vi("k_in", F32, [3])],
+                  [_vi("cond_in", BOOL, []), _vi("a_out", F32, [3]), _vi("k_in", F32, [3]), _vi("a_in", F32, [3])])
+    model = make_model([helper.make_node("Loop", ["M", "c0", "a0", "k0"], ["a", "k", "as"], name="loop", body=body)],
+                       [_vi("M", I64, []), _vi("c0", BOOL, []), _vi("a0", F32, [3]), _vi("k0", F32, [3]),
+                        _vi("x", F32, [3])],
+                       [_vi("a", F32, [3]), _vi("k", F32, [3]), _vi("as", F32, ["T", 3])])
+    sess = npu_session(model)
+    assert assignment(sess) == {"loop": "NpuEP"}
+    for m in (0, 3):
+        _check(sess, model, {"M": np.array(m, np.int64), "c0": np.array(True),
+                             **{n: RNG.standard_normal(3).astype(np.float32) for n in ("a0", "k0", "x")}})
+
+
+def test_loop_nested_in_a_loop():
+    """An inner Loop whose trip count is the outer iteration number: a triangular sum, all one NpuEP node."""
+    inner = _graph("inner", [helper.make_node("Add", ["s_in", "x"], ["s_out"], name="in_add"),
+                             helper.make_node("Identity", ["ic_in"], ["ic_out"], name="in_cond")],
+                   [_vi("j", I64, []), _vi("ic_in", BOOL, []), _vi("s_in", F32, [2])],
+                   [_vi("ic_out", BOOL, []), _vi("s_out", F32, [2])])
+    outer = _graph("outer", [helper.make_node("Loop", ["i", "", "acc_in"], ["acc_out"], name="inner_loop",
+                                              body=inner),
+                             helper.make_node("Identity", ["oc_in"], ["oc_out"], name="out_cond"),
+                             helper.make_node("Identity", ["acc_out"], ["trace"], name="out_trace")],
+                   [_vi("i", I64, []), _vi("oc_in", BOOL, []), _vi("acc_in", F32, [2])],
+                   [_vi("oc_out", BOOL, []), _vi("acc_out", F32, [2]), _vi("trace", F32, [2])])
+    model = make_model([helper.make_node("Loop", ["M", "", "acc0"], ["acc", "traces"], name="outer_loop",
+                                         body=outer)],
+                       [_vi("M", I64, []), _vi("acc0", F32, [2]), _vi("x", F32, [2])],
+                       [_vi("acc", F32, [2]), _vi("traces", F32, ["T", 2])])
+    sess = npu_session(model)
+    assert assignment(sess) == {"outer_loop": "NpuEP"}
+    got = _check(sess, model, {"M": np.array(5, np.int64), "acc0": np.zeros(2, np.float32),
+                               "x": np.array([1.0, 0.5], np.float32)})
+    np.testing.assert_allclose(got[0], np.array([10.0, 5.0], np.float32))  # 0+1+2+3+4 additions of x
+
+
+def test_body_returning_a_constant_keeps_the_loop_on_cpu():
+    """Near miss: a body output that is one of its own constants (no node computes it) is declined with the reason."""
+    from npu_ep.ep.bridge import LIVE_SESSIONS
+
+    body = _graph("body", [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="b_cond")],
+                  [_vi("i", I64, []), _vi("cond_in", BOOL, [])], [_vi("cond_out", BOOL, []), _vi("k", F32, [2])],
+                  [("k", np.array([1.0, 2.0], np.float32))])
+    model = make_model([helper.make_node("Loop", ["M", ""], ["ks"], name="loop", body=body)],
+                       [_vi("M", I64, [])], [_vi("ks", F32, ["T", 2])])
+    before = set(LIVE_SESSIONS)
+    sess = npu_session(model)
+    (ep,) = set(LIVE_SESSIONS) - before
+    (loop,) = [d for _, cap in ep.capabilities for d in cap.decisions if d.node.name == "loop"]
+    assert assignment(sess)["loop"] == "CPUExecutionProvider"
+    assert "its body returns the constant 'k'" in loop.reason, loop.reason
+    _check(sess, model, {"M": np.array(2, np.int64)})
