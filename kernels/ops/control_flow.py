@@ -8,6 +8,9 @@ consts, so a cached or EPContext program rebuilds it without compiling again.
 
 Cost: the costlier branch program's cost on its declared shapes (the same cost model as every partition).
 Compiling and reloading branches goes through ``kernels.subprograms``, which the compiler fills in.
+
+``BranchGraph`` (a branch or body as the shim exports it: nodes, formal inputs, outputs) is shared with ``Loop``
+(``loop.py``) and ``Scan`` (``scan.py``): its outer-scope values, why a target cannot run it, how it compiles.
 """
 
 from __future__ import annotations
