@@ -9,7 +9,8 @@ outputs are the N final carried values and the K scan outputs, each the per-iter
 leading axis.
 
 Semantics (ONNX Loop, as ORT's CPU EP runs it): iterate while ``i < M`` (when M is given) and the condition holds
-(when ``cond`` is given; the body's condition output is then the next condition, else it is ignored). With zero
+(true when ``cond`` is omitted). The body's condition output is the next condition even when ``cond`` is omitted:
+the ONNX text says it is then ignored, ORT's CPU EP reads it, and ORT is the reference users compare with. With zero
 iterations the carried values are the initial ones and a scan output is empty along its leading axis, with the
 body output's inferred shape elsewhere (unknown dims as 0).
 
@@ -108,9 +109,8 @@ def _run(p: Prepared, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     i = 0
     while keep_going and (trip_limit is None or i < trip_limit):
         outs = body(np.array(i, np.int64), cond_value, *carried, *outer)
-        if cond is not None:
-            cond_value = np.asarray(outs[0])
-            keep_going = bool(_scalar(cond_value, "the body's condition output"))
+        cond_value = np.asarray(outs[0])
+        keep_going = bool(_scalar(cond_value, "the body's condition output"))
         carried = list(outs[1:1 + n_carried])
         for k, value in enumerate(outs[1 + n_carried:]):
             scans[k].append(value)

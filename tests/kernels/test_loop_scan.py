@@ -318,3 +318,19 @@ def test_body_returning_a_constant_keeps_the_loop_on_cpu():
     assert assignment(sess)["loop"] == "CPUExecutionProvider"
     assert "its body returns the constant 'k'" in loop.reason, loop.reason
     _check(sess, model, {"M": np.array(2, np.int64)})
+
+
+def test_body_condition_ends_the_loop_even_without_a_cond_input():
+    """M given, cond omitted, the body's condition turns false at a = 3: ORT's CPU EP stops there (the ONNX text
+    says the condition output is then ignored; ORT is the reference users compare with), and so does NpuEP."""
+    body = _graph("body", [helper.make_node("Add", ["a_in", "one"], ["a_out"], name="b_add"),
+                           helper.make_node("Less", ["a_out", "three"], ["cond_out"], name="b_less")],
+                  [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("a_in", F32, [])],
+                  [_vi("cond_out", BOOL, []), _vi("a_out", F32, [])],
+                  [("one", np.array(1.0, np.float32)), ("three", np.array(3.0, np.float32))])
+    model = make_model([helper.make_node("Loop", ["M", "", "a0"], ["a"], name="loop", body=body)],
+                       [_vi("M", I64, []), _vi("a0", F32, [])], [_vi("a", F32, [])])
+    sess = npu_session(model)
+    assert assignment(sess) == {"loop": "NpuEP"}
+    (a,) = _check(sess, model, {"M": np.array(10, np.int64), "a0": np.array(0.0, np.float32)})
+    assert a == 3.0
