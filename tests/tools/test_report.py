@@ -63,6 +63,19 @@ def test_static_report_from_file_alone(target):
     assert mm["macs"] == 4 * D * D and mm["cycles"] > 0 and doc["timeline"][0]["sram_peak"] > 0
 
 
+def test_file_view_counts_no_constant_nodes(target):
+    """ORT turns Constant nodes into initializers before any EP sees the graph (exporters emit hundreds): the file
+    view neither counts them nor declines them, and the node reading one sees a constant input."""
+    const = helper.make_node("Constant", [], ["w"], name="c", value=onnx.numpy_helper.from_array(
+        np.eye(D, dtype=np.float32)))
+    mm = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    model = make_model([const, mm], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", D])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", D])])
+    doc = npu_ep.report(model, target=target, dims={"batch": 4})
+    assert doc["file_coverage"] == {"total": 1, "claimed": 1}
+    assert (doc["coverage"]["claimed"], doc["coverage"]["total"], doc["coverage"]["declined"]) == (1, 1, 0)
+
+
 def _session(model: onnx.ModelProto, target: str, tagged: bool = True):
     import onnxruntime as ort
 

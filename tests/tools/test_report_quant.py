@@ -82,3 +82,13 @@ def test_float_model_with_other_inputs_is_refused(tmp_path):
 ])
 def test_dominant_names_the_larger_error(quant, kernel, want):
     assert dominant(quant, kernel) == want
+
+
+def test_diff_counts_equal_infinities_as_agreeing():
+    """A QNN-style graph dequantizes float32's lowest mask value to -inf on both sides (ORT's kernel overflows the
+    same way): that agreement is no NaN 'failure', and an infinity does not become the relative scale."""
+    from npu_ep.tools.report.quant import diff
+    ref = np.array([-np.inf, 1.0, 2.0], np.float32)
+    assert diff(ref, ref.copy()) == {"max_abs": 0.0, "max_rel": 0.0}
+    assert diff(ref, np.array([-np.inf, 1.0, 2.5], np.float32)) == {"max_abs": 0.5, "max_rel": 0.25}
+    assert diff(ref, np.array([-3e38, 1.0, 2.0], np.float32))["max_abs"] == np.inf  # a finite value is a miss

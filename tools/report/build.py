@@ -94,7 +94,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
         _same_inputs(proto, where, fproto, fwhere)
         compare = True
     dims = resolve_dims(proto, dims or {})
-    file_nodes = nodes_from_model(proto)
+    # ORT turns Constant nodes into initializers before any EP sees the graph: they are not nodes to place
+    file_nodes = [n for n in nodes_from_model(proto) if n.key != ("", "Constant")]
     policy = cost_aware_policy(tgt) if opts.get("partition_policy") == "cost_aware" else None
     file_cap = analyze(file_nodes, tgt, policy=policy)
     doc: dict[str, Any] = {"schema": "npu-report", "schema_version": SCHEMA_VERSION, "model": where,

@@ -117,9 +117,12 @@ def diff(ref: np.ndarray, got: np.ndarray) -> dict[str, float | None]:
     ref, got = np.asarray(ref), np.asarray(got)
     if ref.shape != got.shape:
         return {"max_abs": None, "max_rel": None}
-    d = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    r, g = ref.astype(np.float64), got.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # equal infinities (masks: -inf on both sides) agree
+        d = np.where((g == r) | (np.isnan(g) & np.isnan(r)), 0.0, np.abs(g - r))
     max_abs = float(np.max(d)) if d.size else 0.0
-    scale = float(np.max(np.abs(ref.astype(np.float64)))) if ref.size else 0.0
+    finite = np.abs(r[np.isfinite(r)])
+    scale = float(np.max(finite)) if finite.size else 0.0
     return {"max_abs": max_abs, "max_rel": max_abs / scale if scale else max_abs}
 
 
