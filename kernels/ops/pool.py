@@ -8,7 +8,8 @@ leading pad; their extension past the declared pads never counts.
 
 AveragePool divides by the window's element count, separable per axis: with ``count_include_pad=1`` the window
 positions inside the declared-padded input, else those inside the real input. A 1-D pool runs as a 2-D one over
-H = 1. Cost: one vector op per window element per output (``kh*kw`` ops/output).
+H = 1. Cost: one vector op per window element per output (``kh*kw`` ops/output). A float32 MaxPool runs on the
+native kernel (``ep/native/kernels/pool.cc``) unless the session asks for the reference model.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..cost import vector_cost
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._util import arg, nbytes
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
@@ -129,6 +131,13 @@ def _run_max(p: Prepared, inputs) -> list[np.ndarray]:
     if oh == 0 or ow == 0:
         return [_from_2d(p, np.empty((*x.shape[:2], oh, ow), x.dtype))]
     low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    nat = _native.native(p)
+    if nat is not None and x.dtype == np.float32:  # ep/native/kernels/pool.cc walks the same geometry
+        at = p.attrs
+        (_, t, _), (_, l, _) = geo
+        y = nat.max_pool(np.ascontiguousarray(x), [oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l],
+                         float(low), _native.threads(p))
+        return [_from_2d(p, y)]
     return [_from_2d(p, _windows(x, p.attrs, low, geo).max(axis=(-2, -1)))]
 
 

@@ -20,6 +20,7 @@ with no node on NpuEP is an error: ORT would silently have run it on the CPU).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import tempfile
@@ -73,8 +74,14 @@ def quantize_qdq(src: str, dst: str, calibration: list[dict[str, np.ndarray]]) -
     """ORT's quantize_static, QDQ format: uint8 activations, per-channel int8 weights."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    quantize_static(src, dst, _Calibration(calibration), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantizer warns per BatchNorm-fed bias and suggests pre-processing
+    try:
+        quantize_static(src, dst, _Calibration(calibration), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    finally:
+        root.setLevel(level)
 
 
 def models(workdir: str, only: str | None) -> list[tuple[str, str, dict[str, np.ndarray]]]:

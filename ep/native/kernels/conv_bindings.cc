@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "conv.h"
+#include "pool.h"
 
 namespace py = pybind11;
 
@@ -129,6 +130,36 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
   return y;
 }
 
+py::array_t<float> MaxPoolPy(const Arr<float>& x, const std::vector<int64_t>& geom, float low, int threads) {
+  if (geom.size() != 10)
+    throw std::invalid_argument("max_pool: geometry must be 10 ints [OH, OW, kh, kw, sh, sw, dh, dw, pt, pl]");
+  if (x.ndim() != 4) throw std::invalid_argument("max_pool: x must be [N, C, H, W]");
+  PoolShape s;
+  s.N = x.shape(0);
+  s.C = x.shape(1);
+  s.H = x.shape(2);
+  s.W = x.shape(3);
+  s.OH = geom[0];
+  s.OW = geom[1];
+  s.kh = geom[2];
+  s.kw = geom[3];
+  s.sh = geom[4];
+  s.sw = geom[5];
+  s.dh = geom[6];
+  s.dw = geom[7];
+  s.pt = geom[8];
+  s.pl = geom[9];
+  if (s.OH < 0 || s.OW < 0 || s.kh <= 0 || s.kw <= 0 || s.sh <= 0 || s.sw <= 0 || s.dh <= 0 || s.dw <= 0)
+    throw std::invalid_argument("max_pool: output size must be >= 0 and kernel, strides, dilations positive");
+  py::array_t<float> y({s.N, s.C, s.OH, s.OW});
+  float* out = y.mutable_data();
+  {
+    py::gil_scoped_release release;
+    MaxPoolFloat(s, x.data(), low, out, threads);
+  }
+  return y;
+}
+
 }  // namespace
 
 void BindConv(py::module_& m) {
@@ -141,6 +172,8 @@ void BindConv(py::module_& m) {
         py::arg("y_signed"), py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1,
         "QLinearConv, exact int32 sums and MLAS requantization; w [M, kh, kw, C/group rounded up to 4] "
         "(depthwise: [M, kh*kw])");
+  m.def("max_pool", &MaxPoolPy, py::arg("x"), py::arg("geometry"), py::arg("low"), py::arg("threads") = 1,
+        "float32 MaxPool over a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, pt, pl]");
 }
 
 }  // namespace npu_ep::kern

@@ -1,0 +1,19 @@
+// Native MaxPool (float32, NCHW; a 1-D pool is a 2-D one of height 1). kernels/ops/pool.py is the reference and
+// resolves the geometry (ORT's PoolAttributes: auto_pad, ceil_mode, negative SAME pads); this kernel only walks it.
+#pragma once
+
+#include <cstdint>
+
+namespace npu_ep::kern {
+
+struct PoolShape {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input [N, C, H, W]
+  int64_t OH = 0, OW = 0;              // output size as the reference computed it
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int64_t pt = 0, pl = 0;  // leading pads (may be negative: windows start inside the input)
+};
+
+// y[n, c, oh, ow] = max of x over the window positions inside the input (NaN if any is NaN), `low` when none is.
+void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads);
+
+}  // namespace npu_ep::kern

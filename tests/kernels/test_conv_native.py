@@ -1,0 +1,219 @@
+"""The native convolution kernels (ep/native/kernels/conv.cc, pool.cc) against the numpy reference model
+(kernels/ops/conv.py, pool.py with ``kernels=reference``), on every instruction-set path this host runs:
+
+- QLinearConv: bit-exact (exact int32 sums, the same MLAS requantization) over odd sizes, pads, strides,
+  dilations, groups, depthwise (depth multipliers), 1-D, channel counts that are not a multiple of 4, K beyond
+  one 64-deep GEMM tile, more output pixels than one task's block, saturating outputs, u8/s8 combinations ORT's
+  CPU EP runs, with per-channel zero points;
+- float Conv: bit-exact for depthwise convs (the same float32 operations in the same order) and for one-group
+  convs of one image (the same BLAS product on the same patch matrix); other shapes within rtol 1e-5 (a batched or
+  grouped product sums in another order);
+- MaxPool float32: bit-exact (a maximum has one answer; NaN propagates as in numpy);
+- same bits at any thread count;
+- whole nets in NpuEP sessions (graph assignment checked): the benchmark's conv/relu/pool x3 + Gemm net in fp32
+  (vs ORT's CPU EP, rtol 1e-4) and quantized by ORT's quantize_static (native == reference bit for bit, and within
+  one output quantum of ORT's CPU EP with ORT_DISABLE_ALL, which runs the QDQ graph literally).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from _single_op import model as single_op_model
+from _single_op import run_ort
+from npu_ep.ep import _native as ext
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.ops import _native
+from npu_ep.kernels.registry import kernel_for
+from npu_ep.kernels.target import Target
+from npu_ep.tools.bench.convnet import small_net
+from tests.ep._qdq_models import quantize_qdq
+from tests.npu_testing import assignment, cpu_run, npu_session
+
+NK = ext.kernels
+RNG = np.random.default_rng(21)
+_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
+ISAS = _ORDER[:_ORDER.index(NK.isa()) + 1]
+TARGET = Target.load("npu-ref")
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    NK.set_isa_cap(_ORDER.index(request.param))
+    yield request.param
+    NK.set_isa_cap(-1)
+
+
+def _prepared(op: str, inputs, **attrs):
+    """(kernel, prepared, run args) of one node, typed from ORT's own run of it."""
+    from _single_op import _with_output_types
+
+    m = single_op_model(op, inputs, **attrs)
+    (node,) = nodes_from_model(_with_output_types(m, run_ort(m, inputs)))
+    k = kernel_for(node.domain, node.op_type)
+    p = k.prepare(node, TARGET)
+    feeds = {s[0]: s[1] for s in inputs if not s[2]}
+    return k, p, [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
+
+
+def _run(k, p, args, kernels: str, threads: int = 1) -> np.ndarray:
+    _native.configure([p], kernels, threads)
+    return k.run(p, args)[0]
+
+
+# x shape, w shape, attrs
+SHAPES = [
+    ((1, 3, 11, 9), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((2, 4, 10, 10), (6, 2, 3, 2), dict(group=2, strides=[2, 1], dilations=[1, 2])),
+    ((1, 6, 7, 8), (6, 1, 3, 3), dict(group=6, auto_pad="SAME_UPPER", strides=[2, 2])),
+    ((1, 16, 9, 9), (32, 1, 3, 3), dict(group=16, strides=[2, 2], pads=[0, 1, 1, 0])),  # depth multiplier 2
+    ((2, 8, 7, 7), (8, 1, 5, 5), dict(group=8, auto_pad="SAME_LOWER")),
+    ((1, 6, 11, 10), (12, 1, 3, 3), dict(group=6, dilations=[2, 1], strides=[1, 2], pads=[2, 1, 2, 1])),
+    ((1, 5, 9, 6), (7, 5, 1, 1), dict()),  # pointwise
+    ((1, 4, 6, 7), (6, 4, 1, 1), dict(pads=[1, 0, 0, 1])),  # 1x1 with pads
+    ((1, 3, 8, 8), (4, 3, 4, 4), dict(auto_pad="SAME_LOWER")),
+    ((1, 37, 13, 11), (19, 37, 3, 3), dict(pads=[2, 0, 1, 3], strides=[1, 2])),  # K = 333: GEMM depth tails
+    ((1, 1, 45, 40), (5, 1, 3, 3), dict(pads=[1, 1, 1, 1])),  # one input channel, 1800 pixels: several tasks
+    ((1, 20, 40, 33), (24, 20, 3, 3), dict(pads=[1, 1, 1, 1], dilations=[2, 2])),  # pixel blocks with a tail
+    ((1, 2, 4, 4), (3, 2, 5, 5), dict(pads=[2, 2, 2, 2], strides=[3, 3])),  # kernel larger than the input
+    ((2, 4, 17), (6, 4, 3), dict(pads=[1, 1])),  # 1-D
+    ((1, 8, 20), (8, 1, 5), dict(group=8, strides=[2], pads=[2, 2])),  # depthwise 1-D
+    ((1, 3, 16), (5, 3, 4), dict(dilations=[3], pads=[0, 2])),
+]
+
+
+def _float_exact(xs, ws, attrs) -> bool:
+    depthwise = ws[1] == 1 and attrs.get("group", 1) == xs[1] and xs[1] > 1
+    return depthwise or (attrs.get("group", 1) == 1 and xs[0] == 1)
+
+
+@pytest.mark.parametrize("xs,ws,attrs", SHAPES)
+def test_float_conv_native_equals_reference(isa, xs, ws, attrs):
+    x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
+    b = RNG.standard_normal(ws[0]).astype(np.float32)
+    k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True), ("b", b, True)], **attrs)
+    got, want = _run(k, p, args, "native"), _run(k, p, args, "reference")
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if _float_exact(xs, ws, attrs):
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_float_depthwise_edge_values_bit_exact(isa):
+    """NaN, Inf and signed zeros go through the same float32 operations as in the reference."""
+    x = RNG.standard_normal((1, 4, 9, 10)).astype(np.float32)
+    x[0, 0, 3, 4], x[0, 1, 0, 0], x[0, 2, 8, 9], x[0, 3] = np.nan, np.inf, -np.inf, -0.0
+    w = RNG.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    w[1, 0, 1, 1] = 0.0
+    k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True)], group=4, pads=[1, 1, 1, 1])
+    with np.errstate(invalid="ignore"):  # inf * 0 in the reference, as IEEE says
+        got, want = _run(k, p, args, "native"), _run(k, p, args, "reference")
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def _qinputs(xs, ws, dtx, dtw, per_channel, y_scale=None):
+    ix, iw = np.iinfo(dtx), np.iinfo(dtw)
+    x = RNG.integers(ix.min, ix.max + 1, xs).astype(dtx)
+    w = RNG.integers(iw.min, iw.max + 1, ws).astype(dtw)
+    m = ws[0]
+    wsc = (RNG.uniform(0.002, 0.01, m) if per_channel else np.array(0.005)).astype(np.float32)
+    if per_channel:
+        wzp = RNG.integers(iw.min, iw.max + 1, m).astype(dtw) if dtw == np.uint8 else np.zeros(m, dtw)
+    else:
+        wzp = np.array(0 if dtw == np.int8 else 120, dtw)
+    k = ws[1] * int(np.prod(ws[2:]))
+    ys = np.float32(y_scale if y_scale is not None else 0.05 * np.sqrt(k))
+    return [("x", x, False), ("xs", np.array(0.03, np.float32), True),
+            ("xz", np.array(128 if dtx == np.uint8 else -3, dtx), True), ("w", w, True), ("ws", wsc, True),
+            ("wz", wzp, True), ("ys", np.array(ys, np.float32), True), ("yz", np.array(5, dtx), True),
+            ("b", RNG.integers(-3000, 3000, m).astype(np.int32), True)]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", SHAPES)
+@pytest.mark.parametrize("dtx,dtw", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])
+def test_qlinearconv_native_bit_exact(isa, xs, ws, attrs, dtx, dtw):
+    k, p, args = _prepared("QLinearConv", _qinputs(xs, ws, dtx, dtw, per_channel=True), **attrs)
+    got, want = _run(k, p, args, "native"), _run(k, p, args, "reference")
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [SHAPES[0], SHAPES[3], SHAPES[9]])
+def test_qlinearconv_saturation_and_per_tensor(isa, xs, ws, attrs):
+    """A tiny output scale saturates most outputs at both ends; per-tensor weight scale and zero point."""
+    k, p, args = _prepared("QLinearConv", _qinputs(xs, ws, np.uint8, np.uint8, False, y_scale=1e-3), **attrs)
+    got, want = _run(k, p, args, "native"), _run(k, p, args, "reference")
+    assert (got == 0).any() and (got == 255).any()
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [SHAPES[4], SHAPES[10], SHAPES[11]])
+def test_same_bits_at_any_thread_count(shape):
+    xs, ws, attrs = shape
+    x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
+    kf, pf, af = _prepared("Conv", [("x", x, False), ("w", w, True)], **attrs)
+    kq, pq, aq = _prepared("QLinearConv", _qinputs(xs, ws, np.uint8, np.int8, True), **attrs)
+    f1, q1 = _run(kf, pf, af, "native", 1), _run(kq, pq, aq, "native", 1)
+    for t in (2, 3):
+        np.testing.assert_array_equal(_run(kf, pf, af, "native", t), f1)
+        np.testing.assert_array_equal(_run(kq, pq, aq, "native", t), q1)
+
+
+@pytest.mark.parametrize("xs,attrs", [
+    ((1, 5, 12, 11), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ((2, 3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)),
+    ((1, 4, 7, 8), dict(kernel_shape=[3, 2], dilations=[2, 2], auto_pad="SAME_UPPER")),
+    ((1, 2, 5, 6), dict(kernel_shape=[1, 3], strides=[1, 3], auto_pad="SAME_LOWER")),
+    ((1, 3, 15), dict(kernel_shape=[4], strides=[3], pads=[2, 1])),  # 1-D
+])
+def test_maxpool_native_bit_exact(isa, xs, attrs):
+    x = RNG.standard_normal(xs).astype(np.float32)
+    x.reshape(-1)[::17] = np.nan
+    x.reshape(-1)[5::23] = -np.inf
+    k, p, args = _prepared("MaxPool", [("x", x, False)], **attrs)
+    np.testing.assert_array_equal(_run(k, p, args, "native"), _run(k, p, args, "reference"))
+
+
+def test_bad_geometry_is_a_clear_error():
+    x = np.zeros((1, 4, 5, 5), np.float32)
+    with pytest.raises(ValueError, match="group 3 must divide C=4"):
+        NK.conv_im2col(x, 0, [6, 3, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0])
+    with pytest.raises(ValueError, match="smaller than the dilated kernel"):
+        NK.conv_im2col(x, 0, [6, 1, 7, 3, 1, 1, 1, 1, 0, 0, 0, 0])
+    with pytest.raises(ValueError, match="w has 3 elements"):
+        NK.conv_depthwise(x, np.zeros(3, np.float32), None, [4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0])
+
+
+# --- whole nets in NpuEP sessions ------------------------------------------------------------------------------
+def _on_npu(model, x, kernels: str) -> np.ndarray:
+    sess = npu_session(model, {"kernels": kernels})
+    placed = assignment(sess)
+    assert placed and set(placed.values()) == {"NpuEP"}, placed
+    return sess.run(None, {"x": x})[0]
+
+
+def test_small_conv_net_fp32_session_matches_cpu_ep():
+    model = small_net()
+    x = RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)
+    got = _on_npu(model, x, "native")
+    np.testing.assert_allclose(got, cpu_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, _on_npu(model, x, "reference"), rtol=1e-5, atol=1e-6)
+
+
+def test_small_conv_net_qdq_session(tmp_path):
+    model = quantize_qdq(small_net(), (1, 3, 64, 64), tmp_path, "convnet")
+    x = RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)
+    got = _on_npu(model, x, "native")
+    np.testing.assert_array_equal(got, _on_npu(model, x, "reference"))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    scale = next(float(np.asarray(i.float_data or np.frombuffer(i.raw_data, np.float32))[0])
+                 for n in model.graph.node if n.output[0] == model.graph.output[0].name
+                 for i in model.graph.initializer if i.name == n.input[1])
+    assert np.all(np.abs(got - ref) <= scale * 1.0001), np.abs(got - ref).max() / scale
