@@ -27,6 +27,9 @@ struct GemvA {
 };
 
 #if NPU_EP_X86
+// accuracy_level 4's per-block int8 quantization of one row of A on AVX-512: the same bits as the scalar
+// QuantizeRow of qnbit_gemm.cc (codes q in perm layout, zero beyond K; block scales; lane sums). No block sums.
+void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* lane);
 // M = 1, columns [n0, n1) of g.y (bias added). Same bits as the AVX-512 Cols4/Tile4 (level 4) and
 // dequantize-then-dot (level 0) paths of qnbit_gemm.cc: the same per-lane products and summation order.
 void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnni, int64_t n0, int64_t n1);
