@@ -35,6 +35,11 @@ from .cost import plan_cycles
 from .target import Target
 from .tile_plan import TilePlan
 
+# DRAM bytes of B's quantization constants: a float32 scale and a 4-bit zero point per (block, column) of blockwise
+# int4 weights; a float32 requantization multiplier and an int32 bias per column in int8 mode
+SCALE_BYTES_PER_BLOCK = 4.5
+SCALE_BYTES_PER_COLUMN = 8
+
 _BYTES = {"float32": 4.0, "float16": 2.0, "int8": 1.0, "uint8": 1.0, "int16": 2.0, "uint16": 2.0,
           "int32": 4.0, "int4": 0.5, "uint4": 0.5}
 
@@ -95,10 +100,10 @@ def _evaluate(m: int, n: int, k: int, batch: int, mode: str, tm: int, tn: int, t
     b_rows = b_elems // b_cols
     if block_size:  # fp32 scale + 4-bit zero point per (block, column)
         per_col_rows = -(-b_rows // block_size)
-        scale_elems_b = per_col_rows * b_cols * 4.5
-        dma_scales = batch * math.ceil(-(-k // block_size) * n * 4.5)
+        scale_elems_b = per_col_rows * b_cols * SCALE_BYTES_PER_BLOCK
+        dma_scales = batch * math.ceil(-(-k // block_size) * n * SCALE_BYTES_PER_BLOCK)
     elif mode == "int8":  # requantize multiplier + bias per column
-        scale_elems_b, dma_scales = b_cols * 8.0, batch * n * 8
+        scale_elems_b, dma_scales = b_cols * float(SCALE_BYTES_PER_COLUMN), batch * n * SCALE_BYTES_PER_COLUMN
     else:
         scale_elems_b, dma_scales = 0.0, 0
     sram_scales = (b_bufs * al(math.ceil(scale_elems_b))) if scale_elems_b else 0

@@ -20,7 +20,7 @@ import numpy as np
 from ...quantization.rounding import QUANT_RANGES, container_dtype, quantize_float  # kernels import it from here
 from .. import host_blas
 from ..cost import matmul_cost
-from ..planner import PlanError, plan_matmul
+from ..planner import SCALE_BYTES_PER_BLOCK, SCALE_BYTES_PER_COLUMN, PlanError, plan_matmul
 from ..tile_plan import TilePlan
 from ..registry import OpCost, Prepared
 
@@ -116,6 +116,33 @@ def static_plan(p: Prepared, dims: tuple[Any, ...] | None) -> None:
             p.attrs["plan"] = plan_for(p, *dims).to_dict()
         except PlanError:
             pass
+
+
+# --- DMA accounting of the native kernels -----------------------------------------------------------------------
+# A Prepared whose memo holds a list under DMA_COUNTS asks its native matrix kernel to run the plan's output tiles
+# and count their DMA; each call appends (plan, {"a", "b", "scales", "out": bytes, "transfers": n}).
+DMA_COUNTS = "dma_counts"
+_RESIDENT = {"none": 0, "a": 1, "b": 2, "weights": 3}
+
+
+def native_plan_args(plan: TilePlan) -> tuple[int, ...]:
+    """The plan as the native kernels take it (``ep/native/kernels/tile_dma.h``): tiles, residency, and DRAM
+    half-bytes per element of A, B, the output and the scales (per block and column, or per column in int8 mode)."""
+    scale = SCALE_BYTES_PER_BLOCK if plan.block_size else (SCALE_BYTES_PER_COLUMN if plan.mode == "int8" else 0)
+    return (plan.tm, plan.tn, plan.tk, _RESIDENT[plan.resident], round(2 * plan.a_bytes), round(2 * plan.b_bytes),
+            round(2 * plan.out_bytes), round(2 * scale), plan.block_size or 0)
+
+
+def run_native_counted(p: Prepared, fn, args: tuple, kwargs: dict, m: int, n: int, k: int):
+    """``fn(*args, **kwargs)`` (a native matrix kernel), given the plan of ``[m, k] x [k, n]`` to run and count when
+    ``p.memo`` asks for DMA counts (see DMA_COUNTS); returns the kernel's result."""
+    counts = p.memo.get(DMA_COUNTS)
+    if counts is None:
+        return fn(*args, **kwargs)
+    plan = plan_for(p, m, n, k, 1)
+    y, half = fn(*args, **kwargs, plan=native_plan_args(plan), count_dma=True)
+    counts.append((plan, {key: (v if key == "transfers" else v / 2) for key, v in half.items()}))
+    return y
 
 
 def matmul_operand_dims(node, a_index: int, b_index: int, *, gemm: bool = False) -> tuple[Any, Any, Any] | str | None:

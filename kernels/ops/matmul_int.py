@@ -28,7 +28,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from . import _native
 from ._mm import (check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims, planned_cost,
-                  quantize_float, requantize, static_plan)
+                  quantize_float, requantize, run_native_counted, static_plan)
 
 # op -> (A, B, a_zp, b_zp, a_scale, b_scale, y_scale, y_zp, bias) input indices (None: absent)
 _SLOTS = {
@@ -141,12 +141,12 @@ def _native_int(p: Prepared, inputs) -> np.ndarray | None:
     a2 = np.ascontiguousarray(a).reshape(-1, K)
     z = np.asarray(0 if azp is None else azp, np.int32).reshape(1)
     args = (a2, z, p.consts["i8_bp"], p.consts["i8_bsum"], p.consts["i8_bzp"], K, N, _native.threads(p))
+    kw = {}
     if p.attrs["op"] == "QLinearMatMul":
-        y = nat.int8_matmul(*args, multiplier=np.asarray(_multiplier(p, inputs), np.float32).reshape(-1),
-                            y_zero_point=0 if yzp is None else int(np.asarray(yzp).reshape(-1)[0]),
-                            y_signed=p.attrs["out"] == "int8")
-    else:
-        y = nat.int8_matmul(*args)
+        kw = dict(multiplier=np.asarray(_multiplier(p, inputs), np.float32).reshape(-1),
+                  y_zero_point=0 if yzp is None else int(np.asarray(yzp).reshape(-1)[0]),
+                  y_signed=p.attrs["out"] == "int8")
+    y = run_native_counted(p, nat.int8_matmul, args, kw, a2.shape[0], N, K)
     return y.reshape(*a.shape[:-1], y.shape[-1])
 
 

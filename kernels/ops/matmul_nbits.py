@@ -29,7 +29,7 @@ from . import _native
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import apply_float_epilogue, check_fits, matmul_dims, planned_cost, static_plan
+from ._mm import apply_float_epilogue, check_fits, matmul_dims, planned_cost, run_native_counted, static_plan
 from ._util import arg
 
 
@@ -113,8 +113,9 @@ def nbits_matmul(p: Prepared, a: np.ndarray) -> np.ndarray:
     a32 = a if a.dtype == np.float32 else a.astype(np.float32)
     nat = _native.native(p)
     if nat is not None:
-        y = nat.matmul_nbits(np.ascontiguousarray(a32).reshape(-1, K), c["nb_b"], c["nb_scales"], c.get("nb_zp"),
-                             None, K, N, bs, level, _native.threads(p))
+        a2 = np.ascontiguousarray(a32).reshape(-1, K)
+        y = run_native_counted(p, nat.matmul_nbits, (a2, c["nb_b"], c["nb_scales"], c.get("nb_zp"), None, K, N, bs,
+                                                     level, _native.threads(p)), {}, a2.shape[0], N, K)
         return y.reshape(*a.shape[:-1], N)
     w = p.memo.get("reference_w")
     if w is None:  # the reference model's float copy, built on first use

@@ -31,10 +31,33 @@ const T* Data(const Arr<T>& a, int64_t expect, const char* what) {
   return a.data();
 }
 
-py::array_t<float> MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<float>& scales,
-                                 const std::optional<Arr<uint8_t>>& zero_points,
-                                 const std::optional<Arr<float>>& bias, int64_t K, int64_t N, int block_size,
-                                 int accuracy_level, int threads) {
+// A tile plan from Python: (tm, tn, tk, resident 0 none | 1 a | 2 b | 3 weights, half-bytes per element of A, B
+// and the output, half-bytes of the scales per (block, column) or per column, block size or 0); None: no plan.
+std::optional<TilePlanArgs> PlanArgs(const std::optional<py::tuple>& t, const char* op) {
+  if (!t) return std::nullopt;
+  if (t->size() != 9) throw std::invalid_argument(std::string(op) + ": plan must be a 9-tuple");
+  TilePlanArgs p;
+  int64_t v[9];
+  for (int i = 0; i < 9; ++i) v[i] = (*t)[i].cast<int64_t>();
+  p.tm = v[0], p.tn = v[1], p.tk = v[2];
+  if (v[0] <= 0 || v[1] <= 0 || v[2] <= 0 || v[3] < 0 || v[3] > 3)
+    throw std::invalid_argument(std::string(op) + ": plan tiles must be positive and resident 0..3");
+  p.resident = static_cast<Resident>(v[3]);
+  p.a_half = v[4], p.b_half = v[5], p.out_half = v[6], p.scale_half = v[7], p.block = v[8];
+  return p;
+}
+
+py::object WithDma(py::object y, bool count, const DmaCount& c) {
+  if (!count) return y;
+  py::dict d;
+  d["a"] = c.a, d["b"] = c.b, d["scales"] = c.scales, d["out"] = c.out, d["transfers"] = c.transfers;
+  return py::make_tuple(y, d);
+}
+
+py::object MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<float>& scales,
+                         const std::optional<Arr<uint8_t>>& zero_points, const std::optional<Arr<float>>& bias,
+                         int64_t K, int64_t N, int block_size, int accuracy_level, int threads,
+                         const std::optional<py::tuple>& plan, bool count_dma) {
   if (block_size < 16 || block_size > 256 || (block_size & (block_size - 1)))
     throw std::invalid_argument("matmul_nbits: block_size " + std::to_string(block_size) +
                                 " is not a power of two in 16..256");
@@ -55,18 +78,22 @@ py::array_t<float> MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, con
   if (bias) g.bias = Data(*bias, N, "bias");
   py::array_t<float> y({g.M, N});
   g.y = y.mutable_data();
+  const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "matmul_nbits");
+  DmaCount dma;
+  g.plan = tiles ? &*tiles : nullptr;
+  g.dma = count_dma ? &dma : nullptr;
   {
     py::gil_scoped_release release;
     MatMulNBits(g);
   }
-  return y;
+  return WithDma(y, count_dma, dma);
 }
 
 
-py::array Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
-                       const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads,
-                       const std::optional<Arr<float>>& mult,
-                       int y_zero_point, bool y_signed) {
+py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
+                        const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads,
+                        const std::optional<Arr<float>>& mult,
+                        int y_zero_point, bool y_signed, const std::optional<py::tuple>& plan, bool count_dma) {
   const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
   if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))
     throw std::invalid_argument("int8_matmul: A must be uint8 or int8");
@@ -102,11 +129,18 @@ py::array Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<in
     out = py::array_t<int32_t>({g.M, g.N});
     g.acc = static_cast<int32_t*>(out.mutable_data());
   }
+  const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "int8_matmul");
+  if (tiles && tiles->tn % 16)
+    throw std::invalid_argument("int8_matmul: plan tile n " + std::to_string(tiles->tn) +
+                                " is not a multiple of 16 (the packed B's column blocks)");
+  DmaCount dma;
+  g.plan = tiles ? &*tiles : nullptr;
+  g.dma = count_dma ? &dma : nullptr;
   {
     py::gil_scoped_release release;
     Int8MatMul(g);
   }
-  return out;
+  return WithDma(out, count_dma, dma);
 }
 
 }  // namespace
@@ -118,13 +152,16 @@ void RegisterKernels(py::module_& parent) {
         "cap the dispatch (0 scalar, 1 avx2, 2 avx512, 3 avx512_vnni; -1 none): tests run every host path");
   m.def("matmul_nbits", &MatMulNBitsPy, py::arg("a"), py::arg("b"), py::arg("scales"), py::arg("zero_points"),
         py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"), py::arg("accuracy_level"),
-        py::arg("threads") = 1,
-        "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout");
+        py::arg("threads") = 1, py::arg("plan") = py::none(), py::arg("count_dma") = false,
+        "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout. "
+        "plan: a tile plan tuple (see PlanArgs) whose output tiles the kernel runs; count_dma: return (y, DMA "
+        "half-bytes and transfers of that plan)");
   m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
         py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
-        py::arg("y_zero_point") = 0, py::arg("y_signed") = false,
+        py::arg("y_zero_point") = 0, py::arg("y_signed") = false, py::arg("plan") = py::none(),
+        py::arg("count_dma") = false,
         "exact int32 (A - azp) @ (B - bzp) with B prepared by matmul_int.pack_b; with a multiplier, requantized "
-        "to uint8/int8 as MLAS (round half to even, saturation)");
+        "to uint8/int8 as MLAS (round half to even, saturation). plan / count_dma: as matmul_nbits");
   void BindGqa(py::module_&); BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
   void BindConv(py::module_&); BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
 }

@@ -6,7 +6,8 @@
 // tile of 8 rows x 32 columns, columns in lanes, so the epilogue (zero-point terms, MLAS requantization) is
 // vectorized too. Other hosts: bytes widened to int16 and vpmaddwd (pair sums <= 2 * 255 * 128, exact) - never
 // vpmaddubsw, whose int16 saturation is the inexactness ORT's AVX2 u8s8 path has - or plain C++.
-// Tasks are fixed blocks of columns, so the bits do not depend on the thread count.
+// Tasks are fixed blocks of columns (with a tile plan: of its output tiles), so the bits do not depend on the
+// thread count.
 #include "int8_gemm.h"
 
 #include <algorithm>
@@ -35,8 +36,9 @@ inline int8_t PackedB(const Int8Gemm& g, int64_t k, int64_t n) {
 }
 
 struct Prep {
-  std::vector<uint8_t> a;     // [M, kp] A' rows
-  std::vector<int32_t> asum;  // [M]
+  std::vector<uint8_t> a;         // [M, kp] A' rows, when A itself cannot serve (int8, or K not a multiple of 64)
+  const uint8_t* rows = nullptr;  // A' rows [M, kp]: a.data() or A itself
+  std::vector<int32_t> asum;      // [M]
 };
 
 inline int32_t Finish(const Int8Gemm& g, const Prep& p, int64_t m, int64_t n, uint32_t dot) {
@@ -64,12 +66,12 @@ inline void Store(const Int8Gemm& g, int64_t m, int64_t n, int32_t acc) {
 }
 
 // Portable: one (row, column) at a time.
-void ColumnsScalar(const Int8Gemm& g, const Prep& p, int64_t n0, int64_t n1) {
-  for (int64_t m = 0; m < g.M; ++m)
+void ColumnsScalar(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+  for (int64_t m = r0; m < r1; ++m)
     for (int64_t n = n0; n < n1; ++n) {
       uint32_t dot = 0;
       for (int64_t k = 0; k < g.K; ++k)
-        dot += static_cast<uint32_t>(p.a[m * g.kp + k] * PackedB(g, k, n));
+        dot += static_cast<uint32_t>(p.rows[m * g.kp + k] * PackedB(g, k, n));
       Store(g, m, n, Finish(g, p, m, n, dot));
     }
 }
@@ -77,10 +79,11 @@ void ColumnsScalar(const Int8Gemm& g, const Prep& p, int64_t n0, int64_t n1) {
 #if NPU_EP_X86
 // AVX2: one row x one block of 16 columns; a 16-byte piece (4 columns x 4 k) widened to int16, vpmaddwd with the
 // row's 4 bytes repeated, giving per column two partial sums that are added at the end.
-__attribute__((target("avx2,fma"))) void ColumnsAvx2(const Int8Gemm& g, const Prep& p, int64_t n0, int64_t n1) {
+__attribute__((target("avx2,fma"))) void ColumnsAvx2(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int64_t n0,
+                                                   int64_t n1) {
   const int64_t kg_count = g.kp / 4;
-  for (int64_t m = 0; m < g.M; ++m) {
-    const uint8_t* a = p.a.data() + m * g.kp;
+  for (int64_t m = r0; m < r1; ++m) {
+    const uint8_t* a = p.rows + m * g.kp;
     for (int64_t nb = n0; nb < n1; nb += kBlock) {
       const int8_t* b = g.bp + (nb / kBlock) * kg_count * 64;
       __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
@@ -103,6 +106,24 @@ __attribute__((target("avx2,fma"))) void ColumnsAvx2(const Int8Gemm& g, const Pr
         Store(g, m, nb + c, Finish(g, p, m, nb + c, dot));
       }
     }
+  }
+}
+
+// A' rows [m0, m1): sums by SAD (8 bytes per 64-bit lane), the sign flip and zero padding when copying.
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void PrepRowsAvx512(
+    const Int8Gemm& g, Prep& p, uint8_t flip, bool copy, int64_t m0, int64_t m1) {
+  const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
+  for (int64_t m = m0; m < m1; ++m) {
+    const uint8_t* src = g.a + m * g.K;
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t k = 0; k < g.kp; k += 64) {
+      const int64_t n = std::max<int64_t>(0, std::min<int64_t>(64, g.K - k));
+      const __mmask64 mask = n == 64 ? ~0ull : (1ull << n) - 1;
+      const __m512i v = _mm512_maskz_mov_epi8(mask, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, src + k), vflip));
+      sum = _mm512_add_epi64(sum, _mm512_sad_epu8(v, _mm512_setzero_si512()));
+      if (copy) _mm512_storeu_si512(p.a.data() + m * g.kp + k, v);
+    }
+    p.asum[m] = static_cast<int32_t>(_mm512_reduce_add_epi64(sum));
   }
 }
 
@@ -131,14 +152,15 @@ __attribute__((target(NPU_VNNI))) void EpilogueVnni(const Int8Gemm& g, const Pre
   _mm_mask_storeu_epi8(g.y + m * g.N + nb, mask, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(f)));
 }
 
-__attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep& p, int64_t n0, int64_t n1) {
+__attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int64_t n0,
+                                                   int64_t n1) {
   const int64_t kg_count = g.kp / 4;
   const int8_t* b0 = g.bp + (n0 / kBlock) * kg_count * 64;
   const bool two = n0 + kBlock < n1;
   const int8_t* b1 = two ? b0 + kg_count * 64 : b0;
-  for (int64_t m0 = 0; m0 < g.M; m0 += kRows) {
+  for (int64_t m0 = r0; m0 < r1; m0 += kRows) {
     const uint8_t* a[kRows];
-    UNROLL for (int r = 0; r < kRows; ++r) a[r] = p.a.data() + std::min<int64_t>(m0 + r, g.M - 1) * g.kp;
+    UNROLL for (int r = 0; r < kRows; ++r) a[r] = p.rows + std::min<int64_t>(m0 + r, r1 - 1) * g.kp;
     __m512i acc0[kRows], acc1[kRows];
     UNROLL for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_si512();
     for (int64_t kg = 0; kg < kg_count; ++kg) {
@@ -151,7 +173,7 @@ __attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep
         acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, bv1);
       }
     }
-    for (int r = 0; r < kRows && m0 + r < g.M; ++r) {
+    for (int r = 0; r < kRows && m0 + r < r1; ++r) {
       EpilogueVnni(g, p, m0 + r, n0, n1, acc0[r]);
       if (two) EpilogueVnni(g, p, m0 + r, n0 + kBlock, n1, acc1[r]);
     }
@@ -164,29 +186,40 @@ __attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep
 void Int8MatMul(const Int8Gemm& g) {
   if (g.M == 0 || g.N == 0) return;
   Prep p;  // A' = u8 rows padded to kp, and their sums
-  p.a.assign(g.M * g.kp, 0);
-  p.asum.assign(g.M, 0);
   const uint8_t flip = g.a_signed ? 0x80 : 0x00;  // int8 x + 128 == the bits of x with the sign bit flipped
-  for (int64_t m = 0; m < g.M; ++m) {
-    int32_t s = 0;
-    for (int64_t k = 0; k < g.K; ++k) {
-      const uint8_t v = g.a[m * g.K + k] ^ flip;
-      p.a[m * g.kp + k] = v;
-      s += v;
+  const bool copy = g.a_signed || g.kp != g.K;    // else A's rows are A' rows already
+  if (copy) p.a.resize(g.M * g.kp);
+  p.rows = copy ? p.a.data() : g.a;
+  p.asum.assign(g.M, 0);
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) {
+    constexpr int64_t kRowsPerTask = 16;  // rows are independent: the split changes no bits
+    ParallelFor(g.threads, (g.M + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
+      PrepRowsAvx512(g, p, flip, copy, t * kRowsPerTask, std::min(g.M, (t + 1) * kRowsPerTask));
+    });
+  } else
+#endif
+  {
+    if (copy) std::fill(p.a.begin(), p.a.end(), uint8_t{0});
+    for (int64_t m = 0; m < g.M; ++m) {
+      int32_t s = 0;
+      for (int64_t k = 0; k < g.K; ++k) {
+        const uint8_t v = g.a[m * g.K + k] ^ flip;
+        if (copy) p.a[m * g.kp + k] = v;
+        s += v;
+      }
+      p.asum[m] = s;
     }
-    p.asum[m] = s;
   }
-  using ColumnsFn = void (*)(const Int8Gemm&, const Prep&, int64_t, int64_t);
+  using ColumnsFn = void (*)(const Int8Gemm&, const Prep&, int64_t, int64_t, int64_t, int64_t);
   ColumnsFn columns = ColumnsScalar;
 #if NPU_EP_X86
   const Isa isa = ActiveIsa();
   if (isa >= Isa::kAvx2) columns = ColumnsAvx2;
   if (isa == Isa::kAvx512Vnni) columns = ColumnsVnni;
 #endif
-  const int64_t n_tasks = (g.N + kColsPerTask - 1) / kColsPerTask;
-  ParallelFor(g.threads, n_tasks, [&](int64_t task) {
-    columns(g, p, task * kColsPerTask, std::min(g.N, (task + 1) * kColsPerTask));
-  });
+  RunTiles(g.threads, g.plan, g.dma, g.M, g.N, g.K, kColsPerTask,
+           [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) { columns(g, p, r0, r1, n0, n1); });
 }
 
 }  // namespace npu_ep::kern

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "tile_dma.h"
+
 namespace npu_ep::kern {
 
 // B is prepared once (compile time): B' = B with uint8 shifted by -128 (so every B is signed), K zero-padded to kp
@@ -26,6 +28,10 @@ struct Int8Gemm {
   bool y_signed = false;
   uint8_t* y = nullptr;  // [M, N] uint8 / int8
   int threads = 1;
+  // optional: run the planner's output tiles (cut into pieces of 32 columns; plan->tn must be a multiple of 16)
+  // and count their DMA into *dma
+  const TilePlanArgs* plan = nullptr;
+  DmaCount* dma = nullptr;
 };
 
 void Int8MatMul(const Int8Gemm& g);

@@ -376,17 +376,26 @@ using Int8Tile4Fn = void (*)(const Cols4&, const Shape&, const int8_t* const*, c
 using DequantFn = void (*)(const uint8_t*, const float*, const int32_t*, const Shape&, float*);
 using DotFn = float (*)(const float*, const float*, int64_t);
 
-void PrepareA(const NBitsGemm& g, const Shape& s, PreparedA& pa) {
+void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
   const bool int8 = g.accuracy_level == 4;
+  // The AVX-512 quantizer leaves out the block sums: only the scalar kernel reads them.
+  const bool vector_quant = NPU_EP_X86 && int8 && isa >= Isa::kAvx512;
   if (int8) {
     pa.q.resize(s.M * s.kc);
     pa.scale.resize(s.M * s.kb);
     pa.lane.resize(s.M * s.kc / 8);
-    pa.block.resize(s.M * s.kb);
+    pa.block.resize(vector_quant ? 0 : s.M * s.kb);
   } else {
     pa.a.resize(s.M * s.kc);
   }
   ParallelFor(g.threads, s.M, [&](int64_t m) {  // rows are independent: same bits at any thread count
+#if NPU_EP_X86
+    if (vector_quant) {
+      nbits::QuantizeRowAvx512(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
+                               pa.lane.data() + m * s.kc / 8);
+      return;
+    }
+#endif
     if (int8)
       QuantizeRow(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
                   pa.lane.data() + m * s.kc / 8, pa.block.data() + m * s.kb);
@@ -398,7 +407,7 @@ void PrepareA(const NBitsGemm& g, const Shape& s, PreparedA& pa) {
 #if NPU_EP_X86
 // Columns [n0, n1) four at a time (a short last group repeats its last column and stores only the real ones).
 void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8Cols4Fn fn, Int8Tile4Fn tile,
-                   int64_t n0, int64_t n1) {
+                   int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
   const bool symmetric = g.zero_points == nullptr;
   std::vector<int32_t> zpc(4 * (s.kb + 16), 8);
   alignas(64) uint8_t tails[4][kChunkBytes];
@@ -423,19 +432,19 @@ void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8
       for (int j = 0; j < 4 && c0 + j < n1; ++j) g.y[c0 + j] = out[j] + (g.bias == nullptr ? 0.0f : g.bias[c0 + j]);
       continue;
     }
-    for (int64_t m0 = 0; m0 < s.M; m0 += 4) {  // a short last group repeats its last row
+    for (int64_t m0 = r0; m0 < r1; m0 += 4) {  // a short last group repeats its last row
       const int8_t* q[4];
       const float* sa[4];
       const int32_t* ql[4];
       for (int r = 0; r < 4; ++r) {
-        const int64_t m = std::min(m0 + r, s.M - 1);
+        const int64_t m = std::min(m0 + r, r1 - 1);
         q[r] = pa.q.data() + m * s.kc;
         sa[r] = pa.scale.data() + m * s.kb;
         ql[r] = pa.lane.data() + m * s.kc / 8;
       }
       float out[4][4];
       tile(cols, s, q, sa, ql, out);
-      for (int r = 0; r < 4 && m0 + r < s.M; ++r)
+      for (int r = 0; r < 4 && m0 + r < r1; ++r)
         for (int j = 0; j < 4 && c0 + j < n1; ++j)
           g.y[(m0 + r) * s.N + c0 + j] = out[r][j] + (g.bias == nullptr ? 0.0f : g.bias[c0 + j]);
     }
@@ -458,9 +467,9 @@ void MatMulNBits(const NBitsGemm& g) {
   s.kc = s.n_chunks * kChunkElems;
   s.zp_bytes = (s.kb + 1) / 2;
   if (s.M == 0 || s.N == 0) return;
-  PreparedA pa;
-  PrepareA(g, s, pa);
   const Isa isa = ActiveIsa();
+  PreparedA pa;
+  PrepareA(g, s, isa, pa);
   const bool int8 = g.accuracy_level == 4;
   Int8ColFn int8_col = nullptr;
   DequantFn dequant = DequantColScalar;
@@ -486,10 +495,9 @@ void MatMulNBits(const NBitsGemm& g) {
     ga.scale = pa.scale.data();
     ga.lane = pa.lane.data();
     ga.a = pa.a.data();
-    const int64_t cols = std::max<int64_t>(4, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 3) / 4 * 4);
+    const int64_t cols = std::max<int64_t>(8, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 7) / 8 * 8);
     const bool vnni = isa == Isa::kAvx512Vnni;
-    ParallelFor(g.threads, (s.N + cols - 1) / cols, [&](int64_t task) {
-      const int64_t n0 = task * cols, n1 = std::min(s.N, n0 + cols);
+    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t, int64_t, int64_t n0, int64_t n1) {
       if (int8)
         nbits::GemvInt8Avx512(g, s, ga, vnni, n0, n1);
       else
@@ -498,12 +506,10 @@ void MatMulNBits(const NBitsGemm& g) {
     return;
   }
 #endif
-  const int64_t n_tasks = (s.N + kColsPerTask - 1) / kColsPerTask;
-  ParallelFor(g.threads, n_tasks, [&](int64_t task) {
-    const int64_t n0 = task * kColsPerTask, n1 = std::min(s.N, n0 + kColsPerTask);
+  RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, kColsPerTask, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
 #if NPU_EP_X86
     if (int8 && int8_cols4 != nullptr) {
-      Int8Cols4Task(g, s, pa, int8_cols4, int8_tile4, n0, n1);
+      Int8Cols4Task(g, s, pa, int8_cols4, int8_tile4, r0, r1, n0, n1);
       return;
     }
 #endif
@@ -517,11 +523,11 @@ void MatMulNBits(const NBitsGemm& g) {
       const float bias = g.bias == nullptr ? 0.0f : g.bias[n];
       if (!int8) {
         dequant(brow, sw, zpc.data(), s, w.data());
-        for (int64_t m = 0; m < s.M; ++m) g.y[m * s.N + n] = dot(pa.a.data() + m * s.kc, w.data(), s.kc) + bias;
+        for (int64_t m = r0; m < r1; ++m) g.y[m * s.N + n] = dot(pa.a.data() + m * s.kc, w.data(), s.kc) + bias;
         continue;
       }
       if (int8_col == nullptr) {
-        for (int64_t m = 0; m < s.M; ++m)
+        for (int64_t m = r0; m < r1; ++m)
           g.y[m * s.N + n] = Int8ColScalar(brow, sw, zpc.data(), s, pa.q.data() + m * s.kc,
                                            pa.scale.data() + m * s.kb, pa.block.data() + m * s.kb) + bias;
         continue;
@@ -529,7 +535,7 @@ void MatMulNBits(const NBitsGemm& g) {
       const int64_t full = s.row_bytes / kChunkBytes, rem = s.row_bytes % kChunkBytes;
       std::memset(tail, 0, sizeof(tail));
       if (rem) std::memcpy(tail, brow + full * kChunkBytes, rem);
-      for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t m = r0; m < r1; ++m)
         g.y[m * s.N + n] = int8_col(brow, tail, sw, zpc.data(), s, pa.q.data() + m * s.kc,
                                     pa.scale.data() + m * s.kb, pa.lane.data() + m * s.kc / 8) + bias;
     }

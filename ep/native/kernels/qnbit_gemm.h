@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "tile_dma.h"
+
 namespace npu_ep::kern {
 
 struct NBitsGemm {
@@ -17,6 +19,9 @@ struct NBitsGemm {
   const float* bias = nullptr;      // [N] or null
   float* y = nullptr;               // [M, N]
   int threads = 1;
+  // optional: run the planner's output tiles (cut into column pieces) and count their DMA into *dma
+  const TilePlanArgs* plan = nullptr;
+  DmaCount* dma = nullptr;
 };
 
 // y = A @ dequant(B) (+ bias). Each output element is computed by one thread in a fixed order, so the bits do
