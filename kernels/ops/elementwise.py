@@ -107,9 +107,19 @@ def _log(x: np.ndarray) -> np.ndarray:
         return np.log(x)
 
 
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
+_ZEROS = {np.dtype(t): np.dtype(t).type(0) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64)}
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    """max(x, 0) against a prebuilt zero of x's dtype (building the scalar per call costs more than the max)."""
+    zero = _ZEROS.get(x.dtype)
+    return np.maximum(x, x.dtype.type(0) if zero is None else zero)
+
+
 # op -> (fn on the compute dtype, ops/element, transcendental ops/element)
 _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
-    "Relu": (lambda x: np.maximum(x, x.dtype.type(0)), 1.0, 0.0),
+    "Relu": (_relu, 1.0, 0.0),
     "Neg": (np.negative, 1.0, 0.0),
     "Abs": (np.abs, 1.0, 0.0),
     "Sqrt": (np.sqrt, 0.0, 1.0),
@@ -186,10 +196,18 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
 
 
 def _unary_runner(fn: Callable[[np.ndarray], np.ndarray]):
-    """The run function of one unary op: ``fn`` on the compute dtype, rounded once on store."""
+    """The run function of one unary op: ``fn`` on the compute dtype, rounded once on store. The common case (a
+    runtime input, an array result already in the output dtype) makes no further Python call: a unary step is
+    often all a small partition does."""
     def run(p: Prepared, inputs) -> list[np.ndarray]:
-        x = arg(p, inputs, 0)
-        return [_store(p, fn(widen(x)), x)]
+        x = inputs[0] if inputs else None
+        if x is None:
+            x = arg(p, inputs, 0)
+        y = fn(x if x.dtype != _F16 else x.astype(_F32))  # widen(x), inline
+        dt = p.memo.get("out_dtype")
+        if dt is not None and type(y) is np.ndarray and y.dtype == dt:
+            return [y]
+        return [_store(p, y, x)]
     return run
 
 
