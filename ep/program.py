@@ -26,28 +26,28 @@ UNKNOWN_RANK = "?"  # a declared input shape of unknown rank (Step.declared)
 # IEEE results (inf, nan) are the kernels' answers, as on the CPU EP: numpy must not turn them into RuntimeWarnings
 # (errors under ``python -W error``). numpy 2 keeps its error state in a context variable; a program call sets it
 # to "ignore all" and resets it, which is ``np.errstate(all="ignore")`` without building the state on every call
-# (~0.2 us instead of ~1 us). Without that variable (another numpy), np.errstate does it.
-try:
-    from numpy._core._ufunc_config import _extobj_contextvar as _NUMPY_ERRSTATE
-except ImportError:  # pragma: no cover - numpy >= 2.0 is required; kept for a numpy that moves it
-    _NUMPY_ERRSTATE = None
-if _NUMPY_ERRSTATE is not None:
-    with np.errstate(all="ignore"):
-        _IGNORE_ALL = _NUMPY_ERRSTATE.get()
+# (~0.2 us instead of ~1 us).
+class _ErrstateFallback:
+    """The context variable's set/reset through np.errstate, for a numpy that moved the variable."""
 
-    def _enter_ieee() -> Any:
-        return _NUMPY_ERRSTATE.set(_IGNORE_ALL)
+    def set(self, _state: Any) -> Any:
+        token = np.errstate(all="ignore")
+        token.__enter__()
+        return token
 
-    def _leave_ieee(token: Any) -> None:
-        _NUMPY_ERRSTATE.reset(token)
-else:  # pragma: no cover
-    def _enter_ieee() -> Any:
-        state = np.errstate(all="ignore")
-        state.__enter__()
-        return state
-
-    def _leave_ieee(token: Any) -> None:
+    def reset(self, token: Any) -> None:
         token.__exit__(None, None, None)
+
+
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
+except ImportError:  # pragma: no cover - every numpy >= 2.0 (required) has it
+    _ERRSTATE, _IGNORE_ALL = _ErrstateFallback(), None
+else:
+    with np.errstate(all="ignore"):
+        _IGNORE_ALL = _ERRSTATE.get()
+
+_FOLD_EVERY = 1024  # a signature's pending call times are summed into its stats this often (and when read)
 
 
 class NpuRuntimeError(RuntimeError):
@@ -101,7 +101,9 @@ class Program:
         self.recorded: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self._costs: dict[tuple, RunCost] = {}
-        self._stats: dict[tuple, list[int]] = {}  # input-shape signature -> [calls, host ns]
+        self._stats: dict[tuple, list[int]] = {}  # input-shape signature -> [calls, host ns], summed under the lock
+        # signature -> host ns of each hot-path call not yet summed: list.append is atomic, so a call needs no lock
+        self._pending: dict[tuple, list[int]] = {}
         # The hot path's view of the steps: (run, prepared, in_slots, [(output index, slot)], release, step)
         self._plan = [(st.kernel.run, st.prepared, st.in_slots,
                        tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, st)
@@ -126,28 +128,43 @@ class Program:
 
     @property
     def calls(self) -> int:
-        return sum(c for c, _ in self._stats.values())
+        return sum(c for c, _ in self._folded().values())
 
     @property
     def host_ns(self) -> int:
-        return sum(ns for _, ns in self._stats.values())
+        return sum(ns for _, ns in self._folded().values())
 
     @property
     def signatures(self) -> dict[tuple, int]:
         """Input-shape signature -> number of calls."""
-        return {sig: c for sig, (c, _) in self._stats.items()}
+        return {sig: c for sig, (c, _) in self._folded().items()}
+
+    def _folded(self) -> dict[tuple, tuple[int, int]]:
+        """Every call so far, pending ones summed in: signature -> (calls, host ns)."""
+        with self._lock:
+            self._fold_locked()
+            return {sig: (c, ns) for sig, (c, ns) in self._stats.items()}
+
+    def _fold_locked(self) -> None:
+        for sig, pending in self._pending.items():
+            n = len(pending)  # calls appending meanwhile add after these n
+            if n:
+                stats = self._stats[sig]
+                stats[0] += n
+                stats[1] += sum(pending[:n])
+                del pending[:n]
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         t0 = perf_counter_ns()
         if self._input_perm is not None:
             inputs = tuple([inputs[i] for i in self._input_perm])
         signature = tuple([a.shape for a in inputs])
-        stats = self._stats.get(signature)
-        if stats is None or self.record:
-            return self._observed_call(inputs, signature, stats, t0)
+        pending = self._pending.get(signature)
+        if pending is None or self.record:
+            return self._observed_call(inputs, signature, pending is not None, t0)
         env: list[Any] = [None] * self._env_size  # the extra last slot stays None: in_slots -1 read it
         env[: len(inputs)] = inputs
-        token = _enter_ieee()
+        token = _ERRSTATE.set(_IGNORE_ALL)
         try:
             for run, prepared, in_slots, out_slots, release, step in self._plan:
                 args = [env[s] for s in in_slots]
@@ -160,23 +177,23 @@ class Program:
                 for slot in release:
                     env[slot] = None
         finally:
-            _leave_ieee(token)
+            _ERRSTATE.reset(token)
         result = tuple([env[s] for s in self.output_slots])
-        elapsed = perf_counter_ns() - t0
-        with self._lock:
-            stats[0] += 1
-            stats[1] += elapsed
+        pending.append(perf_counter_ns() - t0)
+        if len(pending) >= _FOLD_EVERY:
+            with self._lock:
+                self._fold_locked()
         return result
 
-    def _observed_call(self, inputs: tuple[np.ndarray, ...], signature: tuple, stats: list[int] | None,
+    def _observed_call(self, inputs: tuple[np.ndarray, ...], signature: tuple, known: bool,
                        t0: int) -> tuple[np.ndarray, ...]:
         """The call that observes: the first with a new input-shape signature keeps every step's input shapes for
         the cost model; recording keeps every intermediate tensor. The hot path in ``__call__`` does neither."""
         env: list[Any] = [None] * self._env_size
         env[: len(inputs)] = inputs
-        step_shapes: list[list] | None = [] if stats is None else None
+        step_shapes: list[list] | None = None if known else []
         record = self.record
-        token = _enter_ieee()
+        token = _ERRSTATE.set(_IGNORE_ALL)
         try:
             for run, prepared, in_slots, out_slots, release, step in self._plan:
                 args = [env[s] for s in in_slots]
@@ -193,12 +210,13 @@ class Program:
                 if record:
                     self._record(step, outs)
         finally:
-            _leave_ieee(token)
+            _ERRSTATE.reset(token)
         result = tuple([env[s] for s in self.output_slots])
         elapsed = perf_counter_ns() - t0
-        if stats is None:
+        if step_shapes is not None:
             return self._first_of_signature(signature, step_shapes, elapsed, result)
         with self._lock:
+            stats = self._stats[signature]
             stats[0] += 1
             stats[1] += elapsed
         return result
@@ -212,6 +230,7 @@ class Program:
             stats = self._stats.setdefault(signature, [0, 0])
             stats[0] += 1
             stats[1] += elapsed
+            self._pending.setdefault(signature, [])  # from now on this signature takes the hot path
         return result
 
     def _record(self, step: Step, outs: Sequence[np.ndarray]) -> None:
@@ -255,8 +274,7 @@ class Program:
 
     def emulated_seconds(self) -> float:
         """Emulated NPU time of every call so far."""
-        with self._lock:
-            return sum(self._costs[s].seconds * c for s, (c, _) in self._stats.items() if s in self._costs)
+        return sum(self._costs[s].seconds * c for s, (c, _) in self._folded().items() if s in self._costs)
 
 
 def _resolve(shape: tuple | None, unknown_dim: int | None) -> tuple | None | bool:

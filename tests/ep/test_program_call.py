@@ -90,3 +90,32 @@ def test_record_keeps_every_intermediate_on_every_call():
         np.testing.assert_array_equal(program.recorded["div:0"], q)
         np.testing.assert_array_equal(program.recorded["exp:0"], y)
     assert program.calls == 2
+
+
+def test_calls_from_many_threads_are_all_counted(monkeypatch):
+    """Hot-path calls append their times without the lock; summing them in (every _FOLD_EVERY calls, and on every
+    read) loses none, also while other threads keep calling."""
+    import threading
+
+    from npu_ep.ep import program as program_mod
+
+    monkeypatch.setattr(program_mod, "_FOLD_EVERY", 7)
+    program = compiled(div_exp_model())
+    program(FEEDS["a"], FEEDS["b"])
+    seen = []
+
+    def work():
+        for i in range(300):
+            program(FEEDS["a"], FEEDS["b"])
+            if i % 50 == 0:
+                seen.append(program.calls)  # reads fold concurrently with other threads' appends
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert program.calls == 1 + 4 * 300 and program.signatures == {((4,), (4,)): 1201}
+    assert all(1 <= c <= 1201 for c in seen)
+    cost = program.cost_for(((4,), (4,)))
+    assert program.emulated_seconds() == pytest.approx(cost.seconds * 1201)
