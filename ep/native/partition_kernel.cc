@@ -82,12 +82,13 @@ bool PrepareShutdown(double timeout_s) {
 static void CheckOutputShape(PartitionKernel* k, size_t i, const std::vector<int64_t>& dims) {
   if (!k->output_rank_known[i]) return;
   const auto& declared = k->output_dims[i];
+  bool same = declared.size() == dims.size();
+  for (size_t d = 0; same && d < declared.size(); ++d) same = declared[d] < 0 || declared[d] == dims[d];
+  if (same) return;  // every call: no message built
   const std::string what = "output '" + k->output_names[i] + "' of " + k->output_producers[i] + " has shape " +
                            ShapeString(dims) + " but the graph declares " + ShapeString(declared);
   if (declared.size() != dims.size()) throw OrtError(ORT_EP_FAIL, what);
-  bool same = true;
-  for (size_t d = 0; same && d < declared.size(); ++d) same = declared[d] < 0 || declared[d] == dims[d];
-  if (same || k->output_warned[i]) return;
+  if (k->output_warned[i]) return;
   k->output_warned[i] = 1;
   py::module_::import("npu_ep.ep.log").attr("logger").attr("warning")(
       k->where + ": " + what + " (ORT's inferred shape; its CPU EP computes the same shape and warns too)");
@@ -173,9 +174,9 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
         throw OrtError(ORT_EP_FAIL, "input " + std::to_string(j) + " has element type " +
                                         std::to_string(meta.elem_type) + ", compiled for " +
                                         std::to_string(k->input_types[j]));
-      py::array view = TensorView(v, k->input_dtypes[j].cast<py::dtype>(), meta);
+      py::array view = TensorView(v, k->input_dtypes[j], meta);
       bytes_in += static_cast<uint64_t>(view.nbytes());
-      args[j++] = std::move(view);
+      PyTuple_SET_ITEM(args.ptr(), j++, view.release().ptr());  // the new tuple's empty slot takes the reference
     }
     const uint64_t tp = NowNs();
     kern::CallContextScope on_orts_pool(ctx);  // native kernels' parallel loops run on ORT's intra-op threads

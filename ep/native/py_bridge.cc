@@ -78,12 +78,24 @@ static py::handle ViewBase() {
   return base;
 }
 
-py::array TensorView(const OrtValue* v, const py::dtype& dtype, const TensorMeta& meta) {
+py::array TensorView(const OrtValue* v, const py::handle& dtype, const TensorMeta& meta) {
+  static_assert(sizeof(int64_t) == sizeof(Py_intptr_t), "ORT's dims are handed to numpy as they are");
   const void* data = nullptr;
   Check(g_ort->GetTensorData(v, &data));
-  std::vector<py::ssize_t> shape(meta.dims.begin(), meta.dims.end());
-  py::array a(dtype, shape, {}, data, ViewBase());
-  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  // numpy's own constructor, as pybind11's py::array(dtype, shape, strides, data, base) calls it, without its
+  // shape/stride vectors and with the view created read-only (flags 0) instead of cleared afterwards.
+  auto& api = py::detail::npy_api::get();
+  auto dims = const_cast<Py_intptr_t*>(reinterpret_cast<const Py_intptr_t*>(meta.dims.data()));
+  PyObject* raw = api.PyArray_NewFromDescr_(api.PyArray_Type_, dtype.inc_ref().ptr(),
+                                            static_cast<int>(meta.dims.size()), dims, nullptr,
+                                            const_cast<void*>(data), 0, nullptr);
+  if (!raw) throw py::error_already_set();
+  py::array a = py::reinterpret_steal<py::array>(raw);
+  if (!data) {  // an empty tensor without a buffer: numpy allocated one (writeable), as pybind11 did
+    py::detail::array_proxy(raw)->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+    return a;
+  }
+  if (api.PyArray_SetBaseObject_(raw, ViewBase().inc_ref().ptr()) != 0) throw py::error_already_set();
   return a;
 }
 

@@ -50,7 +50,7 @@ struct TensorMeta {
 TensorMeta GetTensorMeta(const OrtValue* v);
 
 // Read-only zero-copy view of an ORT tensor: valid only while ORT keeps the tensor alive (one Compute call).
-py::array TensorView(const OrtValue* v, const py::dtype& dtype, const TensorMeta& meta);
+py::array TensorView(const OrtValue* v, const py::handle& dtype, const TensorMeta& meta);
 
 // Owned copy of an ORT tensor (initializers we keep beyond the lifetime of the OrtGraph).
 py::array TensorCopy(const OrtValue* v);
