@@ -121,6 +121,14 @@ def skip_rms(s: np.ndarray, eps: float) -> np.ndarray:
     arithmetic: float32 squares summed sequentially in float32, float32 division and sqrt; shape [..., 1]."""
     d = s.shape[-1]
     sq = np.multiply(s, s)
+    if s.size == d and d:  # one row (a decode step): the scalar tail on a float32 scalar, not on 1-element arrays
+        flat = sq.reshape(-1)
+        np.add.accumulate(flat, out=flat)
+        ms = flat[-1] / _F32.type(d) + _F32.type(eps)  # float32 scalar arithmetic, as the array ops round
+        tail = sq[..., -1:]
+        # sqrt of a float32 in double, rounded once to float32: equals the float32 sqrt (53 >= 2 * 24 + 2 bits)
+        tail[...] = math.sqrt(ms) if ms >= 0 else np.sqrt(ms)  # numpy's NaN bits below 0 and for NaN
+        return tail
     total = np.add.accumulate(sq, axis=-1, out=sq)[..., -1:]
     ms = total / _F32.type(d)
     ms += _F32.type(eps)

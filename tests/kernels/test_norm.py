@@ -134,3 +134,22 @@ def test_rms_normalization_multi_axis_single_and_many_rows(rows):
     x = rand((rows, 3, 40), np.float32, seed=28)
     check_against_ort("RMSNormalization", [("x", x, False), ("scale", rand((3, 40), np.float32, seed=29), True)],
                       [("y", np.float32)], {"axis": 1, "epsilon": 1e-6}, opset=23, tol=F32_TOL)
+
+
+@pytest.mark.parametrize("eps", [1e-6, 0.0, -1.0])
+def test_skip_rms_single_row_scalar_tail_has_the_array_paths_bits(eps):
+    """skip_rms's one-row path does the tail (/ D, + eps, sqrt) on a float32 scalar; every row alone must give the
+    bits of the many-row array path, also for tiny, huge, NaN and Inf values and an epsilon that makes it NaN."""
+    from npu_ep.kernels.ops.norm import skip_rms
+
+    rng = np.random.default_rng(26)
+    for d in (1, 7, 256):
+        rows = np.concatenate([(rng.standard_normal((8, d)) * scale).astype(np.float32)
+                               for scale in (1e-30, 1e-20, 1e-3, 1.0, 1e17, 1e19, 1e30)])
+        rows[0, 0], rows[1, -1], rows[2, 0] = np.nan, np.inf, -np.inf
+        with np.errstate(all="ignore"):
+            many = skip_rms(rows[None], eps)
+            for i in range(len(rows)):
+                one = skip_rms(rows[None, i:i + 1], eps)
+                assert one.shape == (1, 1, 1) and one.dtype == np.float32
+                assert one.view(np.int32)[0, 0, 0] == many.view(np.int32)[0, i, 0], (d, i, one, many[0, i])
