@@ -8,6 +8,8 @@ QuantizeLinear, as ORT's CPU kernel: ``saturate(rint(float32(x) / scale) + zero_
 division, not a reciprocal multiply, so results are bit-exact). DequantizeLinear: ``float32(x - zp) * scale``,
 cast to the scale's dtype. Blocked: ``scale`` has x's rank with ``ceil(D_axis / block_size)`` along ``axis``.
 Compile time: scale/zero point are expanded to x's broadcast layout (per-axis reshape, blocked repeat).
+Per-tensor 8-bit Q/DQ with a float32 scale run on native kernels (``ep/native/kernels/quantize.cc``, the same
+float32 operations) unless the session asks for the reference model.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..support import dtype_name
 from ..target import Target
+from . import _native
 from ._mm import quantize_float
 from ._util import arg, nbytes
 
@@ -93,13 +96,32 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, consts, target)
 
 
+def _native_per_tensor(p: Prepared) -> tuple | None:
+    """(native kernels, scale, zero point) for a per-tensor 8-bit Q/DQ with a float32 scale, else None."""
+    nat = _native.native(p)
+    c = p.consts
+    if nat is None or p.attrs["qtype"] not in ("int8", "uint8") or c["scale"].ndim or c["zp"].ndim \
+            or p.attrs["scale_dtype"] != "float32":
+        return None
+    return nat, float(c["scale"]), int(c["zp"])
+
+
 def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0) if "x" not in p.consts else p.consts["x"]
+    fast = _native_per_tensor(p)
+    if fast is not None and x.dtype == np.float32:  # ep/native/kernels/quantize.cc: the same float32 steps
+        nat, scale, zp = fast
+        return [nat.quantize_tensor(np.ascontiguousarray(x), scale, zp, p.attrs["qtype"] == "int8",
+                                    _native.threads(p))]
     return [quantize_float(x, p.consts["scale"], p.consts["zp"], p.attrs["qtype"])]
 
 
 def _run_dq(p: Prepared, inputs) -> list[np.ndarray]:
     x = p.consts["x"] if "x" in p.consts else _widen(arg(p, inputs, 0))
+    fast = _native_per_tensor(p)
+    if fast is not None and x.dtype in (np.uint8, np.int8):
+        nat, scale, zp = fast
+        return [nat.dequantize_tensor(np.ascontiguousarray(x), zp, scale, _native.threads(p))]
     y = x.astype(np.float32)
     y -= p.consts["zp"]
     with np.errstate(over="ignore"):  # a float32-min mask constant overflows to -inf, as in ORT's kernel

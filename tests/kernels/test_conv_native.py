@@ -1,4 +1,4 @@
-"""The native convolution kernels (ep/native/kernels/conv.cc, pool.cc) against the numpy reference model
+"""The native conv-net kernels (ep/native/kernels/conv.cc, pool.cc, quantize.cc) against the numpy reference model
 (kernels/ops/conv.py, pool.py with ``kernels=reference``), on every instruction-set path this host runs:
 
 - QLinearConv: bit-exact (exact int32 sums, the same MLAS requantization) over odd sizes, pads, strides,
@@ -9,6 +9,8 @@
   convs of one image (the same BLAS product on the same patch matrix); other shapes within rtol 1e-5 (a batched or
   grouped product sums in another order);
 - MaxPool float32: bit-exact (a maximum has one answer; NaN propagates as in numpy);
+- per-tensor QuantizeLinear / DequantizeLinear (the element-wise steps of QDQ graphs): bit-exact, with ties,
+  NaN, infinities and saturation;
 - same bits at any thread count;
 - whole nets in NpuEP sessions (graph assignment checked): the benchmark's conv/relu/pool x3 + Gemm net in fp32
   (vs ORT's CPU EP, rtol 1e-4) and quantized by ORT's quantize_static (native == reference bit for bit, and within
@@ -176,6 +178,23 @@ def test_maxpool_native_bit_exact(isa, xs, attrs):
     x.reshape(-1)[5::23] = -np.inf
     k, p, args = _prepared("MaxPool", [("x", x, False)], **attrs)
     np.testing.assert_array_equal(_run(k, p, args, "native"), _run(k, p, args, "reference"))
+
+
+@pytest.mark.parametrize("qt", [np.uint8, np.int8])
+def test_per_tensor_quantize_dequantize_native_bit_exact(isa, qt):
+    """Ties (x / scale = k + 0.5), NaN (to the lowest value), +-Inf and far out-of-range values saturate."""
+    scale, zp = np.float32(0.05), qt(3)
+    x = np.concatenate([RNG.standard_normal(70000).astype(np.float32) * 5,
+                        (np.arange(-300, 300, dtype=np.float32) + 0.5) * scale,
+                        np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, -0.0, 0.0], np.float32)]).reshape(1, -1)
+    k, p, args = _prepared("QuantizeLinear", [("x", x, False), ("s", np.array(scale), True),
+                                              ("z", np.array(zp), True)])
+    got = _run(k, p, args, "native", 2)
+    np.testing.assert_array_equal(got, _run(k, p, args, "reference"))
+    assert got.dtype == qt and got.min() == np.iinfo(qt).min and got.max() == np.iinfo(qt).max
+    k, p, args = _prepared("DequantizeLinear", [("q", got, False), ("s", np.array(scale), True),
+                                                ("z", np.array(zp), True)])
+    np.testing.assert_array_equal(_run(k, p, args, "native", 2), _run(k, p, args, "reference"))
 
 
 def test_bad_geometry_is_a_clear_error():

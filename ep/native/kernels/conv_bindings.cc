@@ -1,4 +1,4 @@
-// Python bindings of the convolution kernels (conv.h). Geometry arrives as one list of 12 ints
+// Python bindings of the conv-net kernels (conv.h, pool.h, quantize.h). Geometry arrives as one list of 12 ints
 // [M, group, kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right]; arrays are checked here (dtype,
 // size, contiguity) so a wrong call is a ValueError naming the argument, never a crash; kernels run without the GIL.
 #include <pybind11/numpy.h>
@@ -12,6 +12,7 @@
 
 #include "conv.h"
 #include "pool.h"
+#include "quantize.h"
 
 namespace py = pybind11;
 
@@ -160,6 +161,33 @@ py::array_t<float> MaxPoolPy(const Arr<float>& x, const std::vector<int64_t>& ge
   return y;
 }
 
+std::vector<py::ssize_t> ShapeOf(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
+
+py::array QuantizePy(const Arr<float>& x, float scale, int zero_point, bool y_signed, int threads) {
+  if (zero_point < (y_signed ? -128 : 0) || zero_point > (y_signed ? 127 : 255))
+    throw std::invalid_argument("quantize_tensor: zero point outside the output type");
+  py::array y = y_signed ? py::array(py::array_t<int8_t>(ShapeOf(x))) : py::array(py::array_t<uint8_t>(ShapeOf(x)));
+  auto* out = static_cast<uint8_t*>(y.mutable_data());
+  {
+    py::gil_scoped_release release;
+    QuantizeTensor(x.data(), x.size(), scale, zero_point, y_signed, out, threads);
+  }
+  return y;
+}
+
+py::array_t<float> DequantizePy(const py::array& x, int zero_point, float scale, int threads) {
+  const bool is_signed = IsByteArray(x, "dequantize_tensor", "x");
+  if (!(x.flags() & py::array::c_style)) throw std::invalid_argument("dequantize_tensor: x must be C-contiguous");
+  py::array_t<float> y(ShapeOf(x));
+  float* out = y.mutable_data();
+  const auto* in = static_cast<const uint8_t*>(x.data());
+  {
+    py::gil_scoped_release release;
+    DequantizeTensor(in, x.size(), is_signed, zero_point, scale, out, threads);
+  }
+  return y;
+}
+
 }  // namespace
 
 void BindConv(py::module_& m) {
@@ -174,6 +202,10 @@ void BindConv(py::module_& m) {
         "(depthwise: [M, kh*kw])");
   m.def("max_pool", &MaxPoolPy, py::arg("x"), py::arg("geometry"), py::arg("low"), py::arg("threads") = 1,
         "float32 MaxPool over a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, pt, pl]");
+  m.def("quantize_tensor", &QuantizePy, py::arg("x"), py::arg("scale"), py::arg("zero_point"), py::arg("y_signed"),
+        py::arg("threads") = 1, "per-tensor QuantizeLinear float32 -> uint8/int8 (ORT's float32 arithmetic)");
+  m.def("dequantize_tensor", &DequantizePy, py::arg("x"), py::arg("zero_point"), py::arg("scale"),
+        py::arg("threads") = 1, "per-tensor DequantizeLinear uint8/int8 -> float32");
 }
 
 }  // namespace npu_ep::kern

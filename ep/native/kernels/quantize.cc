@@ -1,0 +1,89 @@
+// Per-tensor Q/DQ in fixed chunks of elements (the bits never depend on the thread count). Same float32
+// operations as the reference, in its order: a division (never a reciprocal multiply), rint, + zp, clip.
+#include "quantize.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cpu.h"
+#include "thread_pool.h"
+
+#if NPU_EP_X86
+#include <immintrin.h>
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#pragma GCC optimize("fp-contract=off")
+
+namespace npu_ep::kern {
+namespace {
+
+constexpr int64_t kChunk = 1 << 16;
+
+void QuantizeScalar(const float* x, int64_t n, float scale, float z, float lo, float hi, uint8_t* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    float q = std::nearbyint(x[i] / scale) + z;
+    q = std::fmin(std::fmax(q, lo), hi);  // fmax drops a NaN: NaN -> lo
+    y[i] = static_cast<uint8_t>(static_cast<int32_t>(q));
+  }
+}
+
+void DequantizeScalar(const uint8_t* x, int64_t n, bool is_signed, float z, float scale, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = is_signed ? static_cast<float>(static_cast<int8_t>(x[i])) : static_cast<float>(x[i]);
+    y[i] = (v - z) * scale;
+  }
+}
+
+#if NPU_EP_X86
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeAvx512(const float* x, int64_t n, float scale,
+                                                                         float z, float lo, float hi, uint8_t* y) {
+  const __m512 sv = _mm512_set1_ps(scale), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
+               hiv = _mm512_set1_ps(hi);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    __m512 q = _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), sv);
+    q = _mm512_add_ps(_mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zv);
+    q = _mm512_min_ps(_mm512_max_ps(q, lov), hiv);  // maxps returns its second operand for a NaN: NaN -> lo
+    _mm_mask_storeu_epi8(y + i, k, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q)));
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeAvx512(const uint8_t* x, int64_t n,
+                                                                           bool is_signed, float z, float scale,
+                                                                           float* y) {
+  const __m512 sv = _mm512_set1_ps(scale), zv = _mm512_set1_ps(z);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    const __m128i b = _mm_maskz_loadu_epi8(k, x + i);
+    const __m512i v = is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(v), zv), sv));
+  }
+}
+#endif
+
+}  // namespace
+
+void QuantizeTensor(const float* x, int64_t n, float scale, int32_t zp, bool is_signed, uint8_t* y, int threads) {
+  const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f, z = static_cast<float>(zp);
+  ParallelFor(threads, (n + kChunk - 1) / kChunk, [&](int64_t c) {
+    const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+#if NPU_EP_X86
+    if (ActiveIsa() >= Isa::kAvx512) return QuantizeAvx512(x + i0, len, scale, z, lo, hi, y + i0);
+#endif
+    QuantizeScalar(x + i0, len, scale, z, lo, hi, y + i0);
+  });
+}
+
+void DequantizeTensor(const uint8_t* x, int64_t n, bool is_signed, int32_t zp, float scale, float* y, int threads) {
+  const float z = static_cast<float>(zp);
+  ParallelFor(threads, (n + kChunk - 1) / kChunk, [&](int64_t c) {
+    const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+#if NPU_EP_X86
+    if (ActiveIsa() >= Isa::kAvx512) return DequantizeAvx512(x + i0, len, is_signed, z, scale, y + i0);
+#endif
+    DequantizeScalar(x + i0, len, is_signed, z, scale, y + i0);
+  });
+}
+
+}  // namespace npu_ep::kern
