@@ -72,7 +72,7 @@ def quantize_float(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, qty
     ``scale`` and ``zero_point`` already broadcast against ``x`` (``quantize_linear`` shapes per-channel ones).
     """
     lo, hi = qrange(qtype)
-    q = np.asarray(x).astype(np.float32) / np.asarray(scale, np.float32)
+    q = np.asarray(np.asarray(x).astype(np.float32) / np.asarray(scale, np.float32))  # 0-d stays an array
     np.rint(q, out=q)
     q += np.asarray(zero_point, np.float32)
     np.fmax(q, np.float32(lo), out=q)  # fmax/fmin drop the NaN: NaN -> lo

@@ -112,7 +112,7 @@ def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
     if fast is not None and x.dtype == np.float32:  # ep/native/kernels/quantize.cc: the same float32 steps
         nat, scale, zp = fast
         return [nat.quantize_tensor(np.ascontiguousarray(x), scale, zp, p.attrs["qtype"] == "int8",
-                                    _native.threads(p))]
+                                    _native.threads(p)).reshape(x.shape)]  # ascontiguousarray makes 0-d 1-d
     return [quantize_float(x, p.consts["scale"], p.consts["zp"], p.attrs["qtype"])]
 
 
@@ -121,7 +121,7 @@ def _run_dq(p: Prepared, inputs) -> list[np.ndarray]:
     fast = _native_per_tensor(p)
     if fast is not None and x.dtype in (np.uint8, np.int8):
         nat, scale, zp = fast
-        return [nat.dequantize_tensor(np.ascontiguousarray(x), zp, scale, _native.threads(p))]
+        return [nat.dequantize_tensor(np.ascontiguousarray(x), zp, scale, _native.threads(p)).reshape(x.shape)]
     y = x.astype(np.float32)
     y -= p.consts["zp"]
     with np.errstate(over="ignore"):  # a float32-min mask constant overflows to -inf, as in ORT's kernel

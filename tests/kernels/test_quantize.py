@@ -97,3 +97,34 @@ def test_edge_declines_int16_dequant_naming_rule():
     q = RNG.integers(-100, 100, (2, 9)).astype(np.int16)
     reason = so.declined("DequantizeLinear", [("x", q, False), ("s", np.array(0.1, np.float32), True)], "npu-edge")
     assert "int16 not supported by target npu-edge" in reason
+
+
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+def test_zero_d_quantize_dequantize_keep_their_shape_without_constant_folding(kernels):
+    """QNN-style graphs quantize 0-d constants (scalar factors, mask values); with ORT_DISABLE_ALL nothing folds
+    them, so the Q/DQ kernels see 0-d inputs: the result stays 0-d and equals the CPU EP's (native and reference)."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from npu_testing import assignment, npu_session, session_options
+
+    nodes = [helper.make_node("QuantizeLinear", ["c", "s", "z"], ["q"], domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], domain="com.microsoft"),
+             helper.make_node("Mul", ["x", "d"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in
+             (("c", 0.5, np.float32), ("s", 0.01, np.float32), ("z", 3, np.uint8))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, []),
+                               helper.make_tensor_value_info("q", TensorProto.UINT8, [])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    opts = session_options()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    x = np.array(3.0, np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    sess = npu_session(model, {"kernels": kernels} if kernels == "reference" else None, cpu=False, so=opts)
+    got = sess.run(None, {"x": x})
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    for g, w in zip(got, want):
+        assert g.shape == w.shape == () and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
