@@ -1,10 +1,10 @@
 """A QNN-style a16w8 decoder: a random Llama exported by torch (``torch_export``), then quantized with ORT's QNN
-recipe (``get_qnn_qdq_config`` + ``quantize``: uint16 activations through com.microsoft Q/DQ, uint8 weights), the
-graph a Qualcomm user brings. Random weights, no download; the width is a real one (hidden 2048) so the weight
+recipe (``get_qnn_qdq_config`` + ``quantize``: uint16 activations through com.microsoft Q/DQ, uint8 weights; a8w8
+and a16w4 on request), the graph a Qualcomm user brings. Random weights, no download; the width is a real one (hidden 2048) so the weight
 DQs, the 16-bit activation units and the exporter's mask plumbing look as they do in a shipped 1B model.
 
-Calibration: a few prefill-shaped feeds (past 0 is not exportable here, so a short random past) drawn from the
-graph contract of ``torch_export`` (input_ids, attention_mask, position_ids, past_key_values.*).
+Calibration: a few feeds of 8 new tokens after a random 4-token past, in the graph contract of ``torch_export``
+(input_ids, attention_mask, position_ids, past_key_values.*).
 
 torch and transformers are imported inside the functions only (through ``torch_export``).
 """
@@ -54,22 +54,28 @@ class _Reader:
         return next(self._it, None)
 
 
-def quantize_qnn(float_path: str | Path, out_path: str | Path, *, samples: int = 2) -> Path:
-    """Quantize ``float_path`` with ORT's QNN config (uint16 activations, uint8 weights) into ``out_path``."""
+def quantize_qnn(float_path: str | Path, out_path: str | Path, *, samples: int = 2, activation_bits: int = 16,
+                 weight_bits: int = 8, per_channel: bool = False) -> Path:
+    """Quantize ``float_path`` with ORT's QNN config into ``out_path``: unsigned activations and weights of the
+    given widths (a16w8 by default; 8 or 16 bits for activations, 4, 8 or 16 for weights)."""
     from onnxruntime.quantization import QuantType, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
+    types = {4: QuantType.QUInt4, 8: QuantType.QUInt8, 16: QuantType.QUInt16}
+    if activation_bits not in (8, 16) or weight_bits not in types:
+        raise ValueError(f"a{activation_bits}w{weight_bits}: activations take 8 or 16 bits, weights 4, 8 or 16")
     feeds = [sample_feeds(float_path, seed=i) for i in range(samples)]
-    config = get_qnn_qdq_config(str(float_path), _Reader(feeds), activation_type=QuantType.QUInt16,
-                                weight_type=QuantType.QUInt8)
+    config = get_qnn_qdq_config(str(float_path), _Reader(feeds), activation_type=types[activation_bits],
+                                weight_type=types[weight_bits], per_channel=per_channel)
     out_path = Path(out_path)
     quantize(str(float_path), str(out_path), config)
     return out_path
 
 
-def build(folder: str | Path, *, exporter: str = "torchscript", seed: int = 0, **config) -> tuple[Path, Path]:
+def build(folder: str | Path, *, exporter: str = "torchscript", seed: int = 0, activation_bits: int = 16,
+          weight_bits: int = 8, **config) -> tuple[Path, Path]:
     """Export a random Llama (``DEFAULTS`` overridden by ``config``) into ``folder`` and quantize it;
-    returns (float model, a16w8 model)."""
+    returns (float model, quantized model ``llama_<exporter>_a<bits>w<bits>.onnx``)."""
     from .torch_export import export_tiny_hf
 
     folder = Path(folder)
@@ -77,18 +83,22 @@ def build(folder: str | Path, *, exporter: str = "torchscript", seed: int = 0, *
     cfg = {**DEFAULTS, **config}
     float_path = export_tiny_hf("llama", folder / f"llama_{exporter}_float.onnx", exporter=exporter, seed=seed,
                                 **cfg)
-    return float_path, quantize_qnn(float_path, folder / f"llama_{exporter}_a16w8.onnx")
+    out = folder / f"llama_{exporter}_a{activation_bits}w{weight_bits}.onnx"
+    return float_path, quantize_qnn(float_path, out, activation_bits=activation_bits, weight_bits=weight_bits)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m npu_ep.models.qnn_llm", description=__doc__.splitlines()[0])
-    ap.add_argument("folder", help="output folder (new files llama_<exporter>_{float,a16w8}.onnx)")
+    ap.add_argument("folder", help="output folder (new files llama_<exporter>_float.onnx and _a<A>w<W>.onnx)")
     ap.add_argument("--exporter", default="torchscript", choices=("torchscript", "dynamo"))
+    ap.add_argument("--activation-bits", type=int, default=16, choices=(8, 16))
+    ap.add_argument("--weight-bits", type=int, default=8, choices=(4, 8, 16))
     for k, v in DEFAULTS.items():
         ap.add_argument(f"--{k.replace('_', '-')}", type=int, default=v)
     args = ap.parse_args(argv)
     cfg = {k: getattr(args, k) for k in DEFAULTS}
-    for p in build(args.folder, exporter=args.exporter, **cfg):
+    for p in build(args.folder, exporter=args.exporter, activation_bits=args.activation_bits,
+                   weight_bits=args.weight_bits, **cfg):
         print(p)
     return 0
 
