@@ -6,12 +6,13 @@ from ORT's graph through the plugin shim (``ep.graph_convert``). Shapes come fro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import onnx
 from onnx import numpy_helper
 
 from ..kernels.node import Dim, NodeInfo, ValueInfo, canonical_domain
+from ..kernels.ops.control_flow import BranchGraph
 from .dtypes import numpy_dtype
 
 
@@ -63,18 +64,28 @@ def infer_all_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def nodes_from_model(model: onnx.ModelProto, *, infer_shapes: bool = True) -> list[NodeInfo]:
-    """Every node of the main graph in topological (file) order, with inferred shapes and constant values."""
+    """Every node of the main graph in topological (file) order, with inferred shapes and constant values. A node
+    holding graphs (If/Loop/Scan) gets each as a ``BranchGraph`` and the outer-scope values they read appended to
+    its inputs, as the plugin shim gives them to the EP (``ep.graph_convert``)."""
     if infer_shapes:
         model = infer_all_shapes(model)
-    g = model.graph
-    consts = {t.name: t for t in g.initializer}
+    return _graph_nodes(model, model.graph, None, {})[0]
+
+
+def _graph_nodes(model: onnx.ModelProto, g: onnx.GraphProto, outer_consts: dict[str, onnx.TensorProto] | None,
+                 outer_types: dict[str, onnx.TypeProto]) -> tuple[list[NodeInfo], Callable[[str], ValueInfo]]:
+    """The nodes of ``g`` and its value lookup; ``outer_consts`` None for the main graph, else the enclosing
+    scopes' constants (a subgraph's formal inputs shadow them)."""
+    consts = {} if outer_consts is None else {k: v for k, v in outer_consts.items()
+                                               if k not in {i.name for i in g.input}}
+    consts.update({t.name: t for t in g.initializer})
     for n in g.node:  # Constant nodes are constants too
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.attribute and n.attribute[0].name == "value":
             consts[n.output[0]] = n.attribute[0].t
-    types: dict[str, onnx.TypeProto] = {}
+    types: dict[str, onnx.TypeProto] = dict(outer_types)
     for vi in (*g.input, *g.value_info, *g.output):
         types[vi.name] = vi.type
-    graph_inputs = {i.name for i in g.input} - set(consts)
+    graph_inputs = {i.name for i in g.input} - (set(consts) if outer_consts is None else set())
     graph_outputs = {o.name for o in g.output}
 
     def value(name: str) -> ValueInfo:
@@ -93,11 +104,22 @@ def nodes_from_model(model: onnx.ModelProto, *, infer_shapes: bool = True) -> li
 
     nodes = []
     for i, n in enumerate(g.node):
+        attrs, inputs = {}, [value(x) for x in n.input]
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                sub_nodes, sub_value = _graph_nodes(model, a.g, consts, types)
+                attrs[a.name] = BranchGraph(a.g.name, tuple(sub_nodes), tuple(sub_value(o.name) for o in a.g.output),
+                                            tuple(sub_value(x.name) for x in a.g.input))
+            else:
+                attrs[a.name] = _attr_value(a)
+        graphs = [v for v in attrs.values() if isinstance(v, BranchGraph)]
+        outer = {v.name: None for b in graphs for v in b.outer_values()}  # what the shim calls implicit inputs
+        inputs += [value(name) for name in outer]
         nodes.append(NodeInfo(
             index=i, name=n.name or f"{n.op_type}_{i}", op_type=n.op_type, domain=canonical_domain(n.domain),
-            inputs=tuple(value(x) for x in n.input), outputs=tuple(value(x) for x in n.output),
-            attrs={a.name: _attr_value(a) for a in n.attribute}, since_version=_opset(model, n.domain)))
-    return nodes
+            inputs=tuple(inputs), outputs=tuple(value(x) for x in n.output),
+            attrs=attrs, since_version=_opset(model, n.domain)))
+    return nodes, value
 
 
 def all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:

@@ -55,20 +55,32 @@ class BranchGraph:
 
     def reason(self, owner: NodeInfo, target: Target, what: str) -> str | None:
         """Why ``owner`` cannot run this graph (``what``: 'a branch', 'its body') on ``target``, naming the op."""
-        from ..support import why_not
-
         local = {v.name for n in self.nodes for v in n.outputs if not v.missing} | {v.name for v in self.inputs}
         for out in self.outputs:
             if out.name not in local and out.is_constant:
                 return f"{owner.describe()}: {what} returns the constant '{out.name}' without computing it"
-        # Each blocking node's own reason is reported with its graph. When the graph holding ``owner`` is offered,
-        # ORT has already fused the subgraph's claimed nodes (domain = the EP's name): name the ops left over.
-        blocking = [n for n in self.nodes if why_not(n, target) is not None]
-        ops = list(dict.fromkeys(n.op_type for n in blocking if not _fused(n))) or [n.op_type for n in blocking[:1]]
+        ops = self.blocking_ops(target)
         if not ops:
             return None
         held = f"a {ops[0]} node" if len(ops) == 1 else f"{', '.join(ops)} nodes"
         return f"{owner.describe()}: {what} holds {held} target {target.name} does not run"
+
+    def blocking_ops(self, target: Target) -> list[str]:
+        """The op types in this graph (nested graphs included) that ``target`` does not run, first seen first.
+
+        Each blocking node's own reason is reported with its graph. A nested If/Loop/Scan is named by what blocks
+        inside it. When the graph holding the owner is offered, ORT has already fused the subgraph's claimed nodes
+        (domain = the EP's name): the ops left over are named."""
+        from ..support import why_not
+
+        blocking = [n for n in self.nodes if why_not(n, target) is not None]
+        ops: list[str] = []
+        for n in blocking:
+            if _fused(n):
+                continue
+            inner = [op for g in n.attrs.values() if isinstance(g, BranchGraph) for op in g.blocking_ops(target)]
+            ops += inner or [n.op_type]
+        return list(dict.fromkeys(ops)) or [n.op_type for n in blocking[:1]]
 
     def compile_into(self, owner: NodeInfo, attr: str, target: Target, attrs: dict[str, Any],
                      consts: dict[str, np.ndarray]) -> None:
