@@ -26,15 +26,20 @@
 namespace npu_ep::kern {
 namespace {
 
-constexpr int kRows = 4;  // query heads per pass over K and V
+constexpr int kRows = 4;             // query rows per pass over K and V
+constexpr int64_t kTransposeRows = 16;  // rows per task from which K is transposed once (costs T*H moves)
 
 struct Ops {
   // sc[r * ld + j] = q[r * h ..] . k[j * h ..] for r < rows, j < nk
   void (*scores)(const float* q, int rows, const float* k, int64_t nk, int64_t h, float* sc, int64_t ld);
+  // the same from K transposed: kt[i * ldk + j] is key j's channel i
+  void (*scores_t)(const float* q, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h, float* sc,
+                   int64_t ld);
   // x[j] = exp(x[j] - m) for j < n; returns their sum
   float (*exp_sum)(float* x, int64_t n, float m);
-  // out[r * h + i] = sum_j p[r * ld + j] * v[j * h + i]
-  void (*pv)(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* out);
+  // out[r][i] = (sum_j p[r * ld + j] * v[j * h + i]) / div[r]
+  void (*pv)(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, const float* div,
+             float* const* out);
 };
 
 // ---- portable path ----
@@ -57,20 +62,37 @@ float ExpSumScalar(float* x, int64_t n, float m) {
   return sum;
 }
 
-void PvScalar(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* out) {
+void ScoresTScalar(const float* q, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h, float* sc,
+                   int64_t ld) {
   for (int r = 0; r < rows; ++r) {
-    float* o = out + r * h;
+    float* row = sc + r * ld;
+    std::fill(row, row + nk, 0.0f);
+    for (int64_t i = 0; i < h; ++i) {
+      const float w = q[r * h + i];
+      const float* kr = kt + i * ldk;
+      for (int64_t j = 0; j < nk; ++j) row[j] += w * kr[j];
+    }
+  }
+}
+
+void PvScalar(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, const float* div,
+              float* const* out) {
+  for (int r = 0; r < rows; ++r) {
+    float* o = out[r];
     std::fill(o, o + h, 0.0f);
     for (int64_t j = 0; j < nk; ++j) {
       const float w = p[r * ld + j];
       const float* vj = v + j * h;
       for (int64_t i = 0; i < h; ++i) o[i] += w * vj[i];
     }
+    for (int64_t i = 0; i < h; ++i) o[i] /= div[r];
   }
 }
 
 #if NPU_EP_X86
 #define NPU_GQA_AVX512 "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
+// Register blocking needs the row/vector loops fully unrolled (else GCC keeps the accumulators on the stack).
+#define UNROLL _Pragma("GCC unroll 16")
 
 // ---- AVX2 + FMA ----
 
@@ -114,16 +136,16 @@ __attribute__((target("avx2,fma"))) void ScoresAvx2R(const float* q, const float
   for (int64_t j = 0; j < nk; ++j) {
     const float* kj = k + j * h;
     __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < hv; i += 8) {
       const __m256 kv = _mm256_loadu_ps(kj + i);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * h + i), kv, acc[r]);
+      UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * h + i), kv, acc[r]);
     }
     if (hv < h) {
       const __m256 kv = _mm256_maskload_ps(kj + hv, tail);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(q + r * h + hv, tail), kv, acc[r]);
+      UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(q + r * h + hv, tail), kv, acc[r]);
     }
-    for (int r = 0; r < R; ++r) sc[r * ld + j] = HsumAvx2(acc[r]);
+    UNROLL for (int r = 0; r < R; ++r) sc[r * ld + j] = HsumAvx2(acc[r]);
   }
 }
 
@@ -133,6 +155,40 @@ void ScoresAvx2(const float* q, int rows, const float* k, int64_t nk, int64_t h,
     case 2: return ScoresAvx2R<2>(q, k, nk, h, sc, ld);
     case 3: return ScoresAvx2R<3>(q, k, nk, h, sc, ld);
     default: return ScoresAvx2R<4>(q, k, nk, h, sc, ld);
+  }
+}
+
+template <int R>
+__attribute__((target("avx2,fma"))) void ScoresTAvx2R(const float* q, const float* kt, int64_t ldk, int64_t nk,
+                                                      int64_t h, float* sc, int64_t ld) {
+  constexpr int kVec = 3;  // 24 keys x R rows of accumulators
+  for (int64_t j0 = 0; j0 < nk; j0 += 8 * kVec) {
+    __m256i lanes[kVec];
+    UNROLL for (int u = 0; u < kVec; ++u) lanes[u] = LanesAvx2(std::max<int64_t>(0, nk - j0 - 8 * u));
+    __m256 acc[R][kVec];
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < h; ++i) {
+      const float* kr = kt + i * ldk + j0;
+      __m256 kv[kVec];
+      UNROLL for (int u = 0; u < kVec; ++u) kv[u] = _mm256_maskload_ps(kr + 8 * u, lanes[u]);
+      UNROLL for (int r = 0; r < R; ++r) {
+        const __m256 w = _mm256_broadcast_ss(q + r * h + i);
+        UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_fmadd_ps(w, kv[u], acc[r][u]);
+      }
+    }
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int u = 0; u < kVec; ++u) _mm256_maskstore_ps(sc + r * ld + j0 + 8 * u, lanes[u], acc[r][u]);
+  }
+}
+
+void ScoresTAvx2(const float* q, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h, float* sc,
+                 int64_t ld) {
+  switch (rows) {
+    case 1: return ScoresTAvx2R<1>(q, kt, ldk, nk, h, sc, ld);
+    case 2: return ScoresTAvx2R<2>(q, kt, ldk, nk, h, sc, ld);
+    case 3: return ScoresTAvx2R<3>(q, kt, ldk, nk, h, sc, ld);
+    default: return ScoresTAvx2R<4>(q, kt, ldk, nk, h, sc, ld);
   }
 }
 
@@ -157,34 +213,35 @@ __attribute__((target("avx2,fma"))) float ExpSumAvx2(float* x, int64_t n, float 
 
 template <int R>
 __attribute__((target("avx2,fma"))) void PvAvx2R(const float* p, int64_t ld, const float* v, int64_t nk, int64_t h,
-                                                 float* out) {
+                                                 const float* div, float* const* out) {
   constexpr int kVec = 3;  // 3 x 8 channels x R rows of accumulators stay in the 16 ymm registers
   for (int64_t c = 0; c < h; c += 8 * kVec) {
     __m256i lanes[kVec];
-    for (int u = 0; u < kVec; ++u) lanes[u] = LanesAvx2(std::max<int64_t>(0, h - c - 8 * u));
+    UNROLL for (int u = 0; u < kVec; ++u) lanes[u] = LanesAvx2(std::max<int64_t>(0, h - c - 8 * u));
     __m256 acc[R][kVec];
-    for (int r = 0; r < R; ++r)
-      for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_setzero_ps();
     for (int64_t j = 0; j < nk; ++j) {
       const float* vj = v + j * h + c;
       __m256 vv[kVec];
-      for (int u = 0; u < kVec; ++u) vv[u] = _mm256_maskload_ps(vj + 8 * u, lanes[u]);
-      for (int r = 0; r < R; ++r) {
+      UNROLL for (int u = 0; u < kVec; ++u) vv[u] = _mm256_maskload_ps(vj + 8 * u, lanes[u]);
+      UNROLL for (int r = 0; r < R; ++r) {
         const __m256 w = _mm256_broadcast_ss(p + r * ld + j);
-        for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_fmadd_ps(w, vv[u], acc[r][u]);
+        UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_fmadd_ps(w, vv[u], acc[r][u]);
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int u = 0; u < kVec; ++u) _mm256_maskstore_ps(out + r * h + c + 8 * u, lanes[u], acc[r][u]);
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int u = 0; u < kVec; ++u) _mm256_maskstore_ps(out[r] + c + 8 * u, lanes[u], _mm256_div_ps(acc[r][u], _mm256_set1_ps(div[r])));
   }
 }
 
-void PvAvx2(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* out) {
+void PvAvx2(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, const float* div,
+            float* const* out) {
   switch (rows) {
-    case 1: return PvAvx2R<1>(p, ld, v, nk, h, out);
-    case 2: return PvAvx2R<2>(p, ld, v, nk, h, out);
-    case 3: return PvAvx2R<3>(p, ld, v, nk, h, out);
-    default: return PvAvx2R<4>(p, ld, v, nk, h, out);
+    case 1: return PvAvx2R<1>(p, ld, v, nk, h, div, out);
+    case 2: return PvAvx2R<2>(p, ld, v, nk, h, div, out);
+    case 3: return PvAvx2R<3>(p, ld, v, nk, h, div, out);
+    default: return PvAvx2R<4>(p, ld, v, nk, h, div, out);
   }
 }
 
@@ -219,16 +276,16 @@ __attribute__((target(NPU_GQA_AVX512))) void Scores512R(const float* q, const fl
   for (int64_t j = 0; j < nk; ++j) {
     const float* kj = k + j * h;
     __m512 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < hv; i += 16) {
       const __m512 kv = _mm512_loadu_ps(kj + i);
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + r * h + i), kv, acc[r]);
+      UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + r * h + i), kv, acc[r]);
     }
     if (tail) {
       const __m512 kv = _mm512_maskz_loadu_ps(tail, kj + hv);
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + r * h + hv), kv, acc[r]);
+      UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + r * h + hv), kv, acc[r]);
     }
-    for (int r = 0; r < R; ++r) sc[r * ld + j] = _mm512_reduce_add_ps(acc[r]);
+    UNROLL for (int r = 0; r < R; ++r) sc[r * ld + j] = _mm512_reduce_add_ps(acc[r]);
   }
 }
 
@@ -238,6 +295,40 @@ void Scores512(const float* q, int rows, const float* k, int64_t nk, int64_t h, 
     case 2: return Scores512R<2>(q, k, nk, h, sc, ld);
     case 3: return Scores512R<3>(q, k, nk, h, sc, ld);
     default: return Scores512R<4>(q, k, nk, h, sc, ld);
+  }
+}
+
+template <int R>
+__attribute__((target(NPU_GQA_AVX512))) void ScoresT512R(const float* q, const float* kt, int64_t ldk, int64_t nk,
+                                                         int64_t h, float* sc, int64_t ld) {
+  constexpr int kVec = 4;  // 64 keys x R rows of accumulators
+  for (int64_t j0 = 0; j0 < nk; j0 += 16 * kVec) {
+    __mmask16 lanes[kVec];
+    UNROLL for (int u = 0; u < kVec; ++u) lanes[u] = Lanes512(nk - j0 - 16 * u);
+    __m512 acc[R][kVec];
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < h; ++i) {
+      const float* kr = kt + i * ldk + j0;
+      __m512 kv[kVec];
+      UNROLL for (int u = 0; u < kVec; ++u) kv[u] = _mm512_maskz_loadu_ps(lanes[u], kr + 16 * u);
+      UNROLL for (int r = 0; r < R; ++r) {
+        const __m512 w = _mm512_set1_ps(q[r * h + i]);
+        UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_fmadd_ps(w, kv[u], acc[r][u]);
+      }
+    }
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int u = 0; u < kVec; ++u) _mm512_mask_storeu_ps(sc + r * ld + j0 + 16 * u, lanes[u], acc[r][u]);
+  }
+}
+
+void ScoresT512(const float* q, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h, float* sc,
+                int64_t ld) {
+  switch (rows) {
+    case 1: return ScoresT512R<1>(q, kt, ldk, nk, h, sc, ld);
+    case 2: return ScoresT512R<2>(q, kt, ldk, nk, h, sc, ld);
+    case 3: return ScoresT512R<3>(q, kt, ldk, nk, h, sc, ld);
+    default: return ScoresT512R<4>(q, kt, ldk, nk, h, sc, ld);
   }
 }
 
@@ -255,34 +346,35 @@ __attribute__((target(NPU_GQA_AVX512))) float ExpSum512(float* x, int64_t n, flo
 
 template <int R>
 __attribute__((target(NPU_GQA_AVX512))) void Pv512R(const float* p, int64_t ld, const float* v, int64_t nk,
-                                                    int64_t h, float* out) {
+                                                    int64_t h, const float* div, float* const* out) {
   constexpr int kVec = 4;  // 64 channels x R rows of accumulators
   for (int64_t c = 0; c < h; c += 16 * kVec) {
     __mmask16 lanes[kVec];
-    for (int u = 0; u < kVec; ++u) lanes[u] = Lanes512(h - c - 16 * u);
+    UNROLL for (int u = 0; u < kVec; ++u) lanes[u] = Lanes512(h - c - 16 * u);
     __m512 acc[R][kVec];
-    for (int r = 0; r < R; ++r)
-      for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
     for (int64_t j = 0; j < nk; ++j) {
       const float* vj = v + j * h + c;
       __m512 vv[kVec];
-      for (int u = 0; u < kVec; ++u) vv[u] = _mm512_maskz_loadu_ps(lanes[u], vj + 16 * u);
-      for (int r = 0; r < R; ++r) {
+      UNROLL for (int u = 0; u < kVec; ++u) vv[u] = _mm512_maskz_loadu_ps(lanes[u], vj + 16 * u);
+      UNROLL for (int r = 0; r < R; ++r) {
         const __m512 w = _mm512_set1_ps(p[r * ld + j]);
-        for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_fmadd_ps(w, vv[u], acc[r][u]);
+        UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_fmadd_ps(w, vv[u], acc[r][u]);
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int u = 0; u < kVec; ++u) _mm512_mask_storeu_ps(out + r * h + c + 16 * u, lanes[u], acc[r][u]);
+    UNROLL for (int r = 0; r < R; ++r)
+      UNROLL for (int u = 0; u < kVec; ++u) _mm512_mask_storeu_ps(out[r] + c + 16 * u, lanes[u], _mm512_div_ps(acc[r][u], _mm512_set1_ps(div[r])));
   }
 }
 
-void Pv512(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* out) {
+void Pv512(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, const float* div,
+           float* const* out) {
   switch (rows) {
-    case 1: return Pv512R<1>(p, ld, v, nk, h, out);
-    case 2: return Pv512R<2>(p, ld, v, nk, h, out);
-    case 3: return Pv512R<3>(p, ld, v, nk, h, out);
-    default: return Pv512R<4>(p, ld, v, nk, h, out);
+    case 1: return Pv512R<1>(p, ld, v, nk, h, div, out);
+    case 2: return Pv512R<2>(p, ld, v, nk, h, div, out);
+    case 3: return Pv512R<3>(p, ld, v, nk, h, div, out);
+    default: return Pv512R<4>(p, ld, v, nk, h, div, out);
   }
 }
 #endif  // NPU_EP_X86
@@ -290,10 +382,10 @@ void Pv512(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int
 Ops SelectOps() {
 #if NPU_EP_X86
   const Isa isa = ActiveIsa();
-  if (isa >= Isa::kAvx512) return {Scores512, ExpSum512, Pv512};
-  if (isa >= Isa::kAvx2) return {ScoresAvx2, ExpSumAvx2, PvAvx2};
+  if (isa >= Isa::kAvx512) return {Scores512, ScoresT512, ExpSum512, Pv512};
+  if (isa >= Isa::kAvx2) return {ScoresAvx2, ScoresTAvx2, ExpSumAvx2, PvAvx2};
 #endif
-  return {ScoresScalar, ExpSumScalar, PvScalar};
+  return {ScoresScalar, ScoresTScalar, ExpSumScalar, PvScalar};
 }
 
 // Rotary as the reference computes it (x0 c + x1 (-s), x1 c + x0 s; two roundings, no fused multiply-add) on the
@@ -314,9 +406,91 @@ int64_t Position(const GqaArgs& a, int64_t b, int64_t s) {
   return a.position_ids ? a.position_ids[b * a.S + s] : a.past_len[b] + s;
 }
 
+// The visible keys [lo, hi) of the query at token s of batch b (hi <= lo: none).
+struct KeyRange {
+  int64_t lo, hi;
+};
+KeyRange Visible(const GqaArgs& a, int64_t b, int64_t s) {
+  const int64_t pos = a.past_len[b] + s;  // the query's own key
+  return {a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0, std::min<int64_t>(pos + 1, a.total_len[b])};
+}
+
+// Attention of kv head kh's query heads in batch b against its present rows pk/pv. Rows are (token, head) pairs
+// in token-major order, taken kRows at a time: the heads of one token, or several tokens when G < kRows. A group
+// scores the union of its rows' key ranges; keys outside a row's own range get probability 0. With many rows
+// (prefill), K is transposed once per task so scores are broadcast FMAs over keys instead of reduced dot products.
+void Attend(const GqaArgs& a, const Ops& ops, int64_t b, int64_t kh, const float* pk, const float* pv) {
+  const int64_t H = a.H, S = a.S, G = a.N / a.Nkv, rows_total = G * S;
+  const bool transposed = rows_total >= kTransposeRows;
+  const float scale = a.scale;
+  thread_local std::vector<float> qbuf, sc, kt;
+  const KeyRange first = Visible(a, b, 0), last = Visible(a, b, S - 1);
+  const int64_t t0 = std::min(first.lo, last.lo), t1 = std::max<int64_t>(t0, std::max(first.hi, last.hi));
+  const int64_t ld = std::max<int64_t>((t1 - t0 + 15) / 16 * 16, 16);  // score row / transposed K row length
+  qbuf.resize(kRows * H);
+  sc.resize(kRows * ld);
+  if (transposed) {
+    kt.resize(H * ld);
+    for (int64_t tb = t0; tb < t1; tb += 16) {  // 16 keys at a time: 64-byte runs on both sides
+      const int64_t te = std::min(tb + 16, t1);
+      for (int64_t i = 0; i < H; ++i)
+        for (int64_t t = tb; t < te; ++t) kt[i * ld + (t - t0)] = pk[t * H + i];
+    }
+  }
+  float sums[kRows];
+  KeyRange range[kRows];
+  float* orow[kRows];
+  for (int64_t r0 = 0; r0 < rows_total; r0 += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, rows_total - r0));
+    int64_t lo = t1, hi = t0;
+    for (int r = 0; r < rows; ++r) {
+      const int64_t s = (r0 + r) / G, n = kh * G + (r0 + r) % G;
+      range[r] = Visible(a, b, s);
+      if (range[r].hi > range[r].lo) lo = std::min(lo, range[r].lo), hi = std::max(hi, range[r].hi);
+      orow[r] = a.out + ((b * S + s) * a.N + n) * H;
+      const float* qin = a.q + (b * S + s) * a.q_tok + n * H;
+      float* qr = qbuf.data() + r * H;
+      if (a.cos) {
+        const int64_t p = Position(a, b, s);
+        Rotate(qin, qr, a.cos + p * a.half, a.sin + p * a.half, a.half, H, a.interleaved);
+      } else {
+        std::memcpy(qr, qin, sizeof(float) * H);
+      }
+      for (int64_t i = 0; i < H; ++i) qr[i] *= scale;
+    }
+    const int64_t nk = std::max<int64_t>(hi - lo, 0);  // 0: no row of the group sees a key
+    if (nk > 0) {
+      if (transposed)
+        ops.scores_t(qbuf.data(), rows, kt.data() + (lo - t0), ld, nk, H, sc.data(), ld);
+      else
+        ops.scores(qbuf.data(), rows, pk + lo * H, nk, H, sc.data(), ld);
+    }
+    for (int r = 0; r < rows; ++r) {
+      float* row = sc.data() + r * ld;
+      const int64_t j0 = range[r].lo - lo, j1 = range[r].hi - lo;
+      if (j1 <= j0) {  // no visible key: the reference's softmax over all -inf gives NaN
+        std::fill(row, row + nk, 0.0f);
+        sums[r] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      if (a.softcap > 0.0f)
+        for (int64_t j = j0; j < j1; ++j) row[j] = std::tanh(row[j] / a.softcap) * a.softcap;
+      float m = row[j0];
+      for (int64_t j = j0 + 1; j < j1; ++j) m = row[j] > m ? row[j] : m;
+      sums[r] = ops.exp_sum(row + j0, j1 - j0, m);
+      std::fill(row, row + j0, 0.0f);
+      std::fill(row + j1, row + nk, 0.0f);
+    }
+    if (nk > 0)
+      ops.pv(sc.data(), rows, ld, pv + lo * H, nk, H, sums, orow);
+    else
+      for (int r = 0; r < rows; ++r) std::fill(orow[r], orow[r] + H, std::numeric_limits<float>::quiet_NaN());
+  }
+}
+
 void Task(const GqaArgs& a, const Ops& ops, int64_t b, int64_t kh) {
-  const int64_t H = a.H, S = a.S, T = a.T, G = a.N / a.Nkv;
-  const int64_t pb = a.past_len[b], tb = a.total_len[b];
+  const int64_t H = a.H, S = a.S, T = a.T;
+  const int64_t pb = a.past_len[b];
   float* pk = a.present + (b * a.Nkv + kh) * T * H;
   float* pv = a.present + ((a.B + b) * a.Nkv + kh) * T * H;
   const size_t row_bytes = sizeof(float) * H;
@@ -346,48 +520,7 @@ void Task(const GqaArgs& a, const Ops& ops, int64_t b, int64_t kh) {
     std::memset(pv + (pb + S) * H, 0, row_bytes * (a.dirty - pb - S));
   }
 
-  thread_local std::vector<float> qbuf, sc;
-  qbuf.resize(kRows * H);
-  sc.resize(kRows * std::max<int64_t>(T, 1));
-  float sums[kRows];
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t pos = pb + s;  // the query's own key
-    const int64_t hi = std::min(pos + 1, tb);
-    const int64_t lo = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
-    const float* qtok = a.q + (b * S + s) * a.q_tok;
-    float* otok = a.out + (b * S + s) * a.N * H;
-    const int64_t rpos = a.cos ? Position(a, b, s) : 0;
-    for (int64_t g0 = 0; g0 < G; g0 += kRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kRows, G - g0));
-      const int64_t n0 = kh * G + g0;  // heads n0 .. n0 + rows - 1: contiguous in Q and in the output
-      float* o = otok + n0 * H;
-      if (hi <= lo) {  // no visible key: the reference's softmax over all -inf gives NaN
-        std::fill(o, o + rows * H, std::numeric_limits<float>::quiet_NaN());
-        continue;
-      }
-      for (int r = 0; r < rows; ++r) {
-        float* qr = qbuf.data() + r * H;
-        if (a.cos)
-          Rotate(qtok + (n0 + r) * H, qr, a.cos + rpos * a.half, a.sin + rpos * a.half, a.half, H, a.interleaved);
-        else
-          std::memcpy(qr, qtok + (n0 + r) * H, row_bytes);
-        for (int64_t i = 0; i < H; ++i) qr[i] *= a.scale;
-      }
-      const int64_t nk = hi - lo;
-      ops.scores(qbuf.data(), rows, pk + lo * H, nk, H, sc.data(), nk);
-      for (int r = 0; r < rows; ++r) {
-        float* row = sc.data() + r * nk;
-        if (a.softcap > 0.0f)
-          for (int64_t j = 0; j < nk; ++j) row[j] = std::tanh(row[j] / a.softcap) * a.softcap;
-        float m = row[0];
-        for (int64_t j = 1; j < nk; ++j) m = row[j] > m ? row[j] : m;
-        sums[r] = ops.exp_sum(row, nk, m);
-      }
-      ops.pv(sc.data(), rows, nk, pv + lo * H, nk, H, o);
-      for (int r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < H; ++i) o[r * H + i] /= sums[r];
-    }
-  }
+  Attend(a, ops, b, kh, pk, pv);
 }
 
 }  // namespace
