@@ -13,6 +13,8 @@ DMA reads the input and writes the output.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..node import NodeInfo
@@ -83,14 +85,29 @@ def _lowest(dtype: np.dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
+_SATURATION: dict[np.dtype, tuple[float, float, float | None, Any]] = {}
+
+
+def _saturation(dtype: np.dtype) -> tuple[float, float, float | None, Any]:
+    """(lowest, highest float64 the type holds, the type's max as float64 when the type cannot hold it else None,
+    the type's max) per integer dtype, computed once (np.iinfo per call costs more than a small sum)."""
+    lim = _SATURATION.get(dtype)
+    if lim is None:
+        info = np.iinfo(dtype)
+        top = float(info.max)  # 2^63 for int64, which int64 cannot hold: clip below it, then saturate sums >= it
+        below_top = top if int(top) == info.max else float(np.nextafter(top, 0.0))
+        lim = _SATURATION[dtype] = (float(info.min), below_top, None if below_top == top else top,
+                                    dtype.type(info.max))
+    return lim
+
+
 def _saturating_sum(x: np.ndarray, axes: tuple[int, ...] | None, keep: bool) -> np.ndarray:
     """Integer ReduceSum as ORT: accumulate in float64, then saturate at the type's limits."""
     s = np.asarray(np.add.reduce(x, axis=axes, dtype=np.float64, keepdims=keep))
-    info = np.iinfo(x.dtype)
-    top = float(info.max)  # 2^63 for int64, which int64 cannot hold: clip below it, then saturate sums >= it
-    below_top = top if int(top) == info.max else np.nextafter(top, 0.0)
-    y = np.asarray(np.clip(s, float(info.min), below_top)).astype(x.dtype)
-    np.copyto(y, info.max, where=s >= top)
+    lowest, below_top, top, highest = _saturation(x.dtype)
+    y = np.asarray(np.minimum(np.maximum(s, lowest), below_top)).astype(x.dtype)  # np.clip, without its wrapper
+    if top is not None:
+        np.copyto(y, highest, where=s >= top)
     return y
 
 
