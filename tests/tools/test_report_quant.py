@@ -92,3 +92,27 @@ def test_diff_counts_equal_infinities_as_agreeing():
     assert diff(ref, ref.copy()) == {"max_abs": 0.0, "max_rel": 0.0}
     assert diff(ref, np.array([-np.inf, 1.0, 2.5], np.float32)) == {"max_abs": 0.5, "max_rel": 0.25}
     assert diff(ref, np.array([-3e38, 1.0, 2.0], np.float32))["max_abs"] == np.inf  # a finite value is a miss
+
+
+def test_compare_runs_npuep_on_the_graph_the_reference_runs():
+    """ORT's level-1 transforms merge Q(s1)->DQ->Q(s2)->DQ into one pair before any EP sees the graph; the
+    reference runs unoptimized. NpuEP must see the reference's graph, or the merged node shows as a kernel error."""
+    from onnx import numpy_helper
+
+    from npu_ep.tools.report.compare import compare
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z"], ["q1"], name="q1"),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z"], ["d1"], name="d1"),
+             helper.make_node("QuantizeLinear", ["d1", "s2", "z"], ["q2"], name="q2"),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["d2"], name="d2"),
+             helper.make_node("Relu", ["d2"], ["y"], name="relu")]
+    inits = [numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in
+             (("s1", 0.01, np.float32), ("s2", 0.037, np.float32), ("z", 128, np.uint8))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+    doc = compare(model, {"x": x}, {"target": "npu-ref"})
+    assert doc["first_failure"] is None
+    assert [r["node"] for r in doc["nodes"]] == ["q1", "d1", "q2", "d2", "relu"]
+    assert all(r["max_abs"] == 0.0 for r in doc["nodes"])

@@ -100,7 +100,11 @@ def compare(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], provider_op
     """Per-node diffs for every node NpuEP recorded, in graph order, and the first node out of tolerance;
     with ``float_model`` also the three-way view."""
     ref = _reference(model, feeds)
-    sess, ep = npu_session(model.SerializeToString(), {**provider_options, "record_tensors": "1"})
+    # NpuEP sees the graph the reference runs: ORT's level-1 transforms (e.g. merging Q->DQ->Q->DQ pairs) rewrite
+    # nodes before any EP is asked, and would show up as 'kernel' differences of the nodes they changed
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess, ep = npu_session(model.SerializeToString(), {**provider_options, "record_tensors": "1"}, so=so)
     output_names = [o.name for o in sess.get_outputs()]
     npu_outputs = dict(zip(output_names, sess.run(None, dict(feeds))))
     nodes = [d.node for d in ep.capabilities[-1][1].decisions] if ep.capabilities else []
