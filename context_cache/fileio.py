@@ -21,6 +21,8 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
+
 from .prefix import PREFIX_SIZE, declared_size
 from .errors import ContextFileError, ContextFormatError
 
@@ -67,22 +69,20 @@ def open_container(path: str | os.PathLike[str], limit: int | None = None) -> It
         os.close(fd)
 
 
-def read_container(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
-    """The bytes of a container file, read only after ``open_container``'s checks; at most the declared size."""
+def read_container(path: str | os.PathLike[str], limit: int | None = None) -> memoryview:
+    """The bytes of a container file (a view of one uint8 array), read only after ``open_container``'s checks; at most the
+    declared size. One numpy buffer: large ones sit on huge pages, so the arrays unpacked from it are read in place
+    (``ep.weight_arena`` leaves them there) instead of being copied again."""
     with open_container(path, limit) as (fd, size):
-        first = os.pread(fd, size, 0)  # one read for a regular file up to 2 GiB: no second copy
-        if len(first) == size:
-            return first
-        chunks, got = [first], len(first)
+        buf = np.empty(size, np.uint8)
+        view, got = memoryview(buf), 0
         while got < size:
-            b = os.pread(fd, min(size - got, 1 << 30), got)
-            if not b:
-                break
-            chunks.append(b)
-            got += len(b)
-        if got != size:
-            raise ContextFormatError(f"{os.fspath(path)}: shrank to {got} bytes while being read (expected {size})")
-        return b"".join(chunks)
+            n = os.preadv(fd, [view[got:got + (1 << 30)]], got)
+            if not n:
+                raise ContextFormatError(f"{os.fspath(path)}: shrank to {got} bytes while being read "
+                                         f"(expected {size})")
+            got += n
+        return view
 
 
 def map_container(path: str | os.PathLike[str], limit: int | None = None) -> mmap.mmap:

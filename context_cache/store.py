@@ -118,9 +118,10 @@ class CacheStore:
 
     # ------------------------------------------------------------------------------------------------ reading
 
-    def get(self, key: str) -> bytes | None:
-        """The verified bytes of ``key``, or None: missing, unreadable, or refused (corrupt, written for another
-        key, not a regular file, size contradicting its header): then removed with a warning, so it is rebuilt."""
+    def get(self, key: str) -> memoryview | None:
+        """The verified bytes of ``key`` (``fileio.read_container``), or None: missing, unreadable, or refused
+        (corrupt, written for another key, not a regular file, size contradicting its header): then removed with a
+        warning, so it is rebuilt."""
         path = self.path_for(key)
         try:
             st = os.lstat(path)  # what a refused entry is compared with before it is unlinked

@@ -79,11 +79,21 @@ def rebase_borrowed(program: Any, moves: Sequence[tuple[int, int, np.ndarray]]) 
     return count
 
 
+def _in_loaded_buffer(arr: np.ndarray) -> bool:
+    """Whether ``arr`` views a context read from disk (``context_cache.fileio.read_container``: one numpy buffer
+    seen through a memoryview) of huge-page size: its constants are already where an arena would put them."""
+    base: Any = arr.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return (isinstance(base, memoryview) and isinstance(base.obj, np.ndarray) and base.obj.flags.owndata
+            and base.obj.nbytes >= HUGE_PAGE_ARENA)
+
+
 def pack_constants(prepared: Iterable[Prepared]) -> int:
     """Move every constant array of ``MIN_BYTES`` or more that we own into one arena; returns its size in bytes."""
     big = [(p, key, arr) for p in prepared for key, arr in p.consts.items()
            if isinstance(arr, np.ndarray) and arr.nbytes >= MIN_BYTES and arr.dtype.kind in "fiub"
-           and not borrowed_from_ort(arr)]
+           and not borrowed_from_ort(arr) and not _in_loaded_buffer(arr)]
     total = sum(-(-arr.nbytes // ALIGN) * ALIGN for _, _, arr in big)
     if total < HUGE_PAGE_ARENA:
         return 0

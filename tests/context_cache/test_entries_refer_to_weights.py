@@ -118,3 +118,24 @@ def test_starting_a_session_imports_neither_onnx_nor_ml_dtypes(tmp_path):
     for _ in range(2):  # cold, then warm from the cache
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_constants_read_from_a_context_file_stay_in_its_buffer_and_copies_go_to_the_arena(tmp_path):
+    """A context read from disk is one huge-page-sized numpy buffer: packing its arrays again would copy every
+    weight a second time (the warm-start cost this avoids); arrays the compiler made still go to the arena."""
+    from npu_ep.context_cache.container import ContainerMeta, pack, unpack
+    from npu_ep.context_cache.fileio import read_container
+    from npu_ep.ep.weight_arena import pack_constants
+    from npu_ep.kernels.registry import Prepared
+
+    arrays = {f"w{i}": np.full((1024, 1024), i, np.float32) for i in range(3)}  # 12 MiB
+    path = tmp_path / "c.npuctx"
+    path.write_bytes(pack({}, arrays, meta=ContainerMeta("v", "npu-ref", "h", "k")))
+    loaded = unpack(read_container(path)).arrays
+    preps = [Prepared({}, {"w": loaded[k]}) for k in sorted(loaded)]
+    assert pack_constants(preps) == 0
+    assert all(p.consts["w"] is loaded[k] for p, k in zip(preps, sorted(loaded)))
+    copies = [Prepared({}, {"w": loaded[k].copy()}) for k in sorted(loaded)]
+    assert pack_constants(copies) >= 3 * (4 << 20)
+    for p, k in zip(copies, sorted(loaded)):
+        np.testing.assert_array_equal(p.consts["w"], arrays[k])

@@ -68,7 +68,7 @@ def test_concurrent_writers_leave_one_valid_entry_and_readers_never_see_a_torn_o
     files = sorted(os.listdir(root))
     assert files == [KEY + SUFFIX], files  # one entry, no leftover temp files
     data = CacheStore(root).get(KEY)
-    assert data in {payload(w + 1) for w in range(writers)}
+    assert bytes(data) in {payload(w + 1) for w in range(writers)}
 
 
 def _slow_writer(root: str, ready, old: bool) -> None:
