@@ -50,6 +50,12 @@ void ConvShape::Finish() {
 
 namespace {
 
+// Work (element operations) below which a kernel runs on the calling thread alone: handing tasks to other
+// threads costs more than it saves there, and on a loaded host a helper that is descheduled mid-task stalls the
+// whole op. The split itself never changes the bits.
+constexpr int64_t kMinParallelWork = int64_t{1} << 20;
+inline int ThreadsFor(int threads, int64_t work) { return work < kMinParallelWork ? 1 : threads; }
+
 // Outputs o in [lo, hi) read inside the input: 0 <= o * stride + off < in.
 struct Span {
   int64_t lo, hi;
@@ -118,7 +124,7 @@ void MulAddZero(float* dst, int64_t n, float w, bool first) {
 void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int threads) {
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), rows = s.group * K;
   const int64_t per_task = std::max<int64_t>(1, 16384 / std::max<int64_t>(P, 1));
-  ParallelFor(threads, (rows + per_task - 1) / per_task, [&](int64_t task) {
+  ParallelFor(ThreadsFor(threads, rows * P), (rows + per_task - 1) / per_task, [&](int64_t task) {
     for (int64_t r = task * per_task; r < std::min(rows, (task + 1) * per_task); ++r) {
       const int64_t g = r / K, k = r % K, c = k / T, i = (k % T) / s.kw, j = k % s.kw;
       const float* plane = x + ((n * s.C) + g * s.Cg() + c) * s.H * s.W;
@@ -146,7 +152,7 @@ void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int
 
 void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads) {
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
-  ParallelFor(threads, s.N * s.M, [&](int64_t task) {
+  ParallelFor(ThreadsFor(threads, s.N * s.M * P * T), s.N * s.M, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
     const float* plane = x + (n * s.C + c) * s.H * s.W;
     float* out = y + task * P;
@@ -254,7 +260,7 @@ void IntMulAdd(int32_t* acc, const uint8_t* x, int64_t stride, int64_t n, bool x
 void DepthwiseInt(const QConv& q) {
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
-  ParallelFor(q.threads, s.N * s.M, [&](int64_t task) {
+  ParallelFor(ThreadsFor(q.threads, s.N * s.M * P * T), s.N * s.M, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult;
     const uint8_t* plane = q.x + (n * s.C + c) * s.H * s.W;
     std::vector<int32_t> acc(s.OW);
@@ -359,8 +365,9 @@ void DenseInt(const QConv& q) {
   if (ActiveIsa() == Isa::kAvx512Vnni && Hp * Wp * CC < (int64_t{1} << 31)) pack = PackBlockVnni;
 #endif
   const PackGeom pg{xb.data(), Wp, CC, Cg4, T, kp / 4, kp};
+  const int threads = ThreadsFor(q.threads, P * Kq * Mg * s.group);
   for (int64_t n = 0; n < s.N; ++n) {
-    ParallelFor(q.threads, Hp, [&](int64_t h) {
+    ParallelFor(ThreadsFor(threads, Hp * Wp * CC), Hp, [&](int64_t h) {
       uint8_t* row = xb.data() + h * Wp * CC;
       std::fill(row, row + Wp * CC, pad);
       if (h < s.pt || h >= s.pt + s.H) return;
@@ -370,7 +377,7 @@ void DenseInt(const QConv& q) {
         for (int64_t w = 0; w < s.W; ++w) dst[w * CC] = src[w] ^ flip;
       }
     });
-    ParallelFor(q.threads, s.group * n_chunks, [&](int64_t task) {
+    ParallelFor(threads, s.group * n_chunks, [&](int64_t task) {
       const int64_t g = task / n_chunks, p0 = (task % n_chunks) * chunk, cols = std::min(chunk, P - p0);
       const int64_t np16 = (cols + kLanes - 1) / kLanes * kLanes;
       std::vector<int8_t> bp(np16 * kp);

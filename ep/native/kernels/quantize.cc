@@ -18,7 +18,7 @@
 namespace npu_ep::kern {
 namespace {
 
-constexpr int64_t kChunk = 1 << 16;
+constexpr int64_t kChunk = 1 << 18;  // elements per task; a smaller tensor runs on the calling thread
 
 void QuantizeScalar(const float* x, int64_t n, float scale, float z, float lo, float hi, uint8_t* y) {
   for (int64_t i = 0; i < n; ++i) {
