@@ -334,3 +334,17 @@ def test_body_condition_ends_the_loop_even_without_a_cond_input():
     assert assignment(sess) == {"loop": "NpuEP"}
     (a,) = _check(sess, model, {"M": np.array(10, np.int64), "a0": np.array(0.0, np.float32)})
     assert a == 3.0
+
+
+def test_claimed_loop_round_trips_through_epcontext(tmp_path):
+    """The Loop step's body program travels in the EPContext payload: the _ctx.onnx model runs it without the
+    original graph and matches the CPU EP on the original model."""
+    from npu_testing import save, session_options
+
+    model = counted_loop_model()
+    ctx = tmp_path / "loop_ctx.onnx"
+    npu_session(save(model, tmp_path, "loop.onnx"), so=session_options(**{
+        "ep.context_enable": "1", "ep.context_file_path": str(ctx), "ep.context_embed_mode": "1"}))
+    sess = npu_session(str(ctx))
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    _check(sess, model, _feeds(4))
