@@ -8,8 +8,8 @@ leading pad; their extension past the declared pads never counts.
 
 AveragePool divides by the window's element count, separable per axis: with ``count_include_pad=1`` the window
 positions inside the declared-padded input, else those inside the real input. A 1-D pool runs as a 2-D one over
-H = 1. Cost: one vector op per window element per output (``kh*kw`` ops/output). A float32 MaxPool runs on the
-native kernel (``ep/native/kernels/pool.cc``) unless the session asks for the reference model.
+H = 1. Cost: one vector op per window element per output (``kh*kw`` ops/output). A float32, uint8 or int8 MaxPool runs
+on the native kernel (``ep/native/kernels/pool.cc``) unless the session asks for the reference model.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _run_max(p: Prepared, inputs) -> list[np.ndarray]:
         return [_from_2d(p, np.empty((*x.shape[:2], oh, ow), x.dtype))]
     low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     nat = _native.native(p)
-    if nat is not None and x.dtype == np.float32:  # ep/native/kernels/pool.cc walks the same geometry
+    if nat is not None and x.dtype in (np.float32, np.uint8, np.int8):  # ep/native/kernels/pool.cc walks it too
         at = p.attrs
         (_, t, _), (_, l, _) = geo
         y = nat.max_pool(np.ascontiguousarray(x), [oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l],

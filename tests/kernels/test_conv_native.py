@@ -8,7 +8,7 @@
 - float Conv: bit-exact for depthwise convs (the same float32 operations in the same order) and for one-group
   convs of one image (the same BLAS product on the same patch matrix); other shapes within rtol 1e-5 (a batched or
   grouped product sums in another order);
-- MaxPool float32: bit-exact (a maximum has one answer; NaN propagates as in numpy);
+- MaxPool float32, uint8, int8: bit-exact (a maximum has one answer; NaN propagates as in numpy);
 - per-tensor QuantizeLinear / DequantizeLinear (the element-wise steps of QDQ graphs): bit-exact, with ties,
   NaN, infinities and saturation;
 - same bits at any thread count;
@@ -172,10 +172,14 @@ def test_same_bits_at_any_thread_count(shape):
     ((1, 2, 5, 6), dict(kernel_shape=[1, 3], strides=[1, 3], auto_pad="SAME_LOWER")),
     ((1, 3, 15), dict(kernel_shape=[4], strides=[3], pads=[2, 1])),  # 1-D
 ])
-def test_maxpool_native_bit_exact(isa, xs, attrs):
-    x = RNG.standard_normal(xs).astype(np.float32)
-    x.reshape(-1)[::17] = np.nan
-    x.reshape(-1)[5::23] = -np.inf
+@pytest.mark.parametrize("dt", [np.float32, np.uint8, np.int8])
+def test_maxpool_native_bit_exact(isa, xs, attrs, dt):
+    if dt == np.float32:
+        x = RNG.standard_normal(xs).astype(np.float32)
+        x.reshape(-1)[::17] = np.nan
+        x.reshape(-1)[5::23] = -np.inf
+    else:
+        x = RNG.integers(np.iinfo(dt).min, np.iinfo(dt).max + 1, xs).astype(dt)
     k, p, args = _prepared("MaxPool", [("x", x, False)], **attrs)
     np.testing.assert_array_equal(_run(k, p, args, "native"), _run(k, p, args, "reference"))
 

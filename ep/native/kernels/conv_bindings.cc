@@ -131,10 +131,13 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
   return y;
 }
 
-py::array_t<float> MaxPoolPy(const Arr<float>& x, const std::vector<int64_t>& geom, float low, int threads) {
+py::array MaxPoolPy(const py::array& x, const std::vector<int64_t>& geom, float low, int threads) {
   if (geom.size() != 10)
     throw std::invalid_argument("max_pool: geometry must be 10 ints [OH, OW, kh, kw, sh, sw, dh, dw, pt, pl]");
-  if (x.ndim() != 4) throw std::invalid_argument("max_pool: x must be [N, C, H, W]");
+  if (x.ndim() != 4 || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("max_pool: x must be a C-contiguous [N, C, H, W] array");
+  const bool is_float = py::isinstance<py::array_t<float>>(x);
+  const bool is_signed = !is_float && IsByteArray(x, "max_pool", "x (not float32)");
   PoolShape s;
   s.N = x.shape(0);
   s.C = x.shape(1);
@@ -152,11 +155,17 @@ py::array_t<float> MaxPoolPy(const Arr<float>& x, const std::vector<int64_t>& ge
   s.pl = geom[9];
   if (s.OH < 0 || s.OW < 0 || s.kh <= 0 || s.kw <= 0 || s.sh <= 0 || s.sw <= 0 || s.dh <= 0 || s.dw <= 0)
     throw std::invalid_argument("max_pool: output size must be >= 0 and kernel, strides, dilations positive");
-  py::array_t<float> y({s.N, s.C, s.OH, s.OW});
-  float* out = y.mutable_data();
+  std::vector<py::ssize_t> shape{s.N, s.C, s.OH, s.OW};
+  py::array y = is_float ? py::array(py::array_t<float>(shape))
+                         : is_signed ? py::array(py::array_t<int8_t>(shape)) : py::array(py::array_t<uint8_t>(shape));
+  void* out = y.mutable_data();
+  const void* in = x.data();
   {
     py::gil_scoped_release release;
-    MaxPoolFloat(s, x.data(), low, out, threads);
+    if (is_float)
+      MaxPoolFloat(s, static_cast<const float*>(in), low, static_cast<float*>(out), threads);
+    else
+      MaxPoolBytes(s, static_cast<const uint8_t*>(in), is_signed, static_cast<uint8_t*>(out), threads);
   }
   return y;
 }
@@ -201,7 +210,8 @@ void BindConv(py::module_& m) {
         "QLinearConv, exact int32 sums and MLAS requantization; w [M, kh, kw, C/group rounded up to 4] "
         "(depthwise: [M, kh*kw])");
   m.def("max_pool", &MaxPoolPy, py::arg("x"), py::arg("geometry"), py::arg("low"), py::arg("threads") = 1,
-        "float32 MaxPool over a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, pt, pl]");
+        "MaxPool (float32, uint8, int8) over a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, "
+        "pt, pl]; low (float32 only) is the value of a window wholly outside the input");
   m.def("quantize_tensor", &QuantizePy, py::arg("x"), py::arg("scale"), py::arg("zero_point"), py::arg("y_signed"),
         py::arg("threads") = 1, "per-tensor QuantizeLinear float32 -> uint8/int8 (ORT's float32 arithmetic)");
   m.def("dequantize_tensor", &DequantizePy, py::arg("x"), py::arg("zero_point"), py::arg("scale"),

@@ -20,6 +20,7 @@ namespace {
 
 // A NaN, once taken, stays: NaN > v and v > NaN are both false.
 inline float Max(float m, float v) { return v > m || v != v ? v : m; }
+inline uint8_t Max(uint8_t m, uint8_t v) { return v > m ? v : m; }
 
 // The row pass (contiguous, the bulk of the work): acc[w] = Max(acc[w], row[w]).
 void RowMaxScalar(float* acc, const float* row, int64_t n) {
@@ -46,22 +47,43 @@ void RowMax(float* acc, const float* row, int64_t n) {
 
 }  // namespace
 
-void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
+namespace {
+
+// Bytes compare as uint8; int8 is stored with its sign bit flipped (an order-preserving map) and flipped back.
+void RowMaxBytesScalar(uint8_t* acc, const uint8_t* row, int64_t n, uint8_t flip) {
+  for (int64_t w = 0; w < n; ++w) acc[w] = std::max<uint8_t>(acc[w], row[w] ^ flip);
+}
+
+#if NPU_EP_X86
+__attribute__((target("avx512f,avx512bw"))) void RowMaxBytesAvx512(uint8_t* acc, const uint8_t* row, int64_t n,
+                                                                    uint8_t flip) {
+  const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
+  for (int64_t w = 0; w < n; w += 64) {
+    const __mmask64 k = n - w >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - w)) - 1;
+    const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, row + w), f);
+    _mm512_mask_storeu_epi8(acc + w, k, _mm512_max_epu8(_mm512_maskz_loadu_epi8(k, acc + w), v));
+  }
+}
+#endif
+
+// One plane-parallel walk for every element type: RowPass(acc, row) folds an input row, Fold(m, v) two values.
+template <typename T, typename RowPass>
+void MaxPoolPlanes(const PoolShape& s, const T* x, T low, T* y, int threads, RowPass row_pass) {
   const int64_t work = s.N * s.C * s.OH * s.OW * s.kh * s.kw;
   ParallelFor(work < (int64_t{1} << 20) ? 1 : threads, s.N * s.C, [&](int64_t plane) {  // small: one thread
-    const float* in = x + plane * s.H * s.W;
-    float* out = y + plane * s.OH * s.OW;
-    std::vector<float> rowmax(s.W);
+    const T* in = x + plane * s.H * s.W;
+    T* out = y + plane * s.OH * s.OW;
+    std::vector<T> rowmax(s.W);
     for (int64_t oh = 0; oh < s.OH; ++oh) {
       // rows of the window first (whole input rows, in tap order), then the columns of each output
       std::fill(rowmax.begin(), rowmax.end(), low);
       for (int64_t i = 0; i < s.kh; ++i) {
         const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-        if (ih >= 0 && ih < s.H) RowMax(rowmax.data(), in + ih * s.W, s.W);
+        if (ih >= 0 && ih < s.H) row_pass(rowmax.data(), in + ih * s.W);
       }
-      float* dst = out + oh * s.OW;
+      T* dst = out + oh * s.OW;
       for (int64_t ow = 0; ow < s.OW; ++ow) {
-        float m = low;
+        T m = low;
         for (int64_t j = 0; j < s.kw; ++j) {
           const int64_t iw = ow * s.sw - s.pl + j * s.dw;
           if (iw >= 0 && iw < s.W) m = Max(m, rowmax[iw]);
@@ -70,6 +92,25 @@ void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int t
       }
     }
   });
+}
+
+}  // namespace
+
+void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
+  MaxPoolPlanes<float>(s, x, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); });
+}
+
+void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads) {
+  // computed on flipped bytes for int8 (x ^ 0x80 orders like x), flipped back at the end
+  const uint8_t flip = is_signed ? 0x80 : 0x00;
+  MaxPoolPlanes<uint8_t>(s, x, 0, y, threads, [&](uint8_t* acc, const uint8_t* row) {
+#if NPU_EP_X86
+    if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
+#endif
+    RowMaxBytesScalar(acc, row, s.W, flip);
+  });
+  if (flip)
+    for (int64_t i = 0, n = s.N * s.C * s.OH * s.OW; i < n; ++i) y[i] ^= flip;
 }
 
 }  // namespace npu_ep::kern

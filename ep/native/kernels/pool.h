@@ -1,4 +1,4 @@
-// Native MaxPool (float32, NCHW; a 1-D pool is a 2-D one of height 1). kernels/ops/pool.py is the reference and
+// Native MaxPool (float32, uint8, int8; NCHW; a 1-D pool is a 2-D one of height 1). kernels/ops/pool.py is the reference and
 // resolves the geometry (ORT's PoolAttributes: auto_pad, ceil_mode, negative SAME pads); this kernel only walks it.
 #pragma once
 
@@ -15,5 +15,7 @@ struct PoolShape {
 
 // y[n, c, oh, ow] = max of x over the window positions inside the input (NaN if any is NaN), `low` when none is.
 void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads);
+// The same over uint8 or int8 bytes (is_signed); `low` is the type's lowest value.
+void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads);
 
 }  // namespace npu_ep::kern
