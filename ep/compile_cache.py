@@ -70,6 +70,7 @@ class CompileCache:
         """Program for a partition and its self-contained packed bytes (for an EPContext node; None unless
         ``need_blob``)."""
         if self.store is None and not need_blob:
+            self.stats["misses"] += 1
             return build(), None
         key = subgraph_key(nodes, inputs, outputs, self.target)
         refs = BorrowedRefs(nodes)
