@@ -413,6 +413,13 @@ void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8
   alignas(64) uint8_t tails[4][kChunkBytes];
   const int64_t full = s.row_bytes / kChunkBytes, rem = s.row_bytes % kChunkBytes;
   for (int64_t c0 = n0; c0 < n1; c0 += 4) {
+    if (s.M > 4 && c0 + 4 < n1) {
+      // the next four rows of B into L2 while these run over every row of A: read four rows chunk by chunk, B
+      // would otherwise stream from DRAM at a fraction of its bandwidth (the hardware prefetchers miss the pattern)
+      const uint8_t* next = g.b + (c0 + 4) * s.row_bytes;
+      const int64_t bytes = std::min<int64_t>(4, n1 - c0 - 4) * s.row_bytes;
+      for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(next + off, 0, 2);
+    }
     Cols4 cols;
     cols.symmetric = symmetric;
     for (int j = 0; j < 4; ++j) {
