@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -107,21 +106,7 @@ def test_policy_costs_partitions_with_the_compiled_programs_cost_model(tmp_path)
     assert [[nodes[i].name for i in p] for p in aware.partitions] == [["conv"]]
 
 
-def best_latencies_us(sessions, feeds, runs: int = 60) -> list[float]:
-    """Best-of-``runs`` latency [us] per session, runs interleaved so machine load hits all sessions alike."""
-    for sess in sessions:
-        for _ in range(5):
-            sess.run(None, feeds)
-    best = [float("inf")] * len(sessions)
-    for _ in range(runs):
-        for i, sess in enumerate(sessions):
-            t0 = time.perf_counter_ns()
-            sess.run(None, feeds)
-            best[i] = min(best[i], (time.perf_counter_ns() - t0) / 1e3)
-    return best
-
-
-def test_cost_aware_has_fewer_partitions_and_lower_latency_than_max_coverage(monkeypatch, tmp_path):
+def test_cost_aware_has_fewer_partitions_than_max_coverage_and_same_results(monkeypatch, tmp_path):
     monkeypatch.delenv(BRIDGE_ENV, raising=False)
     target = target_without(tmp_path)
     model = islands_model(rows=4)
@@ -135,10 +120,7 @@ def test_cost_aware_has_fewer_partitions_and_lower_latency_than_max_coverage(mon
     want = cpu_run(model, feeds)[0]
     for sess in (greedy, aware):
         np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-4, atol=1e-4)
-    t_greedy, t_aware = best_latencies_us([greedy, aware], feeds)
-    print(f"\nbest latency: max_coverage {t_greedy:.0f} us, cost_aware {t_aware:.0f} us, "
-          f"ratio {t_greedy / t_aware:.2f}x")
-    assert t_aware < t_greedy
+    # fewer crossings is the point; their host latency is not asserted here (no timed tests)
 
 
 def test_static_cost_survives_the_context_round_trip(tmp_path):

@@ -99,18 +99,14 @@ def test_no_fusion_when_intermediate_has_two_consumers_or_target_disallows():
         ["MatMul", "Add", "Relu"]
 
 
-def test_fusion_is_cheaper_in_cost_model_and_host_time():
+def test_fusion_is_cheaper_in_cost_model_and_host_memory():
     m, k, n = 512, 64, 1024  # a short K so the epilogue is a visible share of the work
     model = _graph(m, k, n)
     nodes = nodes_from_model(model)
     fused = fuse(nodes, REF)
     x = RNG.standard_normal((m, k)).astype(np.float32)
-    t_unfused = t_fused = float("inf")
-    for _ in range(20):  # interleaved, best-of: robust to other load on a shared machine
-        env_u, t, prep_u = _run_nodes(nodes, x, reps=1)
-        t_unfused = min(t, t_unfused)
-        env_f, t, prep_f = _run_nodes(fused, x, reps=1)
-        t_fused = min(t, t_fused)
+    env_u, _, prep_u = _run_nodes(nodes, x)
+    env_f, _, prep_f = _run_nodes(fused, x)
     np.testing.assert_allclose(env_f["act"], env_u["act"], rtol=1e-6, atol=1e-6)
 
     def costs(prep):
@@ -136,9 +132,7 @@ def test_fusion_is_cheaper_in_cost_model_and_host_time():
         tracemalloc.stop()
         return total
 
-    assert allocated(prep_f) * 2 < allocated(prep_u)
-    # and wall time, best of interleaved runs (generous: the shared machine is noisy)
-    assert t_fused < t_unfused * 1.5, (t_fused, t_unfused)
+    assert allocated(prep_f) * 2 < allocated(prep_u)  # host time belongs in benchmarks, not in tests
 
 
 def test_every_declared_fusion_pass_produces_an_op_with_a_kernel_and_a_target_entry():
