@@ -6,9 +6,10 @@ with ORT_DISABLE_ALL (the unoptimized QDQ semantics).
 Numerics compare the two EPs on the same graph: both sessions with ORT_DISABLE_ALL. ORT's own level-1 graph
 transforms (run before any EP sees the graph) already move a8w8 logits by ~5 quanta on the CPU EP alone.
 - a8w8: bit-exact (every 8-bit unit's integer arithmetic is ORT's).
-- a16w8: the float reference computes each 16-bit QDQ MatMul in float32 (inexact over K = hidden), NpuEP exactly in
-  integers, so a unit's output may differ by one quantum where the float sum lands near a rounding boundary; after
-  two layers that stays within ``QUANTA`` quanta of each output's scale, and the next token (argmax) agrees.
+- a16w8 and a16w4 (uint4 weights): the float reference computes each 16-bit QDQ MatMul in float32 (inexact over
+  K = hidden), NpuEP exactly in integers, so a unit's output may differ by one quantum where the float sum lands
+  near a rounding boundary; after two layers that stays within ``QUANTA`` quanta of each output's scale, and the
+  next token (argmax) agrees.
 The default suite runs narrow models (hidden 64); the real width (hidden 2048, the issue-13 measurement) and the
 dynamo export are slow. Skips without torch/transformers.
 """
@@ -65,6 +66,11 @@ def _check(path: str, quanta: int) -> None:
 @pytest.mark.parametrize("exporter", ["torchscript", pytest.param("dynamo", marks=pytest.mark.slow)])
 def test_qnn_a16w8_decoder_runs_whole_on_npuep(exporter, tmp_path):
     _, quantized = qnn_llm.build(tmp_path, exporter=exporter, **NARROW)
+    _check(str(quantized), QUANTA)
+
+
+def test_qnn_a16w4_decoder_runs_whole_on_npuep(tmp_path):
+    _, quantized = qnn_llm.build(tmp_path, weight_bits=4, **NARROW)
     _check(str(quantized), QUANTA)
 
 
