@@ -162,3 +162,25 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     finally:
         helper.wait()
     return out
+
+
+@lru_cache(maxsize=1)
+def sgemm_address() -> int | None:
+    """Address of ``cblas_sgemm`` with 64-bit integers in the BLAS numpy uses (OpenBLAS as numpy's wheels ship
+    it), for native kernels that call the same library (and honour the same thread setting); None when that BLAS
+    has no such symbol (then those kernels take their numpy path)."""
+    import ctypes
+
+    try:
+        from threadpoolctl import ThreadpoolController
+        libs = [c.filepath for c in ThreadpoolController().lib_controllers
+                if c.user_api == "blas" and c.internal_api == "openblas"]
+    except ImportError:  # pragma: no cover - a declared dependency
+        return None
+    for path in libs:
+        lib = ctypes.CDLL(path)  # already loaded by numpy: the same library instance
+        for name in ("scipy_cblas_sgemm64_", "cblas_sgemm64_"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                return ctypes.cast(fn, ctypes.c_void_p).value
+    return None

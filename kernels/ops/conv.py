@@ -12,8 +12,10 @@ float32 like the batched GEMM, in a different order (last-bit differences). Grou
 ``[g, N*OH*OW, K]`` patches.
 
 Native kernels (``ep/native/kernels/conv.cc``, chosen per session through ``_native.native``): a float32 Conv
-runs its depthwise case directly (the reference's float32 operations in its order, bit-equal) and its other cases
-as a native patch matrix times numpy's BLAS (the reference's product, bit-equal for one image); QLinearConv runs
+runs its depthwise case directly (the reference's float32 operations in its order, bit-equal), a pointwise conv as
+the reference's one BLAS product, and its other cases as blocked implicit GEMM: per block of output pixels a
+cache-sized patch matrix times W on numpy's own OpenBLAS sgemm, called from C++ (``host_blas.sgemm_address``;
+without that symbol, one native patch matrix per image times numpy's matmul); QLinearConv runs
 on the int8 GEMM with exact int32 sums. QLinearConv's weights stay integers: ``qw`` is laid out for the native
 kernel (``[M, kh, kw, C/g rounded up to 4]``, or ``[M, kh*kw]`` when each group has one input channel) and the
 reference model's float weights are derived from it on first use.
@@ -270,8 +272,11 @@ def _native_run(p: Prepared, nat, x: np.ndarray) -> np.ndarray | None:
     bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
     if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
         return nat.conv_depthwise(x, w, bias, geom, threads)
+    sgemm = host_blas.sgemm_address()
     if grp == 1 and kdim == x.shape[1] and g["kernel"] == [1, 1] and g["strides"] == [1, 1] and not any(geom[8:]):
         y = _pointwise(x, w)
+    elif sgemm is not None:
+        return nat.conv_dense(x, w, bias, geom, sgemm, threads)
     else:
         n = x.shape[0]
         ys = []

@@ -150,6 +150,51 @@ void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int
   });
 }
 
+void DenseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Sgemm64 sgemm,
+                int threads) {
+  constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+  const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
+  // pixels per task: the block's patch matrix about 512 KiB
+  const int64_t block = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
+  const int64_t n_blocks = (P + block - 1) / block;
+  const int nt = ThreadsFor(threads, s.N * P * K * Mg * s.group);
+  ParallelFor(nt, s.N * s.group * n_blocks, [&](int64_t task) {
+    const int64_t n = task / (s.group * n_blocks), g = (task / n_blocks) % s.group, p0 = (task % n_blocks) * block;
+    const int64_t cols = std::min(block, P - p0);
+    std::vector<float> patch(K * cols);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
+      const float* plane = x + ((n * s.C) + g * s.Cg() + c) * s.H * s.W;
+      const int64_t off_w = j * s.dw - s.pl;
+      const Span sp = Valid(off_w, s.sw, s.W, s.OW);
+      float* dst = patch.data() + k * cols;
+      for (int64_t p = p0; p < p0 + cols;) {  // one output row segment at a time
+        const int64_t oh = p / s.OW, ow0 = p % s.OW, ow1 = std::min(s.OW, ow0 + (p0 + cols - p));
+        float* d = dst + (p - p0) - ow0;  // d[ow] is pixel (oh, ow)
+        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+        if (ih < 0 || ih >= s.H) {
+          std::fill(d + ow0, d + ow1, 0.0f);
+        } else {
+          const float* row = plane + ih * s.W + off_w;
+          const int64_t lo = std::clamp(sp.lo, ow0, ow1), hi = std::clamp(sp.hi, lo, ow1);
+          std::fill(d + ow0, d + lo, 0.0f);
+          if (s.sw == 1)
+            std::memcpy(d + lo, row + lo, (hi - lo) * sizeof(float));
+          else
+            for (int64_t o = lo; o < hi; ++o) d[o] = row[o * s.sw];
+          std::fill(d + hi, d + ow1, 0.0f);
+        }
+        p += ow1 - ow0;
+      }
+    }
+    float* out = y + (n * s.M + g * Mg) * P + p0;
+    sgemm(kRowMajor, kTrans, kNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg, patch.data(), cols, 0.0f, out, P);
+    if (bias != nullptr)
+      for (int64_t m = 0; m < Mg; ++m)
+        for (int64_t o = 0; o < cols; ++o) out[m * P + o] = out[m * P + o] + bias[g * Mg + m];
+  });
+}
+
 void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads) {
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   ParallelFor(ThreadsFor(threads, s.N * s.M * P * T), s.N * s.M, [&](int64_t task) {

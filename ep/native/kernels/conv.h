@@ -27,6 +27,16 @@ struct ConvShape {
 // (the K-major patch matrix of W[Mg, K] @ cols).
 void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int threads);
 
+// A CBLAS sgemm with 64-bit integers (numpy's OpenBLAS, found by kernels/host_blas.py): the float GEMM library.
+using Sgemm64 = void (*)(int order, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Dense or grouped float conv as blocked implicit GEMM: per (group, block of output pixels) the block's patch
+// matrix [K, pixels] is built in a cache-sized buffer and multiplied by W on `sgemm` (one BLAS thread per task),
+// straight into y [N, M, OH, OW]; then + bias. w [group, K, Mg] (K ordered (c, i, j)), bias [M] or null.
+void DenseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Sgemm64 sgemm,
+                int threads);
+
 // Depthwise conv (group == C): w [C, kh*kw, mult] with mult = M / C, bias [M] or null, y [N, M, OH, OW].
 // Per output: x_0 * w_0, then + x_t * w_t tap by tap (padded taps multiply 0), then + bias: the reference's
 // float32 operations in its order, no fused multiply-add.

@@ -90,6 +90,22 @@ py::array_t<float> DepthwisePy(const Arr<float>& x, const Arr<float>& w, const s
   return y;
 }
 
+py::array_t<float> DensePy(const Arr<float>& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
+                           const std::vector<int64_t>& geom, uintptr_t sgemm, int threads) {
+  const ConvShape s = Shape(x, geom, "conv_dense");
+  ExpectSize(w, s.M * s.Cg() * s.kh * s.kw, "conv_dense", "w");
+  if (bias) ExpectSize(*bias, s.M, "conv_dense", "bias");
+  if (sgemm == 0) throw std::invalid_argument("conv_dense: no sgemm address");
+  py::array_t<float> y({s.N, s.M, s.OH, s.OW});
+  float* out = y.mutable_data();
+  const float* b = bias ? bias->data() : nullptr;
+  {
+    py::gil_scoped_release release;
+    DenseFloat(s, x.data(), w.data(), b, out, reinterpret_cast<Sgemm64>(sgemm), threads);
+  }
+  return y;
+}
+
 py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
                         const std::optional<Arr<int32_t>>& bias, const Arr<float>& mult, int y_zp, bool y_signed,
                         const std::vector<int64_t>& geom, bool depthwise, int threads) {
@@ -202,6 +218,10 @@ py::array_t<float> DequantizePy(const py::array& x, int zero_point, float scale,
 void BindConv(py::module_& m) {
   m.def("conv_im2col", &Im2ColPy, py::arg("x"), py::arg("n"), py::arg("geometry"), py::arg("threads") = 1,
         "float patches of image n: [group, C/group*kh*kw, OH*OW], rows (c, i, j), zeros where padded");
+  m.def("conv_dense", &DensePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"), py::arg("sgemm"),
+        py::arg("threads") = 1,
+        "float conv as blocked implicit GEMM on a CBLAS sgemm with 64-bit ints (its address: "
+        "kernels.host_blas.sgemm_address()); w [group, C/group*kh*kw, M/group]");
   m.def("conv_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
         py::arg("threads") = 1, "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order");
   m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"),
