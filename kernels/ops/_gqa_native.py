@@ -1,10 +1,11 @@
-"""GroupQueryAttention on the native kernel (``ep/native/kernels/gqa.cc``): float32, one task per (batch, kv head).
+"""GroupQueryAttention on the native kernel (``ep/native/kernels/gqa.cc``): float32, or float16 in/out with float32
+math as the reference's; one task per (batch, kv head).
 
 ``attention._run`` resolves lengths (past_b, total_b) and the present length T as ORT does, then calls ``run``
 here first. Both presents are views of one [2, B, Nkv, T, H] buffer from the node's pool (``_kv_pool``); the
 native kernel fills it (past prefix, rotated new K, new V, stale rows re-zeroed) and attends in the same pass.
 What it does not implement returns None with the reason stored in ``p.memo[FALLBACK]`` and the numpy reference
-runs instead: float16/float64 inputs, and lengths the reference itself refuses (its error is the one raised).
+runs instead: float64 inputs, and lengths the reference itself refuses (its error is the one raised).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from ._kv_pool import present_buffer
 from ._util import arg
 
 FALLBACK = "gqa_native_fallback"  # Prepared.memo key: why the last call ran the reference, or None
-_F32 = np.dtype(np.float32)
+_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 
 
 def _refusal(query: np.ndarray, past_k: np.ndarray | None, past_b: list[int], s: int, t_buf: int) -> str | None:
-    if query.dtype != _F32:
-        return f"native GroupQueryAttention is float32 only (query is {query.dtype.name})"
+    if query.dtype not in _NATIVE_DTYPES:
+        return f"native GroupQueryAttention takes float32 or float16 (query is {query.dtype.name})"
     top = max(past_b)
     if top + s > t_buf or (past_k is not None and top > past_k.shape[2]):
         return f"rows [{top}, {top + s}) do not fit the present/past buffers (the reference reports it)"
@@ -33,7 +34,7 @@ def _refusal(query: np.ndarray, past_k: np.ndarray | None, past_b: list[int], s:
 
 
 def _caches(p: Prepared, inputs) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin caches as contiguous float32 (constant caches converted once per node)."""
+    """cos/sin caches as contiguous float32 (exact for float16 caches; constant caches converted once per node)."""
     cached = p.memo.get("native_rope")
     if cached is not None:
         return cached
@@ -55,7 +56,7 @@ def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray
     a = p.attrs
     n, nkv = a["num_heads"], a["kv_num_heads"]
     h = d // n if key is not None else d // (n + 2 * nkv)
-    kv, slot = present_buffer(p, (2, b, nkv, t_buf, h), _F32)
+    kv, slot = present_buffer(p, (2, b, nkv, t_buf, h), query.dtype)
     cos = sin = pos = None
     if a["do_rotary"]:
         cos, sin = _caches(p, inputs)

@@ -1,8 +1,9 @@
 """The native GroupQueryAttention kernel (ep/native/kernels/gqa.cc) equals the numpy reference model
 (kernels/ops/attention.py), and runs inside real NpuEP sessions against ORT's CPU EP.
 
-Tolerance for the attention output: rtol = atol = 2e-5 (float32; the native kernel sums dot products and the
-softmax in a different order and uses a polynomial exp within ~2 ulp of numpy's). The presents are compared
+Tolerance for the attention output: rtol = atol = 2e-5 for float32 (the native kernel sums dot products and the
+softmax in a different order and uses a polynomial exp within ~2 ulp of numpy's); float16 in/out, 2e-3 (one
+float16 rounding of the float32 result). The presents are compared
 bit for bit: they are copies, and rotary is computed with the reference's operations and roundings. Every
 instruction-set path this host runs is checked (scalar, AVX2, AVX-512).
 """
@@ -26,6 +27,7 @@ NK = _native.kernels
 _ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
 ISAS = _ORDER[:min(_ORDER.index(NK.isa()), 2) + 1]  # the GQA kernel has no VNNI path of its own
 TOL = dict(rtol=2e-5, atol=2e-5)
+TOL16 = dict(rtol=2e-3, atol=2e-3)  # one float16 rounding of outputs of magnitude <= ~3 (ulp 2e-3 at 2..4)
 TARGET = Target.load("npu-ref")
 KERNEL = kernel_for("com.microsoft", "GroupQueryAttention")
 MAX_POS = 256
@@ -82,7 +84,7 @@ def _run(node, p, feeds):
     return [np.array(o) for o in KERNEL.run(p, args)]
 
 
-def _compare(model, feeds, threads=1):
+def _compare(model, feeds, threads=1, tol=TOL):
     """Native vs reference on the same feeds; returns the native outputs."""
     node, nat = _prepared(model, "native", threads)
     got = _run(node, nat, feeds)
@@ -90,7 +92,8 @@ def _compare(model, feeds, threads=1):
     node, ref = _prepared(model, "reference")
     want = _run(node, ref, feeds)
     assert FALLBACK not in ref.memo
-    np.testing.assert_allclose(got[0], want[0], **TOL)
+    assert got[0].dtype == want[0].dtype
+    np.testing.assert_allclose(got[0].astype(np.float32), want[0].astype(np.float32), **tol)
     for g, w in zip(got[1:], want[1:]):
         assert g.shape == w.shape
         np.testing.assert_array_equal(g, w)
@@ -159,11 +162,48 @@ def test_reused_present_buffer_rezeroes_stale_rows():
     assert not got[1][:, :, 5:].any()
 
 
-def test_float16_runs_the_reference_with_the_reason_recorded():
-    model, feeds = _model(b=1, s=1, n=4, nkv=2, h=16, past=5, dtype=np.float16)
+FP16_CASES = ["decode_past37_h128", "decode_ragged_b3", "chunk_ragged_b2", "first_prompt_padded_b2_long", "rotary_half",
+              "rotary_interleaved_decode", "rotary_position_ids", "packed_decode", "window_prefill", "softcap_scale",
+              "prefill_g8_h40"]
+
+
+@pytest.mark.parametrize("case", FP16_CASES)
+def test_float16_native_equals_reference(isa, case):
+    """float16 in/out, float32 math on the rounded present rows, as the reference's general path."""
+    _compare(*_model(**CASES[case], dtype=np.float16, seed=len(case)), tol=TOL16)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")  # the reference's NaN x 0
+def test_float16_rounding_edges_match_the_reference(isa):
+    """Two tokens, zero queries: token 0 outputs V[0], token 1 (V[0] + V[1]) / 2, exact in float32, so the float16
+    results show the rounding alone: largest finite, ties to even in normal and subnormal range, the
+    normal/subnormal boundary, NaN and Inf (in key 0, which both tokens see)."""
+    v0 = [65504, 2**-24, 3 * 2**-24, 1, 1 + 2**-10, np.nan, np.inf, -65504, 2**-14]
+    v1 = [65504, 0, 0, 1 + 2**-10, 1 + 2**-9, 1, 1, -65504, 2**-24]
+    h = len(v0)
+    f16 = np.float16
+    inputs = [("q", np.zeros((1, 2, h), f16), False), ("k", rand((1, 2, h), f16, 1), False),
+              ("v", np.array([[v0, v1]], f16), False), None, None,
+              ("seqlens_k", np.array([1], np.int32), False), ("total", np.array(2, np.int32), False)]
+    model = make_model("GroupQueryAttention", inputs, [("y", f16, [1, 2, h]), ("pk", f16, None), ("pv", f16, None)],
+                       {"num_heads": 1, "kv_num_heads": 1}, domain="com.microsoft")
+    feeds = {x[0]: x[1] for x in inputs if x is not None}
     node, p = _prepared(model, "native")
     got = _run(node, p, feeds)
-    assert p.memo[FALLBACK] == "native GroupQueryAttention is float32 only (query is float16)"
+    assert p.memo[FALLBACK] is None
+    node, ref = _prepared(model, "reference")
+    want = _run(node, ref, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    expect = np.array([65504, 0, 2 * 2**-24, 1, 1 + 2**-9, np.nan, np.inf, -65504, 2**-15], f16)
+    np.testing.assert_array_equal(got[0][0, 1], expect)
+
+
+def test_float64_runs_the_reference_with_the_reason_recorded():
+    model, feeds = _model(b=1, s=1, n=4, nkv=2, h=16, past=5, dtype=np.float64)
+    node, p = _prepared(model, "native")
+    got = _run(node, p, feeds)
+    assert p.memo[FALLBACK] == "native GroupQueryAttention takes float32 or float16 (query is float64)"
     node, ref = _prepared(model, "reference")
     for g, w in zip(got, _run(node, ref, feeds)):
         np.testing.assert_array_equal(g, w)

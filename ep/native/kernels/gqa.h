@@ -1,4 +1,4 @@
-// com.microsoft GroupQueryAttention (float32) as a native kernel: rotary, KV-cache append into the present
+// com.microsoft GroupQueryAttention (float32, or float16 in/out with float32 math) as a native kernel: rotary, KV-cache append into the present
 // buffer, causal/windowed softmax attention, one task per (batch, kv head). The numpy kernel
 // (kernels/ops/attention.py) is the reference; it resolves lengths and buffers, this runs the math.
 #pragma once
@@ -11,25 +11,27 @@ struct GqaArgs {
   int64_t B = 0, S = 0, N = 0, Nkv = 0, H = 0;
   // Row (b, s) of Q starts at q + (b*S + s) * q_tok; query head n at + n*H. K/V likewise with kv_tok (packed QKV:
   // k = q + N*H, v = q + (N+Nkv)*H, kv_tok = q_tok).
-  const float* q = nullptr;
-  const float* k = nullptr;
-  const float* v = nullptr;
+  // q, k, v, past_k, past_v, present and out hold float, or IEEE half bits when fp16.
+  bool fp16 = false;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
   int64_t q_tok = 0, kv_tok = 0;
-  const float* past_k = nullptr;  // [B, Nkv, P, H] or null (the past prefix then reads as zeros)
-  const float* past_v = nullptr;
+  const void* past_k = nullptr;  // [B, Nkv, P, H] or null (the past prefix then reads as zeros)
+  const void* past_v = nullptr;
   int64_t P = 0;
-  float* present = nullptr;  // [2, B, Nkv, T, H]: rows >= dirty are zero on entry
+  void* present = nullptr;  // [2, B, Nkv, T, H]: rows >= dirty are zero on entry
   int64_t T = 0, dirty = 0;
   const int32_t* past_len = nullptr;   // [B] past_b: new rows go to [past_b, past_b + S)
   const int32_t* total_len = nullptr;  // [B] total_b: keys >= total_b are never seen
   float scale = 1.0f, softcap = 0.0f;
   int64_t window = -1;                 // > 0: query at position p sees keys t > p - window
-  const float* cos = nullptr;          // [max_pos, half] (rotary on Q and new K when non-null)
+  const float* cos = nullptr;          // [max_pos, half] float32 (rotary on Q and new K when non-null)
   const float* sin = nullptr;
   int64_t max_pos = 0, half = 0;
   bool interleaved = false;
   const int64_t* position_ids = nullptr;  // [B, S] or null (positions past_b + s)
-  float* out = nullptr;                   // [B, S, N*H]
+  void* out = nullptr;                    // [B, S, N*H]
   int threads = 1;
 };
 

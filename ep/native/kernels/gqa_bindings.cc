@@ -30,15 +30,21 @@ void Expect(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("gqa: " + what);
 }
 
-// A float32 C-contiguous array as given (no converting copy, so a wrong caller is an error, not a slow path).
-const float* F32(const py::array& a, const char* name, py::ssize_t ndim) {
-  Expect(py::isinstance<py::array_t<float>>(a) && (a.flags() & py::array::c_style) && a.ndim() == ndim,
-         std::string(name) + " must be a C-contiguous float32 array of rank " + std::to_string(ndim) + ", got " +
-             Dims(a) + " " + std::string(py::str(a.dtype())));
-  return static_cast<const float*>(a.data());
+// A C-contiguous array of the call's dtype (float32, or float16 when fp16) as given: no converting copy, so a
+// wrong caller is an error, not a slow path.
+const void* Tensor(const py::array& a, const char* name, py::ssize_t ndim, bool fp16) {
+  const bool dtype_ok = fp16 ? a.dtype().kind() == 'f' && a.itemsize() == 2 : py::isinstance<py::array_t<float>>(a);
+  Expect(dtype_ok && (a.flags() & py::array::c_style) && a.ndim() == ndim,
+         std::string(name) + " must be a C-contiguous " + (fp16 ? "float16" : "float32") + " array of rank " +
+             std::to_string(ndim) + ", got " + Dims(a) + " " + std::string(py::str(a.dtype())));
+  return a.data();
 }
 
-py::array_t<float> GqaPy(const py::array& query, const std::optional<py::array>& key,
+const float* F32(const py::array& a, const char* name, py::ssize_t ndim) {
+  return static_cast<const float*>(Tensor(a, name, ndim, false));
+}
+
+py::array GqaPy(const py::array& query, const std::optional<py::array>& key,
                          const std::optional<py::array>& value, const std::optional<py::array>& past_key,
                          const std::optional<py::array>& past_value, const py::array& present, int64_t dirty,
                          const std::vector<int32_t>& past_len, const std::vector<int32_t>& total_len, int64_t num_heads,
@@ -46,7 +52,9 @@ py::array_t<float> GqaPy(const py::array& query, const std::optional<py::array>&
                          const std::optional<py::array>& cos, const std::optional<py::array>& sin, bool interleaved,
                          const std::optional<Arr<int64_t>>& position_ids, int threads) {
   GqaArgs a;
-  a.q = F32(query, "query", 3);
+  a.fp16 = query.dtype().kind() == 'f' && query.itemsize() == 2;
+  const bool h = a.fp16;
+  a.q = Tensor(query, "query", 3, h);
   a.B = query.shape(0);
   a.S = query.shape(1);
   a.N = num_heads;
@@ -57,8 +65,8 @@ py::array_t<float> GqaPy(const py::array& query, const std::optional<py::array>&
     Expect(value.has_value(), "key without value");
     a.H = d / a.N;
     Expect(a.H * a.N == d, "query width " + std::to_string(d) + " is not num_heads x head size");
-    a.k = F32(*key, "key", 3);
-    a.v = F32(*value, "value", 3);
+    a.k = Tensor(*key, "key", 3, h);
+    a.v = Tensor(*value, "value", 3, h);
     a.q_tok = d;
     a.kv_tok = a.Nkv * a.H;
     for (const py::array* x : {&*key, &*value})
@@ -68,19 +76,20 @@ py::array_t<float> GqaPy(const py::array& query, const std::optional<py::array>&
     a.H = d / (a.N + 2 * a.Nkv);
     Expect(a.H * (a.N + 2 * a.Nkv) == d, "packed QKV width " + std::to_string(d) + " is not (N + 2 Nkv) x H");
     a.q_tok = a.kv_tok = d;
-    a.k = a.q + a.N * a.H;
-    a.v = a.q + (a.N + a.Nkv) * a.H;
+    const auto* base = static_cast<const char*>(a.q);
+    a.k = base + a.N * a.H * query.itemsize();
+    a.v = base + (a.N + a.Nkv) * a.H * query.itemsize();
   }
   Expect(present.writeable(), "present must be writeable");
-  a.present = const_cast<float*>(F32(present, "present", 5));
+  a.present = const_cast<void*>(Tensor(present, "present", 5, h));
   Expect(present.shape(0) == 2 && present.shape(1) == a.B && present.shape(2) == a.Nkv && present.shape(4) == a.H,
          "present " + Dims(present) + " is not [2, B, Nkv, T, H]");
   a.T = present.shape(3);
   a.dirty = std::min(dirty, a.T);
   if (past_key) {
     Expect(past_value.has_value(), "past_key without past_value");
-    a.past_k = F32(*past_key, "past_key", 4);
-    a.past_v = F32(*past_value, "past_value", 4);
+    a.past_k = Tensor(*past_key, "past_key", 4, h);
+    a.past_v = Tensor(*past_value, "past_value", 4, h);
     a.P = past_key->shape(2);
     for (const py::array* x : {&*past_key, &*past_value})
       Expect(x->shape(0) == a.B && x->shape(1) == a.Nkv && x->shape(2) == a.P && x->shape(3) == a.H,
@@ -106,7 +115,7 @@ py::array_t<float> GqaPy(const py::array& query, const std::optional<py::array>&
       a.position_ids = position_ids->data();
     }
   }
-  py::array_t<float> out({a.B, a.S, a.N * a.H});
+  py::array out(query.dtype(), std::vector<py::ssize_t>{a.B, a.S, a.N * a.H});
   a.out = out.mutable_data();
   a.threads = threads;
   {
@@ -124,7 +133,7 @@ void BindGqa(py::module_& m) {
         py::arg("num_heads"), py::arg("kv_num_heads"), py::arg("scale"), py::arg("softcap"),
         py::arg("local_window_size"), py::arg("cos"), py::arg("sin"), py::arg("interleaved"),
         py::arg("position_ids"), py::arg("threads") = 1,
-        "GroupQueryAttention float32: fills present [2, B, Nkv, T, H] (past prefix, new rows, zeroes rows up to "
+        "GroupQueryAttention (float32, or float16 in/out with float32 math; cos/sin float32): fills present [2, B, Nkv, T, H] (past prefix, new rows, zeroes rows up to "
         "dirty) and returns the output [B, S, N*H]; lengths and buffers as kernels/ops/attention.py resolves them");
 }
 
