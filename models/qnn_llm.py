@@ -1,7 +1,8 @@
 """A QNN-style a16w8 decoder: a random Llama exported by torch (``torch_export``), then quantized with ORT's QNN
 recipe (``get_qnn_qdq_config`` + ``quantize``: uint16 activations through com.microsoft Q/DQ, uint8 weights; a8w8
-and a16w4 on request), the graph a Qualcomm user brings. Random weights, no download; the width is a real one (hidden 2048) so the weight
-DQs, the 16-bit activation units and the exporter's mask plumbing look as they do in a shipped 1B model.
+and a16w4 on request), the graph a Qualcomm user brings. Random weights, no download; the width is a real one
+(hidden 2048) so the weight DQs, the 16-bit activation units and the exporter's mask plumbing look as they do in a
+shipped 1B model.
 
 Calibration: a few feeds of 8 new tokens after a random 4-token past, in the graph contract of ``torch_export``
 (input_ids, attention_mask, position_ids, past_key_values.*).

@@ -1,7 +1,7 @@
-"""com.microsoft EmbedLayerNormalization (ORT's BERT embedding fusion) vs ORT's CPU EP, through the kernel and an
-NpuEP session on npu-ref and npu-edge (ORT's assignment shows NpuEP ran it): with and without segments, with a mask (mask_index
-counts the ones) and without (zeros), position_ids [B, S] and [1, S], the embedding_sum output, odd sizes;
-out-of-range ids are an error naming the table; float16 tables are declined with a reason.
+"""com.microsoft EmbedLayerNormalization (ORT's BERT embedding fusion) vs ORT's CPU EP, through the kernel and
+NpuEP sessions on npu-ref and npu-edge (ORT's assignment shows NpuEP ran it): with and without segments, with a
+mask (mask_index counts the ones) and without (zeros), position_ids [B, S] and [1, S], the embedding_sum output,
+odd sizes; out-of-range ids are an error naming the table; float16 tables are declined with a reason.
 
 Tolerances: float32 rtol=atol=1e-5 (``_vector_ortref.TOL``).
 """

@@ -116,7 +116,8 @@ def test_zero_d_quantize_dequantize_keep_their_shape_without_constant_folding(ke
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, []),
                                helper.make_tensor_value_info("q", TensorProto.UINT8, [])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 10
     opts = session_options()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
