@@ -233,9 +233,10 @@ class Program:
             self._pending.setdefault(signature, [])  # from now on this signature takes the hot path
         return result
 
-    def _record(self, step: Step, outs: Sequence[np.ndarray]) -> None:
+    def _record(self, step: Step, outs: Sequence[np.ndarray | None]) -> None:
         for i, value in enumerate(outs):
-            self.recorded[f"{step.node_name}:{i}"] = np.array(value, copy=True)
+            if value is not None:  # an omitted optional output a kernel did not compute
+                self.recorded[f"{step.node_name}:{i}"] = np.array(value, copy=True)
 
     def _cost(self, step_shapes: list[list], steps: Sequence[Step] | None = None) -> RunCost:
         costs = []

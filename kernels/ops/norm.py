@@ -203,10 +203,11 @@ def _skip_rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
     y = np.divide(s, ms)
     y *= _param(p, inputs, 2, ndim)
     outs = [_store(y, x.dtype)]
+    wanted = p.attrs["outputs"]  # an omitted optional output is not computed (None: nothing reads it)
     if n_out > 1:  # ORT's CPU kernel leaves the (meaningless) mean at 0
-        outs.append(_zero_mean(p, x, mean_dt))
+        outs.append(_zero_mean(p, x, mean_dt) if wanted[1] else None)
     if n_out > 2:
-        outs.append(_store(np.divide(_F32.type(1.0), ms), inv_dt))
+        outs.append(_store(np.divide(_F32.type(1.0), ms), inv_dt) if wanted[2] else None)
     if n_out > 3:
         outs.append(_store(s, x.dtype))
     return outs

@@ -119,3 +119,24 @@ def test_calls_from_many_threads_are_all_counted(monkeypatch):
     assert all(1 <= c <= 1201 for c in seen)
     cost = program.cost_for(((4,), (4,)))
     assert program.emulated_seconds() == pytest.approx(cost.seconds * 1201)
+
+
+def test_record_skips_omitted_outputs_a_kernel_did_not_compute():
+    """SkipSimplifiedLayerNormalization with its optional mean/inv_std outputs omitted computes neither; recording
+    keeps the two outputs that exist, equal to the CPU EP's."""
+    x = np.random.default_rng(3).standard_normal((1, 1, 64)).astype(np.float32)
+    node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y", "", "", "sum"],
+                            name="sln", domain="com.microsoft", epsilon=1e-6)
+    model = make_model([node], [helper.make_tensor_value_info("x", F32, [1, 1, 64]),
+                                helper.make_tensor_value_info("skip", F32, [1, 1, 64])],
+                       [helper.make_tensor_value_info("y", F32, [1, 1, 64]),
+                        helper.make_tensor_value_info("sum", F32, [1, 1, 64])],
+                       {"gamma": np.linspace(0.5, 1.5, 64, dtype=np.float32)}, extra_opsets=[("com.microsoft", 1)])
+    program = compiled(model, record=True)
+    feeds = {"x": x, "skip": x[..., ::-1].copy()}
+    y, s = program(feeds["x"], feeds["skip"])
+    want_y, want_s = cpu_run(model, feeds)
+    np.testing.assert_allclose(y, want_y, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(s, want_s)
+    assert sorted(program.recorded) == ["sln:0", "sln:3"]
+    np.testing.assert_array_equal(program.recorded["sln:3"], s)
