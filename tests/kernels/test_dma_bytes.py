@@ -30,6 +30,15 @@ from npu_ep.quantization import quantize_matmul_nbits
 NK = _native.kernels
 RNG = np.random.default_rng(5)
 F32 = TensorProto.FLOAT
+_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
+ISAS = _ORDER[:_ORDER.index(NK.isa()) + 1]
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    NK.set_isa_cap(_ORDER.index(request.param))
+    yield request.param
+    NK.set_isa_cap(-1)
 
 
 def _model(nodes, inputs, outputs, inits):
@@ -144,10 +153,12 @@ def test_int8_gemm_counts_the_models_dma(target, op, dta, dtb, m, k, n):
     _assert_equal_to_model(*_counted_run(node, Target.load(target), feeds))
 
 
-# --- every residency of the execution model, on plans built directly (the planner picks only the fastest) --------
+# --- every residency of the execution model, on plans built directly (the planner picks only the fastest), on
+# every instruction-set path of this host (each runs the tiles' row ranges) ------------------------------------------
 @pytest.mark.parametrize("resident", ["none", "a", "b", "weights"])
 @pytest.mark.parametrize("tiles", [(32, 64, 128), (64, 128, 256)])
-def test_every_residency_counts_the_models_dma(resident, tiles):
+@pytest.mark.parametrize("level", [0, 4])
+def test_every_residency_counts_the_models_dma(isa, resident, tiles, level):
     target = Target.load("npu-ref")
     m, k, n, bs = 70, 520, 200, 64  # partial tiles along every dim, a partial last K tile of whole blocks
     tm, tn, tk = tiles
@@ -155,7 +166,7 @@ def test_every_residency_counts_the_models_dma(resident, tiles):
                      (elem_bytes("float32"), elem_bytes("int4"), elem_bytes("float32")), bs, target)
     w = quantize_matmul_nbits(RNG.standard_normal((k, n)).astype(np.float32), bs, False)
     x = RNG.standard_normal((m, k)).astype(np.float32)
-    args = (x, w.B, w.scales, w.zero_points, None, k, n, bs, 4, 2)
+    args = (x, w.B, w.scales, w.zero_points, None, k, n, bs, level, 2)
     y, half = NK.matmul_nbits(*args, plan=native_plan_args(plan), count_dma=True)
     np.testing.assert_array_equal(y, NK.matmul_nbits(*args))
     assert {key: v if key == "transfers" else v / 2 for key, v in half.items()} == {
