@@ -21,7 +21,7 @@ from npu_ep.kernels.ops import _native as runtime
 from npu_ep.kernels.ops._gqa_native import FALLBACK
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
-from tests.npu_testing import assignment, cpu_run, npu_session
+from tests.npu_testing import assignment, cpu_run, npu_session, session_options
 
 NK = _native.kernels
 _ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
@@ -237,3 +237,20 @@ def test_session_matches_cpu_ep_and_runs_the_native_kernel(phase):
     steps = _npu_gqa_steps("native")
     assert steps and all(p.memo.get(FALLBACK, "not run") is None for p in steps)
     del sess
+
+
+def test_session_same_bits_on_orts_pool_at_any_thread_count():
+    """Inside a session the (batch, kv head) tasks run on ORT's intra-op pool: each task's order is fixed, so the
+    bits do not depend on the pool's size or host_threads."""
+    model, feeds = _model(b=2, s=3, n=8, nkv=4, h=64, past=30, seqlens=[20, 32], total=33, rotary="half")
+    results = []
+    for intra, host in ((1, 1), (2, 2), (3, 2), (2, 1)):
+        so = session_options()
+        so.intra_op_num_threads = intra
+        sess = npu_session(model, {"host_threads": str(host), "kernels": "native"}, cpu=False, so=so)
+        assert set(assignment(sess).values()) == {"NpuEP"}
+        results.append(sess.run(None, feeds))
+        del sess
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
