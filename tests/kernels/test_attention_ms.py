@@ -64,8 +64,11 @@ def test_attention_past_decode_step():
            present=True)
 
 
-def test_attention_unidirectional_with_key_lengths():
-    _check(_inputs() + [("m", np.array([4, 2], np.int32), False)], {"unidirectional": 1})
+@pytest.mark.parametrize("mask", [np.array([4, 2], np.int32), np.array([4, 5, 0, 1], np.int32),
+                                  (np.random.default_rng(3).random((B, S, S)) < 0.7).astype(np.int32)],
+                         ids=["lengths", "end_start", "3d"])
+def test_attention_unidirectional_with_masks(mask):
+    _check(_inputs() + [("m", mask, False)], {"unidirectional": 1})
 
 
 @pytest.mark.parametrize("bias_shape", [(1, N, S, S), (B, 1, S, S), (B, N, S, S)])
