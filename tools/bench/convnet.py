@@ -1,6 +1,7 @@
 """Conv-net benchmark: host wall time of whole CNNs on NpuEP vs ORT's CPU EP, fp32 and QDQ u8s8.
 
     python -m npu_ep.tools.bench.convnet [--reps 10] [--rounds 3] [--only small|det] [--kernels native|reference]
+                                         [--host-threads N]
 
 Models (issue 12 target: <= 1.5x the CPU EP for each):
 - ``small``: conv/relu/maxpool x3 + Gemm at 1x3x64x64, built here with the onnx helper (random weights);
@@ -113,7 +114,8 @@ def models(workdir: str, only: str | None) -> list[tuple[str, str, dict[str, np.
     return out
 
 
-def npu_session(path: str, kernels: str) -> tuple[ort.InferenceSession, float, int]:
+def npu_session(path: str, kernels: str, host_threads: int | None = None
+                ) -> tuple[ort.InferenceSession, float, int]:
     """A NpuEP session (CPU EP behind it for what NpuEP declines), the fraction of nodes ORT assigned to NpuEP,
     and NpuEP's partition count."""
     import npu_ep
@@ -121,9 +123,11 @@ def npu_session(path: str, kernels: str) -> tuple[ort.InferenceSession, float, i
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    options = {"cache_dir": "", "kernels": kernels}
+    if host_threads is not None:
+        options["host_threads"] = str(host_threads)
     sess = ort.InferenceSession(path, so, enable_fallback=0,
-                                providers=[(npu_ep.get_ep_name(), {"cache_dir": "", "kernels": kernels}),
-                                           "CPUExecutionProvider"])
+                                providers=[(npu_ep.get_ep_name(), options), "CPUExecutionProvider"])
     counts: dict[str, int] = {}
     parts = 0
     for sg in sess.get_provider_graph_assignment_info():
@@ -145,13 +149,13 @@ def _block(fn, reps: int) -> list[float]:
     return ts
 
 
-def measure(path: str, feeds: dict[str, np.ndarray], reps: int, rounds: int, kernels: str
-            ) -> tuple[float, float, float, int, float]:
+def measure(path: str, feeds: dict[str, np.ndarray], reps: int, rounds: int, kernels: str,
+            host_threads: int | None = None) -> tuple[float, float, float, int, float]:
     """(NpuEP ms, CPU EP ms, fraction on NpuEP, NpuEP partitions, max |NpuEP - CPU EP| of the first output)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
     cpu = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    npu, frac, parts = npu_session(path, kernels)
+    npu, frac, parts = npu_session(path, kernels, host_threads)
     run_npu, run_cpu = (lambda: npu.run(None, feeds)), (lambda: cpu.run(None, feeds))
     diff = float(np.max(np.abs(run_npu()[0].astype(np.float64) - run_cpu()[0].astype(np.float64))))
     t_npu, t_cpu = [], []
@@ -167,15 +171,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternating NpuEP / CPU EP blocks")
     ap.add_argument("--only", choices=("small", "det"), default=None)
     ap.add_argument("--kernels", choices=("native", "reference"), default="native")
+    ap.add_argument("--host-threads", type=int, default=None,
+                    help="NpuEP's host_threads option (default: NpuEP's default, 2)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="npu_convnet_") as workdir:
         cases = models(workdir, args.only)
-        print(f"host wall time, median of {args.rounds} x {args.reps} alternating runs (load average "
+        print(f"host wall time, median of {args.rounds} x {args.reps} alternating runs, NpuEP kernels={args.kernels} "
+              f"host_threads={args.host_threads or 'default'} (load average "
               f"{' '.join(f'{v:.2f}' for v in os.getloadavg())})")
         print(f"{'model':32} {'NpuEP ms':>9} {'CPU EP ms':>9} {'NpuEP/CPU':>9} {'on NpuEP':>8} {'parts':>5} "
               f"{'max|diff|':>9}")
         for label, path, feeds in cases:
-            npu, cpu, frac, parts, diff = measure(path, feeds, args.reps, args.rounds, args.kernels)
+            npu, cpu, frac, parts, diff = measure(path, feeds, args.reps, args.rounds, args.kernels,
+                                                  args.host_threads)
             print(f"{label:32} {npu:9.2f} {cpu:9.2f} {npu / cpu:9.2f} {frac:8.1%} {parts:5d} {diff:9.2e}",
                   flush=True)
         print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
