@@ -1,10 +1,11 @@
 """TTFT and mean inter-token latency, NpuEP vs ORT's CPU EP on the same rewritten (RoPE+GQA+INT4) tiny Llama, same
 run, as ratios; plus the emulated NPU prefill/decode times.
 
-``python -m npu_ep.tools.bench.llm [--model M.onnx] [--new-tokens N] [--repeats R] [--profile]``. Both EPs use
-the same loop and shapes (bucketed prefill, fixed KV capacity); each is warmed up once, then the repeats alternate
-between the two EPs (so a change in host load hits both), each after a pause that lets the other session's ORT
-worker threads stop spinning (they keep a core busy for ~50 ms after a run), and the median over repeats is taken.
+``python -m npu_ep.tools.bench.llm [--model M.onnx] [--new-tokens N] [--repeats R] [--profile] [--npu-option K=V]``.
+Both EPs use the same loop and shapes (bucketed prefill, fixed KV capacity); each is warmed up once, then the
+repeats alternate between the two EPs (so a change in host load hits both), each after a pause that lets the other
+session's ORT worker threads stop spinning (they keep a core busy for ~50 ms after a run), and the median over
+repeats is taken.
 Targets (issue 12): TTFT and inter-token <= 1.5x the CPU EP. ``--profile`` adds where one decode step's host time
 goes: ``session.run`` on both EPs with the same feeds, NpuEP's program call, and its steps per op kind split into
 native kernel time and the rest (``step_profile``).
@@ -34,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--max-kv-len", type=int, default=512)
     ap.add_argument("--profile", action="store_true", help="print where one decode step's host time goes")
+    ap.add_argument("--npu-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="NpuEP provider option (repeatable), e.g. host_threads=1")
     args = ap.parse_args(argv)
 
     from ...models.prompts import PROMPTS
@@ -49,7 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = d / "tiny.npu.onnx"
         print("rewritten:", ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())),
               *(f"\nskipped pass {s}" for s in skipped))
-    gens = {"NpuEP": Generator(model, providers=default_providers(), max_kv_len=args.max_kv_len),
+    providers = default_providers()
+    if args.npu_option:
+        bad = [o for o in args.npu_option if "=" not in o]
+        if bad:
+            ap.error(f"--npu-option {bad[0]!r}: expected KEY=VALUE")
+        providers[0] = (providers[0][0], dict(o.split("=", 1) for o in args.npu_option))
+    gens = {"NpuEP": Generator(model, providers=providers, max_kv_len=args.max_kv_len),
             "CPU EP": Generator(model, providers=["CPUExecutionProvider"], max_kv_len=args.max_kv_len)}
     table = Table(title=f"tiny Llama, {args.new_tokens} new tokens, median of {args.repeats} (host ms; NPU = emulated)")
     for col in ("prompt", "bucket", "CPU TTFT", "NpuEP TTFT", "TTFT ratio", "CPU ITL", "NpuEP ITL", "ITL ratio",
