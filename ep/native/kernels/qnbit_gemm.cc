@@ -340,11 +340,12 @@ struct Cols4 {
         const int8_t* qc = q[r] + c * kChunkElems;                                                              \
         const __m512i qlo = _mm512_loadu_si512(qc), qhi = _mm512_loadu_si512(qc + kChunkBytes);                 \
         const __m512i ql = _mm512_loadu_si512(qlane[r] + c * 16);                                               \
+        const __m512i ql8 = _mm512_slli_epi32(ql, 3); /* symmetric: zero point 8 */                             \
         const __m512 sav = bs >= kChunkElems ? _mm512_set1_ps(sa[r][b0])                                        \
                                              : _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(mask, sa[r] + b0)); \
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {                                                   \
           __m512i d = DPBUSD(DPBUSD(_mm512_setzero_si512(), lo[j], qlo), hi[j], qhi);                           \
-          d = _mm512_sub_epi32(d, _mm512_mullo_epi32(zl[j], ql));                                               \
+          d = _mm512_sub_epi32(d, cols.symmetric ? ql8 : _mm512_mullo_epi32(zl[j], ql));                        \
           acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(swv[j], sav), acc[r][j]);            \
         }                                                                                                       \
       }                                                                                                         \
