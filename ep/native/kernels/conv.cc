@@ -101,14 +101,37 @@ __attribute__((target("avx512f"))) void MulAddAvx512(float* dst, const float* sr
 }
 #endif
 
+#if NPU_EP_X86
+// Stride 2: 32 source floats per 16 outputs, the even ones picked by a permute (the loads are masked to the
+// 2n - 1 source elements the outputs read).
+__attribute__((target("avx512f"))) void MulAddStride2Avx512(float* dst, const float* src, int64_t n, float w,
+                                                            bool first) {
+  const __m512 wv = _mm512_set1_ps(w);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const int64_t src_n = 2 * n - 1;
+  for (int64_t o = 0; o < n; o += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - o >= 16 ? 0xFFFF : (1u << (n - o)) - 1);
+    const int64_t left = src_n - 2 * o;  // source elements from src + 2o on
+    const __mmask16 k0 = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+    const __mmask16 k1 = static_cast<__mmask16>(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1);
+    const __m512 v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(k0, src + 2 * o), even,
+                                            _mm512_maskz_loadu_ps(k1, src + 2 * o + 16));
+    __m512 p = _mm512_mul_ps(v, wv);
+    if (!first) p = _mm512_add_ps(_mm512_maskz_loadu_ps(k, dst + o), p);
+    _mm512_mask_storeu_ps(dst + o, k, p);
+  }
+}
+#endif
+
 void MulAdd(float* dst, const float* src, int64_t stride, int64_t n, float w, bool first) {
   if (n <= 0) return;
 #if NPU_EP_X86
+  const Isa isa = ActiveIsa();
   if (stride == 1) {
-    const Isa isa = ActiveIsa();
     if (isa >= Isa::kAvx512) return MulAddAvx512(dst, src, n, w, first);
     if (isa >= Isa::kAvx2) return MulAddAvx2(dst, src, n, w, first);
   }
+  if (stride == 2 && isa >= Isa::kAvx512) return MulAddStride2Avx512(dst, src, n, w, first);
 #endif
   MulAddScalar(dst, src, stride, n, w, first);
 }
@@ -195,7 +218,41 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
   });
 }
 
+namespace {
+
+// Stride 1: the plane is copied once into a zero-padded buffer of row pitch Wp, and each tap is ONE multiply-add
+// over the whole output plane laid out with the same pitch (the columns past OW are computed and dropped), so
+// the work is T long vector loops instead of T * OH short ones. Padded taps multiply the buffer's zeros, as the
+// reference does.
+void DepthwiseFloatStride1(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
+                           int threads) {
+  const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
+  const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw;
+  ParallelFor(ThreadsFor(threads, s.N * s.M * P * T), s.N * s.M, [&](int64_t task) {
+    const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
+    const float* plane = x + (n * s.C + c) * s.H * s.W;
+    std::vector<float> xp(Hp * Wp + tail, 0.0f), acc(s.OH * Wp);
+    for (int64_t h = 0; h < s.H; ++h) std::memcpy(&xp[(h + s.pt) * Wp + s.pl], plane + h * s.W, s.W * sizeof(float));
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t i = t / s.kw, j = t % s.kw;
+      MulAdd(acc.data(), xp.data() + i * s.dh * Wp + j * s.dw, 1, s.OH * Wp, w[(c * T + t) * mult + jm], t == 0);
+    }
+    float* out = y + task * P;
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      const float* src = acc.data() + oh * Wp;
+      float* dst = out + oh * s.OW;
+      if (bias != nullptr)
+        for (int64_t o = 0; o < s.OW; ++o) dst[o] = src[o] + bias[m];
+      else
+        std::memcpy(dst, src, s.OW * sizeof(float));
+    }
+  });
+}
+
+}  // namespace
+
 void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads) {
+  if (s.sh == 1 && s.sw == 1) return DepthwiseFloatStride1(s, x, w, bias, y, threads);
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   ParallelFor(ThreadsFor(threads, s.N * s.M * P * T), s.N * s.M, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
