@@ -328,68 +328,80 @@ void RequantizeRow(const int32_t* acc, int64_t n, int32_t bias, float mult, int3
   RequantizeRowScalar(acc, n, bias, mult, zp, is_signed, y);
 }
 
-// acc[o] += (x[o * stride] - xzp) * w for o in [0, n); x bytes uint8 or int8.
-void IntMulAddScalar(int32_t* acc, const uint8_t* x, int64_t stride, int64_t n, bool x_signed, int32_t xzp,
-                     int32_t w) {
-  for (int64_t o = 0; o < n; ++o) {
-    const int32_t v = x_signed ? static_cast<int8_t>(x[o * stride]) : x[o * stride];
-    acc[o] = static_cast<int32_t>(static_cast<uint32_t>(acc[o]) + static_cast<uint32_t>((v - xzp) * w));
-  }
+// acc[o] += xp[o * stride] * w for o in [0, n): xp holds x - x_zp as int32 (padding 0); int32 wraps.
+void IntMulAddScalar(int32_t* acc, const int32_t* xp, int64_t stride, int64_t n, int32_t w) {
+  for (int64_t o = 0; o < n; ++o)
+    acc[o] = static_cast<int32_t>(static_cast<uint32_t>(acc[o]) +
+                                  static_cast<uint32_t>(xp[o * stride]) * static_cast<uint32_t>(w));
 }
 
 #if NPU_EP_X86
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void IntMulAddAvx512(int32_t* acc, const uint8_t* x, int64_t n,
-                                                                          bool x_signed, int32_t xzp, int32_t w) {
-  const __m512i zv = _mm512_set1_epi32(xzp), wv = _mm512_set1_epi32(w);
+__attribute__((target("avx512f"))) void IntMulAddAvx512(int32_t* acc, const int32_t* xp, int64_t stride, int64_t n,
+                                                        int32_t w) {
+  const __m512i wv = _mm512_set1_epi32(w);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   for (int64_t o = 0; o < n; o += 16) {
     const __mmask16 k = static_cast<__mmask16>(n - o >= 16 ? 0xFFFF : (1u << (n - o)) - 1);
-    const __m128i b = _mm_maskz_loadu_epi8(k, x + o);
-    const __m512i v = x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
-    const __m512i p = _mm512_mullo_epi32(_mm512_sub_epi32(v, zv), wv);
-    _mm512_mask_storeu_epi32(acc + o, k, _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, acc + o), p));
+    __m512i v;
+    if (stride == 1) {
+      v = _mm512_maskz_loadu_epi32(k, xp + o);
+    } else {  // stride 2: the even lanes of 32 source values, loads masked to the 2n - 1 the outputs read
+      const int64_t left = 2 * (n - o) - 1;
+      const __mmask16 k0 = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+      const __mmask16 k1 = static_cast<__mmask16>(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1);
+      v = _mm512_permutex2var_epi32(_mm512_maskz_loadu_epi32(k0, xp + 2 * o), even,
+                                    _mm512_maskz_loadu_epi32(k1, xp + 2 * o + 16));
+    }
+    const __m512i a = _mm512_maskz_loadu_epi32(k, acc + o);
+    _mm512_mask_storeu_epi32(acc + o, k, _mm512_add_epi32(a, _mm512_mullo_epi32(v, wv)));
   }
 }
 #endif
 
-void IntMulAdd(int32_t* acc, const uint8_t* x, int64_t stride, int64_t n, bool x_signed, int32_t xzp, int32_t w) {
+void IntMulAdd(int32_t* acc, const int32_t* xp, int64_t stride, int64_t n, int32_t w) {
   if (n <= 0) return;
 #if NPU_EP_X86
-  if (stride == 1 && ActiveIsa() >= Isa::kAvx512) return IntMulAddAvx512(acc, x, n, x_signed, xzp, w);
+  if ((stride == 1 || stride == 2) && ActiveIsa() >= Isa::kAvx512) return IntMulAddAvx512(acc, xp, stride, n, w);
 #endif
-  IntMulAddScalar(acc, x, stride, n, x_signed, xzp, w);
+  IntMulAddScalar(acc, xp, stride, n, w);
 }
 
+// Per plane: x - x_zp once into a zero-padded int32 buffer (pitch Wp), so no tap needs bounds checks (padding
+// adds (x_zp - x_zp) * w = 0, as the reference). Stride 1: each tap is one multiply-add over the whole output
+// plane at pitch Wp (the extra columns are dropped); other strides: one per output row.
 void DepthwiseInt(const QConv& q) {
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
+  const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw + s.sw;
+  const bool flat = s.sh == 1 && s.sw == 1;
+  const int64_t pitch = flat ? Wp : s.OW;
   ParallelFor(ThreadsFor(q.threads, s.N * s.M * P * T), s.N * s.M, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult;
     const uint8_t* plane = q.x + (n * s.C + c) * s.H * s.W;
-    std::vector<int32_t> acc(s.OW);
-    int32_t wt[64];
-    std::vector<int32_t> wbig;
-    int32_t* wv = wt;
-    if (T > 64) {
-      wbig.resize(T);
-      wv = wbig.data();
+    std::vector<int32_t> xp(Hp * Wp + tail, 0), acc(s.OH * pitch, 0);
+    for (int64_t h = 0; h < s.H; ++h) {
+      int32_t* dst = xp.data() + (h + s.pt) * Wp + s.pl;
+      const uint8_t* src = plane + h * s.W;
+      if (q.x_signed)
+        for (int64_t w = 0; w < s.W; ++w) dst[w] = static_cast<int8_t>(src[w]) - q.x_zp;
+      else
+        for (int64_t w = 0; w < s.W; ++w) dst[w] = src[w] - q.x_zp;
     }
     for (int64_t t = 0; t < T; ++t) {
       const int32_t raw = q.w_signed ? static_cast<int8_t>(q.w[m * T + t]) : q.w[m * T + t];
-      wv[t] = raw - q.w_zp[m];
+      const int32_t wt = raw - q.w_zp[m];
+      if (wt == 0) continue;
+      const int32_t* src = xp.data() + (t / s.kw) * s.dh * Wp + (t % s.kw) * s.dw;
+      if (flat) {
+        IntMulAdd(acc.data(), src, 1, s.OH * Wp, wt);
+      } else {
+        for (int64_t oh = 0; oh < s.OH; ++oh)
+          IntMulAdd(acc.data() + oh * pitch, src + oh * s.sh * Wp, s.sw, s.OW, wt);
+      }
     }
     const int32_t bias = q.bias != nullptr ? q.bias[m] : 0;
-    for (int64_t oh = 0; oh < s.OH; ++oh) {
-      std::fill(acc.begin(), acc.end(), 0);
-      for (int64_t t = 0; t < T; ++t) {  // padded taps add (x_zp - x_zp) * w = 0
-        const int64_t ih = oh * s.sh - s.pt + (t / s.kw) * s.dh;
-        if (ih < 0 || ih >= s.H || wv[t] == 0) continue;
-        const int64_t off = (t % s.kw) * s.dw - s.pl;
-        const Span sp = Valid(off, s.sw, s.W, s.OW);
-        IntMulAdd(acc.data() + sp.lo, plane + ih * s.W + sp.lo * s.sw + off, s.sw, sp.hi - sp.lo, q.x_signed,
-                  q.x_zp, wv[t]);
-      }
-      RequantizeRow(acc.data(), s.OW, bias, q.mult[m], q.y_zp, q.y_signed, q.y + task * P + oh * s.OW);
-    }
+    for (int64_t oh = 0; oh < s.OH; ++oh)
+      RequantizeRow(acc.data() + oh * pitch, s.OW, bias, q.mult[m], q.y_zp, q.y_signed, q.y + task * P + oh * s.OW);
   });
 }
 
