@@ -193,8 +193,10 @@ void Int8MatMul(const Int8Gemm& g) {
   p.asum.assign(g.M, 0);
 #if NPU_EP_X86
   if (ActiveIsa() >= Isa::kAvx512) {
-    constexpr int64_t kRowsPerTask = 16;  // rows are independent: the split changes no bits
-    ParallelFor(g.threads, (g.M + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
+    // Rows are independent: the split changes no bits. A small A (a few us of work) is not worth waking threads.
+    constexpr int64_t kRowsPerTask = 16;
+    const int prep_threads = g.M * g.kp >= (int64_t{1} << 20) ? g.threads : 1;
+    ParallelFor(prep_threads, (g.M + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
       PrepRowsAvx512(g, p, flip, copy, t * kRowsPerTask, std::min(g.M, (t + 1) * kRowsPerTask));
     });
   } else
