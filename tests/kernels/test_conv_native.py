@@ -106,6 +106,22 @@ def test_float_conv_native_equals_reference(isa, xs, ws, attrs):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("xs,ws,attrs", [SHAPES[0], SHAPES[1], SHAPES[11], SHAPES[13]])
+def test_float_conv_without_a_cblas_symbol_uses_native_patches_and_numpy_matmul(monkeypatch, xs, ws, attrs):
+    """A BLAS without cblas_sgemm64: one native patch matrix per image times numpy's matmul (the reference's
+    product for one-group convs of one image: bit-equal)."""
+    from npu_ep.kernels import host_blas
+
+    monkeypatch.setattr(host_blas, "sgemm_address", lambda: None)
+    x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
+    k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True)], **attrs)
+    got, want = _run(k, p, args, "native"), _run(k, p, args, "reference")
+    if attrs.get("group", 1) == 1 and xs[0] == 1:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_float_depthwise_edge_values_bit_exact(isa):
     """NaN, Inf and signed zeros go through the same float32 operations as in the reference."""
     x = RNG.standard_normal((1, 4, 9, 10)).astype(np.float32)
