@@ -1,7 +1,7 @@
 """Conv-net benchmark: host wall time of whole CNNs on NpuEP vs ORT's CPU EP, fp32 and QDQ u8s8.
 
     python -m npu_ep.tools.bench.convnet [--reps 10] [--rounds 3] [--only small|det] [--kernels native|reference]
-                                         [--host-threads N]
+                                         [--host-threads N] [--npu-no-spin]
 
 Models (issue 12 target: <= 1.5x the CPU EP for each):
 - ``small``: conv/relu/maxpool x3 + Gemm at 1x3x64x64, built here with the onnx helper (random weights);
@@ -114,7 +114,7 @@ def models(workdir: str, only: str | None) -> list[tuple[str, str, dict[str, np.
     return out
 
 
-def npu_session(path: str, kernels: str, host_threads: int | None = None
+def npu_session(path: str, kernels: str, host_threads: int | None = None, no_spin: bool = False
                 ) -> tuple[ort.InferenceSession, float, int]:
     """A NpuEP session (CPU EP behind it for what NpuEP declines), the fraction of nodes ORT assigned to NpuEP,
     and NpuEP's partition count."""
@@ -123,6 +123,8 @@ def npu_session(path: str, kernels: str, host_threads: int | None = None
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if no_spin:  # ORT's intra-op workers otherwise spin after each parallel section NpuEP's kernels hand them
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options = {"cache_dir": "", "kernels": kernels}
     if host_threads is not None:
         options["host_threads"] = str(host_threads)
@@ -150,12 +152,12 @@ def _block(fn, reps: int) -> list[float]:
 
 
 def measure(path: str, feeds: dict[str, np.ndarray], reps: int, rounds: int, kernels: str,
-            host_threads: int | None = None) -> tuple[float, float, float, int, float]:
+            host_threads: int | None = None, no_spin: bool = False) -> tuple[float, float, float, int, float]:
     """(NpuEP ms, CPU EP ms, fraction on NpuEP, NpuEP partitions, max |NpuEP - CPU EP| of the first output)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
     cpu = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    npu, frac, parts = npu_session(path, kernels, host_threads)
+    npu, frac, parts = npu_session(path, kernels, host_threads, no_spin)
     run_npu, run_cpu = (lambda: npu.run(None, feeds)), (lambda: cpu.run(None, feeds))
     diff = float(np.max(np.abs(run_npu()[0].astype(np.float64) - run_cpu()[0].astype(np.float64))))
     t_npu, t_cpu = [], []
@@ -173,17 +175,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kernels", choices=("native", "reference"), default="native")
     ap.add_argument("--host-threads", type=int, default=None,
                     help="NpuEP's host_threads option (default: NpuEP's default, 2)")
+    ap.add_argument("--npu-no-spin", action="store_true",
+                    help="the NpuEP session only: session.intra_op.allow_spinning=0 (the CPU EP keeps the default)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="npu_convnet_") as workdir:
         cases = models(workdir, args.only)
         print(f"host wall time, median of {args.rounds} x {args.reps} alternating runs, NpuEP kernels={args.kernels} "
-              f"host_threads={args.host_threads or 'default'} (load average "
+              f"host_threads={args.host_threads or 'default'}{' allow_spinning=0' if args.npu_no_spin else ''} "
+              f"(load average "
               f"{' '.join(f'{v:.2f}' for v in os.getloadavg())})")
         print(f"{'model':32} {'NpuEP ms':>9} {'CPU EP ms':>9} {'NpuEP/CPU':>9} {'on NpuEP':>8} {'parts':>5} "
               f"{'max|diff|':>9}")
         for label, path, feeds in cases:
             npu, cpu, frac, parts, diff = measure(path, feeds, args.reps, args.rounds, args.kernels,
-                                                  args.host_threads)
+                                                  args.host_threads, args.npu_no_spin)
             print(f"{label:32} {npu:9.2f} {cpu:9.2f} {npu / cpu:9.2f} {frac:8.1%} {parts:5d} {diff:9.2e}",
                   flush=True)
         print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")

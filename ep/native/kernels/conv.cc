@@ -25,7 +25,6 @@
 namespace npu_ep::kern {
 
 using conv_detail::Span;
-using conv_detail::ThreadsFor;
 using conv_detail::Valid;
 
 void ConvShape::Finish() {
@@ -123,29 +122,26 @@ void MulAddZero(float* dst, int64_t n, float w, bool first) {
 
 void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int threads) {
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), rows = s.group * K;
-  const int64_t per_task = std::max<int64_t>(1, 16384 / std::max<int64_t>(P, 1));
-  ParallelFor(ThreadsFor(threads, rows * P), (rows + per_task - 1) / per_task, [&](int64_t task) {
-    for (int64_t r = task * per_task; r < std::min(rows, (task + 1) * per_task); ++r) {
-      const int64_t g = r / K, k = r % K, c = k / T, i = (k % T) / s.kw, j = k % s.kw;
-      const float* plane = x + ((n * s.C) + g * s.Cg() + c) * s.H * s.W;
-      float* dst = cols + r * P;
-      const int64_t off_w = j * s.dw - s.pl;
-      const Span sw = Valid(off_w, s.sw, s.W, s.OW);
-      for (int64_t oh = 0; oh < s.OH; ++oh, dst += s.OW) {
-        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-        if (ih < 0 || ih >= s.H) {
-          std::fill(dst, dst + s.OW, 0.0f);
-          continue;
-        }
-        const float* row = plane + ih * s.W + off_w;
-        std::fill(dst, dst + sw.lo, 0.0f);
-        if (s.sw == 1) {
-          std::memcpy(dst + sw.lo, row + sw.lo, (sw.hi - sw.lo) * sizeof(float));
-        } else {
-          for (int64_t o = sw.lo; o < sw.hi; ++o) dst[o] = row[o * s.sw];
-        }
-        std::fill(dst + sw.hi, dst + s.OW, 0.0f);
+  conv_detail::ParallelItems(threads, rows, P, [&](int64_t r) {
+    const int64_t g = r / K, k = r % K, c = k / T, i = (k % T) / s.kw, j = k % s.kw;
+    const float* plane = x + ((n * s.C) + g * s.Cg() + c) * s.H * s.W;
+    float* dst = cols + r * P;
+    const int64_t off_w = j * s.dw - s.pl;
+    const Span sw = Valid(off_w, s.sw, s.W, s.OW);
+    for (int64_t oh = 0; oh < s.OH; ++oh, dst += s.OW) {
+      const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+      if (ih < 0 || ih >= s.H) {
+        std::fill(dst, dst + s.OW, 0.0f);
+        continue;
       }
+      const float* row = plane + ih * s.W + off_w;
+      std::fill(dst, dst + sw.lo, 0.0f);
+      if (s.sw == 1) {
+        std::memcpy(dst + sw.lo, row + sw.lo, (sw.hi - sw.lo) * sizeof(float));
+      } else {
+        for (int64_t o = sw.lo; o < sw.hi; ++o) dst[o] = row[o * s.sw];
+      }
+      std::fill(dst + sw.hi, dst + s.OW, 0.0f);
     }
   });
 }
@@ -157,8 +153,7 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
   // pixels per task: the block's patch matrix about 512 KiB
   const int64_t block = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
   const int64_t n_blocks = (P + block - 1) / block;
-  const int nt = ThreadsFor(threads, s.N * P * K * Mg * s.group);
-  ParallelFor(nt, s.N * s.group * n_blocks, [&](int64_t task) {
+  conv_detail::ParallelItems(threads, s.N * s.group * n_blocks, block * K * Mg, [&](int64_t task) {
     const int64_t n = task / (s.group * n_blocks), g = (task / n_blocks) % s.group, p0 = (task % n_blocks) * block;
     const int64_t cols = std::min(block, P - p0);
     std::vector<float> patch(K * cols);
@@ -205,7 +200,7 @@ void DepthwiseFloatStride1(const ConvShape& s, const float* x, const float* w, c
                            int threads) {
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw;
-  ParallelFor(ThreadsFor(threads, s.N * s.M * P * T), s.N * s.M, [&](int64_t task) {
+  conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
     const float* plane = x + (n * s.C + c) * s.H * s.W;
     std::vector<float> xp(Hp * Wp + tail, 0.0f), acc(s.OH * Wp);
@@ -231,7 +226,7 @@ void DepthwiseFloatStride1(const ConvShape& s, const float* x, const float* w, c
 void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads) {
   if (s.sh == 1 && s.sw == 1) return DepthwiseFloatStride1(s, x, w, bias, y, threads);
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
-  ParallelFor(ThreadsFor(threads, s.N * s.M * P * T), s.N * s.M, [&](int64_t task) {
+  conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
     const float* plane = x + (n * s.C + c) * s.H * s.W;
     float* out = y + task * P;

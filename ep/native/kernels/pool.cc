@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "conv_internal.h"
 #include "cpu.h"
 #include "thread_pool.h"
 
@@ -69,8 +70,7 @@ __attribute__((target("avx512f,avx512bw"))) void RowMaxBytesAvx512(uint8_t* acc,
 // One plane-parallel walk for every element type: RowPass(acc, row) folds an input row, Fold(m, v) two values.
 template <typename T, typename RowPass>
 void MaxPoolPlanes(const PoolShape& s, const T* x, T low, T* y, int threads, RowPass row_pass) {
-  const int64_t work = s.N * s.C * s.OH * s.OW * s.kh * s.kw;
-  ParallelFor(work < (int64_t{1} << 20) ? 1 : threads, s.N * s.C, [&](int64_t plane) {  // small: one thread
+  conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
     const T* in = x + plane * s.H * s.W;
     T* out = y + plane * s.OH * s.OW;
     std::vector<T> rowmax(s.W);

@@ -122,7 +122,7 @@ void DepthwiseInt(const QConv& q) {
   const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw + s.sw;
   const bool flat = s.sh == 1 && s.sw == 1;
   const int64_t pitch = flat ? Wp : s.OW;
-  ParallelFor(ThreadsFor(q.threads, s.N * s.M * P * T), s.N * s.M, [&](int64_t task) {
+  conv_detail::ParallelItems(q.threads, s.N * s.M, P * T, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult;
     const uint8_t* plane = q.x + (n * s.C + c) * s.H * s.W;
     std::vector<int32_t> xp(Hp * Wp + tail, 0), acc(s.OH * pitch, 0);
@@ -228,7 +228,7 @@ void DenseInt(const QConv& q) {
   const PackGeom pg{xb.data(), Wp, CC, Cg4, T, kp / 4, kp};
   const int threads = ThreadsFor(q.threads, P * Kq * Mg * s.group);
   for (int64_t n = 0; n < s.N; ++n) {
-    ParallelFor(ThreadsFor(threads, Hp * Wp * CC), Hp, [&](int64_t h) {
+    conv_detail::ParallelItems(threads, Hp, Wp * CC, [&](int64_t h) {
       uint8_t* row = xb.data() + h * Wp * CC;
       std::fill(row, row + Wp * CC, pad);
       if (h < s.pt || h >= s.pt + s.H) return;
@@ -238,7 +238,7 @@ void DenseInt(const QConv& q) {
         for (int64_t w = 0; w < s.W; ++w) dst[w * CC] = src[w] ^ flip;
       }
     });
-    ParallelFor(threads, s.group * n_chunks, [&](int64_t task) {
+    conv_detail::ParallelItems(threads, s.group * n_chunks, chunk * Kq * Mg, [&](int64_t task) {
       const int64_t g = task / n_chunks, p0 = (task % n_chunks) * chunk, cols = std::min(chunk, P - p0);
       const int64_t np16 = (cols + kLanes - 1) / kLanes * kLanes;
       std::vector<int8_t> bp(np16 * kp);
