@@ -64,7 +64,9 @@ def _ctx_path(model: str) -> str:
 
 
 def prime(model: str) -> None:
-    """Fill the cache folder and dump the EPContext model (embed_mode=0: the context beside it) the warm runs load."""
+    """Fill the cache folder, then dump the EPContext model (embed_mode=0: the context beside it) the warm runs
+    load. Two sessions: one writing an EPContext cannot read ORT's weights in place, so its cache entry would hold
+    them."""
     import onnxruntime as ort
 
     import npu_ep
@@ -72,12 +74,15 @@ def prime(model: str) -> None:
     ctx = _ctx_path(model)
     for stale in (Path(ctx), *Path(ctx).parent.glob(Path(ctx).stem + "_*.npuctx")):  # this bench's own files
         stale.unlink(missing_ok=True)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    for k, v in {"ep.context_enable": "1", "ep.context_file_path": ctx, "ep.context_embed_mode": "0"}.items():
-        so.add_session_config_entry(k, v)
-    ort.InferenceSession(model, so, providers=[(npu_ep.get_ep_name(), {"cache_dir": _cache_dir(model)}),
-                                               "CPUExecutionProvider"], enable_fallback=0)
+    for options, config in (({"cache_dir": _cache_dir(model)}, {}),
+                            ({"cache_dir": ""}, {"ep.context_enable": "1", "ep.context_file_path": ctx,
+                                                 "ep.context_embed_mode": "0"})):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        for k, v in config.items():
+            so.add_session_config_entry(k, v)
+        ort.InferenceSession(model, so, providers=[(npu_ep.get_ep_name(), options), "CPUExecutionProvider"],
+                             enable_fallback=0)
 
 
 def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
