@@ -114,8 +114,10 @@ def nbits_matmul(p: Prepared, a: np.ndarray) -> np.ndarray:
     nat = _native.native(p)
     if nat is not None:
         a2 = np.ascontiguousarray(a32).reshape(-1, K)
+        # fp32 levels from M >= 16 on: dequantized column panels times A on the BLAS (0: the kernel's own loops)
+        sgemm = (host_blas.sgemm_address() or 0) if level != 4 and a2.shape[0] >= 16 else 0
         y = run_native_counted(p, nat.matmul_nbits, (a2, c["nb_b"], c["nb_scales"], c.get("nb_zp"), None, K, N, bs,
-                                                     level, _native.threads(p)), {}, a2.shape[0], N, K)
+                                                     level, _native.threads(p)), {"sgemm": sgemm}, a2.shape[0], N, K)
         return y.reshape(*a.shape[:-1], N)
     w = p.memo.get("reference_w")
     if w is None:  # the reference model's float copy, built on first use

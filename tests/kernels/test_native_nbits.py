@@ -147,3 +147,24 @@ def test_decode_gemv_at_width_has_prefill_bits(isa, bs, symmetric, level):
     for r in range(2):
         for t in (1, 2):
             np.testing.assert_array_equal(_native(a[r:r + 1], w, level, threads=t, bias=bias)[0], y[r])
+
+
+@pytest.mark.parametrize("bs", [16, 32, 128])
+@pytest.mark.parametrize("m,K,N", [(16, 130, 5), (33, 1000, 47), (64, 256, 300), (129, 2048, 40)])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_fp32_levels_on_the_blas_match_the_reference_at_any_thread_count(isa, bs, m, K, N, symmetric):
+    """From M >= 16 the fp32 levels dequantize column panels and multiply them on numpy's own BLAS (sgemm)."""
+    from npu_ep.kernels import host_blas
+
+    sgemm = host_blas.sgemm_address()
+    if sgemm is None:
+        pytest.skip("numpy's BLAS has no cblas_sgemm64 symbol")
+    w = _weights(K, N, bs, symmetric)
+    a = RNG.standard_normal((m, K)).astype(np.float32)
+    bias = RNG.standard_normal(N).astype(np.float32)
+    runs = [NK.matmul_nbits(a, w.B, w.scales, w.zero_points, bias, K, N, bs, 0, threads, sgemm=sgemm)
+            for threads in (1, 2, 3)]
+    _close(runs[0], _reference(a, w, 0) + bias)
+    for y in runs[1:]:
+        np.testing.assert_array_equal(y, runs[0])  # columns split by shape only
+    _close(runs[0], _native(a, w, 0, bias=bias))  # the kernel's own loops agree with the BLAS path

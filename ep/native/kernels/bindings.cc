@@ -57,7 +57,7 @@ py::object WithDma(py::object y, bool count, const DmaCount& c) {
 py::object MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<float>& scales,
                          const std::optional<Arr<uint8_t>>& zero_points, const std::optional<Arr<float>>& bias,
                          int64_t K, int64_t N, int block_size, int accuracy_level, int threads,
-                         const std::optional<py::tuple>& plan, bool count_dma) {
+                         const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm) {
   if (block_size < 16 || block_size > 256 || (block_size & (block_size - 1)))
     throw std::invalid_argument("matmul_nbits: block_size " + std::to_string(block_size) +
                                 " is not a power of two in 16..256");
@@ -71,6 +71,7 @@ py::object MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<f
   g.block_size = block_size;
   g.accuracy_level = accuracy_level;
   g.threads = threads;
+  g.sgemm = reinterpret_cast<Sgemm64>(sgemm);
   g.a = a.data();
   g.b = Data(b, N * kb * block_size / 2, "B");
   g.scales = Data(scales, N * kb, "scales");
@@ -152,10 +153,11 @@ void RegisterKernels(py::module_& parent) {
         "cap the dispatch (0 scalar, 1 avx2, 2 avx512, 3 avx512_vnni; -1 none): tests run every host path");
   m.def("matmul_nbits", &MatMulNBitsPy, py::arg("a"), py::arg("b"), py::arg("scales"), py::arg("zero_points"),
         py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"), py::arg("accuracy_level"),
-        py::arg("threads") = 1, py::arg("plan") = py::none(), py::arg("count_dma") = false,
+        py::arg("threads") = 1, py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("sgemm") = 0,
         "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout. "
         "plan: a tile plan tuple (see PlanArgs) whose output tiles the kernel runs; count_dma: return (y, DMA "
-        "half-bytes and transfers of that plan)");
+        "half-bytes and transfers of that plan); sgemm: address of a CBLAS sgemm (kernels.host_blas."
+        "sgemm_address()) that fp32 levels use from M >= 16 on");
   m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
         py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
         py::arg("y_zero_point") = 0, py::arg("y_signed") = false, py::arg("plan") = py::none(),

@@ -148,7 +148,6 @@ void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int
 
 void DenseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Sgemm64 sgemm,
                 int threads) {
-  constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
   // pixels per task: the block's patch matrix about 512 KiB
   const int64_t block = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
@@ -183,7 +182,7 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
       }
     }
     float* out = y + (n * s.M + g * Mg) * P + p0;
-    sgemm(kRowMajor, kTrans, kNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg, patch.data(), cols, 0.0f, out, P);
+    sgemm(kCblasRowMajor, kCblasTrans, kCblasNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg, patch.data(), cols, 0.0f, out, P);
     if (bias != nullptr)
       for (int64_t m = 0; m < Mg; ++m)
         for (int64_t o = 0; o < cols; ++o) out[m * P + o] = out[m * P + o] + bias[g * Mg + m];

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "sgemm.h"
+
 namespace pybind11 {
 class module_;
 }
@@ -26,10 +28,6 @@ struct ConvShape {
 // Patches of image n for every group: cols [group, Cg*kh*kw, OH*OW], rows ordered (c, i, j), zeros where padded
 // (the K-major patch matrix of W[Mg, K] @ cols).
 void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int threads);
-
-// A CBLAS sgemm with 64-bit integers (numpy's OpenBLAS, found by kernels/host_blas.py): the float GEMM library.
-using Sgemm64 = void (*)(int order, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                         const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // Dense or grouped float conv as blocked implicit GEMM: per (group, block of output pixels) the block's patch
 // matrix [K, pixels] is built in a cache-sized buffer and multiplied by W on `sgemm` (one BLAS thread per task),

@@ -36,6 +36,8 @@ using nbits::kChunkBytes;
 using nbits::kChunkElems;
 using nbits::Shape;
 constexpr int64_t kColsPerTask = 16;
+constexpr int64_t kSgemmMinRows = 16;      // from this M on, fp32 levels run dequantized panels on the BLAS
+constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
 // Decode (M = 1): a task is at least this many packed weight bytes, so ORT's per-task dispatch is amortized.
 constexpr int64_t kGemvTaskBytes = 128 * 1024;
 
@@ -514,6 +516,25 @@ void MatMulNBits(const NBitsGemm& g) {
     return;
   }
 #endif
+  if (!int8 && g.sgemm != nullptr && s.M >= kSgemmMinRows) {
+    // Each task owns whole columns (a shape-only split): the same bits at any thread count.
+    const int64_t cols = std::max<int64_t>(16, kSgemmPanelBytes / (4 * s.kc) / 16 * 16);
+    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+      std::vector<int32_t> zpc(s.kb + 16, 0);
+      std::vector<float> panel((n1 - n0) * s.kc, 0.0f);
+      for (int64_t n = n0; n < n1; ++n) {
+        UnpackZeroPoints(g.zero_points == nullptr ? nullptr : g.zero_points + n * s.zp_bytes, s, zpc.data());
+        dequant(g.b + n * s.row_bytes, g.scales + n * s.kb, zpc.data(), s, panel.data() + (n - n0) * s.kc);
+      }
+      float* y = g.y + r0 * s.N + n0;
+      g.sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, r1 - r0, n1 - n0, s.kc, 1.0f, pa.a.data() + r0 * s.kc,
+              s.kc, panel.data(), s.kc, 0.0f, y, s.N);
+      if (g.bias != nullptr)
+        for (int64_t m = r0; m < r1; ++m)
+          for (int64_t n = n0; n < n1; ++n) g.y[m * s.N + n] += g.bias[n];
+    });
+    return;
+  }
   RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, kColsPerTask, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
 #if NPU_EP_X86
     if (int8 && int8_cols4 != nullptr) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "sgemm.h"
 #include "tile_dma.h"
 
 namespace npu_ep::kern {
@@ -19,6 +20,9 @@ struct NBitsGemm {
   const float* bias = nullptr;      // [N] or null
   float* y = nullptr;               // [M, N]
   int threads = 1;
+  // optional, fp32 levels (0-3) with M >= kSgemmMinRows: each task dequantizes its columns into a float panel
+  // and multiplies it on this BLAS (MLAS's CompFp32 scheme) instead of one dot product per output
+  Sgemm64 sgemm = nullptr;
   // optional: run the planner's output tiles (cut into column pieces) and count their DMA into *dma
   const TilePlanArgs* plan = nullptr;
   DmaCount* dma = nullptr;
