@@ -11,7 +11,8 @@ system temp dir named after the configuration). Each EP is then measured in its 
 the EPs for ``--repeats`` rounds (host load on a shared machine changes by 2x within minutes) and each metric is the
 median. Targets (issue 12): peak RSS <= 1.2x, session creation <= 2x cold (NpuEP's compiled-context cache off) and
 <= 1x warm (from the on-disk cache, and from an EPContext model dumped once by a priming child), inter-token <= 1.1x,
-TTFT <= 1.0x.
+TTFT <= 1.0x; and the fraction of the memory-bandwidth floor a decode step reaches (the weight bytes it streams over
+the measured copy bandwidth, divided by the inter-token time; aim >= 0.7).
 """
 
 from __future__ import annotations
@@ -117,6 +118,31 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int) -> dict:
             "peak_rss": float(peak_rss_bytes())}
 
 
+def decode_weight_bytes(model: str) -> int:
+    """Bytes of weights a decode step streams: every MatMulNBits' packed B, scales and zero points (the embedding
+    table is gathered one row per token, not streamed)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(model)
+    sizes = {t.name: numpy_helper.to_array(t).nbytes for t in m.graph.initializer}
+    return sum(sizes.get(name, 0) for n in m.graph.node if n.op_type == "MatMulNBits" for name in n.input[1:4])
+
+
+def copy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5) -> float:
+    """Copy bandwidth as STREAM counts it (bytes read + bytes written per second) between two buffers far larger
+    than the caches, best of ``repeats``."""
+    import numpy as np
+
+    src, dst = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
 def _child(*args: str) -> dict:
     out = subprocess.run([sys.executable, "-m", "npu_ep.tools.bench.llm_1b", *args], check=True,
                          stdout=subprocess.PIPE, text=True).stdout
@@ -179,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'session, ' + mode[6:] + ' [s]':22} {cpu['session_s']:10.2f} {w['session_s']:10.2f} {r:7.2f}  "
                   f"<= 1.0  (peak RSS {w['peak_rss'] / cpu['peak_rss']:.2f}x, {w['npu_nodes']} nodes on NpuEP, "
                   f"{agree})")
+    floor_s = decode_weight_bytes(model) / copy_bandwidth()
+    print(f"memory-bandwidth floor of a decode step: {floor_s * 1e3:.1f} ms (weights streamed per token / copy "
+          f"bandwidth); fraction reached: CPU EP {floor_s / cpu['itl_s']:.2f}, NpuEP {floor_s / npu['itl_s']:.2f} "
+          "(aim >= 0.7)")
     import numpy as np
 
     same = next((i for i, (x, y) in enumerate(zip(npu["tokens"], cpu["tokens"])) if x != y), len(npu["tokens"]))
