@@ -13,6 +13,7 @@ torch and transformers are imported inside the functions only (through ``torch_e
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -76,15 +77,19 @@ def quantize_qnn(float_path: str | Path, out_path: str | Path, *, samples: int =
 def build(folder: str | Path, *, exporter: str = "torchscript", seed: int = 0, activation_bits: int = 16,
           weight_bits: int = 8, **config) -> tuple[Path, Path]:
     """Export a random Llama (``DEFAULTS`` overridden by ``config``) into ``folder`` and quantize it;
-    returns (float model, quantized model ``llama_<exporter>_a<bits>w<bits>.onnx``)."""
+    returns (float model, quantized model ``llama_<exporter>_a<bits>w<bits>.onnx``). Refuses (FileExistsError)
+    when either file, or a data file beside it, already exists: it writes only new files."""
+    folder = Path(folder)
+    names = (f"llama_{exporter}_float.onnx", f"llama_{exporter}_a{activation_bits}w{weight_bits}.onnx")
+    taken = [folder / n for n in names if (folder / n).exists() or (folder / f"{n}.data").exists()]
+    if taken:
+        raise FileExistsError(f"{taken[0]}: already exists; qnn_llm writes only new files (choose another folder)")
     from .torch_export import export_tiny_hf
 
-    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     cfg = {**DEFAULTS, **config}
-    float_path = export_tiny_hf("llama", folder / f"llama_{exporter}_float.onnx", exporter=exporter, seed=seed,
-                                **cfg)
-    out = folder / f"llama_{exporter}_a{activation_bits}w{weight_bits}.onnx"
+    float_path = export_tiny_hf("llama", folder / names[0], exporter=exporter, seed=seed, **cfg)
+    out = folder / names[1]
     return float_path, quantize_qnn(float_path, out, activation_bits=activation_bits, weight_bits=weight_bits)
 
 
@@ -98,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(f"--{k.replace('_', '-')}", type=int, default=v)
     args = ap.parse_args(argv)
     cfg = {k: getattr(args, k) for k in DEFAULTS}
-    for p in build(args.folder, exporter=args.exporter, activation_bits=args.activation_bits,
-                   weight_bits=args.weight_bits, **cfg):
+    try:
+        paths = build(args.folder, exporter=args.exporter, activation_bits=args.activation_bits,
+                      weight_bits=args.weight_bits, **cfg)
+    except FileExistsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for p in paths:
         print(p)
     return 0
 
