@@ -132,3 +132,39 @@ def rand(shape: Sequence[int], dtype: Any = np.float32, seed: int = 0, lo: float
         info = np.iinfo(dt)
         return rng.integers(max(info.min, int(lo) * 10), min(info.max, int(hi) * 10) + 1, size=shape).astype(dt)
     return rng.uniform(lo, hi, size=shape).astype(dt)
+
+
+def rotary_cache(half: int, dtype: Any = np.float32, max_pos: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin caches [max_pos, half] of the usual 10000-based rotary frequencies."""
+    ang = np.arange(max_pos)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
+    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+
+
+def gqa_inputs(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rotary=None, dtype=np.float32,
+               seed=0, rotary_dim=None, position_ids=None, runtime_caches=False, max_pos=1024, **attrs
+               ) -> tuple[list, dict[str, Any]]:
+    """(inputs, attributes) of one com.microsoft GroupQueryAttention node: ``past`` is the past buffer length P
+    (None: no past inputs); seqlens_k default to a full past (P + S - 1), total to max(seqlens) + 1; ``rotary``
+    ("half"/"interleaved") adds cos/sin caches, ``rotary_dim`` < h narrows them (partial rotary), ``position_ids``
+    [B, S] is the optional input 9; ``runtime_caches`` feeds cos/sin as graph inputs instead of initializers."""
+    seqlens = [s - 1 + (past or 0)] * b if seqlens is None else seqlens
+    total = max(seqlens) + 1 if total is None else total
+    if packed:
+        inputs = [("q", rand((b, s, (n + 2 * nkv) * h), dtype, seed), False), None, None]
+    else:
+        inputs = [("q", rand((b, s, n * h), dtype, seed), False), ("k", rand((b, s, nkv * h), dtype, seed + 1), False),
+                  ("v", rand((b, s, nkv * h), dtype, seed + 2), False)]
+    if past is not None:
+        inputs += [("pk", rand((b, nkv, past, h), dtype, seed + 3), False),
+                   ("pv", rand((b, nkv, past, h), dtype, seed + 4), False)]
+    else:
+        inputs += [None, None]
+    inputs += [("seqlens_k", np.array(seqlens, np.int32), False), ("total", np.array(total, np.int32), False)]
+    a = {"num_heads": n, "kv_num_heads": nkv, **attrs}
+    if rotary is not None:
+        cos, sin = rotary_cache((rotary_dim or h) // 2, dtype, max_pos)
+        inputs += [("cos", cos, not runtime_caches), ("sin", sin, not runtime_caches)]
+        a.update(do_rotary=1, rotary_interleaved=int(rotary == "interleaved"))
+        if position_ids is not None:
+            inputs += [("position_ids", np.asarray(position_ids, np.int64).reshape(b, s), False)]
+    return inputs, a

@@ -10,42 +10,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _vector_ortref import assert_close, check_against_ort, feeds_of, make_model, rand, run_npu
+from _vector_ortref import (assert_close, check_against_ort, feeds_of, gqa_inputs, make_model, rand,
+                            rotary_cache, run_npu)
 
 TOL32 = (5e-5, 5e-5)
 MAX_POS = 1024
 
 
 def _cache(half: int, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
-    ang = np.arange(MAX_POS)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
-    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+    return rotary_cache(half, dtype, MAX_POS)
 
 
 def gqa(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rotary=None, dtype=np.float32, seed=0,
         rotary_dim=None, position_ids=None, runtime_caches=False, **attrs):
-    """Build inputs and run the comparison; ``past`` is the past buffer length P (None: no past inputs);
-    ``rotary_dim`` < h makes the cos/sin caches narrower (partial rotary); ``position_ids`` [B, S] is the optional
-    input 9 (with ``rotary``); ``runtime_caches`` feeds cos/sin as graph inputs instead of initializers."""
-    seqlens = [s - 1 + (past or 0)] * b if seqlens is None else seqlens
-    total = max(seqlens) + 1 if total is None else total
-    if packed:
-        inputs = [("q", rand((b, s, (n + 2 * nkv) * h), dtype, seed), False), None, None]
-    else:
-        inputs = [("q", rand((b, s, n * h), dtype, seed), False), ("k", rand((b, s, nkv * h), dtype, seed + 1), False),
-                  ("v", rand((b, s, nkv * h), dtype, seed + 2), False)]
-    if past is not None:
-        inputs += [("pk", rand((b, nkv, past, h), dtype, seed + 3), False),
-                   ("pv", rand((b, nkv, past, h), dtype, seed + 4), False)]
-    else:
-        inputs += [None, None]
-    inputs += [("seqlens_k", np.array(seqlens, np.int32), False), ("total", np.array(total, np.int32), False)]
-    a = {"num_heads": n, "kv_num_heads": nkv, **attrs}
-    if rotary is not None:
-        cos, sin = _cache((rotary_dim or h) // 2, dtype)
-        inputs += [("cos", cos, not runtime_caches), ("sin", sin, not runtime_caches)]
-        a.update(do_rotary=1, rotary_interleaved=int(rotary == "interleaved"))
-        if position_ids is not None:
-            inputs += [("position_ids", np.asarray(position_ids, np.int64).reshape(b, s), False)]
+    """Build the inputs (``_vector_ortref.gqa_inputs``) and run the comparison."""
+    inputs, a = gqa_inputs(b, s, n, nkv, h, past, seqlens, total, packed, rotary, dtype, seed, rotary_dim,
+                           position_ids, runtime_caches, MAX_POS, **attrs)
     outs = [("y", dtype), ("present_key", dtype), ("present_value", dtype)]
     return check_against_ort("GroupQueryAttention", inputs, outs, a, domain="com.microsoft",
                               tol=TOL32 if dtype == np.float32 else (4e-3, 4e-3))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _vector_ortref import make_model, rand
+from _vector_ortref import gqa_inputs, make_model, rand
 from npu_ep.ep import _native
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
@@ -43,30 +43,9 @@ def isa(request):
 
 def _model(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rotary=None, rotary_dim=None,
            position_ids=None, runtime_caches=False, dtype=np.float32, seed=0, **attrs):
-    """(one-node model, feeds): ``past`` is the past buffer length P (None: no past inputs); seqlens_k default
-    to a full past (P + S - 1), total to max(seqlens) + 1."""
-    seqlens = [s - 1 + (past or 0)] * b if seqlens is None else seqlens
-    total = max(seqlens) + 1 if total is None else total
-    if packed:
-        inputs = [("q", rand((b, s, (n + 2 * nkv) * h), dtype, seed), False), None, None]
-    else:
-        inputs = [("q", rand((b, s, n * h), dtype, seed), False), ("k", rand((b, s, nkv * h), dtype, seed + 1), False),
-                  ("v", rand((b, s, nkv * h), dtype, seed + 2), False)]
-    if past is not None:
-        inputs += [("pk", rand((b, nkv, past, h), dtype, seed + 3), False),
-                   ("pv", rand((b, nkv, past, h), dtype, seed + 4), False)]
-    else:
-        inputs += [None, None]
-    inputs += [("seqlens_k", np.array(seqlens, np.int32), False), ("total", np.array(total, np.int32), False)]
-    a = {"num_heads": n, "kv_num_heads": nkv, **attrs}
-    if rotary is not None:
-        half = (rotary_dim or h) // 2
-        ang = np.arange(MAX_POS)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
-        inputs += [("cos", np.cos(ang).astype(dtype), not runtime_caches),
-                   ("sin", np.sin(ang).astype(dtype), not runtime_caches)]
-        a.update(do_rotary=1, rotary_interleaved=int(rotary == "interleaved"))
-        if position_ids is not None:
-            inputs += [("position_ids", np.asarray(position_ids, np.int64).reshape(b, s), False)]
+    """(one-node model, feeds) from ``_vector_ortref.gqa_inputs``."""
+    inputs, a = gqa_inputs(b, s, n, nkv, h, past, seqlens, total, packed, rotary, dtype, seed, rotary_dim,
+                           position_ids, runtime_caches, MAX_POS, **attrs)
     outs = [("y", dtype, [b, s, n * h]), ("present_key", dtype, None), ("present_value", dtype, None)]
     model = make_model("GroupQueryAttention", inputs, outs, a, domain="com.microsoft")
     return model, {x[0]: x[1] for x in inputs if x is not None and not x[2]}
