@@ -8,12 +8,6 @@
 
 namespace npu_ep::kern::conv_detail {
 
-// Work (element operations) below which a kernel runs on the calling thread alone: handing tasks to other
-// threads costs more than it saves there, and on a loaded host a helper that is descheduled mid-task stalls the
-// whole op. The split itself never changes the bits.
-constexpr int64_t kMinParallelWork = int64_t{1} << 20;
-inline int ThreadsFor(int threads, int64_t work) { return work < kMinParallelWork ? 1 : threads; }
-
 // fn(i) for the items i in [0, n), run in tasks of consecutive items that carry at least kMinParallelWork element
 // operations each: ORT's pool hands tasks out one at a time, and a small task costs more to hand out than it
 // saves (measured: a QDQ detector ran 2x slower on two threads than on one with a task per channel plane). The

@@ -287,7 +287,8 @@ void GroupQueryAttention(const GqaArgs& a) {
   }
   const Ops ops = gqa::SelectOps();
   const auto task = a.fp16 ? Task<Half> : Task<float>;
-  ParallelFor(a.threads, a.B * a.Nkv, [&](int64_t i) { task(a, ops, i / a.Nkv, i % a.Nkv); });
+  const int64_t work = a.B * a.N * a.S * (a.P + a.S) * a.H * 2;  // scores and weighted sum, every query head
+  ParallelFor(ThreadsFor(a.threads, work), a.B * a.Nkv, [&](int64_t i) { task(a, ops, i / a.Nkv, i % a.Nkv); });
 }
 
 }  // namespace npu_ep::kern

@@ -26,7 +26,6 @@
 
 namespace npu_ep::kern {
 
-using conv_detail::ThreadsFor;
 
 namespace {
 

@@ -391,7 +391,7 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
   } else {
     pa.a.resize(s.M * s.kc);
   }
-  ParallelFor(g.threads, s.M, [&](int64_t m) {  // rows are independent: same bits at any thread count
+  ParallelFor(ThreadsFor(g.threads, s.M * s.K), s.M, [&](int64_t m) {  // rows are independent: same bits at any thread count
 #if NPU_EP_X86
     if (vector_quant) {
       nbits::QuantizeRowAvx512(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,

@@ -12,6 +12,13 @@ struct OrtKernelContext;
 
 namespace npu_ep::kern {
 
+// Work (element operations, or multiply-adds) below which a kernel runs on the calling thread alone: handing
+// tasks to other threads costs more than it saves there (a small decoder's decode step ran 0.95 ms on two threads
+// and 0.52 ms on one, PERF.md), and on a loaded host a helper descheduled mid-task stalls the whole op. Only the
+// thread count changes, never the task split, so the bits stay the same.
+constexpr int64_t kMinParallelWork = int64_t{1} << 20;
+inline int ThreadsFor(int threads, int64_t work) { return work < kMinParallelWork ? 1 : threads; }
+
 // Runs fn(i) for every i in [0, n_tasks) on up to `threads` threads (the caller is one of them) and returns when
 // all are done. Inside a partition call (a CallContextScope on this thread) the tasks run on ORT's own intra-op
 // pool, so no second pool competes with ORT's for the cores; elsewhere (kernel tests, benchmarks) on our helpers.

@@ -95,6 +95,7 @@ struct TileGrid {
 template <typename Fn>
 void RunTiles(int threads, const TilePlanArgs* plan, DmaCount* dma, int64_t M, int64_t N, int64_t K, int64_t width,
               const Fn& fn) {
+  threads = ThreadsFor(threads, M * N * K);
   if (plan == nullptr || !plan->active()) {
     ParallelFor(threads, (N + width - 1) / width,
                 [&](int64_t t) { fn(int64_t{0}, M, t * width, std::min(N, (t + 1) * width)); });
