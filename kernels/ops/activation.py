@@ -22,6 +22,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
+from .elementwise import CLIP_UFUNC, FLOAT_RANGES, clip_float
 
 
 def _f(x: np.ndarray, v: float) -> np.generic:
@@ -32,7 +33,7 @@ def _f(x: np.ndarray, v: float) -> np.generic:
 def _hard_sigmoid(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
     y = x * _f(x, a["alpha"])
     y += _f(x, a["beta"])
-    return np.clip(y, _f(x, 0.0), _f(x, 1.0), out=y)
+    return CLIP_UFUNC(y, _f(x, 0.0), _f(x, 1.0), out=y)
 
 
 def _hard_swish(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
@@ -128,6 +129,9 @@ def _clip_run(p: Prepared, inputs) -> list[np.ndarray]:
         lo, hi = (None if b is None else x.dtype.type(b) for b in p.attrs["bounds"])
     else:
         lo, hi = arg(p, inputs, 1), arg(p, inputs, 2)
+    same = x.dtype in FLOAT_RANGES and (lo is None or lo.dtype == x.dtype) and (hi is None or hi.dtype == x.dtype)
+    if same and x.ndim and (lo is not None or hi is not None):
+        return [clip_float(x, lo, hi)]
     y = x
     if lo is not None:
         y = np.maximum(y, lo)

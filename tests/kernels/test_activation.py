@@ -91,3 +91,22 @@ def test_cost_counts_transcendentals():
              for op in ("LeakyRelu", "Softplus")}
     assert costs["Softplus"].compute_cycles > costs["LeakyRelu"].compute_cycles > 0
     assert costs["LeakyRelu"].dma_bytes == 2 * x.nbytes
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_and_clip_zero_signs_and_nan_as_ort(dtype):
+    """The float path (numpy's clip ufunc) keeps -0.0 where it is in range and propagates NaN, bit for bit as ORT's
+    CPU EP (np.maximum would give +0.0 for max(-0.0, +0.0))."""
+    from _vector_ortref import make_model, run_npu, run_ort
+
+    x = np.array([[-0.0, 0.0, np.nan, -np.inf, np.inf, -2.5, 2.5, 7.0]], dtype)
+    cases = [("Relu", [("x", x, False)]),
+             ("Clip", [("x", x, False), ("lo", np.array(0.0, dtype), True), ("hi", np.array(6.0, dtype), True)]),
+             ("Clip", [("x", x, False), ("lo", np.array(-1.0, dtype), True), None]),
+             ("Clip", [("x", x, False), None, ("hi", np.array(1.0, dtype), True)])]
+    for op, inputs in cases:
+        model = make_model(op, inputs, [("y", dtype)])
+        (got,), _, _ = run_npu(model, {"x": x})
+        (want,) = run_ort(model, {"x": x})
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want)), f"{op}: {got} vs ORT {want}"
