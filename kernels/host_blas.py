@@ -164,11 +164,21 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=1)
 def sgemm_address() -> int | None:
     """Address of ``cblas_sgemm`` with 64-bit integers in the BLAS numpy uses (OpenBLAS as numpy's wheels ship
     it), for native kernels that call the same library (and honour the same thread setting); None when that BLAS
     has no such symbol (then those kernels take their numpy path)."""
+    return _cblas_address("sgemm")
+
+
+def sdot_address() -> int | None:
+    """Address of ``cblas_sdot`` (64-bit integers) in numpy's BLAS: numpy's float32 dot calls it, so a native
+    kernel calling it too gets numpy's bits; None when absent (the kernel then sums sequentially)."""
+    return _cblas_address("sdot")
+
+
+@lru_cache(maxsize=None)
+def _cblas_address(routine: str) -> int | None:
     import ctypes
 
     try:
@@ -179,7 +189,7 @@ def sgemm_address() -> int | None:
         return None
     for path in libs:
         lib = ctypes.CDLL(path)  # already loaded by numpy: the same library instance
-        for name in ("scipy_cblas_sgemm64_", "cblas_sgemm64_"):
+        for name in (f"scipy_cblas_{routine}64_", f"cblas_{routine}64_"):
             fn = getattr(lib, name, None)
             if fn is not None:
                 return ctypes.cast(fn, ctypes.c_void_p).value

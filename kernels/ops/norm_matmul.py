@@ -10,6 +10,11 @@ gamma`` for packed weights), Skip* ``A = s / skip_rms * gamma`` (ORT's operation
 bits: an int8-quantizing matmul, accuracy_level 4, sees the same codes); Skip*'s sum output ``s`` is passed on.
 For float weights gamma multiplies W instead of A (equal up to float32 reassociation).
 
+Native: over packed int4 weights in float32, the session's native kernels run the prologue, the matmul, its bias
+and a group's SwiGLU in one call (``norm_matmul_nbits``), with the statistics computed as above (the Simplified
+dot on numpy's own BLAS sdot), so A has the reference's bits; the SwiGLU's exp is the C library's (within an ulp
+of numpy's). Anything else (float16, a broadcast skip, relu or quantize epilogues) takes the step-by-step path.
+
 Cost: the matmul's cost plus the prologue on the vector unit (add, square-accumulate, scale: 3 ops per element of
 A, 4 with skip, one rsqrt per row); A's normalized copy never goes to DRAM.
 """
@@ -21,7 +26,10 @@ import numpy as np
 from ..fusion.norm import FUSED_DOMAIN, FUSED_OP
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
+from .. import host_blas
 from ..target import Target
+from . import _native
+from ._mm import run_native_counted
 from ._vector import elems, stream_cost
 from ._native import copy_runtime
 from .norm import inv_rms, skip_rms
@@ -73,7 +81,58 @@ def _inner(p: Prepared) -> Prepared:
     return inner
 
 
+_F32 = np.dtype(np.float32)
+_NATIVE_EPILOGUE = {"bias", "swiglu"}  # epilogue steps the one-call native path runs
+_sdot: list[int] = []
+
+
+def _one_call(p: Prepared, inner: Prepared) -> bool:
+    """Whether this node can run as one native call (decided once per node from its compiled attributes)."""
+    ok = p.memo.get("one_call")
+    if ok is None:
+        ia = inner.attrs
+        ep = {k for k, v in ia.get("epilogue", {}).items() if v}
+        ok = p.memo["one_call"] = ("gamma" in p.consts and ia.get("dtype") == "float32" and ep <= _NATIVE_EPILOGUE
+                                   and not ia.get("runtime_bias", False))
+    return ok
+
+
+def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray] | None:
+    at, ia, c = p.attrs, inner.attrs, inner.consts
+    x = inputs[0]
+    skip = inputs[1] if at["skip"] else None
+    if x.dtype != _F32 or (skip is not None and (skip.dtype != _F32 or skip.shape != x.shape)):
+        return None
+    K, N, level = ia["K"], ia["N"], ia["accuracy_level"]
+    x2 = np.ascontiguousarray(x).reshape(-1, K)
+    m = x2.shape[0]
+    if not _sdot:
+        _sdot.append(host_blas.sdot_address() or 0)
+    ep = ia["epilogue"]
+    swiglu = bool(ep.get("swiglu"))
+    args = (x2, None if skip is None else np.ascontiguousarray(skip).reshape(-1, K), p.consts.get("norm_bias"),
+            p.consts["gamma"], at["epsilon"], at["sum_output"], c["nb_b"], c["nb_scales"], c.get("nb_zp"),
+            c["ep_bias"] if ep.get("bias") else None, K, N, ia["block_size"], level, swiglu, _native.threads(p))
+    sgemm = (host_blas.sgemm_address() or 0) if level != 4 and m >= 16 else 0
+    y, s = run_native_counted(inner, nat.norm_matmul_nbits, args, {"sgemm": sgemm, "sdot": _sdot[0]}, m, N, K)
+    lead = x.shape[:-1]
+    if swiglu:
+        outs = [y.reshape(*lead, N // 2)]
+    elif "slices" in ia:
+        y = y.reshape(*lead, N)
+        outs = [y[..., s0:s1] for s0, s1 in ia["slices"]]
+    else:
+        outs = [y.reshape(*lead, N)]
+    return [*outs, s.reshape(x.shape)] if at["sum_output"] else outs
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    inner = _inner(p)
+    nat = _native.native(p)
+    if nat is not None and _one_call(p, inner):
+        outs = _run_one_call(nat, p, inner, inputs)
+        if outs is not None:
+            return outs
     at = p.attrs
     s = inputs[0]
     if at["skip"]:
@@ -86,7 +145,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         a = s * inv_rms(s, s.ndim - 1, at["epsilon"])
     if "gamma" in p.consts:
         a *= p.consts["gamma"]
-    outs = kernel_for(*at["inner_key"]).run(_inner(p), [a] + [None] * (at["n_inner_inputs"] - 1))
+    outs = kernel_for(*at["inner_key"]).run(inner, [a] + [None] * (at["n_inner_inputs"] - 1))
     return [*outs, s] if at["sum_output"] else list(outs)
 
 

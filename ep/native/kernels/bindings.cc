@@ -13,6 +13,7 @@
 #include "conv.h"
 #include "cpu.h"
 #include "int8_gemm.h"
+#include "norm_matmul.h"
 #include "qnbit_gemm.h"
 
 namespace py = pybind11;
@@ -91,6 +92,70 @@ py::object MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<f
 }
 
 
+// npu::NormMatMul over int4 weights in one call: the RMS-norm prologue, MatMulNBits (its bias), then an optional
+// SwiGLU epilogue (a {gate, up} MatMulGroup). Returns (y, sum) where sum is Skip*'s input + skip (+ bias) when
+// asked for, else None.
+py::object NormMatMulNBitsPy(const Arr<float>& x, const std::optional<Arr<float>>& skip,
+                             const std::optional<Arr<float>>& norm_bias, const std::optional<Arr<float>>& gamma,
+                             double eps, bool want_sum, const Arr<uint8_t>& b, const Arr<float>& scales,
+                             const std::optional<Arr<uint8_t>>& zero_points, const std::optional<Arr<float>>& bias,
+                             int64_t K, int64_t N, int block_size, int accuracy_level, bool swiglu, int threads,
+                             const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm, uintptr_t sdot) {
+  if (block_size < 16 || block_size > 256 || (block_size & (block_size - 1)))
+    throw std::invalid_argument("norm_matmul_nbits: block_size " + std::to_string(block_size) +
+                                " is not a power of two in 16..256");
+  if (x.ndim() != 2 || x.shape(1) != K)
+    throw std::invalid_argument("norm_matmul_nbits: x must be [M, K=" + std::to_string(K) + "]");
+  if (want_sum && !skip) throw std::invalid_argument("norm_matmul_nbits: the sum output needs a skip input");
+  if (swiglu && N % 2) throw std::invalid_argument("norm_matmul_nbits: SwiGLU needs an even N, got " + std::to_string(N));
+  const int64_t M = x.shape(0), kb = (K + block_size - 1) / block_size;
+  RmsPrologue pro;
+  pro.x = x.data();
+  pro.M = M;
+  pro.K = K;
+  pro.eps = eps;
+  pro.sdot = reinterpret_cast<Sdot64>(sdot);
+  if (skip) pro.skip = Data(*skip, M * K, "skip");
+  if (norm_bias) pro.norm_bias = Data(*norm_bias, K, "norm_bias");
+  if (gamma) pro.gamma = Data(*gamma, K, "gamma");
+  py::array_t<float> a({M, K});
+  pro.a = a.mutable_data();
+  py::object sum = py::none();
+  if (want_sum) {
+    py::array_t<float> s({M, K});
+    pro.sum = s.mutable_data();
+    sum = s;
+  }
+  NBitsGemm g;
+  g.M = M;
+  g.K = K;
+  g.N = N;
+  g.block_size = block_size;
+  g.accuracy_level = accuracy_level;
+  g.threads = threads;
+  g.sgemm = reinterpret_cast<Sgemm64>(sgemm);
+  g.a = pro.a;
+  g.b = Data(b, N * kb * block_size / 2, "B");
+  g.scales = Data(scales, N * kb, "scales");
+  if (zero_points) g.zero_points = Data(*zero_points, N * ((kb + 1) / 2), "zero_points");
+  if (bias) g.bias = Data(*bias, N, "bias");
+  py::array_t<float> acc({M, N});
+  g.y = acc.mutable_data();
+  py::array_t<float> y = swiglu ? py::array_t<float>({M, N / 2}) : acc;
+  float* out = y.mutable_data();
+  const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "norm_matmul_nbits");
+  DmaCount dma;
+  g.plan = tiles ? &*tiles : nullptr;
+  g.dma = count_dma ? &dma : nullptr;
+  {
+    py::gil_scoped_release release;
+    RunRmsPrologue(pro);
+    MatMulNBits(g);
+    if (swiglu) SwiGlu(g.y, M, N / 2, out);
+  }
+  return WithDma(py::make_tuple(y, sum), count_dma, dma);
+}
+
 py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
                         const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads,
                         const std::optional<Arr<float>>& mult,
@@ -158,6 +223,15 @@ void RegisterKernels(py::module_& parent) {
         "plan: a tile plan tuple (see PlanArgs) whose output tiles the kernel runs; count_dma: return (y, DMA "
         "half-bytes and transfers of that plan); sgemm: address of a CBLAS sgemm (kernels.host_blas."
         "sgemm_address()) that fp32 levels use from M >= 16 on");
+  m.def("norm_matmul_nbits", &NormMatMulNBitsPy, py::arg("x"), py::arg("skip"), py::arg("norm_bias"),
+        py::arg("gamma"), py::arg("eps"), py::arg("want_sum"), py::arg("b"), py::arg("scales"),
+        py::arg("zero_points"), py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"),
+        py::arg("accuracy_level"), py::arg("swiglu") = false, py::arg("threads") = 1, py::arg("plan") = py::none(),
+        py::arg("count_dma") = false, py::arg("sgemm") = 0, py::arg("sdot") = 0,
+        "npu::NormMatMul on int4 weights: (y, sum) with y = [SwiGLU of] rms_norm(x [+ skip + norm_bias]) * gamma "
+        "@ dequant(B) (+ bias); sum: Skip*'s x + skip (+ norm_bias) when want_sum, else None. sdot: address of a "
+        "CBLAS sdot (kernels.host_blas.sdot_address()) for the Simplified statistics; plan / count_dma / sgemm: "
+        "as matmul_nbits");
   m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
         py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
         py::arg("y_zero_point") = 0, py::arg("y_signed") = false, py::arg("plan") = py::none(),
@@ -166,6 +240,8 @@ void RegisterKernels(py::module_& parent) {
         "to uint8/int8 as MLAS (round half to even, saturation). plan / count_dma: as matmul_nbits");
   void BindGqa(py::module_&); BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
   void BindConv(py::module_&); BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
+  void BindQdqLut(py::module_&); BindQdqLut(m);  // qlut.cc: npu::QdqLut table reads
+  void BindRecurrent(py::module_&); BindRecurrent(m);  // recurrent.cc: LSTM
 }
 
 }  // namespace npu_ep::kern
