@@ -7,7 +7,7 @@ taken; other values are declined with a reason. Float32 only (ORT's CPU kernels 
 Numerics as ORT's CPU kernels: the input projection ``X @ W^T + Wb + Rb`` is one matmul over all time steps, then
 each step adds ``H @ R^T``; ``clip`` bounds every gate's pre-activation to [-clip, clip]. With ``sequence_lens``,
 batch entry b runs its first L_b steps (the reverse direction runs steps L_b-1 .. 0); Y is 0 past L_b and Y_h/Y_c
-are the states after the last valid step.
+are the states after the last valid step (zeros for an empty sequence, as ORT).
 
 Cost: the input projection on the matrix unit, then per time step one [batch, H] x [H, gates*H] matmul padded to
 native tiles (the recurrence serializes the steps) and the gate math on the vector unit; weights are read once
@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import host_blas
 from ..cost import dma_cycles
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from ._native import native
 from ._util import arg, stash_constants
 from ._vector import transcendental
 
@@ -152,7 +154,56 @@ def _state(v: np.ndarray | None, dirs: int, batch: int, hid: int, layout: int) -
     return np.asarray(v.transpose(1, 0, 2) if layout else v, _F32)
 
 
+def _f32(v: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(v, _F32)
+
+
+def _lstm_weights(p: Prepared, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, peep: np.ndarray | None,
+                  hid: int) -> tuple[np.ndarray, ...]:
+    """W, R, Wb + Rb and the peepholes as the native kernel takes them; made once per Prepared when they are
+    constants (the usual case), else per call."""
+    const = all(v is None or any(v is c for c in p.consts.values()) for v in (w, r, b, peep))
+    found = p.memo.get("lstm_weights") if const else None
+    if found is None:
+        dirs = w.shape[0]
+        bias = np.zeros((dirs, 4 * hid), _F32) if b is None else (b[:, :4 * hid] + b[:, 4 * hid:]).astype(_F32)
+        found = (_f32(w), _f32(r), _f32(bias), None if peep is None else _f32(peep))
+        if const:
+            p.memo["lstm_weights"] = found
+    return found
+
+
+def _lstm_native(mod, p: Prepared, inputs) -> list[np.ndarray]:
+    """LSTM through the native kernel (``ep/native/kernels/recurrent.cc``), every direction in one call."""
+    a = p.attrs
+    hid, layout = a["hidden"], a["layout"]
+    x = arg(p, inputs, 0)
+    xs = x.transpose(1, 0, 2) if layout else x  # [seq, batch, input]
+    seq, batch = xs.shape[0], xs.shape[1]
+    w, r, bias, peep = _lstm_weights(p, arg(p, inputs, 1), arg(p, inputs, 2), arg(p, inputs, 3), arg(p, inputs, 7),
+                                     hid)
+    dirs = w.shape[0]
+    lens_in = arg(p, inputs, 4)
+    lens = np.full(batch, seq, np.int64) if lens_in is None else lens_in.astype(np.int64)
+    h0 = _state(arg(p, inputs, 5), dirs, batch, hid, layout)
+    c0 = _state(arg(p, inputs, 6), dirs, batch, hid, layout)
+    y, yh, yc = mod.lstm(_f32(xs), w, r, bias, peep, _f32(h0), _f32(c0), lens, a["direction"] == "reverse",
+                         a["clip"], host_blas.sgemm_address() or 0)
+    if layout:
+        return [np.ascontiguousarray(y.transpose(2, 0, 1, 3)), np.ascontiguousarray(yh.transpose(1, 0, 2)),
+                np.ascontiguousarray(yc.transpose(1, 0, 2))]
+    return [y, yh, yc]
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    mod = native(p)
+    if mod is not None and p.attrs["op"] == "LSTM" and hasattr(mod, "lstm"):
+        return _lstm_native(mod, p, inputs)
+    return _reference(p, inputs)
+
+
+def _reference(p: Prepared, inputs) -> list[np.ndarray]:
+    """The numpy reference model (the specification of the native kernel)."""
     a = p.attrs
     op, hid, layout, clip = a["op"], a["hidden"], a["layout"], a["clip"]
     x = arg(p, inputs, 0)
@@ -186,6 +237,8 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         hs.append(h)
     y = np.stack(ys, axis=1)  # [seq, dirs, batch, H]
     states = [np.stack(hs)] + ([np.stack(cs)] if op == "LSTM" else [])  # [dirs, batch, H]
+    if batch and lens.min() == 0:  # ORT zeroes the final states of an empty sequence (initial states ignored)
+        states = [np.where((lens == 0)[None, :, None], np.float32(0), st) for st in states]
     if layout:
         y = y.transpose(2, 0, 1, 3)
         states = [s.transpose(1, 0, 2) for s in states]

@@ -52,12 +52,12 @@ def recurrent_model(op: str, *, direction="forward", bias=True, initial=False, p
                       opset=opset)
 
 
-def feeds_for(model, rng):
+def feeds_for(model, rng, lens=None):
     feeds = {}
     for v in model.graph.input:
         dims = [d.dim_value for d in v.type.tensor_type.shape.dim]
         if v.type.tensor_type.elem_type == TensorProto.INT32:
-            feeds[v.name] = np.array([SEQ, 2, 4][:dims[0]], np.int32)
+            feeds[v.name] = np.array(lens if isinstance(lens, list) else [SEQ, 2, 4][:dims[0]], np.int32)
         else:
             feeds[v.name] = rng.standard_normal(dims).astype(np.float32)
     return feeds
@@ -73,6 +73,7 @@ LSTM_CASES = {
     "sequence_lens": {"lens": True},
     "sequence_lens_reverse": {"lens": True, "direction": "reverse", "initial": True},
     "sequence_lens_bidirectional": {"lens": True, "direction": "bidirectional", "peephole": True},
+    "empty_sequence": {"lens": [5, 0, 2], "direction": "bidirectional", "initial": True},
     "clip": {"clip": 0.7},
     "layout1": {"layout": 1, "initial": True},
     "layout1_bidirectional_lens": {"layout": 1, "direction": "bidirectional", "lens": True, "initial": True},
@@ -87,6 +88,7 @@ GRU_CASES = {
     "linear_before_reset": {"linear_before_reset": 1, "initial": True},
     "linear_before_reset_bidirectional_lens": {"linear_before_reset": 1, "direction": "bidirectional", "lens": True},
     "sequence_lens_reverse": {"lens": True, "direction": "reverse", "initial": True},
+    "empty_sequence": {"lens": [0, 3, 5], "direction": "bidirectional", "initial": True},
     "clip": {"clip": 0.5, "direction": "bidirectional"},
     "layout1": {"layout": 1, "initial": True, "lens": True},
     "opset7": {"opset": 13, "linear_before_reset": 1},
@@ -107,7 +109,7 @@ def _check_against_cpu(op, case):
     sess = npu_session(model)
     where = assignment(sess)
     assert where["rnn"] == "NpuEP" and where["relu"] == "NpuEP"
-    feeds = feeds_for(model, np.random.default_rng(7))
+    feeds = feeds_for(model, np.random.default_rng(7), case.get("lens"))
     got = sess.run(None, feeds)
     want = _layout0_reference(op, case, feeds) if case.get("layout") else cpu_run(model, feeds)
     for g, w in zip(got, want, strict=True):

@@ -1,0 +1,156 @@
+// Native LSTM (ONNX LSTM, layout 0, default activations): the input projection X @ W^T + Wb + Rb as one GEMM over
+// all time steps, then per step one [batch, H] x [H, 4H] GEMM against R and the gate math, every direction in one
+// call, so a speech model's single-step LSTM costs one Python call instead of a few dozen numpy ones.
+// The numpy reference (kernels/ops/recurrent.py) is the specification; the gate order is i, o, f, c and `clip`
+// bounds every gate's pre-activation. GEMMs go to numpy's OpenBLAS sgemm when its address is given, else to plain
+// loops (dot products over 8 partial sums).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sgemm.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+struct LstmShape {
+  int64_t seq, batch, input, hidden, dirs;
+};
+
+// c[m, n] (+)= a[m, k] @ b[n, k]^T (row-major; b is a weight stored [n, k] as ONNX stores W and R)
+void GemmABt(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float beta, float* c, Sgemm64 sgemm) {
+  if (sgemm != nullptr) {
+    sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, m, n, k, 1.0f, a, k, b, k, beta, c, n);
+    return;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    float* __restrict row = c + i * n;
+    if (beta == 0.0f) std::fill(row, row + n, 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* __restrict bj = b + j * k;
+      const float* __restrict ai = a + i * k;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t p = 0;
+      for (; p + 8 <= k; p += 8)
+        for (int q = 0; q < 8; ++q) acc[q] += ai[p + q] * bj[p + q];
+      float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      for (; p < k; ++p) s += ai[p] * bj[p];
+      row[j] += s;
+    }
+  }
+}
+
+inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(std::min(-x, 88.0f))); }
+inline float Clip(float x, bool has_clip, float clip) { return has_clip ? std::min(std::max(x, -clip), clip) : x; }
+
+// One direction. xw [seq, batch, 4H] already holds X @ W^T + Wb + Rb; h, c [batch, H] in/out; y rows written at
+// y + (t * dirs) * batch * H (the caller offsets y by the direction).
+void LstmDirection(const LstmShape& s, const float* xw, const float* r, const float* peep, float* h, float* c,
+                   const int64_t* lens, bool reverse, bool has_clip, float clip, float* y, Sgemm64 sgemm) {
+  const int64_t H = s.hidden, G = 4 * H, B = s.batch;
+  std::vector<float> g(B * G);
+  for (int64_t step = 0; step < s.seq; ++step) {
+    GemmABt(B, G, H, h, r, 0.0f, g.data(), sgemm);  // h @ R^T for every batch entry (invalid ones are ignored)
+    for (int64_t b = 0; b < B; ++b) {
+      if (step >= lens[b]) continue;
+      const int64_t t = reverse ? lens[b] - 1 - step : step;
+      const float* x = xw + (t * B + b) * G;
+      float* gb = g.data() + b * G;
+      float* hb = h + b * H;
+      float* cb = c + b * H;
+      float* yb = y + (t * s.dirs * B + b) * H;
+      for (int64_t j = 0; j < H; ++j) {
+        float gi = x[j] + gb[j], go = x[H + j] + gb[H + j];
+        float gf = x[2 * H + j] + gb[2 * H + j], gc = x[3 * H + j] + gb[3 * H + j];
+        if (peep != nullptr) gi += peep[j] * cb[j], gf += peep[2 * H + j] * cb[j];
+        const float i = Sigmoid(Clip(gi, has_clip, clip)), f = Sigmoid(Clip(gf, has_clip, clip));
+        const float c_new = f * cb[j] + i * std::tanh(Clip(gc, has_clip, clip));
+        if (peep != nullptr) go += peep[H + j] * c_new;
+        const float h_new = Sigmoid(Clip(go, has_clip, clip)) * std::tanh(c_new);
+        cb[j] = c_new;
+        yb[j] = h_new;
+      }
+      std::copy(yb, yb + H, hb);
+    }
+  }
+}
+
+template <typename T>
+using Arr = py::array_t<T, py::array::c_style>;
+
+const float* Checked(const Arr<float>& a, int64_t n, const char* what) {
+  if (a.size() != n)
+    throw std::invalid_argument(std::string("lstm: ") + what + " has " + std::to_string(a.size()) +
+                                " elements, expected " + std::to_string(n));
+  return a.data();
+}
+
+// x [seq, batch, I]; w [dirs, 4H, I]; r [dirs, 4H, H]; bias [dirs, 4H] (Wb + Rb); peep [dirs, 3H] or None;
+// h0, c0 [dirs, batch, H]; lens [batch] int64 in [0, seq]. Returns (y [seq, dirs, batch, H], y_h, y_c).
+py::tuple LstmPy(const Arr<float>& x, const Arr<float>& w, const Arr<float>& r, const Arr<float>& bias,
+                 const std::optional<Arr<float>>& peep, const Arr<float>& h0, const Arr<float>& c0,
+                 const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip, uintptr_t sgemm_addr) {
+  if (x.ndim() != 3 || w.ndim() != 3) throw std::invalid_argument("lstm: x and w must be 3-d");
+  LstmShape s{x.shape(0), x.shape(1), x.shape(2), r.ndim() == 3 ? r.shape(2) : 0, w.shape(0)};
+  const int64_t H = s.hidden, G = 4 * H, B = s.batch, D = s.dirs;
+  if (H <= 0 || (D != 1 && D != 2) || w.shape(1) != G || w.shape(2) != s.input)
+    throw std::invalid_argument("lstm: w must be [dirs, 4H, input] and r [dirs, 4H, H]");
+  Checked(r, D * G * H, "r");
+  Checked(bias, D * G, "bias");
+  if (peep) Checked(*peep, D * 3 * H, "peepholes");
+  Checked(h0, D * B * H, "initial_h");
+  Checked(c0, D * B * H, "initial_c");
+  if (lens.size() != B) throw std::invalid_argument("lstm: sequence_lens must have batch entries");
+  for (int64_t b = 0; b < B; ++b)
+    if (lens.data()[b] < 0 || lens.data()[b] > s.seq) throw std::invalid_argument("lstm: sequence_lens out of range");
+  if (clip && !(*clip >= 0.0f)) throw std::invalid_argument("lstm: clip must be >= 0");
+  py::array_t<float> y({s.seq, D, B, H}), yh({D, B, H}), yc({D, B, H});
+  float* yp = y.mutable_data();
+  float* hp = yh.mutable_data();
+  float* cp = yc.mutable_data();
+  const Sgemm64 sgemm = reinterpret_cast<Sgemm64>(sgemm_addr);
+  {
+    py::gil_scoped_release release;
+    std::fill(yp, yp + s.seq * D * B * H, 0.0f);
+    std::copy(h0.data(), h0.data() + D * B * H, hp);
+    std::copy(c0.data(), c0.data() + D * B * H, cp);
+    std::vector<float> xw(s.seq * B * G);
+    for (int64_t d = 0; d < D; ++d) {
+      for (int64_t n = 0; n < s.seq * B; ++n) std::copy(bias.data() + d * G, bias.data() + (d + 1) * G, &xw[n * G]);
+      GemmABt(s.seq * B, G, s.input, x.data(), w.data() + d * G * s.input, 1.0f, xw.data(), sgemm);
+      LstmDirection(s, xw.data(), r.data() + d * G * H, peep ? peep->data() + d * 3 * H : nullptr, hp + d * B * H,
+                    cp + d * B * H, lens.data(), reverse_first || d == 1, clip.has_value(), clip.value_or(0.0f),
+                    yp + d * B * H, sgemm);
+    }
+    for (int64_t d = 0; d < D; ++d)  // ORT zeroes the final states of an empty sequence
+      for (int64_t b = 0; b < B; ++b)
+        if (lens.data()[b] == 0) {
+          std::fill(hp + (d * B + b) * H, hp + (d * B + b + 1) * H, 0.0f);
+          std::fill(cp + (d * B + b) * H, cp + (d * B + b + 1) * H, 0.0f);
+        }
+  }
+  return py::make_tuple(y, yh, yc);
+}
+
+}  // namespace
+
+void BindRecurrent(py::module_& m) {
+  m.def("lstm", &LstmPy, py::arg("x"), py::arg("w"), py::arg("r"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
+        py::arg("c0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(), py::arg("sgemm") = 0,
+        "ONNX LSTM, layout 0, default activations, every direction: x [seq, batch, I], w [dirs, 4H, I], "
+        "r [dirs, 4H, H], bias [dirs, 4H] = Wb + Rb, peep [dirs, 3H] or None, h0/c0 [dirs, batch, H], lens [batch] "
+        "int64; reverse: the first direction runs backwards. sgemm: address of a CBLAS sgemm "
+        "(kernels.host_blas.sgemm_address()) or 0 for plain loops. Returns (Y [seq, dirs, batch, H], Y_h, Y_c)");
+}
+
+}  // namespace npu_ep::kern
