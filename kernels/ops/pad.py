@@ -64,13 +64,42 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         else:
             v = arg(p, inputs, 2)
             value = 0 if v is None else np.asarray(v).reshape(-1)[0]
-        return [np.pad(x, grow, mode="constant", constant_values=np.asarray(value).astype(x.dtype))]
+        return [padded(x, grow, "constant", np.asarray(value).astype(x.dtype))]
     for i, (b, e) in enumerate(grow):
         if (b or e) and x.shape[i] == 0:
             raise ValueError(f"Pad: mode {mode} cannot pad empty axis {i} of shape {x.shape}")
         if mode == "reflect" and (b or e) and max(b, e) >= x.shape[i]:
             raise ValueError(f"Pad: reflect pads {(b, e)} need axis {i} longer than them, shape {x.shape}")
-    return [np.pad(x, grow, mode=_MODES[mode])]
+    return [padded(x, grow, mode) if mode != "wrap" else np.pad(x, grow, mode="wrap")]
+
+
+def padded(x: np.ndarray, grow: list[tuple[int, int]], mode: str, value: Any = 0) -> np.ndarray:
+    """``np.pad(x, grow, mode)`` for constant, reflect (pads shorter than the axis) and edge, element for element:
+    the centre copied once, then each axis' borders filled over the earlier axes' full (padded) extent, as np.pad
+    does, without np.pad's per-call Python (~30 us on a speech model's 1-D reflect pad)."""
+    y = np.empty([d + b + e for d, (b, e) in zip(x.shape, grow)], x.dtype)
+    centre = tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, grow))
+    y[centre] = x
+    for axis, (b, e) in enumerate(grow):
+        if not (b or e):
+            continue
+        d = x.shape[axis]
+        tail = centre[axis + 1:]
+        full = (slice(None),) * axis
+
+        def at(s: slice) -> tuple:
+            return full + (s,) + tail
+        if mode == "constant":
+            y[at(slice(0, b))] = value
+            y[at(slice(b + d, None))] = value
+        elif mode == "edge":
+            y[at(slice(0, b))] = y[at(slice(b, b + 1))]
+            y[at(slice(b + d, None))] = y[at(slice(b + d - 1, b + d))]
+        else:  # reflect: position b - 1 - k mirrors b + 1 + k, b + d + k mirrors b + d - 2 - k
+            stop = b + d - 2 - e
+            y[at(slice(0, b))] = y[at(slice(2 * b, b, -1))]
+            y[at(slice(b + d, None))] = y[at(slice(b + d - 2, stop if stop >= 0 else None, -1))]
+    return y
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
