@@ -160,16 +160,31 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, consts, target)
 
 
+def _branch_call(p: Prepared, attr: str) -> tuple[Any, tuple[int, ...]]:
+    """The branch's program and, per program input, the If input that carries it (looked up once per branch)."""
+    calls = p.memo.setdefault("branch_calls", {})
+    found = calls.get(attr)
+    if found is None:
+        program = subprograms.program(p, attr)
+        position = {name: i + 1 for i, name in enumerate(p.attrs["outer"])}
+        missing = [io.name for io in program.inputs if io.name not in position]
+        if missing:
+            raise ValueError(f"If: branch '{program.name}' reads {missing}, which the If node does not receive")
+        found = calls[attr] = (program, tuple(position[io.name] for io in program.inputs))
+    return found
+
+
 def _run(p: Prepared, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     cond = arg(p, inputs, 0)
-    if cond is None or np.asarray(cond).size != 1:
+    if cond is None or cond.size != 1:
         raise ValueError(f"If: condition must be one element, got shape {None if cond is None else cond.shape}")
-    program = subprograms.program(p, BRANCHES[0] if bool(np.asarray(cond).reshape(-1)[0]) else BRANCHES[1])
-    outer = {name: arg(p, inputs, i + 1) for i, name in enumerate(p.attrs["outer"])}
-    missing = [io.name for io in program.inputs if outer.get(io.name) is None]
-    if missing:
-        raise ValueError(f"If: branch '{program.name}' reads {missing}, which the If node does not receive")
-    return list(program(*[outer[io.name] for io in program.inputs]))
+    program, positions = _branch_call(p, BRANCHES[0] if cond.reshape(-1)[0] else BRANCHES[1])
+    args = [inputs[i] if i < len(inputs) else None for i in positions]
+    for a in args:
+        if a is None:
+            missing = [io.name for io, a in zip(program.inputs, args) if a is None]
+            raise ValueError(f"If: branch '{program.name}' reads {missing}, which the If node does not receive")
+    return list(program(*args))
 
 
 def _cost(p: Prepared, in_shapes) -> OpCost:
