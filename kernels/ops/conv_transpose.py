@@ -4,7 +4,8 @@ on the matrix unit followed by a col2im scatter-add on the vector unit.
 Layouts: X ``[N, C, H, W]``, W ``[C, M/g, kh, kw]``, Y ``[N, M, OH, OW]`` (1-D: height 1). Per group the GEMM is
 ``[N*H*W, C/g] x [C/g, M/g*kh*kw]`` (weights re-laid out at compile time to ``[g, C/g, M/g*kh*kw]``); every kernel
 tap (i, j) then adds its ``[N, M/g, H, W]`` slice into the output at rows ``i*dh + y*sh`` and columns
-``j*dw + x*sw`` (a Python loop over the kh*kw taps, each a strided numpy add).
+``j*dw + x*sw`` (a Python loop over the kh*kw taps, each a strided numpy add). When the stride equals the kernel (no dilation, one
+group) the taps never overlap: the GEMM runs in NCHW as ``W^T @ x`` and one interleaving copy places the taps.
 
 Output size (ONNX): ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pad_begin - pad_end``. With
 ``output_shape`` (or auto_pad SAME_*, whose output is ``in * stride``) the pads are derived from it: the total
@@ -96,12 +97,49 @@ def _begin_end(a: dict[str, Any], size: int, axis: int) -> tuple[int, int, int]:
     return (small, total - small, full) if a["auto_pad"] == "SAME_UPPER" else (total - small, small, full)
 
 
+def _disjoint_taps(p: Prepared) -> bool:
+    """Stride equal to the kernel, no dilation, one group: every output pixel takes exactly one tap of one input
+    pixel (the usual 2x upsampling head), so there is nothing to scatter-add."""
+    a = p.attrs
+    return a["group"] == 1 and a["strides"] == a["kernel"] and a["dilations"] == [1, 1]
+
+
+def _run_disjoint(p: Prepared, xf: np.ndarray) -> np.ndarray:
+    """``W^T[M*kh*kw, C] @ x[n][C, H*W]`` per image (NCHW, no patch gather), then one interleaving copy into the
+    output rows ``y*kh + i`` and columns ``x*kw + j``; cropped by the pads and padded past the taps as ``_run``."""
+    a, w = p.attrs, p.consts["w"]
+    n, c, h, wd = xf.shape
+    kh, kw = a["kernel"]
+    m = w.shape[2] // (kh * kw)
+    (t, b, fh), (l, r, fw) = _begin_end(a, h, 0), _begin_end(a, wd, 1)
+    full = (np.empty if (fh, fw) == (h * kh, wd * kw) else np.zeros)((n, m, fh, fw), np.float32)
+    wt = p.memo.get("w_t")
+    if wt is None:
+        wt = p.memo["w_t"] = np.ascontiguousarray(w[0].T)  # [M*kh*kw, C]
+    for i in range(n):
+        prod = host_blas.matmul(wt, xf[i].reshape(c, h * wd)).reshape(m, kh, kw, h, wd)
+        out = full[i, :, :h * kh, :wd * kw].reshape(m, h, kh, wd, kw)
+        for ti in range(kh):
+            for tj in range(kw):
+                out[:, :, ti, :, tj] = prod[:, ti, tj]  # one tap plane at a time: ~3x faster than one 5-D copy
+    y = full[:, :, max(t, 0):fh - max(b, 0), max(l, 0):fw - max(r, 0)]
+    if min(t, b, l, r) < 0:
+        y = np.pad(y, ((0, 0), (0, 0), (max(-t, 0), max(-b, 0)), (max(-l, 0), max(-r, 0))))
+    if "bias" in p.consts:
+        y = np.ascontiguousarray(y)
+        y += p.consts["bias"].reshape(1, -1, 1, 1)
+    return y
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a, w = p.attrs, p.consts["w"]
     x = arg(p, inputs, 0)
     xf = x.astype(np.float32)
     if a["one_d"]:
         xf = xf[:, :, None, :]
+    if _disjoint_taps(p):
+        y = _run_disjoint(p, np.ascontiguousarray(xf))
+        return [np.ascontiguousarray(y[:, :, 0, :] if a["one_d"] else y, dtype=a["dtype"])]
     n, c, h, wd = xf.shape
     grp, cg, cols_n = w.shape
     kh, kw = a["kernel"]

@@ -25,6 +25,13 @@ CASES = [  # x shape, w shape, attrs
     ((1, 2, 4, 5), (2, 3, 2, 2), {"strides": [2, 2], "auto_pad": "VALID"}),
     ((2, 3, 9), (3, 4, 5), {"strides": [3], "pads": [1, 2]}),  # 1-D
     ((1, 4, 7), (4, 2, 4), {"strides": [2], "group": 2, "output_padding": [1]}),
+    # stride == kernel, no dilation, one group: the disjoint-taps path (no scatter-add)
+    ((2, 5, 3, 4), (5, 3, 2, 2), {"strides": [2, 2]}),
+    ((1, 5, 3, 4), (5, 3, 2, 3), {"strides": [2, 3], "pads": [1, 0, 0, 2]}),
+    ((1, 5, 3, 4), (5, 3, 2, 2), {"strides": [2, 2], "output_padding": [1, 1]}),
+    ((1, 5, 3, 4), (5, 3, 2, 2), {"strides": [2, 2], "output_shape": [5, 7]}),  # cropped by derived pads
+    ((1, 5, 3, 4), (5, 1, 2, 2), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((2, 3, 9), (3, 4, 3), {"strides": [3]}),  # 1-D
 ]
 
 
@@ -49,3 +56,22 @@ def test_runtime_weights_declined():
     inputs = [("x", rand((1, 3, 5, 4), np.float32), False), ("w", rand((3, 2, 3, 3), np.float32), False)]
     reason = declined_by("ConvTranspose", inputs, [("y", np.float32)], target="npu-ref")
     assert reason is not None and "constant weights" in reason
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [c for c in CASES if c[2].get("group", 1) == 1 and "dilations" not in c[2]
+                                         and c[2].get("strides") == list(c[1][2:])])
+def test_disjoint_taps_path_equals_the_scatter_add(xs, ws, attrs, monkeypatch):
+    """Same values as the general GEMM + col2im path (float32 sums over C in another BLAS call shape: 1e-6)."""
+    from _vector_ortref import make_model
+    from npu_ep.ep.onnx_graph import nodes_from_model
+    from npu_ep.kernels.ops import conv_transpose as ct
+    from npu_ep.kernels.target import Target
+
+    x, w = rand(xs, np.float32, seed=1), rand(ws, np.float32, seed=2)
+    inputs = [("x", x, False), ("w", w, True), ("b", rand((ws[1],), np.float32, seed=3), True)]
+    (node,) = nodes_from_model(make_model("ConvTranspose", inputs, [("y", np.float32)], attrs, opset=21))
+    p = ct._prepare(node, Target.load("npu-ref"))
+    assert ct._disjoint_taps(p)
+    fast = ct._run(p, [x])[0]
+    monkeypatch.setattr(ct, "_disjoint_taps", lambda p: False)
+    np.testing.assert_allclose(fast, ct._run(p, [x])[0], rtol=1e-6, atol=1e-6)
