@@ -9,6 +9,8 @@ Cost per element: max, subtract, sum, divide (4 ops) + one exp (transcendental);
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..node import NodeInfo
@@ -36,9 +38,10 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     axis = p.attrs["axis"] % max(x.ndim, 1)
-    if p.attrs["legacy"]:
-        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-        y = softmax(widen(x).reshape(rows, -1), -1).reshape(x.shape)
+    if p.attrs["legacy"] and axis != x.ndim - 1:  # rows over the trailing axes (the last axis alone: the same)
+        y = softmax(widen(x).reshape(math.prod(x.shape[:axis]), -1), -1).reshape(x.shape)
+    elif p.attrs["legacy"]:
+        y = softmax(widen(x), -1)
     else:
         y = softmax(widen(x), axis)
     return [y if y.dtype == x.dtype else y.astype(x.dtype)]

@@ -88,7 +88,7 @@ def test_softmax_large_logits_stable():
     check_against_ort("Softmax", [("x", x, False)], [("y", np.float32)], opset=13)
 
 
-@pytest.mark.parametrize("axis", [1, 2])
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
 def test_softmax_opset11_coerces_to_2d(axis):
     x = rand((2, 3, 5), np.float32, seed=7)
     check_against_ort("Softmax", [("x", x, False)], [("y", np.float32)], {"axis": axis}, opset=11)
