@@ -170,6 +170,10 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "out_itemsize": itemsize_of(out), "out_dtype": out.dtype.name if out.dtype is not None else None}
     if node.op_type == "Gelu":
         attrs["approximate"] = str(node.attr("approximate", "none"))
+    exponent = node.input(1) if node.op_type == "Pow" else None
+    if exponent is not None and exponent.value is not None:
+        e = np.asarray(exponent.value)
+        attrs["square"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 2.0)
     return Prepared(attrs, stash_constants(node), target)
 
 
@@ -207,6 +211,16 @@ def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         return [np.asarray(fn(arg(p, inputs, 0), arg(p, inputs, 1)))]
     return run
+
+
+def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """Pow; a constant exponent of 2 is ``x * x`` as ORT's CPU kernel computes it (one correctly rounded product),
+    with the base's broadcast against the exponent's shape."""
+    a, b = arg(p, inputs, 0), arg(p, inputs, 1)
+    if p.attrs.get("square") and np.issubdtype(a.dtype, np.floating) and b.ndim <= a.ndim:
+        base = a if a.dtype != _F16 else a.astype(_F32)
+        return [np.multiply(base, base).astype(a.dtype, copy=False)]
+    return [np.asarray(_pow(a, b))]
 
 
 def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
@@ -275,7 +289,8 @@ def _cast_check(node: NodeInfo, target: Target) -> str | None:
 
 
 for _op, (_fn, _, _) in _BINARY.items():
-    register(KernelDef("", _op, _prepare, _binary_runner(_fn), _cost, _check, rank_free=True))
+    register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn), _cost, _check,
+                       rank_free=True))
 for _op, (_fn, _, _) in _UNARY.items():
     if _op not in _MS_UNARY:
         register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True))
