@@ -96,6 +96,7 @@ class EpSession:
     def _adopt(self, name: str, program: Program, nodes: Sequence[NodeInfo]) -> None:
         program.label = partition_label(self.ep_name, name, nodes)
         configure_kernels((st.prepared for st in program.steps), self.options.kernels, self.options.host_threads)
+        program.mark_partition_outputs()
         self.programs[name] = program
 
     # -- compatibility -------------------------------------------------------------------------------------------

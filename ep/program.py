@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.ops._native import PARTITION_OUTPUTS
 from ..kernels.registry import KernelDef, OpCost, Prepared
 from .log import logger
 from .weight_arena import pack_constants
@@ -110,6 +111,7 @@ class Program:
                       for st in steps]
         self._env_size = n_slots + 1  # a call's slot table; in_slots -1 read the extra last slot (always None)
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
+        self._marked = False  # mark_partition_outputs was called (rebind then marks again)
         self.arena_bytes = pack_constants(st.prepared for st in steps)  # weights as one huge-page stream
 
     def rebind(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
@@ -125,6 +127,19 @@ class Program:
         by_name = dict(zip(have_out, zip(self.output_slots, self.outputs)))
         self.output_slots = tuple(by_name[n][0] for n in output_names)
         self.outputs = [by_name[n][1] for n in output_names]
+        if self._marked:
+            self.mark_partition_outputs()
+
+    def mark_partition_outputs(self) -> None:
+        """Tell each step which of its outputs are outputs of this partition (their ORT index), so a kernel that
+        can compute one straight into ORT's buffer does (``kernels.ops._native.ort_output``). Only for the programs
+        ORT calls: a sub-program's outputs (If branches, Loop bodies) go back to its owner, not to ORT."""
+        self._marked = True
+        first: dict[int, int] = {}
+        for j, slot in enumerate(self.output_slots):
+            first.setdefault(slot, j)  # an output listed twice: the second is copied from the first
+        for st in self.steps:
+            st.prepared.memo[PARTITION_OUTPUTS] = {i: first[s] for i, s in enumerate(st.out_slots) if s in first}
 
     @property
     def calls(self) -> int:

@@ -1,6 +1,7 @@
 // The same shared library is also a Python extension module (`npu_ep.ep._native`): importing it locates the
 // plugin for registration and exposes the bridge's per-partition timing counters to reports and benchmarks.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "kernels/bindings.h"
 #include "ort_api.h"
@@ -16,6 +17,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("partition_stats", &npu_ep::AllStats,
         "{partition: {calls, total_ns, program_ns, bytes_in, bytes_out}} measured inside the Compute callback");
   m.def("reset_stats", &npu_ep::ResetStats);
+  m.def("partition_output", &npu_ep::PartitionOutput, pybind11::arg("index"), pybind11::arg("dims"),
+        "Inside a partition call: a writeable view of ORT's buffer for that output (index, dims), which the bridge "
+        "then does not copy; None outside a call or for an output of unknown rank. Never keep it past the call");
   m.def("prepare_shutdown", [](double timeout_s) {
           pybind11::gil_scoped_release release;  // let in-flight partition calls finish their Python part
           return npu_ep::PrepareShutdown(timeout_s);

@@ -23,7 +23,40 @@ uint64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+// The partition this thread is computing (ComputePartition sets it; nests like kern::CallContextScope).
+struct OutputCall {
+  OrtKernelContext* ctx;
+  PartitionKernel* kernel;
+};
+thread_local const OutputCall* t_output_call = nullptr;
+
+class OutputCallScope {
+ public:
+  explicit OutputCallScope(const OutputCall* call) : previous_(t_output_call) { t_output_call = call; }
+  ~OutputCallScope() { t_output_call = previous_; }
+  OutputCallScope(const OutputCallScope&) = delete;
+  OutputCallScope& operator=(const OutputCallScope&) = delete;
+
+ private:
+  const OutputCall* previous_;
+};
 }  // namespace
+
+py::object PartitionOutput(size_t index, const std::vector<int64_t>& dims) {
+  const OutputCall* call = t_output_call;
+  if (call == nullptr) return py::none();
+  PartitionKernel* k = call->kernel;
+  if (index >= k->output_types.size())
+    throw std::out_of_range("partition_output: output " + std::to_string(index) + " of " + k->where + ", which has " +
+                            std::to_string(k->output_types.size()));
+  if (!k->output_rank_known[index] || k->output_dims[index].size() != dims.size())
+    return py::none();  // an output whose rank ORT does not state, or another rank: the bridge checks and copies it
+  OrtValue* out = nullptr;
+  Check(g_ort->KernelContext_GetOutput(call->ctx, index, dims.data(), dims.size(), &out));
+  void* data = nullptr;
+  Check(g_ort->GetTensorMutableData(out, &data));
+  return OutputView(data, k->output_dtypes[index], dims);
+}
 
 BridgeStats* StatsFor(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_stats_mu);
@@ -180,6 +213,8 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
     }
     const uint64_t tp = NowNs();
     kern::CallContextScope on_orts_pool(ctx);  // native kernels' parallel loops run on ORT's intra-op threads
+    const OutputCall call{ctx, k};
+    OutputCallScope in_place(&call);  // kernels may compute outputs straight into ORT's buffers
     // PyObject_Call takes the tuple as is (pybind11's call with *args would build a second one)
     PyObject* raw = PyObject_Call(k->program.ptr(), args.ptr(), nullptr);
     if (!raw) throw py::error_already_set();
@@ -207,7 +242,7 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       Check(g_ort->GetTensorSizeInBytes(out, &expected));
       if (expected != static_cast<size_t>(a.nbytes()))
         throw OrtError(ORT_EP_FAIL, "output " + std::to_string(i) + " " + ShapeString(dims) + " size mismatch");
-      if (expected) std::memcpy(dst, a.data(), expected);
+      if (expected && dst != a.data()) std::memcpy(dst, a.data(), expected);  // equal: computed in place
       bytes_out += expected;
     }
   });

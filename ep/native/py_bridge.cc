@@ -99,6 +99,18 @@ py::array TensorView(const OrtValue* v, const py::handle& dtype, const TensorMet
   return a;
 }
 
+py::array OutputView(void* data, const py::handle& dtype, const std::vector<int64_t>& dims) {
+  auto& api = py::detail::npy_api::get();
+  auto shape = const_cast<Py_intptr_t*>(reinterpret_cast<const Py_intptr_t*>(dims.data()));
+  PyObject* raw = api.PyArray_NewFromDescr_(api.PyArray_Type_, dtype.inc_ref().ptr(), static_cast<int>(dims.size()),
+                                            shape, nullptr, data, py::detail::npy_api::NPY_ARRAY_WRITEABLE_ |
+                                            py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_, nullptr);
+  if (!raw) throw py::error_already_set();
+  py::array a = py::reinterpret_steal<py::array>(raw);
+  if (data && api.PyArray_SetBaseObject_(raw, ViewBase().inc_ref().ptr()) != 0) throw py::error_already_set();
+  return a;
+}
+
 py::array TensorCopy(const OrtValue* v) {
   TensorMeta meta = GetTensorMeta(v);
   const void* data = nullptr;

@@ -51,6 +51,8 @@ TensorMeta GetTensorMeta(const OrtValue* v);
 
 // Read-only zero-copy view of an ORT tensor: valid only while ORT keeps the tensor alive (one Compute call).
 py::array TensorView(const OrtValue* v, const py::handle& dtype, const TensorMeta& meta);
+// A writeable numpy view (C order) of `data`, ORT's buffer of a partition output: valid until Compute returns.
+py::array OutputView(void* data, const py::handle& dtype, const std::vector<int64_t>& dims);
 
 // Owned copy of an ORT tensor (initializers we keep beyond the lifetime of the OrtGraph).
 py::array TensorCopy(const OrtValue* v);

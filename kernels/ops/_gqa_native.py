@@ -44,10 +44,24 @@ def _caches(p: Prepared, inputs) -> tuple[np.ndarray, np.ndarray]:
     return cos, sin
 
 
+def _static(p: Prepared, h: int) -> tuple:
+    """The call's per-node scalars (heads, scale, softcap, window, interleaved), converted once per head size."""
+    key = ("native_static", h)
+    got = p.memo.get(key)
+    if got is None:
+        a = p.attrs
+        got = p.memo[key] = (int(a["num_heads"]), int(a["kv_num_heads"]), float(a["scale"]) or 1.0 / math.sqrt(h),
+                             float(a["softcap"]), int(a["local_window_size"]), bool(a["rotary_interleaved"]))
+    return got
+
+
 def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
         past_k: np.ndarray | None, past_v: np.ndarray | None, past_b: list[int], total_b: list[int],
         t_buf: int) -> list[np.ndarray] | None:
-    """[output, present_key, present_value] from the native kernel, or None (reason in ``p.memo[FALLBACK]``)."""
+    """[output, present_key, present_value] from the native kernel, or None (reason in ``p.memo[FALLBACK]``).
+
+    The presents are ORT's own output buffers when they are outputs of the partition (written in place, every row
+    past the new valid length zeroed), else views of the node's pooled buffer."""
     b, s, d = query.shape
     why = _refusal(query, past_k, past_b, s, t_buf)
     p.memo[FALLBACK] = why
@@ -56,18 +70,28 @@ def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray
     a = p.attrs
     n, nkv = a["num_heads"], a["kv_num_heads"]
     h = d // n if key is not None else d // (n + 2 * nkv)
-    kv, slot = present_buffer(p, (2, b, nkv, t_buf, h), query.dtype)
+    n, nkv, scale, softcap, window, interleaved = _static(p, h)
+    shape = (b, nkv, t_buf, h)
+    pk = _native.ort_output(p, 1, shape, query.dtype)
+    pv = None if pk is None else _native.ort_output(p, 2, shape, query.dtype)
+    slot = None
+    if pv is None:
+        kv, slot = present_buffer(p, (2, *shape), query.dtype)
+        pk, pv, dirty = kv[0], kv[1], slot[1]
+    else:
+        dirty = t_buf  # ORT's buffer holds anything: the kernel zeroes every row it does not write
     cos = sin = pos = None
     if a["do_rotary"]:
         cos, sin = _caches(p, inputs)
         pos = arg(p, inputs, 9)
         if pos is not None:
             pos = np.ascontiguousarray(pos, dtype=np.int64).reshape(-1)
-    scale = float(a["scale"]) or 1.0 / math.sqrt(h)
-    query, key, value, past_k, past_v = (x if x is None else np.ascontiguousarray(x)
-                                         for x in (query, key, value, past_k, past_v))
-    out = nat.gqa(query, key, value, past_k, past_v, kv, slot[1], past_b, total_b, n, nkv, scale,
-                  float(a["softcap"]), int(a["local_window_size"]), cos, sin, bool(a["rotary_interleaved"]), pos,
-                  _native.threads(p))
-    slot[1] = max(past_b) + s
-    return [out, kv[0], kv[1]]
+    if not query.flags.c_contiguous:
+        query = np.ascontiguousarray(query)
+    key, value, past_k, past_v = (x if x is None or x.flags.c_contiguous else np.ascontiguousarray(x)
+                                  for x in (key, value, past_k, past_v))
+    out = nat.gqa(query, key, value, past_k, past_v, pk, pv, dirty, past_b, total_b, n, nkv, scale, softcap, window,
+                  cos, sin, interleaved, pos, _native.threads(p))
+    if slot is not None:
+        slot[1] = max(past_b) + s
+    return [out, pk, pv]

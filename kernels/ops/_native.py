@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from types import ModuleType
 
+import numpy as np
+
 from .. import subprograms
 from ..registry import Prepared
 
@@ -22,18 +24,37 @@ _DEFAULT = ("native", 1)
 subprograms.INHERITED.add(_KEY)  # a sub-program loaded after configure runs with its owner's setting
 
 
-_module: list[ModuleType | None] = []
+_module: list[ModuleType | None] = []  # [the extension's kernels submodule, the extension] once imported
+PARTITION_OUTPUTS = "partition_outputs"  # Prepared.memo key: {step output index: ORT output index}
+
+
+def _load() -> None:
+    try:
+        from ...ep import _native
+    except ImportError:  # extension not built: the reference kernels still run
+        _native = None
+    _module[:] = [getattr(_native, "kernels", None), _native]
 
 
 def native_module() -> ModuleType | None:
     """The extension's ``kernels`` submodule (imported on first use: ``ep`` imports ``kernels``), None if absent."""
     if not _module:
-        try:
-            from ...ep import _native
-        except ImportError:  # extension not built: the reference kernels still run
-            _native = None
-        _module.append(getattr(_native, "kernels", None))
+        _load()
     return _module[0]
+
+
+def ort_output(p: Prepared, index: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+    """ORT's own buffer for output ``index`` of this step when it is an output of the partition being computed
+    (``ep.program.Program.mark_partition_outputs``), as a writeable ``shape`` array of ``dtype``, so the kernel
+    writes it in place and the bridge copies nothing; else None. Valid only during this call: never keep it."""
+    where = p.memo.get(PARTITION_OUTPUTS)
+    if not where or index not in where:
+        return None
+    if not _module:
+        _load()
+    bridge = _module[1]
+    view = None if bridge is None else bridge.partition_output(where[index], shape)
+    return view if view is not None and view.dtype == dtype else None
 
 
 def configure(prepared: Iterable[Prepared], kernels: str, threads: int) -> None:

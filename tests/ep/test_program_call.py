@@ -140,3 +140,37 @@ def test_record_skips_omitted_outputs_a_kernel_did_not_compute():
     np.testing.assert_array_equal(s, want_s)
     assert sorted(program.recorded) == ["sln:0", "sln:3"]
     np.testing.assert_array_equal(program.recorded["sln:3"], s)
+
+
+def test_partition_outputs_are_marked_on_the_steps_that_compute_them():
+    """mark_partition_outputs tells each step which of its outputs ORT receives (ORT's output index), so a kernel
+    can write them in place; a rebind to ORT's output order marks again."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Identity", ["y"], ["z"], name="id"),
+             helper.make_node("Neg", ["y"], ["w"], name="neg")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, ["n"])],
+                       [helper.make_tensor_value_info(o, F32, ["n"]) for o in ("y", "z", "w")])
+    program = compiled(model)
+    program.mark_partition_outputs()
+    marks = {st.node_name: st.prepared.memo["partition_outputs"] for st in program.steps}
+    assert marks == {"relu": {0: 0}, "id": {0: 1}, "neg": {0: 2}}
+    program.rebind(["x"], ["w", "z", "y"])
+    marks = {st.node_name: st.prepared.memo["partition_outputs"] for st in program.steps}
+    assert marks == {"relu": {0: 2}, "id": {0: 1}, "neg": {0: 0}}
+    x = np.array([-1.0, 2.0], np.float32)
+    w, z, y = program(x)
+    np.testing.assert_array_equal(y, [0.0, 2.0])
+    np.testing.assert_array_equal(z, y)
+    np.testing.assert_array_equal(w, [-0.0, -2.0])
+
+
+def test_a_session_returning_an_output_that_another_step_reads_matches_the_cpu_ep():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Identity", ["y"], ["z"], name="id")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, ["n"])],
+                       [helper.make_tensor_value_info(o, F32, ["n"]) for o in ("y", "z")])
+    from tests.npu_testing import assignment, npu_session
+
+    sess = npu_session(model, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    x = np.array([-1.0, 2.0, 3.0], np.float32)
+    for got, want in zip(sess.run(None, {"x": x}), cpu_run(model, {"x": x})):
+        np.testing.assert_array_equal(got, want)

@@ -233,3 +233,39 @@ def test_session_same_bits_on_orts_pool_at_any_thread_count():
     for other in results[1:]:
         for a, b in zip(results[0], other):
             np.testing.assert_array_equal(a, b)
+
+
+def test_presents_are_written_into_orts_output_buffers(monkeypatch):
+    """Both presents are outputs of the partition: the kernel writes them straight into ORT's buffers (the bridge
+    copies nothing). ORT's arena hands back buffers holding an earlier, longer call's rows, so every row past the
+    new valid length must still come out zero, as the CPU EP's memset makes it."""
+    model, _ = _model(b=2, s=1, n=8, nkv=2, h=64, past=40, rotary="half")
+    sess = npu_session(model, {"kernels": "native"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    hits = []
+    real = runtime.ort_output
+
+    def spy(p, index, shape, dtype):
+        view = real(p, index, shape, dtype)
+        hits.append((index, view is not None))
+        return view
+
+    monkeypatch.setattr(runtime, "ort_output", spy)
+    for seqlens in ([39, 40], [3, 11], [40, 0]):  # long, short (stale rows behind), and long again
+        _, feeds = _model(b=2, s=1, n=8, nkv=2, h=64, past=40, rotary="half", seqlens=seqlens, seed=len(hits))
+        got, want = sess.run(None, feeds), cpu_run(model, feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=5e-5, atol=5e-5)
+        for g, w in zip(got[1:], want[1:]):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    assert hits == [(1, True), (2, True)] * 3
+    del sess
+
+
+def test_outside_a_partition_call_the_presents_come_from_the_pool():
+    """A kernel called directly (tests, npu-report --compare) has no ORT buffer to write: ort_output is None."""
+    model, feeds = _model(b=1, s=1, n=4, nkv=2, h=16, past=5)
+    node, p = _prepared(model, "native")
+    p.memo[runtime.PARTITION_OUTPUTS] = {1: 1, 2: 2}
+    assert runtime.ort_output(p, 1, (1, 2, 6, 16), np.dtype(np.float32)) is None
+    got = _run(node, p, feeds)
+    assert got[1].shape == (1, 2, 6, 16) and p.memo["present_pool"]

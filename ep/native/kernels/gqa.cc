@@ -224,9 +224,8 @@ template <typename T>
 void Task(const GqaArgs& a, const Ops& ops, int64_t b, int64_t kh) {
   const int64_t H = a.H, S = a.S, T_ = a.T;
   const int64_t pb = a.past_len[b];
-  T* present = static_cast<T*>(a.present);
-  T* pk = present + (b * a.Nkv + kh) * T_ * H;
-  T* pv = present + ((a.B + b) * a.Nkv + kh) * T_ * H;
+  T* pk = static_cast<T*>(a.present_k) + (b * a.Nkv + kh) * T_ * H;
+  T* pv = static_cast<T*>(a.present_v) + (b * a.Nkv + kh) * T_ * H;
   const size_t row_bytes = sizeof(T) * H;
   if (pb > 0) {  // the valid past prefix
     if (a.past_k) {

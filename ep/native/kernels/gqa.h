@@ -20,7 +20,8 @@ struct GqaArgs {
   const void* past_k = nullptr;  // [B, Nkv, P, H] or null (the past prefix then reads as zeros)
   const void* past_v = nullptr;
   int64_t P = 0;
-  void* present = nullptr;  // [2, B, Nkv, T, H]: rows >= dirty are zero on entry
+  void* present_k = nullptr;  // [B, Nkv, T, H] each: rows >= dirty are zero on entry
+  void* present_v = nullptr;
   int64_t T = 0, dirty = 0;
   const int32_t* past_len = nullptr;   // [B] past_b: new rows go to [past_b, past_b + S)
   const int32_t* total_len = nullptr;  // [B] total_b: keys >= total_b are never seen

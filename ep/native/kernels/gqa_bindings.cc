@@ -48,7 +48,8 @@ const float* F32(const py::array& a, const char* name, py::ssize_t ndim) {
 
 py::array GqaPy(const py::array& query, const std::optional<py::array>& key,
                          const std::optional<py::array>& value, const std::optional<py::array>& past_key,
-                         const std::optional<py::array>& past_value, const py::array& present, int64_t dirty,
+                         const std::optional<py::array>& past_value, const py::array& present_key,
+                         const py::array& present_value, int64_t dirty,
                          const std::vector<int32_t>& past_len, const std::vector<int32_t>& total_len, int64_t num_heads,
                          int64_t kv_num_heads, float scale, float softcap, int64_t local_window_size,
                          const std::optional<py::array>& cos, const std::optional<py::array>& sin, bool interleaved,
@@ -82,11 +83,15 @@ py::array GqaPy(const py::array& query, const std::optional<py::array>& key,
     a.k = base + a.N * a.H * query.itemsize();
     a.v = base + (a.N + a.Nkv) * a.H * query.itemsize();
   }
-  EXPECT(present.writeable(), "present must be writeable");
-  a.present = const_cast<void*>(Tensor(present, "present", 5, h));
-  EXPECT(present.shape(0) == 2 && present.shape(1) == a.B && present.shape(2) == a.Nkv && present.shape(4) == a.H,
-         "present " + Dims(present) + " is not [2, B, Nkv, T, H]");
-  a.T = present.shape(3);
+  for (const py::array* pr : {&present_key, &present_value}) {
+    EXPECT(pr->writeable(), "presents must be writeable");
+    Tensor(*pr, "present", 4, h);
+    EXPECT(pr->shape(0) == a.B && pr->shape(1) == a.Nkv && pr->shape(2) == present_key.shape(2) && pr->shape(3) == a.H,
+           "present " + Dims(*pr) + " is not [B, Nkv, T, H] like present_key " + Dims(present_key));
+  }
+  a.present_k = const_cast<void*>(present_key.data());
+  a.present_v = const_cast<void*>(present_value.data());
+  a.T = present_key.shape(2);
   a.dirty = std::min(dirty, a.T);
   if (past_key) {
     EXPECT(past_value.has_value(), "past_key without past_value");
@@ -131,12 +136,13 @@ py::array GqaPy(const py::array& query, const std::optional<py::array>& key,
 
 void BindGqa(py::module_& m) {
   m.def("gqa", &GqaPy, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("past_key"),
-        py::arg("past_value"), py::arg("present"), py::arg("dirty"), py::arg("past_len"), py::arg("total_len"),
+        py::arg("past_value"), py::arg("present_key"), py::arg("present_value"), py::arg("dirty"), py::arg("past_len"),
+        py::arg("total_len"),
         py::arg("num_heads"), py::arg("kv_num_heads"), py::arg("scale"), py::arg("softcap"),
         py::arg("local_window_size"), py::arg("cos"), py::arg("sin"), py::arg("interleaved"),
         py::arg("position_ids"), py::arg("threads") = 1,
-        "GroupQueryAttention (float32, or float16 in/out with float32 math; cos/sin float32): fills present [2, B, Nkv, T, H] (past prefix, new rows, zeroes rows up to "
-        "dirty) and returns the output [B, S, N*H]; lengths and buffers as kernels/ops/attention.py resolves them");
+        "GroupQueryAttention (float32, or float16 in/out with float32 math; cos/sin float32): fills present_key/present_value [B, Nkv, T, H] (past prefix, new "
+        "rows, zeroes rows up to dirty) and returns the output [B, S, N*H]; lengths and buffers as kernels/ops/attention.py resolves them");
 }
 
 }  // namespace npu_ep::kern
