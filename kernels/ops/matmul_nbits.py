@@ -105,20 +105,20 @@ def packed_consts(w: MatMulNBitsWeights) -> dict[str, np.ndarray]:
     return out
 
 
-def nbits_matmul(p: Prepared, a: np.ndarray) -> np.ndarray:
-    """``A[..., K] @ W`` as float32 ``[..., N]`` from the packed constants of ``p`` (attrs K, N, block_size,
-    accuracy_level), on the native kernel or the reference model as the session chose."""
+def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """``A[..., K] @ W (+ bias)`` as float32 ``[..., N]`` from the packed constants of ``p`` (attrs K, N,
+    block_size, accuracy_level), on the native kernel or the reference model as the session chose."""
     at, c = p.attrs, p.consts
     K, N, bs, level = at["K"], at["N"], at["block_size"], at["accuracy_level"]
-    a32 = a if a.dtype == np.float32 else a.astype(np.float32)
     nat = _native.native(p)
     if nat is not None:
-        a2 = np.ascontiguousarray(a32).reshape(-1, K)
+        a2 = np.ascontiguousarray(a, np.float32).reshape(-1, K)
         # fp32 levels from M >= 16 on: dequantized column panels times A on the BLAS (0: the kernel's own loops)
         sgemm = (host_blas.sgemm_address() or 0) if level != 4 and a2.shape[0] >= 16 else 0
-        y = run_native_counted(p, nat.matmul_nbits, (a2, c["nb_b"], c["nb_scales"], c.get("nb_zp"), None, K, N, bs,
+        y = run_native_counted(p, nat.matmul_nbits, (a2, c["nb_b"], c["nb_scales"], c.get("nb_zp"), bias, K, N, bs,
                                                      level, _native.threads(p)), {"sgemm": sgemm}, a2.shape[0], N, K)
         return y.reshape(*a.shape[:-1], N)
+    a32 = a if a.dtype == np.float32 else a.astype(np.float32)
     w = p.memo.get("reference_w")
     if w is None:  # the reference model's float copy, built on first use
         kb = -(-K // bs)
@@ -127,10 +127,25 @@ def nbits_matmul(p: Prepared, a: np.ndarray) -> np.ndarray:
             block_size=bs))
     if level == 4:
         a32 = quantize_a_blockwise(a32, bs)
-    return host_blas.matmul(a32, w)
+    y = host_blas.matmul(a32, w)
+    if bias is not None:
+        y += bias
+    return y
+
+
+def _bias_only(p: Prepared) -> bool:
+    """A float32 node whose epilogue is at most a constant bias: the kernel adds it (decided once per node)."""
+    ok = p.memo.get("bias_only")
+    if ok is None:
+        at = p.attrs
+        ok = p.memo["bias_only"] = ({k for k, v in at["epilogue"].items() if v} <= {"bias"}
+                                    and not at["runtime_bias"] and at["dtype"] == "float32")
+    return ok
 
 
 def run_nbits(p: Prepared, inputs) -> list[np.ndarray]:
+    if _bias_only(p):
+        return [nbits_matmul(p, arg(p, inputs, 0), p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None)]
     at = p.attrs
     y = nbits_matmul(p, arg(p, inputs, 0))
     if at["runtime_bias"]:
