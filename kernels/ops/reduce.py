@@ -76,8 +76,8 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     acc = _F32 if x.dtype == _F16 else x.dtype
     y = np.add.reduce(x, axis=axes, dtype=acc, keepdims=keep)
     if op == "ReduceMean":
-        count = x.size // max(np.asarray(y).size, 1) if x.size else 1
-        y = y / acc.type(count) if np.issubdtype(acc, np.floating) else y // count
+        count = x.size // max(y.size, 1) if x.size else 1  # y: an array, or a numpy scalar (size 1)
+        y = y / acc.type(count) if acc.kind == "f" else y // count
     return [y if type(y) is np.ndarray and y.dtype == x.dtype else np.asarray(y).astype(x.dtype, copy=False)]
 
 
