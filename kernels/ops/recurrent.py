@@ -158,18 +158,18 @@ def _f32(v: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(v, _F32)
 
 
-def _lstm_weights(p: Prepared, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, peep: np.ndarray | None,
-                  hid: int) -> tuple[np.ndarray, ...]:
+def _lstm_weights(p: Prepared, inputs, hid: int) -> tuple[np.ndarray, ...]:
     """W, R, Wb + Rb and the peepholes as the native kernel takes them; made once per Prepared when they are
     constants (the usual case), else per call."""
-    const = all(v is None or any(v is c for c in p.consts.values()) for v in (w, r, b, peep))
-    found = p.memo.get("lstm_weights") if const else None
-    if found is None:
-        dirs = w.shape[0]
-        bias = np.zeros((dirs, 4 * hid), _F32) if b is None else (b[:, :4 * hid] + b[:, 4 * hid:]).astype(_F32)
-        found = (_f32(w), _f32(r), _f32(bias), None if peep is None else _f32(peep))
-        if const:
-            p.memo["lstm_weights"] = found
+    found = p.memo.get("lstm_weights")
+    if found is not None:
+        return found
+    w, r, b, peep = (arg(p, inputs, i) for i in (1, 2, 3, 7))
+    dirs = w.shape[0]
+    bias = np.zeros((dirs, 4 * hid), _F32) if b is None else (b[:, :4 * hid] + b[:, 4 * hid:]).astype(_F32)
+    found = (_f32(w), _f32(r), _f32(bias), None if peep is None else _f32(peep))
+    if all(f"in{i}" in p.consts or arg(p, inputs, i) is None for i in (1, 2, 3, 7)):
+        p.memo["lstm_weights"] = found
     return found
 
 
@@ -180,8 +180,7 @@ def _lstm_native(mod, p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     xs = x.transpose(1, 0, 2) if layout else x  # [seq, batch, input]
     seq, batch = xs.shape[0], xs.shape[1]
-    w, r, bias, peep = _lstm_weights(p, arg(p, inputs, 1), arg(p, inputs, 2), arg(p, inputs, 3), arg(p, inputs, 7),
-                                     hid)
+    w, r, bias, peep = _lstm_weights(p, inputs, hid)
     dirs = w.shape[0]
     lens_in = arg(p, inputs, 4)
     lens = np.full(batch, seq, np.int64) if lens_in is None else lens_in.astype(np.int64)

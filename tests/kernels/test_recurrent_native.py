@@ -21,8 +21,9 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 
 
 def lstm_case(rng, seq, batch, inp, hid, *, direction="forward", bias=True, lens=None, initial=False, peep=False,
-              clip=None, layout=0):
-    """(model, runtime inputs in node order) for one LSTM node; W, R, B, P are initializers."""
+              clip=None, layout=0, runtime_weights=False):
+    """(model, runtime inputs in node order, feeds) for one LSTM node; W, R, B, P are initializers unless
+    ``runtime_weights`` makes W and R graph inputs."""
     dirs = 2 if direction == "bidirectional" else 1
     w = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
     inits = {"W": w(dirs, 4 * hid, inp), "R": w(dirs, 4 * hid, hid)}
@@ -33,6 +34,8 @@ def lstm_case(rng, seq, batch, inp, hid, *, direction="forward", bias=True, lens
     x_shape = [seq, batch, inp] if layout == 0 else [batch, seq, inp]
     state = [dirs, batch, hid] if layout == 0 else [batch, dirs, hid]
     feeds = {"X": rng.standard_normal(x_shape).astype(np.float32)}
+    if runtime_weights:
+        feeds["W"], feeds["R"] = inits.pop("W"), inits.pop("R")
     if lens is not None:
         feeds["L"] = np.array(lens, np.int32)
     if initial:
@@ -94,6 +97,23 @@ def test_native_lstm_equals_reference(case, blas, monkeypatch):
     assert calls, "the native kernel did not run"
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype == np.float32
+        np.testing.assert_allclose(g, w, **TOL)
+
+
+def test_native_lstm_runtime_weights_are_read_per_call():
+    """W and R as graph inputs: each call uses that call's weights (nothing prepared once is reused)."""
+    model, runtime, feeds = lstm_case(np.random.default_rng(2), 3, 2, 4, 5, initial=True, runtime_weights=True)
+    (node,) = nodes_from_model(model)
+    kernel = kernel_for("", "LSTM")
+    native_p, ref_p = (kernel.prepare(node, Target.load("npu-ref")) for _ in range(2))
+    _native.configure([ref_p], "reference", 1)
+    for scale in (1.0, 0.5):
+        call = [None if v is None else (v * scale if v is feeds["W"] or v is feeds["R"] else v) for v in runtime]
+        for g, w in zip(kernel.run(native_p, call), kernel.run(ref_p, call), strict=True):
+            np.testing.assert_allclose(g, w, **TOL)
+    sess = npu_session(model)
+    assert assignment(sess)["rnn"] == "NpuEP"
+    for g, w in zip(sess.run(None, feeds), cpu_run(model, feeds), strict=True):
         np.testing.assert_allclose(g, w, **TOL)
 
 
