@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ..node import NodeInfo
 from ..target import Target
-from . import conv_bn, epilogue, norm, qdq, qdq_lut, siblings
+from . import conv_bn, conv_tail, epilogue, norm, qdq, qdq_lut, siblings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +33,8 @@ PASSES: tuple[FusionPass, ...] = (
                qdq_lut.fuse_qdq_lut),
     FusionPass("conv_bn", "float Conv (constant W, b) -> BatchNormalization (constant parameters)", ("", "Conv"),
                conv_bn.fuse_conv_bn),
+    FusionPass("conv_tail", "float Conv -> scalar Mul | Add | Sub | Div | Clip | Relu links and x * f(x) diamonds "
+               "(PP-LCNetV3 affine + hard-swish tails)", ("", "Conv"), conv_tail.fuse_conv_tails),
     FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "
                "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse),
     FusionPass("siblings", "matmuls with constant weights reading the same A, and a SwiGLU tail on {gate, up}",

@@ -23,6 +23,9 @@ reference model's float weights are derived from it on first use.
 QLinearConv numerics: input padding holds x_zero_point (zero after subtraction), int32 accumulation (exact, see
 ``_mm``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
 float32 - bit-exact vs ORT CPU. Conv: float32 (fp16 inputs widened, result rounded to fp16 once).
+
+A float32 Conv may carry an element-wise tail (``conv_tail`` attribute, ``kernels/fusion/conv_tail.py``): applied in
+place to the output, natively in cache-sized chunks (``ep/native/kernels/conv_tail.cc``) or by ``tail_reference``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .. import host_blas
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from ..fusion.conv_tail import CODES
 from . import _native
 from ._mm import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
 from ._util import arg
@@ -154,7 +158,41 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
         consts["bias"] = np.asarray(bias.value)
     if not q:
         consts["w"] = _gemm_weights(wf, grp)
+    tail = node.attr("conv_tail")
+    if tail:  # kernels/fusion/conv_tail.py
+        consts["tail_codes"] = np.asarray([CODES[t[0]] for t in tail], np.int32)
+        consts["tail_c"] = np.asarray([t[1:] for t in tail], np.float32).reshape(-1, 2)
     return Prepared(attrs, consts, target)
+
+
+def tail_reference(y: np.ndarray, codes: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """A fused element-wise tail applied in place to float32 ``y`` with numpy (the native ``conv_tail``'s
+    reference): each instruction the float32 operation of the node it replaced."""
+    saved = None
+    for code, (a, b) in zip(codes.tolist(), c):
+        if code == CODES["mul"]:
+            np.multiply(y, a, out=y)
+        elif code == CODES["add"]:
+            np.add(y, a, out=y)
+        elif code == CODES["sub"]:
+            np.subtract(y, a, out=y)
+        elif code == CODES["rsub"]:
+            np.subtract(a, y, out=y)
+        elif code == CODES["div"]:
+            np.divide(y, a, out=y)
+        elif code == CODES["rdiv"]:
+            np.divide(a, y, out=y)
+        elif code == CODES["clip"]:
+            np.clip(y, a, b, out=y)
+        elif code == CODES["save"]:
+            saved = y.copy()
+        elif code == CODES["mul_saved"]:
+            np.multiply(saved, y, out=y)
+        elif code == CODES["add_saved"]:
+            np.add(saved, y, out=y)
+        else:
+            raise ValueError(f"conv tail: unknown instruction code {code}")
+    return y
 
 
 def _gemm_weights(wf: np.ndarray, grp: int) -> np.ndarray:
@@ -299,6 +337,22 @@ def _padded_size(p: Prepared, x: np.ndarray) -> tuple[int, int]:
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    out = _run_conv(p, inputs)
+    if "tail_codes" in p.consts:
+        y = np.ascontiguousarray(out[0])
+        if not y.flags.writeable:
+            y = y.copy()
+        nat = _native.native(p)
+        with np.errstate(all="ignore"):
+            if nat is not None:
+                nat.conv_tail(y, p.consts["tail_codes"], p.consts["tail_c"], _native.threads(p))
+            else:
+                tail_reference(y, p.consts["tail_codes"], p.consts["tail_c"])
+        out = [y]
+    return out
+
+
+def _run_conv(p: Prepared, inputs) -> list[np.ndarray]:
     at, c = p.attrs, p.consts
     q = at["op"] == "QLinearConv"
     nat = _native.native(p)

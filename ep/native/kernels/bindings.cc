@@ -241,6 +241,7 @@ void RegisterKernels(py::module_& parent) {
   void BindGqa(py::module_&); BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
   void BindConv(py::module_&); BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
   void BindQdqLut(py::module_&); BindQdqLut(m);  // qlut.cc: npu::QdqLut table reads
+  void BindConvTail(py::module_&); BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&); BindRecurrent(m);  // recurrent.cc: LSTM
 }
 

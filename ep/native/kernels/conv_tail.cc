@@ -1,0 +1,85 @@
+// A float Conv's fused element-wise tail (kernels/fusion/conv_tail.py), applied in place to the conv output in
+// chunks that stay in L1: per chunk, each instruction is one loop over it. Every instruction is the float32
+// operation of the node it replaces, in the graph's order (no fused multiply-add), so the result is the unfused
+// steps' bit for bit. The chunking depends on the size only, never on the thread count.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "thread_pool.h"
+
+#pragma GCC optimize("O3", "fp-contract=off")  // O3: the per-instruction loops vectorize
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+// Instruction codes, as CODES in kernels/fusion/conv_tail.py.
+enum Code : int32_t { kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kCodes };
+
+constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
+constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task
+
+// Cloned per instruction set (the loops are plain IEEE float32 operations and compares: every clone gives the same
+// bits).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(float* __restrict v,
+                                                                          float* __restrict s, int64_t n,
+                                                                          const int32_t* codes, const float* c,
+                                                                          int64_t n_codes) {
+  for (int64_t k = 0; k < n_codes; ++k) {
+    const float a = c[2 * k], b = c[2 * k + 1];
+    switch (codes[k]) {
+      case kMul: for (int64_t i = 0; i < n; ++i) v[i] = v[i] * a; break;
+      case kAdd: for (int64_t i = 0; i < n; ++i) v[i] = v[i] + a; break;
+      case kSub: for (int64_t i = 0; i < n; ++i) v[i] = v[i] - a; break;
+      case kRsub: for (int64_t i = 0; i < n; ++i) v[i] = a - v[i]; break;
+      case kDiv: for (int64_t i = 0; i < n; ++i) v[i] = v[i] / a; break;
+      case kRdiv: for (int64_t i = 0; i < n; ++i) v[i] = a / v[i]; break;
+      case kClip:  // np.clip: NaN stays NaN, -0.0 stays where it is in range
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] < a ? a : (v[i] > b ? b : v[i]);
+        break;
+      case kSave: std::copy(v, v + n, s); break;
+      case kMulSaved: for (int64_t i = 0; i < n; ++i) v[i] = s[i] * v[i]; break;
+      case kAddSaved: for (int64_t i = 0; i < n; ++i) v[i] = s[i] + v[i]; break;
+    }
+  }
+}
+
+void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int32_t, py::array::c_style>& codes,
+                const py::array_t<float, py::array::c_style>& consts, int threads) {
+  const int64_t n_codes = codes.size();
+  if (consts.size() != 2 * n_codes)
+    throw std::invalid_argument("conv_tail: consts must hold 2 floats per instruction (" +
+                                std::to_string(2 * n_codes) + "), got " + std::to_string(consts.size()));
+  for (int64_t k = 0; k < n_codes; ++k)
+    if (codes.data()[k] < 0 || codes.data()[k] >= kCodes)
+      throw std::invalid_argument("conv_tail: unknown instruction code " + std::to_string(codes.data()[k]));
+  if (!y.writeable()) throw std::invalid_argument("conv_tail: y must be writeable");
+  float* v = y.mutable_data();
+  const int64_t n = y.size();
+  const int32_t* cd = codes.data();
+  const float* cs = consts.data();
+  py::gil_scoped_release release;
+  const int64_t tasks = (n + kTailTask - 1) / kTailTask;
+  ParallelFor(ThreadsFor(threads, n * std::max<int64_t>(n_codes, 1)), tasks, [&](int64_t t) {
+    float saved[kTailChunk];
+    const int64_t end = std::min(n, (t + 1) * kTailTask);
+    for (int64_t i = t * kTailTask; i < end; i += kTailChunk)
+      TailChunk(v + i, saved, std::min(kTailChunk, end - i), cd, cs, n_codes);
+  });
+}
+
+}  // namespace
+
+void BindConvTail(py::module_& m) {
+  m.def("conv_tail", &ConvTailPy, py::arg("y"), py::arg("codes"), py::arg("consts"), py::arg("threads") = 1,
+        "a fused Conv's element-wise tail applied in place to float32 y: codes as kernels/fusion/conv_tail.CODES, "
+        "consts [n, 2]");
+}
+
+}  // namespace npu_ep::kern

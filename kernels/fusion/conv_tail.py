@@ -1,0 +1,146 @@
+"""Element-wise tails folded into the float Conv that feeds them: ``Conv -> Mul(s) -> Add(b) -> x * clip(x + 3, 0,
+6) / 6 -> Mul(s) -> Add(b)`` (PP-LCNetV3's learnable affine blocks around a hard-swish) runs as one step whose tail
+is applied in place to the conv's output, chunk by chunk while it is in cache (``kernels/ops/conv.py``,
+``ep/native/kernels/conv_tail.cc``), instead of a numpy step with a fresh feature map per op.
+
+The tail is a list of instructions over one float32 register ``v`` (the conv output) and one saved copy ``s``:
+``mul/add/sub/div c`` (``v op c``), ``rsub/rdiv c`` (``c op v``), ``clip lo hi`` (Clip, Relu), ``save`` (s = v)
+and ``mul_saved``/``add_saved`` (v = s op v). Each is the float32 operation the absorbed node performs, in the
+graph's order, so the fused step returns exactly what the unfused steps return.
+
+Rules: a float32 Conv; each absorbed link reads the previous value and a scalar float32 constant (Clip bounds
+constant, lo <= hi); every intermediate is read only inside the chain and is not a graph output. A value read by
+two nodes continues only as a diamond: one reader starts a chain of such links that ends in the other reader, a
+Mul or Add of the value and the chain's result (``x * clip(x + 3, 0, 6)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..node import NodeInfo, ValueInfo
+from ..support import why_not
+from ..target import Target
+from ._graph import consumers_of
+
+CODES = {"mul": 0, "add": 1, "sub": 2, "rsub": 3, "div": 4, "rdiv": 5, "clip": 6, "save": 7, "mul_saved": 8,
+         "add_saved": 9}
+_SCALAR_OPS = {"Mul": ("mul", "mul"), "Add": ("add", "add"), "Sub": ("sub", "rsub"), "Div": ("div", "rdiv")}
+
+
+def _scalar(v: ValueInfo | None) -> float | None:
+    if v is None or v.missing or v.value is None:
+        return None
+    a = np.asarray(v.value)
+    return float(a.reshape(())) if a.size == 1 and a.dtype == np.float32 else None
+
+
+def _link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
+    """The instruction(s) of a node reading ``x`` and only scalar constants otherwise, or None."""
+    if nd.domain != "" or len(nd.outputs) != 1 or nd.outputs[0].dtype != np.float32:
+        return None
+    if nd.op_type in _SCALAR_OPS and len(nd.inputs) == 2:
+        a, b = nd.inputs
+        if a.name == x and b.name != x and (c := _scalar(b)) is not None:
+            return [(_SCALAR_OPS[nd.op_type][0], c, 0.0)]
+        if b.name == x and a.name != x and (c := _scalar(a)) is not None:
+            return [(_SCALAR_OPS[nd.op_type][1], c, 0.0)]
+        return None
+    if nd.op_type == "Relu" and nd.inputs[0].name == x:
+        return [("clip", 0.0, float("inf"))]
+    if nd.op_type == "Clip" and nd.inputs[0].name == x:
+        if nd.attr("min") is not None or nd.attr("max") is not None:  # opset < 11
+            lo, hi = nd.attr("min", float(np.finfo(np.float32).min)), nd.attr("max", float(np.finfo(np.float32).max))
+            lo, hi = float(np.float32(lo)), float(np.float32(hi))
+        else:
+            bounds = [nd.input(i) for i in (1, 2)]
+            vals = [None if v is None or v.missing else _scalar(v) for v in bounds]
+            if any(v is not None and not v.missing and c is None for v, c in zip(bounds, vals)):
+                return None
+            lo = vals[0] if vals[0] is not None else float(np.finfo(np.float32).min)
+            hi = vals[1] if vals[1] is not None else float(np.finfo(np.float32).max)
+        return [("clip", lo, hi)] if lo <= hi else None
+    return None
+
+
+class _Walker:
+    def __init__(self, nodes: list[NodeInfo], users: dict[str, list[int]], taken: set[int]):
+        self.nodes, self.users, self.taken = nodes, users, taken
+
+    def readers(self, v: ValueInfo) -> list[int] | None:
+        """The readers of an intermediate, or None when it cannot be absorbed (a graph output)."""
+        if v.is_graph_output:
+            return None
+        return [i for i in self.users.get(v.name, []) if i not in self.taken] \
+            if len(set(self.users.get(v.name, []))) == len(self.users.get(v.name, [])) else None
+
+    def step(self, v: ValueInfo) -> tuple[list, list[int], ValueInfo] | None:
+        """(instructions, absorbed node indices, new value) for one link or diamond after ``v``, or None."""
+        r = self.readers(v)
+        if r is None or len(r) != len(self.users.get(v.name, [])):
+            return None
+        if len(r) == 1:
+            ins = _link(self.nodes[r[0]], v.name)
+            return (ins, r, self.nodes[r[0]].outputs[0]) if ins else None
+        if len(r) == 2:
+            for start, join in ((r[0], r[1]), (r[1], r[0])):
+                got = self._diamond(v, start, join)
+                if got is not None:
+                    return got
+        return None
+
+    def _diamond(self, v: ValueInfo, start: int, join: int):
+        j = self.nodes[join]
+        if j.domain != "" or j.op_type not in ("Mul", "Add") or len(j.inputs) != 2 or j.outputs[0].dtype != np.float32:
+            return None
+        other = [u for u in j.inputs if u.name != v.name]
+        if len(other) != 1:
+            return None
+        ins, absorbed, cur, i = [("save", 0.0, 0.0)], [], v, start
+        while True:
+            link = _link(self.nodes[i], cur.name)
+            if not link:
+                return None
+            ins += link
+            absorbed.append(i)
+            cur = self.nodes[i].outputs[0]
+            r = self.readers(cur)
+            if r is None or len(r) != 1 or len(self.users.get(cur.name, [])) != 1:
+                return None
+            if r[0] == join:
+                break
+            i = r[0]
+        if cur.name != other[0].name:
+            return None
+        ins.append(("mul_saved" if j.op_type == "Mul" else "add_saved", 0.0, 0.0))
+        return ins, [*absorbed, join], j.outputs[0]
+
+
+def fuse_conv_tails(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+    """Return the node list with element-wise tails folded into the float Convs that feed them."""
+    users = consumers_of(nodes)
+    taken: set[int] = set()
+    replace: dict[int, NodeInfo] = {}
+    walker = _Walker(nodes, users, taken)
+    for i, conv in enumerate(nodes):
+        x = conv.input(0)
+        if conv.key != ("", "Conv") or x is None or x.dtype != np.float32 or "conv_tail" in conv.attrs:
+            continue
+        tail, absorbed, cur = [], [], conv.outputs[0]
+        while (got := walker.step(cur)) is not None:
+            ins, idx, cur = got
+            tail += ins
+            absorbed += idx
+            taken.update(idx)
+        if not tail:
+            continue
+        fused = dataclasses.replace(conv, name=f"{conv.name}+tail", outputs=(cur,),
+                                    attrs={**conv.attrs, "conv_tail": [list(t) for t in tail],
+                                           "fused_nodes": [conv.name, *(nodes[j].name for j in absorbed)]})
+        if why_not(fused, target) is not None:
+            taken.difference_update(absorbed)
+            continue
+        replace[i] = fused
+    return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in taken]

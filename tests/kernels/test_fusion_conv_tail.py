@@ -1,0 +1,161 @@
+"""Element-wise tails folded into the float Conv (kernels/fusion/conv_tail.py; applied by kernels/ops/conv.py and
+ep/native/kernels/conv_tail.cc). The fused step equals the unfused steps bit for bit (same float32 operations in
+the same order); sessions match ORT's CPU EP on the unfused graph within the conv tolerance (rtol 1e-4, atol
+4e-4) with ORT's optimizations off (with them on, ORT folds the scalar Mul/Add into the conv's weights itself)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.fusion.conv_tail import CODES, fuse_conv_tails
+from npu_ep.kernels.ops import _native
+from npu_ep.kernels.ops.conv import tail_reference
+from npu_ep.kernels.registry import kernel_for
+from npu_ep.kernels.target import Target
+from npu_testing import assignment, make_model, npu_session
+
+REF = Target.load("npu-ref")
+F32 = TensorProto.FLOAT
+C, M, H, W = 3, 5, 9, 7
+
+
+def _model(*, join="Mul", clip="Clip", extra_reader=None, per_channel=False, runtime_bound=False,
+           graph_output=None, rsub=False):
+    """x -> Conv -> Mul(s1) -> Add(b1) -> join(x, clip(x + 3, 0, 6)) -> Div(6) -> Mul(s2) -> Add(b2) -> y."""
+    rng = np.random.default_rng(3)
+    inits = {"w": rng.normal(0, 0.5, (M, C, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.3, M).astype(np.float32),
+             "s1": np.float32(1.3), "b1": np.float32(-0.2), "three": np.float32(3), "zero": np.float32(0),
+             "six": np.float32(6), "s2": np.float32(0.7), "b2": np.float32(0.05)}
+    if per_channel:
+        inits["s1"] = rng.uniform(0.5, 1.5, (1, M, 1, 1)).astype(np.float32)
+    ins = [helper.make_tensor_value_info("x", F32, [1, C, H, W])]
+    if runtime_bound:
+        ins.append(helper.make_tensor_value_info("hi", F32, []))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c", "s1"], ["m1"], "mul1"),
+             helper.make_node("Add", ["m1", "b1"], ["a1"], "add1"),
+             helper.make_node("Sub" if rsub else "Add", ["three", "a1"] if rsub else ["a1", "three"], ["h"], "add3")]
+    if clip == "Clip":
+        nodes.append(helper.make_node("Clip", ["h", "zero", "hi" if runtime_bound else "six"], ["hc"], "clip"))
+    else:
+        nodes.append(helper.make_node("Relu", ["h"], ["hc"], "relu"))
+    nodes += [helper.make_node(join, ["a1", "hc"], ["j"], "join"),
+              helper.make_node("Div", ["j", "six"], ["d"], "div6"),
+              helper.make_node("Mul", ["d", "s2"], ["m2"], "mul2"),
+              helper.make_node("Add", ["m2", "b2"], ["y"], "add2")]
+    outs = [helper.make_tensor_value_info("y", F32, [1, M, H, W])]
+    if extra_reader:
+        nodes.append(helper.make_node("Neg", [extra_reader], ["other"], "other"))
+        outs.append(helper.make_tensor_value_info("other", F32, [1, M, H, W]))
+    if graph_output:
+        outs.append(helper.make_tensor_value_info(graph_output, F32, [1, M, H, W]))
+    return make_model(nodes, ins, outs, inits)
+
+
+def _run(nodes, feeds, kernels="native"):
+    env = dict(feeds)
+    for nd in nodes:
+        k = kernel_for(nd.domain, nd.op_type)
+        p = k.prepare(nd, REF)
+        p.target = REF
+        _native.configure([p], kernels, 2)
+        outs = k.run(p, [None if v.missing or v.is_constant else env[v.name] for v in nd.inputs])
+        env.update({o.name: a for o, a in zip(nd.outputs, outs)})
+    return env
+
+
+def _feeds(seed=0):
+    return {"x": np.random.default_rng(seed).normal(0, 2, (1, C, H, W)).astype(np.float32)}
+
+
+def _ops(nodes):
+    return [n.op_type for n in nodes]
+
+
+def test_pp_lcnet_tail_folds_into_the_conv():
+    nodes = fuse_conv_tails(nodes_from_model(_model()), REF)
+    assert _ops(nodes) == ["Conv"] and nodes[0].outputs[0].name == "y"
+    codes = [t[0] for t in nodes[0].attrs["conv_tail"]]
+    assert codes == ["mul", "add", "save", "add", "clip", "mul_saved", "div", "mul", "add"]
+
+
+@pytest.mark.parametrize("variant", [{}, {"join": "Add"}, {"clip": "Relu"}, {"rsub": True}])
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+def test_fused_equals_unfused_steps_bit_for_bit(variant, kernels):
+    plain = nodes_from_model(_model(**variant))
+    fused = fuse_conv_tails(plain, REF)
+    assert _ops(fused) == ["Conv"]
+    for seed in range(2):
+        assert np.array_equal(_run(fused, _feeds(seed), kernels)["y"], _run(plain, _feeds(seed), kernels)["y"])
+
+
+@pytest.mark.parametrize("variant", [{}, {"join": "Add"}, {"clip": "Relu"}])
+def test_session_matches_cpu_ep(variant):
+    model = _model(**variant)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    sess = npu_session(model, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    cpu = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds = _feeds(1)
+    np.testing.assert_allclose(sess.run(None, feeds)[0], cpu.run(None, feeds)[0], rtol=1e-4, atol=4e-4)
+
+
+@pytest.mark.parametrize("case,absorbed", [
+    ({"extra_reader": "a1"}, ["mul", "add"]),        # a1 read outside the diamond: the tail stops before it
+    ({"per_channel": True}, []),                     # a per-channel Mul is not a scalar link
+    ({"runtime_bound": True}, ["mul", "add"]),       # Clip with a runtime bound: the diamond does not close
+    ({"graph_output": "m1"}, ["mul"]),               # an intermediate the graph outputs stays visible
+])
+def test_near_misses_stop_the_tail(case, absorbed):
+    nodes = fuse_conv_tails(nodes_from_model(_model(**case)), REF)
+    conv = nodes[0]
+    assert [t[0] for t in conv.attrs.get("conv_tail", [])] == absorbed
+    plain = nodes_from_model(_model(**case))
+    feeds = _feeds(2)
+    if case.get("runtime_bound"):
+        feeds["hi"] = np.float32(6)
+    got, want = _run(nodes, feeds), _run(plain, feeds)
+    assert all(np.array_equal(got[o.name], want[o.name]) for o in nodes[-1].outputs)
+
+
+# --- the native tail vs its numpy reference ---------------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 7, 2047, 2049, 70001])
+def test_native_tail_equals_reference(n):
+    nat = _native.native_module()
+    if nat is None:
+        pytest.skip("native extension not built")
+    rng = np.random.default_rng(n)
+    y = rng.normal(0, 4, n).astype(np.float32)
+    y[::97] = 0.0
+    y[1::101] = -0.0
+    y[2::103] = np.nan
+    y[3::107] = np.inf
+    prog = [("mul", 1.5, 0), ("add", -0.25, 0), ("save", 0, 0), ("rsub", 3, 0), ("clip", -0.0, 6), ("mul_saved", 0, 0),
+            ("div", 6, 0), ("rdiv", 2, 0), ("sub", 0.5, 0), ("save", 0, 0), ("clip", 0, np.inf), ("add_saved", 0, 0)]
+    codes = np.asarray([CODES[p[0]] for p in prog], np.int32)
+    consts = np.asarray([p[1:] for p in prog], np.float32)
+    with np.errstate(all="ignore"):
+        want = tail_reference(y.copy(), codes, consts)
+    for threads in (1, 2):
+        got = y.copy()
+        with np.errstate(all="ignore"):
+            nat.conv_tail(got, codes, consts, threads)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)) or \
+            np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_native_tail_rejects_bad_arguments():
+    nat = _native.native_module()
+    if nat is None:
+        pytest.skip("native extension not built")
+    y = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="2 floats per instruction"):
+        nat.conv_tail(y, np.zeros(2, np.int32), np.zeros(3, np.float32), 1)
+    with pytest.raises(ValueError, match="unknown instruction code 99"):
+        nat.conv_tail(y, np.asarray([99], np.int32), np.zeros(2, np.float32), 1)
