@@ -217,9 +217,11 @@ def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Pow; a constant exponent of 2 is ``x * x`` as ORT's CPU kernel computes it (one correctly rounded product),
     with the base's broadcast against the exponent's shape."""
     a, b = arg(p, inputs, 0), arg(p, inputs, 1)
-    if p.attrs.get("square") and np.issubdtype(a.dtype, np.floating) and b.ndim <= a.ndim:
-        base = a if a.dtype != _F16 else a.astype(_F32)
-        return [np.multiply(base, base).astype(a.dtype, copy=False)]
+    if p.attrs.get("square") and a.dtype.kind == "f" and b.ndim <= a.ndim:
+        if a.dtype != _F16:
+            return [np.multiply(a, a)]
+        base = a.astype(_F32)
+        return [np.multiply(base, base).astype(_F16)]
     return [np.asarray(_pow(a, b))]
 
 

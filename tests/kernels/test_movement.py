@@ -13,6 +13,8 @@ import pytest
 from npu_ep.kernels.ops.indexing import onnx_slice
 from _vector_ortref import check_against_ort, make_model, run_npu, rand
 from npu_ep.kernels.registry import kernel_for
+from npu_ep.kernels.target import Target
+from npu_ep.ep.onnx_graph import nodes_from_model
 
 I64 = np.int64
 DTYPES = [np.float32, np.float16, np.int64, np.bool_]
@@ -163,6 +165,31 @@ def test_slice_runtime_bounds():
     check_against_ort("Slice", [("x", x, False), ("st", np.array([-2, 4], I64), False),
                                 ("en", np.array([-7, 0], I64), False), ("ax", np.array([2, 1], I64), False),
                                 ("sp", np.array([-2, -1], I64), False)], [("y", np.int64)])
+
+
+def test_slice_with_constant_bounds_recomputes_per_input_shape():
+    """The index made once per input shape (constant bounds) is not reused for another shape; runtime bounds are read
+    per call."""
+    from onnx.reference import ReferenceEvaluator
+
+    consts = [("st", np.array([-3, 1], I64), True), ("en", np.array([100, -1], I64), True)]
+    model = make_model("Slice", [("x", rand((6, 5), np.float32), False), *consts], [("y", np.float32)])
+    (node,) = nodes_from_model(model)
+    kernel = kernel_for("", "Slice")
+    prepared = kernel.prepare(node, Target.load("npu-ref"))
+    for shape in [(6, 5), (4, 9), (6, 5), (2, 3)]:
+        x = rand(shape, np.float32, seed=sum(shape))
+        (want,) = ReferenceEvaluator(model).run(None, {"x": x, "st": consts[0][1], "en": consts[1][1]})
+        (got,) = kernel.run(prepared, [x, None, None])
+        np.testing.assert_array_equal(got, want)
+    runtime = make_model("Slice", [("x", rand((6, 5), np.float32), False), ("st", np.array([0], I64), False),
+                                   ("en", np.array([2], I64), False)], [("y", np.float32)])
+    (node,) = nodes_from_model(runtime)
+    prepared = kernel.prepare(node, Target.load("npu-ref"))
+    x = rand((6, 5), np.float32)
+    for end in (2, 4, 1):
+        (got,) = kernel.run(prepared, [x, np.array([0], I64), np.array([end], I64)])
+        np.testing.assert_array_equal(got, x[:end])
 
 
 def test_slice_legacy_attributes_opset9():
