@@ -133,14 +133,15 @@ def native_plan_args(plan: TilePlan) -> tuple[int, ...]:
             round(2 * plan.out_bytes), round(2 * scale), plan.block_size or 0)
 
 
-def run_native_counted(p: Prepared, fn, args: tuple, kwargs: dict, m: int, n: int, k: int):
-    """``fn(*args, **kwargs)`` (a native matrix kernel), given the plan of ``[m, k] x [k, n]`` to run and count when
-    ``p.memo`` asks for DMA counts (see DMA_COUNTS); returns the kernel's result."""
+def run_native_counted(p: Prepared, fn, args: tuple, tail: tuple, m: int, n: int, k: int):
+    """``fn(*args, plan, count_dma, *tail)`` (a native matrix kernel; positional, as pybind11 parses keywords ~1 us
+    slower), with the plan of ``[m, k] x [k, n]`` to run and count when ``p.memo`` asks for DMA counts (see
+    DMA_COUNTS), else no plan; returns the kernel's result."""
     counts = p.memo.get(DMA_COUNTS)
     if counts is None:
-        return fn(*args, **kwargs)
+        return fn(*args, None, False, *tail)
     plan = plan_for(p, m, n, k, 1)
-    y, half = fn(*args, **kwargs, plan=native_plan_args(plan), count_dma=True)
+    y, half = fn(*args, native_plan_args(plan), True, *tail)
     counts.append((plan, {key: (v if key == "transfers" else v / 2) for key, v in half.items()}))
     return y
 

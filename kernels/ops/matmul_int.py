@@ -140,13 +140,12 @@ def _native_int(p: Prepared, inputs) -> np.ndarray | None:
     K, N = p.attrs["b_shape"]
     a2 = np.ascontiguousarray(a).reshape(-1, K)
     z = np.asarray(0 if azp is None else azp, np.int32).reshape(1)
-    args = (a2, z, p.consts["i8_bp"], p.consts["i8_bsum"], p.consts["i8_bzp"], K, N, _native.threads(p))
-    kw = {}
+    requant = (None, 0, False)  # multiplier, y_zero_point, y_signed
     if p.attrs["op"] == "QLinearMatMul":
-        kw = dict(multiplier=np.asarray(_multiplier(p, inputs), np.float32).reshape(-1),
-                  y_zero_point=0 if yzp is None else int(np.asarray(yzp).reshape(-1)[0]),
-                  y_signed=p.attrs["out"] == "int8")
-    y = run_native_counted(p, nat.int8_matmul, args, kw, a2.shape[0], N, K)
+        requant = (np.asarray(_multiplier(p, inputs), np.float32).reshape(-1),
+                   0 if yzp is None else int(np.asarray(yzp).reshape(-1)[0]), p.attrs["out"] == "int8")
+    args = (a2, z, p.consts["i8_bp"], p.consts["i8_bsum"], p.consts["i8_bzp"], K, N, _native.threads(p), *requant)
+    y = run_native_counted(p, nat.int8_matmul, args, (), a2.shape[0], N, K)
     return y.reshape(*a.shape[:-1], y.shape[-1])
 
 

@@ -116,7 +116,7 @@ def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> 
         # fp32 levels from M >= 16 on: dequantized column panels times A on the BLAS (0: the kernel's own loops)
         sgemm = (host_blas.sgemm_address() or 0) if level != 4 and a2.shape[0] >= 16 else 0
         y = run_native_counted(p, nat.matmul_nbits, (a2, c["nb_b"], c["nb_scales"], c.get("nb_zp"), bias, K, N, bs,
-                                                     level, _native.threads(p)), {"sgemm": sgemm}, a2.shape[0], N, K)
+                                                     level, _native.threads(p)), (sgemm,), a2.shape[0], N, K)
         return y.reshape(*a.shape[:-1], N)
     a32 = a if a.dtype == np.float32 else a.astype(np.float32)
     w = p.memo.get("reference_w")

@@ -114,7 +114,7 @@ def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray]
             p.consts["gamma"], at["epsilon"], at["sum_output"], c["nb_b"], c["nb_scales"], c.get("nb_zp"),
             c["ep_bias"] if ep.get("bias") else None, K, N, ia["block_size"], level, swiglu, _native.threads(p))
     sgemm = (host_blas.sgemm_address() or 0) if level != 4 and m >= 16 else 0
-    y, s = run_native_counted(inner, nat.norm_matmul_nbits, args, {"sgemm": sgemm, "sdot": _sdot[0]}, m, N, K)
+    y, s = run_native_counted(inner, nat.norm_matmul_nbits, args, (sgemm, _sdot[0]), m, N, K)
     lead = x.shape[:-1]
     if swiglu:
         outs = [y.reshape(*lead, N // 2)]
