@@ -160,8 +160,10 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, consts, target)
 
 
-def _branch_call(p: Prepared, attr: str) -> tuple[Any, tuple[int, ...]]:
-    """The branch's program and, per program input, the If input that carries it (looked up once per branch)."""
+def _branch_call(p: Prepared, attr: str) -> tuple[Any, tuple[int, ...], tuple[int, ...] | None]:
+    """The branch's program, the If input that carries each program input, and, for a branch that only forwards
+    outer values (Identity steps: exporters' pass-through branches), the If input each output is; looked up once
+    per branch."""
     calls = p.memo.setdefault("branch_calls", {})
     found = calls.get(attr)
     if found is None:
@@ -170,20 +172,40 @@ def _branch_call(p: Prepared, attr: str) -> tuple[Any, tuple[int, ...]]:
         missing = [io.name for io in program.inputs if io.name not in position]
         if missing:
             raise ValueError(f"If: branch '{program.name}' reads {missing}, which the If node does not receive")
-        found = calls[attr] = (program, tuple(position[io.name] for io in program.inputs))
+        positions = tuple(position[io.name] for io in program.inputs)
+        forwarded = forwarded_inputs(program)
+        found = calls[attr] = (program, positions,
+                               None if forwarded is None else tuple(positions[k] for k in forwarded))
     return found
+
+
+def forwarded_inputs(program: Any) -> tuple[int, ...] | None:
+    """Per program output, the program input it is, when every step is an Identity (the program computes nothing);
+    else None. A program's input k lives in slot k."""
+    source = {k: k for k in range(len(program.inputs))}  # slot -> program input
+    for st in program.steps:
+        if st.op != "Identity" or not st.in_slots or st.in_slots[0] not in source:
+            return None
+        for slot in st.out_slots:
+            if slot >= 0:
+                source[slot] = source[st.in_slots[0]]
+    if any(s not in source for s in program.output_slots):
+        return None
+    return tuple(source[s] for s in program.output_slots)
 
 
 def _run(p: Prepared, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     cond = arg(p, inputs, 0)
     if cond is None or cond.size != 1:
         raise ValueError(f"If: condition must be one element, got shape {None if cond is None else cond.shape}")
-    program, positions = _branch_call(p, BRANCHES[0] if cond.reshape(-1)[0] else BRANCHES[1])
+    program, positions, forwarded = _branch_call(p, BRANCHES[0] if cond.reshape(-1)[0] else BRANCHES[1])
     args = [inputs[i] if i < len(inputs) else None for i in positions]
     for a in args:
         if a is None:
             missing = [io.name for io, a in zip(program.inputs, args) if a is None]
             raise ValueError(f"If: branch '{program.name}' reads {missing}, which the If node does not receive")
+    if forwarded is not None:  # the branch only forwards outer values: no program call
+        return [inputs[i] for i in forwarded]
     return list(program(*args))
 
 
