@@ -183,7 +183,12 @@ def _lstm_native(mod, p: Prepared, inputs) -> list[np.ndarray]:
     w, r, bias, peep = _lstm_weights(p, inputs, hid)
     dirs = w.shape[0]
     lens_in = arg(p, inputs, 4)
-    lens = np.full(batch, seq, np.int64) if lens_in is None else lens_in.astype(np.int64)
+    if lens_in is None:  # every sequence full length: the same array for every call of this shape
+        lens = p.memo.get(("full_lens", batch, seq))
+        if lens is None:
+            lens = p.memo[("full_lens", batch, seq)] = np.full(batch, seq, np.int64)
+    else:
+        lens = lens_in.astype(np.int64)
     h0 = _state(arg(p, inputs, 5), dirs, batch, hid, layout)
     c0 = _state(arg(p, inputs, 6), dirs, batch, hid, layout)
     y, yh, yc = mod.lstm(_f32(xs), w, r, bias, peep, _f32(h0), _f32(c0), lens, a["direction"] == "reverse",
