@@ -12,9 +12,9 @@ float32 like the batched GEMM, in a different order (last-bit differences). Grou
 ``[g, N*OH*OW, K]`` patches.
 
 Native kernels (``ep/native/kernels/conv.cc``, chosen per session through ``_native.native``): a float32 Conv
-runs its depthwise case directly (the reference's float32 operations in its order, bit-equal), a pointwise conv as
-the reference's one BLAS product, and its other cases as blocked implicit GEMM: per block of output pixels a
-cache-sized patch matrix times W on numpy's own OpenBLAS sgemm, called from C++ (``host_blas.sgemm_address``;
+runs its depthwise case directly (the reference's float32 operations in its order, bit-equal), and its other cases
+as blocked implicit GEMM: per block of output pixels a cache-sized patch matrix (a pointwise conv: x's own rows)
+times W on numpy's own OpenBLAS sgemm, called from C++ (``host_blas.sgemm_address``;
 without that symbol, one native patch matrix per image times numpy's matmul); QLinearConv runs
 on the int8 GEMM with exact int32 sums. QLinearConv's weights stay integers: ``qw`` is laid out for the native
 kernel (``[M, kh, kw, C/g rounded up to 4]``, or ``[M, kh*kw]`` when each group has one input channel) and the
@@ -24,8 +24,9 @@ QLinearConv numerics: input padding holds x_zero_point (zero after subtraction),
 ``_mm``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
 float32 - bit-exact vs ORT CPU. Conv: float32 (fp16 inputs widened, result rounded to fp16 once).
 
-A float32 Conv may carry an element-wise tail (``conv_tail`` attribute, ``kernels/fusion/conv_tail.py``): applied in
-place to the output, natively in cache-sized chunks (``ep/native/kernels/conv_tail.cc``) or by ``tail_reference``.
+A float32 Conv may carry an element-wise tail (``conv_tail`` attribute, ``kernels/fusion/conv_tail.py``): the native
+kernels apply it to each finished block while it is in cache (``ep/native/kernels/conv_tail.cc``), the reference
+model by ``tail_reference`` over the whole output.
 """
 
 from __future__ import annotations
@@ -287,8 +288,9 @@ def _geometry_list(p: Prepared, x: np.ndarray) -> list[int]:
             *_pads(g, x.shape[2], x.shape[3])]
 
 
-def _native_run(p: Prepared, nat, x: np.ndarray) -> np.ndarray | None:
-    """The conv on the native kernels (x is 4-D), or None where they do not apply (fp16 and other float types)."""
+def _native_run(p: Prepared, nat, x: np.ndarray) -> tuple[np.ndarray | None, bool]:
+    """The conv on the native kernels (x is 4-D), or None where they do not apply (fp16 and other float types);
+    and whether the fused tail was applied with it."""
     at, c = p.attrs, p.consts
     threads = _native.threads(p)
     geom = _geometry_list(p, x)
@@ -300,21 +302,22 @@ def _native_run(p: Prepared, nat, x: np.ndarray) -> np.ndarray | None:
         bias = c.get("bias")
         return nat.qlinear_conv(np.ascontiguousarray(x), int(c["xzp"]), c["qw"], c["wzp"],
                                 None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
-                                int(c["yzp"]), at["out"] == "int8", geom, at["wdims"][1] == 1, threads)
+                                int(c["yzp"]), at["out"] == "int8", geom, at["wdims"][1] == 1, threads), False
     if x.dtype != np.float32:
-        return None
+        return None, False
     x = np.ascontiguousarray(x)
     w, g = c["w"], at["geom"]
     grp, kdim, mg = w.shape
     bias = c.get("bias")
     bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    tail = (c["tail_codes"], c["tail_c"]) if "tail_codes" in c else (None, None)
     if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
-        return nat.conv_depthwise(x, w, bias, geom, threads)
+        return nat.conv_depthwise(x, w, bias, geom, threads, *tail), True
     sgemm = host_blas.sgemm_address()
+    if sgemm is not None:
+        return nat.conv_dense(x, w, bias, geom, sgemm, threads, *tail), True
     if grp == 1 and kdim == x.shape[1] and g["kernel"] == [1, 1] and g["strides"] == [1, 1] and not any(geom[8:]):
         y = _pointwise(x, w)
-    elif sgemm is not None:
-        return nat.conv_dense(x, w, bias, geom, sgemm, threads)
     else:
         n = x.shape[0]
         ys = []
@@ -326,7 +329,7 @@ def _native_run(p: Prepared, nat, x: np.ndarray) -> np.ndarray | None:
         y = (ys[0][None] if n == 1 else np.stack(ys)).reshape(n, grp * mg, oh, ow)
     if bias is not None:
         y += bias.reshape(1, -1, 1, 1)
-    return y
+    return y, False
 
 
 def _padded_size(p: Prepared, x: np.ndarray) -> tuple[int, int]:
@@ -337,8 +340,8 @@ def _padded_size(p: Prepared, x: np.ndarray) -> tuple[int, int]:
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
-    out = _run_conv(p, inputs)
-    if "tail_codes" in p.consts:
+    out, tail_done = _run_conv(p, inputs)
+    if "tail_codes" in p.consts and not tail_done:
         y = np.ascontiguousarray(out[0])
         if not y.flags.writeable:
             y = y.copy()
@@ -352,16 +355,17 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     return out
 
 
-def _run_conv(p: Prepared, inputs) -> list[np.ndarray]:
+def _run_conv(p: Prepared, inputs) -> tuple[list[np.ndarray], bool]:
+    """The conv's output, and whether its fused tail was applied already (the native kernels do it per block)."""
     at, c = p.attrs, p.consts
     q = at["op"] == "QLinearConv"
     nat = _native.native(p)
     if nat is not None:
         x = arg(p, inputs, 0)
         one_d = x.ndim == 3
-        y = _native_run(p, nat, x[:, :, None, :] if one_d else x)
+        y, tail_done = _native_run(p, nat, x[:, :, None, :] if one_d else x)
         if y is not None:
-            return [np.ascontiguousarray(y[:, :, 0, :]) if one_d else y]
+            return [np.ascontiguousarray(y[:, :, 0, :]) if one_d else y], tail_done
     x = arg(p, inputs, 0).astype(np.float32)
     one_d = x.ndim == 3
     if one_d:
@@ -372,7 +376,7 @@ def _run_conv(p: Prepared, inputs) -> list[np.ndarray]:
             if "bias" in c:
                 y += c["bias"].astype(np.float32).reshape(1, -1, 1, 1)
             y = y.astype(at["dtype"], copy=False)
-            return [np.ascontiguousarray(y[:, :, 0, :] if one_d else y)]
+            return [np.ascontiguousarray(y[:, :, 0, :] if one_d else y)], False
     if q:
         x -= c["xzp"]
     cols, oh, ow = im2col(x, at["geom"])
@@ -393,7 +397,7 @@ def _run_conv(p: Prepared, inputs) -> list[np.ndarray]:
     else:
         y = y.astype(at["dtype"], copy=False)
     y = y.transpose(0, 3, 1, 2)
-    return [np.ascontiguousarray(y[:, :, 0, :] if one_d else y)]
+    return [np.ascontiguousarray(y[:, :, 0, :] if one_d else y)], False
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

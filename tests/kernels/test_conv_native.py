@@ -74,6 +74,8 @@ SHAPES = [
     ((2, 8, 7, 7), (8, 1, 5, 5), dict(group=8, auto_pad="SAME_LOWER")),
     ((1, 6, 11, 10), (12, 1, 3, 3), dict(group=6, dilations=[2, 1], strides=[1, 2], pads=[2, 1, 2, 1])),
     ((1, 5, 9, 6), (7, 5, 1, 1), dict()),  # pointwise
+    ((2, 8, 70, 65), (12, 8, 1, 1), dict()),  # pointwise over two pixel blocks per image (x's rows as B)
+    ((1, 6, 9, 7), (8, 3, 1, 1), dict(group=2)),  # grouped pointwise
     ((1, 4, 6, 7), (6, 4, 1, 1), dict(pads=[1, 0, 0, 1])),  # 1x1 with pads
     ((1, 3, 8, 8), (4, 3, 4, 4), dict(auto_pad="SAME_LOWER")),
     ((1, 37, 13, 11), (19, 37, 3, 3), dict(pads=[2, 0, 1, 3], strides=[1, 2])),  # K = 333: GEMM depth tails

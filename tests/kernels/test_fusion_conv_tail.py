@@ -23,19 +23,28 @@ F32 = TensorProto.FLOAT
 C, M, H, W = 3, 5, 9, 7
 
 
+CONVS = {  # x channels, w shape, conv attrs, output channels: the native paths a tail rides on
+    "dense": (C, (M, C, 3, 3), {"pads": [1, 1, 1, 1]}, M),
+    "pointwise": (C, (M, C, 1, 1), {}, M),
+    "depthwise": (M, (M, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": M}, M),
+    "depthwise_s2": (M, (M, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": M, "strides": [2, 2]}, M),
+}
+
+
 def _model(*, join="Mul", clip="Clip", extra_reader=None, per_channel=False, runtime_bound=False,
-           graph_output=None, rsub=False):
+           graph_output=None, rsub=False, conv="dense", hw=(H, W)):
     """x -> Conv -> Mul(s1) -> Add(b1) -> join(x, clip(x + 3, 0, 6)) -> Div(6) -> Mul(s2) -> Add(b2) -> y."""
     rng = np.random.default_rng(3)
-    inits = {"w": rng.normal(0, 0.5, (M, C, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.3, M).astype(np.float32),
+    cin, wshape, conv_attrs, _ = CONVS[conv]
+    inits = {"w": rng.normal(0, 0.5, wshape).astype(np.float32), "b": rng.normal(0, 0.3, M).astype(np.float32),
              "s1": np.float32(1.3), "b1": np.float32(-0.2), "three": np.float32(3), "zero": np.float32(0),
              "six": np.float32(6), "s2": np.float32(0.7), "b2": np.float32(0.05)}
     if per_channel:
         inits["s1"] = rng.uniform(0.5, 1.5, (1, M, 1, 1)).astype(np.float32)
-    ins = [helper.make_tensor_value_info("x", F32, [1, C, H, W])]
+    ins = [helper.make_tensor_value_info("x", F32, [1, cin, *hw])]
     if runtime_bound:
         ins.append(helper.make_tensor_value_info("hi", F32, []))
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], "conv", pads=[1, 1, 1, 1]),
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], "conv", **conv_attrs),
              helper.make_node("Mul", ["c", "s1"], ["m1"], "mul1"),
              helper.make_node("Add", ["m1", "b1"], ["a1"], "add1"),
              helper.make_node("Sub" if rsub else "Add", ["three", "a1"] if rsub else ["a1", "three"], ["h"], "add3")]
@@ -47,12 +56,13 @@ def _model(*, join="Mul", clip="Clip", extra_reader=None, per_channel=False, run
               helper.make_node("Div", ["j", "six"], ["d"], "div6"),
               helper.make_node("Mul", ["d", "s2"], ["m2"], "mul2"),
               helper.make_node("Add", ["m2", "b2"], ["y"], "add2")]
-    outs = [helper.make_tensor_value_info("y", F32, [1, M, H, W])]
+    oh, ow = ((hw[0] + 1) // 2, (hw[1] + 1) // 2) if "strides" in conv_attrs else hw
+    outs = [helper.make_tensor_value_info("y", F32, [1, M, oh, ow])]
     if extra_reader:
         nodes.append(helper.make_node("Neg", [extra_reader], ["other"], "other"))
-        outs.append(helper.make_tensor_value_info("other", F32, [1, M, H, W]))
+        outs.append(helper.make_tensor_value_info("other", F32, [1, M, oh, ow]))
     if graph_output:
-        outs.append(helper.make_tensor_value_info(graph_output, F32, [1, M, H, W]))
+        outs.append(helper.make_tensor_value_info(graph_output, F32, [1, M, oh, ow]))
     return make_model(nodes, ins, outs, inits)
 
 
@@ -68,8 +78,8 @@ def _run(nodes, feeds, kernels="native"):
     return env
 
 
-def _feeds(seed=0):
-    return {"x": np.random.default_rng(seed).normal(0, 2, (1, C, H, W)).astype(np.float32)}
+def _feeds(seed=0, conv="dense", hw=(H, W)):
+    return {"x": np.random.default_rng(seed).normal(0, 2, (1, CONVS[conv][0], *hw)).astype(np.float32)}
 
 
 def _ops(nodes):
@@ -83,14 +93,18 @@ def test_pp_lcnet_tail_folds_into_the_conv():
     assert codes == ["mul", "add", "save", "add", "clip", "mul_saved", "div", "mul", "add"]
 
 
-@pytest.mark.parametrize("variant", [{}, {"join": "Add"}, {"clip": "Relu"}, {"rsub": True}])
+@pytest.mark.parametrize("variant", [{}, {"join": "Add"}, {"clip": "Relu"}, {"rsub": True},
+                                     {"conv": "pointwise", "hw": (75, 61)},  # two pixel blocks: a tail per block
+                                     {"conv": "depthwise"}, {"conv": "depthwise_s2"}])
 @pytest.mark.parametrize("kernels", ["native", "reference"])
 def test_fused_equals_unfused_steps_bit_for_bit(variant, kernels):
     plain = nodes_from_model(_model(**variant))
     fused = fuse_conv_tails(plain, REF)
     assert _ops(fused) == ["Conv"]
+    shape = {k: v for k, v in variant.items() if k in ("conv", "hw")}
     for seed in range(2):
-        assert np.array_equal(_run(fused, _feeds(seed), kernels)["y"], _run(plain, _feeds(seed), kernels)["y"])
+        feeds = _feeds(seed, **shape)
+        assert np.array_equal(_run(fused, feeds, kernels)["y"], _run(plain, feeds, kernels)["y"])
 
 
 @pytest.mark.parametrize("variant", [{}, {"join": "Add"}, {"clip": "Relu"}])

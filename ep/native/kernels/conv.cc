@@ -146,15 +146,37 @@ void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int
   });
 }
 
+namespace {
+
+// rows x cols outputs at pitch `ld` just written by the GEMM: + bias[row], then the tail, while in cache.
+void FinishRows(float* out, int64_t ld, int64_t rows, int64_t cols, const float* bias, const ConvTail& tail) {
+  for (int64_t m = 0; m < rows; ++m) {
+    float* r = out + m * ld;
+    if (bias != nullptr)
+      for (int64_t o = 0; o < cols; ++o) r[o] = r[o] + bias[m];
+    if (tail.n) ApplyTail(tail, r, cols);
+  }
+}
+
+}  // namespace
+
 void DenseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Sgemm64 sgemm,
-                int threads) {
+                int threads, const ConvTail& tail) {
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
+  const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
   // pixels per task: the block's patch matrix about 512 KiB
   const int64_t block = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
   const int64_t n_blocks = (P + block - 1) / block;
   conv_detail::ParallelItems(threads, s.N * s.group * n_blocks, block * K * Mg, [&](int64_t task) {
     const int64_t n = task / (s.group * n_blocks), g = (task / n_blocks) % s.group, p0 = (task % n_blocks) * block;
     const int64_t cols = std::min(block, P - p0);
+    float* out = y + (n * s.M + g * Mg) * P + p0;
+    if (pointwise) {  // B is x's rows [K, P] from pixel p0 on
+      sgemm(kCblasRowMajor, kCblasTrans, kCblasNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg,
+            x + (n * s.C + g * s.Cg()) * P + p0, P, 0.0f, out, P);
+      FinishRows(out, P, Mg, cols, bias == nullptr ? nullptr : bias + g * Mg, tail);
+      return;
+    }
     std::vector<float> patch(K * cols);
     for (int64_t k = 0; k < K; ++k) {
       const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
@@ -181,11 +203,8 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
         p += ow1 - ow0;
       }
     }
-    float* out = y + (n * s.M + g * Mg) * P + p0;
     sgemm(kCblasRowMajor, kCblasTrans, kCblasNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg, patch.data(), cols, 0.0f, out, P);
-    if (bias != nullptr)
-      for (int64_t m = 0; m < Mg; ++m)
-        for (int64_t o = 0; o < cols; ++o) out[m * P + o] = out[m * P + o] + bias[g * Mg + m];
+    FinishRows(out, P, Mg, cols, bias == nullptr ? nullptr : bias + g * Mg, tail);
   });
 }
 
@@ -196,7 +215,7 @@ namespace {
 // the work is T long vector loops instead of T * OH short ones. Padded taps multiply the buffer's zeros, as the
 // reference does.
 void DepthwiseFloatStride1(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
-                           int threads) {
+                           int threads, const ConvTail& epilogue) {
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw;
   conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
@@ -217,13 +236,15 @@ void DepthwiseFloatStride1(const ConvShape& s, const float* x, const float* w, c
       else
         std::memcpy(dst, src, s.OW * sizeof(float));
     }
+    if (epilogue.n) ApplyTail(epilogue, out, P);
   });
 }
 
 }  // namespace
 
-void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads) {
-  if (s.sh == 1 && s.sw == 1) return DepthwiseFloatStride1(s, x, w, bias, y, threads);
+void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                    const ConvTail& tail) {
+  if (s.sh == 1 && s.sw == 1) return DepthwiseFloatStride1(s, x, w, bias, y, threads, tail);
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
@@ -248,6 +269,7 @@ void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const fl
       if (bias != nullptr)
         for (int64_t o = 0; o < s.OW; ++o) dst[o] = dst[o] + bias[m];
     }
+    if (tail.n) ApplyTail(tail, out, P);
   });
 }
 

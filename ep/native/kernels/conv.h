@@ -25,6 +25,16 @@ struct ConvShape {
   void Finish();
 };
 
+// A fused element-wise tail (kernels/fusion/conv_tail.py): instruction codes and 2 floats per instruction,
+// applied in place to each finished output run while it is in cache (conv_tail.cc). Empty: nothing to do.
+struct ConvTail {
+  const int32_t* codes = nullptr;
+  const float* consts = nullptr;
+  int64_t n = 0;
+};
+void ApplyTail(const ConvTail& tail, float* v, int64_t n);
+constexpr int32_t kTailCodes = 10;  // codes are 0 .. kTailCodes - 1
+
 // Patches of image n for every group: cols [group, Cg*kh*kw, OH*OW], rows ordered (c, i, j), zeros where padded
 // (the K-major patch matrix of W[Mg, K] @ cols).
 void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int threads);
@@ -32,13 +42,15 @@ void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int
 // Dense or grouped float conv as blocked implicit GEMM: per (group, block of output pixels) the block's patch
 // matrix [K, pixels] is built in a cache-sized buffer and multiplied by W on `sgemm` (one BLAS thread per task),
 // straight into y [N, M, OH, OW]; then + bias. w [group, K, Mg] (K ordered (c, i, j)), bias [M] or null.
+// A pointwise conv (1x1, stride 1, no pads) multiplies W by x's own rows: no patch matrix. Then the tail.
 void DenseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Sgemm64 sgemm,
-                int threads);
+                int threads, const ConvTail& tail = {});
 
 // Depthwise conv (group == C): w [C, kh*kw, mult] with mult = M / C, bias [M] or null, y [N, M, OH, OW].
 // Per output: x_0 * w_0, then + x_t * w_t tap by tap (padded taps multiply 0), then + bias: the reference's
 // float32 operations in its order, no fused multiply-add.
-void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads);
+void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                    const ConvTail& tail = {});
 
 // QLinearConv with exact int32 accumulation: acc = sum (x - x_zp)(w - w_zp[m]) + bias[m] (wrapping int32),
 // y = saturate(round_half_even(clip(float(acc) * mult[m], lo - y_zp, hi - y_zp)) + y_zp), as MLAS requantizes.

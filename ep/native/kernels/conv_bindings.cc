@@ -62,6 +62,22 @@ bool IsByteArray(const py::array& a, const char* op, const char* what) {
   return false;
 }
 
+// The optional fused tail of a float conv (both or neither given), checked: 2 floats per code, codes known.
+ConvTail TailArg(const std::optional<Arr<int32_t>>& codes, const std::optional<Arr<float>>& consts, const char* op) {
+  ConvTail t;
+  if (!codes && !consts) return t;
+  if (!codes || !consts) throw std::invalid_argument(std::string(op) + ": tail_codes and tail_consts go together");
+  if (consts->size() != 2 * codes->size())
+    throw std::invalid_argument(std::string(op) + ": tail_consts must hold 2 floats per tail code");
+  for (int64_t k = 0; k < codes->size(); ++k)
+    if (codes->data()[k] < 0 || codes->data()[k] >= kTailCodes)
+      throw std::invalid_argument(std::string(op) + ": unknown tail code " + std::to_string(codes->data()[k]));
+  t.codes = codes->data();
+  t.consts = consts->data();
+  t.n = codes->size();
+  return t;
+}
+
 py::array_t<float> Im2ColPy(const Arr<float>& x, int64_t n, const std::vector<int64_t>& geom, int threads) {
   const ConvShape s = Shape(x, geom, "conv_im2col");
   if (n < 0 || n >= s.N) throw std::invalid_argument("conv_im2col: image index out of range");
@@ -75,8 +91,11 @@ py::array_t<float> Im2ColPy(const Arr<float>& x, int64_t n, const std::vector<in
 }
 
 py::array_t<float> DepthwisePy(const Arr<float>& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
-                               const std::vector<int64_t>& geom, int threads) {
+                               const std::vector<int64_t>& geom, int threads,
+                               const std::optional<Arr<int32_t>>& tail_codes,
+                               const std::optional<Arr<float>>& tail_consts) {
   const ConvShape s = Shape(x, geom, "conv_depthwise");
+  const ConvTail tail = TailArg(tail_codes, tail_consts, "conv_depthwise");
   if (s.group != s.C) throw std::invalid_argument("conv_depthwise: group must equal the input channels");
   ExpectSize(w, s.M * s.kh * s.kw, "conv_depthwise", "w");
   if (bias) ExpectSize(*bias, s.M, "conv_depthwise", "bias");
@@ -85,14 +104,17 @@ py::array_t<float> DepthwisePy(const Arr<float>& x, const Arr<float>& w, const s
   const float* b = bias ? bias->data() : nullptr;
   {
     py::gil_scoped_release release;
-    DepthwiseFloat(s, x.data(), w.data(), b, out, threads);
+    DepthwiseFloat(s, x.data(), w.data(), b, out, threads, tail);
   }
   return y;
 }
 
 py::array_t<float> DensePy(const Arr<float>& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
-                           const std::vector<int64_t>& geom, uintptr_t sgemm, int threads) {
+                           const std::vector<int64_t>& geom, uintptr_t sgemm, int threads,
+                           const std::optional<Arr<int32_t>>& tail_codes,
+                           const std::optional<Arr<float>>& tail_consts) {
   const ConvShape s = Shape(x, geom, "conv_dense");
+  const ConvTail tail = TailArg(tail_codes, tail_consts, "conv_dense");
   ExpectSize(w, s.M * s.Cg() * s.kh * s.kw, "conv_dense", "w");
   if (bias) ExpectSize(*bias, s.M, "conv_dense", "bias");
   if (sgemm == 0) throw std::invalid_argument("conv_dense: no sgemm address");
@@ -101,7 +123,7 @@ py::array_t<float> DensePy(const Arr<float>& x, const Arr<float>& w, const std::
   const float* b = bias ? bias->data() : nullptr;
   {
     py::gil_scoped_release release;
-    DenseFloat(s, x.data(), w.data(), b, out, reinterpret_cast<Sgemm64>(sgemm), threads);
+    DenseFloat(s, x.data(), w.data(), b, out, reinterpret_cast<Sgemm64>(sgemm), threads, tail);
   }
   return y;
 }
@@ -219,11 +241,12 @@ void BindConv(py::module_& m) {
   m.def("conv_im2col", &Im2ColPy, py::arg("x"), py::arg("n"), py::arg("geometry"), py::arg("threads") = 1,
         "float patches of image n: [group, C/group*kh*kw, OH*OW], rows (c, i, j), zeros where padded");
   m.def("conv_dense", &DensePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"), py::arg("sgemm"),
-        py::arg("threads") = 1,
+        py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
         "float conv as blocked implicit GEMM on a CBLAS sgemm with 64-bit ints (its address: "
-        "kernels.host_blas.sgemm_address()); w [group, C/group*kh*kw, M/group]");
+        "kernels.host_blas.sgemm_address()); w [group, C/group*kh*kw, M/group]; a pointwise conv reads x's rows "
+        "directly; tail: a fused element-wise tail (conv_tail codes) applied per finished block");
   m.def("conv_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
-        py::arg("threads") = 1, "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order");
+        py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(), "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order");
   m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"),
         py::arg("w_zero_point"), py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"),
         py::arg("y_signed"), py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1,

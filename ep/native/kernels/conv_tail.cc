@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "conv.h"
 #include "thread_pool.h"
 
 #pragma GCC optimize("O3", "fp-contract=off")  // O3: the per-instruction loops vectorize
@@ -20,7 +21,8 @@ namespace npu_ep::kern {
 namespace {
 
 // Instruction codes, as CODES in kernels/fusion/conv_tail.py.
-enum Code : int32_t { kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kCodes };
+enum Code : int32_t { kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved };
+static_assert(kAddSaved + 1 == kTailCodes, "conv.h's kTailCodes");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
 constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task
@@ -57,7 +59,7 @@ void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int3
     throw std::invalid_argument("conv_tail: consts must hold 2 floats per instruction (" +
                                 std::to_string(2 * n_codes) + "), got " + std::to_string(consts.size()));
   for (int64_t k = 0; k < n_codes; ++k)
-    if (codes.data()[k] < 0 || codes.data()[k] >= kCodes)
+    if (codes.data()[k] < 0 || codes.data()[k] >= kTailCodes)
       throw std::invalid_argument("conv_tail: unknown instruction code " + std::to_string(codes.data()[k]));
   if (!y.writeable()) throw std::invalid_argument("conv_tail: y must be writeable");
   float* v = y.mutable_data();
@@ -75,6 +77,12 @@ void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int3
 }
 
 }  // namespace
+
+void ApplyTail(const ConvTail& tail, float* v, int64_t n) {
+  float saved[kTailChunk];
+  for (int64_t i = 0; i < n; i += kTailChunk)
+    TailChunk(v + i, saved, std::min(kTailChunk, n - i), tail.codes, tail.consts, tail.n);
+}
 
 void BindConvTail(py::module_& m) {
   m.def("conv_tail", &ConvTailPy, py::arg("y"), py::arg("codes"), py::arg("consts"), py::arg("threads") = 1,
