@@ -187,6 +187,7 @@ def test_same_bits_at_any_thread_count(shape):
 
 @pytest.mark.parametrize("xs,attrs", [
     ((1, 5, 12, 11), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ((1, 3, 6, 70), dict(kernel_shape=[2, 2], strides=[2, 2])),  # 35 outputs a row: two 16-wide steps and a tail
     ((2, 3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)),
     ((1, 4, 7, 8), dict(kernel_shape=[3, 2], dilations=[2, 2], auto_pad="SAME_UPPER")),
     ((1, 2, 5, 6), dict(kernel_shape=[1, 3], strides=[1, 3], auto_pad="SAME_LOWER")),

@@ -164,9 +164,13 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
                 int threads, const ConvTail& tail) {
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
   const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
-  // pixels per task: the block's patch matrix about 512 KiB
-  const int64_t block = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
-  const int64_t n_blocks = (P + block - 1) / block;
+  // pixels per task: the block's patch matrix about 512 KiB, the blocks of an image balanced, and at least two of
+  // them when one image of one group is worth two threads (the split depends on the shape only)
+  const int64_t cap = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
+  int64_t n_blocks = (P + cap - 1) / cap;
+  if (n_blocks == 1 && s.N * s.group == 1 && P >= 128 && P * K * Mg >= 2 * kMinParallelWork) n_blocks = 2;
+  const int64_t block = ((P + n_blocks - 1) / n_blocks + 15) / 16 * 16;
+  n_blocks = (P + block - 1) / block;
   conv_detail::ParallelItems(threads, s.N * s.group * n_blocks, block * K * Mg, [&](int64_t task) {
     const int64_t n = task / (s.group * n_blocks), g = (task / n_blocks) % s.group, p0 = (task % n_blocks) * block;
     const int64_t cols = std::min(block, P - p0);

@@ -4,6 +4,7 @@
 #include "pool.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <vector>
 
 #include "conv_internal.h"
@@ -67,9 +68,35 @@ __attribute__((target("avx512f,avx512bw"))) void RowMaxBytesAvx512(uint8_t* acc,
 }
 #endif
 
-// One plane-parallel walk for every element type: RowPass(acc, row) folds an input row, Fold(m, v) two values.
-template <typename T, typename RowPass>
-void MaxPoolPlanes(const PoolShape& s, const T* x, T low, T* y, int threads, RowPass row_pass) {
+#if NPU_EP_X86
+// The column pass of a 2-wide, stride-2 window whose pairs lie inside the row (the usual 2x2/2 pool), 16 outputs
+// per step: dst[o] = Max(Max(low, r[2o]), r[2o + 1]), the scalar pass's operations in its order.
+__attribute__((target("avx512f"))) void PairMaxAvx512(float* dst, const float* r, int64_t n, float low) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 lowv = _mm512_set1_ps(low);
+  for (int64_t o = 0; o < n; o += 16) {
+    const int64_t left = 2 * (n - o);  // source elements from r + 2o on
+    const __mmask16 k = static_cast<__mmask16>(n - o >= 16 ? 0xFFFF : (1u << (n - o)) - 1);
+    const __mmask16 k0 = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+    const __mmask16 k1 = static_cast<__mmask16>(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1);
+    const __m512 a = _mm512_maskz_loadu_ps(k0, r + 2 * o), b = _mm512_maskz_loadu_ps(k1, r + 2 * o + 16);
+    __m512 m = lowv;
+    for (const __m512i& idx : {even, odd}) {
+      const __m512 v = _mm512_permutex2var_ps(a, idx, b);
+      const __mmask16 take = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m = _mm512_mask_mov_ps(m, take, v);
+    }
+    _mm512_mask_storeu_ps(dst, k, m);
+    dst += 16;
+  }
+}
+#endif
+
+// One plane-parallel walk for every element type: RowPass(acc, row) folds an input row; ColPass(dst, rowmax)
+// writes an output row and returns true where it has a fast path for the geometry (else the scalar pass runs).
+template <typename T, typename RowPass, typename ColPass>
+void MaxPoolPlanes(const PoolShape& s, const T* x, T low, T* y, int threads, RowPass row_pass, ColPass col_pass) {
   conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
     const T* in = x + plane * s.H * s.W;
     T* out = y + plane * s.OH * s.OW;
@@ -82,6 +109,7 @@ void MaxPoolPlanes(const PoolShape& s, const T* x, T low, T* y, int threads, Row
         if (ih >= 0 && ih < s.H) row_pass(rowmax.data(), in + ih * s.W);
       }
       T* dst = out + oh * s.OW;
+      if (col_pass(dst, rowmax.data())) continue;
       for (int64_t ow = 0; ow < s.OW; ++ow) {
         T m = low;
         for (int64_t j = 0; j < s.kw; ++j) {
@@ -97,7 +125,20 @@ void MaxPoolPlanes(const PoolShape& s, const T* x, T low, T* y, int threads, Row
 }  // namespace
 
 void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
-  MaxPoolPlanes<float>(s, x, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); });
+  bool pairs = s.kw == 2 && s.sw == 2 && s.pl == 0 && 2 * s.OW <= s.W;  // every window wholly inside the row
+#if NPU_EP_X86
+  pairs = pairs && ActiveIsa() >= Isa::kAvx512;
+#else
+  pairs = false;
+#endif
+  MaxPoolPlanes<float>(
+      s, x, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
+      [&](float* dst, const float* rowmax) {
+#if NPU_EP_X86
+        if (pairs) PairMaxAvx512(dst, rowmax, s.OW, low);
+#endif
+        return pairs;
+      });
 }
 
 void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads) {
@@ -108,7 +149,7 @@ void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t*
     if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
 #endif
     RowMaxBytesScalar(acc, row, s.W, flip);
-  });
+  }, [](uint8_t*, const uint8_t*) { return false; });
   if (flip)
     for (int64_t i = 0, n = s.N * s.C * s.OH * s.OW; i < n; ++i) y[i] ^= flip;
 }
