@@ -197,46 +197,12 @@ def _shape_for(axis: int, rank: int, n: int) -> tuple[int, ...]:
     return (1,) * axis + (n,) + (1,) * (rank - axis - 1)
 
 
-def _nearest_indices(p: Prepared, n_in: int, n_out: int, scale: float) -> np.ndarray:
-    coords = source_coords(p, n_in, n_out, scale, 0.0, 1.0)
-    mode = p.attrs["nearest"]
-    if mode == "simple":  # opset 10 (ORT): ceil when downsampling, else truncate
-        mode = "ceil" if scale < 1 else "floor"
-    return nearest_index(coords, mode, n_in)
-
-
-def _integer_upsample(p: Prepared, x: np.ndarray, out_shape, scales) -> np.ndarray | None:
-    """A nearest resize whose every resized axis repeats each source element f times in order (the usual 2x
-    upsampling of a feature pyramid) as one broadcast copy, else None; the elements the per-axis gathers pick."""
-    key = ("repeat", x.shape, tuple(out_shape), tuple(scales))
-    factors = p.memo.get(key)
-    if factors is None:
-        factors = []
-        for ax, (n_in, n_out) in enumerate(zip(x.shape, out_shape)):
-            if n_in == n_out and scales[ax] == 1.0:
-                factors.append(1)
-                continue
-            f = n_out // n_in if n_in and n_out % n_in == 0 else 0
-            idx = _nearest_indices(p, n_in, n_out, scales[ax])
-            factors.append(f if f and np.array_equal(idx, np.arange(n_out) // f) else 0)
-        p.memo[key] = factors = tuple(factors)
-    if not all(factors):
-        return None
-    y = np.empty([d for n, f in zip(x.shape, factors) for d in (n, f)], x.dtype)
-    y[...] = x.reshape([d for n in x.shape for d in (n, 1)])
-    return y.reshape(out_shape)
-
-
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     out_shape, scales, roi = output_plan(p, inputs, x.shape)
     if tuple(out_shape) == x.shape:  # ORT copies the input whenever the output shape equals it (any scales)
         return [x]
     rank = x.ndim
-    if p.attrs["mode"] == "nearest" and roi is None:
-        y = _integer_upsample(p, x, out_shape, scales)
-        if y is not None:
-            return [y]
     y = x if p.attrs["mode"] == "nearest" else widen(x)
     outside = None
     for ax in range(rank):

@@ -140,30 +140,3 @@ def test_opset10_scales_input(mode, scales):
     x = rand((1, 2, 4, 6), F32, seed=11)
     check_on_ep("Resize", [("x", x, False), ("scales", np.array(scales, F32), True)], [("y", F32)], {"mode": mode},
                 opset=10, targets=BOTH)
-
-
-@pytest.mark.parametrize("shape,scales,attrs", [
-    ((1, 3, 5, 4), [1, 1, 2, 2], {}),
-    ((2, 2, 3, 5), [1, 1, 3, 1], {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}),
-    ((1, 2, 4, 3), [1, 2, 2, 4], {"coordinate_transformation_mode": "pytorch_half_pixel"}),
-    ((1, 2, 4, 3), [1, 1, 2, 2], {"coordinate_transformation_mode": "align_corners"}),  # a repeat here too
-    ((1, 2, 4, 3), [1, 1, 2, 2], {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "ceil"}),  # 0,1,1,2..
-])
-@pytest.mark.parametrize("dtype", [np.float32, np.int8])
-def test_integer_upsample_copy_equals_the_gathers(shape, scales, attrs, dtype, monkeypatch):
-    """Nearest resizes that repeat each element f times take one broadcast copy: the gathers' elements exactly;
-    others (asymmetric with ceil picks 0, 1, 1, 2, ...) keep the gathers."""
-    from _vector_ortref import make_model
-    from npu_ep.ep.onnx_graph import nodes_from_model
-    from npu_ep.kernels.ops import resize
-    from npu_ep.kernels.target import Target
-
-    x = (rand(shape, F32, seed=4) * 50).astype(dtype)
-    (node,) = nodes_from_model(make_model("Resize", _inputs(x, scales=scales), [("y", dtype)],
-                                          {"mode": "nearest", **attrs}, opset=19))
-    p = resize._prepare(node, Target.load("npu-ref"))
-    fast = resize._run(p, [x])[0]
-    repeat = resize._integer_upsample(p, x, fast.shape, [float(s) for s in scales]) is not None
-    assert repeat == (attrs.get("nearest_mode") != "ceil")
-    monkeypatch.setattr(resize, "_integer_upsample", lambda *a: None)
-    np.testing.assert_array_equal(fast, resize._run(p, [x])[0])
