@@ -100,3 +100,21 @@ def test_cli_zoo_missing_source_exits_2(tmp_path, capsys):
 
     assert main(["--zoo", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err == f"npu-report: error: {tmp_path / 'nope'}: no such model file or folder\n"
+
+
+def test_host_ratio_runs_the_two_sessions_alternately():
+    """Load that comes and goes must weigh on both EPs: their timed runs alternate (after one warm-up each)."""
+    from npu_ep.tools.report.model_zoo import host_ratio
+
+    order: list[str] = []
+
+    class Session:
+        def __init__(self, name):
+            self.name = name
+
+        def run(self, outputs, feeds):
+            order.append(self.name)
+
+    ratio = host_ratio(Session("npu"), Session("cpu"), {}, runs=4)
+    assert order == ["npu", "cpu"] * 5
+    assert ratio > 0
