@@ -1,12 +1,13 @@
 """``npu::MatMulGroup``: sibling matmuls sharing input A as one matmul over concatenated weights (built by
 ``kernels.fusion.siblings``), optionally with the SwiGLU epilogue.
 
-Compile time: every member is prepared by its own op's prepare, then the weights are concatenated along N and the
-member biases into one vector. MatMulNBits members stay packed: their B rows, scales and zero points are output
-channels, so concatenating them along N is free (a member without zero points gets the packed default 8s);
-MatMul members concatenate their float32 ``[K, N_i]`` into ``[K, sum N_i]``.
+Compile time: every member is prepared by its own op's prepare and the member biases become one vector.
+MatMulNBits members stay packed and where they are (ORT's initializers, read in place): the native kernel takes
+them as side-by-side column segments of one B (their rows are output channels), so nothing is concatenated,
+copied into the compiled program or stored in a cache entry; a member without zero points gets the packed default
+8s when another member has some. MatMul members concatenate their float32 ``[K, N_i]`` into ``[K, sum N_i]``.
 
-Run: one matmul (for MatMulNBits the single-op kernel on the concatenated packed weights, native or reference as
+Run: one matmul (for MatMulNBits the single-op kernel over the members' packed weights, native or reference as
 the session chose), bias added in place, then either the members' outputs as column slices of the accumulator or,
 with the SwiGLU epilogue on a {gate, up} group, ``g * sigmoid(g) * u`` (``g / (1 + exp(-g))``, the exponent
 clipped at 80 so it never overflows: beyond it the product is 0 to float32 precision anyway). Numerics equal the
@@ -28,7 +29,7 @@ from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
 from ._mm import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
-from .matmul_nbits import nbits_matmul
+from .matmul_nbits import NBITS_MEMBERS, nbits_matmul
 
 _NBITS = ("com.microsoft", "MatMulNBits")
 _EXP_CLIP = np.float32(80.0)
@@ -55,7 +56,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     nbits = first.key == _NBITS
     parts = [kernel_for(*m.key).prepare(m, target) for m in members]
     splits = [int(n) for n in node.attrs["splits"]]
-    consts = _concat_packed(parts) if nbits else {
+    consts = _member_packed(parts) if nbits else {
         "w": np.ascontiguousarray(np.concatenate([p.consts["b"] for p in parts], axis=1))}
     ep = dict(node.attrs["epilogue"])
     if any(p.attrs["epilogue"].get("bias") for p in parts):
@@ -70,6 +71,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "accuracy_level": int(parts[0].attrs.get("accuracy_level", 0)),
              "block_size": parts[0].attrs.get("block_size"), "plan_a": dt, "plan_b": "int4" if nbits else dt,
              "plan_out": dt, "epilogue": ep, "fused_nodes": list(node.attrs["fused_nodes"]),
+             **({NBITS_MEMBERS: len(parts)} if nbits else {}),
              # which original node's output each of ours is (reports compare per node)
              "output_owners": ([[node.attrs["fused_nodes"][-1], 0]] if ep.get("swiglu")
                                else [[m.name, 0] for m in members])}
@@ -80,15 +82,13 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return p
 
 
-def _concat_packed(parts: list[Prepared]) -> dict[str, np.ndarray]:
-    """MatMulNBits members' packed constants stacked along N (rows are output channels)."""
-    consts = {key: np.ascontiguousarray(np.concatenate([p.consts[key] for p in parts], axis=0))
-              for key in ("nb_b", "nb_scales")}
+def _member_packed(parts: list[Prepared]) -> dict[str, np.ndarray]:
+    """MatMulNBits members' packed constants under ``m{i}/``, as they are (``matmul_nbits.packed_weights``)."""
+    consts = {f"m{i}/{key}": p.consts[key] for i, p in enumerate(parts) for key in ("nb_b", "nb_scales")}
     if any("nb_zp" in p.consts for p in parts):
         zb = (parts[0].consts["nb_scales"].shape[1] + 1) // 2
-        consts["nb_zp"] = np.ascontiguousarray(np.concatenate([
-            p.consts["nb_zp"] if "nb_zp" in p.consts else np.full((p.attrs["N"], zb), 0x88, np.uint8)
-            for p in parts], axis=0))
+        consts.update({f"m{i}/nb_zp": p.consts["nb_zp"] if "nb_zp" in p.consts
+                       else np.full((p.attrs["N"], zb), 0x88, np.uint8) for i, p in enumerate(parts)})
     return consts
 
 
@@ -107,7 +107,7 @@ def _silu_mul(y: np.ndarray, n: int) -> np.ndarray:
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
     a = inputs[0]
-    if "nb_b" in p.consts:
+    if NBITS_MEMBERS in at:
         y = nbits_matmul(p, a)
     else:
         y = host_blas.matmul(a if a.dtype == np.float32 else a.astype(np.float32), p.consts["w"])

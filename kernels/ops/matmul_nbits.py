@@ -105,6 +105,20 @@ def packed_consts(w: MatMulNBitsWeights) -> dict[str, np.ndarray]:
     return out
 
 
+NBITS_MEMBERS = "nb_members"  # attr of an npu::MatMulGroup over MatMulNBits: its packed weights are per member
+
+
+def packed_weights(p: Prepared) -> tuple:
+    """B, scales and zero points (None: symmetric) of ``p`` in ORT's layout: one array each, or for a MatMulGroup
+    lists of its members' arrays (``m{i}/...``), which the native kernel reads side by side as column segments."""
+    c = p.consts
+    n = p.attrs.get(NBITS_MEMBERS)
+    if n is None:
+        return c["nb_b"], c["nb_scales"], c.get("nb_zp")
+    return ([c[f"m{i}/nb_b"] for i in range(n)], [c[f"m{i}/nb_scales"] for i in range(n)],
+            [c[f"m{i}/nb_zp"] for i in range(n)] if "m0/nb_zp" in c else None)
+
+
 def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """``A[..., K] @ W (+ bias)`` as float32 ``[..., N]`` from the packed constants of ``p`` (attrs K, N,
     block_size, accuracy_level), on the native kernel or the reference model as the session chose."""
@@ -115,16 +129,19 @@ def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> 
         a2 = np.ascontiguousarray(a, np.float32).reshape(-1, K)
         # fp32 levels from M >= 16 on: dequantized column panels times A on the BLAS (0: the kernel's own loops)
         sgemm = (host_blas.sgemm_address() or 0) if level != 4 and a2.shape[0] >= 16 else 0
-        y = run_native_counted(p, nat.matmul_nbits, (a2, c["nb_b"], c["nb_scales"], c.get("nb_zp"), bias, K, N, bs,
-                                                     level, _native.threads(p)), (sgemm,), a2.shape[0], N, K)
+        y = run_native_counted(p, nat.matmul_nbits, (a2, *packed_weights(p), bias, K, N, bs, level, _native.threads(p)),
+                               (sgemm,), a2.shape[0], N, K)
         return y.reshape(*a.shape[:-1], N)
     a32 = a if a.dtype == np.float32 else a.astype(np.float32)
     w = p.memo.get("reference_w")
     if w is None:  # the reference model's float copy, built on first use
         kb = -(-K // bs)
-        w = p.memo["reference_w"] = dequantize_b(MatMulNBitsWeights(
-            B=c["nb_b"].reshape(N, kb, bs // 2), scales=c["nb_scales"], zero_points=c.get("nb_zp"), K=K, N=N,
-            block_size=bs))
+        bl, sl, zl = packed_weights(p)
+        single = not isinstance(bl, list)
+        bl, sl, zl = ([bl], [sl], [zl]) if single else (bl, sl, zl or [None] * len(bl))
+        w = p.memo["reference_w"] = np.concatenate([dequantize_b(MatMulNBitsWeights(
+            B=b.reshape(-1, kb, bs // 2), scales=sc, zero_points=z, K=K, N=b.shape[0], block_size=bs))
+            for b, sc, z in zip(bl, sl, zl)], axis=1)
     if level == 4:
         a32 = quantize_a_blockwise(a32, bs)
     y = host_blas.matmul(a32, w)

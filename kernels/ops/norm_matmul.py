@@ -32,6 +32,7 @@ from . import _native
 from ._mm import run_native_counted
 from ._vector import elems, stream_cost
 from ._native import copy_runtime
+from .matmul_nbits import packed_weights
 from .norm import inv_rms, skip_rms
 
 _INNER = "inner/"
@@ -48,7 +49,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     pin = kernel_for(*inner.key).prepare(inner, target)
     gamma = np.asarray(norm.input(2 if skip else 1).value, np.float32).reshape(-1)
     consts = {}
-    if "nb_b" in pin.consts:  # packed int4: gamma scales A at run time
+    if pin.attrs.get("plan_b") == "int4":  # packed int4 (MatMulNBits or its group): gamma scales A at run time
         if int(pin.attrs["K"]) != gamma.size:
             raise ValueError(f"{node.describe()}: gamma has {gamma.size} elements, the matmul's K is {pin.attrs['K']}")
         consts["gamma"] = gamma
@@ -111,7 +112,7 @@ def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray]
     ep = ia["epilogue"]
     swiglu = bool(ep.get("swiglu"))
     args = (x2, None if skip is None else np.ascontiguousarray(skip).reshape(-1, K), p.consts.get("norm_bias"),
-            p.consts["gamma"], at["epsilon"], at["sum_output"], c["nb_b"], c["nb_scales"], c.get("nb_zp"),
+            p.consts["gamma"], at["epsilon"], at["sum_output"], *packed_weights(inner),
             c["ep_bias"] if ep.get("bias") else None, K, N, ia["block_size"], level, swiglu, _native.threads(p))
     sgemm = (host_blas.sgemm_address() or 0) if level != 4 and m >= 16 else 0
     y, s = run_native_counted(inner, nat.norm_matmul_nbits, args, (sgemm, _sdot[0]), m, N, K)

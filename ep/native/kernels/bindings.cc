@@ -48,6 +48,56 @@ std::optional<TilePlanArgs> PlanArgs(const std::optional<py::tuple>& t, const ch
   return p;
 }
 
+template <typename T>
+const T* Raw(const py::handle& h, int64_t expect, const char* what, std::vector<py::object>& keep) {
+  Arr<T> a = Arr<T>::ensure(h);
+  if (!a) {
+    PyErr_Clear();
+    throw std::invalid_argument(std::string("native kernel: ") + what + " must be a C-contiguous " +
+                                py::str(py::dtype::of<T>()).cast<std::string>() + " array");
+  }
+  keep.push_back(a);
+  return Data(a, expect, what);
+}
+
+// B, scales and zero points (None: symmetric) of the N columns in ORT's layout: one matrix each, or lists of
+// member matrices side by side (npu::MatMulGroup's members, read where ORT keeps them). `keep` holds what the
+// pointers point into for the call.
+void SetWeights(NBitsGemm& g, const py::handle& b, const py::handle& scales, const py::handle& zp,
+                std::vector<NBitsSegment>& segs, std::vector<py::object>& keep) {
+  const int64_t kb = (g.K + g.block_size - 1) / g.block_size, row = kb * g.block_size / 2, zb = (kb + 1) / 2;
+  if (!py::isinstance<py::list>(b) && !py::isinstance<py::tuple>(b)) {
+    g.b = Raw<uint8_t>(b, g.N * row, "B", keep);
+    g.scales = Raw<float>(scales, g.N * kb, "scales", keep);
+    if (!zp.is_none()) g.zero_points = Raw<uint8_t>(zp, g.N * zb, "zero_points", keep);
+    return;
+  }
+  const py::sequence bl = py::reinterpret_borrow<py::sequence>(b), sl = py::reinterpret_borrow<py::sequence>(scales);
+  const bool has_zp = !zp.is_none();
+  if (sl.size() != bl.size() || (has_zp && py::len(zp) != bl.size()) || bl.size() == 0)
+    throw std::invalid_argument("native kernel: B, scales and zero_points must list the same members");
+  int64_t n0 = 0;
+  for (size_t i = 0; i < bl.size(); ++i) {
+    const Arr<uint8_t> bi = Arr<uint8_t>::ensure(bl[i]);
+    if (!bi || bi.size() == 0 || bi.size() % row)
+      throw std::invalid_argument("native kernel: member " + std::to_string(i) + "'s B is not rows of " +
+                                  std::to_string(row) + " bytes");
+    const int64_t rows = bi.size() / row;
+    NBitsSegment seg;
+    seg.n0 = n0;
+    seg.b = Raw<uint8_t>(bi, rows * row, "B", keep);
+    seg.scales = Raw<float>(sl[i], rows * kb, "scales", keep);
+    if (has_zp) seg.zero_points = Raw<uint8_t>(py::reinterpret_borrow<py::sequence>(zp)[i], rows * zb, "zero_points", keep);
+    segs.push_back(seg);
+    n0 += rows;
+  }
+  if (n0 != g.N)
+    throw std::invalid_argument("native kernel: the members have " + std::to_string(n0) + " columns, N is " +
+                                std::to_string(g.N));
+  g.segments = segs.data();
+  g.n_segments = static_cast<int>(segs.size());
+}
+
 py::object WithDma(py::object y, bool count, const DmaCount& c) {
   if (!count) return y;
   py::dict d;
@@ -55,8 +105,8 @@ py::object WithDma(py::object y, bool count, const DmaCount& c) {
   return py::make_tuple(y, d);
 }
 
-py::object MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<float>& scales,
-                         const std::optional<Arr<uint8_t>>& zero_points, const std::optional<Arr<float>>& bias,
+py::object MatMulNBitsPy(const Arr<float>& a, const py::object& b, const py::object& scales,
+                         const py::object& zero_points, const std::optional<Arr<float>>& bias,
                          int64_t K, int64_t N, int block_size, int accuracy_level, int threads,
                          const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm) {
   if (block_size < 16 || block_size > 256 || (block_size & (block_size - 1)))
@@ -64,7 +114,6 @@ py::object MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<f
                                 " is not a power of two in 16..256");
   if (a.ndim() != 2 || a.shape(1) != K)
     throw std::invalid_argument("matmul_nbits: A must be [M, K=" + std::to_string(K) + "]");
-  const int64_t kb = (K + block_size - 1) / block_size;
   NBitsGemm g;
   g.M = a.shape(0);
   g.K = K;
@@ -74,9 +123,9 @@ py::object MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<f
   g.threads = threads;
   g.sgemm = reinterpret_cast<Sgemm64>(sgemm);
   g.a = a.data();
-  g.b = Data(b, N * kb * block_size / 2, "B");
-  g.scales = Data(scales, N * kb, "scales");
-  if (zero_points) g.zero_points = Data(*zero_points, N * ((kb + 1) / 2), "zero_points");
+  std::vector<NBitsSegment> segs;
+  std::vector<py::object> keep;
+  SetWeights(g, b, scales, zero_points, segs, keep);
   if (bias) g.bias = Data(*bias, N, "bias");
   py::array_t<float> y({g.M, N});
   g.y = y.mutable_data();
@@ -97,8 +146,8 @@ py::object MatMulNBitsPy(const Arr<float>& a, const Arr<uint8_t>& b, const Arr<f
 // asked for, else None.
 py::object NormMatMulNBitsPy(const Arr<float>& x, const std::optional<Arr<float>>& skip,
                              const std::optional<Arr<float>>& norm_bias, const std::optional<Arr<float>>& gamma,
-                             double eps, bool want_sum, const Arr<uint8_t>& b, const Arr<float>& scales,
-                             const std::optional<Arr<uint8_t>>& zero_points, const std::optional<Arr<float>>& bias,
+                             double eps, bool want_sum, const py::object& b, const py::object& scales,
+                             const py::object& zero_points, const std::optional<Arr<float>>& bias,
                              int64_t K, int64_t N, int block_size, int accuracy_level, bool swiglu, int threads,
                              const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm, uintptr_t sdot) {
   if (block_size < 16 || block_size > 256 || (block_size & (block_size - 1)))
@@ -108,7 +157,7 @@ py::object NormMatMulNBitsPy(const Arr<float>& x, const std::optional<Arr<float>
     throw std::invalid_argument("norm_matmul_nbits: x must be [M, K=" + std::to_string(K) + "]");
   if (want_sum && !skip) throw std::invalid_argument("norm_matmul_nbits: the sum output needs a skip input");
   if (swiglu && N % 2) throw std::invalid_argument("norm_matmul_nbits: SwiGLU needs an even N, got " + std::to_string(N));
-  const int64_t M = x.shape(0), kb = (K + block_size - 1) / block_size;
+  const int64_t M = x.shape(0);
   RmsPrologue pro;
   pro.x = x.data();
   pro.M = M;
@@ -135,9 +184,9 @@ py::object NormMatMulNBitsPy(const Arr<float>& x, const std::optional<Arr<float>
   g.threads = threads;
   g.sgemm = reinterpret_cast<Sgemm64>(sgemm);
   g.a = pro.a;
-  g.b = Data(b, N * kb * block_size / 2, "B");
-  g.scales = Data(scales, N * kb, "scales");
-  if (zero_points) g.zero_points = Data(*zero_points, N * ((kb + 1) / 2), "zero_points");
+  std::vector<NBitsSegment> segs;
+  std::vector<py::object> keep;
+  SetWeights(g, b, scales, zero_points, segs, keep);
   if (bias) g.bias = Data(*bias, N, "bias");
   py::array_t<float> acc({M, N});
   g.y = acc.mutable_data();
@@ -219,7 +268,8 @@ void RegisterKernels(py::module_& parent) {
   m.def("matmul_nbits", &MatMulNBitsPy, py::arg("a"), py::arg("b"), py::arg("scales"), py::arg("zero_points"),
         py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"), py::arg("accuracy_level"),
         py::arg("threads") = 1, py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("sgemm") = 0,
-        "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout. "
+        "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout, or "
+        "lists of member matrices side by side (npu::MatMulGroup; zero_points all or None). "
         "plan: a tile plan tuple (see PlanArgs) whose output tiles the kernel runs; count_dma: return (y, DMA "
         "half-bytes and transfers of that plan); sgemm: address of a CBLAS sgemm (kernels.host_blas."
         "sgemm_address()) that fp32 levels use from M >= 16 on");

@@ -35,6 +35,9 @@ namespace {
 using nbits::kChunkBytes;
 using nbits::kChunkElems;
 using nbits::Shape;
+using nbits::Column;
+using nbits::ColumnOf;
+using nbits::Symmetric;
 constexpr int64_t kColsPerTask = 16;
 constexpr int64_t kSgemmMinRows = 16;      // from this M on, fp32 levels run dequantized panels on the BLAS
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
@@ -411,7 +414,7 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
 // Columns [n0, n1) four at a time (a short last group repeats its last column and stores only the real ones).
 void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8Cols4Fn fn, Int8Tile4Fn tile,
                    int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-  const bool symmetric = g.zero_points == nullptr;
+  const bool symmetric = Symmetric(g);
   std::vector<int32_t> zpc(4 * (s.kb + 16), 8);
   alignas(64) uint8_t tails[4][kChunkBytes];
   const int64_t full = s.row_bytes / kChunkBytes, rem = s.row_bytes % kChunkBytes;
@@ -419,21 +422,23 @@ void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8
     if (s.M > 4 && c0 + 4 < n1) {
       // the next four rows of B into L2 while these run over every row of A: read four rows chunk by chunk, B
       // would otherwise stream from DRAM at a fraction of its bandwidth (the hardware prefetchers miss the pattern)
-      const uint8_t* next = g.b + (c0 + 4) * s.row_bytes;
-      const int64_t bytes = std::min<int64_t>(4, n1 - c0 - 4) * s.row_bytes;
-      for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(next + off, 0, 2);
+      for (int64_t n = c0 + 4; n < std::min(n1, c0 + 8); ++n) {
+        const uint8_t* next = ColumnOf(g, s, n).b;
+        for (int64_t off = 0; off < s.row_bytes; off += 64) __builtin_prefetch(next + off, 0, 2);
+      }
     }
     Cols4 cols;
     cols.symmetric = symmetric;
     for (int j = 0; j < 4; ++j) {
       const int64_t n = std::min(c0 + j, n1 - 1);
-      cols.full[j] = g.b + n * s.row_bytes;
+      const Column col = ColumnOf(g, s, n);
+      cols.full[j] = col.b;
       std::memset(tails[j], 0, kChunkBytes);
       if (rem) std::memcpy(tails[j], cols.full[j] + full * kChunkBytes, rem);
       cols.tail[j] = tails[j];
-      cols.sw[j] = g.scales + n * s.kb;
+      cols.sw[j] = col.sw;
       int32_t* z = zpc.data() + j * (s.kb + 16);
-      if (!symmetric) UnpackZeroPoints(g.zero_points + n * s.zp_bytes, s, z);
+      if (!symmetric) UnpackZeroPoints(col.zp, s, z);
       cols.zpc[j] = z;
     }
     if (s.M == 1) {
@@ -523,8 +528,9 @@ void MatMulNBits(const NBitsGemm& g) {
       std::vector<int32_t> zpc(s.kb + 16, 0);
       std::vector<float> panel((n1 - n0) * s.kc, 0.0f);
       for (int64_t n = n0; n < n1; ++n) {
-        UnpackZeroPoints(g.zero_points == nullptr ? nullptr : g.zero_points + n * s.zp_bytes, s, zpc.data());
-        dequant(g.b + n * s.row_bytes, g.scales + n * s.kb, zpc.data(), s, panel.data() + (n - n0) * s.kc);
+        const Column col = ColumnOf(g, s, n);
+        UnpackZeroPoints(col.zp, s, zpc.data());
+        dequant(col.b, col.sw, zpc.data(), s, panel.data() + (n - n0) * s.kc);
       }
       float* y = g.y + r0 * s.N + n0;
       g.sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, r1 - r0, n1 - n0, s.kc, 1.0f, pa.a.data() + r0 * s.kc,
@@ -546,9 +552,10 @@ void MatMulNBits(const NBitsGemm& g) {
     std::vector<float> w(int8 ? 0 : s.kc, 0.0f);
     alignas(64) uint8_t tail[kChunkBytes];
     for (int64_t n = n0; n < n1; ++n) {
-      const uint8_t* brow = g.b + n * s.row_bytes;
-      const float* sw = g.scales + n * s.kb;
-      UnpackZeroPoints(g.zero_points == nullptr ? nullptr : g.zero_points + n * s.zp_bytes, s, zpc.data());
+      const Column col = ColumnOf(g, s, n);
+      const uint8_t* brow = col.b;
+      const float* sw = col.sw;
+      UnpackZeroPoints(col.zp, s, zpc.data());
       const float bias = g.bias == nullptr ? 0.0f : g.bias[n];
       if (!int8) {
         dequant(brow, sw, zpc.data(), s, w.data());

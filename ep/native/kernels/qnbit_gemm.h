@@ -9,6 +9,15 @@
 
 namespace npu_ep::kern {
 
+// Columns [n0, the next segment's n0) of B read one member matrix of npu::MatMulGroup, in ORT's layout, where
+// ORT keeps it: the group's weights are never concatenated.
+struct NBitsSegment {
+  int64_t n0 = 0;
+  const uint8_t* b = nullptr;
+  const float* scales = nullptr;
+  const uint8_t* zero_points = nullptr;  // null in every segment or in none
+};
+
 struct NBitsGemm {
   const float* a = nullptr;         // [M, K] float32
   int64_t M = 0, K = 0, N = 0;
@@ -17,6 +26,8 @@ struct NBitsGemm {
   const uint8_t* b = nullptr;       // [N, kb, block_size / 2], element 2j in the low nibble of byte j
   const float* scales = nullptr;    // [N, kb]
   const uint8_t* zero_points = nullptr;  // [N, ceil(kb / 2)] packed nibbles, or null (= 8)
+  const NBitsSegment* segments = nullptr;  // optional, ascending n0 from 0: B as side-by-side members (b, scales
+  int n_segments = 0;                      // and zero_points unused)
   const float* bias = nullptr;      // [N] or null
   float* y = nullptr;               // [M, N]
   int threads = 1;

@@ -17,6 +17,26 @@ struct Shape {
   int bs, bs_log2;  // block size is a power of two: block of element e is e >> bs_log2
 };
 
+// Column n of B: its packed row, block scales and packed zero points (null: symmetric, 8), from the one matrix or
+// from the member segment holding it.
+struct Column {
+  const uint8_t* b;
+  const float* sw;
+  const uint8_t* zp;
+};
+inline Column ColumnOf(const NBitsGemm& g, const Shape& s, int64_t n) {
+  if (g.segments == nullptr)
+    return {g.b + n * s.row_bytes, g.scales + n * s.kb, g.zero_points ? g.zero_points + n * s.zp_bytes : nullptr};
+  int j = g.n_segments - 1;
+  while (j > 0 && g.segments[j].n0 > n) --j;
+  const NBitsSegment& seg = g.segments[j];
+  const int64_t r = n - seg.n0;
+  return {seg.b + r * s.row_bytes, seg.scales + r * s.kb, seg.zero_points ? seg.zero_points + r * s.zp_bytes : nullptr};
+}
+inline bool Symmetric(const NBitsGemm& g) {
+  return g.segments != nullptr ? g.segments[0].zero_points == nullptr : g.zero_points == nullptr;
+}
+
 // One row of A, prepared once per call: int8 codes, block scales and lane sums (level 4) or the float row in
 // perm layout (level 0..3).
 struct GemvA {

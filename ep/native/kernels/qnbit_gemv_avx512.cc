@@ -194,9 +194,10 @@ void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnn
     const uint8_t* zp[kCols];
     for (int j = 0; j < kCols; ++j) {
       const int64_t n = std::min(c0 + j, n1 - 1);
-      bp[j] = g.b + n * s.row_bytes;
-      sw[j] = g.scales + n * s.kb;
-      zp[j] = g.zero_points == nullptr ? nullptr : g.zero_points + n * s.zp_bytes;
+      const Column col = ColumnOf(g, s, n);
+      bp[j] = col.b;
+      sw[j] = col.sw;
+      zp[j] = col.zp;
     }
     // Consecutive columns are consecutive rows of B, but a pass reads kCols of them chunk by chunk, which the
     // hardware prefetchers do not follow: the rows two passes ahead are prefetched into L2 (from DRAM, a decoder's
@@ -209,9 +210,10 @@ void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnn
 }
 
 void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n)
-    g.y[n] = GemvFp32Col(s, a.a, g.b + n * s.row_bytes, g.scales + n * s.kb,
-                         g.zero_points == nullptr ? nullptr : g.zero_points + n * s.zp_bytes) + Bias(g, n);
+  for (int64_t n = n0; n < n1; ++n) {
+    const Column col = ColumnOf(g, s, n);
+    g.y[n] = GemvFp32Col(s, a.a, col.b, col.sw, col.zp) + Bias(g, n);
+  }
 }
 
 }  // namespace npu_ep::kern::nbits
