@@ -31,13 +31,13 @@ def _f(x: np.ndarray, v: float) -> np.generic:
 
 
 def _hard_sigmoid(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
-    y = x * _f(x, a["alpha"])
-    y += _f(x, a["beta"])
-    return CLIP_UFUNC(y, _f(x, 0.0), _f(x, 1.0), out=y)
+    y = x * a["alpha"]
+    y += a["beta"]
+    return CLIP_UFUNC(y, a["zero"], a["one"], out=y)
 
 
 def _hard_swish(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
-    return x * _hard_sigmoid(x, {"alpha": 1.0 / 6.0, "beta": 0.5})
+    return x * _hard_sigmoid(x, a)  # alpha 1/6, beta 0.5: fixed defaults (HardSwish has no attributes)
 
 
 def _leaky_relu(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
@@ -74,7 +74,7 @@ def _is_inf(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
 # op -> (fn on the compute dtype, attribute defaults, ops/element, transcendental ops/element)
 _PARAM_UNARY: dict[str, tuple[Callable[[np.ndarray, dict[str, Any]], np.ndarray], dict[str, Any], float, float]] = {
     "HardSigmoid": (_hard_sigmoid, {"alpha": 0.2, "beta": 0.5}, 3.0, 0.0),
-    "HardSwish": (_hard_swish, {}, 4.0, 0.0),
+    "HardSwish": (_hard_swish, {"alpha": 1.0 / 6.0, "beta": 0.5}, 4.0, 0.0),
     "LeakyRelu": (_leaky_relu, {"alpha": 0.01}, 2.0, 0.0),
     "Elu": (_elu, {"alpha": 1.0}, 3.0, 1.0),
     "Selu": (_selu, {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}, 4.0, 1.0),
@@ -116,9 +116,18 @@ def _out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
 
 
 def _param_runner(fn: Callable[[np.ndarray, dict[str, Any]], np.ndarray]):
+    """The run function of one op of ``_PARAM_UNARY``: ``fn`` gets the attributes (and ``zero``, ``one``) as scalars
+    of the compute dtype, made once per dtype (building them per call cost more than a small tensor's math)."""
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = arg(p, inputs, 0)
-        return [np.asarray(fn(widen(x), p.attrs["params"])).astype(_out_dtype(p, x), copy=False)]
+        xc = widen(x)
+        typed = p.memo.get(("typed_params", xc.dtype))
+        if typed is None:
+            params = {**p.attrs["params"], "zero": 0.0, "one": 1.0}
+            typed = p.memo[("typed_params", xc.dtype)] = {k: _f(xc, v) for k, v in params.items()}
+        y = fn(xc, typed)
+        dt = _out_dtype(p, x)
+        return [y if type(y) is np.ndarray and y.dtype == dt else np.asarray(y).astype(dt, copy=False)]
     return run
 
 
