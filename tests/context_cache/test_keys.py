@@ -76,3 +76,32 @@ def test_dicts_are_canonical_regardless_of_insertion_order() -> None:
 def test_ambiguous_parts_are_refused(bad, exc) -> None:
     with pytest.raises(exc):
         cache_key("ok", bad)
+
+
+def test_large_arrays_are_bound_by_their_own_digest():
+    """Arrays from LARGE_PAYLOAD bytes on are hashed on the pool (two-level SHA-256): any byte still changes the
+    key, layout still does not, and the encoding differs from a small array's only in how, never in what, it binds."""
+    from npu_ep.context_cache.keys import LARGE_PAYLOAD
+
+    big = np.random.default_rng(1).integers(0, 255, LARGE_PAYLOAD + 7, dtype=np.uint8)
+    k = cache_key("w", big, big[:100])
+    assert k == cache_key("w", big.copy(), big[:100].copy())
+    for pos in (0, LARGE_PAYLOAD // 2, big.size - 1):
+        changed = big.copy()
+        changed[pos] ^= 1
+        assert cache_key("w", changed, big[:100]) != k
+    assert cache_key("w", big.reshape(-1, 1), big[:100]) != k  # the shape is bound
+    wide = big[:LARGE_PAYLOAD].view(np.int32).reshape(-1, 2)
+    assert cache_key(wide) == cache_key(np.asfortranarray(wide)) == cache_key(wide.astype(">i4"))
+    assert cache_key(big[:LARGE_PAYLOAD]) != cache_key(big[:LARGE_PAYLOAD - 1])  # either side of the threshold
+
+
+def test_keys_with_large_arrays_from_many_threads_agree():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from npu_ep.context_cache.keys import LARGE_PAYLOAD
+
+    arrays = [np.full(LARGE_PAYLOAD // 4 + i, i, np.float32) for i in range(4)]
+    want = cache_key(*arrays)
+    with ThreadPoolExecutor(4) as ex:
+        assert set(ex.map(lambda _: cache_key(*arrays), range(8))) == {want}
