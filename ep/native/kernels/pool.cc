@@ -93,6 +93,21 @@ __attribute__((target("avx512f"))) void PairMaxAvx512(float* dst, const float* r
 }
 #endif
 
+#if NPU_EP_X86
+// The same for (flipped) bytes, 32 outputs per step: dst[o] = max(r[2o], r[2o + 1]) (the lowest value 0 drops out).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void PairMaxBytesAvx512(uint8_t* dst, const uint8_t* r, int64_t n) {
+  const __m512i low_byte = _mm512_set1_epi16(0x00FF);
+  for (int64_t o = 0; o < n; o += 32) {
+    const int64_t left = 2 * (n - o);
+    const __mmask64 k = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+    const __m512i v = _mm512_maskz_loadu_epi8(k, r + 2 * o);
+    const __m512i m = _mm512_max_epu16(_mm512_and_si512(v, low_byte), _mm512_srli_epi16(v, 8));
+    const __mmask32 ko = n - o >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n - o)) - 1;
+    _mm256_mask_storeu_epi8(dst + o, ko, _mm512_cvtepi16_epi8(m));
+  }
+}
+#endif
+
 // One plane-parallel walk for every element type: RowPass(acc, row) folds an input row; ColPass(dst, rowmax)
 // writes an output row and returns true where it has a fast path for the geometry (else the scalar pass runs).
 template <typename T, typename RowPass, typename ColPass>
@@ -144,12 +159,23 @@ void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int t
 void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads) {
   // computed on flipped bytes for int8 (x ^ 0x80 orders like x), flipped back at the end
   const uint8_t flip = is_signed ? 0x80 : 0x00;
+  bool pairs = s.kw == 2 && s.sw == 2 && s.pl == 0 && 2 * s.OW <= s.W;  // every window wholly inside the row
+#if NPU_EP_X86
+  pairs = pairs && ActiveIsa() >= Isa::kAvx512;
+#else
+  pairs = false;
+#endif
   MaxPoolPlanes<uint8_t>(s, x, 0, y, threads, [&](uint8_t* acc, const uint8_t* row) {
 #if NPU_EP_X86
     if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
 #endif
     RowMaxBytesScalar(acc, row, s.W, flip);
-  }, [](uint8_t*, const uint8_t*) { return false; });
+  }, [&](uint8_t* dst, const uint8_t* rowmax) {
+#if NPU_EP_X86
+    if (pairs) PairMaxBytesAvx512(dst, rowmax, s.OW);
+#endif
+    return pairs;
+  });
   if (flip)
     for (int64_t i = 0, n = s.N * s.C * s.OH * s.OW; i < n; ++i) y[i] ^= flip;
 }
