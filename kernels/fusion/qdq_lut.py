@@ -15,7 +15,8 @@ per-tensor QuantizeLinear with constant float32 scale and an 8-bit zero point, a
 other input is either a per-tensor DequantizeLinear of an 8-bit tensor with constant float32 scale and zero point
 (at most two distinct tensors), or a constant with one element (possibly itself a DequantizeLinear of a
 constant). A unit whose input comes from another unary table node reads that node's source through the composed
-table; nodes and DequantizeLinears left without readers are dropped.
+table; nodes and DequantizeLinears left without readers are dropped. Last, a one-input table reading a
+QLinearConv's output (and nothing else reading it) is folded into that conv as its output table.
 """
 
 from __future__ import annotations
@@ -180,4 +181,30 @@ def fuse_qdq_lut(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
             if len(nd.inputs) == 2:
                 unary[nd.outputs[0].name] = (nd.inputs[0], np.asarray(nd.inputs[-1].value), nd.attrs["fused_nodes"])
         out.append(nd)
-    return _drop_dead(out)
+    return _fold_into_convs(_drop_dead(out), target)
+
+
+def _fold_into_convs(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+    """A one-input table node whose input is a QLinearConv's output read by nothing else becomes that conv's
+    output table (``output_lut``: applied to each requantized row while it is in cache)."""
+    users = consumers_of(nodes)
+    producer = {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
+    replace: dict[int, NodeInfo] = {}
+    absorbed: set[int] = set()
+    for i, nd in enumerate(nodes):
+        if nd.key != (FUSED_DOMAIN, FUSED_OP) or len(nd.inputs) != 2:
+            continue
+        src = nd.inputs[0]
+        j = producer.get(src.name)
+        if j is None or j in replace or src.is_graph_output or users.get(src.name) != [i]:
+            continue
+        conv = nodes[j]
+        if conv.key != ("", "QLinearConv") or "output_lut" in conv.attrs:
+            continue
+        fused = dataclasses.replace(conv, name=f"{conv.name}+{nd.name}", outputs=nd.outputs,
+                                    attrs={**conv.attrs, "output_lut": np.asarray(nd.inputs[-1].value),
+                                           "fused_nodes": [conv.name, *nd.attrs["fused_nodes"]]})
+        if why_not(fused, target) is None:
+            replace[j] = fused
+            absorbed.add(i)
+    return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]

@@ -22,7 +22,7 @@ reference model's float weights are derived from it on first use.
 
 QLinearConv numerics: input padding holds x_zero_point (zero after subtraction), int32 accumulation (exact, see
 ``_mm``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
-float32 - bit-exact vs ORT CPU. Conv: float32 (fp16 inputs widened, result rounded to fp16 once).
+float32 - bit-exact vs ORT CPU; then, when a ``npu::QdqLut`` was folded in (``output_lut``), its table. Conv: float32 (fp16 inputs widened, result rounded to fp16 once).
 
 A float32 Conv may carry an element-wise tail (``conv_tail`` attribute, ``kernels/fusion/conv_tail.py``): the native
 kernels apply it to each finished block while it is in cache (``ep/native/kernels/conv_tail.cc``), the reference
@@ -152,6 +152,9 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
         attrs["bound_b"] = int(np.abs(wf).max()) if wf.size else 1
         bias = node.input(8)
         attrs.update(plan_a=dt, plan_b=node.input(3).dtype.name, plan_out="int8")
+        lut = node.attr("output_lut")
+        if lut is not None:  # a fused npu::QdqLut (kernels/fusion/qdq_lut.py): y = lut[requantized y]
+            consts["out_lut"] = np.ascontiguousarray(lut)
     else:
         bias = node.input(2)
         attrs.update(plan_a=dt, plan_b=dt, plan_out=dt)
@@ -300,9 +303,11 @@ def _native_run(p: Prepared, nat, x: np.ndarray) -> tuple[np.ndarray | None, boo
             mult = p.memo["native_mult"] = np.ascontiguousarray(
                 np.broadcast_to(np.asarray(c["mult"], np.float32).reshape(-1), (at["wdims"][0],)))
         bias = c.get("bias")
-        return nat.qlinear_conv(np.ascontiguousarray(x), int(c["xzp"]), c["qw"], c["wzp"],
-                                None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
-                                int(c["yzp"]), at["out"] == "int8", geom, at["wdims"][1] == 1, threads), False
+        lut = c.get("out_lut")
+        y = nat.qlinear_conv(np.ascontiguousarray(x), int(c["xzp"]), c["qw"], c["wzp"],
+                             None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
+                             int(c["yzp"]), at["out"] == "int8", geom, at["wdims"][1] == 1, threads, lut)
+        return (y if lut is None else y.view(lut.dtype)), False
     if x.dtype != np.float32:
         return None, False
     x = np.ascontiguousarray(x)
@@ -394,6 +399,8 @@ def _run_conv(p: Prepared, inputs) -> tuple[list[np.ndarray], bool]:
         y = y + c["bias"].astype(y.dtype)
     if q:
         y = requantize(y, c["mult"], c["yzp"], at["out"])
+        if "out_lut" in c:
+            y = c["out_lut"][y.view(np.uint8)]
     else:
         y = y.astype(at["dtype"], copy=False)
     y = y.transpose(0, 3, 1, 2)

@@ -238,3 +238,73 @@ def test_native_rejects_bad_arguments():
         nat.qdq_lut(a, np.zeros(7, np.uint8), np.zeros(65536, np.uint8), 1)
     with pytest.raises(ValueError, match="inner"):
         nat.qdq_lut_rows(a, np.zeros(3, np.uint8), 3, np.zeros(65536, np.uint8), 1)
+
+
+# --- a table folded into the QLinearConv before it --------------------------------------------------------------
+def _conv_hardswish_qdq(tmp_path, conv_output_too=False):
+    """quantize_static over Conv -> Mul(1.3) -> Add(0.2) -> x * clip(x + 3, 0, 6) / 6 (uint8 activations)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ep"))
+    import _qdq_models as qm
+
+    rng = np.random.default_rng(2)
+    inits = {"w": rng.normal(0, 0.4, (6, 3, 3, 3)), "b": rng.normal(0, 0.1, 6), "s1": np.float32(1.3),
+             "b1": np.float32(0.2), "three": np.float32(3), "zero": np.float32(0), "six": np.float32(6)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c", "s1"], ["m1"], "mul1"),
+             helper.make_node("Add", ["m1", "b1"], ["a1"], "add1"),
+             helper.make_node("Add", ["a1", "three"], ["h"], "add3"),
+             helper.make_node("Clip", ["h", "zero", "six"], ["hc"], "clip"),
+             helper.make_node("Mul", ["a1", "hc"], ["j"], "hsmul"),
+             helper.make_node("Div", ["j", "six"], ["y"], "div6")]
+    outs = [helper.make_tensor_value_info("y", F32, [1, 6, 9, 11])]
+    if conv_output_too:
+        outs.append(helper.make_tensor_value_info("c", F32, [1, 6, 9, 11]))
+    graph = helper.make_graph(nodes, "conv_hs", [helper.make_tensor_value_info("x", F32, [1, 3, 9, 11])], outs,
+                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return qm.quantize_qdq(model, (1, 3, 9, 11), tmp_path, f"conv_hs{int(conv_output_too)}")
+
+
+def _x_feeds(seed):
+    return {"x": np.random.default_rng(seed).normal(0, 1, (1, 3, 9, 11)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+def test_table_folds_into_the_qlinearconv_bit_for_bit(tmp_path, kernels):
+    from npu_ep.kernels.fusion.qdq import fuse_qdq
+
+    model = _conv_hardswish_qdq(tmp_path)
+    units = fuse_qdq(nodes_from_model(model), REF)  # QLinearConv, then the element-wise units as float steps
+    fused = fuse_partition(nodes_from_model(model), REF)
+    assert "npu::QdqLut" not in _ops(fused)
+    (conv,) = [n for n in fused if n.op_type == "QLinearConv"]
+    assert conv.attrs["output_lut"].shape == (256,)
+    for seed in range(3):
+        got, want = _run(fused, _x_feeds(seed), kernels=kernels), _run(units, _x_feeds(seed), kernels=kernels)
+        assert np.array_equal(got["y"], want["y"])
+    sess = npu_session(model)
+    assert set(assignment(sess).values()) == {npu_ep.get_ep_name()}
+    assert np.array_equal(sess.run(None, _x_feeds(5))[0], _run(units, _x_feeds(5))["y"])
+
+
+def test_table_stays_when_the_conv_output_is_read_elsewhere(tmp_path):
+    fused = fuse_partition(nodes_from_model(_conv_hardswish_qdq(tmp_path, conv_output_too=True)), REF)
+    assert "npu::QdqLut" in _ops(fused)
+    assert all("output_lut" not in n.attrs for n in fused)
+
+
+def test_native_qlinear_conv_rejects_a_bad_table():
+    nat = _native.native_module()
+    if nat is None:
+        pytest.skip("native extension not built")
+    x = np.zeros((1, 4, 3, 3), np.uint8)
+    w = np.zeros((2, 1, 1, 4), np.int8)
+    args = (x, 0, w, np.zeros(2, np.int32), None, np.ones(2, np.float32), 0, False, [2, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0],
+            False, 1)
+    with pytest.raises(ValueError, match="lut must be 256"):
+        nat.qlinear_conv(*args, np.zeros(255, np.uint8))
+    assert nat.qlinear_conv(*args, np.full(256, 7, np.uint8)).max() == 7

@@ -71,6 +71,7 @@ struct QConv {
   uint8_t* y = nullptr;  // [N, M, OH, OW]
   bool depthwise = false;
   int threads = 1;
+  const uint8_t* lut = nullptr;  // [256] or null: y = lut[y] after requantization (a fused npu::QdqLut)
 };
 void QLinearConv(const QConv& q);
 

@@ -130,7 +130,8 @@ py::array_t<float> DensePy(const Arr<float>& x, const Arr<float>& w, const std::
 
 py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
                         const std::optional<Arr<int32_t>>& bias, const Arr<float>& mult, int y_zp, bool y_signed,
-                        const std::vector<int64_t>& geom, bool depthwise, int threads) {
+                        const std::vector<int64_t>& geom, bool depthwise, int threads,
+                        const std::optional<py::array>& lut) {
   const char* op = "qlinear_conv";
   QConv q;
   q.s = Shape(x, geom, op);
@@ -159,6 +160,12 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
   q.y_signed = y_signed;
   q.depthwise = depthwise;
   q.threads = threads;
+  if (lut) {
+    IsByteArray(*lut, op, "lut");
+    if (lut->size() != 256 || !(lut->flags() & py::array::c_style))
+      throw std::invalid_argument("qlinear_conv: lut must be 256 contiguous bytes");
+    q.lut = static_cast<const uint8_t*>(lut->data());
+  }
   py::array y = y_signed ? py::array(py::array_t<int8_t>({s.N, s.M, s.OH, s.OW}))
                          : py::array(py::array_t<uint8_t>({s.N, s.M, s.OH, s.OW}));
   q.y = static_cast<uint8_t*>(y.mutable_data());
@@ -250,8 +257,9 @@ void BindConv(py::module_& m) {
   m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"),
         py::arg("w_zero_point"), py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"),
         py::arg("y_signed"), py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1,
+        py::arg("lut") = py::none(),
         "QLinearConv, exact int32 sums and MLAS requantization; w [M, kh, kw, C/group rounded up to 4] "
-        "(depthwise: [M, kh*kw])");
+        "(depthwise: [M, kh*kw]); lut: a fused 256-entry output table applied to each requantized row");
   m.def("max_pool", &MaxPoolPy, py::arg("x"), py::arg("geometry"), py::arg("low"), py::arg("threads") = 1,
         "MaxPool (float32, uint8, int8) over a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, "
         "pt, pl]; low (float32 only) is the value of a window wholly outside the input");

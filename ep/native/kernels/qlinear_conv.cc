@@ -14,6 +14,7 @@
 
 #include "conv.h"
 #include "conv_internal.h"
+#include "qlut.h"
 #include "cpu.h"
 #include "int8_gemm.h"
 #include "thread_pool.h"
@@ -72,6 +73,13 @@ void RequantizeRow(const int32_t* acc, int64_t n, int32_t bias, float mult, int3
   if (ActiveIsa() >= Isa::kAvx512) return RequantizeRowAvx512(acc, n, bias, mult, zp, is_signed, y);
 #endif
   RequantizeRowScalar(acc, n, bias, mult, zp, is_signed, y);
+}
+
+// The requantized row, then the fused output table if any (in place, while the row is in cache).
+void RequantizeRow(const int32_t* acc, int64_t n, int32_t bias, float mult, int32_t zp, bool is_signed, uint8_t* y,
+                   const uint8_t* lut) {
+  RequantizeRow(acc, n, bias, mult, zp, is_signed, y);
+  if (lut != nullptr) LutRow(y, n, lut, y);
 }
 
 // acc[o] += xp[o * stride] * w for o in [0, n): xp holds x - x_zp as int32 (padding 0); int32 wraps.
@@ -147,7 +155,8 @@ void DepthwiseInt(const QConv& q) {
     }
     const int32_t bias = q.bias != nullptr ? q.bias[m] : 0;
     for (int64_t oh = 0; oh < s.OH; ++oh)
-      RequantizeRow(acc.data() + oh * pitch, s.OW, bias, q.mult[m], q.y_zp, q.y_signed, q.y + task * P + oh * s.OW);
+      RequantizeRow(acc.data() + oh * pitch, s.OW, bias, q.mult[m], q.y_zp, q.y_signed, q.y + task * P + oh * s.OW,
+                    q.lut);
   });
 }
 
@@ -265,7 +274,7 @@ void DenseInt(const QConv& q) {
       for (int64_t m = 0; m < Mg; ++m) {
         const int64_t mo = g * Mg + m;
         RequantizeRow(acc.data() + m * cols, cols, q.bias != nullptr ? q.bias[mo] : 0, q.mult[mo], q.y_zp,
-                      q.y_signed, q.y + (n * s.M + mo) * P + p0);
+                      q.y_signed, q.y + (n * s.M + mo) * P + p0, q.lut);
       }
     });
   }

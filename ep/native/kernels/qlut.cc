@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "qlut.h"
 #include "thread_pool.h"
 
 #if NPU_EP_X86
@@ -53,13 +54,6 @@ bool HasVbmi() {
 }
 #endif
 
-// y[i] = row[x[i]] for i in [0, n).
-void Row(const uint8_t* x, int64_t n, const uint8_t* row, uint8_t* y) {
-#if NPU_EP_X86
-  if (HasVbmi()) return RowVbmi(x, n, row, y);
-#endif
-  RowScalar(x, n, row, y);
-}
 
 template <typename Fn>
 void Chunks(int threads, int64_t n, const Fn& fn) {
@@ -84,7 +78,7 @@ void LutRows(const uint8_t* x, const uint8_t* s, int64_t n, int64_t inner, const
   Chunks(threads, n, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi;) {
       const int64_t j = i / inner, end = std::min(hi, (j + 1) * inner);
-      Row(x + i, end - i, rows + 256 * static_cast<int64_t>(s[j]), y + i);
+      LutRow(x + i, end - i, rows + 256 * static_cast<int64_t>(s[j]), y + i);
       i = end;
     }
   });
@@ -123,7 +117,7 @@ py::array QdqLutPy(const py::array& a, const std::optional<py::array>& b, const 
     if (pb)
       LutBinary(pa, pb, n, pt, out, threads);
     else
-      Chunks(threads, n, [&](int64_t lo, int64_t hi) { Row(pa + lo, hi - lo, pt, out + lo); });
+      Chunks(threads, n, [&](int64_t lo, int64_t hi) { LutRow(pa + lo, hi - lo, pt, out + lo); });
   }
   return y;
 }
@@ -148,6 +142,13 @@ py::array QdqLutRowsPy(const py::array& x, const py::array& s, int64_t inner, co
 }
 
 }  // namespace
+
+void LutRow(const uint8_t* x, int64_t n, const uint8_t* row, uint8_t* y) {
+#if NPU_EP_X86
+  if (HasVbmi()) return RowVbmi(x, n, row, y);
+#endif
+  RowScalar(x, n, row, y);
+}
 
 void BindQdqLut(py::module_& m) {
   m.def("qdq_lut", &QdqLutPy, py::arg("a"), py::arg("b"), py::arg("table"), py::arg("threads") = 1,
