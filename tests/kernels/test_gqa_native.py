@@ -269,3 +269,44 @@ def test_outside_a_partition_call_the_presents_come_from_the_pool():
     assert runtime.ort_output(p, 1, (1, 2, 6, 16), np.dtype(np.float32)) is None
     got = _run(node, p, feeds)
     assert got[1].shape == (1, 2, 6, 16) and p.memo["present_pool"]
+
+
+def _run_shared(sess, feeds):
+    """One run with each present bound to its past's own buffer (IOBinding; genai's past_present_share_buffer)."""
+    import onnxruntime as ort
+
+    caches = [feeds[n].copy() for n in ("pk", "pv")]  # the OrtValues borrow these: they must outlive the run
+    pk, pv = (ort.OrtValue.ortvalue_from_numpy(c) for c in caches)
+    io = sess.io_binding()
+    for name, value in feeds.items():
+        if name not in ("pk", "pv"):
+            io.bind_cpu_input(name, value)
+    io.bind_ortvalue_input("pk", pk)
+    io.bind_ortvalue_input("pv", pv)
+    outs = sess.get_outputs()
+    io.bind_output(outs[0].name)
+    io.bind_ortvalue_output(outs[1].name, pk)
+    io.bind_ortvalue_output(outs[2].name, pv)
+    sess.run_with_iobinding(io)
+    return io.copy_outputs_to_cpu()[0], caches[0], caches[1]
+
+
+def test_presents_bound_to_the_past_buffers_are_updated_in_place(monkeypatch):
+    """A present bound to its past's buffer gets the new rows in place and keeps every other row, as the CPU EP
+    leaves them (no copy of the cache, no zeroing of its free rows)."""
+    import onnxruntime as ort
+
+    model, feeds = _model(b=2, s=1, n=8, nkv=2, h=64, past=40, rotary="half", seqlens=[20, 33], total=40)
+    sess = npu_session(model, {"kernels": "native"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    hits = []
+    real = runtime.ort_output
+    monkeypatch.setattr(runtime, "ort_output", lambda *a: hits.append(1) or real(*a))
+    got = _run_shared(sess, feeds)
+    want = _run_shared(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]), feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=5e-5, atol=5e-5)
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got[1][:, :, 34:], feeds["pk"][:, :, 34:])  # rows no batch writes: untouched
+    assert len(hits) == 2
+    del sess

@@ -254,7 +254,10 @@ void Task(const GqaArgs& a, const Ops& ops, int64_t b, int64_t kh) {
     }
     std::memcpy(pv + (pb + s) * H, static_cast<const T*>(a.v) + (b * S + s) * a.kv_tok + kh * H, row_bytes);
   }
-  if (pb + S < a.dirty) {  // rows a previous use of the buffer left nonzero
+  // rows a previous use of the buffer left nonzero; a present that is the past buffer itself (IOBinding, genai's
+  // past_present_share_buffer) keeps its other rows, as ORT's CPU EP leaves them
+  const bool shared = a.past_k != nullptr && a.past_k == a.present_k && a.past_v == a.present_v;
+  if (!shared && pb + S < a.dirty) {
     std::memset(pk + (pb + S) * H, 0, row_bytes * (a.dirty - pb - S));
     std::memset(pv + (pb + S) * H, 0, row_bytes * (a.dirty - pb - S));
   }
