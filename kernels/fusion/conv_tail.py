@@ -70,16 +70,17 @@ class _Walker:
         self.nodes, self.users, self.taken = nodes, users, taken
 
     def readers(self, v: ValueInfo) -> list[int] | None:
-        """The readers of an intermediate, or None when it cannot be absorbed (a graph output)."""
-        if v.is_graph_output:
+        """The nodes reading an intermediate, or None when it cannot be absorbed: a graph output, a node reading it
+        twice, or a reader already absorbed into another tail."""
+        r = self.users.get(v.name, [])
+        if v.is_graph_output or len(set(r)) != len(r) or any(i in self.taken for i in r):
             return None
-        return [i for i in self.users.get(v.name, []) if i not in self.taken] \
-            if len(set(self.users.get(v.name, []))) == len(self.users.get(v.name, [])) else None
+        return r
 
     def step(self, v: ValueInfo) -> tuple[list, list[int], ValueInfo] | None:
         """(instructions, absorbed node indices, new value) for one link or diamond after ``v``, or None."""
         r = self.readers(v)
-        if r is None or len(r) != len(self.users.get(v.name, [])):
+        if r is None:
             return None
         if len(r) == 1:
             ins = _link(self.nodes[r[0]], v.name)
@@ -107,7 +108,7 @@ class _Walker:
             absorbed.append(i)
             cur = self.nodes[i].outputs[0]
             r = self.readers(cur)
-            if r is None or len(r) != 1 or len(self.users.get(cur.name, [])) != 1:
+            if r is None or len(r) != 1:
                 return None
             if r[0] == join:
                 break
