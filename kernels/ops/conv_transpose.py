@@ -5,7 +5,8 @@ Layouts: X ``[N, C, H, W]``, W ``[C, M/g, kh, kw]``, Y ``[N, M, OH, OW]`` (1-D: 
 ``[N*H*W, C/g] x [C/g, M/g*kh*kw]`` (weights re-laid out at compile time to ``[g, C/g, M/g*kh*kw]``); every kernel
 tap (i, j) then adds its ``[N, M/g, H, W]`` slice into the output at rows ``i*dh + y*sh`` and columns
 ``j*dw + x*sw`` (a Python loop over the kh*kw taps, each a strided numpy add). When the stride equals the kernel (no dilation, one
-group) the taps never overlap: the GEMM runs in NCHW as ``W^T @ x`` and one interleaving copy places the taps.
+group) the taps never overlap: the GEMM runs in NCHW as ``W^T @ x`` (natively the pointwise conv kernel's blocked
+sgemm) and one strided copy per tap places the taps.
 
 Output size (ONNX): ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pad_begin - pad_end``. With
 ``output_shape`` (or auto_pad SAME_*, whose output is ``in * stride``) the pads are derived from it: the total
@@ -24,6 +25,7 @@ from .. import host_blas
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._mm import check_fits, planned_cost
 from ._util import arg
 
@@ -113,11 +115,16 @@ def _run_disjoint(p: Prepared, xf: np.ndarray) -> np.ndarray:
     m = w.shape[2] // (kh * kw)
     (t, b, fh), (l, r, fw) = _begin_end(a, h, 0), _begin_end(a, wd, 1)
     full = (np.empty if (fh, fw) == (h * kh, wd * kw) else np.zeros)((n, m, fh, fw), np.float32)
-    wt = p.memo.get("w_t")
-    if wt is None:
-        wt = p.memo["w_t"] = np.ascontiguousarray(w[0].T)  # [M*kh*kw, C]
+    nat, sgemm = _native.native(p), host_blas.sgemm_address()
+    if nat is not None and sgemm is not None:  # the product as a pointwise conv: pixel blocks on both threads
+        prods = nat.conv_dense(xf, w, None, [m * kh * kw, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0], sgemm, _native.threads(p))
+    else:
+        wt = p.memo.get("w_t")
+        if wt is None:
+            wt = p.memo["w_t"] = np.ascontiguousarray(w[0].T)  # [M*kh*kw, C]
+        prods = [host_blas.matmul(wt, xf[i].reshape(c, h * wd)) for i in range(n)]
     for i in range(n):
-        prod = host_blas.matmul(wt, xf[i].reshape(c, h * wd)).reshape(m, kh, kw, h, wd)
+        prod = prods[i].reshape(m, kh, kw, h, wd)
         out = full[i, :, :h * kh, :wd * kw].reshape(m, h, kh, wd, kw)
         for ti in range(kh):
             for tj in range(kw):

@@ -60,8 +60,10 @@ def test_runtime_weights_declined():
 
 @pytest.mark.parametrize("xs,ws,attrs", [c for c in CASES if c[2].get("group", 1) == 1 and "dilations" not in c[2]
                                          and c[2].get("strides") == list(c[1][2:])])
-def test_disjoint_taps_path_equals_the_scatter_add(xs, ws, attrs, monkeypatch):
-    """Same values as the general GEMM + col2im path (float32 sums over C in another BLAS call shape: 1e-6)."""
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+def test_disjoint_taps_path_equals_the_scatter_add(xs, ws, attrs, kernels, monkeypatch):
+    """Same values as the general GEMM + col2im path (float32 sums over C in another BLAS call shape: 1e-6), with
+    the product on the native pointwise conv kernel or on numpy."""
     from _vector_ortref import make_model
     from npu_ep.ep.onnx_graph import nodes_from_model
     from npu_ep.kernels.ops import conv_transpose as ct
@@ -71,6 +73,8 @@ def test_disjoint_taps_path_equals_the_scatter_add(xs, ws, attrs, monkeypatch):
     inputs = [("x", x, False), ("w", w, True), ("b", rand((ws[1],), np.float32, seed=3), True)]
     (node,) = nodes_from_model(make_model("ConvTranspose", inputs, [("y", np.float32)], attrs, opset=21))
     p = ct._prepare(node, Target.load("npu-ref"))
+    from npu_ep.kernels.ops import _native
+    _native.configure([p], kernels, 2)
     assert ct._disjoint_taps(p)
     fast = ct._run(p, [x])[0]
     monkeypatch.setattr(ct, "_disjoint_taps", lambda p: False)
