@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ..node import NodeInfo
 from ..target import Target
-from . import conv_bn, conv_tail, epilogue, norm, qdq, qdq_lut, siblings
+from . import conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, siblings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +28,8 @@ PASSES: tuple[FusionPass, ...] = (
     FusionPass("qdq", "DQ(x) -> Conv | MatMul (DQ(constant W)) -> Q units (8-bit ones become QLinearConv / "
                "QLinearMatMul); then every single-reader DQ of a constant folded into its reader as a float constant",
                (qdq.FUSED_DOMAIN, qdq.FUSED_MATMUL), qdq.fuse_qdq),
+    FusionPass("qdq_bytes", "DQ(8-bit x) -> MaxPool | nearest Resize | Flatten | Reshape | Transpose | Squeeze | "
+               "Unsqueeze -> Q with the DQ's own parameters: the op on the bytes", ("", "MaxPool"), qdq_bytes.fuse_qdq_bytes),
     FusionPass("qdq_lut", "DQ(8-bit x) [, DQ(8-bit y)] -> Add | Sub | Mul | Div | Clip | Relu | Max | Min | Abs | Neg "
                "(other inputs scalar constants) -> Q(8-bit) units, chains composed", (qdq_lut.FUSED_DOMAIN, qdq_lut.FUSED_OP),
                qdq_lut.fuse_qdq_lut),
