@@ -36,16 +36,8 @@ from tests.npu_testing import assignment, cpu_run, npu_session
 
 NK = ext.kernels
 RNG = np.random.default_rng(21)
-_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
-ISAS = _ORDER[:_ORDER.index(NK.isa()) + 1]
 TARGET = Target.load("npu-ref")
 
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    NK.set_isa_cap(_ORDER.index(request.param))
-    yield request.param
-    NK.set_isa_cap(-1)
 
 
 def _prepared(op: str, inputs, **attrs):

@@ -30,15 +30,7 @@ from npu_ep.quantization import quantize_matmul_nbits
 NK = _native.kernels
 RNG = np.random.default_rng(5)
 F32 = TensorProto.FLOAT
-_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
-ISAS = _ORDER[:_ORDER.index(NK.isa()) + 1]
 
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    NK.set_isa_cap(_ORDER.index(request.param))
-    yield request.param
-    NK.set_isa_cap(-1)
 
 
 def _model(nodes, inputs, outputs, inits):

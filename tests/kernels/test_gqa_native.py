@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from _vector_ortref import gqa_inputs, make_model, rand
+from _isa import cap_isa, host_isas
 from npu_ep.ep import _native
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
@@ -24,8 +25,6 @@ from npu_ep.kernels.target import Target
 from tests.npu_testing import assignment, cpu_run, npu_session, session_options
 
 NK = _native.kernels
-_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
-ISAS = _ORDER[:min(_ORDER.index(NK.isa()), 2) + 1]  # the GQA kernel has no VNNI path of its own
 TOL = dict(rtol=2e-5, atol=2e-5)
 TOL16 = dict(rtol=2e-3, atol=2e-3)  # one float16 rounding of outputs of magnitude <= ~3 (ulp 2e-3 at 2..4)
 TARGET = Target.load("npu-ref")
@@ -33,12 +32,9 @@ KERNEL = kernel_for("com.microsoft", "GroupQueryAttention")
 MAX_POS = 256
 
 
-@pytest.fixture(params=ISAS)
+@pytest.fixture(params=host_isas("avx512"))  # the GQA kernel has no VNNI path of its own
 def isa(request):
-    NK.set_isa_cap(_ORDER.index(request.param))
-    assert NK.isa() == request.param
-    yield request.param
-    NK.set_isa_cap(-1)
+    yield from cap_isa(request.param)
 
 
 def _model(b, s, n, nkv, h, past=None, seqlens=None, total=None, packed=False, rotary=None, rotary_dim=None,

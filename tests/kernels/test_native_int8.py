@@ -16,15 +16,7 @@ from tests.npu_testing import assignment, cpu_run, make_model, npu_session
 
 NK = _native.kernels
 RNG = np.random.default_rng(13)
-_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
-ISAS = _ORDER[:_ORDER.index(NK.isa()) + 1]
 
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    NK.set_isa_cap(_ORDER.index(request.param))
-    yield request.param
-    NK.set_isa_cap(-1)
 
 
 def _codes(shape, dt):

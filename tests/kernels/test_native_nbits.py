@@ -18,16 +18,7 @@ from npu_ep.quantization.matmul_nbits import dequantize_b
 
 NK = _native.kernels
 RNG = np.random.default_rng(11)
-_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
-ISAS = _ORDER[:_ORDER.index(NK.isa()) + 1]
 
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    NK.set_isa_cap(_ORDER.index(request.param))
-    assert NK.isa() == request.param
-    yield request.param
-    NK.set_isa_cap(-1)
 
 
 def _weights(K, N, bs, symmetric):
