@@ -98,6 +98,28 @@ void SetWeights(NBitsGemm& g, const py::handle& b, const py::handle& scales, con
   g.n_segments = static_cast<int>(segs.size());
 }
 
+// One MatMulNBits call's problem (A, shape, level, threads, BLAS, weights, bias); y, plan and DMA are the caller's.
+NBitsGemm NBitsCall(const char* op, const float* a, int64_t M, int64_t K, int64_t N, int block_size, int level,
+                    int threads, uintptr_t sgemm, const py::object& b, const py::object& scales,
+                    const py::object& zero_points, const std::optional<Arr<float>>& bias,
+                    std::vector<NBitsSegment>& segs, std::vector<py::object>& keep) {
+  if (block_size < 16 || block_size > 256 || (block_size & (block_size - 1)))
+    throw std::invalid_argument(std::string(op) + ": block_size " + std::to_string(block_size) +
+                                " is not a power of two in 16..256");
+  NBitsGemm g;
+  g.M = M;
+  g.K = K;
+  g.N = N;
+  g.block_size = block_size;
+  g.accuracy_level = level;
+  g.threads = threads;
+  g.sgemm = reinterpret_cast<Sgemm64>(sgemm);
+  g.a = a;
+  SetWeights(g, b, scales, zero_points, segs, keep);
+  if (bias) g.bias = Data(*bias, N, "bias");
+  return g;
+}
+
 py::object WithDma(py::object y, bool count, const DmaCount& c) {
   if (!count) return y;
   py::dict d;
@@ -109,24 +131,12 @@ py::object MatMulNBitsPy(const Arr<float>& a, const py::object& b, const py::obj
                          const py::object& zero_points, const std::optional<Arr<float>>& bias,
                          int64_t K, int64_t N, int block_size, int accuracy_level, int threads,
                          const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm) {
-  if (block_size < 16 || block_size > 256 || (block_size & (block_size - 1)))
-    throw std::invalid_argument("matmul_nbits: block_size " + std::to_string(block_size) +
-                                " is not a power of two in 16..256");
   if (a.ndim() != 2 || a.shape(1) != K)
     throw std::invalid_argument("matmul_nbits: A must be [M, K=" + std::to_string(K) + "]");
-  NBitsGemm g;
-  g.M = a.shape(0);
-  g.K = K;
-  g.N = N;
-  g.block_size = block_size;
-  g.accuracy_level = accuracy_level;
-  g.threads = threads;
-  g.sgemm = reinterpret_cast<Sgemm64>(sgemm);
-  g.a = a.data();
   std::vector<NBitsSegment> segs;
   std::vector<py::object> keep;
-  SetWeights(g, b, scales, zero_points, segs, keep);
-  if (bias) g.bias = Data(*bias, N, "bias");
+  NBitsGemm g = NBitsCall("matmul_nbits", a.data(), a.shape(0), K, N, block_size, accuracy_level, threads, sgemm, b,
+                          scales, zero_points, bias, segs, keep);
   py::array_t<float> y({g.M, N});
   g.y = y.mutable_data();
   const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "matmul_nbits");
@@ -150,9 +160,6 @@ py::object NormMatMulNBitsPy(const Arr<float>& x, const std::optional<Arr<float>
                              const py::object& zero_points, const std::optional<Arr<float>>& bias,
                              int64_t K, int64_t N, int block_size, int accuracy_level, bool swiglu, int threads,
                              const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm, uintptr_t sdot) {
-  if (block_size < 16 || block_size > 256 || (block_size & (block_size - 1)))
-    throw std::invalid_argument("norm_matmul_nbits: block_size " + std::to_string(block_size) +
-                                " is not a power of two in 16..256");
   if (x.ndim() != 2 || x.shape(1) != K)
     throw std::invalid_argument("norm_matmul_nbits: x must be [M, K=" + std::to_string(K) + "]");
   if (want_sum && !skip) throw std::invalid_argument("norm_matmul_nbits: the sum output needs a skip input");
@@ -175,19 +182,10 @@ py::object NormMatMulNBitsPy(const Arr<float>& x, const std::optional<Arr<float>
     pro.sum = s.mutable_data();
     sum = s;
   }
-  NBitsGemm g;
-  g.M = M;
-  g.K = K;
-  g.N = N;
-  g.block_size = block_size;
-  g.accuracy_level = accuracy_level;
-  g.threads = threads;
-  g.sgemm = reinterpret_cast<Sgemm64>(sgemm);
-  g.a = pro.a;
   std::vector<NBitsSegment> segs;
   std::vector<py::object> keep;
-  SetWeights(g, b, scales, zero_points, segs, keep);
-  if (bias) g.bias = Data(*bias, N, "bias");
+  NBitsGemm g = NBitsCall("norm_matmul_nbits", pro.a, M, K, N, block_size, accuracy_level, threads, sgemm, b, scales,
+                          zero_points, bias, segs, keep);
   py::array_t<float> acc({M, N});
   g.y = acc.mutable_data();
   py::array_t<float> y = swiglu ? py::array_t<float>({M, N / 2}) : acc;
