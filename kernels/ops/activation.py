@@ -116,15 +116,16 @@ def _out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
 
 
 def _param_runner(fn: Callable[[np.ndarray, dict[str, Any]], np.ndarray]):
-    """The run function of one op of ``_PARAM_UNARY``: ``fn`` gets the attributes (and ``zero``, ``one``) as scalars
-    of the compute dtype, made once per dtype (building them per call cost more than a small tensor's math)."""
+    """The run function of one op of ``_PARAM_UNARY``: ``fn`` gets the attributes (and ``zero``, ``one``) as 0-d
+    arrays of the compute dtype, made once per dtype (building them per call cost more than a small tensor's math)."""
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = arg(p, inputs, 0)
         xc = widen(x)
         typed = p.memo.get(("typed_params", xc.dtype))
         if typed is None:
             params = {**p.attrs["params"], "zero": 0.0, "one": 1.0}
-            typed = p.memo[("typed_params", xc.dtype)] = {k: _f(xc, v) for k, v in params.items()}
+            # 0-d arrays: a ufunc converts a numpy-scalar operand to an array on every call
+            typed = p.memo[("typed_params", xc.dtype)] = {k: np.array(v, xc.dtype) for k, v in params.items()}
         y = fn(xc, typed)
         dt = _out_dtype(p, x)
         return [y if type(y) is np.ndarray and y.dtype == dt else np.asarray(y).astype(dt, copy=False)]
@@ -134,8 +135,10 @@ def _param_runner(fn: Callable[[np.ndarray, dict[str, Any]], np.ndarray]):
 def _clip_run(p: Prepared, inputs) -> list[np.ndarray]:
     """``min(max(x, lo), hi)`` with each bound optional (an omitted input or attribute leaves that side open)."""
     x = arg(p, inputs, 0)
-    if "bounds" in p.attrs:
-        lo, hi = (None if b is None else x.dtype.type(b) for b in p.attrs["bounds"])
+    if "bounds" in p.attrs:  # opset-6 attributes: 0-d arrays of x's dtype, made once per dtype
+        key = ("bounds", x.dtype)
+        lo, hi = p.memo.get(key) or p.memo.setdefault(key, tuple(
+            None if b is None else np.array(b).astype(x.dtype) for b in p.attrs["bounds"]))
     else:
         lo, hi = arg(p, inputs, 1), arg(p, inputs, 2)
     same = x.dtype in FLOAT_RANGES and (lo is None or lo.dtype == x.dtype) and (hi is None or hi.dtype == x.dtype)
