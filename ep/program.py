@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 from time import perf_counter_ns
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -105,8 +106,9 @@ class Program:
         self._stats: dict[tuple, list[int]] = {}  # input-shape signature -> [calls, host ns], summed under the lock
         # signature -> host ns of each hot-path call not yet summed: list.append is atomic, so a call needs no lock
         self._pending: dict[tuple, list[int]] = {}
-        # The hot path's view of the steps: (run, prepared, in_slots, [(output index, slot)], release, step)
-        self._plan = [(st.kernel.run, st.prepared, st.in_slots,
+        # The hot path's view of the steps: (run, prepared, gather, [(output index, slot)], release, step), where
+        # gather(env) is the step's inputs as a tuple (operator.itemgetter: ~3x faster than a list comprehension)
+        self._plan = [(st.kernel.run, st.prepared, _gatherer(st.in_slots),
                        tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, st)
                       for st in steps]
         self._env_size = n_slots + 1  # a call's slot table; in_slots -1 read the extra last slot (always None)
@@ -181,8 +183,8 @@ class Program:
         env[: len(inputs)] = inputs
         token = _ERRSTATE.set(_IGNORE_ALL)
         try:
-            for run, prepared, in_slots, out_slots, release, step in self._plan:
-                args = [env[s] for s in in_slots]
+            for run, prepared, gather, out_slots, release, step in self._plan:
+                args = gather(env)
                 try:
                     outs = run(prepared, args)
                 except Exception as exc:
@@ -210,8 +212,8 @@ class Program:
         record = self.record
         token = _ERRSTATE.set(_IGNORE_ALL)
         try:
-            for run, prepared, in_slots, out_slots, release, step in self._plan:
-                args = [env[s] for s in in_slots]
+            for run, prepared, gather, out_slots, release, step in self._plan:
+                args = gather(env)
                 if step_shapes is not None:
                     step_shapes.append([a.shape if a is not None else None for a in args])
                 try:
@@ -291,6 +293,16 @@ class Program:
     def emulated_seconds(self) -> float:
         """Emulated NPU time of every call so far."""
         return sum(self._costs[s].seconds * c for s, (c, _) in self._folded().items() if s in self._costs)
+
+
+def _gatherer(slots: tuple[int, ...]) -> Callable[[list], tuple]:
+    """env -> the values of ``slots`` as a tuple (any number of slots)."""
+    if len(slots) >= 2:
+        return itemgetter(*slots)
+    if len(slots) == 1:
+        get = itemgetter(slots[0])
+        return lambda env: (get(env),)
+    return lambda env: ()
 
 
 def _resolve(shape: tuple | None, unknown_dim: int | None) -> tuple | None | bool:

@@ -76,8 +76,8 @@ def _timed_steps(program: Program, inputs: Sequence[np.ndarray], acc: list[int])
     env[: len(inputs)] = inputs
     times = []
     with np.errstate(all="ignore"):
-        for run, prepared, in_slots, out_slots, release, _ in program._plan:
-            args = [env[s] for s in in_slots]
+        for run, prepared, gather, out_slots, release, _ in program._plan:
+            args = gather(env)
             acc[0] = 0
             t0 = time.perf_counter_ns()
             outs = run(prepared, args)
