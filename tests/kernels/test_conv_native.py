@@ -76,6 +76,8 @@ SHAPES = [
     ((1, 2, 4, 4), (3, 2, 5, 5), dict(pads=[2, 2, 2, 2], strides=[3, 3])),  # kernel larger than the input
     ((2, 4, 17), (6, 4, 3), dict(pads=[1, 1])),  # 1-D
     ((1, 8, 20), (8, 1, 5), dict(group=8, strides=[2], pads=[2, 2])),  # depthwise 1-D
+    ((1, 10, 9, 12), (10, 1, 5, 5), dict(group=10, strides=[2, 1], pads=[2, 2, 2, 2])),  # PP-LCNet's (2, 1) stride
+    ((1, 4, 13, 9), (8, 1, 3, 3), dict(group=4, strides=[3, 1], dilations=[2, 1], pads=[1, 0, 2, 1])),
     ((1, 3, 16), (5, 3, 4), dict(dilations=[3], pads=[0, 2])),
 ]
 
@@ -253,3 +255,15 @@ def test_small_conv_net_qdq_session(tmp_path):
                  for n in model.graph.node if n.output[0] == model.graph.output[0].name
                  for i in model.graph.initializer if i.name == n.input[1])
     assert np.all(np.abs(got - ref) <= scale * 1.0001), np.abs(got - ref).max() / scale
+
+
+def test_depthwise_scratch_follows_the_geometry():
+    """The padded-plane scratch is kept per thread across calls: convs of the same scratch size but other padding,
+    run alternately, each still equal the reference."""
+    x = RNG.standard_normal((1, 6, 8, 10)).astype(np.float32)
+    w = RNG.standard_normal((6, 1, 3, 3)).astype(np.float32)
+    convs = [_prepared("Conv", [("x", x, False), ("w", w, True)], group=6, pads=pads)
+             for pads in ([1, 1, 1, 1], [2, 2, 0, 0], [0, 0, 2, 2])]
+    for _ in range(2):
+        for k, p, args in convs:
+            np.testing.assert_array_equal(_run(k, p, args, "native"), _run(k, p, args, "reference"))

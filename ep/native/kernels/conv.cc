@@ -218,18 +218,36 @@ namespace {
 // over the whole output plane laid out with the same pitch (the columns past OW are computed and dropped), so
 // the work is T long vector loops instead of T * OH short ones. Padded taps multiply the buffer's zeros, as the
 // reference does.
-void DepthwiseFloatStride1(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
-                           int threads, const ConvTail& epilogue) {
+// Unit width stride (any height stride): each plane is copied once into a zero-padded scratch, then every tap is
+// one multiply-add pass over whole rows (over all output rows at once when the height stride is 1 too). Padding
+// taps read the scratch's zeros: 0 * w, as the reference adds them.
+void DepthwiseFloatUnitWidthStride(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
+                                   int threads, const ConvTail& epilogue) {
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw;
   conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
     const float* plane = x + (n * s.C + c) * s.H * s.W;
-    std::vector<float> xp(Hp * Wp + tail, 0.0f), acc(s.OH * Wp);
+    // per-thread scratch kept across planes and calls: its padding stays zero while the geometry is the same, so a
+    // plane only copies its rows in (a small map's planes cost more in allocation and zeroing than in arithmetic)
+    thread_local std::vector<float> xp, acc;
+    thread_local int64_t geometry[7] = {-1, -1, -1, -1, -1, -1, -1};
+    const int64_t g[7] = {Hp, Wp, s.pt, s.pl, s.H, s.W, tail};
+    if (!std::equal(g, g + 7, geometry)) {
+      xp.assign(Hp * Wp + tail, 0.0f);
+      std::copy(g, g + 7, geometry);
+    }
+    acc.resize(s.OH * Wp);
     for (int64_t h = 0; h < s.H; ++h) std::memcpy(&xp[(h + s.pt) * Wp + s.pl], plane + h * s.W, s.W * sizeof(float));
     for (int64_t t = 0; t < T; ++t) {
       const int64_t i = t / s.kw, j = t % s.kw;
-      MulAdd(acc.data(), xp.data() + i * s.dh * Wp + j * s.dw, 1, s.OH * Wp, w[(c * T + t) * mult + jm], t == 0);
+      const float wt = w[(c * T + t) * mult + jm];
+      if (s.sh == 1) {
+        MulAdd(acc.data(), xp.data() + i * s.dh * Wp + j * s.dw, 1, s.OH * Wp, wt, t == 0);
+        continue;
+      }
+      for (int64_t oh = 0; oh < s.OH; ++oh)
+        MulAdd(acc.data() + oh * Wp, xp.data() + (oh * s.sh + i * s.dh) * Wp + j * s.dw, 1, s.OW, wt, t == 0);
     }
     float* out = y + task * P;
     for (int64_t oh = 0; oh < s.OH; ++oh) {
@@ -248,7 +266,7 @@ void DepthwiseFloatStride1(const ConvShape& s, const float* x, const float* w, c
 
 void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                     const ConvTail& tail) {
-  if (s.sh == 1 && s.sw == 1) return DepthwiseFloatStride1(s, x, w, bias, y, threads, tail);
+  if (s.sw == 1) return DepthwiseFloatUnitWidthStride(s, x, w, bias, y, threads, tail);
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
