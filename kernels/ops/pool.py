@@ -160,9 +160,15 @@ def _run_avg(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _run_gap(p: Prepared, inputs) -> list[np.ndarray]:
+    """The mean over every axis after N, C: one float32 add-reduce over each channel's flattened pixels (what
+    ``mean`` does for contiguous axes, without its Python wrapper and copies), then one division."""
     x = arg(p, inputs, 0)
-    axes = tuple(range(2, x.ndim))
-    return [x.astype(np.float32).mean(axis=axes, keepdims=True).astype(x.dtype)]
+    n, c = x.shape[:2]
+    count = math.prod(x.shape[2:])
+    flat = np.ascontiguousarray(x).reshape(n, c, count)
+    s = np.add.reduce(flat, axis=2, dtype=np.float32, keepdims=True)
+    s /= np.float32(count) if count else np.float32(0.0)  # no pixels: 0/0, NaN as ORT
+    return [s.reshape((n, c) + (1,) * (x.ndim - 2)).astype(x.dtype, copy=False)]
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
