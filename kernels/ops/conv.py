@@ -291,13 +291,39 @@ def _geometry_list(p: Prepared, x: np.ndarray) -> list[int]:
             *_pads(g, x.shape[2], x.shape[3])]
 
 
+def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
+    """(weights, bias, kernel, its arguments after x) of the float conv's native call for x's shape, made once per
+    shape (geometry, contiguous bias, tail, BLAS address: ~5 us of Python per call otherwise); None when neither the
+    depthwise nor the dense kernel applies. Rebuilt if the weights or bias objects were replaced."""
+    c = p.consts
+    w, bias = c["w"], c.get("bias")
+    key = ("float_call", x.shape, threads)
+    call = p.memo.get(key)
+    if call is not None and call[0] is w and call[1] is bias:
+        return call
+    g = p.attrs["geom"]
+    grp, kdim, _ = w.shape
+    geom = _geometry_list(p, x)
+    b32 = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    tail = (c["tail_codes"], c["tail_c"]) if "tail_codes" in c else (None, None)
+    sgemm = host_blas.sgemm_address()
+    if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
+        call = (w, bias, nat.conv_depthwise, (w, b32, geom, threads, *tail))
+    elif sgemm is not None:
+        call = (w, bias, nat.conv_dense, (w, b32, geom, sgemm, threads, *tail))
+    else:
+        return None
+    p.memo[key] = call
+    return call
+
+
 def _native_run(p: Prepared, nat, x: np.ndarray) -> tuple[np.ndarray | None, bool]:
     """The conv on the native kernels (x is 4-D), or None where they do not apply (fp16 and other float types);
     and whether the fused tail was applied with it."""
     at, c = p.attrs, p.consts
     threads = _native.threads(p)
-    geom = _geometry_list(p, x)
     if at["op"] == "QLinearConv":
+        geom = _geometry_list(p, x)
         mult = p.memo.get("native_mult")
         if mult is None:
             mult = p.memo["native_mult"] = np.ascontiguousarray(
@@ -311,16 +337,14 @@ def _native_run(p: Prepared, nat, x: np.ndarray) -> tuple[np.ndarray | None, boo
     if x.dtype != np.float32:
         return None, False
     x = np.ascontiguousarray(x)
+    call = _float_call(p, nat, x, threads)
+    if call is not None:
+        return call[2](x, *call[3]), True
+    geom = _geometry_list(p, x)
     w, g = c["w"], at["geom"]
     grp, kdim, mg = w.shape
     bias = c.get("bias")
     bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
-    tail = (c["tail_codes"], c["tail_c"]) if "tail_codes" in c else (None, None)
-    if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
-        return nat.conv_depthwise(x, w, bias, geom, threads, *tail), True
-    sgemm = host_blas.sgemm_address()
-    if sgemm is not None:
-        return nat.conv_dense(x, w, bias, geom, sgemm, threads, *tail), True
     if grp == 1 and kdim == x.shape[1] and g["kernel"] == [1, 1] and g["strides"] == [1, 1] and not any(geom[8:]):
         y = _pointwise(x, w)
     else:

@@ -267,3 +267,18 @@ def test_depthwise_scratch_follows_the_geometry():
     for _ in range(2):
         for k, p, args in convs:
             np.testing.assert_array_equal(_run(k, p, args, "native"), _run(k, p, args, "reference"))
+
+
+@pytest.mark.parametrize("ws,attrs", [((6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1])), ((4, 6, 3, 3), dict())])
+def test_native_call_made_once_per_shape_follows_replaced_constants(ws, attrs):
+    """The float conv's native call is built once per input shape (conv._float_call); a bias or weight object that
+    was replaced since (a rebased ORT initializer) rebuilds it, and other shapes get their own."""
+    w, b = RNG.standard_normal(ws).astype(np.float32), RNG.standard_normal(ws[0]).astype(np.float32)
+    x = RNG.standard_normal((1, 6, 8, 9)).astype(np.float32)
+    k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True), ("b", b, True)], **attrs)
+    first = _run(k, p, args, "native")
+    np.testing.assert_array_equal(_run(k, p, args, "native"), first)
+    p.consts["bias"] = p.consts["bias"] + np.float32(1.0)
+    np.testing.assert_allclose(_run(k, p, args, "native"), first + 1.0, rtol=1e-6, atol=1e-6)
+    small = [x[:, :, :5, :7]] + args[1:]
+    np.testing.assert_allclose(_run(k, p, small, "native"), _run(k, p, small, "reference"), rtol=1e-5, atol=1e-5)
