@@ -15,11 +15,7 @@
 #include "conv_internal.h"
 #include "thread_pool.h"
 
-#if NPU_EP_X86
-#include <immintrin.h>
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "intrinsics.h"
 #pragma GCC optimize("fp-contract=off")
 
 namespace npu_ep::kern {

@@ -6,12 +6,7 @@
 #include "cpu.h"
 #include "gqa_internal.h"
 
-#if NPU_EP_X86
-#include <immintrin.h>
-// GCC 12 flags the deliberately undefined pass-through operand inside AVX-512 intrinsics.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "intrinsics.h"
 
 namespace npu_ep::kern::gqa {
 namespace {

@@ -11,11 +11,7 @@
 #include "cpu.h"
 #include "thread_pool.h"
 
-#if NPU_EP_X86
-#include <immintrin.h>
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "intrinsics.h"
 
 namespace npu_ep::kern {
 namespace {

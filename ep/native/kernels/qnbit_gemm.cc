@@ -22,12 +22,7 @@
 #include "qnbit_gemm_internal.h"
 #include "thread_pool.h"
 
-#if NPU_EP_X86
-#include <immintrin.h>
-// GCC 12 flags the deliberately undefined pass-through operand inside AVX-512 intrinsics.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "intrinsics.h"
 
 namespace npu_ep::kern {
 namespace {

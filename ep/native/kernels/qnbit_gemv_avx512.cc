@@ -10,12 +10,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "intrinsics.h"
 #include "qnbit_gemm_internal.h"
 
 #if NPU_EP_X86
-#include <immintrin.h>
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace npu_ep::kern::nbits {
 namespace {
