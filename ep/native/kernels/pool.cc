@@ -135,13 +135,18 @@ void MaxPoolPlanes(const PoolShape& s, const T* x, T low, T* y, int threads, Row
 
 }  // namespace
 
-void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
-  bool pairs = s.kw == 2 && s.sw == 2 && s.pl == 0 && 2 * s.OW <= s.W;  // every window wholly inside the row
+// 2-wide, stride-2 windows wholly inside each row, on a host with the AVX-512 column pass.
+static bool VectorPairs(const PoolShape& s) {
 #if NPU_EP_X86
-  pairs = pairs && ActiveIsa() >= Isa::kAvx512;
+  return s.kw == 2 && s.sw == 2 && s.pl == 0 && 2 * s.OW <= s.W && ActiveIsa() >= Isa::kAvx512;
 #else
-  pairs = false;
+  (void)s;
+  return false;
 #endif
+}
+
+void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
+  const bool pairs = VectorPairs(s);
   MaxPoolPlanes<float>(
       s, x, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
       [&](float* dst, const float* rowmax) {
@@ -155,12 +160,7 @@ void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int t
 void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads) {
   // computed on flipped bytes for int8 (x ^ 0x80 orders like x), flipped back at the end
   const uint8_t flip = is_signed ? 0x80 : 0x00;
-  bool pairs = s.kw == 2 && s.sw == 2 && s.pl == 0 && 2 * s.OW <= s.W;  // every window wholly inside the row
-#if NPU_EP_X86
-  pairs = pairs && ActiveIsa() >= Isa::kAvx512;
-#else
-  pairs = false;
-#endif
+  const bool pairs = VectorPairs(s);
   MaxPoolPlanes<uint8_t>(s, x, 0, y, threads, [&](uint8_t* acc, const uint8_t* row) {
 #if NPU_EP_X86
     if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
