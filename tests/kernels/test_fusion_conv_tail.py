@@ -14,8 +14,8 @@ from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.conv_tail import CODES, fuse_conv_tails
 from npu_ep.kernels.ops import _native
 from npu_ep.kernels.ops.conv import tail_reference
-from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
+from _single_op import run_nodes
 from npu_testing import assignment, make_model, npu_session
 
 REF = Target.load("npu-ref")
@@ -67,15 +67,7 @@ def _model(*, join="Mul", clip="Clip", extra_reader=None, per_channel=False, run
 
 
 def _run(nodes, feeds, kernels="native"):
-    env = dict(feeds)
-    for nd in nodes:
-        k = kernel_for(nd.domain, nd.op_type)
-        p = k.prepare(nd, REF)
-        p.target = REF
-        _native.configure([p], kernels, 2)
-        outs = k.run(p, [None if v.missing or v.is_constant else env[v.name] for v in nd.inputs])
-        env.update({o.name: a for o, a in zip(nd.outputs, outs)})
-    return env
+    return run_nodes(nodes, feeds, REF, kernels)
 
 
 def _feeds(seed=0, conv="dense", hw=(H, W)):

@@ -13,9 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 import npu_ep
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.qdq_bytes import fuse_qdq_bytes
-from npu_ep.kernels.ops import _native
-from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
+from _single_op import run_nodes
 from npu_testing import assignment, npu_session
 
 REF = Target.load("npu-ref")
@@ -51,15 +50,7 @@ def _model(qtype=TensorProto.UINT8, *, q2_scale=0.05, op="MaxPool", op_attrs=Non
 
 
 def _run(nodes, feeds, kernels="native"):
-    env = dict(feeds)
-    for nd in nodes:
-        k = kernel_for(nd.domain, nd.op_type)
-        p = k.prepare(nd, REF)
-        p.target = REF
-        _native.configure([p], kernels, 2)
-        outs = k.run(p, [None if v.missing or v.is_constant else env[v.name] for v in nd.inputs])
-        env.update({o.name: a for o, a in zip(nd.outputs, outs)})
-    return env
+    return run_nodes(nodes, feeds, REF, kernels)
 
 
 def _feeds(seed):

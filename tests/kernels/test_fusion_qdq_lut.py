@@ -18,8 +18,8 @@ from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.fusion.qdq_lut import fuse_qdq_lut
 from npu_ep.kernels.ops import _native
 from npu_ep.kernels.ops.qdq_lut import reference
-from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
+from _single_op import run_nodes
 from npu_testing import assignment, npu_session
 
 REF = Target.load("npu-ref")
@@ -34,15 +34,7 @@ def _unoptimized(model, feeds):
 
 
 def _run(nodes, feeds, target=REF, kernels="native"):
-    env = dict(feeds)
-    for nd in nodes:
-        k = kernel_for(nd.domain, nd.op_type)
-        p = k.prepare(nd, target)
-        p.target = target
-        _native.configure([p], kernels, 2)
-        outs = k.run(p, [None if v.missing or v.is_constant else env[v.name] for v in nd.inputs])
-        env.update({o.name: a for o, a in zip(nd.outputs, outs)})
-    return env
+    return run_nodes(nodes, feeds, target, kernels)
 
 
 def _ops(nodes):
