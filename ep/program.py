@@ -18,6 +18,7 @@ import numpy as np
 
 from ..kernels.ops._native import PARTITION_OUTPUTS
 from ..kernels.registry import KernelDef, OpCost, Prepared
+from . import step_binding
 from .log import logger
 from .weight_arena import pack_constants
 
@@ -49,6 +50,7 @@ else:
     with np.errstate(all="ignore"):
         _IGNORE_ALL = _ERRSTATE.get()
 
+_BOUND_SIGNATURES = 16  # input-shape signatures whose native steps a program keeps
 _FOLD_EVERY = 1024  # a signature's pending call times are summed into its stats this often (and when read)
 
 
@@ -112,6 +114,10 @@ class Program:
                        tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, st)
                       for st in steps]
         self._env_size = n_slots + 1  # a call's slot table; in_slots -1 read the extra last slot (always None)
+        self._loop = self._native_loop()  # the hot path's loop in C++ (None without the extension: the loop below)
+        # signature -> native steps bound after its first call (ep.step_binding), and the loop that runs them
+        self._bindings: dict[tuple, list] = {}
+        self._bound: dict[tuple, Any] = {}
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
         self._marked = False  # mark_partition_outputs was called (rebind then marks again)
         self.arena_bytes = pack_constants(st.prepared for st in steps)  # weights as one huge-page stream
@@ -129,8 +135,23 @@ class Program:
         by_name = dict(zip(have_out, zip(self.output_slots, self.outputs)))
         self.output_slots = tuple(by_name[n][0] for n in output_names)
         self.outputs = [by_name[n][1] for n in output_names]
+        self._loop = self._native_loop()
+        self._bound = {sig: self._native_loop(natives) for sig, natives in self._bindings.items()}
         if self._marked:
             self.mark_partition_outputs()
+
+    def _native_loop(self, natives: Sequence[Any] | None = None) -> Any:
+        """The extension's StepLoop over this program's steps (with a signature's native steps), or None when the
+        extension is not built."""
+        step_loop = _step_loop_class()
+        if step_loop is None:
+            return None
+        natives = natives or [None] * len(self.steps)
+        steps = [(st.kernel.run, st.prepared, st.in_slots,
+                  tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, native)
+                 for st, native in zip(self.steps, natives, strict=True)]
+        return step_loop(steps, self.n_slots, self.output_slots,
+                         lambda j, args, exc: _failure(self.steps[j], args, exc))
 
     def mark_partition_outputs(self) -> None:
         """Tell each step which of its outputs are outputs of this partition (their ORT index), so a kernel that
@@ -142,6 +163,12 @@ class Program:
             first.setdefault(slot, j)  # an output listed twice: the second is copied from the first
         for st in self.steps:
             st.prepared.memo[PARTITION_OUTPUTS] = {i: first[s] for i, s in enumerate(st.out_slots) if s in first}
+
+    @property
+    def native_step_counts(self) -> tuple[int, int]:
+        """(native step runs, inputs a native step declined) over the signatures whose native steps are kept."""
+        counts = [loop.native_counts for loop in list(self._bound.values())]
+        return sum(r for r, _ in counts), sum(d for _, d in counts)
 
     @property
     def calls(self) -> int:
@@ -179,28 +206,33 @@ class Program:
         pending = self._pending.get(signature)
         if pending is None or self.record:
             return self._observed_call(inputs, signature, pending is not None, t0)
-        env: list[Any] = [None] * self._env_size  # the extra last slot stays None: in_slots -1 read it
-        env[: len(inputs)] = inputs
+        loop = self._bound.get(signature, self._loop)
         token = _ERRSTATE.set(_IGNORE_ALL)
         try:
-            for run, prepared, gather, out_slots, release, step in self._plan:
-                args = gather(env)
-                try:
-                    outs = run(prepared, args)
-                except Exception as exc:
-                    raise _failure(step, args, exc) from exc
-                for i, slot in out_slots:
-                    env[slot] = outs[i]
-                for slot in release:
-                    env[slot] = None
+            result = loop(inputs) if loop is not None else self._python_loop(inputs)
         finally:
             _ERRSTATE.reset(token)
-        result = tuple([env[s] for s in self.output_slots])
         pending.append(perf_counter_ns() - t0)
         if len(pending) >= _FOLD_EVERY:
             with self._lock:
                 self._fold_locked()
         return result
+
+    def _python_loop(self, inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """The hot path's loop without the extension (what ``_native.StepLoop`` does in C++)."""
+        env: list[Any] = [None] * self._env_size  # the extra last slot stays None: in_slots -1 read it
+        env[: len(inputs)] = inputs
+        for run, prepared, gather, out_slots, release, step in self._plan:
+            args = gather(env)
+            try:
+                outs = run(prepared, args)
+            except Exception as exc:
+                raise _failure(step, args, exc) from exc
+            for i, slot in out_slots:
+                env[slot] = outs[i]
+            for slot in release:
+                env[slot] = None
+        return tuple([env[s] for s in self.output_slots])
 
     def _observed_call(self, inputs: tuple[np.ndarray, ...], signature: tuple, known: bool,
                        t0: int) -> tuple[np.ndarray, ...]:
@@ -210,6 +242,7 @@ class Program:
         env[: len(inputs)] = inputs
         step_shapes: list[list] | None = None if known else []
         record = self.record
+        natives: list | None = [] if step_shapes is not None and self._loop is not None and not record else None
         token = _ERRSTATE.set(_IGNORE_ALL)
         try:
             for run, prepared, gather, out_slots, release, step in self._plan:
@@ -220,6 +253,8 @@ class Program:
                     outs = run(prepared, args)
                 except Exception as exc:
                     raise _failure(step, args, exc) from exc
+                if natives is not None:
+                    natives.append(_bind(step, args, outs))
                 for i, slot in out_slots:
                     env[slot] = outs[i]
                 for slot in release:
@@ -231,12 +266,26 @@ class Program:
         result = tuple([env[s] for s in self.output_slots])
         elapsed = perf_counter_ns() - t0
         if step_shapes is not None:
+            if natives and any(n is not None for n in natives):
+                self._keep_bound(signature, natives)
             return self._first_of_signature(signature, step_shapes, elapsed, result)
         with self._lock:
             stats = self._stats[signature]
             stats[0] += 1
             stats[1] += elapsed
         return result
+
+    def _keep_bound(self, signature: tuple, natives: list) -> None:
+        """Run this signature's later calls with its native steps; only the latest signatures are kept (a decoder
+        with a growing past has a new one per token)."""
+        loop = self._native_loop(natives)
+        with self._lock:
+            while len(self._bindings) >= _BOUND_SIGNATURES:
+                oldest = next(iter(self._bindings))
+                del self._bindings[oldest]
+                self._bound.pop(oldest, None)
+            self._bindings[signature] = natives
+            self._bound[signature] = loop
 
     def _first_of_signature(self, signature: tuple, step_shapes: list[list], elapsed: int,
                             result: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -293,6 +342,30 @@ class Program:
     def emulated_seconds(self) -> float:
         """Emulated NPU time of every call so far."""
         return sum(self._costs[s].seconds * c for s, (c, _) in self._folded().items() if s in self._costs)
+
+
+def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any]) -> Any:
+    """The step's native step for these inputs, or None; binding never breaks a call (the kernel keeps running)."""
+    try:
+        return step_binding.bind(step.op, step.kernel, step.prepared, args, outs, _native_module())
+    except Exception as exc:  # noqa: BLE001 - an optimization that failed, not an error of the model
+        logger.debug("no native step for %s: %s: %s", step.describe(), type(exc).__name__, exc)
+        return None
+
+
+def _native_module() -> Any:
+    from . import _native
+
+    return _native
+
+
+def _step_loop_class() -> Any:
+    """``_native.StepLoop``, or None when the extension is not built (the Python loop runs)."""
+    try:
+        from ._native import StepLoop
+    except ImportError:  # pragma: no cover - CI builds the extension
+        return None
+    return StepLoop
 
 
 def _gatherer(slots: tuple[int, ...]) -> Callable[[list], tuple]:

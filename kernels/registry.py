@@ -72,6 +72,9 @@ class KernelDef:
     cost: Callable[[Prepared, Sequence[Shape | None]], OpCost]
     check: Callable[[NodeInfo, "Target"], str | None] = _no_check
     rank_free: bool = False  # True: inputs of unknown rank are fine (see the module docstring)
+    # run time, optional: (prepared, inputs, outputs) of a call -> a native step for these input shapes that the
+    # program's C++ loop runs instead of ``run`` (``ep/step_binding.py``; ``kernels.ops._native.call_step``), or None
+    bind: Callable[[Prepared, Sequence[np.ndarray | None], Sequence[np.ndarray]], Any] | None = None
 
 
 KERNELS: dict[tuple[str, str], KernelDef] = {}

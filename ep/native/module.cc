@@ -4,9 +4,11 @@
 #include <pybind11/stl.h>
 
 #include "kernels/bindings.h"
+#include "native_steps.h"
 #include "ort_api.h"
 #include "partition_kernel.h"
 #include "py_bridge.h"
+#include "step_loop.h"
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "NpuEP plugin library (ORT plugin-EP ABI) and its bridge counters";
@@ -26,5 +28,7 @@ PYBIND11_MODULE(_native, m) {
         },
         pybind11::arg("timeout_s") = 2.0,
         "Refuse new partition calls and wait for running ones; returns whether all finished in time");
+  npu_ep::RegisterNativeSteps(m);
+  npu_ep::RegisterStepLoop(m);
   npu_ep::kern::RegisterKernels(m);
 }

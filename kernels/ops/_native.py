@@ -57,6 +57,19 @@ def ort_output(p: Prepared, index: int, shape: tuple[int, ...], dtype: np.dtype)
     return view if view is not None and view.dtype == dtype else None
 
 
+def call_step(p: Prepared, fn, args: tuple, inputs: list, outputs: list, guards: list | None = None):
+    """A native step calling ``fn(*args)`` with this step's inputs put in, for a kernel's ``bind`` (see
+    ``_native.CallStep`` for ``inputs``/``outputs``/``guards``); it declines once the session's kernel choice for
+    ``p`` changes. None without the extension."""
+    if not _module:
+        _load()
+    bridge = _module[1]
+    if bridge is None:
+        return None
+    guards = [(p.memo, _KEY, p.memo.get(_KEY)), *(guards or [])]
+    return bridge.CallStep(fn, tuple(args), list(inputs), list(outputs), guards)
+
+
 def configure(prepared: Iterable[Prepared], kernels: str, threads: int) -> None:
     """Stamp prepared kernels with the session's choice (``kernels`` in KERNEL_CHOICES, host threads >= 1)."""
     if kernels not in KERNEL_CHOICES:

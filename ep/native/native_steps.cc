@@ -1,0 +1,232 @@
+// The native steps ep/step_binding.py binds (see native_steps.h): a memoized step (its inputs are shapes or small
+// values that repeat from call to call), a view step (a reshape-like op on a contiguous input) and a call step (a
+// native kernel with the arguments its Python kernel would pass). Each checks the inputs it was bound for on every
+// call and declines anything else, so a data-dependent shape never gets a stale answer.
+#include "native_steps.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace npu_ep {
+namespace {
+
+// What one input must be for a bound step to apply.
+struct Expected {
+  enum Kind { kNone, kShape, kValue } kind = kNone;
+  int dtype = -1;
+  std::vector<py::ssize_t> dims;
+  std::string bytes;  // kValue: the C-order data
+};
+
+bool SameShape(const py::array& a, const std::vector<py::ssize_t>& dims) {
+  if (a.ndim() != static_cast<py::ssize_t>(dims.size())) return false;
+  const py::ssize_t* shape = a.shape();
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (shape[i] != dims[i]) return false;
+  return true;
+}
+
+bool Matches(const Expected& e, PyObject* v) {
+  if (e.kind == Expected::kNone) return v == Py_None;
+  if (!py::isinstance<py::array>(v)) return false;
+  auto a = py::reinterpret_borrow<py::array>(v);
+  if (a.dtype().num() != e.dtype || !SameShape(a, e.dims)) return false;
+  if (e.kind == Expected::kShape) return true;
+  if (!(a.flags() & py::array::c_style)) return false;
+  return static_cast<size_t>(a.nbytes()) == e.bytes.size() && std::memcmp(a.data(), e.bytes.data(), e.bytes.size()) == 0;
+}
+
+Expected ParseExpected(const py::handle& h) {
+  Expected e;
+  if (h.is_none()) return e;
+  auto t = h.cast<py::tuple>();  // ("shape", dtype, dims) or ("value", array)
+  auto kind = t[0].cast<std::string>();
+  if (kind == "shape" && t.size() == 3) {
+    e.kind = Expected::kShape;
+    e.dtype = py::dtype::from_args(t[1]).num();
+    e.dims = t[2].cast<std::vector<py::ssize_t>>();
+    return e;
+  }
+  if (kind != "value" || t.size() != 2) throw py::value_error("expected input: ('shape', dtype, dims) or ('value', array)");
+  auto a = py::array::ensure(t[1], py::array::c_style);
+  if (!a) throw py::value_error("expected input: not an array");
+  e.kind = Expected::kValue;
+  e.dtype = a.dtype().num();
+  e.dims.assign(a.shape(), a.shape() + a.ndim());
+  e.bytes.assign(static_cast<const char*>(a.data()), static_cast<size_t>(a.nbytes()));
+  return e;
+}
+
+// Outputs computed once: while every input is what it was (same dtype and shape; same bytes for "value" inputs),
+// the step's outputs are the kept ones. The kept arrays are read-only, so no consumer can change them.
+class MemoStep : public NativeStep {
+ public:
+  MemoStep(const py::list& expected, py::tuple outputs) : outputs_(std::move(outputs)) {
+    for (const py::handle h : expected) expected_.push_back(ParseExpected(h));
+    for (const py::handle o : outputs_) {
+      if (!py::isinstance<py::array>(o) || (py::reinterpret_borrow<py::array>(o).writeable()))
+        throw py::value_error("a memoized output must be a read-only array");
+    }
+  }
+
+  PyObject* Run(PyObject* args) override {
+    if (PyTuple_GET_SIZE(args) != static_cast<Py_ssize_t>(expected_.size())) return nullptr;
+    for (size_t k = 0; k < expected_.size(); ++k)
+      if (!Matches(expected_[k], PyTuple_GET_ITEM(args, static_cast<Py_ssize_t>(k)))) return nullptr;
+    return outputs_.inc_ref().ptr();
+  }
+
+ private:
+  std::vector<Expected> expected_;
+  py::tuple outputs_;
+};
+
+// Input 0 viewed with another shape (Reshape/Squeeze/Unsqueeze/Flatten with constant shape or axes, Identity),
+// when it has the bound shape and is C-contiguous; the other inputs must be omitted (constants of the node).
+class ViewStep : public NativeStep {
+ public:
+  ViewStep(std::vector<py::ssize_t> in_dims, std::vector<py::ssize_t> out_dims, size_t n_inputs)
+      : in_dims_(std::move(in_dims)), out_dims_(std::move(out_dims)), n_inputs_(n_inputs) {}
+
+  PyObject* Run(PyObject* args) override {
+    if (PyTuple_GET_SIZE(args) != static_cast<Py_ssize_t>(n_inputs_)) return nullptr;
+    for (size_t k = 1; k < n_inputs_; ++k)
+      if (PyTuple_GET_ITEM(args, static_cast<Py_ssize_t>(k)) != Py_None) return nullptr;
+    PyObject* x = PyTuple_GET_ITEM(args, 0);
+    if (!py::isinstance<py::array>(x)) return nullptr;
+    auto a = py::reinterpret_borrow<py::array>(x);
+    if (!(a.flags() & py::array::c_style) || !SameShape(a, in_dims_)) return nullptr;
+    try {
+      py::array view = a.reshape(out_dims_);
+      return py::make_tuple(std::move(view)).release().ptr();
+    } catch (py::error_already_set& e) {
+      e.restore();
+      return nullptr;
+    }
+  }
+
+ private:
+  std::vector<py::ssize_t> in_dims_, out_dims_;
+  size_t n_inputs_;
+};
+
+// A native kernel called straight from the loop with the arguments its Python kernel would pass for the bound
+// shapes: a template of fixed arguments with the step's inputs put in (checked: dtype, shape, C order; viewed
+// with another shape where the kernel wants one), the result's parts reshaped to the outputs' shapes. Guards
+// (dict, key, expected object) keep it to the setting it was bound under: the step declines once dict[key] is not
+// that very object (an absent key is expected as None), e.g. another kernel choice or DMA counting switched on.
+class CallStep : public NativeStep {
+ public:
+  CallStep(py::object fn, py::tuple args, const py::list& inputs, const py::list& outputs, const py::list& guards)
+      : fn_(std::move(fn)), args_(std::move(args)) {
+    for (const py::handle h : inputs) {  // (argument index, step input index, dtype, shape, view shape | None)
+      auto t = h.cast<py::tuple>();
+      In in;
+      in.arg = t[0].cast<Py_ssize_t>();
+      in.input = t[1].cast<Py_ssize_t>();
+      in.dtype = py::dtype::from_args(t[2]).num();
+      in.dims = t[3].cast<std::vector<py::ssize_t>>();
+      if (!t[4].is_none()) in.view = t[4].cast<std::vector<py::ssize_t>>();
+      if (in.arg < 0 || in.arg >= static_cast<Py_ssize_t>(args_.size())) throw py::value_error("input argument index");
+      inputs_.push_back(std::move(in));
+    }
+    for (const py::handle h : outputs) {  // (result index | -1 for the whole result, shape | None)
+      auto t = h.cast<py::tuple>();
+      Out out;
+      out.index = t[0].cast<Py_ssize_t>();
+      if (!t[1].is_none()) out.dims = t[1].cast<std::vector<py::ssize_t>>();
+      outputs_.push_back(std::move(out));
+    }
+    for (const py::handle h : guards) {
+      auto t = h.cast<py::tuple>();
+      guards_.push_back({t[0].cast<py::dict>(), t[1].cast<py::object>(), t[2].cast<py::object>()});
+    }
+  }
+
+  PyObject* Run(PyObject* step_args) override {
+    for (const Guard& g : guards_) {
+      PyObject* now = PyDict_GetItemWithError(g.dict.ptr(), g.key.ptr());
+      if (now == nullptr && PyErr_Occurred()) return nullptr;
+      if ((now == nullptr ? Py_None : now) != g.expected.ptr()) return nullptr;
+    }
+    py::tuple call(args_.size());
+    for (size_t i = 0; i < args_.size(); ++i) call[i] = args_[i];
+    for (const In& in : inputs_) {
+      if (in.input >= PyTuple_GET_SIZE(step_args)) return nullptr;
+      PyObject* x = PyTuple_GET_ITEM(step_args, in.input);
+      if (!py::isinstance<py::array>(x)) return nullptr;
+      auto a = py::reinterpret_borrow<py::array>(x);
+      if (a.dtype().num() != in.dtype || !(a.flags() & py::array::c_style) || !SameShape(a, in.dims)) return nullptr;
+      if (in.view.empty()) {
+        call[static_cast<size_t>(in.arg)] = a;
+      } else {
+        call[static_cast<size_t>(in.arg)] = a.reshape(in.view);
+      }
+    }
+    PyObject* result = PyObject_Call(fn_.ptr(), call.ptr(), nullptr);
+    if (result == nullptr) return nullptr;  // the kernel's error: the loop names the node
+    auto res = py::reinterpret_steal<py::object>(result);
+    try {
+      py::tuple outs(outputs_.size());
+      for (size_t i = 0; i < outputs_.size(); ++i) {
+        const Out& o = outputs_[i];
+        py::object part = o.index < 0 ? res : py::reinterpret_borrow<py::object>(res[py::int_(o.index)]);
+        outs[i] = o.dims.empty() ? part : py::object(py::reinterpret_borrow<py::array>(part).reshape(o.dims));
+      }
+      return outs.release().ptr();
+    } catch (py::error_already_set& e) {
+      e.restore();
+      return nullptr;
+    }
+  }
+
+ private:
+  struct In {
+    Py_ssize_t arg = 0, input = 0;
+    int dtype = -1;
+    std::vector<py::ssize_t> dims, view;
+  };
+  struct Out {
+    Py_ssize_t index = -1;
+    std::vector<py::ssize_t> dims;
+  };
+  struct Guard {
+    py::dict dict;
+    py::object key, expected;
+  };
+  py::object fn_;
+  py::tuple args_;
+  std::vector<In> inputs_;
+  std::vector<Out> outputs_;
+  std::vector<Guard> guards_;
+};
+
+}  // namespace
+
+void RegisterNativeSteps(py::module_& m) {
+  py::class_<NativeStep>(m, "NativeStep", "A step the program's C++ loop runs without its Python kernel");
+  py::class_<MemoStep, NativeStep>(m, "MemoStep",
+                                   "Kept outputs, returned while each input is as expected: None (omitted), "
+                                   "('shape', dtype, dims), or ('value', array): also the same bytes")
+      .def(py::init<const py::list&, py::tuple>(), py::arg("expected"), py::arg("outputs"));
+  py::class_<ViewStep, NativeStep>(m, "ViewStep",
+                                   "Input 0 of shape in_shape (C-contiguous) viewed as out_shape; the node's "
+                                   "other n_inputs - 1 inputs must be omitted")
+      .def(py::init<std::vector<py::ssize_t>, std::vector<py::ssize_t>, size_t>(), py::arg("in_shape"),
+           py::arg("out_shape"), py::arg("n_inputs"));
+  py::class_<CallStep, NativeStep>(m, "CallStep",
+                                   "fn(*args) with step inputs put in: inputs [(argument index, input index, dtype, "
+                                   "shape, view shape | None)]; outputs [(result index | -1, shape | None)]; guards "
+                                   "[(dict, key, expected object | None)]")
+      .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&>(), py::arg("fn"),
+           py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"));
+}
+
+}  // namespace npu_ep

@@ -1,0 +1,81 @@
+"""What a compiled step becomes once a signature's first call has shown its inputs and outputs: a native step that
+the program's C++ loop runs without calling the step's Python kernel (``ep/native/native_steps.cc``).
+
+- A memoized step: shape plumbing (Shape, Size, and what is computed from shapes and small constants: Gather,
+  Unsqueeze, Concat, Equal, Cast, ...) gives the same outputs on every call of a signature. Its outputs are kept
+  (read-only copies) and returned while its inputs are what they were: the same dtype and shape for Shape/Size,
+  the same bytes for small inputs.
+- A view step: Reshape/Squeeze/Unsqueeze/Flatten with constant shape or axes, and Identity, on a C-contiguous
+  input of the bound shape is a numpy view with the bound output shape.
+- A call step: a kernel with a ``bind`` function (``kernels.registry.KernelDef``) names the native kernel call its
+  Python ``run`` would make for these shapes (conv, int4 matmuls), and the loop makes that call directly.
+
+Each bound step checks its inputs on every call and declines others (the kernel runs then), so a shape that
+depends on data never gets a stale answer. Control flow and random ops are never bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..kernels.registry import KernelDef, Prepared
+
+MEMO_INPUT_BYTES = 64  # runtime inputs compared by value: shapes, indices, scalars
+MEMO_OUTPUT_BYTES = 4096  # kept outputs per step
+SHAPE_ONLY = frozenset({"Shape", "Size"})  # outputs depend on the input's dtype and shape alone
+VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+NEVER = frozenset({"If", "Loop", "Scan",  # bodies may read more than the step's inputs
+                   "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                   "Bernoulli", "Dropout"})
+
+
+def bind(op: str, kernel: KernelDef, prepared: Prepared, args: Sequence[Any], outs: Sequence[Any],
+         native: Any) -> Any:
+    """The native step for a step of ``op`` ("op_type" for the ONNX domain, else "domain::op_type") that was just
+    called with ``args`` and returned ``outs``, or None (it keeps running its kernel): the kernel's own binding
+    (a native kernel call) first, else the rules above. ``native``: the extension."""
+    if op in NEVER or not all(isinstance(o, np.ndarray) for o in outs):
+        return None
+    if kernel.bind is not None:
+        step = kernel.bind(prepared, args, outs)
+        if step is not None:
+            return step
+    if op in VIEWS:
+        view = _view(args, outs, native)
+        if view is not None:
+            return view
+    return _memo(op, args, outs, native)
+
+
+def _view(args: Sequence[Any], outs: Sequence[np.ndarray], native: Any) -> Any:
+    x = args[0] if args else None
+    if (len(outs) != 1 or not isinstance(x, np.ndarray) or any(a is not None for a in args[1:])
+            or not x.flags.c_contiguous or outs[0].dtype != x.dtype or outs[0].size != x.size):
+        return None
+    return native.ViewStep(x.shape, outs[0].shape, len(args))
+
+
+def _memo(op: str, args: Sequence[Any], outs: Sequence[np.ndarray], native: Any) -> Any:
+    if sum(o.nbytes for o in outs) > MEMO_OUTPUT_BYTES:
+        return None
+    expected = []
+    for a in args:
+        if a is None:
+            expected.append(None)
+        elif not isinstance(a, np.ndarray):
+            return None
+        elif op in SHAPE_ONLY:
+            expected.append(("shape", a.dtype, a.shape))
+        elif a.nbytes <= MEMO_INPUT_BYTES:
+            expected.append(("value", np.ascontiguousarray(a)))
+        else:
+            return None
+    kept = []
+    for o in outs:
+        o = np.array(o, copy=True)  # never a view of an input or of ORT's output buffer
+        o.flags.writeable = False
+        kept.append(o)
+    return native.MemoStep(expected, tuple(kept))

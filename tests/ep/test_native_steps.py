@@ -1,0 +1,182 @@
+"""Native steps (ep/step_binding.py, ep/native/native_steps.cc): what they bind to, that they decline inputs they
+were not bound for, and that a program running them gives the CPU EP's results, also when a shape depends on
+data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from npu_ep.ep import _native, step_binding
+from npu_ep.ep.compiler import compile_partition
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.partition import boundary
+from npu_ep.kernels.registry import KernelDef
+from npu_ep.kernels.target import Target
+from tests.npu_testing import cpu_run, make_model
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def bind(op, args, outs):
+    """step_binding.bind for an op whose kernel has no binding of its own."""
+    return step_binding.bind(op, _NO_BIND, None, args, outs, _native)
+
+
+_NO_BIND = KernelDef("", "Test", None, None, None)
+
+
+def read_only(a):
+    a = np.array(a)
+    a.flags.writeable = False
+    return a
+
+
+# --- the native steps themselves -----------------------------------------------------------------------------
+
+def test_memo_step_returns_its_outputs_only_for_the_inputs_it_was_bound_for():
+    out = read_only(np.array([2, 3], np.int64))
+    step = _native.MemoStep([("shape", np.dtype(np.float32), (2, 3)), ("value", np.array([1], np.int64)), None],
+                            (out,))
+    loop = _native.StepLoop([(lambda p, a: ["kernel"], None, (0, 1, 2), ((0, 3),), (), step)], 4, (3,), None)
+    x = np.zeros((2, 3), np.float32)
+    assert loop((x, np.array([1], np.int64), None))[0] is out
+    assert loop((x + 5, np.array([1], np.int64), None))[0] is out  # a "shape" input: its values do not matter
+    assert loop.native_counts == (2, 0)
+    declined = [(np.zeros((3, 2), np.float32), np.array([1], np.int64), None),  # another shape
+                (x.astype(np.float64), np.array([1], np.int64), None),  # another dtype
+                (x, np.array([2], np.int64), None),  # another value
+                (x, np.array([1], np.int32), None),  # the same value in another dtype
+                (x, np.array([1], np.int64), np.zeros(1)),  # an input that was omitted
+                (x, np.array([[1]], np.int64), None)]  # the same bytes in another shape
+    for inputs in declined:
+        assert loop(inputs)[0] == "kernel"
+    assert loop.native_counts == (2, len(declined))
+
+
+def test_memo_step_compares_values_of_non_contiguous_inputs_by_declining_them():
+    step = _native.MemoStep([("value", np.array([1, 3], np.int64))], (read_only([0]),))
+    loop = _native.StepLoop([(lambda p, a: ["kernel"], None, (0,), ((0, 1),), (), step)], 2, (1,), None)
+    assert loop((np.array([1, 2, 3], np.int64)[::2],))[0] == "kernel"
+
+
+def test_memo_step_keeps_only_read_only_arrays():
+    with pytest.raises(ValueError, match="read-only array"):
+        _native.MemoStep([None], (np.zeros(2),))
+    with pytest.raises(ValueError, match="expected input"):
+        _native.MemoStep([("bytes", np.zeros(2))], (read_only([0]),))
+
+
+def test_view_step_reshapes_contiguous_inputs_of_its_shape_and_declines_others():
+    step = _native.ViewStep((2, 3), (3, 2), 2)
+    loop = _native.StepLoop([(lambda p, a: ["kernel"], None, (0, 1), ((0, 2),), (), step)], 3, (2,), None)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = loop((x, None))[0]
+    assert y.shape == (3, 2) and np.shares_memory(x, y)
+    np.testing.assert_array_equal(y, x.reshape(3, 2))
+    assert loop((np.zeros((3, 2), np.float32), None))[0] == "kernel"  # another shape
+    assert loop((np.zeros((3, 2), np.float32).T, None))[0] == "kernel"  # not C-contiguous
+    assert loop((x, np.array([3, 2], np.int64)))[0] == "kernel"  # a runtime shape input
+    assert loop.native_counts == (1, 3)
+
+
+# --- what a step binds to ------------------------------------------------------------------------------------
+
+def test_shape_plumbing_binds_to_memo_steps_data_movement_to_views_and_the_rest_to_nothing():
+    big = np.zeros((64, 64), np.float32)
+    idx = np.array([0], np.int64)
+    shape = np.array([64, 64], np.int64)
+    assert isinstance(bind("Shape", [big], [shape]), _native.MemoStep)
+    assert isinstance(bind("Gather", [shape, idx], [shape[:1]]), _native.MemoStep)
+    assert isinstance(bind("Unsqueeze", [big, None], [big[None]]), _native.ViewStep)
+    assert isinstance(bind("Identity", [big], [big]), _native.ViewStep)
+    assert bind("Relu", [big], [big]) is None  # a large runtime input: not memoized
+    assert bind("Reshape", [big, shape], [big]) is None  # a runtime shape of a large input
+    assert bind("If", [np.array(True)], [idx]) is None  # bodies read more than the inputs
+    assert bind("RandomUniformLike", [idx], [idx]) is None
+    assert bind("Shape", [big], [[64, 64]]) is None  # outputs must be arrays
+    assert bind("Unsqueeze", [big.T, None], [big.T[None]]) is None  # a view needs C order
+
+
+def test_a_memoized_output_is_a_read_only_copy():
+    x = np.array([1.0, 2.0], np.float32)
+    step = bind("Identity", [x[::-1]], [x[::-1]])  # not C-contiguous: memo, not a view
+    loop = _native.StepLoop([(lambda p, a: ["kernel"], None, (0,), ((0, 1),), (), step)], 2, (1,), None)
+    out = loop((np.array([2.0, 1.0], np.float32),))[0]
+    assert not out.flags.writeable and not np.shares_memory(out, x)
+    x[:] = 0  # the array the kernel returned changes: the kept copy does not
+    np.testing.assert_array_equal(out, [2.0, 1.0])
+
+
+# --- programs running them ----------------------------------------------------------------------------------
+
+def compiled(model):
+    nodes = nodes_from_model(model)
+    inputs, outputs = boundary(list(range(len(nodes))), nodes)
+    return compile_partition("p", nodes, inputs, outputs, Target.load("npu-ref"))
+
+
+def plumbing_model():
+    """y = relu(reshape(x, [shape(x)[0], -1])) + 1, the torch-export way of flattening."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsq"),
+             helper.make_node("Concat", ["n1", "minus1"], ["target"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"], name="reshape"),
+             helper.make_node("Relu", ["flat"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "one"], ["y"], name="add")]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, ["b", 3, 4])],
+                      [helper.make_tensor_value_info("y", F32, ["b", 12])],
+                      {"zero": np.array(0, np.int64), "axes": np.array([0], np.int64),
+                       "minus1": np.array([-1], np.int64), "one": np.array(1.0, np.float32)})
+
+
+def test_a_program_runs_its_shape_plumbing_as_native_steps_with_the_cpu_eps_results():
+    model = plumbing_model()
+    program = compiled(model)
+    rng = np.random.default_rng(0)
+    for batch in (2, 5, 2):  # two signatures, each bound after its first call
+        for _ in range(3):
+            x = rng.standard_normal((batch, 3, 4)).astype(np.float32)
+            np.testing.assert_array_equal(program(x)[0], cpu_run(model, {"x": x})[0])
+    assert set(program._bound) == {((2, 3, 4),), ((5, 3, 4),)}
+    loop = program._bound[((2, 3, 4),)]
+    assert loop.native_steps >= 4  # Shape, Gather, Unsqueeze, Concat at least
+    runs, declines = loop.native_counts
+    assert runs >= 4 * 3 and declines == 0
+
+
+def data_dependent_model():
+    """y = x reshaped by a runtime shape input, and the shape of m[start:end] (runtime bounds): the same input
+    shapes give other output shapes."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape"),
+             helper.make_node("Slice", ["m", "start", "end"], ["part"], name="slice"),
+             helper.make_node("Shape", ["part"], ["count"], name="count")]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [2, 6]),
+                              helper.make_tensor_value_info("shape", I64, [2]),
+                              helper.make_tensor_value_info("m", F32, [32]),
+                              helper.make_tensor_value_info("start", I64, [1]),
+                              helper.make_tensor_value_info("end", I64, [1])],
+                      [helper.make_tensor_value_info("y", F32, [None, None]),
+                       helper.make_tensor_value_info("count", I64, [1])])
+
+
+def test_bound_steps_decline_when_a_shape_depends_on_data():
+    model = data_dependent_model()
+    program = compiled(model)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    m = np.arange(32, dtype=np.float32)
+    feeds = [{"x": x, "shape": np.array([3, 4], np.int64), "start": np.array([0]), "end": np.array([20])},
+             {"x": x, "shape": np.array([4, 3], np.int64), "start": np.array([3]), "end": np.array([9])},
+             {"x": x, "shape": np.array([3, 4], np.int64), "start": np.array([5]), "end": np.array([5])}]
+    names = [io.name for io in program.inputs]
+    for _ in range(2):
+        for f in feeds:
+            f = {**f, "m": m}
+            got = dict(zip([io.name for io in program.outputs], program(*[f[n] for n in names])))
+            want = dict(zip(["y", "count"], cpu_run(model, f)))
+            for name, value in want.items():
+                np.testing.assert_array_equal(got[name], value)
+    loop = next(iter(program._bound.values()))
+    assert loop.native_counts[1] > 0  # the bound Reshape and Shape declined the other values
