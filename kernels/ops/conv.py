@@ -384,6 +384,23 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     return out
 
 
+def _bind(p: Prepared, inputs, outs) -> Any:
+    """The float conv (with its fused tail) as one native call for x's shape: a 1-D conv's x viewed as 4-D and
+    its result back as 3-D, as ``_run_conv`` does (ep/step_binding.py)."""
+    nat = _native.native(p)
+    x = inputs[0] if inputs else None
+    if (nat is None or p.attrs["op"] != "Conv" or not isinstance(x, np.ndarray) or x.dtype != np.float32
+            or x.ndim not in (3, 4) or not x.flags.c_contiguous):
+        return None
+    x4 = x[:, :, None, :] if x.ndim == 3 else x
+    call = _float_call(p, nat, x4, _native.threads(p))
+    if call is None:
+        return None
+    view = x4.shape if x.ndim == 3 else None
+    return _native.call_step(p, call[2], (None, *call[3]), [(0, 0, np.float32, x.shape, view)],
+                             [(-1, outs[0].shape if x.ndim == 3 else None)])
+
+
 def _run_conv(p: Prepared, inputs) -> tuple[list[np.ndarray], bool]:
     """The conv's output, and whether its fused tail was applied already (the native kernels do it per block)."""
     at, c = p.attrs, p.consts
@@ -436,5 +453,5 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 
 # The input's rank is the constant weight's (1-D or 2-D conv), so an input of unknown rank is fine.
-register(KernelDef("", "Conv", _prepare, _run, _cost, _check, rank_free=True))
+register(KernelDef("", "Conv", _prepare, _run, _cost, _check, rank_free=True, bind=_bind))
 register(KernelDef("", "QLinearConv", _prepare, _run, _cost, _check))

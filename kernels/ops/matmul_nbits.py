@@ -29,7 +29,8 @@ from . import _native
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import apply_float_epilogue, check_fits, matmul_dims, planned_cost, run_native_counted, static_plan
+from ._mm import (DMA_COUNTS, apply_float_epilogue, check_fits, matmul_dims, planned_cost, run_native_counted,
+                  static_plan)
 from ._util import arg
 
 
@@ -127,10 +128,8 @@ def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> 
     nat = _native.native(p)
     if nat is not None:
         a2 = np.ascontiguousarray(a, np.float32).reshape(-1, K)
-        # fp32 levels from M >= 16 on: dequantized column panels times A on the BLAS (0: the kernel's own loops)
-        sgemm = (host_blas.sgemm_address() or 0) if level != 4 and a2.shape[0] >= 16 else 0
-        y = run_native_counted(p, nat.matmul_nbits, (a2, *packed_weights(p), bias, K, N, bs, level, _native.threads(p)),
-                               (sgemm,), a2.shape[0], N, K)
+        y = run_native_counted(p, nat.matmul_nbits, (a2, *_native_args(p, bias)), _native_tail(p, a2.shape[0]),
+                               a2.shape[0], N, K)
         return y.reshape(*a.shape[:-1], N)
     a32 = a if a.dtype == np.float32 else a.astype(np.float32)
     w = p.memo.get("reference_w")
@@ -148,6 +147,32 @@ def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> 
     if bias is not None:
         y += bias
     return y
+
+
+def _native_args(p: Prepared, bias: np.ndarray | None) -> tuple:
+    """The native kernel's arguments after A and before the plan."""
+    at = p.attrs
+    return (*packed_weights(p), bias, at["K"], at["N"], at["block_size"], at["accuracy_level"], _native.threads(p))
+
+
+def _native_tail(p: Prepared, m: int) -> tuple:
+    """The native kernel's arguments after the plan: fp32 levels from M >= 16 on run dequantized column panels
+    times A on the BLAS (sgemm 0: the kernel's own loops)."""
+    return ((host_blas.sgemm_address() or 0) if p.attrs["accuracy_level"] != 4 and m >= 16 else 0,)
+
+
+def bind_nbits(p: Prepared, inputs, outs) -> Any:
+    """A float32 node with at most a constant bias as one native call for A's shape (ep/step_binding.py)."""
+    nat = _native.native(p)
+    a = inputs[0] if inputs else None
+    if (nat is None or not _bias_only(p) or DMA_COUNTS in p.memo or not isinstance(a, np.ndarray)
+            or a.dtype != np.float32 or not a.flags.c_contiguous or a.ndim < 1 or a.shape[-1] != p.attrs["K"]):
+        return None
+    m = a.size // p.attrs["K"]
+    bias = p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None
+    args = (None, *_native_args(p, bias), None, False, *_native_tail(p, m))
+    return _native.call_step(p, nat.matmul_nbits, args, [(0, 0, np.float32, a.shape, (m, p.attrs["K"]))],
+                             [(-1, outs[0].shape)], [(p.memo, DMA_COUNTS, None)])
 
 
 def _bias_only(p: Prepared) -> bool:
@@ -177,4 +202,5 @@ def cost_nbits(p: Prepared, shapes) -> OpCost:
     return planned_cost(p, *matmul_dims(tuple(shapes[0]), (p.attrs["K"], p.attrs["N"])))
 
 
-register(KernelDef("com.microsoft", "MatMulNBits", prepare_nbits, run_nbits, cost_nbits, check_nbits))
+register(KernelDef("com.microsoft", "MatMulNBits", prepare_nbits, run_nbits, cost_nbits, check_nbits,
+                   bind=bind_nbits))

@@ -21,6 +21,8 @@ A, 4 with skip, one rsqrt per row); A's normalized copy never goes to DRAM.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..fusion.norm import FUSED_DOMAIN, FUSED_OP
@@ -29,7 +31,7 @@ from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from .. import host_blas
 from ..target import Target
 from . import _native
-from ._mm import run_native_counted
+from ._mm import DMA_COUNTS, run_native_counted
 from ._vector import elems, stream_cost
 from ._native import copy_runtime
 from .matmul_nbits import packed_weights
@@ -98,26 +100,35 @@ def _one_call(p: Prepared, inner: Prepared) -> bool:
     return ok
 
 
-def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray] | None:
+def _call_args(p: Prepared, inner: Prepared, m: int) -> tuple[tuple, tuple]:
+    """The one-call kernel's arguments after x and skip, and after the plan, for ``m`` rows."""
     at, ia, c = p.attrs, inner.attrs, inner.consts
+    if not _sdot:
+        _sdot.append(host_blas.sdot_address() or 0)
+    ep = ia["epilogue"]
+    level = ia["accuracy_level"]
+    args = (p.consts.get("norm_bias"), p.consts["gamma"], at["epsilon"], at["sum_output"], *packed_weights(inner),
+            c["ep_bias"] if ep.get("bias") else None, ia["K"], ia["N"], ia["block_size"], level,
+            bool(ep.get("swiglu")), _native.threads(p))
+    sgemm = (host_blas.sgemm_address() or 0) if level != 4 and m >= 16 else 0
+    return args, (sgemm, _sdot[0])
+
+
+def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray] | None:
+    at, ia = p.attrs, inner.attrs
     x = inputs[0]
     skip = inputs[1] if at["skip"] else None
     if x.dtype != _F32 or (skip is not None and (skip.dtype != _F32 or skip.shape != x.shape)):
         return None
-    K, N, level = ia["K"], ia["N"], ia["accuracy_level"]
+    K, N = ia["K"], ia["N"]
     x2 = np.ascontiguousarray(x).reshape(-1, K)
     m = x2.shape[0]
-    if not _sdot:
-        _sdot.append(host_blas.sdot_address() or 0)
-    ep = ia["epilogue"]
-    swiglu = bool(ep.get("swiglu"))
-    args = (x2, None if skip is None else np.ascontiguousarray(skip).reshape(-1, K), p.consts.get("norm_bias"),
-            p.consts["gamma"], at["epsilon"], at["sum_output"], *packed_weights(inner),
-            c["ep_bias"] if ep.get("bias") else None, K, N, ia["block_size"], level, swiglu, _native.threads(p))
-    sgemm = (host_blas.sgemm_address() or 0) if level != 4 and m >= 16 else 0
-    y, s = run_native_counted(inner, nat.norm_matmul_nbits, args, (sgemm, _sdot[0]), m, N, K)
+    args, tail = _call_args(p, inner, m)
+    y, s = run_native_counted(inner, nat.norm_matmul_nbits,
+                              (x2, None if skip is None else np.ascontiguousarray(skip).reshape(-1, K), *args),
+                              tail, m, N, K)
     lead = x.shape[:-1]
-    if swiglu:
+    if ia["epilogue"].get("swiglu"):
         outs = [y.reshape(*lead, N // 2)]
     elif "slices" in ia:
         y = y.reshape(*lead, N)
@@ -125,6 +136,31 @@ def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray]
     else:
         outs = [y.reshape(*lead, N)]
     return [*outs, s.reshape(x.shape)] if at["sum_output"] else outs
+
+
+def _bind(p: Prepared, inputs, outs) -> Any:
+    """The one-call path as a native step for x's shape (ep/step_binding.py); not for a group cut into slices."""
+    inner = _inner(p)
+    nat = _native.native(p)
+    x = inputs[0] if inputs else None
+    skip = inputs[1] if p.attrs["skip"] and len(inputs) > 1 else None
+    ia = inner.attrs
+    sliced = "slices" in ia and not ia["epilogue"].get("swiglu")  # outputs are column slices of the result
+    if (nat is None or not _one_call(p, inner) or sliced or DMA_COUNTS in inner.memo
+            or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous
+            or x.ndim < 1 or x.shape[-1] != ia["K"] or p.attrs["skip"] != (skip is not None)):
+        return None
+    if skip is not None and (skip.dtype != _F32 or skip.shape != x.shape or not skip.flags.c_contiguous):
+        return None
+    K = ia["K"]
+    m = x.size // K
+    args, tail = _call_args(p, inner, m)
+    ins = [(0, 0, _F32, x.shape, (m, K))] + ([(1, 1, _F32, x.shape, (m, K))] if skip is not None else [])
+    outputs = [(0, outs[0].shape)] + ([(1, x.shape)] if p.attrs["sum_output"] else [])
+    if len(outputs) != len(outs):
+        return None
+    return _native.call_step(p, nat.norm_matmul_nbits, (None, None, *args, None, False, *tail), ins, outputs,
+                             [(inner.memo, DMA_COUNTS, None)])
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -162,4 +198,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return cost
 
 
-register(KernelDef(FUSED_DOMAIN, FUSED_OP, _prepare, _run, _cost, _check))
+register(KernelDef(FUSED_DOMAIN, FUSED_OP, _prepare, _run, _cost, _check, bind=_bind))

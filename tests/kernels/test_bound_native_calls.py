@@ -1,0 +1,181 @@
+"""Kernels that bind a native call (``KernelDef.bind``: Conv, MatMulNBits, npu::NormMatMul): the call step the
+program's C++ loop makes gives the kernel's own outputs bit for bit, declines other shapes, DMA counting and
+another kernel choice, and runs inside real sessions (counted), whose results match the CPU EP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from npu_ep.ep import _native as bridge
+from npu_ep.ep.sessions import session_of, tag_session_options
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.ops import _native
+from npu_ep.kernels.ops._mm import DMA_COUNTS
+from npu_ep.kernels.registry import kernel_for
+from npu_ep.kernels.target import Target
+from npu_ep.quantization import quantize_matmul_nbits
+from tests.kernels.test_native_norm_matmul import _feeds, _model, _prepared
+from tests.npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+
+pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(11)
+REF = Target.load("npu-ref")
+F32 = TensorProto.FLOAT
+
+
+def one_step_loop(kernel, p, inputs):
+    """A loop of the one step bound after running it on ``inputs`` (as a program's first call does)."""
+    outs = kernel.run(p, inputs)
+    step = kernel.bind(p, inputs, outs)
+    n_in = len(inputs)
+    loop = bridge.StepLoop([(kernel.run, p, tuple(range(n_in)), tuple((i, n_in + i) for i in range(len(outs))),
+                             (), step)], n_in + len(outs), tuple(range(n_in, n_in + len(outs))), None)
+    return outs, step, loop
+
+
+def assert_same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def prepared(model, op_type):
+    node = next(n for n in nodes_from_model(model) if n.op_type == op_type)
+    p = kernel_for(*node.key).prepare(node, REF)
+    _native.configure([p], "native", 2)
+    return kernel_for(*node.key), p
+
+
+# --- Conv ------------------------------------------------------------------------------------------------------
+
+def conv_model(x_shape, w_shape, **attrs):
+    """Conv (+ bias) -> Relu: the Relu is fused into the conv as its tail."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", **attrs),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    rank = len(x_shape)
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, list(x_shape))],
+                      [helper.make_tensor_value_info("y", F32, [None] * rank)],
+                      {"w": RNG.standard_normal(w_shape).astype(np.float32),
+                       "b": RNG.standard_normal(w_shape[0]).astype(np.float32)})
+
+
+CONVS = {"1d": ((1, 24, 37), (16, 24, 3), {"pads": [1, 1]}),
+         "1d_strided": ((2, 8, 64), (12, 8, 5), {"strides": [2], "pads": [2, 2]}),
+         "2d": ((1, 6, 19, 23), (10, 6, 3, 3), {"pads": [1, 1, 1, 1]}),
+         "depthwise": ((1, 8, 16, 16), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]})}
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+def test_conv_call_step_equals_the_kernel_and_declines_other_shapes(name):
+    x_shape, w_shape, attrs = CONVS[name]
+    model = conv_model(x_shape, w_shape, **attrs)
+    from npu_ep.ep.compiler import compile_partition
+    from npu_ep.ep.partition import boundary
+
+    nodes = nodes_from_model(model)
+    inputs, outputs = boundary(list(range(len(nodes))), nodes)
+    program = compile_partition("p", nodes, inputs, outputs, REF)
+    assert [st.op for st in program.steps] == ["Conv"]  # the Relu is the conv's fused tail
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    first = program(x)[0]
+    loop = program._bound[(x_shape,)]
+    assert loop.native_steps == 1
+    assert_same(program(x), [first])
+    assert_same([program._python_loop((x,))[0]], [first])
+    np.testing.assert_allclose(first, cpu_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert program.native_step_counts == (1, 0)
+    # the same signature never reaches it with another shape here; a direct call does
+    kernel, p = program.steps[0].kernel, program.steps[0].prepared
+    other = np.ones((x_shape[0], x_shape[1], *[d + 1 for d in x_shape[2:]]), np.float32)
+    step = program._bindings[(x_shape,)][0]
+    solo = bridge.StepLoop([(kernel.run, p, (0,), ((0, 1),), (), step)], 2, (1,), None)
+    assert_same(solo((other,)), kernel.run(p, [other]))
+    assert solo.native_counts == (0, 1)
+
+
+# --- MatMulNBits -----------------------------------------------------------------------------------------------
+
+def nbits_model(k, n, rows, *, level, bias):
+    q = quantize_matmul_nbits(RNG.standard_normal((k, n)).astype(np.float32), 32, False)
+    inits = {"B": q.B, "S": q.scales, "Z": q.zero_points}
+    ins = ["a", "B", "S", "Z"]
+    if bias:
+        inits["bias"] = RNG.standard_normal(n).astype(np.float32)
+        ins += ["", "bias"]
+    nodes = [helper.make_node("MatMulNBits", ins, ["y"], "mm", domain="com.microsoft", K=k, N=n, bits=4,
+                              block_size=32, accuracy_level=level)]
+    return make_model(nodes, [helper.make_tensor_value_info("a", F32, [1, rows, k])],
+                      [helper.make_tensor_value_info("y", F32, [1, rows, n])], inits,
+                      extra_opsets=[("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("k,n,rows", [(2048, 256, 1), (2048, 96, 17), (96, 40, 3)])
+@pytest.mark.parametrize("level", [0, 4])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matmul_nbits_call_step_equals_the_kernel(k, n, rows, level, bias):
+    kernel, p = prepared(nbits_model(k, n, rows, level=level, bias=bias), "MatMulNBits")
+    a = RNG.standard_normal((1, rows, k)).astype(np.float32)
+    outs, step, loop = one_step_loop(kernel, p, [a])
+    assert isinstance(step, bridge.CallStep)
+    assert_same(loop((a,)), outs)
+    assert loop.native_counts == (1, 0)
+
+
+def test_call_steps_decline_dma_counting_and_another_kernel_choice():
+    kernel, p = prepared(nbits_model(96, 40, 2, level=0, bias=False), "MatMulNBits")
+    a = RNG.standard_normal((1, 2, 96)).astype(np.float32)
+    outs, _, loop = one_step_loop(kernel, p, [a])
+    p.memo[DMA_COUNTS] = []  # a report counting DMA bytes: the kernel must run (it counts)
+    assert_same(loop((a,)), outs)
+    assert loop.native_counts == (0, 1) and len(p.memo[DMA_COUNTS]) == 1
+    del p.memo[DMA_COUNTS]
+    _native.configure([p], "reference", 1)  # the reference model: the kernel must run (numpy)
+    np.testing.assert_allclose(loop((a,))[0], outs[0], rtol=1e-5, atol=1e-5)
+    assert loop.native_counts == (0, 2)
+    assert kernel.bind(p, [a], outs) is None  # and nothing binds under the reference model
+
+
+# --- npu::NormMatMul -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d,rows", [(2048, 1), (96, 3)])
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("mlp", ["swiglu", "single"])
+def test_norm_matmul_call_step_equals_the_kernel(d, rows, skip, mlp):
+    model = _model(d, rows, skip=skip, mlp=mlp, level=0, bias=mlp == "single")
+    p = _prepared(model)
+    kernel = kernel_for("npu", "NormMatMul")
+    inputs = _feeds(model, rows, d)
+    outs, step, loop = one_step_loop(kernel, p, inputs)
+    assert isinstance(step, bridge.CallStep)
+    assert_same(loop(tuple(inputs)), outs)
+    assert loop.native_counts == (1, 0)
+
+
+def test_a_group_cut_into_slices_does_not_bind():
+    model = _model(96, 3, skip=False, mlp="pair", level=0)
+    p = _prepared(model)
+    kernel = kernel_for("npu", "NormMatMul")
+    inputs = _feeds(model, 3, 96)
+    assert kernel.bind(p, inputs, kernel.run(p, inputs)) is None
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_sessions_run_the_call_steps_and_match_the_cpu_ep(skip):
+    d, rows = 2048, 4
+    model = _model(d, rows, skip=skip, mlp="swiglu", level=0)
+    feeds = {i.name: v for i, v in zip(model.graph.input, _feeds(model, rows, d))}
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, cpu=False, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    want = cpu_run(model, feeds)
+    for _ in range(3):
+        for got, ref in zip(sess.run(None, feeds), want):
+            np.testing.assert_allclose(got, ref, rtol=2e-4, atol=2e-6 * float(np.abs(ref).max()))
+    (program,) = session_of(sess).programs.values()
+    runs, declines = program.native_step_counts
+    assert runs >= 2 and declines == 0  # the two calls after the first ran the bound NormMatMul
