@@ -78,6 +78,9 @@ SHAPES = [
     ((1, 8, 20), (8, 1, 5), dict(group=8, strides=[2], pads=[2, 2])),  # depthwise 1-D
     ((1, 10, 9, 12), (10, 1, 5, 5), dict(group=10, strides=[2, 1], pads=[2, 2, 2, 2])),  # PP-LCNet's (2, 1) stride
     ((1, 4, 13, 9), (8, 1, 3, 3), dict(group=4, strides=[3, 1], dilations=[2, 1], pads=[1, 0, 2, 1])),
+    # rows wider than one 16-float register, with a partial last one (the register-blocked AVX-512 rows)
+    ((1, 6, 2, 37), (6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2])),
+    ((1, 3, 7, 50), (6, 1, 3, 3), dict(group=3, strides=[2, 1], dilations=[1, 2], pads=[1, 2, 0, 3])),
     ((1, 3, 16), (5, 3, 4), dict(dilations=[3], pads=[0, 2])),
 ]
 

@@ -114,6 +114,47 @@ void MulAddZero(float* dst, int64_t n, float w, bool first) {
   for (int64_t o = 0; o < n; ++o) dst[o] = first ? z : dst[o] + z;
 }
 
+#if NPU_EP_X86
+// One padded plane's outputs with unit width stride, 32 columns at a time in two registers with every tap summed
+// there (the taps in the reference's order, product then sum, never fused), the bias added last: the per-tap
+// passes over a plane-sized accumulator (load, add, store 25 times for a 5x5 kernel) become one store per output,
+// and two independent sums hide part of the add latency a single running sum would wait on.
+__attribute__((target("avx512f"))) void DepthwiseRowsAvx512(const ConvShape& s, const float* xp, int64_t Wp,
+                                                            const float* taps, const float* bias, float* out) {
+  const int64_t kh = s.kh, kw = s.kw, OH = s.OH, OW = s.OW, row_step = s.dh * Wp, dw = s.dw, sh = s.sh;
+  auto mask = [OW](int64_t o) {
+    const int64_t left = OW - o;
+    return static_cast<__mmask16>(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1);
+  };
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const float* top = xp + oh * sh * Wp;
+    float* dst = out + oh * OW;
+    for (int64_t o = 0; o < OW; o += 32) {
+      const __mmask16 k0 = mask(o), k1 = mask(o + 16);
+      const __m512 w0 = _mm512_set1_ps(taps[0]);
+      __m512 a0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, top + o), w0);
+      __m512 a1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, top + o + 16), w0);
+      for (int64_t i = 0; i < kh; ++i) {
+        const float* row = top + i * row_step + o;
+        for (int64_t j = i == 0 ? 1 : 0; j < kw; ++j) {
+          const __m512 wt = _mm512_set1_ps(taps[i * kw + j]);
+          const float* src = row + j * dw;
+          a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, src), wt));
+          a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, src + 16), wt));
+        }
+      }
+      if (bias != nullptr) {
+        const __m512 b = _mm512_set1_ps(*bias);
+        a0 = _mm512_add_ps(a0, b);
+        a1 = _mm512_add_ps(a1, b);
+      }
+      _mm512_mask_storeu_ps(dst + o, k0, a0);
+      _mm512_mask_storeu_ps(dst + o + 16, k1, a1);
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int threads) {
@@ -233,8 +274,19 @@ void DepthwiseFloatUnitWidthStride(const ConvShape& s, const float* x, const flo
       xp.assign(Hp * Wp + tail, 0.0f);
       std::copy(g, g + 7, geometry);
     }
-    acc.resize(s.OH * Wp);
     for (int64_t h = 0; h < s.H; ++h) std::memcpy(&xp[(h + s.pt) * Wp + s.pl], plane + h * s.W, s.W * sizeof(float));
+    float* out = y + task * P;
+#if NPU_EP_X86
+    if (ActiveIsa() >= Isa::kAvx512) {
+      thread_local std::vector<float> taps;
+      taps.resize(T);
+      for (int64_t t = 0; t < T; ++t) taps[t] = w[(c * T + t) * mult + jm];
+      DepthwiseRowsAvx512(s, xp.data(), Wp, taps.data(), bias != nullptr ? bias + m : nullptr, out);
+      if (epilogue.n) ApplyTail(epilogue, out, P);
+      return;
+    }
+#endif
+    acc.resize(s.OH * Wp);
     for (int64_t t = 0; t < T; ++t) {
       const int64_t i = t / s.kw, j = t % s.kw;
       const float wt = w[(c * T + t) * mult + jm];
@@ -245,7 +297,6 @@ void DepthwiseFloatUnitWidthStride(const ConvShape& s, const float* x, const flo
       for (int64_t oh = 0; oh < s.OH; ++oh)
         MulAdd(acc.data() + oh * Wp, xp.data() + (oh * s.sh + i * s.dh) * Wp + j * s.dw, 1, s.OW, wt, t == 0);
     }
-    float* out = y + task * P;
     for (int64_t oh = 0; oh < s.OH; ++oh) {
       const float* src = acc.data() + oh * Wp;
       float* dst = out + oh * s.OW;
