@@ -118,6 +118,7 @@ class Program:
         # signature -> native steps bound after its first call (ep.step_binding), and the loop that runs them
         self._bindings: dict[tuple, list] = {}
         self._bound: dict[tuple, Any] = {}
+        self._shape_derived = step_binding.shape_derived_slots(steps, len(inputs))  # slots a step may memoize
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
         self._marked = False  # mark_partition_outputs was called (rebind then marks again)
         self.arena_bytes = pack_constants(st.prepared for st in steps)  # weights as one huge-page stream
@@ -254,7 +255,7 @@ class Program:
                 except Exception as exc:
                     raise _failure(step, args, exc) from exc
                 if natives is not None:
-                    natives.append(_bind(step, args, outs))
+                    natives.append(_bind(step, args, outs, self._shape_derived))
                 for i, slot in out_slots:
                     env[slot] = outs[i]
                 for slot in release:
@@ -344,10 +345,12 @@ class Program:
         return sum(self._costs[s].seconds * c for s, (c, _) in self._folded().items() if s in self._costs)
 
 
-def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any]) -> Any:
+def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any], shape_derived: set[int]) -> Any:
     """The step's native step for these inputs, or None; binding never breaks a call (the kernel keeps running)."""
+    derived = all(s in shape_derived for s in step.in_slots if s >= 0)
     try:
-        return step_binding.bind(step.op, step.kernel, step.prepared, args, outs, _native_module())
+        return step_binding.bind(step.op, step.kernel, step.prepared, args, outs, _native_module(),
+                                 shape_derived=derived)
     except Exception as exc:  # noqa: BLE001 - an optimization that failed, not an error of the model
         logger.debug("no native step for %s: %s: %s", step.describe(), type(exc).__name__, exc)
         return None

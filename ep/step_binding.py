@@ -1,10 +1,11 @@
 """What a compiled step becomes once a signature's first call has shown its inputs and outputs: a native step that
 the program's C++ loop runs without calling the step's Python kernel (``ep/native/native_steps.cc``).
 
-- A memoized step: shape plumbing (Shape, Size, and what is computed from shapes and small constants: Gather,
-  Unsqueeze, Concat, Equal, Cast, ...) gives the same outputs on every call of a signature. Its outputs are kept
-  (read-only copies) and returned while its inputs are what they were: the same dtype and shape for Shape/Size,
-  the same bytes for small inputs.
+- A memoized step: shape plumbing (Shape, Size, and what is computed from their outputs and constants alone:
+  Gather, Unsqueeze, Concat, Equal, Cast, ...) gives the same outputs on every call of a signature. Its outputs are
+  kept (read-only copies) and returned while its inputs are what they were: the same dtype and shape for
+  Shape/Size, the same bytes for the other inputs. Values computed from the data are never memoized, even small
+  ones that repeat (a benchmark feeding the same input would otherwise skip work a real caller does).
 - A view step: Reshape/Squeeze/Unsqueeze/Flatten with constant shape or axes, and Identity, on a C-contiguous
   input of the bound shape is a numpy view with the bound output shape.
 - A call step: a kernel with a ``bind`` function (``kernels.registry.KernelDef``) names the native kernel call its
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..kernels.registry import KernelDef, Prepared
 
-MEMO_INPUT_BYTES = 64  # runtime inputs compared by value: shapes, indices, scalars
+MEMO_INPUT_BYTES = 64  # inputs compared by value: shapes, indices, conditions
 MEMO_OUTPUT_BYTES = 4096  # kept outputs per step
 SHAPE_ONLY = frozenset({"Shape", "Size"})  # outputs depend on the input's dtype and shape alone
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
@@ -32,11 +33,23 @@ NEVER = frozenset({"If", "Loop", "Scan",  # bodies may read more than the step's
                    "Bernoulli", "Dropout"})
 
 
+def shape_derived_slots(steps: Sequence[Any], n_inputs: int) -> set[int]:
+    """The value slots of a program (``ep.program.Step`` list) computed from input shapes and constants alone:
+    outputs of Shape/Size, and of deterministic steps whose runtime inputs are all such slots."""
+    derived: set[int] = set()
+    for st in steps:
+        runtime = [s for s in st.in_slots if s >= 0]
+        if st.op in SHAPE_ONLY or (st.op not in NEVER and all(s >= n_inputs and s in derived for s in runtime)):
+            derived.update(s for s in st.out_slots if s >= 0)
+    return derived
+
+
 def bind(op: str, kernel: KernelDef, prepared: Prepared, args: Sequence[Any], outs: Sequence[Any],
-         native: Any) -> Any:
+         native: Any, *, shape_derived: bool) -> Any:
     """The native step for a step of ``op`` ("op_type" for the ONNX domain, else "domain::op_type") that was just
     called with ``args`` and returned ``outs``, or None (it keeps running its kernel): the kernel's own binding
-    (a native kernel call) first, else the rules above. ``native``: the extension."""
+    (a native kernel call) first, else the rules above. ``shape_derived``: the step's runtime inputs all come from
+    shapes and constants (``shape_derived_slots``), so it may be memoized. ``native``: the extension."""
     if op in NEVER or not all(isinstance(o, np.ndarray) for o in outs):
         return None
     if kernel.bind is not None:
@@ -47,7 +60,9 @@ def bind(op: str, kernel: KernelDef, prepared: Prepared, args: Sequence[Any], ou
         view = _view(args, outs, native)
         if view is not None:
             return view
-    return _memo(op, args, outs, native)
+    if op in SHAPE_ONLY or shape_derived:
+        return _memo(op, args, outs, native)
+    return None
 
 
 def _view(args: Sequence[Any], outs: Sequence[np.ndarray], native: Any) -> Any:

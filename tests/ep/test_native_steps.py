@@ -19,9 +19,9 @@ from tests.npu_testing import cpu_run, make_model
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def bind(op, args, outs):
+def bind(op, args, outs, shape_derived=True):
     """step_binding.bind for an op whose kernel has no binding of its own."""
-    return step_binding.bind(op, _NO_BIND, None, args, outs, _native)
+    return step_binding.bind(op, _NO_BIND, None, args, outs, _native, shape_derived=shape_derived)
 
 
 _NO_BIND = KernelDef("", "Test", None, None, None)
@@ -97,6 +97,9 @@ def test_shape_plumbing_binds_to_memo_steps_data_movement_to_views_and_the_rest_
     assert bind("RandomUniformLike", [idx], [idx]) is None
     assert bind("Shape", [big], [[64, 64]]) is None  # outputs must be arrays
     assert bind("Unsqueeze", [big.T, None], [big.T[None]]) is None  # a view needs C order
+    # a small value computed from the data is never memoized, even if it repeats; Shape needs only the shape
+    assert bind("Gather", [shape, idx], [shape[:1]], shape_derived=False) is None
+    assert isinstance(bind("Shape", [big], [shape], shape_derived=False), _native.MemoStep)
 
 
 def test_a_memoized_output_is_a_read_only_copy():
@@ -145,6 +148,22 @@ def test_a_program_runs_its_shape_plumbing_as_native_steps_with_the_cpu_eps_resu
     assert loop.native_steps >= 4  # Shape, Gather, Unsqueeze, Concat at least
     runs, declines = loop.native_counts
     assert runs >= 4 * 3 and declines == 0
+
+
+def test_small_data_values_are_not_memoized_even_when_a_caller_repeats_them():
+    """A chain of element-wise steps on a [1, 8] activation fed the same values on every call: the steps run."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r0"), helper.make_node("Neg", ["a"], ["b"], name="n0"),
+             helper.make_node("Shape", ["b"], ["s"], name="shape"), helper.make_node("Cast", ["s"], ["sf"], name="cast",
+                                                                                    to=TensorProto.FLOAT)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, 8])],
+                       [helper.make_tensor_value_info("b", F32, [1, 8]), helper.make_tensor_value_info("sf", F32, [2])])
+    program = compiled(model)
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
+    for _ in range(3):
+        program(x)
+    (natives,) = program._bindings.values()
+    kinds = {st.op: type(n).__name__ if n is not None else None for st, n in zip(program.steps, natives)}
+    assert kinds == {"Relu": None, "Neg": None, "Shape": "MemoStep", "Cast": "MemoStep"}
 
 
 def data_dependent_model():
