@@ -18,6 +18,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._util import arg, nbytes, stash_constants
 from ._vector import erf, itemsize_of, stream_cost, widen
 
@@ -219,6 +220,32 @@ def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
     return run
 
 
+def _binary_binder(fn) -> Callable | None:
+    """The ``bind`` of one binary op whose function is a numpy ufunc: the ufunc itself as the step's native call,
+    constants in place, for these input shapes and dtypes (ep/step_binding.py); not for 0-d results (a ufunc on
+    0-d arrays returns a numpy scalar, the kernel an array)."""
+    if not isinstance(fn, np.ufunc):
+        return None
+
+    def bind(p: Prepared, inputs, outs):
+        args, runtime = [], []
+        for i in range(2):
+            v = arg(p, inputs, i)
+            if not isinstance(v, np.ndarray):
+                return None
+            if i < len(inputs) and inputs[i] is not None:
+                if not v.flags.c_contiguous:
+                    return None
+                runtime.append((i, i, v.dtype, v.shape, None))
+                args.append(None)
+            else:
+                args.append(v)
+        if not runtime or outs[0].ndim == 0:
+            return None
+        return _native.call_step(p, fn, tuple(args), runtime, [(-1, None)])
+    return bind
+
+
 def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Pow; a constant exponent of 2 is ``x * x`` as ORT's CPU kernel computes it (one correctly rounded product),
     with the base's broadcast against the exponent's shape."""
@@ -298,7 +325,7 @@ def _cast_check(node: NodeInfo, target: Target) -> str | None:
 
 for _op, (_fn, _, _) in _BINARY.items():
     register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn), _cost, _check,
-                       rank_free=True))
+                       rank_free=True, bind=None if _op == "Pow" else _binary_binder(_fn)))
 for _op, (_fn, _, _) in _UNARY.items():
     if _op not in _MS_UNARY:
         register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True))

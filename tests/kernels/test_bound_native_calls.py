@@ -179,3 +179,39 @@ def test_sessions_run_the_call_steps_and_match_the_cpu_ep(skip):
     (program,) = session_of(sess).programs.values()
     runs, declines = program.native_step_counts
     assert runs >= 2 and declines == 0  # the two calls after the first ran the bound NormMatMul
+
+
+# --- binary element-wise ufuncs --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op, a, b", [
+    ("Add", np.float32, (3, 1, 5)),  # a runtime input and a broadcast constant
+    ("Mul", np.float32, None),  # two runtime inputs
+    ("Sub", np.int64, (5,)),
+    ("Equal", np.int64, None),
+])
+def test_binary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op, a, b):
+    x = (RNG.standard_normal((3, 4, 5)) * 10).astype(a)
+    inits = {} if b is None else {"c": (RNG.standard_normal(b) * 10).astype(a)}
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT if a == np.float32 else TensorProto.INT64, [3, 4, 5])]
+    if b is None:
+        ins.append(helper.make_tensor_value_info("c", ins[0].type.tensor_type.elem_type, [3, 4, 5]))
+    out_type = TensorProto.BOOL if op == "Equal" else ins[0].type.tensor_type.elem_type
+    model = make_model([helper.make_node(op, ["x", "c"], ["y"], name="op")], ins,
+                       [helper.make_tensor_value_info("y", out_type, [3, 4, 5])], inits)
+    kernel, p = prepared(model, op)
+    inputs = [x] if b is not None else [x, (RNG.standard_normal((3, 4, 5)) * 10).astype(a)]
+    inputs += [None] * (2 - len(inputs))
+    outs, step, loop = one_step_loop(kernel, p, inputs)
+    assert isinstance(step, bridge.CallStep)
+    assert_same(loop(tuple(inputs)), outs)
+    assert loop.native_counts == (1, 0)
+
+
+def test_binary_ops_without_a_ufunc_or_with_a_0d_result_do_not_bind():
+    for op, shape in (("Div", (4,)), ("Add", ())):
+        model = make_model([helper.make_node(op, ["x", "c"], ["y"], name="op")],
+                           [helper.make_tensor_value_info("x", F32, list(shape))],
+                           [helper.make_tensor_value_info("y", F32, list(shape))], {"c": np.array(2.0, np.float32)})
+        kernel, p = prepared(model, op)
+        x = np.ones(shape, np.float32)
+        assert kernel.bind is None or kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None
