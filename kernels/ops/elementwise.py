@@ -220,29 +220,26 @@ def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
     return run
 
 
-def _binary_binder(fn) -> Callable | None:
-    """The ``bind`` of one binary op whose function is a numpy ufunc: the ufunc itself as the step's native call,
-    constants in place, for these input shapes and dtypes (ep/step_binding.py); not for 0-d results (a ufunc on
-    0-d arrays returns a numpy scalar, the kernel an array)."""
+def _ufunc_binder(fn, arity: int) -> Callable | None:
+    """The ``bind`` of an op whose function is a numpy ufunc: the ufunc itself as the step's native call, constants
+    in place, for these input shapes and dtypes (ep/step_binding.py); not for 0-d results (a ufunc on 0-d arrays
+    returns a numpy scalar, the kernel an array), float16 (computed in float32) or a result of another dtype than
+    the kernel's."""
     if not isinstance(fn, np.ufunc):
         return None
 
     def bind(p: Prepared, inputs, outs):
-        args, runtime = [], []
-        for i in range(2):
-            v = arg(p, inputs, i)
-            if not isinstance(v, np.ndarray):
-                return None
-            if i < len(inputs) and inputs[i] is not None:
-                if not v.flags.c_contiguous:
-                    return None
-                runtime.append((i, i, v.dtype, v.shape, None))
-                args.append(None)
-            else:
-                args.append(v)
-        if not runtime or outs[0].ndim == 0:
+        values = [arg(p, inputs, i) for i in range(arity)]
+        if not all(isinstance(v, np.ndarray) and v.dtype != _F16 for v in values) or outs[0].ndim == 0:
             return None
-        return _native.call_step(p, fn, tuple(args), runtime, [(-1, None)])
+        if fn(*[np.empty(0, v.dtype) for v in values]).dtype != outs[0].dtype:
+            return None
+        runtime = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(values)
+                   if i < len(inputs) and inputs[i] is not None]
+        if not runtime or not all(values[i].flags.c_contiguous for i, *_ in runtime):
+            return None
+        args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
+        return _native.call_step(p, fn, args, runtime, [(-1, None)])
     return bind
 
 
@@ -325,10 +322,11 @@ def _cast_check(node: NodeInfo, target: Target) -> str | None:
 
 for _op, (_fn, _, _) in _BINARY.items():
     register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn), _cost, _check,
-                       rank_free=True, bind=None if _op == "Pow" else _binary_binder(_fn)))
+                       rank_free=True, bind=None if _op == "Pow" else _ufunc_binder(_fn, 2)))
 for _op, (_fn, _, _) in _UNARY.items():
     if _op not in _MS_UNARY:
-        register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True))
+        register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True,
+                           bind=_ufunc_binder(_fn, 1)))
 # opset 20; approximate="tanh" switches
 register(KernelDef("", "Gelu", _prepare, _gelu_run, _cost, _check, rank_free=True))
 register(KernelDef("com.microsoft", "Gelu", _prepare, _gelu_run, _cost, _check, rank_free=True))

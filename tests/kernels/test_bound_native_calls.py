@@ -215,3 +215,18 @@ def test_binary_ops_without_a_ufunc_or_with_a_0d_result_do_not_bind():
         kernel, p = prepared(model, op)
         x = np.ones(shape, np.float32)
         assert kernel.bind is None or kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None
+
+
+@pytest.mark.parametrize("op", ["Neg", "Abs", "Exp", "Sqrt"])
+def test_unary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op):
+    model = make_model([helper.make_node(op, ["x"], ["y"], name="op")], [helper.make_tensor_value_info("x", F32, [7, 9])],
+                       [helper.make_tensor_value_info("y", F32, [7, 9])])
+    kernel, p = prepared(model, op)
+    x = RNG.standard_normal((7, 9)).astype(np.float32)
+    x[0, :3] = [np.inf, -np.inf, np.nan]
+    with np.errstate(all="ignore"):  # as a program call runs its steps
+        outs, step, loop = one_step_loop(kernel, p, [x])
+        assert isinstance(step, bridge.CallStep)
+        assert_same(loop((x,)), outs)
+        half = x.astype(np.float16)  # computed in float32 by the kernel: not bound
+        assert kernel.bind(p, [half], kernel.run(p, [half])) is None
