@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ContextFormatError, ContextIncompatibleError
+from .hash_pool import hash_pool
 from .fileio import map_container
 from .prefix import ALIGN, FORMAT_VERSION, HASHED_PREFIX, MAGIC, PREFIX, PREFIX_SIZE  # noqa: F401 (format API)
 from .prefix import align as _align, as_readonly_view as _as_readonly_view, fail as _fail
@@ -341,6 +343,53 @@ def unpack(buf: bytes | bytearray | memoryview, *, expect: ContainerExpect | Non
         cursor = start + e.nbytes
     _check_padding(mv, cursor, len(mv), "at end of file")
     return Container(meta=meta, header=doc["header"], arrays=arrays, table=table, nbytes=len(mv))
+
+
+class SectionCheck:
+    """A container's section hashes checked while its file is still being read (``fileio.read_container``'s
+    ``on_chunk``): each section is hashed on the hashing threads as soon as its bytes are in, so the hashing overlaps
+    the disk read. ``passed()``: every section of the header's table matched, so ``unpack(buf, verify=False)`` gives
+    what a verifying unpack would; False (a bad header, a mismatch, an unfinished read) leaves it to a verifying
+    ``unpack``, which names the problem."""
+
+    def __init__(self) -> None:
+        self._sections: list[tuple[int, int, str]] | None = None
+        self._next = 0
+        self._jobs: list[tuple[str, Future]] = []
+        self._broken = False
+
+    def __call__(self, mv: memoryview, got: int) -> None:
+        if self._broken:
+            return
+        if self._sections is None and not self._read_table(mv, got):
+            return
+        while self._next < len(self._sections):
+            start, nbytes, sha = self._sections[self._next]
+            if start + nbytes > got:
+                break
+            self._jobs.append((sha, hash_pool().submit(_sha256_hex, mv[start:start + nbytes])))
+            self._next += 1
+
+    def _read_table(self, mv: memoryview, got: int) -> bool:
+        if got < PREFIX_SIZE or got < PREFIX_SIZE + PREFIX.unpack_from(mv, 0)[3]:
+            return False  # the header block is not in yet
+        try:
+            _, doc, data_start = _parse_header_block(mv)
+            table = _parse_table(doc, len(mv) - data_start)
+        except (ContextFormatError, KeyError, TypeError):
+            self._broken = True
+            return False
+        self._sections = [(data_start + e.offset, e.nbytes, e.sha256) for e in table]
+        return True
+
+    def passed(self) -> bool:
+        if self._broken or self._sections is None or self._next < len(self._sections):
+            return False
+        return all(job.exception() is None and job.result() == sha for sha, job in self._jobs)
+
+
+def _sha256_hex(section: memoryview) -> str:
+    return hashlib.sha256(section).hexdigest()
 
 
 def verify(buf: bytes | bytearray | memoryview) -> None:

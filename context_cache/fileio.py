@@ -18,7 +18,8 @@ import errno
 import mmap
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
@@ -69,20 +70,43 @@ def open_container(path: str | os.PathLike[str], limit: int | None = None) -> It
         os.close(fd)
 
 
-def read_container(path: str | os.PathLike[str], limit: int | None = None) -> memoryview:
+READ_CHUNK = 64 << 20  # bytes per read: what arrived is handed to ``on_chunk`` this often
+READ_THREADS = 2  # chunks in flight at once (a large file reads ~1.5-2x faster here than with one)
+
+
+def read_container(path: str | os.PathLike[str], limit: int | None = None,
+                   on_chunk: Callable[[memoryview, int], None] | None = None) -> memoryview:
     """The bytes of a container file (a view of one uint8 array), read only after ``open_container``'s checks; at most the
     declared size. One numpy buffer: large ones sit on huge pages, so the arrays unpacked from it are read in place
-    (``ep.weight_arena`` leaves them there) instead of being copied again."""
+    (``ep.weight_arena`` leaves them there) instead of being copied again. A large file is read in chunks on
+    READ_THREADS threads; ``on_chunk(view, n)`` is called as the first n bytes are in, in order
+    (``container.SectionCheck`` hashes sections while the rest is read)."""
     with open_container(path, limit) as (fd, size):
         buf = np.empty(size, np.uint8)
-        view, got = memoryview(buf), 0
-        while got < size:
-            n = os.preadv(fd, [view[got:got + (1 << 30)]], got)
-            if not n:
-                raise ContextFormatError(f"{os.fspath(path)}: shrank to {got} bytes while being read "
-                                         f"(expected {size})")
-            got += n
+        view = memoryview(buf)
+        chunks = [(lo, min(size, lo + READ_CHUNK)) for lo in range(0, size, READ_CHUNK)]
+        if len(chunks) == 1:
+            _read_range(fd, view, 0, size, path)
+            if on_chunk is not None:
+                on_chunk(view, size)
+            return view
+        with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="npu_ep-read") as pool:
+            reads = [pool.submit(_read_range, fd, view, lo, hi, path) for lo, hi in chunks]
+            for read, (_, hi) in zip(reads, chunks):
+                read.result()
+                if on_chunk is not None:
+                    on_chunk(view, hi)
         return view
+
+
+def _read_range(fd: int, view: memoryview, lo: int, hi: int, path: str | os.PathLike[str]) -> None:
+    got = lo
+    while got < hi:
+        n = os.preadv(fd, [view[got:hi]], got)
+        if not n:
+            raise ContextFormatError(f"{os.fspath(path)}: shrank to {got} bytes while being read "
+                                     f"(expected {len(view)})")
+        got += n
 
 
 def map_container(path: str | os.PathLike[str], limit: int | None = None) -> mmap.mmap:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Mapping
 
 import numpy as np
+
+from .hash_pool import hash_pool
 
 KEY_DOMAIN = b"npu_ep.cache_key.v2\0"
 LARGE_PAYLOAD = 1 << 20
@@ -53,17 +54,6 @@ def canonical_json(value: Any) -> bytes:
     _check_json_value(value, "$")
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8")
-
-
-_pool: list[ThreadPoolExecutor] = []
-_pool_lock = threading.Lock()
-
-
-def _digest_pool() -> ThreadPoolExecutor:
-    with _pool_lock:
-        if not _pool:
-            _pool.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="npu_ep-hash"))
-        return _pool[0]
 
 
 def _sha256(payload: memoryview) -> bytes:
@@ -107,7 +97,7 @@ def _large_digests(parts: tuple) -> dict[int, Future]:
     out = {}
     for i, p in enumerate(parts):
         if isinstance(p, np.ndarray) and p.nbytes >= LARGE_PAYLOAD and not p.dtype.hasobject:
-            out[i] = _digest_pool().submit(_sha256, _raw(_array_bytes(p)[1]))
+            out[i] = hash_pool().submit(_sha256, _raw(_array_bytes(p)[1]))
     return out
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .._atomic import atomic_write_bytes
-from ..context_cache.container import FORMAT_VERSION, unpack
+from ..context_cache.container import FORMAT_VERSION, SectionCheck, unpack
 from ..context_cache.errors import ContextFileError, ContextFormatError, ContextIncompatibleError
 from ..context_cache.fileio import read_container
 from ..kernels.node import NodeInfo, ValueInfo
@@ -102,16 +102,19 @@ class EpContext:
         if payload is None:
             raise EpContextError(f"{node.describe()}: no ep_cache_context attribute")
         where = f"{node.describe()}"
+        verified = False
         if embed == 1:
             blob = payload if isinstance(payload, (bytes, bytearray)) else str(payload).encode("latin-1")
         elif embed == 0:
             path = _payload_path(payload, where)
-            blob = _read_payload_file(path, graph, where)
+            check = SectionCheck()  # section hashes computed while the file is read
+            blob = _read_payload_file(path, graph, where, check)
+            verified = check.passed()
             where += f" payload {path}"
         else:
             raise EpContextError(f"{where}: embed_mode={embed} (expected 0 or 1)")
         try:
-            container = unpack(blob, expect=compiler_version.expected(self.target))
+            container = unpack(blob, expect=compiler_version.expected(self.target), verify=not verified)
         except ContextIncompatibleError as exc:
             raise EpContextError(f"{where}: {exc}") from exc
         except ContextFormatError as exc:
@@ -126,7 +129,7 @@ class EpContext:
         return program
 
 
-def _read_payload_file(rel: str, graph: Mapping[str, Any], where: str) -> bytes:
+def _read_payload_file(rel: str, graph: Mapping[str, Any], where: str, check: SectionCheck) -> memoryview:
     model_path = graph.get("model_path", "")
     if not model_path:
         raise EpContextError(f"{where}: embed_mode=0 context needs the model to be loaded from a file")
@@ -137,7 +140,7 @@ def _read_payload_file(rel: str, graph: Mapping[str, Any], where: str) -> bytes:
     if base not in path.parents:
         raise EpContextError(f"{where}: refusing payload path {rel!r}: it escapes the model directory {base}")
     try:  # regular files only, size checked against the container's header before the rest is read
-        return read_container(path)
+        return read_container(path, on_chunk=check)
     except ContextFileError as exc:
         raise EpContextError(f"{where}: refusing payload {path}: {_after_path(exc, path)}") from exc
     except ContextFormatError as exc:
