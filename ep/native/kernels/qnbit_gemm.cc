@@ -36,6 +36,7 @@ using nbits::Symmetric;
 constexpr int64_t kColsPerTask = 16;
 constexpr int64_t kSgemmMinRows = 16;      // from this M on, fp32 levels run dequantized panels on the BLAS
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
+constexpr int64_t kSgemmTasks = 4;  // panels a product is cut into at least, so both threads get work
 // Decode (M = 1): a task is at least this many packed weight bytes, so ORT's per-task dispatch is amortized.
 constexpr int64_t kGemvTaskBytes = 128 * 1024;
 
@@ -518,7 +519,9 @@ void MatMulNBits(const NBitsGemm& g) {
 #endif
   if (!int8 && g.sgemm != nullptr && s.M >= kSgemmMinRows) {
     // Each task owns whole columns (a shape-only split): the same bits at any thread count.
-    const int64_t cols = std::max<int64_t>(16, kSgemmPanelBytes / (4 * s.kc) / 16 * 16);
+    // at most an L2-sized panel, and at least kSgemmTasks tasks where N allows (a shape-only split)
+    const int64_t even = ((s.N + kSgemmTasks - 1) / kSgemmTasks + 15) / 16 * 16;
+    const int64_t cols = std::max<int64_t>(16, std::min(kSgemmPanelBytes / (4 * s.kc) / 16 * 16, even));
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
       std::vector<int32_t> zpc(s.kb + 16, 0);
       std::vector<float> panel((n1 - n0) * s.kc, 0.0f);
