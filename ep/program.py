@@ -22,6 +22,11 @@ from . import step_binding
 from .log import logger
 from .weight_arena import pack_constants
 
+try:
+    from . import _native as _extension  # the C++ loop and native steps
+except ImportError:  # pragma: no cover - the extension not built: the Python loop runs
+    _extension = None
+
 
 UNKNOWN_RANK = "?"  # a declared input shape of unknown rank (Step.declared)
 
@@ -144,15 +149,14 @@ class Program:
     def _native_loop(self, natives: Sequence[Any] | None = None) -> Any:
         """The extension's StepLoop over this program's steps (with a signature's native steps), or None when the
         extension is not built."""
-        step_loop = _step_loop_class()
-        if step_loop is None:
+        if _extension is None:
             return None
         natives = natives or [None] * len(self.steps)
         steps = [(st.kernel.run, st.prepared, st.in_slots,
                   tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, native)
                  for st, native in zip(self.steps, natives, strict=True)]
-        return step_loop(steps, self.n_slots, self.output_slots,
-                         lambda j, args, exc: _failure(self.steps[j], args, exc))
+        return _extension.StepLoop(steps, self.n_slots, self.output_slots,
+                                   lambda j, args, exc: _failure(self.steps[j], args, exc))
 
     def mark_partition_outputs(self) -> None:
         """Tell each step which of its outputs are outputs of this partition (their ORT index), so a kernel that
@@ -349,26 +353,11 @@ def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any], shape_derived: s
     """The step's native step for these inputs, or None; binding never breaks a call (the kernel keeps running)."""
     derived = all(s in shape_derived for s in step.in_slots if s >= 0)
     try:
-        return step_binding.bind(step.op, step.kernel, step.prepared, args, outs, _native_module(),
+        return step_binding.bind(step.op, step.kernel, step.prepared, args, outs, _extension,
                                  shape_derived=derived)
     except Exception as exc:  # noqa: BLE001 - an optimization that failed, not an error of the model
         logger.debug("no native step for %s: %s: %s", step.describe(), type(exc).__name__, exc)
         return None
-
-
-def _native_module() -> Any:
-    from . import _native
-
-    return _native
-
-
-def _step_loop_class() -> Any:
-    """``_native.StepLoop``, or None when the extension is not built (the Python loop runs)."""
-    try:
-        from ._native import StepLoop
-    except ImportError:  # pragma: no cover - CI builds the extension
-        return None
-    return StepLoop
 
 
 def _gatherer(slots: tuple[int, ...]) -> Callable[[list], tuple]:
