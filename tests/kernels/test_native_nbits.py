@@ -141,10 +141,13 @@ def test_decode_gemv_at_width_has_prefill_bits(isa, bs, symmetric, level):
 
 
 @pytest.mark.parametrize("bs", [16, 32, 128])
-@pytest.mark.parametrize("m,K,N", [(16, 130, 5), (33, 1000, 47), (64, 256, 300), (129, 2048, 40)])
+# (19, 300, 23) and (31, 520, 18): rows and columns that leave partial 4x4 blocks in the AVX-512 panel kernel
+@pytest.mark.parametrize("m,K,N", [(16, 130, 5), (19, 300, 23), (31, 520, 18), (33, 1000, 47), (64, 256, 300),
+                                   (129, 2048, 40)])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_fp32_levels_on_the_blas_match_the_reference_at_any_thread_count(isa, bs, m, K, N, symmetric):
-    """From M >= 16 the fp32 levels dequantize column panels and multiply them on numpy's own BLAS (sgemm)."""
+    """From M >= 16 the fp32 levels dequantize column panels and multiply them on numpy's own BLAS (sgemm), or up
+    to 32 rows on AVX-512 by our own panel kernel."""
     from npu_ep.kernels import host_blas
 
     sgemm = host_blas.sgemm_address()
