@@ -146,8 +146,8 @@ def test_decode_gemv_at_width_has_prefill_bits(isa, bs, symmetric, level):
                                    (129, 2048, 40)])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_fp32_levels_on_the_blas_match_the_reference_at_any_thread_count(isa, bs, m, K, N, symmetric):
-    """From M >= 16 the fp32 levels dequantize column panels and multiply them on numpy's own BLAS (sgemm), or up
-    to 32 rows on AVX-512 by our own panel kernel."""
+    """From M >= 16 the fp32 levels dequantize column panels and multiply them on numpy's own BLAS (sgemm), or on
+    AVX-512 by our own panel kernel."""
     from npu_ep.kernels import host_blas
 
     sgemm = host_blas.sgemm_address()

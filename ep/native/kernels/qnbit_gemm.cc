@@ -37,10 +37,6 @@ constexpr int64_t kColsPerTask = 16;
 constexpr int64_t kSgemmMinRows = 16;      // from this M on, fp32 levels run dequantized panels on the BLAS
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
 constexpr int64_t kSgemmTasks = 4;  // panels a product is cut into at least, so both threads get work
-// up to this many rows a panel is multiplied by our AVX-512 kernel (PanelGemmAvx512), beyond by the BLAS: it reads
-// the panel once per 4 rows, which costs more than OpenBLAS's blocking from ~64 rows on (M = 32: 1.4x faster,
-// M = 128: 1.1x slower than numpy's OpenBLAS here)
-constexpr int64_t kPanelKernelRows = 32;
 // Decode (M = 1): a task is at least this many packed weight bytes, so ORT's per-task dispatch is amortized.
 constexpr int64_t kGemvTaskBytes = 128 * 1024;
 
@@ -536,7 +532,7 @@ void MatMulNBits(const NBitsGemm& g) {
       }
       float* y = g.y + r0 * s.N + n0;
 #if NPU_EP_X86
-      if (isa >= Isa::kAvx512 && r1 - r0 <= kPanelKernelRows) {
+      if (isa >= Isa::kAvx512) {
         nbits::PanelGemmAvx512(pa.a.data() + r0 * s.kc, r1 - r0, panel.data(), n1 - n0, s.kc, y, s.N);
       } else
 #endif
