@@ -34,7 +34,8 @@ using nbits::Column;
 using nbits::ColumnOf;
 using nbits::Symmetric;
 constexpr int64_t kColsPerTask = 16;
-constexpr int64_t kSgemmMinRows = 16;      // from this M on, fp32 levels run dequantized panels on the BLAS
+// From this M on, fp32 levels multiply dequantized column panels (qnbit_panel_avx512.cc on AVX-512, else the BLAS).
+constexpr int64_t kSgemmMinRows = 16;
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
 constexpr int64_t kSgemmTasks = 4;  // panels a product is cut into at least, so both threads get work
 // Decode (M = 1): a task is at least this many packed weight bytes, so ORT's per-task dispatch is amortized.

@@ -1,7 +1,8 @@
 // The fp32 levels' int4 GEMM from M = 16 on, on AVX-512 without the BLAS: a task's columns, dequantized into a
 // [columns, kc] panel (the same floats the BLAS path multiplies), times A's rows in blocks of 4 rows x 4 columns,
-// each output a 16-lane FMA sum over kc reduced once at the end; 32 rows of A at a time meet every column block. Numpy's OpenBLAS ran these products (A x B^T at
-// M = 32) at ~25 GMAC/s on one thread here and barely scaled to two; this has no shared state between threads.
+// each output a 16-lane FMA sum over kc reduced once at the end; 32 rows of A at a time meet every column block.
+// Numpy's OpenBLAS ran these products (A x B^T at M = 32) at ~25 GMAC/s on one thread here and barely scaled to
+// two; this kernel shares nothing between threads.
 #include <algorithm>
 
 #include "intrinsics.h"
