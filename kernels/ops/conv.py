@@ -169,31 +169,30 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, consts, target)
 
 
+# tail instruction code -> (its float32 operation, whether the instruction's constant is the first operand)
+_TAIL_WITH_CONSTANT = {CODES["mul"]: (np.multiply, False), CODES["add"]: (np.add, False),
+                       CODES["sub"]: (np.subtract, False), CODES["rsub"]: (np.subtract, True),
+                       CODES["div"]: (np.divide, False), CODES["rdiv"]: (np.divide, True)}
+_TAIL_WITH_SAVED = {CODES["mul_saved"]: np.multiply, CODES["add_saved"]: np.add}  # saved copy as first operand
+
+
 def tail_reference(y: np.ndarray, codes: np.ndarray, c: np.ndarray) -> np.ndarray:
     """A fused element-wise tail applied in place to float32 ``y`` with numpy (the native ``conv_tail``'s
     reference): each instruction the float32 operation of the node it replaced."""
     saved = None
     for code, (a, b) in zip(codes.tolist(), c):
-        if code == CODES["mul"]:
-            np.multiply(y, a, out=y)
-        elif code == CODES["add"]:
-            np.add(y, a, out=y)
-        elif code == CODES["sub"]:
-            np.subtract(y, a, out=y)
-        elif code == CODES["rsub"]:
-            np.subtract(a, y, out=y)
-        elif code == CODES["div"]:
-            np.divide(y, a, out=y)
-        elif code == CODES["rdiv"]:
-            np.divide(a, y, out=y)
+        if code in _TAIL_WITH_CONSTANT:
+            fn, constant_first = _TAIL_WITH_CONSTANT[code]
+            if constant_first:
+                fn(a, y, out=y)
+            else:
+                fn(y, a, out=y)
+        elif code in _TAIL_WITH_SAVED:
+            _TAIL_WITH_SAVED[code](saved, y, out=y)
         elif code == CODES["clip"]:
             np.clip(y, a, b, out=y)
         elif code == CODES["save"]:
             saved = y.copy()
-        elif code == CODES["mul_saved"]:
-            np.multiply(saved, y, out=y)
-        elif code == CODES["add_saved"]:
-            np.add(saved, y, out=y)
         else:
             raise ValueError(f"conv tail: unknown instruction code {code}")
     return y
