@@ -124,21 +124,44 @@ def _from_2d(p: Prepared, y: np.ndarray) -> np.ndarray:
     return y[:, :, 0, :] if p.attrs["one_d"] else y
 
 
+def _native_max_call(p: Prepared, x: np.ndarray, geo) -> tuple | None:
+    """(kernel, its arguments after x) of the native MaxPool for x (2-D view), or None where it does not apply."""
+    nat = _native.native(p)
+    if nat is None or x.dtype not in (np.float32, np.uint8, np.int8):  # ep/native/kernels/pool.cc walks these
+        return None
+    at = p.attrs
+    (oh, t, _), (ow, l, _) = geo
+    low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    return nat.max_pool, ([oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l], float(low),
+                          _native.threads(p))
+
+
 def _run_max(p: Prepared, inputs) -> list[np.ndarray]:
     x = _as_2d(p, arg(p, inputs, 0))
     geo = _geometry(x, p.attrs)
     (oh, _, _), (ow, _, _) = geo
     if oh == 0 or ow == 0:
         return [_from_2d(p, np.empty((*x.shape[:2], oh, ow), x.dtype))]
+    call = _native_max_call(p, x, geo)
+    if call is not None:
+        return [_from_2d(p, call[0](np.ascontiguousarray(x), *call[1]))]
     low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    nat = _native.native(p)
-    if nat is not None and x.dtype in (np.float32, np.uint8, np.int8):  # ep/native/kernels/pool.cc walks it too
-        at = p.attrs
-        (_, t, _), (_, l, _) = geo
-        y = nat.max_pool(np.ascontiguousarray(x), [oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l],
-                         float(low), _native.threads(p))
-        return [_from_2d(p, y)]
     return [_from_2d(p, _windows(x, p.attrs, low, geo).max(axis=(-2, -1)))]
+
+
+def _bind_max(p: Prepared, inputs, outs) -> Any:
+    """MaxPool as one native call for x's shape (a 1-D pool's x viewed as 4-D, its result back as 3-D), as
+    ``_run_max`` does (ep/step_binding.py)."""
+    x = inputs[0] if inputs else None
+    if not isinstance(x, np.ndarray) or x.ndim not in (3, 4) or not x.flags.c_contiguous or outs[0].size == 0:
+        return None
+    x4 = _as_2d(p, x)
+    call = _native_max_call(p, x4, _geometry(x4, p.attrs))
+    if call is None:
+        return None
+    one_d = p.attrs["one_d"]
+    return _native.call_step(p, call[0], (None, *call[1]), [(0, 0, x.dtype, x.shape, x4.shape if one_d else None)],
+                             [(-1, outs[0].shape if one_d else None)])
 
 
 def _run_avg(p: Prepared, inputs) -> list[np.ndarray]:
@@ -182,6 +205,6 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return vector_cost(p.target, max(n_out, 1), nbytes(s, item), max(n_out, 1) * item, float(ops))
 
 
-register(KernelDef("", "MaxPool", _prepare, _run_max, _cost, _check))
+register(KernelDef("", "MaxPool", _prepare, _run_max, _cost, _check, bind=_bind_max))
 register(KernelDef("", "AveragePool", _prepare, _run_avg, _cost, _check))
 register(KernelDef("", "GlobalAveragePool", _prepare, _run_gap, _cost, _check))

@@ -1,6 +1,6 @@
-"""Kernels that bind a native call (``KernelDef.bind``: Conv, MatMulNBits, npu::NormMatMul): the call step the
-program's C++ loop makes gives the kernel's own outputs bit for bit, declines other shapes, DMA counting and
-another kernel choice, and runs inside real sessions (counted), whose results match the CPU EP."""
+"""Kernels that bind a native call (``KernelDef.bind``: Conv, MaxPool, MatMulNBits, npu::NormMatMul): the call
+step the program's C++ loop makes gives the kernel's own outputs bit for bit, declines other shapes, DMA counting
+and another kernel choice, and runs inside real sessions (counted), whose results match the CPU EP."""
 
 from __future__ import annotations
 
@@ -95,6 +95,38 @@ def test_conv_call_step_equals_the_kernel_and_declines_other_shapes(name):
     solo = bridge.StepLoop([(kernel.run, p, (0,), ((0, 1),), (), step)], 2, (1,), None)
     assert_same(solo((other,)), kernel.run(p, [other]))
     assert solo.native_counts == (0, 1)
+
+
+# --- MaxPool ---------------------------------------------------------------------------------------------------
+
+POOLS = {"2x2": ((1, 5, 12, 35), np.float32, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+         "padded": ((2, 3, 9, 10), np.float32, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+         "1d": ((1, 4, 15), np.float32, {"kernel_shape": [4], "strides": [3], "pads": [2, 1]}),
+         "uint8": ((1, 3, 8, 8), np.uint8, {"kernel_shape": [2, 2], "strides": [2, 2]})}
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+def test_maxpool_call_step_equals_the_kernel_and_declines_other_shapes(name):
+    shape, dt, attrs = POOLS[name]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="pool", **attrs)],
+                       [helper.make_tensor_value_info("x", elem, list(shape))],
+                       [helper.make_tensor_value_info("y", elem, [None] * len(shape))], {})
+    kernel, p = prepared(model, "MaxPool")
+    if dt == np.float32:
+        x = RNG.standard_normal(shape).astype(dt)
+        x.reshape(-1)[::13] = np.nan
+    else:
+        x = RNG.integers(0, 256, shape).astype(dt)
+    outs, step, loop = one_step_loop(kernel, p, [x])
+    assert step is not None
+    assert_same(loop((x,)), outs)
+    assert loop.native_counts == (1, 0)
+    if dt != np.float32:
+        np.testing.assert_array_equal(outs[0], cpu_run(model, {"x": x})[0])
+    other = np.ones((*shape[:-1], shape[-1] + 2), dt)
+    assert_same(loop((other,)), kernel.run(p, [other]))
+    assert loop.native_counts == (1, 1)
 
 
 # --- MatMulNBits -----------------------------------------------------------------------------------------------

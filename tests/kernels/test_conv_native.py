@@ -82,6 +82,11 @@ SHAPES = [
     ((1, 6, 2, 37), (6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2])),
     ((1, 3, 7, 50), (6, 1, 3, 3), dict(group=3, strides=[2, 1], dilations=[1, 2], pads=[1, 2, 0, 3])),
     ((1, 3, 16), (5, 3, 4), dict(dilations=[3], pads=[0, 2])),
+    # AVX-512: B read in place from zero-padded input rows (unit width stride, rows of >= 16 outputs)
+    ((1, 37, 20, 32), (19, 37, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 1])),  # K = 333 in two depth chunks
+    ((2, 6, 18, 48), (10, 3, 3, 3), dict(group=2, dilations=[2, 1], pads=[2, 1, 0, 1])),
+    ((1, 3, 64, 64), (16, 3, 3, 3), dict(pads=[1, 1, 1, 1])),  # the small net's first conv: 2 blocks of rows
+    ((1, 5, 7, 20), (3, 5, 2, 5), dict(pads=[0, 2, 1, 2])),  # 20 outputs a row: one full vector and a partial one
 ]
 
 
@@ -134,6 +139,20 @@ def test_float_depthwise_edge_values_bit_exact(isa):
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
+@pytest.mark.parametrize("xs,ws,attrs", [SHAPES[0], SHAPES[23]])
+def test_float_dense_edge_values(isa, xs, ws, attrs):
+    """NaN and infinities reach the same outputs as in the reference (a GEMM sums in its own order: values
+    within rtol 1e-5)."""
+    x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
+    x[0, 0, 2, 3], x[0, 1, 5, 7], x[0, 2, 1, 1] = np.nan, np.inf, -np.inf
+    k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True)], **attrs)
+    with np.errstate(invalid="ignore"):  # inf - inf in the reference's sums, as IEEE says
+        got, want = _run(k, p, args, "native"), _run(k, p, args, "reference")
+    assert np.isnan(want).any() and np.isinf(want).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _qinputs(xs, ws, dtx, dtw, per_channel, y_scale=None):
     ix, iw = np.iinfo(dtx), np.iinfo(dtw)
     x = RNG.integers(ix.min, ix.max + 1, xs).astype(dtx)
@@ -170,7 +189,7 @@ def test_qlinearconv_saturation_and_per_tensor(isa, xs, ws, attrs):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("shape", [SHAPES[4], SHAPES[10], SHAPES[11]])
+@pytest.mark.parametrize("shape", [SHAPES[4], SHAPES[10], SHAPES[11], SHAPES[23], SHAPES[25]])
 def test_same_bits_at_any_thread_count(shape):
     xs, ws, attrs = shape
     x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
@@ -189,6 +208,9 @@ def test_same_bits_at_any_thread_count(shape):
     ((1, 4, 7, 8), dict(kernel_shape=[3, 2], dilations=[2, 2], auto_pad="SAME_UPPER")),
     ((1, 2, 5, 6), dict(kernel_shape=[1, 3], strides=[1, 3], auto_pad="SAME_LOWER")),
     ((1, 3, 15), dict(kernel_shape=[4], strides=[3], pads=[2, 1])),  # 1-D
+    ((2, 3, 11, 33), dict(kernel_shape=[2, 2], strides=[2, 2])),  # odd sides: the last row and column unused
+    ((1, 2, 9, 40), dict(kernel_shape=[2, 2], strides=[2, 2], dilations=[2, 2])),  # dilated: pairs not adjacent
+    ((1, 2, 8, 37), dict(kernel_shape=[2, 2], strides=[2, 2], dilations=[1, 2])),
 ])
 @pytest.mark.parametrize("dt", [np.float32, np.uint8, np.int8])
 def test_maxpool_native_bit_exact(isa, xs, attrs, dt):

@@ -13,6 +13,7 @@
 
 #include "cpu.h"
 #include "conv_internal.h"
+#include "conv_gemm.h"
 #include "thread_pool.h"
 
 #include "intrinsics.h"
@@ -183,6 +184,35 @@ void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int
   });
 }
 
+void conv_detail::PatchMatrix(const ConvShape& s, const float* planes, int64_t p0, int64_t cols, float* patch) {
+  const int64_t T = s.kh * s.kw, K = s.Cg() * T;
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
+    const float* plane = planes + c * s.H * s.W;
+    const int64_t off_w = j * s.dw - s.pl;
+    const Span sp = Valid(off_w, s.sw, s.W, s.OW);
+    float* dst = patch + k * cols;
+    for (int64_t p = p0; p < p0 + cols;) {  // one output row segment at a time
+      const int64_t oh = p / s.OW, ow0 = p % s.OW, ow1 = std::min(s.OW, ow0 + (p0 + cols - p));
+      float* d = dst + (p - p0) - ow0;  // d[ow] is pixel (oh, ow)
+      const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+      if (ih < 0 || ih >= s.H) {
+        std::fill(d + ow0, d + ow1, 0.0f);
+      } else {
+        const float* row = plane + ih * s.W + off_w;
+        const int64_t lo = std::clamp(sp.lo, ow0, ow1), hi = std::clamp(sp.hi, lo, ow1);
+        std::fill(d + ow0, d + lo, 0.0f);
+        if (s.sw == 1)
+          std::memcpy(d + lo, row + lo, (hi - lo) * sizeof(float));
+        else
+          for (int64_t o = lo; o < hi; ++o) d[o] = row[o * s.sw];
+        std::fill(d + hi, d + ow1, 0.0f);
+      }
+      p += ow1 - ow0;
+    }
+  }
+}
+
 namespace {
 
 // rows x cols outputs at pitch `ld` just written by the GEMM: + bias[row], then the tail, while in cache.
@@ -199,6 +229,9 @@ void FinishRows(float* out, int64_t ld, int64_t rows, int64_t cols, const float*
 
 void DenseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Sgemm64 sgemm,
                 int threads, const ConvTail& tail) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return DenseFloatOwnGemm(s, x, w, bias, y, threads, tail);
+#endif
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
   const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
   // pixels per task: the block's patch matrix about 512 KiB, the blocks of an image balanced, and at least two of
@@ -219,31 +252,7 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
       return;
     }
     std::vector<float> patch(K * cols);
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
-      const float* plane = x + ((n * s.C) + g * s.Cg() + c) * s.H * s.W;
-      const int64_t off_w = j * s.dw - s.pl;
-      const Span sp = Valid(off_w, s.sw, s.W, s.OW);
-      float* dst = patch.data() + k * cols;
-      for (int64_t p = p0; p < p0 + cols;) {  // one output row segment at a time
-        const int64_t oh = p / s.OW, ow0 = p % s.OW, ow1 = std::min(s.OW, ow0 + (p0 + cols - p));
-        float* d = dst + (p - p0) - ow0;  // d[ow] is pixel (oh, ow)
-        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-        if (ih < 0 || ih >= s.H) {
-          std::fill(d + ow0, d + ow1, 0.0f);
-        } else {
-          const float* row = plane + ih * s.W + off_w;
-          const int64_t lo = std::clamp(sp.lo, ow0, ow1), hi = std::clamp(sp.hi, lo, ow1);
-          std::fill(d + ow0, d + lo, 0.0f);
-          if (s.sw == 1)
-            std::memcpy(d + lo, row + lo, (hi - lo) * sizeof(float));
-          else
-            for (int64_t o = lo; o < hi; ++o) d[o] = row[o * s.sw];
-          std::fill(d + hi, d + ow1, 0.0f);
-        }
-        p += ow1 - ow0;
-      }
-    }
+    conv_detail::PatchMatrix(s, x + (n * s.C + g * s.Cg()) * s.H * s.W, p0, cols, patch.data());
     sgemm(kCblasRowMajor, kCblasTrans, kCblasNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg, patch.data(), cols, 0.0f, out, P);
     FinishRows(out, P, Mg, cols, bias == nullptr ? nullptr : bias + g * Mg, tail);
   });

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "conv.h"
 #include "thread_pool.h"
 
 namespace npu_ep::kern::conv_detail {
@@ -33,5 +34,9 @@ inline Span Valid(int64_t off, int64_t stride, int64_t in, int64_t out) {
   hi = std::max(lo, std::min(hi, out));
   return {lo, hi};
 }
+
+// The patch matrix [Cg*kh*kw, cols] of output pixels [p0, p0 + cols) over one image's group planes (rows ordered
+// (c, i, j), zeros where padded): B of the dense conv's GEMM.
+void PatchMatrix(const ConvShape& s, const float* planes, int64_t p0, int64_t cols, float* patch);
 
 }  // namespace npu_ep::kern::conv_detail

@@ -22,7 +22,7 @@ namespace {
 
 // Instruction codes, as CODES in kernels/fusion/conv_tail.py.
 enum Code : int32_t { kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved };
-static_assert(kAddSaved + 1 == kTailCodes, "conv.h's kTailCodes");
+static_assert(kAddSaved + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
 constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task

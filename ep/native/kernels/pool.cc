@@ -104,6 +104,39 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void PairMaxBytesAvx512(uin
 }
 #endif
 
+#if NPU_EP_X86
+// dst[o] = Max(v, w) lanewise with the scalar Max's NaN rule (a NaN in w wins, a NaN in v stays).
+__attribute__((target("avx512f"))) inline __m512 MaxLanes(__m512 v, __m512 w) {
+  const __mmask16 take = _mm512_cmp_ps_mask(w, v, _CMP_GT_OQ) | _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q);
+  return _mm512_mask_mov_ps(v, take, w);
+}
+
+// The usual 2x2 window at stride 2, no pads, wholly inside the plane: both input rows and both columns of 16
+// outputs in registers, the row-then-column pass's operations in its order (no row-maximum buffer).
+__attribute__((target("avx512f"))) void Pool2x2Avx512(const PoolShape& s, const float* in, float low, float* out) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 lowv = _mm512_set1_ps(low);
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    const float* r0 = in + 2 * oh * s.W;
+    const float* r1 = r0 + s.W;
+    float* dst = out + oh * s.OW;
+    for (int64_t o = 0; o < s.OW; o += 16) {
+      const int64_t left = 2 * (s.OW - o);
+      const __mmask16 k = static_cast<__mmask16>(s.OW - o >= 16 ? 0xFFFF : (1u << (s.OW - o)) - 1);
+      const __mmask16 k0 = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+      const __mmask16 k1 = static_cast<__mmask16>(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1);
+      const __m512 a = MaxLanes(MaxLanes(lowv, _mm512_maskz_loadu_ps(k0, r0 + 2 * o)),
+                                _mm512_maskz_loadu_ps(k0, r1 + 2 * o));
+      const __m512 b = MaxLanes(MaxLanes(lowv, _mm512_maskz_loadu_ps(k1, r0 + 2 * o + 16)),
+                                _mm512_maskz_loadu_ps(k1, r1 + 2 * o + 16));
+      const __m512 m = MaxLanes(MaxLanes(lowv, _mm512_permutex2var_ps(a, even, b)), _mm512_permutex2var_ps(a, odd, b));
+      _mm512_mask_storeu_ps(dst + o, k, m);
+    }
+  }
+}
+#endif
+
 // One plane-parallel walk for every element type: RowPass(acc, row) folds an input row; ColPass(dst, rowmax)
 // writes an output row and returns true where it has a fast path for the geometry (else the scalar pass runs).
 template <typename T, typename RowPass, typename ColPass>
@@ -138,7 +171,7 @@ void MaxPoolPlanes(const PoolShape& s, const T* x, T low, T* y, int threads, Row
 // 2-wide, stride-2 windows wholly inside each row, on a host with the AVX-512 column pass.
 static bool VectorPairs(const PoolShape& s) {
 #if NPU_EP_X86
-  return s.kw == 2 && s.sw == 2 && s.pl == 0 && 2 * s.OW <= s.W && ActiveIsa() >= Isa::kAvx512;
+  return s.kw == 2 && s.sw == 2 && s.dw == 1 && s.pl == 0 && 2 * s.OW <= s.W && ActiveIsa() >= Isa::kAvx512;
 #else
   (void)s;
   return false;
@@ -147,6 +180,14 @@ static bool VectorPairs(const PoolShape& s) {
 
 void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
   const bool pairs = VectorPairs(s);
+#if NPU_EP_X86
+  if (pairs && s.kh == 2 && s.sh == 2 && s.dh == 1 && s.pt == 0 && 2 * s.OH <= s.H) {
+    conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * 4, [&](int64_t plane) {
+      Pool2x2Avx512(s, x + plane * s.H * s.W, low, y + plane * s.OH * s.OW);
+    });
+    return;
+  }
+#endif
   MaxPoolPlanes<float>(
       s, x, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
       [&](float* dst, const float* rowmax) {

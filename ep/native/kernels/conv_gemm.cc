@@ -1,0 +1,124 @@
+// The dense float conv on our own GEMM (conv_gemm_avx512.cc) instead of the BLAS. Per task (image, group, block of
+// output rows or pixels) B is one of:
+// - x's own rows (pointwise: 1x1, stride 1, no pads);
+// - a zero-padded copy of the input rows the block reads, read in place through the taps' offsets (unit width
+//   stride, output rows wide enough to fill most of a 16-lane vector): no patch matrix at all;
+// - else the block's patch matrix, as the BLAS path builds it.
+// The split depends on the shape only, so the bits are the same at any thread count.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "conv.h"
+#include "conv_gemm.h"
+#include "conv_internal.h"
+
+#if NPU_EP_X86
+
+namespace npu_ep::kern {
+namespace {
+
+// A pool thread's scratch, kept between calls (its size is bounded by the block size below).
+struct Scratch {
+  std::vector<float> b;
+  std::vector<int64_t> koff;
+  std::vector<GemmSlot> slots;
+};
+thread_local Scratch t_scratch;
+
+float* Grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// Slots for `rows` output rows of `ow` pixels whose B columns start every `in_pitch` floats (C rows: every ow).
+void RowSlots(int64_t rows, int64_t ow, int64_t in_pitch, std::vector<GemmSlot>& slots) {
+  slots.clear();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < ow; o += 16)
+      slots.push_back({r * in_pitch + o, r * ow + o, static_cast<int>(std::min<int64_t>(16, ow - o))});
+}
+
+// In-place B: a vector of 16 lanes per started output row segment wastes lanes when rows are narrow.
+bool ReadsInPlace(const ConvShape& s) {
+  const int64_t lanes = (s.OW + 15) / 16 * 16;
+  return s.sw == 1 && s.OW >= 16 && lanes * 4 <= s.OW * 5;
+}
+
+// Rows [ih0, ih0 + rows) of the group's Cg planes into dst [Cg, rows, wp], zero where they fall in the padding.
+void PaddedRows(const ConvShape& s, const float* planes, int64_t ih0, int64_t rows, int64_t wp, float* dst) {
+  const int64_t lo = std::min<int64_t>(s.pl, wp), hi = std::clamp<int64_t>(s.pl + s.W, lo, wp);
+  for (int64_t c = 0; c < s.Cg(); ++c) {
+    for (int64_t r = 0; r < rows; ++r, dst += wp) {
+      const int64_t ih = ih0 + r;
+      if (ih < 0 || ih >= s.H) {
+        std::fill(dst, dst + wp, 0.0f);
+        continue;
+      }
+      const float* src = planes + (c * s.H + ih) * s.W - s.pl;  // src[q] is padded column q
+      std::fill(dst, dst + lo, 0.0f);
+      std::memcpy(dst + lo, src + lo, (hi - lo) * sizeof(float));
+      std::fill(dst + hi, dst + wp, 0.0f);
+    }
+  }
+}
+
+}  // namespace
+
+void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                       const ConvTail& tail) {
+  const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
+  const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
+  const bool in_place = !pointwise && ReadsInPlace(s);
+  // pixels per task as on the BLAS path (a patch matrix of about 512 KiB), whole output rows when read in place;
+  // one image worth 1M multiply-adds (~20 us here) already goes to two threads (ORT's pool spins: no wake-up)
+  const int64_t cap = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
+  int64_t n_blocks = (P + cap - 1) / cap;
+  if (n_blocks == 1 && s.N * s.group == 1 && P >= 128 && P * K * Mg >= kMinParallelWork) n_blocks = 2;
+  const int64_t unit = in_place ? s.OW : 16;  // a block is a whole number of these pixels
+  const int64_t units = (P + unit - 1) / unit;
+  const int64_t per_block = (units + n_blocks - 1) / n_blocks;
+  const int64_t block = per_block * unit;
+  n_blocks = (units + per_block - 1) / per_block;
+  const int64_t ekh = (s.kh - 1) * s.dh + 1, wp = s.OW + (s.kw - 1) * s.dw;
+  const bool clip_only = tail.n == 1 && tail.codes[0] == kTailClip;  // Relu, Clip: done in the GEMM's registers
+  conv_detail::ParallelItems(threads, s.N * s.group * n_blocks, block * K * Mg, [&](int64_t task) {
+    const int64_t n = task / (s.group * n_blocks), g = (task / n_blocks) % s.group, p0 = (task % n_blocks) * block;
+    const int64_t cols = std::min(block, P - p0);
+    const float* planes = x + (n * s.C + g * s.Cg()) * s.H * s.W;
+    float* out = y + (n * s.M + g * Mg) * P + p0;
+    Scratch& sc = t_scratch;
+    sc.koff.resize(K);
+    const float* b;
+    if (pointwise) {
+      b = planes + p0;
+      for (int64_t k = 0; k < K; ++k) sc.koff[k] = k * P;
+      RowSlots(1, cols, cols, sc.slots);
+    } else if (in_place) {
+      const int64_t rows = cols / s.OW, oh0 = p0 / s.OW, rows_in = (rows - 1) * s.sh + ekh;
+      float* pad = Grow(sc.b, static_cast<size_t>(s.Cg() * rows_in * wp));
+      PaddedRows(s, planes, oh0 * s.sh - s.pt, rows_in, wp, pad);
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
+        sc.koff[k] = (c * rows_in + i * s.dh) * wp + j * s.dw;
+      }
+      RowSlots(rows, s.OW, s.sh * wp, sc.slots);
+      b = pad;
+    } else {
+      float* patch = Grow(sc.b, static_cast<size_t>(K * cols));
+      conv_detail::PatchMatrix(s, planes, p0, cols, patch);
+      for (int64_t k = 0; k < K; ++k) sc.koff[k] = k * cols;
+      RowSlots(1, cols, cols, sc.slots);
+      b = patch;
+    }
+    ConvGemmAvx512(Mg, K, w + g * K * Mg, Mg, b, sc.koff.data(), sc.slots.data(),
+                   static_cast<int64_t>(sc.slots.size()), out, P, bias == nullptr ? nullptr : bias + g * Mg,
+                   clip_only ? tail.consts : nullptr);
+    if (tail.n && !clip_only)
+      for (int64_t m = 0; m < Mg; ++m) ApplyTail(tail, out + m * P, cols);
+  });
+}
+
+}  // namespace npu_ep::kern
+
+#endif

@@ -1,0 +1,122 @@
+// The float conv's GEMM on AVX-512 without the BLAS: C[M x pixels] = A^T B with A the packed weights [K x M] and
+// B's row k found at koff[k] (a patch matrix's row, or a tap's offset into a zero-padded input, read in place).
+// A register tile of 8 output channels x 2 slots of 16 pixels keeps 16 accumulators: per k two loads of B and
+// eight broadcasts of A, no horizontal sums. K is cut into chunks of kKc so a tile's B stripe stays in L1; later
+// chunks add onto the stored partial sums. Numpy's OpenBLAS ran a small net's convs (M 16-64, K 27-288) at
+// 8-50 GFLOP/s here and woke its own threads for them; this runs on the calling thread only.
+#include <algorithm>
+
+#include "conv_gemm.h"
+#include "intrinsics.h"
+
+#if NPU_EP_X86
+
+namespace npu_ep::kern {
+namespace {
+
+#define NPU_AVX512F "avx2,fma,avx512f,avx512dq"
+
+constexpr int kRows = 8;  // output channels per tile
+constexpr int kSlots = 2;  // 16-pixel slots per tile
+constexpr int64_t kKc = 256;  // depth per pass over a tile
+
+inline __mmask16 Lanes(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+
+// The last pass's epilogue: + bias, then the conv tail's clip (v < lo ? lo : v > hi ? hi : v; NaN stays).
+struct Epilogue {
+  const float* bias = nullptr;  // this row block's bias, or null
+  const float* clip = nullptr;  // {lo, hi}, or null
+};
+
+__attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, __m512 sum, bool add,
+                                                        const Epilogue* e, int r) {
+  if (add) sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), sum);
+  if (e != nullptr) {
+    if (e->bias != nullptr) sum = _mm512_add_ps(sum, _mm512_set1_ps(e->bias[r]));
+    if (e->clip != nullptr) {
+      const __m512 lo = _mm512_set1_ps(e->clip[0]), hi = _mm512_set1_ps(e->clip[1]);
+      sum = _mm512_mask_mov_ps(sum, _mm512_cmp_ps_mask(sum, hi, _CMP_GT_OQ), hi);
+      sum = _mm512_mask_mov_ps(sum, _mm512_cmp_ps_mask(sum, lo, _CMP_LT_OQ), lo);
+    }
+  }
+  _mm512_mask_storeu_ps(dst, m, sum);
+}
+
+// R rows x S slots (slots[0, ns), ns <= S; missing ones load nothing); add: C += the sum (later K chunks); e (last
+// chunk only, else null): the epilogue after the sum, in the order of the BLAS path's separate passes.
+template <int R, int S>
+__attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, int64_t lda, const float* b,
+                                                       const int64_t* koff, int64_t kc, const GemmSlot* slots,
+                                                       int ns, float* c, int64_t ldc, bool add, const Epilogue* e) {
+  __mmask16 m[S];
+  const float* bs[S];
+#pragma GCC unroll 4
+  for (int v = 0; v < S; ++v) {
+    m[v] = v < ns ? Lanes(slots[v].n) : 0;
+    bs[v] = b + (v < ns ? slots[v].in : slots[0].in);
+  }
+  __m512 acc[R][S];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < S; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k, at += lda) {
+    const int64_t o = koff[k];
+    __m512 bv[S];
+#pragma GCC unroll 4
+    for (int v = 0; v < S; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bs[v] + o);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(at[r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < S; ++v) acc[r][v] = _mm512_fmadd_ps(a, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < S; ++v)
+      if (v < ns) Store(c + r * ldc + slots[v].out, m[v], acc[r][v], add, e, r);
+}
+
+template <int R>
+__attribute__((target(NPU_AVX512F))) void Rows(const float* at, int64_t lda, const float* b, const int64_t* koff,
+                                               int64_t kc, const GemmSlot* slots, int64_t n_slots, float* c,
+                                               int64_t ldc, bool add, const Epilogue* e) {
+  for (int64_t s = 0; s < n_slots; s += kSlots)
+    Tile<R, kSlots>(at, lda, b, koff, kc, slots + s, static_cast<int>(std::min<int64_t>(kSlots, n_slots - s)), c,
+                    ldc, add, e);
+}
+
+// Rows<rows> for a run-time rows <= R (the last row block of M).
+template <int R>
+__attribute__((target(NPU_AVX512F))) void RowsOf(int rows, const float* at, int64_t lda, const float* b,
+                                                 const int64_t* koff, int64_t kc, const GemmSlot* slots,
+                                                 int64_t n_slots, float* c, int64_t ldc, bool add, const Epilogue* e) {
+  if constexpr (R > 1) {
+    if (rows < R) return RowsOf<R - 1>(rows, at, lda, b, koff, kc, slots, n_slots, c, ldc, add, e);
+  }
+  Rows<R>(at, lda, b, koff, kc, slots, n_slots, c, ldc, add, e);
+}
+
+}  // namespace
+
+__attribute__((target(NPU_AVX512F))) void ConvGemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
+                                                          const float* b, const int64_t* koff, const GemmSlot* slots,
+                                                          int64_t n_slots, float* c, int64_t ldc, const float* bias,
+                                                          const float* clip) {
+  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+    const int64_t kc = std::min(kKc, K - k0);
+    const bool add = k0 > 0, last = k0 + kc == K;
+    const float* ak = at + k0 * lda;
+    for (int64_t i = 0; i < M; i += kRows) {
+      const Epilogue e{bias == nullptr ? nullptr : bias + i, clip};
+      RowsOf<kRows>(static_cast<int>(std::min<int64_t>(kRows, M - i)), ak + i, lda, b, koff + k0, kc, slots,
+                    n_slots, c + i * ldc, ldc, add, last && (bias || clip) ? &e : nullptr);
+    }
+  }
+}
+
+}  // namespace npu_ep::kern
+
+#endif
