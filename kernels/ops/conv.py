@@ -316,23 +316,34 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
     return call
 
 
+def _qlinear_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:
+    """(kernel, its arguments after x, dtype to view its result as or None) of the QLinearConv's native call for
+    x's shape, made once per shape."""
+    key = ("qlinear_call", x.shape, threads)
+    call = p.memo.get(key)
+    if call is not None:
+        return call
+    at, c = p.attrs, p.consts
+    mult = np.ascontiguousarray(np.broadcast_to(np.asarray(c["mult"], np.float32).reshape(-1), (at["wdims"][0],)))
+    bias = c.get("bias")
+    lut = c.get("out_lut")
+    y_signed = at["out"] == "int8"
+    args = (int(c["xzp"]), c["qw"], c["wzp"], None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
+            int(c["yzp"]), y_signed, _geometry_list(p, x), at["wdims"][1] == 1, threads, lut)
+    view = None if lut is None or lut.dtype == (np.int8 if y_signed else np.uint8) else lut.dtype
+    call = p.memo[key] = (nat.qlinear_conv, args, view)
+    return call
+
+
 def _native_run(p: Prepared, nat, x: np.ndarray) -> tuple[np.ndarray | None, bool]:
     """The conv on the native kernels (x is 4-D), or None where they do not apply (fp16 and other float types);
     and whether the fused tail was applied with it."""
     at, c = p.attrs, p.consts
     threads = _native.threads(p)
     if at["op"] == "QLinearConv":
-        geom = _geometry_list(p, x)
-        mult = p.memo.get("native_mult")
-        if mult is None:
-            mult = p.memo["native_mult"] = np.ascontiguousarray(
-                np.broadcast_to(np.asarray(c["mult"], np.float32).reshape(-1), (at["wdims"][0],)))
-        bias = c.get("bias")
-        lut = c.get("out_lut")
-        y = nat.qlinear_conv(np.ascontiguousarray(x), int(c["xzp"]), c["qw"], c["wzp"],
-                             None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
-                             int(c["yzp"]), at["out"] == "int8", geom, at["wdims"][1] == 1, threads, lut)
-        return (y if lut is None else y.view(lut.dtype)), False
+        fn, args, view = _qlinear_call(p, nat, x, threads)
+        y = fn(np.ascontiguousarray(x), *args)
+        return (y if view is None else y.view(view)), False
     if x.dtype != np.float32:
         return None, False
     x = np.ascontiguousarray(x)
@@ -384,19 +395,27 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _bind(p: Prepared, inputs, outs) -> Any:
-    """The float conv (with its fused tail) as one native call for x's shape: a 1-D conv's x viewed as 4-D and
-    its result back as 3-D, as ``_run_conv`` does (ep/step_binding.py)."""
+    """The float conv (with its fused tail) or the QLinearConv as one native call for x's shape: a 1-D conv's x
+    viewed as 4-D and its result back as 3-D, as ``_run_conv`` does (ep/step_binding.py)."""
     nat = _native.native(p)
     x = inputs[0] if inputs else None
-    if (nat is None or p.attrs["op"] != "Conv" or not isinstance(x, np.ndarray) or x.dtype != np.float32
-            or x.ndim not in (3, 4) or not x.flags.c_contiguous):
+    q = p.attrs["op"] == "QLinearConv"
+    if (nat is None or not isinstance(x, np.ndarray) or x.ndim not in (3, 4) or not x.flags.c_contiguous
+            or x.dtype not in ((np.uint8, np.int8) if q else (np.float32,)) or (q and "tail_codes" in p.consts)):
         return None
     x4 = x[:, :, None, :] if x.ndim == 3 else x
-    call = _float_call(p, nat, x4, _native.threads(p))
-    if call is None:
-        return None
-    view = x4.shape if x.ndim == 3 else None
-    return _native.call_step(p, call[2], (None, *call[3]), [(0, 0, np.float32, x.shape, view)],
+    threads = _native.threads(p)
+    if q:
+        fn, args, view = _qlinear_call(p, nat, x4, threads)
+        if view is not None:  # an output table of the other byte type: its bytes are viewed as that type
+            return None
+    else:
+        call = _float_call(p, nat, x4, threads)
+        if call is None:
+            return None
+        fn, args = call[2], call[3]
+    shape4 = x4.shape if x.ndim == 3 else None
+    return _native.call_step(p, fn, (None, *args), [(0, 0, x.dtype, x.shape, shape4)],
                              [(-1, outs[0].shape if x.ndim == 3 else None)])
 
 
@@ -453,4 +472,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 # The input's rank is the constant weight's (1-D or 2-D conv), so an input of unknown rank is fine.
 register(KernelDef("", "Conv", _prepare, _run, _cost, _check, rank_free=True, bind=_bind))
-register(KernelDef("", "QLinearConv", _prepare, _run, _cost, _check))
+register(KernelDef("", "QLinearConv", _prepare, _run, _cost, _check, bind=_bind))

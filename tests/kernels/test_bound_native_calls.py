@@ -1,6 +1,6 @@
-"""Kernels that bind a native call (``KernelDef.bind``: Conv, MaxPool, MatMulNBits, npu::NormMatMul): the call
-step the program's C++ loop makes gives the kernel's own outputs bit for bit, declines other shapes, DMA counting
-and another kernel choice, and runs inside real sessions (counted), whose results match the CPU EP."""
+"""Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, MatMulNBits, npu::NormMatMul):
+the call step the program's C++ loop makes gives the kernel's own outputs bit for bit, declines other shapes, DMA
+counting and another kernel choice, and runs inside real sessions (counted), whose results match the CPU EP."""
 
 from __future__ import annotations
 
@@ -95,6 +95,24 @@ def test_conv_call_step_equals_the_kernel_and_declines_other_shapes(name):
     solo = bridge.StepLoop([(kernel.run, p, (0,), ((0, 1),), (), step)], 2, (1,), None)
     assert_same(solo((other,)), kernel.run(p, [other]))
     assert solo.native_counts == (0, 1)
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [((1, 3, 20, 18), (8, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+                                         ((1, 4, 9, 9), (4, 1, 3, 3), {"group": 4}),  # depthwise
+                                         ((1, 6, 17), (5, 6, 3), {"strides": [2]})])  # 1-D
+def test_qlinearconv_call_step_equals_the_kernel_and_declines_other_shapes(xs, ws, attrs):
+    from tests.kernels.test_conv_native import _prepared as conv_prepared
+    from tests.kernels.test_conv_native import _qinputs
+
+    kernel, p, args = conv_prepared("QLinearConv", _qinputs(xs, ws, np.uint8, np.int8, per_channel=True), **attrs)
+    _native.configure([p], "native", 2)
+    outs, step, loop = one_step_loop(kernel, p, args)
+    assert step is not None
+    assert_same(loop(tuple(args)), outs)
+    assert loop.native_counts == (1, 0)
+    other = [np.full((*xs[:-1], xs[-1] + 3), 7, np.uint8), *args[1:]]
+    assert_same(loop(tuple(other)), kernel.run(p, other))
+    assert loop.native_counts == (1, 1)
 
 
 # --- MaxPool ---------------------------------------------------------------------------------------------------

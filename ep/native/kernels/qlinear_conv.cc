@@ -1,13 +1,14 @@
 // QLinearConv native kernels: dense and grouped convs as implicit GEMM on the int8 GEMM (int8_gemm.h) with
 // exact int32 sums, depthwise convs computed directly; MLAS requantization.
 //
-// QLinearConv (dense or grouped): the input is re-laid out once per image as a padded NHWC byte image in the
-// int8 GEMM's B' representation (uint8 x - 128 = x with the sign bit flipped; pads hold x_zp), channels of a group
-// padded to a multiple of 4 with x_zp too (their weights are zero, and x_zp - x_zp is zero anyway). Weights are
-// the GEMM's A ([Mg, kh*kw*Cg4], zero point per row); output pixels are its columns, packed straight from the
-// NHWC image: 4 consecutive k of one pixel are 4 channels of one tap, one int32 load (an AVX-512 gather fetches
-// 16 pixels at once). Tasks are (group, block of pixels); each packs its block, runs the GEMM on one thread and
-// requantizes its columns, so the bits never depend on the thread count.
+// QLinearConv (dense or grouped): the input is re-laid out once per image as a padded byte image in the int8 GEMM's
+// B' representation (uint8 x - 128 = x with the sign bit flipped; pads hold x_zp), in channel quads: [Hp, CC/4,
+// Wp, 4], channels of a group padded to a multiple of 4 with x_zp too (their weights are zero, and x_zp - x_zp is
+// zero anyway). Weights are the GEMM's A ([Mg, kh*kw*Cg4], zero point per row); output pixels are its columns,
+// packed straight from that image: 4 consecutive k of one pixel are one quad of one tap, one int32, and at unit
+// width stride 16 pixels of one output row are 64 consecutive bytes (one load; an AVX-512 gather otherwise).
+// Tasks are (group, block of pixels); each packs its block, runs the GEMM on one thread and requantizes its
+// columns, so the bits never depend on the thread count.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -159,9 +160,38 @@ void DepthwiseInt(const QConv& q) {
 constexpr int64_t kLanes = 16;  // pixels per packed block of B
 
 struct PackGeom {
-  const uint8_t* xb;  // padded NHWC B' image [Hp, Wp, CC]
+  const uint8_t* xb;  // padded B' image in channel quads [Hp, CC/4, Wp, 4]
   int64_t Wp, CC, Cg4, T, kq4, kp;
+  const int64_t* tap;  // [T]: At(i * dh, j * dw, 0, 0) of tap t = (i, j)
+  // byte offset of pixel (row ih, column iw), quad c4 of group g
+  int64_t At(int64_t ih, int64_t iw, int64_t g, int64_t c4) const {
+    return ((ih * (CC / 4) + g * (Cg4 / 4) + c4) * Wp + iw) * 4;
+  }
 };
+
+// Row w of 4 channel rows (src[b] null: a padding channel, which holds pad) as [W, 4] bytes, each byte ^ flip.
+void InterleaveQuad(const uint8_t* const src[4], int64_t W, uint8_t flip, uint8_t pad, uint8_t* dst) {
+  int64_t w = 0;
+#if NPU_EP_X86
+  if (src[0] && src[1] && src[2] && src[3]) {  // SSE2 (every x86-64): 16 pixels of 4 channels at a time
+    const __m128i f = _mm_set1_epi8(static_cast<char>(flip));
+    for (; w + 16 <= W; w += 16) {
+      __m128i r[4];
+      for (int b = 0; b < 4; ++b)
+        r[b] = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src[b] + w)), f);
+      const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
+      const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
+      __m128i* d = reinterpret_cast<__m128i*>(dst + w * 4);
+      _mm_storeu_si128(d, _mm_unpacklo_epi16(lo01, lo23));
+      _mm_storeu_si128(d + 1, _mm_unpackhi_epi16(lo01, lo23));
+      _mm_storeu_si128(d + 2, _mm_unpacklo_epi16(hi01, hi23));
+      _mm_storeu_si128(d + 3, _mm_unpackhi_epi16(hi01, hi23));
+    }
+  }
+#endif
+  for (; w < W; ++w)
+    for (int b = 0; b < 4; ++b) dst[w * 4 + b] = src[b] ? src[b][w] ^ flip : pad;
+}
 
 // One block of up to 16 pixels [p0, p0 + cols) of group g into bp (kp/4 groups of 64 bytes) and their column sums.
 void PackBlockScalar(const ConvShape& s, const PackGeom& pg, int64_t g, int64_t p0, int64_t cols, int8_t* bp,
@@ -170,13 +200,13 @@ void PackBlockScalar(const ConvShape& s, const PackGeom& pg, int64_t g, int64_t 
     int32_t sum = 0;
     if (q < cols) {
       const int64_t p = p0 + q, oh = p / s.OW, ow = p % s.OW;
-      const uint8_t* base = pg.xb + (oh * s.sh * pg.Wp + ow * s.sw) * pg.CC + g * pg.Cg4;
+      const int64_t base = pg.At(oh * s.sh, ow * s.sw, g, 0);
       for (int64_t t = 0; t < pg.T; ++t) {
-        const uint8_t* src = base + ((t / s.kw) * s.dh * pg.Wp + (t % s.kw) * s.dw) * pg.CC;
         for (int64_t c4 = 0; c4 < pg.Cg4 / 4; ++c4) {
+          const uint8_t* src = pg.xb + base + pg.tap[t] + c4 * pg.Wp * 4;
           int8_t* dst = bp + (t * (pg.Cg4 / 4) + c4) * 64 + q * 4;
           for (int b = 0; b < 4; ++b) {
-            dst[b] = static_cast<int8_t>(src[c4 * 4 + b]);
+            dst[b] = static_cast<int8_t>(src[b]);
             sum += dst[b];
           }
         }
@@ -192,25 +222,70 @@ void PackBlockScalar(const ConvShape& s, const PackGeom& pg, int64_t g, int64_t 
 #define NPU_CONV_VNNI "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
 __attribute__((target(NPU_CONV_VNNI))) void PackBlockVnni(const ConvShape& s, const PackGeom& pg, int64_t g,
                                                           int64_t p0, int64_t cols, int8_t* bp, int32_t* bsum) {
-  alignas(64) int32_t idx[kLanes];
-  for (int64_t q = 0; q < kLanes; ++q) {
-    const int64_t p = p0 + std::min(q, cols - 1), oh = p / s.OW, ow = p % s.OW;
-    idx[q] = static_cast<int32_t>((oh * s.sh * pg.Wp + ow * s.sw) * pg.CC + g * pg.Cg4);
+  // the block's pixels as runs along output rows: lanes [lane, lane + n) are row oh from column ow on
+  struct Run {
+    int64_t oh, ow, lane, n;
+  };
+  Run runs[kLanes];
+  int n_runs = 0;
+  for (int64_t q = 0; q < cols;) {
+    const int64_t p = p0 + q, oh = p / s.OW, ow = p % s.OW, n = std::min(cols - q, s.OW - ow);
+    runs[n_runs++] = {oh, ow, q, n};
+    q += n;
   }
-  const __mmask16 k = static_cast<__mmask16>(cols >= kLanes ? 0xFFFF : (1u << cols) - 1);
-  const __m512i iv = _mm512_load_si512(idx), ones = _mm512_set1_epi8(1);
+  const __m512i ones = _mm512_set1_epi8(1);
   __m512i sum = _mm512_setzero_si512();
-  for (int64_t t = 0; t < pg.T; ++t) {
-    const uint8_t* src = pg.xb + ((t / s.kw) * s.dh * pg.Wp + (t % s.kw) * s.dw) * pg.CC;
-    for (int64_t c4 = 0; c4 < pg.Cg4 / 4; ++c4) {
-      const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, iv, src + c4 * 4, 1);
-      _mm512_storeu_si512(bp + (t * (pg.Cg4 / 4) + c4) * 64, v);
-      sum = _mm512_dpbusd_epi32(sum, ones, v);
+  if (s.sw == 1) {  // each run is consecutive int32s of the image
+    int64_t base[kLanes];
+    for (int r = 0; r < n_runs; ++r) base[r] = pg.At(runs[r].oh * s.sh, runs[r].ow, g, 0);
+    for (int64_t t = 0; t < pg.T; ++t) {
+      for (int64_t c4 = 0; c4 < pg.Cg4 / 4; ++c4) {
+        const int64_t off = pg.tap[t] + c4 * pg.Wp * 4;
+        __m512i v = _mm512_setzero_si512();
+        for (int r = 0; r < n_runs; ++r) {
+          const Run& u = runs[r];
+          const uint8_t* src = pg.xb + base[r] + off;
+          const __mmask16 lanes = static_cast<__mmask16>(((1u << u.n) - 1u) << u.lane);
+          v = u.lane == 0 ? _mm512_maskz_loadu_epi32(lanes, src) : _mm512_mask_expandloadu_epi32(v, lanes, src);
+        }
+        _mm512_storeu_si512(bp + (t * (pg.Cg4 / 4) + c4) * 64, v);
+        sum = _mm512_dpbusd_epi32(sum, ones, v);
+      }
+    }
+  } else {
+    alignas(64) int32_t idx[kLanes];
+    for (int64_t q = 0; q < kLanes; ++q) {
+      const int64_t p = p0 + std::min(q, cols - 1), oh = p / s.OW, ow = p % s.OW;
+      idx[q] = static_cast<int32_t>(pg.At(oh * s.sh, ow * s.sw, 0, 0));
+    }
+    const __mmask16 k = static_cast<__mmask16>(cols >= kLanes ? 0xFFFF : (1u << cols) - 1);
+    const __m512i iv = _mm512_load_si512(idx);
+    for (int64_t t = 0; t < pg.T; ++t) {
+      for (int64_t c4 = 0; c4 < pg.Cg4 / 4; ++c4) {
+        const uint8_t* src = pg.xb + pg.tap[t] + pg.At(0, 0, g, c4);
+        const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, iv, src, 1);
+        _mm512_storeu_si512(bp + (t * (pg.Cg4 / 4) + c4) * 64, v);
+        sum = _mm512_dpbusd_epi32(sum, ones, v);
+      }
     }
   }
   _mm512_storeu_si512(bsum, sum);
 }
 #endif
+
+// A pool thread's packed B block, its column sums and zero points, and the int32 sums, kept between calls (sized by
+// the block below).
+struct Scratch {
+  std::vector<int8_t> bp;
+  std::vector<int32_t> bsum, bzp, acc;
+};
+thread_local Scratch t_scratch;
+
+template <typename T>
+T* Grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
 
 void DenseInt(const QConv& q) {
   const ConvShape& s = q.s;
@@ -229,27 +304,35 @@ void DenseInt(const QConv& q) {
 #if NPU_EP_X86
   if (ActiveIsa() == Isa::kAvx512Vnni && Hp * Wp * CC < (int64_t{1} << 31)) pack = PackBlockVnni;
 #endif
-  const PackGeom pg{xb.data(), Wp, CC, Cg4, T, kp / 4, kp};
+  std::vector<int64_t> taps(T);
+  const PackGeom pg{xb.data(), Wp, CC, Cg4, T, kp / 4, kp, taps.data()};
+  for (int64_t t = 0; t < T; ++t) taps[t] = pg.At((t / s.kw) * s.dh, (t % s.kw) * s.dw, 0, 0);
   const int threads = ThreadsFor(q.threads, P * Kq * Mg * s.group);
   for (int64_t n = 0; n < s.N; ++n) {
     conv_detail::ParallelItems(threads, Hp, Wp * CC, [&](int64_t h) {
       uint8_t* row = xb.data() + h * Wp * CC;
       std::fill(row, row + Wp * CC, pad);
       if (h < s.pt || h >= s.pt + s.H) return;
-      for (int64_t c = 0; c < s.C; ++c) {
-        const uint8_t* src = q.x + ((n * s.C + c) * s.H + h - s.pt) * s.W;
-        uint8_t* dst = row + s.pl * CC + (c / Cg) * Cg4 + c % Cg;
-        for (int64_t w = 0; w < s.W; ++w) dst[w * CC] = src[w] ^ flip;
+      for (int64_t cq = 0; cq < CC / 4; ++cq) {  // quad cq: channels 4 cq .. 4 cq + 3 of the image
+        const uint8_t* src[4];
+        for (int b = 0; b < 4; ++b) {
+          const int64_t cc = cq * 4 + b, g = cc / Cg4, c = cc % Cg4;  // group g's channel c, or its padding
+          src[b] = c < Cg ? q.x + ((n * s.C + g * Cg + c) * s.H + h - s.pt) * s.W : nullptr;
+        }
+        InterleaveQuad(src, s.W, flip, pad, row + (cq * Wp + s.pl) * 4);
       }
     });
     conv_detail::ParallelItems(threads, s.group * n_chunks, chunk * Kq * Mg, [&](int64_t task) {
       const int64_t g = task / n_chunks, p0 = (task % n_chunks) * chunk, cols = std::min(chunk, P - p0);
       const int64_t np16 = (cols + kLanes - 1) / kLanes * kLanes;
-      std::vector<int8_t> bp(np16 * kp);
-      std::vector<int32_t> bsum(np16), bzpv(np16, bzp), acc(Mg * cols);
+      Scratch& sc = t_scratch;  // every element below is written before it is read
+      int8_t* bp = Grow(sc.bp, np16 * kp);
+      int32_t* bsum = Grow(sc.bsum, np16);
+      int32_t* acc = Grow(sc.acc, Mg * cols);
+      sc.bzp.assign(np16, bzp);
       for (int64_t b = 0; b < np16 / kLanes; ++b) {
-        int8_t* blk = bp.data() + b * kp * kLanes;
-        pack(s, pg, g, p0 + b * kLanes, std::min(kLanes, cols - b * kLanes), blk, bsum.data() + b * kLanes);
+        int8_t* blk = bp + b * kp * kLanes;
+        pack(s, pg, g, p0 + b * kLanes, std::min(kLanes, cols - b * kLanes), blk, bsum + b * kLanes);
         std::memset(blk + Kq * kLanes, 0, (kp - Kq) * kLanes);
       }
       Int8Gemm gm;
@@ -261,15 +344,15 @@ void DenseInt(const QConv& q) {
       gm.K = Kq;
       gm.N = cols;
       gm.kp = kp;
-      gm.bp = bp.data();
-      gm.bsum = bsum.data();
-      gm.bzp = bzpv.data();
-      gm.acc = acc.data();
+      gm.bp = bp;
+      gm.bsum = bsum;
+      gm.bzp = sc.bzp.data();
+      gm.acc = acc;
       gm.threads = 1;
       Int8MatMul(gm);
       for (int64_t m = 0; m < Mg; ++m) {
         const int64_t mo = g * Mg + m;
-        RequantizeRow(acc.data() + m * cols, cols, q.bias != nullptr ? q.bias[mo] : 0, q.mult[mo], q.y_zp,
+        RequantizeRow(acc + m * cols, cols, q.bias != nullptr ? q.bias[mo] : 0, q.mult[mo], q.y_zp,
                       q.y_signed, q.y + (n * s.M + mo) * P + p0, q.lut);
       }
     });
