@@ -1,4 +1,4 @@
-// The dense float conv on our own GEMM (conv_gemm_avx512.cc) instead of the BLAS. Per task (image, group, block of
+// The dense float conv on our own GEMM (GemmAvx512, conv_gemm_avx512.cc) instead of the BLAS. Per task (image, group, block of
 // output rows or pixels) B is one of:
 // - x's own rows (pointwise: 1x1, stride 1, no pads);
 // - a zero-padded copy of the input rows the block reads, read in place through the taps' offsets (unit width
@@ -111,7 +111,7 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       RowSlots(1, cols, cols, sc.slots);
       b = patch;
     }
-    ConvGemmAvx512(Mg, K, w + g * K * Mg, Mg, b, sc.koff.data(), sc.slots.data(),
+    GemmAvx512(Mg, K, w + g * K * Mg, 1, Mg, b, sc.koff.data(), sc.slots.data(),
                    static_cast<int64_t>(sc.slots.size()), out, P, bias == nullptr ? nullptr : bias + g * Mg,
                    clip_only ? tail.consts : nullptr);
     if (tail.n && !clip_only)
