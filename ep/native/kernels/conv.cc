@@ -230,7 +230,9 @@ void FinishRows(float* out, int64_t ld, int64_t rows, int64_t cols, const float*
 void DenseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Sgemm64 sgemm,
                 int threads, const ConvTail& tail) {
 #if NPU_EP_X86
-  if (ActiveIsa() >= Isa::kAvx512) return DenseFloatOwnGemm(s, x, w, bias, y, threads, tail);
+  // our GEMM's vectors run along output pixels: an image of fewer than 16 (a 1-D conv over a few frames, an SE
+  // block's 1x1) would leave most lanes empty, where the BLAS does well
+  if (ActiveIsa() >= Isa::kAvx512 && s.P() >= 16) return DenseFloatOwnGemm(s, x, w, bias, y, threads, tail);
 #endif
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
   const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;

@@ -54,11 +54,18 @@ inline uint8_t Requantize(int32_t acc, float mult, int32_t zp, bool is_signed) {
   return is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q)) : static_cast<uint8_t>(q);
 }
 
+inline float Mult(const Int8Gemm& g, int64_t m, int64_t n) {
+  return g.mult[g.mult_per_col ? n : g.mult_per_row ? m : 0];
+}
+
 inline void Store(const Int8Gemm& g, int64_t m, int64_t n, int32_t acc) {
-  if (g.y != nullptr)
-    g.y[m * g.N + n] = Requantize(acc, g.mult[g.mult_per_col ? n : 0], g.y_zp, g.y_signed);
-  else
+  if (g.y != nullptr) {
+    if (g.bias_row != nullptr)
+      acc = static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(g.bias_row[m]));
+    g.y[m * (g.ldy ? g.ldy : g.N) + n] = Requantize(acc, Mult(g, m, n), g.y_zp, g.y_signed);
+  } else {
     g.acc[m * g.N + n] = acc;
+  }
 }
 
 // Portable: one (row, column) at a time.
@@ -139,13 +146,14 @@ __attribute__((target(NPU_VNNI))) void EpilogueVnni(const Int8Gemm& g, const Pre
     _mm512_mask_storeu_epi32(g.acc + m * g.N + nb, mask, v);
     return;
   }
+  if (g.bias_row != nullptr) v = _mm512_add_epi32(v, _mm512_set1_epi32(g.bias_row[m]));
   const float z = static_cast<float>(g.y_zp);
-  const __m512 mult = g.mult_per_col ? _mm512_maskz_loadu_ps(mask, g.mult + nb) : _mm512_set1_ps(g.mult[0]);
+  const __m512 mult = g.mult_per_col ? _mm512_maskz_loadu_ps(mask, g.mult + nb) : _mm512_set1_ps(Mult(g, m, nb));
   __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult);
   f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps((g.y_signed ? -128.0f : 0.0f) - z)),
                     _mm512_set1_ps((g.y_signed ? 127.0f : 255.0f) - z));
   f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm512_set1_ps(z));
-  _mm_mask_storeu_epi8(g.y + m * g.N + nb, mask, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(f)));
+  _mm_mask_storeu_epi8(g.y + m * (g.ldy ? g.ldy : g.N) + nb, mask, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(f)));
 }
 
 __attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int64_t n0,

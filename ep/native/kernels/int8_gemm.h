@@ -21,12 +21,15 @@ struct Int8Gemm {
   const int32_t* bsum = nullptr;
   const int32_t* bzp = nullptr;  // [N]
   int32_t* acc = nullptr;        // [M, N] exact (A - azp) @ (B - bzp), wrapping like int32 hardware
-  // optional requantization (QLinearMatMul): y = saturate(rint(clip(float(acc) * mult, lo - zp, hi - zp)) + zp)
-  const float* mult = nullptr;  // one value, or [N] (mult_per_col)
-  bool mult_per_col = false;
+  // optional requantization (QLinearMatMul, QLinearConv):
+  // y = saturate(rint(clip(float(acc + bias) * mult, lo - zp, hi - zp)) + zp), the bias add wrapping like int32
+  const float* mult = nullptr;  // one value, or [N] (mult_per_col), or [M] (mult_per_row)
+  bool mult_per_col = false, mult_per_row = false;
+  const int32_t* bias_row = nullptr;  // [M] or null
   int32_t y_zp = 0;
   bool y_signed = false;
-  uint8_t* y = nullptr;  // [M, N] uint8 / int8
+  uint8_t* y = nullptr;  // [M, N] uint8 / int8, rows ldy apart
+  int64_t ldy = 0;       // 0: N
   int threads = 1;
   // optional: run the planner's output tiles (cut into pieces of 32 columns; plan->tn must be a multiple of 16)
   // and count their DMA into *dma

@@ -328,7 +328,8 @@ void DenseInt(const QConv& q) {
       Scratch& sc = t_scratch;  // every element below is written before it is read
       int8_t* bp = Grow(sc.bp, np16 * kp);
       int32_t* bsum = Grow(sc.bsum, np16);
-      int32_t* acc = Grow(sc.acc, Mg * cols);
+      const bool fused = q.lut == nullptr;  // the GEMM requantizes straight into y (else the table follows)
+      int32_t* acc = fused ? nullptr : Grow(sc.acc, Mg * cols);
       sc.bzp.assign(np16, bzp);
       for (int64_t b = 0; b < np16 / kLanes; ++b) {
         int8_t* blk = bp + b * kp * kLanes;
@@ -349,6 +350,16 @@ void DenseInt(const QConv& q) {
       gm.bzp = sc.bzp.data();
       gm.acc = acc;
       gm.threads = 1;
+      if (fused) {
+        gm.mult = q.mult + g * Mg;
+        gm.mult_per_row = true;
+        gm.bias_row = q.bias != nullptr ? q.bias + g * Mg : nullptr;
+        gm.y_zp = q.y_zp;
+        gm.y_signed = q.y_signed;
+        gm.y = q.y + (n * s.M + g * Mg) * P + p0;
+        gm.ldy = P;
+        return Int8MatMul(gm);
+      }
       Int8MatMul(gm);
       for (int64_t m = 0; m < Mg; ++m) {
         const int64_t mo = g * Mg + m;
