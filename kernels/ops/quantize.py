@@ -14,6 +14,8 @@ float32 operations) unless the session asks for the reference model.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..cost import vector_cost
@@ -129,6 +131,23 @@ def _run_dq(p: Prepared, inputs) -> list[np.ndarray]:
     return [y.astype(p.attrs["scale_dtype"], copy=False)]
 
 
+def _bind(p: Prepared, inputs, outs) -> Any:
+    """A per-tensor 8-bit Q or DQ of a runtime tensor as one native call for its shape, as ``_run_q``/``_run_dq``
+    make it (ep/step_binding.py)."""
+    x = inputs[0] if inputs else None
+    fast = _native_per_tensor(p)
+    if fast is None or "x" in p.consts or not isinstance(x, np.ndarray) or not x.ndim or not x.flags.c_contiguous:
+        return None
+    nat, scale, zp = fast
+    if p.attrs["op"] == "QuantizeLinear" and x.dtype == np.float32:
+        fn, args = nat.quantize_tensor, (None, scale, zp, p.attrs["qtype"] == "int8", _native.threads(p))
+    elif p.attrs["op"] == "DequantizeLinear" and x.dtype in (np.uint8, np.int8):
+        fn, args = nat.dequantize_tensor, (None, zp, scale, _native.threads(p))
+    else:
+        return None
+    return _native.call_step(p, fn, args, [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
+
+
 def _cost(p: Prepared, shapes) -> OpCost:
     shape = shapes[0] if shapes[0] is not None else p.consts["x"].shape
     n = int(np.prod(shape, dtype=np.int64))
@@ -147,5 +166,5 @@ run_dq = _run_dq
 
 # com.microsoft Q/DQ (QNN-style 16-bit graphs) have the same semantics (no block_size attribute).
 for _domain in ("", "com.microsoft"):
-    register(KernelDef(_domain, "QuantizeLinear", _prepare, _run_q, _cost, check_q))
-    register(KernelDef(_domain, "DequantizeLinear", _prepare, _run_dq, _cost, check_q))
+    register(KernelDef(_domain, "QuantizeLinear", _prepare, _run_q, _cost, check_q, bind=_bind))
+    register(KernelDef(_domain, "DequantizeLinear", _prepare, _run_dq, _cost, check_q, bind=_bind))

@@ -1,6 +1,7 @@
-"""Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, MatMulNBits, npu::NormMatMul):
-the call step the program's C++ loop makes gives the kernel's own outputs bit for bit, declines other shapes, DMA
-counting and another kernel choice, and runs inside real sessions (counted), whose results match the CPU EP."""
+"""Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, Q/DQ, MatMulNBits,
+npu::NormMatMul): the call step the program's C++ loop makes gives the kernel's own outputs bit for bit, declines
+other shapes, DMA counting and another kernel choice, and runs inside real sessions (counted), whose results match
+the CPU EP."""
 
 from __future__ import annotations
 
@@ -113,6 +114,30 @@ def test_qlinearconv_call_step_equals_the_kernel_and_declines_other_shapes(xs, w
     other = [np.full((*xs[:-1], xs[-1] + 3), 7, np.uint8), *args[1:]]
     assert_same(loop(tuple(other)), kernel.run(p, other))
     assert loop.native_counts == (1, 1)
+
+
+@pytest.mark.parametrize("qt", [np.uint8, np.int8])
+def test_per_tensor_quantize_and_dequantize_call_steps_equal_the_kernels(qt):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(qt))
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(3, qt)}
+    q_model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q")],
+                         [helper.make_tensor_value_info("x", F32, [2, 3, 50])],
+                         [helper.make_tensor_value_info("y", elem, [2, 3, 50])], inits)
+    dq_model = make_model([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], name="dq")],
+                          [helper.make_tensor_value_info("x", elem, [2, 3, 50])],
+                          [helper.make_tensor_value_info("y", F32, [2, 3, 50])], inits)
+    x = (RNG.standard_normal((2, 3, 50)) * 9).astype(np.float32)
+    x.reshape(-1)[::7] = (np.arange(x.size)[::7] % 11 - 5 + 0.5) * 0.05  # ties
+    xq = RNG.integers(np.iinfo(qt).min, np.iinfo(qt).max + 1, (2, 3, 50)).astype(qt)
+    for model, op, arg in ((q_model, "QuantizeLinear", x), (dq_model, "DequantizeLinear", xq)):
+        kernel, p = prepared(model, op)
+        outs, step, loop = one_step_loop(kernel, p, [arg])
+        assert step is not None
+        assert_same(loop((arg,)), outs)
+        np.testing.assert_array_equal(outs[0], cpu_run(model, {"x": arg})[0])
+        other = arg[:, :2].copy()
+        assert_same(loop((other,)), kernel.run(p, [other]))
+        assert loop.native_counts == (1, 1)
 
 
 # --- MaxPool ---------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// The dense float conv on our own GEMM (GemmAvx512, conv_gemm_avx512.cc) instead of the BLAS. Per task (image, group, block of
-// output rows or pixels) B is one of:
+// The dense float conv on our own GEMM (GemmAvx512, conv_gemm_avx512.cc) instead of the BLAS. Per task (image,
+// group, block of output rows or pixels) B is one of:
 // - x's own rows (pointwise: 1x1, stride 1, no pads);
 // - a zero-padded copy of the input rows the block reads, read in place through the taps' offsets (unit width
 //   stride, output rows wide enough to fill most of a 16-lane vector): no patch matrix at all;
