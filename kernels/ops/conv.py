@@ -13,9 +13,11 @@ float32 like the batched GEMM, in a different order (last-bit differences). Grou
 
 Native kernels (``ep/native/kernels/conv.cc``, chosen per session through ``_native.native``): a float32 Conv
 runs its depthwise case directly (the reference's float32 operations in its order, bit-equal), and its other cases
-as blocked implicit GEMM: per block of output pixels a cache-sized patch matrix (a pointwise conv: x's own rows)
-times W on numpy's own OpenBLAS sgemm, called from C++ (``host_blas.sgemm_address``;
-without that symbol, one native patch matrix per image times numpy's matmul); QLinearConv runs
+as blocked implicit GEMM: on AVX-512 our own GEMM (``conv_gemm_avx512.cc``), reading zero-padded input rows in
+place at unit width stride; elsewhere, and for images of fewer than 16 output pixels, per block of output pixels a
+cache-sized patch matrix (a pointwise conv: x's own rows) times W on numpy's own OpenBLAS sgemm, called from C++
+(``host_blas.sgemm_address``; without that symbol, one native patch matrix per image times numpy's matmul);
+QLinearConv runs
 on the int8 GEMM with exact int32 sums. QLinearConv's weights stay integers: ``qw`` is laid out for the native
 kernel (``[M, kh, kw, C/g rounded up to 4]``, or ``[M, kh*kw]`` when each group has one input channel) and the
 reference model's float weights are derived from it on first use.

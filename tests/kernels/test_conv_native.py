@@ -5,9 +5,9 @@
   dilations, groups, depthwise (depth multipliers), 1-D, channel counts that are not a multiple of 4, K beyond
   one 64-deep GEMM tile, more output pixels than one task's block, saturating outputs, u8/s8 combinations ORT's
   CPU EP runs, with per-channel zero points;
-- float Conv: bit-exact for depthwise convs (the same float32 operations in the same order) and pointwise ones
-  (the same BLAS product); other shapes within rtol 1e-5 (blocked implicit GEMM: BLAS sums each output in its own
-  order);
+- float Conv: bit-exact for depthwise convs (the same float32 operations in the same order) and the pointwise
+  ones here (5-8 input channels: the BLAS and our AVX-512 GEMM both sum k in order with fused multiply-adds);
+  other shapes within rtol 1e-5 (blocked implicit GEMM: each GEMM sums an output in its own order);
 - MaxPool float32, uint8, int8: bit-exact (a maximum has one answer; NaN propagates as in numpy);
 - per-tensor QuantizeLinear / DequantizeLinear (the element-wise steps of QDQ graphs): bit-exact, with ties,
   NaN, infinities and saturation;
@@ -91,7 +91,7 @@ SHAPES = [
 
 
 def _float_exact(xs, ws, attrs) -> bool:
-    """Depthwise convs do the reference's float32 operations; a pointwise conv is the reference's own product."""
+    """Depthwise convs do the reference's float32 operations; the shallow pointwise convs here sum like its product."""
     depthwise = ws[1] == 1 and attrs.get("group", 1) == xs[1] and xs[1] > 1
     pointwise = ws[2:] in ((1, 1), (1,)) and attrs.get("group", 1) == 1 and not attrs
     return depthwise or pointwise

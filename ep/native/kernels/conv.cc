@@ -1,5 +1,6 @@
-// Native float convolution kernels: blocked implicit GEMM on numpy's OpenBLAS sgemm (a per-image im2col for
-// the numpy fallback) and depthwise convs computed directly. QLinearConv lives in qlinear_conv.cc.
+// Native float convolution kernels: blocked implicit GEMM on our AVX-512 GEMM (conv_gemm.cc) or numpy's OpenBLAS
+// sgemm (a per-image im2col for the numpy fallback) and depthwise convs computed directly. QLinearConv lives in
+// qlinear_conv.cc.
 //
 // No fused multiply-add anywhere in this file (fp-contract off): the float kernels do the reference's float32
 // operations in the reference's order.
