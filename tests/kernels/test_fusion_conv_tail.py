@@ -99,6 +99,34 @@ def test_fused_equals_unfused_steps_bit_for_bit(variant, kernels):
         assert np.array_equal(_run(fused, feeds, kernels)["y"], _run(plain, feeds, kernels)["y"])
 
 
+@pytest.mark.parametrize("op,bounds", [("Relu", None), ("Clip", (-0.5, 1.5)), ("Clip", (1.0, -1.0))])
+@pytest.mark.parametrize("hw", [(9, 7), (20, 40)])  # a patch matrix; input rows read in place (AVX-512)
+def test_a_lone_clip_tail_equals_the_unfused_steps(op, bounds, hw):
+    """A tail of one clip (Relu, Clip) is applied in the GEMM's registers on AVX-512: the same bits as the
+    separate step, NaN kept. Crossed bounds (lo > hi) are not folded (a near miss): the Clip stays a step."""
+    w = np.random.default_rng(3).normal(0, 0.3, (M, C, 3, 3)).astype(np.float32)
+    inits = {"w": w, "b": np.linspace(-1, 1, M).astype(np.float32)}
+    ins = ["c"]
+    if bounds is not None:
+        inits.update(lo=np.float32(bounds[0]), hi=np.float32(bounds[1]))
+        ins += ["lo", "hi"]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], "conv", pads=[1, 1, 1, 1]),
+             helper.make_node(op, ins, ["y"], "tail")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, C, *hw])],
+                       [helper.make_tensor_value_info("y", F32, [1, M, *hw])], inits)
+    plain = nodes_from_model(model)
+    fused = fuse_conv_tails(plain, REF)
+    crossed = bounds is not None and bounds[0] > bounds[1]
+    assert _ops(fused) == (["Conv", "Clip"] if crossed else ["Conv"])
+    assert crossed or [t[0] for t in fused[0].attrs["conv_tail"]] == ["clip"]
+    feeds = _feeds(4, hw=hw)
+    feeds["x"][0, 0, 2, 3] = np.nan
+    with np.errstate(invalid="ignore"):
+        got, want = _run(fused, feeds)["y"], _run(plain, feeds)["y"]
+    assert np.isnan(got).any()
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("variant", [{}, {"join": "Add"}, {"clip": "Relu"}])
 def test_session_matches_cpu_ep(variant):
     model = _model(**variant)

@@ -35,8 +35,8 @@ __attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, 
     if (e->bias != nullptr) sum = _mm512_add_ps(sum, _mm512_set1_ps(e->bias[r]));
     if (e->clip != nullptr) {
       const __m512 lo = _mm512_set1_ps(e->clip[0]), hi = _mm512_set1_ps(e->clip[1]);
-      sum = _mm512_mask_mov_ps(sum, _mm512_cmp_ps_mask(sum, hi, _CMP_GT_OQ), hi);
-      sum = _mm512_mask_mov_ps(sum, _mm512_cmp_ps_mask(sum, lo, _CMP_LT_OQ), lo);
+      const __mmask16 below = _mm512_cmp_ps_mask(sum, lo, _CMP_LT_OQ), above = _mm512_cmp_ps_mask(sum, hi, _CMP_GT_OQ);
+      sum = _mm512_mask_mov_ps(_mm512_mask_mov_ps(sum, above, hi), below, lo);  // lo wins, also when lo > hi
     }
   }
   _mm512_mask_storeu_ps(dst, m, sum);
