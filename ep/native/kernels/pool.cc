@@ -137,6 +137,28 @@ __attribute__((target("avx512f"))) void Pool2x2Avx512(const PoolShape& s, const 
 }
 #endif
 
+#if NPU_EP_X86
+// The same 2x2 window for (flipped) bytes, 32 outputs per step: both rows' bytes folded, then the column pairs
+// (the lowest value 0 drops out, as in the row-then-column pass).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void Pool2x2BytesAvx512(const PoolShape& s, const uint8_t* in,
+                                                                             uint8_t flip, uint8_t* out) {
+  const __m512i f = _mm512_set1_epi8(static_cast<char>(flip)), low_byte = _mm512_set1_epi16(0x00FF);
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    const uint8_t* r0 = in + 2 * oh * s.W;
+    const uint8_t* r1 = r0 + s.W;
+    for (int64_t o = 0; o < s.OW; o += 32) {
+      const int64_t left = 2 * (s.OW - o);
+      const __mmask64 k = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+      const __m512i v = _mm512_max_epu8(_mm512_xor_si512(_mm512_maskz_loadu_epi8(k, r0 + 2 * o), f),
+                                        _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, r1 + 2 * o), f));
+      const __m512i m = _mm512_max_epu16(_mm512_and_si512(v, low_byte), _mm512_srli_epi16(v, 8));
+      const __mmask32 ko = s.OW - o >= 32 ? ~__mmask32{0} : (__mmask32{1} << (s.OW - o)) - 1;
+      _mm256_mask_storeu_epi8(out + oh * s.OW + o, ko, _mm512_cvtepi16_epi8(m));
+    }
+  }
+}
+#endif
+
 // One plane-parallel walk for every element type: RowPass(acc, row) folds an input row; ColPass(dst, rowmax)
 // writes an output row and returns true where it has a fast path for the geometry (else the scalar pass runs).
 template <typename T, typename RowPass, typename ColPass>
@@ -178,16 +200,21 @@ static bool VectorPairs(const PoolShape& s) {
 #endif
 }
 
+// The usual 2x2 window at stride 2, no pads, wholly inside the plane: the register kernels above.
+static bool Pool2x2(const PoolShape& s) {
+  return VectorPairs(s) && s.kh == 2 && s.sh == 2 && s.dh == 1 && s.pt == 0 && 2 * s.OH <= s.H;
+}
+
 void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
   const bool pairs = VectorPairs(s);
+  if (Pool2x2(s)) {
 #if NPU_EP_X86
-  if (pairs && s.kh == 2 && s.sh == 2 && s.dh == 1 && s.pt == 0 && 2 * s.OH <= s.H) {
     conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * 4, [&](int64_t plane) {
       Pool2x2Avx512(s, x + plane * s.H * s.W, low, y + plane * s.OH * s.OW);
     });
+#endif
     return;
   }
-#endif
   MaxPoolPlanes<float>(
       s, x, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
       [&](float* dst, const float* rowmax) {
@@ -202,17 +229,25 @@ void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t*
   // computed on flipped bytes for int8 (x ^ 0x80 orders like x), flipped back at the end
   const uint8_t flip = is_signed ? 0x80 : 0x00;
   const bool pairs = VectorPairs(s);
-  MaxPoolPlanes<uint8_t>(s, x, 0, y, threads, [&](uint8_t* acc, const uint8_t* row) {
+  if (Pool2x2(s)) {
 #if NPU_EP_X86
-    if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
+    conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * 4, [&](int64_t plane) {
+      Pool2x2BytesAvx512(s, x + plane * s.H * s.W, flip, y + plane * s.OH * s.OW);
+    });
 #endif
-    RowMaxBytesScalar(acc, row, s.W, flip);
-  }, [&](uint8_t* dst, const uint8_t* rowmax) {
+  } else {
+    MaxPoolPlanes<uint8_t>(s, x, 0, y, threads, [&](uint8_t* acc, const uint8_t* row) {
 #if NPU_EP_X86
-    if (pairs) PairMaxBytesAvx512(dst, rowmax, s.OW);
+      if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
 #endif
-    return pairs;
-  });
+      RowMaxBytesScalar(acc, row, s.W, flip);
+    }, [&](uint8_t* dst, const uint8_t* rowmax) {
+#if NPU_EP_X86
+      if (pairs) PairMaxBytesAvx512(dst, rowmax, s.OW);
+#endif
+      return pairs;
+    });
+  }
   if (flip)
     for (int64_t i = 0, n = s.N * s.C * s.OH * s.OW; i < n; ++i) y[i] ^= flip;
 }
