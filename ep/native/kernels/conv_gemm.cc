@@ -26,11 +26,6 @@ struct Scratch {
 };
 thread_local Scratch t_scratch;
 
-float* Grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
 // Slots for `rows` output rows of `ow` pixels whose B columns start every `in_pitch` floats (C rows: every ow).
 void RowSlots(int64_t rows, int64_t ow, int64_t in_pitch, std::vector<GemmSlot>& slots) {
   slots.clear();
@@ -96,7 +91,7 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       RowSlots(1, cols, cols, sc.slots);
     } else if (in_place) {
       const int64_t rows = cols / s.OW, oh0 = p0 / s.OW, rows_in = (rows - 1) * s.sh + ekh;
-      float* pad = Grow(sc.b, static_cast<size_t>(s.Cg() * rows_in * wp));
+      float* pad = conv_detail::Grow(sc.b, s.Cg() * rows_in * wp);
       PaddedRows(s, planes, oh0 * s.sh - s.pt, rows_in, wp, pad);
       for (int64_t k = 0; k < K; ++k) {
         const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
@@ -105,13 +100,13 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       RowSlots(rows, s.OW, s.sh * wp, sc.slots);
       b = pad;
     } else {
-      float* patch = Grow(sc.b, static_cast<size_t>(K * cols));
+      float* patch = conv_detail::Grow(sc.b, K * cols);
       conv_detail::PatchMatrix(s, planes, p0, cols, patch);
       for (int64_t k = 0; k < K; ++k) sc.koff[k] = k * cols;
       RowSlots(1, cols, cols, sc.slots);
       b = patch;
     }
-    GemmAvx512(Mg, K, w + g * K * Mg, 1, Mg, b, sc.koff.data(), sc.slots.data(),
+    GemmAvx512(Mg, K, w + g * K * Mg, Mg, b, sc.koff.data(), sc.slots.data(),
                    static_cast<int64_t>(sc.slots.size()), out, P, bias == nullptr ? nullptr : bias + g * Mg,
                    clip_only ? tail.consts : nullptr);
     if (tail.n && !clip_only)

@@ -15,13 +15,12 @@ struct GemmSlot {
 };
 
 #if NPU_EP_X86
-// c[m * ldc + s.out + l] = sum_k a[m * rs + k * ks] * b[koff[k] + s.in + l] for m < M, every slot s and lane
+// c[m * ldc + s.out + l] = sum_k at[k * lda + m] * b[koff[k] + s.in + l] for m < M, every slot s and lane
 // l < s.n, on the calling thread; then + bias[m] (if bias), then clipped to [clip[0], clip[1]] (if clip; NaN
-// stays NaN), in that order. A is read through its strides (the conv's packed [K x M] weights: rs 1, ks M; a
-// row-major [M x K] matrix: rs K, ks 1); B's rows are found through koff, so one kernel serves a patch matrix or
-// a matrix (koff[k] = k * pitch) and a zero-padded input read in place (koff[k] = the tap's offset).
+// stays NaN), in that order. A is the conv's packed weights [K x M]; B's rows are found through koff, so one kernel
+// serves a patch matrix (koff[k] = k * pitch) and a zero-padded input read in place (koff[k] = the tap's offset).
 // AVX-512F only: callers check ActiveIsa() first.
-void GemmAvx512(int64_t M, int64_t K, const float* a, int64_t rs, int64_t ks, const float* b, const int64_t* koff,
+void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, const int64_t* koff,
                 const GemmSlot* slots, int64_t n_slots, float* c, int64_t ldc, const float* bias, const float* clip);
 
 // DenseFloat (conv.h) on GemmAvx512 instead of the BLAS (conv_gemm.cc); same arguments, AVX-512F only.

@@ -42,11 +42,10 @@ __attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, 
   _mm512_mask_storeu_ps(dst, m, sum);
 }
 
-// R rows x S slots (slots[0, ns), ns <= S; missing ones load nothing); A's element (r, k) at a[r * rs + k * ks];
-// add: C += the sum (later K chunks); e (last chunk only, else null): the epilogue after the sum, in the order of
-// the BLAS path's separate passes.
+// R rows x S slots (slots[0, ns), ns <= S; missing ones load nothing); add: C += the sum (later K chunks); e (last
+// chunk only, else null): the epilogue after the sum, in the order of the BLAS path's separate passes.
 template <int R, int S>
-__attribute__((target(NPU_AVX512F))) inline void Tile(const float* a, int64_t rs, int64_t ks, const float* b,
+__attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, int64_t lda, const float* b,
                                                        const int64_t* koff, int64_t kc, const GemmSlot* slots,
                                                        int ns, float* c, int64_t ldc, bool add, const Epilogue* e) {
   __mmask16 m[S];
@@ -56,22 +55,19 @@ __attribute__((target(NPU_AVX512F))) inline void Tile(const float* a, int64_t rs
     m[v] = v < ns ? Lanes(slots[v].n) : 0;
     bs[v] = b + (v < ns ? slots[v].in : slots[0].in);
   }
-  const float* ar[R];
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) ar[r] = a + r * rs;
   __m512 acc[R][S];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < S; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const int64_t o = koff[k], ka = k * ks;
+  for (int64_t k = 0; k < kc; ++k, at += lda) {
+    const int64_t o = koff[k];
     __m512 bv[S];
 #pragma GCC unroll 4
     for (int v = 0; v < S; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bs[v] + o);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(ar[r][ka]);
+      const __m512 av = _mm512_set1_ps(at[r]);
 #pragma GCC unroll 4
       for (int v = 0; v < S; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
@@ -85,19 +81,19 @@ __attribute__((target(NPU_AVX512F))) inline void Tile(const float* a, int64_t rs
 
 // Tile<rows, kSlots> for a run-time rows <= R (the last row block of M).
 template <int R>
-__attribute__((target(NPU_AVX512F))) void TileOf(int rows, const float* a, int64_t rs, int64_t ks, const float* b,
+__attribute__((target(NPU_AVX512F))) void TileOf(int rows, const float* at, int64_t lda, const float* b,
                                                  const int64_t* koff, int64_t kc, const GemmSlot* slots, int ns,
                                                  float* c, int64_t ldc, bool add, const Epilogue* e) {
   if constexpr (R > 1) {
-    if (rows < R) return TileOf<R - 1>(rows, a, rs, ks, b, koff, kc, slots, ns, c, ldc, add, e);
+    if (rows < R) return TileOf<R - 1>(rows, at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
   }
-  Tile<R, kSlots>(a, rs, ks, b, koff, kc, slots, ns, c, ldc, add, e);
+  Tile<R, kSlots>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
 }
 
 }  // namespace
 
 // Per depth chunk, each group of kSlots slots meets every row block while its B stripe is in L1.
-__attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const float* a, int64_t rs, int64_t ks,
+__attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
                                                       const float* b, const int64_t* koff, const GemmSlot* slots,
                                                       int64_t n_slots, float* c, int64_t ldc, const float* bias,
                                                       const float* clip) {
@@ -108,7 +104,7 @@ __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const
       const int ns = static_cast<int>(std::min<int64_t>(kSlots, n_slots - s0));
       for (int64_t i = 0; i < M; i += kRows) {
         const Epilogue e{bias == nullptr ? nullptr : bias + i, clip};
-        TileOf<kRows>(static_cast<int>(std::min<int64_t>(kRows, M - i)), a + i * rs + k0 * ks, rs, ks, b,
+        TileOf<kRows>(static_cast<int>(std::min<int64_t>(kRows, M - i)), at + k0 * lda + i, lda, b,
                       koff + k0, kc, slots + s0, ns, c + i * ldc, ldc, add, last && (bias || clip) ? &e : nullptr);
       }
     }

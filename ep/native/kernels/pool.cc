@@ -26,12 +26,34 @@ void RowMaxScalar(float* acc, const float* row, int64_t n) {
 }
 
 #if NPU_EP_X86
+// Max(v, w) lanewise with the scalar Max's NaN rule (a NaN in w wins, a NaN in v stays).
+__attribute__((target("avx512f"))) inline __m512 MaxLanes(__m512 v, __m512 w) {
+  const __mmask16 take = _mm512_cmp_ps_mask(w, v, _CMP_GT_OQ) | _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q);
+  return _mm512_mask_mov_ps(v, take, w);
+}
+
+// Lanes [0, n) of a vector (n clipped to [0, 16]).
+inline __mmask16 Lanes16(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+
+// 16 outputs of a 2-wide, stride-2 window from the 32 values a:b: Max(Max(low, a:b[2o]), a:b[2o + 1]).
+__attribute__((target("avx512f"))) inline __m512 PairMax(__m512 a, __m512 b, __m512 low) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return MaxLanes(MaxLanes(low, _mm512_permutex2var_ps(a, even, b)), _mm512_permutex2var_ps(a, odd, b));
+}
+
+// 32 outputs of the same window on (flipped) bytes: max(v[2o], v[2o + 1]).
+__attribute__((target("avx512f,avx512bw"))) inline __m256i PairMaxBytes(__m512i v) {
+  const __m512i m = _mm512_max_epu16(_mm512_and_si512(v, _mm512_set1_epi16(0x00FF)), _mm512_srli_epi16(v, 8));
+  return _mm512_cvtepi16_epi8(m);
+}
+
 __attribute__((target("avx512f"))) void RowMaxAvx512(float* acc, const float* row, int64_t n) {
   for (int64_t w = 0; w < n; w += 16) {
-    const __mmask16 k = static_cast<__mmask16>(n - w >= 16 ? 0xFFFF : (1u << (n - w)) - 1);
-    const __m512 a = _mm512_maskz_loadu_ps(k, acc + w), v = _mm512_maskz_loadu_ps(k, row + w);
-    const __mmask16 take = _mm512_cmp_ps_mask(v, a, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    _mm512_mask_storeu_ps(acc + w, static_cast<__mmask16>(take & k), v);
+    const __mmask16 k = Lanes16(n - w);
+    _mm512_mask_storeu_ps(acc + w, k, MaxLanes(_mm512_maskz_loadu_ps(k, acc + w), _mm512_maskz_loadu_ps(k, row + w)));
   }
 }
 #endif
@@ -68,70 +90,45 @@ __attribute__((target("avx512f,avx512bw"))) void RowMaxBytesAvx512(uint8_t* acc,
 // The column pass of a 2-wide, stride-2 window whose pairs lie inside the row (the usual 2x2/2 pool), 16 outputs
 // per step: dst[o] = Max(Max(low, r[2o]), r[2o + 1]), the scalar pass's operations in its order.
 __attribute__((target("avx512f"))) void PairMaxAvx512(float* dst, const float* r, int64_t n, float low) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512 lowv = _mm512_set1_ps(low);
   for (int64_t o = 0; o < n; o += 16) {
     const int64_t left = 2 * (n - o);  // source elements from r + 2o on
-    const __mmask16 k = static_cast<__mmask16>(n - o >= 16 ? 0xFFFF : (1u << (n - o)) - 1);
-    const __mmask16 k0 = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
-    const __mmask16 k1 = static_cast<__mmask16>(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1);
-    const __m512 a = _mm512_maskz_loadu_ps(k0, r + 2 * o), b = _mm512_maskz_loadu_ps(k1, r + 2 * o + 16);
-    __m512 m = lowv;
-    for (const __m512i& idx : {even, odd}) {
-      const __m512 v = _mm512_permutex2var_ps(a, idx, b);
-      const __mmask16 take = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      m = _mm512_mask_mov_ps(m, take, v);
-    }
-    _mm512_mask_storeu_ps(dst, k, m);
-    dst += 16;
+    const __m512 a = _mm512_maskz_loadu_ps(Lanes16(left), r + 2 * o);
+    const __m512 b = _mm512_maskz_loadu_ps(Lanes16(left - 16), r + 2 * o + 16);
+    _mm512_mask_storeu_ps(dst + o, Lanes16(n - o), PairMax(a, b, lowv));
   }
 }
 #endif
 
 #if NPU_EP_X86
 // The same for (flipped) bytes, 32 outputs per step: dst[o] = max(r[2o], r[2o + 1]) (the lowest value 0 drops out).
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void PairMaxBytesAvx512(uint8_t* dst, const uint8_t* r, int64_t n) {
-  const __m512i low_byte = _mm512_set1_epi16(0x00FF);
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void PairMaxBytesAvx512(uint8_t* dst, const uint8_t* r,
+                                                                             int64_t n) {
   for (int64_t o = 0; o < n; o += 32) {
     const int64_t left = 2 * (n - o);
     const __mmask64 k = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
-    const __m512i v = _mm512_maskz_loadu_epi8(k, r + 2 * o);
-    const __m512i m = _mm512_max_epu16(_mm512_and_si512(v, low_byte), _mm512_srli_epi16(v, 8));
     const __mmask32 ko = n - o >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n - o)) - 1;
-    _mm256_mask_storeu_epi8(dst + o, ko, _mm512_cvtepi16_epi8(m));
+    _mm256_mask_storeu_epi8(dst + o, ko, PairMaxBytes(_mm512_maskz_loadu_epi8(k, r + 2 * o)));
   }
 }
 #endif
 
 #if NPU_EP_X86
-// dst[o] = Max(v, w) lanewise with the scalar Max's NaN rule (a NaN in w wins, a NaN in v stays).
-__attribute__((target("avx512f"))) inline __m512 MaxLanes(__m512 v, __m512 w) {
-  const __mmask16 take = _mm512_cmp_ps_mask(w, v, _CMP_GT_OQ) | _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q);
-  return _mm512_mask_mov_ps(v, take, w);
-}
-
 // The usual 2x2 window at stride 2, no pads, wholly inside the plane: both input rows and both columns of 16
 // outputs in registers, the row-then-column pass's operations in its order (no row-maximum buffer).
 __attribute__((target("avx512f"))) void Pool2x2Avx512(const PoolShape& s, const float* in, float low, float* out) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512 lowv = _mm512_set1_ps(low);
   for (int64_t oh = 0; oh < s.OH; ++oh) {
     const float* r0 = in + 2 * oh * s.W;
     const float* r1 = r0 + s.W;
-    float* dst = out + oh * s.OW;
     for (int64_t o = 0; o < s.OW; o += 16) {
       const int64_t left = 2 * (s.OW - o);
-      const __mmask16 k = static_cast<__mmask16>(s.OW - o >= 16 ? 0xFFFF : (1u << (s.OW - o)) - 1);
-      const __mmask16 k0 = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
-      const __mmask16 k1 = static_cast<__mmask16>(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1);
+      const __mmask16 k0 = Lanes16(left), k1 = Lanes16(left - 16);
       const __m512 a = MaxLanes(MaxLanes(lowv, _mm512_maskz_loadu_ps(k0, r0 + 2 * o)),
                                 _mm512_maskz_loadu_ps(k0, r1 + 2 * o));
       const __m512 b = MaxLanes(MaxLanes(lowv, _mm512_maskz_loadu_ps(k1, r0 + 2 * o + 16)),
                                 _mm512_maskz_loadu_ps(k1, r1 + 2 * o + 16));
-      const __m512 m = MaxLanes(MaxLanes(lowv, _mm512_permutex2var_ps(a, even, b)), _mm512_permutex2var_ps(a, odd, b));
-      _mm512_mask_storeu_ps(dst + o, k, m);
+      _mm512_mask_storeu_ps(out + oh * s.OW + o, Lanes16(s.OW - o), PairMax(a, b, lowv));
     }
   }
 }
@@ -142,7 +139,7 @@ __attribute__((target("avx512f"))) void Pool2x2Avx512(const PoolShape& s, const 
 // (the lowest value 0 drops out, as in the row-then-column pass).
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void Pool2x2BytesAvx512(const PoolShape& s, const uint8_t* in,
                                                                              uint8_t flip, uint8_t* out) {
-  const __m512i f = _mm512_set1_epi8(static_cast<char>(flip)), low_byte = _mm512_set1_epi16(0x00FF);
+  const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
   for (int64_t oh = 0; oh < s.OH; ++oh) {
     const uint8_t* r0 = in + 2 * oh * s.W;
     const uint8_t* r1 = r0 + s.W;
@@ -151,9 +148,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void Pool2x2BytesAvx512(con
       const __mmask64 k = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
       const __m512i v = _mm512_max_epu8(_mm512_xor_si512(_mm512_maskz_loadu_epi8(k, r0 + 2 * o), f),
                                         _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, r1 + 2 * o), f));
-      const __m512i m = _mm512_max_epu16(_mm512_and_si512(v, low_byte), _mm512_srli_epi16(v, 8));
       const __mmask32 ko = s.OW - o >= 32 ? ~__mmask32{0} : (__mmask32{1} << (s.OW - o)) - 1;
-      _mm256_mask_storeu_epi8(out + oh * s.OW + o, ko, _mm512_cvtepi16_epi8(m));
+      _mm256_mask_storeu_epi8(out + oh * s.OW + o, ko, PairMaxBytes(v));
     }
   }
 }
