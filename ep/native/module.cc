@@ -29,6 +29,7 @@ PYBIND11_MODULE(_native, m) {
         pybind11::arg("timeout_s") = 2.0,
         "Refuse new partition calls and wait for running ones; returns whether all finished in time");
   npu_ep::RegisterNativeSteps(m);
+  npu_ep::RegisterGqaStep(m);
   npu_ep::RegisterStepLoop(m);
   npu_ep::kern::RegisterKernels(m);
 }

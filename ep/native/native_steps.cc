@@ -117,15 +117,34 @@ class ViewStep : public NativeStep {
   size_t n_inputs_;
 };
 
+}  // namespace
+
+Guards::Guards(const py::list& guards) {
+  for (const py::handle h : guards) {
+    auto t = h.cast<py::tuple>();
+    guards_.push_back({t[0].cast<py::dict>(), t[1].cast<py::object>(), t[2].cast<py::object>()});
+  }
+}
+
+bool Guards::Hold() const {
+  for (const Guard& g : guards_) {
+    PyObject* now = PyDict_GetItemWithError(g.dict.ptr(), g.key.ptr());
+    if (now == nullptr && PyErr_Occurred()) return false;
+    if ((now == nullptr ? Py_None : now) != g.expected.ptr()) return false;
+  }
+  return true;
+}
+
+namespace {
+
 // A native kernel called straight from the loop with the arguments its Python kernel would pass for the bound
-// shapes: a template of fixed arguments with the step's inputs put in (checked: dtype, shape, C order; viewed
-// with another shape where the kernel wants one), the result's parts reshaped to the outputs' shapes. Guards
-// (dict, key, expected object) keep it to the setting it was bound under: the step declines once dict[key] is not
-// that very object (an absent key is expected as None), e.g. another kernel choice or DMA counting switched on.
+// shapes: a template of fixed arguments with the step's inputs put in (checked: dtype, shape, C order; viewed with
+// another shape where the kernel wants one), the result's parts reshaped to the outputs' shapes (and sliced along
+// the last axis where the outputs are a group's column slices). Guards keep the step to its setting.
 class CallStep : public NativeStep {
  public:
   CallStep(py::object fn, py::tuple args, const py::list& inputs, const py::list& outputs, const py::list& guards)
-      : fn_(std::move(fn)), args_(std::move(args)) {
+      : fn_(std::move(fn)), args_(std::move(args)), guards_(guards) {
     for (const py::handle h : inputs) {  // (argument index, step input index, dtype, shape, view shape | None)
       auto t = h.cast<py::tuple>();
       In in;
@@ -137,25 +156,21 @@ class CallStep : public NativeStep {
       if (in.arg < 0 || in.arg >= static_cast<Py_ssize_t>(args_.size())) throw py::value_error("input argument index");
       inputs_.push_back(std::move(in));
     }
-    for (const py::handle h : outputs) {  // (result index | -1 for the whole result, shape | None)
+    for (const py::handle h : outputs) {  // (result index | -1 for the whole result, shape | None[, (start, stop)])
       auto t = h.cast<py::tuple>();
       Out out;
       out.index = t[0].cast<Py_ssize_t>();
       if (!t[1].is_none()) out.dims = t[1].cast<std::vector<py::ssize_t>>();
+      if (t.size() > 2) {  // a column slice of the last axis (a group's outputs are slices of one product)
+        auto cols = t[2].cast<std::pair<py::ssize_t, py::ssize_t>>();
+        out.columns = py::make_tuple(py::ellipsis(), py::slice(cols.first, cols.second, 1));
+      }
       outputs_.push_back(std::move(out));
-    }
-    for (const py::handle h : guards) {
-      auto t = h.cast<py::tuple>();
-      guards_.push_back({t[0].cast<py::dict>(), t[1].cast<py::object>(), t[2].cast<py::object>()});
     }
   }
 
   PyObject* Run(PyObject* step_args) override {
-    for (const Guard& g : guards_) {
-      PyObject* now = PyDict_GetItemWithError(g.dict.ptr(), g.key.ptr());
-      if (now == nullptr && PyErr_Occurred()) return nullptr;
-      if ((now == nullptr ? Py_None : now) != g.expected.ptr()) return nullptr;
-    }
+    if (!guards_.Hold()) return nullptr;
     py::tuple call(args_.size());
     for (size_t i = 0; i < args_.size(); ++i) call[i] = args_[i];
     for (const In& in : inputs_) {
@@ -178,7 +193,8 @@ class CallStep : public NativeStep {
       for (size_t i = 0; i < outputs_.size(); ++i) {
         const Out& o = outputs_[i];
         py::object part = o.index < 0 ? res : py::reinterpret_borrow<py::object>(res[py::int_(o.index)]);
-        outs[i] = o.dims.empty() ? part : py::object(py::reinterpret_borrow<py::array>(part).reshape(o.dims));
+        if (!o.dims.empty()) part = py::reinterpret_borrow<py::array>(part).reshape(o.dims);
+        outs[i] = o.columns.is_none() ? part : part[o.columns];
       }
       return outs.release().ptr();
     } catch (py::error_already_set& e) {
@@ -196,16 +212,13 @@ class CallStep : public NativeStep {
   struct Out {
     Py_ssize_t index = -1;
     std::vector<py::ssize_t> dims;
-  };
-  struct Guard {
-    py::dict dict;
-    py::object key, expected;
+    py::object columns = py::none();  // (Ellipsis, slice) or None
   };
   py::object fn_;
   py::tuple args_;
   std::vector<In> inputs_;
   std::vector<Out> outputs_;
-  std::vector<Guard> guards_;
+  Guards guards_;
 };
 
 }  // namespace
@@ -223,7 +236,8 @@ void RegisterNativeSteps(py::module_& m) {
            py::arg("out_shape"), py::arg("n_inputs"));
   py::class_<CallStep, NativeStep>(m, "CallStep",
                                    "fn(*args) with step inputs put in: inputs [(argument index, input index, dtype, "
-                                   "shape, view shape | None)]; outputs [(result index | -1, shape | None)]; guards "
+                                   "shape, view shape | None)]; outputs [(result index | -1, shape | None[, (start, stop) of the last "
+                                   "axis])]; guards "
                                    "[(dict, key, expected object | None)]")
       .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&>(), py::arg("fn"),
            py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"));

@@ -4,6 +4,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <vector>
+
 namespace npu_ep {
 
 class NativeStep {
@@ -15,6 +17,25 @@ class NativeStep {
   virtual PyObject* Run(PyObject* args) = 0;
 };
 
+// What keeps a bound step to the setting it was bound under: (dict, key, expected object) triples; the step
+// declines once dict[key] is not that very object (an absent key is expected as None), e.g. another kernel choice
+// or DMA counting switched on.
+class Guards {
+ public:
+  explicit Guards(const pybind11::list& guards);
+  // true while every guard holds; false (the step declines) otherwise, with a Python error set if reading failed
+  bool Hold() const;
+
+ private:
+  struct Guard {
+    pybind11::dict dict;
+    pybind11::object key, expected;
+  };
+  std::vector<Guard> guards_;
+};
+
 void RegisterNativeSteps(pybind11::module_& m);
+// The bound GroupQueryAttention step (gqa_step.cc).
+void RegisterGqaStep(pybind11::module_& m);
 
 }  // namespace npu_ep

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from ..registry import Prepared
 from . import _native
 from ._kv_pool import present_buffer
+from ._native import PARTITION_OUTPUTS
 from ._util import arg
 
 FALLBACK = "gqa_native_fallback"  # Prepared.memo key: why the last call ran the reference, or None
@@ -95,3 +97,40 @@ def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray
     if slot is not None:
         slot[1] = max(past_b) + s
     return [out, pk, pv]
+
+
+def bind(p: Prepared, inputs, outs) -> Any:
+    """The native path as a step the program's loop runs itself (``ep/native/gqa_step.cc``), for a decoder's node
+    whose presents are outputs of the partition; None otherwise (the kernel keeps running). The step resolves the
+    lengths from seqlens_k and total_sequence_length on every call as ``attention._run`` does, and declines what
+    it was not bound for."""
+    where = p.memo.get(PARTITION_OUTPUTS)
+    ext = _native.extension()
+    if (ext is None or _native.native(p) is None or p.memo.get(FALLBACK) is not None or not where
+            or 1 not in where or 2 not in where or len(inputs) < 7 or any(x is not None for x in inputs[10:])):
+        return None
+    if any(inputs[i] is None and arg(p, inputs, i) is not None for i in range(7)):
+        return None  # a constant query/key/value/past/length: not a decoder's step
+    query, key, value, past_k, past_v, seqlens, total = inputs[:7]
+    pos = inputs[9] if len(inputs) > 9 else None
+    i32 = np.dtype(np.int32)
+    if (query is None or query.dtype not in _NATIVE_DTYPES or (key is None) != (value is None)
+            or (past_k is None) != (past_v is None) or seqlens is None or seqlens.dtype != i32 or total is None
+            or total.dtype != i32 or (pos is not None and pos.dtype != np.int64)):
+        return None
+    a = p.attrs
+    cos = sin = None
+    if a["do_rotary"]:
+        if inputs[7] is not None or inputs[8] is not None:
+            return None
+        cos, sin = _caches(p, inputs)
+    elif any(x is not None for x in inputs[7:9]):
+        return None
+    n, nkv = a["num_heads"], a["kv_num_heads"]
+    d = query.shape[-1]
+    h = d // n if key is not None else d // (n + 2 * nkv)
+    n, nkv, scale, softcap, window, interleaved = _static(p, h)
+    shape = lambda x: None if x is None else x.shape  # noqa: E731
+    return ext.GqaStep(query.dtype, query.shape, shape(key), shape(past_k), seqlens.shape, total.shape, shape(pos),
+                       cos, sin, (where[1], where[2]), n, nkv, scale, softcap, window, interleaved,
+                       _native.threads(p), [_native.setting_guard(p), (p.memo, PARTITION_OUTPUTS, where)])

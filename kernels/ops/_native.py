@@ -50,10 +50,8 @@ def ort_output(p: Prepared, index: int, shape: tuple[int, ...], dtype: np.dtype)
     where = p.memo.get(PARTITION_OUTPUTS)
     if not where or index not in where:
         return None
-    if not _module:
-        _load()
-    bridge = _module[1]
-    view = None if bridge is None else bridge.partition_output(where[index], shape)
+    ext = extension()
+    view = None if ext is None else ext.partition_output(where[index], shape)
     return view if view is not None and view.dtype == dtype else None
 
 
@@ -61,13 +59,23 @@ def call_step(p: Prepared, fn, args: tuple, inputs: list, outputs: list, guards:
     """A native step calling ``fn(*args)`` with this step's inputs put in, for a kernel's ``bind`` (see
     ``_native.CallStep`` for ``inputs``/``outputs``/``guards``); it declines once the session's kernel choice for
     ``p`` changes. None without the extension."""
+    ext = extension()
+    if ext is None:
+        return None
+    return ext.CallStep(fn, tuple(args), list(inputs), list(outputs), [setting_guard(p), *(guards or [])])
+
+
+def extension() -> ModuleType | None:
+    """The extension module itself (its native step classes), None if it is not built."""
     if not _module:
         _load()
-    bridge = _module[1]
-    if bridge is None:
-        return None
-    guards = [(p.memo, _KEY, p.memo.get(_KEY)), *(guards or [])]
-    return bridge.CallStep(fn, tuple(args), list(inputs), list(outputs), guards)
+    return _module[1]
+
+
+def setting_guard(p: Prepared) -> tuple:
+    """A native step's guard (``_native.CallStep``) that declines once the session's kernel choice for ``p``
+    changes."""
+    return (p.memo, _KEY, p.memo.get(_KEY))
 
 
 def configure(prepared: Iterable[Prepared], kernels: str, threads: int) -> None:

@@ -465,5 +465,5 @@ def _cost(p: Prepared, shapes) -> OpCost:
                   utilization=macs / (cycles * tgt.mac_rate(mode)) if cycles else 0.0, unit="matrix")
 
 
-register(KernelDef("com.microsoft", "GroupQueryAttention", _prepare, _run, _cost, _check))
+register(KernelDef("com.microsoft", "GroupQueryAttention", _prepare, _run, _cost, _check, bind=_gqa_native.bind))
 

@@ -139,14 +139,14 @@ def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray]
 
 
 def _bind(p: Prepared, inputs, outs) -> Any:
-    """The one-call path as a native step for x's shape (ep/step_binding.py); not for a group cut into slices."""
+    """The one-call path as a native step for x's shape (ep/step_binding.py); a group's outputs are column slices
+    of the one product, as ``_run_one_call`` returns them."""
     inner = _inner(p)
     nat = _native.native(p)
     x = inputs[0] if inputs else None
     skip = inputs[1] if p.attrs["skip"] and len(inputs) > 1 else None
     ia = inner.attrs
-    sliced = "slices" in ia and not ia["epilogue"].get("swiglu")  # outputs are column slices of the result
-    if (nat is None or not _one_call(p, inner) or sliced or DMA_COUNTS in inner.memo
+    if (nat is None or not _one_call(p, inner) or DMA_COUNTS in inner.memo
             or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous
             or x.ndim < 1 or x.shape[-1] != ia["K"] or p.attrs["skip"] != (skip is not None)):
         return None
@@ -156,7 +156,12 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     m = x.size // K
     args, tail = _call_args(p, inner, m)
     ins = [(0, 0, _F32, x.shape, (m, K))] + ([(1, 1, _F32, x.shape, (m, K))] if skip is not None else [])
-    outputs = [(0, outs[0].shape)] + ([(1, x.shape)] if p.attrs["sum_output"] else [])
+    if "slices" in ia and not ia["epilogue"].get("swiglu"):
+        product = (*x.shape[:-1], ia["N"])
+        outputs = [(0, product, (s0, s1)) for s0, s1 in ia["slices"]]
+    else:
+        outputs = [(0, outs[0].shape)]
+    outputs += [(1, x.shape)] if p.attrs["sum_output"] else []
     if len(outputs) != len(outs):
         return None
     return _native.call_step(p, nat.norm_matmul_nbits, (None, None, *args, None, False, *tail), ins, outputs,

@@ -230,12 +230,21 @@ def test_norm_matmul_call_step_equals_the_kernel(d, rows, skip, mlp):
     assert loop.native_counts == (1, 0)
 
 
-def test_a_group_cut_into_slices_does_not_bind():
-    model = _model(96, 3, skip=False, mlp="pair", level=0)
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_group_cut_into_slices_binds_its_outputs_as_column_views(rows):
+    """{q, k} siblings: one product, each output a column slice of it (as the kernel returns them), bit for bit."""
+    model = _model(96, rows, skip=False, mlp="pair", level=0)
     p = _prepared(model)
     kernel = kernel_for("npu", "NormMatMul")
-    inputs = _feeds(model, 3, 96)
-    assert kernel.bind(p, inputs, kernel.run(p, inputs)) is None
+    inputs = _feeds(model, rows, 96)
+    outs, step, loop = one_step_loop(kernel, p, inputs)
+    assert isinstance(step, bridge.CallStep) and len(outs) == 2
+    got = loop(tuple(inputs))
+    assert_same(got, outs)
+    assert loop.native_counts == (1, 0)
+    assert got[0].base is not None and got[0].base is got[1].base  # views of one product, not copies
+    assert loop((np.zeros((1, rows + 1, 96), np.float32),))[0].shape == (1, rows + 1, outs[0].shape[-1])
+    assert loop.native_counts == (1, 1)  # another shape: declined, the kernel ran
 
 
 @pytest.mark.parametrize("skip", [False, True])

@@ -17,6 +17,7 @@ from _vector_ortref import gqa_inputs, make_model, rand
 from _isa import cap_isa, host_isas
 from npu_ep.ep import _native
 from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.ops import _native as runtime
 from npu_ep.kernels.ops._gqa_native import FALLBACK
@@ -197,6 +198,19 @@ def _npu_gqa_steps(kernels):
             for s in prog.steps if s.op == "com.microsoft::GroupQueryAttention"]
 
 
+def _program(sess):
+    (program,) = session_of(sess).programs.values()
+    return program
+
+
+def _tagged_session(model):
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, {"kernels": "native"}, cpu=False, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    return sess
+
+
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
 def test_session_matches_cpu_ep_and_runs_the_native_kernel(phase):
     """Decode: 8 query heads over 2 kv heads x 64, 37 cached tokens, rotary; prefill: a 16-token prompt."""
@@ -236,8 +250,7 @@ def test_presents_are_written_into_orts_output_buffers(monkeypatch):
     copies nothing). ORT's arena hands back buffers holding an earlier, longer call's rows, so every row past the
     new valid length must still come out zero, as the CPU EP's memset makes it."""
     model, _ = _model(b=2, s=1, n=8, nkv=2, h=64, past=40, rotary="half")
-    sess = npu_session(model, {"kernels": "native"}, cpu=False)
-    assert set(assignment(sess).values()) == {"NpuEP"}
+    sess = _tagged_session(model)
     hits = []
     real = runtime.ort_output
 
@@ -253,8 +266,68 @@ def test_presents_are_written_into_orts_output_buffers(monkeypatch):
         np.testing.assert_allclose(got[0], want[0], rtol=5e-5, atol=5e-5)
         for g, w in zip(got[1:], want[1:]):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
-    assert hits == [(1, True), (2, True)] * 3
+    assert hits == [(1, True), (2, True)]  # the first call; the later ones ran the bound step (below)
+    assert _program(sess).native_step_counts == (2, 0)
     del sess
+
+
+@pytest.mark.parametrize("kw", [
+    dict(b=2, s=1, past=40, rotary="half"),  # decode, ragged batch rows below
+    dict(b=1, s=3, past=24, rotary="interleaved", packed=True),  # a chunk over a past, packed QKV
+    dict(b=1, s=1, past=16, rotary="half", position_ids=[[7]]),
+    dict(b=1, s=2, past=None, rotary=None),  # a first prompt: no past, no rotary
+])
+def test_bound_step_equals_the_kernel_bit_for_bit(kw):
+    """After a signature's first call the program's loop runs GroupQueryAttention as a bound step (gqa_step.cc):
+    it resolves seqlens_k and total_sequence_length on every call as the Python kernel does, writes both presents
+    into ORT's buffers, and gives the kernel's own bits, stale rows zeroed, for lengths that change per call."""
+    model, _ = _model(n=8, nkv=2, h=32, **kw)
+    sess = _tagged_session(model)
+    node, p = _prepared(model, "native")
+    b, s, past = kw["b"], kw["s"], kw["past"] or 0
+    lengths = [[past + s - 1] * b, [s - 1 + min(past, 5)] * b, [past + s - 1 - r for r in range(b)]]
+    if past == 0:
+        lengths = [[s - 1] * b] * 3
+    for i, seqlens in enumerate(lengths):
+        _, feeds = _model(n=8, nkv=2, h=32, seqlens=seqlens, seed=i, **kw)
+        got, want = sess.run(None, feeds), _run(node, p, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert _program(sess).native_step_counts == (2, 0)
+    del sess
+
+
+def test_bound_step_declines_what_the_kernel_refuses():
+    """seqlens_k past the cache: the bound step declines and the Python kernel raises its own error."""
+    model, feeds = _model(b=1, s=1, n=8, nkv=2, h=32, past=16, rotary="half")
+    sess = _tagged_session(model)
+    sess.run(None, feeds)
+    _, bad = _model(b=1, s=1, n=8, nkv=2, h=32, past=16, rotary="half", seqlens=[40], total=17)
+    with pytest.raises(Exception, match="GroupQueryAttention"):
+        sess.run(None, bad)
+    assert _program(sess).native_step_counts == (0, 1)
+    del sess
+
+
+def test_column_slices_of_one_product_are_read_in_place():
+    """q, k, v as column views of one [B, S, (N + 2 Nkv) H] product (a fused QKV group's outputs): the same bits as
+    contiguous copies, without copying them."""
+    n, nkv, h, b, s, past = 8, 2, 32, 2, 3, 10
+    rng = np.random.default_rng(3)
+    qkv = rng.standard_normal((b, s, (n + 2 * nkv) * h)).astype(np.float32)
+    q, k, v = qkv[..., : n * h], qkv[..., n * h: (n + nkv) * h], qkv[..., (n + nkv) * h:]
+    pk, pv = (rng.standard_normal((b, nkv, past, h)).astype(np.float32) for _ in range(2))
+
+    def attend(q, k, v):
+        presents = [np.empty((b, nkv, past + s, h), np.float32) for _ in range(2)]
+        out = NK.gqa(q, k, v, pk, pv, *presents, past + s, [past] * b, [past + s] * b, n, nkv, 0.125, 0.0, -1,
+                     None, None, False, None, 1)
+        return [out, *presents]
+
+    for got, want in zip(attend(q, k, v), attend(*map(np.ascontiguousarray, (q, k, v)))):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="evenly spaced rows"):
+        attend(q[:, ::2], k[:, ::2], v[:, ::2])  # rows of one batch entry not at the batch pitch / S
 
 
 def test_outside_a_partition_call_the_presents_come_from_the_pool():

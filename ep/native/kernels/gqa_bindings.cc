@@ -10,15 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "gqa.h"
+#include "gqa_bindings.h"
 
 namespace py = pybind11;
 
 namespace npu_ep::kern {
 namespace {
-
-template <typename T>
-using Arr = py::array_t<T, py::array::c_style>;
 
 std::string Dims(const py::array& a) {
   std::string s = "[";
@@ -46,18 +43,38 @@ const float* F32(const py::array& a, const char* name, py::ssize_t ndim) {
   return static_cast<const float*>(Tensor(a, name, ndim, false));
 }
 
-py::array GqaPy(const py::array& query, const std::optional<py::array>& key,
-                         const std::optional<py::array>& value, const std::optional<py::array>& past_key,
-                         const std::optional<py::array>& past_value, const py::array& present_key,
-                         const py::array& present_value, int64_t dirty,
-                         const std::vector<int32_t>& past_len, const std::vector<int32_t>& total_len, int64_t num_heads,
-                         int64_t kv_num_heads, float scale, float softcap, int64_t local_window_size,
-                         const std::optional<py::array>& cos, const std::optional<py::array>& sin, bool interleaved,
-                         const std::optional<Arr<int64_t>>& position_ids, int threads) {
+// Query/key/value [B, S, W] whose rows (b, s) lie at one pitch with unit element stride: C-contiguous, or column
+// slices of one [B, S, wider] product (a fused QKV group's outputs, read in place). Returns the data; *pitch is
+// the row pitch in elements.
+const void* Rows(const py::array& a, const char* name, bool fp16, int64_t* pitch) {
+  const py::ssize_t item = fp16 ? 2 : 4;
+  const bool dtype_ok = a.dtype().kind() == 'f' && a.itemsize() == item;
+  bool rows_ok = dtype_ok && a.ndim() == 3;
+  if (rows_ok) {  // strides of extent-1 axes mean nothing: the pitch comes from an axis that has rows
+    const py::ssize_t row = a.shape(1) > 1 ? a.strides(1) : a.shape(0) > 1 ? a.strides(0) : a.shape(2) * item;
+    rows_ok = (a.shape(2) <= 1 || a.strides(2) == item) && row % item == 0 && row >= a.shape(2) * item &&
+              (a.shape(0) <= 1 || a.shape(1) <= 1 || a.strides(0) == a.shape(1) * row);
+    *pitch = row / item;
+  }
+  EXPECT(rows_ok, std::string(name) + " must be a " + (fp16 ? "float16" : "float32") +
+                      " array of rank 3 with unit element stride and evenly spaced rows, got " + Dims(a) + " " +
+                      std::string(py::str(a.dtype())));
+  return a.data();
+}
+
+}  // namespace
+
+GqaArgs GqaArgsFor(const py::array& query, const std::optional<py::array>& key, const std::optional<py::array>& value,
+                   const std::optional<py::array>& past_key, const std::optional<py::array>& past_value,
+                   const py::array& present_key, const py::array& present_value, int64_t dirty,
+                   const std::vector<int32_t>& past_len, const std::vector<int32_t>& total_len, int64_t num_heads,
+                   int64_t kv_num_heads, float scale, float softcap, int64_t local_window_size,
+                   const std::optional<py::array>& cos, const std::optional<py::array>& sin, bool interleaved,
+                   const std::optional<Arr<int64_t>>& position_ids) {
   GqaArgs a;
   a.fp16 = query.dtype().kind() == 'f' && query.itemsize() == 2;
   const bool h = a.fp16;
-  a.q = Tensor(query, "query", 3, h);
+  a.q = Rows(query, "query", h, &a.q_tok);
   a.B = query.shape(0);
   a.S = query.shape(1);
   a.N = num_heads;
@@ -68,17 +85,17 @@ py::array GqaPy(const py::array& query, const std::optional<py::array>& key,
     EXPECT(value.has_value(), "key without value");
     a.H = d / a.N;
     EXPECT(a.H * a.N == d, "query width " + std::to_string(d) + " is not num_heads x head size");
-    a.k = Tensor(*key, "key", 3, h);
-    a.v = Tensor(*value, "value", 3, h);
-    a.q_tok = d;
-    a.kv_tok = a.Nkv * a.H;
+    int64_t v_tok = 0;
+    a.k = Rows(*key, "key", h, &a.kv_tok);
+    a.v = Rows(*value, "value", h, &v_tok);
+    EXPECT(v_tok == a.kv_tok, "key and value rows must have one pitch");
     for (const py::array* x : {&*key, &*value})
-      EXPECT(x->shape(0) == a.B && x->shape(1) == a.S && x->shape(2) == a.kv_tok,
+      EXPECT(x->shape(0) == a.B && x->shape(1) == a.S && x->shape(2) == a.Nkv * a.H,
              "key/value " + Dims(*x) + " do not match query " + Dims(query));
   } else {
     a.H = d / (a.N + 2 * a.Nkv);
     EXPECT(a.H * (a.N + 2 * a.Nkv) == d, "packed QKV width " + std::to_string(d) + " is not (N + 2 Nkv) x H");
-    a.q_tok = a.kv_tok = d;
+    a.kv_tok = a.q_tok;
     const auto* base = static_cast<const char*>(a.q);
     a.k = base + a.N * a.H * query.itemsize();
     a.v = base + (a.N + a.Nkv) * a.H * query.itemsize();
@@ -122,6 +139,10 @@ py::array GqaPy(const py::array& query, const std::optional<py::array>& key,
       a.position_ids = position_ids->data();
     }
   }
+  return a;
+}
+
+py::array RunGqa(GqaArgs a, const py::array& query, int threads) {
   py::array out(query.dtype(), std::vector<py::ssize_t>{a.B, a.S, a.N * a.H});
   a.out = out.mutable_data();
   a.threads = threads;
@@ -130,6 +151,21 @@ py::array GqaPy(const py::array& query, const std::optional<py::array>& key,
     GroupQueryAttention(a);
   }
   return out;
+}
+
+namespace {
+
+py::array GqaPy(const py::array& query, const std::optional<py::array>& key, const std::optional<py::array>& value,
+                const std::optional<py::array>& past_key, const std::optional<py::array>& past_value,
+                const py::array& present_key, const py::array& present_value, int64_t dirty,
+                const std::vector<int32_t>& past_len, const std::vector<int32_t>& total_len, int64_t num_heads,
+                int64_t kv_num_heads, float scale, float softcap, int64_t local_window_size,
+                const std::optional<py::array>& cos, const std::optional<py::array>& sin, bool interleaved,
+                const std::optional<Arr<int64_t>>& position_ids, int threads) {
+  return RunGqa(GqaArgsFor(query, key, value, past_key, past_value, present_key, present_value, dirty, past_len,
+                           total_len, num_heads, kv_num_heads, scale, softcap, local_window_size, cos, sin,
+                           interleaved, position_ids),
+                query, threads);
 }
 
 }  // namespace
