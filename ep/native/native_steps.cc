@@ -140,7 +140,8 @@ namespace {
 // A native kernel called straight from the loop with the arguments its Python kernel would pass for the bound
 // shapes: a template of fixed arguments with the step's inputs put in (checked: dtype, shape, C order; viewed with
 // another shape where the kernel wants one), the result's parts reshaped to the outputs' shapes (and sliced along
-// the last axis where the outputs are a group's column slices). Guards keep the step to its setting.
+// the last axis where the outputs are a group's column slices). A kernel returning None declines values it cannot
+// take exactly (the Python kernel runs); Guards keep the step to its setting.
 class CallStep : public NativeStep {
  public:
   CallStep(py::object fn, py::tuple args, const py::list& inputs, const py::list& outputs, const py::list& guards)
@@ -188,6 +189,7 @@ class CallStep : public NativeStep {
     PyObject* result = PyObject_Call(fn_.ptr(), call.ptr(), nullptr);
     if (result == nullptr) return nullptr;  // the kernel's error: the loop names the node
     auto res = py::reinterpret_steal<py::object>(result);
+    if (res.is_none()) return nullptr;  // the kernel declines these values (the Python kernel runs)
     try {
       py::tuple outs(outputs_.size());
       for (size_t i = 0; i < outputs_.size(); ++i) {

@@ -7,6 +7,8 @@ accumulator) and rounds once. Integer sums accumulate in float64 and saturate at
 kernel does (exact for int32; int64 sums beyond 2^53 round as ORT's do, possibly in another order). An empty
 reduced axis gives the reduction's identity, as in ORT: 0 for Sum and Mean, the type's lowest value (-inf) for Max.
 
+Native: an int32/int64 ReduceSum over trailing axes binds one native call as the program's step (``_bind``).
+
 Cost: every input element passes the vector unit once (1 op, +1 per output element for Mean's scaling);
 DMA reads the input and writes the output.
 """
@@ -20,6 +22,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._util import arg, nbytes
 from ._vector import elems, itemsize_of, stream_cost
 
@@ -81,6 +84,29 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     return [y if type(y) is np.ndarray and y.dtype == x.dtype else np.asarray(y).astype(x.dtype, copy=False)]
 
 
+_EXACT_INTS = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _bind(p: Prepared, inputs, outs) -> Any:
+    """An int32/int64 ReduceSum over trailing constant axes as one native call (``reduce_sum_int``: exact where
+    the float64 accumulation is, declining the values where it could round)."""
+    x = inputs[0] if inputs else None
+    nat = _native.native(p)
+    if (nat is None or p.attrs["op"] != "ReduceSum" or p.attrs["axes"] is None or not isinstance(x, np.ndarray)
+            or x.dtype not in _EXACT_INTS or not x.flags.c_contiguous or x.ndim == 0):
+        return None
+    axes = _axes(p, inputs, x.ndim)
+    reduced = tuple(range(x.ndim)) if axes is None else axes
+    if not reduced or reduced != tuple(range(x.ndim - len(reduced), x.ndim)):
+        return None  # nothing reduced, or not a suffix of the axes
+    rows = int(np.prod(x.shape[: x.ndim - len(reduced)], dtype=np.int64))
+    cols = x.size // rows if rows else 0
+    if cols == 0 or outs[0].ndim == 0:
+        return None  # empty, or a 0-d result (a call step reshapes only to a shape of rank >= 1)
+    return _native.call_step(p, nat.reduce_sum_int, (None,), [(0, 0, x.dtype, x.shape, (rows, cols))],
+                             [(-1, outs[0].shape)])
+
+
 def _lowest(dtype: np.dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
@@ -133,4 +159,4 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 
 for _op in ("ReduceSum", "ReduceMean", "ReduceMax"):
-    register(KernelDef("", _op, _prepare, _run, _cost, _check, rank_free=True))
+    register(KernelDef("", _op, _prepare, _run, _cost, _check, rank_free=True, bind=_bind))

@@ -314,3 +314,45 @@ def test_unary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op):
         assert_same(loop((x,)), outs)
         half = x.astype(np.float16)  # computed in float32 by the kernel: not bound
         assert kernel.bind(p, [half], kernel.run(p, [half])) is None
+
+
+# --- integer ReduceSum -----------------------------------------------------------------------------------------
+
+def reduce_model(dtype, shape, axes, keepdims):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=keepdims)
+    out = list(np.sum(np.zeros(shape), axis=tuple(axes), keepdims=bool(keepdims)).shape)
+    return make_model([node], [helper.make_tensor_value_info("x", elem, list(shape))],
+                      [helper.make_tensor_value_info("y", elem, out)], {"axes": np.array(axes, np.int64)})
+
+
+@pytest.mark.parametrize("dtype, shape, axes, keepdims", [
+    (np.int64, (1, 513), [1], 0),  # a decoder's attention-mask sum
+    (np.int64, (3, 4, 5), [-2, -1], 1),
+    (np.int32, (2, 7), [1], 0),
+])
+def test_integer_reduce_sum_binds_one_exact_call(dtype, shape, axes, keepdims):
+    """The call equals the kernel's float64 accumulation bit for bit, saturation included (int32 sums past the
+    type's range clip as ORT's do), and declines the values where float64 could round (a row's sum of |x| of
+    2^53 or more): the kernel runs those."""
+    kernel, p = prepared(reduce_model(dtype, shape, axes, keepdims), "ReduceSum")
+    x = RNG.integers(-1000, 1000, shape).astype(dtype)
+    outs, step, loop = one_step_loop(kernel, p, [x, None])
+    assert isinstance(step, bridge.CallStep)
+    assert_same(loop((x, None)), outs)
+    info = np.iinfo(dtype)
+    big = np.full(shape, info.max if dtype == np.int32 else 2**52, dtype)
+    assert_same(loop((big, None)), kernel.run(p, [big, None]))
+    assert loop.native_counts == (2, 0) if dtype == np.int32 else loop.native_counts == (1, 1)
+    if dtype == np.int64:
+        np.testing.assert_array_equal(cpu_run(reduce_model(dtype, shape, axes, keepdims), {"x": x})[0], outs[0])
+
+
+def test_reduce_sum_over_leading_axes_to_a_scalar_or_of_floats_does_not_bind():
+    for axes, keepdims in (([0], 1), ([0, 1], 0)):
+        kernel, p = prepared(reduce_model(np.int64, (3, 4), axes, keepdims), "ReduceSum")
+        x = np.ones((3, 4), np.int64)
+        assert kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None
+    kernel, p = prepared(reduce_model(np.float32, (3, 4), [1], 1), "ReduceSum")
+    x = np.ones((3, 4), np.float32)
+    assert kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None

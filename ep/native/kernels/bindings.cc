@@ -291,6 +291,7 @@ void RegisterKernels(py::module_& parent) {
   void BindQdqLut(py::module_&); BindQdqLut(m);  // qlut.cc: npu::QdqLut table reads
   void BindConvTail(py::module_&); BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&); BindRecurrent(m);  // recurrent.cc: LSTM
+  void BindReduce(py::module_&); BindReduce(m);  // reduce.cc: integer ReduceSum
 }
 
 }  // namespace npu_ep::kern
