@@ -162,3 +162,15 @@ def test_fp32_levels_on_the_blas_match_the_reference_at_any_thread_count(isa, bs
     for y in runs[1:]:
         np.testing.assert_array_equal(y, runs[0])  # columns split by shape only
     _close(runs[0], _native(a, w, 0, bias=bias))  # the kernel's own loops agree with the BLAS path
+
+
+def test_scratch_reused_across_calls_never_leaks_into_a_result():
+    """A and the dequantized panels live in per-thread scratch that is never cleared: a product after one of
+    another K (and with NaN in A) still equals a fresh one, the pads beyond K being written zero on every call."""
+    w = _weights(130, 24, 32, False)
+    a = RNG.standard_normal((20, 130)).astype(np.float32)
+    fresh = _native(a, w, 0, threads=2)
+    wide = _weights(1000, 24, 32, False)
+    _native(np.full((40, 1000), np.nan, np.float32), wide, 0, threads=2)
+    np.testing.assert_array_equal(_native(a, w, 0, threads=2), fresh)
+    _close(fresh, _reference(a, w, 0))

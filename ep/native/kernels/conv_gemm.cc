@@ -91,7 +91,7 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       RowSlots(1, cols, cols, sc.slots);
     } else if (in_place) {
       const int64_t rows = cols / s.OW, oh0 = p0 / s.OW, rows_in = (rows - 1) * s.sh + ekh;
-      float* pad = conv_detail::Grow(sc.b, s.Cg() * rows_in * wp);
+      float* pad = Grow(sc.b, s.Cg() * rows_in * wp);
       PaddedRows(s, planes, oh0 * s.sh - s.pt, rows_in, wp, pad);
       for (int64_t k = 0; k < K; ++k) {
         const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
@@ -100,7 +100,7 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       RowSlots(rows, s.OW, s.sh * wp, sc.slots);
       b = pad;
     } else {
-      float* patch = conv_detail::Grow(sc.b, K * cols);
+      float* patch = Grow(sc.b, K * cols);
       conv_detail::PatchMatrix(s, planes, p0, cols, patch);
       for (int64_t k = 0; k < K; ++k) sc.koff[k] = k * cols;
       RowSlots(1, cols, cols, sc.slots);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "conv.h"
+#include "scratch.h"
 #include "thread_pool.h"
 
 namespace npu_ep::kern::conv_detail {
@@ -34,13 +35,6 @@ inline Span Valid(int64_t off, int64_t stride, int64_t in, int64_t out) {
   lo = std::min(lo, out);
   hi = std::max(lo, std::min(hi, out));
   return {lo, hi};
-}
-
-// v's data with room for n elements (a pool thread's scratch: grown, never shrunk or cleared).
-template <typename T>
-T* Grow(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
 }
 
 // The patch matrix [Cg*kh*kw, cols] of output pixels [p0, p0 + cols) over one image's group planes (rows ordered

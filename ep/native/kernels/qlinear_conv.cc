@@ -320,10 +320,10 @@ void DenseInt(const QConv& q) {
       const int64_t g = task / n_chunks, p0 = (task % n_chunks) * chunk, cols = std::min(chunk, P - p0);
       const int64_t np16 = (cols + kLanes - 1) / kLanes * kLanes;
       Scratch& sc = t_scratch;  // every element below is written before it is read
-      int8_t* bp = conv_detail::Grow(sc.bp, np16 * kp);
-      int32_t* bsum = conv_detail::Grow(sc.bsum, np16);
+      int8_t* bp = Grow(sc.bp, np16 * kp);
+      int32_t* bsum = Grow(sc.bsum, np16);
       const bool fused = q.lut == nullptr;  // the GEMM requantizes straight into y (else the table follows)
-      int32_t* acc = fused ? nullptr : conv_detail::Grow(sc.acc, Mg * cols);
+      int32_t* acc = fused ? nullptr : Grow(sc.acc, Mg * cols);
       sc.bzp.assign(np16, bzp);
       for (int64_t b = 0; b < np16 / kLanes; ++b) {
         int8_t* blk = bp + b * kp * kLanes;

@@ -20,6 +20,7 @@
 
 #include "cpu.h"
 #include "qnbit_gemm_internal.h"
+#include "scratch.h"
 #include "thread_pool.h"
 
 #include "intrinsics.h"
@@ -38,6 +39,9 @@ constexpr int64_t kColsPerTask = 16;
 constexpr int64_t kSgemmMinRows = 16;
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
 constexpr int64_t kSgemmTasks = 4;  // panels a product is cut into at least, so both threads get work
+// ...and at most about this many multiply-adds each: ORT's worker often joins after the caller has started, and
+// with four large tasks the caller then ran three of them (a 128 x 256 x 1024 product: 0.58 ms, 1.5x MLAS's).
+constexpr int64_t kSgemmTaskMacs = int64_t{1} << 20;
 // Decode (M = 1): a task is at least this many packed weight bytes, so ORT's per-task dispatch is amortized.
 constexpr int64_t kGemvTaskBytes = 128 * 1024;
 
@@ -402,6 +406,10 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
     if (int8)
       QuantizeRow(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
                   pa.lane.data() + m * s.kc / 8, pa.block.data() + m * s.kb);
+#if NPU_EP_X86
+    else if (isa >= Isa::kAvx512)
+      nbits::PermuteRowAvx512(g.a + m * s.K, s, pa.a.data() + m * s.kc);
+#endif
     else
       PermuteRow(g.a + m * s.K, s, pa.a.data() + m * s.kc);
   });
@@ -480,7 +488,10 @@ void MatMulNBits(const NBitsGemm& g) {
   s.zp_bytes = (s.kb + 1) / 2;
   if (s.M == 0 || s.N == 0) return;
   const Isa isa = ActiveIsa();
-  PreparedA pa;
+  // The calling thread's scratch: grown, never cleared (every element a call reads, it writes first). Tasks on
+  // other threads reach it through this reference (a lambda naming a thread_local would get its own thread's).
+  static thread_local PreparedA scratch_a;
+  PreparedA& pa = scratch_a;
   PrepareA(g, s, isa, pa);
   const bool int8 = g.accuracy_level == 4;
   Int8ColFn int8_col = nullptr;
@@ -522,23 +533,26 @@ void MatMulNBits(const NBitsGemm& g) {
     // Each task owns whole columns (a shape-only split): the same bits at any thread count.
     // at most an L2-sized panel, and at least kSgemmTasks tasks where N allows (a shape-only split)
     const int64_t even = ((s.N + kSgemmTasks - 1) / kSgemmTasks + 15) / 16 * 16;
-    const int64_t cols = std::max<int64_t>(16, std::min(kSgemmPanelBytes / (4 * s.kc) / 16 * 16, even));
+    const int64_t by_work = kSgemmTaskMacs / (s.M * s.kc) / 16 * 16;
+    const int64_t cols = std::max<int64_t>(16, std::min({kSgemmPanelBytes / (4 * s.kc) / 16 * 16, even, by_work}));
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
       std::vector<int32_t> zpc(s.kb + 16, 0);
-      std::vector<float> panel((n1 - n0) * s.kc, 0.0f);
+      static thread_local std::vector<float> scratch;  // the pool thread's panel: grown, never cleared
+      float* panel = Grow(scratch, (n1 - n0) * s.kc);
+      if (2 * s.row_bytes < s.kc) std::fill(panel, panel + (n1 - n0) * s.kc, 0.0f);  // dequant leaves pads
       for (int64_t n = n0; n < n1; ++n) {
         const Column col = ColumnOf(g, s, n);
         UnpackZeroPoints(col.zp, s, zpc.data());
-        dequant(col.b, col.sw, zpc.data(), s, panel.data() + (n - n0) * s.kc);
+        dequant(col.b, col.sw, zpc.data(), s, panel + (n - n0) * s.kc);
       }
       float* y = g.y + r0 * s.N + n0;
 #if NPU_EP_X86
       if (isa >= Isa::kAvx512) {
-        nbits::PanelGemmAvx512(pa.a.data() + r0 * s.kc, r1 - r0, panel.data(), n1 - n0, s.kc, y, s.N);
+        nbits::PanelGemmAvx512(pa.a.data() + r0 * s.kc, r1 - r0, panel, n1 - n0, s.kc, y, s.N);
       } else
 #endif
         g.sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, r1 - r0, n1 - n0, s.kc, 1.0f, pa.a.data() + r0 * s.kc,
-                s.kc, panel.data(), s.kc, 0.0f, y, s.N);
+                s.kc, panel, s.kc, 0.0f, y, s.N);
       if (g.bias != nullptr)
         for (int64_t m = r0; m < r1; ++m)
           for (int64_t n = n0; n < n1; ++n) g.y[m * s.N + n] += g.bias[n];

@@ -59,6 +59,26 @@ constexpr int64_t kRowChunk = 32;  // rows of A kept hot while every column bloc
 
 }  // namespace
 
+__attribute__((target(NPU_AVX512F))) void PermuteRowAvx512(const float* a, const Shape& s, float* out) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const int64_t whole = s.K / kChunkElems;
+  for (int64_t ch = 0; ch < whole; ++ch) {  // 32 elements at a time: 16 even ones to the chunk's first half
+    const float* x = a + ch * kChunkElems;
+    float* o = out + ch * kChunkElems;
+    for (int j = 0; j < kChunkElems / 32; ++j) {
+      const __m512 lo = _mm512_loadu_ps(x + 32 * j), hi = _mm512_loadu_ps(x + 32 * j + 16);
+      _mm512_storeu_ps(o + 16 * j, _mm512_permutex2var_ps(lo, even, hi));
+      _mm512_storeu_ps(o + kChunkBytes + 16 * j, _mm512_permutex2var_ps(lo, odd, hi));
+    }
+  }
+  const int64_t k0 = whole * kChunkElems;  // the last, partial chunk: zero beyond K
+  if (k0 < s.kc) {
+    std::fill(out + k0, out + s.kc, 0.0f);
+    for (int64_t k = k0; k < s.K; ++k) out[k0 + (k - k0) / 2 + ((k - k0) & 1) * kChunkBytes] = a[k];
+  }
+}
+
 __attribute__((target(NPU_AVX512F))) void PanelGemmAvx512(const float* a, int64_t rows, const float* panel,
                                                           int64_t cols, int64_t kc, float* y, int64_t ldy) {
   for (int64_t r = 0; r < rows; r += kRowChunk) {
