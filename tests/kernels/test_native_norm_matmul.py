@@ -110,6 +110,25 @@ def test_one_call_equals_the_step_by_step_path(d, rows, skip, mlp, level):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("skip", [False, True])
+def test_prologue_and_swiglu_rows_split_over_threads_give_the_same_bits(skip):
+    """64 rows of 2048: the prologue and the SwiGLU run in row tasks on two threads (norm_matmul.cc ForRows); a
+    row's bits never depend on the thread that ran it, and the path still equals the step-by-step one."""
+    d, rows = 2048, 64
+    model = _model(d, rows, skip=skip, mlp="swiglu", level=0)
+    inputs = _feeds(model, rows, d)
+    run = kernel_for("npu", "NormMatMul").run
+    p = _prepared(model)
+    two = run(p, inputs)
+    _native.configure([p], "native", 1)
+    for got, want in zip(run(p, inputs), two):
+        np.testing.assert_array_equal(got, want)
+    one, steps = _both_paths(p, inputs)
+    np.testing.assert_allclose(one[0], steps[0], rtol=4e-7 * 8, atol=1e-30)
+    for got, want in zip(one[1:], steps[1:]):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_one_call_keeps_ieee_values():
     """Inf and NaN in a row give what the step path gives: the norm of that row is NaN, other rows are untouched."""
     d, rows = 96, 3

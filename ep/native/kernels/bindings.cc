@@ -196,9 +196,9 @@ py::object NormMatMulNBitsPy(const Arr<float>& x, const std::optional<Arr<float>
   g.dma = count_dma ? &dma : nullptr;
   {
     py::gil_scoped_release release;
-    RunRmsPrologue(pro);
+    RunRmsPrologue(pro, threads);
     MatMulNBits(g);
-    if (swiglu) SwiGlu(g.y, M, N / 2, out);
+    if (swiglu) SwiGlu(g.y, M, N / 2, out, threads);
   }
   return WithDma(py::make_tuple(y, sum), count_dma, dma);
 }

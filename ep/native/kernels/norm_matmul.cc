@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "thread_pool.h"
+
 namespace npu_ep::kern {
 
 // These loops must round each operation as the reference does: no multiply-add contraction (aarch64 and FMA
@@ -52,19 +54,30 @@ void SimplifiedRow(const RmsPrologue& p, int64_t m) {
   }
 }
 
+// Rows in tasks of kRowsPerTask on up to `threads` threads (a row's bits never depend on which thread runs it),
+// when the rows weigh at least kMinParallelWork multiply-adds: `cost` per element, an exp or a division being
+// worth about that many. A 512-token prefill ran these on the caller alone while ORT's worker waited.
+template <typename Fn>
+void ForRows(int threads, int64_t M, int64_t width, int64_t cost, const Fn& row) {
+  constexpr int64_t kRowsPerTask = 16;
+  ParallelFor(ThreadsFor(threads, M * width * cost), (M + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
+    for (int64_t m = t * kRowsPerTask; m < std::min(M, (t + 1) * kRowsPerTask); ++m) row(m);
+  });
+}
+
 }  // namespace
 
-void RunRmsPrologue(const RmsPrologue& p) {
-  for (int64_t m = 0; m < p.M; ++m) {
+void RunRmsPrologue(const RmsPrologue& p, int threads) {
+  ForRows(threads, p.M, p.K, 8, [&](int64_t m) {
     if (p.skip != nullptr)
       SkipRow(p, m);
     else
       SimplifiedRow(p, m);
-  }
+  });
 }
 
-void SwiGlu(const float* y, int64_t M, int64_t half, float* out) {
-  for (int64_t m = 0; m < M; ++m) {
+void SwiGlu(const float* y, int64_t M, int64_t half, float* out, int threads) {
+  ForRows(threads, M, half, 16, [&](int64_t m) {
     const float* g = y + m * 2 * half;
     const float* u = g + half;
     float* o = out + m * half;
@@ -72,7 +85,7 @@ void SwiGlu(const float* y, int64_t M, int64_t half, float* out) {
       const float e = std::exp(std::min(-g[j], 80.0f)) + 1.0f;
       o[j] = g[j] / e * u[j];
     }
-  }
+  });
 }
 
 #pragma GCC pop_options

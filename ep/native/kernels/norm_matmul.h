@@ -26,10 +26,11 @@ struct RmsPrologue {
 // Skip*: s = x + skip (+ bias); a = s / sqrt(sum(s*s) / K + eps) * gamma, the squares summed left to right in
 // float32 and sqrt/division in float32 (ORT's SkipSimplifiedLayerNormalization, as kernels/ops/norm.skip_rms).
 // Simplified: a = x * float(1 / sqrt(double(dot(x, x)) / K + eps)) * gamma (kernels/ops/norm.inv_rms).
-void RunRmsPrologue(const RmsPrologue& p);
+// Rows run in fixed tasks on up to `threads` threads: the same bits at any thread count.
+void RunRmsPrologue(const RmsPrologue& p, int threads);
 
 // out[m, j] = g * sigmoid(g) * u for g = y[m, j], u = y[m, half + j], computed as g / (1 + exp(min(-g, 80))) * u
 // (kernels/ops/matmul_group._silu_mul); y is [M, 2 * half].
-void SwiGlu(const float* y, int64_t M, int64_t half, float* out);
+void SwiGlu(const float* y, int64_t M, int64_t half, float* out, int threads);
 
 }  // namespace npu_ep::kern

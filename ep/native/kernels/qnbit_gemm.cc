@@ -248,6 +248,36 @@ __attribute__((target(NPU_AVX512))) void DequantColAvx512(const uint8_t* brow, c
   }
 }
 
+// The same floats as DequantColAvx512 in natural k order (element k at w[k]), for the panel product, which then
+// reads A's rows where they are instead of a re-laid-out copy.
+__attribute__((target(NPU_AVX512))) void DequantColNaturalAvx512(const uint8_t* brow, const float* sw,
+                                                                  const int32_t* zpc, const Shape& s, float* w) {
+  const __m128i m0f = _mm_set1_epi8(0x0F);
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
+  const int64_t steps = s.row_bytes / 16;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t g = 16 * i, blk = (2 * g) >> s.bs_log2;
+    __m512 sc = _mm512_set1_ps(sw[blk]);
+    __m512i z = _mm512_set1_epi32(zpc[blk]);
+    if (s.bs == 16) {
+      sc = _mm512_mask_blend_ps(0xFF00, sc, _mm512_set1_ps(sw[blk + 1]));
+      z = _mm512_mask_blend_epi32(0xFF00, z, _mm512_set1_epi32(zpc[blk + 1]));
+    }
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(brow + g));
+    const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(raw, m0f)), z);
+    const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f)), z);
+    const __m512 even = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), sc), odd = _mm512_mul_ps(_mm512_cvtepi32_ps(hi), sc);
+    _mm512_storeu_ps(w + 2 * g, _mm512_permutex2var_ps(even, first, odd));
+    _mm512_storeu_ps(w + 2 * g + 16, _mm512_permutex2var_ps(even, second, odd));
+  }
+  for (int64_t g = steps * 16; g < s.row_bytes; ++g) {  // a last 8-byte group (bs = 16, odd number of blocks)
+    const int64_t blk = (2 * g) >> s.bs_log2;
+    w[2 * g] = static_cast<float>((brow[g] & 0x0F) - zpc[blk]) * sw[blk];
+    w[2 * g + 1] = static_cast<float>((brow[g] >> 4) - zpc[blk]) * sw[blk];
+  }
+}
+
 __attribute__((target(NPU_AVX512))) float DotAvx512(const float* a, const float* w, int64_t n) {
   __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
   for (int64_t i = 0; i < n; i += 64) {  // n is a multiple of 128
@@ -406,13 +436,20 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
     if (int8)
       QuantizeRow(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
                   pa.lane.data() + m * s.kc / 8, pa.block.data() + m * s.kb);
-#if NPU_EP_X86
-    else if (isa >= Isa::kAvx512)
-      nbits::PermuteRowAvx512(g.a + m * s.K, s, pa.a.data() + m * s.kc);
-#endif
     else
       PermuteRow(g.a + m * s.K, s, pa.a.data() + m * s.kc);
   });
+}
+
+// A's rows for the natural-order panel path: A itself when its rows are kc long, else a copy zero-padded to kc.
+const float* NaturalRows(const NBitsGemm& g, const Shape& s, PreparedA& pa) {
+  if (s.K == s.kc) return g.a;
+  pa.a.resize(s.M * s.kc);
+  for (int64_t m = 0; m < s.M; ++m) {
+    std::copy(g.a + m * s.K, g.a + (m + 1) * s.K, pa.a.data() + m * s.kc);
+    std::fill(pa.a.data() + m * s.kc + s.K, pa.a.data() + (m + 1) * s.kc, 0.0f);
+  }
+  return pa.a.data();
 }
 
 #if NPU_EP_X86
@@ -492,8 +529,10 @@ void MatMulNBits(const NBitsGemm& g) {
   // other threads reach it through this reference (a lambda naming a thread_local would get its own thread's).
   static thread_local PreparedA scratch_a;
   PreparedA& pa = scratch_a;
-  PrepareA(g, s, isa, pa);
   const bool int8 = g.accuracy_level == 4;
+  const bool panel = !int8 && g.sgemm != nullptr && s.M >= kSgemmMinRows;
+  const bool natural = NPU_EP_X86 && panel && isa >= Isa::kAvx512;  // B in natural order: A read in place
+  if (!natural) PrepareA(g, s, isa, pa);
   Int8ColFn int8_col = nullptr;
   DequantFn dequant = DequantColScalar;
   DotFn dot = DotScalar;
@@ -529,8 +568,12 @@ void MatMulNBits(const NBitsGemm& g) {
     return;
   }
 #endif
-  if (!int8 && g.sgemm != nullptr && s.M >= kSgemmMinRows) {
+  if (panel) {
     // Each task owns whole columns (a shape-only split): the same bits at any thread count.
+    const float* a_rows = natural ? NaturalRows(g, s, pa) : pa.a.data();
+#if NPU_EP_X86
+    if (natural) dequant = DequantColNaturalAvx512;
+#endif
     // at most an L2-sized panel, and at least kSgemmTasks tasks where N allows (a shape-only split)
     const int64_t even = ((s.N + kSgemmTasks - 1) / kSgemmTasks + 15) / 16 * 16;
     const int64_t by_work = kSgemmTaskMacs / (s.M * s.kc) / 16 * 16;
@@ -538,21 +581,21 @@ void MatMulNBits(const NBitsGemm& g) {
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
       std::vector<int32_t> zpc(s.kb + 16, 0);
       static thread_local std::vector<float> scratch;  // the pool thread's panel: grown, never cleared
-      float* panel = Grow(scratch, (n1 - n0) * s.kc);
-      if (2 * s.row_bytes < s.kc) std::fill(panel, panel + (n1 - n0) * s.kc, 0.0f);  // dequant leaves pads
+      float* w = Grow(scratch, (n1 - n0) * s.kc);
+      if (2 * s.row_bytes < s.kc) std::fill(w, w + (n1 - n0) * s.kc, 0.0f);  // dequant leaves pads
       for (int64_t n = n0; n < n1; ++n) {
         const Column col = ColumnOf(g, s, n);
         UnpackZeroPoints(col.zp, s, zpc.data());
-        dequant(col.b, col.sw, zpc.data(), s, panel + (n - n0) * s.kc);
+        dequant(col.b, col.sw, zpc.data(), s, w + (n - n0) * s.kc);
       }
       float* y = g.y + r0 * s.N + n0;
 #if NPU_EP_X86
       if (isa >= Isa::kAvx512) {
-        nbits::PanelGemmAvx512(pa.a.data() + r0 * s.kc, r1 - r0, panel, n1 - n0, s.kc, y, s.N);
+        nbits::PanelGemmAvx512(a_rows + r0 * s.kc, r1 - r0, w, n1 - n0, s.kc, y, s.N);
       } else
 #endif
         g.sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, r1 - r0, n1 - n0, s.kc, 1.0f, pa.a.data() + r0 * s.kc,
-                s.kc, panel, s.kc, 0.0f, y, s.N);
+                s.kc, w, s.kc, 0.0f, y, s.N);
       if (g.bias != nullptr)
         for (int64_t m = r0; m < r1; ++m)
           for (int64_t n = n0; n < n1; ++n) g.y[m * s.N + n] += g.bias[n];

@@ -55,8 +55,6 @@ void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, 
 void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnni, int64_t n0, int64_t n1);
 // Level 0..3, block_size >= 32.
 void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, int64_t n0, int64_t n1);
-// Level 0..3: A's row in perm layout (kc floats, zero beyond K), as qnbit_gemm.cc's scalar PermuteRow.
-void PermuteRowAvx512(const float* a, const Shape& s, float* out);
 // Level 0..3, M >= 16: y[r, c] = dot(a row r, panel column c) over kc (a multiple of 16) for `rows` rows of A
 // ([rows, kc]) and `cols` dequantized columns ([cols, kc]), into y with row stride ldy (qnbit_panel_avx512.cc).
 void PanelGemmAvx512(const float* a, int64_t rows, const float* panel, int64_t cols, int64_t kc, float* y,

@@ -1,5 +1,6 @@
 // The fp32 levels' int4 GEMM from M = 16 on, on AVX-512 without the BLAS: a task's columns, dequantized into a
-// [columns, kc] panel (the same floats the BLAS path multiplies), times A's rows in blocks of 4 rows x 4 columns,
+// [columns, kc] panel (the same floats the BLAS path multiplies, in natural k order so A's rows are read where
+// they are), times A's rows in blocks of 4 rows x 4 columns,
 // each output a 16-lane FMA sum over kc reduced once at the end; 32 rows of A at a time meet every column block.
 // Numpy's OpenBLAS ran these products (A x B^T at M = 32) at ~25 GMAC/s on one thread here and barely scaled to
 // two; this kernel shares nothing between threads.
@@ -58,26 +59,6 @@ __attribute__((target(NPU_AVX512F))) void Cols(const float* a, int64_t rows, con
 constexpr int64_t kRowChunk = 32;  // rows of A kept hot while every column block of the panel passes them
 
 }  // namespace
-
-__attribute__((target(NPU_AVX512F))) void PermuteRowAvx512(const float* a, const Shape& s, float* out) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const int64_t whole = s.K / kChunkElems;
-  for (int64_t ch = 0; ch < whole; ++ch) {  // 32 elements at a time: 16 even ones to the chunk's first half
-    const float* x = a + ch * kChunkElems;
-    float* o = out + ch * kChunkElems;
-    for (int j = 0; j < kChunkElems / 32; ++j) {
-      const __m512 lo = _mm512_loadu_ps(x + 32 * j), hi = _mm512_loadu_ps(x + 32 * j + 16);
-      _mm512_storeu_ps(o + 16 * j, _mm512_permutex2var_ps(lo, even, hi));
-      _mm512_storeu_ps(o + kChunkBytes + 16 * j, _mm512_permutex2var_ps(lo, odd, hi));
-    }
-  }
-  const int64_t k0 = whole * kChunkElems;  // the last, partial chunk: zero beyond K
-  if (k0 < s.kc) {
-    std::fill(out + k0, out + s.kc, 0.0f);
-    for (int64_t k = k0; k < s.K; ++k) out[k0 + (k - k0) / 2 + ((k - k0) & 1) * kChunkBytes] = a[k];
-  }
-}
 
 __attribute__((target(NPU_AVX512F))) void PanelGemmAvx512(const float* a, int64_t rows, const float* panel,
                                                           int64_t cols, int64_t kc, float* y, int64_t ldy) {
