@@ -9,7 +9,9 @@ the program's C++ loop runs without calling the step's Python kernel (``ep/nativ
 - A view step: Reshape/Squeeze/Unsqueeze/Flatten with constant shape or axes, and Identity, on a C-contiguous
   input of the bound shape is a numpy view with the bound output shape.
 - A call step: a kernel with a ``bind`` function (``kernels.registry.KernelDef``) names the native kernel call its
-  Python ``run`` would make for these shapes (conv, int4 matmuls), and the loop makes that call directly.
+  Python ``run`` would make for these shapes (conv, int4 matmuls), and the loop makes that call directly; or a
+  step of its own where the call's arguments depend on input values (GroupQueryAttention's lengths:
+  ``ep/native/gqa_step.cc``).
 
 Each bound step checks its inputs on every call and declines others (the kernel runs then), so a shape that
 depends on data never gets a stale answer. Control flow and random ops are never bound.
