@@ -170,8 +170,8 @@ def bind_nbits(p: Prepared, inputs, outs) -> Any:
         return None
     m = a.size // p.attrs["K"]
     bias = p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None
-    args = (None, *_native_args(p, bias), None, False, *_native_tail(p, m))
-    return _native.call_step(p, nat.matmul_nbits, args, [(0, 0, np.float32, a.shape, (m, p.attrs["K"]))],
+    bound = nat.BoundNBits(*_native_args(p, bias), *_native_tail(p, m), None)  # weights converted once
+    return _native.call_step(p, bound, (None,), [(0, 0, np.float32, a.shape, (m, p.attrs["K"]))],
                              [(-1, outs[0].shape)], [(p.memo, DMA_COUNTS, None)])
 
 

@@ -139,8 +139,8 @@ def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray]
 
 
 def _bind(p: Prepared, inputs, outs) -> Any:
-    """The one-call path as a native step for x's shape (ep/step_binding.py); a group's outputs are column slices
-    of the one product, as ``_run_one_call`` returns them."""
+    """The one-call path as a native step for x's shape (ep/step_binding.py), its weights converted once
+    (``BoundNBits``); a group's outputs are column slices of the one product, as ``_run_one_call`` returns them."""
     inner = _inner(p)
     nat = _native.native(p)
     x = inputs[0] if inputs else None
@@ -164,8 +164,10 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     outputs += [(1, x.shape)] if p.attrs["sum_output"] else []
     if len(outputs) != len(outs):
         return None
-    return _native.call_step(p, nat.norm_matmul_nbits, (None, None, *args, None, False, *tail), ins, outputs,
-                             [(inner.memo, DMA_COUNTS, None)])
+    norm_bias, gamma, eps, want_sum, *matmul, swiglu, threads = args
+    sgemm, sdot = tail
+    bound = nat.BoundNBits(*matmul, threads, sgemm, (norm_bias, gamma, eps, want_sum, swiglu, sdot))
+    return _native.call_step(p, bound, (None, None), ins, outputs, [(inner.memo, DMA_COUNTS, None)])
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:

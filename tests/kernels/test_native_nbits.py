@@ -174,3 +174,20 @@ def test_scratch_reused_across_calls_never_leaks_into_a_result():
     _native(np.full((40, 1000), np.nan, np.float32), wide, 0, threads=2)
     np.testing.assert_array_equal(_native(a, w, 0, threads=2), fresh)
     _close(fresh, _reference(a, w, 0))
+
+
+@pytest.mark.parametrize("m", [1, 20])
+def test_bound_call_keeps_its_weights_and_equals_the_per_call_binding(m):
+    """BoundNBits (a program's bound step) converts the weights once and holds them: built from arrays nothing
+    else keeps, it still gives matmul_nbits' bits."""
+    import gc
+
+    w = _weights(200, 33, 32, False)
+    a = RNG.standard_normal((m, 200)).astype(np.float32)
+    bias = RNG.standard_normal(33).astype(np.float32)
+    want = NK.matmul_nbits(a, w.B, w.scales, w.zero_points, bias, 200, 33, 32, 0, 2)
+    bound = NK.BoundNBits(w.B.copy(), w.scales.copy(), w.zero_points.copy(), bias.copy(), 200, 33, 32, 0, 2, 0, None)
+    gc.collect()
+    np.testing.assert_array_equal(bound(a), want)
+    with pytest.raises(ValueError, match=r"A must be \[M, K=200\]"):
+        bound(a[:, :100])

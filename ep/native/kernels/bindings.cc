@@ -127,17 +127,13 @@ py::object WithDma(py::object y, bool count, const DmaCount& c) {
   return py::make_tuple(y, d);
 }
 
-py::object MatMulNBitsPy(const Arr<float>& a, const py::object& b, const py::object& scales,
-                         const py::object& zero_points, const std::optional<Arr<float>>& bias,
-                         int64_t K, int64_t N, int block_size, int accuracy_level, int threads,
-                         const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm) {
-  if (a.ndim() != 2 || a.shape(1) != K)
-    throw std::invalid_argument("matmul_nbits: A must be [M, K=" + std::to_string(K) + "]");
-  std::vector<NBitsSegment> segs;
-  std::vector<py::object> keep;
-  NBitsGemm g = NBitsCall("matmul_nbits", a.data(), a.shape(0), K, N, block_size, accuracy_level, threads, sgemm, b,
-                          scales, zero_points, bias, segs, keep);
-  py::array_t<float> y({g.M, N});
+// y[M, N] = a @ dequant(B) (+ bias) for the call template g (weights, shape but M, level, threads).
+py::object RunMatMulNBits(NBitsGemm g, const Arr<float>& a, const std::optional<py::tuple>& plan, bool count_dma) {
+  if (a.ndim() != 2 || a.shape(1) != g.K)
+    throw std::invalid_argument("matmul_nbits: A must be [M, K=" + std::to_string(g.K) + "]");
+  g.a = a.data();
+  g.M = a.shape(0);
+  py::array_t<float> y({g.M, g.N});
   g.y = y.mutable_data();
   const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "matmul_nbits");
   DmaCount dma;
@@ -150,6 +146,76 @@ py::object MatMulNBitsPy(const Arr<float>& a, const py::object& b, const py::obj
   return WithDma(y, count_dma, dma);
 }
 
+py::object MatMulNBitsPy(const Arr<float>& a, const py::object& b, const py::object& scales,
+                         const py::object& zero_points, const std::optional<Arr<float>>& bias,
+                         int64_t K, int64_t N, int block_size, int accuracy_level, int threads,
+                         const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm) {
+  std::vector<NBitsSegment> segs;
+  std::vector<py::object> keep;
+  NBitsGemm g = NBitsCall("matmul_nbits", nullptr, 0, K, N, block_size, accuracy_level, threads, sgemm, b, scales,
+                          zero_points, bias, segs, keep);
+  return RunMatMulNBits(g, a, plan, count_dma);
+}
+
+// npu::NormMatMul's norm constants (everything of the prologue but x, skip, M and the outputs).
+struct NormArgs {
+  RmsPrologue pro;  // norm_bias, gamma, K, eps, sdot
+  bool want_sum = false, swiglu = false;
+};
+
+NormArgs NormCall(int64_t K, int64_t N, const std::optional<Arr<float>>& norm_bias,
+                  const std::optional<Arr<float>>& gamma, double eps, bool want_sum, bool swiglu, uintptr_t sdot) {
+  if (swiglu && N % 2) throw std::invalid_argument("norm_matmul_nbits: SwiGLU needs an even N, got " + std::to_string(N));
+  NormArgs n;
+  n.pro.K = K;
+  n.pro.eps = eps;
+  n.pro.sdot = reinterpret_cast<Sdot64>(sdot);
+  if (norm_bias) n.pro.norm_bias = Data(*norm_bias, K, "norm_bias");
+  if (gamma) n.pro.gamma = Data(*gamma, K, "gamma");
+  n.want_sum = want_sum;
+  n.swiglu = swiglu;
+  return n;
+}
+
+// (y, sum) of npu::NormMatMul for x [M, K] (and skip) with the call templates g and norm.
+py::object RunNormMatMul(NBitsGemm g, const NormArgs& norm, const Arr<float>& x,
+                         const std::optional<Arr<float>>& skip, const std::optional<py::tuple>& plan,
+                         bool count_dma) {
+  const int64_t K = g.K, N = g.N;
+  if (x.ndim() != 2 || x.shape(1) != K)
+    throw std::invalid_argument("norm_matmul_nbits: x must be [M, K=" + std::to_string(K) + "]");
+  if (norm.want_sum && !skip) throw std::invalid_argument("norm_matmul_nbits: the sum output needs a skip input");
+  const int64_t M = x.shape(0);
+  RmsPrologue pro = norm.pro;
+  pro.x = x.data();
+  pro.M = M;
+  if (skip) pro.skip = Data(*skip, M * K, "skip");
+  py::array_t<float> a({M, K});
+  pro.a = a.mutable_data();
+  py::object sum = py::none();
+  if (norm.want_sum) {
+    py::array_t<float> s({M, K});
+    pro.sum = s.mutable_data();
+    sum = s;
+  }
+  g.a = pro.a;
+  g.M = M;
+  py::array_t<float> acc({M, N});
+  g.y = acc.mutable_data();
+  py::array_t<float> y = norm.swiglu ? py::array_t<float>({M, N / 2}) : acc;
+  float* out = y.mutable_data();
+  const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "norm_matmul_nbits");
+  DmaCount dma;
+  g.plan = tiles ? &*tiles : nullptr;
+  g.dma = count_dma ? &dma : nullptr;
+  {
+    py::gil_scoped_release release;
+    RunRmsPrologue(pro, g.threads);
+    MatMulNBits(g);
+    if (norm.swiglu) SwiGlu(g.y, M, N / 2, out, g.threads);
+  }
+  return WithDma(py::make_tuple(y, sum), count_dma, dma);
+}
 
 // npu::NormMatMul over int4 weights in one call: the RMS-norm prologue, MatMulNBits (its bias), then an optional
 // SwiGLU epilogue (a {gate, up} MatMulGroup). Returns (y, sum) where sum is Skip*'s input + skip (+ bias) when
@@ -160,48 +226,50 @@ py::object NormMatMulNBitsPy(const Arr<float>& x, const std::optional<Arr<float>
                              const py::object& zero_points, const std::optional<Arr<float>>& bias,
                              int64_t K, int64_t N, int block_size, int accuracy_level, bool swiglu, int threads,
                              const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm, uintptr_t sdot) {
-  if (x.ndim() != 2 || x.shape(1) != K)
-    throw std::invalid_argument("norm_matmul_nbits: x must be [M, K=" + std::to_string(K) + "]");
-  if (want_sum && !skip) throw std::invalid_argument("norm_matmul_nbits: the sum output needs a skip input");
-  if (swiglu && N % 2) throw std::invalid_argument("norm_matmul_nbits: SwiGLU needs an even N, got " + std::to_string(N));
-  const int64_t M = x.shape(0);
-  RmsPrologue pro;
-  pro.x = x.data();
-  pro.M = M;
-  pro.K = K;
-  pro.eps = eps;
-  pro.sdot = reinterpret_cast<Sdot64>(sdot);
-  if (skip) pro.skip = Data(*skip, M * K, "skip");
-  if (norm_bias) pro.norm_bias = Data(*norm_bias, K, "norm_bias");
-  if (gamma) pro.gamma = Data(*gamma, K, "gamma");
-  py::array_t<float> a({M, K});
-  pro.a = a.mutable_data();
-  py::object sum = py::none();
-  if (want_sum) {
-    py::array_t<float> s({M, K});
-    pro.sum = s.mutable_data();
-    sum = s;
-  }
+  const NormArgs norm = NormCall(K, N, norm_bias, gamma, eps, want_sum, swiglu, sdot);
   std::vector<NBitsSegment> segs;
   std::vector<py::object> keep;
-  NBitsGemm g = NBitsCall("norm_matmul_nbits", pro.a, M, K, N, block_size, accuracy_level, threads, sgemm, b, scales,
-                          zero_points, bias, segs, keep);
-  py::array_t<float> acc({M, N});
-  g.y = acc.mutable_data();
-  py::array_t<float> y = swiglu ? py::array_t<float>({M, N / 2}) : acc;
-  float* out = y.mutable_data();
-  const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "norm_matmul_nbits");
-  DmaCount dma;
-  g.plan = tiles ? &*tiles : nullptr;
-  g.dma = count_dma ? &dma : nullptr;
-  {
-    py::gil_scoped_release release;
-    RunRmsPrologue(pro, threads);
-    MatMulNBits(g);
-    if (swiglu) SwiGlu(g.y, M, N / 2, out, threads);
-  }
-  return WithDma(py::make_tuple(y, sum), count_dma, dma);
+  NBitsGemm g = NBitsCall("norm_matmul_nbits", nullptr, 0, K, N, block_size, accuracy_level, threads, sgemm, b,
+                          scales, zero_points, bias, segs, keep);
+  return RunNormMatMul(g, norm, x, skip, plan, count_dma);
 }
+
+// A matmul_nbits or norm_matmul_nbits call with everything but the activations converted once, for a program's
+// bound step (kernels/ops/matmul_nbits.py, norm_matmul.py): at a small decoder's sizes converting the 20
+// arguments of norm_matmul_nbits took ~3 of its 3.7 us. Holds its weights' arrays while it lives.
+class BoundNBits {
+ public:
+  BoundNBits(const py::object& b, const py::object& scales, const py::object& zero_points,
+             const std::optional<Arr<float>>& bias, int64_t K, int64_t N, int block_size, int accuracy_level,
+             int threads, uintptr_t sgemm, const std::optional<py::tuple>& norm) {
+    g_ = NBitsCall("bound nbits", nullptr, 0, K, N, block_size, accuracy_level, threads, sgemm, b, scales,
+                   zero_points, bias, segs_, keep_);
+    if (bias) keep_.push_back(*bias);
+    if (norm) {  // (norm_bias | None, gamma | None, eps, want_sum, swiglu, sdot)
+      const py::tuple& t = *norm;
+      if (t.size() != 6) throw std::invalid_argument("bound nbits: norm is (norm_bias, gamma, eps, want_sum, swiglu, sdot)");
+      auto nb = t[0].cast<std::optional<Arr<float>>>();
+      auto gamma = t[1].cast<std::optional<Arr<float>>>();
+      norm_ = NormCall(K, N, nb, gamma, t[2].cast<double>(), t[3].cast<bool>(), t[4].cast<bool>(),
+                       t[5].cast<uintptr_t>());
+      if (nb) keep_.push_back(*nb);
+      if (gamma) keep_.push_back(*gamma);
+    }
+  }
+  BoundNBits(const BoundNBits&) = delete;  // g_ points into segs_
+  BoundNBits& operator=(const BoundNBits&) = delete;
+
+  py::object Call(const Arr<float>& x, const std::optional<Arr<float>>& skip) const {
+    if (!norm_) return RunMatMulNBits(g_, x, std::nullopt, false);
+    return RunNormMatMul(g_, *norm_, x, skip, std::nullopt, false);
+  }
+
+ private:
+  std::vector<NBitsSegment> segs_;
+  std::vector<py::object> keep_;
+  NBitsGemm g_;
+  std::optional<NormArgs> norm_;
+};
 
 py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
                         const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads,
@@ -280,6 +348,14 @@ void RegisterKernels(py::module_& parent) {
         "@ dequant(B) (+ bias); sum: Skip*'s x + skip (+ norm_bias) when want_sum, else None. sdot: address of a "
         "CBLAS sdot (kernels.host_blas.sdot_address()) for the Simplified statistics; plan / count_dma / sgemm: "
         "as matmul_nbits");
+  py::class_<BoundNBits>(m, "BoundNBits",
+                         "matmul_nbits (norm None) or norm_matmul_nbits (norm = (norm_bias, gamma, eps, want_sum, "
+                         "swiglu, sdot)) with its weights converted once; called with (x, skip) per run")
+      .def(py::init<const py::object&, const py::object&, const py::object&, const std::optional<Arr<float>>&,
+                    int64_t, int64_t, int, int, int, uintptr_t, const std::optional<py::tuple>&>(),
+           py::arg("b"), py::arg("scales"), py::arg("zero_points"), py::arg("bias"), py::arg("K"), py::arg("N"),
+           py::arg("block_size"), py::arg("accuracy_level"), py::arg("threads"), py::arg("sgemm"), py::arg("norm"))
+      .def("__call__", &BoundNBits::Call, py::arg("x"), py::arg("skip") = py::none());
   m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
         py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
         py::arg("y_zero_point") = 0, py::arg("y_signed") = false, py::arg("plan") = py::none(),
