@@ -218,40 +218,11 @@ __attribute__((target("avx2,fma"))) float Int8ColAvx2(const uint8_t* brow, const
 #define NPU_AVX512 "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
 
 // 16 bytes (32 elements) per step; a step covers one block (bs >= 32) or two (bs = 16: lanes 0-7 and 8-15).
-// Same products as the AVX2 and scalar versions: (q - zp) * scale, rounded once.
+// Same products as the AVX2 and scalar versions: (q - zp) * scale, rounded once. kNatural: element k at w[k] (for
+// the panel product, which then reads A's rows where they are); else the perm layout A is re-laid out to.
+template <bool kNatural>
 __attribute__((target(NPU_AVX512))) void DequantColAvx512(const uint8_t* brow, const float* sw,
                                                            const int32_t* zpc, const Shape& s, float* w) {
-  const __m128i m0f = _mm_set1_epi8(0x0F);
-  const int64_t steps = s.row_bytes / 16;
-  for (int64_t i = 0; i < steps; ++i) {
-    const int64_t g = 16 * i, blk = (2 * g) >> s.bs_log2;
-    __m512 sc = _mm512_set1_ps(sw[blk]);
-    __m512i z = _mm512_set1_epi32(zpc[blk]);
-    if (s.bs == 16) {
-      sc = _mm512_mask_blend_ps(0xFF00, sc, _mm512_set1_ps(sw[blk + 1]));
-      z = _mm512_mask_blend_epi32(0xFF00, z, _mm512_set1_epi32(zpc[blk + 1]));
-    }
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(brow + g));
-    const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(raw, m0f)), z);
-    const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f)), z);
-    float* dst = w + (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
-    _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), sc));
-    _mm512_storeu_ps(dst + kChunkBytes, _mm512_mul_ps(_mm512_cvtepi32_ps(hi), sc));
-  }
-  if (s.row_bytes % 16) {  // a last 8-byte group (bs = 16, odd number of blocks)
-    const int64_t g0 = steps * 16, blk = (2 * g0) >> s.bs_log2;
-    for (int64_t g = g0; g < s.row_bytes; ++g) {
-      const int64_t pos = (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
-      w[pos] = static_cast<float>((brow[g] & 0x0F) - zpc[blk]) * sw[blk];
-      w[pos + kChunkBytes] = static_cast<float>((brow[g] >> 4) - zpc[blk]) * sw[blk];
-    }
-  }
-}
-
-// The same floats as DequantColAvx512 in natural k order (element k at w[k]), for the panel product, which then
-// reads A's rows where they are instead of a re-laid-out copy.
-__attribute__((target(NPU_AVX512))) void DequantColNaturalAvx512(const uint8_t* brow, const float* sw,
-                                                                  const int32_t* zpc, const Shape& s, float* w) {
   const __m128i m0f = _mm_set1_epi8(0x0F);
   const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
@@ -268,13 +239,20 @@ __attribute__((target(NPU_AVX512))) void DequantColNaturalAvx512(const uint8_t* 
     const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(raw, m0f)), z);
     const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f)), z);
     const __m512 even = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), sc), odd = _mm512_mul_ps(_mm512_cvtepi32_ps(hi), sc);
-    _mm512_storeu_ps(w + 2 * g, _mm512_permutex2var_ps(even, first, odd));
-    _mm512_storeu_ps(w + 2 * g + 16, _mm512_permutex2var_ps(even, second, odd));
+    if constexpr (kNatural) {
+      _mm512_storeu_ps(w + 2 * g, _mm512_permutex2var_ps(even, first, odd));
+      _mm512_storeu_ps(w + 2 * g + 16, _mm512_permutex2var_ps(even, second, odd));
+    } else {
+      float* dst = w + (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
+      _mm512_storeu_ps(dst, even);
+      _mm512_storeu_ps(dst + kChunkBytes, odd);
+    }
   }
   for (int64_t g = steps * 16; g < s.row_bytes; ++g) {  // a last 8-byte group (bs = 16, odd number of blocks)
     const int64_t blk = (2 * g) >> s.bs_log2;
-    w[2 * g] = static_cast<float>((brow[g] & 0x0F) - zpc[blk]) * sw[blk];
-    w[2 * g + 1] = static_cast<float>((brow[g] >> 4) - zpc[blk]) * sw[blk];
+    const int64_t pos = kNatural ? 2 * g : (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
+    w[pos] = static_cast<float>((brow[g] & 0x0F) - zpc[blk]) * sw[blk];
+    w[pos + (kNatural ? 1 : kChunkBytes)] = static_cast<float>((brow[g] >> 4) - zpc[blk]) * sw[blk];
   }
 }
 
@@ -545,7 +523,7 @@ void MatMulNBits(const NBitsGemm& g) {
   if (isa >= Isa::kAvx2) dequant = DequantColAvx2;
   if (isa >= Isa::kAvx2) dot = DotAvx2;
   if (isa >= Isa::kAvx512) dot = DotAvx512;
-  if (isa >= Isa::kAvx512) dequant = DequantColAvx512;
+  if (isa >= Isa::kAvx512) dequant = DequantColAvx512<false>;
 #else
   (void)isa;
 #endif
@@ -572,7 +550,7 @@ void MatMulNBits(const NBitsGemm& g) {
     // Each task owns whole columns (a shape-only split): the same bits at any thread count.
     const float* a_rows = natural ? NaturalRows(g, s, pa) : pa.a.data();
 #if NPU_EP_X86
-    if (natural) dequant = DequantColNaturalAvx512;
+    if (natural) dequant = DequantColAvx512<true>;
 #endif
     // at most an L2-sized panel, and at least kSgemmTasks tasks where N allows (a shape-only split)
     const int64_t even = ((s.N + kSgemmTasks - 1) / kSgemmTasks + 15) / 16 * 16;
