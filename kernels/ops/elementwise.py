@@ -243,6 +243,16 @@ def _ufunc_binder(fn, arity: int) -> Callable | None:
     return bind
 
 
+def _relu_bind(p: Prepared, inputs, outs):
+    """Relu on float32/float64 as its kernel's own clip ufunc call (``_relu``), for this input shape."""
+    x = inputs[0] if inputs else None
+    if (not isinstance(x, np.ndarray) or x.dtype not in _RELU_BOUNDS or not x.flags.c_contiguous
+            or outs[0].ndim == 0 or outs[0].dtype != x.dtype):
+        return None
+    return _native.call_step(p, CLIP_UFUNC, (None, *_RELU_BOUNDS[x.dtype]), [(0, 0, x.dtype, x.shape, None)],
+                             [(-1, None)])
+
+
 def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Pow; a constant exponent of 2 is ``x * x`` as ORT's CPU kernel computes it (one correctly rounded product),
     with the base's broadcast against the exponent's shape."""
@@ -326,7 +336,7 @@ for _op, (_fn, _, _) in _BINARY.items():
 for _op, (_fn, _, _) in _UNARY.items():
     if _op not in _MS_UNARY:
         register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True,
-                           bind=_ufunc_binder(_fn, 1)))
+                           bind=_relu_bind if _op == "Relu" else _ufunc_binder(_fn, 1)))
 # opset 20; approximate="tanh" switches
 register(KernelDef("", "Gelu", _prepare, _gelu_run, _cost, _check, rank_free=True))
 register(KernelDef("com.microsoft", "Gelu", _prepare, _gelu_run, _cost, _check, rank_free=True))

@@ -316,6 +316,24 @@ def test_unary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op):
         assert kernel.bind(p, [half], kernel.run(p, [half])) is None
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_binds_its_clip_ufunc_and_equals_the_kernel(dtype):
+    """Relu's kernel is one clip ufunc call (NaN kept, -0.0 kept, inf kept); the bound step makes that call."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="op")], [helper.make_tensor_value_info("x", elem, [4, 5])],
+                       [helper.make_tensor_value_info("y", elem, [4, 5])])
+    kernel, p = prepared(model, "Relu")
+    x = RNG.standard_normal((4, 5)).astype(dtype)
+    x[0, :4] = [np.nan, -0.0, np.inf, -np.inf]
+    outs, step, loop = one_step_loop(kernel, p, [x])
+    assert isinstance(step, bridge.CallStep)
+    got = loop((x,))
+    assert_same(got, outs)
+    assert np.signbit(got[0][0, 1]) and loop.native_counts == (1, 0)
+    ints = np.arange(-3, 3, dtype=np.int32)  # np.maximum against a zero: not bound
+    assert kernel.bind(p, [ints], kernel.run(p, [ints])) is None
+
+
 # --- integer ReduceSum -----------------------------------------------------------------------------------------
 
 def reduce_model(dtype, shape, axes, keepdims):
