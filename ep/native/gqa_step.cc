@@ -35,9 +35,7 @@ std::optional<Dims> OptionalDims(const py::object& o) {
 std::optional<py::array> Bound(PyObject* v, int dtype, const Dims& dims) {
   if (v == Py_None || !py::isinstance<py::array>(v)) return std::nullopt;
   auto a = py::reinterpret_borrow<py::array>(v);
-  if (a.dtype().num() != dtype || a.ndim() != static_cast<py::ssize_t>(dims.size())) return std::nullopt;
-  for (size_t i = 0; i < dims.size(); ++i)
-    if (a.shape(static_cast<py::ssize_t>(i)) != dims[i]) return std::nullopt;
+  if (a.dtype().num() != dtype || !SameShape(a, dims)) return std::nullopt;
   return a;
 }
 

@@ -15,6 +15,15 @@
 namespace py = pybind11;
 
 namespace npu_ep {
+
+bool SameShape(const py::array& a, const std::vector<py::ssize_t>& dims) {
+  if (a.ndim() != static_cast<py::ssize_t>(dims.size())) return false;
+  const py::ssize_t* shape = a.shape();
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (shape[i] != dims[i]) return false;
+  return true;
+}
+
 namespace {
 
 // What one input must be for a bound step to apply.
@@ -25,13 +34,6 @@ struct Expected {
   std::string bytes;  // kValue: the C-order data
 };
 
-bool SameShape(const py::array& a, const std::vector<py::ssize_t>& dims) {
-  if (a.ndim() != static_cast<py::ssize_t>(dims.size())) return false;
-  const py::ssize_t* shape = a.shape();
-  for (size_t i = 0; i < dims.size(); ++i)
-    if (shape[i] != dims[i]) return false;
-  return true;
-}
 
 bool Matches(const Expected& e, PyObject* v) {
   if (e.kind == Expected::kNone) return v == Py_None;
@@ -238,9 +240,8 @@ void RegisterNativeSteps(py::module_& m) {
            py::arg("out_shape"), py::arg("n_inputs"));
   py::class_<CallStep, NativeStep>(m, "CallStep",
                                    "fn(*args) with step inputs put in: inputs [(argument index, input index, dtype, "
-                                   "shape, view shape | None)]; outputs [(result index | -1, shape | None[, (start, stop) of the last "
-                                   "axis])]; guards "
-                                   "[(dict, key, expected object | None)]")
+                                   "shape, view shape | None)]; outputs [(result index | -1, shape | None[, "
+                                   "(start, stop) of the last axis])]; guards [(dict, key, expected object | None)]")
       .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&>(), py::arg("fn"),
            py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"));
 }

@@ -2,6 +2,7 @@
 // (ep/step_binding.py binds them), run by the program's C++ loop (step_loop.cc) without the step's Python kernel.
 #pragma once
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <vector>
@@ -16,6 +17,9 @@ class NativeStep {
   // nullptr with an error set when the step failed.
   virtual PyObject* Run(PyObject* args) = 0;
 };
+
+// Whether a's shape is dims.
+bool SameShape(const pybind11::array& a, const std::vector<pybind11::ssize_t>& dims);
 
 // What keeps a bound step to the setting it was bound under: (dict, key, expected object) triples; the step
 // declines once dict[key] is not that very object (an absent key is expected as None), e.g. another kernel choice

@@ -39,8 +39,9 @@ constexpr int64_t kColsPerTask = 16;
 constexpr int64_t kSgemmMinRows = 16;
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
 constexpr int64_t kSgemmTasks = 4;  // panels a product is cut into at least, so both threads get work
-// ...and at most about this many multiply-adds each: ORT's worker often joins after the caller has started, and
-// with four large tasks the caller then ran three of them (a 128 x 256 x 1024 product: 0.58 ms, 1.5x MLAS's).
+// ...and at most about this many multiply-adds each: ORT's worker joins late (it spun idle for 11-16% of a
+// prefill's samples), and four large tasks left it little to take (a 128 x 256 x 1024 product: 1.5x MLAS's time
+// with four tasks, 1.3x with these).
 constexpr int64_t kSgemmTaskMacs = int64_t{1} << 20;
 // Decode (M = 1): a task is at least this many packed weight bytes, so ORT's per-task dispatch is amortized.
 constexpr int64_t kGemvTaskBytes = 128 * 1024;
