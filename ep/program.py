@@ -7,8 +7,10 @@ cost per distinct input-shape signature (computed once per signature from the co
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from time import perf_counter_ns
@@ -56,7 +58,6 @@ else:
         _IGNORE_ALL = _ERRSTATE.get()
 
 _BOUND_SIGNATURES = 16  # input-shape signatures whose native steps a program keeps
-_FOLD_EVERY = 1024  # a signature's pending call times are summed into its stats this often (and when read)
 
 
 class NpuRuntimeError(RuntimeError):
@@ -106,13 +107,13 @@ class Program:
         self.n_slots = n_slots
         self.output_slots = output_slots
         self.target = target
+        self._call = None  # set below: record's setter reaches it
         self.record = record
         self.recorded: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self._costs: dict[tuple, RunCost] = {}
-        self._stats: dict[tuple, list[int]] = {}  # input-shape signature -> [calls, host ns], summed under the lock
-        # signature -> host ns of each hot-path call not yet summed: list.append is atomic, so a call needs no lock
-        self._pending: dict[tuple, list[int]] = {}
+        # input-shape signature -> [calls, host ns] of the calls _observe ran (the hot path counts in self._call)
+        self._stats: dict[tuple, list[int]] = {}
         # The hot path's view of the steps: (run, prepared, gather, [(output index, slot)], release, step), where
         # gather(env) is the step's inputs as a tuple (operator.itemgetter: ~3x faster than a list comprehension)
         self._plan = [(st.kernel.run, st.prepared, _gatherer(st.in_slots),
@@ -126,7 +127,33 @@ class Program:
         self._shape_derived = step_binding.shape_derived_slots(steps, len(inputs))  # slots a step may memoize
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
         self._marked = False  # mark_partition_outputs was called (rebind then marks again)
+        self._call = self._program_call()  # the hot path in C++ (None without the extension)
         self.arena_bytes = pack_constants(st.prepared for st in steps)  # weights as one huge-page stream
+
+    @property
+    def record(self) -> bool:
+        """Keep every step's outputs in ``recorded`` (every call then takes the observing path)."""
+        return self._recording
+
+    @record.setter
+    def record(self, on: bool) -> None:
+        self._recording = on
+        if self._call is not None:
+            self._call.record = on
+
+    def _program_call(self) -> Any:
+        """The extension's ProgramCall for this program, or None. It reaches ``_observe`` through a weak reference:
+        the program holds it, and a cycle through an extension object is never collected."""
+        if self._loop is None or not isinstance(_ERRSTATE, contextvars.ContextVar):
+            return None
+        ref = weakref.ref(self)
+
+        def observe(inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+            return ref()._observe(inputs)
+
+        call = _extension.ProgramCall(observe, _ERRSTATE, _IGNORE_ALL, self._loop)
+        call.record = self._recording
+        return call
 
     def rebind(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
         """Accept ORT's I/O order (an EPContext node's order can differ from the fused node it was compiled from)."""
@@ -143,6 +170,11 @@ class Program:
         self.outputs = [by_name[n][1] for n in output_names]
         self._loop = self._native_loop()
         self._bound = {sig: self._native_loop(natives) for sig, natives in self._bindings.items()}
+        if self._call is not None:
+            self._call.set_perm(self._input_perm)
+            self._call.set_loop(self._loop)
+            for sig, loop in self._bound.items():
+                self._call.track(sig, loop)
         if self._marked:
             self.mark_partition_outputs()
 
@@ -155,8 +187,9 @@ class Program:
         steps = [(st.kernel.run, st.prepared, st.in_slots,
                   tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, native)
                  for st, native in zip(self.steps, natives, strict=True)]
+        program_steps = self.steps  # not self: a cycle through an extension object is never collected
         return _extension.StepLoop(steps, self.n_slots, self.output_slots,
-                                   lambda j, args, exc: _failure(self.steps[j], args, exc))
+                                   lambda j, args, exc: _failure(program_steps[j], args, exc))
 
     def mark_partition_outputs(self) -> None:
         """Tell each step which of its outputs are outputs of this partition (their ORT index), so a kernel that
@@ -189,42 +222,23 @@ class Program:
         return {sig: c for sig, (c, _) in self._folded().items()}
 
     def _folded(self) -> dict[tuple, tuple[int, int]]:
-        """Every call so far, pending ones summed in: signature -> (calls, host ns)."""
+        """Every call so far: signature -> (calls, host ns)."""
         with self._lock:
-            self._fold_locked()
-            return {sig: (c, ns) for sig, (c, ns) in self._stats.items()}
-
-    def _fold_locked(self) -> None:
-        for sig, pending in self._pending.items():
-            n = len(pending)  # calls appending meanwhile add after these n
-            if n:
-                stats = self._stats[sig]
-                stats[0] += n
-                stats[1] += sum(pending[:n])
-                del pending[:n]
+            folded = {sig: (c, ns) for sig, (c, ns) in self._stats.items()}
+        for sig, (c, ns) in (self._call.counts() if self._call is not None else {}).items():
+            have = folded.get(sig, (0, 0))
+            folded[sig] = (have[0] + c, have[1] + ns)
+        return folded
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-        t0 = perf_counter_ns()
+        if self._call is not None:  # what ORT's calls reach directly (ep/native/program_call.h)
+            return self._call(inputs)
         if self._input_perm is not None:
             inputs = tuple([inputs[i] for i in self._input_perm])
-        signature = tuple([a.shape for a in inputs])
-        pending = self._pending.get(signature)
-        if pending is None or self.record:
-            return self._observed_call(inputs, signature, pending is not None, t0)
-        loop = self._bound.get(signature, self._loop)
-        token = _ERRSTATE.set(_IGNORE_ALL)
-        try:
-            result = loop(inputs) if loop is not None else self._python_loop(inputs)
-        finally:
-            _ERRSTATE.reset(token)
-        pending.append(perf_counter_ns() - t0)
-        if len(pending) >= _FOLD_EVERY:
-            with self._lock:
-                self._fold_locked()
-        return result
+        return self._observe(inputs)
 
     def _python_loop(self, inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-        """The hot path's loop without the extension (what ``_native.StepLoop`` does in C++)."""
+        """What ``_native.StepLoop`` does in C++, in Python: the reference the native loop is tested against."""
         env: list[Any] = [None] * self._env_size  # the extra last slot stays None: in_slots -1 read it
         env[: len(inputs)] = inputs
         for run, prepared, gather, out_slots, release, step in self._plan:
@@ -239,10 +253,13 @@ class Program:
                 env[slot] = None
         return tuple([env[s] for s in self.output_slots])
 
-    def _observed_call(self, inputs: tuple[np.ndarray, ...], signature: tuple, known: bool,
-                       t0: int) -> tuple[np.ndarray, ...]:
-        """The call that observes: the first with a new input-shape signature keeps every step's input shapes for
-        the cost model; recording keeps every intermediate tensor. The hot path in ``__call__`` does neither."""
+    def _observe(self, inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """A call that observes (inputs in the program's order): the first with a new input-shape signature keeps
+        every step's input shapes for the cost model and binds native steps; recording keeps every intermediate
+        tensor. The hot path (``self._call``) does neither."""
+        t0 = perf_counter_ns()
+        signature = tuple([a.shape for a in inputs])
+        known = signature in self._stats
         env: list[Any] = [None] * self._env_size
         env[: len(inputs)] = inputs
         step_shapes: list[list] | None = None if known else []
@@ -289,8 +306,12 @@ class Program:
                 oldest = next(iter(self._bindings))
                 del self._bindings[oldest]
                 self._bound.pop(oldest, None)
+                if self._call is not None:
+                    self._call.track(oldest, None)  # back to the default loop
             self._bindings[signature] = natives
             self._bound[signature] = loop
+            if self._call is not None:
+                self._call.track(signature, loop)
 
     def _first_of_signature(self, signature: tuple, step_shapes: list[list], elapsed: int,
                             result: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -301,7 +322,8 @@ class Program:
             stats = self._stats.setdefault(signature, [0, 0])
             stats[0] += 1
             stats[1] += elapsed
-            self._pending.setdefault(signature, [])  # from now on this signature takes the hot path
+            if self._call is not None:  # from now on this signature takes the hot path
+                self._call.track(signature, self._bound.get(signature))
         return result
 
     def _record(self, step: Step, outs: Sequence[np.ndarray | None]) -> None:

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "graph_view.h"
+#include "program_call.h"
 
 namespace npu_ep {
 
@@ -193,6 +194,9 @@ OrtStatus* ORT_API_CALL Compile(OrtEp* self, const OrtGraph** graphs, const OrtN
       kernel->program = result[0];
       if (!PyCallable_Check(kernel->program.ptr()))
         throw OrtError(ORT_EP_FAIL, "compile of partition '" + kernel->name + "' returned no callable program");
+      // The program's C++ call (program_call.h): ORT's calls then enter no Python frame before the first kernel.
+      kernel->call = py::getattr(kernel->program, "_call", py::none());
+      kernel->call_ptr = AsProgramCall(kernel->call);
       if (py::hasattr(kernel->program, "label"))  // readable name for messages; ORT's node name stays the key
         kernel->where = "partition " + kernel->program.attr("label").cast<std::string>();
       if (ep_context_nodes && !result[1].is_none())

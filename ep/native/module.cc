@@ -7,6 +7,7 @@
 #include "native_steps.h"
 #include "ort_api.h"
 #include "partition_kernel.h"
+#include "program_call.h"
 #include "py_bridge.h"
 #include "step_loop.h"
 
@@ -31,5 +32,6 @@ PYBIND11_MODULE(_native, m) {
   npu_ep::RegisterNativeSteps(m);
   npu_ep::RegisterGqaStep(m);
   npu_ep::RegisterStepLoop(m);
+  npu_ep::RegisterProgramCall(m);
   npu_ep::kern::RegisterKernels(m);
 }

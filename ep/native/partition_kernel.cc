@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "kernels/thread_pool.h"
+#include "program_call.h"
 
 namespace npu_ep {
 
@@ -92,6 +93,7 @@ void ResetStats() {
 }
 
 PartitionKernel::~PartitionKernel() {
+  SafeDrop(call);
   SafeDrop(program);
   for (auto& d : input_dtypes) SafeDrop(d);
   for (auto& d : output_dtypes) SafeDrop(d);
@@ -216,7 +218,8 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
     const OutputCall call{ctx, k};
     OutputCallScope in_place(&call);  // kernels may compute outputs straight into ORT's buffers
     // PyObject_Call takes the tuple as is (pybind11's call with *args would build a second one)
-    PyObject* raw = PyObject_Call(k->program.ptr(), args.ptr(), nullptr);
+    PyObject* raw = k->call_ptr != nullptr ? CallProgram(*k->call_ptr, args.ptr())
+                                           : PyObject_Call(k->program.ptr(), args.ptr(), nullptr);
     if (!raw) throw py::error_already_set();
     py::object result = py::reinterpret_steal<py::object>(raw);
     program_ns = NowNs() - tp;

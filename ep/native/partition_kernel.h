@@ -10,6 +10,8 @@
 
 namespace npu_ep {
 
+class ProgramCall;
+
 // Per-partition counters of the C++ side of each call, read by `npu_ep.ep._native.partition_stats()` so reports
 // can separate bridge cost (views, call, output copies) from the time the Python program runs.
 struct BridgeStats {
@@ -41,6 +43,8 @@ struct PartitionKernel {
   std::string name;
   std::string where;   // "partition '<name>'", built once: error context must not cost an allocation per call
   py::object program;  // callable(*inputs) -> tuple of arrays
+  py::object call;     // program._call, a ProgramCall (called directly), or None: the program is called
+  ProgramCall* call_ptr = nullptr;
   std::vector<ONNXTensorElementDataType> input_types;
   std::vector<py::object> input_dtypes;  // py::dtype per input, cached (creating one per call costs ~100 ns)
   std::vector<BorrowedInput> borrowed;   // by ascending index; not among input_types (the program's inputs)

@@ -44,6 +44,8 @@ class Slots {
   std::vector<PyObject*> v_;
 };
 
+}  // namespace
+
 class StepLoop {
  public:
   StepLoop(const py::list& steps, int n_slots, const py::tuple& output_slots, py::object fail)
@@ -187,7 +189,22 @@ class StepLoop {
   uint64_t native_runs_ = 0, native_declines_ = 0;  // under the GIL
 };
 
-}  // namespace
+StepLoop* AsStepLoop(py::handle obj) {
+  return py::isinstance<StepLoop>(obj) ? obj.cast<StepLoop*>() : nullptr;
+}
+
+PyObject* RunStepLoop(StepLoop& loop, PyObject* inputs) {
+  try {
+    return loop.Call(py::reinterpret_borrow<py::tuple>(inputs)).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
 
 void RegisterStepLoop(py::module_& m) {
   py::class_<StepLoop>(m, "StepLoop",

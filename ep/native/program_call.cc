@@ -1,0 +1,203 @@
+#include "program_call.h"
+
+#include <Python.h>
+#include <pybind11/numpy.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "step_loop.h"
+
+namespace py = pybind11;
+
+namespace npu_ep {
+namespace {
+
+using Key = std::vector<int64_t>;  // per input: its rank, then its dims
+
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept {
+    size_t h = k.size();
+    for (int64_t v : k) h = (h * 1000003u) ^ static_cast<size_t>(v);
+    return h;
+  }
+};
+
+// A signature whose first call has run: what its later calls run, and their count and time (under the GIL).
+struct Signature {
+  py::object shapes;      // the Python signature, a tuple of shape tuples (the key of Program's stats)
+  py::object bound;       // its own StepLoop (with native steps), or None: the program's default loop
+  StepLoop* bound_ptr = nullptr;
+  uint64_t calls = 0, ns = 0;
+};
+
+uint64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Appends a numpy array's rank and dims to `key`; false for anything else (the Python side then handles it).
+bool AppendShape(PyObject* a, Key& key) {
+  auto& api = py::detail::npy_api::get();
+  if (!api.PyArray_Check_(a)) return false;
+  const auto* proxy = py::detail::array_proxy(a);
+  key.push_back(proxy->nd);
+  key.insert(key.end(), proxy->dimensions, proxy->dimensions + proxy->nd);
+  return true;
+}
+
+Key KeyOf(const py::tuple& shapes) {
+  Key key;
+  for (const py::handle shape : shapes) {
+    auto dims = shape.cast<py::tuple>();
+    key.push_back(static_cast<int64_t>(dims.size()));
+    for (const py::handle d : dims) key.push_back(d.cast<int64_t>());
+  }
+  return key;
+}
+
+}  // namespace
+
+class ProgramCall {
+ public:
+  // observe(inputs) runs a call on the Python side; errstate/quiet: numpy's error-state context variable and its
+  // "ignore all" value; loop: the program's default StepLoop.
+  ProgramCall(py::object observe, py::object errstate, py::object quiet, py::object loop)
+      : observe_(std::move(observe)), errstate_(std::move(errstate)), quiet_(std::move(quiet)) {
+    if (!PyContextVar_CheckExact(errstate_.ptr())) throw py::type_error("errstate must be a contextvars.ContextVar");
+    SetLoop(std::move(loop));
+  }
+
+  PyObject* Call(PyObject* inputs) {
+    const uint64_t t0 = NowNs();
+    py::object ordered = Ordered(inputs);
+    if (!ordered) return nullptr;
+    if (record_) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
+    Key key;
+    key.reserve(16);
+    const Py_ssize_t n = PyTuple_GET_SIZE(ordered.ptr());
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (!AppendShape(PyTuple_GET_ITEM(ordered.ptr(), i), key))
+        return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
+    auto it = signatures_.find(key);
+    if (it == signatures_.end()) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
+    // Held for the call: kernels release the GIL, and another thread may re-bind or forget this signature.
+    std::shared_ptr<Signature> sig = it->second;
+    py::object owner = sig->bound.is_none() ? loop_ : sig->bound;
+    StepLoop* loop = sig->bound.is_none() ? loop_ptr_ : sig->bound_ptr;
+    PyObject* token = PyContextVar_Set(errstate_.ptr(), quiet_.ptr());
+    if (token == nullptr) return nullptr;
+    PyObject* out = RunStepLoop(*loop, ordered.ptr());
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  // a failed call's error survives the reset
+    const int reset = PyContextVar_Reset(errstate_.ptr(), token);
+    Py_DECREF(token);
+    if (reset < 0) {
+      Py_XDECREF(out);
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+      return nullptr;
+    }
+    PyErr_Restore(type, value, tb);
+    if (out != nullptr) {
+      sig->calls += 1;
+      sig->ns += NowNs() - t0;
+    }
+    return out;
+  }
+
+  // From now on calls with these input shapes run here, with `bound` (a StepLoop) or, for None, the default loop.
+  void Track(const py::tuple& shapes, py::object bound) {
+    StepLoop* ptr = bound.is_none() ? nullptr : AsStepLoop(bound);
+    if (!bound.is_none() && ptr == nullptr) throw py::type_error("bound must be a StepLoop or None");
+    auto& slot = signatures_[KeyOf(shapes)];
+    if (!slot) slot = std::make_shared<Signature>(Signature{shapes, py::none()});
+    slot->bound = std::move(bound);
+    slot->bound_ptr = ptr;
+  }
+
+  void SetLoop(py::object loop) {
+    StepLoop* ptr = AsStepLoop(loop);
+    if (ptr == nullptr) throw py::type_error("loop must be a StepLoop");
+    loop_ = std::move(loop);
+    loop_ptr_ = ptr;
+  }
+
+  // perm[i]: the position among the partition's inputs of the program's input i; None: the same order.
+  void SetPerm(const py::object& perm) {
+    perm_.clear();
+    if (!perm.is_none())
+      for (const py::handle i : perm) perm_.push_back(i.cast<Py_ssize_t>());
+  }
+
+  bool record() const { return record_; }
+  void set_record(bool on) { record_ = on; }
+
+  // {signature: (calls, ns)} of the calls made here
+  py::dict Counts() const {
+    py::dict out;
+    for (const auto& [key, sig] : signatures_)
+      if (sig->calls) out[sig->shapes] = py::make_tuple(sig->calls, sig->ns);
+    return out;
+  }
+
+ private:
+  py::object Ordered(PyObject* inputs) const {
+    if (perm_.empty()) return py::reinterpret_borrow<py::object>(inputs);
+    const Py_ssize_t n = PyTuple_GET_SIZE(inputs);
+    if (n != static_cast<Py_ssize_t>(perm_.size())) {
+      PyErr_Format(PyExc_ValueError, "the program takes %zd inputs, the call passed %zd",
+                   static_cast<Py_ssize_t>(perm_.size()), n);
+      return py::object();
+    }
+    PyObject* out = PyTuple_New(n);
+    if (out == nullptr) return py::object();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* v = PyTuple_GET_ITEM(inputs, perm_[static_cast<size_t>(i)]);
+      Py_INCREF(v);
+      PyTuple_SET_ITEM(out, i, v);
+    }
+    return py::reinterpret_steal<py::object>(out);
+  }
+
+  py::object observe_, errstate_, quiet_, loop_;
+  StepLoop* loop_ptr_ = nullptr;  // loop_'s
+  std::vector<Py_ssize_t> perm_;
+  bool record_ = false;
+  std::unordered_map<Key, std::shared_ptr<Signature>, KeyHash> signatures_;
+};
+
+ProgramCall* AsProgramCall(py::handle obj) {
+  return py::isinstance<ProgramCall>(obj) ? obj.cast<ProgramCall*>() : nullptr;
+}
+
+PyObject* CallProgram(ProgramCall& call, PyObject* inputs) { return call.Call(inputs); }
+
+void RegisterProgramCall(py::module_& m) {
+  py::class_<ProgramCall>(m, "ProgramCall",
+                          "A compiled program's call: known input-shape signatures run their StepLoop here, the "
+                          "rest go to observe(inputs)")
+      .def(py::init<py::object, py::object, py::object, py::object>(), py::arg("observe"), py::arg("errstate"),
+           py::arg("quiet"), py::arg("loop"))
+      .def("__call__",
+           [](ProgramCall& self, const py::tuple& inputs) {
+             PyObject* out = self.Call(inputs.ptr());
+             if (out == nullptr) throw py::error_already_set();
+             return py::reinterpret_steal<py::object>(out);
+           },
+           py::arg("inputs"))
+      .def("track", &ProgramCall::Track, py::arg("signature"), py::arg("bound"),
+           "calls with this signature run here, on `bound` (a StepLoop) or the default loop (None)")
+      .def("set_loop", &ProgramCall::SetLoop, py::arg("loop"))
+      .def("set_perm", &ProgramCall::SetPerm, py::arg("perm"))
+      .def_property("record", &ProgramCall::record, &ProgramCall::set_record,
+                    "while true every call goes to observe (recording keeps every intermediate)")
+      .def("counts", &ProgramCall::Counts, "{signature: (calls, ns)} of the calls run here");
+}
+
+}  // namespace npu_ep
