@@ -74,7 +74,8 @@ class BlasThreads:
 # Instead, a large product is cut in two halves of B's columns and the second half runs on one helper thread, each
 # half single-threaded BLAS; under load the halves simply take turns. The hand-off is a pair of locks (cheaper
 # than a ThreadPoolExecutor). Not split, because they ran slower split: products under 64 M MACs, and one-row
-# products (two threads streaming one matrix's pages). PERF.md has the measurements.
+# products (two threads streaming one matrix's pages). PERF.md has the measurements. A session's float32 products
+# run their halves through the native kernels instead (ep/native/kernels/sgemm_columns.cc: on ORT's own threads).
 #
 # Determinism: whether a product is cut, and where, depends on its shape only. When the helper is busy or no
 # session allows it (host_threads=1), the same two halves run one after the other on the calling thread, so the
@@ -145,11 +146,18 @@ def _splits(a: np.ndarray, b: np.ndarray) -> bool:
             and (a.size // max(a.shape[-1], 1)) * b.shape[0] * b.shape[1] >= SPLIT_MACS)
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul``; with a 2-D ``b``, a large product of many rows runs as two halves of B's columns, the second
-    on the helper thread while a session allows it and the helper is free, else after the first on this thread."""
+def matmul(a: np.ndarray, b: np.ndarray, native: Any = None, threads: int = 1) -> np.ndarray:
+    """``np.matmul``; with a 2-D ``b``, a large product of many rows runs as two halves of B's columns. A float32
+    product given the native kernels (``native``, the session's ``threads``) runs them as two sgemm calls through
+    the kernels' ParallelFor (on ORT's threads inside a session); else the second half runs on the helper thread
+    while a session allows it and the helper is free, or after the first on this thread."""
     if not _splits(a, b):
         return np.matmul(a, b)
+    sgemm = sgemm_address() if native is not None and a.dtype == b.dtype == np.float32 else None
+    if sgemm:
+        rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+        out = native.sgemm_columns(rows, np.ascontiguousarray(b), b.shape[1] // 2, sgemm, threads)
+        return out.reshape(*a.shape[:-1], b.shape[1])
     out = np.empty((*a.shape[:-1], b.shape[1]), np.result_type(a.dtype, b.dtype))
     h = b.shape[1] // 2
     helper = _helper if _split_enabled else None

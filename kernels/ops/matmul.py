@@ -20,6 +20,7 @@ from .. import host_blas
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._mm import apply_float_epilogue, check_fits, matmul_dims, matmul_operand_dims, planned_cost, static_plan
 from ._util import arg
 
@@ -116,7 +117,7 @@ def run_float(p: Prepared, inputs) -> list[np.ndarray]:
         a = a.astype(np.float32)
     if b.dtype != np.float32:
         b = b.astype(np.float32)
-    y = host_blas.matmul(a, b)
+    y = host_blas.matmul(a, b, _native.native(p), _native.threads(p))
     if y.ndim == 0 or not y.flags.writeable:
         y = np.array(y)
     if at["alpha"] != 1.0:

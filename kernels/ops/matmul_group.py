@@ -27,6 +27,7 @@ from ..fusion.siblings import GROUP_DOMAIN, GROUP_OP
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
+from . import _native
 from ._mm import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
 from .matmul_nbits import NBITS_MEMBERS, nbits_matmul
@@ -110,7 +111,8 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     if NBITS_MEMBERS in at:
         y = nbits_matmul(p, a)
     else:
-        y = host_blas.matmul(a if a.dtype == np.float32 else a.astype(np.float32), p.consts["w"])
+        y = host_blas.matmul(a if a.dtype == np.float32 else a.astype(np.float32), p.consts["w"], _native.native(p),
+                             _native.threads(p))
     ep = at["epilogue"]
     if ep.get("bias"):
         y = apply_float_epilogue(y, ep, p.consts)

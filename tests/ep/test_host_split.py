@@ -85,3 +85,54 @@ def test_concurrent_callers_share_the_helper_and_all_get_their_own_result():
     assert errors == []
     del sess
     gc.collect()
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((128, 1024), (1024, 1024)), ((1, 300, 517), (517, 777)),
+                                             ((3, 64, 512), (512, 1024))])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_native_halves_equal_the_numpy_halves_bit_for_bit(a_shape, b_shape, threads):
+    """kernels.sgemm_columns runs the same two sgemm calls numpy's halves make (a batched A as one [rows, K]), on
+    one thread or two: the bits do not depend on the thread count or on which path ran."""
+    from npu_ep.ep._native import kernels as native
+
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    b = RNG.standard_normal(b_shape).astype(np.float32)
+    got = host_blas.matmul(a, b, native, threads)
+    assert got.shape == (*a_shape[:-1], b_shape[1])
+    want = host_blas.matmul(a.reshape(-1, a_shape[-1]), b).reshape(got.shape)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-4, atol=1e-3)
+
+
+def test_the_native_halves_refuse_what_they_cannot_multiply():
+    from npu_ep.ep._native import kernels as native
+
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 6), np.float32)
+    sgemm = host_blas.sgemm_address()
+    with pytest.raises(ValueError, match="b has 7 rows"):
+        native.sgemm_columns(a, np.ones((7, 6), np.float32), 3, sgemm)
+    with pytest.raises(ValueError, match="C-contiguous float32"):
+        native.sgemm_columns(a.astype(np.float64), b, 3, sgemm)
+    with pytest.raises(ValueError, match="split must be inside"):
+        native.sgemm_columns(a, b, 6, sgemm)
+    with pytest.raises(ValueError, match="no sgemm address"):
+        native.sgemm_columns(a, b, 3, 0)
+
+
+def test_a_large_matmul_runs_its_native_halves_on_npu_ep_and_matches_the_cpu_ep(monkeypatch):
+    from npu_ep.ep._native import kernels as native
+    from npu_testing import assignment, cpu_run
+
+    calls = []
+    real = native.sgemm_columns
+    monkeypatch.setattr(native, "sgemm_columns", lambda *a: calls.append(a[2:]) or real(*a))
+    w = RNG.standard_normal((512, 768)).astype(np.float32)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                       [helper.make_tensor_value_info("x", F32, [1, 256, 512])],
+                       [helper.make_tensor_value_info("y", F32, [1, 256, 768])], {"w": w})
+    x = RNG.standard_normal((1, 256, 512)).astype(np.float32)  # 100 M MACs: split
+    sess = npu_session(model)
+    assert assignment(sess) == {"mm": "NpuEP"}
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-4, atol=1e-3)
+    assert [(split, threads) for split, _, threads in calls] == [(384, 2), (384, 2)]

@@ -1,10 +1,11 @@
 """Kernel benchmarks: host wall time of our kernels vs ORT's CPU EP on the same single-op models, and planner
 quality (emulated cycles / roofline bound) per target.
 
-    python -m npu_ep.tools.bench.kernels [--reps 20]
+    python -m npu_ep.tools.bench.kernels [--reps 40]
 
 Host time, medians, same process, same inputs: the kernel alone (prepared once, run N times, one BLAS thread),
-the single-op model through a real NpuEP session (graph assignment checked), and ORT's CPU EP on the same model;
+the single-op model through a real NpuEP session (graph assignment checked), and ORT's CPU EP on the same model,
+the two sessions timed in alternating blocks;
 ratio = NpuEP session / CPU EP (issue 12 targets: MatMulNBits GEMV 1x2048x2048 <= 1.2x, QLinearMatMul <= 1.0x,
 MatMul fp32 <= 1.0x; the GQA decode row has no target and is printed for reference). The kernel column runs with
 one host thread (native kernels unstamped run on one); a session uses ``host_threads`` (default 2) for its
@@ -101,14 +102,23 @@ SETTLE_S = 0.25
 
 
 def _median_time(fn, reps: int) -> float:
-    fn()
-    time.sleep(SETTLE_S)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+    return _alternating({"fn": fn}, reps)["fn"]
+
+
+def _alternating(fns: dict, reps: int, rounds: int = 4) -> dict:
+    """Median seconds per call of each fn over ``reps`` calls, timed in ``rounds`` alternating blocks (each after
+    SETTLE_S), so a slow phase of this shared machine slows every fn alike instead of only the one it caught."""
+    for fn in fns.values():
         fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    times: dict = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            time.sleep(SETTLE_S)
+            for _ in range(max(1, reps // rounds)):
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
@@ -149,13 +159,13 @@ def host_table(reps: int, target: Target) -> list[tuple[str, float, float, float
         # same kernel; BLAS thread counts may reorder float sums
         for got, want in zip(npu.run(None, feeds), ours):
             np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-4, atol=1e-3)
-        t_ort = _median_time(lambda: sess.run(None, feeds), reps)
         del npu  # the kernel column: no live session, so no two-thread split (kernels/host_blas.py)
         gc.collect()
         with blas_threads(1):
             t_ours = _median_time(lambda: k.run(p, args), reps)
         npu = _npu_session(model, target.name)
-        t_npu = _median_time(lambda: npu.run(None, feeds), reps)
+        t = _alternating({"npu": lambda: npu.run(None, feeds), "cpu": lambda: sess.run(None, feeds)}, reps)
+        t_npu, t_ort = t["npu"], t["cpu"]
         rows.append((name, t_ours * 1e3, t_npu * 1e3, t_ort * 1e3, t_npu / t_ort))
     return rows
 
@@ -169,6 +179,22 @@ def _median_us(fn, reps: int) -> float:
         fn()
         ts.append(time.perf_counter_ns() - t0)
     return statistics.median(ts) / 1e3
+
+
+def _paired_us(a, b, reps: int, block: int = 100) -> tuple[float, float, float]:
+    """(a, b, a - b) in us per call: medians over alternating blocks of ``block`` calls, the difference taken
+    block pair by block pair, so the machine's phase changes cancel out of it."""
+    for _ in range(20):
+        a(), b()
+    per: dict = {a: [], b: []}
+    for _ in range(max(1, reps // block)):
+        for fn in (a, b):
+            t0 = time.perf_counter_ns()
+            for _ in range(block):
+                fn()
+            per[fn].append((time.perf_counter_ns() - t0) / block / 1e3)
+    deltas = [x - y for x, y in zip(per[a], per[b])]
+    return statistics.median(per[a]), statistics.median(per[b]), statistics.median(deltas)
 
 
 def overhead_table(reps: int, target: Target, chain: int = 64) -> list[str]:
@@ -196,12 +222,11 @@ def overhead_table(reps: int, target: Target, chain: int = 64) -> list[str]:
         step = prog.steps[0]
         t_prog = _median_us(lambda: prog(x), reps)
         t_kernel = _median_us(lambda: step.kernel.run(step.prepared, [x]), reps)
-        t_npu = _median_us(lambda: npu.run(None, {"x": x}), reps)
-        t_cpu = _median_us(lambda: cpu.run(None, {"x": x}), reps)
+        t_npu, t_cpu, delta = _paired_us(lambda: npu.run(None, {"x": x}), lambda: cpu.run(None, {"x": x}), reps)
         t_numpy = _median_us(lambda: np.maximum(x, 0), reps)
         out.append(f"Relu x{n:<3} program() {t_prog:7.1f} us = {t_prog / n:5.2f} us/step (Relu kernel.run "
                    f"{t_kernel:4.2f}, numpy alone {t_numpy:4.2f}); session.run NpuEP {t_npu:6.1f} us, CPU EP "
-                   f"{t_cpu:6.1f} us, +{t_npu - t_cpu:.1f} us")
+                   f"{t_cpu:6.1f} us, {delta:+.1f} us")
         del npu
     return out
 
@@ -233,16 +258,16 @@ def planner_table() -> list[tuple[str, str, str]]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--target", default="npu-ref")
     ap.add_argument("--overhead-reps", type=int, default=2000)
     args = ap.parse_args(argv)
-    print(f"host wall time, median of {args.reps} (target {args.target})")
+    print(f"host wall time, median of {args.reps} in 4 alternating blocks (target {args.target})")
     print(f"{'op':38} {'kernel ms':>9} {'NpuEP ms':>9} {'CPU EP ms':>9} {'NpuEP/CPU':>9}")
     for name, ours, npu, cpu, ratio in host_table(args.reps, Target.load(args.target)):
         print(f"{name:38} {ours:9.3f} {npu:9.3f} {cpu:9.3f} {ratio:9.2f}")
-    print(f"\nPython program overhead, median of {args.overhead_reps} (run overhead target: one-node partition "
-          "<= 5 us over the CPU EP)")
+    print(f"\nPython program overhead, {args.overhead_reps} calls in alternating blocks of 100 (run overhead target: "
+          "one-node partition <= 5 us over the CPU EP)")
     for line in overhead_table(args.overhead_reps, Target.load(args.target)):
         print(line)
     print("\nplanner quality: roofline / emulated cycles (>= 0.8 wanted)")

@@ -368,6 +368,7 @@ void RegisterKernels(py::module_& parent) {
   void BindConvTail(py::module_&); BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&); BindRecurrent(m);  // recurrent.cc: LSTM
   void BindReduce(py::module_&); BindReduce(m);  // reduce.cc: integer ReduceSum
+  void BindSgemmColumns(py::module_&); BindSgemmColumns(m);  // sgemm_columns.cc: a float product's two halves
 }
 
 }  // namespace npu_ep::kern
