@@ -1,7 +1,7 @@
 // A large float32 product cut in two halves of B's columns (`kernels.sgemm_columns`), each half one call of the
 // BLAS's single-threaded sgemm, the halves run through ParallelFor: inside a partition call on ORT's own intra-op
-// threads, which keep their cores, where kernels/host_blas.py's helper thread sleeps between products and the
-// scheduler often wakes it on the caller's core (a 128x1024x1024 MatMul then took 3.5-4 ms instead of 2).
+// threads, which keep their cores, where kernels/host_blas.py's helper thread sleeps between products and was
+// often woken on the caller's core (PERF.md).
 // The cut is the caller's (kernels/host_blas.py decides it from the shapes), so the bits do not depend on the
 // thread count: the same two sgemm calls run either way.
 #include <pybind11/numpy.h>
