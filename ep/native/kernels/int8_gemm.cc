@@ -167,7 +167,7 @@ __attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep
     UNROLL for (int r = 0; r < kRows; ++r) a[r] = p.rows + std::min<int64_t>(m0 + r, r1 - 1) * g.kp;
     __m512i acc0[kRows], acc1[kRows];
     UNROLL for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_si512();
-    for (int64_t kg = 0; kg < kg_count; ++kg) {
+    _Pragma("GCC unroll 2") for (int64_t kg = 0; kg < kg_count; ++kg) {
       const __m512i bv0 = _mm512_loadu_si512(b0 + kg * 64), bv1 = _mm512_loadu_si512(b1 + kg * 64);
       UNROLL for (int r = 0; r < kRows; ++r) {
         int32_t a4;
