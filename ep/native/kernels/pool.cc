@@ -26,10 +26,10 @@ void RowMaxScalar(float* acc, const float* row, int64_t n) {
 }
 
 #if NPU_EP_X86
-// Max(v, w) lanewise with the scalar Max's NaN rule (a NaN in w wins, a NaN in v stays).
+// Max(v, w) lanewise with the scalar Max's rule (a NaN in w wins, a NaN in v stays, equal values keep v):
+// vmaxps(w, v) is w > v ? w : v, NaN-free lanes and a NaN in v already right; a NaN in w is put back.
 __attribute__((target("avx512f"))) inline __m512 MaxLanes(__m512 v, __m512 w) {
-  const __mmask16 take = _mm512_cmp_ps_mask(w, v, _CMP_GT_OQ) | _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q);
-  return _mm512_mask_mov_ps(v, take, w);
+  return _mm512_mask_mov_ps(_mm512_max_ps(w, v), _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q), w);
 }
 
 // Lanes [0, n) of a vector (n clipped to [0, 16]).
