@@ -140,7 +140,7 @@ def allow_split(enable: bool) -> None:
             _helper = _Helper()
 
 
-def _splits(a: np.ndarray, b: np.ndarray) -> bool:
+def splits(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a @ b`` runs as two column halves: a function of the shapes only (see above)."""
     return (b.ndim == 2 and a.ndim >= 2 and a.shape[-2] >= 2 and b.shape[1] >= 2
             and (a.size // max(a.shape[-1], 1)) * b.shape[0] * b.shape[1] >= SPLIT_MACS)
@@ -151,7 +151,7 @@ def matmul(a: np.ndarray, b: np.ndarray, native: Any = None, threads: int = 1) -
     product given the native kernels (``native``, the session's ``threads``) runs them as two sgemm calls through
     the kernels' ParallelFor (on ORT's threads inside a session); else the second half runs on the helper thread
     while a session allows it and the helper is free, or after the first on this thread."""
-    if not _splits(a, b):
+    if not splits(a, b):
         return np.matmul(a, b)
     sgemm = sgemm_address() if native is not None and a.dtype == b.dtype == np.float32 else None
     if sgemm:

@@ -62,7 +62,8 @@ def prepare_float(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
         w = np.asarray(b.value, np.float32)
         if node.op_type == "Gemm" and node.attr("transB", 0):
             w = w.T
-        scaled = w * np.float32(alpha) if alpha != 1.0 else w
+        with np.errstate(over="ignore"):  # an overflow is what the check below looks for
+            scaled = w * np.float32(alpha) if alpha != 1.0 else w
         folded = alpha == 1.0 or np.isfinite(scaled).sum() == np.isfinite(w).sum()
         # alpha stays a runtime multiply where folding it would overflow a weight (0 * inf would make a nan that
         # alpha * (A @ B) does not have)
@@ -130,6 +131,33 @@ def run_float(p: Prepared, inputs) -> list[np.ndarray]:
     return [y.astype(at["dtype"], copy=False)]
 
 
+def bind_float(p: Prepared, inputs, outs) -> Any:
+    """A float32 product with a constant 2-D B, and its fused bias / ReLU / per-tensor 8-bit quantize, as one
+    native step calling numpy's matmul as ``run_float`` does (ep/step_binding.py). None where ``run_float`` does
+    more: a runtime B or C, alpha, transA, fp16, a product large enough for host_blas's column split."""
+    nat = _native.native(p)
+    at, c = p.attrs, p.consts
+    a = inputs[0] if inputs else None
+    if (nat is None or not at["b_const"] or c["b"].ndim != 2 or "a" in c or at["trans_a"] or at["alpha"] != 1.0
+            or at.get("runtime_c") or at["dtype"] != "float32" or not isinstance(a, np.ndarray)
+            or a.dtype != np.float32 or not a.ndim or not a.flags.c_contiguous or host_blas.splits(a, c["b"])):
+        return None
+    ep, n = at["epilogue"], c["b"].shape[1]
+    bias = c["ep_bias"] if ep.get("bias") else None
+    if bias is not None:  # one value per output column (or one for all), else the reference's broadcast
+        if bias.size not in (1, n) or any(d != 1 for d in bias.shape[:-1]):
+            return None
+        bias = np.ascontiguousarray(np.broadcast_to(bias.reshape(-1), (n,)), np.float32)
+    quantize = None
+    if ep.get("quantize"):
+        scale, zp = c["ep_qscale"], c["ep_qzp"]
+        if ep["quantize"] not in ("int8", "uint8") or scale.ndim or zp.ndim:
+            return None
+        quantize = (float(scale), int(zp), ep["quantize"] == "int8")
+    args = (np.matmul, None, c["b"], bias, bool(ep.get("relu")), quantize, _native.threads(p))
+    return _native.call_step(p, nat.float_matmul, args, [(1, 0, np.float32, a.shape, None)], [(-1, None)])
+
+
 def cost_float(p: Prepared, shapes) -> OpCost:
     a = tuple(shapes[0]) if shapes[0] is not None else p.consts["a"].shape
     if p.attrs["b_const"]:
@@ -141,5 +169,5 @@ def cost_float(p: Prepared, shapes) -> OpCost:
     return planned_cost(p, *_dims(p, a, tuple(shapes[1])))
 
 
-register(KernelDef("", "MatMul", prepare_float, run_float, cost_float, check_float, rank_free=True))
-register(KernelDef("", "Gemm", prepare_float, run_float, cost_float, check_float))
+register(KernelDef("", "MatMul", prepare_float, run_float, cost_float, check_float, rank_free=True, bind=bind_float))
+register(KernelDef("", "Gemm", prepare_float, run_float, cost_float, check_float, bind=bind_float))

@@ -45,4 +45,9 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return kernel_for(*p.attrs["fused_base"]).cost(p, shapes)
 
 
-register(KernelDef("npu", "MatMulEpilogue", _prepare, _run, _cost, _check))
+def _bind(p: Prepared, inputs, outs):
+    """The float matmul's native step (it applies the epilogue); the other bases' binds know no epilogue."""
+    return matmul.bind_float(p, inputs, outs) if tuple(_key(p)) in (("", "MatMul"), ("", "Gemm")) else None
+
+
+register(KernelDef("npu", "MatMulEpilogue", _prepare, _run, _cost, _check, bind=_bind))

@@ -1,7 +1,7 @@
-"""Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, Q/DQ, MatMulNBits,
-npu::NormMatMul): the call step the program's C++ loop makes gives the kernel's own outputs bit for bit, declines
-other shapes, DMA counting and another kernel choice, and runs inside real sessions (counted), whose results match
-the CPU EP."""
+"""Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, Q/DQ, MatMulNBits, float
+MatMul / Gemm, npu::NormMatMul): the call step the program's C++ loop makes gives the kernel's own outputs bit for
+bit, declines other shapes, DMA counting and another kernel choice, and runs inside real sessions (counted), whose
+results match the CPU EP."""
 
 from __future__ import annotations
 
@@ -212,6 +212,127 @@ def test_call_steps_decline_dma_counting_and_another_kernel_choice():
     np.testing.assert_allclose(loop((a,))[0], outs[0], rtol=1e-5, atol=1e-5)
     assert loop.native_counts == (0, 2)
     assert kernel.bind(p, [a], outs) is None  # and nothing binds under the reference model
+
+
+# --- float MatMul / Gemm ----------------------------------------------------------------------------------------
+
+def float_mm_model(a_shape, k, n, *, op="MatMul", tail=(), trans_b=False, bias_shape=None):
+    """MatMul (or Gemm) with a constant B, then the ops named in ``tail`` (Add of a bias, Relu, QuantizeLinear
+    uint8), which the compiler folds into the product as its epilogue."""
+    b = RNG.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    inits = {"b": b}
+    if op == "Gemm":
+        inits["c"] = RNG.standard_normal(bias_shape or (n,)).astype(np.float32)
+        nodes = [helper.make_node("Gemm", ["a", "b", "c"], ["t0"], name="mm", transB=int(trans_b))]
+    else:
+        nodes = [helper.make_node("MatMul", ["a", "b"], ["t0"], name="mm")]
+    out_type = F32
+    for i, kind in enumerate(tail):
+        src, dst = f"t{i}", f"t{i + 1}"
+        if kind == "bias":
+            inits["bias"] = RNG.standard_normal(n).astype(np.float32)
+            nodes.append(helper.make_node("Add", [src, "bias"], [dst], name="add"))
+        elif kind == "relu":
+            nodes.append(helper.make_node("Relu", [src], [dst], name="relu"))
+        else:
+            inits.update(qs=np.array(0.03, np.float32), qz=np.array(120, np.uint8))
+            nodes.append(helper.make_node("QuantizeLinear", [src, "qs", "qz"], [dst], name="q"))
+            out_type = TensorProto.UINT8
+    nodes[-1].output[0] = "y"
+    out_shape = [*a_shape[:-1], n]
+    return make_model(nodes, [helper.make_tensor_value_info("a", F32, list(a_shape))],
+                      [helper.make_tensor_value_info("y", out_type, out_shape)], inits)
+
+
+def compiled(model):
+    from npu_ep.ep.compiler import compile_partition
+    from npu_ep.ep.partition import boundary
+
+    nodes = nodes_from_model(model)
+    inputs, outputs = boundary(list(range(len(nodes))), nodes)
+    program = compile_partition("p", nodes, inputs, outputs, REF)
+    _native.configure([st.prepared for st in program.steps], "native", 2)
+    return program
+
+
+FLOAT_MMS = {
+    "matmul": ((2, 5, 64), 64, 48, {}),
+    "matmul_bias_relu": ((3, 17, 40), 40, 33, {"tail": ("bias", "relu")}),
+    "matmul_bias_relu_quantize": ((1, 9, 72), 72, 20, {"tail": ("bias", "relu", "quantize")}),
+    "gemm_row": ((1, 256), 256, 10, {"op": "Gemm", "trans_b": True}),  # a classifier head: one row (gemv)
+    "gemm_scalar_c": ((4, 30), 30, 7, {"op": "Gemm", "bias_shape": (1,)}),
+    "vector": ((50,), 50, 6, {}),  # a 1-D A
+}
+
+
+@pytest.mark.parametrize("name", list(FLOAT_MMS))
+def test_float_matmul_call_step_equals_the_kernel_bit_for_bit(name):
+    """numpy's own matmul inside the step, then the epilogue element by element: the same bits as the kernel's
+    numpy passes, a NaN row and signed zeros included (ReLU as np.maximum: -0 becomes +0)."""
+    a_shape, k, n, kw = FLOAT_MMS[name]
+    model = float_mm_model(a_shape, k, n, **kw)
+    program = compiled(model)
+    assert len(program.steps) == 1 and program.steps[0].op.endswith(("MatMul", "Gemm", "MatMulEpilogue"))
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    if a.ndim > 1:
+        a.reshape(-1, k)[0, 3] = np.nan
+    first = program(a)[0]
+    loop = program._bound[(a_shape,)]
+    assert loop.native_steps == 1
+    got = program(a)[0]
+    assert got.dtype == first.dtype and got.tobytes() == first.tobytes()
+    assert program._python_loop((a,))[0].tobytes() == first.tobytes()
+    assert program.native_step_counts == (1, 0)
+    want = cpu_run(model, {"a": a})[0]
+    if want.dtype == np.uint8:  # the CPU EP's float sums differ by ulps: a code may move by one at a tie
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if "relu" in kw.get("tail", ()):
+        zeros = np.zeros_like(a)
+        zeros[..., 0] = -0.0
+        assert not np.signbit(program(zeros)[0]).any()
+
+
+def test_float_matmul_does_not_bind_what_the_kernel_does_more_of():
+    """A runtime B, an alpha that could not be folded, a product big enough for host_blas's column split and an
+    A of another dtype run the kernel itself."""
+    runtime_b = make_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+                           [helper.make_tensor_value_info("a", F32, [3, 8]),
+                            helper.make_tensor_value_info("b", F32, [8, 5])],
+                           [helper.make_tensor_value_info("y", F32, [3, 5])])
+    kernel, p = prepared(runtime_b, "MatMul")
+    a, b = np.ones((3, 8), np.float32), np.ones((8, 5), np.float32)
+    assert kernel.bind(p, [a, b], kernel.run(p, [a, b])) is None
+    alpha = make_model([helper.make_node("Gemm", ["a", "b"], ["y"], name="mm", alpha=1e30)],
+                       [helper.make_tensor_value_info("a", F32, [3, 8])],
+                       [helper.make_tensor_value_info("y", F32, [3, 5])], {"b": np.full((8, 5), 1e20, np.float32)})
+    kernel, p = prepared(alpha, "Gemm")
+    with np.errstate(over="ignore"):  # 1e30 * 8e20 overflows to inf, as in ORT
+        assert p.attrs["alpha"] != 1.0 and kernel.bind(p, [a], kernel.run(p, [a])) is None
+    big = float_mm_model((256, 1024), 1024, 512)
+    kernel, p = prepared(big, "MatMul")
+    x = np.ones((256, 1024), np.float32)
+    assert kernel.bind(p, [x], kernel.run(p, [x])) is None
+    small = float_mm_model((4, 16), 16, 8)
+    kernel, p = prepared(small, "MatMul")
+    x64 = np.ones((4, 16), np.float64)
+    assert kernel.bind(p, [x64], kernel.run(p, [x64])) is None
+
+
+def test_sessions_run_the_float_matmul_step_and_match_the_cpu_ep():
+    model = float_mm_model((1, 512), 512, 10, op="Gemm", trans_b=True, tail=("relu",))
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, cpu=False, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    a = RNG.standard_normal((1, 512)).astype(np.float32)
+    want = cpu_run(model, {"a": a})[0]
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(None, {"a": a})[0], want, rtol=1e-5, atol=1e-5)
+    (program,) = session_of(sess).programs.values()
+    runs, declines = program.native_step_counts
+    assert runs >= 2 and declines == 0
 
 
 # --- npu::NormMatMul -------------------------------------------------------------------------------------------

@@ -369,6 +369,7 @@ void RegisterKernels(py::module_& parent) {
   void BindRecurrent(py::module_&); BindRecurrent(m);  // recurrent.cc: LSTM
   void BindReduce(py::module_&); BindReduce(m);  // reduce.cc: integer ReduceSum
   void BindSgemmColumns(py::module_&); BindSgemmColumns(m);  // sgemm_columns.cc: a float product's two halves
+  void BindFloatMatmul(py::module_&); BindFloatMatmul(m);  // float_matmul.cc: a bound float MatMul / Gemm step
 }
 
 }  // namespace npu_ep::kern
