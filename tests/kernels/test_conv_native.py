@@ -201,6 +201,17 @@ def test_same_bits_at_any_thread_count(shape):
         np.testing.assert_array_equal(_run(kq, pq, aq, "native", t), q1)
 
 
+@pytest.mark.parametrize("xs,ws", [((1, 16, 32, 32), (32, 16, 3, 3)), ((1, 32, 16, 16), (64, 32, 3, 3)),
+                                   ((1, 8, 9, 9), (24, 8, 3, 3))])
+def test_qlinearconv_one_chunk_image_split_for_two_threads_keeps_the_bits(xs, ws):
+    """An image whose pixels fit one packed chunk is cut in two when it is worth two threads (the first two shapes:
+    a small net's 32x32 and 16x16 convs; the third stays one chunk): the reference's bits at 1, 2 and 3 threads."""
+    k, p, args = _prepared("QLinearConv", _qinputs(xs, ws, np.uint8, np.int8, True), pads=[1, 1, 1, 1])
+    want = _run(k, p, args, "reference")
+    for t in (1, 2, 3):
+        np.testing.assert_array_equal(_run(k, p, args, "native", t), want)
+
+
 @pytest.mark.parametrize("xs,attrs", [
     ((1, 5, 12, 11), dict(kernel_shape=[2, 2], strides=[2, 2])),
     ((1, 3, 6, 70), dict(kernel_shape=[2, 2], strides=[2, 2])),  # 35 outputs a row: two 16-wide steps and a tail

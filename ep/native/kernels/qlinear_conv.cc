@@ -290,7 +290,11 @@ void DenseInt(const QConv& q) {
   const int32_t bzp = q.x_zp - (q.x_signed ? 0 : 128);
   const uint8_t pad = static_cast<uint8_t>(static_cast<int8_t>(bzp));
   // pixels per task: B's packed block about 256 KiB, a multiple of 32 (the GEMM's column task)
-  const int64_t chunk = std::clamp<int64_t>((256 * 1024 / kp) / 32 * 32, 64, 1024);
+  int64_t chunk = std::clamp<int64_t>((256 * 1024 / kp) / 32 * 32, 64, 1024);
+  // one image of one group in a single chunk but worth two threads: two chunks (exact integer sums, so the split
+  // never changes a bit; a small net's 16x16 and 32x32 convs had run on one thread)
+  if (s.group == 1 && P <= chunk && P >= 64 && P * Kq * Mg >= 2 * kMinParallelWork)
+    chunk = ((P + 1) / 2 + 31) / 32 * 32;
   const int64_t n_chunks = (P + chunk - 1) / chunk;
   std::vector<uint8_t> xb(Hp * Wp * CC);
   using PackFn = void (*)(const ConvShape&, const PackGeom&, int64_t, int64_t, int64_t, int8_t*, int32_t*);
