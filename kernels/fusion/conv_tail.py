@@ -4,7 +4,8 @@ is applied in place to the conv's output, chunk by chunk while it is in cache (`
 ``ep/native/kernels/conv_tail.cc``), instead of a numpy step with a fresh feature map per op.
 
 The tail is a list of instructions over one float32 register ``v`` (the conv output) and one saved copy ``s``:
-``mul/add/sub/div c`` (``v op c``), ``rsub/rdiv c`` (``c op v``), ``clip lo hi`` (Clip, Relu), ``save`` (s = v)
+``mul/add/sub/div c`` (``v op c``), ``rsub/rdiv c`` (``c op v``), ``clip lo hi`` (Clip, Relu; HardSigmoid is
+``mul alpha``, ``add beta``, ``clip 0 1``, as its kernel computes it), ``save`` (s = v)
 and ``mul_saved``/``add_saved`` (v = s op v). Each is the float32 operation the absorbed node performs, in the
 graph's order, so the fused step returns exactly what the unfused steps return.
 
@@ -50,6 +51,9 @@ def _link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
         return None
     if nd.op_type == "Relu" and nd.inputs[0].name == x:
         return [("clip", 0.0, float("inf"))]
+    if nd.op_type == "HardSigmoid" and nd.inputs[0].name == x:  # x * alpha, + beta, clip to [0, 1]: as its kernel
+        alpha, beta = (float(np.float32(nd.attr(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5)))
+        return [("mul", alpha, 0.0), ("add", beta, 0.0), ("clip", 0.0, 1.0)]
     if nd.op_type == "Clip" and nd.inputs[0].name == x:
         if nd.attr("min") is not None or nd.attr("max") is not None:  # opset < 11
             lo, hi = nd.attr("min", float(np.finfo(np.float32).min)), nd.attr("max", float(np.finfo(np.float32).max))

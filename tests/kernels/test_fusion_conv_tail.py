@@ -127,6 +127,34 @@ def test_a_lone_clip_tail_equals_the_unfused_steps(op, bounds, hw):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("attrs", [{}, {"alpha": 0.1666666716337204, "beta": 0.5}, {"alpha": -0.3, "beta": 0.25}])
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+def test_hard_sigmoid_folds_into_the_conv_bit_for_bit(attrs, kernels):
+    """An SE block's gate (PP-LCNet: Conv -> HardSigmoid) is x * alpha, + beta, clip to [0, 1] in the conv's tail:
+    the activation kernel's float32 operations in its order, NaN kept. Near miss: a conv output the graph also
+    returns keeps the HardSigmoid a step of its own."""
+    w = np.random.default_rng(5).normal(0, 0.8, (M, C, 3, 3)).astype(np.float32)
+    for graph_output in (False, True):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1]),
+                 helper.make_node("HardSigmoid", ["c"], ["y"], "gate", **attrs)]
+        outs = [helper.make_tensor_value_info("y", F32, [1, M, H, W])]
+        if graph_output:
+            outs.append(helper.make_tensor_value_info("c", F32, [1, M, H, W]))
+        model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, C, H, W])], outs, {"w": w})
+        plain = nodes_from_model(model)
+        fused = fuse_conv_tails(plain, REF)
+        if graph_output:
+            assert _ops(fused) == ["Conv", "HardSigmoid"]
+            continue
+        assert _ops(fused) == ["Conv"] and [t[0] for t in fused[0].attrs["conv_tail"]] == ["mul", "add", "clip"]
+        feeds = _feeds(6)
+        feeds["x"][0, 1, 4, 4] = np.nan
+        with np.errstate(invalid="ignore"):
+            got, want = _run(fused, feeds, kernels)["y"], _run(plain, feeds, kernels)["y"]
+        assert np.isnan(got).any() and (got == 0).any() and (got == 1).any()
+        assert got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("variant", [{}, {"join": "Add"}, {"clip": "Relu"}])
 def test_session_matches_cpu_ep(variant):
     model = _model(**variant)
