@@ -1,7 +1,7 @@
-"""Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, Q/DQ, MatMulNBits, float
-MatMul / Gemm, npu::NormMatMul): the call step the program's C++ loop makes gives the kernel's own outputs bit for
-bit, declines other shapes, DMA counting and another kernel choice, and runs inside real sessions (counted), whose
-results match the CPU EP."""
+"""Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, GlobalAveragePool, Q/DQ,
+MatMulNBits, float MatMul / Gemm, npu::NormMatMul): the call step the program's C++ loop makes gives the kernel's
+own outputs bit for bit, declines other shapes, DMA counting and another kernel choice, and runs inside real
+sessions (counted), whose results match the CPU EP."""
 
 from __future__ import annotations
 
@@ -170,6 +170,31 @@ def test_maxpool_call_step_equals_the_kernel_and_declines_other_shapes(name):
     other = np.ones((*shape[:-1], shape[-1] + 2), dt)
     assert_same(loop((other,)), kernel.run(p, [other]))
     assert loop.native_counts == (1, 1)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 7, 9), (2, 3, 4, 4, 4), (1, 8, 1, 1), (1, 4, 30)])
+def test_global_average_pool_call_step_equals_the_kernel(shape):
+    """numpy's float32 add-reduce (the kernel's own call) and one float32 division per channel: the same bits, a
+    NaN channel and infinities included; other shapes run the kernel."""
+    model = make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"], name="gap")],
+                       [helper.make_tensor_value_info("x", F32, list(shape))],
+                       [helper.make_tensor_value_info("y", F32, [*shape[:2], *(1,) * (len(shape) - 2)])], {})
+    kernel, p = prepared(model, "GlobalAveragePool")
+    x = (RNG.standard_normal(shape) * 100).astype(np.float32)
+    x.reshape(shape[0], shape[1], -1)[0, 0, 0] = np.nan
+    if shape[1] > 2:
+        x.reshape(shape[0], shape[1], -1)[0, 2, 0] = np.inf
+    outs, step, loop = one_step_loop(kernel, p, [x])
+    assert isinstance(step, bridge.CallStep)
+    got = loop((x,))
+    assert_same(got, outs)
+    assert got[0].tobytes() == outs[0].tobytes() and loop.native_counts == (1, 0)
+    np.testing.assert_allclose(got[0], cpu_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    other = np.ones((shape[0], shape[1] + 1, *shape[2:]), np.float32)
+    assert_same(loop((other,)), kernel.run(p, [other]))
+    assert loop.native_counts == (1, 1)
+    half = x.astype(np.float16)
+    assert kernel.bind(p, [half], kernel.run(p, [half])) is None
 
 
 # --- MatMulNBits -----------------------------------------------------------------------------------------------
