@@ -34,7 +34,6 @@ struct Expected {
   std::string bytes;  // kValue: the C-order data
 };
 
-
 bool Matches(const Expected& e, PyObject* v) {
   if (e.kind == Expected::kNone) return v == Py_None;
   if (!py::isinstance<py::array>(v)) return false;

@@ -43,7 +43,6 @@ void ConvShape::Finish() {
 
 namespace {
 
-
 // dst[o] = src[o * stride] * w (first tap) or dst[o] + src[o * stride] * w, for o in [0, n).
 void MulAddScalar(float* dst, const float* src, int64_t stride, int64_t n, float w, bool first) {
   if (first)

@@ -24,7 +24,6 @@
 
 namespace npu_ep::kern {
 
-
 namespace {
 
 inline uint8_t Requantize(int32_t acc, float mult, int32_t zp, bool is_signed) {

@@ -54,7 +54,6 @@ bool HasVbmi() {
 }
 #endif
 
-
 template <typename Fn>
 void Chunks(int threads, int64_t n, const Fn& fn) {
   const int64_t tasks = (n + kLutChunk - 1) / kLutChunk;
