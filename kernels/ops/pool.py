@@ -194,6 +194,17 @@ def _run_gap(p: Prepared, inputs) -> list[np.ndarray]:
     return [s.reshape((n, c) + (1,) * (x.ndim - 2)).astype(x.dtype, copy=False)]
 
 
+def _bind_gap(p: Prepared, inputs, outs) -> Any:
+    """A float32 GlobalAveragePool as one native step making ``_run_gap``'s calls (ep/step_binding.py)."""
+    nat = _native.native(p)
+    x = inputs[0] if inputs else None
+    if (nat is None or not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < 3 or not x.size
+            or not x.flags.c_contiguous):
+        return None
+    return _native.call_step(p, nat.mean_pixels, (np.add.reduce, np.float32, None),
+                             [(2, 0, np.float32, x.shape, None)], [(-1, None)])
+
+
 def _cost(p: Prepared, shapes) -> OpCost:
     s = tuple(shapes[0])
     item = 4
@@ -207,15 +218,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 register(KernelDef("", "MaxPool", _prepare, _run_max, _cost, _check, bind=_bind_max))
 register(KernelDef("", "AveragePool", _prepare, _run_avg, _cost, _check))
-def _bind_gap(p: Prepared, inputs, outs) -> Any:
-    """A float32 GlobalAveragePool as one native step making ``_run_gap``'s calls (ep/step_binding.py)."""
-    nat = _native.native(p)
-    x = inputs[0] if inputs else None
-    if (nat is None or not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < 3 or not x.size
-            or not x.flags.c_contiguous):
-        return None
-    return _native.call_step(p, nat.mean_pixels, (np.add.reduce, np.float32, None),
-                             [(2, 0, np.float32, x.shape, None)], [(-1, None)])
-
-
 register(KernelDef("", "GlobalAveragePool", _prepare, _run_gap, _cost, _check, bind=_bind_gap))
