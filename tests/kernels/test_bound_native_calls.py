@@ -51,6 +51,16 @@ def prepared(model, op_type):
     return kernel_for(*node.key), p
 
 
+def compiled(model):
+    """The whole model as one compiled partition (the session's default kernel choice: native)."""
+    from npu_ep.ep.compiler import compile_partition
+    from npu_ep.ep.partition import boundary
+
+    nodes = nodes_from_model(model)
+    inputs, outputs = boundary(list(range(len(nodes))), nodes)
+    return compile_partition("p", nodes, inputs, outputs, REF)
+
+
 # --- Conv ------------------------------------------------------------------------------------------------------
 
 def conv_model(x_shape, w_shape, **attrs):
@@ -74,12 +84,7 @@ CONVS = {"1d": ((1, 24, 37), (16, 24, 3), {"pads": [1, 1]}),
 def test_conv_call_step_equals_the_kernel_and_declines_other_shapes(name):
     x_shape, w_shape, attrs = CONVS[name]
     model = conv_model(x_shape, w_shape, **attrs)
-    from npu_ep.ep.compiler import compile_partition
-    from npu_ep.ep.partition import boundary
-
-    nodes = nodes_from_model(model)
-    inputs, outputs = boundary(list(range(len(nodes))), nodes)
-    program = compile_partition("p", nodes, inputs, outputs, REF)
+    program = compiled(model)
     assert [st.op for st in program.steps] == ["Conv"]  # the Relu is the conv's fused tail
     x = RNG.standard_normal(x_shape).astype(np.float32)
     first = program(x)[0]
@@ -267,17 +272,6 @@ def float_mm_model(a_shape, k, n, *, op="MatMul", tail=(), trans_b=False, bias_s
     out_shape = [*a_shape[:-1], n]
     return make_model(nodes, [helper.make_tensor_value_info("a", F32, list(a_shape))],
                       [helper.make_tensor_value_info("y", out_type, out_shape)], inits)
-
-
-def compiled(model):
-    from npu_ep.ep.compiler import compile_partition
-    from npu_ep.ep.partition import boundary
-
-    nodes = nodes_from_model(model)
-    inputs, outputs = boundary(list(range(len(nodes))), nodes)
-    program = compile_partition("p", nodes, inputs, outputs, REF)
-    _native.configure([st.prepared for st in program.steps], "native", 2)
-    return program
 
 
 FLOAT_MMS = {
