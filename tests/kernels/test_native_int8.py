@@ -56,8 +56,8 @@ def test_per_row_a_zero_point_and_extremes():
 
 @pytest.mark.parametrize("y_signed", [False, True])
 @pytest.mark.parametrize("per_col", [False, True])
-def test_requantized_output_bit_exact(isa, y_signed, per_col):
-    m, k, n = 9, 130, 21
+@pytest.mark.parametrize("m,k,n", [(9, 130, 21), (19, 200, 101)])  # tails only; whole 8x32 tiles, odd rows, a tail
+def test_requantized_output_bit_exact(isa, y_signed, per_col, m, k, n):
     a, b = _codes((m, k), np.uint8), _codes((k, n), np.int8)
     mult = (RNG.uniform(1e-5, 1e-3, n if per_col else 1)).astype(np.float32)
     yzp = -3 if y_signed else 131

@@ -35,13 +35,20 @@ struct Prep {
   std::vector<uint8_t> a;         // [M, kp] A' rows, when A itself cannot serve (int8, or K not a multiple of 64)
   const uint8_t* rows = nullptr;  // A' rows [M, kp]: a.data() or A itself
   std::vector<int32_t> asum;      // [M]
+  // The zero-point terms split by what they depend on, once per call, so the VNNI epilogue adds two vectors where
+  // it would multiply three (all wrapping):
+  //   Finish = dot + row[m] + (azp_per_row ? azp'[m] * col[n] : col[n]) - (bzp_uniform ? 0 : bzp'[n] * asum[m])
+  bool bzp_uniform = false;  // one B zero point for every column (folded into row[])
+  std::vector<int32_t> row;  // [M]: - bzp' * asum[m] when bzp_uniform, plus the requantizing bias_row[m]
+  std::vector<int32_t> col;  // [np]: K * bzp'[n] - bsum[n], times azp' unless azp_per_row
 };
 
 inline int32_t Finish(const Int8Gemm& g, const Prep& p, int64_t m, int64_t n, uint32_t dot) {
-  const uint32_t azp = static_cast<uint32_t>((g.azp_per_row ? g.azp[m] : g.azp[0]) + (g.a_signed ? 128 : 0));
-  const uint32_t bzp = static_cast<uint32_t>(g.bzp[n]);
-  return static_cast<int32_t>(dot - bzp * static_cast<uint32_t>(p.asum[m]) - azp * static_cast<uint32_t>(g.bsum[n]) +
-                              static_cast<uint32_t>(g.K) * azp * bzp);
+  const uint32_t col = static_cast<uint32_t>(p.col[n]);
+  uint32_t v = dot + static_cast<uint32_t>(p.row[m]) +
+               (g.azp_per_row ? static_cast<uint32_t>(g.azp[m] + (g.a_signed ? 128 : 0)) * col : col);
+  if (!p.bzp_uniform) v -= static_cast<uint32_t>(g.bzp[n]) * static_cast<uint32_t>(p.asum[m]);
+  return static_cast<int32_t>(v);
 }
 
 inline uint8_t Requantize(int32_t acc, float mult, int32_t zp, bool is_signed) {
@@ -60,8 +67,6 @@ inline float Mult(const Int8Gemm& g, int64_t m, int64_t n) {
 
 inline void Store(const Int8Gemm& g, int64_t m, int64_t n, int32_t acc) {
   if (g.y != nullptr) {
-    if (g.bias_row != nullptr)
-      acc = static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(g.bias_row[m]));
     g.y[m * (g.ldy ? g.ldy : g.N) + n] = Requantize(acc, Mult(g, m, n), g.y_zp, g.y_signed);
   } else {
     g.acc[m * g.N + n] = acc;
@@ -134,26 +139,92 @@ __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void Prep
 constexpr int kRows = 8;
 #define NPU_VNNI "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
 
-__attribute__((target(NPU_VNNI))) void EpilogueVnni(const Int8Gemm& g, const Prep& p, int64_t m, int64_t nb,
-                                                    int64_t n1, __m512i dot) {
-  const __mmask16 mask = static_cast<__mmask16>(nb + kBlock <= n1 ? 0xFFFF : (1u << (n1 - nb)) - 1);
-  const int32_t azp = (g.azp_per_row ? g.azp[m] : g.azp[0]) + (g.a_signed ? 128 : 0);
-  const __m512i bzp = _mm512_loadu_si512(g.bzp + nb), bsum = _mm512_loadu_si512(g.bsum + nb);
-  __m512i v = _mm512_sub_epi32(dot, _mm512_mullo_epi32(bzp, _mm512_set1_epi32(p.asum[m])));
-  v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(azp), bsum));
-  v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(static_cast<int32_t>(g.K) * azp), bzp));
+struct RequantVnni {
+  __m512 lo, hi;  // the clip, less the zero point
+  __m512i zp;
+};
+
+// The exact int32 result of 16 columns of row m: Finish on whole vectors.
+__attribute__((target(NPU_VNNI), always_inline)) inline __m512i FinishVnni(const Int8Gemm& g, const Prep& p, int64_t m,
+                                                                          __m512i dot, __m512i col, __m512i bzp) {
+  __m512i v = _mm512_add_epi32(dot, _mm512_set1_epi32(p.row[m]));
+  if (g.azp_per_row)
+    v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(g.azp[m] + (g.a_signed ? 128 : 0)), col));
+  else
+    v = _mm512_add_epi32(v, col);
+  if (!p.bzp_uniform) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(bzp, _mm512_set1_epi32(p.asum[m])));
+  return v;
+}
+
+// Requantize (Requantize's steps; the clip leaves no NaN, so rounding straight to int32 then adding the zero point
+// equals rounding in float first), to int32 lanes in [lo, hi].
+__attribute__((target(NPU_VNNI), always_inline)) inline __m512i RequantizeVnni(__m512i v, __m512 mult,
+                                                                              const RequantVnni& q) {
+  __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult);
+  f = _mm512_min_ps(_mm512_max_ps(f, q.lo), q.hi);
+  return _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), q.zp);
+}
+
+__attribute__((target(NPU_VNNI), always_inline)) inline __m512 MultVnni(const Int8Gemm& g, int64_t m, int64_t n,
+                                                                       __mmask16 mask) {
+  return g.mult_per_col ? _mm512_maskz_loadu_ps(mask, g.mult + n) : _mm512_set1_ps(Mult(g, m, n));
+}
+
+// The epilogue of an 8-row x 32-column tile, columns [n0, n1), rows [m0, m0 + rows): the column terms are loaded
+// once. A whole tile of bytes is packed two rows at a time (packs, then one permute restores the column order);
+// tails take one masked vector at a time.
+__attribute__((target(NPU_VNNI), always_inline)) inline void EpilogueVnni(const Int8Gemm& g, const Prep& p, int64_t m0,
+                                                                         int rows, int64_t n0, int64_t n1,
+                                                                         const __m512i* acc0, const __m512i* acc1) {
+  const bool two = n0 + kBlock < n1;
+  const __mmask16 mask0 = static_cast<__mmask16>(n0 + kBlock <= n1 ? 0xFFFF : (1u << (n1 - n0)) - 1);
+  const __mmask16 mask1 = static_cast<__mmask16>(!two ? 0 : n0 + 2 * kBlock <= n1 ? 0xFFFF : (1u << (n1 - n0 - kBlock)) - 1);
+  const __m512i col0 = _mm512_loadu_si512(p.col.data() + n0);
+  const __m512i col1 = two ? _mm512_loadu_si512(p.col.data() + n0 + kBlock) : col0;
+  const __m512i bzp0 = _mm512_loadu_si512(g.bzp + n0);
+  const __m512i bzp1 = two ? _mm512_loadu_si512(g.bzp + n0 + kBlock) : bzp0;
+  __m512i v0[kRows], v1[kRows];
+  UNROLL for (int r = 0; r < kRows; ++r) if (r < rows) {
+    v0[r] = FinishVnni(g, p, m0 + r, acc0[r], col0, bzp0);
+    v1[r] = FinishVnni(g, p, m0 + r, acc1[r], col1, bzp1);
+  }
   if (g.y == nullptr) {
-    _mm512_mask_storeu_epi32(g.acc + m * g.N + nb, mask, v);
+    for (int r = 0; r < rows; ++r) {
+      _mm512_mask_storeu_epi32(g.acc + (m0 + r) * g.N + n0, mask0, v0[r]);
+      if (two) _mm512_mask_storeu_epi32(g.acc + (m0 + r) * g.N + n0 + kBlock, mask1, v1[r]);
+    }
     return;
   }
-  if (g.bias_row != nullptr) v = _mm512_add_epi32(v, _mm512_set1_epi32(g.bias_row[m]));
   const float z = static_cast<float>(g.y_zp);
-  const __m512 mult = g.mult_per_col ? _mm512_maskz_loadu_ps(mask, g.mult + nb) : _mm512_set1_ps(Mult(g, m, nb));
-  __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult);
-  f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps((g.y_signed ? -128.0f : 0.0f) - z)),
-                    _mm512_set1_ps((g.y_signed ? 127.0f : 255.0f) - z));
-  f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm512_set1_ps(z));
-  _mm_mask_storeu_epi8(g.y + m * (g.ldy ? g.ldy : g.N) + nb, mask, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(f)));
+  const RequantVnni q{_mm512_set1_ps((g.y_signed ? -128.0f : 0.0f) - z), _mm512_set1_ps((g.y_signed ? 127.0f : 255.0f) - z),
+                      _mm512_set1_epi32(g.y_zp)};
+  const int64_t ldy = g.ldy ? g.ldy : g.N;
+  uint8_t* y = g.y + m0 * ldy + n0;
+  if (mask1 == 0xFFFF) {  // a whole 32 columns
+    const __m512 mult0 = MultVnni(g, m0, n0, mask0), mult1 = MultVnni(g, m0, n0 + kBlock, mask1);
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    UNROLL for (int r = 0; r < kRows; r += 2) if (r < rows) {
+      const int r2 = r + 1 < rows ? r + 1 : r;
+      const __m512 m_a = g.mult_per_row ? _mm512_set1_ps(g.mult[m0 + r]) : mult0;
+      const __m512 m_b = g.mult_per_row ? _mm512_set1_ps(g.mult[m0 + r2]) : mult0;
+      const __m512 m_a1 = g.mult_per_row ? m_a : mult1, m_b1 = g.mult_per_row ? m_b : mult1;
+      const __m512i wa = _mm512_packs_epi32(RequantizeVnni(v0[r], m_a, q), RequantizeVnni(v1[r], m_a1, q));
+      const __m512i wb = _mm512_packs_epi32(RequantizeVnni(v0[r2], m_b, q), RequantizeVnni(v1[r2], m_b1, q));
+      const __m512i bytes =
+          _mm512_permutexvar_epi32(order, g.y_signed ? _mm512_packs_epi16(wa, wb) : _mm512_packus_epi16(wa, wb));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * ldy), _mm512_castsi512_si256(bytes));
+      if (r2 != r) _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r2 * ldy), _mm512_extracti64x4_epi64(bytes, 1));
+    }
+    return;
+  }
+  for (int r = 0; r < rows; ++r) {
+    const __m512i q0 = RequantizeVnni(v0[r], MultVnni(g, m0 + r, n0, mask0), q);
+    _mm_mask_storeu_epi8(y + r * ldy, mask0, _mm512_cvtepi32_epi8(q0));
+    if (two) {
+      const __m512i q1 = RequantizeVnni(v1[r], MultVnni(g, m0 + r, n0 + kBlock, mask1), q);
+      _mm_mask_storeu_epi8(y + r * ldy + kBlock, mask1, _mm512_cvtepi32_epi8(q1));
+    }
+  }
 }
 
 __attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int64_t n0,
@@ -177,13 +248,25 @@ __attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep
         acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, bv1);
       }
     }
-    for (int r = 0; r < kRows && m0 + r < r1; ++r) {
-      EpilogueVnni(g, p, m0 + r, n0, n1, acc0[r]);
-      if (two) EpilogueVnni(g, p, m0 + r, n0 + kBlock, n1, acc1[r]);
-    }
+    EpilogueVnni(g, p, m0, static_cast<int>(std::min<int64_t>(kRows, r1 - m0)), n0, n1, acc0, acc1);
   }
 }
 #endif
+
+void ZeroPointTerms(const Int8Gemm& g, Prep& p) {
+  const int64_t np = (g.N + kBlock - 1) / kBlock * kBlock;
+  p.bzp_uniform = std::all_of(g.bzp, g.bzp + g.N, [&](int32_t z) { return z == g.bzp[0]; });
+  const uint32_t bzp0 = p.bzp_uniform ? static_cast<uint32_t>(g.bzp[0]) : 0;
+  const bool bias = g.y != nullptr && g.bias_row != nullptr;
+  p.row.resize(g.M);
+  for (int64_t m = 0; m < g.M; ++m)
+    p.row[m] = static_cast<int32_t>((bias ? static_cast<uint32_t>(g.bias_row[m]) : 0) - bzp0 * static_cast<uint32_t>(p.asum[m]));
+  const uint32_t azp = g.azp_per_row ? 1 : static_cast<uint32_t>(g.azp[0] + (g.a_signed ? 128 : 0));
+  p.col.resize(np);
+  for (int64_t n = 0; n < np; ++n)
+    p.col[n] = static_cast<int32_t>(azp * (static_cast<uint32_t>(g.K) * static_cast<uint32_t>(g.bzp[n]) -
+                                           static_cast<uint32_t>(g.bsum[n])));
+}
 
 }  // namespace
 
@@ -217,6 +300,7 @@ void Int8MatMul(const Int8Gemm& g) {
       p.asum[m] = s;
     }
   }
+  ZeroPointTerms(g, p);
   using ColumnsFn = void (*)(const Int8Gemm&, const Prep&, int64_t, int64_t, int64_t, int64_t);
   ColumnsFn columns = ColumnsScalar;
 #if NPU_EP_X86
