@@ -26,6 +26,7 @@ C, M, H, W = 3, 5, 9, 7
 CONVS = {  # x channels, w shape, conv attrs, output channels: the native paths a tail rides on
     "dense": (C, (M, C, 3, 3), {"pads": [1, 1, 1, 1]}, M),
     "pointwise": (C, (M, C, 1, 1), {}, M),
+    "dense_deep": (32, (M, 32, 3, 3), {"pads": [1, 1, 1, 1]}, M),  # K = 288: the GEMM sums K in two passes
     "depthwise": (M, (M, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": M}, M),
     "depthwise_s2": (M, (M, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": M, "strides": [2, 2]}, M),
 }
@@ -87,6 +88,7 @@ def test_pp_lcnet_tail_folds_into_the_conv():
 
 @pytest.mark.parametrize("variant", [{}, {"join": "Add"}, {"clip": "Relu"}, {"rsub": True},
                                      {"conv": "pointwise", "hw": (75, 61)},  # two pixel blocks: a tail per block
+                                     {"conv": "dense_deep", "hw": (20, 40)},
                                      {"conv": "depthwise"}, {"conv": "depthwise_s2"}])
 @pytest.mark.parametrize("kernels", ["native", "reference"])
 def test_fused_equals_unfused_steps_bit_for_bit(variant, kernels):
