@@ -6,10 +6,12 @@ Geometry per spatial axis follows ORT's CPU EP (``PoolAttributes``): explicit ``
 at run time since SAME depends on the input size. ``ceil_mode`` adds windows that start inside the input or the
 leading pad; their extension past the declared pads never counts.
 
-AveragePool divides by the window's element count, separable per axis: with ``count_include_pad=1`` the window
-positions inside the declared-padded input, else those inside the real input. A 1-D pool runs as a 2-D one over
-H = 1. Cost: one vector op per window element per output (``kh*kw`` ops/output). A float32, uint8 or int8 MaxPool runs
-on the native kernel (``ep/native/kernels/pool.cc``) unless the session asks for the reference model.
+AveragePool sums each window in float32 tap by tap (row-major over the kernel, 0.0 outside the input: a defined
+order the native kernel repeats bit for bit), then divides by the window's element count, separable per axis: with
+``count_include_pad=1`` the window positions inside the declared-padded input, else those inside the real input.
+A 1-D pool runs as a 2-D one over H = 1. Cost: one vector op per window element per output (``kh*kw``
+ops/output). A float32, uint8 or int8 MaxPool and a float32 AveragePool run on the native kernels
+(``ep/native/kernels/pool.cc``) unless the session asks for the reference model.
 """
 
 from __future__ import annotations
@@ -149,14 +151,14 @@ def _run_max(p: Prepared, inputs) -> list[np.ndarray]:
     return [_from_2d(p, _windows(x, p.attrs, low, geo).max(axis=(-2, -1)))]
 
 
-def _bind_max(p: Prepared, inputs, outs) -> Any:
-    """MaxPool as one native call for x's shape (a 1-D pool's x viewed as 4-D, its result back as 3-D), as
-    ``_run_max`` does (ep/step_binding.py)."""
+def _bind_pool(p: Prepared, inputs, outs, native_call) -> Any:
+    """A pool as one native call for x's shape (a 1-D pool's x viewed as 4-D, its result back as 3-D), as its run
+    function does (ep/step_binding.py); ``native_call`` is ``_native_max_call`` or ``_native_avg_call``."""
     x = inputs[0] if inputs else None
     if not isinstance(x, np.ndarray) or x.ndim not in (3, 4) or not x.flags.c_contiguous or outs[0].size == 0:
         return None
     x4 = _as_2d(p, x)
-    call = _native_max_call(p, x4, _geometry(x4, p.attrs))
+    call = native_call(p, x4, _geometry(x4, p.attrs))
     if call is None:
         return None
     one_d = p.attrs["one_d"]
@@ -164,22 +166,54 @@ def _bind_max(p: Prepared, inputs, outs) -> Any:
                              [(-1, outs[0].shape if one_d else None)])
 
 
-def _run_avg(p: Prepared, inputs) -> list[np.ndarray]:
-    x0 = arg(p, inputs, 0)
-    x = _as_2d(p, x0)
-    at = p.attrs
-    geo = _geometry(x, at)
-    (oh, t, b), (ow, l, r) = geo
-    if oh == 0 or ow == 0:
-        return [_from_2d(p, np.empty((*x.shape[:2], oh, ow), x.dtype))]
-    s = _windows(x.astype(np.float32), at, 0.0, geo).sum(axis=(-2, -1))
+def _bind_max(p: Prepared, inputs, outs) -> Any:
+    return _bind_pool(p, inputs, outs, _native_max_call)
+
+
+def _divisor(x: np.ndarray, at: dict[str, Any], geo) -> np.ndarray:
+    """[oh, ow] float32: how many window positions each average divides by."""
     (kh, kw), (sh, sw), (dh, dw) = at["kernel"], at["strides"], at["dilations"]
+    (oh, t, b), (ow, l, r) = geo
     h, w = x.shape[2:]
     ch = _counted(oh, h, kh, sh, dh, t, b, at["include_pad"])
     cw = _counted(ow, w, kw, sw, dw, l, r, at["include_pad"])
-    cnt = (ch[:, None] * cw[None, :]).astype(np.float32)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a window wholly in padding: 0/0, NaN as in ORT
-        return [_from_2d(p, (s / cnt).astype(x.dtype))]
+    return (ch[:, None] * cw[None, :]).astype(np.float32)
+
+
+def _native_avg_call(p: Prepared, x: np.ndarray, geo) -> tuple | None:
+    """(kernel, its arguments after x) of the native AveragePool for x (2-D view), or None where it does not apply."""
+    nat = _native.native(p)
+    if nat is None or x.dtype != np.float32:
+        return None
+    at = p.attrs
+    (oh, t, _), (ow, l, _) = geo
+    return nat.avg_pool, ([oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l], _divisor(x, at, geo),
+                          _native.threads(p))
+
+
+def _run_avg(p: Prepared, inputs) -> list[np.ndarray]:
+    x = _as_2d(p, arg(p, inputs, 0))
+    at = p.attrs
+    geo = _geometry(x, at)
+    (oh, _, _), (ow, _, _) = geo
+    if oh == 0 or ow == 0:
+        return [_from_2d(p, np.empty((*x.shape[:2], oh, ow), x.dtype))]
+    call = _native_avg_call(p, x, geo)
+    if call is not None:
+        return [_from_2d(p, call[0](np.ascontiguousarray(x), *call[1]))]
+    win = _windows(x.astype(np.float32), at, 0.0, geo)
+    kh, kw = at["kernel"]
+    s = win[..., 0, 0].copy()
+    with np.errstate(all="ignore"):  # IEEE results (Inf - Inf, a window wholly in padding: 0/0), as in ORT
+        for i in range(kh):
+            for j in range(kw):
+                if i or j:
+                    s += win[..., i, j]
+        return [_from_2d(p, (s / _divisor(x, at, geo)).astype(x.dtype))]
+
+
+def _bind_avg(p: Prepared, inputs, outs) -> Any:
+    return _bind_pool(p, inputs, outs, _native_avg_call)
 
 
 def _run_gap(p: Prepared, inputs) -> list[np.ndarray]:
@@ -217,5 +251,5 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 
 register(KernelDef("", "MaxPool", _prepare, _run_max, _cost, _check, bind=_bind_max))
-register(KernelDef("", "AveragePool", _prepare, _run_avg, _cost, _check))
+register(KernelDef("", "AveragePool", _prepare, _run_avg, _cost, _check, bind=_bind_avg))
 register(KernelDef("", "GlobalAveragePool", _prepare, _run_gap, _cost, _check, bind=_bind_gap))

@@ -1,5 +1,5 @@
-"""Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, GlobalAveragePool, Q/DQ,
-MatMulNBits, float MatMul / Gemm, npu::NormMatMul): the call step the program's C++ loop makes gives the kernel's
+"""Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, AveragePool, GlobalAveragePool,
+Q/DQ, MatMulNBits, float MatMul / Gemm, npu::NormMatMul): the call step the program's C++ loop makes gives the kernel's
 own outputs bit for bit, declines other shapes, DMA counting and another kernel choice, and runs inside real
 sessions (counted), whose results match the CPU EP."""
 
@@ -196,6 +196,29 @@ def test_global_average_pool_call_step_equals_the_kernel(shape):
     assert got[0].tobytes() == outs[0].tobytes() and loop.native_counts == (1, 0)
     np.testing.assert_allclose(got[0], cpu_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
     other = np.ones((shape[0], shape[1] + 1, *shape[2:]), np.float32)
+    assert_same(loop((other,)), kernel.run(p, [other]))
+    assert loop.native_counts == (1, 1)
+    half = x.astype(np.float16)
+    assert kernel.bind(p, [half], kernel.run(p, [half])) is None
+
+
+@pytest.mark.parametrize("shape,attrs", [((1, 6, 3, 80), dict(kernel_shape=[3, 2], strides=[3, 2])),
+                                         ((2, 3, 15), dict(kernel_shape=[4], strides=[3], pads=[2, 1],
+                                                           count_include_pad=1))])
+def test_average_pool_call_step_equals_the_kernel(shape, attrs):
+    """A float32 AveragePool binds the native pool (its reference's sums and division): the same bits, matching
+    the CPU EP; another shape runs the kernel; float16 does not bind."""
+    model = make_model([helper.make_node("AveragePool", ["x"], ["y"], name="ap", **attrs)],
+                       [helper.make_tensor_value_info("x", F32, list(shape))],
+                       [helper.make_tensor_value_info("y", F32, [None] * len(shape))], {})
+    kernel, p = prepared(model, "AveragePool")
+    x = RNG.standard_normal(shape).astype(np.float32)
+    outs, step, loop = one_step_loop(kernel, p, [x])
+    assert isinstance(step, bridge.CallStep)
+    got = loop((x,))
+    assert got[0].tobytes() == outs[0].tobytes() and loop.native_counts == (1, 0)
+    np.testing.assert_allclose(got[0], cpu_run(model, {"x": x})[0], rtol=1e-6, atol=1e-6)
+    other = RNG.standard_normal((shape[0], shape[1] + 1, *shape[2:])).astype(np.float32)
     assert_same(loop((other,)), kernel.run(p, [other]))
     assert loop.native_counts == (1, 1)
     half = x.astype(np.float16)

@@ -235,6 +235,32 @@ def test_maxpool_native_bit_exact(isa, xs, attrs, dt):
     np.testing.assert_array_equal(_run(k, p, args, "native"), _run(k, p, args, "reference"))
 
 
+@pytest.mark.parametrize("xs,attrs", [
+    ((1, 6, 3, 80), dict(kernel_shape=[3, 2], strides=[3, 2])),  # the OCR recognizer's pool
+    ((2, 3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)),
+    ((2, 3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1)),
+    ((1, 4, 7, 8), dict(kernel_shape=[3, 2], dilations=[2, 2], auto_pad="SAME_UPPER")),
+    ((1, 2, 7, 9), dict(kernel_shape=[2, 1], strides=[3, 3], auto_pad="SAME_LOWER")),  # negative pads
+    ((1, 2, 2, 2), dict(kernel_shape=[3, 3], pads=[2, 2, 2, 2])),  # windows wholly in padding: 0 / 0
+    ((1, 3, 15), dict(kernel_shape=[4], strides=[3], pads=[2, 1])),  # 1-D
+    ((1, 2, 8, 37), dict(kernel_shape=[2, 2], strides=[1, 1])),
+])
+def test_averagepool_native_bit_exact(isa, xs, attrs):
+    """The same float32 sums in the same tap order, the same division: the reference's bits, signed zeros (a
+    window of -0.0 with padding in it sums to +0.0), NaN and Inf included."""
+    x = RNG.standard_normal(xs).astype(np.float32)
+    x.reshape(-1)[::19] = np.nan
+    x.reshape(-1)[5::29] = np.inf
+    x.reshape(-1)[7::31] = -np.inf
+    x[0, 0] = -0.0
+    k, p, args = _prepared("AveragePool", [("x", x, False)], **attrs)
+    got, want = _run(k, p, args, "native"), _run(k, p, args, "reference")
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    for t in (2, 3):
+        np.testing.assert_array_equal(_run(k, p, args, "native", t), got)
+
+
 @pytest.mark.parametrize("qt", [np.uint8, np.int8])
 def test_per_tensor_quantize_dequantize_native_bit_exact(isa, qt):
     """Ties (x / scale = k + 0.5), NaN (to the lowest value), +-Inf and far out-of-range values saturate."""

@@ -176,13 +176,10 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
   return y;
 }
 
-py::array MaxPoolPy(const py::array& x, const std::vector<int64_t>& geom, float low, int threads) {
+// x's [N, C, H, W] and a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, pt, pl].
+PoolShape PoolGeometry(const py::array& x, const std::vector<int64_t>& geom, const std::string& op) {
   if (geom.size() != 10)
-    throw std::invalid_argument("max_pool: geometry must be 10 ints [OH, OW, kh, kw, sh, sw, dh, dw, pt, pl]");
-  if (x.ndim() != 4 || !(x.flags() & py::array::c_style))
-    throw std::invalid_argument("max_pool: x must be a C-contiguous [N, C, H, W] array");
-  const bool is_float = py::isinstance<py::array_t<float>>(x);
-  const bool is_signed = !is_float && IsByteArray(x, "max_pool", "x (not float32)");
+    throw std::invalid_argument(op + ": geometry must be 10 ints [OH, OW, kh, kw, sh, sw, dh, dw, pt, pl]");
   PoolShape s;
   s.N = x.shape(0);
   s.C = x.shape(1);
@@ -199,7 +196,16 @@ py::array MaxPoolPy(const py::array& x, const std::vector<int64_t>& geom, float 
   s.pt = geom[8];
   s.pl = geom[9];
   if (s.OH < 0 || s.OW < 0 || s.kh <= 0 || s.kw <= 0 || s.sh <= 0 || s.sw <= 0 || s.dh <= 0 || s.dw <= 0)
-    throw std::invalid_argument("max_pool: output size must be >= 0 and kernel, strides, dilations positive");
+    throw std::invalid_argument(op + ": output size must be >= 0 and kernel, strides, dilations positive");
+  return s;
+}
+
+py::array MaxPoolPy(const py::array& x, const std::vector<int64_t>& geom, float low, int threads) {
+  if (x.ndim() != 4 || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("max_pool: x must be a C-contiguous [N, C, H, W] array");
+  const bool is_float = py::isinstance<py::array_t<float>>(x);
+  const bool is_signed = !is_float && IsByteArray(x, "max_pool", "x (not float32)");
+  const PoolShape s = PoolGeometry(x, geom, "max_pool");
   std::vector<py::ssize_t> shape{s.N, s.C, s.OH, s.OW};
   py::array y = is_float ? py::array(py::array_t<float>(shape))
                          : is_signed ? py::array(py::array_t<int8_t>(shape)) : py::array(py::array_t<uint8_t>(shape));
@@ -211,6 +217,23 @@ py::array MaxPoolPy(const py::array& x, const std::vector<int64_t>& geom, float 
       MaxPoolFloat(s, static_cast<const float*>(in), low, static_cast<float*>(out), threads);
     else
       MaxPoolBytes(s, static_cast<const uint8_t*>(in), is_signed, static_cast<uint8_t*>(out), threads);
+  }
+  return y;
+}
+
+py::array_t<float> AvgPoolPy(const py::array& x, const std::vector<int64_t>& geom,
+                             const py::array_t<float, py::array::c_style>& divisor, int threads) {
+  if (!py::isinstance<py::array_t<float>>(x) || x.ndim() != 4 || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("avg_pool: x must be a C-contiguous float32 [N, C, H, W] array");
+  const PoolShape s = PoolGeometry(x, geom, "avg_pool");
+  if (divisor.ndim() != 2 || divisor.shape(0) != s.OH || divisor.shape(1) != s.OW)
+    throw std::invalid_argument("avg_pool: divisor must be [OH, OW] = [" + std::to_string(s.OH) + ", " +
+                                std::to_string(s.OW) + "]");
+  py::array_t<float> y({s.N, s.C, s.OH, s.OW});
+  float* out = y.mutable_data();
+  {
+    py::gil_scoped_release release;
+    AvgPoolFloat(s, static_cast<const float*>(x.data()), divisor.data(), out, threads);
   }
   return y;
 }
@@ -282,6 +305,9 @@ void BindConv(py::module_& m) {
   m.def("max_pool", &MaxPoolPy, py::arg("x"), py::arg("geometry"), py::arg("low"), py::arg("threads") = 1,
         "MaxPool (float32, uint8, int8) over a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, "
         "pt, pl]; low (float32 only) is the value of a window wholly outside the input");
+  m.def("avg_pool", &AvgPoolPy, py::arg("x"), py::arg("geometry"), py::arg("divisor"), py::arg("threads") = 1,
+        "AveragePool of float32 x [N, C, H, W] over a geometry as max_pool's: each window summed in float32 in tap "
+        "order (0.0 outside the input), divided by divisor [OH, OW] (the reference's counts)");
   m.def("mean_pixels", &MeanPixelsPy, py::arg("add_reduce"), py::arg("float32"), py::arg("x"),
         "GlobalAveragePool of float32 x [N, C, ...]: add_reduce (numpy's np.add.reduce) over each channel's pixels "
         "in float32, then one float32 division per channel; shape [N, C, 1, ...]");

@@ -248,4 +248,33 @@ void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t*
     for (int64_t i = 0, n = s.N * s.C * s.OH * s.OW; i < n; ++i) y[i] ^= flip;
 }
 
+void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads) {
+  conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
+    const float* in = x + plane * s.H * s.W;
+    float* out = y + plane * s.OH * s.OW;
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      float* dst = out + oh * s.OW;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+        const float* row = ih >= 0 && ih < s.H ? in + ih * s.W : nullptr;
+        for (int64_t j = 0; j < s.kw; ++j) {
+          const int64_t off = j * s.dw - s.pl;  // input column of output ow: ow * sw + off
+          const conv_detail::Span v = row ? conv_detail::Valid(off, s.sw, s.W, s.OW) : conv_detail::Span{0, 0};
+          if (i == 0 && j == 0) {  // the first tap starts each sum (0.0f outside the input)
+            std::fill(dst, dst + v.lo, 0.0f);
+            for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] = row[ow * s.sw + off];
+            std::fill(dst + v.hi, dst + s.OW, 0.0f);
+            continue;
+          }
+          for (int64_t ow = 0; ow < v.lo; ++ow) dst[ow] += 0.0f;  // turns -0.0 into +0.0, as the reference
+          for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] += row[ow * s.sw + off];
+          for (int64_t ow = v.hi; ow < s.OW; ++ow) dst[ow] += 0.0f;
+        }
+      }
+      const float* div = divisor + oh * s.OW;
+      for (int64_t ow = 0; ow < s.OW; ++ow) dst[ow] = dst[ow] / div[ow];
+    }
+  });
+}
+
 }  // namespace npu_ep::kern

@@ -1,4 +1,4 @@
-// Native MaxPool (float32, uint8, int8; NCHW; a 1-D pool is a 2-D one of height 1). kernels/ops/pool.py is the
+// Native MaxPool (float32, uint8, int8) and AveragePool (float32); NCHW, a 1-D pool is a 2-D one of height 1. kernels/ops/pool.py is the
 // reference and resolves the geometry (ORT's PoolAttributes: auto_pad, ceil_mode, negative SAME pads); this
 // kernel only walks it.
 #pragma once
@@ -18,5 +18,8 @@ struct PoolShape {
 void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads);
 // The same over uint8 or int8 bytes (is_signed); `low` is the type's lowest value.
 void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads);
+// y[n, c, oh, ow] = (the window's values summed in float32 in tap order (i, then j), from the first tap on, a
+// position outside the input counting as 0.0f) / divisor[oh, ow]: the reference's float32 operations in its order.
+void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads);
 
 }  // namespace npu_ep::kern
