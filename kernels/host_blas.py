@@ -73,7 +73,7 @@ class BlasThreads:
 # OpenBLAS's own threads busy-wait for each other, which turns any other load on the machine into stalls.
 # Instead, a large product is cut in two halves of B's columns and the second half runs on one helper thread, each
 # half single-threaded BLAS; under load the halves simply take turns. The hand-off is a pair of locks (cheaper
-# than a ThreadPoolExecutor). Not split, because they ran slower split: products under 64 M MACs, and one-row
+# than a ThreadPoolExecutor). Not split, because they ran slower split: products under 16 M MACs, and one-row
 # products (two threads streaming one matrix's pages). PERF.md has the measurements. A session's float32 products
 # run their halves through the native kernels instead (ep/native/kernels/sgemm_columns.cc: on ORT's own threads).
 #
@@ -83,7 +83,7 @@ class BlasThreads:
 # BLAS takes another code path for another shape, e.g. numpy runs a one-row half as a GEMV and the whole as a
 # GEMM.) Columns rather than rows: each half reads half of B, and two halves in sequence cost what the whole does
 # (row halves each pack all of B).
-SPLIT_MACS = 1 << 26
+SPLIT_MACS = 1 << 24
 
 
 class _Helper:
