@@ -5,8 +5,8 @@ Compile time: the matmul (MatMul, MatMulNBits or MatMulGroup) is prepared by its
 gets the norm's gamma folded into its rows (``W' = gamma[:, None] * W``); packed int4 weights stay packed, and
 gamma is kept as a vector that scales A instead (as the unfused norm does).
 
-Run: ``s = x (+ skip (+ bias))``, then the norm kernel's own statistics: Simplified ``A = s * inv_rms`` (``*
-gamma`` for packed weights), Skip* ``A = s / skip_rms * gamma`` (ORT's operations, so A has the unfused kernel's
+Run: ``s = x (+ skip (+ bias))``, then the norm kernel's own statistics and order of operations: Simplified
+``A = (s * gamma) * inv_rms`` for packed weights, Skip* ``A = s / skip_rms * gamma`` (so A has the unfused kernel's
 bits: an int8-quantizing matmul, accuracy_level 4, sees the same codes); Skip*'s sum output ``s`` is passed on.
 For float weights gamma multiplies W instead of A (equal up to float32 reassociation).
 
@@ -183,12 +183,16 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         s = np.add(s, inputs[1])
         if "norm_bias" in p.consts:
             s += p.consts["norm_bias"]
+    gamma = p.consts.get("gamma")
     if at["skip"]:
         a = np.divide(s, skip_rms(s, at["epsilon"]))
+        if gamma is not None:
+            a *= gamma
+    elif gamma is not None:  # (s * gamma) * inv: the unfused SimplifiedLayerNormalization's order
+        a = s * gamma
+        a *= inv_rms(s, s.ndim - 1, at["epsilon"])
     else:
         a = s * inv_rms(s, s.ndim - 1, at["epsilon"])
-    if "gamma" in p.consts:
-        a *= p.consts["gamma"]
     outs = kernel_for(*at["inner_key"]).run(inner, [a] + [None] * (at["n_inner_inputs"] - 1))
     return [*outs, s] if at["sum_output"] else list(outs)
 

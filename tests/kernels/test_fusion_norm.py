@@ -79,25 +79,35 @@ def _check_on_npu(model):
     return sess, steps
 
 
-@pytest.mark.parametrize("skip,consumers,float_mm", [(False, ("p0",), False), (True, ("p0",), False),
-                                                     (True, ("q", "k", "v"), False), (False, ("p0",), True),
-                                                     (True, ("p0", "p1"), True)])
-def test_norm_folds_into_its_matmul_matching_cpu(skip, consumers, float_mm):
-    model = _model(skip=skip, consumers=consumers, float_mm=float_mm)
+@pytest.mark.parametrize("skip,consumers,float_mm,level", [
+    (False, ("p0",), False, 0), (True, ("p0",), False, 0), (True, ("q", "k", "v"), False, 0),
+    (False, ("p0",), True, 0), (True, ("p0", "p1"), True, 0),
+    (False, ("p0",), False, 4), (True, ("q", "k", "v"), False, 4)])  # level 4: A quantized after the norm
+def test_norm_folds_into_its_matmul_matching_cpu(skip, consumers, float_mm, level):
+    model = _model(skip=skip, consumers=consumers, float_mm=float_mm, level=level)
     assert _fused_ops(model) == ["NormMatMul"]
     sess, steps = _check_on_npu(model)
     assert steps == ["npu::NormMatMul"]
     del sess
 
 
-@pytest.mark.parametrize("kwargs", [dict(extra_reader=True), dict(level=4), dict(stats_used=True),
-                                    dict(skip=True, stats_used=True)])
+@pytest.mark.parametrize("kwargs", [dict(extra_reader=True), dict(stats_used=True), dict(skip=True, stats_used=True)])
 def test_near_misses_stay_unfused(kwargs):
-    """A second reader of the normalized tensor, accuracy_level 4 (A quantized after the norm), used statistics."""
+    """A second reader of the normalized tensor, used statistics."""
     model = _model(**kwargs)
     ops = _fused_ops(model)
     assert "NormMatMul" not in ops, ops
     _check_on_npu(model)
+
+
+def test_a_level_4_swiglu_group_keeps_its_norm():
+    """The fused SwiGLU's exp is the C library's, not numpy's: at accuracy_level 4 the gate/up group stays a
+    separate step (kernels.fusion.norm); the same group at level 0 folds."""
+    from tests.kernels.test_native_norm_matmul import _model as mlp_model
+
+    for level, fused in ((4, False), (0, True)):
+        ops = _fused_ops(mlp_model(96, 3, skip=True, mlp="swiglu", level=level))
+        assert ("NormMatMul" in ops) == fused, (level, ops)
 
 
 def test_target_without_the_rule_keeps_the_norm():

@@ -48,10 +48,8 @@ void SimplifiedRow(const RmsPrologue& p, int64_t m) {
   const double v = static_cast<double>(dot) / static_cast<double>(K) + p.eps;
   const float inv = static_cast<float>(1.0 / std::sqrt(v));
   float* a = p.a + m * K;
-  for (int64_t k = 0; k < K; ++k) {
-    const float y = x[k] * inv;
-    a[k] = p.gamma != nullptr ? y * p.gamma[k] : y;
-  }
+  for (int64_t k = 0; k < K; ++k)  // (x * gamma) * inv, the unfused kernel's order (kernels/ops/norm.py)
+    a[k] = p.gamma != nullptr ? x[k] * p.gamma[k] * inv : x[k] * inv;
 }
 
 // Rows in tasks of kRowsPerTask on up to `threads` threads (a row's bits never depend on which thread runs it),

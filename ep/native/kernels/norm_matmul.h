@@ -25,7 +25,8 @@ struct RmsPrologue {
 
 // Skip*: s = x + skip (+ bias); a = s / sqrt(sum(s*s) / K + eps) * gamma, the squares summed left to right in
 // float32 and sqrt/division in float32 (ORT's SkipSimplifiedLayerNormalization, as kernels/ops/norm.skip_rms).
-// Simplified: a = x * float(1 / sqrt(double(dot(x, x)) / K + eps)) * gamma (kernels/ops/norm.inv_rms).
+// Simplified: a = (x * gamma) * float(1 / sqrt(double(dot(x, x)) / K + eps)) (kernels/ops/norm: inv_rms, and
+// the unfused kernel's order of the two products).
 // Rows run in fixed tasks on up to `threads` threads: the same bits at any thread count.
 void RunRmsPrologue(const RmsPrologue& p, int threads);
 
