@@ -12,8 +12,7 @@ bias, Skip*); its normalized output is not a graph output and has exactly one co
 of them, at any accuracy_level (int4 weights keep gamma as a vector that scales A in the unfused norm's order, so
 the A that level 4 quantizes per block is the unfused norm's, bit for bit), except a level-4 group with the SwiGLU
 epilogue (``_foldable_consumer``); the norm's statistics outputs (mean, inv_std_var) are unused; the target lists
-``npu::NormMatMul``. Skip*'s sum
-output (the residual) stays an output of the fused node.
+``npu::NormMatMul``. Skip*'s sum output (the residual) stays an output of the fused node.
 """
 
 from __future__ import annotations

@@ -178,7 +178,8 @@ __attribute__((target(NPU_VNNI), always_inline)) inline void EpilogueVnni(const 
                                                                          const __m512i* acc0, const __m512i* acc1) {
   const bool two = n0 + kBlock < n1;
   const __mmask16 mask0 = static_cast<__mmask16>(n0 + kBlock <= n1 ? 0xFFFF : (1u << (n1 - n0)) - 1);
-  const __mmask16 mask1 = static_cast<__mmask16>(!two ? 0 : n0 + 2 * kBlock <= n1 ? 0xFFFF : (1u << (n1 - n0 - kBlock)) - 1);
+  const __mmask16 mask1 =
+      static_cast<__mmask16>(!two ? 0 : n0 + 2 * kBlock <= n1 ? 0xFFFF : (1u << (n1 - n0 - kBlock)) - 1);
   const __m512i col0 = _mm512_loadu_si512(p.col.data() + n0);
   const __m512i col1 = two ? _mm512_loadu_si512(p.col.data() + n0 + kBlock) : col0;
   const __m512i bzp0 = _mm512_loadu_si512(g.bzp + n0);
@@ -196,8 +197,8 @@ __attribute__((target(NPU_VNNI), always_inline)) inline void EpilogueVnni(const 
     return;
   }
   const float z = static_cast<float>(g.y_zp);
-  const RequantVnni q{_mm512_set1_ps((g.y_signed ? -128.0f : 0.0f) - z), _mm512_set1_ps((g.y_signed ? 127.0f : 255.0f) - z),
-                      _mm512_set1_epi32(g.y_zp)};
+  const RequantVnni q{_mm512_set1_ps((g.y_signed ? -128.0f : 0.0f) - z),
+                      _mm512_set1_ps((g.y_signed ? 127.0f : 255.0f) - z), _mm512_set1_epi32(g.y_zp)};
   const int64_t ldy = g.ldy ? g.ldy : g.N;
   uint8_t* y = g.y + m0 * ldy + n0;
   if (mask1 == 0xFFFF) {  // a whole 32 columns
@@ -260,7 +261,8 @@ void ZeroPointTerms(const Int8Gemm& g, Prep& p) {
   const bool bias = g.y != nullptr && g.bias_row != nullptr;
   p.row.resize(g.M);
   for (int64_t m = 0; m < g.M; ++m)
-    p.row[m] = static_cast<int32_t>((bias ? static_cast<uint32_t>(g.bias_row[m]) : 0) - bzp0 * static_cast<uint32_t>(p.asum[m]));
+    p.row[m] = static_cast<int32_t>((bias ? static_cast<uint32_t>(g.bias_row[m]) : 0) -
+                                    bzp0 * static_cast<uint32_t>(p.asum[m]));
   const uint32_t azp = g.azp_per_row ? 1 : static_cast<uint32_t>(g.azp[0] + (g.a_signed ? 128 : 0));
   p.col.resize(np);
   for (int64_t n = 0; n < np; ++n)

@@ -1,6 +1,6 @@
-// Native MaxPool (float32, uint8, int8) and AveragePool (float32); NCHW, a 1-D pool is a 2-D one of height 1. kernels/ops/pool.py is the
-// reference and resolves the geometry (ORT's PoolAttributes: auto_pad, ceil_mode, negative SAME pads); this
-// kernel only walks it.
+// Native MaxPool (float32, uint8, int8) and AveragePool (float32); NCHW, a 1-D pool is a 2-D one of height 1.
+// kernels/ops/pool.py is the reference and resolves the geometry (ORT's PoolAttributes: auto_pad, ceil_mode,
+// negative SAME pads); these kernels only walk it.
 #pragma once
 
 #include <cstdint>
