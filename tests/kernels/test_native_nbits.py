@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from npu_ep.ep import _native
+from _isa import cap_isa, host_isas
 from npu_ep.kernels.ops.matmul_nbits import quantize_a_blockwise
 from npu_ep.quantization import quantize_matmul_nbits
 from npu_ep.quantization.matmul_nbits import dequantize_b
@@ -103,6 +104,33 @@ def test_prefill_rows_equal_decode_bits(isa, bs, level):
     y = _native(a, w, level)
     for r in range(6):
         np.testing.assert_array_equal(y[r], _native(a[r:r + 1], w, level)[0])
+
+
+@pytest.mark.parametrize("bs", [16, 32, 64, 128, 256])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("m", [1, 9])
+def test_level_4_avx512_paths_have_the_scalar_paths_bits(bs, symmetric, m):
+    """accuracy_level 4 has one definition on the scalar and both AVX-512 paths (each block summed exactly in int32,
+    the blocks accumulated in order with one FMA each), so their bits agree: at M = 1 (the decode kernel) and
+    M = 9 (the prefill panel: two 4-row blocks and a short one, a short last pass of columns), with a partial
+    last chunk."""
+    K, N = 1000, 45
+    w = _weights(K, N, bs, symmetric)
+    a = RNG.standard_normal((m, K)).astype(np.float32)
+    a[0, :bs] *= 100.0  # a block far larger than the rest
+    runs = {}
+    for name in host_isas():
+        if name == "avx2":  # its own order: per 8-element lane, the lanes summed at the end
+            continue
+        capped = cap_isa(name)
+        next(capped)
+        try:
+            runs[name] = _native(a, w, 4, threads=2)
+        finally:
+            capped.close()
+    assert set(runs) >= {"scalar"}
+    for name, y in runs.items():
+        np.testing.assert_array_equal(y, runs["scalar"], err_msg=name)
 
 
 def test_nan_and_inf_rows_propagate_like_the_reference(isa):

@@ -7,8 +7,10 @@
 // nibbles. An int32 lane of a chunk covers 4 bytes = 8 elements, always inside one block (blocks >= 16).
 //
 // accuracy_level 4, as ORT's CompInt8: per block of A, scale = max|a| / 127, codes = round_half_even(a * (127 /
-// max|a|)); per lane the exact integer sum of code_a * code_b, minus zp * sum(code_a), times scale_a * scale_b,
-// accumulated in float32. The scalar path sums each block exactly in int32 before scaling.
+// max|a|)). The scalar and AVX-512 paths sum each block exactly in int32 (sum(code_a * code_b) - zp *
+// sum(code_a)) and accumulate the blocks in order, y = fma(float(dot), scale_a * scale_b, y): the same bits on
+// both (the AVX-512 kernels are qnbit_gemv_avx512.cc for M = 1 and qnbit_int8_panel_avx512.cc for M > 1). The
+// AVX2 path scales per lane (8 elements) and sums the lanes at the end.
 // accuracy_level 0..3: weights dequantized per 8-byte group ((q - zp) * scale, one rounding, like ORT's
 // dequantize-then-SGEMM) into a per-column buffer, then float32 dot products.
 #include "qnbit_gemm.h"
@@ -35,6 +37,7 @@ using nbits::Column;
 using nbits::ColumnOf;
 using nbits::Symmetric;
 constexpr int64_t kColsPerTask = 16;
+constexpr int64_t kInt8PanelCols = 32;  // level 4 on AVX-512, M > 1: one re-laid-out pass of columns per task
 // From this M on, fp32 levels multiply dequantized column panels (qnbit_panel_avx512.cc on AVX-512, else the BLAS).
 constexpr int64_t kSgemmMinRows = 16;
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
@@ -54,9 +57,9 @@ inline int64_t PermPos(int64_t e) {
 // Per-call re-layout of A (level 0) or its int8 quantization (level 4).
 struct PreparedA {
   std::vector<float> a;        // [M, kc] perm layout (level 0)
-  std::vector<int8_t> q;       // [M, kc] perm layout (level 4)
+  std::vector<int8_t> q;       // [M, kc] level 4: perm layout, or natural order (AVX-512, M > 1)
   std::vector<float> scale;    // [M, kb]
-  std::vector<int32_t> lane;   // [M, kc / 8] sum of codes per lane (4 bytes = 8 elements)
+  std::vector<int32_t> lane;   // [M, kc / 8] sum of codes per lane (4 bytes = 8 elements; AVX2 only)
   std::vector<int32_t> block;  // [M, kb] sum of codes per block
 };
 
@@ -129,7 +132,7 @@ float Int8ColScalar(const uint8_t* brow, const float* sw, const int32_t* zpc, co
       dot += (brow[i] & 0x0F) * q[pos] + (brow[i] >> 4) * q[pos + kChunkBytes];
     }
     dot -= zpc[b] * qblock[b];
-    acc += (sa[b] * sw[b]) * static_cast<float>(dot);
+    acc = std::fma(static_cast<float>(dot), sa[b] * sw[b], acc);
   }
   return acc;
 }
@@ -268,139 +271,21 @@ __attribute__((target(NPU_AVX512))) float DotAvx512(const float* a, const float*
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)));
 }
 
-// Four columns per pass share A's loads (codes, lane sums, block scales). One body, two instruction sets:
-// DPBUSD(acc, u8, s8) is vpdpbusd on VNNI hosts, maddubs+madd otherwise (exact here: |u8| <= 15, so int16 pair
-// sums cannot saturate). Symmetric weights (zero point 8 everywhere) skip the per-column zero-point vectors.
-struct Cols4 {
-  const uint8_t* full[4];  // packed rows (full chunks)
-  const uint8_t* tail[4];  // last partial chunk, zero-padded to 64 bytes
-  const float* sw[4];
-  const int32_t* zpc[4];
-  bool symmetric;
-};
-
-#define NPU_INT8_COLS4_AVX512(NAME, TARGET, DPBUSD)                                                              \
-  __attribute__((target(TARGET))) void NAME(const Cols4& cols, const Shape& s, const int8_t* q, const float* sa, \
-                                            const int32_t* qlane, float out[4]) {                                \
-    const __m512i m0f = _mm512_set1_epi8(0x0F);                                                                 \
-    const int bs = s.bs;                                                                                        \
-    const int64_t bpc = bs >= kChunkElems ? 1 : kChunkElems >> s.bs_log2;                                       \
-    const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(                                                   \
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(8)),         \
-        s.bs_log2);                                                                                             \
-    const int64_t full = s.row_bytes / kChunkBytes;                                                             \
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};       \
-    for (int64_t c = 0; c < s.n_chunks; ++c) {                                                                  \
-      const int8_t* qc = q + c * kChunkElems;                                                                   \
-      const __m512i qlo = _mm512_loadu_si512(qc), qhi = _mm512_loadu_si512(qc + kChunkBytes);                   \
-      const __m512i ql = _mm512_loadu_si512(qlane + c * 16);                                                    \
-      const __m512i ql8 = _mm512_slli_epi32(ql, 3);                                                             \
-      const int64_t b0 = bs >= kChunkElems ? (c * kChunkElems) >> s.bs_log2 : c * bpc;                          \
-      const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(bpc, s.kb - b0)) - 1);            \
-      const __m512 sab = bs >= kChunkElems ? _mm512_set1_ps(sa[b0]) : _mm512_maskz_loadu_ps(mask, sa + b0);     \
-      _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {                                                     \
-        const __m512i bv = _mm512_loadu_si512(c < full ? cols.full[j] + c * kChunkBytes : cols.tail[j]);        \
-        const __m512i lo = _mm512_and_si512(bv, m0f);                                                           \
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f);                                     \
-        __m512i d = DPBUSD(DPBUSD(_mm512_setzero_si512(), lo, qlo), hi, qhi);                                   \
-        __m512 sv;                                                                                              \
-        if (bs >= kChunkElems) {                                                                                \
-          sv = _mm512_mul_ps(_mm512_set1_ps(cols.sw[j][b0]), sab);                                              \
-          d = _mm512_sub_epi32(d, cols.symmetric ? ql8 : _mm512_mullo_epi32(_mm512_set1_epi32(cols.zpc[j][b0]), ql)); \
-        } else {                                                                                                \
-          sv = _mm512_permutexvar_ps(idx, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, cols.sw[j] + b0), sab));    \
-          d = _mm512_sub_epi32(d, cols.symmetric ? ql8 : _mm512_mullo_epi32(                                    \
-              _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(mask, cols.zpc[j] + b0)), ql));            \
-        }                                                                                                       \
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc[j]);                                            \
-      }                                                                                                         \
-    }                                                                                                           \
-    _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);                  \
-  }
-
-// Prefill (M > 1): 4 rows x 4 columns per pass; B is unpacked once per chunk for all four rows. Each product
-// sw * sa is formed lane by lane exactly as in the one-row kernel, so a row's result has the same bits either way.
-#define NPU_INT8_TILE4_AVX512(NAME, TARGET, DPBUSD)                                                              \
-  __attribute__((target(TARGET))) void NAME(const Cols4& cols, const Shape& s, const int8_t* const q[4],       \
-                                            const float* const sa[4], const int32_t* const qlane[4],           \
-                                            float out[4][4]) {                                                 \
-    const __m512i m0f = _mm512_set1_epi8(0x0F);                                                                 \
-    const int bs = s.bs;                                                                                        \
-    const int64_t bpc = bs >= kChunkElems ? 1 : kChunkElems >> s.bs_log2;                                       \
-    const __m512i idx = _mm512_srli_epi32(_mm512_mullo_epi32(                                                   \
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(8)),         \
-        s.bs_log2);                                                                                             \
-    const int64_t full = s.row_bytes / kChunkBytes;                                                             \
-    __m512 acc[4][4];                                                                                           \
-    _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r)                                                         \
-      _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();                      \
-    for (int64_t c = 0; c < s.n_chunks; ++c) {                                                                  \
-      const int64_t b0 = bs >= kChunkElems ? (c * kChunkElems) >> s.bs_log2 : c * bpc;                          \
-      const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(bpc, s.kb - b0)) - 1);            \
-      __m512i lo[4], hi[4], zl[4];                                                                              \
-      __m512 swv[4];                                                                                            \
-      _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {                                                     \
-        const __m512i bv = _mm512_loadu_si512(c < full ? cols.full[j] + c * kChunkBytes : cols.tail[j]);        \
-        lo[j] = _mm512_and_si512(bv, m0f);                                                                      \
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f);                                                \
-        if (bs >= kChunkElems) {                                                                                \
-          swv[j] = _mm512_set1_ps(cols.sw[j][b0]);                                                              \
-          zl[j] = _mm512_set1_epi32(cols.zpc[j][b0]);                                                           \
-        } else {                                                                                                \
-          swv[j] = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(mask, cols.sw[j] + b0));                    \
-          zl[j] = _mm512_permutexvar_epi32(idx, _mm512_maskz_loadu_epi32(mask, cols.zpc[j] + b0));              \
-        }                                                                                                       \
-      }                                                                                                         \
-      _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r) {                                                     \
-        const int8_t* qc = q[r] + c * kChunkElems;                                                              \
-        const __m512i qlo = _mm512_loadu_si512(qc), qhi = _mm512_loadu_si512(qc + kChunkBytes);                 \
-        const __m512i ql = _mm512_loadu_si512(qlane[r] + c * 16);                                               \
-        const __m512i ql8 = _mm512_slli_epi32(ql, 3); /* symmetric: zero point 8 */                             \
-        const __m512 sav = bs >= kChunkElems ? _mm512_set1_ps(sa[r][b0])                                        \
-                                             : _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(mask, sa[r] + b0)); \
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {                                                   \
-          __m512i d = DPBUSD(DPBUSD(_mm512_setzero_si512(), lo[j], qlo), hi[j], qhi);                           \
-          d = _mm512_sub_epi32(d, cols.symmetric ? ql8 : _mm512_mullo_epi32(zl[j], ql));                        \
-          acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(swv[j], sav), acc[r][j]);            \
-        }                                                                                                       \
-      }                                                                                                         \
-    }                                                                                                           \
-    _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r)                                                         \
-      _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) out[r][j] = _mm512_reduce_add_ps(acc[r][j]);          \
-  }
-
-__attribute__((target(NPU_AVX512))) inline __m512i DpbusdBw(__m512i acc, __m512i u, __m512i s) {
-  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
-}
-__attribute__((target(NPU_AVX512 ",avx512vnni"))) inline __m512i DpbusdVnni(__m512i acc, __m512i u, __m512i s) {
-  return _mm512_dpbusd_epi32(acc, u, s);
-}
-
-NPU_INT8_COLS4_AVX512(Int8Cols4Avx512, NPU_AVX512, DpbusdBw)
-NPU_INT8_COLS4_AVX512(Int8Cols4Avx512Vnni, NPU_AVX512 ",avx512vnni", DpbusdVnni)
-NPU_INT8_TILE4_AVX512(Int8Tile4Avx512, NPU_AVX512, DpbusdBw)
-NPU_INT8_TILE4_AVX512(Int8Tile4Avx512Vnni, NPU_AVX512 ",avx512vnni", DpbusdVnni)
 #endif  // NPU_EP_X86
 
 using Int8ColFn = float (*)(const uint8_t*, const uint8_t*, const float*, const int32_t*, const Shape&,
                             const int8_t*, const float*, const int32_t*);
-#if NPU_EP_X86
-using Int8Cols4Fn = void (*)(const Cols4&, const Shape&, const int8_t*, const float*, const int32_t*, float*);
-using Int8Tile4Fn = void (*)(const Cols4&, const Shape&, const int8_t* const*, const float* const*,
-                             const int32_t* const*, float (*)[4]);
-#endif
 using DequantFn = void (*)(const uint8_t*, const float*, const int32_t*, const Shape&, float*);
 using DotFn = float (*)(const float*, const float*, int64_t);
 
 void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
   const bool int8 = g.accuracy_level == 4;
-  // The AVX-512 quantizer leaves out the block sums: only the scalar kernel reads them.
   const bool vector_quant = NPU_EP_X86 && int8 && isa >= Isa::kAvx512;
   if (int8) {
     pa.q.resize(s.M * s.kc);
     pa.scale.resize(s.M * s.kb);
-    pa.lane.resize(s.M * s.kc / 8);
-    pa.block.resize(vector_quant ? 0 : s.M * s.kb);
+    pa.lane.resize(vector_quant ? 0 : s.M * s.kc / 8);
+    pa.block.resize(s.M * s.kb);
   } else {
     pa.a.resize(s.M * s.kc);
   }
@@ -408,7 +293,7 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
 #if NPU_EP_X86
     if (vector_quant) {
       nbits::QuantizeRowAvx512(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
-                               pa.lane.data() + m * s.kc / 8);
+                               pa.block.data() + m * s.kb, /*perm=*/s.M == 1);
       return;
     }
 #endif
@@ -430,63 +315,6 @@ const float* NaturalRows(const NBitsGemm& g, const Shape& s, PreparedA& pa) {
   }
   return pa.a.data();
 }
-
-#if NPU_EP_X86
-// Columns [n0, n1) four at a time (a short last group repeats its last column and stores only the real ones).
-void Int8Cols4Task(const NBitsGemm& g, const Shape& s, const PreparedA& pa, Int8Cols4Fn fn, Int8Tile4Fn tile,
-                   int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-  const bool symmetric = Symmetric(g);
-  std::vector<int32_t> zpc(4 * (s.kb + 16), 8);
-  alignas(64) uint8_t tails[4][kChunkBytes];
-  const int64_t full = s.row_bytes / kChunkBytes, rem = s.row_bytes % kChunkBytes;
-  for (int64_t c0 = n0; c0 < n1; c0 += 4) {
-    if (s.M > 4 && c0 + 4 < n1) {
-      // the next four rows of B into L2 while these run over every row of A: read four rows chunk by chunk, B
-      // would otherwise stream from DRAM at a fraction of its bandwidth (the hardware prefetchers miss the pattern)
-      for (int64_t n = c0 + 4; n < std::min(n1, c0 + 8); ++n) {
-        const uint8_t* next = ColumnOf(g, s, n).b;
-        for (int64_t off = 0; off < s.row_bytes; off += 64) __builtin_prefetch(next + off, 0, 2);
-      }
-    }
-    Cols4 cols;
-    cols.symmetric = symmetric;
-    for (int j = 0; j < 4; ++j) {
-      const int64_t n = std::min(c0 + j, n1 - 1);
-      const Column col = ColumnOf(g, s, n);
-      cols.full[j] = col.b;
-      std::memset(tails[j], 0, kChunkBytes);
-      if (rem) std::memcpy(tails[j], cols.full[j] + full * kChunkBytes, rem);
-      cols.tail[j] = tails[j];
-      cols.sw[j] = col.sw;
-      int32_t* z = zpc.data() + j * (s.kb + 16);
-      if (!symmetric) UnpackZeroPoints(col.zp, s, z);
-      cols.zpc[j] = z;
-    }
-    if (s.M == 1) {
-      float out[4];
-      fn(cols, s, pa.q.data(), pa.scale.data(), pa.lane.data(), out);
-      for (int j = 0; j < 4 && c0 + j < n1; ++j) g.y[c0 + j] = out[j] + (g.bias == nullptr ? 0.0f : g.bias[c0 + j]);
-      continue;
-    }
-    for (int64_t m0 = r0; m0 < r1; m0 += 4) {  // a short last group repeats its last row
-      const int8_t* q[4];
-      const float* sa[4];
-      const int32_t* ql[4];
-      for (int r = 0; r < 4; ++r) {
-        const int64_t m = std::min(m0 + r, r1 - 1);
-        q[r] = pa.q.data() + m * s.kc;
-        sa[r] = pa.scale.data() + m * s.kb;
-        ql[r] = pa.lane.data() + m * s.kc / 8;
-      }
-      float out[4][4];
-      tile(cols, s, q, sa, ql, out);
-      for (int r = 0; r < 4 && m0 + r < r1; ++r)
-        for (int j = 0; j < 4 && c0 + j < n1; ++j)
-          g.y[(m0 + r) * s.N + c0 + j] = out[r][j] + (g.bias == nullptr ? 0.0f : g.bias[c0 + j]);
-    }
-  }
-}
-#endif
 
 }  // namespace
 
@@ -516,10 +344,6 @@ void MatMulNBits(const NBitsGemm& g) {
   DequantFn dequant = DequantColScalar;
   DotFn dot = DotScalar;
 #if NPU_EP_X86
-  Int8Cols4Fn int8_cols4 = nullptr;
-  Int8Tile4Fn int8_tile4 = nullptr;
-  if (isa == Isa::kAvx512Vnni) int8_cols4 = Int8Cols4Avx512Vnni, int8_tile4 = Int8Tile4Avx512Vnni;
-  if (isa == Isa::kAvx512) int8_cols4 = Int8Cols4Avx512, int8_tile4 = Int8Tile4Avx512;
   if (isa == Isa::kAvx2) int8_col = Int8ColAvx2;
   if (isa >= Isa::kAvx2) dequant = DequantColAvx2;
   if (isa >= Isa::kAvx2) dot = DotAvx2;
@@ -534,9 +358,9 @@ void MatMulNBits(const NBitsGemm& g) {
     nbits::GemvA ga;
     ga.q = pa.q.data();
     ga.scale = pa.scale.data();
-    ga.lane = pa.lane.data();
+    ga.block = pa.block.data();
     ga.a = pa.a.data();
-    const int64_t cols = std::max<int64_t>(8, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 7) / 8 * 8);
+    const int64_t cols = std::max<int64_t>(16, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 15) / 16 * 16);
     const bool vnni = isa == Isa::kAvx512Vnni;
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t, int64_t, int64_t n0, int64_t n1) {
       if (int8)
@@ -544,6 +368,13 @@ void MatMulNBits(const NBitsGemm& g) {
       else
         nbits::GemvFp32Avx512(g, s, ga, n0, n1);
     });
+    return;
+  }
+  if (int8 && isa >= Isa::kAvx512) {
+    const nbits::Int8A ia{pa.q.data(), pa.scale.data(), pa.block.data()};
+    const bool vnni = isa == Isa::kAvx512Vnni;
+    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, kInt8PanelCols,
+             [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) { nbits::Int8PanelAvx512(g, s, ia, vnni, r0, r1, n0, n1); });
     return;
   }
 #endif
@@ -582,12 +413,6 @@ void MatMulNBits(const NBitsGemm& g) {
     return;
   }
   RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, kColsPerTask, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-#if NPU_EP_X86
-    if (int8 && int8_cols4 != nullptr) {
-      Int8Cols4Task(g, s, pa, int8_cols4, int8_tile4, r0, r1, n0, n1);
-      return;
-    }
-#endif
     std::vector<int32_t> zpc(s.kb + 16, 0);
     std::vector<float> w(int8 ? 0 : s.kc, 0.0f);
     alignas(64) uint8_t tail[kChunkBytes];

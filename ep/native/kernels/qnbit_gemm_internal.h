@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cpu.h"
+#include "intrinsics.h"
 #include "qnbit_gemm.h"
 
 namespace npu_ep::kern::nbits {
@@ -37,22 +38,59 @@ inline bool Symmetric(const NBitsGemm& g) {
   return g.segments != nullptr ? g.segments[0].zero_points == nullptr : g.zero_points == nullptr;
 }
 
-// One row of A, prepared once per call: int8 codes, block scales and lane sums (level 4) or the float row in
-// perm layout (level 0..3).
+// One row of A, prepared once per call: int8 codes in perm layout, block scales and block code sums (level 4),
+// or the float row in perm layout (level 0..3).
 struct GemvA {
   const int8_t* q = nullptr;       // [kc]
   const float* scale = nullptr;    // [kb]
-  const int32_t* lane = nullptr;   // [kc / 8]
+  const int32_t* block = nullptr;  // [kb]
   const float* a = nullptr;        // [kc]
 };
 
+// Level 4's rows of A for M > 1: int8 codes in natural order [M, kc], block scales and code sums [M, kb].
+struct Int8A {
+  const int8_t* q = nullptr;
+  const float* scale = nullptr;
+  const int32_t* block = nullptr;
+};
+
 #if NPU_EP_X86
-// accuracy_level 4's per-block int8 quantization of one row of A on AVX-512: the same bits as the scalar
-// QuantizeRow of qnbit_gemm.cc (codes q in perm layout, zero beyond K; block scales; lane sums). No block sums.
-void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* lane);
-// M = 1, columns [n0, n1) of g.y (bias added). Same bits as the AVX-512 Cols4/Tile4 (level 4) and
-// dequantize-then-dot (level 0) paths of qnbit_gemm.cc: the same per-lane products and summation order.
+// r[i] holds 16 dwords of column i; afterwards r[t] holds dword t of the 16 columns (a 16 x 16 dword transpose).
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) inline void Transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0xDD);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xDD);
+  }
+}
+
+// accuracy_level 4's per-block int8 quantization of one row of A on AVX-512: the same codes and scales as the
+// scalar QuantizeRow of qnbit_gemm.cc (q zero beyond K, in perm layout if `perm`, else in natural order) and the
+// per-block code sums.
+void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* block, bool perm);
+// Level 4: every output summed exactly in int32 per block and accumulated over the blocks in order,
+// y = fma(float(dot_b - zp_b * sum_b(a)), sw_b * sa_b, y): one definition, so a row has the same bits in a
+// prefill (Int8PanelAvx512) and alone (GemvInt8Avx512), and the scalar path's.
+// M = 1, columns [n0, n1) of g.y (bias added).
 void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnni, int64_t n0, int64_t n1);
+// M > 1, rows [r0, r1) x columns [n0, n1) of g.y (bias added) (qnbit_int8_panel_avx512.cc).
+void Int8PanelAvx512(const NBitsGemm& g, const Shape& s, const Int8A& a, bool vnni, int64_t r0, int64_t r1,
+                     int64_t n0, int64_t n1);
 // Level 0..3, block_size >= 32.
 void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, int64_t n0, int64_t n1);
 // Level 0..3, M >= 16: y[r, c] = dot(a row r, panel column c) over kc (a multiple of 16) for `rows` rows of A

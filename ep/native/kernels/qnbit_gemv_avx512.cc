@@ -1,9 +1,10 @@
 // MatMulNBits decode (M = 1) on AVX-512: one pass over the packed weights, nothing staged in memory.
 //
-// accuracy_level 4: eight columns per pass share A's codes and lane sums. The zero-point term starts the int32
-// accumulator (-zp * lane_sum_a), two DPBUSDs add the low and high nibbles' products; block scales are multiplied
-// (sw * sa) once per 16 blocks and spread to the lanes with one permute per chunk. The last partial chunk is a
-// masked load, so no tail copy is made.
+// accuracy_level 4: sixteen columns per pass share A's codes. Per chunk, two DPBUSDs per column give 16 lane sums
+// (8 elements each); shuffles add them up into block sums with the columns in the lanes, and per block one
+// zero-point term, convert, scale and FMA update all sixteen outputs: the block-exact order of the prefill kernel
+// (qnbit_int8_panel_avx512.cc). Scales and zero points are transposed 16 blocks at a time. The last partial chunk
+// is a masked load, so no tail copy is made.
 // accuracy_level 0..3: the 16 possible weights of a block ((q - zp) * scale, rounded once) form a 16-entry table;
 // a permute by the nibbles dequantizes 16 elements at once, and an FMA multiplies them with A in place.
 #include <algorithm>
@@ -18,7 +19,7 @@
 namespace npu_ep::kern::nbits {
 namespace {
 
-constexpr int kCols = 8;  // columns per pass: A's codes, lane sums and scales are loaded once for all of them
+constexpr int kCols = 16;  // columns per pass: one per lane of the accumulator
 
 #define NPU_AVX512 "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
 
@@ -38,6 +39,52 @@ __attribute__((target(NPU_AVX512))) inline __m512i ZeroPoints16(const uint8_t* z
   return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
 }
 
+// The 128-bit lanes of w[0..3] transposed: w[L] gets lane L of each, in order.
+__attribute__((target(NPU_AVX512))) inline void Lanes4x4(__m512i w[4]) {
+  const __m512i a0 = _mm512_shuffle_i32x4(w[0], w[1], 0x44), a1 = _mm512_shuffle_i32x4(w[0], w[1], 0xEE);
+  const __m512i a2 = _mm512_shuffle_i32x4(w[2], w[3], 0x44), a3 = _mm512_shuffle_i32x4(w[2], w[3], 0xEE);
+  w[0] = _mm512_shuffle_i32x4(a0, a2, 0x88);
+  w[1] = _mm512_shuffle_i32x4(a0, a2, 0xDD);
+  w[2] = _mm512_shuffle_i32x4(a1, a3, 0x88);
+  w[3] = _mm512_shuffle_i32x4(a1, a3, 0xDD);
+}
+
+// Picks (0x88: lanes 0, 2 of each source; 0xDD: lanes 1, 3) within every 128-bit lane, on int32 data.
+template <int kImm>
+__attribute__((target(NPU_AVX512))) inline __m512i Pick(__m512i x, __m512i y) {
+  return _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), kImm));
+}
+
+// d[j]: column j's 16 lane sums of one chunk (lane l: elements 8l..8l+7). Returns the chunk's sums per 16 elements
+// (bs = 16: 8 vectors), 32 (bs = 32: 4), 64 (2) or all 128 (1), each with column j in lane j, in k order.
+__attribute__((target(NPU_AVX512))) inline int ColumnsToLanes(const __m512i d[kCols], int bs, __m512i out[8]) {
+  __m512i x[8];  // per 128-bit lane: column 2p's and 2p+1's sums of elements 0-15 (A) and 16-31 (B)
+  for (int p = 0; p < 8; ++p)
+    x[p] = _mm512_add_epi32(Pick<0x88>(d[2 * p], d[2 * p + 1]), Pick<0xDD>(d[2 * p], d[2 * p + 1]));
+  __m512i u[4], v[4];  // per 128-bit lane: columns 4q..4q+3, A (u) and B (v)
+  for (int q = 0; q < 4; ++q) {
+    u[q] = Pick<0x88>(x[2 * q], x[2 * q + 1]);
+    v[q] = Pick<0xDD>(x[2 * q], x[2 * q + 1]);
+  }
+  if (bs == 16) {
+    Lanes4x4(u);
+    Lanes4x4(v);
+    for (int l = 0; l < 4; ++l) out[2 * l] = u[l], out[2 * l + 1] = v[l];
+    return 8;
+  }
+  for (int q = 0; q < 4; ++q) u[q] = _mm512_add_epi32(u[q], v[q]);
+  Lanes4x4(u);
+  if (bs == 32) {
+    for (int l = 0; l < 4; ++l) out[l] = u[l];
+    return 4;
+  }
+  out[0] = _mm512_add_epi32(u[0], u[1]);
+  out[1] = _mm512_add_epi32(u[2], u[3]);
+  if (bs == 64) return 2;
+  out[0] = _mm512_add_epi32(out[0], out[1]);
+  return 1;
+}
+
 // kCols columns per pass (pointers repeat the last real column when fewer remain) -> out[kCols]; the weights of the
 // columns `ahead` further are prefetched into L2. HI_NIBBLES(bv) gives each byte's high nibble: one GF(2) affine op
 // (a bit shift inside bytes) on GFNI hosts, shift+mask else.
@@ -46,46 +93,65 @@ __attribute__((target(NPU_AVX512))) inline __m512i ZeroPoints16(const uint8_t* z
                                             const float* const sw[kCols], const uint8_t* const zp[kCols],             \
                                             int64_t ahead, float out[kCols]) {                                        \
     const __m512i m0f = _mm512_set1_epi8(0x0F);                                                                       \
-    const __m512i lane8 = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);         \
     const int64_t chunks_per_sup = s.bs / 8; /* 16 blocks = 16 * bs elements = bs / 8 chunks */                       \
     const int64_t rem = s.row_bytes % kChunkBytes;                                                                    \
     const __mmask64 tail = rem ? (~0ull >> (64 - rem)) : ~0ull;                                                       \
     const bool symmetric = zp[0] == nullptr;                                                                          \
-    __m512 acc[kCols];                                                                                                \
-    _Pragma("GCC unroll 8") for (int j = 0; j < kCols; ++j) acc[j] = _mm512_setzero_ps();                             \
+    __m512 acc = _mm512_setzero_ps();                                                                                 \
+    __m512i open = _mm512_setzero_si512(); /* bs > 128: the sum of the block's chunks so far */                       \
+    alignas(64) float swt[16][kCols];                                                                                 \
+    alignas(64) int32_t zpt[16][kCols];                                                                               \
     for (int64_t b0 = 0; b0 < s.kb; b0 += 16) {                                                                       \
       const __mmask16 bmask = static_cast<__mmask16>((1u << std::min<int64_t>(16, s.kb - b0)) - 1);                   \
-      const __m512 sab = _mm512_maskz_loadu_ps(bmask, a.scale + b0);                                                  \
-      __m512 sv[kCols];                                                                                               \
-      __m512i zv[kCols];                                                                                              \
-      _Pragma("GCC unroll 8") for (int j = 0; j < kCols; ++j) {                                                       \
+      __m512i t[16];                                                                                                  \
+      _Pragma("GCC unroll 16") for (int j = 0; j < kCols; ++j) {                                                      \
         _mm_prefetch(reinterpret_cast<const char*>(sw[j] + ahead * s.kb + b0), _MM_HINT_T1);                          \
-        sv[j] = _mm512_mul_ps(_mm512_maskz_loadu_ps(bmask, sw[j] + b0), sab);                                         \
-        zv[j] = symmetric ? _mm512_setzero_si512() : ZeroPoints16(zp[j], b0, s.kb);                                   \
-        if (!symmetric) _mm_prefetch(reinterpret_cast<const char*>(zp[j] + ahead * s.zp_bytes + b0 / 2), _MM_HINT_T1); \
+        t[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(bmask, sw[j] + b0));                                         \
+      }                                                                                                               \
+      Transpose16x16(t);                                                                                              \
+      for (int i = 0; i < 16; ++i) _mm512_store_si512(swt[i], t[i]);                                                  \
+      if (!symmetric) {                                                                                               \
+        _Pragma("GCC unroll 16") for (int j = 0; j < kCols; ++j) {                                                    \
+          _mm_prefetch(reinterpret_cast<const char*>(zp[j] + ahead * s.zp_bytes + b0 / 2), _MM_HINT_T1);              \
+          t[j] = ZeroPoints16(zp[j], b0, s.kb);                                                                       \
+        }                                                                                                             \
+        Transpose16x16(t);                                                                                            \
+        for (int i = 0; i < 16; ++i) _mm512_store_si512(zpt[i], t[i]);                                                \
       }                                                                                                               \
       const int64_t c_begin = (b0 / 16) * chunks_per_sup;                                                             \
       const int64_t c_end = std::min(s.n_chunks, c_begin + chunks_per_sup);                                           \
       for (int64_t c = c_begin; c < c_end; ++c) {                                                                     \
-        const __m512i idx = _mm512_srli_epi32(                                                                        \
-            _mm512_add_epi32(lane8, _mm512_set1_epi32(static_cast<int>((c - c_begin) * kChunkElems))), s.bs_log2);    \
         const __mmask64 bytes = c == s.n_chunks - 1 ? tail : ~0ull;                                                   \
         const int8_t* qc = a.q + c * kChunkElems;                                                                     \
         const __m512i qlo = _mm512_loadu_si512(qc), qhi = _mm512_loadu_si512(qc + kChunkBytes);                       \
-        const __m512i nql = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(a.lane + c * 16));            \
-        const __m512i nql8 = _mm512_slli_epi32(nql, 3);                                                               \
-        _Pragma("GCC unroll 8") for (int j = 0; j < kCols; ++j) {                                                     \
+        __m512i d[kCols];                                                                                             \
+        _Pragma("GCC unroll 16") for (int j = 0; j < kCols; ++j) {                                                    \
           _mm_prefetch(reinterpret_cast<const char*>(bp[j] + ahead * s.row_bytes + c * kChunkBytes), _MM_HINT_T1);    \
           const __m512i bv = _mm512_maskz_loadu_epi8(bytes, bp[j] + c * kChunkBytes);                                 \
           const __m512i lo = _mm512_and_si512(bv, m0f);                                                               \
           const __m512i hi = HI_NIBBLES(bv);                                                                          \
-          const __m512i d0 = symmetric ? nql8 : _mm512_mullo_epi32(_mm512_permutexvar_epi32(idx, zv[j]), nql);        \
-          const __m512i d = DPBUSD(DPBUSD(d0, lo, qlo), hi, qhi);                                                     \
-          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, sv[j]), acc[j]);                 \
+          d[j] = DPBUSD(DPBUSD(_mm512_setzero_si512(), lo, qlo), hi, qhi);                                            \
+        }                                                                                                             \
+        __m512i sums[8];                                                                                              \
+        int n = ColumnsToLanes(d, s.bs, sums);                                                                        \
+        int64_t blk = (c * kChunkElems) >> s.bs_log2;                                                                 \
+        if (s.bs > kChunkElems) {                                                                                     \
+          open = _mm512_add_epi32(open, sums[0]);                                                                     \
+          if (((c + 1) * kChunkElems) % s.bs != 0) continue; /* the block goes on in the next chunk */                \
+          sums[0] = open;                                                                                             \
+          open = _mm512_setzero_si512();                                                                              \
+        }                                                                                                             \
+        for (int i = 0; i < n && blk < s.kb; ++i, ++blk) {                                                            \
+          const __m512i sum_a = _mm512_set1_epi32(a.block[blk]);                                                      \
+          const __m512i dot = _mm512_sub_epi32(                                                                       \
+              sums[i], symmetric ? _mm512_slli_epi32(sum_a, 3)                                                        \
+                                 : _mm512_mullo_epi32(_mm512_load_si512(zpt[blk - b0]), sum_a));                      \
+          const __m512 scale = _mm512_mul_ps(_mm512_load_ps(swt[blk - b0]), _mm512_set1_ps(a.scale[blk]));           \
+          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);                                                 \
         }                                                                                                             \
       }                                                                                                               \
     }                                                                                                                 \
-    _Pragma("GCC unroll 8") for (int j = 0; j < kCols; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);                    \
+    _mm512_storeu_ps(out, acc);                                                                                       \
   }
 
 #define NPU_HI_SHIFT(bv) _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f)
@@ -124,12 +190,11 @@ __attribute__((target(NPU_AVX512))) float GemvFp32Col(const Shape& s, const floa
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
-// One row's codes are first written in natural order (q doubles as the buffer), then each 128-element chunk is
-// split in place into its 64 even and 64 odd elements: an in-lane byte shuffle puts each 16-byte lane's evens
-// before its odds, a two-source qword permute gathers them. Lane sums (8 consecutive codes) come from SAD on the
-// codes biased to unsigned.
+// One row's codes are written in natural order; for the decode kernel each 128-element chunk is then split in
+// place into its 64 even and 64 odd elements (perm layout): an in-lane byte shuffle puts each 16-byte lane's evens
+// before its odds, a two-source qword permute gathers them.
 __attribute__((target(NPU_AVX512))) void QuantizeRowImpl(const float* a, const Shape& s, int8_t* q, float* scale,
-                                                         int32_t* lane) {
+                                                         int32_t* block, bool perm) {
   const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   for (int64_t b = 0; b < s.kb; ++b) {
     const int64_t k0 = b * s.bs, k1 = std::min<int64_t>(s.K, k0 + s.bs);
@@ -145,6 +210,7 @@ __attribute__((target(NPU_AVX512))) void QuantizeRowImpl(const float* a, const S
     scale[b] = amax / 127.0f;
     const float inv = std::isfinite(amax) && amax != 0.0f ? 127.0f / amax : 0.0f;
     const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    __m512i sum = _mm512_setzero_si512();
     for (int64_t k = k0; k < k0 + s.bs; k += 16) {
       __m128i c = _mm_setzero_si128();
       if (inv != 0.0f) {
@@ -152,24 +218,22 @@ __attribute__((target(NPU_AVX512))) void QuantizeRowImpl(const float* a, const S
         const __m512 x = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), a + k);
         __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(x, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         r = _mm512_min_ps(hi, _mm512_max_ps(lo, r));
-        c = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r));
+        const __m512i codes = _mm512_cvttps_epi32(r);
+        sum = _mm512_add_epi32(sum, codes);
+        c = _mm512_cvtepi32_epi8(codes);
       }
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), c);
     }
+    block[b] = _mm512_reduce_add_epi32(sum);
   }
   std::memset(q + s.kb * s.bs, 0, s.kc - s.kb * s.bs);
+  if (!perm) return;
   const __m512i split = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
   const __m512i evens = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), odds = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
-  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80)), off = _mm512_set1_epi32(8 * 128);
   for (int64_t c = 0; c < s.n_chunks; ++c) {
     int8_t* qc = q + c * kChunkElems;
-    const __m512i v0 = _mm512_loadu_si512(qc), v1 = _mm512_loadu_si512(qc + 64);
-    const __m512i s0 = _mm512_sad_epu8(_mm512_xor_si512(v0, bias), _mm512_setzero_si512());
-    const __m512i s1 = _mm512_sad_epu8(_mm512_xor_si512(v1, bias), _mm512_setzero_si512());
-    const __m512i sums = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(s0)),
-                                            _mm512_cvtepi64_epi32(s1), 1);
-    _mm512_storeu_si512(lane + c * 16, _mm512_sub_epi32(sums, off));
-    const __m512i w0 = _mm512_shuffle_epi8(v0, split), w1 = _mm512_shuffle_epi8(v1, split);
+    const __m512i w0 = _mm512_shuffle_epi8(_mm512_loadu_si512(qc), split);
+    const __m512i w1 = _mm512_shuffle_epi8(_mm512_loadu_si512(qc + 64), split);
     _mm512_storeu_si512(qc, _mm512_permutex2var_epi64(w0, evens, w1));
     _mm512_storeu_si512(qc + 64, _mm512_permutex2var_epi64(w0, odds, w1));
   }
@@ -179,8 +243,8 @@ inline float Bias(const NBitsGemm& g, int64_t n) { return g.bias == nullptr ? 0.
 
 }  // namespace
 
-void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* lane) {
-  QuantizeRowImpl(a, s, q, scale, lane);
+void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* block, bool perm) {
+  QuantizeRowImpl(a, s, q, scale, block, perm);
 }
 
 void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnni, int64_t n0, int64_t n1) {
