@@ -37,7 +37,11 @@ using nbits::Column;
 using nbits::ColumnOf;
 using nbits::Symmetric;
 constexpr int64_t kColsPerTask = 16;
-constexpr int64_t kInt8PanelCols = 32;  // level 4 on AVX-512, M > 1: one re-laid-out pass of columns per task
+constexpr int64_t kInt8PanelCols = 32;  // level 4 on AVX-512: one re-laid-out pass of columns per task
+// Below this many rows level 4 runs row by row on the decode kernel: the panel's re-layout of B costs what several
+// rows' products do (PERF.md: 2048 x 2048 on one thread, M = 2 and 4 ran faster row by row, from M = 8 on the
+// panel won).
+constexpr int64_t kInt8PanelMinRows = 8;
 // From this M on, fp32 levels multiply dequantized column panels (qnbit_panel_avx512.cc on AVX-512, else the BLAS).
 constexpr int64_t kSgemmMinRows = 16;
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
@@ -293,7 +297,7 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
 #if NPU_EP_X86
     if (vector_quant) {
       nbits::QuantizeRowAvx512(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
-                               pa.block.data() + m * s.kb, /*perm=*/s.M == 1);
+                               pa.block.data() + m * s.kb, /*perm=*/s.M < kInt8PanelMinRows);
       return;
     }
 #endif
@@ -353,20 +357,24 @@ void MatMulNBits(const NBitsGemm& g) {
   (void)isa;
 #endif
 #if NPU_EP_X86
-  if (s.M == 1 && isa >= Isa::kAvx512 && (int8 || s.bs >= 32)) {
+  if ((s.M == 1 || (int8 && s.M < kInt8PanelMinRows)) && isa >= Isa::kAvx512 && (int8 || s.bs >= 32)) {
     // Every column is computed whole by one task, so the split changes no bits.
-    nbits::GemvA ga;
-    ga.q = pa.q.data();
-    ga.scale = pa.scale.data();
-    ga.block = pa.block.data();
-    ga.a = pa.a.data();
     const int64_t cols = std::max<int64_t>(16, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 15) / 16 * 16);
     const bool vnni = isa == Isa::kAvx512Vnni;
-    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t, int64_t, int64_t n0, int64_t n1) {
-      if (int8)
-        nbits::GemvInt8Avx512(g, s, ga, vnni, n0, n1);
-      else
-        nbits::GemvFp32Avx512(g, s, ga, n0, n1);
+    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+      for (int64_t m = r0; m < r1; ++m) {
+        nbits::GemvA ga;
+        ga.q = pa.q.data() + m * s.kc;
+        ga.scale = pa.scale.data() + m * s.kb;
+        ga.block = pa.block.data() + m * s.kb;
+        ga.a = pa.a.data();
+        NBitsGemm row = g;
+        row.y = g.y + m * s.N;
+        if (int8)
+          nbits::GemvInt8Avx512(row, s, ga, vnni, n0, n1);
+        else
+          nbits::GemvFp32Avx512(row, s, ga, n0, n1);
+      }
     });
     return;
   }

@@ -39,8 +39,10 @@ __attribute__((target(NPU_AVX512))) inline __m512i ZeroPoints16(const uint8_t* z
   return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
 }
 
+#define NPU_INLINE __attribute__((target(NPU_AVX512), always_inline)) inline
+
 // The 128-bit lanes of w[0..3] transposed: w[L] gets lane L of each, in order.
-__attribute__((target(NPU_AVX512))) inline void Lanes4x4(__m512i w[4]) {
+NPU_INLINE void Lanes4x4(__m512i w[4]) {
   const __m512i a0 = _mm512_shuffle_i32x4(w[0], w[1], 0x44), a1 = _mm512_shuffle_i32x4(w[0], w[1], 0xEE);
   const __m512i a2 = _mm512_shuffle_i32x4(w[2], w[3], 0x44), a3 = _mm512_shuffle_i32x4(w[2], w[3], 0xEE);
   w[0] = _mm512_shuffle_i32x4(a0, a2, 0x88);
@@ -49,32 +51,43 @@ __attribute__((target(NPU_AVX512))) inline void Lanes4x4(__m512i w[4]) {
   w[3] = _mm512_shuffle_i32x4(a1, a3, 0xDD);
 }
 
+// Within every 128-bit lane: the sums of adjacent int32 pairs of x, then of y. Exact while the int32 values fit in
+// int16 (|x| <= 16 elements * 15 * 128 = 30720 here): pack to int16, multiply-add pairs with 1.
+NPU_INLINE __m512i PairSums(__m512i x, __m512i y) {
+  return _mm512_madd_epi16(_mm512_packs_epi32(x, y), _mm512_set1_epi16(1));
+}
+
 // Picks (0x88: lanes 0, 2 of each source; 0xDD: lanes 1, 3) within every 128-bit lane, on int32 data.
 template <int kImm>
-__attribute__((target(NPU_AVX512))) inline __m512i Pick(__m512i x, __m512i y) {
+NPU_INLINE __m512i Pick(__m512i x, __m512i y) {
   return _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), kImm));
 }
 
-// d[j]: column j's 16 lane sums of one chunk (lane l: elements 8l..8l+7). Returns the chunk's sums per 16 elements
-// (bs = 16: 8 vectors), 32 (bs = 32: 4), 64 (2) or all 128 (1), each with column j in lane j, in k order.
-__attribute__((target(NPU_AVX512))) inline int ColumnsToLanes(const __m512i d[kCols], int bs, __m512i out[8]) {
-  __m512i x[8];  // per 128-bit lane: column 2p's and 2p+1's sums of elements 0-15 (A) and 16-31 (B)
-  for (int p = 0; p < 8; ++p)
-    x[p] = _mm512_add_epi32(Pick<0x88>(d[2 * p], d[2 * p + 1]), Pick<0xDD>(d[2 * p], d[2 * p + 1]));
-  __m512i u[4], v[4];  // per 128-bit lane: columns 4q..4q+3, A (u) and B (v)
-  for (int q = 0; q < 4; ++q) {
-    u[q] = Pick<0x88>(x[2 * q], x[2 * q + 1]);
-    v[q] = Pick<0xDD>(x[2 * q], x[2 * q + 1]);
-  }
+// d[0..3]: columns 4q..4q+3's 16 lane sums of one chunk (lane l: elements 8l..8l+7). Per 128-bit lane L (elements
+// 32L..32L+31) -> u: the four columns' sums of all 32 elements (bs >= 32), or of the first 16 (bs = 16, with v
+// taking the second 16).
+NPU_INLINE void QuadSums(const __m512i d[4], int bs, __m512i& u, __m512i& v) {
+  const __m512i x0 = PairSums(d[0], d[1]), x1 = PairSums(d[2], d[3]);  // per column: elements 0-15, 16-31
   if (bs == 16) {
-    Lanes4x4(u);
+    u = Pick<0x88>(x0, x1);
+    v = Pick<0xDD>(x0, x1);
+  } else {
+    u = PairSums(x0, x1);
+  }
+}
+
+// u[q], v[q] from QuadSums of the four column quads -> the chunk's sums per 16 elements (bs = 16: 8 vectors), 32
+// (bs = 32: 4), 64 (2) or all 128 (1), each with column j in lane j, in k order.
+NPU_INLINE int ColumnsToLanes(__m512i u[4], __m512i v[4], int bs, __m512i out[8]) {
+  Lanes4x4(u);
+  if (bs == 16) {
     Lanes4x4(v);
+#pragma GCC unroll 4
     for (int l = 0; l < 4; ++l) out[2 * l] = u[l], out[2 * l + 1] = v[l];
     return 8;
   }
-  for (int q = 0; q < 4; ++q) u[q] = _mm512_add_epi32(u[q], v[q]);
-  Lanes4x4(u);
   if (bs == 32) {
+#pragma GCC unroll 4
     for (int l = 0; l < 4; ++l) out[l] = u[l];
     return 4;
   }
@@ -109,14 +122,14 @@ __attribute__((target(NPU_AVX512))) inline int ColumnsToLanes(const __m512i d[kC
         t[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(bmask, sw[j] + b0));                                         \
       }                                                                                                               \
       Transpose16x16(t);                                                                                              \
-      for (int i = 0; i < 16; ++i) _mm512_store_si512(swt[i], t[i]);                                                  \
+      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) _mm512_store_si512(swt[i], t[i]);                                                  \
       if (!symmetric) {                                                                                               \
         _Pragma("GCC unroll 16") for (int j = 0; j < kCols; ++j) {                                                    \
           _mm_prefetch(reinterpret_cast<const char*>(zp[j] + ahead * s.zp_bytes + b0 / 2), _MM_HINT_T1);              \
           t[j] = ZeroPoints16(zp[j], b0, s.kb);                                                                       \
         }                                                                                                             \
         Transpose16x16(t);                                                                                            \
-        for (int i = 0; i < 16; ++i) _mm512_store_si512(zpt[i], t[i]);                                                \
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) _mm512_store_si512(zpt[i], t[i]);                                                \
       }                                                                                                               \
       const int64_t c_begin = (b0 / 16) * chunks_per_sup;                                                             \
       const int64_t c_end = std::min(s.n_chunks, c_begin + chunks_per_sup);                                           \
@@ -124,16 +137,19 @@ __attribute__((target(NPU_AVX512))) inline int ColumnsToLanes(const __m512i d[kC
         const __mmask64 bytes = c == s.n_chunks - 1 ? tail : ~0ull;                                                   \
         const int8_t* qc = a.q + c * kChunkElems;                                                                     \
         const __m512i qlo = _mm512_loadu_si512(qc), qhi = _mm512_loadu_si512(qc + kChunkBytes);                       \
-        __m512i d[kCols];                                                                                             \
-        _Pragma("GCC unroll 16") for (int j = 0; j < kCols; ++j) {                                                    \
-          _mm_prefetch(reinterpret_cast<const char*>(bp[j] + ahead * s.row_bytes + c * kChunkBytes), _MM_HINT_T1);    \
-          const __m512i bv = _mm512_maskz_loadu_epi8(bytes, bp[j] + c * kChunkBytes);                                 \
-          const __m512i lo = _mm512_and_si512(bv, m0f);                                                               \
-          const __m512i hi = HI_NIBBLES(bv);                                                                          \
-          d[j] = DPBUSD(DPBUSD(_mm512_setzero_si512(), lo, qlo), hi, qhi);                                            \
+        __m512i u[4], v[4];                                                                                           \
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) {                                                         \
+          __m512i d[4];                                                                                               \
+          _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {                                                       \
+            const uint8_t* col = bp[4 * q + i] + c * kChunkBytes;                                                     \
+            _mm_prefetch(reinterpret_cast<const char*>(col + ahead * s.row_bytes), _MM_HINT_T1);                      \
+            const __m512i bv = _mm512_maskz_loadu_epi8(bytes, col);                                                   \
+            d[i] = DPBUSD(DPBUSD(_mm512_setzero_si512(), _mm512_and_si512(bv, m0f), qlo), HI_NIBBLES(bv), qhi);       \
+          }                                                                                                           \
+          QuadSums(d, s.bs, u[q], v[q]);                                                                              \
         }                                                                                                             \
         __m512i sums[8];                                                                                              \
-        int n = ColumnsToLanes(d, s.bs, sums);                                                                        \
+        const int n = ColumnsToLanes(u, v, s.bs, sums);                                                               \
         int64_t blk = (c * kChunkElems) >> s.bs_log2;                                                                 \
         if (s.bs > kChunkElems) {                                                                                     \
           open = _mm512_add_epi32(open, sums[0]);                                                                     \

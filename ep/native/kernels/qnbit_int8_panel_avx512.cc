@@ -58,6 +58,7 @@ __attribute__((target(NPU_AVX512))) Panel Relayout(const NBitsGemm& g, const Sha
       const int64_t bytes = std::min<int64_t>(32, s.row_bytes - e0 / 2);
       const __mmask32 mask = static_cast<__mmask32>(bytes >= 32 ? ~0u : (1u << bytes) - 1);
       __m512i r[16];
+#pragma GCC unroll 16
       for (int j = 0; j < 16; ++j) {
         const __m256i raw = _mm256_maskz_loadu_epi8(mask, cols[16 * half + j].b + e0 / 2);
         const __m256i lo = _mm256_and_si256(raw, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m0f);
@@ -66,6 +67,7 @@ __attribute__((target(NPU_AVX512))) Panel Relayout(const NBitsGemm& g, const Sha
                                   _mm256_permute2x128_si256(x0, x1, 0x31), 1);
       }
       Transpose16x16(r);
+#pragma GCC unroll 16
       for (int t = 0; t < 16 && e0 + 4 * t < elems; ++t) {
         const int64_t e = e0 + 4 * t, blk = e >> s.bs_log2, step = (e & (s.bs - 1)) / 4;
         _mm512_storeu_si512(b + ((blk * steps + step) * kCols + 16 * half) * 4, r[t]);
