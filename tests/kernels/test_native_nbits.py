@@ -97,13 +97,15 @@ def test_bad_arguments_raise_clear_errors():
 @pytest.mark.parametrize("bs", [16, 64, 256])
 @pytest.mark.parametrize("level", [0, 4])
 def test_prefill_rows_equal_decode_bits(isa, bs, level):
-    """A row computed inside a prefill tile has the bits of the same row computed alone (decode)."""
+    """A row computed inside a prefill tile has the bits of the same row computed alone (decode), whether the
+    prefill runs its rows one by one (M < 8 at level 4) or on the panel (two 4-row blocks and a short one)."""
     K, N = 700, 37
     w = _weights(K, N, bs, symmetric=False)
-    a = RNG.standard_normal((6, K)).astype(np.float32)
-    y = _native(a, w, level)
-    for r in range(6):
-        np.testing.assert_array_equal(y[r], _native(a[r:r + 1], w, level)[0])
+    for m in (6, 10):
+        a = RNG.standard_normal((m, K)).astype(np.float32)
+        y = _native(a, w, level)
+        for r in range(m):
+            np.testing.assert_array_equal(y[r], _native(a[r:r + 1], w, level)[0])
 
 
 @pytest.mark.parametrize("bs", [16, 32, 64, 128, 256])
@@ -159,11 +161,11 @@ def test_decode_gemv_at_width_has_prefill_bits(isa, bs, symmetric, level):
     at a 1B decoder's width, with a partial last chunk (K = 2080) and on 1 or 2 threads."""
     K, N = 2080, 130
     w = _weights(K, N, bs, symmetric)
-    a = RNG.standard_normal((2, K)).astype(np.float32)
+    a = RNG.standard_normal((9, K)).astype(np.float32)
     bias = RNG.standard_normal(N).astype(np.float32)
     y = _native(a, w, level, bias=bias)
     _close(y, _reference(a, w, level) + bias)
-    for r in range(2):
+    for r in (0, 5, 8):
         for t in (1, 2):
             np.testing.assert_array_equal(_native(a[r:r + 1], w, level, threads=t, bias=bias)[0], y[r])
 
