@@ -381,8 +381,10 @@ void MatMulNBits(const NBitsGemm& g) {
   if (int8 && isa >= Isa::kAvx512) {
     const nbits::Int8A ia{pa.q.data(), pa.scale.data(), pa.block.data()};
     const bool vnni = isa == Isa::kAvx512Vnni;
-    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, kInt8PanelCols,
-             [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) { nbits::Int8PanelAvx512(g, s, ia, vnni, r0, r1, n0, n1); });
+    const auto task = [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+      nbits::Int8PanelAvx512(g, s, ia, vnni, r0, r1, n0, n1);
+    };
+    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, kInt8PanelCols, task);
     return;
   }
 #endif

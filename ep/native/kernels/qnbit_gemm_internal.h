@@ -56,7 +56,8 @@ struct Int8A {
 
 #if NPU_EP_X86
 // r[i] holds 16 dwords of column i; afterwards r[t] holds dword t of the 16 columns (a 16 x 16 dword transpose).
-__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline void Transpose16x16(__m512i r[16]) {
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline void Transpose16x16(
+    __m512i r[16]) {
   __m512i t[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; i += 2) {

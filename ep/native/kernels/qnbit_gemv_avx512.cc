@@ -122,14 +122,14 @@ NPU_INLINE int ColumnsToLanes(__m512i u[4], __m512i v[4], int bs, __m512i out[8]
         t[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(bmask, sw[j] + b0));                                         \
       }                                                                                                               \
       Transpose16x16(t);                                                                                              \
-      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) _mm512_store_si512(swt[i], t[i]);                                                  \
+      _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) _mm512_store_si512(swt[i], t[i]);                         \
       if (!symmetric) {                                                                                               \
         _Pragma("GCC unroll 16") for (int j = 0; j < kCols; ++j) {                                                    \
           _mm_prefetch(reinterpret_cast<const char*>(zp[j] + ahead * s.zp_bytes + b0 / 2), _MM_HINT_T1);              \
           t[j] = ZeroPoints16(zp[j], b0, s.kb);                                                                       \
         }                                                                                                             \
         Transpose16x16(t);                                                                                            \
-        _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) _mm512_store_si512(zpt[i], t[i]);                                                \
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; ++i) _mm512_store_si512(zpt[i], t[i]);                       \
       }                                                                                                               \
       const int64_t c_begin = (b0 / 16) * chunks_per_sup;                                                             \
       const int64_t c_end = std::min(s.n_chunks, c_begin + chunks_per_sup);                                           \

@@ -33,6 +33,37 @@ struct Panel {
   const int32_t* zp;   // [kb][kCols], or null: symmetric (8)
 };
 
+// w[i] holds 16 words of column i; afterwards w[t] holds word t of the 16 columns: 8 x 8 transposes inside the
+// 128-bit lanes of rows 0-7 and 8-15, then their lanes exchanged.
+__attribute__((target(NPU_AVX512), always_inline)) inline void Transpose16x16Words(__m256i w[16]) {
+  __m256i a[16], b[16];
+#pragma GCC unroll 16
+  for (int g = 0; g < 16; g += 8) {
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) {
+      a[g + i] = _mm256_unpacklo_epi16(w[g + i], w[g + i + 1]);
+      a[g + i + 1] = _mm256_unpackhi_epi16(w[g + i], w[g + i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 4) {
+      b[g + i] = _mm256_unpacklo_epi32(a[g + i], a[g + i + 2]);
+      b[g + i + 1] = _mm256_unpackhi_epi32(a[g + i], a[g + i + 2]);
+      b[g + i + 2] = _mm256_unpacklo_epi32(a[g + i + 1], a[g + i + 3]);
+      b[g + i + 3] = _mm256_unpackhi_epi32(a[g + i + 1], a[g + i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {  // word order: b[g+i] holds words 2i, 2i+1 of rows g..g+3 and of g+4..g+7 in b[g+4+i]
+      a[g + 2 * i] = _mm256_unpacklo_epi64(b[g + i], b[g + 4 + i]);
+      a[g + 2 * i + 1] = _mm256_unpackhi_epi64(b[g + i], b[g + 4 + i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) {  // a[t]: word t (low lane) and t + 8 (high lane) of rows 0-7; a[8 + t] of rows 8-15
+    w[t] = _mm256_permute2x128_si256(a[t], a[8 + t], 0x20);
+    w[t + 8] = _mm256_permute2x128_si256(a[t], a[8 + t], 0x31);
+  }
+}
+
 // Columns [n0, n1) (a short pass repeats its last column) into the scratch, 64 elements (32 packed bytes, masked at
 // the row's end) of 16 columns per transpose.
 __attribute__((target(NPU_AVX512))) Panel Relayout(const NBitsGemm& g, const Shape& s, int64_t n0, int64_t n1) {
@@ -51,37 +82,37 @@ __attribute__((target(NPU_AVX512))) Panel Relayout(const NBitsGemm& g, const Sha
       sw[blk * kCols + j] = cols[j].sw[blk];
       if (!symmetric) zp[blk * kCols + j] = (cols[j].zp[blk >> 1] >> ((blk & 1) * 4)) & 0x0F;
     }
-  const __m256i m0f = _mm256_set1_epi8(0x0F);
+  const __m512i m0f = _mm512_set1_epi8(0x0F);
+  // per dword of packed bytes [b0, b1, 0, 0]: [b0, b0, b1, b1]; then odd bytes take the high nibble
+  const __m512i spread = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 1, 1, 4, 4, 5, 5, 8, 8, 9, 9, 12, 12, 13, 13));
   const int64_t steps = s.bs / 4;  // 4-element groups per block
   for (int half = 0; half < 2; ++half) {
     for (int64_t e0 = 0; e0 < elems; e0 += 64) {
       const int64_t bytes = std::min<int64_t>(32, s.row_bytes - e0 / 2);
       const __mmask32 mask = static_cast<__mmask32>(bytes >= 32 ? ~0u : (1u << bytes) - 1);
-      __m512i r[16];
+      __m256i w[16];  // column j's 16 packed words (4 elements each), then word t of the 16 columns
 #pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) {
-        const __m256i raw = _mm256_maskz_loadu_epi8(mask, cols[16 * half + j].b + e0 / 2);
-        const __m256i lo = _mm256_and_si256(raw, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m0f);
-        const __m256i x0 = _mm256_unpacklo_epi8(lo, hi), x1 = _mm256_unpackhi_epi8(lo, hi);  // elements in order
-        r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(x0, x1, 0x20)),
-                                  _mm256_permute2x128_si256(x0, x1, 0x31), 1);
-      }
-      Transpose16x16(r);
+      for (int j = 0; j < 16; ++j) w[j] = _mm256_maskz_loadu_epi8(mask, cols[16 * half + j].b + e0 / 2);
+      Transpose16x16Words(w);
 #pragma GCC unroll 16
       for (int t = 0; t < 16 && e0 + 4 * t < elems; ++t) {
+        const __m512i x = _mm512_shuffle_epi8(_mm512_cvtepu16_epi32(w[t]), spread);
+        const __m512i nibbles = _mm512_and_si512(
+            _mm512_mask_blend_epi8(0xAAAAAAAAAAAAAAAAull, x, _mm512_srli_epi16(x, 4)), m0f);
         const int64_t e = e0 + 4 * t, blk = e >> s.bs_log2, step = (e & (s.bs - 1)) / 4;
-        _mm512_storeu_si512(b + ((blk * steps + step) * kCols + 16 * half) * 4, r[t]);
+        _mm512_storeu_si512(b + ((blk * steps + step) * kCols + 16 * half) * 4, nibbles);
       }
     }
   }
   return {b, sw, zp};
 }
 
-// kRows rows (pointers repeat the last real row) x kCols columns -> out[r][c].
+// kRows rows (pointers repeat the last real row) x kCols columns; the first `rows` rows are stored to y[r] (the
+// columns in `cols`, plus the bias, or plus 0.0 as the decode kernel does: -0.0 stays +0.0 either way).
 #define NPU_INT8_PANEL_TILE(NAME, TARGET, DPBUSD)                                                                  \
   __attribute__((target(TARGET))) void NAME(const Panel& p, const Shape& s, const int8_t* const q[kRows],         \
                                             const float* const sa[kRows], const int32_t* const asum[kRows],      \
-                                            float out[kRows][kCols]) {                                          \
+                                            const float* bias, uint32_t cols, int rows, float* const y[kRows]) { \
     const int64_t steps = s.bs / 4;                                                                            \
     __m512 f[kRows][2];                                                                                         \
     _Pragma("GCC unroll 4") for (int r = 0; r < kRows; ++r) f[r][0] = f[r][1] = _mm512_setzero_ps();           \
@@ -115,9 +146,12 @@ __attribute__((target(NPU_AVX512))) Panel Relayout(const NBitsGemm& g, const Sha
         f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_mul_ps(s1, sr), f[r][1]);                 \
       }                                                                                                         \
     }                                                                                                           \
-    _Pragma("GCC unroll 4") for (int r = 0; r < kRows; ++r) {                                                   \
-      _mm512_storeu_ps(out[r], f[r][0]);                                                                        \
-      _mm512_storeu_ps(out[r] + 16, f[r][1]);                                                                   \
+    const __mmask16 m0 = static_cast<__mmask16>(cols), m1 = static_cast<__mmask16>(cols >> 16);                \
+    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();                             \
+    const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();                        \
+    for (int r = 0; r < rows; ++r) {                                                                            \
+      _mm512_mask_storeu_ps(y[r], m0, _mm512_add_ps(f[r][0], b0));                                              \
+      _mm512_mask_storeu_ps(y[r] + 16, m1, _mm512_add_ps(f[r][1], b1));                                         \
     }                                                                                                           \
   }
 
@@ -139,20 +173,21 @@ void Int8PanelAvx512(const NBitsGemm& g, const Shape& s, const Int8A& a, bool vn
   for (int64_t c0 = n0; c0 < n1; c0 += kCols) {
     const int64_t c1 = std::min(n1, c0 + kCols);
     const Panel p = Relayout(g, s, c0, c1);
+    const uint32_t cols = c1 - c0 == kCols ? ~0u : (1u << (c1 - c0)) - 1;  // the real columns' lanes
     for (int64_t m0 = r0; m0 < r1; m0 += kRows) {
       const int8_t* q[kRows];
       const float* sa[kRows];
       const int32_t* asum[kRows];
+      float* y[kRows];
       for (int r = 0; r < kRows; ++r) {
         const int64_t m = std::min(m0 + r, r1 - 1);
         q[r] = a.q + m * s.kc;
         sa[r] = a.scale + m * s.kb;
         asum[r] = a.block + m * s.kb;
+        y[r] = g.y + m * s.N + c0;
       }
-      alignas(64) float out[kRows][kCols];
-      tile(p, s, q, sa, asum, out);
-      for (int r = 0; r < kRows && m0 + r < r1; ++r)
-        for (int64_t n = c0; n < c1; ++n) g.y[(m0 + r) * s.N + n] = out[r][n - c0] + (g.bias ? g.bias[n] : 0.0f);
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, r1 - m0));
+      tile(p, s, q, sa, asum, g.bias ? g.bias + c0 : nullptr, cols, rows, y);
     }
   }
 }
