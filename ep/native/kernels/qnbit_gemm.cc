@@ -39,8 +39,7 @@ using nbits::Symmetric;
 constexpr int64_t kColsPerTask = 16;
 constexpr int64_t kInt8PanelCols = 32;  // level 4 on AVX-512: one re-laid-out pass of columns per task
 // Below this many rows level 4 runs row by row on the decode kernel: the panel's re-layout of B costs what several
-// rows' products do (PERF.md: 2048 x 2048 on one thread, M = 2 and 4 ran faster row by row, from M = 8 on the
-// panel won).
+// rows' products do (PERF.md: 2048 x 2048, M = 2 and 4 ran faster row by row, from M = 8 on the panel won).
 constexpr int64_t kInt8PanelMinRows = 8;
 // From this M on, fp32 levels multiply dequantized column panels (qnbit_panel_avx512.cc on AVX-512, else the BLAS).
 constexpr int64_t kSgemmMinRows = 16;
