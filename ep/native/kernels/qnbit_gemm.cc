@@ -361,19 +361,19 @@ void MatMulNBits(const NBitsGemm& g) {
     const int64_t cols = std::max<int64_t>(16, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 15) / 16 * 16);
     const bool vnni = isa == Isa::kAvx512Vnni;
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+      nbits::GemvA rows[kInt8PanelMinRows];
       for (int64_t m = r0; m < r1; ++m) {
-        nbits::GemvA ga;
-        ga.q = pa.q.data() + m * s.kc;
-        ga.scale = pa.scale.data() + m * s.kb;
-        ga.block = pa.block.data() + m * s.kb;
-        ga.a = pa.a.data();
-        NBitsGemm row = g;
+        nbits::GemvA& row = rows[m - r0];
+        row.q = pa.q.data() + m * s.kc;
+        row.scale = pa.scale.data() + m * s.kb;
+        row.block = pa.block.data() + m * s.kb;
+        row.a = pa.a.data();
         row.y = g.y + m * s.N;
-        if (int8)
-          nbits::GemvInt8Avx512(row, s, ga, vnni, n0, n1);
-        else
-          nbits::GemvFp32Avx512(row, s, ga, n0, n1);
       }
+      if (int8)
+        nbits::GemvInt8Avx512(g, s, rows, static_cast<int>(r1 - r0), vnni, n0, n1);
+      else
+        nbits::GemvFp32Avx512(g, s, rows[0], n0, n1);
     });
     return;
   }

@@ -39,12 +39,13 @@ inline bool Symmetric(const NBitsGemm& g) {
 }
 
 // One row of A, prepared once per call: int8 codes in perm layout, block scales and block code sums (level 4),
-// or the float row in perm layout (level 0..3).
+// or the float row in perm layout (level 0..3); and the row of y it gives.
 struct GemvA {
   const int8_t* q = nullptr;       // [kc]
   const float* scale = nullptr;    // [kb]
   const int32_t* block = nullptr;  // [kb]
   const float* a = nullptr;        // [kc]
+  float* y = nullptr;              // [N]
 };
 
 // Level 4's rows of A for M > 1: int8 codes in natural order [M, kc], block scales and code sums [M, kb].
@@ -92,8 +93,9 @@ void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, 
 // Level 4: every output summed exactly in int32 per block and accumulated over the blocks in order,
 // y = fma(float(dot_b - zp_b * sum_b(a)), sw_b * sa_b, y): one definition, so a row has the same bits in a
 // prefill (Int8PanelAvx512) and alone (GemvInt8Avx512), and the scalar path's.
-// M = 1, columns [n0, n1) of g.y (bias added).
-void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnni, int64_t n0, int64_t n1);
+// M < 8: columns [n0, n1) of each row's y (bias added); rows are taken two at a time, sharing B's loads.
+void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA* rows, int n_rows, bool vnni, int64_t n0,
+                    int64_t n1);
 // M > 1, rows [r0, r1) x columns [n0, n1) of g.y (bias added) (qnbit_int8_panel_avx512.cc).
 void Int8PanelAvx512(const NBitsGemm& g, const Shape& s, const Int8A& a, bool vnni, int64_t r0, int64_t r1,
                      int64_t n0, int64_t n1);

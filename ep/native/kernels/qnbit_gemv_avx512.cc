@@ -98,20 +98,26 @@ NPU_INLINE int ColumnsToLanes(__m512i u[4], __m512i v[4], int bs, __m512i out[8]
   return 1;
 }
 
-// kCols columns per pass (pointers repeat the last real column when fewer remain) -> out[kCols]; the weights of the
-// columns `ahead` further are prefetched into L2. HI_NIBBLES(bv) gives each byte's high nibble: one GF(2) affine op
-// (a bit shift inside bytes) on GFNI hosts, shift+mask else.
+// kCols columns per pass (pointers repeat the last real column when fewer remain) for R rows of A, which share the
+// loads and nibble splits of B and the transposed scales -> out[r][kCols]; the weights of the columns `ahead` further
+// are prefetched into L2. HI_NIBBLES(bv) gives each byte's high nibble: one GF(2) affine op (a bit shift inside
+// bytes) on GFNI hosts, shift+mask else. Each row's operations are those of R = 1.
 #define NPU_GEMV_INT8_COLS(NAME, TARGET, DPBUSD, HI_NIBBLES)                                                          \
-  __attribute__((target(TARGET))) void NAME(const Shape& s, const GemvA& a, const uint8_t* const bp[kCols],           \
+  template <int R>                                                                                                    \
+  __attribute__((target(TARGET))) void NAME(const Shape& s, const GemvA* a, const uint8_t* const bp[kCols],           \
                                             const float* const sw[kCols], const uint8_t* const zp[kCols],             \
-                                            int64_t ahead, float out[kCols]) {                                        \
+                                            int64_t ahead, float out[][kCols]) {                                      \
     const __m512i m0f = _mm512_set1_epi8(0x0F);                                                                       \
     const int64_t chunks_per_sup = s.bs / 8; /* 16 blocks = 16 * bs elements = bs / 8 chunks */                       \
     const int64_t rem = s.row_bytes % kChunkBytes;                                                                    \
     const __mmask64 tail = rem ? (~0ull >> (64 - rem)) : ~0ull;                                                       \
     const bool symmetric = zp[0] == nullptr;                                                                          \
-    __m512 acc = _mm512_setzero_ps();                                                                                 \
-    __m512i open = _mm512_setzero_si512(); /* bs > 128: the sum of the block's chunks so far */                       \
+    __m512 acc[R];                                                                                                    \
+    __m512i open[R]; /* bs > 128: the sum of the block's chunks so far */                                             \
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) {                                                             \
+      acc[r] = _mm512_setzero_ps();                                                                                   \
+      open[r] = _mm512_setzero_si512();                                                                               \
+    }                                                                                                                 \
     alignas(64) float swt[16][kCols];                                                                                 \
     alignas(64) int32_t zpt[16][kCols];                                                                               \
     for (int64_t b0 = 0; b0 < s.kb; b0 += 16) {                                                                       \
@@ -135,39 +141,46 @@ NPU_INLINE int ColumnsToLanes(__m512i u[4], __m512i v[4], int bs, __m512i out[8]
       const int64_t c_end = std::min(s.n_chunks, c_begin + chunks_per_sup);                                           \
       for (int64_t c = c_begin; c < c_end; ++c) {                                                                     \
         const __mmask64 bytes = c == s.n_chunks - 1 ? tail : ~0ull;                                                   \
-        const int8_t* qc = a.q + c * kChunkElems;                                                                     \
-        const __m512i qlo = _mm512_loadu_si512(qc), qhi = _mm512_loadu_si512(qc + kChunkBytes);                       \
-        __m512i u[4], v[4];                                                                                           \
+        __m512i qlo[R], qhi[R];                                                                                       \
+        _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) {                                                         \
+          qlo[r] = _mm512_loadu_si512(a[r].q + c * kChunkElems);                                                      \
+          qhi[r] = _mm512_loadu_si512(a[r].q + c * kChunkElems + kChunkBytes);                                        \
+        }                                                                                                             \
+        __m512i u[R][4], v[R][4];                                                                                     \
         _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) {                                                         \
-          __m512i d[4];                                                                                               \
+          __m512i d[R][4];                                                                                            \
           _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {                                                       \
             const uint8_t* col = bp[4 * q + i] + c * kChunkBytes;                                                     \
             _mm_prefetch(reinterpret_cast<const char*>(col + ahead * s.row_bytes), _MM_HINT_T1);                      \
             const __m512i bv = _mm512_maskz_loadu_epi8(bytes, col);                                                   \
-            d[i] = DPBUSD(DPBUSD(_mm512_setzero_si512(), _mm512_and_si512(bv, m0f), qlo), HI_NIBBLES(bv), qhi);       \
+            const __m512i lo = _mm512_and_si512(bv, m0f), hi = HI_NIBBLES(bv);                                        \
+            _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r)                                                       \
+              d[r][i] = DPBUSD(DPBUSD(_mm512_setzero_si512(), lo, qlo[r]), hi, qhi[r]);                              \
           }                                                                                                           \
-          QuadSums(d, s.bs, u[q], v[q]);                                                                              \
+          _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) QuadSums(d[r], s.bs, u[r][q], v[r][q]);                 \
         }                                                                                                             \
-        __m512i sums[8];                                                                                              \
-        const int n = ColumnsToLanes(u, v, s.bs, sums);                                                               \
-        int64_t blk = (c * kChunkElems) >> s.bs_log2;                                                                 \
-        if (s.bs > kChunkElems) {                                                                                     \
-          open = _mm512_add_epi32(open, sums[0]);                                                                     \
-          if (((c + 1) * kChunkElems) % s.bs != 0) continue; /* the block goes on in the next chunk */                \
-          sums[0] = open;                                                                                             \
-          open = _mm512_setzero_si512();                                                                              \
-        }                                                                                                             \
-        for (int i = 0; i < n && blk < s.kb; ++i, ++blk) {                                                            \
-          const __m512i sum_a = _mm512_set1_epi32(a.block[blk]);                                                      \
-          const __m512i dot = _mm512_sub_epi32(                                                                       \
-              sums[i], symmetric ? _mm512_slli_epi32(sum_a, 3)                                                        \
-                                 : _mm512_mullo_epi32(_mm512_load_si512(zpt[blk - b0]), sum_a));                      \
-          const __m512 scale = _mm512_mul_ps(_mm512_load_ps(swt[blk - b0]), _mm512_set1_ps(a.scale[blk]));           \
-          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);                                                 \
+        _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) {                                                         \
+          __m512i sums[8];                                                                                            \
+          const int n = ColumnsToLanes(u[r], v[r], s.bs, sums);                                                       \
+          int64_t blk = (c * kChunkElems) >> s.bs_log2;                                                               \
+          if (s.bs > kChunkElems) {                                                                                   \
+            open[r] = _mm512_add_epi32(open[r], sums[0]);                                                             \
+            if (((c + 1) * kChunkElems) % s.bs != 0) continue; /* the block goes on in the next chunk */              \
+            sums[0] = open[r];                                                                                        \
+            open[r] = _mm512_setzero_si512();                                                                         \
+          }                                                                                                           \
+          for (int i = 0; i < n && blk < s.kb; ++i, ++blk) {                                                          \
+            const __m512i sum_a = _mm512_set1_epi32(a[r].block[blk]);                                                 \
+            const __m512i dot = _mm512_sub_epi32(                                                                     \
+                sums[i], symmetric ? _mm512_slli_epi32(sum_a, 3)                                                      \
+                                   : _mm512_mullo_epi32(_mm512_load_si512(zpt[blk - b0]), sum_a));                    \
+            const __m512 scale = _mm512_mul_ps(_mm512_load_ps(swt[blk - b0]), _mm512_set1_ps(a[r].scale[blk]));      \
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);                                         \
+          }                                                                                                           \
         }                                                                                                             \
       }                                                                                                               \
     }                                                                                                                 \
-    _mm512_storeu_ps(out, acc);                                                                                       \
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) _mm512_storeu_ps(out[r], acc[r]);                             \
   }
 
 #define NPU_HI_SHIFT(bv) _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f)
@@ -263,9 +276,11 @@ void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, 
   QuantizeRowImpl(a, s, q, scale, block, perm);
 }
 
-void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnni, int64_t n0, int64_t n1) {
+void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA* rows, int n_rows, bool vnni, int64_t n0,
+                    int64_t n1) {
   static const bool gfni = __builtin_cpu_supports("gfni");
-  const auto cols = !vnni ? GemvInt8Cols : gfni ? GemvInt8ColsVnniGfni : GemvInt8ColsVnni;
+  const auto one = !vnni ? GemvInt8Cols<1> : gfni ? GemvInt8ColsVnniGfni<1> : GemvInt8ColsVnni<1>;
+  const auto two = !vnni ? GemvInt8Cols<2> : gfni ? GemvInt8ColsVnniGfni<2> : GemvInt8ColsVnni<2>;
   for (int64_t c0 = n0; c0 < n1; c0 += kCols) {
     const uint8_t* bp[kCols];
     const float* sw[kCols];
@@ -281,9 +296,13 @@ void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, bool vnn
     // hardware prefetchers do not follow: the rows two passes ahead are prefetched into L2 (from DRAM, a decoder's
     // weights stream several times faster so; cached weights lose nothing). Prefetches never fault, but stop at N.
     const int64_t ahead = c0 + 3 * kCols <= s.N ? 2 * kCols : 0;
-    float out[kCols];
-    cols(s, a, bp, sw, zp, ahead, out);
-    for (int j = 0; j < kCols && c0 + j < n1; ++j) g.y[c0 + j] = out[j] + Bias(g, c0 + j);
+    for (int r0 = 0; r0 < n_rows; r0 += 2) {
+      float out[2][kCols];
+      const int r_count = std::min(2, n_rows - r0);
+      (r_count == 2 ? two : one)(s, rows + r0, bp, sw, zp, ahead, out);
+      for (int r = 0; r < r_count; ++r)
+        for (int j = 0; j < kCols && c0 + j < n1; ++j) rows[r0 + r].y[c0 + j] = out[r][j] + Bias(g, c0 + j);
+    }
   }
 }
 
