@@ -1,5 +1,6 @@
 // The x86 SIMD intrinsics for the kernels' AVX2/AVX-512 paths (cpu.h's NPU_EP_X86), with GCC 12's false warnings
-// silenced: it flags the deliberately undefined pass-through operand inside AVX-512 intrinsics as uninitialized.
+// silenced: it flags the deliberately undefined pass-through operand inside AVX-512 intrinsics as uninitialized;
+// and the one intrinsic GCC compiles badly in register tiles, as asm.
 #pragma once
 
 #include "cpu.h"
@@ -8,4 +9,14 @@
 #include <immintrin.h>
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace npu_ep::kern {
+// acc + vpdpbusd(u8 u, s8 s) (4 products per int32 lane), in asm with the accumulator tied to its register: with
+// the intrinsic, GCC 12 copied each accumulator of a register tile to a fresh register before every vpdpbusd and
+// back after it (the level-4 tile's inner loop ran 16 moves and a spill per 8 vpdpbusd).
+__attribute__((target("avx512f,avx512vnni"))) inline __m512i DpbusdTied(__m512i acc, __m512i u, __m512i s) {
+  asm("vpdpbusd %[s], %[u], %[acc]" : [acc] "+v"(acc) : [u] "v"(u), [s] "v"(s));
+  return acc;
+}
+}  // namespace npu_ep::kern
 #endif
