@@ -9,8 +9,8 @@
 // accuracy_level 4, as ORT's CompInt8: per block of A, scale = max|a| / 127, codes = round_half_even(a * (127 /
 // max|a|)). The scalar and AVX-512 paths sum each block exactly in int32 (sum(code_a * code_b) - zp *
 // sum(code_a)) and accumulate the blocks in order, y = fma(float(dot), scale_a * scale_b, y): the same bits on
-// both (the AVX-512 kernels are qnbit_gemv_avx512.cc for M = 1 and qnbit_int8_panel_avx512.cc for M > 1). The
-// AVX2 path scales per lane (8 elements) and sums the lanes at the end.
+// both (the AVX-512 kernels are qnbit_gemv_avx512.cc below 8 rows and qnbit_int8_panel_avx512.cc from 8 on, which
+// reads A in natural order). The AVX2 path scales per lane (8 elements) and sums the lanes at the end.
 // accuracy_level 0..3: weights dequantized per 8-byte group ((q - zp) * scale, one rounding, like ORT's
 // dequantize-then-SGEMM) into a per-column buffer, then float32 dot products.
 #include "qnbit_gemm.h"
@@ -60,7 +60,7 @@ inline int64_t PermPos(int64_t e) {
 // Per-call re-layout of A (level 0) or its int8 quantization (level 4).
 struct PreparedA {
   std::vector<float> a;        // [M, kc] perm layout (level 0)
-  std::vector<int8_t> q;       // [M, kc] level 4: perm layout, or natural order (AVX-512, M > 1)
+  std::vector<int8_t> q;       // [M, kc] level 4: perm layout, or natural order (AVX-512, M >= 8)
   std::vector<float> scale;    // [M, kb]
   std::vector<int32_t> lane;   // [M, kc / 8] sum of codes per lane (4 bytes = 8 elements; AVX2 only)
   std::vector<int32_t> block;  // [M, kb] sum of codes per block

@@ -1,9 +1,10 @@
-// MatMulNBits decode (M = 1) on AVX-512: one pass over the packed weights, nothing staged in memory.
+// MatMulNBits decode (M = 1, and at level 4 M < 8) on AVX-512: one pass over the packed weights, nothing staged
+// in memory.
 //
-// accuracy_level 4: sixteen columns per pass share A's codes. Per chunk, two DPBUSDs per column give 16 lane sums
-// (8 elements each); shuffles add them up into block sums with the columns in the lanes, and per block one
-// zero-point term, convert, scale and FMA update all sixteen outputs: the block-exact order of the prefill kernel
-// (qnbit_int8_panel_avx512.cc). Scales and zero points are transposed 16 blocks at a time. The last partial chunk
+// accuracy_level 4 (M < 8): sixteen columns and one or two rows of A per pass. Per chunk, two DPBUSDs per column
+// and row give 16 lane sums (8 elements each); shuffles add them up into block sums with the columns in the lanes,
+// and per block one zero-point term, convert, scale and FMA update all sixteen outputs: the block-exact order of
+// the prefill kernel (qnbit_int8_panel_avx512.cc). Scales and zero points are transposed 16 blocks at a time. The last partial chunk
 // is a masked load, so no tail copy is made.
 // accuracy_level 0..3: the 16 possible weights of a block ((q - zp) * scale, rounded once) form a 16-entry table;
 // a permute by the nibbles dequantizes 16 elements at once, and an FMA multiplies them with A in place.

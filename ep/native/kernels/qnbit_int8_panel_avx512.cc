@@ -6,8 +6,8 @@
 // k one DPBUSD per 16 outputs, A's 4 codes broadcast; per block one zero-point term, one convert, one scale and one
 // FMA per 16 outputs. Each output is so summed exactly in int32 per block and accumulated over the blocks in order
 // (y = fma(float(dot_b - zp_b * sum_b(a)), sw_b * sa_b, y)): the bits of the decode kernel
-// (qnbit_gemv_avx512.cc) and of the scalar path. The re-layout costs per weight what a few rows' products do, so
-// it pays from M = 2 on.
+// (qnbit_gemv_avx512.cc) and of the scalar path. The re-layout costs per weight what several rows' products do,
+// so level 4 takes this path from 8 rows on (qnbit_gemm.cc).
 #include <algorithm>
 #include <cstring>
 #include <vector>
