@@ -56,9 +56,9 @@ struct Int8A {
 };
 
 #if NPU_EP_X86
-// r[i] holds 16 dwords of column i; afterwards r[t] holds dword t of the 16 columns (a 16 x 16 dword transpose).
-__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"), always_inline)) inline void Transpose16x16(
-    __m512i r[16]) {
+// r[i] holds 16 dwords of row i; afterwards r[t] holds dword t of the 16 rows (a 16 x 16 transpose of 32-bit
+// values: int32 or, cast, float32).
+__attribute__((target("avx512f"), always_inline)) inline void Transpose16x16(__m512i r[16]) {
   __m512i t[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; i += 2) {

@@ -4,8 +4,8 @@
 // accuracy_level 4 (M < 8): sixteen columns and one or two rows of A per pass. Per chunk, two DPBUSDs per column
 // and row give 16 lane sums (8 elements each); shuffles add them up into block sums with the columns in the lanes,
 // and per block one zero-point term, convert, scale and FMA update all sixteen outputs: the block-exact order of
-// the prefill kernel (qnbit_int8_panel_avx512.cc). Scales and zero points are transposed 16 blocks at a time. The last partial chunk
-// is a masked load, so no tail copy is made.
+// the prefill kernel (qnbit_int8_panel_avx512.cc). Scales and zero points are transposed 16 blocks at a time. The
+// last partial chunk is a masked load, so no tail copy is made.
 // accuracy_level 0..3: the 16 possible weights of a block ((q - zp) * scale, rounded once) form a 16-entry table;
 // a permute by the nibbles dequantizes 16 elements at once, and an FMA multiplies them with A in place.
 #include <algorithm>
@@ -24,12 +24,6 @@ constexpr int kCols = 16;  // columns per pass: one per lane of the accumulator
 
 #define NPU_AVX512 "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
 
-__attribute__((target(NPU_AVX512))) inline __m512i DpbusdBw(__m512i acc, __m512i u, __m512i s) {
-  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
-}
-__attribute__((target(NPU_AVX512 ",avx512vnni"))) inline __m512i DpbusdVnni(__m512i acc, __m512i u, __m512i s) {
-  return _mm512_dpbusd_epi32(acc, u, s);
-}
 
 // Zero points of blocks [b0, b0 + 16) as 16 int32 (8 packed bytes, masked at the row's end).
 __attribute__((target(NPU_AVX512))) inline __m512i ZeroPoints16(const uint8_t* zp_row, int64_t b0, int64_t kb) {
@@ -187,8 +181,8 @@ NPU_INLINE int ColumnsToLanes(__m512i u[4], __m512i v[4], int bs, __m512i out[8]
 #define NPU_HI_SHIFT(bv) _mm512_and_si512(_mm512_srli_epi16(bv, 4), m0f)
 #define NPU_HI_GFNI(bv) _mm512_gf2p8affine_epi64_epi8(bv, _mm512_set1_epi64(0x1020408000000000ll), 0)
 NPU_GEMV_INT8_COLS(GemvInt8Cols, NPU_AVX512, DpbusdBw, NPU_HI_SHIFT)
-NPU_GEMV_INT8_COLS(GemvInt8ColsVnni, NPU_AVX512 ",avx512vnni", DpbusdVnni, NPU_HI_SHIFT)
-NPU_GEMV_INT8_COLS(GemvInt8ColsVnniGfni, NPU_AVX512 ",avx512vnni,gfni", DpbusdVnni, NPU_HI_GFNI)
+NPU_GEMV_INT8_COLS(GemvInt8ColsVnni, NPU_AVX512 ",avx512vnni", DpbusdTied, NPU_HI_SHIFT)
+NPU_GEMV_INT8_COLS(GemvInt8ColsVnniGfni, NPU_AVX512 ",avx512vnni,gfni", DpbusdTied, NPU_HI_GFNI)
 
 // One column, level 0..3, bs >= 32 (a 16-byte group lies in one block). Accumulator k takes the groups at byte
 // offset 16k of every chunk, low nibbles then high ones: the order of the dequantize-then-dot path.

@@ -155,15 +155,8 @@ __attribute__((target(NPU_AVX512))) Panel Relayout(const NBitsGemm& g, const Sha
     }                                                                                                           \
   }
 
-__attribute__((target(NPU_AVX512))) inline __m512i DpbusdBw(__m512i acc, __m512i u, __m512i s) {
-  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
-}
-__attribute__((target(NPU_AVX512 ",avx512vnni"))) inline __m512i DpbusdVnni(__m512i acc, __m512i u, __m512i s) {
-  return DpbusdTied(acc, u, s);
-}
-
 NPU_INT8_PANEL_TILE(TileBw, NPU_AVX512, DpbusdBw)
-NPU_INT8_PANEL_TILE(TileVnni, NPU_AVX512 ",avx512vnni", DpbusdVnni)
+NPU_INT8_PANEL_TILE(TileVnni, NPU_AVX512 ",avx512vnni", DpbusdTied)
 
 }  // namespace
 

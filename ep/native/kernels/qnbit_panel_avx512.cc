@@ -68,44 +68,19 @@ __attribute__((target(NPU_AVX512F))) void Cols(const float* a, int64_t rows, con
   }
 }
 
-// The 16 rows of r become its 16 columns.
-__attribute__((target(NPU_AVX512F))) inline void Transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-  }
-}
-
 // panel [cols, kc] -> packed [groups][kc][16]; columns past `cols` are zero.
 __attribute__((target(NPU_AVX512F))) void PackKMajor(const float* panel, int64_t cols, int64_t kc, float* packed) {
   const int64_t groups = (cols + kGroup - 1) / kGroup;
   for (int64_t g = 0; g < groups; ++g) {
     float* dst = packed + g * kc * kGroup;
     for (int64_t k = 0; k < kc; k += 16) {
-      __m512 r[16];
+      __m512i r[16];
       for (int j = 0; j < 16; ++j) {
         const int64_t c = g * kGroup + j;
-        r[j] = c < cols ? _mm512_loadu_ps(panel + c * kc + k) : _mm512_setzero_ps();
+        r[j] = c < cols ? _mm512_castps_si512(_mm512_loadu_ps(panel + c * kc + k)) : _mm512_setzero_si512();
       }
-      Transpose16(r);
-      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + (k + i) * kGroup, r[i]);
+      Transpose16x16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + (k + i) * kGroup, r[i]);
     }
   }
 }
