@@ -4,7 +4,8 @@
   int4/uint4/int8/uint8/int16/uint16; the kernels use it too.
 - ``int4``: ONNX int4/uint4 packing (low nibble first).
 - ``blockwise``: RTN block quantization bit-identical to ORT's MLAS (MatMulNBitsQuantizer).
-- ``matmul_nbits``: com.microsoft MatMulNBits B/scales/zero_points layouts, packing and repacking.
+- ``matmul_nbits``: com.microsoft MatMulNBits B/scales/zero_points layouts, packing and repacking, and
+  accuracy_level 4's int8-unit tiles.
 """
 
 from .blockwise import BlockQuantized, k_blocks, quantize_blockwise_rtn
@@ -12,6 +13,8 @@ from .int4 import pack_int4, unpack_int4
 from .matmul_nbits import (
     MatMulNBitsWeights,
     dequantize_b,
+    from_int8_tiles,
+    int8_tiles,
     pack_b,
     pack_zero_points,
     quantize_matmul_nbits,
@@ -31,7 +34,8 @@ from .rounding import (
 )
 
 __all__ = [
-    "QUANT_RANGES", "BlockQuantized", "MatMulNBitsWeights", "dequantize_b", "dequantize_linear", "k_blocks",
+    "QUANT_RANGES", "BlockQuantized", "MatMulNBitsWeights", "dequantize_b", "dequantize_linear", "from_int8_tiles",
+    "int8_tiles", "k_blocks",
     "pack_b", "pack_int4", "pack_zero_points", "qrange", "quantize_blockwise_rtn", "quantize_float", "quantize_linear",
     "quantize_matmul_nbits", "repack_blocked_int4", "round_half_away_from_zero", "round_half_to_even", "saturate",
     "unpack_b", "unpack_int4", "unpack_zero_points",

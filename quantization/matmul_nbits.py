@@ -7,11 +7,16 @@ MatMulNBits inputs (K, N from ``A[..., K] @ W[K, N]``, ``kb = ceil(K / block_siz
 - zero_points (optional): uint8 ``[N, ceil(kb / 2)]``, block 2i in the low nibble and 2i+1 in the high nibble;
   absent means 8. The pad nibble of an odd ``kb`` is 8, as MLAS writes it.
 Dequantized weight: ``W[k, n] = (code - zp) * scale``.
+
+accuracy_level 4 runs on an int8 x int4 unit that streams its own layout, chosen at compile time
+(``int8_tiles``): one 64-byte word per 32 columns and 4 elements of K, scales and zero points in the same groups of
+32 columns, block by block. The native kernels (``ep/native/kernels/qnbit_gemm.h``) read it as stored.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -72,6 +77,66 @@ def dequantize_b(w: MatMulNBitsWeights) -> np.ndarray:
     s = np.asarray(w.scales, dtype=np.float32).reshape(w.N, kb)
     deq = (q - zp[..., None]) * s[..., None]
     return np.ascontiguousarray(deq.reshape(w.N, -1)[:, : w.K].T)
+
+
+TILE_COLS = 32  # accuracy_level 4's columns per tile group: two 16-lane vectors, one per nibble
+
+
+def int8_tiles(w: MatMulNBitsWeights, tile_b: Callable[[np.ndarray, int, int], np.ndarray] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """accuracy_level 4's layout of ``w``: (tiles, scales, zero points). ``tile_b(B [N, row_bytes], N, row_bytes)``
+    may build the tiles faster (the native ``tile_int4``); the numpy below is the definition.
+
+    - tiles: uint8 ``[ceil(N / 32), kb * block_size / 4, 64]``. For column group g and step t, byte ``4j + i``
+      holds element ``4t + i`` of column ``32g + j`` in its low nibble and of column ``32g + 16 + j`` in its high
+      nibble (columns past N: code 0). Masking the nibbles of one word gives the two 16-column operands of an
+      int8 dot-product instruction (VPDPBUSD), A's 4 codes broadcast.
+    - scales: float32 ``[kb * N]`` and zero points uint8 ``[ceil(kb / 2) * N]`` (ORT's packed bytes) or None, in
+      the same column groups: per group its ``[kb, w]`` (``[ceil(kb / 2), w]``) block of ORT's arrays transposed,
+      ``w`` = 32 or what is left of N, so a pass over a group reads one run of tiles and one run of scales.
+    """
+    kb = k_blocks(w.K, w.block_size)
+    b = np.ascontiguousarray(np.asarray(w.B, np.uint8).reshape(w.N, kb * w.block_size // 2))
+    if tile_b is not None:
+        tiles = tile_b(b, w.N, b.shape[1])
+    else:
+        codes = unpack_b(b.reshape(w.N, kb, w.block_size // 2), kb * w.block_size)
+        groups = -(-w.N // TILE_COLS)
+        padded = np.zeros((groups * TILE_COLS, kb * w.block_size), np.uint8)
+        padded[: w.N] = codes
+        t = padded.reshape(groups, 2, 16, -1, 4).transpose(0, 3, 1, 2, 4)  # [group, step, nibble, column, element]
+        tiles = np.ascontiguousarray((t[:, :, 0] | (t[:, :, 1] << 4)).reshape(groups, -1, 64))
+    scales = _by_column_group(np.asarray(w.scales, np.float32).reshape(w.N, kb))
+    zp = None if w.zero_points is None else _by_column_group(
+        np.asarray(w.zero_points, np.uint8).reshape(w.N, (kb + 1) // 2))
+    return tiles, scales, zp
+
+
+def _by_column_group(x: np.ndarray) -> np.ndarray:
+    """``x [N, n]`` as its column groups' ``[n, w]`` blocks, one after the other (``int8_tiles``)."""
+    return np.concatenate([x[g:g + TILE_COLS].T.ravel() for g in range(0, x.shape[0], TILE_COLS)])
+
+
+def _from_column_groups(flat: np.ndarray, N: int, n: int) -> np.ndarray:
+    """The inverse of ``_by_column_group``: ``[N, n]``."""
+    out = np.empty((N, n), flat.dtype)
+    for g in range(0, N, TILE_COLS):
+        w = min(TILE_COLS, N - g)
+        out[g:g + w] = flat[g * n:(g + w) * n].reshape(n, w).T
+    return out
+
+
+def from_int8_tiles(tiles: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, K: int, N: int,
+                    block_size: int) -> MatMulNBitsWeights:
+    """The inverse of ``int8_tiles``: ORT's arrays again, bit for bit."""
+    kb = k_blocks(K, block_size)
+    t = np.asarray(tiles, np.uint8).reshape(-1, kb * block_size // 4, 16, 4)
+    codes = np.stack([t & 0x0F, t >> 4], axis=2).transpose(0, 2, 3, 1, 4).reshape(-1, kb * block_size)[:N]
+    zp = None if zero_points is None else _from_column_groups(np.asarray(zero_points, np.uint8).ravel(), N,
+                                                              (kb + 1) // 2)
+    return MatMulNBitsWeights(B=pack_b(codes.reshape(N, kb, block_size)),
+                              scales=_from_column_groups(np.asarray(scales, np.float32).ravel(), N, kb),
+                              zero_points=zp, K=K, N=N, block_size=block_size)
 
 
 def _apply_odd_k_tail(bq: BlockQuantized, B: np.ndarray) -> None:

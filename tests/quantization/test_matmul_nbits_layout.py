@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi._pybind_state import quantize_matmul_4bits
 
-from npu_ep.quantization import (MatMulNBitsWeights, dequantize_b, pack_int4, quantize_matmul_nbits,
-                                 repack_blocked_int4, unpack_b)
+from npu_ep.quantization import (MatMulNBitsWeights, dequantize_b, from_int8_tiles, int8_tiles, pack_int4,
+                                 quantize_matmul_nbits, repack_blocked_int4, unpack_b)
 
 from ._ort import run_single_node
 
@@ -114,3 +114,40 @@ def test_bad_block_size_is_rejected(bs):
 def test_repack_shape_mismatch_names_shapes():
     with pytest.raises(ValueError, match=r"scales shape \(2, 3\) does not match weight \[80, 3\]"):
         repack_blocked_int4(np.zeros((80, 3), np.int8), np.ones((2, 3), np.float32), None, True, 32)
+
+
+@pytest.mark.parametrize("K,N,bs", [(64, 32, 16), (100, 5, 32), (257, 70, 128), (512, 96, 256)])
+@pytest.mark.parametrize("sym", [True, False])
+def test_int8_tiles_hold_each_code_where_the_layout_says(K, N, bs, sym):
+    q = quantize_matmul_nbits(np.random.default_rng(K + N).standard_normal((K, N)).astype(np.float32), bs, sym)
+    tiles, scales, zp = int8_tiles(q)
+    kb = -(-K // bs)
+    codes = unpack_b(q.B, kb * bs)
+    zb = (kb + 1) // 2
+    assert tiles.shape == (-(-N // 32), kb * bs // 4, 64) and scales.shape == (kb * N,)
+    zp_rows = q.zero_points.reshape(N, zb) if not sym else None
+    for n in range(-(-N // 32) * 32):
+        g, lane = divmod(n, 32)
+        byte = tiles[g, :, 4 * (lane % 16):4 * (lane % 16) + 4].reshape(-1)
+        got = (byte >> 4) if lane >= 16 else (byte & 0x0F)
+        np.testing.assert_array_equal(got, codes[n] if n < N else 0, err_msg=f"column {n}")
+        if n >= N:
+            continue
+        w = min(32, N - 32 * g)  # the group's width: its block rows are w apart
+        np.testing.assert_array_equal(scales[32 * g * kb + lane::w][:kb], q.scales.reshape(N, kb)[n])
+        if not sym:
+            np.testing.assert_array_equal(zp[32 * g * zb + lane::w][:zb], zp_rows[n])
+    assert zp is None if sym else zp.shape == (zb * N,)
+
+
+@pytest.mark.parametrize("K,N,bs", [(35, 3, 16), (300, 33, 32), (2048, 64, 64)])
+@pytest.mark.parametrize("sym", [True, False])
+def test_from_int8_tiles_gives_ort_arrays_back_bit_for_bit(K, N, bs, sym):
+    q = quantize_matmul_nbits(np.random.default_rng(K).standard_normal((K, N)).astype(np.float32), bs, sym)
+    back = from_int8_tiles(*int8_tiles(q), K, N, bs)
+    np.testing.assert_array_equal(back.B, q.B.reshape(back.B.shape))  # odd K's pad nibble included
+    np.testing.assert_array_equal(back.scales, q.scales.reshape(N, -1))
+    if sym:
+        assert back.zero_points is None
+    else:
+        np.testing.assert_array_equal(back.zero_points, q.zero_points.reshape(N, -1))
