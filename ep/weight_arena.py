@@ -7,7 +7,8 @@ of >= 4 MiB is madvised to 2 MiB huge pages by numpy and read as one stream (dec
 The kernels see the same arrays as before (same dtype, shape, values, C-contiguous); only where they live
 changes. Constants below ``MIN_BYTES`` stay where they are, and nothing is packed when the total would not reach
 the huge-page threshold. Views of ORT's own initializers (read in place for the session, see
-``ep/native/execution_provider.h``) are never copied: a copy would double the weights' memory.
+``ep/native/execution_provider.h``) are never copied: a copy would double the weights' memory; nor are arrays
+already on their own huge pages (``kernels.pages``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.pages import on_own_pages
 from ..kernels.registry import Prepared
 
 MIN_BYTES = 64 << 10  # smaller constants (scales, biases, norms) are not worth moving
@@ -91,17 +93,19 @@ def _in_loaded_buffer(arr: np.ndarray) -> bool:
 
 def pack_constants(prepared: Iterable[Prepared]) -> int:
     """Move every constant array of ``MIN_BYTES`` or more that we own into one arena; returns its size in bytes."""
-    big = [(p, key, arr) for p in prepared for key, arr in p.consts.items()
+    big = [(p, key, arr.nbytes) for p in prepared for key, arr in p.consts.items()
            if isinstance(arr, np.ndarray) and arr.nbytes >= MIN_BYTES and arr.dtype.kind in "fiub"
-           and not borrowed_from_ort(arr) and not _in_loaded_buffer(arr)]
-    total = sum(-(-arr.nbytes // ALIGN) * ALIGN for _, _, arr in big)
+           and not borrowed_from_ort(arr) and not _in_loaded_buffer(arr) and not on_own_pages(arr)]
+    total = sum(-(-nbytes // ALIGN) * ALIGN for _, _, nbytes in big)
     if total < HUGE_PAGE_ARENA:
         return 0
     arena = np.empty(total + ALIGN, np.uint8)
     offset = (-arena.ctypes.data) % ALIGN
-    for p, key, arr in big:
-        view = arena[offset:offset + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    for p, key, nbytes in big:  # each array is released as it moves: the peak is the arena plus one array
+        arr = p.consts[key]
+        view = arena[offset:offset + nbytes].view(arr.dtype).reshape(arr.shape)
         view[...] = arr
         p.consts[key] = view
-        offset += -(-arr.nbytes // ALIGN) * ALIGN
+        del arr
+        offset += -(-nbytes // ALIGN) * ALIGN
     return total
