@@ -2,10 +2,10 @@
 ``kernels.fusion.siblings``), optionally with the SwiGLU epilogue.
 
 Compile time: every member is prepared by its own op's prepare and the member biases become one vector.
-MatMulNBits members stay packed and where they are (ORT's initializers, read in place): the native kernel takes
-them as side-by-side column segments of one B (their rows are output channels), so nothing is concatenated,
-copied into the compiled program or stored in a cache entry; a member without zero points gets the packed default
-8s when another member has some. MatMul members concatenate their float32 ``[K, N_i]`` into ``[K, sum N_i]``.
+MatMulNBits members stay packed, each in its level's layout (``matmul_nbits.level_layout``: ORT's initializers read
+in place, or at accuracy_level 4 the member's int8 tiles): the native kernel takes them as side-by-side column
+segments of one B, so nothing is concatenated; a member without zero points gets the packed default 8s when
+another member has some. MatMul members concatenate their float32 ``[K, N_i]`` into ``[K, sum N_i]``.
 
 Run: one matmul (for MatMulNBits the single-op kernel over the members' packed weights, native or reference as
 the session chose), bias added in place, then either the members' outputs as column slices of the accumulator or,
@@ -87,9 +87,12 @@ def _member_packed(parts: list[Prepared]) -> dict[str, np.ndarray]:
     """MatMulNBits members' packed constants under ``m{i}/``, as they are (``matmul_nbits.packed_weights``)."""
     consts = {f"m{i}/{key}": p.consts[key] for i, p in enumerate(parts) for key in ("nb_b", "nb_scales")}
     if any("nb_zp" in p.consts for p in parts):
-        zb = (parts[0].consts["nb_scales"].shape[1] + 1) // 2
+        at = parts[0].attrs
+        zb = (-(-at["K"] // at["block_size"]) + 1) // 2
         consts.update({f"m{i}/nb_zp": p.consts["nb_zp"] if "nb_zp" in p.consts
-                       else np.full((p.attrs["N"], zb), 0x88, np.uint8) for i, p in enumerate(parts)})
+                       else np.full((p.attrs["N"], zb), 0x88, np.uint8).reshape(-1 if at["accuracy_level"] == 4
+                                                                                else (p.attrs["N"], zb))
+                       for i, p in enumerate(parts)})
     return consts
 
 

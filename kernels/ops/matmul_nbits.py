@@ -2,8 +2,9 @@
 
 Weights stay packed, as an NPU holds them in DRAM: the compiled program (and so a context binary) keeps B
 ``[N, kb * bs / 2]`` uint8, the scales as float32 ``[N, kb]`` and the packed zero points ``[N, ceil(kb / 2)]``
-(absent: 8) exactly in ORT's layout (``npu_ep.quantization.matmul_nbits``); a bias and a fused epilogue bias are
-folded into one vector. The native kernel (``ep/native/kernels/qnbit_gemm.cc``) dequantizes per chunk in
+(absent: 8) exactly in ORT's layout (``npu_ep.quantization.matmul_nbits``), and at accuracy_level 4 the same
+bytes re-laid out as the int8 unit's tiles (``int8_tiles``); a bias and a fused epilogue bias are folded into one
+vector. The native kernel (``ep/native/kernels/qnbit_gemm.cc``) dequantizes per chunk in
 registers. The reference model (provider option ``kernels=reference``) dequantizes the whole weight once per
 process into a float32 memo and multiplies with BLAS.
 
@@ -24,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from .. import host_blas
-from ...quantization.matmul_nbits import MatMulNBitsWeights, dequantize_b
+from ...quantization.matmul_nbits import (TILE_COLS, MatMulNBitsWeights, dequantize_b, from_int8_tiles,
+                                          int8_tiles)
+from ..pages import copy_to_pages, on_own_pages, page_array
 from . import _native
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
@@ -60,7 +63,7 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
     w = MatMulNBitsWeights(B=node.input(1).value, scales=node.input(2).value,
                            zero_points=None if zp is None else zp.value, K=K, N=N, block_size=bs)
     consts: dict[str, np.ndarray] = dict(ep_consts or {})
-    consts.update(packed_consts(w))
+    consts.update(packed_consts(w, int(node.attr("accuracy_level", 0))))
     ep = dict(epilogue or {})
     bias = node.input(5)
     if bias is not None and bias.value is not None:
@@ -96,14 +99,32 @@ def quantize_a_blockwise(a: np.ndarray, block_size: int) -> np.ndarray:
     return q.reshape(*a.shape[:-1], kb * block_size)[..., :K]
 
 
-def packed_consts(w: MatMulNBitsWeights) -> dict[str, np.ndarray]:
-    """The packed weight constants of one MatMulNBits node (names shared with fused kernels)."""
+def level_layout(w: MatMulNBitsWeights, level: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """B, scales and zero points (None: symmetric) of ``w`` as the native kernel takes them at ``level``: ORT's
+    layout, or at accuracy_level 4 the int8 unit's tiles (``quantization.matmul_nbits.int8_tiles``)."""
+    if level == 4:
+        nat = _native.native_module()
+
+        def tile_b(b: np.ndarray, n: int, row_bytes: int) -> np.ndarray:
+            out = page_array((-(-n // TILE_COLS), row_bytes // 2, 64), np.uint8)
+            nat.tile_int4(b, n, row_bytes, out)
+            return out
+
+        tiles, scales, zp = int8_tiles(w, None if nat is None else tile_b)
+        return (tiles if on_own_pages(tiles) else copy_to_pages(tiles), copy_to_pages(scales),
+                None if zp is None else copy_to_pages(zp))
     kb = -(-w.K // w.block_size)
-    out = {"nb_b": np.ascontiguousarray(np.asarray(w.B, np.uint8).reshape(w.N, kb * w.block_size // 2)),
-           "nb_scales": np.ascontiguousarray(np.asarray(w.scales, np.float32).reshape(w.N, kb))}
-    if w.zero_points is not None:
-        out["nb_zp"] = np.ascontiguousarray(np.asarray(w.zero_points, np.uint8).reshape(w.N, (kb + 1) // 2))
-    return out
+    return (np.ascontiguousarray(np.asarray(w.B, np.uint8).reshape(w.N, kb * w.block_size // 2)),
+            np.ascontiguousarray(np.asarray(w.scales, np.float32).reshape(w.N, kb)),
+            None if w.zero_points is None else np.ascontiguousarray(
+                np.asarray(w.zero_points, np.uint8).reshape(w.N, (kb + 1) // 2)))
+
+
+def packed_consts(w: MatMulNBitsWeights, level: int) -> dict[str, np.ndarray]:
+    """The packed weight constants of one MatMulNBits node in its level's layout (names shared with fused
+    kernels)."""
+    b, scales, zp = level_layout(w, level)
+    return {"nb_b": b, "nb_scales": scales, **({} if zp is None else {"nb_zp": zp})}
 
 
 NBITS_MEMBERS = "nb_members"  # attr of an npu::MatMulGroup over MatMulNBits: its packed weights are per member
@@ -120,6 +141,18 @@ def packed_weights(p: Prepared) -> tuple:
             [c[f"m{i}/nb_zp"] for i in range(n)] if "m0/nb_zp" in c else None)
 
 
+def ort_weights(p: Prepared) -> list[MatMulNBitsWeights]:
+    """The packed weights of ``p`` (one per MatMulGroup member) in ORT's layout, whatever the level's."""
+    at = p.attrs
+    K, bs, kb = at["K"], at["block_size"], -(-at["K"] // at["block_size"])
+    bl, sl, zl = packed_weights(p)
+    bl, sl, zl = ([bl], [sl], [zl]) if not isinstance(bl, list) else (bl, sl, zl or [None] * len(bl))
+    if at["accuracy_level"] == 4:
+        return [from_int8_tiles(b, sc, z, K, sc.size // kb, bs) for b, sc, z in zip(bl, sl, zl)]
+    return [MatMulNBitsWeights(B=b.reshape(-1, kb, bs // 2), scales=sc, zero_points=z, K=K, N=b.shape[0],
+                               block_size=bs) for b, sc, z in zip(bl, sl, zl)]
+
+
 def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """``A[..., K] @ W (+ bias)`` as float32 ``[..., N]`` from the packed constants of ``p`` (attrs K, N,
     block_size, accuracy_level), on the native kernel or the reference model as the session chose."""
@@ -134,13 +167,7 @@ def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> 
     a32 = a if a.dtype == np.float32 else a.astype(np.float32)
     w = p.memo.get("reference_w")
     if w is None:  # the reference model's float copy, built on first use
-        kb = -(-K // bs)
-        bl, sl, zl = packed_weights(p)
-        single = not isinstance(bl, list)
-        bl, sl, zl = ([bl], [sl], [zl]) if single else (bl, sl, zl or [None] * len(bl))
-        w = p.memo["reference_w"] = np.concatenate([dequantize_b(MatMulNBitsWeights(
-            B=b.reshape(-1, kb, bs // 2), scales=sc, zero_points=z, K=K, N=b.shape[0], block_size=bs))
-            for b, sc, z in zip(bl, sl, zl)], axis=1)
+        w = p.memo["reference_w"] = np.concatenate([dequantize_b(m) for m in ort_weights(p)], axis=1)
     if level == 4:
         a32 = quantize_a_blockwise(a32, bs)
     y = host_blas.matmul(a32, w)

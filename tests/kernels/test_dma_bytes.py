@@ -22,6 +22,7 @@ from npu_ep.ep import _native
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.siblings import fuse_siblings
 from npu_ep.kernels.ops._mm import DMA_COUNTS, native_plan_args
+from npu_ep.kernels.ops.matmul_nbits import level_layout
 from npu_ep.kernels.planner import _evaluate, elem_bytes
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
@@ -158,7 +159,7 @@ def test_every_residency_counts_the_models_dma(isa, resident, tiles, level):
                      (elem_bytes("float32"), elem_bytes("int4"), elem_bytes("float32")), bs, target)
     w = quantize_matmul_nbits(RNG.standard_normal((k, n)).astype(np.float32), bs, False)
     x = RNG.standard_normal((m, k)).astype(np.float32)
-    args = (x, w.B, w.scales, w.zero_points, None, k, n, bs, level, 2)
+    args = (x, *level_layout(w, level), None, k, n, bs, level, 2)
     y, half = NK.matmul_nbits(*args, plan=native_plan_args(plan), count_dma=True)
     np.testing.assert_array_equal(y, NK.matmul_nbits(*args))
     assert {key: v if key == "transfers" else v / 2 for key, v in half.items()} == {
@@ -195,9 +196,9 @@ def test_bad_plans_raise_clear_errors():
     w = quantize_matmul_nbits(RNG.standard_normal((64, 8)).astype(np.float32), 32, True)
     x = np.zeros((1, 64), np.float32)
     with pytest.raises(ValueError, match="plan must be a 9-tuple"):
-        NK.matmul_nbits(x, w.B, w.scales, None, None, 64, 8, 32, 4, 1, plan=(32, 64))
+        NK.matmul_nbits(x, *level_layout(w, 4), None, 64, 8, 32, 4, 1, plan=(32, 64))
     with pytest.raises(ValueError, match="plan tiles must be positive"):
-        NK.matmul_nbits(x, w.B, w.scales, None, None, 64, 8, 32, 4, 1, plan=(0, 64, 128, 0, 8, 1, 8, 9, 32))
+        NK.matmul_nbits(x, *level_layout(w, 4), None, 64, 8, 32, 4, 1, plan=(0, 64, 128, 0, 8, 1, 8, 9, 32))
     from npu_ep.kernels.ops.matmul_int import pack_b
     pk = pack_b(np.zeros((64, 8), np.int8), None)
     with pytest.raises(ValueError, match="plan tile n 24 is not a multiple of 16"):

@@ -13,9 +13,9 @@ import pytest
 
 from npu_ep.ep import _native
 from _isa import cap_isa, host_isas
-from npu_ep.kernels.ops.matmul_nbits import quantize_a_blockwise
+from npu_ep.kernels.ops.matmul_nbits import level_layout, quantize_a_blockwise
 from npu_ep.quantization import quantize_matmul_nbits
-from npu_ep.quantization.matmul_nbits import dequantize_b
+from npu_ep.quantization.matmul_nbits import dequantize_b, int8_tiles
 
 NK = _native.kernels
 RNG = np.random.default_rng(11)
@@ -32,7 +32,7 @@ def _reference(a, w, level):
 
 
 def _native(a, w, level, threads=1, bias=None):
-    return NK.matmul_nbits(a, w.B, w.scales, w.zero_points, bias, w.K, w.N, w.block_size, level, threads)
+    return NK.matmul_nbits(a, *level_layout(w, level), bias, w.K, w.N, w.block_size, level, threads)
 
 
 def _close(y, ref):
@@ -97,8 +97,8 @@ def test_bad_arguments_raise_clear_errors():
 @pytest.mark.parametrize("bs", [16, 64, 256])
 @pytest.mark.parametrize("level", [0, 4])
 def test_prefill_rows_equal_decode_bits(isa, bs, level):
-    """A row computed inside a prefill tile has the bits of the same row computed alone (decode), whether the
-    prefill runs its rows one by one (M < 8 at level 4) or on the panel (two 4-row blocks and a short one)."""
+    """A row computed inside a prefill tile has the bits of the same row computed alone (decode), in passes of 4,
+    2 and 1 rows (level 4: 6 = 4 + 2, 10 = 4 + 4 + 2)."""
     K, N = 700, 37
     w = _weights(K, N, bs, symmetric=False)
     for m in (6, 10):
@@ -111,19 +111,16 @@ def test_prefill_rows_equal_decode_bits(isa, bs, level):
 @pytest.mark.parametrize("bs", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("m", [1, 9])
-def test_level_4_avx512_paths_have_the_scalar_paths_bits(bs, symmetric, m):
-    """accuracy_level 4 has one definition on the scalar and both AVX-512 paths (each block summed exactly in int32,
-    the blocks accumulated in order with one FMA each), so their bits agree: at M = 1 (the decode kernel) and
-    M = 9 (the prefill panel: two 4-row blocks and a short one, a short last pass of columns), with a partial
-    last chunk."""
+def test_level_4_paths_have_the_scalar_paths_bits(bs, symmetric, m):
+    """accuracy_level 4 has one definition on the scalar, AVX2 and both AVX-512 paths (each block summed exactly in
+    int32, the blocks accumulated in order with one FMA each), so their bits agree: at M = 1 (decode) and M = 9
+    (passes of 4, 4 and 1 rows), with a short last group of columns (45 = 32 + 13)."""
     K, N = 1000, 45
     w = _weights(K, N, bs, symmetric)
     a = RNG.standard_normal((m, K)).astype(np.float32)
     a[0, :bs] *= 100.0  # a block far larger than the rest
     runs = {}
     for name in host_isas():
-        if name == "avx2":  # its own order: per 8-element lane, the lanes summed at the end
-            continue
         capped = cap_isa(name)
         next(capped)
         try:
@@ -157,8 +154,8 @@ def test_nan_and_inf_rows_propagate_like_the_reference(isa):
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("level", [0, 4])
 def test_decode_gemv_at_width_has_prefill_bits(isa, bs, symmetric, level):
-    """The decode kernel (M = 1, one pass over the packed weights) gives a row the bits the prefill tile gives it,
-    at a 1B decoder's width, with a partial last chunk (K = 2080) and on 1 or 2 threads."""
+    """The decode (M = 1, one pass over the packed weights) gives a row the bits the prefill gives it, at a 1B
+    decoder's width, with a partial last chunk (K = 2080) and on 1 or 2 threads."""
     K, N = 2080, 130
     w = _weights(K, N, bs, symmetric)
     a = RNG.standard_normal((9, K)).astype(np.float32)
@@ -222,3 +219,18 @@ def test_bound_call_keeps_its_weights_and_equals_the_per_call_binding(m):
     np.testing.assert_array_equal(bound(a), want)
     with pytest.raises(ValueError, match=r"A must be \[M, K=200\]"):
         bound(a[:, :100])
+
+
+@pytest.mark.parametrize("K,N,bs", [(64, 1, 16), (1000, 47, 32), (130, 64, 128), (2048, 96, 256)])
+def test_native_tiling_equals_the_layouts_definition(K, N, bs):
+    """The native ``tile_int4`` (what sessions use) builds level 4's tiles (``quantization.matmul_nbits.int8_tiles``,
+    numpy) byte for byte."""
+    w = _weights(K, N, bs, symmetric=False)
+    for got, want in zip(level_layout(w, 4), int8_tiles(w)):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="B has 10 elements, expected 12"):
+        NK.tile_int4(np.zeros(10, np.uint8), 3, 4, np.zeros((1, 2, 64), np.uint8))
+    with pytest.raises(ValueError, match="out has 64 elements, expected 128"):
+        NK.tile_int4(np.zeros(12, np.uint8), 3, 4, np.zeros((1, 1, 64), np.uint8))
+    with pytest.raises(TypeError):  # never a converted copy that the tiles would silently go to
+        NK.tile_int4(np.zeros(12, np.uint8), 3, 4, np.zeros((1, 2, 64), np.int16))

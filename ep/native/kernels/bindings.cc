@@ -60,14 +60,19 @@ const T* Raw(const py::handle& h, int64_t expect, const char* what, std::vector<
   return Data(a, expect, what);
 }
 
-// B, scales and zero points (None: symmetric) of the N columns in ORT's layout: one matrix each, or lists of
-// member matrices side by side (npu::MatMulGroup's members, read where ORT keeps them). `keep` holds what the
-// pointers point into for the call.
+// B's bytes for `cols` columns in the level's layout (qnbit_gemm.h): level 4's tiles pad to groups of 32.
+int64_t BBytes(const NBitsGemm& g, int64_t cols, int64_t row) {
+  return (g.accuracy_level == 4 ? (cols + 31) / 32 * 32 : cols) * row;
+}
+
+// B, scales and zero points (None: symmetric) of the N columns in the level's layout (qnbit_gemm.h): one matrix
+// each, or lists of member matrices side by side (npu::MatMulGroup's members, read where the program keeps them;
+// a member's width is its scales' size / kb). `keep` holds what the pointers point into for the call.
 void SetWeights(NBitsGemm& g, const py::handle& b, const py::handle& scales, const py::handle& zp,
                 std::vector<NBitsSegment>& segs, std::vector<py::object>& keep) {
   const int64_t kb = (g.K + g.block_size - 1) / g.block_size, row = kb * g.block_size / 2, zb = (kb + 1) / 2;
   if (!py::isinstance<py::list>(b) && !py::isinstance<py::tuple>(b)) {
-    g.b = Raw<uint8_t>(b, g.N * row, "B", keep);
+    g.b = Raw<uint8_t>(b, BBytes(g, g.N, row), "B", keep);
     g.scales = Raw<float>(scales, g.N * kb, "scales", keep);
     if (!zp.is_none()) g.zero_points = Raw<uint8_t>(zp, g.N * zb, "zero_points", keep);
     return;
@@ -78,15 +83,19 @@ void SetWeights(NBitsGemm& g, const py::handle& b, const py::handle& scales, con
     throw std::invalid_argument("native kernel: B, scales and zero_points must list the same members");
   int64_t n0 = 0;
   for (size_t i = 0; i < bl.size(); ++i) {
-    const Arr<uint8_t> bi = Arr<uint8_t>::ensure(bl[i]);
-    if (!bi || bi.size() == 0 || bi.size() % row)
-      throw std::invalid_argument("native kernel: member " + std::to_string(i) + "'s B is not rows of " +
-                                  std::to_string(row) + " bytes");
-    const int64_t rows = bi.size() / row;
+    const Arr<float> si = Arr<float>::ensure(sl[i]);
+    if (!si) {
+      PyErr_Clear();
+      throw std::invalid_argument("native kernel: scales must be a C-contiguous float32 array");
+    }
+    if (si.size() == 0 || si.size() % kb)
+      throw std::invalid_argument("native kernel: member " + std::to_string(i) + "'s scales are not " +
+                                  std::to_string(kb) + " blocks per column");
+    const int64_t rows = si.size() / kb;
     NBitsSegment seg;
     seg.n0 = n0;
-    seg.b = Raw<uint8_t>(bi, rows * row, "B", keep);
-    seg.scales = Raw<float>(sl[i], rows * kb, "scales", keep);
+    seg.b = Raw<uint8_t>(bl[i], BBytes(g, rows, row), "B", keep);
+    seg.scales = Raw<float>(si, rows * kb, "scales", keep);
     if (has_zp) seg.zero_points = Raw<uint8_t>(py::reinterpret_borrow<py::sequence>(zp)[i], rows * zb, "zero_points", keep);
     segs.push_back(seg);
     n0 += rows;
@@ -271,6 +280,18 @@ class BoundNBits {
   std::optional<NormArgs> norm_;
 };
 
+// ORT's B [N, row_bytes] -> accuracy_level 4's tiles [ceil(N / 32), row_bytes / 2, 64] (qnbit_gemm.h).
+void TileInt4Py(const Arr<uint8_t>& b, int64_t N, int64_t row_bytes, Arr<uint8_t>& out) {
+  if (N <= 0 || row_bytes <= 0 || row_bytes % 2)
+    throw std::invalid_argument("tile_int4: N must be positive and row_bytes positive and even");
+  const uint8_t* src = Data(b, N * row_bytes, "B");
+  if (!out.writeable()) throw std::invalid_argument("tile_int4: out must be writeable");
+  uint8_t* dst = out.mutable_data();
+  Data(out, (N + 31) / 32 * 32 * row_bytes, "out");
+  py::gil_scoped_release release;
+  TileInt4(src, N, row_bytes, dst);
+}
+
 py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
                         const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads,
                         const std::optional<Arr<float>>& mult,
@@ -334,7 +355,8 @@ void RegisterKernels(py::module_& parent) {
   m.def("matmul_nbits", &MatMulNBitsPy, py::arg("a"), py::arg("b"), py::arg("scales"), py::arg("zero_points"),
         py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"), py::arg("accuracy_level"),
         py::arg("threads") = 1, py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("sgemm") = 0,
-        "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout, or "
+        "MatMulNBits 4-bit: y[M, N] = a[M, K] @ dequant(B) (+ bias); B/scales/zero_points in ORT's layout "
+        "(accuracy_level 0..3) or as int8_tiles gives them (level 4), or "
         "lists of member matrices side by side (npu::MatMulGroup; zero_points all or None). "
         "plan: a tile plan tuple (see PlanArgs) whose output tiles the kernel runs; count_dma: return (y, DMA "
         "half-bytes and transfers of that plan); sgemm: address of a CBLAS sgemm (kernels.host_blas."
@@ -348,6 +370,9 @@ void RegisterKernels(py::module_& parent) {
         "@ dequant(B) (+ bias); sum: Skip*'s x + skip (+ norm_bias) when want_sum, else None. sdot: address of a "
         "CBLAS sdot (kernels.host_blas.sdot_address()) for the Simplified statistics; plan / count_dma / sgemm: "
         "as matmul_nbits");
+  m.def("tile_int4", &TileInt4Py, py::arg("b"), py::arg("N"), py::arg("row_bytes"), py::arg("out").noconvert(),
+        "ORT's MatMulNBits B [N, row_bytes] as accuracy_level 4's tiles into out [ceil(N / 32), row_bytes / 2, 64] "
+        "uint8 (npu_ep.quantization.matmul_nbits.int8_tiles is the definition)");
   py::class_<BoundNBits>(m, "BoundNBits",
                          "matmul_nbits (norm None) or norm_matmul_nbits (norm = (norm_bias, gamma, eps, want_sum, "
                          "swiglu, sdot)) with its weights converted once; called with (x, skip) per run")

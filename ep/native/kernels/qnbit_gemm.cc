@@ -1,16 +1,15 @@
 // MatMulNBits kernels, one family: fp32 math (accuracy_level 0..3) and int8 A x int4 B (accuracy_level 4).
 //
-// Layout trick (shared by every ISA path): byte i of a packed B row holds elements 2i (low nibble) and 2i+1
-// (high nibble) of the zero-padded K axis, whatever the block size. The row is walked in chunks of 64 bytes; per
-// chunk the low nibbles give the even elements and the high nibbles the odd ones. A is re-laid out once per call
-// to match ("perm" layout: per chunk, 64 even elements then 64 odd ones), so the kernels never interleave
-// nibbles. An int32 lane of a chunk covers 4 bytes = 8 elements, always inside one block (blocks >= 16).
+// fp32 levels on ORT's layout (shared by every ISA path): byte i of a packed B row holds elements 2i (low nibble)
+// and 2i+1 (high nibble) of the zero-padded K axis, whatever the block size. The row is walked in chunks of 64
+// bytes; per chunk the low nibbles give the even elements and the high nibbles the odd ones. A is re-laid out once
+// per call to match ("perm" layout: per chunk, 64 even elements then 64 odd ones), so the kernels never interleave
+// nibbles.
 //
 // accuracy_level 4, as ORT's CompInt8: per block of A, scale = max|a| / 127, codes = round_half_even(a * (127 /
-// max|a|)). The scalar and AVX-512 paths sum each block exactly in int32 (sum(code_a * code_b) - zp *
-// sum(code_a)) and accumulate the blocks in order, y = fma(float(dot), scale_a * scale_b, y): the same bits on
-// both (the AVX-512 kernels are qnbit_gemv_avx512.cc below 8 rows and qnbit_int8_panel_avx512.cc from 8 on, which
-// reads A in natural order). The AVX2 path scales per lane (8 elements) and sums the lanes at the end.
+// max|a|)), in natural order. B is in the tiles the compiler stored (qnbit_gemm.h). Every path (scalar, AVX2 here,
+// AVX-512 in qnbit_int8_avx512.cc) sums each block exactly in int32 (sum(code_a * code_b) - zp * sum(code_a)) and
+// accumulates the blocks in order, y = fma(float(dot), scale_a * scale_b, y): the same bits on all of them.
 // accuracy_level 0..3: weights dequantized per 8-byte group ((q - zp) * scale, one rounding, like ORT's
 // dequantize-then-SGEMM) into a per-column buffer, then float32 dot products.
 #include "qnbit_gemm.h"
@@ -35,12 +34,10 @@ using nbits::kChunkElems;
 using nbits::Shape;
 using nbits::Column;
 using nbits::ColumnOf;
-using nbits::Symmetric;
+using nbits::kTileCols;
+using nbits::TileGroup;
+using nbits::TileGroupOf;
 constexpr int64_t kColsPerTask = 16;
-constexpr int64_t kInt8PanelCols = 32;  // level 4 on AVX-512: one re-laid-out pass of columns per task
-// Below this many rows level 4 runs row by row on the decode kernel: the panel's re-layout of B costs what several
-// rows' products do (PERF.md: 2048 x 2048, M = 2 and 4 ran faster row by row, from M = 8 on the panel won).
-constexpr int64_t kInt8PanelMinRows = 8;
 // From this M on, fp32 levels multiply dequantized column panels (qnbit_panel_avx512.cc on AVX-512, else the BLAS).
 constexpr int64_t kSgemmMinRows = 16;
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
@@ -49,7 +46,8 @@ constexpr int64_t kSgemmTasks = 4;  // panels a product is cut into at least, so
 // prefill's samples), and four large tasks left it little to take (a 128 x 256 x 1024 product: 1.5x MLAS's time
 // with four tasks, 1.3x with these).
 constexpr int64_t kSgemmTaskMacs = int64_t{1} << 20;
-// Decode (M = 1): a task is at least this many packed weight bytes, so ORT's per-task dispatch is amortized.
+// Decode (M = 1) and level 4 with few rows: a task is at least this many packed weight bytes per row of A, so
+// ORT's per-task dispatch is amortized.
 constexpr int64_t kGemvTaskBytes = 128 * 1024;
 
 inline int64_t PermPos(int64_t e) {
@@ -60,9 +58,8 @@ inline int64_t PermPos(int64_t e) {
 // Per-call re-layout of A (level 0) or its int8 quantization (level 4).
 struct PreparedA {
   std::vector<float> a;        // [M, kc] perm layout (level 0)
-  std::vector<int8_t> q;       // [M, kc] level 4: perm layout, or natural order (AVX-512, M >= 8)
+  std::vector<int8_t> q;       // [M, kc] level 4, natural order, zero past K
   std::vector<float> scale;    // [M, kb]
-  std::vector<int32_t> lane;   // [M, kc / 8] sum of codes per lane (4 bytes = 8 elements; AVX2 only)
   std::vector<int32_t> block;  // [M, kb] sum of codes per block
 };
 
@@ -71,9 +68,8 @@ void PermuteRow(const float* a, const Shape& s, float* out) {
   for (int64_t k = 0; k < s.K; ++k) out[PermPos(k)] = a[k];
 }
 
-void QuantizeRow(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* lane, int32_t* block) {
+void QuantizeRow(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* block) {
   std::fill(q, q + s.kc, int8_t{0});
-  std::fill(lane, lane + s.kc / 8, 0);
   for (int64_t b = 0; b < s.kb; ++b) {
     const int64_t k0 = b * s.bs, k1 = std::min<int64_t>(s.K, k0 + s.bs);
     float amax = 0.0f;
@@ -89,8 +85,7 @@ void QuantizeRow(const float* a, const Shape& s, int8_t* q, float* scale, int32_
     for (int64_t k = k0; k < k1; ++k) {
       const float r = inv == 0.0f ? 0.0f : RoundHalfEven(a[k] * inv);  // |a * inv| <= 127
       const int32_t c = static_cast<int32_t>(std::min(127.0f, std::max(-128.0f, r)));
-      q[PermPos(k)] = static_cast<int8_t>(c);
-      lane[k >> 3] += c;
+      q[k] = static_cast<int8_t>(c);
       sum += c;
     }
     block[b] = sum;
@@ -124,18 +119,21 @@ float DotScalar(const float* a, const float* w, int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-float Int8ColScalar(const uint8_t* brow, const float* sw, const int32_t* zpc, const Shape& s, const int8_t* q,
-                    const float* sa, const int32_t* qblock) {
+// Level 4, one output from the tiles: the definition the vector paths reproduce bit for bit.
+float Int8TileScalar(const TileGroup& t, int lane, const Shape& s, const int8_t* q, const float* sa,
+                     const int32_t* qblock) {
+  const int shift = lane < 16 ? 0 : 4;
+  const int64_t steps = s.bs / 4;
   float acc = 0.0f;
-  const int64_t bytes_per_block = s.bs / 2;
   for (int64_t b = 0; b < s.kb; ++b) {
     int32_t dot = 0;
-    for (int64_t i = b * bytes_per_block; i < (b + 1) * bytes_per_block; ++i) {
-      const int64_t pos = (i / kChunkBytes) * kChunkElems + (i % kChunkBytes);
-      dot += (brow[i] & 0x0F) * q[pos] + (brow[i] >> 4) * q[pos + kChunkBytes];
+    for (int64_t i = 0; i < steps; ++i) {
+      const uint8_t* p = t.b + (b * steps + i) * 64 + 4 * (lane & 15);
+      for (int c = 0; c < 4; ++c) dot += ((p[c] >> shift) & 0x0F) * q[b * s.bs + 4 * i + c];
     }
-    dot -= zpc[b] * qblock[b];
-    acc = std::fma(static_cast<float>(dot), sa[b] * sw[b], acc);
+    const int zp = t.zp == nullptr ? 8 : (t.zp[(b >> 1) * t.stride + lane] >> ((b & 1) * 4)) & 0x0F;
+    dot -= zp * qblock[b];
+    acc = std::fma(static_cast<float>(dot), sa[b] * t.sw[b * t.stride + lane], acc);
   }
   return acc;
 }
@@ -178,47 +176,43 @@ __attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* w
   return HsumAvx2(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)));
 }
 
-__attribute__((target("avx2,fma"))) float Int8ColAvx2(const uint8_t* brow, const uint8_t* tail, const float* sw,
-                                                      const int32_t* zpc, const Shape& s, const int8_t* q,
-                                                      const float* sa, const int32_t* qlane) {
+// Level 4, lanes 16 * half .. + 15 of a tile group for one row of A into out[16]: Int8TileScalar's operations,
+// 8 columns per vector (the products of 4 elements summed in int16 pairs, exact: |2 * 15 * 128| < 2^15).
+__attribute__((target("avx2,fma"))) void Int8HalfAvx2(const TileGroup& t, int half, const Shape& s, const int8_t* q,
+                                                      const float* sa, const int32_t* qblock, float out[16]) {
   const __m256i m0f = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  const int bs = s.bs;
-  const __m256i idx = _mm256_setr_epi32(0, 8 / bs, 16 / bs, 24 / bs, 32 / bs, 40 / bs, 48 / bs, 56 / bs);
-  const int64_t full = s.row_bytes / kChunkBytes;
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t c = 0; c < s.n_chunks; ++c) {
-    const uint8_t* src = c < full ? brow + c * kChunkBytes : tail;
-    for (int h = 0; h < 2; ++h) {
-      const int64_t first = c * kChunkElems + h * 64;  // first (even) element of this half
-      if (first >= 2 * s.row_bytes) break;
-      const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32 * h));
-      const __m256i lo = _mm256_and_si256(bv, m0f);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bv, 4), m0f);
-      const int8_t* qc = q + c * kChunkElems + 32 * h;
-      const __m256i p = _mm256_add_epi16(
-          _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qc))),
-          _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qc + kChunkBytes))));
-      __m256i d = _mm256_madd_epi16(p, ones);  // |pair sums| <= 2 * 2 * 15 * 128: no int16 saturation
-      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qlane + c * 16 + 8 * h));
-      __m256 sv;
-      __m256i zv;
-      const int64_t b0 = first >> s.bs_log2;
-      if (bs >= 64) {
-        sv = _mm256_set1_ps(sa[b0] * sw[b0]);
-        zv = _mm256_set1_epi32(zpc[b0]);
-      } else {
-        const int64_t nb = std::min<int64_t>(64 >> s.bs_log2, s.kb - b0);
-        const __m128i mask = _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(nb)), _mm_setr_epi32(0, 1, 2, 3));
-        const __m128 s4 = _mm_mul_ps(_mm_maskload_ps(sw + b0, mask), _mm_maskload_ps(sa + b0, mask));
-        sv = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s4), idx);
-        zv = _mm256_permutevar8x32_epi32(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zpc + b0))), idx);
-      }
-      d = _mm256_sub_epi32(d, _mm256_mullo_epi32(zv, ql));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sv, acc);
+  const int64_t steps = s.bs / 4;
+  alignas(32) float sw[16];
+  alignas(32) int32_t zp[16];
+  __m256 f0 = _mm256_setzero_ps(), f1 = f0;
+  const uint8_t* pb = t.b;
+  for (int64_t b = 0; b < s.kb; ++b) {
+    for (int j = 0; j < 16; ++j) {  // columns past the matrix: scale 0
+      const int lane = 16 * half + j;
+      const bool real = lane < t.lanes;
+      sw[j] = real ? t.sw[b * t.stride + lane] : 0.0f;
+      zp[j] = t.zp == nullptr ? 8 : real ? (t.zp[(b >> 1) * t.stride + lane] >> ((b & 1) * 4)) & 0x0F : 0;
     }
+    const __m256i nsum = _mm256_set1_epi32(-qblock[b]);
+    __m256i d0 = _mm256_mullo_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(zp)), nsum);
+    __m256i d1 = _mm256_mullo_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(zp + 8)), nsum);
+    for (int64_t i = 0; i < steps; ++i, pb += 64) {
+      __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb));
+      __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32));
+      if (half) b0 = _mm256_srli_epi16(b0, 4), b1 = _mm256_srli_epi16(b1, 4);
+      b0 = _mm256_and_si256(b0, m0f), b1 = _mm256_and_si256(b1, m0f);
+      int32_t codes;
+      std::memcpy(&codes, q + b * s.bs + 4 * i, 4);
+      const __m256i a = _mm256_set1_epi32(codes);
+      d0 = _mm256_add_epi32(d0, _mm256_madd_epi16(_mm256_maddubs_epi16(b0, a), ones));
+      d1 = _mm256_add_epi32(d1, _mm256_madd_epi16(_mm256_maddubs_epi16(b1, a), ones));
+    }
+    const __m256 sr = _mm256_set1_ps(sa[b]);
+    f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(_mm256_load_ps(sw), sr), f0);
+    f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(_mm256_load_ps(sw + 8), sr), f1);
   }
-  return HsumAvx2(acc);
+  _mm256_storeu_ps(out, f0);
+  _mm256_storeu_ps(out + 8, f1);
 }
 
 // ---- AVX-512 (BW, optionally VNNI) -------------------------------------------------------------------------
@@ -276,10 +270,32 @@ __attribute__((target(NPU_AVX512))) float DotAvx512(const float* a, const float*
 
 #endif  // NPU_EP_X86
 
-using Int8ColFn = float (*)(const uint8_t*, const uint8_t*, const float*, const int32_t*, const Shape&,
-                            const int8_t*, const float*, const int32_t*);
 using DequantFn = void (*)(const uint8_t*, const float*, const int32_t*, const Shape&, float*);
 using DotFn = float (*)(const float*, const float*, int64_t);
+
+// Level 4 without AVX-512, rows [r0, r1) x columns [n0, n1) from the tiles: AVX2 takes 16 columns per vector pass.
+void Int8Tiles(const NBitsGemm& g, const Shape& s, const nbits::Int8A& a, Isa isa, int64_t r0, int64_t r1,
+               int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1;) {
+    const TileGroup t = TileGroupOf(g, s, n);
+    const int l0 = static_cast<int>(n - t.first), l1 = static_cast<int>(std::min<int64_t>(t.lanes, n1 - t.first));
+    for (int64_t m = r0; m < r1; ++m) {
+      const int8_t* q = a.q + m * s.kc;
+      const float* sa = a.scale + m * s.kb;
+      const int32_t* asum = a.block + m * s.kb;
+      float out[kTileCols];
+#if NPU_EP_X86
+      if (isa >= Isa::kAvx2) {
+        for (int half = l0 / 16; half * 16 < l1; ++half) Int8HalfAvx2(t, half, s, q, sa, asum, out + 16 * half);
+      } else
+#endif
+        for (int lane = l0; lane < l1; ++lane) out[lane] = Int8TileScalar(t, lane, s, q, sa, asum);
+      for (int lane = l0; lane < l1; ++lane)
+        g.y[m * s.N + t.first + lane] = out[lane] + (g.bias == nullptr ? 0.0f : g.bias[t.first + lane]);
+    }
+    n = t.first + l1;
+  }
+}
 
 void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
   const bool int8 = g.accuracy_level == 4;
@@ -287,7 +303,6 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
   if (int8) {
     pa.q.resize(s.M * s.kc);
     pa.scale.resize(s.M * s.kb);
-    pa.lane.resize(vector_quant ? 0 : s.M * s.kc / 8);
     pa.block.resize(s.M * s.kb);
   } else {
     pa.a.resize(s.M * s.kc);
@@ -296,13 +311,12 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
 #if NPU_EP_X86
     if (vector_quant) {
       nbits::QuantizeRowAvx512(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
-                               pa.block.data() + m * s.kb, /*perm=*/s.M < kInt8PanelMinRows);
+                               pa.block.data() + m * s.kb);
       return;
     }
 #endif
     if (int8)
-      QuantizeRow(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
-                  pa.lane.data() + m * s.kc / 8, pa.block.data() + m * s.kb);
+      QuantizeRow(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb, pa.block.data() + m * s.kb);
     else
       PermuteRow(g.a + m * s.K, s, pa.a.data() + m * s.kc);
   });
@@ -343,11 +357,9 @@ void MatMulNBits(const NBitsGemm& g) {
   const bool panel = !int8 && g.sgemm != nullptr && s.M >= kSgemmMinRows;
   const bool natural = NPU_EP_X86 && panel && isa >= Isa::kAvx512;  // B in natural order: A read in place
   if (!natural) PrepareA(g, s, isa, pa);
-  Int8ColFn int8_col = nullptr;
   DequantFn dequant = DequantColScalar;
   DotFn dot = DotScalar;
 #if NPU_EP_X86
-  if (isa == Isa::kAvx2) int8_col = Int8ColAvx2;
   if (isa >= Isa::kAvx2) dequant = DequantColAvx2;
   if (isa >= Isa::kAvx2) dot = DotAvx2;
   if (isa >= Isa::kAvx512) dot = DotAvx512;
@@ -355,35 +367,25 @@ void MatMulNBits(const NBitsGemm& g) {
 #else
   (void)isa;
 #endif
-#if NPU_EP_X86
-  if ((s.M == 1 || (int8 && s.M < kInt8PanelMinRows)) && isa >= Isa::kAvx512 && (int8 || s.bs >= 32)) {
-    // Every column is computed whole by one task, so the split changes no bits.
-    const int64_t cols = std::max<int64_t>(16, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 15) / 16 * 16);
-    const bool vnni = isa == Isa::kAvx512Vnni;
+  if (int8) {
+    // Tile groups of 32 columns; a task holds whole groups (one at least), kGemvTaskBytes of weights per row of A.
+    const int64_t cols = std::max<int64_t>(1, kGemvTaskBytes / (s.row_bytes * s.M) / kTileCols) * kTileCols;
+    const nbits::Int8A ia{pa.q.data(), pa.scale.data(), pa.block.data()};
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-      nbits::GemvA rows[kInt8PanelMinRows];
-      for (int64_t m = r0; m < r1; ++m) {
-        nbits::GemvA& row = rows[m - r0];
-        row.q = pa.q.data() + m * s.kc;
-        row.scale = pa.scale.data() + m * s.kb;
-        row.block = pa.block.data() + m * s.kb;
-        row.a = pa.a.data();
-        row.y = g.y + m * s.N;
-      }
-      if (int8)
-        nbits::GemvInt8Avx512(g, s, rows, static_cast<int>(r1 - r0), vnni, n0, n1);
-      else
-        nbits::GemvFp32Avx512(g, s, rows[0], n0, n1);
+#if NPU_EP_X86
+      if (isa >= Isa::kAvx512) return nbits::Int8TilesAvx512(g, s, ia, isa == Isa::kAvx512Vnni, r0, r1, n0, n1);
+#endif
+      Int8Tiles(g, s, ia, isa, r0, r1, n0, n1);
     });
     return;
   }
-  if (int8 && isa >= Isa::kAvx512) {
-    const nbits::Int8A ia{pa.q.data(), pa.scale.data(), pa.block.data()};
-    const bool vnni = isa == Isa::kAvx512Vnni;
-    const auto task = [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-      nbits::Int8PanelAvx512(g, s, ia, vnni, r0, r1, n0, n1);
-    };
-    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, kInt8PanelCols, task);
+#if NPU_EP_X86
+  if (s.M == 1 && isa >= Isa::kAvx512 && s.bs >= 32) {
+    // Every column is computed whole by one task, so the split changes no bits.
+    const int64_t cols = std::max<int64_t>(16, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 15) / 16 * 16);
+    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t, int64_t, int64_t n0, int64_t n1) {
+      nbits::GemvFp32Avx512(g, s, nbits::GemvA{pa.a.data(), g.y}, n0, n1);
+    });
     return;
   }
 #endif
@@ -423,33 +425,34 @@ void MatMulNBits(const NBitsGemm& g) {
   }
   RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, kColsPerTask, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
     std::vector<int32_t> zpc(s.kb + 16, 0);
-    std::vector<float> w(int8 ? 0 : s.kc, 0.0f);
-    alignas(64) uint8_t tail[kChunkBytes];
+    std::vector<float> w(s.kc, 0.0f);
     for (int64_t n = n0; n < n1; ++n) {
       const Column col = ColumnOf(g, s, n);
-      const uint8_t* brow = col.b;
-      const float* sw = col.sw;
       UnpackZeroPoints(col.zp, s, zpc.data());
       const float bias = g.bias == nullptr ? 0.0f : g.bias[n];
-      if (!int8) {
-        dequant(brow, sw, zpc.data(), s, w.data());
-        for (int64_t m = r0; m < r1; ++m) g.y[m * s.N + n] = dot(pa.a.data() + m * s.kc, w.data(), s.kc) + bias;
-        continue;
-      }
-      if (int8_col == nullptr) {
-        for (int64_t m = r0; m < r1; ++m)
-          g.y[m * s.N + n] = Int8ColScalar(brow, sw, zpc.data(), s, pa.q.data() + m * s.kc,
-                                           pa.scale.data() + m * s.kb, pa.block.data() + m * s.kb) + bias;
-        continue;
-      }
-      const int64_t full = s.row_bytes / kChunkBytes, rem = s.row_bytes % kChunkBytes;
-      std::memset(tail, 0, sizeof(tail));
-      if (rem) std::memcpy(tail, brow + full * kChunkBytes, rem);
-      for (int64_t m = r0; m < r1; ++m)
-        g.y[m * s.N + n] = int8_col(brow, tail, sw, zpc.data(), s, pa.q.data() + m * s.kc,
-                                    pa.scale.data() + m * s.kb, pa.lane.data() + m * s.kc / 8) + bias;
+      dequant(col.b, col.sw, zpc.data(), s, w.data());
+      for (int64_t m = r0; m < r1; ++m) g.y[m * s.N + n] = dot(pa.a.data() + m * s.kc, w.data(), s.kc) + bias;
     }
   });
+}
+
+void TileInt4(const uint8_t* b, int64_t N, int64_t row_bytes, uint8_t* tiles) {
+  const int64_t groups = (N + kTileCols - 1) / kTileCols, steps = row_bytes / 2;
+  for (int64_t grp = 0; grp < groups; ++grp)
+    for (int j = 0; j < 16; ++j) {
+      const int64_t lo = grp * kTileCols + j, hi = lo + 16;  // columns past N: code 0
+      const uint8_t* x = lo < N ? b + lo * row_bytes : nullptr;
+      const uint8_t* y = hi < N ? b + hi * row_bytes : nullptr;
+      uint8_t* out = tiles + grp * steps * 64 + 4 * j;
+      for (int64_t t = 0; t < steps; ++t, out += 64) {
+        const uint8_t x0 = x ? x[2 * t] : 0, x1 = x ? x[2 * t + 1] : 0;
+        const uint8_t y0 = y ? y[2 * t] : 0, y1 = y ? y[2 * t + 1] : 0;
+        out[0] = static_cast<uint8_t>((x0 & 0x0F) | (y0 << 4));
+        out[1] = static_cast<uint8_t>((x0 >> 4) | (y0 & 0xF0));
+        out[2] = static_cast<uint8_t>((x1 & 0x0F) | (y1 << 4));
+        out[3] = static_cast<uint8_t>((x1 >> 4) | (y1 & 0xF0));
+      }
+    }
 }
 
 }  // namespace npu_ep::kern

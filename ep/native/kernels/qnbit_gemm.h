@@ -1,5 +1,15 @@
-// MatMulNBits (4-bit weights in ORT's packed layout) as native kernels: the weights stay packed and are
-// dequantized per chunk in registers, never as a whole float copy.
+// MatMulNBits (4-bit weights) as native kernels: the weights stay packed and are dequantized per chunk in
+// registers, never as a whole float copy.
+//
+// Layouts (kb = ceil(K / block_size), row = kb * block_size / 2 bytes per column):
+// - accuracy_level 0..3: ORT's. B [N, row] (element 2j in the low nibble of byte j), scales [N, kb], zero points
+//   [N, ceil(kb / 2)] (block 2i in the low nibble).
+// - accuracy_level 4: the int8 unit's tiles, chosen at compile time (npu_ep.quantization.matmul_nbits.int8_tiles):
+//   B [ceil(N / 32), kb * block_size / 4, 64]: per group of 32 columns and 4 elements of K, byte 4j + i holds
+//   element i of column j (low nibble) and of column 16 + j (high nibble), so one load and two nibble masks give
+//   the two 16-column operands of VPDPBUSD; columns past N are code 0. Scales and zero points come in the same
+//   column groups: per group its [kb, w] ([ceil(kb / 2), w]) block of ORT's arrays transposed (w = 32, or what is
+//   left of N), so a pass over a group reads one run of tiles and one of scales.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +19,8 @@
 
 namespace npu_ep::kern {
 
-// Columns [n0, the next segment's n0) of B read one member matrix of npu::MatMulGroup, in ORT's layout, where
-// ORT keeps it: the group's weights are never concatenated.
+// Columns [n0, the next segment's n0) of B read one member matrix of npu::MatMulGroup, in the level's layout,
+// where the program keeps it: the group's weights are never concatenated.
 struct NBitsSegment {
   int64_t n0 = 0;
   const uint8_t* b = nullptr;
@@ -23,9 +33,9 @@ struct NBitsGemm {
   int64_t M = 0, K = 0, N = 0;
   int block_size = 32;              // power of two, 16..256
   int accuracy_level = 0;           // 4: A quantized per block to int8 (ORT CompInt8); else fp32 math
-  const uint8_t* b = nullptr;       // [N, kb, block_size / 2], element 2j in the low nibble of byte j
-  const float* scales = nullptr;    // [N, kb]
-  const uint8_t* zero_points = nullptr;  // [N, ceil(kb / 2)] packed nibbles, or null (= 8)
+  const uint8_t* b = nullptr;       // in the level's layout (above)
+  const float* scales = nullptr;
+  const uint8_t* zero_points = nullptr;  // packed nibbles, or null (= 8)
   const NBitsSegment* segments = nullptr;  // optional, ascending n0 from 0: B as side-by-side members (b, scales
   int n_segments = 0;                      // and zero_points unused)
   const float* bias = nullptr;      // [N] or null
@@ -42,5 +52,8 @@ struct NBitsGemm {
 // y = A @ dequant(B) (+ bias). Each output element is computed by one thread in a fixed order, so the bits do
 // not depend on the thread count.
 void MatMulNBits(const NBitsGemm& g);
+
+// ORT's B [N, row_bytes] -> accuracy_level 4's tiles [ceil(N / 32), row_bytes / 2, 64] (layouts above).
+void TileInt4(const uint8_t* b, int64_t N, int64_t row_bytes, uint8_t* tiles);
 
 }  // namespace npu_ep::kern

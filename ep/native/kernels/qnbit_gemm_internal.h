@@ -2,6 +2,7 @@
 // for the "perm" layout both use).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cpu.h"
@@ -34,26 +35,46 @@ inline Column ColumnOf(const NBitsGemm& g, const Shape& s, int64_t n) {
   const int64_t r = n - seg.n0;
   return {seg.b + r * s.row_bytes, seg.scales + r * s.kb, seg.zero_points ? seg.zero_points + r * s.zp_bytes : nullptr};
 }
-inline bool Symmetric(const NBitsGemm& g) {
-  return g.segments != nullptr ? g.segments[0].zero_points == nullptr : g.zero_points == nullptr;
-}
 
-// One row of A, prepared once per call: int8 codes in perm layout, block scales and block code sums (level 4),
-// or the float row in perm layout (level 0..3); and the row of y it gives.
+// One row of A for the fp32 decode kernel: the float row in perm layout, and the row of y it gives.
 struct GemvA {
-  const int8_t* q = nullptr;       // [kc]
-  const float* scale = nullptr;    // [kb]
-  const int32_t* block = nullptr;  // [kb]
-  const float* a = nullptr;        // [kc]
-  float* y = nullptr;              // [N]
+  const float* a = nullptr;  // [kc]
+  float* y = nullptr;        // [N]
 };
 
-// Level 4's rows of A for M > 1: int8 codes in natural order [M, kc], block scales and code sums [M, kb].
+// Level 4's rows of A: int8 codes in natural order [M, kc] (zero past K), block scales and code sums [M, kb].
 struct Int8A {
   const int8_t* q = nullptr;
   const float* scale = nullptr;
   const int32_t* block = nullptr;
 };
+
+// Level 4: the tile group (32 columns) holding column n, in the one matrix or in the member segment holding it.
+constexpr int kTileCols = 32;
+struct TileGroup {
+  const uint8_t* b;   // [kb * bs / 4][64]
+  const float* sw;    // [kb][stride]
+  const uint8_t* zp;  // [ceil(kb / 2)][stride] packed pairs of blocks, or null: symmetric (8)
+  int64_t stride;     // = lanes
+  int64_t first;      // the column of lane 0
+  int lanes;          // real columns: 32, or fewer in a matrix's last group
+};
+inline TileGroup TileGroupOf(const NBitsGemm& g, const Shape& s, int64_t n) {
+  const uint8_t* b = g.b;
+  const float* sw = g.scales;
+  const uint8_t* zp = g.zero_points;
+  int64_t n0 = 0, width = g.N;
+  if (g.segments != nullptr) {
+    int j = g.n_segments - 1;
+    while (j > 0 && g.segments[j].n0 > n) --j;
+    const NBitsSegment& seg = g.segments[j];
+    b = seg.b, sw = seg.scales, zp = seg.zero_points, n0 = seg.n0;
+    width = (j + 1 < g.n_segments ? g.segments[j + 1].n0 : g.N) - n0;
+  }
+  const int64_t grp = (n - n0) / kTileCols, lanes = std::min<int64_t>(kTileCols, width - grp * kTileCols);
+  return {b + grp * kTileCols * s.row_bytes, sw + grp * kTileCols * s.kb,
+          zp ? zp + grp * kTileCols * s.zp_bytes : nullptr, lanes, n0 + grp * kTileCols, static_cast<int>(lanes)};
+}
 
 #if NPU_EP_X86
 // r[i] holds 16 dwords of row i; afterwards r[t] holds dword t of the 16 rows (a 16 x 16 transpose of 32-bit
@@ -87,17 +108,13 @@ __attribute__((target("avx512f"), always_inline)) inline void Transpose16x16(__m
 }
 
 // accuracy_level 4's per-block int8 quantization of one row of A on AVX-512: the same codes and scales as the
-// scalar QuantizeRow of qnbit_gemm.cc (q zero beyond K, in perm layout if `perm`, else in natural order) and the
-// per-block code sums.
-void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* block, bool perm);
-// Level 4: every output summed exactly in int32 per block and accumulated over the blocks in order,
-// y = fma(float(dot_b - zp_b * sum_b(a)), sw_b * sa_b, y): one definition, so a row has the same bits in a
-// prefill (Int8PanelAvx512) and alone (GemvInt8Avx512), and the scalar path's.
-// M < 8: columns [n0, n1) of each row's y (bias added); rows are taken two at a time, sharing B's loads.
-void GemvInt8Avx512(const NBitsGemm& g, const Shape& s, const GemvA* rows, int n_rows, bool vnni, int64_t n0,
-                    int64_t n1);
-// M > 1, rows [r0, r1) x columns [n0, n1) of g.y (bias added) (qnbit_int8_panel_avx512.cc).
-void Int8PanelAvx512(const NBitsGemm& g, const Shape& s, const Int8A& a, bool vnni, int64_t r0, int64_t r1,
+// scalar QuantizeRow of qnbit_gemm.cc (natural order, zero beyond K) and the per-block code sums.
+void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* block);
+// Level 4, rows [r0, r1) x columns [n0, n1) of g.y (bias added), on the stored tiles (qnbit_int8_avx512.cc).
+// Every output is summed exactly in int32 per block and accumulated over the blocks in order,
+// y = fma(float(dot_b - zp_b * sum_b(a)), sw_b * sa_b, y): one definition, the scalar and AVX2 paths' too, so a
+// row has the same bits alone and in a prefill.
+void Int8TilesAvx512(const NBitsGemm& g, const Shape& s, const Int8A& a, bool vnni, int64_t r0, int64_t r1,
                      int64_t n0, int64_t n1);
 // Level 0..3, block_size >= 32.
 void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, int64_t n0, int64_t n1);
