@@ -20,6 +20,7 @@ fp16 A: computed in float32 and rounded to fp16 once.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -107,7 +108,7 @@ def level_layout(w: MatMulNBitsWeights, level: int) -> tuple[np.ndarray, np.ndar
 
         def tile_b(b: np.ndarray, n: int, row_bytes: int) -> np.ndarray:
             out = page_array((-(-n // TILE_COLS), row_bytes // 2, 64), np.uint8)
-            nat.tile_int4(b, n, row_bytes, out)
+            nat.tile_int4(b, n, row_bytes, out, os.cpu_count() or 1)  # compile time: every core
             return out
 
         tiles, scales, zp = int8_tiles(w, None if nat is None else tile_b)

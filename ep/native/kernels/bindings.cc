@@ -281,7 +281,7 @@ class BoundNBits {
 };
 
 // ORT's B [N, row_bytes] -> accuracy_level 4's tiles [ceil(N / 32), row_bytes / 2, 64] (qnbit_gemm.h).
-void TileInt4Py(const Arr<uint8_t>& b, int64_t N, int64_t row_bytes, Arr<uint8_t>& out) {
+void TileInt4Py(const Arr<uint8_t>& b, int64_t N, int64_t row_bytes, Arr<uint8_t>& out, int threads) {
   if (N <= 0 || row_bytes <= 0 || row_bytes % 2)
     throw std::invalid_argument("tile_int4: N must be positive and row_bytes positive and even");
   const uint8_t* src = Data(b, N * row_bytes, "B");
@@ -289,7 +289,7 @@ void TileInt4Py(const Arr<uint8_t>& b, int64_t N, int64_t row_bytes, Arr<uint8_t
   uint8_t* dst = out.mutable_data();
   Data(out, (N + 31) / 32 * 32 * row_bytes, "out");
   py::gil_scoped_release release;
-  TileInt4(src, N, row_bytes, dst);
+  TileInt4(src, N, row_bytes, dst, threads);
 }
 
 py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
@@ -371,6 +371,7 @@ void RegisterKernels(py::module_& parent) {
         "CBLAS sdot (kernels.host_blas.sdot_address()) for the Simplified statistics; plan / count_dma / sgemm: "
         "as matmul_nbits");
   m.def("tile_int4", &TileInt4Py, py::arg("b"), py::arg("N"), py::arg("row_bytes"), py::arg("out").noconvert(),
+        py::arg("threads") = 1,
         "ORT's MatMulNBits B [N, row_bytes] as accuracy_level 4's tiles into out [ceil(N / 32), row_bytes / 2, 64] "
         "uint8 (npu_ep.quantization.matmul_nbits.int8_tiles is the definition)");
   py::class_<BoundNBits>(m, "BoundNBits",

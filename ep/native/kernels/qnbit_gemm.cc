@@ -436,23 +436,27 @@ void MatMulNBits(const NBitsGemm& g) {
   });
 }
 
-void TileInt4(const uint8_t* b, int64_t N, int64_t row_bytes, uint8_t* tiles) {
+void TileInt4(const uint8_t* b, int64_t N, int64_t row_bytes, uint8_t* tiles, int threads) {
   const int64_t groups = (N + kTileCols - 1) / kTileCols, steps = row_bytes / 2;
-  for (int64_t grp = 0; grp < groups; ++grp)
+  const std::vector<uint8_t> zeros(row_bytes, 0);  // columns past N: code 0
+  ParallelFor(ThreadsFor(threads, groups * kTileCols * row_bytes), groups, [&](int64_t grp) {
     for (int j = 0; j < 16; ++j) {
-      const int64_t lo = grp * kTileCols + j, hi = lo + 16;  // columns past N: code 0
-      const uint8_t* x = lo < N ? b + lo * row_bytes : nullptr;
-      const uint8_t* y = hi < N ? b + hi * row_bytes : nullptr;
+      const int64_t lo = grp * kTileCols + j, hi = lo + 16;
+      const uint8_t* x = lo < N ? b + lo * row_bytes : zeros.data();
+      const uint8_t* y = hi < N ? b + hi * row_bytes : zeros.data();
       uint8_t* out = tiles + grp * steps * 64 + 4 * j;
-      for (int64_t t = 0; t < steps; ++t, out += 64) {
-        const uint8_t x0 = x ? x[2 * t] : 0, x1 = x ? x[2 * t + 1] : 0;
-        const uint8_t y0 = y ? y[2 * t] : 0, y1 = y ? y[2 * t + 1] : 0;
-        out[0] = static_cast<uint8_t>((x0 & 0x0F) | (y0 << 4));
-        out[1] = static_cast<uint8_t>((x0 >> 4) | (y0 & 0xF0));
-        out[2] = static_cast<uint8_t>((x1 & 0x0F) | (y1 << 4));
-        out[3] = static_cast<uint8_t>((x1 >> 4) | (y1 & 0xF0));
+      for (int64_t t = 0; t < steps; ++t) {
+        uint16_t u, v;  // elements 4t..4t+3 of columns lo and hi, a nibble each
+        std::memcpy(&u, x + 2 * t, 2);
+        std::memcpy(&v, y + 2 * t, 2);
+        const uint32_t lo4 = u, hi4 = v;  // byte i of the word: element i of lo (low nibble) and of hi (high)
+        const uint32_t word = (lo4 & 0x000F) | ((hi4 & 0x000F) << 4) | ((lo4 & 0x00F0) << 4) | ((hi4 & 0x00F0) << 8) |
+                              ((lo4 & 0x0F00) << 8) | ((hi4 & 0x0F00) << 12) | ((lo4 & 0xF000) << 12) |
+                              ((hi4 & 0xF000) << 16);
+        std::memcpy(out + t * 64, &word, 4);  // little-endian: byte i is element i
       }
     }
+  });
 }
 
 }  // namespace npu_ep::kern

@@ -53,7 +53,8 @@ struct NBitsGemm {
 // not depend on the thread count.
 void MatMulNBits(const NBitsGemm& g);
 
-// ORT's B [N, row_bytes] -> accuracy_level 4's tiles [ceil(N / 32), row_bytes / 2, 64] (layouts above).
-void TileInt4(const uint8_t* b, int64_t N, int64_t row_bytes, uint8_t* tiles);
+// ORT's B [N, row_bytes] -> accuracy_level 4's tiles [ceil(N / 32), row_bytes / 2, 64] (layouts above), on up to
+// `threads` threads (a little-endian host: the tiles are bytes, built from 16-bit words).
+void TileInt4(const uint8_t* b, int64_t N, int64_t row_bytes, uint8_t* tiles, int threads);
 
 }  // namespace npu_ep::kern
