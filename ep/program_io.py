@@ -3,7 +3,9 @@
 Only ``Prepared.attrs`` (JSON) and ``Prepared.consts`` (arrays, already in the NPU's layout) are stored, so
 loading rebuilds the program without calling any kernel's ``prepare`` (no recompilation, no weight re-packing).
 Given ``refs`` (cache entries), constants that view ORT's initializers are stored as references to them
-(``borrowed_refs``) instead of bytes.
+(``borrowed_refs``) instead of bytes, and constants a kernel computed from such initializers (accuracy_level 4's
+tiles, ``kernels.registry.DERIVED``) as their recipe and references: re-deriving them from memory ORT holds
+anyway is cheaper than reading and verifying their bytes from the entry.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.registry import Prepared, kernel_for
+from ..kernels.registry import DERIVED, RECIPES, DerivedConsts, Prepared, kernel_for
 from ..kernels.target import Target
 from .borrowed_refs import BorrowedRefError, BorrowedRefs
 from .program import UNKNOWN_RANK, IoSpec, Program, Step
@@ -29,8 +31,12 @@ def program_to_parts(program: Program, refs: BorrowedRefs | None = None
     arrays: dict[str, np.ndarray] = {}
     steps = []
     for i, s in enumerate(program.steps):
+        derived = _derived_refs(s.prepared, refs, f"{i}/", arrays)
+        rebuilt = {name for d in derived for name in d["consts"].values()}
         borrowed = {}
         for cname, arr in s.prepared.consts.items():
+            if cname in rebuilt:
+                continue
             ref = refs.ref(arr) if refs is not None else None
             if ref is not None:
                 borrowed[cname] = ref
@@ -39,11 +45,13 @@ def program_to_parts(program: Program, refs: BorrowedRefs | None = None
         steps.append({
             "node": s.node_name, "op": s.op, "kernel": [s.kernel.domain, s.kernel.op_type],
             "in": list(s.in_slots), "out": list(s.out_slots), "release": list(s.release),
-            "attrs": s.prepared.attrs, "consts": sorted(set(s.prepared.consts) - set(borrowed)),
+            "attrs": s.prepared.attrs, "consts": sorted(set(s.prepared.consts) - set(borrowed) - rebuilt),
             "declared": [d if d is None or d == UNKNOWN_RANK else list(d) for d in s.declared],
         })
         if borrowed:
             steps[-1]["borrowed"] = borrowed
+        if derived:
+            steps[-1]["derived"] = derived
     header = {
         "name": program.name,
         "inputs": [[io.name, io.dtype, _shape(io.shape)] for io in program.inputs],
@@ -59,6 +67,53 @@ def program_to_parts(program: Program, refs: BorrowedRefs | None = None
         raise ProgramFormatError(f"program '{program.name}': prepared attributes of node '{bad}' are not "
                                  f"JSON-serializable: {exc}") from exc
     return header, arrays
+
+
+def _derived_refs(p: Prepared, refs: BorrowedRefs | None, prefix: str, arrays: dict[str, np.ndarray]
+                  ) -> list[dict[str, Any]]:
+    """The step's derived constants (``kernels.registry.DERIVED``): a cache entry stores their recipe and their
+    sources, as references to the initializers ORT holds or, for small ones ORT handed over as copies, as arrays
+    (put into ``arrays`` under ``prefix``), instead of their bytes."""
+    out = []
+    for j, d in enumerate(p.memo.get(DERIVED, ()) if refs is not None else ()):
+        sources: dict[str, Any] = {}
+        for role, arr in d.sources.items():
+            ref = None if arr is None else refs.ref(arr)
+            if arr is not None and ref is None:
+                name = f"{prefix}derived{j}/{role}"
+                arrays[name] = np.asarray(arr, order="C")
+                ref = {"array": name}
+            sources[role] = ref
+        out.append({"recipe": d.recipe, "consts": dict(d.consts), "sources": sources, "params": dict(d.params)})
+    return out
+
+
+def _rebuild_derived(s: Mapping[str, Any], arrays: Mapping[str, np.ndarray], consts: dict[str, np.ndarray],
+                     memo: dict, refs: BorrowedRefs | None, where: str) -> None:
+    """Recompute a step's derived constants from the loading session's initializers (entries from disk: every
+    field is checked, and a recipe is only ever a name in ``kernels.registry.RECIPES``)."""
+    for d in s.get("derived", []):
+        if refs is None:
+            raise ProgramFormatError(f"{where}: derived constants refer to initializers, which only a cache entry "
+                                     "may do")
+        recipe = RECIPES.get(d["recipe"]) if isinstance(d.get("recipe"), str) else None
+        names, params = d.get("consts"), d.get("params")
+        if (recipe is None or not isinstance(names, dict) or not isinstance(params, dict)
+                or not all(isinstance(v, str) for v in names.values())
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in params.values())):
+            raise ProgramFormatError(f"{where}: derived constants {d!r} invalid")
+        try:
+            sources = {str(role): None if ref is None else arrays[ref["array"]] if set(ref) == {"array"}
+                       else refs.resolve(ref, f"{where} source '{role}'") for role, ref in dict(d["sources"]).items()}
+            made = recipe(sources, params)
+        except (BorrowedRefError, KeyError, TypeError, ValueError) as exc:
+            raise ProgramFormatError(f"{where}: derived constants ({d['recipe']}): {exc}") from exc
+        if set(made) != set(names):
+            raise ProgramFormatError(f"{where}: recipe {d['recipe']} made {sorted(made)}, the entry names "
+                                     f"{sorted(names)}")
+        for role, arr in made.items():
+            consts[names[role]] = arr
+        memo.setdefault(DERIVED, []).append(DerivedConsts(d["recipe"], dict(names), sources, dict(params)))
 
 
 def _shape(shape) -> list | None:
@@ -120,7 +175,9 @@ def program_from_parts(header: Mapping[str, Any], arrays: Mapping[str, np.ndarra
                     consts[str(cname)] = refs.resolve(ref, f"{where} constant '{cname}'")
                 except BorrowedRefError as exc:
                     raise ProgramFormatError(str(exc)) from exc
-            steps.append(Step(str(s["node"]), str(s["op"]), kernel, Prepared(dict(s["attrs"]), consts, target),
+            memo: dict = {}
+            _rebuild_derived(s, arrays, consts, memo, refs, where)
+            steps.append(Step(str(s["node"]), str(s["op"]), kernel, Prepared(dict(s["attrs"]), consts, target, memo),
                               _slots(s["in"], n_slots, where), _slots(s["out"], n_slots, where),
                               _slots(s["release"], n_slots, where), _declared(s.get("declared", []), where)))
         output_slots = _slots(header["output_slots"], n_slots, "outputs")

@@ -18,29 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.ops._native import borrowed_from_ort
 from ..kernels.pages import on_own_pages
 from ..kernels.registry import Prepared
 
 MIN_BYTES = 64 << 10  # smaller constants (scales, biases, norms) are not worth moving
 HUGE_PAGE_ARENA = 4 << 20  # numpy madvises allocations from this size on to huge pages
 ALIGN = 64
-
-
-def _ort_initializer_base():
-    try:
-        from ._native import ORT_INITIALIZER
-    except ImportError:  # extension not built: no session borrows initializers
-        return None
-    return ORT_INITIALIZER
-
-
-def borrowed_from_ort(arr: np.ndarray) -> bool:
-    """Whether ``arr`` is (a view of) a constant initializer that ORT owns and keeps for the session."""
-    owner = _ort_initializer_base()
-    base = arr
-    while isinstance(base, np.ndarray):
-        base = base.base
-    return owner is not None and base is owner
 
 
 def rebase_borrowed(program: Any, moves: Sequence[tuple[int, int, np.ndarray]]) -> int:

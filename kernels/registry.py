@@ -59,6 +59,28 @@ class Prepared:
     memo: dict[Any, Any] = dataclasses.field(default_factory=dict)  # run-time memo (plans per shape), not serialized
 
 
+# Prepared.memo key: [DerivedConsts]. Constants the compiler computes from a node's initializers (accuracy_level
+# 4's int4 tiles) are as large as the weights; where the initializers are ORT's own, read in place, a cache entry
+# stores the recipe and references to the initializers instead of the bytes (``ep.program_io``).
+DERIVED = "derived_consts"
+
+
+@dataclasses.dataclass(frozen=True)
+class DerivedConsts:
+    recipe: str                             # a name in RECIPES
+    consts: dict[str, str]                  # each role the recipe outputs -> the Prepared's constant name
+    sources: dict[str, np.ndarray | None]   # the recipe's input role -> initializer (or None)
+    params: dict[str, int]
+
+    def prefixed(self, prefix: str) -> "DerivedConsts":
+        """The same recipe for constants stored under ``prefix`` (a fused kernel holding this one's)."""
+        return dataclasses.replace(self, consts={role: prefix + name for role, name in self.consts.items()})
+
+
+# recipe name -> fn(sources, params) -> {role: array}; raises ValueError on sources or params that do not fit
+RECIPES: dict[str, Callable[[dict[str, np.ndarray | None], dict[str, int]], dict[str, np.ndarray]]] = {}
+
+
 def _no_check(node: NodeInfo, target: "Target") -> str | None:
     return None
 

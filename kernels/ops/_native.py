@@ -72,6 +72,17 @@ def extension() -> ModuleType | None:
     return _module[1]
 
 
+def borrowed_from_ort(arr: np.ndarray) -> bool:
+    """Whether ``arr`` is (a view of) a constant initializer that ORT owns and keeps for the session (read in place,
+    see ``ep/native/execution_provider.h``)."""
+    ext = extension()
+    owner = getattr(ext, "ORT_INITIALIZER", None)
+    base = arr
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return owner is not None and base is owner
+
+
 def setting_guard(p: Prepared) -> tuple:
     """A native step's guard (``_native.CallStep``) that declines once the session's kernel choice for ``p``
     changes."""

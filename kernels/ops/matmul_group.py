@@ -25,7 +25,7 @@ from .. import host_blas
 from ..cost import matmul_cost
 from ..fusion.siblings import GROUP_DOMAIN, GROUP_OP
 from ..node import NodeInfo
-from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
+from ..registry import DERIVED, KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
 from . import _native
 from ._mm import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
@@ -77,6 +77,9 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "output_owners": ([[node.attrs["fused_nodes"][-1], 0]] if ep.get("swiglu")
                                else [[m.name, 0] for m in members])}
     p = Prepared(attrs, consts, target)
+    derived = [d.prefixed(f"m{i}/") for i, part in enumerate(parts) for d in part.memo.get(DERIVED, ())]
+    if derived:
+        p.memo[DERIVED] = derived
     a = first.input(0).shape
     if a is not None and all(isinstance(d, int) for d in a):
         static_plan(p, matmul_dims(a, (k, edges[-1])))

@@ -31,7 +31,7 @@ from ...quantization.matmul_nbits import (TILE_COLS, MatMulNBitsWeights, dequant
 from ..pages import copy_to_pages, on_own_pages, page_array
 from . import _native
 from ..node import NodeInfo
-from ..registry import KernelDef, OpCost, Prepared, register
+from ..registry import DERIVED, RECIPES, DerivedConsts, KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._mm import (DMA_COUNTS, apply_float_epilogue, check_fits, matmul_dims, planned_cost, run_native_counted,
                   static_plan)
@@ -64,7 +64,8 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
     w = MatMulNBitsWeights(B=node.input(1).value, scales=node.input(2).value,
                            zero_points=None if zp is None else zp.value, K=K, N=N, block_size=bs)
     consts: dict[str, np.ndarray] = dict(ep_consts or {})
-    consts.update(packed_consts(w, int(node.attr("accuracy_level", 0))))
+    level = int(node.attr("accuracy_level", 0))
+    consts.update(packed_consts(w, level))
     ep = dict(epilogue or {})
     bias = node.input(5)
     if bias is not None and bias.value is not None:
@@ -72,15 +73,36 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
         consts["ep_bias"] = b + consts["ep_bias"] if "ep_bias" in consts else b
         ep["bias"] = True
     dt = node.input(0).dtype.name if node.input(0).dtype is not None else "float32"
-    level = int(node.attr("accuracy_level", 0))
     attrs = {"op": "MatMulNBits", "K": K, "N": N, "block_size": bs, "accuracy_level": level, "dtype": dt,
              "plan_a": dt, "plan_b": "int4", "plan_out": dt, "epilogue": ep,
              "runtime_bias": bias is not None and bias.value is None}
     p = Prepared(attrs, consts, target)
+    sources = {"B": w.B, "scales": w.scales, "zero_points": w.zero_points}
+    if level == 4 and _native.borrowed_from_ort(w.B):  # (scales and zero points below 64 KiB are copies)
+        roles = {"b": "nb_b", "scales": "nb_scales", **({} if w.zero_points is None else {"zp": "nb_zp"})}
+        p.memo[DERIVED] = [DerivedConsts(_TILES, roles, sources, {"K": K, "N": N, "block_size": bs})]
     a = node.input(0).shape
     if a is not None and all(isinstance(d, int) for d in a):
         static_plan(p, matmul_dims(a, (K, N)))
     return p
+
+
+_TILES = "int8_tiles"
+
+
+def _tiles_recipe(sources: dict[str, np.ndarray | None], params: dict[str, int]) -> dict[str, np.ndarray]:
+    """Level 4's tiles again from the node's initializers (a cache entry's ``DerivedConsts``)."""
+    K, N, bs = (int(params[k]) for k in ("K", "N", "block_size"))
+    kb = -(-K // bs) if K > 0 and 16 <= bs <= 256 and not bs & (bs - 1) else 0
+    b, scales, zp = sources["B"], sources["scales"], sources.get("zero_points")
+    if N <= 0 or kb == 0 or b is None or scales is None or b.size != N * kb * bs // 2 or scales.size != N * kb or (
+            zp is not None and zp.size != N * ((kb + 1) // 2)):
+        raise ValueError(f"int8_tiles: initializers do not fit K={K}, N={N}, block_size={bs}")
+    tiles, scales, zp = level_layout(MatMulNBitsWeights(B=b, scales=scales, zero_points=zp, K=K, N=N, block_size=bs), 4)
+    return {"b": tiles, "scales": scales, **({} if zp is None else {"zp": zp})}
+
+
+RECIPES[_TILES] = _tiles_recipe
 
 
 def quantize_a_blockwise(a: np.ndarray, block_size: int) -> np.ndarray:

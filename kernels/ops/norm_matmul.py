@@ -27,7 +27,7 @@ import numpy as np
 
 from ..fusion.norm import FUSED_DOMAIN, FUSED_OP
 from ..node import NodeInfo
-from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
+from ..registry import DERIVED, KernelDef, OpCost, Prepared, kernel_for, register
 from .. import host_blas
 from ..target import Target
 from . import _native
@@ -71,7 +71,10 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "inner_key": list(inner.key), "inner_attrs": pin.attrs, "n_inner_inputs": len(inner.inputs),
              "sum_output": len(node.outputs) > n_inner_out, "fused_nodes": list(node.attrs["fused_nodes"]),
              "output_owners": [*owners, *([[norm.name, 3]] if len(node.outputs) > n_inner_out else [])]}
-    return Prepared(attrs, consts, target)
+    p = Prepared(attrs, consts, target)
+    if DERIVED in pin.memo:
+        p.memo[DERIVED] = [d.prefixed(_INNER) for d in pin.memo[DERIVED]]
+    return p
 
 
 def _inner(p: Prepared) -> Prepared:

@@ -139,3 +139,68 @@ def test_constants_read_from_a_context_file_stay_in_its_buffer_and_copies_go_to_
     assert pack_constants(copies) >= 3 * (4 << 20)
     for p, k in zip(copies, sorted(loaded)):
         np.testing.assert_array_equal(p.consts["w"], arrays[k])
+
+
+def _level4_model(symmetric: bool):
+    """x -> MatMulNBits (level 4) twice: a sibling pair fused into one MatMulGroup plus a lone one, 1 MiB of int4."""
+    from npu_ep.quantization import quantize_matmul_nbits
+    inits, nodes = {}, []
+    for name, src, zp in (("a", "x", False), ("b", "x", True), ("c", "a", False)):
+        q = quantize_matmul_nbits(RNG.standard_normal((1024, 1024)).astype(np.float32) / 32, 32,
+                                  symmetric or not zp)
+        inits.update({f"{name}_B": q.B, f"{name}_S": q.scales})
+        ins = [src, f"{name}_B", f"{name}_S"]
+        if q.zero_points is not None:
+            inits[f"{name}_Z"] = q.zero_points
+            ins.append(f"{name}_Z")
+        nodes.append(helper.make_node("MatMulNBits", ins, [name], name, domain="com.microsoft", K=1024, N=1024,
+                                      bits=4, block_size=32, accuracy_level=4))
+    nodes.append(helper.make_node("Add", ["b", "c"], ["y"], "add"))
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [3, 1024])],
+                      [helper.make_tensor_value_info("y", F32, [3, 1024])], inits, opset=21,
+                      extra_opsets=[("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_level_4_tiles_are_stored_as_their_recipe_and_rebuilt_from_the_initializers(tmp_path, symmetric):
+    """accuracy_level 4's tiles are computed from ORT's initializers: the entry stores the recipe and references
+    (not 1.5 MB of tiles), and a warm session rebuilds the same tiles and the same outputs."""
+    model = _level4_model(symmetric)
+    cold, cold_ep = _session(model, tmp_path)
+    (entry,) = tmp_path.glob("*.npuctx")
+    assert entry.stat().st_size < 64 << 10, entry.stat().st_size
+    warm, ep = _session(model, tmp_path)
+    assert ep.context.stats["hits"] == 1 and ep.context.stats["misses"] == 0, ep.context.stats
+    assert set(assignment(warm).values()) == {"NpuEP"}
+    consts = lambda e: {(st.node_name, k): v for p in e.programs.values() for st in p.steps
+                        for k, v in st.prepared.consts.items() if "nb_" in k}
+    made, rebuilt = consts(cold_ep), consts(ep)
+    assert len(made) >= 6 and made.keys() == rebuilt.keys()
+    for key, arr in made.items():
+        np.testing.assert_array_equal(rebuilt[key], arr, err_msg=str(key))
+    x = RNG.standard_normal((3, 1024)).astype(np.float32)
+    np.testing.assert_array_equal(warm.run(None, {"x": x})[0], cold.run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("derived, why", [
+    ({"recipe": "os.system", "consts": {"b": "nb_b"}, "sources": {}, "params": {}}, "invalid"),
+    ({"recipe": "int8_tiles", "consts": {"b": 1}, "sources": {}, "params": {}}, "invalid"),
+    ({"recipe": "int8_tiles", "consts": {"b": "nb_b"}, "sources": {"B": {"init": "w"}}, "params": {"K": 64}},
+     "malformed"),
+    ({"recipe": "int8_tiles", "consts": {"b": "nb_b", "scales": "nb_scales"},
+      "sources": {"B": {"init": "w", "init_nbytes": 256, "offset": 0, "dtype": "uint8", "shape": [256],
+                        "strides": [1]}, "scales": None},
+      "params": {"K": 64, "N": 8, "block_size": 32}}, "do not fit|scales"),
+])
+def test_derived_constants_from_disk_are_checked(derived, why):
+    """An entry's recipe is only ever a name in kernels.registry.RECIPES, its sources references that resolve to the
+    session's initializers and its params ints that fit them."""
+    header = {"n_slots": 2, "inputs": [["x", "float32", [4, 64]]], "outputs": [["y", "float32", [4, 8]]],
+              "output_slots": [1], "steps": [{
+                  "node": "mm0", "op": "MatMulNBits", "kernel": ["com.microsoft", "MatMulNBits"], "in": [0, -1],
+                  "out": [1], "release": [], "attrs": {}, "consts": [], "derived": [derived]}]}
+    refs = _refs_for({"w": np.zeros(256, np.uint8)})
+    with pytest.raises(ProgramFormatError, match=why):
+        program_from_parts(header, {}, Target.load("npu-ref"), refs=refs)
+    with pytest.raises(ProgramFormatError, match="only a cache entry"):
+        program_from_parts(header, {}, Target.load("npu-ref"))
