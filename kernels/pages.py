@@ -1,9 +1,10 @@
 """Weights the compiler makes (rather than borrows from ORT) on their own pages.
 
 accuracy_level 4's int4 tiles are as large as the model's int4 weights and are made while ORT still holds its
-own copy. Each on an anonymous mapping advised to huge pages, they go back to the system as soon as they are
-dropped (a heap block of a few MB can stay in the process), and the weight arena leaves them where they are
-(``ep.weight_arena``): no second copy, so a session's peak memory is ORT's plus the tiles.
+own copy. Each on its own anonymous mapping, they go back to the system as soon as they are dropped (a heap block
+of a few MB can stay in the process), and the weight arena leaves them where they are (``ep.weight_arena``): no
+second copy, so a session's peak memory is ORT's plus the tiles. Plain 4 KiB pages: the kernels read the tiles as
+sequential streams, as fast as from huge pages, and faulting in huge pages slowed a session start (PERF.md).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ def page_array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     dtype = np.dtype(dtype)
     count = math.prod(shape)
     pages = mmap.mmap(-1, max(1, count * dtype.itemsize), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        pages.madvise(mmap.MADV_HUGEPAGE)
     return np.frombuffer(pages, dtype, count).reshape(shape)
 
 

@@ -114,15 +114,20 @@ def int8_tiles(w: MatMulNBitsWeights, tile_b: Callable[[np.ndarray, int, int], n
 
 def _by_column_group(x: np.ndarray) -> np.ndarray:
     """``x [N, n]`` as its column groups' ``[n, w]`` blocks, one after the other (``int8_tiles``)."""
-    return np.concatenate([x[g:g + TILE_COLS].T.ravel() for g in range(0, x.shape[0], TILE_COLS)])
+    N, n = x.shape
+    full = N // TILE_COLS * TILE_COLS
+    out = np.empty(N * n, x.dtype)
+    out[:full * n].reshape(-1, n, TILE_COLS)[...] = x[:full].reshape(-1, TILE_COLS, n).transpose(0, 2, 1)
+    out[full * n:].reshape(n, N - full)[...] = x[full:].T
+    return out
 
 
 def _from_column_groups(flat: np.ndarray, N: int, n: int) -> np.ndarray:
     """The inverse of ``_by_column_group``: ``[N, n]``."""
+    full = N // TILE_COLS * TILE_COLS
     out = np.empty((N, n), flat.dtype)
-    for g in range(0, N, TILE_COLS):
-        w = min(TILE_COLS, N - g)
-        out[g:g + w] = flat[g * n:(g + w) * n].reshape(n, w).T
+    out[:full].reshape(-1, TILE_COLS, n)[...] = flat[:full * n].reshape(-1, n, TILE_COLS).transpose(0, 2, 1)
+    out[full:] = flat[full * n:N * n].reshape(n, N - full).T
     return out
 
 
