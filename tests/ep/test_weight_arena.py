@@ -29,6 +29,21 @@ def test_pack_moves_large_constants_into_one_aligned_arena_and_keeps_values():
     assert pack_constants([Prepared({}, {"w": np.ones((64, 64), np.float32)})]) == 0  # below a huge page: no-op
 
 
+def test_arrays_on_their_own_pages_stay_where_they_are():
+    """Weights the compiler made on their own mappings (level 4's tiles, kernels.pages) are not copied into the
+    arena: the copy would hold them twice while the compile runs."""
+    from npu_ep.kernels.pages import copy_to_pages, on_own_pages, page_array
+
+    tiles = [copy_to_pages(RNG.integers(0, 256, (3 << 20,), dtype=np.uint8)) for _ in range(2)]
+    heap = RNG.standard_normal((512, 1024)).astype(np.float32)
+    preps = [Prepared({}, {"t": t}) for t in tiles] + [Prepared({}, {"w": heap.copy()})]
+    assert all(on_own_pages(t) and on_own_pages(t[1:]) for t in tiles) and not on_own_pages(heap)
+    assert pack_constants(preps) == 0  # what is left (2 MiB) is below the arena's size
+    assert all(p.consts["t"] is t for p, t in zip(preps, tiles))
+    z = page_array((5, 7), np.int32)
+    assert z.shape == (5, 7) and z.flags.writeable and z.flags.c_contiguous and not z.any()
+
+
 def _three_matmuls():
     dims = [256, 1024, 1024, 256]
     inits = {f"w{i}": (RNG.standard_normal((dims[i], dims[i + 1])) / np.sqrt(dims[i])).astype(np.float32)
