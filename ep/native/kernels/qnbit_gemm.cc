@@ -176,43 +176,62 @@ __attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* w
   return HsumAvx2(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)));
 }
 
-// Level 4, lanes 16 * half .. + 15 of a tile group for one row of A into out[16]: Int8TileScalar's operations,
-// 8 columns per vector (the products of 4 elements summed in int16 pairs, exact: |2 * 15 * 128| < 2^15).
-__attribute__((target("avx2,fma"))) void Int8HalfAvx2(const TileGroup& t, int half, const Shape& s, const int8_t* q,
-                                                      const float* sa, const int32_t* qblock, float out[16]) {
+// Level 4, lanes 16 * half .. + 15 of a tile group for R rows of A (sharing B's loads and nibble masks) into
+// out[r][16]: Int8TileScalar's operations, 8 columns per vector (the products of 4 elements summed in int16 pairs,
+// exact: |2 * 15 * 128| < 2^15).
+template <int R>
+__attribute__((target("avx2,fma"))) void Int8HalfAvx2(const TileGroup& t, int half, const Shape& s,
+                                                      const int8_t* const q[], const float* const sa[],
+                                                      const int32_t* const qblock[], float out[][16]) {
   const __m256i m0f = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   const int64_t steps = s.bs / 4;
-  alignas(32) float sw[16];
-  alignas(32) int32_t zp[16];
-  __m256 f0 = _mm256_setzero_ps(), f1 = f0;
+  const bool full = t.lanes == kTileCols;
+  alignas(32) float swp[16];
+  alignas(32) int32_t zpp[16];
+  __m256 f[R][2];
+  for (int r = 0; r < R; ++r) f[r][0] = f[r][1] = _mm256_setzero_ps();
   const uint8_t* pb = t.b;
   for (int64_t b = 0; b < s.kb; ++b) {
-    for (int j = 0; j < 16; ++j) {  // columns past the matrix: scale 0
-      const int lane = 16 * half + j;
-      const bool real = lane < t.lanes;
-      sw[j] = real ? t.sw[b * t.stride + lane] : 0.0f;
-      zp[j] = t.zp == nullptr ? 8 : real ? (t.zp[(b >> 1) * t.stride + lane] >> ((b & 1) * 4)) & 0x0F : 0;
+    const float* sw = t.sw + b * t.stride + 16 * half;
+    if (!full) {  // columns past the matrix: scale 0
+      for (int j = 0; j < 16; ++j) swp[j] = 16 * half + j < t.lanes ? sw[j] : 0.0f;
+      sw = swp;
     }
-    const __m256i nsum = _mm256_set1_epi32(-qblock[b]);
-    __m256i d0 = _mm256_mullo_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(zp)), nsum);
-    __m256i d1 = _mm256_mullo_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(zp + 8)), nsum);
+    if (t.zp != nullptr)
+      for (int j = 0; j < 16; ++j)
+        zpp[j] = 16 * half + j < t.lanes ? (t.zp[(b >> 1) * t.stride + 16 * half + j] >> ((b & 1) * 4)) & 0x0F : 0;
+    const __m256i z0 = t.zp ? _mm256_load_si256(reinterpret_cast<const __m256i*>(zpp)) : _mm256_set1_epi32(8);
+    const __m256i z1 = t.zp ? _mm256_load_si256(reinterpret_cast<const __m256i*>(zpp + 8)) : _mm256_set1_epi32(8);
+    __m256i d[R][2];
+    for (int r = 0; r < R; ++r) {
+      const __m256i nsum = _mm256_set1_epi32(-qblock[r][b]);
+      d[r][0] = _mm256_mullo_epi32(z0, nsum);
+      d[r][1] = _mm256_mullo_epi32(z1, nsum);
+    }
     for (int64_t i = 0; i < steps; ++i, pb += 64) {
       __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb));
       __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32));
       if (half) b0 = _mm256_srli_epi16(b0, 4), b1 = _mm256_srli_epi16(b1, 4);
       b0 = _mm256_and_si256(b0, m0f), b1 = _mm256_and_si256(b1, m0f);
-      int32_t codes;
-      std::memcpy(&codes, q + b * s.bs + 4 * i, 4);
-      const __m256i a = _mm256_set1_epi32(codes);
-      d0 = _mm256_add_epi32(d0, _mm256_madd_epi16(_mm256_maddubs_epi16(b0, a), ones));
-      d1 = _mm256_add_epi32(d1, _mm256_madd_epi16(_mm256_maddubs_epi16(b1, a), ones));
+      for (int r = 0; r < R; ++r) {
+        int32_t codes;
+        std::memcpy(&codes, q[r] + b * s.bs + 4 * i, 4);
+        const __m256i a = _mm256_set1_epi32(codes);
+        d[r][0] = _mm256_add_epi32(d[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(b0, a), ones));
+        d[r][1] = _mm256_add_epi32(d[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(b1, a), ones));
+      }
     }
-    const __m256 sr = _mm256_set1_ps(sa[b]);
-    f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(_mm256_load_ps(sw), sr), f0);
-    f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(_mm256_load_ps(sw + 8), sr), f1);
+    const __m256 s0 = _mm256_loadu_ps(sw), s1 = _mm256_loadu_ps(sw + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 sr = _mm256_set1_ps(sa[r][b]);
+      f[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][0]), _mm256_mul_ps(s0, sr), f[r][0]);
+      f[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[r][1]), _mm256_mul_ps(s1, sr), f[r][1]);
+    }
   }
-  _mm256_storeu_ps(out, f0);
-  _mm256_storeu_ps(out + 8, f1);
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out[r], f[r][0]);
+    _mm256_storeu_ps(out[r] + 8, f[r][1]);
+  }
 }
 
 // ---- AVX-512 (BW, optionally VNNI) -------------------------------------------------------------------------
@@ -273,25 +292,39 @@ __attribute__((target(NPU_AVX512))) float DotAvx512(const float* a, const float*
 using DequantFn = void (*)(const uint8_t*, const float*, const int32_t*, const Shape&, float*);
 using DotFn = float (*)(const float*, const float*, int64_t);
 
-// Level 4 without AVX-512, rows [r0, r1) x columns [n0, n1) from the tiles: AVX2 takes 16 columns per vector pass.
+// Level 4 without AVX-512, rows [r0, r1) x columns [n0, n1) from the tiles: AVX2 takes 16 columns and two rows
+// per vector pass.
 void Int8Tiles(const NBitsGemm& g, const Shape& s, const nbits::Int8A& a, Isa isa, int64_t r0, int64_t r1,
                int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1;) {
     const TileGroup t = TileGroupOf(g, s, n);
     const int l0 = static_cast<int>(n - t.first), l1 = static_cast<int>(std::min<int64_t>(t.lanes, n1 - t.first));
-    for (int64_t m = r0; m < r1; ++m) {
-      const int8_t* q = a.q + m * s.kc;
-      const float* sa = a.scale + m * s.kb;
-      const int32_t* asum = a.block + m * s.kb;
-      float out[kTileCols];
+    for (int64_t m = r0; m < r1;) {
+      const int rows = r1 - m >= 2 ? 2 : 1;
+      const int8_t* q[2];
+      const float* sa[2];
+      const int32_t* asum[2];
+      for (int r = 0; r < rows; ++r) {
+        q[r] = a.q + (m + r) * s.kc;
+        sa[r] = a.scale + (m + r) * s.kb;
+        asum[r] = a.block + (m + r) * s.kb;
+      }
+      float out[2][kTileCols];
 #if NPU_EP_X86
       if (isa >= Isa::kAvx2) {
-        for (int half = l0 / 16; half * 16 < l1; ++half) Int8HalfAvx2(t, half, s, q, sa, asum, out + 16 * half);
+        for (int half = l0 / 16; half * 16 < l1; ++half) {
+          float part[2][16];
+          (rows == 2 ? Int8HalfAvx2<2> : Int8HalfAvx2<1>)(t, half, s, q, sa, asum, part);
+          for (int r = 0; r < rows; ++r) std::copy(part[r], part[r] + 16, out[r] + 16 * half);
+        }
       } else
 #endif
-        for (int lane = l0; lane < l1; ++lane) out[lane] = Int8TileScalar(t, lane, s, q, sa, asum);
-      for (int lane = l0; lane < l1; ++lane)
-        g.y[m * s.N + t.first + lane] = out[lane] + (g.bias == nullptr ? 0.0f : g.bias[t.first + lane]);
+        for (int r = 0; r < rows; ++r)
+          for (int lane = l0; lane < l1; ++lane) out[r][lane] = Int8TileScalar(t, lane, s, q[r], sa[r], asum[r]);
+      for (int r = 0; r < rows; ++r)
+        for (int lane = l0; lane < l1; ++lane)
+          g.y[(m + r) * s.N + t.first + lane] = out[r][lane] + (g.bias == nullptr ? 0.0f : g.bias[t.first + lane]);
+      m += rows;
     }
     n = t.first + l1;
   }
