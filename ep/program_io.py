@@ -92,7 +92,10 @@ def _rebuild_derived(s: Mapping[str, Any], arrays: Mapping[str, np.ndarray], con
                      memo: dict, refs: BorrowedRefs | None, where: str) -> None:
     """Recompute a step's derived constants from the loading session's initializers (entries from disk: every
     field is checked, and a recipe is only ever a name in ``kernels.registry.RECIPES``)."""
-    for d in s.get("derived", []):
+    derived = s.get("derived", [])
+    if not isinstance(derived, list) or not all(isinstance(d, dict) for d in derived):
+        raise ProgramFormatError(f"{where}: derived constants {derived!r} invalid")
+    for d in derived:
         if refs is None:
             raise ProgramFormatError(f"{where}: derived constants refer to initializers, which only a cache entry "
                                      "may do")
