@@ -130,7 +130,7 @@ def level_layout(w: MatMulNBitsWeights, level: int) -> tuple[np.ndarray, np.ndar
 
         def tile_b(b: np.ndarray, n: int, row_bytes: int) -> np.ndarray:
             out = page_array((-(-n // TILE_COLS), row_bytes // 2, 64), np.uint8)
-            nat.tile_int4(b, n, row_bytes, out, os.cpu_count() or 1)  # compile time: every core
+            nat.tile_int4(b, n, row_bytes, out, _compile_threads())
             return out
 
         tiles, scales, zp = int8_tiles(w, None if nat is None else tile_b)
@@ -141,6 +141,11 @@ def level_layout(w: MatMulNBitsWeights, level: int) -> tuple[np.ndarray, np.ndar
             np.ascontiguousarray(np.asarray(w.scales, np.float32).reshape(w.N, kb)),
             None if w.zero_points is None else np.ascontiguousarray(
                 np.asarray(w.zero_points, np.uint8).reshape(w.N, (kb + 1) // 2)))
+
+
+def _compile_threads() -> int:
+    """Compile time: every core this process may run on (not the host's count, in a container)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def packed_consts(w: MatMulNBitsWeights, level: int) -> dict[str, np.ndarray]:
