@@ -187,7 +187,7 @@ __attribute__((target("avx2,fma"))) void Int8HalfAvx2(const TileGroup& t, int ha
   const int64_t steps = s.bs / 4;
   const bool full = t.lanes == kTileCols;
   alignas(32) float swp[16];
-  alignas(32) int32_t zpp[16];
+  alignas(16) uint8_t zpp[16];
   __m256 f[R][2];
   for (int r = 0; r < R; ++r) f[r][0] = f[r][1] = _mm256_setzero_ps();
   const uint8_t* pb = t.b;
@@ -197,11 +197,19 @@ __attribute__((target("avx2,fma"))) void Int8HalfAvx2(const TileGroup& t, int ha
       for (int j = 0; j < 16; ++j) swp[j] = 16 * half + j < t.lanes ? sw[j] : 0.0f;
       sw = swp;
     }
-    if (t.zp != nullptr)
-      for (int j = 0; j < 16; ++j)
-        zpp[j] = 16 * half + j < t.lanes ? (t.zp[(b >> 1) * t.stride + 16 * half + j] >> ((b & 1) * 4)) & 0x0F : 0;
-    const __m256i z0 = t.zp ? _mm256_load_si256(reinterpret_cast<const __m256i*>(zpp)) : _mm256_set1_epi32(8);
-    const __m256i z1 = t.zp ? _mm256_load_si256(reinterpret_cast<const __m256i*>(zpp + 8)) : _mm256_set1_epi32(8);
+    __m256i z0 = _mm256_set1_epi32(8), z1 = z0;
+    if (t.zp != nullptr) {
+      const uint8_t* zp = t.zp + (b >> 1) * t.stride + 16 * half;
+      if (!full) {  // columns past the matrix: zero point 0
+        for (int j = 0; j < 16; ++j) zpp[j] = 16 * half + j < t.lanes ? zp[j] : 0;
+        zp = zpp;
+      }
+      const __m128i raw = _mm_srl_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zp)),
+                                        _mm_cvtsi32_si128(static_cast<int>(b & 1) * 4));
+      const __m128i nib = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+      z0 = _mm256_cvtepu8_epi32(nib);
+      z1 = _mm256_cvtepu8_epi32(_mm_srli_si128(nib, 8));
+    }
     __m256i d[R][2];
     for (int r = 0; r < R; ++r) {
       const __m256i nsum = _mm256_set1_epi32(-qblock[r][b]);
@@ -417,7 +425,7 @@ void MatMulNBits(const NBitsGemm& g) {
     // Every column is computed whole by one task, so the split changes no bits.
     const int64_t cols = std::max<int64_t>(16, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 15) / 16 * 16);
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t, int64_t, int64_t n0, int64_t n1) {
-      nbits::GemvFp32Avx512(g, s, nbits::GemvA{pa.a.data(), g.y}, n0, n1);
+      nbits::GemvFp32Avx512(g, s, pa.a.data(), n0, n1);
     });
     return;
   }

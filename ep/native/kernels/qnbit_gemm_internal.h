@@ -26,21 +26,23 @@ struct Column {
   const float* sw;
   const uint8_t* zp;
 };
-inline Column ColumnOf(const NBitsGemm& g, const Shape& s, int64_t n) {
-  if (g.segments == nullptr)
-    return {g.b + n * s.row_bytes, g.scales + n * s.kb, g.zero_points ? g.zero_points + n * s.zp_bytes : nullptr};
+// The matrix holding column n: the one B, or the member segment it falls in, and that matrix's width.
+inline NBitsSegment SegmentOf(const NBitsGemm& g, int64_t n, int64_t& width) {
+  if (g.segments == nullptr) {
+    width = g.N;
+    return {0, g.b, g.scales, g.zero_points};
+  }
   int j = g.n_segments - 1;
   while (j > 0 && g.segments[j].n0 > n) --j;
-  const NBitsSegment& seg = g.segments[j];
-  const int64_t r = n - seg.n0;
-  return {seg.b + r * s.row_bytes, seg.scales + r * s.kb, seg.zero_points ? seg.zero_points + r * s.zp_bytes : nullptr};
+  width = (j + 1 < g.n_segments ? g.segments[j + 1].n0 : g.N) - g.segments[j].n0;
+  return g.segments[j];
 }
-
-// One row of A for the fp32 decode kernel: the float row in perm layout, and the row of y it gives.
-struct GemvA {
-  const float* a = nullptr;  // [kc]
-  float* y = nullptr;        // [N]
-};
+inline Column ColumnOf(const NBitsGemm& g, const Shape& s, int64_t n) {
+  int64_t width;
+  const NBitsSegment m = SegmentOf(g, n, width);
+  const int64_t r = n - m.n0;
+  return {m.b + r * s.row_bytes, m.scales + r * s.kb, m.zero_points ? m.zero_points + r * s.zp_bytes : nullptr};
+}
 
 // Level 4's rows of A: int8 codes in natural order [M, kc] (zero past K), block scales and code sums [M, kb].
 struct Int8A {
@@ -60,53 +62,15 @@ struct TileGroup {
   int lanes;          // real columns: 32, or fewer in a matrix's last group
 };
 inline TileGroup TileGroupOf(const NBitsGemm& g, const Shape& s, int64_t n) {
-  const uint8_t* b = g.b;
-  const float* sw = g.scales;
-  const uint8_t* zp = g.zero_points;
-  int64_t n0 = 0, width = g.N;
-  if (g.segments != nullptr) {
-    int j = g.n_segments - 1;
-    while (j > 0 && g.segments[j].n0 > n) --j;
-    const NBitsSegment& seg = g.segments[j];
-    b = seg.b, sw = seg.scales, zp = seg.zero_points, n0 = seg.n0;
-    width = (j + 1 < g.n_segments ? g.segments[j + 1].n0 : g.N) - n0;
-  }
-  const int64_t grp = (n - n0) / kTileCols, lanes = std::min<int64_t>(kTileCols, width - grp * kTileCols);
-  return {b + grp * kTileCols * s.row_bytes, sw + grp * kTileCols * s.kb,
-          zp ? zp + grp * kTileCols * s.zp_bytes : nullptr, lanes, n0 + grp * kTileCols, static_cast<int>(lanes)};
+  int64_t width;
+  const NBitsSegment m = SegmentOf(g, n, width);
+  const int64_t grp = (n - m.n0) / kTileCols, lanes = std::min<int64_t>(kTileCols, width - grp * kTileCols);
+  return {m.b + grp * kTileCols * s.row_bytes, m.scales + grp * kTileCols * s.kb,
+          m.zero_points ? m.zero_points + grp * kTileCols * s.zp_bytes : nullptr, lanes, m.n0 + grp * kTileCols,
+          static_cast<int>(lanes)};
 }
 
 #if NPU_EP_X86
-// r[i] holds 16 dwords of row i; afterwards r[t] holds dword t of the 16 rows (a 16 x 16 transpose of 32-bit
-// values: int32 or, cast, float32).
-__attribute__((target("avx512f"), always_inline)) inline void Transpose16x16(__m512i r[16]) {
-  __m512i t[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i += 8)
-#pragma GCC unroll 16
-    for (int j = 0; j < 4; ++j) {
-      t[i + j] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0x88);
-      t[i + j + 4] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0xDD);
-    }
-#pragma GCC unroll 16
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
-    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xDD);
-  }
-}
-
 // accuracy_level 4's per-block int8 quantization of one row of A on AVX-512: the same codes and scales as the
 // scalar QuantizeRow of qnbit_gemm.cc (natural order, zero beyond K) and the per-block code sums.
 void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* block);
@@ -116,8 +80,8 @@ void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, 
 // row has the same bits alone and in a prefill.
 void Int8TilesAvx512(const NBitsGemm& g, const Shape& s, const Int8A& a, bool vnni, int64_t r0, int64_t r1,
                      int64_t n0, int64_t n1);
-// Level 0..3, block_size >= 32.
-void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, int64_t n0, int64_t n1);
+// Level 0..3, block_size >= 32, M = 1: columns [n0, n1) of g.y from A's row in perm layout ([kc]).
+void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const float* a, int64_t n0, int64_t n1);
 // Level 0..3, M >= 16: y[r, c] = dot(a row r, panel column c) over kc (a multiple of 16) for `rows` rows of A
 // ([rows, kc]) and `cols` dequantized columns ([cols, kc]), into y with row stride ldy (qnbit_panel_avx512.cc).
 void PanelGemmAvx512(const float* a, int64_t rows, const float* panel, int64_t cols, int64_t kc, float* y,

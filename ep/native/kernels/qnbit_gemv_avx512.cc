@@ -47,9 +47,12 @@ __attribute__((target(NPU_AVX512))) float GemvFp32Col(const Shape& s, const floa
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
-// One row's codes in natural order, zero past K, and its block scales and code sums.
-__attribute__((target(NPU_AVX512))) void QuantizeRowImpl(const float* a, const Shape& s, int8_t* q, float* scale,
-                                                         int32_t* block) {
+inline float Bias(const NBitsGemm& g, int64_t n) { return g.bias == nullptr ? 0.0f : g.bias[n]; }
+
+}  // namespace
+
+__attribute__((target(NPU_AVX512))) void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale,
+                                                           int32_t* block) {
   const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   for (int64_t b = 0; b < s.kb; ++b) {
     const int64_t k0 = b * s.bs, k1 = std::min<int64_t>(s.K, k0 + s.bs);
@@ -84,18 +87,10 @@ __attribute__((target(NPU_AVX512))) void QuantizeRowImpl(const float* a, const S
   std::memset(q + s.kb * s.bs, 0, s.kc - s.kb * s.bs);
 }
 
-inline float Bias(const NBitsGemm& g, int64_t n) { return g.bias == nullptr ? 0.0f : g.bias[n]; }
-
-}  // namespace
-
-void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* block) {
-  QuantizeRowImpl(a, s, q, scale, block);
-}
-
-void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const GemvA& a, int64_t n0, int64_t n1) {
+void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const float* a, int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
     const Column col = ColumnOf(g, s, n);
-    g.y[n] = GemvFp32Col(s, a.a, col.b, col.sw, col.zp) + Bias(g, n);
+    g.y[n] = GemvFp32Col(s, a, col.b, col.sw, col.zp) + Bias(g, n);
   }
 }
 

@@ -22,6 +22,36 @@ namespace {
 
 #define NPU_AVX512F "avx2,fma,avx512f,avx512dq"
 
+// r[i] holds 16 dwords of row i; afterwards r[t] holds dword t of the 16 rows (a 16 x 16 transpose of 32-bit
+// values: int32 or, cast, float32).
+__attribute__((target("avx512f"), always_inline)) inline void Transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 8)
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0xDD);
+    }
+#pragma GCC unroll 16
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xDD);
+  }
+}
+
 constexpr int64_t kGroup = 16;     // columns per k-major group (one vector)
 constexpr int64_t kRowChunk = 32;  // rows of A kept hot while every column block of the panel passes them
 // From this many rows on, the outer-product form: re-laying the panel out k-major costs per weight what 64 rows'
