@@ -92,9 +92,9 @@ def _member_packed(parts: list[Prepared]) -> dict[str, np.ndarray]:
     if any("nb_zp" in p.consts for p in parts):
         at = parts[0].attrs
         zb = (-(-at["K"] // at["block_size"]) + 1) // 2
+        flat = at["accuracy_level"] == 4  # the tiles' zero points: one run of column groups, all 0x88 alike
         consts.update({f"m{i}/nb_zp": p.consts["nb_zp"] if "nb_zp" in p.consts
-                       else np.full((p.attrs["N"], zb), 0x88, np.uint8).reshape(-1 if at["accuracy_level"] == 4
-                                                                                else (p.attrs["N"], zb))
+                       else np.full(p.attrs["N"] * zb if flat else (p.attrs["N"], zb), 0x88, np.uint8)
                        for i, p in enumerate(parts)})
     return consts
 
