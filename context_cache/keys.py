@@ -8,9 +8,10 @@ so different inputs give different byte streams and the same input always gives 
 Typical parts: canonical subgraph bytes, each initializer array, the target description (dict), compiler version,
 compile options (dict), shape bucket.
 
-A payload of LARGE_PAYLOAD bytes or more is written as its length and its own SHA-256 (a two-level hash, still
-collision resistant), and those digests are computed on two threads at once (hashlib releases the GIL): a warm
-session start hashes every weight its partition binds, 0.5 GB for a 1B int4 decoder.
+A payload of LARGE_PAYLOAD bytes or more is written as its length and its own BLAKE3 digest (a two-level hash,
+still collision resistant), and those digests are computed on two threads at once (blake3 releases the GIL): a warm
+session start hashes every weight its partition binds, 0.5 GB for a 1B int4 decoder, and BLAKE3 reads it about three
+times as fast as SHA-256 here.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from concurrent.futures import Future
 from typing import Any, Mapping
 
 import numpy as np
+from blake3 import blake3
 
 from .hash_pool import hash_pool
 
-KEY_DOMAIN = b"npu_ep.cache_key.v2\0"
+KEY_DOMAIN = b"npu_ep.cache_key.v3\0"
 LARGE_PAYLOAD = 1 << 20
 _U64 = struct.Struct("<Q")
 
@@ -56,12 +58,12 @@ def canonical_json(value: Any) -> bytes:
                       allow_nan=False).encode("utf-8")
 
 
-def _sha256(payload: memoryview) -> bytes:
-    return hashlib.sha256(payload).digest()
+def _large_digest(payload: memoryview) -> bytes:
+    return blake3(payload).digest()
 
 
 def _put(h: "hashlib._Hash", tag: bytes, payload: bytes | memoryview, digest: Future | None = None) -> None:
-    """tag + u64 length + the payload, or for a large payload (``digest`` computing its SHA-256) + b"#" + digest."""
+    """tag + u64 length + the payload, or for a large payload (``digest`` computing its BLAKE3) + b"#" + digest."""
     h.update(tag)
     h.update(_U64.pack(len(payload) if not isinstance(payload, memoryview) else payload.nbytes))
     if digest is None:
@@ -93,11 +95,11 @@ def _raw(data: np.ndarray) -> memoryview:
 
 
 def _large_digests(parts: tuple) -> dict[int, Future]:
-    """SHA-256 of every large array part's bytes, started on the pool (part index -> future)."""
+    """BLAKE3 of every large array part's bytes, started on the pool (part index -> future)."""
     out = {}
     for i, p in enumerate(parts):
         if isinstance(p, np.ndarray) and p.nbytes >= LARGE_PAYLOAD and not p.dtype.hasobject:
-            out[i] = hash_pool().submit(_sha256, _raw(_array_bytes(p)[1]))
+            out[i] = hash_pool().submit(_large_digest, _raw(_array_bytes(p)[1]))
     return out
 
 

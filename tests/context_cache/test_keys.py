@@ -79,8 +79,9 @@ def test_ambiguous_parts_are_refused(bad, exc) -> None:
 
 
 def test_large_arrays_are_bound_by_their_own_digest():
-    """Arrays from LARGE_PAYLOAD bytes on are hashed on the pool (two-level SHA-256): any byte still changes the
-    key, layout still does not, and the encoding differs from a small array's only in how, never in what, it binds."""
+    """Arrays from LARGE_PAYLOAD bytes on are hashed on the pool (their BLAKE3 in the SHA-256): any byte still
+    changes the key, layout still does not, and the encoding differs from a small array's only in how, never in what,
+    it binds."""
     from npu_ep.context_cache.keys import LARGE_PAYLOAD
 
     big = np.random.default_rng(1).integers(0, 255, LARGE_PAYLOAD + 7, dtype=np.uint8)
@@ -94,6 +95,22 @@ def test_large_arrays_are_bound_by_their_own_digest():
     wide = big[:LARGE_PAYLOAD].view(np.int32).reshape(-1, 2)
     assert cache_key(wide) == cache_key(np.asfortranarray(wide)) == cache_key(wide.astype(">i4"))
     assert cache_key(big[:LARGE_PAYLOAD]) != cache_key(big[:LARGE_PAYLOAD - 1])  # either side of the threshold
+
+
+def test_a_large_array_is_written_as_its_blake3_digest():
+    """The encoding FORMAT.md gives, computed by hand: tag, length, b"#" and the payload's BLAKE3."""
+    import hashlib
+    import struct
+
+    from blake3 import blake3
+
+    from npu_ep.context_cache.keys import KEY_DOMAIN, LARGE_PAYLOAD
+
+    big = np.arange(LARGE_PAYLOAD, dtype=np.uint8)
+    u64 = struct.Struct("<Q").pack
+    h = hashlib.sha256(KEY_DOMAIN + u64(1) + b"A" + b"d" + u64(9) + b"|u1/uint8" + u64(1) + u64(big.size))
+    h.update(b"b" + u64(big.size) + b"#" + blake3(big.tobytes()).digest())
+    assert cache_key(big) == h.hexdigest()
 
 
 def test_keys_with_large_arrays_from_many_threads_agree():
