@@ -221,7 +221,8 @@ def test_bound_call_keeps_its_weights_and_equals_the_per_call_binding(m):
         bound(a[:, :100])
 
 
-@pytest.mark.parametrize("K,N,bs", [(64, 1, 16), (1000, 47, 32), (130, 64, 128), (2048, 96, 256)])
+@pytest.mark.parametrize("K,N,bs", [(64, 1, 16), (1000, 47, 32), (130, 64, 128), (2048, 96, 256),
+                                    (48, 33, 16), (16, 5, 16)])  # rows of 24 and 8 bytes: past the 16-byte runs
 def test_native_tiling_equals_the_layouts_definition(K, N, bs):
     """The native ``tile_int4`` (what sessions use) builds level 4's tiles (``quantization.matmul_nbits.int8_tiles``,
     numpy) byte for byte."""

@@ -477,24 +477,70 @@ void MatMulNBits(const NBitsGemm& g) {
   });
 }
 
+namespace {
+
+// Elements 4t..4t+3 of columns lo and hi (two bytes of each row) as one tile word: byte i holds element i of lo in
+// its low nibble and of hi in its high one.
+uint32_t TileWord(const uint8_t* lo, const uint8_t* hi) {
+  uint16_t u, v;
+  std::memcpy(&u, lo, 2);
+  std::memcpy(&v, hi, 2);
+  const uint32_t a = u, c = v;
+  return (a & 0x000F) | ((c & 0x000F) << 4) | ((a & 0x00F0) << 4) | ((c & 0x00F0) << 8) | ((a & 0x0F00) << 8) |
+         ((c & 0x0F00) << 12) | ((a & 0xF000) << 12) | ((c & 0xF000) << 16);
+}
+
+#if NPU_EP_X86
+// Words of four neighbouring column pairs for the 8 steps in 16 bytes of their rows, stored as 16-byte runs: the
+// nibbles are merged and put in element order on 16 bytes at a time, then a 4x4 word transpose gives each step's
+// four words side by side (SSE2, in every x86-64).
+void TileFourPairs(const uint8_t* const x[4], const uint8_t* const y[4], int64_t c, uint8_t* out) {
+  const __m128i m = _mm_set1_epi8(0x0F);
+  __m128i lo[4], hi[4];
+  for (int r = 0; r < 4; ++r) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r] + 16 * c));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[r] + 16 * c));
+    const __m128i even = _mm_or_si128(_mm_and_si128(a, m), _mm_slli_epi16(_mm_and_si128(b, m), 4));
+    const __m128i odd = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), m), _mm_andnot_si128(m, b));
+    lo[r] = _mm_unpacklo_epi8(even, odd);  // steps 8c..8c+3
+    hi[r] = _mm_unpackhi_epi8(even, odd);  // steps 8c+4..8c+7
+  }
+  for (int h = 0; h < 2; ++h) {
+    const __m128i* w = h == 0 ? lo : hi;
+    const __m128i t0 = _mm_unpacklo_epi32(w[0], w[1]), t1 = _mm_unpacklo_epi32(w[2], w[3]);
+    const __m128i t2 = _mm_unpackhi_epi32(w[0], w[1]), t3 = _mm_unpackhi_epi32(w[2], w[3]);
+    const __m128i step[4] = {_mm_unpacklo_epi64(t0, t1), _mm_unpackhi_epi64(t0, t1), _mm_unpacklo_epi64(t2, t3),
+                             _mm_unpackhi_epi64(t2, t3)};
+    for (int s = 0; s < 4; ++s)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (8 * c + 4 * h + s) * 64), step[s]);
+  }
+}
+#endif
+
+}  // namespace
+
 void TileInt4(const uint8_t* b, int64_t N, int64_t row_bytes, uint8_t* tiles, int threads) {
   const int64_t groups = (N + kTileCols - 1) / kTileCols, steps = row_bytes / 2;
   const std::vector<uint8_t> zeros(row_bytes, 0);  // columns past N: code 0
   ParallelFor(ThreadsFor(threads, groups * kTileCols * row_bytes), groups, [&](int64_t grp) {
-    for (int j = 0; j < 16; ++j) {
-      const int64_t lo = grp * kTileCols + j, hi = lo + 16;
-      const uint8_t* x = lo < N ? b + lo * row_bytes : zeros.data();
-      const uint8_t* y = hi < N ? b + hi * row_bytes : zeros.data();
-      uint8_t* out = tiles + grp * steps * 64 + 4 * j;
-      for (int64_t t = 0; t < steps; ++t) {
-        uint16_t u, v;  // elements 4t..4t+3 of columns lo and hi, a nibble each
-        std::memcpy(&u, x + 2 * t, 2);
-        std::memcpy(&v, y + 2 * t, 2);
-        const uint32_t lo4 = u, hi4 = v;  // byte i of the word: element i of lo (low nibble) and of hi (high)
-        const uint32_t word = (lo4 & 0x000F) | ((hi4 & 0x000F) << 4) | ((lo4 & 0x00F0) << 4) | ((hi4 & 0x00F0) << 8) |
-                              ((lo4 & 0x0F00) << 8) | ((hi4 & 0x0F00) << 12) | ((lo4 & 0xF000) << 12) |
-                              ((hi4 & 0xF000) << 16);
-        std::memcpy(out + t * 64, &word, 4);  // little-endian: byte i is element i
+    auto row = [&](int64_t n) { return n < N ? b + n * row_bytes : zeros.data(); };
+    uint8_t* group = tiles + grp * steps * 64;
+    int64_t vector_steps = 0;
+#if NPU_EP_X86
+    vector_steps = row_bytes / 16 * 8;
+    for (int j = 0; j < 16; j += 4) {
+      const uint8_t* x[4];
+      const uint8_t* y[4];
+      for (int r = 0; r < 4; ++r) x[r] = row(grp * kTileCols + j + r), y[r] = row(grp * kTileCols + j + r + 16);
+      for (int64_t c = 0; c < row_bytes / 16; ++c) TileFourPairs(x, y, c, group + 4 * j);
+    }
+#endif
+    for (int j = 0; j < 16; ++j) {  // the steps past the last 16 bytes, or all of them
+      const uint8_t* x = row(grp * kTileCols + j);
+      const uint8_t* y = row(grp * kTileCols + j + 16);
+      for (int64_t t = vector_steps; t < steps; ++t) {
+        const uint32_t word = TileWord(x + 2 * t, y + 2 * t);
+        std::memcpy(group + t * 64 + 4 * j, &word, 4);  // little-endian: byte i is element i
       }
     }
   });
