@@ -1,5 +1,6 @@
-"""The native kernels' instruction-set paths this host can take (scalar, AVX2, AVX-512, AVX-512 VNNI, lowest
-first), and capping the kernels' dispatch at one of them: shared by the native-kernel tests (``conftest.isa``)."""
+"""The native kernels' instruction-set paths this host can take (scalar, AVX2, AVX-512, AVX-512 VNNI, AMX int8,
+lowest first), and capping the kernels' dispatch at one of them: shared by the native-kernel tests
+(``conftest.isa``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ try:
 except ImportError:  # extension not built: the native tests skip themselves
     _native = None
 
-ISA_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni"]
+ISA_ORDER = ["scalar", "avx2", "avx512", "avx512_vnni", "amx_int8"]
 
 
 def host_isas(top: str | None = None) -> list[str]:

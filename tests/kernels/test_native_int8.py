@@ -37,7 +37,9 @@ def _exact(a, azp, b, bzp):
 
 @pytest.mark.parametrize("dta,dtb", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8),
                                      (np.int8, np.uint8)])
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 63, 5), (17, 200, 33), (5, 1000, 7)])
+# AMX hosts: 16-row tiles in pairs, a lone tile and a tail of rows (70), A read in place (K = 64)
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 63, 5), (17, 200, 33), (5, 1000, 7), (32, 64, 16),
+                                   (70, 320, 40)])
 @pytest.mark.parametrize("per_col", [False, True])
 def test_accumulator_bit_exact(isa, dta, dtb, m, k, n, per_col):
     a, b = _codes((m, k), dta), _codes((k, n), dtb)
@@ -47,16 +49,17 @@ def test_accumulator_bit_exact(isa, dta, dtb, m, k, n, per_col):
 
 
 def test_per_row_a_zero_point_and_extremes():
-    a = np.full((4, 300), 255, np.uint8)
-    a[1] = 0
+    a = np.full((36, 300), 255, np.uint8)  # 36 rows: a pair of AMX tiles and a tail
+    a[1::4] = 0
     b = np.full((300, 6), -128, np.int8)
-    azp = np.array([0, 255, 128, 7], np.int32)
+    azp = np.tile(np.array([0, 255, 128, 7], np.int32), 9)
     np.testing.assert_array_equal(_native_acc(a, azp, b, np.int8(127)), _exact(a, azp, b, 127))
 
 
 @pytest.mark.parametrize("y_signed", [False, True])
 @pytest.mark.parametrize("per_col", [False, True])
-@pytest.mark.parametrize("m,k,n", [(9, 130, 21), (19, 200, 101)])  # tails only; whole 8x32 tiles, odd rows, a tail
+@pytest.mark.parametrize("m,k,n", [(9, 130, 21), (19, 200, 101), (48, 128, 64)])  # tails; 8x32 tiles, odd rows;
+#   48 x 64: two 32-column passes over a pair of AMX tiles and a lone one
 def test_requantized_output_bit_exact(isa, y_signed, per_col, m, k, n):
     a, b = _codes((m, k), np.uint8), _codes((k, n), np.int8)
     mult = (RNG.uniform(1e-5, 1e-3, n if per_col else 1)).astype(np.float32)

@@ -351,7 +351,7 @@ void RegisterKernels(py::module_& parent) {
   py::module_ m = parent.def_submodule("kernels", "native tile kernels (the numpy kernels are the reference)");
   m.def("isa", [] { return std::string(IsaName(ActiveIsa())); }, "instruction set the kernels dispatch to");
   m.def("set_isa_cap", &SetIsaCap, py::arg("cap"),
-        "cap the dispatch (0 scalar, 1 avx2, 2 avx512, 3 avx512_vnni; -1 none): tests run every host path");
+        "cap the dispatch (0 scalar, 1 avx2, 2 avx512, 3 avx512_vnni, 4 amx_int8; -1 none): tests run every host path");
   m.def("matmul_nbits", &MatMulNBitsPy, py::arg("a"), py::arg("b"), py::arg("scales"), py::arg("zero_points"),
         py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"), py::arg("accuracy_level"),
         py::arg("threads") = 1, py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("sgemm") = 0,

@@ -3,15 +3,19 @@
 
 namespace npu_ep::kern {
 
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
+// kAmxInt8: AVX-512 VNNI plus Intel AMX's int8 tiles, which Linux lets a process use only after it asks
+// (arch_prctl ARCH_REQ_XCOMP_PERM); only the int8 GEMM has a path of its own there.
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmxInt8 = 4 };
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define NPU_EP_X86 1
+bool AmxInt8Usable();  // the CPU has AMX-TILE and AMX-INT8 and the kernel granted this process the tile state
 inline Isa DetectIsa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl")) {
-    return __builtin_cpu_supports("avx512vnni") ? Isa::kAvx512Vnni : Isa::kAvx512;
+    if (!__builtin_cpu_supports("avx512vnni")) return Isa::kAvx512;
+    return AmxInt8Usable() ? Isa::kAmxInt8 : Isa::kAvx512Vnni;
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
   return Isa::kScalar;

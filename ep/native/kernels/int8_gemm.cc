@@ -4,7 +4,7 @@
 // evaluated in wrapping 32-bit arithmetic, which equals the exact result whenever that fits int32 (as int32
 // hardware accumulators do). VNNI hosts: vpdpbusd (4 products per lane, no intermediate saturation) on a register
 // tile of 8 rows x 32 columns, columns in lanes, so the epilogue (zero-point terms, MLAS requantization) is
-// vectorized too. Other hosts: bytes widened to int16 and vpmaddwd (pair sums <= 2 * 255 * 128, exact) - never
+// vectorized too; AMX hosts: tdpbusd on 16 x 16 tiles, then the same epilogue. Other hosts: bytes widened to int16 and vpmaddwd (pair sums <= 2 * 255 * 128, exact) - never
 // vpmaddubsw, whose int16 saturation is the inexactness ORT's AVX2 u8s8 path has - or plain C++.
 // Tasks are fixed blocks of columns (with a tile plan: of its output tiles), so the bits do not depend on the
 // thread count.
@@ -252,6 +252,72 @@ __attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep
     EpilogueVnni(g, p, m0, static_cast<int>(std::min<int64_t>(kRows, r1 - m0)), n0, n1, acc0, acc1);
   }
 }
+
+// AMX: the same exact dot products (tdpbusd, u8 x s8 into int32, no intermediate saturation) on 16 x 16 tiles,
+// 32 rows x 32 columns per pass: C tiles 0-3, A' tiles 4-5 (16 rows x 64 k, rows kp apart), B tiles 6-7 (16 k-quads x
+// 16 columns: a packed block's next 1 KiB as it lies). The sums go through a small buffer into the VNNI epilogue,
+// 8 rows at a time. Rows past the last 16 take the VNNI tile. tdpbusd sums in another order than vpdpbusd, which
+// wrapping int32 addition makes irrelevant: the bits are the same.
+#define NPU_AMX NPU_VNNI ",amx-tile,amx-int8"
+
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target(NPU_AMX))) void ColumnsAmx(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int64_t n0,
+                                                 int64_t n1) {
+  const int64_t full = r0 + (r1 - r0) / 16 * 16;
+  if (full > r0) {
+    AmxConfig cfg;
+    for (int t = 0; t < 8; ++t) {
+      cfg.colsb[t] = 64;
+      cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    const int64_t kg_count = g.kp / 4;
+    const int8_t* b0 = g.bp + (n0 / kBlock) * kg_count * 64;
+    const bool two = n0 + kBlock < n1;
+    const int8_t* b1 = two ? b0 + kg_count * 64 : b0;
+    alignas(64) int32_t c[4][16][16];  // [A tile * 2 + B tile][row][column]
+    for (int64_t m0 = r0; m0 < full; m0 += 32) {
+      const bool pair = m0 + 16 < full;  // a second 16 rows
+      const uint8_t* a0 = p.rows + m0 * g.kp;
+      const uint8_t* a1 = pair ? a0 + 16 * g.kp : a0;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t k = 0; k < g.kp; k += 64) {
+        _tile_loadd(4, a0 + k, g.kp);
+        _tile_loadd(6, b0 + k * 16, 64);
+        _tile_loadd(7, b1 + k * 16, 64);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        if (pair) {
+          _tile_loadd(5, a1 + k, g.kp);
+          _tile_dpbusd(2, 5, 6);
+          _tile_dpbusd(3, 5, 7);
+        }
+      }
+      _tile_stored(0, c[0], 64);
+      _tile_stored(1, c[1], 64);
+      _tile_stored(2, c[2], 64);
+      _tile_stored(3, c[3], 64);
+      for (int h = 0; h < (pair ? 4 : 2); ++h) {  // 8-row halves of the 16-row tiles
+        __m512i acc0[kRows], acc1[kRows];
+        UNROLL for (int r = 0; r < kRows; ++r) {
+          acc0[r] = _mm512_load_si512(c[h / 2 * 2][h % 2 * kRows + r]);
+          acc1[r] = _mm512_load_si512(c[h / 2 * 2 + 1][h % 2 * kRows + r]);
+        }
+        EpilogueVnni(g, p, m0 + h * kRows, kRows, n0, n1, acc0, acc1);
+      }
+    }
+    _tile_release();
+  }
+  if (full < r1) ColumnsVnni(g, p, full, r1, n0, n1);
+}
 #endif
 
 void ZeroPointTerms(const Int8Gemm& g, Prep& p) {
@@ -308,7 +374,8 @@ void Int8MatMul(const Int8Gemm& g) {
 #if NPU_EP_X86
   const Isa isa = ActiveIsa();
   if (isa >= Isa::kAvx2) columns = ColumnsAvx2;
-  if (isa == Isa::kAvx512Vnni) columns = ColumnsVnni;
+  if (isa >= Isa::kAvx512Vnni) columns = ColumnsVnni;
+  if (isa == Isa::kAmxInt8) columns = ColumnsAmx;
 #endif
   RunTiles(g.threads, g.plan, g.dma, g.M, g.N, g.K, kColsPerTask,
            [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) { columns(g, p, r0, r1, n0, n1); });

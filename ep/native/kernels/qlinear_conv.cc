@@ -299,7 +299,7 @@ void DenseInt(const QConv& q) {
   using PackFn = void (*)(const ConvShape&, const PackGeom&, int64_t, int64_t, int64_t, int8_t*, int32_t*);
   PackFn pack = PackBlockScalar;
 #if NPU_EP_X86
-  if (ActiveIsa() == Isa::kAvx512Vnni && Hp * Wp * CC < (int64_t{1} << 31)) pack = PackBlockVnni;
+  if (ActiveIsa() >= Isa::kAvx512Vnni && Hp * Wp * CC < (int64_t{1} << 31)) pack = PackBlockVnni;
 #endif
   std::vector<int64_t> taps(T);
   const PackGeom pg{xb.data(), Wp, CC, Cg4, T, kp / 4, kp, taps.data()};

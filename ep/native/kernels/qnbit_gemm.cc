@@ -414,7 +414,7 @@ void MatMulNBits(const NBitsGemm& g) {
     const nbits::Int8A ia{pa.q.data(), pa.scale.data(), pa.block.data()};
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
 #if NPU_EP_X86
-      if (isa >= Isa::kAvx512) return nbits::Int8TilesAvx512(g, s, ia, isa == Isa::kAvx512Vnni, r0, r1, n0, n1);
+      if (isa >= Isa::kAvx512) return nbits::Int8TilesAvx512(g, s, ia, isa >= Isa::kAvx512Vnni, r0, r1, n0, n1);
 #endif
       Int8Tiles(g, s, ia, isa, r0, r1, n0, n1);
     });
