@@ -9,19 +9,26 @@ enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmxInt8 
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define NPU_EP_X86 1
+// AMX intrinsics: GCC 11 and clang 12 on; an older compiler builds the kernels without the AMX path
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11)
+#define NPU_EP_AMX 1
+#else
+#define NPU_EP_AMX 0
+#endif
 bool AmxInt8Usable();  // the CPU has AMX-TILE and AMX-INT8 and the kernel granted this process the tile state
 inline Isa DetectIsa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl")) {
     if (!__builtin_cpu_supports("avx512vnni")) return Isa::kAvx512;
-    return AmxInt8Usable() ? Isa::kAmxInt8 : Isa::kAvx512Vnni;
+    return NPU_EP_AMX && AmxInt8Usable() ? Isa::kAmxInt8 : Isa::kAvx512Vnni;
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
   return Isa::kScalar;
 }
 #else
 #define NPU_EP_X86 0
+#define NPU_EP_AMX 0
 inline Isa DetectIsa() { return Isa::kScalar; }
 #endif
 

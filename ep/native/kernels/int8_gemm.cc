@@ -4,8 +4,9 @@
 // evaluated in wrapping 32-bit arithmetic, which equals the exact result whenever that fits int32 (as int32
 // hardware accumulators do). VNNI hosts: vpdpbusd (4 products per lane, no intermediate saturation) on a register
 // tile of 8 rows x 32 columns, columns in lanes, so the epilogue (zero-point terms, MLAS requantization) is
-// vectorized too; AMX hosts: tdpbusd on 16 x 16 tiles, then the same epilogue. Other hosts: bytes widened to int16 and vpmaddwd (pair sums <= 2 * 255 * 128, exact) - never
-// vpmaddubsw, whose int16 saturation is the inexactness ORT's AVX2 u8s8 path has - or plain C++.
+// vectorized too; AMX hosts: tdpbusd on 16 x 16 tiles, then the same epilogue. Other hosts: bytes widened to
+// int16 and vpmaddwd (pair sums <= 2 * 255 * 128, exact) - never vpmaddubsw, whose int16 saturation is the
+// inexactness ORT's AVX2 u8s8 path has - or plain C++.
 // Tasks are fixed blocks of columns (with a tile plan: of its output tiles), so the bits do not depend on the
 // thread count.
 #include "int8_gemm.h"
@@ -258,6 +259,7 @@ __attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep
 // 16 columns: a packed block's next 1 KiB as it lies). The sums go through a small buffer into the VNNI epilogue,
 // 8 rows at a time. Rows past the last 16 take the VNNI tile. tdpbusd sums in another order than vpdpbusd, which
 // wrapping int32 addition makes irrelevant: the bits are the same.
+#if NPU_EP_AMX
 #define NPU_AMX NPU_VNNI ",amx-tile,amx-int8"
 
 struct alignas(64) AmxConfig {
@@ -318,6 +320,7 @@ __attribute__((target(NPU_AMX))) void ColumnsAmx(const Int8Gemm& g, const Prep& 
   }
   if (full < r1) ColumnsVnni(g, p, full, r1, n0, n1);
 }
+#endif  // NPU_EP_AMX
 #endif
 
 void ZeroPointTerms(const Int8Gemm& g, Prep& p) {
@@ -375,7 +378,9 @@ void Int8MatMul(const Int8Gemm& g) {
   const Isa isa = ActiveIsa();
   if (isa >= Isa::kAvx2) columns = ColumnsAvx2;
   if (isa >= Isa::kAvx512Vnni) columns = ColumnsVnni;
+#if NPU_EP_AMX
   if (isa == Isa::kAmxInt8) columns = ColumnsAmx;
+#endif
 #endif
   RunTiles(g.threads, g.plan, g.dma, g.M, g.N, g.K, kColsPerTask,
            [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) { columns(g, p, r0, r1, n0, n1); });
