@@ -154,13 +154,13 @@ def _child_env(workdir: Path) -> dict[str, str]:
     not time the compiling of modules."""
     env = dict(os.environ)
     if env.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
-        env["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
+        env.setdefault("PYTHONPYCACHEPREFIX", str(workdir / "pycache"))
     return env
 
 
-def _child(workdir: Path, *args: str) -> dict:
+def _child(env: dict[str, str], *args: str) -> dict:
     out = subprocess.run([sys.executable, "-m", "npu_ep.tools.bench.llm_1b", *args], check=True,
-                         stdout=subprocess.PIPE, text=True, env=_child_env(workdir)).stdout
+                         stdout=subprocess.PIPE, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -188,15 +188,16 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(a.model, a.child, a.prompt_len, a.new_tokens, a.ttft_runs)))
         return 0
     t0 = time.perf_counter()
-    model = _child(a.workdir, "--child", "build", "--workdir", str(a.workdir), "--layers", str(a.layers))["model"]
+    env = _child_env(a.workdir)
+    model = _child(env, "--child", "build", "--workdir", str(a.workdir), "--layers", str(a.layers))["model"]
     print(f"model: {model} ({os.path.getsize(model) / 1e6:.0f} MB, ready in {time.perf_counter() - t0:.0f} s)")
     runs: dict[str, list[dict]] = {"CPU EP": [], "NpuEP": []}
     if a.warm:
-        _child(a.workdir, "--child", "prime", "--model", model)
+        _child(env, "--child", "prime", "--model", model)
         runs.update({mode: [] for mode in NPU_MODES[1:]})
     for _ in range(a.repeats):
         for ep in runs:
-            runs[ep].append(_child(a.workdir, "--child", ep, "--model", model, "--prompt-len", str(a.prompt_len),
+            runs[ep].append(_child(env, "--child", ep, "--model", model, "--prompt-len", str(a.prompt_len),
                                    "--new-tokens", str(a.new_tokens), "--ttft-runs", str(a.ttft_runs)))
     import statistics
 
@@ -206,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"medians of {a.repeats} alternating child processes per EP (TTFT: each child's median of "
           f"{a.ttft_runs} prefills)")
     print(f"NpuEP took {npu['npu_nodes']} of {npu['nodes']} nodes")
-    if "PYTHONPYCACHEPREFIX" in _child_env(a.workdir) and "PYTHONPYCACHEPREFIX" not in os.environ:
-        print(f"modules compiled once into {a.workdir / 'pycache'} (PYTHONDONTWRITEBYTECODE is set here)")
+    if env.get("PYTHONPYCACHEPREFIX") != os.environ.get("PYTHONPYCACHEPREFIX"):
+        print(f"modules compiled once into {env['PYTHONPYCACHEPREFIX']} (PYTHONDONTWRITEBYTECODE is set here)")
     print(f"{'':22} {'CPU EP':>10} {'NpuEP':>10} {'ratio':>7}  target")
     for key, label, scale, unit, target in (("peak_rss", "peak RSS", 1e-6, "MB", 1.2),
                                             ("session_s", "session creation", 1.0, "s", 2.0),
