@@ -4,6 +4,9 @@ Numerics: the target's ``matrix.float_compute`` picks the mode per input dtype. 
 fp32 x fp32 with an fp32 accumulator, so fp32 models keep the CPU EP's numerics (LLM tokens identical);
 float16 mode takes fp16 operands with an fp32 accumulator and rounds the result to fp16 once. Both run on BLAS
 (sgemm) over whole tiles at once: the accumulation order inside a float32 tile is not observable beyond ulps.
+The native kernels on an AVX-512 host run a large product with a constant B (one host_blas would cut in two) on
+a GEMM of their own instead, with B packed into panels once, on first use (``ep/native/kernels/packed_sgemm.h``):
+its summation order is not numpy's BLAS's, so there the product matches the reference within float tolerance.
 
 Compile time: a constant B is stored ready for the unit — Gemm's transB applied, alpha folded in (unless that would
 overflow a weight), fp16 widened to fp32 (exact); Gemm's ``beta * C`` becomes the epilogue bias (with ``beta = 0``
@@ -21,7 +24,8 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from . import _native
-from ._mm import apply_float_epilogue, check_fits, matmul_dims, matmul_operand_dims, planned_cost, static_plan
+from ._mm import (DMA_COUNTS, apply_float_epilogue, check_fits, matmul_dims, matmul_operand_dims, planned_cost,
+                  run_native_counted, static_plan)
 from ._util import arg
 
 
@@ -106,6 +110,26 @@ def _dims(p: Prepared, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int
     return matmul_dims(a, b)
 
 
+PACKED_B = "packed_b"  # Prepared.memo key: the constant B in the native GEMM's panels
+_PACKED_ISAS = ("avx512", "avx512_vnni", "amx_int8")  # the native GEMM's own path: AVX-512F
+
+
+def _packed_b(p: Prepared, a: np.ndarray) -> np.ndarray | None:
+    """The constant B packed for the native GEMM, when it makes this product: native kernels on an AVX-512 host, a
+    float32 product host_blas would cut in two (smaller ones keep numpy's bits); else None. Packed on first use
+    and kept while the session lives: B is then held twice, ORT's initializer and the panels, as MLAS's prepacked
+    B is."""
+    nat = _native.native(p)
+    b = p.consts.get("b") if p.attrs["b_const"] else None
+    if (nat is None or b is None or b.ndim != 2 or b.dtype != np.float32 or a.dtype != np.float32
+            or not host_blas.splits(a, b) or nat.isa() not in _PACKED_ISAS):
+        return None
+    packed = p.memo.get(PACKED_B)
+    if packed is None:
+        packed = p.memo[PACKED_B] = nat.pack_sgemm_b(b)
+    return packed
+
+
 def run_float(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
     a = arg(p, inputs, 0) if "a" not in p.consts else p.consts["a"]
@@ -118,7 +142,14 @@ def run_float(p: Prepared, inputs) -> list[np.ndarray]:
         a = a.astype(np.float32)
     if b.dtype != np.float32:
         b = b.astype(np.float32)
-    y = host_blas.matmul(a, b, _native.native(p), _native.threads(p))
+    packed = _packed_b(p, a)
+    if packed is not None:  # counts the plan's DMA when asked (DMA_COUNTS)
+        a = np.ascontiguousarray(a)
+        m, n, k, _ = matmul_dims(a.shape, b.shape)
+        y = run_native_counted(p, _native.native(p).float_matmul_packed, (a, packed, n),
+                               (None, False, None, _native.threads(p)), m, n, k)
+    else:
+        y = host_blas.matmul(a, b, _native.native(p), _native.threads(p))
     if y.ndim == 0 or not y.flags.writeable:
         y = np.array(y)
     if at["alpha"] != 1.0:
@@ -133,14 +164,17 @@ def run_float(p: Prepared, inputs) -> list[np.ndarray]:
 
 def bind_float(p: Prepared, inputs, outs) -> Any:
     """A float32 product with a constant 2-D B, and its fused bias / ReLU / per-tensor 8-bit quantize, as one
-    native step calling numpy's matmul as ``run_float`` does (ep/step_binding.py). None where ``run_float`` does
-    more: a runtime B or C, alpha, transA, fp16, a product large enough for host_blas's column split."""
+    native step making the product as ``run_float`` does (numpy's matmul, or the packed GEMM; ep/step_binding.py).
+    None where ``run_float`` does more: a runtime B or C, alpha, transA, fp16, a product host_blas cuts in two."""
     nat = _native.native(p)
     at, c = p.attrs, p.consts
     a = inputs[0] if inputs else None
     if (nat is None or not at["b_const"] or c["b"].ndim != 2 or "a" in c or at["trans_a"] or at["alpha"] != 1.0
             or at.get("runtime_c") or at["dtype"] != "float32" or not isinstance(a, np.ndarray)
-            or a.dtype != np.float32 or not a.ndim or not a.flags.c_contiguous or host_blas.splits(a, c["b"])):
+            or a.dtype != np.float32 or not a.ndim or not a.flags.c_contiguous):
+        return None
+    packed = _packed_b(p, a)
+    if (packed is None and host_blas.splits(a, c["b"])) or (packed is not None and DMA_COUNTS in p.memo):
         return None
     ep, n = at["epilogue"], c["b"].shape[1]
     bias = c["ep_bias"] if ep.get("bias") else None
@@ -154,8 +188,12 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
         if ep["quantize"] not in ("int8", "uint8") or scale.ndim or zp.ndim:
             return None
         quantize = (float(scale), int(zp), ep["quantize"] == "int8")
-    args = (np.matmul, None, c["b"], bias, bool(ep.get("relu")), quantize, _native.threads(p))
-    return _native.call_step(p, nat.float_matmul, args, [(1, 0, np.float32, a.shape, None)], [(-1, None)])
+    tail = (bias, bool(ep.get("relu")), quantize, _native.threads(p))
+    if packed is not None:
+        return _native.call_step(p, nat.float_matmul_packed, (None, packed, n, None, False, *tail),
+                                 [(0, 0, np.float32, a.shape, None)], [(-1, None)], [(p.memo, DMA_COUNTS, None)])
+    return _native.call_step(p, nat.float_matmul, (np.matmul, None, c["b"], *tail),
+                             [(1, 0, np.float32, a.shape, None)], [(-1, None)])
 
 
 def cost_float(p: Prepared, shapes) -> OpCost:

@@ -2,8 +2,9 @@
 (``kernels/planner.py``'s docstring; ``ep/native/kernels/tile_dma.h``): the counted bytes per operand and the
 number of transfers equal the plan's, which the cost model charges (``kernels/cost.py``), for every matrix kernel
 that has a native implementation - MatMulNBits (decode GEMV and prefill GEMM, accuracy_level 0 and 4),
-npu::MatMulGroup over MatMulNBits members, and the int8 GEMM behind MatMulInteger, QLinearMatMul and
-MatMulIntegerToFloat. (fp32 MatMul/Gemm, QGemm and QdqMatMul run on numpy BLAS: no native kernel to count.)
+npu::MatMulGroup over MatMulNBits members, the int8 GEMM behind MatMulInteger, QLinearMatMul and
+MatMulIntegerToFloat, and the packed-B float GEMM of large fp32 MatMul/Gemm products on AVX-512 hosts. (Smaller
+fp32 products, and all of them elsewhere, QGemm and QdqMatMul run on numpy BLAS: no native kernel to count.)
 
 Exactness: the kernels count half-bytes per transfer. The cost model rounds each whole pass over an operand up to
 a byte (``ceil(k * n / 2)`` for int4 B, ``ceil(blocks * n * 4.5)`` for blockwise scales), so where such a product
@@ -144,6 +145,21 @@ def _int8_node(op, m, k, n, dta, dtb):
 def test_int8_gemm_counts_the_models_dma(target, op, dta, dtb, m, k, n):
     node, feeds = _int8_node(op, m, k, n, dta, dtb)
     _assert_equal_to_model(*_counted_run(node, Target.load(target), feeds))
+
+
+@pytest.mark.skipif(NK.isa() not in ("avx512", "avx512_vnni", "amx_int8"),
+                    reason="the packed-B float GEMM is the native fp32 MatMul on AVX-512 hosts only")
+@pytest.mark.parametrize("m,k,n", [(128, 1024, 1024), (70, 600, 520), (300, 256, 250)])
+def test_packed_float_gemm_counts_the_models_dma(m, k, n):
+    """Products host_blas would cut in two, with column tails (n = 250, 520). npu-ref only: npu-edge's matrix unit
+    has no float mode."""
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    model = _model([helper.make_node("MatMul", ["x", "b"], ["y"], "mm")],
+                   [helper.make_tensor_value_info("x", F32, [m, k])],
+                   [helper.make_tensor_value_info("y", F32, [m, n])], {"b": b})
+    (nd,) = nodes_from_model(model)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    _assert_equal_to_model(*_counted_run(nd, Target.load("npu-ref"), {"x": x}))
 
 
 # --- every residency of the execution model, on plans built directly (the planner picks only the fastest), on

@@ -19,18 +19,6 @@
 namespace py = pybind11;
 
 namespace npu_ep::kern {
-namespace {
-
-template <typename T>
-using Arr = py::array_t<T, py::array::c_style>;
-
-template <typename T>
-const T* Data(const Arr<T>& a, int64_t expect, const char* what) {
-  if (a.size() != expect)
-    throw std::invalid_argument(std::string("native kernel: ") + what + " has " + std::to_string(a.size()) +
-                                " elements, expected " + std::to_string(expect));
-  return a.data();
-}
 
 // A tile plan from Python: (tm, tn, tk, resident 0 none | 1 a | 2 b | 3 weights, half-bytes per element of A, B
 // and the output, half-bytes of the scales per (block, column) or per column, block size or 0); None: no plan.
@@ -46,6 +34,26 @@ std::optional<TilePlanArgs> PlanArgs(const std::optional<py::tuple>& t, const ch
   p.resident = static_cast<Resident>(v[3]);
   p.a_half = v[4], p.b_half = v[5], p.out_half = v[6], p.scale_half = v[7], p.block = v[8];
   return p;
+}
+
+py::object WithDma(py::object y, bool count, const DmaCount& c) {
+  if (!count) return y;
+  py::dict d;
+  d["a"] = c.a, d["b"] = c.b, d["scales"] = c.scales, d["out"] = c.out, d["transfers"] = c.transfers;
+  return py::make_tuple(y, d);
+}
+
+namespace {
+
+template <typename T>
+using Arr = py::array_t<T, py::array::c_style>;
+
+template <typename T>
+const T* Data(const Arr<T>& a, int64_t expect, const char* what) {
+  if (a.size() != expect)
+    throw std::invalid_argument(std::string("native kernel: ") + what + " has " + std::to_string(a.size()) +
+                                " elements, expected " + std::to_string(expect));
+  return a.data();
 }
 
 template <typename T>
@@ -129,12 +137,6 @@ NBitsGemm NBitsCall(const char* op, const float* a, int64_t M, int64_t K, int64_
   return g;
 }
 
-py::object WithDma(py::object y, bool count, const DmaCount& c) {
-  if (!count) return y;
-  py::dict d;
-  d["a"] = c.a, d["b"] = c.b, d["scales"] = c.scales, d["out"] = c.out, d["transfers"] = c.transfers;
-  return py::make_tuple(y, d);
-}
 
 // y[M, N] = a @ dequant(B) (+ bias) for the call template g (weights, shape but M, level, threads).
 py::object RunMatMulNBits(NBitsGemm g, const Arr<float>& a, const std::optional<py::tuple>& plan, bool count_dma) {

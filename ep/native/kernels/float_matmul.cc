@@ -1,8 +1,10 @@
-// A float32 MatMul / Gemm with a constant B as one native step (`kernels.float_matmul`, bound by
-// kernels/ops/matmul.py): numpy's own matmul makes the product (the reference's very call, so the same BLAS
-// routine and the same bits), then the fused epilogue runs here in place, element by element as the reference's
-// numpy passes do: + bias, ReLU as np.maximum(y, 0) (NaN stays, -0 becomes +0), a per-tensor 8-bit
-// QuantizeLinear (quantize.cc). What it saves is the step's Python, not arithmetic.
+// A float32 MatMul / Gemm with a constant B as one native step (bound by kernels/ops/matmul.py), two ways:
+// - `kernels.float_matmul`: numpy's own matmul makes the product (the reference's very call, so the same BLAS
+//   routine and the same bits), then the fused epilogue runs here in place, element by element as the reference's
+//   numpy passes do: + bias, ReLU as np.maximum(y, 0) (NaN stays, -0 becomes +0), a per-tensor 8-bit
+//   QuantizeLinear (quantize.cc). What it saves is the step's Python, not arithmetic.
+// - `kernels.float_matmul_packed`: large products on our own GEMM with B packed once (packed_sgemm.h), bias and
+//   ReLU in its registers, then the same quantize.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,7 +13,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "bindings.h"
+#include "packed_sgemm.h"
 #include "quantize.h"
 
 namespace py = pybind11;
@@ -30,6 +35,22 @@ void BiasRelu(float* y, int64_t rows, int64_t n, const float* bias, bool relu) {
   }
 }
 
+// quantize = (scale, zero point, signed): a per-tensor int8/uint8 QuantizeLinear of the float32 result y.
+py::array Quantized(float* y, const py::ssize_t* shape, py::ssize_t ndim, const py::object& quantize, int threads) {
+  auto q = quantize.cast<py::tuple>();
+  const float scale = q[0].cast<float>();
+  const int32_t zp = q[1].cast<int32_t>();
+  const bool is_signed = q[2].cast<bool>();
+  py::array out(is_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>(),
+                std::vector<py::ssize_t>(shape, shape + ndim));
+  auto* out_data = static_cast<uint8_t*>(out.mutable_data());
+  {
+    py::gil_scoped_release release;
+    QuantizeTensor(y, out.size(), scale, zp, is_signed, out_data, threads);
+  }
+  return out;
+}
+
 // quantize: None, or (scale, zero point, signed) of a per-tensor int8/uint8 QuantizeLinear after the epilogue.
 py::array FloatMatmulPy(const py::object& matmul, const py::array& a, const py::array& b,
                         const std::optional<F32>& bias, bool relu, const py::object& quantize, int threads) {
@@ -45,24 +66,56 @@ py::array FloatMatmulPy(const py::object& matmul, const py::array& a, const py::
                                 std::to_string(n) + " output columns");
   float* data = static_cast<float*>(y.mutable_data());
   const float* bias_data = bias ? bias->data() : nullptr;
-  if (quantize.is_none()) {
-    py::gil_scoped_release release;
-    if (n > 0) BiasRelu(data, size / n, n, bias_data, relu);
-    return y;
-  }
-  auto q = quantize.cast<py::tuple>();
-  const float scale = q[0].cast<float>();
-  const int32_t zp = q[1].cast<int32_t>();
-  const bool is_signed = q[2].cast<bool>();
-  py::array out(is_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>(),
-                std::vector<py::ssize_t>(y.shape(), y.shape() + y.ndim()));
-  auto* out_data = static_cast<uint8_t*>(out.mutable_data());
   {
     py::gil_scoped_release release;
     if (n > 0) BiasRelu(data, size / n, n, bias_data, relu);
-    QuantizeTensor(data, size, scale, zp, is_signed, out_data, threads);
   }
-  return out;
+  if (quantize.is_none()) return y;
+  return Quantized(data, y.shape(), y.ndim(), quantize, threads);
+}
+
+// A[..., K] (C-contiguous float32) times the packed B of N columns; + bias, ReLU and quantize as above; plan and
+// count_dma as the other matrix kernels' (bindings.h).
+py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n, const std::optional<py::tuple>& plan,
+                               bool count_dma, const std::optional<F32>& bias, bool relu, const py::object& quantize,
+                               int threads) {
+  if (!py::isinstance<F32>(a) || a.ndim() < 1 || !(a.flags() & py::array::c_style))
+    throw std::invalid_argument("float_matmul_packed: a must be a C-contiguous float32 array of rank >= 1");
+  const int64_t k = a.shape(a.ndim() - 1);
+  int64_t m = 1;
+  for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) m *= a.shape(d);
+  if (n < 0 || packed.ndim() != 3 || packed.shape(0) != (n + kSgemmPanel - 1) / kSgemmPanel ||
+      packed.shape(1) != k || packed.shape(2) != kSgemmPanel)
+    throw std::invalid_argument("float_matmul_packed: a has " + std::to_string(k) + " columns and the product " +
+                                std::to_string(n) + ", so B must be " + std::to_string(k) + " rows x " +
+                                std::to_string(n) + " columns in panels (pack_sgemm_b)");
+  if (bias && bias->size() != n)
+    throw std::invalid_argument("float_matmul_packed: bias has " + std::to_string(bias->size()) + " values for " +
+                                std::to_string(n) + " output columns");
+  const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "float_matmul_packed");
+  std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
+  shape.back() = n;
+  F32 y(shape);
+  float* data = y.mutable_data();
+  DmaCount dma;
+  {
+    py::gil_scoped_release release;
+    const PackedSgemmArgs g{static_cast<const float*>(a.data()), m, k, k, packed.data(), n, data, n,
+                            bias ? bias->data() : nullptr, relu};
+    PackedSgemm(g, threads, tiles ? &*tiles : nullptr, count_dma ? &dma : nullptr);
+  }
+  if (quantize.is_none()) return WithDma(std::move(y), count_dma, dma);
+  return WithDma(Quantized(data, shape.data(), a.ndim(), quantize, threads), count_dma, dma);
+}
+
+py::array PackSgemmBPy(const F32& b) {
+  if (b.ndim() != 2) throw std::invalid_argument("pack_sgemm_b: b must be a 2-D [K, N] float32 array");
+  F32 packed({(b.shape(1) + kSgemmPanel - 1) / kSgemmPanel, b.shape(0), kSgemmPanel});
+  {
+    py::gil_scoped_release release;
+    PackSgemmB(b.data(), b.shape(0), b.shape(1), packed.mutable_data());
+  }
+  return std::move(packed);
 }
 
 }  // namespace
@@ -73,6 +126,13 @@ void BindFloatMatmul(py::module_& m) {
         "matmul(a, b) (numpy's matmul: the product's bits are numpy's), then in place + bias (one float32 per "
         "output column), ReLU as np.maximum(y, 0), and with quantize = (scale, zero point, signed) a per-tensor "
         "int8/uint8 QuantizeLinear (a new array)");
+  m.def("float_matmul_packed", &FloatMatmulPackedPy, py::arg("a"), py::arg("packed"), py::arg("n"),
+        py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("bias") = py::none(), py::arg("relu") = false, py::arg("quantize") = py::none(),
+        py::arg("threads") = 1,
+        "a [..., K] @ B [K, n] from pack_sgemm_b's panels on our own GEMM (a fixed summation order, not numpy's), "
+        "+ bias, ReLU and quantize as float_matmul's; plan, count_dma: as int8_matmul's");
+  m.def("pack_sgemm_b", &PackSgemmBPy, py::arg("b"),
+        "a constant B [K, N] as float_matmul_packed's column panels (a new [N / 32 rounded up, K, 32] float32 array)");
 }
 
 }  // namespace npu_ep::kern

@@ -1,0 +1,164 @@
+"""The packed-B float GEMM (``ep/native/kernels/packed_sgemm.h``): the native float MatMul of large products with a
+constant B on AVX-512 hosts. Its sums run in a fixed order that is not numpy's BLAS's, so it is checked against
+exact (float64) math within the forward error bound of a float32 dot product, K * 2^-24 * sum |a| |b| (Higham,
+"Accuracy and Stability of Numerical Algorithms", 3.1), and against itself: every ISA path and thread count gives
+the same bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from npu_ep.ep.sessions import session_of, tag_session_options
+from npu_ep.kernels.ops import _native, matmul
+from tests.kernels._isa import ISA_ORDER, host_isas
+from tests.kernels.test_bound_native_calls import compiled, float_mm_model, prepared
+from tests.npu_testing import assignment, cpu_run, npu_session, session_options
+
+pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(23)
+AVX512 = "avx512" in host_isas()
+
+
+def kern():
+    return _native.native_module()
+
+
+def within_bound(y: np.ndarray, a: np.ndarray, b: np.ndarray, exact: np.ndarray) -> None:
+    k = a.shape[-1]
+    bound = k * 2.0 ** -24 * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)) + 1e-30
+    assert (np.abs(y - exact) <= bound).all(), float(np.max(np.abs(y - exact) / bound))
+
+
+# M: row tails of the 8-row tile; N: panels of 32 and their tails; K: depth chunks of 256 and their tails, K = 0
+SHAPES = [(128, 1024, 256), (9, 513, 47), (1, 3, 1), (17, 256, 33), (5, 0, 7), (3, 257, 64), (70, 600, 100)]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_the_product_is_within_the_float32_error_bound_and_the_same_on_every_isa(isa, m, k, n):
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    packed = kern().pack_sgemm_b(b)
+    y = kern().float_matmul_packed(a, packed, n, threads=2)
+    assert y.shape == (m, n) and y.dtype == np.float32
+    within_bound(y, a, b, a.astype(np.float64) @ b.astype(np.float64))
+    kern().set_isa_cap(0)  # the portable path: the same multiply-adds in the same order
+    try:
+        scalar = kern().float_matmul_packed(a, packed, n, threads=1)
+    finally:
+        kern().set_isa_cap(ISA_ORDER.index(isa))
+    assert scalar.tobytes() == y.tobytes()
+
+
+def test_the_bits_do_not_depend_on_the_thread_count():
+    a = RNG.standard_normal((2, 200, 700)).astype(np.float32)  # rank 3: the rows of every leading index
+    b = RNG.standard_normal((700, 300)).astype(np.float32)
+    packed = kern().pack_sgemm_b(b)
+    one, two = (kern().float_matmul_packed(a, packed, 300, threads=t) for t in (1, 2))
+    assert one.shape == (2, 200, 300) and one.tobytes() == two.tobytes()
+    within_bound(one.reshape(-1, 300), a.reshape(-1, 700), b, a.reshape(-1, 700).astype(np.float64) @ b)
+
+
+@pytest.mark.parametrize("tn", [20, 48, 64])
+def test_a_plans_tiles_give_the_same_bits_also_where_they_cut_through_a_panel(isa, tn):
+    """With a tile plan (DMA counting) the kernel runs the plan's output tiles; a tile edge inside a 32-column panel
+    computes the panel aside and copies its part. Each output is still summed whole, in the same order."""
+    m, k, n = 37, 600, 150
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    packed = kern().pack_sgemm_b(RNG.standard_normal((k, n)).astype(np.float32))
+    bias = RNG.standard_normal(n).astype(np.float32)
+    plain = kern().float_matmul_packed(a, packed, n, bias=bias, relu=True)
+    plan = (5, tn, 128, 0, 8, 8, 8, 0, 0)  # tm, tn, tk, nothing resident, 4 bytes per element (in half-bytes)
+    tiled, dma = kern().float_matmul_packed(a, packed, n, plan, True, bias=bias, relu=True, threads=2)
+    assert tiled.tobytes() == plain.tobytes()
+    tiles = -(-m // 5) * -(-n // tn)
+    assert dma["out"] == m * n * 8 and dma["a"] == -(-n // tn) * m * k * 8 and dma["b"] == -(-m // 5) * k * n * 8
+    assert dma["transfers"] == tiles * (1 + 2 * -(-k // 128))
+
+
+def test_bias_relu_and_quantize_are_the_reference_passes_on_the_product():
+    """In the registers, + bias then ReLU as np.maximum(y, 0) give the bits of those numpy passes over the bare
+    product: a NaN row stays NaN, -0 becomes +0; the quantize is float_matmul's."""
+    m, k, n = 20, 300, 70
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    a[3, 5] = np.nan
+    a[4] = 0.0
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    bias[::7] = -0.0
+    packed = kern().pack_sgemm_b(b)
+    bare = kern().float_matmul_packed(a, packed, n)
+    fused = kern().float_matmul_packed(a, packed, n, bias=bias, relu=True)
+    want = np.maximum(bare + bias, np.float32(0))
+    assert fused.tobytes() == want.tobytes()
+    assert np.isnan(fused[3]).all() and not np.signbit(fused).any()
+    q = kern().float_matmul_packed(a, packed, n, bias=bias, relu=True, quantize=(0.05, 10, False))
+    ref_q = kern().float_matmul(np.matmul, a, b, bias, True, (0.05, 10, False))  # same epilogue, numpy's product
+    assert q.dtype == np.uint8 and np.abs(q.astype(int) - ref_q.astype(int)).max() <= 1
+
+
+def test_a_packed_b_of_another_shape_is_refused_with_the_shapes():
+    packed = kern().pack_sgemm_b(np.ones((64, 40), np.float32))
+    assert packed.shape == (2, 64, 32)
+    with pytest.raises(ValueError, match="64 rows x 72 columns"):
+        kern().float_matmul_packed(np.ones((2, 64), np.float32), packed, 72)
+    with pytest.raises(ValueError, match="a has 63 columns .* 63 rows x 40 columns"):
+        kern().float_matmul_packed(np.ones((2, 63), np.float32), packed, 40)
+    with pytest.raises(ValueError, match="bias has 3 values for 40"):
+        kern().float_matmul_packed(np.ones((2, 64), np.float32), packed, 40, bias=np.ones(3, np.float32))
+
+
+# --- in the kernel and the session -------------------------------------------------------------------------------
+
+BIG = ((2, 64, 512), 512, 520)  # 64 M multiply-adds: a product host_blas would cut in two
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM is the native float MatMul on AVX-512 hosts only")
+def test_a_large_product_binds_the_packed_gemm_and_the_python_loop_gives_its_bits():
+    a_shape, k, n = BIG
+    model = float_mm_model(a_shape, k, n, tail=("bias", "relu"))
+    program = compiled(model)
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    first = program(a)[0]
+    assert program._bound[(a_shape,)].native_steps == 1
+    got = program(a)[0]
+    assert got.tobytes() == first.tobytes()
+    assert program._python_loop((a,))[0].tobytes() == first.tobytes()
+    (step,) = program.steps
+    assert matmul.PACKED_B in step.prepared.memo
+    b, bias = (np.asarray(step.prepared.consts[c]) for c in ("b", "ep_bias"))
+    exact = np.maximum(a.reshape(-1, k).astype(np.float64) @ b + bias, 0)
+    within_bound(got.reshape(-1, n), a.reshape(-1, k), b, exact)
+
+
+def test_small_products_and_the_reference_model_keep_numpys_bits():
+    small = float_mm_model((4, 16), 16, 8)
+    kernel, p = prepared(small, "MatMul")
+    x = RNG.standard_normal((4, 16)).astype(np.float32)
+    assert kernel.run(p, [x])[0].tobytes() == np.matmul(x, p.consts["b"]).tobytes()
+    assert matmul.PACKED_B not in p.memo
+    big = float_mm_model(*BIG)
+    kernel, p = prepared(big, "MatMul")
+    _native.configure([p], "reference", 2)
+    x = RNG.standard_normal(BIG[0]).astype(np.float32)
+    assert matmul.PACKED_B not in p.memo
+    np.testing.assert_array_equal(kernel.run(p, [x])[0], np.matmul(x, p.consts["b"]))
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM is the native float MatMul on AVX-512 hosts only")
+def test_sessions_run_large_products_on_the_packed_gemm_and_match_the_cpu_ep():
+    a_shape, k, n = BIG
+    model = float_mm_model(a_shape, k, n, op="MatMul", tail=("bias",))
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, cpu=False, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    want = cpu_run(model, {"a": a})[0]
+    runs = [sess.run(None, {"a": a})[0] for _ in range(3)]
+    assert all(r.tobytes() == runs[0].tobytes() for r in runs)
+    np.testing.assert_allclose(runs[0], want, rtol=1e-4, atol=1e-4)
+    (program,) = session_of(sess).programs.values()
+    assert program.native_step_counts[0] >= 2 and program.native_step_counts[1] == 0
+    assert any(matmul.PACKED_B in st.prepared.memo for st in program.steps)
