@@ -3,6 +3,7 @@
 // native kernel with the arguments its Python kernel would pass). Each checks the inputs it was bound for on every
 // call and declines anything else, so a data-dependent shape never gets a stale answer.
 #include "native_steps.h"
+#include "partition_kernel.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -142,11 +143,20 @@ namespace {
 // shapes: a template of fixed arguments with the step's inputs put in (checked: dtype, shape, C order; viewed with
 // another shape where the kernel wants one), the result's parts reshaped to the outputs' shapes (and sliced along
 // the last axis where the outputs are a group's column slices). A kernel returning None declines values it cannot
-// take exactly (the Python kernel runs); Guards keep the step to its setting.
+// take exactly (the Python kernel runs); Guards keep the step to its setting. An output that is also an output of
+// the partition can be passed in as ORT's own buffer (PartitionOutput: None outside a partition call), so the
+// kernel writes it in place and the bridge copies nothing.
 class CallStep : public NativeStep {
  public:
-  CallStep(py::object fn, py::tuple args, const py::list& inputs, const py::list& outputs, const py::list& guards)
+  CallStep(py::object fn, py::tuple args, const py::list& inputs, const py::list& outputs, const py::list& guards,
+           const py::list& ort_outputs)
       : fn_(std::move(fn)), args_(std::move(args)), guards_(guards) {
+    for (const py::handle h : ort_outputs) {  // (argument index, ORT output index, dims)
+      auto t = h.cast<py::tuple>();
+      OrtOut o{t[0].cast<Py_ssize_t>(), t[1].cast<size_t>(), t[2].cast<std::vector<int64_t>>()};
+      if (o.arg < 0 || o.arg >= static_cast<Py_ssize_t>(args_.size())) throw py::value_error("output argument index");
+      ort_outputs_.push_back(std::move(o));
+    }
     for (const py::handle h : inputs) {  // (argument index, step input index, dtype, shape, view shape | None)
       auto t = h.cast<py::tuple>();
       In in;
@@ -187,6 +197,7 @@ class CallStep : public NativeStep {
         call[static_cast<size_t>(in.arg)] = a.reshape(in.view);
       }
     }
+    for (const OrtOut& o : ort_outputs_) call[static_cast<size_t>(o.arg)] = PartitionOutput(o.index, o.dims);
     PyObject* result = PyObject_Call(fn_.ptr(), call.ptr(), nullptr);
     if (result == nullptr) return nullptr;  // the kernel's error: the loop names the node
     auto res = py::reinterpret_steal<py::object>(result);
@@ -212,6 +223,11 @@ class CallStep : public NativeStep {
     int dtype = -1;
     std::vector<py::ssize_t> dims, view;
   };
+  struct OrtOut {
+    Py_ssize_t arg;
+    size_t index;
+    std::vector<int64_t> dims;
+  };
   struct Out {
     Py_ssize_t index = -1;
     std::vector<py::ssize_t> dims;
@@ -221,6 +237,7 @@ class CallStep : public NativeStep {
   py::tuple args_;
   std::vector<In> inputs_;
   std::vector<Out> outputs_;
+  std::vector<OrtOut> ort_outputs_;
   Guards guards_;
 };
 
@@ -240,9 +257,11 @@ void RegisterNativeSteps(py::module_& m) {
   py::class_<CallStep, NativeStep>(m, "CallStep",
                                    "fn(*args) with step inputs put in: inputs [(argument index, input index, dtype, "
                                    "shape, view shape | None)]; outputs [(result index | -1, shape | None[, "
-                                   "(start, stop) of the last axis])]; guards [(dict, key, expected object | None)]")
-      .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&>(), py::arg("fn"),
-           py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"));
+                                   "(start, stop) of the last axis])]; guards [(dict, key, expected object | None)]; "
+                                   "ort_outputs [(argument index, ORT output index, dims)]: ORT's buffer or None")
+      .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&, const py::list&>(),
+           py::arg("fn"), py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"),
+           py::arg("ort_outputs") = py::list());
 }
 
 }  // namespace npu_ep

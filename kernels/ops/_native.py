@@ -55,14 +55,16 @@ def ort_output(p: Prepared, index: int, shape: tuple[int, ...], dtype: np.dtype)
     return view if view is not None and view.dtype == dtype else None
 
 
-def call_step(p: Prepared, fn, args: tuple, inputs: list, outputs: list, guards: list | None = None):
+def call_step(p: Prepared, fn, args: tuple, inputs: list, outputs: list, guards: list | None = None,
+              ort_outputs: list | None = None):
     """A native step calling ``fn(*args)`` with this step's inputs put in, for a kernel's ``bind`` (see
     ``_native.CallStep`` for ``inputs``/``outputs``/``guards``); it declines once the session's kernel choice for
     ``p`` changes. None without the extension."""
     ext = extension()
     if ext is None:
         return None
-    return ext.CallStep(fn, tuple(args), list(inputs), list(outputs), [setting_guard(p), *(guards or [])])
+    return ext.CallStep(fn, tuple(args), list(inputs), list(outputs), [setting_guard(p), *(guards or [])],
+                        list(ort_outputs or []))
 
 
 def extension() -> ModuleType | None:

@@ -189,9 +189,12 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
             return None
         quantize = (float(scale), int(zp), ep["quantize"] == "int8")
     tail = (bias, bool(ep.get("relu")), quantize, _native.threads(p))
-    if packed is not None:
-        return _native.call_step(p, nat.float_matmul_packed, (None, packed, n, None, False, *tail),
-                                 [(0, 0, np.float32, a.shape, None)], [(-1, None)], [(p.memo, DMA_COUNTS, None)])
+    if packed is not None:  # written into ORT's buffer when the product is an output of the partition
+        where = p.memo.get(_native.PARTITION_OUTPUTS)
+        into = [(9, where[0], [*a.shape[:-1], n])] if where and 0 in where and quantize is None else []
+        guards = [(p.memo, DMA_COUNTS, None), (p.memo, _native.PARTITION_OUTPUTS, where)]
+        return _native.call_step(p, nat.float_matmul_packed, (None, packed, n, None, False, *tail, None),
+                                 [(0, 0, np.float32, a.shape, None)], [(-1, None)], guards, into)
     return _native.call_step(p, nat.float_matmul, (np.matmul, None, c["b"], *tail),
                              [(1, 0, np.float32, a.shape, None)], [(-1, None)])
 

@@ -7,6 +7,7 @@ the same bits."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from npu_ep.ep.sessions import session_of, tag_session_options
@@ -162,3 +163,35 @@ def test_sessions_run_large_products_on_the_packed_gemm_and_match_the_cpu_ep():
     (program,) = session_of(sess).programs.values()
     assert program.native_step_counts[0] >= 2 and program.native_step_counts[1] == 0
     assert any(matmul.PACKED_B in st.prepared.memo for st in program.steps)
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM is the native float MatMul on AVX-512 hosts only")
+@pytest.mark.parametrize("is_output", [True, False])
+def test_a_product_that_is_a_partition_output_is_written_into_orts_buffer(monkeypatch, is_output):
+    """The bound step passes ORT's output buffer to the kernel (``out``), so the bridge copies nothing; a product
+    that only feeds the next step gets an array of its own."""
+    nat = kern()
+    seen = []
+    real = nat.float_matmul_packed
+
+    def spy(*args):
+        y = real(*args)
+        out = args[9] if len(args) > 9 else None  # the Python kernel's call passes none
+        seen.append(out is not None and y is out)
+        return y
+
+    monkeypatch.setattr(nat, "float_matmul_packed", spy)
+    a_shape, k, n = BIG
+    model = float_mm_model(a_shape, k, n, tail=() if is_output else ("bias",))
+    if not is_output:  # a Sigmoid after the product: not fused, so the product stays inside the partition
+        model.graph.node[-1].output[0] = "t1"
+        model.graph.node.append(onnx.helper.make_node("Sigmoid", ["t1"], ["y"], name="sig"))
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, cpu=False, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    want = cpu_run(model, {"a": a})[0]
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(None, {"a": a})[0], want, rtol=1e-4, atol=1e-4)
+    assert seen and seen[-1] is is_output

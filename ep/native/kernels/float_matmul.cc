@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -76,9 +77,11 @@ py::array FloatMatmulPy(const py::object& matmul, const py::array& a, const py::
 
 // A[..., K] (C-contiguous float32) times the packed B of N columns; + bias, ReLU and quantize as above; plan and
 // count_dma as the other matrix kernels' (bindings.h).
+// out: an array to write the float32 result into (ORT's output buffer, when the step's output is the partition's),
+// used when it is C-contiguous float32 of the result's shape and there is no quantize; else a new array.
 py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n, const std::optional<py::tuple>& plan,
                                bool count_dma, const std::optional<F32>& bias, bool relu, const py::object& quantize,
-                               int threads) {
+                               int threads, const py::object& out) {
   if (!py::isinstance<F32>(a) || a.ndim() < 1 || !(a.flags() & py::array::c_style))
     throw std::invalid_argument("float_matmul_packed: a must be a C-contiguous float32 array of rank >= 1");
   const int64_t k = a.shape(a.ndim() - 1);
@@ -95,7 +98,10 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "float_matmul_packed");
   std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
   shape.back() = n;
-  F32 y(shape);
+  F32 y = quantize.is_none() && py::isinstance<F32>(out) ? out.cast<F32>() : F32();
+  if (!y || !(y.flags() & py::array::c_style) || !y.writeable() ||
+      !std::equal(shape.begin(), shape.end(), y.shape(), y.shape() + y.ndim()) || y.ndim() != a.ndim())
+    y = F32(shape);
   float* data = y.mutable_data();
   DmaCount dma;
   {
@@ -133,7 +139,7 @@ void BindFloatMatmul(py::module_& m) {
         "int8/uint8 QuantizeLinear (a new array)");
   m.def("float_matmul_packed", &FloatMatmulPackedPy, py::arg("a"), py::arg("packed"), py::arg("n"),
         py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("bias") = py::none(), py::arg("relu") = false, py::arg("quantize") = py::none(),
-        py::arg("threads") = 1,
+        py::arg("threads") = 1, py::arg("out") = py::none(),
         "a [..., K] @ B [K, n] from pack_sgemm_b's panels on our own GEMM (a fixed summation order, not numpy's), "
         "+ bias, ReLU and quantize as float_matmul's; plan, count_dma: as int8_matmul's");
   m.def("pack_sgemm_b", &PackSgemmBPy, py::arg("b"),
