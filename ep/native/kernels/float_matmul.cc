@@ -138,7 +138,8 @@ void BindFloatMatmul(py::module_& m) {
         "output column), ReLU as np.maximum(y, 0), and with quantize = (scale, zero point, signed) a per-tensor "
         "int8/uint8 QuantizeLinear (a new array)");
   m.def("float_matmul_packed", &FloatMatmulPackedPy, py::arg("a"), py::arg("packed"), py::arg("n"),
-        py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("bias") = py::none(), py::arg("relu") = false, py::arg("quantize") = py::none(),
+        py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("bias") = py::none(),
+        py::arg("relu") = false, py::arg("quantize") = py::none(),
         py::arg("threads") = 1, py::arg("out") = py::none(),
         "a [..., K] @ B [K, n] from pack_sgemm_b's panels on our own GEMM (a fixed summation order, not numpy's), "
         "+ bias, ReLU and quantize as float_matmul's; plan, count_dma: as int8_matmul's");
