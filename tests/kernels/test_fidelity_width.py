@@ -82,17 +82,25 @@ def test_skip_norm_alone_has_ort_bits():
 
 
 @pytest.fixture(scope="module")
-def decoder_2048(tmp_path_factory):
-    """2 layers at TinyLlama-1.1B widths (vocab cut to 512 to keep the build short), int4 at accuracy_level 0."""
+def decoder_2048_fp32(tmp_path_factory):
+    """2 layers at TinyLlama-1.1B widths (vocab cut to 512 to keep the build short), float32."""
     from npu_ep.models.tiny_llama import LlamaConfig, build_tiny_llama
-    from npu_ep.rewriter import rewrite
 
     d = tmp_path_factory.mktemp("decoder_2048")
-    src = build_tiny_llama(d / "fp32.onnx", LlamaConfig(num_hidden_layers=2, hidden_size=HIDDEN,
-                                                        intermediate_size=FFN, num_attention_heads=32,
-                                                        num_key_value_heads=4, vocab_size=512))
-    dst = d / "int4.onnx"
-    rewrite(str(src), passes=("cleanup", "rope", "gqa", "int4"), int4_accuracy_level=0).save(dst)
+    return str(build_tiny_llama(d / "fp32.onnx", LlamaConfig(num_hidden_layers=2, hidden_size=HIDDEN,
+                                                             intermediate_size=FFN, num_attention_heads=32,
+                                                             num_key_value_heads=4, vocab_size=512)))
+
+
+@pytest.fixture(scope="module")
+def decoder_2048(decoder_2048_fp32):
+    """The same decoder rewritten to int4 at accuracy_level 0."""
+    from pathlib import Path
+
+    from npu_ep.rewriter import rewrite
+
+    dst = Path(decoder_2048_fp32).with_name("int4.onnx")
+    rewrite(decoder_2048_fp32, passes=("cleanup", "rope", "gqa", "int4"), int4_accuracy_level=0).save(dst)
     return str(dst)
 
 
@@ -120,3 +128,37 @@ def test_decoder_at_1b_width_matches_cpu_ep(decoder_2048):
     first, want = np.asarray(ours.logits[0]), np.asarray(ref.logits[0])
     np.testing.assert_allclose(first, want, rtol=0, atol=1e-4 * np.abs(want).max())
     assert ours.tokens == ref.tokens
+
+
+def test_fp32_decoder_at_1b_width_runs_its_prefill_on_the_packed_gemm_and_matches_cpu_ep(decoder_2048_fp32):
+    """float32 at 1B width: the prompt's 2048- and 5632-wide products are large enough for NpuEP's own packed-B
+    GEMM on AVX-512 hosts (its own summation order, not the BLAS's). Prefill logits within 1e-4 of the CPU EP's
+    scale (target 1e-3) and 32 greedy tokens identical; every MatMul on NpuEP."""
+    import onnx
+    import onnxruntime as ort
+
+    from npu_ep.ep.sessions import session_of, tag_session_options
+    from npu_ep.kernels.ops import _native, matmul
+    from npu_ep.tools.generation import Generator
+    from tests.npu_testing import session_options
+
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(decoder_2048_fp32, so=so)
+    owner = assignment(sess)
+    matmuls = [n.name for n in onnx.load(decoder_2048_fp32, load_external_data=False).graph.node
+               if n.op_type == "MatMul"]
+    assert matmuls and all(owner.get(name) == "NpuEP" for name in matmuls)
+    cpu = ort.InferenceSession(decoder_2048_fp32, session_options(), providers=["CPUExecutionProvider"])
+    prompt = [int(t) for t in RNG.integers(1, 512, 24)]
+    ours = Generator(sess, max_kv_len=64).generate(prompt, 32, keep_logits=True)
+    ref = Generator(cpu, max_kv_len=64).generate(prompt, 32, keep_logits=True)
+    first, want = np.asarray(ours.logits[0]), np.asarray(ref.logits[0])
+    np.testing.assert_allclose(first, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    assert ours.tokens == ref.tokens
+    print(f"\nfp32 1B-width prefill: max |logits diff| {np.abs(first - want).max():.2e} on a scale of "
+          f"{np.abs(want).max():.2f}")
+    packed = [st for prog in session_of(sess).programs.values() for st in prog.steps
+              if matmul.PACKED_B in st.prepared.memo]
+    if _native.native_module() is not None and _native.native_module().isa() in ("avx512", "avx512_vnni", "amx_int8"):
+        assert packed  # the prefill's products ran on the packed GEMM
