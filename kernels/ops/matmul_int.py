@@ -27,8 +27,8 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from . import _native
-from ._mm import (check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims, planned_cost,
-                  quantize_float, requantize, run_native_counted, static_plan)
+from ._mm import (DMA_COUNTS, check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims,
+                  planned_cost, quantize_float, requantize, run_native_counted, static_plan)
 
 # op -> (A, B, a_zp, b_zp, a_scale, b_scale, y_scale, y_zp, bias) input indices (None: absent)
 _SLOTS = {
@@ -223,6 +223,43 @@ def run_int(p: Prepared, inputs) -> list[np.ndarray]:
     return [y]
 
 
+def bind_int(p: Prepared, inputs, outs) -> Any:
+    """QLinearMatMul, and MatMulInteger without an epilogue, with B, the zero points and the scales constant, as one
+    native step calling the int8 GEMM as ``_native_int`` does, writing ORT's own buffer when the result is an
+    output of the partition (ep/step_binding.py). None elsewhere: the kernel runs."""
+    nat, at, c = _native.native(p), p.attrs, p.consts
+    slots = at["slots"]
+    a = inputs[slots["a"]] if slots["a"] < len(inputs) else None
+    if (nat is None or "i8_bp" not in c or DMA_COUNTS in p.memo or at["op"] == "MatMulIntegerToFloat"
+            or (at["op"] == "MatMulInteger" and at["epilogue"]) or (at["op"] == "QLinearMatMul" and "mult" not in c)
+            or not isinstance(a, np.ndarray) or not a.ndim
+            or not a.flags.c_contiguous or a.dtype not in (np.uint8, np.int8)
+            or any(_runtime(p, inputs, name) for name in slots if name not in ("a", "b"))):
+        return None
+    K, N = at["b_shape"]
+    azp, yzp = c.get("azp"), c.get("yzp")
+    if (azp is not None and azp.size != 1) or (yzp is not None and yzp.size != 1) or a.shape[-1] != K:
+        return None
+    z = np.asarray(0 if azp is None else azp, np.int32).reshape(1)
+    requant = (None, 0, False)
+    if at["op"] == "QLinearMatMul":
+        requant = (np.asarray(c["mult"], np.float32).reshape(-1), 0 if yzp is None else int(yzp.reshape(-1)[0]),
+                   at["out"] == "int8")
+    m = a.size // K if K else int(np.prod(a.shape[:-1]))
+    shape = [*a.shape[:-1], N]
+    where = p.memo.get(_native.PARTITION_OUTPUTS)
+    into = [(13, where[0], shape)] if where and 0 in where else []
+    args = (None, z, c["i8_bp"], c["i8_bsum"], c["i8_bzp"], K, N, _native.threads(p), *requant, None, False, None)
+    return _native.call_step(p, nat.int8_matmul, args, [(0, slots["a"], a.dtype, a.shape, (m, K))], [(-1, shape)],
+                             [(p.memo, DMA_COUNTS, None), (p.memo, _native.PARTITION_OUTPUTS, where)], into)
+
+
+def _runtime(p: Prepared, inputs, name: str) -> bool:
+    """Whether input ``name`` (a slot) comes at run time rather than from the prepared constants."""
+    i = p.attrs["slots"].get(name)
+    return i is not None and name not in p.consts and i < len(inputs) and inputs[i] is not None
+
+
 def cost_int(p: Prepared, shapes) -> OpCost:
     s = p.attrs["slots"]
     a = shapes[s["a"]] if shapes[s["a"]] is not None else p.consts["a"].shape
@@ -231,6 +268,6 @@ def cost_int(p: Prepared, shapes) -> OpCost:
     return planned_cost(p, *matmul_dims(tuple(a), tuple(b)))
 
 
-register(KernelDef("", "MatMulInteger", prepare_int, run_int, cost_int, check_int))
-register(KernelDef("", "QLinearMatMul", prepare_int, run_int, cost_int, check_int))
+register(KernelDef("", "MatMulInteger", prepare_int, run_int, cost_int, check_int, bind=bind_int))
+register(KernelDef("", "QLinearMatMul", prepare_int, run_int, cost_int, check_int, bind=bind_int))
 register(KernelDef("com.microsoft", "MatMulIntegerToFloat", prepare_int, run_int, cost_int, check_int))

@@ -381,6 +381,91 @@ def test_sessions_run_the_float_matmul_step_and_match_the_cpu_ep():
     assert runs >= 2 and declines == 0
 
 
+# --- int8 GEMM: QLinearMatMul, MatMulInteger ---------------------------------------------------------------------
+
+def int8_mm_model(op, a_shape, k, n, *, runtime_scale=False, azp_rows=0):
+    """QLinearMatMul (u8 x s8 -> u8) or MatMulInteger (u8 x s8 -> i32) with a constant B; ``runtime_scale``: A's
+    scale a graph input; ``azp_rows``: a per-row A zero point of that many rows."""
+    b = RNG.integers(-128, 128, (k, n)).astype(np.int8)
+    azp = RNG.integers(100, 140, azp_rows).astype(np.uint8) if azp_rows else np.array(128, np.uint8)
+    inits = {"b": b, "az": azp, "bz": np.array(0, np.int8)}
+    ins = [helper.make_tensor_value_info("a", TensorProto.UINT8, list(a_shape))]
+    out_shape = [*a_shape[:-1], n]
+    if op == "QLinearMatMul":
+        inits.update({"bs": np.array(0.01, np.float32), "ys": np.array(0.5, np.float32),
+                      "yz": np.array(120, np.uint8)})
+        if runtime_scale:
+            ins.append(helper.make_tensor_value_info("as", F32, []))
+        else:
+            inits["as"] = np.array(0.02, np.float32)
+        node = helper.make_node(op, ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"], name="mm")
+        out = helper.make_tensor_value_info("y", TensorProto.UINT8, out_shape)
+    else:
+        node = helper.make_node(op, ["a", "b", "az", "bz"], ["y"], name="mm")
+        out = helper.make_tensor_value_info("y", TensorProto.INT32, out_shape)
+    return make_model([node], ins, [out], inits)
+
+
+@pytest.mark.parametrize("op", ["QLinearMatMul", "MatMulInteger"])
+@pytest.mark.parametrize("a_shape", [(3, 200), (1, 5, 64), (2, 33, 130)])
+def test_int8_matmul_call_step_equals_the_kernel(op, a_shape):
+    k, n = a_shape[-1], 48
+    model = int8_mm_model(op, a_shape, k, n)
+    kernel, p = prepared(model, op)
+    a = RNG.integers(0, 256, a_shape).astype(np.uint8)
+    inputs = [a] + [None] * (len(model.graph.node[0].input) - 1)
+    outs, step, loop = one_step_loop(kernel, p, inputs)
+    assert isinstance(step, bridge.CallStep)
+    assert_same(loop(tuple(inputs)), outs)
+    assert loop.native_counts == (1, 0)
+    other = RNG.integers(0, 256, (7, k)).astype(np.uint8)
+    assert loop((other, *inputs[1:]))[0].shape == (7, n)
+    assert loop.native_counts == (1, 1)  # another shape: declined, the kernel ran
+
+
+def test_int8_matmul_does_not_bind_runtime_scales_or_per_row_zero_points():
+    model = int8_mm_model("QLinearMatMul", (3, 64), 64, 16, runtime_scale=True)
+    kernel, p = prepared(model, "QLinearMatMul")
+    a = RNG.integers(0, 256, (3, 64)).astype(np.uint8)
+    inputs = [a, np.array(0.02, np.float32)] + [None] * 6
+    assert kernel.bind(p, inputs, kernel.run(p, inputs)) is None
+    model = int8_mm_model("MatMulInteger", (3, 64), 64, 16, azp_rows=3)
+    kernel, p = prepared(model, "MatMulInteger")
+    inputs = [a, None, None, None]
+    assert kernel.bind(p, inputs, kernel.run(p, inputs)) is None
+
+
+def test_sessions_run_the_int8_matmul_step_into_orts_buffer_and_match_the_cpu_ep(monkeypatch):
+    """The bound step passes ORT's output buffer (``out``), so the bridge copies nothing. MatMulInteger's int32
+    sums are exact: equal to the CPU EP's; QLinearMatMul's codes within one of MLAS's at a rounding tie."""
+    nat = _native.native_module()
+    seen = []
+    real = nat.int8_matmul
+
+    def spy(*args):
+        y = real(*args)
+        seen.append(len(args) > 13 and args[13] is not None and y is args[13])
+        return y
+
+    monkeypatch.setattr(nat, "int8_matmul", spy)
+    for op in ("MatMulInteger", "QLinearMatMul"):
+        seen.clear()
+        model = int8_mm_model(op, (1, 64, 256), 256, 96)
+        so = session_options()
+        tag_session_options(so)
+        sess = npu_session(model, cpu=False, so=so)
+        assert set(assignment(sess).values()) == {"NpuEP"}
+        a = RNG.integers(0, 256, (1, 64, 256)).astype(np.uint8)
+        want = cpu_run(model, {"a": a})[0]
+        for _ in range(3):
+            got = sess.run(None, {"a": a})[0]
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert np.abs(got.astype(np.int64) - want).max() <= (0 if op == "MatMulInteger" else 1)
+        (program,) = session_of(sess).programs.values()
+        assert program.native_step_counts[0] >= 2 and program.native_step_counts[1] == 0
+        assert seen and seen[-1], op
+
+
 # --- npu::NormMatMul -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("d,rows", [(2048, 1), (96, 3)])

@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "conv.h"
 #include "cpu.h"
@@ -297,7 +298,8 @@ void TileInt4Py(const Arr<uint8_t>& b, int64_t N, int64_t row_bytes, Arr<uint8_t
 py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
                         const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads,
                         const std::optional<Arr<float>>& mult,
-                        int y_zero_point, bool y_signed, const std::optional<py::tuple>& plan, bool count_dma) {
+                        int y_zero_point, bool y_signed, const std::optional<py::tuple>& plan, bool count_dma,
+                        const py::object& out_into) {
   const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
   if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))
     throw std::invalid_argument("int8_matmul: A must be uint8 or int8");
@@ -321,16 +323,24 @@ py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<i
   g.bsum = Data(bsum, np16, "bsum");
   g.bzp = Data(bzp, np16, "b_zero_point");
   g.threads = threads;
-  py::array out;
+  // out_into: M x N elements of the output's dtype to write (ORT's own output buffer), else a new [M, N] array
+  const py::dtype out_dtype = mult ? (y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>())
+                                   : py::dtype::of<int32_t>();
+  bool fits = false;
+  if (py::isinstance<py::array>(out_into)) {
+    auto into = py::reinterpret_borrow<py::array>(out_into);
+    fits = into.dtype().equal(out_dtype) && (into.flags() & py::array::c_style) && into.writeable() &&
+           into.size() == g.M * g.N;
+  }
+  py::array out = fits ? py::reinterpret_borrow<py::array>(out_into)
+                       : py::array(out_dtype, std::vector<py::ssize_t>{g.M, g.N});
   if (mult) {
     g.mult_per_col = mult->size() != 1;
     g.mult = Data(*mult, g.mult_per_col ? g.N : 1, "multiplier");
     g.y_zp = y_zero_point;
     g.y_signed = y_signed;
-    out = y_signed ? py::array(py::array_t<int8_t>({g.M, g.N})) : py::array(py::array_t<uint8_t>({g.M, g.N}));
     g.y = static_cast<uint8_t*>(out.mutable_data());
   } else {
-    out = py::array_t<int32_t>({g.M, g.N});
     g.acc = static_cast<int32_t*>(out.mutable_data());
   }
   const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "int8_matmul");
@@ -387,9 +397,10 @@ void RegisterKernels(py::module_& parent) {
   m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
         py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
         py::arg("y_zero_point") = 0, py::arg("y_signed") = false, py::arg("plan") = py::none(),
-        py::arg("count_dma") = false,
+        py::arg("count_dma") = false, py::arg("out") = py::none(),
         "exact int32 (A - azp) @ (B - bzp) with B prepared by matmul_int.pack_b; with a multiplier, requantized "
-        "to uint8/int8 as MLAS (round half to even, saturation). plan / count_dma: as matmul_nbits");
+        "to uint8/int8 as MLAS (round half to even, saturation). plan / count_dma: as matmul_nbits; out: an "
+        "array of M x N elements of the result's dtype to write (returned), else a new [M, N] array");
   void BindGqa(py::module_&); BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
   void BindConv(py::module_&); BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
   void BindQdqLut(py::module_&); BindQdqLut(m);  // qlut.cc: npu::QdqLut table reads

@@ -98,10 +98,13 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "float_matmul_packed");
   std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
   shape.back() = n;
-  F32 y = quantize.is_none() && py::isinstance<F32>(out) ? out.cast<F32>() : F32();
-  if (!y || !(y.flags() & py::array::c_style) || !y.writeable() ||
-      !std::equal(shape.begin(), shape.end(), y.shape(), y.shape() + y.ndim()) || y.ndim() != a.ndim())
-    y = F32(shape);
+  bool fits = false;
+  if (quantize.is_none() && py::isinstance<F32>(out)) {
+    auto into = py::reinterpret_borrow<py::array>(out);
+    fits = (into.flags() & py::array::c_style) && into.writeable() &&
+           std::equal(shape.begin(), shape.end(), into.shape(), into.shape() + into.ndim());
+  }
+  F32 y = fits ? py::reinterpret_borrow<F32>(out) : F32(shape);
   float* data = y.mutable_data();
   DmaCount dma;
   {
