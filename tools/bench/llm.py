@@ -107,21 +107,29 @@ def _decode_profile(gens: dict, prompt: Sequence[int]) -> Table:
     npu = gens["NpuEP"]
     feeds: list[dict] = []
     calls: list[tuple[Program, tuple]] = []
-    real_run, real_call = npu._runner.run, Program.__call__
+    real_run, real_observe = npu._runner.run, Program._observe
+    programs = [p for ep in npu._runner.eps for p in ep.programs.values()]
+    if not programs:
+        raise RuntimeError("--profile found no NpuEP program behind the benchmarked session")
 
     def keep_feeds(f):
         feeds.append({k: np.array(v) for k, v in f.items()})
         return real_run(f)
 
-    def keep_inputs(self, *inputs):
+    def keep_inputs(self, inputs):
         calls.append((self, tuple(np.array(x) for x in inputs)))
-        return real_call(self, *inputs)
+        return real_observe(self, inputs)
 
-    npu._runner.run, Program.__call__ = keep_feeds, keep_inputs
+    # ORT's calls reach the program's C++ hot path; recording sends each through the observing call instead
+    npu._runner.run, Program._observe = keep_feeds, keep_inputs
+    for program in programs:
+        program.record = True
     try:
         npu.generate(prompt, 2, keep_logits=False)  # prefill, then one decode step: the last call
     finally:
-        npu._runner.run, Program.__call__ = real_run, real_call
+        npu._runner.run, Program._observe = real_run, real_observe
+        for program in programs:
+            program.record = False
     decode = feeds[-1]
 
     def session_us(gen) -> tuple[float, float]:

@@ -90,13 +90,17 @@ def _timed_steps(program: Program, inputs: Sequence[np.ndarray], acc: list[int])
 
 
 def profile_call(program: Program, inputs: Sequence[np.ndarray], repeats: int = 200) -> CallProfile:
-    """Profile ``program(*inputs)`` (inputs of a signature it has seen, so calls take the hot path)."""
+    """Profile one call of ``program`` on ``inputs`` (in the program's order, of a signature it has seen, so calls
+    take the hot path, which takes ORT's order)."""
+    ort_order = list(inputs)
+    for j, i in enumerate(program._input_perm or ()):
+        ort_order[i] = inputs[j]
     for _ in range(20):
-        program(*inputs)
+        program(*ort_order)
     calls = []
     for _ in range(repeats):
         t0 = time.perf_counter_ns()
-        program(*inputs)
+        program(*ort_order)
         calls.append(time.perf_counter_ns() - t0)
     acc = [0]
     with _native_timer(acc):
