@@ -437,9 +437,11 @@ void MatMulNBits(const NBitsGemm& g) {
     if (natural) dequant = DequantColAvx512<true>;
 #endif
     // at most an L2-sized panel, and at least kSgemmTasks tasks where N allows (a shape-only split)
-    const int64_t even = ((s.N + kSgemmTasks - 1) / kSgemmTasks + 15) / 16 * 16;
-    const int64_t by_work = kSgemmTaskMacs / (s.M * s.kc) / 16 * 16;
-    const int64_t cols = std::max<int64_t>(16, std::min({kSgemmPanelBytes / (4 * s.kc) / 16 * 16, even, by_work}));
+    // in whole 32-column tiles on AVX-512: a 16-column task ran the outer-product tile at half its width
+    const int64_t unit = natural ? 32 : 16;
+    const int64_t even = ((s.N + kSgemmTasks - 1) / kSgemmTasks + unit - 1) / unit * unit;
+    const int64_t by_work = kSgemmTaskMacs / (s.M * s.kc) / unit * unit;
+    const int64_t cols = std::max(unit, std::min({kSgemmPanelBytes / (4 * s.kc) / unit * unit, even, by_work}));
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
       std::vector<int32_t> zpc(s.kb + 16, 0);
       static thread_local std::vector<float> scratch;  // the pool thread's panel: grown, never cleared
