@@ -169,7 +169,7 @@ def test_decode_gemv_at_width_has_prefill_bits(isa, bs, symmetric, level):
 
 @pytest.mark.parametrize("bs", [16, 32, 128])
 # (19, 300, 23) and (31, 520, 18): rows and columns that leave partial 4x4 blocks in the AVX-512 panel kernel's
-# dot-product form; from 64 rows on its outer-product form: (100, 130, 37) leaves 4 rows and a group of 5 columns
+# dot-product form; from 32 rows on its outer-product form: (100, 130, 37) leaves 4 rows and a group of 5 columns
 @pytest.mark.parametrize("m,K,N", [(16, 130, 5), (19, 300, 23), (31, 520, 18), (33, 1000, 47), (64, 256, 300),
                                    (100, 130, 37), (129, 2048, 40)])
 @pytest.mark.parametrize("symmetric", [True, False])

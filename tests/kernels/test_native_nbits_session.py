@@ -142,3 +142,23 @@ def test_fp16_activations_native_equals_reference():
         outs.append(sess.run(None, x)[0])
     assert outs[0].dtype == np.float16
     np.testing.assert_allclose(outs[0].astype(np.float32), outs[1].astype(np.float32), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("m,k,n,symmetric,bias", [(32, 2048, 96, False, False), (128, 256, 300, True, True),
+                                                  (40, 512, 77, False, True)])
+def test_fp32_level_prefill_has_orts_bits_on_avx512(m, k, n, symmetric, bias):
+    """From 32 rows on, the fp32 levels' AVX-512 kernel sums each output by FMAs in order of k from zero and then
+    adds the bias, as the CPU EP's MLAS kernel does: the same bits, exactly. Hosts without AVX-512 multiply on
+    numpy's BLAS, whose order is its own (1e-5 of the output's scale)."""
+    from npu_ep.kernels.ops._native import native_module
+
+    node, inits, _ = _nbits("y", "x", k, n, level=0, symmetric=symmetric)
+    if bias:
+        inits["y_bias"] = RNG.standard_normal(n).astype(np.float32)
+        node.input.extend([""] * (5 - len(node.input)) + ["y_bias"])
+    model = make_model([node], [helper.make_tensor_value_info("x", F32, [1, m, k])],
+                       [helper.make_tensor_value_info("y", F32, [1, m, n])], inits, opset=21, extra_opsets=MS)
+    x = {"x": RNG.standard_normal((1, m, k)).astype(np.float32)}
+    sess = _run_both(model, x, "native", 1e-5)
+    if native_module().isa().startswith("avx512") or native_module().isa() == "amx_int8":
+        np.testing.assert_array_equal(sess.run(None, x)[0], cpu_run(model, x)[0])

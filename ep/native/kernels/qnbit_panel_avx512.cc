@@ -54,9 +54,10 @@ __attribute__((target("avx512f"), always_inline)) inline void Transpose16x16(__m
 
 constexpr int64_t kGroup = 16;     // columns per k-major group (one vector)
 constexpr int64_t kRowChunk = 32;  // rows of A kept hot while every column block of the panel passes them
-// From this many rows on, the outer-product form: re-laying the panel out k-major costs per weight what 64 rows'
-// products save; below it, the dot-product form (no re-layout, horizontal sums at the end).
-constexpr int64_t kOuterMinRows = 64;
+// From this many rows on, the outer-product form: re-laying the panel out k-major costs per weight about what 24
+// rows' products save; below it, the dot-product form (no re-layout, horizontal sums at the end). The outer form
+// sums each output by FMAs in order of k from zero, as MLAS's fp32 kernel does, so from here on the bits are ORT's.
+constexpr int64_t kOuterMinRows = 32;
 
 // out[r * ldy + c] = sum_k a[r * kc + k] * w[c * kc + k] for R rows and C columns (kc a multiple of 16).
 template <int R, int C>
