@@ -144,12 +144,13 @@ def test_fp16_activations_native_equals_reference():
     np.testing.assert_allclose(outs[0].astype(np.float32), outs[1].astype(np.float32), rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("m,k,n,symmetric,bias", [(32, 2048, 96, False, False), (128, 256, 300, True, True),
-                                                  (40, 512, 77, False, True)])
+@pytest.mark.parametrize("m,k,n,symmetric,bias", [(2, 2048, 96, False, False), (5, 256, 300, True, True),
+                                                  (17, 512, 77, False, True), (32, 2048, 96, False, False),
+                                                  (128, 256, 300, True, True), (40, 512, 77, False, True)])
 def test_fp32_level_prefill_has_orts_bits_on_avx512(m, k, n, symmetric, bias):
-    """From 32 rows on, the fp32 levels' AVX-512 kernel sums each output by FMAs in order of k from zero and then
-    adds the bias, as the CPU EP's MLAS kernel does: the same bits, exactly. Hosts without AVX-512 multiply on
-    numpy's BLAS, whose order is its own (1e-5 of the output's scale)."""
+    """From 2 rows on, the fp32 levels' AVX-512 kernel sums each output by FMAs in order of k from zero and then
+    adds the bias, as the CPU EP's MLAS kernel does: the same bits, exactly. Hosts without AVX-512 take per-column
+    dot products or numpy's BLAS, whose orders are their own (1e-5 of the output's scale)."""
     from npu_ep.kernels.ops._native import native_module
 
     node, inits, _ = _nbits("y", "x", k, n, level=0, symmetric=symmetric)

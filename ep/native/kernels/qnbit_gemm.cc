@@ -37,8 +37,9 @@ using nbits::ColumnOf;
 using nbits::kTileCols;
 using nbits::TileGroup;
 using nbits::TileGroupOf;
+using nbits::ZeroPoint;
 constexpr int64_t kColsPerTask = 16;
-// From this M on, fp32 levels multiply dequantized column panels (qnbit_panel_avx512.cc on AVX-512, else the BLAS).
+// From this M on, fp32 levels multiply dequantized column panels on the BLAS (AVX-512: nbits::kOuterMinRows).
 constexpr int64_t kSgemmMinRows = 16;
 constexpr int64_t kSgemmPanelBytes = 512 << 10;  // float panel per task (columns x kc), L2-sized
 constexpr int64_t kSgemmTasks = 4;  // panels a product is cut into at least, so both threads get work
@@ -90,10 +91,6 @@ void QuantizeRow(const float* a, const Shape& s, int8_t* q, float* scale, int32_
     }
     block[b] = sum;
   }
-}
-
-inline int ZeroPoint(const uint8_t* zp_row, int64_t b) {
-  return zp_row == nullptr ? 8 : (zp_row[b >> 1] >> ((b & 1) * 4)) & 0x0F;
 }
 
 void UnpackZeroPoints(const uint8_t* zp_row, const Shape& s, int32_t* out) {
@@ -246,14 +243,11 @@ __attribute__((target("avx2,fma"))) void Int8HalfAvx2(const TileGroup& t, int ha
 #define NPU_AVX512 "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
 
 // 16 bytes (32 elements) per step; a step covers one block (bs >= 32) or two (bs = 16: lanes 0-7 and 8-15).
-// Same products as the AVX2 and scalar versions: (q - zp) * scale, rounded once. kNatural: element k at w[k] (for
-// the panel product, which then reads A's rows where they are); else the perm layout A is re-laid out to.
-template <bool kNatural>
+// Same products as the AVX2 and scalar versions: (q - zp) * scale, rounded once, in the perm layout A is re-laid
+// out to.
 __attribute__((target(NPU_AVX512))) void DequantColAvx512(const uint8_t* brow, const float* sw,
                                                            const int32_t* zpc, const Shape& s, float* w) {
   const __m128i m0f = _mm_set1_epi8(0x0F);
-  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
   const int64_t steps = s.row_bytes / 16;
   for (int64_t i = 0; i < steps; ++i) {
     const int64_t g = 16 * i, blk = (2 * g) >> s.bs_log2;
@@ -267,20 +261,15 @@ __attribute__((target(NPU_AVX512))) void DequantColAvx512(const uint8_t* brow, c
     const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(raw, m0f)), z);
     const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f)), z);
     const __m512 even = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), sc), odd = _mm512_mul_ps(_mm512_cvtepi32_ps(hi), sc);
-    if constexpr (kNatural) {
-      _mm512_storeu_ps(w + 2 * g, _mm512_permutex2var_ps(even, first, odd));
-      _mm512_storeu_ps(w + 2 * g + 16, _mm512_permutex2var_ps(even, second, odd));
-    } else {
-      float* dst = w + (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
-      _mm512_storeu_ps(dst, even);
-      _mm512_storeu_ps(dst + kChunkBytes, odd);
-    }
+    float* dst = w + (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
+    _mm512_storeu_ps(dst, even);
+    _mm512_storeu_ps(dst + kChunkBytes, odd);
   }
   for (int64_t g = steps * 16; g < s.row_bytes; ++g) {  // a last 8-byte group (bs = 16, odd number of blocks)
     const int64_t blk = (2 * g) >> s.bs_log2;
-    const int64_t pos = kNatural ? 2 * g : (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
+    const int64_t pos = (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
     w[pos] = static_cast<float>((brow[g] & 0x0F) - zpc[blk]) * sw[blk];
-    w[pos + (kNatural ? 1 : kChunkBytes)] = static_cast<float>((brow[g] >> 4) - zpc[blk]) * sw[blk];
+    w[pos + kChunkBytes] = static_cast<float>((brow[g] >> 4) - zpc[blk]) * sw[blk];
   }
 }
 
@@ -363,6 +352,13 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
   });
 }
 
+// y[m, n] += bias[n] over rows [r0, r1) and columns [n0, n1), after the panel product.
+void AddBias(const NBitsGemm& g, const Shape& s, int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+  if (g.bias == nullptr) return;
+  for (int64_t m = r0; m < r1; ++m)
+    for (int64_t n = n0; n < n1; ++n) g.y[m * s.N + n] += g.bias[n];
+}
+
 // A's rows for the natural-order panel path: A itself when its rows are kc long, else a copy zero-padded to kc.
 const float* NaturalRows(const NBitsGemm& g, const Shape& s, PreparedA& pa) {
   if (s.K == s.kc) return g.a;
@@ -395,16 +391,18 @@ void MatMulNBits(const NBitsGemm& g) {
   static thread_local PreparedA scratch_a;
   PreparedA& pa = scratch_a;
   const bool int8 = g.accuracy_level == 4;
-  const bool panel = !int8 && g.sgemm != nullptr && s.M >= kSgemmMinRows;
-  const bool natural = NPU_EP_X86 && panel && isa >= Isa::kAvx512;  // B in natural order: A read in place
-  if (!natural) PrepareA(g, s, isa, pa);
+  // AVX-512's own outer-product GEMM (qnbit_panel_avx512.cc) reads A's rows where they are; the BLAS panel path
+  // and the per-column dot products read them re-laid out (perm layout)
+  const bool outer = NPU_EP_X86 && !int8 && isa >= Isa::kAvx512 && s.M >= nbits::kOuterMinRows;
+  const bool panel = !outer && !int8 && g.sgemm != nullptr && s.M >= kSgemmMinRows;
+  if (!outer) PrepareA(g, s, isa, pa);
   DequantFn dequant = DequantColScalar;
   DotFn dot = DotScalar;
 #if NPU_EP_X86
   if (isa >= Isa::kAvx2) dequant = DequantColAvx2;
   if (isa >= Isa::kAvx2) dot = DotAvx2;
   if (isa >= Isa::kAvx512) dot = DotAvx512;
-  if (isa >= Isa::kAvx512) dequant = DequantColAvx512<false>;
+  if (isa >= Isa::kAvx512) dequant = DequantColAvx512;
 #else
   (void)isa;
 #endif
@@ -430,21 +428,28 @@ void MatMulNBits(const NBitsGemm& g) {
     return;
   }
 #endif
-  if (panel) {
+  if (outer || panel) {
     // Each task owns whole columns (a shape-only split): the same bits at any thread count.
-    const float* a_rows = natural ? NaturalRows(g, s, pa) : pa.a.data();
-#if NPU_EP_X86
-    if (natural) dequant = DequantColAvx512<true>;
-#endif
     // at most an L2-sized panel, and at least kSgemmTasks tasks where N allows (a shape-only split)
-    // in whole 32-column tiles on AVX-512: a 16-column task ran the outer-product tile at half its width
-    const int64_t unit = natural ? 32 : 16;
+    // in whole 32-column tiles for the outer form: a 16-column task ran its tile at half width
+    const int64_t unit = outer ? 32 : 16;
     const int64_t even = ((s.N + kSgemmTasks - 1) / kSgemmTasks + unit - 1) / unit * unit;
     const int64_t by_work = kSgemmTaskMacs / (s.M * s.kc) / unit * unit;
     const int64_t cols = std::max(unit, std::min({kSgemmPanelBytes / (4 * s.kc) / unit * unit, even, by_work}));
+    const float* a_rows = outer ? NaturalRows(g, s, pa) : pa.a.data();
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-      std::vector<int32_t> zpc(s.kb + 16, 0);
       static thread_local std::vector<float> scratch;  // the pool thread's panel: grown, never cleared
+      float* y = g.y + r0 * s.N + n0;
+#if NPU_EP_X86
+      if (outer) {
+        float* packed = Grow(scratch, (n1 - n0 + 15) / 16 * 16 * s.kc);
+        nbits::DequantKMajorAvx512(g, s, n0, n1, packed);
+        nbits::OuterGemmAvx512(a_rows + r0 * s.kc, r1 - r0, packed, n1 - n0, s.kc, y, s.N);
+        AddBias(g, s, r0, r1, n0, n1);
+        return;
+      }
+#endif
+      std::vector<int32_t> zpc(s.kb + 16, 0);
       float* w = Grow(scratch, (n1 - n0) * s.kc);
       if (2 * s.row_bytes < s.kc) std::fill(w, w + (n1 - n0) * s.kc, 0.0f);  // dequant leaves pads
       for (int64_t n = n0; n < n1; ++n) {
@@ -452,17 +457,9 @@ void MatMulNBits(const NBitsGemm& g) {
         UnpackZeroPoints(col.zp, s, zpc.data());
         dequant(col.b, col.sw, zpc.data(), s, w + (n - n0) * s.kc);
       }
-      float* y = g.y + r0 * s.N + n0;
-#if NPU_EP_X86
-      if (isa >= Isa::kAvx512) {
-        nbits::PanelGemmAvx512(a_rows + r0 * s.kc, r1 - r0, w, n1 - n0, s.kc, y, s.N);
-      } else
-#endif
-        g.sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, r1 - r0, n1 - n0, s.kc, 1.0f, pa.a.data() + r0 * s.kc,
-                s.kc, w, s.kc, 0.0f, y, s.N);
-      if (g.bias != nullptr)
-        for (int64_t m = r0; m < r1; ++m)
-          for (int64_t n = n0; n < n1; ++n) g.y[m * s.N + n] += g.bias[n];
+      g.sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, r1 - r0, n1 - n0, s.kc, 1.0f, a_rows + r0 * s.kc, s.kc, w,
+              s.kc, 0.0f, y, s.N);
+      AddBias(g, s, r0, r1, n0, n1);
     });
     return;
   }

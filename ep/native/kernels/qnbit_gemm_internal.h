@@ -37,12 +37,20 @@ inline NBitsSegment SegmentOf(const NBitsGemm& g, int64_t n, int64_t& width) {
   width = (j + 1 < g.n_segments ? g.segments[j + 1].n0 : g.N) - g.segments[j].n0;
   return g.segments[j];
 }
+// Block b's zero point of a column's packed zero points (null: symmetric, 8).
+inline int ZeroPoint(const uint8_t* zp_row, int64_t b) {
+  return zp_row == nullptr ? 8 : (zp_row[b >> 1] >> ((b & 1) * 4)) & 0x0F;
+}
 inline Column ColumnOf(const NBitsGemm& g, const Shape& s, int64_t n) {
   int64_t width;
   const NBitsSegment m = SegmentOf(g, n, width);
   const int64_t r = n - m.n0;
   return {m.b + r * s.row_bytes, m.scales + r * s.kb, m.zero_points ? m.zero_points + r * s.zp_bytes : nullptr};
 }
+
+// From this many rows on, AVX-512 hosts run the fp32 levels as outer products on k-major dequantized columns
+// (qnbit_panel_avx512.cc), summed as MLAS's fp32 kernel sums (ORT's bits); below it the per-column dot products.
+constexpr int64_t kOuterMinRows = 2;
 
 // Level 4's rows of A: int8 codes in natural order [M, kc] (zero past K), block scales and code sums [M, kb].
 struct Int8A {
@@ -82,9 +90,13 @@ void Int8TilesAvx512(const NBitsGemm& g, const Shape& s, const Int8A& a, bool vn
                      int64_t n0, int64_t n1);
 // Level 0..3, block_size >= 32, M = 1: columns [n0, n1) of g.y from A's row in perm layout ([kc]).
 void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const float* a, int64_t n0, int64_t n1);
-// Level 0..3, M >= 16: y[r, c] = dot(a row r, panel column c) over kc (a multiple of 16) for `rows` rows of A
-// ([rows, kc]) and `cols` dequantized columns ([cols, kc]), into y with row stride ldy (qnbit_panel_avx512.cc).
-void PanelGemmAvx512(const float* a, int64_t rows, const float* panel, int64_t cols, int64_t kc, float* y,
+// Columns [n0, n1) of B dequantized k-major for OuterGemmAvx512: groups of 16 columns, [kc][16] each (group v at
+// out + v * 16 * kc), the floats of DequantColAvx512; zero past the blocks and past n1 in the last group.
+// block_size >= 16 (MatMulNBits' own minimum): a dword of nibbles lies in one block.
+void DequantKMajorAvx512(const NBitsGemm& g, const Shape& s, int64_t n0, int64_t n1, float* out);
+// y[r, c] = sum over k in order of a[r * kc + k] * column c's element k, for `rows` rows of A ([rows, kc]) and
+// `cols` columns in DequantKMajorAvx512's groups, into y with row stride ldy.
+void OuterGemmAvx512(const float* a, int64_t rows, const float* packed, int64_t cols, int64_t kc, float* y,
                      int64_t ldy);
 #endif
 

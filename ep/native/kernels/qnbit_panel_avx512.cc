@@ -1,13 +1,9 @@
-// The fp32 levels' int4 GEMM from M = 16 on, on AVX-512 without the BLAS: a task's columns, dequantized into a
-// [columns, kc] panel (the same floats the BLAS path multiplies, in natural k order so A's rows are read where
-// they are), times A's rows in one of two forms:
-// - dot products (k in the lanes): blocks of 4 rows x 4 columns, each output a 16-lane FMA sum over kc reduced
-//   once at the end; 32 rows of A at a time meet every column block;
-// - from kOuterMinRows rows on, outer products: the panel re-laid out k-major in groups of 16 columns, blocks of up
-//   to 8 rows x 32 columns, each row's A value broadcast against two column vectors, every output summed over k
-//   in order (no horizontal sums, which are a large share of the dot form's work at small K).
-// Numpy's OpenBLAS ran these products (A x B^T at M = 32) at ~25 GMAC/s on one thread here and barely scaled to
-// two; this kernel shares nothing between threads.
+// The fp32 levels' int4 GEMM from kOuterMinRows rows on, on AVX-512 without the BLAS: a task's columns are
+// dequantized straight into k-major groups of 16 columns, then multiplied as outer products: blocks of up to 8 rows x
+// 32 columns, each row's A value broadcast against two column vectors, every output summed over k in order from zero
+// (as MLAS's fp32 kernel sums, so the bits are ORT's; no horizontal sums, which were a large share of a dot-product
+// form's work at small K). Numpy's OpenBLAS ran these products (A x B^T at M = 32) at ~25 GMAC/s on one thread here
+// and barely scaled to two; this kernel shares nothing between threads.
 #include <algorithm>
 #include <vector>
 
@@ -53,68 +49,7 @@ __attribute__((target("avx512f"), always_inline)) inline void Transpose16x16(__m
 }
 
 constexpr int64_t kGroup = 16;     // columns per k-major group (one vector)
-constexpr int64_t kRowChunk = 32;  // rows of A kept hot while every column block of the panel passes them
-// From this many rows on, the outer-product form: re-laying the panel out k-major costs per weight about what 24
-// rows' products save; below it, the dot-product form (no re-layout, horizontal sums at the end). The outer form
-// sums each output by FMAs in order of k from zero, as MLAS's fp32 kernel does, so from here on the bits are ORT's.
-constexpr int64_t kOuterMinRows = 32;
-
-// out[r * ldy + c] = sum_k a[r * kc + k] * w[c * kc + k] for R rows and C columns (kc a multiple of 16).
-template <int R, int C>
-__attribute__((target(NPU_AVX512F))) inline void Block(const float* a, const float* w, int64_t kc, float* out,
-                                                        int64_t ldy) {
-  __m512 acc[R][C];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; k += 16) {
-    __m512 wv[C];
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) wv[c] = _mm512_loadu_ps(w + c * kc + k);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_loadu_ps(a + r * kc + k);
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(av, wv[c], acc[r][c]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) out[r * ldy + c] = _mm512_reduce_add_ps(acc[r][c]);
-}
-
-// Columns [0, C) of the panel against `rows` rows of A, 4 rows at a time (the dot-product form).
-template <int C>
-__attribute__((target(NPU_AVX512F))) void Cols(const float* a, int64_t rows, const float* w, int64_t kc, float* y,
-                                               int64_t ldy) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) Block<4, C>(a + r * kc, w, kc, y + r * ldy, ldy);
-  switch (rows - r) {
-    case 3: Block<3, C>(a + r * kc, w, kc, y + r * ldy, ldy); break;
-    case 2: Block<2, C>(a + r * kc, w, kc, y + r * ldy, ldy); break;
-    case 1: Block<1, C>(a + r * kc, w, kc, y + r * ldy, ldy); break;
-    default: break;
-  }
-}
-
-// panel [cols, kc] -> packed [groups][kc][16]; columns past `cols` are zero.
-__attribute__((target(NPU_AVX512F))) void PackKMajor(const float* panel, int64_t cols, int64_t kc, float* packed) {
-  const int64_t groups = (cols + kGroup - 1) / kGroup;
-  for (int64_t g = 0; g < groups; ++g) {
-    float* dst = packed + g * kc * kGroup;
-    for (int64_t k = 0; k < kc; k += 16) {
-      __m512i r[16];
-      for (int j = 0; j < 16; ++j) {
-        const int64_t c = g * kGroup + j;
-        r[j] = c < cols ? _mm512_castps_si512(_mm512_loadu_ps(panel + c * kc + k)) : _mm512_setzero_si512();
-      }
-      Transpose16x16(r);
-      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + (k + i) * kGroup, r[i]);
-    }
-  }
-}
+constexpr int64_t kRowChunk = 32;  // rows of A kept hot while every column group passes them
 
 // y[r * ldy + v * 16 + l] = sum over k in order of a[r * kc + k] * group_v[k * 16 + l], for R rows and V groups;
 // the last group stores only the lanes in `last`.
@@ -164,21 +99,62 @@ __attribute__((target(NPU_AVX512F))) void Rows(const float* a, int64_t rows, con
 
 }  // namespace
 
-__attribute__((target(NPU_AVX512F))) void PanelGemmAvx512(const float* a, int64_t rows, const float* panel,
-                                                          int64_t cols, int64_t kc, float* y, int64_t ldy) {
-  if (rows < kOuterMinRows) {
-    for (int64_t r = 0; r < rows; r += kRowChunk) {
-      const int64_t n = std::min(kRowChunk, rows - r);
-      int64_t c = 0;
-      for (; c + 4 <= cols; c += 4) Cols<4>(a + r * kc, n, panel + c * kc, kc, y + r * ldy + c, ldy);
-      for (; c < cols; ++c) Cols<1>(a + r * kc, n, panel + c * kc, kc, y + r * ldy + c, ldy);
+// Per 64 bytes of the 16 columns' packed rows (128 k), one 16 x 16 transpose of their dwords puts in vector t the
+// 8 nibbles of k in [8t, 8t + 8) of every column; each nibble then becomes (q - zp) * scale, rounded once, as
+// DequantColAvx512 computes it. A transpose of the nibbles is an eighth of one of the floats.
+__attribute__((target(NPU_AVX512F))) void DequantKMajorAvx512(const NBitsGemm& g, const Shape& s, int64_t n0,
+                                                              int64_t n1, float* out) {
+  static thread_local std::vector<float> t_scale;   // [kb][16] the group's block scales (0 past its columns)
+  static thread_local std::vector<int32_t> t_zp;    // [kb][16] its zero points (0 past its columns)
+  float* scale = Grow(t_scale, s.kb * kGroup);
+  int32_t* zp = Grow(t_zp, s.kb * kGroup);
+  const __m512i nibble = _mm512_set1_epi32(0x0F);
+  const int64_t kq = 2 * s.row_bytes;  // k the blocks hold: K rounded up to the block size
+  for (int64_t c0 = n0; c0 < n1; c0 += kGroup) {
+    const int cols = static_cast<int>(std::min<int64_t>(kGroup, n1 - c0));
+    float* dst = out + (c0 - n0) * s.kc;  // this group: [kc][16]
+    const uint8_t* b[kGroup];
+    for (int j = 0; j < kGroup; ++j) {
+      if (j < cols) {
+        const Column col = ColumnOf(g, s, c0 + j);
+        b[j] = col.b;
+        for (int64_t blk = 0; blk < s.kb; ++blk) {
+          scale[blk * kGroup + j] = col.sw[blk];
+          zp[blk * kGroup + j] = ZeroPoint(col.zp, blk);
+        }
+      } else {
+        b[j] = nullptr;
+        for (int64_t blk = 0; blk < s.kb; ++blk) {
+          scale[blk * kGroup + j] = 0.0f;
+          zp[blk * kGroup + j] = 0;
+        }
+      }
     }
-    return;
+    for (int64_t off = 0; off < s.row_bytes; off += 64) {
+      const int dwords = static_cast<int>(std::min<int64_t>(64, s.row_bytes - off) / 4);  // row_bytes: whole dwords
+      const __mmask16 m = static_cast<__mmask16>(dwords >= 16 ? 0xFFFF : (1u << dwords) - 1);
+      __m512i r[16];
+      for (int j = 0; j < kGroup; ++j)
+        r[j] = b[j] != nullptr ? _mm512_maskz_loadu_epi32(m, b[j] + off) : _mm512_setzero_si512();
+      Transpose16x16(r);
+      for (int t = 0; t < dwords; ++t) {
+        const int64_t k0 = 2 * off + 8 * t, blk = k0 >> s.bs_log2;  // a block holds whole dwords (bs >= 16)
+        const __m512 sc = _mm512_loadu_ps(scale + blk * kGroup);
+        const __m512i z = _mm512_loadu_si512(zp + blk * kGroup);
+#pragma GCC unroll 8
+        for (int e = 0; e < 8; ++e) {
+          const __m512i q = _mm512_and_si512(_mm512_srli_epi32(r[t], 4 * e), nibble);
+          _mm512_storeu_ps(dst + (k0 + e) * kGroup, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, z)), sc));
+        }
+      }
+    }
+    std::fill(dst + kq * kGroup, dst + s.kc * kGroup, 0.0f);
   }
-  static thread_local std::vector<float> scratch;  // the packed panel: grown, never cleared (all of it written)
+}
+
+__attribute__((target(NPU_AVX512F))) void OuterGemmAvx512(const float* a, int64_t rows, const float* packed,
+                                                          int64_t cols, int64_t kc, float* y, int64_t ldy) {
   const int64_t groups = (cols + kGroup - 1) / kGroup;
-  float* packed = Grow(scratch, groups * kc * kGroup);
-  PackKMajor(panel, cols, kc, packed);
   for (int64_t r = 0; r < rows; r += kRowChunk) {
     const int64_t n = std::min(kRowChunk, rows - r);
     for (int64_t g = 0; g < groups; g += 2) {
