@@ -7,7 +7,8 @@ Host time, medians, same process, same inputs: the kernel alone (prepared once, 
 the single-op model through a real NpuEP session (graph assignment checked), and ORT's CPU EP on the same model,
 the two sessions timed in alternating blocks;
 ratio = NpuEP session / CPU EP (issue 12 targets: MatMulNBits GEMV 1x2048x2048 <= 1.2x, QLinearMatMul <= 1.0x,
-MatMul fp32 <= 1.0x; the GQA decode row has no target and is printed for reference). The kernel column runs with
+MatMul fp32 <= 1.0x; the level-0 prefills of 8 and 128 rows and the GQA decode row have no target and are printed
+for reference). The kernel column runs with
 one host thread (native kernels unstamped run on one); a session uses ``host_threads`` (default 2) for its
 native kernels and its large BLAS matmuls (``kernels/host_blas.py``).
 Planner quality: roofline_cycles(macs, compulsory DMA bytes) / plan cycles (target >= 0.8 for large GEMMs).
@@ -75,7 +76,7 @@ def cases() -> list[tuple[str, onnx.ModelProto, dict[str, np.ndarray]]]:
     w = RNG.standard_normal((1024, 1024)).astype(np.float32)
     out.append(("MatMul fp32 128x1024x1024", _model(helper.make_node("MatMul", ["x", "w"], ["y"]), x,
                 [numpy_helper.from_array(w, "w")], TensorProto.FLOAT, [128, 1024]), {"x": x}))
-    for m, level in ((1, 4), (1, 0), (128, 4)):
+    for m, level in ((1, 4), (1, 0), (8, 0), (128, 0), (128, 4)):
         K = N = 2048
         q = quantize_matmul_nbits(RNG.standard_normal((K, N)).astype(np.float32), 32, True)
         xm = RNG.standard_normal((m, K)).astype(np.float32)
