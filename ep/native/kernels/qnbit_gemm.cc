@@ -11,7 +11,9 @@
 // AVX-512 in qnbit_int8_avx512.cc) sums each block exactly in int32 (sum(code_a * code_b) - zp * sum(code_a)) and
 // accumulates the blocks in order, y = fma(float(dot), scale_a * scale_b, y): the same bits on all of them.
 // accuracy_level 0..3: weights dequantized per 8-byte group ((q - zp) * scale, one rounding, like ORT's
-// dequantize-then-SGEMM) into a per-column buffer, then float32 dot products.
+// dequantize-then-SGEMM) into a per-column buffer, then float32 dot products; on AVX-512, from two rows of A on,
+// dequantized k-major and multiplied as outer products in MLAS's order (qnbit_panel_avx512.cc), and one row of A
+// on its own GEMV (qnbit_gemv_avx512.cc).
 #include "qnbit_gemm.h"
 
 #include <algorithm>
@@ -359,7 +361,8 @@ void AddBias(const NBitsGemm& g, const Shape& s, int64_t r0, int64_t r1, int64_t
     for (int64_t n = n0; n < n1; ++n) g.y[m * s.N + n] += g.bias[n];
 }
 
-// A's rows for the natural-order panel path: A itself when its rows are kc long, else a copy zero-padded to kc.
+// A's rows for the outer-product kernel, which reads them in k order: A itself when its rows are kc long, else a copy
+// zero-padded to kc.
 const float* NaturalRows(const NBitsGemm& g, const Shape& s, PreparedA& pa) {
   if (s.K == s.kc) return g.a;
   pa.a.resize(s.M * s.kc);
