@@ -111,7 +111,7 @@ def _dims(p: Prepared, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int
 
 
 PACKED_B = "packed_b"  # Prepared.memo key: the constant B in the native GEMM's panels
-_PACKED_ISAS = ("avx512", "avx512_vnni", "amx_int8")  # the native GEMM's own path: AVX-512F
+PACKED_ISAS = ("avx512", "avx512_vnni", "amx_int8")  # the native GEMM's own path: AVX-512F
 
 
 def _packed_b(p: Prepared, a: np.ndarray) -> np.ndarray | None:
@@ -122,7 +122,7 @@ def _packed_b(p: Prepared, a: np.ndarray) -> np.ndarray | None:
     nat = _native.native(p)
     b = p.consts.get("b") if p.attrs["b_const"] else None
     if (nat is None or b is None or b.ndim != 2 or b.dtype != np.float32 or a.dtype != np.float32
-            or not host_blas.splits(a, b) or nat.isa() not in _PACKED_ISAS):
+            or not host_blas.splits(a, b) or nat.isa() not in PACKED_ISAS):
         return None
     packed = p.memo.get(PACKED_B)
     if packed is None:

@@ -13,7 +13,10 @@ For float weights gamma multiplies W instead of A (equal up to float32 reassocia
 Native: over packed int4 weights in float32, the session's native kernels run the prologue, the matmul, its bias
 and a group's SwiGLU in one call (``norm_matmul_nbits``), with the statistics computed as above (the Simplified
 dot on numpy's own BLAS sdot), so A has the reference's bits; the SwiGLU's exp is the C library's (within an ulp
-of numpy's). Anything else (float16, a broadcast skip, relu or quantize epilogues) takes the step-by-step path.
+of numpy's). Over float32 weights on AVX-512 hosts, ``norm_matmul_float`` does the same with the product on the
+packed GEMM (B packed once and kept beside the folded weights, as the packed MatMul keeps it): its summation order
+is not numpy's BLAS's, so the result is the reference's within float32 tolerance. Anything else (float16, a
+broadcast skip, relu or quantize epilogues) takes the step-by-step path.
 
 Cost: the matmul's cost plus the prologue on the vector unit (add, square-accumulate, scale: 3 ops per element of
 A, 4 with skip, one rsqrt per row); A's normalized copy never goes to DRAM.
@@ -34,6 +37,7 @@ from . import _native
 from ._mm import DMA_COUNTS, run_native_counted
 from ._vector import elems, stream_cost
 from ._native import copy_runtime
+from .matmul import PACKED_B, PACKED_ISAS
 from .matmul_nbits import packed_weights
 from .norm import inv_rms, skip_rms
 
@@ -141,11 +145,47 @@ def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray]
     return [*outs, s.reshape(x.shape)] if at["sum_output"] else outs
 
 
+def _float_call(p: Prepared, inner: Prepared, nat) -> tuple | None:
+    """``norm_matmul_float``'s arguments after x and skip for this node, or None where it does not apply (not an
+    AVX-512 host, not float32 weights, an epilogue other than bias / SwiGLU, DMA counting)."""
+    ia, c = inner.attrs, inner.consts
+    w = c.get("w", c.get("b"))
+    ep = {k for k, v in ia.get("epilogue", {}).items() if v}
+    if (nat.isa() not in PACKED_ISAS or ia.get("dtype") != "float32" or not isinstance(w, np.ndarray) or w.ndim != 2
+            or w.dtype != _F32 or ep - _NATIVE_EPILOGUE or "a" in c or ia.get("runtime_bias") or ia.get("runtime_c")
+            or ia.get("trans_a") or ia.get("alpha", 1.0) != 1.0 or DMA_COUNTS in inner.memo):
+        return None
+    n = w.shape[1]
+    bias = c["ep_bias"] if "bias" in ep else None
+    if bias is not None and bias.size != n:
+        return None
+    packed = inner.memo.get(PACKED_B)
+    if packed is None:
+        packed = inner.memo[PACKED_B] = nat.pack_sgemm_b(w)
+    if not _sdot:
+        _sdot.append(host_blas.sdot_address() or 0)
+    at = p.attrs
+    return (packed, n, p.consts.get("norm_bias"), at["epsilon"], at["sum_output"],
+            None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.float32), "swiglu" in ep, _sdot[0],
+            _native.threads(p))
+
+
+def _float_outputs(inner: Prepared, y: np.ndarray, lead: tuple) -> list[np.ndarray]:
+    ia = inner.attrs
+    if "slices" in ia and not ia["epilogue"].get("swiglu"):
+        y = y.reshape(*lead, y.shape[-1])
+        return [y[..., s0:s1] for s0, s1 in ia["slices"]]
+    return [y.reshape(*lead, y.shape[-1])]
+
+
 def _bind(p: Prepared, inputs, outs) -> Any:
     """The one-call path as a native step for x's shape (ep/step_binding.py), its weights converted once
-    (``BoundNBits``); a group's outputs are column slices of the one product, as ``_run_one_call`` returns them."""
+    (``BoundNBits``), or ``norm_matmul_float`` over float32 weights; a group's outputs are column slices of the one
+    product, as ``_run_one_call`` returns them."""
     inner = _inner(p)
     nat = _native.native(p)
+    if nat is not None and not _one_call(p, inner):
+        return _bind_float(p, inner, nat, inputs, outs)
     x = inputs[0] if inputs else None
     skip = inputs[1] if p.attrs["skip"] and len(inputs) > 1 else None
     ia = inner.attrs
@@ -173,11 +213,50 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     return _native.call_step(p, bound, (None, None), ins, outputs, [(inner.memo, DMA_COUNTS, None)])
 
 
+def _bind_float(p: Prepared, inner: Prepared, nat, inputs, outs) -> Any:
+    x = inputs[0] if inputs else None
+    skip = inputs[1] if p.attrs["skip"] and len(inputs) > 1 else None
+    call = _float_call(p, inner, nat)
+    if (call is None or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous or x.ndim < 1
+            or x.shape[-1] != call[0].shape[1] or p.attrs["skip"] != (skip is not None)):
+        return None
+    if skip is not None and (skip.dtype != _F32 or skip.shape != x.shape or not skip.flags.c_contiguous):
+        return None
+    ia, n = inner.attrs, call[1]
+    K = x.shape[-1]
+    m = x.size // K
+    ins = [(0, 0, _F32, x.shape, (m, K))] + ([(1, 1, _F32, x.shape, (m, K))] if skip is not None else [])
+    if "slices" in ia and not ia["epilogue"].get("swiglu"):
+        outputs = [(0, (*x.shape[:-1], n), (s0, s1)) for s0, s1 in ia["slices"]]
+    else:
+        outputs = [(0, outs[0].shape)]
+    outputs += [(1, x.shape)] if p.attrs["sum_output"] else []
+    if len(outputs) != len(outs):
+        return None
+    return _native.call_step(p, nat.norm_matmul_float, (None, None, *call), ins, outputs,
+                             [(inner.memo, DMA_COUNTS, None)])
+
+
+def _run_float(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray] | None:
+    call = _float_call(p, inner, nat)
+    x = inputs[0]
+    skip = inputs[1] if p.attrs["skip"] else None
+    if (call is None or x.dtype != _F32 or x.shape[-1] != call[0].shape[1]
+            or (skip is not None and (skip.dtype != _F32 or skip.shape != x.shape))):
+        return None
+    K = x.shape[-1]
+    res = nat.norm_matmul_float(np.ascontiguousarray(x).reshape(-1, K),
+                                None if skip is None else np.ascontiguousarray(skip).reshape(-1, K), *call)
+    outs = _float_outputs(inner, res[0], x.shape[:-1])
+    return [*outs, res[1].reshape(x.shape)] if p.attrs["sum_output"] else outs
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     inner = _inner(p)
     nat = _native.native(p)
-    if nat is not None and _one_call(p, inner):
-        outs = _run_one_call(nat, p, inner, inputs)
+    if nat is not None:
+        outs = (_run_one_call(nat, p, inner, inputs) if _one_call(p, inner)
+                else _run_float(nat, p, inner, inputs))
         if outs is not None:
             return outs
     at = p.attrs

@@ -5,6 +5,8 @@
 //   QuantizeLinear (quantize.cc). What it saves is the step's Python, not arithmetic.
 // - `kernels.float_matmul_packed`: large products on our own GEMM with B packed once (packed_sgemm.h), bias and
 //   ReLU in its registers, then the same quantize.
+// - `kernels.norm_matmul_float`: a float32 npu::NormMatMul (kernels/ops/norm_matmul.py) in one call: its RMS-norm
+//   prologue (norm_matmul.h), the product on the packed GEMM with its bias, then a group's SwiGLU.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -17,8 +19,10 @@
 #include <vector>
 
 #include "bindings.h"
+#include "norm_matmul.h"
 #include "packed_sgemm.h"
 #include "quantize.h"
+#include "scratch.h"
 
 namespace py = pybind11;
 
@@ -75,6 +79,15 @@ py::array FloatMatmulPy(const py::object& matmul, const py::array& a, const py::
   return Quantized(data, y.shape(), y.ndim(), quantize, threads);
 }
 
+// Checks the packed B of `n` columns against A's depth k (pack_sgemm_b's panels).
+void CheckPacked(const F32& packed, int64_t k, int64_t n, const char* op) {
+  if (n < 0 || packed.ndim() != 3 || packed.shape(0) != (n + kSgemmPanel - 1) / kSgemmPanel ||
+      packed.shape(1) != k || packed.shape(2) != kSgemmPanel)
+    throw std::invalid_argument(std::string(op) + ": a has " + std::to_string(k) + " columns and the product " +
+                                std::to_string(n) + ", so B must be " + std::to_string(k) + " rows x " +
+                                std::to_string(n) + " columns in panels (pack_sgemm_b)");
+}
+
 // A[..., K] (C-contiguous float32) times the packed B of N columns; + bias, ReLU and quantize as above; plan and
 // count_dma as the other matrix kernels' (bindings.h).
 // out: an array to write the float32 result into (ORT's output buffer, when the step's output is the partition's),
@@ -87,11 +100,7 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   const int64_t k = a.shape(a.ndim() - 1);
   int64_t m = 1;
   for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) m *= a.shape(d);
-  if (n < 0 || packed.ndim() != 3 || packed.shape(0) != (n + kSgemmPanel - 1) / kSgemmPanel ||
-      packed.shape(1) != k || packed.shape(2) != kSgemmPanel)
-    throw std::invalid_argument("float_matmul_packed: a has " + std::to_string(k) + " columns and the product " +
-                                std::to_string(n) + ", so B must be " + std::to_string(k) + " rows x " +
-                                std::to_string(n) + " columns in panels (pack_sgemm_b)");
+  CheckPacked(packed, k, n, "float_matmul_packed");
   if (bias && bias->size() != n)
     throw std::invalid_argument("float_matmul_packed: bias has " + std::to_string(bias->size()) + " values for " +
                                 std::to_string(n) + " output columns");
@@ -115,6 +124,55 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   }
   if (quantize.is_none()) return WithDma(std::move(y), count_dma, dma);
   return WithDma(Quantized(data, shape.data(), a.ndim(), quantize, threads), count_dma, dma);
+}
+
+// x [..., K] (and skip of x's shape): the RMS norm's rows (Simplified without skip, Skip* with it; gamma is folded
+// into B), times the packed B of n columns, + bias; with swiglu, g * sigmoid(g) * u of the two halves. Returns
+// (y,) or, with want_sum, (y, x + skip (+ norm_bias)). sdot: the BLAS sdot's address (0: a sequential dot).
+py::tuple NormMatmulFloatPy(const F32& x, const std::optional<F32>& skip, const F32& packed, int64_t n,
+                            const std::optional<F32>& norm_bias, double eps, bool want_sum,
+                            const std::optional<F32>& bias, bool swiglu, uintptr_t sdot, int threads) {
+  const char* op = "norm_matmul_float";
+  if (x.ndim() < 1) throw std::invalid_argument(std::string(op) + ": x must have rank >= 1");
+  const int64_t k = x.shape(x.ndim() - 1), m = k > 0 ? x.size() / k : 0;
+  CheckPacked(packed, k, n, op);
+  if (skip && !std::equal(x.shape(), x.shape() + x.ndim(), skip->shape(), skip->shape() + skip->ndim()))
+    throw std::invalid_argument(std::string(op) + ": skip's shape differs from x's");
+  if (norm_bias && (!skip || norm_bias->size() != k))
+    throw std::invalid_argument(std::string(op) + ": norm_bias needs skip and " + std::to_string(k) + " values");
+  if (want_sum && !skip) throw std::invalid_argument(std::string(op) + ": the sum output needs skip");
+  if (bias && bias->size() != n)
+    throw std::invalid_argument(std::string(op) + ": bias has " + std::to_string(bias->size()) + " values for " +
+                                std::to_string(n) + " output columns");
+  if (swiglu && n % 2 != 0) throw std::invalid_argument(std::string(op) + ": SwiGLU needs an even column count");
+  std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim());
+  const int64_t out_n = swiglu ? n / 2 : n;
+  shape.back() = out_n;
+  F32 y(shape);
+  std::optional<F32> sum;
+  if (want_sum) sum.emplace(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  {
+    py::gil_scoped_release release;
+    static thread_local std::vector<float> a_rows, product;  // grown, never cleared (every element written first)
+    float* a = Grow(a_rows, m * k);
+    RmsPrologue pro;
+    pro.x = x.data();
+    pro.skip = skip ? skip->data() : nullptr;
+    pro.norm_bias = norm_bias ? norm_bias->data() : nullptr;
+    pro.M = m;
+    pro.K = k;
+    pro.eps = eps;
+    pro.sdot = reinterpret_cast<Sdot64>(sdot);
+    pro.a = a;
+    pro.sum = sum ? sum->mutable_data() : nullptr;
+    RunRmsPrologue(pro, threads);
+    float* c = swiglu ? Grow(product, m * n) : y.mutable_data();
+    const PackedSgemmArgs g{a, m, k, k, packed.data(), n, c, n, bias ? bias->data() : nullptr, false};
+    PackedSgemm(g, threads, nullptr, nullptr);
+    if (swiglu) SwiGlu(c, m, out_n, y.mutable_data(), threads);
+  }
+  if (sum) return py::make_tuple(std::move(y), std::move(*sum));
+  return py::make_tuple(std::move(y));
 }
 
 // The panels start on a 64-byte line (numpy aligns to 16 bytes), so no load of B splits a cache line: 5% of a
@@ -146,6 +204,11 @@ void BindFloatMatmul(py::module_& m) {
         py::arg("threads") = 1, py::arg("out") = py::none(),
         "a [..., K] @ B [K, n] from pack_sgemm_b's panels on our own GEMM (a fixed summation order, not numpy's), "
         "+ bias, ReLU and quantize as float_matmul's; plan, count_dma: as int8_matmul's");
+  m.def("norm_matmul_float", &NormMatmulFloatPy, py::arg("x"), py::arg("skip"), py::arg("packed"), py::arg("n"),
+        py::arg("norm_bias"), py::arg("epsilon"), py::arg("want_sum"), py::arg("bias"), py::arg("swiglu"),
+        py::arg("sdot") = 0, py::arg("threads") = 1,
+        "a float32 npu::NormMatMul: RMS-norm rows of x (+ skip (+ norm_bias)), gamma folded into B, times "
+        "pack_sgemm_b's panels + bias, then SwiGLU of the two halves if swiglu; (y,) or (y, the Skip* sum)");
   m.def("pack_sgemm_b", &PackSgemmBPy, py::arg("b"),
         "a constant B [K, N] as float_matmul_packed's column panels (a new [N / 32 rounded up, K, 32] float32 array)");
 }
