@@ -4,9 +4,9 @@ Numerics: the target's ``matrix.float_compute`` picks the mode per input dtype. 
 fp32 x fp32 with an fp32 accumulator, so fp32 models keep the CPU EP's numerics (LLM tokens identical);
 float16 mode takes fp16 operands with an fp32 accumulator and rounds the result to fp16 once. Both run on BLAS
 (sgemm) over whole tiles at once: the accumulation order inside a float32 tile is not observable beyond ulps.
-The native kernels on an AVX-512 host run a large product with a constant B (one host_blas would cut in two) on
-a GEMM of their own instead, with B packed into panels once, on first use (``ep/native/kernels/packed_sgemm.h``):
-its summation order is not numpy's BLAS's, so there the product matches the reference within float tolerance.
+The native kernels on an AVX-512 host run every float32 product with a constant B on a GEMM of their own
+instead, with B packed into panels once, on first use (``ep/native/kernels/packed_sgemm.h``): its summation order
+is not numpy's BLAS's, so there the product matches the reference within float tolerance.
 
 Compile time: a constant B is stored ready for the unit — Gemm's transB applied, alpha folded in (unless that would
 overflow a weight), fp16 widened to fp32 (exact); Gemm's ``beta * C`` becomes the epilogue bias (with ``beta = 0``
@@ -115,14 +115,14 @@ PACKED_ISAS = ("avx512", "avx512_vnni", "amx_int8")  # the native GEMM's own pat
 
 
 def _packed_b(p: Prepared, a: np.ndarray) -> np.ndarray | None:
-    """The constant B packed for the native GEMM, when it makes this product: native kernels on an AVX-512 host, a
-    float32 product host_blas would cut in two (smaller ones keep numpy's bits); else None. Packed on first use
-    and kept while the session lives: B is then held twice, ORT's initializer and the panels, as MLAS's prepacked
-    B is."""
+    """The constant B packed for the native GEMM, when it makes this product: native kernels on an AVX-512 host and a
+    float32 product (at any size: a small one on numpy's matmul cost the step a call back into Python); else None.
+    Packed on first use and kept while the session lives: B is then held twice, ORT's initializer and the panels,
+    as MLAS's prepacked B is."""
     nat = _native.native(p)
     b = p.consts.get("b") if p.attrs["b_const"] else None
-    if (nat is None or b is None or b.ndim != 2 or b.dtype != np.float32 or a.dtype != np.float32
-            or not host_blas.splits(a, b) or nat.isa() not in PACKED_ISAS):
+    if (nat is None or b is None or b.ndim != 2 or b.dtype != np.float32 or a.dtype != np.float32 or a.ndim < 1
+            or nat.isa() not in PACKED_ISAS):
         return None
     packed = p.memo.get(PACKED_B)
     if packed is None:
@@ -165,7 +165,8 @@ def run_float(p: Prepared, inputs) -> list[np.ndarray]:
 def bind_float(p: Prepared, inputs, outs) -> Any:
     """A float32 product with a constant 2-D B, and its fused bias / ReLU / per-tensor 8-bit quantize, as one
     native step making the product as ``run_float`` does (numpy's matmul, or the packed GEMM; ep/step_binding.py).
-    None where ``run_float`` does more: a runtime B or C, alpha, transA, fp16, a product host_blas cuts in two."""
+    None where ``run_float`` does more: a runtime B or C, alpha, transA, fp16, and without AVX-512 a product
+    host_blas cuts in two."""
     nat = _native.native(p)
     at, c = p.attrs, p.consts
     a = inputs[0] if inputs else None
