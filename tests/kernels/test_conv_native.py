@@ -301,7 +301,8 @@ def test_small_conv_net_fp32_session_matches_cpu_ep():
     x = RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)
     got = _on_npu(model, x, "native")
     np.testing.assert_allclose(got, cpu_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(got, _on_npu(model, x, "reference"), rtol=1e-5, atol=1e-6)
+    # the head's 4096-deep product sums in the packed GEMM's order on AVX-512 hosts, not numpy's: the same tolerance
+    np.testing.assert_allclose(got, _on_npu(model, x, "reference"), rtol=1e-4, atol=1e-5)
 
 
 def test_small_conv_net_qdq_session(tmp_path):

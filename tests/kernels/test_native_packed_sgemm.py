@@ -32,8 +32,10 @@ def within_bound(y: np.ndarray, a: np.ndarray, b: np.ndarray, exact: np.ndarray)
     assert (np.abs(y - exact) <= bound).all(), float(np.max(np.abs(y - exact) / bound))
 
 
-# M: row tails of the 8-row tile; N: panels of 32 and their tails; K: depth chunks of 256 and their tails, K = 0
-SHAPES = [(128, 1024, 256), (9, 513, 47), (1, 3, 1), (17, 256, 33), (5, 0, 7), (3, 257, 64), (70, 600, 100)]
+# M: row tails of the 8-row tile, M = 0 (an empty batch); N: panels of 32 and their tails; K: depth chunks of 256
+# and their tails, K = 0
+SHAPES = [(128, 1024, 256), (9, 513, 47), (1, 3, 1), (17, 256, 33), (5, 0, 7), (3, 257, 64), (70, 600, 100),
+          (0, 16, 8)]
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES)

@@ -75,6 +75,7 @@ void Range(const PackedSgemmArgs& g, int64_t m0, int64_t m1, int64_t n0, int64_t
 }  // namespace
 
 void PackedSgemm(const PackedSgemmArgs& g, int threads, const TilePlanArgs* plan, DmaCount* dma) {
+  if (g.M <= 0 || g.N <= 0) return;  // an empty product (a batch of 0 rows): nothing to write
   if (plan != nullptr && plan->active())
     return RunTiles(threads, plan, dma, g.M, g.N, g.K, kSgemmPanel,
                     [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) { Range(g, m0, m1, n0, n1); });
