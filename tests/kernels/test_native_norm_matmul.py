@@ -16,6 +16,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.fusion.norm import fuse_norms
 from npu_ep.kernels.fusion.siblings import fuse_siblings
 from npu_ep.kernels.ops import _native
@@ -30,8 +31,9 @@ RNG = np.random.default_rng(7)
 REF = Target.load("npu-ref")
 
 
-def _model(d: int, rows: int, *, skip: bool, mlp: str, level: int, bias: bool = False):
-    """norm -> {gate, up} + silu(gate) * up ("swiglu"), {q, k} siblings ("pair") or one MatMulNBits ("single")."""
+def _model(d: int, rows: int, *, skip: bool, mlp: str, level: int | None, bias: bool = False):
+    """norm -> {gate, up} + silu(gate) * up ("swiglu"), {q, k} siblings ("pair") or one matmul ("single"): MatMulNBits
+    at accuracy ``level``, or float32 MatMuls for ``level=None``."""
     inits = {"gamma": (1 + 0.1 * RNG.standard_normal(d)).astype(np.float32)}
     ins = [helper.make_tensor_value_info("x", F32, [1, rows, d])]
     outs = []
@@ -47,6 +49,10 @@ def _model(d: int, rows: int, *, skip: bool, mlp: str, level: int, bias: bool = 
     names = {"swiglu": ("gate", "up"), "pair": ("q", "k"), "single": ("p",)}[mlp]
     n = 160
     for name in names:
+        if level is None:
+            inits[f"{name}_W"] = (RNG.standard_normal((d, n)) / np.sqrt(d)).astype(np.float32)
+            nodes.append(helper.make_node("MatMul", ["y", f"{name}_W"], [name], name))
+            continue
         q = quantize_matmul_nbits(RNG.standard_normal((d, n)).astype(np.float32), 32, False)
         ins_mm = ["y", f"{name}_B", f"{name}_S", f"{name}_Z"]
         if bias and mlp == "single":
@@ -61,13 +67,15 @@ def _model(d: int, rows: int, *, skip: bool, mlp: str, level: int, bias: bool = 
         outs.append(helper.make_tensor_value_info("act", F32, [1, rows, n]))
     else:
         outs += [helper.make_tensor_value_info(name, F32, [1, rows, n]) for name in names]
-    graph = helper.make_graph(nodes, "norm_mm", ins, outs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    graph = helper.make_graph(nodes, "norm_mm", ins, outs, [numpy_helper.from_array(v, k) for k, v in inits.items()],
+                              value_info=[helper.make_tensor_value_info("y", F32, [1, rows, d])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
                              ir_version=10)
 
 
 def _prepared(model):
-    fused = [nd for nd in fuse_norms(fuse_siblings(nodes_from_model(model), REF), REF) if nd.op_type == "NormMatMul"]
+    """The model's one NormMatMul as the compiler fuses it (every fusion pass in order), on native kernels."""
+    fused = [nd for nd in fuse_partition(nodes_from_model(model), REF) if nd.op_type == "NormMatMul"]
     assert len(fused) == 1, [nd.op_type for nd in fused]
     p = kernel_for(*fused[0].key).prepare(fused[0], REF)
     _native.configure([p], "native", 2)
