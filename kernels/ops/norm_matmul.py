@@ -134,15 +134,17 @@ def _run_one_call(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray]
     y, s = run_native_counted(inner, nat.norm_matmul_nbits,
                               (x2, None if skip is None else np.ascontiguousarray(skip).reshape(-1, K), *args),
                               tail, m, N, K)
-    lead = x.shape[:-1]
-    if ia["epilogue"].get("swiglu"):
-        outs = [y.reshape(*lead, N // 2)]
-    elif "slices" in ia:
-        y = y.reshape(*lead, N)
-        outs = [y[..., s0:s1] for s0, s1 in ia["slices"]]
-    else:
-        outs = [y.reshape(*lead, N)]
-    return [*outs, s.reshape(x.shape)] if at["sum_output"] else outs
+    return _outputs(p, inner, y, s, x.shape)
+
+
+def _outputs(p: Prepared, inner: Prepared, y: np.ndarray, s: np.ndarray | None, x_shape: tuple) -> list[np.ndarray]:
+    """The node's outputs from a one-call kernel's rows: the product (or a SwiGLU's half) [m, n], a group's column
+    slices of it, and Skip*'s sum [m, K] when it is an output."""
+    ia, lead = inner.attrs, x_shape[:-1]
+    y = y.reshape(*lead, y.shape[-1])
+    outs = ([y[..., s0:s1] for s0, s1 in ia["slices"]] if "slices" in ia and not ia["epilogue"].get("swiglu")
+            else [y])
+    return [*outs, s.reshape(x_shape)] if p.attrs["sum_output"] else outs
 
 
 def _float_call(p: Prepared, inner: Prepared, nat) -> tuple | None:
@@ -170,71 +172,48 @@ def _float_call(p: Prepared, inner: Prepared, nat) -> tuple | None:
             _native.threads(p))
 
 
-def _float_outputs(inner: Prepared, y: np.ndarray, lead: tuple) -> list[np.ndarray]:
+def _step_io(p: Prepared, inner: Prepared, inputs, outs, K: int, N: int) -> tuple[list, list] | None:
+    """A one-call step's inputs (x and skip as [m, K] rows) and outputs (as ``_outputs`` makes them: a group's
+    column slices are views of one [..., N] product), or None where these inputs do not fit one."""
+    x = inputs[0] if inputs else None
+    skip = inputs[1] if p.attrs["skip"] and len(inputs) > 1 else None
+    if (not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous or x.ndim < 1
+            or x.shape[-1] != K or p.attrs["skip"] != (skip is not None)):
+        return None
+    if skip is not None and (skip.dtype != _F32 or skip.shape != x.shape or not skip.flags.c_contiguous):
+        return None
     ia = inner.attrs
+    m = x.size // K
+    ins = [(0, 0, _F32, x.shape, (m, K))] + ([(1, 1, _F32, x.shape, (m, K))] if skip is not None else [])
     if "slices" in ia and not ia["epilogue"].get("swiglu"):
-        y = y.reshape(*lead, y.shape[-1])
-        return [y[..., s0:s1] for s0, s1 in ia["slices"]]
-    return [y.reshape(*lead, y.shape[-1])]
+        outputs = [(0, (*x.shape[:-1], N), (s0, s1)) for s0, s1 in ia["slices"]]
+    else:
+        outputs = [(0, outs[0].shape)]
+    outputs += [(1, x.shape)] if p.attrs["sum_output"] else []
+    return (ins, outputs) if len(outputs) == len(outs) else None
 
 
 def _bind(p: Prepared, inputs, outs) -> Any:
-    """The one-call path as a native step for x's shape (ep/step_binding.py), its weights converted once
-    (``BoundNBits``), or ``norm_matmul_float`` over float32 weights; a group's outputs are column slices of the one
-    product, as ``_run_one_call`` returns them."""
+    """The one-call path as a native step for x's shape (ep/step_binding.py): ``BoundNBits`` over int4 weights
+    (converted once), ``norm_matmul_float`` over float32 weights."""
     inner = _inner(p)
     nat = _native.native(p)
-    if nat is not None and not _one_call(p, inner):
-        return _bind_float(p, inner, nat, inputs, outs)
-    x = inputs[0] if inputs else None
-    skip = inputs[1] if p.attrs["skip"] and len(inputs) > 1 else None
+    if nat is None or DMA_COUNTS in inner.memo:
+        return None
+    guards = [(inner.memo, DMA_COUNTS, None)]
+    if not _one_call(p, inner):
+        call = _float_call(p, inner, nat)
+        io = None if call is None else _step_io(p, inner, inputs, outs, call[0].shape[1], call[1])
+        return None if io is None else _native.call_step(p, nat.norm_matmul_float, (None, None, *call), *io, guards)
     ia = inner.attrs
-    if (nat is None or not _one_call(p, inner) or DMA_COUNTS in inner.memo
-            or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous
-            or x.ndim < 1 or x.shape[-1] != ia["K"] or p.attrs["skip"] != (skip is not None)):
+    io = _step_io(p, inner, inputs, outs, ia["K"], ia["N"])
+    if io is None:
         return None
-    if skip is not None and (skip.dtype != _F32 or skip.shape != x.shape or not skip.flags.c_contiguous):
-        return None
-    K = ia["K"]
-    m = x.size // K
-    args, tail = _call_args(p, inner, m)
-    ins = [(0, 0, _F32, x.shape, (m, K))] + ([(1, 1, _F32, x.shape, (m, K))] if skip is not None else [])
-    if "slices" in ia and not ia["epilogue"].get("swiglu"):
-        product = (*x.shape[:-1], ia["N"])
-        outputs = [(0, product, (s0, s1)) for s0, s1 in ia["slices"]]
-    else:
-        outputs = [(0, outs[0].shape)]
-    outputs += [(1, x.shape)] if p.attrs["sum_output"] else []
-    if len(outputs) != len(outs):
-        return None
+    args, tail = _call_args(p, inner, inputs[0].size // ia["K"])
     norm_bias, gamma, eps, want_sum, *matmul, swiglu, threads = args
     sgemm, sdot = tail
     bound = nat.BoundNBits(*matmul, threads, sgemm, (norm_bias, gamma, eps, want_sum, swiglu, sdot))
-    return _native.call_step(p, bound, (None, None), ins, outputs, [(inner.memo, DMA_COUNTS, None)])
-
-
-def _bind_float(p: Prepared, inner: Prepared, nat, inputs, outs) -> Any:
-    x = inputs[0] if inputs else None
-    skip = inputs[1] if p.attrs["skip"] and len(inputs) > 1 else None
-    call = _float_call(p, inner, nat)
-    if (call is None or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous or x.ndim < 1
-            or x.shape[-1] != call[0].shape[1] or p.attrs["skip"] != (skip is not None)):
-        return None
-    if skip is not None and (skip.dtype != _F32 or skip.shape != x.shape or not skip.flags.c_contiguous):
-        return None
-    ia, n = inner.attrs, call[1]
-    K = x.shape[-1]
-    m = x.size // K
-    ins = [(0, 0, _F32, x.shape, (m, K))] + ([(1, 1, _F32, x.shape, (m, K))] if skip is not None else [])
-    if "slices" in ia and not ia["epilogue"].get("swiglu"):
-        outputs = [(0, (*x.shape[:-1], n), (s0, s1)) for s0, s1 in ia["slices"]]
-    else:
-        outputs = [(0, outs[0].shape)]
-    outputs += [(1, x.shape)] if p.attrs["sum_output"] else []
-    if len(outputs) != len(outs):
-        return None
-    return _native.call_step(p, nat.norm_matmul_float, (None, None, *call), ins, outputs,
-                             [(inner.memo, DMA_COUNTS, None)])
+    return _native.call_step(p, bound, (None, None), *io, guards)
 
 
 def _run_float(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray] | None:
@@ -247,8 +226,7 @@ def _run_float(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray] | 
     K = x.shape[-1]
     res = nat.norm_matmul_float(np.ascontiguousarray(x).reshape(-1, K),
                                 None if skip is None else np.ascontiguousarray(skip).reshape(-1, K), *call)
-    outs = _float_outputs(inner, res[0], x.shape[:-1])
-    return [*outs, res[1].reshape(x.shape)] if p.attrs["sum_output"] else outs
+    return _outputs(p, inner, res[0], res[1] if len(res) > 1 else None, x.shape)
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
