@@ -6,8 +6,9 @@ the program's C++ loop runs without calling the step's Python kernel (``ep/nativ
   kept (read-only copies) and returned while its inputs are what they were: the same dtype and shape for
   Shape/Size, the same bytes for the other inputs. Values computed from the data are never memoized, even small
   ones that repeat (a benchmark feeding the same input would otherwise skip work a real caller does).
-- A view step: Reshape/Squeeze/Unsqueeze/Flatten with constant shape or axes, and Identity, on a C-contiguous
-  input of the bound shape is a numpy view with the bound output shape.
+- A view step: Reshape/Squeeze/Unsqueeze/Flatten, and Identity, on an input of the bound shape is numpy's reshape
+  to the bound output shape (a view where the layout allows, else a copy, as the kernels'); a runtime shape or axes
+  input (an exporter's Shape -> Concat chain) must hold the value it was bound for (``_native.fixed_inputs``).
 - A call step: a kernel with a ``bind`` function (``kernels.registry.KernelDef``) names the native kernel call its
   Python ``run`` would make for these shapes (conv, int4 matmuls), and the loop makes that call directly; or a
   step of its own where the call's arguments depend on input values (GroupQueryAttention's lengths:
@@ -24,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.ops._native import FIXED_INPUT_BYTES, fixed_inputs
 from ..kernels.registry import KernelDef, Prepared
 
-MEMO_INPUT_BYTES = 64  # inputs compared by value: shapes, indices, conditions
+MEMO_INPUT_BYTES = FIXED_INPUT_BYTES  # inputs compared by value: shapes, indices, conditions
 MEMO_OUTPUT_BYTES = 4096  # kept outputs per step
 SHAPE_ONLY = frozenset({"Shape", "Size"})  # outputs depend on the input's dtype and shape alone
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
@@ -49,30 +51,33 @@ def shape_derived_slots(steps: Sequence[Any], n_inputs: int) -> set[int]:
 def bind(op: str, kernel: KernelDef, prepared: Prepared, args: Sequence[Any], outs: Sequence[Any],
          native: Any, *, shape_derived: bool) -> Any:
     """The native step for a step of ``op`` ("op_type" for the ONNX domain, else "domain::op_type") that was just
-    called with ``args`` and returned ``outs``, or None (it keeps running its kernel): the kernel's own binding
-    (a native kernel call) first, else the rules above. ``shape_derived``: the step's runtime inputs all come from
-    shapes and constants (``shape_derived_slots``), so it may be memoized. ``native``: the extension."""
+    called with ``args`` and returned ``outs``, or None (it keeps running its kernel): a memoized step where the
+    rules above allow one (nothing is cheaper), else the kernel's own binding (a native kernel call), else a view.
+    ``shape_derived``: the step's runtime inputs all come from shapes and constants (``shape_derived_slots``), so it
+    may be memoized. ``native``: the extension."""
     if op in NEVER or not all(isinstance(o, np.ndarray) for o in outs):
         return None
+    if op in SHAPE_ONLY or shape_derived:
+        memo = _memo(op, args, outs, native)
+        if memo is not None:
+            return memo
     if kernel.bind is not None:
         step = kernel.bind(prepared, args, outs)
         if step is not None:
             return step
     if op in VIEWS:
-        view = _view(args, outs, native)
-        if view is not None:
-            return view
-    if op in SHAPE_ONLY or shape_derived:
-        return _memo(op, args, outs, native)
+        return _view(args, outs, native)
     return None
 
 
 def _view(args: Sequence[Any], outs: Sequence[np.ndarray], native: Any) -> Any:
     x = args[0] if args else None
-    if (len(outs) != 1 or not isinstance(x, np.ndarray) or any(a is not None for a in args[1:])
-            or not x.flags.c_contiguous or outs[0].dtype != x.dtype or outs[0].size != x.size):
+    if len(outs) != 1 or not isinstance(x, np.ndarray) or outs[0].dtype != x.dtype or outs[0].size != x.size:
         return None
-    return native.ViewStep(x.shape, outs[0].shape, len(args))
+    fixed = fixed_inputs(args, 1)
+    if fixed is None:
+        return None
+    return native.ViewStep(x.shape, outs[0].shape, len(args), fixed)
 
 
 def _memo(op: str, args: Sequence[Any], outs: Sequence[np.ndarray], native: Any) -> Any:
@@ -87,7 +92,7 @@ def _memo(op: str, args: Sequence[Any], outs: Sequence[np.ndarray], native: Any)
         elif op in SHAPE_ONLY:
             expected.append(("shape", a.dtype, a.shape))
         elif a.nbytes <= MEMO_INPUT_BYTES:
-            expected.append(("value", np.ascontiguousarray(a)))
+            expected.append(("value", np.array(a, order="C")))  # ascontiguousarray would make a 0-d value 1-d
         else:
             return None
     kept = []

@@ -8,6 +8,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -90,21 +91,50 @@ class MemoStep : public NativeStep {
   py::tuple outputs_;
 };
 
-// Input 0 viewed with another shape (Reshape/Squeeze/Unsqueeze/Flatten with constant shape or axes, Identity),
-// when it has the bound shape and is C-contiguous; the other inputs must be omitted (constants of the node).
+// Step inputs that must hold the small values a step was bound for (a shape or axes computed from shapes), given
+// as [(input index, array)]; with `omitted_from`, every other input from that index on must be omitted (None).
+class FixedInputs {
+ public:
+  FixedInputs(const py::list& fixed, size_t omitted_from = SIZE_MAX) : omitted_from_(omitted_from) {
+    for (const py::handle h : fixed) {
+      auto t = h.cast<py::tuple>();
+      fixed_.emplace_back(t[0].cast<size_t>(), ParseExpected(py::make_tuple("value", t[1])));
+    }
+  }
+  bool Hold(PyObject* args) const {
+    const auto n = static_cast<size_t>(PyTuple_GET_SIZE(args));
+    for (const auto& [k, e] : fixed_)
+      if (k >= n || !Matches(e, PyTuple_GET_ITEM(args, static_cast<Py_ssize_t>(k)))) return false;
+    for (size_t k = omitted_from_; k < n; ++k) {
+      if (PyTuple_GET_ITEM(args, static_cast<Py_ssize_t>(k)) == Py_None) continue;
+      bool is_fixed = false;
+      for (const auto& f : fixed_) is_fixed = is_fixed || f.first == k;
+      if (!is_fixed) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<std::pair<size_t, Expected>> fixed_;
+  size_t omitted_from_;
+};
+
+// Input 0 reshaped (Reshape/Squeeze/Unsqueeze/Flatten, Identity) when it has the bound shape: numpy's reshape, a
+// view where the layout allows one, else a copy, as the kernels' own; the other inputs are omitted or hold the
+// bound values (FixedInputs).
 class ViewStep : public NativeStep {
  public:
-  ViewStep(std::vector<py::ssize_t> in_dims, std::vector<py::ssize_t> out_dims, size_t n_inputs)
-      : in_dims_(std::move(in_dims)), out_dims_(std::move(out_dims)), n_inputs_(n_inputs) {}
+  ViewStep(std::vector<py::ssize_t> in_dims, std::vector<py::ssize_t> out_dims, size_t n_inputs,
+           const py::list& fixed)
+      : in_dims_(std::move(in_dims)), out_dims_(std::move(out_dims)), n_inputs_(n_inputs),
+        fixed_(fixed, 1) {}
 
   PyObject* Run(PyObject* args) override {
-    if (PyTuple_GET_SIZE(args) != static_cast<Py_ssize_t>(n_inputs_)) return nullptr;
-    for (size_t k = 1; k < n_inputs_; ++k)
-      if (PyTuple_GET_ITEM(args, static_cast<Py_ssize_t>(k)) != Py_None) return nullptr;
+    if (PyTuple_GET_SIZE(args) != static_cast<Py_ssize_t>(n_inputs_) || !fixed_.Hold(args)) return nullptr;
     PyObject* x = PyTuple_GET_ITEM(args, 0);
     if (!py::isinstance<py::array>(x)) return nullptr;
     auto a = py::reinterpret_borrow<py::array>(x);
-    if (!(a.flags() & py::array::c_style) || !SameShape(a, in_dims_)) return nullptr;
+    if (!SameShape(a, in_dims_)) return nullptr;
     try {
       py::array view = a.reshape(out_dims_);
       return py::make_tuple(std::move(view)).release().ptr();
@@ -117,6 +147,7 @@ class ViewStep : public NativeStep {
  private:
   std::vector<py::ssize_t> in_dims_, out_dims_;
   size_t n_inputs_;
+  FixedInputs fixed_;
 };
 
 }  // namespace
@@ -149,15 +180,16 @@ namespace {
 class CallStep : public NativeStep {
  public:
   CallStep(py::object fn, py::tuple args, const py::list& inputs, const py::list& outputs, const py::list& guards,
-           const py::list& ort_outputs)
-      : fn_(std::move(fn)), args_(std::move(args)), guards_(guards) {
+           const py::list& ort_outputs, const py::list& fixed)
+      : fn_(std::move(fn)), args_(std::move(args)), fixed_(fixed), guards_(guards) {
     for (const py::handle h : ort_outputs) {  // (argument index, ORT output index, dims)
       auto t = h.cast<py::tuple>();
       OrtOut o{t[0].cast<Py_ssize_t>(), t[1].cast<size_t>(), t[2].cast<std::vector<int64_t>>()};
       if (o.arg < 0 || o.arg >= static_cast<Py_ssize_t>(args_.size())) throw py::value_error("output argument index");
       ort_outputs_.push_back(std::move(o));
     }
-    for (const py::handle h : inputs) {  // (argument index, step input index, dtype, shape, view shape | None)
+    // (argument index, step input index, dtype, shape, view shape | None[, any layout])
+    for (const py::handle h : inputs) {
       auto t = h.cast<py::tuple>();
       In in;
       in.arg = t[0].cast<Py_ssize_t>();
@@ -165,6 +197,8 @@ class CallStep : public NativeStep {
       in.dtype = py::dtype::from_args(t[2]).num();
       in.dims = t[3].cast<std::vector<py::ssize_t>>();
       if (!t[4].is_none()) in.view = t[4].cast<std::vector<py::ssize_t>>();
+      in.any_layout = t.size() > 5 && t[5].cast<bool>();
+      if (in.any_layout && !in.view.empty()) throw py::value_error("a viewed input must be C-contiguous");
       if (in.arg < 0 || in.arg >= static_cast<Py_ssize_t>(args_.size())) throw py::value_error("input argument index");
       inputs_.push_back(std::move(in));
     }
@@ -182,7 +216,7 @@ class CallStep : public NativeStep {
   }
 
   PyObject* Run(PyObject* step_args) override {
-    if (!guards_.Hold()) return nullptr;
+    if (!guards_.Hold() || !fixed_.Hold(step_args)) return nullptr;
     py::tuple call(args_.size());
     for (size_t i = 0; i < args_.size(); ++i) call[i] = args_[i];
     for (const In& in : inputs_) {
@@ -190,7 +224,8 @@ class CallStep : public NativeStep {
       PyObject* x = PyTuple_GET_ITEM(step_args, in.input);
       if (!py::isinstance<py::array>(x)) return nullptr;
       auto a = py::reinterpret_borrow<py::array>(x);
-      if (a.dtype().num() != in.dtype || !(a.flags() & py::array::c_style) || !SameShape(a, in.dims)) return nullptr;
+      if (a.dtype().num() != in.dtype || !SameShape(a, in.dims)) return nullptr;
+      if (!in.any_layout && !(a.flags() & py::array::c_style)) return nullptr;
       if (in.view.empty()) {
         call[static_cast<size_t>(in.arg)] = a;
       } else {
@@ -222,6 +257,7 @@ class CallStep : public NativeStep {
     Py_ssize_t arg = 0, input = 0;
     int dtype = -1;
     std::vector<py::ssize_t> dims, view;
+    bool any_layout = false;  // fn takes strided arrays (a ufunc, a view): no C-contiguity required
   };
   struct OrtOut {
     Py_ssize_t arg;
@@ -238,6 +274,7 @@ class CallStep : public NativeStep {
   std::vector<In> inputs_;
   std::vector<Out> outputs_;
   std::vector<OrtOut> ort_outputs_;
+  FixedInputs fixed_;
   Guards guards_;
 };
 
@@ -250,18 +287,22 @@ void RegisterNativeSteps(py::module_& m) {
                                    "('shape', dtype, dims), or ('value', array): also the same bytes")
       .def(py::init<const py::list&, py::tuple>(), py::arg("expected"), py::arg("outputs"));
   py::class_<ViewStep, NativeStep>(m, "ViewStep",
-                                   "Input 0 of shape in_shape (C-contiguous) viewed as out_shape; the node's "
-                                   "other n_inputs - 1 inputs must be omitted")
-      .def(py::init<std::vector<py::ssize_t>, std::vector<py::ssize_t>, size_t>(), py::arg("in_shape"),
-           py::arg("out_shape"), py::arg("n_inputs"));
+                                   "Input 0 of shape in_shape reshaped to out_shape (a view where its layout "
+                                   "allows); the node's "
+                                   "other n_inputs - 1 inputs must be omitted, or equal the arrays in fixed "
+                                   "[(input index, array)]")
+      .def(py::init<std::vector<py::ssize_t>, std::vector<py::ssize_t>, size_t, const py::list&>(),
+           py::arg("in_shape"), py::arg("out_shape"), py::arg("n_inputs"), py::arg("fixed") = py::list());
   py::class_<CallStep, NativeStep>(m, "CallStep",
                                    "fn(*args) with step inputs put in: inputs [(argument index, input index, dtype, "
-                                   "shape, view shape | None)]; outputs [(result index | -1, shape | None[, "
-                                   "(start, stop) of the last axis])]; guards [(dict, key, expected object | None)]; "
-                                   "ort_outputs [(argument index, ORT output index, dims)]: ORT's buffer or None")
-      .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&, const py::list&>(),
+                                   "shape, view shape | None[, any layout])]; outputs [(result index | -1, shape | "
+                                   "None[, (start, stop) of the last axis])]; guards [(dict, key, expected object | "
+                                   "None)]; ort_outputs [(argument index, ORT output index, dims)]: ORT's buffer or "
+                                   "None; fixed [(input index, array)]: step inputs that must hold these values")
+      .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&, const py::list&,
+                    const py::list&>(),
            py::arg("fn"), py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"),
-           py::arg("ort_outputs") = py::list());
+           py::arg("ort_outputs") = py::list(), py::arg("fixed") = py::list());
 }
 
 }  // namespace npu_ep

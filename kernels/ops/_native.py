@@ -56,15 +56,33 @@ def ort_output(p: Prepared, index: int, shape: tuple[int, ...], dtype: np.dtype)
 
 
 def call_step(p: Prepared, fn, args: tuple, inputs: list, outputs: list, guards: list | None = None,
-              ort_outputs: list | None = None):
+              ort_outputs: list | None = None, fixed: list | None = None):
     """A native step calling ``fn(*args)`` with this step's inputs put in, for a kernel's ``bind`` (see
-    ``_native.CallStep`` for ``inputs``/``outputs``/``guards``); it declines once the session's kernel choice for
-    ``p`` changes. None without the extension."""
+    ``_native.CallStep`` for ``inputs``/``outputs``/``guards``/``fixed``); it declines once the session's kernel
+    choice for ``p`` changes. None without the extension."""
     ext = extension()
     if ext is None:
         return None
     return ext.CallStep(fn, tuple(args), list(inputs), list(outputs), [setting_guard(p), *(guards or [])],
-                        list(ort_outputs or []))
+                        list(ort_outputs or []), list(fixed or []))
+
+
+FIXED_INPUT_BYTES = 64  # a runtime shape, axes or starts/ends a bound step may hold to its bound value
+
+
+def fixed_inputs(inputs, first: int) -> list | None:
+    """The runtime inputs from ``first`` on as a bound step's ``fixed`` list [(input index, value)]: small values
+    (shapes, axes, slice bounds computed from shapes) the step is bound for and checks on every call, declining
+    others; None when one is larger than ``FIXED_INPUT_BYTES`` (a data value: the step stays unbound)."""
+    fixed = []
+    for i in range(first, len(inputs)):
+        v = inputs[i]
+        if v is None:
+            continue
+        if not isinstance(v, np.ndarray) or v.nbytes > FIXED_INPUT_BYTES:
+            return None
+        fixed.append((i, np.array(v, order="C")))  # a copy; ascontiguousarray would make a 0-d value 1-d
+    return fixed
 
 
 def extension() -> ModuleType | None:

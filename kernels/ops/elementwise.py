@@ -220,27 +220,48 @@ def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
     return run
 
 
-def _ufunc_binder(fn, arity: int) -> Callable | None:
+def _ufunc_binder(fn, arity: int, kinds: str = "") -> Callable | None:
     """The ``bind`` of an op whose function is a numpy ufunc: the ufunc itself as the step's native call, constants
-    in place, for these input shapes and dtypes (ep/step_binding.py); not for 0-d results (a ufunc on 0-d arrays
-    returns a numpy scalar, the kernel an array), float16 (computed in float32) or a result of another dtype than
-    the kernel's."""
+    in place, for these input shapes and dtypes, in any layout (ep/step_binding.py); not for 0-d results (a ufunc
+    on 0-d arrays returns a numpy scalar, the kernel an array), float16 (computed in float32) or a result of another
+    dtype than the kernel's. ``kinds``: the dtype kinds every input must have (Div: "f", whose integer form is not
+    a ufunc)."""
     if not isinstance(fn, np.ufunc):
         return None
 
     def bind(p: Prepared, inputs, outs):
         values = [arg(p, inputs, i) for i in range(arity)]
-        if not all(isinstance(v, np.ndarray) and v.dtype != _F16 for v in values) or outs[0].ndim == 0:
+        if (not all(isinstance(v, np.ndarray) and v.dtype != _F16 and (not kinds or v.dtype.kind in kinds)
+                    for v in values) or outs[0].ndim == 0):
             return None
         if fn(*[np.empty(0, v.dtype) for v in values]).dtype != outs[0].dtype:
             return None
-        runtime = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(values)
+        runtime = [(i, i, v.dtype, v.shape, None, True) for i, v in enumerate(values)
                    if i < len(inputs) and inputs[i] is not None]
-        if not runtime or not all(values[i].flags.c_contiguous for i, *_ in runtime):
+        if not runtime:
             return None
         args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
         return _native.call_step(p, fn, args, runtime, [(-1, None)])
     return bind
+
+
+_POW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # float16 is computed in float32
+
+
+def _pow_bind(p: Prepared, inputs, outs):
+    """Pow on float32/float64 as its kernel's ufunc call: a constant exponent of 2 as ``np.multiply(x, x)``, else
+    ``np.power`` with an exponent of the base's dtype (``_pow`` casts nothing then)."""
+    a, b = arg(p, inputs, 0), arg(p, inputs, 1)
+    if (not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray) or a.dtype not in _POW_DTYPES
+            or outs[0].ndim == 0 or outs[0].dtype != a.dtype or inputs[0] is None):
+        return None
+    x = (0, 0, a.dtype, a.shape, None, True)
+    if p.attrs.get("square") and b.ndim <= a.ndim:
+        return _native.call_step(p, np.multiply, (None, None), [x, (1, *x[1:])], [(-1, None)])
+    if b.dtype != a.dtype:
+        return None
+    ins = [x] if len(inputs) < 2 or inputs[1] is None else [x, (1, 1, b.dtype, b.shape, None, True)]
+    return _native.call_step(p, np.power, (None, None if len(ins) == 2 else b), ins, [(-1, None)])
 
 
 def _relu_bind(p: Prepared, inputs, outs):
@@ -331,8 +352,9 @@ def _cast_check(node: NodeInfo, target: Target) -> str | None:
 
 
 for _op, (_fn, _, _) in _BINARY.items():
+    _bind = {"Pow": _pow_bind, "Div": _ufunc_binder(np.divide, 2, "f")}.get(_op) or _ufunc_binder(_fn, 2)
     register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn), _cost, _check,
-                       rank_free=True, bind=None if _op == "Pow" else _ufunc_binder(_fn, 2)))
+                       rank_free=True, bind=_bind))
 for _op, (_fn, _, _) in _UNARY.items():
     if _op not in _MS_UNARY:
         register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True,

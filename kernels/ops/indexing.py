@@ -6,16 +6,22 @@ smaller), else equal parts. Slice follows ONNX clamping exactly (not Python's): 
 adding the dim once, then clamped to [0, dim] (step > 0) or start to [0, dim-1] and end to [-1, dim-1] (step < 0).
 Gather accepts negative indices in [-dim, dim) like ORT and raises on anything outside.
 
+Native: Concat binds one native copy (``kernels.concat``) and Slice numpy's view, each for the input shapes and
+(shape-derived) bounds it was bound for (``ep/step_binding.py``).
+
 Cost: a DMA pass over the bytes actually moved (Slice/Gather read only the selected elements).
 """
 
 from __future__ import annotations
+
+import operator
 
 import numpy as np
 
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of
 from .movement import copy_cost, runtime_ints, static_ints
@@ -41,6 +47,18 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 def _concat_run(p: Prepared, inputs) -> list[np.ndarray]:
     parts = [arg(p, inputs, i) for i in range(len(inputs))]
     return [np.concatenate(parts, axis=p.attrs["axis"])]
+
+
+def _concat_bind(p: Prepared, inputs, outs):
+    """Concat as one native copy for these input shapes, constants in place (any layout: a strided part is made
+    contiguous first, as numpy's concatenate reads it)."""
+    nat = _native.native(p)
+    parts = [arg(p, inputs, i) for i in range(len(inputs))]
+    if nat is None or not parts or not all(isinstance(v, np.ndarray) and not v.dtype.hasobject for v in parts):
+        return None
+    runtime = [(i + 1, i, v.dtype, v.shape, None, True) for i, v in enumerate(parts) if inputs[i] is not None]
+    args = (p.attrs["axis"], *(None if inputs[i] is not None else np.ascontiguousarray(v) for i, v in enumerate(parts)))
+    return _native.call_step(p, nat.concat, args, runtime, [(-1, None)])
 
 
 def split_sizes(dim: int, n: int, split: list[int] | None, num_outputs: int | None) -> list[int]:
@@ -103,6 +121,23 @@ def _slice_run(p: Prepared, inputs) -> list[np.ndarray]:
     if fixed:
         indexes[x.shape] = idx
     return [x[idx]]
+
+
+def _slice_bind(p: Prepared, inputs, outs):
+    """Slice as the kernel's own numpy view (``x[index]``) for this input shape and these bounds (runtime bounds
+    must hold their bound values), any layout."""
+    x = inputs[0] if inputs else None
+    fixed = _native.fixed_inputs(inputs, 1)
+    if not isinstance(x, np.ndarray) or fixed is None:
+        return None
+    a = p.attrs
+    if a["legacy"]:
+        idx = onnx_slice(x.shape, a["starts"], a["ends"], a["axes"], None)
+    else:
+        idx = onnx_slice(x.shape, runtime_ints(p, inputs, "starts", 1), runtime_ints(p, inputs, "ends", 2),
+                         runtime_ints(p, inputs, "axes", 3), runtime_ints(p, inputs, "steps", 4))
+    return _native.call_step(p, operator.getitem, (None, idx), [(0, 0, x.dtype, x.shape, None, True)],
+                             [(-1, None)], fixed=fixed)
 
 
 def _gather_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -218,9 +253,9 @@ def _scatter_nd_cost(p: Prepared, shapes) -> OpCost:
     return copy_cost(p, moved + upd + nbytes(shapes[1], 8), moved)
 
 
-register(KernelDef("", "Concat", _prepare, _concat_run, _concat_cost, rank_free=True))
+register(KernelDef("", "Concat", _prepare, _concat_run, _concat_cost, rank_free=True, bind=_concat_bind))
 register(KernelDef("", "Split", _prepare, _split_run, _split_cost, rank_free=True))
-register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost, rank_free=True))
+register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost, rank_free=True, bind=_slice_bind))
 register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost, rank_free=True))
 register(KernelDef("", "GatherND", _prepare, _gather_nd_run, _gather_nd_cost, _nd_check, rank_free=True))
 register(KernelDef("", "ScatterND", _prepare, _scatter_nd_run, _scatter_nd_cost, _nd_check, rank_free=True))

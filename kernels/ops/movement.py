@@ -4,6 +4,9 @@ Expand and Tile (a DMA pass).
 Shape-like operands (shape, axes) may be attributes (old opsets), constant inputs (resolved at compile time into
 ``attrs``) or runtime inputs (read at run time). Views returned by these kernels alias their (read-only) inputs.
 
+Native: Expand binds one broadcast copy (``kernels.expand``) and Transpose numpy's view, each for the input shape
+and (shape-derived) target shape it was bound for (``ep/step_binding.py``).
+
 Cost: a view costs nothing; Transpose/Expand/Tile stream ``bytes_in + bytes_out`` through DMA
 (``dma_cycles = 2 * latency + bytes / bytes_per_cycle``, no compute).
 """
@@ -18,6 +21,7 @@ from ..cost import dma_cycles, movement_cost
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of
 
@@ -126,10 +130,34 @@ def _transpose_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _expand_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """Bidirectional broadcast of x against ``shape`` (materialized, like ORT's output buffer)."""
+    """Bidirectional broadcast of x against ``shape``, materialized in C order like ORT's output buffer (and the
+    native copy's: a consumer sees one layout whichever ran)."""
     x = arg(p, inputs, 0)
     shape = runtime_ints(p, inputs, "ints", 1)
-    return [np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))))]
+    return [np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))), order="C")]
+
+
+def _expand_bind(p: Prepared, inputs, outs):
+    """Expand as one native broadcast copy for this input shape and target shape (a runtime target must hold its
+    bound value)."""
+    x = inputs[0] if inputs else None
+    nat = _native.native(p)
+    fixed = _native.fixed_inputs(inputs, 1)
+    if nat is None or fixed is None or not isinstance(x, np.ndarray) or x.dtype.hasobject:
+        return None
+    shape = tuple(runtime_ints(p, inputs, "ints", 1))
+    return _native.call_step(p, nat.expand, (None, shape), [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)],
+                             fixed=fixed)
+
+
+def _transpose_bind(p: Prepared, inputs, outs):
+    """Transpose as the kernel's own numpy view (``ndarray.transpose``), for this input shape, any layout."""
+    x = inputs[0] if inputs else None
+    if not isinstance(x, np.ndarray):
+        return None
+    perm = p.attrs["perm"]
+    return _native.call_step(p, np.ndarray.transpose, (None, None if perm is None else tuple(perm)),
+                             [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)])
 
 
 def _identity_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -194,8 +222,8 @@ register(KernelDef("", "Size", _shape_prepare, _size_run, _view_cost, rank_free=
 register(KernelDef("", "Reshape", _prepare, _reshape_run, _view_cost, rank_free=True))
 register(KernelDef("", "Squeeze", _prepare, _squeeze_run, _view_cost, rank_free=True))
 register(KernelDef("", "Unsqueeze", _prepare, _unsqueeze_run, _view_cost, rank_free=True))
-register(KernelDef("", "Transpose", _prepare, _transpose_run, _transpose_cost, rank_free=True))
-register(KernelDef("", "Expand", _prepare, _expand_run, _expand_cost, rank_free=True))
+register(KernelDef("", "Transpose", _prepare, _transpose_run, _transpose_cost, rank_free=True, bind=_transpose_bind))
+register(KernelDef("", "Expand", _prepare, _expand_run, _expand_cost, rank_free=True, bind=_expand_bind))
 register(KernelDef("", "Identity", _prepare, _identity_run, _view_cost, rank_free=True))
 register(KernelDef("", "Flatten", _prepare, _flatten_run, _view_cost, rank_free=True))
 register(KernelDef("", "Tile", _prepare, _tile_run, _tile_cost, rank_free=True))

@@ -61,6 +61,17 @@ def test_memo_step_compares_values_of_non_contiguous_inputs_by_declining_them():
     assert loop((np.array([1, 2, 3], np.int64)[::2],))[0] == "kernel"
 
 
+def test_a_0d_value_input_is_held_as_0d():
+    """A Range's bounds are 0-d values squeezed out of a shape: the bound step matches them on later calls (a 1-d
+    copy of the bound value never matched, so the step declined every call)."""
+    n = np.array(7, np.int64)
+    step = bind("Range", [np.array(0, np.int64), n, None], [np.arange(7, dtype=np.int64)])
+    loop = _native.StepLoop([(lambda p, a: ["kernel"], None, (0, 1, 2), ((0, 3),), (), step)], 4, (3,), None)
+    np.testing.assert_array_equal(loop((np.array(0, np.int64), np.array(7, np.int64), None))[0], np.arange(7))
+    assert loop((np.array(0, np.int64), np.array([7], np.int64), None))[0] == "kernel"  # the same bytes, 1-d
+    assert loop.native_counts == (1, 1)
+
+
 def test_memo_step_keeps_only_read_only_arrays():
     with pytest.raises(ValueError, match="read-only array"):
         _native.MemoStep([None], (np.zeros(2),))
@@ -68,16 +79,30 @@ def test_memo_step_keeps_only_read_only_arrays():
         _native.MemoStep([("bytes", np.zeros(2))], (read_only([0]),))
 
 
-def test_view_step_reshapes_contiguous_inputs_of_its_shape_and_declines_others():
+def test_view_step_reshapes_inputs_of_its_shape_and_declines_others():
     step = _native.ViewStep((2, 3), (3, 2), 2)
     loop = _native.StepLoop([(lambda p, a: ["kernel"], None, (0, 1), ((0, 2),), (), step)], 3, (2,), None)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     y = loop((x, None))[0]
     assert y.shape == (3, 2) and np.shares_memory(x, y)
     np.testing.assert_array_equal(y, x.reshape(3, 2))
+    strided = np.arange(6, dtype=np.float32).reshape(3, 2).T
+    y = loop((strided, None))[0]  # not C-contiguous: a copy, as the kernel's x.reshape makes
+    assert not np.shares_memory(y, strided)
+    np.testing.assert_array_equal(y, strided.reshape(3, 2))
     assert loop((np.zeros((3, 2), np.float32), None))[0] == "kernel"  # another shape
-    assert loop((np.zeros((3, 2), np.float32).T, None))[0] == "kernel"  # not C-contiguous
-    assert loop((x, np.array([3, 2], np.int64)))[0] == "kernel"  # a runtime shape input
+    assert loop((x, np.array([3, 2], np.int64)))[0] == "kernel"  # a runtime shape input it was not bound for
+    assert loop.native_counts == (2, 2)
+
+
+def test_view_step_with_a_runtime_shape_holds_it_to_the_bound_value():
+    step = _native.ViewStep((2, 3), (3, 2), 2, [(1, np.array([3, 2], np.int64))])
+    loop = _native.StepLoop([(lambda p, a: ["kernel"], None, (0, 1), ((0, 2),), (), step)], 3, (2,), None)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert loop((x, np.array([3, 2], np.int64)))[0].shape == (3, 2)
+    assert loop((x, np.array([3, -1], np.int64)))[0] == "kernel"  # the same result, another value: declined
+    assert loop((x, np.array([3, 2], np.int32)))[0] == "kernel"  # another dtype
+    assert loop((x, None))[0] == "kernel"  # omitted
     assert loop.native_counts == (1, 3)
 
 
@@ -92,11 +117,12 @@ def test_shape_plumbing_binds_to_memo_steps_data_movement_to_views_and_the_rest_
     assert isinstance(bind("Unsqueeze", [big, None], [big[None]]), _native.ViewStep)
     assert isinstance(bind("Identity", [big], [big]), _native.ViewStep)
     assert bind("Relu", [big], [big]) is None  # a large runtime input: not memoized
-    assert bind("Reshape", [big, shape], [big]) is None  # a runtime shape of a large input
+    assert isinstance(bind("Reshape", [big, shape], [big]), _native.ViewStep)  # held to the shape's value
+    assert bind("Reshape", [big, big.reshape(-1)[:17]], [big]) is None  # a runtime operand too large for a shape
     assert bind("If", [np.array(True)], [idx]) is None  # bodies read more than the inputs
     assert bind("RandomUniformLike", [idx], [idx]) is None
     assert bind("Shape", [big], [[64, 64]]) is None  # outputs must be arrays
-    assert bind("Unsqueeze", [big.T, None], [big.T[None]]) is None  # a view needs C order
+    assert isinstance(bind("Unsqueeze", [big.T, None], [big.T[None]]), _native.ViewStep)  # numpy's reshape
     # a small value computed from the data is never memoized, even if it repeats; Shape needs only the shape
     assert bind("Gather", [shape, idx], [shape[:1]], shape_derived=False) is None
     assert isinstance(bind("Shape", [big], [shape], shape_derived=False), _native.MemoStep)

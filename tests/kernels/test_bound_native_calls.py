@@ -548,12 +548,13 @@ def test_binary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op, a, b):
 
 
 def test_binary_ops_without_a_ufunc_or_with_a_0d_result_do_not_bind():
-    for op, shape in (("Div", (4,)), ("Add", ())):
+    for op, shape, dtype in (("Div", (4,), np.int64), ("Add", (), np.float32)):  # integer Div truncates: no ufunc
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
         model = make_model([helper.make_node(op, ["x", "c"], ["y"], name="op")],
-                           [helper.make_tensor_value_info("x", F32, list(shape))],
-                           [helper.make_tensor_value_info("y", F32, list(shape))], {"c": np.array(2.0, np.float32)})
+                           [helper.make_tensor_value_info("x", elem, list(shape))],
+                           [helper.make_tensor_value_info("y", elem, list(shape))], {"c": np.array(2, dtype)})
         kernel, p = prepared(model, op)
-        x = np.ones(shape, np.float32)
+        x = np.ones(shape, dtype)
         assert kernel.bind is None or kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None
 
 
@@ -630,3 +631,4 @@ def test_reduce_sum_over_leading_axes_to_a_scalar_or_of_floats_does_not_bind():
     kernel, p = prepared(reduce_model(np.float32, (3, 4), [1], 1), "ReduceSum")
     x = np.ones((3, 4), np.float32)
     assert kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None
+

@@ -1,0 +1,171 @@
+// Data movement for the bound steps of kernels/ops/movement.py and indexing.py: Expand (`kernels.expand`, a
+// broadcast copy) and Concat (`kernels.concat`). Both copy whole contiguous runs with memcpy, which is where the
+// reference's numpy calls lose their time: a decoder's repeat_kv Expand copies 64 KB runs, and numpy's copy of a
+// broadcast view walks them 128 bytes at a time. Values are moved, never computed, so the results equal the
+// reference's bit for bit for every dtype.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+constexpr size_t kReleaseGilBytes = size_t{1} << 16;  // below this the GIL round trip costs more than the copy
+
+std::string ShapeText(const std::vector<py::ssize_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// Writes `copies` copies of the first `chunk` bytes at `out` after it, doubling what one memcpy moves.
+void Replicate(char* out, size_t chunk, py::ssize_t copies) {
+  size_t done = chunk, total = chunk * static_cast<size_t>(copies);
+  while (done < total) {
+    const size_t n = std::min(done, total - done);
+    std::memcpy(out + done, out, n);
+    done += n;
+  }
+}
+
+// A broadcast copy: output dims `out`, input strides `in_strides` (bytes; 0 on broadcast axes), output strides
+// `out_strides` (bytes); axes from `contiguous` on are one run of `run` bytes in both.
+struct Broadcast {
+  std::vector<py::ssize_t> out, in_strides, out_strides;
+  size_t contiguous = 0, run = 0;
+
+  void Fill(char* dst, const char* src, size_t axis) const {
+    if (axis == contiguous) {
+      std::memcpy(dst, src, run);
+      return;
+    }
+    if (in_strides[axis] == 0) {  // the same sub-block out[axis] times: write it once, then replicate it
+      Fill(dst, src, axis + 1);
+      Replicate(dst, static_cast<size_t>(out_strides[axis]), out[axis]);
+      return;
+    }
+    for (py::ssize_t i = 0; i < out[axis]; ++i) Fill(dst + i * out_strides[axis], src + i * in_strides[axis], axis + 1);
+  }
+};
+
+// ONNX Expand: x broadcast against `shape` both ways (numpy's rules), materialized.
+py::array ExpandPy(const py::object& x_in, const std::vector<py::ssize_t>& shape) {
+  auto x = py::array::ensure(x_in, py::array::c_style);  // a strided x is copied first, as numpy reads it
+  if (!x) throw py::error_already_set();
+  if (x.dtype().kind() == 'O') throw std::invalid_argument("expand: object arrays are not supported");
+  const auto rank = static_cast<py::ssize_t>(std::max<size_t>(shape.size(), static_cast<size_t>(x.ndim())));
+  std::vector<py::ssize_t> in_dims(rank, 1), out(rank, 1);
+  for (py::ssize_t i = 0; i < x.ndim(); ++i) in_dims[rank - x.ndim() + i] = x.shape(i);
+  for (size_t i = 0; i < shape.size(); ++i) out[rank - shape.size() + i] = shape[i];
+  for (py::ssize_t i = 0; i < rank; ++i) {
+    if (in_dims[i] == out[i] || out[i] == 1) {
+      out[i] = in_dims[i];
+    } else if (in_dims[i] != 1) {
+      std::vector<py::ssize_t> xs(x.shape(), x.shape() + x.ndim());
+      throw std::invalid_argument("expand: input shape " + ShapeText(xs) + " does not broadcast to " +
+                                  ShapeText(shape));
+    }
+  }
+  const auto item = static_cast<py::ssize_t>(x.itemsize());
+  py::array y(x.dtype(), out);
+  if (y.size() == 0) return y;
+  Broadcast b{out, std::vector<py::ssize_t>(rank), std::vector<py::ssize_t>(rank), static_cast<size_t>(rank), 0};
+  py::ssize_t in_stride = item, out_stride = item;
+  for (py::ssize_t i = rank - 1; i >= 0; --i) {
+    b.in_strides[i] = in_dims[i] == 1 ? 0 : in_stride;
+    b.out_strides[i] = out_stride;
+    in_stride *= in_dims[i];
+    out_stride *= out[i];
+  }
+  b.run = static_cast<size_t>(item);
+  while (b.contiguous > 0 && in_dims[b.contiguous - 1] == out[b.contiguous - 1]) {
+    --b.contiguous;
+    b.run *= static_cast<size_t>(out[b.contiguous]);
+  }
+  auto* dst = static_cast<char*>(y.mutable_data());
+  const auto* src = static_cast<const char*>(x.data());
+  if (static_cast<size_t>(y.nbytes()) >= kReleaseGilBytes) {
+    py::gil_scoped_release release;
+    b.Fill(dst, src, 0);
+  } else {
+    b.Fill(dst, src, 0);
+  }
+  return y;
+}
+
+// ONNX Concat along `axis` (negative counts from the end) of arrays of one dtype.
+py::array ConcatPy(py::ssize_t axis, const py::args& parts) {
+  if (parts.size() == 0) throw std::invalid_argument("concat: no inputs");
+  std::vector<py::array> xs;
+  for (const py::handle h : parts) {
+    if (!py::isinstance<py::array>(h)) throw std::invalid_argument("concat: every input must be an array");
+    auto a = py::array::ensure(h, py::array::c_style);  // a strided part is copied first, as numpy reads it
+    if (!a) throw py::error_already_set();
+    xs.push_back(std::move(a));
+  }
+  const py::array& first = xs[0];
+  const py::ssize_t rank = first.ndim();
+  if (axis < -rank || axis >= rank) throw std::invalid_argument("concat: axis " + std::to_string(axis) +
+                                                                " out of range for rank " + std::to_string(rank));
+  if (axis < 0) axis += rank;
+  std::vector<py::ssize_t> out(first.shape(), first.shape() + rank);
+  out[axis] = 0;
+  for (const py::array& a : xs) {
+    std::vector<py::ssize_t> dims(a.shape(), a.shape() + a.ndim());
+    bool ok = a.ndim() == rank && a.dtype().equal(first.dtype()) && a.dtype().kind() != 'O';
+    for (py::ssize_t i = 0; ok && i < rank; ++i) ok = i == axis || dims[i] == out[i];
+    if (!ok) {
+      std::vector<py::ssize_t> want(first.shape(), first.shape() + rank);
+      throw std::invalid_argument("concat: input " + ShapeText(dims) + " (" + std::string(py::str(a.dtype())) +
+                                  ") does not match " + ShapeText(want) + " (" +
+                                  std::string(py::str(first.dtype())) + ") off axis " + std::to_string(axis));
+    }
+    out[axis] += dims[axis];
+  }
+  py::array y(first.dtype(), out);
+  py::ssize_t outer = 1, inner = static_cast<py::ssize_t>(first.itemsize());
+  for (py::ssize_t i = 0; i < axis; ++i) outer *= out[i];
+  for (py::ssize_t i = axis + 1; i < rank; ++i) inner *= out[i];
+  std::vector<const char*> src;
+  std::vector<size_t> run;
+  for (const py::array& a : xs) {
+    src.push_back(static_cast<const char*>(a.data()));
+    run.push_back(static_cast<size_t>(a.shape(axis) * inner));
+  }
+  auto* dst = static_cast<char*>(y.mutable_data());
+  auto copy = [&] {
+    for (py::ssize_t o = 0; o < outer; ++o)
+      for (size_t k = 0; k < xs.size(); ++k) {
+        if (run[k] != 0) std::memcpy(dst, src[k] + o * run[k], run[k]);
+        dst += run[k];
+      }
+  };
+  if (static_cast<size_t>(y.nbytes()) >= kReleaseGilBytes) {
+    py::gil_scoped_release release;
+    copy();
+  } else {
+    copy();
+  }
+  return y;
+}
+
+}  // namespace
+
+void BindMovement(py::module_& m) {
+  m.def("expand", &ExpandPy, py::arg("x"), py::arg("shape"),
+        "ONNX Expand: x broadcast against shape both ways (numpy's rules), as a new C-contiguous array");
+  m.def("concat", &ConcatPy, py::arg("axis"),
+        "ONNX Concat of arrays of one dtype (the remaining positional arguments) along axis, as a new "
+        "C-contiguous array");
+}
+
+}  // namespace npu_ep::kern
