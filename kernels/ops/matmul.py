@@ -115,12 +115,16 @@ PACKED_ISAS = ("avx512", "avx512_vnni", "amx_int8")  # the native GEMM's own pat
 
 
 def _packed_b(p: Prepared, a: np.ndarray) -> np.ndarray | None:
-    """The constant B packed for the native GEMM, when it makes this product: native kernels on an AVX-512 host and a
-    float32 product (at any size: a small one on numpy's matmul cost the step a call back into Python); else None.
-    Packed on first use and kept while the session lives: B is then held twice, ORT's initializer and the panels,
-    as MLAS's prepacked B is."""
+    """The constant B packed for the native GEMM, when it makes this product (``packed_panels``)."""
+    return packed_panels(p, a, p.consts.get("b") if p.attrs["b_const"] else None)
+
+
+def packed_panels(p: Prepared, a: np.ndarray, b: np.ndarray | None) -> np.ndarray | None:
+    """A constant float32 ``b`` [K, N] packed for the native GEMM, when it makes ``a @ b``: native kernels on an
+    AVX-512 host and a float32 product (at any size: a small one on numpy's matmul cost the step a call back into
+    Python); else None. Packed on first use and kept while the session lives: B is then held twice, ORT's
+    initializer and the panels, as MLAS's prepacked B is."""
     nat = _native.native(p)
-    b = p.consts.get("b") if p.attrs["b_const"] else None
     if (nat is None or b is None or b.ndim != 2 or b.dtype != np.float32 or a.dtype != np.float32 or a.ndim < 1
             or nat.isa() not in PACKED_ISAS):
         return None
@@ -163,21 +167,42 @@ def run_float(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def bind_float(p: Prepared, inputs, outs) -> Any:
-    """A float32 product with a constant 2-D B, and its fused bias / ReLU / per-tensor 8-bit quantize, as one
-    native step making the product as ``run_float`` does (numpy's matmul, or the packed GEMM; ep/step_binding.py).
-    None where ``run_float`` does more: a runtime B or C, alpha, transA, fp16, and without AVX-512 a product
-    host_blas cuts in two."""
+    """A float32 product with a constant 2-D B, or of two runtime operands (attention's scores and context), and
+    its fused bias / ReLU / per-tensor 8-bit quantize, as one native step making the product as ``run_float`` does
+    (numpy's matmul, or the packed GEMM; ep/step_binding.py). None where ``run_float`` does more: a runtime C,
+    alpha, transA, a transposed runtime B, fp16, and without AVX-512 a product host_blas cuts in two."""
     nat = _native.native(p)
     at, c = p.attrs, p.consts
     a = inputs[0] if inputs else None
-    if (nat is None or not at["b_const"] or c["b"].ndim != 2 or "a" in c or at["trans_a"] or at["alpha"] != 1.0
-            or at.get("runtime_c") or at["dtype"] != "float32" or not isinstance(a, np.ndarray)
-            or a.dtype != np.float32 or not a.ndim or not a.flags.c_contiguous):
+    if (nat is None or "a" in c or at["trans_a"] or at["alpha"] != 1.0 or at.get("runtime_c")
+            or at["dtype"] != "float32" or not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.ndim):
+        return None
+    if not at["b_const"]:
+        return _bind_runtime_b(p, nat, a, inputs[1] if len(inputs) > 1 else None, outs)
+    if c["b"].ndim != 2 or not a.flags.c_contiguous:
         return None
     packed = _packed_b(p, a)
     if (packed is None and host_blas.splits(a, c["b"])) or (packed is not None and DMA_COUNTS in p.memo):
         return None
-    ep, n = at["epilogue"], c["b"].shape[1]
+    n = c["b"].shape[1]
+    tail = _fused_tail(p, n)
+    if tail is None:
+        return None
+    if packed is not None:  # written into ORT's buffer when the product is an output of the partition
+        where = p.memo.get(_native.PARTITION_OUTPUTS)
+        into = [(9, where[0], [*a.shape[:-1], n])] if where and 0 in where and tail[2] is None else []
+        guards = [(p.memo, DMA_COUNTS, None), (p.memo, _native.PARTITION_OUTPUTS, where)]
+        return _native.call_step(p, nat.float_matmul_packed, (None, packed, n, None, False, *tail, None),
+                                 [(0, 0, np.float32, a.shape, None)], [(-1, None)], guards, into)
+    return _native.call_step(p, nat.float_matmul, (np.matmul, None, c["b"], *tail),
+                             [(1, 0, np.float32, a.shape, None)], [(-1, None)])
+
+
+def _fused_tail(p: Prepared, n: int) -> tuple | None:
+    """The native float product's (bias, relu, quantize, threads) for ``n`` output columns, or None where the
+    epilogue is more than they say (a bias not one value per column, a per-channel quantize)."""
+    at, c = p.attrs, p.consts
+    ep = at["epilogue"]
     bias = c["ep_bias"] if ep.get("bias") else None
     if bias is not None:  # one value per output column (or one for all), else the reference's broadcast
         if bias.size not in (1, n) or any(d != 1 for d in bias.shape[:-1]):
@@ -189,15 +214,21 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
         if ep["quantize"] not in ("int8", "uint8") or scale.ndim or zp.ndim:
             return None
         quantize = (float(scale), int(zp), ep["quantize"] == "int8")
-    tail = (bias, bool(ep.get("relu")), quantize, _native.threads(p))
-    if packed is not None:  # written into ORT's buffer when the product is an output of the partition
-        where = p.memo.get(_native.PARTITION_OUTPUTS)
-        into = [(9, where[0], [*a.shape[:-1], n])] if where and 0 in where and quantize is None else []
-        guards = [(p.memo, DMA_COUNTS, None), (p.memo, _native.PARTITION_OUTPUTS, where)]
-        return _native.call_step(p, nat.float_matmul_packed, (None, packed, n, None, False, *tail, None),
-                                 [(0, 0, np.float32, a.shape, None)], [(-1, None)], guards, into)
-    return _native.call_step(p, nat.float_matmul, (np.matmul, None, c["b"], *tail),
-                             [(1, 0, np.float32, a.shape, None)], [(-1, None)])
+    return bias, bool(ep.get("relu")), quantize, _native.threads(p)
+
+
+def _bind_runtime_b(p: Prepared, nat, a: np.ndarray, b: Any, outs) -> Any:
+    """``a @ b`` of two runtime float32 operands in any layout (a transposed K is a view) as numpy's matmul, the
+    call ``run_float`` makes for them, with the fused tail."""
+    if (not isinstance(b, np.ndarray) or b.dtype != np.float32 or not b.ndim or p.attrs.get("trans_b")
+            or host_blas.splits(a, b) or outs[0].ndim == 0):
+        return None
+    tail = _fused_tail(p, b.shape[-1])
+    if tail is None:
+        return None
+    return _native.call_step(p, nat.float_matmul, (np.matmul, None, None, *tail),
+                             [(1, 0, np.float32, a.shape, None, True), (2, 1, np.float32, b.shape, None, True)],
+                             [(-1, None)])
 
 
 def cost_float(p: Prepared, shapes) -> OpCost:

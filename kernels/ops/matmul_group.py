@@ -8,7 +8,9 @@ segments of one B, so nothing is concatenated; a member without zero points gets
 another member has some. MatMul members concatenate their float32 ``[K, N_i]`` into ``[K, sum N_i]``.
 
 Run: one matmul (for MatMulNBits the single-op kernel over the members' packed weights, native or reference as
-the session chose), bias added in place, then either the members' outputs as column slices of the accumulator or,
+the session chose; float32 weights on the packed native GEMM where ``matmul.packed_panels`` applies, bias and SwiGLU
+in the same call, which a bound step makes straight from the program's loop), bias added in place, then either
+the members' outputs as column slices of the accumulator or,
 with the SwiGLU epilogue on a {gate, up} group, ``g * sigmoid(g) * u`` (``g / (1 + exp(-g))``, the exponent
 clipped at 80 so it never overflows: beyond it the product is 0 to float32 precision anyway). Numerics equal the
 separate kernels' up to summation order.
@@ -28,8 +30,9 @@ from ..node import NodeInfo
 from ..registry import DERIVED, KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
 from . import _native
-from ._mm import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
+from ._mm import DMA_COUNTS, apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
+from .matmul import packed_panels
 from .matmul_nbits import NBITS_MEMBERS, nbits_matmul
 
 _NBITS = ("com.microsoft", "MatMulNBits")
@@ -111,9 +114,50 @@ def _silu_mul(y: np.ndarray, n: int) -> np.ndarray:
     return e
 
 
+_PACKED_EPILOGUE = {"bias", "swiglu"}  # what float_matmul_packed runs in the same call
+
+
+def _packed_call(p: Prepared, a: np.ndarray) -> tuple | None:
+    """``float_matmul_packed``'s arguments after A for a float32 group on the packed GEMM, or None where it does
+    not make this product (int4 members, another dtype or epilogue, DMA counting, not an AVX-512 host)."""
+    at = p.attrs
+    ep = {k for k, v in at["epilogue"].items() if v}
+    if NBITS_MEMBERS in at or at["dtype"] != "float32" or ep - _PACKED_EPILOGUE or DMA_COUNTS in p.memo:
+        return None
+    bias = p.consts["ep_bias"] if "bias" in ep else None
+    packed = packed_panels(p, a, p.consts["w"])
+    if packed is None or (bias is not None and bias.size != at["N"]):
+        return None
+    bias = None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.float32)
+    return packed, at["N"], None, False, bias, False, None, _native.threads(p), None, "swiglu" in ep
+
+
+def _outputs(at: dict, y: np.ndarray) -> list[np.ndarray]:
+    return [y] if at["epilogue"].get("swiglu") else [y[..., s0:s1] for s0, s1 in at["slices"]]
+
+
+def _bind(p: Prepared, inputs, outs):
+    """A float32 group on the packed GEMM as one native call for this input shape; its outputs are column views
+    of the one product, as the kernel's."""
+    a = inputs[0] if inputs else None
+    nat = _native.native(p)
+    if nat is None or not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.ndim or not a.flags.c_contiguous:
+        return None
+    call = _packed_call(p, a)
+    if call is None:
+        return None
+    at = p.attrs
+    outputs = [(-1, None)] if at["epilogue"].get("swiglu") else [(-1, None, (s0, s1)) for s0, s1 in at["slices"]]
+    return _native.call_step(p, nat.float_matmul_packed, (None, *call), [(0, 0, np.float32, a.shape, None)], outputs,
+                             [(p.memo, DMA_COUNTS, None)])
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
     a = inputs[0]
+    call = None if NBITS_MEMBERS in at or a.dtype != np.float32 else _packed_call(p, a)
+    if call is not None:
+        return _outputs(at, _native.native(p).float_matmul_packed(np.ascontiguousarray(a), *call))
     if NBITS_MEMBERS in at:
         y = nbits_matmul(p, a)
     else:
@@ -122,7 +166,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     ep = at["epilogue"]
     if ep.get("bias"):
         y = apply_float_epilogue(y, ep, p.consts)
-    outs = [_silu_mul(y, at["splits"][0])] if ep.get("swiglu") else [y[..., s0:s1] for s0, s1 in at["slices"]]
+    outs = [_silu_mul(y, at["splits"][0])] if ep.get("swiglu") else _outputs(at, y)
     if at["dtype"] != "float32":
         outs = [o.astype(at["dtype"]) for o in outs]
     return outs
@@ -137,4 +181,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return matmul_cost(plan_for(p, m, n, k, batch), p.target, ops)
 
 
-register(KernelDef(GROUP_DOMAIN, GROUP_OP, _prepare, _run, _cost, _check))
+register(KernelDef(GROUP_DOMAIN, GROUP_OP, _prepare, _run, _cost, _check, bind=_bind))

@@ -337,15 +337,37 @@ def test_float_matmul_call_step_equals_the_kernel_bit_for_bit(name):
         assert not np.signbit(program(zeros)[0]).any()
 
 
+def test_a_product_of_two_runtime_operands_binds_numpys_matmul_in_any_layout():
+    """Attention's scores (Q @ K^T with K^T a transposed view) and context: the step calls numpy's matmul on the
+    operands as they are, the kernel's own call, so the bits are the kernel's; another shape declines."""
+    model = make_model([helper.make_node("MatMul", ["q", "kt"], ["y"], name="mm")],
+                       [helper.make_tensor_value_info("q", F32, [1, 4, 1, 16]),
+                        helper.make_tensor_value_info("kt", F32, [1, 4, 16, 37])],
+                       [helper.make_tensor_value_info("y", F32, [1, 4, 1, 37])])
+    kernel, p = prepared(model, "MatMul")
+    q = RNG.standard_normal((1, 4, 1, 16)).astype(np.float32)
+    kt = RNG.standard_normal((1, 4, 37, 16)).astype(np.float32).transpose(0, 1, 3, 2)
+    outs, step, loop = one_step_loop(kernel, p, [q, kt])
+    assert isinstance(step, bridge.CallStep)
+    assert_same(loop((q, kt)), outs)
+    kc = np.ascontiguousarray(kt)  # the same values in C order: bound too, with the kernel's bits for that layout
+    assert_same(loop((q, kc)), kernel.run(p, [q, kc]))
+    other = RNG.standard_normal((1, 4, 16, 30)).astype(np.float32)
+    assert_same(loop((q, other)), kernel.run(p, [q, other]))
+    assert loop.native_counts == (2, 1)
+    np.testing.assert_allclose(outs[0], cpu_run(model, {"q": q, "kt": np.ascontiguousarray(kt)})[0], rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_float_matmul_does_not_bind_what_the_kernel_does_more_of():
-    """A runtime B, an alpha that could not be folded, a product big enough for host_blas's column split (without
-    the packed GEMM of AVX-512 hosts) and an A of another dtype run the kernel itself."""
-    runtime_b = make_model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+    """A transposed runtime B, an alpha that could not be folded, a product big enough for host_blas's column
+    split (without the packed GEMM of AVX-512 hosts) and an A of another dtype run the kernel itself."""
+    runtime_b = make_model([helper.make_node("Gemm", ["a", "b"], ["y"], name="mm", transB=1)],
                            [helper.make_tensor_value_info("a", F32, [3, 8]),
-                            helper.make_tensor_value_info("b", F32, [8, 5])],
+                            helper.make_tensor_value_info("b", F32, [5, 8])],
                            [helper.make_tensor_value_info("y", F32, [3, 5])])
-    kernel, p = prepared(runtime_b, "MatMul")
-    a, b = np.ones((3, 8), np.float32), np.ones((8, 5), np.float32)
+    kernel, p = prepared(runtime_b, "Gemm")
+    a, b = np.ones((3, 8), np.float32), np.ones((5, 8), np.float32)
     assert kernel.bind(p, [a, b], kernel.run(p, [a, b])) is None
     alpha = make_model([helper.make_node("Gemm", ["a", "b"], ["y"], name="mm", alpha=1e30)],
                        [helper.make_tensor_value_info("a", F32, [3, 8])],

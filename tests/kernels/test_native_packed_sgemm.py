@@ -191,3 +191,69 @@ def test_sessions_run_large_products_on_the_packed_gemm_and_match_the_cpu_ep(mon
     assert program.native_step_counts[0] >= 2 and program.native_step_counts[1] == 0
     assert any(matmul.PACKED_B in st.prepared.memo for st in program.steps)
     assert seen and seen[-1] is is_output
+
+
+# --- float32 sibling groups (npu::MatMulGroup) ---------------------------------------------------------------
+
+def float_qkv_model(m, k, ns):
+    """q/k/v float MatMuls on one input, joined by a Concat (as attention joins them): y is the group's product."""
+    from onnx import TensorProto, helper
+    from tests.npu_testing import make_model
+
+    inits, nodes = {}, []
+    for i, n in enumerate(ns):
+        inits[f"w{i}"] = RNG.standard_normal((k, n)).astype(np.float32)
+        nodes.append(helper.make_node("MatMul", ["x", f"w{i}"], [f"p{i}"], f"mm{i}"))
+    nodes.append(helper.make_node("Concat", ["p0", "p1", "p2"], ["y"], "cat", axis=-1))
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, k])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, sum(ns)])], inits)
+
+
+def group_step(program):
+    (i, step), = [(i, s) for i, s in enumerate(program.steps) if s.op == "npu::MatMulGroup"]
+    return i, step
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM is the native float MatMul on AVX-512 hosts only")
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_a_float_group_runs_packed_and_its_bound_step_gives_the_kernels_bits(swiglu):
+    from tests.kernels.test_fusion_siblings import _swiglu_model
+
+    m, k = 5, 96
+    model = _swiglu_model(m=m, k=k, n=40, float_mm=True) if swiglu else float_qkv_model(m, k, (64, 16, 16))
+    program = compiled(model)
+    i, step = group_step(program)
+    x = RNG.standard_normal((1, m, k)).astype(np.float32)
+    first = program(x)
+    assert matmul.PACKED_B in step.prepared.memo
+    assert program._bindings[((1, m, k),)][i] is not None  # the group is a native step
+    assert all(g.tobytes() == f.tobytes() for g, f in zip(program(x), first))
+    assert all(g.tobytes() == f.tobytes() for g, f in zip(program._python_loop((x,)), first))
+    assert program.native_step_counts[1] == 0
+    w, rows = step.prepared.consts["w"].astype(np.float64), x.reshape(m, k).astype(np.float64)
+    exact = rows @ w
+    if swiglu:  # the product's error bound, carried through g * sigmoid(g) * u to float32 rounding
+        g, u = exact[:, :40], exact[:, 40:]
+        np.testing.assert_allclose(first[0].reshape(m, 40), g / (1 + np.exp(-g)) * u, rtol=1e-4, atol=1e-4)
+    else:
+        within_bound(first[0].reshape(m, -1), x.reshape(m, k), step.prepared.consts["w"], exact)
+    for got, want in zip(first, cpu_run(model, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM is the native float MatMul on AVX-512 hosts only")
+def test_sessions_run_a_float_group_as_one_native_step_and_match_the_cpu_ep():
+    model = float_qkv_model(1, 256, (256, 64, 64))
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, cpu=False, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    x = RNG.standard_normal((1, 1, 256)).astype(np.float32)
+    want = cpu_run(model, {"x": x})[0]
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+    (program,) = session_of(sess).programs.values()
+    i, _ = group_step(program)
+    assert next(iter(program._bindings.values()))[i] is not None
+    runs, declines = program.native_step_counts
+    assert runs >= 2 and declines == 0

@@ -89,12 +89,13 @@ void CheckPacked(const F32& packed, int64_t k, int64_t n, const char* op) {
 }
 
 // A[..., K] (C-contiguous float32) times the packed B of N columns; + bias, ReLU and quantize as above; plan and
-// count_dma as the other matrix kernels' (bindings.h).
+// count_dma as the other matrix kernels' (bindings.h); with swiglu (no ReLU, no quantize), g * sigmoid(g) * u of
+// the product's two halves (a {gate, up} group's epilogue, SwiGlu).
 // out: an array to write the float32 result into (ORT's output buffer, when the step's output is the partition's),
 // used when it is C-contiguous float32 of the result's shape and there is no quantize; else a new array.
 py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n, const std::optional<py::tuple>& plan,
                                bool count_dma, const std::optional<F32>& bias, bool relu, const py::object& quantize,
-                               int threads, const py::object& out) {
+                               int threads, const py::object& out, bool swiglu) {
   if (!py::isinstance<F32>(a) || a.ndim() < 1 || !(a.flags() & py::array::c_style))
     throw std::invalid_argument("float_matmul_packed: a must be a C-contiguous float32 array of rank >= 1");
   const int64_t k = a.shape(a.ndim() - 1);
@@ -104,9 +105,11 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   if (bias && bias->size() != n)
     throw std::invalid_argument("float_matmul_packed: bias has " + std::to_string(bias->size()) + " values for " +
                                 std::to_string(n) + " output columns");
+  if (swiglu && (n % 2 != 0 || relu || !quantize.is_none()))
+    throw std::invalid_argument("float_matmul_packed: SwiGLU needs an even column count, no ReLU and no quantize");
   const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "float_matmul_packed");
   std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
-  shape.back() = n;
+  shape.back() = swiglu ? n / 2 : n;
   bool fits = false;
   if (quantize.is_none() && py::isinstance<F32>(out)) {
     auto into = py::reinterpret_borrow<py::array>(out);
@@ -118,9 +121,12 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   DmaCount dma;
   {
     py::gil_scoped_release release;
-    const PackedSgemmArgs g{static_cast<const float*>(a.data()), m, k, k, packed.data(), n, data, n,
+    static thread_local std::vector<float> product;  // the two halves before SwiGLU (grown, never cleared)
+    float* c = swiglu ? Grow(product, m * n) : data;
+    const PackedSgemmArgs g{static_cast<const float*>(a.data()), m, k, k, packed.data(), n, c, n,
                             bias ? bias->data() : nullptr, relu};
     PackedSgemm(g, threads, tiles ? &*tiles : nullptr, count_dma ? &dma : nullptr);
+    if (swiglu) SwiGlu(c, m, n / 2, data, threads);
   }
   if (quantize.is_none()) return WithDma(std::move(y), count_dma, dma);
   return WithDma(Quantized(data, shape.data(), a.ndim(), quantize, threads), count_dma, dma);
@@ -201,9 +207,10 @@ void BindFloatMatmul(py::module_& m) {
   m.def("float_matmul_packed", &FloatMatmulPackedPy, py::arg("a"), py::arg("packed"), py::arg("n"),
         py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("bias") = py::none(),
         py::arg("relu") = false, py::arg("quantize") = py::none(),
-        py::arg("threads") = 1, py::arg("out") = py::none(),
+        py::arg("threads") = 1, py::arg("out") = py::none(), py::arg("swiglu") = false,
         "a [..., K] @ B [K, n] from pack_sgemm_b's panels on our own GEMM (a fixed summation order, not numpy's), "
-        "+ bias, ReLU and quantize as float_matmul's; plan, count_dma: as int8_matmul's");
+        "+ bias, ReLU and quantize as float_matmul's; plan, count_dma: as int8_matmul's; swiglu: g * sigmoid(g) * u "
+        "of the two column halves (n / 2 columns out)");
   m.def("norm_matmul_float", &NormMatmulFloatPy, py::arg("x"), py::arg("skip"), py::arg("packed"), py::arg("n"),
         py::arg("norm_bias"), py::arg("epsilon"), py::arg("want_sum"), py::arg("bias"), py::arg("swiglu"),
         py::arg("sdot") = 0, py::arg("threads") = 1,
