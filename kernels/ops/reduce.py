@@ -7,7 +7,8 @@ accumulator) and rounds once. Integer sums accumulate in float64 and saturate at
 kernel does (exact for int32; int64 sums beyond 2^53 round as ORT's do, possibly in another order). An empty
 reduced axis gives the reduction's identity, as in ORT: 0 for Sum and Mean, the type's lowest value (-inf) for Max.
 
-Native: an int32/int64 ReduceSum over trailing axes binds one native call as the program's step (``_bind``).
+Native: an int32/int64 ReduceSum over trailing axes binds one native call as the program's step (``_bind``), and a
+float32/float64 ReduceMean numpy's own sums scaled in place (``reduce_mean_float``: the reference's bits).
 
 Cost: every input element passes the vector unit once (1 op, +1 per output element for Mean's scaling);
 DMA reads the input and writes the output.
@@ -87,11 +88,28 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
 _EXACT_INTS = (np.dtype(np.int32), np.dtype(np.int64))
 
 
+_MEAN_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _bind_mean(p: Prepared, nat, x: np.ndarray, outs) -> Any:
+    """A float ReduceMean over constant axes as ``reduce_mean_float``, for this input shape."""
+    if x.dtype not in _MEAN_DTYPES or p.attrs["axes"] is None or not x.size or outs[0].ndim == 0:
+        return None
+    axes = _axes(p, (x,), x.ndim)
+    if axes == ():
+        return None
+    count = x.size // max(outs[0].size, 1)
+    return _native.call_step(p, nat.reduce_mean_float, (np.add.reduce, None, axes, p.attrs["keepdims"] != 0, count),
+                             [(1, 0, x.dtype, x.shape, None, True)], [(-1, None)])
+
+
 def _bind(p: Prepared, inputs, outs) -> Any:
     """An int32/int64 ReduceSum over trailing constant axes as one native call (``reduce_sum_int``: exact where
-    the float64 accumulation is, declining the values where it could round)."""
+    the float64 accumulation is, declining the values where it could round); a float ReduceMean (``_bind_mean``)."""
     x = inputs[0] if inputs else None
     nat = _native.native(p)
+    if nat is not None and p.attrs["op"] == "ReduceMean" and isinstance(x, np.ndarray):
+        return _bind_mean(p, nat, x, outs)
     if (nat is None or p.attrs["op"] != "ReduceSum" or p.attrs["axes"] is None or not isinstance(x, np.ndarray)
             or x.dtype not in _EXACT_INTS or not x.flags.c_contiguous or x.ndim == 0):
         return None

@@ -3,6 +3,9 @@
 Opset >= 13 normalizes along one axis (default -1). Opset < 13 coerces the input to 2-D
 [prod(shape[:axis]), prod(shape[axis:])] (default axis 1) and normalizes each row: the same kernel on a reshaped view.
 
+Native: over the last axis of a float32/float64 input, one call (``kernels.softmax_rows``) with the reference's bits:
+it runs the exact steps (row max, subtraction, division) itself and numpy's own exp and row sums.
+
 Cost per element: max, subtract, sum, divide (4 ops) + one exp (transcendental); DMA reads and writes the tensor once
 (rows fit SRAM; a row larger than SRAM would need two passes, not modelled).
 """
@@ -16,6 +19,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._util import arg, nbytes
 from ._vector import elems, itemsize_of, stream_cost, widen
 
@@ -52,4 +56,19 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, elems(shapes[0]), size, size, 4.0, 1.0)
 
 
-register(KernelDef("", "Softmax", _prepare, _run, _cost, rank_free=True))
+_ROW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _bind(p: Prepared, inputs, outs):
+    """Softmax over the last axis (any opset: the legacy 2-D rows are the last axis then) of a C-contiguous
+    float32/float64 input as one ``softmax_rows`` call, for this input shape."""
+    x = inputs[0] if inputs else None
+    nat = _native.native(p)
+    if (nat is None or not isinstance(x, np.ndarray) or x.dtype not in _ROW_DTYPES or not x.ndim
+            or not x.flags.c_contiguous or p.attrs["axis"] % x.ndim != x.ndim - 1):
+        return None
+    return _native.call_step(p, nat.softmax_rows, (np.exp, np.add.reduce, None), [(2, 0, x.dtype, x.shape, None)],
+                             [(-1, None)])
+
+
+register(KernelDef("", "Softmax", _prepare, _run, _cost, rank_free=True, bind=_bind))

@@ -1,7 +1,8 @@
 """Kernels that bind a native call (``KernelDef.bind``: Conv, QLinearConv, MaxPool, AveragePool, GlobalAveragePool,
-Q/DQ, MatMulNBits, float MatMul / Gemm, npu::NormMatMul): the call step the program's C++ loop makes gives the kernel's
-own outputs bit for bit, declines other shapes, DMA counting and another kernel choice, and runs inside real
-sessions (counted), whose results match the CPU EP."""
+Q/DQ, MatMulNBits, float MatMul / Gemm (constant or runtime B), npu::NormMatMul, element-wise ufuncs, ReduceSum /
+ReduceMean, Softmax): the call step the program's C++ loop makes gives the kernel's own outputs bit for bit, declines
+other shapes, DMA counting and another kernel choice, and runs inside real sessions (counted), whose results match
+the CPU EP."""
 
 from __future__ import annotations
 
@@ -615,12 +616,13 @@ def test_relu_binds_its_clip_ufunc_and_equals_the_kernel(dtype):
 
 # --- integer ReduceSum -----------------------------------------------------------------------------------------
 
-def reduce_model(dtype, shape, axes, keepdims):
+def reduce_model(dtype, shape, axes, keepdims, op="ReduceSum"):
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=keepdims)
+    node = helper.make_node(op, ["x", "axes"], ["y"], name="sum", keepdims=keepdims)
     out = list(np.sum(np.zeros(shape), axis=tuple(axes), keepdims=bool(keepdims)).shape)
     return make_model([node], [helper.make_tensor_value_info("x", elem, list(shape))],
-                      [helper.make_tensor_value_info("y", elem, out)], {"axes": np.array(axes, np.int64)})
+                      [helper.make_tensor_value_info("y", elem, out)], {"axes": np.array(axes, np.int64)},
+                      opset=18)
 
 
 @pytest.mark.parametrize("dtype, shape, axes, keepdims", [
@@ -654,3 +656,78 @@ def test_reduce_sum_over_leading_axes_to_a_scalar_or_of_floats_does_not_bind():
     x = np.ones((3, 4), np.float32)
     assert kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None
 
+
+@pytest.mark.parametrize("dtype, shape, axes, keepdims", [
+    (np.float32, (1, 1, 256), [-1], 1),  # an exported RMS norm's mean of squares (decode)
+    (np.float32, (2, 33, 300), [2], 1),  # rows longer than numpy's pairwise block of 128
+    (np.float64, (3, 4, 5), [0, 2], 0),  # leading and trailing axes
+])
+def test_float_reduce_mean_binds_numpys_sums_scaled_in_place_with_the_kernels_bits(dtype, shape, axes, keepdims):
+    model = reduce_model(dtype, shape, axes, keepdims, op="ReduceMean")
+    kernel, p = prepared(model, "ReduceMean")
+    x = (RNG.standard_normal(shape) * 3).astype(dtype)
+    x.reshape(-1)[:3] = [np.inf, np.nan, -0.0]
+    outs, step, loop = one_step_loop(kernel, p, [x, None])
+    assert isinstance(step, bridge.CallStep)
+    assert_same(loop((x, None)), outs)
+    strided = np.asfortranarray(x)  # numpy's sums in another layout: the kernel's call, the kernel's bits
+    assert_same(loop((strided, None)), kernel.run(p, [strided, None]))
+    assert loop.native_counts == (2, 0)
+    y = x.copy()
+    y.reshape(-1)[:3] = 1.0
+    # another summation order than ORT's: within float32 rounding of the sum of magnitudes
+    np.testing.assert_allclose(kernel.run(p, [y, None])[0], cpu_run(model, {"x": y})[0], rtol=1e-6,
+                               atol=1e-6 * float(np.abs(y).mean()))
+
+
+def test_float_reduce_mean_to_a_scalar_or_of_float16_does_not_bind():
+    kernel, p = prepared(reduce_model(np.float32, (3, 4), [0, 1], 0, op="ReduceMean"), "ReduceMean")
+    x = np.ones((3, 4), np.float32)
+    assert kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None  # 0-d: numpy returns a scalar
+    kernel, p = prepared(reduce_model(np.float16, (3, 4), [1], 1, op="ReduceMean"), "ReduceMean")
+    x = np.ones((3, 4), np.float16)
+    assert kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None  # accumulated in float32
+
+
+# --- Softmax ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, shape, opset", [
+    (np.float32, (1, 8, 1, 513), 17),  # decode attention scores over a 513-slot cache
+    (np.float32, (2, 3, 37, 37), 17),
+    (np.float64, (4, 300), 11),  # legacy opset, axis 1 = the last
+    (np.float32, (5, 1), 17),  # rows of one: 1.0
+])
+def test_softmax_over_the_last_axis_binds_one_call_with_the_kernels_bits(dtype, shape, opset):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    attrs = {"axis": len(shape) - 1} if opset < 13 else {}
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm", **attrs)],
+                       [helper.make_tensor_value_info("x", elem, list(shape))],
+                       [helper.make_tensor_value_info("y", elem, list(shape))], opset=opset)
+    kernel, p = prepared(model, "Softmax")
+    x = (RNG.standard_normal(shape) * 8).astype(dtype)
+    edge = x.reshape(-1, shape[-1])
+    if edge.shape[0] > 2 and edge.shape[1] > 2:
+        edge[0, 1], edge[1, :] = np.nan, -np.inf  # a NaN row; an all -inf row (NaN, as the reference's)
+        edge[2, 0] = np.inf
+    with np.errstate(all="ignore"):  # as a program call runs its steps
+        outs, step, loop = one_step_loop(kernel, p, [x])
+        assert isinstance(step, bridge.CallStep)
+        assert_same(loop((x,)), outs)
+    assert loop.native_counts == (1, 0)
+    finite = (RNG.standard_normal(shape) * 8).astype(dtype)
+    np.testing.assert_allclose(kernel.run(p, [finite])[0], cpu_run(model, {"x": finite})[0], rtol=1e-5, atol=1e-7)
+
+
+def test_softmax_over_another_axis_or_of_float16_does_not_bind():
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)],
+                       [helper.make_tensor_value_info("x", F32, [3, 4, 5])],
+                       [helper.make_tensor_value_info("y", F32, [3, 4, 5])])
+    kernel, p = prepared(model, "Softmax")
+    x = np.ones((3, 4, 5), np.float32)
+    assert kernel.bind(p, [x], kernel.run(p, [x])) is None
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, 4])])
+    kernel, p = prepared(model, "Softmax")
+    h = np.ones((3, 4), np.float16)
+    assert kernel.bind(p, [h], kernel.run(p, [h])) is None

@@ -410,6 +410,7 @@ void RegisterKernels(py::module_& parent) {
   void BindSgemmColumns(py::module_&); BindSgemmColumns(m);  // sgemm_columns.cc: a float product's two halves
   void BindFloatMatmul(py::module_&); BindFloatMatmul(m);  // float_matmul.cc: a bound float MatMul / Gemm step
   void BindMovement(py::module_&); BindMovement(m);  // movement.cc: Expand, Concat
+  void BindSoftmax(py::module_&); BindSoftmax(m);  // softmax.cc: Softmax over the last axis
 }
 
 }  // namespace npu_ep::kern

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
@@ -53,9 +54,40 @@ py::object ReduceSumIntPy(const py::array& x) {
   throw std::invalid_argument("reduce_sum_int: x must be int32 or int64, got " + std::string(py::str(x.dtype())));
 }
 
+// A float ReduceMean as the reference computes it: numpy's add.reduce (passed in: its pairwise sums and their
+// bits), then every sum divided by the element count in place, one correctly rounded division in the array's
+// dtype each, as numpy's y / count.
+py::object ReduceMeanFloatPy(const py::object& add_reduce, const py::array& x, const py::object& axes, bool keepdims,
+                             int64_t count) {
+  const bool f32 = x.dtype().equal(py::dtype::of<float>()), f64 = x.dtype().equal(py::dtype::of<double>());
+  if (!f32 && !f64) throw std::invalid_argument("reduce_mean_float: x must be float32 or float64");
+  if (count <= 0 || (f32 && count > (int64_t{1} << 24)))
+    throw std::invalid_argument("reduce_mean_float: count " + std::to_string(count) + " out of range");
+  py::object r = add_reduce(x, py::arg("axis") = axes, py::arg("dtype") = x.dtype(), py::arg("keepdims") = keepdims);
+  if (!py::isinstance<py::array>(r)) return py::none();  // a numpy scalar (0-d result): the reference runs
+  auto y = py::reinterpret_borrow<py::array>(r);
+  if (!(y.flags() & (py::array::c_style | py::array::f_style)) || !y.writeable() || !y.dtype().equal(x.dtype()))
+    return py::none();  // sums not in one contiguous run: the reference runs
+  const int64_t n = y.size();
+  if (f32) {
+    float* v = static_cast<float*>(y.mutable_data());
+    const auto c = static_cast<float>(count);
+    for (int64_t i = 0; i < n; ++i) v[i] /= c;
+  } else {
+    double* v = static_cast<double*>(y.mutable_data());
+    const auto c = static_cast<double>(count);
+    for (int64_t i = 0; i < n; ++i) v[i] /= c;
+  }
+  return std::move(y);
+}
+
 }  // namespace
 
 void BindReduce(py::module_& m) {
+  m.def("reduce_mean_float", &ReduceMeanFloatPy, py::arg("add_reduce"), py::arg("x"), py::arg("axes"),
+        py::arg("keepdims"), py::arg("count"),
+        "float32/float64 ReduceMean: add_reduce(x, axis=axes, dtype=x.dtype, keepdims) (numpy's np.add.reduce), "
+        "each sum then divided by count in place; None for a 0-d result");
   m.def("reduce_sum_int", &ReduceSumIntPy, py::arg("x"),
         "Row sums of an int32/int64 [rows, cols] array, saturated to its type, equal to ORT's float64 "
         "accumulation; None when a row's sum of |x| reaches 2^53 (float64 could round there: the reference runs)");
