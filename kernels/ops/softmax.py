@@ -4,7 +4,7 @@ Opset >= 13 normalizes along one axis (default -1). Opset < 13 coerces the input
 [prod(shape[:axis]), prod(shape[axis:])] (default axis 1) and normalizes each row: the same kernel on a reshaped view.
 
 Native: over the last axis of a float32/float64 input, one call (``kernels.softmax_rows``) with the reference's bits:
-it runs the exact steps (row max, subtraction, division) itself and numpy's own exp and row sums.
+numpy's own row maxima, exp and row sums, the subtraction and division (exact per element) in C++.
 
 Cost per element: max, subtract, sum, divide (4 ops) + one exp (transcendental); DMA reads and writes the tensor once
 (rows fit SRAM; a row larger than SRAM would need two passes, not modelled).
@@ -67,8 +67,8 @@ def _bind(p: Prepared, inputs, outs):
     if (nat is None or not isinstance(x, np.ndarray) or x.dtype not in _ROW_DTYPES or not x.ndim
             or not x.flags.c_contiguous or p.attrs["axis"] % x.ndim != x.ndim - 1):
         return None
-    return _native.call_step(p, nat.softmax_rows, (np.exp, np.add.reduce, None), [(2, 0, x.dtype, x.shape, None)],
-                             [(-1, None)])
+    return _native.call_step(p, nat.softmax_rows, (np.maximum.reduce, np.exp, np.add.reduce, None),
+                             [(3, 0, x.dtype, x.shape, None)], [(-1, None)])
 
 
 register(KernelDef("", "Softmax", _prepare, _run, _cost, rank_free=True, bind=_bind))
