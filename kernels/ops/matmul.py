@@ -5,8 +5,10 @@ fp32 x fp32 with an fp32 accumulator, so fp32 models keep the CPU EP's numerics 
 float16 mode takes fp16 operands with an fp32 accumulator and rounds the result to fp16 once. Both run on BLAS
 (sgemm) over whole tiles at once: the accumulation order inside a float32 tile is not observable beyond ulps.
 The native kernels on an AVX-512 host run every float32 product with a constant B on a GEMM of their own
-instead, with B packed into panels once, on first use (``ep/native/kernels/packed_sgemm.h``): its summation order
-is not numpy's BLAS's, so there the product matches the reference within float tolerance.
+instead, with B packed into panels once, on first use (``ep/native/kernels/packed_sgemm.h``), and a product of two
+runtime operands of at least ``BATCHED_MIN_ROWS`` rows (attention's Q @ K^T and scores @ V in a prefill) on the
+same GEMM, B packed on each call: its summation order is not numpy's BLAS's, so there the product matches the
+reference within float tolerance.
 
 Compile time: a constant B is stored ready for the unit — Gemm's transB applied, alpha folded in (unless that would
 overflow a weight), fp16 widened to fp32 (exact); Gemm's ``beta * C`` becomes the epilogue bias (with ``beta = 0``
@@ -15,6 +17,7 @@ C is ignored, NaN/Inf included, as ORT does). Layouts: A ``[..., M, K]``, B ``[.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -134,6 +137,21 @@ def packed_panels(p: Prepared, a: np.ndarray, b: np.ndarray | None) -> np.ndarra
     return packed
 
 
+BATCHED_MIN_ROWS = 8  # below this, packing a runtime B costs more than numpy's product (a decode step's attention)
+
+
+def _batched_product(p: Prepared, a: np.ndarray, b: np.ndarray) -> Any:
+    """``float_matmul_batched`` (the packed GEMM, B packed on the call) with the session's threads for a product of
+    two runtime operands, where it makes it: native kernels on an AVX-512 host, float32, one rank >= 2 and the same
+    batch dims, at least ``BATCHED_MIN_ROWS`` rows, no DMA counting; else None (numpy's matmul)."""
+    nat = _native.native(p)
+    if (nat is None or p.attrs["b_const"] or a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2
+            or b.ndim != a.ndim or a.shape[:-2] != b.shape[:-2] or a.shape[-2] < BATCHED_MIN_ROWS
+            or DMA_COUNTS in p.memo or nat.isa() not in PACKED_ISAS):
+        return None
+    return functools.partial(nat.float_matmul_batched, threads=_native.threads(p))
+
+
 def run_float(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
     a = arg(p, inputs, 0) if "a" not in p.consts else p.consts["a"]
@@ -152,6 +170,8 @@ def run_float(p: Prepared, inputs) -> list[np.ndarray]:
         m, n, k, _ = matmul_dims(a.shape, b.shape)
         y = run_native_counted(p, _native.native(p).float_matmul_packed, (a, packed, n),
                                (None, False, None, _native.threads(p)), m, n, k)
+    elif (batched := _batched_product(p, a, b)) is not None:
+        y = batched(a, b)
     else:
         y = host_blas.matmul(a, b, _native.native(p), _native.threads(p))
     if y.ndim == 0 or not y.flags.writeable:
@@ -218,17 +238,18 @@ def _fused_tail(p: Prepared, n: int) -> tuple | None:
 
 
 def _bind_runtime_b(p: Prepared, nat, a: np.ndarray, b: Any, outs) -> Any:
-    """``a @ b`` of two runtime float32 operands in any layout (a transposed K is a view) as numpy's matmul, the
-    call ``run_float`` makes for them, with the fused tail."""
+    """``a @ b`` of two runtime float32 operands in any layout (a transposed K is a view) as the product
+    ``run_float`` makes for them (the packed GEMM, or numpy's matmul), with the fused tail."""
     if (not isinstance(b, np.ndarray) or b.dtype != np.float32 or not b.ndim or p.attrs.get("trans_b")
             or host_blas.splits(a, b) or outs[0].ndim == 0):
         return None
     tail = _fused_tail(p, b.shape[-1])
     if tail is None:
         return None
-    return _native.call_step(p, nat.float_matmul, (np.matmul, None, None, *tail),
+    product = _batched_product(p, a, b)
+    return _native.call_step(p, nat.float_matmul, (product or np.matmul, None, None, *tail),
                              [(1, 0, np.float32, a.shape, None, True), (2, 1, np.float32, b.shape, None, True)],
-                             [(-1, None)])
+                             [(-1, None)], [(p.memo, DMA_COUNTS, None)])
 
 
 def cost_float(p: Prepared, shapes) -> OpCost:

@@ -257,3 +257,52 @@ def test_sessions_run_a_float_group_as_one_native_step_and_match_the_cpu_ep():
     assert next(iter(program._bindings.values()))[i] is not None
     runs, declines = program.native_step_counts
     assert runs >= 2 and declines == 0
+
+
+# --- products of two runtime operands (float_matmul_batched) ---------------------------------------------------
+
+@pytest.mark.parametrize("batch, m, k, n", [((1, 8), 37, 32, 70), ((2,), 9, 300, 33), ((), 16, 5, 1), ((3,), 8, 0, 4)])
+def test_a_batched_product_is_within_the_bound_in_any_layout_and_thread_count(batch, m, k, n):
+    a = RNG.standard_normal((*batch, m, k)).astype(np.float32)
+    b = RNG.standard_normal((*batch, n, k)).astype(np.float32)
+    bt = np.swapaxes(b, -1, -2)  # a transposed view, as attention's K^T
+    y = kern().float_matmul_batched(a, bt, threads=2)
+    assert y.shape == (*batch, m, n) and y.flags.c_contiguous
+    exact = a.astype(np.float64) @ bt.astype(np.float64)
+    flat = lambda x, r, c: x.reshape(int(np.prod(batch)), r, c)  # noqa: E731
+    for ai, bi, yi, ei in zip(flat(a, m, k), flat(bt, k, n), flat(y, m, n), flat(exact, m, n)):
+        within_bound(yi, ai, bi, ei)
+    assert kern().float_matmul_batched(a, np.ascontiguousarray(bt), threads=1).tobytes() == y.tobytes()
+    a_view = np.swapaxes(np.ascontiguousarray(np.swapaxes(a, -1, -2)), -1, -2)  # rows not unit-stride: copied
+    assert kern().float_matmul_batched(a_view, bt).tobytes() == y.tobytes()
+
+
+def test_a_batched_product_names_operands_that_do_not_fit():
+    with pytest.raises(ValueError, match="must share K and batch"):
+        kern().float_matmul_batched(np.ones((2, 4, 3), np.float32), np.ones((2, 4, 3), np.float32))
+    with pytest.raises(ValueError, match="float32 arrays of one rank"):
+        kern().float_matmul_batched(np.ones((4, 3), np.float32), np.ones((2, 3, 4), np.float32))
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM is the native float MatMul on AVX-512 hosts only")
+def test_attention_products_of_a_prefill_run_batched_and_the_bound_step_gives_the_kernels_bits():
+    from onnx import TensorProto, helper
+    from tests.npu_testing import make_model
+
+    model = make_model([helper.make_node("MatMul", ["q", "kt"], ["y"], name="mm")],
+                       [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, None, 16]),
+                        helper.make_tensor_value_info("kt", TensorProto.FLOAT, [1, 4, 16, None])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, None, None])])
+    kernel, p = prepared(model, "MatMul")
+    q = RNG.standard_normal((1, 4, 33, 16)).astype(np.float32)
+    kt = np.swapaxes(RNG.standard_normal((1, 4, 40, 16)).astype(np.float32), -1, -2)
+    outs = kernel.run(p, [q, kt])
+    assert outs[0].tobytes() == kern().float_matmul_batched(q, kt, threads=_native.threads(p)).tobytes()
+    step = kernel.bind(p, [q, kt], outs)
+    from npu_ep.ep import _native as bridge
+    loop = bridge.StepLoop([(kernel.run, p, (0, 1), ((0, 2),), (), step)], 3, (2,), None)
+    assert loop((q, kt))[0].tobytes() == outs[0].tobytes() and loop.native_counts == (1, 0)
+    np.testing.assert_allclose(outs[0], cpu_run(model, {"q": q, "kt": np.ascontiguousarray(kt)})[0], rtol=1e-5,
+                               atol=1e-5)
+    one_row = q[:, :, :1]  # a decode step's single query row: numpy's matmul (packing B would cost more)
+    assert kernel.run(p, [one_row, kt])[0].tobytes() == np.matmul(one_row, kt).tobytes()

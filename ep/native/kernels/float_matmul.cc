@@ -181,6 +181,79 @@ py::tuple NormMatmulFloatPy(const F32& x, const std::optional<F32>& skip, const 
   return py::make_tuple(std::move(y));
 }
 
+// B [K, N] read with element strides (sk, sn) into pack_sgemm_b's panels: a runtime B in any layout (attention's
+// K^T is a transposed view).
+void PackStrided(const float* b, int64_t K, int64_t N, int64_t sk, int64_t sn, float* packed) {
+  for (int64_t n0 = 0; n0 < N; n0 += kSgemmPanel) {
+    const int64_t w = std::min(kSgemmPanel, N - n0);
+    for (int64_t k = 0; k < K; ++k, packed += kSgemmPanel) {
+      const float* src = b + k * sk + n0 * sn;
+      for (int64_t j = 0; j < w; ++j) packed[j] = src[j * sn];
+      std::fill(packed + w, packed + kSgemmPanel, 0.0f);
+    }
+  }
+}
+
+// a [..., M, K] @ b [..., K, N] of two runtime float32 operands with the same batch dims, on the packed GEMM: each
+// batch's B packed (any layout), A read in place where its rows are unit-stride (else a C-contiguous copy). The
+// packed GEMM's fixed order: the same bits at any thread count, not numpy's.
+py::array FloatMatmulBatchedPy(const py::array& a_in, const py::array& b_in, int threads) {
+  const char* op = "float_matmul_batched";
+  if (!py::isinstance<py::array_t<float>>(a_in) || !py::isinstance<py::array_t<float>>(b_in) || a_in.ndim() < 2 ||
+      b_in.ndim() != a_in.ndim())
+    throw std::invalid_argument(std::string(op) + ": a and b must be float32 arrays of one rank >= 2");
+  const py::ssize_t r = a_in.ndim();
+  const auto whole_floats = [r](const py::array& x) {
+    for (py::ssize_t d = 0; d < r; ++d)
+      if (x.strides(d) % static_cast<py::ssize_t>(sizeof(float)) != 0) return false;
+    return true;
+  };
+  py::array a = a_in, b = b_in;
+  if (a.strides(r - 1) != static_cast<py::ssize_t>(sizeof(float)) || !whole_floats(a))
+    a = py::array::ensure(a_in, py::array::c_style);
+  if (!whole_floats(b)) b = py::array::ensure(b_in, py::array::c_style);
+  const int64_t M = a.shape(r - 2), K = a.shape(r - 1), N = b.shape(r - 1);
+  std::vector<py::ssize_t> shape(a.shape(), a.shape() + r);
+  shape.back() = N;
+  bool same = b.shape(r - 2) == K;
+  int64_t batches = 1;
+  for (py::ssize_t d = 0; d + 2 < r; ++d) {
+    same = same && a.shape(d) == b.shape(d);
+    batches *= a.shape(d);
+  }
+  if (!same) throw std::invalid_argument(std::string(op) + ": a [..., M, K] and b [..., K, N] must share K and batch");
+  F32 y(shape);
+  const auto fs = static_cast<py::ssize_t>(sizeof(float));
+  const int64_t lda = a.strides(r - 2) / fs, sk = b.strides(r - 2) / fs, sn = b.strides(r - 1) / fs;
+  std::vector<int64_t> a_off(batches), b_off(batches);  // each batch's first element, in floats
+  for (int64_t i = 0; i < batches; ++i) {
+    int64_t rest = i, ao = 0, bo = 0;
+    for (py::ssize_t d = r - 3; d >= 0; --d) {
+      const int64_t idx = rest % a.shape(d);
+      rest /= a.shape(d);
+      ao += idx * a.strides(d) / fs;
+      bo += idx * b.strides(d) / fs;
+    }
+    a_off[i] = ao;
+    b_off[i] = bo;
+  }
+  const auto* ad = static_cast<const float*>(a.data());
+  const auto* bd = static_cast<const float*>(b.data());
+  float* yd = y.mutable_data();
+  if (M == 0 || N == 0) return std::move(y);
+  {
+    py::gil_scoped_release release;
+    static thread_local std::vector<float> panels;  // one batch's packed B (grown, every element written first)
+    float* packed = Grow(panels, (N + kSgemmPanel - 1) / kSgemmPanel * kSgemmPanel * K);
+    for (int64_t i = 0; i < batches; ++i) {
+      PackStrided(bd + b_off[i], K, N, sk, sn, packed);
+      const PackedSgemmArgs g{ad + a_off[i], M, K, lda, packed, N, yd + i * M * N, N, nullptr, false};
+      PackedSgemm(g, threads, nullptr, nullptr);
+    }
+  }
+  return std::move(y);
+}
+
 // The panels start on a 64-byte line (numpy aligns to 16 bytes), so no load of B splits a cache line: 5% of a
 // 128x1024x1024 product's time in a standalone harness.
 py::array PackSgemmBPy(const F32& b) {
@@ -216,6 +289,9 @@ void BindFloatMatmul(py::module_& m) {
         py::arg("sdot") = 0, py::arg("threads") = 1,
         "a float32 npu::NormMatMul: RMS-norm rows of x (+ skip (+ norm_bias)), gamma folded into B, times "
         "pack_sgemm_b's panels + bias, then SwiGLU of the two halves if swiglu; (y,) or (y, the Skip* sum)");
+  m.def("float_matmul_batched", &FloatMatmulBatchedPy, py::arg("a"), py::arg("b"), py::arg("threads") = 1,
+        "a [..., M, K] @ b [..., K, N] (float32, the same batch dims, any layout) on our own GEMM, each batch's B "
+        "packed on the call (a fixed summation order, not numpy's)");
   m.def("pack_sgemm_b", &PackSgemmBPy, py::arg("b"),
         "a constant B [K, N] as float_matmul_packed's column panels (a new [N / 32 rounded up, K, 32] float32 array)");
 }
