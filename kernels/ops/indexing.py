@@ -112,15 +112,18 @@ def _slice_run(p: Prepared, inputs) -> list[np.ndarray]:
         idx = indexes.get(x.shape)
         if idx is not None:
             return [x[idx]]
-    a = p.attrs
-    if a["legacy"]:
-        idx = onnx_slice(x.shape, a["starts"], a["ends"], a["axes"], None)
-    else:
-        idx = onnx_slice(x.shape, runtime_ints(p, inputs, "starts", 1), runtime_ints(p, inputs, "ends", 2),
-                         runtime_ints(p, inputs, "axes", 3), runtime_ints(p, inputs, "steps", 4))
+    idx = _slice_index(p, inputs, x.shape)
     if fixed:
         indexes[x.shape] = idx
     return [x[idx]]
+
+
+def _slice_index(p: Prepared, inputs, shape: tuple[int, ...]) -> tuple[slice, ...]:
+    a = p.attrs
+    if a["legacy"]:
+        return onnx_slice(shape, a["starts"], a["ends"], a["axes"], None)
+    return onnx_slice(shape, runtime_ints(p, inputs, "starts", 1), runtime_ints(p, inputs, "ends", 2),
+                      runtime_ints(p, inputs, "axes", 3), runtime_ints(p, inputs, "steps", 4))
 
 
 def _slice_bind(p: Prepared, inputs, outs):
@@ -130,13 +133,8 @@ def _slice_bind(p: Prepared, inputs, outs):
     fixed = _native.fixed_inputs(inputs, 1)
     if not isinstance(x, np.ndarray) or fixed is None:
         return None
-    a = p.attrs
-    if a["legacy"]:
-        idx = onnx_slice(x.shape, a["starts"], a["ends"], a["axes"], None)
-    else:
-        idx = onnx_slice(x.shape, runtime_ints(p, inputs, "starts", 1), runtime_ints(p, inputs, "ends", 2),
-                         runtime_ints(p, inputs, "axes", 3), runtime_ints(p, inputs, "steps", 4))
-    return _native.call_step(p, operator.getitem, (None, idx), [(0, 0, x.dtype, x.shape, None, True)],
+    return _native.call_step(p, operator.getitem, (None, _slice_index(p, inputs, x.shape)),
+                             [(0, 0, x.dtype, x.shape, None, True)],
                              [(-1, None)], fixed=fixed)
 
 
