@@ -3,8 +3,8 @@
 Opset >= 13 normalizes along one axis (default -1). Opset < 13 coerces the input to 2-D
 [prod(shape[:axis]), prod(shape[axis:])] (default axis 1) and normalizes each row: the same kernel on a reshaped view.
 
-Native: over the last axis of a float32/float64 input, one call (``kernels.softmax_rows``) with the reference's bits:
-numpy's own row maxima, exp and row sums, the subtraction and division (exact per element) in C++.
+Native: over the last axis of a float32 input, ``kernels.softmax_last_axis`` (one pass per row on the session's
+threads, an exp of its own: the reference's values within float tolerance), in the kernel and as its bound step.
 
 Cost per element: max, subtract, sum, divide (4 ops) + one exp (transcendental); DMA reads and writes the tensor once
 (rows fit SRAM; a row larger than SRAM would need two passes, not modelled).
@@ -41,6 +41,9 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
+    nat = _native_rows(p, x)
+    if nat is not None:
+        return [nat.softmax_last_axis(x, _native.threads(p))]
     axis = p.attrs["axis"] % max(x.ndim, 1)
     if p.attrs["legacy"] and axis != x.ndim - 1:  # rows over the trailing axes (the last axis alone: the same)
         y = softmax(widen(x).reshape(math.prod(x.shape[:axis]), -1), -1).reshape(x.shape)
@@ -56,19 +59,24 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, elems(shapes[0]), size, size, 4.0, 1.0)
 
 
-_ROW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+def _native_rows(p: Prepared, x: np.ndarray):
+    """The native kernel when it computes this softmax (native kernels, float32, C-contiguous, the last axis: any
+    opset, the legacy 2-D rows are the last axis then), else None."""
+    nat = _native.native(p)
+    if (nat is None or x.dtype != np.float32 or not x.ndim or not x.flags.c_contiguous
+            or p.attrs["axis"] % x.ndim != x.ndim - 1):
+        return None
+    return nat
 
 
 def _bind(p: Prepared, inputs, outs):
-    """Softmax over the last axis (any opset: the legacy 2-D rows are the last axis then) of a C-contiguous
-    float32/float64 input as one ``softmax_rows`` call, for this input shape."""
+    """The native softmax as one call for this input shape."""
     x = inputs[0] if inputs else None
-    nat = _native.native(p)
-    if (nat is None or not isinstance(x, np.ndarray) or x.dtype not in _ROW_DTYPES or not x.ndim
-            or not x.flags.c_contiguous or p.attrs["axis"] % x.ndim != x.ndim - 1):
+    nat = _native_rows(p, x) if isinstance(x, np.ndarray) else None
+    if nat is None:
         return None
-    return _native.call_step(p, nat.softmax_rows, (np.maximum.reduce, np.exp, np.add.reduce, None),
-                             [(3, 0, x.dtype, x.shape, None)], [(-1, None)])
+    return _native.call_step(p, nat.softmax_last_axis, (None, _native.threads(p)), [(0, 0, x.dtype, x.shape, None)],
+                             [(-1, None)])
 
 
 register(KernelDef("", "Softmax", _prepare, _run, _cost, rank_free=True, bind=_bind))

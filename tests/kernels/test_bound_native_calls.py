@@ -691,43 +691,58 @@ def test_float_reduce_mean_to_a_scalar_or_of_float16_does_not_bind():
 
 # --- Softmax ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype, shape, opset", [
-    (np.float32, (1, 8, 1, 513), 17),  # decode attention scores over a 513-slot cache
-    (np.float32, (2, 3, 37, 37), 17),
-    (np.float64, (4, 300), 11),  # legacy opset, axis 1 = the last
-    (np.float32, (5, 1), 17),  # rows of one: 1.0
-])
-def test_softmax_over_the_last_axis_binds_one_call_with_the_kernels_bits(dtype, shape, opset):
+def softmax_model(dtype, shape, opset=17, **attrs):
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    attrs = {"axis": len(shape) - 1} if opset < 13 else {}
-    model = make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm", **attrs)],
-                       [helper.make_tensor_value_info("x", elem, list(shape))],
-                       [helper.make_tensor_value_info("y", elem, list(shape))], opset=opset)
+    return make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm", **attrs)],
+                      [helper.make_tensor_value_info("x", elem, list(shape))],
+                      [helper.make_tensor_value_info("y", elem, list(shape))], opset=opset)
+
+
+@pytest.mark.parametrize("shape, opset", [
+    ((1, 8, 1, 513), 17),  # decode attention scores over a 513-slot cache
+    ((2, 3, 37, 37), 17),
+    ((4, 300), 11),  # legacy opset, axis 1 = the last
+    ((5, 1), 17),  # rows of one: 1.0
+])
+def test_native_softmax_is_the_reference_within_float_tolerance_and_binds_its_own_bits(shape, opset):
+    """The native softmax (its own exp, one pass per row) against the reference model (numpy) within a few ulp of
+    each value, NaN / inf / -inf rows as the reference's; the bound step gives the kernel's bits, and the bits do
+    not depend on the thread count."""
+    from npu_ep.kernels.ops.softmax import softmax
+
+    model = softmax_model(np.float32, shape, opset, **({"axis": len(shape) - 1} if opset < 13 else {}))
     kernel, p = prepared(model, "Softmax")
-    x = (RNG.standard_normal(shape) * 8).astype(dtype)
-    edge = x.reshape(-1, shape[-1])
-    if edge.shape[0] > 2 and edge.shape[1] > 2:
-        edge[0, 1], edge[1, :] = np.nan, -np.inf  # a NaN row; an all -inf row (NaN, as the reference's)
-        edge[2, 0] = np.inf
+    x = (RNG.standard_normal(shape) * 8).astype(np.float32)
+    rows = x.reshape(-1, shape[-1])
+    if rows.shape[0] > 4 and rows.shape[1] > 2:
+        rows[0, 1], rows[1, :], rows[2, 0], rows[3, 2:] = np.nan, -np.inf, np.inf, -np.inf  # the last: masked
+        rows[4, 0] = -200.0  # far below the rest: exp underflows to 0
     with np.errstate(all="ignore"):  # as a program call runs its steps
         outs, step, loop = one_step_loop(kernel, p, [x])
         assert isinstance(step, bridge.CallStep)
         assert_same(loop((x,)), outs)
+        want = softmax(x, -1)
     assert loop.native_counts == (1, 0)
-    finite = (RNG.standard_normal(shape) * 8).astype(dtype)
+    got = outs[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=4e-6, atol=1e-30)
+    assert _native.native_module().softmax_last_axis(x, 1).tobytes() == got.tobytes()
+    assert _native.native_module().softmax_last_axis(x, 2).tobytes() == got.tobytes()
+    finite = (RNG.standard_normal(shape) * 8).astype(np.float32)
     np.testing.assert_allclose(kernel.run(p, [finite])[0], cpu_run(model, {"x": finite})[0], rtol=1e-5, atol=1e-7)
 
 
-def test_softmax_over_another_axis_or_of_float16_does_not_bind():
-    model = make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)],
-                       [helper.make_tensor_value_info("x", F32, [3, 4, 5])],
-                       [helper.make_tensor_value_info("y", F32, [3, 4, 5])])
-    kernel, p = prepared(model, "Softmax")
-    x = np.ones((3, 4, 5), np.float32)
+def test_softmax_over_another_axis_or_of_another_dtype_stays_numpy():
+    kernel, p = prepared(softmax_model(np.float32, (3, 4, 5), axis=1), "Softmax")
+    x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
     assert kernel.bind(p, [x], kernel.run(p, [x])) is None
-    model = make_model([helper.make_node("Softmax", ["x"], ["y"], name="sm")],
-                       [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3, 4])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, 4])])
-    kernel, p = prepared(model, "Softmax")
-    h = np.ones((3, 4), np.float16)
-    assert kernel.bind(p, [h], kernel.run(p, [h])) is None
+    for dtype in (np.float16, np.float64):
+        kernel, p = prepared(softmax_model(dtype, (3, 4)), "Softmax")
+        v = np.ones((3, 4), dtype)
+        assert kernel.bind(p, [v], kernel.run(p, [v])) is None
+    from npu_ep.kernels.ops.softmax import softmax
+
+    kernel, p = prepared(softmax_model(np.float32, (6, 7)), "Softmax")
+    _native.configure([p], "reference", 2)  # the reference model: numpy's softmax
+    x = RNG.standard_normal((6, 7)).astype(np.float32)
+    assert kernel.run(p, [x])[0].tobytes() == softmax(x, -1).tobytes()
