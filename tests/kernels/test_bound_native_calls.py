@@ -746,3 +746,12 @@ def test_softmax_over_another_axis_or_of_another_dtype_stays_numpy():
     _native.configure([p], "reference", 2)  # the reference model: numpy's softmax
     x = RNG.standard_normal((6, 7)).astype(np.float32)
     assert kernel.run(p, [x])[0].tobytes() == softmax(x, -1).tobytes()
+
+
+def test_native_softmax_scalar_tail_has_the_vector_lanes_bits():
+    """A row's first eight values take the SSE2 lanes, the rest the scalar code (every lane on a host without
+    SSE2): equal inputs at both places give equal bits."""
+    v = (RNG.standard_normal(4) * 30).astype(np.float32)
+    row = np.concatenate([v, v, v, v[:2], [-500.0]]).astype(np.float32)[None]  # 15 values: 8 in lanes, 7 in the tail
+    y = _native.native_module().softmax_last_axis(row, 1)[0]
+    assert y[:4].tobytes() == y[8:12].tobytes() and y[:2].tobytes() == y[12:14].tobytes() and y[14] == 0.0

@@ -18,7 +18,11 @@
 
 #include "thread_pool.h"
 
-#pragma GCC optimize("O3", "fp-contract=off")  // O3: the element loops vectorize; no contraction: one set of bits
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#pragma GCC optimize("fp-contract=off")  // the scalar tail and the SSE2 lanes: the same operations, the same bits
 
 namespace py = pybind11;
 
@@ -26,33 +30,60 @@ namespace npu_ep::kern {
 namespace {
 
 constexpr float kExpLow = -87.33654f;  // below this exp(x) is under float32's smallest normal: 0 here
+constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                         4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 
-// exp(x) for x <= 0 (Cephes expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial in r, times 2^n); 0 below
-// kExpLow. Branch-free, so the row loop vectorizes.
+// exp(x) for x <= 0, never NaN (Cephes expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial in r, times 2^n);
+// 0 below kExpLow. The SSE2 lanes below do these very operations in this order: the same bits on every host.
 inline float ExpNonPositive(float x) {
   const float xc = x < kExpLow ? kExpLow : x;
-  float fn = xc * 1.44269504088896341f + 0.5f;
-  auto n = static_cast<int32_t>(fn);  // truncation; fn < 0 here, so floor is one less where it had a fraction
-  n -= static_cast<float>(n) > fn ? 1 : 0;
-  const float nf = static_cast<float>(n);
-  const float r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const float fn = xc * kLog2e + 0.5f;
+  float nf = static_cast<float>(static_cast<int32_t>(fn));  // truncation, then floor (fn < 0.5 here)
+  if (nf > fn) nf -= 1.0f;
+  const float r = (xc - nf * kLn2Hi) - nf * kLn2Lo;
+  float p = kP[0];
+  for (int i = 1; i < 6; ++i) p = p * r + kP[i];
   p = p * (r * r) + r + 1.0f;
-  const int32_t bits = (n + 127) << 23;  // 2^n: n >= -126 after the clamp
+  const int32_t bits = (static_cast<int32_t>(nf) + 127) << 23;  // 2^n: n >= -126 after the clamp
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return x < kExpLow ? 0.0f : p * scale;
 }
 
+#if defined(__SSE2__)
+inline __m128 Exp4(__m128 x) {
+  const __m128 low = _mm_set1_ps(kExpLow), one = _mm_set1_ps(1.0f);
+  const __m128 xc = _mm_max_ps(x, low);
+  const __m128 fn = _mm_add_ps(_mm_mul_ps(xc, _mm_set1_ps(kLog2e)), _mm_set1_ps(0.5f));
+  __m128 nf = _mm_cvtepi32_ps(_mm_cvttps_epi32(fn));
+  nf = _mm_sub_ps(nf, _mm_and_ps(_mm_cmpgt_ps(nf, fn), one));
+  const __m128 r = _mm_sub_ps(_mm_sub_ps(xc, _mm_mul_ps(nf, _mm_set1_ps(kLn2Hi))), _mm_mul_ps(nf, _mm_set1_ps(kLn2Lo)));
+  __m128 p = _mm_set1_ps(kP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(kP[i]));
+  p = _mm_add_ps(_mm_add_ps(_mm_mul_ps(p, _mm_mul_ps(r, r)), r), one);
+  const __m128 scale = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(_mm_cvttps_epi32(nf), _mm_set1_epi32(127)), 23));
+  return _mm_andnot_ps(_mm_cmplt_ps(x, low), _mm_mul_ps(p, scale));
+}
+#endif
+
 void SoftmaxRow(const float* x, int64_t n, float* y) {
   float m = x[0];
   bool nan = false;
-  for (int64_t j = 0; j < n; ++j) {
+  int64_t j = 0;
+#if defined(__SSE2__)
+  __m128 vm = _mm_set1_ps(x[0]), vnan = _mm_setzero_ps();
+  for (; j + 4 <= n; j += 4) {
+    const __m128 v = _mm_loadu_ps(x + j);
+    vnan = _mm_or_ps(vnan, _mm_cmpunord_ps(v, v));
+    vm = _mm_max_ps(vm, v);
+  }
+  alignas(16) float lanes4[4];
+  _mm_store_ps(lanes4, vm);
+  for (float v : lanes4) m = v > m ? v : m;
+  nan = _mm_movemask_ps(vnan) != 0;
+#endif
+  for (; j < n; ++j) {
     nan |= x[j] != x[j];
     m = x[j] > m ? x[j] : m;
   }
@@ -60,14 +91,33 @@ void SoftmaxRow(const float* x, int64_t n, float* y) {
     std::fill(y, y + n, std::numeric_limits<float>::quiet_NaN());
     return;
   }
-  for (int64_t j = 0; j < n; ++j) y[j] = ExpNonPositive(x[j] - m);
-  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight running sums, added pairwise at the end
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int l = 0; l < 8; ++l) lanes[l] += y[j + l];
-  for (; j < n; ++j) lanes[j % 8] += y[j];
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight running sums (element j in lane j % 8), added pairwise at the end
+  j = 0;
+#if defined(__SSE2__)
+  const __m128 vmax = _mm_set1_ps(m);
+  __m128 s0 = _mm_setzero_ps(), s1 = _mm_setzero_ps();
+  for (; j + 8 <= n; j += 8) {
+    const __m128 e0 = Exp4(_mm_sub_ps(_mm_loadu_ps(x + j), vmax));
+    const __m128 e1 = Exp4(_mm_sub_ps(_mm_loadu_ps(x + j + 4), vmax));
+    _mm_storeu_ps(y + j, e0);
+    _mm_storeu_ps(y + j + 4, e1);
+    s0 = _mm_add_ps(s0, e0);
+    s1 = _mm_add_ps(s1, e1);
+  }
+  _mm_storeu_ps(lanes, s0);
+  _mm_storeu_ps(lanes + 4, s1);
+#endif
+  for (; j < n; ++j) {
+    y[j] = ExpNonPositive(x[j] - m);
+    lanes[j % 8] += y[j];
+  }
   const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-  for (int64_t k = 0; k < n; ++k) y[k] /= sum;
+  j = 0;
+#if defined(__SSE2__)
+  const __m128 vsum = _mm_set1_ps(sum);
+  for (; j + 4 <= n; j += 4) _mm_storeu_ps(y + j, _mm_div_ps(_mm_loadu_ps(y + j), vsum));
+#endif
+  for (; j < n; ++j) y[j] /= sum;
 }
 
 py::array SoftmaxLastAxisPy(const py::array_t<float, py::array::c_style>& x, int threads) {
