@@ -6,7 +6,9 @@ Both EPs use the same loop and shapes (bucketed prefill, fixed KV capacity); eac
 repeats alternate between the two EPs (so a change in host load hits both), each after a pause that lets the other
 session's ORT worker threads stop spinning (they keep a core busy for ~50 ms after a run), and the median over
 repeats is taken.
-Targets (issue 12): TTFT and inter-token <= 1.5x the CPU EP. ``--profile`` adds where one decode step's host time
+Targets (issue 12): TTFT and inter-token <= 1.5x the CPU EP. A steady decode step (the same feeds run again and
+again, the EPs alternating in blocks) is printed too: on a shared host a token's time after a pause swings by a
+third, the step's own time much less. ``--profile`` adds where one decode step's host time
 goes: ``session.run`` on both EPs with the same feeds, NpuEP's program call, and its steps per op kind split into
 native kernel time and the rest (``step_profile``).
 """
@@ -92,9 +94,47 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{'met' if worst['ttft'] <= TARGET else 'NOT met'}), inter-token {worst['itl']:.2f}x (target <= "
                   f"{TARGET}x: {'met' if worst['itl'] <= TARGET else 'NOT met'}); load average "
                   f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    console.print(_steady_decode(gens, PROMPTS[0]))
     if args.profile:
         console.print(_decode_profile(gens, PROMPTS[0]))
     return 0
+
+
+STEADY_BLOCKS, STEADY_RUNS = 5, 100
+
+
+def _steady_decode(gens: dict, prompt: Sequence[int]) -> str:
+    """One decode step of ``prompt`` run again and again with the same feeds, the EPs alternating in blocks: the
+    step's own time, without the swings a token's time takes after the pause before each generation on a shared
+    host (the inter-token column above)."""
+    import numpy as np
+
+    feeds = {}
+    for name, gen in gens.items():
+        captured: list[dict] = []
+        real = gen._runner.run
+        gen._runner.run = lambda f, real=real, captured=captured: (captured.append(dict(f)), real(f))[1]
+        try:
+            gen.generate(prompt, 2, keep_logits=False)  # prefill, then one decode step: the last call
+        finally:
+            gen._runner.run = real
+        feeds[name] = captured[-1]
+    samples: dict[str, list[int]] = {name: [] for name in gens}
+    for _ in range(STEADY_BLOCKS):
+        for name, gen in gens.items():
+            time.sleep(SETTLE_S)
+            for _ in range(20):
+                gen.session.run(None, feeds[name])
+            for _ in range(STEADY_RUNS):
+                t0 = time.perf_counter_ns()
+                gen.session.run(None, feeds[name])
+                samples[name].append(time.perf_counter_ns() - t0)
+    med = {name: statistics.median(v) / 1e3 for name, v in samples.items()}
+    fast = {name: float(np.mean(sorted(v)[: len(v) // 4])) / 1e3 for name, v in samples.items()}
+    return (f"steady decode step (prompt {len(prompt)}, the same feeds, {STEADY_BLOCKS} alternating blocks of "
+            f"{STEADY_RUNS}): NpuEP {med['NpuEP']:.0f} us, CPU EP {med['CPU EP']:.0f} us (medians), ratio "
+            f"{med['NpuEP'] / med['CPU EP']:.2f}x; fastest quarters {fast['NpuEP']:.0f} / {fast['CPU EP']:.0f} us, "
+            f"{fast['NpuEP'] / fast['CPU EP']:.2f}x")
 
 
 def _decode_profile(gens: dict, prompt: Sequence[int]) -> Table:
