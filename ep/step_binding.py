@@ -28,7 +28,6 @@ import numpy as np
 from ..kernels.ops._native import FIXED_INPUT_BYTES, fixed_inputs
 from ..kernels.registry import KernelDef, Prepared
 
-MEMO_INPUT_BYTES = FIXED_INPUT_BYTES  # inputs compared by value: shapes, indices, conditions
 MEMO_OUTPUT_BYTES = 4096  # kept outputs per step
 SHAPE_ONLY = frozenset({"Shape", "Size"})  # outputs depend on the input's dtype and shape alone
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
@@ -91,7 +90,7 @@ def _memo(op: str, args: Sequence[Any], outs: Sequence[np.ndarray], native: Any)
             return None
         elif op in SHAPE_ONLY:
             expected.append(("shape", a.dtype, a.shape))
-        elif a.nbytes <= MEMO_INPUT_BYTES:
+        elif a.nbytes <= FIXED_INPUT_BYTES:  # compared by value: shapes, indices, conditions
             expected.append(("value", np.array(a, order="C")))  # ascontiguousarray would make a 0-d value 1-d
         else:
             return None

@@ -131,6 +131,11 @@ def packed_panels(p: Prepared, a: np.ndarray, b: np.ndarray | None) -> np.ndarra
     if (nat is None or b is None or b.ndim != 2 or b.dtype != np.float32 or a.dtype != np.float32 or a.ndim < 1
             or nat.isa() not in PACKED_ISAS):
         return None
+    return pack_once(p, nat, b)
+
+
+def pack_once(p: Prepared, nat, b: np.ndarray) -> np.ndarray:
+    """``b`` in the native GEMM's panels, packed on the first call for ``p`` and kept in its memo."""
     packed = p.memo.get(PACKED_B)
     if packed is None:
         packed = p.memo[PACKED_B] = nat.pack_sgemm_b(b)

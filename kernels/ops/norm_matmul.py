@@ -37,7 +37,7 @@ from . import _native
 from ._mm import DMA_COUNTS, run_native_counted
 from ._vector import elems, stream_cost
 from ._native import copy_runtime
-from .matmul import PACKED_B, PACKED_ISAS
+from .matmul import PACKED_ISAS, pack_once
 from .matmul_nbits import packed_weights
 from .norm import inv_rms, skip_rms
 
@@ -161,9 +161,7 @@ def _float_call(p: Prepared, inner: Prepared, nat) -> tuple | None:
     bias = c["ep_bias"] if "bias" in ep else None
     if bias is not None and bias.size != n:
         return None
-    packed = inner.memo.get(PACKED_B)
-    if packed is None:
-        packed = inner.memo[PACKED_B] = nat.pack_sgemm_b(w)
+    packed = pack_once(inner, nat, w)
     if not _sdot:
         _sdot.append(host_blas.sdot_address() or 0)
     at = p.attrs
