@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ..node import NodeInfo
 from ..target import Target
-from . import conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, siblings
+from . import attention, conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, siblings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +37,9 @@ PASSES: tuple[FusionPass, ...] = (
                conv_bn.fuse_conv_bn),
     FusionPass("conv_tail", "float Conv -> scalar Mul | Add | Sub | Div | Clip | Relu links and x * f(x) diamonds "
                "(PP-LCNetV3 affine + hard-swish tails)", ("", "Conv"), conv_tail.fuse_conv_tails),
+    FusionPass("attention", "float MatMul(Q, K^T) -> [Mul | Div by a scalar constant] -> [Add(mask)] -> Softmax "
+               "(last axis) -> MatMul(., V), as exporters write attention out", (attention.FUSED_DOMAIN,
+               attention.FUSED_OP), attention.fuse_attention),
     FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "
                "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse),
     FusionPass("siblings", "matmuls with constant weights reading the same A, and a SwiGLU tail on {gate, up}",

@@ -411,6 +411,7 @@ void RegisterKernels(py::module_& parent) {
   void BindFloatMatmul(py::module_&); BindFloatMatmul(m);  // float_matmul.cc: a bound float MatMul / Gemm step
   void BindMovement(py::module_&); BindMovement(m);  // movement.cc: Expand, Concat
   void BindSoftmax(py::module_&); BindSoftmax(m);  // softmax.cc: Softmax over the last axis
+  void BindAttentionChain(py::module_&); BindAttentionChain(m);  // attention_chain.cc: npu::AttentionChain
 }
 
 }  // namespace npu_ep::kern

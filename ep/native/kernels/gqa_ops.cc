@@ -313,10 +313,9 @@ __attribute__((target(NPU_GQA_AVX512))) float ExpSum512(float* x, int64_t n, flo
   return _mm512_reduce_add_ps(sum);
 }
 
-template <int R>
+template <int R, int kVec>  // kVec x 16 channels x R rows of accumulators
 __attribute__((target(NPU_GQA_AVX512))) void Pv512R(const float* p, int64_t ld, const float* v, int64_t nk,
                                                     int64_t h, const float* div, float* const* out) {
-  constexpr int kVec = 4;  // 64 channels x R rows of accumulators
   for (int64_t c = 0; c < h; c += 16 * kVec) {
     __mmask16 lanes[kVec];
     UNROLL for (int u = 0; u < kVec; ++u) lanes[u] = Lanes512(h - c - 16 * u);
@@ -337,14 +336,22 @@ __attribute__((target(NPU_GQA_AVX512))) void Pv512R(const float* p, int64_t ld, 
   }
 }
 
+template <int kVec>
+void Pv512V(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, const float* div,
+            float* const* out) {
+  switch (rows) {
+    case 1: return Pv512R<1, kVec>(p, ld, v, nk, h, div, out);
+    case 2: return Pv512R<2, kVec>(p, ld, v, nk, h, div, out);
+    case 3: return Pv512R<3, kVec>(p, ld, v, nk, h, div, out);
+    default: return Pv512R<4, kVec>(p, ld, v, nk, h, div, out);
+  }
+}
+
+// Heads of up to 32 channels take two vectors per row (four would multiply-add masked-off lanes half the time).
+// Each channel's sum is the same sequence of FMAs either way.
 void Pv512(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, const float* div,
            float* const* out) {
-  switch (rows) {
-    case 1: return Pv512R<1>(p, ld, v, nk, h, div, out);
-    case 2: return Pv512R<2>(p, ld, v, nk, h, div, out);
-    case 3: return Pv512R<3>(p, ld, v, nk, h, div, out);
-    default: return Pv512R<4>(p, ld, v, nk, h, div, out);
-  }
+  return h <= 32 ? Pv512V<2>(p, rows, ld, v, nk, h, div, out) : Pv512V<4>(p, rows, ld, v, nk, h, div, out);
 }
 #endif  // NPU_EP_X86
 

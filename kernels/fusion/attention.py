@@ -1,0 +1,154 @@
+"""Materialized attention inside a partition: ``MatMul(Q, K^T) -> [Mul | Div by a scalar constant] -> [Add(mask)]
+-> Softmax(last axis) -> MatMul(., V)`` becomes one synthetic ``npu::AttentionChain``.
+
+Why: exporters write a decoder's or encoder's attention out op by op (torch's eager attention and its SDPA
+decomposition). Run as written, each layer's [S, T] scores per head go to memory and back four times; on the NPU
+(and in the native kernel) the scores of a few query rows stay in SRAM between the two products, as in a fused
+attention. ``npu-rewrite`` turns a decoder's attention into GroupQueryAttention; this covers the graphs that are
+run as exported, and the encoders that rule does not match.
+
+Rules (all must hold): float32 throughout; Q and K^T are runtime values (K^T is usually a Transpose of K, which
+stays a step of its own: a view); the scale is a scalar constant (rank <= 1, one element) multiplying the scores
+or dividing them; the mask, if any, is the Add's other operand, of rank <= 4; the Softmax normalizes the last
+axis (its input's rank is known, or axis is -1) at opset >= 13; its output, or the exporters' NaN guard on it
+(``Where(IsNaN(p), 0, p)``: rows a Softmax makes NaN become zeros), is the second MatMul's input A; every
+intermediate has exactly one consumer (the guard's two) and is not a graph output; Q, K^T and V have rank 2..4;
+the target lists ``npu::AttentionChain``. Where(mask, scores, -inf) masks are not taken.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..node import NodeInfo, ValueInfo
+from ..support import why_not
+from ..target import Target
+from ._graph import consumers_of
+
+FUSED_DOMAIN, FUSED_OP = "npu", "AttentionChain"
+SCALE_KINDS = {"Mul": 1, "Div": 2}  # kernels.attention_chain's scale_kind (0: no scale)
+
+
+def _f32(v: ValueInfo | None) -> bool:
+    return v is not None and v.dtype is not None and v.dtype == np.float32
+
+
+def _rank_ok(v: ValueInfo) -> bool:
+    return v.shape is not None and 2 <= len(v.shape) <= 4
+
+
+def _only_reader(v: ValueInfo, users: dict[str, list[int]]) -> int | None:
+    """The index of the one node reading ``v``, if exactly one does and ``v`` is not a graph output."""
+    readers = users.get(v.name, [])
+    return readers[0] if len(readers) == 1 and not v.is_graph_output else None
+
+
+def _scale(nd: NodeInfo, x: str) -> float | None:
+    """The scalar constant a Mul/Div applies to value ``x`` (Div only as x / c), else None."""
+    if nd.key not in (("", "Mul"), ("", "Div")) or len(nd.inputs) != 2:
+        return None
+    a, b = nd.inputs
+    if nd.op_type == "Mul" and b.name == x:
+        a, b = b, a
+    if a.name != x or b.value is None or b.value.size != 1 or b.value.ndim > 1 or not _f32(b):
+        return None
+    return float(np.asarray(b.value, np.float32).reshape(()))
+
+
+def _softmax_last(nd: NodeInfo) -> bool:
+    if nd.key != ("", "Softmax") or nd.since_version < 13:
+        return False
+    axis = int(nd.attr("axis", -1))
+    x = nd.input(0)
+    return axis == -1 or (x.shape is not None and axis == len(x.shape) - 1)
+
+
+def _nan_guard(nodes: list[NodeInfo], users: dict[str, list[int]], probs: ValueInfo) -> list[int] | None:
+    """Indices of (IsNaN, Where) computing ``Where(IsNaN(p), 0, p)`` from the Softmax output ``p`` and read by
+    nothing else, or None."""
+    readers = users.get(probs.name, [])
+    if len(readers) != 2 or probs.is_graph_output:
+        return None
+    isnan = next((i for i in readers if nodes[i].key == ("", "IsNaN")), None)
+    where = next((i for i in readers if nodes[i].key == ("", "Where")), None)
+    if isnan is None or where is None or _only_reader(nodes[isnan].outputs[0], users) != where:
+        return None
+    cond, zero, x = nodes[where].inputs
+    if cond.name != nodes[isnan].outputs[0].name or x.name != probs.name or not _f32(zero):
+        return None
+    if zero.value is None or zero.value.size != 1 or zero.value.ndim > 1 or float(zero.value.reshape(())) != 0.0:
+        return None
+    return [isnan, where]
+
+
+def _match(nodes: list[NodeInfo], users: dict[str, list[int]], i: int) -> tuple[list[int], NodeInfo] | None:
+    """The chain starting at MatMul ``nodes[i]``: (indices of its nodes, the fused node), or None."""
+    qk = nodes[i]
+    if qk.key != ("", "MatMul") or len(qk.inputs) != 2:
+        return None
+    q, kt = qk.inputs
+    if any(not _f32(v) or v.is_constant or not _rank_ok(v) for v in (q, kt)):
+        return None
+    chain, cur = [i], qk
+    scale_kind, scale, mask = 0, 1.0, None
+    nxt = _only_reader(cur.outputs[0], users)
+    if nxt is not None and (c := _scale(nodes[nxt], cur.outputs[0].name)) is not None:
+        scale_kind, scale = SCALE_KINDS[nodes[nxt].op_type], c
+        chain.append(nxt)
+        cur = nodes[nxt]
+        nxt = _only_reader(cur.outputs[0], users)
+    if nxt is not None and nodes[nxt].key == ("", "Add") and len(nodes[nxt].inputs) == 2:
+        a, b = nodes[nxt].inputs
+        other = b if a.name == cur.outputs[0].name else a
+        if other.name == cur.outputs[0].name or not _f32(other) or other.shape is None or len(other.shape) > 4:
+            return None
+        mask = other
+        chain.append(nxt)
+        cur = nodes[nxt]
+        nxt = _only_reader(cur.outputs[0], users)
+    if nxt is None or not _softmax_last(nodes[nxt]):
+        return None
+    chain.append(nxt)
+    probs = nodes[nxt].outputs[0]
+    guard = _nan_guard(nodes, users, probs)
+    if guard is not None:
+        chain.extend(guard)
+        probs = nodes[guard[-1]].outputs[0]
+    pv_i = _only_reader(probs, users)
+    if pv_i is None:
+        return None
+    pv = nodes[pv_i]
+    if pv.key != ("", "MatMul") or pv.inputs[0].name != probs.name:
+        return None
+    v = pv.inputs[1]
+    if not _f32(v) or not _rank_ok(v) or not _f32(pv.outputs[0]):
+        return None
+    chain.append(pv_i)
+    members = [nodes[j] for j in chain]
+    fused = NodeInfo(
+        index=pv.index, name="+".join(n.name for n in members), op_type=FUSED_OP, domain=FUSED_DOMAIN,
+        inputs=(q, kt, v, *((mask,) if mask is not None else ())), outputs=pv.outputs,
+        attrs={"scale_kind": scale_kind, "scale": scale, "zero_nan_rows": guard is not None,
+               "fused_nodes": [n.name for n in members]},
+        since_version=1)
+    return chain, fused
+
+
+def fuse_attention(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+    """Return the node list with each materialized attention chain replaced by ``npu::AttentionChain``, placed
+    where its last MatMul was (every input of the chain exists by then)."""
+    if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
+        return nodes
+    users = consumers_of(nodes)
+    replace: dict[int, NodeInfo] = {}
+    absorbed: set[int] = set()
+    for i in range(len(nodes)):
+        if i in absorbed:
+            continue
+        found = _match(nodes, users, i)
+        if found is None or why_not(found[1], target) is not None:
+            continue
+        chain, fused = found
+        replace[chain[-1]] = fused
+        absorbed.update(chain[:-1])
+    return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]

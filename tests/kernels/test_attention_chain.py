@@ -1,0 +1,278 @@
+"""Materialized attention as exported (MatMul(Q, K^T) -> scale -> mask Add -> Softmax -> MatMul(., V)) fused into
+npu::AttentionChain: the pass takes the chain and leaves near misses alone; the native kernel equals the reference
+model (the unfused chain's own numpy calls) within float tolerance over sizes, layouts, broadcasts and NaN/inf
+rows, with the same bits at any thread count; sessions match ORT's CPU EP on the unfused graph with NpuEP running
+every node, the reference kernels bit for bit with the unfused reference; and an exported decoder runs its
+attention through the fused step in prefill and decode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.sessions import session_of, tag_session_options
+from npu_ep.kernels.fusion.attention import fuse_attention
+from npu_ep.kernels.ops import _native
+from npu_ep.kernels.ops.attention_chain import reference
+from npu_ep.kernels.target import Target
+from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session, session_options
+
+RNG = np.random.default_rng(17)
+REF = Target.load("npu-ref")
+NAT = _native.native_module()
+needs_native = pytest.mark.skipif(NAT is None, reason="native extension not built")
+LOWEST = float(np.finfo(np.float32).min)
+
+
+def _chain_model(*, scale_op="Mul", mask=True, mask_first=False, axis=-1, opset=17, extra_reader=False,
+                 scale_value=None, where_mask=False, pv_b=False, nan_guard=None, s=5, t=7, h=8, hv=6, heads=2):
+    """q [1, N, S, H], k [1, N, T, H] (transposed in the graph), v [1, N, T, Hv], mask [1, 1, S, T]."""
+    ins = [helper.make_tensor_value_info("q", F32, [1, heads, s, h]),
+           helper.make_tensor_value_info("k", F32, [1, heads, t, h]),
+           helper.make_tensor_value_info("v", F32, [1, heads, t, hv])]
+    inits = {}
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], "kt", perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"], "qk")]
+    cur = "scores"
+    outs = [helper.make_tensor_value_info("y", F32, [1, heads, s, hv])]
+    if scale_op:
+        inits["c"] = np.asarray(0.35 if scale_value is None else scale_value, np.float32)
+        nodes.append(helper.make_node(scale_op, [cur, "c"], ["scaled"], "scale"))
+        cur = "scaled"
+    if extra_reader:
+        nodes.append(helper.make_node("Neg", [cur], ["neg"], "neg"))
+        outs.append(helper.make_tensor_value_info("neg", F32, [1, heads, s, t]))
+    if mask:
+        ins.append(helper.make_tensor_value_info("mask", F32 if not where_mask else TensorProto.BOOL,
+                                                 [1, 1, s, t]))
+        if where_mask:
+            inits["ninf"] = np.asarray(-np.inf, np.float32)
+            nodes.append(helper.make_node("Where", ["mask", cur, "ninf"], ["masked"], "mask"))
+        else:
+            nodes.append(helper.make_node("Add", ["mask", cur] if mask_first else [cur, "mask"], ["masked"], "mask"))
+        cur = "masked"
+    nodes.append(helper.make_node("Softmax", [cur], ["probs"], "softmax", axis=axis))
+    if nan_guard is not None:  # Where(IsNaN(p), fill, p), as exporters write around a masked softmax
+        inits["fill"] = np.asarray([nan_guard], np.float32)
+        nodes += [helper.make_node("IsNaN", ["probs"], ["isnan"], "isnan"),
+                  helper.make_node("Where", ["isnan", "fill", "probs"], ["guarded"], "guard")]
+        probs = "guarded"
+    else:
+        probs = "probs"
+    if pv_b:
+        nodes.append(helper.make_node("MatMul", ["v", probs], ["y"], "pv"))
+    else:
+        nodes.append(helper.make_node("MatMul", [probs, "v"], ["y"], "pv"))
+    return make_model(nodes, ins, outs, inits, opset=opset)
+
+
+def _feeds(model, masked_rows=()):
+    feeds = {}
+    for i in model.graph.input:
+        dims = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        if i.name == "mask" and i.type.tensor_type.elem_type == TensorProto.BOOL:
+            feeds[i.name] = RNG.random(dims) > 0.3
+        elif i.name == "mask":
+            feeds[i.name] = np.where(RNG.random(dims) < 0.3, np.float32(LOWEST), np.float32(0)).astype(np.float32)
+        else:
+            feeds[i.name] = RNG.standard_normal(dims).astype(np.float32)
+    return feeds
+
+
+def _session(model, **options):
+    """An NpuEP-only session whose programs ``session_of`` finds."""
+    so = session_options()
+    tag_session_options(so)
+    return npu_session(model, options, cpu=False, so=so)
+
+
+def _ops(model):
+    return [nd.op_type for nd in fuse_attention(nodes_from_model(model), REF)]
+
+
+# --- the pass --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [{}, {"scale_op": "Div"}, {"scale_op": None}, {"mask": False}, {"mask_first": True},
+                                {"axis": 3}, {"scale_op": None, "mask": False}, {"nan_guard": 0.0}])
+def test_the_chain_becomes_one_fused_node(kw):
+    ops = _ops(_chain_model(**kw))
+    assert ops == ["Transpose", "AttentionChain"]  # K^T stays a step of its own (a view)
+
+
+@pytest.mark.parametrize("kw, why", [
+    ({"extra_reader": True}, "the scaled scores have a second reader"),
+    ({"axis": 2}, "the softmax is not over the last axis"),
+    ({"opset": 11}, "opset < 13 softmax flattens the trailing axes"),
+    ({"scale_value": [0.5] * 7}, "the scale is a vector, not a scalar"),
+    ({"where_mask": True}, "Where(mask, scores, -inf) masking is not taken"),
+    ({"pv_b": True}, "the probabilities are the second product's B, not its A"),
+    ({"nan_guard": 0.5}, "the guard fills NaN with 0.5, not 0"),
+])
+def test_near_misses_stay_unfused(kw, why):
+    assert "AttentionChain" not in _ops(_chain_model(**kw)), why
+
+
+def test_a_runtime_scale_is_not_folded():
+    model = _chain_model()
+    graph = model.graph
+    (init,) = [i for i in graph.initializer if i.name == "c"]
+    graph.initializer.remove(init)
+    graph.input.append(helper.make_tensor_value_info("c", F32, []))
+    assert "AttentionChain" not in _ops(model)
+
+
+# --- the native kernel against the reference model --------------------------------------------------------------
+
+def _operands(b, n, s, t, h, hv, mask_shape, kt_layout="view"):
+    q = (RNG.standard_normal((b, n, s, h)) / np.sqrt(h)).astype(np.float32)  # scores of attention's size
+    k = RNG.standard_normal((b, n, t, h)).astype(np.float32)
+    if kt_layout == "view":  # the exported graph's Transpose: K rows read across
+        kt = k.transpose(0, 1, 3, 2)
+    elif kt_layout == "contiguous":
+        kt = np.ascontiguousarray(k.transpose(0, 1, 3, 2))
+    else:  # every other key of a wider K: no unit stride on either axis
+        wide = RNG.standard_normal((b, n, 2 * t, h)).astype(np.float32)
+        kt = wide[:, :, ::2].transpose(0, 1, 3, 2)
+    v = RNG.standard_normal((b, n, t, hv)).astype(np.float32)
+    mask = None
+    if mask_shape is not None:
+        mask = np.where(RNG.random(mask_shape) < 0.3, np.float32(LOWEST), np.float32(0)).astype(np.float32)
+    return q, kt, v, mask
+
+
+SHAPES = [  # (B, N, S, T, H, Hv, mask shape, K^T layout)
+    (1, 8, 40, 40, 32, 32, (1, 1, 40, 40), "view"),  # a prefill: K transposed once per head
+    (1, 8, 1, 41, 32, 32, (1, 1, 1, 41), "view"),  # a decode step: dot products over K's rows
+    (2, 3, 17, 33, 7, 5, (2, 1, 17, 33), "contiguous"),  # odd sizes, vector tails everywhere
+    (2, 3, 5, 33, 7, 5, None, "strided"),  # no mask, K^T gathered
+    (1, 2, 70, 9, 64, 48, (1, 9), "contiguous"),  # a rank-2 mask, Hv != H, more than 64 rows
+    (1, 2, 3, 1, 4, 4, (1, 1, 3, 1), "view"),  # one key
+    (1, 1, 20, 100, 130, 3, (20, 1), "strided"),  # H wider than two vectors, the mask broadcast along keys
+]
+
+
+@needs_native
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("scale_kind", [0, 1, 2])
+def test_native_equals_the_reference_within_float_tolerance(isa, shape, scale_kind):
+    q, kt, v, mask = _operands(*shape)
+    want = reference(q, kt, v, mask, scale_kind, 0.3)
+    got = NAT.attention_chain(q, kt, v, mask, scale_kind, 0.3, 1)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6 * float(np.abs(want).max()))
+    assert np.array_equal(NAT.attention_chain(q, kt, v, mask, scale_kind, 0.3, 2), got)  # any thread count
+
+
+@needs_native
+def test_native_broadcasts_leading_dims_as_numpys_matmul():
+    q = RNG.standard_normal((2, 4, 6, 8)).astype(np.float32)
+    kt = RNG.standard_normal((1, 4, 8, 10)).astype(np.float32)  # one batch for both
+    v = RNG.standard_normal((2, 1, 10, 8)).astype(np.float32)  # one head for all
+    mask = RNG.standard_normal((6, 10)).astype(np.float32)
+    want = reference(q, kt, v, mask, 1, 0.5)
+    np.testing.assert_allclose(NAT.attention_chain(q, kt, v, mask, 1, 0.5, 2), want, rtol=2e-5, atol=1e-6)
+    q3, kt3, v3 = q[0], kt[0], v[0]  # rank 3
+    np.testing.assert_allclose(NAT.attention_chain(q3, kt3, v3, None, 0, 1.0, 1), reference(q3, kt3, v3, None, 0, 1.0),
+                               rtol=2e-5, atol=1e-6)
+
+
+@needs_native
+def test_native_rows_with_nan_or_infinite_maxima_are_nan_as_the_chains_softmax(isa):
+    q, kt, v, mask = _operands(1, 2, 20, 12, 8, 8, (1, 1, 20, 12))
+    mask[0, 0, 3] = -np.inf  # every key masked: the chain's Softmax gives NaN
+    mask[0, 0, 5, 4] = np.inf  # an infinite maximum
+    mask[0, 0, 7] = LOWEST  # every key at float32's lowest: a uniform row, not NaN
+    q[0, 1, 9, 2] = np.nan
+    with np.errstate(invalid="ignore"):
+        want = reference(q, kt, v, mask, 1, 0.25)
+    got = NAT.attention_chain(q, kt, v, mask, 1, 0.25, 1)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[:, :, [3, 5]]).all() and np.isnan(got[0, 1, 9]).all() and not np.isnan(got[:, :, 7]).any()
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=2e-5, atol=2e-6)
+
+
+@needs_native
+def test_native_zeroes_nan_rows_as_the_exporters_guard(isa):
+    q, kt, v, mask = _operands(1, 2, 20, 12, 8, 8, (1, 1, 20, 12))
+    mask[0, 0, 3] = -np.inf
+    v[0, 1, 4, 0] = np.inf  # a guarded row's 0 * inf is NaN in the chain's product too
+    mask[0, 0, 6] = -np.inf
+    with np.errstate(invalid="ignore"):
+        want = reference(q, kt, v, mask, 1, 0.25, zero_nan_rows=True)
+    got = NAT.attention_chain(q, kt, v, mask, 1, 0.25, 1, True)
+    assert not np.isnan(got[0, 0, 3]).any() and (got[0, 0, 3] == 0).all()
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=2e-5, atol=2e-6)
+
+
+@needs_native
+def test_native_names_operands_that_do_not_chain():
+    q, kt, v, _ = _operands(1, 2, 4, 6, 8, 8, None)
+    with pytest.raises(ValueError, match=r"shapes do not chain: q \[1, 2, 4, 8\], kt \[1, 2, 8, 6\], v \[1, 2, 5, 8\]"):
+        NAT.attention_chain(q, kt, v[:, :, :5], None, 0, 1.0, 1)
+    with pytest.raises(ValueError, match="mask must be a float32 array"):
+        NAT.attention_chain(q, kt, v, np.zeros((1, 2, 4, 6), np.float64), 0, 1.0, 1)
+
+
+# --- sessions ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [{}, {"scale_op": "Div", "s": 24, "t": 24}, {"mask": False, "s": 1, "t": 30},
+                                {"nan_guard": 0.0, "s": 20, "t": 20}])
+def test_a_session_fuses_the_chain_and_matches_the_cpu_ep(kw):
+    model = _chain_model(**kw)
+    feeds = _feeds(model)
+    want = cpu_run(model, feeds)[0]
+    sess = _session(model)
+    got = sess.run(None, feeds)[0]
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    assert [st.op for st in program.steps] == ["Transpose", "npu::AttentionChain"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
+    if NAT is not None:  # the second call of a signature runs the bound native step
+        again = sess.run(None, feeds)[0]
+        assert np.array_equal(again, got)
+        sig = next(iter(program._bindings))
+        assert all(n is not None for n in program._bindings[sig])
+
+
+def test_the_reference_kernels_compute_the_unfused_chain_bit_for_bit():
+    model = _chain_model(s=20, t=20)
+    feeds = _feeds(model)
+    sess = _session(model, kernels="reference")
+    got = sess.run(None, feeds)[0]
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    kt = feeds["k"].transpose(0, 1, 3, 2)
+    scores = np.add(np.multiply(np.matmul(feeds["q"], kt), np.float32(0.35)), feeds["mask"])
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    assert np.array_equal(got, np.matmul(e / e.sum(-1, keepdims=True), feeds["v"]))
+
+
+@pytest.mark.parametrize("nan_guard", [False, True])
+def test_an_exported_decoder_runs_its_attention_fused_in_prefill_and_decode(tmp_path, nan_guard):
+    """The tiny Llama as torch exports it (not rewritten; with the SDPA decomposition's NaN guard or without): each
+    layer's attention is one fused step, bound in the prefill (S >= 16: K transposed once per head) and in decode
+    steps; tokens equal the CPU EP's."""
+    from npu_ep.models.tiny_llama import build_tiny_llama
+    from npu_ep.models.weights import LlamaConfig
+    from npu_ep.tools.generation import Generator
+
+    model = build_tiny_llama(tmp_path / "tiny.onnx", nan_guard=nan_guard)
+    sess = _session(str(model))
+    gen = Generator(sess, max_kv_len=64)
+    ref = Generator(str(model), providers=["CPUExecutionProvider"], max_kv_len=64)
+    prompt = [int(x) for x in RNG.integers(3, 900, 24)]
+    got, want = gen.generate(prompt, 8), ref.generate(prompt, 8)
+    assert got.tokens == want.tokens
+    np.testing.assert_allclose(got.logits, want.logits, rtol=0, atol=2e-5 * float(np.abs(want.logits).max()))
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    fused = [i for i, st in enumerate(program.steps) if st.op == "npu::AttentionChain"]
+    assert len(fused) == LlamaConfig().num_hidden_layers
+    assert not any(st.op in ("Softmax", "IsNaN") for st in program.steps)
+    if NAT is not None:
+        for sig, natives in program._bindings.items():
+            assert all(natives[i] is not None for i in fused), f"an attention step is not bound for {sig}"
+        lengths = {sig[0][1] for sig in program._bindings}  # input_ids [1, S]: the generator pads prompts to buckets
+        assert 1 in lengths and max(lengths) >= len(prompt)  # decode and prefill signatures
