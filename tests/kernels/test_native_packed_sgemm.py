@@ -306,3 +306,24 @@ def test_attention_products_of_a_prefill_run_batched_and_the_bound_step_gives_th
                                atol=1e-5)
     one_row = q[:, :, :1]  # a decode step's single query row: numpy's matmul (packing B would cost more)
     assert kernel.run(p, [one_row, kt])[0].tobytes() == np.matmul(one_row, kt).tobytes()
+
+
+# --- one and two rows: four panels per register tile (their own random stream: the tests above keep their data) ---
+
+@pytest.mark.parametrize("m,k,n", [(1, 300, 230), (2, 40, 130), (1, 0, 70), (2, 513, 1000), (1, 3, 1)])
+def test_one_or_two_rows_give_the_same_bits_as_the_portable_path(isa, m, k, n):
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    packed = kern().pack_sgemm_b(b)
+    y = kern().float_matmul_packed(a, packed, n, threads=2)
+    within_bound(y, a, b, a.astype(np.float64) @ b.astype(np.float64))
+    fused = kern().float_matmul_packed(a, packed, n, bias=bias, relu=True)
+    assert fused.tobytes() == np.maximum(y + bias, np.float32(0)).tobytes()
+    kern().set_isa_cap(0)  # the portable path: the same multiply-adds in the same order
+    try:
+        scalar = kern().float_matmul_packed(a, packed, n, threads=1)
+    finally:
+        kern().set_isa_cap(ISA_ORDER.index(isa))
+    assert scalar.tobytes() == y.tobytes()
