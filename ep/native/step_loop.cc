@@ -8,6 +8,7 @@
 #include <Python.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -81,8 +82,10 @@ class StepLoop {
       Py_INCREF(v);
       env[static_cast<size_t>(i)] = v;
     }
+    const bool timed = !step_ns_.empty();
     for (size_t j = 0; j < steps_.size(); ++j) {
       const LoopStep& s = steps_[j];
+      const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(s.in.size()));
       if (args == nullptr) throw py::error_already_set();
       for (size_t k = 0; k < s.in.size(); ++k) {
@@ -109,6 +112,8 @@ class StepLoop {
       Py_DECREF(outs);
       Py_DECREF(args);
       for (int slot : s.release) Py_CLEAR(env[static_cast<size_t>(slot)]);
+      if (timed)
+        step_ns_[j] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     }
     PyObject* result = PyTuple_New(static_cast<Py_ssize_t>(outputs_.size()));
     if (result == nullptr) throw py::error_already_set();
@@ -129,6 +134,11 @@ class StepLoop {
   }
   // (runs of native steps, inputs a native step declined) over every call so far
   std::pair<uint64_t, uint64_t> native_counts() const { return {native_runs_, native_declines_}; }
+
+  // Per-step wall time summed over the calls since profiling was switched on (empty when off): what each step
+  // costs inside the real hot path (ORT's threads, the bound native steps), which a replay in Python cannot show.
+  void set_profile(bool on) { step_ns_.assign(on ? steps_.size() : 0, 0); }
+  const std::vector<uint64_t>& step_ns() const { return step_ns_; }
 
  private:
   int CheckSlot(int slot, bool allow_none) const {
@@ -187,6 +197,7 @@ class StepLoop {
   std::vector<LoopStep> steps_;
   std::vector<int> outputs_;
   uint64_t native_runs_ = 0, native_declines_ = 0;  // under the GIL
+  std::vector<uint64_t> step_ns_;                    // per step, while profiling
 };
 
 StepLoop* AsStepLoop(py::handle obj) {
@@ -216,7 +227,11 @@ void RegisterStepLoop(py::module_& m) {
       .def("__len__", &StepLoop::size)
       .def_property_readonly("native_steps", &StepLoop::native_steps, "steps bound to a native step")
       .def_property_readonly("native_counts", &StepLoop::native_counts,
-                             "(native step runs, declined inputs that ran the Python kernel instead)");
+                             "(native step runs, declined inputs that ran the Python kernel instead)")
+      .def("set_profile", &StepLoop::set_profile, py::arg("on"),
+           "time every step of every call from now on (on), or stop (off); either clears the sums")
+      .def_property_readonly("step_ns", &StepLoop::step_ns,
+                             "per step, the wall time summed over the calls since set_profile(True) (empty: off)");
 }
 
 }  // namespace npu_ep

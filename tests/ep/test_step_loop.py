@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 import weakref
 
 import numpy as np
@@ -51,6 +52,26 @@ def test_steps_read_and_write_slots_and_none_for_minus_one():
     assert len(loop) == 2
     assert out[0].v == 3 and out[1] is None and out[2].v == 1  # slot 2 was released by its last reader
     assert seen[0][0] == "prep" and seen[0][1][1] is None and isinstance(seen[0][1], tuple)
+
+
+def test_profiling_sums_each_steps_time_over_calls_until_switched_off():
+    def slow(_p, args):
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 2e-3:
+            pass
+        return [args[0]]
+
+    loop = _native.StepLoop([(add, None, (0, 1), ((0, 2),), ()), (slow, None, (2,), ((0, 3),), (2,))], 4, (3,),
+                            fail_with)
+    assert loop.step_ns == []  # off: nothing is timed
+    loop.set_profile(True)
+    for _ in range(3):
+        loop((Box(1), Box(2)))
+    fast, slow_ns = loop.step_ns
+    assert slow_ns >= 3 * 2e6 and 0 < fast < slow_ns / 10
+    loop.set_profile(False)
+    loop((Box(1), Box(2)))
+    assert loop.step_ns == []
 
 
 def test_a_released_value_is_freed_before_the_loop_returns():

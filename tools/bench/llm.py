@@ -142,7 +142,7 @@ def _decode_profile(gens: dict, prompt: Sequence[int]) -> Table:
     import numpy as np
 
     from ...ep.program import Program
-    from .step_profile import fast_quarter_us, profile_call
+    from .step_profile import fast_quarter_us, loop_profile, profile_call
 
     npu = gens["NpuEP"]
     feeds: list[dict] = []
@@ -213,6 +213,13 @@ def _decode_profile(gens: dict, prompt: Sequence[int]) -> Table:
     table.add_row("  program inside it (bridge counter, mean)", "", f"{inside:.1f}", "", "")
     table.add_row("  bridge around the program (mean)", "", f"{total - inside:.1f}", "", "")
     table.add_row("  ORT around the partition (mean)", "", f"{mean_npu - total:.1f}", "", "")
+    for program in {id(p): p for p, _ in calls}.values():
+        if not program._bound:
+            continue
+        table.add_row(f"inside session.run: partition {program.label.split(' ')[0]}, by op and step kind (mean)",
+                      "", "", "", "")
+        for row in loop_profile(program, lambda: npu.session.run(None, decode)):
+            table.add_row(f"  {row.op} ({row.kind})", str(row.steps), f"{row.us_per_call:.1f}", "", "")
     return table
 
 

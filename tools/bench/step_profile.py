@@ -4,7 +4,8 @@ numpy; plus the program's own per-call cost (the call minus its steps).
 
 Used by ``python -m npu_ep.tools.bench.llm --profile``. Timing replays the program's steps on recorded inputs
 (the hot path's loop, no observation); each figure is the mean of the fastest quarter of the repeats, which keeps
-a shared machine's preemptions out of it.
+a shared machine's preemptions out of it. ``loop_profile`` instead times the steps inside real calls (the C++
+loop with its bound native steps, on ORT's threads), as means over the calls.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -116,3 +118,37 @@ def profile_call(program: Program, inputs: Sequence[np.ndarray], repeats: int = 
     ops = [OpTime(op, int(n), total, native) for op, (n, total, native) in per_op.items()]
     steps = fast_quarter_us([sum(t for t, _ in run) for run in runs])
     return CallProfile(fast_quarter_us(calls), steps, sorted(ops, key=lambda o: -o.total_us))
+
+
+@dataclasses.dataclass
+class LoopTime:
+    op: str
+    kind: str                 # the bound native step's type (MemoStep, ViewStep, CallStep, ...) or "Python kernel"
+    steps: int
+    us_per_call: float
+
+
+def loop_profile(program: Program, call: Callable[[], Any], repeats: int = 200) -> list[LoopTime]:
+    """Mean time per call of ``program``'s steps, by op and kind of step, over ``repeats`` calls of ``call`` (which
+    must reach the program through its hot path with one input-shape signature, e.g. ``session.run``)."""
+    loops = dict(program._bound)
+    for loop in loops.values():
+        loop.set_profile(True)
+    try:
+        for _ in range(repeats):
+            call()
+        sums = {sig: list(loop.step_ns) for sig, loop in loops.items()}
+    finally:
+        for loop in loops.values():
+            loop.set_profile(False)
+    ran = [(sig, ns) for sig, ns in sums.items() if any(ns)]
+    if len(ran) != 1:
+        raise RuntimeError(f"loop_profile: {len(ran)} bound signatures ran, expected one")
+    sig, ns = ran[0]
+    rows: dict[tuple[str, str], list] = collections.defaultdict(lambda: [0, 0])
+    for step, native, t in zip(program.steps, program._bindings[sig], ns):
+        row = rows[(step.op, type(native).__name__ if native is not None else "Python kernel")]
+        row[0] += 1
+        row[1] += t
+    times = [LoopTime(op, kind, n, t / repeats / 1e3) for (op, kind), (n, t) in rows.items()]
+    return sorted(times, key=lambda r: -r.us_per_call)
