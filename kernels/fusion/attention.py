@@ -14,6 +14,10 @@ axis (its input's rank is known, or axis is -1) at opset >= 13; its output, or t
 (``Where(IsNaN(p), 0, p)``: rows a Softmax makes NaN become zeros), is the second MatMul's input A; every
 intermediate has exactly one consumer (the guard's two) and is not a graph output; Q, K^T and V have rank 2..4;
 the target lists ``npu::AttentionChain``. Where(mask, scores, -inf) masks are not taken.
+
+repeat_kv: where K^T or V is the exporters' ``Reshape(Expand(Unsqueeze(x, axes=[2])))`` of a KV head tensor x
+(``Transpose(perm=[0, 1, 3, 2])`` after it for K^T), each intermediate read by the next alone, the fused node takes
+x and the path (``_repeat_kv``): the kernel reads each KV head for its G query heads instead of a G-fold copy.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ..target import Target
 from ._graph import consumers_of
 
 FUSED_DOMAIN, FUSED_OP = "npu", "AttentionChain"
+_MISSING = ValueInfo("", None, None)  # an omitted input (no mask)
 SCALE_KINDS = {"Mul": 1, "Div": 2}  # kernels.attention_chain's scale_kind (0: no scale)
 
 
@@ -81,7 +86,44 @@ def _nan_guard(nodes: list[NodeInfo], users: dict[str, list[int]], probs: ValueI
     return [isnan, where]
 
 
-def _match(nodes: list[NodeInfo], users: dict[str, list[int]], i: int) -> tuple[list[int], NodeInfo] | None:
+def _unsqueeze_axes(nd: NodeInfo) -> list[int] | None:
+    axes = nd.input(1)
+    if axes is not None and not axes.missing:
+        return None if axes.value is None else [int(a) for a in np.asarray(axes.value).reshape(-1)]
+    a = nd.attr("axes")
+    return None if a is None else [int(x) for x in a]
+
+
+def _repeat_kv(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[str, int], value: ValueInfo,
+               reader: int, transposed: bool) -> tuple[ValueInfo, list[int]] | None:
+    """The exporters' repeat_kv in front of ``value``: ``Unsqueeze(x, axes=[2]) -> Expand -> Reshape`` (then
+    ``Transpose(perm=[0, 1, 3, 2])`` for K^T), each read by the next alone, from a 4-D float32 ``x``; returns x and
+    the path's node indices from x on, or None. ``reader``: the chain's node reading ``value``, its only reader.
+    Whether the Expand and Reshape repeat each of x's heads in place is checked on every call (their shapes may be
+    runtime values); where they do not, the path runs as written."""
+    if _only_reader(value, users) != reader:
+        return None
+    path: list[int] = []
+    cur = value
+    wanted = (("Transpose", "Reshape", "Expand", "Unsqueeze") if transposed else ("Reshape", "Expand", "Unsqueeze"))
+    for op in wanted:
+        i = producer.get(cur.name)
+        if i is None or nodes[i].key != ("", op) or (path and _only_reader(cur, users) != path[-1]):
+            return None
+        nd = nodes[i]
+        if op == "Transpose" and [int(a) for a in nd.attr("perm", [])] != [0, 1, 3, 2]:
+            return None
+        if op == "Unsqueeze" and _unsqueeze_axes(nd) != [2]:
+            return None
+        path.append(i)
+        cur = nd.inputs[0]
+    if not _f32(cur) or cur.shape is None or len(cur.shape) != 4:
+        return None
+    return cur, path[::-1]
+
+
+def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[str, int], i: int
+           ) -> tuple[list[int], NodeInfo] | None:
     """The chain starting at MatMul ``nodes[i]``: (indices of its nodes, the fused node), or None."""
     qk = nodes[i]
     if qk.key != ("", "MatMul") or len(qk.inputs) != 2:
@@ -124,12 +166,25 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], i: int) -> tuple[
     if not _f32(v) or not _rank_ok(v) or not _f32(pv.outputs[0]):
         return None
     chain.append(pv_i)
+    inputs = [q, kt, v, mask if mask is not None else _MISSING]
+    paths: dict[str, list[NodeInfo]] = {}
+    for slot, which, reader in ((1, "k", i), (2, "v", pv_i)):
+        found = _repeat_kv(nodes, users, producer, inputs[slot], reader, which == "k")
+        if found is None:
+            continue
+        inputs[slot], path = found
+        chain[:0] = path
+        paths[which] = [nodes[j] for j in path]
+        for nd in paths[which]:  # the path's shape / axes operands: runtime values become inputs of the fused node
+            inputs.extend(v for v in nd.inputs[1:] if not v.missing and v.value is None)
+    if not paths and mask is None:
+        inputs = inputs[:3]
     members = [nodes[j] for j in chain]
     fused = NodeInfo(
         index=pv.index, name="+".join(n.name for n in members), op_type=FUSED_OP, domain=FUSED_DOMAIN,
-        inputs=(q, kt, v, *((mask,) if mask is not None else ())), outputs=pv.outputs,
+        inputs=tuple(inputs), outputs=pv.outputs,
         attrs={"scale_kind": scale_kind, "scale": scale, "zero_nan_rows": guard is not None,
-               "fused_nodes": [n.name for n in members]},
+               "repeat_kv": paths, "fused_nodes": [n.name for n in members]},
         since_version=1)
     return chain, fused
 
@@ -140,15 +195,18 @@ def fuse_attention(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
     users = consumers_of(nodes)
+    producer = {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
     for i in range(len(nodes)):
         if i in absorbed:
             continue
-        found = _match(nodes, users, i)
+        found = _match(nodes, users, producer, i)
         if found is None or why_not(found[1], target) is not None:
             continue
         chain, fused = found
+        if any(j in absorbed or j in replace for j in chain):
+            continue
         replace[chain[-1]] = fused
         absorbed.update(chain[:-1])
     return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]

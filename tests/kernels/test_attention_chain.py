@@ -123,6 +123,42 @@ def test_a_runtime_scale_is_not_folded():
     assert "AttentionChain" not in _ops(model)
 
 
+def _repeat_kv_model(*, axes=2, expand=(1, 2, 3, 7, 8), reshape=(1, 6, 7, 8), runtime_shapes=False, s=5):
+    """The chain over the exporters' repeat_kv of K and V [1, 2, 7, 8] (2 KV heads, 6 query heads)."""
+    ins = [helper.make_tensor_value_info("q", F32, [1, 6, s, 8]), helper.make_tensor_value_info("k", F32, [1, 2, 7, 8]),
+           helper.make_tensor_value_info("v", F32, [1, 2, 7, 8])]
+    inits = {"axes": np.asarray([axes], np.int64), "c": np.asarray(0.35, np.float32)}
+    if runtime_shapes:  # computed at run time, as torchscript exports do (here: passed in)
+        ins += [helper.make_tensor_value_info("eshape", TensorProto.INT64, [5]),
+                helper.make_tensor_value_info("rshape", TensorProto.INT64, [4])]
+    else:
+        inits.update(eshape=np.asarray(expand, np.int64), rshape=np.asarray(reshape, np.int64))
+    nodes = []
+    for x in ("k", "v"):
+        nodes += [helper.make_node("Unsqueeze", [x, "axes"], [f"{x}_u"], f"{x}_unsqueeze"),
+                  helper.make_node("Expand", [f"{x}_u", "eshape"], [f"{x}_e"], f"{x}_expand"),
+                  helper.make_node("Reshape", [f"{x}_e", "rshape"], [f"{x}_rep"], f"{x}_reshape")]
+    nodes += [helper.make_node("Transpose", ["k_rep"], ["kt"], "kt", perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["q", "kt"], ["scores"], "qk"),
+              helper.make_node("Mul", ["scores", "c"], ["scaled"], "scale"),
+              helper.make_node("Softmax", ["scaled"], ["probs"], "softmax", axis=-1),
+              helper.make_node("MatMul", ["probs", "v_rep"], ["y"], "pv")]
+    return make_model(nodes, ins, [helper.make_tensor_value_info("y", F32, [1, 6, s, 8])], inits)
+
+
+def test_the_exporters_repeat_kv_joins_the_fused_node():
+    (fused,) = fuse_attention(nodes_from_model(_repeat_kv_model()), REF)
+    assert fused.op_type == "AttentionChain" and [v.name for v in fused.inputs[:3]] == ["q", "k", "v"]
+    assert set(fused.attrs["fused_nodes"]) >= {"k_unsqueeze", "k_expand", "k_reshape", "kt", "v_reshape"}
+    fused = fuse_attention(nodes_from_model(_repeat_kv_model(runtime_shapes=True)), REF)[0]
+    assert [v.name for v in fused.inputs[4:]] == ["eshape", "rshape", "eshape", "rshape"]  # runtime shapes go in
+
+
+def test_an_unsqueeze_at_another_axis_keeps_its_path():
+    ops = _ops(_repeat_kv_model(axes=1, expand=(1, 3, 2, 7, 8)))
+    assert ops.count("AttentionChain") == 1 and ops.count("Expand") == 2  # the chain fused, the paths not
+
+
 # --- the native kernel against the reference model --------------------------------------------------------------
 
 def _operands(b, n, s, t, h, hv, mask_shape, kt_layout="view"):
@@ -208,6 +244,21 @@ def test_native_zeroes_nan_rows_as_the_exporters_guard(isa):
 
 
 @needs_native
+@pytest.mark.parametrize("s", [1, 20])
+def test_native_reads_each_kv_head_for_its_group_of_query_heads(isa, s):
+    q = (RNG.standard_normal((2, 8, s, 16)) / 4).astype(np.float32)
+    k = RNG.standard_normal((2, 2, 33, 16)).astype(np.float32)  # K rows [B, Nkv, T, H], not K^T
+    v = RNG.standard_normal((2, 2, 33, 12)).astype(np.float32)
+    mask = np.zeros((2, 1, s, 33), np.float32)
+    mask[..., 30:] = LOWEST
+    want = reference(q, np.repeat(k, 4, axis=1).transpose(0, 1, 3, 2), np.repeat(v, 4, axis=1), mask, 1, 0.25)
+    got = NAT.attention_chain(q, k, v, mask, 1, 0.25, 2, False, True, 4, 4)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6 * float(np.abs(want).max()))
+    with pytest.raises(ValueError, match="shapes do not chain"):
+        NAT.attention_chain(q, k, v, mask, 1, 0.25, 1, False, True, 3, 4)  # 2 x 3 heads for 8 query heads
+
+
+@needs_native
 def test_native_names_operands_that_do_not_chain():
     q, kt, v, _ = _operands(1, 2, 4, 6, 8, 8, None)
     with pytest.raises(ValueError, match=r"shapes do not chain: q \[1, 2, 4, 8\], kt \[1, 2, 8, 6\], v \[1, 2, 5, 8\]"):
@@ -237,6 +288,30 @@ def test_a_session_fuses_the_chain_and_matches_the_cpu_ep(kw):
         assert all(n is not None for n in program._bindings[sig])
 
 
+@pytest.mark.parametrize("kw, fused", [({}, True), ({"runtime_shapes": True}, True),
+                                       ({"expand": (1, 2, 3, 1, 1), "reshape": (1, 6, 7, 8)}, True),
+                                       ({"reshape": (0, 6, -1, 8)}, True),
+                                       ({"expand": (3, 2, 1, 1, 1)}, False)])  # heads interleaved: n reads n % 2
+def test_a_session_runs_repeat_kv_in_the_fused_step_where_it_repeats_heads_in_place(kw, fused):
+    model = _repeat_kv_model(**kw)
+    feeds = {"q": RNG.standard_normal((1, 6, 5, 8)).astype(np.float32),
+             "k": RNG.standard_normal((1, 2, 7, 8)).astype(np.float32),
+             "v": RNG.standard_normal((1, 2, 7, 8)).astype(np.float32)}
+    if kw.get("runtime_shapes"):
+        feeds.update(eshape=np.asarray([1, 2, 3, 7, 8], np.int64), rshape=np.asarray([1, 6, 7, 8], np.int64))
+    want = cpu_run(model, feeds)[0]
+    sess = _session(model)
+    for _ in range(2):  # the first call binds, the second runs the bound step
+        got = sess.run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    assert [st.op for st in program.steps] == ["npu::AttentionChain"]
+    if NAT is not None:  # a path that does not repeat in place runs as written (the kernel: no step is bound)
+        bound = [natives[0] is not None for natives in program._bindings.values()]
+        assert bound == ([True] if fused else [])
+
+
 def test_the_reference_kernels_compute_the_unfused_chain_bit_for_bit():
     model = _chain_model(s=20, t=20)
     feeds = _feeds(model)
@@ -247,6 +322,15 @@ def test_the_reference_kernels_compute_the_unfused_chain_bit_for_bit():
     scores = np.add(np.multiply(np.matmul(feeds["q"], kt), np.float32(0.35)), feeds["mask"])
     e = np.exp(scores - scores.max(-1, keepdims=True))
     assert np.array_equal(got, np.matmul(e / e.sum(-1, keepdims=True), feeds["v"]))
+    # with repeat_kv: the path's own kernels (a G-fold copy), then the chain
+    model = _repeat_kv_model()
+    feeds = {x: RNG.standard_normal((1, n, t, 8)).astype(np.float32) for x, n, t in (("q", 6, 5), ("k", 2, 7),
+                                                                                   ("v", 2, 7))}
+    got = _session(model, kernels="reference").run(None, feeds)[0]
+    k, v = (np.repeat(feeds[x], 3, axis=1) for x in "kv")
+    scores = np.multiply(np.matmul(feeds["q"], k.transpose(0, 1, 3, 2)), np.float32(0.35))
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    assert np.array_equal(got, np.matmul(e / e.sum(-1, keepdims=True), v))
 
 
 @pytest.mark.parametrize("nan_guard", [False, True])
@@ -271,6 +355,7 @@ def test_an_exported_decoder_runs_its_attention_fused_in_prefill_and_decode(tmp_
     fused = [i for i, st in enumerate(program.steps) if st.op == "npu::AttentionChain"]
     assert len(fused) == LlamaConfig().num_hidden_layers
     assert not any(st.op in ("Softmax", "IsNaN") for st in program.steps)
+    assert [st.op for st in program.steps].count("Expand") == 1  # the causal mask's; repeat_kv runs in the fused step
     if NAT is not None:
         for sig, natives in program._bindings.items():
             assert all(natives[i] is not None for i in fused), f"an attention step is not bound for {sig}"

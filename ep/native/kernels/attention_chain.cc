@@ -36,12 +36,15 @@ namespace {
 using gqa::kRows;
 constexpr int64_t kTransposeRows = 16;   // from this many query rows on, K is transposed once per task
 
-// A float32 operand right-aligned to 4 dims, strides in elements (0 along broadcast dims).
+// A float32 operand right-aligned to 4 dims, strides in elements (0 along broadcast dims). K and V may hold each of
+// their heads for `group` query heads (a repeat_kv not materialized): query head n reads head n / group.
 struct Operand {
   const float* data = nullptr;
   int64_t dims[4] = {1, 1, 1, 1};
   int64_t strides[4] = {0, 0, 0, 0};
-  const float* At(int64_t b, int64_t n) const { return data + b * strides[0] + n * strides[1]; }
+  int64_t group = 1;
+  const float* At(int64_t b, int64_t n) const { return data + b * strides[0] + n / group * strides[1]; }
+  int64_t Heads() const { return dims[1] * group; }  // the query heads it serves (1: broadcast)
 };
 
 std::string Dims(const py::array& a) {
@@ -116,9 +119,10 @@ RowPrologue SelectPrologue() {
 int64_t Lead(int axis, std::initializer_list<const Operand*> ops) {
   int64_t d = 1;
   for (const Operand* o : ops) {
-    if (o->dims[axis] == 1) continue;
-    if (d != 1 && d != o->dims[axis]) return -1;
-    d = o->dims[axis];
+    const int64_t x = axis == 1 ? o->Heads() : o->dims[axis];
+    if (x == 1) continue;
+    if (d != 1 && d != x) return -1;
+    d = x;
   }
   return d;
 }
@@ -200,11 +204,19 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, int64_t b, 
 }
 
 py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::array& v, const py::object& mask,
-                           int scale_kind, float scale, int threads, bool zero_nan_rows) {
+                           int scale_kind, float scale, int threads, bool zero_nan_rows, bool k_rows,
+                           int64_t k_group, int64_t v_group) {
   Chain c;
   c.q = Wrap(q, "q");
   c.kt = Wrap(kt, "kt");
   c.v = Wrap(v, "v");
+  if (k_rows) {  // K given as rows [.., T, H]: K^T is the same memory with the last two axes swapped
+    std::swap(c.kt.dims[2], c.kt.dims[3]);
+    std::swap(c.kt.strides[2], c.kt.strides[3]);
+  }
+  if (k_group < 1 || v_group < 1) throw std::invalid_argument("attention_chain: head groups must be >= 1");
+  c.kt.group = k_group;
+  c.v.group = v_group;
   c.has_mask = !mask.is_none();
   py::array mask_arr;
   if (c.has_mask) {
@@ -252,11 +264,13 @@ py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::ar
 void BindAttentionChain(py::module_& m) {
   m.def("attention_chain", &AttentionChainPy, py::arg("q"), py::arg("kt"), py::arg("v"), py::arg("mask"),
         py::arg("scale_kind"), py::arg("scale"), py::arg("threads") = 1, py::arg("zero_nan_rows") = false,
+        py::arg("k_rows") = false, py::arg("k_group") = 1, py::arg("v_group") = 1,
         "softmax(q @ kt [* scale (scale_kind 1) | / scale (2)] [+ mask]) @ v over the last axis, float32 operands "
         "of rank 2 to 4 with numpy broadcasting of the leading dims (any strides), query rows in tasks "
         "on up to `threads` threads (the same bits at any count); the chain's order of roundings, its own "
         "summation order and exp: the reference's values within float tolerance; a row holding a NaN or an "
-        "infinite maximum is NaN, or with zero_nan_rows its probabilities are 0 (the exporters' NaN guard)");
+        "infinite maximum is NaN, or with zero_nan_rows its probabilities are 0 (the exporters' NaN guard); k_rows: "
+        "kt is given as K [.., T, H]; k_group / v_group: each head of K / V serves that many query heads");
 }
 
 }  // namespace npu_ep::kern
