@@ -28,7 +28,7 @@ import numpy as np
 from ..kernels.ops._native import FIXED_INPUT_BYTES, fixed_inputs
 from ..kernels.registry import KernelDef, Prepared
 
-MEMO_OUTPUT_BYTES = 4096  # kept outputs per step
+MEMO_OUTPUT_BYTES = 65536  # kept outputs per step (a Range of positions over a long context: 8K int64)
 SHAPE_ONLY = frozenset({"Shape", "Size"})  # outputs depend on the input's dtype and shape alone
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
 NEVER = frozenset({"If", "Loop", "Scan",  # bodies may read more than the step's inputs

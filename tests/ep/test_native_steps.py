@@ -128,6 +128,13 @@ def test_shape_plumbing_binds_to_memo_steps_data_movement_to_views_and_the_rest_
     assert isinstance(bind("Shape", [big], [shape], shape_derived=False), _native.MemoStep)
 
 
+def test_a_range_of_positions_over_a_long_context_is_memoized_and_a_larger_output_is_not():
+    limit = np.array(4097, np.int64)  # a decoder's positions at 4K tokens: 32 KB of int64
+    zero, one = np.array(0, np.int64), np.array(1, np.int64)
+    assert isinstance(bind("Range", [zero, limit, one], [np.arange(4097)]), _native.MemoStep)
+    assert bind("Range", [zero, np.array(9000, np.int64), one], [np.arange(9000)]) is None  # over 64 KB kept
+
+
 def test_a_memoized_output_is_a_read_only_copy():
     x = np.array([1.0, 2.0], np.float32)
     step = bind("Identity", [x[::-1]], [x[::-1]])  # not C-contiguous: memo, not a view
