@@ -13,3 +13,8 @@ def consumers_of(nodes: list[NodeInfo]) -> dict[str, list[int]]:
             if not v.missing:
                 users.setdefault(v.name, []).append(i)
     return users
+
+
+def producers_of(nodes: list[NodeInfo]) -> dict[str, int]:
+    """Value name -> index of the node that writes it (shared by every fusion pass)."""
+    return {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}

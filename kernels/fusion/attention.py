@@ -27,7 +27,7 @@ import numpy as np
 from ..node import NodeInfo, ValueInfo
 from ..support import why_not
 from ..target import Target
-from ._graph import consumers_of
+from ._graph import consumers_of, producers_of
 
 FUSED_DOMAIN, FUSED_OP = "npu", "AttentionChain"
 _MISSING = ValueInfo("", None, None)  # an omitted input (no mask)
@@ -195,7 +195,7 @@ def fuse_attention(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
     users = consumers_of(nodes)
-    producer = {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
+    producer = producers_of(nodes)
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
     for i in range(len(nodes)):

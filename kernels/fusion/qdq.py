@@ -27,7 +27,7 @@ import numpy as np
 from ..node import NodeInfo, ValueInfo
 from ..support import dtype_name, why_not
 from ..target import Target
-from ._graph import consumers_of
+from ._graph import consumers_of, producers_of
 
 Q_OPS = frozenset({("", "QuantizeLinear"), ("com.microsoft", "QuantizeLinear")})
 DQ_OPS = frozenset({("", "DequantizeLinear"), ("com.microsoft", "DequantizeLinear")})
@@ -130,7 +130,7 @@ class _Graph:
     def __init__(self, nodes: list[NodeInfo]):
         self.nodes = nodes
         self.users = consumers_of(nodes)
-        self.producer = {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
+        self.producer = producers_of(nodes)
 
     def sole_reader(self, v: ValueInfo) -> bool:
         return not v.is_graph_output and len(self.users.get(v.name, [])) == 1

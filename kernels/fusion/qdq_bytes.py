@@ -26,7 +26,7 @@ from ..node import NodeInfo
 from ..registry import kernel_for
 from ..support import dtype_name, why_not
 from ..target import Target
-from ._graph import consumers_of
+from ._graph import consumers_of, producers_of
 from .qdq import DQ_OPS, Q_OPS
 
 MOVES = frozenset({"MaxPool", "Resize", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"})
@@ -73,7 +73,7 @@ def _moves_only(op: NodeInfo) -> bool:
 def fuse_qdq_bytes(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     """Return the node list with 8-bit movement/MaxPool QDQ units running on the bytes."""
     users = consumers_of(nodes)
-    producer = {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
+    producer = producers_of(nodes)
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
     for i, op in enumerate(nodes):

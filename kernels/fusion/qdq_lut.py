@@ -29,7 +29,7 @@ from ..node import NodeInfo, ValueInfo
 from ..registry import kernel_for
 from ..support import dtype_name, why_not
 from ..target import Target
-from ._graph import consumers_of
+from ._graph import consumers_of, producers_of
 from .qdq import DQ_OPS, Q_OPS, dequantized, is_weight_dq
 
 FUSED_DOMAIN, FUSED_OP = "npu", "QdqLut"
@@ -161,7 +161,7 @@ def fuse_qdq_lut(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
     users = consumers_of(nodes)
-    producer = {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
+    producer = producers_of(nodes)
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
     for i in range(len(nodes)):
@@ -188,7 +188,7 @@ def _fold_into_convs(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     """A one-input table node whose input is a QLinearConv's output read by nothing else becomes that conv's
     output table (``output_lut``: applied to each requantized row while it is in cache)."""
     users = consumers_of(nodes)
-    producer = {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
+    producer = producers_of(nodes)
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
     for i, nd in enumerate(nodes):

@@ -32,6 +32,15 @@ def within_bound(y: np.ndarray, a: np.ndarray, b: np.ndarray, exact: np.ndarray)
     assert (np.abs(y - exact) <= bound).all(), float(np.max(np.abs(y - exact) / bound))
 
 
+def portable_product(a, packed, n, isa):
+    """The product on the portable path (the same multiply-adds in the same order), then back to ``isa``."""
+    kern().set_isa_cap(0)
+    try:
+        return kern().float_matmul_packed(a, packed, n, threads=1)
+    finally:
+        kern().set_isa_cap(ISA_ORDER.index(isa))
+
+
 # M: row tails of the 8-row tile, M = 0 (an empty batch); N: panels of 32 and their tails; K: depth chunks of 256
 # and their tails, K = 0
 SHAPES = [(128, 1024, 256), (9, 513, 47), (1, 3, 1), (17, 256, 33), (5, 0, 7), (3, 257, 64), (70, 600, 100),
@@ -46,12 +55,7 @@ def test_the_product_is_within_the_float32_error_bound_and_the_same_on_every_isa
     y = kern().float_matmul_packed(a, packed, n, threads=2)
     assert y.shape == (m, n) and y.dtype == np.float32
     within_bound(y, a, b, a.astype(np.float64) @ b.astype(np.float64))
-    kern().set_isa_cap(0)  # the portable path: the same multiply-adds in the same order
-    try:
-        scalar = kern().float_matmul_packed(a, packed, n, threads=1)
-    finally:
-        kern().set_isa_cap(ISA_ORDER.index(isa))
-    assert scalar.tobytes() == y.tobytes()
+    assert portable_product(a, packed, n, isa).tobytes() == y.tobytes()
 
 
 def test_the_bits_do_not_depend_on_the_thread_count():
@@ -321,9 +325,4 @@ def test_one_or_two_rows_give_the_same_bits_as_the_portable_path(isa, m, k, n):
     within_bound(y, a, b, a.astype(np.float64) @ b.astype(np.float64))
     fused = kern().float_matmul_packed(a, packed, n, bias=bias, relu=True)
     assert fused.tobytes() == np.maximum(y + bias, np.float32(0)).tobytes()
-    kern().set_isa_cap(0)  # the portable path: the same multiply-adds in the same order
-    try:
-        scalar = kern().float_matmul_packed(a, packed, n, threads=1)
-    finally:
-        kern().set_isa_cap(ISA_ORDER.index(isa))
-    assert scalar.tobytes() == y.tobytes()
+    assert portable_product(a, packed, n, isa).tobytes() == y.tobytes()
