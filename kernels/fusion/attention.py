@@ -10,10 +10,11 @@ run as exported, and the encoders that rule does not match.
 Rules (all must hold): float32 throughout; Q and K^T are runtime values (K^T is usually a Transpose of K, which
 stays a step of its own: a view); the scale is a scalar constant (rank <= 1, one element) multiplying the scores
 or dividing them; the mask, if any, is the Add's other operand, of rank <= 4; the Softmax normalizes the last
-axis (its input's rank is known, or axis is -1) at opset >= 13; its output, or the exporters' NaN guard on it
-(``Where(IsNaN(p), 0, p)``: rows a Softmax makes NaN become zeros), is the second MatMul's input A; every
-intermediate has exactly one consumer (the guard's two) and is not a graph output; Q, K^T and V have rank 2..4;
-the target lists ``npu::AttentionChain``. Where(mask, scores, -inf) masks are not taken.
+axis, or its input's rank is unknown (checked on every call; at any opset: the legacy 2-D rows are the last axis
+then); its output, or the exporters' NaN guard on it (``Where(IsNaN(p), 0, p)``: rows a Softmax makes NaN become
+zeros), is the second MatMul's input A; every intermediate has exactly one consumer (the guard's two) and is not a
+graph output; Q, K^T and V have rank 2..4 or unknown ranks; the target lists ``npu::AttentionChain``.
+Where(mask, scores, -inf) masks are not taken.
 
 repeat_kv: where K^T or V is the exporters' ``Reshape(Expand(Unsqueeze(x, axes=[2])))`` of a KV head tensor x
 (``Transpose(perm=[0, 1, 3, 2])`` after it for K^T), each intermediate read by the next alone, the fused node takes
@@ -25,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..node import NodeInfo, ValueInfo
+from ..ops.softmax import last_axis
 from ..support import why_not
 from ..target import Target
 from ._graph import consumers_of, producers_of
@@ -39,7 +41,8 @@ def _f32(v: ValueInfo | None) -> bool:
 
 
 def _rank_ok(v: ValueInfo) -> bool:
-    return v.shape is not None and 2 <= len(v.shape) <= 4
+    """Rank 2..4, or unknown (the kernel reads ranks at run time)."""
+    return v.shape is None or 2 <= len(v.shape) <= 4
 
 
 def _only_reader(v: ValueInfo, users: dict[str, list[int]]) -> int | None:
@@ -60,12 +63,17 @@ def _scale(nd: NodeInfo, x: str) -> float | None:
     return float(np.asarray(b.value, np.float32).reshape(()))
 
 
-def _softmax_last(nd: NodeInfo) -> bool:
-    if nd.key != ("", "Softmax") or nd.since_version < 13:
-        return False
-    axis = int(nd.attr("axis", -1))
+def _softmax(nd: NodeInfo) -> tuple[int, bool] | None:
+    """(axis, legacy) of a Softmax that may normalize the last axis: known to, or of unknown rank (checked on every
+    call: elsewhere the fused node runs the chain as written); None for one that does not."""
+    if nd.key != ("", "Softmax"):
+        return None
+    legacy = 0 < nd.since_version < 13
+    axis = int(nd.attr("axis", 1 if legacy else -1))
     x = nd.input(0)
-    return axis == -1 or (x.shape is not None and axis == len(x.shape) - 1)
+    if x.shape is not None and not last_axis(axis, len(x.shape)):
+        return None
+    return axis, legacy
 
 
 def _nan_guard(nodes: list[NodeInfo], users: dict[str, list[int]], probs: ValueInfo) -> list[int] | None:
@@ -148,7 +156,8 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[st
         chain.append(nxt)
         cur = nodes[nxt]
         nxt = _only_reader(cur.outputs[0], users)
-    if nxt is None or not _softmax_last(nodes[nxt]):
+    softmax = _softmax(nodes[nxt]) if nxt is not None else None
+    if softmax is None:
         return None
     chain.append(nxt)
     probs = nodes[nxt].outputs[0]
@@ -183,7 +192,7 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[st
     fused = NodeInfo(
         index=pv.index, name="+".join(n.name for n in members), op_type=FUSED_OP, domain=FUSED_DOMAIN,
         inputs=tuple(inputs), outputs=pv.outputs,
-        attrs={"scale_kind": scale_kind, "scale": scale, "zero_nan_rows": guard is not None,
+        attrs={"scale_kind": scale_kind, "scale": scale, "softmax": softmax, "zero_nan_rows": guard is not None,
                "repeat_kv": paths, "fused_nodes": [n.name for n in members]},
         since_version=1)
     return chain, fused

@@ -34,7 +34,7 @@ from ..target import Target
 from . import _native
 from ._sdpa import attention_cost
 from ._util import arg, stash_constants
-from .softmax import softmax
+from .softmax import last_axis, onnx_softmax
 
 _F32 = np.float32
 
@@ -46,6 +46,7 @@ _FIRST_EXTRA = 4  # the fused node's inputs: q, k, v, mask (or omitted), then th
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
     attrs = {"scale_kind": int(node.attrs["scale_kind"]), "scale": float(node.attrs["scale"]),
              "zero_nan_rows": bool(node.attrs.get("zero_nan_rows", False)),
+             "softmax": list(node.attrs.get("softmax", (-1, False))),
              "has_mask": len(node.inputs) > 3 and not node.inputs[3].missing,
              "fused_nodes": list(node.attrs.get("fused_nodes", []))}
     consts = stash_constants(node)
@@ -115,8 +116,8 @@ def heads_repeated(p: Prepared, inputs, which: str, x: np.ndarray) -> int | None
 
 
 def reference(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale_kind: int,
-              scale: float, zero_nan_rows: bool = False) -> np.ndarray:
-    """The unfused chain as its kernels compute it."""
+              scale: float, zero_nan_rows: bool = False, softmax: tuple[int, bool] = (-1, False)) -> np.ndarray:
+    """The unfused chain as its kernels compute it (``softmax``: the Softmax's axis and opset < 13)."""
     s = np.matmul(q, kt)
     if scale_kind == 1:
         s = np.multiply(s, _F32(scale))
@@ -124,7 +125,7 @@ def reference(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | N
         s = np.divide(s, _F32(scale))
     if mask is not None:
         s = np.add(s, mask)
-    p = softmax(s, -1)
+    p = onnx_softmax(s, *softmax)
     if zero_nan_rows:
         p = np.where(np.isnan(p), _F32(0), p)
     return np.matmul(p, v)
@@ -144,6 +145,8 @@ def _native_call(p: Prepared, inputs, q, k, v, mask) -> tuple[Any, tuple] | None
         return None
     if any(not 2 <= x.ndim <= 4 for x in (q, k, v)) or (mask is not None and mask.ndim > 4):
         return None
+    if not last_axis(p.attrs["softmax"][0], max(x.ndim for x in arrays)):
+        return None  # the scores' rank was unknown at compile time, and the Softmax is not over their last axis
     groups = []
     for which, x in (("k", k), ("v", v)):
         g = heads_repeated(p, inputs, which, x) if p.attrs[f"{which}_path"] else 1
@@ -173,7 +176,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         k = _through_path(p, inputs, "k", k)
     if a["v_path"]:
         v = _through_path(p, inputs, "v", v)
-    return [reference(q, k, v, mask, a["scale_kind"], a["scale"], a["zero_nan_rows"])]
+    return [reference(q, k, v, mask, a["scale_kind"], a["scale"], a["zero_nan_rows"], tuple(a["softmax"]))]
 
 
 def _mask_2d(mask: np.ndarray | None) -> np.ndarray | None:
@@ -233,4 +236,4 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
-register(KernelDef(FUSED_DOMAIN, FUSED_OP, _prepare, _run, _cost, _check, bind=_bind))
+register(KernelDef(FUSED_DOMAIN, FUSED_OP, _prepare, _run, _cost, _check, rank_free=True, bind=_bind))

@@ -44,14 +44,23 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     nat = _native_rows(p, x)
     if nat is not None:
         return [nat.softmax_last_axis(x, _native.threads(p))]
-    axis = p.attrs["axis"] % max(x.ndim, 1)
-    if p.attrs["legacy"] and axis != x.ndim - 1:  # rows over the trailing axes (the last axis alone: the same)
-        y = softmax(widen(x).reshape(math.prod(x.shape[:axis]), -1), -1).reshape(x.shape)
-    elif p.attrs["legacy"]:
-        y = softmax(widen(x), -1)
-    else:
-        y = softmax(widen(x), axis)
+    y = onnx_softmax(widen(x), p.attrs["axis"], p.attrs["legacy"])
     return [y if y.dtype == x.dtype else y.astype(x.dtype)]
+
+
+def onnx_softmax(x: np.ndarray, axis: int, legacy: bool) -> np.ndarray:
+    """ONNX Softmax of a float32/float64 ``x``: along ``axis`` (opset >= 13), or with ``legacy`` (opset < 13) over
+    the rows of x coerced to 2-D at ``axis``."""
+    axis = axis % max(x.ndim, 1)
+    if legacy and axis != x.ndim - 1:  # rows over the trailing axes (the last axis alone: the same)
+        return softmax(x.reshape(math.prod(x.shape[:axis]), -1), -1).reshape(x.shape)
+    return softmax(x, -1 if legacy else axis)
+
+
+def last_axis(axis: int, rank: int) -> bool:
+    """Whether an ONNX Softmax of ``axis`` normalizes the last axis of a rank-``rank`` input (at any opset: the
+    legacy 2-D rows are the last axis then)."""
+    return rank >= 1 and axis % rank == rank - 1
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -63,8 +72,8 @@ def _native_rows(p: Prepared, x: np.ndarray):
     """The native kernel when it computes this softmax (native kernels, float32, C-contiguous, the last axis: any
     opset, the legacy 2-D rows are the last axis then), else None."""
     nat = _native.native(p)
-    if (nat is None or x.dtype != np.float32 or not x.ndim or not x.flags.c_contiguous
-            or p.attrs["axis"] % x.ndim != x.ndim - 1):
+    if (nat is None or x.dtype != np.float32 or not x.flags.c_contiguous
+            or not last_axis(p.attrs["axis"], x.ndim)):
         return None
     return nat
 

@@ -68,6 +68,14 @@ def _chain_model(*, scale_op="Mul", mask=True, mask_first=False, axis=-1, opset=
     return make_model(nodes, ins, outs, inits, opset=opset)
 
 
+def _without_shapes(model, names=("q", "k", "v", "y")):
+    """The model with these values' shapes removed (ranks unknown to the compiler, as in some exported graphs)."""
+    for vi in (*model.graph.input, *model.graph.output):
+        if vi.name in names:
+            vi.type.tensor_type.ClearField("shape")
+    return model
+
+
 def _feeds(model, masked_rows=()):
     feeds = {}
     for i in model.graph.input:
@@ -95,7 +103,8 @@ def _ops(model):
 # --- the pass --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw", [{}, {"scale_op": "Div"}, {"scale_op": None}, {"mask": False}, {"mask_first": True},
-                                {"axis": 3}, {"scale_op": None, "mask": False}, {"nan_guard": 0.0}])
+                                {"axis": 3}, {"scale_op": None, "mask": False}, {"nan_guard": 0.0},
+                                {"opset": 11}])  # opset < 13 over the last axis: its rows are the last axis
 def test_the_chain_becomes_one_fused_node(kw):
     ops = _ops(_chain_model(**kw))
     assert ops == ["Transpose", "AttentionChain"]  # K^T stays a step of its own (a view)
@@ -104,7 +113,7 @@ def test_the_chain_becomes_one_fused_node(kw):
 @pytest.mark.parametrize("kw, why", [
     ({"extra_reader": True}, "the scaled scores have a second reader"),
     ({"axis": 2}, "the softmax is not over the last axis"),
-    ({"opset": 11}, "opset < 13 softmax flattens the trailing axes"),
+    ({"opset": 11, "axis": 1}, "opset < 13 softmax over the rows of the trailing axes flattened"),
     ({"scale_value": [0.5] * 7}, "the scale is a vector, not a scalar"),
     ({"where_mask": True}, "Where(mask, scores, -inf) masking is not taken"),
     ({"pv_b": True}, "the probabilities are the second product's B, not its A"),
@@ -310,6 +319,27 @@ def test_a_session_runs_repeat_kv_in_the_fused_step_where_it_repeats_heads_in_pl
     if NAT is not None:  # a path that does not repeat in place runs as written (the kernel: no step is bound)
         bound = [natives[0] is not None for natives in program._bindings.values()]
         assert bound == ([True] if fused else [])
+
+
+@pytest.mark.parametrize("axis, native", [(-1, True), (3, True), (2, False)])
+def test_unknown_ranks_fuse_and_the_softmax_axis_is_checked_on_every_call(axis, native):
+    """Q, K and V of unknown rank (a Paddle export's attention): the chain fuses; at run time the Softmax over the
+    last axis of the scores runs the native kernel, another axis the chain as written."""
+    model = _without_shapes(_chain_model(axis=axis, s=6, t=6))
+    assert "AttentionChain" in _ops(model)
+    feeds = {name: RNG.standard_normal(shape).astype(np.float32) for name, shape in
+             (("q", (1, 2, 6, 8)), ("k", (1, 2, 6, 8)), ("v", (1, 2, 6, 6)))}
+    feeds["mask"] = np.zeros((1, 1, 6, 6), np.float32)
+    want = cpu_run(model, feeds)[0]
+    sess = _session(model)
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    assert "npu::AttentionChain" in [st.op for st in program.steps]
+    if NAT is not None:
+        fused_bound = [natives[-1] is not None for natives in program._bindings.values()]  # the Transpose binds
+        assert fused_bound == [native]
 
 
 def test_the_reference_kernels_compute_the_unfused_chain_bit_for_bit():
