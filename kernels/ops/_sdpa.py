@@ -5,7 +5,8 @@ unit in float32 (float16 inputs widen once; one rounding on store).
 ``attend(q [B, N, S, H], k [B, Nkv, T, H], v [B, Nkv, T, Hv], ...)``: N is a multiple of Nkv and query head n
 reads kv head n // (N / Nkv) (GQA; Nkv == N is plain multi-head). The G query heads of one kv head are stacked as
 G*S rows of one matmul, so K/V are never repeated. Masked scores are -inf before the softmax; a row with every key
-masked gives 0 (not NaN), as ORT's CPU kernels.
+masked gives 0 (not NaN), as ORT's CPU kernels. With the session's native kernels, float32 attention without softcap
+or intermediate scores runs ``kernels.attention_chain`` (npu::AttentionChain's kernel, ORT's masked-row rule).
 
 Cost (``attention_cost``): both matmuls through the planner (``plan_matmul`` + ``cost.matmul_cost``: batch B*Nkv,
 m = G*S rows), the softmax over B*N*S*T scores through ``cost.vector_cost`` (scale, bias, max, subtract, sum,
@@ -13,6 +14,8 @@ divide plus one exp per score); the three are summed (no overlap claimed).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -26,13 +29,20 @@ _F32 = np.float32
 
 
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, bias: np.ndarray | None = None,
-           softcap: float = 0.0, want_scores: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+           softcap: float = 0.0, want_scores: int | None = None, native: Any = None,
+           threads: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
     """(output [B, N, S, Hv] float32, the requested intermediate scores [B, N, S, T] or None).
 
     Order as ORT 1.31's CPU kernels: scores = Q K^T * scale; softcap c > 0: c * tanh(x / c); + ``bias`` (float32,
     −inf masks, broadcastable to [B, N, S, T]); softmax. ``want_scores`` picks ORT's qk_matmul_output stage:
     0 scaled Q K^T, 1 after softcap, 2 after the mask (masked entries as float32's lowest value, as ORT), 3 softmax.
+    ``native`` (the session's native kernels, on ``threads``): float32 without softcap or intermediate scores runs
+    ``kernels.attention_chain`` (the same order of roundings; within float tolerance of this reference).
     """
+    nat = _native_attend(native, q, k, v, bias, softcap, want_scores)
+    if nat is not None:
+        g = q.shape[1] // k.shape[1]
+        return nat.attention_chain(q, k, v, bias, 1, scale, threads, False, True, g, g, True), None
     b, n, s, h = q.shape
     nkv, t, hv = k.shape[1], k.shape[2], v.shape[3]
     g = n // nkv
@@ -58,6 +68,19 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, bias: np.n
         stage = e.copy()
     out = np.matmul(e.reshape(b, nkv, g * s, t), vf).reshape(b, n, s, hv)
     return out, stage
+
+
+def _native_attend(native: Any, q, k, v, bias, softcap: float, want_scores: int | None) -> Any:
+    """``native`` when it computes this attention: float32 operands of rank 4, heads a multiple of K's, T > 0, a
+    float32 bias of rank 2..4 no wider than the scores; no softcap, no intermediate scores."""
+    if native is None or softcap > 0.0 or want_scores is not None:
+        return None
+    if any(x.dtype != _F32 or x.ndim != 4 for x in (q, k, v)) or q.shape[1] % k.shape[1] or k.shape[2] == 0:
+        return None
+    if bias is not None and (bias.dtype != _F32 or not 2 <= bias.ndim <= 4 or bias.shape[-2] not in (1, q.shape[2])
+                             or bias.shape[-1] not in (1, k.shape[2])):
+        return None
+    return native
 
 
 def bool_mask_bias(mask: np.ndarray) -> np.ndarray:

@@ -268,6 +268,31 @@ def test_native_reads_each_kv_head_for_its_group_of_query_heads(isa, s):
 
 
 @needs_native
+def test_onnx_and_ms_attention_run_the_native_kernel_with_orts_masked_row_rule(isa):
+    """_sdpa.attend (ONNX Attention, com.microsoft MultiHeadAttention / Attention) on the native kernel: within
+    float tolerance of its numpy reference, including ORT's rule that a row with every key masked gives zeros, while a
+    row holding a NaN stays NaN; softcap and intermediate scores keep the reference."""
+    from npu_ep.kernels.ops._sdpa import attend
+
+    q = (RNG.standard_normal((2, 8, 20, 16)) / 4).astype(np.float32)
+    k = RNG.standard_normal((2, 2, 24, 16)).astype(np.float32)
+    v = RNG.standard_normal((2, 2, 24, 16)).astype(np.float32)
+    bias = np.zeros((2, 1, 20, 24), np.float32)
+    bias[0, 0, 3] = -np.inf  # every key masked: zeros, as ORT
+    bias[1, 0, 5, 7:] = -np.inf
+    q[1, 3, 9, 0] = np.nan  # NaN stays NaN
+    with np.errstate(invalid="ignore"):
+        want, _ = attend(q, k, v, 0.3, bias)
+    got, scores = attend(q, k, v, 0.3, bias, native=NAT, threads=2)
+    assert scores is None and np.array_equal(np.isnan(got), np.isnan(want))
+    assert (got[0, :, 3] == 0).all() and np.isnan(got[1, 3, 9]).all()
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=2e-5, atol=2e-6)
+    capped, _ = attend(q, k, v, 0.3, bias, softcap=2.0, native=NAT)
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(capped, attend(q, k, v, 0.3, bias, softcap=2.0)[0], equal_nan=True)  # the reference
+
+
+@needs_native
 def test_native_names_operands_that_do_not_chain():
     q, kt, v, _ = _operands(1, 2, 4, 6, 8, 8, None)
     with pytest.raises(ValueError, match=r"shapes do not chain: q \[1, 2, 4, 8\], kt \[1, 2, 8, 6\], v \[1, 2, 5, 8\]"):

@@ -6,7 +6,8 @@
 // (gqa_internal.h: scores, exp with the row sum, P V divided by the sum), kRows rows per pass over K and V. The
 // order of operations is the chain's: the dot product, then the scale (one rounding), then the mask (another), then
 // the softmax; rows holding a NaN or an infinite maximum come out NaN, as the chain's Softmax makes them (or their
-// probabilities 0, as the exporters' Where(IsNaN(p), 0, p) guard makes them). Only the
+// probabilities 0, as the exporters' Where(IsNaN(p), 0, p) guard makes them; or, for ONNX Attention and
+// com.microsoft's attention ops, zeros where every score is -inf, as ORT's kernels). Only the
 // summation orders differ from the reference's BLAS products and numpy reductions (float tolerance, not bits).
 // Whether K is transposed for the pass depends only on S, and a row's result not on the task holding it, so the
 // bits do not depend on the thread count.
@@ -131,7 +132,8 @@ struct Chain {
   Operand q, kt, v, mask;
   bool has_mask = false;
   int scale_kind = 0;  // 0 none, 1 multiply, 2 divide
-  bool zero_nan_rows = false;  // Where(IsNaN(p), 0, p) after the Softmax
+  bool zero_nan_rows = false;     // Where(IsNaN(p), 0, p) after the Softmax
+  bool masked_rows_zero = false;  // ORT's attention kernels: a row whose every score is -inf gives zeros
   float scale = 1.0f;
   int64_t L0 = 1, L1 = 1, S = 0, H = 0, T = 0, Hv = 0;
   float* out = nullptr;  // [L0, L1, S, Hv]
@@ -193,8 +195,9 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, int64_t b, 
       const float* mr = m0 ? m0 + (r0 + r) * c.mask.strides[2] : nullptr;
       const float m = prologue(row, T, c.scale_kind, c.scale, mr, c.mask.strides[3]);
       if (std::isnan(m) || std::isinf(m)) {  // the chain's Softmax gives a NaN row: P V is NaN, or 0 P V guarded
+        const bool zero = c.zero_nan_rows || (c.masked_rows_zero && m < 0.0f);
         std::fill(row, row + T, 0.0f);
-        sums[r] = c.zero_nan_rows ? 1.0f : std::numeric_limits<float>::quiet_NaN();
+        sums[r] = zero ? 1.0f : std::numeric_limits<float>::quiet_NaN();
         continue;
       }
       sums[r] = ops.exp_sum(row, T, m);
@@ -205,7 +208,7 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, int64_t b, 
 
 py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::array& v, const py::object& mask,
                            int scale_kind, float scale, int threads, bool zero_nan_rows, bool k_rows,
-                           int64_t k_group, int64_t v_group) {
+                           int64_t k_group, int64_t v_group, bool masked_rows_zero) {
   Chain c;
   c.q = Wrap(q, "q");
   c.kt = Wrap(kt, "kt");
@@ -227,6 +230,7 @@ py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::ar
   c.scale_kind = scale_kind;
   c.scale = scale;
   c.zero_nan_rows = zero_nan_rows;
+  c.masked_rows_zero = masked_rows_zero;
   c.S = c.q.dims[2], c.H = c.q.dims[3], c.T = c.kt.dims[3], c.Hv = c.v.dims[3];
   const Operand* mk = c.has_mask ? &c.mask : &c.q;
   c.L0 = Lead(0, {&c.q, &c.kt, &c.v, mk});
@@ -264,13 +268,14 @@ py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::ar
 void BindAttentionChain(py::module_& m) {
   m.def("attention_chain", &AttentionChainPy, py::arg("q"), py::arg("kt"), py::arg("v"), py::arg("mask"),
         py::arg("scale_kind"), py::arg("scale"), py::arg("threads") = 1, py::arg("zero_nan_rows") = false,
-        py::arg("k_rows") = false, py::arg("k_group") = 1, py::arg("v_group") = 1,
+        py::arg("k_rows") = false, py::arg("k_group") = 1, py::arg("v_group") = 1, py::arg("masked_rows_zero") = false,
         "softmax(q @ kt [* scale (scale_kind 1) | / scale (2)] [+ mask]) @ v over the last axis, float32 operands "
         "of rank 2 to 4 with numpy broadcasting of the leading dims (any strides), query rows in tasks "
         "on up to `threads` threads (the same bits at any count); the chain's order of roundings, its own "
         "summation order and exp: the reference's values within float tolerance; a row holding a NaN or an "
         "infinite maximum is NaN, or with zero_nan_rows its probabilities are 0 (the exporters' NaN guard); k_rows: "
-        "kt is given as K [.., T, H]; k_group / v_group: each head of K / V serves that many query heads");
+        "kt is given as K [.., T, H]; k_group / v_group: each head of K / V serves that many query heads; "
+        "masked_rows_zero: a row whose every score is -inf gives zeros, as ORT's attention kernels");
 }
 
 }  // namespace npu_ep::kern
