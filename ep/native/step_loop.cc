@@ -112,8 +112,10 @@ class StepLoop {
       Py_DECREF(outs);
       Py_DECREF(args);
       for (int slot : s.release) Py_CLEAR(env[static_cast<size_t>(slot)]);
-      if (timed)
-        step_ns_[j] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      if (timed) {
+        const auto dt = std::chrono::steady_clock::now() - t0;
+        step_ns_[j] += std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count();
+      }
     }
     PyObject* result = PyTuple_New(static_cast<Py_ssize_t>(outputs_.size()));
     if (result == nullptr) throw py::error_already_set();

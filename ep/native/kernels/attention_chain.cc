@@ -56,13 +56,15 @@ std::string Dims(const py::array& a) {
 
 Operand Wrap(const py::array& a, const char* name) {
   if (a.dtype().kind() != 'f' || a.itemsize() != 4 || a.ndim() < 2 || a.ndim() > 4)
-    throw std::invalid_argument(std::string("attention_chain: ") + name + " must be a float32 array of rank 2 to 4, got " +
-                                Dims(a) + " " + std::string(py::str(a.dtype())));
+    throw std::invalid_argument(std::string("attention_chain: ") + name +
+                                " must be a float32 array of rank 2 to 4, got " + Dims(a) + " " +
+                                std::string(py::str(a.dtype())));
   Operand o;
   o.data = static_cast<const float*>(a.data());
   const int pad = 4 - static_cast<int>(a.ndim());
   for (int i = 0; i < a.ndim(); ++i) {
-    if (a.strides(i) % 4) throw std::invalid_argument(std::string("attention_chain: ") + name + " is not float-aligned");
+    if (a.strides(i) % 4)
+      throw std::invalid_argument(std::string("attention_chain: ") + name + " is not float-aligned");
     o.dims[pad + i] = a.shape(i);
     o.strides[pad + i] = a.shape(i) == 1 ? 0 : a.strides(i) / 4;
   }
