@@ -207,16 +207,8 @@ def _bind(p: Prepared, inputs, outs) -> Any:
 
 def _lead(shapes) -> tuple[int, int]:
     """(batch, heads) of the broadcast leading dims: the last leading dim is the heads, the rest the batch."""
-    lead: list[int] = []
-    for s in shapes:
-        if s is None:
-            continue
-        dims = list(s[:-2])
-        width = max(len(lead), len(dims))
-        lead = [max(x, y) for x, y in zip([1] * (width - len(lead)) + lead, [1] * (width - len(dims)) + dims)]
-    if not lead:
-        return 1, 1
-    return math.prod(lead[:-1]), lead[-1]
+    lead = np.broadcast_shapes(*(tuple(s[:-2]) for s in shapes if s is not None))
+    return (math.prod(lead[:-1]), lead[-1]) if lead else (1, 1)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

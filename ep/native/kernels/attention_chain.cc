@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings.h"
 #include "cpu.h"
 #include "gqa_internal.h"
 #include "intrinsics.h"
@@ -47,12 +48,6 @@ struct Operand {
   const float* At(int64_t b, int64_t n) const { return data + b * strides[0] + n / group * strides[1]; }
   int64_t Heads() const { return dims[1] * group; }  // the query heads it serves (1: broadcast)
 };
-
-std::string Dims(const py::array& a) {
-  std::string s = "[";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + "]";
-}
 
 Operand Wrap(const py::array& a, const char* name) {
   if (a.dtype().kind() != 'f' || a.itemsize() != 4 || a.ndim() < 2 || a.ndim() > 4)

@@ -1,12 +1,21 @@
 #pragma once
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <optional>
+#include <string>
 
 #include "tile_dma.h"
 
 namespace npu_ep::kern {
+// "[d0, d1, ...]": an array's shape for error messages.
+inline std::string Dims(const pybind11::array& a) {
+  std::string s = "[";
+  for (pybind11::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + "]";
+}
+
 // Adds the submodule `kernels` (MatMulNBits, int8 GEMM, ISA control) to the extension module.
 void RegisterKernels(pybind11::module_& m);
 

@@ -10,18 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "bindings.h"
 #include "gqa_bindings.h"
 
 namespace py = pybind11;
 
 namespace npu_ep::kern {
 namespace {
-
-std::string Dims(const py::array& a) {
-  std::string s = "[";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + "]";
-}
 
 // The message is built only on failure (a decode step makes ~15 checks; building strings would cost microseconds).
 #define EXPECT(ok, what)                                          \
