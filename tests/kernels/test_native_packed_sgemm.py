@@ -314,7 +314,10 @@ def test_attention_products_of_a_prefill_run_batched_and_the_bound_step_gives_th
 
 # --- one and two rows: four panels per register tile (their own random stream: the tests above keep their data) ---
 
-@pytest.mark.parametrize("m,k,n", [(1, 300, 230), (2, 40, 130), (1, 0, 70), (2, 513, 1000), (1, 3, 1)])
+# few panels and K past one depth chunk: several chunks summed at once, a narrow panel (N <= 16) without its second
+# half, a short last chunk, four full chunks exactly
+@pytest.mark.parametrize("m,k,n", [(1, 300, 230), (2, 40, 130), (1, 0, 70), (2, 513, 1000), (1, 3, 1),
+                                   (1, 4096, 10), (2, 1300, 20), (1, 1100, 40), (2, 2048, 96), (1, 257, 17)])
 def test_one_or_two_rows_give_the_same_bits_as_the_portable_path(isa, m, k, n):
     rng = np.random.default_rng(11)
     a = rng.standard_normal((m, k)).astype(np.float32)

@@ -51,9 +51,9 @@ void PaddedRows(const ConvShape& s, const float* planes, int64_t ih0, int64_t ro
         continue;
       }
       const float* src = planes + (c * s.H + ih) * s.W - s.pl;  // src[q] is padded column q
-      std::fill(dst, dst + lo, 0.0f);
+      for (int64_t q = 0; q < lo; ++q) dst[q] = 0.0f;  // a pad of a column or two: no call for it
       std::memcpy(dst + lo, src + lo, (hi - lo) * sizeof(float));
-      std::fill(dst + hi, dst + wp, 0.0f);
+      for (int64_t q = hi; q < wp; ++q) dst[q] = 0.0f;
     }
   }
 }
@@ -93,10 +93,10 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       const int64_t rows = cols / s.OW, oh0 = p0 / s.OW, rows_in = (rows - 1) * s.sh + ekh;
       float* pad = Grow(sc.b, s.Cg() * rows_in * wp);
       PaddedRows(s, planes, oh0 * s.sh - s.pt, rows_in, wp, pad);
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
-        sc.koff[k] = (c * rows_in + i * s.dh) * wp + j * s.dw;
-      }
+      int64_t* off = sc.koff.data();  // k = (c, i, j) in order, without a division per k
+      for (int64_t c = 0; c < s.Cg(); ++c)
+        for (int64_t i = 0; i < s.kh; ++i)
+          for (int64_t j = 0; j < s.kw; ++j) *off++ = (c * rows_in + i * s.dh) * wp + j * s.dw;
       RowSlots(rows, s.OW, s.sh * wp, sc.slots);
       b = pad;
     } else {

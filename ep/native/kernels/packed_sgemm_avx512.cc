@@ -20,6 +20,8 @@ constexpr int kRows = 8;  // 12 and 14 rows, and 6 or 7 rows x 4 vectors, measur
 constexpr int64_t kKc = kSgemmDepthChunk;
 thread_local std::vector<float> t_packed_a;  // a pool thread's packed A chunk, kept between calls
 
+inline __mmask16 Lanes(int64_t n) { return n >= 16 ? 0xFFFF : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u); }
+
 struct Epilogue {
   const float* bias;  // the panel's bias, or null
   bool relu;
@@ -121,6 +123,91 @@ __attribute__((target(NPU_AVX512F))) void WideTileOf(int panels, const float* at
   }
 }
 
+// One or two rows against one panel, J full depth chunks at once, each summed from zero in its own accumulators
+// and stored in order (the first as it is, each later one added onto C): the same sums in the same order as the
+// chunk-by-chunk loop. A product of few columns (a classifier's 1x4096x10) through WideTile has two chains per
+// row and waits on FMA latency; this keeps 2 * J. A is read in place (at most two rows: no packing).
+template <int R, int J, bool kWide>
+__attribute__((target(NPU_AVX512F))) inline void DeepTile(const float* a, int64_t lda, const float* bp, int64_t kc,
+                                                           float* c, int64_t ldc, const __mmask16* m, bool add,
+                                                           const Epilogue* e) {
+  __m512 acc[R][J][2];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j) acc[r][j][0] = acc[r][j][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k, bp += kSgemmPanel) {
+#pragma GCC unroll 4
+    for (int j = 0; j < J; ++j) {
+      const float* bj = bp + j * kKc * kSgemmPanel;
+      const __m512 b0 = _mm512_loadu_ps(bj), b1 = kWide ? _mm512_loadu_ps(bj + 16) : b0;
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const __m512 av = _mm512_set1_ps(a[r * lda + j * kKc + k]);
+        acc[r][j][0] = _mm512_fmadd_ps(av, b0, acc[r][j][0]);
+        if (kWide) acc[r][j][1] = _mm512_fmadd_ps(av, b1, acc[r][j][1]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < J; ++j)
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const Epilogue* ej = j == J - 1 ? e : nullptr;
+      Store(c + r * ldc, m[0], acc[r][j][0], add || j > 0, ej, 0);
+      if (kWide) Store(c + r * ldc + 16, m[1], acc[r][j][1], add || j > 0, ej, 1);
+    }
+}
+
+template <int R>
+__attribute__((target(NPU_AVX512F))) void DeepTileOf(int chunks, const float* a, int64_t lda, const float* bp,
+                                                     int64_t kc, float* c, int64_t ldc, const __mmask16* m, bool add,
+                                                     const Epilogue* e) {
+  if (!m[1]) {  // the panel's second half is past N
+    switch (chunks) {
+      case 1: return DeepTile<R, 1, false>(a, lda, bp, kc, c, ldc, m, add, e);
+      case 2: return DeepTile<R, 2, false>(a, lda, bp, kc, c, ldc, m, add, e);
+      case 3: return DeepTile<R, 3, false>(a, lda, bp, kc, c, ldc, m, add, e);
+      default: return DeepTile<R, 4, false>(a, lda, bp, kc, c, ldc, m, add, e);
+    }
+  }
+  switch (chunks) {
+    case 1: return DeepTile<R, 1, true>(a, lda, bp, kc, c, ldc, m, add, e);
+    case 2: return DeepTile<R, 2, true>(a, lda, bp, kc, c, ldc, m, add, e);
+    case 3: return DeepTile<R, 3, true>(a, lda, bp, kc, c, ldc, m, add, e);
+    default: return DeepTile<R, 4, true>(a, lda, bp, kc, c, ldc, m, add, e);
+  }
+}
+
+// Rows [m0, m1) (at most two) x panels [p0, p1) through DeepTile: up to four full chunks at a time, then the
+// short last chunk alone.
+__attribute__((target(NPU_AVX512F))) void DeepRows(const PackedSgemmArgs& g, int64_t m0, int64_t m1, int64_t p0,
+                                                   int64_t p1, float* out, int64_t ldo) {
+  const int64_t full = g.K / kKc, tail = g.K - full * kKc;
+  const float* a = g.a + m0 * g.lda;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n0 = p * kSgemmPanel;
+    const __mmask16 m[2] = {Lanes(g.N - n0), Lanes(g.N - n0 - 16)};
+    const Epilogue e{g.bias == nullptr ? nullptr : g.bias + n0, g.relu};
+    const Epilogue* ep = g.bias || g.relu ? &e : nullptr;
+    float* c = out + (p - p0) * kSgemmPanel;
+    const float* bp = g.packed + p * g.K * kSgemmPanel;
+    for (int64_t j0 = 0; j0 < full; j0 += 4) {
+      const int chunks = static_cast<int>(std::min<int64_t>(4, full - j0));
+      const Epilogue* last = j0 + chunks == full && tail == 0 ? ep : nullptr;
+      if (m1 - m0 == 1)
+        DeepTileOf<1>(chunks, a + j0 * kKc, g.lda, bp + j0 * kKc * kSgemmPanel, kKc, c, ldo, m, j0 > 0, last);
+      else
+        DeepTileOf<2>(chunks, a + j0 * kKc, g.lda, bp + j0 * kKc * kSgemmPanel, kKc, c, ldo, m, j0 > 0, last);
+    }
+    if (tail == 0) continue;
+    if (m1 - m0 == 1)
+      DeepTileOf<1>(1, a + full * kKc, g.lda, bp + full * kKc * kSgemmPanel, tail, c, ldo, m, full > 0, ep);
+    else
+      DeepTileOf<2>(1, a + full * kKc, g.lda, bp + full * kKc * kSgemmPanel, tail, c, ldo, m, full > 0, ep);
+  }
+}
+
 // 8 rows x 8 k of A (row pitch lda) to dst as 8 k x 8 rows: the classic in-register 8x8 transpose.
 __attribute__((target(NPU_AVX512F))) inline void Transpose8x8(const float* a, int64_t lda, float* dst) {
   __m256 r[8], t[8];
@@ -162,13 +249,12 @@ __attribute__((target(NPU_AVX512F))) void PackA(const float* a, int64_t lda, int
   }
 }
 
-inline __mmask16 Lanes(int64_t n) { return n >= 16 ? 0xFFFF : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u); }
-
 }  // namespace
 
 __attribute__((target(NPU_AVX512F))) void PackedSgemmBlockAvx512(const PackedSgemmArgs& g, int64_t m0, int64_t m1,
                                                                   int64_t p0, int64_t p1, float* out, int64_t ldo) {
   const int64_t rows = m1 - m0;
+  if (rows <= 2 && p1 - p0 < 4 && g.K > kKc) return DeepRows(g, m0, m1, p0, p1, out, ldo);
   float* at = Grow(t_packed_a, (rows + kRows - 1) / kRows * kRows * std::min(kKc, g.K));
   for (int64_t k0 = 0; k0 == 0 || k0 < g.K; k0 += kKc) {  // K = 0: one empty chunk (zeros + epilogue)
     const int64_t kc = std::min(kKc, g.K - k0);
