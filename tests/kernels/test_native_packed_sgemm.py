@@ -329,3 +329,26 @@ def test_one_or_two_rows_give_the_same_bits_as_the_portable_path(isa, m, k, n):
     fused = kern().float_matmul_packed(a, packed, n, bias=bias, relu=True)
     assert fused.tobytes() == np.maximum(y + bias, np.float32(0)).tobytes()
     assert portable_product(a, packed, n, isa).tobytes() == y.tobytes()
+
+
+# --- SwiGLU of the product's halves: 16 lanes on AVX-512 hosts, std::exp elsewhere ---
+
+def test_swiglu_is_within_float_rounding_of_exact_math_on_every_isa_with_edge_values(isa):
+    """g * sigmoid(g) * u against float64 math: each path within a few float32 roundings (Cephes' expf is within
+    2 ulp; the portable path's std::exp within 1), over a 37-column half (a masked tail). The product is 2 a (B =
+    2 I, exact), so a row of a reaches g = +-inf by overflow without NaN, and |g| past exp's range; a NaN row stays
+    NaN. g = -inf gives -inf * u, as the reference model's clamped exp does (kernels/ops/matmul_group.py)."""
+    rng = np.random.default_rng(29)
+    half = 37
+    a = rng.standard_normal((3, 2 * half)).astype(np.float32) * 4
+    a[0, :5] = [3e38, -3e38, -50.0, 50.0, 0.0]  # g = inf, -inf, -100, 100, 0
+    a[2, 0] = np.nan
+    two = kern().pack_sgemm_b(2 * np.eye(2 * half, dtype=np.float32))
+    got = kern().float_matmul_packed(a, two, 2 * half, swiglu=True)
+    y = 2 * a.astype(np.float64)
+    y[0, :2] = [np.inf, -np.inf]
+    g, u = y[:, :half], y[:, half:]
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = g / (1.0 + np.exp(np.minimum(-g, 80.0))) * u
+    assert np.isnan(got[2]).all() and not np.isnan(got[:2]).any()
+    np.testing.assert_allclose(got[:2], want[:2], rtol=4 * 2.0 ** -23, atol=1e-37)

@@ -77,26 +77,6 @@ __attribute__((target("avx2,fma"))) inline float HsumAvx2(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
-// Cephes expf: 2^n * p(r), n = round(x log2 e), |r| <= ln2 / 2; below -87.3 (2^n would be subnormal) gives 0.
-__attribute__((target("avx2,fma"))) inline __m256 ExpAvx2(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.3365f);
-  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(lo, x));  // NaN passes through (second operand)
-  const __m256 fn = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-}
-
 template <int R>
 __attribute__((target("avx2,fma"))) void ScoresAvx2R(const float* q, const float* k, int64_t nk, int64_t h,
                                                      float* sc, int64_t ld) {
@@ -220,23 +200,6 @@ __attribute__((target(NPU_GQA_AVX512))) inline __mmask16 Lanes512(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// Cephes expf with scalef for 2^n (subnormal results and underflow to 0 come out right).
-__attribute__((target(NPU_GQA_AVX512))) inline __m512 Exp512(__m512 x) {
-  x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));  // NaN passes through
-  const __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(y, fn);
-}
-
 template <int R>
 __attribute__((target(NPU_GQA_AVX512))) void Scores512R(const float* q, const float* k, int64_t nk, int64_t h,
                                                         float* sc, int64_t ld) {
@@ -306,7 +269,7 @@ __attribute__((target(NPU_GQA_AVX512))) float ExpSum512(float* x, int64_t n, flo
   __m512 sum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 lanes = Lanes512(n - j);
-    const __m512 e = Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, x + j), mv));
+    const __m512 e = ExpAvx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, x + j), mv));
     _mm512_mask_storeu_ps(x + j, lanes, e);
     sum = _mm512_mask_add_ps(sum, lanes, sum, e);
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu.h"
+#include "intrinsics.h"
 #include "thread_pool.h"
 
 namespace npu_ep::kern {
@@ -74,11 +76,33 @@ void RunRmsPrologue(const RmsPrologue& p, int threads) {
   });
 }
 
+#if NPU_EP_X86
+// One row of SwiGlu below with the exp in 16 lanes (Cephes' expf, intrinsics.h); then the same float32 operations
+// in the same order. The scalar std::exp cost a 32-token prefill's gate/up groups a third of their time.
+__attribute__((target("avx2,fma,avx512f"))) void SwiGluRowAvx512(const float* g, const float* u, int64_t half,
+                                                                  float* o) {
+  const __m512 cap = _mm512_set1_ps(80.0f), one = _mm512_set1_ps(1.0f);
+  for (int64_t j = 0; j < half; j += 16) {
+    const __mmask16 m = half - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (half - j)) - 1u);
+    const __m512 gv = _mm512_maskz_loadu_ps(m, g + j);
+    const __m512 neg = _mm512_sub_ps(_mm512_setzero_ps(), gv);
+    const __m512 e = _mm512_add_ps(ExpAvx512(_mm512_min_ps(neg, cap)), one);  // NaN stays (second operand)
+    _mm512_mask_storeu_ps(o + j, m, _mm512_mul_ps(_mm512_div_ps(gv, e), _mm512_maskz_loadu_ps(m, u + j)));
+  }
+}
+#endif
+
 void SwiGlu(const float* y, int64_t M, int64_t half, float* out, int threads) {
+#if NPU_EP_X86
+  const bool lanes = ActiveIsa() >= Isa::kAvx512;
+#endif
   ForRows(threads, M, half, 16, [&](int64_t m) {
     const float* g = y + m * 2 * half;
     const float* u = g + half;
     float* o = out + m * half;
+#if NPU_EP_X86
+    if (lanes) return SwiGluRowAvx512(g, u, half, o);
+#endif
     for (int64_t j = 0; j < half; ++j) {
       const float e = std::exp(std::min(-g[j], 80.0f)) + 1.0f;
       o[j] = g[j] / e * u[j];
