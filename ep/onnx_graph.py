@@ -41,14 +41,17 @@ def _attr_value(a: onnx.AttributeProto):
     return v
 
 
-def infer_all_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+def infer_all_shapes(model: onnx.ModelProto, *, symbolic: bool = False) -> onnx.ModelProto:
     """Shapes for every value, com.microsoft ops included: ONNX's inference knows only standard ops, so models
     with contrib ops (rewritten LLMs) go through ORT's symbolic shape inference, as an ORT session would.
+    ``symbolic``: every model does, for inputs given concrete sizes: it also evaluates the shape arithmetic that
+    ONNX's data propagation leaves unknown (a Range over Shape values: an exported decoder's causal mask, and so
+    every attention and projection after it).
 
     Its inference loop is driven here rather than through ``SymbolicShapeInference.infer_shapes``, which on an
     incomplete result writes ``sym_shape_infer_temp.onnx`` and its external data into the current directory and
     raises; the partial shapes are still worth keeping."""
-    if any(n.domain == "com.microsoft" for n in model.graph.node):
+    if symbolic or any(n.domain == "com.microsoft" for n in model.graph.node):
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
         try:
@@ -63,12 +66,13 @@ def infer_all_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
 
 
-def nodes_from_model(model: onnx.ModelProto, *, infer_shapes: bool = True) -> list[NodeInfo]:
-    """Every node of the main graph in topological (file) order, with inferred shapes and constant values. A node
-    holding graphs (If/Loop/Scan) gets each as a ``BranchGraph`` and the outer-scope values they read appended to
-    its inputs, as the plugin shim gives them to the EP (``ep.graph_convert``)."""
+def nodes_from_model(model: onnx.ModelProto, *, infer_shapes: bool = True, symbolic: bool = False) -> list[NodeInfo]:
+    """Every node of the main graph in topological (file) order, with inferred shapes (``symbolic``: as
+    ``infer_all_shapes``) and constant values. A node holding graphs (If/Loop/Scan) gets each as a ``BranchGraph``
+    and the outer-scope values they read appended to its inputs, as the plugin shim gives them to the EP
+    (``ep.graph_convert``)."""
     if infer_shapes:
-        model = infer_all_shapes(model)
+        model = infer_all_shapes(model, symbolic=symbolic)
     return _graph_nodes(model, model.graph, None, {})[0]
 
 

@@ -63,6 +63,50 @@ def test_static_report_from_file_alone(target):
     assert mm["macs"] == 4 * D * D and mm["cycles"] > 0 and doc["timeline"][0]["sram_peak"] > 0
 
 
+def _range_model(data_dependent: bool) -> onnx.ModelProto:
+    """positions [1, n, 1] * ones [1, 1, D] -> MatMul, n from Range over Shape(x)'s seq (as an exporter's causal
+    mask is built), which ONNX's data propagation leaves unsized. ``data_dependent``: n from NonZero(x) instead,
+    which no static inference can size."""
+    d = 8
+    count = [helper.make_node("Shape", ["x"], ["shape"], name="shape")]
+    if data_dependent:
+        count = [helper.make_node("NonZero", ["x"], ["nz"], name="nonzero"),
+                 helper.make_node("Shape", ["nz"], ["shape"], name="nz_shape")]
+    nodes = [*count,
+             helper.make_node("Gather", ["shape", "one"], ["n"], name="n", axis=0),
+             helper.make_node("Range", ["zero", "n", "one"], ["pos"], name="range"),
+             helper.make_node("Cast", ["pos"], ["posf"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Reshape", ["posf", "col"], ["posc"], name="reshape"),
+             helper.make_node("Mul", ["posc", "ones"], ["h"], name="mul"),
+             helper.make_node("MatMul", ["h", "w"], ["y"], name="/model/layers.0/mlp/MatMul")]
+    inits = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "col": np.array([1, -1, 1], np.int64),
+             "ones": np.ones((1, 1, d), np.float32), "w": np.eye(d, dtype=np.float32)}
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n", d])], inits)
+
+
+def test_the_static_timeline_costs_steps_behind_shape_arithmetic():
+    """The file's shapes with --dim applied go through ORT's symbolic inference, which sizes a Range over Shape
+    values: the MatMul after it is costed on [1, 5, 8], nothing is left out."""
+    doc = npu_ep.report(_range_model(False), dims={"batch": 2, "seq": 5})
+    (entry,) = doc["timeline"]
+    assert entry["skipped"] == []
+    mm = next(o for o in entry["ops"] if o["op"] == "MatMul")
+    assert mm["macs"] == 5 * 8 * 8 and mm["layer"] == 0
+
+
+def test_steps_no_inference_can_size_are_named_not_costed_as_zero(capsys):
+    doc = npu_ep.report(_range_model(True), dims={"batch": 2, "seq": 5})
+    skipped = {s["node"] for e in doc["timeline"] for s in e["skipped"]}
+    assert "/model/layers.0/mlp/MatMul" in skipped
+    assert all(o["node"] not in skipped for e in doc["timeline"] for o in e["ops"])
+    from npu_ep.tools.report.render import render
+
+    render(doc)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"the emulated timeline leaves out {len(skipped)} step(s)" in out and "--run costs every step" in out
+
+
 def test_file_view_counts_no_constant_nodes(target):
     """ORT turns Constant nodes into initializers before any EP sees the graph (exporters emit hundreds): the file
     view neither counts them nor declines them, and the node reading one sees a constant input."""

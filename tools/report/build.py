@@ -129,7 +129,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
         if measurement:
             attribute_bridge(crossings, measurement["partitions"])
         if timeline is None or not timeline:  # cost model on the file with the input dims made concrete
-            timeline = rt.from_static(nodes_from_model(_with_dims(proto, dims)) if nodes is file_nodes else nodes,
+            timeline = rt.from_static(nodes_from_model(_with_dims(proto, dims), symbolic=True) if nodes is file_nodes
+                                      else nodes,
                                       cap, names, tgt, dims)
         label_timeline(timeline, doc["phases"])
         doc.update(coverage=rm.coverage(cap), partitions=parts, crossings=crossings,

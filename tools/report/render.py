@@ -90,6 +90,11 @@ def _per_layer_table(con: Console, doc: Mapping[str, Any], max_rows: int) -> Non
                   _us(r["cpu_fallback_us"]) if measured else "-", _us(r["partition_us"]) if measured else "-",
                   _us(r["boundary_us"]))
     con.print(t)
+    skipped = [s for e in doc["timeline"] for s in e["skipped"]]
+    if skipped:  # their time is missing from the columns above: say so rather than print a short timeline
+        first = skipped[0]
+        con.print(f"[yellow]the emulated timeline leaves out {len(skipped)} step(s)[/] (e.g. {escape(first['node'])}: "
+                  f"{escape(first['reason'])}); --run costs every step on the shapes it ran")
 
 
 def _phases(con: Console, phases: Mapping[str, Any] | None) -> None:
