@@ -2,7 +2,8 @@
 
 Each pass takes the partition's node list (topological) and returns it with some chains replaced by one
 synthetic ``npu::*`` node that a kernel in ``kernels/ops`` executes. Order matters: the sibling pass groups plain
-matmuls that the epilogue pass left alone, and the norm pass folds a norm into a matmul or a sibling group.
+matmuls that the epilogue pass left alone, the rms pass makes an RMS norm written out op by op one norm, and
+the norm pass folds a norm into a matmul or a sibling group.
 A pass applies only where the target lists its fused op (``support.why_not`` on the synthetic node).
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from ..node import NodeInfo
 from ..target import Target
-from . import attention, conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, siblings
+from . import attention, conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, rms, siblings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +45,8 @@ PASSES: tuple[FusionPass, ...] = (
                "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse),
     FusionPass("siblings", "matmuls with constant weights reading the same A, and a SwiGLU tail on {gate, up}",
                (siblings.GROUP_DOMAIN, siblings.GROUP_OP), siblings.fuse_siblings),
+    FusionPass("rms", "Pow(x, 2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(1, .) | Reciprocal -> "
+               "Mul(x, .) -> Mul(gamma, .): an RMS norm written out op by op", (rms.FUSED_DOMAIN, rms.FUSED_OP), rms.fuse_rms),
     FusionPass("norm", "(Skip)SimplifiedLayerNormalization -> its only consumer, a float matmul or sibling group",
                (norm.FUSED_DOMAIN, norm.FUSED_OP), norm.fuse_norms),
 )

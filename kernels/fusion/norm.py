@@ -12,10 +12,13 @@ bias, Skip*); its normalized output is not a graph output and has exactly one co
 of them, at any accuracy_level (int4 weights keep gamma as a vector that scales A in the unfused norm's order, so
 the A that level 4 quantizes per block is the unfused norm's, bit for bit), except a level-4 group with the SwiGLU
 epilogue (``_foldable_consumer``); the norm's statistics outputs (mean, inv_std_var) are unused; the target lists
-``npu::NormMatMul``. Skip*'s sum output (the residual) stays an output of the fused node.
+``npu::NormMatMul``. Shape nodes reading the normalized output besides the matmul read the norm's input instead.
+Skip*'s sum output (the residual) stays an output of the fused node.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from ..node import NodeInfo
 from ..support import why_not
@@ -79,7 +82,10 @@ def fuse_norms(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
         if not _norm_ok(nd, users):
             continue
         y = nd.outputs[0]
-        readers = users.get(y.name, [])
+        # a Shape of the normalized tensor is the Shape of the norm's input (exporters read it for the Reshape that
+        # splits heads): it moves there rather than keep the tensor alive
+        shapes = [j for j in users.get(y.name, []) if nodes[j].key == ("", "Shape")]
+        readers = [j for j in users.get(y.name, []) if j not in shapes]
         if y.is_graph_output or len(readers) != 1 or readers[0] in absorbed or readers[0] in replace:
             continue
         mm = nodes[readers[0]]
@@ -99,4 +105,6 @@ def fuse_norms(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
             continue
         replace[i] = fused
         absorbed.add(readers[0])
+        for j in shapes:
+            replace[j] = dataclasses.replace(nodes[j], inputs=(nd.inputs[0], *nodes[j].inputs[1:]))
     return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]
