@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from ..node import NodeInfo
 from ..target import Target
-from . import attention, conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, rms, siblings
+from . import attention, conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, rms, rotary, siblings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +41,8 @@ PASSES: tuple[FusionPass, ...] = (
     FusionPass("attention", "float MatMul(Q, K^T) -> [Mul | Div by a scalar constant] -> [Add(mask)] -> Softmax "
                "(last axis) -> MatMul(., V), as exporters write attention out", (attention.FUSED_DOMAIN,
                attention.FUSED_OP), attention.fuse_attention),
+    FusionPass("rotary", "Add(Mul(x, cos), Mul(Concat(Neg(x[..., h/2:]), x[..., :h/2]), sin)): the rotary embedding "
+               "as exporters write it out", (rotary.FUSED_DOMAIN, rotary.FUSED_OP), rotary.fuse_rotary),
     FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "
                "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse),
     FusionPass("siblings", "matmuls with constant weights reading the same A, and a SwiGLU tail on {gate, up}",

@@ -412,6 +412,7 @@ void RegisterKernels(py::module_& parent) {
   void BindMovement(py::module_&); BindMovement(m);  // movement.cc: Expand, Concat
   void BindSoftmax(py::module_&); BindSoftmax(m);  // softmax.cc: Softmax over the last axis
   void BindAttentionChain(py::module_&); BindAttentionChain(m);  // attention_chain.cc: npu::AttentionChain
+  void BindRotateHalf(py::module_&); BindRotateHalf(m);  // rotate_half.cc: npu::RotateHalf
 }
 
 }  // namespace npu_ep::kern
