@@ -6,13 +6,14 @@ step of a small exported decoder spends more on those steps' calls than on their
 element is read once and written once. ``npu-rewrite`` turns the rotation into com.microsoft RotaryEmbedding on
 graphs it rewrites; this covers the graphs run as exported.
 
-Rules (all must hold): x is float32; the two Slices take one axis of x from 0 to h/2 and from h/2 to at least h
-(constant starts, ends and axes; steps 1); the Concat joins Neg(second) and first; where x's rank is known, that
-axis and the Concat's are its last and its last dim is h (x's shape is often unknown to ORT after the Reshape that
-splits heads: the kernel checks at run time, and runs the ops as written where they do not hold); one Mul multiplies
-x by cos, the other the Concat by sin (either operand order), cos and sin float32 with last dim h where known; the
-Add sums the two products (either order); every intermediate is read by the next op alone and is not a graph output;
-the target lists ``npu::RotateHalf``.
+Rules (all must hold): x is float32; the two Slices take the same constant axis of x with step 1, from 0 to h/2 and
+from h/2 to at least h where their bounds are constants (torch's TorchScript exporter computes h / 2 from x's shape
+at run time: the fused node takes such bounds as inputs); the Concat joins Neg(second) and first; where x's rank is
+known, that axis and the Concat's are its last and its last dim is h (ORT often knows no dim of x after the Reshape
+that splits heads); one Mul multiplies x by cos, the other the Concat by sin (either operand order), cos and sin
+float32 with last dim h where known; the Add sums the two products (either order); every intermediate is read by
+the next op alone and is not a graph output; the target lists ``npu::RotateHalf``. What is known only at run time,
+the kernel checks on every call: where the rotation is not the one above it runs the ops as written.
 """
 
 from __future__ import annotations
@@ -32,21 +33,26 @@ def _only_reader(v: ValueInfo, users: dict[str, list[int]]) -> int | None:
     return readers[0] if len(readers) == 1 and not v.is_graph_output else None
 
 
-def _const_ints(v: ValueInfo | None) -> list[int] | None:
-    if v is None or v.missing or v.value is None or v.value.dtype.kind not in "iu":
+def _const_int(v: ValueInfo) -> int | None:
+    """The value of a one-element integer constant, else None."""
+    if v.value is None or v.value.size != 1 or v.value.dtype.kind not in "iu":
         return None
-    return [int(a) for a in v.value.reshape(-1)]
+    return int(v.value.reshape(()))
 
 
-def _slice(nd: NodeInfo) -> tuple[str, int, int, int] | None:
-    """(x's name, axis, start, end) of a Slice of one axis with constant bounds and step 1, else None."""
+def _slice(nd: NodeInfo) -> tuple[str, int, ValueInfo, ValueInfo] | None:
+    """(x's name, axis, start, end) of a Slice of one constant axis with step 1; start and end are one-element
+    integer values, constants or computed at run time (torch's TorchScript exporter computes h / 2 from x's shape)."""
     if nd.key != ("", "Slice") or len(nd.inputs) < 4 or nd.inputs[3].missing:
         return None
-    starts, ends, axes = _const_ints(nd.input(1)), _const_ints(nd.input(2)), _const_ints(nd.input(3))
-    steps = _const_ints(nd.input(4)) if len(nd.inputs) > 4 and not nd.inputs[4].missing else [1]
-    if starts is None or ends is None or axes is None or steps != [1] or not len(starts) == len(ends) == len(axes) == 1:
+    start, end, axes = nd.inputs[1], nd.inputs[2], nd.inputs[3]
+    step = _const_int(nd.inputs[4]) if len(nd.inputs) > 4 and not nd.inputs[4].missing else 1
+    axis = _const_int(axes)
+    if axis is None or step != 1 or any(v.dtype is None or v.dtype.kind not in "iu" or (v.shape is not None and
+                                                                                         v.shape not in ((1,), ()))
+                                        for v in (start, end)):
         return None
-    return nd.inputs[0].name, axes[0], starts[0], ends[0]
+    return nd.inputs[0].name, axis, start, end
 
 
 def _product(nd: NodeInfo, name: str) -> ValueInfo | None:
@@ -72,16 +78,19 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[st
     second = nodes[producer[neg.inputs[0].name]]
     x = first.inputs[0] if first.inputs else None
     s1, s2 = _slice(first), _slice(second)
-    if x is None or x.dtype != np.float32 or s1 is None or s2 is None or s1[0] != x.name or s2[0] != x.name:
+    if x is None or x.dtype != np.float32 or s1 is None or s2 is None or s1[0] != x.name or s2[0] != x.name \
+            or s1[1] != s2[1]:
         return None
-    half = s1[3]
-    if s1[1] != s2[1] or s1[2] != 0 or half <= 0 or s2[2] != half or s2[3] < 2 * half:
+    bounds = (s1[2], s1[3], s2[2], s2[3])
+    start1, half, start2, end2 = (_const_int(v) for v in bounds)  # None: known at run time only
+    if start1 not in (0, None) or (half is not None and (half <= 0 or start2 not in (half, None)
+                                                         or (end2 is not None and end2 < 2 * half))):
         return None
     rank = len(x.shape) if x.shape is not None else None
     axis, cat_axis = s1[1], int(cat.attr("axis", 0))
     last = x.shape[-1] if rank else None
     if rank is not None and (axis % rank != rank - 1 or cat_axis % rank != rank - 1
-                             or (isinstance(last, int) and last != 2 * half)):
+                             or (isinstance(last, int) and half is not None and last != 2 * half)):
         return None
     second_i, neg_i, first_i = (producer[v.name] for v in (neg.inputs[0], cat.inputs[0], cat.inputs[1]))
     if (_only_reader(second.outputs[0], users) != neg_i or _only_reader(neg.outputs[0], users) != i
@@ -99,14 +108,15 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[st
         return None
     xc_i = producer[xc.name]
     cos = _product(nodes[xc_i], x.name)
-    if cos is None or any(isinstance(v.shape[-1], int) and v.shape[-1] != 2 * half for v in (cos, sin)):
+    if cos is None or (half is not None and any(isinstance(v.shape[-1], int) and v.shape[-1] != 2 * half
+                                                for v in (cos, sin))):
         return None
     chain = sorted(set(chain) | {rs_i, xc_i, add_i})
     members = [nodes[j] for j in chain]
     fused = NodeInfo(index=add.index, name="+".join(n.name for n in members), op_type=FUSED_OP, domain=FUSED_DOMAIN,
-                     inputs=(x, cos, sin), outputs=add.outputs,
-                     attrs={"half": half, "axis": axis, "concat_axis": cat_axis, "end": s2[3],
-                            "fused_nodes": [n.name for n in members]}, since_version=1)
+                     inputs=(x, cos, sin, *bounds), outputs=add.outputs,
+                     attrs={"axis": axis, "concat_axis": cat_axis, "fused_nodes": [n.name for n in members]},
+                     since_version=1)
     return chain, fused
 
 

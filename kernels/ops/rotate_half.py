@@ -1,14 +1,16 @@
 """``npu::RotateHalf``: ``x * cos + concat(-x[..., h/2:], x[..., :h/2]) * sin``, the rotary embedding as exporters
 write it out (``kernels.fusion.rotary``).
 
-Inputs x and cos, sin, float32. Attributes: ``half``, the Slices' ``axis`` and the second one's ``end``, the
-Concat's ``concat_axis``: the fused ops exactly, whatever x's shape turns out to be at run time.
+Inputs x, cos, sin (float32), then the two Slices' bounds (start, end, start, end: one-element integers, constants
+or run-time values). Attributes: the Slices' ``axis``, the Concat's ``concat_axis``: the fused ops exactly, whatever
+x's shape and the bounds turn out to be at run time.
 
 Reference: the unfused ops' numpy calls in their order (the two slices, negative, concatenate, multiply, multiply,
 add), so the reference model computes what the unfused kernels compute, bit for bit, at any shape.
 
-Native (``kernels.rotate_half``): where both axes are x's last, its last dim is 2 * half, and cos and sin (rank <= 4)
-broadcast to x's shape with that last dim; on the session's threads. Each element is the same float32 operations
+Native (``kernels.rotate_half``): where both axes are x's last, the bounds are 0, h/2, h/2 and at least h for x's last
+dim h, and cos and sin (rank <= 4) broadcast to x's shape with that last dim; on the session's threads (a bound step
+holds run-time bounds to the values it was bound for). Each element is the same float32 operations
 in the same order (no multiply-add contraction): the reference's bits.
 
 Cost: x, cos and sin streamed through the vector unit once (two multiplies and an add per element).
@@ -32,16 +34,24 @@ _F32 = np.dtype(np.float32)
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
-    attrs = {k: int(node.attrs[k]) for k in ("half", "axis", "concat_axis", "end")}
+    attrs = {k: int(node.attrs[k]) for k in ("axis", "concat_axis")}
     return Prepared({**attrs, "fused_nodes": list(node.attrs.get("fused_nodes", []))}, stash_constants(node), target)
+
+
+_BOUNDS = 3  # inputs from here: start and end of the first Slice, then of the second
+
+
+def _bounds(p: Prepared, inputs) -> list[int]:
+    return [int(np.asarray(arg(p, inputs, i)).reshape(())) for i in range(_BOUNDS, _BOUNDS + 4)]
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x, cos, sin = arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2)
     at = p.attrs
     axis = at["axis"] % x.ndim
-    first = x[(slice(None),) * axis + (slice(0, at["half"]),)]
-    second = x[(slice(None),) * axis + (slice(at["half"], at["end"]),)]
+    start1, end1, start2, end2 = _bounds(p, inputs)
+    first = x[(slice(None),) * axis + (slice(start1, end1),)]
+    second = x[(slice(None),) * axis + (slice(start2, end2),)]
     rotated = np.concatenate([np.negative(second), first], axis=at["concat_axis"])
     return [np.add(np.multiply(x, cos), np.multiply(rotated, sin))]
 
@@ -53,16 +63,20 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     if nat is None or not all(isinstance(v, np.ndarray) and v.dtype == _F32 and v.ndim <= 4 for v in values):
         return None
     x, at = values[0], p.attrs
-    if (x.ndim == 0 or at["axis"] % x.ndim != x.ndim - 1 or at["concat_axis"] % x.ndim != x.ndim - 1
-            or x.shape[-1] != 2 * at["half"] or at["end"] < x.shape[-1]
+    fixed = _native.fixed_inputs(inputs, _BOUNDS)  # run-time bounds: the step is bound for their values
+    if x.ndim == 0 or fixed is None:
+        return None
+    start1, half, start2, end2 = _bounds(p, inputs)
+    if (at["axis"] % x.ndim != x.ndim - 1 or at["concat_axis"] % x.ndim != x.ndim - 1 or start1 != 0
+            or start2 != half or x.shape[-1] != 2 * half or end2 < x.shape[-1]
             or np.broadcast_shapes(*(v.shape for v in values)) != x.shape
             or any(v.shape[-1:] != x.shape[-1:] for v in values[1:])):
         return None
     runtime = [(i, i, _F32, v.shape, None, True) for i, v in enumerate(values) if i < len(inputs)
                and inputs[i] is not None]
     args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
-    return _native.call_step(p, nat.rotate_half, (*args, p.attrs["half"], _native.threads(p)), runtime,
-                             [(-1, None)])
+    return _native.call_step(p, nat.rotate_half, (*args, half, _native.threads(p)), runtime, [(-1, None)],
+                             fixed=fixed)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -23,13 +23,23 @@ INT64_MAX = 2**63 - 1
 
 
 def rotary_model(swap_concat: bool = False, split: int = H // 2, cos_first: bool = False, extra_reader: bool = False,
-                 cos_last: int | str = H, q_shape: tuple = (B, HEADS, S, H)) -> "onnx.ModelProto":  # noqa: F821
-    """q [B, HEADS, S, H], cos/sin [B, 1, S, cos_last] -> q * cos + concat(-q2, q1) * sin -> y."""
+                 cos_last: int | str = H, q_shape: tuple = (B, HEADS, S, H), runtime_half: bool = False
+                 ) -> "onnx.ModelProto":  # noqa: F821
+    """q [B, HEADS, S, H], cos/sin [B, 1, S, cos_last] -> q * cos + concat(-q2, q1) * sin -> y. ``runtime_half``:
+    the halves split at Shape(q)[3] / 2, computed at run time, as torch's TorchScript exporter writes it."""
     inits = {"zero": np.array([0], np.int64), "mid": np.array([split], np.int64),
              "end": np.array([INT64_MAX], np.int64), "axis": np.array([3], np.int64)}
-    nodes = [helper.make_node("Mul", ["cos", "q"] if cos_first else ["q", "cos"], ["qc"], "mul_cos"),
-             helper.make_node("Slice", ["q", "zero", "mid", "axis"], ["q1"], "slice_1"),
-             helper.make_node("Slice", ["q", "mid", "end", "axis"], ["q2"], "slice_2"),
+    nodes = []
+    if runtime_half:
+        inits.update({"three": np.array(3, np.int64), "two": np.array(2, np.int64)})
+        nodes += [helper.make_node("Shape", ["q"], ["q_shape"], "shape"),
+                  helper.make_node("Gather", ["q_shape", "three"], ["h"], "gather", axis=0),
+                  helper.make_node("Div", ["h", "two"], ["h2"], "div"),
+                  helper.make_node("Unsqueeze", ["h2", "zero"], ["mid_rt"], "unsqueeze")]
+    mid = "mid_rt" if runtime_half else "mid"
+    nodes += [helper.make_node("Mul", ["cos", "q"] if cos_first else ["q", "cos"], ["qc"], "mul_cos"),
+             helper.make_node("Slice", ["q", "zero", mid, "axis"], ["q1"], "slice_1"),
+             helper.make_node("Slice", ["q", mid, "end", "axis"], ["q2"], "slice_2"),
              helper.make_node("Neg", ["q2"], ["nq2"], "neg"),
              helper.make_node("Concat", ["q1", "nq2"] if swap_concat else ["nq2", "q1"], ["rot"], "concat", axis=-1),
              helper.make_node("Mul", ["rot", "sin"], ["rs"], "mul_sin"),
@@ -85,6 +95,22 @@ def test_where_x_has_no_shape_the_step_checks_at_run_time(split):
     (program,) = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()]
     bound = [b for b in program._bindings.values() if b is not None]  # no binding: every step is Python
     assert (bool(bound) and bound[0][0] is not None) == (split == H // 2)
+
+
+def test_halves_split_at_run_time_fuse_and_bind_for_the_values_they_have():
+    """TorchScript's rotate_half: the split point is Shape(q)[3] / 2, a run-time value. The fused step takes it as an
+    input, runs natively for the value it was bound for, and gives the CPU EP's bits."""
+    model = rotary_model(q_shape=("b", "n", "s", "h"), cos_last="h", runtime_half=True)
+    assert compiled_ops(model)[-1] == "RotateHalf" and "Neg" not in compiled_ops(model)
+    LIVE_SESSIONS.clear()
+    sess = npu_session(model, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    for _ in range(2):
+        (got,) = sess.run(None, feeds())
+        np.testing.assert_array_equal(got, cpu_run(model, feeds())[0])
+    (program,) = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()]
+    (bound,) = [b for b in program._bindings.values() if b is not None]
+    assert [type(b).__name__ for s, b in zip(program.steps, bound) if s.op == "npu::RotateHalf"] == ["CallStep"]
 
 
 def test_the_native_kernel_gives_the_references_bits_with_broadcast_and_edge_values():
