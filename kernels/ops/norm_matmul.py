@@ -12,10 +12,11 @@ For float weights gamma multiplies W instead of A (equal up to float32 reassocia
 
 Native: over packed int4 weights in float32, the session's native kernels run the prologue, the matmul, its bias
 and a group's SwiGLU in one call (``norm_matmul_nbits``), with the statistics computed as above (the Simplified
-dot on numpy's own BLAS sdot), so A has the reference's bits; the SwiGLU's exp is the C library's (within an ulp
-of numpy's). Over float32 weights on AVX-512 hosts, ``norm_matmul_float`` does the same with the product on the
-packed GEMM (B packed once and kept beside the folded weights, as the packed MatMul keeps it): its summation order
-is not numpy's BLAS's, so the result is the reference's within float32 tolerance. Anything else (float16, a
+dot on numpy's own BLAS sdot), so A has the reference's bits; the SwiGLU's exp is Cephes' expf in 16 lanes on
+AVX-512 hosts, the C library's elsewhere (within a few ulps of numpy's). Over float32 weights on AVX-512 hosts,
+``norm_matmul_float`` does the same with the product on the packed GEMM (B packed once and kept beside the folded
+weights, as the packed MatMul keeps it): its summation order is not numpy's BLAS's, so the result is the
+reference's within float32 tolerance. Anything else (float16, a
 broadcast skip, relu or quantize epilogues) takes the step-by-step path.
 
 Cost: the matmul's cost plus the prologue on the vector unit (add, square-accumulate, scale: 3 ops per element of

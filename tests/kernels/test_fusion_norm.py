@@ -101,7 +101,7 @@ def test_near_misses_stay_unfused(kwargs):
 
 
 def test_a_level_4_swiglu_group_keeps_its_norm():
-    """The fused SwiGLU's exp is the C library's, not numpy's: at accuracy_level 4 the gate/up group stays a
+    """The fused SwiGLU's exp is not numpy's: at accuracy_level 4 the gate/up group stays a
     separate step (kernels.fusion.norm); the same group at level 0 folds."""
     from tests.kernels.test_native_norm_matmul import _model as mlp_model
 

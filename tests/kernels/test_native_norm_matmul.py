@@ -3,10 +3,10 @@ MatMulNBits / MatMulGroup GEMM with its bias and the SwiGLU epilogue.
 
 Against the step-by-step path of the same compiled node (numpy prologue, the same native GEMM, numpy SwiGLU):
 the prologue follows the reference's operations (Skip*: float32 sequential sum; Simplified: numpy's own BLAS
-sdot), so the sum output and the matmul outputs are bit-identical; after a SwiGLU the C library's exp is within
-an ulp of numpy's, so those outputs are compared with a tolerance of a few float32 ulps. Realistic widths (K of
-2048) and odd ones (K = 96: a partial 128-element chunk) are both covered, and a session at
-K = 2048 runs on NpuEP against the CPU EP.
+sdot), so the sum output and the matmul outputs are bit-identical; after a SwiGLU the kernel's exp (Cephes' expf
+or the C library's) is within a few ulps of numpy's, so those outputs are compared with a tolerance of a few float32
+ulps. Realistic widths (K of 2048) and odd ones (K = 96: a partial 128-element chunk) are both covered, and a
+session at K = 2048 runs on NpuEP against the CPU EP.
 """
 
 from __future__ import annotations
