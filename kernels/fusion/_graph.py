@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..node import NodeInfo
+from ..support import why_not
+from ..target import Target
 
 
 def consumers_of(nodes: list[NodeInfo]) -> dict[str, list[int]]:
@@ -18,3 +22,25 @@ def consumers_of(nodes: list[NodeInfo]) -> dict[str, list[int]]:
 def producers_of(nodes: list[NodeInfo]) -> dict[str, int]:
     """Value name -> index of the node that writes it (shared by every fusion pass)."""
     return {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
+
+
+def splice_chains(nodes: list[NodeInfo], target: Target,
+                  match: Callable[[int], tuple[list[int], NodeInfo] | None]) -> list[NodeInfo]:
+    """``nodes`` with each chain ``match(i)`` finds (the indices of its nodes, the fused node) replaced by the fused
+    node at its last member's place (every input of the chain exists by then), where the target takes the fused
+    node and no member already belongs to an earlier chain."""
+    replace: dict[int, NodeInfo] = {}
+    absorbed: set[int] = set()
+    for i in range(len(nodes)):
+        if i in absorbed:
+            continue
+        found = match(i)
+        if found is None or why_not(found[1], target) is not None:
+            continue
+        chain, fused = found
+        if any(j in absorbed or j in replace for j in chain):
+            continue
+        last = max(chain)
+        replace[last] = fused
+        absorbed.update(j for j in chain if j != last)
+    return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]

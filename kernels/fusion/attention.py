@@ -27,9 +27,8 @@ import numpy as np
 
 from ..node import NodeInfo, ValueInfo
 from ..ops.softmax import last_axis
-from ..support import why_not
 from ..target import Target
-from ._graph import consumers_of, producers_of
+from ._graph import consumers_of, producers_of, splice_chains
 
 FUSED_DOMAIN, FUSED_OP = "npu", "AttentionChain"
 _MISSING = ValueInfo("", None, None)  # an omitted input (no mask)
@@ -203,19 +202,5 @@ def fuse_attention(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     where its last MatMul was (every input of the chain exists by then)."""
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
-    users = consumers_of(nodes)
-    producer = producers_of(nodes)
-    replace: dict[int, NodeInfo] = {}
-    absorbed: set[int] = set()
-    for i in range(len(nodes)):
-        if i in absorbed:
-            continue
-        found = _match(nodes, users, producer, i)
-        if found is None or why_not(found[1], target) is not None:
-            continue
-        chain, fused = found
-        if any(j in absorbed or j in replace for j in chain):
-            continue
-        replace[chain[-1]] = fused
-        absorbed.update(chain[:-1])
-    return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]
+    users, producer = consumers_of(nodes), producers_of(nodes)
+    return splice_chains(nodes, target, lambda i: _match(nodes, users, producer, i))

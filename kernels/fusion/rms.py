@@ -23,9 +23,8 @@ import dataclasses
 import numpy as np
 
 from ..node import NodeInfo, ValueInfo
-from ..support import why_not
 from ..target import Target
-from ._graph import consumers_of
+from ._graph import consumers_of, splice_chains
 
 FUSED_DOMAIN, FUSED_OP = "", "SimplifiedLayerNormalization"
 
@@ -131,13 +130,4 @@ def fuse_rms(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
     users = consumers_of(nodes)
-    replace: dict[int, NodeInfo] = {}
-    absorbed: set[int] = set()
-    for i in range(len(nodes)):
-        found = _match(nodes, users, i)
-        if found is None or why_not(found[1], target) is not None:
-            continue
-        chain, fused = found
-        replace[chain[-1]] = fused
-        absorbed.update(chain[:-1])
-    return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]
+    return splice_chains(nodes, target, lambda i: _match(nodes, users, i))

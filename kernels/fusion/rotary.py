@@ -21,9 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..node import NodeInfo, ValueInfo
-from ..support import why_not
 from ..target import Target
-from ._graph import consumers_of, producers_of
+from ._graph import consumers_of, producers_of, splice_chains
 
 FUSED_DOMAIN, FUSED_OP = "npu", "RotateHalf"
 
@@ -125,18 +124,5 @@ def fuse_rotary(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     was (x, cos and sin exist by then)."""
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
-    users = consumers_of(nodes)
-    producer = producers_of(nodes)
-    replace: dict[int, NodeInfo] = {}
-    absorbed: set[int] = set()
-    for i in range(len(nodes)):
-        found = _match(nodes, users, producer, i)
-        if found is None or why_not(found[1], target) is not None:
-            continue
-        chain, fused = found
-        if any(j in absorbed or j in replace for j in chain):
-            continue
-        add_i = max(chain)  # the Add comes after every other node of the chain
-        replace[add_i] = fused
-        absorbed.update(j for j in chain if j != add_i)
-    return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]
+    users, producer = consumers_of(nodes), producers_of(nodes)
+    return splice_chains(nodes, target, lambda i: _match(nodes, users, producer, i))
