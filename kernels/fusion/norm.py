@@ -8,9 +8,10 @@ never makes a DRAM round trip. On the host it is one kernel call instead of two.
 
 Rules (all must hold): the norm normalizes the last axis of a float32 input with a constant gamma (and constant
 bias, Skip*); its normalized output is not a graph output and has exactly one consumer, which reads it as input 0
-(A); the consumer is a float ``MatMul`` with a constant 2-D B, a plain ``MatMulNBits`` or an ``npu::MatMulGroup``
-of them, at any accuracy_level (int4 weights keep gamma as a vector that scales A in the unfused norm's order, so
-the A that level 4 quantizes per block is the unfused norm's, bit for bit), except a level-4 group with the SwiGLU
+(A); the consumer is a float ``MatMul`` with a constant 2-D B (plain, or with a constant bias as its only
+epilogue), a plain ``MatMulNBits`` or an ``npu::MatMulGroup`` of them, at any accuracy_level (int4 weights keep
+gamma as a vector that scales A in the unfused norm's order, so the A that level 4 quantizes per block is the
+unfused norm's, bit for bit), except a level-4 group with the SwiGLU
 epilogue (``_foldable_consumer``); the norm's statistics outputs (mean, inv_std_var) are unused; the target lists
 ``npu::NormMatMul``. Shape nodes reading the normalized output besides the matmul read the norm's input instead.
 Skip*'s sum output (the residual) stays an output of the fused node.
@@ -24,6 +25,7 @@ from ..node import NodeInfo
 from ..support import why_not
 from ..target import Target
 from ._graph import consumers_of
+from .siblings import bias_matmul
 
 FUSED_DOMAIN, FUSED_OP = "npu", "NormMatMul"
 _NORMS = {("", "SimplifiedLayerNormalization"), ("com.microsoft", "SkipSimplifiedLayerNormalization")}
@@ -31,8 +33,8 @@ _GROUP = ("npu", "MatMulGroup")
 
 
 def _plain_consumer(nd: NodeInfo) -> bool:
-    """A float matmul whose constant weights can take gamma in their rows."""
-    if nd.key == ("", "MatMul"):
+    """A float matmul whose constant weights can take gamma in their rows (also one with a bias as its epilogue)."""
+    if nd.key == ("", "MatMul") or bias_matmul(nd):
         b = nd.input(1)
         return b is not None and b.value is not None and b.value.ndim == 2
     if nd.key == ("com.microsoft", "MatMulNBits"):

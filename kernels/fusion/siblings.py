@@ -11,11 +11,12 @@ exporters' ``silu(gate) * up``), the three vector ops fold into the group's epil
 before it leaves SRAM; the group then has one output, the last Mul's.
 
 Rules (a group forms only when all hold): members are plain MatMulNBits with equal K, block_size and
-accuracy_level and no runtime bias, or plain MatMul with a constant 2-D B; they share input A (same value name);
-the target lists ``npu::MatMulGroup`` and accepts the synthetic node (its plan for the concatenated N must fit
-SRAM, ``support.why_not``). A member output may be a graph output: it stays a value of its own (a column slice).
-SwiGLU also needs ``swiglu`` in ``[fusion] epilogues`` and intermediates with no other consumer and not graph
-outputs.
+accuracy_level and no runtime bias, or MatMul with a constant 2-D B, plain or with a constant bias of one value per
+column as its only fused epilogue (the group's bias holds the members' biases, zeros for a member without); they
+share input A (same value name); the target lists ``npu::MatMulGroup`` and accepts the synthetic node (its plan for
+the concatenated N must fit SRAM, ``support.why_not``). A member output may be a graph output: it stays a value of
+its own (a column slice). SwiGLU also needs ``swiglu`` in ``[fusion] epilogues`` and intermediates with no other
+consumer and not graph outputs.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ._graph import consumers_of
 GROUP_DOMAIN, GROUP_OP = "npu", "MatMulGroup"
 _NBITS = ("com.microsoft", "MatMulNBits")
 _MATMUL = ("", "MatMul")
+_EPILOGUE = ("npu", "MatMulEpilogue")
 
 
 def _member_key(nd: NodeInfo) -> tuple | None:
@@ -42,12 +44,25 @@ def _member_key(nd: NodeInfo) -> tuple | None:
             return None
         return (_NBITS, a.name, int(nd.attr("K")), int(nd.attr("block_size", 0)), int(nd.attr("accuracy_level", 0)),
                 int(nd.attr("bits", 4)))
-    if nd.key == _MATMUL:
+    if nd.key == _MATMUL or bias_matmul(nd):
         b = nd.input(1)
         if b is None or b.value is None or b.value.ndim != 2:
             return None
         return (_MATMUL, a.name, int(b.value.shape[0]))
     return None
+
+
+def bias_matmul(nd: NodeInfo) -> bool:
+    """A float MatMul whose only epilogue is a constant bias of one value per output column (an
+    ``npu::MatMulEpilogue``, as Qwen2's q/k/v projections become): it joins a group as a plain MatMul would, its
+    bias a segment of the group's."""
+    if nd.key != _EPILOGUE or (nd.attrs["base_domain"], nd.attrs["base_op"]) != _MATMUL:
+        return False
+    if {k for k, v in nd.attrs["epilogue"].items() if v} != {"bias"} or nd.attrs["extra"] != ["ep_bias"]:
+        return False
+    b, bias = nd.input(1), nd.inputs[int(nd.attrs["n_base_inputs"])]
+    return (b is not None and b.value is not None and b.value.ndim == 2 and bias.value is not None
+            and bias.value.size == b.value.shape[1])
 
 
 def _out_cols(nd: NodeInfo) -> int:

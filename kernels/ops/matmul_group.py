@@ -64,8 +64,9 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
         "w": np.ascontiguousarray(np.concatenate([p.consts["b"] for p in parts], axis=1))}
     ep = dict(node.attrs["epilogue"])
     if any(p.attrs["epilogue"].get("bias") for p in parts):
-        consts["ep_bias"] = np.concatenate([p.consts["ep_bias"] if p.attrs["epilogue"].get("bias")
-                                            else np.zeros(n, np.float32) for p, n in zip(parts, splits)])
+        consts["ep_bias"] = np.concatenate([np.broadcast_to(p.consts["ep_bias"].reshape(-1), (n,))
+                                            if p.attrs["epilogue"].get("bias") else np.zeros(n, np.float32)
+                                            for p, n in zip(parts, splits)]).astype(np.float32)
         ep["bias"] = True
     dt = parts[0].attrs["dtype"]
     k = int(parts[0].attrs["K"]) if nbits else consts["w"].shape[0]

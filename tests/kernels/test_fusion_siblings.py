@@ -11,6 +11,7 @@ from onnx import TensorProto, helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.fusion.siblings import fuse_siblings
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
@@ -157,3 +158,83 @@ def test_group_costs_less_than_its_members():
     assert cost.cycles < sum(c.cycles for c in parts)
     assert cost.dma_bytes <= sum(c.dma_bytes for c in parts)
     assert cost.macs == sum(c.macs for c in parts)
+
+
+# --- projections with a bias (Qwen2's q/k/v): MatMul + Add become MatMulEpilogue steps, which group too ---
+
+def _biased_qkv_model(biased=(True, True, True), relu_on=None, norm=False, k=64, ns=(64, 16, 16)):
+    """x [-> an RMS norm written out, as Qwen2 exports have it] -> MatMul_i [+ bias_i] [-> Relu on member relu_on]
+    -> Concat."""
+    rng = np.random.default_rng(17)
+    inits, nodes, a = {}, [], "x"
+    if norm:
+        inits.update({"gamma": (1 + 0.1 * rng.standard_normal(k)).astype(np.float32),
+                      "two": np.array(2.0, np.float32), "axes": np.array([-1], np.int64),
+                      "eps": np.array(1e-6, np.float32)})
+        nodes += [helper.make_node("Pow", ["x", "two"], ["sq"], "pow"),
+                  helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], "mean"),
+                  helper.make_node("Add", ["ms", "eps"], ["mse"], "add_eps"),
+                  helper.make_node("Sqrt", ["mse"], ["rms"], "sqrt"),
+                  helper.make_node("Div", ["x", "rms"], ["xr"], "div"),
+                  helper.make_node("Mul", ["xr", "gamma"], ["xn"], "gamma")]
+        a = "xn"
+    outs = []
+    for i, n in enumerate(ns):
+        inits[f"w{i}"] = (rng.standard_normal((k, n)) / 8).astype(np.float32)
+        nodes.append(helper.make_node("MatMul", [a, f"w{i}"], [f"m{i}"], f"p{i}"))
+        y = f"m{i}"
+        if biased[i]:
+            inits[f"b{i}"] = rng.standard_normal(n).astype(np.float32)
+            nodes.append(helper.make_node("Add", [y, f"b{i}"], [f"y{i}"], f"bias{i}"))
+            y = f"y{i}"
+        if relu_on == i:
+            nodes.append(helper.make_node("Relu", [y], [f"r{i}"], f"relu{i}"))
+            y = f"r{i}"
+        outs.append(y)
+    nodes.append(helper.make_node("Concat", outs, ["cat"], "cat", axis=-1))
+    # symbolic rows, as an exported decoder has them: with static ones ORT's level-1 optimizer makes each MatMul +
+    # Add a Reshape -> Gemm -> Reshape before NpuEP sees the graph
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, ["batch", "seq", k])],
+                      [helper.make_tensor_value_info("cat", F32, ["batch", "seq", sum(ns)])], inits, opset=21)
+
+
+@pytest.mark.parametrize("biased", [(True, True, True), (False, True, True)])
+def test_projections_with_a_bias_group_with_the_biases_as_the_groups(biased):
+    """The group's bias holds each member's, zeros for a member without; on NpuEP one native step, the CPU EP's
+    results within float tolerance."""
+    model = _biased_qkv_model(biased)
+    fused = fuse_partition(nodes_from_model(model), REF)
+    assert [nd.op_type for nd in fused] == ["MatMulGroup", "Concat"]
+    LIVE_SESSIONS.clear()
+    sess = _check_on_npu(model)
+    (program,) = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()]
+    assert [s.op for s in program.steps] == ["npu::MatMulGroup", "Concat"]
+    assert program.steps[0].prepared.attrs["epilogue"] == {"bias": True}
+    del sess
+
+
+def test_a_normalized_input_folds_into_the_biased_group():
+    """Qwen2's attention input: the RMS norm becomes one norm (the rms pass), folded into the biased q/k/v group."""
+    model = _biased_qkv_model(norm=True)
+    assert [nd.op_type for nd in fuse_partition(nodes_from_model(model), REF)] == ["NormMatMul", "Concat"]
+    LIVE_SESSIONS.clear()
+    sess = _check_on_npu(model)
+    (program,) = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()]
+    assert [s.op for s in program.steps] == ["npu::NormMatMul", "Concat"]
+    del sess
+
+
+def test_a_member_with_more_than_a_bias_stays_out():
+    """A bias then Relu is an epilogue the group does not hold per member: that projection stays its own step."""
+    ops = [nd.op_type for nd in fuse_partition(nodes_from_model(_biased_qkv_model(relu_on=0)), REF)]
+    assert ops.count("MatMulEpilogue") == 1 and ops.count("MatMulGroup") == 1, ops
+
+
+def test_a_normalized_input_folds_into_one_biased_projection():
+    model = _biased_qkv_model(biased=(True,), norm=True, ns=(48,))
+    assert [nd.op_type for nd in fuse_partition(nodes_from_model(model), REF)] == ["NormMatMul", "Concat"]
+    LIVE_SESSIONS.clear()
+    sess = _check_on_npu(model)
+    (program,) = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()]
+    assert [s.op for s in program.steps] == ["npu::NormMatMul", "Concat"]
+    del sess
