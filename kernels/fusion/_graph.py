@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..node import NodeInfo
+from ..node import NodeInfo, ValueInfo
 from ..support import why_not
 from ..target import Target
 
@@ -17,6 +17,12 @@ def consumers_of(nodes: list[NodeInfo]) -> dict[str, list[int]]:
             if not v.missing:
                 users.setdefault(v.name, []).append(i)
     return users
+
+
+def only_reader(v: ValueInfo, users: dict[str, list[int]]) -> int | None:
+    """The index of the one node reading ``v``, if exactly one does and ``v`` is not a graph output."""
+    readers = users.get(v.name, [])
+    return readers[0] if len(readers) == 1 and not v.is_graph_output else None
 
 
 def producers_of(nodes: list[NodeInfo]) -> dict[str, int]:

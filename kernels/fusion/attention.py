@@ -28,7 +28,7 @@ import numpy as np
 from ..node import NodeInfo, ValueInfo
 from ..ops.softmax import last_axis
 from ..target import Target
-from ._graph import consumers_of, producers_of, splice_chains
+from ._graph import consumers_of, only_reader, producers_of, splice_chains
 
 FUSED_DOMAIN, FUSED_OP = "npu", "AttentionChain"
 _MISSING = ValueInfo("", None, None)  # an omitted input (no mask)
@@ -42,12 +42,6 @@ def _f32(v: ValueInfo | None) -> bool:
 def _rank_ok(v: ValueInfo) -> bool:
     """Rank 2..4, or unknown (the kernel reads ranks at run time)."""
     return v.shape is None or 2 <= len(v.shape) <= 4
-
-
-def _only_reader(v: ValueInfo, users: dict[str, list[int]]) -> int | None:
-    """The index of the one node reading ``v``, if exactly one does and ``v`` is not a graph output."""
-    readers = users.get(v.name, [])
-    return readers[0] if len(readers) == 1 and not v.is_graph_output else None
 
 
 def _scale(nd: NodeInfo, x: str) -> float | None:
@@ -83,7 +77,7 @@ def _nan_guard(nodes: list[NodeInfo], users: dict[str, list[int]], probs: ValueI
         return None
     isnan = next((i for i in readers if nodes[i].key == ("", "IsNaN")), None)
     where = next((i for i in readers if nodes[i].key == ("", "Where")), None)
-    if isnan is None or where is None or _only_reader(nodes[isnan].outputs[0], users) != where:
+    if isnan is None or where is None or only_reader(nodes[isnan].outputs[0], users) != where:
         return None
     cond, zero, x = nodes[where].inputs
     if cond.name != nodes[isnan].outputs[0].name or x.name != probs.name or not _f32(zero):
@@ -108,14 +102,14 @@ def _repeat_kv(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dic
     the path's node indices from x on, or None. ``reader``: the chain's node reading ``value``, its only reader.
     Whether the Expand and Reshape repeat each of x's heads in place is checked on every call (their shapes may be
     runtime values); where they do not, the path runs as written."""
-    if _only_reader(value, users) != reader:
+    if only_reader(value, users) != reader:
         return None
     path: list[int] = []
     cur = value
     wanted = (("Transpose", "Reshape", "Expand", "Unsqueeze") if transposed else ("Reshape", "Expand", "Unsqueeze"))
     for op in wanted:
         i = producer.get(cur.name)
-        if i is None or nodes[i].key != ("", op) or (path and _only_reader(cur, users) != path[-1]):
+        if i is None or nodes[i].key != ("", op) or (path and only_reader(cur, users) != path[-1]):
             return None
         nd = nodes[i]
         if op == "Transpose" and [int(a) for a in nd.attr("perm", [])] != [0, 1, 3, 2]:
@@ -140,12 +134,12 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[st
         return None
     chain, cur = [i], qk
     scale_kind, scale, mask = 0, 1.0, None
-    nxt = _only_reader(cur.outputs[0], users)
+    nxt = only_reader(cur.outputs[0], users)
     if nxt is not None and (c := _scale(nodes[nxt], cur.outputs[0].name)) is not None:
         scale_kind, scale = SCALE_KINDS[nodes[nxt].op_type], c
         chain.append(nxt)
         cur = nodes[nxt]
-        nxt = _only_reader(cur.outputs[0], users)
+        nxt = only_reader(cur.outputs[0], users)
     if nxt is not None and nodes[nxt].key == ("", "Add") and len(nodes[nxt].inputs) == 2:
         a, b = nodes[nxt].inputs
         other = b if a.name == cur.outputs[0].name else a
@@ -154,7 +148,7 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[st
         mask = other
         chain.append(nxt)
         cur = nodes[nxt]
-        nxt = _only_reader(cur.outputs[0], users)
+        nxt = only_reader(cur.outputs[0], users)
     softmax = _softmax(nodes[nxt]) if nxt is not None else None
     if softmax is None:
         return None
@@ -164,7 +158,7 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[st
     if guard is not None:
         chain.extend(guard)
         probs = nodes[guard[-1]].outputs[0]
-    pv_i = _only_reader(probs, users)
+    pv_i = only_reader(probs, users)
     if pv_i is None:
         return None
     pv = nodes[pv_i]

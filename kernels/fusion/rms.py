@@ -24,7 +24,7 @@ import numpy as np
 
 from ..node import NodeInfo, ValueInfo
 from ..target import Target
-from ._graph import consumers_of, splice_chains
+from ._graph import consumers_of, only_reader, splice_chains
 
 FUSED_DOMAIN, FUSED_OP = "", "SimplifiedLayerNormalization"
 
@@ -59,13 +59,6 @@ def _last_axis_mean(nd: NodeInfo, rank: int) -> bool:
     return axes is not None and len(axes) == 1 and int(axes[0]) % rank == rank - 1
 
 
-def _only_reader(nodes: list[NodeInfo], users: dict[str, list[int]], i: int) -> int | None:
-    """The index of the one node reading node ``i``'s output, if exactly one does and it is not a graph output."""
-    y = nodes[i].outputs[0]
-    readers = users.get(y.name, [])
-    return readers[0] if len(readers) == 1 and not y.is_graph_output else None
-
-
 def _match(nodes: list[NodeInfo], users: dict[str, list[int]], i: int) -> tuple[list[int], NodeInfo] | None:
     """The chain starting at ``nodes[i]`` (a Pow): (indices of its nodes, the fused norm), or None."""
     pw = nodes[i]
@@ -78,7 +71,7 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], i: int) -> tuple[
     chain = [i]
 
     def step(want: str) -> NodeInfo | None:  # the one reader of the chain's last node, if it is a ``want``
-        j = _only_reader(nodes, users, chain[-1])
+        j = only_reader(nodes[chain[-1]].outputs[0], users)
         if j is None or nodes[j].key != ("", want):
             return None
         chain.append(j)
@@ -94,14 +87,14 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], i: int) -> tuple[
     sqrt = step("Sqrt")
     if sqrt is None:
         return None
-    j = _only_reader(nodes, users, chain[-1])
+    j = only_reader(nodes[chain[-1]].outputs[0], users)
     if j is None:
         return None
     chain.append(j)
     root = sqrt.outputs[0].name
     div = nodes[j]
     if div.key == ("", "Div") and [v.name for v in div.inputs] == [x.name, root]:
-        scaled = div  # x / sqrt(...): ORT's level-1 optimizer writes x * (1 / s) so
+        scaled = div  # x / s: ORT's level-1 optimizer rewrites x * (1 / s) as this
     elif div.key == ("", "Reciprocal") or (div.key == ("", "Div") and len(div.inputs) == 2
                                             and div.inputs[1].name == root and _scalar(div.inputs[0], 1.0) is not None):
         scaled = step("Mul")

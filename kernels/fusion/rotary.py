@@ -22,14 +22,9 @@ import numpy as np
 
 from ..node import NodeInfo, ValueInfo
 from ..target import Target
-from ._graph import consumers_of, producers_of, splice_chains
+from ._graph import consumers_of, only_reader, producers_of, splice_chains
 
 FUSED_DOMAIN, FUSED_OP = "npu", "RotateHalf"
-
-
-def _only_reader(v: ValueInfo, users: dict[str, list[int]]) -> int | None:
-    readers = users.get(v.name, [])
-    return readers[0] if len(readers) == 1 and not v.is_graph_output else None
 
 
 def _const_int(v: ValueInfo) -> int | None:
@@ -92,18 +87,18 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[st
                              or (isinstance(last, int) and half is not None and last != 2 * half)):
         return None
     second_i, neg_i, first_i = (producer[v.name] for v in (neg.inputs[0], cat.inputs[0], cat.inputs[1]))
-    if (_only_reader(second.outputs[0], users) != neg_i or _only_reader(neg.outputs[0], users) != i
-            or _only_reader(first.outputs[0], users) != i):
+    if (only_reader(second.outputs[0], users) != neg_i or only_reader(neg.outputs[0], users) != i
+            or only_reader(first.outputs[0], users) != i):
         return None
     chain = [second_i, neg_i, first_i, i]
-    rs_i = _only_reader(cat.outputs[0], users)
+    rs_i = only_reader(cat.outputs[0], users)
     sin = None if rs_i is None else _product(nodes[rs_i], cat.outputs[0].name)
-    add_i = None if sin is None else _only_reader(nodes[rs_i].outputs[0], users)
+    add_i = None if sin is None else only_reader(nodes[rs_i].outputs[0], users)
     add = None if add_i is None else nodes[add_i]
     if add is None or add.key != ("", "Add") or len(add.inputs) != 2:
         return None
     xc = next((v for v in add.inputs if v.name != nodes[rs_i].outputs[0].name), None)
-    if xc is None or xc.name not in producer or _only_reader(xc, users) != add_i:
+    if xc is None or xc.name not in producer or only_reader(xc, users) != add_i:
         return None
     xc_i = producer[xc.name]
     cos = _product(nodes[xc_i], x.name)
