@@ -39,18 +39,20 @@ def _slice(nd: NodeInfo) -> tuple[str, int, ValueInfo, ValueInfo] | None:
     integer values, constants or computed at run time (torch's TorchScript exporter computes h / 2 from x's shape)."""
     if nd.key != ("", "Slice") or len(nd.inputs) < 4 or nd.inputs[3].missing:
         return None
-    start, end, axes = nd.inputs[1], nd.inputs[2], nd.inputs[3]
+    start, end = nd.inputs[1], nd.inputs[2]
     step = _const_int(nd.inputs[4]) if len(nd.inputs) > 4 and not nd.inputs[4].missing else 1
-    axis = _const_int(axes)
-    if axis is None or step != 1 or any(v.dtype is None or v.dtype.kind not in "iu" or (v.shape is not None and
-                                                                                         v.shape not in ((1,), ()))
-                                        for v in (start, end)):
+    axis = _const_int(nd.inputs[3])
+
+    def one_int(v: ValueInfo) -> bool:
+        return v.dtype is not None and v.dtype.kind in "iu" and (v.shape is None or v.shape in ((1,), ()))
+
+    if axis is None or step != 1 or not (one_int(start) and one_int(end)):
         return None
     return nd.inputs[0].name, axis, start, end
 
 
 def _product(nd: NodeInfo, name: str) -> ValueInfo | None:
-    """The float32 operand with last dim ``h`` that a Mul ``nd`` multiplies value ``name`` by, else None."""
+    """The float32 operand of known rank that a Mul ``nd`` multiplies value ``name`` by, else None."""
     if nd.key != ("", "Mul") or len(nd.inputs) != 2:
         return None
     a, b = nd.inputs

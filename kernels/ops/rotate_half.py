@@ -8,10 +8,10 @@ x's shape and the bounds turn out to be at run time.
 Reference: the unfused ops' numpy calls in their order (the two slices, negative, concatenate, multiply, multiply,
 add), so the reference model computes what the unfused kernels compute, bit for bit, at any shape.
 
-Native (``kernels.rotate_half``): where both axes are x's last, the bounds are 0, h/2, h/2 and at least h for x's last
-dim h, and cos and sin (rank <= 4) broadcast to x's shape with that last dim; on the session's threads (a bound step
-holds run-time bounds to the values it was bound for). Each element is the same float32 operations
-in the same order (no multiply-add contraction): the reference's bits.
+Native (``kernels.rotate_half``): where both axes are x's last, the bounds are 0, h/2, h/2 and at least h for x's
+last dim h, and cos and sin (rank <= 4) broadcast to x's shape with that last dim; on the session's threads (a
+bound step holds run-time bounds to the values it was bound for). Each element is the same float32 operations in
+the same order (no multiply-add contraction): the reference's bits.
 
 Cost: x, cos and sin streamed through the vector unit once (two multiplies and an add per element).
 """
