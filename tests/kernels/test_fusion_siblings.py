@@ -198,6 +198,15 @@ def _biased_qkv_model(biased=(True, True, True), relu_on=None, norm=False, k=64,
                       [helper.make_tensor_value_info("cat", F32, ["batch", "seq", sum(ns)])], inits, opset=21)
 
 
+def _program_on_npu(model):
+    """The program NpuEP compiled for ``model``, after a run matching the CPU EP's (``_check_on_npu``)."""
+    LIVE_SESSIONS.clear()
+    sess = _check_on_npu(model)
+    (program,) = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()]
+    del sess
+    return program
+
+
 @pytest.mark.parametrize("biased", [(True, True, True), (False, True, True)])
 def test_projections_with_a_bias_group_with_the_biases_as_the_groups(biased):
     """The group's bias holds each member's, zeros for a member without; on NpuEP one native step, the CPU EP's
@@ -205,23 +214,16 @@ def test_projections_with_a_bias_group_with_the_biases_as_the_groups(biased):
     model = _biased_qkv_model(biased)
     fused = fuse_partition(nodes_from_model(model), REF)
     assert [nd.op_type for nd in fused] == ["MatMulGroup", "Concat"]
-    LIVE_SESSIONS.clear()
-    sess = _check_on_npu(model)
-    (program,) = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()]
+    program = _program_on_npu(model)
     assert [s.op for s in program.steps] == ["npu::MatMulGroup", "Concat"]
     assert program.steps[0].prepared.attrs["epilogue"] == {"bias": True}
-    del sess
 
 
 def test_a_normalized_input_folds_into_the_biased_group():
     """Qwen2's attention input: the RMS norm becomes one norm (the rms pass), folded into the biased q/k/v group."""
     model = _biased_qkv_model(norm=True)
     assert [nd.op_type for nd in fuse_partition(nodes_from_model(model), REF)] == ["NormMatMul", "Concat"]
-    LIVE_SESSIONS.clear()
-    sess = _check_on_npu(model)
-    (program,) = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()]
-    assert [s.op for s in program.steps] == ["npu::NormMatMul", "Concat"]
-    del sess
+    assert [s.op for s in _program_on_npu(model).steps] == ["npu::NormMatMul", "Concat"]
 
 
 def test_a_member_with_more_than_a_bias_stays_out():
@@ -233,8 +235,4 @@ def test_a_member_with_more_than_a_bias_stays_out():
 def test_a_normalized_input_folds_into_one_biased_projection():
     model = _biased_qkv_model(biased=(True,), norm=True, ns=(48,))
     assert [nd.op_type for nd in fuse_partition(nodes_from_model(model), REF)] == ["NormMatMul", "Concat"]
-    LIVE_SESSIONS.clear()
-    sess = _check_on_npu(model)
-    (program,) = [prog for ep in LIVE_SESSIONS for prog in ep.programs.values()]
-    assert [s.op for s in program.steps] == ["npu::NormMatMul", "Concat"]
-    del sess
+    assert [s.op for s in _program_on_npu(model).steps] == ["npu::NormMatMul", "Concat"]
