@@ -110,3 +110,27 @@ def test_a_target_without_the_norm_keeps_the_chain():
     raw["ops"] = {k: v for k, v in REF.raw["ops"].items() if k != "SimplifiedLayerNormalization"}
     ops = [nd.op_type for nd in fuse_partition(nodes_from_model(rms_model()), Target.from_dict(raw))]
     assert ops[:2] == ["Pow", "ReduceMean"]
+
+
+def test_a_layer_norm_written_out_keeps_its_centering_and_bias():
+    """LayerNorm as TorchScript writes it below opset 17: x - mean(x), then the chain above on that, then + beta.
+    The chain is an RMS norm of the centered x, so it fuses as one; the centering and beta stay steps."""
+    rng = np.random.default_rng(4)
+    inits = {"axes": np.array([-1], np.int64), "two": np.array(2.0, np.float32), "eps": np.array(1e-5, np.float32),
+             "gamma": (1 + 0.1 * rng.standard_normal(D)).astype(np.float32),
+             "beta": (0.1 * rng.standard_normal(D)).astype(np.float32)}
+    nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["mu"], "center_mean"),
+             helper.make_node("Sub", ["x", "mu"], ["xc"], "center"),
+             helper.make_node("Pow", ["xc", "two"], ["sq"], "pow"),
+             helper.make_node("ReduceMean", ["sq", "axes"], ["var"], "var"),
+             helper.make_node("Add", ["var", "eps"], ["ve"], "add"),
+             helper.make_node("Sqrt", ["ve"], ["sd"], "sqrt"),
+             helper.make_node("Div", ["xc", "sd"], ["xn"], "div"),
+             helper.make_node("Mul", ["xn", "gamma"], ["g"], "gamma"),
+             helper.make_node("Add", ["g", "beta"], ["y"], "beta")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, ["batch", 3, D])],
+                       [helper.make_tensor_value_info("y", F32, ["batch", 3, D])], inits, opset=18)
+    assert compiled_ops(model) == ["ReduceMean", "Sub", "SimplifiedLayerNormalization", "Add"]
+    # ORT's level-1 LayerNormFusion takes this graph when optimizations are on; TorchScript's BERT and ViT exports at
+    # opset 14 reach NpuEP written out all the same
+    assert run_on_npu(model, False) == ["ReduceMean", "Sub", "SimplifiedLayerNormalization", "Add"]
