@@ -6,6 +6,7 @@ level-1 pass rewrites Div(1, s) * x as x / s) and off (the chain as the file has
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
@@ -22,7 +23,7 @@ D, N = 64, 48
 
 def rms_model(form: str = "div_one", gamma_first: bool = False, exponent: float = 2.0, axis: int = -1,
               one: float = 1.0, gamma_shape: tuple = (D,), shape_reader: bool = False, mean_reader: bool = False,
-              runtime_eps: bool = False) -> "onnx.ModelProto":  # noqa: F821
+              runtime_eps: bool = False) -> onnx.ModelProto:
     """x [batch, 3, D] -> the chain -> MatMul(W) -> y. ``form``: how 1 / sqrt(mean + eps) reaches x: "div_x" (x / s),
     "div_one" (Div(1, s), then Mul(x, .)), "reciprocal" (Reciprocal(s), then Mul(., x))."""
     rng = np.random.default_rng(7)

@@ -6,6 +6,7 @@ Near misses stay as written."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -24,7 +25,7 @@ INT64_MAX = 2**63 - 1
 
 def rotary_model(swap_concat: bool = False, split: int = H // 2, cos_first: bool = False, extra_reader: bool = False,
                  cos_last: int | str = H, q_shape: tuple = (B, HEADS, S, H), runtime_half: bool = False
-                 ) -> "onnx.ModelProto":  # noqa: F821
+                 ) -> onnx.ModelProto:
     """q [B, HEADS, S, H], cos/sin [B, 1, S, cos_last] -> q * cos + concat(-q2, q1) * sin -> y. ``runtime_half``:
     the halves split at Shape(q)[3] / 2, computed at run time, as torch's TorchScript exporter writes it."""
     inits = {"zero": np.array([0], np.int64), "mid": np.array([split], np.int64),
