@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from ..node import NodeInfo, ValueInfo
 from ..support import why_not
 from ..target import Target
@@ -17,6 +19,24 @@ def consumers_of(nodes: list[NodeInfo]) -> dict[str, list[int]]:
             if not v.missing:
                 users.setdefault(v.name, []).append(i)
     return users
+
+
+def float_scalar(v: ValueInfo | None) -> float | None:
+    """The value of a one-element float32 constant, else None."""
+    if v is None or v.missing or v.value is None:
+        return None
+    a = np.asarray(v.value)
+    return float(a.reshape(())) if a.size == 1 and a.dtype == np.float32 else None
+
+
+def other_operand(nd: NodeInfo, name: str) -> ValueInfo | None:
+    """The operand of a binary ``nd`` that is not value ``name`` (None unless exactly one of its two inputs is)."""
+    if len(nd.inputs) != 2:
+        return None
+    a, b = nd.inputs
+    if (a.name == name) == (b.name == name):
+        return None
+    return b if a.name == name else a
 
 
 def only_reader(v: ValueInfo, users: dict[str, list[int]]) -> int | None:

@@ -28,7 +28,7 @@ import numpy as np
 from ..node import NodeInfo, ValueInfo
 from ..ops.softmax import last_axis
 from ..target import Target
-from ._graph import consumers_of, only_reader, producers_of, splice_chains
+from ._graph import consumers_of, float_scalar, only_reader, producers_of, splice_chains
 
 FUSED_DOMAIN, FUSED_OP = "npu", "AttentionChain"
 _MISSING = ValueInfo("", None, None)  # an omitted input (no mask)
@@ -51,9 +51,9 @@ def _scale(nd: NodeInfo, x: str) -> float | None:
     a, b = nd.inputs
     if nd.op_type == "Mul" and b.name == x:
         a, b = b, a
-    if a.name != x or b.value is None or b.value.size != 1 or b.value.ndim > 1 or not _f32(b):
+    if a.name != x or b.value is None or b.value.ndim > 1:
         return None
-    return float(np.asarray(b.value, np.float32).reshape(()))
+    return float_scalar(b)
 
 
 def _softmax(nd: NodeInfo) -> tuple[int, bool] | None:

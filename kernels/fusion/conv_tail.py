@@ -24,18 +24,11 @@ import numpy as np
 from ..node import NodeInfo, ValueInfo
 from ..support import why_not
 from ..target import Target
-from ._graph import consumers_of
+from ._graph import consumers_of, float_scalar
 
 CODES = {"mul": 0, "add": 1, "sub": 2, "rsub": 3, "div": 4, "rdiv": 5, "clip": 6, "save": 7, "mul_saved": 8,
          "add_saved": 9}
 _SCALAR_OPS = {"Mul": ("mul", "mul"), "Add": ("add", "add"), "Sub": ("sub", "rsub"), "Div": ("div", "rdiv")}
-
-
-def _scalar(v: ValueInfo | None) -> float | None:
-    if v is None or v.missing or v.value is None:
-        return None
-    a = np.asarray(v.value)
-    return float(a.reshape(())) if a.size == 1 and a.dtype == np.float32 else None
 
 
 def _link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
@@ -44,9 +37,9 @@ def _link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
         return None
     if nd.op_type in _SCALAR_OPS and len(nd.inputs) == 2:
         a, b = nd.inputs
-        if a.name == x and b.name != x and (c := _scalar(b)) is not None:
+        if a.name == x and b.name != x and (c := float_scalar(b)) is not None:
             return [(_SCALAR_OPS[nd.op_type][0], c, 0.0)]
-        if b.name == x and a.name != x and (c := _scalar(a)) is not None:
+        if b.name == x and a.name != x and (c := float_scalar(a)) is not None:
             return [(_SCALAR_OPS[nd.op_type][1], c, 0.0)]
         return None
     if nd.op_type == "Relu" and nd.inputs[0].name == x:
@@ -60,7 +53,7 @@ def _link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
             lo, hi = float(np.float32(lo)), float(np.float32(hi))
         else:
             bounds = [nd.input(i) for i in (1, 2)]
-            vals = [None if v is None or v.missing else _scalar(v) for v in bounds]
+            vals = [None if v is None or v.missing else float_scalar(v) for v in bounds]
             if any(v is not None and not v.missing and c is None for v, c in zip(bounds, vals)):
                 return None
             lo = vals[0] if vals[0] is not None else float(np.finfo(np.float32).min)

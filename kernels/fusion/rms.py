@@ -24,27 +24,15 @@ import numpy as np
 
 from ..node import NodeInfo, ValueInfo
 from ..target import Target
-from ._graph import consumers_of, only_reader, splice_chains
+from ._graph import consumers_of, float_scalar, only_reader, other_operand, splice_chains
 
 FUSED_DOMAIN, FUSED_OP = "", "SimplifiedLayerNormalization"
 
 
 def _scalar(v: ValueInfo, want: float | None = None) -> float | None:
-    """The value of a one-element float32 constant (equal to ``want`` if given), else None."""
-    if v.value is None or v.value.size != 1 or v.value.ndim > 1 or v.value.dtype != np.float32:
-        return None
-    c = float(v.value.reshape(()))
+    """The value of a float32 constant of one element and rank <= 1 (equal to ``want`` if given), else None."""
+    c = float_scalar(v) if v.value is not None and v.value.ndim <= 1 else None
     return c if want is None or c == want else None
-
-
-def _other(nd: NodeInfo, name: str) -> ValueInfo | None:
-    """The operand of a binary ``nd`` that is not value ``name`` (None unless exactly one input is ``name``)."""
-    if len(nd.inputs) != 2:
-        return None
-    a, b = nd.inputs
-    if (a.name == name) == (b.name == name):
-        return None
-    return b if a.name == name else a
 
 
 def _last_axis_mean(nd: NodeInfo, rank: int) -> bool:
@@ -81,7 +69,7 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], i: int) -> tuple[
     if mean is None or not _last_axis_mean(mean, rank):
         return None
     add = step("Add")
-    eps = None if add is None or (v := _other(add, mean.outputs[0].name)) is None else _scalar(v)
+    eps = None if add is None or (v := other_operand(add, mean.outputs[0].name)) is None else _scalar(v)
     if eps is None or not eps >= 0.0:
         return None
     sqrt = step("Sqrt")
@@ -98,12 +86,12 @@ def _match(nodes: list[NodeInfo], users: dict[str, list[int]], i: int) -> tuple[
     elif div.key == ("", "Reciprocal") or (div.key == ("", "Div") and len(div.inputs) == 2
                                             and div.inputs[1].name == root and _scalar(div.inputs[0], 1.0) is not None):
         scaled = step("Mul")
-        if scaled is None or (o := _other(scaled, div.outputs[0].name)) is None or o.name != x.name:
+        if scaled is None or (o := other_operand(scaled, div.outputs[0].name)) is None or o.name != x.name:
             return None
     else:
         return None
     gmul = step("Mul")
-    gamma = None if gmul is None else _other(gmul, scaled.outputs[0].name)
+    gamma = None if gmul is None else other_operand(gmul, scaled.outputs[0].name)
     d = x.shape[-1]
     if gamma is None or gamma.value is None or gamma.dtype != np.float32 or not isinstance(d, int) \
             or gamma.value.size != d or gamma.value.ndim > rank or any(n != 1 for n in gamma.value.shape[:-1]):

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..node import NodeInfo, ValueInfo
 from ..target import Target
-from ._graph import consumers_of, only_reader, producers_of, splice_chains
+from ._graph import consumers_of, only_reader, other_operand, producers_of, splice_chains
 
 FUSED_DOMAIN, FUSED_OP = "npu", "RotateHalf"
 
@@ -53,13 +53,8 @@ def _slice(nd: NodeInfo) -> tuple[str, int, ValueInfo, ValueInfo] | None:
 
 def _product(nd: NodeInfo, name: str) -> ValueInfo | None:
     """The float32 operand of known rank that a Mul ``nd`` multiplies value ``name`` by, else None."""
-    if nd.key != ("", "Mul") or len(nd.inputs) != 2:
-        return None
-    a, b = nd.inputs
-    if (a.name == name) == (b.name == name):
-        return None
-    other = b if a.name == name else a
-    return other if other.dtype == np.float32 and other.shape is not None and other.shape else None
+    other = other_operand(nd, name) if nd.key == ("", "Mul") else None
+    return other if other is not None and other.dtype == np.float32 and other.shape else None
 
 
 def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[str, int], i: int
