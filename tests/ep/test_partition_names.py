@@ -59,3 +59,26 @@ def test_dims_differing_from_orts_inference_warn_once_naming_the_node(caplog):
     assert len(warnings) == 1, warnings
     assert "output 'y' of node 'pool' (AveragePool) has shape [2,4,11] but the graph declares [2,4,12]" in warnings[0]
     np.testing.assert_array_equal(got, cpu_run(model, {"x": x})[0])
+
+
+def test_output_of_another_rank_than_declared_warns_once_and_matches_cpu(caplog):
+    """ddddocr's CRNN declares its [T, 1, classes] output as [1, seqlen]: ORT's executor warns and the CPU EP runs
+    it, so NpuEP hands ORT the rank it computed and warns once, naming the node."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "shape"], ["y"], name="reshape")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [4, 6]),
+                               helper.make_tensor_value_info("shape", onnx.TensorProto.INT64, ["r"])],
+                       [helper.make_tensor_value_info("y", F32, [1, "seqlen"])])
+    sess = npu_session(model)
+    assert assignment(sess) == {"relu": "NpuEP", "reshape": "NpuEP"}
+    rng = np.random.default_rng(7)
+    feeds = {"x": rng.standard_normal((4, 6)).astype(np.float32), "shape": np.array([2, 1, 12], np.int64)}
+    with caplog.at_level(logging.WARNING, logger="npu_ep"):
+        got = [sess.run(None, feeds)[0] for _ in range(3)]
+    warnings = [r.getMessage() for r in caplog.records if "graph declares" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "output 'y' of node 'reshape' (Reshape) has shape [2,1,12] but the graph declares [1,-1]" in warnings[0]
+    want = cpu_run(model, feeds)[0]
+    assert want.shape == (2, 1, 12)
+    for g in got:
+        np.testing.assert_array_equal(g, want)
