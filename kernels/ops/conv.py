@@ -45,6 +45,7 @@ from ..fusion.conv_tail import CODES
 from . import _native
 from ._mm import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
 from ._util import arg
+from .elementwise import _sigmoid
 
 
 def _geometry(node: NodeInfo, wshape: tuple[int, ...]) -> dict[str, Any]:
@@ -195,6 +196,8 @@ def tail_reference(y: np.ndarray, codes: np.ndarray, c: np.ndarray) -> np.ndarra
             np.clip(y, a, b, out=y)
         elif code == CODES["save"]:
             saved = y.copy()
+        elif code == CODES["sigmoid"]:
+            y[...] = _sigmoid(y)
         else:
             raise ValueError(f"conv tail: unknown instruction code {code}")
     return y

@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.conv_tail import CODES, fuse_conv_tails
 from npu_ep.kernels.ops import _native
@@ -223,3 +224,94 @@ def test_native_tail_rejects_bad_arguments():
         nat.conv_tail(y, np.zeros(2, np.int32), np.zeros(3, np.float32), 1)
     with pytest.raises(ValueError, match="unknown instruction code 99"):
         nat.conv_tail(y, np.asarray([99], np.int32), np.zeros(2, np.float32), 1)
+
+
+# --- SiLU (x * sigmoid(x)): YOLOv5/v8's activation ---------------------------------------------------------------
+def _silu_model(*, swap=False, conv="dense", hw=(H, W), sigmoid_out=False, other=False):
+    """x -> Conv -> Sigmoid -> Mul(conv, sigmoid) -> y; ``sigmoid_out`` also returns the sigmoid, ``other``
+    multiplies the sigmoid by another input z instead of the conv output (near misses)."""
+    rng = np.random.default_rng(9)
+    cin, wshape, conv_attrs, _ = CONVS[conv]
+    inits = {"w": rng.normal(0, 0.5, wshape).astype(np.float32), "b": rng.normal(0, 0.3, M).astype(np.float32)}
+    lhs = "z" if other else "c"
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], "conv", **conv_attrs),
+             helper.make_node("Sigmoid", ["c"], ["s"], "sigmoid"),
+             helper.make_node("Mul", ["s", lhs] if swap else [lhs, "s"], ["y"], "silu")]
+    oh, ow = ((hw[0] + 1) // 2, (hw[1] + 1) // 2) if "strides" in conv_attrs else hw
+    outs = [helper.make_tensor_value_info("y", F32, [1, M, oh, ow])]
+    if sigmoid_out:
+        outs.append(helper.make_tensor_value_info("s", F32, [1, M, oh, ow]))
+    ins = [helper.make_tensor_value_info("x", F32, [1, cin, *hw])]
+    if other:
+        ins.append(helper.make_tensor_value_info("z", F32, [1, M, oh, ow]))
+    return make_model(nodes, ins, outs, inits)
+
+
+def _within_sigmoid_rounding(got, want):
+    """The native sigmoid's exp (Cephes' in lanes) is within 2 ulp of numpy's: the SiLU within a few float32
+    roundings of the reference, NaN where it has NaN."""
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=8 * 2.0 ** -23, atol=1e-37)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("conv,hw", [("dense", (H, W)), ("pointwise", (75, 61)), ("dense_deep", (20, 40)),
+                                     ("depthwise", (H, W)), ("depthwise_s2", (H, W))])
+def test_silu_folds_into_the_conv(swap, conv, hw):
+    plain = nodes_from_model(_silu_model(swap=swap, conv=conv, hw=hw))
+    fused = fuse_conv_tails(plain, REF)
+    assert _ops(fused) == ["Conv"] and [t[0] for t in fused[0].attrs["conv_tail"]] == ["save", "sigmoid", "mul_saved"]
+    feeds = _feeds(7, conv=conv, hw=hw)
+    feeds["x"][0, 0, 1, 2] = np.nan
+    with np.errstate(invalid="ignore"):
+        for kernels in ("reference", "native"):
+            want = _run(plain, feeds, kernels)["y"]
+            got = _run(fused, feeds, kernels)["y"]
+            if kernels == "reference":  # numpy's own steps
+                assert got.tobytes() == want.tobytes()
+            else:
+                _within_sigmoid_rounding(got, want)
+
+
+@pytest.mark.parametrize("case,ops", [({"sigmoid_out": True}, ["Conv", "Sigmoid", "Mul"]),  # sigmoid also returned
+                                      ({"other": True}, ["Conv", "Mul"])])  # sigmoid(conv) * x: only the sigmoid
+def test_silu_near_misses(case, ops):
+    plain = nodes_from_model(_silu_model(**case))
+    fused = fuse_conv_tails(plain, REF)
+    assert _ops(fused) == ops
+    if case.get("other"):
+        assert [t[0] for t in fused[0].attrs["conv_tail"]] == ["sigmoid"]
+    feeds = _feeds(8)
+    feeds["z"] = np.random.default_rng(8).normal(0, 1, (1, M, H, W)).astype(np.float32)
+    got, want = _run(fused, feeds, "native"), _run(plain, feeds, "native")
+    for out in ["y", "s"] if case.get("sigmoid_out") else ["y"]:
+        _within_sigmoid_rounding(got[out], want[out])
+
+
+def test_native_sigmoid_is_within_float_rounding_of_exact_math_on_every_isa(isa):
+    """Each path (16 lanes, 8 lanes with a masked tail, std::exp) against float64 1 / (1 + exp(-x)): within 2 ulp,
+    NaN kept, +-inf to 1 and 0, large |x| saturating like the reference model's clamp at 88."""
+    nat = _native.native_module()
+    rng = np.random.default_rng(31)
+    x = rng.normal(0, 6, 1000 + 13).astype(np.float32)
+    x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 100.0, -100.0, -87.0]
+    y = x.copy()
+    nat.conv_tail(y, np.asarray([CODES["sigmoid"]], np.int32), np.zeros(2, np.float32), 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = 1.0 / (1.0 + np.exp(np.minimum(-x.astype(np.float64), 88.0)))
+    assert np.isnan(y[0]) and y[1] == 1.0 and y[2] < 1e-37 and y[3] == y[4] == 0.5
+    np.testing.assert_allclose(y[1:], want[1:], rtol=2 * 2.0 ** -23, atol=1e-37)
+
+
+def test_yolo_style_silu_session_matches_cpu_ep():
+    """The unfused Conv -> Sigmoid -> Mul on the CPU EP (MLAS's logistic) against NpuEP's fused conv: ORT's own
+    optimizations on, as users run it; every node on NpuEP."""
+    model = _silu_model(conv="dense_deep", hw=(20, 40))
+    LIVE_SESSIONS.clear()
+    sess = npu_session(model)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (step,) = [s for ep in LIVE_SESSIONS for prog in ep.programs.values() for s in prog.steps]
+    assert step.op == "Conv" and "tail_codes" in step.prepared.consts
+    feeds = _feeds(10, conv="dense_deep", hw=(20, 40))
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, feeds)[0], cpu.run(None, feeds)[0], rtol=1e-4, atol=4e-4)

@@ -1,16 +1,21 @@
 // A float Conv's fused element-wise tail (kernels/fusion/conv_tail.py), applied in place to the conv output in
 // chunks that stay in L1: per chunk, each instruction is one loop over it. Every instruction is the float32
 // operation of the node it replaces, in the graph's order (no fused multiply-add), so the result is the unfused
-// steps' bit for bit. The chunking depends on the size only, never on the thread count.
+// steps' bit for bit; except sigmoid, whose exp is Cephes' in lanes on AVX2/AVX-512 hosts (intrinsics.h, within
+// 2 ulp, as SwiGLU's) and std::exp elsewhere, where the reference model calls numpy's. The chunking depends on the
+// size only, never on the thread count.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
 #include "conv.h"
+#include "cpu.h"
+#include "intrinsics.h"
 #include "thread_pool.h"
 
 #pragma GCC optimize("O3", "fp-contract=off")  // O3: the per-instruction loops vectorize
@@ -21,11 +26,50 @@ namespace npu_ep::kern {
 namespace {
 
 // Instruction codes, as CODES in kernels/fusion/conv_tail.py.
-enum Code : int32_t { kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved };
-static_assert(kAddSaved + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
+enum Code : int32_t { kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kSigmoid };
+static_assert(kSigmoid + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
 constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task
+
+// sigmoid as the reference model's (kernels/ops/elementwise._sigmoid): 1 / (1 + exp(min(-v, 88))), NaN kept.
+#if NPU_EP_X86
+__attribute__((target("avx2,fma,avx512f"))) void SigmoidAvx512(float* v, int64_t n) {
+  const __m512 cap = _mm512_set1_ps(88.0f), one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 neg = _mm512_sub_ps(zero, _mm512_maskz_loadu_ps(m, v + i));
+    const __m512 e = _mm512_add_ps(ExpAvx512(_mm512_min_ps(cap, neg)), one);  // NaN: the second operand
+    _mm512_mask_storeu_ps(v + i, m, _mm512_div_ps(one, e));
+  }
+}
+
+__attribute__((target("avx2,fma"))) void SigmoidAvx2(float* v, int64_t n) {
+  const __m256 cap = _mm256_set1_ps(88.0f), one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 neg = _mm256_sub_ps(zero, _mm256_loadu_ps(v + i));
+    _mm256_storeu_ps(v + i, _mm256_div_ps(one, _mm256_add_ps(ExpAvx2(_mm256_min_ps(cap, neg)), one)));
+  }
+  if (i < n) {  // the last 1..7 through one masked vector, so every element takes the same exp
+    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)),
+                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 neg = _mm256_sub_ps(zero, _mm256_maskload_ps(v + i, lanes));
+    _mm256_maskstore_ps(v + i, lanes, _mm256_div_ps(one, _mm256_add_ps(ExpAvx2(_mm256_min_ps(cap, neg)), one)));
+  }
+}
+#endif
+
+void Sigmoid(float* v, int64_t n) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return SigmoidAvx512(v, n);
+  if (ActiveIsa() >= Isa::kAvx2) return SigmoidAvx2(v, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = -v[i];
+    v[i] = 1.0f / (std::exp(t < 88.0f || t != t ? t : 88.0f) + 1.0f);
+  }
+}
 
 // Cloned per instruction set (the loops are plain IEEE float32 operations and compares: every clone gives the same
 // bits).
@@ -48,6 +92,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
       case kSave: std::copy(v, v + n, s); break;
       case kMulSaved: for (int64_t i = 0; i < n; ++i) v[i] = s[i] * v[i]; break;
       case kAddSaved: for (int64_t i = 0; i < n; ++i) v[i] = s[i] + v[i]; break;
+      case kSigmoid: Sigmoid(v, n); break;
     }
   }
 }
