@@ -202,6 +202,23 @@ def test_same_bits_at_any_thread_count(shape):
         np.testing.assert_array_equal(_run(kq, pq, aq, "native", t), q1)
 
 
+@pytest.mark.parametrize("xs,ws,attrs", [((1, 64, 20, 20), (72, 64, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+                                         ((1, 512, 10, 10), (44, 512, 1, 1), dict())])
+def test_small_map_split_over_output_channels_keeps_the_bits(isa, xs, ws, attrs):
+    """A small map (YOLO's 10x10) is one pixel block: on AVX-512 its output channels go to two tasks (40 + 32,
+    24 + 20 channels). The bits equal one thread's; against float64 within a float32 dot product's rounding bound."""
+    rng = np.random.default_rng(41)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True)], **attrs)
+    one = _run(k, p, args, "native", 1)
+    for t in (2, 3):
+        assert _run(k, p, args, "native", t).tobytes() == one.tobytes()
+    ref = _run(k, p, args, "reference")
+    ka, pa, aa = _prepared("Conv", [("x", np.abs(x), False), ("w", np.abs(w), True)], **attrs)
+    bound = 2 * ws[1] * ws[2] * ws[3] * np.finfo(np.float32).eps * _run(ka, pa, aa, "reference")  # both orders' error
+    assert (np.abs(one - ref) <= bound).all()
+
+
 @pytest.mark.parametrize("xs,ws", [((1, 16, 32, 32), (32, 16, 3, 3)), ((1, 32, 16, 16), (64, 32, 3, 3)),
                                    ((1, 8, 9, 9), (24, 8, 3, 3))])
 def test_qlinearconv_one_chunk_image_split_for_two_threads_keeps_the_bits(xs, ws):

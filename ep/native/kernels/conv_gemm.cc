@@ -75,9 +75,16 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   const int64_t per_block = (units + n_blocks - 1) / n_blocks;
   const int64_t block = per_block * unit;
   n_blocks = (units + per_block - 1) / per_block;
+  // A small image (YOLO's 10x10 maps: P = 100, K = 1152, 256 channels) is one block: its output channels go to two
+  // tasks instead, each building the same B. Every output's sum is the same, so the bits do not change.
+  const int64_t m_blocks = n_blocks == 1 && s.N * s.group == 1 && Mg >= 32 && P * K * Mg >= 2 * kMinParallelWork
+                               ? 2 : 1;
+  const int64_t m_block = (Mg / m_blocks + 7) / 8 * 8;
   const int64_t ekh = (s.kh - 1) * s.dh + 1, wp = s.OW + (s.kw - 1) * s.dw;
   const bool clip_only = tail.n == 1 && tail.codes[0] == kTailClip;  // Relu, Clip: done in the GEMM's registers
-  conv_detail::ParallelItems(threads, s.N * s.group * n_blocks, block * K * Mg, [&](int64_t task) {
+  const int64_t tasks = s.N * s.group * n_blocks * m_blocks;
+  conv_detail::ParallelItems(threads, tasks, block * K * std::min(m_block, Mg), [&](int64_t item) {
+    const int64_t task = item / m_blocks, m0 = (item % m_blocks) * m_block, rows_m = std::min(m_block, Mg - m0);
     const int64_t n = task / (s.group * n_blocks), g = (task / n_blocks) % s.group, p0 = (task % n_blocks) * block;
     const int64_t cols = std::min(block, P - p0);
     const float* planes = x + (n * s.C + g * s.Cg()) * s.H * s.W;
@@ -106,11 +113,11 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       RowSlots(1, cols, cols, sc.slots);
       b = patch;
     }
-    GemmAvx512(Mg, K, w + g * K * Mg, Mg, b, sc.koff.data(), sc.slots.data(),
-                   static_cast<int64_t>(sc.slots.size()), out, P, bias == nullptr ? nullptr : bias + g * Mg,
-                   clip_only ? tail.consts : nullptr);
+    GemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.slots.data(),
+               static_cast<int64_t>(sc.slots.size()), out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
+               clip_only ? tail.consts : nullptr);
     if (tail.n && !clip_only)
-      for (int64_t m = 0; m < Mg; ++m) ApplyTail(tail, out + m * P, cols);
+      for (int64_t m = m0; m < m0 + rows_m; ++m) ApplyTail(tail, out + m * P, cols);
   });
 }
 
