@@ -21,12 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import host_blas
 from ..cost import dma_cycles
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._native import native
+from ._native import native, threads
 from ._util import arg, stash_constants
 from ._vector import transcendental
 
@@ -158,16 +157,17 @@ def _f32(v: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(v, _F32)
 
 
-def _lstm_weights(p: Prepared, inputs, hid: int) -> tuple[np.ndarray, ...]:
-    """W, R, Wb + Rb and the peepholes as the native kernel takes them; made once per Prepared when they are
-    constants (the usual case), else per call."""
+def _lstm_weights(mod, p: Prepared, inputs, hid: int) -> tuple[list, list, np.ndarray, np.ndarray | None]:
+    """Per direction W^T and R^T packed for the native products (``pack_sgemm_b``), Wb + Rb and the peepholes;
+    made once per Prepared when they are constants (the usual case), else per call."""
     found = p.memo.get("lstm_weights")
     if found is not None:
         return found
     w, r, b, peep = (arg(p, inputs, i) for i in (1, 2, 3, 7))
     dirs = w.shape[0]
     bias = np.zeros((dirs, 4 * hid), _F32) if b is None else (b[:, :4 * hid] + b[:, 4 * hid:]).astype(_F32)
-    found = (_f32(w), _f32(r), _f32(bias), None if peep is None else _f32(peep))
+    found = ([mod.pack_sgemm_b(_f32(w[d].T)) for d in range(dirs)], [mod.pack_sgemm_b(_f32(r[d].T)) for d in range(dirs)],
+             _f32(bias), None if peep is None else _f32(peep))
     if all(f"in{i}" in p.consts or arg(p, inputs, i) is None for i in (1, 2, 3, 7)):
         p.memo["lstm_weights"] = found
     return found
@@ -180,8 +180,8 @@ def _lstm_native(mod, p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     xs = x.transpose(1, 0, 2) if layout else x  # [seq, batch, input]
     seq, batch = xs.shape[0], xs.shape[1]
-    w, r, bias, peep = _lstm_weights(p, inputs, hid)
-    dirs = w.shape[0]
+    wt, rt, bias, peep = _lstm_weights(mod, p, inputs, hid)
+    dirs = len(wt)
     lens_in = arg(p, inputs, 4)
     if lens_in is None:  # every sequence full length: the same array for every call of this shape
         lens = p.memo.get(("full_lens", batch, seq))
@@ -191,8 +191,8 @@ def _lstm_native(mod, p: Prepared, inputs) -> list[np.ndarray]:
         lens = lens_in.astype(np.int64)
     h0 = _state(arg(p, inputs, 5), dirs, batch, hid, layout)
     c0 = _state(arg(p, inputs, 6), dirs, batch, hid, layout)
-    y, yh, yc = mod.lstm(_f32(xs), w, r, bias, peep, _f32(h0), _f32(c0), lens, a["direction"] == "reverse",
-                         a["clip"], host_blas.sgemm_address() or 0)
+    y, yh, yc = mod.lstm(_f32(xs), wt, rt, bias, peep, _f32(h0), _f32(c0), lens, a["direction"] == "reverse",
+                         a["clip"], threads(p))
     if layout:
         return [np.ascontiguousarray(y.transpose(2, 0, 1, 3)), np.ascontiguousarray(yh.transpose(1, 0, 2)),
                 np.ascontiguousarray(yc.transpose(1, 0, 2))]

@@ -1,8 +1,8 @@
 """The native LSTM (``ep/native/kernels/recurrent.cc``) against the numpy reference model (``kernels/ops/recurrent.py``
 with ``kernels=reference``) over odd sizes and every attribute the kernel takes: directions, sequence_lens (0 and
-partial), initial states, peepholes, clip, layout 1, absent bias, on numpy's sgemm and on the plain-loop fallback.
-Float tolerance: rtol=atol=1e-5 (the gate math is the same; sums and exp/tanh round differently). Sessions prove
-NpuEP ran the native kernel against ORT's CPU EP."""
+partial), initial states, peepholes, clip, layout 1, absent bias, on one thread and two (the same bits). Float
+tolerance: rtol=atol=1e-5 (the gate math is the same; the packed GEMM's sums and exp/tanh round differently).
+Sessions prove NpuEP ran the native kernel against ORT's CPU EP."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from onnx import TensorProto, helper
 from npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels import host_blas
 from npu_ep.kernels.ops import _native
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
@@ -57,11 +56,11 @@ def lstm_case(rng, seq, batch, inp, hid, *, direction="forward", bias=True, lens
     return model, [feeds.get(n) if n in feeds else None for n in names], feeds
 
 
-def run_kernel(model, runtime, kernels):
+def run_kernel(model, runtime, kernels, threads=1):
     (node,) = nodes_from_model(model)
     kernel = kernel_for("", "LSTM")
     prepared = kernel.prepare(node, Target.load("npu-ref"))
-    _native.configure([prepared], kernels, 1)
+    _native.configure([prepared], kernels, threads)
     return kernel.run(prepared, runtime)
 
 
@@ -77,16 +76,12 @@ CASES = {
     "layout1_bidirectional": dict(seq=5, batch=3, inp=4, hid=7, direction="bidirectional", layout=1, lens=[5, 1, 3],
                                   initial=True, peep=True),
     "wide_batch": dict(seq=3, batch=33, inp=19, hid=40, initial=True),
+    "ddddocr_like": dict(seq=6, batch=1, inp=64, hid=48, direction="bidirectional"),  # 4H = 192: six panels
 }
 
 
-@pytest.mark.parametrize("blas", ["sgemm", "loops"])
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_native_lstm_equals_reference(case, blas, monkeypatch):
-    if blas == "loops":
-        monkeypatch.setattr(host_blas, "sgemm_address", lambda: None)
-    elif host_blas.sgemm_address() is None:
-        pytest.skip("numpy's BLAS has no 64-bit cblas_sgemm")
+def test_native_lstm_equals_reference_with_the_same_bits_on_one_or_two_threads(case, monkeypatch):
     model, runtime, _ = lstm_case(np.random.default_rng(len(case)), **CASES[case])
     calls = []
     mod = _native.native_module()
@@ -95,9 +90,10 @@ def test_native_lstm_equals_reference(case, blas, monkeypatch):
     got = run_kernel(model, runtime, "native")
     want = run_kernel(model, runtime, "reference")
     assert calls, "the native kernel did not run"
-    for g, w in zip(got, want, strict=True):
+    for g, w, two in zip(got, want, run_kernel(model, runtime, "native", threads=2), strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype == np.float32
         np.testing.assert_allclose(g, w, **TOL)
+        assert g.tobytes() == two.tobytes()
 
 
 def test_native_lstm_runtime_weights_are_read_per_call():
