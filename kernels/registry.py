@@ -94,6 +94,9 @@ class KernelDef:
     cost: Callable[[Prepared, Sequence[Shape | None]], OpCost]
     check: Callable[[NodeInfo, "Target"], str | None] = _no_check
     rank_free: bool = False  # True: inputs of unknown rank are fine (see the module docstring)
+    # per input, the rank the ONNX spec fixes (None: any): such an input of unknown rank has that rank (Gemm's A
+    # after a Reshape to a computed shape); the kernel checks it at run time
+    spec_ranks: tuple[int | None, ...] = ()
     # run time, optional: (prepared, inputs, outputs) of a call -> a native step for these input shapes that the
     # program's C++ loop runs instead of ``run`` (``ep/step_binding.py``; ``kernels.ops._native.call_step``), or None
     bind: Callable[[Prepared, Sequence[np.ndarray | None], Sequence[np.ndarray]], Any] | None = None

@@ -67,6 +67,8 @@ def why_not(node: NodeInfo, target: Target) -> str | None:
         if v.shape is None:
             if i >= n_inputs:  # an output: the kernel computes it; shape inference may simply not know the op
                 continue
+            if i < len(kernel.spec_ranks) and kernel.spec_ranks[i] is not None:
+                continue
             reason = _unknown_rank_reason(node, v, kernel.rank_free, rule, target, static_required)
             if reason is not None:
                 return reason

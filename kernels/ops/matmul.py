@@ -160,6 +160,8 @@ def _batched_product(p: Prepared, a: np.ndarray, b: np.ndarray) -> Any:
 def run_float(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
     a = arg(p, inputs, 0) if "a" not in p.consts else p.consts["a"]
+    if at["op"] == "Gemm" and a.ndim != 2:  # claimed with A of unknown rank (KernelDef.spec_ranks)
+        raise ValueError(f"Gemm: A has shape {list(a.shape)}; Gemm needs a 2-D A")
     if at["trans_a"]:
         a = a.T
     b = p.consts["b"] if at["b_const"] else arg(p, inputs, 1)
@@ -200,7 +202,8 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
     at, c = p.attrs, p.consts
     a = inputs[0] if inputs else None
     if (nat is None or "a" in c or at["trans_a"] or at["alpha"] != 1.0 or at.get("runtime_c")
-            or at["dtype"] != "float32" or not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.ndim):
+            or at["dtype"] != "float32" or not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.ndim
+            or at["op"] == "Gemm" and a.ndim != 2):
         return None
     if not at["b_const"]:
         return _bind_runtime_b(p, nat, a, inputs[1] if len(inputs) > 1 else None, outs)
@@ -269,4 +272,4 @@ def cost_float(p: Prepared, shapes) -> OpCost:
 
 
 register(KernelDef("", "MatMul", prepare_float, run_float, cost_float, check_float, rank_free=True, bind=bind_float))
-register(KernelDef("", "Gemm", prepare_float, run_float, cost_float, check_float, bind=bind_float))
+register(KernelDef("", "Gemm", prepare_float, run_float, cost_float, check_float, bind=bind_float, spec_ranks=(2, 2)))

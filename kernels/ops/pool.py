@@ -1,5 +1,6 @@
-"""MaxPool, AveragePool (1-D and 2-D: NCL, NCHW) and GlobalAveragePool (any rank) on the vector unit, as strided
-window views.
+"""MaxPool, AveragePool (1-D and 2-D: NCL, NCHW), GlobalAveragePool and GlobalMaxPool (any rank) on the vector unit,
+as strided window views. GlobalMaxPool is a max-reduce over each channel's pixels: a NaN makes its channel NaN, as
+ONNX Max does (ORT's Eigen reduction keeps or drops it by its position); an image without pixels is an error.
 
 Geometry per spatial axis follows ORT's CPU EP (``PoolAttributes``): explicit ``pads``, or ``auto_pad`` VALID
 (none) / SAME_UPPER / SAME_LOWER (output ``ceil(size/stride)``, the odd pad at the end resp. the start), resolved
@@ -29,11 +30,12 @@ from . import _native
 from ._util import arg, nbytes
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+_GLOBAL = ("GlobalAveragePool", "GlobalMaxPool")
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:
     x = node.input(0)
-    if node.op_type == "GlobalAveragePool":
+    if node.op_type in _GLOBAL:
         if x.shape is not None and len(x.shape) < 3:
             return f"{node.describe()}: input {x.describe()} has no spatial axis"
         return None
@@ -53,7 +55,7 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
-    if node.op_type == "GlobalAveragePool":
+    if node.op_type in _GLOBAL:
         return Prepared({"op": node.op_type}, {}, target)
     k = [int(v) for v in node.attr("kernel_shape")]
     n = len(k)
@@ -228,6 +230,16 @@ def _run_gap(p: Prepared, inputs) -> list[np.ndarray]:
     return [s.reshape((n, c) + (1,) * (x.ndim - 2)).astype(x.dtype, copy=False)]
 
 
+def _run_gmp(p: Prepared, inputs) -> list[np.ndarray]:
+    """The max over every axis after N, C: one max-reduce over each channel's flattened pixels."""
+    x = arg(p, inputs, 0)
+    n, c = x.shape[:2]
+    if n * c and not math.prod(x.shape[2:]):
+        raise ValueError(f"GlobalMaxPool: input of shape {list(x.shape)} has no pixels to take the maximum of")
+    flat = np.ascontiguousarray(x).reshape(n, c, -1)
+    return [np.maximum.reduce(flat, axis=2).reshape((n, c) + (1,) * (x.ndim - 2))]
+
+
 def _bind_gap(p: Prepared, inputs, outs) -> Any:
     """A float32 GlobalAveragePool as one native step making ``_run_gap``'s calls (ep/step_binding.py)."""
     nat = _native.native(p)
@@ -242,7 +254,7 @@ def _bind_gap(p: Prepared, inputs, outs) -> Any:
 def _cost(p: Prepared, shapes) -> OpCost:
     s = tuple(shapes[0])
     item = 4
-    if p.attrs["op"] == "GlobalAveragePool":
+    if p.attrs["op"] in _GLOBAL:
         n_out, ops = s[0] * s[1], math.prod(s[2:])
     else:
         kh, kw = p.attrs["kernel"]
@@ -253,3 +265,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
 register(KernelDef("", "MaxPool", _prepare, _run_max, _cost, _check, bind=_bind_max))
 register(KernelDef("", "AveragePool", _prepare, _run_avg, _cost, _check, bind=_bind_avg))
 register(KernelDef("", "GlobalAveragePool", _prepare, _run_gap, _cost, _check, bind=_bind_gap))
+register(KernelDef("", "GlobalMaxPool", _prepare, _run_gmp, _cost, _check))

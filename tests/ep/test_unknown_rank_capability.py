@@ -84,17 +84,24 @@ def test_unknown_rank_matmul_runs_on_npuep_and_matches_cpu(caplog):
         np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
 
 
-def test_unknown_rank_gemm_is_declined_with_a_reason_and_the_model_matches_cpu(caplog):
+def test_unknown_rank_gemm_input_is_rank_2_by_the_spec_and_a_wrong_rank_is_a_clear_error(caplog):
+    """ONNX fixes Gemm's A at rank 2 (KernelDef.spec_ranks), so A of unknown rank is claimed (ddddocr's CRNN head:
+    a Reshape to a computed shape); a run whose A is not 2-D fails naming the op, as the CPU EP's run does."""
     model = unknown_rank_matmul_model("Gemm")
     with caplog.at_level("DEBUG", logger="npu_ep"):
         sess = npu_session(model)
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "IndexError" not in text and "capability check failed" not in text, text
-    assert assignment(sess)["matmul"] == "CPUExecutionProvider"
-    assert "node 'matmul' (Gemm): r has unknown rank (the Gemm kernel plans by rank at compile time)" in text
-    feeds = {"x": np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32),
-             "shape": np.array([4, 8], np.int64)}
-    np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    rng = np.random.default_rng(3)
+    for shape in ([4, 8], [-1, 8]):
+        feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32), "shape": np.array(shape, np.int64)}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-6, atol=1e-6)
+    feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32), "shape": np.array([2, 2, 8], np.int64)}
+    with pytest.raises(Exception, match=r"Gemm: A has shape \[2, 2, 8\]; Gemm needs a 2-D A"):
+        sess.run(None, feeds)
+    with pytest.raises(Exception):
+        cpu_run(model, feeds)
 
 
 def unknown_rank_chain_model():

@@ -120,3 +120,25 @@ def test_globalaveragepool_any_rank_matches_cpu_ep_on_npu(shape):
     sess = npu_session(model)
     assert assignment(sess) == {"gap": "NpuEP"}
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(2, 3, 17), (2, 5, 7, 3), (1, 3, 1, 1)])
+def test_globalmaxpool_equals_cpu_ep_on_npu(shape, dt):
+    """Magika's classifier head. A max is exact: equal to the CPU EP's. A NaN pixel makes its channel NaN, as
+    ONNX Max and numpy's maximum do; the CPU EP's answer there depends on where the NaN lies (Eigen's packet
+    reduction: a NaN among 17 pixels is dropped, four pixels of which two are NaN give NaN), so the
+    NaN channel is checked on NpuEP alone."""
+    node = helper.make_node("GlobalMaxPool", ["x"], ["y"], name="gmp")
+    ftype = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    model = make_model([node], [helper.make_tensor_value_info("x", ftype, shape)],
+                       [helper.make_tensor_value_info("y", ftype, [None] * len(shape))], opset=21)
+    x = np.random.default_rng(17).standard_normal(shape).astype(dt)
+    sess = npu_session(model)
+    assert assignment(sess) == {"gmp": "NpuEP"}
+    got, want = sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    x[0, -1].flat[0] = np.nan
+    got = sess.run(None, {"x": x})[0]
+    assert np.isnan(got[0, -1]).all() and not np.isnan(got[1:]).any() and not np.isnan(got[0, :-1]).any()

@@ -17,7 +17,16 @@ REL_TOL = 1e-3  # of the output's largest magnitude (issue 13: logits within 1e-
 # Issue 13's target is >= 95% in <= 3 partitions: the OCR models meet it, the VADs miss it on If (ORT partitions
 # each branch separately).
 REACHED = {"ocr-cls": (1.00, 1), "ocr-det": (1.00, 1), "ocr-rec": (1.00, 1),
-           "vad": (1.00, 1), "vad-op15": (1.00, 1), "vad-half": (1.00, 1)}
+           "vad": (1.00, 1), "vad-op15": (1.00, 1), "vad-half": (1.00, 1), "vad-v6": (1.00, 1),
+           "yolov8n": (1.00, 1), "crnn": (1.00, 1), "yolox-det": (1.00, 1), "picodet-layout": (1.00, 1),
+           "lcnet-orientation": (1.00, 1), "magika": (1.00, 1),
+           # ConvInteger (21 nodes) and com.microsoft DynamicQuantizeLSTM have no NpuEP kernel yet
+           "crnn-int8": (0.91, 24)}
+# A dynamically quantized model re-derives each activation's scale from its min and max: the first Sigmoid's
+# output differs from MLAS's logistic approximation by up to 1.8e-7 (ours is exp-based, within an ulp of exact),
+# the next DynamicQuantizeLinear's scale by one ulp, and codes shift from there: 9.2e-3 of the logits' scale
+# measured, with the recognized text unchanged. The CPU EP at any optimization level gives itself the same bits.
+REL_TOL_BY_MODEL = {"crnn-int8": 1.5e-2}
 
 
 def _installed(m: RealModel):
@@ -28,18 +37,18 @@ def _installed(m: RealModel):
 
 
 def _run_stream(sess: ort.InferenceSession, m: RealModel, chunks: int) -> list[np.ndarray]:
-    """One call for stateless models; for the VADs, ``chunks`` calls carrying ``stateN`` back into ``state``."""
+    """One call for stateless models; for the VADs, ``chunks`` calls carrying their state outputs back in."""
     rng = np.random.default_rng(0)
     feeds = m.feeds(rng)
     names = [o.name for o in sess.get_outputs()]
-    if "state" not in feeds:
+    if not m.state:
         return sess.run(None, feeds)
     probs = []
     for _ in range(chunks):
         out = dict(zip(names, sess.run(None, feeds)))
-        probs.append(out["output"])
-        feeds = {**m.feeds(rng), "state": out["stateN"]}
-    return [np.concatenate(probs), out["stateN"]]
+        probs.append(out[names[0]])
+        feeds = {**m.feeds(rng), **{inp: out[o] for o, inp in m.state}}
+    return [np.concatenate(probs), *(out[o] for o, _ in m.state)]
 
 
 @pytest.mark.parametrize("m", CORPUS, ids=[m.name for m in CORPUS])
@@ -58,9 +67,9 @@ def test_real_model_on_npuep_keeps_the_applications_decision_and_matches_cpu(m: 
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         scale = max(float(np.abs(w).max()), 1e-6)
-        assert float(np.abs(g.astype(np.float64) - w).max()) <= REL_TOL * scale
-    if m.name == "ocr-det":  # pixels within 1e-3 of the threshold may flip on float rounding alone
-        firm = np.abs(want[0] - 0.3) > 1e-3
+        assert float(np.abs(g.astype(np.float64) - w).max()) <= REL_TOL_BY_MODEL.get(m.name, REL_TOL) * scale
+    if m.firm is not None:  # elements within 1e-3 of a threshold may flip on float rounding alone
+        firm = m.firm(want)
         np.testing.assert_array_equal(m.decision(got)[firm], m.decision(want)[firm])
     else:
         np.testing.assert_array_equal(m.decision(got), m.decision(want))

@@ -40,18 +40,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--npu-option", action="append", default=[], metavar="KEY=VALUE",
                     help="NpuEP provider option (repeatable), e.g. host_threads=1")
     args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="npu_bench_") as tmp:  # the built model, removed at the end
+        return _run(args, ap, Path(tmp))
 
+
+def _run(args: argparse.Namespace, ap: argparse.ArgumentParser, tmp: Path) -> int:
     from ...models.prompts import PROMPTS
-    from ..demo import rewrite_available
     from ..generation import Generator, default_providers
 
     model = args.model
     if model is None:
         from ...models.tiny_llama import build_tiny_llama
+        from ..demo import rewrite_available
 
-        d = Path(tempfile.mkdtemp(prefix="npu_bench_"))
-        counts, skipped = rewrite_available(build_tiny_llama(d / "tiny.onnx"), d / "tiny.npu.onnx")
-        model = d / "tiny.npu.onnx"
+        counts, skipped = rewrite_available(build_tiny_llama(tmp / "tiny.onnx"), tmp / "tiny.npu.onnx")
+        model = tmp / "tiny.npu.onnx"
         print("rewritten:", ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())),
               *(f"\nskipped pass {s}" for s in skipped))
     providers = default_providers()
