@@ -74,6 +74,7 @@ struct QConv {
   bool depthwise = false;
   int threads = 1;
   const uint8_t* lut = nullptr;  // [256] or null: y = lut[y] after requantization (a fused npu::QdqLut)
+  int32_t* acc_out = nullptr;  // [N, M, OH, OW] or null: the exact int32 sums instead of y (ConvInteger)
 };
 void QLinearConv(const QConv& q);
 

@@ -128,38 +128,46 @@ py::array_t<float> DensePy(const Arr<float>& x, const Arr<float>& w, const std::
   return y;
 }
 
-py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
-                        const std::optional<Arr<int32_t>>& bias, const Arr<float>& mult, int y_zp, bool y_signed,
-                        const std::vector<int64_t>& geom, bool depthwise, int threads,
-                        const std::optional<py::array>& lut) {
-  const char* op = "qlinear_conv";
+// The integer conv's inputs as QConv takes them, checked (op names the binding in messages).
+QConv IntConvArgs(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
+                  const std::vector<int64_t>& geom, bool depthwise, int threads, const char* op) {
   QConv q;
   q.s = Shape(x, geom, op);
   const ConvShape& s = q.s;
   q.x_signed = IsByteArray(x, op, "x");
   q.w_signed = IsByteArray(w, op, "w");
-  if (!(w.flags() & py::array::c_style)) throw std::invalid_argument("qlinear_conv: w must be C-contiguous");
+  if (!(w.flags() & py::array::c_style)) throw std::invalid_argument(std::string(op) + ": w must be C-contiguous");
   if (x_zp < (q.x_signed ? -128 : 0) || x_zp > (q.x_signed ? 127 : 255))
-    throw std::invalid_argument("qlinear_conv: x_zero_point outside x's type");
+    throw std::invalid_argument(std::string(op) + ": x_zero_point outside x's type");
   if (depthwise) {
-    if (s.group != s.C) throw std::invalid_argument("qlinear_conv: depthwise needs group == input channels");
+    if (s.group != s.C) throw std::invalid_argument(std::string(op) + ": depthwise needs group == input channels");
     ExpectSize(w, s.M * s.kh * s.kw, op, "w");
   } else {
     ExpectSize(w, s.M * s.kh * s.kw * ((s.Cg() + 3) / 4 * 4), op, "w");
   }
   ExpectSize(w_zp, s.M, op, "w_zero_point");
-  ExpectSize(mult, s.M, op, "multiplier");
-  if (bias) ExpectSize(*bias, s.M, op, "bias");
   q.x = static_cast<const uint8_t*>(x.data());
   q.x_zp = x_zp;
   q.w = static_cast<const uint8_t*>(w.data());
   q.w_zp = w_zp.data();
+  q.depthwise = depthwise;
+  q.threads = threads;
+  return q;
+}
+
+py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
+                        const std::optional<Arr<int32_t>>& bias, const Arr<float>& mult, int y_zp, bool y_signed,
+                        const std::vector<int64_t>& geom, bool depthwise, int threads,
+                        const std::optional<py::array>& lut) {
+  const char* op = "qlinear_conv";
+  QConv q = IntConvArgs(x, x_zp, w, w_zp, geom, depthwise, threads, op);
+  const ConvShape& s = q.s;
+  ExpectSize(mult, s.M, op, "multiplier");
+  if (bias) ExpectSize(*bias, s.M, op, "bias");
   q.bias = bias ? bias->data() : nullptr;
   q.mult = mult.data();
   q.y_zp = y_zp;
   q.y_signed = y_signed;
-  q.depthwise = depthwise;
-  q.threads = threads;
   if (lut) {
     IsByteArray(*lut, op, "lut");
     if (lut->size() != 256 || !(lut->flags() & py::array::c_style))
@@ -169,6 +177,20 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
   py::array y = y_signed ? py::array(py::array_t<int8_t>({s.N, s.M, s.OH, s.OW}))
                          : py::array(py::array_t<uint8_t>({s.N, s.M, s.OH, s.OW}));
   q.y = static_cast<uint8_t*>(y.mutable_data());
+  {
+    py::gil_scoped_release release;
+    QLinearConv(q);
+  }
+  return y;
+}
+
+// ConvInteger: the exact int32 sums of (x - x_zp) * (w - w_zp), as int32 hardware (wrapping) gives them.
+py::array ConvIntegerPy(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
+                        const std::vector<int64_t>& geom, bool depthwise, int threads) {
+  QConv q = IntConvArgs(x, x_zp, w, w_zp, geom, depthwise, threads, "conv_integer");
+  const ConvShape& s = q.s;
+  py::array_t<int32_t> y({s.N, s.M, s.OH, s.OW});
+  q.acc_out = y.mutable_data();
   {
     py::gil_scoped_release release;
     QLinearConv(q);
@@ -302,6 +324,9 @@ void BindConv(py::module_& m) {
         py::arg("lut") = py::none(),
         "QLinearConv, exact int32 sums and MLAS requantization; w [M, kh, kw, C/group rounded up to 4] "
         "(depthwise: [M, kh*kw]); lut: a fused 256-entry output table applied to each requantized row");
+  m.def("conv_integer", &ConvIntegerPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"),
+        py::arg("w_zero_point"), py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1,
+        "ConvInteger: int32 sums of (x - x_zp) * (w - w_zp[m]); w laid out as qlinear_conv's");
   m.def("max_pool", &MaxPoolPy, py::arg("x"), py::arg("geometry"), py::arg("low"), py::arg("threads") = 1,
         "MaxPool (float32, uint8, int8) over a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, "
         "pt, pl]; low (float32 only) is the value of a window wholly outside the input");

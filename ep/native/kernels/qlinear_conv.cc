@@ -1,5 +1,5 @@
 // QLinearConv native kernels: dense and grouped convs as implicit GEMM on the int8 GEMM (int8_gemm.h) with
-// exact int32 sums, depthwise convs computed directly; MLAS requantization.
+// exact int32 sums, depthwise convs computed directly; MLAS requantization, or the sums themselves (ConvInteger).
 //
 // QLinearConv (dense or grouped): the input is re-laid out once per image as a padded byte image in the int8 GEMM's
 // B' representation (uint8 x - 128 = x with the sign bit flipped; pads hold x_zp), in channel quads: [Hp, CC/4,
@@ -148,6 +148,11 @@ void DepthwiseInt(const QConv& q) {
         for (int64_t oh = 0; oh < s.OH; ++oh)
           IntMulAdd(acc.data() + oh * pitch, src + oh * s.sh * Wp, s.sw, s.OW, wt);
       }
+    }
+    if (q.acc_out != nullptr) {
+      for (int64_t oh = 0; oh < s.OH; ++oh)
+        std::copy(acc.data() + oh * pitch, acc.data() + oh * pitch + s.OW, q.acc_out + task * P + oh * s.OW);
+      return;
     }
     const int32_t bias = q.bias != nullptr ? q.bias[m] : 0;
     for (int64_t oh = 0; oh < s.OH; ++oh)
@@ -325,7 +330,8 @@ void DenseInt(const QConv& q) {
       Scratch& sc = t_scratch;  // every element below is written before it is read
       int8_t* bp = Grow(sc.bp, np16 * kp);
       int32_t* bsum = Grow(sc.bsum, np16);
-      const bool fused = q.lut == nullptr;  // the GEMM requantizes straight into y (else the table follows)
+      // the GEMM requantizes straight into y (else the table follows, or the sums are the output)
+      const bool fused = q.lut == nullptr && q.acc_out == nullptr;
       int32_t* acc = fused ? nullptr : Grow(sc.acc, Mg * cols);
       sc.bzp.assign(np16, bzp);
       for (int64_t b = 0; b < np16 / kLanes; ++b) {
@@ -358,6 +364,11 @@ void DenseInt(const QConv& q) {
         return Int8MatMul(gm);
       }
       Int8MatMul(gm);
+      if (q.acc_out != nullptr) {
+        for (int64_t m = 0; m < Mg; ++m)
+          std::copy(acc + m * cols, acc + (m + 1) * cols, q.acc_out + (n * s.M + g * Mg + m) * P + p0);
+        return;
+      }
       for (int64_t m = 0; m < Mg; ++m) {
         const int64_t mo = g * Mg + m;
         RequantizeRow(acc + m * cols, cols, q.bias != nullptr ? q.bias[mo] : 0, q.mult[mo], q.y_zp,

@@ -1,0 +1,113 @@
+"""ConvInteger (kernels/ops/conv_integer.py): integer sums are exact, so the native int8 GEMM, the reference model and
+ORT's CPU EP agree bit for bit; a runtime x_zero_point (DynamicQuantizeLinear's) and per-channel w_zero_point; a
+conv ORT's own dynamic quantizer wrote runs wholly on NpuEP with the CPU EP's bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.ops import _native
+from npu_ep.kernels.registry import kernel_for
+from npu_ep.kernels.target import Target
+from npu_testing import assignment, make_model, npu_session
+
+U8, I8 = TensorProto.UINT8, TensorProto.INT8
+# x shape, w shape, attrs
+SHAPES = [
+    ((1, 3, 11, 9), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((2, 4, 10, 10), (6, 2, 3, 2), dict(group=2, strides=[2, 1], dilations=[1, 2])),
+    ((1, 6, 7, 8), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1], strides=[2, 2])),  # depthwise
+    ((1, 5, 9, 6), (7, 5, 1, 1), dict()),  # pointwise
+    ((2, 4, 17), (6, 4, 3), dict(pads=[1, 1])),  # 1-D
+    ((1, 96, 8, 20), (24, 96, 3, 3), dict(pads=[1, 1, 1, 1])),  # K = 864: sums past float32's exact range
+]
+
+
+def _model(xs, ws, attrs, *, wdt=U8, runtime_xzp=True, per_channel=False, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.integers(0, 256, ws).astype(np.uint8) if wdt == U8 else rng.integers(-128, 128, ws).astype(np.int8)
+    inits = {"w": w}
+    if per_channel:
+        inits["wz"] = rng.integers(0, 256, ws[0]).astype(np.uint8) if wdt == U8 else np.zeros(ws[0], np.int8)
+    else:
+        inits["wz"] = np.array(131 if wdt == U8 else 0, np.uint8 if wdt == U8 else np.int8)
+    ins = [helper.make_tensor_value_info("x", U8, list(xs))]
+    if runtime_xzp:
+        ins.append(helper.make_tensor_value_info("xz", U8, []))
+    else:
+        inits["xz"] = np.array(119, np.uint8)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], name="conv", **attrs)
+    model = make_model([node], ins, [helper.make_tensor_value_info("y", TensorProto.INT32, [None] * len(xs))], inits, opset=10)
+    feeds = {"x": rng.integers(0, 256, xs).astype(np.uint8)}
+    if runtime_xzp:
+        feeds["xz"] = np.array(rng.integers(0, 256), np.uint8)
+    return model, feeds
+
+
+def _kernel_run(model, feeds, kernels):
+    (node,) = nodes_from_model(model)
+    k = kernel_for("", "ConvInteger")
+    p = k.prepare(node, Target.load("npu-ref"))
+    _native.configure([p], kernels, 2)
+    return k.run(p, [feeds.get(v.name) if not v.missing and not v.is_constant else None for v in node.inputs])[0]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", SHAPES)
+@pytest.mark.parametrize("wdt,per_channel", [(U8, False), (U8, True), (I8, False)])
+def test_native_equals_reference_bit_for_bit(isa, xs, ws, attrs, wdt, per_channel):
+    model, feeds = _model(xs, ws, attrs, wdt=wdt, per_channel=per_channel, seed=len(xs) + ws[0])
+    got, want = _kernel_run(model, feeds, "native"), _kernel_run(model, feeds, "reference")
+    assert got.dtype == want.dtype == np.int32 and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("xs,ws,attrs", SHAPES)
+@pytest.mark.parametrize("runtime_xzp", [True, False])
+def test_session_equals_cpu_ep(xs, ws, attrs, runtime_xzp):
+    """uint8 x and w with one w_zero_point, what ORT's CPU ConvInteger takes (the spec's per-channel zero points:
+    against the reference above)."""
+    model, feeds = _model(xs, ws, attrs, runtime_xzp=runtime_xzp, seed=ws[1])
+    sess = npu_session(model)
+    assert assignment(sess) == {"conv": "NpuEP"}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+
+
+def test_a_non_scalar_x_zero_point_is_declined_with_a_reason():
+    model, _ = _model(*SHAPES[0])
+    model.graph.input[1].type.tensor_type.shape.dim.add().dim_value = 2
+    from npu_ep.kernels.support import why_not
+
+    (node,) = nodes_from_model(model)
+    assert "x_zero_point" in why_not(node, Target.load("npu-ref")) and "scalar" in why_not(node, Target.load("npu-ref"))
+
+
+def test_a_conv_net_from_orts_dynamic_quantizer_runs_on_npuep_with_the_cpu_eps_bits(tmp_path):
+    """DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul, as quantize_dynamic writes it (ddddocr's older
+    recognizer is such a model): every node on NpuEP; each op's result is exact or one float32 operation, so the
+    outputs are the CPU EP's bits."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(5)
+    inits = {"w1": rng.normal(0, 0.3, (16, 3, 3, 3)).astype(np.float32), "b1": rng.normal(0, 0.1, 16).astype(np.float32),
+             "w2": rng.normal(0, 0.2, (8, 16, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", strides=[2, 2])]
+    src = tmp_path / "float.onnx"
+    onnx.save(make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 24, 40])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], inits, opset=13), src)
+    dst = tmp_path / "dynamic.onnx"
+    quantize_dynamic(str(src), str(dst), op_types_to_quantize=["Conv"], weight_type=QuantType.QUInt8)
+    ops = {n.op_type for n in onnx.load(dst).graph.node}
+    assert {"DynamicQuantizeLinear", "ConvInteger"} <= ops, ops
+    sess = npu_session(str(dst))
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    feeds = {"x": rng.normal(0, 1, (1, 3, 24, 40)).astype(np.float32)}
+    want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
