@@ -187,3 +187,22 @@ def test_unknown_rank_conv_input_runs_on_npuep_since_its_weight_fixes_the_rank()
     feeds = {"x": np.random.default_rng(6).standard_normal((2, 4, 8)).astype(np.float32),
              "shape": np.array([1, 4, 16], np.int64)}
     np.testing.assert_allclose(sess.run(None, feeds)[0], cpu_run(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_rank_matmul_integer_runs_on_npuep_with_the_cpu_eps_bits():
+    """MatMulInteger, like MatMul, reads A's rank at run time (ddddocr's int8 CRNN: a Reshape to a computed shape,
+    then DynamicQuantizeLinear, then MatMulInteger)."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             helper.make_node("MatMulInteger", ["r", "w", "xz", "wz"], ["y"], name="matmul")]
+    rng = np.random.default_rng(4)
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 8]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, ["L"])],
+                       [helper.make_tensor_value_info("y", TensorProto.INT32, ["?"])],
+                       {"w": rng.integers(0, 256, (8, 5)).astype(np.uint8), "xz": np.array(121, np.uint8),
+                        "wz": np.array(3, np.uint8)}, opset=13)
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    sess = npu_session(model)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    for shape in ([4, 8], [2, 2, 8], [1, 2, 2, 8], [1, 1, 2, 2, 8]):
+        feeds = {"x": rng.integers(0, 256, (4, 8)).astype(np.uint8), "shape": np.array(shape, np.int64)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu_run(model, feeds)[0])
