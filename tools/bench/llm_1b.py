@@ -12,8 +12,10 @@ temp dir named after the configuration). Each EP is then measured in its own chi
 child's TTFT is itself the median of ``--ttft-runs`` prefills of the same prompt. Targets (issue 12): peak RSS <=
 1.2x, session creation <= 2x cold (NpuEP's compiled-context cache off) and <= 1x warm (from the on-disk cache, and
 from an EPContext model dumped once by a priming child), inter-token <= 1.1x, TTFT <= 1.0x, greedy tokens identical
-for >= 64 steps (the default --new-tokens); and the fraction of the memory-bandwidth floor a decode step reaches
-(the weight bytes it streams over the measured copy bandwidth, divided by the inter-token time; aim >= 0.7).
+for >= 64 steps (the default --new-tokens), printed beside the CPU EP's agreement with itself when the embedding
+table moves one ulp (a copy of the model kept beside it: how far float rounding alone carries greedy decoding on
+this model); and the fraction of the memory-bandwidth floor a decode step reaches (the weight bytes it streams over
+the measured copy bandwidth, divided by the inter-token time; aim >= 0.7).
 """
 
 from __future__ import annotations
@@ -52,6 +54,28 @@ def build(workdir: Path, layers: int) -> Path:
     os.replace(tmp, dst)
     src.unlink()  # the 1.9 GB float model is only an intermediate we wrote
     return dst
+
+
+def perturbed(model: str) -> str:
+    """A copy of ``model`` with its embedding table (the float32 table its first Gather reads) one ulp up: the CPU
+    EP on it against the CPU EP on ``model`` is the token agreement float rounding alone leaves (reused if
+    present)."""
+    dst = Path(model).with_suffix(".ulp.onnx")
+    if dst.exists():
+        return str(dst)
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(model)
+    inits = {t.name: t for t in m.graph.initializer}
+    table = next(inits[n.input[0]] for n in m.graph.node if n.op_type == "Gather" and n.input[0] in inits)
+    up = np.nextafter(numpy_helper.to_array(table), np.float32(np.inf))
+    table.CopyFrom(numpy_helper.from_array(up, table.name))
+    tmp = dst.with_suffix(".partial.onnx")
+    onnx.save(m, tmp)
+    os.replace(tmp, dst)
+    return str(dst)
 
 
 NPU_MODES = ("NpuEP", "NpuEP warm cache", "NpuEP warm EPContext")
@@ -174,11 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "npu_ep_bench_llm_1b")
     ap.add_argument("--warm", action="store_true",
                     help="also measure NpuEP sessions started from its cache and from an EPContext model")
-    ap.add_argument("--child", choices=["build", "prime", "CPU EP", *NPU_MODES], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["build", "perturb", "prime", "CPU EP", *NPU_MODES], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child == "build":
         print(json.dumps({"model": str(build(a.workdir, a.layers))}))
+        return 0
+    if a.child == "perturb":
+        print(json.dumps({"model": perturbed(a.model)}))
         return 0
     if a.child == "prime":
         prime(a.model)
@@ -199,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         for ep in runs:
             runs[ep].append(_child(env, "--child", ep, "--model", model, "--prompt-len", str(a.prompt_len),
                                    "--new-tokens", str(a.new_tokens), "--ttft-runs", str(a.ttft_runs)))
+    # the peer's own floor for token agreement: the CPU EP on the same model with its embeddings one ulp up
+    ulp_model = _child(env, "--child", "perturb", "--model", model)["model"]
+    ulp = _child(env, "--child", "CPU EP", "--model", ulp_model, "--prompt-len", str(a.prompt_len),
+                 "--new-tokens", str(a.new_tokens), "--ttft-runs", "1")
     import statistics
 
     med = {ep: {k: (statistics.median(r[k] for r in rs) if isinstance(rs[0][k], float) else rs[0][k])
@@ -231,10 +262,14 @@ def main(argv: list[str] | None = None) -> int:
           "(aim >= 0.7)")
     import numpy as np
 
-    same = next((i for i, (x, y) in enumerate(zip(npu["tokens"], cpu["tokens"])) if x != y), len(npu["tokens"]))
-    lc, ln = np.asarray(cpu["first_logits"]), np.asarray(npu["first_logits"])
-    print(f"greedy tokens identical for {same} of {len(npu['tokens'])} steps; first-step logits max |diff| "
-          f"{np.abs(ln - lc).max():.2e} on a scale of {np.abs(lc).max():.2f}")
+    lc = np.asarray(cpu["first_logits"])
+    for other, what in ((npu, "NpuEP against the CPU EP"),
+                        (ulp, "the CPU EP against itself with the embeddings one ulp up (float rounding's floor)")):
+        same = next((i for i, (x, y) in enumerate(zip(other["tokens"], cpu["tokens"])) if x != y),
+                    len(cpu["tokens"]))
+        print(f"{what}: greedy tokens identical for {same} of {len(cpu['tokens'])} steps; first-step logits max "
+              f"|diff| {np.abs(np.asarray(other['first_logits']) - lc).max():.2e} on a scale of "
+              f"{np.abs(lc).max():.2f}")
     return 0
 
 
