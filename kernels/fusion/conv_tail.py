@@ -6,9 +6,10 @@ is applied in place to the conv's output, chunk by chunk while it is in cache (`
 The tail is a list of instructions over one float32 register ``v`` (the conv output) and one saved copy ``s``:
 ``mul/add/sub/div c`` (``v op c``), ``rsub/rdiv c`` (``c op v``), ``clip lo hi`` (Clip, Relu; HardSigmoid is
 ``mul alpha``, ``add beta``, ``clip 0 1``, as its kernel computes it), ``sigmoid``, ``save`` (s = v)
-and ``mul_saved``/``add_saved`` (v = s op v). Each is the float32 operation the absorbed node performs, in the
-graph's order, so the fused step returns exactly what the unfused steps return; the native sigmoid's exp is within
-2 ulp of numpy's. SiLU (``x * sigmoid(x)``, YOLOv5/v8's activation) is the diamond ``save, sigmoid, mul_saved``.
+and ``mul_saved``/``add_saved`` (v = s op v); HardSwish is ``save``, HardSigmoid's three, ``mul_saved``. Each is
+the float32 operation the absorbed node performs, in the graph's order, so the fused step returns exactly what the
+unfused steps return; the native sigmoid's exp is within 2 ulp of numpy's. SiLU (``x * sigmoid(x)``, YOLOv5/v8's
+activation) is the diamond ``save, sigmoid, mul_saved``.
 
 Rules: a float32 Conv; each absorbed link reads the previous value and a scalar float32 constant (Clip bounds
 constant, lo <= hi); every intermediate is read only inside the chain and is not a graph output. A value read by
@@ -47,6 +48,9 @@ def _link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
         return [("clip", 0.0, float("inf"))]
     if nd.op_type == "Sigmoid" and nd.inputs[0].name == x:
         return [("sigmoid", 0.0, 0.0)]
+    if nd.op_type == "HardSwish" and nd.inputs[0].name == x:  # x * HardSigmoid(x) with alpha 1/6, beta 0.5
+        return [("save", 0.0, 0.0), ("mul", float(np.float32(1.0 / 6.0)), 0.0), ("add", 0.5, 0.0),
+                ("clip", 0.0, 1.0), ("mul_saved", 0.0, 0.0)]
     if nd.op_type == "HardSigmoid" and nd.inputs[0].name == x:  # x * alpha, + beta, clip to [0, 1]: as its kernel
         alpha, beta = (float(np.float32(nd.attr(k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5)))
         return [("mul", alpha, 0.0), ("add", beta, 0.0), ("clip", 0.0, 1.0)]
@@ -102,7 +106,7 @@ class _Walker:
         ins, absorbed, cur, i = [("save", 0.0, 0.0)], [], v, start
         while True:
             link = _link(self.nodes[i], cur.name)
-            if not link:
+            if not link or any(t[0] == "save" for t in link):  # one saved copy: a HardSwish inside a diamond
                 return None
             ins += link
             absorbed.append(i)

@@ -28,6 +28,7 @@ from _single_op import model as single_op_model
 from _single_op import run_ort
 from npu_ep.ep import _native as ext
 from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.fusion.conv_tail import CODES
 from npu_ep.kernels.ops import _native
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
@@ -372,3 +373,70 @@ def test_native_call_made_once_per_shape_follows_replaced_constants(ws, attrs):
     np.testing.assert_allclose(_run(k, p, args, "native"), first + 1.0, rtol=1e-6, atol=1e-6)
     small = [x[:, :, :5, :7]] + args[1:]
     np.testing.assert_allclose(_run(k, p, small, "native"), _run(k, p, small, "reference"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ws,attrs", [((6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2], strides=[2, 2])),  # PP-LCNet
+                                      ((6, 1, 3, 3), dict(group=6, pads=[1, 2, 0, 1], strides=[1, 3], dilations=[2, 2])),
+                                      ((12, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1], strides=[2, 2]))])  # multiplier 2
+def test_float_depthwise_wider_strides_bit_exact_with_edge_values(isa, ws, attrs):
+    """On AVX-512 a width stride > 1 reads the plane as column phases (one per stride step) with unit-stride loads:
+    the reference's float32 operations in its order all the same, NaN, Inf and signed zeros included."""
+    rng = np.random.default_rng(43)
+    x = rng.standard_normal((2, 6, 14, 17)).astype(np.float32)
+    x[0, 0, 3, 4], x[0, 1, 0, 0], x[1, 2, 13, 16], x[1, 3] = np.nan, np.inf, -np.inf, -0.0
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True), ("b", b, True)], **attrs)
+    with np.errstate(invalid="ignore"):
+        got, want = _run(k, p, args, "native", 2), _run(k, p, args, "reference")
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("c,m,relu", [(48, 40, False), (300, 70, True), (512, 1280, False)])
+def test_pointwise_over_a_few_pixels_sums_each_output_as_the_pixel_gemm_does(isa, c, m, relu):
+    """A 1x1 conv over fewer than 16 pixels (PP-LCNet's 1x1 head, SE blocks) puts its output channels in the lanes
+    on AVX-512: each output is the same sum as in a 16-pixel image (depth chunks of 256 in order, then the bias and
+    the ReLU), so a pixel's output does not depend on the image size; the same bits at any thread count."""
+    rng = np.random.default_rng(47)
+    big = rng.standard_normal((1, c, 4, 4)).astype(np.float32)  # 16 pixels: the pixel-lane GEMM
+    w = rng.standard_normal((m, c, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+
+    def run(x, threads):
+        k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True), ("b", b, True)])
+        if relu:  # the conv tail's lone clip, as the fusion pass writes it
+            p.consts["tail_codes"] = np.asarray([CODES["clip"]], np.int32)
+            p.consts["tail_c"] = np.asarray([[0.0, np.inf]], np.float32)
+        return _run(k, p, args, "native", threads)
+
+    for pixels in ((1, 1), (1, 3), (3, 5)):
+        small = np.ascontiguousarray(big[:, :, :pixels[0], :pixels[1]])
+        one = run(small, 1)
+        assert run(small, 2).tobytes() == one.tobytes()
+        if isa in ("avx512", "avx512_vnni", "amx_int8"):
+            np.testing.assert_array_equal(one, run(big, 1)[:, :, :pixels[0], :pixels[1]])
+        want = np.einsum("mc,nchw->nmhw", w[:, :, 0, 0].astype(np.float64), small.astype(np.float64)) \
+            + b[None, :, None, None]
+        if relu:
+            want = np.maximum(want, 0)
+        bound = 2 * c * np.finfo(np.float32).eps * (np.einsum("mc,nchw->nmhw", np.abs(w[:, :, 0, 0]), np.abs(small))
+                                                    + np.abs(b)[None, :, None, None])
+        assert (np.abs(one - want) <= bound).all()
+
+
+@pytest.mark.parametrize("ws,attrs", [((24, 16, 5, 1), dict()), ((24, 16, 3, 1), dict(pads=[1, 0, 2, 0], strides=[2, 1])),
+                                      ((8, 8, 3, 1), dict(group=2, dilations=[2, 1]))])
+def test_a_column_image_runs_as_the_same_conv_along_its_row(isa, ws, attrs):
+    """Magika's conv: x [N, C, L, 1] with a kx1 kernel is computed as [N, C, 1, L] with 1xk (the same memory and
+    weight order), its L outputs read in place; within a dot product's rounding bound of the reference."""
+    rng = np.random.default_rng(53)
+    x = rng.standard_normal((2, 16, 300, 1)).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True)], **attrs)
+    got = _run(k, p, args, "native", 2)
+    assert _run(k, p, args, "native", 1).tobytes() == got.tobytes()
+    ref = _run(k, p, args, "reference")
+    ka, pa, aa = _prepared("Conv", [("x", np.abs(x), False), ("w", np.abs(w), True)], **attrs)
+    bound = 2 * ws[1] * ws[2] * np.finfo(np.float32).eps * _run(ka, pa, aa, "reference")
+    assert got.shape == ref.shape and (np.abs(got - ref) <= bound).all()

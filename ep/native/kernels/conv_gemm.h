@@ -23,9 +23,17 @@ struct GemmSlot {
 void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, const int64_t* koff,
                 const GemmSlot* slots, int64_t n_slots, float* c, int64_t ldc, const float* bias, const float* clip);
 
+// c[m * ldc + p] = sum_k at[k * lda + m] * b[k * ldb + p] (+ bias[m], clipped) for m < M, p < P, the output
+// channels in the lanes (a 1x1 conv over fewer than 16 pixels), each output summed as GemmAvx512 sums it.
+void ChannelLanesAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, int64_t ldb, int64_t P,
+                        float* c, int64_t ldc, const float* bias, const float* clip);
+
 // DenseFloat (conv.h) on GemmAvx512 instead of the BLAS (conv_gemm.cc); same arguments, AVX-512F only.
 void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                        const ConvTail& tail);
+// A 1x1, stride-1, unpadded DenseFloat over fewer than 16 pixels on ChannelLanesAvx512 (conv_gemm.cc).
+void PointwiseFewPixels(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                        const ConvTail& tail);
 #endif
 
 }  // namespace npu_ep::kern

@@ -116,6 +116,49 @@ __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const
   }
 }
 
+// The output channels in the lanes, for a 1x1 conv over fewer than 16 pixels (an SE block's or a classifier head's
+// 1x1 map, where pixel lanes would stay mostly empty), 64 channels at a time in four independent FMA chains: per
+// depth chunk of kKc a sum from zero with FMAs in k order, the chunks' sums added in order, then + bias and the
+// clip: each output's arithmetic as GemmAvx512's.
+__attribute__((target(NPU_AVX512F))) void ChannelLanesAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
+                                                              const float* b, int64_t ldb, int64_t P, float* c,
+                                                              int64_t ldc, const float* bias, const float* clip) {
+  constexpr int V = 4;  // vectors of 16 channels per pass
+  alignas(64) float lanes[16 * V];
+  for (int64_t m0 = 0; m0 < M; m0 += 16 * V) {
+    __mmask16 mk[V];
+    for (int v = 0; v < V; ++v) {
+      const int64_t left = M - m0 - 16 * v;
+      mk[v] = Lanes(static_cast<int>(std::clamp<int64_t>(left, 0, 16)));
+    }
+    for (int64_t p = 0; p < P; ++p) {
+      __m512 total[V], acc[V];
+      for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+        const int64_t k1 = std::min(K, k0 + kKc);
+        for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
+        for (int64_t k = k0; k < k1; ++k) {
+          const __m512 bk = _mm512_set1_ps(b[k * ldb + p]);
+          const float* a = at + k * lda + m0;
+          for (int v = 0; v < V; ++v) acc[v] = _mm512_fmadd_ps(bk, _mm512_maskz_loadu_ps(mk[v], a + 16 * v), acc[v]);
+        }
+        for (int v = 0; v < V; ++v) total[v] = k0 == 0 ? acc[v] : _mm512_add_ps(total[v], acc[v]);
+      }
+      for (int v = 0; v < V; ++v) {
+        if (bias != nullptr) total[v] = _mm512_add_ps(total[v], _mm512_maskz_loadu_ps(mk[v], bias + m0 + 16 * v));
+        if (clip != nullptr) {
+          const __m512 lo = _mm512_set1_ps(clip[0]), hi = _mm512_set1_ps(clip[1]);
+          const __mmask16 below = _mm512_cmp_ps_mask(total[v], lo, _CMP_LT_OQ);
+          const __mmask16 above = _mm512_cmp_ps_mask(total[v], hi, _CMP_GT_OQ);
+          total[v] = _mm512_mask_mov_ps(_mm512_mask_mov_ps(total[v], above, hi), below, lo);
+        }
+        _mm512_store_ps(lanes + 16 * v, total[v]);
+      }
+      const int64_t n = std::min<int64_t>(16 * V, M - m0);
+      for (int64_t l = 0; l < n; ++l) c[(m0 + l) * ldc + p] = lanes[l];
+    }
+  }
+}
+
 }  // namespace npu_ep::kern
 
 #endif
