@@ -440,3 +440,20 @@ def test_a_column_image_runs_as_the_same_conv_along_its_row(isa, ws, attrs):
     ka, pa, aa = _prepared("Conv", [("x", np.abs(x), False), ("w", np.abs(w), True)], **attrs)
     bound = 2 * ws[1] * ws[2] * np.finfo(np.float32).eps * _run(ka, pa, aa, "reference")
     assert got.shape == ref.shape and (np.abs(got - ref) <= bound).all()
+
+
+@pytest.mark.parametrize("xs,attrs", [
+    ((1, 8, 10, 10), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])),  # YOLOv8's SPPF
+    ((2, 3, 9, 37), dict(kernel_shape=[3, 4], pads=[1, 0, 2, 3])),  # 37 outputs a row: two 16-wide steps and a tail
+    ((1, 3, 6, 7), dict(kernel_shape=[2, 3], strides=[2, 1], pads=[0, 1, 1, 1], ceil_mode=1)),
+    ((1, 2, 5, 20), dict(kernel_shape=[3, 9], pads=[1, 4, 1, 4])),  # windows wider than the row's ends
+])
+def test_unit_stride_maxpool_column_pass_bit_exact(isa, xs, attrs):
+    """AVX-512 takes a unit-width-stride window's columns 16 outputs at a time from the row maximum laid out with
+    the pads: the reference's values, NaN and -inf included."""
+    rng = np.random.default_rng(59)
+    x = rng.standard_normal(xs).astype(np.float32)
+    x.reshape(-1)[::13] = np.nan
+    x.reshape(-1)[4::7] = -np.inf
+    k, p, args = _prepared("MaxPool", [("x", x, False)], **attrs)
+    np.testing.assert_array_equal(_run(k, p, args, "native", 2), _run(k, p, args, "reference"))

@@ -101,6 +101,24 @@ __attribute__((target("avx512f"))) void PairMaxAvx512(float* dst, const float* r
 #endif
 
 #if NPU_EP_X86
+// The column pass of a unit-stride window (YOLO's SPPF: 5x5, stride 1, pads 2), 16 outputs per step: the row
+// maximum laid out with `low` in the pads (padded[q] = rowmax[q - pl]), then dst[o] = Max(... Max(low, padded[o]),
+// ..., padded[o + kw - 1]), the scalar pass's value (a padded tap's Max(m, low) keeps m, as m >= low or NaN).
+__attribute__((target("avx512f"))) void SlideMaxAvx512(float* dst, const float* rowmax, int64_t W, int64_t OW,
+                                                       int64_t kw, int64_t pl, float low, float* padded) {
+  const int64_t n = OW + kw - 1;
+  for (int64_t q = 0; q < n; ++q) padded[q] = q >= pl && q - pl < W ? rowmax[q - pl] : low;
+  const __m512 lowv = _mm512_set1_ps(low);
+  for (int64_t o = 0; o < OW; o += 16) {
+    const __mmask16 k = Lanes16(OW - o);
+    __m512 m = lowv;
+    for (int64_t j = 0; j < kw; ++j) m = MaxLanes(m, _mm512_maskz_loadu_ps(k, padded + o + j));
+    _mm512_mask_storeu_ps(dst + o, k, m);
+  }
+}
+#endif
+
+#if NPU_EP_X86
 // The same for (flipped) bytes, 32 outputs per step: dst[o] = max(r[2o], r[2o + 1]) (the lowest value 0 drops out).
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void PairMaxBytesAvx512(uint8_t* dst, const uint8_t* r,
                                                                              int64_t n) {
@@ -201,8 +219,18 @@ static bool Pool2x2(const PoolShape& s) {
   return VectorPairs(s) && s.kh == 2 && s.sh == 2 && s.dh == 1 && s.pt == 0 && 2 * s.OH <= s.H;
 }
 
+// Unit-stride, undilated windows on a host with the AVX-512 column pass (SlideMaxAvx512).
+static bool VectorSlide(const PoolShape& s) {
+#if NPU_EP_X86
+  return s.sw == 1 && s.dw == 1 && ActiveIsa() >= Isa::kAvx512;
+#else
+  (void)s;
+  return false;
+#endif
+}
+
 void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
-  const bool pairs = VectorPairs(s);
+  const bool pairs = VectorPairs(s), slide = VectorSlide(s);
   if (Pool2x2(s)) {
 #if NPU_EP_X86
     conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * 4, [&](int64_t plane) {
@@ -216,8 +244,13 @@ void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int t
       [&](float* dst, const float* rowmax) {
 #if NPU_EP_X86
         if (pairs) PairMaxAvx512(dst, rowmax, s.OW, low);
+        if (slide) {
+          thread_local std::vector<float> padded;
+          padded.resize(s.OW + s.kw - 1);
+          SlideMaxAvx512(dst, rowmax, s.W, s.OW, s.kw, s.pl, low, padded.data());
+        }
 #endif
-        return pairs;
+        return pairs || slide;
       });
 }
 
