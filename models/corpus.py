@@ -1,9 +1,9 @@
 """Real pretrained models that ship inside pip packages, with the inputs and the decision each application takes.
 
-Nobody here wrote these graphs, which is the point: they carry exporter plumbing, BatchNorm, Clip/HardSigmoid,
-SiLU, Resize, If, LSTM and dynamic quantization the way users bring them. Nothing is downloaded at run time: a model is found through the
-installed distribution's file list (``importlib.metadata``), without importing the package (its own imports
-pull in OpenCV or torch). ``./run`` installs the packages with ``--no-deps``.
+Nobody here wrote these graphs, which is the point: they carry exporter plumbing, BatchNorm, Clip/HardSigmoid, SiLU,
+Resize, If, LSTM and dynamic quantization the way users bring them. Nothing is downloaded at run time: a model is
+found through the installed distribution's file list (``importlib.metadata``), without importing the package (its
+own imports pull in OpenCV or torch). ``./run`` installs the packages with ``--no-deps``.
 
 Each entry says how the application reads the outputs (``decision``), so a check can ask "same recognized text,
 same detections, same speech decisions" and not only "close logits".

@@ -268,7 +268,8 @@ def cost_int(p: Prepared, shapes) -> OpCost:
     return planned_cost(p, *matmul_dims(tuple(a), tuple(b)))
 
 
-# Like MatMul, an A of unknown rank is fine: its leading dims are rows or a batch at run time (ddddocr: after a Reshape).
+# Like MatMul, an A of unknown rank is fine: its leading dims are rows or a batch at run time (ddddocr: after a
+# Reshape).
 register(KernelDef("", "MatMulInteger", prepare_int, run_int, cost_int, check_int, rank_free=True, bind=bind_int))
 register(KernelDef("", "QLinearMatMul", prepare_int, run_int, cost_int, check_int, bind=bind_int))
 register(KernelDef("com.microsoft", "MatMulIntegerToFloat", prepare_int, run_int, cost_int, check_int))

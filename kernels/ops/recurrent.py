@@ -166,8 +166,8 @@ def _lstm_weights(mod, p: Prepared, inputs, hid: int) -> tuple[list, list, np.nd
     w, r, b, peep = (arg(p, inputs, i) for i in (1, 2, 3, 7))
     dirs = w.shape[0]
     bias = np.zeros((dirs, 4 * hid), _F32) if b is None else (b[:, :4 * hid] + b[:, 4 * hid:]).astype(_F32)
-    found = ([mod.pack_sgemm_b(_f32(w[d].T)) for d in range(dirs)], [mod.pack_sgemm_b(_f32(r[d].T)) for d in range(dirs)],
-             _f32(bias), None if peep is None else _f32(peep))
+    found = ([mod.pack_sgemm_b(_f32(w[d].T)) for d in range(dirs)],
+             [mod.pack_sgemm_b(_f32(r[d].T)) for d in range(dirs)], _f32(bias), None if peep is None else _f32(peep))
     if all(f"in{i}" in p.consts or arg(p, inputs, i) is None for i in (1, 2, 3, 7)):
         p.memo["lstm_weights"] = found
     return found

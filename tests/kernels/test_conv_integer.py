@@ -42,7 +42,8 @@ def _model(xs, ws, attrs, *, wdt=U8, runtime_xzp=True, per_channel=False, seed=0
     else:
         inits["xz"] = np.array(119, np.uint8)
     node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], name="conv", **attrs)
-    model = make_model([node], ins, [helper.make_tensor_value_info("y", TensorProto.INT32, [None] * len(xs))], inits, opset=10)
+    out = helper.make_tensor_value_info("y", TensorProto.INT32, [None] * len(xs))
+    model = make_model([node], ins, [out], inits, opset=10)
     feeds = {"x": rng.integers(0, 256, xs).astype(np.uint8)}
     if runtime_xzp:
         feeds["xz"] = np.array(rng.integers(0, 256), np.uint8)
@@ -94,8 +95,8 @@ def test_a_conv_net_from_orts_dynamic_quantizer_runs_on_npuep_with_the_cpu_eps_b
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     rng = np.random.default_rng(5)
-    inits = {"w1": rng.normal(0, 0.3, (16, 3, 3, 3)).astype(np.float32), "b1": rng.normal(0, 0.1, 16).astype(np.float32),
-             "w2": rng.normal(0, 0.2, (8, 16, 3, 3)).astype(np.float32)}
+    inits = {"w1": rng.normal(0, 0.3, (16, 3, 3, 3)).astype(np.float32),
+             "b1": rng.normal(0, 0.1, 16).astype(np.float32), "w2": rng.normal(0, 0.2, (8, 16, 3, 3)).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
              helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", strides=[2, 2])]

@@ -375,9 +375,11 @@ def test_native_call_made_once_per_shape_follows_replaced_constants(ws, attrs):
     np.testing.assert_allclose(_run(k, p, small, "native"), _run(k, p, small, "reference"), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("ws,attrs", [((6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2], strides=[2, 2])),  # PP-LCNet
-                                      ((6, 1, 3, 3), dict(group=6, pads=[1, 2, 0, 1], strides=[1, 3], dilations=[2, 2])),
-                                      ((12, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1], strides=[2, 2]))])  # multiplier 2
+@pytest.mark.parametrize("ws,attrs", [
+    ((6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2], strides=[2, 2])),  # PP-LCNet's
+    ((6, 1, 3, 3), dict(group=6, pads=[1, 2, 0, 1], strides=[1, 3], dilations=[2, 2])),
+    ((12, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1], strides=[2, 2])),  # multiplier 2
+])
 def test_float_depthwise_wider_strides_bit_exact_with_edge_values(isa, ws, attrs):
     """On AVX-512 a width stride > 1 reads the plane as column phases (one per stride step) with unit-stride loads:
     the reference's float32 operations in its order all the same, NaN, Inf and signed zeros included."""
@@ -425,7 +427,8 @@ def test_pointwise_over_a_few_pixels_sums_each_output_as_the_pixel_gemm_does(isa
         assert (np.abs(one - want) <= bound).all()
 
 
-@pytest.mark.parametrize("ws,attrs", [((24, 16, 5, 1), dict()), ((24, 16, 3, 1), dict(pads=[1, 0, 2, 0], strides=[2, 1])),
+@pytest.mark.parametrize("ws,attrs", [((24, 16, 5, 1), dict()),
+                                      ((24, 16, 3, 1), dict(pads=[1, 0, 2, 0], strides=[2, 1])),
                                       ((8, 8, 3, 1), dict(group=2, dilations=[2, 1]))])
 def test_a_column_image_runs_as_the_same_conv_along_its_row(isa, ws, attrs):
     """Magika's conv: x [N, C, L, 1] with a kx1 kernel is computed as [N, C, 1, L] with 1xk (the same memory and

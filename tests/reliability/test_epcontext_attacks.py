@@ -112,14 +112,9 @@ def test_program_that_never_writes_its_output_is_refused(tmp_path):
         sess = npu_session(evil)
     except Exception:
         return  # refused at load: fine
-    with caplog.at_level("WARNING", logger="npu_ep"):
-        try:
-            got = sess.run(None, {"x": X})[0]
-        except Exception:
-            return  # refused at run: fine
-    assert got.shape != X.shape
-    assert any("has shape [0] but the graph declares [2,8]" in r.getMessage() for r in caplog.records), \
-        [r.getMessage() for r in caplog.records]
+    with pytest.raises(Exception):
+        got = sess.run(None, {"x": X})[0]
+        print("accepted output", got.dtype, got.shape)
 
 
 def test_context_from_another_compiler_version_is_refused(tmp_path):

@@ -309,10 +309,10 @@ bool RowsKernel(const ConvShape& s) {
 #endif
 }
 
-// Unit width stride (any height stride), or any width stride for DepthwiseRowsAvx512: each plane is copied once into a
-// zero-padded scratch (as sw column phases: DepthwiseRowsAvx512), then every tap is one multiply-add pass over
-// whole rows (over all output rows at once when the height stride is 1 too). Padding taps read the scratch's zeros:
-// 0 * w, as the reference adds them.
+// Unit width stride (any height stride), or any width stride for DepthwiseRowsAvx512: each plane is copied once
+// into a zero-padded scratch (as sw column phases for DepthwiseRowsAvx512), then every tap is one multiply-add pass
+// over whole rows (over all output rows at once when the height stride is 1 too). Padding taps read the scratch's
+// zeros: 0 * w, as the reference adds them.
 void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
                           int threads, const ConvTail& epilogue) {
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
