@@ -223,7 +223,8 @@ def _native_weights(w: np.ndarray) -> np.ndarray:
 
 
 def _reference_weights(p: Prepared) -> np.ndarray:
-    """QLinearConv's ``[g, K, M/g]`` float32 ``w - w_zp`` for the reference model, from ``qw`` (memo)."""
+    """QLinearConv's and ConvInteger's ``[g, K, M/g]`` float32 ``w - w_zp`` for the reference model, from ``qw``
+    (memo)."""
     got = p.memo.get("reference_w")
     if got is None:
         m, cg, kh, kw = p.attrs["wdims"]

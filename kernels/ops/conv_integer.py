@@ -20,7 +20,7 @@ from ..target import Target
 from . import _native
 from ._mm import check_fits, exact_int_matmul, int_bound
 from ._util import arg
-from .conv import _cost, _gemm_weights, _geometry, _geometry_list, _native_weights, im2col
+from .conv import _cost, _geometry, _geometry_list, _native_weights, _reference_weights, im2col
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:
@@ -81,8 +81,11 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x4 = x[:, :, None, :] if one_d else x
     nat = _native.native(p)
     if nat is not None:
-        y = nat.conv_integer(np.ascontiguousarray(x4), xzp, p.consts["qw"], p.consts["wzp"],
-                             _geometry_list(p, x4), p.attrs["wdims"][1] == 1, _native.threads(p))
+        geom = p.memo.get(("geometry", x4.shape))
+        if geom is None:
+            geom = p.memo[("geometry", x4.shape)] = _geometry_list(p, x4)
+        y = nat.conv_integer(np.ascontiguousarray(x4), xzp, p.consts["qw"], p.consts["wzp"], geom,
+                             p.attrs["wdims"][1] == 1, _native.threads(p))
     else:
         y = _reference(p, x4, xzp)
     return [np.ascontiguousarray(y[:, :, 0, :]) if one_d else y]
@@ -91,11 +94,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
 def _reference(p: Prepared, x: np.ndarray, xzp: int) -> np.ndarray:
     """The exact sums from integer-valued float32 patches and weights (zero points removed)."""
     at = p.attrs
-    m, cg, kh, kw = at["wdims"]
-    qw = p.consts["qw"]
-    w = qw.reshape(m, 1, kh, kw) if cg == 1 else qw.reshape(m, kh, kw, -1)[..., :cg].transpose(0, 3, 1, 2)
-    wf = _gemm_weights(w.astype(np.float32) - p.consts["wzp"].astype(np.float32).reshape(-1, 1, 1, 1),
-                       at["geom"]["group"])
+    wf = _reference_weights(p)  # QLinearConv's w - w_zp from the same qw and wzp, made once
     xf = x.astype(np.float32) - np.float32(xzp)
     cols, oh, ow = im2col(xf, at["geom"])
     n = x.shape[0]

@@ -28,16 +28,19 @@ struct Epilogue {
   const float* clip = nullptr;  // {lo, hi}, or null
 };
 
+// v clipped to [clip[0], clip[1]]: lo wins, also when lo > hi; NaN stays.
+__attribute__((target(NPU_AVX512F))) inline __m512 Clip(__m512 v, const float* clip) {
+  const __m512 lo = _mm512_set1_ps(clip[0]), hi = _mm512_set1_ps(clip[1]);
+  const __mmask16 below = _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), above = _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ);
+  return _mm512_mask_mov_ps(_mm512_mask_mov_ps(v, above, hi), below, lo);
+}
+
 __attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, __m512 sum, bool add,
                                                         const Epilogue* e, int r) {
   if (add) sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), sum);
   if (e != nullptr) {
     if (e->bias != nullptr) sum = _mm512_add_ps(sum, _mm512_set1_ps(e->bias[r]));
-    if (e->clip != nullptr) {
-      const __m512 lo = _mm512_set1_ps(e->clip[0]), hi = _mm512_set1_ps(e->clip[1]);
-      const __mmask16 below = _mm512_cmp_ps_mask(sum, lo, _CMP_LT_OQ), above = _mm512_cmp_ps_mask(sum, hi, _CMP_GT_OQ);
-      sum = _mm512_mask_mov_ps(_mm512_mask_mov_ps(sum, above, hi), below, lo);  // lo wins, also when lo > hi
-    }
+    if (e->clip != nullptr) sum = Clip(sum, e->clip);
   }
   _mm512_mask_storeu_ps(dst, m, sum);
 }
@@ -145,12 +148,7 @@ __attribute__((target(NPU_AVX512F))) void ChannelLanesAvx512(int64_t M, int64_t 
       }
       for (int v = 0; v < V; ++v) {
         if (bias != nullptr) total[v] = _mm512_add_ps(total[v], _mm512_maskz_loadu_ps(mk[v], bias + m0 + 16 * v));
-        if (clip != nullptr) {
-          const __m512 lo = _mm512_set1_ps(clip[0]), hi = _mm512_set1_ps(clip[1]);
-          const __mmask16 below = _mm512_cmp_ps_mask(total[v], lo, _CMP_LT_OQ);
-          const __mmask16 above = _mm512_cmp_ps_mask(total[v], hi, _CMP_GT_OQ);
-          total[v] = _mm512_mask_mov_ps(_mm512_mask_mov_ps(total[v], above, hi), below, lo);
-        }
+        if (clip != nullptr) total[v] = Clip(total[v], clip);
         _mm512_store_ps(lanes + 16 * v, total[v]);
       }
       const int64_t n = std::min<int64_t>(16 * V, M - m0);

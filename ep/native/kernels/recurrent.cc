@@ -4,8 +4,8 @@
 // Python call instead of a few dozen numpy ones.
 // The numpy reference (kernels/ops/recurrent.py) is the specification; the gate order is i, o, f, c and `clip`
 // bounds every gate's pre-activation. The products run on the packed float GEMM (packed_sgemm.h) with W^T and R^T
-// packed once by the caller: numpy's OpenBLAS took 28 ms for ddddocr's bidirectional 512-wide LSTM over 20 steps, one
-// row of h at a time, the packed GEMM 2 ms. Its fixed order gives the same bits at any thread count.
+// packed once by the caller (numpy's BLAS is slow on one row of h at a time: ep/native/EXECUTOR.md, session 22);
+// its fixed order gives the same bits at any thread count.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
