@@ -16,7 +16,7 @@ from ..kernels.target import Target
 # c7: QDQ lookup-table units folded into QLinearConv, QDQ byte units, fused conv tails; c6: MatMulGroup over
 # MatMulNBits keeps its members' weights (m{i}/nb_*), not one concatenation; c5: QLinearConv keeps integer weights
 # (qw); c4: pool attrs (auto_pad, 1-D); c3: packed MatMulNBits; c2: fusions
-COMPILER_VERSION = f"{__version__}+c17"
+COMPILER_VERSION = f"{__version__}+c18"
 
 
 def stamp(target: Target, key: str) -> ContainerMeta:

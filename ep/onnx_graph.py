@@ -7,9 +7,10 @@ from ORT's graph through the plugin shim (``ep.graph_convert``). Shapes come fro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from ..kernels.node import Dim, NodeInfo, ValueInfo, canonical_domain
 from ..kernels.ops.control_flow import BranchGraph
@@ -56,6 +57,7 @@ def infer_all_shapes(model: onnx.ModelProto, *, symbolic: bool = False) -> onnx.
 
         try:
             inference = SymbolicShapeInference(2**31 - 1, auto_merge=True, guess_output_rank=False, verbose=0)
+            inference.dispatcher_.setdefault("DynamicQuantizeLSTM", lambda n: _lstm_shapes(inference, n))
             inference._preprocess(model)
             while inference.run_:
                 inference._infer_impl()
@@ -64,6 +66,19 @@ def infer_all_shapes(model: onnx.ModelProto, *, symbolic: bool = False) -> onnx.
         except Exception:  # noqa: BLE001 - it gives up on some graphs; ONNX's inference still gives most shapes
             pass
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+
+def _lstm_shapes(inference: Any, node: onnx.NodeProto) -> None:
+    """Y [seq, dirs, batch, H], Y_h and Y_c [dirs, batch, H] of a com.microsoft DynamicQuantizeLSTM, the LSTM
+    schema's shapes (ORT's symbolic inference has no rule for it, so everything after one had no types)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    dirs = 2 if attrs.get("direction", b"forward") in (b"bidirectional", "bidirectional") else 1
+    hid = int(attrs.get("hidden_size", 0)) or None
+    seq, batch = (inference._get_shape(node, 0) + [None, None])[:2]
+    for i, out in enumerate(node.output):
+        if out:
+            shape = [seq, dirs, batch, hid] if i == 0 else [dirs, batch, hid]
+            inference.known_vi_[out].CopyFrom(helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, shape))
 
 
 def nodes_from_model(model: onnx.ModelProto, *, infer_shapes: bool = True, symbolic: bool = False) -> list[NodeInfo]:

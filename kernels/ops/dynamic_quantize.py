@@ -33,13 +33,18 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
-def _run(p: Prepared, inputs) -> list[np.ndarray]:
-    x = arg(p, inputs, 0)
+def dynamic_params(x: np.ndarray) -> tuple[np.float32, np.float32]:
+    """The uint8 scale and zero point ORT computes for ``x`` (the range widened to include 0)."""
     lo = min(_F32(x.min()), _F32(0.0)) if x.size else _F32(0.0)
     hi = max(_F32(x.max()), _F32(0.0)) if x.size else _F32(0.0)
     scale = _F32(1.0) if hi == lo else _F32(_F32(hi - lo) / _F32(255.0))
-    zp = np.rint(np.clip(_F32(_F32(0.0) - _F32(lo / scale)), _F32(0.0), _F32(255.0)))
-    return [quantize_float(x, scale, _F32(zp), "uint8"), np.array(scale, _F32), np.array(zp, np.uint8)]
+    return scale, _F32(np.rint(np.clip(_F32(_F32(0.0) - _F32(lo / scale)), _F32(0.0), _F32(255.0))))
+
+
+def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    x = arg(p, inputs, 0)
+    scale, zp = dynamic_params(x)
+    return [quantize_float(x, scale, zp, "uint8"), np.array(scale, _F32), np.array(zp, np.uint8)]
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -17,7 +17,7 @@ when they fit half the SRAM, else R is re-read every step.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -61,18 +61,25 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     if not target.matrix.get("float_compute", {}).get("float32"):
         return (f"{op}: {node.op_type}'s gate matmuls are float32 and target {target.name} has no float matrix mode "
                 "(float_compute)")
+    return check_gates(node)
+
+
+def check_gates(node: NodeInfo, op_type: str | None = None) -> str | None:
+    """The attributes and inputs every recurrent kernel here shares (``op_type``: the gates' op, LSTM for
+    DynamicQuantizeLSTM); None when they are taken."""
+    op, op_type = node.describe(), op_type or node.op_type
     acts = node.attr("activations")
     if acts is None and "activations" in node.attrs:  # present, but the plugin graph view does not read STRINGS
         return f"{op}: activations attribute present but unreadable through ORT's graph view (may not be the defaults)"
     if acts is not None:
         names = [a.decode() if isinstance(a, bytes) else str(a) for a in acts]
-        want = _DEFAULT_ACTS[node.op_type]
+        want = _DEFAULT_ACTS[op_type]
         n_dirs = 2 if str(node.attr("direction", "forward")) == "bidirectional" else 1
         if [n.lower() for n in names] != [w.lower() for w in want * n_dirs]:
             return f"{op}: activations {names} (only the defaults {want} per direction)"
     if node.attr("activation_alpha") is not None or node.attr("activation_beta") is not None:
         return f"{op}: activation_alpha/activation_beta given (only the default activations)"
-    if node.op_type == "LSTM" and int(node.attr("input_forget", 0)) != 0:
+    if op_type == "LSTM" and int(node.attr("input_forget", 0)) != 0:
         return f"{op}: input_forget={node.attr('input_forget')} (coupled input/forget gates) not supported"
     if str(node.attr("direction", "forward")) not in _DIRECTIONS:
         return f"{op}: direction {node.attr('direction')!r} unknown"
@@ -94,26 +101,34 @@ def _steps(lens: np.ndarray, seq: int, reverse: bool) -> tuple[np.ndarray, np.nd
     return np.where(valid, t, 0), valid
 
 
-def _lstm_direction(xw: np.ndarray, r: np.ndarray, p: np.ndarray | None, h: np.ndarray, c: np.ndarray,
-                    lens: np.ndarray, reverse: bool, clip: float | None):
-    """One direction. ``xw`` [seq, batch, 4H] = X @ W^T + Wb + Rb (gate order i, o, f, c)."""
+def lstm_direction(xw: np.ndarray, recur: Callable[[np.ndarray], np.ndarray], p: np.ndarray | None, h: np.ndarray,
+                   c: np.ndarray, lens: np.ndarray, reverse: bool, clip: float | None, bias: np.ndarray | None = None,
+                   zero_finished: bool = False):
+    """One direction (gate order i, o, f, c). ``xw`` [seq, batch, 4H] = X @ W^T, plus Wb + Rb unless ``bias`` is
+    given; ``recur(h)`` is the step's [batch, 4H] product with R. DynamicQuantizeLSTM passes ``bias`` (added after
+    the product and the peepholes, ORT's order there) and ``zero_finished``: ORT's quantized kernel reads the
+    previous h from Y, where a finished sequence's row is 0, and that row enters the step's quantization range."""
     seq, batch, _ = xw.shape
     hid = h.shape[-1]
     y = np.zeros((seq, batch, hid), _F32)
-    rt = np.ascontiguousarray(r.T)
     pi, po, pf = (p[:hid], p[hid:2 * hid], p[2 * hid:]) if p is not None else (None, None, None)
     t_idx, valid = _steps(lens, seq, reverse)
     cols = np.arange(batch)
     for s in range(seq):
         ok = valid[s][:, None]
-        g = xw[t_idx[s], cols] + h @ rt
+        h_in = np.where((s - 1 < lens)[:, None], h, np.float32(0)) if zero_finished and s else h
+        g = xw[t_idx[s], cols] + recur(h_in)
         gi, go, gf, gc = g[:, :hid], g[:, hid:2 * hid], g[:, 2 * hid:3 * hid], g[:, 3 * hid:]
         if pi is not None:
             gi, gf = gi + pi * c, gf + pf * c
+        if bias is not None:
+            gi, gf, gc = gi + bias[:hid], gf + bias[2 * hid:3 * hid], gc + bias[3 * hid:]
         i, f = _sigmoid(_clip(gi, clip)), _sigmoid(_clip(gf, clip))
         c_new = f * c + i * np.tanh(_clip(gc, clip))
         if po is not None:
             go = go + po * c_new
+        if bias is not None:
+            go = go + bias[hid:2 * hid]
         h_new = _sigmoid(_clip(go, clip)) * np.tanh(c_new)
         c, h = np.where(ok, c_new, c), np.where(ok, h_new, h)
         y[t_idx[s], cols] = np.where(ok, h_new, y[t_idx[s], cols])
@@ -146,7 +161,7 @@ def _gru_direction(xw: np.ndarray, r: np.ndarray, rb: np.ndarray, h: np.ndarray,
     return y, h
 
 
-def _state(v: np.ndarray | None, dirs: int, batch: int, hid: int, layout: int) -> np.ndarray:
+def initial_state(v: np.ndarray | None, dirs: int, batch: int, hid: int, layout: int) -> np.ndarray:
     """An initial state as [dirs, batch, H] float32 (zeros when omitted)."""
     if v is None:
         return np.zeros((dirs, batch, hid), _F32)
@@ -189,8 +204,8 @@ def _lstm_native(mod, p: Prepared, inputs) -> list[np.ndarray]:
             lens = p.memo[("full_lens", batch, seq)] = np.full(batch, seq, np.int64)
     else:
         lens = lens_in.astype(np.int64)
-    h0 = _state(arg(p, inputs, 5), dirs, batch, hid, layout)
-    c0 = _state(arg(p, inputs, 6), dirs, batch, hid, layout)
+    h0 = initial_state(arg(p, inputs, 5), dirs, batch, hid, layout)
+    c0 = initial_state(arg(p, inputs, 6), dirs, batch, hid, layout)
     y, yh, yc = mod.lstm(_f32(xs), wt, rt, bias, peep, _f32(h0), _f32(c0), lens, a["direction"] == "reverse",
                          a["clip"], threads(p))
     if layout:
@@ -216,12 +231,9 @@ def _reference(p: Prepared, inputs) -> list[np.ndarray]:
     seq, batch = xs.shape[0], xs.shape[1]
     dirs = w.shape[0]
     gates = _GATES[op]
-    lens_in = arg(p, inputs, 4)
-    lens = np.full(batch, seq, np.int64) if lens_in is None else lens_in.astype(np.int64)
-    if lens.shape != (batch,) or (batch and (lens.min() < 0 or lens.max() > seq)):
-        raise ValueError(f"{op}: sequence_lens {lens.tolist()} must be {batch} values in [0, {seq}]")
-    h0 = _state(arg(p, inputs, 5), dirs, batch, hid, layout)
-    c0 = _state(arg(p, inputs, 6), dirs, batch, hid, layout) if op == "LSTM" else None
+    lens = checked_lens(arg(p, inputs, 4), op, seq, batch)
+    h0 = initial_state(arg(p, inputs, 5), dirs, batch, hid, layout)
+    c0 = initial_state(arg(p, inputs, 6), dirs, batch, hid, layout) if op == "LSTM" else None
     peep = arg(p, inputs, 7) if op == "LSTM" else None
     bias = np.zeros((dirs, 2 * gates * hid), _F32) if b is None else b.astype(_F32, copy=False)
     flat = xs.reshape(seq * batch, -1).astype(_F32, copy=False)
@@ -231,7 +243,9 @@ def _reference(p: Prepared, inputs) -> list[np.ndarray]:
         wb, rb = bias[d, :gates * hid], bias[d, gates * hid:]
         if op == "LSTM":
             xw = (flat @ w[d].T + (wb + rb)).reshape(seq, batch, gates * hid)
-            y, h, c = _lstm_direction(xw, r[d], None if peep is None else peep[d], h0[d], c0[d], lens, reverse, clip)
+            rt = np.ascontiguousarray(r[d].T)
+            y, h, c = lstm_direction(xw, lambda hp: hp @ rt, None if peep is None else peep[d], h0[d], c0[d], lens,
+                                     reverse, clip)
             cs.append(c)
         else:
             zr_bias = np.concatenate([wb[:2 * hid] + rb[:2 * hid], wb[2 * hid:]])
@@ -239,9 +253,23 @@ def _reference(p: Prepared, inputs) -> list[np.ndarray]:
             y, h = _gru_direction(xw, r[d], rb, h0[d], lens, reverse, clip, bool(a["linear_before_reset"]))
         ys.append(y)
         hs.append(h)
-    y = np.stack(ys, axis=1)  # [seq, dirs, batch, H]
-    states = [np.stack(hs)] + ([np.stack(cs)] if op == "LSTM" else [])  # [dirs, batch, H]
-    if batch and lens.min() == 0:  # ORT zeroes the final states of an empty sequence (initial states ignored)
+    return stacked_outputs(ys, hs, cs if op == "LSTM" else None, lens, layout)
+
+
+def checked_lens(lens_in: np.ndarray | None, op: str, seq: int, batch: int) -> np.ndarray:
+    """``sequence_lens`` as int64 (every sequence full when omitted); a clear error for values ORT rejects."""
+    lens = np.full(batch, seq, np.int64) if lens_in is None else lens_in.astype(np.int64)
+    if lens.shape != (batch,) or (batch and (lens.min() < 0 or lens.max() > seq)):
+        raise ValueError(f"{op}: sequence_lens {lens.tolist()} must be {batch} values in [0, {seq}]")
+    return lens
+
+
+def stacked_outputs(ys: list, hs: list, cs: list | None, lens: np.ndarray, layout: int) -> list[np.ndarray]:
+    """Y [seq, dirs, batch, H] and the final states [dirs, batch, H] from the directions' results (``layout`` 1:
+    batch first); ORT zeroes the final states of an empty sequence (its initial states ignored)."""
+    y = np.stack(ys, axis=1)
+    states = [np.stack(hs)] + ([np.stack(cs)] if cs is not None else [])
+    if lens.size and lens.min() == 0:
         states = [np.where((lens == 0)[None, :, None], np.float32(0), st) for st in states]
     if layout:
         y = y.transpose(2, 0, 1, 3)
@@ -249,23 +277,28 @@ def _reference(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.ascontiguousarray(y)] + [np.ascontiguousarray(s) for s in states]
 
 
-def _cost(p: Prepared, shapes) -> OpCost:
+def recurrent_cost(p: Prepared, shapes, gates: int, mode: str = "float32", weight_bytes: int = 4,
+                   quantize_passes: int = 0) -> OpCost:
+    """The input projection on the matrix unit in ``mode``, then per time step one [batch, H] x [H, gates*H]
+    product padded to native tiles and the gate math (plus ``quantize_passes`` over each product's operand) on the
+    vector unit; weights are read once when they fit half the SRAM, else R is re-read every step."""
     t = p.target
     a = p.attrs
-    hid, gates = a["hidden"], _GATES[a["op"]]
+    hid = a["hidden"]
     x = shapes[0]
     seq, batch = (x[1], x[0]) if a["layout"] else (x[0], x[1])
     n_in = x[2]
     dirs = 2 if a["direction"] == "bidirectional" else 1
     tm, tn, tk = t.tile
-    rate = t.mac_rate("float32") if t.has_mode("float32") else 1.0
+    rate = t.mac_rate(mode) if t.has_mode(mode) else 1.0
     native = lambda m, n, k: math.ceil(m / tm) * math.ceil(n / tn) * math.ceil(k / tk) * tm * tn * tk  # noqa: E731
     matrix = dirs * (native(seq * batch, gates * hid, n_in) + seq * native(batch, gates * hid, hid)) / rate
     lanes = int(t.vector["lanes"])
     vector = dirs * seq * math.ceil(batch * gates * hid / lanes) * (4.0 + 2.0 * transcendental(t))
-    w_bytes = dirs * gates * hid * (n_in + hid + 2) * 4
+    vector += dirs * quantize_passes * (math.ceil(seq * batch * n_in / lanes) + seq * math.ceil(batch * hid / lanes))
+    w_bytes = dirs * gates * hid * ((n_in + hid) * weight_bytes + 8)  # + Wb and Rb in float32
     io_bytes = (seq * batch * n_in + seq * dirs * batch * hid + 3 * dirs * batch * hid) * 4
-    r_bytes = gates * hid * hid * 4
+    r_bytes = gates * hid * hid * weight_bytes
     resident = w_bytes <= t.sram_bytes // 2
     moved = w_bytes + io_bytes + (0 if resident else dirs * (seq - 1) * r_bytes)
     dma = dma_cycles(t, moved, transfers=2 + (0 if resident else dirs * seq))
@@ -274,6 +307,10 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return OpCost(compute_cycles=matrix + vector, dma_cycles=dma, cycles=cycles, dma_bytes=moved,
                   sram_peak=min(w_bytes, t.sram_bytes // 2), macs=macs,
                   utilization=macs / (cycles * rate) if cycles else 0.0, unit="matrix")
+
+
+def _cost(p: Prepared, shapes) -> OpCost:
+    return recurrent_cost(p, shapes, _GATES[p.attrs["op"]])
 
 
 # rank_free: the schema fixes every rank (X 3, states 3, Y 4) and the kernel reads the sizes from the arrays; ORT's

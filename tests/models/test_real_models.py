@@ -20,7 +20,7 @@ REACHED = {"ocr-cls": (1.00, 1), "ocr-det": (1.00, 1), "ocr-rec": (1.00, 1),
            "vad": (1.00, 1), "vad-op15": (1.00, 1), "vad-half": (1.00, 1), "vad-v6": (1.00, 1),
            "yolov8n": (1.00, 1), "crnn": (1.00, 1), "yolox-det": (1.00, 1), "picodet-layout": (1.00, 1),
            "lcnet-orientation": (1.00, 1), "magika": (1.00, 1),
-           "crnn-int8": (0.99, 2)}  # com.microsoft DynamicQuantizeLSTM has no NpuEP kernel: 1 of 269 on the CPU
+           "crnn-int8": (1.00, 1)}
 # A dynamically quantized model re-derives each activation's scale from its min and max: the first Sigmoid's
 # output differs from MLAS's logistic approximation by up to 1.8e-7 (ours is exp-based, within an ulp of exact),
 # the next DynamicQuantizeLinear's scale by one ulp, and codes shift from there: 9.2e-3 of the logits' scale

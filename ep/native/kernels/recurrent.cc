@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "int8_gemm.h"
 #include "packed_sgemm.h"
+#include "quantize.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -53,14 +55,27 @@ inline float Tanh(float x) {
 }
 inline float Clip(float x, bool has_clip, float clip) { return has_clip ? std::min(std::max(x, -clip), clip) : x; }
 
-// One direction. xw [seq, batch, 4H] already holds X @ W^T + Wb + Rb; h, c [batch, H] in/out; y rows written at
-// y + (t * dirs) * batch * H (the caller offsets y by the direction).
-void LstmDirection(const LstmShape& s, const float* xw, const float* rt, const float* peep, float* h, float* c,
-                   const int64_t* lens, bool reverse, bool has_clip, float clip, float* y, int threads) {
+// One direction. xw [seq, batch, 4H] holds X's product, plus Wb + Rb when bias is null; product(h_in, g) writes the
+// step's [batch, 4H] product with R into g; bias (DynamicQuantizeLSTM) is added after that product and the
+// peepholes; zero_finished: a finished row enters the next product as 0 (kernels/ops/recurrent_quant.py). h, c
+// [batch, H] in/out; y rows written at y + (t * dirs) * batch * H (the caller offsets y by the direction).
+template <typename ProductFn>
+void LstmDirection(const LstmShape& s, const float* xw, ProductFn&& product, const float* peep, const float* bias,
+                   bool zero_finished, float* h, float* c, const int64_t* lens, bool reverse, bool has_clip, float clip,
+                   float* y) {
   const int64_t H = s.hidden, G = 4 * H, B = s.batch;
-  std::vector<float> g(B * G);
+  std::vector<float> g(B * G), h_in(zero_finished ? B * H : 0);
   for (int64_t step = 0; step < s.seq; ++step) {
-    Product(h, B, H, rt, G, nullptr, g.data(), threads);  // h @ R^T for every batch entry (invalid ones are ignored)
+    const float* hp = h;
+    if (zero_finished && step > 0) {
+      for (int64_t b = 0; b < B; ++b) {
+        const bool live = step - 1 < lens[b];
+        std::copy(h + b * H, h + (b + 1) * H, h_in.data() + b * H);
+        if (!live) std::fill(h_in.data() + b * H, h_in.data() + (b + 1) * H, 0.0f);
+      }
+      hp = h_in.data();
+    }
+    product(hp, g.data());  // every batch entry (invalid ones are ignored)
     for (int64_t b = 0; b < B; ++b) {
       if (step >= lens[b]) continue;
       const int64_t t = reverse ? lens[b] - 1 - step : step;
@@ -73,9 +88,11 @@ void LstmDirection(const LstmShape& s, const float* xw, const float* rt, const f
         float gi = x[j] + gb[j], go = x[H + j] + gb[H + j];
         float gf = x[2 * H + j] + gb[2 * H + j], gc = x[3 * H + j] + gb[3 * H + j];
         if (peep != nullptr) gi += peep[j] * cb[j], gf += peep[2 * H + j] * cb[j];
+        if (bias != nullptr) gi += bias[j], gf += bias[2 * H + j], gc += bias[3 * H + j];
         const float i = Sigmoid(Clip(gi, has_clip, clip)), f = Sigmoid(Clip(gf, has_clip, clip));
         const float c_new = f * cb[j] + i * Tanh(Clip(gc, has_clip, clip));
         if (peep != nullptr) go += peep[H + j] * c_new;
+        if (bias != nullptr) go += bias[H + j];
         const float h_new = Sigmoid(Clip(go, has_clip, clip)) * Tanh(c_new);
         cb[j] = c_new;
         yb[j] = h_new;
@@ -83,6 +100,47 @@ void LstmDirection(const LstmShape& s, const float* xw, const float* rt, const f
       std::copy(yb, yb + H, hb);
     }
   }
+}
+
+// One direction's 8-bit weights [K, 4H] as matmul_int.pack_b packs them, with their scale (one or per column).
+struct QuantWeights {
+  const int8_t* bp;
+  const int32_t* bsum;
+  const int32_t* bzp;
+  const float* scale;
+  bool scale_per_col;
+  int64_t k;
+};
+
+// out [m, n] = float(acc) * (a_scale * w_scale) for a [m, k] quantized to uint8 as DynamicQuantizeLinear does (the
+// range widened to 0, scale (hi - lo) / 255, zero point rint(clamp(-lo / scale))) and acc its exact int32 product
+// with the weights: ORT's ComputeGemm for 8-bit weights, the reference model's _product.
+void QuantProduct(const float* a, int64_t m, const QuantWeights& w, int64_t n, float* out, std::vector<uint8_t>& aq,
+                  std::vector<int32_t>& acc, int threads) {
+  const int64_t len = m * w.k;
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t i = 0; i < len; ++i) lo = std::min(lo, a[i]), hi = std::max(hi, a[i]);
+  const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  const int32_t zp = static_cast<int32_t>(std::nearbyint(std::min(std::max(0.0f - lo / scale, 0.0f), 255.0f)));
+  aq.resize(len);
+  acc.resize(m * n);
+  QuantizeTensor(a, len, scale, zp, false, aq.data(), threads);
+  Int8Gemm g;
+  g.a = aq.data();
+  g.azp = &zp;
+  g.M = m;
+  g.K = w.k;
+  g.N = n;
+  g.kp = (w.k + 63) / 64 * 64;
+  g.bp = w.bp;
+  g.bsum = w.bsum;
+  g.bzp = w.bzp;
+  g.acc = acc.data();
+  g.threads = threads;
+  Int8MatMul(g);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      out[i * n + j] = static_cast<float>(acc[i * n + j]) * (scale * w.scale[w.scale_per_col ? j : 0]);
 }
 
 template <typename T>
@@ -104,23 +162,15 @@ const float* CheckedPanels(const Arr<float>& p, int64_t k, int64_t G, const char
   return p.data();
 }
 
-// x [seq, batch, I]; wt, rt: per direction W^T [I, 4H] and R^T [H, 4H] packed (pack_sgemm_b); bias [dirs, 4H]
-// (Wb + Rb); peep [dirs, 3H] or None; h0, c0 [dirs, batch, H]; lens [batch] int64 in [0, seq].
-// Returns (y [seq, dirs, batch, H], y_h, y_c).
-py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rt,
-                 const Arr<float>& bias, const std::optional<Arr<float>>& peep, const Arr<float>& h0,
-                 const Arr<float>& c0, const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip,
-                 int threads) {
+// The arguments both LSTMs share, checked: x [seq, batch, I]; bias [dirs, 4H]; peep [dirs, 3H] or None; h0, c0
+// [dirs, batch, H]; lens [batch] int64 in [0, seq]; clip >= 0 if given.
+LstmShape CheckedShape(const Arr<float>& x, int64_t dirs, const Arr<float>& bias, const std::optional<Arr<float>>& peep,
+                       const Arr<float>& h0, const Arr<float>& c0, const Arr<int64_t>& lens,
+                       std::optional<float> clip) {
   if (x.ndim() != 3 || h0.ndim() != 3) throw std::invalid_argument("lstm: x and initial_h must be 3-d");
-  LstmShape s{x.shape(0), x.shape(1), x.shape(2), h0.shape(2), static_cast<int64_t>(wt.size())};
+  LstmShape s{x.shape(0), x.shape(1), x.shape(2), h0.shape(2), dirs};
   const int64_t H = s.hidden, G = 4 * H, B = s.batch, D = s.dirs;
-  if (H <= 0 || (D != 1 && D != 2) || rt.size() != wt.size())
-    throw std::invalid_argument("lstm: one or two directions of packed W^T and R^T, and hidden size >= 1");
-  std::vector<const float*> wp(D), rp(D);
-  for (int64_t d = 0; d < D; ++d) {
-    wp[d] = CheckedPanels(wt[d], s.input, G, "W^T");
-    rp[d] = CheckedPanels(rt[d], H, G, "R^T");
-  }
+  if (H <= 0 || (D != 1 && D != 2)) throw std::invalid_argument("lstm: one or two directions, and hidden size >= 1");
   Checked(bias, D * G, "bias");
   if (peep) Checked(*peep, D * 3 * H, "peepholes");
   Checked(h0, D * B * H, "initial_h");
@@ -129,6 +179,16 @@ py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const s
   for (int64_t b = 0; b < B; ++b)
     if (lens.data()[b] < 0 || lens.data()[b] > s.seq) throw std::invalid_argument("lstm: sequence_lens out of range");
   if (clip && !(*clip >= 0.0f)) throw std::invalid_argument("lstm: clip must be >= 0");
+  return s;
+}
+
+// Y [seq, dirs, batch, H], Y_h and Y_c: the states start at h0, c0 and direction(d, threads, h, c, y) runs direction
+// d (two directions: one per thread, each on its own products; one: the products on every thread); ORT zeroes the
+// final states of an empty sequence.
+template <typename DirectionFn>
+py::tuple RunDirections(const LstmShape& s, const Arr<float>& h0, const Arr<float>& c0, const Arr<int64_t>& lens,
+                        int threads, DirectionFn&& direction) {
+  const int64_t H = s.hidden, B = s.batch, D = s.dirs;
   py::array_t<float> y({s.seq, D, B, H}), yh({D, B, H}), yc({D, B, H});
   float* yp = y.mutable_data();
   float* hp = yh.mutable_data();
@@ -138,16 +198,9 @@ py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const s
     std::fill(yp, yp + s.seq * D * B * H, 0.0f);
     std::copy(h0.data(), h0.data() + D * B * H, hp);
     std::copy(c0.data(), c0.data() + D * B * H, cp);
-    // two directions: one per thread, each on its own products; one: the products on every thread
     const int outer = D == 2 && threads >= 2 ? 2 : 1, inner = outer == 2 ? 1 : threads;
-    ParallelFor(outer, D, [&](int64_t d) {
-      std::vector<float> xw(s.seq * B * G);
-      Product(x.data(), s.seq * B, s.input, wp[d], G, bias.data() + d * G, xw.data(), inner);
-      LstmDirection(s, xw.data(), rp[d], peep ? peep->data() + d * 3 * H : nullptr, hp + d * B * H, cp + d * B * H,
-                    lens.data(), reverse_first || d == 1, clip.has_value(), clip.value_or(0.0f), yp + d * B * H,
-                    inner);
-    });
-    for (int64_t d = 0; d < D; ++d)  // ORT zeroes the final states of an empty sequence
+    ParallelFor(outer, D, [&](int64_t d) { direction(d, inner, hp + d * B * H, cp + d * B * H, yp + d * B * H); });
+    for (int64_t d = 0; d < D; ++d)
       for (int64_t b = 0; b < B; ++b)
         if (lens.data()[b] == 0) {
           std::fill(hp + (d * B + b) * H, hp + (d * B + b + 1) * H, 0.0f);
@@ -155,6 +208,76 @@ py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const s
         }
   }
   return py::make_tuple(y, yh, yc);
+}
+
+// x [seq, batch, I]; wt, rt: per direction W^T [I, 4H] and R^T [H, 4H] packed (pack_sgemm_b); bias [dirs, 4H]
+// (Wb + Rb); the rest as CheckedShape. Returns (y [seq, dirs, batch, H], y_h, y_c).
+py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rt,
+                 const Arr<float>& bias, const std::optional<Arr<float>>& peep, const Arr<float>& h0,
+                 const Arr<float>& c0, const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip,
+                 int threads) {
+  if (rt.size() != wt.size()) throw std::invalid_argument("lstm: as many packed W^T as R^T");
+  const LstmShape s = CheckedShape(x, static_cast<int64_t>(wt.size()), bias, peep, h0, c0, lens, clip);
+  const int64_t H = s.hidden, G = 4 * H, B = s.batch;
+  std::vector<const float*> wp(s.dirs), rp(s.dirs);
+  for (int64_t d = 0; d < s.dirs; ++d) {
+    wp[d] = CheckedPanels(wt[d], s.input, G, "W^T");
+    rp[d] = CheckedPanels(rt[d], H, G, "R^T");
+  }
+  return RunDirections(s, h0, c0, lens, threads, [&](int64_t d, int inner, float* h, float* c, float* y) {
+    std::vector<float> xw(s.seq * B * G);
+    Product(x.data(), s.seq * B, s.input, wp[d], G, bias.data() + d * G, xw.data(), inner);
+    const auto product = [&](const float* hv, float* g) { Product(hv, B, H, rp[d], G, nullptr, g, inner); };
+    LstmDirection(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, nullptr, false, h, c,
+                  lens.data(), reverse_first || d == 1, clip.has_value(), clip.value_or(0.0f), y);
+  });
+}
+
+// One direction's (bp, bsum, bzp, scale) tuple from recurrent_quant.py, checked against its [k, G] weights; the
+// arrays are kept in `keep` for the call.
+QuantWeights CheckedQuant(const py::tuple& t, int64_t k, int64_t G, const char* what, std::vector<py::array>& keep) {
+  const std::string name = std::string("qlstm: ") + what;
+  if (t.size() != 4) throw std::invalid_argument(name + " must be (bp, bsum, bzp, scale)");
+  const auto bp = Arr<int8_t>::ensure(t[0]);
+  const auto bsum = Arr<int32_t>::ensure(t[1]), bzp = Arr<int32_t>::ensure(t[2]);
+  const auto scale = Arr<float>::ensure(t[3]);
+  if (!bp || !bsum || !bzp || !scale) throw std::invalid_argument(name + ": int8 bp, int32 bsum/bzp, float32 scale");
+  const int64_t kp = (k + 63) / 64 * 64;
+  if (bp.ndim() != 4 || bp.shape(1) != kp / 4 || bp.shape(2) != 16 || bp.shape(3) != 4 || bp.shape(0) * 16 < G ||
+      bsum.size() != bp.shape(0) * 16 || bzp.size() != bp.shape(0) * 16 || (scale.size() != 1 && scale.size() != G))
+    throw std::invalid_argument(name + " is not a [" + std::to_string(k) + ", " + std::to_string(G) +
+                                "] matrix as pack_b packs it with 1 or " + std::to_string(G) + " scales");
+  keep.insert(keep.end(), {bp, bsum, bzp, scale});
+  return {bp.data(), bsum.data(), bzp.data(), scale.data(), scale.size() != 1, k};
+}
+
+// com.microsoft DynamicQuantizeLSTM: x [seq, batch, I]; w, r: per direction (bp, bsum, bzp, scale) of W [I, 4H] and
+// R [H, 4H]; bias [dirs, 4H] = Wb + Rb, added after the products; zero_finished: Y is an output; the rest as
+// CheckedShape. Returns (y [seq, dirs, batch, H], y_h, y_c).
+py::tuple QLstmPy(const Arr<float>& x, const std::vector<py::tuple>& w, const std::vector<py::tuple>& r,
+                  const Arr<float>& bias, const std::optional<Arr<float>>& peep, const Arr<float>& h0,
+                  const Arr<float>& c0, const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip,
+                  bool zero_finished, int threads) {
+  if (r.size() != w.size()) throw std::invalid_argument("qlstm: as many W as R");
+  const LstmShape s = CheckedShape(x, static_cast<int64_t>(w.size()), bias, peep, h0, c0, lens, clip);
+  const int64_t H = s.hidden, G = 4 * H, B = s.batch;
+  std::vector<py::array> keep;
+  std::vector<QuantWeights> wq, rq;
+  for (int64_t d = 0; d < s.dirs; ++d) {
+    wq.push_back(CheckedQuant(w[d], s.input, G, "W", keep));
+    rq.push_back(CheckedQuant(r[d], H, G, "R", keep));
+  }
+  const int64_t steps = B ? *std::max_element(lens.data(), lens.data() + B) : 0;
+  return RunDirections(s, h0, c0, lens, threads, [&](int64_t d, int inner, float* h, float* c, float* y) {
+    std::vector<uint8_t> aq;
+    std::vector<int32_t> acc;
+    std::vector<float> xw(s.seq * B * G, 0.0f);
+    QuantProduct(x.data(), steps * B, wq[d], G, xw.data(), aq, acc, inner);
+    const auto product = [&](const float* hv, float* g) { QuantProduct(hv, B, rq[d], G, g, aq, acc, inner); };
+    LstmDirection(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, bias.data() + d * G,
+                  zero_finished, h, c, lens.data(), reverse_first || d == 1, clip.has_value(), clip.value_or(0.0f),
+                  y);
+  });
 }
 
 }  // namespace
@@ -167,6 +290,13 @@ void BindRecurrent(py::module_& m) {
         "[I, 4H] and R^T [H, 4H] as pack_sgemm_b packs them, bias [dirs, 4H] = Wb + Rb, peep [dirs, 3H] or None, "
         "h0/c0 [dirs, batch, H], lens [batch] int64; reverse: the first direction runs backwards. "
         "Returns (Y [seq, dirs, batch, H], Y_h, Y_c)");
+  m.def("qlstm", &QLstmPy, py::arg("x"), py::arg("w"), py::arg("r"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
+        py::arg("c0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(),
+        py::arg("zero_finished") = true, py::arg("threads") = 1,
+        "com.microsoft DynamicQuantizeLSTM, every direction: x [seq, batch, I]; w, r: per direction (bp, bsum, bzp, "
+        "scale) of W [I, 4H] and R [H, 4H] as matmul_int.pack_b packs them; bias [dirs, 4H] = Wb + Rb; peep, h0, c0, "
+        "lens, reverse, clip as lstm's; zero_finished: a finished sequence's h enters the next product as 0 (Y is an "
+        "output). Returns (Y [seq, dirs, batch, H], Y_h, Y_c)");
 }
 
 }  // namespace npu_ep::kern
