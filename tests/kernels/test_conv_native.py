@@ -460,3 +460,27 @@ def test_unit_stride_maxpool_column_pass_bit_exact(isa, xs, attrs):
     x.reshape(-1)[4::7] = -np.inf
     k, p, args = _prepared("MaxPool", [("x", x, False)], **attrs)
     np.testing.assert_array_equal(_run(k, p, args, "native", 2), _run(k, p, args, "reference"))
+
+
+@pytest.mark.parametrize("xs,attrs,padded", [
+    ((1, 2, 8, 36), dict(kernel_shape=[2, 2], strides=[2, 2]), False),  # the 2x2 register kernel
+    ((1, 2, 9, 36), dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 0, 0, 0]), True),  # column pairs, a padded row
+    ((1, 2, 10, 20), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), True),  # the unit-stride column pass (SPPF)
+    ((1, 2, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), True),  # the scalar pass
+    ((1, 2, 7, 9), dict(kernel_shape=[2, 2], dilations=[2, 2]), False),
+])
+def test_maxpool_over_minus_infinity_equals_the_reference(isa, xs, attrs, padded):
+    """A window of -inf values gives -inf, and -FLT_MAX where it reaches the padding (the reference pads with
+    -FLT_MAX, as MLAS pads a row's ends); the native kernel gave -FLT_MAX everywhere. Without padding ORT agrees.
+    With padding ORT's answer depends on its implementation (ep/native/EXECUTOR.md, session 23: its 2-D kernel
+    ignores the padded rows, its dilated one every pad, its 1-D one gives -FLT_MAX even inside), so the reference
+    keeps one rule."""
+    x = np.full(xs, -np.inf, np.float32)
+    x[0, 1, ::3, ::4] = np.arange(x[0, 1, ::3, ::4].size, dtype=np.float32).reshape(x[0, 1, ::3, ::4].shape)
+    k, p, args = _prepared("MaxPool", [("x", x, False)], **attrs)
+    ref = _run(k, p, args, "reference")
+    assert np.isneginf(ref).any()
+    np.testing.assert_array_equal(_run(k, p, args, "native", 2), ref)
+    if not padded:
+        want = run_ort(single_op_model("MaxPool", [("x", x, False)], **attrs), [("x", x, False)])[0]
+        np.testing.assert_array_equal(ref, want)

@@ -1,10 +1,13 @@
 // Native MaxPool: one task per (image, channel) plane; per output row, the window's input rows are folded into a
 // row maximum (vectorized), then each output takes the maximum of its columns. A NaN anywhere in the window wins,
-// as numpy's max. The bits do not depend on the thread count.
+// as numpy's max. A padded tap holds `low` (-FLT_MAX for float, as MLAS pads): a window of -inf values gives -inf,
+// or -FLT_MAX where it reaches the padding, as ORT and the reference model. The bits do not depend on the thread
+// count.
 #include "pool.h"
 
 #include <algorithm>
 #include <initializer_list>
+#include <limits>
 #include <vector>
 
 #include "conv_internal.h"
@@ -37,11 +40,11 @@ inline __mmask16 Lanes16(int64_t n) {
   return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
 }
 
-// 16 outputs of a 2-wide, stride-2 window from the 32 values a:b: Max(Max(low, a:b[2o]), a:b[2o + 1]).
-__attribute__((target("avx512f"))) inline __m512 PairMax(__m512 a, __m512 b, __m512 low) {
+// 16 outputs of a 2-wide, stride-2 window from the 32 values a:b: Max(Max(start, a:b[2o]), a:b[2o + 1]).
+__attribute__((target("avx512f"))) inline __m512 PairMax(__m512 a, __m512 b, __m512 start) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  return MaxLanes(MaxLanes(low, _mm512_permutex2var_ps(a, even, b)), _mm512_permutex2var_ps(a, odd, b));
+  return MaxLanes(MaxLanes(start, _mm512_permutex2var_ps(a, even, b)), _mm512_permutex2var_ps(a, odd, b));
 }
 
 // 32 outputs of the same window on (flipped) bytes: max(v[2o], v[2o + 1]).
@@ -88,30 +91,30 @@ __attribute__((target("avx512f,avx512bw"))) void RowMaxBytesAvx512(uint8_t* acc,
 
 #if NPU_EP_X86
 // The column pass of a 2-wide, stride-2 window whose pairs lie inside the row (the usual 2x2/2 pool), 16 outputs
-// per step: dst[o] = Max(Max(low, r[2o]), r[2o + 1]), the scalar pass's operations in its order.
-__attribute__((target("avx512f"))) void PairMaxAvx512(float* dst, const float* r, int64_t n, float low) {
-  const __m512 lowv = _mm512_set1_ps(low);
+// per step: dst[o] = Max(Max(start, r[2o]), r[2o + 1]), the scalar pass's operations in its order.
+__attribute__((target("avx512f"))) void PairMaxAvx512(float* dst, const float* r, int64_t n, float start) {
+  const __m512 startv = _mm512_set1_ps(start);
   for (int64_t o = 0; o < n; o += 16) {
     const int64_t left = 2 * (n - o);  // source elements from r + 2o on
     const __m512 a = _mm512_maskz_loadu_ps(Lanes16(left), r + 2 * o);
     const __m512 b = _mm512_maskz_loadu_ps(Lanes16(left - 16), r + 2 * o + 16);
-    _mm512_mask_storeu_ps(dst + o, Lanes16(n - o), PairMax(a, b, lowv));
+    _mm512_mask_storeu_ps(dst + o, Lanes16(n - o), PairMax(a, b, startv));
   }
 }
 #endif
 
 #if NPU_EP_X86
 // The column pass of a unit-stride window (YOLO's SPPF: 5x5, stride 1, pads 2), 16 outputs per step: the row
-// maximum laid out with `low` in the pads (padded[q] = rowmax[q - pl]), then dst[o] = Max(... Max(low, padded[o]),
-// ..., padded[o + kw - 1]), the scalar pass's value (a padded tap's Max(m, low) keeps m, as m >= low or NaN).
+// maximum laid out with `low` in the pads (padded[q] = rowmax[q - pl]), then dst[o] = Max(... Max(-inf,
+// padded[o]), ..., padded[o + kw - 1]), the scalar pass's value.
 __attribute__((target("avx512f"))) void SlideMaxAvx512(float* dst, const float* rowmax, int64_t W, int64_t OW,
                                                        int64_t kw, int64_t pl, float low, float* padded) {
   const int64_t n = OW + kw - 1;
   for (int64_t q = 0; q < n; ++q) padded[q] = q >= pl && q - pl < W ? rowmax[q - pl] : low;
-  const __m512 lowv = _mm512_set1_ps(low);
+  const __m512 start = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t o = 0; o < OW; o += 16) {
     const __mmask16 k = Lanes16(OW - o);
-    __m512 m = lowv;
+    __m512 m = start;
     for (int64_t j = 0; j < kw; ++j) m = MaxLanes(m, _mm512_maskz_loadu_ps(k, padded + o + j));
     _mm512_mask_storeu_ps(dst + o, k, m);
   }
@@ -134,19 +137,19 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void PairMaxBytesAvx512(uin
 #if NPU_EP_X86
 // The usual 2x2 window at stride 2, no pads, wholly inside the plane: both input rows and both columns of 16
 // outputs in registers, the row-then-column pass's operations in its order (no row-maximum buffer).
-__attribute__((target("avx512f"))) void Pool2x2Avx512(const PoolShape& s, const float* in, float low, float* out) {
-  const __m512 lowv = _mm512_set1_ps(low);
+__attribute__((target("avx512f"))) void Pool2x2Avx512(const PoolShape& s, const float* in, float start, float* out) {
+  const __m512 startv = _mm512_set1_ps(start);
   for (int64_t oh = 0; oh < s.OH; ++oh) {
     const float* r0 = in + 2 * oh * s.W;
     const float* r1 = r0 + s.W;
     for (int64_t o = 0; o < s.OW; o += 16) {
       const int64_t left = 2 * (s.OW - o);
       const __mmask16 k0 = Lanes16(left), k1 = Lanes16(left - 16);
-      const __m512 a = MaxLanes(MaxLanes(lowv, _mm512_maskz_loadu_ps(k0, r0 + 2 * o)),
+      const __m512 a = MaxLanes(MaxLanes(startv, _mm512_maskz_loadu_ps(k0, r0 + 2 * o)),
                                 _mm512_maskz_loadu_ps(k0, r1 + 2 * o));
-      const __m512 b = MaxLanes(MaxLanes(lowv, _mm512_maskz_loadu_ps(k1, r0 + 2 * o + 16)),
+      const __m512 b = MaxLanes(MaxLanes(startv, _mm512_maskz_loadu_ps(k1, r0 + 2 * o + 16)),
                                 _mm512_maskz_loadu_ps(k1, r1 + 2 * o + 16));
-      _mm512_mask_storeu_ps(out + oh * s.OW + o, Lanes16(s.OW - o), PairMax(a, b, lowv));
+      _mm512_mask_storeu_ps(out + oh * s.OW + o, Lanes16(s.OW - o), PairMax(a, b, startv));
     }
   }
 }
@@ -175,26 +178,32 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void Pool2x2BytesAvx512(con
 
 // One plane-parallel walk for every element type: RowPass(acc, row) folds an input row; ColPass(dst, rowmax)
 // writes an output row and returns true where it has a fast path for the geometry (else the scalar pass runs).
+// Maxima start at `start` (the type's -inf, or its lowest value); a padded tap folds in `low`.
 template <typename T, typename RowPass, typename ColPass>
-void MaxPoolPlanes(const PoolShape& s, const T* x, T low, T* y, int threads, RowPass row_pass, ColPass col_pass) {
+void MaxPoolPlanes(const PoolShape& s, const T* x, T start, T low, T* y, int threads, RowPass row_pass,
+                   ColPass col_pass) {
   conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
     const T* in = x + plane * s.H * s.W;
     T* out = y + plane * s.OH * s.OW;
     std::vector<T> rowmax(s.W);
     for (int64_t oh = 0; oh < s.OH; ++oh) {
       // rows of the window first (whole input rows, in tap order), then the columns of each output
-      std::fill(rowmax.begin(), rowmax.end(), low);
+      std::fill(rowmax.begin(), rowmax.end(), start);
+      bool padded_row = false;
       for (int64_t i = 0; i < s.kh; ++i) {
         const int64_t ih = oh * s.sh - s.pt + i * s.dh;
         if (ih >= 0 && ih < s.H) row_pass(rowmax.data(), in + ih * s.W);
+        else padded_row = true;
       }
+      if (padded_row)
+        for (T& v : rowmax) v = Max(v, low);
       T* dst = out + oh * s.OW;
       if (col_pass(dst, rowmax.data())) continue;
       for (int64_t ow = 0; ow < s.OW; ++ow) {
-        T m = low;
+        T m = start;
         for (int64_t j = 0; j < s.kw; ++j) {
           const int64_t iw = ow * s.sw - s.pl + j * s.dw;
-          if (iw >= 0 && iw < s.W) m = Max(m, rowmax[iw]);
+          m = Max(m, iw >= 0 && iw < s.W ? rowmax[iw] : low);
         }
         dst[ow] = m;
       }
@@ -231,19 +240,20 @@ static bool VectorSlide(const PoolShape& s) {
 
 void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
   const bool pairs = VectorPairs(s), slide = VectorSlide(s);
-  if (Pool2x2(s)) {
+  const float start = -std::numeric_limits<float>::infinity();
+  if (Pool2x2(s)) {  // no padding
 #if NPU_EP_X86
     conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * 4, [&](int64_t plane) {
-      Pool2x2Avx512(s, x + plane * s.H * s.W, low, y + plane * s.OH * s.OW);
+      Pool2x2Avx512(s, x + plane * s.H * s.W, start, y + plane * s.OH * s.OW);
     });
 #endif
     return;
   }
   MaxPoolPlanes<float>(
-      s, x, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
+      s, x, start, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
       [&](float* dst, const float* rowmax) {
 #if NPU_EP_X86
-        if (pairs) PairMaxAvx512(dst, rowmax, s.OW, low);
+        if (pairs) PairMaxAvx512(dst, rowmax, s.OW, start);  // windows wholly inside the row
         if (slide) {
           thread_local std::vector<float> padded;
           padded.resize(s.OW + s.kw - 1);
@@ -265,7 +275,7 @@ void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t*
     });
 #endif
   } else {
-    MaxPoolPlanes<uint8_t>(s, x, 0, y, threads, [&](uint8_t* acc, const uint8_t* row) {
+    MaxPoolPlanes<uint8_t>(s, x, 0, 0, y, threads, [&](uint8_t* acc, const uint8_t* row) {
 #if NPU_EP_X86
       if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
 #endif
