@@ -28,7 +28,11 @@
 #include "intrinsics.h"
 #include "thread_pool.h"
 
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")  // scale then mask: two roundings, as the chain's Mul and Add
+#endif
 
 namespace py = pybind11;
 

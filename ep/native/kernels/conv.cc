@@ -19,7 +19,11 @@
 #include "thread_pool.h"
 
 #include "intrinsics.h"
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 namespace npu_ep::kern {
 

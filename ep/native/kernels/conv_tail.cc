@@ -18,7 +18,11 @@
 #include "intrinsics.h"
 #include "thread_pool.h"
 
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("O3", "fp-contract=off")  // O3: the per-instruction loops vectorize
+#endif
 
 namespace py = pybind11;
 

@@ -11,8 +11,12 @@ namespace npu_ep::kern {
 
 // These loops must round each operation as the reference does: no multiply-add contraction (aarch64 and FMA
 // targets would otherwise fuse s * s into the running sum).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 namespace {
 
@@ -110,6 +114,10 @@ void SwiGlu(const float* y, int64_t M, int64_t half, float* out, int threads) {
   });
 }
 
+#if defined(__clang__)
+#pragma clang fp contract(on)
+#else
 #pragma GCC pop_options
+#endif
 
 }  // namespace npu_ep::kern

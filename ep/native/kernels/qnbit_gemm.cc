@@ -331,7 +331,7 @@ void Int8Tiles(const NBitsGemm& g, const Shape& s, const nbits::Int8A& a, Isa is
 
 void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
   const bool int8 = g.accuracy_level == 4;
-  const bool vector_quant = NPU_EP_X86 && int8 && isa >= Isa::kAvx512;
+  [[maybe_unused]] const bool vector_quant = NPU_EP_X86 && int8 && isa >= Isa::kAvx512;  // x86 only
   if (int8) {
     pa.q.resize(s.M * s.kc);
     pa.scale.resize(s.M * s.kb);

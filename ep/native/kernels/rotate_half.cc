@@ -12,7 +12,11 @@
 
 #include "thread_pool.h"
 
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("O3", "fp-contract=off")  // O3: the row loop vectorizes; no FMA, so the bits are the ops'
+#endif
 
 namespace py = pybind11;
 

@@ -22,7 +22,11 @@
 #include <emmintrin.h>
 #endif
 
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")  // the scalar tail and the SSE2 lanes: the same operations, the same bits
+#endif
 
 namespace py = pybind11;
 
