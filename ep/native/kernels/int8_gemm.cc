@@ -229,28 +229,39 @@ __attribute__((target(NPU_VNNI), always_inline)) inline void EpilogueVnni(const 
   }
 }
 
-__attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int64_t n0,
-                                                   int64_t n1) {
+// R rows (the tile's first `rows` of them real; a short tile repeats its last row) x 2 blocks of 16 columns.
+template <int R>
+__attribute__((target(NPU_VNNI))) void TileVnni(const Int8Gemm& g, const Prep& p, int64_t m0, int rows, int64_t n0,
+                                                int64_t n1) {
   const int64_t kg_count = g.kp / 4;
   const int8_t* b0 = g.bp + (n0 / kBlock) * kg_count * 64;
-  const bool two = n0 + kBlock < n1;
-  const int8_t* b1 = two ? b0 + kg_count * 64 : b0;
-  for (int64_t m0 = r0; m0 < r1; m0 += kRows) {
-    const uint8_t* a[kRows];
-    UNROLL for (int r = 0; r < kRows; ++r) a[r] = p.rows + std::min<int64_t>(m0 + r, r1 - 1) * g.kp;
-    __m512i acc0[kRows], acc1[kRows];
-    UNROLL for (int r = 0; r < kRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_si512();
-    _Pragma("GCC unroll 2") for (int64_t kg = 0; kg < kg_count; ++kg) {
-      const __m512i bv0 = _mm512_loadu_si512(b0 + kg * 64), bv1 = _mm512_loadu_si512(b1 + kg * 64);
-      UNROLL for (int r = 0; r < kRows; ++r) {
-        int32_t a4;
-        std::memcpy(&a4, a[r] + 4 * kg, 4);
-        const __m512i av = _mm512_set1_epi32(a4);
-        acc0[r] = _mm512_dpbusd_epi32(acc0[r], av, bv0);
-        acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, bv1);
-      }
+  const int8_t* b1 = n0 + kBlock < n1 ? b0 + kg_count * 64 : b0;
+  const uint8_t* a[R];
+  UNROLL for (int r = 0; r < R; ++r) a[r] = p.rows + (m0 + std::min(r, rows - 1)) * g.kp;
+  __m512i acc0[kRows], acc1[kRows];
+  UNROLL for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_si512();
+  _Pragma("GCC unroll 2") for (int64_t kg = 0; kg < kg_count; ++kg) {
+    const __m512i bv0 = _mm512_loadu_si512(b0 + kg * 64), bv1 = _mm512_loadu_si512(b1 + kg * 64);
+    UNROLL for (int r = 0; r < R; ++r) {
+      int32_t a4;
+      std::memcpy(&a4, a[r] + 4 * kg, 4);
+      const __m512i av = _mm512_set1_epi32(a4);
+      acc0[r] = _mm512_dpbusd_epi32(acc0[r], av, bv0);
+      acc1[r] = _mm512_dpbusd_epi32(acc1[r], av, bv1);
     }
-    EpilogueVnni(g, p, m0, static_cast<int>(std::min<int64_t>(kRows, r1 - m0)), n0, n1, acc0, acc1);
+  }
+  EpilogueVnni(g, p, m0, rows, n0, n1, acc0, acc1);
+}
+
+// Tiles of 8 rows; the last one of 4, 2 or 1 when fewer remain (a GEMV's one row took 8 rows' work).
+__attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int64_t n0,
+                                                   int64_t n1) {
+  for (int64_t m0 = r0; m0 < r1; m0 += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, r1 - m0));
+    if (rows > 4) TileVnni<kRows>(g, p, m0, rows, n0, n1);
+    else if (rows > 2) TileVnni<4>(g, p, m0, rows, n0, n1);
+    else if (rows == 2) TileVnni<2>(g, p, m0, rows, n0, n1);
+    else TileVnni<1>(g, p, m0, rows, n0, n1);
   }
 }
 
