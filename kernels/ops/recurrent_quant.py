@@ -149,9 +149,21 @@ def _reference(p: Prepared, inputs) -> list[np.ndarray]:
     return stacked_outputs(ys, hs, cs, lens, 0)
 
 
-def _packs(p: Prepared, name: str) -> list[tuple[np.ndarray, ...]]:
-    return [tuple(p.consts[f"{name}{d}_{k}"] for k in ("i8_bp", "i8_bsum", "i8_bzp", "scale"))
-            for d in range(p.attrs["dirs"])]
+def _native_weights(p: Prepared, b: np.ndarray | None) -> tuple[list, list, np.ndarray]:
+    """Per direction (bp, bsum, bzp, scale) of W and of R, and Wb + Rb [dirs, 4H]; made once when B is constant."""
+    found = p.memo.get("qlstm_weights")
+    if found is not None:
+        return found
+    a = p.attrs
+    hid = a["hidden"]
+    packs = [[tuple(p.consts[f"{name}{d}_{k}"] for k in ("i8_bp", "i8_bsum", "i8_bzp", "scale"))
+              for d in range(a["dirs"])] for name in ("W", "R")]
+    bias = (np.zeros((a["dirs"], 4 * hid), _F32) if b is None
+            else np.ascontiguousarray(b[:, :4 * hid] + b[:, 4 * hid:]))
+    found = (packs[0], packs[1], bias)
+    if b is None or "in3" in p.consts:
+        p.memo["qlstm_weights"] = found
+    return found
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -159,13 +171,11 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     if mod is None or not hasattr(mod, "qlstm"):
         return _reference(p, inputs)
     a = p.attrs
-    hid = a["hidden"]
     x, lens, h0, c0, b, peep = _inputs(p, inputs)
-    bias = (np.zeros((a["dirs"], 4 * hid), _F32) if b is None
-            else np.ascontiguousarray(b[:, :4 * hid] + b[:, 4 * hid:]))
-    y, yh, yc = mod.qlstm(x, _packs(p, "W"), _packs(p, "R"), bias, None if peep is None else np.ascontiguousarray(peep),
-                          np.ascontiguousarray(h0), np.ascontiguousarray(c0), lens, a["direction"] == "reverse",
-                          a["clip"], a["zero_finished"], threads(p))
+    w, r, bias = _native_weights(p, b)
+    y, yh, yc = mod.qlstm(x, w, r, bias, None if peep is None else np.ascontiguousarray(peep), np.ascontiguousarray(h0),
+                          np.ascontiguousarray(c0), lens, a["direction"] == "reverse", a["clip"], a["zero_finished"],
+                          threads(p))
     return [y, yh, yc]
 
 

@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "cpu.h"
 #include "int8_gemm.h"
+#include "intrinsics.h"
 #include "packed_sgemm.h"
 #include "quantize.h"
 #include "thread_pool.h"
@@ -26,6 +28,14 @@
 namespace py = pybind11;
 
 namespace npu_ep::kern {
+
+// The gate math rounds each operation as the reference model does: no a * b + c contracted into one FMA.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 namespace {
 
 struct LstmShape {
@@ -55,6 +65,94 @@ inline float Tanh(float x) {
 }
 inline float Clip(float x, bool has_clip, float clip) { return has_clip ? std::min(std::max(x, -clip), clip) : x; }
 
+// The gates of one batch entry: x, g [4H] (X's and the step's products), c [H] updated in place, y [H] written.
+// The order of operations is the reference model's (kernels/ops/recurrent.py), bias (DynamicQuantizeLSTM) after
+// the product and the peepholes.
+struct GateArgs {
+  const float* x;
+  const float* g;
+  const float* peep;  // [3H] or null
+  const float* bias;  // [4H] or null
+  bool has_clip;
+  float clip;
+  int64_t H;
+};
+
+void GateRow(const GateArgs& a, float* c, float* y) {
+  const int64_t H = a.H;
+  const float* x = a.x;
+  const float* gb = a.g;
+  for (int64_t j = 0; j < H; ++j) {
+    float gi = x[j] + gb[j], go = x[H + j] + gb[H + j];
+    float gf = x[2 * H + j] + gb[2 * H + j], gc = x[3 * H + j] + gb[3 * H + j];
+    if (a.peep != nullptr) gi += a.peep[j] * c[j], gf += a.peep[2 * H + j] * c[j];
+    if (a.bias != nullptr) gi += a.bias[j], gf += a.bias[2 * H + j], gc += a.bias[3 * H + j];
+    const float i = Sigmoid(Clip(gi, a.has_clip, a.clip)), f = Sigmoid(Clip(gf, a.has_clip, a.clip));
+    const float c_new = f * c[j] + i * Tanh(Clip(gc, a.has_clip, a.clip));
+    if (a.peep != nullptr) go += a.peep[H + j] * c_new;
+    if (a.bias != nullptr) go += a.bias[H + j];
+    c[j] = c_new;
+    y[j] = Sigmoid(Clip(go, a.has_clip, a.clip)) * Tanh(c_new);
+  }
+}
+
+#if NPU_EP_X86
+// Sigmoid and Tanh of 16 lanes: the scalar functions' formulas and NaN behaviour, with exp in lanes (intrinsics.h,
+// within 2 ulp of std::exp).
+__attribute__((target("avx2,fma,avx512f"))) inline __m512 SigmoidAvx512(__m512 x) {
+  const __m512 neg = _mm512_sub_ps(_mm512_setzero_ps(), x);
+  const __m512 e = ExpAvx512(_mm512_min_ps(_mm512_set1_ps(88.0f), neg));  // NaN: the second operand
+  return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+__attribute__((target("avx2,fma,avx512f"))) inline __m512 TanhAvx512(__m512 x) {
+  const __m512 a = _mm512_abs_ps(x);
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  const __m512 poly = _mm512_mul_ps(
+      x, _mm512_add_ps(_mm512_set1_ps(1.0f),
+                       _mm512_mul_ps(x2, _mm512_add_ps(_mm512_set1_ps(-1.0f / 3.0f),
+                                                       _mm512_mul_ps(x2, _mm512_set1_ps(2.0f / 15.0f))))));
+  const __m512 e = ExpAvx512(_mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_add_ps(a, a)));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 t = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
+  const __m512 signed_t = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sign));  // copysign
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.0625f), _CMP_LT_OQ), signed_t, poly);
+}
+
+__attribute__((target("avx2,fma,avx512f"))) inline __m512 ClipAvx512(__m512 v, const GateArgs& a) {
+  if (!a.has_clip) return v;
+  return _mm512_min_ps(_mm512_set1_ps(a.clip), _mm512_max_ps(_mm512_set1_ps(-a.clip), v));  // NaN stays
+}
+
+// GateRow 16 lanes at a time (the last ones masked).
+__attribute__((target("avx2,fma,avx512f"))) void GateRowAvx512(const GateArgs& a, float* c, float* y) {
+  const int64_t H = a.H;
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 k = static_cast<__mmask16>(H - j >= 16 ? 0xFFFF : (1u << (H - j)) - 1);
+    const auto at = [&](const float* p, int64_t gate) { return _mm512_maskz_loadu_ps(k, p + gate * H + j); };
+    __m512 gi = _mm512_add_ps(at(a.x, 0), at(a.g, 0)), go = _mm512_add_ps(at(a.x, 1), at(a.g, 1));
+    __m512 gf = _mm512_add_ps(at(a.x, 2), at(a.g, 2)), gc = _mm512_add_ps(at(a.x, 3), at(a.g, 3));
+    const __m512 cv = at(c, 0);
+    if (a.peep != nullptr) {
+      gi = _mm512_add_ps(gi, _mm512_mul_ps(at(a.peep, 0), cv));
+      gf = _mm512_add_ps(gf, _mm512_mul_ps(at(a.peep, 2), cv));
+    }
+    if (a.bias != nullptr) {
+      gi = _mm512_add_ps(gi, at(a.bias, 0));
+      gf = _mm512_add_ps(gf, at(a.bias, 2));
+      gc = _mm512_add_ps(gc, at(a.bias, 3));
+    }
+    const __m512 i = SigmoidAvx512(ClipAvx512(gi, a)), f = SigmoidAvx512(ClipAvx512(gf, a));
+    const __m512 c_new = _mm512_add_ps(_mm512_mul_ps(f, cv), _mm512_mul_ps(i, TanhAvx512(ClipAvx512(gc, a))));
+    if (a.peep != nullptr) go = _mm512_add_ps(go, _mm512_mul_ps(at(a.peep, 1), c_new));
+    if (a.bias != nullptr) go = _mm512_add_ps(go, at(a.bias, 1));
+    _mm512_mask_storeu_ps(c + j, k, c_new);
+    _mm512_mask_storeu_ps(y + j, k, _mm512_mul_ps(SigmoidAvx512(ClipAvx512(go, a)), TanhAvx512(c_new)));
+  }
+}
+#endif
+
 // One direction. xw [seq, batch, 4H] holds X's product, plus Wb + Rb when bias is null; product(h_in, g) writes the
 // step's [batch, 4H] product with R into g; bias (DynamicQuantizeLSTM) is added after that product and the
 // peepholes; zero_finished: a finished row enters the next product as 0 (kernels/ops/recurrent_quant.py). h, c
@@ -65,6 +163,7 @@ void LstmDirection(const LstmShape& s, const float* xw, ProductFn&& product, con
                    float* y) {
   const int64_t H = s.hidden, G = 4 * H, B = s.batch;
   std::vector<float> g(B * G), h_in(zero_finished ? B * H : 0);
+  [[maybe_unused]] const bool vector_gates = ActiveIsa() >= Isa::kAvx512;
   for (int64_t step = 0; step < s.seq; ++step) {
     const float* hp = h;
     if (zero_finished && step > 0) {
@@ -79,25 +178,14 @@ void LstmDirection(const LstmShape& s, const float* xw, ProductFn&& product, con
     for (int64_t b = 0; b < B; ++b) {
       if (step >= lens[b]) continue;
       const int64_t t = reverse ? lens[b] - 1 - step : step;
-      const float* x = xw + (t * B + b) * G;
-      float* gb = g.data() + b * G;
-      float* hb = h + b * H;
-      float* cb = c + b * H;
+      const GateArgs args{xw + (t * B + b) * G, g.data() + b * G, peep, bias, has_clip, clip, H};
       float* yb = y + (t * s.dirs * B + b) * H;
-      for (int64_t j = 0; j < H; ++j) {
-        float gi = x[j] + gb[j], go = x[H + j] + gb[H + j];
-        float gf = x[2 * H + j] + gb[2 * H + j], gc = x[3 * H + j] + gb[3 * H + j];
-        if (peep != nullptr) gi += peep[j] * cb[j], gf += peep[2 * H + j] * cb[j];
-        if (bias != nullptr) gi += bias[j], gf += bias[2 * H + j], gc += bias[3 * H + j];
-        const float i = Sigmoid(Clip(gi, has_clip, clip)), f = Sigmoid(Clip(gf, has_clip, clip));
-        const float c_new = f * cb[j] + i * Tanh(Clip(gc, has_clip, clip));
-        if (peep != nullptr) go += peep[H + j] * c_new;
-        if (bias != nullptr) go += bias[H + j];
-        const float h_new = Sigmoid(Clip(go, has_clip, clip)) * Tanh(c_new);
-        cb[j] = c_new;
-        yb[j] = h_new;
-      }
-      std::copy(yb, yb + H, hb);
+#if NPU_EP_X86
+      if (vector_gates) GateRowAvx512(args, c + b * H, yb);
+      else
+#endif
+        GateRow(args, c + b * H, yb);
+      std::copy(yb, yb + H, h + b * H);
     }
   }
 }
