@@ -274,6 +274,27 @@ def _relu_bind(p: Prepared, inputs, outs):
                              [(-1, None)])
 
 
+def _sigmoid_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """Sigmoid; float32 on the native kernel (the conv tail's sigmoid: exp in lanes, within 2 ulp of numpy's),
+    numpy's ``_sigmoid`` for the reference model and other dtypes."""
+    x = arg(p, inputs, 0)
+    nat = _native.native(p)
+    if nat is not None and x.dtype == _F32 and x.ndim and p.memo.get("out_dtype", _F32) == _F32:
+        return [nat.sigmoid(np.ascontiguousarray(x), _native.threads(p))]
+    return _SIGMOID_REFERENCE(p, inputs)
+
+
+def _sigmoid_bind(p: Prepared, inputs, outs):
+    """A float32 Sigmoid of a runtime input as one native call for its shape."""
+    x = inputs[0] if inputs else None
+    nat = _native.native(p)
+    if (nat is None or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous
+            or outs[0].ndim == 0 or outs[0].dtype != _F32):
+        return None
+    return _native.call_step(p, nat.sigmoid, (None, _native.threads(p)), [(0, 0, x.dtype, x.shape, None)],
+                             [(-1, None)])
+
+
 def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Pow; a constant exponent of 2 is ``x * x`` as ORT's CPU kernel computes it (one correctly rounded product),
     with the base's broadcast against the exponent's shape."""
@@ -355,8 +376,11 @@ for _op, (_fn, _, _) in _BINARY.items():
     _bind = {"Pow": _pow_bind, "Div": _ufunc_binder(np.divide, 2, "f")}.get(_op) or _ufunc_binder(_fn, 2)
     register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn), _cost, _check,
                        rank_free=True, bind=_bind))
+_SIGMOID_REFERENCE = _unary_runner(_sigmoid)
 for _op, (_fn, _, _) in _UNARY.items():
-    if _op not in _MS_UNARY:
+    if _op == "Sigmoid":
+        register(KernelDef("", _op, _prepare, _sigmoid_run, _cost, _check, rank_free=True, bind=_sigmoid_bind))
+    elif _op not in _MS_UNARY:
         register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True,
                            bind=_relu_bind if _op == "Relu" else _ufunc_binder(_fn, 1)))
 # opset 20; approximate="tanh" switches

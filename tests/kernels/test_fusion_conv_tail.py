@@ -303,6 +303,34 @@ def test_native_sigmoid_is_within_float_rounding_of_exact_math_on_every_isa(isa)
     np.testing.assert_allclose(y[1:], want[1:], rtol=2 * 2.0 ** -23, atol=1e-37)
 
 
+def test_standalone_sigmoid_is_the_tails_sigmoid_and_runs_natively_in_a_session(isa):
+    """A Sigmoid no conv takes (ddddocr's int8 CRNN has 11 after its dequantized convs) is the native sigmoid
+    binding: the tail instruction's values over odd sizes (the lanes' tails); in a session on NpuEP, within 2 ulp
+    of exact math and within 1e-6 of ORT's (MLAS's logistic is a rational approximation, 1% off where the value is
+    below 1e-5)."""
+    nat = _native.native_module()
+    rng = np.random.default_rng(32)
+    for shape in [(1,), (15,), (3, 17), (2, 5, 7, 9)]:
+        x = rng.normal(0, 6, shape).astype(np.float32)
+        x.reshape(-1)[:1] = np.nan
+        y = x.copy().reshape(-1)
+        nat.conv_tail(y, np.asarray([CODES["sigmoid"]], np.int32), np.zeros(2, np.float32), 1)
+        got = nat.sigmoid(x, 2)
+        assert got.shape == x.shape
+        np.testing.assert_array_equal(got.reshape(-1), y)
+    x = rng.normal(0, 6, (2, 3, 40, 40)).astype(np.float32)
+    model = make_model([helper.make_node("Sigmoid", ["x"], ["y"], "sigmoid")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))])
+    sess = npu_session(model)
+    assert assignment(sess) == {"sigmoid": "NpuEP"}
+    got = sess.run(None, {"x": x})[0]
+    exact = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(got, exact, rtol=2 * 2.0 ** -23, atol=1e-37)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
 def test_yolo_style_silu_session_matches_cpu_ep():
     """The unfused Conv -> Sigmoid -> Mul on the CPU EP (MLAS's logistic) against NpuEP's fused conv: ORT's own
     optimizations on, as users run it; every node on NpuEP."""

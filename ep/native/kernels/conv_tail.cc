@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "conv.h"
 #include "cpu.h"
@@ -133,10 +134,30 @@ void ApplyTail(const ConvTail& tail, float* v, int64_t n) {
     TailChunk(v + i, saved, std::min(kTailChunk, n - i), tail.codes, tail.consts, tail.n);
 }
 
+// ONNX Sigmoid of float32 x as the tail's sigmoid instruction computes it, into a new array of x's shape.
+py::array_t<float> SigmoidPy(const py::array_t<float, py::array::c_style>& x, int threads) {
+  py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  const float* in = x.data();
+  float* out = y.mutable_data();
+  const int64_t n = x.size(), tasks = (n + kTailTask - 1) / kTailTask;
+  {
+    py::gil_scoped_release release;
+    ParallelFor(ThreadsFor(threads, n), tasks, [&](int64_t t) {
+      const int64_t begin = t * kTailTask, len = std::min(n, begin + kTailTask) - begin;
+      std::copy(in + begin, in + begin + len, out + begin);
+      Sigmoid(out + begin, len);
+    });
+  }
+  return y;
+}
+
 void BindConvTail(py::module_& m) {
   m.def("conv_tail", &ConvTailPy, py::arg("y"), py::arg("codes"), py::arg("consts"), py::arg("threads") = 1,
         "a fused Conv's element-wise tail applied in place to float32 y: codes as kernels/fusion/conv_tail.CODES, "
         "consts [n, 2]");
+  m.def("sigmoid", &SigmoidPy, py::arg("x"), py::arg("threads") = 1,
+        "ONNX Sigmoid of float32 x: 1 / (1 + exp(min(-x, 88))), exp in lanes on AVX2/AVX-512 hosts (within 2 ulp of "
+        "numpy's, as the conv tail's sigmoid)");
 }
 
 }  // namespace npu_ep::kern
