@@ -25,6 +25,8 @@ SHAPES = [
     ((1, 5, 9, 6), (7, 5, 1, 1), dict()),  # pointwise
     ((2, 4, 17), (6, 4, 3), dict(pads=[1, 1])),  # 1-D
     ((1, 96, 8, 20), (24, 96, 3, 3), dict(pads=[1, 1, 1, 1])),  # K = 864: sums past float32's exact range
+    ((2, 1, 13, 22), (8, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),  # one channel, 8 outputs (ddddocr's first)
+    ((1, 3, 9, 12), (6, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1])),  # depth multiplier 2
 ]
 
 

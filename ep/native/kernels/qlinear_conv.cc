@@ -118,30 +118,42 @@ void IntMulAdd(int32_t* acc, const int32_t* xp, int64_t stride, int64_t n, int32
 
 // Per plane: x - x_zp once into a zero-padded int32 buffer (pitch Wp), so no tap needs bounds checks (padding
 // adds (x_zp - x_zp) * w = 0, as the reference). Stride 1: each tap is one multiply-add over the whole output
-// plane at pitch Wp (the extra columns are dropped); other strides: one per output row.
+// plane at pitch Wp (the extra columns are dropped); other strides: one per output row. With a depth multiplier
+// (a one-channel image's first conv: 24 outputs of one plane) the planes are converted once, before the outputs.
 void DepthwiseInt(const QConv& q) {
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw + s.sw;
+  const int64_t plane_len = Hp * Wp + tail;
   const bool flat = s.sh == 1 && s.sw == 1;
   const int64_t pitch = flat ? Wp : s.OW;
-  conv_detail::ParallelItems(q.threads, s.N * s.M, P * T, [&](int64_t task) {
-    const int64_t n = task / s.M, m = task % s.M, c = m / mult;
-    const uint8_t* plane = q.x + (n * s.C + c) * s.H * s.W;
-    std::vector<int32_t> xp(Hp * Wp + tail, 0), acc(s.OH * pitch, 0);
+  const auto convert = [&](int64_t nc, int32_t* xp) {  // xp: plane_len zeros
+    const uint8_t* plane = q.x + nc * s.H * s.W;
     for (int64_t h = 0; h < s.H; ++h) {
-      int32_t* dst = xp.data() + (h + s.pt) * Wp + s.pl;
+      int32_t* dst = xp + (h + s.pt) * Wp + s.pl;
       const uint8_t* src = plane + h * s.W;
       if (q.x_signed)
         for (int64_t w = 0; w < s.W; ++w) dst[w] = static_cast<int8_t>(src[w]) - q.x_zp;
       else
         for (int64_t w = 0; w < s.W; ++w) dst[w] = src[w] - q.x_zp;
     }
+  };
+  std::vector<int32_t> shared;
+  if (mult > 1) {
+    shared.assign(s.N * s.C * plane_len, 0);
+    conv_detail::ParallelItems(q.threads, s.N * s.C, s.H * s.W,
+                               [&](int64_t nc) { convert(nc, shared.data() + nc * plane_len); });
+  }
+  conv_detail::ParallelItems(q.threads, s.N * s.M, P * T, [&](int64_t task) {
+    const int64_t n = task / s.M, m = task % s.M, c = m / mult;
+    std::vector<int32_t> own(mult > 1 ? 0 : plane_len, 0), acc(s.OH * pitch, 0);
+    if (mult == 1) convert(n * s.C + c, own.data());
+    const int32_t* xp = mult > 1 ? shared.data() + (n * s.C + c) * plane_len : own.data();
     for (int64_t t = 0; t < T; ++t) {
       const int32_t raw = q.w_signed ? static_cast<int8_t>(q.w[m * T + t]) : q.w[m * T + t];
       const int32_t wt = raw - q.w_zp[m];
       if (wt == 0) continue;
-      const int32_t* src = xp.data() + (t / s.kw) * s.dh * Wp + (t % s.kw) * s.dw;
+      const int32_t* src = xp + (t / s.kw) * s.dh * Wp + (t % s.kw) * s.dw;
       if (flat) {
         IntMulAdd(acc.data(), src, 1, s.OH * Wp, wt);
       } else {
