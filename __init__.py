@@ -9,9 +9,21 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
+import sys
 import threading
 
-from ._version import __version__
+
+def _unshadow() -> None:
+    """Take this package's own folder off ``sys.path``: ``python -m npu_ep...`` run in a checkout puts it there (the
+    checkout's root is this package), and its subpackages would then also import as top-level packages, shadowing
+    installed ones of the same name (transformers imports Hugging Face's ``kernels`` and got ours)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+
+
+_unshadow()
+
+from ._version import __version__  # noqa: E402 - after the path is clean
 
 _EP_NAME = "NpuEP"
 _lock = threading.Lock()

@@ -1,12 +1,20 @@
 import os
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/npu_testing.py, shared helpers
-
 ROOT = Path(__file__).resolve().parent.parent
+
+# The repository root is the package npu_ep. On sys.path (``python -m pytest`` puts the working directory there) its
+# subpackages would also be top-level packages shadowing installed ones of the same name: transformers imports
+# Hugging Face's ``kernels`` and got ours. Tests reach their helpers as ``tests.<module>`` through an alias instead.
+sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != ROOT]
+_tests = types.ModuleType("tests")
+_tests.__path__ = [str(ROOT / "tests")]
+sys.modules.setdefault("tests", _tests)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/npu_testing.py, shared helpers
 
 
 class _RootIsAFolder:
