@@ -17,7 +17,8 @@ when they fit half the SRAM, else R is re-read every step.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
