@@ -116,15 +116,19 @@ def pack_b(b: np.ndarray, bzp: np.ndarray | None) -> dict[str, np.ndarray] | Non
             "i8_bsum": bt.sum(axis=1, dtype=np.int32), "i8_bzp": z}
 
 
+def centered_b(bp: np.ndarray, bzp: np.ndarray, K: int, N: int) -> tuple[np.ndarray, int]:
+    """``pack_b``'s inverse for the reference model: float32 ``B - b_zp`` ``[K, N]`` (exact integers) and its
+    largest magnitude."""
+    bt = bp.transpose(0, 2, 1, 3).reshape(bp.shape[0] * 16, bp.shape[1] * 4)[:N, :K]
+    bc = np.ascontiguousarray(bt.T.astype(np.float32) - bzp[:N])
+    return bc, int(np.abs(bc).max()) if bc.size else 1
+
+
 def _b_centered(p: Prepared) -> tuple[np.ndarray, int]:
     """The reference model's float32 ``B - b_zp`` ``[K, N]`` from the packed constants (memo) and its bound."""
     got = p.memo.get("reference_b")
     if got is None:
-        K, N = p.attrs["b_shape"]
-        bp = p.consts["i8_bp"]
-        bt = bp.transpose(0, 2, 1, 3).reshape(bp.shape[0] * 16, bp.shape[1] * 4)[:N, :K]
-        bc = np.ascontiguousarray(bt.T.astype(np.float32) - p.consts["i8_bzp"][:N])
-        got = p.memo["reference_b"] = (bc, int(np.abs(bc).max()) if bc.size else 1)
+        got = p.memo["reference_b"] = centered_b(p.consts["i8_bp"], p.consts["i8_bzp"], *p.attrs["b_shape"])
     return got
 
 

@@ -31,7 +31,7 @@ from ._mm import check_fits, exact_int_matmul, quantize_float
 from ._native import native, threads
 from ._util import arg
 from .dynamic_quantize import dynamic_params
-from .matmul_int import pack_b
+from .matmul_int import centered_b, pack_b
 from .recurrent import check_gates, checked_lens, initial_state, lstm_direction, recurrent_cost, stacked_outputs
 
 _F32 = np.dtype(np.float32)
@@ -96,11 +96,8 @@ def _centered(p: Prepared, name: str, d: int) -> tuple[np.ndarray, int]:
     key = ("centered", name, d)
     got = p.memo.get(key)
     if got is None:
-        bp, bzp = p.consts[f"{name}{d}_i8_bp"], p.consts[f"{name}{d}_i8_bzp"]
-        k, n = p.attrs["k"][name], 4 * p.attrs["hidden"]
-        bt = bp.transpose(0, 2, 1, 3).reshape(bp.shape[0] * 16, bp.shape[1] * 4)[:n, :k]
-        wc = np.ascontiguousarray(bt.T.astype(np.float32) - bzp[:n])
-        got = p.memo[key] = (wc, int(np.abs(wc).max()) if wc.size else 1)
+        got = p.memo[key] = centered_b(p.consts[f"{name}{d}_i8_bp"], p.consts[f"{name}{d}_i8_bzp"],
+                                       p.attrs["k"][name], 4 * p.attrs["hidden"])
     return got
 
 
