@@ -220,6 +220,27 @@ def test_small_map_split_over_output_channels_keeps_the_bits(isa, xs, ws, attrs)
     assert (np.abs(one - ref) <= bound).all()
 
 
+@pytest.mark.parametrize("c,m,side", [(128, 33, 8), (64, 49, 9), (64, 65, 8), (64, 81, 7), (64, 129, 6)])
+def test_small_map_split_over_output_channels_computes_every_channel(isa, c, m, side):
+    """Issue 38: the two output-channel tasks of a small map were each Mg/2 rounded to 8 rows, so M = 16j + 1 left
+    its last channel unwritten (leftover memory). Every channel within a float32 dot product's rounding bound of
+    the reference, and against ORT's CPU EP in a session (graph assignment checked)."""
+    rng = np.random.default_rng(61)
+    x = rng.standard_normal((1, c, side, side)).astype(np.float32)
+    w = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+    k, p, args = _prepared("Conv", [("x", x, False), ("w", w, True)], pads=[1, 1, 1, 1])
+    got, ref = _run(k, p, args, "native", 2), _run(k, p, args, "reference")
+    ka, pa, aa = _prepared("Conv", [("x", np.abs(x), False), ("w", np.abs(w), True)], pads=[1, 1, 1, 1])
+    bound = 2 * c * 9 * np.finfo(np.float32).eps * _run(ka, pa, aa, "reference")
+    assert np.isfinite(got).all() and (np.abs(got - ref) <= bound).all()
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    model = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, got.shape)], [numpy_helper.from_array(w, "w")]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    np.testing.assert_allclose(_on_npu(model, x, "native"), cpu_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("xs,ws", [((1, 16, 32, 32), (32, 16, 3, 3)), ((1, 32, 16, 16), (64, 32, 3, 3)),
                                    ((1, 8, 9, 9), (24, 8, 3, 3))])
 def test_qlinearconv_one_chunk_image_split_for_two_threads_keeps_the_bits(xs, ws):

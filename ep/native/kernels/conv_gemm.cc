@@ -77,9 +77,11 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   n_blocks = (units + per_block - 1) / per_block;
   // A small image (YOLO's 10x10 maps: P = 100, K = 1152, 256 channels) is one block: its output channels go to two
   // tasks instead, each building the same B. Every output's sum is the same, so the bits do not change.
-  const int64_t m_blocks = n_blocks == 1 && s.N * s.group == 1 && Mg >= 32 && P * K * Mg >= 2 * kMinParallelWork
-                               ? 2 : 1;
-  const int64_t m_block = (Mg / m_blocks + 7) / 8 * 8;
+  // The rows are split rounding UP to whole 8-row tiles (Mg = 33 is 24 + 9 rows), so the blocks cover all Mg rows;
+  // m_blocks is then recounted from that size.
+  int64_t m_blocks = n_blocks == 1 && s.N * s.group == 1 && Mg >= 32 && P * K * Mg >= 2 * kMinParallelWork ? 2 : 1;
+  const int64_t m_block = ((Mg + m_blocks - 1) / m_blocks + 7) / 8 * 8;
+  m_blocks = (Mg + m_block - 1) / m_block;
   const int64_t ekh = (s.kh - 1) * s.dh + 1, wp = s.OW + (s.kw - 1) * s.dw;
   const bool clip_only = tail.n == 1 && tail.codes[0] == kTailClip;  // Relu, Clip: done in the GEMM's registers
   const int64_t tasks = s.N * s.group * n_blocks * m_blocks;
