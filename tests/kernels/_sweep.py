@@ -1,0 +1,126 @@
+"""Test helper for the differential sweeps (issue 38): one node run through its kernel twice, on the native
+kernels and on the numpy reference model (the specification), with a record of which native functions ran, so a
+sweep whose native path silently declined (and compared the reference with itself) fails instead of passing.
+
+Values are compared as the kernel contract says: ``exact`` (the same values, NaN where the reference has NaN; -0.0
+and +0.0 are equal, as numpy's own maximum leaves their order unspecified) or within ``rtol``/``atol``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import onnx
+
+from _single_op import model as single_node_model
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.ops import _native
+from npu_ep.kernels.registry import kernel_for
+from npu_ep.kernels.target import Target
+
+REF = Target.load("npu-ref")
+
+
+class _Recorder:
+    """The native kernels module with every function call's name recorded."""
+
+    def __init__(self, module, calls: list[str]):
+        self._module, self._calls = module, calls
+
+    def __getattr__(self, name: str):
+        value = getattr(self._module, name)
+        if not callable(value) or isinstance(value, type):
+            return value
+        calls = self._calls
+
+        def recorded(*args, **kwargs):
+            calls.append(name)
+            return value(*args, **kwargs)
+        return recorded
+
+
+@contextmanager
+def native_calls() -> Iterator[list[str]]:
+    """The names of the native kernel functions called inside the block (``_native.native`` returns a recorder)."""
+    _native.native_module()
+    calls: list[str] = []
+    saved = _native._module[0]
+    _native._module[0] = _Recorder(saved, calls)
+    try:
+        yield calls
+    finally:
+        _native._module[0] = saved
+
+
+def node_model(op: str, inputs, domain: str = "", **attrs) -> onnx.ModelProto:
+    """One node (``_single_op.model``'s input specs) with its output types inferred by ONNX."""
+    m = single_node_model(op, inputs, domain=domain, **attrs)
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def run_kernel(m: onnx.ModelProto, feeds: dict[str, np.ndarray], kernels: str, threads: int = 1) -> list[np.ndarray]:
+    """The single node of ``m`` through its kernel on ``kernels`` ("native" or "reference")."""
+    (node,) = nodes_from_model(m)
+    k = kernel_for(node.domain, node.op_type)
+    p = k.prepare(node, REF)
+    _native.configure([p], kernels, threads)
+    args = [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
+    return list(k.run(p, args))
+
+
+def native_vs_reference(op: str, inputs, *, domain: str = "", threads: int = 1, **attrs):
+    """(native outputs, reference outputs, native functions called) of one node; ``inputs`` as ``_single_op``."""
+    m = node_model(op, inputs, domain=domain, **attrs)
+    feeds = {s[0]: s[1] for s in inputs if s[1] is not None and not s[2]}
+    with native_calls() as calls:
+        got = run_kernel(m, feeds, "native", threads)
+    want = run_kernel(m, feeds, "reference")
+    return got, want, calls
+
+
+def assert_matches(got, want, *, exact: bool = True, rtol: float = 0.0, atol: float = 0.0, what: str = "") -> None:
+    """``got`` equals ``want`` (exact) or is within rtol/atol; NaN exactly where ``want`` has NaN, infinities equal."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {got.shape} {got.dtype} vs " \
+                                                                f"{want.shape} {want.dtype}"
+    if exact or want.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
+
+
+def assert_native_ran(calls: list[str], name: str, what: str = "") -> None:
+    assert name in calls, f"{what}: the native {name} did not run (called: {calls})"
+
+
+def check(op: str, inputs, native_fn: str, *, exact: bool = True, rtol: float = 0.0, atol: float = 0.0,
+          domain: str = "", threads: int = 1, what: str = "", **attrs) -> list[np.ndarray]:
+    """One sweep case: the native kernel ``native_fn`` ran and matches the reference; returns the native outputs."""
+    got, want, calls = native_vs_reference(op, inputs, domain=domain, threads=threads, **attrs)
+    label = what or f"{op} {attrs} {[np.shape(s[1]) for s in inputs]}"
+    assert_native_ran(calls, native_fn, label)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_matches(g, w, exact=exact, rtol=rtol, atol=atol, what=f"{label} output {i}")
+    return got
+
+
+def around(*multiples: int, low: int = 1) -> list[int]:
+    """Sizes just below, at and just above each multiple (a kernel's block boundaries), at least ``low``."""
+    return sorted({v for m in multiples for v in (m - 1, m, m + 1) if v >= low})
+
+
+def with_specials(x: np.ndarray, rng: np.random.Generator, values=(np.nan, np.inf, -np.inf, -0.0, 3.0e38, -3.0e38,
+                                                                     1.0e-45, -1.0e-38), fraction: float = 0.05
+                  ) -> np.ndarray:
+    """A copy of float ``x`` with ``fraction`` of its elements (at least one of each value) set to special values."""
+    y = np.array(x, copy=True)
+    flat = y.reshape(-1)
+    count = max(len(values), int(flat.size * fraction))
+    where = rng.choice(flat.size, size=min(count, flat.size), replace=False)
+    flat[where] = np.resize(np.asarray(values, y.dtype), where.size)
+    return y
+
+
+Check = Callable[..., list[np.ndarray]]

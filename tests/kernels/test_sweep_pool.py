@@ -1,0 +1,175 @@
+"""Differential sweep of the native MaxPool / AveragePool (ep/native/kernels/pool.cc) against the reference model
+(kernels/ops/pool.py), issue 38: every path the kernel dispatches to, over widths and heights just below, at and
+above its vector widths, with NaN, +-Inf, -0.0, huge and tiny values, on every instruction-set level it has.
+
+pool.cc's paths and their blocks (AVX-512; the scalar/AVX2 levels run the row-then-column scalar pass):
+- the 2x2 / stride-2 register kernel (no pads, windows inside the plane): 16 float / 32 byte outputs per step;
+- the column-pair pass (kw = 2, sw = 2, no left pad, other rows/pads): the same 16 / 32 outputs per step;
+- the unit-stride column pass (sw = 1, dw = 1, any kw and pads): 16 outputs per step over a padded row;
+- the row pass: 16 floats / 64 bytes per step over the input row (its tail masked); everything else scalar.
+AveragePool is scalar (its sums in the reference's order). MaxPool is exact (a maximum rounds nothing: the same
+value, NaN where the reference has NaN); AveragePool is bit-exact too, by its contract (pool.h): the same float32
+additions in the same order, then the same division."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _isa import cap_isa, host_isas
+from _sweep import around, check, with_specials
+from npu_ep.kernels.ops import _native
+
+pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(38)
+POOL_ISAS = host_isas(top="avx512")  # pool.cc has no path above AVX-512
+
+
+@pytest.fixture(params=POOL_ISAS)
+def pool_isa(request):
+    yield from cap_isa(request.param)
+
+
+def _image(shape, dt) -> np.ndarray:
+    if dt == np.float32:
+        return with_specials(RNG.standard_normal(shape).astype(np.float32) * 10, RNG)
+    info = np.iinfo(dt)
+    x = RNG.integers(info.min, info.max + 1, shape).astype(dt)
+    x.reshape(-1)[:: 7] = info.min  # the type's lowest value: padding's value, and the byte kernels' start
+    x.reshape(-1)[3:: 11] = info.max
+    return x
+
+
+def _max(x, threads=1, **attrs):
+    return check("MaxPool", [("x", x, False)], "max_pool", exact=True, threads=threads, **attrs)
+
+
+def _avg(x, threads=1, **attrs):
+    return check("AveragePool", [("x", x, False)], "avg_pool", exact=True, threads=threads, **attrs)
+
+
+# 2x2 / stride 2 register kernel: OW around 16 (float) and 32 (bytes) outputs per step; an odd W / H leaves a column /
+# row outside every window (2 * OW < W).
+TWO_BY_TWO_OW = around(16, 32)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.uint8, np.int8])
+def test_max_2x2_register_kernel(pool_isa, dt):
+    for ow in TWO_BY_TWO_OW:
+        for w in (2 * ow, 2 * ow + 1):
+            x = _image((1, 2, 5, w), dt)  # H = 5: two output rows and a row no window reads
+            _max(x, kernel_shape=[2, 2], strides=[2, 2])
+
+
+# Column pairs (kw = 2, sw = 2, no left pad) where the rows do not fit the register kernel: a 3-tall window, a top
+# pad, a row dilation, ceil_mode's last window past the bottom.
+PAIR_ROWS = [dict(kernel_shape=[3, 2], strides=[1, 2]), dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 0, 1, 0]),
+             dict(kernel_shape=[2, 2], strides=[2, 2], dilations=[2, 1]),
+             dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)]
+
+
+@pytest.mark.parametrize("attrs", PAIR_ROWS)
+@pytest.mark.parametrize("dt", [np.float32, np.uint8, np.int8])
+def test_max_column_pairs(pool_isa, dt, attrs):
+    for ow in around(16, 32):
+        x = _image((1, 1, 5, 2 * ow + 1), dt)
+        _max(x, **attrs)
+
+
+# Unit-stride column pass: OW around 16 outputs per step, windows 1..5 wide, pads on either side (SPPF's 5x5 / 1,
+# pads 2), SAME padding.
+SLIDE = [dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]), dict(kernel_shape=[1, 3], pads=[0, 1, 0, 0]),
+         dict(kernel_shape=[3, 4], strides=[2, 1], pads=[1, 0, 0, 3]), dict(kernel_shape=[2, 1]),
+         dict(kernel_shape=[3, 3], strides=[1, 1], auto_pad="SAME_LOWER")]
+
+
+@pytest.mark.parametrize("attrs", SLIDE)
+@pytest.mark.parametrize("dt", [np.float32, np.int8])
+def test_max_unit_stride(pool_isa, dt, attrs):
+    for w in around(16, 32):
+        _max(_image((1, 2, 6, w), dt), **attrs)
+
+
+# The scalar column pass: strides and dilations no vector pass takes, ceil_mode, negative SAME pads (kernel <
+# stride); widths around the row pass's 16 floats / 64 bytes.
+SCALAR = [dict(kernel_shape=[3, 3], strides=[2, 3], pads=[1, 1, 1, 1], ceil_mode=1),
+          dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[0, 2, 1, 1]),
+          dict(kernel_shape=[2, 1], strides=[3, 3], auto_pad="SAME_UPPER"),
+          dict(kernel_shape=[2, 2], strides=[2, 2], pads=[0, 1, 0, 1])]  # pairs, but a left pad
+
+
+@pytest.mark.parametrize("attrs", SCALAR)
+@pytest.mark.parametrize("dt", [np.float32, np.uint8, np.int8])
+def test_max_scalar_geometries(pool_isa, dt, attrs):
+    for w in around(16, 64):
+        _max(_image((1, 1, 7, w), dt), **attrs)
+
+
+def test_max_windows_of_negative_infinity(pool_isa):
+    """A window of -inf inside the plane gives -inf; one reaching the padding gives -FLT_MAX (the padding's value)."""
+    for attrs in (dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[3, 2], strides=[1, 2]),
+                  dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), dict(kernel_shape=[2, 3], strides=[3, 3])):
+        for w in (15, 17, 33):
+            x = np.full((1, 1, 4, w), -np.inf, np.float32)
+            x[0, 0, 0, ::5] = np.nan
+            _max(x, **attrs)
+
+
+def test_max_1d_and_threads(pool_isa):
+    for w in around(16, 32):
+        x = _image((2, 3, w), np.float32)
+        _max(x, threads=2, kernel_shape=[2], strides=[2])
+        _max(x, threads=2, kernel_shape=[3], pads=[1, 1])
+
+
+AVG = [dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+       dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+       dict(kernel_shape=[3, 2], strides=[2, 3], pads=[0, 1, 2, 0], ceil_mode=1),
+       dict(kernel_shape=[2, 3], dilations=[2, 1], auto_pad="SAME_UPPER"),
+       dict(kernel_shape=[2, 1], strides=[3, 3], auto_pad="SAME_LOWER", count_include_pad=1)]
+
+
+@pytest.mark.parametrize("attrs", AVG)
+def test_average(pool_isa, attrs):
+    for w in around(16, 32):
+        _avg(_image((1, 2, 5, w), np.float32), threads=2, **attrs)
+
+
+def test_average_negative_zero_and_infinities(pool_isa):
+    """-0.0 windows stay -0.0 only where no padded tap adds +0.0; Inf - Inf is NaN, as in the reference."""
+    x = np.full((1, 1, 4, 17), -0.0, np.float32)
+    x[0, 0, 1, ::3] = np.inf
+    x[0, 0, 2, 1::3] = -np.inf
+    for attrs in AVG:
+        got = _avg(x, **attrs)[0]
+        assert got.dtype == np.float32
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dt", [np.float32, np.uint8, np.int8])
+def test_max_wide_grid(pool_isa, dt):
+    """Every window 1..4 x 1..4, strides 1..3, pads 0..1, ceil_mode, widths around 16/32/64."""
+    for kh in range(1, 4):
+        for kw in range(1, 5):
+            for s in range(1, 4):
+                for pad in (0, 1):
+                    if pad >= max(kh, kw):
+                        continue
+                    for ceil in (0, 1):
+                        for w in (15, 16, 17, 31, 33, 63, 65):
+                            x = _image((1, 1, 6, w), dt)
+                            _max(x, kernel_shape=[kh, kw], strides=[s, s], pads=[0, pad, pad, 0] if pad < kh
+                                 else [0, 0, 0, 0], ceil_mode=ceil)
+
+
+@pytest.mark.slow
+def test_average_wide_grid(pool_isa):
+    for kh in range(1, 4):
+        for kw in range(1, 4):
+            for s in range(1, 3):
+                for include in (0, 1):
+                    for w in (15, 16, 17, 33):
+                        x = _image((1, 1, 6, w), np.float32)
+                        _avg(x, kernel_shape=[kh, kw], strides=[s, s], pads=[kh // 2, kw // 2, kh // 2, kw // 2],
+                             count_include_pad=include)
