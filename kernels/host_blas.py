@@ -3,8 +3,8 @@
 The kernels run numpy BLAS inside ORT's process, whose intra-op thread pool also wants the cores. OpenBLAS's own
 worker threads busy-wait for each other, so they stall whenever anything else runs (several times slower, with
 long tails; PERF.md has the numbers). So while NpuEP sessions are alive OpenBLAS runs with a fixed thread count
-(provider option ``blas_threads``, default 1; 0 leaves the process setting alone) and the host's setting comes
-back when the last session is released.
+(provider option ``blas_threads``, default 1; 0 leaves the process setting alone; with several values alive the
+smallest applies) and the host's setting comes back when the last session is released, whatever the order.
 
 Large products still use two cores: ``matmul`` cuts them in halves of B's columns, the second on one helper
 thread (provider option ``host_threads``, default 2; the cut depends on the shape only, so the bits do not depend
@@ -31,42 +31,72 @@ def _blas_controllers() -> tuple[Any, ...]:
     return tuple(c for c in ThreadpoolController().lib_controllers if c.user_api == "blas")
 
 
-@lru_cache(maxsize=None)
+class _BlasSetting:
+    """The process-wide BLAS thread count and the sessions that asked for one.
+
+    BLAS has one setting per process, so sessions with different ``blas_threads`` cannot each have their own: while
+    any of them lives BLAS runs with the smallest value among the live ones (the point of the option is to keep
+    BLAS's workers from fighting other threads, so the most cautious request wins). Each release re-applies that
+    rule to the sessions left, and when the last one goes the value the host had before the first one came
+    returns, in whatever order the sessions are released."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: list[int] = []  # one value per live holder
+        self._host: list[int] = []  # each controller's thread count before the first holder
+
+    def hold(self, n: int) -> None:
+        controllers = _blas_controllers()
+        if not controllers:
+            return
+        with self._lock:
+            if not self._held:
+                self._host = [c.num_threads for c in controllers]
+            self._held.append(n)
+            self._apply(controllers)
+
+    def release(self, n: int) -> None:
+        controllers = _blas_controllers()
+        if not controllers:
+            return
+        with self._lock:
+            self._held.remove(n)
+            self._apply(controllers)
+
+    def _apply(self, controllers: tuple[Any, ...]) -> None:
+        wanted = [min(self._held)] * len(controllers) if self._held else self._host
+        for c, n in zip(controllers, wanted):
+            if c.num_threads != n:
+                c.set_num_threads(n)
+
+
+_SETTING = _BlasSetting()
+
+
 def blas_threads(n: int) -> "BlasThreads":
-    """One shared guard per thread count, so concurrent sessions nest instead of fighting over the setting."""
+    """A holder of ``n`` BLAS threads for one session (``_BlasSetting`` says what several holders get)."""
     return BlasThreads(n)
 
 
 class BlasThreads:
-    """Set BLAS to ``n`` threads while at least one holder (an NpuEP session) is alive; restore after the last."""
+    """One session's claim on the BLAS thread count: entered when the session is created, left when released
+    (leaving twice is harmless)."""
 
     def __init__(self, n: int):
+        if n <= 0:
+            raise ValueError(f"blas_threads must be >= 1 for a holder (0 means: hold nothing), got {n}")
         self.n = n
-        self._controllers = _blas_controllers() if n > 0 else ()
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._saved: list[int] = []
+        self._held = False
 
     def __enter__(self) -> None:
-        if not self._controllers:
-            return
-        with self._lock:
-            if self._depth == 0:
-                self._saved = [c.num_threads for c in self._controllers]
-                for c, prev in zip(self._controllers, self._saved):
-                    if prev != self.n:
-                        c.set_num_threads(self.n)
-            self._depth += 1
+        if not self._held:
+            _SETTING.hold(self.n)
+            self._held = True
 
     def __exit__(self, *exc: object) -> None:
-        if not self._controllers:
-            return
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0:
-                for c, prev in zip(self._controllers, self._saved):
-                    if prev != self.n:
-                        c.set_num_threads(prev)
+        if self._held:
+            self._held = False
+            _SETTING.release(self.n)
 
 
 # --- large products on two host threads ---------------------------------------------------------------------

@@ -38,3 +38,34 @@ def test_blas_threads_zero_leaves_the_process_setting_alone():
         assert _blas_threads() == 2
         del sess
         gc.collect()
+
+
+def test_sessions_of_different_values_get_the_smallest_and_the_host_value_returns_in_creation_order():
+    """BLAS has one setting per process: the smallest blas_threads among live sessions applies, and the host's
+    value returns after the last release (creation order: the first session's release used to restore the host
+    value under the second session, and the second's release left the first's value behind)."""
+    with threadpool_limits(limits=2, user_api="blas"):
+        a = npu_session(_model(), {"blas_threads": "1"})
+        b = npu_session(_model(), {"blas_threads": "3"})
+        assert _blas_threads() == 1
+        del a
+        gc.collect()
+        assert _blas_threads() == 3  # b alone: its own value
+        np.testing.assert_array_equal(b.run(None, {"x": -np.ones((2, 4), np.float32)})[0], np.zeros((2, 4)))
+        del b
+        gc.collect()
+        assert _blas_threads() == 2
+
+
+def test_sessions_of_different_values_released_in_reverse_order_give_the_host_value_back():
+    with threadpool_limits(limits=2, user_api="blas"):
+        a = npu_session(_model(), {"blas_threads": "3"})
+        assert _blas_threads() == 3
+        b = npu_session(_model(), {"blas_threads": "1"})
+        assert _blas_threads() == 1
+        del b
+        gc.collect()
+        assert _blas_threads() == 3
+        del a
+        gc.collect()
+        assert _blas_threads() == 2
