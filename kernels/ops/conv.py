@@ -289,8 +289,22 @@ def _fast_float_conv(x: np.ndarray, c: dict[str, np.ndarray], at: dict[str, Any]
     return None
 
 
+def check_channels(p: Prepared, x: np.ndarray) -> None:
+    """Refuse an input whose channels are not the weights' ``C/group * group`` (a symbolic channel dim is only
+    known at run time). The native integer weights are padded to 4 channels a tap, so their size alone would let
+    C=2 or 3 pass against 4 and read the padding as channels: ValueError naming the op and both shapes."""
+    m, cg, kh, kw = p.attrs["wdims"]
+    grp = p.attrs["geom"]["group"]
+    if x.ndim < 3 or x.shape[1] != cg * grp:
+        wshape = [m, cg, kw] if p.attrs["geom"].get("one_d") else [m, cg, kh, kw]
+        raise ValueError(f"{p.attrs['op']}: input X {list(x.shape)} has {x.shape[1] if x.ndim > 1 else '?'} "
+                         f"channels; weights {wshape} with group {grp} need {cg * grp}")
+
+
 def _geometry_list(p: Prepared, x: np.ndarray) -> list[int]:
-    """The native kernels' geometry: [M, group, kh, kw, sh, sw, dh, dw, pad top, left, bottom, right]."""
+    """The native kernels' geometry: [M, group, kh, kw, sh, sw, dh, dw, pad top, left, bottom, right], for an x
+    whose channels match the weights (checked)."""
+    check_channels(p, x)
     g = p.attrs["geom"]
     return [p.attrs["wdims"][0], g["group"], *g["kernel"], *g["strides"], *g["dilations"],
             *_pads(g, x.shape[2], x.shape[3])]
@@ -437,6 +451,7 @@ def _run_conv(p: Prepared, inputs) -> tuple[list[np.ndarray], bool]:
         if y is not None:
             return [np.ascontiguousarray(y[:, :, 0, :]) if one_d else y], tail_done
     x = arg(p, inputs, 0).astype(np.float32)
+    check_channels(p, x)
     one_d = x.ndim == 3
     if one_d:
         x = x[:, :, None, :]

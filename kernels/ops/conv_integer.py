@@ -20,7 +20,7 @@ from ..target import Target
 from . import _native
 from ._mm import check_fits, exact_int_matmul, int_bound
 from ._util import arg
-from .conv import _cost, _geometry, _geometry_list, _native_weights, _reference_weights, im2col
+from .conv import _cost, _geometry, _geometry_list, _native_weights, _reference_weights, check_channels, im2col
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:
@@ -76,6 +76,7 @@ def _x_zero_point(p: Prepared, inputs) -> int:
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
+    check_channels(p, x)
     xzp = _x_zero_point(p, inputs)
     one_d = x.ndim == 3
     x4 = x[:, :, None, :] if one_d else x

@@ -114,3 +114,32 @@ def test_a_conv_net_from_orts_dynamic_quantizer_runs_on_npuep_with_the_cpu_eps_b
     feeds = {"x": rng.normal(0, 1, (1, 3, 24, 40)).astype(np.float32)}
     want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+
+
+# weight shape, group, an input channel count that does not match (the native weights pad C/group up to 4)
+MISMATCHED_CHANNELS = [((6, 4, 3, 3), 1, 2), ((6, 4, 3, 3), 1, 3), ((6, 8, 3, 3), 1, 5), ((6, 2, 3, 3), 2, 2)]
+
+
+@pytest.mark.parametrize("ws,group,c", MISMATCHED_CHANNELS)
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+def test_a_symbolic_channel_dim_that_does_not_match_the_weights_is_refused(ws, group, c, kernels):
+    """Issue 38: x [1, "C", 5, 5] fed with C = 2 or 3 against 4 weight channels (or 5 against 8) ran natively,
+    reading the padded weight channels as zero-point input. The CPU EP refuses it; NpuEP must too, naming the
+    node, the op and both shapes."""
+    rng = np.random.default_rng(7)
+    inits = {"w": rng.integers(0, 256, ws).astype(np.uint8), "xz": np.array(3, np.uint8)}
+    node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], name="conv", group=group, pads=[1, 1, 1, 1])
+    model = make_model([node], [helper.make_tensor_value_info("x", U8, [1, "C", 5, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.INT32, [1, ws[0], 5, 5])], inits, opset=10)
+    sess = npu_session(model, {"kernels": kernels})
+    assert assignment(sess) == {"conv": "NpuEP"}
+    good = {"x": rng.integers(0, 256, (1, ws[1] * group, 5, 5)).astype(np.uint8)}
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, good)[0], cpu.run(None, good)[0])
+    bad = {"x": rng.integers(0, 256, (1, c, 5, 5)).astype(np.uint8)}
+    with pytest.raises(Exception):
+        cpu.run(None, bad)
+    wshape = ", ".join(map(str, ws))
+    with pytest.raises(Exception, match=rf"node 'conv' \(ConvInteger\).*ConvInteger: input X \[1, {c}, 5, 5\] has "
+                                        rf"{c} channels; weights \[{wshape}\] with group {group} need {ws[1] * group}"):
+        sess.run(None, bad)

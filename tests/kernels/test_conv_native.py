@@ -328,6 +328,38 @@ def test_bad_geometry_is_a_clear_error():
         NK.conv_depthwise(x, np.zeros(3, np.float32), None, [4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0])
 
 
+@pytest.mark.parametrize("ws,group,c", [((6, 4, 3, 3), 1, 2), ((6, 4, 3, 3), 1, 3), ((6, 8, 3, 3), 1, 5),
+                                         ((6, 2, 3, 3), 2, 2)])
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+def test_qlinearconv_symbolic_channel_dim_that_does_not_match_the_weights_is_refused(ws, group, c, kernels):
+    """Issue 38: x [1, "C", 5, 5] fed with C = 2 or 3 against 4 weight channels (or 5 against 8) ran natively (the
+    native weights pad C/group up to 4 and the padding was read as channels of zero-point input). The CPU EP
+    refuses it; NpuEP must too, naming the node, the op and both shapes."""
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper.from_array(v, k) for k, v in {
+        "xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8),
+        "w": rng.integers(-100, 100, ws).astype(np.int8), "ws": np.array(0.01, np.float32),
+        "wz": np.array(0, np.int8), "ys": np.array(0.5, np.float32), "yz": np.array(100, np.uint8)}.items()]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], name="qconv",
+                            group=group, pads=[1, 1, 1, 1])
+    model = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, "C", 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, ws[0], 5, 5])], inits),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    sess = npu_session(model, {"kernels": kernels})
+    assert assignment(sess) == {"qconv": "NpuEP"}
+    good = {"x": rng.integers(0, 256, (1, ws[1] * group, 5, 5)).astype(np.uint8)}
+    np.testing.assert_array_equal(sess.run(None, good)[0], cpu_run(model, good)[0])
+    bad = {"x": rng.integers(0, 256, (1, c, 5, 5)).astype(np.uint8)}
+    with pytest.raises(Exception):
+        cpu_run(model, bad)
+    wshape = ", ".join(map(str, ws))
+    with pytest.raises(Exception, match=rf"node 'qconv' \(QLinearConv\).*QLinearConv: input X \[1, {c}, 5, 5\] "
+                                        rf"has {c} channels; weights \[{wshape}\] with group {group} need "
+                                        rf"{ws[1] * group}"):
+        sess.run(None, bad)
+
+
 # --- whole nets in NpuEP sessions ------------------------------------------------------------------------------
 def _on_npu(model, x, kernels: str, output: int = 0) -> np.ndarray:
     sess = npu_session(model, {"kernels": kernels})
