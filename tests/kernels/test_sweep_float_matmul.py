@@ -1,0 +1,164 @@
+"""Differential sweep of the native float GEMMs (ep/native/kernels/packed_sgemm*.cc, float_matmul.cc,
+sgemm_columns.cc), issue 38.
+
+The packed GEMM's specification is its portable path (packed_sgemm.h: fused multiply-adds in order of k within
+chunks of 256, the chunks added in order, then bias and ReLU): the AVX-512 path must give its bits exactly, NaN and
+Inf included, at every shape and thread count. Its blocks: panels of 32 columns in two 16-lane masks; tiles of 8
+rows (7..1-row tiles for the rest); one or two rows take WideTile (four panels at a time) or, deeper than one chunk
+with fewer than four panels, DeepTile (four chunks at a time); A is packed by 8x8 transposes (K around 8); tasks of
+128 rows. Against the reference model (numpy's BLAS, another summation order) a product is within twice the
+forward error bound of a float32 dot product, K * 2^-24 * sum |a| |b| (Higham 3.1): each side is within one bound
+of the exact sum. MatMul / Gemm through their kernels are swept the same way, runtime B (float_matmul_batched) and,
+below AVX-512, the two-half sgemm_columns split."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _isa import cap_isa, host_isas
+from _sweep import around, assert_native_ran, native_vs_reference, with_specials
+from npu_ep.kernels import host_blas
+from npu_ep.kernels.ops import _native
+
+pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(380)
+AVX512 = "avx512" in host_isas()
+ROWS = [1, 2, 3, 7, 8, 9, 15, 16, 17]   # WideTile / DeepTile (1, 2), 8-row tiles and their 7..1-row tails
+COLS = around(16, 32, 64, 128)           # a panel's two 16-lane halves, panels, WideTile's four panels
+DEPTHS = [0, 1, 7, 8, 9, 255, 256, 257]  # the 8x8 transpose's blocks, the 256-deep chunks (K = 0: zeros)
+
+
+def _kern():
+    return _native.native_module()
+
+
+def _portable(a, packed, n, **kw):
+    """The product on the portable path: the specification of every other path's bits."""
+    with _capped("scalar"):
+        return _kern().float_matmul_packed(a, packed, n, threads=1, **kw)
+
+
+class _capped:
+    def __init__(self, isa: str):
+        self._gen = cap_isa(isa)
+
+    def __enter__(self):
+        next(self._gen)
+
+    def __exit__(self, *exc):
+        self._gen.close()
+
+
+def _bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, what
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), f"{what}: {int((~same).sum())} of {got.size} differ, first at " \
+                       f"{np.argwhere(~same)[0].tolist()}: {got[~same][0]!r} vs {want[~same][0]!r}"
+
+
+def _within_bound(got: np.ndarray, want: np.ndarray, a: np.ndarray, b: np.ndarray, what: str) -> None:
+    """|got - want| <= 2 * K * 2^-24 * |a| @ |b| (both within one bound of the exact product); NaN / Inf equal."""
+    k = a.shape[-1]
+    bound = 2 * k * 2.0 ** -24 * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)) + 1e-30
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)], err_msg=what)
+    err = np.abs(got[finite].astype(np.float64) - want[finite])
+    assert (err <= np.broadcast_to(bound, want.shape)[finite]).all(), f"{what}: error beyond the bound"
+
+
+def _packed_case(m, k, n, threads=1, bias=False, relu=False, specials=False):
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    if specials and a.size:
+        a = with_specials(a, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 1e-45, 1e30), fraction=0.01)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    packed = _kern().pack_sgemm_b(b)
+    kw = {}
+    if bias:
+        kw["bias"] = RNG.standard_normal(n).astype(np.float32)
+    if relu:
+        kw["relu"] = True
+    got = _kern().float_matmul_packed(a, packed, n, threads=threads, **kw)
+    _bits_equal(got, _portable(a, packed, n, **kw), f"M={m} K={k} N={n} threads={threads} {list(kw)}")
+    if not specials and not kw:
+        _within_bound(got, a @ b, a, b, f"M={m} K={k} N={n}")
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM's vector path is AVX-512")
+def test_packed_rows_by_columns():
+    for m in ROWS:
+        for n in COLS:
+            _packed_case(m, 33, n, bias=m % 2 == 1, relu=n % 2 == 1)
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM's vector path is AVX-512")
+def test_packed_depths():
+    for k in DEPTHS + [511, 512, 513, 1025]:  # 1025: DeepTile's four chunks and a one-deep tail
+        for m, n in ((1, 33), (2, 95), (3, 17), (9, 64), (1, 129)):
+            _packed_case(m, k, n, bias=k % 2 == 1, relu=True)
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM's vector path is AVX-512")
+def test_packed_special_values_and_threads():
+    for m, k, n in ((1, 300, 40), (2, 520, 33), (8, 64, 97), (17, 257, 31), (129, 40, 65)):  # 129: two row tasks
+        _packed_case(m, k, n, threads=2, bias=True, relu=True, specials=True)
+        _packed_case(m, k, n, threads=2, specials=True)
+
+
+def _gemm_inputs(m, k, n, b_const=True):
+    return [("a", RNG.standard_normal((m, k)).astype(np.float32), False),
+            ("b", RNG.standard_normal((k, n)).astype(np.float32), b_const)]
+
+
+def _check_product(op, inputs, native_fn, threads=1, **attrs):
+    got, want, calls = native_vs_reference(op, inputs, threads=threads, **attrs)
+    what = f"{op} {[s[1].shape for s in inputs]} {attrs}"
+    assert_native_ran(calls, native_fn, what)
+    a = inputs[0][1].T if attrs.get("transA") else inputs[0][1]
+    b = inputs[1][1].T if attrs.get("transB") else inputs[1][1]
+    _within_bound(got[0], want[0], a, b, what)
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM runs MatMul on AVX-512 hosts")
+def test_matmul_and_gemm_ops_with_constant_b():
+    for m in (1, 2, 8, 9, 17):
+        for n in (15, 32, 33, 129):
+            _check_product("MatMul", _gemm_inputs(m, 257, n), "float_matmul_packed")
+            inputs = _gemm_inputs(m, 40, n) + [("c", RNG.standard_normal(n).astype(np.float32), True)]
+            _check_product("Gemm", inputs, "float_matmul_packed")
+    a = RNG.standard_normal((33, 9)).astype(np.float32)
+    _check_product("Gemm", [("a", a, False), ("b", RNG.standard_normal((65, 33)).astype(np.float32), True)],
+                   "float_matmul_packed", transA=1, transB=1)
+
+
+@pytest.mark.skipif(not AVX512, reason="float_matmul_batched runs on AVX-512 hosts")
+def test_matmul_op_runtime_b_batched():
+    for m in (8, 9, 16, 17):
+        for n in (1, 31, 33):
+            a = RNG.standard_normal((2, m, 70)).astype(np.float32)
+            b = RNG.standard_normal((2, 70, n)).astype(np.float32)
+            _check_product("MatMul", [("a", a, False), ("b", b, False)], "float_matmul_batched", threads=2)
+
+
+@pytest.mark.skipif("avx2" not in host_isas(), reason="sgemm_columns is the split of hosts without the packed GEMM")
+def test_sgemm_columns_split_below_avx512():
+    """A product of 16 M multiply-adds or more, columns cut at N // 2 (an odd N: unequal halves)."""
+    if not host_blas.sgemm_address():
+        pytest.skip("no CBLAS sgemm in this numpy")
+    with _capped("avx2"):
+        for m, k, n in ((64, 512, 513), (3, 2048, 2731)):
+            inputs = _gemm_inputs(m, k, n)
+            assert host_blas.splits(inputs[0][1], inputs[1][1])
+            _check_product("MatMul", inputs, "sgemm_columns", threads=2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM's vector path is AVX-512")
+def test_packed_full_grid():
+    for m in ROWS + [31, 32, 33, 127, 128, 129]:
+        for n in COLS:
+            for k in DEPTHS + [513, 1025]:
+                _packed_case(m, k, n, threads=1 + (m + n) % 2, bias=k % 2 == 0, relu=n % 3 == 0,
+                             specials=m % 3 == 0)

@@ -1,0 +1,145 @@
+"""Differential sweep of the native int8 GEMM (ep/native/kernels/int8_gemm.cc), issue 38: the exact int32 sums
+against int64 numpy math, the requantized bytes against the reference model's ``requantize``, and MatMulInteger /
+QLinearMatMul / MatMulIntegerToFloat native against their reference kernels, all bit-exact (integer math; the
+float epilogues are the same float32 operations), on every instruction-set level the host runs.
+
+int8_gemm.cc's blocks: B packed in blocks of 16 columns x 4 k (K padded to kp, a multiple of 64; A's rows copied
+when K is not one), tasks of 32 columns (two blocks, the second one masked or absent); VNNI: tiles of 8 rows, the
+last one of 4, 2 or 1 rows (a short tile repeats its last row); AVX2: one row x 16 columns; AMX: 16-row tiles in
+pairs. The grids cross each: M = 1..9 and 15..17, N around 16 / 32 / 48, K around 4 / 64 / 128."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _sweep import around, check
+from npu_ep.kernels.ops import _native
+from npu_ep.kernels.ops._mm import requantize
+from npu_ep.kernels.ops.matmul_int import pack_b
+
+pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(3838)
+ROWS = list(range(1, 10)) + [15, 16, 17]  # the 8-row tile, the 4 / 2 / 1-row tails, one and two 16-row AMX tiles
+COLS = around(16, 32, 48)                 # one / two packed blocks per 32-column task, a masked second block
+DEPTHS = around(4, 64, 128)               # k-quads, kp = 64 padding (A copied), A read in place (K = 64, 128)
+INT_TYPES = [(np.uint8, np.int8), (np.int8, np.uint8), (np.uint8, np.uint8), (np.int8, np.int8)]
+
+
+def _codes(shape, dt) -> np.ndarray:
+    """Random codes with the type's extremes in every row and column (the sums' largest magnitudes)."""
+    info = np.iinfo(dt)
+    x = RNG.integers(info.min, info.max + 1, shape).astype(dt)
+    if x.ndim == 2:
+        x[::3, ::2] = info.min
+        x[1::3, 1::2] = info.max
+    return x
+
+
+def _native_int8(a, azp, b, bzp, threads=1, **requant):
+    pk = pack_b(b, bzp)
+    return _native.native_module().int8_matmul(a, np.asarray(azp, np.int32).reshape(-1), pk["i8_bp"], pk["i8_bsum"],
+                                               pk["i8_bzp"], b.shape[0], b.shape[1], threads, **requant)
+
+
+def _exact(a, azp, b, bzp) -> np.ndarray:
+    za = np.asarray(azp, np.int64).reshape(-1, 1) if np.size(azp) > 1 else np.int64(azp)
+    return ((a.astype(np.int64) - za) @ (b.astype(np.int64) - np.asarray(bzp, np.int64))).astype(np.int32)
+
+
+def _check_acc(m, k, n, dta, dtb, per_col=True, threads=1, azp=None):
+    a, b = _codes((m, k), dta), _codes((k, n), dtb)
+    azp = _codes((), dta) if azp is None else azp
+    bzp = _codes((n,), dtb) if per_col else _codes((), dtb)
+    got = _native_int8(a, azp, b, bzp, threads)
+    np.testing.assert_array_equal(got, _exact(a, azp, b, bzp), err_msg=f"M={m} K={k} N={n} {dta}x{dtb}")
+
+
+@pytest.mark.parametrize("dta,dtb", INT_TYPES)
+def test_accumulator_rows_by_columns(isa, dta, dtb):
+    for m in ROWS:
+        for n in COLS:
+            _check_acc(m, 65, n, dta, dtb)
+
+
+@pytest.mark.parametrize("dta,dtb", INT_TYPES[:2])
+def test_accumulator_depths(isa, dta, dtb):
+    for k in DEPTHS:
+        for m, n in ((1, 17), (3, 33), (5, 16), (9, 49)):
+            _check_acc(m, k, n, dta, dtb, per_col=k % 2 == 0)
+
+
+def test_accumulator_per_row_zero_points_and_threads(isa):
+    for m in (1, 2, 5, 8, 9, 17):
+        azp = RNG.integers(0, 256, m).astype(np.int32)
+        for n in (31, 33, 65):
+            _check_acc(m, 130, n, np.uint8, np.int8, azp=azp, threads=2)
+
+
+def test_accumulator_extremes(isa):
+    """All-extreme codes: |sum| up to K * 255 * 255 with zero points at the other end of the range."""
+    for m, k, n in ((1, 4096, 17), (5, 1000, 33), (9, 257, 16)):
+        a = np.full((m, k), 255, np.uint8)
+        b = np.full((k, n), -128, np.int8)
+        np.testing.assert_array_equal(_native_int8(a, 0, b, np.int8(127)), _exact(a, 0, b, 127))
+        a8 = np.full((m, k), -128, np.int8)
+        np.testing.assert_array_equal(_native_int8(a8, 127, b, np.int8(127)), _exact(a8, 127, b, 127))
+
+
+@pytest.mark.parametrize("y_signed", [False, True])
+def test_requantized_rows_by_columns(isa, y_signed):
+    """MLAS requantization: saturation at both ends (large multipliers), ties to even (multiplier 0.5 on odd sums)."""
+    yzp = -5 if y_signed else 130
+    qtype = "int8" if y_signed else "uint8"
+    for m in ROWS:
+        for n in (15, 16, 17, 33, 47):
+            a, b = _codes((m, 66), np.uint8), _codes((66, n), np.int8)
+            acc = _exact(a, 128, b, 0)
+            for mult in (np.float32([0.5]), RNG.uniform(1e-5, 1e-3, n).astype(np.float32), np.float32([3.0])):
+                y = _native_int8(a, 128, b, np.int8(0), multiplier=mult, y_zero_point=yzp, y_signed=y_signed)
+                want = requantize(acc, mult if mult.size > 1 else mult[0], np.float32(yzp), qtype)
+                np.testing.assert_array_equal(y, want, err_msg=f"M={m} N={n} mult={mult[:2]}")
+
+
+def _qlinear_inputs(m, k, n, dta=np.uint8):
+    return [("a", _codes((m, k), dta), False), ("as", np.array(0.02, np.float32), True),
+            ("az", np.array(3, dta), True), ("b", _codes((k, n), np.int8), True),
+            ("bs", RNG.uniform(0.001, 0.02, n).astype(np.float32), True), ("bz", np.zeros(n, np.int8), True),
+            ("ys", np.array(0.5, np.float32), True), ("yz", np.array(120, dta), True)]
+
+
+def test_qlinear_matmul_op(isa):
+    for m in (1, 2, 3, 4, 5, 8, 9, 17):
+        for n in (16, 17, 33):
+            for dta in (np.uint8, np.int8):
+                check("QLinearMatMul", _qlinear_inputs(m, 70, n, dta), "int8_matmul", exact=True)
+
+
+def test_matmul_integer_op_batched(isa):
+    for m in (1, 3, 8, 9):
+        for n in (15, 32, 49):
+            a = _codes((2, m, 64), np.int8)
+            inputs = [("a", a, False), ("b", _codes((64, n), np.uint8), True), ("az", np.array(-7, np.int8), True),
+                      ("bz", _codes((n,), np.uint8), True)]
+            check("MatMulInteger", inputs, "int8_matmul", exact=True)
+
+
+def test_matmul_integer_to_float_op(isa):
+    for m in (1, 2, 7, 16):
+        for n in (16, 31, 33):
+            inputs = [("a", _codes((m, 65), np.uint8), False), ("b", _codes((65, n), np.int8), True),
+                      ("as", np.array(0.03, np.float32), True), ("bs", RNG.uniform(0.01, 0.1, n).astype(np.float32),
+                                                                    True),
+                      ("az", np.array(129, np.uint8), True), ("bz", np.zeros(n, np.int8), True),
+                      ("bias", RNG.standard_normal(n).astype(np.float32), True)]
+            check("MatMulIntegerToFloat", inputs, "int8_matmul", exact=True, domain="com.microsoft")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dta,dtb", INT_TYPES)
+def test_accumulator_full_grid(isa, dta, dtb):
+    for m in ROWS + [31, 32, 33, 40]:
+        for n in COLS:
+            for k in DEPTHS:
+                _check_acc(m, k, n, dta, dtb, per_col=(m + n) % 2 == 0, threads=1 + m % 2)
