@@ -2,7 +2,8 @@
 math and activations (activations with attributes and Clip/PRelu: ``activation.py``).
 
 Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is computed in float32 and rounded once on
-store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor.
+store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor,
+and fails the run on a zero divisor, as ORT's CPU Div does.
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
@@ -26,7 +27,11 @@ _SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """C++ integer division (truncate toward zero), as ORT's CPU Div."""
+    """C++ integer division (truncate toward zero), as ORT's CPU Div; a zero divisor fails the run as ORT's does
+    (numpy would give 0 with a warning)."""
+    if not np.all(b):
+        raise ZeroDivisionError(f"Integer division by zero: the divisor {b.dtype}{list(b.shape)} holds "
+                                f"{b.size - np.count_nonzero(b)} zero(s)")
     q = np.floor_divide(a, b)
     fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
     return q + fix.astype(q.dtype)

@@ -238,3 +238,26 @@ def test_min_max_nan_propagates_like_ort(op):
     a = np.array([np.nan, 1.0, 2.0, np.nan], np.float32)
     b = np.array([0.0, np.nan, 1.0, np.nan], np.float32)
     check_on_ep(op, [("a", a, False), ("b", b, False)], [("y", np.float32)])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("const_divisor", [False, True])
+def test_integer_div_by_zero_fails_the_run_as_ort(dtype, const_divisor):
+    """ORT's CPU Div fails the run with "Integer division by zero"; NpuEP ran the node (graph assignment) and fails
+    the same run naming the node, where numpy alone would give 0 (issue 38 item 4). Mod is not an NPU op (the
+    CPU EP runs it, and fails likewise)."""
+    from npu_testing import assignment, npu_session
+
+    a = np.array([5, -7, 8], dtype)
+    b = np.array([2, 0, 3], dtype)
+    model = make_model("Div", [("a", a, False), ("b", b, const_divisor)], [("y", dtype)])
+    feeds = {"a": a} if const_divisor else {"a": a, "b": b}
+    with pytest.raises(Exception, match="Integer division by zero"):
+        run_ort(model, feeds)
+    sess = npu_session(model, {"target": "npu-ref"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    with pytest.raises(Exception, match=r"Div_0.*Integer division by zero"):
+        sess.run(None, feeds)
+    if not const_divisor:  # the same session divides by non-zero divisors again, as ORT's
+        ok = {"a": a, "b": np.array([2, -3, 3], dtype)}
+        np.testing.assert_array_equal(sess.run(None, ok)[0], run_ort(model, ok)[0])
