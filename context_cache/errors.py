@@ -25,3 +25,9 @@ class ContextFileError(ContextFormatError):
     """The path cannot hold a context binary: not a regular file (FIFO, device, folder), a symbolic link, or larger
     than the reader's limit. Nothing past the first 64 bytes was read.
     """
+
+
+class ContextTooLargeError(ContextFileError):
+    """A regular file whose container prefix declares more bytes than the reader's limit (a cache's
+    ``cache_max_bytes``). It says nothing about the file's integrity: the rest was not read, so it may be valid.
+    """

@@ -7,7 +7,7 @@ for a writer), ``fstat`` on the open descriptor must say "regular file" (no chec
 bytes must be a container prefix whose declared ``total_len`` equals the file's size (and stays within the
 caller's ``limit``), and only then are exactly that many bytes read or mapped.
 
-Errors: ``ContextFileError`` (not a regular file, a symlink, above the caller's limit), ``ContextFormatError`` (the
+Errors: ``ContextFileError`` (not a regular file, a symlink; ``ContextTooLargeError``: above the caller's limit), ``ContextFormatError`` (the
 prefix is not a container's, or the file's size contradicts it), ``OSError`` (missing, permission denied, I/O).
 Every message names the path.
 """
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from .prefix import PREFIX_SIZE, declared_size
-from .errors import ContextFileError, ContextFormatError
+from .errors import ContextFileError, ContextFormatError, ContextTooLargeError
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
@@ -64,7 +64,7 @@ def open_container(path: str | os.PathLike[str], limit: int | None = None) -> It
             raise ContextFormatError(f"{name}: the file is {st.st_size} bytes but its prefix.total_len says {size} "
                                    f"(truncated or padded)")
         if limit is not None and size > limit:
-            raise ContextFileError(f"{name}: {size} bytes is above the limit of {limit} bytes")
+            raise ContextTooLargeError(f"{name}: {size} bytes is above the limit of {limit} bytes")
         yield fd, size
     finally:
         os.close(fd)

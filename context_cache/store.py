@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .._atomic import atomic_write_bytes, temp_name_pattern
 from .container import ContainerExpect, ContainerMeta, peek_meta, unpack
-from .errors import ContextFormatError
+from .errors import ContextFormatError, ContextTooLargeError
 from .fileio import map_container, read_container
 
 ENV_CACHE_DIR = "NPU_EP_CACHE_DIR"
@@ -119,15 +119,20 @@ class CacheStore:
     # ------------------------------------------------------------------------------------------------ reading
 
     def get(self, key: str) -> memoryview | None:
-        """The verified bytes of ``key`` (``fileio.read_container``), or None: missing, unreadable, or refused
-        (corrupt, written for another key, not a regular file, size contradicting its header): then removed with a
-        warning, so it is rebuilt."""
+        """The verified bytes of ``key`` (``fileio.read_container``), or None: missing, unreadable, larger than
+        ``max_bytes`` (left in place with a warning: it may be valid, it just does not fit this store's cap), or
+        refused (corrupt, written for another key, not a regular file, size contradicting its header): then removed
+        with a warning, so it is rebuilt."""
         path = self.path_for(key)
         try:
             st = os.lstat(path)  # what a refused entry is compared with before it is unlinked
             data = read_container(path, self.max_bytes)
             _check_entry(key, data)
         except FileNotFoundError:
+            return None
+        except ContextTooLargeError as e:  # not read, so not judged: another session with a larger cap may use it
+            _warn(f"{e}: the entry does not fit this cache's cap (cache_max_bytes), so it is left in place and "
+                  f"not used; compiling without it")
             return None
         except ContextFormatError as e:
             self._remove_if_same(path, st)

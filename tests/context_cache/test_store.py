@@ -195,3 +195,16 @@ def test_default_cache_dir_honours_env_override(monkeypatch, tmp_path: Path) -> 
     assert default_cache_dir() == tmp_path / "x"
     monkeypatch.delenv("NPU_EP_CACHE_DIR")
     assert default_cache_dir().name == "npu_ep"
+
+
+def test_a_valid_entry_above_the_readers_cap_is_left_in_place_and_said_not_to_fit(tmp_path: Path) -> None:
+    """A store with a smaller cap than an existing valid entry does not read it, and must not call it corrupt nor
+    delete it from the shared folder (another store with a larger cap still uses it)."""
+    k, b = entry(1, n=5000)
+    path = CacheStore(tmp_path).put(k, b)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        assert CacheStore(tmp_path, max_bytes=len(b) - 1).get(k) is None
+    [msg] = [str(w.message) for w in rec]
+    assert "does not fit" in msg and str(path) in msg and "corrupt" not in msg, msg
+    assert path.exists() and CacheStore(tmp_path).get(k) == b
