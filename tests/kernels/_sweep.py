@@ -53,9 +53,9 @@ def native_calls() -> Iterator[list[str]]:
         _native._module[0] = saved
 
 
-def node_model(op: str, inputs, domain: str = "", **attrs) -> onnx.ModelProto:
+def node_model(op: str, inputs, domain: str = "", n_out: int = 1, **attrs) -> onnx.ModelProto:
     """One node (``_single_op.model``'s input specs) with its output types inferred by ONNX."""
-    m = single_node_model(op, inputs, domain=domain, **attrs)
+    m = single_node_model(op, inputs, n_out=n_out, domain=domain, **attrs)
     return onnx.shape_inference.infer_shapes(m)
 
 
@@ -66,12 +66,13 @@ def run_kernel(m: onnx.ModelProto, feeds: dict[str, np.ndarray], kernels: str, t
     p = k.prepare(node, REF)
     _native.configure([p], kernels, threads)
     args = [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
-    return list(k.run(p, args))
+    with np.errstate(all="ignore"):  # IEEE results without warnings, as a session runs its kernels (ep/program.py)
+        return list(k.run(p, args))
 
 
-def native_vs_reference(op: str, inputs, *, domain: str = "", threads: int = 1, **attrs):
+def native_vs_reference(op: str, inputs, *, domain: str = "", threads: int = 1, n_out: int = 1, **attrs):
     """(native outputs, reference outputs, native functions called) of one node; ``inputs`` as ``_single_op``."""
-    m = node_model(op, inputs, domain=domain, **attrs)
+    m = node_model(op, inputs, domain=domain, n_out=n_out, **attrs)
     feeds = {s[0]: s[1] for s in inputs if s[1] is not None and not s[2]}
     with native_calls() as calls:
         got = run_kernel(m, feeds, "native", threads)
@@ -95,9 +96,9 @@ def assert_native_ran(calls: list[str], name: str, what: str = "") -> None:
 
 
 def check(op: str, inputs, native_fn: str, *, exact: bool = True, rtol: float = 0.0, atol: float = 0.0,
-          domain: str = "", threads: int = 1, what: str = "", **attrs) -> list[np.ndarray]:
+          domain: str = "", threads: int = 1, n_out: int = 1, what: str = "", **attrs) -> list[np.ndarray]:
     """One sweep case: the native kernel ``native_fn`` ran and matches the reference; returns the native outputs."""
-    got, want, calls = native_vs_reference(op, inputs, domain=domain, threads=threads, **attrs)
+    got, want, calls = native_vs_reference(op, inputs, domain=domain, threads=threads, n_out=n_out, **attrs)
     label = what or f"{op} {attrs} {[np.shape(s[1]) for s in inputs]}"
     assert_native_ran(calls, native_fn, label)
     assert len(got) == len(want)
