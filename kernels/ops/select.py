@@ -1,11 +1,12 @@
 """Selection and scans on the vector unit: ArgMax/ArgMin (keepdims, select_last_index), TopK (largest/smallest,
 K as input or opset-1 attribute) and CumSum (exclusive, reverse).
 
-Ties: ArgMax/ArgMin take the first index (the last with ``select_last_index=1``); TopK orders equal values by
-ascending index, as ORT. ``sorted=0`` leaves the order to the implementation (ONNX); this kernel returns the
-sorted order. TopK ranks with a stable argsort of the values (floats negated, integers bit-inverted for
-"largest", which reverses their order without overflow). CumSum accumulates sequentially along the axis in the
-input dtype (float16: float32, one rounding on store), like ORT's loop.
+Ties: ArgMax/ArgMin take the first index (the last with ``select_last_index=1``); over NaN they follow ORT's CPU
+kernel (``_arg_scan_with_nan``). TopK orders equal values by ascending index, as ORT. ``sorted=0`` leaves the order
+to the implementation (ONNX); this kernel returns the sorted order. TopK ranks with a stable argsort of the values
+(floats negated, integers bit-inverted for "largest", which reverses their order without overflow). CumSum
+accumulates sequentially along the axis in the input dtype (float16: float32, one rounding on store), like ORT's
+loop.
 
 Cost: ArgMax/CumSum one vector op per element; TopK ``log2(axis length)`` compare-exchange ops per element (a
 sorting network); DMA reads the input and writes the outputs.
@@ -42,13 +43,29 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 def _arg_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     axis = p.attrs["axis"] % x.ndim
-    pick = np.argmax if p.attrs["op"] == "ArgMax" else np.argmin
-    if p.attrs["last"]:
-        idx = x.shape[axis] - 1 - pick(np.flip(x, axis), axis=axis)
+    is_max = p.attrs["op"] == "ArgMax"
+    last = bool(p.attrs["last"])
+    if x.dtype.kind == "f" and (x.ndim > 1 or last) and np.isnan(x).any():
+        idx = _arg_scan_with_nan(x, axis, is_max, last)
     else:
-        idx = pick(x, axis=axis)
+        pick = np.argmax if is_max else np.argmin
+        idx = x.shape[axis] - 1 - pick(np.flip(x, axis), axis=axis) if last else pick(x, axis=axis)
     idx = idx.astype(np.int64, copy=False)
     return [np.expand_dims(idx, axis) if p.attrs["keepdims"] else np.asarray(idx)]
+
+
+def _arg_scan_with_nan(x: np.ndarray, axis: int, is_max: bool, last: bool) -> np.ndarray:
+    """ArgMax/ArgMin of a float ``x`` holding NaN, as ORT's CPU kernel: along the axis it keeps the first element and
+    replaces it by each later one that compares greater (less; or equal too with select_last_index). Every
+    comparison with NaN is false, so a NaN first element wins its row (index 0) and a later NaN is never picked.
+    (A rank-1 input without select_last_index goes through Eigen's maxCoeff instead, which returns the first NaN:
+    numpy's argmax/argmin, the caller's path.)"""
+    nan = np.isnan(x)
+    extreme = (np.maximum if is_max else np.minimum).reduce(
+        np.where(nan, x.dtype.type(-np.inf if is_max else np.inf), x), axis=axis, keepdims=True)
+    hit = x == extreme  # never true at a NaN
+    idx = x.shape[axis] - 1 - np.argmax(np.flip(hit, axis), axis=axis) if last else np.argmax(hit, axis=axis)
+    return np.where(np.take(nan, 0, axis=axis), 0, idx)
 
 
 def _topk_run(p: Prepared, inputs) -> list[np.ndarray]:

@@ -31,6 +31,39 @@ def test_arg_reductions_with_ties(op, axis, keepdims, last, dtype):
                 targets=BOTH)
 
 
+def _with_nan(shape, seed):
+    """Small integers with NaN (and some +-inf) at random positions: first, last and middle of rows, whole rows."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 3, size=shape).astype(np.float32)
+    x[rng.random(shape) < rng.uniform(0.1, 0.5)] = np.nan
+    x[rng.random(shape) < 0.1] = -np.inf
+    x[rng.random(shape) < 0.1] = np.inf
+    return x
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("shape, axis", [((2, 5), 1), ((5, 4), 0), ((3, 4, 6), 1), ((3, 4, 6), -1), ((37,), 0),
+                                         ((1, 9), -1), ((9, 1), 0)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_arg_reductions_over_nan_match_ort(op, last, keepdims, shape, axis, seed):
+    """NaN in the reduced rows: the index ORT's CPU kernel gives (a first-element NaN wins its row, a later NaN is
+    passed over; a rank-1 input without select_last_index returns its first NaN), where numpy's argmax returns
+    the first NaN everywhere (issue 38 item 5); float16 gives the same indices."""
+    x = _with_nan(shape, seed)
+    attrs = {"axis": axis, "keepdims": keepdims, "select_last_index": last}
+    want = check_on_ep(op, [("x", x, False)], [("y", I64)], attrs, targets=BOTH)
+    want16 = check_on_ep(op, [("x", x.astype(np.float16), False)], [("y", I64)], attrs)
+    np.testing.assert_array_equal(want16[0], want[0])
+
+
+def test_argmax_over_nan_issue_example():
+    x = np.array([[1, np.nan, 3, 7, 2], [np.nan, 2, 9, 1, 0]], np.float32)
+    (want,) = check_on_ep("ArgMax", [("x", x, False)], [("y", I64)], {"axis": 1, "keepdims": 0})
+    assert want.tolist() == [3, 0] and np.argmax(x, axis=1).tolist() == [1, 0]
+
+
 @pytest.mark.parametrize("largest", [1, 0])
 @pytest.mark.parametrize("axis", [-1, 0, 1])
 @pytest.mark.parametrize("k", [1, 3, 6])
