@@ -1,0 +1,90 @@
+"""Differential sweep of the native reductions (ep/native/kernels/reduce.cc's integer ReduceSum and float
+ReduceMean, conv_bindings.cc's GlobalAveragePool mean_pixels), issue 38: each runs as a bound native step (the
+program's C++ loop), so the sweep binds it after the kernel's own run (the reference model) and compares the two
+bit for bit, counting that the native step ran (or declined where it must).
+
+Boundaries: integer sums at the type's limits (int32 saturation, both signs), a row's sum of |x| just below and at
+2^53 (above it float64 could round: the step must decline and the reference run), int64 extremes; float means with
+NaN, +-Inf, -0.0, huge and subnormal values, rows around numpy's pairwise block of 128, leading and trailing axes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from _sweep import with_specials
+from npu_ep.ep import _native as bridge
+from npu_ep.kernels.ops import _native
+from tests.kernels.test_bound_native_calls import assert_same, one_step_loop, prepared, reduce_model
+from tests.npu_testing import make_model
+
+pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(3804)
+EXACT = 2 ** 53
+
+
+def _bound_equals_reference(op, x, axes, keepdims, native_runs=True):
+    kernel, p = prepared(reduce_model(x.dtype, x.shape, axes, keepdims, op=op), op)
+    with np.errstate(all="ignore"):  # IEEE results without warnings, as in a session
+        outs, step, loop = one_step_loop(kernel, p, [x, None])
+        assert isinstance(step, bridge.CallStep), f"{op} {x.shape} {axes}: not bound"
+        assert_same(loop((x, None)), outs)
+    assert loop.native_counts == ((1, 0) if native_runs else (0, 1)), (op, x.shape, axes, loop.native_counts)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_sums_around_saturation(dtype):
+    info = np.iinfo(dtype)
+    for cols in (1, 2, 3, 127, 128, 129):
+        x = RNG.integers(info.min // cols, info.max // cols, (4, cols), dtype=np.int64).astype(dtype) \
+            if dtype == np.int32 else RNG.integers(-1000, 1000, (4, cols)).astype(dtype)
+        if dtype == np.int32:
+            x[1] = info.max  # the sum saturates at the top (from 2 columns on)
+            x[2] = info.min  # and at the bottom
+            x[3, ::2], x[3, 1::2] = info.max, info.min  # cancels: exact in int64
+        _bound_equals_reference("ReduceSum", x, [1], 0)
+        _bound_equals_reference("ReduceSum", x.reshape(2, 2, cols), [-2, -1], 1)
+
+
+def test_int64_rows_just_below_and_at_2_53():
+    below = np.array([[EXACT // 2, EXACT // 2 - 1], [-(EXACT // 2), -(EXACT // 2) + 1]], np.int64)
+    _bound_equals_reference("ReduceSum", below, [1], 0)
+    at = np.array([[EXACT // 2, EXACT // 2]], np.int64)  # sum of |x| reaches 2^53: the reference runs
+    _bound_equals_reference("ReduceSum", at, [1], 0, native_runs=False)
+    extremes = np.array([[np.iinfo(np.int64).min, 1]], np.int64)
+    _bound_equals_reference("ReduceSum", extremes, [1], 1, native_runs=False)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_means_with_special_values(dtype):
+    for cols in (1, 7, 127, 128, 129, 300):
+        x = (RNG.standard_normal((3, 2, cols)) * 10).astype(dtype)
+        flat = x.reshape(-1)
+        flat[::17] = np.nan
+        flat[3::19] = np.inf
+        flat[5::23] = -np.inf
+        flat[7::13] = -0.0
+        flat[11::29] = np.finfo(dtype).max
+        flat[2::31] = np.finfo(dtype).smallest_subnormal
+        for axes in ([2], [0, 2], [1]):
+            _bound_equals_reference("ReduceMean", x, axes, 1)
+            _bound_equals_reference("ReduceMean", x, axes, 0)
+
+
+def _gap_model(shape):
+    return make_model([helper.make_node("GlobalAveragePool", ["x"], ["y"], name="gap")],
+                      [helper.make_tensor_value_info("x", 1, list(shape))],
+                      [helper.make_tensor_value_info("y", 1, [*shape[:2]] + [1] * (len(shape) - 2))])
+
+
+def test_global_average_pool():
+    for shape in ((1, 3, 1, 1), (2, 5, 7, 3), (1, 17, 128, 1), (1, 2, 129), (1, 1, 2, 3, 5)):
+        x = with_specials((RNG.standard_normal(shape) * 5).astype(np.float32), RNG, fraction=0.02)
+        kernel, p = prepared(_gap_model(shape), "GlobalAveragePool")
+        with np.errstate(all="ignore"):
+            outs, step, loop = one_step_loop(kernel, p, [x])
+            assert isinstance(step, bridge.CallStep)
+            assert_same(loop((x,)), outs)
+        assert loop.native_counts == (1, 0)
