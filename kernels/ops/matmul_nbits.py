@@ -16,6 +16,10 @@ Numerics (match ORT CPU within tolerance; tests state it):
   (q - zp)``. The native kernel sums the integer products exactly; the reference evaluates ``dequant(quant(A)) @
   W`` with float32 BLAS, equal in real arithmetic (differences: float summation order only).
 fp16 A: computed in float32 and rounded to fp16 once.
+
+g_idx (input 4, act-order) is accepted only where it is the plain blocks (``g_idx[k] == k // block_size``) and
+there are no zero points, computed at level 0 whatever accuracy_level says, as ORT's CPU kernel does with g_idx;
+any other g_idx is declined with its reason (``_g_idx_declined``).
 """
 
 from __future__ import annotations
@@ -51,10 +55,35 @@ def check_nbits(node: NodeInfo, target: Target) -> str | None:
     zp = node.input(3)
     if zp is not None and zp.dtype is not None and zp.dtype.kind == "f":
         return f"{node.describe()}: float zero points are not supported by the int4 weight mode"
+    why = _g_idx_declined(node, int(node.attr("K")), bs)
+    if why is not None:
+        return why
     a = node.input(0)
     m = a.shape[-2] if a.shape is not None and len(a.shape) > 1 else 1
     return check_fits(m, int(node.attr("N")), int(node.attr("K")), a.dtype.name if a.dtype is not None else "float32",
                       "int4", target, block_size=bs)
+
+
+def _g_idx_declined(node: NodeInfo, K: int, bs: int) -> str | None:
+    """Why input 4, g_idx (act-order: row k's scale and zero point are those of group g_idx[k]), is declined, or
+    None when it is absent or states the plain blocks (g_idx[k] == k // block_size) with no zero points, which is
+    the node without it. A reordering g_idx would need A's columns permuted per call in every kernel that takes
+    MatMulNBits weights (the fused groups and norms included), so it stays on the CPU EP. With zero points ORT's
+    CPU kernel (1.31) drops them once g_idx is given (it computes (code - 8) * scale), against the op's own
+    definition, so there is no single answer to match."""
+    g = node.input(4)
+    if g is None:
+        return None
+    if not g.is_constant or g.value is None:
+        return f"{node.describe()}: g_idx {g.describe()} must be a constant initializer"
+    idx = np.asarray(g.value).reshape(-1)
+    if idx.size != K or not np.array_equal(idx, np.arange(K) // bs):
+        return (f"{node.describe()}: g_idx (act-order) reorders rows across blocks; the int4 weight mode reads "
+                f"blocks of {bs} consecutive rows, so only g_idx[k] == k // block_size is accepted")
+    if node.input(3) is not None:
+        return (f"{node.describe()}: g_idx with zero points: ORT's CPU kernel ignores the zero points when g_idx "
+                f"is given, against the op's definition; left to the CPU EP")
+    return None
 
 
 def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | None = None,
@@ -64,7 +93,8 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
     w = MatMulNBitsWeights(B=node.input(1).value, scales=node.input(2).value,
                            zero_points=None if zp is None else zp.value, K=K, N=N, block_size=bs)
     consts: dict[str, np.ndarray] = dict(ep_consts or {})
-    level = int(node.attr("accuracy_level", 0))
+    # with g_idx ORT's CPU kernel runs the dequantized weights in float32 whatever the level: so does NpuEP
+    level = int(node.attr("accuracy_level", 0)) if node.input(4) is None else 0
     consts.update(packed_consts(w, level))
     ep = dict(epilogue or {})
     bias = node.input(5)

@@ -51,3 +51,50 @@ def test_matmulnbits_declined_on_edge_without_int4_mode():
     reason = declined("MatMulNBits", _inputs(a, 64, 32, 16, True, False), "npu-edge", domain="com.microsoft",
                       K=64, N=32, bits=4, block_size=16)
     assert "npu-edge" in reason
+
+
+def _with_g_idx(inputs, g_idx):
+    return [("g_idx", g_idx, True) if name == "g_idx" else (name, *rest) for name, *rest in inputs]
+
+
+@pytest.mark.parametrize("level", [0, 4])
+def test_g_idx_of_the_plain_blocks_without_zero_points_runs_and_matches_cpu(level):
+    """g_idx[k] == k // block_size is the node without g_idx (ORT's CPU kernel agrees when there are no zero
+    points): accepted and run."""
+    K, N, bs = 96, 40, 32
+    a = RNG.standard_normal((3, K)).astype(np.float32)
+    inputs = _with_g_idx(_inputs(a, K, N, bs, True, False), (np.arange(K) // bs).astype(np.int32))
+    ours, ref, _, _ = both("MatMulNBits", inputs, domain="com.microsoft", K=K, N=N, bits=4, block_size=bs,
+                           accuracy_level=level)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=(1e-4 if level == 0 else 2e-3) * np.sqrt(K))
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_act_order_g_idx_is_declined_and_runs_on_the_cpu_ep(symmetric):
+    """Issue 38: a reordering g_idx (GPTQ act-order) was accepted and ignored (NpuEP gave the node's answer without
+    it, up to 2.15 off). It is declined with its reason, and in a session the node runs on the CPU EP with ORT's
+    answer."""
+    from _single_op import model as single_op_model
+    from npu_testing import assignment, cpu_run, npu_session
+
+    K, N, bs = 128, 32, 32
+    g_idx = RNG.permutation(np.arange(K) // bs).astype(np.int32)
+    a = RNG.standard_normal((2, K)).astype(np.float32)
+    inputs = _with_g_idx(_inputs(a, K, N, bs, symmetric, False), g_idx)
+    attrs = dict(domain="com.microsoft", K=K, N=N, bits=4, block_size=bs)
+    assert "g_idx (act-order) reorders rows across blocks" in declined("MatMulNBits", inputs, "npu-ref", **attrs)
+    model = single_op_model("MatMulNBits", inputs, **attrs)
+    model.graph.node[0].name = "mm"
+    sess = npu_session(model)
+    assert assignment(sess) == {"mm": "CPUExecutionProvider"}
+    np.testing.assert_array_equal(sess.run(None, {"a": a})[0], cpu_run(model, {"a": a})[0])
+
+
+def test_g_idx_with_zero_points_is_declined():
+    """ORT's CPU kernel computes (code - 8) * scale once g_idx is given, whatever the zero points (1.31): even a
+    g_idx of the plain blocks has no single answer to match, so it is declined with that reason."""
+    K, N, bs = 64, 16, 16
+    a = RNG.standard_normal((1, K)).astype(np.float32)
+    inputs = _with_g_idx(_inputs(a, K, N, bs, False, False), (np.arange(K) // bs).astype(np.int32))
+    reason = declined("MatMulNBits", inputs, "npu-ref", domain="com.microsoft", K=K, N=N, bits=4, block_size=bs)
+    assert "ignores the zero points" in reason
