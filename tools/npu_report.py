@@ -1,6 +1,7 @@
 """``npu-report MODEL.onnx [--target T] [--json OUT] [--html OUT] [--run] [--dim name=value ...] [--compare]
-[--float-model FLOAT.onnx] [--no-check] [--dump-partitions DIR]``; ``npu-report --zoo SRC [SRC ...] [--workers N]``
-(SRC: a model file, a folder of them, or ``corpus``): one row per model from a real NpuEP session.
+[--float-model FLOAT.onnx] [--no-check] [--dump-partitions DIR]``; ``npu-report --zoo SRC [SRC ...] [--workers N]
+[--timeout S] [--max-memory-mib MIB]`` (SRC: a model file, a folder of them, or ``corpus``): one row per model from
+a real NpuEP session, each model in its own worker process (``report/isolated.py``).
 
 Exit codes: 0 report produced; 2 bad input (missing/unreadable/invalid model, a model ONNX Runtime refuses, unknown
 target, bad --dim), printed as one line on stderr naming the file and the reason, without a traceback; 1 NpuEP
@@ -71,6 +72,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--zoo", nargs="+", metavar="SRC",
                    help="model zoo: one row per model (a file, a folder of .onnx files, or 'corpus')")
     p.add_argument("--workers", type=int, default=None, help="worker processes for --zoo (default: one per core)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="--zoo: seconds one model may take before its worker is killed and its row says so "
+                        "(default 600)")
+    p.add_argument("--max-memory-mib", type=int, default=None, metavar="MIB",
+                   help="--zoo: address space of one worker; a model needing more is an error row (default: the "
+                        "machine's memory shared by the workers, at least 4096)")
     p.add_argument("--quiet", action="store_true", help="no terminal summary")
     return p
 
@@ -83,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--max-input-mib must be > 0")
     if args.zoo:
         return _zoo(args)
-    if args.workers is not None:
-        parser().error("--workers goes with --zoo")
+    zoo_only = [flag for flag, given in (("--workers", args.workers), ("--timeout", args.timeout),
+                                         ("--max-memory-mib", args.max_memory_mib)) if given is not None]
+    if zoo_only:
+        parser().error(f"{zoo_only[0]} goes with --zoo")
     if args.model is None:
         parser().error("a model file is required (or --zoo SRC ...)")
     from .report.build import NpuEPFailure, ReportInputError, build_report, write_json
@@ -135,7 +144,7 @@ def _zoo(args: argparse.Namespace) -> int:
     """``--zoo``: the sources' models measured in worker processes; JSON/HTML written like the report's."""
     from .._atomic import atomic_write_bytes
     from .report.build import ReportInputError, write_json
-    from .report.model_zoo import model_paths, render_html, render_terminal, zoo
+    from .report.model_zoo import DEFAULT_TIMEOUT_S, model_paths, render_html, render_terminal, zoo
 
     wrong = [flag for flag, given in (("a model file", args.model), ("--run", args.run), ("--compare", args.compare),
                                       ("--float-model", args.float_model), ("--dump-partitions", args.dump_partitions))
@@ -144,12 +153,17 @@ def _zoo(args: argparse.Namespace) -> int:
         parser().error(f"--zoo does not take {', '.join(wrong)}")
     if args.workers is not None and args.workers < 1:
         parser().error("--workers must be >= 1")
+    if args.timeout is not None and not args.timeout > 0:
+        parser().error("--timeout must be > 0 seconds")
+    if args.max_memory_mib is not None and args.max_memory_mib < 1:
+        parser().error("--max-memory-mib must be >= 1")
     outputs = [o for o in (args.json, args.html) if o]
     try:
         Target.load(args.target)  # an unknown target is bad input, not one error row per model
         models = model_paths(args.zoo)
         refuse_outputs_onto_inputs(outputs, [path for _, path in models])
-        doc = zoo(args.zoo, target=args.target, dims=dict(args.dim), workers=args.workers, runs=args.runs or 5)
+        doc = zoo(args.zoo, target=args.target, dims=dict(args.dim), workers=args.workers, runs=args.runs or 5,
+                  timeout_s=args.timeout or DEFAULT_TIMEOUT_S, max_memory_mib=args.max_memory_mib)
     except (ReportInputError, FileNotFoundError, TargetError) as exc:
         print(f"npu-report: error: {_one_line(exc)}", file=sys.stderr)
         return 2

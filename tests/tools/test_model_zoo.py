@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
+import numpy as np
+import psutil
 import pytest
 from onnx import TensorProto, helper
 
 from npu_ep.models.corpus import by_name
+from npu_ep.tools.report.isolated import JobFailed, run_isolated
 from npu_ep.tools.report.model_zoo import model_paths, render_html, render_terminal, zoo
 from tests.npu_testing import make_model, save
 
@@ -118,3 +126,66 @@ def test_host_ratio_runs_the_two_sessions_alternately():
     ratio = host_ratio(Session("npu"), Session("cpu"), {}, runs=4)
     assert order == ["npu", "cpu"] * 5
     assert ratio > 0
+
+
+def _zoo_cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """npu-report --zoo as its own process: a hang fails the test at ``timeout`` instead of hanging the suite."""
+    return subprocess.run([sys.executable, "-m", "npu_ep.tools.npu_report", "--zoo", *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd="/")
+
+
+def test_cli_zoo_reports_a_fifo_and_a_link_to_a_device_as_rows_without_reading_them(tmp_path):
+    """A FIFO named *.onnx blocked the run forever; a *.onnx symlink to /dev/zero took a worker to gigabytes."""
+    folder = _relu_folder(tmp_path)
+    os.mkfifo(folder / "fifo.onnx")
+    (folder / "zero.onnx").symlink_to("/dev/zero")
+    out = tmp_path / "zoo.json"
+    done = _zoo_cli(str(folder), "--workers", "2", "--runs", "1", "--json", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    rows = {r["model"]: r for r in json.loads(out.read_text())["models"]}
+    assert rows["relu"]["coverage"] == 1.0
+    assert rows["fifo"]["error"].endswith("fifo.onnx: is a FIFO, not a regular file")
+    assert rows["zero"]["error"].endswith("zero.onnx: is a character device, not a regular file")
+
+
+def test_a_job_past_its_time_limit_is_killed_and_its_row_says_so():
+    started = time.monotonic()
+    slow, fast = run_isolated(time.sleep, [(120,), (0,)], workers=2, timeout_s=15.0)  # a spawn takes seconds
+    assert isinstance(slow, JobFailed) and str(slow) == "timed out after 15 s (killed)"
+    assert fast is None
+    assert time.monotonic() - started < 60
+
+
+def test_a_job_above_its_memory_bound_fails_with_memory_error():
+    (big,) = run_isolated(np.empty, [((3 * 2**30,), np.uint8)], workers=1, timeout_s=60, max_memory_bytes=2**30)
+    assert isinstance(big, JobFailed) and str(big).startswith("MemoryError"), big
+
+
+def test_a_zoo_row_for_a_job_that_failed_names_the_model(tmp_path):
+    folder = _relu_folder(tmp_path)
+    doc = zoo([str(folder)], workers=1, runs=1, timeout_s=0.01)
+    assert doc["models"] == [{"model": "relu", "path": str(folder / "relu.onnx"),
+                              "error": "timed out after 0.01 s (killed)"}]
+
+
+_SLEEPING_JOBS = ("import time; from npu_ep.tools.report.isolated import run_isolated; "
+                  "run_isolated(time.sleep, [(300,), (300,)], workers=2, timeout_s=600)")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_workers_die_with_their_parent(sig):
+    """SIGTERM: the parent kills its workers and exits 143; SIGKILL: Linux kills them (PR_SET_PDEATHSIG)."""
+    parent = subprocess.Popen([sys.executable, "-c", _SLEEPING_JOBS], cwd="/")
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := psutil.Process(parent.pid).children()) < 2:
+            assert time.monotonic() < deadline and parent.poll() is None, "workers did not start"
+            time.sleep(0.1)
+        time.sleep(1.0)  # the workers are past prctl
+        parent.send_signal(sig)
+        assert parent.wait(30) == (143 if sig == signal.SIGTERM else -signal.SIGKILL)
+        gone, alive = psutil.wait_procs(workers, timeout=10)
+        assert not alive, f"workers outlived their parent: {alive}"
+    finally:
+        parent.kill()
+        parent.wait()

@@ -12,8 +12,6 @@ decisions supply those, so ``nodes`` and coverage count every node once, whereve
 from __future__ import annotations
 
 import collections
-import concurrent.futures
-import multiprocessing
 import os
 import pathlib
 import time
@@ -38,7 +36,7 @@ def model_paths(sources: Sequence[str]) -> list[tuple[str, str]]:
         p = pathlib.Path(src)
         if p.is_dir():
             out += [(f.stem, str(f)) for f in sorted(p.rglob("*.onnx"))]
-        elif p.is_file():
+        elif p.exists():  # a FIFO or a device too: its row says what it is (it is never opened for reading)
             out.append((p.stem, str(p)))
         else:
             raise FileNotFoundError(f"{src}: no such model file or folder")
@@ -47,16 +45,16 @@ def model_paths(sources: Sequence[str]) -> list[tuple[str, str]]:
 
 def measure_model(name: str, path: str, target: str, dims: Mapping[str, int], runs: int) -> dict[str, Any]:
     """One zoo row (runs in a worker process: one NpuEP session alive at a time there)."""
-    import onnx
     import onnxruntime as ort
 
     from ...ep.sessions import session_of, tag_session_options
     from ...models.corpus import CORPUS
+    from ..model_file import load_model_file
     from .run import make_feeds, resolve_dims
 
     row: dict[str, Any] = {"model": name, "path": path}
     try:
-        model = onnx.load(path)
+        model = load_model_file(path)  # a FIFO or a link to a device is an error row, never read
         corpus = next((m for m in CORPUS if m.path() is not None and str(m.path()) == path), None)
         feeds = corpus.feeds(np.random.default_rng(0)) if corpus else make_feeds(model, resolve_dims(model, dims))
         so = ort.SessionOptions()
@@ -118,15 +116,32 @@ def host_ratio(npu, cpu, feeds, runs: int) -> float:
     return best[0] / best[1]
 
 
+DEFAULT_TIMEOUT_S = 600.0  # per model: a real model's two sessions and runs take seconds to a minute here
+
+
+def default_memory_mib(workers: int) -> int:
+    """Each worker's address-space bound: the machine's memory shared by the workers, at least 4 GiB (virtual
+    reservations of ORT's threads and allocators count too)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    return max(4096, total // max(1, workers))
+
+
 def zoo(sources: Sequence[str], *, target: str = "npu-ref", dims: Mapping[str, int] | None = None,
-        workers: int | None = None, runs: int = 5) -> dict[str, Any]:
-    """Measure every model in parallel worker processes (spawned: a fresh ORT and NpuEP per model)."""
+        workers: int | None = None, runs: int = 5, timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_memory_mib: int | None = None) -> dict[str, Any]:
+    """Measure every model in its own spawned worker process (``isolated``), at most ``workers`` at once; a model
+    that hangs past ``timeout_s`` or needs more than ``max_memory_mib`` (default ``default_memory_mib``) is a row
+    with that error."""
+    from .isolated import JobFailed, run_isolated
+
     models = model_paths(sources)
     workers = workers or max(1, min(len(models), os.cpu_count() or 1))
-    ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        rows = list(pool.map(measure_model, *zip(*models), [target] * len(models), [dict(dims or {})] * len(models),
-                             [runs] * len(models))) if models else []
+    memory = max_memory_mib or default_memory_mib(workers)
+    jobs = [(name, path, target, dict(dims or {}), runs) for name, path in models]
+    results = run_isolated(measure_model, jobs, workers=workers, timeout_s=timeout_s,
+                           max_memory_bytes=memory * 2**20)
+    rows = [{"model": name, "path": path, "error": str(r)} if isinstance(r, JobFailed) else r
+            for (name, path), r in zip(models, results)]
     return {"target": target, "targets": TARGETS, "models": rows}
 
 

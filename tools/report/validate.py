@@ -29,6 +29,7 @@ from typing import Any
 import onnx
 
 from ...ep.onnx_graph import all_tensors
+from ..model_file import NotRegularFileError, external_data_locations, load_model_file, read_regular_file
 
 ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 _PROTO_LIMIT = 2**31 - 1  # protobuf cannot serialize more in one message: check large models by path
@@ -148,15 +149,27 @@ def files_read_by(path: str | os.PathLike) -> list[str]:
     validation says what is wrong with them)."""
     files = [os.fspath(path)]
     try:
-        model = onnx.load(os.fspath(path), load_external_data=False)
-    except Exception:  # noqa: BLE001 - load_checked reports it
+        model = onnx.load_model_from_string(read_regular_file(path))
+    except Exception:  # noqa: BLE001 - load_checked reports it (a FIFO is never opened for a blocking read)
         return files
     base = os.path.dirname(os.fspath(path))
-    for t in all_tensors(model.graph):
-        for e in t.external_data:
-            if e.key == "location" and e.value:
-                files.append(os.path.join(base, e.value))
-    return files
+    return files + [os.path.join(base, location) for location in external_data_locations(model)]
+
+
+def _read_model(path: str) -> onnx.ModelProto:
+    """Step 1: the file (and its external data files) read only if regular files (``tools/model_file.py``)."""
+    try:
+        return load_model_file(path)
+    except NotRegularFileError as exc:
+        raise ReportInputError(str(exc)) from None
+    except FileNotFoundError as exc:
+        missing = exc.filename or path
+        raise ReportInputError(f"model file not found: {path}" if missing == path else
+                               f"{path}: its external data file {missing} does not exist") from None
+    except OSError as exc:
+        raise ReportInputError(f"cannot read {exc.filename or path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise many types on garbage
+        raise ReportInputError(f"cannot read ONNX model {path}: {_one_line(exc)}") from None
 
 
 def load_checked(model_or_path: Any, *, checker: bool = True) -> tuple[onnx.ModelProto, str, dict[str, str]]:
@@ -170,12 +183,7 @@ def load_checked(model_or_path: Any, *, checker: bool = True) -> tuple[onnx.Mode
             raise ReportInputError(f"cannot report on a {type(model_or_path).__name__}: pass a path, a "
                                    "ModelProto or an InferenceSession") from None
         where = path
-        if not os.path.isfile(path):
-            raise ReportInputError(f"model file not found: {path}")
-        try:
-            model = onnx.load(path)
-        except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise many types on garbage
-            raise ReportInputError(f"cannot read ONNX model {path}: {_one_line(exc)}") from None
+        model = _read_model(path)
     check_structure(model, where)
     summary = {"structure": "ok", "checker": run_checker(model, where, path) if checker else "disabled (--no-check)"}
     return model, where, summary
