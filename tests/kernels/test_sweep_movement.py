@@ -1,0 +1,93 @@
+"""Differential sweep of the native data movement (ep/native/kernels/movement.cc: Expand's broadcast copy, Concat),
+issue 38: every broadcast pattern of ranks 1..4 (each axis kept, broadcast from 1, or given as 1 by the target:
+numpy's two-way rule), and Concat along every axis of 1..4 parts (empty parts, strided parts), against the
+reference model's numpy calls, byte for byte (values are moved, never computed), on both sides of the 64 KiB size
+where the copy releases the GIL.
+
+movement.cc's structure: Expand merges the trailing axes that match into one memcpy run and replicates a broadcast
+axis's first block by doubling memcpys (Replicate: 1, 2, 4 ... copies, then the rest), so the copy counts that
+cross a power of two are the boundaries here (3, 4, 5, 7, 8, 9 copies)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from npu_ep.kernels.ops import _native
+
+pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(3805)
+COPIES = [1, 3, 4, 5, 8, 9]  # Replicate's doubling memcpys: just below, at and above powers of two
+
+
+def _values(shape, dtype) -> np.ndarray:
+    if np.dtype(dtype) == np.bool_:
+        return RNG.random(shape) > 0.5
+    x = (RNG.standard_normal(shape) * 50).astype(dtype)
+    if np.dtype(dtype).kind == "f" and x.size:
+        x.reshape(-1)[::5] = np.nan  # moved, never compared as values: the bytes must match
+        x.reshape(-1)[1::7] = -0.0
+    return x
+
+
+def _same_bytes(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {got.shape} vs {want.shape}"
+    assert got.flags.c_contiguous and got.tobytes() == want.tobytes(), what
+
+
+def _expand(x: np.ndarray, shape) -> None:
+    got = _native.native_module().expand(x, list(shape))
+    want = np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))), order="C")
+    _same_bytes(got, want, f"expand {x.shape} -> {shape}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float16, np.int64, np.bool_])
+def test_expand_every_broadcast_pattern(dtype):
+    """Each axis of a rank-1..4 shape: kept (x and target agree), broadcast from x's 1 (copies from COPIES) or
+    kept by the target's 1; the target's rank one more than x's or the same."""
+    for rank in range(1, 5):
+        for pattern in itertools.product("kbt", repeat=rank):
+            dims = RNG.integers(2, 4, rank)
+            copies = RNG.choice(COPIES, rank)
+            x_shape = [1 if p == "b" else int(d) for p, d in zip(pattern, dims)]
+            target = [int(c) if p == "b" else 1 if p == "t" else int(d) for p, d, c in zip(pattern, dims, copies)]
+            x = _values(x_shape, dtype)
+            _expand(x, target)
+            _expand(x, [2] + target)  # a new leading axis
+
+
+def test_expand_sizes_around_the_gil_release_and_strided_inputs():
+    for run in (16383, 16384, 16385):  # float32 runs around 64 KiB
+        _expand(_values((1, run), np.float32), (1, 1))
+        _expand(_values((1, run), np.float32), (2, run))
+    x = _values((4, 6, 10), np.float32)[:, ::2, 1:9]  # a strided view: copied first
+    _expand(x, (2, 4, 3, 8))
+    _expand(_values((), np.int64), (3, 5))
+    _expand(_values((3, 0, 1), np.float32), (3, 0, 4))
+
+
+def _concat(axis: int, parts) -> None:
+    got = _native.native_module().concat(axis, *parts)
+    _same_bytes(got, np.concatenate(parts, axis=axis), f"concat axis {axis} {[p.shape for p in parts]}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16, np.int64, np.bool_])
+def test_concat_every_axis_and_part_count(dtype):
+    for rank in range(1, 5):
+        base = [int(d) for d in RNG.integers(1, 4, rank)]
+        for axis in range(-rank, rank):
+            for n_parts in (1, 2, 3, 4):
+                sizes = [int(s) for s in RNG.integers(0, 4, n_parts)]  # empty parts included
+                parts = [_values([s if i == axis % rank else d for i, d in enumerate(base)], dtype) for s in sizes]
+                _concat(axis, parts)
+
+
+def test_concat_strided_parts_and_sizes_around_the_gil_release():
+    a = _values((3, 10, 8), np.float32)[:, ::2]  # strided: copied first
+    _concat(1, [a, _values((3, 2, 8), np.float32), a[:, :0]])
+    for n in (8191, 8192, 8193):  # two float32 parts of n: the output around 64 KiB
+        _concat(0, [_values((n,), np.float32), _values((n,), np.float32)])
+        _concat(-1, [_values((2, n // 2), np.float32), _values((2, n - n // 2), np.float32)])
