@@ -162,9 +162,9 @@ def _unit(g: _Graph, i: int, target: Target) -> tuple[NodeInfo, set[int]] | None
     if op.key not in (("", "Conv"), ("", "MatMul")):
         return None
     conv = op.op_type == "Conv"
-    # An activation DQ read by several ops feeds each of their units (ORT's EnsureUniqueDQForNodeUnit duplicates
-    # it); it is absorbed only when this unit is its sole reader. A weight DQ must have one reader.
-    ia, iw = g.dq_feeding(op.input(0), shared=True), g.dq_feeding(op.input(1))
+    # A DQ read by several ops feeds each of their units (ORT's EnsureUniqueDQForNodeUnit duplicates it: exporters
+    # share one initializer between equal weights or biases); it is absorbed only when this unit is its sole reader.
+    ia, iw = g.dq_feeding(op.input(0), shared=True), g.dq_feeding(op.input(1), shared=True)
     iq = g.sole_q(op)
     if ia is None or iw is None or iq is None:
         return None
@@ -178,11 +178,11 @@ def _unit(g: _Graph, i: int, target: Target) -> tuple[NodeInfo, set[int]] | None
     yt = dtype_name(q.outputs[0])
     if wt not in ("int8", "uint8", "int4", "uint4"):
         return None
-    absorbed = {i, iw, iq} | ({ia} if g.sole_reader(op.inputs[0]) else set())
+    absorbed = {i, iq, ia, iw}  # integer_units keeps a shared DQ that a reader outside the units still needs
     xs, ws = np.asarray(adq.input(1).value, np.float32), np.asarray(wdq.input(1).value, np.float32)
     bias = None
     if conv and op.input(2) is not None:
-        ib = g.dq_feeding(op.input(2))
+        ib = g.dq_feeding(op.input(2), shared=True)
         if ib is None:
             return None
         bdq = g.nodes[ib]
@@ -225,17 +225,29 @@ def _unit(g: _Graph, i: int, target: Target) -> tuple[NodeInfo, set[int]] | None
 
 
 def integer_units(nodes: list[NodeInfo], target: Target) -> dict[int, tuple[NodeInfo, set[int]]]:
-    """Position of each unit's op in ``nodes`` -> (its synthetic integer node, positions of all its members)."""
+    """Position of each unit's op in ``nodes`` -> (its synthetic integer node, positions of all its members).
+
+    A DQ may feed several units (each unit reads its own copy, as after ORT's EnsureUniqueDQForNodeUnit); it is a
+    member, and so removed, only when every reader of its output is a unit's op."""
     g = _Graph(list(nodes))
     found: dict[int, tuple[NodeInfo, set[int]]] = {}
     taken: set[int] = set()
     for i in range(len(g.nodes)):
         got = _unit(g, i, target)
-        if got is None or got[1] & taken:
+        if got is None:
+            continue
+        own = {j for j in got[1] if g.nodes[j].key not in DQ_OPS}
+        if own & taken:
             continue
         found[i] = got
-        taken |= got[1]
-    return found
+        taken |= own
+
+    def absorbed_by_units(j: int) -> bool:
+        out = g.nodes[j].outputs[0]
+        return not out.is_graph_output and all(r in found for r in g.users.get(out.name, []))
+
+    return {i: (synth, {j for j in members if g.nodes[j].key not in DQ_OPS or absorbed_by_units(j)})
+            for i, (synth, members) in found.items()}
 
 
 def fuse_qdq(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:

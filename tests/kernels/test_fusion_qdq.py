@@ -116,12 +116,34 @@ def test_u16_matmul_unit_becomes_qdqmatmul_on_ref_and_is_declined_on_edge():
     assert reason is not None and "npu::QdqMatMul" in reason
 
 
-def test_weight_dq_with_two_readers_is_not_a_unit_and_not_folded():
+def test_weight_dq_with_two_readers_feeds_the_unit_and_folds_into_the_float_reader():
+    # ORT's EnsureUniqueDQForNodeUnit gives each reader its own DQ: the MatMul ending in a Q is a unit, the other
+    # (read by an Identity, no Q) stays a float step, its weight DQ folded into it as the only reader left
     model = _matmul_unit(weight_readers=2)
     fused = fuse_qdq(nodes_from_model(model), REF)
-    assert "QLinearMatMul" not in _ops(fused)
-    assert _ops(fused).count("DequantizeLinear") >= 2  # the weight DQ stays: two readers
+    assert _ops(fused).count("QLinearMatMul") == 1 and "MatMul" in _ops(fused)
+    assert fused[_ops(fused).index("MatMul")].inputs[1].value is not None
     _check_against_ort(model, fused)
+
+
+def test_two_units_sharing_one_weight_dq_both_fuse_and_the_dq_goes():
+    # exporters share one initializer between equal weights; ORT gives each unit its own DQ copy, so both fuse
+    b = qm.QdqBuilder(TensorProto.UINT8, domain="")
+    x = b.qdq("x", 1 / 40, 128)
+    w = b.weight("w", (16, 8), 1)
+    y0 = b.qdq(b.op("MatMul", [x, w], "mm"), 0.1, 128)
+    y1 = b.qdq(b.op("MatMul", [x, w], "mm1"), 0.1, 128)
+    g = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, [4, 8]) for y in (y0, y1)],
+                          [numpy_helper.from_array(v, k) for k, v in b.inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    fused = fuse_qdq(nodes_from_model(model), REF)
+    assert _ops(fused).count("QLinearMatMul") == 2
+    assert _ops(fused) == ["QuantizeLinear", "QLinearMatMul", "DequantizeLinear", "QLinearMatMul",
+                           "DequantizeLinear"]  # the shared activation and weight DQs both went
+    ref, ours = _unoptimized(model, {"x": X}), _run(fused, {"x": X})
+    for y, r in zip((y0, y1), ref):
+        assert within_one_quantum(ours[y], r, 0.1)
 
 
 def test_activation_dq_with_two_readers_feeds_the_unit_and_stays_for_the_other():
