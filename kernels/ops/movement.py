@@ -201,20 +201,20 @@ def _tile_cost(p: Prepared, shapes) -> OpCost:
 
 
 def _shape_prepare(node: NodeInfo, target: Target) -> Prepared:
-    return Prepared({"start": int(node.attr("start", 0)), "end": node.attr("end")}, {}, target)
+    return Prepared({"start": int(node.attr("start", 0)), "end": node.attr("end")}, stash_constants(node), target)
 
 
 def _shape_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Shape (opset 15 start/end, negative and out-of-range values clamped as ONNX says): tensor metadata, which
     the NPU runtime answers on its control processor without touching the data."""
-    dims = inputs[0].shape
+    dims = arg(p, inputs, 0).shape
     end = p.attrs["end"]
     return [np.array(dims[slice(p.attrs["start"], None if end is None else int(end))], dtype=np.int64)]
 
 
 def _size_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Size: the element count as a 0-d int64 (tensor metadata, like Shape)."""
-    return [np.array(inputs[0].size, dtype=np.int64)]
+    return [np.array(arg(p, inputs, 0).size, dtype=np.int64)]
 
 
 register(KernelDef("", "Shape", _shape_prepare, _shape_run, _view_cost, rank_free=True))

@@ -27,7 +27,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from . import _native
-from ._util import arg, nbytes
+from ._util import arg, nbytes, stash_constants
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 _GLOBAL = ("GlobalAveragePool", "GlobalMaxPool")
@@ -56,7 +56,7 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
     if node.op_type in _GLOBAL:
-        return Prepared({"op": node.op_type}, {}, target)
+        return Prepared({"op": node.op_type}, stash_constants(node), target)
     k = [int(v) for v in node.attr("kernel_shape")]
     n = len(k)
     strides = [int(v) for v in node.attr("strides", [1] * n)]
@@ -68,7 +68,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
                              "pads": pads, "auto_pad": node.attr("auto_pad", "NOTSET"),
                              "ceil": int(node.attr("ceil_mode", 0)),
                              "include_pad": int(node.attr("count_include_pad", 0)), "one_d": n == 1}
-    return Prepared(attrs, {}, target)
+    return Prepared(attrs, stash_constants(node), target)
 
 
 def _axis(size: int, k: int, s: int, d: int, p0: int, p1: int, ceil: int, auto: str) -> tuple[int, int, int]:

@@ -24,7 +24,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from . import _native
-from ._util import arg, nbytes
+from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
 
 _F16 = np.dtype(np.float16)
@@ -40,7 +40,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "noop_with_empty_axes": int(node.attr("noop_with_empty_axes", 0)),
              "axes": None if axes is None else [int(a) for a in axes],
              "itemsize": itemsize_of(node.inputs[0])}
-    return Prepared(attrs, {}, target)
+    return Prepared(attrs, stash_constants(node), target)  # a constant data input is read at run time
 
 
 def _normalized(axes: list[int], noop: int, rank: int) -> tuple[int, ...] | None:

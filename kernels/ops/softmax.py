@@ -20,7 +20,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from . import _native
-from ._util import arg, nbytes
+from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 
 
@@ -36,7 +36,7 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
     legacy = 0 < node.since_version < 13
     return Prepared({"axis": int(node.attr("axis", 1 if legacy else -1)), "legacy": legacy,
-                     "itemsize": itemsize_of(node.outputs[0])}, {}, target)
+                     "itemsize": itemsize_of(node.outputs[0])}, stash_constants(node), target)
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:

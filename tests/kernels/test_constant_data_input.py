@@ -1,0 +1,73 @@
+"""A node whose data input is a constant initializer, in a session ORT does not constant-fold (ORT_DISABLE_ALL; and
+float16, whose nodes ORT's folding leaves alone at any level), vs ORT's CPU EP.
+
+The kernel sees that input at compile time only (``node.inputs[i].value``) and gets ``None`` for it at run time, so
+its ``prepare`` must keep it in ``Prepared.consts``; reductions, Softmax, pooling and Shape/Size kept nothing and
+failed the run with "'NoneType' object has no attribute 'ndim'" (issue 38 item 8, ONNX's
+``test_attention_4d_fp16_expanded``). Each case proves NpuEP ran the node (graph assignment).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from _vector_ortref import assert_close, make_model
+from npu_testing import assignment, npu_session, session_options
+
+I64 = np.int64
+
+# op -> (further inputs, attrs, opset, output dtype or None for the input's)
+CASES = {
+    "ReduceMax": ([("axes", np.array([1], I64), True)], {"keepdims": 1}, 18, None),
+    "ReduceSum": ([("axes", np.array([-1], I64), True)], {"keepdims": 0}, 18, None),
+    "ReduceMean": ([], {"keepdims": 0}, 18, None),
+    "ReduceMean(axes attribute)": ([], {"axes": [2, 3]}, 13, None),
+    "Softmax": ([], {}, 18, None),
+    "Softmax(opset 11)": ([], {"axis": 1}, 11, None),
+    "MaxPool": ([], {"kernel_shape": [2, 2]}, 18, None),
+    "AveragePool": ([], {"kernel_shape": [2, 2]}, 18, None),
+    "GlobalAveragePool": ([], {}, 18, None),
+    "Shape": ([], {"start": 1}, 18, I64),
+    "Size": ([], {}, 18, I64),
+    "ArgMax": ([], {"axis": 3}, 18, I64),  # kernels that already kept their constants: they stay right
+    "Relu": ([], {}, 18, None),
+}
+
+
+def _session_options(level: ort.GraphOptimizationLevel) -> ort.SessionOptions:
+    so = session_options()
+    so.graph_optimization_level = level
+    so.log_severity_level = 3
+    return so
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_constant_data_input_runs_on_npu(case, dtype):
+    op = case.split("(")[0]
+    extra, attrs, opset, out_dtype = CASES[case]
+    x = (np.arange(48, dtype=np.float32).reshape(2, 3, 2, 4) / 7 - 3).astype(dtype)
+    model = make_model(op, [("x", x, True), *extra], [("y", out_dtype or dtype)], attrs, opset=opset)
+    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model.SerializeToString(), _session_options(level),
+                                providers=["CPUExecutionProvider"]).run(None, {})
+    sess = npu_session(model, {"target": "npu-ref"}, cpu=False, so=_session_options(level))
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    for _ in range(2):  # the second run reads the same constants again
+        (got,) = sess.run(None, {})
+        assert got.shape == want[0].shape and got.dtype == want[0].dtype
+        assert_close(got, want[0], None, f"{case} {np.dtype(dtype).name}")
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "Softmax"])
+def test_float16_constant_is_not_folded_by_ort_and_runs_on_npu(op):
+    """float16 at ORT's default optimization level: ORT's folding leaves the node, NpuEP runs it."""
+    extra, attrs, opset, _ = CASES[op]
+    x = np.linspace(-2, 2, 24, dtype=np.float16).reshape(2, 3, 4)
+    model = make_model(op, [("x", x, True), *extra], [("y", np.float16)], attrs, opset=opset)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    sess = npu_session(model, {"target": "npu-ref"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    assert_close(sess.run(None, {})[0], want[0], None, op)
