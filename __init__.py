@@ -44,14 +44,33 @@ def get_library_path() -> str:
     return os.path.realpath(spec.origin)
 
 
+def get_plugin_library_path() -> str:
+    """Absolute path of the library for hosts without Python (C, C++, C#, Java, Node: README.md, "Any host"). It
+    starts the interpreter of the environment NpuEP is installed in and forwards to ``get_library_path()``'s."""
+    path = os.path.join(os.path.dirname(get_library_path()), "libnpu_ep_plugin.so")
+    if not os.path.isfile(path):
+        raise ImportError(f"NpuEP's plugin loader {path} is not built: reinstall npu-ep (see README.md)")
+    return path
+
+
+def _embedded_in_foreign_host() -> bool:
+    """Whether this interpreter was started by the plugin loader for a non-Python ONNX Runtime host: then that host's
+    runtime already has the plugin, and the onnxruntime Python package's runtime is a different one."""
+    if importlib.util.find_spec("npu_ep.ep._native") is None:
+        return False
+    from .ep import _native
+
+    return bool(getattr(_native, "embedded_host", lambda: False)())
+
+
 def register() -> None:
     """Register the plugin with ONNX Runtime; idempotent, and fine if the user already registered it."""
     global _registered
-    import onnxruntime as ort
-
     with _lock:
-        if _registered:
+        if _registered or _embedded_in_foreign_host():
             return
+        import onnxruntime as ort
+
         try:
             ort.register_execution_provider_library(_EP_NAME, get_library_path())
         except Exception as exc:  # ORT refuses a second registration under the same name

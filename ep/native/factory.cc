@@ -114,6 +114,12 @@ NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   *num_factories = 0;
   const OrtApi* api = api_base->GetApi(kOrtApiVersion);
   if (!api) return nullptr;  // runtime older than 1.23: no OrtApi to even build an error status with
+  if (g_ort && g_ort != api) {
+    // The API tables are process-wide: a second runtime (e.g. the onnxruntime Python package's own copy inside a
+    // C++ host's embedded interpreter) would redirect the first one's sessions to foreign ORT functions.
+    return api->CreateStatus(ORT_FAIL, "NpuEP: already serving another ONNX Runtime instance in this process; "
+                                       "one process can host NpuEP in one ONNX Runtime only");
+  }
   g_ort = api;
   InitShapeApi(api_base);
   g_ep_api = api->GetEpApi();

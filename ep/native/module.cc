@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "embedded_python.h"
 #include "kernels/bindings.h"
 #include "native_steps.h"
 #include "ort_api.h"
@@ -20,6 +21,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("partition_stats", &npu_ep::AllStats,
         "{partition: {calls, total_ns, program_ns, bytes_in, bytes_out}} measured inside the Compute callback");
   m.def("reset_stats", &npu_ep::ResetStats);
+  m.def("embedded_host", &npu_ep::EmbeddedHost,
+        "Whether this interpreter was started by the plugin loader for a non-Python ONNX Runtime host");
   m.def("partition_output", &npu_ep::PartitionOutput, pybind11::arg("index"), pybind11::arg("dims"),
         "Inside a partition call: a writeable view of ORT's buffer for that output (index, dims), which the bridge "
         "then does not copy; None outside a call or for an output of unknown rank. Never keep it past the call");

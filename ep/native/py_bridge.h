@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "embedded_python.h"
 #include "ort_api.h"
 
 namespace npu_ep {
@@ -19,17 +20,22 @@ void EnsurePython();
 // Drop a Python reference safely, also during interpreter shutdown (then it is leaked on purpose).
 void SafeDrop(py::object& o);
 
-// Run body() with the GIL held. Every exception becomes an OrtStatus naming `where`; Python exceptions keep their
-// traceback text. The GIL is taken outside the try so error_already_set is formatted while holding it.
+// The text of a Python exception for an OrtStatus: npu_ep.ep.bridge.error_text (type and message; the traceback
+// only at log_level=debug), or pybind11's own text if that cannot run. Call with the GIL held.
+std::string PythonErrorText(py::error_already_set& e);
+
+// Run body() with the GIL held. Every exception becomes an OrtStatus naming `where`; a Python exception's text is
+// PythonErrorText's. The GIL is taken outside the try so error_already_set is formatted while holding it.
 template <typename F>
 OrtStatus* WithPython(const std::string& where, F&& body) noexcept {
   if (!PythonAlive()) return MakeStatus(ORT_EP_FAIL, "NpuEP: Python interpreter not available in " + where);
+  AdoptHostThread();  // a non-Python host's thread keeps one thread state, not one per call
   py::gil_scoped_acquire gil;
   try {
     body();
     return nullptr;
   } catch (py::error_already_set& e) {
-    return MakeStatus(ORT_EP_FAIL, "NpuEP: " + where + ": " + e.what());
+    return MakeStatus(ORT_EP_FAIL, "NpuEP: " + where + ": " + PythonErrorText(e));
   } catch (OrtError& e) {
     return MakeStatus(e.code, "NpuEP: " + where + ": " + e.what());
   } catch (std::exception& e) {
