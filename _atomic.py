@@ -5,8 +5,9 @@ was, and a fixed temp name (``out.tmp``) follows a symlink planted there and ove
 bytes go to a fresh temp file in the destination's folder, created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a
 unique name, then fsync'ed and ``os.replace``d over the destination (a rename replaces a symlink at the
 destination itself, never its target); the folder is fsync'ed so the rename survives a power loss. Readers see the
-old file or the new one, never a mix. On any error the temp file is removed and the exception propagates; the
-destination is untouched.
+old file or the new one, never a mix. On any error the temp file is removed and the exception propagates (an
+OSError that named no file, e.g. ENOSPC from a write, is raised again naming the destination); the destination is
+untouched.
 
 Temp names are ``.<destination name>.<pid>.<16 hex digits>.tmp`` in the destination's folder (see
 ``temp_name_pattern``), so a sweeper can recognise exactly these files and tell, from the pid, whether the writer
@@ -73,11 +74,13 @@ def _replacing_fd(path: str | os.PathLike[str], mode: int) -> Iterator[int]:
         finally:
             os.close(fd)
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None:  # os.write/fsync name no file: say which one failed
+            raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(dest)) from exc
         raise
     _fsync_dir(dest.parent)
 

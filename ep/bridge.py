@@ -5,13 +5,16 @@
 - ``EpSession.compile(name, nodes, inputs, outputs, graph)``  (OrtEp::Compile) -> (program, epcontext spec | None)
 - ``EpSession.compatibility_info(graph) -> str``              (OrtEp::GetCompiledModelCompatibilityInfo)
 - ``validate_compatibility(info) -> int``                     (OrtEpFactory::ValidateCompiledModelCompatibilityInfo)
+- ``error_text(exc) -> str``                                   (the message of every Python error as ORT reports it)
 
 Nodes arrive as plain dicts (ep/native/graph_view.h); everything else is decided here in Python.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import traceback
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,7 +31,7 @@ from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
 from ..kernels.host_blas import allow_split, blas_threads
 from ..kernels.ops._native import configure as configure_kernels
-from .log import set_level
+from .log import logger, set_level
 from .program import Program
 
 # Live sessions, for reports that inspect a running InferenceSession (weak: ORT owns their lifetime).
@@ -131,3 +134,14 @@ def create_ep(ep_name: str, config: Mapping[str, str]) -> EpSession:
 def validate_compatibility(info: str) -> int:
     return validate_compatibility_info(info)
 
+
+def error_text(exc: BaseException) -> str:
+    """What an ORT status says for a Python exception raised inside NpuEP (ep/native/py_bridge.h's WithPython).
+
+    The type and message only: pybind11's own text appends an ``At:`` block of Python frames, NpuEP's internal paths
+    followed by the application's own script lines. The traceback (with chained causes) is kept when the ``npu_ep``
+    logger is at DEBUG (``log_level=debug``)."""
+    if logger.isEnabledFor(logging.DEBUG):
+        return "".join(traceback.format_exception(exc)).rstrip()
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

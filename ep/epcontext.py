@@ -90,7 +90,7 @@ class EpContext:
                                      "loaded from a file")
             folder = Path(ctx_model).resolve().parent
             payload_name = f"{Path(ctx_model).stem}_{_safe(name)}.npuctx"
-            atomic_write_bytes(folder / payload_name, blob)  # unique O_EXCL|O_NOFOLLOW temp, never a planted link
+            _write_payload(folder / payload_name, blob, name)
             attrs["ep_cache_context"] = payload_name
         return {"node_name": name, "attrs": attrs}
 
@@ -127,6 +127,16 @@ class EpContext:
             raise EpContextError(f"{where}: {exc}") from exc
         self.stats["epcontext_loads"] += 1
         return program
+
+
+def _write_payload(path: Path, blob: bytes, name: str) -> None:
+    """The embed_mode=0 payload file (a unique O_EXCL|O_NOFOLLOW temp renamed over it, never a planted link); a
+    failure names the file and what it was for."""
+    try:
+        atomic_write_bytes(path, blob)
+    except OSError as exc:
+        raise EpContextError(f"partition {name}: cannot write its EPContext payload ({len(blob)} bytes, "
+                             f"ep.context_embed_mode=0) to {path}: {exc.strerror or exc}") from exc
 
 
 def _read_payload_file(rel: str, graph: Mapping[str, Any], where: str, check: SectionCheck) -> memoryview:

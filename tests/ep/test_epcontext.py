@@ -162,3 +162,23 @@ def test_context_compiled_for_another_target_is_refused_with_how_to_recompile(tm
         npu_session(ctx, {"target": "npu-ref"})
     msg = str(info.value)
     assert "npu-edge" in msg and "npu-ref" in msg and "recompile" in msg
+
+
+def test_disk_full_while_writing_an_external_payload_names_the_file(tmp_path, monkeypatch):
+    """ENOSPC surfaces from fsync/write as an OSError naming no file; the error must say which payload of which
+    partition could not be written (the disk is not really filled: fsync is made to fail as a full disk does)."""
+    import errno
+
+    from npu_ep import _atomic
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_atomic.os, "fsync", full_disk)
+    with pytest.raises(Exception) as info:
+        _dump(tmp_path, elementwise_model(), embed=0)
+    msg = str(info.value)
+    assert "No space left on device" in msg and "EPContext payload" in msg, msg
+    assert str(tmp_path / "model_ctx_") in msg and ".npuctx" in msg, msg
+    assert "At:" not in msg and __file__ not in msg, msg  # no Python frames (ep/bridge.py error_text)
+    assert not list(tmp_path.glob("*.npuctx")) and not list(tmp_path.glob(".*.tmp"))

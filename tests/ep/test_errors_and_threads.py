@@ -43,6 +43,42 @@ def test_exception_in_compute_names_the_node(monkeypatch):
     assert "node 'the_tanh' (Tanh)" in msg and "injected kernel failure" in msg and "float32[2, 8]" in msg
 
 
+def _failing_run_message(monkeypatch, provider_options=None) -> str:
+    def boom(p, inputs):
+        raise ValueError("injected kernel failure")
+
+    _patched(monkeypatch, "Tanh", run=boom)
+    sess = npu_session(small_model(), provider_options)
+    with pytest.raises(Exception) as info:
+        sess.run(None, {"x": np.ones((2, 16), np.float32)})
+    return str(info.value)
+
+
+def test_error_texts_carry_no_python_frames(monkeypatch):
+    """pybind11's text ended every error with an 'At:' block: NpuEP's internal paths and this script's lines."""
+    msg = _failing_run_message(monkeypatch)
+    assert "injected kernel failure" in msg and "node 'the_tanh' (Tanh)" in msg, msg
+    assert "At:" not in msg and "Traceback" not in msg and __file__ not in msg, msg
+    assert "/ep/" not in msg and "/kernels/" not in msg, msg
+
+
+@pytest.fixture
+def restore_log_level():
+    """log_level sets the process-wide npu_ep logger: give the next tests the level they had."""
+    from npu_ep.ep.log import FALLBACK, logger
+
+    levels = logger.level, FALLBACK.level
+    yield
+    logger.setLevel(levels[0])  # setLevel, not the attribute: it also clears the logger's isEnabledFor cache
+    FALLBACK.setLevel(levels[1])
+
+
+def test_log_level_debug_keeps_the_traceback_in_error_texts(monkeypatch, restore_log_level):
+    msg = _failing_run_message(monkeypatch, {"log_level": "debug"})
+    assert "Traceback (most recent call last)" in msg and "injected kernel failure" in msg, msg
+    assert "program.py" in msg, msg  # NpuEP's own frames, for whoever debugs it
+
+
 def test_exception_in_compile_names_the_node(monkeypatch):
     def boom(node, target):
         raise RuntimeError("injected compile failure")
@@ -52,6 +88,7 @@ def test_exception_in_compile_names_the_node(monkeypatch):
         npu_session(small_model())
     msg = str(info.value)
     assert "node 'the_tanh' (Tanh)" in msg and "injected compile failure" in msg
+    assert "At:" not in msg and __file__ not in msg, msg
 
 
 def test_crashing_capability_check_declines_the_node_loudly(monkeypatch, caplog):
