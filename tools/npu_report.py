@@ -68,7 +68,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true",
                    help="skip onnx.checker (structural checks still run) for models ORT runs but the checker rejects")
     p.add_argument("--dump-partitions", metavar="DIR",
-                   help="write every NPU partition of the file as a standalone ONNX model into DIR (new files only)")
+                   help="write every NPU partition of the file as a standalone ONNX model into DIR as pNNN.onnx "
+                        "(new files only; all or nothing: a failure removes what this run wrote)")
     p.add_argument("--zoo", nargs="+", metavar="SRC",
                    help="model zoo: one row per model (a file, a folder of .onnx files, or 'corpus')")
     p.add_argument("--workers", type=int, default=None, help="worker processes for --zoo (default: one per core)")

@@ -81,7 +81,7 @@ def test_cli_dump_partitions_writes_files_that_replay_on_the_cpu_ep(tmp_path, ca
                  "--json", str(tmp_path / "r.json")]) == 0
     err = capsys.readouterr().err
     files = sorted(out.iterdir())
-    assert [f.name for f in files] == ["000_partition_0.onnx", "001_partition_1.onnx"]
+    assert [f.name for f in files] == ["p000.onnx", "p001.onnx"]
     assert err.count("npu-report: wrote ") == 2
     import json
     doc = json.loads((tmp_path / "r.json").read_text())
@@ -96,7 +96,7 @@ def test_cli_dump_partitions_writes_files_that_replay_on_the_cpu_ep(tmp_path, ca
             np.testing.assert_array_equal(value, values[name])
 
 
-def test_cli_dump_partitions_with_run_names_files_after_the_sessions_partitions(tmp_path, capsys):
+def test_cli_dump_partitions_with_run_names_files_as_without(tmp_path, capsys):
     from npu_ep.tools.npu_report import main
 
     path = tmp_path / "m.onnx"
@@ -104,8 +104,7 @@ def test_cli_dump_partitions_with_run_names_files_after_the_sessions_partitions(
     out = tmp_path / "dump"
     assert main([str(path), "--target", target_without(tmp_path), "--dim", "batch=2", "--run", "--runs", "1",
                  "--dump-partitions", str(out), "--quiet"]) == 0
-    names = sorted(f.name for f in out.iterdir())
-    assert len(names) == 2 and all(n.endswith(".onnx") and "partition_" not in n for n in names), names
+    assert sorted(f.name for f in out.iterdir()) == ["p000.onnx", "p001.onnx"]  # one naming scheme, run or not
 
 
 def test_cli_dump_into_a_folder_holding_the_same_files_exits_2_and_keeps_them(tmp_path, capsys):
@@ -123,3 +122,73 @@ def test_cli_dump_into_a_folder_holding_the_same_files_exits_2_and_keeps_them(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "exists already" in err[0], err
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+
+
+def _cli(argv: list[str]) -> int:
+    from npu_ep.tools.npu_report import main
+
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse errors
+        return e.code
+
+
+@pytest.mark.parametrize("where, reason", [
+    ("{file}", "it exists and is not a folder"),
+    ("{file}/sub", "cannot create the folder: Not a directory"),
+    ("", "the folder name is empty"),
+])
+def test_cli_dump_into_a_folder_that_cannot_be_one_exits_2_naming_it(tmp_path, capsys, monkeypatch, where, reason):
+    """A file, a path under a file, '' (which dumped into the current folder): one line, exit 2, no traceback."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "m.onnx"
+    onnx.save(two_partition_model(), path)
+    folder = where.format(file=path)
+    assert _cli([str(path), "--target", target_without(tmp_path), "--dump-partitions", folder, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("npu-report: error: ") and reason in err[0], err
+    assert folder == "" or err[0].startswith(f"npu-report: error: {folder}"), err
+    assert sorted(f.name for f in tmp_path.rglob("*.onnx")) == ["m.onnx"]  # nothing dumped, '' included
+
+
+def test_a_dump_that_fails_midway_removes_what_it_wrote(tmp_path, monkeypatch, capsys):
+    """A full disk at the second partition: the first one's file and the folders the run created go too."""
+    import errno
+
+    from npu_ep.tools.report import partition_dump
+
+    real, calls = partition_dump.atomic_write_bytes, []
+
+    def full_disk_at_second(path, data):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(partition_dump, "atomic_write_bytes", full_disk_at_second)
+    path = tmp_path / "m.onnx"
+    onnx.save(two_partition_model(), path)
+    out = tmp_path / "new" / "dump"
+    assert _cli([str(path), "--target", target_without(tmp_path), "--dump-partitions", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"npu-report: error: {out}: cannot write partition file p001.onnx: No space left on device; "
+                   "no partition was kept"]
+    assert len(calls) == 2 and not (tmp_path / "new").exists()
+
+
+def test_a_failed_dump_into_an_existing_folder_keeps_the_files_that_were_there(tmp_path, monkeypatch):
+    from npu_ep.tools.report import partition_dump
+
+    def read_only(path, data):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(partition_dump, "atomic_write_bytes", read_only)
+    model = two_partition_model()
+    nodes = nodes_from_model(model)
+    cap = analyze(nodes, Target.load(target_without(tmp_path)))
+    out = tmp_path / "dump"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(DumpError, match=f"^{out}: cannot write partition file p000.onnx: Permission denied"):
+        dump_partitions(model, nodes, cap, ["a", "b"], out)
+    assert [f.name for f in out.iterdir()] == ["notes.txt"]

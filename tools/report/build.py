@@ -79,6 +79,10 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
 
     if runs < 1 or prefill_tokens < 1:
         raise ReportInputError(f"runs ({runs}) and prefill_tokens ({prefill_tokens}) must be >= 1")
+    if dump_partitions is not None:  # a folder that cannot be one is refused before any work
+        from .partition_dump import check_folder
+
+        check_folder(dump_partitions)
     opts = {"target": target, **(provider_options or {})}
     try:
         tgt = Target.load(opts["target"])

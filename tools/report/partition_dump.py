@@ -11,9 +11,9 @@ boundary tensors are exactly its nodes and the constants they read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -31,31 +31,73 @@ class DumpError(RuntimeError):
     """A partition could not be written as a standalone model; the message names the partition and tensor."""
 
 
-def _file_name(index: int, name: str) -> str:
-    return f"{index:03d}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)[:80]}.onnx"
+def file_name(index: int) -> str:
+    """``p000.onnx``: the partition's label in the report (``p0: ...``), zero-padded so files sort in order."""
+    return f"p{index:03d}.onnx"
+
+
+def check_folder(folder: str | os.PathLike) -> pathlib.Path:
+    """Refuse, before any work, a folder argument that cannot be one: empty, or an existing non-folder."""
+    if not os.fspath(folder):
+        raise DumpError("--dump-partitions: the folder name is empty (give a folder, '.' for this one)")
+    path = pathlib.Path(folder)
+    if path.exists() and not path.is_dir():
+        raise DumpError(f"{path}: cannot dump partitions there: it exists and is not a folder")
+    return path
 
 
 def dump_partitions(model: onnx.ModelProto, nodes: Sequence[NodeInfo], cap: Capability, names: Sequence[str],
                     folder: str | os.PathLike, dims: Mapping[str, int] | None = None) -> list[dict]:
-    """Write one ``.onnx`` per partition into ``folder`` (created if missing; files are only ever created there,
-    never replaced: an existing file of the same name is an error). Symbolic dims named in ``dims`` become
-    concrete in the partitions' I/O. Returns one entry per file: partition, path, inputs, outputs, nodes."""
-    folder = pathlib.Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write one ``.onnx`` per partition into ``folder`` (created if missing), all or nothing: files are only ever
+    created there, never replaced (an existing file of the same name is an error), and if any partition fails
+    (extraction, a full disk, a read-only folder) the files and folders this call created are removed again.
+    Symbolic dims named in ``dims`` become concrete in the partitions' I/O. Returns one entry per file:
+    partition, path, inputs, outputs, nodes."""
+    folder = check_folder(folder)
+    paths = [folder / file_name(i) for i in range(len(cap.partitions))]
+    taken = [p for p in paths if os.path.lexists(p)]
+    if taken:
+        raise DumpError(f"{taken[0]}: exists already; dump into an empty folder")
+    created: list[pathlib.Path] = []
+    try:
+        created += _make_folders(folder)
+        return _write_all(model, nodes, cap, names, paths, dims or {}, created)
+    except BaseException:
+        for p in reversed(created):
+            with contextlib.suppress(OSError):
+                p.rmdir() if p.is_dir() else p.unlink()
+        raise
+
+
+def _make_folders(folder: pathlib.Path) -> list[pathlib.Path]:
+    """Create ``folder`` and its missing parents; returns those created, outermost first."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()][::-1]
+    for p in missing:
+        try:
+            p.mkdir()
+        except OSError as exc:
+            raise DumpError(f"{folder}: cannot create the folder: {exc.strerror or exc}") from None
+    return missing
+
+
+def _write_all(model: onnx.ModelProto, nodes: Sequence[NodeInfo], cap: Capability, names: Sequence[str],
+               paths: Sequence[pathlib.Path], dims: Mapping[str, int], created: list[pathlib.Path]) -> list[dict]:
     inferred = infer_all_shapes(model)
     by_index = {n.index: n for n in nodes}
     written = []
-    for i, (name, group) in enumerate(zip(names, cap.partitions)):
+    for name, group, path in zip(names, cap.partitions, paths):
         inputs, outputs = boundary(group, nodes)
-        sub = _extract(inferred, [v.name for v in inputs], [v.name for v in outputs], name, dims or {})
+        sub = _extract(inferred, [v.name for v in inputs], [v.name for v in outputs], name, dims)
         n_nodes = sum(1 for n in sub.graph.node if n.op_type != "Constant")
         if n_nodes != len(group):
             raise DumpError(f"partition '{name}': extracting it by its boundary tensors gave {n_nodes} nodes, the "
                             f"partition has {len(group)} (first node '{by_index[group[0]].name}')")
-        path = folder / _file_name(i, name)
-        if path.exists():
-            raise DumpError(f"{path}: exists already; dump into an empty folder")
-        atomic_write_bytes(path, sub.SerializeToString())
+        try:
+            atomic_write_bytes(path, sub.SerializeToString())
+        except OSError as exc:
+            raise DumpError(f"{path.parent}: cannot write partition file {path.name}: {exc.strerror or exc}; "
+                            "no partition was kept") from None
+        created.append(path)
         written.append({"partition": name, "path": str(path), "inputs": [v.name for v in inputs],
                         "outputs": [v.name for v in outputs], "nodes": len(group)})
     return written
