@@ -52,6 +52,8 @@ def onnx_softmax(x: np.ndarray, axis: int, legacy: bool) -> np.ndarray:
     """ONNX Softmax of a float32/float64 ``x``: along ``axis`` (opset >= 13), or with ``legacy`` (opset < 13) over
     the rows of x coerced to 2-D at ``axis``."""
     axis = axis % max(x.ndim, 1)
+    if x.size == 0:  # an empty tensor (an empty normalized axis included) is its own softmax, as ORT returns it
+        return x.copy()
     if legacy and axis != x.ndim - 1:  # rows over the trailing axes (the last axis alone: the same)
         return softmax(x.reshape(math.prod(x.shape[:axis]), -1), -1).reshape(x.shape)
     return softmax(x, -1 if legacy else axis)
