@@ -10,8 +10,8 @@ are computed in float32 with ORT's formulas (``upsamplebase.h``), so nearest pic
 - pytorch_half_pixel: like half_pixel, but 0 when the output length is 1;
 - align_corners: x * (in - 1) / (out - 1) (0 when out is 1);  asymmetric: x / scale;
 - tf_half_pixel_for_nn: (x + 0.5) / scale;
-- tf_crop_and_resize: start * (in - 1) + x * (end - start) * (in - 1) / (out - 1) from ``roi``; a source
-  coordinate outside [0, in - 1] gives ``extrapolation_value``.
+- tf_crop_and_resize: start * (in - 1) + x * (end - start) * (in - 1) / (out - 1) from ``roi`` (omitted: the
+  whole input, start 0 and end 1, as ORT); a source coordinate outside [0, in - 1] gives ``extrapolation_value``.
 
 When the output shape equals the input's, the output is the input (ORT copies it whatever the scales say).
 nearest_mode: round_prefer_floor / round_prefer_ceil (ties), floor, ceil; then clamped to [0, in - 1]. Opset 10
@@ -22,8 +22,8 @@ Declined with a reason: antialias, and nearest with half_pixel_symmetric (ORT's 
 land exactly on .5 in cases where float32 evaluation of its formula gives the float below; 9 of 744 size/scale/
 rounding combinations tried picked another pixel).
 
-Cost: per resized axis one vector op per output element (nearest), three (linear) or eight (cubic); DMA reads the input once and
-writes the output once.
+Cost: per resized axis one vector op per output element (nearest), three (linear) or eight (cubic); DMA reads the
+input once and writes the output once.
 """
 
 from __future__ import annotations
@@ -116,16 +116,23 @@ def output_plan(p: Prepared, inputs, shape: tuple[int, ...]) -> tuple[list[int],
             out[ax] = int(_F32(shape[ax]) * s)
     else:
         raise ValueError("Resize: neither scales nor sizes given")
-    roi = None
-    if a["coord"] == "tf_crop_and_resize":
-        r = _input(p, inputs, roi_slot)
-        if r is None:
-            raise ValueError("Resize: tf_crop_and_resize needs roi")
-        r = r.astype(_F32).reshape(-1)
-        roi = np.array([0.0] * rank + [1.0] * rank, _F32)
-        for i, ax in enumerate(axes):
-            roi[ax], roi[rank + ax] = r[i], r[len(axes) + i]
+    roi = _crop_roi(arg(p, inputs, roi_slot), axes, rank) if a["coord"] == "tf_crop_and_resize" else None
     return out, scales, roi
+
+
+def _crop_roi(given: np.ndarray | None, axes: list[int], rank: int) -> np.ndarray:
+    """tf_crop_and_resize's roi over every axis, [starts, ends]: the whole input (0 to 1) on axes it does not name
+    and where roi is omitted, as ORT's CPU kernel defaults it; a given roi holds a start and an end per axis."""
+    roi = np.array([0.0] * rank + [1.0] * rank, _F32)
+    if given is None:
+        return roi
+    r = given.astype(_F32).reshape(-1)
+    if r.size != 2 * len(axes):  # ORT fails the run as well (an empty roi included)
+        raise ValueError(f"Resize: tf_crop_and_resize's roi holds {r.size} values, not a start and an end for each of "
+                         f"the {len(axes)} axes")
+    for i, ax in enumerate(axes):
+        roi[ax], roi[rank + ax] = r[i], r[len(axes) + i]
+    return roi
 
 
 def source_coords(p: Prepared, n_in: int, n_out: int, scale: float, start: float, end: float) -> np.ndarray:

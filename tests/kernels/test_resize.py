@@ -61,6 +61,43 @@ def test_tf_crop_and_resize_with_extrapolation(mode, roi):
                 {"mode": mode, "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": -7.5})
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("size_or_scale", [{"sizes": [1, 2, 5, 7]}, {"sizes": [1, 2, 1, 3]},
+                                           {"scales": [1, 1, 0.5, 1.5]}])
+def test_tf_crop_and_resize_without_roi_crops_the_whole_input(mode, size_or_scale):
+    """roi omitted: ORT's CPU kernel takes the whole input (starts 0, ends 1); NpuEP failed the run (issue 38
+    item 11)."""
+    x = rand((1, 2, 6, 8), F32, seed=4)
+    check_on_ep("Resize", _inputs(x, **size_or_scale), [("y", F32)],
+                {"mode": mode, "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": -7.5},
+                targets=BOTH)
+
+
+def test_tf_crop_and_resize_without_roi_on_named_axes():
+    x = rand((1, 2, 6, 8), F32, seed=4)
+    check_on_ep("Resize", [("x", x, False), None, None, ("sizes", np.array([4, 11], np.int64), True)], [("y", F32)],
+                {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize", "axes": [2, 3]}, opset=19)
+
+
+def test_tf_crop_and_resize_with_an_empty_roi_fails_as_ort():
+    """An empty roi tensor is not an omitted one: ORT's CPU kernel fails the run on it, and so does NpuEP, after
+    running the node (graph assignment)."""
+    from _vector_ortref import make_model, run_ort
+    from npu_testing import assignment, npu_session
+
+    x = rand((1, 2, 6, 8), F32, seed=4)
+    sizes = ("sizes", np.array([1, 2, 3, 3], np.int64), True)
+    inputs = [("x", x, False), ("roi", np.zeros(0, F32), False), None, sizes]
+    model = make_model("Resize", inputs, [("y", F32)], {"coordinate_transformation_mode": "tf_crop_and_resize"})
+    feeds = {"x": x, "roi": np.zeros(0, F32)}
+    with pytest.raises(Exception, match="roi"):
+        run_ort(model, feeds)
+    sess = npu_session(model, {"target": "npu-ref"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    with pytest.raises(Exception, match="Resize_0.*roi holds 0 values"):
+        sess.run(None, feeds)
+
+
 @pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
 def test_axes_and_keep_aspect_ratio_policy(policy):
     x = rand((1, 2, 6, 8), F32, seed=5)
