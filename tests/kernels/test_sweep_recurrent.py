@@ -1,0 +1,105 @@
+"""Differential sweep of the native LSTM and DynamicQuantizeLSTM (ep/native/kernels/recurrent.cc), issue 38,
+against the numpy reference model (kernels/ops/recurrent.py, recurrent_quant.py with ``kernels=reference``), both
+directions, sequence_lens (0, partial, full), on every instruction-set level the kernel has.
+
+recurrent.cc's blocks: the gates 16 lanes at a time on AVX-512 (the last ones masked), scalar elsewhere; the
+products on the packed GEMM (4H columns in panels of 32, batch rows in tiles of 8) or, quantized, on the int8 GEMM
+(K padded to 64, 16-column blocks, 8/4/2/1-row tiles). Hidden sizes cross 16 and 32 lanes (and 4H the 32-column
+panels), batches cross 8, inputs cross 64. Values: large inputs saturating the gates (sigmoid 0 / 1, tanh +-1),
+clip, NaN and +-Inf in a float LSTM's X (they propagate as in the reference). Tolerance: atol = rtol = 1e-5, the
+existing native LSTM tests' (the gate math is the same operations; the GEMM's sums and the lane exp round
+differently, a few ulp per step, bounded over a few steps by the gates' derivatives <= 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _isa import cap_isa, host_isas
+from _sweep import native_calls
+from npu_ep.kernels.ops import _native
+from tests.kernels.test_recurrent_native import lstm_case, run_kernel as run_lstm
+from tests.kernels.test_recurrent_quant import dq_lstm_model, run_kernel as run_qlstm
+
+pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+HIDDEN = [1, 7, 8, 9, 15, 16, 17, 33]  # 16-lane gate blocks; 4H = 28..36: one panel of 32 and its tail
+
+
+@pytest.fixture(params=host_isas(top="avx512"))
+def rnn_isa(request):
+    yield from cap_isa(request.param)
+
+
+def _compare(got, want, what):
+    assert len(got) == len(want), what
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, what
+        np.testing.assert_allclose(g, w, equal_nan=True, err_msg=f"{what} output {i}", **TOL)
+
+
+def _lstm(seed, **case):
+    model, runtime, _ = lstm_case(np.random.default_rng(seed), **case)
+    with native_calls() as calls:
+        got = run_lstm(model, runtime, "native")
+    assert "lstm" in calls, case
+    _compare(got, run_lstm(model, runtime, "reference"), str(case))
+    return model, runtime
+
+
+def test_lstm_hidden_sizes_and_directions(rnn_isa):
+    for hid in HIDDEN:
+        for direction in ("forward", "reverse", "bidirectional"):
+            _lstm(hid, seq=3, batch=2, inp=5, hid=hid, direction=direction, initial=True, peep=hid % 2 == 1)
+
+
+def test_lstm_batches_and_sequence_lengths(rnn_isa):
+    for batch in (1, 7, 8, 9):
+        lens = [(b * 3) % 5 for b in range(batch)]  # 0, partial and full (seq 4 .. lens up to 4)
+        lens = [min(v, 4) for v in lens]
+        _lstm(batch, seq=4, batch=batch, inp=65, hid=17, direction="bidirectional", lens=lens, initial=True)
+
+
+def test_lstm_saturated_gates_clip_and_special_values(rnn_isa):
+    model, runtime, _ = lstm_case(np.random.default_rng(5), seq=3, batch=3, inp=4, hid=17, direction="bidirectional",
+                                  initial=True, peep=True)
+    x = runtime[0] * 100  # pre-activations far past the sigmoid's and tanh's saturation
+    x[0, 1, 0], x[1, 2, 1], x[2, 0, 2] = np.nan, np.inf, -np.inf
+    runtime = [x] + runtime[1:]
+    with native_calls() as calls:
+        got = run_lstm(model, runtime, "native")
+    assert "lstm" in calls
+    _compare(got, run_lstm(model, runtime, "reference"), "saturated")
+    for clip in (0.0, 0.5, 3.0):
+        _lstm(int(clip * 10), seq=3, batch=2, inp=6, hid=16, direction="bidirectional", clip=clip, initial=True)
+
+
+def _qlstm(seed, **case):
+    model, feeds = dq_lstm_model(np.random.default_rng(seed), **case)
+    with native_calls() as calls:
+        got = run_qlstm(model, feeds, "native")
+    assert "qlstm" in calls, case
+    _compare(got, run_qlstm(model, feeds, "reference"), str(case))
+
+
+def test_quantized_lstm_sizes(rnn_isa):
+    for hid in (1, 8, 15, 16, 17):
+        for inp, batch in ((63, 1), (64, 2), (65, 9)):
+            _qlstm(hid + inp, seq=3, batch=batch, inp=inp, hid=hid, direction="bidirectional", initial=True)
+
+
+def test_quantized_lstm_lens_and_types(rnn_isa):
+    _qlstm(1, seq=5, batch=9, inp=20, hid=16, lens=[5, 0, 1, 2, 3, 4, 5, 1, 2], direction="bidirectional",
+           initial=True)
+    _qlstm(2, seq=5, batch=3, inp=20, hid=17, lens=[2, 1, 2], wtype=np.uint8, per_column=True, peep=True)
+    _qlstm(3, seq=4, batch=3, inp=9, hid=9, lens=[4, 0, 3], outputs=("Y_h", "Y_c"), clip=0.5, direction="reverse")
+
+
+@pytest.mark.slow
+def test_lstm_wide_grid(rnn_isa):
+    for hid in HIDDEN + [31, 32, 64, 65]:
+        for batch in (1, 2, 8, 9, 17):
+            for inp in (1, 8, 9, 256, 257):
+                _lstm(hid * batch + inp, seq=3, batch=batch, inp=inp, hid=hid, direction="bidirectional",
+                      lens=[3 - b % 4 if b % 4 < 4 else 3 for b in range(batch)], initial=True, peep=True)
