@@ -7,7 +7,16 @@ here. The result is plain data that the EP, ``npu-report`` and the logs all show
 QDQ graphs (``kernels.fusion.qdq``): a DequantizeLinear of a constant read by one node is that node's constant
 input (the compiler folds it), so the reader is checked as if its weight were a float constant; such a weight DQ
 goes wherever its reader goes. A whole ``DQ -> Conv/MatMul -> Q`` unit that runs as one integer node is claimed
-even where the float op alone would not be (an integer-only target). No partition is ever only weight DQs.
+even where the float op alone would not be (an integer-only target). No partition is ever only weight DQs, nor only
+Identity nodes (ORT forwards a value itself; a partition of them would only copy it across the boundary twice).
+
+Boundaries: a tensor crosses into or out of a partition as a numpy array, so a partition whose boundary holds a type
+numpy lacks (int4, bfloat16, float8, string...; ``dtypes.crosses_boundary``, the rule Compile enforces too) gives
+up the nodes touching that tensor, until every boundary crosses.
+
+Subgraphs: ORT keeps the graphs of If/Loop/Scan (and of the contrib ops with graph-running kernels) and runs them;
+other graph-holding ops (SequenceMap) are functions ORT inlines when no EP takes them, copying their body with any
+fused node in it into a graph that does not import NpuEP's domain. Nothing inside those is claimed.
 """
 
 from __future__ import annotations
@@ -19,11 +28,17 @@ from ..kernels.fusion import qdq
 from ..kernels.node import NodeInfo
 from ..kernels.support import why_not
 from ..kernels.target import Target
-from .partition import partition
+from .dtypes import crosses_boundary, type_name
+from .partition import boundary, partition
 
 EPCONTEXT = ("com.microsoft", "EPContext")
 BRANCH_OF_IF = "compiled as part of its"  # + the claimed If/Loop/Scan holding this branch/body
 HOLDS_GRAPHS = frozenset({("", "If"), ("", "Loop"), ("", "Scan")})  # claimed whole, their graphs compiled inside
+# Graph-holding ops whose graphs ORT keeps and runs with a kernel of its own (never inlined): nodes inside may be
+# claimed. Any other op's graph (SequenceMap's body) may be inlined into its parent graph.
+KEEPS_GRAPHS = HOLDS_GRAPHS | {("com.microsoft", op) for op in ("BeamSearch", "GreedySearch", "Sampling",
+                                                                 "WhisperBeamSearch")}
+FORWARDING_OPS = frozenset({("", "Identity")})  # a partition of these alone only moves data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,23 +97,76 @@ def _qdq_rules(nodes: Sequence[NodeInfo], reasons: list[str | None], free: list[
                               f"{nodes[reader].describe()}, which is not on {target.name}")
 
 
-def _drop_lone_weight_dqs(nodes: Sequence[NodeInfo], decisions: list[Decision],
-                          groups: list[list[int]]) -> list[list[int]]:
+def _data_only_reason(members: Sequence[NodeInfo]) -> str | None:
+    """Why a partition of only these nodes is not worth making, or None."""
+    if all(qdq.is_weight_dq(n) for n in members):
+        return ("a partition of weight DequantizeLinear nodes alone would only move data; "
+                "it stays with its readers")
+    if all(n.key in FORWARDING_OPS for n in members):
+        return "a partition of Identity nodes alone would only copy data across the boundary; ORT forwards it"
+    return None
+
+
+def _drop_data_only(nodes: Sequence[NodeInfo], decisions: list[Decision],
+                    groups: list[list[int]]) -> list[list[int]]:
     by_index = {n.index: pos for pos, n in enumerate(nodes)}
     kept = []
     for g in groups:
-        if all(qdq.is_weight_dq(nodes[by_index[i]]) for i in g):
-            for i in g:
-                n = nodes[by_index[i]]
-                decisions[by_index[i]] = Decision(n, f"{n.describe()}: a partition of weight DequantizeLinear "
-                                                     "nodes alone would only move data; it stays with its readers")
+        reason = _data_only_reason([nodes[by_index[i]] for i in g])
+        if reason is None:
+            kept.append(g)
             continue
-        kept.append(g)
+        for i in g:
+            n = nodes[by_index[i]]
+            decisions[by_index[i]] = Decision(n, f"{n.describe()}: {reason}")
     return kept
 
 
+def _crossing_refusals(group: Sequence[int], nodes: Sequence[NodeInfo]) -> dict[int, str]:
+    """Node index -> reason, for the nodes of ``group`` touching a boundary tensor the NPU runtime cannot carry."""
+    members = [n for n in nodes if n.index in set(group)]
+    inputs, outputs = boundary(group, nodes)
+    refused: dict[int, str] = {}
+    for way, values, side in (("enter", inputs, "inputs"), ("leave", outputs, "outputs")):
+        for v in values:
+            if crosses_boundary(v.onnx_type):
+                continue
+            for n in members:
+                if n.index not in refused and any(x.name == v.name for x in getattr(n, side)):
+                    refused[n.index] = (f"{n.describe()}: {v.name} ({type_name(v.onnx_type)}) would {way} the NPU "
+                                        f"partition, and the NPU runtime cannot carry {type_name(v.onnx_type)} "
+                                        "tensors")
+    return refused
+
+
+def _partition_crossable(nodes: Sequence[NodeInfo], decisions: list[Decision]) -> list[list[int]]:
+    """Partitions of the claimed nodes whose boundary tensors all cross; nodes touching one that cannot are
+    declined and the rest partitioned again (each round declines at least one node, so this ends)."""
+    pos = {n.index: p for p, n in enumerate(nodes)}
+    while True:
+        compute = {d.node.index for d in decisions if d.claimed and d.node.key != EPCONTEXT}
+        groups = _drop_data_only(nodes, decisions, partition(nodes, compute))
+        refused = {i: r for g in groups for i, r in _crossing_refusals(g, nodes).items()}
+        if not refused:
+            return groups
+        for i, reason in refused.items():
+            decisions[pos[i]] = Decision(nodes[pos[i]], reason)
+
+
+def _inlined_holder(parent: NodeInfo | None, enclosing: Sequence[tuple[str, str]]) -> str | None:
+    """Why no node of this graph may be claimed because of a node holding it, or None."""
+    holders = list(enclosing) or ([parent.key] if parent is not None else [])
+    inlined = next((k for k in holders if k not in KEEPS_GRAPHS), None)
+    if inlined is None:
+        return None
+    op = f"{inlined[0]}::{inlined[1]}" if inlined[0] else inlined[1]
+    return (f"inside the graph of a {op} node, which ORT inlines as a function when no EP takes it "
+            "(a fused NpuEP node would be copied into a graph that cannot run it)")
+
+
 def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP",
-            assigned: dict[int, str] | None = None, policy=None, parent: NodeInfo | None = None) -> Capability:
+            assigned: dict[int, str] | None = None, policy=None, parent: NodeInfo | None = None,
+            enclosing: Sequence[tuple[str, str]] = ()) -> Capability:
     """Decide every node. ``assigned``: node index -> EP already chosen by ORT (such nodes are left alone).
 
     ``policy``, if given, is called as ``policy(nodes, decisions, partitions) -> (decisions, partitions)`` to
@@ -107,10 +175,15 @@ def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP"
     ``parent``: the If/Loop/Scan node holding this graph when it is a branch or body. ORT offers subgraphs before
     the graph holding their node; when that node will be claimed there (every node of its graphs runs on the
     target), this graph claims nothing: it is compiled as part of the node's partition.
+
+    ``enclosing``: (domain, op) of every node holding this graph, innermost first (the shim's view; ``parent``
+    alone when empty): inside a graph ORT may inline (SequenceMap's body) nothing is claimed.
     """
-    if parent is not None and parent.key in HOLDS_GRAPHS and _check(parent, target, {}) is None:
+    if (parent is not None and parent.key in HOLDS_GRAPHS and _inlined_holder(parent, enclosing) is None
+            and _check(parent, target, {}) is None):
         return Capability([Decision(n, f"{n.describe()}: {BRANCH_OF_IF} {parent.describe()}", in_parent=True)
                            for n in nodes], [])
+    held = _inlined_holder(parent, enclosing)
     assigned = assigned or {}
     weights = qdq.foldable_weights(nodes)
     reasons: list[str | None] = []
@@ -120,6 +193,8 @@ def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP"
         is_free = False
         if n.index in assigned and assigned[n.index]:
             reason = f"{n.describe()}: already assigned to {assigned[n.index]}"
+        elif held is not None:
+            reason = f"{n.describe()}: {held}"
         elif n.key == EPCONTEXT:
             reason = _epcontext_reason(n, ep_name)
             if reason is None:
@@ -131,8 +206,7 @@ def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP"
         free.append(is_free)
     _qdq_rules(nodes, reasons, free, target, weights)
     decisions = [Decision(n, r) for n, r in zip(nodes, reasons)]
-    compute = {d.node.index for d in decisions if d.claimed and d.node.key != EPCONTEXT}
-    groups = _drop_lone_weight_dqs(nodes, decisions, partition(nodes, compute))
+    groups = _partition_crossable(nodes, decisions)
     if policy is not None:
         decisions, groups = policy(nodes, decisions, groups)
     return Capability(decisions, sorted(groups + context_groups, key=lambda g: g[0]))

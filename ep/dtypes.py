@@ -45,6 +45,16 @@ _ONNX_TO_NUMPY = {
 }
 _NUMPY_TO_ONNX = {v: k for k, v in _ONNX_TO_NUMPY.items()}
 
+# Every ONNX element type by name (onnx.TensorProto.DataType, lower case; numpy's names where numpy has the type),
+# so that a decline names the type it refuses, e.g. bfloat16 or string, not "None".
+_ONNX_NAMES = {
+    0: "undefined", 1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
+    8: "string", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64",
+    15: "complex128", 16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2",
+    20: "float8e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4e2m1", 24: "float8e8m0", 25: "uint2", 26: "int2",
+    27: "float6e2m3", 28: "float6e3m2",
+}
+
 
 def numpy_dtype(elem_type: int) -> np.dtype | None:
     """numpy dtype for an ONNX element type; None for types the NPU path cannot carry (int4, bf16, strings...)."""
@@ -53,3 +63,17 @@ def numpy_dtype(elem_type: int) -> np.dtype | None:
 
 def onnx_elem_type(dtype: np.dtype) -> int:
     return _NUMPY_TO_ONNX[np.dtype(dtype)]
+
+
+def type_name(elem_type: int) -> str:
+    """The ONNX element type's name (``bfloat16``, ``string``, ...) for messages; unknown numbers as ``type <n>``."""
+    return _ONNX_NAMES.get(int(elem_type), f"type {int(elem_type)}")
+
+
+def crosses_boundary(elem_type: int) -> bool:
+    """Whether a tensor of this element type may enter or leave an NPU partition: the runtime hands partition
+    inputs and outputs over as numpy arrays, so only types with a numpy dtype cross (the shim's Compile refuses
+    the others, ep/native/py_bridge.cc ``NumpyDtypeName``, the same table). Capability declines the nodes whose
+    boundary tensors do not, so that Compile never meets one. 0 (a value whose type nobody inferred, offline
+    only: ORT always knows the type) is not refused here."""
+    return int(elem_type) == 0 or int(elem_type) in _ONNX_TO_NUMPY

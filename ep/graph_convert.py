@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..quantization.int4 import unpack_int4
-from ..kernels.node import NodeInfo, ValueInfo, canonical_domain
+from ..kernels.node import NodeInfo, UnreadableAttribute, ValueInfo, canonical_domain
 from ..kernels.ops.control_flow import BranchGraph
 from .dtypes import TensorProto, numpy_dtype
 
@@ -44,7 +44,8 @@ def value_from_dict(d: Mapping[str, Any]) -> ValueInfo:
 def node_from_dict(d: Mapping[str, Any]) -> NodeInfo:
     """A node; one holding graphs (If/Loop/Scan) gets each as a ``BranchGraph`` under its attribute name, and the
     outer-scope values they read appended to its inputs (they are inputs of whatever partition claims it)."""
-    attrs = dict(d.get("attrs", {}))
+    attrs = {k: UnreadableAttribute(int(v["unreadable"])) if isinstance(v, Mapping) and "unreadable" in v else v
+             for k, v in d.get("attrs", {}).items()}
     inputs = [value_from_dict(v) for v in d["inputs"]]
     for attr, g in (d.get("subgraphs") or {}).items():
         attrs[attr] = BranchGraph(g["name"], tuple(node_from_dict(n) for n in g["nodes"]),

@@ -55,3 +55,25 @@ def set_level(name: str) -> None:
     level = getattr(logging, name.upper())
     logger.setLevel(level)
     FALLBACK.setLevel(level)
+
+
+def escape(text: object) -> str:
+    """``text`` safe to print: every control, format or separator character (newline, ESC of ANSI/OSC sequences,
+    bidi overrides, U+2028...) written as a Python escape (``\\n``, ``\\x1b``, ``\\u202e``), everything else as is.
+
+    For model-supplied strings (node, value, graph names, op types, domains, paths) entering any message: a hostile
+    model could otherwise forge log lines or drive the terminal. Idempotent (its output has no such characters),
+    so a message may escape a name that ``NodeInfo.describe`` already escaped."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() or c == " " else _escaped(c) for c in s)
+
+
+def _escaped(c: str) -> str:
+    if c in "\n\r\t":
+        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}[c]
+    code = ord(c)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..ep.log import escape
+
 Dim = int | str | None
 
 
@@ -37,7 +39,7 @@ class ValueInfo:
 
     def describe(self) -> str:
         dims = "?" if self.shape is None else "[" + ",".join("?" if d is None else str(d) for d in self.shape) + "]"
-        return f"{self.name}:{self.dtype if self.dtype is not None else '?'}{dims}"
+        return f"{escape(self.name)}:{self.dtype if self.dtype is not None else '?'}{dims}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +67,17 @@ class NodeInfo:
         return self.inputs[i]
 
     def describe(self) -> str:
+        """``node 'name' (domain::Op)`` for messages, model-supplied strings escaped (``ep.log.escape``)."""
         op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
-        return f"node '{self.name}' ({op})"
+        return f"node '{escape(self.name)}' ({escape(op)})"
+
+
+@dataclasses.dataclass(frozen=True)
+class UnreadableAttribute:
+    """An attribute the plugin shim could not hand over: a tensor of an element type numpy lacks (a string tensor),
+    or (``elem_type`` -1) an attribute type the plugin API does not expose (TYPE_PROTO). No kernel can use it."""
+
+    elem_type: int
 
 
 def canonical_domain(domain: str) -> str:

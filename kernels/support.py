@@ -7,25 +7,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from .node import NodeInfo, ValueInfo
+from ..ep.dtypes import type_name
+from ..ep.log import escape
+from .node import NodeInfo, UnreadableAttribute, ValueInfo
 from .registry import kernel_for
 from .target import OpRule, Target
 
 
 def dtype_name(v: ValueInfo) -> str | None:
-    """The value's element type name; ONNX int4/uint4 constants (dtype None in NodeInfo, but onnx's numpy_helper
-    gives ml_dtypes int4/uint4 arrays) are named ``int4``/``uint4`` so target rules can list them."""
+    """The value's element type name: numpy's name where NodeInfo has a dtype, else ONNX's (``int4``, ``bfloat16``,
+    ``float8e4m3fn``, ``string``...) so that target rules can list it and declines name it; None only when nobody
+    knows the type."""
     if v.dtype is not None:
         return v.dtype.name
-    if v.onnx_type in _FOUR_BIT:
-        return _FOUR_BIT[v.onnx_type]
+    if v.onnx_type:
+        return type_name(v.onnx_type)
     if v.value is not None:
         name = np.asarray(v.value).dtype.name
         return name if name in ("int4", "uint4") else None
     return None
 
 
-_FOUR_BIT = {22: "int4", 21: "uint4"}  # ONNX TensorProto.INT4 / UINT4
 DEFAULT_MAX_RANK = OpRule.__dataclass_fields__["max_rank"].default
 
 
@@ -44,6 +46,15 @@ def _unknown_rank_reason(node: NodeInfo, v: ValueInfo, rank_free: bool, rule: Op
     return None
 
 
+def _unreadable_attribute(node: NodeInfo) -> str | None:
+    for name, value in node.attrs.items():
+        if isinstance(value, UnreadableAttribute):
+            if value.elem_type < 0:
+                return f"attribute '{escape(name)}' has a type the plugin API does not hand over"
+            return f"attribute '{escape(name)}' is a {type_name(value.elem_type)} tensor, which the NPU cannot carry"
+    return None
+
+
 def why_not(node: NodeInfo, target: Target) -> str | None:
     """None if ``target`` runs ``node``, else the reason it declines (which rule of the target)."""
     op = node.describe()
@@ -53,11 +64,14 @@ def why_not(node: NodeInfo, target: Target) -> str | None:
         return f"{op}: op not listed in [ops] of target {target.name}"
     if kernel is None:
         return f"{op}: no NPU kernel for this op"
+    unreadable = _unreadable_attribute(node)
+    if unreadable is not None:
+        return f"{op}: {unreadable}"
     data = node.input(0)
     if data is not None and rule.dtypes:
         name = dtype_name(data)
         if name is None or name not in rule.dtypes:
-            return (f"{op}: input dtype {name} not supported by target {target.name} "
+            return (f"{op}: input dtype {name or 'unknown'} not supported by target {target.name} "
                     f"(allowed: {', '.join(sorted(rule.dtypes))})")
     static_required = target.static_shapes if rule.static_shapes is None else rule.static_shapes
     n_inputs = len(node.inputs)

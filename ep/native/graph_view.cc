@@ -124,6 +124,8 @@ py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit, bool borrow) 
   return d;
 }
 
+static py::dict UnreadableAttr(int elem_type);
+
 template <typename T>
 static py::object ReadArrayAttr(const OrtOpAttr* a, OrtOpAttrType type) {
   size_t need = 0;
@@ -163,9 +165,10 @@ static py::object ReadAttr(const OrtOpAttr* a, OrtOpAttrType type, const std::st
     case ORT_OP_ATTR_TENSOR: {
       OrtValue* value = nullptr;
       Check(g_ort->OpAttr_GetTensorAttributeAsOrtValue(a, &value));
-      py::array arr;
+      py::object arr;
       try {
-        arr = TensorCopy(value);
+        ONNXTensorElementDataType et = GetTensorMeta(value).elem_type;
+        arr = NumpyDtypeName(et) ? py::object(TensorCopy(value)) : py::object(UnreadableAttr(static_cast<int>(et)));
       } catch (...) {
         g_ort->ReleaseValue(value);
         throw;
@@ -176,6 +179,15 @@ static py::object ReadAttr(const OrtOpAttr* a, OrtOpAttrType type, const std::st
     default:
       return py::none();  // STRINGS / GRAPH: no NPU op needs them; capability declines such nodes by op type
   }
+}
+
+// An attribute the EP cannot read: {"unreadable": element type of a tensor numpy cannot hold (a string tensor), or
+// -1 for an attribute type the plugin API does not expose (TYPE_PROTO, SPARSE_TENSOR)}. Capability declines the
+// node with a reason naming it; GetCapability must not fail on it (ORT would then log an error per graph).
+static py::dict UnreadableAttr(int elem_type) {
+  py::dict d;
+  d["unreadable"] = elem_type;
+  return d;
 }
 
 py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit, bool borrow) {
@@ -208,8 +220,12 @@ py::dict DescribeNode(const OrtNode* node, size_t index, size_t value_limit, boo
       const char* name = nullptr;
       OrtOpAttrType type;
       Check(g_ort->OpAttr_GetName(a, &name));
-      Check(g_ort->OpAttr_GetType(a, &type));
       std::string sname = name ? name : "";
+      if (OrtStatus* s = g_ort->OpAttr_GetType(a, &type)) {  // "Unexpected attribute type." (e.g. TYPE_PROTO)
+        g_ort->ReleaseStatus(s);
+        attrs[py::str(sname)] = UnreadableAttr(-1);
+        continue;
+      }
       attrs[py::str(sname)] = ReadAttr(a, type, sname);
     }
   }
