@@ -167,38 +167,60 @@ void StartInterpreter(void* lib, const std::string& python) {
   save_thread();  // the GIL is taken per callback by whichever host thread calls
 }
 
-// Import `module` under the GIL; an ImportError (npu_ep or one of its dependencies missing) becomes a LoadError.
-void CheckImport(void* lib, const char* module, const std::string& python) {
+// The environment's npu_ep must import (with its dependencies) and be the install this library belongs to: another
+// copy of _native would not share the plugin's state. Runs under the GIL; problems become a LoadError.
+void CheckEnvironment(void* lib, const std::string& python, const std::string& native_path) {
   auto ensure = Symbol<decltype(&PyGILState_Ensure)>(lib, "PyGILState_Ensure");
   auto release = Symbol<decltype(&PyGILState_Release)>(lib, "PyGILState_Release");
   auto import = Symbol<decltype(&PyImport_ImportModule)>(lib, "PyImport_ImportModule");
+  auto getattr = Symbol<decltype(&PyObject_GetAttrString)>(lib, "PyObject_GetAttrString");
   auto fetch = Symbol<decltype(&PyErr_Fetch)>(lib, "PyErr_Fetch");
   auto str = Symbol<decltype(&PyObject_Str)>(lib, "PyObject_Str");
   auto utf8 = Symbol<decltype(&PyUnicode_AsUTF8)>(lib, "PyUnicode_AsUTF8");
   auto decref = Symbol<decltype(&Py_DecRef)>(lib, "Py_DecRef");
   auto type_name = Symbol<decltype(&_PyType_Name)>(lib, "_PyType_Name");
-
-  PyGILState_STATE gil = ensure();
-  PyObject* mod = import(module);
-  std::string error;
-  if (!mod) {
+  auto pending_error = [&]() {
     PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
     fetch(&type, &value, &tb);
     PyObject* text = value ? str(value) : nullptr;
     const char* msg = text ? utf8(text) : nullptr;
-    error = std::string(type ? type_name(reinterpret_cast<PyTypeObject*>(type)) : "ImportError") + ": " +
-            (msg ? msg : "(no message)");
+    std::string error = std::string(type ? type_name(reinterpret_cast<PyTypeObject*>(type)) : "ImportError") +
+                        ": " + (msg ? msg : "(no message)");
     for (PyObject* o : {text, type, value, tb}) {
       if (o) decref(o);
     }
+    return error;
+  };
+
+  PyGILState_STATE gil = ensure();
+  std::string error, imported_native;
+  PyObject* bridge = import("npu_ep.ep.bridge");
+  if (!bridge) {
+    error = "cannot import npu_ep.ep.bridge (" + pending_error() + "): install npu-ep into it, or point "
+            "NPU_EP_PYTHON at the python of an environment that has it";
   } else {
-    decref(mod);
+    decref(bridge);
+    PyObject* native = import("npu_ep.ep._native");
+    PyObject* file = native ? getattr(native, "__file__") : nullptr;
+    const char* text = file ? utf8(file) : nullptr;
+    if (!text) {
+      error = "cannot locate npu_ep.ep._native (" + pending_error() + ")";
+    } else if (char* real = realpath(text, nullptr)) {
+      imported_native = real;
+      std::free(real);
+    } else {
+      imported_native = text;
+    }
+    for (PyObject* o : {file, native}) {
+      if (o) decref(o);
+    }
   }
   release(gil);
-  if (!error.empty()) {
-    throw LoadError{"the Python environment of " + python + " cannot import " + module + " (" + error +
-                    "): install npu-ep into it, or point NPU_EP_PYTHON at the python of an environment that has it"};
+  if (error.empty() && imported_native != native_path) {
+    error = "imports npu_ep from another install (" + imported_native + ", this library needs " + native_path +
+            "): set NPU_EP_PYTHON to the python of the environment this library is installed in";
   }
+  if (!error.empty()) throw LoadError{"the Python environment of " + python + " " + error};
 }
 
 // Start Python unless the process already runs it; returns the libpython we started, else nullptr.
@@ -227,9 +249,11 @@ void* EnsurePython(std::string* python_out) {
                   "; NPU_EP_LIBPYTHON overrides); tried:" + tried};
 }
 
+std::string NativePath() { return Dirname(ThisLibraryPath()) + "/" + kNativeFile; }
+
 void LoadNative(bool started_python) {
   if (g_native.create) return;
-  const std::string path = Dirname(ThisLibraryPath()) + "/" + kNativeFile;
+  const std::string path = NativePath();
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // the same object Python's import of _native maps
   if (!lib) throw LoadError{std::string("cannot load the NpuEP plugin: ") + dlerror()};
   if (started_python) {
@@ -258,7 +282,7 @@ NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
     std::string python;
     void* started = EnsurePython(&python);
     LoadNative(started != nullptr);  // marks the embedded host before anything imports npu_ep
-    if (started) CheckImport(started, "npu_ep.ep.bridge", python);
+    if (started) CheckEnvironment(started, python, NativePath());
   } catch (const LoadError& e) {
     return api->CreateStatus(ORT_FAIL, ("NpuEP: " + e.message).c_str());
   }

@@ -210,3 +210,20 @@ def test_run_overhead_of_the_cpp_host_against_the_python_host(host, tmp_path, ca
               f"(NpuEP +{cpp['npu'] - cpp['cpu']:.2f} us); Python host: NpuEP {py['npu']:.2f} us, CPU EP "
               f"{py['cpu']:.2f} us (NpuEP +{py['npu'] - py['cpu']:.2f} us); C++ - Python NpuEP overhead "
               f"{(cpp['npu'] - cpp['cpu']) - (py['npu'] - py['cpu']):+.2f} us")
+
+
+def test_a_loader_outside_the_environment_it_finds_refuses(host, tmp_path):
+    """A copy of the libraries whose environment imports npu_ep from elsewhere (two _native copies would not share
+    the plugin's state): one status naming both installs, no crash."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for lib in (npu_ep.get_plugin_library_path(), npu_ep.get_library_path()):
+        shutil.copy(lib, copy)
+    model = tmp_path / "mlp.onnx"
+    model.write_bytes(_mlp().SerializeToString())
+    io = write_steps(tmp_path / "io", [{"x": np.zeros((1, 64), np.float32)}])
+    run = run_host(host, str(copy / "libnpu_ep_plugin.so"), model, io, env={"NPU_EP_PYTHON": sys.executable})
+    assert run.returncode == 3, run.stderr
+    assert f"imports npu_ep from another install ({npu_ep.get_library_path()}" in run.stderr
