@@ -9,8 +9,9 @@ Rule: for each partition found by max-coverage partitioning,
     boundary_us = crossings * bridge_us          (crossings = non-constant partition inputs + outputs)
     gain_us     = cpu_estimate_us - npu_estimate_us   (of one call of the whole partition)
 
-and when ``boundary_us > gain_us`` the whole partition stays on the CPU, every node with the reason
-``declined: boundary cost X us > gain Y us``. One pass, in graph order (declining an island never adds crossings
+and when ``boundary_us > max(gain_us, 0)`` the whole partition stays on the CPU, every node with the reason
+``declined: boundary cost X us > gain Y us``. A partition whose crossings are free is never declined for them,
+whatever its estimated gain (this policy weighs boundaries, not where an op runs faster). One pass, in graph order (declining an island never adds crossings
 to another NpuEP partition: its neighbours are CPU nodes or partitions whose inputs/outputs do not change).
 
 Estimates:
@@ -19,8 +20,10 @@ Estimates:
   own cost functions on the graph's declared shapes: the same cost model that the run-time timeline and
   ``npu-report`` use. Compiling here means each partition is prepared twice under this policy; only this
   non-default policy pays that.
-- CPU: ``macs / CPU_MACS_PER_S + elements / CPU_ELEMENTS_PER_S`` (one host core), with the MACs the kernels' cost
-  functions counted.
+- CPU: ``nodes * CPU_NODE_US + macs / CPU_MACS_PER_S + elements / CPU_ELEMENTS_PER_S`` (one host core), with the
+  MACs the kernels' cost functions counted. ``CPU_NODE_US`` is what ORT's CPU EP spends per node before any
+  arithmetic (its kernel dispatch); without it a small partition, or a symbolic-shaped one costed at size 1, cost
+  the CPU almost nothing while the NPU's fixed DMA latencies stayed, and its "gain" came out negative.
 - bridge_us: the measured cost of one crossing, calibrated by ``python -m npu_ep.tools.bench.bridge``; default
   ``DEFAULT_BRIDGE_US``; override with the environment variable ``NPU_EP_BRIDGE_US`` (microseconds).
 - Symbolic/unknown dims count as 1 (a decode step: the case where boundaries dominate).
@@ -44,6 +47,7 @@ DEFAULT_BRIDGE_US = 10.0  # per crossing [us]; measure this machine's with pytho
 BRIDGE_ENV = "NPU_EP_BRIDGE_US"
 CPU_MACS_PER_S = 4e9  # host fp32 MACs per second (one core, BLAS)
 CPU_ELEMENTS_PER_S = 1e9  # host element-wise ops per second (one core, vectorized)
+CPU_NODE_US = 0.5  # ORT CPU EP's cost per node beyond its arithmetic [us] (a chain of [1, 4] Relu/Neg: 0.5-0.7 us)
 
 Policy = Callable[[Sequence[NodeInfo], list[Decision], list[list[int]]], tuple[list[Decision], list[list[int]]]]
 
@@ -87,7 +91,8 @@ def estimate(group: Sequence[int], nodes: Sequence[NodeInfo], target: Target) ->
         return None
     macs = sum(c.macs for c in cost.steps)
     elements = sum(_numel(o) for i in group for o in by_index[i].outputs if not o.missing)
-    return Estimate(cost.seconds * 1e6, (macs / CPU_MACS_PER_S + elements / CPU_ELEMENTS_PER_S) * 1e6)
+    cpu_us = len(group) * CPU_NODE_US + (macs / CPU_MACS_PER_S + elements / CPU_ELEMENTS_PER_S) * 1e6
+    return Estimate(cost.seconds * 1e6, cpu_us)
 
 
 def crossings(group: Sequence[int], nodes: Sequence[NodeInfo]) -> int:
@@ -110,7 +115,7 @@ def cost_aware_policy(target: Target, bridge_us: float | None = None) -> Policy:
                 continue
             gain = est.cpu_us - est.npu_us
             cost = crossings(group, nodes) * per_crossing
-            if cost > gain:
+            if cost > max(gain, 0.0):  # free crossings never decline a partition
                 reason = f"declined: boundary cost {cost:.1f} us > gain {gain:.1f} us"
                 declined_reason.update({i: reason for i in group})
             else:

@@ -137,3 +137,38 @@ def test_static_cost_survives_the_context_round_trip(tmp_path):
     (fresh, skipped_fresh), (again, skipped_again) = program.static_cost(), loaded.static_cost()
     assert not skipped_fresh and not skipped_again
     assert again.cycles == fresh.cycles and again.dma_bytes == fresh.dma_bytes
+
+
+def small_model(shape) -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Add", ["r", "x"], ["y"], name="add")]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, shape)],
+                      [helper.make_tensor_value_info("y", F32, shape)])
+
+
+@pytest.mark.parametrize("shape", [[1, 4], ["N", 4], ["batch", "seq", 768]])
+def test_free_crossings_never_decline_small_or_symbolic_partitions(shape):
+    """bridge_cost_us=0 sent these wholly to the CPU with "boundary cost 0.0 us > gain -0.3 us"."""
+    target = Target.load("npu-ref")
+    nodes = nodes_from_model(small_model(shape))
+    greedy = analyze(nodes, target)
+    aware = analyze(nodes, target, policy=cost_aware_policy(target, bridge_us=0.0))
+    assert aware.partitions == greedy.partitions == [[0, 1]]
+    assert not aware.declined
+
+
+@pytest.mark.parametrize("shape", [[1, 4], ["N", 4]])
+def test_a_tiny_partition_gains_its_cpu_node_dispatch(shape):
+    """The CPU estimate counts ORT's per-node cost: two nodes costed at size 1 are not free on the CPU, so the gain
+    is positive (it came out negative: the NPU's fixed DMA latencies against a CPU estimate of a few ns)."""
+    target = Target.load("npu-ref")
+    nodes = nodes_from_model(small_model(shape))
+    est = estimate([0, 1], nodes, target)
+    assert est.cpu_us > est.npu_us > 0
+
+
+def test_zero_bridge_cost_keeps_a_symbolic_model_on_the_npu():
+    model = small_model(["N", 4])
+    sess = npu_session(model, {"partition_policy": "cost_aware", "bridge_cost_us": "0"})
+    assert npu_partitions(sess) == [["relu", "add"]]
+    x = np.array([[1, -2, 3, -4]], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0])
