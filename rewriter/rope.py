@@ -7,11 +7,12 @@ Matched (x is [B,N,S,H] as in Llama, or [B,S,N,H] as in GPT-J, which rotates bef
   interleaved x*cos + Reshape(Concat(Unsqueeze(Neg(x[..., 1::2])), Unsqueeze(x[..., 0::2]))) * sin
   partial     Concat(rope(x[..., :R]), x[..., R:])                                         (R < H)
 cos/sin may come from anything that is a per-position function of ONE integer graph input (position_ids):
-inv_freq MatMul + Cos/Sin, a Gather from a constant table, exporter Shape plumbing. Instead of matching each of
-those spellings, the check *evaluates* the cos/sin subgraph on ORT CPU for positions 0..M-1 (which gives the
-cache) and again for random positions (which proves the values depend on nothing but the position), and checks
-the duplication RoPE implies (halves equal, or pairs equal for interleaved). M is the row count of a gathered
-table, else the model's ``max_position_embeddings`` metadata, else 4096.
+inv_freq MatMul + Cos/Sin, a Gather (or the dynamo exporter's GatherND) from a constant table, exporter Shape
+plumbing. Instead of matching each of those spellings, the check *evaluates* the cos/sin subgraph on ORT CPU for
+positions 0..M-1 (which gives the cache) and again for random positions (which proves the values depend on nothing
+but the position), and checks the duplication RoPE implies (halves equal, or pairs equal for interleaved). M is the
+row count of a gathered table (Gather, or GatherND with one index per row), else the model's
+``max_position_embeddings`` metadata, else 4096.
 
 Needs before it: constant folding (onnxscript optimizer) so Slice bounds are constants, and shape inference
 (so x has a known rank, N and H).
@@ -53,10 +54,29 @@ def _axis(node: ir.Node, rank: int) -> int | None:
 
 def _max_positions(model: ir.Model, nodes: list[ir.Node]) -> int:
     for n in nodes:  # a table gathered by position: its rows are the cache length
-        if n.op_type == "Gather" and n.inputs[0].const_value is not None and len(n.inputs[0].shape or ()) == 2:
-            return int(n.inputs[0].shape[0])
+        rows = _gathered_table_rows(n)
+        if rows is not None:
+            return rows
     meta = model.metadata_props.get("max_position_embeddings")
     return int(meta) if meta and meta.isdigit() else DEFAULT_MAX_POSITIONS
+
+
+def _gathered_table_rows(node: ir.Node) -> int | None:
+    """Row count of the constant [M, R] table ``node`` reads whole rows of: ``Gather`` on axis 0 (TorchScript's
+    ``table[position_ids]``) or ``GatherND`` with one index per row (the dynamo exporter's, indices [B,S,1]);
+    None for any other node."""
+    if node.op_type not in ("Gather", "GatherND") or len(node.inputs) < 2:
+        return None
+    table, indices = node.inputs[0], node.inputs[1]
+    if table is None or table.const_value is None or len(table.shape or ()) != 2:
+        return None
+    attrs = node.attributes
+    if node.op_type == "Gather" and (attrs["axis"].as_int() if "axis" in attrs else 0) % 2 != 0:
+        return None
+    if node.op_type == "GatherND" and ((attrs["batch_dims"].as_int() if "batch_dims" in attrs else 0) != 0
+                                       or indices is None or not indices.shape or indices.shape[-1] != 1):
+        return None
+    return int(table.shape[0])
 
 
 class _CosSin:

@@ -148,3 +148,81 @@ def test_swapped_halves_is_not_rope():
     """Concat(x1, -x2) rotates the other way: no match at all (structural), graph unchanged."""
     fused, report = fuse(rope_graph(swap_halves=True))
     assert op_count(fused, "RotaryEmbedding") == 0 and sum(report.counts.values()) == 0
+
+
+# --- handcrafted GPT-J rotary as the dynamo exporter spells it: x [B,S,N,H], interleaved, partial ---------------
+R, M = 8, 64  # rotary dim (< H), rows of the position table
+BIG = np.iinfo(np.int64).max
+
+
+def gptj_rope_graph(*, cos_sin_dup: str = "interleaved", pass_start: int = R) -> onnx.ModelProto:
+    """``Concat(rope(x[..., :R]), x[..., pass_start:])`` with ``rotate_every_two`` and sin/cos read from a constant
+    [M, R] table by ``GatherND(table, position_ids[..., None])`` (dynamo's ``embed_positions[position_ids]``), no
+    ``max_position_embeddings`` metadata: the table's rows are the only cache length. ``cos_sin_dup="half"``
+    duplicates the angles as rotate_half does (the wrong layout for this rotation)."""
+    g = GraphBuilder()
+    angles = np.arange(M, dtype=np.float32)[:, None] * inv_freq(R, 10000.0)[None, :]
+    table = g.weight("embed_positions", np.concatenate([np.sin(angles), np.cos(angles)], axis=1))  # [M, R]
+    sincos = g.op("GatherND", table, g.op("Unsqueeze", "position_ids", g.const([-1])))           # [B,S,R]
+    sin_h = g.op("Slice", sincos, g.const([0]), g.const([R // 2]), g.const([-1]))
+    cos_h = g.op("Slice", sincos, g.const([R // 2]), g.const([R]), g.const([-1]))
+
+    def widen(v: str) -> str:  # [B,S,R/2] -> [B,S,1,R]
+        if cos_sin_dup == "half":
+            return g.op("Unsqueeze", g.op("Concat", v, v, axis=-1), g.const([2]))
+        u = g.op("Unsqueeze", v, g.const([-1]))
+        pairs = g.op("Reshape", g.op("Concat", u, u, axis=-1), g.const([0, 0, R]))  # repeat_interleave(2)
+        return g.op("Unsqueeze", pairs, g.const([2]))
+
+    sin, cos = widen(sin_h), widen(cos_h)
+    x_rot = g.op("Slice", "x", g.const([0]), g.const([R]), g.const([3]), g.const([1]))
+    x_pass = g.op("Slice", "x", g.const([pass_start]), g.const([BIG]), g.const([3]), g.const([1]))
+    odd = g.op("Slice", x_rot, g.const([1]), g.const([BIG]), g.const([3]), g.const([2]))
+    even = g.op("Slice", x_rot, g.const([0]), g.const([BIG]), g.const([3]), g.const([2]))
+    stacked = g.op("Concat", g.op("Unsqueeze", g.op("Neg", odd), g.const([-1])),
+                   g.op("Unsqueeze", even, g.const([-1])), axis=-1)                               # [B,S,N,R/2,2]
+    rotated = g.op("Reshape", stacked, g.const([0, 0, N, R]))
+    rope_x = g.op("Add", g.op("Mul", x_rot, cos), g.op("Mul", rotated, sin))
+    g.op("Concat", rope_x, x_pass, axis=-1, outputs=["y"])
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", N, H]),
+              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["B", "S"])]
+    width = R + H - pass_start
+    return g.make_model("gptj_rope", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                             ["B", "S", N, width])])
+
+
+def _gptj_feeds() -> dict:
+    rng = np.random.default_rng(0)
+    return {"x": rng.standard_normal((2, 5, N, H)).astype(np.float32),
+            "position_ids": np.array([[0, 1, 2, 3, 4], [M - 5, M - 4, M - 3, M - 2, M - 1]])}
+
+
+def _rotary_attrs(proto: onnx.ModelProto) -> list[dict]:
+    return [{a.name: helper.get_attribute_value(a) for a in n.attribute} for n in proto.graph.node
+            if n.op_type == "RotaryEmbedding"]
+
+
+def test_gptj_partial_interleaved_rope_from_a_gathernd_table_fuses():
+    """The dynamo exporter reads GPT-J's sin/cos table with GatherND: its rows bound the positions (without them
+    the cos/sin were evaluated for 4096 positions, past the table, and no rotary site fused)."""
+    proto = gptj_rope_graph()
+    assert not any(p.key == "max_position_embeddings" for p in proto.metadata_props)
+    fused, report = fuse(proto)
+    assert report.counts["RotaryEmbeddingInterleaved"] == 1 and report.counts["RotaryEmbeddingPartialBSNH"] == 1
+    assert _rotary_attrs(fused) == [{"interleaved": 1, "num_heads": N, "rotary_embedding_dim": R}]
+    assert op_count(fused, "Neg") == 0 and op_count(fused, "GatherND") == 0
+    cache = [i for i in fused.graph.initializer if i.name.startswith("rope_cos_cache")]
+    assert len(cache) == 1 and list(cache[0].dims) == [M, R // 2]
+    np.testing.assert_allclose(run(fused, _gptj_feeds())[0], run(proto, _gptj_feeds())[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("kw, rule, reason", [
+    (dict(cos_sin_dup="half"), "RotaryEmbeddingInterleaved", "not duplicated as interleaved"),  # NeoX cos/sin
+    (dict(pass_start=R + 2), "RotaryEmbeddingPartialBSNH", "do not split head dim"),          # drops 2 channels
+])
+def test_gptj_near_misses_are_left_alone_with_reason(kw, rule, reason):
+    proto = gptj_rope_graph(**kw)
+    fused, report = fuse(proto)
+    assert all(a.get("rotary_embedding_dim", 0) == 0 for a in _rotary_attrs(fused)), "no partial rotary fused"
+    assert any(f.rule == rule and reason in f.reason for f in report.failures), report.failures
+    np.testing.assert_allclose(run(fused, _gptj_feeds())[0], run(proto, _gptj_feeds())[0], atol=1e-5)
