@@ -155,7 +155,8 @@ def _relu(x: np.ndarray) -> np.ndarray:
 _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
     "Relu": (_relu, 1.0, 0.0),
     "Neg": (np.negative, 1.0, 0.0),
-    "Abs": (np.abs, 1.0, 0.0),
+    "Abs": (np.abs, 1.0, 0.0),  # integers wrap as ORT's: Abs(INT_MIN) == INT_MIN, as Neg(INT_MIN)
+    "Sign": (np.sign, 1.0, 0.0),  # float16: _sign_run
     "Sqrt": (np.sqrt, 0.0, 1.0),
     "Reciprocal": (_reciprocal, 0.0, 1.0),
     "Exp": (np.exp, 0.0, 1.0),
@@ -300,6 +301,14 @@ def _sigmoid_bind(p: Prepared, inputs, outs):
                              [(-1, None)])
 
 
+def _sign_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """Sign; ORT's float16 kernel compares with 0, so NaN gives 0 there (float32 keeps NaN, as numpy's sign)."""
+    x = arg(p, inputs, 0)
+    if x.dtype == _F16:
+        return [np.sign(np.where(np.isnan(x), x.dtype.type(0), x))]
+    return _SIGN_REFERENCE(p, inputs)
+
+
 def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Pow; a constant exponent of 2 is ``x * x`` as ORT's CPU kernel computes it (one correctly rounded product),
     with the base's broadcast against the exponent's shape."""
@@ -382,9 +391,12 @@ for _op, (_fn, _, _) in _BINARY.items():
     register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn), _cost, _check,
                        rank_free=True, bind=_bind))
 _SIGMOID_REFERENCE = _unary_runner(_sigmoid)
+_SIGN_REFERENCE = _unary_runner(np.sign)
 for _op, (_fn, _, _) in _UNARY.items():
     if _op == "Sigmoid":
         register(KernelDef("", _op, _prepare, _sigmoid_run, _cost, _check, rank_free=True, bind=_sigmoid_bind))
+    elif _op == "Sign":
+        register(KernelDef("", _op, _prepare, _sign_run, _cost, _check, rank_free=True, bind=_ufunc_binder(_fn, 1)))
     elif _op not in _MS_UNARY:
         register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True,
                            bind=_relu_bind if _op == "Relu" else _ufunc_binder(_fn, 1)))

@@ -1,13 +1,17 @@
-"""Softmax on the vector unit: max-subtracted exp, sum, divide; float16 computed in float32.
+"""Softmax and LogSoftmax on the vector unit: max-subtracted exp, sum, divide (LogSoftmax: subtract the sum's log);
+float16 computed in float32.
 
 Opset >= 13 normalizes along one axis (default -1). Opset < 13 coerces the input to 2-D
 [prod(shape[:axis]), prod(shape[axis:])] (default axis 1) and normalizes each row: the same kernel on a reshaped view.
 
-Native: over the last axis of a float32 input, ``kernels.softmax_last_axis`` (one pass per row on the session's
+Native: Softmax over the last axis of a float32 input, ``kernels.softmax_last_axis`` (one pass per row on the session's
 threads, an exp of its own: the reference's values within float tolerance), in the kernel and as its bound step.
 
+LogSoftmax (numpy only) is (x - max) - log(sum(exp(x - max))), as ORT's MLAS kernel computes it: a row of -inf
+or holding +inf or NaN is NaN throughout, as there.
+
 Cost per element: max, subtract, sum, divide (4 ops) + one exp (transcendental); DMA reads and writes the tensor once
-(rows fit SRAM; a row larger than SRAM would need two passes, not modelled).
+(rows fit SRAM; a row larger than SRAM would need two passes, not modelled). LogSoftmax is costed the same.
 """
 
 from __future__ import annotations
@@ -33,9 +37,17 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return e
 
 
+@np.errstate(invalid="ignore", divide="ignore")  # -inf - -inf is NaN and log(0) -inf, as ORT computes them
+def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    """(x - max) - log(sum(exp(x - max))) of ``x`` along ``axis`` in ``x``'s dtype (fp32/fp64)."""
+    e = np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True))
+    e -= np.log(np.add.reduce(np.exp(e), axis=axis, keepdims=True))
+    return e
+
+
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
     legacy = 0 < node.since_version < 13
-    return Prepared({"axis": int(node.attr("axis", 1 if legacy else -1)), "legacy": legacy,
+    return Prepared({"op": node.op_type, "axis": int(node.attr("axis", 1 if legacy else -1)), "legacy": legacy,
                      "itemsize": itemsize_of(node.outputs[0])}, stash_constants(node), target)
 
 
@@ -44,19 +56,20 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     nat = _native_rows(p, x)
     if nat is not None:
         return [nat.softmax_last_axis(x, _native.threads(p))]
-    y = onnx_softmax(widen(x), p.attrs["axis"], p.attrs["legacy"])
+    fn = log_softmax if p.attrs.get("op") == "LogSoftmax" else softmax
+    y = onnx_softmax(widen(x), p.attrs["axis"], p.attrs["legacy"], fn)
     return [y if y.dtype == x.dtype else y.astype(x.dtype)]
 
 
-def onnx_softmax(x: np.ndarray, axis: int, legacy: bool) -> np.ndarray:
-    """ONNX Softmax of a float32/float64 ``x``: along ``axis`` (opset >= 13), or with ``legacy`` (opset < 13) over
-    the rows of x coerced to 2-D at ``axis``."""
+def onnx_softmax(x: np.ndarray, axis: int, legacy: bool, fn=softmax) -> np.ndarray:
+    """ONNX Softmax (``fn``: or LogSoftmax) of a float32/float64 ``x``: along ``axis`` (opset >= 13), or with
+    ``legacy`` (opset < 13) over the rows of x coerced to 2-D at ``axis``."""
     axis = axis % max(x.ndim, 1)
     if x.size == 0:  # an empty tensor (an empty normalized axis included) is its own softmax, as ORT returns it
         return x.copy()
     if legacy and axis != x.ndim - 1:  # rows over the trailing axes (the last axis alone: the same)
-        return softmax(x.reshape(math.prod(x.shape[:axis]), -1), -1).reshape(x.shape)
-    return softmax(x, -1 if legacy else axis)
+        return fn(x.reshape(math.prod(x.shape[:axis]), -1), -1).reshape(x.shape)
+    return fn(x, -1 if legacy else axis)
 
 
 def last_axis(axis: int, rank: int) -> bool:
@@ -74,7 +87,7 @@ def _native_rows(p: Prepared, x: np.ndarray):
     """The native kernel when it computes this softmax (native kernels, float32, C-contiguous, the last axis: any
     opset, the legacy 2-D rows are the last axis then), else None."""
     nat = _native.native(p)
-    if (nat is None or x.dtype != np.float32 or not x.flags.c_contiguous
+    if (nat is None or p.attrs.get("op", "Softmax") != "Softmax" or x.dtype != np.float32 or not x.flags.c_contiguous
             or not last_axis(p.attrs["axis"], x.ndim)):
         return None
     return nat
@@ -91,3 +104,4 @@ def _bind(p: Prepared, inputs, outs):
 
 
 register(KernelDef("", "Softmax", _prepare, _run, _cost, rank_free=True, bind=_bind))
+register(KernelDef("", "LogSoftmax", _prepare, _run, _cost, rank_free=True, bind=_bind))

@@ -261,3 +261,69 @@ def test_integer_div_by_zero_fails_the_run_as_ort(dtype, const_divisor):
     if not const_divisor:  # the same session divides by non-zero divisors again, as ORT's
         ok = {"a": a, "b": np.array([2, -3, 3], dtype)}
         np.testing.assert_array_equal(sess.run(None, ok)[0], run_ort(model, ok)[0])
+
+
+@pytest.mark.parametrize("op", ["Abs", "Neg", "Sign"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_abs_neg_sign_bit_exact_on_both_targets(op, dtype):
+    """Integer shape math (T5's relative positions) on NpuEP, bit-exact with ORT: INT_MIN wraps under Abs and Neg
+    as ORT's C++ does (issue 38 item 28)."""
+    info = np.iinfo(dtype)
+    x = np.concatenate([np.array([info.min, info.min + 1, -1, 0, 1, info.max], dtype), rand((3, 7), dtype).ravel()])
+    check_on_ep(op, [("x", x.reshape(3, 9), False)], [("y", dtype)], targets=("npu-ref", "npu-edge"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_float_sign_of_specials_as_ort(dtype):
+    """-0.0 gives +0.0; NaN stays NaN in float32 and gives 0 in float16, as ORT's two kernels do."""
+    x = np.array([[np.nan, -np.nan, -0.0, 0.0], [-np.inf, np.inf, -1e-7, 3.0]], dtype)
+    (want,) = check_on_ep("Sign", [("x", x, False)], [("y", dtype)])
+    from npu_testing import npu_session
+
+    got = npu_session(make_model("Sign", [("x", x, False)], [("y", dtype)]), {"target": "npu-ref"}).run(None, {"x": x})
+    np.testing.assert_array_equal(np.signbit(got[0]), np.signbit(want))
+
+
+def _t5_relative_position_buckets():
+    """T5's bidirectional relative-position bucket (exported): int64 Sub/Abs/Less/Min/Where around a float Log,
+    then the bias table's Gather; Neg/Sign re-derive the bucket to cover those ops too."""
+    from onnx import TensorProto, helper
+
+    from npu_testing import make_model as graph
+
+    i64, f32 = TensorProto.INT64, TensorProto.FLOAT
+    n = helper.make_node
+    nodes = [n("Unsqueeze", ["pos", "ax1"], ["ctx"], name="ctx"), n("Unsqueeze", ["pos", "ax0"], ["mem"], name="mem"),
+             n("Sub", ["mem", "ctx"], ["rel"], name="rel"), n("Greater", ["rel", "zero"], ["after"], name="after"),
+             n("Cast", ["after"], ["after_i"], to=i64, name="after_i"),
+             n("Mul", ["after_i", "half"], ["side"], name="side"), n("Abs", ["rel"], ["dist"], name="abs"),
+             n("Less", ["dist", "exact"], ["small"], name="small"),
+             n("Cast", ["dist"], ["dist_f"], to=f32, name="dist_f"),
+             n("Div", ["dist_f", "exact_f"], ["ratio"], name="ratio"), n("Log", ["ratio"], ["log"], name="log"),
+             n("Div", ["log", "log_span"], ["frac"], name="frac"), n("Mul", ["frac", "n_large"], ["far"], name="far"),
+             n("Cast", ["far"], ["far_i"], to=i64, name="far_i"), n("Add", ["far_i", "exact"], ["large"], name="large"),
+             n("Min", ["large", "last"], ["capped"], name="min"),
+             n("Where", ["small", "dist", "capped"], ["bucket0"], name="where"),
+             n("Add", ["bucket0", "side"], ["bucket1"], name="bucket"), n("Neg", ["bucket1"], ["neg"], name="neg"),
+             n("Sign", ["neg"], ["sign"], name="sign"), n("Mul", ["sign", "neg"], ["bucket"], name="unsign"),
+             n("Gather", ["table", "bucket"], ["bias"], axis=0, name="gather"),
+             n("Transpose", ["bias"], ["y"], perm=[2, 0, 1], name="heads_first")]
+    consts = {"ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64), "zero": np.array(0, np.int64),
+              "half": np.array(16, np.int64), "exact": np.array(8, np.int64), "exact_f": np.array(8, np.float32),
+              "log_span": np.array(np.log(128 / 8), np.float32), "n_large": np.array(8, np.float32),
+              "last": np.array(15, np.int64), "table": rand((32, 4), np.float32, seed=5)}
+    return graph(nodes, [helper.make_tensor_value_info("pos", i64, ["S"])],
+                 [helper.make_tensor_value_info("y", f32, [4, "S", "S"])], consts)
+
+
+def test_t5_relative_position_buckets_run_in_one_partition():
+    """Abs/Neg/Sign on int64 were declined and split this into 3 partitions around CPU nodes (issue 38 item 28)."""
+    from npu_testing import assignment, cpu_run, npu_partitions, npu_session
+
+    model = _t5_relative_position_buckets()
+    sess = npu_session(model, {"target": "npu-ref"})
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    assert len(npu_partitions(sess)) == 1
+    for s in (40, 7):
+        feeds = {"pos": np.arange(s, dtype=np.int64)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu_run(model, feeds)[0])

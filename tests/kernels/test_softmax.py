@@ -74,3 +74,38 @@ def test_exported_attention_with_zero_keys_gives_zeros(kernels):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         if t == 0:
             assert not got.any()
+
+
+def _special_rows(dtype) -> np.ndarray:
+    big = float(np.finfo(dtype).max) / 2
+    return np.array([[1, 2, 3, 4], [-np.inf, 0, 1, 2], [-np.inf] * 4, [np.nan, 1, 2, 3], [1, np.nan, 2, 3],
+                     [np.inf, 1, 2, 3], [-np.inf, -np.inf, 0, 0], [big, -big, 0, 5], [-50, 60, 0, 0]], dtype)
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_log_softmax_any_axis(axis, dtype):
+    x = np.random.default_rng(4).uniform(-10, 10, (3, 9, 70)).astype(dtype)
+    check_on_ep("LogSoftmax", [("x", x, False)], [("y", dtype)], {"axis": axis}, opset=13, targets=BOTH)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_log_softmax_opset11_coerces_to_2d(axis):
+    x = np.random.default_rng(5).uniform(-3, 3, (2, 3, 5)).astype(np.float32)
+    check_on_ep("LogSoftmax", [("x", x, False)], [("y", np.float32)], {"axis": axis}, opset=11)
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_log_softmax_special_values_as_ort(axis, dtype):
+    """-inf inputs give -inf; a row of -inf, or holding +inf or NaN, is NaN throughout (ORT's MLAS kernel: x - max
+    is NaN there); large magnitudes stay finite. The same places as ORT, values within float tolerance."""
+    x = _special_rows(dtype)
+    want = check_on_ep("LogSoftmax", [("x", x, False)], [("y", dtype)], {"axis": axis}, opset=13, targets=BOTH)
+    if axis == -1:
+        assert np.isnan(want[0][2:6]).all() and np.isneginf(want[0][1, 0])
+
+
+@pytest.mark.parametrize("shape, axis", EMPTY)
+def test_log_softmax_of_an_empty_tensor_is_empty(shape, axis):
+    check_on_ep("LogSoftmax", [("x", np.zeros(shape, np.float32), False)], [("y", np.float32)], {"axis": axis})
