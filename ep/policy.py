@@ -11,8 +11,9 @@ Rule: for each partition found by max-coverage partitioning,
 
 and when ``boundary_us > max(gain_us, 0)`` the whole partition stays on the CPU, every node with the reason
 ``declined: boundary cost X us > gain Y us``. A partition whose crossings are free is never declined for them,
-whatever its estimated gain (this policy weighs boundaries, not where an op runs faster). One pass, in graph order (declining an island never adds crossings
-to another NpuEP partition: its neighbours are CPU nodes or partitions whose inputs/outputs do not change).
+whatever its estimated gain (this policy weighs boundaries, not where an op runs faster). One pass, in graph
+order (declining an island never adds crossings to another NpuEP partition: its neighbours are CPU nodes or
+partitions whose inputs/outputs do not change).
 
 Estimates:
 

@@ -140,7 +140,8 @@ def test_static_cost_survives_the_context_round_trip(tmp_path):
 
 
 def small_model(shape) -> onnx.ModelProto:
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Add", ["r", "x"], ["y"], name="add")]
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "x"], ["y"], name="add")]
     return make_model(nodes, [helper.make_tensor_value_info("x", F32, shape)],
                       [helper.make_tensor_value_info("y", F32, shape)])
 
