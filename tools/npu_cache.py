@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+from ._cli import quiet_interrupt
 
-from npu_ep.context_cache.store import CacheEntry, CacheStore, default_cache_dir
+if TYPE_CHECKING:  # imported inside main (Ctrl-C there exits 130 quietly: _cli)
+    from rich.table import Table
+
+    from npu_ep.context_cache.store import CacheEntry
 
 
 def _size(n: int) -> str:
@@ -31,6 +34,8 @@ def _age(s: float) -> str:
 
 
 def _table(entries: list[CacheEntry], full_keys: bool) -> Table:
+    from rich.table import Table
+
     t = Table()
     for col, just in (("key", "left"), ("size", "right"), ("target", "left"), ("compiler", "left"),
                       ("age", "right"), ("last used", "right"), ("status", "left")):
@@ -55,8 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@quiet_interrupt
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting (0 ok, 1 corrupt entries found, 2 bad input)."""
+    from rich.console import Console
+
+    from npu_ep.context_cache.store import CacheStore, default_cache_dir
+
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # argparse already printed the usage error

@@ -17,10 +17,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from google.protobuf.message import DecodeError
+from ._cli import TARGET_ENV, quiet_interrupt, target_origin
 
-from .generation import DEFAULT_BUCKETS, DEFAULT_MAX_KV_LEN, GenerationResult, KvCapacityError, PromptTooLongError
+if TYPE_CHECKING:  # imported inside main (ORT, onnx: seconds; Ctrl-C there exits 130 quietly: _cli)
+    from .generation import GenerationResult
 
 
 def _ints(text: str) -> list[int]:
@@ -47,6 +49,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .generation import DEFAULT_BUCKETS, DEFAULT_MAX_KV_LEN
+
     p = _Parser(prog="npu-generate", description=__doc__.splitlines()[0])
     p.add_argument("model", help="decoder .onnx with exporter I/O (input_ids, attention_mask, position_ids, "
                    "past/present), or an onnxruntime-genai model folder (genai_config.json)")
@@ -61,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-chunked-prefill", dest="chunked", action="store_false",
                    help="refuse prompts longer than the largest bucket instead of chunking them")
     p.add_argument("--cpu", action="store_true", help="run on ORT's CPU EP only (reference)")
-    p.add_argument("--target", default=None, help="NpuEP target (npu-ref, npu-edge or a .toml)")
+    p.add_argument("--target", default=None,
+                   help=f"NpuEP target (npu-ref, npu-edge or a .toml; default: a genai folder's, else ${TARGET_ENV}, "
+                        "else npu-ref)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     return p
 
@@ -80,6 +86,7 @@ def format_result(res: GenerationResult) -> str:
 
 def _model_source(args: argparse.Namespace):
     """(model path, IoNames, eos ids, buckets, KV capacity, NpuEP options) from a .onnx or a genai folder."""
+    from .generation import DEFAULT_BUCKETS, DEFAULT_MAX_KV_LEN
     from .generation.genai_folder import is_genai_folder, load_genai_folder
     from .generation.model_info import IoNames
 
@@ -87,7 +94,8 @@ def _model_source(args: argparse.Namespace):
         if os.path.isdir(args.model):
             raise ValueError(f"{args.model}: a folder without genai_config.json; give a decoder .onnx or an "
                              "onnxruntime-genai model folder")
-        return args.model, IoNames(), (), _flat(args.buckets), args.max_kv_len or DEFAULT_MAX_KV_LEN, {}
+        capacity = DEFAULT_MAX_KV_LEN if args.max_kv_len is None else args.max_kv_len
+        return args.model, IoNames(), (), _flat(args.buckets), capacity, {}
     folder = load_genai_folder(args.model)
     buckets, capacity, context = _flat(args.buckets), args.max_kv_len, folder.context_length
     if context and args.buckets == [list(DEFAULT_BUCKETS)]:  # default buckets: those leaving half the context
@@ -101,13 +109,38 @@ def _model_source(args: argparse.Namespace):
             folder.provider_options.get("NpuEP", {}))
 
 
+def _check_target(args: argparse.Namespace, npu_options: dict) -> None:
+    """The target NpuEP will load, checked before any session: ``--target``, the genai folder's, or
+    ``$NPU_EP_TARGET`` (NpuEP reads it when no target option is given); an error names where it came from."""
+    from ..kernels.target import Target, TargetError
+
+    if args.cpu:
+        return
+    target, origin = args.target, target_origin(args.target)
+    if target is None and "target" in npu_options:
+        target, origin = npu_options["target"], f"{args.model}'s genai_config.json target"
+    if target is None and os.environ.get(TARGET_ENV):
+        target = os.environ[TARGET_ENV]
+    if target is not None:
+        try:
+            Target.load(target)
+        except TargetError as exc:
+            raise ValueError(f"{origin}: {exc}") from None
+
+
+@quiet_interrupt
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .generation import Generator, default_providers
+    if args.max_kv_len is not None and args.max_kv_len < 1:
+        build_parser().error(f"--max-kv-len must be >= 1 (the KV cache capacity in tokens), got {args.max_kv_len}")
+    from google.protobuf.message import DecodeError
+
+    from .generation import Generator, KvCapacityError, PromptTooLongError, default_providers
     from .report.validate import ort_exceptions, ort_message
 
     try:
         model, io, eos, buckets, max_kv_len, npu_options = _model_source(args)
+        _check_target(args, npu_options)
         providers = ["CPUExecutionProvider"] if args.cpu else default_providers()
         if not args.cpu:
             providers[0] = (providers[0][0], {**npu_options, **({"target": args.target} if args.target else {})})

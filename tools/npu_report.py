@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
-from ..kernels.target import Target, TargetError
+from ._cli import TARGET_ENV, default_target, quiet_interrupt, single_values, target_origin, write_outputs
 
 
 def _dim(text: str) -> tuple[str, int]:
@@ -46,7 +47,8 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="npu-report", description="NpuEP coverage, partitions, CPU<->NPU boundaries and their cost.")
     p.add_argument("model", nargs="?", help="ONNX model file (not with --zoo)")
-    p.add_argument("--target", default="npu-ref", help="built-in target name or path to a target .toml")
+    p.add_argument("--target", default=None,
+                   help=f"built-in target name or path to a target .toml (default ${TARGET_ENV}, else npu-ref)")
     p.add_argument("--json", metavar="OUT.json", help="write the versioned JSON document")
     p.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML file with plots")
     p.add_argument("--run", action="store_true", help="run on NpuEP and the CPU EP and measure boundaries")
@@ -83,8 +85,27 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _checked_target(given: str | None) -> str:
+    """``--target``, else ``$NPU_EP_TARGET``, else npu-ref; an unknown one is an error naming where it came from."""
+    from ..kernels.target import Target, TargetError
+
+    name = given or default_target()
+    try:
+        Target.load(name)
+    except TargetError as exc:
+        raise ValueError(f"{target_origin(given)}: {_one_line(exc)}") from None
+    return name
+
+
+@quiet_interrupt
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        args.dim = single_values(args.dim, "--dim")
+        args.target = _checked_target(args.target)
+    except ValueError as exc:
+        print(f"npu-report: error: {exc}", file=sys.stderr)
+        return 2
     if (args.runs is not None and args.runs < 1) or args.prefill_tokens < 1:
         parser().error("--runs and --prefill-tokens must be >= 1")
     if args.max_input_mib is not None and not args.max_input_mib > 0:
@@ -97,16 +118,17 @@ def main(argv: list[str] | None = None) -> int:
         parser().error(f"{zoo_only[0]} goes with --zoo")
     if args.model is None:
         parser().error("a model file is required (or --zoo SRC ...)")
-    from .report.build import NpuEPFailure, ReportInputError, build_report, write_json
+    from ..kernels.target import TargetError
+    from .report.build import NpuEPFailure, ReportInputError, build_report
+    from .report.html import render_html
     from .report.partition_dump import DumpError
-    from .report.html import write_html
     from .report.render import render
     from .report.run import DEFAULT_MAX_INPUT_MIB
 
     outputs = [o for o in (args.json, args.html) if o]
     try:
         refuse_outputs_onto_inputs(outputs, [args.model, args.float_model])
-        doc = build_report(args.model, target=args.target, dims=dict(args.dim), run=args.run, runs=args.runs or 20,
+        doc = build_report(args.model, target=args.target, dims=args.dim, run=args.run, runs=args.runs or 20,
                            layers=args.layers, compare=args.compare or bool(args.float_model),
                            provider_options={"partition_policy": args.policy}, float_model=args.float_model,
                            check=not args.no_check, prefill_tokens=args.prefill_tokens,
@@ -121,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     except NpuEPFailure as exc:
         print(f"npu-report: {_one_line(exc)}", file=sys.stderr)
         return 1
-    picked = {k: v for k, v in doc["dims"].items() if k not in dict(args.dim)}
+    picked = {k: v for k, v in doc["dims"].items() if k not in args.dim}
     if picked:  # stderr, so that it shows with --quiet and never mixes into a pipe of the terminal summary
         sizes = ", ".join(f"{k}={v}" for k, v in picked.items())
         print(f"npu-report: input dims not given were sized {sizes} (set them with --dim NAME=VALUE)",
@@ -130,11 +152,20 @@ def main(argv: list[str] | None = None) -> int:
         render(doc)
     for d in doc.get("partition_dumps", []):
         print(f"npu-report: wrote {d['path']} (partition {d['partition']}, {d['nodes']} nodes)", file=sys.stderr)
+    return _write(args, doc, lambda: render_html(doc))
+
+
+def _write(args: argparse.Namespace, doc: dict, html: Callable[[], str]) -> int:
+    """``--json`` and ``--html`` written as a set (``_cli.write_outputs``): both new files or neither."""
+    from .report.build import json_bytes
+
+    files = {}
+    if args.json:
+        files[args.json] = json_bytes(doc)
+    if args.html:
+        files[args.html] = html().encode("utf-8")
     try:
-        if args.json:
-            write_json(doc, args.json)
-        if args.html:
-            write_html(doc, args.html)
+        write_outputs(files)
     except OSError as exc:
         print(f"npu-report: error: cannot write output: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -143,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _zoo(args: argparse.Namespace) -> int:
     """``--zoo``: the sources' models measured in worker processes; JSON/HTML written like the report's."""
-    from .._atomic import atomic_write_bytes
-    from .report.build import ReportInputError, write_json
+    from .report.build import ReportInputError
     from .report.model_zoo import DEFAULT_TIMEOUT_S, model_paths, render_html, render_terminal, zoo
 
     wrong = [flag for flag, given in (("a model file", args.model), ("--run", args.run), ("--compare", args.compare),
@@ -160,25 +190,16 @@ def _zoo(args: argparse.Namespace) -> int:
         parser().error("--max-memory-mib must be >= 1")
     outputs = [o for o in (args.json, args.html) if o]
     try:
-        Target.load(args.target)  # an unknown target is bad input, not one error row per model
         models = model_paths(args.zoo)
         refuse_outputs_onto_inputs(outputs, [path for _, path in models])
-        doc = zoo(args.zoo, target=args.target, dims=dict(args.dim), workers=args.workers, runs=args.runs or 5,
+        doc = zoo(args.zoo, target=args.target, dims=args.dim, workers=args.workers, runs=args.runs or 5,
                   timeout_s=args.timeout or DEFAULT_TIMEOUT_S, max_memory_mib=args.max_memory_mib)
-    except (ReportInputError, FileNotFoundError, TargetError) as exc:
+    except (ReportInputError, FileNotFoundError) as exc:
         print(f"npu-report: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     if not args.quiet:
         print(render_terminal(doc), end="")
-    try:
-        if args.json:
-            write_json(doc, args.json)
-        if args.html:
-            atomic_write_bytes(args.html, render_html(doc).encode())
-    except OSError as exc:
-        print(f"npu-report: error: cannot write output: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    return 0
+    return _write(args, doc, lambda: render_html(doc))
 
 
 def refuse_outputs_onto_inputs(outputs: list[str], inputs: list[str | None]) -> None:

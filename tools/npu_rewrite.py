@@ -13,14 +13,14 @@ import pathlib
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from ._cli import default_target, quiet_interrupt, single_values, target_origin
 
-from ..rewriter import ALL_PASSES, RewriteError, RewriteOptions, RewriteResult, load_model, progress_hook, rewrite
-from ..rewriter.model_io import files_read_by, refuse_overwriting_inputs
+if TYPE_CHECKING:  # the rewriter and rich are imported inside main (Ctrl-C there exits 130 quietly: _cli)
+    from rich.console import Console
+
+    from ..rewriter import RewriteOptions, RewriteResult
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -42,6 +42,8 @@ def _static_dim(text: str) -> tuple[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..rewriter import ALL_PASSES, RewriteOptions
+
     p = _Parser(prog="npu-rewrite", description="Rewrite an ONNX model for the NPU (Q/DQ fusion, RoPE/GQA, INT4).")
     p.add_argument("input", help="input .onnx (external data beside it is fine)")
     p.add_argument("-o", "--output", required=True,
@@ -49,9 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "input has external data or above ~1.8 GB. Never one of the input's files")
     p.add_argument("--passes", default=",".join(ALL_PASSES),
                    help=f"comma-separated subset of {','.join(ALL_PASSES)} (always run in that order)")
-    p.add_argument("--target", default=RewriteOptions.target, metavar="NAME|PATH",
+    p.add_argument("--target", default=None, metavar="NAME|PATH",
                    help="NPU target the model is prepared for (built-in name or target .toml): fusions emit only "
-                        f"ops it lists (default {RewriteOptions.target})")
+                        f"ops it lists (default $NPU_EP_TARGET, else {RewriteOptions.target})")
     p.add_argument("--int4-block-size", type=int, default=RewriteOptions.int4_block_size, metavar="N",
                    help="int4 pass: weights per quantization block along K, a power of two in [16, 256] "
                         f"(default {RewriteOptions.int4_block_size}); smaller is more accurate and larger")
@@ -81,6 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> RewriteOptions:
+    from ..kernels.target import Target, TargetError
+    from ..rewriter import ALL_PASSES, RewriteOptions
+
+    target = args.target or default_target(RewriteOptions.target)
+    if args.target is None:  # from the environment: say so (the rewriter words --target's own errors)
+        try:
+            Target.load(target)
+        except TargetError as exc:
+            raise _BadInput(f"{target_origin(args.target)}: {exc}") from None
     passes = tuple(p.strip() for p in args.passes.split(",") if p.strip())
     unknown = [p for p in passes if p not in ALL_PASSES]
     if unknown or not passes:
@@ -88,11 +99,15 @@ def _options(args: argparse.Namespace) -> RewriteOptions:
     return RewriteOptions(passes=passes, int4_block_size=args.int4_block_size, int4_symmetric=args.int4_symmetric,
                           int4_accuracy_level=args.int4_accuracy_level, exclude=args.exclude,
                           int4_min_elements=args.min_elements, drop_qdq_roundtrips=args.drop_qdq_roundtrips,
-                          fold_rotary=not args.no_fold_rotary, target=args.target,
+                          fold_rotary=not args.no_fold_rotary, target=target,
                           verbose=args.verbose)
 
 
 def _run_with_progress(model, options: RewriteOptions, console: Console, show: bool) -> RewriteResult:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..rewriter import progress_hook, rewrite
+
     if not show:
         return rewrite(model, options)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -110,6 +125,9 @@ def _run_with_progress(model, options: RewriteOptions, console: Console, show: b
 
 def _print_tables(result: RewriteResult, console: Console, verbose: bool) -> None:
     """Names, reasons and notes are escaped: rich would otherwise eat text in brackets such as "[ops]"."""
+    from rich.markup import escape
+    from rich.table import Table
+
     for note in result.report.notes:
         console.print(f"note: {escape(note)}")
     table = Table(title="rewrites per rule")
@@ -127,6 +145,14 @@ def _print_tables(result: RewriteResult, console: Console, verbose: bool) -> Non
         for f in result.report.failures:
             why.add_row(escape(f.rule), escape(f.node), escape(f.reason))
         console.print(why)
+
+
+def _refuse_non_regular(path: str) -> None:
+    """A FIFO, device or folder is named for what it is (a missing file: ``load_model`` says so)."""
+    from .model_file import check_regular_file
+
+    with contextlib.suppress(FileNotFoundError):
+        check_regular_file(path)
 
 
 def _specialized(model, dims: dict[str, int]):
@@ -163,6 +189,7 @@ def _one_line_library_warnings() -> Iterator[None]:
             lg.handlers, lg.propagate = handlers, propagate
 
 
+@quiet_interrupt
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``npu-rewrite``; returns the exit code."""
     with _one_line_library_warnings():
@@ -170,19 +197,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..rewriter import RewriteError, load_model
+    from ..rewriter.model_io import files_read_by, refuse_overwriting_inputs
+
     err = Console(stderr=True)
     out = Console()
     try:
         args = build_parser().parse_args(argv)
         options = _options(args)
+        static_dims = single_values(args.static_dim, "--static-dim")
         t0 = time.perf_counter()
+        _refuse_non_regular(args.input)
         model = load_model(args.input)
         # refused before any work: the output (and its data file) must not replace a file the input reads
         target = pathlib.Path(args.output)
         refuse_overwriting_inputs([target, target.with_name(target.name + ".data")], files_read_by(model))
         result = _run_with_progress(model, options, err, show=not args.json)
-        if args.static_dim:
-            result.model = _specialized(result.model, dict(args.static_dim))
+        if static_dims:
+            result.model = _specialized(result.model, static_dims)
         saved = result.save(target)
         seconds = time.perf_counter() - t0
     except MemoryError:

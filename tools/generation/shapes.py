@@ -82,7 +82,8 @@ def plan_prefill(n: int, buckets: Sequence[int], *, chunked: bool = True) -> lis
     if not chunked:
         raise PromptTooLongError(
             f"prompt of {n} tokens is longer than the largest prefill bucket ({big}) and chunked prefill is "
-            f"disabled; enable chunked_prefill (--chunked-prefill) or add a bucket >= {n} (--buckets)")
+            f"disabled (chunked_prefill=False; npu-generate --no-chunked-prefill); leave it on or add a bucket "
+            f">= {n} (--buckets)")
     k = -(-n // big) - 1            # full chunks after the first
     first = n - k * big
     chunks = [Chunk(0, first, bucket_for(first, buckets), True)]

@@ -233,6 +233,11 @@ def validate(doc: Mapping[str, Any]) -> None:
     jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))
 
 
+def json_bytes(doc: Mapping[str, Any]) -> bytes:
+    """The document as the JSON file holds it."""
+    return json.dumps(doc, indent=1, default=str).encode()
+
+
 def write_json(doc: Mapping[str, Any], path: str | os.PathLike) -> None:
     """Atomically (temp file, fsync, rename): a failed write leaves what was there."""
-    atomic_write_bytes(path, json.dumps(doc, indent=1, default=str).encode())
+    atomic_write_bytes(path, json_bytes(doc))
