@@ -202,6 +202,37 @@ def test_rope_and_gqa_are_fused(case):
         assert ops["SimplifiedLayerNormalization"] + ops["SkipSimplifiedLayerNormalization"] == 2 * LAYERS + 1
 
 
+@pytest.mark.parametrize("case", [("gptj", "dynamo")], ids=["gptj-dynamo"], indirect=True)
+def test_gptj_dynamo_rope_fuses_from_its_gathernd_table_without_position_metadata(case):
+    """torch.onnx.export(dynamo=True) reads GPT-J's sin/cos table with GatherND and, called directly, writes no
+    max_position_embeddings metadata (torch_export adds it): the table's rows alone bound the positions, and every
+    rotary site (q and k per layer) fuses, partial and interleaved, as TorchScript's Gather export does."""
+    original = onnx.ModelProto()
+    original.CopyFrom(case.original)
+    kept = [p for p in original.metadata_props if p.key != "max_position_embeddings"]
+    del original.metadata_props[:]
+    original.metadata_props.extend(kept)
+    hd = HIDDEN // HEADS
+    tables = {i.name for i in original.graph.initializer if list(i.dims) == [case.model.config.n_positions, hd // 2]}
+    assert any(n.op_type == "GatherND" and n.input[0] in tables for n in original.graph.node)
+    result = rewrite(original, passes=("cleanup", "rope", "gqa"))
+    counts = result.report.counts
+    assert counts["RotaryEmbeddingInterleaved"] == counts["RotaryEmbeddingPartialBSNH"] == 2 * LAYERS, counts
+    fused = ir.serde.serialize_model(result.model)
+    ops = _ops(fused)
+    assert ops["RotaryEmbedding"] == 2 * LAYERS and ops["GroupQueryAttention"] == LAYERS and ops["Neg"] == 0, ops
+    for node in fused.graph.node:
+        if node.op_type == "RotaryEmbedding":
+            attrs = _attrs(node)
+            assert (attrs["interleaved"], attrs["rotary_embedding_dim"], attrs["num_heads"]) == (1, hd // 2, HEADS)
+    ref, new = _session(original), _session(fused)
+    prefill = _prefill_feeds(case)
+    want = _run(ref, prefill)
+    assert max(_max_diff(want, _run(new, prefill)).values()) < FP32_TOL
+    decode = _decode_feeds(prefill, want)
+    assert max(_max_diff(_run(ref, decode), _run(new, decode)).values()) < FP32_TOL
+
+
 def test_fp32_rewrite_keeps_prefill_and_decode_numerics(case):
     ref, new = _session(case.original), _session(case.fused)
     prefill = _prefill_feeds(case)
