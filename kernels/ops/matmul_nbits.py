@@ -12,9 +12,11 @@ Numerics (match ORT CPU within tolerance; tests state it):
 - accuracy_level 0..3: ``A @ W`` in float32 with ``W = (code - zp) * scale`` rounded once (ORT's CompFp32 path
   dequantizes blocks and runs an fp32 GEMM).
 - accuracy_level 4: A is quantized per block of ``block_size`` along K to int8 like ORT's CompInt8 path
-  (``scale = max|a| / 127``, codes ``rint(a * (127 / max|a|))``), so ``y = sum_b sa[m,b] * sw[n,b] * sum_j qa *
-  (q - zp)``. The native kernel sums the integer products exactly; the reference evaluates ``dequant(quant(A)) @
-  W`` with float32 BLAS, equal in real arithmetic (differences: float summation order only).
+  (``scale = max|a| / 127``, codes ``rint(a * (127 / max|a|))``; NaN and Inf exactly as MLAS's AVX-512 quantizer
+  treats them, ``quantize_a_codes``; an output meeting a non-finite block scale is NaN), so
+  ``y = sum_b sa[m,b] * sw[n,b] * sum_j qa * (q - zp)``. The native kernel sums the integer products exactly; the
+  reference evaluates ``dequant(quant(A)) @ W`` with float32 BLAS, equal in real arithmetic (differences: float
+  summation order only).
 fp16 A: computed in float32 and rounded to fp16 once.
 
 g_idx (input 4, act-order) is accepted only where it is the plain blocks (``g_idx[k] == k // block_size``) and
@@ -135,21 +137,62 @@ def _tiles_recipe(sources: dict[str, np.ndarray | None], params: dict[str, int])
 RECIPES[_TILES] = _tiles_recipe
 
 
-def quantize_a_blockwise(a: np.ndarray, block_size: int) -> np.ndarray:
-    """A ``[..., K]`` fake-quantized to int8 per block along K as ORT's CompInt8 path (MLAS ``QuantizeARow``):
-    ``scale = max|a| / 127``, codes ``rint(a * (127 / max|a|))`` (half to even); returns ``codes * scale`` float32.
-    An all-zero block has scale 0 and codes 0."""
+def _max_x86(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """x86's MAXPS, lane by lane: ``a > b ? a : b``, so a NaN in either operand gives ``b``."""
+    return np.where(a > b, a, b)
+
+
+def mlas_block_max(blocks: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """``max|a|`` per block ``[..., kb, bs]`` as MLAS's AVX-512 ``QuantizeARow_CompInt8`` finds it (ORT's CompInt8 on
+    x86), NaN rule included: 16 lanes, each the running MAXPS of its chunk's ``|a|`` over the chunks that start
+    before ``valid`` (the block's real elements; the last chunk's lanes past it read 0), then reduced 16 -> 8 -> 4
+    -> 2 -> 1 with MAXPS (upper half first). A NaN is so kept or dropped depending on where it sits: in a lane
+    that reads another chunk after it, or on the first operand's side of a reduction step, it is dropped (and
+    that lane's earlier values with it)."""
+    *lead, kb, bs = blocks.shape
+    chunks = -(-bs // 16)
+    lanes = np.abs(np.pad(blocks, [(0, 0)] * len(lead) + [(0, 0), (0, chunks * 16 - bs)]))
+    lanes = lanes.reshape(*lead, kb, chunks, 16)
+    m = np.zeros((*lead, kb, 16), np.float32)
+    for c in range(chunks):
+        m = np.where((c * 16 < valid)[:, None], _max_x86(m, lanes[..., c, :]), m)
+    m = _max_x86(m[..., 8:], m[..., :8])
+    m = _max_x86(m[..., 4:], m[..., :4])
+    return _max_x86(_max_x86(m[..., 0], m[..., 2]), _max_x86(m[..., 1], m[..., 3]))
+
+
+def quantize_a_codes(a: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A ``[..., K]`` quantized to int8 per block along K as ORT's CompInt8 path on x86 (MLAS's AVX-512
+    ``QuantizeARow_CompInt8``): ``amax`` by ``mlas_block_max``, ``scale = amax / 127``, codes
+    ``rint(a * (127 / amax))`` (half to even; ``127 / amax`` is 0 for amax 0 or Inf) converted to int32 (NaN and
+    out-of-range: INT_MIN) and truncated to their low byte. So a NaN element is code 0, an infinite amax makes
+    every code 0 with an infinite scale, a NaN amax every code 0 with a NaN scale. Returns (codes ``[..., kb,
+    block_size]`` int8, zero past K; scales ``[..., kb]`` float32)."""
     K = a.shape[-1]
     kb = -(-K // block_size)
     pad = kb * block_size - K
     ap = np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)]) if pad else a
-    blocks = ap.reshape(*a.shape[:-1], kb, block_size)
-    amax = np.maximum.reduce(np.abs(blocks), axis=-1, keepdims=True)
-    inv = np.divide(np.float32(127.0), amax, out=np.zeros_like(amax), where=amax != 0)
-    q = blocks * inv
-    np.rint(q, out=q)
-    q *= amax / np.float32(127.0)
-    return q.reshape(*a.shape[:-1], kb * block_size)[..., :K]
+    blocks = ap.reshape(*a.shape[:-1], kb, block_size).astype(np.float32, copy=False)
+    valid = np.minimum(block_size, K - np.arange(kb) * block_size)
+    amax = mlas_block_max(blocks, valid)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inv = np.where(amax != 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+        inv = np.where(np.isinf(amax), np.float32(0.0), inv)
+        r = np.rint(blocks * inv[..., None])
+        in_range = (r >= -2.0 ** 31) & (r < 2.0 ** 31)  # NaN is not
+        wide = np.where(in_range, r, 0).astype(np.int64)
+    codes = np.where(in_range, wide & 0xFF, 0).astype(np.uint8).view(np.int8)
+    codes[..., (np.arange(block_size)[None, :] >= valid[:, None])] = 0
+    return codes, (amax / np.float32(127.0)).astype(np.float32)
+
+
+def quantize_a_blockwise(a: np.ndarray, block_size: int) -> np.ndarray:
+    """A ``[..., K]`` fake-quantized as ORT's CompInt8 path (``quantize_a_codes``): ``codes * scale`` float32.
+    An all-zero block has scale 0 and codes 0."""
+    codes, scales = quantize_a_codes(a, block_size)
+    with np.errstate(invalid="ignore"):
+        q = codes.astype(np.float32) * scales[..., None]
+    return q.reshape(*a.shape[:-1], -1)[..., :a.shape[-1]]
 
 
 def level_layout(w: MatMulNBitsWeights, level: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -226,12 +269,26 @@ def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> 
     w = p.memo.get("reference_w")
     if w is None:  # the reference model's float copy, built on first use
         w = p.memo["reference_w"] = np.concatenate([dequantize_b(m) for m in ort_weights(p)], axis=1)
-    if level == 4:
-        a32 = quantize_a_blockwise(a32, bs)
-    y = host_blas.matmul(a32, w)
+    y = host_blas.matmul(quantize_a_blockwise(a32, bs) if level == 4 else a32, w)
     if bias is not None:
         y += bias
+    if level == 4 and not np.isfinite(y).all():
+        y = _non_finite_as_ort(p, a32, y)
     return y
+
+
+def _non_finite_as_ort(p: Prepared, a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Level 4's NaN rule of ORT's CompInt8 kernel (measured on ORT 1.31, AVX-512): an output whose row and column
+    meet a block where ``scale_a * scale_w`` is not finite (an infinite or NaN weight scale, an infinite or NaN
+    scale of A) is NaN, whatever the signs (the kernel scales partial sums that include zeros). Such an output is
+    non-finite here already (Inf or NaN), so only those are looked at; finite outputs keep their value. The native
+    kernel applies the same rule (qnbit_gemm.cc)."""
+    at = p.attrs
+    _, sa = quantize_a_codes(a.reshape(-1, at["K"]), at["block_size"])  # [M, kb]
+    sw = np.concatenate([np.asarray(m.scales, np.float32).reshape(m.N, -1) for m in ort_weights(p)])  # [N, kb]
+    with np.errstate(all="ignore"):
+        poisoned = (~np.isfinite(sa[:, None, :] * sw[None])).any(axis=2).reshape(y.shape)
+    return np.where(~np.isfinite(y) & poisoned, np.float32(np.nan), y)
 
 
 def _native_args(p: Prepared, bias: np.ndarray | None) -> tuple:

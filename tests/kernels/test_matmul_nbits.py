@@ -98,3 +98,45 @@ def test_g_idx_with_zero_points_is_declined():
     inputs = _with_g_idx(_inputs(a, K, N, bs, False, False), (np.arange(K) // bs).astype(np.int32))
     reason = declined("MatMulNBits", inputs, "npu-ref", domain="com.microsoft", K=K, N=N, bits=4, block_size=bs)
     assert "ignores the zero points" in reason
+
+
+def _level4_session_vs_cpu(a, w, scales, K, N, bs, kernels):
+    """(NpuEP's output with ``kernels``, the CPU EP's) for one accuracy_level 4 node, NpuEP's assignment checked."""
+    from _single_op import model as single_op_model
+    from npu_testing import assignment, cpu_run, npu_session
+
+    inputs = [("a", a, False), ("B", w.B, True), ("scales", scales, True), ("zp", w.zero_points, True)]
+    model = single_op_model("MatMulNBits", inputs, domain="com.microsoft", K=K, N=N, bits=4, block_size=bs,
+                            accuracy_level=4)
+    model.graph.node[0].name = "mm"
+    sess = npu_session(model, {"kernels": kernels})
+    assert assignment(sess) == {"mm": "NpuEP"}
+    return sess.run(None, {"a": a})[0], cpu_run(model, {"a": a})[0]
+
+
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+@pytest.mark.parametrize("bs", [16, 32, 128])
+def test_level4_nan_and_inf_follow_orts_compint8(kernels, bs):
+    """Issue 38: at accuracy_level 4 one NaN in A made its whole row NaN (the CPU EP's row is finite where MLAS's
+    block maximum drops the NaN, and the NaN quantizes to code 0), and an infinite weight scale gave -inf (the CPU
+    EP: NaN). NpuEP now quantizes A as MLAS's QuantizeARow_CompInt8 does and takes ORT's NaN rule for non-finite
+    scales: the same finite/NaN/Inf pattern as the CPU EP, values within level 4's tolerance."""
+    rng = np.random.default_rng(bs)
+    K, N = 3 * bs + bs // 2, 40
+    w = quantize_matmul_nbits(rng.standard_normal((K, N)).astype(np.float32), bs, False)
+    a = rng.standard_normal((6, K)).astype(np.float32)
+    a[0, 3] = np.nan  # kept or dropped by its lane and chunk, as MLAS's maximum does
+    a[1, bs + 5], a[1, 2 * bs + bs - 1] = np.nan, np.nan
+    a[2, bs - 1] = np.nan  # the last chunk of its block: the NaN may survive into the scale
+    a[3, 2 * bs] = np.inf  # an infinite block scale: the row is NaN
+    a[4, 1] = -np.inf
+    scales = w.scales.copy().reshape(N, -1)
+    scales[5, 1], scales[17, 0], scales[30, 2] = np.inf, -np.inf, np.nan  # those columns are NaN
+    got, want = _level4_session_vs_cpu(a, w, scales.reshape(w.scales.shape), K, N, bs, kernels)
+    plain = np.setdiff1d(np.arange(N), [5, 17, 30])
+    assert np.isfinite(want[0, plain]).all() == (bs > 16)  # 16-blocks have one chunk: the NaN stays in the maximum
+    assert np.isnan(want[3]).all() and np.isnan(want[:, 5]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=2e-3 * np.sqrt(K))

@@ -137,8 +137,11 @@ def test_level_4_paths_have_the_scalar_paths_bits(bs, symmetric, m):
 
 
 def test_nan_and_inf_rows_propagate_like_the_reference(isa):
-    """A NaN (level 0 and 4) or an Inf (level 4: its block's scale is Inf) in a row of A makes that row NaN, in
-    the native kernel as in the numpy reference; other rows are untouched."""
+    """A NaN in a row of A makes that row NaN at level 0. At level 4 the row follows ORT's CompInt8 quantization
+    (matmul_nbits.quantize_a_codes): a NaN at element 7 of a 32-block is dropped from the block's maximum (its lane
+    reads element 23 after it) and quantizes to code 0, so the row is finite (as on the CPU EP, test_sweep_qnbit.py
+    checks it there); an Inf makes its block's scale Inf and the row NaN. Native as the numpy reference; other rows
+    untouched."""
     K, N = 200, 24
     w = _weights(K, N, 32, symmetric=False)
     a = RNG.standard_normal((3, K)).astype(np.float32)
@@ -148,7 +151,11 @@ def test_nan_and_inf_rows_propagate_like_the_reference(isa):
         y = _native(a, w, level)
         with np.errstate(invalid="ignore"):  # the reference's Inf * 0 and NaN products
             ref = _reference(a, w, level)
-        assert np.isnan(y[0]).all() and np.isnan(ref[0]).all()
+        if level == 0:
+            assert np.isnan(y[0]).all() and np.isnan(ref[0]).all()
+        else:
+            assert np.isfinite(y[0]).all()
+            _close(y[0], ref[0])
         _close(y[1], ref[1])
         if level == 4:
             assert np.isnan(y[2]).all() and np.isnan(ref[2]).all()

@@ -7,7 +7,9 @@
 // nibbles.
 //
 // accuracy_level 4, as ORT's CompInt8: per block of A, scale = max|a| / 127, codes = round_half_even(a * (127 /
-// max|a|)), in natural order. B is in the tiles the compiler stored (qnbit_gemm.h). Every path (scalar, AVX2 here,
+// max|a|)), in natural order, max|a| and the codes as MLAS finds them (nbits::MlasBlockMax, MlasCode: NaN and Inf
+// as on the CPU EP); outputs meeting a non-finite block scale are NaN (NonFiniteAsOrt). B is in the tiles the
+// compiler stored (qnbit_gemm.h). Every path (scalar, AVX2 here,
 // AVX-512 in qnbit_int8_avx512.cc) sums each block exactly in int32 (sum(code_a * code_b) - zp * sum(code_a)) and
 // accumulates the blocks in order, y = fma(float(dot), scale_a * scale_b, y): the same bits on all of them.
 // accuracy_level 0..3: weights dequantized per 8-byte group ((q - zp) * scale, one rounding, like ORT's
@@ -74,22 +76,14 @@ void PermuteRow(const float* a, const Shape& s, float* out) {
 void QuantizeRow(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* block) {
   std::fill(q, q + s.kc, int8_t{0});
   for (int64_t b = 0; b < s.kb; ++b) {
-    const int64_t k0 = b * s.bs, k1 = std::min<int64_t>(s.K, k0 + s.bs);
-    float amax = 0.0f;
-    bool nan = false;
-    for (int64_t k = k0; k < k1; ++k) {
-      amax = std::max(amax, std::fabs(a[k]));
-      nan |= std::isnan(a[k]);
-    }
-    if (nan) amax = std::nanf("");  // as numpy's max: a NaN makes the block's scale NaN
-    scale[b] = amax / 127.0f;  // NaN or Inf scale: the block's codes are 0 and its products NaN, as the reference
-    const float inv = std::isfinite(amax) && amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int64_t k0 = b * s.bs, n = std::min<int64_t>(s.K, k0 + s.bs) - k0;
+    const float amax = nbits::MlasBlockMax(a + k0, n);
+    scale[b] = amax / 127.0f;
+    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;  // NaN amax: NaN; Inf: 0
     int32_t sum = 0;
-    for (int64_t k = k0; k < k1; ++k) {
-      const float r = inv == 0.0f ? 0.0f : RoundHalfEven(a[k] * inv);  // |a * inv| <= 127
-      const int32_t c = static_cast<int32_t>(std::min(127.0f, std::max(-128.0f, r)));
-      q[k] = static_cast<int8_t>(c);
-      sum += c;
+    for (int64_t k = k0; k < k0 + n; ++k) {
+      q[k] = nbits::MlasCode(a[k] * inv);
+      sum += q[k];
     }
     block[b] = sum;
   }
@@ -135,6 +129,27 @@ float Int8TileScalar(const TileGroup& t, int lane, const Shape& s, const int8_t*
     acc = std::fma(static_cast<float>(dot), sa[b] * t.sw[b * t.stride + lane], acc);
   }
   return acc;
+}
+
+// Level 4's NaN rule of ORT's CompInt8 kernel (measured on ORT 1.31, AVX-512): an output whose row and column meet
+// a block where scale_a * scale_w is not finite (an infinite or NaN weight scale, an infinite or NaN scale of A) is
+// NaN, whatever the signs; the one-term sum above gives an infinity there when the block's integer sum is not 0.
+// Such an output is already Inf or NaN, so only those are looked at: finite outputs keep their bits, and the cost
+// is a scan. matmul_nbits._non_finite_as_ort is the reference model's same rule.
+void NonFiniteAsOrt(const NBitsGemm& g, const Shape& s, const nbits::Int8A& a, int64_t r0, int64_t r1, int64_t n0,
+                    int64_t n1) {
+  for (int64_t m = r0; m < r1; ++m)
+    for (int64_t n = n0; n < n1; ++n) {
+      float& y = g.y[m * s.N + n];
+      if (std::isfinite(y)) continue;
+      const TileGroup t = TileGroupOf(g, s, n);
+      const float* sa = a.scale + m * s.kb;
+      for (int64_t b = 0; b < s.kb; ++b)
+        if (!std::isfinite(sa[b] * t.sw[b * t.stride + (n - t.first)])) {
+          y = std::nanf("");
+          break;
+        }
+    }
 }
 
 #if NPU_EP_X86
@@ -415,9 +430,12 @@ void MatMulNBits(const NBitsGemm& g) {
     const nbits::Int8A ia{pa.q.data(), pa.scale.data(), pa.block.data()};
     RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
 #if NPU_EP_X86
-      if (isa >= Isa::kAvx512) return nbits::Int8TilesAvx512(g, s, ia, isa >= Isa::kAvx512Vnni, r0, r1, n0, n1);
+      if (isa >= Isa::kAvx512)
+        nbits::Int8TilesAvx512(g, s, ia, isa >= Isa::kAvx512Vnni, r0, r1, n0, n1);
+      else
 #endif
-      Int8Tiles(g, s, ia, isa, r0, r1, n0, n1);
+        Int8Tiles(g, s, ia, isa, r0, r1, n0, n1);
+      NonFiniteAsOrt(g, s, ia, r0, r1, n0, n1);
     });
     return;
   }

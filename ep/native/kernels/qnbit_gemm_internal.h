@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "cpu.h"
@@ -76,6 +77,29 @@ inline TileGroup TileGroupOf(const NBitsGemm& g, const Shape& s, int64_t n) {
   return {m.b + grp * kTileCols * s.row_bytes, m.scales + grp * kTileCols * s.kb,
           m.zero_points ? m.zero_points + grp * kTileCols * s.zp_bytes : nullptr, lanes, m.n0 + grp * kTileCols,
           static_cast<int>(lanes)};
+}
+
+// Level 4: max|a| over one block's n elements as MLAS's AVX-512 QuantizeARow_CompInt8 finds it (ORT's CompInt8 on
+// x86), NaN rule included: 16 lanes, each the running MAXPS (a > b ? a : b: a NaN operand gives b) of its |a| over
+// the 16-element chunks that start before n (lanes past n read 0), then reduced 16 -> 8 -> 4 -> 2 -> 1 with MAXPS
+// (upper half first). A NaN is so kept or dropped by where it sits, as on the CPU EP (matmul_nbits.mlas_block_max,
+// the reference model's, is the same).
+inline float MaxPs(float a, float b) { return a > b ? a : b; }
+inline float MlasBlockMax(const float* a, int64_t n) {
+  float lane[16] = {};
+  for (int64_t k0 = 0; k0 < n; k0 += 16)
+    for (int l = 0; l < 16; ++l) lane[l] = MaxPs(lane[l], k0 + l < n ? std::fabs(a[k0 + l]) : 0.0f);
+  for (int l = 0; l < 8; ++l) lane[l] = MaxPs(lane[8 + l], lane[l]);
+  for (int l = 0; l < 4; ++l) lane[l] = MaxPs(lane[4 + l], lane[l]);
+  return MaxPs(MaxPs(lane[0], lane[2]), MaxPs(lane[1], lane[3]));
+}
+// Level 4: one scaled element's int8 code as MLAS converts it: rounded half to even, to int32 (NaN and values
+// outside int32: INT_MIN), then its low byte (VPMOVDB truncates). So NaN is 0, and a code past 127 (a block whose
+// NaN dropped its largest values from the maximum) wraps as on the CPU EP.
+inline int8_t MlasCode(float x) {
+  const float r = std::nearbyint(x);  // the default rounding mode: half to even, any magnitude
+  const int32_t i = r >= -2147483648.0f && r < 2147483648.0f ? static_cast<int32_t>(r) : INT32_MIN;
+  return static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint32_t>(i) & 0xFF));
 }
 
 #if NPU_EP_X86

@@ -51,36 +51,36 @@ inline float Bias(const NBitsGemm& g, int64_t n) { return g.bias == nullptr ? 0.
 
 }  // namespace
 
+// MLAS's AVX-512 QuantizeARow_CompInt8 step for step (MlasBlockMax's lanes and reduction, MlasCode's conversion):
+// the same codes and scales as the scalar QuantizeRow, NaN and Inf included.
 __attribute__((target(NPU_AVX512))) void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale,
                                                            int32_t* block) {
-  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  const __m512 sign = _mm512_set1_ps(-0.0f);
   for (int64_t b = 0; b < s.kb; ++b) {
-    const int64_t k0 = b * s.bs, k1 = std::min<int64_t>(s.K, k0 + s.bs);
+    const int64_t k0 = b * s.bs, step = std::min<int64_t>(s.K, k0 + s.bs) - k0;
     __m512 vmax = _mm512_setzero_ps();
-    __mmask16 nan = 0;
-    for (int64_t k = k0; k < k0 + s.bs; k += 16) {
-      const int64_t n = std::max<int64_t>(0, std::min<int64_t>(16, k1 - k));
-      const __m512 x = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), a + k);
-      nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-      vmax = _mm512_max_ps(vmax, _mm512_and_ps(x, absmask));
+    for (int64_t k = 0; k < step; k += 16) {
+      const __mmask16 m = static_cast<__mmask16>(0xFFFF >> (16 - std::min<int64_t>(16, step - k)));
+      vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_maskz_loadu_ps(m, a + k0 + k)));
     }
-    const float amax = nan ? std::nanf("") : _mm512_reduce_max_ps(vmax);  // a NaN makes the scale NaN
+    const __m256 max8 = _mm256_max_ps(_mm512_extractf32x8_ps(vmax, 1), _mm512_extractf32x8_ps(vmax, 0));
+    __m128 max4 = _mm_max_ps(_mm256_extractf128_ps(max8, 1), _mm256_castps256_ps128(max8));
+    max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+    max4 = _mm_max_ss(max4, _mm_movehdup_ps(max4));
+    const float amax = _mm_cvtss_f32(max4);
     scale[b] = amax / 127.0f;
-    const float inv = std::isfinite(amax) && amax != 0.0f ? 127.0f / amax : 0.0f;
-    const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    const __m512 inv = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
     __m512i sum = _mm512_setzero_si512();
-    for (int64_t k = k0; k < k0 + s.bs; k += 16) {
+    for (int64_t k = 0; k < s.bs; k += 16) {
       __m128i c = _mm_setzero_si128();
-      if (inv != 0.0f) {
-        const int64_t n = std::max<int64_t>(0, std::min<int64_t>(16, k1 - k));
-        const __m512 x = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), a + k);
-        __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(x, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        r = _mm512_min_ps(hi, _mm512_max_ps(lo, r));
-        const __m512i codes = _mm512_cvttps_epi32(r);
-        sum = _mm512_add_epi32(sum, codes);
-        c = _mm512_cvtepi32_epi8(codes);
+      if (k < step) {
+        const __mmask16 m = static_cast<__mmask16>(0xFFFF >> (16 - std::min<int64_t>(16, step - k)));
+        const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + k0 + k), inv),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        c = _mm_maskz_mov_epi8(m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r)));  // NaN, out of range: INT_MIN
+        sum = _mm512_add_epi32(sum, _mm512_cvtepi8_epi32(c));
       }
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), c);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0 + k), c);
     }
     block[b] = _mm512_reduce_add_epi32(sum);
   }
