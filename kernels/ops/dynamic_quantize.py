@@ -1,7 +1,8 @@
 """ONNX DynamicQuantizeLinear (float32 -> uint8 with a computed scale and zero point) on the vector unit.
 
-As ORT 1.31's CPU kernel (bit-exact): min/max over the tensor, widened to include 0; scale = (max - min) / 255 in
-float32 (1 when max == min); zero point = round-half-even(clamp(0 - min / scale, 0, 255)); y = ONNX QuantizeLinear
+As ORT 1.31's CPU kernel (bit-exact): min/max over the tensor (NaN left out), widened to include 0; scale = (max -
+min) / 255 in float32 (1 when max == min); zero point = round-half-even(clamp(0 - min / scale, 0, 255)), 255 when
+that is NaN (min = -Inf); y = ONNX QuantizeLinear
 (``_mm.quantize_float``; natively ``quantize_tensor``, the same float32 steps). Outputs y (uint8, x's shape), y_scale
 (float32 scalar), y_zero_point (uint8 scalar).
 
@@ -35,12 +36,29 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
+def _range(x: np.ndarray) -> tuple[np.float32, np.float32]:
+    """x's minimum and maximum widened to include 0, NaN left out: ORT's MlasFindMinMaxElement folds each value into
+    running bounds with std::min / std::max, which keep the bound against a NaN (all NaN: the range [0, 0])."""
+    if not x.size:
+        return _F32(0.0), _F32(0.0)
+    lo, hi = _F32(x.min()), _F32(x.max())
+    if np.isnan(lo):  # a NaN somewhere (min and max propagate it): the bounds of the other values
+        lo, hi = _F32(np.fmin.reduce(x, axis=None)), _F32(np.fmax.reduce(x, axis=None))
+        if np.isnan(lo):
+            lo = hi = _F32(0.0)
+    return min(lo, _F32(0.0)), max(hi, _F32(0.0))
+
+
 def dynamic_params(x: np.ndarray) -> tuple[np.float32, np.float32]:
-    """The uint8 scale and zero point ORT computes for ``x`` (the range widened to include 0)."""
-    lo = min(_F32(x.min()), _F32(0.0)) if x.size else _F32(0.0)
-    hi = max(_F32(x.max()), _F32(0.0)) if x.size else _F32(0.0)
+    """The uint8 scale and zero point ORT computes for ``x`` (qmath.h's GetQuantizationParameter): the zero point is
+    round-half-even(max(0, min(255, 0 - lo / scale))), whose std::min gives 255 for a NaN (lo = -Inf, scale = Inf)."""
+    lo, hi = _range(x)
     scale = _F32(1.0) if hi == lo else _F32(_F32(hi - lo) / _F32(255.0))
-    return scale, _F32(np.rint(np.clip(_F32(_F32(0.0) - _F32(lo / scale)), _F32(0.0), _F32(255.0))))
+    with np.errstate(invalid="ignore"):
+        initial = _F32(_F32(0.0) - _F32(lo / scale))
+    if np.isnan(initial):
+        return scale, _F32(255.0)
+    return scale, _F32(np.rint(np.clip(initial, _F32(0.0), _F32(255.0))))
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:

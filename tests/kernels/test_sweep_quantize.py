@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
+from _single_op import model as single_node_model, run_ort
 from _sweep import around, check, with_specials
 from npu_ep.kernels.ops import _native
+from npu_testing import assignment, cpu_run, make_model, npu_session
 
 pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
 
@@ -79,3 +82,40 @@ def test_quantize_every_size_to_200(q_isa):
         inputs = [("x", _values(n, 0.5), False), ("s", np.array(0.5, np.float32), True),
                   ("z", np.array(n % 256, np.uint8), True)]
         check("QuantizeLinear", inputs, "quantize_tensor", exact=True)
+
+
+# DynamicQuantizeLinear's range with NaN and infinities, against ORT's CPU EP (qmath.h's GetQuantizationParameter is
+# the specification: NaN left out of the range, the zero point 255 when 0 - min / scale is NaN). Both kernels failed
+# here: the native path raised "cannot convert float NaN to integer" (the zero point was NaN), the reference gave a
+# NaN scale and zero point 0. Fewer than 8 elements: MLAS's min/max runs its scalar loop, which drops every NaN; its
+# vector loop (8+ elements) keeps a NaN that a lane loads last, a position-dependent result the model leaves out.
+RANGE_CASES = {"nan": [np.nan, 1, -1, 2], "all_nan": [np.nan, np.nan], "minus_inf": [-np.inf, 1, 2],
+               "both_inf": [np.inf, -np.inf, 1, 2], "plus_inf": [np.inf, 1, 2, -1], "nan_and_minus_inf": [np.nan, -np.inf, 3]}
+
+
+@pytest.mark.parametrize("case", sorted(RANGE_CASES))
+def test_dynamic_quantize_linear_range_with_nan_and_infinities_is_orts(q_isa, case):
+    x = np.array(RANGE_CASES[case], np.float32)
+    inputs = [("x", x, False)]
+    want = run_ort(single_node_model("DynamicQuantizeLinear", inputs, n_out=3), inputs)
+    got = check("DynamicQuantizeLinear", inputs, "quantize_tensor", exact=True, n_out=3)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w, err_msg=case)
+
+
+def test_dynamic_quantize_linear_with_nan_in_a_session_runs_on_npu_as_the_cpu_ep():
+    """7 elements (MLAS's scalar min/max, see above): a NaN left out of the range, and a -Inf minimum's zero point."""
+    model = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="dql")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 7])],
+                       [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 7]),
+                        helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+                        helper.make_tensor_value_info("z", TensorProto.UINT8, [])], opset=21)
+    for row in ([np.nan, 1, -1, 2, 0.5, 3, np.nan], [0.5, -np.inf, 7, np.nan, 1, 2, 3]):
+        feeds = {"x": np.array([row], np.float32)}
+        want = cpu_run(model, feeds)
+        for kernels in ("native", "reference"):
+            sess = npu_session(model, {"kernels": kernels}, cpu=False)
+            assert set(assignment(sess).values()) == {"NpuEP"}
+            for g, w in zip(sess.run(None, feeds), want):
+                np.testing.assert_array_equal(g, w, err_msg=f"{kernels} {row}")

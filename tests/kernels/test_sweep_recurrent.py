@@ -20,6 +20,7 @@ from _sweep import native_calls
 from npu_ep.kernels.ops import _native
 from tests.kernels.test_recurrent_native import lstm_case, run_kernel as run_lstm
 from tests.kernels.test_recurrent_quant import dq_lstm_model, run_kernel as run_qlstm
+from tests.npu_testing import assignment, cpu_run, npu_session
 
 pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
 
@@ -103,3 +104,30 @@ def test_lstm_wide_grid(rnn_isa):
             for inp in (1, 8, 9, 256, 257):
                 _lstm(hid * batch + inp, seq=3, batch=batch, inp=inp, hid=hid, direction="bidirectional",
                       lens=[3 - b % 4 if b % 4 < 4 else 3 for b in range(batch)], initial=True, peep=True)
+
+
+# NaN and infinities in a DynamicQuantizeLSTM's X: the dynamic range leaves NaN out and a -Inf minimum gives the zero
+# point 255 (ORT's GetQuantizationParameter). Before: the reference's range was NaN (every output NaN, where ORT's
+# CPU EP gives numbers), and the native zero point for -Inf was the int32 cast of a NaN (not the reference's).
+@pytest.mark.parametrize("value", [np.nan, -np.inf, np.inf])
+def test_quantized_lstm_with_nan_or_infinite_x_native_equals_reference(rnn_isa, value):
+    model, feeds = dq_lstm_model(np.random.default_rng(3), seq=3, batch=1, inp=6, hid=4, initial=True)
+    feeds["X"][1, 0, 2] = value
+    with native_calls() as calls, np.errstate(all="ignore"):
+        got = run_qlstm(model, feeds, "native")
+    assert "qlstm" in calls
+    with np.errstate(all="ignore"):
+        _compare(got, run_qlstm(model, feeds, "reference"), f"X holding {value}")
+
+
+def test_quantized_lstm_with_a_nan_in_x_matches_the_cpu_ep():
+    """One batch entry (ORT quantizes the whole X at once there): the NaN is left out of the range, its code is 0."""
+    model, feeds = dq_lstm_model(np.random.default_rng(3), seq=3, batch=1, inp=6, hid=4, initial=True)
+    feeds["X"][1, 0, 2] = np.nan
+    want = cpu_run(model, feeds)
+    for kernels in ("native", "reference"):
+        sess = npu_session(model, {"kernels": kernels}, cpu=False)
+        assert set(assignment(sess).values()) == {"NpuEP"}
+        got = sess.run(None, feeds)
+        assert not np.isnan(got[0]).any()
+        _compare(got, want, f"{kernels} vs the CPU EP")

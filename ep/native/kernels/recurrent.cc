@@ -201,15 +201,16 @@ struct QuantWeights {
 };
 
 // out [m, n] = float(acc) * (a_scale * w_scale) for a [m, k] quantized to uint8 as DynamicQuantizeLinear does (the
-// range widened to 0, scale (hi - lo) / 255, zero point rint(clamp(-lo / scale))) and acc its exact int32 product
-// with the weights: ORT's ComputeGemm for 8-bit weights, the reference model's _product.
+// range without NaN widened to 0, scale (hi - lo) / 255, zero point rint(max(0, min(255, -lo / scale))): 255 for a
+// NaN, lo = -Inf) and acc its exact int32 product with the weights: ORT's ComputeGemm for 8-bit weights, the
+// reference model's _product.
 void QuantProduct(const float* a, int64_t m, const QuantWeights& w, int64_t n, float* out, std::vector<uint8_t>& aq,
                   std::vector<int32_t>& acc, int threads) {
   const int64_t len = m * w.k;
   float lo = 0.0f, hi = 0.0f;
   for (int64_t i = 0; i < len; ++i) lo = std::min(lo, a[i]), hi = std::max(hi, a[i]);
   const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
-  const int32_t zp = static_cast<int32_t>(std::nearbyint(std::min(std::max(0.0f - lo / scale, 0.0f), 255.0f)));
+  const int32_t zp = static_cast<int32_t>(std::nearbyint(std::max(0.0f, std::min(255.0f, 0.0f - lo / scale))));
   aq.resize(len);
   acc.resize(m * n);
   QuantizeTensor(a, len, scale, zp, false, aq.data(), threads);
