@@ -3,6 +3,11 @@
 Everything that does not depend on the inputs was done at compile time (``prepare``); a call only looks up
 slots and runs kernels. The program also keeps what reports need: call count, host time, and the emulated NPU
 cost per distinct input-shape signature (computed once per signature from the cost model).
+
+Per-signature state is bounded: a program keeps its ``SIGNATURES_KEPT`` most recently used signatures (their cost,
+counts and the extension's entry; native steps for ``_BOUND_SIGNATURES`` of them). A decoder whose past grows has a
+new signature per token, so keeping every one grew by ~0.3 KB per step per shape for the session's life. An evicted
+signature's counts and emulated time stay in the totals; seen again, its call is a first call once more.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import contextvars
 import dataclasses
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from time import perf_counter_ns
@@ -57,7 +63,8 @@ else:
     with np.errstate(all="ignore"):
         _IGNORE_ALL = _ERRSTATE.get()
 
-_BOUND_SIGNATURES = 16  # input-shape signatures whose native steps a program keeps
+SIGNATURES_KEPT = 64  # input-shape signatures a program keeps (cost, counts, the extension's entry): the latest used
+_BOUND_SIGNATURES = 16  # input-shape signatures whose native steps a program keeps (a subset of the kept ones)
 
 
 class NpuRuntimeError(RuntimeError):
@@ -87,6 +94,15 @@ class IoSpec:
 
 
 @dataclasses.dataclass
+class _SignatureState:
+    """What a program keeps for one input-shape signature (the hot path counts its own calls in the extension)."""
+
+    cost: RunCost | None
+    calls: int = 0  # calls _observe ran
+    ns: int = 0
+
+
+@dataclasses.dataclass
 class RunCost:
     """Emulated cost of one program execution: per-step OpCost and the total in cycles and seconds."""
 
@@ -111,9 +127,12 @@ class Program:
         self.record = record
         self.recorded: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
-        self._costs: dict[tuple, RunCost] = {}
-        # input-shape signature -> [calls, host ns] of the calls _observe ran (the hot path counts in self._call)
-        self._stats: dict[tuple, list[int]] = {}
+        # the kept input-shape signatures, least recently used first when the extension is absent (else it keeps
+        # the recency and says which to evict: ``_admit``)
+        self._signatures: OrderedDict[tuple, _SignatureState] = OrderedDict()
+        self._evicted_calls = self._evicted_ns = 0  # of signatures no longer kept
+        self._evicted_seconds = 0.0
+        self.evicted_signatures = 0
         # The hot path's view of the steps: (run, prepared, gather, [(output index, slot)], release, step), where
         # gather(env) is the step's inputs as a tuple (operator.itemgetter: ~3x faster than a list comprehension)
         self._plan = [(st.kernel.run, st.prepared, _gatherer(st.in_slots),
@@ -151,7 +170,7 @@ class Program:
         def observe(inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
             return ref()._observe(inputs)
 
-        call = _extension.ProgramCall(observe, _ERRSTATE, _IGNORE_ALL, self._loop)
+        call = _extension.ProgramCall(observe, _ERRSTATE, _IGNORE_ALL, self._loop, SIGNATURES_KEPT)
         call.record = self._recording
         return call
 
@@ -210,21 +229,26 @@ class Program:
 
     @property
     def calls(self) -> int:
-        return sum(c for c, _ in self._folded().values())
+        """Every call so far (evicted signatures' included)."""
+        return sum(c for c, _ in self._folded().values()) + self._evicted_calls + self._late_counts()[0]
 
     @property
     def host_ns(self) -> int:
-        return sum(ns for _, ns in self._folded().values())
+        return sum(ns for _, ns in self._folded().values()) + self._evicted_ns + self._late_counts()[1]
 
     @property
     def signatures(self) -> dict[tuple, int]:
-        """Input-shape signature -> number of calls."""
+        """Input-shape signature -> number of calls, for the kept signatures (at most ``SIGNATURES_KEPT``)."""
         return {sig: c for sig, (c, _) in self._folded().items()}
 
+    def _late_counts(self) -> tuple[int, int]:
+        """(calls, ns) of hot-path calls that finished after their signature was evicted."""
+        return tuple(self._call.late_counts()) if self._call is not None else (0, 0)
+
     def _folded(self) -> dict[tuple, tuple[int, int]]:
-        """Every call so far: signature -> (calls, host ns)."""
+        """Every call of the kept signatures: signature -> (calls, host ns)."""
         with self._lock:
-            folded = {sig: (c, ns) for sig, (c, ns) in self._stats.items()}
+            folded = {sig: (st.calls, st.ns) for sig, st in self._signatures.items()}
         for sig, (c, ns) in (self._call.counts() if self._call is not None else {}).items():
             have = folded.get(sig, (0, 0))
             folded[sig] = (have[0] + c, have[1] + ns)
@@ -259,7 +283,7 @@ class Program:
         tensor. The hot path (``self._call``) does neither."""
         t0 = perf_counter_ns()
         signature = tuple([a.shape for a in inputs])
-        known = signature in self._stats
+        known = signature in self._signatures
         env: list[Any] = [None] * self._env_size
         env[: len(inputs)] = inputs
         step_shapes: list[list] | None = None if known else []
@@ -287,44 +311,53 @@ class Program:
             _ERRSTATE.reset(token)
         result = tuple([env[s] for s in self.output_slots])
         elapsed = perf_counter_ns() - t0
-        if step_shapes is not None:
-            if natives and any(n is not None for n in natives):
-                self._keep_bound(signature, natives)
-            return self._first_of_signature(signature, step_shapes, elapsed, result)
+        cost = self._cost(step_shapes) if step_shapes is not None else None
         with self._lock:
-            stats = self._stats[signature]
-            stats[0] += 1
-            stats[1] += elapsed
+            if step_shapes is not None and natives and any(n is not None for n in natives):
+                self._keep_bound(signature, natives)
+            state = self._signatures.get(signature)
+            if state is None:  # a first call (or one whose signature was evicted meanwhile: then without a cost)
+                state = self._admit(signature, cost)
+            elif self._call is None:
+                self._signatures.move_to_end(signature)  # the recency the extension keeps otherwise
+            state.calls += 1
+            state.ns += elapsed
         return result
 
     def _keep_bound(self, signature: tuple, natives: list) -> None:
-        """Run this signature's later calls with its native steps; only the latest signatures are kept (a decoder
-        with a growing past has a new one per token)."""
-        loop = self._native_loop(natives)
-        with self._lock:
-            while len(self._bindings) >= _BOUND_SIGNATURES:
-                oldest = next(iter(self._bindings))
-                del self._bindings[oldest]
-                self._bound.pop(oldest, None)
-                if self._call is not None:
-                    self._call.track(oldest, None)  # back to the default loop
-            self._bindings[signature] = natives
-            self._bound[signature] = loop
-            if self._call is not None:
-                self._call.track(signature, loop)
+        """Run this signature's later calls with its native steps; only the latest ``_BOUND_SIGNATURES`` keep
+        theirs (the extension then runs the others on the default loop). Under ``_lock``."""
+        while len(self._bindings) >= _BOUND_SIGNATURES:
+            oldest = next(iter(self._bindings))
+            del self._bindings[oldest]
+            self._bound.pop(oldest, None)
+            if self._call is not None and oldest in self._signatures:
+                self._call.track(oldest, None)  # back to the default loop
+        self._bindings[signature] = natives
+        self._bound[signature] = self._native_loop(natives)
 
-    def _first_of_signature(self, signature: tuple, step_shapes: list[list], elapsed: int,
-                            result: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-        cost = None if signature in self._costs else self._cost(step_shapes)
-        with self._lock:
-            if cost is not None:
-                self._costs.setdefault(signature, cost)
-            stats = self._stats.setdefault(signature, [0, 0])
-            stats[0] += 1
-            stats[1] += elapsed
-            if self._call is not None:  # from now on this signature takes the hot path
-                self._call.track(signature, self._bound.get(signature))
-        return result
+    def _admit(self, signature: tuple, cost: RunCost | None) -> _SignatureState:
+        """Keep a new signature (from now on it takes the hot path) and evict the least recently used one beyond
+        ``SIGNATURES_KEPT``: the extension picks it by its own clock of hot-path calls. Under ``_lock``."""
+        state = self._signatures[signature] = _SignatureState(cost)
+        if self._call is not None:
+            for sig, calls, ns in self._call.track(signature, self._bound.get(signature)):
+                self._evict(sig, calls, ns)
+        while len(self._signatures) > SIGNATURES_KEPT:
+            self._evict(next(iter(self._signatures)), 0, 0)
+        return state
+
+    def _evict(self, signature: tuple, hot_calls: int, hot_ns: int) -> None:
+        """Fold a signature's counts and emulated time into the totals and drop everything kept for it."""
+        state = self._signatures.pop(signature, None) or _SignatureState(None)
+        calls = hot_calls + state.calls
+        self._evicted_calls += calls
+        self._evicted_ns += hot_ns + state.ns
+        if state.cost is not None:
+            self._evicted_seconds += state.cost.seconds * calls
+        self._bindings.pop(signature, None)
+        self._bound.pop(signature, None)
+        self.evicted_signatures += 1
 
     def _record(self, step: Step, outs: Sequence[np.ndarray | None]) -> None:
         for i, value in enumerate(outs):
@@ -364,11 +397,18 @@ class Program:
         return self._cost(shapes, kept), skipped
 
     def cost_for(self, signature: tuple) -> RunCost | None:
-        return self._costs.get(signature)
+        """The cost of a kept signature (None: never seen, or evicted)."""
+        state = self._signatures.get(signature)
+        return state.cost if state is not None else None
 
     def emulated_seconds(self) -> float:
-        """Emulated NPU time of every call so far."""
-        return sum(self._costs[s].seconds * c for s, (c, _) in self._folded().items() if s in self._costs)
+        """Emulated NPU time of every call so far (a call still running when its signature was evicted counts in
+        ``calls`` and ``host_ns`` only)."""
+        folded = self._folded()
+        with self._lock:
+            costs = {sig: st.cost for sig, st in self._signatures.items()}
+        kept = sum(costs[s].seconds * c for s, (c, _) in folded.items() if costs.get(s) is not None)
+        return kept + self._evicted_seconds
 
 
 def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any], shape_derived: set[int]) -> Any:

@@ -33,6 +33,8 @@ struct Signature {
   py::object bound;       // its own StepLoop (with native steps), or None: the program's default loop
   StepLoop* bound_ptr = nullptr;
   uint64_t calls = 0, ns = 0;
+  uint64_t last_use = 0;  // the ProgramCall's clock at its latest call: the least recently used one is evicted
+  bool evicted = false;   // dropped while a call of it was running: that call counts in late_calls_/late_ns_
 };
 
 uint64_t NowNs() {
@@ -66,9 +68,11 @@ class ProgramCall {
  public:
   // observe(inputs) runs a call on the Python side; errstate/quiet: numpy's error-state context variable and its
   // "ignore all" value; loop: the program's default StepLoop.
-  ProgramCall(py::object observe, py::object errstate, py::object quiet, py::object loop)
-      : observe_(std::move(observe)), errstate_(std::move(errstate)), quiet_(std::move(quiet)) {
+  // capacity: the signatures kept at most (the least recently used one is dropped to make room).
+  ProgramCall(py::object observe, py::object errstate, py::object quiet, py::object loop, size_t capacity)
+      : observe_(std::move(observe)), errstate_(std::move(errstate)), quiet_(std::move(quiet)), capacity_(capacity) {
     if (!PyContextVar_CheckExact(errstate_.ptr())) throw py::type_error("errstate must be a contextvars.ContextVar");
+    if (capacity_ == 0) throw py::value_error("capacity must be at least 1");
     SetLoop(std::move(loop));
   }
 
@@ -87,6 +91,7 @@ class ProgramCall {
     if (it == signatures_.end()) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
     // Held for the call: kernels release the GIL, and another thread may re-bind or forget this signature.
     std::shared_ptr<Signature> sig = it->second;
+    sig->last_use = ++clock_;
     py::object owner = sig->bound.is_none() ? loop_ : sig->bound;
     StepLoop* loop = sig->bound.is_none() ? loop_ptr_ : sig->bound_ptr;
     PyObject* token = PyContextVar_Set(errstate_.ptr(), quiet_.ptr());
@@ -105,21 +110,37 @@ class ProgramCall {
     }
     PyErr_Restore(type, value, tb);
     if (out != nullptr) {
-      sig->calls += 1;
-      sig->ns += NowNs() - t0;
+      uint64_t& calls = sig->evicted ? late_calls_ : sig->calls;
+      uint64_t& ns = sig->evicted ? late_ns_ : sig->ns;
+      calls += 1;
+      ns += NowNs() - t0;
     }
     return out;
   }
 
-  // From now on calls with these input shapes run here, with `bound` (a StepLoop) or, for None, the default loop.
-  void Track(const py::tuple& shapes, py::object bound) {
+  // From now on calls with these input shapes run here, with `bound` (a StepLoop) or, for None, the default loop
+  // (a new signature counts as just used). A new one beyond the capacity evicts the least recently used other
+  // one, returned as [(signature, calls, ns)] so that the caller folds its counts and drops what it keeps for it.
+  py::list Track(const py::tuple& shapes, py::object bound) {
     StepLoop* ptr = bound.is_none() ? nullptr : AsStepLoop(bound);
     if (!bound.is_none() && ptr == nullptr) throw py::type_error("bound must be a StepLoop or None");
-    auto& slot = signatures_[KeyOf(shapes)];
-    if (!slot) slot = std::make_shared<Signature>(Signature{shapes, py::none()});
+    Key key = KeyOf(shapes);
+    auto& slot = signatures_[key];
+    if (!slot) {
+      slot = std::make_shared<Signature>(Signature{shapes, py::none()});
+      slot->last_use = ++clock_;
+    }
     slot->bound = std::move(bound);
     slot->bound_ptr = ptr;
+    py::list evicted;
+    while (signatures_.size() > capacity_) evicted.append(EvictLeastRecent(key));
+    return evicted;
   }
+
+  size_t size() const { return signatures_.size(); }
+  size_t capacity() const { return capacity_; }
+  // (calls, ns) of calls that finished after their signature was evicted (they were running meanwhile)
+  py::tuple LateCounts() const { return py::make_tuple(late_calls_, late_ns_); }
 
   void SetLoop(py::object loop) {
     StepLoop* ptr = AsStepLoop(loop);
@@ -165,7 +186,22 @@ class ProgramCall {
     return py::reinterpret_steal<py::object>(out);
   }
 
+  // Removes the least recently used signature other than `keep` (one just tracked); returns (shapes, calls, ns).
+  py::tuple EvictLeastRecent(const Key& keep) {
+    auto victim = signatures_.end();
+    for (auto it = signatures_.begin(); it != signatures_.end(); ++it)
+      if (it->first != keep && (victim == signatures_.end() || it->second->last_use < victim->second->last_use))
+        victim = it;
+    std::shared_ptr<Signature> sig = victim->second;
+    signatures_.erase(victim);
+    sig->evicted = true;  // a call of it still running counts in late_calls_
+    return py::make_tuple(sig->shapes, sig->calls, sig->ns);
+  }
+
   py::object observe_, errstate_, quiet_, loop_;
+  size_t capacity_;
+  uint64_t clock_ = 0;                    // uses so far (Signature::last_use)
+  uint64_t late_calls_ = 0, late_ns_ = 0;  // see LateCounts
   StepLoop* loop_ptr_ = nullptr;  // loop_'s
   std::vector<Py_ssize_t> perm_;
   bool record_ = false;
@@ -182,8 +218,8 @@ void RegisterProgramCall(py::module_& m) {
   py::class_<ProgramCall>(m, "ProgramCall",
                           "A compiled program's call: known input-shape signatures run their StepLoop here, the "
                           "rest go to observe(inputs)")
-      .def(py::init<py::object, py::object, py::object, py::object>(), py::arg("observe"), py::arg("errstate"),
-           py::arg("quiet"), py::arg("loop"))
+      .def(py::init<py::object, py::object, py::object, py::object, size_t>(), py::arg("observe"),
+           py::arg("errstate"), py::arg("quiet"), py::arg("loop"), py::arg("capacity"))
       .def("__call__",
            [](ProgramCall& self, const py::tuple& inputs) {
              PyObject* out = self.Call(inputs.ptr());
@@ -192,7 +228,12 @@ void RegisterProgramCall(py::module_& m) {
            },
            py::arg("inputs"))
       .def("track", &ProgramCall::Track, py::arg("signature"), py::arg("bound"),
-           "calls with this signature run here, on `bound` (a StepLoop) or the default loop (None)")
+           "calls with this signature run here, on `bound` (a StepLoop) or the default loop (None); returns the "
+           "signatures evicted to stay within capacity, [(signature, calls, ns)]")
+      .def("__len__", &ProgramCall::size, "signatures tracked")
+      .def_property_readonly("capacity", &ProgramCall::capacity)
+      .def("late_counts", &ProgramCall::LateCounts,
+           "(calls, ns) of calls that finished after their signature was evicted")
       .def("set_loop", &ProgramCall::SetLoop, py::arg("loop"))
       .def("set_perm", &ProgramCall::SetPerm, py::arg("perm"))
       .def_property("record", &ProgramCall::record, &ProgramCall::set_record,

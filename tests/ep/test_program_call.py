@@ -244,3 +244,91 @@ def test_ort_calls_the_programs_cpp_path_and_a_closed_session_frees_its_programs
     del program, sess
     gc.collect()
     assert ref() is None
+
+
+def plumbing_model():
+    """y = Reshape(Relu(x * 2), Shape(x)) over a dynamic [1, S]: arithmetic steps and shape plumbing that binds
+    native steps per signature (a memoized Shape, a view Reshape)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"), helper.make_node("Mul", ["x", "two"], ["h"],
+                                                                                    name="mul"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"), helper.make_node("Reshape", ["r", "s"], ["y"],
+                                                                                   name="reshape")]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, "S"])],
+                      [helper.make_tensor_value_info("y", F32, [1, "S"])], {"two": np.float32(2.0)})
+
+
+def _feed(width: int) -> np.ndarray:
+    return (np.arange(width, dtype=np.float32) - width / 2).reshape(1, width)  # exact under * 2 and Relu
+
+
+def _check_bounded(program, widths: list[int], outputs: dict[int, np.ndarray]) -> None:
+    from npu_ep.ep.program import _BOUND_SIGNATURES, SIGNATURES_KEPT
+
+    assert len(program.signatures) == SIGNATURES_KEPT, len(program.signatures)
+    assert program._call is None or len(program._call) == SIGNATURES_KEPT  # the extension's entries too
+    assert len(program._bound) <= _BOUND_SIGNATURES and len(program._bindings) <= _BOUND_SIGNATURES
+    assert program.calls == len(widths)
+    assert program.evicted_signatures == len(widths) - SIGNATURES_KEPT  # every call a first one: the last re-admitted
+    assert program.signatures[((1, widths[-1]),)] == 1  # the shape seen, evicted and seen again is kept anew
+    for width, got in outputs.items():
+        np.testing.assert_array_equal(got, np.maximum(_feed(width) * 2, 0))
+
+
+def _widths() -> list[int]:
+    from npu_ep.ep.program import SIGNATURES_KEPT
+
+    first = list(range(1, 3 * SIGNATURES_KEPT + 1))
+    return first + [1]  # width 1 was evicted long ago: seen again
+
+
+def test_a_session_over_many_input_shapes_keeps_a_bounded_number_of_signatures():
+    """A decoder whose past grows gets a new signature every token; the per-signature state (cost, counts, the C++
+    entry, native steps) used to grow without bound for the session's life. Outputs against the CPU EP's, also for
+    a shape whose state was evicted (exact: x * 2 and Relu)."""
+    import onnxruntime as ort
+
+    from npu_ep.ep.sessions import session_of, tag_session_options
+    from tests.npu_testing import assignment, npu_session, session_options
+
+    model = plumbing_model()
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, cpu=False, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    widths, outputs = _widths(), {}
+    for width in widths:
+        got = sess.run(None, {"x": _feed(width)})[0]
+        np.testing.assert_array_equal(got, cpu.run(None, {"x": _feed(width)})[0])
+        outputs[width] = got
+    (program,) = session_of(sess).programs.values()
+    _check_bounded(program, widths, outputs)
+    again = sess.run(None, {"x": _feed(1)})[0]  # now a hot-path call of the re-admitted signature
+    np.testing.assert_array_equal(again, cpu.run(None, {"x": _feed(1)})[0])
+    assert program.signatures[((1, 1),)] == 2 and program.emulated_seconds() > 0
+
+
+def test_without_the_extension_the_python_side_keeps_the_same_bound(monkeypatch):
+    from npu_ep.ep import program as program_mod
+
+    monkeypatch.setattr(program_mod, "_extension", None)
+    program = compiled(plumbing_model())
+    assert program._call is None
+    widths, outputs = _widths(), {}
+    for width in widths:
+        outputs[width] = program(_feed(width))[0]
+    _check_bounded(program, widths, outputs)
+
+
+def test_evicted_signatures_keep_their_calls_and_emulated_time_in_the_totals():
+    from npu_ep.ep.program import SIGNATURES_KEPT
+
+    program = compiled(plumbing_model())
+    seconds = 0.0
+    for width in range(1, SIGNATURES_KEPT + 2):
+        for _ in range(3):  # observed once, then twice on the hot path
+            program(_feed(width))
+        seconds += program.cost_for(((1, width),)).seconds * 3
+    assert program.evicted_signatures == 1 and program.cost_for(((1, 1),)) is None
+    assert program.calls == 3 * (SIGNATURES_KEPT + 1)
+    assert program.emulated_seconds() == pytest.approx(seconds)
