@@ -46,12 +46,19 @@ def movement_cost(target: Target, nbytes: int) -> OpCost:
 
 
 # --- matrix unit ---------------------------------------------------------------------------------------------
+_VECTOR_MACS_PER_LANE = {"float32": 1, "float16": 2, "int8": 4, "int4": 4}  # lanes are fp32-wide
+
+
 def matrix_compute_cycles(plan: TilePlan, target: Target) -> float:
     """MAC cycles: every tile is padded to native tiles, so
-    ``batch * ceil(m/tile_m) * ceil(n/tile_n) * ceil(k/tile_k) * tile_m*tile_n*tile_k / macs_per_cycle[mode]``."""
+    ``batch * ceil(m/tile_m) * ceil(n/tile_n) * ceil(k/tile_k) * tile_m*tile_n*tile_k / macs_per_cycle[mode]``;
+    a product the matrix unit would mostly pad (a depthwise conv: per group n = 1, k = kh*kw) runs on the vector
+    unit when that is faster, as NPU compilers place it: ``macs / (lanes * MACs per lane of the mode)``."""
     hm, hn, hk = target.tile
     native = math.ceil(plan.m / hm) * math.ceil(plan.n / hn) * math.ceil(plan.k / hk)
-    return plan.batch * native * hm * hn * hk / target.mac_rate(plan.mode)
+    padded = plan.batch * native * hm * hn * hk / target.mac_rate(plan.mode)
+    on_vector = plan.macs / (int(target.vector["lanes"]) * _VECTOR_MACS_PER_LANE[plan.mode])
+    return min(padded, on_vector)
 
 
 def epilogue_cycles(plan: TilePlan, target: Target, epilogue_ops: float) -> float:
@@ -88,7 +95,7 @@ def matmul_cost(plan: TilePlan, target: Target, epilogue_ops: float = 0.0) -> Op
     rate = target.mac_rate(plan.mode)
     return OpCost(compute_cycles=compute, dma_cycles=dma, cycles=cycles, dma_bytes=plan.dma_bytes,
                   sram_peak=plan.sram_bytes, macs=plan.macs, utilization=plan.macs / (cycles * rate) if cycles else 0.0,
-                  unit="matrix")
+                  unit="matrix", mode=plan.mode)
 
 
 def roofline_cycles(macs: int, dma_bytes: int, dtype: str, target: Target) -> float:

@@ -49,6 +49,7 @@ class OpCost:
     macs: int = 0
     utilization: float = 0.0  # achieved MACs / (cycles * peak MACs per cycle); 0 for vector ops
     unit: str = "vector"  # "matrix" | "vector" | "dma"
+    mode: str = ""  # the matrix unit's mode (float32/float16/int8/int4) of a "matrix" op
 
 
 @dataclasses.dataclass

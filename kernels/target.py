@@ -22,6 +22,12 @@ of at most ``MAX_FILE_BYTES``):
   loop (``swiglu``: ``silu(gate) * up`` on a sibling group's accumulator, see ``kernels.fusion.siblings``).
 - ``[ops]``: ``"domain::Op" = {dtypes = [...], max_rank, static_shapes, max_dim}`` (``dtypes`` constrain the node's
   first input; ``int4``/``uint4`` name ONNX 4-bit types, which reach kernels unpacked in int8/uint8 containers).
+  ``ops_from = "<built-in target>"`` (top level) starts the table from that target's; ``[ops]`` entries override.
+- ``[projection]`` (optional; real-NPU targets): what turns the emulated timeline into a latency to compare with a
+  device (``kernels/projection.py``): ``graph_overhead_us`` [us per inference], ``op_overhead_us`` [us per op that
+  does work], ``matrix_efficiency = {mode = fraction of that mode's peak}`` (every mode of ``macs_per_cycle``),
+  ``vector_efficiency`` and ``dram_efficiency`` [fractions of the peak rates above], ``calibration`` =
+  {median_error, max_error, rows} as the fit printed them.
 """
 
 from __future__ import annotations
@@ -68,16 +74,20 @@ def _check_dtype(where: str, dt: Any) -> None:
 # silently fall back to a default.
 _SECTIONS: dict[str, dict[str, tuple[str, bool]]] = {
     "": {"name": ("name", True), "description": ("text", False), "clock_mhz": ("rate", True),
-         "sram_bytes": ("count", True), "static_shapes": ("bool", False)},
+         "sram_bytes": ("count", True), "static_shapes": ("bool", False), "ops_from": ("name", False)},
     "matrix": {"tile_m": ("count", True), "tile_n": ("count", True), "tile_k": ("count", True),
                "a16_accumulator_bits": ("count", False)},
     "vector": {"lanes": ("count", True), "transcendental_cycles": ("cycles", False)},
     "dma": {"bytes_per_cycle": ("rate", True), "latency_cycles": ("cycles", True), "outstanding": ("count", False),
             "alignment_bytes": ("count", True)},
     "fusion": {},
+    "projection": {"graph_overhead_us": ("cycles", True), "op_overhead_us": ("cycles", True),
+                   "vector_efficiency": ("rate", True), "dram_efficiency": ("rate", True)},
 }
-_TABLES = {"": {"matrix", "vector", "dma", "fusion", "ops"},
-           "matrix": {"macs_per_cycle", "accumulator", "float_compute"}, "fusion": {"epilogues"}}
+_OPTIONAL_SECTIONS = {"fusion", "projection"}
+_TABLES = {"": {"matrix", "vector", "dma", "fusion", "ops", "projection"},
+           "matrix": {"macs_per_cycle", "accumulator", "float_compute"}, "fusion": {"epilogues"},
+           "projection": {"matrix_efficiency", "calibration"}}
 _EXPECTED = {"name": "a non-empty string", "text": "a string", "bool": "true or false",
              "count": "a positive int", "rate": "a positive float", "cycles": "a non-negative number"}
 
@@ -143,7 +153,9 @@ def _validate(raw: Mapping[str, Any], source: str) -> None:
     """Raise TargetError naming the first bad field; the dataclass then trusts the data."""
     w = f"target {source}"
     for section, fields in _SECTIONS.items():
-        table = _table(raw, section, w, section != "fusion") if section else raw
+        if section in _OPTIONAL_SECTIONS and section not in raw:
+            continue
+        table = _table(raw, section, w, section not in _OPTIONAL_SECTIONS) if section else raw
         where = f"{w}: {section}." if section else f"{w}: "
         unknown = sorted(set(table) - set(fields) - _TABLES.get(section, set()))
         if unknown:
@@ -186,6 +198,17 @@ def _validate(raw: Mapping[str, Any], source: str) -> None:
         if e not in EPILOGUES:
             raise TargetError(f"{w}: fusion.epilogues: unknown epilogue {e!r} (known: {', '.join(EPILOGUES)})")
     _table(raw, "ops", w, required=False)
+    proj = raw.get("projection")
+    if proj is not None:
+        effs = _table(proj, "matrix_efficiency", f"{w}: projection")
+        if set(effs) != set(rates):
+            raise TargetError(f"{w}: projection.matrix_efficiency must give one value per mode of "
+                              f"matrix.macs_per_cycle ({', '.join(rates)}), got {', '.join(effs) or 'none'}")
+        for mode, eff in effs.items():
+            _check_value(f"{w}: projection.matrix_efficiency.{mode}", eff, "rate")
+    if "ops_from" in raw and raw["ops_from"] not in builtin_targets():
+        raise TargetError(f"{w}: ops_from = {raw['ops_from']!r} is not a built-in target "
+                          f"({', '.join(builtin_targets())})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,11 +246,14 @@ class Target:
     @staticmethod
     def from_dict(raw: Mapping[str, Any], source: str = "<dict>") -> "Target":
         _validate(raw, source)
-        ops = {}
+        ops = dict(_builtin(raw["ops_from"]).ops) if "ops_from" in raw else {}
         for key, rule in raw.get("ops", {}).items():
             domain, _, op = key.rpartition("::")
             ops[(domain, op)] = OpRule.from_dict(key, rule)
-        canonical = json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()
+        described = raw  # the digest covers the op table it inherits, so a change there is a new target
+        if "ops_from" in raw:
+            described = {**raw, "ops": {**_builtin(raw["ops_from"]).raw.get("ops", {}), **raw.get("ops", {})}}
+        canonical = json.dumps(described, sort_keys=True, separators=(",", ":")).encode()
         return Target(
             name=str(raw["name"]),
             description=str(raw.get("description", "")),

@@ -17,18 +17,20 @@ from typing import Any
 from ...ep.capability import Capability
 from ...ep.compiler import compile_partition
 from ...ep.partition import boundary
-from ...ep.program import Program
+from ...ep.program import Program, Step
 from ...kernels.node import NodeInfo
+from ...kernels.projection import weight_bytes
 from ...kernels.registry import OpCost
 from ...kernels.target import Target
 from .model import layer_of
 
 
-def _op_entry(node: str, op: str, c: OpCost, target: Target) -> dict[str, Any]:
-    return {"node": node, "op": op, "unit": c.unit, "cycles": float(c.cycles), "compute_cycles": float(c.compute_cycles),
-            "dma_cycles": float(c.dma_cycles), "dma_bytes": int(c.dma_bytes), "sram_peak": int(c.sram_peak),
+def _op_entry(step: Step, c: OpCost, target: Target) -> dict[str, Any]:
+    return {"node": step.node_name, "op": step.op, "unit": c.unit, "mode": c.mode, "cycles": float(c.cycles),
+            "compute_cycles": float(c.compute_cycles), "dma_cycles": float(c.dma_cycles), "dma_bytes": int(c.dma_bytes),
+            "weight_bytes": weight_bytes(step.prepared.consts.values(), target), "sram_peak": int(c.sram_peak),
             "macs": int(c.macs), "utilization": float(c.utilization), "us": target.cycles_to_seconds(c.cycles) * 1e6,
-            "layer": layer_of(node)}
+            "layer": layer_of(step.node_name)}
 
 
 def _partition_entry(name: str, signature: Any, ops: list[dict], target: Target, calls: int = 0,
@@ -50,7 +52,7 @@ def from_programs(programs: Mapping[str, Program], target: Target) -> list[dict[
             cost = prog.cost_for(sig)
             if cost is None:
                 continue
-            ops = [_op_entry(step.node_name, step.op, c, target) for step, c in zip(prog.steps, cost.steps)]
+            ops = [_op_entry(step, c, target) for step, c in zip(prog.steps, cost.steps)]
             out.append(_partition_entry(name, [list(s) for s in sig], ops, target, calls))
     return out
 
@@ -72,7 +74,7 @@ def from_static(nodes: Sequence[NodeInfo], cap: Capability, names: Sequence[str]
         cost, unresolved = program.static_cost()
         unresolved_ids = {id(step) for step, _ in unresolved}
         steps = [s for s in program.steps if id(s) not in unresolved_ids]
-        ops = [_op_entry(step.node_name, step.op, c, target) for step, c in zip(steps, cost.steps)]
+        ops = [_op_entry(step, c, target) for step, c in zip(steps, cost.steps)]
         skipped = [{"node": step.node_name, "reason": reason} for step, reason in unresolved]
         out.append(_partition_entry(name, None, ops, target, 0, skipped))
     return out

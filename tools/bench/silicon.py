@@ -1,0 +1,312 @@
+"""Calibration benchmark: NpuEP's projected latency on real-NPU targets against latencies measured on devices.
+
+    python -m npu_ep.tools.bench.silicon [--data DIR] [--cache DIR] [--targets T,...] [--models M,...] [--fit]
+                                         [--json OUT]
+
+The measurements are ``shared/reference/npu-measured/cnn_calibration.csv`` (Qualcomm AI Hub profile jobs; its
+README gives the source commit). Row rule, stated once: a row counts when it ran wholly on the NPU
+(``layers_cpu == 0`` and ``primary_compute_unit == NPU``) at precision ``float`` (fp16 on the NPU) or ``w8a8``;
+w8a16 rows are left out because NpuEP's compiler forms 16-bit-activation units for MatMul only, not Conv, so it
+would project those nets as float convs. One device latency per (model, precision, chipset): the median over the
+runtimes that qualify (TFLite, QNN, ORT's QNN EP measure the same silicon).
+
+Each architecture is rebuilt with random weights at the measured input shape (``silicon_models.py``; torch,
+torchvision and transformers are optional, and the benchmark says which is missing), compiled by NpuEP's own
+compiler for each target and costed by its cost model, the same path as ``npu-report`` (``kernels/projection.py``).
+It prints every row with its error, then per target and precision the median and max |error| and the Spearman rank
+correlation across models, and the w8a8/fp16 speedup projected vs measured; ``--fit`` refits each target's
+``[projection]`` terms (non-negative least squares on relative error, this data only) and prints the TOML section
+together with the leave-one-model-out error (each model projected by a fit that never saw it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ...kernels.projection import INT_MODES, Work, coefficients, timeline_work
+from ...kernels.target import Target
+
+CHIPSET_TARGETS = {"qualcomm-snapdragon-8gen3": "snapdragon-8gen3",
+                   "qualcomm-snapdragon-8-elite-for-galaxy": "snapdragon-8elite",
+                   "qualcomm-snapdragon-8-elite": "snapdragon-8elite",  # the QRD of the LLM rows: the same SoC
+                   "qualcomm-snapdragon-x-elite": "snapdragon-xelite"}
+LLM_PRECISION = "w4a16"  # the LLM rows' precision whose weights NpuEP's int4 MatMulNBits stores alike
+PRECISIONS = ("float", "w8a8")
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / "npu-measured"
+
+
+def measured_rows(data: Path) -> dict[tuple[str, str, str], float]:
+    """(model, precision, target) -> measured ms, by the row rule of the module docstring."""
+    path = data / "cnn_calibration.csv"
+    if not path.is_file():
+        raise SystemExit(f"error: no calibration data at {path} (pass --data DIR holding cnn_calibration.csv)")
+    runs: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            target = CHIPSET_TARGETS.get(r["chipset"])
+            if (target and r["precision"] in PRECISIONS and r["layers_cpu"] == "0"
+                    and r["primary_compute_unit"] == "NPU"):
+                runs[(r["model"], r["precision"], target)].append(float(r["inference_time_ms"]))
+    return {k: statistics.median(v) for k, v in sorted(runs.items())}
+
+
+def llm_rows(data: Path) -> dict[tuple[str, str, str], float]:
+    """(model, "decode" | "ttft", target) -> measured seconds: a decode step is 1 / tokens_per_second, TTFT the
+    shortest prompt's (one prompt-processor window); w4a16 rows of the chipsets above only."""
+    path = data / "llm_calibration.csv"
+    out: dict[tuple[str, str, str], float] = {}
+    if not path.is_file():
+        return out
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            target = CHIPSET_TARGETS.get(r["chipset"])
+            if target and r["precision"] == LLM_PRECISION:
+                out[(r["model"], "decode", target)] = 1.0 / float(r["tokens_per_second"])
+                out[(r["model"], "ttft", target)] = float(r["ttft_min_ms"]) * 1e-3
+    return out
+
+
+def model_work(path: Path, target: Target) -> Work:
+    """The model compiled and costed for ``target`` exactly as ``npu-report`` does (static shapes of the file),
+    remembered beside the model per file version and target description (less its fitted terms)."""
+    memo_path = path.parent / "work.json"
+    memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
+    described = {k: v for k, v in target.raw.items() if k != "projection"}
+    key = f"{path.name}:{path.stat().st_mtime_ns}:{hashlib.sha256(repr(sorted(described.items())).encode()).hexdigest()}"
+    if key not in memo:
+        memo[key] = dataclasses.asdict(_costed_work(path, target))
+        tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(memo))
+        os.replace(tmp, memo_path)
+    return Work(**memo[key])
+
+
+def _costed_work(path: Path, target: Target) -> Work:
+    from ..report.build import build_report
+
+    doc = build_report(str(path), target=target.name, check=False)
+    claimed, total = doc["file_coverage"]["claimed"], doc["file_coverage"]["total"]
+    if claimed != total:
+        print(f"  note: {path.name} on {target.name}: {claimed}/{total} nodes on the NPU; the projection covers "
+              "those only", file=sys.stderr)
+    return timeline_work(doc["timeline"], target)
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+    def ranks(x):
+        x = np.asarray(x, float)
+        order = np.argsort(x, kind="stable")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=float)
+        for v in np.unique(x):
+            tie = x == v
+            r[tie] = r[tie].mean()
+        return r
+    if len(a) < 2:
+        return float("nan")
+    ra, rb = ranks(a), ranks(b)
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def fit(works: Sequence[Work], measured_s: Sequence[float]) -> tuple[float, ...]:
+    """Non-negative least squares of relative error: the coefficients c >= 0 minimising
+    sum(((c . features(w)) / m - 1)^2). Exact by active sets: the optimum is the unconstrained least squares on
+    some subset of the terms with the others at 0, so every subset is tried (6 terms: 63 subsets)."""
+    a = np.array([w.features() for w in works]) / np.asarray(measured_s)[:, None]
+    y = np.ones(len(works))
+    best, best_res = None, np.inf
+    for k in range(1, a.shape[1] + 1):
+        for subset in itertools.combinations(range(a.shape[1]), k):
+            c_sub, *_ = np.linalg.lstsq(a[:, subset], y, rcond=None)
+            if np.any(c_sub < 0):
+                continue
+            c = np.zeros(a.shape[1])
+            c[list(subset)] = c_sub
+            res = float(np.sum((a @ c - y) ** 2))
+            if res < best_res:
+                best, best_res = c, res
+    return tuple(float(v) for v in best)
+
+
+def terms_of(c: Sequence[float], target: Target) -> dict:
+    """Fitted coefficients (Work.features order) as the target's [projection] terms."""
+    inv = lambda v: 1.0 / v if v > 0 else 1e9  # noqa: E731  (a term the fit dropped: that work costs nothing)
+    modes = target.matrix["macs_per_cycle"]
+    eff = {m: inv(c[3] if m in INT_MODES else c[2]) for m in modes}
+    return {"graph_overhead_us": c[0] * 1e6, "op_overhead_us": c[1] * 1e6, "matrix_efficiency": eff,
+            "vector_efficiency": inv(c[4]), "dram_efficiency": inv(c[5])}
+
+
+def _project(c: Sequence[float], w: Work) -> float:
+    return float(sum(ci * f for ci, f in zip(c, w.features())))
+
+
+def summarize(rows: Sequence[Mapping]) -> list[dict]:
+    """Per (target, precision): rows, median and max |error|, Spearman rank correlation across models."""
+    out = []
+    for (t, p), grp in itertools.groupby(sorted(rows, key=lambda r: (r["target"], r["precision"])),
+                                         key=lambda r: (r["target"], r["precision"])):
+        g = list(grp)
+        errs = [abs(r["error"]) for r in g]
+        out.append({"target": t, "precision": p, "rows": len(g), "median_abs_error": statistics.median(errs),
+                    "max_abs_error": max(errs),
+                    "spearman": spearman([r["measured_ms"] for r in g], [r["projected_ms"] for r in g])})
+    return out
+
+
+def speedups(rows: Sequence[Mapping]) -> list[dict]:
+    """w8a8 over fp16 latency ratio, projected vs measured, where both precisions were measured."""
+    by = {(r["model"], r["precision"], r["target"]): r for r in rows}
+    out = []
+    for (m, p, t), r in sorted(by.items()):
+        q = by.get((m, "w8a8", t))
+        if p == "float" and q is not None:
+            meas, proj = r["measured_ms"] / q["measured_ms"], r["projected_ms"] / q["projected_ms"]
+            out.append({"model": m, "target": t, "measured": meas, "projected": proj, "error": proj / meas - 1})
+    return out
+
+
+def evaluate(works: Mapping[tuple[str, str, str], Work], measured: Mapping[tuple[str, str, str], float],
+             coeffs: Mapping[str, Sequence[float]]) -> list[dict]:
+    rows = []
+    for (m, p, t), ms in measured.items():
+        if (m, p, t) in works:
+            proj = _project(coeffs[t], works[(m, p, t)]) * 1e3
+            rows.append({"model": m, "precision": p, "target": t, "measured_ms": ms, "projected_ms": proj,
+                         "error": proj / ms - 1})
+    return rows
+
+
+def leave_one_model_out(works, measured, targets: Iterable[str]) -> list[dict]:
+    """Each model projected by a fit on the other models only (per target): the error to expect on a model the
+    fit never saw."""
+    rows = []
+    for t in targets:
+        keys = [k for k in measured if k[2] == t and k in works]
+        for model in sorted({k[0] for k in keys}):
+            train = [k for k in keys if k[0] != model]
+            c = fit([works[k] for k in train], [measured[k] * 1e-3 for k in train])
+            rows += evaluate({k: works[k] for k in keys if k[0] == model},
+                             {k: measured[k] for k in keys if k[0] == model}, {t: c})
+    return rows
+
+
+def _print_rows(title: str, rows: Sequence[Mapping]) -> None:
+    print(f"\n{title}")
+    print(f"{'model':<20}{'precision':<10}{'target':<19}{'measured ms':>12}{'projected ms':>14}{'error':>9}")
+    for r in sorted(rows, key=lambda r: (r["target"], r["precision"], r["model"])):
+        print(f"{r['model']:<20}{r['precision']:<10}{r['target']:<19}{r['measured_ms']:>12.3f}"
+              f"{r['projected_ms']:>14.3f}{r['error']:>+9.1%}")
+
+
+def _print_summary(title: str, rows: Sequence[Mapping]) -> list[dict]:
+    summary = summarize(rows)
+    print(f"\n{title}")
+    for s in summary:
+        print(f"  {s['target']:<19}{s['precision']:<7} rows {s['rows']:>2}  median |error| "
+              f"{s['median_abs_error']:6.1%}  max {s['max_abs_error']:6.1%}  Spearman {s['spearman']:.2f}")
+    return summary
+
+
+def toml_section(terms: Mapping, summary: Sequence[Mapping]) -> str:
+    def value(v):
+        if isinstance(v, Mapping):
+            return "{ " + ", ".join(f"{k} = {x:.4g}" for k, x in v.items()) + " }"
+        return f"{v:.4g}"
+    lines = ["[projection]", "# fitted by `python -m npu_ep.tools.bench.silicon --fit` on shared/reference/npu-measured"]
+    lines += [f"{k} = {value(v)}" for k, v in terms.items()]
+    worst = max(s["max_abs_error"] for s in summary)
+    med = statistics.median(s["median_abs_error"] for s in summary)
+    rows = sum(s["rows"] for s in summary)
+    lines.append(f"calibration = {{ median_error = {med:.3f}, max_error = {worst:.3f}, rows = {rows} }}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m npu_ep.tools.bench.silicon", description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder holding cnn_calibration.csv")
+    ap.add_argument("--cache", type=Path, default=None, help="where the rebuilt models are kept "
+                    "(default: the user cache dir's npu_ep_silicon)")
+    ap.add_argument("--targets", default=",".join(CHIPSET_TARGETS.values()))
+    ap.add_argument("--models", default=None, help="comma-separated subset of the calibration models")
+    ap.add_argument("--fit", action="store_true", help="refit each target's [projection] terms and print them")
+    ap.add_argument("--no-llm", action="store_true", help="leave out the LLM rows (their 1B/3B-wide decoders take "
+                    "a few GB of disk and minutes to build once)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    from .silicon_models import INPUT_SHAPES, SiliconModelsUnavailable, model_path
+
+    cache = args.cache or _default_cache()
+    targets = [t for t in args.targets.split(",") if t]
+    models = args.models.split(",") if args.models else list(INPUT_SHAPES)
+    measured = {k: v for k, v in measured_rows(args.data).items() if k[2] in targets and k[0] in models}
+    works: dict[tuple[str, str, str], Work] = {}
+    try:
+        for m, p, t in measured:
+            works[(m, p, t)] = model_work(model_path(m, p, cache), Target.load(t))
+    except SiliconModelsUnavailable as exc:
+        print(f"skipped: {exc}")
+        return 0
+    if not args.no_llm:
+        from .silicon_llm import scenario_work
+
+        llm = {k: v * 1e3 for k, v in llm_rows(args.data).items() if k[2] in targets}
+        for m, t in sorted({(k[0], k[2]) for k in llm}):
+            for scenario, w in scenario_work(m, Target.load(t), cache).items():
+                works[(m, scenario, t)] = w
+        measured.update(llm)
+    if args.fit:
+        coeffs = {t: fit([works[k] for k in works if k[2] == t], [measured[k] * 1e-3 for k in works if k[2] == t])
+                  for t in targets}
+    else:
+        coeffs = {t: coefficients(Target.load(t)) for t in targets}
+    rows = evaluate(works, measured, coeffs)
+    _print_rows("Projected vs measured (every row)", rows)
+    summary = _print_summary("Calibration error (in-sample: the rows the terms were fitted on)", rows)
+    loo = leave_one_model_out(works, measured, targets)
+    loo_summary = _print_summary("Leave-one-model-out error (each model projected by a fit that never saw it)", loo)
+    for r in rows:
+        if r["precision"] == "decode":
+            print(f"  {r['model']} on {r['target']}: {1e3 / r['measured_ms']:.1f} tokens/s measured, "
+                  f"{1e3 / r['projected_ms']:.1f} projected ({1e3 / r['projected_ms'] / (1e3 / r['measured_ms']) - 1:+.1%})")
+    sp = speedups(rows)
+    print("\nw8a8 / fp16 speedup, projected vs measured")
+    for s in sp:
+        print(f"  {s['model']:<20}{s['target']:<19} measured {s['measured']:.2f}x  projected {s['projected']:.2f}x"
+              f"  error {s['error']:+.1%}")
+    if args.fit:
+        for t in targets:
+            print(f"\n# {t}\n" + toml_section(terms_of(coeffs[t], Target.load(t)),
+                                                [s for s in summary if s["target"] == t]))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "summary": summary, "leave_one_model_out": loo,
+                                         "leave_one_model_out_summary": loo_summary, "speedups": sp,
+                                         "terms": {t: terms_of(c, Target.load(t)) for t, c in coeffs.items()}},
+                                        indent=1))
+    return 0
+
+
+def _default_cache() -> Path:
+    """Beside, not inside, the compiled-context cache (whose folder ``npu-cache`` owns)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("npu_ep_silicon", appauthor=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
