@@ -305,7 +305,7 @@ def _sign_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Sign; ORT's float16 kernel compares with 0, so NaN gives 0 there (float32 keeps NaN, as numpy's sign)."""
     x = arg(p, inputs, 0)
     if x.dtype == _F16:
-        return [np.sign(np.where(np.isnan(x), x.dtype.type(0), x))]
+        return [np.asarray(np.sign(np.where(np.isnan(x), x.dtype.type(0), x)))]  # an array also for a 0-d x
     return _SIGN_REFERENCE(p, inputs)
 
 

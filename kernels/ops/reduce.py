@@ -171,7 +171,8 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 def _check(node: NodeInfo, target: Target) -> str | None:
     x = node.input(0)
-    if x is not None and x.dtype is not None and node.op_type == "ReduceMean" and not np.issubdtype(x.dtype, np.floating):
+    if (x is not None and x.dtype is not None and node.op_type == "ReduceMean"
+            and not np.issubdtype(x.dtype, np.floating)):
         return f"{node.describe()}: integer ReduceMean not supported on the vector unit"
     return None
 

@@ -103,7 +103,8 @@ def test_sigmoid_float32_extremes_and_nan():
 
 
 @pytest.mark.parametrize("op,dtype", [("Sigmoid", np.float32), ("Sigmoid", np.float16), ("Exp", np.float32),
-                                      ("Neg", np.int64), ("Relu", np.float16), ("Cast", np.int64)])
+                                      ("Neg", np.int64), ("Relu", np.float16), ("Cast", np.int64),
+                                      ("Sign", np.float16), ("Sign", np.int32), ("Abs", np.int64)])
 def test_unary_0d_input_gives_a_0d_array_also_on_a_second_call(op, dtype):
     x = np.array(1.5).astype(dtype)
     attrs = {"to": 1} if op == "Cast" else None
