@@ -38,7 +38,7 @@ from .run import (DEFAULT_MAX_INPUT_MIB, NpuEPFailure, attribute_bridge,
                          check_input_memory, cpu_session, dim_key, make_feeds, measure, npu_session, resolve_dims)
 from .validate import ReportInputError, load_checked, ort_exceptions, ort_message
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 __all__ = ["SCHEMA_VERSION", "SCHEMA_PATH", "NpuEPFailure", "ReportInputError", "build_report", "validate",

@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .tables import STYLE, crossings_table, declined_table, partitions_table
+from .tables import STYLE, crossings_table, declined_table, partitions_table, text
 
 FIGURE_IDS = ("coverage-by-op", "partition-map", "layer-timeline")  # always present
 PHASES_ID, THREE_WAY_ID = "prefill-decode", "three-way-numerics"  # present when the document has the data
@@ -21,7 +21,7 @@ PHASES_ID, THREE_WAY_ID = "prefill-decode", "three-way-numerics"  # present when
 
 def coverage_figure(doc: Mapping[str, Any]) -> go.Figure:
     rows = doc["coverage"]["by_op"]
-    ops = [r["op"] for r in rows]
+    ops = [text(r["op"]) for r in rows]
     fig = go.Figure([go.Bar(name="NpuEP", x=ops, y=[r["claimed"] for r in rows]),
                      go.Bar(name="CPU", x=ops, y=[r["total"] - r["claimed"] for r in rows])])
     fig.update_layout(barmode="stack", title="coverage by op type (nodes)")
@@ -34,11 +34,12 @@ def partition_map_figure(doc: Mapping[str, Any]) -> go.Figure:
     reasons = {d["node"]: d["reason"] for d in doc["coverage"]["declined_nodes"]}
     nodes = list(dict.fromkeys([*(n for p in doc["partitions"] for n in p["nodes"]), *reasons]))
     position = {n: i for i, n in enumerate(nodes)}
-    groups = [(p["name"], p["nodes"]) for p in doc["partitions"]] + [("CPU", list(reasons))]
-    fig = go.Figure([go.Scatter(x=[position[n] for n in members], y=[0] * len(members), mode="markers", name=name,
+    groups = [(p.get("label", p["name"]), p["nodes"]) for p in doc["partitions"]] + [("CPU", list(reasons))]
+    fig = go.Figure([go.Scatter(x=[position[n] for n in members], y=[0] * len(members), mode="markers",
+                                name=text(name),
                                 marker={"symbol": "square", "size": 12, **({"color": "#d62728"} if name == "CPU"
                                                                          else {})},
-                                text=[f"{n}<br>{reasons.get(n, name)}" for n in members], hoverinfo="text")
+                                text=[f"{text(n)}<br>{text(reasons.get(n, name))}" for n in members], hoverinfo="text")
                      for name, members in groups if members])
     fig.update_layout(title="partition map (nodes in graph order)", height=240, yaxis={"visible": False},
                       xaxis_title="node index")
@@ -47,8 +48,8 @@ def partition_map_figure(doc: Mapping[str, Any]) -> go.Figure:
 
 def timeline_figure(doc: Mapping[str, Any]) -> go.Figure:
     """Two stacks per layer: the emulated NPU (compute, exposed DMA) and the measured host time (CPU fallback
-    nodes, NpuEP partition calls without and with their bridge share). Without a run only the first stack and
-    the estimated boundaries exist."""
+    nodes, NpuEP partition calls without and with their bridge share). Without a run the second stack is the
+    estimated boundary cost (crossings x ``bridge_cost_us_default``): the title and legend say which."""
     rows = doc["per_layer"]
     labels = ["outside layers" if r["layer"] is None else f"layer {r['layer']}" for r in rows]
     bars = [go.Bar(name="NPU compute (emulated)", x=labels, y=[r["npu_compute_us"] for r in rows],
@@ -63,11 +64,15 @@ def timeline_figure(doc: Mapping[str, Any]) -> go.Figure:
                         base=cpu),
                  go.Bar(name="boundaries: bridge (measured)", x=labels, y=[r["boundary_us"] for r in rows],
                         offsetgroup="host", base=[c + i for c, i in zip(cpu, inner)])]
+        second = "measured host (ORT profiler, bridge counters)"
     else:
-        bars.append(go.Bar(name="boundaries (estimated)", x=labels, y=[r["boundary_us"] for r in rows],
+        per = doc.get("bridge_cost_us_default")
+        bars.append(go.Bar(name=f"CPU<->NPU boundaries (estimated: {per:g} us per crossing)" if per is not None
+                           else "CPU<->NPU boundaries (estimated)", x=labels, y=[r["boundary_us"] for r in rows],
                            offsetgroup="host"))
+        second = "estimated boundary cost (not measured: npu-report --run measures the host)"
     fig = go.Figure(bars)
-    fig.update_layout(barmode="group", title="per-layer timeline (us per run): emulated NPU | measured host",
+    fig.update_layout(barmode="group", title=f"per-layer timeline (us per run): emulated NPU | {second}",
                       yaxis_title="us")
     return fig
 
@@ -97,7 +102,7 @@ def three_way_figure(doc: Mapping[str, Any]) -> go.Figure | None:
     if not tw:
         return None
     rows = tw["outputs"] + tw["nodes"]
-    names = [r["tensor"] for r in rows]
+    names = [text(r["tensor"]) for r in rows]
     tiny = 1e-12  # log axis: exact zeros drawn at the floor
 
     def ys(key):
@@ -127,7 +132,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
                f"{len(doc['crossings'])} crossing(s) per run, target {doc['target']}")
     tables = declined_table(doc) + partitions_table(doc) + crossings_table(doc)
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>npu-report</title>" + STYLE + "</head><body>"
-            f"<h1>npu-report: {html.escape(doc['model'])}</h1><p>{html.escape(summary)}</p>"
+            f"<h1>npu-report: {text(doc['model'])}</h1><p>{text(summary)}</p>"
             + "".join(divs) + tables
             + "<details><summary>report JSON</summary><pre>"
             + html.escape(json.dumps(doc, indent=1, default=str)) + "</pre></details></body></html>")

@@ -114,6 +114,31 @@ def _tensor(v: ValueInfo, dims: Mapping[str, int]) -> dict[str, Any]:
             "shape": resolve_shape(v, dims), "bytes": tensor_bytes(v, dims)}
 
 
+def partition_id(index: int) -> str:
+    """``p0``, ``p1``...: how the report names a partition to people (the partition dumps' files are ``p000.onnx``);
+    ``name`` stays the EP's (ORT's fused node, the key of the measurements and of ORT's profile)."""
+    return f"p{index}"
+
+
+def partition_label(index: int, layers: Sequence[int], n_nodes: int) -> str:
+    """``p0: layers 0-3, 65 nodes``: the partition by what it holds."""
+    return f"{partition_id(index)}: {_layer_ranges(layers)}{n_nodes} node{'s' if n_nodes != 1 else ''}"
+
+
+def _layer_ranges(layers: Sequence[int]) -> str:
+    """``layer 2, `` / ``layers 0-3, 5, `` / ``"`` (no layers known)."""
+    runs: list[list[int]] = []
+    for ly in sorted(set(layers)):
+        if runs and ly == runs[-1][1] + 1:
+            runs[-1][1] = ly
+        else:
+            runs.append([ly, ly])
+    if not runs:
+        return ""
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return f"layer{'s' if len(layers) > 1 else ''} {text}, "
+
+
 def partitions_and_crossings(nodes: Sequence[NodeInfo], cap: Capability, dims: Mapping[str, int],
                              names: Sequence[str] | None = None) -> tuple[list[dict], list[dict]]:
     """Partitions (nodes, inputs, outputs) and the crossings they create. ``names``: the EP's partition names
@@ -131,7 +156,7 @@ def partitions_and_crossings(nodes: Sequence[NodeInfo], cap: Capability, dims: M
         if n is None:
             return "graph input"
         p = partition_of.get(n.index)
-        return f"cpu:{n.name}" if p is None else f"partition:{(names or [])[p] if names else f'partition_{p}'}"
+        return f"cpu:{n.name}" if p is None else f"partition:{partition_id(p)}"
 
     parts, crossings = [], []
     for p, group in enumerate(cap.partitions):
@@ -155,7 +180,8 @@ def partitions_and_crossings(nodes: Sequence[NodeInfo], cap: Capability, dims: M
                 if readers:
                     outputs[v.name] = (v, n, sorted(set(readers)))
         layers = sorted({ly for ly in (layer_of(n.name) for n in members) if ly is not None})
-        parts.append({"name": name, "nodes": [n.name for n in members], "ops": [op_name(n) for n in members],
+        parts.append({"name": name, "id": partition_id(p), "label": partition_label(p, layers, len(members)),
+                      "nodes": [n.name for n in members], "ops": [op_name(n) for n in members],
                       "inputs": [_tensor(v, dims) for v, _ in inputs.values()],
                       "outputs": [_tensor(v, dims) for v, _, _ in outputs.values()], "layers": layers})
         for v, reader in inputs.values():

@@ -167,12 +167,14 @@ def render_terminal(doc: Mapping[str, Any]) -> str:
     from rich.markup import escape
     from rich.table import Table
 
+    from ...ep.log import escape as printable
+
     t = Table(title=f"Model zoo on {doc['target']} (targets: >= {TARGETS['coverage']:.0%} on NpuEP, <= "
                     f"{TARGETS['partitions']} partitions, host <= {TARGETS['host_ratio']}x CPU EP)")
     for h in HEADER:
         t.add_column(h, overflow="fold")
     for r in rows(doc):
-        t.add_row(*("" if v is None else escape(str(v)) for v in r))
+        t.add_row(*("" if v is None else escape(printable(v)) for v in r))
     console = Console(width=160, record=True)
     with console.capture() as cap:
         console.print(t)

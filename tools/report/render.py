@@ -8,8 +8,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.table import Table
+
+from ...ep.log import escape as printable
+
+
+def escape(text: Any) -> str:
+    """A model-supplied string for the terminal: control characters (ANSI/OSC escapes, newlines) written as
+    escapes (``ep.log.escape``), and rich's markup brackets escaped."""
+    return markup_escape(printable(text))
 
 
 def _us(v: float | None) -> str:
@@ -44,15 +52,17 @@ def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: 
         t.add_column(col)
     emu = {e["partition"]: e["us"] for e in doc["timeline"]}
     for p in doc["partitions"][:max_rows]:
-        t.add_row(p["name"], str(len(p["nodes"])), ", ".join(i["name"] for i in p["inputs"])[:60],
-                  ", ".join(o["name"] for o in p["outputs"])[:60], _us(emu.get(p["name"])))
+        t.add_row(escape(p.get("label", p["name"])), str(len(p["nodes"])),
+                  escape(", ".join(i["name"] for i in p["inputs"])[:60]),
+                  escape(", ".join(o["name"] for o in p["outputs"])[:60]), _us(emu.get(p["name"])))
     con.print(t)
     t = Table(title="CPU<->NPU crossings")
     for col in ("tensor", "dtype", "shape", "bytes", "dir", "peer", "layer", "measured us"):
         t.add_column(col)
     for c in doc["crossings"][:max_rows]:
-        t.add_row(c["name"], str(c["dtype"]), str(c["shape"]), str(c["bytes"]), c["direction"],
-                  ", ".join(c["peer"])[:40], str(c["layer"]), _us(c.get("measured_us")))
+        t.add_row(escape(c["name"]), str(c["dtype"]), str(c["shape"]), str(c["bytes"]), c["direction"],
+                  escape(", ".join(c["peer"])[:40]), str(c["layer"]),
+                  "not measured" if c.get("measured_us") is None else _us(c["measured_us"]))
     con.print(t)
     ly = doc["layers"]
     if ly["count"]:
@@ -129,7 +139,7 @@ def _compare(con: Console, cmp_: Mapping[str, Any] | None, max_rows: int) -> Non
         t.add_row(escape(r["node"]), escape(r["tensor"]), r["dtype"], _g(r["max_abs"]), _g(r["max_rel"]),
                   "[green]ok[/]" if r["ok"] else "[red]FAIL[/]")
     con.print(t)
-    con.print(f"first node out of tolerance: {cmp_['first_failure'] or 'none'}")
+    con.print(f"first node out of tolerance: {escape(cmp_['first_failure'] or 'none')}")
     if cmp_.get("local"):
         agree = sum(c["ok"] for c in cmp_["local"])
         con.print(f"run alone on the CPU EP with NpuEP's own inputs, {agree} of {len(cmp_['local'])} failing nodes "

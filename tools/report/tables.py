@@ -7,6 +7,8 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ...ep.log import escape as printable
+
 STYLE = ("<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.5em 0 1.5em}"
          "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}th{background:#f0f0f5}"
          "td.num{text-align:right}</style>")
@@ -21,7 +23,18 @@ def _cell(value: Any) -> str:
         return "<td></td>"
     if isinstance(value, (list, tuple)):
         value = ", ".join(str(v) for v in value)
-    return f"<td>{html.escape(str(value))}</td>"
+    return f"<td>{text(value)}</td>"
+
+
+def text(value: Any) -> str:
+    """A model-supplied string (node, tensor, op name) as HTML text: control characters (newlines, ANSI/OSC
+    escapes) written as escapes (``ep.log.escape``), then HTML-escaped."""
+    return html.escape(printable(value))
+
+
+def partition_labels(doc: Mapping[str, Any]) -> dict[str, str]:
+    """EP partition name -> what the report calls it (``p0: layers 0-3, 65 nodes``)."""
+    return {p["name"]: p.get("label", p["name"]) for p in doc["partitions"]}
 
 
 def table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]], empty: str) -> str:
@@ -41,16 +54,21 @@ def declined_table(doc: Mapping[str, Any]) -> str:
 
 
 def partitions_table(doc: Mapping[str, Any]) -> str:
-    rows = [(p["name"], len(p["nodes"]), p.get("layers"), len(p["inputs"]), len(p["outputs"]),
-             ", ".join(sorted({op.split("::")[-1] for op in p["ops"]})))
+    rows = [(p.get("label", p["name"]), len(p["nodes"]), p.get("layers"), len(p["inputs"]), len(p["outputs"]),
+             ", ".join(sorted({op.split("::")[-1] for op in p["ops"]})), p["name"])
             for p in doc["partitions"]]
-    return table("NpuEP partitions", ("partition", "nodes", "layers", "inputs", "outputs", "op types"), rows,
+    return table("NpuEP partitions", ("partition", "nodes", "layers", "inputs", "outputs", "op types",
+                                      "ORT node (profiles, EPContext)"), rows,
                  "no partitions: nothing runs on NpuEP")
 
 
 def crossings_table(doc: Mapping[str, Any]) -> str:
-    rows = [(c["name"], c["direction"].replace("_", " "), c["partition"], c.get("dtype"), c.get("shape"),
-             c.get("bytes"), c.get("per_run"), c.get("measured_us"))
+    """``measured us``: the crossing's share of its partition's bridge time, measured by ``--run``; "not measured"
+    without one (a blank read as a missing value)."""
+    labels = partition_labels(doc)
+    rows = [(c["name"], c["direction"].replace("_", " "), labels.get(c["partition"], c["partition"]), c.get("dtype"),
+             c.get("shape"), c.get("bytes"), c.get("per_run"),
+             "not measured" if c.get("measured_us") is None else c["measured_us"])
             for c in doc["crossings"]]
     return table("CPU <-> NPU crossings (per run)",
                  ("tensor", "direction", "partition", "dtype", "shape", "bytes", "per run", "measured us"), rows,
