@@ -1,0 +1,409 @@
+"""Differential sweep of the native convolution kernels against the reference model (issue 38): float Conv
+(ep/native/kernels/conv.cc, conv_gemm.cc, conv_gemm_avx512.cc, conv_tail.cc) and QLinearConv / ConvInteger
+(qlinear_conv.cc) over shape grids that cross every block, tile and tail boundary of each dispatch path, with special
+values, on every instruction-set level the host runs; a few points against ORT's CPU EP, the spec.
+
+Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shapes on the BLAS path):
+- DenseFloatOwnGemm (>= 16 output pixels): register tile of 8 output channels (kRows) x 2 slots of 16 pixels
+  (kSlots), depth in passes of 256 (kKc); B read in place from padded rows when sw = 1, OW >= 16 and 16-lane
+  vectors waste at most 1/5 (OW 16 and 31..32 in place, 15, 17, 33 as a patch matrix); pixel blocks of
+  clamp(131072 / K, 64, 4096) pixels, two when one image of one group is worth 2^20 multiply-adds; a one-block
+  image with Mg >= 32 and 2^21 multiply-adds splits its output channels in two (the M = 16j + 1 bug: M around 32,
+  48, 64 on small maps);
+- PointwiseFewPixels (1x1, stride 1, no pads, < 16 pixels): output channels in the lanes, 128 per task, 64 per pass;
+- DenseFloat on the BLAS (other convs over < 16 pixels; every conv below AVX-512); a column image [N, C, L, 1] with
+  a kx1 kernel runs as the same conv along its row;
+- DepthwiseFloat: DepthwiseRowsAvx512 takes 32 output columns in two registers, 16 or fewer in one, any width
+  stride as column phases, kernels up to 64 taps wide (wider: the per-tap multiply-add passes);
+- fused tails (conv_tail.cc): a lone clip in the GEMM's registers, any other tail over each finished block.
+
+Tolerances: depthwise convs do the reference's float32 operations in its order (bit-exact: NaN, Inf and signed zeros
+included; a fused sigmoid within conv_tail.cc's 2 ulp). Dense convs sum each output in another order than numpy's BLAS: both are within the float32 dot-product
+bound K * eps * sum|x * w| of the exact sum, so they are held to 2 K eps sum|x * w| of each other (the reference
+run on |x| and |w| gives that sum), plus |bias| eps; where a special value reaches a sum, NaN must be where the
+reference has NaN and infinities equal (the finite rest within the bound). QLinearConv and ConvInteger sum integers
+exactly and requantize as MLAS does: bit-exact.
+
+The default run takes a sample of each grid; ``-m slow`` runs the whole grids."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from _isa import cap_isa, host_isas
+from _single_op import run_ort
+from _sweep import around, assert_matches, native_calls, node_model
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.fusion.conv_tail import CODES
+from npu_ep.kernels.ops import _native
+from npu_ep.kernels.registry import kernel_for
+from npu_ep.kernels.target import Target
+
+pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+
+REF = Target.load("npu-ref")
+EPS = np.finfo(np.float32).eps
+FLOAT_ISAS = host_isas(top="avx512")  # the float conv kernels have no path above AVX-512
+
+
+@pytest.fixture(params=FLOAT_ISAS)
+def float_isa(request):
+    yield from cap_isa(request.param)
+
+
+def _prepared(op: str, inputs, tail=None, **attrs):
+    """(kernel, prepared, run args) of one node; ``tail``: a fused conv tail [(code name, c0, c1), ...]."""
+    m = node_model(op, inputs, **attrs)
+    (node,) = nodes_from_model(m)
+    k = kernel_for(node.domain, node.op_type)
+    p = k.prepare(node, REF)
+    if tail:
+        p.consts["tail_codes"] = np.asarray([CODES[t[0]] for t in tail], np.int32)
+        p.consts["tail_c"] = np.asarray([t[1:] for t in tail], np.float32).reshape(-1, 2)
+    feeds = {s[0]: s[1] for s in inputs if not s[2]}
+    return k, p, [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
+
+
+def _run(k, p, args, kernels: str, threads: int = 1) -> np.ndarray:
+    _native.configure([p], kernels, threads)
+    with np.errstate(all="ignore"):
+        return k.run(p, args)[0]
+
+
+def _native_and_reference(op: str, inputs, native_fn: str, tail=None, threads: int = 1, **attrs):
+    """(native output, reference output) of one node; the native function ``native_fn`` must have run."""
+    k, p, args = _prepared(op, inputs, tail, **attrs)
+    with native_calls() as calls:
+        got = _run(k, p, args, "native", threads)
+    assert native_fn in calls, f"{op} {attrs}: the native {native_fn} did not run ({calls})"
+    return got, _run(k, p, args, "reference")
+
+
+# --- float Conv ---------------------------------------------------------------------------------------------------
+def _float_conv(x, w, b=None, *, native_fn: str = "conv_dense", threads: int = 1, tail=None, **attrs):
+    """The conv native vs reference within the dot-product bound (module docstring); returns the native output."""
+    inputs = [("x", x, False), ("w", w, True)] + ([("b", b, True)] if b is not None else [])
+    got, want = _native_and_reference("Conv", inputs, native_fn, tail, threads, **attrs)
+    label = f"Conv x{list(x.shape)} w{list(w.shape)} {attrs} tail={tail}"
+    if native_fn == "conv_depthwise" and tail and any(t[0] == "sigmoid" for t in tail):
+        # the tail's sigmoid: exp in lanes within 2 ulp of numpy's (conv_tail.cc), so a few float32 roundings
+        assert_matches(got, want, exact=False, rtol=8 * 2.0 ** -23, atol=1e-37, what=label)
+        return got
+    if native_fn == "conv_depthwise":
+        assert_matches(got, want, exact=True, what=label)
+        np.testing.assert_array_equal(np.signbit(got[~np.isnan(got)]), np.signbit(want[~np.isnan(want)]), label)
+        return got
+    assert got.shape == want.shape and got.dtype == want.dtype, label
+    abs_inputs = [("x", np.abs(x), False), ("w", np.abs(w), True)]
+    k, p, args = _prepared("Conv", abs_inputs, **attrs)
+    k_depth = w.shape[1] * int(np.prod(w.shape[2:]))
+    bound = 2 * k_depth * EPS * _run(k, p, args, "reference")
+    if b is not None:
+        bound = bound + EPS * np.abs(b).reshape(1, -1, *([1] * (x.ndim - 2)))
+    if tail:  # a tail scales the error by at most its constants' size (mul, div by >= 1 here, sigmoid's slope < 1)
+        bound = bound * 4 + 1e-6
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), label)
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want), label)
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want), label)
+    finite = np.isfinite(want) & np.isfinite(bound)
+    excess = np.abs(got[finite] - want[finite]) - bound[finite]
+    assert (excess <= 0).all(), f"{label}: {excess.max()} over the bound"
+    return got
+
+
+def _floats(shape, rng, specials: bool = False) -> np.ndarray:
+    x = rng.standard_normal(shape).astype(np.float32)
+    if specials:
+        flat = x.reshape(-1)
+        where = rng.choice(flat.size, size=min(flat.size, 6), replace=False)
+        flat[where] = np.resize(np.array([np.nan, np.inf, -np.inf, -0.0, 1e30, 1e-40], np.float32), where.size)
+    return x
+
+
+def _sample(cases: list, n: int, seed: int) -> list:
+    """A fixed sample of ``n`` cases (the default run); the slow run takes them all."""
+    if len(cases) <= n:
+        return cases
+    idx = np.random.default_rng(seed).choice(len(cases), size=n, replace=False)
+    return [cases[i] for i in sorted(idx)]
+
+
+# Own GEMM: output channels around the 8-row register tile and 16; depth around one 256-deep pass (C * 3 * 3: 252,
+# 261; 1x1: 255..257); output widths around the 16-pixel slot and the 32-pixel tile (in place at OW 16 and 31-32,
+# a patch matrix at 15, 17, 33), one or two images, one to three groups.
+DENSE_M = [1, *around(8, 16)]
+DENSE_K = [(28, 3), (29, 3), (255, 1), (256, 1), (257, 1), (3, 3)]  # (C per group, kernel side)
+DENSE_OW = around(16, 32)
+DENSE_GRID = [(m, ck, ow, n, g) for m, ck, ow in itertools.product(DENSE_M, DENSE_K, DENSE_OW)
+              for n, g in ((1, 1), (2, 1), (1, 2), (1, 3))]
+
+
+def _dense_case(m, ck, ow, n, g, rng, specials=False, stride=1):
+    (cg, side) = ck
+    pad = side // 2
+    x = _floats((n, cg * g, 3, (ow - 1) * stride + 1), rng, specials)
+    w = _floats((m * g, cg, side, side), rng)
+    b = _floats((m * g,), rng)
+    return _float_conv(x, w, b, group=g, pads=[pad] * 4, strides=[1, stride])
+
+
+@pytest.mark.parametrize("case", _sample(DENSE_GRID, 24, 1))
+def test_float_dense_tiles_depth_and_widths(float_isa, case):
+    _dense_case(*case, np.random.default_rng(hash(case) % 2**32))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", DENSE_GRID)
+def test_float_dense_tiles_depth_and_widths_wide(float_isa, case):
+    _dense_case(*case, np.random.default_rng(hash(case) % 2**32))
+
+
+# Strided (a patch matrix at any width: sw = 2) and dilated convs over widths around the tile, with specials.
+@pytest.mark.parametrize("ow", around(16, 32))
+@pytest.mark.parametrize("attrs", [dict(strides=[2, 2], pads=[1, 1, 1, 1]), dict(dilations=[2, 3], pads=[2, 3, 2, 3]),
+                                   dict(strides=[1, 3], dilations=[2, 1], pads=[0, 1, 2, 1])])
+def test_float_dense_strided_and_dilated_with_specials(float_isa, ow, attrs):
+    rng = np.random.default_rng(ow)
+    sw = attrs.get("strides", [1, 1])[1]
+    x = _floats((1, 5, 7, ow * sw), rng, specials=True)
+    w = _floats((9, 5, 3, 3), rng)
+    _float_conv(x, w, _floats((9,), rng), **attrs)
+
+
+# Pixel blocks: P around the block cap clamp(131072 / K, 64, 4096) (K = 9: 4096 pixels, 64 x 64 rows; K = 2304:
+# 64) and the two-block split of a worth-two-threads image (P >= 128); same bits at 1 and 3 threads.
+@pytest.mark.parametrize("shape", [((1, 1, 64, 64), (4, 1, 3, 3)), ((1, 1, 65, 64), (4, 1, 3, 3)),
+                                   ((1, 256, 8, 8), (16, 256, 3, 3)), ((1, 256, 8, 9), (16, 256, 3, 3)),
+                                   ((1, 64, 11, 12), (40, 64, 3, 3)), ((1, 64, 12, 11), (40, 64, 3, 3))])
+def test_float_dense_pixel_blocks(float_isa, shape):
+    rng = np.random.default_rng(7)
+    x, w = _floats(shape[0], rng), _floats(shape[1], rng)
+    one = _float_conv(x, w, pads=[1, 1, 1, 1])
+    three = _float_conv(x, w, threads=3, pads=[1, 1, 1, 1])
+    assert one.tobytes() == three.tobytes()
+
+
+# The small map's output-channel split (one pixel block, Mg >= 32, P * K * Mg >= 2^21): M around 32, 48 and 64 and
+# their 16j + 1 (issue 38, item 1), maps 6x6 to 9x9; every channel within the bound, none left unwritten.
+SPLIT_GRID = [(m, side) for m in (*around(32, 48, 64), 81, 97, 129) for side in (6, 7, 8, 9)]
+
+
+def _split_case(m, side):
+    rng = np.random.default_rng(m * 10 + side)
+    c = 128 if m < 48 else 64
+    x, w = _floats((1, c, side, side), rng), _floats((m, c, 3, 3), rng)
+    got = _float_conv(x, w, threads=2, pads=[1, 1, 1, 1])
+    assert np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("case", _sample(SPLIT_GRID, 10, 2))
+def test_float_small_map_channel_split(float_isa, case):
+    _split_case(*case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SPLIT_GRID)
+def test_float_small_map_channel_split_wide(float_isa, case):
+    _split_case(*case)
+
+
+# Pointwise over < 16 pixels: output channels around the 64-lane pass and the 128-channel task, input channels
+# around the 256-deep pass; pixel counts 1..15 (and 16: the pixel GEMM).
+@pytest.mark.parametrize("m", around(16, 64, 128))
+@pytest.mark.parametrize("c,pixels", [(255, (1, 1)), (256, (3, 5)), (257, (1, 15)), (8, (4, 4))])
+def test_float_pointwise_few_pixels(float_isa, m, c, pixels):
+    rng = np.random.default_rng(m + c)
+    x = _floats((1, c, *pixels), rng, specials=m % 2 == 1)
+    _float_conv(x, _floats((m, c, 1, 1), rng), _floats((m,), rng))
+
+
+# Non-pointwise convs over < 16 output pixels (the BLAS on every level) and a column image's kx1 conv along L
+# (L around 16 and 32).
+@pytest.mark.parametrize("xs,ws,attrs", [((1, 6, 3, 4), (5, 6, 3, 3), dict(pads=[1, 1, 1, 1])),
+                                         ((2, 4, 5, 5), (8, 2, 2, 2), dict(group=2, strides=[2, 2])),
+                                         ((1, 3, 2, 2), (4, 3, 1, 1), dict(pads=[1, 0, 0, 1]))])
+def test_float_few_pixels_on_the_blas(float_isa, xs, ws, attrs):
+    rng = np.random.default_rng(3)
+    _float_conv(_floats(xs, rng, specials=True), _floats(ws, rng), **attrs)
+
+
+@pytest.mark.parametrize("length", around(16, 32))
+@pytest.mark.parametrize("ws,attrs", [((8, 6, 5, 1), dict(pads=[2, 0, 2, 0])), ((4, 6, 3, 1), dict(strides=[2, 1]))])
+def test_float_column_image(float_isa, length, ws, attrs):
+    rng = np.random.default_rng(length)
+    _float_conv(_floats((2, 6, length, 1), rng, specials=True), _floats(ws, rng), **attrs)
+
+
+# Depthwise: output widths around the 16- and 32-column register steps, width strides 1..3 (column phases), height
+# strides, dilations, a depth multiplier, kernels 64 and 65 taps wide (the register kernel's limit), with specials.
+DEPTHWISE_GRID = [(ow, sw, sh, dil, mult) for ow in around(16, 32) for sw in (1, 2, 3) for sh in (1, 2)
+                  for dil in (1, 2) for mult in (1, 2)]
+
+
+def _depthwise_case(ow, sw, sh, dil, mult):
+    rng = np.random.default_rng(ow * 100 + sw * 10 + sh + dil + mult)
+    k = 3
+    w_in = (ow - 1) * sw + (k - 1) * dil + 1 - 2
+    x = _floats((1, 3, 9, w_in), rng, specials=True)
+    w = _floats((3 * mult, 1, k, k), rng)
+    w.reshape(-1)[0] = 0.0  # 0 * Inf = NaN where an Inf meets it, as in the reference
+    _float_conv(x, w, _floats((3 * mult,), rng), native_fn="conv_depthwise", group=3, strides=[sh, sw],
+                dilations=[dil, dil], pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("case", _sample(DEPTHWISE_GRID, 16, 3))
+def test_float_depthwise_widths_strides_dilations(float_isa, case):
+    _depthwise_case(*case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", DEPTHWISE_GRID)
+def test_float_depthwise_widths_strides_dilations_wide(float_isa, case):
+    _depthwise_case(*case)
+
+
+@pytest.mark.parametrize("kw", [63, 64, 65])
+def test_float_depthwise_kernel_width_limit(float_isa, kw):
+    rng = np.random.default_rng(kw)
+    x = _floats((1, 2, 3, 80), rng, specials=True)
+    _float_conv(x, _floats((2, 1, 1, kw), rng), native_fn="conv_depthwise", group=2, pads=[0, 3, 0, 3])
+
+
+# Fused tails: a lone clip (in the GEMM's registers), other tails over each finished block (dense and depthwise).
+TAILS = [[("clip", 0.0, np.inf)], [("clip", -1.0, 1.0)], [("mul", 0.5, 0.0), ("add", 1.0, 0.0)],
+         [("save", 0.0, 0.0), ("sigmoid", 0.0, 0.0), ("mul_saved", 0.0, 0.0)],
+         [("add", 3.0, 0.0), ("clip", 0.0, 6.0), ("div", 6.0, 0.0)]]
+
+
+@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("shape", [((1, 5, 6, 17), (9, 5, 3, 3), 1, "conv_dense"),
+                                   ((1, 300, 2, 3), (70, 300, 1, 1), 1, "conv_dense"),
+                                   ((1, 4, 7, 33), (4, 1, 3, 3), 4, "conv_depthwise")])
+def test_float_fused_tails(float_isa, tail, shape):
+    xs, ws, g, fn = shape
+    rng = np.random.default_rng(len(tail))
+    pads = [0, 0, 0, 0] if ws[2] == 1 else [1, 1, 1, 1]
+    _float_conv(_floats(xs, rng, specials=True), _floats(ws, rng), _floats((ws[0],), rng), native_fn=fn,
+                tail=tail, group=g, pads=pads)
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [((1, 128, 8, 8), (33, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
+                                         ((2, 6, 9, 20), (6, 1, 5, 5), dict(group=6, strides=[1, 2], pads=[2] * 4)),
+                                         ((1, 300, 1, 3), (130, 300, 1, 1), dict())])
+def test_float_conv_native_against_the_cpu_ep(float_isa, xs, ws, attrs):
+    """ORT's CPU EP is the spec: three dispatch paths within 1e-4 of it."""
+    rng = np.random.default_rng(9)
+    x, w = _floats(xs, rng), _floats(ws, rng)
+    got = _float_conv(x, w, native_fn="conv_depthwise" if attrs.get("group") else "conv_dense", **attrs)
+    inputs = [("x", x, False), ("w", w, True)]
+    np.testing.assert_allclose(got, run_ort(node_model("Conv", inputs, **attrs), inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+# --- QLinearConv / ConvInteger ------------------------------------------------------------------------------------
+def _ints(shape, dt, rng) -> np.ndarray:
+    """Integers of ``dt`` with the type's extremes planted (saturating products, zero points at the ends)."""
+    info = np.iinfo(dt)
+    x = rng.integers(info.min, info.max + 1, shape).astype(dt)
+    x.reshape(-1)[::7] = info.min
+    x.reshape(-1)[3::11] = info.max
+    return x
+
+
+def _qlinear(xs, ws, dtx, dtw, rng, y_scale=None, threads=1, **attrs):
+    """QLinearConv native vs reference, bit-exact; per-channel weight scales and zero points."""
+    x, w = _ints(xs, dtx, rng), _ints(ws, dtw, rng)
+    m = ws[0]
+    ix, iw = np.iinfo(dtx), np.iinfo(dtw)
+    wz = rng.integers(iw.min, iw.max + 1, m).astype(dtw) if dtw == np.uint8 else np.zeros(m, dtw)
+    k = ws[1] * int(np.prod(ws[2:]))
+    inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True),
+              ("xz", np.array(ix.max if dtx == np.uint8 else ix.min, dtx), True), ("w", w, True),
+              ("ws", rng.uniform(0.002, 0.01, m).astype(np.float32), True), ("wz", wz, True),
+              ("ys", np.array(y_scale or 0.05 * np.sqrt(k), np.float32), True), ("yz", np.array(3, dtx), True),
+              ("b", rng.integers(-5000, 5000, m).astype(np.int32), True)]
+    fn = "qlinear_conv"
+    got, want = _native_and_reference("QLinearConv", inputs, fn, threads=threads, **attrs)
+    assert_matches(got, want, exact=True, what=f"QLinearConv x{xs} w{ws} {attrs}")
+    return got, inputs
+
+
+def _conv_integer(xs, ws, rng, threads=1, **attrs):
+    x, w = _ints(xs, np.uint8, rng), _ints(ws, np.uint8, rng)
+    inputs = [("x", x, False), ("w", w, True), ("xz", np.array(rng.integers(0, 256), np.uint8), True),
+              ("wz", np.array(255, np.uint8), True)]
+    got, want = _native_and_reference("ConvInteger", inputs, "conv_integer", threads=threads, **attrs)
+    assert_matches(got, want, exact=True, what=f"ConvInteger x{xs} w{ws} {attrs}")
+    return got, inputs
+
+
+# Dense integer convs: channels per group around the 4-channel quad (one int32 lane of the int8 GEMM), output
+# channels around its 8-row tile and 16, output widths around the 16-pixel packed block and the 32-column task,
+# groups; kp (the packed depth) crosses 64 with C/g * 9 around 64.
+QLINEAR_GRID = [(cg, m, ow, g) for cg in (1, 3, 4, 5, 7, 8, 9) for m in (1, *around(8, 16)) for ow in around(16, 32)
+                for g in (1, 2)]
+
+
+def _qlinear_case(cg, m, ow, g, dtx=np.uint8, dtw=np.int8):
+    rng = np.random.default_rng(cg * 1000 + m * 10 + ow + g)
+    xs = (1, cg * g, 4, ow)
+    if cg == 1 and g == 1:
+        xs = (2, 1, 4, ow)
+    _qlinear(xs, (m * g, cg, 3, 3), dtx, dtw, rng, group=g, pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("case", _sample(QLINEAR_GRID, 18, 4))
+def test_qlinearconv_dense_quads_rows_and_pixel_blocks(isa, case):
+    _qlinear_case(*case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtx,dtw", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])
+@pytest.mark.parametrize("case", QLINEAR_GRID)
+def test_qlinearconv_dense_quads_rows_and_pixel_blocks_wide(isa, case, dtx, dtw):
+    _qlinear_case(*case, dtx, dtw)
+
+
+# Depthwise (one channel per group), multipliers 1 and 2, widths around 16 and 32, strides and dilations; the
+# packed chunk (clamp(256 KiB / kp, 64, 1024) pixels, two when a one-group image is worth two threads): pixel counts
+# around 64 and 1024.
+@pytest.mark.parametrize("ow", around(16, 32))
+@pytest.mark.parametrize("attrs", [dict(strides=[1, 1]), dict(strides=[2, 2]), dict(dilations=[2, 2], strides=[1, 3])])
+def test_qlinearconv_depthwise(isa, ow, attrs):
+    rng = np.random.default_rng(ow)
+    sw = attrs["strides"][1]
+    for mult in (1, 2):
+        _qlinear((1, 4, 7, ow * sw), (4 * mult, 1, 3, 3), np.uint8, np.uint8, rng, group=4, pads=[1, 1, 1, 1],
+                 **attrs)
+
+
+@pytest.mark.parametrize("pixels", [(8, 8), (1, 63), (1, 65), (32, 32), (33, 32)])
+def test_qlinearconv_packed_chunks_same_bits_at_any_thread_count(isa, pixels):
+    rng = np.random.default_rng(pixels[1])
+    one, _ = _qlinear((1, 16, *pixels), (24, 16, 3, 3), np.uint8, np.int8, rng, pads=[1, 1, 1, 1])
+    rng = np.random.default_rng(pixels[1])
+    three, _ = _qlinear((1, 16, *pixels), (24, 16, 3, 3), np.uint8, np.int8, rng, threads=3, pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(one, three)
+
+
+def test_qlinearconv_saturates_at_both_ends(isa):
+    """A tiny output scale drives most outputs to the type's ends."""
+    rng = np.random.default_rng(5)
+    got, _ = _qlinear((1, 8, 5, 17), (9, 8, 3, 3), np.uint8, np.int8, rng, y_scale=1e-3, pads=[1, 1, 1, 1])
+    assert (got == 0).any() and (got == 255).any()
+
+
+@pytest.mark.parametrize("cg,m,ow", [(c, m, ow) for c in (1, 3, 4, 5) for m in (1, 8, 9) for ow in (15, 16, 17, 33)])
+def test_conv_integer_quads_rows_and_widths(isa, cg, m, ow):
+    _conv_integer((1, cg, 5, ow), (m, cg, 3, 3), np.random.default_rng(cg * 100 + m + ow), pads=[1, 1, 1, 1])
+
+
+def test_integer_convs_against_the_cpu_ep():
+    """Integer sums are exact: the CPU EP's bits (uint8 x and w, what its ConvInteger and QLinearConv take)."""
+    rng = np.random.default_rng(6)
+    got, inputs = _conv_integer((1, 5, 6, 17), (9, 5, 3, 3), rng, pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(got, run_ort(node_model("ConvInteger", inputs, pads=[1, 1, 1, 1]), inputs)[0])
+    got, inputs = _qlinear((1, 5, 6, 33), (9, 5, 3, 3), np.uint8, np.uint8, rng, pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(got, run_ort(node_model("QLinearConv", inputs, pads=[1, 1, 1, 1]), inputs)[0])
