@@ -17,6 +17,7 @@ Cost per element: max, subtract, sum, divide (4 ops) + one exp (transcendental);
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -61,7 +62,8 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     return [y if y.dtype == x.dtype else y.astype(x.dtype)]
 
 
-def onnx_softmax(x: np.ndarray, axis: int, legacy: bool, fn=softmax) -> np.ndarray:
+def onnx_softmax(x: np.ndarray, axis: int, legacy: bool,
+                 fn: Callable[[np.ndarray, int], np.ndarray] = softmax) -> np.ndarray:
     """ONNX Softmax (``fn``: or LogSoftmax) of a float32/float64 ``x``: along ``axis`` (opset >= 13), or with
     ``legacy`` (opset < 13) over the rows of x coerced to 2-D at ``axis``."""
     axis = axis % max(x.ndim, 1)
