@@ -332,3 +332,29 @@ def test_evicted_signatures_keep_their_calls_and_emulated_time_in_the_totals():
     assert program.evicted_signatures == 1 and program.cost_for(((1, 1),)) is None
     assert program.calls == 3 * (SIGNATURES_KEPT + 1)
     assert program.emulated_seconds() == pytest.approx(seconds)
+
+
+def test_the_extension_evicts_the_least_recently_called_signature_and_hands_back_its_counts():
+    """ProgramCall's own bound: a new signature beyond its capacity evicts the one whose latest hot-path call is
+    oldest (not the oldest tracked), returns its counts, and sends its next call back to observe."""
+    from npu_ep.ep import program as program_mod
+
+    program = compiled(sub_model())
+    observed = []
+
+    def observe(inputs):
+        observed.append(tuple(a.shape for a in inputs))
+        return program._python_loop(inputs)
+
+    call = program_mod._extension.ProgramCall(observe, program_mod._ERRSTATE, program_mod._IGNORE_ALL,
+                                               program._loop, 2)
+    feeds = {n: (np.arange(n, dtype=np.float32), np.ones(n, np.float32)) for n in (1, 2, 3)}
+    assert call.track(((1,), (1,)), None) == [] and call.track(((2,), (2,)), None) == []
+    np.testing.assert_array_equal(call(feeds[1])[0], feeds[1][0] - 1)  # hot path: 1 is now the latest used
+    assert call.track(((3,), (3,)), None) == [(((2,), (2,)), 0, 0)]  # 2, tracked after 1 but never called
+    assert len(call) == 2 and observed == []
+    np.testing.assert_array_equal(call(feeds[2])[0], feeds[2][0] - 1)
+    assert observed == [((2,), (2,))]  # evicted: observed again
+    (evicted,) = call.track(((2,), (2,)), None)  # 1's call came before 3 was tracked
+    assert evicted[:2] == (((1,), (1,)), 1) and evicted[2] > 0  # with its hot-path call and time
+    assert call.counts() == {} and len(call) == 2  # neither kept signature ran on the hot path yet
