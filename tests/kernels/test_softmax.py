@@ -30,16 +30,21 @@ def test_softmax_of_an_empty_tensor_is_empty(shape, axis, opset, dtype):
 AXES = [(axes, const) for axes in ([1], [0], [1, 2], []) for const in (True, False)] + [(None, True)]
 
 
-@pytest.mark.parametrize("op", ["ReduceMax", "ReduceSum", "ReduceMean"])
+REDUCTIONS = [(op, dtype) for op in ("ReduceMax", "ReduceSum", "ReduceMean") for dtype in (np.float32, np.float16)]
+REDUCTIONS += [(op, np.int64) for op in ("ReduceMax", "ReduceSum")]  # integer ReduceMean is not an NPU op
+
+
+@pytest.mark.parametrize("op, dtype", REDUCTIONS)
 @pytest.mark.parametrize("axes, const_axes", AXES)
 @pytest.mark.parametrize("keepdims", [0, 1])
 @pytest.mark.parametrize("noop", [0, 1])
-def test_reductions_over_empty_axes(op, axes, const_axes, keepdims, noop):
-    """The identity where an empty axis is reduced, an empty result where a kept axis is empty, the input itself
-    for empty axes with noop_with_empty_axes, all of it with constant and runtime axes (None: no axes input)."""
-    x = np.zeros((2, 0, 3), np.float32)
+def test_reductions_over_empty_axes(op, dtype, axes, const_axes, keepdims, noop):
+    """The identity where an empty axis is reduced (int64 ReduceMax: the type's lowest), an empty result where a
+    kept axis is empty, the input itself for empty axes with noop_with_empty_axes, all of it with constant and
+    runtime axes (None: no axes input)."""
+    x = np.zeros((2, 0, 3), dtype)
     inputs = [("x", x, False)] + ([("axes", np.array(axes, np.int64), const_axes)] if axes is not None else [])
-    check_on_ep(op, inputs, [("y", np.float32)], {"keepdims": keepdims, "noop_with_empty_axes": noop}, opset=18)
+    check_on_ep(op, inputs, [("y", dtype)], {"keepdims": keepdims, "noop_with_empty_axes": noop}, opset=18)
 
 
 def _attention(t_name: str = "T"):
