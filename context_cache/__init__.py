@@ -9,5 +9,6 @@ from .keys import cache_key, canonical_json
 from .store import CacheEntry, CacheStore, CacheWarning, default_cache_dir
 
 __all__ = ["FORMAT_VERSION", "CacheEntry", "CacheStore", "CacheWarning", "Container", "ContainerExpect",
-           "ContainerMeta", "ContextFileError", "ContextFormatError", "ContextIncompatibleError", "ContextTooLargeError",
-           "cache_key", "canonical_json", "default_cache_dir", "load_file", "pack", "peek_meta", "unpack", "verify"]
+           "ContainerMeta", "ContextFileError", "ContextFormatError", "ContextIncompatibleError",
+           "ContextTooLargeError", "cache_key", "canonical_json", "default_cache_dir", "load_file", "pack", "peek_meta",
+           "unpack", "verify"]

@@ -7,9 +7,9 @@ for a writer), ``fstat`` on the open descriptor must say "regular file" (no chec
 bytes must be a container prefix whose declared ``total_len`` equals the file's size (and stays within the
 caller's ``limit``), and only then are exactly that many bytes read or mapped.
 
-Errors: ``ContextFileError`` (not a regular file, a symlink; ``ContextTooLargeError``: above the caller's limit), ``ContextFormatError`` (the
-prefix is not a container's, or the file's size contradicts it), ``OSError`` (missing, permission denied, I/O).
-Every message names the path.
+Errors: ``ContextFileError`` (not a regular file, a symlink; its subclass ``ContextTooLargeError``: above the
+caller's limit), ``ContextFormatError`` (the prefix is not a container's, or the file's size contradicts it),
+``OSError`` (missing, permission denied, I/O). Every message names the path.
 """
 
 from __future__ import annotations
