@@ -4,7 +4,10 @@ model is built here with genai's I/O declarations; the genai-built model is test
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
@@ -87,3 +90,50 @@ def test_a_past_input_no_attention_node_reads_keeps_the_generic_sizes():
                        [helper.make_tensor_value_info("past_key_values.0.key", F32, past)],
                        [helper.make_tensor_value_info("out", F32, past)])
     assert resolve_dims(model, {}) == {"batch_size": 1, "past_sequence_length": 1, "kv_cache_dim": 1}
+
+
+def strided_skip_net(scale: float = 2.0):
+    """x [1, 3, h, w] (dims named neither height nor width: sized 1 by default) -> conv a -> stride-2 conv b ->
+    Resize x``scale`` c -> Concat(a, c) over channels: runs only where c's size equals a's (h, w multiples of 2
+    for scale 2; never for scale 3). At h = w = 1 ORT fails the Concat."""
+    rng = np.random.default_rng(0)
+    inits = {"wa": (rng.standard_normal((4, 3, 3, 3)) / 4).astype(np.float32),
+             "wb": (rng.standard_normal((4, 4, 3, 3)) / 4).astype(np.float32),
+             "scales": np.array([1, 1, scale, scale], np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+             helper.make_node("Conv", ["a", "wb"], ["b"], pads=[1, 1, 1, 1], strides=[2, 2], name="conv_b"),
+             helper.make_node("Resize", ["b", "", "scales"], ["c"], mode="nearest", name="up"),
+             helper.make_node("Concat", ["a", "c"], ["y"], axis=1, name="cat")]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, 3, "h", "w"])],
+                      [helper.make_tensor_value_info("y", F32, [1, 8, None, None])], inits)
+
+
+def test_dims_sized_one_that_cannot_run_take_the_models_stride_hint(tmp_path, capsys):
+    """Size 1 failed with only ORT's 'cannot run the model on the CPU EP' (exit 2); the strides and the Resize
+    scale say the size must be a multiple of 2, and 2 runs."""
+    from npu_ep.tools.npu_report import main
+    from npu_ep.tools.report.dim_hints import candidate_sizes, downsampling
+
+    model = strided_skip_net()
+    assert downsampling(model) == 2 and candidate_sizes(model)[0] == 2
+    path = tmp_path / "net.onnx"
+    onnx.save(model, path)
+    out = tmp_path / "r.json"
+    assert main([str(path), "--run", "--runs", "1", "--quiet", "--json", str(out)]) == 0, capsys.readouterr().err
+    assert "input dims not given were sized h=2, w=2" in capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert doc["dims"] == {"h": 2, "w": 2} and doc["measurement"]["assignment"] == {"NpuEP": 4}
+
+
+def test_dims_sized_one_that_nothing_runs_are_named_with_the_flag_to_set_them(tmp_path, capsys):
+    from npu_ep.tools.npu_report import main
+
+    path = tmp_path / "net.onnx"
+    onnx.save(strided_skip_net(scale=3.0), path)
+    assert main([str(path), "--run", "--runs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ONNX Runtime cannot run the model on the CPU EP" in err[0], err
+    assert "the input dims not given were sized h=1, w=1" in err[0] and "--dim NAME=VALUE" in err[0], err
+    assert main([str(path), "--run", "--runs", "1", "--quiet", "--dim", "h=1", "--dim", "w=1"]) == 2
+    given = capsys.readouterr().err
+    assert "sized h=1" not in given and "--dim" not in given.split("CPU EP", 1)[1]  # the user chose them: no hint

@@ -34,8 +34,8 @@ from . import model as rm
 from . import profile as report_profile
 from . import timeline as rt
 from .phases import DEFAULT_PREFILL_TOKENS, label_timeline, measure_phases
-from .run import (DEFAULT_MAX_INPUT_MIB, NpuEPFailure, attribute_bridge,
-                         check_input_memory, cpu_session, dim_key, make_feeds, measure, npu_session, resolve_dims)
+from .dim_hints import inputs_that_run
+from .run import DEFAULT_MAX_INPUT_MIB, NpuEPFailure, attribute_bridge, dim_key, measure, npu_session, resolve_dims
 from .validate import ReportInputError, load_checked, ort_exceptions, ort_message
 
 SCHEMA_VERSION = "1.2"
@@ -97,7 +97,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
         fproto, fwhere, _ = load_checked(float_model, checker=check)
         _same_inputs(proto, where, fproto, fwhere)
         compare = True
-    dims = resolve_dims(proto, dims or {})
+    given_dims = dict(dims or {})
+    dims = resolve_dims(proto, given_dims)
     # ORT turns Constant nodes into initializers before any EP sees the graph: they are not nodes to place
     file_nodes = [n for n in nodes_from_model(proto) if n.key != ("", "Constant")]
     policy = cost_aware_policy(tgt) if opts.get("partition_policy") == "cost_aware" else None
@@ -111,15 +112,15 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                            "measurement": None, "projection": None, "compare": None, "phases": None}
     nodes, cap, measurement, names, timeline = file_nodes, file_cap, None, None, None
     ep = None
-    if run or compare:
-        check_input_memory(proto, dims, where, max_input_mib)
-    feeds = make_feeds(proto, dims) if run or compare else None
+    feeds = cpu = None
+    if run or compare:  # sizes the CPU EP runs: a dim sized 1 by default may get the model's own hint instead
+        dims, feeds, cpu = inputs_that_run(proto, dims, given_dims, where, max_input_mib)
+        doc["dims"] = dims
     if session is not None:
         ep = _ep_of(session)
     elif run:
-        session, ep, measurement, doc["phases"] = _run(proto, where, opts, feeds, dims, tgt, runs, prefill_tokens)
-    elif compare:
-        cpu_session(proto.SerializeToString(), feeds, where)
+        session, ep, measurement, doc["phases"] = _run(proto, where, opts, cpu, feeds, dims, tgt, runs,
+                                                       prefill_tokens)
     if ep is not None:
         doc["source"] = "session"
         nodes = [d.node for d in ep.capabilities[-1][1].decisions]
@@ -157,15 +158,14 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
     return doc
 
 
-def _run(proto: onnx.ModelProto, where: str, opts: Mapping[str, str], feeds, dims: Mapping[str, int], tgt: Target,
-         runs: int, prefill_tokens: int) -> tuple[Any, Any, dict[str, Any], dict[str, Any] | None]:
-    """``--run``: the CPU EP validates the model, then ONE profiled NpuEP session gives the ORT profile (per-node
-    time), the latency/bridge measurement and the prefill/decode phases. Returns (session, EpSession,
-    measurement, phases)."""
+def _run(proto: onnx.ModelProto, where: str, opts: Mapping[str, str], cpu, feeds, dims: Mapping[str, int],
+         tgt: Target, runs: int, prefill_tokens: int) -> tuple[Any, Any, dict[str, Any], dict[str, Any] | None]:
+    """``--run``: with the CPU EP session that validated the model and ``feeds``, ONE profiled NpuEP session gives
+    the ORT profile (per-node time), the latency/bridge measurement and the prefill/decode phases. Returns
+    (session, EpSession, measurement, phases)."""
     import onnxruntime as ort
 
     model_bytes = proto.SerializeToString()
-    cpu = cpu_session(model_bytes, feeds, where)
     so = ort.SessionOptions()
     folder = report_profile.enable(so)
     try:

@@ -208,16 +208,25 @@ def npu_session(model_bytes: bytes, provider_options: Mapping[str, str], *,
 def cpu_session(model_bytes: bytes, feeds: Mapping[str, np.ndarray], where: str) -> ort.InferenceSession:
     """A CPU EP session that has run ``feeds`` once: ORT's own validation of the model and the generated inputs.
     Anything ORT refuses here is bad input (``ReportInputError`` naming the file)."""
-    errors = ort_exceptions()
+    cpu = cpu_loaded(model_bytes, where)
+    cpu_run(cpu, feeds, where)
+    return cpu
+
+
+def cpu_loaded(model_bytes: bytes, where: str) -> ort.InferenceSession:
+    """A CPU EP session of the model (ORT refusing it: ``ReportInputError``)."""
     try:
-        cpu = ort.InferenceSession(model_bytes, quiet(ort.SessionOptions()), providers=["CPUExecutionProvider"])
-    except errors as exc:
+        return ort.InferenceSession(model_bytes, quiet(ort.SessionOptions()), providers=["CPUExecutionProvider"])
+    except ort_exceptions() as exc:
         raise ort_error(where, "load the model", exc) from None
+
+
+def cpu_run(cpu: ort.InferenceSession, feeds: Mapping[str, np.ndarray], where: str) -> None:
+    """One run of ``feeds`` on the CPU EP (ORT refusing it: ``ReportInputError``)."""
     try:
         cpu.run(None, dict(feeds))
-    except errors as exc:
+    except ort_exceptions() as exc:
         raise ort_error(where, "run the model on the CPU EP", exc) from None
-    return cpu
 
 
 def assignment(sess: ort.InferenceSession) -> dict[str, str]:
