@@ -6,7 +6,8 @@ Chunks (multiples of the plan's K tile) are summed in int32 — the NPU's accumu
 
 Requantization (QLinearMatMul/QLinearConv/fused quantize epilogue), as ORT's MLAS ``MlasRequantizeOutput``:
 ``y = clip(rint(float32(acc) * multiplier), qmin - zp, qmax - zp) + zp`` with ``multiplier = float32(a_scale *
-b_scale) / y_scale`` in float32 per output column, round half to even, saturating.
+b_scale) / y_scale`` in float32 per output column, round half to even, saturating; a NaN product (an infinite
+multiplier times a zero sum) takes the lowest code, as MLAS's clip (maxps(v, lo) returns lo for a NaN).
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, qtype: s
     """MLAS requantization of int32 (or exact float32) accumulators to ``qtype`` (module docstring)."""
     lo, hi = QUANT_RANGES[qtype]
     z = np.asarray(zp, np.float32)
-    y = acc.astype(np.float32, copy=False) * np.asarray(multiplier, np.float32)
-    np.clip(y, np.float32(lo) - z, np.float32(hi) - z, out=y)  # clips before rounding, as MLAS (no NaN here)
+    with np.errstate(invalid="ignore"):  # an infinite multiplier times 0
+        y = acc.astype(np.float32, copy=False) * np.asarray(multiplier, np.float32)
+    np.fmax(y, np.float32(lo) - z, out=y)  # clips before rounding, as MLAS; fmax: a NaN gives the lowest code
+    np.minimum(y, np.float32(hi) - z, out=y)
     np.rint(y, out=y)
     y += z
     return y.astype(container_dtype(qtype))

@@ -13,10 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from _single_op import model as single_node_model, run_ort
 from _sweep import around, check
 from npu_ep.kernels.ops import _native
 from npu_ep.kernels.ops._mm import requantize
 from npu_ep.kernels.ops.matmul_int import pack_b
+from npu_testing import assignment, cpu_run, npu_session
 
 pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
 
@@ -143,3 +145,37 @@ def test_accumulator_full_grid(isa, dta, dtb):
         for n in COLS:
             for k in DEPTHS:
                 _check_acc(m, k, n, dta, dtb, per_col=(m + n) % 2 == 0, threads=1 + m % 2)
+
+
+# An infinite requantization multiplier (y_scale 0, or a_scale * b_scale overflowing) makes a zero sum's product NaN:
+# MLAS's clip (maxps(v, lo) returns lo for a NaN) gives the lowest code, as the VNNI path did; the scalar and AVX2
+# paths and the reference model cast the NaN to int (0 for int8, where ORT gives -128).
+INFINITE_MULTIPLIERS = {"y_scale_0": (1.0, 0.0), "overflow": (1e30, 1e-30)}
+
+
+def _qlinear_int8(a_scale: float, y_scale: float, y_zero_point: int = 5):
+    a = np.array([[0, 1, -1, 0, 127, 0, 2]], np.int8).repeat(9, 0)  # 9 rows: an 8-row tile and a 1-row tail
+    return [("a", a, False), ("as", np.array(a_scale, np.float32), True), ("az", np.array(0, np.int8), True),
+            ("b", np.eye(7, 17, dtype=np.int8), True), ("bs", np.array(a_scale, np.float32), True),
+            ("bz", np.array(0, np.int8), True), ("ys", np.array(y_scale, np.float32), True),
+            ("yz", np.array(y_zero_point, np.int8), True)]
+
+
+@pytest.mark.parametrize("case", sorted(INFINITE_MULTIPLIERS))
+def test_requantized_nan_products_give_the_lowest_code_as_ort(isa, case):
+    inputs = _qlinear_int8(*INFINITE_MULTIPLIERS[case])
+    want = run_ort(single_node_model("QLinearMatMul", inputs), inputs)[0]
+    with np.errstate(all="ignore"):
+        got = check("QLinearMatMul", inputs, "int8_matmul", exact=True)[0]
+    np.testing.assert_array_equal(got, want)
+    assert (got[:, 0] == -128).all()
+
+
+def test_requantized_nan_products_in_a_session_run_on_npu_as_the_cpu_ep():
+    model = single_node_model("QLinearMatMul", _qlinear_int8(1.0, 0.0))
+    a = _qlinear_int8(1.0, 0.0)[0][1]
+    want = cpu_run(model, {"a": a})
+    for kernels in ("native", "reference"):
+        sess = npu_session(model, {"kernels": kernels}, cpu=False)
+        assert set(assignment(sess).values()) == {"NpuEP"}
+        np.testing.assert_array_equal(sess.run(None, {"a": a})[0], want[0], err_msg=kernels)
