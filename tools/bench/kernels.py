@@ -32,6 +32,7 @@ from ...kernels.planner import PlanError, compulsory_dma_bytes, plan_matmul
 from ...kernels.registry import kernel_for
 from ...kernels.target import Target, builtin_targets
 from ...quantization import quantize_matmul_nbits
+from .timing import SETTLE_S, alternating_blocks, medians  # noqa: F401 - SETTLE_S: other benchmarks cite it
 
 RNG = np.random.default_rng(0)
 
@@ -96,12 +97,6 @@ def cases() -> list[tuple[str, onnx.ModelProto, dict[str, np.ndarray]]]:
     return out
 
 
-# ORT's intra-op workers spin for ~50 ms after a session is created or runs (measured: one core busy for 40-50 ms,
-# idle after 200 ms). Each timed block starts after this pause, so it does not pay for the previous block's
-# (the peer EP's) spinning threads.
-SETTLE_S = 0.25
-
-
 def _median_time(fn, reps: int) -> float:
     return _alternating({"fn": fn}, reps)["fn"]
 
@@ -109,17 +104,7 @@ def _median_time(fn, reps: int) -> float:
 def _alternating(fns: dict, reps: int, rounds: int = 4) -> dict:
     """Median seconds per call of each fn over ``reps`` calls, timed in ``rounds`` alternating blocks (each after
     SETTLE_S), so a slow phase of this shared machine slows every fn alike instead of only the one it caught."""
-    for fn in fns.values():
-        fn()
-    times: dict = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            time.sleep(SETTLE_S)
-            for _ in range(max(1, reps // rounds)):
-                t0 = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return medians(alternating_blocks(fns, reps, rounds))
 
 
 def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
