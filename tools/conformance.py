@@ -6,7 +6,8 @@ assignment recorded) and is classed (``conformance_run``): NpuEP claimed nothing
 wrong / errors where the CPU EP runs / both fail, with cases the CPU EP cannot load and cases without data counted
 apart. Cases run in a pool of spawned worker processes with a per-case timeout: a case that hangs or kills its
 worker is classed with that reason and the pool goes on with a fresh worker. Exit status 1 if any case is wrong or
-errors where the CPU EP runs.
+errors where the CPU EP runs. ``--constant-inputs`` runs every case with its inputs as initializers instead
+(``conformance_cases.with_constant_inputs``): the constant-operand paths of NpuEP's kernels.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import wait
 
-from .conformance_cases import SUITES, Case, load_cases
+from .conformance_cases import SUITES, Case, load_cases, with_constant_inputs
 from .conformance_run import FAILING_KINDS, KINDS, Outcome, classify, run_cpu
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -176,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", help="write every case's outcome and the summary to this file")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per case")
+    parser.add_argument("--constant-inputs", action="store_true",
+                        help="run each case with its tensor inputs as initializers instead (names end in [const])")
     parser.add_argument("--quiet", action="store_true", help="no per-case progress on stderr")
     args = parser.parse_args(argv)
     suites = tuple(s for s in args.suites.split(",") if s)
@@ -184,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown suites {sorted(unknown)}; known: {', '.join(SUITES)}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the workers inherit it: the machine's cores are shared
     cases = load_cases(suites, args.filter)
+    if args.constant_inputs:
+        cases = [with_constant_inputs(c) for c in cases]
     start = time.monotonic()
 
     def progress(outcome: Outcome, done: int, total: int) -> None:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -36,6 +37,7 @@ class Case:
     rtol: float = DEFAULT_RTOL
     atol: float = DEFAULT_ATOL
     load_error: str | None = None
+    ort_optimizations: bool = True  # False: sessions run the graph as written (no constant folding by ORT)
 
     @property
     def key(self) -> str:
@@ -56,6 +58,41 @@ def load_cases(suites: tuple[str, ...] = SUITES, name_filter: str | None = None)
         else:
             cases += _folder_cases(suite, pattern)
     return sorted(cases, key=lambda c: c.key)
+
+
+def with_constant_inputs(case: Case) -> Case:
+    """``case`` with its first data set's tensor inputs moved into the graph as initializers (suffix ``[const]``),
+    run without ORT's graph optimizations (they would fold the whole graph before NpuEP sees it): NpuEP then gets
+    constant operands, which its compiler folds or prepares ahead of the run, a path fed inputs never reach.
+    Sequence and optional inputs stay inputs; IR < 4 cannot hold an initializer that is not an input, so such
+    models are reported without data."""
+    out = Case(case.suite, case.name + "[const]", rtol=case.rtol, atol=case.atol, load_error=case.load_error,
+               ort_optimizations=False)
+    if case.load_error or not case.data_sets:
+        return out
+    model = onnx.load_from_string(case.model)
+    if model.ir_version < 4:
+        out.load_error = f"IR version {model.ir_version} < 4: initializers must also be inputs"
+        return out
+    inputs, expected = case.data_sets[0]
+    kept_inputs, kept_values = [], []
+    for value_info, value in zip(list(model.graph.input), inputs):
+        if value_info.type.WhichOneof("value") == "tensor_type" and value is not None:
+            model.graph.initializer.append(numpy_helper.from_array(_as_array(value), value_info.name))
+        else:
+            kept_inputs.append(value_info)
+            kept_values.append(value)
+    kept_inputs += list(model.graph.input)[len(inputs):]
+    del model.graph.input[:]
+    model.graph.input.extend(kept_inputs)
+    out.model, out.data_sets = model.SerializeToString(), [(kept_values, expected)]
+    return out
+
+
+def _as_array(value: Any) -> np.ndarray:
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    return np.asarray(value)
 
 
 def _wanted(pattern: re.Pattern | None, suite: str, name: str) -> bool:

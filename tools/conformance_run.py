@@ -48,7 +48,7 @@ def run_cpu(case: Case) -> tuple[str | None, list[list[Any]] | None, str]:
     import onnxruntime as ort
 
     try:
-        sess = ort.InferenceSession(case.model, sess_options=_options(record=False),
+        sess = ort.InferenceSession(case.model, sess_options=_options(case, record=False),
                                     providers=["CPUExecutionProvider"])
     except Exception as exc:
         return _message(exc), None, ""
@@ -70,7 +70,7 @@ def classify(case: Case, cpu_outputs: list[list[Any]] | None, cpu_error: str) ->
     outcome = Outcome(case.key, "", cpu_matches_expected=cpu_matches)
     failed_kind = "npu_error" if cpu_outputs is not None else "both_fail"
     try:
-        sess = ort.InferenceSession(case.model, sess_options=_options(record=True),
+        sess = ort.InferenceSession(case.model, sess_options=_options(case, record=True),
                                     providers=[(npu_ep.get_ep_name(), {"cache_dir": "", "log_level": "error"}),
                                                "CPUExecutionProvider"],
                                     enable_fallback=0)
@@ -96,10 +96,12 @@ def classify(case: Case, cpu_outputs: list[list[Any]] | None, cpu_error: str) ->
     return outcome
 
 
-def _options(*, record: bool):
+def _options(case: Case, *, record: bool):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if not case.ort_optimizations:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1

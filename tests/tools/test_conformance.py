@@ -8,10 +8,11 @@ import json
 import os
 
 import numpy as np
+import onnx
 import pytest
 
 from npu_ep.tools import conformance
-from npu_ep.tools.conformance_cases import Case, load_cases
+from npu_ep.tools.conformance_cases import Case, load_cases, with_constant_inputs
 from npu_ep.tools.conformance_run import classify
 
 # one case per class that real onnx cases reach on NpuEP today
@@ -54,6 +55,16 @@ def test_a_claimed_case_is_wrong_only_if_it_matches_neither_the_expected_nor_the
     assert "vs expected: output 0: " in wrong.message and "| vs CPU EP: output 0: " in wrong.message, wrong.message
     right = classify(doctored, [outputs], "")
     assert right.kind == "right" and right.cpu_matches_expected is False
+
+
+def test_constant_inputs_variant_gives_npuep_the_inputs_as_initializers(cases):
+    """--constant-inputs: the fed values become initializers and ORT's folding is off, so NpuEP itself runs the
+    node on constants (with ORT's folding the CPU EP would have computed the whole graph at load)."""
+    const = with_constant_inputs(cases["node/test_add"])
+    model = onnx.load_from_string(const.model)
+    assert const.key == "node/test_add[const]" and not model.graph.input and len(model.graph.initializer) == 2
+    (outcome,) = conformance.run_pool([const], jobs=1)
+    assert (outcome.kind, outcome.npu_nodes) == ("right", 1), outcome
 
 
 def test_cases_without_data_or_loadable_model_are_counted_apart():
@@ -101,9 +112,12 @@ def test_cli_prints_the_summary_and_writes_json(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_the_whole_backend_suite_has_no_wrong_claims_and_no_npuep_errors():
-    """Every case of the installed onnx's backend suite: nothing NpuEP claims is wrong, and NpuEP never fails where
-    the CPU EP runs (cases the CPU EP cannot run are counted, not asserted)."""
-    outcomes = conformance.run_pool(load_cases())
+@pytest.mark.parametrize("constant_inputs", [False, True], ids=["fed-inputs", "constant-inputs"])
+def test_the_whole_backend_suite_has_no_wrong_claims_and_no_npuep_errors(constant_inputs):
+    """Every case of the installed onnx's backend suite (as fed, and with its inputs as initializers): nothing NpuEP
+    claims is wrong, and NpuEP never fails where the CPU EP runs (cases the CPU EP cannot run are counted, not
+    asserted)."""
+    cases = load_cases()
+    outcomes = conformance.run_pool([with_constant_inputs(c) for c in cases] if constant_inputs else cases)
     failing = [o for o in outcomes if o.kind in ("wrong", "npu_error")]
     assert not failing, "\n" + conformance.render(outcomes)
