@@ -18,9 +18,9 @@ Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shap
 - fused tails (conv_tail.cc): a lone clip in the GEMM's registers, any other tail over each finished block.
 
 Tolerances: depthwise convs do the reference's float32 operations in its order (bit-exact: NaN, Inf and signed zeros
-included; a fused sigmoid within conv_tail.cc's 2 ulp). Dense convs sum each output in another order than numpy's BLAS: both are within the float32 dot-product
-bound K * eps * sum|x * w| of the exact sum, so they are held to 2 K eps sum|x * w| of each other (the reference
-run on |x| and |w| gives that sum), plus |bias| eps; where a special value reaches a sum, NaN must be where the
+included; a fused sigmoid within conv_tail.cc's 2 ulp). Dense convs sum each output in another order than
+numpy's BLAS: both are within the float32 dot-product bound K * eps * sum|x * w| of the exact sum, so they are held
+to 2 K eps sum|x * w| of each other (the reference run on |x| and |w| gives that sum), plus |bias| eps; where a special value reaches a sum, NaN must be where the
 reference has NaN and infinities equal (the finite rest within the bound). QLinearConv and ConvInteger sum integers
 exactly and requantize as MLAS does: bit-exact.
 
@@ -156,9 +156,9 @@ def test_float_dense_tiles_depth_and_widths(float_isa, case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", DENSE_GRID)
-def test_float_dense_tiles_depth_and_widths_wide(float_isa, case):
-    _dense_case(*case, np.random.default_rng(hash(case) % 2**32))
+def test_float_dense_tiles_depth_and_widths_wide(float_isa):
+    for case in DENSE_GRID:  # one test: collecting the grid case by case cost the default run seconds
+        _dense_case(*case, np.random.default_rng(hash(case) % 2**32))
 
 
 # Strided (a patch matrix at any width: sw = 2) and dilated convs over widths around the tile, with specials.
@@ -205,9 +205,9 @@ def test_float_small_map_channel_split(float_isa, case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", SPLIT_GRID)
-def test_float_small_map_channel_split_wide(float_isa, case):
-    _split_case(*case)
+def test_float_small_map_channel_split_wide(float_isa):
+    for case in SPLIT_GRID:  # one test: collecting the grid case by case cost the default run seconds
+        _split_case(*case)
 
 
 # Pointwise over < 16 pixels: output channels around the 64-lane pass and the 128-channel task, input channels
@@ -260,9 +260,9 @@ def test_float_depthwise_widths_strides_dilations(float_isa, case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", DEPTHWISE_GRID)
-def test_float_depthwise_widths_strides_dilations_wide(float_isa, case):
-    _depthwise_case(*case)
+def test_float_depthwise_widths_strides_dilations_wide(float_isa):
+    for case in DEPTHWISE_GRID:  # one test: collecting the grid case by case cost the default run seconds
+        _depthwise_case(*case)
 
 
 @pytest.mark.parametrize("kw", [63, 64, 65])
@@ -361,9 +361,9 @@ def test_qlinearconv_dense_quads_rows_and_pixel_blocks(isa, case):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtx,dtw", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])
-@pytest.mark.parametrize("case", QLINEAR_GRID)
-def test_qlinearconv_dense_quads_rows_and_pixel_blocks_wide(isa, case, dtx, dtw):
-    _qlinear_case(*case, dtx, dtw)
+def test_qlinearconv_dense_quads_rows_and_pixel_blocks_wide(isa, dtx, dtw):
+    for case in QLINEAR_GRID:  # one test per type pair: collecting the grid case by case cost the default run time
+        _qlinear_case(*case, dtx, dtw)
 
 
 # Depthwise (one channel per group), multipliers 1 and 2, widths around 16 and 32, strides and dilations; the
