@@ -20,8 +20,9 @@ Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shap
 Tolerances: depthwise convs do the reference's float32 operations in its order (bit-exact: NaN, Inf and signed zeros
 included; a fused sigmoid within conv_tail.cc's 2 ulp). Dense convs sum each output in another order than
 numpy's BLAS: both are within the float32 dot-product bound K * eps * sum|x * w| of the exact sum, so they are held
-to 2 K eps sum|x * w| of each other (the reference run on |x| and |w| gives that sum), plus |bias| eps; where a special value reaches a sum, NaN must be where the
-reference has NaN and infinities equal (the finite rest within the bound). QLinearConv and ConvInteger sum integers
+to 2 K eps sum|x * w| of each other (the reference run on |x| and |w| gives that sum), plus |bias| eps; where a
+special value reaches a sum, NaN must be where the reference has NaN and infinities equal (the finite rest within
+the bound). QLinearConv and ConvInteger sum integers
 exactly and requantize as MLAS does: bit-exact.
 
 The default run takes a sample of each grid; ``-m slow`` runs the whole grids."""
