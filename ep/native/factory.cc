@@ -1,5 +1,6 @@
 // OrtEpFactory and the two exported entry points ORT looks up in a plugin EP library.
 #include <cstring>
+#include <string>
 
 #include "execution_provider.h"
 #include "graph_view.h"
@@ -114,11 +115,15 @@ NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   *num_factories = 0;
   const OrtApi* api = api_base->GetApi(kOrtApiVersion);
   if (!api) return nullptr;  // runtime older than 1.23: no OrtApi to even build an error status with
-  if (g_ort && g_ort != api) {
-    // The API tables are process-wide: a second runtime (e.g. the onnxruntime Python package's own copy inside a
-    // C++ host's embedded interpreter) would redirect the first one's sessions to foreign ORT functions.
-    return api->CreateStatus(ORT_FAIL, "NpuEP: already serving another ONNX Runtime instance in this process; "
-                                       "one process can host NpuEP in one ONNX Runtime only");
+  // The API tables are process-wide and the last registration's serve every session. Two copies of one ORT
+  // version (onnxruntime's Python module and the libonnxruntime onnxruntime-genai loads) run the same code on the
+  // same structures; a different version would not, so it is refused.
+  static std::string first_version;
+  const std::string version = api_base->GetVersionString();
+  if (first_version.empty()) first_version = version;
+  if (version != first_version) {
+    return api->CreateStatus(ORT_FAIL, ("NpuEP: already serving ONNX Runtime " + first_version + " in this process; "
+                                        "it cannot also serve ONNX Runtime " + version).c_str());
   }
   g_ort = api;
   InitShapeApi(api_base);
