@@ -24,6 +24,7 @@ from ..cost import matmul_cost
 from ..planner import SCALE_BYTES_PER_BLOCK, SCALE_BYTES_PER_COLUMN, PlanError, plan_matmul
 from ..tile_plan import TilePlan
 from ..registry import OpCost, Prepared
+from ..shape_memo import memo_per_shape
 
 # integer operand ranges: QuantizeLinear's types (quantization.rounding) and int32 (bias, accumulators)
 QRANGE = {**QUANT_RANGES, "int32": (-2**31, 2**31 - 1)}
@@ -98,13 +99,11 @@ def matmul_dims(a_shape: Sequence[int], b_shape: Sequence[int]) -> tuple[int, in
 
 
 def plan_for(p: Prepared, m: int, n: int, k: int, batch: int) -> TilePlan:
-    """The tile plan of this kernel for concrete dims (memoized per shape at run time)."""
-    key = ("plan", m, n, k, batch)
-    if key not in p.memo:
-        a = p.attrs
-        p.memo[key] = plan_matmul(m, n, k, a["plan_a"], a["plan_b"], p.target, block_size=a.get("block_size"),
-                                  batch=batch, out_dtype=a.get("plan_out"))
-    return p.memo[key]
+    """The tile plan of this kernel for concrete dims (memoized per shape at run time, ``shape_memo``)."""
+    a = p.attrs
+    return memo_per_shape(p, "plans", (m, n, k, batch), lambda: plan_matmul(
+        m, n, k, a["plan_a"], a["plan_b"], p.target, block_size=a.get("block_size"), batch=batch,
+        out_dtype=a.get("plan_out")))
 
 
 def planned_cost(p: Prepared, m: int, n: int, k: int, batch: int) -> OpCost:

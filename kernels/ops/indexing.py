@@ -20,6 +20,7 @@ import numpy as np
 
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
+from ..shape_memo import memo_per_shape
 from ..target import Target
 from . import _native
 from ._util import arg, nbytes, stash_constants
@@ -104,18 +105,11 @@ def onnx_slice(shape: tuple[int, ...], starts: list[int], ends: list[int], axes:
 
 def _slice_run(p: Prepared, inputs) -> list[np.ndarray]:
     """With every parameter a compile-time constant (no runtime input past x), the numpy index is made once per
-    input shape (``p.memo``)."""
+    input shape (``shape_memo``)."""
     x = arg(p, inputs, 0)
-    fixed = all(v is None for v in inputs[1:])
-    if fixed:
-        indexes = p.memo.setdefault("slice_index", {})
-        idx = indexes.get(x.shape)
-        if idx is not None:
-            return [x[idx]]
-    idx = _slice_index(p, inputs, x.shape)
-    if fixed:
-        indexes[x.shape] = idx
-    return [x[idx]]
+    if all(v is None for v in inputs[1:]):
+        return [x[memo_per_shape(p, "slice_index", x.shape, lambda: _slice_index(p, inputs, x.shape))]]
+    return [x[_slice_index(p, inputs, x.shape)]]
 
 
 def _slice_index(p: Prepared, inputs, shape: tuple[int, ...]) -> tuple[slice, ...]:

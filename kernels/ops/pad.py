@@ -15,6 +15,7 @@ import numpy as np
 
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
+from ..shape_memo import memo_per_shape
 from ..target import Target
 from ._util import arg, stash_constants
 from ._vector import elems, itemsize_of
@@ -51,17 +52,15 @@ def pad_widths(rank: int, pads: list[int], axes: list[int] | None) -> list[tuple
 
 def _geometry(p: Prepared, inputs, x: np.ndarray) -> tuple[tuple[slice, ...], list[tuple[int, int]]]:
     """(crop index, per-axis (begin, end) growth); made once per input shape when pads and axes are constants."""
-    fixed = all(v is None for v in inputs[1:2] + inputs[3:4])
-    if fixed:
-        found = p.memo.get(("pad_geometry", x.shape))
-        if found is not None:
-            return found
-    widths = pad_widths(x.ndim, runtime_ints(p, inputs, "pads", 1), runtime_ints(p, inputs, "axes", 3))
-    crop = tuple(slice(-b if b < 0 else 0, x.shape[i] + e if e < 0 else None) for i, (b, e) in enumerate(widths))
-    found = crop, [(max(b, 0), max(e, 0)) for b, e in widths]
-    if fixed:
-        p.memo[("pad_geometry", x.shape)] = found
-    return found
+    if all(v is None for v in inputs[1:2] + inputs[3:4]):
+        return memo_per_shape(p, "pad_geometry", x.shape, lambda: _geometry_of(p, inputs, x.shape))
+    return _geometry_of(p, inputs, x.shape)
+
+
+def _geometry_of(p: Prepared, inputs, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], list[tuple[int, int]]]:
+    widths = pad_widths(len(shape), runtime_ints(p, inputs, "pads", 1), runtime_ints(p, inputs, "axes", 3))
+    crop = tuple(slice(-b if b < 0 else 0, shape[i] + e if e < 0 else None) for i, (b, e) in enumerate(widths))
+    return crop, [(max(b, 0), max(e, 0)) for b, e in widths]
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
