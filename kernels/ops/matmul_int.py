@@ -105,7 +105,7 @@ def pack_b(b: np.ndarray, bzp: np.ndarray | None) -> dict[str, np.ndarray] | Non
     if b.ndim != 2 or (bzp is not None and np.size(bzp) not in (1, b.shape[1])):
         return None
     K, N = b.shape
-    kp, n16 = max(64, -(-K // 64) * 64), max(16, -(-N // 16) * 16)
+    kp, n16 = -(-K // 64) * 64, max(16, -(-N // 16) * 16)  # kp as the kernel's (K + 63) / 64 * 64: 0 for K = 0
     shift = 0 if b.dtype == np.int8 else 128
     bt = np.zeros((n16, kp), np.int8)
     bt[:N, :K] = (b.T.astype(np.int16) - shift).astype(np.int8)
@@ -142,7 +142,7 @@ def _native_int(p: Prepared, inputs) -> np.ndarray | None:
     if (azp is not None and np.size(azp) != 1) or (yzp is not None and np.size(yzp) != 1):
         return None
     K, N = p.attrs["b_shape"]
-    a2 = np.ascontiguousarray(a).reshape(-1, K)
+    a2 = np.ascontiguousarray(a).reshape(int(np.prod(a.shape[:-1], dtype=np.int64)), K)  # K = 0: no -1 to infer
     z = np.asarray(0 if azp is None else azp, np.int32).reshape(1)
     requant = (None, 0, False)  # multiplier, y_zero_point, y_signed
     if p.attrs["op"] == "QLinearMatMul":

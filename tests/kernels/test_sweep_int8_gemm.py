@@ -179,3 +179,38 @@ def test_requantized_nan_products_in_a_session_run_on_npu_as_the_cpu_ep():
         sess = npu_session(model, {"kernels": kernels}, cpu=False)
         assert set(assignment(sess).values()) == {"NpuEP"}
         np.testing.assert_array_equal(sess.run(None, {"a": a})[0], want[0], err_msg=kernels)
+
+
+# K = 0 (an empty inner dimension): every sum is 0 (numpy's matmul; ORT's CPU EP leaves its output unwritten there,
+# uninitialized values from 9 x 33 on, so exact math is the specification). The native path raised: _native_int
+# reshaped A with -1 (ambiguous for a size-0 A), and pack_b padded K to 64 where the kernel's layout has kp = 0.
+def _empty_depth_inputs(op: str, m: int, n: int) -> list:
+    a = np.zeros((m, 0), np.uint8)
+    b = np.zeros((0, n), np.int8)
+    if op == "MatMulInteger":
+        return [("a", a, False), ("b", b, True), ("az", np.array(3, np.uint8), True),
+                ("bz", np.array(1, np.int8), True)]
+    return [("a", a, False), ("as", np.array(0.1, np.float32), True), ("az", np.array(3, np.uint8), True),
+            ("b", b, True), ("bs", np.array(0.2, np.float32), True), ("bz", np.array(1, np.int8), True),
+            ("ys", np.array(0.5, np.float32), True), ("yz", np.array(131, np.uint8), True)]
+
+
+def _empty_depth_result(op: str, m: int, n: int) -> np.ndarray:
+    return np.zeros((m, n), np.int32) if op == "MatMulInteger" else np.full((m, n), 131, np.uint8)
+
+
+@pytest.mark.parametrize("op", ["MatMulInteger", "QLinearMatMul"])
+def test_an_empty_inner_dimension_gives_zero_sums(isa, op):
+    for m, n in ((1, 1), (3, 17), (9, 33)):
+        got = check(op, _empty_depth_inputs(op, m, n), "int8_matmul", exact=True)[0]
+        np.testing.assert_array_equal(got, _empty_depth_result(op, m, n), err_msg=f"{op} M={m} N={n}")
+
+
+def test_an_empty_inner_dimension_in_a_session_runs_on_npu():
+    inputs = _empty_depth_inputs("QLinearMatMul", 9, 33)
+    model = single_node_model("QLinearMatMul", inputs)
+    want = _empty_depth_result("QLinearMatMul", 9, 33)
+    for kernels in ("native", "reference"):
+        sess = npu_session(model, {"kernels": kernels}, cpu=False)
+        assert set(assignment(sess).values()) == {"NpuEP"}
+        np.testing.assert_array_equal(sess.run(None, {"a": inputs[0][1]})[0], want, err_msg=kernels)

@@ -90,7 +90,8 @@ def test_quantize_every_size_to_200(q_isa):
 # NaN scale and zero point 0. Fewer than 8 elements: MLAS's min/max runs its scalar loop, which drops every NaN; its
 # vector loop (8+ elements) keeps a NaN that a lane loads last, a position-dependent result the model leaves out.
 RANGE_CASES = {"nan": [np.nan, 1, -1, 2], "all_nan": [np.nan, np.nan], "minus_inf": [-np.inf, 1, 2],
-               "both_inf": [np.inf, -np.inf, 1, 2], "plus_inf": [np.inf, 1, 2, -1], "nan_and_minus_inf": [np.nan, -np.inf, 3]}
+               "both_inf": [np.inf, -np.inf, 1, 2], "plus_inf": [np.inf, 1, 2, -1],
+               "nan_and_minus_inf": [np.nan, -np.inf, 3]}
 
 
 @pytest.mark.parametrize("case", sorted(RANGE_CASES))
