@@ -17,10 +17,10 @@ SETTLE_S = 0.25
 
 
 def alternating_blocks(fns: Mapping[str, Callable[[], object]], reps: int, rounds: int = 4,
-                       settle_s: float = SETTLE_S) -> dict[str, list[list[float]]]:
+                       settle_s: float = SETTLE_S, warmup: bool = True) -> dict[str, list[list[float]]]:
     """Seconds of every call, per function, per block: ``{name: [[block 0 calls], [block 1 calls], ...]}``, with
-    ``max(1, reps // rounds)`` calls per block."""
-    for fn in fns.values():
+    ``max(1, reps // rounds)`` calls per block (``warmup=False``: the caller warmed them up)."""
+    for fn in fns.values() if warmup else ():
         fn()
     per_block = max(1, reps // rounds)
     times: dict[str, list[list[float]]] = {k: [] for k in fns}

@@ -130,6 +130,12 @@ def render_html(doc: Mapping[str, Any]) -> str:
     cov = doc["coverage"]
     summary = (f"{cov['claimed']}/{cov['total']} nodes on NpuEP, {len(doc['partitions'])} partition(s), "
                f"{len(doc['crossings'])} crossing(s) per run, target {doc['target']}")
+    m = doc["measurement"]
+    if m is not None:
+        r = m["ratio"]
+        summary += (f"; measured host time NpuEP {m['npu_latency_us']:,.1f} us, CPU EP {m['cpu_latency_us']:,.1f} "
+                    f"us (medians of {m['runs']} runs, the EPs alternating in {r['blocks']} blocks): "
+                    f"{r['median']:.2f}x the CPU EP, {r['min']:.2f}-{r['max']:.2f}x across blocks")
     tables = declined_table(doc) + partitions_table(doc) + crossings_table(doc)
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>npu-report</title>" + STYLE + "</head><body>"
             f"<h1>npu-report: {text(doc['model'])}</h1><p>{text(summary)}</p>"

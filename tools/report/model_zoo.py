@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
-import time
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,7 +87,7 @@ def measure_model(name: str, path: str, target: str, dims: Mapping[str, int], ru
                    integer_outputs_equal=exact,
                    same_decision=(bool(np.array_equal(corpus.decision(got), corpus.decision(want)))
                                   if corpus else None),
-                   host_ratio=host_ratio(npu, cpu, feeds, runs))
+                   **dict(zip(("host_ratio", "host_ratio_min", "host_ratio_max"), host_ratio(npu, cpu, feeds, runs))))
     except Exception as exc:  # noqa: BLE001 - a model that fails is a row with the reason, not a crash
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return row
@@ -102,18 +102,16 @@ def in_claimed_subgraphs(ep, groups) -> int:
     return sum((inside - recorded).values())
 
 
-def host_ratio(npu, cpu, feeds, runs: int) -> float:
-    """NpuEP's best session.run time over the CPU EP's, the two sessions run alternately (one warm-up each), so
-    load that comes and goes on a shared machine weighs on both sides instead of on whichever ran second."""
-    npu.run(None, feeds)
-    cpu.run(None, feeds)
-    best = [float("inf"), float("inf")]
-    for _ in range(runs):
-        for i, sess in enumerate((npu, cpu)):
-            t0 = time.perf_counter_ns()
-            sess.run(None, feeds)
-            best[i] = min(best[i], (time.perf_counter_ns() - t0) / 1e3)
-    return best[0] / best[1]
+def host_ratio(npu, cpu, feeds, runs: int) -> tuple[float, float, float]:
+    """NpuEP's session.run time over the CPU EP's as (median, min, max) of the per-block ratios: the two sessions
+    alternate in blocks after a warm-up (``bench.timing``), so load that comes and goes on a shared machine weighs
+    on both instead of on whichever ran second, and the range says how much it moved the ratio."""
+    from ..bench.timing import alternating_blocks, block_ratios
+
+    blocks = alternating_blocks({"npu": lambda: npu.run(None, feeds), "cpu": lambda: cpu.run(None, feeds)}, runs,
+                                rounds=max(1, min(5, runs)))
+    ratios = block_ratios(blocks, "npu", "cpu")
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 DEFAULT_TIMEOUT_S = 600.0  # per model: a real model's two sessions and runs take seconds to a minute here
@@ -146,7 +144,7 @@ def zoo(sources: Sequence[str], *, target: str = "npu-ref", dims: Mapping[str, i
 
 
 HEADER = ("model", "nodes", "nodes in claimed If/Loop/Scan", "on NpuEP", "partitions", "crossings", "max rel diff",
-          "same decision", "host x CPU", "top decline reasons")
+          "same decision", "host x CPU (median, block range)", "top decline reasons")
 
 
 def rows(doc: Mapping[str, Any]) -> list[list[Any]]:
@@ -158,8 +156,15 @@ def rows(doc: Mapping[str, Any]) -> list[list[Any]]:
         out.append([r["model"], r["nodes"], r.get("in_claimed_subgraphs", 0), f"{r['coverage']:.0%}", r["partitions"],
                     r["crossings"],
                     f"{r['max_rel_diff']:.1e}", {None: "-", True: "yes", False: "NO"}[r["same_decision"]],
-                    round(r["host_ratio"], 2), "; ".join(r["top_reasons"]) or "-"])
+                    _ratio(r), "; ".join(r["top_reasons"]) or "-"])
     return out
+
+
+def _ratio(row: Mapping[str, Any]) -> str:
+    """``1.21 (1.05-1.40)``: the median per-block ratio and its range."""
+    if "host_ratio_min" not in row:
+        return f"{row['host_ratio']:.2f}"
+    return f"{row['host_ratio']:.2f} ({row['host_ratio_min']:.2f}-{row['host_ratio_max']:.2f})"
 
 
 def render_terminal(doc: Mapping[str, Any]) -> str:

@@ -17,8 +17,6 @@ Graph I/O conventions (HF/Optimum, see ``npu_ep.models.feeds``): ``input_ids`` [
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -107,13 +105,16 @@ def _emulated(ep: EpSession, before: Mapping[str, dict]) -> dict[str, Any]:
             "dma_bytes": int(dma_bytes), "partition_calls": calls, "partitions": parts}
 
 
-def _host_us(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray], runs: int) -> float:
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter_ns()
-        sess.run(None, dict(feeds))
-        samples.append((time.perf_counter_ns() - t0) / 1e3)
-    return statistics.median(samples)
+def _host_us(sess: ort.InferenceSession, cpu: ort.InferenceSession, feeds: Mapping[str, np.ndarray],
+             runs: int) -> tuple[float, float]:
+    """(NpuEP, CPU EP) median us per execution, the two alternating in blocks (``bench.timing``)."""
+    from ..bench.timing import alternating_blocks, medians
+
+    feeds = dict(feeds)
+    blocks = alternating_blocks({"npu": lambda: sess.run(None, feeds), "cpu": lambda: cpu.run(None, feeds)},
+                                runs, rounds=max(1, min(3, runs)))
+    med = medians(blocks)
+    return med["npu"] * 1e6, med["cpu"] * 1e6
 
 
 class _Skip(Exception):
@@ -131,9 +132,10 @@ def _phase(name: str, sess, ep, cpu, feeds, runs: int, target, tokens: int, past
     before = _snapshot(ep)
     outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(feeds))))
     emu = _emulated(ep, before)
+    host_us, cpu_host_us = _host_us(sess, cpu, feeds, runs)
     row = {"phase": name, "new_tokens": tokens, "past_tokens": past, **emu,
            "npu_us": target.cycles_to_seconds(emu["npu_cycles"]) * 1e6,
-           "host_us": _host_us(sess, feeds, runs), "cpu_host_us": _host_us(cpu, feeds, runs)}
+           "host_us": host_us, "cpu_host_us": cpu_host_us}
     return row, outs
 
 

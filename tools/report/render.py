@@ -69,9 +69,11 @@ def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: 
         con.print(f"layers: {ly['count']} (from {ly['source']}), {ly['crossings_per_layer']:.1f} crossings per layer")
     m, pr = doc["measurement"], doc["projection"]
     if m:
-        con.print(f"measured over {m['runs']} runs: NpuEP {_us(m['npu_latency_us'])} us, CPU EP "
-                  f"{_us(m['cpu_latency_us'])} us (median); bridge per crossing t_b = {pr['t_b_us']:.2f} us, "
-                  f"boundaries {_us(pr['boundary_us_per_run'])} us per run")
+        r = m["ratio"]
+        con.print(f"measured over {m['runs']} runs, the EPs alternating in {r['blocks']} blocks: NpuEP "
+                  f"{_us(m['npu_latency_us'])} us, CPU EP {_us(m['cpu_latency_us'])} us (medians); NpuEP / CPU EP "
+                  f"{r['median']:.2f}x (blocks {r['min']:.2f}-{r['max']:.2f}x); bridge per crossing t_b = "
+                  f"{pr['t_b_us']:.2f} us, boundaries {_us(pr['boundary_us_per_run'])} us per run")
         if pr["layers"]:
             con.print(f"per token: L*n_b*t_b = {pr['layers']} x {pr['crossings_per_layer']:.1f} x "
                       f"{pr['t_b_us']:.2f} = {_us(pr['per_token_us'])} us; full coverage would save "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,6 +38,7 @@ def _vocab_size(model: onnx.ModelProto, input_name: str) -> int:
     return 100
 
 
+MEASURE_BLOCKS = 5  # --run: the EPs alternate in this many blocks of runs // 5 runs each
 DEFAULT_SPATIAL = 224  # a symbolic or unknown height/width of an image input (rank 4, axes 2 and 3)
 DEFAULT_MAX_INPUT_MIB = 128  # generated inputs above this are refused before anything is allocated
 
@@ -234,28 +234,27 @@ def assignment(sess: ort.InferenceSession) -> dict[str, str]:
     return {n.name: sg.ep_name for sg in sess.get_provider_graph_assignment_info() for n in sg.get_nodes()}
 
 
-def latencies_us(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray], runs: int) -> tuple[float, float]:
-    """(median, mean) of ``runs`` session.run calls [us]; the mean matches the shim's summed counters."""
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter_ns()
-        sess.run(None, dict(feeds))
-        samples.append((time.perf_counter_ns() - t0) / 1e3)
-    return statistics.median(samples), statistics.fmean(samples)
-
-
 def measure(sess: ort.InferenceSession, ep: EpSession, cpu: ort.InferenceSession, feeds: Mapping[str, np.ndarray],
             runs: int, warmup: int = 2) -> dict[str, Any]:
-    """Latency on NpuEP and on the CPU EP, the shim's per-partition counters over ``runs`` runs, and how many
-    nodes ORT's own graph assignment record puts on each EP (proof that NpuEP ran them)."""
+    """Latency on NpuEP and on the CPU EP timed in alternating blocks after ``warmup`` runs of each
+    (``bench.timing``: the host's slow phases weigh on both EPs), the spread of the per-block NpuEP / CPU EP
+    ratios, the shim's per-partition counters over the same NpuEP runs, and how many nodes ORT's own graph
+    assignment record puts on each EP (proof that NpuEP ran them)."""
+    from ..bench.timing import alternating_blocks, block_ratios
+
+    feeds = dict(feeds)
     for _ in range(warmup):
-        sess.run(None, dict(feeds))
+        sess.run(None, feeds)
+        cpu.run(None, feeds)
+    rounds = max(1, min(MEASURE_BLOCKS, runs))
     _native.reset_stats()
-    npu_us, npu_mean = latencies_us(sess, feeds, runs)
+    blocks = alternating_blocks({"npu": lambda: sess.run(None, feeds), "cpu": lambda: cpu.run(None, feeds)},
+                                runs, rounds, warmup=False)
     stats = _native.partition_stats()
-    for _ in range(warmup):
-        cpu.run(None, dict(feeds))
-    cpu_us, cpu_mean = latencies_us(cpu, feeds, runs)
+    npu_s = [t for block in blocks["npu"] for t in block]
+    cpu_s = [t for block in blocks["cpu"] for t in block]
+    ratios = block_ratios(blocks, "npu", "cpu")
+    runs = len(npu_s)
     parts = []
     for name in ep.programs:
         s = stats.get(name, {})
@@ -267,9 +266,12 @@ def measure(sess: ort.InferenceSession, ep: EpSession, cpu: ort.InferenceSession
                       "bridge_us_per_call": (s.get("total_ns", 0) - s.get("program_ns", 0)) / per / 1e3,
                       "bytes_in_per_call": s.get("bytes_in", 0) // per, "bytes_out_per_call": s.get("bytes_out", 0) // per})
     placed = Counter(assignment(sess).values())
-    return {"runs": runs, "npu_latency_us": npu_us, "cpu_latency_us": cpu_us, "npu_mean_us": npu_mean,
-            "cpu_mean_us": cpu_mean, "partitions": parts, "assignment": dict(sorted(placed.items())),
-            "profile": None}
+    return {"runs": runs, "npu_latency_us": statistics.median(npu_s) * 1e6,
+            "cpu_latency_us": statistics.median(cpu_s) * 1e6, "npu_mean_us": statistics.fmean(npu_s) * 1e6,
+            "cpu_mean_us": statistics.fmean(cpu_s) * 1e6,
+            "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+                      "blocks": rounds, "runs_per_block": runs // rounds},
+            "partitions": parts, "assignment": dict(sorted(placed.items())), "profile": None}
 
 
 def attribute_bridge(crossings: Sequence[dict], measured_parts: Sequence[dict]) -> None:
