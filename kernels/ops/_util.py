@@ -17,11 +17,13 @@ def _key(i: int) -> str:
     return _KEYS[i] if i < len(_KEYS) else f"in{i}"
 
 
-def stash_constants(node: NodeInfo, consts: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Copy every constant input of ``node`` into a consts dict under the key ``in{i}``."""
+def stash_constants(node: NodeInfo, consts: dict[str, np.ndarray] | None = None,
+                    only: Sequence[int] | None = None) -> dict[str, np.ndarray]:
+    """Copy every constant input of ``node`` (or those of indices ``only``: a kernel that re-lays its weights out
+    keeps its constant data input this way) into a consts dict under the key ``in{i}``."""
     consts = {} if consts is None else consts
     for i, v in enumerate(node.inputs):
-        if not v.missing and v.value is not None:
+        if not v.missing and v.value is not None and (only is None or i in only):
             consts[_key(i)] = np.asarray(v.value, order="C")  # ascontiguousarray would make 0-d values 1-d
     return consts
 

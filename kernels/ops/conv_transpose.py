@@ -27,7 +27,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from . import _native
 from ._mm import check_fits, planned_cost
-from ._util import arg
+from ._util import arg, stash_constants
 
 
 def _pairs(node: NodeInfo, name: str, n: int, default: int) -> list[int]:
@@ -76,7 +76,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     bias = node.input(2)
     if bias is not None:
         consts["bias"] = np.asarray(bias.value, np.float32)
-    return Prepared(attrs, consts, target)
+    return Prepared(attrs, stash_constants(node, consts, only=(0,)), target)  # a constant X is read at run time
 
 
 def _begin_end(a: dict[str, Any], size: int, axis: int) -> tuple[int, int, int]:

@@ -2,9 +2,10 @@
 float16, whose nodes ORT's folding leaves alone at any level), vs ORT's CPU EP.
 
 The kernel sees that input at compile time only (``node.inputs[i].value``) and gets ``None`` for it at run time, so
-its ``prepare`` must keep it in ``Prepared.consts``; reductions, Softmax, pooling and Shape/Size kept nothing and
-failed the run with "'NoneType' object has no attribute 'ndim'" (issue 38 item 8, ONNX's
-``test_attention_4d_fp16_expanded``). Each case proves NpuEP ran the node (graph assignment).
+its ``prepare`` must keep it in ``Prepared.consts``; reductions, Softmax, pooling and Shape/Size kept nothing (and
+ConvTranspose only its re-laid-out weights) and failed the run with "'NoneType' object has no attribute 'ndim'"
+(issue 38 item 8, ONNX's ``test_attention_4d_fp16_expanded``). Each case proves NpuEP ran the node (graph
+assignment).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ CASES = {
     "GlobalAveragePool": ([], {}, 18, None),
     "Shape": ([], {"start": 1}, 18, I64),
     "Size": ([], {}, 18, I64),
+    "ConvTranspose": ([("w", np.linspace(-1, 1, 24, dtype=np.float32).reshape(3, 2, 2, 2), True)], {}, 18, None),
     "ArgMax": ([], {"axis": 3}, 18, I64),  # kernels that already kept their constants: they stay right
     "Relu": ([], {}, 18, None),
 }
@@ -49,6 +51,7 @@ def test_constant_data_input_runs_on_npu(case, dtype):
     op = case.split("(")[0]
     extra, attrs, opset, out_dtype = CASES[case]
     x = (np.arange(48, dtype=np.float32).reshape(2, 3, 2, 4) / 7 - 3).astype(dtype)
+    extra = [(name, value.astype(dtype) if value.dtype.kind == "f" else value, const) for name, value, const in extra]
     model = make_model(op, [("x", x, True), *extra], [("y", out_dtype or dtype)], attrs, opset=opset)
     level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     want = ort.InferenceSession(model.SerializeToString(), _session_options(level),
