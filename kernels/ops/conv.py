@@ -40,6 +40,7 @@ import numpy as np
 from .. import host_blas
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
+from ..shape_memo import memo_per_shape, shape_memo
 from ..target import Target
 from ..fusion.conv_tail import CODES
 from . import _native
@@ -316,8 +317,8 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
     depthwise nor the dense kernel applies. Rebuilt if the weights or bias objects were replaced."""
     c = p.consts
     w, bias = c["w"], c.get("bias")
-    key = ("float_call", x.shape, threads)
-    call = p.memo.get(key)
+    calls = shape_memo(p, "float_call")
+    call = calls.recall((x.shape, threads))
     if call is not None and call[0] is w and call[1] is bias:
         return call
     g = p.attrs["geom"]
@@ -332,17 +333,16 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
         call = (w, bias, nat.conv_dense, (w, b32, geom, sgemm, threads, *tail))
     else:
         return None
-    p.memo[key] = call
-    return call
+    return calls.keep((x.shape, threads), call)
 
 
 def _qlinear_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:
     """(kernel, its arguments after x, dtype to view its result as or None) of the QLinearConv's native call for
-    x's shape, made once per shape."""
-    key = ("qlinear_call", x.shape, threads)
-    call = p.memo.get(key)
-    if call is not None:
-        return call
+    x's shape, made once per shape (``shape_memo``)."""
+    return memo_per_shape(p, "qlinear_call", (x.shape, threads), lambda: _qlinear_call_made(p, nat, x, threads))
+
+
+def _qlinear_call_made(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:
     at, c = p.attrs, p.consts
     mult = np.ascontiguousarray(np.broadcast_to(np.asarray(c["mult"], np.float32).reshape(-1), (at["wdims"][0],)))
     bias = c.get("bias")
@@ -351,8 +351,7 @@ def _qlinear_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:
     args = (int(c["xzp"]), c["qw"], c["wzp"], None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
             int(c["yzp"]), y_signed, _geometry_list(p, x), at["wdims"][1] == 1, threads, lut)
     view = None if lut is None or lut.dtype == (np.int8 if y_signed else np.uint8) else lut.dtype
-    call = p.memo[key] = (nat.qlinear_conv, args, view)
-    return call
+    return nat.qlinear_conv, args, view
 
 
 def _native_run(p: Prepared, nat, x: np.ndarray) -> tuple[np.ndarray | None, bool]:

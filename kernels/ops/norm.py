@@ -31,6 +31,7 @@ import numpy as np
 
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
+from ..shape_memo import memo_per_shape
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
@@ -143,16 +144,17 @@ def _inv_stat(inv: np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:
 
 
 def _zero_mean(p: Prepared, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """SkipSimplified's mean output (zeros [..., 1]); a single row's is one read-only array kept in ``p.memo``
-    (outputs are only read downstream and copied out to ORT)."""
+    """SkipSimplified's mean output (zeros [..., 1]); a single row's is one read-only array kept per shape
+    (``shape_memo``; outputs are only read downstream and copied out to ORT)."""
     shape = x.shape[:-1] + (1,)
     if x.size != x.shape[-1]:
         return np.zeros(shape, dtype)
-    key = ("zeros", shape)
-    z = p.memo.get(key)
-    if z is None:
-        z = p.memo[key] = np.zeros(shape, dtype)
-        z.flags.writeable = False
+    return memo_per_shape(p, "zeros", shape, lambda: _read_only_zeros(shape, dtype))
+
+
+def _read_only_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    z = np.zeros(shape, dtype)
+    z.flags.writeable = False
     return z
 
 
