@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 
 from .cost import plan_cycles
+from .shape_memo import ShapeMemo
 from .target import Target
 from .tile_plan import TilePlan
 
@@ -130,7 +131,10 @@ def _evaluate(m: int, n: int, k: int, batch: int, mode: str, tm: int, tn: int, t
                     batch * transfers)
 
 
-_CACHE: dict[tuple, TilePlan] = {}
+# plans of every kernel by dims, dtypes and target (compile-time plans of a model's repeated layers, and the run-time
+# plans of growing shapes); bounded as the kernels' own shape memos, with room for every node of a large model
+PLANS_KEPT = 1024
+_CACHE = ShapeMemo(PLANS_KEPT)
 
 
 def plan_matmul(m: int, n: int, k: int, dtype_a: str, dtype_b: str, target: Target, *,
@@ -145,8 +149,9 @@ def plan_matmul(m: int, n: int, k: int, dtype_a: str, dtype_b: str, target: Targ
     """
 
     key = (m, n, k, dtype_a, dtype_b, target.digest, block_size, batch, out_dtype)
-    if key in _CACHE:
-        return _CACHE[key]
+    cached = _CACHE.recall(key)
+    if cached is not None:
+        return cached
     mode = matrix_mode(dtype_a, dtype_b, target)
     if mode is None:
         raise PlanError(f"target {target.name} has no matrix mode for {dtype_a} x {dtype_b} "
@@ -176,8 +181,7 @@ def plan_matmul(m: int, n: int, k: int, dtype_a: str, dtype_b: str, target: Targ
     if best is None:
         raise PlanError(f"exceeds SRAM: needs {smallest.sram_bytes} B > {target.sram_bytes} B "
                         f"(smallest {mode} tile plan {smallest.tm}x{smallest.tn}x{smallest.tk} on {target.name})")
-    _CACHE[key] = best
-    return best
+    return _CACHE.keep(key, best)
 
 
 def compulsory_dma_bytes(plan: TilePlan) -> int:
