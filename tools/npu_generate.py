@@ -44,8 +44,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _first_line(exc: BaseException) -> str:
+    """The first line of the error, safe for the terminal (``ep.log.escape``: a model's names can hold escapes)."""
+    from ..ep.log import escape
+
     lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
+    return escape(lines[0]) if lines else type(exc).__name__
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,8 +34,11 @@ def _dim(text: str) -> tuple[str, int]:
 
 
 def _one_line(exc: BaseException) -> str:
+    """The first line of the error, safe for the terminal (``ep.log.escape``: a model's names can hold escapes)."""
+    from ..ep.log import escape
+
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
+    return escape(lines[0]) if lines else type(exc).__name__
 
 
 class _Parser(argparse.ArgumentParser):

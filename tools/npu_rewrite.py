@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from ..ep.log import escape as printable
 from ._cli import default_target, quiet_interrupt, single_values, target_origin
 
 if TYPE_CHECKING:  # the rewriter and rich are imported inside main (Ctrl-C there exits 130 quietly: _cli)
@@ -124,9 +125,13 @@ def _run_with_progress(model, options: RewriteOptions, console: Console, show: b
 
 
 def _print_tables(result: RewriteResult, console: Console, verbose: bool) -> None:
-    """Names, reasons and notes are escaped: rich would otherwise eat text in brackets such as "[ops]"."""
-    from rich.markup import escape
+    """Names, reasons and notes are escaped: control characters (a model's names can hold ANSI/OSC escapes) by
+    ``ep.log.escape``, then rich's markup (it would otherwise eat text in brackets such as "[ops]")."""
+    from rich.markup import escape as markup_escape
     from rich.table import Table
+
+    def escape(text: str) -> str:
+        return markup_escape(printable(text))
 
     for note in result.report.notes:
         console.print(f"note: {escape(note)}")
@@ -172,7 +177,7 @@ class _OneLineWarnings(logging.Handler):
         if record.exc_info and record.exc_info[1] is not None:
             lines = [ln for ln in str(record.exc_info[1]).splitlines() if ln.strip()]
             text += f": {type(record.exc_info[1]).__name__}: {lines[0] if lines else ''}"
-        print(f"npu-rewrite: warning: {text}", file=sys.stderr)
+        print(f"npu-rewrite: warning: {printable(text)}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -198,10 +203,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     from rich.console import Console
-    from rich.markup import escape
+    from rich.markup import escape as markup_escape
 
     from ..rewriter import RewriteError, load_model
     from ..rewriter.model_io import files_read_by, refuse_overwriting_inputs
+
+    def escape(text: str) -> str:
+        return markup_escape(printable(text))
 
     err = Console(stderr=True)
     out = Console()
@@ -224,7 +232,8 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"npu-rewrite: error: {args.input}: out of memory while rewriting", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (_BadInput, RewriteError, OSError, ValueError) as e:  # StaticShapeError is a ValueError
-        print(f"npu-rewrite: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        print(f"npu-rewrite: error: {printable(str(e).splitlines()[0]) if str(e) else type(e).__name__}",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
 
     summary = {

@@ -166,3 +166,21 @@ def test_a_wrong_npu_ep_target_is_named_in_the_error(relu, llm, tmp_path, capsys
 def test_npu_ep_target_is_in_the_readme_options_table():
     readme = open(os.path.join(os.path.dirname(npu_report.__file__), "..", "README.md")).read()
     assert re.search(r"^\| `target` \|.*`NPU_EP_TARGET`", readme, re.M)
+
+
+def test_node_names_with_terminal_escapes_reach_the_terminal_escaped_in_one_line(tmp_path, capsys):
+    """A hostile model's names (newline, OSC title escape, ANSI clear screen) in npu-report's one-line error."""
+    x = helper.make_tensor_value_info("x", F32, [2, 4])
+    y = helper.make_tensor_value_info("y", F32, [2, 4])
+    evil = "n1\x1b]0;owned\x07\nnpu-report: all good\x1b[2J"
+    model = helper.make_model(helper.make_graph([helper.make_node("Add", ["x", "b"], ["a"], name=evil),
+                                                 helper.make_node("Relu", ["a"], ["b"], name="n2"),
+                                                 helper.make_node("Identity", ["a"], ["y"], name="n3")],
+                                                "cycle", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    path = tmp_path / "evil.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert _exit_code(npu_report.main, [str(path)]) == 2
+    line = _one_error_line(capsys)
+    assert "\x1b" not in line and "\x07" not in line
+    assert "node 'n1\\x1b]0;owned\\x07\\nnpu-report: all good\\x1b[2J' (Add) reads 'b' before" in line, line

@@ -28,6 +28,7 @@ from typing import Any
 
 import onnx
 
+from ...ep.log import escape
 from ...ep.onnx_graph import all_tensors
 from ..model_file import NotRegularFileError, external_data_locations, load_model_file, read_regular_file
 
@@ -67,7 +68,7 @@ def ort_exceptions() -> tuple[type[BaseException], ...]:
 
 
 def _node(n: onnx.NodeProto) -> str:
-    return f"node '{n.name or '<unnamed>'}' ({n.op_type})"
+    return f"node '{escape(n.name) if n.name else '<unnamed>'}' ({escape(n.op_type)})"
 
 
 def check_structure(model: onnx.ModelProto, where: str) -> None:
@@ -90,7 +91,7 @@ def check_structure(model: onnx.ModelProto, where: str) -> None:
         try:
             onnx.checker.check_tensor(t)
         except Exception as exc:  # noqa: BLE001 - any checker failure is bad input
-            raise ReportInputError(f"{where}: invalid tensor '{t.name}': {_one_line(exc)}") from None
+            raise ReportInputError(f"{where}: invalid tensor '{escape(t.name)}': {_one_line(exc)}") from None
     defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
     produced_later = {o: n for n in g.node for o in n.output}
     for n in g.node:
@@ -100,15 +101,15 @@ def check_structure(model: onnx.ModelProto, where: str) -> None:
             if name in defined:
                 continue
             if name in produced_later:
-                raise ReportInputError(f"{where}: {_node(n)} reads '{name}' before {_node(produced_later[name])} "
+                raise ReportInputError(f"{where}: {_node(n)} reads '{escape(name)}' before {_node(produced_later[name])} "
                                        "produces it (a cycle, or nodes not in topological order)")
-            raise ReportInputError(f"{where}: {_node(n)} reads '{name}', which is no graph input, initializer or "
+            raise ReportInputError(f"{where}: {_node(n)} reads '{escape(name)}', which is no graph input, initializer or "
                                    "node output (missing initializer?)")
         defined.update(n.output)
     names = {o.name for o in g.output}
     missing = sorted(names - defined)
     if missing:
-        raise ReportInputError(f"{where}: graph output '{missing[0]}' is produced by no node")
+        raise ReportInputError(f"{where}: graph output '{escape(missing[0])}' is produced by no node")
 
 
 def _without_schema(model: onnx.ModelProto) -> list[str]:
