@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..registry import Prepared
+from ..shape_memo import memo_per_shape
 from . import _native
 from ._kv_pool import present_buffer
 from ._native import PARTITION_OUTPUTS
@@ -47,14 +48,12 @@ def _caches(p: Prepared, inputs) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _static(p: Prepared, h: int) -> tuple:
-    """The call's per-node scalars (heads, scale, softcap, window, interleaved), converted once per head size."""
-    key = ("native_static", h)
-    got = p.memo.get(key)
-    if got is None:
-        a = p.attrs
-        got = p.memo[key] = (int(a["num_heads"]), int(a["kv_num_heads"]), float(a["scale"]) or 1.0 / math.sqrt(h),
-                             float(a["softcap"]), int(a["local_window_size"]), bool(a["rotary_interleaved"]))
-    return got
+    """The call's per-node scalars (heads, scale, softcap, window, interleaved), converted once per head size
+    (``shape_memo``)."""
+    a = p.attrs
+    return memo_per_shape(p, "native_static", h, lambda: (
+        int(a["num_heads"]), int(a["kv_num_heads"]), float(a["scale"]) or 1.0 / math.sqrt(h), float(a["softcap"]),
+        int(a["local_window_size"]), bool(a["rotary_interleaved"])))
 
 
 def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
