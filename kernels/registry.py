@@ -57,7 +57,8 @@ class Prepared:
     attrs: dict[str, Any]
     consts: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     target: "Target | None" = None  # re-attached after loading a context binary, never serialized
-    memo: dict[Any, Any] = dataclasses.field(default_factory=dict)  # run-time memo (plans per shape), not serialized
+    # run-time memo, not serialized; what is kept per input shape goes through kernels.shape_memo (bounded)
+    memo: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
 
 # Prepared.memo key: [DerivedConsts]. Constants the compiler computes from a node's initializers (accuracy_level
