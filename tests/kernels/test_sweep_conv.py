@@ -408,3 +408,18 @@ def test_integer_convs_against_the_cpu_ep():
     np.testing.assert_array_equal(got, run_ort(node_model("ConvInteger", inputs, pads=[1, 1, 1, 1]), inputs)[0])
     got, inputs = _qlinear((1, 5, 6, 33), (9, 5, 3, 3), np.uint8, np.uint8, rng, pads=[1, 1, 1, 1])
     np.testing.assert_array_equal(got, run_ort(node_model("QLinearConv", inputs, pads=[1, 1, 1, 1]), inputs)[0])
+
+
+@pytest.mark.parametrize("bias", [2**31 - 50, -(2**31) + 50])
+def test_qlinearconv_bias_wraps_in_int32(isa, bias):
+    """A bias at the int32 ends: the sum wraps as int32 hardware (qlinear_conv.cc, as the reference's int32 add)."""
+    rng = np.random.default_rng(8)
+    m = 9
+    inputs = [("x", _ints((1, 5, 4, 17), np.uint8, rng), False), ("xs", np.array(0.02, np.float32), True),
+              ("xz", np.array(128, np.uint8), True), ("w", _ints((m, 5, 3, 3), np.int8, rng), True),
+              ("ws", np.full(m, 0.004, np.float32), True), ("wz", np.zeros(m, np.int8), True),
+              ("ys", np.array(1e-6, np.float32), True), ("yz", np.array(128, np.uint8), True),
+              ("b", np.full(m, bias, np.int32), True)]
+    got, want = _native_and_reference("QLinearConv", inputs, "qlinear_conv", pads=[1, 1, 1, 1])
+    assert_matches(got, want, exact=True, what=f"bias {bias}")
+    assert (got == 0).any() and (got == 255).any()  # wrapped sums of both signs
