@@ -237,7 +237,7 @@ def _reference(p: Prepared, inputs) -> list[np.ndarray]:
     c0 = initial_state(arg(p, inputs, 6), dirs, batch, hid, layout) if op == "LSTM" else None
     peep = arg(p, inputs, 7) if op == "LSTM" else None
     bias = np.zeros((dirs, 2 * gates * hid), _F32) if b is None else b.astype(_F32, copy=False)
-    flat = xs.reshape(seq * batch, -1).astype(_F32, copy=False)
+    flat = xs.reshape(seq * batch, xs.shape[2]).astype(_F32, copy=False)  # no -1: seq or batch may be 0
     ys, hs, cs = [], [], []
     for d in range(dirs):
         reverse = a["direction"] == "reverse" or d == 1

@@ -131,3 +131,30 @@ def test_quantized_lstm_with_a_nan_in_x_matches_the_cpu_ep():
         got = sess.run(None, feeds)
         assert not np.isnan(got[0]).any()
         _compare(got, want, f"{kernels} vs the CPU EP")
+
+
+# seq_length 0: Y is empty and the final states are 0, as for a sequence_lens entry of 0 (ORT's CPU EP leaves Y_h and
+# Y_c unwritten there, uninitialized values, so zeros are the specification). The reference model raised (reshaping
+# the empty X with -1); the native kernel was right, so the sweep's comparison failed on the reference.
+def _empty_sequence_outputs(dirs: int) -> list[np.ndarray]:
+    return [np.zeros((0, dirs, 2, 4), np.float32), np.zeros((dirs, 2, 4), np.float32),
+            np.zeros((dirs, 2, 4), np.float32)]
+
+
+@pytest.mark.parametrize("case", [dict(direction="forward"), dict(direction="bidirectional", peep=True)])
+def test_an_empty_sequence_gives_zero_states(rnn_isa, case):
+    model, runtime, _ = lstm_case(np.random.default_rng(0), seq=0, batch=2, inp=3, hid=4, initial=True, **case)
+    want = _empty_sequence_outputs(2 if case["direction"] == "bidirectional" else 1)
+    for kernels in ("native", "reference"):
+        for g, w in zip(run_lstm(model, runtime, kernels), want, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype, kernels
+            np.testing.assert_array_equal(g, w, err_msg=kernels)
+
+
+def test_an_empty_sequence_in_a_session_runs_on_npu():
+    model, _, feeds = lstm_case(np.random.default_rng(0), seq=0, batch=2, inp=3, hid=4, initial=True)
+    for kernels in ("native", "reference"):
+        sess = npu_session(model, {"kernels": kernels}, cpu=False)
+        assert set(assignment(sess).values()) == {"NpuEP"}
+        for g, w in zip(sess.run(None, feeds), _empty_sequence_outputs(1), strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=kernels)
