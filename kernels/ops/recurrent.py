@@ -25,6 +25,7 @@ import numpy as np
 from ..cost import dma_cycles
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
+from ..shape_memo import memo_per_shape
 from ..target import Target
 from ._native import native, threads
 from ._util import arg, stash_constants
@@ -200,9 +201,7 @@ def _lstm_native(mod, p: Prepared, inputs) -> list[np.ndarray]:
     dirs = len(wt)
     lens_in = arg(p, inputs, 4)
     if lens_in is None:  # every sequence full length: the same array for every call of this shape
-        lens = p.memo.get(("full_lens", batch, seq))
-        if lens is None:
-            lens = p.memo[("full_lens", batch, seq)] = np.full(batch, seq, np.int64)
+        lens = memo_per_shape(p, "full_lens", (batch, seq), lambda: np.full(batch, seq, np.int64))
     else:
         lens = lens_in.astype(np.int64)
     h0 = initial_state(arg(p, inputs, 5), dirs, batch, hid, layout)
