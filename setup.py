@@ -14,7 +14,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from pybind11.setup_helpers import Pybind11Extension, build_ext
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
@@ -82,4 +82,5 @@ loader = Extension(
 )
 
 os.chdir(ROOT)
+ParallelCompile("NPU_EP_BUILD_JOBS").install()  # the shim's ~40 sources on every core (pip passes no -j)
 setup(ext_modules=[native, loader], cmdclass={"build_ext": BuildNative, "build_py": BuildPy})

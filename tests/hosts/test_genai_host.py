@@ -3,7 +3,8 @@ tokens as genai's Python API on NpuEP, and ORT's profile of the decoder session 
 
 onnxruntime-genai 0.18's wheel ships ``libonnxruntime-genai.so`` but not ``ort_genai_c.h``: the program declares
 the few functions it calls from the upstream header's signatures. Skips without onnxruntime-genai, torch or
-transformers (genai's model builder makes the tiny Llama folder), or when that build fails here.
+transformers (genai's model builder makes the tiny Llama folder), or when that build fails here. Slow (the folder
+is built again, ~1-2 min): ``.ci/run`` runs it after the suite.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 og = pytest.importorskip("onnxruntime_genai")
+pytestmark = pytest.mark.slow
 
 import npu_ep  # noqa: E402
 from tests.hosts.cpp_host import ort_library  # noqa: E402
