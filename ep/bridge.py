@@ -31,7 +31,7 @@ from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
 from ..kernels.host_blas import allow_split, blas_threads
 from ..kernels.ops._native import configure as configure_kernels
-from .log import logger, set_level
+from .log import error_level, level_number, logger, session_scoped
 from .program import Program
 
 # Live sessions, for reports that inspect a running InferenceSession (weak: ORT owns their lifetime).
@@ -46,8 +46,8 @@ class EpSession:
         self.config = dict(config)
         self.options = options_mod.parse(config)
         self.target = Target.load(self.options.target)
-        if options_mod.PREFIX + "log_level" in self.config:  # else the application's logging config rules
-            set_level(self.options.log_level)
+        # this session's log level (its callbacks run under it, log.session_scoped); None: the application's
+        self.log_level = level_number(self.options.log_level if options_mod.PREFIX + "log_level" in config else None)
         self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call
         self._declines = DeclineReport(self.target.name)
         self.programs: dict[str, Program] = {}
@@ -63,6 +63,7 @@ class EpSession:
         LIVE_SESSIONS.add(self)
 
     # -- GetCapability -------------------------------------------------------------------------------------------
+    @session_scoped
     def get_capability(self, nodes: Sequence[dict], graph: Mapping[str, Any]) -> list[list[int]]:
         infos = [node_from_dict(n) for n in nodes]
         assigned = {n["index"]: n.get("ep", "") for n in nodes if n.get("ep")}
@@ -82,6 +83,7 @@ class EpSession:
         return result.partitions
 
     # -- Compile -------------------------------------------------------------------------------------------------
+    @session_scoped
     def compile(self, name: str, nodes: Sequence[dict], inputs: Sequence[dict], outputs: Sequence[dict],
                 graph: Mapping[str, Any]) -> tuple[Program, dict | None]:
         node_infos = [node_from_dict(n) for n in nodes]
@@ -108,7 +110,8 @@ class EpSession:
     def compatibility_info(self, graph: Mapping[str, Any]) -> str:
         return compatibility_info(self.target)
 
-    def release(self) -> None:
+    def release(self) -> None:  # not session_scoped: ORT's destructor calls it, maybe inside a ContextVar.set
+        self._declines.flush(final=True, session_level=self.log_level)  # ORT gave up before its last GetCapability
         self.programs.clear()
         if self._blas is not None:
             self._blas.__exit__(None, None, None)
@@ -143,7 +146,8 @@ def error_text(exc: BaseException) -> str:
     The type and message only: pybind11's own text appends an ``At:`` block of Python frames, NpuEP's internal paths
     followed by the application's own script lines. The traceback (with chained causes) is kept when the ``npu_ep``
     logger is at DEBUG (``log_level=debug``)."""
-    if logger.isEnabledFor(logging.DEBUG):
+    level = error_level(exc, [s.log_level for s in list(LIVE_SESSIONS)])  # the raising session's log_level
+    if logger.isEnabledFor(logging.DEBUG) or (level is not None and level <= logging.DEBUG):
         return "".join(traceback.format_exception(exc)).rstrip()
     message = str(exc)
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

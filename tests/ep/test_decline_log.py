@@ -5,6 +5,7 @@ The logging tests run in child processes: logging configuration is process-wide,
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import subprocess
@@ -12,8 +13,10 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 from onnx import helper
 from npu_testing import F32, assignment, cpu_run, make_model, npu_session
+from test_capability_conformance import conformance_cases
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -135,3 +138,85 @@ def test_a_handler_added_before_importing_npu_ep_gets_the_report():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr
     assert "stay on the CPU" not in r.stderr
+
+
+def test_log_level_is_the_sessions_not_the_processes():
+    """log_level=error silenced the decline warnings of every later default session, and a debug session left
+    every later session at DEBUG: the level was set on the process-wide logger."""
+    r = _child("""
+        def atan_session(name, options=None):
+            nodes = [helper.make_node("Atan", ["x"], ["y"], name=name)]
+            m = make_model(nodes, [helper.make_tensor_value_info("x", F32, [2])],
+                           [helper.make_tensor_value_info("y", F32, [2])])
+            return npu_session(m, options or {})
+
+        atan_session("quiet_atan", {"log_level": "error"})
+        atan_session("default_atan_1")
+        atan_session("debug_atan", {"log_level": "debug"})
+        atan_session("default_atan_2")
+    """)
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("NpuEP WARNING")]
+    assert len(warnings) == 3, r.stderr  # default_atan_1, debug_atan, default_atan_2; not quiet_atan
+    assert "quiet_atan" not in r.stderr
+    assert "NpuEP DEBUG: declined: node 'debug_atan' (Atan)" in r.stderr
+    assert not any("DEBUG" in ln and "default_atan" in ln for ln in r.stderr.splitlines()), r.stderr
+
+
+def test_log_level_debug_reaches_an_application_handler_only_for_its_session():
+    r = _child("""
+        got = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                got.append((record.levelname, record.getMessage()))
+        logging.getLogger("npu_ep").addHandler(Keep())
+
+        def atan_session(name, options=None):
+            nodes = [helper.make_node("Atan", ["x"], ["y"], name=name)]
+            m = make_model(nodes, [helper.make_tensor_value_info("x", F32, [2])],
+                           [helper.make_tensor_value_info("y", F32, [2])])
+            return npu_session(m, options or {})
+
+        atan_session("debug_atan", {"log_level": "debug"})
+        atan_session("plain_atan")
+        debug = [m for level, m in got if level == "DEBUG"]
+        assert any("debug_atan" in m for m in debug), got
+        assert not any("plain_atan" in m for m in debug), got
+        assert sum(level == "WARNING" for level, _ in got) == 2, got
+        print("OK")
+    """)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("name, declined", [
+    ("test_sce_NCd1_mean_weight_negative_ii", "GatherElements x1"),  # SoftmaxCrossEntropyLoss -> NLLLoss -> ...
+    ("test_nllloss_NC", "GatherElements x1"),
+    ("test_sequence_map_add_1_sequence_1_tensor", "SequenceAt x1"),
+    ("test_swish", None),  # inlined twice (Swish, then CastLike): everything ends on NpuEP, nothing to report
+])
+def test_one_report_per_session_when_ort_inlines_functions(name, declined, caplog):
+    """ORT inlines a function no EP takes and asks again: each pass printed its own warning (2-3 per session),
+    naming nodes (SoftmaxCrossEntropyLoss, Swish) that no longer existed once inlined."""
+    case = conformance_cases()[name]
+    feeds = {i.name: v for i, v in zip(case.model.graph.input, case.data_sets[0][0])}
+    with caplog.at_level(logging.WARNING, logger="npu_ep"):
+        sess = npu_session(case.model)
+    reports = [r.getMessage() for r in caplog.records if r.name == "npu_ep" and r.levelno >= logging.WARNING]
+    assert len(reports) == (declined is not None), reports
+    if declined:
+        assert declined in reports[0] and "SoftmaxCrossEntropyLoss" not in reports[0], reports[0]
+    for got, want in zip(sess.run(None, feeds), cpu_run(case.model, feeds)):
+        np.testing.assert_allclose(np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_a_session_ort_fails_after_inlining_still_reports_once(caplog):
+    """Bernoulli inlines to a RandomUniformLike(22) the CPU EP has no kernel for: ORT gives up before calling
+    GetCapability again, so the report is written when the session is released."""
+    case = conformance_cases()["test_bernoulli"]
+    with caplog.at_level(logging.WARNING, logger="npu_ep"):
+        with pytest.raises(Exception, match="RandomUniformLike"):
+            npu_session(case.model)
+        gc.collect()
+    reports = [r.getMessage() for r in caplog.records if r.name == "npu_ep" and r.levelno >= logging.WARNING]
+    assert len(reports) == 1 and "RandomUniformLike x1" in reports[0], reports
