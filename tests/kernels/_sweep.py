@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from _single_op import model as single_node_model
+from npu_ep.ep import _native as bridge
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.ops import _native
 from npu_ep.kernels.registry import kernel_for
@@ -59,23 +60,48 @@ def node_model(op: str, inputs, domain: str = "", n_out: int = 1, **attrs) -> on
     return onnx.shape_inference.infer_shapes(m)
 
 
-def run_kernel(m: onnx.ModelProto, feeds: dict[str, np.ndarray], kernels: str, threads: int = 1) -> list[np.ndarray]:
-    """The single node of ``m`` through its kernel on ``kernels`` ("native" or "reference")."""
+def run_kernel(m: onnx.ModelProto, feeds: dict[str, np.ndarray], kernels: str, threads: int = 1,
+               bound: list | None = None) -> list[np.ndarray]:
+    """The single node of ``m`` through its kernel on ``kernels`` ("native" or "reference"). With ``bound`` (a list),
+    also the step the kernel binds for these inputs (what a session's C++ loop runs), run once on them: its
+    outputs are appended to ``bound`` (nothing when the kernel binds no step here)."""
     (node,) = nodes_from_model(m)
     k = kernel_for(node.domain, node.op_type)
     p = k.prepare(node, REF)
     _native.configure([p], kernels, threads)
     args = [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
     with np.errstate(all="ignore"):  # IEEE results without warnings, as a session runs its kernels (ep/program.py)
-        return list(k.run(p, args))
+        outs = list(k.run(p, args))
+        if bound is not None and k.bind is not None:
+            bound.extend(_bound_step_outputs(k, p, args, outs))
+    return outs
+
+
+def _bound_step_outputs(kernel, p, args: list, outs: list) -> list[np.ndarray]:
+    """The outputs of the native step ``kernel.bind`` makes after a run (as a program's first call), run in a
+    one-step loop on the same inputs; [] when it binds none or declines them."""
+    step = kernel.bind(p, args, outs)
+    if step is None:
+        return []
+    n_in = len(args)
+    loop = bridge.StepLoop([(kernel.run, p, tuple(range(n_in)), tuple((i, n_in + i) for i in range(len(outs))), (),
+                             step)], n_in + len(outs), tuple(range(n_in, n_in + len(outs))), None)
+    got = loop(tuple(args))
+    return [np.asarray(g) for g in got] if loop.native_counts == (1, 0) else []
 
 
 def native_vs_reference(op: str, inputs, *, domain: str = "", threads: int = 1, n_out: int = 1, **attrs):
-    """(native outputs, reference outputs, native functions called) of one node; ``inputs`` as ``_single_op``."""
+    """(native outputs, reference outputs, native functions called) of one node; ``inputs`` as ``_single_op``. When
+    the kernel binds a native step for these inputs, that step's outputs must be the kernel's native ones bit for
+    bit (the session runs the step)."""
     m = node_model(op, inputs, domain=domain, n_out=n_out, **attrs)
     feeds = {s[0]: s[1] for s in inputs if s[1] is not None and not s[2]}
+    bound: list = []
     with native_calls() as calls:
-        got = run_kernel(m, feeds, "native", threads)
+        got = run_kernel(m, feeds, "native", threads, bound)
+    for i, (b, g) in enumerate(zip(bound, got)):
+        assert b.shape == g.shape and b.dtype == g.dtype and b.tobytes() == g.tobytes(), \
+            f"{op} {attrs}: the bound step's output {i} is not the kernel's"
     want = run_kernel(m, feeds, "reference")
     return got, want, calls
 
