@@ -13,6 +13,7 @@ from ..kernels.fusion import fuse_partition
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.registry import kernel_for
 from ..kernels.target import Target
+from .log import escape
 from .program import UNKNOWN_RANK, IoSpec, Program, Step
 
 
@@ -40,7 +41,7 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
         except Exception as exc:
             shapes = ", ".join(v.describe() for v in n.inputs if not v.missing)
             raise CompileError(f"partition '{name}': compiling {n.describe()} with inputs ({shapes}) failed: "
-                               f"{type(exc).__name__}: {exc}") from exc
+                               f"{type(exc).__name__}: {escape(str(exc))}") from exc
         prepared.target = target
         # The cost model needs every input's shape; constants are not runtime arguments, so keep theirs here.
         prepared.attrs["_const_shapes"] = {str(i): list(v.shape) for i, v in enumerate(n.inputs)
@@ -52,7 +53,7 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
             elif v.name in slot:
                 in_slots.append(slot[v.name])
             else:
-                raise CompileError(f"partition '{name}': {n.describe()} reads '{v.name}', which is neither a "
+                raise CompileError(f"partition '{name}': {n.describe()} reads '{escape(v.name)}', which is neither a "
                                    "partition input, a constant nor produced earlier in the partition")
         out_slots = []
         for v in n.outputs:
@@ -65,7 +66,7 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
         declared = tuple(None if v.missing or v.is_constant else UNKNOWN_RANK if v.shape is None else tuple(v.shape)
                          for v in n.inputs)
         steps.append(Step(n.name, op, kernel, prepared, tuple(in_slots), tuple(out_slots), declared=declared))
-    missing = [v.name for v in outputs if v.name not in slot]
+    missing = [escape(v.name) for v in outputs if v.name not in slot]
     if missing:
         raise CompileError(f"partition '{name}': outputs {missing} are not produced by its nodes")
     output_slots = tuple(slot[v.name] for v in outputs)

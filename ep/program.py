@@ -27,7 +27,7 @@ import numpy as np
 from ..kernels.ops._native import PARTITION_OUTPUTS
 from ..kernels.registry import KernelDef, OpCost, Prepared
 from . import step_binding
-from .log import logger
+from .log import escape, logger
 from .weight_arena import pack_constants
 
 try:
@@ -83,7 +83,7 @@ class Step:
     declared: tuple[tuple | None, ...] = ()  # the graph's shapes of the runtime inputs (None: constant or omitted)
 
     def describe(self) -> str:
-        return f"node '{self.node_name}' ({self.op})"
+        return f"node '{escape(self.node_name)}' ({escape(self.op)})"  # model-supplied: ep.log.escape
 
 
 @dataclasses.dataclass
@@ -447,4 +447,4 @@ def _resolve(shape: tuple | None, unknown_dim: int | None) -> tuple | None | boo
 
 def _failure(step: Step, args: Sequence[np.ndarray | None], exc: Exception) -> NpuRuntimeError:
     shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
-    return NpuRuntimeError(f"{step.describe()} failed on inputs ({shapes}): {type(exc).__name__}: {exc}")
+    return NpuRuntimeError(f"{step.describe()} failed on inputs ({shapes}): {type(exc).__name__}: {escape(str(exc))}")
