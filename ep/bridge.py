@@ -31,7 +31,7 @@ from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
 from ..kernels.host_blas import allow_split, blas_threads
 from ..kernels.ops._native import configure as configure_kernels
-from .log import error_level, level_number, logger, session_scoped
+from .log import error_level, escape, level_number, logger, session_scoped
 from .program import Program
 
 # Live sessions, for reports that inspect a running InferenceSession (weak: ORT owns their lifetime).
@@ -127,7 +127,7 @@ def partition_label(ep_name: str, name: str, nodes: Sequence[NodeInfo]) -> str:
     ORT names fused nodes itself (``NpuEP_<model hash>_<index>``) and the plugin ABI gives the EP no say; that
     name stays the key of EPContext's partition_name, the cache and the stats."""
     index = re.search(r"_(\d+)$", name)
-    first = nodes[0].op_type if nodes else "empty"
+    first = escape(nodes[0].op_type) if nodes else "empty"
     return (f"'{ep_name}_{first}_{index.group(1) if index else 0}' ({len(nodes)} node{'s' * (len(nodes) != 1)}, "
             f"ORT node '{name}')")
 
