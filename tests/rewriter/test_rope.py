@@ -155,11 +155,13 @@ R, M = 8, 64  # rotary dim (< H), rows of the position table
 BIG = np.iinfo(np.int64).max
 
 
-def gptj_rope_graph(*, cos_sin_dup: str = "interleaved", pass_start: int = R) -> onnx.ModelProto:
+def gptj_rope_graph(*, cos_sin_dup: str = "interleaved", pass_start: int = R, rotation: str = "interleaved",
+                    half_at: int = R // 2) -> onnx.ModelProto:
     """``Concat(rope(x[..., :R]), x[..., pass_start:])`` with ``rotate_every_two`` and sin/cos read from a constant
     [M, R] table by ``GatherND(table, position_ids[..., None])`` (dynamo's ``embed_positions[position_ids]``), no
     ``max_position_embeddings`` metadata: the table's rows are the only cache length. ``cos_sin_dup="half"``
-    duplicates the angles as rotate_half does (the wrong layout for this rotation)."""
+    duplicates the angles as rotate_half does; ``rotation="half"`` rotates as GPT-NeoX does instead,
+    ``Concat(-x_rot[..., half_at:], x_rot[..., :half_at])``."""
     g = GraphBuilder()
     angles = np.arange(M, dtype=np.float32)[:, None] * inv_freq(R, 10000.0)[None, :]
     table = g.weight("embed_positions", np.concatenate([np.sin(angles), np.cos(angles)], axis=1))  # [M, R]
@@ -177,11 +179,16 @@ def gptj_rope_graph(*, cos_sin_dup: str = "interleaved", pass_start: int = R) ->
     sin, cos = widen(sin_h), widen(cos_h)
     x_rot = g.op("Slice", "x", g.const([0]), g.const([R]), g.const([3]), g.const([1]))
     x_pass = g.op("Slice", "x", g.const([pass_start]), g.const([BIG]), g.const([3]), g.const([1]))
-    odd = g.op("Slice", x_rot, g.const([1]), g.const([BIG]), g.const([3]), g.const([2]))
-    even = g.op("Slice", x_rot, g.const([0]), g.const([BIG]), g.const([3]), g.const([2]))
-    stacked = g.op("Concat", g.op("Unsqueeze", g.op("Neg", odd), g.const([-1])),
-                   g.op("Unsqueeze", even, g.const([-1])), axis=-1)                               # [B,S,N,R/2,2]
-    rotated = g.op("Reshape", stacked, g.const([0, 0, N, R]))
+    if rotation == "half":
+        hi = g.op("Slice", x_rot, g.const([half_at]), g.const([BIG]), g.const([3]), g.const([1]))
+        lo = g.op("Slice", x_rot, g.const([0]), g.const([half_at]), g.const([3]), g.const([1]))
+        rotated = g.op("Concat", g.op("Neg", hi), lo, axis=-1)
+    else:
+        odd = g.op("Slice", x_rot, g.const([1]), g.const([BIG]), g.const([3]), g.const([2]))
+        even = g.op("Slice", x_rot, g.const([0]), g.const([BIG]), g.const([3]), g.const([2]))
+        stacked = g.op("Concat", g.op("Unsqueeze", g.op("Neg", odd), g.const([-1])),
+                       g.op("Unsqueeze", even, g.const([-1])), axis=-1)                           # [B,S,N,R/2,2]
+        rotated = g.op("Reshape", stacked, g.const([0, 0, N, R]))
     rope_x = g.op("Add", g.op("Mul", x_rot, cos), g.op("Mul", rotated, sin))
     g.op("Concat", rope_x, x_pass, axis=-1, outputs=["y"])
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", N, H]),
@@ -216,10 +223,24 @@ def test_gptj_partial_interleaved_rope_from_a_gathernd_table_fuses():
     np.testing.assert_allclose(run(fused, _gptj_feeds())[0], run(proto, _gptj_feeds())[0], atol=1e-5)
 
 
+def test_neox_partial_rope_from_a_gathernd_table_fuses_not_interleaved():
+    """The same partial rotary with GPT-NeoX's rotate_half (and its half-duplicated angles) fuses with
+    interleaved=0."""
+    proto = gptj_rope_graph(rotation="half", cos_sin_dup="half")
+    fused, report = fuse(proto)
+    assert report.counts["RotaryEmbeddingHalf"] == 1 and report.counts["RotaryEmbeddingPartialBSNH"] == 1
+    assert _rotary_attrs(fused) == [{"interleaved": 0, "num_heads": N, "rotary_embedding_dim": R}]
+    np.testing.assert_allclose(run(fused, _gptj_feeds())[0], run(proto, _gptj_feeds())[0], atol=1e-5)
+
+
 @pytest.mark.parametrize("kw, rule, reason", [
     (dict(cos_sin_dup="half"), "RotaryEmbeddingInterleaved", "not duplicated as interleaved"),  # NeoX cos/sin
     (dict(pass_start=R + 2), "RotaryEmbeddingPartialBSNH", "do not split head dim"),          # drops 2 channels
-])
+    (dict(rotation="half", cos_sin_dup="half", half_at=R // 2 - 1), "RotaryEmbeddingHalf",    # halves 5 and 3
+     "rotate_half: expected x[..., 4:] and x[..., :4]"),
+    (dict(rotation="half", cos_sin_dup="interleaved"), "RotaryEmbeddingHalf",                 # GPT-J cos/sin
+     "not duplicated as half"),
+], ids=["neox-cos-sin", "pass-slice-bounds", "half-slice-bounds", "gptj-cos-sin-for-half"])
 def test_gptj_near_misses_are_left_alone_with_reason(kw, rule, reason):
     proto = gptj_rope_graph(**kw)
     fused, report = fuse(proto)
