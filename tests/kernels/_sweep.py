@@ -106,6 +106,14 @@ def native_vs_reference(op: str, inputs, *, domain: str = "", threads: int = 1, 
     return got, want, calls
 
 
+def kernel_and_bound_step(op: str, inputs, *, domain: str = "", n_out: int = 1, **attrs):
+    """(the kernel's native outputs, its bound step's outputs: [] when it binds none) of one node for ``inputs``."""
+    m = node_model(op, inputs, domain=domain, n_out=n_out, **attrs)
+    feeds = {s[0]: s[1] for s in inputs if s[1] is not None and not s[2]}
+    bound: list = []
+    return run_kernel(m, feeds, "native", 1, bound), bound
+
+
 def assert_matches(got, want, *, exact: bool = True, rtol: float = 0.0, atol: float = 0.0, what: str = "") -> None:
     """``got`` equals ``want`` (exact) or is within rtol/atol; NaN exactly where ``want`` has NaN, infinities equal."""
     got, want = np.asarray(got), np.asarray(want)
