@@ -15,6 +15,7 @@ import itertools
 import numpy as np
 import pytest
 
+from _sweep import kernel_and_bound_step
 from npu_ep.kernels.ops import _native
 
 pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
@@ -91,3 +92,20 @@ def test_concat_strided_parts_and_sizes_around_the_gil_release():
     for n in (8191, 8192, 8193):  # two float32 parts of n: the output around 64 KiB
         _concat(0, [_values((n,), np.float32), _values((n,), np.float32)])
         _concat(-1, [_values((2, n // 2), np.float32), _values((2, n - n // 2), np.float32)])
+
+
+def test_expand_and_concat_nodes_bind_steps_with_the_kernels_bytes():
+    """Through the kernels: the bound native step (a runtime or constant shape, a constant part held in place) gives
+    the kernel's bytes (_sweep.kernel_and_bound_step), for broadcasts and concatenations around the copy's runs."""
+    for x_shape, shape in (((1, 3, 1, 5), (2, 3, 4, 5)), ((3, 1), (3, 9)), ((4,), (2, 1, 4)), ((2, 1, 3), (2, 0, 3))):
+        x = _values(x_shape, np.float32)
+        for const_shape in (True, False):
+            got, bound = kernel_and_bound_step("Expand", [("x", x, False), ("shape", np.array(shape, np.int64),
+                                                                             const_shape)])
+            np.testing.assert_array_equal(got[0], np.broadcast_to(x, np.broadcast_shapes(x.shape, shape)))
+            assert bound and bound[0].tobytes() == got[0].tobytes()
+    for axis in (0, 1, -1):
+        a, b = _values((2, 3, 4), np.int8), _values((2, 3, 4), np.int8)
+        got, bound = kernel_and_bound_step("Concat", [("a", a, False), ("b", b, True), ("c", a, False)], axis=axis)
+        np.testing.assert_array_equal(got[0], np.concatenate([a, b, a], axis=axis))
+        assert bound and bound[0].tobytes() == got[0].tobytes()
