@@ -29,6 +29,7 @@ from ..kernels.node import NodeInfo
 from ..kernels.support import why_not
 from ..kernels.target import Target
 from .dtypes import crosses_boundary, type_name
+from .log import escape
 from .partition import boundary, partition
 
 EPCONTEXT = ("com.microsoft", "EPContext")
@@ -45,7 +46,7 @@ FORWARDING_OPS = frozenset({("", "Identity")})  # a partition of these alone onl
 class Decision:
     node: NodeInfo
     reason: str | None  # None: claimed by NpuEP
-    in_parent: bool = False  # a branch/body node compiled with its claimed If/Loop/Scan: not on the CPU, not claimed here
+    in_parent: bool = False  # a branch/body node compiled with its claimed If/Loop/Scan: not on the CPU
 
     @property
     def claimed(self) -> bool:
@@ -70,7 +71,7 @@ class Capability:
 def _epcontext_reason(node: NodeInfo, ep_name: str) -> str | None:
     source = node.attr("source", "")
     if source != ep_name:
-        return f"{node.describe()}: EPContext node belongs to EP {source!r}, not {ep_name}"
+        return f"{node.describe()}: EPContext node belongs to EP '{escape(source)}', not {ep_name}"
     return None
 
 
@@ -133,9 +134,9 @@ def _crossing_refusals(group: Sequence[int], nodes: Sequence[NodeInfo]) -> dict[
                 continue
             for n in members:
                 if n.index not in refused and any(x.name == v.name for x in getattr(n, side)):
-                    refused[n.index] = (f"{n.describe()}: {v.name} ({type_name(v.onnx_type)}) would {way} the NPU "
-                                        f"partition, and the NPU runtime cannot carry {type_name(v.onnx_type)} "
-                                        "tensors")
+                    kind = type_name(v.onnx_type)
+                    refused[n.index] = (f"{n.describe()}: {escape(v.name)} ({kind}) would {way} the NPU partition, "
+                                        f"and the NPU runtime cannot carry {kind} tensors")
     return refused
 
 
@@ -159,7 +160,7 @@ def _inlined_holder(parent: NodeInfo | None, enclosing: Sequence[tuple[str, str]
     inlined = next((k for k in holders if k not in KEEPS_GRAPHS), None)
     if inlined is None:
         return None
-    op = f"{inlined[0]}::{inlined[1]}" if inlined[0] else inlined[1]
+    op = escape(f"{inlined[0]}::{inlined[1]}" if inlined[0] else inlined[1])
     return (f"inside the graph of a {op} node, which ORT inlines as a function when no EP takes it "
             "(a fused NpuEP node would be copied into a graph that cannot run it)")
 

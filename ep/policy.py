@@ -41,7 +41,7 @@ from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.target import Target
 from .capability import Decision
 from .compiler import compile_partition
-from .log import logger
+from .log import escape, logger
 from .partition import boundary
 
 DEFAULT_BRIDGE_US = 10.0  # per crossing [us]; measure this machine's with python -m npu_ep.tools.bench.bridge
@@ -88,7 +88,8 @@ def estimate(group: Sequence[int], nodes: Sequence[NodeInfo], target: Target) ->
         program = compile_partition("policy", [by_index[i] for i in group], inputs, outputs, target)
         cost, _ = program.static_cost(unknown_dim=1)
     except Exception as exc:  # noqa: BLE001 - an estimate must never break capability
-        logger.debug("cost-aware policy: no estimate for partition at node %s: %s", by_index[group[0]].name, exc)
+        logger.debug("cost-aware policy: no estimate for partition at %s: %s", by_index[group[0]].describe(),
+                     escape(str(exc)))
         return None
     macs = sum(c.macs for c in cost.steps)
     elements = sum(_numel(o) for i in group for o in by_index[i].outputs if not o.missing)

@@ -38,11 +38,12 @@ def _unknown_rank_reason(node: NodeInfo, v: ValueInfo, rank_free: bool, rule: Op
     compiles static shapes or limits this op's rank below the default must know it."""
     op = node.describe()
     if not rank_free:
-        return f"{op}: {v.name} has unknown rank (the {node.op_type} kernel plans by rank at compile time)"
+        return (f"{op}: {escape(v.name)} has unknown rank (the {escape(node.op_type)} kernel plans by rank at "
+                "compile time)")
     if static_required:
-        return f"{op}: {v.name} has unknown rank; target {target.name} requires static shapes"
+        return f"{op}: {escape(v.name)} has unknown rank; target {target.name} requires static shapes"
     if rule.max_rank < DEFAULT_MAX_RANK:
-        return f"{op}: {v.name} has unknown rank; target {target.name} limits this op to rank {rule.max_rank}"
+        return f"{op}: {escape(v.name)} has unknown rank; target {target.name} limits this op to rank {rule.max_rank}"
     return None
 
 
