@@ -24,7 +24,7 @@ from pathlib import Path
 # The lowest versions pyproject.toml declares, the versions the project was developed on, and the newest published
 # when this was written. --set replaces them.
 DEFAULT_SETS = {
-    "lowest": "onnxruntime==1.23.0,onnx==1.19.0,onnxscript==0.5.4,onnx-ir==0.1.12",
+    "lowest": "onnxruntime==1.25.0,onnx==1.19.0,onnxscript==0.5.4,onnx-ir==0.1.12",
     "dev": "onnxruntime==1.31.1,onnx==1.23.2,onnxscript==0.7.2,onnx-ir==1.1.0",
     "newest": "onnxruntime==1.32.0",
 }
@@ -177,8 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:8s} {','.join(r['pins'])}: ERROR {r['error'].strip().splitlines()[-1]}", flush=True)
         else:
             d, q = r["demo"], r["qdq"]
+            same = "=" if d["tokens"] == d["cpu_tokens"] else "!="
             print(f"{name:8s} onnxruntime {r['onnxruntime']}, onnx {r['onnx']}, onnxscript {r['onnxscript']}, "
-                  f"onnx-ir {r['onnx-ir']}: demo tokens {d['tokens']} ({'=' if d['tokens'] == d['cpu_tokens'] else '!='}"
+                  f"onnx-ir {r['onnx-ir']}: demo tokens {d['tokens']} ({same}"
                   f" CPU EP, {d['nodes_on_npu']} nodes on NpuEP); QDQ {q['sha256']} ({q['nodes_on_npu']} nodes on "
                   f"NpuEP, max |diff| vs CPU EP {q['max_abs_diff_vs_cpu']:.3g}); {r['seconds']} s", flush=True)
     if args.json:

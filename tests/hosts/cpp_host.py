@@ -49,6 +49,9 @@ def build_host(folder: Path) -> Path:
     link = lib_dir / "libonnxruntime.so.1"
     if not link.exists():
         link.symlink_to(ort_library())
+    shared = ort_library().with_name("libonnxruntime_providers_shared.so")  # ORT 1.23 loads it from beside itself
+    if shared.is_file() and not (lib_dir / shared.name).exists():
+        (lib_dir / shared.name).symlink_to(shared)
     binary = folder / "npu_host"
     subprocess.run([compiler, "-std=c++17", "-O2", "-o", str(binary), str(SOURCE), f"-I{ort_headers()}", str(link),
                     f"-Wl,-rpath,{lib_dir}", "-pthread"], check=True, capture_output=True, text=True)

@@ -184,8 +184,9 @@ def _python_us_per_run(sess: ort.InferenceSession, feeds, n: int) -> float:
 
 
 def test_run_overhead_of_the_cpp_host_against_the_python_host(host, tmp_path, capsys):
-    """Printed, not asserted (2 shared cores): NpuEP's cost per run on a one-node model over the CPU EP's, in each
-    host. The C++ host's extra per run is taking the GIL from a host thread with its own kept thread state."""
+    """Printed, not asserted (2 shared cores): the time per session.run on NpuEP of a one-node model in the C++ host
+    against the Python host, and over the CPU EP's in each. A C++ host thread keeps one Python thread state, so each
+    run only takes the GIL (embedded_python.cc)."""
     model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
                        [helper.make_tensor_value_info("x", F32, [1, 16])],
                        [helper.make_tensor_value_info("y", F32, [1, 16])])
@@ -195,21 +196,26 @@ def test_run_overhead_of_the_cpp_host_against_the_python_host(host, tmp_path, ca
     n = 5000
     io = write_steps(tmp_path / "io", [{"x": x}])
     lib = npu_ep.get_plugin_library_path()
-    cpp = {}
-    for ep, extra in (("npu", EP_OPTIONS), ("cpu", ("--cpu-only",))):
-        run = run_host(host, lib, path, io, *extra, "--bench", str(n))
-        assert run.returncode == 0, run.stderr
-        cpp[ep] = float(next(ln.split()[2] for ln in run.stdout.splitlines() if ln.startswith("bench ")))
     npu = npu_session(model, cpu=False)
     assert npu_partitions(npu) == [["relu"]]
-    py = {"npu": _python_us_per_run(npu, {"x": x}, n),
-          "cpu": _python_us_per_run(ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"]),
-                                    {"x": x}, n)}
+    cpu_sess = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"])
+    cpp: dict[str, float] = {}
+    py: dict[str, float] = {}
+    for _ in range(3):  # alternating, the best of three: the machine is shared
+        for ep, extra in (("npu", EP_OPTIONS), ("cpu", ("--cpu-only",))):
+            run = run_host(host, lib, path, io, *extra, "--bench", str(n))
+            assert run.returncode == 0, run.stderr
+            us = float(next(ln.split()[2] for ln in run.stdout.splitlines() if ln.startswith("bench ")))
+            cpp[ep] = min(cpp.get(ep, us), us)
+        for ep, sess in (("npu", npu), ("cpu", cpu_sess)):
+            us = _python_us_per_run(sess, {"x": x}, n)
+            py[ep] = min(py.get(ep, us), us)
     with capsys.disabled():
-        print(f"\n[run overhead, one Relu, {n} runs] C++ host: NpuEP {cpp['npu']:.2f} us, CPU EP {cpp['cpu']:.2f} us "
-              f"(NpuEP +{cpp['npu'] - cpp['cpu']:.2f} us); Python host: NpuEP {py['npu']:.2f} us, CPU EP "
-              f"{py['cpu']:.2f} us (NpuEP +{py['npu'] - py['cpu']:.2f} us); C++ - Python NpuEP overhead "
-              f"{(cpp['npu'] - cpp['cpu']) - (py['npu'] - py['cpu']):+.2f} us")
+        print(f"\n[run overhead, one Relu, best of 3 x {n} runs] per session.run on NpuEP: C++ host "
+              f"{cpp['npu']:.2f} us, Python host {py['npu']:.2f} us (C++ - Python {cpp['npu'] - py['npu']:+.2f} us, "
+              "target <= +2 us); "
+              f"over the CPU EP in the same host: C++ +{cpp['npu'] - cpp['cpu']:.2f} us (CPU EP {cpp['cpu']:.2f} us), "
+              f"Python +{py['npu'] - py['cpu']:.2f} us (CPU EP {py['cpu']:.2f} us)")
 
 
 def test_a_loader_outside_the_environment_it_finds_refuses(host, tmp_path):
