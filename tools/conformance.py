@@ -22,7 +22,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import wait
 
-from .conformance_cases import SUITES, Case, load_cases, with_constant_inputs
+from .conformance_cases import EXTRA_SUITES, SUITES, Case, load_cases, with_constant_inputs
 from .conformance_run import FAILING_KINDS, KINDS, Outcome, classify, run_cpu
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -173,7 +173,9 @@ def render(outcomes: Sequence[Outcome]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m npu_ep.tools.conformance", description=__doc__.split("\n")[0])
     parser.add_argument("--filter", help="regular expression searched in 'suite/name' (e.g. 'node/test_softmax')")
-    parser.add_argument("--suites", default=",".join(SUITES), help=f"comma-separated, of {', '.join(SUITES)}")
+    parser.add_argument("--suites", default=",".join(SUITES),
+                        help=f"comma-separated, of {', '.join(SUITES + EXTRA_SUITES)} (default: all but "
+                             f"{', '.join(EXTRA_SUITES)})")
     parser.add_argument("--json", help="write every case's outcome and the summary to this file")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per case")
@@ -182,9 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no per-case progress on stderr")
     args = parser.parse_args(argv)
     suites = tuple(s for s in args.suites.split(",") if s)
-    unknown = set(suites) - set(SUITES)
+    unknown = set(suites) - set(SUITES + EXTRA_SUITES)
     if unknown:
-        parser.error(f"unknown suites {sorted(unknown)}; known: {', '.join(SUITES)}")
+        parser.error(f"unknown suites {sorted(unknown)}; known: {', '.join(SUITES + EXTRA_SUITES)}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the workers inherit it: the machine's cores are shared
     cases = load_cases(suites, args.filter)
     if args.constant_inputs:

@@ -22,6 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 SUITES = ("node", "simple", "pytorch-converted", "pytorch-operator")
+EXTRA_SUITES = ("real-light",)  # opt-in (--suites): whole convnets, seconds to minutes each on the emulator
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-7  # onnx's backend runner's defaults
 
 
@@ -55,6 +56,8 @@ def load_cases(suites: tuple[str, ...] = SUITES, name_filter: str | None = None)
     for suite in suites:
         if suite == "node":
             cases += _node_cases(pattern)
+        elif suite == "real-light":
+            cases += _light_cases(pattern)
         else:
             cases += _folder_cases(suite, pattern)
     return sorted(cases, key=lambda c: c.key)
@@ -139,6 +142,41 @@ def _folder_case(suite: str, name: str, folder: str) -> Case:
     except Exception as exc:  # a case the loader cannot read is reported with its reason
         case.load_error = f"{folder}: {type(exc).__name__}: {exc}"
     return case
+
+
+def _light_cases(pattern: re.Pattern | None) -> list[Case]:
+    """The ``real`` suite's models in their light form (the onnx package's ``data/light``: real architectures with
+    small stored weights and a stored expected output), fed as onnx's runner feeds them: each float input
+    ``arange(n) / n`` in its declared shape, symbolic dims 1."""
+    root = os.path.join(data_dir(), "real")
+    cases = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        meta_path = os.path.join(root, name, "data.json")
+        if not os.path.exists(meta_path) or not _wanted(pattern, "real-light", name):
+            continue
+        with open(meta_path) as f:
+            meta = json.load(f)
+        case = Case("real-light", name, rtol=meta.get("rtol", DEFAULT_RTOL), atol=meta.get("atol", DEFAULT_ATOL))
+        url = meta.get("url", "")
+        path = os.path.join(os.path.dirname(os.path.dirname(onnx.__file__)), url)
+        expected = os.path.splitext(path)[0] + "_output_0.pb"
+        if not url.startswith("onnx/backend/test/data/light/") or not os.path.exists(expected):
+            case.load_error = f"{meta_path}: {url or 'no url'} is not a stored light model with its output"
+        else:
+            with open(path, "rb") as f:
+                case.model = f.read()
+            graph = onnx.load_from_string(case.model).graph
+            inits = {i.name for i in graph.initializer}
+            inputs = [_light_input(v) for v in graph.input if v.name not in inits]
+            case.data_sets = [(inputs, [_read_proto(expected, graph.output[0].type)])]
+        cases.append(case)
+    return cases
+
+
+def _light_input(value_info: onnx.ValueInfoProto) -> np.ndarray:
+    shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in value_info.type.tensor_type.shape.dim)
+    n = int(np.prod(shape))
+    return (np.arange(n).reshape(shape) / n).astype(np.float32)
 
 
 def _read_protos(data_set: str, kind: str, value_infos) -> list[Any]:

@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from npu_ep.tools import conformance
-from npu_ep.tools.conformance_cases import Case, load_cases, with_constant_inputs
+from npu_ep.tools.conformance_cases import EXTRA_SUITES, SUITES, Case, load_cases, with_constant_inputs
 from npu_ep.tools.conformance_run import classify
 
 # one case per class that real onnx cases reach on NpuEP today
@@ -24,19 +24,22 @@ REPRESENTATIVE = {
     "node/test_adagrad": "cpu_cannot_load",                   # a training op the CPU EP does not register
     "node/test_reduce_max_empty_set_bool": "both_fail",       # ORT's ReduceMax refuses an empty bool set
     "node/test_castlike_INT4_to_FLOAT": "not_claimed",        # packed int4 in through an OrtValue
+    "real-light/test_squeezenet": "right",                    # a whole light convnet with onnx's dummy input
 }
 
 
 @pytest.fixture(scope="module")
 def cases() -> dict[str, Case]:
     names = "|".join(k.split("/", 1)[1] for k in REPRESENTATIVE)
-    loaded = load_cases(("node", "simple", "pytorch-converted"), f"/({names})$")
+    loaded = load_cases(("node", "simple", "pytorch-converted", "real-light"), f"/({names})$")
     return {c.key: c for c in loaded}
 
 
 def test_representative_cases_are_classed(cases):
     outcomes = {o.key: o for o in conformance.run_pool([cases[k] for k in REPRESENTATIVE], jobs=2)}
     assert {k: o.kind for k, o in outcomes.items()} == REPRESENTATIVE, {k: o.message for k, o in outcomes.items()}
+    squeezenet = outcomes["real-light/test_squeezenet"]
+    assert squeezenet.npu_nodes == squeezenet.nodes > 20, squeezenet  # every node of the network on NpuEP
     add = outcomes["node/test_add"]
     assert (add.npu_nodes, add.nodes, add.cpu_matches_expected) == (1, 1, True)  # ORT's own record says NpuEP ran
     assert outcomes["node/test_strnormalizer_nostopwords_nochangecase"].npu_nodes == 0
@@ -132,10 +135,11 @@ def test_cli_prints_the_summary_and_writes_json(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("constant_inputs", [False, True], ids=["fed-inputs", "constant-inputs"])
 def test_the_whole_backend_suite_has_no_wrong_claims_and_no_npuep_errors(constant_inputs):
-    """Every case of the installed onnx's backend suite (as fed, and with its inputs as initializers): nothing NpuEP
-    claims is wrong, and NpuEP never fails where the CPU EP runs (cases the CPU EP cannot run are counted, not
-    asserted)."""
-    cases = load_cases()
-    outcomes = conformance.run_pool([with_constant_inputs(c) for c in cases] if constant_inputs else cases)
+    """Every case of the installed onnx's backend suite and its light real models (as fed, and with the inputs as
+    initializers): nothing NpuEP claims is wrong, and NpuEP never fails where the CPU EP runs (cases the CPU EP
+    cannot run are counted, not asserted)."""
+    cases = load_cases(SUITES + EXTRA_SUITES)
+    outcomes = conformance.run_pool([with_constant_inputs(c) for c in cases] if constant_inputs else cases,
+                                    timeout_s=600)
     failing = [o for o in outcomes if o.kind in ("wrong", "npu_error")]
     assert not failing, "\n" + conformance.render(outcomes)
