@@ -233,3 +233,20 @@ def test_a_loader_outside_the_environment_it_finds_refuses(host, tmp_path):
     run = run_host(host, str(copy / "libnpu_ep_plugin.so"), model, io, env={"NPU_EP_PYTHON": sys.executable})
     assert run.returncode == 3, run.stderr
     assert f"imports npu_ep from another install ({npu_ep.get_library_path()}" in run.stderr
+
+
+def test_the_embedded_interpreter_leaves_the_onnxruntime_python_package_alone(host, tmp_path):
+    """In a C++ host, ``import npu_ep`` must not register the plugin with the onnxruntime Python package's runtime
+    (a second ORT in the process). Here any import of that package fails (a sitecustomize the embedded interpreter
+    runs): registration and the run still succeed, so nothing imported it."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['onnxruntime'] = None\n")
+    model = tmp_path / "mlp.onnx"
+    model.write_bytes(_mlp().SerializeToString())
+    x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+    (expected,) = npu_session(_mlp(), cpu=False).run(None, {"x": x})
+    run = run_host(host, npu_ep.get_plugin_library_path(), model, write_steps(tmp_path / "io", [{"x": x}]),
+                   *EP_OPTIONS, env={"PYTHONPATH": str(site)})
+    assert run.returncode == 0, run.stderr
+    _assert_bitwise(run.outputs(0), {"y": expected}, "without the onnxruntime Python package")
