@@ -130,7 +130,7 @@ def _crossing_refusals(group: Sequence[int], nodes: Sequence[NodeInfo]) -> dict[
     refused: dict[int, str] = {}
     for way, values, side in (("enter", inputs, "inputs"), ("leave", outputs, "outputs")):
         for v in values:
-            if crosses_boundary(v.onnx_type):
+            if v.onnx_type == 0 or crosses_boundary(v.onnx_type):  # 0: type unknown (offline, never in ORT)
                 continue
             for n in members:
                 if n.index not in refused and any(x.name == v.name for x in getattr(n, side)):

@@ -72,8 +72,7 @@ def type_name(elem_type: int) -> str:
 
 def crosses_boundary(elem_type: int) -> bool:
     """Whether a tensor of this element type may enter or leave an NPU partition: the runtime hands partition
-    inputs and outputs over as numpy arrays, so only types with a numpy dtype cross (the shim's Compile refuses
-    the others, ep/native/py_bridge.cc ``NumpyDtypeName``, the same table). Capability declines the nodes whose
-    boundary tensors do not, so that Compile never meets one. 0 (a value whose type nobody inferred, offline
-    only: ORT always knows the type) is not refused here."""
-    return int(elem_type) == 0 or int(elem_type) in _ONNX_TO_NUMPY
+    inputs and outputs over as numpy arrays, so only types with a numpy dtype cross. The one rule: capability
+    declines the nodes whose boundary tensors do not, and the shim's Compile refuses them by asking this function
+    (ep/native/execution_provider.cc ``CrossesBoundary``)."""
+    return int(elem_type) in _ONNX_TO_NUMPY

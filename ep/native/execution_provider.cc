@@ -125,14 +125,25 @@ void MakeEpContextNode(const OrtNode* fused, const py::dict& spec, OrtNode** out
   release();  // CreateNode copied them
 }
 
+// Whether a tensor of this element type may cross a partition boundary: capability's own rule
+// (npu_ep.ep.dtypes.crosses_boundary), so Compile refuses exactly what GetCapability never claims.
+static bool CrossesBoundary(ONNXTensorElementDataType et) {
+  static PyObject* rule = py::object(py::module_::import("npu_ep.ep.dtypes").attr("crosses_boundary")).release().ptr();
+  return py::reinterpret_borrow<py::object>(rule)(static_cast<int>(et)).cast<bool>() && NumpyDtypeName(et);
+}
+
 std::vector<ONNXTensorElementDataType> ElementTypes(const py::list& values, const std::string& partition,
                                                     std::vector<py::object>& dtypes) {
   std::vector<ONNXTensorElementDataType> types;
   for (py::handle v : values) {
     auto et = static_cast<ONNXTensorElementDataType>(v["elem_type"].cast<int>());
-    if (!NumpyDtypeName(et))
-      throw OrtError(ORT_NOT_IMPLEMENTED, "partition '" + partition + "': value '" + v["name"].cast<std::string>() +
-                                              "' has element type " + std::to_string(et) + " the NPU cannot carry");
+    if (!CrossesBoundary(et)) {
+      py::module_ dtypes_mod = py::module_::import("npu_ep.ep.dtypes");
+      auto type = dtypes_mod.attr("type_name")(static_cast<int>(et)).cast<std::string>();
+      auto name = py::module_::import("npu_ep.ep.log").attr("escape")(v["name"]).cast<std::string>();
+      throw OrtError(ORT_NOT_IMPLEMENTED, "partition '" + partition + "': value '" + name + "' has element type " +
+                                              type + ", which the NPU runtime cannot carry");
+    }
     types.push_back(et);
     dtypes.push_back(NumpyDtype(et));
   }

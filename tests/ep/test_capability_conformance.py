@@ -174,3 +174,15 @@ def test_identity_from_graph_input_to_graph_output_is_left_to_ort():
     x = np.array([1, -2, 3, -4], np.float32)
     for got, want in zip(sess.run(None, {"x": x}), cpu_run(model, {"x": x})):
         np.testing.assert_array_equal(got, want)
+
+
+def test_compile_refuses_by_the_rule_capability_declines_by(monkeypatch, tmp_path):
+    """One rule, dtypes.crosses_boundary: the shim's Compile asks it too. With capability's use of it bypassed (it
+    claims the int4 boundary as it did before), Compile refuses the partition naming the value and the type."""
+    from npu_ep.ep import capability, dtypes
+
+    assert {t for t in range(29) if dtypes.crosses_boundary(t)} == {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13}
+    monkeypatch.setattr(capability, "crosses_boundary", lambda elem_type: True)
+    target = target_without(tmp_path, ("DequantizeLinear",), name="npu-ref-no-dq")
+    with pytest.raises(Exception, match="value 'q' has element type int4, which the NPU runtime cannot carry"):
+        npu_session(_int4_chain(), {"target": target})
