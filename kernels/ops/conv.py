@@ -45,7 +45,7 @@ from ..target import Target
 from ..fusion.conv_tail import CODES
 from . import _native
 from ._mm import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
-from ._util import arg
+from ._util import arg, stash_constants
 from .elementwise import _sigmoid
 
 
@@ -170,7 +170,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     if tail:  # kernels/fusion/conv_tail.py
         consts["tail_codes"] = np.asarray([CODES[t[0]] for t in tail], np.int32)
         consts["tail_c"] = np.asarray([t[1:] for t in tail], np.float32).reshape(-1, 2)
-    return Prepared(attrs, consts, target)
+    return Prepared(attrs, stash_constants(node, consts, only=(0,)), target)  # a constant X is read at run time
 
 
 # tail instruction code -> (its float32 operation, whether the instruction's constant is the first operand)

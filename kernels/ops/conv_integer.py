@@ -20,7 +20,7 @@ from ..shape_memo import memo_per_shape
 from ..target import Target
 from . import _native
 from ._mm import check_fits, exact_int_matmul, int_bound
-from ._util import arg
+from ._util import arg, stash_constants
 from .conv import _cost, _geometry, _geometry_list, _native_weights, _reference_weights, check_channels, im2col
 
 
@@ -60,7 +60,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     attrs: dict[str, Any] = {"op": "ConvInteger", "geom": geom, "dtype": dt, "epilogue": {},
                              "wdims": tuple(w.shape), "plan_a": dt, "plan_b": node.input(1).dtype.name,
                              "plan_out": "int32", "bound_b": int(np.abs(wf).max()) if wf.size else 1}
-    return Prepared(attrs, consts, target)
+    return Prepared(attrs, stash_constants(node, consts, only=(0,)), target)  # a constant X is read at run time
 
 
 def _x_zero_point(p: Prepared, inputs) -> int:

@@ -3,9 +3,9 @@ float16, whose nodes ORT's folding leaves alone at any level), vs ORT's CPU EP.
 
 The kernel sees that input at compile time only (``node.inputs[i].value``) and gets ``None`` for it at run time, so
 its ``prepare`` must keep it in ``Prepared.consts``; reductions, Softmax, pooling and Shape/Size kept nothing (and
-ConvTranspose only its re-laid-out weights) and failed the run with "'NoneType' object has no attribute 'ndim'"
-(issue 38 item 8, ONNX's ``test_attention_4d_fp16_expanded``). Each case proves NpuEP ran the node (graph
-assignment).
+Conv, ConvTranspose, ConvInteger and QLinearConv only their re-laid-out weights) and failed the run with
+"'NoneType' object has no attribute 'ndim'" (issue 38 item 8, ONNX's ``test_attention_4d_fp16_expanded``). Each
+case proves NpuEP ran the node (graph assignment).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ CASES = {
     "Shape": ([], {"start": 1}, 18, I64),
     "Size": ([], {}, 18, I64),
     "ConvTranspose": ([("w", np.linspace(-1, 1, 24, dtype=np.float32).reshape(3, 2, 2, 2), True)], {}, 18, None),
+    "Conv": ([("w", np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 2, 2), True)], {}, 18, None),
     "ArgMax": ([], {"axis": 3}, 18, I64),  # kernels that already kept their constants: they stay right
     "Relu": ([], {}, 18, None),
 }
@@ -72,5 +73,27 @@ def test_float16_constant_is_not_folded_by_ort_and_runs_on_npu(op):
     model = make_model(op, [("x", x, True), *extra], [("y", np.float16)], attrs, opset=opset)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
     sess = npu_session(model, {"target": "npu-ref"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    assert_close(sess.run(None, {})[0], want[0], None, op)
+
+
+@pytest.mark.parametrize("op", ["ConvInteger", "QLinearConv"])
+def test_constant_integer_conv_input_runs_on_npu(op):
+    x = (np.arange(2 * 3 * 4 * 5) % 251).astype(np.uint8).reshape(2, 3, 4, 5)
+    w = (np.arange(2 * 3 * 2 * 2) % 7 - 3).astype(np.int8).reshape(2, 3, 2, 2)
+    if op == "ConvInteger":
+        inputs = [("x", x, True), ("w", w, True), ("xz", np.array(7, np.uint8), True)]
+        out = np.int32
+    else:
+        f, u8, i8 = np.float32, np.uint8, np.int8
+        inputs = [("x", x, True), ("xs", np.array(0.05, f), True), ("xz", np.array(7, u8), True), ("w", w, True),
+                  ("ws", np.array(0.1, f), True), ("wz", np.array(0, i8), True), ("ys", np.array(0.2, f), True),
+                  ("yz", np.array(128, u8), True)]
+        out = np.uint8
+    model = make_model(op, inputs, [("y", out)], {}, opset=18)
+    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model.SerializeToString(), _session_options(level),
+                                providers=["CPUExecutionProvider"]).run(None, {})
+    sess = npu_session(model, {"target": "npu-ref"}, cpu=False, so=_session_options(level))
     assert set(assignment(sess).values()) == {"NpuEP"}
     assert_close(sess.run(None, {})[0], want[0], None, op)
