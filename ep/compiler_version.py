@@ -10,7 +10,7 @@ from ..kernels.target import Target
 # The one place to bump: raise the cN suffix (c4 -> c5, and add a note) in the commit whose change to the compiler
 # (ep/compiler.py, kernels/fusion/) or to a kernel's prepared layout changes compiled programs. Cache entries and
 # EPContext models made by the previous version then miss or are refused instead of being loaded.
-# c19: reductions, Softmax/LogSoftmax, pooling, Shape/Size and ConvTranspose keep a constant data input (issue 38);
+# c19: reductions, Softmax/LogSoftmax, pooling, Shape/Size and the convs keep a constant data input (issue 38);
 # c11: npu::AttentionChain keeps its Softmax's axis and opset (unknown ranks); c10: it takes the exporters' repeat_kv
 # (k_path / v_path); c9: materialized attention chains fused into npu::AttentionChain (kernels/fusion/attention.py);
 # c8: accuracy_level 4 MatMulNBits keeps its weights as the int8 unit's tiles (quantization.matmul_nbits.int8_tiles);
