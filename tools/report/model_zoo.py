@@ -144,7 +144,7 @@ def zoo(sources: Sequence[str], *, target: str = "npu-ref", dims: Mapping[str, i
 
 
 HEADER = ("model", "nodes", "nodes in claimed If/Loop/Scan", "on NpuEP", "partitions", "crossings", "max rel diff",
-          "same decision", "host x CPU (median, block range)", "top decline reasons")
+          "same decision", "host x CPU", "top decline reasons")
 
 
 def rows(doc: Mapping[str, Any]) -> list[list[Any]]:
@@ -175,12 +175,13 @@ def render_terminal(doc: Mapping[str, Any]) -> str:
     from ...ep.log import escape as printable
 
     t = Table(title=f"Model zoo on {doc['target']} (targets: >= {TARGETS['coverage']:.0%} on NpuEP, <= "
-                    f"{TARGETS['partitions']} partitions, host <= {TARGETS['host_ratio']}x CPU EP)")
+                    f"{TARGETS['partitions']} partitions, host <= {TARGETS['host_ratio']}x CPU EP; host x CPU: median "
+                    "(range) of the ratios of alternating blocks)")
     for h in HEADER:
         t.add_column(h, overflow="fold")
     for r in rows(doc):
         t.add_row(*("" if v is None else escape(printable(v)) for v in r))
-    console = Console(width=160, record=True)
+    console = Console(width=180, record=True)
     with console.capture() as cap:
         console.print(t)
     return cap.get()

@@ -101,10 +101,11 @@ def check_structure(model: onnx.ModelProto, where: str) -> None:
             if name in defined:
                 continue
             if name in produced_later:
-                raise ReportInputError(f"{where}: {_node(n)} reads '{escape(name)}' before {_node(produced_later[name])} "
-                                       "produces it (a cycle, or nodes not in topological order)")
-            raise ReportInputError(f"{where}: {_node(n)} reads '{escape(name)}', which is no graph input, initializer or "
-                                   "node output (missing initializer?)")
+                raise ReportInputError(f"{where}: {_node(n)} reads '{escape(name)}' before "
+                                       f"{_node(produced_later[name])} produces it (a cycle, or nodes not in "
+                                       "topological order)")
+            raise ReportInputError(f"{where}: {_node(n)} reads '{escape(name)}', which is no graph input, initializer "
+                                   "or node output (missing initializer?)")
         defined.update(n.output)
     names = {o.name for o in g.output}
     missing = sorted(names - defined)
