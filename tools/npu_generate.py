@@ -7,7 +7,7 @@ NpuEP provider options (``--target`` overrides the target).
 
 Exit codes: 0 ok, 2 bad input or a refused request (prompt too long without chunking, KV capacity exceeded, a KV
 cache larger than half the machine's memory, token ids outside the vocabulary), 1 ONNX Runtime failed on the model;
-each printed as one line on stderr.
+each printed as one line on stderr; 130 Ctrl-C.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ a real NpuEP session, each model in its own worker process (``report/isolated.py
 
 Exit codes: 0 report produced; 2 bad input (missing/unreadable/invalid model, a model ONNX Runtime refuses, unknown
 target, bad --dim), printed as one line on stderr naming the file and the reason, without a traceback; 1 NpuEP
-failed on a model the CPU EP runs (one line), or the report itself failed (a bug: traceback shown).
+failed on a model the CPU EP runs (one line), or the report itself failed (a bug: traceback shown); 130 Ctrl-C.
+``--json`` and ``--html`` are written as a set: both new files or neither (``_cli.write_outputs``).
 
 The report's ORT sessions log only fatal messages: an ORT error reaches the user once, as that one line.
 """

@@ -1,6 +1,6 @@
 """``npu-rewrite IN.onnx -o OUT.onnx``: rewrite a model into the NPU-friendly form and say what changed.
 
-Exit codes: 0 ok, 1 ``--check`` failed, 2 bad input (one line on stderr, no traceback).
+Exit codes: 0 ok, 1 ``--check`` failed, 2 bad input (one line on stderr, no traceback), 130 Ctrl-C.
 """
 
 from __future__ import annotations
