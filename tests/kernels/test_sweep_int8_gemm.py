@@ -73,10 +73,12 @@ def test_accumulator_depths(isa, dta, dtb):
 
 
 def test_accumulator_per_row_zero_points_and_threads(isa):
-    for m in (1, 2, 5, 8, 9, 17):
-        azp = RNG.integers(0, 256, m).astype(np.int32)
-        for n in (31, 33, 65):
-            _check_acc(m, 130, n, np.uint8, np.int8, azp=azp, threads=2)
+    for dta, dtb in INT_TYPES[:2]:
+        for m in (1, 2, 5, 8, 9, 17):
+            info = np.iinfo(dta)
+            azp = RNG.integers(info.min, info.max + 1, m).astype(np.int32)
+            for n in (31, 33, 65):
+                _check_acc(m, 130, n, dta, dtb, azp=azp, threads=2)
 
 
 def test_accumulator_extremes(isa):
@@ -87,6 +89,20 @@ def test_accumulator_extremes(isa):
         np.testing.assert_array_equal(_native_int8(a, 0, b, np.int8(127)), _exact(a, 0, b, 127))
         a8 = np.full((m, k), -128, np.int8)
         np.testing.assert_array_equal(_native_int8(a8, 127, b, np.int8(127)), _exact(a8, 127, b, 127))
+
+
+def test_int32_sums_wrap_as_ort(isa):
+    """K * 255 * 255 past 2^31: the int32 sums wrap (two's complement), as ORT's and the reference's int32 adds."""
+    k = 40000
+    a = np.full((3, k), 255, np.uint8)
+    a[1] = 0
+    b = np.full((k, 17), 127, np.int8)
+    b[:, 1] = -128
+    inputs = [("a", a, False), ("b", b, True), ("az", np.array(0, np.uint8), True),
+              ("bz", np.array(-128, np.int8), True)]
+    got = check("MatMulInteger", inputs, "int8_matmul", exact=True)[0]
+    np.testing.assert_array_equal(got, (a.astype(np.int64) @ (b.astype(np.int64) + 128)).astype(np.int32))
+    np.testing.assert_array_equal(got, run_ort(single_node_model("MatMulInteger", inputs), inputs)[0])
 
 
 @pytest.mark.parametrize("y_signed", [False, True])
