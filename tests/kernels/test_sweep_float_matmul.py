@@ -154,6 +154,22 @@ def test_sgemm_columns_split_below_avx512():
             _check_product("MatMul", inputs, "sgemm_columns", threads=2)
 
 
+@pytest.mark.parametrize("isa_name", [i for i in host_isas() if i in ("scalar", "avx2")])
+def test_below_avx512_a_constant_b_binds_numpys_product_with_its_epilogue(isa_name):
+    """Without the packed GEMM, a MatMul / Gemm with a constant B binds float_matmul (float_matmul.cc: numpy's own
+    product, then bias in place): the reference's bits, NaN and Inf included, in the bound step too (_sweep)."""
+    with _capped(isa_name):
+        for m, k, n in ((1, 7, 5), (9, 33, 17), (2, 64, 64)):
+            a = with_specials(RNG.standard_normal((m, k)).astype(np.float32), RNG, fraction=0.02)
+            b = RNG.standard_normal((k, n)).astype(np.float32)
+            c = RNG.standard_normal(n).astype(np.float32)
+            for op, inputs in (("MatMul", [("a", a, False), ("b", b, True)]),
+                               ("Gemm", [("a", a, False), ("b", b, True), ("c", c, True)])):
+                got, want, calls = native_vs_reference(op, inputs)
+                assert_native_ran(calls, "float_matmul", f"{op} {(m, k, n)}")
+                _bits_equal(got[0], want[0], f"{op} {(m, k, n)} on {isa_name}")
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not AVX512, reason="the packed GEMM's vector path is AVX-512")
 def test_packed_full_grid():
