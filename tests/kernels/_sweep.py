@@ -73,11 +73,11 @@ def run_kernel(m: onnx.ModelProto, feeds: dict[str, np.ndarray], kernels: str, t
     with np.errstate(all="ignore"):  # IEEE results without warnings, as a session runs its kernels (ep/program.py)
         outs = list(k.run(p, args))
         if bound is not None and k.bind is not None:
-            bound.extend(_bound_step_outputs(k, p, args, outs))
+            bound.extend(bound_step_outputs(k, p, args, outs))
     return outs
 
 
-def _bound_step_outputs(kernel, p, args: list, outs: list) -> list[np.ndarray]:
+def bound_step_outputs(kernel, p, args: list, outs: list) -> list[np.ndarray]:
     """The outputs of the native step ``kernel.bind`` makes after a run (as a program's first call), run in a
     one-step loop on the same inputs; [] when it binds none or declines them."""
     step = kernel.bind(p, args, outs)

@@ -14,12 +14,18 @@ below AVX-512, the two-half sgemm_columns split."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
-from _sweep import around, assert_native_ran, native_vs_reference, with_specials
+from _sweep import REF, bound_step_outputs, around, assert_native_ran, native_vs_reference, with_specials
+from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels import host_blas
+from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.ops import _native
+from npu_ep.kernels.registry import kernel_for
+from npu_testing import make_model
 
 pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
 
@@ -168,6 +174,66 @@ def test_below_avx512_a_constant_b_binds_numpys_product_with_its_epilogue(isa_na
                 got, want, calls = native_vs_reference(op, inputs)
                 assert_native_ran(calls, "float_matmul", f"{op} {(m, k, n)}")
                 _bits_equal(got[0], want[0], f"{op} {(m, k, n)} on {isa_name}")
+
+
+def _epilogue_model(m: int, k: int, n: int, relu: bool, qtype) -> onnx.ModelProto:
+    """MatMul -> Add(bias) [-> Relu] [-> QuantizeLinear to qtype]: the compiler fuses it into one MatMulEpilogue."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], "mm"),
+             helper.make_node("Add", ["mm", "bias"], ["y0"], "add")]
+    inits = {"w": RNG.standard_normal((k, n)).astype(np.float32), "bias": RNG.standard_normal(n).astype(np.float32)}
+    last = "y0"
+    if relu:
+        nodes.append(helper.make_node("Relu", [last], ["y1"], "relu"))
+        last = "y1"
+    out = TensorProto.FLOAT
+    if qtype is not None:
+        nodes.append(helper.make_node("QuantizeLinear", [last, "s", "z"], ["y2"], "q"))
+        inits.update(s=np.array(0.05, np.float32), z=np.array(-3 if qtype == np.int8 else 7, qtype))
+        last, out = "y2", helper.np_dtype_to_tensor_dtype(np.dtype(qtype))
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                      [helper.make_tensor_value_info(last, out, [m, n])], inits, opset=21)
+
+
+def _fused_native_and_reference(model, x):
+    (node,) = fuse_partition(nodes_from_model(model), REF)
+    kernel = kernel_for(*node.key)
+    outs, bound = {}, []
+    for kernels in ("native", "reference"):
+        p = kernel.prepare(node, REF)
+        _native.configure([p], kernels, 1)
+        with np.errstate(all="ignore"):
+            outs[kernels] = kernel.run(p, [x])[0]
+            if kernels == "native":
+                bound = bound_step_outputs(kernel, p, [x], [outs[kernels]])
+    assert bound and bound[0].tobytes() == outs["native"].tobytes(), "the bound step is not the kernel's"
+    return outs["native"], outs["reference"]
+
+
+@pytest.mark.parametrize("isa_name", [i for i in host_isas() if i in ("scalar", "avx2", "avx512")])
+def test_fused_bias_relu_quantize_epilogues(isa_name):
+    """MatMulEpilogue: + bias, ReLU (NaN stays, -0 becomes +0) and an 8-bit QuantizeLinear (NaN to the lowest code)
+    in place after the product. Below AVX-512 the product is numpy's: the reference's bits. On AVX-512 it is the
+    packed GEMM's, rounded in another order: floats within 1e-5 of the output's scale (K * 2^-24 of the sum of
+    magnitudes is below that at K <= 300), codes within 1 (a product on
+    either side of a rounding boundary); NaN and Inf in x land in the same places (no huge finite values here,
+    whose overflow would depend on the order)."""
+    with _capped(isa_name):
+        for m, k, n in ((1, 7, 5), (9, 33, 17), (3, 300, 64)):
+            x = with_specials(RNG.standard_normal((m, k)).astype(np.float32) * 3, RNG,
+                              values=(np.nan, np.inf, -np.inf, -0.0), fraction=0.01)
+            for relu, qtype in ((True, np.uint8), (False, np.int8), (True, None), (False, None)):
+                got, want = _fused_native_and_reference(_epilogue_model(m, k, n, relu, qtype), x)
+                what = f"{(m, k, n)} relu={relu} {qtype} on {isa_name}"
+                assert got.dtype == want.dtype and got.shape == want.shape, what
+                if isa_name != "avx512":
+                    _bits_equal(got, want, what) if got.dtype.kind == "f" else np.testing.assert_array_equal(got, want)
+                elif got.dtype.kind == "f":
+                    finite = np.isfinite(want)
+                    np.testing.assert_array_equal(got[~finite], want[~finite], err_msg=what)  # NaN, +-Inf
+                    scale = float(np.abs(want[finite]).max()) if finite.any() else 1.0
+                    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5 * scale, err_msg=what)
+                else:
+                    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, what
 
 
 @pytest.mark.slow
