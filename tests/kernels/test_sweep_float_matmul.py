@@ -213,10 +213,10 @@ def _fused_native_and_reference(model, x):
 def test_fused_bias_relu_quantize_epilogues(isa_name):
     """MatMulEpilogue: + bias, ReLU (NaN stays, -0 becomes +0) and an 8-bit QuantizeLinear (NaN to the lowest code)
     in place after the product. Below AVX-512 the product is numpy's: the reference's bits. On AVX-512 it is the
-    packed GEMM's, rounded in another order: floats within 1e-5 of the output's scale (K * 2^-24 of the sum of
-    magnitudes is below that at K <= 300), codes within 1 (a product on
-    either side of a rounding boundary); NaN and Inf in x land in the same places (no huge finite values here,
-    whose overflow would depend on the order)."""
+    packed GEMM's, summed in another order: floats within 1e-5 of the output's scale (two orders of K products
+    differ by a few ulps of the largest partial sums, as test_native_norm_matmul_float.py), codes within 1 (a
+    product on either side of a rounding boundary); NaN and Inf in x land in the same places (no huge finite
+    values here, whose overflow would depend on the order)."""
     with _capped(isa_name):
         for m, k, n in ((1, 7, 5), (9, 33, 17), (3, 300, 64)):
             x = with_specials(RNG.standard_normal((m, k)).astype(np.float32) * 3, RNG,
