@@ -3,9 +3,11 @@
 ``python -m npu_ep.tools.version_matrix --wheel dist/npu_ep-*.whl [--set NAME=pkg==ver,pkg==ver ...]`` makes one venv
 per set under ``--workdir`` (default /tmp/npu_ep_matrix; kept and reused), installs the wheel with the set's pins
 (pip resolves them against pyproject.toml's ranges, so an out-of-range pin fails loudly), then runs ``--check`` in
-it: the demo (tiny Llama rewritten, greedy tokens on NpuEP against the CPU EP) and a QDQ MLP quantized by ORT's
-own ``quantize_static`` (NpuEP's outputs against the CPU EP's). It prints one line per set and a verdict: every set
-must give the CPU EP's tokens, and the same tokens and the same NpuEP QDQ output bytes as every other set.
+it: the demo (tiny Llama rewritten, greedy tokens on NpuEP against the CPU EP), a QDQ MLP quantized by ORT's
+own ``quantize_static`` (NpuEP's outputs against the CPU EP's) and an If whose branches read the outer graph
+(claimed whole by NpuEP; onnxruntime before 1.27 hands the fused node none of those outer values). It prints one
+line per set and a verdict: every set must give the CPU EP's tokens and If output, and the same tokens and the same
+NpuEP QDQ output bytes as every other set.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 # The lowest versions pyproject.toml declares, the versions the project was developed on, and the newest published
 # when this was written. --set replaces them.
 DEFAULT_SETS = {
-    "lowest": "onnxruntime==1.25.0,onnx==1.19.0,onnxscript==0.5.4,onnx-ir==0.1.12",
+    "lowest": "onnxruntime==1.27.0,onnx==1.19.0,onnxscript==0.5.4,onnx-ir==0.1.12",
     "dev": "onnxruntime==1.31.1,onnx==1.23.2,onnxscript==0.7.2,onnx-ir==1.1.0",
     "newest": "onnxruntime==1.32.0",
 }
@@ -61,6 +63,29 @@ def _qdq_mlp(folder: Path) -> Path:
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return dst
+
+
+def _if_model(folder: Path) -> Path:
+    """An If whose branches read an input of the outer graph no outer node reads (as in Silero VAD): NpuEP claims it
+    whole."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def branch(name: str, op: str):
+        return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_y"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [4, 8])])
+
+    nodes = [helper.make_node("Not", ["cond"], ["flip"]),  # x is read only inside the branches
+             helper.make_node("If", ["flip"], ["y"], then_branch=branch("then", "Relu"),
+                              else_branch=branch("else", "Neg"))]
+    graph = helper.make_graph(nodes, "if_outer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8]),
+                                                  helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = folder / "if_outer.onnx"
+    onnx.save(model, path)
+    return path
 
 
 def _nodes_on_npu(session) -> int | str:
@@ -105,6 +130,16 @@ def check() -> dict:
         out["qdq"] = {"sha256": hashlib.sha256(y.tobytes()).hexdigest()[:16], "nodes_on_npu": _nodes_on_npu(sess),
                       "max_abs_diff_vs_cpu": float(np.abs(y - ref).max()),
                       "identical_to_cpu": bool(y.tobytes() == ref.tobytes())}
+        model = _if_model(folder)
+        feeds = {"x": np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8), "cond": np.array(False)}
+        try:
+            sess = ort.InferenceSession(str(model), sess_options=so, providers=[("NpuEP", {"cache_dir": ""})],
+                                        enable_fallback=0)
+            (y,) = sess.run(None, feeds)
+            (ref,) = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)
+            out["if"] = {"identical_to_cpu": bool(y.tobytes() == ref.tobytes()), "nodes_on_npu": _nodes_on_npu(sess)}
+        except Exception as exc:  # reported per set: which runtimes cannot run a claimed If
+            out["if"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     return out
 
 
@@ -150,7 +185,16 @@ def verdict(results: Sequence[dict]) -> list[str]:
         problems.append("the demo's tokens differ between sets")
     if len({r["qdq"]["sha256"] for r in ok}) > 1:
         problems.append("NpuEP's QDQ outputs differ between sets")
+    for r in ok:
+        if "error" in r["if"] or not r["if"]["identical_to_cpu"]:
+            problems.append(f"{r['set']}: If with outer-scope reads: {r['if'].get('error', 'differs from the CPU EP')}")
     return problems
+
+
+def _if_summary(result: dict) -> str:
+    if "error" in result:
+        return "ERROR " + result["error"][:160]
+    return f"{'=' if result['identical_to_cpu'] else '!='} CPU EP, {result['nodes_on_npu']} nodes on NpuEP"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:8s} onnxruntime {r['onnxruntime']}, onnx {r['onnx']}, onnxscript {r['onnxscript']}, "
                   f"onnx-ir {r['onnx-ir']}: demo tokens {d['tokens']} ({same}"
                   f" CPU EP, {d['nodes_on_npu']} nodes on NpuEP); QDQ {q['sha256']} ({q['nodes_on_npu']} nodes on "
-                  f"NpuEP, max |diff| vs CPU EP {q['max_abs_diff_vs_cpu']:.3g}); {r['seconds']} s", flush=True)
+                  f"NpuEP, max |diff| vs CPU EP {q['max_abs_diff_vs_cpu']:.3g}); If: {_if_summary(r['if'])}; "
+                  f"{r['seconds']} s", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     problems = verdict(results)
