@@ -68,10 +68,12 @@ class _Worker:
         self.case, self.started, self.cpu = case, time.monotonic(), None
         self.conn.send(case)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 0.0) -> None:
+        """End the worker: after ``grace_s`` to finish on its own (it was told to), killed."""
+        self.process.join(grace_s)
         if self.process.is_alive():
             self.process.kill()
-        self.process.join(5)
+            self.process.join(5)
         self.conn.close()
 
 
@@ -104,7 +106,7 @@ def run_pool(cases: Sequence[Case], jobs: int = 2, timeout_s: float = DEFAULT_TI
                 w.conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
-            w.stop()
+            w.stop(grace_s=2.0)
     return sorted(outcomes, key=lambda o: o.key)
 
 
