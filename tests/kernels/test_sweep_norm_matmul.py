@@ -134,3 +134,41 @@ def test_wide_grid(skip):
         for rows in ROWS:
             for half in (15, 16, 17, 32, 33):
                 _check(d, rows, half, skip, swiglu=True)
+
+
+def _group_model(rows: int, d: int, half: int):
+    """{gate, up} MatMuls on one input + SiLU(gate) * up, without a norm: the compiler's MatMulGroup (SwiGLU)."""
+    nodes = [helper.make_node("MatMul", ["x", "wg"], ["g"], "gate"),
+             helper.make_node("MatMul", ["x", "wu"], ["u"], "up"), helper.make_node("Sigmoid", ["g"], ["sg"], "sig"),
+             helper.make_node("Mul", ["g", "sg"], ["si"], "m1"), helper.make_node("Mul", ["si", "u"], ["y"], "m2")]
+    inits = {w: (RNG.standard_normal((d, half)) / np.sqrt(d)).astype(np.float32) for w in ("wg", "wu")}
+    graph = helper.make_graph(nodes, "group", [helper.make_tensor_value_info("x", F32, [1, rows, d])],
+                              [helper.make_tensor_value_info("y", F32, [1, rows, half])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def test_group_swiglu_halves_with_special_values():
+    """A MatMulGroup's SwiGLU (norm_matmul.cc's SwiGlu after the packed GEMM, 16 lanes and a masked tail): within
+    the products' tolerance of the reference; NaN and +-Inf in x give NaN / Inf in the same places."""
+    for rows in (1, 17):
+        for half in (1, 15, 16, 17, 33):
+            model = _group_model(rows, 40, half)
+            (node,) = fuse_partition(nodes_from_model(model), REF)
+            assert node.op_type == "MatMulGroup"
+            kernel = kernel_for(*node.key)
+            x = RNG.standard_normal((1, rows, 40)).astype(np.float32)
+            x[0, 0, :3] = [np.nan, np.inf, -np.inf]
+            outs = {}
+            for kernels in ("native", "reference"):
+                p = kernel.prepare(node, REF)
+                _native.configure([p], kernels, 2)
+                with native_calls() as calls, np.errstate(all="ignore"):
+                    outs[kernels] = kernel.run(p, [x])[0]
+                if kernels == "native":
+                    assert "float_matmul_packed" in calls, calls
+            got, want = outs["native"], outs["reference"]
+            finite = np.isfinite(want)
+            np.testing.assert_array_equal(got[~finite], want[~finite])
+            scale = float(np.abs(want[finite]).max()) if finite.any() else 1.0
+            np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=1e-5 * scale)
