@@ -73,10 +73,11 @@ std::string FindPython(std::string* how) {
     *how = "NPU_EP_PYTHON";
     return env;
   }
-  // <prefix>/lib/pythonX.Y/site-packages/npu_ep/ep/libnpu_ep_plugin.so: a wheel installed into <prefix>.
+  // <prefix>/lib/pythonX.Y/{site,dist}-packages/npu_ep/ep/libnpu_ep_plugin.so: a wheel installed into <prefix>.
   const std::string self = ThisLibraryPath();
   size_t lib = self.rfind("/lib/python");
-  if (lib != std::string::npos && self.find("/site-packages/", lib) != std::string::npos) {
+  if (lib != std::string::npos && (self.find("/site-packages/", lib) != std::string::npos ||
+                                   self.find("/dist-packages/", lib) != std::string::npos)) {
     const std::string prefix = self.substr(0, lib);
     for (const char* name : {"/bin/python3", "/bin/python"}) {
       if (IsFile(prefix + name)) {
