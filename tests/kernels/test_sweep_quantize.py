@@ -74,6 +74,9 @@ def test_quantize_across_task_chunks(q_isa):
     check("QuantizeLinear", inputs, "quantize_tensor", exact=True, threads=2)
     check("DynamicQuantizeLinear", [("x", np.nan_to_num(x, nan=1.0, posinf=5.0, neginf=-5.0), False)],
           "quantize_tensor", exact=True, threads=2, n_out=3)
+    codes = RNG.integers(-128, 128, CHUNK + 17).astype(np.int8)
+    check("DequantizeLinear", [("x", codes, False), ("s", np.array(0.07, np.float32), True),
+                               ("z", np.array(-9, np.int8), True)], "dequantize_tensor", exact=True, threads=2)
 
 
 @pytest.mark.slow
