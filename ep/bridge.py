@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..kernels.node import NodeInfo, canonical_domain
+from ..kernels.node import NodeInfo
 from ..kernels.target import Target
 from . import options as options_mod
 from .capability import EPCONTEXT, Capability, analyze
@@ -73,10 +73,8 @@ class EpSession:
 
             policy = cost_aware_policy(self.target, bridge_us=self.options.bridge_cost_us)
         parent = node_from_dict(graph["parent"]) if graph.get("parent") else None  # the If holding a branch
-        enclosing = [(canonical_domain(d), op) for d, op in graph.get("enclosing", ())]  # nodes holding this graph
-        result = analyze(infos, self.target, ep_name=self.ep_name, assigned=assigned, policy=policy, parent=parent,
-                         enclosing=enclosing)
-        self.capabilities.append(({k: v for k, v in graph.items() if k not in ("parent", "enclosing")}, result))
+        result = analyze(infos, self.target, ep_name=self.ep_name, assigned=assigned, policy=policy, parent=parent)
+        self.capabilities.append(({k: v for k, v in graph.items() if k != "parent"}, result))
         self._declines.add(result, graph)
         if not graph.get("is_subgraph", False):  # ORT partitions subgraphs first: the main graph comes last
             self._declines.flush()

@@ -154,20 +154,21 @@ def _partition_crossable(nodes: Sequence[NodeInfo], decisions: list[Decision]) -
             decisions[pos[i]] = Decision(nodes[pos[i]], reason)
 
 
-def _inlined_holder(parent: NodeInfo | None, enclosing: Sequence[tuple[str, str]]) -> str | None:
-    """Why no node of this graph may be claimed because of a node holding it, or None."""
-    holders = list(enclosing) or ([parent.key] if parent is not None else [])
-    inlined = next((k for k in holders if k not in KEEPS_GRAPHS), None)
-    if inlined is None:
+def _inlined_holder(parent: NodeInfo | None) -> str | None:
+    """Why no node of this graph may be claimed because of the node holding it, or None.
+
+    Only the immediate parent is known (the plugin API gives a subgraph's parent node, but not the graph that node
+    sits in). An If branch inside a SequenceMap's body may be claimed; ORT then copies that fused node into the
+    inlined Loop body's If, where it still runs."""
+    if parent is None or parent.key in KEEPS_GRAPHS:
         return None
-    op = escape(f"{inlined[0]}::{inlined[1]}" if inlined[0] else inlined[1])
-    return (f"inside the graph of a {op} node, which ORT inlines as a function when no EP takes it "
+    op = parent.describe()
+    return (f"inside a graph of {op}, which ORT inlines as a function when no EP takes it "
             "(a fused NpuEP node would be copied into a graph that cannot run it)")
 
 
 def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP",
-            assigned: dict[int, str] | None = None, policy=None, parent: NodeInfo | None = None,
-            enclosing: Sequence[tuple[str, str]] = ()) -> Capability:
+            assigned: dict[int, str] | None = None, policy=None, parent: NodeInfo | None = None) -> Capability:
     """Decide every node. ``assigned``: node index -> EP already chosen by ORT (such nodes are left alone).
 
     ``policy``, if given, is called as ``policy(nodes, decisions, partitions) -> (decisions, partitions)`` to
@@ -175,16 +176,13 @@ def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP"
 
     ``parent``: the If/Loop/Scan node holding this graph when it is a branch or body. ORT offers subgraphs before
     the graph holding their node; when that node will be claimed there (every node of its graphs runs on the
-    target), this graph claims nothing: it is compiled as part of the node's partition.
-
-    ``enclosing``: (domain, op) of every node holding this graph, innermost first (the shim's view; ``parent``
-    alone when empty): inside a graph ORT may inline (SequenceMap's body) nothing is claimed.
+    target), this graph claims nothing: it is compiled as part of the node's partition. Inside a graph of a node ORT
+    may inline as a function (SequenceMap's body), nothing is claimed either.
     """
-    if (parent is not None and parent.key in HOLDS_GRAPHS and _inlined_holder(parent, enclosing) is None
-            and _check(parent, target, {}) is None):
+    if parent is not None and parent.key in HOLDS_GRAPHS and _check(parent, target, {}) is None:
         return Capability([Decision(n, f"{n.describe()}: {BRANCH_OF_IF} {parent.describe()}", in_parent=True)
                            for n in nodes], [])
-    held = _inlined_holder(parent, enclosing)
+    held = _inlined_holder(parent)
     assigned = assigned or {}
     weights = qdq.foldable_weights(nodes)
     reasons: list[str | None] = []

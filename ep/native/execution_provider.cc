@@ -47,20 +47,6 @@ py::dict GraphInfo(const OrtGraph* graph, bool with_parent = false) {
   // The node holding this subgraph, with all its branches: capability decides from it whether the whole If is
   // claimed later (then this branch is compiled with it) before ORT has shown it the sibling branch.
   if (with_parent && parent) d["parent"] = DescribeNode(parent, 0, kCapabilityValueLimit);
-  // (domain, op) of every node holding this graph, innermost first: inside an op ORT inlines (SequenceMap) the
-  // EP claims nothing, however deep.
-  py::list enclosing;
-  for (const OrtNode* holder = parent; holder;) {
-    const char *op = nullptr, *domain = nullptr;
-    Check(g_ort->Node_GetOperatorType(holder, &op));
-    Check(g_ort->Node_GetDomain(holder, &domain));
-    enclosing.append(py::make_tuple(domain ? domain : "", op ? op : ""));
-    const OrtGraph* outer = nullptr;
-    Check(g_ort->Node_GetGraph(holder, &outer));
-    holder = nullptr;
-    if (outer) Check(g_ort->Graph_GetParentNode(outer, &holder));
-  }
-  d["enclosing"] = enclosing;
   return d;
 }
 
