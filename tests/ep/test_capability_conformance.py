@@ -187,3 +187,21 @@ def test_compile_refuses_by_the_rule_capability_declines_by(monkeypatch, tmp_pat
     with pytest.raises(Exception, match="value 'q' has element type int4, which the NPU runtime cannot carry"):
         npu_session(_int4_chain(), {"target": target})
 
+
+
+def test_an_int4_graph_output_declines_its_producer():
+    """x -> Relu -> QuantizeLinear (int4) -> graph output: the int4 tensor would leave the partition."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q"], name="q")]
+    graph = helper.make_graph(nodes, "int4_out", [helper.make_tensor_value_info("x", F32, [8])],
+                              [helper.make_tensor_value_info("q", TensorProto.INT4, [8])],
+                              [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+                               helper.make_tensor("z", TensorProto.INT4, [], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    nodes_info = nodes_from_model(model)
+    result = analyze(nodes_info, Target.load("npu-ref"))
+    assert [[nodes_info[i].name for i in p] for p in result.partitions] == [["relu"]]
+    (reason,) = [d.reason for d in result.declined]
+    assert reason == ("node 'q' (QuantizeLinear): q (int4) would leave the NPU partition, and the NPU runtime "
+                      "cannot carry int4 tensors")
