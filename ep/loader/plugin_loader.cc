@@ -7,7 +7,7 @@
 //      this file's site-packages, else the python that built it), dlopens its libpython RTLD_GLOBAL (so numpy and
 //      the other extensions resolve against it), starts the interpreter with that python as its executable (which
 //      selects the environment's site-packages), releases the GIL for the host's threads, and checks that
-//      `npu_ep.ep.bridge` imports;
+//      `npu_ep.ep.bridge` imports there from this very install;
 //   3. dlopens `_native` beside this file and forwards CreateEpFactories/ReleaseEpFactory to it.
 // Every failure becomes one OrtStatus naming what is missing. An interpreter we started is never finalized
 // (numpy cannot be initialized twice in one process): unregistering releases the factory and its sessions' Python
@@ -28,8 +28,8 @@
 
 namespace {
 
-// Recorded when the package was built (setup.py): the python whose environment it was installed into, that
-// python's libpython file name and folder, and the file name of the real plugin beside this loader.
+// Recorded when the package was built (setup.py): the python that ran the build (an editable install's
+// environment), its libpython's file name and folder, and the file name of the real plugin beside this loader.
 constexpr const char* kBuildPython = NPU_EP_BUILD_PYTHON;
 constexpr const char* kLibpythonName = NPU_EP_LIBPYTHON;
 constexpr const char* kBuildLibdir = NPU_EP_BUILD_LIBDIR;
