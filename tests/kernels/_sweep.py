@@ -7,7 +7,7 @@ and +0.0 are equal, as numpy's own maximum leaves their order unspecified) or wi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -157,5 +157,3 @@ def with_specials(x: np.ndarray, rng: np.random.Generator, values=(np.nan, np.in
     flat[where] = np.resize(np.asarray(values, y.dtype), where.size)
     return y
 
-
-Check = Callable[..., list[np.ndarray]]

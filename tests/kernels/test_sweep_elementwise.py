@@ -8,8 +8,6 @@ dtypes (float32/64, int8..int64, uint8, bool), with NaN, +-Inf, -0.0, integer ex
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
