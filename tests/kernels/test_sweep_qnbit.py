@@ -14,7 +14,8 @@ pass and one more), 15..17 (the BLAS threshold).
 Tolerances: level 0 dequantizes W as the reference does ((q - zp) * scale rounded once) and sums in another
 order: both within K eps sum|a w| of the exact product, so 2 K eps sum|a w| apart. Level 4 sums integer products
 exactly per block and scales them (one rounding of sa * sw, one per block's fused add) where the reference rounds
-each dequantized element and sums in float32: held to 2 (K + 4) eps sum|qa w| (qa: A as quantized). Special
+each dequantized element and sums in float32: held to 2 (K + 4) eps sum|qa w| (qa: A as quantized); a bias adds
+2 eps |bias| (its add rounds on each side). Special
 values (NaN, +-Inf, -0, huge, tiny in A; infinite and NaN weight scales): NaN exactly where the reference has NaN,
 infinities equal, the finite rest within the bound; level 4 follows ORT's CompInt8 NaN rules (matmul_nbits), which
 the CPU EP comparisons check.
@@ -64,7 +65,10 @@ def _check(a, w, K, N, bs, level, *, scales=None, bias=None, threads=1, cpu: boo
     assert "matmul_nbits" in calls, f"the native matmul_nbits did not run ({calls})"
     (want,) = run_kernel(m, {"a": a}, "reference")
     label = f"MatMulNBits M={a.shape[0]} K={K} N={N} bs={bs} level={level}"
-    _pattern_and_bound(got, want, _bound(a, w, K, bs, level, scales), label)
+    bound = _bound(a, w, K, bs, level, scales)
+    if bias is not None:  # each side's last add of the bias rounds once more
+        bound = bound + 2 * EPS * np.abs(bias)
+    _pattern_and_bound(got, want, bound, label)
     if cpu:
         (ort,) = run_ort(m, inputs)
         finite = np.isfinite(ort)
@@ -101,8 +105,8 @@ BLOCKS = [16, 32, 64, 128, 256]
 
 
 def _ks(bs: int) -> list[int]:
-    """K just below, at and above one block, two blocks (bs < 128: the 128-element chunk too) and a chunk past."""
-    return sorted({k for k in (*around(bs, 2 * bs), *around(128), 128 + bs + 1) if k >= 1})
+    """K of one element, just below, at and above one block, two blocks and the 128-element chunk, a chunk past."""
+    return sorted({k for k in (1, *around(bs, 2 * bs), *around(128), 128 + bs + 1) if k >= 1})
 
 
 GRID = [(m, k, n, bs, level, sym) for bs in BLOCKS for k in _ks(bs) for n in (1, *around(16, 32))
