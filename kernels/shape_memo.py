@@ -80,15 +80,17 @@ def shape_memo(p: "Prepared", kind: str) -> ShapeMemo:
     return table
 
 
-def memo_per_shape(p: "Prepared", kind: str, key: Hashable, make: Callable[[], T]) -> T:
-    """``make()`` for this shape ``key``, made once while ``p`` keeps the key among its ``SHAPES_KEPT`` latest.
-    (``shape_memo`` and ``ShapeMemo.get_or_make`` written out: kernels call this on every run.)"""
-    table = p.memo.get(kind)
-    if table is None:
-        table = p.memo.setdefault(kind, ShapeMemo())
-    value = table.get(key, _MISSING)
-    if value is _MISSING:
-        return table.keep(key, make())
+def memo_per_shape(p: "Prepared", kind: str, key: Hashable, make: Callable[..., T], *args: Any) -> T:
+    """``make(*args)`` for this shape ``key``, made once while ``p`` keeps the key among its ``SHAPES_KEPT`` latest.
+    Kernels call this on every run, so a hit is kept to two lookups and the recency update (``make`` takes
+    arguments: a closure would be built on every call)."""
+    try:
+        table = p.memo[kind]
+        value = table[key]
+    except KeyError:
+        value = _MISSING
+    if value is _MISSING:  # made outside the handler: an error of make's is not chained to the lookup's
+        return shape_memo(p, kind).keep(key, make(*args))
     try:
         table.move_to_end(key)
     except KeyError:  # evicted by another thread since the read

@@ -50,10 +50,12 @@ def _caches(p: Prepared, inputs) -> tuple[np.ndarray, np.ndarray]:
 def _static(p: Prepared, h: int) -> tuple:
     """The call's per-node scalars (heads, scale, softcap, window, interleaved), converted once per head size
     (``shape_memo``)."""
-    a = p.attrs
-    return memo_per_shape(p, "native_static", h, lambda: (
-        int(a["num_heads"]), int(a["kv_num_heads"]), float(a["scale"]) or 1.0 / math.sqrt(h), float(a["softcap"]),
-        int(a["local_window_size"]), bool(a["rotary_interleaved"])))
+    return memo_per_shape(p, "native_static", h, _static_made, p.attrs, h)
+
+
+def _static_made(a: dict, h: int) -> tuple:
+    return (int(a["num_heads"]), int(a["kv_num_heads"]), float(a["scale"]) or 1.0 / math.sqrt(h), float(a["softcap"]),
+            int(a["local_window_size"]), bool(a["rotary_interleaved"]))
 
 
 def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,

@@ -339,7 +339,7 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
 def _qlinear_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:
     """(kernel, its arguments after x, dtype to view its result as or None) of the QLinearConv's native call for
     x's shape, made once per shape (``shape_memo``)."""
-    return memo_per_shape(p, "qlinear_call", (x.shape, threads), lambda: _qlinear_call_made(p, nat, x, threads))
+    return memo_per_shape(p, "qlinear_call", (x.shape, threads), _qlinear_call_made, p, nat, x, threads)
 
 
 def _qlinear_call_made(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:

@@ -83,7 +83,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x4 = x[:, :, None, :] if one_d else x
     nat = _native.native(p)
     if nat is not None:
-        geom = memo_per_shape(p, "geometry", x4.shape, lambda: _geometry_list(p, x4))
+        geom = memo_per_shape(p, "geometry", x4.shape, _geometry_list, p, x4)
         y = nat.conv_integer(np.ascontiguousarray(x4), xzp, p.consts["qw"], p.consts["wzp"], geom,
                              p.attrs["wdims"][1] == 1, _native.threads(p))
     else:

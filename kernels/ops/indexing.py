@@ -108,7 +108,7 @@ def _slice_run(p: Prepared, inputs) -> list[np.ndarray]:
     input shape (``shape_memo``)."""
     x = arg(p, inputs, 0)
     if all(v is None for v in inputs[1:]):
-        return [x[memo_per_shape(p, "slice_index", x.shape, lambda: _slice_index(p, inputs, x.shape))]]
+        return [x[memo_per_shape(p, "slice_index", x.shape, _slice_index, p, inputs, x.shape)]]
     return [x[_slice_index(p, inputs, x.shape)]]
 
 

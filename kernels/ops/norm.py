@@ -149,7 +149,7 @@ def _zero_mean(p: Prepared, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     shape = x.shape[:-1] + (1,)
     if x.size != x.shape[-1]:
         return np.zeros(shape, dtype)
-    return memo_per_shape(p, "zeros", shape, lambda: _read_only_zeros(shape, dtype))
+    return memo_per_shape(p, "zeros", shape, _read_only_zeros, shape, dtype)
 
 
 def _read_only_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -53,7 +53,7 @@ def pad_widths(rank: int, pads: list[int], axes: list[int] | None) -> list[tuple
 def _geometry(p: Prepared, inputs, x: np.ndarray) -> tuple[tuple[slice, ...], list[tuple[int, int]]]:
     """(crop index, per-axis (begin, end) growth); made once per input shape when pads and axes are constants."""
     if all(v is None for v in inputs[1:2] + inputs[3:4]):
-        return memo_per_shape(p, "pad_geometry", x.shape, lambda: _geometry_of(p, inputs, x.shape))
+        return memo_per_shape(p, "pad_geometry", x.shape, _geometry_of, p, inputs, x.shape)
     return _geometry_of(p, inputs, x.shape)
 
 

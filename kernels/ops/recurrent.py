@@ -201,7 +201,7 @@ def _lstm_native(mod, p: Prepared, inputs) -> list[np.ndarray]:
     dirs = len(wt)
     lens_in = arg(p, inputs, 4)
     if lens_in is None:  # every sequence full length: the same array for every call of this shape
-        lens = memo_per_shape(p, "full_lens", (batch, seq), lambda: np.full(batch, seq, np.int64))
+        lens = memo_per_shape(p, "full_lens", (batch, seq), np.full, batch, seq, np.int64)
     else:
         lens = lens_in.astype(np.int64)
     h0 = initial_state(arg(p, inputs, 5), dirs, batch, hid, layout)
