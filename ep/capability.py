@@ -16,7 +16,8 @@ up the nodes touching that tensor, until every boundary crosses.
 
 Subgraphs: ORT keeps the graphs of If/Loop/Scan (and of the contrib ops with graph-running kernels) and runs them;
 other graph-holding ops (SequenceMap) are functions ORT inlines when no EP takes them, copying their body with any
-fused node in it into a graph that does not import NpuEP's domain. Nothing inside those is claimed.
+fused node in it into a graph that does not import NpuEP's domain. Nothing directly inside those is claimed (the
+plugin API names a subgraph's parent node only, not the graph holding that node).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def _drop_data_only(nodes: Sequence[NodeInfo], decisions: list[Decision],
 
 def _crossing_refusals(group: Sequence[int], nodes: Sequence[NodeInfo]) -> dict[int, str]:
     """Node index -> reason, for the nodes of ``group`` touching a boundary tensor the NPU runtime cannot carry."""
-    members = [n for n in nodes if n.index in set(group)]
+    in_group = set(group)
+    members = [n for n in nodes if n.index in in_group]
     inputs, outputs = boundary(group, nodes)
     refused: dict[int, str] = {}
     for way, values, side in (("enter", inputs, "inputs"), ("leave", outputs, "outputs")):
