@@ -29,7 +29,7 @@ from ..target import Target
 from ._graph import consumers_of, float_scalar
 
 CODES = {"mul": 0, "add": 1, "sub": 2, "rsub": 3, "div": 4, "rdiv": 5, "clip": 6, "save": 7, "mul_saved": 8,
-         "add_saved": 9, "sigmoid": 10}
+         "add_saved": 9, "sigmoid": 10, "erf": 11, "leaky_relu": 12}
 _SCALAR_OPS = {"Mul": ("mul", "mul"), "Add": ("add", "add"), "Sub": ("sub", "rsub"), "Div": ("div", "rdiv")}
 
 

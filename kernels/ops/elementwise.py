@@ -8,6 +8,13 @@ and fails the run on a zero divisor, as ORT's CPU Div does.
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
 and the output (``_vector.stream_cost``).
+
+The element-wise engine: a float32 op that is a short list of conv-tail instructions (``fusion.conv_tail.CODES``:
+Erf, exact Gelu, Pow by a constant 3, and activation.py's LeakyRelu, HardSigmoid, HardSwish, PRelu of one slope)
+runs natively as ``tail_of`` (``ep/native/kernels/conv_tail.cc``: one pass over the data in L1-sized chunks,
+vectorized, threaded over large tensors), and the same instructions fold into a Conv before it. Its reference here
+computes the same float32 operations, so both give the same bits. Erf in float32 is Eigen's rational
+approximation ``erf_f32`` (within 6.5 ulp, 3.9e-7 absolute, of the exact erf), never float64.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..fusion.conv_tail import CODES
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -24,6 +32,7 @@ from ._util import arg, nbytes, stash_constants
 from ._vector import erf, itemsize_of, stream_cost, widen
 
 _SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -97,8 +106,48 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.reciprocal(t, out=t)
 
 
+# erf_f32: Eigen's generic_fast_erf_float, x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (|erf| rounds to 1 beyond)
+_ERF_P = [np.float32(c) for c in (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+                                  -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+                                  -1.60960333262415e-02)]
+_ERF_Q = [np.float32(c) for c in (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                                  -7.37332916720468e-03, -1.42647390514189e-02)]
+_FOUR = np.float32(4.0)
+_SQRT1_2 = np.float32(1.0 / np.sqrt(2.0))
+
+
+def erf_f32(x: np.ndarray) -> np.ndarray:
+    """erf of float32 x in float32 as the native ``erf`` instruction computes it (conv_tail.cc's ``Erf``): the same
+    plain multiplies, adds and one divide in the same order, so the same bits; x * (P / Q) rather than (x * P) / Q
+    keeps a denormal x's precision. NaN stays NaN, +-inf give +-1, -0 gives -0."""
+    c = np.where(x < -_FOUR, -_FOUR, np.where(x > _FOUR, _FOUR, x))
+    x2 = c * c
+    p = np.full_like(x2, _ERF_P[0])
+    for k in _ERF_P[1:]:
+        p *= x2
+        p += k
+    q = np.full_like(x2, _ERF_Q[0])
+    for k in _ERF_Q[1:]:
+        q *= x2
+        q += k
+    p /= q
+    return np.asarray(c * p)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """Erf on the compute dtype: float32 as ``erf_f32``, float64 in float64."""
+    return erf_f32(x) if x.dtype == _F32 else erf(x).astype(x.dtype, copy=False)
+
+
 def _gelu_erf(x: np.ndarray) -> np.ndarray:
-    return (0.5 * x * (1.0 + erf(x * np.float32(1.0 / np.sqrt(2.0))))).astype(x.dtype, copy=False)
+    """0.5 x (1 + erf(x / sqrt 2)); float32 as the engine's instructions (``_GELU_ERF``) in their order."""
+    if x.dtype != _F32:
+        return (0.5 * x * (1.0 + erf(x * np.float32(1.0 / np.sqrt(2.0))))).astype(x.dtype, copy=False)
+    y = _erf(x * _SQRT1_2)
+    y += np.float32(1.0)
+    y = x * y
+    y *= np.float32(0.5)
+    return y
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -117,7 +166,6 @@ def _log(x: np.ndarray) -> np.ndarray:
         return np.log(x)
 
 
-_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 _ZEROS = {np.dtype(t): np.array(0, t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64)}
 
 # numpy's clip ufunc: one vectorized pass, where np.maximum/np.minimum on float32 take ~3x longer per element and
@@ -160,7 +208,7 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
     "Sqrt": (np.sqrt, 0.0, 1.0),
     "Reciprocal": (_reciprocal, 0.0, 1.0),
     "Exp": (np.exp, 0.0, 1.0),
-    "Erf": (lambda x: erf(x).astype(x.dtype), 0.0, 1.0),
+    "Erf": (_erf, 0.0, 1.0),
     "Sigmoid": (_sigmoid, 2.0, 1.0),
     "Tanh": (np.tanh, 0.0, 1.0),
     "Gelu": (_gelu_erf, 3.0, 1.0),  # opset 20; approximate="tanh" switches to _gelu_tanh
@@ -187,6 +235,11 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     if exponent is not None and exponent.value is not None:
         e = np.asarray(exponent.value)
         attrs["square"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 2.0)
+        attrs["cube"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 3.0)
+    engine = {"Erf": [("erf", 0.0, 0.0)], "Gelu": _GELU_ERF if attrs.get("approximate", "none") == "none" else None,
+              "Pow": _CUBE if attrs.get("cube") else None}.get(node.op_type)
+    if engine:
+        attrs[ENGINE_KEY] = [list(t) for t in engine]
     return Prepared(attrs, stash_constants(node), target)
 
 
@@ -261,6 +314,8 @@ def _pow_bind(p: Prepared, inputs, outs):
     if (not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray) or a.dtype not in _POW_DTYPES
             or outs[0].ndim == 0 or outs[0].dtype != a.dtype or inputs[0] is None):
         return None
+    if p.attrs.get("cube"):  # x * x * x: the engine's for float32, no binding for float64
+        return engine_bind(p, inputs, outs) if a.dtype == _F32 else None
     x = (0, 0, a.dtype, a.shape, None, True)
     if p.attrs.get("square") and b.ndim <= a.ndim:
         return _native.call_step(p, np.multiply, (None, None), [x, (1, *x[1:])], [(-1, None)])
@@ -277,6 +332,58 @@ def _relu_bind(p: Prepared, inputs, outs):
             or outs[0].ndim == 0 or outs[0].dtype != x.dtype):
         return None
     return _native.call_step(p, CLIP_UFUNC, (None, *_RELU_BOUNDS[x.dtype]), [(0, 0, x.dtype, x.shape, None)],
+                             [(-1, None)])
+
+
+# --- the element-wise engine: float32 ops as conv-tail instructions run by the native ``tail_of`` ---------------
+
+Instruction = tuple[str, float, float]  # (fusion.conv_tail.CODES name, a, b)
+_GELU_ERF: list[Instruction] = [("save", 0.0, 0.0), ("mul", float(_SQRT1_2), 0.0), ("erf", 0.0, 0.0),
+                                ("add", 1.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul", 0.5, 0.0)]
+_CUBE: list[Instruction] = [("save", 0.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul_saved", 0.0, 0.0)]
+ENGINE_KEY = "engine_program"  # Prepared.attrs: the op's instructions, when it has a float32 engine form
+
+
+def engine_program(p: Prepared) -> tuple[np.ndarray, np.ndarray] | None:
+    """(codes int32[n], consts float32[n, 2]) of the op's engine instructions (``attrs[ENGINE_KEY]``), made once."""
+    prog = p.memo.get(ENGINE_KEY)
+    if prog is None:
+        ins = p.attrs.get(ENGINE_KEY)
+        if not ins:
+            return None
+        prog = p.memo[ENGINE_KEY] = (np.asarray([CODES[t[0]] for t in ins], np.int32),
+                                     np.asarray([t[1:] for t in ins], np.float32).reshape(-1, 2))
+    return prog
+
+
+def _engine_call(p: Prepared, x: np.ndarray) -> np.ndarray | None:
+    """The op on the native engine for float32 ``x`` of rank >= 1 with a float32 output, else None."""
+    nat = _native.native(p)
+    if nat is None or x.dtype != _F32 or not x.ndim or _out_dtype(p, x) != _F32:
+        return None
+    prog = engine_program(p)
+    return None if prog is None else nat.tail_of(np.ascontiguousarray(x), *prog, _native.threads(p))
+
+
+def engine_runner(reference: Callable):
+    """The run function of an op with an engine form: the native engine where it applies, else ``reference``."""
+    def run(p: Prepared, inputs) -> list[np.ndarray]:
+        y = _engine_call(p, arg(p, inputs, 0))
+        return reference(p, inputs) if y is None else [y]
+    return run
+
+
+def engine_bind(p: Prepared, inputs, outs):
+    """A float32 engine op of a runtime input (and constants only otherwise) as one native ``tail_of`` call for its
+    shape."""
+    x = inputs[0] if inputs else None
+    nat = _native.native(p)
+    prog = engine_program(p)
+    if (nat is None or prog is None or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous
+            or outs[0].ndim == 0 or outs[0].dtype != _F32 or outs[0].shape != x.shape
+            or any(v is not None for v in inputs[1:])):
+        return None
+    return _native.call_step(p, nat.tail_of, (None, *prog, _native.threads(p)), [(0, 0, x.dtype, x.shape, None)],
                              [(-1, None)])
 
 
@@ -310,14 +417,18 @@ def _sign_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """Pow; a constant exponent of 2 is ``x * x`` as ORT's CPU kernel computes it (one correctly rounded product),
-    with the base's broadcast against the exponent's shape."""
+    """Pow; a constant exponent of 2 is ``x * x`` and of 3 ``x * x * x`` as ORT's CPU kernel computes them
+    (correctly rounded products, no powf), with the base's broadcast against the exponent's shape; float32 by 3
+    runs on the element-wise engine."""
     a, b = arg(p, inputs, 0), arg(p, inputs, 1)
-    if p.attrs.get("square") and a.dtype.kind == "f" and b.ndim <= a.ndim:
-        if a.dtype != _F16:
-            return [np.multiply(a, a)]
-        base = a.astype(_F32)
-        return [np.multiply(base, base).astype(_F16)]
+    if (p.attrs.get("square") or p.attrs.get("cube")) and a.dtype.kind == "f" and b.ndim <= a.ndim:
+        if p.attrs.get("cube") and (native := _engine_call(p, a)) is not None:
+            return [native]
+        base = a if a.dtype != _F16 else a.astype(_F32)
+        y = np.multiply(base, base)
+        if p.attrs.get("cube"):
+            y *= base
+        return [y if a.dtype != _F16 else y.astype(_F16)]
     return [np.asarray(_pow(a, b))]
 
 
@@ -395,16 +506,30 @@ _SIGN_REFERENCE = _unary_runner(np.sign)
 for _op, (_fn, _, _) in _UNARY.items():
     if _op == "Sigmoid":
         register(KernelDef("", _op, _prepare, _sigmoid_run, _cost, _check, rank_free=True, bind=_sigmoid_bind))
+    elif _op == "Erf":
+        register(KernelDef("", _op, _prepare, engine_runner(_unary_runner(_fn)), _cost, _check, rank_free=True,
+                           bind=engine_bind))
     elif _op == "Sign":
         register(KernelDef("", _op, _prepare, _sign_run, _cost, _check, rank_free=True, bind=_ufunc_binder(_fn, 1)))
     elif _op not in _MS_UNARY:
         register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True,
                            bind=_relu_bind if _op == "Relu" else _ufunc_binder(_fn, 1)))
 # opset 20; approximate="tanh" switches
-register(KernelDef("", "Gelu", _prepare, _gelu_run, _cost, _check, rank_free=True))
-register(KernelDef("com.microsoft", "Gelu", _prepare, _gelu_run, _cost, _check, rank_free=True))
+register(KernelDef("", "Gelu", _prepare, engine_runner(_gelu_run), _cost, _check, rank_free=True, bind=engine_bind))
+register(KernelDef("com.microsoft", "Gelu", _prepare, engine_runner(_gelu_run), _cost, _check, rank_free=True,
+                   bind=engine_bind))
 register(KernelDef("com.microsoft", "FastGelu", _prepare, _fast_gelu_run, _cost, _check, rank_free=True))
+def _pairwise_binder(fn: np.ufunc):
+    """Min/Max of two inputs as its ufunc's native call (the kernel's one fold step), as the binary ops bind."""
+    bind = _ufunc_binder(fn, 2)
+
+    def bind_two(p: Prepared, inputs, outs):
+        return bind(p, inputs, outs) if len(inputs) == 2 else None
+    return bind_two
+
+
 for _op, (_fn, _, _) in _VARIADIC.items():
-    register(KernelDef("", _op, _prepare, _variadic_runner(_op, _fn), _cost, _check, rank_free=True))
+    register(KernelDef("", _op, _prepare, _variadic_runner(_op, _fn), _cost, _check, rank_free=True,
+                       bind=_pairwise_binder(_fn) if _op in ("Min", "Max") else None))
 register(KernelDef("", "Where", _prepare, _where_run, _cost, _check, rank_free=True))
 register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check, rank_free=True))

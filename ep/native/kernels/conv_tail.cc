@@ -2,8 +2,12 @@
 // chunks that stay in L1: per chunk, each instruction is one loop over it. Every instruction is the float32
 // operation of the node it replaces, in the graph's order (no fused multiply-add), so the result is the unfused
 // steps' bit for bit; except sigmoid, whose exp is Cephes' in lanes on AVX2/AVX-512 hosts (intrinsics.h, within
-// 2 ulp, as SwiGLU's) and std::exp elsewhere, where the reference model calls numpy's. The chunking depends on the
-// size only, never on the thread count.
+// 2 ulp, as SwiGLU's) and std::exp elsewhere, where the reference model calls numpy's. erf is Eigen's float32
+// rational approximation (kernels/ops/elementwise.erf_f32 computes the same operations, so bit for bit too). The
+// chunking depends on the size only, never on the thread count.
+//
+// The same instructions also run a standalone element-wise op (Erf, Gelu, LeakyRelu, Pow by 3, ...) on a copy of
+// its input: ``tail_of``, the element-wise engine of kernels/ops/elementwise.py and activation.py.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -31,8 +35,10 @@ namespace npu_ep::kern {
 namespace {
 
 // Instruction codes, as CODES in kernels/fusion/conv_tail.py.
-enum Code : int32_t { kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kSigmoid };
-static_assert(kSigmoid + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
+enum Code : int32_t {
+  kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kSigmoid, kErf, kLeakyRelu
+};
+static_assert(kLeakyRelu + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
 constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task
@@ -76,6 +82,28 @@ void Sigmoid(float* v, int64_t n) {
   }
 }
 
+// erf(x) as Eigen's generic_fast_erf_float, rearranged as x * (P(x^2) / Q(x^2)) so a denormal x keeps its
+// precision: x clamped to [-4, 4] (NaN kept), P odd degree 13 / Q even degree 8 in Horner form, plain float32
+// multiplies and adds (no FMA: kernels/ops/elementwise.erf_f32 is the same operations in numpy). Within 6.5 ulp
+// (3.9e-7 absolute) of the exact erf (tests/kernels/test_sweep_elementwise_engine.py).
+inline float Erf(float x) {
+  const float c = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+  const float x2 = c * c;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  return c * (p / q);
+}
+
 // Cloned per instruction set (the loops are plain IEEE float32 operations and compares: every clone gives the same
 // bits).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(float* __restrict v,
@@ -98,32 +126,62 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
       case kMulSaved: for (int64_t i = 0; i < n; ++i) v[i] = s[i] * v[i]; break;
       case kAddSaved: for (int64_t i = 0; i < n; ++i) v[i] = s[i] + v[i]; break;
       case kSigmoid: Sigmoid(v, n); break;
+      case kErf: for (int64_t i = 0; i < n; ++i) v[i] = Erf(v[i]); break;
+      case kLeakyRelu:  // LeakyRelu alpha (and PRelu of one slope): x >= 0 ? x : x * alpha, NaN kept
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= 0.0f ? v[i] : v[i] * a;
+        break;
     }
   }
 }
 
-void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int32_t, py::array::c_style>& codes,
-                const py::array_t<float, py::array::c_style>& consts, int threads) {
+void CheckTail(const char* fn, const py::array_t<int32_t, py::array::c_style>& codes,
+               const py::array_t<float, py::array::c_style>& consts) {
   const int64_t n_codes = codes.size();
   if (consts.size() != 2 * n_codes)
-    throw std::invalid_argument("conv_tail: consts must hold 2 floats per instruction (" +
+    throw std::invalid_argument(std::string(fn) + ": consts must hold 2 floats per instruction (" +
                                 std::to_string(2 * n_codes) + "), got " + std::to_string(consts.size()));
   for (int64_t k = 0; k < n_codes; ++k)
     if (codes.data()[k] < 0 || codes.data()[k] >= kTailCodes)
-      throw std::invalid_argument("conv_tail: unknown instruction code " + std::to_string(codes.data()[k]));
-  if (!y.writeable()) throw std::invalid_argument("conv_tail: y must be writeable");
-  float* v = y.mutable_data();
-  const int64_t n = y.size();
-  const int32_t* cd = codes.data();
-  const float* cs = consts.data();
-  py::gil_scoped_release release;
+      throw std::invalid_argument(std::string(fn) + ": unknown instruction code " + std::to_string(codes.data()[k]));
+}
+
+// The tail over out[0, n), parallel over kTailTask runs; from ``in`` when given (copied per chunk), else in place.
+void RunTail(const float* in, float* out, int64_t n, const int32_t* cd, const float* cs, int64_t n_codes,
+             int threads) {
   const int64_t tasks = (n + kTailTask - 1) / kTailTask;
   ParallelFor(ThreadsFor(threads, n * std::max<int64_t>(n_codes, 1)), tasks, [&](int64_t t) {
     float saved[kTailChunk];
     const int64_t end = std::min(n, (t + 1) * kTailTask);
-    for (int64_t i = t * kTailTask; i < end; i += kTailChunk)
-      TailChunk(v + i, saved, std::min(kTailChunk, end - i), cd, cs, n_codes);
+    for (int64_t i = t * kTailTask; i < end; i += kTailChunk) {
+      const int64_t len = std::min(kTailChunk, end - i);
+      if (in != nullptr) std::copy(in + i, in + i + len, out + i);
+      TailChunk(out + i, saved, len, cd, cs, n_codes);
+    }
   });
+}
+
+void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int32_t, py::array::c_style>& codes,
+                const py::array_t<float, py::array::c_style>& consts, int threads) {
+  CheckTail("conv_tail", codes, consts);
+  if (!y.writeable()) throw std::invalid_argument("conv_tail: y must be writeable");
+  float* v = y.mutable_data();
+  py::gil_scoped_release release;
+  RunTail(nullptr, v, y.size(), codes.data(), consts.data(), codes.size(), threads);
+}
+
+// A standalone element-wise op of float32 x as tail instructions, into a new array of x's shape.
+py::array_t<float> TailOfPy(const py::array_t<float, py::array::c_style>& x,
+                            const py::array_t<int32_t, py::array::c_style>& codes,
+                            const py::array_t<float, py::array::c_style>& consts, int threads) {
+  CheckTail("tail_of", codes, consts);
+  py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  const float* in = x.data();
+  float* out = y.mutable_data();
+  {
+    py::gil_scoped_release release;
+    RunTail(in, out, x.size(), codes.data(), consts.data(), codes.size(), threads);
+  }
+  return y;
 }
 
 }  // namespace
@@ -155,6 +213,9 @@ void BindConvTail(py::module_& m) {
   m.def("conv_tail", &ConvTailPy, py::arg("y"), py::arg("codes"), py::arg("consts"), py::arg("threads") = 1,
         "a fused Conv's element-wise tail applied in place to float32 y: codes as kernels/fusion/conv_tail.CODES, "
         "consts [n, 2]");
+  m.def("tail_of", &TailOfPy, py::arg("x"), py::arg("codes"), py::arg("consts"), py::arg("threads") = 1,
+        "an element-wise op of float32 x as conv-tail instructions (codes as kernels/fusion/conv_tail.CODES, consts "
+        "[n, 2]) applied to a copy of x: the element-wise engine of Erf, Gelu, LeakyRelu, Pow by 3, ...");
   m.def("sigmoid", &SigmoidPy, py::arg("x"), py::arg("threads") = 1,
         "ONNX Sigmoid of float32 x: 1 / (1 + exp(min(-x, 88))), exp in lanes on AVX2/AVX-512 hosts (within 2 ulp of "
         "numpy's, as the conv tail's sigmoid)");
