@@ -8,6 +8,9 @@ lo > hi gives hi everywhere.
 
 Each op is a row ``op -> (fn(x, attrs), attribute defaults, plain ops/element, transcendental ops/element)``; the
 cost is ``_vector.stream_cost`` over the output elements with DMA of every input and the output.
+
+Float32 LeakyRelu, HardSigmoid, HardSwish and PRelu of one constant slope run on the element-wise engine
+(``elementwise.engine_runner``: conv-tail instructions, the same float32 operations as the functions here).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
-from .elementwise import CLIP_UFUNC, FLOAT_RANGES, clip_float
+from .elementwise import CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, clip_float, engine_bind, engine_runner
 
 
 def _f(x: np.ndarray, v: float) -> np.generic:
@@ -95,7 +98,27 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
         attrs["params"] = {k: type(v)(node.attr(k, v)) for k, v in _PARAM_UNARY[op][1].items()}
     if op == "Clip" and (node.attr("min") is not None or node.attr("max") is not None):
         attrs["bounds"] = [node.attr("min"), node.attr("max")]  # opset 6: attributes
+    engine = _engine_instructions(node, attrs.get("params", {}))
+    if engine:
+        attrs[ENGINE_KEY] = engine
     return Prepared(attrs, stash_constants(node), target)
+
+
+def _engine_instructions(node: NodeInfo, params: dict[str, Any]) -> list[list] | None:
+    """The op's float32 form on the element-wise engine (conv-tail instructions, as fusion.conv_tail's), or None."""
+    f32 = {k: float(np.float32(v)) for k, v in params.items()}
+    op = node.op_type
+    if op == "LeakyRelu":
+        return [["leaky_relu", f32["alpha"], 0.0]]
+    if op == "HardSigmoid":
+        return [["mul", f32["alpha"], 0.0], ["add", f32["beta"], 0.0], ["clip", 0.0, 1.0]]
+    if op == "HardSwish":
+        return [["save", 0.0, 0.0], ["mul", f32["alpha"], 0.0], ["add", f32["beta"], 0.0], ["clip", 0.0, 1.0],
+                ["mul_saved", 0.0, 0.0]]
+    slope = node.input(1) if op == "PRelu" else None
+    if slope is not None and slope.value is not None and np.asarray(slope.value).size == 1:
+        return [["leaky_relu", float(np.asarray(slope.value, np.float32).reshape(-1)[0]), 0.0]]
+    return None
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:
@@ -152,10 +175,20 @@ def _clip_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.asarray(y)]  # no bounds: a view of x, as the movement kernels return
 
 
-def _prelu_run(p: Prepared, inputs) -> list[np.ndarray]:
+def _prelu_reference(p: Prepared, inputs) -> list[np.ndarray]:
     x, slope = arg(p, inputs, 0), arg(p, inputs, 1)
     xc = widen(x)
     return [np.where(xc < 0, xc * widen(slope), xc).astype(x.dtype, copy=False)]
+
+
+_PRELU_ENGINE = engine_runner(_prelu_reference)
+
+
+def _prelu_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """PRelu; one constant slope of a rank the output keeps is LeakyRelu on the engine (same float32 operations)."""
+    if ENGINE_KEY in p.attrs and arg(p, inputs, 1).ndim <= arg(p, inputs, 0).ndim:
+        return _PRELU_ENGINE(p, inputs)
+    return _prelu_reference(p, inputs)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -167,7 +200,10 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in, n * p.attrs["out_itemsize"], ops, trans)
 
 
+_ENGINE_OPS = ("LeakyRelu", "HardSigmoid", "HardSwish")
 for _op, (_fn, _, _, _) in _PARAM_UNARY.items():
-    register(KernelDef("", _op, _prepare, _param_runner(_fn), _cost, _check, rank_free=True))
+    _engine = _op in _ENGINE_OPS
+    register(KernelDef("", _op, _prepare, engine_runner(_param_runner(_fn)) if _engine else _param_runner(_fn), _cost,
+                       _check, rank_free=True, bind=engine_bind if _engine else None))
 register(KernelDef("", "Clip", _prepare, _clip_run, _cost, _check, rank_free=True))
-register(KernelDef("", "PRelu", _prepare, _prelu_run, _cost, _check, rank_free=True))
+register(KernelDef("", "PRelu", _prepare, _prelu_run, _cost, _check, rank_free=True, bind=engine_bind))
