@@ -2,10 +2,10 @@
 
 Kernels keep what they derive from a call's input shape (pad and convolution geometry, Slice indexes, tile plans,
 native call arguments) so that a repeated shape costs no Python. A decoder whose past grows gives a new shape every
-token, for the session's whole life: kept in a plain dict, each shape's entries stayed until the session closed.
-Every shape-keyed entry goes through a ``ShapeMemo`` instead: the ``SHAPES_KEPT`` most recently used shapes of one
-kind, as a program keeps its ``SIGNATURES_KEPT`` most recent signatures (``ep.program``). A shape evicted and seen
-again is derived anew.
+token for the session's whole life, so such entries must not pile up: every shape-keyed entry goes through a
+``ShapeMemo``, which keeps the ``SHAPES_KEPT`` most recently used shapes of one kind, as a program keeps its
+``SIGNATURES_KEPT`` most recent signatures (``ep.program``). A shape evicted and seen again is derived anew. The
+planner's process-wide plan cache is a ``ShapeMemo`` too (``planner.PLANS_KEPT``).
 
 Entries that do not depend on the shape (weights packed once per Prepared, per-rank or per-dtype constants, the
 framework's runtime keys such as ``DMA_COUNTS``) stay plain ``Prepared.memo`` entries.

@@ -136,11 +136,12 @@ def decoder_model():
              "gamma": rng.uniform(0.5, 1.5, 8).astype(np.float32), "beta": rng.uniform(-1, 1, 8).astype(np.float32),
              "w": rng.standard_normal((8, 16)).astype(np.float32),
              "wq": rng.integers(0, 256, (4, 2, 3, 3)).astype(np.uint8), "uz": np.array(121, np.uint8),
-             "wc": rng.standard_normal((4, 2, 3, 3)).astype(np.float32), "bc": rng.standard_normal(4).astype(np.float32)}
+             "wc": rng.standard_normal((4, 2, 3, 3)).astype(np.float32),
+             "bc": rng.standard_normal(4).astype(np.float32)}
     ins = [helper.make_tensor_value_info("x", F32, [1, "S", 8]), helper.make_tensor_value_info("u", U8, [1, 2, 3, "W"]),
            helper.make_tensor_value_info("v", F32, [1, 2, 3, "W"])]
-    outs = [helper.make_tensor_value_info("y", F32, [1, None, 16]), helper.make_tensor_value_info("yq", I32, [None] * 4),
-            helper.make_tensor_value_info("yc", F32, [None] * 4)]
+    outs = [helper.make_tensor_value_info("y", F32, [1, None, 16]),
+            helper.make_tensor_value_info("yq", I32, [None] * 4), helper.make_tensor_value_info("yc", F32, [None] * 4)]
     return make_model(nodes, ins, outs, inits, opset=18)
 
 
@@ -199,7 +200,8 @@ def lstm_model():
              "r": rng.uniform(-0.5, 0.5, (1, 4 * hidden, hidden)).astype(np.float32),
              "b": rng.uniform(-0.5, 0.5, (1, 8 * hidden)).astype(np.float32)}
     return make_model([node], [helper.make_tensor_value_info("x", F32, ["T", 1, 3])],
-                      [helper.make_tensor_value_info("y", F32, [None] * 4), helper.make_tensor_value_info("yh", F32, [None] * 3)],
+                      [helper.make_tensor_value_info("y", F32, [None] * 4),
+                       helper.make_tensor_value_info("yh", F32, [None] * 3)],
                       inits, opset=14)
 
 
