@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -30,11 +31,13 @@ Entry = tuple[str, str, str]  # (reason without the node prefix, op type, node n
 
 @functools.cache
 def _cpu_kernels() -> dict[tuple[str, str], list[tuple[int, int, frozenset[str]]]] | None:
-    """(domain, op) -> (first opset, last opset, tensor types it takes) of each of ORT's CPU EP kernels; None when
-    this process has no onnxruntime Python module to ask (a C++ host): then no call is taken to be the last."""
+    """(domain, op) -> (first opset, last opset, tensor types it takes) of each of ORT's CPU EP kernels, asked of
+    the onnxruntime Python module the application already loaded; None in a C++ host (importing it there would
+    load a second ORT into the process): then every main-graph call is taken to be the last, as before."""
+    ort_c = sys.modules.get("onnxruntime.capi.onnxruntime_pybind11_state")
+    if ort_c is None:
+        return None
     try:
-        from onnxruntime.capi import _pybind_state as ort_c
-
         defs = ort_c.get_all_opkernel_def()
     except Exception:  # noqa: BLE001 - a report must never break capability
         return None
