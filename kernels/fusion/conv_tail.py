@@ -4,12 +4,16 @@ is applied in place to the conv's output, chunk by chunk while it is in cache (`
 ``ep/native/kernels/conv_tail.cc``), instead of a numpy step with a fresh feature map per op.
 
 The tail is a list of instructions over one float32 register ``v`` (the conv output) and one saved copy ``s``:
-``mul/add/sub/div c`` (``v op c``), ``rsub/rdiv c`` (``c op v``), ``clip lo hi`` (Clip, Relu; HardSigmoid is
-``mul alpha``, ``add beta``, ``clip 0 1``, as its kernel computes it), ``sigmoid``, ``save`` (s = v)
-and ``mul_saved``/``add_saved`` (v = s op v); HardSwish is ``save``, HardSigmoid's three, ``mul_saved``. Each is
-the float32 operation the absorbed node performs, in the graph's order, so the fused step returns exactly what the
-unfused steps return; the native sigmoid's exp is within 2 ulp of numpy's. SiLU (``x * sigmoid(x)``, YOLOv5/v8's
-activation) is the diamond ``save, sigmoid, mul_saved``.
+``mul/add/sub/div c`` (``v op c``), ``rsub/rdiv c`` (``c op v``), ``clip lo hi`` (Clip, Relu; Max/Min with a
+constant are ``clip c inf``/``clip -inf c``; HardSigmoid is ``mul alpha``, ``add beta``, ``clip 0 1``, as its
+kernel computes it), ``sigmoid``, ``erf`` (``elementwise.erf_f32``), ``leaky_relu alpha`` (LeakyRelu, PRelu of one
+slope), ``save`` (s = v) and ``mul_saved``/``add_saved`` (v = s op v); HardSwish is ``save``, HardSigmoid's three,
+``mul_saved``; Gelu (ONNX, com.microsoft) and Pow by 3 are the element-wise engine's instruction lists
+(``kernels/ops/elementwise.py``). Each is the float32 operation the absorbed node performs, in the graph's order,
+so the fused step returns exactly what the unfused steps return (Max/Min: but for the sign of a zero that ties the
+constant, as np.clip, not np.maximum, keeps it); the native sigmoid's exp is within 2 ulp of numpy's. SiLU
+(``x * sigmoid(x)``, YOLOv5/v8's activation) is the diamond ``save, sigmoid, mul_saved``; the exporters' exact GELU
+``x * (erf(x / sqrt 2) + 1) * 0.5`` is the diamond ``save, div, erf, add, mul_saved`` and a ``mul``.
 
 Rules: a float32 Conv; each absorbed link reads the previous value and a scalar float32 constant (Clip bounds
 constant, lo <= hi); every intermediate is read only inside the chain and is not a graph output. A value read by
@@ -33,10 +37,40 @@ CODES = {"mul": 0, "add": 1, "sub": 2, "rsub": 3, "div": 4, "rdiv": 5, "clip": 6
 _SCALAR_OPS = {"Mul": ("mul", "mul"), "Add": ("add", "add"), "Sub": ("sub", "rsub"), "Div": ("div", "rdiv")}
 
 
+def _engine_link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
+    """The instructions of an op reading ``x`` whose float32 kernel is the element-wise engine's instruction list
+    (Gelu, Pow by 3, LeakyRelu, PRelu of one slope: ``elementwise.ENGINE_KEY`` as their prepare sets it), or None."""
+    from ..ops.elementwise import _CUBE, _GELU_ERF  # the kernels' own lists (ops import this module)
+    if nd.op_type == "Gelu" and nd.inputs[0].name == x and str(nd.attr("approximate", "none")) == "none":
+        return list(_GELU_ERF)
+    if nd.domain != "":
+        return None
+    if nd.op_type == "Pow" and len(nd.inputs) == 2 and nd.inputs[0].name == x and float_scalar(nd.inputs[1]) == 3.0:
+        return list(_CUBE)
+    if nd.op_type == "LeakyRelu" and nd.inputs[0].name == x:
+        return [("leaky_relu", float(np.float32(nd.attr("alpha", 0.01))), 0.0)]
+    if nd.op_type == "PRelu" and nd.inputs[0].name == x and nd.inputs[1].name != x:
+        slope = float_scalar(nd.inputs[1])
+        return None if slope is None else [("leaky_relu", slope, 0.0)]
+    return None
+
+
 def _link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
     """The instruction(s) of a node reading ``x`` and only scalar constants otherwise, or None."""
-    if nd.domain != "" or len(nd.outputs) != 1 or nd.outputs[0].dtype != np.float32:
+    if len(nd.outputs) != 1 or nd.outputs[0].dtype != np.float32:
         return None
+    if nd.domain == "com.microsoft" or nd.op_type in ("Gelu", "Pow", "LeakyRelu", "PRelu"):
+        return _engine_link(nd, x)
+    if nd.domain != "":
+        return None
+    if nd.op_type in ("Max", "Min") and len(nd.inputs) == 2:
+        other = [v for v in nd.inputs if v.name != x]
+        c = float_scalar(other[0]) if len(other) == 1 else None
+        if c is None or c != c:  # a NaN constant: Max/Min give NaN, a clip would not
+            return None
+        return [("clip", c, float("inf")) if nd.op_type == "Max" else ("clip", float("-inf"), c)]
+    if nd.op_type == "Erf" and nd.inputs[0].name == x:
+        return [("erf", 0.0, 0.0)]
     if nd.op_type in _SCALAR_OPS and len(nd.inputs) == 2:
         a, b = nd.inputs
         if a.name == x and b.name != x and (c := float_scalar(b)) is not None:

@@ -370,3 +370,91 @@ def test_hard_swish_folds_into_the_conv_bit_for_bit(kernels):
     model = make_model(diamond, [helper.make_tensor_value_info("x", F32, [1, C, H, W])],
                        [helper.make_tensor_value_info("y", F32, [1, M, H, W])], {"w": w}, opset=14)
     assert _ops(fuse_conv_tails(nodes_from_model(model), REF)) == ["Conv", "HardSwish", "Mul"]
+
+
+# Issue 40 item 2: the element-wise engine's ops fold into the conv before them. name -> (nodes after the conv
+# reading "c" and writing "y", extra initializers, opset, the tail's instruction names)
+_ENGINE_TAILS = {
+    "leaky_relu": ([helper.make_node("LeakyRelu", ["c"], ["y"], "act", alpha=0.1)], {}, 17, ["leaky_relu"]),
+    "prelu_one_slope": ([helper.make_node("PRelu", ["c", "slope"], ["y"], "act")],
+                        {"slope": np.array([0.2], np.float32)}, 17, ["leaky_relu"]),
+    "max_constant": ([helper.make_node("Max", ["c", "k"], ["y"], "act")], {"k": np.float32(0.25)}, 17,
+                     ["clip"]),
+    "min_constant": ([helper.make_node("Min", ["k", "c"], ["y"], "act")], {"k": np.float32(-0.5)}, 17,
+                     ["clip"]),
+    "exporters_exact_gelu": ([helper.make_node("Div", ["c", "sqrt2"], ["d"], "div"),
+                              helper.make_node("Erf", ["d"], ["e"], "erf"),
+                              helper.make_node("Add", ["e", "one"], ["e1"], "add"),
+                              helper.make_node("Mul", ["c", "e1"], ["g"], "join"),
+                              helper.make_node("Mul", ["g", "half"], ["y"], "half")],
+                             {"sqrt2": np.float32(np.sqrt(2.0)), "one": np.float32(1.0), "half": np.float32(0.5)},
+                             17, ["save", "div", "erf", "add", "mul_saved", "mul"]),
+    "gelu_op": ([helper.make_node("Gelu", ["c"], ["y"], "act")], {}, 20,
+                ["save", "mul", "erf", "add", "mul_saved", "mul"]),
+    "ms_gelu": ([helper.make_node("Gelu", ["c"], ["y"], "act", domain="com.microsoft")], {}, 17,
+                ["save", "mul", "erf", "add", "mul_saved", "mul"]),
+    "pow_3": ([helper.make_node("Pow", ["c", "three"], ["y"], "act")], {"three": np.float32(3.0)}, 17,
+              ["save", "mul_saved", "mul_saved"]),
+}
+
+
+def _engine_tail_model(case: str, conv: str = "dense", hw=(H, W)):
+    cin, wshape, conv_attrs, _ = CONVS[conv]
+    after, inits, opset, _ = _ENGINE_TAILS[case]
+    rng = np.random.default_rng(40)
+    inits = {"w": rng.normal(0, 0.5, wshape).astype(np.float32), "b": rng.normal(0, 0.3, M).astype(np.float32),
+             **inits}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], "conv", **conv_attrs), *after]
+    extra = [("com.microsoft", 1)] if case == "ms_gelu" else []
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, cin, *hw])],
+                      [helper.make_tensor_value_info("y", F32, [1, M, *hw])], inits, opset=opset, extra_opsets=extra)
+
+
+@pytest.mark.parametrize("conv", ["dense", "pointwise", "depthwise"])
+@pytest.mark.parametrize("case", _ENGINE_TAILS)
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+def test_engine_ops_fold_into_the_conv_bit_for_bit(case, conv, kernels):
+    """LeakyRelu, PRelu of one slope, Max/Min with a constant, exact GELU (the exporters' five nodes, ONNX and
+    com.microsoft Gelu) and Pow by 3 after a Conv become its tail; the fused step gives the unfused steps' bits
+    (their kernels run the same float32 instructions on the element-wise engine), NaN kept."""
+    plain = nodes_from_model(_engine_tail_model(case, conv))
+    fused = fuse_conv_tails(plain, REF)
+    assert _ops(fused) == ["Conv"] and fused[0].outputs[0].name == "y"
+    assert [t[0] for t in fused[0].attrs["conv_tail"]] == _ENGINE_TAILS[case][3]
+    feeds = _feeds(41, conv=conv)
+    feeds["x"][0, 0, 2, 3] = np.nan
+    with np.errstate(invalid="ignore", over="ignore"):
+        got, want = _run(fused, feeds, kernels)["y"], _run(plain, feeds, kernels)["y"]
+    assert np.isnan(got).any()
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("node,inits", [
+    (helper.make_node("PRelu", ["c", "slope"], ["y"], "act"),
+     {"slope": np.full((M, 1, 1), 0.2, np.float32)}),                                  # per-channel slope
+    (helper.make_node("Max", ["c", "k"], ["y"], "act"), {"k": np.float32(np.nan)}),  # NaN: Max gives NaN
+    (helper.make_node("Max", ["c", "k", "k2"], ["y"], "act"), {"k": np.float32(0), "k2": np.float32(1)}),
+    (helper.make_node("Pow", ["c", "k"], ["y"], "act"), {"k": np.float32(2.5)}),
+])
+def test_engine_tail_near_misses(node, inits):
+    rng = np.random.default_rng(42)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], "conv"), node],
+                       [helper.make_tensor_value_info("x", F32, [1, C, H, W])],
+                       [helper.make_tensor_value_info("y", F32, [1, M, H - 2, W - 2])],
+                       {"w": rng.normal(0, 0.5, (M, C, 3, 3)).astype(np.float32), **inits})
+    assert _ops(fuse_conv_tails(nodes_from_model(model), REF)) == ["Conv", node.op_type]
+
+
+@pytest.mark.parametrize("case", ["leaky_relu", "exporters_exact_gelu", "max_constant"])
+def test_engine_tail_session_matches_cpu_ep(case):
+    """The fused conv in a session (ORT's optimizations on) against the unfused graph on the CPU EP; every node on
+    NpuEP, one Conv step with the tail."""
+    model = _engine_tail_model(case, "dense_deep", (20, 40))
+    LIVE_SESSIONS.clear()
+    sess = npu_session(model)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (step,) = [s for ep in LIVE_SESSIONS for prog in ep.programs.values() for s in prog.steps]
+    assert step.op == "Conv" and "tail_codes" in step.prepared.consts
+    feeds = _feeds(43, conv="dense_deep", hw=(20, 40))
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, feeds)[0], cpu.run(None, feeds)[0], rtol=1e-4, atol=4e-4)
