@@ -63,11 +63,6 @@ class ShapeMemo(OrderedDict):
                 break
         return value
 
-    def get_or_make(self, key: Hashable, make: Callable[[], T]) -> T:
-        """The value kept for ``key``, else ``make()`` kept for it (an exception from ``make`` keeps nothing)."""
-        value = self.recall(key, _MISSING)
-        return self.keep(key, make()) if value is _MISSING else value
-
 
 _MISSING = object()
 

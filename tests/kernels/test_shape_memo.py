@@ -38,7 +38,7 @@ def test_shape_memo_keeps_the_most_recently_used_keys():
     memo.keep(3, "3")
     assert list(memo) == [2, 0, 3]
     assert memo.recall(1) is None and memo.recall(1, "gone") == "gone"
-    assert memo.get_or_make(1, lambda: "made again") == "made again" and list(memo) == [0, 3, 1]
+    assert memo.keep(1, "kept again") == "kept again" and list(memo) == [0, 3, 1]
 
 
 def test_memo_per_shape_makes_once_per_kept_shape_and_keeps_nothing_when_make_fails():
