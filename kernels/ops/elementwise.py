@@ -362,7 +362,10 @@ def _engine_call(p: Prepared, x: np.ndarray) -> np.ndarray | None:
     if nat is None or x.dtype != _F32 or not x.ndim or _out_dtype(p, x) != _F32:
         return None
     prog = engine_program(p)
-    return None if prog is None else nat.tail_of(np.ascontiguousarray(x), *prog, _native.threads(p))
+    if prog is None:
+        return None
+    out = _native.ort_output(p, 0, x.shape, _F32)  # ORT's buffer when the result is a partition output
+    return nat.tail_of(np.ascontiguousarray(x), *prog, _native.threads(p), out)
 
 
 def engine_runner(reference: Callable):
@@ -383,8 +386,11 @@ def engine_bind(p: Prepared, inputs, outs):
             or outs[0].ndim == 0 or outs[0].dtype != _F32 or outs[0].shape != x.shape
             or any(v is not None for v in inputs[1:])):
         return None
-    return _native.call_step(p, nat.tail_of, (None, *prog, _native.threads(p)), [(0, 0, x.dtype, x.shape, None)],
-                             [(-1, None)])
+    where = p.memo.get(_native.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
+    into = [(4, where[0], list(x.shape))] if where and 0 in where else []
+    return _native.call_step(p, nat.tail_of, (None, *prog, _native.threads(p), None),
+                             [(0, 0, x.dtype, x.shape, None)], [(-1, None)],
+                             [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
 
 
 def _sigmoid_run(p: Prepared, inputs) -> list[np.ndarray]:

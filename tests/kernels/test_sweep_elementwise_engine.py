@@ -131,3 +131,17 @@ def test_session_matches_cpu_ep_and_runs_on_npu_ep(case):
     got = sess.run(None, {"x": x})[0]
     want = cpu_run(model, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+def test_tail_of_writes_into_a_given_buffer_and_rejects_a_wrong_one():
+    """``out`` (ORT's output buffer when the op's result is a partition output) is written in place and returned;
+    a buffer of another dtype, size or layout is refused by name."""
+    kernels = _native.native_module()
+    codes, consts = np.array([11], np.int32), np.zeros((1, 2), np.float32)  # erf
+    x = (RNG.standard_normal((3, 50)) * 2).astype(np.float32)
+    out = np.empty(150, np.float32)
+    got = kernels.tail_of(x, codes, consts, 1, out)
+    assert np.shares_memory(got, out) and out.tobytes() == erf_f32(x).tobytes()
+    for bad in (np.empty(150, np.float64), np.empty(149, np.float32), np.empty((50, 6), np.float32)[:, ::2]):
+        with pytest.raises(ValueError, match="tail_of: out must be"):
+            kernels.tail_of(x, codes, consts, 1, bad)

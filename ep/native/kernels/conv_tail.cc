@@ -169,17 +169,28 @@ void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int3
   RunTail(nullptr, v, y.size(), codes.data(), consts.data(), codes.size(), threads);
 }
 
-// A standalone element-wise op of float32 x as tail instructions, into a new array of x's shape.
+// A standalone element-wise op of float32 x as tail instructions, into ``out`` (ORT's output buffer: float32, C
+// order, x's size) or a new array of x's shape.
 py::array_t<float> TailOfPy(const py::array_t<float, py::array::c_style>& x,
                             const py::array_t<int32_t, py::array::c_style>& codes,
-                            const py::array_t<float, py::array::c_style>& consts, int threads) {
+                            const py::array_t<float, py::array::c_style>& consts, int threads, const py::object& out) {
   CheckTail("tail_of", codes, consts);
-  py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  py::array_t<float> y;
+  if (out.is_none()) {
+    y = py::array_t<float>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  } else {
+    auto o = py::reinterpret_borrow<py::array>(out);
+    if (!py::isinstance<py::array_t<float>>(out) || !(o.flags() & py::array::c_style) || !o.writeable() ||
+        o.size() != x.size())
+      throw std::invalid_argument("tail_of: out must be a writeable C-order float32 array of x's " +
+                                  std::to_string(x.size()) + " elements");
+    y = py::reinterpret_borrow<py::array_t<float>>(out);
+  }
   const float* in = x.data();
-  float* out = y.mutable_data();
+  float* dst = y.mutable_data();
   {
     py::gil_scoped_release release;
-    RunTail(in, out, x.size(), codes.data(), consts.data(), codes.size(), threads);
+    RunTail(in, dst, x.size(), codes.data(), consts.data(), codes.size(), threads);
   }
   return y;
 }
@@ -214,8 +225,10 @@ void BindConvTail(py::module_& m) {
         "a fused Conv's element-wise tail applied in place to float32 y: codes as kernels/fusion/conv_tail.CODES, "
         "consts [n, 2]");
   m.def("tail_of", &TailOfPy, py::arg("x"), py::arg("codes"), py::arg("consts"), py::arg("threads") = 1,
+        py::arg("out") = py::none(),
         "an element-wise op of float32 x as conv-tail instructions (codes as kernels/fusion/conv_tail.CODES, consts "
-        "[n, 2]) applied to a copy of x: the element-wise engine of Erf, Gelu, LeakyRelu, Pow by 3, ...");
+        "[n, 2]) applied to a copy of x (into out when given: ORT's buffer): the element-wise engine of Erf, Gelu, "
+        "LeakyRelu, Pow by 3, ...");
   m.def("sigmoid", &SigmoidPy, py::arg("x"), py::arg("threads") = 1,
         "ONNX Sigmoid of float32 x: 1 / (1 + exp(min(-x, 88))), exp in lanes on AVX2/AVX-512 hosts (within 2 ulp of "
         "numpy's, as the conv tail's sigmoid)");
