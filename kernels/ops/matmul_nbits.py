@@ -282,7 +282,8 @@ def _non_finite_as_ort(p: Prepared, a: np.ndarray, y: np.ndarray) -> np.ndarray:
     meet a block where ``scale_a * scale_w`` is not finite (an infinite or NaN weight scale, an infinite or NaN
     scale of A) is NaN, whatever the signs (the kernel scales partial sums that include zeros). Such an output is
     non-finite here already (Inf or NaN), so only those are looked at; finite outputs keep their value. The native
-    kernel applies the same rule (qnbit_gemm.cc)."""
+    kernel applies the same rule (qnbit_gemm.cc). Not matched: for a few such outputs ORT gives an infinity instead,
+    by its kernel's partial sums (seen at block size 16, and in one row of a 17-row product at 32)."""
     at = p.attrs
     _, sa = quantize_a_codes(a.reshape(-1, at["K"]), at["block_size"])  # [M, kb]
     sw = np.concatenate([np.asarray(m.scales, np.float32).reshape(m.N, -1) for m in ort_weights(p)])  # [N, kb]
