@@ -10,7 +10,8 @@ Each op is a row ``op -> (fn(x, attrs), attribute defaults, plain ops/element, t
 cost is ``_vector.stream_cost`` over the output elements with DMA of every input and the output.
 
 Float32 LeakyRelu, HardSigmoid, HardSwish and PRelu of one constant slope run on the element-wise engine
-(``elementwise.engine_runner``: conv-tail instructions, the same float32 operations as the functions here).
+(``elementwise.engine_runner``: conv-tail instructions, the same float32 operations as the functions here); a
+float32 PRelu whose slope varies along one run of x's axes (per channel) runs natively per row (``prelu_rows``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from . import _native
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 from .elementwise import CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, clip_float, engine_bind, engine_runner
@@ -182,13 +184,61 @@ def _prelu_reference(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 _PRELU_ENGINE = engine_runner(_prelu_reference)
+_F32 = np.dtype(np.float32)
+
+
+def slope_rows(x_shape: tuple[int, ...], slope_shape: tuple[int, ...]) -> int | None:
+    """The row length ``inner`` that views PRelu's x as [rows, inner] with one slope per row (row r's slope
+    ``slope.flat[r % slope.size]``): the slope's axes other than 1 (aligned to x's last axes) must be one run of
+    x's axes with x's sizes; None otherwise (or when the slope would widen the output)."""
+    if len(slope_shape) > len(x_shape):
+        return None
+    s = (1,) * (len(x_shape) - len(slope_shape)) + tuple(slope_shape)
+    axes = [i for i, d in enumerate(s) if d != 1]
+    if not axes or axes != list(range(axes[0], axes[-1] + 1)) or any(s[i] != x_shape[i] for i in axes):
+        return None
+    return int(np.prod(x_shape[axes[-1] + 1:], dtype=np.int64))
+
+
+def _prelu_rows_ok(p: Prepared, x, slope) -> int | None:
+    """``inner`` when float32 x and slope run on the native per-row PRelu, else None."""
+    if (_native.native(p) is None or not isinstance(x, np.ndarray) or not isinstance(slope, np.ndarray)
+            or x.dtype != _F32 or slope.dtype != _F32 or not x.ndim or not x.size or _out_dtype(p, x) != _F32):
+        return None
+    inner = slope_rows(x.shape, slope.shape)
+    return inner if inner else None
 
 
 def _prelu_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """PRelu; one constant slope of a rank the output keeps is LeakyRelu on the engine (same float32 operations)."""
-    if ENGINE_KEY in p.attrs and arg(p, inputs, 1).ndim <= arg(p, inputs, 0).ndim:
+    """PRelu; one constant slope of a rank the output keeps is LeakyRelu on the engine, a per-channel slope the
+    native per-row PRelu (both the same float32 operations as the reference)."""
+    x, slope = arg(p, inputs, 0), arg(p, inputs, 1)
+    if ENGINE_KEY in p.attrs and slope.ndim <= x.ndim:
         return _PRELU_ENGINE(p, inputs)
+    inner = _prelu_rows_ok(p, x, slope)
+    if inner is not None:
+        out = _native.ort_output(p, 0, x.shape, _F32)
+        return [_native.native(p).prelu_rows(np.ascontiguousarray(x), np.ascontiguousarray(slope), inner,
+                                             _native.threads(p), out)]
     return _prelu_reference(p, inputs)
+
+
+def _prelu_bind(p: Prepared, inputs, outs):
+    """PRelu as one native call for these shapes: the engine's for one constant slope, else ``prelu_rows``."""
+    if ENGINE_KEY in p.attrs:
+        return engine_bind(p, inputs, outs)
+    x, slope = arg(p, inputs, 0), arg(p, inputs, 1)
+    inner = _prelu_rows_ok(p, x, slope)
+    if (inner is None or inputs[0] is None or not x.flags.c_contiguous or not slope.flags.c_contiguous
+            or outs[0].shape != x.shape):
+        return None
+    ins = [(0, 0, _F32, x.shape, None)] + ([] if len(inputs) < 2 or inputs[1] is None
+                                           else [(1, 1, _F32, slope.shape, None)])
+    where = p.memo.get(_native.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
+    into = [(4, where[0], list(x.shape))] if where and 0 in where else []
+    args = (None, None if len(ins) == 2 else slope, inner, _native.threads(p), None)
+    return _native.call_step(p, _native.native(p).prelu_rows, args, ins, [(-1, None)],
+                             [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -206,4 +256,4 @@ for _op, (_fn, _, _, _) in _PARAM_UNARY.items():
     register(KernelDef("", _op, _prepare, engine_runner(_param_runner(_fn)) if _engine else _param_runner(_fn), _cost,
                        _check, rank_free=True, bind=engine_bind if _engine else None))
 register(KernelDef("", "Clip", _prepare, _clip_run, _cost, _check, rank_free=True))
-register(KernelDef("", "PRelu", _prepare, _prelu_run, _cost, _check, rank_free=True, bind=engine_bind))
+register(KernelDef("", "PRelu", _prepare, _prelu_run, _cost, _check, rank_free=True, bind=_prelu_bind))

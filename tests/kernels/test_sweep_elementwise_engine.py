@@ -145,3 +145,54 @@ def test_tail_of_writes_into_a_given_buffer_and_rejects_a_wrong_one():
     for bad in (np.empty(150, np.float64), np.empty(149, np.float32), np.empty((50, 6), np.float32)[:, ::2]):
         with pytest.raises(ValueError, match="tail_of: out must be"):
             kernels.tail_of(x, codes, consts, 1, bad)
+
+
+# PRelu with a slope along one run of x's axes (per channel): the native per-row PRelu (prelu_rows)
+PRELU_ROWS = [((1, 64, 7, 7), (64, 1, 1)), ((2, 3, 5), (5,)), ((2, 3, 4, 5), (3, 4, 1)), ((4, 17), (17,)),
+              ((2, 3, 40000), (3, 1)), ((1, 5, 2049), (1, 5, 1)), ((3, 1, 16), (1, 1, 16))]
+
+
+def _prelu_bits(x: np.ndarray, slope: np.ndarray, *, constant: bool, threads: int = 1) -> None:
+    from _sweep import native_vs_reference
+    got, want, calls = native_vs_reference("PRelu", [("x", x, False), ("s", slope, constant)], threads=threads)
+    assert "prelu_rows" in calls, f"PRelu {x.shape} {slope.shape}: the native per-row PRelu did not run ({calls})"
+    g, w = got[0], want[0]
+    nan = np.isnan(w)
+    assert g.shape == w.shape and np.array_equal(np.isnan(g), nan)
+    assert np.array_equal(g.view(np.uint32)[~nan], w.view(np.uint32)[~nan]), f"PRelu {x.shape} {slope.shape}"
+
+
+@pytest.mark.parametrize("constant", [True, False])
+@pytest.mark.parametrize("x_shape,slope_shape", PRELU_ROWS)
+def test_prelu_per_channel_bit_for_bit(ew_isa, x_shape, slope_shape, constant):
+    """Each row's slope (the task split cuts rows: 2x3x40000 in 2^16-float tasks), NaN/-0/denormals/huge kept
+    as the reference's x < 0 ? x * slope : x, with two threads the same bits."""
+    x = with_specials((RNG.standard_normal(x_shape) * 4).astype(np.float32), RNG, values=SPECIALS)
+    slope = RNG.uniform(-1.5, 1.5, slope_shape).astype(np.float32)
+    _prelu_bits(x, slope, constant=constant, threads=2)
+
+
+@pytest.mark.parametrize("x_shape,slope_shape", [((2, 3, 5), (2, 1, 5)), ((2, 3), (2, 2, 3)), ((4, 1), (4, 5))])
+def test_prelu_slopes_that_are_not_rows_stay_on_the_reference(x_shape, slope_shape):
+    """A slope over axes that are not one run of x's (or that widens the output) is the reference's broadcast."""
+    from _sweep import native_vs_reference
+    x = (RNG.standard_normal(x_shape) * 4).astype(np.float32)
+    slope = RNG.uniform(-1.5, 1.5, slope_shape).astype(np.float32)
+    got, want, calls = native_vs_reference("PRelu", [("x", x, False), ("s", slope, True)])
+    assert "prelu_rows" not in calls and np.array_equal(got[0], want[0])
+
+
+def test_prelu_per_channel_session_after_a_conv_matches_cpu_ep():
+    """Conv -> PRelu with a [C, 1, 1] slope (face and super-resolution nets) in a session: both nodes on NpuEP,
+    the CPU EP's result within the conv tolerance."""
+    rng = np.random.default_rng(44)
+    inits = {"w": rng.normal(0, 0.2, (16, 8, 3, 3)).astype(np.float32),
+             "s": rng.uniform(0.05, 0.4, (16, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1]),
+             helper.make_node("PRelu", ["c", "s"], ["y"], "prelu")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 30, 30])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 30, 30])], inits)
+    x = rng.standard_normal((1, 8, 30, 30)).astype(np.float32)
+    sess = npu_session(model)
+    assert assignment(sess) == {"conv": "NpuEP", "prelu": "NpuEP"}
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-4, atol=4e-4)

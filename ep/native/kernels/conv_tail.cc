@@ -203,6 +203,48 @@ void ApplyTail(const ConvTail& tail, float* v, int64_t n) {
     TailChunk(v + i, saved, std::min(kTailChunk, n - i), tail.codes, tail.consts, tail.n);
 }
 
+// PRelu of float32 x viewed as [rows, inner] with one slope per row (slope[row % C]: a per-channel slope), as the
+// leaky_relu instruction computes it per row (x >= 0 ? x : x * slope), into ``out`` (ORT's buffer) or a new array.
+py::array_t<float> PreluRowsPy(const py::array_t<float, py::array::c_style>& x,
+                               const py::array_t<float, py::array::c_style>& slope, int64_t inner, int threads,
+                               const py::object& out) {
+  const int64_t n = x.size(), c = slope.size();
+  if (inner <= 0 || c <= 0 || n % inner != 0 || (n / inner) % c != 0)
+    throw std::invalid_argument("prelu_rows: x of " + std::to_string(n) + " elements is not rows of " +
+                                std::to_string(inner) + " with a multiple of the slope's " + std::to_string(c) +
+                                " channels");
+  py::array_t<float> y;
+  if (out.is_none()) {
+    y = py::array_t<float>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  } else {
+    auto o = py::reinterpret_borrow<py::array>(out);
+    if (!py::isinstance<py::array_t<float>>(out) || !(o.flags() & py::array::c_style) || !o.writeable() ||
+        o.size() != n)
+      throw std::invalid_argument("prelu_rows: out must be a writeable C-order float32 array of x's " +
+                                  std::to_string(n) + " elements");
+    y = py::reinterpret_borrow<py::array_t<float>>(out);
+  }
+  const float* in = x.data();
+  const float* s = slope.data();
+  float* dst = y.mutable_data();
+  const int32_t code = kLeakyRelu;
+  {
+    py::gil_scoped_release release;
+    const int64_t tasks = (n + kTailTask - 1) / kTailTask;
+    ParallelFor(ThreadsFor(threads, n), tasks, [&](int64_t t) {
+      const int64_t end = std::min(n, (t + 1) * kTailTask);
+      for (int64_t i = t * kTailTask; i < end;) {  // the task's part of each row it meets, in L1-sized chunks
+        const int64_t row = i / inner, len = std::min({end, (row + 1) * inner, i + kTailChunk}) - i;
+        const float consts[2] = {s[row % c], 0.0f};
+        std::copy(in + i, in + i + len, dst + i);
+        TailChunk(dst + i, nullptr, len, &code, consts, 1);
+        i += len;
+      }
+    });
+  }
+  return y;
+}
+
 // ONNX Sigmoid of float32 x as the tail's sigmoid instruction computes it, into a new array of x's shape.
 py::array_t<float> SigmoidPy(const py::array_t<float, py::array::c_style>& x, int threads) {
   py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
@@ -229,6 +271,10 @@ void BindConvTail(py::module_& m) {
         "an element-wise op of float32 x as conv-tail instructions (codes as kernels/fusion/conv_tail.CODES, consts "
         "[n, 2]) applied to a copy of x (into out when given: ORT's buffer): the element-wise engine of Erf, Gelu, "
         "LeakyRelu, Pow by 3, ...");
+  m.def("prelu_rows", &PreluRowsPy, py::arg("x"), py::arg("slope"), py::arg("inner"), py::arg("threads") = 1,
+        py::arg("out") = py::none(),
+        "PRelu of float32 x viewed as [rows, inner], row r's slope slope[r % slope.size] (a per-channel slope), as "
+        "the leaky_relu tail instruction (into out when given: ORT's buffer)");
   m.def("sigmoid", &SigmoidPy, py::arg("x"), py::arg("threads") = 1,
         "ONNX Sigmoid of float32 x: 1 / (1 + exp(min(-x, 88))), exp in lanes on AVX2/AVX-512 hosts (within 2 ulp of "
         "numpy's, as the conv tail's sigmoid)");
