@@ -11,7 +11,8 @@ compile options (dict), shape bucket.
 A payload of LARGE_PAYLOAD bytes or more is written as its length and its own BLAKE3 digest (a two-level hash,
 still collision resistant), and those digests are computed on two threads at once (blake3 releases the GIL): a warm
 session start hashes every weight its partition binds, 0.5 GB for a 1B int4 decoder, and BLAKE3 reads it about three
-times as fast as SHA-256 here.
+times as fast as SHA-256 here. Pages of ORT's mapping of an external data file are released as they are hashed
+(``file_pages``): the key reads every weight, but must not keep them all resident.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from typing import Any, Mapping
 import numpy as np
 from blake3 import blake3
 
+from .file_pages import release_file_pages
 from .hash_pool import hash_pool
 
 KEY_DOMAIN = b"npu_ep.cache_key.v3\0"
 LARGE_PAYLOAD = 1 << 20
+HASH_CHUNK = 4 << 20  # bytes of a large payload hashed before its file pages are released
 _U64 = struct.Struct("<Q")
 
 KeyPart = bytes | bytearray | memoryview | str | Mapping | list | tuple | int | float | bool | None | np.ndarray
@@ -59,7 +62,14 @@ def canonical_json(value: Any) -> bytes:
 
 
 def _large_digest(payload: memoryview) -> bytes:
-    return blake3(payload).digest()
+    """BLAKE3 of ``payload`` read HASH_CHUNK bytes at a time; the pages of a chunk a file backs (ORT's mapping of
+    external data) are given back once hashed (``file_pages``), so hashing a model's weights does not hold them."""
+    h = blake3()
+    for lo in range(0, payload.nbytes, HASH_CHUNK):
+        chunk = payload[lo:lo + HASH_CHUNK]
+        h.update(chunk)
+        release_file_pages(chunk)
+    return h.digest()
 
 
 def _put(h: "hashlib._Hash", tag: bytes, payload: bytes | memoryview, digest: Future | None = None) -> None:
