@@ -10,11 +10,12 @@ Each op is one row of a table ``op -> (function, plain ops/element, transcendent
 and the output (``_vector.stream_cost``).
 
 The element-wise engine: a float32 op that is a short list of conv-tail instructions (``fusion.conv_tail.CODES``:
-Erf, exact Gelu, Pow by a constant 3, and activation.py's LeakyRelu, HardSigmoid, HardSwish, PRelu of one slope)
+Erf, exact and tanh Gelu (FastGelu without a bias), Pow by a constant 3, and activation.py's LeakyRelu, HardSigmoid, HardSwish, PRelu of one slope)
 runs natively as ``tail_of`` (``ep/native/kernels/conv_tail.cc``: one pass over the data in L1-sized chunks,
 vectorized, threaded over large tensors), and the same instructions fold into a Conv before it. Its reference here
 computes the same float32 operations, so both give the same bits. Erf in float32 is Eigen's rational
-approximation ``erf_f32`` (within 7 ulp, 4.1e-7 absolute, of the exact erf), never float64.
+approximation ``erf_f32`` (within 7 ulp, 4.1e-7 absolute, of the exact erf), never float64; tanh-GELU's tanh is
+MLAS's (Eigen's) rational ``tanh_f32`` (within 6 ulp, 3.2e-7 absolute; the Tanh op itself stays numpy's tanh).
 """
 
 from __future__ import annotations
@@ -120,18 +121,37 @@ def erf_f32(x: np.ndarray) -> np.ndarray:
     """erf of float32 x in float32 as the native ``erf`` instruction computes it (conv_tail.cc's ``Erf``): the same
     plain multiplies, adds and one divide in the same order, so the same bits; x * (P / Q) rather than (x * P) / Q
     keeps a denormal x's precision. NaN stays NaN, +-inf give +-1, -0 gives -0."""
-    c = np.where(x < -_FOUR, -_FOUR, np.where(x > _FOUR, _FOUR, x))
+    return _rational(x, _FOUR, _ERF_P, _ERF_Q)
+
+
+# tanh_f32: MLAS's MlasTanhKernel (Eigen's float tanh), x * P(x^2) / Q(x^2) on x clamped to [-9, 9]
+_TANH_P = [np.float32(c) for c in (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                                   5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                                   4.89352455891786e-03)]
+_TANH_Q = [np.float32(c) for c in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                                   4.89352518554385e-03)]
+_NINE = np.float32(9.0)
+
+
+def _rational(x: np.ndarray, bound: np.float32, p_coef: list, q_coef: list) -> np.ndarray:
+    """c * (P(c^2) / Q(c^2)) with c = x clamped to [-bound, bound] (NaN kept), Horner in plain float32 operations."""
+    c = np.where(x < -bound, -bound, np.where(x > bound, bound, x))
     x2 = c * c
-    p = np.full_like(x2, _ERF_P[0])
-    for k in _ERF_P[1:]:
+    p = np.full_like(x2, p_coef[0])
+    for k in p_coef[1:]:
         p *= x2
         p += k
-    q = np.full_like(x2, _ERF_Q[0])
-    for k in _ERF_Q[1:]:
+    q = np.full_like(x2, q_coef[0])
+    for k in q_coef[1:]:
         q *= x2
         q += k
     p /= q
     return np.asarray(c * p)
+
+
+def tanh_f32(x: np.ndarray) -> np.ndarray:
+    """tanh of float32 x as the native ``tanh`` instruction computes it (conv_tail.cc's ``Tanh``): the same bits."""
+    return _rational(x, _NINE, _TANH_P, _TANH_Q)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -151,8 +171,21 @@ def _gelu_erf(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    inner = np.float32(_SQRT_2_OVER_PI) * (x + np.float32(0.044715) * x * x * x)
-    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))); float32 as the engine's instructions (``_GELU_TANH``) in
+    their order, with ``tanh_f32``."""
+    if x.dtype != _F32:
+        inner = np.float32(_SQRT_2_OVER_PI) * (x + np.float32(0.044715) * x * x * x)
+        return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+    t = x * x
+    t = x * t
+    t *= np.float32(0.044715)
+    t = x + t
+    t *= np.float32(_SQRT_2_OVER_PI)
+    t = tanh_f32(t)
+    t += np.float32(1.0)
+    t = x * t
+    t *= np.float32(0.5)
+    return t
 
 
 def _reciprocal(x: np.ndarray) -> np.ndarray:
@@ -236,7 +269,9 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
         e = np.asarray(exponent.value)
         attrs["square"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 2.0)
         attrs["cube"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 3.0)
-    engine = {"Erf": [("erf", 0.0, 0.0)], "Gelu": _GELU_ERF if attrs.get("approximate", "none") == "none" else None,
+    engine = {"Erf": [("erf", 0.0, 0.0)],
+              "Gelu": _GELU_ERF if attrs.get("approximate", "none") == "none" else _GELU_TANH,
+              "FastGelu": _GELU_TANH if node.input(1) is None else None,  # a bias: the reference's add first
               "Pow": _CUBE if attrs.get("cube") else None}.get(node.op_type)
     if engine:
         attrs[ENGINE_KEY] = [list(t) for t in engine]
@@ -341,6 +376,9 @@ Instruction = tuple[str, float, float]  # (fusion.conv_tail.CODES name, a, b)
 _GELU_ERF: list[Instruction] = [("save", 0.0, 0.0), ("mul", float(_SQRT1_2), 0.0), ("erf", 0.0, 0.0),
                                 ("add", 1.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul", 0.5, 0.0)]
 _CUBE: list[Instruction] = [("save", 0.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul_saved", 0.0, 0.0)]
+_GELU_TANH: list[Instruction] = [*_CUBE, ("mul", float(np.float32(0.044715)), 0.0), ("add_saved", 0.0, 0.0),
+                                 ("mul", float(np.float32(_SQRT_2_OVER_PI)), 0.0), ("tanh", 0.0, 0.0),
+                                 ("add", 1.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul", 0.5, 0.0)]
 ENGINE_KEY = "engine_program"  # Prepared.attrs: the op's instructions, when it has a float32 engine form
 
 
@@ -524,7 +562,8 @@ for _op, (_fn, _, _) in _UNARY.items():
 register(KernelDef("", "Gelu", _prepare, engine_runner(_gelu_run), _cost, _check, rank_free=True, bind=engine_bind))
 register(KernelDef("com.microsoft", "Gelu", _prepare, engine_runner(_gelu_run), _cost, _check, rank_free=True,
                    bind=engine_bind))
-register(KernelDef("com.microsoft", "FastGelu", _prepare, _fast_gelu_run, _cost, _check, rank_free=True))
+register(KernelDef("com.microsoft", "FastGelu", _prepare, engine_runner(_fast_gelu_run), _cost, _check,
+                   rank_free=True, bind=engine_bind))
 def _pairwise_binder(fn: np.ufunc):
     """Min/Max of two inputs as its ufunc's native call (the kernel's one fold step), as the binary ops bind."""
     bind = _ufunc_binder(fn, 2)

@@ -395,6 +395,11 @@ _ENGINE_TAILS = {
                 ["save", "mul", "erf", "add", "mul_saved", "mul"]),
     "pow_3": ([helper.make_node("Pow", ["c", "three"], ["y"], "act")], {"three": np.float32(3.0)}, 17,
               ["save", "mul_saved", "mul_saved"]),
+    "gelu_tanh": ([helper.make_node("Gelu", ["c"], ["y"], "act", approximate="tanh")], {}, 20,
+                  ["save", "mul_saved", "mul_saved", "mul", "add_saved", "mul", "tanh", "add", "mul_saved", "mul"]),
+    "ms_fast_gelu": ([helper.make_node("FastGelu", ["c"], ["y"], "act", domain="com.microsoft")], {}, 17,
+                     ["save", "mul_saved", "mul_saved", "mul", "add_saved", "mul", "tanh", "add", "mul_saved",
+                      "mul"]),
 }
 
 
@@ -405,7 +410,7 @@ def _engine_tail_model(case: str, conv: str = "dense", hw=(H, W)):
     inits = {"w": rng.normal(0, 0.5, wshape).astype(np.float32), "b": rng.normal(0, 0.3, M).astype(np.float32),
              **inits}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], "conv", **conv_attrs), *after]
-    extra = [("com.microsoft", 1)] if case == "ms_gelu" else []
+    extra = [("com.microsoft", 1)] if case.startswith("ms_") else []
     return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, cin, *hw])],
                       [helper.make_tensor_value_info("y", F32, [1, M, *hw])], inits, opset=opset, extra_opsets=extra)
 

@@ -3,7 +3,8 @@
 // operation of the node it replaces, in the graph's order (no fused multiply-add), so the result is the unfused
 // steps' bit for bit; except sigmoid, whose exp is Cephes' in lanes on AVX2/AVX-512 hosts (intrinsics.h, within
 // 2 ulp, as SwiGLU's) and std::exp elsewhere, where the reference model calls numpy's. erf is Eigen's float32
-// rational approximation (kernels/ops/elementwise.erf_f32 computes the same operations, so bit for bit too). The
+// rational approximation and tanh MLAS's (Eigen's) (kernels/ops/elementwise.erf_f32 and tanh_f32 compute the same
+// operations, so bit for bit too). The
 // chunking depends on the size only, never on the thread count.
 //
 // The same instructions also run a standalone element-wise op (Erf, Gelu, LeakyRelu, Pow by 3, ...) on a copy of
@@ -36,9 +37,9 @@ namespace {
 
 // Instruction codes, as CODES in kernels/fusion/conv_tail.py.
 enum Code : int32_t {
-  kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kSigmoid, kErf, kLeakyRelu
+  kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kSigmoid, kErf, kLeakyRelu, kTanh
 };
-static_assert(kLeakyRelu + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
+static_assert(kTanh + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
 constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task
@@ -104,6 +105,26 @@ inline float Erf(float x) {
   return c * (p / q);
 }
 
+// tanh(x) as MLAS's MlasTanhKernel (Eigen's float tanh), also as x * (P(x^2) / Q(x^2)): x clamped to [-9, 9] (NaN
+// kept), P odd degree 13 / Q even degree 6, plain float32 multiplies and adds (elementwise.tanh_f32 is the same
+// operations). Within 6 ulp (3.2e-7 absolute) of the exact tanh (tests/kernels/test_sweep_elementwise_engine.py).
+inline float Tanh(float x) {
+  const float c = x < -9.0f ? -9.0f : (x > 9.0f ? 9.0f : x);
+  const float x2 = c * c;
+  float p = -2.76076847742355e-16f;
+  p = p * x2 + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  float q = 1.19825839466702e-06f;
+  q = q * x2 + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  return c * (p / q);
+}
+
 // Cloned per instruction set (the loops are plain IEEE float32 operations and compares: every clone gives the same
 // bits).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(float* __restrict v,
@@ -127,6 +148,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
       case kAddSaved: for (int64_t i = 0; i < n; ++i) v[i] = s[i] + v[i]; break;
       case kSigmoid: Sigmoid(v, n); break;
       case kErf: for (int64_t i = 0; i < n; ++i) v[i] = Erf(v[i]); break;
+      case kTanh: for (int64_t i = 0; i < n; ++i) v[i] = Tanh(v[i]); break;
       case kLeakyRelu:  // LeakyRelu alpha (and PRelu of one slope): x >= 0 ? x : x * alpha, NaN kept
         for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= 0.0f ? v[i] : v[i] * a;
         break;
