@@ -8,10 +8,11 @@ The tail is a list of instructions over one float32 register ``v`` (the conv out
 constant are ``clip c inf``/``clip -inf c``; HardSigmoid is ``mul alpha``, ``add beta``, ``clip 0 1``, as its
 kernel computes it), ``sigmoid``, ``erf`` (``elementwise.erf_f32``), ``leaky_relu alpha`` (LeakyRelu, PRelu of one
 slope), ``save`` (s = v) and ``mul_saved``/``add_saved`` (v = s op v); HardSwish is ``save``, HardSigmoid's three,
-``mul_saved``; Gelu (ONNX, com.microsoft; exact or tanh), FastGelu without a bias and Pow by 3 are the element-wise engine's instruction lists
-(``kernels/ops/elementwise.py``; ``tanh`` is ``elementwise.tanh_f32``). Each is the float32 operation the absorbed node performs, in the graph's order,
-so the fused step returns exactly what the unfused steps return (Max/Min: but for the sign of a zero that ties the
-constant, as np.clip, not np.maximum, keeps it); the native sigmoid's exp is within 2 ulp of numpy's. SiLU
+``mul_saved``; Gelu (ONNX, com.microsoft; exact or tanh), FastGelu without a bias and Pow by 3 are the
+element-wise engine's instruction lists (``kernels/ops/elementwise.py``; ``tanh`` is ``elementwise.tanh_f32``).
+Each is the float32 operation the absorbed node performs, in the graph's order, so the fused step returns exactly
+what the unfused steps return (Max/Min: but for the sign of a zero that ties the constant, as np.clip, not
+np.maximum, keeps it); the native sigmoid's exp is within 2 ulp of numpy's. SiLU
 (``x * sigmoid(x)``, YOLOv5/v8's activation) is the diamond ``save, sigmoid, mul_saved``; the exporters' exact GELU
 ``x * (erf(x / sqrt 2) + 1) * 0.5`` is the diamond ``save, div, erf, add, mul_saved`` and a ``mul``.
 
@@ -40,7 +41,8 @@ _SCALAR_OPS = {"Mul": ("mul", "mul"), "Add": ("add", "add"), "Sub": ("sub", "rsu
 
 def _engine_link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
     """The instructions of an op reading ``x`` whose float32 kernel is the element-wise engine's instruction list
-    (Gelu, FastGelu, Pow by 3, LeakyRelu, PRelu of one slope: ``elementwise.ENGINE_KEY`` as their prepare sets it), or None."""
+    (Gelu, FastGelu, Pow by 3, LeakyRelu, PRelu of one slope: ``elementwise.ENGINE_KEY`` as their prepare sets
+    it), or None."""
     from ..ops.elementwise import _CUBE, _GELU_ERF, _GELU_TANH  # the kernels' own lists (ops import this module)
     if nd.op_type == "Gelu" and nd.inputs[0].name == x:
         approximate = str(nd.attr("approximate", "none"))

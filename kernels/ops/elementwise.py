@@ -10,12 +10,13 @@ Each op is one row of a table ``op -> (function, plain ops/element, transcendent
 and the output (``_vector.stream_cost``).
 
 The element-wise engine: a float32 op that is a short list of conv-tail instructions (``fusion.conv_tail.CODES``:
-Erf, exact and tanh Gelu (FastGelu without a bias), Pow by a constant 3, and activation.py's LeakyRelu, HardSigmoid, HardSwish, PRelu of one slope)
-runs natively as ``tail_of`` (``ep/native/kernels/conv_tail.cc``: one pass over the data in L1-sized chunks,
-vectorized, threaded over large tensors), and the same instructions fold into a Conv before it. Its reference here
+Erf, exact and tanh Gelu (FastGelu without a bias), Pow by a constant 3, and activation.py's LeakyRelu,
+HardSigmoid, HardSwish, PRelu of one slope) runs natively as ``tail_of`` (``ep/native/kernels/conv_tail.cc``: one
+pass over the data in L1-sized chunks, vectorized, threaded over large tensors, into ORT's buffer when the result
+is a partition output), and the same instructions fold into a Conv before it. Its reference here
 computes the same float32 operations, so both give the same bits. Erf in float32 is Eigen's rational
 approximation ``erf_f32`` (within 7 ulp, 4.1e-7 absolute, of the exact erf), never float64; tanh-GELU's tanh is
-MLAS's (Eigen's) rational ``tanh_f32`` (within 6 ulp, 3.2e-7 absolute; the Tanh op itself stays numpy's tanh).
+MLAS's (Eigen's) rational ``tanh_f32`` (within 6 ulp, 3.3e-7 absolute; the Tanh op itself stays numpy's tanh).
 """
 
 from __future__ import annotations
