@@ -1,8 +1,10 @@
-"""Recurrent ops: LSTM (opset 7/14) and GRU (opset 7/14): forward, reverse or bidirectional, optional bias,
-initial states, peepholes (LSTM) and ``sequence_lens``, ``clip``, ``layout`` 0/1, ``linear_before_reset`` (GRU).
+"""Recurrent ops: LSTM, GRU and RNN (opset 7/14): forward, reverse or bidirectional, optional bias, initial states,
+peepholes (LSTM) and ``sequence_lens``, ``clip``, ``layout`` 0/1, ``linear_before_reset`` (GRU).
 
-Only the default activations (LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid, Tanh) and LSTM ``input_forget=0`` are
-taken; other values are declined with a reason. Float32 only (ORT's CPU kernels are float/double).
+Only the default activations (LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid, Tanh; RNN: Tanh) and LSTM ``input_forget=0``
+are taken; other values are declined with a reason. Float32 only (ORT's CPU kernels are float/double). The native
+kernels (``ep/native/kernels/recurrent.cc``) run all three with one time loop; the functions here are their
+specification.
 
 Numerics as ORT's CPU kernels: the input projection ``X @ W^T + Wb + Rb`` is one matmul over all time steps, then
 each step adds ``H @ R^T``; ``clip`` bounds every gate's pre-activation to [-clip, clip]. With ``sequence_lens``,
@@ -32,8 +34,8 @@ from ._util import arg, stash_constants
 from ._vector import transcendental
 
 _F32 = np.dtype(np.float32)
-_DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
-_GATES = {"LSTM": 4, "GRU": 3}
+_DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _DIRECTIONS = ("forward", "reverse", "bidirectional")
 
 
@@ -163,6 +165,22 @@ def _gru_direction(xw: np.ndarray, r: np.ndarray, rb: np.ndarray, h: np.ndarray,
     return y, h
 
 
+def _rnn_direction(xw: np.ndarray, r: np.ndarray, h: np.ndarray, lens: np.ndarray, reverse: bool,
+                   clip: float | None):
+    """One direction (Tanh). ``xw`` [seq, batch, H] = X @ W^T + Wb + Rb."""
+    seq, batch, _ = xw.shape
+    y = np.zeros((seq, batch, h.shape[-1]), _F32)
+    rt = np.ascontiguousarray(r.T)
+    t_idx, valid = _steps(lens, seq, reverse)
+    cols = np.arange(batch)
+    for s in range(seq):
+        ok = valid[s][:, None]
+        h_new = np.tanh(_clip(xw[t_idx[s], cols] + h @ rt, clip))
+        h = np.where(ok, h_new, h)
+        y[t_idx[s], cols] = np.where(ok, h_new, y[t_idx[s], cols])
+    return y, h
+
+
 def initial_state(v: np.ndarray | None, dirs: int, batch: int, hid: int, layout: int) -> np.ndarray:
     """An initial state as [dirs, batch, H] float32 (zeros when omitted)."""
     if v is None:
@@ -174,50 +192,94 @@ def _f32(v: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(v, _F32)
 
 
-def _lstm_weights(mod, p: Prepared, inputs, hid: int) -> tuple[list, list, np.ndarray, np.ndarray | None]:
-    """Per direction W^T and R^T packed for the native products (``pack_sgemm_b``), Wb + Rb and the peepholes;
-    made once per Prepared when they are constants (the usual case), else per call."""
-    found = p.memo.get("lstm_weights")
+def _packed(mod, m: np.ndarray) -> np.ndarray:
+    """``m`` [n, k] transposed and packed for the native products (``pack_sgemm_b``)."""
+    return mod.pack_sgemm_b(_f32(m.T))
+
+
+def _lstm_weights(mod, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, peep: np.ndarray | None,
+                  hid: int) -> tuple:
+    """``mod.lstm``'s weights: per direction W^T and R^T packed, Wb + Rb, the peepholes."""
+    dirs = w.shape[0]
+    bias = np.zeros((dirs, 4 * hid), _F32) if b is None else b[:, :4 * hid] + b[:, 4 * hid:]
+    return ([_packed(mod, w[d]) for d in range(dirs)], [_packed(mod, r[d]) for d in range(dirs)], _f32(bias),
+            None if peep is None else _f32(peep))
+
+
+def _gru_weights(mod, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, hid: int) -> tuple:
+    """``mod.gru``'s weights: per direction W^T, R_zr^T and R_h^T packed, the input product's bias (Wb + Rb for z
+    and r, Wb for h: the reference's) and Rb for h."""
+    dirs = w.shape[0]
+    b = np.zeros((dirs, 6 * hid), _F32) if b is None else b
+    wb, rb = b[:, :3 * hid], b[:, 3 * hid:]
+    bias = np.concatenate([wb[:, :2 * hid] + rb[:, :2 * hid], wb[:, 2 * hid:]], axis=1)
+    return ([_packed(mod, w[d]) for d in range(dirs)], [_packed(mod, r[d, :2 * hid]) for d in range(dirs)],
+            [_packed(mod, r[d, 2 * hid:]) for d in range(dirs)], _f32(bias), _f32(rb[:, 2 * hid:]))
+
+
+def _rnn_weights(mod, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, hid: int) -> tuple:
+    """``mod.rnn``'s weights: per direction W^T and R^T packed, Wb + Rb."""
+    dirs = w.shape[0]
+    bias = np.zeros((dirs, hid), _F32) if b is None else b[:, :hid] + b[:, hid:]
+    return [_packed(mod, w[d]) for d in range(dirs)], [_packed(mod, r[d]) for d in range(dirs)], _f32(bias)
+
+
+def _native_weights(mod, p: Prepared, inputs) -> tuple:
+    """The op's weights as its native kernel takes them; made once per Prepared when they are constants (the usual
+    case), else per call."""
+    found = p.memo.get("native_weights")
     if found is not None:
         return found
-    w, r, b, peep = (arg(p, inputs, i) for i in (1, 2, 3, 7))
-    dirs = w.shape[0]
-    bias = np.zeros((dirs, 4 * hid), _F32) if b is None else (b[:, :4 * hid] + b[:, 4 * hid:]).astype(_F32)
-    found = ([mod.pack_sgemm_b(_f32(w[d].T)) for d in range(dirs)],
-             [mod.pack_sgemm_b(_f32(r[d].T)) for d in range(dirs)], _f32(bias), None if peep is None else _f32(peep))
-    if all(f"in{i}" in p.consts or arg(p, inputs, i) is None for i in (1, 2, 3, 7)):
-        p.memo["lstm_weights"] = found
+    op, hid = p.attrs["op"], p.attrs["hidden"]
+    w, r, b = (arg(p, inputs, i) for i in (1, 2, 3))
+    if op == "LSTM":
+        found = _lstm_weights(mod, w, r, b, arg(p, inputs, 7), hid)
+    else:
+        found = (_gru_weights if op == "GRU" else _rnn_weights)(mod, w, r, b, hid)
+    used = (1, 2, 3, 7) if op == "LSTM" else (1, 2, 3)
+    if all(f"in{i}" in p.consts or arg(p, inputs, i) is None for i in used):
+        p.memo["native_weights"] = found
     return found
 
 
-def _lstm_native(mod, p: Prepared, inputs) -> list[np.ndarray]:
-    """LSTM through the native kernel (``ep/native/kernels/recurrent.cc``), every direction in one call."""
+def _native_run(mod, p: Prepared, inputs) -> list[np.ndarray]:
+    """LSTM, GRU or RNN through the native kernel (``ep/native/kernels/recurrent.cc``), every direction in one
+    call; layout 1 transposes around it."""
     a = p.attrs
-    hid, layout = a["hidden"], a["layout"]
+    op, hid, layout = a["op"], a["hidden"], a["layout"]
     x = arg(p, inputs, 0)
     xs = x.transpose(1, 0, 2) if layout else x  # [seq, batch, input]
     seq, batch = xs.shape[0], xs.shape[1]
-    wt, rt, bias, peep = _lstm_weights(mod, p, inputs, hid)
-    dirs = len(wt)
+    weights = _native_weights(mod, p, inputs)
+    dirs = len(weights[0])
     lens_in = arg(p, inputs, 4)
     if lens_in is None:  # every sequence full length: the same array for every call of this shape
         lens = memo_per_shape(p, "full_lens", (batch, seq), np.full, batch, seq, np.int64)
     else:
         lens = lens_in.astype(np.int64)
-    h0 = initial_state(arg(p, inputs, 5), dirs, batch, hid, layout)
-    c0 = initial_state(arg(p, inputs, 6), dirs, batch, hid, layout)
-    y, yh, yc = mod.lstm(_f32(xs), wt, rt, bias, peep, _f32(h0), _f32(c0), lens, a["direction"] == "reverse",
-                         a["clip"], threads(p))
+    h0 = _f32(initial_state(arg(p, inputs, 5), dirs, batch, hid, layout))
+    reverse = a["direction"] == "reverse"
+    if op == "LSTM":
+        wt, rt, bias, peep = weights
+        c0 = _f32(initial_state(arg(p, inputs, 6), dirs, batch, hid, layout))
+        outs = mod.lstm(_f32(xs), wt, rt, bias, peep, h0, c0, lens, reverse, a["clip"], threads(p))
+    elif op == "GRU":
+        wt, rzt, rht, bias, rbh = weights
+        outs = mod.gru(_f32(xs), wt, rzt, rht, bias, rbh, h0, lens, reverse, a["clip"],
+                       bool(a["linear_before_reset"]), threads(p))
+    else:
+        wt, rt, bias = weights
+        outs = mod.rnn(_f32(xs), wt, rt, bias, h0, lens, reverse, a["clip"], threads(p))
     if layout:
-        return [np.ascontiguousarray(y.transpose(2, 0, 1, 3)), np.ascontiguousarray(yh.transpose(1, 0, 2)),
-                np.ascontiguousarray(yc.transpose(1, 0, 2))]
-    return [y, yh, yc]
+        return [np.ascontiguousarray(outs[0].transpose(2, 0, 1, 3))] + \
+            [np.ascontiguousarray(s.transpose(1, 0, 2)) for s in outs[1:]]
+    return list(outs)
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     mod = native(p)
-    if mod is not None and p.attrs["op"] == "LSTM" and hasattr(mod, "lstm"):
-        return _lstm_native(mod, p, inputs)
+    if mod is not None and hasattr(mod, p.attrs["op"].lower()):
+        return _native_run(mod, p, inputs)
     return _reference(p, inputs)
 
 
@@ -247,10 +309,13 @@ def _reference(p: Prepared, inputs) -> list[np.ndarray]:
             y, h, c = lstm_direction(xw, lambda hp: hp @ rt, None if peep is None else peep[d], h0[d], c0[d], lens,
                                      reverse, clip)
             cs.append(c)
-        else:
+        elif op == "GRU":
             zr_bias = np.concatenate([wb[:2 * hid] + rb[:2 * hid], wb[2 * hid:]])
             xw = (flat @ w[d].T + zr_bias).reshape(seq, batch, gates * hid)
             y, h = _gru_direction(xw, r[d], rb, h0[d], lens, reverse, clip, bool(a["linear_before_reset"]))
+        else:
+            xw = (flat @ w[d].T + (wb + rb)).reshape(seq, batch, hid)
+            y, h = _rnn_direction(xw, r[d], h0[d], lens, reverse, clip)
         ys.append(y)
         hs.append(h)
     return stacked_outputs(ys, hs, cs if op == "LSTM" else None, lens, layout)
@@ -317,3 +382,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
 # inference loses X's rank behind exporters' Unsqueeze of a runtime-shaped tensor (Silero VAD)
 register(KernelDef("", "LSTM", _prepare, _run, _cost, _check, rank_free=True))
 register(KernelDef("", "GRU", _prepare, _run, _cost, _check, rank_free=True))
+register(KernelDef("", "RNN", _prepare, _run, _cost, _check, rank_free=True))

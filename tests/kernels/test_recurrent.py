@@ -1,5 +1,6 @@
-"""LSTM and GRU on NpuEP against ORT's CPU EP: directions, optional bias/initial states/peepholes/sequence_lens,
-clip, layout 0/1, linear_before_reset, opset 7 and 14 schemas; ORT's graph assignment proves NpuEP ran them.
+"""LSTM, GRU and RNN on NpuEP against ORT's CPU EP: directions, optional bias/initial states/peepholes/
+sequence_lens, clip, layout 0/1, linear_before_reset, opset 7 and 14 schemas; ORT's graph assignment proves NpuEP
+ran them.
 Non-default activations, input_forget and npu-edge (no float matrix mode) are declined with a reason."""
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import pytest
 from onnx import TensorProto, helper
 from npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
+from _sweep import native_calls
+from npu_ep.kernels.ops import _native
+from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.support import why_not
 from npu_ep.kernels.target import Target
 from npu_ep.ep.onnx_graph import nodes_from_model
@@ -21,7 +25,7 @@ SEQ, BATCH, INPUT, HIDDEN = 5, 3, 4, 6
 def recurrent_model(op: str, *, direction="forward", bias=True, initial=False, peephole=False, lens=False,
                     layout=0, opset=14, outputs=("Y", "Y_h", "Y_c"), **attrs):
     rng = np.random.default_rng(zlib.crc32(repr((op, direction, bias, initial, peephole, lens)).encode()))
-    gates = 4 if op == "LSTM" else 3
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     dirs = 2 if direction == "bidirectional" else 1
     w = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
     inits = {"W": w(dirs, gates * HIDDEN, INPUT), "R": w(dirs, gates * HIDDEN, HIDDEN)}
@@ -94,6 +98,18 @@ GRU_CASES = {
     "opset7": {"opset": 13, "linear_before_reset": 1},
 }
 
+RNN_CASES = {
+    "forward": {},
+    "reverse": {"direction": "reverse", "initial": True},
+    "bidirectional": {"direction": "bidirectional", "initial": True},
+    "no_bias": {"bias": False},
+    "sequence_lens_bidirectional": {"lens": True, "direction": "bidirectional", "initial": True},
+    "empty_sequence": {"lens": [0, 3, 5], "direction": "bidirectional", "initial": True},
+    "clip": {"clip": 0.5, "direction": "bidirectional"},
+    "layout1": {"layout": 1, "initial": True, "lens": True, "direction": "bidirectional"},
+    "opset7": {"opset": 13, "direction": "reverse"},
+}
+
 
 def _layout0_reference(op, case, feeds):
     """ORT's CPU EP refuses layout=1 ("Batchwise recurrent operations are not supported"): the reference is the same
@@ -127,9 +143,49 @@ def test_gru_matches_cpu(case):
     _check_against_cpu("GRU", GRU_CASES[case])
 
 
+def _kernel_run(model, feeds, kernels):
+    """The model's recurrent node through its kernel on ``kernels``, then the model's Relu (numpy)."""
+    node = next(n for n in nodes_from_model(model) if n.name == "rnn")
+    kernel = kernel_for(node.domain, node.op_type)
+    p = kernel.prepare(node, Target.load("npu-ref"))
+    _native.configure([p], kernels, 1)
+    out = kernel.run(p, [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs])
+    return [np.maximum(out[0], np.float32(0))] + list(out[1:])
+
+
+# RNN's schema gives activations a default (Tanh), which ORT writes into the node; the plugin graph view cannot read a
+# STRINGS attribute (ep/native/graph_view.cc), so a session declines every RNN with that reason. The kernel itself
+# (native and reference) is checked against ORT's CPU EP here, the decline below.
+@pytest.mark.parametrize("case", RNN_CASES, ids=list(RNN_CASES))
+def test_rnn_kernel_matches_cpu(case):
+    attrs = RNN_CASES[case]
+    model = recurrent_model("RNN", **attrs)
+    feeds = feeds_for(model, np.random.default_rng(7), attrs.get("lens"))
+    want = _layout0_reference("RNN", attrs, feeds) if attrs.get("layout") else cpu_run(model, feeds)
+    with native_calls() as calls:
+        got = _kernel_run(model, feeds, "native")
+    assert "rnn" in calls, "the native RNN did not run"
+    for kernels, outs in (("native", got), ("reference", _kernel_run(model, feeds, "reference"))):
+        for g, w in zip(outs, want, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype, kernels
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=kernels)
+
+
+def test_rnn_in_a_session_is_declined_for_its_unreadable_default_activations(caplog):
+    model = recurrent_model("RNN", direction="bidirectional", initial=True)
+    with caplog.at_level("DEBUG", logger="npu_ep"):
+        sess = npu_session(model)
+    assert "activations attribute present but unreadable through ORT's graph view" in caplog.text
+    assert assignment(sess)["rnn"] == "CPUExecutionProvider"
+    feeds = feeds_for(model, np.random.default_rng(1))
+    for g, w in zip(sess.run(None, feeds), cpu_run(model, feeds), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("op,attrs,reason", [
     ("LSTM", {"activations": ["Sigmoid", "Relu", "Tanh"]}, "activations ['Sigmoid', 'Relu', 'Tanh'] (only the defaults"),
     ("GRU", {"activations": ["HardSigmoid", "Tanh"]}, "activations ['HardSigmoid', 'Tanh'] (only the defaults"),
+    ("RNN", {"activations": ["Relu"]}, "activations ['Relu'] (only the defaults"),
     ("LSTM", {"input_forget": 1}, "input_forget=1 (coupled input/forget gates) not supported"),
 ])
 def test_unsupported_attributes_are_declined_with_a_reason_and_match_cpu(op, attrs, reason, caplog):
@@ -150,7 +206,7 @@ def test_unsupported_attributes_are_declined_with_a_reason_and_match_cpu(op, att
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
 def test_npu_edge_declines_recurrent_ops_for_lack_of_a_float_matrix_mode(op):
     node = next(n for n in nodes_from_model(recurrent_model(op)) if n.name == "rnn")
     assert why_not(node, Target.load("npu-edge")) == (

@@ -38,7 +38,7 @@ namespace npu_ep::kern {
 
 namespace {
 
-struct LstmShape {
+struct RecurrentShape {
   int64_t seq, batch, input, hidden, dirs;
 };
 
@@ -120,9 +120,12 @@ __attribute__((target("avx2,fma,avx512f"))) inline __m512 TanhAvx512(__m512 x) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.0625f), _CMP_LT_OQ), signed_t, poly);
 }
 
+__attribute__((target("avx2,fma,avx512f"))) inline __m512 ClipAvx512(__m512 v, bool has_clip, float clip) {
+  if (!has_clip) return v;
+  return _mm512_min_ps(_mm512_set1_ps(clip), _mm512_max_ps(_mm512_set1_ps(-clip), v));  // NaN stays
+}
 __attribute__((target("avx2,fma,avx512f"))) inline __m512 ClipAvx512(__m512 v, const GateArgs& a) {
-  if (!a.has_clip) return v;
-  return _mm512_min_ps(_mm512_set1_ps(a.clip), _mm512_max_ps(_mm512_set1_ps(-a.clip), v));  // NaN stays
+  return ClipAvx512(v, a.has_clip, a.clip);
 }
 
 // GateRow 16 lanes at a time (the last ones masked).
@@ -153,18 +156,114 @@ __attribute__((target("avx2,fma,avx512f"))) void GateRowAvx512(const GateArgs& a
 }
 #endif
 
-// One direction. xw [seq, batch, 4H] holds X's product, plus Wb + Rb when bias is null; product(h_in, g) writes the
-// step's [batch, 4H] product with R into g; bias (DynamicQuantizeLSTM) is added after that product and the
-// peepholes; zero_finished: a finished row enters the next product as 0 (kernels/ops/recurrent_quant.py). h, c
-// [batch, H] in/out; y rows written at y + (t * dirs) * batch * H (the caller offsets y by the direction).
-template <typename ProductFn>
-void LstmDirection(const LstmShape& s, const float* xw, ProductFn&& product, const float* peep, const float* bias,
-                   bool zero_finished, float* h, float* c, const int64_t* lens, bool reverse, bool has_clip, float clip,
-                   float* y) {
-  const int64_t H = s.hidden, G = 4 * H, B = s.batch;
-  std::vector<float> g(B * G), h_in(zero_finished ? B * H : 0);
-  [[maybe_unused]] const bool vector_gates = ActiveIsa() >= Isa::kAvx512;
+// The gates' shared arithmetic, 16 lanes at a time on AVX-512 (the last ones masked), scalar elsewhere.
+inline bool VectorGates() {
+#if NPU_EP_X86
+  return ActiveIsa() >= Isa::kAvx512;
+#else
+  return false;
+#endif
+}
+
+// GRU's gates of one batch entry (order z, r, h): x [3H] X's product plus Wb + Rb for z and r and Wb for h; gzr [2H]
+// the step's h @ R_zr^T; gh [H] the step's h @ R_h^T (linear_before_reset) or (r * h) @ R_h^T; rbh [H] Rb for h;
+// h [H] the previous state. The reference model's order (kernels/ops/recurrent.py): Rb_h inside r * (...) with
+// linear_before_reset, after the product without.
+struct GruArgs {
+  const float* x;
+  const float* gzr;
+  const float* gh;
+  const float* rbh;
+  const float* h;
+  bool linear_before_reset;
+  bool has_clip;
+  float clip;
+  int64_t H;
+};
+
+void GruRow(const GruArgs& a, float* y) {
+  const int64_t H = a.H;
+  for (int64_t j = 0; j < H; ++j) {
+    const float z = Sigmoid(Clip(a.x[j] + a.gzr[j], a.has_clip, a.clip));
+    float gh;
+    if (a.linear_before_reset) {
+      const float r = Sigmoid(Clip(a.x[H + j] + a.gzr[H + j], a.has_clip, a.clip));
+      gh = a.x[2 * H + j] + r * (a.gh[j] + a.rbh[j]);
+    } else {
+      gh = a.x[2 * H + j] + a.gh[j] + a.rbh[j];
+    }
+    y[j] = (1.0f - z) * Tanh(Clip(gh, a.has_clip, a.clip)) + z * a.h[j];
+  }
+}
+
+// GRU's reset gate applied to the state (linear_before_reset 0): out [H] = sigmoid(clip(xr + gr)) * h.
+void ResetRow(const float* xr, const float* gr, const float* h, bool has_clip, float clip, int64_t H, float* out) {
+  for (int64_t j = 0; j < H; ++j) out[j] = Sigmoid(Clip(xr[j] + gr[j], has_clip, clip)) * h[j];
+}
+
+// RNN (Tanh): y [H] = tanh(clip(x + g)), x X's product plus Wb + Rb, g the step's h @ R^T.
+void RnnRow(const float* x, const float* g, bool has_clip, float clip, int64_t H, float* y) {
+  for (int64_t j = 0; j < H; ++j) y[j] = Tanh(Clip(x[j] + g[j], has_clip, clip));
+}
+
+#if NPU_EP_X86
+__attribute__((target("avx2,fma,avx512f"))) inline __mmask16 TailMask(int64_t H, int64_t j) {
+  return static_cast<__mmask16>(H - j >= 16 ? 0xFFFF : (1u << (H - j)) - 1);
+}
+
+__attribute__((target("avx2,fma,avx512f"))) void GruRowAvx512(const GruArgs& a, float* y) {
+  const int64_t H = a.H;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 k = TailMask(H, j);
+    const auto at = [&](const float* p, int64_t off) { return _mm512_maskz_loadu_ps(k, p + off + j); };
+    const __m512 z = SigmoidAvx512(ClipAvx512(_mm512_add_ps(at(a.x, 0), at(a.gzr, 0)), a.has_clip, a.clip));
+    __m512 gh;
+    if (a.linear_before_reset) {
+      const __m512 r = SigmoidAvx512(ClipAvx512(_mm512_add_ps(at(a.x, H), at(a.gzr, H)), a.has_clip, a.clip));
+      gh = _mm512_add_ps(at(a.x, 2 * H), _mm512_mul_ps(r, _mm512_add_ps(at(a.gh, 0), at(a.rbh, 0))));
+    } else {
+      gh = _mm512_add_ps(_mm512_add_ps(at(a.x, 2 * H), at(a.gh, 0)), at(a.rbh, 0));
+    }
+    const __m512 tanh_gh = TanhAvx512(ClipAvx512(gh, a.has_clip, a.clip));
+    const __m512 out = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(one, z), tanh_gh), _mm512_mul_ps(z, at(a.h, 0)));
+    _mm512_mask_storeu_ps(y + j, k, out);
+  }
+}
+
+__attribute__((target("avx2,fma,avx512f"))) void ResetRowAvx512(const float* xr, const float* gr, const float* h,
+                                                                 bool has_clip, float clip, int64_t H, float* out) {
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 k = TailMask(H, j);
+    const __m512 r = SigmoidAvx512(
+        ClipAvx512(_mm512_add_ps(_mm512_maskz_loadu_ps(k, xr + j), _mm512_maskz_loadu_ps(k, gr + j)), has_clip, clip));
+    _mm512_mask_storeu_ps(out + j, k, _mm512_mul_ps(r, _mm512_maskz_loadu_ps(k, h + j)));
+  }
+}
+
+__attribute__((target("avx2,fma,avx512f"))) void RnnRowAvx512(const float* x, const float* g, bool has_clip,
+                                                               float clip, int64_t H, float* y) {
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 k = TailMask(H, j);
+    const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + j), _mm512_maskz_loadu_ps(k, g + j));
+    _mm512_mask_storeu_ps(y + j, k, TanhAvx512(ClipAvx512(v, has_clip, clip)));
+  }
+}
+#endif
+
+// The time loop of every cell, one direction. cell.Recur(h_in, t) makes the step's products with R for every batch
+// row (t[b]: the time index row b processes, -1 once its sequence has finished); cell.Row(b, t, h, y) the gates of
+// one live row from its previous state h [H] into y [H] (the cell keeps any other state: LSTM's c). zero_finished:
+// a finished row enters the next product as 0 (kernels/ops/recurrent_quant.py). h [batch, H] in/out; y rows written
+// at y + (t * dirs) * batch * H (the caller offsets y by the direction).
+template <typename Cell>
+void RunDirection(const RecurrentShape& s, Cell& cell, const int64_t* lens, bool reverse, bool zero_finished,
+                  float* h, float* y) {
+  const int64_t H = s.hidden, B = s.batch;
+  std::vector<int64_t> t(B);
+  std::vector<float> h_in(zero_finished ? B * H : 0);
   for (int64_t step = 0; step < s.seq; ++step) {
+    for (int64_t b = 0; b < B; ++b) t[b] = step >= lens[b] ? -1 : reverse ? lens[b] - 1 - step : step;
     const float* hp = h;
     if (zero_finished && step > 0) {
       for (int64_t b = 0; b < B; ++b) {
@@ -174,21 +273,117 @@ void LstmDirection(const LstmShape& s, const float* xw, ProductFn&& product, con
       }
       hp = h_in.data();
     }
-    product(hp, g.data());  // every batch entry (invalid ones are ignored)
+    cell.Recur(hp, t.data());  // every batch entry (finished ones are ignored)
     for (int64_t b = 0; b < B; ++b) {
-      if (step >= lens[b]) continue;
-      const int64_t t = reverse ? lens[b] - 1 - step : step;
-      const GateArgs args{xw + (t * B + b) * G, g.data() + b * G, peep, bias, has_clip, clip, H};
-      float* yb = y + (t * s.dirs * B + b) * H;
-#if NPU_EP_X86
-      if (vector_gates) GateRowAvx512(args, c + b * H, yb);
-      else
-#endif
-        GateRow(args, c + b * H, yb);
+      if (t[b] < 0) continue;
+      float* yb = y + (t[b] * s.dirs * B + b) * H;
+      cell.Row(b, t[b], h + b * H, yb);
       std::copy(yb, yb + H, h + b * H);
     }
   }
 }
+
+// LSTM's gates (order i, o, f, c). xw [seq, batch, 4H] holds X's product, plus Wb + Rb when bias is null; product(h,
+// g) writes the step's [batch, 4H] product with R into g; bias (DynamicQuantizeLSTM) is added after that product and
+// the peepholes; c [batch, H] the cell state, in/out.
+template <typename ProductFn>
+class LstmCell {
+ public:
+  LstmCell(const RecurrentShape& s, const float* xw, ProductFn product, const float* peep, const float* bias,
+           std::optional<float> clip, float* c)
+      : B_(s.batch), H_(s.hidden), xw_(xw), product_(product), peep_(peep), bias_(bias), clip_(clip), c_(c),
+        g_(s.batch * 4 * s.hidden) {}
+  void Recur(const float* h, const int64_t*) { product_(h, g_.data()); }
+  void Row(int64_t b, int64_t t, const float*, float* y) {
+    const int64_t G = 4 * H_;
+    const GateArgs args{xw_ + (t * B_ + b) * G, g_.data() + b * G, peep_, bias_, clip_.has_value(),
+                        clip_.value_or(0.0f), H_};
+#if NPU_EP_X86
+    if (vector_) return GateRowAvx512(args, c_ + b * H_, y);
+#endif
+    GateRow(args, c_ + b * H_, y);
+  }
+
+ private:
+  int64_t B_, H_;
+  const float* xw_;
+  ProductFn product_;
+  const float *peep_, *bias_;
+  std::optional<float> clip_;
+  float* c_;
+  std::vector<float> g_;
+  bool vector_ = VectorGates();
+};
+
+// GRU's gates (order z, r, h): xw [seq, batch, 3H] = X @ W^T + (Wb + Rb for z and r, Wb for h); R_zr^T [H, 2H] and
+// R_h^T [H, H] packed; rbh [H]. Without linear_before_reset the step's second product waits for the reset gate.
+class GruCell {
+ public:
+  GruCell(const RecurrentShape& s, const float* xw, const float* rzr, const float* rh, const float* rbh,
+          bool linear_before_reset, std::optional<float> clip, int threads)
+      : B_(s.batch), H_(s.hidden), xw_(xw), rzr_(rzr), rh_(rh), rbh_(rbh), lbr_(linear_before_reset), clip_(clip),
+        threads_(threads), gzr_(s.batch * 2 * s.hidden), gh_(s.batch * s.hidden),
+        reset_(linear_before_reset ? 0 : s.batch * s.hidden) {}
+  void Recur(const float* h, const int64_t* t) {
+    Product(h, B_, H_, rzr_, 2 * H_, nullptr, gzr_.data(), threads_);
+    if (!lbr_) {
+      for (int64_t b = 0; b < B_; ++b) Reset(b, t[b], h + b * H_, reset_.data() + b * H_);
+      h = reset_.data();
+    }
+    Product(h, B_, H_, rh_, H_, nullptr, gh_.data(), threads_);
+  }
+  void Row(int64_t b, int64_t t, const float* h, float* y) {
+    const GruArgs a{xw_ + (t * B_ + b) * 3 * H_, gzr_.data() + b * 2 * H_, gh_.data() + b * H_, rbh_, h, lbr_,
+                    clip_.has_value(), clip_.value_or(0.0f), H_};
+#if NPU_EP_X86
+    if (vector_) return GruRowAvx512(a, y);
+#endif
+    GruRow(a, y);
+  }
+
+ private:
+  // r * h of row b at time t (0 for a finished row: its product is ignored)
+  void Reset(int64_t b, int64_t t, const float* h, float* out) {
+    if (t < 0) return std::fill(out, out + H_, 0.0f);
+    const float* xr = xw_ + (t * B_ + b) * 3 * H_ + H_;
+    const float* gr = gzr_.data() + b * 2 * H_ + H_;
+#if NPU_EP_X86
+    if (vector_) return ResetRowAvx512(xr, gr, h, clip_.has_value(), clip_.value_or(0.0f), H_, out);
+#endif
+    ResetRow(xr, gr, h, clip_.has_value(), clip_.value_or(0.0f), H_, out);
+  }
+
+  int64_t B_, H_;
+  const float *xw_, *rzr_, *rh_, *rbh_;
+  bool lbr_;
+  std::optional<float> clip_;
+  int threads_;
+  std::vector<float> gzr_, gh_, reset_;
+  bool vector_ = VectorGates();
+};
+
+// RNN's gate (Tanh): xw [seq, batch, H] = X @ W^T + Wb + Rb; R^T [H, H] packed.
+class RnnCell {
+ public:
+  RnnCell(const RecurrentShape& s, const float* xw, const float* rt, std::optional<float> clip, int threads)
+      : B_(s.batch), H_(s.hidden), xw_(xw), rt_(rt), clip_(clip), threads_(threads), g_(s.batch * s.hidden) {}
+  void Recur(const float* h, const int64_t*) { Product(h, B_, H_, rt_, H_, nullptr, g_.data(), threads_); }
+  void Row(int64_t b, int64_t t, const float*, float* y) {
+    const float* x = xw_ + (t * B_ + b) * H_;
+#if NPU_EP_X86
+    if (vector_) return RnnRowAvx512(x, g_.data() + b * H_, clip_.has_value(), clip_.value_or(0.0f), H_, y);
+#endif
+    RnnRow(x, g_.data() + b * H_, clip_.has_value(), clip_.value_or(0.0f), H_, y);
+  }
+
+ private:
+  int64_t B_, H_;
+  const float *xw_, *rt_;
+  std::optional<float> clip_;
+  int threads_;
+  std::vector<float> g_;
+  bool vector_ = VectorGates();
+};
 
 // One direction's 8-bit weights [K, 4H] as matmul_int.pack_b packs them, with their scale (one or per column).
 struct QuantWeights {
@@ -235,90 +430,154 @@ void QuantProduct(const float* a, int64_t m, const QuantWeights& w, int64_t n, f
 template <typename T>
 using Arr = py::array_t<T, py::array::c_style>;
 
-const float* Checked(const Arr<float>& a, int64_t n, const char* what) {
+const float* Checked(const char* op, const Arr<float>& a, int64_t n, const char* what) {
   if (a.size() != n)
-    throw std::invalid_argument(std::string("lstm: ") + what + " has " + std::to_string(a.size()) +
+    throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(a.size()) +
                                 " elements, expected " + std::to_string(n));
   return a.data();
 }
 
-// One direction's W^T or R^T as pack_sgemm_b packs it: [4H / 32 rounded up, k, 32].
-const float* CheckedPanels(const Arr<float>& p, int64_t k, int64_t G, const char* what) {
-  if (p.ndim() != 3 || p.shape(0) != (G + kSgemmPanel - 1) / kSgemmPanel || p.shape(1) != k ||
+// One direction's W^T or R^T [k, n] as pack_sgemm_b packs it: [n / 32 rounded up, k, 32].
+const float* CheckedPanels(const char* op, const Arr<float>& p, int64_t k, int64_t n, const char* what) {
+  if (p.ndim() != 3 || p.shape(0) != (n + kSgemmPanel - 1) / kSgemmPanel || p.shape(1) != k ||
       p.shape(2) != kSgemmPanel)
-    throw std::invalid_argument(std::string("lstm: ") + what + " must be a direction's [" + std::to_string(k) + ", " +
-                                std::to_string(G) + "] weights as pack_sgemm_b packs them");
+    throw std::invalid_argument(std::string(op) + ": " + what + " must be a direction's [" + std::to_string(k) +
+                                ", " + std::to_string(n) + "] weights as pack_sgemm_b packs them");
   return p.data();
 }
 
-// The arguments both LSTMs share, checked: x [seq, batch, I]; bias [dirs, 4H]; peep [dirs, 3H] or None; h0, c0
-// [dirs, batch, H]; lens [batch] int64 in [0, seq]; clip >= 0 if given.
-LstmShape CheckedShape(const Arr<float>& x, int64_t dirs, const Arr<float>& bias, const std::optional<Arr<float>>& peep,
-                       const Arr<float>& h0, const Arr<float>& c0, const Arr<int64_t>& lens,
-                       std::optional<float> clip) {
-  if (x.ndim() != 3 || h0.ndim() != 3) throw std::invalid_argument("lstm: x and initial_h must be 3-d");
-  LstmShape s{x.shape(0), x.shape(1), x.shape(2), h0.shape(2), dirs};
-  const int64_t H = s.hidden, G = 4 * H, B = s.batch, D = s.dirs;
-  if (H <= 0 || (D != 1 && D != 2)) throw std::invalid_argument("lstm: one or two directions, and hidden size >= 1");
-  Checked(bias, D * G, "bias");
-  if (peep) Checked(*peep, D * 3 * H, "peepholes");
-  Checked(h0, D * B * H, "initial_h");
-  Checked(c0, D * B * H, "initial_c");
-  if (lens.size() != B) throw std::invalid_argument("lstm: sequence_lens must have batch entries");
+// The arguments every recurrent op shares, checked: x [seq, batch, I]; bias [dirs, gates * H]; h0 [dirs, batch, H];
+// lens [batch] int64 in [0, seq]; clip >= 0 if given.
+RecurrentShape CheckedShape(const char* op, const Arr<float>& x, int64_t dirs, int64_t gates, const Arr<float>& bias,
+                            const Arr<float>& h0, const Arr<int64_t>& lens, std::optional<float> clip) {
+  const std::string name(op);
+  if (x.ndim() != 3 || h0.ndim() != 3) throw std::invalid_argument(name + ": x and initial_h must be 3-d");
+  RecurrentShape s{x.shape(0), x.shape(1), x.shape(2), h0.shape(2), dirs};
+  const int64_t H = s.hidden, B = s.batch, D = s.dirs;
+  if (H <= 0 || (D != 1 && D != 2))
+    throw std::invalid_argument(name + ": one or two directions, and hidden size >= 1");
+  Checked(op, bias, D * gates * H, "bias");
+  Checked(op, h0, D * B * H, "initial_h");
+  if (lens.size() != B) throw std::invalid_argument(name + ": sequence_lens must have batch entries");
   for (int64_t b = 0; b < B; ++b)
-    if (lens.data()[b] < 0 || lens.data()[b] > s.seq) throw std::invalid_argument("lstm: sequence_lens out of range");
-  if (clip && !(*clip >= 0.0f)) throw std::invalid_argument("lstm: clip must be >= 0");
+    if (lens.data()[b] < 0 || lens.data()[b] > s.seq) throw std::invalid_argument(name + ": sequence_lens out of range");
+  if (clip && !(*clip >= 0.0f)) throw std::invalid_argument(name + ": clip must be >= 0");
   return s;
 }
 
-// Y [seq, dirs, batch, H], Y_h and Y_c: the states start at h0, c0 and direction(d, threads, h, c, y) runs direction
-// d (two directions: one per thread, each on its own products; one: the products on every thread); ORT zeroes the
-// final states of an empty sequence.
+// The LSTMs' shape: CheckedShape's, with peep [dirs, 3H] or None and c0 [dirs, batch, H].
+RecurrentShape CheckedLstmShape(const char* op, const Arr<float>& x, int64_t dirs, const Arr<float>& bias,
+                                const std::optional<Arr<float>>& peep, const Arr<float>& h0, const Arr<float>& c0,
+                                const Arr<int64_t>& lens, std::optional<float> clip) {
+  const RecurrentShape s = CheckedShape(op, x, dirs, 4, bias, h0, lens, clip);
+  if (peep) Checked(op, *peep, s.dirs * 3 * s.hidden, "peepholes");
+  Checked(op, c0, s.dirs * s.batch * s.hidden, "initial_c");
+  return s;
+}
+
+// Y [seq, dirs, batch, H], Y_h and (c0 given: LSTM) Y_c: the states start at h0, c0 and direction(d, threads, h, c,
+// y) runs direction d (c null without c0; two directions: one per thread, each on its own products; one: the
+// products on every thread); ORT zeroes the final states of an empty sequence.
 template <typename DirectionFn>
-py::tuple RunDirections(const LstmShape& s, const Arr<float>& h0, const Arr<float>& c0, const Arr<int64_t>& lens,
+py::tuple RunDirections(const RecurrentShape& s, const Arr<float>& h0, const Arr<float>* c0, const Arr<int64_t>& lens,
                         int threads, DirectionFn&& direction) {
   const int64_t H = s.hidden, B = s.batch, D = s.dirs;
-  py::array_t<float> y({s.seq, D, B, H}), yh({D, B, H}), yc({D, B, H});
+  py::array_t<float> y({s.seq, D, B, H}), yh({D, B, H}), yc({c0 ? D : 0, B, H});
   float* yp = y.mutable_data();
   float* hp = yh.mutable_data();
-  float* cp = yc.mutable_data();
+  float* cp = c0 ? yc.mutable_data() : nullptr;
   {
     py::gil_scoped_release release;
     std::fill(yp, yp + s.seq * D * B * H, 0.0f);
     std::copy(h0.data(), h0.data() + D * B * H, hp);
-    std::copy(c0.data(), c0.data() + D * B * H, cp);
+    if (c0) std::copy(c0->data(), c0->data() + D * B * H, cp);
     const int outer = D == 2 && threads >= 2 ? 2 : 1, inner = outer == 2 ? 1 : threads;
-    ParallelFor(outer, D, [&](int64_t d) { direction(d, inner, hp + d * B * H, cp + d * B * H, yp + d * B * H); });
+    ParallelFor(outer, D, [&](int64_t d) {
+      direction(d, inner, hp + d * B * H, cp ? cp + d * B * H : nullptr, yp + d * B * H);
+    });
     for (int64_t d = 0; d < D; ++d)
       for (int64_t b = 0; b < B; ++b)
         if (lens.data()[b] == 0) {
           std::fill(hp + (d * B + b) * H, hp + (d * B + b + 1) * H, 0.0f);
-          std::fill(cp + (d * B + b) * H, cp + (d * B + b + 1) * H, 0.0f);
+          if (cp) std::fill(cp + (d * B + b) * H, cp + (d * B + b + 1) * H, 0.0f);
         }
   }
-  return py::make_tuple(y, yh, yc);
+  if (c0) return py::make_tuple(y, yh, yc);
+  return py::make_tuple(y, yh);
+}
+
+// X's product for every time step of one direction: [seq * batch, n] = x @ W^T + bias.
+std::vector<float> InputProduct(const RecurrentShape& s, const Arr<float>& x, const float* wt, int64_t n,
+                                const float* bias, int threads) {
+  std::vector<float> xw(s.seq * s.batch * n);
+  Product(x.data(), s.seq * s.batch, s.input, wt, n, bias, xw.data(), threads);
+  return xw;
 }
 
 // x [seq, batch, I]; wt, rt: per direction W^T [I, 4H] and R^T [H, 4H] packed (pack_sgemm_b); bias [dirs, 4H]
-// (Wb + Rb); the rest as CheckedShape. Returns (y [seq, dirs, batch, H], y_h, y_c).
+// (Wb + Rb); the rest as CheckedLstmShape. Returns (y [seq, dirs, batch, H], y_h, y_c).
 py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rt,
                  const Arr<float>& bias, const std::optional<Arr<float>>& peep, const Arr<float>& h0,
                  const Arr<float>& c0, const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip,
                  int threads) {
   if (rt.size() != wt.size()) throw std::invalid_argument("lstm: as many packed W^T as R^T");
-  const LstmShape s = CheckedShape(x, static_cast<int64_t>(wt.size()), bias, peep, h0, c0, lens, clip);
+  const RecurrentShape s = CheckedLstmShape("lstm", x, static_cast<int64_t>(wt.size()), bias, peep, h0, c0, lens, clip);
   const int64_t H = s.hidden, G = 4 * H, B = s.batch;
   std::vector<const float*> wp(s.dirs), rp(s.dirs);
   for (int64_t d = 0; d < s.dirs; ++d) {
-    wp[d] = CheckedPanels(wt[d], s.input, G, "W^T");
-    rp[d] = CheckedPanels(rt[d], H, G, "R^T");
+    wp[d] = CheckedPanels("lstm", wt[d], s.input, G, "W^T");
+    rp[d] = CheckedPanels("lstm", rt[d], H, G, "R^T");
   }
-  return RunDirections(s, h0, c0, lens, threads, [&](int64_t d, int inner, float* h, float* c, float* y) {
-    std::vector<float> xw(s.seq * B * G);
-    Product(x.data(), s.seq * B, s.input, wp[d], G, bias.data() + d * G, xw.data(), inner);
+  return RunDirections(s, h0, &c0, lens, threads, [&](int64_t d, int inner, float* h, float* c, float* y) {
+    const std::vector<float> xw = InputProduct(s, x, wp[d], G, bias.data() + d * G, inner);
     const auto product = [&](const float* hv, float* g) { Product(hv, B, H, rp[d], G, nullptr, g, inner); };
-    LstmDirection(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, nullptr, false, h, c,
-                  lens.data(), reverse_first || d == 1, clip.has_value(), clip.value_or(0.0f), y);
+    LstmCell cell(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, nullptr, clip, c);
+    RunDirection(s, cell, lens.data(), reverse_first || d == 1, false, h, y);
+  });
+}
+
+// ONNX GRU: x [seq, batch, I]; wt, rzt, rht: per direction W^T [I, 3H], R_zr^T [H, 2H] and R_h^T [H, H] packed;
+// bias [dirs, 3H] = (Wb + Rb for z and r, Wb for h); rbh [dirs, H] = Rb for h; the rest as CheckedShape. Returns
+// (y [seq, dirs, batch, H], y_h).
+py::tuple GruPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rzt,
+                const std::vector<Arr<float>>& rht, const Arr<float>& bias, const Arr<float>& rbh,
+                const Arr<float>& h0, const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip,
+                bool linear_before_reset, int threads) {
+  if (rzt.size() != wt.size() || rht.size() != wt.size())
+    throw std::invalid_argument("gru: as many packed W^T as R_zr^T and R_h^T");
+  const RecurrentShape s = CheckedShape("gru", x, static_cast<int64_t>(wt.size()), 3, bias, h0, lens, clip);
+  const int64_t H = s.hidden, G = 3 * H;
+  Checked("gru", rbh, s.dirs * H, "Rb of the hidden gate");
+  std::vector<const float*> wp(s.dirs), rzp(s.dirs), rhp(s.dirs);
+  for (int64_t d = 0; d < s.dirs; ++d) {
+    wp[d] = CheckedPanels("gru", wt[d], s.input, G, "W^T");
+    rzp[d] = CheckedPanels("gru", rzt[d], H, 2 * H, "R_zr^T");
+    rhp[d] = CheckedPanels("gru", rht[d], H, H, "R_h^T");
+  }
+  return RunDirections(s, h0, nullptr, lens, threads, [&](int64_t d, int inner, float* h, float*, float* y) {
+    const std::vector<float> xw = InputProduct(s, x, wp[d], G, bias.data() + d * G, inner);
+    GruCell cell(s, xw.data(), rzp[d], rhp[d], rbh.data() + d * H, linear_before_reset, clip, inner);
+    RunDirection(s, cell, lens.data(), reverse_first || d == 1, false, h, y);
+  });
+}
+
+// ONNX RNN with Tanh: x [seq, batch, I]; wt, rt: per direction W^T [I, H] and R^T [H, H] packed; bias [dirs, H] =
+// Wb + Rb; the rest as CheckedShape. Returns (y [seq, dirs, batch, H], y_h).
+py::tuple RnnPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rt,
+                const Arr<float>& bias, const Arr<float>& h0, const Arr<int64_t>& lens, bool reverse_first,
+                std::optional<float> clip, int threads) {
+  if (rt.size() != wt.size()) throw std::invalid_argument("rnn: as many packed W^T as R^T");
+  const RecurrentShape s = CheckedShape("rnn", x, static_cast<int64_t>(wt.size()), 1, bias, h0, lens, clip);
+  const int64_t H = s.hidden;
+  std::vector<const float*> wp(s.dirs), rp(s.dirs);
+  for (int64_t d = 0; d < s.dirs; ++d) {
+    wp[d] = CheckedPanels("rnn", wt[d], s.input, H, "W^T");
+    rp[d] = CheckedPanels("rnn", rt[d], H, H, "R^T");
+  }
+  return RunDirections(s, h0, nullptr, lens, threads, [&](int64_t d, int inner, float* h, float*, float* y) {
+    const std::vector<float> xw = InputProduct(s, x, wp[d], H, bias.data() + d * H, inner);
+    RnnCell cell(s, xw.data(), rp[d], clip, inner);
+    RunDirection(s, cell, lens.data(), reverse_first || d == 1, false, h, y);
   });
 }
 
@@ -342,13 +601,13 @@ QuantWeights CheckedQuant(const py::tuple& t, int64_t k, int64_t G, const char* 
 
 // com.microsoft DynamicQuantizeLSTM: x [seq, batch, I]; w, r: per direction (bp, bsum, bzp, scale) of W [I, 4H] and
 // R [H, 4H]; bias [dirs, 4H] = Wb + Rb, added after the products; zero_finished: Y is an output; the rest as
-// CheckedShape. Returns (y [seq, dirs, batch, H], y_h, y_c).
+// CheckedLstmShape. Returns (y [seq, dirs, batch, H], y_h, y_c).
 py::tuple QLstmPy(const Arr<float>& x, const std::vector<py::tuple>& w, const std::vector<py::tuple>& r,
                   const Arr<float>& bias, const std::optional<Arr<float>>& peep, const Arr<float>& h0,
                   const Arr<float>& c0, const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip,
                   bool zero_finished, int threads) {
   if (r.size() != w.size()) throw std::invalid_argument("qlstm: as many W as R");
-  const LstmShape s = CheckedShape(x, static_cast<int64_t>(w.size()), bias, peep, h0, c0, lens, clip);
+  const RecurrentShape s = CheckedLstmShape("qlstm", x, static_cast<int64_t>(w.size()), bias, peep, h0, c0, lens, clip);
   const int64_t H = s.hidden, G = 4 * H, B = s.batch;
   std::vector<py::array> keep;
   std::vector<QuantWeights> wq, rq;
@@ -357,15 +616,14 @@ py::tuple QLstmPy(const Arr<float>& x, const std::vector<py::tuple>& w, const st
     rq.push_back(CheckedQuant(r[d], H, G, "R", keep));
   }
   const int64_t steps = B ? *std::max_element(lens.data(), lens.data() + B) : 0;
-  return RunDirections(s, h0, c0, lens, threads, [&](int64_t d, int inner, float* h, float* c, float* y) {
+  return RunDirections(s, h0, &c0, lens, threads, [&](int64_t d, int inner, float* h, float* c, float* y) {
     std::vector<uint8_t> aq;
     std::vector<int32_t> acc;
     std::vector<float> xw(s.seq * B * G, 0.0f);
     QuantProduct(x.data(), steps * B, wq[d], G, xw.data(), aq, acc, inner);
     const auto product = [&](const float* hv, float* g) { QuantProduct(hv, B, rq[d], G, g, aq, acc, inner); };
-    LstmDirection(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, bias.data() + d * G,
-                  zero_finished, h, c, lens.data(), reverse_first || d == 1, clip.has_value(), clip.value_or(0.0f),
-                  y);
+    LstmCell cell(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, bias.data() + d * G, clip, c);
+    RunDirection(s, cell, lens.data(), reverse_first || d == 1, zero_finished, h, y);
   });
 }
 
@@ -379,6 +637,17 @@ void BindRecurrent(py::module_& m) {
         "[I, 4H] and R^T [H, 4H] as pack_sgemm_b packs them, bias [dirs, 4H] = Wb + Rb, peep [dirs, 3H] or None, "
         "h0/c0 [dirs, batch, H], lens [batch] int64; reverse: the first direction runs backwards. "
         "Returns (Y [seq, dirs, batch, H], Y_h, Y_c)");
+  m.def("gru", &GruPy, py::arg("x"), py::arg("wt"), py::arg("rzt"), py::arg("rht"), py::arg("bias"), py::arg("rbh"),
+        py::arg("h0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(),
+        py::arg("linear_before_reset") = false, py::arg("threads") = 1,
+        "ONNX GRU, layout 0, default activations, every direction: x [seq, batch, I]; wt, rzt, rht: per direction "
+        "W^T [I, 3H], R_zr^T [H, 2H] and R_h^T [H, H] as pack_sgemm_b packs them; bias [dirs, 3H] = (Wb + Rb for z "
+        "and r, Wb for h); rbh [dirs, H] = Rb for h; h0, lens, reverse, clip as lstm's. Returns (Y, Y_h)");
+  m.def("rnn", &RnnPy, py::arg("x"), py::arg("wt"), py::arg("rt"), py::arg("bias"), py::arg("h0"), py::arg("lens"),
+        py::arg("reverse"), py::arg("clip") = py::none(), py::arg("threads") = 1,
+        "ONNX RNN, layout 0, Tanh, every direction: x [seq, batch, I]; wt, rt: per direction W^T [I, H] and R^T "
+        "[H, H] as pack_sgemm_b packs them; bias [dirs, H] = Wb + Rb; h0, lens, reverse, clip as lstm's. "
+        "Returns (Y, Y_h)");
   m.def("qlstm", &QLstmPy, py::arg("x"), py::arg("w"), py::arg("r"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
         py::arg("c0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(),
         py::arg("zero_finished") = true, py::arg("threads") = 1,
