@@ -140,3 +140,30 @@ def test_level4_nan_and_inf_follow_orts_compint8(kernels, bs):
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=2e-3 * np.sqrt(K))
+
+
+def test_an_act_order_sibling_stays_out_of_the_group_and_the_cpu_ep_runs_it():
+    """Three MatMulNBits reading one A (a sibling group, npu::MatMulGroup), the middle one with an act-order g_idx:
+    it is declined (the group's native call would have multiplied its weights without g_idx), the other two and the
+    Sum run on NpuEP, and the result is the CPU EP's."""
+    from onnx import TensorProto, helper
+
+    from npu_testing import assignment, cpu_run, make_model, npu_session
+
+    K, N, bs = 128, 32, 32
+    ws = [quantize_matmul_nbits(RNG.standard_normal((K, N)).astype(np.float32), bs, True) for _ in range(3)]
+    inits = {"g": RNG.permutation(np.arange(K) // bs).astype(np.int32)}
+    nodes = []
+    for i, w in enumerate(ws):
+        inits[f"B{i}"], inits[f"s{i}"] = w.B, w.scales
+        extra = ["", "g"] if i == 1 else []
+        nodes.append(helper.make_node("MatMulNBits", ["a", f"B{i}", f"s{i}", *extra], [f"y{i}"], name=f"mm{i}",
+                                      domain="com.microsoft", K=K, N=N, bits=4, block_size=bs))
+    nodes.append(helper.make_node("Sum", ["y0", "y1", "y2"], ["y"], name="sum"))
+    model = make_model(nodes, [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, K])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, N])],
+                       inits, extra_opsets=[("com.microsoft", 1)])
+    sess = npu_session(model)
+    assert assignment(sess) == {"mm0": "NpuEP", "mm1": "CPUExecutionProvider", "mm2": "NpuEP", "sum": "NpuEP"}
+    a = RNG.standard_normal((2, K)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"a": a})[0], cpu_run(model, {"a": a})[0], rtol=1e-5, atol=1e-5)
