@@ -1,6 +1,7 @@
-"""Differential sweep of the native LSTM and DynamicQuantizeLSTM (ep/native/kernels/recurrent.cc), issue 38,
-against the numpy reference model (kernels/ops/recurrent.py, recurrent_quant.py with ``kernels=reference``), both
-directions, sequence_lens (0, partial, full), on every instruction-set level the kernel has.
+"""Differential sweep of the native LSTM, GRU, RNN and DynamicQuantizeLSTM (ep/native/kernels/recurrent.cc), issues
+38 and 40, against the numpy reference model (kernels/ops/recurrent.py, recurrent_quant.py with
+``kernels=reference``), both directions, sequence_lens (0, partial, full), on every instruction-set level the kernel
+has; GRU and RNN also layout 1, both linear_before_reset values and the same bits on one thread and two.
 
 recurrent.cc's blocks: the gates 16 lanes at a time on AVX-512 (the last ones masked), scalar elsewhere; the
 products on the packed GEMM (4H columns in panels of 32, batch rows in tiles of 8) or, quantized, on the int8 GEMM
@@ -20,7 +21,9 @@ from _sweep import native_calls
 from npu_ep.kernels.ops import _native
 from tests.kernels.test_recurrent_native import lstm_case, run_kernel as run_lstm
 from tests.kernels.test_recurrent_quant import dq_lstm_model, run_kernel as run_qlstm
-from tests.npu_testing import assignment, cpu_run, npu_session
+from _sweep import run_kernel as run_node
+from onnx import TensorProto, helper
+from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
 pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
 
@@ -158,3 +161,118 @@ def test_an_empty_sequence_in_a_session_runs_on_npu():
         assert set(assignment(sess).values()) == {"NpuEP"}
         for g, w in zip(sess.run(None, feeds), _empty_sequence_outputs(1), strict=True):
             np.testing.assert_array_equal(g, w, err_msg=kernels)
+
+
+# GRU and RNN (issue 40 item 3): the native cells against the reference. The GRU's products: h @ R_zr^T (2H columns)
+# and h @ R_h^T or (r * h) @ R_h^T (H columns), so hidden sizes cross 16 lanes and 32-column panels in both.
+def gate_case(rng, op: str, seq: int, batch: int, inp: int, hid: int, *, direction="forward", bias=True, lens=None,
+              initial=False, clip=None, layout=0, linear_before_reset=0):
+    """(model, feeds) for one GRU or RNN node, W, R and B initializers."""
+    gates, dirs = {"GRU": 3, "RNN": 1}[op], 2 if direction == "bidirectional" else 1
+    w = lambda *sh: (rng.standard_normal(sh) * 0.4).astype(np.float32)  # noqa: E731
+    inits = {"W": w(dirs, gates * hid, inp), "R": w(dirs, gates * hid, hid)}
+    if bias:
+        inits["B"] = w(dirs, 2 * gates * hid)
+    feeds = {"X": rng.standard_normal([seq, batch, inp] if layout == 0 else [batch, seq, inp]).astype(np.float32)}
+    if lens is not None:
+        feeds["L"] = np.array(lens, np.int32)
+    if initial:
+        feeds["H0"] = w(*([dirs, batch, hid] if layout == 0 else [batch, dirs, hid]))
+    names = ["X", "W", "R", "B" if bias else "", "L" if lens is not None else "", "H0" if initial else ""]
+    while names[-1] == "":
+        names.pop()
+    attrs = {"hidden_size": hid, "direction": direction}
+    if clip is not None:
+        attrs["clip"] = clip
+    if layout:
+        attrs["layout"] = layout
+    if op == "GRU" and linear_before_reset:
+        attrs["linear_before_reset"] = 1
+    node = helper.make_node(op, names, ["Y", "Y_h"], name="rnn", **attrs)
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT32 if n == "L" else F32, list(feeds[n].shape))
+              for n in names if n in feeds]
+    outputs = [helper.make_tensor_value_info(n, F32, [None] * r) for n, r in (("Y", 4), ("Y_h", 3))]
+    return make_model([node], inputs, outputs, inits, opset=14), feeds
+
+
+def _gates(op, seed, x_values=None, **case):
+    """One GRU or RNN case: the native kernel ran, matches the reference, and has the same bits on two threads."""
+    model, feeds = gate_case(np.random.default_rng(seed), op, **case)
+    if x_values is not None:
+        feeds["X"] = x_values(feeds["X"])
+    with native_calls() as calls:
+        got = run_node(model, feeds, "native")
+    assert op.lower() in calls, (op, case)
+    _compare(got, run_node(model, feeds, "reference"), f"{op} {case}")
+    for g, two in zip(got, run_node(model, feeds, "native", threads=2), strict=True):
+        assert g.tobytes() == two.tobytes(), f"{op} {case}: two threads differ"
+
+
+GATE_OPS = [("GRU", 0), ("GRU", 1), ("RNN", 0)]  # (op, linear_before_reset)
+
+
+@pytest.mark.parametrize("op,lbr", GATE_OPS)
+def test_gru_rnn_hidden_sizes_and_directions(rnn_isa, op, lbr):
+    for hid in HIDDEN:
+        for direction in ("forward", "reverse", "bidirectional"):
+            _gates(op, hid, seq=3, batch=2, inp=5, hid=hid, direction=direction, initial=hid % 2 == 1,
+                   linear_before_reset=lbr)
+
+
+@pytest.mark.parametrize("op,lbr", GATE_OPS)
+def test_gru_rnn_batches_layouts_and_sequence_lengths(rnn_isa, op, lbr):
+    for batch in (1, 7, 8, 9):
+        lens = [min((b * 3) % 5, 4) for b in range(batch)]  # 0, partial and full (seq 4)
+        for layout in (0, 1):
+            _gates(op, batch + layout, seq=4, batch=batch, inp=65, hid=17, direction="bidirectional", lens=lens,
+                   initial=True, layout=layout, linear_before_reset=lbr)
+    _gates(op, 3, seq=3, batch=2, inp=4, hid=9, bias=False, direction="reverse", linear_before_reset=lbr)
+
+
+def _saturated_with_specials(x):
+    x = x * 100  # pre-activations far past the sigmoid's and tanh's saturation
+    x[0, 1, 0], x[1, 2, 1], x[2, 0, 2] = np.nan, np.inf, -np.inf
+    return x
+
+
+@pytest.mark.parametrize("op,lbr", GATE_OPS)
+def test_gru_rnn_saturated_gates_clip_and_special_values(rnn_isa, op, lbr):
+    _gates(op, 5, _saturated_with_specials, seq=3, batch=3, inp=4, hid=17, direction="bidirectional", initial=True,
+           linear_before_reset=lbr)
+    for clip in (0.0, 0.5, 3.0):
+        _gates(op, int(clip * 10), seq=3, batch=2, inp=6, hid=16, direction="bidirectional", clip=clip, initial=True,
+               linear_before_reset=lbr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op,lbr", GATE_OPS)
+def test_gru_rnn_wide_grid(rnn_isa, op, lbr):
+    for hid in HIDDEN + [31, 32, 64, 65]:
+        for batch in (1, 2, 8, 9, 17):
+            for inp in (1, 8, 9, 256, 257):
+                _gates(op, hid * batch + inp, seq=3, batch=batch, inp=inp, hid=hid, direction="bidirectional",
+                       lens=[3 - b % 4 for b in range(batch)], initial=True, linear_before_reset=lbr)
+
+
+@pytest.mark.parametrize("case", [dict(direction="bidirectional", lens=[4, 0, 2], initial=True),
+                                  dict(direction="reverse", clip=0.5, linear_before_reset=1, initial=True),
+                                  dict(direction="bidirectional", layout=1, lens=[3, 4, 1], linear_before_reset=1)])
+def test_native_gru_session_matches_cpu_ep(case):
+    """NpuEP runs the GRU (graph assignment) on the native kernel; ORT's CPU EP refuses layout 1, so that case's
+    reference is the layout-0 twin with the inputs and outputs transposed."""
+    layout = case.get("layout", 0)
+    model, feeds = gate_case(np.random.default_rng(9), "GRU", seq=4, batch=3, inp=20, hid=24, **case)
+    with native_calls() as calls:
+        sess = npu_session(model, cpu=False)
+        assert set(assignment(sess).values()) == {"NpuEP"}
+        got = sess.run(None, feeds)
+    assert "gru" in calls, "NpuEP did not run the native GRU"
+    if layout:
+        twin, _ = gate_case(np.random.default_rng(9), "GRU", seq=4, batch=3, inp=20, hid=24,
+                            **{k: v for k, v in case.items() if k != "layout"})
+        to_seq = {k: (v.transpose(1, 0, 2) if v.ndim == 3 else v) for k, v in feeds.items()}
+        out = cpu_run(twin, to_seq)
+        want = [out[0].transpose(2, 0, 1, 3), out[1].transpose(1, 0, 2)]
+    else:
+        want = cpu_run(model, feeds)
+    _compare(got, want, f"GRU session {case}")
