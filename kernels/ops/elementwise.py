@@ -396,13 +396,17 @@ def engine_program(p: Prepared) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _engine_call(p: Prepared, x: np.ndarray) -> np.ndarray | None:
-    """The op on the native engine for float32 ``x`` of rank >= 1 with a float32 output, else None."""
+    """The op on the native engine for float32 ``x`` of rank >= 1 with a float32 output, else None. Float16 (in and
+    out) widens to float32 and rounds once on store as the reference does (numpy's conversions around the engine:
+    the same bits as the reference)."""
     nat = _native.native(p)
-    if nat is None or x.dtype != _F32 or not x.ndim or _out_dtype(p, x) != _F32:
+    if nat is None or x.dtype not in (_F32, _F16) or not x.ndim or _out_dtype(p, x) != x.dtype:
         return None
     prog = engine_program(p)
     if prog is None:
         return None
+    if x.dtype == _F16:
+        return nat.tail_of(x.astype(_F32), *prog, _native.threads(p)).astype(_F16)
     out = _native.ort_output(p, 0, x.shape, _F32)  # ORT's buffer when the result is a partition output
     return nat.tail_of(np.ascontiguousarray(x), *prog, _native.threads(p), out)
 

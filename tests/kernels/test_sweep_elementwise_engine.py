@@ -213,3 +213,21 @@ def test_prelu_per_channel_session_after_a_conv_matches_cpu_ep():
     sess = npu_session(model)
     assert assignment(sess) == {"conv": "NpuEP", "prelu": "NpuEP"}
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-4, atol=4e-4)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_float16_widens_around_the_engine_bit_for_bit(case):
+    """Float16 x (and output) runs the float32 engine between numpy's conversions, rounding once on store as the
+    reference does: the same bits, including float16's overflow to Inf and its subnormals."""
+    from _sweep import native_vs_reference
+    op, domain, attrs, const, scale = CASES[case]
+    x = with_specials((RNG.standard_normal((3, 1031)) * scale).astype(np.float16), RNG,
+                      values=(np.nan, np.inf, -np.inf, -0.0, 6.0e-8, -6.0e-5, 65504.0, -65504.0, 40.0))
+    c = None if const is None else const.astype(np.float16)
+    inputs = [("x", x, False)] + ([] if c is None else [("c", c, True)])
+    got, want, calls = native_vs_reference(op, inputs, domain=domain, **attrs)
+    assert "tail_of" in calls, f"{case} float16: the engine did not run ({calls})"
+    g, w = got[0], want[0]
+    nan = np.isnan(w)
+    assert g.dtype == w.dtype == np.float16 and np.array_equal(np.isnan(g), nan)
+    assert np.array_equal(g.view(np.uint16)[~nan], w.view(np.uint16)[~nan]), f"{case} float16"
