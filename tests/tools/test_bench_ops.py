@@ -48,6 +48,12 @@ def test_an_op_without_a_builder_is_a_row_saying_so_and_a_new_onnx_op_builds_by_
     assert set(_target_pairs(target)) <= set(built)
 
 
+def test_a_schema_model_the_checker_rejects_is_a_no_builder_row(monkeypatch):
+    monkeypatch.delitem(op_cases.SPECS, "RNN")  # W and R are weights: the data's shape does not fit them
+    case = build_case("RNN", "float32", "small")
+    assert case.model is None and case.gap.startswith("no builder: the model from RNN's schema alone is invalid")
+
+
 def test_generated_models_are_valid_and_run_on_the_cpu_ep():
     checked = 0
     for make in cases(TARGET, ("small",)):
@@ -79,6 +85,7 @@ def test_a_small_run_over_three_ops_gives_ratios_where_it_ran_and_its_python_ste
         assert r.status == "ok" and r.nodes == "1/1", (r.op, r.dtype, r.status, r.note)
         assert r.ratio is not None and r.ratio > 0 and r.calls == 4
         assert isinstance(r.python_steps, list) and all(s["reason"] for s in r.python_steps)
+        assert r.steps == [r.op]  # the program's one step
         for s in r.python_steps:
             assert s["op"] == r.op and s["node"]
     assert "python_steps" in rows[0].to_json() and "ratio" in rows[0].to_json()
@@ -95,6 +102,20 @@ def test_measure_reads_the_placement_from_ort_and_a_python_step_from_the_program
     (program,) = ops._ep_session(sess).programs.values()  # the program the row reads
     natives = next(iter(program._bindings.values()), [None] * len(program.steps))
     assert [s["op"] for s in steps] == [st.op for st, n in zip(program.steps, natives) if n is None]
+
+
+def test_a_group_row_says_when_the_group_did_not_form(monkeypatch):
+    timing = Timing(rounds=2, block_s=0.001, max_calls=2, settle_s=0.0)
+    formed = measure(build_case("npu::MatMulEpilogue", "float32", "small"), timing)
+    assert formed.steps == ["npu::MatMulEpilogue"] and not formed.note
+    # the same MatMul -> Add -> Relu with the fusion pass off (ORT made MatMul + Add a Gemm): the row says so
+    from npu_ep.kernels import fusion
+
+    monkeypatch.setattr(fusion, "PASSES", tuple(p for p in fusion.PASSES if p.name != "epilogue"))
+    unfused = measure(build_case("npu::MatMulEpilogue", "float32", "small"), timing)
+    assert unfused.steps == ["Gemm", "Relu"]
+    assert unfused.note == "not fused: compiled as Gemm + Relu"
+    assert "[not fused: compiled as Gemm + Relu]" in ops.format_row(unfused)
 
 
 def test_step_reason_names_why_a_step_stayed_python():
@@ -114,7 +135,8 @@ def test_a_declined_case_is_a_row_with_the_reason():
     row = measure(case, Timing(rounds=2, block_s=0.001, max_calls=2, settle_s=0.0))
     assert (row.status, row.nodes, row.python_steps) == ("declined", "0/1", [])
     assert row.note.startswith("declined: ") and "float64" in row.note and "Relu" in row.note
-    assert check([row]) == [f"Relu float32 small: {row.note}"]
+    assert check([row]) == []  # counted in the summary, not timed
+    assert ops.summary([row])["declined"] == 1
 
 
 def _row(size: str, npu: float, cpu: float, **kw) -> Row:
@@ -131,8 +153,8 @@ def test_check_applies_the_targets_to_synthetic_rows():
     assert check(slow_median) == ["median ratio 1.20x > 1x"]
     nameless = _row("large", 50.0, 100.0, python_steps=[{"op": "Erf", "node": "Erf_0", "reason": ""}])
     assert check([nameless]) == ["Op float32 large: Python step Erf (Erf_0) without a reason"]
-    declined = Row("Erf", "float64", "small", "declined", "declined: dtype")
-    assert check(ok + [declined]) == ["Erf float64 small: declined: dtype"]
+    failed = Row("Erf", "float32", "small", "error", "RuntimeError: no kernel")
+    assert check(ok + [failed]) == ["Erf float32 small: RuntimeError: no kernel"]
 
 
 def test_cli_writes_json_and_check_exits_1_above_target(tmp_path, monkeypatch, capsys):

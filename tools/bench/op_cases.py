@@ -161,6 +161,7 @@ def _rnn_w(gates: int) -> dict[str, Callable]:
 
 VALUES.update(_rnn_w(4))
 VALUES.update(_rnn_w(3))
+VALUES.update(_rnn_w(1))
 
 
 def _nbits(s, d, r):
@@ -251,6 +252,7 @@ SPECS: dict[str, Spec] = {
     "LSTM": Spec(("x", "c:W4", "c:R4", "c:B4"), lambda s, d: {"hidden_size": s[2]}, layout="rnn"),
     "GRU": Spec(("x", "c:W3", "c:R3", "c:B3"), lambda s, d: {"hidden_size": s[2], "linear_before_reset": 1},
                 layout="rnn"),
+    "RNN": Spec(("x", "c:W1", "c:R1", "c:B1"), lambda s, d: {"hidden_size": s[2]}, layout="rnn"),
     "Shape": Spec(("x",)), "Size": Spec(("x",)),
 }
 DYNAMIC_FIRST_DIM = {"Shape", "Size"}  # ORT folds them away when the input's shape is all constant
@@ -327,6 +329,7 @@ def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], inits
 def build_node_case(key: str, dtype: str, size: str, spec: Spec | None = None, seed: int = 0) -> Case:
     """The one-node model of ``key`` (target op key) for ``dtype`` at ``size``, or a case naming the gap."""
     domain, op = _split_key(key)
+    generic = spec is None and key not in SPECS
     spec = spec or SPECS.get(key) or _generic_spec(domain, op)
     if spec is None:
         return Case(key, dtype, size, gap="no builder: no ONNX schema and no entry in op_cases.SPECS")
@@ -356,7 +359,14 @@ def build_node_case(key: str, dtype: str, size: str, spec: Spec | None = None, s
     out_dtypes = spec.out_dtype if isinstance(spec.out_dtype, tuple) else (spec.out_dtype or dtype,)
     fallback = [helper.np_dtype_to_tensor_dtype(np.dtype(NP[d])) for d in out_dtypes]
     model = _model([node], inputs, inits, outs, fallback, shape if spec.same_shape else None)
-    return Case(key, dtype, size, model, feeds, checkable=domain == "" and _has_onnx_schema(op))
+    checkable = domain == "" and _has_onnx_schema(op)
+    if generic and checkable:
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except onnx.checker.ValidationError as exc:
+            return Case(key, dtype, size, gap=f"no builder: the model from {op}'s schema alone is invalid ({exc}); "
+                                              "it needs an entry in op_cases.SPECS")
+    return Case(key, dtype, size, model, feeds, checkable=checkable)
 
 
 def _has_onnx_schema(op: str) -> bool:
