@@ -166,9 +166,8 @@ def _gelu_erf(x: np.ndarray) -> np.ndarray:
         return (0.5 * x * (1.0 + erf(x * np.float32(1.0 / np.sqrt(2.0))))).astype(x.dtype, copy=False)
     y = _erf(x * _SQRT1_2)
     y += np.float32(1.0)
-    y = x * y
     y *= np.float32(0.5)
-    return y
+    return x * y
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -184,9 +183,8 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
     t *= np.float32(_SQRT_2_OVER_PI)
     t = tanh_f32(t)
     t += np.float32(1.0)
-    t = x * t
     t *= np.float32(0.5)
-    return t
+    return x * t
 
 
 def _reciprocal(x: np.ndarray) -> np.ndarray:
@@ -374,12 +372,14 @@ def _relu_bind(p: Prepared, inputs, outs):
 # --- the element-wise engine: float32 ops as conv-tail instructions run by the native ``tail_of`` ---------------
 
 Instruction = tuple[str, float, float]  # (fusion.conv_tail.CODES name, a, b)
+# x * ((1 + erf(x / sqrt 2)) * 0.5): halving 1 + erf is exact, and x is multiplied once (x * (1 + erf) would
+# overflow for |x| > 1.7e38, where ORT's 0.5 * x * (1 + erf) stays finite)
 _GELU_ERF: list[Instruction] = [("save", 0.0, 0.0), ("mul", float(_SQRT1_2), 0.0), ("erf", 0.0, 0.0),
-                                ("add", 1.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul", 0.5, 0.0)]
+                                ("add", 1.0, 0.0), ("mul", 0.5, 0.0), ("mul_saved", 0.0, 0.0)]
 _CUBE: list[Instruction] = [("save", 0.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul_saved", 0.0, 0.0)]
 _GELU_TANH: list[Instruction] = [*_CUBE, ("mul", float(np.float32(0.044715)), 0.0), ("add_saved", 0.0, 0.0),
                                  ("mul", float(np.float32(_SQRT_2_OVER_PI)), 0.0), ("tanh", 0.0, 0.0),
-                                 ("add", 1.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul", 0.5, 0.0)]
+                                 ("add", 1.0, 0.0), ("mul", 0.5, 0.0), ("mul_saved", 0.0, 0.0)]
 ENGINE_KEY = "engine_program"  # Prepared.attrs: the op's instructions, when it has a float32 engine form
 
 

@@ -390,16 +390,16 @@ _ENGINE_TAILS = {
                              {"sqrt2": np.float32(np.sqrt(2.0)), "one": np.float32(1.0), "half": np.float32(0.5)},
                              17, ["save", "div", "erf", "add", "mul_saved", "mul"]),
     "gelu_op": ([helper.make_node("Gelu", ["c"], ["y"], "act")], {}, 20,
-                ["save", "mul", "erf", "add", "mul_saved", "mul"]),
+                ["save", "mul", "erf", "add", "mul", "mul_saved"]),
     "ms_gelu": ([helper.make_node("Gelu", ["c"], ["y"], "act", domain="com.microsoft")], {}, 17,
-                ["save", "mul", "erf", "add", "mul_saved", "mul"]),
+                ["save", "mul", "erf", "add", "mul", "mul_saved"]),
     "pow_3": ([helper.make_node("Pow", ["c", "three"], ["y"], "act")], {"three": np.float32(3.0)}, 17,
               ["save", "mul_saved", "mul_saved"]),
     "gelu_tanh": ([helper.make_node("Gelu", ["c"], ["y"], "act", approximate="tanh")], {}, 20,
-                  ["save", "mul_saved", "mul_saved", "mul", "add_saved", "mul", "tanh", "add", "mul_saved", "mul"]),
+                  ["save", "mul_saved", "mul_saved", "mul", "add_saved", "mul", "tanh", "add", "mul", "mul_saved"]),
     "ms_fast_gelu": ([helper.make_node("FastGelu", ["c"], ["y"], "act", domain="com.microsoft")], {}, 17,
-                     ["save", "mul_saved", "mul_saved", "mul", "add_saved", "mul", "tanh", "add", "mul_saved",
-                      "mul"]),
+                     ["save", "mul_saved", "mul_saved", "mul", "add_saved", "mul", "tanh", "add", "mul",
+                      "mul_saved"]),
 }
 
 
