@@ -287,6 +287,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="fewer calls: 20 per block at most, 20 ms blocks")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--settle", type=float, default=Timing.settle_s, help="seconds of pause before each block")
+    ap.add_argument("--block-s", type=float, default=Timing.block_s, help="seconds of calls per block at most")
     args = ap.parse_args(argv)
     bad = set(args.sizes.split(",")) - set(SIZES)
     if bad:
@@ -297,7 +298,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     target = Target.load(args.target)
-    timing = Timing(rounds=args.rounds, settle_s=args.settle)
+    timing = Timing(rounds=args.rounds, block_s=args.block_s, settle_s=args.settle)
     if args.quick:
         timing.block_s, timing.max_calls = 0.02, 20
     ops = {o.strip() for o in args.ops.split(",") if o.strip()} or None
