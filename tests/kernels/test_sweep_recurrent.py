@@ -227,6 +227,7 @@ def test_gru_rnn_batches_layouts_and_sequence_lengths(rnn_isa, op, lbr):
             _gates(op, batch + layout, seq=4, batch=batch, inp=65, hid=17, direction="bidirectional", lens=lens,
                    initial=True, layout=layout, linear_before_reset=lbr)
     _gates(op, 3, seq=3, batch=2, inp=4, hid=9, bias=False, direction="reverse", linear_before_reset=lbr)
+    _gates(op, 4, seq=0, batch=2, inp=3, hid=4, direction="bidirectional", initial=True, linear_before_reset=lbr)
 
 
 def _saturated_with_specials(x):

@@ -1,11 +1,13 @@
-// Native LSTM (ONNX LSTM, layout 0, default activations): the input projection X @ W^T + Wb + Rb as one product over
-// all time steps, then per step one [batch, H] x [H, 4H] product against R and the gate math, every direction in one
-// call (the two directions of a bidirectional LSTM on two threads), so a speech model's single-step LSTM costs one
-// Python call instead of a few dozen numpy ones.
-// The numpy reference (kernels/ops/recurrent.py) is the specification; the gate order is i, o, f, c and `clip`
-// bounds every gate's pre-activation. The products run on the packed float GEMM (packed_sgemm.h) with W^T and R^T
-// packed once by the caller (numpy's BLAS is slow on one row of h at a time: ep/native/EXECUTOR.md, session 22);
-// its fixed order gives the same bits at any thread count.
+// Native LSTM, GRU and RNN (ONNX, layout 0, default activations) and com.microsoft DynamicQuantizeLSTM: the input
+// projection X @ W^T + biases as one product over all time steps, then per step the products of h with R and the
+// gate math, every direction in one call (the two directions of a bidirectional op on two threads), so a model's
+// recurrence costs one Python call instead of a few numpy ones per step. The cells (LstmCell, GruCell, RnnCell)
+// share the time loop (RunDirection) and the direction threading (RunDirections) and differ only in their products
+// and gate math (16 AVX-512 lanes, or scalar).
+// The numpy reference (kernels/ops/recurrent.py) is the specification: gate orders LSTM i, o, f, c and GRU z, r, h;
+// `clip` bounds every gate's pre-activation. The products run on the packed float GEMM (packed_sgemm.h) with W^T
+// and R^T packed once by the caller (numpy's BLAS is slow on one row of h at a time: ep/native/EXECUTOR.md, session
+// 22); its fixed order gives the same bits at any thread count.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
