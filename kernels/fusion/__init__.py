@@ -36,8 +36,9 @@ PASSES: tuple[FusionPass, ...] = (
                qdq_lut.fuse_qdq_lut),
     FusionPass("conv_bn", "float Conv (constant W, b) -> BatchNormalization (constant parameters)", ("", "Conv"),
                conv_bn.fuse_conv_bn),
-    FusionPass("conv_tail", "float Conv -> scalar Mul | Add | Sub | Div | Clip | Relu links and x * f(x) diamonds "
-               "(PP-LCNetV3 affine + hard-swish tails)", ("", "Conv"), conv_tail.fuse_conv_tails),
+    FusionPass("conv_tail", "float Conv -> scalar Mul | Add | Sub | Div | Clip | Relu | Max | Min links, LeakyRelu, "
+               "PRelu of one slope, Erf, Gelu, Pow by 3, and x * f(x) diamonds (PP-LCNetV3 affine + hard-swish tails, "
+               "exact GELU)", ("", "Conv"), conv_tail.fuse_conv_tails),
     FusionPass("attention", "float MatMul(Q, K^T) -> [Mul | Div by a scalar constant] -> [Add(mask)] -> Softmax "
                "(last axis) -> MatMul(., V), as exporters write attention out", (attention.FUSED_DOMAIN,
                attention.FUSED_OP), attention.fuse_attention),
