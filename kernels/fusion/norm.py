@@ -37,8 +37,8 @@ def _plain_consumer(nd: NodeInfo) -> bool:
     if nd.key == ("", "MatMul") or bias_matmul(nd):
         b = nd.input(1)
         return b is not None and b.value is not None and b.value.ndim == 2
-    if nd.key == ("com.microsoft", "MatMulNBits"):
-        return all(v.missing or v.is_constant for v in nd.inputs[1:])
+    if nd.key == ("com.microsoft", "MatMulNBits"):  # not with an act-order g_idx: its kernel permutes A's columns
+        return all(v.missing or v.is_constant for v in nd.inputs[1:]) and nd.input(4) is None
     return False
 
 

@@ -42,6 +42,8 @@ def _member_key(nd: NodeInfo) -> tuple | None:
     if nd.key == _NBITS:
         if any(nd.input(i) is not None and not nd.input(i).is_constant for i in range(1, len(nd.inputs))):
             return None
+        if nd.input(4) is not None:  # act-order g_idx: its kernel permutes A's columns, a group's call would not
+            return None
         return (_NBITS, a.name, int(nd.attr("K")), int(nd.attr("block_size", 0)), int(nd.attr("accuracy_level", 0)),
                 int(nd.attr("bits", 4)))
     if nd.key == _MATMUL or bias_matmul(nd):

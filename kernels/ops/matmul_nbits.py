@@ -19,9 +19,11 @@ Numerics (match ORT CPU within tolerance; tests state it):
   summation order only).
 fp16 A: computed in float32 and rounded to fp16 once.
 
-g_idx (input 4, act-order) is accepted only where it is the plain blocks (``g_idx[k] == k // block_size``) and
-there are no zero points, computed at level 0 whatever accuracy_level says, as ORT's CPU kernel does with g_idx;
-any other g_idx is declined with its reason (``_g_idx_declined``).
+g_idx (input 4, act-order): where it gives each group block_size rows (GPTQ's act-order) the node is the plain one
+after a permutation of K: the compiler permutes B's rows into blocks, the kernel multiplies A's columns in that
+order (``_act_order``), at level 0 whatever accuracy_level says, as ORT's CPU kernel runs a node with g_idx. Other
+g_idx, and zero points other than 8 (ORT's CPU kernel drops them with g_idx), are declined (``_g_idx_declined``).
+The fusion passes leave such a node alone (their kernels read the weights without the permutation).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 
 from .. import host_blas
 from ...quantization.matmul_nbits import (TILE_COLS, MatMulNBitsWeights, dequantize_b, from_int8_tiles,
-                                          int8_tiles)
+                                          int8_tiles, pack_b, unpack_b, unpack_zero_points)
 from ..pages import copy_to_pages, on_own_pages, page_array
 from . import _native
 from ..node import NodeInfo
@@ -68,24 +70,43 @@ def check_nbits(node: NodeInfo, target: Target) -> str | None:
 
 def _g_idx_declined(node: NodeInfo, K: int, bs: int) -> str | None:
     """Why input 4, g_idx (act-order: row k's scale and zero point are those of group g_idx[k]), is declined, or
-    None when it is absent or states the plain blocks (g_idx[k] == k // block_size) with no zero points, which is
-    the node without it. A reordering g_idx would need A's columns permuted per call in every kernel that takes
-    MatMulNBits weights (the fused groups and norms included), so it stays on the CPU EP. With zero points ORT's
-    CPU kernel (1.31) drops them once g_idx is given (it computes (code - 8) * scale), against the op's own
-    definition, so there is no single answer to match."""
+    None. Accepted: a g_idx that puts block_size rows in each group (the last one: what is left of K), GPTQ's
+    act-order, which is the plain blocks after a permutation of K (``_act_order``). Declined: other group sizes (no
+    permutation makes them blocks), and zero points other than 8: ORT's CPU kernel (1.31) drops the zero points
+    once g_idx is given (it computes (code - 8) * scale), against the op's own definition, so there is no single
+    answer to match (with every zero point 8 the two agree)."""
     g = node.input(4)
     if g is None:
         return None
     if not g.is_constant or g.value is None:
         return f"{node.describe()}: g_idx {g.describe()} must be a constant initializer"
     idx = np.asarray(g.value).reshape(-1)
-    if idx.size != K or not np.array_equal(idx, np.arange(K) // bs):
-        return (f"{node.describe()}: g_idx (act-order) reorders rows across blocks; the int4 weight mode reads "
-                f"blocks of {bs} consecutive rows, so only g_idx[k] == k // block_size is accepted")
-    if node.input(3) is not None:
-        return (f"{node.describe()}: g_idx with zero points: ORT's CPU kernel ignores the zero points when g_idx "
-                f"is given, against the op's definition; left to the CPU EP")
+    if idx.size != K or not np.array_equal(np.sort(idx), np.arange(K) // bs):
+        return (f"{node.describe()}: g_idx must give each group {bs} rows (the last one the rest of K): the int4 "
+                f"weight mode reads blocks of consecutive rows")
+    zp = node.input(3)
+    if zp is not None and (zp.value is None or not _all_eight(zp.value, int(node.attr("N")), -(-K // bs))):
+        return (f"{node.describe()}: g_idx with zero points other than 8: ORT's CPU kernel ignores the zero points "
+                f"when g_idx is given, against the op's definition; left to the CPU EP")
     return None
+
+
+def _all_eight(zero_points: np.ndarray, N: int, kb: int) -> bool:
+    return bool((unpack_zero_points(np.asarray(zero_points, np.uint8), N, kb) == 8).all())
+
+
+def _act_order(w: MatMulNBitsWeights, g_idx: np.ndarray) -> tuple[MatMulNBitsWeights, np.ndarray]:
+    """A node with an accepted g_idx as the plain node it is after a permutation of K: ``perm`` (stable sort of
+    g_idx) puts each group's rows together, so row i of the returned weights is row perm[i] of the node's, in block
+    i // block_size = g_idx[perm[i]] (its scales and zero points unchanged); the kernel multiplies A[..., perm]."""
+    K, N, bs = w.K, w.N, w.block_size
+    kb = -(-K // bs)
+    perm = np.argsort(np.asarray(g_idx).reshape(-1), kind="stable")
+    codes = unpack_b(np.asarray(w.B, np.uint8).reshape(N, kb, bs // 2), kb * bs)
+    moved = np.zeros_like(codes)
+    moved[:, :K] = codes[:, perm]
+    return (MatMulNBitsWeights(B=pack_b(moved.reshape(N, kb, bs)), scales=w.scales, zero_points=w.zero_points, K=K,
+                               N=N, block_size=bs), perm.astype(np.int64))
 
 
 def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | None = None,
@@ -95,8 +116,10 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
     w = MatMulNBitsWeights(B=node.input(1).value, scales=node.input(2).value,
                            zero_points=None if zp is None else zp.value, K=K, N=N, block_size=bs)
     consts: dict[str, np.ndarray] = dict(ep_consts or {})
-    # with g_idx ORT's CPU kernel runs the dequantized weights in float32 whatever the level: so does NpuEP
-    level = int(node.attr("accuracy_level", 0)) if node.input(4) is None else 0
+    level = int(node.attr("accuracy_level", 0))
+    if node.input(4) is not None:  # act-order (accepted by check_nbits)
+        w, consts[PERM] = _act_order(w, node.input(4).value)
+        level = 0  # ORT's CPU kernel runs a node with g_idx on float32 dequantized weights whatever the level
     consts.update(packed_consts(w, level))
     ep = dict(epilogue or {})
     bias = node.input(5)
@@ -228,6 +251,7 @@ def packed_consts(w: MatMulNBitsWeights, level: int) -> dict[str, np.ndarray]:
     return {"nb_b": b, "nb_scales": scales, **({} if zp is None else {"nb_zp": zp})}
 
 
+PERM = "nb_perm"  # const of an act-order node: A's column order (_act_order)
 NBITS_MEMBERS = "nb_members"  # attr of an npu::MatMulGroup over MatMulNBits: its packed weights are per member
 
 
@@ -259,6 +283,8 @@ def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> 
     block_size, accuracy_level), on the native kernel or the reference model as the session chose."""
     at, c = p.attrs, p.consts
     K, N, bs, level = at["K"], at["N"], at["block_size"], at["accuracy_level"]
+    if PERM in c:  # act-order: the weights' rows were permuted at compile time, A's columns follow
+        a = np.take(a, c[PERM], axis=-1)
     nat = _native.native(p)
     if nat is not None:
         a2 = np.ascontiguousarray(a, np.float32).reshape(-1, K)
@@ -308,7 +334,7 @@ def bind_nbits(p: Prepared, inputs, outs) -> Any:
     """A float32 node with at most a constant bias as one native call for A's shape (ep/step_binding.py)."""
     nat = _native.native(p)
     a = inputs[0] if inputs else None
-    if (nat is None or not _bias_only(p) or DMA_COUNTS in p.memo or not isinstance(a, np.ndarray)
+    if (nat is None or not _bias_only(p) or DMA_COUNTS in p.memo or PERM in p.consts or not isinstance(a, np.ndarray)
             or a.dtype != np.float32 or not a.flags.c_contiguous or a.ndim < 1 or a.shape[-1] != p.attrs["K"]):
         return None
     m = a.size // p.attrs["K"]

@@ -69,25 +69,54 @@ def test_g_idx_of_the_plain_blocks_without_zero_points_runs_and_matches_cpu(leve
     np.testing.assert_allclose(ours[0], ref[0], rtol=1e-4, atol=(1e-4 if level == 0 else 2e-3) * np.sqrt(K))
 
 
-@pytest.mark.parametrize("symmetric", [True, False])
-def test_act_order_g_idx_is_declined_and_runs_on_the_cpu_ep(symmetric):
-    """Issue 38: a reordering g_idx (GPTQ act-order) was accepted and ignored (NpuEP gave the node's answer without
-    it, up to 2.15 off). It is declined with its reason, and in a session the node runs on the CPU EP with ORT's
-    answer."""
+def _act_order_session(inputs, attrs, kernels="native"):
     from _single_op import model as single_op_model
-    from npu_testing import assignment, cpu_run, npu_session
+    from npu_testing import assignment, npu_session
 
-    K, N, bs = 128, 32, 32
-    g_idx = RNG.permutation(np.arange(K) // bs).astype(np.int32)
-    a = RNG.standard_normal((2, K)).astype(np.float32)
-    inputs = _with_g_idx(_inputs(a, K, N, bs, symmetric, False), g_idx)
-    attrs = dict(domain="com.microsoft", K=K, N=N, bits=4, block_size=bs)
-    assert "g_idx (act-order) reorders rows across blocks" in declined("MatMulNBits", inputs, "npu-ref", **attrs)
     model = single_op_model("MatMulNBits", inputs, **attrs)
     model.graph.node[0].name = "mm"
-    sess = npu_session(model)
-    assert assignment(sess) == {"mm": "CPUExecutionProvider"}
-    np.testing.assert_array_equal(sess.run(None, {"a": a})[0], cpu_run(model, {"a": a})[0])
+    sess = npu_session(model, {"kernels": kernels})
+    return model, sess, assignment(sess)["mm"]
+
+
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+@pytest.mark.parametrize("level", [0, 4])
+@pytest.mark.parametrize("K,bs,zp8", [(128, 32, False), (200, 64, False), (96, 16, True)])
+def test_act_order_g_idx_runs_on_npuep_as_the_cpu_ep(kernels, level, K, bs, zp8):
+    """Issue 38: an act-order g_idx (GPTQ: each group block_size rows, in any order) was accepted and ignored: NpuEP
+    gave the node's answer without it, up to 2.15 off. Now B's rows are permuted into blocks at compile time and A's
+    columns follow: the CPU EP's result (which runs any node with g_idx at level 0, as NpuEP does), also with a
+    partial last group and with zero points that are all 8."""
+    from npu_ep.quantization.matmul_nbits import pack_zero_points
+    from npu_testing import cpu_run
+
+    N = 48
+    rng = np.random.default_rng(K + bs)
+    g_idx = rng.permutation(np.arange(K) // bs).astype(np.int32)
+    a = rng.standard_normal((3, K)).astype(np.float32)
+    inputs = _with_g_idx(_inputs(a, K, N, bs, True, True), g_idx)
+    if zp8:
+        inputs = [("zp", pack_zero_points(np.full((N, -(-K // bs)), 8, np.uint8)), True) if s[0] == "zp" else s
+                  for s in inputs]
+    model, sess, ep = _act_order_session(inputs, dict(domain="com.microsoft", K=K, N=N, bits=4, block_size=bs,
+                                                      accuracy_level=level), kernels)
+    assert ep == "NpuEP"
+    want = cpu_run(model, {"a": a})[0]
+    without = cpu_run(_act_order_session(_with_g_idx(inputs, None), dict(
+        domain="com.microsoft", K=K, N=N, bits=4, block_size=bs))[0], {"a": a})[0]
+    assert np.abs(want - without).max() > 0.1  # g_idx matters here
+    np.testing.assert_allclose(sess.run(None, {"a": a})[0], want, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+
+
+def test_g_idx_whose_groups_are_not_blocks_is_declined():
+    """Groups of other sizes than block_size: no permutation makes them blocks, so the node stays on the CPU EP
+    (with its reason)."""
+    K, N, bs = 64, 16, 16
+    a = RNG.standard_normal((1, K)).astype(np.float32)
+    g_idx = np.minimum(np.arange(K) // 12, 3).astype(np.int32)  # groups of 12, 12, 12 and 28 rows
+    reason = declined("MatMulNBits", _with_g_idx(_inputs(a, K, N, bs, True, False), g_idx), "npu-ref",
+                      domain="com.microsoft", K=K, N=N, bits=4, block_size=bs)
+    assert "g_idx must give each group 16 rows" in reason
 
 
 def test_g_idx_with_zero_points_is_declined():
@@ -142,10 +171,10 @@ def test_level4_nan_and_inf_follow_orts_compint8(kernels, bs):
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=2e-3 * np.sqrt(K))
 
 
-def test_an_act_order_sibling_stays_out_of_the_group_and_the_cpu_ep_runs_it():
+def test_an_act_order_sibling_stays_out_of_the_group():
     """Three MatMulNBits reading one A (a sibling group, npu::MatMulGroup), the middle one with an act-order g_idx:
-    it is declined (the group's native call would have multiplied its weights without g_idx), the other two and the
-    Sum run on NpuEP, and the result is the CPU EP's."""
+    it stays out of the group (the group's native call would multiply its weights without permuting A), all run on
+    NpuEP, and the result is the CPU EP's."""
     from onnx import TensorProto, helper
 
     from npu_testing import assignment, cpu_run, make_model, npu_session
@@ -164,6 +193,27 @@ def test_an_act_order_sibling_stays_out_of_the_group_and_the_cpu_ep_runs_it():
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, N])],
                        inits, extra_opsets=[("com.microsoft", 1)])
     sess = npu_session(model)
-    assert assignment(sess) == {"mm0": "NpuEP", "mm1": "CPUExecutionProvider", "mm2": "NpuEP", "sum": "NpuEP"}
+    assert set(assignment(sess).values()) == {"NpuEP"}
     a = RNG.standard_normal((2, K)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"a": a})[0], cpu_run(model, {"a": a})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_an_act_order_matmul_keeps_its_norm():
+    """An RMS norm feeding an act-order MatMulNBits stays a separate step (npu::NormMatMul's kernel would multiply
+    the weights without permuting A); the session runs on NpuEP with the CPU EP's result."""
+    from onnx import numpy_helper
+
+    from npu_testing import assignment, cpu_run, npu_session
+    from tests.kernels.test_fusion_norm import D, _fused_ops, _model
+
+    model = _model()
+    mm = next(n for n in model.graph.node if n.op_type == "MatMulNBits")
+    del mm.input[3:]
+    mm.input.extend(["", "p0_g"])
+    model.graph.initializer.append(numpy_helper.from_array(RNG.permutation(np.arange(D) // 32).astype(np.int32),
+                                                           "p0_g"))
+    assert "NormMatMul" not in _fused_ops(model)
+    sess = npu_session(model, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    x = {"x": RNG.standard_normal((1, 3, D)).astype(np.float32)}
+    np.testing.assert_allclose(sess.run(None, x)[0], cpu_run(model, x)[0], rtol=1e-4, atol=1e-4)
