@@ -142,3 +142,27 @@ def test_globalmaxpool_equals_cpu_ep_on_npu(shape, dt):
     x[0, -1].flat[0] = np.nan
     got = sess.run(None, {"x": x})[0]
     assert np.isnan(got[0, -1]).all() and not np.isnan(got[1:]).any() and not np.isnan(got[0, :-1]).any()
+
+
+@pytest.mark.parametrize("op,attrs,shape", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), (1, 8, 112, 112)),  # ResNet stem
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), (1, 4, 35, 35)),  # Inception
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]), (1, 8, 35, 35)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=1),
+     (1, 4, 17, 17)),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2]), (1, 8, 56, 56))])
+def test_network_pools_match_cpu_ep_on_npu(op, attrs, shape):
+    """The pools of real vision models (issue 40), on the native window kernels: the node on NpuEP, MaxPool equal to
+    the CPU EP's, AveragePool within float32 rounding of it (its sums in another order)."""
+    node = helper.make_node(op, ["x"], ["y"], name="pool", **attrs)
+    model = make_model([node], [helper.make_tensor_value_info("x", F32, shape)],
+                       [helper.make_tensor_value_info("y", F32, [None] * 4)], opset=21)
+    x = (RNG.standard_normal(shape) * 10).astype(np.float32)
+    sess = npu_session(model)
+    assert assignment(sess) == {"pool": "NpuEP"}
+    got, want = sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0]
+    assert got.shape == want.shape
+    if op == "MaxPool":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)

@@ -2,14 +2,17 @@
 (kernels/ops/pool.py), issue 38: every path the kernel dispatches to, over widths and heights just below, at and
 above its vector widths, with NaN, +-Inf, -0.0, huge and tiny values, on every instruction-set level it has.
 
-pool.cc's paths and their blocks (AVX-512; the scalar/AVX2 levels run the row-then-column scalar pass):
-- the 2x2 / stride-2 register kernel (no pads, windows inside the plane): 16 float / 32 byte outputs per step;
-- the column-pair pass (kw = 2, sw = 2, no left pad, other rows/pads): the same 16 / 32 outputs per step;
-- the unit-stride column pass (sw = 1, dw = 1, any kw and pads): 16 outputs per step over a padded row;
-- the row pass: 16 floats / 64 bytes per step over the input row (its tail masked); everything else scalar.
-AveragePool is scalar (its sums in the reference's order). MaxPool is exact (a maximum rounds nothing: the same
-value, NaN where the reference has NaN); AveragePool is bit-exact too, by its contract (pool.h): the same float32
-additions in the same order, then the same division."""
+pool.cc's paths and their blocks:
+- the 2x2 / stride-2 register kernel (no pads, windows inside the plane, AVX-512): 16 float / 32 byte outputs per
+  step;
+- float32 on AVX-512, every other window (issue 40): 16 outputs of a row per step; where 16 outputs' windows span
+  at most 48 input columns (15 sw + (kw - 1) dw + 1), that span in three registers per window row (masked loads:
+  pads and ceil_mode's overhang hold the pad value), maxima folding the rows first, sums tap by tap; wider spans
+  (strides >= 3, wide dilations) load each tap (a gather) and take the edge outputs scalar;
+- bytes: the column-pair pass (kw = 2, sw = 2, no left pad, AVX-512), the row pass (64 bytes per step), scalar
+  column passes; float32 below AVX-512: the row pass's scalar form, then scalar columns; AveragePool scalar.
+MaxPool is exact (a maximum rounds nothing: the same value, NaN where the reference has NaN); AveragePool is
+bit-exact too, by its contract (pool.h): the same float32 additions in the same order, then the same division."""
 
 from __future__ import annotations
 
@@ -144,6 +147,55 @@ def test_average_negative_zero_and_infinities(pool_isa):
     for attrs in AVG:
         got = _avg(x, **attrs)[0]
         assert got.dtype == np.float32
+
+
+# The float32 window kernels (issue 40): spans of 16 outputs' windows around 32 and 48 columns (the register
+# kernel's second and third register, and past it the tap-by-tap kernel), the ResNet stem's 3x3 / 2 pad 1,
+# Inception's 3x3 / 1, pads on each side alone, ceil_mode, negative SAME pads, strides 3 and 4 (gathers).
+WINDOWS = [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+           dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+           dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 0, 0]),
+           dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 0, 2], ceil_mode=1),
+           dict(kernel_shape=[3, 3], strides=[2, 2], pads=[2, 0, 1, 0], ceil_mode=1),
+           dict(kernel_shape=[1, 17], pads=[0, 8, 0, 8]),  # span 32
+           dict(kernel_shape=[2, 18], pads=[0, 3, 1, 9]),  # span 33
+           dict(kernel_shape=[3, 3], strides=[1, 2], dilations=[2, 8], pads=[1, 9, 1, 9]),  # span 47
+           dict(kernel_shape=[3, 3], strides=[2, 2], dilations=[1, 9], pads=[1, 2, 0, 3]),  # span 48
+           dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[1, 10], pads=[0, 4, 0, 4]),  # span 51: tap by tap
+           dict(kernel_shape=[3, 4], strides=[3, 3], pads=[1, 1, 1, 2], ceil_mode=1),  # span 52
+           dict(kernel_shape=[3, 2], strides=[2, 4], auto_pad="SAME_UPPER"),  # a negative left pad
+           dict(kernel_shape=[2, 3], strides=[3, 4], pads=[1, 2, 1, 2])]
+
+
+def _fits(attrs: dict, h: int, w: int) -> bool:
+    """Whether an h x w plane holds one window (explicit pads, or auto_pad)."""
+    (kh, kw), (dh, dw) = attrs["kernel_shape"], attrs.get("dilations", [1, 1])
+    t, left, b, r = attrs.get("pads", [0, 0, 0, 0])
+    return "auto_pad" in attrs or (h + t + b > (kh - 1) * dh and w + left + r > (kw - 1) * dw)
+
+
+@pytest.mark.parametrize("attrs", WINDOWS)
+def test_float_windows(pool_isa, attrs):
+    for w in sorted({*around(16, 32, 48), 3, 5, 9}):
+        for h in (3, 4, 5, 7):
+            if not _fits(attrs, h, w):
+                continue
+            x = _image((1, 2, h, w), np.float32)
+            _max(x, threads=2, **attrs)
+            _avg(x, threads=2, **attrs)
+            _avg(x, count_include_pad=1, **attrs)
+
+
+def test_float_windows_of_specials(pool_isa):
+    """Windows of -inf, -0.0 or NaN alone, and planes of one value: -inf inside, -FLT_MAX where a window reaches
+    the padding; -0.0 sums; NaN wins from any tap, the first or the last."""
+    for fill in (-np.inf, -0.0, np.inf, np.nan):
+        for attrs in WINDOWS[:3] + WINDOWS[9:11]:
+            x = np.full((1, 1, 6, 35), fill, np.float32)
+            x[0, 0, 2, ::7] = np.nan
+            x[0, 0, 4, 3::5] = -0.0
+            _max(x, **attrs)
+            _avg(x, **attrs)
 
 
 @pytest.mark.slow

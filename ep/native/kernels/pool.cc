@@ -35,6 +35,7 @@ __attribute__((target("avx512f"))) inline __m512 MaxLanes(__m512 v, __m512 w) {
   return _mm512_mask_mov_ps(_mm512_max_ps(w, v), _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q), w);
 }
 
+
 // Lanes [0, n) of a vector (n clipped to [0, 16]).
 inline __mmask16 Lanes16(int64_t n) {
   return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
@@ -89,36 +90,24 @@ __attribute__((target("avx512f,avx512bw"))) void RowMaxBytesAvx512(uint8_t* acc,
 }
 #endif
 
-#if NPU_EP_X86
-// The column pass of a 2-wide, stride-2 window whose pairs lie inside the row (the usual 2x2/2 pool), 16 outputs
-// per step: dst[o] = Max(Max(start, r[2o]), r[2o + 1]), the scalar pass's operations in its order.
-__attribute__((target("avx512f"))) void PairMaxAvx512(float* dst, const float* r, int64_t n, float start) {
-  const __m512 startv = _mm512_set1_ps(start);
-  for (int64_t o = 0; o < n; o += 16) {
-    const int64_t left = 2 * (n - o);  // source elements from r + 2o on
-    const __m512 a = _mm512_maskz_loadu_ps(Lanes16(left), r + 2 * o);
-    const __m512 b = _mm512_maskz_loadu_ps(Lanes16(left - 16), r + 2 * o + 16);
-    _mm512_mask_storeu_ps(dst + o, Lanes16(n - o), PairMax(a, b, startv));
-  }
-}
-#endif
 
 #if NPU_EP_X86
-// The column pass of a unit-stride window (YOLO's SPPF: 5x5, stride 1, pads 2), 16 outputs per step: the row
-// maximum laid out with `low` in the pads (padded[q] = rowmax[q - pl]), then dst[o] = Max(... Max(-inf,
-// padded[o]), ..., padded[o + kw - 1]), the scalar pass's value.
-__attribute__((target("avx512f"))) void SlideMaxAvx512(float* dst, const float* rowmax, int64_t W, int64_t OW,
-                                                       int64_t kw, int64_t pl, float low, float* padded) {
-  const int64_t n = OW + kw - 1;
-  for (int64_t q = 0; q < n; ++q) padded[q] = q >= pl && q - pl < W ? rowmax[q - pl] : low;
-  const __m512 start = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t o = 0; o < OW; o += 16) {
-    const __mmask16 k = Lanes16(OW - o);
-    __m512 m = start;
-    for (int64_t j = 0; j < kw; ++j) m = MaxLanes(m, _mm512_maskz_loadu_ps(k, padded + o + j));
-    _mm512_mask_storeu_ps(dst + o, k, m);
+// The first n (<= 16) of 16 taps at stride sw from p (p[l * sw], lane l): a load at stride 1, two loads and a
+// permute at 2, a gather otherwise; lanes from n on are 0 and read nothing.
+__attribute__((target("avx512f"))) inline __m512 StridedTaps(const float* p, int64_t sw, int64_t n) {
+  const __mmask16 k = Lanes16(n);
+  if (sw == 1) return _mm512_maskz_loadu_ps(k, p);
+  if (sw == 2) {
+    const int64_t span = 2 * n - 1;  // values p[0 .. 2n - 2]
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(Lanes16(span), p), even,
+                                  _mm512_maskz_loadu_ps(Lanes16(span - 16), p + 16));
   }
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(static_cast<int32_t>(sw)));
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, p, 4);
 }
+
 #endif
 
 #if NPU_EP_X86
@@ -176,6 +165,139 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void Pool2x2BytesAvx512(con
 }
 #endif
 
+#if NPU_EP_X86
+// One output of a window pooled tap by tap (rows i, then columns j), a tap outside the input holding `pad`: a sum
+// from the first tap on (kSum) or the maximum from -inf (a NaN wins).
+template <bool kSum>
+float WindowTaps(const PoolShape& s, const float* in, float pad, int64_t oh, int64_t ow) {
+  float acc = kSum ? 0.0f : -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < s.kh; ++i) {
+    const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+    for (int64_t j = 0; j < s.kw; ++j) {
+      const int64_t iw = ow * s.sw - s.pl + j * s.dw;
+      const float v = ih >= 0 && ih < s.H && iw >= 0 && iw < s.W ? in[ih * s.W + iw] : pad;
+      acc = !kSum ? Max(acc, v) : i == 0 && j == 0 ? v : acc + v;
+    }
+  }
+  return acc;
+}
+
+// The input columns 16 outputs' windows span; up to kRegisterSpan of them are held in three registers.
+constexpr int64_t kRegisterSpan = 48;
+inline int64_t BlockSpan(const PoolShape& s) { return 15 * s.sw + (s.kw - 1) * s.dw + 1; }
+
+// Lanes of 16 input columns from column c on that lie inside [0, W) (the others hold the pad value).
+inline __mmask16 InsideLanes(int64_t c, int64_t W) {
+  const int64_t lo = std::clamp<int64_t>(-c, 0, 16), hi = std::clamp<int64_t>(W - c, 0, 16);
+  return static_cast<__mmask16>(Lanes16(hi) & ~Lanes16(lo));
+}
+
+// Where window column j's taps of 16 outputs lie in a 48-value span v0:v1:v2: q = j dw + l sw for lane l.
+struct TapIndex {
+  __m512i q, q_minus_16;
+  __mmask16 in_v2;  // lanes with q >= 32
+};
+
+__attribute__((target("avx512f"))) inline TapIndex TapIndexOf(int64_t j, const PoolShape& s) {
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i q = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(j * s.dw)),
+                                     _mm512_mullo_epi32(lanes, _mm512_set1_epi32(static_cast<int32_t>(s.sw))));
+  return {q, _mm512_sub_epi32(q, _mm512_set1_epi32(16)), _mm512_cmpge_epi32_mask(q, _mm512_set1_epi32(32))};
+}
+
+// The 16 taps of one window column from the span v0:v1:v2 (one or two permutes).
+__attribute__((target("avx512f"))) inline __m512 SpanTaps(__m512 v0, __m512 v1, __m512 v2, const TapIndex& t) {
+  const __m512 r = _mm512_permutex2var_ps(v0, t.q, v1);
+  return t.in_v2 ? _mm512_mask_mov_ps(r, t.in_v2, _mm512_permutex2var_ps(v1, t.q_minus_16, v2)) : r;
+}
+
+// A plane pooled 16 outputs of a row at a time, each window's input span (at most kRegisterSpan columns) in three
+// registers, read once per window row; a tap outside the input holds `pad`. Sums (kSum) add the taps in WindowTaps'
+// order (rows, then columns, from the first tap on): its bits. Maxima fold the rows first, then the columns: the
+// same maximum in another order (+0.0 above -0.0, a NaN wins).
+template <bool kSum>
+__attribute__((target("avx512f"))) void RegisterWindowsAvx512(const PoolShape& s, const float* in, float pad,
+                                                                      float* out) {
+  TapIndex taps[kRegisterSpan];
+  for (int64_t j = 0; j < s.kw; ++j) taps[j] = TapIndexOf(j, s);
+  const bool third = BlockSpan(s) > 32;
+  const __m512 padv = _mm512_set1_ps(pad), ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    for (int64_t o = 0; o < s.OW; o += 16) {
+      const int64_t c = o * s.sw - s.pl;
+      const __mmask16 k0 = InsideLanes(c, s.W), k1 = InsideLanes(c + 16, s.W);
+      const __mmask16 k2 = third ? InsideLanes(c + 32, s.W) : 0;
+      __m512 acc = ninf, v0 = ninf, v1 = ninf, v2 = ninf;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+        const float* row = in + ih * s.W + c;  // masked loads: nothing read outside the row
+        const bool inside = ih >= 0 && ih < s.H;
+        const __m512 r0 = inside ? _mm512_mask_loadu_ps(padv, k0, row) : padv;
+        const __m512 r1 = inside ? _mm512_mask_loadu_ps(padv, k1, row + 16) : padv;
+        const __m512 r2 = inside ? _mm512_mask_loadu_ps(padv, k2, row + 32) : padv;
+        if (!kSum) {
+          v0 = MaxLanes(v0, r0), v1 = MaxLanes(v1, r1), v2 = MaxLanes(v2, r2);
+          continue;
+        }
+        for (int64_t j = 0; j < s.kw; ++j) {
+          const __m512 t = SpanTaps(r0, r1, r2, taps[j]);
+          acc = i == 0 && j == 0 ? t : _mm512_add_ps(acc, t);
+        }
+      }
+      if (!kSum)
+        for (int64_t j = 0; j < s.kw; ++j) acc = MaxLanes(acc, SpanTaps(v0, v1, v2, taps[j]));
+      _mm512_mask_storeu_ps(out + oh * s.OW + o, Lanes16(s.OW - o), acc);
+    }
+  }
+}
+
+// A plane pooled window by window, 16 outputs of a row per step with the taps loaded straight from the input rows
+// (StridedTaps: any stride and dilation), in WindowTaps' order and with its values; the outputs whose windows
+// cross the left or right edge take WindowTaps itself. A window row outside the input folds in `pad` per tap.
+template <bool kSum>
+__attribute__((target("avx512f"))) void WindowPlaneAvx512(const PoolShape& s, const float* in, float pad,
+                                                          float* out) {
+  const conv_detail::Span first = conv_detail::Valid(-s.pl, s.sw, s.W, s.OW);
+  const conv_detail::Span last = conv_detail::Valid((s.kw - 1) * s.dw - s.pl, s.sw, s.W, s.OW);
+  const int64_t lo = std::max(first.lo, last.lo), hi = std::max(lo, std::min(first.hi, last.hi));
+  const __m512 padv = _mm512_set1_ps(pad), start = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    float* dst = out + oh * s.OW;
+    for (int64_t ow = 0; ow < lo; ++ow) dst[ow] = WindowTaps<kSum>(s, in, pad, oh, ow);
+    for (int64_t ow = hi; ow < s.OW; ++ow) dst[ow] = WindowTaps<kSum>(s, in, pad, oh, ow);
+    for (int64_t o = lo; o < hi; o += 16) {
+      const int64_t n = std::min<int64_t>(16, hi - o);
+      __m512 acc = start;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+        const float* row = ih >= 0 && ih < s.H ? in + ih * s.W + o * s.sw - s.pl : nullptr;
+        for (int64_t j = 0; j < s.kw; ++j) {
+          const __m512 v = row ? StridedTaps(row + j * s.dw, s.sw, n) : padv;
+          acc = !kSum ? MaxLanes(acc, v) : i == 0 && j == 0 ? v : _mm512_add_ps(acc, v);
+        }
+      }
+      _mm512_mask_storeu_ps(dst + o, Lanes16(n), acc);
+    }
+  }
+}
+
+// A plane through RegisterWindowsAvx512 where the windows' span fits its registers, else WindowPlaneAvx512.
+template <bool kSum>
+void PoolPlaneAvx512(const PoolShape& s, const float* in, float pad, float* out) {
+  if (BlockSpan(s) <= kRegisterSpan) return RegisterWindowsAvx512<kSum>(s, in, pad, out);
+  WindowPlaneAvx512<kSum>(s, in, pad, out);
+}
+
+// y[i] /= divisor[i]: one correctly rounded division each, as the scalar pass.
+__attribute__((target("avx512f"))) void DivideAvx512(float* y, const float* divisor, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = Lanes16(n - i);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_div_ps(_mm512_maskz_loadu_ps(k, y + i),
+                                                  _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), k, divisor + i)));
+  }
+}
+#endif
+
 // One plane-parallel walk for every element type: RowPass(acc, row) folds an input row; ColPass(dst, rowmax)
 // writes an output row and returns true where it has a fast path for the geometry (else the scalar pass runs).
 // Maxima start at `start` (the type's -inf, or its lowest value); a padded tap folds in `low`.
@@ -228,40 +350,34 @@ static bool Pool2x2(const PoolShape& s) {
   return VectorPairs(s) && s.kh == 2 && s.sh == 2 && s.dh == 1 && s.pt == 0 && 2 * s.OH <= s.H;
 }
 
-// Unit-stride, undilated windows on a host with the AVX-512 column pass (SlideMaxAvx512).
-static bool VectorSlide(const PoolShape& s) {
+// Any window on a host with the AVX-512 window kernel (WindowPlaneAvx512).
+static bool VectorWindows() {
 #if NPU_EP_X86
-  return s.sw == 1 && s.dw == 1 && ActiveIsa() >= Isa::kAvx512;
+  return ActiveIsa() >= Isa::kAvx512;
 #else
-  (void)s;
   return false;
 #endif
 }
 
 void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
-  const bool pairs = VectorPairs(s), slide = VectorSlide(s);
   const float start = -std::numeric_limits<float>::infinity();
-  if (Pool2x2(s)) {  // no padding
 #if NPU_EP_X86
+  if (Pool2x2(s)) {  // no padding
     conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * 4, [&](int64_t plane) {
       Pool2x2Avx512(s, x + plane * s.H * s.W, start, y + plane * s.OH * s.OW);
     });
-#endif
     return;
   }
+  if (VectorWindows()) {
+    conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
+      PoolPlaneAvx512<false>(s, x + plane * s.H * s.W, low, y + plane * s.OH * s.OW);
+    });
+    return;
+  }
+#endif
   MaxPoolPlanes<float>(
       s, x, start, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
-      [&](float* dst, const float* rowmax) {
-#if NPU_EP_X86
-        if (pairs) PairMaxAvx512(dst, rowmax, s.OW, start);  // windows wholly inside the row
-        if (slide) {
-          thread_local std::vector<float> padded;
-          padded.resize(s.OW + s.kw - 1);
-          SlideMaxAvx512(dst, rowmax, s.W, s.OW, s.kw, s.pl, low, padded.data());
-        }
-#endif
-        return pairs || slide;
-      });
+      [](float*, const float*) { return false; });
 }
 
 void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads) {
@@ -292,6 +408,16 @@ void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t*
 }
 
 void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads) {
+#if NPU_EP_X86
+  if (VectorWindows()) {
+    conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
+      float* out = y + plane * s.OH * s.OW;
+      PoolPlaneAvx512<true>(s, x + plane * s.H * s.W, 0.0f, out);
+      DivideAvx512(out, divisor, s.OH * s.OW);
+    });
+    return;
+  }
+#endif
   conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
     const float* in = x + plane * s.H * s.W;
     float* out = y + plane * s.OH * s.OW;
