@@ -34,38 +34,45 @@ from _sweep import around, native_calls, node_model, run_kernel
 from npu_ep.kernels.ops import _native
 from npu_ep.kernels.ops.matmul_nbits import quantize_a_blockwise
 from npu_ep.quantization import quantize_matmul_nbits
-from npu_ep.quantization.matmul_nbits import dequantize_b
+from npu_ep.quantization.matmul_nbits import dequantize_b, unpack_b
 
 pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
 
 EPS = np.finfo(np.float32).eps
 
 
-def _node(a, w, K, N, bs, level, scales=None, bias=None):
+def _node(a, w, K, N, bs, level, scales=None, bias=None, g_idx=None):
     inputs = [("a", a, False), ("B", w.B, True), ("scales", w.scales if scales is None else scales, True),
-              ("zp", w.zero_points, True), ("g_idx", None, True), ("bias", bias, True)]
+              ("zp", w.zero_points, True), ("g_idx", g_idx, True), ("bias", bias, True)]
     return inputs, node_model("MatMulNBits", inputs, domain="com.microsoft", K=K, N=N, bits=4, block_size=bs,
                               accuracy_level=level)
 
 
-def _bound(a, w, K, bs, level, scales) -> np.ndarray:
-    """The module docstring's bound: 2 (K + 4) eps sum|a w| with A as the level quantizes it."""
+def _bound(a, w, K, bs, level, scales, g_idx=None) -> np.ndarray:
+    """The module docstring's bound: 2 (K + 4) eps sum|a w| with A as the level quantizes it (an act-order g_idx:
+    each row's scale that of its group, at level 0)."""
     wf = w if scales is None else type(w)(B=w.B, scales=scales, zero_points=w.zero_points, K=K, N=w.N,
                                           block_size=bs)
     with np.errstate(all="ignore"):
         aq = quantize_a_blockwise(a, bs) if level == 4 else a
-        return 2 * (K + 4) * EPS * (np.abs(aq).astype(np.float64) @ np.abs(dequantize_b(wf)).astype(np.float64))
+        if g_idx is None:
+            wd = dequantize_b(wf)
+        else:  # |code - 8| * |scale of the row's group|
+            codes = unpack_b(np.asarray(w.B).reshape(w.N, -1, bs // 2), K).astype(np.float32)
+            wd = (np.abs(codes - 8) * np.abs(np.asarray(wf.scales, np.float32).reshape(w.N, -1)[:, g_idx])).T
+        return 2 * (K + 4) * EPS * (np.abs(aq).astype(np.float64) @ np.abs(wd).astype(np.float64))
 
 
-def _check(a, w, K, N, bs, level, *, scales=None, bias=None, threads=1, cpu: bool = False) -> np.ndarray:
+def _check(a, w, K, N, bs, level, *, scales=None, bias=None, threads=1, cpu: bool = False,
+           g_idx=None) -> np.ndarray:
     """Native vs reference (and the CPU EP with ``cpu``) for one node; the native matmul_nbits must have run."""
-    inputs, m = _node(a, w, K, N, bs, level, scales, bias)
+    inputs, m = _node(a, w, K, N, bs, level, scales, bias, g_idx)
     with native_calls() as calls:
         (got,) = run_kernel(m, {"a": a}, "native", threads)
     assert "matmul_nbits" in calls, f"the native matmul_nbits did not run ({calls})"
     (want,) = run_kernel(m, {"a": a}, "reference")
     label = f"MatMulNBits M={a.shape[0]} K={K} N={N} bs={bs} level={level}"
-    bound = _bound(a, w, K, bs, level, scales)
+    bound = _bound(a, w, K, bs, 0 if g_idx is not None else level, scales, g_idx)
     if bias is not None:  # each side's last add of the bias rounds once more
         bound = bound + 2 * EPS * np.abs(bias)
     _pattern_and_bound(got, want, bound, label)
@@ -197,3 +204,18 @@ def test_against_the_cpu_ep(isa, case):
         a[0, min(3, k - 1)] = np.nan
         a[-1, k // 2] = -np.inf
         _check(a, w, k, n, bs, level, scales=scales.reshape(w.scales.shape), cpu=True)
+
+
+# Act-order g_idx (each group block_size rows in any order): K around one and two blocks (a partial last group),
+# N around 16 and 32, M over the row passes; both levels (run at level 0, as ORT's CPU kernel runs them).
+ACT_ORDER = [(m, k, n, bs) for bs in (16, 32, 128) for k in around(2 * bs) for n in (15, 33) for m in (1, 2, 5)]
+
+
+@pytest.mark.parametrize("case", _sample(ACT_ORDER, 8, 12))
+@pytest.mark.parametrize("level", [0, 4])
+def test_act_order_g_idx(isa, case, level):
+    m, k, n, bs = case
+    rng = np.random.default_rng(k * n + m)
+    w = _weights(k, n, bs, True, rng)
+    g_idx = rng.permutation(np.arange(k) // bs).astype(np.int32)
+    _check(rng.standard_normal((m, k)).astype(np.float32), w, k, n, bs, level, g_idx=g_idx, cpu=True)
