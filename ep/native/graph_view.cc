@@ -1,5 +1,6 @@
 #include "graph_view.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -162,6 +163,20 @@ static py::object ReadAttr(const OrtOpAttr* a, OrtOpAttrType type, const std::st
       if (name == "ep_cache_context") return py::bytes(v);  // binary-safe payload
       return py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(v.data(), (Py_ssize_t)v.size(), "replace"));
     }
+    case ORT_OP_ATTR_STRINGS: {  // one buffer, each string NUL-terminated (ReadOpAttr's format)
+      OrtStatus* s = g_ort->ReadOpAttr(a, type, nullptr, 0, &need);  // size query reports "buffer too small"
+      if (s) g_ort->ReleaseStatus(s);
+      std::string buf(need, '\0');
+      if (need) Check(g_ort->ReadOpAttr(a, type, buf.data(), need, &need));
+      py::list out;
+      for (size_t at = 0; at < need;) {
+        const size_t stop = std::min(buf.find('\0', at), need);
+        out.append(py::reinterpret_steal<py::object>(
+            PyUnicode_DecodeUTF8(buf.data() + at, static_cast<Py_ssize_t>(stop - at), "replace")));
+        at = stop + 1;
+      }
+      return std::move(out);
+    }
     case ORT_OP_ATTR_TENSOR: {
       OrtValue* value = nullptr;
       Check(g_ort->OpAttr_GetTensorAttributeAsOrtValue(a, &value));
@@ -177,7 +192,7 @@ static py::object ReadAttr(const OrtOpAttr* a, OrtOpAttrType type, const std::st
       return std::move(arr);
     }
     default:
-      return py::none();  // STRINGS / GRAPH: no NPU op needs them; capability declines such nodes by op type
+      return py::none();  // GRAPH: read as subgraphs below
   }
 }
 
