@@ -13,8 +13,6 @@ from onnx import TensorProto, helper
 from npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
 from _sweep import native_calls
-from npu_ep.kernels.ops import _native
-from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.support import why_not
 from npu_ep.kernels.target import Target
 from npu_ep.ep.onnx_graph import nodes_from_model
@@ -143,63 +141,30 @@ def test_gru_matches_cpu(case):
     _check_against_cpu("GRU", GRU_CASES[case])
 
 
-def _kernel_run(model, feeds, kernels):
-    """The model's recurrent node through its kernel on ``kernels``, then the model's Relu (numpy)."""
-    node = next(n for n in nodes_from_model(model) if n.name == "rnn")
-    kernel = kernel_for(node.domain, node.op_type)
-    p = kernel.prepare(node, Target.load("npu-ref"))
-    _native.configure([p], kernels, 1)
-    out = kernel.run(p, [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs])
-    return [np.maximum(out[0], np.float32(0))] + list(out[1:])
-
-
-# RNN's schema gives activations a default (Tanh), which ORT writes into the node; the plugin graph view cannot read a
-# STRINGS attribute (ep/native/graph_view.cc), so a session declines every RNN with that reason. The kernel itself
-# (native and reference) is checked against ORT's CPU EP here, the decline below.
 @pytest.mark.parametrize("case", RNN_CASES, ids=list(RNN_CASES))
-def test_rnn_kernel_matches_cpu(case):
-    attrs = RNN_CASES[case]
-    model = recurrent_model("RNN", **attrs)
-    feeds = feeds_for(model, np.random.default_rng(7), attrs.get("lens"))
-    want = _layout0_reference("RNN", attrs, feeds) if attrs.get("layout") else cpu_run(model, feeds)
+def test_rnn_matches_cpu(case):
+    """ORT writes RNN's schema-default activations (Tanh, Tanh) into the node; the graph view reads them (a STRINGS
+    attribute: it was unreadable, and every RNN stayed on the CPU), and the native kernel runs."""
     with native_calls() as calls:
-        got = _kernel_run(model, feeds, "native")
-    assert "rnn" in calls, "the native RNN did not run"
-    for kernels, outs in (("native", got), ("reference", _kernel_run(model, feeds, "reference"))):
-        for g, w in zip(outs, want, strict=True):
-            assert g.shape == w.shape and g.dtype == w.dtype, kernels
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=kernels)
-
-
-def test_rnn_in_a_session_is_declined_for_its_unreadable_default_activations(caplog):
-    model = recurrent_model("RNN", direction="bidirectional", initial=True)
-    with caplog.at_level("DEBUG", logger="npu_ep"):
-        sess = npu_session(model)
-    assert "activations attribute present but unreadable through ORT's graph view" in caplog.text
-    assert assignment(sess)["rnn"] == "CPUExecutionProvider"
-    feeds = feeds_for(model, np.random.default_rng(1))
-    for g, w in zip(sess.run(None, feeds), cpu_run(model, feeds), strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        _check_against_cpu("RNN", RNN_CASES[case])
+    assert "rnn" in calls, "NpuEP did not run the native RNN"
 
 
 @pytest.mark.parametrize("op,attrs,reason", [
     ("LSTM", {"activations": ["Sigmoid", "Relu", "Tanh"]}, "activations ['Sigmoid', 'Relu', 'Tanh'] (only the defaults"),
     ("GRU", {"activations": ["HardSigmoid", "Tanh"]}, "activations ['HardSigmoid', 'Tanh'] (only the defaults"),
     ("RNN", {"activations": ["Relu"]}, "activations ['Relu'] (only the defaults"),
+    ("RNN", {"activations": ["Relu", "Tanh"]}, "activations ['Relu'] (only the defaults"),
     ("LSTM", {"input_forget": 1}, "input_forget=1 (coupled input/forget gates) not supported"),
 ])
 def test_unsupported_attributes_are_declined_with_a_reason_and_match_cpu(op, attrs, reason, caplog):
-    """Through ORT the graph view cannot read STRINGS attributes, so any ``activations`` attribute (even the
-    defaults, spelled out) is declined there: running wrong activations would be silently wrong."""
+    """The reason is the same from an ONNX file and through ORT's graph view (which reads STRINGS attributes)."""
     model = recurrent_model(op, **attrs)
     node = next(n for n in nodes_from_model(model) if n.name == "rnn")
     assert reason in why_not(node, Target.load("npu-ref"))
     with caplog.at_level("DEBUG", logger="npu_ep"):
         sess = npu_session(model)
-    if "activations" in attrs:
-        assert "activations attribute present but unreadable through ORT's graph view" in caplog.text
-    else:
-        assert reason in caplog.text
+    assert reason in caplog.text
     assert assignment(sess)["rnn"] == "CPUExecutionProvider"
     feeds = feeds_for(model, np.random.default_rng(1))
     for g, w in zip(sess.run(None, feeds), cpu_run(model, feeds)):
@@ -214,12 +179,19 @@ def test_npu_edge_declines_recurrent_ops_for_lack_of_a_float_matrix_mode(op):
         "(float_compute)")
 
 
-def test_explicit_default_activations_are_accepted_where_they_can_be_read():
-    """From an ONNX file (``npu-report``'s path) the attribute is readable: spelled-out defaults are taken."""
-    model = recurrent_model("LSTM", direction="bidirectional",
-                            activations=["Sigmoid", "Tanh", "Tanh", "sigmoid", "tanh", "tanh"])
+@pytest.mark.parametrize("op,acts", [("LSTM", ["Sigmoid", "Tanh", "Tanh", "sigmoid", "tanh", "tanh"]),
+                                     ("GRU", ["Sigmoid", "Tanh", "Sigmoid", "Tanh"]), ("RNN", ["Tanh", "Tanh"])])
+def test_explicit_default_activations_are_accepted(op, acts):
+    """Spelled-out defaults are taken, from an ONNX file (``npu-report``'s path) and in a session (the graph view
+    reads STRINGS attributes; before, any activations attribute was declined as unreadable)."""
+    model = recurrent_model(op, direction="bidirectional", activations=acts)
     node = next(n for n in nodes_from_model(model) if n.name == "rnn")
     assert why_not(node, Target.load("npu-ref")) is None
+    sess = npu_session(model)
+    assert assignment(sess)["rnn"] == "NpuEP"
+    feeds = feeds_for(model, np.random.default_rng(2))
+    for g, w in zip(sess.run(None, feeds), cpu_run(model, feeds), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
 def test_lstm_takes_an_input_of_unknown_rank():
