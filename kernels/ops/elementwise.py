@@ -334,8 +334,25 @@ def _ufunc_binder(fn, arity: int, kinds: str = "") -> Callable | None:
         if not runtime:
             return None
         args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
-        return _native.call_step(p, fn, args, runtime, [(-1, None)])
+        where = p.memo.get(_native.PARTITION_OUTPUTS)  # into ORT's buffer when the result is a partition output
+        into = [(arity, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return _native.call_step(p, _ufunc_into(fn), (*args, None), runtime, [(-1, None)],
+                                 [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
     return bind
+
+
+_UFUNC_INTO: dict[np.ufunc, Callable] = {}
+
+
+def _ufunc_into(fn: np.ufunc) -> Callable:
+    """``fn(*operands, out)`` with ``out`` as the keyword (a bound step's last argument: ORT's output buffer, or None
+    for a new array); np.maximum/np.minimum deprecate a positional out."""
+    call = _UFUNC_INTO.get(fn)
+    if call is None:
+        def call(*args):
+            return fn(*args[:-1], out=args[-1])
+        call = _UFUNC_INTO[fn] = call
+    return call
 
 
 _POW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # float16 is computed in float32

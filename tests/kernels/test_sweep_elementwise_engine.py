@@ -231,3 +231,25 @@ def test_float16_widens_around_the_engine_bit_for_bit(case):
     nan = np.isnan(w)
     assert g.dtype == w.dtype == np.float16 and np.array_equal(np.isnan(g), nan)
     assert np.array_equal(g.view(np.uint16)[~nan], w.view(np.uint16)[~nan]), f"{case} float16"
+
+
+@pytest.mark.parametrize("op", ["Max", "Add"])
+def test_a_bound_ufunc_step_writes_the_partition_output_into_orts_buffer(op, monkeypatch):
+    """A two-input Max (bound as its ufunc since issue 40) and Add whose result is the partition's output: the bound
+    step's ufunc gets ORT's buffer as ``out`` (the bridge then copies nothing), and the values are the CPU EP's."""
+    from npu_ep.kernels.ops import elementwise
+    fn = {"Max": np.maximum, "Add": np.add}[op]
+    outs_seen: list = []
+
+    def recording(*args):
+        outs_seen.append(args[-1])
+        return fn(*args[:-1], out=args[-1])
+    monkeypatch.setitem(elementwise._UFUNC_INTO, fn, recording)
+    model = _session_case(op, "", {}, np.array(0.25, np.float32), shape=(2, 64, 33))
+    sess = npu_session(model)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    x = RNG.standard_normal((2, 64, 33)).astype(np.float32)
+    for _ in range(3):  # the first call binds the step, the next ones run it
+        got = sess.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, cpu_run(model, {"x": x})[0])
+    assert outs_seen and all(isinstance(o, np.ndarray) and o.shape == (2, 64, 33) for o in outs_seen)
