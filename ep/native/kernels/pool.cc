@@ -211,44 +211,72 @@ __attribute__((target("avx512f"))) inline __m512 SpanTaps(__m512 v0, __m512 v1, 
   return t.in_v2 ? _mm512_mask_mov_ps(r, t.in_v2, _mm512_permutex2var_ps(v1, t.q_minus_16, v2)) : r;
 }
 
-// A plane pooled 16 outputs of a row at a time, each window's input span (at most kRegisterSpan columns) in three
-// registers, read once per window row; a tap outside the input holds `pad`. Sums (kSum) add the taps in WindowTaps'
-// order (rows, then columns, from the first tap on): its bits. Maxima fold the rows first, then the columns: the
-// same maximum in another order (+0.0 above -0.0, a NaN wins).
+// kB blocks of 16 outputs of row oh from output column o on (up to four independent chains of additions or maxima
+// in flight), each window's input span (at most kRegisterSpan columns) in three registers, read once per
+// window row; a tap outside the input holds padv. Sums (kSum) add the taps in WindowTaps' order (rows, then
+// columns, from the first tap on): its bits. Maxima fold the rows first, then the columns: the same maximum in
+// another order (a NaN wins).
+template <bool kSum, int kB>
+__attribute__((target("avx512f"), always_inline)) inline void WindowBlocks(const PoolShape& s, const float* in, __m512 padv,
+                                                            const TapIndex* taps, bool third, int64_t oh, int64_t o,
+                                                            float* out) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t c[kB];
+  __mmask16 k[kB][3];
+  __m512 acc[kB], v[kB][3];
+#pragma GCC unroll 4
+  for (int b = 0; b < kB; ++b) {
+    c[b] = (o + 16 * b) * s.sw - s.pl;
+    k[b][0] = InsideLanes(c[b], s.W), k[b][1] = InsideLanes(c[b] + 16, s.W);
+    k[b][2] = third ? InsideLanes(c[b] + 32, s.W) : 0;
+    acc[b] = v[b][0] = v[b][1] = v[b][2] = ninf;
+  }
+  for (int64_t i = 0; i < s.kh; ++i) {
+    const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+    const bool inside = ih >= 0 && ih < s.H;
+    __m512 r[kB][3];
+  #pragma GCC unroll 4
+  for (int b = 0; b < kB; ++b) {
+      const float* row = in + ih * s.W + c[b];  // masked loads: nothing read outside the row
+      r[b][0] = inside ? _mm512_mask_loadu_ps(padv, k[b][0], row) : padv;
+      r[b][1] = inside ? _mm512_mask_loadu_ps(padv, k[b][1], row + 16) : padv;
+      r[b][2] = inside && third ? _mm512_mask_loadu_ps(padv, k[b][2], row + 32) : padv;
+      if (!kSum) v[b][0] = MaxLanes(v[b][0], r[b][0]), v[b][1] = MaxLanes(v[b][1], r[b][1]),
+                 v[b][2] = MaxLanes(v[b][2], r[b][2]);
+    }
+    if (kSum)
+      for (int64_t j = 0; j < s.kw; ++j)
+      #pragma GCC unroll 4
+  for (int b = 0; b < kB; ++b) {
+          const __m512 t = SpanTaps(r[b][0], r[b][1], r[b][2], taps[j]);
+          acc[b] = i == 0 && j == 0 ? t : _mm512_add_ps(acc[b], t);
+        }
+  }
+  if (!kSum)
+    for (int64_t j = 0; j < s.kw; ++j)
+    #pragma GCC unroll 4
+  for (int b = 0; b < kB; ++b) acc[b] = MaxLanes(acc[b], SpanTaps(v[b][0], v[b][1], v[b][2], taps[j]));
+#pragma GCC unroll 4
+  for (int b = 0; b < kB; ++b)
+    _mm512_mask_storeu_ps(out + oh * s.OW + o + 16 * b, Lanes16(s.OW - o - 16 * b), acc[b]);
+}
+
+// A plane pooled by WindowBlocks, up to four blocks of a row at a time.
 template <bool kSum>
 __attribute__((target("avx512f"))) void RegisterWindowsAvx512(const PoolShape& s, const float* in, float pad,
-                                                                      float* out) {
+                                                              float* out) {
   TapIndex taps[kRegisterSpan];
   for (int64_t j = 0; j < s.kw; ++j) taps[j] = TapIndexOf(j, s);
   const bool third = BlockSpan(s) > 32;
-  const __m512 padv = _mm512_set1_ps(pad), ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t oh = 0; oh < s.OH; ++oh) {
-    for (int64_t o = 0; o < s.OW; o += 16) {
-      const int64_t c = o * s.sw - s.pl;
-      const __mmask16 k0 = InsideLanes(c, s.W), k1 = InsideLanes(c + 16, s.W);
-      const __mmask16 k2 = third ? InsideLanes(c + 32, s.W) : 0;
-      __m512 acc = ninf, v0 = ninf, v1 = ninf, v2 = ninf;
-      for (int64_t i = 0; i < s.kh; ++i) {
-        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-        const float* row = in + ih * s.W + c;  // masked loads: nothing read outside the row
-        const bool inside = ih >= 0 && ih < s.H;
-        const __m512 r0 = inside ? _mm512_mask_loadu_ps(padv, k0, row) : padv;
-        const __m512 r1 = inside ? _mm512_mask_loadu_ps(padv, k1, row + 16) : padv;
-        const __m512 r2 = inside ? _mm512_mask_loadu_ps(padv, k2, row + 32) : padv;
-        if (!kSum) {
-          v0 = MaxLanes(v0, r0), v1 = MaxLanes(v1, r1), v2 = MaxLanes(v2, r2);
-          continue;
-        }
-        for (int64_t j = 0; j < s.kw; ++j) {
-          const __m512 t = SpanTaps(r0, r1, r2, taps[j]);
-          acc = i == 0 && j == 0 ? t : _mm512_add_ps(acc, t);
-        }
-      }
-      if (!kSum)
-        for (int64_t j = 0; j < s.kw; ++j) acc = MaxLanes(acc, SpanTaps(v0, v1, v2, taps[j]));
-      _mm512_mask_storeu_ps(out + oh * s.OW + o, Lanes16(s.OW - o), acc);
+  const __m512 padv = _mm512_set1_ps(pad);
+  for (int64_t oh = 0; oh < s.OH; ++oh)
+    for (int64_t o = 0; o < s.OW; o += 64) {
+      const int64_t left = s.OW - o;
+      if (left > 48) WindowBlocks<kSum, 4>(s, in, padv, taps, third, oh, o, out);
+      else if (left > 32) WindowBlocks<kSum, 3>(s, in, padv, taps, third, oh, o, out);
+      else if (left > 16) WindowBlocks<kSum, 2>(s, in, padv, taps, third, oh, o, out);
+      else WindowBlocks<kSum, 1>(s, in, padv, taps, third, oh, o, out);
     }
-  }
 }
 
 // A plane pooled window by window, 16 outputs of a row per step with the taps loaded straight from the input rows
