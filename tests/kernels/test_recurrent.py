@@ -50,8 +50,8 @@ def recurrent_model(op: str, *, direction="forward", bias=True, initial=False, p
     node = helper.make_node(op, names, outs, name="rnn", hidden_size=HIDDEN, direction=direction, **attrs)
     relu = helper.make_node("Relu", [outs[0]], ["relu_out"], name="relu")
     y_outs = [helper.make_tensor_value_info(o, F32, ["a", "b", "c"]) for o in outs[1:]]
-    return make_model([node, relu], inputs, [helper.make_tensor_value_info("relu_out", F32, ["s", "d", "b", "h"])] + y_outs, inits,
-                      opset=opset)
+    relu_out = helper.make_tensor_value_info("relu_out", F32, ["s", "d", "b", "h"])
+    return make_model([node, relu], inputs, [relu_out] + y_outs, inits, opset=opset)
 
 
 def feeds_for(model, rng, lens=None):
@@ -151,7 +151,8 @@ def test_rnn_matches_cpu(case):
 
 
 @pytest.mark.parametrize("op,attrs,reason", [
-    ("LSTM", {"activations": ["Sigmoid", "Relu", "Tanh"]}, "activations ['Sigmoid', 'Relu', 'Tanh'] (only the defaults"),
+    ("LSTM", {"activations": ["Sigmoid", "Relu", "Tanh"]},
+     "activations ['Sigmoid', 'Relu', 'Tanh'] (only the defaults"),
     ("GRU", {"activations": ["HardSigmoid", "Tanh"]}, "activations ['HardSigmoid', 'Tanh'] (only the defaults"),
     ("RNN", {"activations": ["Relu"]}, "activations ['Relu'] (only the defaults"),
     ("RNN", {"activations": ["Relu", "Tanh"]}, "activations ['Relu'] (only the defaults"),

@@ -462,7 +462,8 @@ RecurrentShape CheckedShape(const char* op, const Arr<float>& x, int64_t dirs, i
   Checked(op, h0, D * B * H, "initial_h");
   if (lens.size() != B) throw std::invalid_argument(name + ": sequence_lens must have batch entries");
   for (int64_t b = 0; b < B; ++b)
-    if (lens.data()[b] < 0 || lens.data()[b] > s.seq) throw std::invalid_argument(name + ": sequence_lens out of range");
+    if (lens.data()[b] < 0 || lens.data()[b] > s.seq)
+      throw std::invalid_argument(name + ": sequence_lens out of range");
   if (clip && !(*clip >= 0.0f)) throw std::invalid_argument(name + ": clip must be >= 0");
   return s;
 }
