@@ -21,7 +21,9 @@ from _sweep import native_calls
 from npu_ep.kernels.ops import _native
 from tests.kernels.test_recurrent_native import lstm_case, run_kernel as run_lstm
 from tests.kernels.test_recurrent_quant import dq_lstm_model, run_kernel as run_qlstm
-from _sweep import run_kernel as run_node
+from _sweep import REF, run_kernel as run_node
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels.registry import kernel_for
 from onnx import TensorProto, helper
 from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
@@ -166,14 +168,17 @@ def test_an_empty_sequence_in_a_session_runs_on_npu():
 # GRU and RNN (issue 40 item 3): the native cells against the reference. The GRU's products: h @ R_zr^T (2H columns)
 # and h @ R_h^T or (r * h) @ R_h^T (H columns), so hidden sizes cross 16 lanes and 32-column panels in both.
 def gate_case(rng, op: str, seq: int, batch: int, inp: int, hid: int, *, direction="forward", bias=True, lens=None,
-              initial=False, clip=None, layout=0, linear_before_reset=0):
-    """(model, feeds) for one GRU or RNN node, W, R and B initializers."""
+              initial=False, clip=None, layout=0, linear_before_reset=0, runtime_weights=False):
+    """(model, feeds) for one GRU or RNN node, W, R and B initializers (W and R graph inputs with
+    ``runtime_weights``)."""
     gates, dirs = {"GRU": 3, "RNN": 1}[op], 2 if direction == "bidirectional" else 1
     w = lambda *sh: (rng.standard_normal(sh) * 0.4).astype(np.float32)  # noqa: E731
     inits = {"W": w(dirs, gates * hid, inp), "R": w(dirs, gates * hid, hid)}
     if bias:
         inits["B"] = w(dirs, 2 * gates * hid)
     feeds = {"X": rng.standard_normal([seq, batch, inp] if layout == 0 else [batch, seq, inp]).astype(np.float32)}
+    if runtime_weights:
+        feeds["W"], feeds["R"] = inits.pop("W"), inits.pop("R")
     if lens is not None:
         feeds["L"] = np.array(lens, np.int32)
     if initial:
@@ -253,6 +258,23 @@ def test_gru_rnn_wide_grid(rnn_isa, op, lbr):
             for inp in (1, 8, 9, 256, 257):
                 _gates(op, hid * batch + inp, seq=3, batch=batch, inp=inp, hid=hid, direction="bidirectional",
                        lens=[3 - b % 4 for b in range(batch)], initial=True, linear_before_reset=lbr)
+
+
+@pytest.mark.parametrize("op,lbr", GATE_OPS)
+def test_gru_rnn_runtime_weights_are_read_per_call(op, lbr):
+    """W and R as graph inputs: each call packs that call's weights (the packed weights are kept only for
+    constants)."""
+    model, feeds = gate_case(np.random.default_rng(4), op, 3, 2, 4, 5, initial=True, runtime_weights=True,
+                             direction="bidirectional", linear_before_reset=lbr)
+    (node,) = nodes_from_model(model)
+    kernel = kernel_for("", op)
+    native_p, ref_p = (kernel.prepare(node, REF) for _ in range(2))
+    _native.configure([native_p], "native", 1)
+    _native.configure([ref_p], "reference", 1)
+    for scale in (1.0, 0.5, -2.0):
+        call = [feeds[v.name] * np.float32(scale if v.name in ("W", "R") else 1) if v.name in feeds else None
+                for v in node.inputs]
+        _compare(kernel.run(native_p, call), kernel.run(ref_p, call), f"{op} weights x {scale}")
 
 
 @pytest.mark.parametrize("case", [dict(direction="bidirectional", lens=[4, 0, 2], initial=True),
