@@ -124,7 +124,9 @@ def _check_against_cpu(op, case):
     where = assignment(sess)
     assert where["rnn"] == "NpuEP" and where["relu"] == "NpuEP"
     feeds = feeds_for(model, np.random.default_rng(7), case.get("lens"))
-    got = sess.run(None, feeds)
+    with native_calls() as calls:
+        got = sess.run(None, feeds)
+    assert op.lower() in calls, f"NpuEP did not run the native {op}"
     want = _layout0_reference(op, case, feeds) if case.get("layout") else cpu_run(model, feeds)
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype
@@ -144,10 +146,8 @@ def test_gru_matches_cpu(case):
 @pytest.mark.parametrize("case", RNN_CASES, ids=list(RNN_CASES))
 def test_rnn_matches_cpu(case):
     """ORT writes RNN's schema-default activations (Tanh, Tanh) into the node; the graph view reads them (a STRINGS
-    attribute: it was unreadable, and every RNN stayed on the CPU), and the native kernel runs."""
-    with native_calls() as calls:
-        _check_against_cpu("RNN", RNN_CASES[case])
-    assert "rnn" in calls, "NpuEP did not run the native RNN"
+    attribute: it was unreadable, and every RNN stayed on the CPU)."""
+    _check_against_cpu("RNN", RNN_CASES[case])
 
 
 @pytest.mark.parametrize("op,attrs,reason", [
