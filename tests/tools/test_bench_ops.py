@@ -71,6 +71,15 @@ def test_generated_models_are_valid_and_run_on_the_cpu_ep():
     assert checked > 250  # most ops have an ONNX schema, so the checker saw most models
 
 
+def test_medium_models_pass_the_checker_with_shape_inference():
+    """The shapes of each size fit the op (a rank-2 Gemm on a rank-3 sequence fails ONNX's shape inference)."""
+    for make in cases(TARGET, ("medium",)):
+        case = make()
+        assert not case.gap.startswith("builder failed"), case.gap
+        if case.model is not None and case.checkable:
+            onnx.checker.check_model(case.model, full_check=True)
+
+
 def test_the_three_sizes_grow():
     sizes = [build_case("Erf", "float32", s).feeds["in0"].size for s in op_cases.SIZES]
     assert sizes == sorted(sizes) and sizes[0] == 64 and sizes[-1] == 1500 * 1536

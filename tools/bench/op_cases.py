@@ -25,6 +25,7 @@ SIZES = ("small", "medium", "large")
 # data shapes from real models: per-call cost; 56x56 maps, 128-token sequences; 1500-frame audio, LLM widths
 LAYOUTS: dict[str, dict[str, tuple[int, ...]]] = {
     "seq": {"small": (1, 64), "medium": (1, 128, 384), "large": (1, 1500, 1536)},
+    "rows": {"small": (1, 64), "medium": (128, 384), "large": (1500, 1536)},   # rank-2 ops (Gemm)
     "seq3": {"small": (1, 1, 64), "medium": (1, 128, 384), "large": (1, 1500, 1536)},
     "map": {"small": (1, 16, 8, 8), "medium": (1, 64, 56, 56), "large": (1, 128, 56, 56)},
     "heads": {"small": (1, 1, 8, 64), "medium": (1, 6, 128, 64), "large": (1, 12, 1500, 128)},
@@ -205,7 +206,7 @@ SPECS: dict[str, Spec] = {
     "com.microsoft::QuantizeLinear": Spec(("x", "c:scale", "c:zp_u8"), out_dtype="uint8"),
     "com.microsoft::DequantizeLinear": Spec(("x", "c:scale_f32", "c:zp"), out_dtype="float32"),
     "MatMul": Spec(("x", "c:w_square")),
-    "Gemm": Spec(("x", "c:w_square", "c:zeros_last"), {"transB": 1}),
+    "Gemm": Spec(("x", "c:w_square", "c:zeros_last"), {"transB": 1}, layout="rows"),
     "MatMulInteger": Spec(("x", "c:w_square_i8", "c:zp", "c:zp_i8")),
     "QLinearMatMul": Spec(("x", *_Q8, "c:w_square_i8", "c:scale_f32", "c:zp_i8", *_Q8)),
     "com.microsoft::MatMulIntegerToFloat": Spec(("x", "c:w_square_i8", "c:scale_f32", "c:scale_f32", "c:zp",
@@ -218,7 +219,8 @@ SPECS: dict[str, Spec] = {
     "com.microsoft::QLinearConcat": Spec(("c:scale_f32", "c:zp_u8", "r:u8", "c:scale_f32", "c:zp_u8", "r:u8",
                                           "c:scale_f32", "c:zp_u8"), {"axis": -1}, out_dtype="uint8"),
     "com.microsoft::QLinearGlobalAveragePool": Spec(("x", *_Q8, *_Q8), {"channels_last": 0}, layout="map"),
-    "com.microsoft::QGemm": Spec(("x", *_Q8, "c:w_square_i8", "c:scale_f32", "c:zp_i8", "", *_Q8), {"transB": 1}),
+    "com.microsoft::QGemm": Spec(("x", *_Q8, "c:w_square_i8", "c:scale_f32", "c:zp_i8", "", *_Q8), {"transB": 1},
+                                 layout="rows"),
     "DynamicQuantizeLinear": Spec(("x",), outputs=3),
     "Reshape": Spec(("x", "c:shape_flat")),
     "Transpose": Spec(("x",), lambda s, d: {"perm": list(range(len(s) - 2)) + [len(s) - 1, len(s) - 2]}),
