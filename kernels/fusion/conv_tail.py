@@ -8,7 +8,7 @@ The tail is a list of instructions over one float32 register ``v`` (the conv out
 constant are ``clip c inf``/``clip -inf c``; HardSigmoid is ``mul alpha``, ``add beta``, ``clip 0 1``, as its
 kernel computes it), ``sigmoid``, ``erf`` (``elementwise.erf_f32``), ``leaky_relu alpha`` (LeakyRelu, PRelu of one
 slope), ``save`` (s = v) and ``mul_saved``/``add_saved`` (v = s op v); HardSwish is ``save``, HardSigmoid's three,
-``mul_saved``; Gelu (ONNX, com.microsoft; exact or tanh), FastGelu without a bias and Pow by 3 are the
+``mul_saved``; Gelu (ONNX, com.microsoft; exact or tanh), FastGelu without a bias and Pow by 3 or 0.5 are the
 element-wise engine's instruction lists (``kernels/ops/elementwise.py``; ``tanh`` is ``elementwise.tanh_f32``).
 Each is the float32 operation the absorbed node performs, in the graph's order, so the fused step returns exactly
 what the unfused steps return (Max/Min: but for the sign of a zero that ties the constant, as np.clip, not
@@ -35,15 +35,15 @@ from ._graph import consumers_of, float_scalar
 
 CODES = {"mul": 0, "add": 1, "sub": 2, "rsub": 3, "div": 4, "rdiv": 5, "clip": 6, "save": 7, "mul_saved": 8,
          "add_saved": 9, "sigmoid": 10, "erf": 11, "leaky_relu": 12,
-         "tanh": 13}
+         "tanh": 13, "pow_half": 14}
 _SCALAR_OPS = {"Mul": ("mul", "mul"), "Add": ("add", "add"), "Sub": ("sub", "rsub"), "Div": ("div", "rdiv")}
 
 
 def _engine_link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
     """The instructions of an op reading ``x`` whose float32 kernel is the element-wise engine's instruction list
-    (Gelu, FastGelu, Pow by 3, LeakyRelu, PRelu of one slope: ``elementwise.ENGINE_KEY`` as their prepare sets
+    (Gelu, FastGelu, Pow by 3 or 0.5, LeakyRelu, PRelu of one slope: ``elementwise.ENGINE_KEY`` as their prepare sets
     it), or None."""
-    from ..ops.elementwise import _CUBE, _GELU_ERF, _GELU_TANH  # the kernels' own lists (ops import this module)
+    from ..ops.elementwise import _CUBE, _GELU_ERF, _GELU_TANH, _POW_HALF  # the kernels' own lists
     if nd.op_type == "Gelu" and nd.inputs[0].name == x:
         approximate = str(nd.attr("approximate", "none"))
         return list(_GELU_ERF) if approximate == "none" else list(_GELU_TANH) if approximate == "tanh" else None
@@ -51,8 +51,9 @@ def _engine_link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
         return list(_GELU_TANH)
     if nd.domain != "":
         return None
-    if nd.op_type == "Pow" and len(nd.inputs) == 2 and nd.inputs[0].name == x and float_scalar(nd.inputs[1]) == 3.0:
-        return list(_CUBE)
+    if nd.op_type == "Pow" and len(nd.inputs) == 2 and nd.inputs[0].name == x and nd.inputs[1].name != x:
+        exponent = float_scalar(nd.inputs[1])
+        return list(_CUBE) if exponent == 3.0 else list(_POW_HALF) if exponent == 0.5 else None
     if nd.op_type == "LeakyRelu" and nd.inputs[0].name == x:
         return [("leaky_relu", float(np.float32(nd.attr("alpha", 0.01))), 0.0)]
     if nd.op_type == "PRelu" and nd.inputs[0].name == x and nd.inputs[1].name != x:

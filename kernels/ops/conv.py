@@ -46,7 +46,7 @@ from ..fusion.conv_tail import CODES
 from . import _native
 from ._mm import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
 from ._util import arg, stash_constants
-from .elementwise import _sigmoid, erf_f32, tanh_f32
+from .elementwise import _sigmoid, erf_f32, pow_half, tanh_f32
 
 
 def _geometry(node: NodeInfo, wshape: tuple[int, ...]) -> dict[str, Any]:
@@ -203,6 +203,8 @@ def tail_reference(y: np.ndarray, codes: np.ndarray, c: np.ndarray) -> np.ndarra
             y[...] = erf_f32(y)
         elif code == CODES["tanh"]:
             y[...] = tanh_f32(y)
+        elif code == CODES["pow_half"]:
+            y[...] = pow_half(y)
         elif code == CODES["leaky_relu"]:
             y[...] = np.where(y >= 0, y, y * np.float32(a))
         else:

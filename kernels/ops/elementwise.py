@@ -268,10 +268,11 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
         e = np.asarray(exponent.value)
         attrs["square"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 2.0)
         attrs["cube"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 3.0)
+        attrs["half"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 0.5)
     engine = {"Erf": [("erf", 0.0, 0.0)],
               "Gelu": _GELU_ERF if attrs.get("approximate", "none") == "none" else _GELU_TANH,
               "FastGelu": _GELU_TANH if node.input(1) is None else None,  # a bias: the reference's add first
-              "Pow": _CUBE if attrs.get("cube") else None}.get(node.op_type)
+              "Pow": _CUBE if attrs.get("cube") else _POW_HALF if attrs.get("half") else None}.get(node.op_type)
     if engine:
         attrs[ENGINE_KEY] = [list(t) for t in engine]
     return Prepared(attrs, stash_constants(node), target)
@@ -365,7 +366,7 @@ def _pow_bind(p: Prepared, inputs, outs):
     if (not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray) or a.dtype not in _POW_DTYPES
             or outs[0].ndim == 0 or outs[0].dtype != a.dtype or inputs[0] is None):
         return None
-    if p.attrs.get("cube"):  # x * x * x: the engine's for float32, no binding for float64
+    if p.attrs.get("cube") or p.attrs.get("half"):  # the engine's for float32, no binding for float64
         return engine_bind(p, inputs, outs) if a.dtype == _F32 else None
     x = (0, 0, a.dtype, a.shape, None, True)
     if p.attrs.get("square") and b.ndim <= a.ndim:
@@ -394,6 +395,7 @@ Instruction = tuple[str, float, float]  # (fusion.conv_tail.CODES name, a, b)
 _GELU_ERF: list[Instruction] = [("save", 0.0, 0.0), ("mul", float(_SQRT1_2), 0.0), ("erf", 0.0, 0.0),
                                 ("add", 1.0, 0.0), ("mul", 0.5, 0.0), ("mul_saved", 0.0, 0.0)]
 _CUBE: list[Instruction] = [("save", 0.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul_saved", 0.0, 0.0)]
+_POW_HALF: list[Instruction] = [("pow_half", 0.0, 0.0)]
 _GELU_TANH: list[Instruction] = [*_CUBE, ("mul", float(np.float32(0.044715)), 0.0), ("add_saved", 0.0, 0.0),
                                  ("mul", float(np.float32(_SQRT_2_OVER_PI)), 0.0), ("tanh", 0.0, 0.0),
                                  ("add", 1.0, 0.0), ("mul", 0.5, 0.0), ("mul_saved", 0.0, 0.0)]
@@ -482,11 +484,26 @@ def _sign_run(p: Prepared, inputs) -> list[np.ndarray]:
     return _SIGN_REFERENCE(p, inputs)
 
 
+def pow_half(x: np.ndarray) -> np.ndarray:
+    """pow(x, 0.5) of float32 x as the engine's ``pow_half`` computes it: the correctly rounded sqrt (powf is within
+    1 ulp of it), with pow's special cases: pow(-0, 0.5) = +0 (sqrt keeps -0) and pow(-inf, 0.5) = +inf."""
+    with np.errstate(invalid="ignore"):
+        y = np.sqrt(x)
+    y += np.float32(0.0)
+    return np.where(x == -np.inf, np.float32(np.inf), y)
+
+
 def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Pow; a constant exponent of 2 is ``x * x`` and of 3 ``x * x * x`` as ORT's CPU kernel computes them
     (correctly rounded products, no powf), with the base's broadcast against the exponent's shape; float32 by 3
-    runs on the element-wise engine."""
+    runs on the element-wise engine, as float32 (and float16) by 0.5 (``pow_half``)."""
     a, b = arg(p, inputs, 0), arg(p, inputs, 1)
+    if p.attrs.get("half") and a.dtype in (_F32, _F16) and b.ndim <= a.ndim:
+        native = _engine_call(p, a)
+        if native is not None:
+            return [native]
+        y = pow_half(widen(a))
+        return [y if a.dtype == _F32 else y.astype(_F16)]
     if (p.attrs.get("square") or p.attrs.get("cube")) and a.dtype.kind == "f" and b.ndim <= a.ndim:
         if p.attrs.get("cube") and (native := _engine_call(p, a)) is not None:
             return [native]

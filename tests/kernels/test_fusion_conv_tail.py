@@ -395,6 +395,8 @@ _ENGINE_TAILS = {
                 ["save", "mul", "erf", "add", "mul", "mul_saved"]),
     "pow_3": ([helper.make_node("Pow", ["c", "three"], ["y"], "act")], {"three": np.float32(3.0)}, 17,
               ["save", "mul_saved", "mul_saved"]),
+    "pow_half": ([helper.make_node("Pow", ["c", "half"], ["y"], "act")], {"half": np.float32(0.5)}, 17,
+                 ["pow_half"]),
     "gelu_tanh": ([helper.make_node("Gelu", ["c"], ["y"], "act", approximate="tanh")], {}, 20,
                   ["save", "mul_saved", "mul_saved", "mul", "add_saved", "mul", "tanh", "add", "mul", "mul_saved"]),
     "ms_fast_gelu": ([helper.make_node("FastGelu", ["c"], ["y"], "act", domain="com.microsoft")], {}, 17,

@@ -35,6 +35,7 @@ CASES = {
     "Gelu_tanh": ("Gelu", "", {"approximate": "tanh"}, None, 4.0),
     "FastGelu": ("FastGelu", "com.microsoft", {}, None, 4.0),
     "Pow3": ("Pow", "", {}, np.array(3.0, np.float32), 5.0),
+    "Pow_half": ("Pow", "", {}, np.array(0.5, np.float32), 5.0),
     "LeakyRelu": ("LeakyRelu", "", {"alpha": 0.1}, None, 5.0),
     "HardSigmoid": ("HardSigmoid", "", {"alpha": 0.3, "beta": 0.4}, None, 5.0),
     "HardSwish": ("HardSwish", "", {}, None, 5.0),
@@ -253,3 +254,18 @@ def test_a_bound_ufunc_step_writes_the_partition_output_into_orts_buffer(op, mon
         got = sess.run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, cpu_run(model, {"x": x})[0])
     assert outs_seen and all(isinstance(o, np.ndarray) and o.shape == (2, 64, 33) for o in outs_seen)
+
+
+def test_pow_by_a_half_keeps_pows_special_cases_against_the_cpu_ep():
+    """Pow(x, 0.5) on the engine is the correctly rounded sqrt with pow's own special cases, as ORT's std::pow:
+    pow(-0, 0.5) = +0 (sqrt would keep -0), pow(-inf, 0.5) = +inf (sqrt: NaN), negative x NaN; exact here."""
+    x = np.array([[-0.0, 0.0, -np.inf, np.inf, np.nan, -1.0, 4.0, 2.0, 1e-45, 3e38, 0.01, 7.0]], np.float32)
+    model = _session_case("Pow", "", {}, np.array(0.5, np.float32), shape=x.shape)
+    sess = npu_session(model)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    for _ in range(2):  # the kernel's run, then the bound step
+        got = sess.run(None, {"x": x})[0]
+        want = cpu_run(model, {"x": x})[0]
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(got), nan)
+        assert np.array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan]), (got, want)

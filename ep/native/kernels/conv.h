@@ -33,7 +33,7 @@ struct ConvTail {
   int64_t n = 0;
 };
 void ApplyTail(const ConvTail& tail, float* v, int64_t n);
-constexpr int32_t kTailCodes = 14;  // codes are 0 .. kTailCodes - 1
+constexpr int32_t kTailCodes = 15;  // codes are 0 .. kTailCodes - 1
 constexpr int32_t kTailClip = 6;    // clip lo hi (Clip, Relu)
 
 // Patches of image n for every group: cols [group, Cg*kh*kw, OH*OW], rows ordered (c, i, j), zeros where padded

@@ -27,7 +27,7 @@
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #else
-#pragma GCC optimize("O3", "fp-contract=off")  // O3: the per-instruction loops vectorize
+#pragma GCC optimize("O3", "fp-contract=off", "no-math-errno")  // the per-instruction loops vectorize (sqrt too)
 #endif
 
 namespace py = pybind11;
@@ -37,9 +37,10 @@ namespace {
 
 // Instruction codes, as CODES in kernels/fusion/conv_tail.py.
 enum Code : int32_t {
-  kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kSigmoid, kErf, kLeakyRelu, kTanh
+  kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kSigmoid, kErf, kLeakyRelu, kTanh,
+  kPowHalf
 };
-static_assert(kTanh + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
+static_assert(kPowHalf + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
 constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task
@@ -149,6 +150,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
       case kSigmoid: Sigmoid(v, n); break;
       case kErf: for (int64_t i = 0; i < n; ++i) v[i] = Erf(v[i]); break;
       case kTanh: for (int64_t i = 0; i < n; ++i) v[i] = Tanh(v[i]); break;
+      case kPowHalf:  // pow(x, 0.5): the correctly rounded sqrt, with pow's pow(-0, 0.5) = +0, pow(-inf, 0.5) = +inf
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] == -INFINITY ? INFINITY : std::sqrt(v[i]) + 0.0f;
+        break;
       case kLeakyRelu:  // LeakyRelu alpha (and PRelu of one slope): x >= 0 ? x : x * alpha, NaN kept
         for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= 0.0f ? v[i] : v[i] * a;
         break;
