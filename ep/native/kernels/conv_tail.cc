@@ -27,7 +27,7 @@
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #else
-#pragma GCC optimize("O3", "fp-contract=off", "no-math-errno")  // the per-instruction loops vectorize (sqrt too)
+#pragma GCC optimize("O3", "fp-contract=off")  // O3: the per-instruction loops vectorize
 #endif
 
 namespace py = pybind11;
@@ -126,6 +126,40 @@ inline float Tanh(float x) {
   return c * (p / q);
 }
 
+// pow(x, 0.5): the correctly rounded sqrt (the same bits on every path), with pow's pow(-0, 0.5) = +0 (sqrt + 0)
+// and pow(-inf, 0.5) = +inf; in lanes (std::sqrt's errno keeps GCC from vectorizing the plain loop).
+#if NPU_EP_X86
+__attribute__((target("avx2,fma,avx512f"))) void PowHalfAvx512(float* v, int64_t n) {
+  const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 x = _mm512_maskz_loadu_ps(m, v + i);
+    const __m512 r = _mm512_add_ps(_mm512_sqrt_ps(x), zero);
+    const __mmask16 neg_inf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    _mm512_mask_storeu_ps(v + i, m, _mm512_mask_blend_ps(neg_inf, r, inf));
+  }
+}
+
+__attribute__((target("avx2,fma"))) void PowHalfAvx2(float* v, int64_t n) {
+  const __m256 inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(v + i);
+    const __m256 r = _mm256_add_ps(_mm256_sqrt_ps(x), zero);
+    _mm256_storeu_ps(v + i, _mm256_blendv_ps(r, inf, _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ)));
+  }
+  for (; i < n; ++i) v[i] = v[i] == -INFINITY ? INFINITY : std::sqrt(v[i]) + 0.0f;
+}
+#endif
+
+void PowHalf(float* v, int64_t n) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return PowHalfAvx512(v, n);
+  if (ActiveIsa() >= Isa::kAvx2) return PowHalfAvx2(v, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) v[i] = v[i] == -INFINITY ? INFINITY : std::sqrt(v[i]) + 0.0f;
+}
+
 // Cloned per instruction set (the loops are plain IEEE float32 operations and compares: every clone gives the same
 // bits).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(float* __restrict v,
@@ -150,9 +184,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
       case kSigmoid: Sigmoid(v, n); break;
       case kErf: for (int64_t i = 0; i < n; ++i) v[i] = Erf(v[i]); break;
       case kTanh: for (int64_t i = 0; i < n; ++i) v[i] = Tanh(v[i]); break;
-      case kPowHalf:  // pow(x, 0.5): the correctly rounded sqrt, with pow's pow(-0, 0.5) = +0, pow(-inf, 0.5) = +inf
-        for (int64_t i = 0; i < n; ++i) v[i] = v[i] == -INFINITY ? INFINITY : std::sqrt(v[i]) + 0.0f;
-        break;
+      case kPowHalf: PowHalf(v, n); break;
       case kLeakyRelu:  // LeakyRelu alpha (and PRelu of one slope): x >= 0 ? x : x * alpha, NaN kept
         for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= 0.0f ? v[i] : v[i] * a;
         break;
