@@ -4,8 +4,9 @@
   QuickGelu: y = x * sigmoid(alpha * x), alpha default 1.702 (CLIP-style encoders)
 
 Numerics as the element-wise kernels: float16 widens to float32, the bias add and the activation run in float32,
-one rounding on store. Cost: ``_vector.stream_cost`` over the output elements (BiasGelu: add + Gelu's 3 plain ops
-and one erf; QuickGelu: scale, negate, add, divide, multiply and one exp).
+one rounding on store; BiasGelu's float32 GELU runs in place on the element-wise engine (elementwise.py).
+Cost: ``_vector.stream_cost`` over the output elements (BiasGelu: add + Gelu's 3 plain ops and one erf; QuickGelu:
+scale, negate, add, divide, multiply and one exp).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
-from .elementwise import _gelu_erf, _sigmoid
+from . import _native
+from .elementwise import _GELU_ERF, CODES, _gelu_erf, _sigmoid
 
 _OPS = {"BiasGelu": (4.0, 1.0), "QuickGelu": (5.0, 1.0)}  # op -> (plain ops, transcendental ops) per element
 
@@ -42,8 +44,26 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 
 def _bias_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """x + bias in the compute dtype, then Gelu: float32 in place on the element-wise engine (the same instructions
+    and bits as ``_gelu_erf``), else the reference."""
     x, bias = arg(p, inputs, 0), arg(p, inputs, 1)
-    return [_gelu_erf(widen(x) + widen(bias)).astype(x.dtype, copy=False)]
+    s = widen(x) + widen(bias)
+    nat = _native.native(p)
+    if nat is not None and s.dtype == np.float32 and s.ndim and s.flags.c_contiguous:
+        codes, consts = _gelu_program()
+        return [nat.tail_of(s, codes, consts, _native.threads(p), s).astype(x.dtype, copy=False)]
+    return [_gelu_erf(s).astype(x.dtype, copy=False)]
+
+
+_GELU_PROGRAM: list = []
+
+
+def _gelu_program() -> tuple[np.ndarray, np.ndarray]:
+    """(codes, consts) of the engine's exact GELU (``elementwise._GELU_ERF``), made once."""
+    if not _GELU_PROGRAM:
+        _GELU_PROGRAM.append((np.asarray([CODES[t[0]] for t in _GELU_ERF], np.int32),
+                              np.asarray([t[1:] for t in _GELU_ERF], np.float32).reshape(-1, 2)))
+    return _GELU_PROGRAM[0]
 
 
 def _quick_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:

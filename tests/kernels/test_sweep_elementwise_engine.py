@@ -269,3 +269,20 @@ def test_pow_by_a_half_keeps_pows_special_cases_against_the_cpu_ep():
         nan = np.isnan(want)
         assert np.array_equal(np.isnan(got), nan)
         assert np.array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan]), (got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_bias_gelu_runs_its_gelu_in_place_on_the_engine(ew_isa, dtype):
+    """com.microsoft BiasGelu: x + bias, then the engine's exact GELU in place on the sum (tail_of with out = x):
+    the reference's bits, every ISA, around the lane tails and the task split."""
+    from _sweep import native_vs_reference
+    for shape in [(3, 17), (2, 5, 33), (1, TASK // 96 + 3, 96)]:
+        x = with_specials((RNG.standard_normal(shape) * 4).astype(dtype), RNG, values=(np.nan, np.inf, -np.inf, -0.0))
+        bias = RNG.standard_normal(shape[-1]).astype(dtype)
+        got, want, calls = native_vs_reference("BiasGelu", [("x", x, False), ("b", bias, True)], domain="com.microsoft",
+                                               threads=2)
+        assert "tail_of" in calls
+        g, w = got[0], want[0]
+        nan = np.isnan(w)
+        assert g.dtype == w.dtype and np.array_equal(np.isnan(g), nan)
+        assert g[~nan].tobytes() == w[~nan].tobytes(), f"BiasGelu {shape} {dtype}"

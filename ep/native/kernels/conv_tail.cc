@@ -228,7 +228,7 @@ void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int3
 }
 
 // A standalone element-wise op of float32 x as tail instructions, into ``out`` (ORT's output buffer: float32, C
-// order, x's size) or a new array of x's shape.
+// order, x's size; x itself: in place) or a new array of x's shape.
 py::array_t<float> TailOfPy(const py::array_t<float, py::array::c_style>& x,
                             const py::array_t<int32_t, py::array::c_style>& codes,
                             const py::array_t<float, py::array::c_style>& consts, int threads, const py::object& out) {
@@ -248,7 +248,7 @@ py::array_t<float> TailOfPy(const py::array_t<float, py::array::c_style>& x,
   float* dst = y.mutable_data();
   {
     py::gil_scoped_release release;
-    RunTail(in, dst, x.size(), codes.data(), consts.data(), codes.size(), threads);
+    RunTail(in == dst ? nullptr : in, dst, x.size(), codes.data(), consts.data(), codes.size(), threads);
   }
   return y;
 }
