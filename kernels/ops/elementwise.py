@@ -545,9 +545,20 @@ def _gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [_store(p, fn(widen(x)), x)]
 
 
+_GELU_TANH_PROGRAM: list = []
+
+
 def _fast_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """FastGelu; with a bias, x + bias in float32 and then the engine's tanh GELU in place on the sum (the same
+    instructions and bits as ``_gelu_tanh``; without a bias the engine runs through ``engine_runner``)."""
     x, bias = arg(p, inputs, 0), arg(p, inputs, 1)
     xc = widen(x) if bias is None else widen(x) + widen(bias)
+    nat = _native.native(p)
+    if bias is not None and nat is not None and xc.dtype == _F32 and xc.ndim and xc.flags.c_contiguous:
+        if not _GELU_TANH_PROGRAM:
+            _GELU_TANH_PROGRAM.append((np.asarray([CODES[t[0]] for t in _GELU_TANH], np.int32),
+                                       np.asarray([t[1:] for t in _GELU_TANH], np.float32).reshape(-1, 2)))
+        return [_store(p, nat.tail_of(xc, *_GELU_TANH_PROGRAM[0], _native.threads(p), xc), x)]
     return [_store(p, _gelu_tanh(xc), x)]
 
 

@@ -286,3 +286,19 @@ def test_bias_gelu_runs_its_gelu_in_place_on_the_engine(ew_isa, dtype):
         nan = np.isnan(w)
         assert g.dtype == w.dtype and np.array_equal(np.isnan(g), nan)
         assert g[~nan].tobytes() == w[~nan].tobytes(), f"BiasGelu {shape} {dtype}"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_fast_gelu_with_a_bias_runs_its_gelu_in_place_on_the_engine(dtype):
+    """com.microsoft FastGelu with its bias: x + bias, then the engine's tanh GELU in place: the reference's bits."""
+    from _sweep import native_vs_reference
+    for shape in [(3, 17), (1, TASK // 96 + 3, 96)]:
+        x = with_specials((RNG.standard_normal(shape) * 4).astype(dtype), RNG, values=(np.nan, np.inf, -np.inf, -0.0))
+        bias = RNG.standard_normal(shape[-1]).astype(dtype)
+        got, want, calls = native_vs_reference("FastGelu", [("x", x, False), ("b", bias, True)], domain="com.microsoft",
+                                               threads=2)
+        assert "tail_of" in calls
+        g, w = got[0], want[0]
+        nan = np.isnan(w)
+        assert g.dtype == w.dtype and np.array_equal(np.isnan(g), nan)
+        assert g[~nan].tobytes() == w[~nan].tobytes(), f"FastGelu {shape} {dtype}"
