@@ -4,11 +4,13 @@ float16 computed in float32.
 Opset >= 13 normalizes along one axis (default -1). Opset < 13 coerces the input to 2-D
 [prod(shape[:axis]), prod(shape[axis:])] (default axis 1) and normalizes each row: the same kernel on a reshaped view.
 
-Native: Softmax over the last axis of a float32 input, ``kernels.softmax_last_axis`` (one pass per row on the session's
-threads, an exp of its own: the reference's values within float tolerance), in the kernel and as its bound step.
+Native (float32, C-contiguous, in the kernel and as its bound step): Softmax over the last axis,
+``kernels.softmax_last_axis`` (one pass per row on the session's threads, an exp of its own: the reference's values
+within float tolerance); LogSoftmax, and Softmax over any other axis, ``kernels.softmax_axis`` on x viewed as
+[outer, n, inner] (no transpose: columns of the inner axes 16 at a time, the same exp).
 
-LogSoftmax (numpy only) is (x - max) - log(sum(exp(x - max))), as ORT's MLAS kernel computes it: a row of -inf
-or holding +inf or NaN is NaN throughout, as there.
+LogSoftmax is (x - max) - log(sum(exp(x - max))), as ORT's MLAS kernel computes it: a row of -inf or holding +inf
+or NaN is NaN throughout, as there.
 
 Cost per element: max, subtract, sum, divide (4 ops) + one exp (transcendental); DMA reads and writes the tensor once
 (rows fit SRAM; a row larger than SRAM would need two passes, not modelled). LogSoftmax is costed the same.
@@ -54,9 +56,9 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
-    nat = _native_rows(p, x)
-    if nat is not None:
-        return [nat.softmax_last_axis(x, _native.threads(p))]
+    call = _native_call(p, x)
+    if call is not None:
+        return [call[0](x, *call[1])]
     fn = log_softmax if p.attrs.get("op") == "LogSoftmax" else softmax
     y = onnx_softmax(widen(x), p.attrs["axis"], p.attrs["legacy"], fn)
     return [y if y.dtype == x.dtype else y.astype(x.dtype)]
@@ -85,24 +87,36 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, elems(shapes[0]), size, size, 4.0, 1.0)
 
 
-def _native_rows(p: Prepared, x: np.ndarray):
-    """The native kernel when it computes this softmax (native kernels, float32, C-contiguous, the last axis: any
-    opset, the legacy 2-D rows are the last axis then), else None."""
+def normalized_view(shape: tuple[int, ...], axis: int, legacy: bool) -> tuple[int, int, int]:
+    """[outer, n, inner] of an ONNX Softmax over ``axis`` of a rank >= 1 ``shape``: it normalizes n (opset >= 13:
+    the axis; ``legacy``: the trailing axes from ``axis`` on, the 2-D coercion's rows)."""
+    axis %= len(shape)
+    outer = math.prod(shape[:axis])
+    if legacy:
+        return outer, math.prod(shape[axis:]), 1
+    return outer, shape[axis], math.prod(shape[axis + 1:])
+
+
+def _native_call(p: Prepared, x: np.ndarray) -> tuple | None:
+    """(native kernel, its arguments after x) computing this Softmax/LogSoftmax (native kernels, a non-empty
+    C-contiguous float32 x of rank >= 1), else None."""
     nat = _native.native(p)
-    if (nat is None or p.attrs.get("op", "Softmax") != "Softmax" or x.dtype != np.float32 or not x.flags.c_contiguous
-            or not last_axis(p.attrs["axis"], x.ndim)):
+    if nat is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim == 0 or x.size == 0:
         return None
-    return nat
+    log = p.attrs.get("op", "Softmax") == "LogSoftmax"
+    if not log and last_axis(p.attrs["axis"], x.ndim):
+        return nat.softmax_last_axis, (_native.threads(p),)
+    return nat.softmax_axis, (*normalized_view(x.shape, p.attrs["axis"], p.attrs["legacy"]), log,
+                              _native.threads(p))
 
 
 def _bind(p: Prepared, inputs, outs):
     """The native softmax as one call for this input shape."""
     x = inputs[0] if inputs else None
-    nat = _native_rows(p, x) if isinstance(x, np.ndarray) else None
-    if nat is None:
+    call = _native_call(p, x) if isinstance(x, np.ndarray) else None
+    if call is None:
         return None
-    return _native.call_step(p, nat.softmax_last_axis, (None, _native.threads(p)), [(0, 0, x.dtype, x.shape, None)],
-                             [(-1, None)])
+    return _native.call_step(p, call[0], (None, *call[1]), [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
 
 
 register(KernelDef("", "Softmax", _prepare, _run, _cost, rank_free=True, bind=_bind))

@@ -114,3 +114,12 @@ def test_log_softmax_special_values_as_ort(axis, dtype):
 @pytest.mark.parametrize("shape, axis", EMPTY)
 def test_log_softmax_of_an_empty_tensor_is_empty(shape, axis):
     check_on_ep("LogSoftmax", [("x", np.zeros(shape, np.float32), False)], [("y", np.float32)], {"axis": axis})
+
+
+@pytest.mark.parametrize("shape, axis", [((3, 9, 70), 0), ((3, 9, 70), 1), ((1, 8, 33, 40), 2), ((1, 1000, 49), 1)])
+@pytest.mark.parametrize("opset", [11, 13])
+def test_softmax_any_axis_as_ort(shape, axis, opset):
+    """Softmax over a non-last axis (opset 13: that axis, native columns; opset 11: the trailing axes from it, native
+    rows) on NpuEP, as ORT's CPU EP within float tolerance (issue 40)."""
+    x = np.random.default_rng(6).uniform(-10, 10, shape).astype(np.float32)
+    check_on_ep("Softmax", [("x", x, False)], [("y", np.float32)], {"axis": axis}, opset=opset)

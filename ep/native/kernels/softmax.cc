@@ -1,9 +1,12 @@
-// Softmax over the last axis of a float32 array (`kernels.softmax_last_axis`), the native kernel behind
-// kernels/ops/softmax.py: one pass per row (max, exp and sum, then division) on up to `threads` threads, rows in
-// fixed tasks, so the bits do not depend on the thread count. An exported decoder's prefill materializes its
-// attention scores (8 heads x 512 x 512 per layer); numpy's five passes over them on one core were 10-20% of the
-// prefill. Its exp is a polynomial of its own (Cephes' expf: within 2 ulp), so results match the reference model
-// within float tolerance, not bit for bit; rows holding a NaN or an infinite maximum are NaN, as the reference's.
+// Softmax over the last axis of a float32 array (`kernels.softmax_last_axis`), and Softmax or LogSoftmax over any
+// axis (`kernels.softmax_axis`: x viewed as [outer, n, inner], normalized over n in place, no transpose), the native
+// kernels behind kernels/ops/softmax.py. Rows (inner 1): one pass per row (max, exp and sum, then the scaling);
+// columns (inner > 1): 16 columns at a time walked down the n rows. Fixed tasks on up to `threads` threads, so the
+// bits do not depend on the thread count. An exported decoder's prefill materializes its attention scores (8 heads
+// x 512 x 512 per layer); numpy's five passes over them on one core were 10-20% of the prefill. The exp is a
+// polynomial of its own (Cephes' expf: within 2 ulp; on AVX-512 the same polynomial with fused multiply-adds), so
+// results match the reference model within float tolerance, not bit for bit; a softmax holding a NaN or an infinite
+// maximum is NaN, as the reference's.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -16,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "cpu.h"
+#include "intrinsics.h"
 #include "thread_pool.h"
 
 #if defined(__SSE2__)
@@ -68,6 +73,26 @@ inline __m128 Exp4(__m128 x) {
   p = _mm_add_ps(_mm_add_ps(_mm_mul_ps(p, _mm_mul_ps(r, r)), r), one);
   const __m128 scale = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(_mm_cvttps_epi32(nf), _mm_set1_epi32(127)), 23));
   return _mm_andnot_ps(_mm_cmplt_ps(x, low), _mm_mul_ps(p, scale));
+}
+#endif
+
+#if NPU_EP_X86
+// Exp4's polynomial on 16 lanes with fused multiply-adds (fewer operations and roundings: within the same 2 ulp of
+// exp, its bits may differ from Exp4's by an ulp): 0 below kExpLow.
+__attribute__((target("avx512f"))) inline __m512 Exp16(__m512 x) {
+  const __m512 low = _mm512_set1_ps(kExpLow), one = _mm512_set1_ps(1.0f);
+  const __m512 xc = _mm512_max_ps(x, low);
+  const __m512 fn = _mm512_fmadd_ps(xc, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5f));
+  const __m512 nf = _mm512_roundscale_ps(fn, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(kLn2Lo), _mm512_fnmadd_ps(nf, _mm512_set1_ps(kLn2Hi), xc));
+  __m512 p = _mm512_set1_ps(kP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP[i]));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), one);
+  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, low, _CMP_NLT_UQ), p, nf);  // p 2^n
+}
+
+inline __mmask16 Lanes16(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
 }
 #endif
 
@@ -124,6 +149,191 @@ void SoftmaxRow(const float* x, int64_t n, float* y) {
   for (; j < n; ++j) y[j] /= sum;
 }
 
+// The maximum of a row, and whether it holds a NaN.
+float RowMaximum(const float* x, int64_t n, bool* nan) {
+  float m = x[0];
+  bool has_nan = false;
+  for (int64_t j = 0; j < n; ++j) {
+    has_nan |= x[j] != x[j];
+    m = x[j] > m ? x[j] : m;
+  }
+  *nan = has_nan;
+  return m;
+}
+
+// LogSoftmax of one row: (x - max) - log(sum(exp(x - max))), as the reference; a row holding a NaN or an infinite
+// maximum is NaN (the reference: x - max has a NaN there).
+void LogSoftmaxRow(const float* x, int64_t n, float* y) {
+  bool nan = false;
+  const float m = RowMaximum(x, n, &nan);
+  if (nan || std::isinf(m)) {
+    std::fill(y, y + n, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+#if defined(__SSE2__)
+  const __m128 vmax = _mm_set1_ps(m);
+  __m128 s0 = _mm_setzero_ps(), s1 = _mm_setzero_ps();
+  for (; j + 8 <= n; j += 8) {
+    s0 = _mm_add_ps(s0, Exp4(_mm_sub_ps(_mm_loadu_ps(x + j), vmax)));
+    s1 = _mm_add_ps(s1, Exp4(_mm_sub_ps(_mm_loadu_ps(x + j + 4), vmax)));
+  }
+  _mm_storeu_ps(lanes, s0);
+  _mm_storeu_ps(lanes + 4, s1);
+#endif
+  for (; j < n; ++j) lanes[j % 8] += ExpNonPositive(x[j] - m);
+  const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  const float log_sum = std::log(sum);
+  for (j = 0; j < n; ++j) y[j] = (x[j] - m) - log_sum;
+}
+
+#if NPU_EP_X86
+// Softmax (or LogSoftmax: `log`) of one row, 16 lanes per step with masked tails: the maximum, exp (Exp16, stored
+// for softmax) with one running sum per lane (element j in lane j % 16, the lanes added by halves at the end), then
+// the product with 1 / sum (a division's throughput would bound the row; one more rounding) or (x - max) - log(sum); a row holding a NaN or an infinite maximum is NaN, as the reference's.
+__attribute__((target("avx512f"))) void SoftmaxRowAvx512(const float* x, int64_t n, bool log, float* y) {
+  __m512 vm = _mm512_set1_ps(x[0]);
+  __mmask16 nan = 0;
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = Lanes16(n - j);
+    const __m512 v = _mm512_mask_loadu_ps(vm, k, x + j);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    vm = _mm512_max_ps(v, vm);
+  }
+  const float m = _mm512_reduce_max_ps(vm);
+  if (nan || std::isinf(m)) {
+    std::fill(y, y + n, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  vm = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = Lanes16(n - j);
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm));
+    if (!log) _mm512_mask_storeu_ps(y + j, k, e);
+    sum = _mm512_mask_add_ps(sum, k, sum, e);
+  }
+  const float total = _mm512_reduce_add_ps(sum);
+  const __m512 scale = _mm512_set1_ps(log ? std::log(total) : 1.0f / total);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = Lanes16(n - j);
+    const __m512 v = log ? _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm), scale)
+                         : _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + j), scale);
+    _mm512_mask_storeu_ps(y + j, k, v);
+  }
+}
+#endif
+
+// A row's softmax (log: LogSoftmax) on the host's widest path.
+void NormalizeRow(const float* x, int64_t n, bool log, float* y) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return SoftmaxRowAvx512(x, n, log, y);
+#endif
+  (log ? LogSoftmaxRow : SoftmaxRow)(x, n, y);
+}
+
+// Softmax (or LogSoftmax: `log`) over the n rows of `cols` columns of x (rows `stride` apart): one column's values
+// are one softmax. Scalar, column by column.
+void SoftmaxColumnsScalar(const float* x, int64_t n, int64_t stride, int64_t cols, bool log, float* y) {
+  for (int64_t c = 0; c < cols; ++c) {
+    float m = x[c];
+    bool nan = false;
+    for (int64_t r = 0; r < n; ++r) {
+      const float v = x[r * stride + c];
+      nan |= v != v;
+      m = v > m ? v : m;
+    }
+    if (nan || std::isinf(m)) {
+      for (int64_t r = 0; r < n; ++r) y[r * stride + c] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    float sum = 0.0f;
+    for (int64_t r = 0; r < n; ++r) {
+      const float e = ExpNonPositive(x[r * stride + c] - m);
+      if (!log) y[r * stride + c] = e;
+      sum += e;
+    }
+    const float log_sum = log ? std::log(sum) : 0.0f;
+    for (int64_t r = 0; r < n; ++r)
+      y[r * stride + c] = log ? (x[r * stride + c] - m) - log_sum : y[r * stride + c] / sum;
+  }
+}
+
+#if NPU_EP_X86
+// The same, 16 columns per step (the rows walked down each block of columns three times: maximum, exp and sum,
+// scale), the scalar's operations lane by lane but the division: a product with 1 / sum (one more rounding).
+__attribute__((target("avx512f"))) void SoftmaxColumnsAvx512(const float* x, int64_t n, int64_t stride, int64_t cols,
+                                                             bool log, float* y) {
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int64_t c = 0; c < cols; c += 16) {
+    const __mmask16 k = Lanes16(cols - c);
+    __m512 m = _mm512_maskz_loadu_ps(k, x + c);
+    __mmask16 bad = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const __m512 v = _mm512_maskz_loadu_ps(k, x + r * stride + c);
+      bad |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m = _mm512_max_ps(v, m);  // v > m ? v : m, NaN lanes marked above
+    }
+    bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(m), inf, _CMP_EQ_OQ);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t r = 0; r < n; ++r) {
+      const __m512 e = Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + r * stride + c), m));
+      if (!log) _mm512_mask_storeu_ps(y + r * stride + c, k, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, sum);
+    for (float& v : sums) v = log ? std::log(v) : 1.0f / v;
+    const __m512 scale = _mm512_load_ps(sums), nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
+    for (int64_t r = 0; r < n; ++r) {
+      float* out = y + r * stride + c;
+      const __m512 v = log ? _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + r * stride + c), m), scale)
+                           : _mm512_mul_ps(_mm512_maskz_loadu_ps(k, out), scale);
+      _mm512_mask_storeu_ps(out, k, _mm512_mask_mov_ps(v, bad, nan));
+    }
+  }
+}
+#endif
+
+void SoftmaxColumns(const float* x, int64_t n, int64_t stride, int64_t cols, bool log, float* y) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return SoftmaxColumnsAvx512(x, n, stride, cols, log, y);
+#endif
+  SoftmaxColumnsScalar(x, n, stride, cols, log, y);
+}
+
+// x viewed as [outer, n, inner], normalized over n: rows (inner 1) in tasks of 32, else blocks of 64 columns of
+// one outer index per task (fixed tasks: the bits do not depend on the thread count).
+py::array SoftmaxAxisPy(const py::array_t<float, py::array::c_style>& x, int64_t outer, int64_t n, int64_t inner,
+                        bool log, int threads) {
+  if (outer < 0 || n <= 0 || inner <= 0 || outer * n * inner != static_cast<int64_t>(x.size()))
+    throw std::invalid_argument("softmax_axis: [outer, n, inner] = [" + std::to_string(outer) + ", " +
+                                std::to_string(n) + ", " + std::to_string(inner) + "] does not cover x's " +
+                                std::to_string(x.size()) + " elements");
+  py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  const float* src = x.data();
+  float* dst = y.mutable_data();
+  py::gil_scoped_release release;
+  const int use = ThreadsFor(threads, outer * n * inner * 16);
+  if (inner == 1) {
+    constexpr int64_t kRowsPerTask = 32;
+    ParallelFor(use, (outer + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
+      for (int64_t r = t * kRowsPerTask; r < std::min(outer, (t + 1) * kRowsPerTask); ++r)
+        NormalizeRow(src + r * n, n, log, dst + r * n);
+    });
+    return std::move(y);
+  }
+  constexpr int64_t kColumnsPerTask = 64;
+  const int64_t blocks = (inner + kColumnsPerTask - 1) / kColumnsPerTask;
+  ParallelFor(use, outer * blocks, [&](int64_t t) {
+    const int64_t o = t / blocks, c = (t % blocks) * kColumnsPerTask;
+    const int64_t at = o * n * inner + c;
+    SoftmaxColumns(src + at, n, inner, std::min(kColumnsPerTask, inner - c), log, dst + at);
+  });
+  return std::move(y);
+}
+
 py::array SoftmaxLastAxisPy(const py::array_t<float, py::array::c_style>& x, int threads) {
   if (x.ndim() < 1) throw std::invalid_argument("softmax_last_axis: x must have rank >= 1");
   const int64_t n = x.shape(x.ndim() - 1), rows = n > 0 ? x.size() / n : 0;
@@ -135,7 +345,7 @@ py::array SoftmaxLastAxisPy(const py::array_t<float, py::array::c_style>& x, int
     constexpr int64_t kRowsPerTask = 32;
     ParallelFor(ThreadsFor(threads, rows * n * 16), (rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
       for (int64_t r = t * kRowsPerTask; r < std::min(rows, (t + 1) * kRowsPerTask); ++r)
-        SoftmaxRow(src + r * n, n, dst + r * n);
+        NormalizeRow(src + r * n, n, false, dst + r * n);
     });
   }
   return std::move(y);
@@ -148,6 +358,11 @@ void BindSoftmax(py::module_& m) {
         "softmax over the last axis of C-contiguous float32 x in one pass per row, rows on up to `threads` "
         "threads (the same bits at any count); its own exp (within 2 ulp): the reference model's within float "
         "tolerance; a row holding a NaN or an infinite maximum is NaN, as the reference's");
+  m.def("softmax_axis", &SoftmaxAxisPy, py::arg("x"), py::arg("outer"), py::arg("n"), py::arg("inner"),
+        py::arg("log") = false, py::arg("threads") = 1,
+        "softmax (log: LogSoftmax) of C-contiguous float32 x viewed as [outer, n, inner] over its n axis, in place "
+        "(no transpose): rows when inner is 1, else columns 16 at a time; the same exp as softmax_last_axis, the "
+        "same bits at any thread count; a NaN or an infinite maximum makes its softmax NaN, as the reference's");
 }
 
 }  // namespace npu_ep::kern
