@@ -461,7 +461,8 @@ def _sigmoid_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     nat = _native.native(p)
     if nat is not None and x.dtype == _F32 and x.ndim and p.memo.get("out_dtype", _F32) == _F32:
-        return [nat.sigmoid(np.ascontiguousarray(x), _native.threads(p))]
+        out = _native.ort_output(p, 0, x.shape, _F32)  # ORT's buffer when the result is a partition output
+        return [nat.sigmoid(np.ascontiguousarray(x), _native.threads(p), out)]
     return _SIGMOID_REFERENCE(p, inputs)
 
 
@@ -472,8 +473,10 @@ def _sigmoid_bind(p: Prepared, inputs, outs):
     if (nat is None or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous
             or outs[0].ndim == 0 or outs[0].dtype != _F32):
         return None
-    return _native.call_step(p, nat.sigmoid, (None, _native.threads(p)), [(0, 0, x.dtype, x.shape, None)],
-                             [(-1, None)])
+    where = p.memo.get(_native.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
+    into = [(2, where[0], list(x.shape))] if where and 0 in where else []
+    return _native.call_step(p, nat.sigmoid, (None, _native.threads(p), None), [(0, 0, x.dtype, x.shape, None)],
+                             [(-1, None)], [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
 
 
 def _sign_run(p: Prepared, inputs) -> list[np.ndarray]:

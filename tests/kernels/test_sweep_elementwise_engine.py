@@ -302,3 +302,22 @@ def test_fast_gelu_with_a_bias_runs_its_gelu_in_place_on_the_engine(dtype):
         nan = np.isnan(w)
         assert g.dtype == w.dtype and np.array_equal(np.isnan(g), nan)
         assert g[~nan].tobytes() == w[~nan].tobytes(), f"FastGelu {shape} {dtype}"
+
+
+def test_sigmoid_writes_a_given_buffer_and_its_session_output_matches_the_cpu_ep():
+    """The native sigmoid takes ORT's buffer as ``out`` as the engine does (same bits as into a new array); a
+    session's Sigmoid output (the kernel's run, then its bound step) is ORT's within 1e-6 (MLAS's logistic is its
+    own approximation, test_fusion_conv_tail's tolerance)."""
+    kernels = _native.native_module()
+    x = (RNG.standard_normal((3, 77)) * 8).astype(np.float32)
+    out = np.empty_like(x)
+    got = kernels.sigmoid(x, 1, out)
+    assert np.shares_memory(got, out) and out.tobytes() == kernels.sigmoid(x, 1).tobytes()
+    with pytest.raises(ValueError, match="sigmoid: out must be"):
+        kernels.sigmoid(x, 1, np.empty(5, np.float32))
+    model = _session_case("Sigmoid", "", {}, None, shape=(1, 37, 1500))
+    sess = npu_session(model)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    feed = (RNG.standard_normal((1, 37, 1500)) * 8).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, {"x": feed})[0], cpu_run(model, {"x": feed})[0], rtol=0, atol=1e-6)

@@ -227,23 +227,25 @@ void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int3
   RunTail(nullptr, v, y.size(), codes.data(), consts.data(), codes.size(), threads);
 }
 
+// The array a standalone op of float32 x writes: ``out`` when given (ORT's output buffer, or x itself: checked to
+// be a writeable C-order float32 array of x's size), else a new array of x's shape.
+py::array_t<float> OutputFor(const char* fn, const py::array& x, const py::object& out) {
+  if (out.is_none()) return py::array_t<float>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  auto o = py::reinterpret_borrow<py::array>(out);
+  if (!py::isinstance<py::array_t<float>>(out) || !(o.flags() & py::array::c_style) || !o.writeable() ||
+      o.size() != x.size())
+    throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order float32 array of x's " +
+                                std::to_string(x.size()) + " elements");
+  return py::reinterpret_borrow<py::array_t<float>>(out);
+}
+
 // A standalone element-wise op of float32 x as tail instructions, into ``out`` (ORT's output buffer: float32, C
 // order, x's size; x itself: in place) or a new array of x's shape.
 py::array_t<float> TailOfPy(const py::array_t<float, py::array::c_style>& x,
                             const py::array_t<int32_t, py::array::c_style>& codes,
                             const py::array_t<float, py::array::c_style>& consts, int threads, const py::object& out) {
   CheckTail("tail_of", codes, consts);
-  py::array_t<float> y;
-  if (out.is_none()) {
-    y = py::array_t<float>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  } else {
-    auto o = py::reinterpret_borrow<py::array>(out);
-    if (!py::isinstance<py::array_t<float>>(out) || !(o.flags() & py::array::c_style) || !o.writeable() ||
-        o.size() != x.size())
-      throw std::invalid_argument("tail_of: out must be a writeable C-order float32 array of x's " +
-                                  std::to_string(x.size()) + " elements");
-    y = py::reinterpret_borrow<py::array_t<float>>(out);
-  }
+  py::array_t<float> y = OutputFor("tail_of", x, out);
   const float* in = x.data();
   float* dst = y.mutable_data();
   {
@@ -271,17 +273,7 @@ py::array_t<float> PreluRowsPy(const py::array_t<float, py::array::c_style>& x,
     throw std::invalid_argument("prelu_rows: x of " + std::to_string(n) + " elements is not rows of " +
                                 std::to_string(inner) + " with a multiple of the slope's " + std::to_string(c) +
                                 " channels");
-  py::array_t<float> y;
-  if (out.is_none()) {
-    y = py::array_t<float>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  } else {
-    auto o = py::reinterpret_borrow<py::array>(out);
-    if (!py::isinstance<py::array_t<float>>(out) || !(o.flags() & py::array::c_style) || !o.writeable() ||
-        o.size() != n)
-      throw std::invalid_argument("prelu_rows: out must be a writeable C-order float32 array of x's " +
-                                  std::to_string(n) + " elements");
-    y = py::reinterpret_borrow<py::array_t<float>>(out);
-  }
+  py::array_t<float> y = OutputFor("prelu_rows", x, out);
   const float* in = x.data();
   const float* s = slope.data();
   float* dst = y.mutable_data();
@@ -303,9 +295,10 @@ py::array_t<float> PreluRowsPy(const py::array_t<float, py::array::c_style>& x,
   return y;
 }
 
-// ONNX Sigmoid of float32 x as the tail's sigmoid instruction computes it, into a new array of x's shape.
-py::array_t<float> SigmoidPy(const py::array_t<float, py::array::c_style>& x, int threads) {
-  py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+// ONNX Sigmoid of float32 x as the tail's sigmoid instruction computes it, into ``out`` (ORT's buffer) or a new
+// array of x's shape.
+py::array_t<float> SigmoidPy(const py::array_t<float, py::array::c_style>& x, int threads, const py::object& out_) {
+  py::array_t<float> y = OutputFor("sigmoid", x, out_);
   const float* in = x.data();
   float* out = y.mutable_data();
   const int64_t n = x.size(), tasks = (n + kTailTask - 1) / kTailTask;
@@ -313,7 +306,7 @@ py::array_t<float> SigmoidPy(const py::array_t<float, py::array::c_style>& x, in
     py::gil_scoped_release release;
     ParallelFor(ThreadsFor(threads, n), tasks, [&](int64_t t) {
       const int64_t begin = t * kTailTask, len = std::min(n, begin + kTailTask) - begin;
-      std::copy(in + begin, in + begin + len, out + begin);
+      if (in != out) std::copy(in + begin, in + begin + len, out + begin);
       Sigmoid(out + begin, len);
     });
   }
@@ -333,9 +326,9 @@ void BindConvTail(py::module_& m) {
         py::arg("out") = py::none(),
         "PRelu of float32 x viewed as [rows, inner], row r's slope slope[r % slope.size] (a per-channel slope), as "
         "the leaky_relu tail instruction (into out when given: ORT's buffer)");
-  m.def("sigmoid", &SigmoidPy, py::arg("x"), py::arg("threads") = 1,
+  m.def("sigmoid", &SigmoidPy, py::arg("x"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "ONNX Sigmoid of float32 x: 1 / (1 + exp(min(-x, 88))), exp in lanes on AVX2/AVX-512 hosts (within 2 ulp of "
-        "numpy's, as the conv tail's sigmoid)");
+        "numpy's, as the conv tail's sigmoid), into out when given (ORT's buffer)");
 }
 
 }  // namespace npu_ep::kern
