@@ -12,7 +12,8 @@ order the native kernel repeats bit for bit), then divides by the window's eleme
 ``count_include_pad=1`` the window positions inside the declared-padded input, else those inside the real input.
 A 1-D pool runs as a 2-D one over H = 1. Cost: one vector op per window element per output (``kh*kw``
 ops/output). A float32, uint8 or int8 MaxPool and a float32 AveragePool run on the native kernels
-(``ep/native/kernels/pool.cc``) unless the session asks for the reference model.
+(``ep/native/kernels/pool.cc``), a float32 GlobalMaxPool on ``reduce_max_rows`` (reduce.cc), unless the session asks
+for the reference model.
 """
 
 from __future__ import annotations
@@ -231,13 +232,34 @@ def _run_gap(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _run_gmp(p: Prepared, inputs) -> list[np.ndarray]:
-    """The max over every axis after N, C: one max-reduce over each channel's flattened pixels."""
+    """The max over every axis after N, C: one max-reduce over each channel's flattened pixels (float32 natively:
+    ``reduce_max_rows``, exact)."""
     x = arg(p, inputs, 0)
     n, c = x.shape[:2]
     if n * c and not math.prod(x.shape[2:]):
         raise ValueError(f"GlobalMaxPool: input of shape {list(x.shape)} has no pixels to take the maximum of")
     flat = np.ascontiguousarray(x).reshape(n, c, -1)
-    return [np.maximum.reduce(flat, axis=2).reshape((n, c) + (1,) * (x.ndim - 2))]
+    nat = _native.native(p)
+    if nat is not None and x.dtype == np.float32 and x.size:
+        return [nat.reduce_max_rows(flat.reshape(n * c, -1), _native.threads(p)).reshape(_pooled_shape(x))]
+    return [np.maximum.reduce(flat, axis=2).reshape(_pooled_shape(x))]
+
+
+def _pooled_shape(x: np.ndarray) -> tuple[int, ...]:
+    """A global pool's output shape: [N, C, 1, ...]."""
+    return x.shape[:2] + (1,) * (x.ndim - 2)
+
+
+def _bind_gmp(p: Prepared, inputs, outs) -> Any:
+    """A float32 GlobalMaxPool as one native step (``reduce_max_rows`` over [N * C, pixels])."""
+    nat = _native.native(p)
+    x = inputs[0] if inputs else None
+    if (nat is None or not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < 3 or not x.size
+            or not x.flags.c_contiguous):
+        return None
+    n, c = x.shape[:2]
+    return _native.call_step(p, nat.reduce_max_rows, (None, _native.threads(p)),
+                             [(0, 0, np.float32, x.shape, (n * c, x.size // (n * c)))], [(-1, _pooled_shape(x))])
 
 
 def _bind_gap(p: Prepared, inputs, outs) -> Any:
@@ -265,4 +287,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
 register(KernelDef("", "MaxPool", _prepare, _run_max, _cost, _check, bind=_bind_max))
 register(KernelDef("", "AveragePool", _prepare, _run_avg, _cost, _check, bind=_bind_avg))
 register(KernelDef("", "GlobalAveragePool", _prepare, _run_gap, _cost, _check, bind=_bind_gap))
-register(KernelDef("", "GlobalMaxPool", _prepare, _run_gmp, _cost, _check))
+register(KernelDef("", "GlobalMaxPool", _prepare, _run_gmp, _cost, _check, bind=_bind_gmp))

@@ -7,8 +7,9 @@ accumulator) and rounds once. Integer sums accumulate in float64 and saturate at
 kernel does (exact for int32; int64 sums beyond 2^53 round as ORT's do, possibly in another order). An empty
 reduced axis gives the reduction's identity, as in ORT: 0 for Sum and Mean, the type's lowest value (-inf) for Max.
 
-Native: an int32/int64 ReduceSum over trailing axes binds one native call as the program's step (``_bind``), and a
-float32/float64 ReduceMean numpy's own sums scaled in place (``reduce_mean_float``: the reference's bits).
+Native: an int32/int64 ReduceSum over trailing axes binds one native call as the program's step (``_bind``), a
+float32/float64 ReduceMean numpy's own sums scaled in place (``reduce_mean_float``: the reference's bits), and a
+float32 ReduceMax over trailing axes runs and binds ``reduce_max_rows`` (exact; NaN wins, as numpy's maximum).
 
 Cost: every input element passes the vector unit once (1 op, +1 per output element for Mean's scaling);
 DMA reads the input and writes the output.
@@ -71,6 +72,10 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     keep = p.attrs["keepdims"] != 0
     op = p.attrs["op"]
     if op == "ReduceMax":
+        split = _native_max_rows(p, x, axes)
+        if split is not None:
+            y = _native.native(p).reduce_max_rows(x.reshape(split), _native.threads(p))
+            return [y.reshape(_reduced_shape(x.shape, axes, keep))]
         if x.size == 0:  # an empty reduced axis: the identity (numpy's maximum has none and raises)
             return [np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype)))]
         return [np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keep))]
@@ -103,6 +108,40 @@ def _bind_mean(p: Prepared, nat, x: np.ndarray, outs) -> Any:
                              [(1, 0, x.dtype, x.shape, None, True)], [(-1, None)])
 
 
+def _trailing_split(shape: tuple[int, ...], axes: tuple[int, ...] | None) -> tuple[int, int] | None:
+    """(rows, cols) of ``shape`` when ``axes`` (None: all) are its trailing axes, else None."""
+    reduced = tuple(range(len(shape))) if axes is None else axes
+    if not reduced or reduced != tuple(range(len(shape) - len(reduced), len(shape))):
+        return None
+    rows = int(np.prod(shape[: len(shape) - len(reduced)], dtype=np.int64))
+    return rows, int(np.prod(shape[len(shape) - len(reduced):], dtype=np.int64))
+
+
+def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...] | None, keep: bool) -> tuple[int, ...]:
+    reduced = set(range(len(shape))) if axes is None else set(axes)
+    return tuple(1 if i in reduced else d for i, d in enumerate(shape) if keep or i not in reduced)
+
+
+def _native_max_rows(p: Prepared, x: np.ndarray, axes: tuple[int, ...] | None) -> tuple[int, int] | None:
+    """[rows, cols] of a float32 ReduceMax over trailing axes that ``reduce_max_rows`` computes (native kernels,
+    C-contiguous, non-empty), else None."""
+    if (p.attrs["op"] != "ReduceMax" or x.dtype != _F32 or not x.size or not x.flags.c_contiguous
+            or _native.native(p) is None):
+        return None
+    return _trailing_split(x.shape, axes)
+
+
+def _bind_max(p: Prepared, nat, x: np.ndarray, outs) -> Any:
+    """A float32 ReduceMax over constant trailing axes as one ``reduce_max_rows`` call, for this input shape."""
+    if p.attrs["axes"] is None or outs[0].ndim == 0:
+        return None
+    split = _native_max_rows(p, x, _axes(p, (x,), x.ndim))
+    if split is None:
+        return None
+    return _native.call_step(p, nat.reduce_max_rows, (None, _native.threads(p)), [(0, 0, x.dtype, x.shape, split)],
+                             [(-1, outs[0].shape)])
+
+
 def _bind(p: Prepared, inputs, outs) -> Any:
     """An int32/int64 ReduceSum over trailing constant axes as one native call (``reduce_sum_int``: exact where
     the float64 accumulation is, declining the values where it could round); a float ReduceMean (``_bind_mean``)."""
@@ -110,16 +149,16 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     nat = _native.native(p)
     if nat is not None and p.attrs["op"] == "ReduceMean" and isinstance(x, np.ndarray):
         return _bind_mean(p, nat, x, outs)
+    if nat is not None and p.attrs["op"] == "ReduceMax" and isinstance(x, np.ndarray):
+        return _bind_max(p, nat, x, outs)
     if (nat is None or p.attrs["op"] != "ReduceSum" or p.attrs["axes"] is None or not isinstance(x, np.ndarray)
             or x.dtype not in _EXACT_INTS or not x.flags.c_contiguous or x.ndim == 0):
         return None
-    axes = _axes(p, inputs, x.ndim)
-    reduced = tuple(range(x.ndim)) if axes is None else axes
-    if not reduced or reduced != tuple(range(x.ndim - len(reduced), x.ndim)):
+    split = _trailing_split(x.shape, _axes(p, inputs, x.ndim))
+    if split is None:
         return None  # nothing reduced, or not a suffix of the axes
-    rows = int(np.prod(x.shape[: x.ndim - len(reduced)], dtype=np.int64))
-    cols = x.size // rows if rows else 0
-    if cols == 0 or outs[0].ndim == 0:
+    rows, cols = split
+    if rows == 0 or cols == 0 or outs[0].ndim == 0:
         return None  # empty, or a 0-d result (a call step reshapes only to a shape of rank >= 1)
     return _native.call_step(p, nat.reduce_sum_int, (None,), [(0, 0, x.dtype, x.shape, (rows, cols))],
                              [(-1, outs[0].shape)])

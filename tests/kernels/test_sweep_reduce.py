@@ -1,5 +1,7 @@
 """Differential sweep of the native reductions (ep/native/kernels/reduce.cc's integer ReduceSum and float
-ReduceMean, conv_bindings.cc's GlobalAveragePool mean_pixels), issue 38: each runs as a bound native step (the
+ReduceMean, conv_bindings.cc's GlobalAveragePool mean_pixels), issue 38, and reduce.cc's float32 row maxima
+(ReduceMax over trailing axes, GlobalMaxPool; issue 40: 32 values per step and a masked tail on AVX-512, scalar below,
+tasks of 16 rows; exact against the reference, NaN wherever it has one, on every ISA level): each runs as a bound native step (the
 program's C++ loop), so the sweep binds it after the kernel's own run (the reference model) and compares the two
 bit for bit, counting that the native step ran (or declined where it must).
 
@@ -13,7 +15,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from _sweep import with_specials
+from _isa import cap_isa, host_isas
+from _sweep import around, check, with_specials
 from npu_ep.ep import _native as bridge
 from npu_ep.kernels.ops import _native
 from tests.kernels.test_bound_native_calls import assert_same, one_step_loop, prepared, reduce_model
@@ -88,3 +91,29 @@ def test_global_average_pool():
             assert isinstance(step, bridge.CallStep)
             assert_same(loop((x,)), outs)
         assert loop.native_counts == (1, 0)
+
+
+@pytest.fixture(params=host_isas(top="avx512"))
+def isa(request):
+    yield from cap_isa(request.param)
+
+
+def test_float_max_over_trailing_axes(isa):
+    for cols in around(16, 32, 64):
+        for rows in (1, 15, 17, 33):
+            x = with_specials((RNG.standard_normal((rows, cols)) * 10).astype(np.float32), RNG, fraction=0.01)
+            x[0] = -np.inf
+            x[-1] = -0.0
+            for keep in (0, 1):
+                check("ReduceMax", [("x", x, False), ("axes", np.array([-1], np.int64), True)], "reduce_max_rows",
+                      threads=2, keepdims=keep)
+    x = with_specials(RNG.standard_normal((2, 3, 5, 7)).astype(np.float32), RNG, fraction=0.02)
+    for axes in ([3], [2, 3], [1, 2, 3], [0, 1, 2, 3]):
+        check("ReduceMax", [("x", x, False), ("axes", np.array(axes, np.int64), True)], "reduce_max_rows", keepdims=1)
+
+
+def test_global_max_pool(isa):
+    for pixels in (1, 15, 16, 17, 31, 32, 33, 49, 64, 65):
+        x = with_specials(RNG.standard_normal((2, 19, pixels)).astype(np.float32), RNG, fraction=0.03)
+        check("GlobalMaxPool", [("x", x, False)], "reduce_max_rows", threads=2)
+        check("GlobalMaxPool", [("x", x.reshape(2, 19, 1, pixels), False)], "reduce_max_rows")

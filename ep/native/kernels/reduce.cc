@@ -1,4 +1,5 @@
-// Integer ReduceSum over trailing axes (`kernels.reduce_sum_int`), for the bound step of kernels/ops/reduce.py.
+// Integer ReduceSum over trailing axes (`kernels.reduce_sum_int`), for the bound step of kernels/ops/reduce.py; float32
+// row maxima (`kernels.reduce_max_rows`: ReduceMax over trailing axes, GlobalMaxPool, exact: a maximum rounds nothing).
 // The reference accumulates in float64 and saturates at the type's limits, as ORT's CPU kernel does. Where every
 // partial sum is an integer below 2^53 in magnitude (the row's sum of |x| is), float64 adds exactly in any order,
 // so the exact integer sum, saturated, has the reference's bits; any other row makes the call return None and the
@@ -12,6 +13,10 @@
 #include <string>
 #include <stdexcept>
 #include <vector>
+
+#include "cpu.h"
+#include "intrinsics.h"
+#include "thread_pool.h"
 
 namespace py = pybind11;
 
@@ -81,9 +86,70 @@ py::object ReduceMeanFloatPy(const py::object& add_reduce, const py::array& x, c
   return std::move(y);
 }
 
+// The maximum of x[0, n) (n >= 1), NaN if any is NaN (numpy's maximum); -0.0 and +0.0 in either order.
+float MaxOfRowScalar(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] != x[i]) return x[i];
+    m = x[i] > m ? x[i] : m;
+  }
+  return m;
+}
+
+#if NPU_EP_X86
+__attribute__((target("avx512f"))) float MaxOfRowAvx512(const float* x, int64_t n) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 m0 = ninf, m1 = ninf;
+  __mmask16 nan = 0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+    nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);  // a NaN in either
+    m0 = _mm512_max_ps(a, m0), m1 = _mm512_max_ps(b, m1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    const __m512 a = _mm512_mask_loadu_ps(ninf, k, x + i);
+    nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    m0 = _mm512_max_ps(a, m0);
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+#endif
+
+// Row maxima of a float32 [rows, cols] array (cols >= 1): GlobalMaxPool's channels, ReduceMax over trailing axes.
+py::array ReduceMaxRowsPy(const py::array_t<float, py::array::c_style>& x, int threads) {
+  if (x.ndim() != 2 || x.shape(1) < 1)
+    throw std::invalid_argument("reduce_max_rows: x must be a float32 [rows, cols] array with cols >= 1");
+  const int64_t rows = x.shape(0), cols = x.shape(1);
+  py::array_t<float> y(std::vector<py::ssize_t>{rows});
+  const float* src = x.data();
+  float* dst = y.mutable_data();
+  py::gil_scoped_release release;
+#if NPU_EP_X86
+  const bool avx512 = ActiveIsa() >= Isa::kAvx512;
+#endif
+  constexpr int64_t kRowsPerTask = 16;
+  ParallelFor(ThreadsFor(threads, rows * cols), (rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
+    for (int64_t r = t * kRowsPerTask; r < std::min(rows, (t + 1) * kRowsPerTask); ++r) {
+#if NPU_EP_X86
+      if (avx512) {
+        dst[r] = MaxOfRowAvx512(src + r * cols, cols);
+        continue;
+      }
+#endif
+      dst[r] = MaxOfRowScalar(src + r * cols, cols);
+    }
+  });
+  return std::move(y);
+}
+
 }  // namespace
 
 void BindReduce(py::module_& m) {
+  m.def("reduce_max_rows", &ReduceMaxRowsPy, py::arg("x"), py::arg("threads") = 1,
+        "row maxima of a C-contiguous float32 [rows, cols >= 1] array, NaN where a row holds one (numpy's "
+        "maximum.reduce), on up to `threads` threads");
   m.def("reduce_mean_float", &ReduceMeanFloatPy, py::arg("add_reduce"), py::arg("x"), py::arg("axes"),
         py::arg("keepdims"), py::arg("count"),
         "float32/float64 ReduceMean: add_reduce(x, axis=axes, dtype=x.dtype, keepdims) (numpy's np.add.reduce), "
