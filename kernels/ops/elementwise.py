@@ -314,19 +314,19 @@ def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
     return run
 
 
-def _ufunc_binder(fn, arity: int, kinds: str = "") -> Callable | None:
+def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> Callable | None:
     """The ``bind`` of an op whose function is a numpy ufunc: the ufunc itself as the step's native call, constants
     in place, for these input shapes and dtypes, in any layout (ep/step_binding.py); not for 0-d results (a ufunc
     on 0-d arrays returns a numpy scalar, the kernel an array), float16 (computed in float32) or a result of another
     dtype than the kernel's. ``kinds``: the dtype kinds every input must have (Div: "f", whose integer form is not
-    a ufunc)."""
+    a ufunc). ``exact_f16``: float16 too, where the ufunc on float16 is the float32 result rounded (Min, Max)."""
     if not isinstance(fn, np.ufunc):
         return None
 
     def bind(p: Prepared, inputs, outs):
         values = [arg(p, inputs, i) for i in range(arity)]
-        if (not all(isinstance(v, np.ndarray) and v.dtype != _F16 and (not kinds or v.dtype.kind in kinds)
-                    for v in values) or outs[0].ndim == 0):
+        if (not all(isinstance(v, np.ndarray) and (exact_f16 or v.dtype != _F16)
+                    and (not kinds or v.dtype.kind in kinds) for v in values) or outs[0].ndim == 0):
             return None
         if fn(*[np.empty(0, v.dtype) for v in values]).dtype != outs[0].dtype:
             return None
@@ -618,8 +618,9 @@ register(KernelDef("com.microsoft", "Gelu", _prepare, engine_runner(_gelu_run), 
 register(KernelDef("com.microsoft", "FastGelu", _prepare, engine_runner(_fast_gelu_run), _cost, _check,
                    rank_free=True, bind=engine_bind))
 def _pairwise_binder(fn: np.ufunc):
-    """Min/Max of two inputs as its ufunc's native call (the kernel's one fold step), as the binary ops bind."""
-    bind = _ufunc_binder(fn, 2)
+    """Min/Max of two inputs as its ufunc's native call (the kernel's one fold step), as the binary ops bind; also
+    float16, whose min/max is exact (the float32 result rounds back to the float16 operand)."""
+    bind = _ufunc_binder(fn, 2, exact_f16=True)
 
     def bind_two(p: Prepared, inputs, outs):
         return bind(p, inputs, outs) if len(inputs) == 2 else None

@@ -321,3 +321,25 @@ def test_sigmoid_writes_a_given_buffer_and_its_session_output_matches_the_cpu_ep
     feed = (RNG.standard_normal((1, 37, 1500)) * 8).astype(np.float32)
     for _ in range(2):
         np.testing.assert_allclose(sess.run(None, {"x": feed})[0], cpu_run(model, {"x": feed})[0], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Max", "Min"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int32, np.uint8])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (4,)), ((3, 1), (1, 5)), ((2, 3, 4), ()), ((2, 0, 3), (1, 3))])
+def test_two_input_min_max_bind_their_ufunc_also_for_float16(op, dtype, shapes):
+    """Two-input Max/Min bind np.maximum/np.minimum (were Python folds), float16 too: its min/max is exact, so the
+    ufunc on float16 is the kernel's widened fold rounded back; the bound step gives the kernel's values, NaN kept
+    (a tie of -0 and +0 may pick either zero, as numpy's own maximum)."""
+    from _sweep import kernel_and_bound_step
+    dt = np.dtype(dtype)
+
+    def values(shape):
+        if dt.kind == "f":
+            x = (RNG.standard_normal(shape) * 4).astype(dt)
+            return with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 0.0), fraction=0.1) if x.size else x
+        return RNG.integers(0, 200, shape).astype(dt)
+    a, b = values(shapes[0]), values(shapes[1])
+    got, bound = kernel_and_bound_step(op, [("a", a, False), ("b", b, False)])
+    assert len(bound) == 1, f"{op} {dt} {shapes}: no bound step"
+    assert bound[0].dtype == got[0].dtype == dt and bound[0].shape == got[0].shape
+    np.testing.assert_array_equal(bound[0], got[0])
