@@ -127,6 +127,12 @@ def test_a_group_row_says_when_the_group_did_not_form(monkeypatch):
     assert "[not fused: compiled as Gemm + Relu]" in ops.format_row(unfused)
 
 
+def test_fused_knows_each_kind_of_group_row():
+    assert ops.fused("npu::NormMatMul", ["npu::NormMatMul"]) and not ops.fused("npu::NormMatMul", ["Gemm"])
+    assert ops.fused("group::Conv+Relu", ["Conv"]) and not ops.fused("group::Conv+Relu", ["Conv", "Relu"])
+    assert ops.fused("Erf", ["Erf"])
+
+
 def test_step_reason_names_why_a_step_stayed_python():
     def kdef(bind):
         return KernelDef("", "Foo", lambda *a: None, lambda *a: None, lambda *a: None, bind=bind)

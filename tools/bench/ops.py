@@ -149,6 +149,16 @@ def python_steps(sess: ort.InferenceSession) -> list[dict[str, str]]:
 
 # -- one case -----------------------------------------------------------------------------------------------------
 
+def fused(key: str, steps: Sequence[str]) -> bool:
+    """Whether a group row's group formed: an ``npu::`` op is among the steps; ``group::A+B`` compiled to A alone
+    (B folded into it). Other rows are single ops: True."""
+    if key.startswith("npu::"):
+        return key in steps
+    if key.startswith("group::"):
+        return list(steps) == [key.split("::", 1)[1].split("+")[0]]
+    return True
+
+
 def _calls_per_block(fns: dict[str, Callable[[], object]], timing: Timing) -> int:
     """Warm both up; as many calls as fit ``block_s`` for the slower one (2 .. max_calls)."""
     slowest = 0.0
@@ -184,7 +194,7 @@ def measure(case: Case, timing: Timing) -> Row:
         row.status = "ok"
     row.python_steps = python_steps(npu)
     row.steps = [st.op for p in _ep_session(npu).programs.values() for st in p.steps]
-    if case.op.startswith("npu::") and case.op not in row.steps:  # the group the row is for did not form
+    if not fused(case.op, row.steps):  # the group the row is for did not form
         row.note = f"not fused: compiled as {' + '.join(row.steps)}" + (f"; {row.note}" if row.note else "")
     blocks = alternating_blocks(fns, per_block * timing.rounds, timing.rounds, timing.settle_s, warmup=False)
     med = medians(blocks)
