@@ -428,8 +428,11 @@ def _matmul_epilogue(g: _G, s: tuple[int, ...]) -> list[str]:
 
 
 def _matmul_group(g: _G, s: tuple[int, ...]) -> list[str]:
+    """An LLM MLP's gate and up projections with their SwiGLU, silu(x W_gate) * (x W_up): one connected graph (NpuEP
+    makes a partition per connected part, and siblings in different partitions never group)."""
     x = g.feed(_data(s, g.dtype, g.rng))
-    return [g.op("MatMul", x, g.w(s[-1], s[-1])) for _ in range(3)]
+    gate, up = (g.op("MatMul", x, g.w(s[-1], s[-1])) for _ in range(2))
+    return [g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)]
 
 
 def _rms_norm(g: _G, x: str, width: int) -> str:
