@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.ops._native import PARTITION_OUTPUTS
+from ..kernels.ops._native import FIXED_INPUT_BYTES, PARTITION_OUTPUTS
 from ..kernels.registry import KernelDef, OpCost, Prepared
 from . import step_binding
 from .log import escape, logger
@@ -65,6 +65,7 @@ else:
 
 SIGNATURES_KEPT = 64  # input-shape signatures a program keeps (cost, counts, the extension's entry): the latest used
 _BOUND_SIGNATURES = 16  # input-shape signatures whose native steps a program keeps (a subset of the kept ones)
+_STEP_MEMO_KEPT = 8192  # per-step costs and bindings a program reuses across signatures (cleared when full)
 
 
 class NpuRuntimeError(RuntimeError):
@@ -144,6 +145,10 @@ class Program:
         self._bindings: dict[tuple, list] = {}
         self._bound: dict[tuple, Any] = {}
         self._shape_derived = step_binding.shape_derived_slots(steps, len(inputs))  # slots a step may memoize
+        # A new signature (a decoder's past one longer each token) mostly changes a few steps' inputs: the others'
+        # cost and native step are those of an earlier signature, reused by the step's own inputs (_step_key)
+        self._step_costs: dict[tuple, OpCost] = {}
+        self._step_natives: dict[tuple, Any] = {}
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
         self._marked = False  # mark_partition_outputs was called (rebind then marks again)
         self._call = self._program_call()  # the hot path in C++ (None without the extension)
@@ -300,7 +305,7 @@ class Program:
                 except Exception as exc:
                     raise _failure(step, args, exc) from exc
                 if natives is not None:
-                    natives.append(_bind(step, args, outs, self._shape_derived))
+                    natives.append(self._bind_step(step, args, outs))
                 for i, slot in out_slots:
                     env[slot] = outs[i]
                 for slot in release:
@@ -364,17 +369,40 @@ class Program:
             if value is not None:  # an omitted optional output a kernel did not compute
                 self.recorded[f"{step.node_name}:{i}"] = np.array(value, copy=True)
 
+    def _bind_step(self, step: Step, args: Sequence[Any], outs: Sequence[Any]) -> Any:
+        """``_bind``, reusing the native step bound for the same step inputs (and outputs) under another signature:
+        a bound step checks its inputs on every call, and what binding reads of them is in the key."""
+        derived = all(s in self._shape_derived for s in step.in_slots if s >= 0)
+        values = step.op not in step_binding.SHAPE_ONLY and derived
+        key = _step_key(step, args, outs, values)
+        if key is None:
+            return _bind(step, args, outs, self._shape_derived)
+        native = self._step_natives.get(key, _UNBOUND)
+        if native is _UNBOUND:
+            if len(self._step_natives) >= _STEP_MEMO_KEPT:
+                self._step_natives.clear()
+            native = self._step_natives[key] = _bind(step, args, outs, self._shape_derived)
+        return native
+
     def _cost(self, step_shapes: list[list], steps: Sequence[Step] | None = None) -> RunCost:
         costs = []
         for step, shapes in zip(self.steps if steps is None else steps, step_shapes):
             known = step.prepared.attrs.get("_const_shapes", {})
             shapes = [tuple(known[str(i)]) if s is None and str(i) in known else s for i, s in enumerate(shapes)]
-            try:
-                costs.append(step.kernel.cost(step.prepared, shapes))
-            except Exception as exc:  # the emulated timeline must never break inference
-                logger.warning("cost model failed for %s (shapes %s): %s: %s", step.describe(), shapes,
-                               type(exc).__name__, exc)
-                costs.append(OpCost())
+            key = (id(step), tuple(shapes))  # a step's cost depends on its input shapes alone
+            cost = self._step_costs.get(key)
+            if cost is None:
+                try:
+                    cost = step.kernel.cost(step.prepared, shapes)
+                except Exception as exc:  # the emulated timeline must never break inference
+                    logger.warning("cost model failed for %s (shapes %s): %s: %s", step.describe(), shapes,
+                                   type(exc).__name__, exc)
+                    cost = OpCost()
+                else:
+                    if len(self._step_costs) >= _STEP_MEMO_KEPT:
+                        self._step_costs.clear()
+                    self._step_costs[key] = cost
+            costs.append(cost)
         cycles = sum(c.cycles for c in costs)
         return RunCost(costs, cycles, self.target.cycles_to_seconds(cycles), sum(c.dma_bytes for c in costs))
 
@@ -409,6 +437,29 @@ class Program:
             costs = {sig: st.cost for sig, st in self._signatures.items()}
         kept = sum(costs[s].seconds * c for s, (c, _) in folded.items() if costs.get(s) is not None)
         return kept + self._evicted_seconds
+
+
+_UNBOUND = object()
+
+
+def _step_key(step: Step, args: Sequence[Any], outs: Sequence[Any], values: bool) -> tuple | None:
+    """What a step's binding is made for: its inputs' and outputs' dtype, shape and layout, as a signature's binding
+    is made on its first call's data and checks later calls' values itself; with ``values`` (a shape-derived step,
+    whose inputs hold the same values on every call of a signature and whose memo holds to them) also the bytes of
+    small inputs. None when a value is not an array."""
+    parts: list = [id(step)]
+    for group in (args, outs):
+        for a in group:
+            if a is None:
+                parts.append(None)
+            elif not isinstance(a, np.ndarray):
+                return None
+            elif values and group is args and a.nbytes <= FIXED_INPUT_BYTES:
+                parts.append((a.dtype.str, a.shape, a.flags.c_contiguous, a.tobytes()))
+            else:
+                parts.append((a.dtype.str, a.shape, a.flags.c_contiguous))
+        parts.append("|")
+    return tuple(parts)
 
 
 def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any], shape_derived: set[int]) -> Any:

@@ -233,3 +233,45 @@ def test_bound_steps_decline_when_a_shape_depends_on_data():
                 np.testing.assert_array_equal(got[name], value)
     loop = next(iter(program._bound.values()))
     assert loop.native_counts[1] > 0  # the bound Reshape and Shape declined the other values
+
+
+def growing_past_model():
+    """present = concat(past, relu(x)) along the sequence, y = -relu(x): a decoder's KV cache in miniature, whose
+    past is one longer on every call (a new input-shape signature every token)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Neg", ["r"], ["y"], name="neg"),
+             helper.make_node("Concat", ["past", "r"], ["present"], name="concat", axis=1)]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, 1, 8]),
+                              helper.make_tensor_value_info("past", F32, [1, "p", 8])],
+                      [helper.make_tensor_value_info("y", F32, [1, 1, 8]),
+                       helper.make_tensor_value_info("present", F32, [1, None, 8])])
+
+
+def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_did_not_change():
+    """Each new past length is a first call; Relu and Neg see the same inputs as under the previous signature, so
+    their native steps and costs are the earlier ones (binding and costing them again was paid every token), while
+    Concat, whose input grew, is bound and costed anew. Results stay the CPU EP's."""
+    model = growing_past_model()
+    program = compiled(model)
+    names = [io.name for io in program.inputs]
+    rng = np.random.default_rng(0)
+    past = np.zeros((1, 0, 8), np.float32)
+    for _ in range(5):
+        feeds = {"x": rng.standard_normal((1, 1, 8)).astype(np.float32), "past": past}
+        got = program(*[feeds[n] for n in names])
+        want = cpu_run(model, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+        past = want[1]
+    ops = [st.op for st in program.steps]
+    first, last = list(program._bindings.values())[0], list(program._bindings.values())[-1]
+    assert len(program._bindings) == 5
+    for op in ("Relu", "Neg"):
+        i = ops.index(op)
+        assert first[i] is not None and first[i] is last[i]
+    i = ops.index("Concat")
+    assert first[i] is not last[i] or first[i] is None
+    sig_first, sig_last = list(program._bindings)[0], list(program._bindings)[-1]
+    cost_first, cost_last = program.cost_for(sig_first).steps, program.cost_for(sig_last).steps
+    assert cost_first[ops.index("Relu")] is cost_last[ops.index("Relu")]
+    assert cost_first[i] is not cost_last[i]
