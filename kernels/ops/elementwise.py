@@ -263,6 +263,8 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "out_itemsize": itemsize_of(out), "out_dtype": out.dtype.name if out.dtype is not None else None}
     if node.op_type == "Gelu":
         attrs["approximate"] = str(node.attr("approximate", "none"))
+    if node.op_type == "Mod":
+        attrs["fmod"] = bool(node.attr("fmod", 0))
     exponent = node.input(1) if node.op_type == "Pow" else None
     if exponent is not None and exponent.value is not None:
         e = np.asarray(exponent.value)
@@ -479,6 +481,24 @@ def _sigmoid_bind(p: Prepared, inputs, outs):
                              [(-1, None)], [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
 
 
+def _mod_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """ONNX Mod as ORT's CPU kernel: fmod=1 is C's fmod (the dividend's sign), fmod=0 (integers) the divisor's
+    sign, numpy's remainder; an integer zero divisor fails the run as ORT's does."""
+    a, b = arg(p, inputs, 0), arg(p, inputs, 1)
+    if np.issubdtype(a.dtype, np.integer) and not np.all(b):
+        raise ZeroDivisionError(f"Integer modulo by zero: the divisor {b.dtype}{list(b.shape)} holds "
+                                f"{b.size - np.count_nonzero(b)} zero(s)")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [np.asarray((np.fmod if p.attrs["fmod"] else np.remainder)(a, b))]
+
+
+def _mod_check(node: NodeInfo, target: Target) -> str | None:
+    t = node.inputs[0].dtype
+    if not node.attr("fmod", 0) and t is not None and np.issubdtype(t, np.floating):
+        return f"{node.describe()}: Mod of floats needs fmod=1 (the ONNX spec)"
+    return _check(node, target)
+
+
 def _sign_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Sign; ORT's float16 kernel compares with 0, so NaN gives 0 there (float32 keeps NaN, as numpy's sign)."""
     x = arg(p, inputs, 0)
@@ -598,6 +618,7 @@ for _op, (_fn, _, _) in _BINARY.items():
     _bind = {"Pow": _pow_bind, "Div": _ufunc_binder(np.divide, 2, "f")}.get(_op) or _ufunc_binder(_fn, 2)
     register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn), _cost, _check,
                        rank_free=True, bind=_bind))
+register(KernelDef("", "Mod", _prepare, _mod_run, _cost, _mod_check, rank_free=True))
 _SIGMOID_REFERENCE = _unary_runner(_sigmoid)
 _SIGN_REFERENCE = _unary_runner(np.sign)
 for _op, (_fn, _, _) in _UNARY.items():

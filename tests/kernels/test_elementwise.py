@@ -245,8 +245,7 @@ def test_min_max_nan_propagates_like_ort(op):
 @pytest.mark.parametrize("const_divisor", [False, True])
 def test_integer_div_by_zero_fails_the_run_as_ort(dtype, const_divisor):
     """ORT's CPU Div fails the run with "Integer division by zero"; NpuEP ran the node (graph assignment) and fails
-    the same run naming the node, where numpy alone would give 0 (issue 38 item 4). Mod is not an NPU op (the
-    CPU EP runs it, and fails likewise)."""
+    the same run naming the node, where numpy alone would give 0 (issue 38 item 4); Mod likewise (below)."""
     from npu_testing import assignment, npu_session
 
     a = np.array([5, -7, 8], dtype)
@@ -272,6 +271,40 @@ def test_integer_abs_neg_sign_bit_exact_on_both_targets(op, dtype):
     info = np.iinfo(dtype)
     x = np.concatenate([np.array([info.min, info.min + 1, -1, 0, 1, info.max], dtype), rand((3, 7), dtype).ravel()])
     check_on_ep(op, [("x", x.reshape(3, 9), False)], [("y", dtype)], targets=("npu-ref", "npu-edge"))
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_mod_bit_exact_with_both_signs(fmod, dtype):
+    """Mod of integers (exported attention's head split is int64 Mod): fmod=0 takes the divisor's sign, fmod=1 the
+    dividend's, bit-exact with ORT on both targets, NpuEP proven to run it (it was declined: split graphs)."""
+    a = np.array([[7, -7, 7, -7, 0, 5], [13, -13, 1, -1, 9, -9]], dtype)
+    b = np.array([[3, 3, -3, -3, 4, 5], [-4, -4, 7, 7, -3, 3]], dtype)
+    check_on_ep("Mod", [("a", a, False), ("b", b, False)], [("y", dtype)], {"fmod": fmod},
+                targets=("npu-ref", "npu-edge"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_float_mod_is_fmod_with_specials_as_ort(dtype):
+    a = np.array([[5.5, -5.5, 0.0, -0.0, np.inf, np.nan], [1e-3, 3.0, 7.0, -7.0, 2.5, 1.0]], dtype)
+    b = np.array([[2.0, 2.0, 3.0, 3.0, 2.0, 1.0], [1.0, np.inf, 0.0, 2.0, -2.0, np.nan]], dtype)
+    check_on_ep("Mod", [("a", a, False), ("b", b, False)], [("y", dtype)], {"fmod": 1})
+
+
+def test_mod_of_floats_without_fmod_is_declined_and_integer_mod_by_zero_fails_as_ort():
+    from _ep_single import declined_by
+    from npu_testing import assignment, npu_session
+
+    f = np.ones((2, 3), np.float32)
+    assert "fmod=1" in declined_by("Mod", [("a", f, False), ("b", f, False)], [("y", np.float32)], target="npu-ref")
+    a, b = np.array([5, -7, 8], np.int64), np.array([2, 0, 3], np.int64)
+    model = make_model("Mod", [("a", a, False), ("b", b, False)], [("y", np.int64)])
+    with pytest.raises(Exception, match="Integer modulo by zero"):
+        run_ort(model, {"a": a, "b": b})
+    sess = npu_session(model, {"target": "npu-ref"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    with pytest.raises(Exception, match="Integer modulo by zero"):
+        sess.run(None, {"a": a, "b": b})
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
