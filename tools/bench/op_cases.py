@@ -74,7 +74,7 @@ class Spec:
 
 
 # -- input kinds ------------------------------------------------------------------------------------------------
-# "x": the runtime data (case dtype, layout shape); "x+": positive; "x2": a second runtime tensor like x;
+# "x": the runtime data (case dtype, layout shape); "x+": positive; "x2" ("x2+"): a second runtime tensor like x;
 # "c:NAME" a constant, "r:NAME" a runtime tensor, both from VALUES[NAME](shape, dtype, rng); "": a missing input.
 
 def _data(shape: tuple[int, ...], dtype: str, rng: np.random.Generator, positive: bool = False) -> np.ndarray:
@@ -143,7 +143,6 @@ VALUES: dict[str, Callable[[tuple[int, ...], str, np.random.Generator], np.ndarr
     "clip_lo": lambda s, d, r: np.array(-1 if np.dtype(NP[d]).kind != "u" else 10, NP[d]),
     "clip_hi": lambda s, d, r: np.array(5 if np.dtype(NP[d]).kind != "f" else 0.5, NP[d]),
     "slope": lambda s, d, r: np.array([0.1], NP[d]),
-    "cast_target": lambda s, d, r: np.zeros(0),  # unused: Cast's 'to' is an attribute
     "ids": lambda s, d, r: r.integers(0, 1000, s[:2]).astype(np.int32),
     "word_emb": lambda s, d, r: r.standard_normal((1000, _last(s))).astype(np.float32),
     "pos_emb": lambda s, d, r: r.standard_normal((max(s[1], 2), _last(s))).astype(np.float32),
@@ -151,6 +150,7 @@ VALUES: dict[str, Callable[[tuple[int, ...], str, np.random.Generator], np.ndarr
     "rot_cache": lambda s, d, r: r.standard_normal((s[2], s[3] // 2)).astype(_f(d)),
     "w_qkv": lambda s, d, r: (r.standard_normal((_last(s), 3 * _last(s))) / np.sqrt(_last(s))).astype(np.float32),
     "b_qkv": lambda s, d, r: np.zeros(3 * _last(s), np.float32),
+    "u8": lambda s, d, r: _data(s, "uint8", r),
 }
 
 
@@ -177,6 +177,7 @@ VALUES["nbits_S"] = lambda s, d, r: _nbits(s, d, np.random.default_rng(1)).scale
 _Q8 = ("c:scale_f32", "c:zp")
 SPECS: dict[str, Spec] = {
     "Pow": Spec(("x+", "c:three")),
+    "Mod": Spec(("x", "x2+"), lambda s, d: {"fmod": int(d in ("float32", "float16"))}),  # float Mod is fmod only
     "Sqrt": Spec(("x+",)), "Log": Spec(("x+",)), "Reciprocal": Spec(("x+",)),
     "Cast": Spec(("x",), lambda s, d: {"to": TensorProto.FLOAT16 if d == "float32" else TensorProto.FLOAT}),
     "ReduceMean": Spec(("x", "c:axes_last")), "ReduceSum": Spec(("x", "c:axes_last")),
@@ -259,8 +260,6 @@ SPECS: dict[str, Spec] = {
 }
 DYNAMIC_FIRST_DIM = {"Shape", "Size"}  # ORT folds them away when the input's shape is all constant
 VARIADIC_TWO = {"Sum", "Mean", "Min", "Max"}
-EXTRA_INPUT_VALUES = {"u8": lambda s, d, r: _data(s, "uint8", r)}
-VALUES.update(EXTRA_INPUT_VALUES)
 
 
 def _split_key(key: str) -> tuple[str, str]:
@@ -294,8 +293,8 @@ def _other_dtype(domain: str, op: str, type_str: str) -> str:
 def _value(kind: str, shape: tuple[int, ...], dtype: str, rng: np.random.Generator, domain: str, op: str
            ) -> tuple[np.ndarray, bool]:
     """(array, is_constant) for one input kind."""
-    if kind in ("x", "x2", "x+"):
-        return _data(shape, dtype, rng, positive=kind == "x+"), False
+    if kind in ("x", "x2", "x+", "x2+"):
+        return _data(shape, dtype, rng, positive=kind.endswith("+")), False
     if kind.startswith("r:other:"):
         return _data(shape, _other_dtype(domain, op, kind[8:]), rng), False
     src, name = kind.split(":", 1)
