@@ -365,11 +365,11 @@ def _pow_bind(p: Prepared, inputs, outs):
     """Pow on float32/float64 as its kernel's ufunc call: a constant exponent of 2 as ``np.multiply(x, x)``, else
     ``np.power`` with an exponent of the base's dtype (``_pow`` casts nothing then)."""
     a, b = arg(p, inputs, 0), arg(p, inputs, 1)
+    if p.attrs.get("cube") or p.attrs.get("half"):  # the engine's for float32/float16, no binding for float64
+        return engine_bind(p, inputs, outs)
     if (not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray) or a.dtype not in _POW_DTYPES
             or outs[0].ndim == 0 or outs[0].dtype != a.dtype or inputs[0] is None):
         return None
-    if p.attrs.get("cube") or p.attrs.get("half"):  # the engine's for float32, no binding for float64
-        return engine_bind(p, inputs, outs) if a.dtype == _F32 else None
     x = (0, 0, a.dtype, a.shape, None, True)
     if p.attrs.get("square") and b.ndim <= a.ndim:
         return _native.call_step(p, np.multiply, (None, None), [x, (1, *x[1:])], [(-1, None)])
@@ -418,18 +418,17 @@ def engine_program(p: Prepared) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _engine_call(p: Prepared, x: np.ndarray) -> np.ndarray | None:
     """The op on the native engine for float32 ``x`` of rank >= 1 with a float32 output, else None. Float16 (in and
-    out) widens to float32 and rounds once on store as the reference does (numpy's conversions around the engine:
-    the same bits as the reference)."""
+    out: ``tail_of_f16``) widens each chunk to float32 and rounds once on store as the reference does: the same
+    bits."""
     nat = _native.native(p)
     if nat is None or x.dtype not in (_F32, _F16) or not x.ndim or _out_dtype(p, x) != x.dtype:
         return None
     prog = engine_program(p)
     if prog is None:
         return None
-    if x.dtype == _F16:
-        return nat.tail_of(x.astype(_F32), *prog, _native.threads(p)).astype(_F16)
-    out = _native.ort_output(p, 0, x.shape, _F32)  # ORT's buffer when the result is a partition output
-    return nat.tail_of(np.ascontiguousarray(x), *prog, _native.threads(p), out)
+    out = _native.ort_output(p, 0, x.shape, x.dtype)  # ORT's buffer when the result is a partition output
+    fn = nat.tail_of if x.dtype == _F32 else nat.tail_of_f16
+    return fn(np.ascontiguousarray(x), *prog, _native.threads(p), out)
 
 
 def engine_runner(reference: Callable):
@@ -441,18 +440,19 @@ def engine_runner(reference: Callable):
 
 
 def engine_bind(p: Prepared, inputs, outs):
-    """A float32 engine op of a runtime input (and constants only otherwise) as one native ``tail_of`` call for its
-    shape."""
+    """A float32 (float16) engine op of a runtime input (and constants only otherwise) as one native ``tail_of``
+    (``tail_of_f16``) call for its shape."""
     x = inputs[0] if inputs else None
     nat = _native.native(p)
     prog = engine_program(p)
-    if (nat is None or prog is None or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous
-            or outs[0].ndim == 0 or outs[0].dtype != _F32 or outs[0].shape != x.shape
+    if (nat is None or prog is None or not isinstance(x, np.ndarray) or x.dtype not in (_F32, _F16)
+            or not x.flags.c_contiguous or outs[0].ndim == 0 or outs[0].dtype != x.dtype or outs[0].shape != x.shape
             or any(v is not None for v in inputs[1:])):
         return None
     where = p.memo.get(_native.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
     into = [(4, where[0], list(x.shape))] if where and 0 in where else []
-    return _native.call_step(p, nat.tail_of, (None, *prog, _native.threads(p), None),
+    fn = nat.tail_of if x.dtype == _F32 else nat.tail_of_f16
+    return _native.call_step(p, fn, (None, *prog, _native.threads(p), None),
                              [(0, 0, x.dtype, x.shape, None)], [(-1, None)],
                              [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
 

@@ -217,21 +217,23 @@ def test_prelu_per_channel_session_after_a_conv_matches_cpu_ep():
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_float16_widens_around_the_engine_bit_for_bit(case):
-    """Float16 x (and output) runs the float32 engine between numpy's conversions, rounding once on store as the
-    reference does: the same bits, including float16's overflow to Inf and its subnormals."""
+def test_float16_widens_around_the_engine_bit_for_bit(ew_isa, case):
+    """Float16 x (and output) runs the engine natively (tail_of_f16: F16C or _Float16 conversions per chunk), widened
+    to float32 and rounded once on store as the reference does: the same bits, including float16's overflow to Inf
+    and its subnormals, on every ISA; the bound step too (native_vs_reference checks it)."""
     from _sweep import native_vs_reference
     op, domain, attrs, const, scale = CASES[case]
-    x = with_specials((RNG.standard_normal((3, 1031)) * scale).astype(np.float16), RNG,
-                      values=(np.nan, np.inf, -np.inf, -0.0, 6.0e-8, -6.0e-5, 65504.0, -65504.0, 40.0))
-    c = None if const is None else const.astype(np.float16)
-    inputs = [("x", x, False)] + ([] if c is None else [("c", c, True)])
-    got, want, calls = native_vs_reference(op, inputs, domain=domain, **attrs)
-    assert "tail_of" in calls, f"{case} float16: the engine did not run ({calls})"
-    g, w = got[0], want[0]
-    nan = np.isnan(w)
-    assert g.dtype == w.dtype == np.float16 and np.array_equal(np.isnan(g), nan)
-    assert np.array_equal(g.view(np.uint16)[~nan], w.view(np.uint16)[~nan]), f"{case} float16"
+    for shape, threads in (((3, 2 * 1031), 1), ((2, TASK + 1001), 2)):  # chunk tails; the task split
+        x = with_specials((RNG.standard_normal(shape) * scale).astype(np.float16), RNG,
+                          values=(np.nan, np.inf, -np.inf, -0.0, 6.0e-8, -6.0e-5, 65504.0, -65504.0, 40.0))
+        c = None if const is None else const.astype(np.float16)
+        inputs = [("x", x, False)] + ([] if c is None else [("c", c, True)])
+        got, want, calls = native_vs_reference(op, inputs, domain=domain, threads=threads, **attrs)
+        assert "tail_of_f16" in calls, f"{case} float16: the engine did not run ({calls})"
+        g, w = got[0], want[0]
+        nan = np.isnan(w)
+        assert g.dtype == w.dtype == np.float16 and np.array_equal(np.isnan(g), nan)
+        assert np.array_equal(g.view(np.uint16)[~nan], w.view(np.uint16)[~nan]), f"{case} float16 {shape}"
 
 
 @pytest.mark.parametrize("op", ["Max", "Add"])
@@ -343,3 +345,17 @@ def test_two_input_min_max_bind_their_ufunc_also_for_float16(op, dtype, shapes):
     assert len(bound) == 1, f"{op} {dt} {shapes}: no bound step"
     assert bound[0].dtype == got[0].dtype == dt and bound[0].shape == got[0].shape
     np.testing.assert_array_equal(bound[0], got[0])
+
+
+def test_tail_of_f16_refuses_other_dtypes_and_writes_a_given_buffer():
+    kernels = _native.native_module()
+    codes, consts = np.array([11], np.int32), np.zeros((1, 2), np.float32)  # erf
+    x = (RNG.standard_normal((4, 33)) * 2).astype(np.float16)
+    out = np.empty(132, np.float16)
+    got = kernels.tail_of_f16(x, codes, consts, 1, out)
+    assert np.shares_memory(got, out) and out.tobytes() == erf_f32(x.astype(np.float32)).astype(np.float16).tobytes()
+    with pytest.raises(ValueError, match="tail_of_f16: x must be"):
+        kernels.tail_of_f16(x.astype(np.float32), codes, consts, 1)
+    for bad in (np.empty(132, np.float32), np.empty(131, np.float16), [0.0] * 132):
+        with pytest.raises(ValueError, match="tail_of_f16: out must be"):
+            kernels.tail_of_f16(x, codes, consts, 1, bad)

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -227,6 +228,90 @@ void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int3
   RunTail(nullptr, v, y.size(), codes.data(), consts.data(), codes.size(), threads);
 }
 
+// float16 <-> float32 rows for the float16 engine (tail_of_f16): F16C in lanes on AVX2 hosts, _Float16's
+// conversions elsewhere; both exact widening and round-to-nearest-even narrowing, as numpy's astype.
+#if NPU_EP_X86
+bool HasF16c() {
+  static const bool yes = __builtin_cpu_supports("f16c");
+  return yes;
+}
+
+__attribute__((target("avx2,f16c"))) void HalfToFloatF16c(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  for (; i < n; ++i) d[i] = _cvtsh_ss(s[i]);
+}
+
+__attribute__((target("avx2,f16c"))) void FloatToHalfF16c(const float* s, uint16_t* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) d[i] = _cvtss_sh(s[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+#endif
+
+void HalfToFloatRow(const uint16_t* s, float* d, int64_t n) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx2 && HasF16c()) return HalfToFloatF16c(s, d, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    _Float16 h;
+    std::memcpy(&h, s + i, sizeof h);
+    d[i] = static_cast<float>(h);
+  }
+}
+
+void FloatToHalfRow(const float* s, uint16_t* d, int64_t n) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx2 && HasF16c()) return FloatToHalfF16c(s, d, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const _Float16 h = static_cast<_Float16>(s[i]);
+    std::memcpy(d + i, &h, sizeof h);
+  }
+}
+
+bool IsHalf(const py::array& a) { return a.dtype().kind() == 'f' && a.itemsize() == 2; }
+
+// A float16 op on the engine: each chunk widened to float32, the instructions, rounded once to float16 on store
+// (the reference model's widen / compute / store), into ``out`` (ORT's buffer, or x: in place) or a new array.
+py::array TailOfF16Py(const py::array& x, const py::array_t<int32_t, py::array::c_style>& codes,
+                      const py::array_t<float, py::array::c_style>& consts, int threads, const py::object& out) {
+  CheckTail("tail_of_f16", codes, consts);
+  if (!IsHalf(x) || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("tail_of_f16: x must be a C-order float16 array");
+  py::array y;
+  if (out.is_none()) {
+    y = py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  } else {
+    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+    if (!y || !IsHalf(y) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
+      throw std::invalid_argument("tail_of_f16: out must be a writeable C-order float16 array of x's " +
+                                  std::to_string(x.size()) + " elements");
+  }
+  const auto* in = static_cast<const uint16_t*>(x.data());
+  auto* dst = static_cast<uint16_t*>(y.mutable_data());
+  const int64_t n = x.size(), n_codes = codes.size(), tasks = (n + kTailTask - 1) / kTailTask;
+  const int32_t* cd = codes.data();
+  const float* cs = consts.data();
+  {
+    py::gil_scoped_release release;
+    ParallelFor(ThreadsFor(threads, n * std::max<int64_t>(n_codes, 1)), tasks, [&](int64_t t) {
+      float v[kTailChunk], saved[kTailChunk];
+      const int64_t end = std::min(n, (t + 1) * kTailTask);
+      for (int64_t i = t * kTailTask; i < end; i += kTailChunk) {
+        const int64_t len = std::min(kTailChunk, end - i);
+        HalfToFloatRow(in + i, v, len);
+        TailChunk(v, saved, len, cd, cs, n_codes);
+        FloatToHalfRow(v, dst + i, len);
+      }
+    });
+  }
+  return y;
+}
+
 // The array a standalone op of float32 x writes: ``out`` when given (ORT's output buffer, or x itself: checked to
 // be a writeable C-order float32 array of x's size), else a new array of x's shape.
 py::array_t<float> OutputFor(const char* fn, const py::array& x, const py::object& out) {
@@ -326,6 +411,10 @@ void BindConvTail(py::module_& m) {
         py::arg("out") = py::none(),
         "PRelu of float32 x viewed as [rows, inner], row r's slope slope[r % slope.size] (a per-channel slope), as "
         "the leaky_relu tail instruction (into out when given: ORT's buffer)");
+  m.def("tail_of_f16", &TailOfF16Py, py::arg("x"), py::arg("codes"), py::arg("consts"), py::arg("threads") = 1,
+        py::arg("out") = py::none(),
+        "tail_of for float16 x: each chunk widened to float32, the instructions, rounded once to float16 on store "
+        "(into out when given: ORT's buffer)");
   m.def("sigmoid", &SigmoidPy, py::arg("x"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "ONNX Sigmoid of float32 x: 1 / (1 + exp(min(-x, 88))), exp in lanes on AVX2/AVX-512 hosts (within 2 ulp of "
         "numpy's, as the conv tail's sigmoid), into out when given (ORT's buffer)");
