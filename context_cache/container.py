@@ -20,7 +20,7 @@ import os
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -124,8 +124,48 @@ def _dtype_name(dt: np.dtype) -> str:
 # ----------------------------------------------------------------------------------------------------- packing
 
 
+@dataclass(frozen=True)
+class PackedContainer:
+    """A container laid out and hashed, its sections still the caller's arrays: ``write_to`` streams it to a file
+    section by section, so storing an entry never holds a second whole copy of its weights."""
+
+    meta: ContainerMeta
+    head: bytes  # prefix, JSON block and zero padding up to data_start
+    sections: tuple[tuple[int, memoryview], ...]  # (offset from data_start, the section's bytes), in file order
+    nbytes: int  # total_len
+
+    def pieces(self) -> Iterator[bytes | memoryview]:
+        """The file's bytes in order: head, then each section and the zero padding after it."""
+        yield self.head
+        cursor = len(self.head)
+        for off, raw in self.sections:
+            start = len(self.head) + off
+            if start > cursor:
+                yield bytes(start - cursor)
+            yield raw
+            cursor = start + raw.nbytes
+        if self.nbytes > cursor:
+            yield bytes(self.nbytes - cursor)
+
+    def write_to(self, f: BinaryIO) -> None:
+        """Write the whole container to the binary file ``f`` (buffered writes of each section in place)."""
+        for piece in self.pieces():
+            f.write(piece)
+
+    def to_bytes(self) -> bytes:
+        """The container as one bytes object (the only copy made)."""
+        return b"".join(self.pieces())
+
+
 def pack(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, meta: ContainerMeta) -> bytes:
-    """Serialize a program header (JSON-serializable dict) and named arrays into one container.
+    """Serialize a program header (JSON-serializable dict) and named arrays into one container (``packed``'s
+    bytes)."""
+    return packed(header, arrays, meta=meta).to_bytes()
+
+
+def packed(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, meta: ContainerMeta) -> PackedContainer:
+    """Lay out and hash a container without copying its arrays (only one that is not little-endian C order is
+    converted).
 
     Arrays are stored little-endian, C order, in the given order, each 64-byte aligned. Header keys are sorted so
     the same input always gives the same bytes.
@@ -138,7 +178,7 @@ def pack(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, meta: C
     if not isinstance(header, Mapping):
         raise TypeError(f"header must be a mapping, got {type(header).__name__}")
     table: list[dict[str, Any]] = []
-    blobs: list[tuple[int, np.ndarray]] = []
+    sections: list[tuple[int, memoryview]] = []
     cursor = 0
     for name, arr in arrays.items():
         if not isinstance(name, str):
@@ -146,10 +186,10 @@ def pack(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, meta: C
         arr = np.asarray(arr)
         dname = _dtype_name(arr.dtype)
         data = np.asarray(arr, dtype=DTYPES[dname], order="C")  # keeps 0-d (ascontiguousarray would not)
-        raw = data.reshape(-1).view(np.uint8)
+        raw = memoryview(data.reshape(-1).view(np.uint8))
         table.append({"name": name, "dtype": dname, "shape": [int(d) for d in data.shape], "offset": cursor,
-                      "nbytes": int(data.nbytes), "sha256": hashlib.sha256(raw).hexdigest()})
-        blobs.append((cursor, raw))
+                      "nbytes": int(data.nbytes), "sha256": _sha256_hex(raw)})
+        sections.append((cursor, raw))
         cursor = _align(cursor + data.nbytes)
     doc = {"meta": {f: getattr(meta, f) for f in _META_FIELDS}, "header": dict(header), "arrays": table}
     try:
@@ -159,16 +199,11 @@ def pack(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, meta: C
     jb = js.encode("utf-8")
     data_start = _align(PREFIX_SIZE + len(jb))
     total = data_start + cursor
-    out = bytearray(total)
     head = PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(jb), total, b"\0" * 32)
     digest = hashlib.sha256(head[:HASHED_PREFIX] + jb).digest()
-    out[:PREFIX_SIZE] = PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(jb), total, digest)
-    out[PREFIX_SIZE:PREFIX_SIZE + len(jb)] = jb
-    view = memoryview(out)
-    for off, raw in blobs:
-        view[data_start + off:data_start + off + raw.nbytes] = memoryview(raw)
-    view.release()
-    return bytes(out)
+    prefix = PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(jb), total, digest)
+    return PackedContainer(meta=meta, head=prefix + jb + bytes(data_start - PREFIX_SIZE - len(jb)),
+                           sections=tuple(sections), nbytes=total)
 
 
 # --------------------------------------------------------------------------------------------------- unpacking

@@ -7,9 +7,9 @@ the whole 0.5 GB file to the peak RSS. The page cache keeps those pages, so drop
 mapping costs a minor fault if a kernel reads them again.
 
 Only pages the file itself backs are released (``/proc/self/pagemap``: "file page or shared anonymous" or not
-present, none swapped): ``MADV_DONTNEED`` on them loses nothing, the next read maps the same file page again. A page of a
-private mapping that was written (copy-on-write, now anonymous memory) would be lost, so a range holding one is
-left alone; so is any range when pagemap cannot be read (not Linux, restricted /proc).
+present, none swapped): ``MADV_DONTNEED`` on them loses nothing, the next read maps the same file page again. A
+page of a private mapping that was written (copy-on-write, now anonymous memory) would be lost, so a range
+holding one is left alone; so is any range when pagemap cannot be read (not Linux, restricted /proc).
 """
 
 from __future__ import annotations

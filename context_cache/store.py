@@ -22,8 +22,8 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .._atomic import atomic_write_bytes, temp_name_pattern
-from .container import ContainerExpect, ContainerMeta, peek_meta, unpack
+from .._atomic import atomic_write_bytes, atomic_writer, temp_name_pattern
+from .container import ContainerExpect, ContainerMeta, PackedContainer, peek_meta, unpack
 from .errors import ContextFormatError, ContextTooLargeError
 from .fileio import map_container, read_container
 
@@ -160,22 +160,29 @@ class CacheStore:
 
     # ------------------------------------------------------------------------------------------------ writing
 
-    def put(self, key: str, data: bytes) -> Path | None:
-        """Store ``data`` (a packed container) atomically; None + warning if the directory is unusable.
+    def put(self, key: str, data: bytes | PackedContainer) -> Path | None:
+        """Store ``data`` (a packed container, or a ``PackedContainer`` streamed to the file section by section)
+        atomically; None + warning if the directory is unusable.
 
         Raises only for caller bugs: a bad key (ValueError) or bytes that are not a container (ContextFormatError).
         """
         path = self.path_for(key)
-        bound = peek_meta(data).source_key
+        streamed = isinstance(data, PackedContainer)
+        bound = data.meta.source_key if streamed else peek_meta(data).source_key
         if bound != key:
             raise ValueError(f"cache entry for key {key[:16]}... holds a container written for {bound[:16]}...: "
                              f"meta.source_key must be the key")
-        if self.max_bytes is not None and len(data) > self.max_bytes:
-            _warn(f"entry {key[:16]} is {len(data)} bytes, above the cache cap of {self.max_bytes}; not cached")
+        size = data.nbytes if streamed else len(data)
+        if self.max_bytes is not None and size > self.max_bytes:
+            _warn(f"entry {key[:16]} is {size} bytes, above the cache cap of {self.max_bytes}; not cached")
             return None
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(path, data)
+            if streamed:
+                with atomic_writer(path) as f:
+                    data.write_to(f)
+            else:
+                atomic_write_bytes(path, data)
         except OSError as e:
             reason = "disk full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
             _warn(f"cannot write {path}: {reason}; continuing without caching")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..context_cache.container import pack, unpack
+from ..context_cache.container import PackedContainer, packed, unpack
 from ..context_cache.errors import ContextFormatError
 from ..context_cache.keys import cache_key
 from ..context_cache.store import CacheStore
@@ -90,12 +90,12 @@ class CompileCache:
             self.stats["misses"] += 1
             program = build()
             if self.store is not None:
-                self.store.put(key, self._pack(program, key, refs))
-        return program, self._pack(program, key, None) if need_blob else None
+                self.store.put(key, self._packed(program, key, refs))  # streamed: no copy of its arrays
+        return program, self._packed(program, key, None).to_bytes() if need_blob else None
 
-    def _pack(self, program: Program, key: str, refs: BorrowedRefs | None) -> bytes:
+    def _packed(self, program: Program, key: str, refs: BorrowedRefs | None) -> PackedContainer:
         header, arrays = program_to_parts(program, refs)
-        return pack(header, arrays, meta=compiler_version.stamp(self.target, key))
+        return packed(header, arrays, meta=compiler_version.stamp(self.target, key))
 
     def _program_from_blob(self, blob: bytes | memoryview, name: str, refs: BorrowedRefs) -> Program:
         container = unpack(blob, expect=compiler_version.expected(self.target), verify=False)  # get() hashed it
