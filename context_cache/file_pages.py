@@ -9,7 +9,9 @@ mapping costs a minor fault if a kernel reads them again.
 Only pages the file itself backs are released (``/proc/self/pagemap``: "file page or shared anonymous" or not
 present, none swapped): ``MADV_DONTNEED`` on them loses nothing, the next read maps the same file page again. A
 page of a private mapping that was written (copy-on-write, now anonymous memory) would be lost, so a range
-holding one is left alone; so is any range when pagemap cannot be read (not Linux, restricted /proc).
+holding one is left alone; so is any range when pagemap cannot be read (not Linux, restricted /proc). A write
+landing between the check and the release would still be lost: callers release only constant data nothing writes
+(the initializers a cache key hashes).
 """
 
 from __future__ import annotations
