@@ -9,8 +9,8 @@ lo > hi gives hi everywhere.
 Each op is a row ``op -> (fn(x, attrs), attribute defaults, plain ops/element, transcendental ops/element)``; the
 cost is ``_vector.stream_cost`` over the output elements with DMA of every input and the output.
 
-Float32 LeakyRelu, HardSigmoid, HardSwish and PRelu of one constant slope run on the element-wise engine
-(``elementwise.engine_runner``: conv-tail instructions, the same float32 operations as the functions here); a
+Float32 and float16 LeakyRelu, HardSigmoid, HardSwish and PRelu of one constant slope run on the element-wise
+engine (``elementwise.engine_runner``: conv-tail instructions, the same float32 operations as the functions here); a
 float32 PRelu whose slope varies along one run of x's axes (per channel) runs natively per row (``prelu_rows``).
 """
 
