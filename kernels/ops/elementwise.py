@@ -365,8 +365,8 @@ def _pow_bind(p: Prepared, inputs, outs):
     """Pow on float32/float64 as its kernel's ufunc call: a constant exponent of 2 as ``np.multiply(x, x)``, else
     ``np.power`` with an exponent of the base's dtype (``_pow`` casts nothing then)."""
     a, b = arg(p, inputs, 0), arg(p, inputs, 1)
-    if p.attrs.get("cube") or p.attrs.get("half"):  # the engine's for float32/float16, no binding for float64
-        return engine_bind(p, inputs, outs)
+    if p.attrs.get("cube") or (p.attrs.get("half") and isinstance(a, np.ndarray) and a.dtype in (_F32, _F16)):
+        return engine_bind(p, inputs, outs)  # the engine's for float32/float16; float64 by 3 stays unbound
     if (not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray) or a.dtype not in _POW_DTYPES
             or outs[0].ndim == 0 or outs[0].dtype != a.dtype or inputs[0] is None):
         return None
@@ -518,8 +518,8 @@ def pow_half(x: np.ndarray) -> np.ndarray:
 
 def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Pow; a constant exponent of 2 is ``x * x`` and of 3 ``x * x * x`` as ORT's CPU kernel computes them
-    (correctly rounded products, no powf), with the base's broadcast against the exponent's shape; float32 by 3
-    runs on the element-wise engine, as float32 (and float16) by 0.5 (``pow_half``)."""
+    (correctly rounded products, no powf), with the base's broadcast against the exponent's shape; float32 and
+    float16 by 3 run on the element-wise engine, as by 0.5 (``pow_half``)."""
     a, b = arg(p, inputs, 0), arg(p, inputs, 1)
     if p.attrs.get("half") and a.dtype in (_F32, _F16) and b.ndim <= a.ndim:
         native = _engine_call(p, a)
