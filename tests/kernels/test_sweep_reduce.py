@@ -1,9 +1,9 @@
 """Differential sweep of the native reductions (ep/native/kernels/reduce.cc's integer ReduceSum and float
-ReduceMean, conv_bindings.cc's GlobalAveragePool mean_pixels), issue 38, and reduce.cc's float32 row maxima
-(ReduceMax over trailing axes, GlobalMaxPool; issue 40: 32 values per step and a masked tail on AVX-512, scalar below,
-tasks of 16 rows; exact against the reference, NaN wherever it has one, on every ISA level): each runs as a bound native step (the
+ReduceMean, conv_bindings.cc's GlobalAveragePool mean_pixels), issue 38: each runs as a bound native step (the
 program's C++ loop), so the sweep binds it after the kernel's own run (the reference model) and compares the two
-bit for bit, counting that the native step ran (or declined where it must).
+bit for bit, counting that the native step ran (or declined where it must). reduce.cc's float32 row maxima
+(ReduceMax over trailing axes, GlobalMaxPool; issue 40: 32 values per step and a masked tail on AVX-512, scalar
+below, tasks of 16 rows) run in the kernel too: they are checked exact against the reference on every ISA level.
 
 Boundaries: integer sums at the type's limits (int32 saturation, both signs), a row's sum of |x| just below and at
 2^53 (above it float64 could round: the step must decline and the reference run), int64 extremes; float means with

@@ -217,9 +217,10 @@ __attribute__((target("avx512f"))) inline __m512 SpanTaps(__m512 v0, __m512 v1, 
 // columns, from the first tap on): its bits. Maxima fold the rows first, then the columns: the same maximum in
 // another order (a NaN wins).
 template <bool kSum, int kB>
-__attribute__((target("avx512f"), always_inline)) inline void WindowBlocks(const PoolShape& s, const float* in, __m512 padv,
-                                                            const TapIndex* taps, bool third, int64_t oh, int64_t o,
-                                                            float* out) {
+__attribute__((target("avx512f"), always_inline)) inline void WindowBlocks(const PoolShape& s, const float* in,
+                                                                           __m512 padv, const TapIndex* taps,
+                                                                           bool third, int64_t oh, int64_t o,
+                                                                           float* out) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   int64_t c[kB];
   __mmask16 k[kB][3];
@@ -235,8 +236,8 @@ __attribute__((target("avx512f"), always_inline)) inline void WindowBlocks(const
     const int64_t ih = oh * s.sh - s.pt + i * s.dh;
     const bool inside = ih >= 0 && ih < s.H;
     __m512 r[kB][3];
-  #pragma GCC unroll 4
-  for (int b = 0; b < kB; ++b) {
+#pragma GCC unroll 4
+    for (int b = 0; b < kB; ++b) {
       const float* row = in + ih * s.W + c[b];  // masked loads: nothing read outside the row
       r[b][0] = inside ? _mm512_mask_loadu_ps(padv, k[b][0], row) : padv;
       r[b][1] = inside ? _mm512_mask_loadu_ps(padv, k[b][1], row + 16) : padv;
@@ -244,18 +245,19 @@ __attribute__((target("avx512f"), always_inline)) inline void WindowBlocks(const
       if (!kSum) v[b][0] = MaxLanes(v[b][0], r[b][0]), v[b][1] = MaxLanes(v[b][1], r[b][1]),
                  v[b][2] = MaxLanes(v[b][2], r[b][2]);
     }
-    if (kSum)
-      for (int64_t j = 0; j < s.kw; ++j)
-      #pragma GCC unroll 4
-  for (int b = 0; b < kB; ++b) {
-          const __m512 t = SpanTaps(r[b][0], r[b][1], r[b][2], taps[j]);
-          acc[b] = i == 0 && j == 0 ? t : _mm512_add_ps(acc[b], t);
-        }
+    if (!kSum) continue;
+    for (int64_t j = 0; j < s.kw; ++j) {
+#pragma GCC unroll 4
+      for (int b = 0; b < kB; ++b) {
+        const __m512 t = SpanTaps(r[b][0], r[b][1], r[b][2], taps[j]);
+        acc[b] = i == 0 && j == 0 ? t : _mm512_add_ps(acc[b], t);
+      }
+    }
   }
-  if (!kSum)
-    for (int64_t j = 0; j < s.kw; ++j)
-    #pragma GCC unroll 4
-  for (int b = 0; b < kB; ++b) acc[b] = MaxLanes(acc[b], SpanTaps(v[b][0], v[b][1], v[b][2], taps[j]));
+  for (int64_t j = 0; !kSum && j < s.kw; ++j) {
+#pragma GCC unroll 4
+    for (int b = 0; b < kB; ++b) acc[b] = MaxLanes(acc[b], SpanTaps(v[b][0], v[b][1], v[b][2], taps[j]));
+  }
 #pragma GCC unroll 4
   for (int b = 0; b < kB; ++b)
     _mm512_mask_storeu_ps(out + oh * s.OW + o + 16 * b, Lanes16(s.OW - o - 16 * b), acc[b]);

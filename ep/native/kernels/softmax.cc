@@ -191,7 +191,8 @@ void LogSoftmaxRow(const float* x, int64_t n, float* y) {
 #if NPU_EP_X86
 // Softmax (or LogSoftmax: `log`) of one row, 16 lanes per step with masked tails: the maximum, exp (Exp16, stored
 // for softmax) with one running sum per lane (element j in lane j % 16, the lanes added by halves at the end), then
-// the product with 1 / sum (a division's throughput would bound the row; one more rounding) or (x - max) - log(sum); a row holding a NaN or an infinite maximum is NaN, as the reference's.
+// the product with 1 / sum (a division's throughput would bound the row; one more rounding) or (x - max) - log(sum);
+// a row holding a NaN or an infinite maximum is NaN, as the reference's.
 __attribute__((target("avx512f"))) void SoftmaxRowAvx512(const float* x, int64_t n, bool log, float* y) {
   __m512 vm = _mm512_set1_ps(x[0]);
   __mmask16 nan = 0;
