@@ -423,3 +423,23 @@ def test_qlinearconv_bias_wraps_in_int32(isa, bias):
     got, want = _native_and_reference("QLinearConv", inputs, "qlinear_conv", pads=[1, 1, 1, 1])
     assert_matches(got, want, exact=True, what=f"bias {bias}")
     assert (got == 0).any() and (got == 255).any()  # wrapped sums of both signs
+
+
+@pytest.mark.parametrize("y_scale", [0.0, 1e-45])  # an infinite multiplier: 0 * inf is NaN, the rest saturate
+def test_qlinearconv_nan_requantization_gives_the_lowest_code_as_ort(isa, y_scale):
+    """The scalar and AVX2 epilogues shared the VNNI one's clip only in int8_gemm.cc: QLinearConv's own copy cast a
+    NaN (a zero sum times an infinite multiplier) to an integer (undefined; 0 here) where ORT and the AVX-512 path
+    give the lowest code. Both now call int8_gemm.h's Requantize."""
+    rng = np.random.default_rng(11)
+    xs, ws = (1, 3, 6, 6), (8, 3, 3, 3)
+    x = np.zeros(xs, np.int8)  # every sum is 0 (x_zp = 0): int8, whose lowest code is not a cast NaN's low byte
+    inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True), ("xz", np.array(0, np.int8), True),
+              ("w", _ints(ws, np.int8, rng), True), ("ws", np.full(8, 0.01, np.float32), True),
+              ("wz", np.zeros(8, np.int8), True), ("ys", np.array(y_scale, np.float32), True),
+              ("yz", np.array(3, np.int8), True)]
+    with np.errstate(all="ignore"):
+        got, want = _native_and_reference("QLinearConv", inputs, "qlinear_conv", pads=[1, 1, 1, 1])
+        ort = run_ort(node_model("QLinearConv", inputs, pads=[1, 1, 1, 1]), inputs)[0]
+    np.testing.assert_array_equal(got, ort)
+    np.testing.assert_array_equal(want, ort)
+    assert (got == -128).all()  # the lowest int8 code

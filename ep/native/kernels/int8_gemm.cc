@@ -52,19 +52,6 @@ inline int32_t Finish(const Int8Gemm& g, const Prep& p, int64_t m, int64_t n, ui
   return static_cast<int32_t>(v);
 }
 
-// MLAS's clip: maxps(v, lo) then minps(v, hi), so a NaN (an infinite multiplier times 0) gives the lowest code, as
-// the VNNI epilogue's vmaxps does.
-inline uint8_t Requantize(int32_t acc, float mult, int32_t zp, bool is_signed) {
-  const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
-  const float z = static_cast<float>(zp);
-  float v = static_cast<float>(acc) * mult;
-  v = v > lo - z ? v : lo - z;
-  v = v < hi - z ? v : hi - z;
-  v = RoundHalfEven(v) + z;  // |v| <= 255 + |zp| after the clip
-  const int32_t q = static_cast<int32_t>(v);
-  return is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q)) : static_cast<uint8_t>(q);
-}
-
 inline float Mult(const Int8Gemm& g, int64_t m, int64_t n) {
   return g.mult[g.mult_per_col ? n : g.mult_per_row ? m : 0];
 }

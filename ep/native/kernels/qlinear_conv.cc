@@ -26,16 +26,6 @@ namespace npu_ep::kern {
 
 namespace {
 
-inline uint8_t Requantize(int32_t acc, float mult, int32_t zp, bool is_signed) {
-  const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
-  const float z = static_cast<float>(zp);
-  float v = static_cast<float>(acc) * mult;
-  v = std::min(std::max(v, lo - z), hi - z);
-  v = RoundHalfEven(v) + z;
-  const int32_t q = static_cast<int32_t>(v);
-  return is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q)) : static_cast<uint8_t>(q);
-}
-
 // y[o] = requantize(acc[o] + bias) for o in [0, n) (int32 add wraps, as int32 hardware).
 void RequantizeRowScalar(const int32_t* acc, int64_t n, int32_t bias, float mult, int32_t zp, bool is_signed,
                          uint8_t* y) {
