@@ -92,6 +92,26 @@ def _path(value: str | None) -> str | None:
     return os.path.expanduser(value) if value else value
 
 
+TARGET_ENV = "NPU_EP_TARGET"
+
+
+def _target(provider: Mapping[str, str]) -> str:
+    """The ``target`` option, else ``$NPU_EP_TARGET``, else npu-ref; a target from the environment is loaded here,
+    so that an error names the variable it came from (the option's own errors name the option when it loads)."""
+    if "target" in provider:
+        return _path(provider["target"])
+    value = os.environ.get(TARGET_ENV)
+    if not value:
+        return "npu-ref"
+    from ..kernels.target import Target, TargetError
+
+    try:
+        Target.load(_path(value))
+    except TargetError as exc:
+        raise OptionError(f"${TARGET_ENV}={value!r} (NpuEP's target when the session gives none): {exc}") from None
+    return _path(value)
+
+
 def parse(config: Mapping[str, str]) -> EpOptions:
     """Options from the full session config map."""
     provider = {k[len(PREFIX):]: v for k, v in config.items() if k.startswith(PREFIX)}
@@ -114,7 +134,7 @@ def parse(config: Mapping[str, str]) -> EpOptions:
     max_bytes = provider.get("cache_max_bytes")
     bridge_us = provider.get("bridge_cost_us")
     return EpOptions(
-        target=_path(provider.get("target", os.environ.get("NPU_EP_TARGET", "npu-ref"))),
+        target=_target(provider),
         cache_dir=_path(provider.get("cache_dir")),
         cache_max_bytes=_int("cache_max_bytes", max_bytes, lo=0) if max_bytes else None,
         partition_policy=policy,

@@ -119,3 +119,13 @@ def test_unknown_provider_option_is_an_error_listing_valid_ones():
 def test_unknown_target_is_an_error_naming_it():
     with pytest.raises(Exception, match="no-such-npu"):
         npu_session(mlp(), {"target": "no-such-npu"})
+
+
+def test_target_from_the_environment_is_used_and_a_bad_one_names_the_variable(monkeypatch):
+    monkeypatch.setenv("NPU_EP_TARGET", "npu-edge")
+    where = assignment(npu_session(mlp(batch=4)))
+    assert where["middle"] == "NpuEP" and all(where[n] == "CPUExecutionProvider" for n in where if n.startswith("mm"))
+    monkeypatch.setenv("NPU_EP_TARGET", "npu-nope")
+    with pytest.raises(Exception, match=r"\$NPU_EP_TARGET='npu-nope'.*unknown target 'npu-nope'"):
+        npu_session(mlp())
+    assert set(assignment(npu_session(mlp(), {"target": "npu-ref"})).values()) == {"NpuEP"}  # the option wins
