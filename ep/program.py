@@ -300,12 +300,19 @@ class Program:
                 args = gather(env)
                 if step_shapes is not None:
                     step_shapes.append([a.shape if a is not None else None for a in args])
+                key = self._step_key(step, args) if natives is not None else None
+                native = self._step_natives.get(key, _UNBOUND) if key is not None else _UNBOUND
                 try:
-                    outs = run(prepared, args)
+                    outs = native.run(args) if native is not _UNBOUND and native is not None else None
+                    if outs is None:  # no native step yet, or it declines these inputs (then bound anew)
+                        outs = run(prepared, args)
+                        native = _UNBOUND if native is not None else native
                 except Exception as exc:
                     raise _failure(step, args, exc) from exc
                 if natives is not None:
-                    natives.append(self._bind_step(step, args, outs))
+                    if native is _UNBOUND:
+                        native = self._bind_step(key, step, args, outs)
+                    natives.append(native)
                 for i, slot in out_slots:
                     env[slot] = outs[i]
                 for slot in release:
@@ -369,29 +376,29 @@ class Program:
             if value is not None:  # an omitted optional output a kernel did not compute
                 self.recorded[f"{step.node_name}:{i}"] = np.array(value, copy=True)
 
-    def _bind_step(self, step: Step, args: Sequence[Any], outs: Sequence[Any]) -> Any:
-        """``_bind``, reusing the native step bound for the same step inputs (and outputs) under another signature:
-        a bound step checks its inputs on every call, and what binding reads of them is in the key."""
+    def _step_key(self, step: Step, args: Sequence[Any]) -> tuple | None:
+        """``_step_key`` for ``step``: small values count for a shape-derived step (its memo holds to them)."""
         derived = all(s in self._shape_derived for s in step.in_slots if s >= 0)
-        values = step.op not in step_binding.SHAPE_ONLY and derived
-        key = _step_key(step, args, outs, values)
-        if key is None:
-            return _bind(step, args, outs, self._shape_derived)
-        native = self._step_natives.get(key, _UNBOUND)
-        if native is _UNBOUND:
+        return _step_key(step, args, step.op not in step_binding.SHAPE_ONLY and derived)
+
+    def _bind_step(self, key: tuple | None, step: Step, args: Sequence[Any], outs: Sequence[Any]) -> Any:
+        """``_bind``, kept under ``key`` (``_step_key``): a later signature whose call gives the step the same key
+        runs this native step at once, in its first call too, and takes it without binding again."""
+        native = _bind(step, args, outs, self._shape_derived)
+        if key is not None:
             if len(self._step_natives) >= _STEP_MEMO_KEPT:
                 self._step_natives.clear()
-            native = self._step_natives[key] = _bind(step, args, outs, self._shape_derived)
+            self._step_natives[key] = native
         return native
 
     def _cost(self, step_shapes: list[list], steps: Sequence[Step] | None = None) -> RunCost:
         costs = []
         for step, shapes in zip(self.steps if steps is None else steps, step_shapes):
-            known = step.prepared.attrs.get("_const_shapes", {})
-            shapes = [tuple(known[str(i)]) if s is None and str(i) in known else s for i, s in enumerate(shapes)]
             key = (id(step), tuple(shapes))  # a step's cost depends on its input shapes alone
             cost = self._step_costs.get(key)
             if cost is None:
+                known = step.prepared.attrs.get("_const_shapes", {})
+                shapes = [tuple(known[str(i)]) if s is None and str(i) in known else s for i, s in enumerate(shapes)]
                 try:
                     cost = step.kernel.cost(step.prepared, shapes)
                 except Exception as exc:  # the emulated timeline must never break inference
@@ -442,23 +449,21 @@ class Program:
 _UNBOUND = object()
 
 
-def _step_key(step: Step, args: Sequence[Any], outs: Sequence[Any], values: bool) -> tuple | None:
-    """What a step's binding is made for: its inputs' and outputs' dtype, shape and layout, as a signature's binding
-    is made on its first call's data and checks later calls' values itself; with ``values`` (a shape-derived step,
-    whose inputs hold the same values on every call of a signature and whose memo holds to them) also the bytes of
-    small inputs. None when a value is not an array."""
+def _step_key(step: Step, args: Sequence[Any], values: bool) -> tuple | None:
+    """What a step's native step is bound for, in any signature: its inputs' dtype, shape and layout (a signature's
+    native step is bound on its first call's data and checks every later call's inputs itself, declining values it
+    was not bound for); with ``values`` (a shape-derived step: the same values on every call of a signature, which
+    its memo holds to) also the bytes of small inputs. None when an input is neither an array nor omitted."""
     parts: list = [id(step)]
-    for group in (args, outs):
-        for a in group:
-            if a is None:
-                parts.append(None)
-            elif not isinstance(a, np.ndarray):
-                return None
-            elif values and group is args and a.nbytes <= FIXED_INPUT_BYTES:
-                parts.append((a.dtype.str, a.shape, a.flags.c_contiguous, a.tobytes()))
-            else:
-                parts.append((a.dtype.str, a.shape, a.flags.c_contiguous))
-        parts.append("|")
+    for a in args:
+        if a is None:
+            parts.append(None)
+        elif not isinstance(a, np.ndarray):
+            return None
+        elif values and a.nbytes <= FIXED_INPUT_BYTES:
+            parts.append((a.dtype.str, a.shape, a.flags.c_contiguous, a.tobytes()))
+        else:
+            parts.append((a.dtype.str, a.shape, a.flags.c_contiguous))
     return tuple(parts)
 
 

@@ -281,7 +281,20 @@ class CallStep : public NativeStep {
 }  // namespace
 
 void RegisterNativeSteps(py::module_& m) {
-  py::class_<NativeStep>(m, "NativeStep", "A step the program's C++ loop runs without its Python kernel");
+  py::class_<NativeStep>(m, "NativeStep", "A step the program's C++ loop runs without its Python kernel")
+      .def(
+          "run",
+          [](NativeStep& step, const py::tuple& args) -> py::object {
+            PyObject* outs = step.Run(args.ptr());
+            if (outs == nullptr) {
+              if (PyErr_Occurred()) throw py::error_already_set();
+              return py::none();
+            }
+            return py::reinterpret_steal<py::object>(outs);
+          },
+          py::arg("args"),
+          "The step's outputs for the step inputs `args` (a tuple), as the loop runs it; None when it declines "
+          "them (the Python kernel runs then)");
   py::class_<MemoStep, NativeStep>(m, "MemoStep",
                                    "Kept outputs, returned while each input is as expected: None (omitted), "
                                    "('shape', dtype, dims), or ('value', array): also the same bytes")

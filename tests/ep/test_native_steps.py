@@ -248,12 +248,22 @@ def growing_past_model():
 
 
 def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_did_not_change():
-    """Each new past length is a first call; Relu and Neg see the same inputs as under the previous signature, so
-    their native steps and costs are the earlier ones (binding and costing them again was paid every token), while
-    Concat, whose input grew, is bound and costed anew. Results stay the CPU EP's."""
+    """Each new past length is a first call; Relu and Neg see inputs of the same dtype, shape and layout as under
+    the previous signature, so their native steps and costs are the earlier ones and run in that first call already
+    (their Python kernels, binding and costing them again were paid every token), while Concat, whose input grew,
+    runs its kernel and is bound and costed anew. Results stay the CPU EP's."""
     model = growing_past_model()
     program = compiled(model)
     names = [io.name for io in program.inputs]
+    kernel_runs = {"Relu": 0, "Neg": 0, "Concat": 0}
+
+    def counted(run, op):
+        def counting(prepared, args):
+            kernel_runs[op] += 1
+            return run(prepared, args)
+        return counting
+
+    program._plan = [(counted(run, step.op), *rest, step) for run, *rest, step in program._plan]
     rng = np.random.default_rng(0)
     past = np.zeros((1, 0, 8), np.float32)
     for _ in range(5):
@@ -275,3 +285,5 @@ def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_
     cost_first, cost_last = program.cost_for(sig_first).steps, program.cost_for(sig_last).steps
     assert cost_first[ops.index("Relu")] is cost_last[ops.index("Relu")]
     assert cost_first[i] is not cost_last[i]
+    # the later signatures' first calls ran the native Relu and Neg bound under the first one, not their kernels
+    assert kernel_runs == {"Relu": 1, "Neg": 1, "Concat": 5}
