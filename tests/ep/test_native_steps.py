@@ -287,3 +287,35 @@ def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_
     assert cost_first[i] is not cost_last[i]
     # the later signatures' first calls ran the native Relu and Neg bound under the first one, not their kernels
     assert kernel_runs == {"Relu": 1, "Neg": 1, "Concat": 5}
+
+
+def test_a_session_whose_past_grows_every_call_runs_the_earlier_native_steps_on_npu_ep():
+    """The same through ORT (its calls reach the program's C++ path, which observes each new signature): every
+    node on NpuEP, the CPU EP's results, and Relu's Python kernel ran on the first call only."""
+    from npu_ep.ep.sessions import session_of, tag_session_options
+    from tests.npu_testing import assignment, npu_session, session_options
+
+    model = growing_past_model()
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, cpu=False, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    relu_runs = [0]
+
+    def counted(run, op):
+        def counting(prepared, args):
+            relu_runs[0] += op == "Relu"
+            return run(prepared, args)
+        return counting
+
+    program._plan = [(counted(run, step.op), *rest, step) for run, *rest, step in program._plan]
+    rng = np.random.default_rng(1)
+    past = np.zeros((1, 0, 8), np.float32)
+    for _ in range(6):
+        feeds = {"x": rng.standard_normal((1, 1, 8)).astype(np.float32), "past": past}
+        want = cpu_run(model, feeds)
+        for got, w in zip(sess.run(None, feeds), want):
+            np.testing.assert_array_equal(got, w)
+        past = want[1]
+    assert len(program.signatures) == 6 and relu_runs == [1]
