@@ -1,8 +1,10 @@
-// Native MaxPool: one task per (image, channel) plane; per output row, the window's input rows are folded into a
-// row maximum (vectorized), then each output takes the maximum of its columns. A NaN anywhere in the window wins,
-// as numpy's max. A padded tap holds `low` (-FLT_MAX for float, as MLAS pads): a window of -inf values gives -inf,
-// or -FLT_MAX where it reaches the padding, as ORT and the reference model. The bits do not depend on the thread
-// count.
+// Native MaxPool and AveragePool: one task per (image, channel) plane. Float32 on AVX-512 (besides the 2x2 / 2
+// register kernel): 16 outputs of a row per step, each window row's input span in registers (WindowBlocks), or tap
+// by tap where the span is wider than three registers. Elsewhere (bytes, hosts below AVX-512) per output row the
+// window's input rows are folded into a row maximum, then each output takes the maximum of its columns. A NaN
+// anywhere in the window wins, as numpy's max. A padded tap holds `low` (-FLT_MAX for float, as MLAS pads): a window
+// of -inf values gives -inf, or -FLT_MAX where it reaches the padding, as ORT and the reference model. AveragePool
+// adds the taps in the reference's order (pool.h). The bits do not depend on the thread count.
 #include "pool.h"
 
 #include <algorithm>
