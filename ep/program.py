@@ -149,6 +149,9 @@ class Program:
         # cost and native step are those of an earlier signature, reused by the step's own inputs (_step_key)
         self._step_costs: dict[tuple, OpCost] = {}
         self._step_natives: dict[tuple, Any] = {}
+        # per step: whether small input values are part of its key (a shape-derived step's memo holds to them)
+        self._keyed_values = {id(st): st.op not in step_binding.SHAPE_ONLY
+                              and all(s in self._shape_derived for s in st.in_slots if s >= 0) for st in steps}
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
         self._marked = False  # mark_partition_outputs was called (rebind then marks again)
         self._call = self._program_call()  # the hot path in C++ (None without the extension)
@@ -300,7 +303,7 @@ class Program:
                 args = gather(env)
                 if step_shapes is not None:
                     step_shapes.append([a.shape if a is not None else None for a in args])
-                key = self._step_key(step, args) if natives is not None else None
+                key = _step_key(step, args, self._keyed_values[id(step)]) if natives is not None else None
                 native = self._step_natives.get(key, _UNBOUND) if key is not None else _UNBOUND
                 try:
                     outs = native.run(args) if native is not _UNBOUND and native is not None else None
@@ -375,11 +378,6 @@ class Program:
         for i, value in enumerate(outs):
             if value is not None:  # an omitted optional output a kernel did not compute
                 self.recorded[f"{step.node_name}:{i}"] = np.array(value, copy=True)
-
-    def _step_key(self, step: Step, args: Sequence[Any]) -> tuple | None:
-        """``_step_key`` for ``step``: small values count for a shape-derived step (its memo holds to them)."""
-        derived = all(s in self._shape_derived for s in step.in_slots if s >= 0)
-        return _step_key(step, args, step.op not in step_binding.SHAPE_ONLY and derived)
 
     def _bind_step(self, key: tuple | None, step: Step, args: Sequence[Any], outs: Sequence[Any]) -> Any:
         """``_bind``, kept under ``key`` (``_step_key``): a later signature whose call gives the step the same key
