@@ -149,6 +149,7 @@ class Program:
         # cost and native step are those of an earlier signature, reused by the step's own inputs (_step_key)
         self._step_costs: dict[tuple, OpCost] = {}
         self._step_natives: dict[tuple, Any] = {}
+        self._latest_natives: dict[int, Any] = {}  # id(step) -> the step's latest native step
         # per step: whether small input values are part of its key (a shape-derived step's memo holds to them)
         self._keyed_values = {id(st): st.op not in step_binding.SHAPE_ONLY
                               and all(s in self._shape_derived for s in st.in_slots if s >= 0) for st in steps}
@@ -305,16 +306,21 @@ class Program:
                     step_shapes.append([a.shape if a is not None else None for a in args])
                 key = _step_key(step, args, self._keyed_values[id(step)]) if natives is not None else None
                 native = self._step_natives.get(key, _UNBOUND) if key is not None else _UNBOUND
+                known = native is not _UNBOUND
+                if not known and key is not None:  # the step's latest native step may take these inputs too
+                    native = self._latest_natives.get(id(step), _UNBOUND)
                 try:
                     outs = native.run(args) if native is not _UNBOUND and native is not None else None
                     if outs is None:  # no native step yet, or it declines these inputs (then bound anew)
                         outs = run(prepared, args)
-                        native = _UNBOUND if native is not None else native
+                        native = _UNBOUND if native is not None or not known else native
                 except Exception as exc:
                     raise _failure(step, args, exc) from exc
                 if natives is not None:
                     if native is _UNBOUND:
                         native = self._bind_step(key, step, args, outs)
+                    elif not known:
+                        self._keep_native(key, step, native)
                     natives.append(native)
                 for i, slot in out_slots:
                     env[slot] = outs[i]
@@ -384,10 +390,17 @@ class Program:
         runs this native step at once, in its first call too, and takes it without binding again."""
         native = _bind(step, args, outs, self._shape_derived)
         if key is not None:
-            if len(self._step_natives) >= _STEP_MEMO_KEPT:
-                self._step_natives.clear()
-            self._step_natives[key] = native
+            self._keep_native(key, step, native)
         return native
+
+    def _keep_native(self, key: tuple, step: Step, native: Any) -> None:
+        """Keep ``native`` for ``key``, and as the step's latest native step (tried first for a key not seen yet:
+        a native step that takes inputs of other shapes, such as a decoder's growing past, serves them all)."""
+        if len(self._step_natives) >= _STEP_MEMO_KEPT:
+            self._step_natives.clear()
+        self._step_natives[key] = native
+        if native is not None:
+            self._latest_natives[id(step)] = native
 
     def _cost(self, step_shapes: list[list], steps: Sequence[Step] | None = None) -> RunCost:
         costs = []

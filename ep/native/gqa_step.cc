@@ -39,6 +39,18 @@ std::optional<py::array> Bound(PyObject* v, int dtype, const Dims& dims) {
   return a;
 }
 
+// A past key/value at step input i: Bound, except that its sequence length (dim 2) may be any (a decoder's past
+// grows every token; the lengths are resolved from it on every call).
+std::optional<py::array> BoundPast(PyObject* v, int dtype, const Dims& dims) {
+  if (v == Py_None || !py::isinstance<py::array>(v)) return std::nullopt;
+  auto a = py::reinterpret_borrow<py::array>(v);
+  if (a.dtype().num() != dtype || a.ndim() != static_cast<py::ssize_t>(dims.size()) || dims.size() != 4)
+    return std::nullopt;
+  for (size_t k = 0; k < dims.size(); ++k)
+    if (k != 2 && a.shape(static_cast<py::ssize_t>(k)) != dims[k]) return std::nullopt;
+  return a;
+}
+
 class GqaStep : public NativeStep {
  public:
   GqaStep(const py::dtype& dtype, Dims query, const py::object& key, const py::object& past, Dims seqlens,
@@ -79,7 +91,8 @@ class GqaStep : public NativeStep {
     std::optional<py::array> key, value, past_key, past_value, position_ids;
     if (key_ && !((key = Bound(in(1), dtype_, *key_)) && (value = Bound(in(2), dtype_, *key_)))) return nullptr;
     if (!key_ && (in(1) != Py_None || in(2) != Py_None)) return nullptr;
-    if (past_ && !((past_key = Bound(in(3), dtype_, *past_)) && (past_value = Bound(in(4), dtype_, *past_))))
+    if (past_ && !((past_key = BoundPast(in(3), dtype_, *past_)) && (past_value = BoundPast(in(4), dtype_, *past_))
+                   && past_key->shape(2) == past_value->shape(2)))
       return nullptr;
     if (!past_ && (in(3) != Py_None || in(4) != Py_None)) return nullptr;
     auto seqlens = Bound(in(5), int32_, seqlens_);
@@ -94,7 +107,7 @@ class GqaStep : public NativeStep {
     }
 
     // Lengths as attention.py's _run and _lengths resolve them; what they refuse is left to them.
-    const int64_t B = query_[0], S = query_[1], P = past_ ? (*past_)[2] : 0;
+    const int64_t B = query_[0], S = query_[1], P = past_ ? static_cast<int64_t>(past_key->shape(2)) : 0;
     const int64_t total_len = *static_cast<const int32_t*>(total->data());
     if (total_len != P + S && total_len > P) return nullptr;
     const int64_t T = std::max(total_len, P);

@@ -379,3 +379,25 @@ def test_presents_bound_to_the_past_buffers_are_updated_in_place(monkeypatch):
     np.testing.assert_array_equal(got[1][:, :, 34:], feeds["pk"][:, :, 34:])  # rows no batch writes: untouched
     assert len(hits) == 2
     del sess
+
+
+def test_a_growing_past_runs_the_step_bound_for_the_first_length():
+    """A decoder's past one longer every call (a new input-shape signature each time): the GroupQueryAttention
+    step bound on the first call takes every later length (it resolves the lengths from the past it is given), so
+    each new signature's first call runs it natively and binds nothing new; the kernel's bits throughout."""
+    model, _ = _model(b=1, s=1, n=8, nkv=2, h=32, past=16, rotary="half")
+    model.graph.input[3].type.tensor_type.shape.dim[2].dim_param = "past"
+    model.graph.input[4].type.tensor_type.shape.dim[2].dim_param = "past"
+    sess = _tagged_session(model)
+    node, p = _prepared(model, "native")
+    program = _program(sess)
+    for past in range(16, 21):
+        _, feeds = _model(b=1, s=1, n=8, nkv=2, h=32, past=past, rotary="half", seed=past)
+        got, want = sess.run(None, feeds), _run(node, p, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert len(program._bindings) == 5
+    (i,) = [k for k, st in enumerate(program.steps) if st.op == "com.microsoft::GroupQueryAttention"]
+    steps = {id(natives[i]) for natives in program._bindings.values()}
+    assert len(steps) == 1 and type(next(iter(program._bindings.values()))[i]).__name__ == "GqaStep"
+    del sess
