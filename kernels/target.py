@@ -26,7 +26,8 @@ of at most ``MAX_FILE_BYTES``):
 - ``[projection]`` (optional; real-NPU targets): what turns the emulated timeline into a latency to compare with a
   device (``kernels/projection.py``): ``graph_overhead_us`` [us per inference], ``op_overhead_us`` [us per op that
   does work], ``matrix_efficiency = {mode = fraction of that mode's peak}`` (every mode of ``macs_per_cycle``),
-  ``vector_efficiency`` and ``dram_efficiency`` [fractions of the peak rates above], ``calibration`` =
+  ``vector_efficiency``, ``dram_efficiency`` and ``int4_unpack_efficiency`` (int4 weights unpacked on the vector
+  unit) [fractions of the peak rates above], ``calibration`` =
   {median_error, max_error, rows} as the fit printed them.
 """
 
@@ -82,7 +83,8 @@ _SECTIONS: dict[str, dict[str, tuple[str, bool]]] = {
             "alignment_bytes": ("count", True)},
     "fusion": {},
     "projection": {"graph_overhead_us": ("cycles", True), "op_overhead_us": ("cycles", True),
-                   "vector_efficiency": ("rate", True), "dram_efficiency": ("rate", True)},
+                   "vector_efficiency": ("rate", True), "dram_efficiency": ("rate", True),
+                   "int4_unpack_efficiency": ("rate", True)},
 }
 _OPTIONAL_SECTIONS = {"fusion", "projection"}
 _TABLES = {"": {"matrix", "vector", "dma", "fusion", "ops", "projection"},

@@ -4,6 +4,7 @@ DRAM residency, weight widths, depthwise products on the vector unit, and the ca
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 
 import numpy as np
@@ -11,9 +12,24 @@ import pytest
 
 from npu_ep.kernels.cost import matrix_compute_cycles
 from npu_ep.kernels.planner import plan_matmul
-from npu_ep.kernels.projection import Work, coefficients, dram_bytes, op_work, project_seconds, weight_bytes
+from npu_ep.kernels.projection import (OpWork, Terms, Work, dram_bytes, op_work, project_seconds, terms,
+                                      weight_bytes)
 from npu_ep.kernels.target import Target, TargetError, builtin_targets
 from npu_ep.tools.bench import silicon
+
+REAL = ("snapdragon-8gen3", "snapdragon-8elite", "snapdragon-xelite")
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_npu_targets_load_with_npu_refs_ops_and_fitted_terms(name):
+    t = Target.load(name)
+    assert name in builtin_targets()
+    assert set(t.ops) == set(Target.load("npu-ref").ops)  # ops_from = "npu-ref"
+    assert t.float_mode("float32") == "float16"  # "float" models run in fp16 on the NPU
+    c = dataclasses.astuple(terms(t))
+    assert len(c) == 7 and all(math.isfinite(v) and v >= 0 for v in c)
+    assert t.raw["projection"]["calibration"]["rows"] > 0
+
 
 def _raw(**projection):
     raw = {"name": "t", "clock_mhz": 1000, "sram_bytes": 1 << 20,
@@ -26,7 +42,7 @@ def _raw(**projection):
 
 
 GOOD = dict(graph_overhead_us=100.0, op_overhead_us=2.0, matrix_efficiency={"float16": 0.5, "int8": 0.25},
-            vector_efficiency=0.5, dram_efficiency=1.0)
+            vector_efficiency=0.5, dram_efficiency=1.0, int4_unpack_efficiency=0.2)
 
 
 def test_projection_section_is_validated_naming_the_field():
@@ -43,13 +59,28 @@ def test_projection_section_is_validated_naming_the_field():
         Target.from_dict({**_raw(), "ops_from": "nope"})
 
 
-def test_projection_is_overheads_plus_work_over_efficiencies():
-    t = Target.from_dict(_raw(**GOOD))
-    w = Work(ops=10, float_matrix_s=1e-3, int_matrix_s=2e-3, vector_s=1e-4, dram_s=5e-4)
-    expected = 100e-6 + 10 * 2e-6 + 1e-3 / 0.5 + 2e-3 / 0.25 + 1e-4 / 0.5 + 5e-4 / 1.0
-    assert project_seconds(w, t) == pytest.approx(expected)
-    bare = Target.from_dict(_raw())  # no [projection]: the bare work
-    assert project_seconds(w, bare) == pytest.approx(1e-3 + 2e-3 + 1e-4 + 5e-4)
+def test_projection_is_overheads_plus_the_longer_of_compute_and_dram():
+    t = terms(Target.from_dict(_raw(**GOOD)))
+    np.testing.assert_allclose(dataclasses.astuple(t), (100e-6, 2e-6, 1 / 0.5, 1 / 0.25, 1 / 0.5, 1.0, 1 / 0.2))
+    conv = OpWork(float_matrix_s=1e-3, vector_s=1e-4, dram_s=5e-4)
+    gemv = OpWork(int_matrix_s=1e-5, dram_s=3e-4)
+    cnn = Work.of([conv, conv, gemv])  # compute 2 * (2 + 0.2 + 0.002) + 0.04 + 3 * 0.002 ms > DRAM 1.3 ms
+    compute = 3 * 2e-6 + 2 * (1e-3 / 0.5 + 1e-4 / 0.5) + 1e-5 / 0.25
+    assert project_seconds(cnn, t) == pytest.approx(100e-6 + compute) and not t.dram_bound(cnn)
+    decode = Work.of([gemv] * 4)  # DRAM 1.2 ms > compute 0.168 ms: bound by its weights
+    assert project_seconds(decode, t) == pytest.approx(100e-6 + 4 * 3e-4) and t.dram_bound(decode)
+    bare = terms(Target.from_dict(_raw()))  # no [projection]: no overheads, each unit at its peak
+    assert project_seconds(cnn, bare) == pytest.approx(2 * 1.1e-3 + 1e-5)
+
+
+def test_one_more_layer_is_the_larger_models_extra_ops_repeated():
+    a, b, head = OpWork(1e-3), OpWork(2e-3), OpWork(5e-3)
+    one, two = Work.of([head, a, b]), Work.of([head, a, b, a, b])
+    deep = two.scaled_difference(one, 14)  # 16 layers
+    assert dict(deep.ops) == {head: 1, a: 16, b: 16}
+    with pytest.raises(ValueError, match="not repeats"):
+        one.scaled_difference(two, 1)
+    assert Work.from_json(deep.to_json()) == deep
 
 
 def test_activations_cross_dram_only_when_they_exceed_on_chip_memory():
@@ -60,10 +91,15 @@ def test_activations_cross_dram_only_when_they_exceed_on_chip_memory():
     big = {**small, "dma_bytes": 3_000_000}
     assert dram_bytes(big, t) == 3_000_000  # 2.9 MB cannot: all of the plan's traffic is DRAM traffic
     w = op_work(small, t)
-    assert w.int_matrix_s == pytest.approx(8e-9) and w.float_matrix_s == 0 and w.ops == 1
+    assert w.int_matrix_s == pytest.approx(8e-9) and w.float_matrix_s == 0
     assert w.dram_s == pytest.approx(100_000 / 100e9)
-    assert op_work({**small, "cycles": 0.0}, t) == Work()  # a view does no work
+    assert op_work({**small, "cycles": 0.0}, t) is None  # a view does no work
     assert op_work({**small, "unit": "vector"}, t).vector_s == pytest.approx(8e-9)
+    gather = {**small, "dma_bytes": 4096, "weight_bytes": 50_000_000}  # reads a few rows of a big table
+    assert dram_bytes(gather, t) == 4096
+    int4 = op_work({**small, "mode": "int4"}, t)  # 200 000 weights unpacked at 64 lanes x 4 per cycle, 1 GHz
+    assert int4.int_matrix_s == pytest.approx(8e-9) and int4.unpack_s == pytest.approx(2 * 100_000 / (64 * 4 * 1e9))
+    assert w.unpack_s == 0  # int8 weights reach the matrix unit as they are
 
 
 def test_float32_weights_count_at_the_float_modes_width():
@@ -86,14 +122,21 @@ def test_depthwise_product_runs_on_the_vector_unit_when_the_matrix_unit_would_mo
         math.ceil(q.m / hm) * math.ceil(q.n / hn) * math.ceil(q.k / hk) * hm * hn * hk / t.mac_rate("float16"))
 
 
-def test_fit_recovers_known_terms_and_never_goes_negative():
+def test_fit_recovers_known_terms_from_compute_and_dram_bound_models():
     rng = np.random.default_rng(0)
-    truth = np.array([2e-4, 3e-6, 2.0, 4.0, 0.0, 1.5])  # vector work costs nothing in this made-up device
-    works = [Work(int(rng.integers(20, 400)), *rng.uniform(1e-5, 2e-3, 4)) for _ in range(12)]
-    measured = [float(np.dot(truth, w.features())) for w in works]
-    c = silicon.fit(works, measured)
-    assert all(v >= 0 for v in c)
-    np.testing.assert_allclose(c, truth, rtol=1e-6, atol=1e-12)
+    truth = Terms(2e-4, 3e-6, 2.0, 4.0, 0.0, 1.5, 3.0)  # vector work costs nothing on this made-up device
+    works = []
+    for i in range(16):
+        if i % 4:  # a CNN: compute-bound
+            ops = [OpWork(*rng.uniform(1e-5, 2e-4, 3), dram_s=rng.uniform(0, 1e-6), unpack_s=rng.uniform(0, 1e-5))
+                   for _ in range(int(rng.integers(5, 60)))]
+        else:  # a decode step: its weights bound it
+            ops = [OpWork(int_matrix_s=rng.uniform(0, 1e-7), dram_s=rng.uniform(1e-4, 1e-3)) for _ in range(8)]
+        works.append(Work.of(ops))
+    measured = [project_seconds(w, truth) for w in works]
+    got = silicon.fit(works, measured)
+    assert all(v >= 0 for v in dataclasses.astuple(got))
+    np.testing.assert_allclose(dataclasses.astuple(got), dataclasses.astuple(truth), rtol=1e-6, atol=1e-12)
 
 
 def test_spearman_and_the_row_rule(tmp_path):

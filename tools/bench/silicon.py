@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...kernels.projection import INT_MODES, Work, coefficients, timeline_work
+from ...kernels.projection import INT_MODES, Terms, Work, project_seconds, terms, timeline_work
 from ...kernels.target import Target
 
 CHIPSET_TARGETS = {"qualcomm-snapdragon-8gen3": "snapdragon-8gen3",
@@ -79,25 +79,28 @@ def llm_rows(data: Path) -> dict[tuple[str, str, str], float]:
     return out
 
 
-def model_work(path: Path, target: Target) -> Work:
-    """The model compiled and costed for ``target`` exactly as ``npu-report`` does (static shapes of the file),
-    remembered beside the model per file version and target description (less its fitted terms)."""
+def model_work(path: Path, target: Target, dims: Mapping[str, int] | None = None) -> Work:
+    """The model compiled and costed for ``target`` exactly as ``npu-report`` does (the file's static shapes,
+    ``dims`` for symbolic ones), remembered beside the model per file version, dims and target description (less
+    its fitted terms)."""
     memo_path = path.parent / "work.json"
     memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
-    described = {k: v for k, v in target.raw.items() if k != "projection"}
-    key = f"{path.name}:{path.stat().st_mtime_ns}:{hashlib.sha256(repr(sorted(described.items())).encode()).hexdigest()}"
+    described = repr((sorted((k, v) for k, v in target.raw.items() if k != "projection"),
+                      sorted(target.ops.items())))  # the op table it inherits (ops_from) too
+    key = (f"v3:{path.name}:{path.stat().st_mtime_ns}:{sorted((dims or {}).items())}:"
+           f"{hashlib.sha256(described.encode()).hexdigest()}")
     if key not in memo:
-        memo[key] = dataclasses.asdict(_costed_work(path, target))
+        memo[key] = _costed_work(path, target, dims).to_json()
         tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(memo))
         os.replace(tmp, memo_path)
-    return Work(**memo[key])
+    return Work.from_json(memo[key])
 
 
-def _costed_work(path: Path, target: Target) -> Work:
+def _costed_work(path: Path, target: Target, dims: Mapping[str, int] | None) -> Work:
     from ..report.build import build_report
 
-    doc = build_report(str(path), target=target.name, check=False)
+    doc = build_report(str(path), target=target.name, dims=dims, check=False)
     claimed, total = doc["file_coverage"]["claimed"], doc["file_coverage"]["total"]
     if claimed != total:
         print(f"  note: {path.name} on {target.name}: {claimed}/{total} nodes on the NPU; the projection covers "
@@ -122,13 +125,10 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def fit(works: Sequence[Work], measured_s: Sequence[float]) -> tuple[float, ...]:
-    """Non-negative least squares of relative error: the coefficients c >= 0 minimising
-    sum(((c . features(w)) / m - 1)^2). Exact by active sets: the optimum is the unconstrained least squares on
-    some subset of the terms with the others at 0, so every subset is tried (6 terms: 63 subsets)."""
-    a = np.array([w.features() for w in works]) / np.asarray(measured_s)[:, None]
-    y = np.ones(len(works))
-    best, best_res = None, np.inf
+def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """min |a c - y| over c >= 0, exactly: the optimum is the unconstrained least squares on some subset of the
+    columns with the others at 0, so every subset is tried (7 columns: 127 subsets)."""
+    best, best_res = np.zeros(a.shape[1]), np.inf
     for k in range(1, a.shape[1] + 1):
         for subset in itertools.combinations(range(a.shape[1]), k):
             c_sub, *_ = np.linalg.lstsq(a[:, subset], y, rcond=None)
@@ -139,20 +139,62 @@ def fit(works: Sequence[Work], measured_s: Sequence[float]) -> tuple[float, ...]
             res = float(np.sum((a @ c - y) ** 2))
             if res < best_res:
                 best, best_res = c, res
-    return tuple(float(v) for v in best)
+    return best
 
 
-def terms_of(c: Sequence[float], target: Target) -> dict:
-    """Fitted coefficients (Work.features order) as the target's [projection] terms."""
+def _features(work: Work, dram_bound: bool) -> np.ndarray:
+    """The projection's terms for ``work`` on the side it is bound by (``kernels/projection.py``)."""
+    f = np.zeros(7)  # Terms' order: graph, op, float matrix, int matrix, vector, dram, unpack
+    f[0] = 1.0
+    if dram_bound:
+        f[5] = sum(n * op.dram_s for op, n in work.ops)
+    else:
+        f[1] = work.count
+        for i, k in ((2, "float_matrix_s"), (3, "int_matrix_s"), (4, "vector_s"), (6, "unpack_s")):
+            f[i] = sum(n * getattr(op, k) for op, n in work.ops)
+    return f
+
+
+def fit(works: Sequence[Work], measured_s: Sequence[float], rounds: int = 50) -> Terms:
+    """The terms minimising the squared relative error, each >= 0. The max() of compute and DRAM makes the
+    projection piecewise linear: each round puts every model on the side the current terms say it is bound by and
+    solves the non-negative least squares of that linear model, until no model changes side. Two starts, the one
+    ending with the smaller error kept: every unit at its peak (the sides as on paper), and the compute terms fitted
+    to every model with DRAM priced by the rows compute alone leaves furthest below their measurement."""
+    m = np.asarray(measured_s)
+    y = np.ones(len(works))
+
+    def solve(sides: Sequence[bool]) -> Terms:
+        return Terms(*_nnls(np.array([_features(w, b) for w, b in zip(works, sides)]) / m[:, None], y))
+
+    def refine(t: Terms) -> Terms:
+        for _ in range(rounds):
+            sides = [t.dram_bound(w) for w in works]
+            t = solve(sides)
+            if sides == [t.dram_bound(w) for w in works]:
+                break
+        return t
+
+    def residual(t: Terms) -> float:
+        return float(sum((project_seconds(w, t) / ms - 1) ** 2 for w, ms in zip(works, m)))
+
+    compute_only = solve([False] * len(works))
+    at_peak = [Terms().dram_s(w) for w in works]
+    shortfall = [(ms - compute_only.graph_s) / d for w, ms, d in zip(works, m, at_peak)
+                 if d > 0 and project_seconds(w, compute_only) < ms / 2]
+    starts = [Terms()]
+    if shortfall:
+        starts.append(dataclasses.replace(compute_only, dram=float(np.median(shortfall))))
+    return min((refine(t) for t in starts), key=residual)
+
+
+def terms_of(t: Terms, target: Target) -> dict:
+    """Fitted terms as the target's [projection] section."""
     inv = lambda v: 1.0 / v if v > 0 else 1e9  # noqa: E731  (a term the fit dropped: that work costs nothing)
-    modes = target.matrix["macs_per_cycle"]
-    eff = {m: inv(c[3] if m in INT_MODES else c[2]) for m in modes}
-    return {"graph_overhead_us": c[0] * 1e6, "op_overhead_us": c[1] * 1e6, "matrix_efficiency": eff,
-            "vector_efficiency": inv(c[4]), "dram_efficiency": inv(c[5])}
-
-
-def _project(c: Sequence[float], w: Work) -> float:
-    return float(sum(ci * f for ci, f in zip(c, w.features())))
+    eff = {m: inv(t.int_matrix if m in INT_MODES else t.float_matrix) for m in target.matrix["macs_per_cycle"]}
+    return {"graph_overhead_us": t.graph_s * 1e6, "op_overhead_us": t.op_s * 1e6, "matrix_efficiency": eff,
+            "vector_efficiency": inv(t.vector), "dram_efficiency": inv(t.dram),
+            "int4_unpack_efficiency": inv(t.unpack)}
 
 
 def summarize(rows: Sequence[Mapping]) -> list[dict]:
@@ -185,7 +227,7 @@ def evaluate(works: Mapping[tuple[str, str, str], Work], measured: Mapping[tuple
     rows = []
     for (m, p, t), ms in measured.items():
         if (m, p, t) in works:
-            proj = _project(coeffs[t], works[(m, p, t)]) * 1e3
+            proj = project_seconds(works[(m, p, t)], coeffs[t]) * 1e3
             rows.append({"model": m, "precision": p, "target": t, "measured_ms": ms, "projected_ms": proj,
                          "error": proj / ms - 1})
     return rows
@@ -241,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder holding cnn_calibration.csv")
     ap.add_argument("--cache", type=Path, default=None, help="where the rebuilt models are kept "
                     "(default: the user cache dir's npu_ep_silicon)")
-    ap.add_argument("--targets", default=",".join(CHIPSET_TARGETS.values()))
+    ap.add_argument("--targets", default=",".join(dict.fromkeys(CHIPSET_TARGETS.values())))
     ap.add_argument("--models", default=None, help="comma-separated subset of the calibration models")
     ap.add_argument("--fit", action="store_true", help="refit each target's [projection] terms and print them")
     ap.add_argument("--no-llm", action="store_true", help="leave out the LLM rows (their 1B/3B-wide decoders take "
@@ -274,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         coeffs = {t: fit([works[k] for k in works if k[2] == t], [measured[k] * 1e-3 for k in works if k[2] == t])
                   for t in targets}
     else:
-        coeffs = {t: coefficients(Target.load(t)) for t in targets}
+        coeffs = {t: terms(Target.load(t)) for t in targets}
     rows = evaluate(works, measured, coeffs)
     _print_rows("Projected vs measured (every row)", rows)
     summary = _print_summary("Calibration error (in-sample: the rows the terms were fitted on)", rows)

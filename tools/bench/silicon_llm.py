@@ -14,16 +14,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...kernels.projection import Work, timeline_work
+from ...kernels.projection import Work
 from ...kernels.target import Target
 
-ARCHS: dict[str, dict[str, int | bool]] = {  # the models' published configs (hidden, FFN, heads, layers, vocab)
+# The models' published configs (hidden, FFN, heads, layers, vocab). Their embeddings are tied; the deployed w4a16
+# models quantize the output projection as a weight of its own, so it is built untied here and becomes an int4
+# MatMulNBits like every other projection (tied, it would stay a float MatMul behind a Transpose of the table).
+ARCHS: dict[str, dict[str, int | bool]] = {
     "llama_v3_2_1b_instruct": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
-                                   num_key_value_heads=8, num_hidden_layers=16, vocab_size=128256,
-                                   tie_word_embeddings=True),
+                                   num_key_value_heads=8, num_hidden_layers=16, vocab_size=128256),
     "llama_v3_2_3b_instruct": dict(hidden_size=3072, intermediate_size=8192, num_attention_heads=24,
-                                   num_key_value_heads=8, num_hidden_layers=28, vocab_size=128256,
-                                   tie_word_embeddings=True),
+                                   num_key_value_heads=8, num_hidden_layers=28, vocab_size=128256),
 }
 WINDOW = 128  # the prompt processor's sequence length in every LLM row
 
@@ -41,10 +42,7 @@ def decoder_path(name: str, layers: int, cache: Path) -> Path:
     cfg = LlamaConfig(**{**ARCHS[name], "num_hidden_layers": layers, "max_position_embeddings": 4096})
     src = build_tiny_llama(cache / f"{name}_L{layers}.{os.getpid()}.fp32.onnx", cfg)
     try:
-        result = rewrite(str(src), passes=("cleanup", "rope", "gqa", "int4"))
-        tmp = dst.with_suffix(f".{os.getpid()}.tmp")
-        result.save(tmp)
-        os.replace(tmp, dst)
+        rewrite(str(src), passes=("cleanup", "rope", "gqa", "int4")).save(dst)  # atomic, data file beside it
     finally:
         src.unlink(missing_ok=True)
         Path(f"{src}.data").unlink(missing_ok=True)
@@ -52,26 +50,16 @@ def decoder_path(name: str, layers: int, cache: Path) -> Path:
 
 
 def _work(path: Path, target: Target, new_tokens: int, past: int) -> Work:
-    from ..report.build import build_report
+    from .silicon import model_work
 
-    dims = {"batch": 1, "sequence": new_tokens, "past_sequence": past, "total_sequence": past + new_tokens}
-    doc = build_report(str(path), target=target.name, dims=dims, check=False)
-    return timeline_work(doc["timeline"], target)
+    return model_work(path, target, {"batch": 1, "sequence": new_tokens, "past_sequence": past,
+                                     "total_sequence": past + new_tokens})
 
 
 def scenario_work(name: str, target: Target, cache: Path) -> dict[str, Work]:
-    """{"ttft": Work of one 128-token window, "decode": Work of one token after it} at the real depth."""
+    """{"ttft": Work of one 128-token window, "decode": Work of one token after it} at the real depth: the
+    2-layer build's ops beyond the 1-layer build's are one layer, repeated."""
     one, two = decoder_path(name, 1, cache), decoder_path(name, 2, cache)
     layers = int(ARCHS[name]["num_hidden_layers"])
-    out = {}
-    for scenario, (new, past) in {"ttft": (WINDOW, 0), "decode": (1, WINDOW)}.items():
-        w1, w2 = _work(one, target, new, past), _work(two, target, new, past)
-        per_layer = Work(*(b - a for a, b in zip(_fields(w1), _fields(w2))))
-        out[scenario] = Work(*(a + (layers - 1) * d for a, d in zip(_fields(w1), _fields(per_layer))))
-    return out
-
-
-def _fields(w: Work) -> tuple:
-    import dataclasses
-
-    return dataclasses.astuple(w)
+    return {scenario: _work(two, target, new, past).scaled_difference(_work(one, target, new, past), layers - 2)
+            for scenario, (new, past) in {"ttft": (WINDOW, 0), "decode": (1, WINDOW)}.items()}

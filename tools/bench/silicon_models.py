@@ -92,22 +92,27 @@ def _detr() -> Any:
     return _LogitsOnly(DetrForObjectDetection(config), ("logits", "pred_boxes"))
 
 
-def _constructors() -> dict[str, Callable[[], Any]]:
-    tv = _torchvision()
-    m = tv.models
-    return {
-        "mobilenet_v2": lambda: m.mobilenet_v2(weights=None),
-        "mobilenet_v3_large": lambda: m.mobilenet_v3_large(weights=None),
-        "efficientnet_b0": lambda: m.efficientnet_b0(weights=None),
-        "resnet18": lambda: m.resnet18(weights=None),
-        "resnet50": lambda: m.resnet50(weights=None),
-        "inception_v3": lambda: m.inception_v3(weights=None, init_weights=False, aux_logits=False),
-        "convnext_tiny": lambda: m.convnext_tiny(weights=None),
-        "vit": lambda: m.vit_b_16(weights=None),
-        "fcn_resnet50": lambda: _LogitsOnly(m.segmentation.fcn_resnet50(weights=None, weights_backbone=None,
-                                                                        aux_loss=False), ("out",)),
-        "detr_resnet50": _detr,
-    }
+def _tv(name: str, **kwargs: Any) -> Callable[[], Any]:
+    """A torchvision constructor by name, torchvision imported only when it is called."""
+    def build():
+        models = _torchvision().models
+        owner = models.segmentation if name.startswith("fcn_") else models
+        return getattr(owner, name)(weights=None, **kwargs)
+    return build
+
+
+CONSTRUCTORS: dict[str, Callable[[], Any]] = {
+    "mobilenet_v2": _tv("mobilenet_v2"),
+    "mobilenet_v3_large": _tv("mobilenet_v3_large"),
+    "efficientnet_b0": _tv("efficientnet_b0"),
+    "resnet18": _tv("resnet18"),
+    "resnet50": _tv("resnet50"),
+    "inception_v3": _tv("inception_v3", init_weights=False, aux_logits=False),
+    "convnext_tiny": _tv("convnext_tiny"),
+    "vit": _tv("vit_b_16"),
+    "fcn_resnet50": lambda: _LogitsOnly(_tv("fcn_resnet50", weights_backbone=None, aux_loss=False)(), ("out",)),
+    "detr_resnet50": _detr,
+}
 
 
 def _trained_like_norms(module: Any) -> None:
@@ -130,7 +135,7 @@ def _export(name: str, path: Path) -> None:
     import torch
 
     torch.manual_seed(0)
-    module = _constructors()[name]().eval()
+    module = CONSTRUCTORS[name]().eval()
     _trained_like_norms(module)
     x = torch.randn(*INPUT_SHAPES[name])
     tmp = path.with_suffix(f".{os.getpid()}.tmp")

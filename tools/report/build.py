@@ -33,12 +33,13 @@ from . import layers as rl
 from . import model as rm
 from . import profile as report_profile
 from . import timeline as rt
+from .latency import latency
 from .phases import DEFAULT_PREFILL_TOKENS, label_timeline, measure_phases
 from .dim_hints import inputs_that_run
 from .run import DEFAULT_MAX_INPUT_MIB, NpuEPFailure, attribute_bridge, dim_key, measure, npu_session, resolve_dims
 from .validate import ReportInputError, load_checked, ort_exceptions, ort_message
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 __all__ = ["SCHEMA_VERSION", "SCHEMA_PATH", "NpuEPFailure", "ReportInputError", "build_report", "validate",
@@ -138,6 +139,7 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                                       else nodes,
                                       cap, names, tgt, dims)
         label_timeline(timeline, doc["phases"])
+        doc.update(latency(timeline, tgt))
         doc.update(coverage=rm.coverage(cap), partitions=parts, crossings=crossings,
                    layers=rm.layer_summary(nodes, crossings, layers), timeline=timeline, measurement=measurement)
         doc["per_layer"] = rl.per_layer(nodes, cap, parts, timeline, crossings,

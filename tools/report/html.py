@@ -13,6 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from .latency import describe
 from .tables import STYLE, crossings_table, declined_table, partitions_table, text
 
 FIGURE_IDS = ("coverage-by-op", "partition-map", "layer-timeline")  # always present
@@ -47,15 +48,18 @@ def partition_map_figure(doc: Mapping[str, Any]) -> go.Figure:
 
 
 def timeline_figure(doc: Mapping[str, Any]) -> go.Figure:
-    """Two stacks per layer: the emulated NPU (compute, exposed DMA) and the measured host time (CPU fallback
+    """Two stacks per layer: the emulated NPU (compute, exposed DMA; labelled compute- or bandwidth-bound on the
+    target, whichever of the two is larger) and the measured host time (CPU fallback
     nodes, NpuEP partition calls without and with their bridge share). Without a run the second stack is the
     estimated boundary cost (crossings x ``bridge_cost_us_default``): the title and legend say which."""
     rows = doc["per_layer"]
     labels = ["outside layers" if r["layer"] is None else f"layer {r['layer']}" for r in rows]
+    bound = ["bandwidth-bound" if r["dma_us"] > r["npu_compute_us"] else "compute-bound" for r in rows]
     bars = [go.Bar(name="NPU compute (emulated)", x=labels, y=[r["npu_compute_us"] for r in rows],
                    offsetgroup="emulated"),
-            go.Bar(name="DMA exposed (emulated)", x=labels, y=[r["dma_us"] for r in rows], offsetgroup="emulated",
-                   base=[r["npu_compute_us"] for r in rows])]
+            go.Bar(name=f"DMA exposed (emulated); label: what bounds the layer on {doc['target']}", x=labels,
+                   y=[r["dma_us"] for r in rows], offsetgroup="emulated", base=[r["npu_compute_us"] for r in rows],
+                   text=bound, textposition="outside")]
     if doc["measurement"] is not None:
         cpu = [r["cpu_fallback_us"] for r in rows]
         inner = [max(0.0, r["partition_us"] - r["boundary_us"]) for r in rows]
@@ -138,7 +142,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
                     f"{r['median']:.2f}x the CPU EP, {r['min']:.2f}-{r['max']:.2f}x across blocks")
     tables = declined_table(doc) + partitions_table(doc) + crossings_table(doc)
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>npu-report</title>" + STYLE + "</head><body>"
-            f"<h1>npu-report: {text(doc['model'])}</h1><p>{text(summary)}</p>"
+            f"<h1>npu-report: {text(doc['model'])}</h1><p>{text(summary)}</p><p>{text(describe(doc))}</p>"
             + "".join(divs) + tables
             + "<details><summary>report JSON</summary><pre>"
             + html.escape(json.dumps(doc, indent=1, default=str)) + "</pre></details></body></html>")

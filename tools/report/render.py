@@ -12,6 +12,7 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from ...ep.log import escape as printable
+from .latency import describe
 
 
 def escape(text: Any) -> str:
@@ -67,6 +68,7 @@ def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: 
     ly = doc["layers"]
     if ly["count"]:
         con.print(f"layers: {ly['count']} (from {ly['source']}), {ly['crossings_per_layer']:.1f} crossings per layer")
+    con.print(escape(describe(doc)))
     m, pr = doc["measurement"], doc["projection"]
     if m:
         r = m["ratio"]
