@@ -101,6 +101,9 @@ class _SignatureState:
     cost: RunCost | None
     calls: int = 0  # calls _observe ran
     ns: int = 0
+    # the first call's input shapes per step, until the cost is asked for (``Program._state_cost``): a signature
+    # that is never asked about (a decoder's past one longer every token, no emulated timeline read) costs nothing
+    step_shapes: list | None = None
 
 
 @dataclasses.dataclass
@@ -332,13 +335,12 @@ class Program:
             _ERRSTATE.reset(token)
         result = tuple([env[s] for s in self.output_slots])
         elapsed = perf_counter_ns() - t0
-        cost = self._cost(step_shapes) if step_shapes is not None else None
         with self._lock:
             if step_shapes is not None and natives and any(n is not None for n in natives):
                 self._keep_bound(signature, natives)
             state = self._signatures.get(signature)
             if state is None:  # a first call (or one whose signature was evicted meanwhile: then without a cost)
-                state = self._admit(signature, cost)
+                state = self._admit(signature, step_shapes)
             elif self._call is None:
                 self._signatures.move_to_end(signature)  # the recency the extension keeps otherwise
             state.calls += 1
@@ -357,10 +359,10 @@ class Program:
         self._bindings[signature] = natives
         self._bound[signature] = self._native_loop(natives)
 
-    def _admit(self, signature: tuple, cost: RunCost | None) -> _SignatureState:
+    def _admit(self, signature: tuple, step_shapes: list | None) -> _SignatureState:
         """Keep a new signature (from now on it takes the hot path) and evict the least recently used one beyond
         ``SIGNATURES_KEPT``: the extension picks it by its own clock of hot-path calls. Under ``_lock``."""
-        state = self._signatures[signature] = _SignatureState(cost)
+        state = self._signatures[signature] = _SignatureState(None, step_shapes=step_shapes)
         if self._call is not None:
             for sig, calls, ns in self._call.track(signature, self._bound.get(signature)):
                 self._evict(sig, calls, ns)
@@ -374,8 +376,9 @@ class Program:
         calls = hot_calls + state.calls
         self._evicted_calls += calls
         self._evicted_ns += hot_ns + state.ns
-        if state.cost is not None:
-            self._evicted_seconds += state.cost.seconds * calls
+        cost = self._state_cost(state)
+        if cost is not None:
+            self._evicted_seconds += cost.seconds * calls
         self._bindings.pop(signature, None)
         self._bound.pop(signature, None)
         self.evicted_signatures += 1
@@ -444,15 +447,22 @@ class Program:
 
     def cost_for(self, signature: tuple) -> RunCost | None:
         """The cost of a kept signature (None: never seen, or evicted)."""
-        state = self._signatures.get(signature)
-        return state.cost if state is not None else None
+        with self._lock:
+            state = self._signatures.get(signature)
+            return self._state_cost(state) if state is not None else None
+
+    def _state_cost(self, state: _SignatureState) -> RunCost | None:
+        """A kept signature's cost, computed from its first call's step shapes when first asked for."""
+        if state.step_shapes is not None:
+            state.cost, state.step_shapes = self._cost(state.step_shapes), None
+        return state.cost
 
     def emulated_seconds(self) -> float:
         """Emulated NPU time of every call so far (a call still running when its signature was evicted counts in
         ``calls`` and ``host_ns`` only)."""
         folded = self._folded()
         with self._lock:
-            costs = {sig: st.cost for sig, st in self._signatures.items()}
+            costs = {sig: self._state_cost(st) for sig, st in self._signatures.items()}
         kept = sum(costs[s].seconds * c for s, (c, _) in folded.items() if costs.get(s) is not None)
         return kept + self._evicted_seconds
 

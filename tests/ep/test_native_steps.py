@@ -282,6 +282,8 @@ def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_
     i = ops.index("Concat")
     assert first[i] is not last[i] or first[i] is None
     sig_first, sig_last = list(program._bindings)[0], list(program._bindings)[-1]
+    # no signature's cost is computed until asked for (a growing past would pay it every token)
+    assert all(st.cost is None and st.step_shapes is not None for st in program._signatures.values())
     cost_first, cost_last = program.cost_for(sig_first).steps, program.cost_for(sig_last).steps
     assert cost_first[ops.index("Relu")] is cost_last[ops.index("Relu")]
     assert cost_first[i] is not cost_last[i]
