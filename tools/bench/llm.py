@@ -1,7 +1,8 @@
 """TTFT and mean inter-token latency, NpuEP vs ORT's CPU EP on the same rewritten (RoPE+GQA+INT4) tiny Llama, same
 run, as ratios; plus the emulated NPU prefill/decode times.
 
-``python -m npu_ep.tools.bench.llm [--model M.onnx] [--new-tokens N] [--repeats R] [--profile] [--npu-option K=V]``.
+``python -m npu_ep.tools.bench.llm [--model M.onnx] [--new-tokens N] [--repeats R] [--profile] [--npu-option K=V]``;
+``--growing-past N`` times the exporter's own loop instead (the past one longer every token, issue 40).
 Both EPs use the same loop and shapes (bucketed prefill, fixed KV capacity); each is warmed up once, then the
 repeats alternate between the two EPs (so a change in host load hits both), each after a pause that lets the other
 session's ORT worker threads stop spinning (they keep a core busy for ~50 ms after a run), and the median over
@@ -37,11 +38,92 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--max-kv-len", type=int, default=512)
     ap.add_argument("--profile", action="store_true", help="print where one decode step's host time goes")
+    ap.add_argument("--growing-past", type=int, default=0, metavar="N",
+                    help="instead: N tokens of the exporter's own loop (past one longer every token: a new input "
+                         "signature each step), both EPs with one intra-op thread")
     ap.add_argument("--npu-option", action="append", default=[], metavar="KEY=VALUE",
                     help="NpuEP provider option (repeatable), e.g. host_threads=1")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="npu_bench_") as tmp:  # the built model, removed at the end
+        if args.growing_past:
+            return _growing_past(args, Path(tmp))
         return _run(args, ap, Path(tmp))
+
+
+GROW_PROMPT = 17  # tokens of the growing-past prompt
+
+
+def _growing_past(args: argparse.Namespace, tmp: Path) -> int:
+    """TTFT and inter-token of the naive exporter loop (unpadded prompt, past grown by one each token, as
+    ``reference_generate``), NpuEP vs the CPU EP, one intra-op thread each, alternating repeats; tokens must agree.
+    Repeat 0's tokens are first calls of their past lengths (what a real decoder pays on every token); the later
+    repeats visit the same lengths again."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from ...ep.sessions import tag_session_options
+    from ..generation import default_providers, inspect_model
+
+    model = args.model
+    if model is None:
+        from ...models.tiny_llama import build_tiny_llama
+        from ..demo import rewrite_available
+
+        rewrite_available(build_tiny_llama(tmp / "tiny.onnx"), tmp / "tiny.npu.onnx")
+        model = tmp / "tiny.npu.onnx"
+    info = inspect_model(onnx.load(str(model), load_external_data=False))
+
+    def session(npu: bool) -> ort.InferenceSession:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        providers: list = ["CPUExecutionProvider"]
+        if npu:
+            tag_session_options(so)
+            providers = default_providers()
+            providers[0] = (providers[0][0], {"host_threads": "1", **dict(o.split("=", 1) for o in args.npu_option)})
+        return ort.InferenceSession(str(model), sess_options=so, providers=providers, enable_fallback=0)
+
+    def generate(sess: ort.InferenceSession, prompt: list[int]) -> tuple[list[int], list[int]]:
+        names = [o.name for o in sess.get_outputs()]
+        empty = np.zeros((1, info.kv_heads, 0, info.head_dim), np.float32)
+        past, ids, tokens, times = [(empty, empty)] * info.n_layers, list(prompt), [], []
+        for _ in range(args.growing_past):
+            p = past[0][0].shape[2]
+            feeds = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, p + len(ids)), np.int64)}
+            if info.feeds_position_ids:
+                feeds["position_ids"] = np.arange(p, p + len(ids), dtype=np.int64)[None]
+            for i, (k, v) in enumerate(past):
+                feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = k, v
+            t0 = time.perf_counter_ns()
+            out = dict(zip(names, sess.run(None, feeds)))
+            times.append(time.perf_counter_ns() - t0)
+            tokens.append(int(np.argmax(out["logits"][0, -1])))
+            past = [(out[f"present.{i}.key"], out[f"present.{i}.value"]) for i in range(info.n_layers)]
+            ids = [tokens[-1]]
+        return tokens, times
+
+    sessions = {"NpuEP": session(True), "CPU EP": session(False)}
+    vocab = info.vocab or 256
+    runs: dict[str, list] = {name: [] for name in sessions}
+    for rep in range(max(2, args.repeats)):
+        prompt = [(7 * i + 3 + rep) % vocab for i in range(GROW_PROMPT)]
+        for name, sess in sessions.items():
+            time.sleep(SETTLE_S)
+            runs[name].append(generate(sess, prompt))
+    for a, b in zip(runs["NpuEP"], runs["CPU EP"]):
+        assert a[0] == b[0], "NpuEP and CPU EP tokens differ"
+    us = lambda v: statistics.median(v) / 1e3  # noqa: E731
+    first = {n: us(r[0][1][1:]) for n, r in runs.items()}
+    ttft = {n: us([t[0] for _, t in r[1:]]) for n, r in runs.items()}
+    again = {n: statistics.median(statistics.median(t[1:]) for _, t in r[1:]) / 1e3 for n, r in runs.items()}
+    print(f"{model}: growing past, prompt {GROW_PROMPT}, {args.growing_past} tokens, tokens identical; host us "
+          f"(medians) NpuEP / CPU EP:\n  inter-token, first calls of each past length: {first['NpuEP']:.0f} / "
+          f"{first['CPU EP']:.0f} = {first['NpuEP'] / first['CPU EP']:.2f}x\n  TTFT (prompt signature seen): "
+          f"{ttft['NpuEP']:.0f} / {ttft['CPU EP']:.0f} = {ttft['NpuEP'] / ttft['CPU EP']:.2f}x\n  inter-token, "
+          f"lengths seen before: {again['NpuEP']:.0f} / {again['CPU EP']:.0f} = "
+          f"{again['NpuEP'] / again['CPU EP']:.2f}x")
+    return 0
 
 
 def _run(args: argparse.Namespace, ap: argparse.ArgumentParser, tmp: Path) -> int:
