@@ -17,7 +17,7 @@ never bound (control flow). ``--check`` exits 1 when a row is above the targets 
 failed to build or run; rows without a builder and declined cases (an Identity alone, by design) are counted in the
 summary, not failed.
 
-Defaults keep a full run (about 1250 rows) near 20 minutes on a 2-core host: two rounds, each block at most
+Defaults keep a full run (about 1250 rows) near 15 minutes on a 2-core host: two rounds, each block at most
 ``--block-s`` of calls, and a 0.1 s settle before each block (ORT's spinning workers stop within 50 ms; the 0.25 s
 of ``timing.SETTLE_S`` would add 13 minutes over the table).
 """
