@@ -2,12 +2,14 @@
 
 Everything that does not depend on the inputs was done at compile time (``prepare``); a call only looks up
 slots and runs kernels. The program also keeps what reports need: call count, host time, and the emulated NPU
-cost per distinct input-shape signature (computed once per signature from the cost model).
+cost per distinct input-shape signature (computed once per signature from the cost model, when first asked for).
 
 Per-signature state is bounded: a program keeps its ``SIGNATURES_KEPT`` most recently used signatures (their cost,
 counts and the extension's entry; native steps for ``_BOUND_SIGNATURES`` of them). A decoder whose past grows has a
 new signature per token, so keeping every one grew by ~0.3 KB per step per shape for the session's life. An evicted
 signature's counts and emulated time stay in the totals; seen again, its call is a first call once more.
+A first call reuses, step by step, what earlier signatures bound and costed for the same step inputs, so a new
+past length mostly pays for the steps whose inputs grew.
 """
 
 from __future__ import annotations
