@@ -51,9 +51,11 @@ def setup(tmp_path):
 
 def test_writer_killed_mid_entry_leaves_nothing_trusted(setup, tmp_path):
     model, cache, expected = setup
-    # the child SIGKILLs itself after writing half of the first entry's temp file
+    # the child SIGKILLs itself after writing half of the first entry's temp file (entries are streamed section by
+    # section through PackedContainer.write_to; a bytes entry through os.write)
     kill_mid_write = """
 import os, signal
+import npu_ep.context_cache.container as container_mod
 import npu_ep.context_cache.store as store_mod
 _real_write = os.write
 def _write(fd, data):
@@ -61,7 +63,13 @@ def _write(fd, data):
         _real_write(fd, bytes(data)[: len(data) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
     return _real_write(fd, data)
+def _write_to(self, f):
+    data = b"".join(bytes(p) for p in self.pieces())
+    f.write(data[: len(data) // 2])
+    f.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
 store_mod.os.write = _write
+container_mod.PackedContainer.write_to = _write_to
 """
     child = run_child(kill_mid_write + RUN.format(model=model, cache=str(cache), out=str(tmp_path / "o.npy")))
     assert child.returncode == -signal.SIGKILL, (child.returncode, child.stderr[-2000:])
