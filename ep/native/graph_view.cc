@@ -189,7 +189,7 @@ static py::object ReadAttr(const OrtOpAttr* a, OrtOpAttrType type, const std::st
         throw;
       }
       g_ort->ReleaseValue(value);
-      return std::move(arr);
+      return arr;
     }
     default:
       return py::none();  // GRAPH: read as subgraphs below
