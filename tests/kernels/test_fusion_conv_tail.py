@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from _child import HERE, PYTHON, TESTS, assert_no_crash, run_child, two_partition_model
+from _child import HERE, PYTHON, TESTS, run_child, two_partition_model
 from npu_testing import npu_session, save
 
 from npu_ep.context_cache.store import SUFFIX, CacheStore
