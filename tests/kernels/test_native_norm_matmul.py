@@ -31,7 +31,7 @@ RNG = np.random.default_rng(7)
 REF = Target.load("npu-ref")
 
 
-def _model(d: int, rows: int, *, skip: bool, mlp: str, level: int | None, bias: bool = False):
+def _model(d: int, rows: int, *, skip: bool, mlp: str, level: int | None, bias: bool = False, n: int = 160):
     """norm -> {gate, up} + silu(gate) * up ("swiglu"), {q, k} siblings ("pair") or one matmul ("single"): MatMulNBits
     at accuracy ``level``, or float32 MatMuls for ``level=None``."""
     inits = {"gamma": (1 + 0.1 * RNG.standard_normal(d)).astype(np.float32)}
@@ -47,7 +47,6 @@ def _model(d: int, rows: int, *, skip: bool, mlp: str, level: int | None, bias: 
         nodes = [helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["y"], "norm", axis=-1,
                                   epsilon=1e-6)]
     names = {"swiglu": ("gate", "up"), "pair": ("q", "k"), "single": ("p",)}[mlp]
-    n = 160
     for name in names:
         if level is None:
             inits[f"{name}_W"] = (RNG.standard_normal((d, n)) / np.sqrt(d)).astype(np.float32)

@@ -17,6 +17,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 from _sweep import native_calls
+from test_native_norm_matmul import _model as _norm_model
+from test_native_norm_matmul import _prepared
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.ops import _native
@@ -37,41 +39,12 @@ ROWS = [1, 15, 16, 17, 33]         # tasks of 16 rows
 
 def _model(d: int, rows: int, n: int, *, skip: bool, swiglu: bool):
     """norm (Skip* with its sum output, or Simplified) -> float MatMul(s) of n columns ({gate, up} + SwiGLU)."""
-    inits = {"gamma": (1 + 0.1 * RNG.standard_normal(d)).astype(np.float32)}
-    ins = [helper.make_tensor_value_info("x", F32, [1, rows, d])]
-    outs = []
-    if skip:
-        ins.append(helper.make_tensor_value_info("res", F32, [1, rows, d]))
-        inits["nbias"] = (0.1 * RNG.standard_normal(d)).astype(np.float32)
-        nodes = [helper.make_node("SkipSimplifiedLayerNormalization", ["x", "res", "gamma", "nbias"],
-                                  ["y", "", "", "sum"], "norm", domain="com.microsoft", epsilon=1e-6)]
-        outs.append(helper.make_tensor_value_info("sum", F32, [1, rows, d]))
-    else:
-        nodes = [helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["y"], "norm", axis=-1,
-                                  epsilon=1e-6)]
-    names = ("gate", "up") if swiglu else ("p",)
-    for name in names:
-        inits[f"{name}_W"] = (RNG.standard_normal((d, n)) / np.sqrt(d)).astype(np.float32)
-        nodes.append(helper.make_node("MatMul", ["y", f"{name}_W"], [name], name))
-    if swiglu:
-        nodes += [helper.make_node("Sigmoid", ["gate"], ["sg"], "sig"),
-                  helper.make_node("Mul", ["gate", "sg"], ["si"], "m1"),
-                  helper.make_node("Mul", ["si", "up"], ["act"], "m2")]
-        outs.append(helper.make_tensor_value_info("act", F32, [1, rows, n]))
-    else:
-        outs.append(helper.make_tensor_value_info("p", F32, [1, rows, n]))
-    graph = helper.make_graph(nodes, "norm_mm", ins, outs, [numpy_helper.from_array(v, k) for k, v in inits.items()],
-                              value_info=[helper.make_tensor_value_info("y", F32, [1, rows, d])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
-                                                   helper.make_opsetid("com.microsoft", 1)], ir_version=10)
+    return _norm_model(d, rows, skip=skip, mlp="swiglu" if swiglu else "single", level=None, n=n)
 
 
 def _run_both(model, inputs):
-    fused = [nd for nd in fuse_partition(nodes_from_model(model), REF) if nd.op_type == "NormMatMul"]
-    assert len(fused) == 1, [nd.op_type for nd in fused]
-    kernel = kernel_for(*fused[0].key)
-    p = kernel.prepare(fused[0], REF)
-    _native.configure([p], "native", 2)
+    p = _prepared(model)
+    kernel = kernel_for("npu", "NormMatMul")
     with np.errstate(all="ignore"):
         with native_calls() as calls:
             native = kernel.run(p, inputs)
