@@ -19,7 +19,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-NATIVE = ROOT / "ep" / "native"
+NATIVE = ROOT / "ep" / "native"  # the ORT shim and the executor
+KERNELS = ROOT / "kernels" / "native"  # the native kernels, beside their numpy reference in kernels/ops
 VERSION = runpy.run_path(str(ROOT / "_version.py"))["__version__"]
 
 
@@ -54,7 +55,8 @@ class BuildPy(build_py):
 
 native = Pybind11Extension(
     "npu_ep.ep._native",
-    sorted(str(p.relative_to(ROOT)) for p in [*NATIVE.glob("*.cc"), *NATIVE.glob("kernels/*.cc")]),
+    sorted(str(p.relative_to(ROOT)) for p in [*NATIVE.glob("*.cc"), *KERNELS.glob("*.cc")]),
+    include_dirs=[str(ROOT)],  # includes name their folder: "kernels/native/conv.h", "ep/native/ort_api.h"
     cxx_std=17,
     define_macros=[("NPU_EP_VERSION", f'"{VERSION}"')],
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],

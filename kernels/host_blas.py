@@ -105,7 +105,7 @@ class BlasThreads:
 # half single-threaded BLAS; under load the halves simply take turns. The hand-off is a pair of locks (cheaper
 # than a ThreadPoolExecutor). Not split, because they ran slower split: products under 16 M MACs, and one-row
 # products (two threads streaming one matrix's pages). PERF.md has the measurements. A session's float32 products
-# run their halves through the native kernels instead (ep/native/kernels/sgemm_columns.cc: on ORT's own threads).
+# run their halves through the native kernels instead (kernels/native/sgemm_columns.cc: on ORT's own threads).
 #
 # Determinism: whether a product is cut, and where, depends on its shape only. When the helper is busy or no
 # session allows it (host_threads=1), the same two halves run one after the other on the calling thread, so the

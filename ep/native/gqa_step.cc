@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/gqa_bindings.h"
+#include "kernels/native/gqa_bindings.h"
 #include "native_steps.h"
 #include "partition_kernel.h"
 

@@ -4,7 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "embedded_python.h"
-#include "kernels/bindings.h"
+#include "kernels/native/bindings.h"
 #include "native_steps.h"
 #include "ort_api.h"
 #include "partition_kernel.h"

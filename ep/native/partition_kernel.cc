@@ -7,7 +7,7 @@
 #include <mutex>
 #include <thread>
 
-#include "kernels/thread_pool.h"
+#include "kernels/native/thread_pool.h"
 #include "program_call.h"
 
 namespace npu_ep {
@@ -24,6 +24,16 @@ uint64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+// kern::HostLoop over ORT's intra-op pool. num_batch 0: ORT's threads and the caller claim tasks one by one (fixed
+// batches would leave the caller waiting for a worker that is slow to wake). A refused call ran no task.
+bool OrtParallelFor(const void* ctx, void (*task)(void*, size_t), size_t n, void* arg) {
+  OrtStatus* status = g_ort->KernelContext_ParallelFor(static_cast<const OrtKernelContext*>(ctx), task, n, 0, arg);
+  if (status == nullptr) return true;
+  g_ort->ReleaseStatus(status);
+  return false;
+}
+
 // The partition this thread is computing (ComputePartition sets it; nests like kern::CallContextScope).
 struct OutputCall {
   OrtKernelContext* ctx;
@@ -214,7 +224,7 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       PyTuple_SET_ITEM(args.ptr(), j++, view.release().ptr());  // the new tuple's empty slot takes the reference
     }
     const uint64_t tp = NowNs();
-    kern::CallContextScope on_orts_pool(ctx);  // native kernels' parallel loops run on ORT's intra-op threads
+    kern::CallContextScope on_orts_pool({OrtParallelFor, ctx});  // native kernels' loops run on ORT's threads
     const OutputCall call{ctx, k};
     OutputCallScope in_place(&call);  // kernels may compute outputs straight into ORT's buffers
     // PyObject_Call takes the tuple as is (pybind11's call with *args would build a second one)

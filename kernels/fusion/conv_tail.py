@@ -1,7 +1,7 @@
 """Element-wise tails folded into the float Conv that feeds them: ``Conv -> Mul(s) -> Add(b) -> x * clip(x + 3, 0,
 6) / 6 -> Mul(s) -> Add(b)`` (PP-LCNetV3's learnable affine blocks around a hard-swish) runs as one step whose tail
 is applied in place to the conv's output, chunk by chunk while it is in cache (``kernels/ops/conv.py``,
-``ep/native/kernels/conv_tail.cc``), instead of a numpy step with a fresh feature map per op.
+``kernels/native/conv_tail.cc``), instead of a numpy step with a fresh feature map per op.
 
 The tail is a list of instructions over one float32 register ``v`` (the conv output) and one saved copy ``s``:
 ``mul/add/sub/div c`` (``v op c``), ``rsub/rdiv c`` (``c op v``), ``clip lo hi`` (Clip, Relu; Max/Min with a

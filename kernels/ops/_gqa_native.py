@@ -1,4 +1,4 @@
-"""GroupQueryAttention on the native kernel (``ep/native/kernels/gqa.cc``): float32, or float16 in/out with float32
+"""GroupQueryAttention on the native kernel (``kernels/native/gqa.cc``): float32, or float16 in/out with float32
 math as the reference's; one task per (batch, kv head).
 
 ``attention._run`` resolves lengths (past_b, total_b) and the present length T as ORT does, then calls ``run``

@@ -128,7 +128,7 @@ _RESIDENT = {"none": 0, "a": 1, "b": 2, "weights": 3}
 
 
 def native_plan_args(plan: TilePlan) -> tuple[int, ...]:
-    """The plan as the native kernels take it (``ep/native/kernels/tile_dma.h``): tiles, residency, and DRAM
+    """The plan as the native kernels take it (``kernels/native/tile_dma.h``): tiles, residency, and DRAM
     half-bytes per element of A, B, the output and the scales (per block and column, or per column in int8 mode)."""
     scale = SCALE_BYTES_PER_BLOCK if plan.block_size else (SCALE_BYTES_PER_COLUMN if plan.mode == "int8" else 0)
     return (plan.tm, plan.tn, plan.tk, _RESIDENT[plan.resident], round(2 * plan.a_bytes), round(2 * plan.b_bytes),

@@ -23,7 +23,7 @@ No repeated KV: the G query heads of one kv head are stacked as G*S rows of one 
 Q [B, Nkv, G*S, H] @ K^T [B, Nkv, H, T] -> [B, Nkv, G*S, T] (== Q [B, Nkv, G, S, H] against K [B, Nkv, 1, T, H]),
 so the matrix unit sees m = G*S rows even in decode (S = 1) and K/V are read once per kv head.
 
-Host: the native kernel (``_gqa_native``, ep/native/kernels/gqa.cc; float32 and float16) runs unless the session
+Host: the native kernel (``_gqa_native``, kernels/native/gqa.cc; float32 and float16) runs unless the session
 chose kernels=reference or it records why not (float64, lengths outside the buffers); this numpy code is the
 reference model it is tested against.
 Host (numpy) implementation: a decode step is ~15 small numpy calls, so calls, not FLOPs, are its cost.

@@ -11,7 +11,7 @@ one-group conv builds its patch matrix K-major (one window copy per tap) for ``W
 float32 like the batched GEMM, in a different order (last-bit differences). Grouped convs and QLinearConv keep the
 ``[g, N*OH*OW, K]`` patches.
 
-Native kernels (``ep/native/kernels/conv.cc``, chosen per session through ``_native.native``): a float32 Conv
+Native kernels (``kernels/native/conv.cc``, chosen per session through ``_native.native``): a float32 Conv
 runs its depthwise case directly (the reference's float32 operations in its order, bit-equal), and its other cases
 as blocked implicit GEMM: on AVX-512 our own GEMM (``conv_gemm_avx512.cc``), reading zero-padded input rows in
 place at unit width stride; elsewhere, and for images of fewer than 16 output pixels, per block of output pixels a
@@ -27,7 +27,7 @@ QLinearConv numerics: input padding holds x_zero_point (zero after subtraction),
 float32 - bit-exact vs ORT CPU; then, when a ``npu::QdqLut`` was folded in (``output_lut``), its table. Conv: float32 (fp16 inputs widened, result rounded to fp16 once).
 
 A float32 Conv may carry an element-wise tail (``conv_tail`` attribute, ``kernels/fusion/conv_tail.py``): the native
-kernels apply it to each finished block while it is in cache (``ep/native/kernels/conv_tail.cc``), the reference
+kernels apply it to each finished block while it is in cache (``kernels/native/conv_tail.cc``), the reference
 model by ``tail_reference`` over the whole output.
 """
 

@@ -2,7 +2,7 @@
 
 What ORT's dynamic quantizer writes for a Conv (``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul`` by the
 two scales): ddddocr's older recognizer has 21 of them. The accumulation is QLinearConv's (``kernels/ops/conv.py``)
-without its requantization: the native int8 GEMM (``conv_integer``, ``ep/native/kernels/qlinear_conv.cc``), and
+without its requantization: the native int8 GEMM (``conv_integer``, ``kernels/native/qlinear_conv.cc``), and
 for the reference model exact integer products of the same patches (``_mm.exact_int_matmul``). Integer sums are
 exact, so both give ORT's bits. ``x_zero_point`` may be a runtime scalar (DynamicQuantizeLinear computes it per
 call); ``w_zero_point`` is a constant scalar or one per output channel. Cost: as QLinearConv's.

@@ -65,7 +65,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     scale, zp = dynamic_params(x)
     nat = _native.native(p)
-    if nat is not None and x.dtype == np.float32:  # ep/native/kernels/quantize.cc: the same float32 steps
+    if nat is not None and x.dtype == np.float32:  # kernels/native/quantize.cc: the same float32 steps
         y = nat.quantize_tensor(np.ascontiguousarray(x), float(scale), int(zp), False, _native.threads(p))
         return [y.reshape(x.shape), np.array(scale, _F32), np.array(zp, np.uint8)]
     return [quantize_float(x, scale, zp, "uint8"), np.array(scale, _F32), np.array(zp, np.uint8)]

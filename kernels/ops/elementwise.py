@@ -11,7 +11,7 @@ and the output (``_vector.stream_cost``).
 
 The element-wise engine: a float32 op that is a short list of conv-tail instructions (``fusion.conv_tail.CODES``:
 Erf, exact and tanh Gelu (FastGelu without a bias), Pow by a constant 3 or 0.5, and activation.py's LeakyRelu,
-HardSigmoid, HardSwish, PRelu of one slope) runs natively as ``tail_of`` (``ep/native/kernels/conv_tail.cc``: one
+HardSigmoid, HardSwish, PRelu of one slope) runs natively as ``tail_of`` (``kernels/native/conv_tail.cc``: one
 pass over the data in L1-sized chunks, vectorized, threaded over large tensors, into ORT's buffer when the result
 is a partition output), and the same instructions fold into a Conv before it. Its reference here
 computes the same float32 operations, so both give the same bits. Erf in float32 is Eigen's rational

@@ -5,7 +5,7 @@ fp32 x fp32 with an fp32 accumulator, so fp32 models keep the CPU EP's numerics 
 float16 mode takes fp16 operands with an fp32 accumulator and rounds the result to fp16 once. Both run on BLAS
 (sgemm) over whole tiles at once: the accumulation order inside a float32 tile is not observable beyond ulps.
 The native kernels on an AVX-512 host run every float32 product with a constant B on a GEMM of their own
-instead, with B packed into panels once, on first use (``ep/native/kernels/packed_sgemm.h``), and a product of two
+instead, with B packed into panels once, on first use (``kernels/native/packed_sgemm.h``), and a product of two
 runtime operands of at least ``BATCHED_MIN_ROWS`` rows (attention's Q @ K^T and scores @ V in a prefill) on the
 same GEMM, B packed on each call: its summation order is not numpy's BLAS's, so there the product matches the
 reference within float tolerance.

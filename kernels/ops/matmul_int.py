@@ -10,7 +10,7 @@ int8, blocks of 16 columns x 4 k, column sums and shifted zero points); other co
 zero-point-free as float32 ``[..., K, N]`` with its exact magnitude bound. Constant scales fold into one
 per-column multiplier.
 
-Run: the native kernel (``ep/native/kernels/int8_gemm.cc``, exact int32, requantization fused for QLinearMatMul)
+Run: the native kernel (``kernels/native/int8_gemm.cc``, exact int32, requantization fused for QLinearMatMul)
 when B was packed and A's zero point is per tensor; otherwise, or with ``kernels=reference``, the numpy reference
 below (float32 BLAS on exact integer chunks) - bit-identical results.
 Input order: MatMulInteger (A, B, a_zp, b_zp); QLinearMatMul (a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp);

@@ -4,7 +4,7 @@ Weights stay packed, as an NPU holds them in DRAM: the compiled program (and so 
 ``[N, kb * bs / 2]`` uint8, the scales as float32 ``[N, kb]`` and the packed zero points ``[N, ceil(kb / 2)]``
 (absent: 8) exactly in ORT's layout (``npu_ep.quantization.matmul_nbits``), and at accuracy_level 4 the same
 bytes re-laid out as the int8 unit's tiles (``int8_tiles``); a bias and a fused epilogue bias are folded into one
-vector. The native kernel (``ep/native/kernels/qnbit_gemm.cc``) dequantizes per chunk in
+vector. The native kernel (``kernels/native/qnbit_gemm.cc``) dequantizes per chunk in
 registers. The reference model (provider option ``kernels=reference``) dequantizes the whole weight once per
 process into a float32 memo and multiplies with BLAS.
 

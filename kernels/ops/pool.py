@@ -12,7 +12,7 @@ order the native kernel repeats bit for bit), then divides by the window's eleme
 ``count_include_pad=1`` the window positions inside the declared-padded input, else those inside the real input.
 A 1-D pool runs as a 2-D one over H = 1. Cost: one vector op per window element per output (``kh*kw``
 ops/output). A float32, uint8 or int8 MaxPool and a float32 AveragePool run on the native kernels
-(``ep/native/kernels/pool.cc``), a float32 GlobalMaxPool on ``reduce_max_rows`` (reduce.cc), unless the session asks
+(``kernels/native/pool.cc``), a float32 GlobalMaxPool on ``reduce_max_rows`` (reduce.cc), unless the session asks
 for the reference model.
 """
 
@@ -132,7 +132,7 @@ def _from_2d(p: Prepared, y: np.ndarray) -> np.ndarray:
 def _native_max_call(p: Prepared, x: np.ndarray, geo) -> tuple | None:
     """(kernel, its arguments after x) of the native MaxPool for x (2-D view), or None where it does not apply."""
     nat = _native.native(p)
-    if nat is None or x.dtype not in (np.float32, np.uint8, np.int8):  # ep/native/kernels/pool.cc walks these
+    if nat is None or x.dtype not in (np.float32, np.uint8, np.int8):  # kernels/native/pool.cc walks these
         return None
     at = p.attrs
     (oh, t, _), (ow, l, _) = geo

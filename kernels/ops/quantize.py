@@ -8,7 +8,7 @@ QuantizeLinear, as ORT's CPU kernel: ``saturate(rint(float32(x) / scale) + zero_
 division, not a reciprocal multiply, so results are bit-exact). DequantizeLinear: ``float32(x - zp) * scale``,
 cast to the scale's dtype. Blocked: ``scale`` has x's rank with ``ceil(D_axis / block_size)`` along ``axis``.
 Compile time: scale/zero point are expanded to x's broadcast layout (per-axis reshape, blocked repeat).
-Per-tensor 8-bit Q/DQ with a float32 scale run on native kernels (``ep/native/kernels/quantize.cc``, the same
+Per-tensor 8-bit Q/DQ with a float32 scale run on native kernels (``kernels/native/quantize.cc``, the same
 float32 operations) unless the session asks for the reference model.
 """
 
@@ -111,7 +111,7 @@ def _native_per_tensor(p: Prepared) -> tuple | None:
 def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0) if "x" not in p.consts else p.consts["x"]
     fast = _native_per_tensor(p)
-    if fast is not None and x.dtype == np.float32:  # ep/native/kernels/quantize.cc: the same float32 steps
+    if fast is not None and x.dtype == np.float32:  # kernels/native/quantize.cc: the same float32 steps
         nat, scale, zp = fast
         return [nat.quantize_tensor(np.ascontiguousarray(x), scale, zp, p.attrs["qtype"] == "int8",
                                     _native.threads(p)).reshape(x.shape)]  # ascontiguousarray makes 0-d 1-d

@@ -3,7 +3,7 @@ peepholes (LSTM) and ``sequence_lens``, ``clip``, ``layout`` 0/1, ``linear_befor
 
 Only the default activations (LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid, Tanh; RNN: Tanh) and LSTM ``input_forget=0``
 are taken; other values are declined with a reason. Float32 only (ORT's CPU kernels are float/double). The native
-kernels (``ep/native/kernels/recurrent.cc``) run all three with one time loop; the functions here are their
+kernels (``kernels/native/recurrent.cc``) run all three with one time loop; the functions here are their
 specification.
 
 Numerics as ORT's CPU kernels: the input projection ``X @ W^T + Wb + Rb`` is one matmul over all time steps, then
@@ -245,7 +245,7 @@ def _native_weights(mod, p: Prepared, inputs) -> tuple:
 
 
 def _native_run(mod, p: Prepared, inputs) -> list[np.ndarray]:
-    """LSTM, GRU or RNN through the native kernel (``ep/native/kernels/recurrent.cc``), every direction in one
+    """LSTM, GRU or RNN through the native kernel (``kernels/native/recurrent.cc``), every direction in one
     call; layout 1 transposes around it."""
     a = p.attrs
     op, hid, layout = a["op"], a["hidden"], a["layout"]

@@ -13,7 +13,7 @@ Numerics as ORT's CPU kernel (``rnn_helpers.cc``, ``ComputeGemm`` for 8-bit weig
   depends on its thread count); this kernel quantizes the whole batch, as ORT does on one thread.
 The gate math is the float LSTM's (``recurrent.lstm_direction``; ORT's MLAS sigmoid/tanh are approximations).
 
-Run: the native kernel (``ep/native/kernels/recurrent.cc``, ``qlstm``: QuantizeTensor + Int8MatMul per product),
+Run: the native kernel (``kernels/native/recurrent.cc``, ``qlstm``: QuantizeTensor + Int8MatMul per product),
 or with ``kernels=reference`` the numpy model below (exact integer products): the same bits.
 Cost: the float LSTM's, with int8 MACs, int8 weight bytes and the two quantization passes on the vector unit.
 """

@@ -1,4 +1,4 @@
-"""The native conv-net kernels (ep/native/kernels/conv.cc, pool.cc, quantize.cc) against the numpy reference model
+"""The native conv-net kernels (kernels/native/conv.cc, pool.cc, quantize.cc) against the numpy reference model
 (kernels/ops/conv.py, pool.py with ``kernels=reference``), on every instruction-set path this host runs:
 
 - QLinearConv: bit-exact (exact int32 sums, the same MLAS requantization) over odd sizes, pads, strides,

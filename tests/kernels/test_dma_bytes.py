@@ -1,5 +1,5 @@
 """The native matrix kernels run the planner's tile plan and count the DMA of its execution model
-(``kernels/planner.py``'s docstring; ``ep/native/kernels/tile_dma.h``): the counted bytes per operand and the
+(``kernels/planner.py``'s docstring; ``kernels/native/tile_dma.h``): the counted bytes per operand and the
 number of transfers equal the plan's, which the cost model charges (``kernels/cost.py``), for every matrix kernel
 that has a native implementation - MatMulNBits (decode GEMV and prefill GEMM, accuracy_level 0 and 4),
 npu::MatMulGroup over MatMulNBits members, the int8 GEMM behind MatMulInteger, QLinearMatMul and

@@ -1,5 +1,5 @@
 """Element-wise tails folded into the float Conv (kernels/fusion/conv_tail.py; applied by kernels/ops/conv.py and
-ep/native/kernels/conv_tail.cc). The fused step equals the unfused steps bit for bit (same float32 operations in
+kernels/native/conv_tail.cc). The fused step equals the unfused steps bit for bit (same float32 operations in
 the same order); sessions match ORT's CPU EP on the unfused graph within the conv tolerance (rtol 1e-4, atol
 4e-4) with ORT's optimizations off (with them on, ORT folds the scalar Mul/Add into the conv's weights itself)."""
 

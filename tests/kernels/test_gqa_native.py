@@ -1,4 +1,4 @@
-"""The native GroupQueryAttention kernel (ep/native/kernels/gqa.cc) equals the numpy reference model
+"""The native GroupQueryAttention kernel (kernels/native/gqa.cc) equals the numpy reference model
 (kernels/ops/attention.py), and runs inside real NpuEP sessions against ORT's CPU EP.
 
 Tolerance for the attention output: rtol = atol = 2e-5 for float32 (the native kernel sums dot products and the

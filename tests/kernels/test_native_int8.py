@@ -1,4 +1,4 @@
-"""The native int8 GEMM (ep/native/kernels/int8_gemm.cc) is bit-exact: against exact int64 numpy math for the
+"""The native int8 GEMM (kernels/native/int8_gemm.cc) is bit-exact: against exact int64 numpy math for the
 int32 accumulator, against the reference model's ``requantize`` for QLinearMatMul's output, on every
 instruction-set path this host runs, at any thread count; and through NpuEP sessions the native and the
 reference kernels give identical bits (and match ORT's CPU EP, whose int8 GEMM is exact on this data)."""

@@ -1,4 +1,4 @@
-"""The native MatMulNBits kernel (ep/native/kernels/qnbit_gemm.cc) equals the numpy reference model.
+"""The native MatMulNBits kernel (kernels/native/qnbit_gemm.cc) equals the numpy reference model.
 
 Reference: ``quantize_a_blockwise(A) @ dequantize_b(W)`` for accuracy_level 4 (ORT CompInt8: int8 codes of A per
 block), ``A @ dequantize_b(W)`` otherwise, evaluated in float64. Tolerance: 1e-5 of the output's largest magnitude

@@ -1,4 +1,4 @@
-"""The packed-B float GEMM (``ep/native/kernels/packed_sgemm.h``): the native float MatMul of large products with a
+"""The packed-B float GEMM (``kernels/native/packed_sgemm.h``): the native float MatMul of large products with a
 constant B on AVX-512 hosts. Its sums run in a fixed order that is not numpy's BLAS's, so it is checked against
 exact (float64) math within the forward error bound of a float32 dot product, K * 2^-24 * sum |a| |b| (Higham,
 "Accuracy and Stability of Numerical Algorithms", 3.1), and against itself: every ISA path and thread count gives

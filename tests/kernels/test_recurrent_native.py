@@ -1,4 +1,4 @@
-"""The native LSTM (``ep/native/kernels/recurrent.cc``) against the numpy reference model (``kernels/ops/recurrent.py``
+"""The native LSTM (``kernels/native/recurrent.cc``) against the numpy reference model (``kernels/ops/recurrent.py``
 with ``kernels=reference``) over odd sizes and every attribute the kernel takes: directions, sequence_lens (0 and
 partial), initial states, peepholes, clip, layout 1, absent bias, on one thread and two (the same bits). Float
 tolerance: rtol=atol=1e-5 (the gate math is the same; the packed GEMM's sums and exp/tanh round differently).

@@ -1,4 +1,4 @@
-"""Differential sweep of the native npu::AttentionChain (ep/native/kernels/attention_chain.cc, on GQA's inner loops
+"""Differential sweep of the native npu::AttentionChain (kernels/native/attention_chain.cc, on GQA's inner loops
 in gqa_ops.cc), issue 38, against the reference model (kernels/ops/attention_chain.reference: the unfused chain's
 numpy calls), with test_attention_chain.py's tolerance (rtol 2e-5, atol 2e-6 of the output's scale: other
 summation orders and a lane exp within 2 ulp) and the same bits at one and two threads.

@@ -1,5 +1,5 @@
 """Differential sweep of the native convolution kernels against the reference model (issue 38): float Conv
-(ep/native/kernels/conv.cc, conv_gemm.cc, conv_gemm_avx512.cc, conv_tail.cc) and QLinearConv / ConvInteger
+(kernels/native/conv.cc, conv_gemm.cc, conv_gemm_avx512.cc, conv_tail.cc) and QLinearConv / ConvInteger
 (qlinear_conv.cc) over shape grids that cross every block, tile and tail boundary of each dispatch path, with special
 values, on every instruction-set level the host runs; a few points against ORT's CPU EP, the spec.
 

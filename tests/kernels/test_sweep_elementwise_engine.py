@@ -1,6 +1,6 @@
 """Differential sweep of the element-wise engine (issue 40 item 2): float32 Erf, exact Gelu (ONNX and
 com.microsoft), Pow by a constant 3, LeakyRelu, HardSigmoid, HardSwish and PRelu of one slope run as conv-tail
-instructions on a copy of the input (``tail_of``, ep/native/kernels/conv_tail.cc), against the reference model
+instructions on a copy of the input (``tail_of``, kernels/native/conv_tail.cc), against the reference model
 (kernels/ops/elementwise.py, activation.py), which computes the same float32 operations: bit for bit, the sign of
 zero included, on every ISA the host runs, around the 8/16-lane tails, the 2048-float chunk and the 2^16-float task
 split, with NaN/+-Inf/-0/denormals/huge values. Erf's float32 algorithm (Eigen's rational approximation) is

@@ -1,4 +1,4 @@
-"""Differential sweep of the native float GEMMs (ep/native/kernels/packed_sgemm*.cc, float_matmul.cc,
+"""Differential sweep of the native float GEMMs (kernels/native/packed_sgemm*.cc, float_matmul.cc,
 sgemm_columns.cc), issue 38.
 
 The packed GEMM's specification is its portable path (packed_sgemm.h: fused multiply-adds in order of k within

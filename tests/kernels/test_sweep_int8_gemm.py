@@ -1,4 +1,4 @@
-"""Differential sweep of the native int8 GEMM (ep/native/kernels/int8_gemm.cc), issue 38: the exact int32 sums
+"""Differential sweep of the native int8 GEMM (kernels/native/int8_gemm.cc), issue 38: the exact int32 sums
 against int64 numpy math, the requantized bytes against the reference model's ``requantize``, and MatMulInteger /
 QLinearMatMul / MatMulIntegerToFloat native against their reference kernels, all bit-exact (integer math; the
 float epilogues are the same float32 operations), on every instruction-set level the host runs.

@@ -1,4 +1,4 @@
-"""Differential sweep of the native data movement (ep/native/kernels/movement.cc: Expand's broadcast copy, Concat),
+"""Differential sweep of the native data movement (kernels/native/movement.cc: Expand's broadcast copy, Concat),
 issue 38: every broadcast pattern of ranks 1..4 (each axis kept, broadcast from 1, or given as 1 by the target:
 numpy's two-way rule), and Concat along every axis of 1..4 parts (empty parts, strided parts), against the
 reference model's numpy calls, byte for byte (values are moved, never computed), on both sides of the 64 KiB size

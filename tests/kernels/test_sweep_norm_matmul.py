@@ -1,4 +1,4 @@
-"""Differential sweep of the float npu::NormMatMul native call (ep/native/kernels/norm_matmul.cc's RMS-norm
+"""Differential sweep of the float npu::NormMatMul native call (kernels/native/norm_matmul.cc's RMS-norm
 prologue and SwiGLU epilogue around the packed GEMM, float_matmul.cc's norm_matmul_float), issue 38, against the
 same fused node on the reference model (numpy's prologue and matmul).
 

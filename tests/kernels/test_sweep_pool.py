@@ -1,4 +1,4 @@
-"""Differential sweep of the native MaxPool / AveragePool (ep/native/kernels/pool.cc) against the reference model
+"""Differential sweep of the native MaxPool / AveragePool (kernels/native/pool.cc) against the reference model
 (kernels/ops/pool.py), issue 38: every path the kernel dispatches to, over widths and heights just below, at and
 above its vector widths, with NaN, +-Inf, -0.0, huge and tiny values, on every instruction-set level it has.
 

@@ -1,4 +1,4 @@
-"""Differential sweep of the native npu::QdqLut table reads (ep/native/kernels/qlut.cc), issue 38, against the
+"""Differential sweep of the native npu::QdqLut table reads (kernels/native/qlut.cc), issue 38, against the
 reference model's numpy indexing (kernels/ops/qdq_lut.reference), byte for byte: one input (256 entries), two of
 one shape (65536 entries) and a per-channel operand (one 256-entry row per run of ``inner`` elements, either
 operand the small one), uint8 and int8 inputs and tables, every byte value in every position.

@@ -1,4 +1,4 @@
-"""Differential sweep of the native MatMulNBits kernels (ep/native/kernels/qnbit_*.cc) against the reference model
+"""Differential sweep of the native MatMulNBits kernels (kernels/native/qnbit_*.cc) against the reference model
 (kernels/ops/matmul_nbits.py) over shapes that cross every block, chunk, tile and row-pass boundary, at
 accuracy_level 0 and 4, with special values, on every instruction-set level the host runs; a sample against ORT's
 CPU EP, the spec (issue 38).

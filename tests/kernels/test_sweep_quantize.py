@@ -1,4 +1,4 @@
-"""Differential sweep of the native per-tensor Q/DQ (ep/native/kernels/quantize.cc) behind QuantizeLinear,
+"""Differential sweep of the native per-tensor Q/DQ (kernels/native/quantize.cc) behind QuantizeLinear,
 DequantizeLinear and DynamicQuantizeLinear, issue 38: bit-exact against the reference model (the same float32
 steps: a division, round half to even, + zero point, clip; NaN to the lowest code), on every level it dispatches to.
 

@@ -1,4 +1,4 @@
-"""Differential sweep of the native LSTM, GRU, RNN and DynamicQuantizeLSTM (ep/native/kernels/recurrent.cc), issues
+"""Differential sweep of the native LSTM, GRU, RNN and DynamicQuantizeLSTM (kernels/native/recurrent.cc), issues
 38 and 40, against the numpy reference model (kernels/ops/recurrent.py, recurrent_quant.py with
 ``kernels=reference``), both directions, sequence_lens (0, partial, full), on every instruction-set level the kernel
 has; GRU and RNN also layout 1, both linear_before_reset values and the same bits on one thread and two.

@@ -1,4 +1,4 @@
-"""Differential sweep of the native reductions (ep/native/kernels/reduce.cc's integer ReduceSum and float
+"""Differential sweep of the native reductions (kernels/native/reduce.cc's integer ReduceSum and float
 ReduceMean, conv_bindings.cc's GlobalAveragePool mean_pixels), issue 38: each runs as a bound native step (the
 program's C++ loop), so the sweep binds it after the kernel's own run (the reference model) and compares the two
 bit for bit, counting that the native step ran (or declined where it must). reduce.cc's float32 row maxima

@@ -1,4 +1,4 @@
-"""Differential sweep of the native npu::RotateHalf (ep/native/kernels/rotate_half.cc), issue 38, against the
+"""Differential sweep of the native npu::RotateHalf (kernels/native/rotate_half.cc), issue 38, against the
 reference model's unfused float32 ops (kernels/ops/rotate_half.py: x * cos + concat(-x2, x1) * sin), bit for bit:
 the kernel promises the same two products and their sum per element, no multiply-add contraction.
 

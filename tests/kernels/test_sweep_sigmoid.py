@@ -1,4 +1,4 @@
-"""Differential sweep of the native Sigmoid (ep/native/kernels/conv_tail.cc's sigmoid, bound for float32 Sigmoid
+"""Differential sweep of the native Sigmoid (kernels/native/conv_tail.cc's sigmoid, bound for float32 Sigmoid
 nodes by kernels/ops/elementwise.py), issue 38, against the reference model's ``_sigmoid`` (numpy's exp).
 
 Blocks: 16 lanes per AVX-512 step (masked tail), 8 per AVX2 step (the last 1..7 through one masked vector), the

@@ -1,4 +1,4 @@
-"""Differential sweep of the native Softmax over the last axis (ep/native/kernels/softmax.cc), issue 38, against
+"""Differential sweep of the native Softmax over the last axis (kernels/native/softmax.cc), issue 38, against
 the reference model (kernels/ops/softmax.py: numpy's exp, pairwise sum, division), on every instruction-set level.
 
 softmax.cc's row blocks: on AVX-512, 16 lanes with masked tails (the maximum, exp with fused multiply-adds and one

@@ -1,4 +1,4 @@
-"""Differential sweep of the native Softmax over any axis and LogSoftmax (ep/native/kernels/softmax.cc's
+"""Differential sweep of the native Softmax over any axis and LogSoftmax (kernels/native/softmax.cc's
 ``softmax_axis``, issue 40) against the reference model (kernels/ops/softmax.py), on every instruction-set level.
 
 x is viewed as [outer, n, inner]. inner 1 (the last axis: LogSoftmax's rows) takes the row kernels: 16 lanes with a

@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <functional>
 
-struct OrtKernelContext;
-
 namespace npu_ep::kern {
 
 // Work (element operations, or multiply-adds) below which a kernel runs on the calling thread alone: handing
@@ -25,17 +23,25 @@ inline int ThreadsFor(int threads, int64_t work) { return work < kMinParallelWor
 // If another call is already using our pool, this one runs on the caller's thread alone.
 void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn);
 
-// While alive, ParallelFor on this thread runs through OrtApi::KernelContext_ParallelFor(ctx). Nests (restores
-// the previous context), so a partition called from inside another one keeps working.
+// A host's parallel loop (the EP passes ORT's intra-op pool): runs task(arg, i) for every i in [0, n) on its
+// threads and the caller's, or returns false having run none (then our own helpers run them). The kernels know
+// only this signature, not the host's API.
+struct HostLoop {
+  bool (*run)(const void* host, void (*task)(void*, size_t), size_t n, void* arg) = nullptr;
+  const void* host = nullptr;
+};
+
+// While alive, ParallelFor on this thread runs through `loop`. Nests (restores the previous loop), so a
+// partition called from inside another one keeps working.
 class CallContextScope {
  public:
-  explicit CallContextScope(const OrtKernelContext* ctx);
+  explicit CallContextScope(HostLoop loop);
   ~CallContextScope();
   CallContextScope(const CallContextScope&) = delete;
   CallContextScope& operator=(const CallContextScope&) = delete;
 
  private:
-  const OrtKernelContext* previous_;
+  HostLoop previous_;
 };
 
 }  // namespace npu_ep::kern

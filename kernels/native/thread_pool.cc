@@ -7,8 +7,6 @@
 #include <thread>
 #include <vector>
 
-#include "../ort_api.h"
-
 namespace npu_ep::kern {
 namespace {
 
@@ -73,26 +71,22 @@ class Pool {
 }  // namespace
 
 namespace {
-thread_local const OrtKernelContext* t_call_context = nullptr;
+thread_local HostLoop t_host_loop;
 
 void RunTask(void* fn, size_t i) { (*static_cast<const std::function<void(int64_t)>*>(fn))(static_cast<int64_t>(i)); }
 }  // namespace
 
-CallContextScope::CallContextScope(const OrtKernelContext* ctx) : previous_(t_call_context) { t_call_context = ctx; }
-CallContextScope::~CallContextScope() { t_call_context = previous_; }
+CallContextScope::CallContextScope(HostLoop loop) : previous_(t_host_loop) { t_host_loop = loop; }
+CallContextScope::~CallContextScope() { t_host_loop = previous_; }
 
 void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn) {
   static Pool* pool = new Pool();  // intentionally leaked: detached workers may outlive static destructors
   if (n_tasks <= 0) return;
   threads = std::max(threads, 1);
-  if (threads > 1 && n_tasks > 1 && t_call_context != nullptr) {
-    // num_batch 0: ORT's threads and the caller claim tasks one by one (fixed batches would leave the caller
-    // waiting for a worker that is slow to wake). Which thread runs a task never changes its result.
-    OrtStatus* status = npu_ep::g_ort->KernelContext_ParallelFor(
-        t_call_context, RunTask, static_cast<size_t>(n_tasks), 0, const_cast<std::function<void(int64_t)>*>(&fn));
-    if (status == nullptr) return;
-    npu_ep::g_ort->ReleaseStatus(status);  // refused before running any task (bad context): use our own helpers
-  }
+  if (threads > 1 && n_tasks > 1 && t_host_loop.run != nullptr &&
+      t_host_loop.run(t_host_loop.host, RunTask, static_cast<size_t>(n_tasks),
+                      const_cast<std::function<void(int64_t)>*>(&fn)))
+    return;
   pool->Run(threads, n_tasks, fn);
 }
 
