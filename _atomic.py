@@ -92,9 +92,8 @@ def atomic_writer(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[B
     ``mode`` is the new file's permission bits (the process umask applies). The parent folder must exist.
     Raises OSError (e.g. ENOSPC, EACCES) with the temp file already removed and ``path`` untouched.
     """
-    with _replacing_fd(path, mode) as fd:
-        with os.fdopen(os.dup(fd), "wb") as f:
-            yield f
+    with _replacing_fd(path, mode) as fd, os.fdopen(os.dup(fd), "wb") as f:
+        yield f
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | bytearray | memoryview,

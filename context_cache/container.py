@@ -27,7 +27,7 @@ import numpy as np
 from .errors import ContextFormatError, ContextIncompatibleError
 from .hash_pool import hash_pool
 from .fileio import map_container
-from .prefix import ALIGN, FORMAT_VERSION, HASHED_PREFIX, MAGIC, PREFIX, PREFIX_SIZE  # noqa: F401 (format API)
+from .prefix import ALIGN, FORMAT_VERSION, HASHED_PREFIX, MAGIC, PREFIX, PREFIX_SIZE
 from .prefix import align as _align, as_readonly_view as _as_readonly_view, fail as _fail
 from .prefix import unpack_prefix as _unpack_prefix
 

@@ -21,7 +21,8 @@ import hashlib
 import json
 import struct
 from concurrent.futures import Future
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 from blake3 import blake3
@@ -72,7 +73,7 @@ def _large_digest(payload: memoryview) -> bytes:
     return h.digest()
 
 
-def _put(h: "hashlib._Hash", tag: bytes, payload: bytes | memoryview, digest: Future | None = None) -> None:
+def _put(h: hashlib._Hash, tag: bytes, payload: bytes | memoryview, digest: Future | None = None) -> None:
     """tag + u64 length + the payload, or for a large payload (``digest`` computing its BLAKE3) + b"#" + digest."""
     h.update(tag)
     h.update(_U64.pack(len(payload) if not isinstance(payload, memoryview) else payload.nbytes))
@@ -84,13 +85,13 @@ def _put(h: "hashlib._Hash", tag: bytes, payload: bytes | memoryview, digest: Fu
 
 
 def _array_bytes(arr: np.ndarray) -> tuple[np.dtype, np.ndarray]:
-    if arr.dtype.hasobject or arr.dtype.kind == "V" and arr.dtype.fields:
+    if arr.dtype.hasobject or (arr.dtype.kind == "V" and arr.dtype.fields):
         raise TypeError(f"cache_key: array dtype {arr.dtype} has no canonical byte encoding")
     dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder in (">", "=") else arr.dtype
     return dt, np.asarray(arr, dtype=dt, order="C")  # little-endian, C order: layout-independent bytes
 
 
-def _put_array(h: "hashlib._Hash", arr: np.ndarray, digest: Future | None = None) -> None:
+def _put_array(h: hashlib._Hash, arr: np.ndarray, digest: Future | None = None) -> None:
     dt, data = _array_bytes(arr)
     h.update(b"A")
     _put(h, b"d", dt.str.encode("ascii") + b"/" + str(dt).encode("ascii"))

@@ -192,7 +192,7 @@ def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP"
     context_groups: list[list[int]] = []
     for n in nodes:
         is_free = False
-        if n.index in assigned and assigned[n.index]:
+        if assigned.get(n.index):
             reason = f"{n.describe()}: already assigned to {assigned[n.index]}"
         elif held is not None:
             reason = f"{n.describe()}: {held}"

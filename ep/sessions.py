@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 SESSION_TAG_KEY = "npu_ep.session_tag"
 
 
-def tag_session_options(so: "ort.SessionOptions") -> str:
+def tag_session_options(so: ort.SessionOptions) -> str:
     """Give ``so`` a unique tag so that ``session_of`` finds the EpSession of the InferenceSession created with
     it. Returns the tag."""
     tag = uuid.uuid4().hex
@@ -26,7 +26,7 @@ def tag_session_options(so: "ort.SessionOptions") -> str:
     return tag
 
 
-def session_of(inference_session: "ort.InferenceSession") -> EpSession:
+def session_of(inference_session: ort.InferenceSession) -> EpSession:
     """The EpSession behind an InferenceSession whose options were tagged by ``tag_session_options``."""
     try:
         tag = inference_session.get_session_options().get_session_config_entry(SESSION_TAG_KEY)

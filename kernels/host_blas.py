@@ -16,7 +16,7 @@ on the thread count; see the constants below). Tried and dropped on the way (PER
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -73,7 +73,7 @@ class _BlasSetting:
 _SETTING = _BlasSetting()
 
 
-def blas_threads(n: int) -> "BlasThreads":
+def blas_threads(n: int) -> BlasThreads:
     """A holder of ``n`` BLAS threads for one session (``_BlasSetting`` says what several holders get)."""
     return BlasThreads(n)
 
@@ -215,7 +215,7 @@ def sdot_address() -> int | None:
     return _cblas_address("sdot")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cblas_address(routine: str) -> int | None:
     import ctypes
 

@@ -58,15 +58,15 @@ class Terms:
     dram: float = 1.0
     unpack: float = 1.0
 
-    def compute_s(self, work: "Work") -> float:
+    def compute_s(self, work: Work) -> float:
         """Seconds the units take over ``work``, per-op overheads included."""
         return sum(n * (self.op_s + op.float_matrix_s * self.float_matrix + op.int_matrix_s * self.int_matrix
                         + op.vector_s * self.vector + op.unpack_s * self.unpack) for op, n in work.ops)
 
-    def dram_s(self, work: "Work") -> float:
+    def dram_s(self, work: Work) -> float:
         return sum(n * op.dram_s for op, n in work.ops) * self.dram
 
-    def dram_bound(self, work: "Work") -> bool:
+    def dram_bound(self, work: Work) -> bool:
         return self.dram_s(work) > self.compute_s(work)
 
 
@@ -77,15 +77,15 @@ class Work:
     ops: tuple[tuple[OpWork, int], ...] = ()
 
     @staticmethod
-    def of(ops: Iterable[OpWork]) -> "Work":
+    def of(ops: Iterable[OpWork]) -> Work:
         return Work(tuple(Counter(ops).items()))
 
-    def __add__(self, other: "Work") -> "Work":
+    def __add__(self, other: Work) -> Work:
         c = Counter(dict(self.ops))
         c.update(dict(other.ops))
         return Work(tuple(c.items()))
 
-    def scaled_difference(self, smaller: "Work", times: int) -> "Work":
+    def scaled_difference(self, smaller: Work, times: int) -> Work:
         """``self`` plus ``times`` copies of what ``self`` has beyond ``smaller`` (one more decoder layer)."""
         extra = Counter(dict(self.ops))
         extra.subtract(dict(smaller.ops))
@@ -104,7 +104,7 @@ class Work:
         return [[*dataclasses.astuple(op), n] for op, n in self.ops]
 
     @staticmethod
-    def from_json(rows: list) -> "Work":
+    def from_json(rows: list) -> Work:
         return Work(tuple((OpWork(*r[:-1]), int(r[-1])) for r in rows))
 
 

@@ -56,7 +56,7 @@ class OpCost:
 class Prepared:
     attrs: dict[str, Any]
     consts: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
-    target: "Target | None" = None  # re-attached after loading a context binary, never serialized
+    target: Target | None = None  # re-attached after loading a context binary, never serialized
     # run-time memo, not serialized; what is kept per input shape goes through kernels.shape_memo (bounded)
     memo: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
@@ -74,7 +74,7 @@ class DerivedConsts:
     sources: dict[str, np.ndarray | None]   # the recipe's input role -> initializer (or None)
     params: dict[str, int]
 
-    def prefixed(self, prefix: str) -> "DerivedConsts":
+    def prefixed(self, prefix: str) -> DerivedConsts:
         """The same recipe for constants stored under ``prefix`` (a fused kernel holding this one's)."""
         return dataclasses.replace(self, consts={role: prefix + name for role, name in self.consts.items()})
 
@@ -83,7 +83,7 @@ class DerivedConsts:
 RECIPES: dict[str, Callable[[dict[str, np.ndarray | None], dict[str, int]], dict[str, np.ndarray]]] = {}
 
 
-def _no_check(node: NodeInfo, target: "Target") -> str | None:
+def _no_check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
@@ -91,16 +91,16 @@ def _no_check(node: NodeInfo, target: "Target") -> str | None:
 class KernelDef:
     domain: str
     op_type: str
-    prepare: Callable[[NodeInfo, "Target"], Prepared]
+    prepare: Callable[[NodeInfo, Target], Prepared]
     run: Callable[[Prepared, Sequence[np.ndarray | None]], Sequence[np.ndarray]]
     cost: Callable[[Prepared, Sequence[Shape | None]], OpCost]
-    check: Callable[[NodeInfo, "Target"], str | None] = _no_check
+    check: Callable[[NodeInfo, Target], str | None] = _no_check
     rank_free: bool = False  # True: inputs of unknown rank are fine (see the module docstring)
     # per input, the rank the ONNX spec fixes (None: any): such an input of unknown rank has that rank (Gemm's A
     # after a Reshape to a computed shape); the kernel checks it at run time
     spec_ranks: tuple[int | None, ...] = ()
     # run time, optional: (prepared, inputs, outputs) of a call -> a native step for these input shapes that the
-    # program's C++ loop runs instead of ``run`` (``ep/step_binding.py``; ``kernels.ops._native.call_step``), or None
+    # program's C++ loop runs instead of ``run`` (``ep/step_binding.py``; ``kernels.runtime.call_step``), or None
     bind: Callable[[Prepared, Sequence[np.ndarray | None], Sequence[np.ndarray]], Any] | None = None
 
 

@@ -67,7 +67,7 @@ class ShapeMemo(OrderedDict):
 _MISSING = object()
 
 
-def shape_memo(p: "Prepared", kind: str) -> ShapeMemo:
+def shape_memo(p: Prepared, kind: str) -> ShapeMemo:
     """The bounded memo of ``kind`` (one per kind of derived value) in ``p.memo``, made on first use."""
     table = p.memo.get(kind)
     if table is None:
@@ -75,7 +75,7 @@ def shape_memo(p: "Prepared", kind: str) -> ShapeMemo:
     return table
 
 
-def memo_per_shape(p: "Prepared", kind: str, key: Hashable, make: Callable[..., T], *args: Any) -> T:
+def memo_per_shape(p: Prepared, kind: str, key: Hashable, make: Callable[..., T], *args: Any) -> T:
     """``make(*args)`` for this shape ``key``, made once while ``p`` keeps the key among its ``SHAPES_KEPT`` latest.
     Kernels call this on every run, so a hit is kept to two lookups and the recency update (``make`` takes
     arguments: a closure would be built on every call)."""

@@ -41,7 +41,7 @@ import os
 import stat
 import tomllib
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +130,7 @@ class OpRule:
     max_dim: int | None = None
 
     @staticmethod
-    def from_dict(key: str, d: Mapping[str, Any]) -> "OpRule":
+    def from_dict(key: str, d: Mapping[str, Any]) -> OpRule:
         if not isinstance(d, Mapping):
             raise TargetError(f"ops.{key}: expected a table, got {type(d).__name__}")
         unknown = set(d) - {"dtypes", "max_rank", "static_shapes", "max_dim"}
@@ -228,7 +228,7 @@ class Target:
     digest: str  # sha256 of the canonical description: part of every compiled-context key
 
     @staticmethod
-    def load(name_or_path: str | Path) -> "Target":
+    def load(name_or_path: str | Path) -> Target:
         """A built-in target by name (package data: parsed once per process), or a target file (read every time,
         so edits to it take effect in the next session)."""
         if not Path(name_or_path).suffix:
@@ -236,7 +236,7 @@ class Target:
         return Target._read(Path(name_or_path))
 
     @staticmethod
-    def _read(path: Path) -> "Target":
+    def _read(path: Path) -> Target:
         try:
             raw = tomllib.loads(_read_bounded(path).decode())
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -246,7 +246,7 @@ class Target:
         return Target.from_dict(raw, source=str(path))
 
     @staticmethod
-    def from_dict(raw: Mapping[str, Any], source: str = "<dict>") -> "Target":
+    def from_dict(raw: Mapping[str, Any], source: str = "<dict>") -> Target:
         _validate(raw, source)
         ops = dict(_builtin(raw["ops_from"]).ops) if "ops_from" in raw else {}
         for key, rule in raw.get("ops", {}).items():
@@ -326,7 +326,7 @@ def _read_bounded(path: Path) -> bytes:
     return data
 
 
-@lru_cache(maxsize=None)
+@cache
 def _builtin(name: str) -> Target:
     path = BUILTIN_DIR / f"{name}.toml"
     if not path.is_file():

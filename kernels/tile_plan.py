@@ -78,5 +78,5 @@ class TilePlan:
         return dataclasses.asdict(self)
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "TilePlan":
+    def from_dict(d: dict[str, Any]) -> TilePlan:
         return TilePlan(**d)

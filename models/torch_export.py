@@ -221,7 +221,7 @@ def _export_dynamo(torch, wrapper, args, path, in_names, out_names, layers, opse
         program = torch.onnx.export(wrapper, args, dynamo=True, input_names=in_names, output_names=out_names,
                                     dynamic_shapes=dynamic_shapes, opset_version=opset or 18,
                                     external_data=False, verbose=False)
-    except Exception as e:  # noqa: BLE001 - torch raises many kinds; the first line says why
+    except Exception as e:  # torch raises many kinds; the first line says why
         raise ExportError(f"dynamo export failed: {type(e).__name__}: {_first_line(e)}") from e
     finally:
         quiet.setLevel(level)
@@ -239,7 +239,7 @@ def _export_torchscript(torch, wrapper, args, path, in_names, out_names, opset) 
         with contextlib.redirect_stdout(io.StringIO()):
             torch.onnx.export(wrapper, args, str(path), dynamo=False, input_names=in_names, output_names=out_names,
                               dynamic_axes=dynamic_axes, opset_version=opset or 17, do_constant_folding=True)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ExportError(f"torchscript export failed: {type(e).__name__}: {_first_line(e)}") from e
 
 
@@ -251,7 +251,7 @@ def _annotate(path: Path, model: Any, exporter: str) -> None:
     cfg = model.config
     meta = {"npu_ep.exporter": exporter, "npu_ep.arch": cfg.model_type,
             "max_position_embeddings": str(getattr(cfg, "max_position_embeddings", None)
-                                           or getattr(cfg, "n_positions"))}
+                                           or cfg.n_positions)}
     for k, v in meta.items():
         entry = next((p for p in proto.metadata_props if p.key == k), None) or proto.metadata_props.add()
         entry.key, entry.value = k, v

@@ -29,7 +29,7 @@ class _FailureTracer(MatchingTracer):
         self._seen: set[tuple[str, str, str]] = set()
         self._per_rule: dict[str, int] = {}
 
-    def log(self, rule, container, node, match_result, status) -> None:  # noqa: D102 - MatchingTracer API
+    def log(self, rule, container, node, match_result, status) -> None:  # MatchingTracer API
         if status == MatchStatus.NO_MATCH and match_result.reason != _OTHER_USES:
             return  # a structural mismatch: not a candidate
         if status == MatchStatus.SUCCESS:

@@ -22,7 +22,7 @@ _PLUMBING_DEPTH = 12
 class _DimOf:
     """A dim read at run time: ``value.shape[axis]``, with the symbolic name shape inference gave it (if any)."""
 
-    __slots__ = ("value", "axis", "name")
+    __slots__ = ("axis", "name", "value")
 
     def __init__(self, value: ir.Value, axis: int, name: str | None) -> None:
         self.value, self.axis, self.name = value, axis, name

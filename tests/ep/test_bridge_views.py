@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from npu_ep.ep.program import Program
 from tests.npu_testing import assignment, cpu_run, make_model, npu_session

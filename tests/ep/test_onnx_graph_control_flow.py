@@ -15,8 +15,8 @@ from npu_ep.kernels.ops.control_flow import BranchGraph
 from npu_ep.kernels.target import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
-from test_if import if_model  # noqa: E402
-from test_loop_scan import counted_loop_model, scan_model  # noqa: E402
+from test_if import if_model
+from test_loop_scan import counted_loop_model, scan_model
 
 
 def _decision(model, op):

@@ -20,8 +20,8 @@ from npu_ep.kernels.target import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import _qdq_models as qm  # noqa: E402
-from npu_testing import assignment, npu_partitions, npu_session  # noqa: E402
+import _qdq_models as qm
+from npu_testing import assignment, npu_partitions, npu_session
 
 NPU = npu_ep.get_ep_name()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
-import pytest
 from onnx import TensorProto, helper
 from npu_testing import F32, assignment, cpu_run, make_model, npu_partitions, npu_session, session_options
 

@@ -20,7 +20,7 @@ from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ep"))
-import _qdq_models as qm  # noqa: E402
+import _qdq_models as qm
 
 REF = Target.load("npu-ref")
 EDGE = Target.load("npu-edge")

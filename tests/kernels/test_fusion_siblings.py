@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model

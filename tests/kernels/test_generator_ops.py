@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 
-from _ep_single import check_on_ep, declined_by
+from _ep_single import check_on_ep
 from _vector_ortref import rand
 
 I64 = np.int64

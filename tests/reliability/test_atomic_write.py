@@ -30,10 +30,9 @@ def test_streaming_writer_appears_only_when_the_block_ends(tmp_path):
 def test_an_error_in_the_block_keeps_the_old_file_and_removes_the_temp(tmp_path):
     dest = tmp_path / "out.bin"
     dest.write_bytes(b"old")
-    with pytest.raises(RuntimeError):
-        with atomic_writer(dest) as f:
-            f.write(b"half")
-            raise RuntimeError("writer failed")
+    with pytest.raises(RuntimeError), atomic_writer(dest) as f:
+        f.write(b"half")
+        raise RuntimeError("writer failed")
     assert dest.read_bytes() == b"old" and os.listdir(tmp_path) == ["out.bin"]
 
 

@@ -3,10 +3,8 @@ hang or an attempt to allocate terabytes. Every case runs in a child process (ad
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from _child import probe_batch, probe_in_child, static_model, two_partition_model

@@ -156,7 +156,7 @@ def test_readme_genai_snippet_runs(folder, monkeypatch, capsys, tmp_path):
     # the fixture registered the library in this process already (genai refuses a second registration)
     monkeypatch.setattr(og, "register_execution_provider_library", lambda *args: registered.append(args))
     monkeypatch.setenv("NPU_EP_CACHE_DIR", str(tmp_path / "cache"))
-    exec(compile(snippet, "README.md:onnxruntime-genai", "exec"), {"model_folder": str(folder)})  # noqa: S102
+    exec(compile(snippet, "README.md:onnxruntime-genai", "exec"), {"model_folder": str(folder)})
     assert registered == [("NpuEP", npu_ep.get_library_path())]
     printed = [int(t) for t in re.findall(r"\d+", capsys.readouterr().out)]
     cfg = og.Config(str(folder))

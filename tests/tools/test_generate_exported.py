@@ -8,13 +8,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import npu_ep  # noqa: E402
-import onnx  # noqa: E402
-from npu_testing import assignment  # noqa: E402
+import npu_ep
+import onnx
+from npu_testing import assignment
 
-from npu_ep.models.torch_export import export_tiny_hf  # noqa: E402
-from npu_ep.rewriter import rewrite  # noqa: E402
-from npu_ep.tools.generation import Generator  # noqa: E402
+from npu_ep.models.torch_export import export_tiny_hf
+from npu_ep.rewriter import rewrite
+from npu_ep.tools.generation import Generator
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])

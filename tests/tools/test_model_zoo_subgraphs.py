@@ -14,8 +14,8 @@ from tests.npu_testing import save
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ep"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
-from test_if import if_model  # noqa: E402
-from test_loop_scan import counted_loop_model  # noqa: E402
+from test_if import if_model
+from test_loop_scan import counted_loop_model
 
 TOP_LEVEL = 5  # sum, greater, mean, outer_if, post
 IN_BRANCHES = 7  # then: gather, mul, add; else: inner_if; inner_if's then: gather, sub; its else: relu

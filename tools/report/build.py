@@ -42,7 +42,7 @@ from .validate import ReportInputError, load_checked, ort_exceptions, ort_messag
 SCHEMA_VERSION = "1.3"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
-__all__ = ["SCHEMA_VERSION", "SCHEMA_PATH", "NpuEPFailure", "ReportInputError", "build_report", "validate",
+__all__ = ["SCHEMA_PATH", "SCHEMA_VERSION", "NpuEPFailure", "ReportInputError", "build_report", "validate",
            "write_json"]
 
 

@@ -72,7 +72,7 @@ def _sigterm_kills(procs: dict) -> Iterator[None]:
         yield
         return
 
-    def handler(signum, frame):  # noqa: ARG001
+    def handler(signum, frame):
         _kill_all(procs)
         raise SystemExit(128 + signal.SIGTERM)
 
