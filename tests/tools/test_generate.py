@@ -12,7 +12,7 @@ from npu_ep.models.prompts import PROMPTS
 from npu_ep.models.tiny_llama import build_tiny_llama
 from npu_ep.rewriter import rewrite
 from npu_ep.tools.generation import Generator, KvCapacityError, PromptTooLongError, generate, reference_generate
-from npu_ep.tools.generation import KvCache, KvLayout, plan_prefill
+from npu_ep.tools.generation import DEFAULT_BUCKETS, KvCache, KvLayout, plan_prefill
 from npu_testing import assignment
 
 CPU = ["CPUExecutionProvider"]
@@ -36,12 +36,37 @@ def models(tmp_path_factory):
 def test_prefill_plan_buckets_and_chunks():
     assert [(c.length, c.bucket) for c in plan_prefill(5, BUCKETS)] == [(5, 32)]
     assert [(c.length, c.bucket) for c in plan_prefill(32, BUCKETS)] == [(32, 32)]
-    assert [(c.length, c.bucket) for c in plan_prefill(40, BUCKETS)] == [(40, 128)]
-    plan = plan_prefill(300, BUCKETS)  # only the first chunk is padded; later chunks are full largest buckets
-    assert [(c.start, c.length, c.bucket, c.first) for c in plan] == [(0, 44, 128, True), (44, 128, 128, False),
-                                                                     (172, 128, 128, False)]
+    # 40 tokens: 32 + 8 padded to 32 (64 executed) instead of one 128 bucket; only the last step is padded
+    assert [(c.length, c.bucket) for c in plan_prefill(40, BUCKETS)] == [(32, 32), (8, 32)]
+    assert [(c.length, c.bucket) for c in plan_prefill(100, BUCKETS)] == [(100, 128)]  # 3x32 + 4->32 is no fewer
+    plan = plan_prefill(300, BUCKETS)  # full chunks of the largest bucket first, the remainder's pieces after
+    assert [(c.start, c.length, c.bucket, c.first) for c in plan] == [(0, 128, 128, True), (128, 128, 128, False),
+                                                                     (256, 32, 32, False), (288, 12, 32, False)]
     with pytest.raises(PromptTooLongError, match="longer than the largest prefill bucket.*chunked prefill is disabled"):
         plan_prefill(150, BUCKETS, chunked=False)
+    assert [(c.length, c.bucket) for c in plan_prefill(40, BUCKETS, chunked=False)] == [(40, 128)]
+
+
+def _waste(n: int, buckets, chunk=None) -> float:
+    plan = plan_prefill(n, buckets, chunk=chunk)
+    assert sum(c.length for c in plan) == n and all(c.padding == 0 for c in plan[:-1])
+    return 1 - n / sum(c.bucket for c in plan)
+
+
+def test_chunk_option_and_waste_figures():
+    """The demo's 40-token prompt (69% waste in one 128 bucket) and a 1k-token prompt at chunk 128 (< 10%)."""
+    assert _waste(40, (32, 128, 512)) == pytest.approx(24 / 64)          # was 88 / 128
+    assert _waste(40, DEFAULT_BUCKETS) == pytest.approx(8 / 48)          # the default buckets have 16
+    assert _waste(1000, DEFAULT_BUCKETS, chunk=128) == pytest.approx(8 / 1008)  # 7x128 + 3x32 + 8->16
+    assert _waste(1000, (32, 128, 512), chunk=128) == pytest.approx(24 / 1024)  # 7x128 + 104->128
+    assert _waste(1024, DEFAULT_BUCKETS, chunk=128) == 0.0
+    assert _waste(1000, DEFAULT_BUCKETS) == pytest.approx(8 / 1008)      # 512 + 3x128 + 3x32 + 8->16
+    plan = plan_prefill(1000, DEFAULT_BUCKETS, chunk=128)
+    assert [c.bucket for c in plan] == [128] * 7 + [32] * 3 + [16]       # buckets above the chunk are not used
+    plan = plan_prefill(200, (32, 128), chunk=64)                        # a chunk size that is no bucket
+    assert [(c.length, c.bucket) for c in plan] == [(64, 64), (64, 64), (64, 64), (8, 32)]
+    with pytest.raises(ValueError, match="prefill chunk must be a positive"):
+        plan_prefill(10, BUCKETS, chunk=0)
 
 
 def test_kv_cache_refuses_to_overflow_and_never_overwrites():
@@ -141,7 +166,7 @@ def test_npu_greedy_tokens_identical_to_cpu(models, kind, capsys):
     stats = npu.compile_stats()
     assert stats["npu_partitions"] >= 1 and stats["compiles"] == stats["npu_partitions"]
     # one decode shape for every prompt, and only the planned prefill shapes
-    assert set(npu.shapes) == {(32, 0), (128, 0), (128, 256), (1, 256)}
+    assert set(npu.shapes) == {(32, 0), (128, 0), (32, 256), (1, 256)}
     assert npu.shapes[(1, 256)].calls == DECODE_STEPS * len(PROMPTS)
     with capsys.disabled():
         print("\n" + "\n".join(lines) + f"\n{kind} on NpuEP: {on_npu}, {stats}")

@@ -4,9 +4,10 @@ Graph I/O (HF/Optimum names): input_ids [1,S], attention_mask [1,P+S], position_
 past_key_values.{i}.key/.value [1,Nkv,P,H] -> logits [1,S,V], present.{i}.key/.value [1,Nkv,P+S,H]; other names
 (an onnxruntime-genai folder's genai_config.json) through ``IoNames``; position_ids only when the graph has it.
 
-Executed shapes (S, P): the first prefill chunk (bucket, 0); later chunks (largest bucket, C); decode (1, C) where C
-is ``max_kv_len``. Padding side, mask and cache layout are explained in ``shapes``. One session runs
-every step (see ``Generator``). Per-shape sessions with ORT free-dimension overrides were tried and dropped: ORT's
+Executed shapes (S, P), each a named entry point (``entries``): the first prefill (bucket, 0), prefill with history
+(a chunk of ``prefill_chunk`` tokens or a smaller bucket, C) and decode (1, C), where C is ``max_kv_len``. The chunk
+plan, padding side, mask and cache layout are explained in ``shapes``. One session runs every step (see
+``Generator``), so every entry shares its weights and the one KV cache. Per-shape sessions with ORT free-dimension overrides were tried and dropped: ORT's
 shape inference rejects the exporter graph's Range plumbing once the dims are fixed.
 
 ``generate(model_or_session, prompt_ids, max_new_tokens, ...) -> GenerationResult``.
@@ -25,9 +26,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .entries import DECODE, PREFILL, PREFILL_HISTORY, EntryTable
 from .model_info import IoNames, check_kv_memory, detect_layouts, info_from_session, inspect_model
 from .shapes import (DEFAULT_BUCKETS, KvCache, KvCapacityError, KvLayout, PaddingStats, PromptTooLongError,
-                     check_buckets, plan_prefill)
+                     check_buckets, chunk_buckets, plan_prefill)
 
 __all__ = ["DEFAULT_BUCKETS", "GenerationResult", "Generator", "KvCapacityError", "PromptTooLongError",
            "StepRecord", "default_providers", "generate", "reference_generate"]
@@ -43,7 +45,7 @@ def default_providers() -> list:
 
 @dataclasses.dataclass
 class StepRecord:
-    kind: str                 # "prefill" (first chunk), "chunk" (later prefill chunk) or "decode"
+    kind: str                 # the entry: "prefill" (first chunk), "prefill_history" (later chunk) or "decode"
     logical: int              # tokens that mattered
     shape: tuple[int, int]    # executed (S, P)
     host_s: float
@@ -72,6 +74,8 @@ class GenerationResult:
     kv_capacity: int
     kv_length: int                             # valid KV entries at the end
     logits: list[np.ndarray] | None = None     # [V] float32 row that chose each generated token
+    entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the Generator's entries so far
+    prefill_chunk: int | None = None           # the chunk size the prompt was planned with
 
     @property
     def mean_itl_s(self) -> float:
@@ -87,7 +91,8 @@ class GenerationResult:
                 "npu_mean_decode_s": self.mean_npu_decode_s, "kv_capacity": self.kv_capacity,
                 "kv_length": self.kv_length,
                 "padding": {"logical": self.padding.logical_tokens, "executed": self.padding.executed_tokens,
-                            "waste": self.padding.waste},
+                            "waste": self.padding.waste, "prefill_chunk": self.prefill_chunk},
+                "entries": self.entries,
                 "shapes": {f"S={s},P={p}": {"calls": i.calls, "host_s": i.host_s, "npu_s": i.npu_s}
                            for (s, p), i in self.shapes.items()}}
 
@@ -137,8 +142,9 @@ class Generator:
                  providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
                  max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True,
                  session_config: dict[str, str] | None = None, ort_log_level: int | None = None,
-                 io: IoNames = IoNames()):
+                 io: IoNames = IoNames(), prefill_chunk: int | None = None):
         self.buckets = check_buckets(buckets)
+        self.prefill_chunk = chunk_buckets(self.buckets, prefill_chunk)[-1] if prefill_chunk else None
         self.max_kv_len = int(max_kv_len)
         self.chunked_prefill = chunked_prefill
         self.providers = list(providers) if providers is not None else default_providers()
@@ -168,6 +174,7 @@ class Generator:
                                         providers=self.providers, enable_fallback=0)
             session_s = time.perf_counter() - t0
         self._runner = _Runner(sess, _npu_ep_sessions(sess) if self.uses_npu else [], session_s)
+        self.entries = EntryTable(self._runner.eps)
         self.layouts = self.info.layouts
 
     @property
@@ -189,9 +196,11 @@ class Generator:
                 "cache_hits": sum(ep.context.stats["hits"] for ep in eps)}
 
     # -- one step ----------------------------------------------------------------------------------------------
-    def _step(self, cache: KvCache, tokens: Sequence[int], executed: int, first: bool
+    def _step(self, cache: KvCache, tokens: Sequence[int], executed: int, kind: str
               ) -> tuple[np.ndarray, float, float, tuple[int, int]]:
-        """Run `tokens` padded to `executed`; returns (logits row of the last valid token, host s, npu s, shape)."""
+        """Run `tokens` padded to `executed` as entry `kind`; returns (logits row of the last valid token, host s,
+        npu s, shape)."""
+        first = kind == PREFILL
         new = len(tokens)
         cache.check_room(new)
         ids = np.zeros((1, executed), np.int64)
@@ -201,18 +210,20 @@ class Generator:
         io = self.info.io
         if first:
             past_len = 0
-            mask = np.zeros((1, executed), np.int64)
-            mask[0, :new] = 1
+            mask = np.ones((1, executed), np.int64)  # padding marked too (shapes: GQA's past length)
             empty = np.zeros((1, self.info.kv_heads, 0, self.info.head_dim), np.float32)
             past = {name % i: empty for i in range(self.info.n_layers) for name in (io.past_key, io.past_value)}
         else:
             past_len = cache.capacity
-            mask = cache.mask(new, executed)
+            mask = cache.mask(executed)
             past = io.past_feeds(cache)
         feeds = {io.input_ids: ids, io.attention_mask: mask, **past}
         if self.info.feeds_position_ids:
             feeds[io.position_ids] = pos
+        entry = self.entries.entry(kind, (executed, past_len))
+        before = self.entries.before_call(entry)
         outs, host, npu = self._runner.run(feeds)
+        self.entries.after_call(entry, before, new, host, npu)
         shape = self.shapes.setdefault((executed, past_len), ShapeInfo((executed, past_len)))
         shape.calls += 1
         shape.host_s += host
@@ -243,7 +254,7 @@ class Generator:
         if bad is not None:
             raise ValueError(f"prompt token id {prompt[bad]} at position {bad} is outside the vocabulary "
                              f"[0, {vocab if vocab is not None else 'vocab'})")
-        chunks = plan_prefill(len(prompt), self.buckets, chunked=self.chunked_prefill)
+        chunks = plan_prefill(len(prompt), self.buckets, chunked=self.chunked_prefill, chunk=self.prefill_chunk)
         check_kv_memory(self.info, self.max_kv_len)
         cache = KvCache(self.info.n_layers, self.info.kv_heads, self.info.head_dim, self.max_kv_len)
         # capacity is checked up front: a clear error before any work, never a silent overwrite later
@@ -252,11 +263,12 @@ class Generator:
         t_start = time.perf_counter()
         npu_prefill = 0.0
         for ch in chunks:
-            logits, host, npu, shape = self._step(cache, prompt[ch.start: ch.start + ch.length], ch.bucket, ch.first)
+            kind = PREFILL if ch.first else PREFILL_HISTORY
+            logits, host, npu, shape = self._step(cache, prompt[ch.start: ch.start + ch.length], ch.bucket, kind)
             padding.logical_tokens += ch.length
             padding.executed_tokens += ch.bucket
             npu_prefill += npu
-            steps.append(StepRecord("prefill" if ch.first else "chunk", ch.length, shape, host, npu))
+            steps.append(StepRecord(kind, ch.length, shape, host, npu))
         token = int(np.argmax(logits))
         ttft = time.perf_counter() - t_start
         tokens, rows, itl, npu_decode = [token], [logits] if keep_logits else None, [], []
@@ -265,11 +277,11 @@ class Generator:
             if token in stop:
                 break
             t0 = time.perf_counter()
-            logits, host, npu, shape = self._step(cache, [token], 1, False)
+            logits, host, npu, shape = self._step(cache, [token], 1, DECODE)
             token = int(np.argmax(logits))
             itl.append(time.perf_counter() - t0)
             npu_decode.append(npu)
-            steps.append(StepRecord("decode", 1, shape, host, npu))
+            steps.append(StepRecord(DECODE, 1, shape, host, npu))
             tokens.append(token)
             if rows is not None:
                 rows.append(logits)
@@ -279,15 +291,16 @@ class Generator:
                 rows.pop()
         shapes = {k: dataclasses.replace(v) for k, v in self.shapes.items()}
         return GenerationResult(prompt, tokens, ttft, itl, npu_prefill, npu_decode, padding, steps, shapes,
-                                cache.capacity, cache.length, rows)
+                                cache.capacity, cache.length, rows, self.entries.rows(), self.prefill_chunk)
 
 
 def generate(session_or_model_path, prompt_ids: Sequence[int], max_new_tokens: int, *,
              providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
-             max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True, keep_logits: bool = True) -> GenerationResult:
+             max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True, keep_logits: bool = True,
+             prefill_chunk: int | None = None) -> GenerationResult:
     """Greedy-generate ``max_new_tokens`` ids after ``prompt_ids`` (batch 1). See the module docstring."""
     gen = Generator(session_or_model_path, providers=providers, buckets=buckets, max_kv_len=max_kv_len,
-                    chunked_prefill=chunked_prefill)
+                    chunked_prefill=chunked_prefill, prefill_chunk=prefill_chunk)
     return gen.generate(prompt_ids, max_new_tokens, keep_logits=keep_logits)
 
 
