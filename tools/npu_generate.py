@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "less the largest bucket)")
     p.add_argument("--no-chunked-prefill", dest="chunked", action="store_false",
                    help="refuse prompts longer than the largest bucket instead of chunking them")
+    p.add_argument("--prefill-chunk", type=int, default=None, metavar="N",
+                   help="chunked prefill's chunk size in tokens (default: the largest bucket); a long prompt runs "
+                   "as chunks of N appended to the KV cache, the remainder in the buckets below N")
     p.add_argument("--cpu", action="store_true", help="run on ORT's CPU EP only (reference)")
     p.add_argument("--target", default=None,
                    help=f"NpuEP target (npu-ref, npu-edge or a .toml; default: a genai folder's, else ${TARGET_ENV}, "
@@ -78,13 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
 def format_result(res: GenerationResult) -> str:
     lines = [f"prompt: {len(res.prompt)} tokens; generated {len(res.tokens)}: {res.tokens}",
              f"TTFT {res.ttft_s * 1e3:.1f} ms host, {res.npu_prefill_s * 1e3:.3f} ms emulated NPU",
-             f"inter-token {res.mean_itl_s * 1e3:.1f} ms host (mean), {res.mean_npu_decode_s * 1e3:.3f} ms emulated NPU",
+             f"inter-token {res.mean_itl_s * 1e3:.1f} ms host (mean), "
+             f"{res.mean_npu_decode_s * 1e3:.3f} ms emulated NPU",
              f"prefill padding: {res.padding.logical_tokens} logical -> {res.padding.executed_tokens} executed "
-             f"tokens ({res.padding.waste:.0%} waste); KV {res.kv_length}/{res.kv_capacity}"]
-    for (s, p), info in sorted(res.shapes.items()):
-        lines.append(f"  executed shape S={s:<4d} P={p:<5d} calls {info.calls:4d}  host {info.host_s * 1e3:8.1f} ms  "
-                     f"NPU {info.npu_s * 1e3:8.3f} ms")
+             f"tokens ({res.padding.waste:.0%} waste{_chunk_note(res)}); KV {res.kv_length}/{res.kv_capacity}"]
+    for e in res.entries:
+        lines.append(f"  entry {e['name']:<28s} calls {e['calls']:4d}  host {e['host_s'] * 1e3:8.1f} ms  "
+                     f"NPU {e['npu_s'] * 1e3:8.3f} ms")
     return "\n".join(lines)
+
+
+def _chunk_note(res: GenerationResult) -> str:
+    plan = "+".join(f"{s.logical}->{s.shape[0]}" if s.logical != s.shape[0] else str(s.logical)
+                    for s in res.steps if s.kind != "decode")
+    chunk = f"chunk {res.prefill_chunk}: " if res.prefill_chunk else ""
+    return f"; {chunk}{plan}"
 
 
 def _model_source(args: argparse.Namespace):
@@ -136,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.max_kv_len is not None and args.max_kv_len < 1:
         build_parser().error(f"--max-kv-len must be >= 1 (the KV cache capacity in tokens), got {args.max_kv_len}")
+    if args.prefill_chunk is not None and args.prefill_chunk < 1:
+        build_parser().error(f"--prefill-chunk must be >= 1 (tokens per prefill chunk), got {args.prefill_chunk}")
     from google.protobuf.message import DecodeError
 
     from .generation import Generator, KvCapacityError, PromptTooLongError, default_providers
@@ -148,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.cpu:
             providers[0] = (providers[0][0], {**npu_options, **({"target": args.target} if args.target else {})})
         gen = Generator(model, providers=providers, buckets=buckets, max_kv_len=max_kv_len,
-                        chunked_prefill=args.chunked, ort_log_level=4, io=io)  # ORT errors: the one line below
+                        chunked_prefill=args.chunked, ort_log_level=4, io=io,  # ORT errors: the one line below
+                        prefill_chunk=args.prefill_chunk)
         res = gen.generate(_flat(args.prompt_ids), args.max_new_tokens, keep_logits=False, eos_token_ids=eos)
     except (PromptTooLongError, KvCapacityError, ValueError, OSError, DecodeError) as exc:
         print(f"npu-generate: error: {_first_line(exc)}", file=sys.stderr)

@@ -25,7 +25,7 @@ import numpy as np
 PREFILL, PREFILL_HISTORY, DECODE = "prefill", "prefill_history", "decode"
 KINDS = (PREFILL, PREFILL_HISTORY, DECODE)
 
-_TABLES: weakref.WeakKeyDictionary[Any, "EntryTable"] = weakref.WeakKeyDictionary()
+_TABLES: weakref.WeakKeyDictionary[Any, EntryTable] = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass
@@ -41,7 +41,7 @@ class Entry:
     @property
     def name(self) -> str:
         s, p = self.bucket
-        return f"{self.kind}[S={s}]" if self.kind == PREFILL else f"{self.kind}[S={s},P={p}]"
+        return f"{self.kind}[S={s},P={p}]"
 
     @property
     def executed_tokens(self) -> int:

@@ -34,12 +34,12 @@ from . import model as rm
 from . import profile as report_profile
 from . import timeline as rt
 from .latency import latency
-from .phases import DEFAULT_PREFILL_TOKENS, label_timeline, measure_phases
+from .phases import DEFAULT_PREFILL_TOKENS, entries_report, label_entries, label_timeline, measure_phases
 from .dim_hints import inputs_that_run
 from .run import DEFAULT_MAX_INPUT_MIB, NpuEPFailure, attribute_bridge, dim_key, measure, npu_session, resolve_dims
 from .validate import ReportInputError, load_checked, ort_exceptions, ort_message
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 __all__ = ["SCHEMA_PATH", "SCHEMA_VERSION", "NpuEPFailure", "ReportInputError", "build_report", "validate",
@@ -110,7 +110,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                            "validation": validation,
                            "file_coverage": {"total": len(file_cap.decisions),
                                              "claimed": sum(d.claimed for d in file_cap.decisions)},
-                           "measurement": None, "projection": None, "compare": None, "phases": None}
+                           "measurement": None, "projection": None, "compare": None, "phases": None,
+                           "entries": None}
     nodes, cap, measurement, names, timeline = file_nodes, file_cap, None, None, None
     ep = None
     feeds = cpu = None
@@ -139,6 +140,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                                       else nodes,
                                       cap, names, tgt, dims)
         label_timeline(timeline, doc["phases"])
+        doc["entries"] = entries_report(ep)
+        label_entries(timeline, doc["entries"])
         doc.update(latency(timeline, tgt))
         doc.update(coverage=rm.coverage(cap), partitions=parts, crossings=crossings,
                    layers=rm.layer_summary(nodes, crossings, layers), timeline=timeline, measurement=measurement)

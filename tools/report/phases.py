@@ -167,3 +167,27 @@ def label_timeline(timeline: list[dict], phases: Mapping[str, Any] | None) -> No
             seen[(p["partition"], repr(p["signature"]))] = key
     for entry in timeline:
         entry["phase"] = seen.get((entry["partition"], repr(entry["signature"])))
+
+
+def entries_report(ep: EpSession | None) -> dict[str, Any] | None:
+    """The generation entry points that ran on this session (``tools.generation.entries``: first prefill, prefill
+    with history, decode, each its bucket, calls and the program signatures it ran), or None when no generator
+    ran on it. ``weight_bytes``: the distinct weight buffers the programs hold, one copy for every entry."""
+    from ..generation.entries import entries_of
+
+    table = entries_of(ep) if ep is not None else None
+    if table is None or not table.entries:
+        return None
+    return {"entries": table.rows(), "weight_bytes": table.weight_bytes(),
+            "programs": sorted(name for e in table.eps for name in e.programs)}
+
+
+def label_entries(timeline: list[dict], entries: Mapping[str, Any] | None) -> None:
+    """Set ``entry`` on timeline entries whose (partition, signature) a generation entry ran (else ``None``)."""
+    seen = {}
+    for e in (entries or {}).get("entries", []):
+        for name, sig in e["programs"].items():
+            seen[(name, repr([list(s) for s in sig]))] = e["name"]
+    for entry in timeline:
+        entry["entry"] = seen.get((entry["partition"], repr(entry["signature"])))
+

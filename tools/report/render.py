@@ -90,6 +90,7 @@ def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: 
                       f"{_us(wrap)} us in ORT's plugin-EP wrapper outside the shim's callback")
     _per_layer_table(con, doc, max_rows)
     _phases(con, doc.get("phases"))
+    _entries(con, doc.get("entries"))
     _compare(con, doc.get("compare"), max_rows)
 
 
@@ -126,6 +127,20 @@ def _phases(con: Console, phases: Mapping[str, Any] | None) -> None:
         t.add_row(key, str(r["new_tokens"]), str(r["past_tokens"]), f"{r['npu_cycles']:,.0f}", _us(r["npu_us"]),
                   f"{r['npu_compute_cycles']:,.0f}", f"{r['npu_dma_cycles']:,.0f}", f"{r['dma_bytes']:,}",
                   _us(r["host_us"]), _us(r["cpu_host_us"]))
+    con.print(t)
+
+
+def _entries(con: Console, entries: Mapping[str, Any] | None) -> None:
+    if not entries:
+        return
+    t = Table(title=f"generation entry points (one weight copy for all: {entries['weight_bytes']:,} bytes in "
+                    f"{len(entries['programs'])} program(s))")
+    for col in ("entry", "S", "P", "calls", "tokens logical/executed", "host ms", "NPU ms (emul.)"):
+        t.add_column(col, justify="left" if col == "entry" else "right")
+    for e in entries["entries"]:
+        t.add_row(escape(e["name"]), str(e["new_tokens"]), str(e["past_slots"]), str(e["calls"]),
+                  f"{e['logical_tokens']}/{e['executed_tokens']}", f"{e['host_s'] * 1e3:.1f}",
+                  f"{e['npu_s'] * 1e3:.3f}")
     con.print(t)
 
 
