@@ -58,9 +58,9 @@ def _embedded_in_foreign_host() -> bool:
     runtime already has the plugin, and the onnxruntime Python package's runtime is a different one."""
     if importlib.util.find_spec("npu_ep.ep._native") is None:
         return False
-    from .ep import _native
+    from .kernels.runtime import extension
 
-    return bool(getattr(_native, "embedded_host", lambda: False)())
+    return bool(getattr(extension(), "embedded_host", lambda: False)())
 
 
 def register() -> None:
@@ -88,11 +88,11 @@ def report(model_or_session, **kwargs):
 
 def _prepare_shutdown() -> None:
     """Daemon threads may still be inside session.run at exit: stop NpuEP from entering Python before teardown."""
-    try:
-        from .ep import _native
-    except ImportError:
-        return
-    _native.prepare_shutdown(2.0)
+    from .kernels.runtime import extension
+
+    ext = extension()
+    if ext is not None:
+        ext.prepare_shutdown(2.0)
 
 
 register()

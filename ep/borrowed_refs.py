@@ -1,6 +1,6 @@
 """Cache entries name ORT's initializers instead of copying them.
 
-A compiled program reads its large weights in place from ORT's initializers (``kernels.ops._native.borrowed_from_ort``).
+A compiled program reads its large weights in place from ORT's initializers (``kernels.runtime.borrowed_from_ort``).
 Storing those bytes in a cache entry would make a warm start read and hold a second copy of every weight (for a
 1B int4 decoder: 0.5 GB read, hashed and re-packed, 2x the peak memory). Instead the entry records, per borrowed
 constant, which initializer it views and where; loading re-creates the same view of the loading session's
@@ -19,7 +19,7 @@ from numpy.lib.array_utils import byte_bounds
 
 from ..context_cache.container import DTYPES, MAX_NDIM
 from ..kernels.node import NodeInfo
-from ..kernels.ops._native import borrowed_from_ort
+from ..kernels.runtime import borrowed_from_ort
 
 
 class BorrowedRefError(ValueError):

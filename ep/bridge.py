@@ -30,7 +30,7 @@ from .epcontext import compatibility_info, validate_compatibility_info
 from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
 from ..kernels.host_blas import allow_split, blas_threads
-from ..kernels.ops._native import configure as configure_kernels
+from ..kernels.runtime import configure as configure_kernels
 from .log import error_level, escape, level_number, logger, session_scoped
 from .program import Program
 
@@ -45,7 +45,7 @@ class EpSession:
         self.ep_name = ep_name
         self.config = dict(config)
         self.options = options_mod.parse(config)
-        self.target = Target.load(self.options.target)
+        self.target = Target.load(self.options.target).with_kv_cache_dtype(self.options.kv_cache_dtype)
         # this session's log level (its callbacks run under it, log.session_scoped); None: the application's
         self.log_level = level_number(self.options.log_level if options_mod.PREFIX + "log_level" in config else None)
         self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call

@@ -26,16 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.ops._native import FIXED_INPUT_BYTES, PARTITION_OUTPUTS
+from ..kernels.runtime import FIXED_INPUT_BYTES, PARTITION_OUTPUTS, extension
 from ..kernels.registry import KernelDef, OpCost, Prepared
 from . import step_binding
 from .log import escape, logger
 from .weight_arena import pack_constants
 
-try:
-    from . import _native as _extension  # the C++ loop and native steps
-except ImportError:  # pragma: no cover - the extension not built: the Python loop runs
-    _extension = None
+_extension = extension()  # the C++ loop and native steps; None when the extension is not built: the Python loop runs
 
 
 UNKNOWN_RANK = "?"  # a declared input shape of unknown rank (Step.declared)
@@ -226,7 +223,7 @@ class Program:
 
     def mark_partition_outputs(self) -> None:
         """Tell each step which of its outputs are outputs of this partition (their ORT index), so a kernel that
-        can compute one straight into ORT's buffer does (``kernels.ops._native.ort_output``). Only for the programs
+        can compute one straight into ORT's buffer does (``kernels.runtime.ort_output``). Only for the programs
         ORT calls: a sub-program's outputs (If branches, Loop bodies) go back to its owner, not to ORT."""
         self._marked = True
         first: dict[int, int] = {}

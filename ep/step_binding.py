@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.ops._native import FIXED_INPUT_BYTES, fixed_inputs
+from ..kernels.runtime import FIXED_INPUT_BYTES, fixed_inputs
 from ..kernels.registry import KernelDef, Prepared
 
 MEMO_OUTPUT_BYTES = 65536  # kept outputs per step (a Range of positions over a long context: 8K int64)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.ops._native import borrowed_from_ort
+from ..kernels.runtime import borrowed_from_ort
 from ..kernels.pages import on_own_pages
 from ..kernels.registry import Prepared
 

@@ -7,7 +7,7 @@ header and named arrays), like every compiled program in the cache and in EPCont
 Prepared: the header under ``attrs[key]``, the arrays under ``consts['key/...']``.
 
 A sub-program belongs to its owner: its steps run with the owner's kernel setting (``kernels=native|reference``,
-host threads; ``kernels.ops._native``), whether the session stamps the owner before or after the sub-program is
+host threads; ``kernels.runtime``), whether the session stamps the owner before or after the sub-program is
 loaded.
 """
 
@@ -22,7 +22,7 @@ Parts = tuple[dict[str, Any], dict[str, np.ndarray]]
 _compile: Callable[..., Parts] | None = None
 _load: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any] | None = None
 MEMO = "subprograms"  # Prepared.memo key: {key: loaded program}, so a sub-program is loaded once per owner
-INHERITED: set[str] = set()  # Prepared.memo keys a sub-program's steps take from their owner (kernels.ops._native)
+INHERITED: set[str] = set()  # Prepared.memo keys a sub-program's steps take from their owner (kernels.runtime)
 
 
 def register(compile_fn: Callable[..., Parts], load_fn: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any]) -> None:

@@ -18,9 +18,9 @@ import numpy as np
 
 from ..registry import Prepared
 from ..shape_memo import memo_per_shape
-from . import _native
+from .. import runtime
 from ._kv_pool import present_buffer
-from ._native import PARTITION_OUTPUTS
+from ..runtime import PARTITION_OUTPUTS
 from ._util import arg
 
 FALLBACK = "gqa_native_fallback"  # Prepared.memo key: why the last call ran the reference, or None
@@ -75,8 +75,8 @@ def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray
     h = d // n if key is not None else d // (n + 2 * nkv)
     n, nkv, scale, softcap, window, interleaved = _static(p, h)
     shape = (b, nkv, t_buf, h)
-    pk = _native.ort_output(p, 1, shape, query.dtype)
-    pv = None if pk is None else _native.ort_output(p, 2, shape, query.dtype)
+    pk = runtime.ort_output(p, 1, shape, query.dtype)
+    pv = None if pk is None else runtime.ort_output(p, 2, shape, query.dtype)
     slot = None
     if pv is None:
         kv, slot = present_buffer(p, (2, *shape), query.dtype)
@@ -94,7 +94,7 @@ def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray
     key, value, past_k, past_v = (x if x is None or x.flags.c_contiguous else np.ascontiguousarray(x)
                                   for x in (key, value, past_k, past_v))
     out = nat.gqa(query, key, value, past_k, past_v, pk, pv, dirty, past_b, total_b, n, nkv, scale, softcap, window,
-                  cos, sin, interleaved, pos, _native.threads(p))
+                  cos, sin, interleaved, pos, runtime.threads(p))
     if slot is not None:
         slot[1] = max(past_b) + s
     return [out, pk, pv]
@@ -106,8 +106,8 @@ def bind(p: Prepared, inputs, outs) -> Any:
     lengths from seqlens_k and total_sequence_length on every call as ``attention._run`` does, and declines what
     it was not bound for."""
     where = p.memo.get(PARTITION_OUTPUTS)
-    ext = _native.extension()
-    if (ext is None or _native.native(p) is None or p.memo.get(FALLBACK) is not None or not where
+    ext = runtime.extension()
+    if (ext is None or runtime.native(p) is None or p.memo.get(FALLBACK) is not None or not where
             or 1 not in where or 2 not in where or len(inputs) < 7 or any(x is not None for x in inputs[10:])):
         return None
     if any(inputs[i] is None and arg(p, inputs, i) is not None for i in range(7)):
@@ -134,4 +134,4 @@ def bind(p: Prepared, inputs, outs) -> Any:
     shape = lambda x: None if x is None else x.shape  # noqa: E731
     return ext.GqaStep(query.dtype, query.shape, shape(key), shape(past_k), seqlens.shape, total.shape, shape(pos),
                        cos, sin, (where[1], where[2]), n, nkv, scale, softcap, window, interleaved,
-                       _native.threads(p), [_native.setting_guard(p), (p.memo, PARTITION_OUTPUTS, where)])
+                       runtime.threads(p), [runtime.setting_guard(p), (p.memo, PARTITION_OUTPUTS, where)])

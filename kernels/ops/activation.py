@@ -24,7 +24,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 from .elementwise import CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, clip_float, engine_bind, engine_runner
@@ -202,7 +202,7 @@ def slope_rows(x_shape: tuple[int, ...], slope_shape: tuple[int, ...]) -> int | 
 
 def _prelu_rows_ok(p: Prepared, x, slope) -> int | None:
     """``inner`` when float32 x and slope run on the native per-row PRelu, else None."""
-    if (_native.native(p) is None or not isinstance(x, np.ndarray) or not isinstance(slope, np.ndarray)
+    if (runtime.native(p) is None or not isinstance(x, np.ndarray) or not isinstance(slope, np.ndarray)
             or x.dtype != _F32 or slope.dtype != _F32 or not x.ndim or not x.size or _out_dtype(p, x) != _F32):
         return None
     inner = slope_rows(x.shape, slope.shape)
@@ -217,9 +217,9 @@ def _prelu_run(p: Prepared, inputs) -> list[np.ndarray]:
         return _PRELU_ENGINE(p, inputs)
     inner = _prelu_rows_ok(p, x, slope)
     if inner is not None:
-        out = _native.ort_output(p, 0, x.shape, _F32)
-        return [_native.native(p).prelu_rows(np.ascontiguousarray(x), np.ascontiguousarray(slope), inner,
-                                             _native.threads(p), out)]
+        out = runtime.ort_output(p, 0, x.shape, _F32)
+        return [runtime.native(p).prelu_rows(np.ascontiguousarray(x), np.ascontiguousarray(slope), inner,
+                                             runtime.threads(p), out)]
     return _prelu_reference(p, inputs)
 
 
@@ -234,11 +234,11 @@ def _prelu_bind(p: Prepared, inputs, outs):
         return None
     ins = [(0, 0, _F32, x.shape, None)] + ([] if len(inputs) < 2 or inputs[1] is None
                                            else [(1, 1, _F32, slope.shape, None)])
-    where = p.memo.get(_native.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
+    where = p.memo.get(runtime.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
     into = [(4, where[0], list(x.shape))] if where and 0 in where else []
-    args = (None, None if len(ins) == 2 else slope, inner, _native.threads(p), None)
-    return _native.call_step(p, _native.native(p).prelu_rows, args, ins, [(-1, None)],
-                             [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
+    args = (None, None if len(ins) == 2 else slope, inner, runtime.threads(p), None)
+    return runtime.call_step(p, runtime.native(p).prelu_rows, args, ins, [(-1, None)],
+                             [(p.memo, runtime.PARTITION_OUTPUTS, where)], into)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -57,7 +57,8 @@ from ..cost import dma_cycles
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _gqa_native, _native
+from .. import runtime
+from . import _gqa_native
 from ._kv_pool import present_buffer
 from ._util import arg, stash_constants
 from ._vector import itemsize_of, transcendental
@@ -427,7 +428,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
                          f"kv_sequence_length={s}")
     past_b, total_b = _lengths(seqlens_k, total, s)
     t_buf = max(total, past_len)
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None:  # the native kernel, unless it records why the reference must run (_gqa_native.FALLBACK)
         done = _gqa_native.run(nat, p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf)
         if done is not None:

@@ -31,7 +31,7 @@ from ..fusion.attention import FUSED_DOMAIN, FUSED_OP
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._sdpa import attention_cost
 from ._util import arg, stash_constants
 from .softmax import last_axis, onnx_softmax
@@ -139,7 +139,7 @@ def _operands(p: Prepared, inputs) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 def _native_call(p: Prepared, inputs, q, k, v, mask) -> tuple[Any, tuple] | None:
     """(native module, (K as given is rows [.., T, H], K's head group, V's head group)) when the native kernel
     computes this call (module docstring), else None."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     arrays = (q, k, v) if mask is None else (q, k, v, mask)
     if nat is None or any(not isinstance(x, np.ndarray) or x.dtype != _F32 for x in arrays):
         return None
@@ -170,7 +170,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     native = _native_call(p, inputs, q, k, v, mask)
     if native is not None:
         nat, layout = native
-        return [nat.attention_chain(q, k, v, _mask_2d(mask), a["scale_kind"], a["scale"], _native.threads(p),
+        return [nat.attention_chain(q, k, v, _mask_2d(mask), a["scale_kind"], a["scale"], runtime.threads(p),
                                     a["zero_nan_rows"], *layout)]
     if a["k_path"]:
         k = _through_path(p, inputs, "k", k)
@@ -188,7 +188,7 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     """The native kernel as one call for these shapes and path operands (any layout: K^T is usually a view)."""
     q, k, v, mask = _operands(p, inputs)
     native = _native_call(p, inputs, q, k, v, mask)
-    fixed = _native.fixed_inputs(inputs, _FIRST_EXTRA)  # the paths' shapes: bound for these values
+    fixed = runtime.fixed_inputs(inputs, _FIRST_EXTRA)  # the paths' shapes: bound for these values
     if native is None or fixed is None:
         return None
     nat, layout = native
@@ -200,9 +200,9 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     elif runtime_mask:
         return None
     const_mask = None if runtime_mask else _mask_2d(mask)
-    args = (None, None, None, const_mask, a["scale_kind"], a["scale"], _native.threads(p), a["zero_nan_rows"],
+    args = (None, None, None, const_mask, a["scale_kind"], a["scale"], runtime.threads(p), a["zero_nan_rows"],
             *layout)
-    return _native.call_step(p, nat.attention_chain, args, spec, [(-1, None)], fixed=fixed)
+    return runtime.call_step(p, nat.attention_chain, args, spec, [(-1, None)], fixed=fixed)
 
 
 def _lead(shapes) -> tuple[int, int]:

@@ -21,7 +21,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._sdpa import attend, attention_cost, float_mode_reason
 from ._util import arg, stash_constants
 from ._vector import itemsize_of
@@ -116,8 +116,8 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         add = ab.astype(_F32) if add is None else add + ab.astype(_F32)
     scale = a["scale"] or 1.0 / math.sqrt(qh.shape[3])
     want = a["outputs"]
-    out, qk = attend(qh, kh, vh, scale, add, 0.0, 0 if len(want) > 3 and want[3] else None, _native.native(p),
-                     _native.threads(p))
+    out, qk = attend(qh, kh, vh, scale, add, 0.0, 0 if len(want) > 3 and want[3] else None, runtime.native(p),
+                     runtime.threads(p))
     out = out.transpose(0, 2, 1, 3).reshape(b, s, n * vh.shape[3])
     outs = [out.astype(q.dtype, copy=False)]
     if len(want) > 1:

@@ -31,7 +31,7 @@ from ..node import NodeInfo
 from ..planner import PlanError, plan_matmul
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._sdpa import attend, attention_cost, float_mode_reason
 from ._util import arg, stash_constants
 
@@ -168,7 +168,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     if ab is not None:
         add = ab.astype(_F32) if add is None else add + ab.astype(_F32)
     scale = a["scale"] or 1.0 / math.sqrt(dq // n)
-    out, _ = attend(qh, kh, vh, scale, add, native=_native.native(p), threads=_native.threads(p))
+    out, _ = attend(qh, kh, vh, scale, add, native=runtime.native(p), threads=runtime.threads(p))
     outs = [out.transpose(0, 2, 1, 3).reshape(b, s, dv).astype(x.dtype, copy=False)]
     if a["present"]:
         outs.append(np.stack((kh, vh)).astype(x.dtype, copy=False))

@@ -23,7 +23,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._sdpa import attend, attention_cost, bool_mask_bias, causal_bias, float_mode_reason
 from ._util import arg, stash_constants
 from ._vector import itemsize_of
@@ -94,7 +94,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     scale = float(a["scale"]) or 1.0 / math.sqrt(h)
     want = a["outputs"]
     mode = int(a["qk_matmul_output_mode"]) if len(want) > 3 and want[3] else None
-    out, scores = attend(qh, kh, vh, scale, bias, float(a["softcap"]), mode, _native.native(p), _native.threads(p))
+    out, scores = attend(qh, kh, vh, scale, bias, float(a["softcap"]), mode, runtime.native(p), runtime.threads(p))
     if rank == 3:
         out = out.transpose(0, 2, 1, 3).reshape(b, s, n * vh.shape[3])
     outs = [out.astype(q.dtype, copy=False)]

@@ -11,7 +11,7 @@ one-group conv builds its patch matrix K-major (one window copy per tap) for ``W
 float32 like the batched GEMM, in a different order (last-bit differences). Grouped convs and QLinearConv keep the
 ``[g, N*OH*OW, K]`` patches.
 
-Native kernels (``kernels/native/conv.cc``, chosen per session through ``_native.native``): a float32 Conv
+Native kernels (``kernels/native/conv.cc``, chosen per session through ``runtime.native``): a float32 Conv
 runs its depthwise case directly (the reference's float32 operations in its order, bit-equal), and its other cases
 as blocked implicit GEMM: on AVX-512 our own GEMM (``conv_gemm_avx512.cc``), reading zero-padded input rows in
 place at unit width stride; elsewhere, and for images of fewer than 16 output pixels, per block of output pixels a
@@ -43,7 +43,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..shape_memo import memo_per_shape, shape_memo
 from ..target import Target
 from ..fusion.conv_tail import CODES
-from . import _native
+from .. import runtime
 from ._mm import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
 from ._util import arg, stash_constants
 from .elementwise import _sigmoid, erf_f32, pow_half, tanh_f32
@@ -366,7 +366,7 @@ def _native_run(p: Prepared, nat, x: np.ndarray) -> tuple[np.ndarray | None, boo
     """The conv on the native kernels (x is 4-D), or None where they do not apply (fp16 and other float types);
     and whether the fused tail was applied with it."""
     at, c = p.attrs, p.consts
-    threads = _native.threads(p)
+    threads = runtime.threads(p)
     if at["op"] == "QLinearConv":
         fn, args, view = _qlinear_call(p, nat, x, threads)
         y = fn(np.ascontiguousarray(x), *args)
@@ -411,10 +411,10 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         y = np.ascontiguousarray(out[0])
         if not y.flags.writeable:
             y = y.copy()
-        nat = _native.native(p)
+        nat = runtime.native(p)
         with np.errstate(all="ignore"):
             if nat is not None:
-                nat.conv_tail(y, p.consts["tail_codes"], p.consts["tail_c"], _native.threads(p))
+                nat.conv_tail(y, p.consts["tail_codes"], p.consts["tail_c"], runtime.threads(p))
             else:
                 tail_reference(y, p.consts["tail_codes"], p.consts["tail_c"])
         out = [y]
@@ -424,14 +424,14 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
 def _bind(p: Prepared, inputs, outs) -> Any:
     """The float conv (with its fused tail) or the QLinearConv as one native call for x's shape: a 1-D conv's x
     viewed as 4-D and its result back as 3-D, as ``_run_conv`` does (ep/step_binding.py)."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     x = inputs[0] if inputs else None
     q = p.attrs["op"] == "QLinearConv"
     if (nat is None or not isinstance(x, np.ndarray) or x.ndim not in (3, 4) or not x.flags.c_contiguous
             or x.dtype not in ((np.uint8, np.int8) if q else (np.float32,)) or (q and "tail_codes" in p.consts)):
         return None
     x4 = x[:, :, None, :] if x.ndim == 3 else x
-    threads = _native.threads(p)
+    threads = runtime.threads(p)
     if q:
         fn, args, view = _qlinear_call(p, nat, x4, threads)
         if view is not None:  # an output table of the other byte type: its bytes are viewed as that type
@@ -442,7 +442,7 @@ def _bind(p: Prepared, inputs, outs) -> Any:
             return None
         fn, args = call[2], call[3]
     shape4 = x4.shape if x.ndim == 3 else None
-    return _native.call_step(p, fn, (None, *args), [(0, 0, x.dtype, x.shape, shape4)],
+    return runtime.call_step(p, fn, (None, *args), [(0, 0, x.dtype, x.shape, shape4)],
                              [(-1, outs[0].shape if x.ndim == 3 else None)])
 
 
@@ -450,7 +450,7 @@ def _run_conv(p: Prepared, inputs) -> tuple[list[np.ndarray], bool]:
     """The conv's output, and whether its fused tail was applied already (the native kernels do it per block)."""
     at, c = p.attrs, p.consts
     q = at["op"] == "QLinearConv"
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None:
         x = arg(p, inputs, 0)
         one_d = x.ndim == 3

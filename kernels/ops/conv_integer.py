@@ -18,7 +18,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, Prepared, register
 from ..shape_memo import memo_per_shape
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._mm import check_fits, exact_int_matmul, int_bound
 from ._util import arg, stash_constants
 from .conv import _cost, _geometry, _geometry_list, _native_weights, _reference_weights, check_channels, im2col
@@ -81,11 +81,11 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     xzp = _x_zero_point(p, inputs)
     one_d = x.ndim == 3
     x4 = x[:, :, None, :] if one_d else x
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None:
         geom = memo_per_shape(p, "geometry", x4.shape, _geometry_list, p, x4)
         y = nat.conv_integer(np.ascontiguousarray(x4), xzp, p.consts["qw"], p.consts["wzp"], geom,
-                             p.attrs["wdims"][1] == 1, _native.threads(p))
+                             p.attrs["wdims"][1] == 1, runtime.threads(p))
     else:
         y = _reference(p, x4, xzp)
     return [np.ascontiguousarray(y[:, :, 0, :]) if one_d else y]

@@ -25,7 +25,7 @@ from .. import host_blas
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._mm import check_fits, planned_cost
 from ._util import arg, stash_constants
 
@@ -115,9 +115,9 @@ def _run_disjoint(p: Prepared, xf: np.ndarray) -> np.ndarray:
     m = w.shape[2] // (kh * kw)
     (t, b, fh), (l, r, fw) = _begin_end(a, h, 0), _begin_end(a, wd, 1)
     full = (np.empty if (fh, fw) == (h * kh, wd * kw) else np.zeros)((n, m, fh, fw), np.float32)
-    nat, sgemm = _native.native(p), host_blas.sgemm_address()
+    nat, sgemm = runtime.native(p), host_blas.sgemm_address()
     if nat is not None and sgemm is not None:  # the product as a pointwise conv: pixel blocks on both threads
-        prods = nat.conv_dense(xf, w, None, [m * kh * kw, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0], sgemm, _native.threads(p))
+        prods = nat.conv_dense(xf, w, None, [m * kh * kw, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0], sgemm, runtime.threads(p))
     else:
         wt = p.memo.get("w_t")
         if wt is None:

@@ -17,7 +17,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._mm import quantize_float
 from ._util import arg, stash_constants
 from ._vector import elems, stream_cost
@@ -64,9 +64,9 @@ def dynamic_params(x: np.ndarray) -> tuple[np.float32, np.float32]:
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     scale, zp = dynamic_params(x)
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None and x.dtype == np.float32:  # kernels/native/quantize.cc: the same float32 steps
-        y = nat.quantize_tensor(np.ascontiguousarray(x), float(scale), int(zp), False, _native.threads(p))
+        y = nat.quantize_tensor(np.ascontiguousarray(x), float(scale), int(zp), False, runtime.threads(p))
         return [y.reshape(x.shape), np.array(scale, _F32), np.array(zp, np.uint8)]
     return [quantize_float(x, scale, zp, "uint8"), np.array(scale, _F32), np.array(zp, np.uint8)]
 

@@ -29,7 +29,7 @@ from ..fusion.conv_tail import CODES
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import erf, itemsize_of, stream_cost, widen
 
@@ -332,15 +332,15 @@ def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> C
             return None
         if fn(*[np.empty(0, v.dtype) for v in values]).dtype != outs[0].dtype:
             return None
-        runtime = [(i, i, v.dtype, v.shape, None, True) for i, v in enumerate(values)
+        live = [(i, i, v.dtype, v.shape, None, True) for i, v in enumerate(values)
                    if i < len(inputs) and inputs[i] is not None]
-        if not runtime:
+        if not live:
             return None
         args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
-        where = p.memo.get(_native.PARTITION_OUTPUTS)  # into ORT's buffer when the result is a partition output
+        where = p.memo.get(runtime.PARTITION_OUTPUTS)  # into ORT's buffer when the result is a partition output
         into = [(arity, where[0], list(outs[0].shape))] if where and 0 in where else []
-        return _native.call_step(p, _ufunc_into(fn), (*args, None), runtime, [(-1, None)],
-                                 [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
+        return runtime.call_step(p, _ufunc_into(fn), (*args, None), live, [(-1, None)],
+                                 [(p.memo, runtime.PARTITION_OUTPUTS, where)], into)
     return bind
 
 
@@ -372,11 +372,11 @@ def _pow_bind(p: Prepared, inputs, outs):
         return None
     x = (0, 0, a.dtype, a.shape, None, True)
     if p.attrs.get("square") and b.ndim <= a.ndim:
-        return _native.call_step(p, np.multiply, (None, None), [x, (1, *x[1:])], [(-1, None)])
+        return runtime.call_step(p, np.multiply, (None, None), [x, (1, *x[1:])], [(-1, None)])
     if b.dtype != a.dtype:
         return None
     ins = [x] if len(inputs) < 2 or inputs[1] is None else [x, (1, 1, b.dtype, b.shape, None, True)]
-    return _native.call_step(p, np.power, (None, None if len(ins) == 2 else b), ins, [(-1, None)])
+    return runtime.call_step(p, np.power, (None, None if len(ins) == 2 else b), ins, [(-1, None)])
 
 
 def _relu_bind(p: Prepared, inputs, outs):
@@ -385,7 +385,7 @@ def _relu_bind(p: Prepared, inputs, outs):
     if (not isinstance(x, np.ndarray) or x.dtype not in _RELU_BOUNDS or not x.flags.c_contiguous
             or outs[0].ndim == 0 or outs[0].dtype != x.dtype):
         return None
-    return _native.call_step(p, CLIP_UFUNC, (None, *_RELU_BOUNDS[x.dtype]), [(0, 0, x.dtype, x.shape, None)],
+    return runtime.call_step(p, CLIP_UFUNC, (None, *_RELU_BOUNDS[x.dtype]), [(0, 0, x.dtype, x.shape, None)],
                              [(-1, None)])
 
 
@@ -420,15 +420,15 @@ def _engine_call(p: Prepared, x: np.ndarray) -> np.ndarray | None:
     """The op on the native engine for float32 ``x`` of rank >= 1 with a float32 output, else None. Float16 (in and
     out: ``tail_of_f16``) widens each chunk to float32 and rounds once on store as the reference does: the same
     bits."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is None or x.dtype not in (_F32, _F16) or not x.ndim or _out_dtype(p, x) != x.dtype:
         return None
     prog = engine_program(p)
     if prog is None:
         return None
-    out = _native.ort_output(p, 0, x.shape, x.dtype)  # ORT's buffer when the result is a partition output
+    out = runtime.ort_output(p, 0, x.shape, x.dtype)  # ORT's buffer when the result is a partition output
     fn = nat.tail_of if x.dtype == _F32 else nat.tail_of_f16
-    return fn(np.ascontiguousarray(x), *prog, _native.threads(p), out)
+    return fn(np.ascontiguousarray(x), *prog, runtime.threads(p), out)
 
 
 def engine_runner(reference: Callable):
@@ -443,42 +443,42 @@ def engine_bind(p: Prepared, inputs, outs):
     """A float32 (float16) engine op of a runtime input (and constants only otherwise) as one native ``tail_of``
     (``tail_of_f16``) call for its shape."""
     x = inputs[0] if inputs else None
-    nat = _native.native(p)
+    nat = runtime.native(p)
     prog = engine_program(p)
     if (nat is None or prog is None or not isinstance(x, np.ndarray) or x.dtype not in (_F32, _F16)
             or not x.flags.c_contiguous or outs[0].ndim == 0 or outs[0].dtype != x.dtype or outs[0].shape != x.shape
             or any(v is not None for v in inputs[1:])):
         return None
-    where = p.memo.get(_native.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
+    where = p.memo.get(runtime.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
     into = [(4, where[0], list(x.shape))] if where and 0 in where else []
     fn = nat.tail_of if x.dtype == _F32 else nat.tail_of_f16
-    return _native.call_step(p, fn, (None, *prog, _native.threads(p), None),
+    return runtime.call_step(p, fn, (None, *prog, runtime.threads(p), None),
                              [(0, 0, x.dtype, x.shape, None)], [(-1, None)],
-                             [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
+                             [(p.memo, runtime.PARTITION_OUTPUTS, where)], into)
 
 
 def _sigmoid_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Sigmoid; float32 on the native kernel (the conv tail's sigmoid: exp in lanes, within 2 ulp of numpy's),
     numpy's ``_sigmoid`` for the reference model and other dtypes."""
     x = arg(p, inputs, 0)
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None and x.dtype == _F32 and x.ndim and p.memo.get("out_dtype", _F32) == _F32:
-        out = _native.ort_output(p, 0, x.shape, _F32)  # ORT's buffer when the result is a partition output
-        return [nat.sigmoid(np.ascontiguousarray(x), _native.threads(p), out)]
+        out = runtime.ort_output(p, 0, x.shape, _F32)  # ORT's buffer when the result is a partition output
+        return [nat.sigmoid(np.ascontiguousarray(x), runtime.threads(p), out)]
     return _SIGMOID_REFERENCE(p, inputs)
 
 
 def _sigmoid_bind(p: Prepared, inputs, outs):
     """A float32 Sigmoid of a runtime input as one native call for its shape."""
     x = inputs[0] if inputs else None
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if (nat is None or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous
             or outs[0].ndim == 0 or outs[0].dtype != _F32):
         return None
-    where = p.memo.get(_native.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
+    where = p.memo.get(runtime.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
     into = [(2, where[0], list(x.shape))] if where and 0 in where else []
-    return _native.call_step(p, nat.sigmoid, (None, _native.threads(p), None), [(0, 0, x.dtype, x.shape, None)],
-                             [(-1, None)], [(p.memo, _native.PARTITION_OUTPUTS, where)], into)
+    return runtime.call_step(p, nat.sigmoid, (None, runtime.threads(p), None), [(0, 0, x.dtype, x.shape, None)],
+                             [(-1, None)], [(p.memo, runtime.PARTITION_OUTPUTS, where)], into)
 
 
 def _mod_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -576,12 +576,12 @@ def _fast_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     instructions and bits as ``_gelu_tanh``; without a bias the engine runs through ``engine_runner``)."""
     x, bias = arg(p, inputs, 0), arg(p, inputs, 1)
     xc = widen(x) if bias is None else widen(x) + widen(bias)
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if bias is not None and nat is not None and xc.dtype == _F32 and xc.ndim and xc.flags.c_contiguous:
         if not _GELU_TANH_PROGRAM:
             _GELU_TANH_PROGRAM.append((np.asarray([CODES[t[0]] for t in _GELU_TANH], np.int32),
                                        np.asarray([t[1:] for t in _GELU_TANH], np.float32).reshape(-1, 2)))
-        return [_store(p, nat.tail_of(xc, *_GELU_TANH_PROGRAM[0], _native.threads(p), xc), x)]
+        return [_store(p, nat.tail_of(xc, *_GELU_TANH_PROGRAM[0], runtime.threads(p), xc), x)]
     return [_store(p, _gelu_tanh(xc), x)]
 
 

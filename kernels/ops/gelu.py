@@ -18,7 +18,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
-from . import _native
+from .. import runtime
 from .elementwise import _GELU_ERF, CODES, _gelu_erf, _sigmoid
 
 _OPS = {"BiasGelu": (4.0, 1.0), "QuickGelu": (5.0, 1.0)}  # op -> (plain ops, transcendental ops) per element
@@ -48,10 +48,10 @@ def _bias_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     and bits as ``_gelu_erf``), else the reference."""
     x, bias = arg(p, inputs, 0), arg(p, inputs, 1)
     s = widen(x) + widen(bias)
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None and s.dtype == np.float32 and s.ndim and s.flags.c_contiguous:
         codes, consts = _gelu_program()
-        return [nat.tail_of(s, codes, consts, _native.threads(p), s).astype(x.dtype, copy=False)]
+        return [nat.tail_of(s, codes, consts, runtime.threads(p), s).astype(x.dtype, copy=False)]
     return [_gelu_erf(s).astype(x.dtype, copy=False)]
 
 

@@ -22,7 +22,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..shape_memo import memo_per_shape
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of
 from .movement import copy_cost, runtime_ints, static_ints
@@ -53,13 +53,13 @@ def _concat_run(p: Prepared, inputs) -> list[np.ndarray]:
 def _concat_bind(p: Prepared, inputs, outs):
     """Concat as one native copy for these input shapes, constants in place (any layout: a strided part is made
     contiguous first, as numpy's concatenate reads it)."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     parts = [arg(p, inputs, i) for i in range(len(inputs))]
     if nat is None or not parts or not all(isinstance(v, np.ndarray) and not v.dtype.hasobject for v in parts):
         return None
-    runtime = [(i + 1, i, v.dtype, v.shape, None, True) for i, v in enumerate(parts) if inputs[i] is not None]
+    live = [(i + 1, i, v.dtype, v.shape, None, True) for i, v in enumerate(parts) if inputs[i] is not None]
     args = (p.attrs["axis"], *(None if inputs[i] is not None else np.ascontiguousarray(v) for i, v in enumerate(parts)))
-    return _native.call_step(p, nat.concat, args, runtime, [(-1, None)])
+    return runtime.call_step(p, nat.concat, args, live, [(-1, None)])
 
 
 def split_sizes(dim: int, n: int, split: list[int] | None, num_outputs: int | None) -> list[int]:
@@ -124,10 +124,10 @@ def _slice_bind(p: Prepared, inputs, outs):
     """Slice as the kernel's own numpy view (``x[index]``) for this input shape and these bounds (runtime bounds
     must hold their bound values), any layout."""
     x = inputs[0] if inputs else None
-    fixed = _native.fixed_inputs(inputs, 1)
+    fixed = runtime.fixed_inputs(inputs, 1)
     if not isinstance(x, np.ndarray) or fixed is None:
         return None
-    return _native.call_step(p, operator.getitem, (None, _slice_index(p, inputs, x.shape)),
+    return runtime.call_step(p, operator.getitem, (None, _slice_index(p, inputs, x.shape)),
                              [(0, 0, x.dtype, x.shape, None, True)],
                              [(-1, None)], fixed=fixed)
 

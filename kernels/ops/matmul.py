@@ -26,7 +26,7 @@ from .. import host_blas
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._mm import (DMA_COUNTS, apply_float_epilogue, check_fits, matmul_dims, matmul_operand_dims, planned_cost,
                   run_native_counted, static_plan)
 from ._util import arg
@@ -127,7 +127,7 @@ def packed_panels(p: Prepared, a: np.ndarray, b: np.ndarray | None) -> np.ndarra
     AVX-512 host and a float32 product (at any size: a small one on numpy's matmul cost the step a call back into
     Python); else None. Packed on first use and kept while the session lives: B is then held twice, ORT's
     initializer and the panels, as MLAS's prepacked B is."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if (nat is None or b is None or b.ndim != 2 or b.dtype != np.float32 or a.dtype != np.float32 or a.ndim < 1
             or nat.isa() not in PACKED_ISAS):
         return None
@@ -149,12 +149,12 @@ def _batched_product(p: Prepared, a: np.ndarray, b: np.ndarray) -> Any:
     """``float_matmul_batched`` (the packed GEMM, B packed on the call) with the session's threads for a product of
     two runtime operands, where it makes it: native kernels on an AVX-512 host, float32, one rank >= 2 and the same
     batch dims, at least ``BATCHED_MIN_ROWS`` rows, no DMA counting; else None (numpy's matmul)."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if (nat is None or p.attrs["b_const"] or a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2
             or b.ndim != a.ndim or a.shape[:-2] != b.shape[:-2] or a.shape[-2] < BATCHED_MIN_ROWS
             or DMA_COUNTS in p.memo or nat.isa() not in PACKED_ISAS):
         return None
-    return functools.partial(nat.float_matmul_batched, threads=_native.threads(p))
+    return functools.partial(nat.float_matmul_batched, threads=runtime.threads(p))
 
 
 def run_float(p: Prepared, inputs) -> list[np.ndarray]:
@@ -175,12 +175,12 @@ def run_float(p: Prepared, inputs) -> list[np.ndarray]:
     if packed is not None:  # counts the plan's DMA when asked (DMA_COUNTS)
         a = np.ascontiguousarray(a)
         m, n, k, _ = matmul_dims(a.shape, b.shape)
-        y = run_native_counted(p, _native.native(p).float_matmul_packed, (a, packed, n),
-                               (None, False, None, _native.threads(p)), m, n, k)
+        y = run_native_counted(p, runtime.native(p).float_matmul_packed, (a, packed, n),
+                               (None, False, None, runtime.threads(p)), m, n, k)
     elif (batched := _batched_product(p, a, b)) is not None:
         y = batched(a, b)
     else:
-        y = host_blas.matmul(a, b, _native.native(p), _native.threads(p))
+        y = host_blas.matmul(a, b, runtime.native(p), runtime.threads(p))
     if y.ndim == 0 or not y.flags.writeable:
         y = np.array(y)
     if at["alpha"] != 1.0:
@@ -198,7 +198,7 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
     its fused bias / ReLU / per-tensor 8-bit quantize, as one native step making the product as ``run_float`` does
     (numpy's matmul, or the packed GEMM; ep/step_binding.py). None where ``run_float`` does more: a runtime C,
     alpha, transA, a transposed runtime B, fp16, and without AVX-512 a product host_blas cuts in two."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     at, c = p.attrs, p.consts
     a = inputs[0] if inputs else None
     if (nat is None or "a" in c or at["trans_a"] or at["alpha"] != 1.0 or at.get("runtime_c")
@@ -217,12 +217,12 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
     if tail is None:
         return None
     if packed is not None:  # written into ORT's buffer when the product is an output of the partition
-        where = p.memo.get(_native.PARTITION_OUTPUTS)
+        where = p.memo.get(runtime.PARTITION_OUTPUTS)
         into = [(9, where[0], [*a.shape[:-1], n])] if where and 0 in where and tail[2] is None else []
-        guards = [(p.memo, DMA_COUNTS, None), (p.memo, _native.PARTITION_OUTPUTS, where)]
-        return _native.call_step(p, nat.float_matmul_packed, (None, packed, n, None, False, *tail, None),
+        guards = [(p.memo, DMA_COUNTS, None), (p.memo, runtime.PARTITION_OUTPUTS, where)]
+        return runtime.call_step(p, nat.float_matmul_packed, (None, packed, n, None, False, *tail, None),
                                  [(0, 0, np.float32, a.shape, None)], [(-1, None)], guards, into)
-    return _native.call_step(p, nat.float_matmul, (np.matmul, None, c["b"], *tail),
+    return runtime.call_step(p, nat.float_matmul, (np.matmul, None, c["b"], *tail),
                              [(1, 0, np.float32, a.shape, None)], [(-1, None)])
 
 
@@ -242,7 +242,7 @@ def _fused_tail(p: Prepared, n: int) -> tuple | None:
         if ep["quantize"] not in ("int8", "uint8") or scale.ndim or zp.ndim:
             return None
         quantize = (float(scale), int(zp), ep["quantize"] == "int8")
-    return bias, bool(ep.get("relu")), quantize, _native.threads(p)
+    return bias, bool(ep.get("relu")), quantize, runtime.threads(p)
 
 
 def _bind_runtime_b(p: Prepared, nat, a: np.ndarray, b: Any, outs) -> Any:
@@ -255,7 +255,7 @@ def _bind_runtime_b(p: Prepared, nat, a: np.ndarray, b: Any, outs) -> Any:
     if tail is None:
         return None
     product = _batched_product(p, a, b)
-    return _native.call_step(p, nat.float_matmul, (product or np.matmul, None, None, *tail),
+    return runtime.call_step(p, nat.float_matmul, (product or np.matmul, None, None, *tail),
                              [(1, 0, np.float32, a.shape, None, True), (2, 1, np.float32, b.shape, None, True)],
                              [(-1, None)], [(p.memo, DMA_COUNTS, None)])
 

@@ -29,7 +29,7 @@ from ..fusion.siblings import GROUP_DOMAIN, GROUP_OP
 from ..node import NodeInfo
 from ..registry import DERIVED, KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._mm import DMA_COUNTS, apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
 from .matmul import packed_panels
@@ -130,7 +130,7 @@ def _packed_call(p: Prepared, a: np.ndarray) -> tuple | None:
     if packed is None or (bias is not None and bias.size != at["N"]):
         return None
     bias = None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.float32)
-    return packed, at["N"], None, False, bias, False, None, _native.threads(p), None, "swiglu" in ep
+    return packed, at["N"], None, False, bias, False, None, runtime.threads(p), None, "swiglu" in ep
 
 
 def _outputs(at: dict, y: np.ndarray) -> list[np.ndarray]:
@@ -141,7 +141,7 @@ def _bind(p: Prepared, inputs, outs):
     """A float32 group on the packed GEMM as one native call for this input shape; its outputs are column views
     of the one product, as the kernel's."""
     a = inputs[0] if inputs else None
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is None or not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.ndim or not a.flags.c_contiguous:
         return None
     call = _packed_call(p, a)
@@ -149,7 +149,7 @@ def _bind(p: Prepared, inputs, outs):
         return None
     at = p.attrs
     outputs = [(-1, None)] if at["epilogue"].get("swiglu") else [(-1, None, (s0, s1)) for s0, s1 in at["slices"]]
-    return _native.call_step(p, nat.float_matmul_packed, (None, *call), [(0, 0, np.float32, a.shape, None)], outputs,
+    return runtime.call_step(p, nat.float_matmul_packed, (None, *call), [(0, 0, np.float32, a.shape, None)], outputs,
                              [(p.memo, DMA_COUNTS, None)])
 
 
@@ -158,12 +158,12 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = inputs[0]
     call = None if NBITS_MEMBERS in at or a.dtype != np.float32 else _packed_call(p, a)
     if call is not None:
-        return _outputs(at, _native.native(p).float_matmul_packed(np.ascontiguousarray(a), *call))
+        return _outputs(at, runtime.native(p).float_matmul_packed(np.ascontiguousarray(a), *call))
     if NBITS_MEMBERS in at:
         y = nbits_matmul(p, a)
     else:
-        y = host_blas.matmul(a if a.dtype == np.float32 else a.astype(np.float32), p.consts["w"], _native.native(p),
-                             _native.threads(p))
+        y = host_blas.matmul(a if a.dtype == np.float32 else a.astype(np.float32), p.consts["w"], runtime.native(p),
+                             runtime.threads(p))
     ep = at["epilogue"]
     if ep.get("bias"):
         y = apply_float_epilogue(y, ep, p.consts)

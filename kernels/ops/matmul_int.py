@@ -26,7 +26,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._mm import (DMA_COUNTS, check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims,
                   planned_cost, quantize_float, requantize, run_native_counted, static_plan)
 
@@ -134,7 +134,7 @@ def _b_centered(p: Prepared) -> tuple[np.ndarray, int]:
 
 def _native_int(p: Prepared, inputs) -> np.ndarray | None:
     """The native kernel's result (int32, or the requantized output for QLinearMatMul), None if it does not apply."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is None or "i8_bp" not in p.consts:
         return None
     a, azp = _get(p, inputs, "a"), _get(p, inputs, "azp")
@@ -148,7 +148,7 @@ def _native_int(p: Prepared, inputs) -> np.ndarray | None:
     if p.attrs["op"] == "QLinearMatMul":
         requant = (np.asarray(_multiplier(p, inputs), np.float32).reshape(-1),
                    0 if yzp is None else int(np.asarray(yzp).reshape(-1)[0]), p.attrs["out"] == "int8")
-    args = (a2, z, p.consts["i8_bp"], p.consts["i8_bsum"], p.consts["i8_bzp"], K, N, _native.threads(p), *requant)
+    args = (a2, z, p.consts["i8_bp"], p.consts["i8_bsum"], p.consts["i8_bzp"], K, N, runtime.threads(p), *requant)
     y = run_native_counted(p, nat.int8_matmul, args, (), a2.shape[0], N, K)
     return y.reshape(*a.shape[:-1], y.shape[-1])
 
@@ -231,7 +231,7 @@ def bind_int(p: Prepared, inputs, outs) -> Any:
     """QLinearMatMul, and MatMulInteger without an epilogue, with B, the zero points and the scales constant, as one
     native step calling the int8 GEMM as ``_native_int`` does, writing ORT's own buffer when the result is an
     output of the partition (ep/step_binding.py). None elsewhere: the kernel runs."""
-    nat, at, c = _native.native(p), p.attrs, p.consts
+    nat, at, c = runtime.native(p), p.attrs, p.consts
     slots = at["slots"]
     a = inputs[slots["a"]] if slots["a"] < len(inputs) else None
     if (nat is None or "i8_bp" not in c or DMA_COUNTS in p.memo or at["op"] == "MatMulIntegerToFloat"
@@ -251,11 +251,11 @@ def bind_int(p: Prepared, inputs, outs) -> Any:
                    at["out"] == "int8")
     m = a.size // K if K else int(np.prod(a.shape[:-1]))
     shape = [*a.shape[:-1], N]
-    where = p.memo.get(_native.PARTITION_OUTPUTS)
+    where = p.memo.get(runtime.PARTITION_OUTPUTS)
     into = [(13, where[0], shape)] if where and 0 in where else []
-    args = (None, z, c["i8_bp"], c["i8_bsum"], c["i8_bzp"], K, N, _native.threads(p), *requant, None, False, None)
-    return _native.call_step(p, nat.int8_matmul, args, [(0, slots["a"], a.dtype, a.shape, (m, K))], [(-1, shape)],
-                             [(p.memo, DMA_COUNTS, None), (p.memo, _native.PARTITION_OUTPUTS, where)], into)
+    args = (None, z, c["i8_bp"], c["i8_bsum"], c["i8_bzp"], K, N, runtime.threads(p), *requant, None, False, None)
+    return runtime.call_step(p, nat.int8_matmul, args, [(0, slots["a"], a.dtype, a.shape, (m, K))], [(-1, shape)],
+                             [(p.memo, DMA_COUNTS, None), (p.memo, runtime.PARTITION_OUTPUTS, where)], into)
 
 
 def _runtime(p: Prepared, inputs, name: str) -> bool:

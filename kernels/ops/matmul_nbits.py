@@ -37,7 +37,7 @@ from .. import host_blas
 from ...quantization.matmul_nbits import (TILE_COLS, MatMulNBitsWeights, dequantize_b, from_int8_tiles,
                                           int8_tiles, pack_b, unpack_b, unpack_zero_points)
 from ..pages import copy_to_pages, on_own_pages, page_array
-from . import _native
+from .. import runtime
 from ..node import NodeInfo
 from ..registry import DERIVED, RECIPES, DerivedConsts, KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -133,7 +133,7 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
              "runtime_bias": bias is not None and bias.value is None}
     p = Prepared(attrs, consts, target)
     sources = {"B": w.B, "scales": w.scales, "zero_points": w.zero_points}
-    if level == 4 and _native.borrowed_from_ort(w.B):  # (scales and zero points below 64 KiB are copies)
+    if level == 4 and runtime.borrowed_from_ort(w.B):  # (scales and zero points below 64 KiB are copies)
         roles = {"b": "nb_b", "scales": "nb_scales", **({} if w.zero_points is None else {"zp": "nb_zp"})}
         p.memo[DERIVED] = [DerivedConsts(_TILES, roles, sources, {"K": K, "N": N, "block_size": bs})]
     a = node.input(0).shape
@@ -222,7 +222,7 @@ def level_layout(w: MatMulNBitsWeights, level: int) -> tuple[np.ndarray, np.ndar
     """B, scales and zero points (None: symmetric) of ``w`` as the native kernel takes them at ``level``: ORT's
     layout, or at accuracy_level 4 the int8 unit's tiles (``quantization.matmul_nbits.int8_tiles``)."""
     if level == 4:
-        nat = _native.native_module()
+        nat = runtime.native_module()
 
         def tile_b(b: np.ndarray, n: int, row_bytes: int) -> np.ndarray:
             out = page_array((-(-n // TILE_COLS), row_bytes // 2, 64), np.uint8)
@@ -285,7 +285,7 @@ def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> 
     K, N, bs, level = at["K"], at["N"], at["block_size"], at["accuracy_level"]
     if PERM in c:  # act-order: the weights' rows were permuted at compile time, A's columns follow
         a = np.take(a, c[PERM], axis=-1)
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None:
         a2 = np.ascontiguousarray(a, np.float32).reshape(-1, K)
         y = run_native_counted(p, nat.matmul_nbits, (a2, *_native_args(p, bias)), _native_tail(p, a2.shape[0]),
@@ -321,7 +321,7 @@ def _non_finite_as_ort(p: Prepared, a: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _native_args(p: Prepared, bias: np.ndarray | None) -> tuple:
     """The native kernel's arguments after A and before the plan."""
     at = p.attrs
-    return (*packed_weights(p), bias, at["K"], at["N"], at["block_size"], at["accuracy_level"], _native.threads(p))
+    return (*packed_weights(p), bias, at["K"], at["N"], at["block_size"], at["accuracy_level"], runtime.threads(p))
 
 
 def _native_tail(p: Prepared, m: int) -> tuple:
@@ -332,7 +332,7 @@ def _native_tail(p: Prepared, m: int) -> tuple:
 
 def bind_nbits(p: Prepared, inputs, outs) -> Any:
     """A float32 node with at most a constant bias as one native call for A's shape (ep/step_binding.py)."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     a = inputs[0] if inputs else None
     if (nat is None or not _bias_only(p) or DMA_COUNTS in p.memo or PERM in p.consts or not isinstance(a, np.ndarray)
             or a.dtype != np.float32 or not a.flags.c_contiguous or a.ndim < 1 or a.shape[-1] != p.attrs["K"]):
@@ -340,7 +340,7 @@ def bind_nbits(p: Prepared, inputs, outs) -> Any:
     m = a.size // p.attrs["K"]
     bias = p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None
     bound = nat.BoundNBits(*_native_args(p, bias), *_native_tail(p, m), None)  # weights converted once
-    return _native.call_step(p, bound, (None,), [(0, 0, np.float32, a.shape, (m, p.attrs["K"]))],
+    return runtime.call_step(p, bound, (None,), [(0, 0, np.float32, a.shape, (m, p.attrs["K"]))],
                              [(-1, outs[0].shape)], [(p.memo, DMA_COUNTS, None)])
 
 

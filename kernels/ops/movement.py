@@ -21,7 +21,7 @@ from ..cost import dma_cycles, movement_cost
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of
 
@@ -141,12 +141,12 @@ def _expand_bind(p: Prepared, inputs, outs):
     """Expand as one native broadcast copy for this input shape and target shape (a runtime target must hold its
     bound value)."""
     x = inputs[0] if inputs else None
-    nat = _native.native(p)
-    fixed = _native.fixed_inputs(inputs, 1)
+    nat = runtime.native(p)
+    fixed = runtime.fixed_inputs(inputs, 1)
     if nat is None or fixed is None or not isinstance(x, np.ndarray) or x.dtype.hasobject:
         return None
     shape = tuple(runtime_ints(p, inputs, "ints", 1))
-    return _native.call_step(p, nat.expand, (None, shape), [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)],
+    return runtime.call_step(p, nat.expand, (None, shape), [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)],
                              fixed=fixed)
 
 
@@ -156,7 +156,7 @@ def _transpose_bind(p: Prepared, inputs, outs):
     if not isinstance(x, np.ndarray):
         return None
     perm = p.attrs["perm"]
-    return _native.call_step(p, np.ndarray.transpose, (None, None if perm is None else tuple(perm)),
+    return runtime.call_step(p, np.ndarray.transpose, (None, None if perm is None else tuple(perm)),
                              [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)])
 
 

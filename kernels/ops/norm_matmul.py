@@ -34,10 +34,10 @@ from ..node import NodeInfo
 from ..registry import DERIVED, KernelDef, OpCost, Prepared, kernel_for, register
 from .. import host_blas
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._mm import DMA_COUNTS, run_native_counted
 from ._vector import elems, stream_cost
-from ._native import copy_runtime
+from ..runtime import copy_runtime
 from .matmul import PACKED_ISAS, pack_once
 from .matmul_nbits import packed_weights
 from .norm import inv_rms, skip_rms
@@ -117,7 +117,7 @@ def _call_args(p: Prepared, inner: Prepared, m: int) -> tuple[tuple, tuple]:
     level = ia["accuracy_level"]
     args = (p.consts.get("norm_bias"), p.consts["gamma"], at["epsilon"], at["sum_output"], *packed_weights(inner),
             c["ep_bias"] if ep.get("bias") else None, ia["K"], ia["N"], ia["block_size"], level,
-            bool(ep.get("swiglu")), _native.threads(p))
+            bool(ep.get("swiglu")), runtime.threads(p))
     sgemm = (host_blas.sgemm_address() or 0) if level != 4 and m >= 16 else 0
     return args, (sgemm, _sdot[0])
 
@@ -168,7 +168,7 @@ def _float_call(p: Prepared, inner: Prepared, nat) -> tuple | None:
     at = p.attrs
     return (packed, n, p.consts.get("norm_bias"), at["epsilon"], at["sum_output"],
             None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.float32), "swiglu" in ep, _sdot[0],
-            _native.threads(p))
+            runtime.threads(p))
 
 
 def _step_io(p: Prepared, inner: Prepared, inputs, outs, K: int, N: int) -> tuple[list, list] | None:
@@ -196,14 +196,14 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     """The one-call path as a native step for x's shape (ep/step_binding.py): ``BoundNBits`` over int4 weights
     (converted once), ``norm_matmul_float`` over float32 weights."""
     inner = _inner(p)
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is None or DMA_COUNTS in inner.memo:
         return None
     guards = [(inner.memo, DMA_COUNTS, None)]
     if not _one_call(p, inner):
         call = _float_call(p, inner, nat)
         io = None if call is None else _step_io(p, inner, inputs, outs, call[0].shape[1], call[1])
-        return None if io is None else _native.call_step(p, nat.norm_matmul_float, (None, None, *call), *io, guards)
+        return None if io is None else runtime.call_step(p, nat.norm_matmul_float, (None, None, *call), *io, guards)
     ia = inner.attrs
     io = _step_io(p, inner, inputs, outs, ia["K"], ia["N"])
     if io is None:
@@ -212,7 +212,7 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     norm_bias, gamma, eps, want_sum, *matmul, swiglu, threads = args
     sgemm, sdot = tail
     bound = nat.BoundNBits(*matmul, threads, sgemm, (norm_bias, gamma, eps, want_sum, swiglu, sdot))
-    return _native.call_step(p, bound, (None, None), *io, guards)
+    return runtime.call_step(p, bound, (None, None), *io, guards)
 
 
 def _run_float(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray] | None:
@@ -230,7 +230,7 @@ def _run_float(nat, p: Prepared, inner: Prepared, inputs) -> list[np.ndarray] | 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     inner = _inner(p)
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None:
         outs = (_run_one_call(nat, p, inner, inputs) if _one_call(p, inner)
                 else _run_float(nat, p, inner, inputs))

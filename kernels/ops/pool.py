@@ -27,7 +27,7 @@ from ..cost import vector_cost
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
@@ -131,14 +131,14 @@ def _from_2d(p: Prepared, y: np.ndarray) -> np.ndarray:
 
 def _native_max_call(p: Prepared, x: np.ndarray, geo) -> tuple | None:
     """(kernel, its arguments after x) of the native MaxPool for x (2-D view), or None where it does not apply."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is None or x.dtype not in (np.float32, np.uint8, np.int8):  # kernels/native/pool.cc walks these
         return None
     at = p.attrs
     (oh, t, _), (ow, l, _) = geo
     low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     return nat.max_pool, ([oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l], float(low),
-                          _native.threads(p))
+                          runtime.threads(p))
 
 
 def _run_max(p: Prepared, inputs) -> list[np.ndarray]:
@@ -165,7 +165,7 @@ def _bind_pool(p: Prepared, inputs, outs, native_call) -> Any:
     if call is None:
         return None
     one_d = p.attrs["one_d"]
-    return _native.call_step(p, call[0], (None, *call[1]), [(0, 0, x.dtype, x.shape, x4.shape if one_d else None)],
+    return runtime.call_step(p, call[0], (None, *call[1]), [(0, 0, x.dtype, x.shape, x4.shape if one_d else None)],
                              [(-1, outs[0].shape if one_d else None)])
 
 
@@ -185,13 +185,13 @@ def _divisor(x: np.ndarray, at: dict[str, Any], geo) -> np.ndarray:
 
 def _native_avg_call(p: Prepared, x: np.ndarray, geo) -> tuple | None:
     """(kernel, its arguments after x) of the native AveragePool for x (2-D view), or None where it does not apply."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is None or x.dtype != np.float32:
         return None
     at = p.attrs
     (oh, t, _), (ow, l, _) = geo
     return nat.avg_pool, ([oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l], _divisor(x, at, geo),
-                          _native.threads(p))
+                          runtime.threads(p))
 
 
 def _run_avg(p: Prepared, inputs) -> list[np.ndarray]:
@@ -239,9 +239,9 @@ def _run_gmp(p: Prepared, inputs) -> list[np.ndarray]:
     if n * c and not math.prod(x.shape[2:]):
         raise ValueError(f"GlobalMaxPool: input of shape {list(x.shape)} has no pixels to take the maximum of")
     flat = np.ascontiguousarray(x).reshape(n, c, -1)
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None and x.dtype == np.float32 and x.size:
-        return [nat.reduce_max_rows(flat.reshape(n * c, -1), _native.threads(p)).reshape(_pooled_shape(x))]
+        return [nat.reduce_max_rows(flat.reshape(n * c, -1), runtime.threads(p)).reshape(_pooled_shape(x))]
     return [np.maximum.reduce(flat, axis=2).reshape(_pooled_shape(x))]
 
 
@@ -252,24 +252,24 @@ def _pooled_shape(x: np.ndarray) -> tuple[int, ...]:
 
 def _bind_gmp(p: Prepared, inputs, outs) -> Any:
     """A float32 GlobalMaxPool as one native step (``reduce_max_rows`` over [N * C, pixels])."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     x = inputs[0] if inputs else None
     if (nat is None or not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < 3 or not x.size
             or not x.flags.c_contiguous):
         return None
     n, c = x.shape[:2]
-    return _native.call_step(p, nat.reduce_max_rows, (None, _native.threads(p)),
+    return runtime.call_step(p, nat.reduce_max_rows, (None, runtime.threads(p)),
                              [(0, 0, np.float32, x.shape, (n * c, x.size // (n * c)))], [(-1, _pooled_shape(x))])
 
 
 def _bind_gap(p: Prepared, inputs, outs) -> Any:
     """A float32 GlobalAveragePool as one native step making ``_run_gap``'s calls (ep/step_binding.py)."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     x = inputs[0] if inputs else None
     if (nat is None or not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < 3 or not x.size
             or not x.flags.c_contiguous):
         return None
-    return _native.call_step(p, nat.mean_pixels, (np.add.reduce, np.float32, None),
+    return runtime.call_step(p, nat.mean_pixels, (np.add.reduce, np.float32, None),
                              [(2, 0, np.float32, x.shape, None)], [(-1, None)])
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._util import nbytes
 from ._vector import elems, stream_cost
 
@@ -61,10 +61,10 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     table = p.consts["table"]
     a = inputs[0]
     b = inputs[1] if p.attrs["binary"] else None
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None and (b is None or a.shape == b.shape):
         y = nat.qdq_lut(np.ascontiguousarray(a), None if b is None else np.ascontiguousarray(b), table,
-                        _native.threads(p))
+                        runtime.threads(p))
         return [y.reshape(a.shape)]
     if nat is not None and b is not None:
         small_b = b.size <= a.size
@@ -75,7 +75,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
             if rows is None:
                 rows = p.memo["rows_by_b"] = np.ascontiguousarray(table.reshape(256, 256).T).reshape(-1)
             return [nat.qdq_lut_rows(np.ascontiguousarray(big), np.ascontiguousarray(small), inner, rows,
-                                     _native.threads(p))]
+                                     runtime.threads(p))]
     return [reference(table, a, b)]
 
 

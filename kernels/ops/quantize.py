@@ -23,7 +23,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..support import dtype_name
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._mm import quantize_float
 from ._util import arg, nbytes
 
@@ -100,7 +100,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 
 def _native_per_tensor(p: Prepared) -> tuple | None:
     """(native kernels, scale, zero point) for a per-tensor 8-bit Q/DQ with a float32 scale, else None."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     c = p.consts
     if nat is None or p.attrs["qtype"] not in ("int8", "uint8") or c["scale"].ndim or c["zp"].ndim \
             or p.attrs["scale_dtype"] != "float32":
@@ -114,7 +114,7 @@ def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
     if fast is not None and x.dtype == np.float32:  # kernels/native/quantize.cc: the same float32 steps
         nat, scale, zp = fast
         return [nat.quantize_tensor(np.ascontiguousarray(x), scale, zp, p.attrs["qtype"] == "int8",
-                                    _native.threads(p)).reshape(x.shape)]  # ascontiguousarray makes 0-d 1-d
+                                    runtime.threads(p)).reshape(x.shape)]  # ascontiguousarray makes 0-d 1-d
     return [quantize_float(x, p.consts["scale"], p.consts["zp"], p.attrs["qtype"])]
 
 
@@ -123,7 +123,7 @@ def _run_dq(p: Prepared, inputs) -> list[np.ndarray]:
     fast = _native_per_tensor(p)
     if fast is not None and x.dtype in (np.uint8, np.int8):
         nat, scale, zp = fast
-        return [nat.dequantize_tensor(np.ascontiguousarray(x), zp, scale, _native.threads(p)).reshape(x.shape)]
+        return [nat.dequantize_tensor(np.ascontiguousarray(x), zp, scale, runtime.threads(p)).reshape(x.shape)]
     y = x.astype(np.float32)
     y -= p.consts["zp"]
     with np.errstate(over="ignore"):  # a float32-min mask constant overflows to -inf, as in ORT's kernel
@@ -140,12 +140,12 @@ def _bind(p: Prepared, inputs, outs) -> Any:
         return None
     nat, scale, zp = fast
     if p.attrs["op"] == "QuantizeLinear" and x.dtype == np.float32:
-        fn, args = nat.quantize_tensor, (None, scale, zp, p.attrs["qtype"] == "int8", _native.threads(p))
+        fn, args = nat.quantize_tensor, (None, scale, zp, p.attrs["qtype"] == "int8", runtime.threads(p))
     elif p.attrs["op"] == "DequantizeLinear" and x.dtype in (np.uint8, np.int8):
-        fn, args = nat.dequantize_tensor, (None, zp, scale, _native.threads(p))
+        fn, args = nat.dequantize_tensor, (None, zp, scale, runtime.threads(p))
     else:
         return None
-    return _native.call_step(p, fn, args, [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
+    return runtime.call_step(p, fn, args, [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

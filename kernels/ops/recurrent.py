@@ -29,7 +29,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..shape_memo import memo_per_shape
 from ..target import Target
-from ._native import native, threads
+from ..runtime import native, threads
 from ._util import arg, stash_constants
 from ._vector import transcendental
 

@@ -28,7 +28,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._mm import check_fits, exact_int_matmul, quantize_float
-from ._native import native, threads
+from ..runtime import native, threads
 from ._util import arg
 from .dynamic_quantize import dynamic_params
 from .matmul_int import centered_b, pack_b

@@ -24,7 +24,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
 
@@ -55,8 +55,8 @@ def _axes(p: Prepared, inputs, rank: int) -> tuple[int, ...] | None:
     """The axes of this call; static axes are normalized once per rank (``p.memo``)."""
     axes = p.attrs["axes"]
     if axes is None:
-        runtime = arg(p, inputs, 1)
-        return _normalized(None if runtime is None else runtime.reshape(-1).tolist(), p.attrs["noop_with_empty_axes"],
+        given = arg(p, inputs, 1)
+        return _normalized(None if given is None else given.reshape(-1).tolist(), p.attrs["noop_with_empty_axes"],
                            rank)
     key = ("axes", rank)
     if key not in p.memo:
@@ -74,7 +74,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     if op == "ReduceMax":
         split = _native_max_rows(p, x, axes)
         if split is not None:
-            y = _native.native(p).reduce_max_rows(x.reshape(split), _native.threads(p))
+            y = runtime.native(p).reduce_max_rows(x.reshape(split), runtime.threads(p))
             return [y.reshape(_reduced_shape(x.shape, axes, keep))]
         if x.size == 0:  # an empty reduced axis: the identity (numpy's maximum has none and raises)
             return [np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype)))]
@@ -104,7 +104,7 @@ def _bind_mean(p: Prepared, nat, x: np.ndarray, outs) -> Any:
     if axes == ():
         return None
     count = x.size // max(outs[0].size, 1)
-    return _native.call_step(p, nat.reduce_mean_float, (np.add.reduce, None, axes, p.attrs["keepdims"] != 0, count),
+    return runtime.call_step(p, nat.reduce_mean_float, (np.add.reduce, None, axes, p.attrs["keepdims"] != 0, count),
                              [(1, 0, x.dtype, x.shape, None, True)], [(-1, None)])
 
 
@@ -126,7 +126,7 @@ def _native_max_rows(p: Prepared, x: np.ndarray, axes: tuple[int, ...] | None) -
     """[rows, cols] of a float32 ReduceMax over trailing axes that ``reduce_max_rows`` computes (native kernels,
     C-contiguous, non-empty), else None."""
     if (p.attrs["op"] != "ReduceMax" or x.dtype != _F32 or not x.size or not x.flags.c_contiguous
-            or _native.native(p) is None):
+            or runtime.native(p) is None):
         return None
     return _trailing_split(x.shape, axes)
 
@@ -138,7 +138,7 @@ def _bind_max(p: Prepared, nat, x: np.ndarray, outs) -> Any:
     split = _native_max_rows(p, x, _axes(p, (x,), x.ndim))
     if split is None:
         return None
-    return _native.call_step(p, nat.reduce_max_rows, (None, _native.threads(p)), [(0, 0, x.dtype, x.shape, split)],
+    return runtime.call_step(p, nat.reduce_max_rows, (None, runtime.threads(p)), [(0, 0, x.dtype, x.shape, split)],
                              [(-1, outs[0].shape)])
 
 
@@ -146,7 +146,7 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     """An int32/int64 ReduceSum over trailing constant axes as one native call (``reduce_sum_int``: exact where
     the float64 accumulation is, declining the values where it could round); a float ReduceMean (``_bind_mean``)."""
     x = inputs[0] if inputs else None
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is not None and p.attrs["op"] == "ReduceMean" and isinstance(x, np.ndarray):
         return _bind_mean(p, nat, x, outs)
     if nat is not None and p.attrs["op"] == "ReduceMax" and isinstance(x, np.ndarray):
@@ -160,7 +160,7 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     rows, cols = split
     if rows == 0 or cols == 0 or outs[0].ndim == 0:
         return None  # empty, or a 0-d result (a call step reshapes only to a shape of rank >= 1)
-    return _native.call_step(p, nat.reduce_sum_int, (None,), [(0, 0, x.dtype, x.shape, (rows, cols))],
+    return runtime.call_step(p, nat.reduce_sum_int, (None,), [(0, 0, x.dtype, x.shape, (rows, cols))],
                              [(-1, outs[0].shape)])
 
 

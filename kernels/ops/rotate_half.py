@@ -26,7 +26,7 @@ from ..fusion.rotary import FUSED_DOMAIN, FUSED_OP
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import stream_cost
 
@@ -58,12 +58,12 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
 
 def _bind(p: Prepared, inputs, outs) -> Any:
     """The native kernel as one call for these shapes, where it computes the fused ops (module docstring)."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     values = [arg(p, inputs, i) for i in range(3)]
     if nat is None or not all(isinstance(v, np.ndarray) and v.dtype == _F32 and v.ndim <= 4 for v in values):
         return None
     x, at = values[0], p.attrs
-    fixed = _native.fixed_inputs(inputs, _BOUNDS)  # run-time bounds: the step is bound for their values
+    fixed = runtime.fixed_inputs(inputs, _BOUNDS)  # run-time bounds: the step is bound for their values
     if x.ndim == 0 or fixed is None:
         return None
     start1, half, start2, end2 = _bounds(p, inputs)
@@ -72,10 +72,10 @@ def _bind(p: Prepared, inputs, outs) -> Any:
             or np.broadcast_shapes(*(v.shape for v in values)) != x.shape
             or any(v.shape[-1:] != x.shape[-1:] for v in values[1:])):
         return None
-    runtime = [(i, i, _F32, v.shape, None, True) for i, v in enumerate(values) if i < len(inputs)
+    live = [(i, i, _F32, v.shape, None, True) for i, v in enumerate(values) if i < len(inputs)
                and inputs[i] is not None]
     args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
-    return _native.call_step(p, nat.rotate_half, (*args, half, _native.threads(p)), runtime, [(-1, None)],
+    return runtime.call_step(p, nat.rotate_half, (*args, half, runtime.threads(p)), live, [(-1, None)],
                              fixed=fixed)
 
 

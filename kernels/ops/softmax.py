@@ -26,7 +26,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from . import _native
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 
@@ -100,14 +100,14 @@ def normalized_view(shape: tuple[int, ...], axis: int, legacy: bool) -> tuple[in
 def _native_call(p: Prepared, x: np.ndarray) -> tuple | None:
     """(native kernel, its arguments after x) computing this Softmax/LogSoftmax (native kernels, a non-empty
     C-contiguous float32 x of rank >= 1), else None."""
-    nat = _native.native(p)
+    nat = runtime.native(p)
     if nat is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim == 0 or x.size == 0:
         return None
     log = p.attrs.get("op", "Softmax") == "LogSoftmax"
     if not log and last_axis(p.attrs["axis"], x.ndim):
-        return nat.softmax_last_axis, (_native.threads(p),)
+        return nat.softmax_last_axis, (runtime.threads(p),)
     return nat.softmax_axis, (*normalized_view(x.shape, p.attrs["axis"], p.attrs["legacy"]), log,
-                              _native.threads(p))
+                              runtime.threads(p))
 
 
 def _bind(p: Prepared, inputs, outs):
@@ -116,7 +116,7 @@ def _bind(p: Prepared, inputs, outs):
     call = _native_call(p, x) if isinstance(x, np.ndarray) else None
     if call is None:
         return None
-    return _native.call_step(p, call[0], (None, *call[1]), [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
+    return runtime.call_step(p, call[0], (None, *call[1]), [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
 
 
 register(KernelDef("", "Softmax", _prepare, _run, _cost, rank_free=True, bind=_bind))

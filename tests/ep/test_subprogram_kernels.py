@@ -1,7 +1,7 @@
 """A sub-program (an If branch, a Loop/Scan body) runs with its owner's kernel setting: the session's
 ``kernels=native|reference`` and ``host_threads`` reach the steps of branch and body programs, nested ones included,
 whether the sub-program is loaded after the session stamped its owner or before (kernels/subprograms.py,
-kernels/ops/_native.configure)."""
+kernels/ops/runtime.configure)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.kernels import subprograms
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.quantization import quantize_matmul_nbits
 from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
@@ -87,7 +87,7 @@ def test_reference_session_runs_branch_and_body_steps_on_the_reference_model(mon
     """kernels=reference with the native kernels made unusable: the Loop body's and the nested If branch's
     MatMulNBits run the reference model (the run succeeds and matches the CPU EP); the same model in a
     kernels=native session reaches the (unusable) native kernels, so the setting is what decides."""
-    monkeypatch.setattr(_native, "_module", [_NoNativeKernels()])
+    monkeypatch.setattr(runtime, "_module", [_NoNativeKernels()])
     model = loop_with_if_model()
     sess, program = _session(model, {"kernels": "reference", "host_threads": "1"})
     for flag in (True, False):
@@ -96,7 +96,7 @@ def test_reference_session_runs_branch_and_body_steps_on_the_reference_model(mon
     nested = _sub_steps(program.steps)
     assert {st.op for st in nested} >= {"com.microsoft::MatMulNBits", "If", "Sigmoid"}
     assert sum("MatMul" in st.op for st in nested) == 2  # the body's, and the branch's (Relu fused into it)
-    assert all(_native.native(st.prepared) is None and _native.threads(st.prepared) == 1 for st in nested)
+    assert all(runtime.native(st.prepared) is None and runtime.threads(st.prepared) == 1 for st in nested)
     native_sess, _ = _session(model, {"kernels": "native"})
     with pytest.raises(Exception, match="native kernel 'matmul_nbits' called"):
         native_sess.run(None, _feeds(True))
@@ -109,7 +109,7 @@ def test_configure_reaches_sub_programs_loaded_before_it():
         sess.run(None, _feeds(flag))
     nested = _sub_steps(program.steps)
     assert len({st.node_name for st in nested}) >= 5
-    assert all(_native.threads(st.prepared) == 2 and _native.native(st.prepared) is _native.native_module()
+    assert all(runtime.threads(st.prepared) == 2 and runtime.native(st.prepared) is runtime.native_module()
                for st in nested)
-    _native.configure((st.prepared for st in program.steps), "reference", 1)
-    assert all(_native.native(st.prepared) is None and _native.threads(st.prepared) == 1 for st in nested)
+    runtime.configure((st.prepared for st in program.steps), "reference", 1)
+    assert all(runtime.native(st.prepared) is None and runtime.threads(st.prepared) == 1 for st in nested)

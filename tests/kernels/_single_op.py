@@ -101,14 +101,14 @@ def declined(op: str, inputs, target: str | Target, domain: str = "", **attrs) -
 def run_nodes(nodes, feeds: dict, target: Target, kernels: str = "native") -> dict:
     """Run a list of (fused or plain) NodeInfos in order through their kernels on ``kernels`` (two host threads);
     returns every value by name, feeds included."""
-    from npu_ep.kernels.ops import _native
+    from npu_ep.kernels import runtime
 
     env = dict(feeds)
     for nd in nodes:
         k = kernel_for(nd.domain, nd.op_type)
         p = k.prepare(nd, target)
         p.target = target
-        _native.configure([p], kernels, 2)
+        runtime.configure([p], kernels, 2)
         outs = k.run(p, [None if v.missing or v.is_constant else env[v.name] for v in nd.inputs])
         env.update({o.name: a for o, a in zip(nd.outputs, outs)})
     return env

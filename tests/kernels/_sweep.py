@@ -16,7 +16,7 @@ import onnx
 from _single_op import model as single_node_model
 from npu_ep.ep import _native as bridge
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 
@@ -43,15 +43,15 @@ class _Recorder:
 
 @contextmanager
 def native_calls() -> Iterator[list[str]]:
-    """The names of the native kernel functions called inside the block (``_native.native`` returns a recorder)."""
-    _native.native_module()
+    """The names of the native kernel functions called inside the block (``runtime.native`` returns a recorder)."""
+    runtime.native_module()
     calls: list[str] = []
-    saved = _native._module[0]
-    _native._module[0] = _Recorder(saved, calls)
+    saved = runtime._module[0]
+    runtime._module[0] = _Recorder(saved, calls)
     try:
         yield calls
     finally:
-        _native._module[0] = saved
+        runtime._module[0] = saved
 
 
 def node_model(op: str, inputs, domain: str = "", n_out: int = 1, **attrs) -> onnx.ModelProto:
@@ -68,7 +68,7 @@ def run_kernel(m: onnx.ModelProto, feeds: dict[str, np.ndarray], kernels: str, t
     (node,) = nodes_from_model(m)
     k = kernel_for(node.domain, node.op_type)
     p = k.prepare(node, REF)
-    _native.configure([p], kernels, threads)
+    runtime.configure([p], kernels, threads)
     args = [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
     with np.errstate(all="ignore"):  # IEEE results without warnings, as a session runs its kernels (ep/program.py)
         outs = list(k.run(p, args))

@@ -14,14 +14,14 @@ from onnx import TensorProto, helper
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.kernels.fusion.attention import fuse_attention
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.attention_chain import reference
 from npu_ep.kernels.target import Target
 from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session, session_options
 
 RNG = np.random.default_rng(17)
 REF = Target.load("npu-ref")
-NAT = _native.native_module()
+NAT = runtime.native_module()
 needs_native = pytest.mark.skipif(NAT is None, reason="native extension not built")
 LOWEST = float(np.finfo(np.float32).min)
 

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from npu_ep.ep import _native as bridge
 from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops._mm import DMA_COUNTS
 from npu_ep.kernels.ops.matmul import PACKED_ISAS
 from npu_ep.kernels.registry import kernel_for
@@ -22,7 +22,7 @@ from npu_ep.quantization import quantize_matmul_nbits
 from tests.kernels.test_native_norm_matmul import _feeds, _model, _prepared
 from tests.npu_testing import assignment, cpu_run, make_model, npu_session, session_options
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(11)
 REF = Target.load("npu-ref")
@@ -49,7 +49,7 @@ def assert_same(got, want):
 def prepared(model, op_type):
     node = next(n for n in nodes_from_model(model) if n.op_type == op_type)
     p = kernel_for(*node.key).prepare(node, REF)
-    _native.configure([p], "native", 2)
+    runtime.configure([p], "native", 2)
     return kernel_for(*node.key), p
 
 
@@ -113,7 +113,7 @@ def test_qlinearconv_call_step_equals_the_kernel_and_declines_other_shapes(xs, w
     from tests.kernels.test_conv_native import _qinputs
 
     kernel, p, args = conv_prepared("QLinearConv", _qinputs(xs, ws, np.uint8, np.int8, per_channel=True), **attrs)
-    _native.configure([p], "native", 2)
+    runtime.configure([p], "native", 2)
     outs, step, loop = one_step_loop(kernel, p, args)
     assert step is not None
     assert_same(loop(tuple(args)), outs)
@@ -263,7 +263,7 @@ def test_call_steps_decline_dma_counting_and_another_kernel_choice():
     assert_same(loop((a,)), outs)
     assert loop.native_counts == (0, 1) and len(p.memo[DMA_COUNTS]) == 1
     del p.memo[DMA_COUNTS]
-    _native.configure([p], "reference", 1)  # the reference model: the kernel must run (numpy)
+    runtime.configure([p], "reference", 1)  # the reference model: the kernel must run (numpy)
     np.testing.assert_allclose(loop((a,))[0], outs[0], rtol=1e-5, atol=1e-5)
     assert loop.native_counts == (0, 2)
     assert kernel.bind(p, [a], outs) is None  # and nothing binds under the reference model
@@ -379,11 +379,11 @@ def test_float_matmul_does_not_bind_what_the_kernel_does_more_of():
     big = float_mm_model((256, 1024), 1024, 512)
     kernel, p = prepared(big, "MatMul")
     x = np.ones((256, 1024), np.float32)
-    _native.native_module().set_isa_cap(1)  # AVX2: no packed GEMM (test_native_packed_sgemm.py), host_blas's cut
+    runtime.native_module().set_isa_cap(1)  # AVX2: no packed GEMM (test_native_packed_sgemm.py), host_blas's cut
     try:
         assert kernel.bind(p, [x], kernel.run(p, [x])) is None
     finally:
-        _native.native_module().set_isa_cap(-1)
+        runtime.native_module().set_isa_cap(-1)
     small = float_mm_model((4, 16), 16, 8)
     kernel, p = prepared(small, "MatMul")
     x64 = np.ones((4, 16), np.float64)
@@ -462,7 +462,7 @@ def test_int8_matmul_does_not_bind_runtime_scales_or_per_row_zero_points():
 def test_sessions_run_the_int8_matmul_step_into_orts_buffer_and_match_the_cpu_ep(monkeypatch):
     """The bound step passes ORT's output buffer (``out``), so the bridge copies nothing. MatMulInteger's int32
     sums are exact: equal to the CPU EP's; QLinearMatMul's codes within one of MLAS's at a rounding tie."""
-    nat = _native.native_module()
+    nat = runtime.native_module()
     seen = []
     real = nat.int8_matmul
 
@@ -526,7 +526,7 @@ def test_a_group_cut_into_slices_binds_its_outputs_as_column_views(rows):
 @pytest.mark.parametrize("skip", [False, True])
 @pytest.mark.parametrize("level", [0, None])  # None: float32 weights (norm_matmul_float, AVX-512 hosts)
 def test_sessions_run_the_call_steps_and_match_the_cpu_ep(skip, level):
-    if level is None and _native.native_module().isa() not in PACKED_ISAS:
+    if level is None and runtime.native_module().isa() not in PACKED_ISAS:
         pytest.skip("the float NormMatMul's native call runs on AVX-512 hosts")
     d, rows = 2048, 4
     model = _model(d, rows, skip=skip, mlp="swiglu", level=level)
@@ -726,8 +726,8 @@ def test_native_softmax_is_the_reference_within_float_tolerance_and_binds_its_ow
     got = outs[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=4e-6, atol=1e-30)
-    assert _native.native_module().softmax_last_axis(x, 1).tobytes() == got.tobytes()
-    assert _native.native_module().softmax_last_axis(x, 2).tobytes() == got.tobytes()
+    assert runtime.native_module().softmax_last_axis(x, 1).tobytes() == got.tobytes()
+    assert runtime.native_module().softmax_last_axis(x, 2).tobytes() == got.tobytes()
     finite = (RNG.standard_normal(shape) * 8).astype(np.float32)
     np.testing.assert_allclose(kernel.run(p, [finite])[0], cpu_run(model, {"x": finite})[0], rtol=1e-5, atol=1e-7)
 
@@ -744,7 +744,7 @@ def test_softmax_over_another_axis_binds_softmax_axis_and_another_dtype_stays_nu
     from npu_ep.kernels.ops.softmax import softmax
 
     kernel, p = prepared(softmax_model(np.float32, (6, 7)), "Softmax")
-    _native.configure([p], "reference", 2)  # the reference model: numpy's softmax
+    runtime.configure([p], "reference", 2)  # the reference model: numpy's softmax
     x = RNG.standard_normal((6, 7)).astype(np.float32)
     assert kernel.run(p, [x])[0].tobytes() == softmax(x, -1).tobytes()
 
@@ -754,5 +754,5 @@ def test_native_softmax_scalar_tail_has_the_vector_lanes_bits():
     SSE2): equal inputs at both places give equal bits."""
     v = (RNG.standard_normal(4) * 30).astype(np.float32)
     row = np.concatenate([v, v, v, v[:2], [-500.0]]).astype(np.float32)[None]  # 15 values: 8 in lanes, 7 in the tail
-    y = _native.native_module().softmax_last_axis(row, 1)[0]
+    y = runtime.native_module().softmax_last_axis(row, 1)[0]
     assert y[:4].tobytes() == y[8:12].tobytes() and y[:2].tobytes() == y[12:14].tobytes() and y[14] == 0.0

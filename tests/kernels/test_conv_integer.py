@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 from npu_testing import assignment, make_model, npu_session
@@ -56,7 +56,7 @@ def _kernel_run(model, feeds, kernels):
     (node,) = nodes_from_model(model)
     k = kernel_for("", "ConvInteger")
     p = k.prepare(node, Target.load("npu-ref"))
-    _native.configure([p], kernels, 2)
+    runtime.configure([p], kernels, 2)
     return k.run(p, [feeds.get(v.name) if not v.missing and not v.is_constant else None for v in node.inputs])[0]
 
 

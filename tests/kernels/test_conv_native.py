@@ -29,7 +29,7 @@ from _single_op import run_ort
 from npu_ep.ep import _native as ext
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.conv_tail import CODES
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 from npu_ep.tools.bench.convnet import small_net
@@ -55,7 +55,7 @@ def _prepared(op: str, inputs, **attrs):
 
 
 def _run(k, p, args, kernels: str, threads: int = 1) -> np.ndarray:
-    _native.configure([p], kernels, threads)
+    runtime.configure([p], kernels, threads)
     return k.run(p, args)[0]
 
 

@@ -73,8 +73,8 @@ def test_disjoint_taps_path_equals_the_scatter_add(xs, ws, attrs, kernels, monke
     inputs = [("x", x, False), ("w", w, True), ("b", rand((ws[1],), np.float32, seed=3), True)]
     (node,) = nodes_from_model(make_model("ConvTranspose", inputs, [("y", np.float32)], attrs, opset=21))
     p = ct._prepare(node, Target.load("npu-ref"))
-    from npu_ep.kernels.ops import _native
-    _native.configure([p], kernels, 2)
+    from npu_ep.kernels import runtime
+    runtime.configure([p], kernels, 2)
     assert ct._disjoint_taps(p)
     fast = ct._run(p, [x])[0]
     monkeypatch.setattr(ct, "_disjoint_taps", lambda p: False)

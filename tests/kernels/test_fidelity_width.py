@@ -138,7 +138,8 @@ def test_fp32_decoder_at_1b_width_runs_its_prefill_on_the_packed_gemm_and_matche
     import onnxruntime as ort
 
     from npu_ep.ep.sessions import session_of, tag_session_options
-    from npu_ep.kernels.ops import _native, matmul
+    from npu_ep.kernels import runtime
+    from npu_ep.kernels.ops import matmul
     from npu_ep.tools.generation import Generator
     from tests.npu_testing import session_options
 
@@ -160,5 +161,5 @@ def test_fp32_decoder_at_1b_width_runs_its_prefill_on_the_packed_gemm_and_matche
           f"{np.abs(want).max():.2f}")
     packed = [st for prog in session_of(sess).programs.values() for st in prog.steps
               if matmul.PACKED_B in st.prepared.memo]
-    if _native.native_module() is not None and _native.native_module().isa() in ("avx512", "avx512_vnni", "amx_int8"):
+    if runtime.native_module() is not None and runtime.native_module().isa() in ("avx512", "avx512_vnni", "amx_int8"):
         assert packed  # the prefill's products ran on the packed GEMM

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.conv_tail import CODES, fuse_conv_tails
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.conv import tail_reference
 from npu_ep.kernels.target import Target
 from _single_op import run_nodes
@@ -192,7 +192,7 @@ def test_near_misses_stop_the_tail(case, absorbed):
 # --- the native tail vs its numpy reference ---------------------------------------------------------------------
 @pytest.mark.parametrize("n", [1, 7, 2047, 2049, 70001])
 def test_native_tail_equals_reference(n):
-    nat = _native.native_module()
+    nat = runtime.native_module()
     if nat is None:
         pytest.skip("native extension not built")
     rng = np.random.default_rng(n)
@@ -216,7 +216,7 @@ def test_native_tail_equals_reference(n):
 
 
 def test_native_tail_rejects_bad_arguments():
-    nat = _native.native_module()
+    nat = runtime.native_module()
     if nat is None:
         pytest.skip("native extension not built")
     y = np.zeros(4, np.float32)
@@ -291,7 +291,7 @@ def test_silu_near_misses(case, ops):
 def test_native_sigmoid_is_within_float_rounding_of_exact_math_on_every_isa(isa):
     """Each path (16 lanes, 8 lanes with a masked tail, std::exp) against float64 1 / (1 + exp(-x)): within 2 ulp,
     NaN kept, +-inf to 1 and 0, large |x| saturating like the reference model's clamp at 88."""
-    nat = _native.native_module()
+    nat = runtime.native_module()
     rng = np.random.default_rng(31)
     x = rng.normal(0, 6, 1000 + 13).astype(np.float32)
     x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 100.0, -100.0, -87.0]
@@ -308,7 +308,7 @@ def test_standalone_sigmoid_is_the_tails_sigmoid_and_runs_natively_in_a_session(
     binding: the tail instruction's values over odd sizes (the lanes' tails); in a session on NpuEP, within 2 ulp
     of exact math and within 1e-6 of ORT's (MLAS's logistic is a rational approximation, 1% off where the value is
     below 1e-5)."""
-    nat = _native.native_module()
+    nat = runtime.native_module()
     rng = np.random.default_rng(32)
     for shape in [(1,), (15,), (3, 17), (2, 5, 7, 9)]:
         x = rng.normal(0, 6, shape).astype(np.float32)

@@ -16,7 +16,7 @@ import npu_ep
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.fusion.qdq_lut import fuse_qdq_lut
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.qdq_lut import reference
 from npu_ep.kernels.target import Target
 from _single_op import run_nodes
@@ -193,7 +193,7 @@ def test_two_sources_of_one_shape_use_the_full_table():
 @pytest.mark.parametrize("cap", [None, 0])  # the widest ISA of this host, then the scalar loop
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_native_table_reads_equal_reference(cap, dtype):
-    nat = _native.native_module()
+    nat = runtime.native_module()
     if nat is None:
         pytest.skip("native extension not built")
     rng = np.random.default_rng(7)
@@ -218,7 +218,7 @@ def test_native_table_reads_equal_reference(cap, dtype):
 
 
 def test_native_rejects_bad_arguments():
-    nat = _native.native_module()
+    nat = runtime.native_module()
     if nat is None:
         pytest.skip("native extension not built")
     a = np.zeros(8, np.uint8)
@@ -290,7 +290,7 @@ def test_table_stays_when_the_conv_output_is_read_elsewhere(tmp_path):
 
 
 def test_native_qlinear_conv_rejects_a_bad_table():
-    nat = _native.native_module()
+    nat = runtime.native_module()
     if nat is None:
         pytest.skip("native extension not built")
     x = np.zeros((1, 4, 3, 3), np.uint8)

@@ -13,7 +13,7 @@ from onnx import helper
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion import fuse_partition
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session
@@ -128,12 +128,12 @@ def test_the_native_kernel_gives_the_references_bits_with_broadcast_and_edge_val
         cos, sin = np.cos(angle), np.sin(angle)
         (ref,) = kernel.run(p, [q, cos, sin])
         for threads in (1, 2):
-            got = _native.native_module().rotate_half(q, cos, sin, H // 2, threads)
+            got = runtime.native_module().rotate_half(q, cos, sin, H // 2, threads)
             assert got.tobytes() == ref.tobytes(), (shape, threads)
 
 
 def test_the_native_kernel_names_operands_that_do_not_fit():
-    nat = _native.native_module()
+    nat = runtime.native_module()
     q = np.zeros((1, 2, 3, 8), np.float32)
     with pytest.raises(ValueError, match="cos's last dim 4 is not x's 8"):
         nat.rotate_half(q, np.zeros((1, 1, 3, 4), np.float32), np.zeros((1, 1, 3, 8), np.float32), 4)

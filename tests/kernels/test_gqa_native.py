@@ -19,7 +19,7 @@ from npu_ep.ep import _native
 from npu_ep.ep.bridge import LIVE_SESSIONS
 from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.ops import _native as runtime
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops._gqa_native import FALLBACK
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target

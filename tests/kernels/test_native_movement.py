@@ -11,15 +11,15 @@ from onnx import TensorProto, helper
 
 from npu_ep.ep import _native as bridge
 from npu_ep.ep.sessions import session_of, tag_session_options
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from tests.kernels.test_bound_native_calls import assert_same, compiled, one_step_loop, prepared
 from tests.npu_testing import assignment, cpu_run, make_model, npu_session, session_options
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(5)
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
-NAT = _native.native_module()
+NAT = runtime.native_module()
 
 
 def values(shape, dtype):

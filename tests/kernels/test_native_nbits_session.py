@@ -151,7 +151,7 @@ def test_fp32_level_prefill_has_orts_bits_on_avx512(m, k, n, symmetric, bias):
     """From 2 rows on, the fp32 levels' AVX-512 kernel sums each output by FMAs in order of k from zero and then
     adds the bias, as the CPU EP's MLAS kernel does: the same bits, exactly. Hosts without AVX-512 take per-column
     dot products or numpy's BLAS, whose orders are their own (1e-5 of the output's scale)."""
-    from npu_ep.kernels.ops._native import native_module
+    from npu_ep.kernels.runtime import native_module
 
     node, inits, _ = _nbits("y", "x", k, n, level=0, symmetric=symmetric)
     if bias:

@@ -19,13 +19,13 @@ from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.fusion.norm import fuse_norms
 from npu_ep.kernels.fusion.siblings import fuse_siblings
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 from npu_ep.quantization import quantize_matmul_nbits
 from tests.npu_testing import F32, assignment, cpu_run, npu_session
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(7)
 REF = Target.load("npu-ref")
@@ -77,7 +77,7 @@ def _prepared(model):
     fused = [nd for nd in fuse_partition(nodes_from_model(model), REF) if nd.op_type == "NormMatMul"]
     assert len(fused) == 1, [nd.op_type for nd in fused]
     p = kernel_for(*fused[0].key).prepare(fused[0], REF)
-    _native.configure([p], "native", 2)
+    runtime.configure([p], "native", 2)
     return p
 
 
@@ -148,7 +148,7 @@ def test_prologue_and_swiglu_rows_split_over_threads_give_the_same_bits(skip):
     run = kernel_for("npu", "NormMatMul").run
     p = _prepared(model)
     two = run(p, inputs)
-    _native.configure([p], "native", 1)
+    runtime.configure([p], "native", 1)
     for got, want in zip(run(p, inputs), two):
         np.testing.assert_array_equal(got, want)
     one, steps = _both_paths(p, inputs)

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from npu_ep.ep import _native as bridge
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.matmul import PACKED_B, PACKED_ISAS
 from npu_ep.kernels.registry import kernel_for
 from tests.kernels.test_bound_native_calls import assert_same, one_step_loop
 from tests.kernels.test_native_norm_matmul import _feeds, _model, _prepared
 
-_NAT = _native.native_module()
+_NAT = runtime.native_module()
 pytestmark = pytest.mark.skipif(_NAT is None or _NAT.isa() not in PACKED_ISAS,
                                 reason="the float NormMatMul's native call runs on AVX-512 hosts")
 
@@ -41,7 +41,7 @@ def test_one_call_matches_the_reference_model(d, rows, skip, mlp):
     kernel = kernel_for("npu", "NormMatMul")
     native = kernel.run(p, inputs)
     assert PACKED_B in p.memo["inner"].memo  # the packed GEMM made the product
-    _native.configure([p], "reference", 2)
+    runtime.configure([p], "reference", 2)
     want = kernel.run(p, inputs)
     assert len(native) == len(want)
     if skip:  # the sum output: the prologue's adds, bit for bit

@@ -11,19 +11,20 @@ import onnx
 import pytest
 
 from npu_ep.ep.sessions import session_of, tag_session_options
-from npu_ep.kernels.ops import _native, matmul
+from npu_ep.kernels import runtime
+from npu_ep.kernels.ops import matmul
 from tests.kernels._isa import ISA_ORDER, host_isas
 from tests.kernels.test_bound_native_calls import compiled, float_mm_model, prepared
 from tests.npu_testing import assignment, cpu_run, npu_session, session_options
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(23)
 AVX512 = "avx512" in host_isas()
 
 
 def kern():
-    return _native.native_module()
+    return runtime.native_module()
 
 
 def within_bound(y: np.ndarray, a: np.ndarray, b: np.ndarray, exact: np.ndarray) -> None:
@@ -154,7 +155,7 @@ def test_small_products_run_packed_and_the_reference_model_keeps_numpys_bits():
         assert got.tobytes() == np.matmul(x, b).tobytes()
     big = float_mm_model(*BIG)
     kernel, p = prepared(big, "MatMul")
-    _native.configure([p], "reference", 2)
+    runtime.configure([p], "reference", 2)
     x = RNG.standard_normal(BIG[0]).astype(np.float32)
     assert matmul.PACKED_B not in p.memo
     np.testing.assert_array_equal(kernel.run(p, [x])[0], np.matmul(x, p.consts["b"]))
@@ -301,7 +302,7 @@ def test_attention_products_of_a_prefill_run_batched_and_the_bound_step_gives_th
     q = RNG.standard_normal((1, 4, 33, 16)).astype(np.float32)
     kt = np.swapaxes(RNG.standard_normal((1, 4, 40, 16)).astype(np.float32), -1, -2)
     outs = kernel.run(p, [q, kt])
-    assert outs[0].tobytes() == kern().float_matmul_batched(q, kt, threads=_native.threads(p)).tobytes()
+    assert outs[0].tobytes() == kern().float_matmul_batched(q, kt, threads=runtime.threads(p)).tobytes()
     step = kernel.bind(p, [q, kt], outs)
     from npu_ep.ep import _native as bridge
     loop = bridge.StepLoop([(kernel.run, p, (0, 1), ((0, 2),), (), step)], 3, (2,), None)

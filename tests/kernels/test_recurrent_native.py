@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 
@@ -56,12 +56,12 @@ def lstm_case(rng, seq, batch, inp, hid, *, direction="forward", bias=True, lens
     return model, [feeds.get(n) if n in feeds else None for n in names], feeds
 
 
-def run_kernel(model, runtime, kernels, threads=1):
+def run_kernel(model, given, kernels, threads=1):
     (node,) = nodes_from_model(model)
     kernel = kernel_for("", "LSTM")
     prepared = kernel.prepare(node, Target.load("npu-ref"))
-    _native.configure([prepared], kernels, threads)
-    return kernel.run(prepared, runtime)
+    runtime.configure([prepared], kernels, threads)
+    return kernel.run(prepared, given)
 
 
 CASES = {
@@ -82,15 +82,15 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_native_lstm_equals_reference_with_the_same_bits_on_one_or_two_threads(case, monkeypatch):
-    model, runtime, _ = lstm_case(np.random.default_rng(len(case)), **CASES[case])
+    model, given, _ = lstm_case(np.random.default_rng(len(case)), **CASES[case])
     calls = []
-    mod = _native.native_module()
+    mod = runtime.native_module()
     real = mod.lstm
     monkeypatch.setattr(mod, "lstm", lambda *a, **k: calls.append(1) or real(*a, **k))
-    got = run_kernel(model, runtime, "native")
-    want = run_kernel(model, runtime, "reference")
+    got = run_kernel(model, given, "native")
+    want = run_kernel(model, given, "reference")
     assert calls, "the native kernel did not run"
-    for g, w, two in zip(got, want, run_kernel(model, runtime, "native", threads=2), strict=True):
+    for g, w, two in zip(got, want, run_kernel(model, given, "native", threads=2), strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype == np.float32
         np.testing.assert_allclose(g, w, **TOL)
         assert g.tobytes() == two.tobytes()
@@ -98,13 +98,13 @@ def test_native_lstm_equals_reference_with_the_same_bits_on_one_or_two_threads(c
 
 def test_native_lstm_runtime_weights_are_read_per_call():
     """W and R as graph inputs: each call uses that call's weights (nothing prepared once is reused)."""
-    model, runtime, feeds = lstm_case(np.random.default_rng(2), 3, 2, 4, 5, initial=True, runtime_weights=True)
+    model, given, feeds = lstm_case(np.random.default_rng(2), 3, 2, 4, 5, initial=True, runtime_weights=True)
     (node,) = nodes_from_model(model)
     kernel = kernel_for("", "LSTM")
     native_p, ref_p = (kernel.prepare(node, Target.load("npu-ref")) for _ in range(2))
-    _native.configure([ref_p], "reference", 1)
+    runtime.configure([ref_p], "reference", 1)
     for scale in (1.0, 0.5):
-        call = [None if v is None else (v * scale if v is feeds["W"] or v is feeds["R"] else v) for v in runtime]
+        call = [None if v is None else (v * scale if v is feeds["W"] or v is feeds["R"] else v) for v in given]
         for g, w in zip(kernel.run(native_p, call), kernel.run(ref_p, call), strict=True):
             np.testing.assert_allclose(g, w, **TOL)
     sess = npu_session(model)
@@ -121,7 +121,7 @@ def test_native_lstm_rejects_bad_sequence_lens_with_a_clear_error():
 
 @pytest.mark.parametrize("case", ["one_step_silero_like", "bidirectional_peep_lens", "clip"])
 def test_native_lstm_session_matches_cpu_ep(case, monkeypatch):
-    mod = _native.native_module()
+    mod = runtime.native_module()
     real, calls = mod.lstm, []
     monkeypatch.setattr(mod, "lstm", lambda *a, **k: calls.append(1) or real(*a, **k))
     model, _, feeds = lstm_case(np.random.default_rng(5), **CASES[case])

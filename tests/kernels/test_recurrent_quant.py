@@ -23,7 +23,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from npu_testing import F32, assignment, make_model, npu_session, save
 
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.support import why_not
 from npu_ep.kernels.target import Target
@@ -81,9 +81,9 @@ def run_kernel(model, feeds, kernels, threads=1, target="npu-ref"):
     (node,) = nodes_from_model(model)
     kernel = kernel_for("com.microsoft", "DynamicQuantizeLSTM")
     prepared = kernel.prepare(node, Target.load(target))
-    _native.configure([prepared], kernels, threads)
-    runtime = [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
-    return kernel.run(prepared, runtime)
+    runtime.configure([prepared], kernels, threads)
+    given = [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
+    return kernel.run(prepared, given)
 
 
 CASES = {
@@ -102,7 +102,7 @@ CASES = {
 }
 
 
-@pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+@pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_native_matches_the_reference_model_on_any_thread_count(case):
     rng = np.random.default_rng(sum(map(ord, case)))

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from _isa import cap_isa, host_isas
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.attention_chain import reference
 
-NAT = _native.native_module()
+NAT = runtime.native_module()
 pytestmark = pytest.mark.skipif(NAT is None, reason="native extension not built")
 
 RNG = np.random.default_rng(3809)

@@ -39,11 +39,11 @@ from _single_op import run_ort
 from _sweep import around, assert_matches, native_calls, node_model
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.conv_tail import CODES
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 REF = Target.load("npu-ref")
 EPS = np.finfo(np.float32).eps
@@ -69,7 +69,7 @@ def _prepared(op: str, inputs, tail=None, **attrs):
 
 
 def _run(k, p, args, kernels: str, threads: int = 1) -> np.ndarray:
-    _native.configure([p], kernels, threads)
+    runtime.configure([p], kernels, threads)
     with np.errstate(all="ignore"):
         return k.run(p, args)[0]
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from _sweep import kernel_and_bound_step, with_specials
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(3810)
 BINARY = ["Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "And", "Or", "Xor"]  # their ufunc bound

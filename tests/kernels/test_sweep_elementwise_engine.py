@@ -16,11 +16,11 @@ from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
 from _sweep import around, check, with_specials
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.elementwise import erf_f32
 from npu_testing import assignment, cpu_run, make_model, npu_session
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(4002)
 TASK, CHUNK = 1 << 16, 2048
@@ -154,7 +154,7 @@ def test_session_matches_cpu_ep_and_runs_on_npu_ep(case):
 def test_tail_of_writes_into_a_given_buffer_and_rejects_a_wrong_one():
     """``out`` (ORT's output buffer when the op's result is a partition output) is written in place and returned;
     a buffer of another dtype, size or layout is refused by name."""
-    kernels = _native.native_module()
+    kernels = runtime.native_module()
     codes, consts = np.array([11], np.int32), np.zeros((1, 2), np.float32)  # erf
     x = (RNG.standard_normal((3, 50)) * 2).astype(np.float32)
     out = np.empty(150, np.float32)
@@ -310,7 +310,7 @@ def test_sigmoid_writes_a_given_buffer_and_its_session_output_matches_the_cpu_ep
     """The native sigmoid takes ORT's buffer as ``out`` as the engine does (same bits as into a new array); a
     session's Sigmoid output (the kernel's run, then its bound step) is ORT's within 1e-6 (MLAS's logistic is its
     own approximation, test_fusion_conv_tail's tolerance)."""
-    kernels = _native.native_module()
+    kernels = runtime.native_module()
     x = (RNG.standard_normal((3, 77)) * 8).astype(np.float32)
     out = np.empty_like(x)
     got = kernels.sigmoid(x, 1, out)
@@ -348,7 +348,7 @@ def test_two_input_min_max_bind_their_ufunc_also_for_float16(op, dtype, shapes):
 
 
 def test_tail_of_f16_refuses_other_dtypes_and_writes_a_given_buffer():
-    kernels = _native.native_module()
+    kernels = runtime.native_module()
     codes, consts = np.array([11], np.int32), np.zeros((1, 2), np.float32)  # erf
     x = (RNG.standard_normal((4, 33)) * 2).astype(np.float16)
     out = np.empty(132, np.float16)

@@ -23,11 +23,11 @@ from _sweep import REF, bound_step_outputs, around, assert_native_ran, native_vs
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels import host_blas
 from npu_ep.kernels.fusion import fuse_partition
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_testing import make_model
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(380)
 AVX512 = "avx512" in host_isas()
@@ -37,7 +37,7 @@ DEPTHS = [0, 1, 7, 8, 9, 255, 256, 257]  # the 8x8 transpose's blocks, the 256-d
 
 
 def _kern():
-    return _native.native_module()
+    return runtime.native_module()
 
 
 def _portable(a, packed, n, **kw):
@@ -200,7 +200,7 @@ def _fused_native_and_reference(model, x):
     outs, bound = {}, []
     for kernels in ("native", "reference"):
         p = kernel.prepare(node, REF)
-        _native.configure([p], kernels, 1)
+        runtime.configure([p], kernels, 1)
         with np.errstate(all="ignore"):
             outs[kernels] = kernel.run(p, [x])[0]
             if kernels == "native":

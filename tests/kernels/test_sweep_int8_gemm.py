@@ -15,12 +15,12 @@ import pytest
 
 from _single_op import model as single_node_model, run_ort
 from _sweep import around, check
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops._mm import requantize
 from npu_ep.kernels.ops.matmul_int import pack_b
 from npu_testing import assignment, cpu_run, npu_session
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(3838)
 ROWS = list(range(1, 10)) + [15, 16, 17]  # the 8-row tile, the 4 / 2 / 1-row tails, one and two 16-row AMX tiles
@@ -41,7 +41,7 @@ def _codes(shape, dt) -> np.ndarray:
 
 def _native_int8(a, azp, b, bzp, threads=1, **requant):
     pk = pack_b(b, bzp)
-    return _native.native_module().int8_matmul(a, np.asarray(azp, np.int32).reshape(-1), pk["i8_bp"], pk["i8_bsum"],
+    return runtime.native_module().int8_matmul(a, np.asarray(azp, np.int32).reshape(-1), pk["i8_bp"], pk["i8_bsum"],
                                                pk["i8_bzp"], b.shape[0], b.shape[1], threads, **requant)
 
 

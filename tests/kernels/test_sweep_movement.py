@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from _sweep import kernel_and_bound_step
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(3805)
 COPIES = [1, 3, 4, 5, 8, 9]  # Replicate's doubling memcpys: just below, at and above powers of two
@@ -40,7 +40,7 @@ def _same_bytes(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 
 def _expand(x: np.ndarray, shape) -> None:
-    got = _native.native_module().expand(x, list(shape))
+    got = runtime.native_module().expand(x, list(shape))
     want = np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))), order="C")
     _same_bytes(got, want, f"expand {x.shape} -> {shape}")
 
@@ -71,7 +71,7 @@ def test_expand_sizes_around_the_gil_release_and_strided_inputs():
 
 
 def _concat(axis: int, parts) -> None:
-    got = _native.native_module().concat(axis, *parts)
+    got = runtime.native_module().concat(axis, *parts)
     _same_bytes(got, np.concatenate(parts, axis=axis), f"concat axis {axis} {[p.shape for p in parts]}")
 
 

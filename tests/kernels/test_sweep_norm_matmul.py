@@ -21,13 +21,13 @@ from test_native_norm_matmul import _model as _norm_model
 from test_native_norm_matmul import _prepared
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion import fuse_partition
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.matmul import PACKED_ISAS
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 from tests.npu_testing import F32
 
-_NAT = _native.native_module()
+_NAT = runtime.native_module()
 pytestmark = pytest.mark.skipif(_NAT is None or _NAT.isa() not in PACKED_ISAS,
                                 reason="the float NormMatMul's native call runs on AVX-512 hosts")
 
@@ -49,7 +49,7 @@ def _run_both(model, inputs):
         with native_calls() as calls:
             native = kernel.run(p, inputs)
         assert "norm_matmul_float" in calls, calls  # the one native call: prologue, packed GEMM, SwiGLU
-        _native.configure([p], "reference", 2)
+        runtime.configure([p], "reference", 2)
         return native, kernel.run(p, inputs)
 
 
@@ -135,7 +135,7 @@ def test_group_swiglu_halves_with_special_values():
             outs = {}
             for kernels in ("native", "reference"):
                 p = kernel.prepare(node, REF)
-                _native.configure([p], kernels, 2)
+                runtime.configure([p], kernels, 2)
                 with native_calls() as calls, np.errstate(all="ignore"):
                     outs[kernels] = kernel.run(p, [x])[0]
                 if kernels == "native":

@@ -31,12 +31,12 @@ import pytest
 
 from _single_op import run_ort
 from _sweep import around, native_calls, node_model, run_kernel
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.matmul_nbits import quantize_a_blockwise
 from npu_ep.quantization import quantize_matmul_nbits
 from npu_ep.quantization.matmul_nbits import dequantize_b, unpack_b
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 EPS = np.finfo(np.float32).eps
 

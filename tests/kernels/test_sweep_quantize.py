@@ -15,10 +15,10 @@ from onnx import TensorProto, helper
 from _isa import cap_isa, host_isas
 from _single_op import model as single_node_model, run_ort
 from _sweep import around, check, with_specials
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from npu_testing import assignment, cpu_run, make_model, npu_session
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(3801)
 SIZES = around(16, 32, 64) + [1000]  # the 16-lane step and its masked tail

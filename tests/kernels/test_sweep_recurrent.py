@@ -18,7 +18,7 @@ import pytest
 
 from _isa import cap_isa, host_isas
 from _sweep import native_calls
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from tests.kernels.test_recurrent_native import lstm_case, run_kernel as run_lstm
 from tests.kernels.test_recurrent_quant import dq_lstm_model, run_kernel as run_qlstm
 from _sweep import REF, run_kernel as run_node
@@ -27,7 +27,7 @@ from npu_ep.kernels.registry import kernel_for
 from onnx import TensorProto, helper
 from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 HIDDEN = [1, 7, 8, 9, 15, 16, 17, 33]  # 16-lane gate blocks; 4H = 28..36: one panel of 32 and its tail
@@ -269,8 +269,8 @@ def test_gru_rnn_runtime_weights_are_read_per_call(op, lbr):
     (node,) = nodes_from_model(model)
     kernel = kernel_for("", op)
     native_p, ref_p = (kernel.prepare(node, REF) for _ in range(2))
-    _native.configure([native_p], "native", 1)
-    _native.configure([ref_p], "reference", 1)
+    runtime.configure([native_p], "native", 1)
+    runtime.configure([ref_p], "reference", 1)
     for scale in (1.0, 0.5, -2.0):
         call = [feeds[v.name] * np.float32(scale if v.name in ("W", "R") else 1) if v.name in feeds else None
                 for v in node.inputs]

@@ -18,11 +18,11 @@ from onnx import helper
 from _isa import cap_isa, host_isas
 from _sweep import around, check, with_specials
 from npu_ep.ep import _native as bridge
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 from tests.kernels.test_bound_native_calls import assert_same, one_step_loop, prepared, reduce_model
 from tests.npu_testing import make_model
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(3804)
 EXACT = 2 ** 53

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from _sweep import around, with_specials
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(3806)
 HALVES = around(4, 8, 16, 32)
@@ -35,7 +35,7 @@ def _values(shape) -> np.ndarray:
 
 
 def _check(x, cos, sin, threads=1):
-    got = _native.native_module().rotate_half(x, cos, sin, x.shape[-1] // 2, threads)
+    got = runtime.native_module().rotate_half(x, cos, sin, x.shape[-1] // 2, threads)
     want = _reference(x, cos, sin)
     assert got.shape == want.shape and got.dtype == want.dtype
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))

@@ -22,9 +22,9 @@ import pytest
 
 from _isa import cap_isa, host_isas
 from _sweep import around, check, with_specials
-from npu_ep.kernels.ops import _native
+from npu_ep.kernels import runtime
 
-pytestmark = pytest.mark.skipif(_native.native_module() is None, reason="native extension not built")
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(4003)
 

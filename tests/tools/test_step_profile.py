@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from npu_ep.kernels.ops._native import native_module
+from npu_ep.kernels.runtime import native_module
 from npu_ep.tools.bench.step_profile import fast_quarter_us, profile_call
 from tests.ep.test_program_call import FEEDS, compiled, div_exp_model
 

@@ -18,7 +18,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 import npu_ep
-from npu_ep.ep import _native
+from npu_ep.kernels.runtime import extension
 
 
 def tiny_model() -> bytes:
@@ -51,9 +51,9 @@ def measure(runs: int = 2000) -> dict[str, float]:
     assert {sg.ep_name for sg in npu.get_provider_graph_assignment_info()} == {"NpuEP"}, "NpuEP did not take Relu"
     cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     t_cpu = _median_run_us(cpu, feeds, runs)
-    _native.reset_stats()
+    extension().reset_stats()
     t_npu = _median_run_us(npu, feeds, runs)
-    stats = [s for s in _native.partition_stats().values() if s["calls"]]
+    stats = [s for s in extension().partition_stats().values() if s["calls"]]
     calls = sum(s["calls"] for s in stats)
     total = sum(s["total_ns"] for s in stats) / calls / 1e3
     program = sum(s["program_ns"] for s in stats) / calls / 1e3

@@ -21,7 +21,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from ...ep.onnx_graph import nodes_from_model
-from ...kernels.ops import _native
+from ...kernels import runtime
 from ...kernels.registry import kernel_for
 from ...kernels.target import Target
 
@@ -98,13 +98,13 @@ def bench_gqa(batch: int = 1, seq: int = 1, past: int = 512, iters: int = 20, ro
     want = cpu.run(None, feeds)
     kernel = kernel_for("com.microsoft", "GroupQueryAttention")
     (node,) = nodes_from_model(model)
-    runtime = [feeds.get(v.name) if not v.missing else None for v in node.inputs]
+    given = [feeds.get(v.name) if not v.missing else None for v in node.inputs]
     fns = {"ort": lambda: cpu.run(None, feeds)}
     for kernels in ("native", "reference"):
         p = kernel.prepare(node, Target.load("npu-ref"))
-        _native.configure([p], kernels, 1)
-        np.testing.assert_allclose(kernel.run(p, runtime)[0], want[0], rtol=1e-4, atol=1e-4)
-        fns[f"kernel_{kernels}"] = functools.partial(kernel.run, p, runtime)
+        runtime.configure([p], kernels, 1)
+        np.testing.assert_allclose(kernel.run(p, given)[0], want[0], rtol=1e-4, atol=1e-4)
+        fns[f"kernel_{kernels}"] = functools.partial(kernel.run, p, given)
         sess = _session(model, kernels)
         np.testing.assert_allclose(sess.run(None, feeds)[0], want[0], rtol=1e-4, atol=1e-4)
         fns[f"npu_{kernels}"] = functools.partial(sess.run, None, feeds)

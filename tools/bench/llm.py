@@ -269,11 +269,11 @@ def _decode_profile(gens: dict, prompt: Sequence[int]) -> Table:
             samples.append(time.perf_counter_ns() - t0)
         return fast_quarter_us(samples), float(np.mean(samples)) / 1e3
 
-    from ...ep import _native as bridge_native
+    from ...kernels.runtime import extension
 
-    bridge_native.reset_stats()
+    extension().reset_stats()
     sess_npu, mean_npu = session_us(npu)
-    stats = [st for st in bridge_native.partition_stats().values() if st["calls"]]
+    stats = [st for st in extension().partition_stats().values() if st["calls"]]
     sess_cpu, _ = session_us(gens["CPU EP"])
     last = {}
     for program, inputs in calls:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...ep.program import Program
-from ...kernels.ops._native import native_module
+from ...kernels.runtime import native_module
 
 
 @dataclasses.dataclass

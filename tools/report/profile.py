@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ...ep import _native
+from ...kernels.runtime import extension
 from .model import layer_of
 
 SUFFIX = "_kernel_time"
@@ -45,7 +45,7 @@ def enable(so: ort.SessionOptions) -> str:
 
 def parse(events: list[dict], warmup: int, shim: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
     """Per-node mean time per run [us] over the ``model_run`` windows after the first ``warmup`` ones; ``shim``:
-    the shim's per-partition counters over those same runs (``_native.partition_stats()``)."""
+    the shim's per-partition counters over those same runs (``partition_stats()`` of the extension)."""
     runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
                   if e.get("cat") == "Session" and e.get("name") == "model_run")
     starts = [r[0] for r in runs]
@@ -85,10 +85,10 @@ def profile_runs(sess: ort.InferenceSession, folder: str, feeds: Mapping[str, np
     try:
         for _ in range(warmup):
             sess.run(None, dict(feeds))
-        _native.reset_stats()
+        extension().reset_stats()
         for _ in range(runs):
             sess.run(None, dict(feeds))
-        shim = _native.partition_stats()
+        shim = extension().partition_stats()
     finally:  # always stop the profiler: otherwise the session's destructor writes a trace later
         path = sess.end_profiling()
         try:

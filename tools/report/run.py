@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ...ep import _native
+from ...kernels.runtime import extension
 from ...ep.bridge import EpSession
 from ...ep.dtypes import numpy_dtype
 from ...ep.sessions import session_of, tag_session_options
@@ -247,10 +247,10 @@ def measure(sess: ort.InferenceSession, ep: EpSession, cpu: ort.InferenceSession
         sess.run(None, feeds)
         cpu.run(None, feeds)
     rounds = max(1, min(MEASURE_BLOCKS, runs))
-    _native.reset_stats()
+    extension().reset_stats()
     blocks = alternating_blocks({"npu": lambda: sess.run(None, feeds), "cpu": lambda: cpu.run(None, feeds)},
                                 runs, rounds, warmup=False)
-    stats = _native.partition_stats()
+    stats = extension().partition_stats()
     npu_s = [t for block in blocks["npu"] for t in block]
     cpu_s = [t for block in blocks["cpu"] for t in block]
     ratios = block_ratios(blocks, "npu", "cpu")

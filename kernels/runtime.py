@@ -1,4 +1,6 @@
-"""Which implementation a prepared kernel runs: the native kernels of the extension or the numpy reference model.
+"""The runtime seam between a compiled program and its kernels, and the one module that loads the extension.
+
+Which implementation a prepared kernel runs: the native kernels of the extension or the numpy reference model.
 
 The choice is a run-time property of a session (provider options ``kernels`` and ``host_threads``), not part of
 the compiled program: both implementations read the same prepared constants (packed weights), so a cached
@@ -6,6 +8,11 @@ context serves either. ``ep.bridge`` stamps every step of an adopted program wit
 sub-programs (If branches, Loop/Scan bodies) their steps hold; a sub-program loaded later copies its owner's
 setting (``kernels.subprograms.program``). A Prepared that was never stamped (kernel tests, benchmarks) runs
 native on one thread.
+
+The extension (``npu_ep.ep._native``) is the ORT plugin library too, so it lives in ``ep/``; this module imports it
+inside a function, on first use, because ``ep`` imports ``kernels`` (a module-level import would be a circle) and
+because the reference kernels must still run where the extension is not built. Every other module reaches the
+extension through ``extension()`` and ``native_module()`` (``tests/test_layers.py`` checks it).
 """
 
 from __future__ import annotations
@@ -15,8 +22,8 @@ from types import ModuleType
 
 import numpy as np
 
-from .. import subprograms
-from ..registry import Prepared
+from . import subprograms
+from .registry import Prepared
 
 KERNEL_CHOICES = ("native", "reference")
 _KEY = "runtime"  # Prepared.memo key: (kernels, threads)
@@ -30,7 +37,7 @@ PARTITION_OUTPUTS = "partition_outputs"  # Prepared.memo key: {step output index
 
 def _load() -> None:
     try:
-        from ...ep import _native
+        from ..ep import _native
     except ImportError:  # extension not built: the reference kernels still run
         _native = None
     _module[:] = [getattr(_native, "kernels", None), _native]
