@@ -232,7 +232,7 @@ def _read_prefix(mv: memoryview) -> tuple[int, int, int, bytes]:
 
 def _parse_header_block(mv: memoryview) -> tuple[int, dict[str, Any], int]:
     """Verify the header hash and parse the JSON block; return (format_version, doc, data_start)."""
-    version, hlen, total, digest = _read_prefix(mv)
+    version, hlen, _total, digest = _read_prefix(mv)
     jb = mv[PREFIX_SIZE:PREFIX_SIZE + hlen]
     h = hashlib.sha256(mv[:HASHED_PREFIX])
     h.update(jb)

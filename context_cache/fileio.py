@@ -76,8 +76,8 @@ READ_THREADS = 2  # chunks in flight at once (a large file reads ~1.5-2x faster 
 
 def read_container(path: str | os.PathLike[str], limit: int | None = None,
                    on_chunk: Callable[[memoryview, int], None] | None = None) -> memoryview:
-    """The bytes of a container file (a view of one uint8 array), read only after ``open_container``'s checks; at most the
-    declared size. One numpy buffer: large ones sit on huge pages, so the arrays unpacked from it are read in place
+    """The bytes of a container file (a view of one uint8 array), read only after ``open_container``'s checks; at most
+    the declared size. One numpy buffer: large ones sit on huge pages, so the arrays unpacked from it are read in place
     (``ep.weight_arena`` leaves them there) instead of being copied again. A large file is read in chunks on
     READ_THREADS threads; ``on_chunk(view, n)`` is called as the first n bytes are in, in order
     (``container.SectionCheck`` hashes sections while the rest is read)."""

@@ -79,7 +79,7 @@ def _epcontext_reason(node: NodeInfo, ep_name: str) -> str | None:
 def _check(n: NodeInfo, target: Target, weights) -> str | None:
     try:
         return why_not(qdq.constant_view(n, weights), target)
-    except Exception as exc:  # a buggy check must not hide the node: decline it, loudly
+    except Exception as exc:  # noqa: BLE001 - a buggy check must not hide the node: decline it, loudly
         return f"{n.describe()}: capability check failed: {type(exc).__name__}: {exc}"
 
 

@@ -136,7 +136,7 @@ class _Helper:
             a, b, out = self._job
             try:
                 np.matmul(a, b, out=out)
-            except BaseException as exc:  # handed to the owner, which raises it
+            except BaseException as exc:  # noqa: BLE001 - handed to the owner, which raises it
                 self._error = exc
             self._done.release()
 

@@ -68,7 +68,8 @@ class TilePlan:
             for o in range(outer):
                 for i in range(inner):
                     mi, ni = (o, i) if self.loop_order == "mnk" else (i, o)
-                    yield b, mi * self.tm, min(self.m, (mi + 1) * self.tm), ni * self.tn, min(self.n, (ni + 1) * self.tn)
+                    yield (b, mi * self.tm, min(self.m, (mi + 1) * self.tm),
+                           ni * self.tn, min(self.n, (ni + 1) * self.tn))
 
     def k_tiles(self) -> list[tuple[int, int]]:
         """``(k0, k1)`` of the accumulation steps of every output tile."""

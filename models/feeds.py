@@ -33,7 +33,8 @@ def decoder_feeds(cfg: LlamaConfig, input_ids: np.ndarray, *, past: list[tuple[n
     return feeds
 
 
-def split_outputs(names: list[str], outputs: list[np.ndarray]) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+def split_outputs(names: list[str],
+                  outputs: list[np.ndarray]) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
     """(logits, [(present_key, present_value) per layer]) from a session's output list."""
     by_name = dict(zip(names, outputs))
     n_layers = sum(1 for n in names if n.startswith("present.") and n.endswith(".key"))

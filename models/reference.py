@@ -31,7 +31,8 @@ def _rope(x: np.ndarray, pos: np.ndarray, freqs: np.ndarray, interleaved: bool) 
 
 def reference_forward(weights: dict[str, np.ndarray], cfg: LlamaConfig, *, interleaved: bool,
                       input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray,
-                      past: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+                      past: list[tuple[np.ndarray, np.ndarray]],
+                      ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
     """Return (logits [B,S,V], [(present_key, present_value) per layer]) in float64-free float32 math."""
     n, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     b, s = input_ids.shape

@@ -201,7 +201,10 @@ class _LlamaGraph:
         t = self._dim(attention_mask, 1)
         past = g.op("Sub", t, s)
         one = g.const(1)
-        to0d = (lambda v: g.op("Squeeze", v, g.const([0])))
+
+        def to0d(v: str) -> str:
+            return g.op("Squeeze", v, g.const([0]))
+
         cache_pos = g.op("Range", to0d(past), to0d(t), one)                      # [S]
         key_pos = g.op("Range", g.const(0), to0d(t), one)                        # [T]
         causal = g.op("LessOrEqual", g.op("Unsqueeze", key_pos, g.const([0])),
@@ -258,7 +261,8 @@ class _LlamaGraph:
         return model
 
 
-def build_tiny_llama_proto(config: LlamaConfig = LlamaConfig(), *, style: str = "dynamo", rope: str = "half",
+def build_tiny_llama_proto(config: LlamaConfig = LlamaConfig(),  # noqa: B008 - frozen dataclass
+                           *, style: str = "dynamo", rope: str = "half",
                            partial_rotary: float = 1.0, fused_qkv: bool = False, mask: str = "additive",
                            nan_guard: bool = False, seed: int = 0) -> onnx.ModelProto:
     """Build the decoder as an in-memory ModelProto (see the module docstring for variants)."""
@@ -269,7 +273,7 @@ def build_tiny_llama_proto(config: LlamaConfig = LlamaConfig(), *, style: str = 
     if mask not in ("additive", "where"):
         raise ValueError(f"mask must be 'additive' or 'where', got {mask!r}")
     rotary = config.head_dim * partial_rotary
-    rotary_dim = int(round(rotary))
+    rotary_dim = round(rotary)
     if abs(rotary - rotary_dim) > 1e-9 or not 0 < rotary_dim <= config.head_dim or rotary_dim % 2:
         raise ValueError(f"partial_rotary={partial_rotary} gives rotary dim {rotary_dim} for head_dim "
                          f"{config.head_dim}; it must be even and in (0, head_dim]")
@@ -278,7 +282,8 @@ def build_tiny_llama_proto(config: LlamaConfig = LlamaConfig(), *, style: str = 
     return _LlamaGraph(config, var, weights).build()
 
 
-def build_tiny_llama(path: str | Path, config: LlamaConfig = LlamaConfig(), *, style: str = "dynamo",
+def build_tiny_llama(path: str | Path, config: LlamaConfig = LlamaConfig(),  # noqa: B008 - frozen dataclass
+                     *, style: str = "dynamo",
                      rope: str = "half", partial_rotary: float = 1.0, fused_qkv: bool = False,
                      mask: str = "additive", nan_guard: bool = False, seed: int = 0) -> Path:
     """Write the tiny decoder to ``path`` and return the path. Deterministic for a given seed."""

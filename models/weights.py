@@ -57,7 +57,8 @@ def make_weights(cfg: LlamaConfig, *, rotary_dim: int, fused_qkv: bool = False, 
     def norm_w() -> np.ndarray:
         return (1.0 + 0.1 * rng.standard_normal(d)).astype(np.float32)
 
-    w: dict[str, np.ndarray] = {"model.embed_tokens.weight": rng.standard_normal((cfg.vocab_size, d)).astype(np.float32)}
+    w: dict[str, np.ndarray] = {
+        "model.embed_tokens.weight": rng.standard_normal((cfg.vocab_size, d)).astype(np.float32)}
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}"
         w[f"{p}.input_layernorm.weight"] = norm_w()

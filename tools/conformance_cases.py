@@ -139,7 +139,7 @@ def _folder_case(suite: str, name: str, folder: str) -> Case:
         for data_set in sorted(glob.glob(os.path.join(folder, "test_data_set*"))):
             case.data_sets.append((_read_protos(data_set, "input", graph.input),
                                    _read_protos(data_set, "output", graph.output)))
-    except Exception as exc:  # a case the loader cannot read is reported with its reason
+    except Exception as exc:  # noqa: BLE001 - a case the loader cannot read is reported with its reason
         case.load_error = f"{folder}: {type(exc).__name__}: {exc}"
     return case
 

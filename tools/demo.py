@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             html = out / "report.html"
             write_html(doc, html)
             print(f"[4/4] HTML report: {html}")
-        except Exception as exc:  # the report is optional for the demo; say why it is missing
+        except Exception as exc:  # noqa: BLE001 - the report is optional for the demo; say why it is missing
             print(f"[4/4] HTML report failed: {type(exc).__name__}: {exc}")
     return 0 if same else 1
 

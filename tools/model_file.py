@@ -57,7 +57,7 @@ def check_regular_file(path: str | os.PathLike[str]) -> None:
 
 def read_regular_file(path: str | os.PathLike[str], limit: int = PROTOBUF_LIMIT) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (a file that grows while read stops at the limit)."""
-    with open_regular(path, limit) as (fd, size), os.fdopen(os.dup(fd), "rb") as f:
+    with open_regular(path, limit) as (fd, _size), os.fdopen(os.dup(fd), "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise NotRegularFileError(f"{os.fspath(path)}: grew above the limit of {limit} bytes while being read")

@@ -259,8 +259,8 @@ def _main(argv: Sequence[str] | None) -> int:
             c = summary["check"]
             status = "[green]passed[/green]" if c["passed"] else f"[red]FAILED[/red]: {escape(c['reason'])}"
             if c["output_name"]:
-                out.print(f"check {status}: output {escape(repr(c['output_name']))} max abs diff {c['max_abs_diff']:.3g}, "
-                          f"top-1 agreement {c['top1_agreement']:.3f}")
+                out.print(f"check {status}: output {escape(repr(c['output_name']))} "
+                          f"max abs diff {c['max_abs_diff']:.3g}, top-1 agreement {c['top1_agreement']:.3f}")
             else:  # nothing was compared (a model ORT refuses, inputs too large to generate)
                 out.print(f"check {status}")
     return code

@@ -5,6 +5,10 @@ synthetic ``npu::*`` node that a kernel in ``kernels/ops`` executes. Order matte
 matmuls that the epilogue pass left alone, the rms pass makes an RMS norm written out op by op one norm, and
 the norm pass folds a norm into a matmul or a sibling group.
 A pass applies only where the target lists its fused op (``support.why_not`` on the synthetic node).
+
+Passes written as rules (``_rules.FusionRule``: an onnxscript pattern, a check with a reason, the fused node) report
+each candidate they decline as a ``FusionMiss``: ``fuse_partition`` logs them at debug level and appends them to
+``misses`` (``npu-report --explain-fusions``).
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from ...ep.log import escape, logger
 from ..node import NodeInfo
 from ..target import Target
 from . import attention, conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, rms, rotary, siblings
+from ._rules import FusionMiss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +28,8 @@ class FusionPass:
     name: str
     consumes: str  # the chain it looks for
     produces: tuple[str, str]  # (domain, op_type) of the synthetic node
-    run: Callable[[list[NodeInfo], Target], list[NodeInfo]]
+    run: Callable[..., list[NodeInfo]]  # (nodes, target[, misses]) -> nodes
+    explains: bool = False  # a rule pass: takes ``misses`` and reports why each candidate did not fuse
 
 
 PASSES: tuple[FusionPass, ...] = (
@@ -30,10 +37,11 @@ PASSES: tuple[FusionPass, ...] = (
                "QLinearMatMul); then every single-reader DQ of a constant folded into its reader as a float constant",
                (qdq.FUSED_DOMAIN, qdq.FUSED_MATMUL), qdq.fuse_qdq),
     FusionPass("qdq_bytes", "DQ(8-bit x) -> MaxPool | nearest Resize | Flatten | Reshape | Transpose | Squeeze | "
-               "Unsqueeze -> Q with the DQ's own parameters: the op on the bytes", ("", "MaxPool"), qdq_bytes.fuse_qdq_bytes),
+               "Unsqueeze -> Q with the DQ's own parameters: the op on the bytes", ("", "MaxPool"),
+               qdq_bytes.fuse_qdq_bytes),
     FusionPass("qdq_lut", "DQ(8-bit x) [, DQ(8-bit y)] -> Add | Sub | Mul | Div | Clip | Relu | Max | Min | Abs | Neg "
-               "(other inputs scalar constants) -> Q(8-bit) units, chains composed", (qdq_lut.FUSED_DOMAIN, qdq_lut.FUSED_OP),
-               qdq_lut.fuse_qdq_lut),
+               "(other inputs scalar constants) -> Q(8-bit) units, chains composed",
+               (qdq_lut.FUSED_DOMAIN, qdq_lut.FUSED_OP), qdq_lut.fuse_qdq_lut),
     FusionPass("conv_bn", "float Conv (constant W, b) -> BatchNormalization (constant parameters)", ("", "Conv"),
                conv_bn.fuse_conv_bn),
     FusionPass("conv_tail", "float Conv -> scalar Mul | Add | Sub | Div | Clip | Relu | Max | Min links, LeakyRelu, "
@@ -43,21 +51,30 @@ PASSES: tuple[FusionPass, ...] = (
                "(last axis) -> MatMul(., V), as exporters write attention out", (attention.FUSED_DOMAIN,
                attention.FUSED_OP), attention.fuse_attention),
     FusionPass("rotary", "Add(Mul(x, cos), Mul(Concat(Neg(x[..., h/2:]), x[..., :h/2]), sin)): the rotary embedding "
-               "as exporters write it out", (rotary.FUSED_DOMAIN, rotary.FUSED_OP), rotary.fuse_rotary),
+               "as exporters write it out", (rotary.FUSED_DOMAIN, rotary.FUSED_OP), rotary.fuse_rotary, explains=True),
     FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "
                "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse),
     FusionPass("siblings", "matmuls with constant weights reading the same A, and a SwiGLU tail on {gate, up}",
                (siblings.GROUP_DOMAIN, siblings.GROUP_OP), siblings.fuse_siblings),
     FusionPass("rms", "Pow(x, 2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(1, .) | Reciprocal -> "
-               "Mul(x, .) -> Mul(gamma, .): an RMS norm written out op by op", (rms.FUSED_DOMAIN, rms.FUSED_OP), rms.fuse_rms),
+               "Mul(x, .) -> Mul(gamma, .): an RMS norm written out op by op", (rms.FUSED_DOMAIN, rms.FUSED_OP),
+               rms.fuse_rms),
     FusionPass("norm", "(Skip)SimplifiedLayerNormalization -> its only consumer, a float matmul or sibling group",
                (norm.FUSED_DOMAIN, norm.FUSED_OP), norm.fuse_norms),
 )
 
 
-def fuse_partition(nodes: Sequence[NodeInfo], target: Target) -> list[NodeInfo]:
-    """Run every pass in order over one partition's nodes."""
+def fuse_partition(nodes: Sequence[NodeInfo], target: Target,
+                   misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
+    """Run every pass in order over one partition's nodes; the rule passes' declined candidates go to ``misses``
+    and to the debug log."""
     out = list(nodes)
+    found: list[FusionMiss] = []
     for p in PASSES:
-        out = p.run(out, target)
+        out = p.run(out, target, found) if p.explains else p.run(out, target)
+    for m in found:
+        logger.debug("fusion %s: node '%s' (%s) not fused: %s", m.fusion, escape(m.node), escape(m.op),
+                     escape(m.reason))
+    if misses is not None:
+        misses.extend(found)
     return out

@@ -2,12 +2,13 @@
 
 Two things happen here, in this order:
 
-1. **Integer units.** A Conv or MatMul whose activation arrives through a per-tensor DequantizeLinear, whose weight is a DequantizeLinear of a constant (per tensor, or per output channel: Conv axis 0,
-   MatMul axis 1), and whose output is read only by one per-tensor QuantizeLinear becomes one synthetic node that
-   runs on integers: 8-bit activations as ``QLinearConv``/``QLinearMatMul`` (the int8 matrix kernels, int32
-   accumulation, MLAS requantization), 16-bit activations as ``npu::QdqMatMul`` (kernels/ops/qdq_matmul.py,
-   accumulator width from ``matrix.a16_accumulator_bits``). A Conv bias must be the int32 DequantizeLinear that
-   ``quantize_static`` writes (zero point 0, scale ``x_scale * w_scale``), else the unit stays as float steps.
+1. **Integer units.** A Conv or MatMul whose activation arrives through a per-tensor DequantizeLinear, whose weight
+   is a DequantizeLinear of a constant (per tensor, or per output channel: Conv axis 0, MatMul axis 1), and whose output
+   is read only by one per-tensor QuantizeLinear becomes one synthetic node that runs on integers: 8-bit activations as
+   ``QLinearConv``/``QLinearMatMul`` (the int8 matrix kernels, int32 accumulation, MLAS requantization), 16-bit
+   activations as ``npu::QdqMatMul`` (kernels/ops/qdq_matmul.py, accumulator width from
+   ``matrix.a16_accumulator_bits``). A Conv bias must be the int32 DequantizeLinear that ``quantize_static`` writes
+   (zero point 0, scale ``x_scale * w_scale``), else the unit stays as float steps.
 2. **Weight DequantizeLinear folding.** Every other DequantizeLinear of a constant read by exactly one node becomes
    a constant float input of that node, dequantized at compile time exactly as ORT's kernel does, so the unit runs
    as float ``DQ -> op -> Q`` steps (ORT's unoptimized semantics) whatever op it is. Capability makes the same

@@ -34,7 +34,7 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, bias: np.n
     """(output [B, N, S, Hv] float32, the requested intermediate scores [B, N, S, T] or None).
 
     Order as ORT 1.31's CPU kernels: scores = Q K^T * scale; softcap c > 0: c * tanh(x / c); + ``bias`` (float32,
-    −inf masks, broadcastable to [B, N, S, T]); softmax. ``want_scores`` picks ORT's qk_matmul_output stage:
+    -inf masks, broadcastable to [B, N, S, T]); softmax. ``want_scores`` picks ORT's qk_matmul_output stage:
     0 scaled Q K^T, 1 after softcap, 2 after the mask (masked entries as float32's lowest value, as ORT), 3 softmax.
     ``native`` (the session's native kernels, on ``threads``): float32 without softcap or intermediate scores runs
     ``kernels.attention_chain`` (the same order of roundings; within float tolerance of this reference).
@@ -84,12 +84,12 @@ def _native_attend(native: Any, q, k, v, bias, softcap: float, want_scores: int 
 
 
 def bool_mask_bias(mask: np.ndarray) -> np.ndarray:
-    """A boolean mask (True = attend) as a float32 0/−inf bias."""
+    """A boolean mask (True = attend) as a float32 0/-inf bias."""
     return np.where(mask, _F32(0.0), _F32(-np.inf)).astype(_F32)
 
 
 def causal_bias(s: int, t: int, offset: int) -> np.ndarray:
-    """[S, T] 0/−inf bias: query i sees keys j <= i + offset."""
+    """[S, T] 0/-inf bias: query i sees keys j <= i + offset."""
     return bool_mask_bias(np.arange(t)[None, :] <= np.arange(s)[:, None] + offset)
 
 

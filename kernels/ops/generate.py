@@ -34,7 +34,7 @@ def _range_count(start, limit, delta) -> int:
     if delta == 0:
         raise ValueError("Range: delta is 0")
     diff = np.subtract(limit, start, dtype=np.asarray(start).dtype)
-    return max(int(math.ceil(float(diff) / float(delta))), 0)
+    return max(math.ceil(float(diff) / float(delta)), 0)
 
 
 def _range_prepare(node: NodeInfo, target: Target) -> Prepared:

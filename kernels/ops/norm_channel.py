@@ -52,9 +52,9 @@ def _check(node: NodeInfo, target: Target) -> str | None:
         return f"{node.describe()}: normalization needs a float input"
     if x.shape is not None and len(x.shape) < 2:
         return f"{node.describe()}: input of rank {len(x.shape)} has no channel axis"
-    if node.op_type == "BatchNormalization":
-        if int(node.attr("training_mode", 0)) or sum(not v.missing for v in node.outputs) > 1:
-            return f"{node.describe()}: BatchNormalization training mode (running statistics outputs) not supported"
+    if node.op_type == "BatchNormalization" and (int(node.attr("training_mode", 0))
+                                                 or sum(not v.missing for v in node.outputs) > 1):
+        return f"{node.describe()}: BatchNormalization training mode (running statistics outputs) not supported"
     if node.op_type == "GroupNormalization" and int(node.attr("stash_type", 1)) != 1:
         return f"{node.describe()}: stash_type={node.attr('stash_type')} (only float32 statistics) not supported"
     return None

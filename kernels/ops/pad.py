@@ -100,7 +100,7 @@ def padded(x: np.ndarray, grow: list[tuple[int, int]], mode: str, value: Any = 0
         full = (slice(None),) * axis
 
         def at(s: slice) -> tuple:
-            return full + (s,) + tail
+            return full + (s,) + tail  # noqa: B023 - called in this iteration only
         if mode == "constant":
             y[at(slice(0, b))] = value
             y[at(slice(b + d, None))] = value

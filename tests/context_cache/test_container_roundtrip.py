@@ -130,5 +130,5 @@ def test_load_file_maps_the_file_and_names_it_in_errors(tmp_path) -> None:
         with pytest.raises(ContextFormatError, match=needle) as ei:
             C.load_file(p)
         assert str(p) in str(ei.value)
-    with pytest.raises(ContextIncompatibleError, match="good.npuctx.*npu-edge"):
+    with pytest.raises(ContextIncompatibleError, match=r"good.npuctx.*npu-edge"):
         C.load_file(good, expect=C.ContainerExpect(target_name="npu-edge"))

@@ -74,9 +74,12 @@ def _refs_for(values: dict[str, np.ndarray]) -> BorrowedRefs:
 
 
 @pytest.mark.parametrize("bad, why", [
-    ({"init": "w", "init_nbytes": 64, "offset": 0, "dtype": "float32", "shape": [4, 4], "strides": [16, 4]}, "does not hold"),
-    ({"init": "w", "init_nbytes": 256, "offset": 200, "dtype": "float32", "shape": [4, 4], "strides": [16, 4]}, "outside"),
-    ({"init": "w", "init_nbytes": 256, "offset": 0, "dtype": "float32", "shape": [4, 4], "strides": [-16, 4]}, "outside"),
+    ({"init": "w", "init_nbytes": 64, "offset": 0, "dtype": "float32", "shape": [4, 4], "strides": [16, 4]},
+     "does not hold"),
+    ({"init": "w", "init_nbytes": 256, "offset": 200, "dtype": "float32", "shape": [4, 4], "strides": [16, 4]},
+     "outside"),
+    ({"init": "w", "init_nbytes": 256, "offset": 0, "dtype": "float32", "shape": [4, 4], "strides": [-16, 4]},
+     "outside"),
     ({"init": "w", "init_nbytes": 256, "offset": 0, "dtype": "object", "shape": [4], "strides": [4]}, "malformed"),
     ({"init": "w", "init_nbytes": 256, "offset": 0, "dtype": "float32", "shape": [4, 4], "strides": [16]}, "malformed"),
     ({"init": "w", "init_nbytes": 256, "offset": -4, "dtype": "float32", "shape": [4], "strides": [4]}, "malformed"),
@@ -172,8 +175,11 @@ def test_level_4_tiles_are_stored_as_their_recipe_and_rebuilt_from_the_initializ
     warm, ep = _session(model, tmp_path)
     assert ep.context.stats["hits"] == 1 and ep.context.stats["misses"] == 0, ep.context.stats
     assert set(assignment(warm).values()) == {"NpuEP"}
-    consts = lambda e: {(st.node_name, k): v for p in e.programs.values() for st in p.steps
-                        for k, v in st.prepared.consts.items() if "nb_" in k}
+
+    def consts(e):
+        return {(st.node_name, k): v for p in e.programs.values() for st in p.steps
+                for k, v in st.prepared.consts.items() if "nb_" in k}
+
     made, rebuilt = consts(cold_ep), consts(ep)
     assert len(made) >= 6 and made.keys() == rebuilt.keys()
     for key, arr in made.items():

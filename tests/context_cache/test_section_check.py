@@ -53,7 +53,7 @@ def test_any_flipped_data_byte_fails_the_check_and_the_verifying_unpack_names_it
         check = C.SectionCheck()
         buf = fileio.read_container(path, on_chunk=check)
         assert not check.passed()
-        with pytest.raises(ContextFormatError, match="sha256 mismatch|padding"):
+        with pytest.raises(ContextFormatError, match=r"sha256 mismatch|padding"):
             C.unpack(buf, verify=True)
 
 

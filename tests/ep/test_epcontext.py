@@ -32,7 +32,8 @@ def model_with_cpu_node_between(w_scale: float = 1.0, static: bool = False):
 
 def elementwise_model():
     """Ops both built-in targets run (static shapes), for cross-target refusal tests."""
-    nodes = [helper.make_node("Add", ["x", "b"], ["h"], name="add"), helper.make_node("Relu", ["h"], ["y"], name="relu")]
+    nodes = [helper.make_node("Add", ["x", "b"], ["h"], name="add"),
+             helper.make_node("Relu", ["h"], ["y"], name="relu")]
     return make_model(nodes, [helper.make_tensor_value_info("x", F32, [2, 8])],
                       [helper.make_tensor_value_info("y", F32, [2, 8])], {"b": np.ones(8, np.float32)})
 

@@ -55,7 +55,7 @@ def test_decline_warning_cannot_be_forged_nor_drive_the_terminal():
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert [ln for ln in r.stderr.splitlines() if "NpuEP WARNING" in ln][0].startswith("NpuEP WARNING: 2 of 4")
+    assert next(ln for ln in r.stderr.splitlines() if "NpuEP WARNING" in ln).startswith("NpuEP WARNING: 2 of 4")
     assert sum(ln.startswith("NpuEP WARNING") for ln in r.stderr.splitlines()) == 1, r.stderr
     assert "\x1b" not in r.stderr and "\x07" not in r.stderr, repr(r.stderr)
     assert "'atan\\nNpuEP WARNING: 0 of 0 nodes: all is well'" in r.stderr

@@ -1,7 +1,8 @@
 """An ``If`` with a branch the NPU cannot run entirely (here a Tan in the nested If's then branch) runs on the CPU
 EP, and ORT hands each branch to NpuEP as a graph of its own: the branch nodes are compiled as NpuEP partitions,
-whichever branch is taken (Ifs whose branches all run on the NPU are claimed whole: test_if_claimed.py). Exporter branches are full of scalars (a
-Gather with a 0-d index, 0-d constants), outer-scope values, branch-local initializers and nested Ifs."""
+whichever branch is taken (Ifs whose branches all run on the NPU are claimed whole: test_if_claimed.py). Exporter
+branches are full of scalars (a Gather with a 0-d index, 0-d constants), outer-scope values, branch-local
+initializers and nested Ifs."""
 
 from __future__ import annotations
 

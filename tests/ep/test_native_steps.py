@@ -274,14 +274,14 @@ def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_
             np.testing.assert_array_equal(g, w)
         past = want[1]
     ops = [st.op for st in program.steps]
-    first, last = list(program._bindings.values())[0], list(program._bindings.values())[-1]
+    first, last = next(iter(program._bindings.values())), list(program._bindings.values())[-1]
     assert len(program._bindings) == 5
     for op in ("Relu", "Neg"):
         i = ops.index(op)
         assert first[i] is not None and first[i] is last[i]
     i = ops.index("Concat")
     assert first[i] is not last[i] or first[i] is None
-    sig_first, sig_last = list(program._bindings)[0], list(program._bindings)[-1]
+    sig_first, sig_last = next(iter(program._bindings)), list(program._bindings)[-1]
     # no signature's cost is computed until asked for (a growing past would pay it every token)
     assert all(st.cost is None and st.step_shapes is not None for st in program._signatures.values())
     cost_first, cost_last = program.cost_for(sig_first).steps, program.cost_for(sig_last).steps

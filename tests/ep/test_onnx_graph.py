@@ -14,7 +14,8 @@ def _contrib_model(dims, op: str = "FastGelu"):
     graph = helper.make_graph([node, helper.make_node("Relu", ["y"], ["z"], name="relu")], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.microsoft", 1)])
 
 
 def test_contrib_op_output_shapes_are_inferred():

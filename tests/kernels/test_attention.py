@@ -122,7 +122,8 @@ def test_float16():
 
 def _gqa_node():
     from npu_ep.ep.onnx_graph import nodes_from_model
-    inputs = [("q", rand((1, 1, 4 * 16)), False), ("k", rand((1, 1, 2 * 16)), False), ("v", rand((1, 1, 2 * 16)), False),
+    inputs = [("q", rand((1, 1, 4 * 16)), False), ("k", rand((1, 1, 2 * 16)), False),
+              ("v", rand((1, 1, 2 * 16)), False),
               ("pk", rand((1, 2, 8, 16)), False), ("pv", rand((1, 2, 8, 16)), False),
               ("seqlens_k", np.array([8], np.int32), False), ("total", np.array(9, np.int32), False)]
     outs = [("y", np.float32, [1, 1, 64]), ("present_key", np.float32, [1, 2, 9, 16]),
@@ -280,7 +281,8 @@ def _static_cache_decode(seqlens: list[int], cap: int = 64):
     def inputs(lens, seed):
         return [("q", rand((b, 1, n * h), seed=seed), False), ("k", rand((b, 1, nkv * h), seed=seed + 1), False),
                 ("v", rand((b, 1, nkv * h), seed=seed + 2), False),
-                ("pk", rand((b, nkv, cap, h), seed=seed + 3), False), ("pv", rand((b, nkv, cap, h), seed=seed + 4), False),
+                ("pk", rand((b, nkv, cap, h), seed=seed + 3), False),
+                ("pv", rand((b, nkv, cap, h), seed=seed + 4), False),
                 ("seqlens_k", np.array(lens, np.int32), False), ("total", np.array(cap + 1, np.int32), False)]
 
     outs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
@@ -312,7 +314,7 @@ def test_present_buffers_are_reused_and_stale_rows_rezeroed(seqlens):
 
 def test_present_buffers_in_use_are_never_overwritten():
     """Outputs (or any view of them) still held by the caller keep their buffer out of the pool."""
-    model, kernel, prepared, inputs = _static_cache_decode([40])
+    _model, kernel, prepared, inputs = _static_cache_decode([40])
     first = kernel.run(prepared, [x[1] for x in inputs([40], seed=1)])
     tail_view = first[2][:, :, 30:]
     kept = [np.array(o) for o in first]
@@ -374,6 +376,6 @@ def test_total_length_past_the_static_buffer_is_refused_with_orts_rule():
     from npu_testing import npu_session
 
     sess = npu_session(_static_buffer_gqa_model(37))
-    with pytest.raises(Exception, match="no greater than past_sequence_length for a static cache. "
+    with pytest.raises(Exception, match=r"no greater than past_sequence_length for a static cache. "
                                         "Got total_sequence_length=41"):
         sess.run(None, _static_buffer_feeds(37, 40))

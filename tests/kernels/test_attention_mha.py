@@ -20,9 +20,9 @@ B, S, L, N, H, P = 2, 4, 5, 2, 8, 3
 D = N * H
 
 
-def _qkv(dtype=np.float32, s=S, l=L):
-    return [("q", rand((B, s, D), dtype, 1), False), ("k", rand((B, l, D), dtype, 2), False),
-            ("v", rand((B, l, D), dtype, 3), False)]
+def _qkv(dtype=np.float32, s=S, kv_len=L):
+    return [("q", rand((B, s, D), dtype, 1), False), ("k", rand((B, kv_len, D), dtype, 2), False),
+            ("v", rand((B, kv_len, D), dtype, 3), False)]
 
 
 def _check(inputs, attrs=None, outs=1, dtype=np.float32):
@@ -56,13 +56,13 @@ def test_mha_per_head_cross_attention_key_value():
 
 @pytest.mark.parametrize("unidirectional", [0, 1])
 def test_mha_past_present(unidirectional):
-    inputs = _qkv(l=S) + [None, None, None, ("pk", rand((B, N, P, H), seed=7), False),
+    inputs = _qkv(kv_len=S) + [None, None, None, ("pk", rand((B, N, P, H), seed=7), False),
                           ("pv", rand((B, N, P, H), seed=8), False)]
     _check(inputs, {"unidirectional": unidirectional}, outs=3)
 
 
 def test_mha_unidirectional_without_past():
-    _check(_qkv(l=S), {"unidirectional": 1})
+    _check(_qkv(kv_len=S), {"unidirectional": 1})
 
 
 def test_mha_scale_and_mask_filter_value():

@@ -1,7 +1,8 @@
 """ONNX Attention (opset 23) vs ORT's CPU EP, through the kernel and an NpuEP session on npu-ref (ORT's assignment
-shows NpuEP ran it): 3-D and 4-D inputs, GQA head groups, past key/value with presents, is_causal (query i sees keys up to
-i + past; a single query row sees every key, as ORT 1.31), bool and float masks, a fully masked row, scale, softcap (ORT
-applies it before the mask), every qk_matmul_output_mode, float16. npu-edge declines it (no float matrix mode).
+shows NpuEP ran it): 3-D and 4-D inputs, GQA head groups, past key/value with presents, is_causal (query i sees keys
+up to i + past; a single query row sees every key, as ORT 1.31), bool and float masks, a fully masked row, scale,
+softcap (ORT applies it before the mask), every qk_matmul_output_mode, float16. npu-edge declines it (no float
+matrix mode).
 
 Tolerances: float32 rtol=atol=1e-5, float16 2e-3 (``_vector_ortref.TOL``).
 """

@@ -48,7 +48,8 @@ def test_pow_float_and_integer_exponents(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
-@pytest.mark.parametrize("exponent", [np.array(2.0, np.float32), np.array([2], np.int64), np.array([[2.0]], np.float32)])
+@pytest.mark.parametrize("exponent", [np.array(2.0, np.float32), np.array([2], np.int64),
+                                      np.array([[2.0]], np.float32)])
 def test_pow_by_constant_two_is_the_square_bit_for_bit(dtype, exponent):
     """A constant exponent 2 runs as x * x, as ORT's CPU kernel: equal to ORT bit for bit, specials included."""
     from _vector_ortref import make_model, run_npu, run_ort

@@ -93,7 +93,7 @@ def _check_against_ort(model, fused, extra=None):
     ours = _run(fused, feeds)
     for out, r in zip(model.graph.output, ref):
         # outputs are DequantizeLinear values: one quantum is the output scale (mm_s)
-        quantum = float(numpy_helper.to_array([i for i in model.graph.initializer if i.name == "mm_s"][0]))
+        quantum = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "mm_s")))
         assert within_one_quantum(ours[out.name], r, quantum), out.name
 
 
@@ -194,7 +194,7 @@ def test_conv_unit_from_quantize_static_becomes_qlinearconv_with_int32_bias(tmp_
     x = np.random.default_rng(1).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
     ref = _unoptimized(model, {"x": x})[0]
     ours = _run(fused, {"x": x})["y"]
-    scale = float(numpy_helper.to_array([i for i in model.graph.initializer if i.name == "y_scale"][0]))
+    scale = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "y_scale")))
     assert within_one_quantum(ours, ref, scale)  # within one quantum of ORT_DISABLE_ALL
 
 
@@ -210,7 +210,7 @@ def test_conv_bias_with_another_scale_stays_float_steps(tmp_path):
     assert conv.inputs[1].value is not None and conv.inputs[2].value is not None  # W and bias folded to floats
     x = np.random.default_rng(2).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
     ref = _unoptimized(model, {"x": x})[0]
-    scale = float(numpy_helper.to_array([i for i in model.graph.initializer if i.name == "y_scale"][0]))
+    scale = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "y_scale")))
     assert within_one_quantum(_run(fused, {"x": x})["y"], ref, scale)
 
 

@@ -51,7 +51,8 @@ def test_qlinearmatmul_bit_exact(dta, dtb, a_shape, b_shape, per_col, target):
     bzp = (_q((n,), dtb, 0 if dtb == np.uint8 else -3, 3) if per_col and len(b_shape) == 2
            else np.array(_q((), dtb, 0 if dtb == np.uint8 else -3, 3), dtb))
     k = a_shape[-1]
-    inputs = [("a", a, False), ("as", np.array(0.02, np.float32), True), ("azp", np.array(128 if dta == np.uint8 else 0, dta), True),
+    inputs = [("a", a, False), ("as", np.array(0.02, np.float32), True),
+              ("azp", np.array(128 if dta == np.uint8 else 0, dta), True),
               ("b", b, True), ("bs", bscale, True), ("bzp", bzp, True),
               ("ys", np.array(0.02 * 0.01 * np.sqrt(k) * 40, np.float32), True),
               ("yzp", np.array(3, dta), True)]

@@ -49,9 +49,9 @@ def test_projection_section_is_validated_naming_the_field():
     Target.from_dict(_raw(**GOOD))
     with pytest.raises(TargetError, match="matrix_efficiency must give one value per mode"):
         Target.from_dict(_raw(**{**GOOD, "matrix_efficiency": {"float16": 0.5}}))
-    with pytest.raises(TargetError, match="projection.dram_efficiency"):
+    with pytest.raises(TargetError, match=r"projection.dram_efficiency"):
         Target.from_dict(_raw(**{**GOOD, "dram_efficiency": 0}))
-    with pytest.raises(TargetError, match="missing field 'projection.op_overhead_us'"):
+    with pytest.raises(TargetError, match=r"missing field 'projection.op_overhead_us'"):
         Target.from_dict(_raw(**{k: v for k, v in GOOD.items() if k != "op_overhead_us"}))
     with pytest.raises(TargetError, match="unknown field"):
         Target.from_dict(_raw(**{**GOOD, "fudge": 2.0}))

@@ -94,7 +94,7 @@ def test_tf_crop_and_resize_with_an_empty_roi_fails_as_ort():
         run_ort(model, feeds)
     sess = npu_session(model, {"target": "npu-ref"}, cpu=False)
     assert set(assignment(sess).values()) == {"NpuEP"}
-    with pytest.raises(Exception, match="Resize_0.*roi holds 0 values"):
+    with pytest.raises(Exception, match=r"Resize_0.*roi holds 0 values"):
         sess.run(None, feeds)
 
 

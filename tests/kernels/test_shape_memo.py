@@ -50,7 +50,7 @@ def test_memo_per_shape_makes_once_per_kept_shape_and_keeps_nothing_when_make_fa
 
     for _ in range(2):
         for n in range(SHAPES_KEPT):
-            assert memo_per_shape(p, "double", (n,), lambda: make((n,))) == 2 * n
+            assert memo_per_shape(p, "double", (n,), lambda: make((n,))) == 2 * n  # noqa: B023 - called at once
     assert len(made) == SHAPES_KEPT and len(p.memo["double"]) == SHAPES_KEPT
     memo_per_shape(p, "double", (-1,), lambda: make((-1,)))  # a new shape evicts the least recently used, (0,)
     assert (0,) not in p.memo["double"] and len(p.memo["double"]) == SHAPES_KEPT

@@ -44,7 +44,7 @@ def test_invalid_descriptions_name_the_field(mutate, message):
 
 
 def test_unknown_builtin_lists_the_known_ones():
-    with pytest.raises(TargetError, match="built-in targets: .*npu-edge"):
+    with pytest.raises(TargetError, match=r"built-in targets: .*npu-edge"):
         Target.load("npu-nope")
 
 

@@ -8,8 +8,8 @@ import onnxruntime as ort
 from onnx import helper
 
 
-def run_single_node(node: onnx.NodeProto | list[onnx.NodeProto], inputs: dict[str, np.ndarray], initializers: list[onnx.TensorProto],
-                    out_type: int, opset: int = 21) -> np.ndarray:
+def run_single_node(node: onnx.NodeProto | list[onnx.NodeProto], inputs: dict[str, np.ndarray],
+                    initializers: list[onnx.TensorProto], out_type: int, opset: int = 21) -> np.ndarray:
     """Build a graph of the node(s) whose graph inputs are ``inputs`` and run it on CPU; returns the last
     node's output 0."""
     nodes = node if isinstance(node, list) else [node]

@@ -42,7 +42,7 @@ def run_child(code: str, *, timeout: float = 120, env: dict | None = None, preex
         p = subprocess.run([PYTHON, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True,
                            timeout=timeout, env=full_env, preexec_fn=preexec_fn, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"child hung for more than {timeout}s; stderr tail: {str(exc.stderr)[-2000:]}")
+        raise AssertionError(f"child hung for more than {timeout}s; stderr tail: {str(exc.stderr)[-2000:]}") from exc
     return Child(p.returncode, p.stdout, p.stderr)
 
 

@@ -74,7 +74,8 @@ def fuzz_headers(payload: bytes, check: Callable[[bytes], None], n: int) -> None
         for name, how in array_edits:
             a = arrs[name]
             arrs[name] = {"shape": a.reshape(-1)[: max(a.size - 1, 0)], "dtype": a.astype(np.float64),
-                          "empty": np.zeros((0,), a.dtype), "nan": np.full_like(a, np.nan) if a.dtype.kind == "f" else a,
+                          "empty": np.zeros((0,), a.dtype),
+                          "nan": np.full_like(a, np.nan) if a.dtype.kind == "f" else a,
                           "big": np.zeros((4096, 16), a.dtype)}[how]
         try:
             blob = pack(h, arrs, meta=meta)

@@ -41,7 +41,8 @@ def measure(n: int, kind: str = "two_partition", warmup: int = 20) -> dict:
     rss1 = proc.memory_info().rss
     from npu_ep.ep.bridge import LIVE_SESSIONS
 
-    return {"sessions": n, "model": kind, "rss_before_mb": round(rss0 / 2**20, 1), "rss_after_mb": round(rss1 / 2**20, 1),
+    return {"sessions": n, "model": kind, "rss_before_mb": round(rss0 / 2**20, 1),
+            "rss_after_mb": round(rss1 / 2**20, 1),
             "growth_mb": round((rss1 - rss0) / 2**20, 2), "per_session_kb": round((rss1 - rss0) / 1024 / max(n, 1), 2),
             "live_ep_sessions": len(LIVE_SESSIONS), "seconds": round(time.perf_counter() - t0, 1)}
 

@@ -107,7 +107,7 @@ def _kill_at_random_times(model, cache, tmp_path, rounds: int, seed: int) -> dic
     """SIGKILL compiling children at random moments; after each kill every entry on disk must verify."""
     rng = random.Random(seed)
     figures = {"rounds": rounds, "killed": 0, "finished": 0, "bad_entries": 0}
-    code = "import sys; sys.path[:0] = [%r, %r]\n" % (TESTS, HERE) + RUN.format(
+    code = f"import sys; sys.path[:0] = [{TESTS!r}, {HERE!r}]\n" + RUN.format(
         model=model, cache=str(cache), out=str(tmp_path / "k.npy"))
     for _ in range(rounds):
         for p in cache.glob(f"*{SUFFIX}") if cache.exists() else []:

@@ -1,6 +1,6 @@
 """Hostile inputs to the CLIs ``npu-rewrite`` and ``npu-report``: exit code 2 with ONE line on stderr, no
-traceback (not even on the models a graph tool may process with exit 0), never a crash or hang. All cases of one CLI run in one child process (a crash fails the whole child;
-the per-case record says which case was running)."""
+traceback (not even on the models a graph tool may process with exit 0), never a crash or hang. All cases of one CLI
+run in one child process (a crash fails the whole child; the per-case record says which case was running)."""
 
 from __future__ import annotations
 
@@ -42,10 +42,12 @@ def _cases(tmp_path) -> dict[str, str]:
                                          [helper.make_tensor_value_info("y", F32, [2, 3])], [w]).SerializeToString()
     big = TensorProto(name="W", data_type=F32, dims=[2**20, 2**20], raw_data=bytes(48))
     files["huge_declared_initializer"] = _raw(
-        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [helper.make_tensor_value_info("x", F32, [2, 2**20])],
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        [helper.make_tensor_value_info("x", F32, [2, 2**20])],
         [helper.make_tensor_value_info("y", F32, [2, 2**20])], [big]).SerializeToString()
     files["giant_reshape"] = _raw(
-        [helper.make_node("Reshape", ["x", "S"], ["y"], name="r")], [x], [helper.make_tensor_value_info("y", F32, None)],
+        [helper.make_node("Reshape", ["x", "S"], ["y"], name="r")], [x],
+        [helper.make_tensor_value_info("y", F32, None)],
         [numpy_helper.from_array(np.array([10**6] * 3, np.int64), "S")]).SerializeToString()
     files["short_initializer"] = _raw([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [x],
                                       [helper.make_tensor_value_info("y", F32, [2, 3])],

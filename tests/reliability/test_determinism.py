@@ -55,7 +55,7 @@ def test_same_bits_with_host_threads_1_and_2_under_contention(monkeypatch, rows)
 
     def runner(i: int) -> None:
         for r in range(150):
-            got = sessions[i].run(None, {"x": x})[0]
+            got = sessions[i].run(None, {"x": x})[0]  # noqa: F821 - ruff reads the del below as unbinding it
             if not np.array_equal(got, want):
                 differing.append(f"session {i} run {r}: {int((got != want).sum())} of {got.size} outputs differ")
 

@@ -67,7 +67,8 @@ def _refusal_models(folder) -> dict[str, str]:
             [helper.make_tensor_value_info("y", F32, [2, 3])], [w]), folder / "models", f"escape_{kind}.onnx")
     big = TensorProto(name="W", data_type=F32, dims=[2**20, 2**20], raw_data=np.zeros(12, np.float32).tobytes())
     paths["huge_initializer"] = save(_raw_model(
-        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [helper.make_tensor_value_info("x", F32, [2, 2**20])],
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        [helper.make_tensor_value_info("x", F32, [2, 2**20])],
         [helper.make_tensor_value_info("y", F32, [2, 2**20])], [big]), folder, "huge_init.onnx")
     return paths
 
@@ -108,7 +109,8 @@ def test_initializer_declared_huge_with_little_data_is_refused(refusals):
 
 
 def test_old_opset_runs_like_cpu(tmp_path):
-    nodes = [helper.make_node("Add", ["x", "B"], ["a"], name="add"), helper.make_node("Relu", ["a"], ["y"], name="relu")]
+    nodes = [helper.make_node("Add", ["x", "B"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["y"], name="relu")]
     m = make_model(nodes, [helper.make_tensor_value_info("x", F32, [2, 4])],
                    [helper.make_tensor_value_info("y", F32, [2, 4])], {"B": np.ones((2, 4), np.float32)}, opset=7)
     x = RNG.standard_normal((2, 4)).astype(np.float32)
@@ -149,7 +151,7 @@ def test_huge_static_input_shape_does_not_allocate_at_compile(tmp_path):
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Tanh", ["r"], ["y"], name="tanh")]
     m = _raw_model(nodes, [helper.make_tensor_value_info("x", F32, [2**31, 2**31])],
                    [helper.make_tensor_value_info("y", F32, [2**31, 2**31])])
-    child, res = probe_in_child(save(m, tmp_path), tmp_path=tmp_path)
+    _child, res = probe_in_child(save(m, tmp_path), tmp_path=tmp_path)
     assert res["created"] or res["error"]
 
 
@@ -193,15 +195,18 @@ def test_special_values_through_elementwise_ops_match_cpu(op):
     sess = npu_session(m)
     assert assignment(sess).get("op") == "NpuEP"
     got = sess.run(None, {"x": x})[0]
-    np.testing.assert_allclose(got, cpu_run(m, {"x": x})[0], rtol=1e-6, atol=1.2e-38, equal_nan=True)  # CPU EP flushes denormals in some ops
+    # atol: the CPU EP flushes denormals in some ops
+    np.testing.assert_allclose(got, cpu_run(m, {"x": x})[0], rtol=1e-6, atol=1.2e-38, equal_nan=True)
 
 
 @pytest.mark.parametrize("bad", ["float64", "int32", "wrong_rank", "wrong_inner_dim", "empty_batch", "missing_input"])
 def test_wrong_input_at_run_time_is_an_error_or_correct(tmp_path, bad):
     m = two_partition_model()
     feeds = {"float64": {"x": np.ones((3, 16), np.float64)}, "int32": {"x": np.ones((3, 16), np.int32)},
-             "wrong_rank": {"x": np.ones((3, 16, 1), np.float32)}, "wrong_inner_dim": {"x": np.ones((3, 15), np.float32)},
-             "empty_batch": {"x": np.ones((0, 16), np.float32)}, "missing_input": {"z": np.ones((3, 16), np.float32)}}[bad]
+             "wrong_rank": {"x": np.ones((3, 16, 1), np.float32)},
+             "wrong_inner_dim": {"x": np.ones((3, 15), np.float32)},
+             "empty_batch": {"x": np.ones((0, 16), np.float32)},
+             "missing_input": {"z": np.ones((3, 16), np.float32)}}[bad]
     _, res = probe_in_child(save(m, tmp_path), feeds, tmp_path=tmp_path)
     assert res["created"], res
     if bad == "empty_batch":  # a legal input: must run and agree with the CPU EP
@@ -214,7 +219,8 @@ def test_wrong_input_at_run_time_is_an_error_or_correct(tmp_path, bad):
 @pytest.mark.parametrize("feed_shape", [(3, 15), (3, 17), (3, 0), (0, 16)])
 def test_inconsistent_symbolic_shapes_reach_the_ep_and_fail_cleanly(tmp_path, feed_shape):
     """x is [N, K] with K symbolic, W is [16, 8]: ORT cannot check K, so NpuEP's MatMul gets the bad shape."""
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="relu")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
+             helper.make_node("Relu", ["h"], ["y"], name="relu")]
     m = make_model(nodes, [helper.make_tensor_value_info("x", F32, ["N", "K"])],
                    [helper.make_tensor_value_info("y", F32, ["N", 8])],
                    {"W": RNG.standard_normal((16, 8)).astype(np.float32)})

@@ -12,8 +12,8 @@ from npu_testing import save
 ROOT = Path(__file__).resolve().parents[2]  # the npu_ep package root
 SHIPPED = ["__init__.py", "ep", "context_cache", "kernels", "rewriter", "quantization", "tools", "models"]
 # builtin eval/exec only: ``model.eval()`` (torch's train/eval switch) is not code execution
-FORBIDDEN = re.compile(r"\bpickle\b|\bcPickle\b|(?<![\w.])eval\(|(?<![\w.])exec\(|allow_pickle\s*=\s*True|\bmarshal\b|\bshelve\b|"
-                       r"yaml\.load\(|yaml\.unsafe_load|torch\.load\(|\bdill\b|__import__\(")
+FORBIDDEN = re.compile(r"\bpickle\b|\bcPickle\b|(?<![\w.])eval\(|(?<![\w.])exec\(|allow_pickle\s*=\s*True|"
+                       r"\bmarshal\b|\bshelve\b|yaml\.load\(|yaml\.unsafe_load|torch\.load\(|\bdill\b|__import__\(")
 
 
 def _sources():

@@ -59,7 +59,7 @@ VARIANTS = [
 @pytest.mark.parametrize("kw", VARIANTS, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_tiny_llama_attention_becomes_gqa_drop_in(kw):
     original = build_tiny_llama_proto(CFG, **kw)
-    fused, report = fuse(original)
+    fused, _report = fuse(original)
     o = ops(fused)
     assert o.count("GroupQueryAttention") == CFG.num_hidden_layers
     assert o.count("RotaryEmbedding") == 2 * CFG.num_hidden_layers
@@ -160,8 +160,8 @@ def test_handcrafted_attention_fuses(scale_op):
     assert ops(fused).count("GroupQueryAttention") == 1, report.failures
     assert any(f"{scale_op.lower()}]" in k for k in report.counts)
     for s, p, b in ((3, 2, 1), (1, 5, 3), (4, 0, 2)):
-        for a, b in zip(run(proto, _feeds(s, p, b)), run(fused, _feeds(s, p, b))):
-            np.testing.assert_allclose(b, a, atol=1e-5)
+        for want, got in zip(run(proto, _feeds(s, p, b)), run(fused, _feeds(s, p, b))):
+            np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 @pytest.mark.parametrize("kw, reason", [

@@ -33,7 +33,8 @@ def attention_graph(*, k_pos: str = "pos", rot_dim: int = 0, extra_reader: bool 
         ("q", [B, S, N * H]), ("k", [B, S, NKV * H]), ("v", [B, S, NKV * H]), ("pk", [B, NKV, P, H]),
         ("pv", [B, NKV, P, H]))]
     ins += [helper.make_tensor_value_info("seq", T.INT32, [B]), helper.make_tensor_value_info("tot", T.INT32, []),
-            helper.make_tensor_value_info("pos", T.INT64, [B, S]), helper.make_tensor_value_info("pos2", T.INT64, [B, S])]
+            helper.make_tensor_value_info("pos", T.INT64, [B, S]),
+            helper.make_tensor_value_info("pos2", T.INT64, [B, S])]
     inits = [helper.make_tensor("cos", T.FLOAT, cos.shape, cos.flatten()),
              helper.make_tensor("sin", T.FLOAT, sin.shape, sin.flatten())]
     rot = {"rotary_embedding_dim": rot_dim} if rot_dim else {}

@@ -111,7 +111,7 @@ def test_missing_file_is_a_rewrite_error(tmp_path):
 def test_garbage_file_is_a_rewrite_error(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00\xffnot a protobuf" * 10)
-    with pytest.raises(RewriteError, match="bad.onnx: not a readable ONNX model"):
+    with pytest.raises(RewriteError, match=r"bad.onnx: not a readable ONNX model"):
         rewrite(bad)
 
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from onnx import TensorProto, helper
@@ -164,7 +165,7 @@ def test_a_wrong_npu_ep_target_is_named_in_the_error(relu, llm, tmp_path, capsys
 
 
 def test_npu_ep_target_is_in_the_readme_options_table():
-    readme = open(os.path.join(os.path.dirname(npu_report.__file__), "..", "README.md")).read()
+    readme = Path(npu_report.__file__).parent.parent.joinpath("README.md").read_text()
     assert re.search(r"^\| `target` \|.*`NPU_EP_TARGET`", readme, re.M)
 
 

@@ -68,7 +68,7 @@ def _ep_session(cache_dir: str):
 def test_greedy_tokens_on_npu_ep_equal_the_cpu_providers_and_npu_ep_ran_every_node(folder, tmp_path):
     cpu, _ = _genai_generate(folder, None, to_the_end=True)
     cache = str(tmp_path / "cache")
-    npu, model = _genai_generate(folder, "NpuEP", {"cache_dir": cache}, to_the_end=True)
+    npu, _model = _genai_generate(folder, "NpuEP", {"cache_dir": cache}, to_the_end=True)
     assert npu == cpu and len(cpu) == NEW_TOKENS, (cpu, npu)
     ep = _ep_session(cache)
     decisions = ep.capabilities[-1][1].decisions
@@ -96,7 +96,7 @@ def test_provider_options_in_genai_config_reach_npu_ep(folder, tmp_path):
     del model, ep
     cfg["model"]["decoder"]["session_options"]["provider_options"] = [{"NpuEP": {"no_such_option": "1"}}]
     cfg_path.write_text(json.dumps(cfg))
-    with pytest.raises(Exception, match="unknown NpuEP provider option.s. no_such_option"):
+    with pytest.raises(Exception, match=r"unknown NpuEP provider option.s. no_such_option"):
         og.Model(str(copy))
 
 

@@ -42,7 +42,8 @@ def test_prefill_plan_buckets_and_chunks():
     plan = plan_prefill(300, BUCKETS)  # full chunks of the largest bucket first, the remainder's pieces after
     assert [(c.start, c.length, c.bucket, c.first) for c in plan] == [(0, 128, 128, True), (128, 128, 128, False),
                                                                      (256, 32, 32, False), (288, 12, 32, False)]
-    with pytest.raises(PromptTooLongError, match="longer than the largest prefill bucket.*chunked prefill is disabled"):
+    with pytest.raises(PromptTooLongError,
+                       match=r"longer than the largest prefill bucket.*chunked prefill is disabled"):
         plan_prefill(150, BUCKETS, chunked=False)
     assert [(c.length, c.bucket) for c in plan_prefill(40, BUCKETS, chunked=False)] == [(40, 128)]
 

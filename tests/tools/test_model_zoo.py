@@ -184,7 +184,7 @@ def test_workers_die_with_their_parent(sig):
         time.sleep(1.0)  # the workers are past prctl
         parent.send_signal(sig)
         assert parent.wait(30) == (143 if sig == signal.SIGTERM else -signal.SIGKILL)
-        gone, alive = psutil.wait_procs(workers, timeout=10)
+        _gone, alive = psutil.wait_procs(workers, timeout=10)
         assert not alive, f"workers outlived their parent: {alive}"
     finally:
         parent.kill()

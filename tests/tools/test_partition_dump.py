@@ -46,7 +46,7 @@ def test_dumped_partitions_replay_the_whole_models_values_on_cpu_and_run_wholly_
     values = boundary_values(model, feeds, ["x", "r", "e", "y"])
     for w in written:
         sub = onnx.load(w["path"])
-        assert [d.dim_value for d in sub.graph.input[0].type.tensor_type.shape.dim][0] == 3  # --dim applied
+        assert next(d.dim_value for d in sub.graph.input[0].type.tensor_type.shape.dim) == 3  # --dim applied
         sub_feeds = {n: values[n] for n in w["inputs"]}
         got = cpu_run(sub, sub_feeds)
         for name, value in zip(w["outputs"], got):
@@ -90,7 +90,7 @@ def test_cli_dump_partitions_writes_files_that_replay_on_the_cpu_ep(tmp_path, ca
     values = boundary_values(model, feeds, ["x", "r", "e", "y"])
     for d in doc["partition_dumps"]:
         sub = onnx.load(d["path"])
-        assert [d.dim_value for d in sub.graph.input[0].type.tensor_type.shape.dim][0] == 3
+        assert next(d.dim_value for d in sub.graph.input[0].type.tensor_type.shape.dim) == 3
         got = cpu_run(sub, {n: values[n] for n in d["inputs"]})
         for name, value in zip(d["outputs"], got):
             np.testing.assert_array_equal(value, values[name])

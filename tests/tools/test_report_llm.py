@@ -54,7 +54,7 @@ def test_three_way_separates_quantization_error_from_kernel_error(llama):
     assert cmp_["quantized"] is True
     assert tw["float_source"] == "substituted" and tw["substituted"] == MATMULS and tw["unmatched_weights"] == []
     outputs = {r["tensor"]: r for r in tw["outputs"]}
-    assert list(outputs)[0] == "logits" and set(outputs) == {"logits"} | {
+    assert next(iter(outputs)) == "logits" and set(outputs) == {"logits"} | {
         f"present.{i}.{kv}" for i in range(CFG.num_hidden_layers) for kv in ("key", "value")}
     logits = outputs["logits"]
     # int4 weights move the logits by ~1e-1; NpuEP reproduces the quantized model to float rounding

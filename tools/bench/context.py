@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             r = measure(work, args.layers, delay)
             label = "as is" if not delay else f"+{delay * 1e3:.0f} ms per op"
             print(f"{label:>22s} {r['cold_s']:9.3f} {r['warm_cache_s']:15.3f} {r['warm_epcontext_s']:19.3f} "
-                  f"{r['warm_cache_s'] / r['cold_s']:11.3f} {r['warm_epcontext_s'] / r['cold_s']:9.3f} {r['cpu_ep_s']:16.3f}")
+                  f"{r['warm_cache_s'] / r['cold_s']:11.3f} {r['warm_epcontext_s'] / r['cold_s']:9.3f} "
+                  f"{r['cpu_ep_s']:16.3f}")
     print("target: warm <= 1/10 of cold, and warm independent of compiler time")
     return 0
 

@@ -208,7 +208,8 @@ def overhead_table(reps: int, target: Target, chain: int = 64) -> list[str]:
         step = prog.steps[0]
         t_prog = _median_us(lambda: prog(x), reps)
         t_kernel = _median_us(lambda: step.kernel.run(step.prepared, [x]), reps)
-        t_npu, t_cpu, delta = _paired_us(lambda: npu.run(None, {"x": x}), lambda: cpu.run(None, {"x": x}), reps)
+        t_npu, t_cpu, delta = _paired_us(lambda: npu.run(None, {"x": x}),  # noqa: F821 - ruff reads the del below
+                                         lambda: cpu.run(None, {"x": x}), reps)  # as unbinding npu
         t_numpy = _median_us(lambda: np.maximum(x, 0), reps)
         out.append(f"Relu x{n:<3} program() {t_prog:7.1f} us = {t_prog / n:5.2f} us/step (Relu kernel.run "
                    f"{t_kernel:4.2f}, numpy alone {t_numpy:4.2f}); session.run NpuEP {t_npu:6.1f} us, CPU EP "

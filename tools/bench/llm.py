@@ -167,7 +167,8 @@ def _run(args: argparse.Namespace, ap: argparse.ArgumentParser, tmp: Path) -> in
         itl_c, itl_n = med(cpu, lambda r: r.mean_itl_s), med(npu, lambda r: r.mean_itl_s)
         worst["ttft"], worst["itl"] = max(worst["ttft"], ttft_n / ttft_c), max(worst["itl"], itl_n / itl_c)
         buckets = "+".join(str(s.shape[0]) for s in npu[0].steps if s.kind != "decode")
-        table.add_row(str(len(prompt)), buckets, f"{ttft_c * 1e3:.1f}", f"{ttft_n * 1e3:.1f}", f"{ttft_n / ttft_c:.2f}x",
+        table.add_row(str(len(prompt)), buckets, f"{ttft_c * 1e3:.1f}", f"{ttft_n * 1e3:.1f}",
+                      f"{ttft_n / ttft_c:.2f}x",
                       f"{itl_c * 1e3:.2f}", f"{itl_n * 1e3:.2f}", f"{itl_n / itl_c:.2f}x",
                       f"{npu[0].npu_prefill_s * 1e3:.3f}", f"{npu[0].mean_npu_decode_s * 1e3:.4f}")
     console = Console(width=150)

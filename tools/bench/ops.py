@@ -178,7 +178,8 @@ def measure(case: Case, timing: Timing) -> Row:
     try:
         npu = npu_session(case)
         cpu = cpu_session(case)
-        fns = {"npu": lambda: npu.run(None, case.feeds), "cpu": lambda: cpu.run(None, case.feeds)}
+        fns = {"npu": lambda: npu.run(None, case.feeds),  # noqa: F821 - ruff reads the del below as unbinding
+               "cpu": lambda: cpu.run(None, case.feeds)}  # noqa: F821
         per_block = _calls_per_block(fns, timing)
     except Exception as exc:  # noqa: BLE001 - a case that cannot run is a row saying why
         row.status, row.note = "error", f"{type(exc).__name__}: {str(exc)[:300]}"

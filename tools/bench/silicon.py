@@ -269,7 +269,8 @@ def toml_section(terms: Mapping, summary: Sequence[Mapping]) -> str:
         if isinstance(v, Mapping):
             return "{ " + ", ".join(f"{k} = {x:.4g}" for k, x in v.items()) + " }"
         return f"{v:.4g}"
-    lines = ["[projection]", "# fitted by `python -m npu_ep.tools.bench.silicon --fit` on shared/reference/npu-measured"]
+    lines = ["[projection]",
+             "# fitted by `python -m npu_ep.tools.bench.silicon --fit` on shared/reference/npu-measured"]
     lines += [f"{k} = {value(v)}" for k, v in terms.items()]
     worst = max(s["max_abs_error"] for s in summary)
     med = statistics.median(s["median_abs_error"] for s in summary)
@@ -325,7 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in rows:
         if r["precision"] == "decode":
             print(f"  {r['model']} on {r['target']}: {1e3 / r['measured_ms']:.1f} tokens/s measured, "
-                  f"{1e3 / r['projected_ms']:.1f} projected ({1e3 / r['projected_ms'] / (1e3 / r['measured_ms']) - 1:+.1%})")
+                  f"{1e3 / r['projected_ms']:.1f} projected "
+                  f"({1e3 / r['projected_ms'] / (1e3 / r['measured_ms']) - 1:+.1%})")
     sp = speedups(rows)
     print("\nw8a8 / fp16 speedup, projected vs measured")
     for s in sp:

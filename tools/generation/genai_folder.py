@@ -71,8 +71,8 @@ def _provider_options(session_options: Mapping[str, Any], where: str) -> dict[st
     out: dict[str, dict[str, str]] = {}
     for entry in entries:
         if not isinstance(entry, dict) or not all(isinstance(v, dict) for v in entry.values()):
-            raise ValueError(f"{where}: each provider_options entry must be {{\"<provider>\": {{\"key\": \"value\"}}}}, "
-                             f"got {entry!r}")
+            raise ValueError(f"{where}: each provider_options entry must be "
+                             f"{{\"<provider>\": {{\"key\": \"value\"}}}}, got {entry!r}")
         for name, opts in entry.items():
             out[name] = {str(k): str(v) for k, v in opts.items()}
     return out
@@ -106,8 +106,10 @@ def load_genai_folder(path: str | os.PathLike) -> GenaiFolder:
     return GenaiFolder(
         folder=folder, model=onnx_path, io=_io(decoder, where),
         eos_token_ids=_ints(eos, f"{where}: model.eos_token_id") if eos is not None else (),
-        bos_token_id=_ints(model["bos_token_id"], f"{where}: model.bos_token_id")[0] if "bos_token_id" in model else None,
-        pad_token_id=_ints(model["pad_token_id"], f"{where}: model.pad_token_id")[0] if "pad_token_id" in model else None,
+        bos_token_id=_ints(model["bos_token_id"], f"{where}: model.bos_token_id")[0]
+        if "bos_token_id" in model else None,
+        pad_token_id=_ints(model["pad_token_id"], f"{where}: model.pad_token_id")[0]
+        if "pad_token_id" in model else None,
         context_length=_ints(model["context_length"], f"{where}: model.context_length")[0]
         if "context_length" in model else None,
         provider_options=_provider_options(session_options, where))

@@ -264,7 +264,8 @@ def measure(sess: ort.InferenceSession, ep: EpSession, cpu: ort.InferenceSession
                       "total_us_per_call": s.get("total_ns", 0) / per / 1e3,
                       "program_us_per_call": s.get("program_ns", 0) / per / 1e3,
                       "bridge_us_per_call": (s.get("total_ns", 0) - s.get("program_ns", 0)) / per / 1e3,
-                      "bytes_in_per_call": s.get("bytes_in", 0) // per, "bytes_out_per_call": s.get("bytes_out", 0) // per})
+                      "bytes_in_per_call": s.get("bytes_in", 0) // per,
+                      "bytes_out_per_call": s.get("bytes_out", 0) // per})
     placed = Counter(assignment(sess).values())
     return {"runs": runs, "npu_latency_us": statistics.median(npu_s) * 1e6,
             "cpu_latency_us": statistics.median(cpu_s) * 1e6, "npu_mean_us": statistics.fmean(npu_s) * 1e6,

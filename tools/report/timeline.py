@@ -67,7 +67,7 @@ def from_static(nodes: Sequence[NodeInfo], cap: Capability, names: Sequence[str]
         inputs, outputs = boundary(group, nodes)
         try:
             program = compile_partition(name, [by_index[i] for i in group], inputs, outputs, target)
-        except Exception as exc:  # report it, do not hide the partition
+        except Exception as exc:  # noqa: BLE001 - report it, do not hide the partition
             skipped = [{"node": by_index[group[0]].name, "reason": f"compile failed: {type(exc).__name__}: {exc}"}]
             out.append(_partition_entry(name, None, [], target, 0, skipped))
             continue
