@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "conv_geometry.h"
+#include "conv_tail.h"
 #include "sgemm.h"
 
 namespace pybind11 {
@@ -11,30 +13,6 @@ class module_;
 }
 
 namespace npu_ep::kern {
-
-struct ConvShape {
-  int64_t N = 0, C = 0, H = 0, W = 0;  // input [N, C, H, W]
-  int64_t M = 0, group = 1;            // output channels, groups
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
-  int64_t pt = 0, pl = 0, pb = 0, pr = 0;  // pads: top, left, bottom, right
-  int64_t OH = 0, OW = 0;                  // derived by Finish()
-  int64_t Cg() const { return C / group; }
-  int64_t Mg() const { return M / group; }
-  int64_t P() const { return OH * OW; }
-  // Derives OH/OW; throws std::invalid_argument naming the problem when the geometry is inconsistent.
-  void Finish();
-};
-
-// A fused element-wise tail (kernels/fusion/conv_tail.py): instruction codes and 2 floats per instruction,
-// applied in place to each finished output run while it is in cache (conv_tail.cc). Empty: nothing to do.
-struct ConvTail {
-  const int32_t* codes = nullptr;
-  const float* consts = nullptr;
-  int64_t n = 0;
-};
-void ApplyTail(const ConvTail& tail, float* v, int64_t n);
-constexpr int32_t kTailCodes = 15;  // codes are 0 .. kTailCodes - 1
-constexpr int32_t kTailClip = 6;    // clip lo hi (Clip, Relu)
 
 // Patches of image n for every group: cols [group, Cg*kh*kw, OH*OW], rows ordered (c, i, j), zeros where padded
 // (the K-major patch matrix of W[Mg, K] @ cols).

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <vector>
 
-#include "conv.h"
 #include "conv_gemm.h"
-#include "conv_internal.h"
+#include "conv_geometry.h"
+#include "scratch.h"
 
 #if NPU_EP_X86
 

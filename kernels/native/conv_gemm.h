@@ -3,7 +3,8 @@
 
 #include <cstdint>
 
-#include "conv.h"
+#include "conv_geometry.h"
+#include "conv_tail.h"
 #include "cpu.h"
 
 namespace npu_ep::kern {

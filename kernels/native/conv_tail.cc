@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "conv.h"
+#include "conv_tail.h"
 #include "cpu.h"
 #include "intrinsics.h"
 #include "thread_pool.h"
@@ -41,7 +41,7 @@ enum Code : int32_t {
   kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kSigmoid, kErf, kLeakyRelu, kTanh,
   kPowHalf
 };
-static_assert(kPowHalf + 1 == kTailCodes && kClip == kTailClip, "conv.h's kTailCodes, kTailClip");
+static_assert(kPowHalf + 1 == kTailCodes && kClip == kTailClip, "conv_tail.h's kTailCodes, kTailClip");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
 constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task

@@ -12,7 +12,7 @@
 #include <limits>
 #include <vector>
 
-#include "conv_internal.h"
+#include "conv_geometry.h"
 #include "cpu.h"
 #include "thread_pool.h"
 

@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "conv.h"
-#include "conv_internal.h"
+#include "conv_geometry.h"
 #include "qlut.h"
 #include "cpu.h"
 #include "int8_gemm.h"
+#include "scratch.h"
 #include "thread_pool.h"
 
 #include "intrinsics.h"
