@@ -45,7 +45,7 @@ class EpSession:
         self.ep_name = ep_name
         self.config = dict(config)
         self.options = options_mod.parse(config)
-        self.target = Target.load(self.options.target)
+        self.target = Target.load(self.options.target).with_kv_cache_dtype(self.options.kv_cache_dtype)
         # this session's log level (its callbacks run under it, log.session_scoped); None: the application's
         self.log_level = level_number(self.options.log_level if options_mod.PREFIX + "log_level" in config else None)
         self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call

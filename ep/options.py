@@ -28,6 +28,7 @@ class EpOptions:
     kernels: str = "native"  # native kernels, or the numpy reference model (kernels/runtime.py)
     record_tensors: bool = False  # debug: keep every intermediate tensor of the last run (npu-report --compare)
     log_level: str = "warning"
+    kv_cache_dtype: str | None = None  # None: the target's (float32 unless it says so); kernels/ops/_kv_format.py
     # EPContext (ORT's standard session keys)
     context_enable: bool = False
     context_file_path: str = ""
@@ -51,6 +52,8 @@ _PROVIDER_KEYS = {
     "kernels": "native | reference (default native): native kernels or the numpy reference model",
     "record_tensors": "0 | 1: record intermediate tensors inside partitions (debug)",
     "log_level": "debug | info | warning | error",
+    "kv_cache_dtype": "float32 | float16 | int8_per_head | int8_per_token | int4_per_head: the format attention "
+                      "keeps the KV cache in (default: the target's, float32); changes numerics, so opt-in",
 }
 _POLICIES = ("max_coverage", "cost_aware")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -128,6 +131,12 @@ def parse(config: Mapping[str, str]) -> EpOptions:
     level = provider.get("log_level", "warning").lower()
     if level not in _LOG_LEVELS:
         raise OptionError(f"NpuEP option log_level={level!r}: expected one of {', '.join(_LOG_LEVELS)}")
+    kv_dtype = provider.get("kv_cache_dtype")
+    if kv_dtype is not None:
+        from ..kernels.target import KV_CACHE_DTYPES
+
+        if kv_dtype not in KV_CACHE_DTYPES:
+            raise OptionError(f"NpuEP option kv_cache_dtype={kv_dtype!r}: expected one of {', '.join(KV_CACHE_DTYPES)}")
     embed = _int("ep.context_embed_mode", config.get("ep.context_embed_mode", "1"))
     if embed not in (0, 1):
         raise OptionError(f"ep.context_embed_mode={embed}: expected 0 or 1")
@@ -145,6 +154,7 @@ def parse(config: Mapping[str, str]) -> EpOptions:
         kernels=kernels,
         record_tensors=_bool("record_tensors", provider.get("record_tensors", "0")),
         log_level=level,
+        kv_cache_dtype=kv_dtype,
         context_enable=_bool("ep.context_enable", config.get("ep.context_enable", "0")),
         context_file_path=config.get("ep.context_file_path", ""),
         context_embed_mode=embed,

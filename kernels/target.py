@@ -8,7 +8,9 @@ and ranges in ``_SECTIONS``, numbers finite, unknown fields refused; a file is r
 of at most ``MAX_FILE_BYTES``):
 
 - ``name``, ``description``, ``clock_mhz`` [MHz], ``sram_bytes`` [B], ``static_shapes`` (bool: symbolic dims
-  declined target-wide unless an op rule overrides it).
+  declined target-wide unless an op rule overrides it), ``kv_cache_dtype`` (optional: the format attention keeps
+  its KV cache in, one of ``KV_CACHE_DTYPES``, default float32; ``kernels/ops/_kv_format.py``; the provider
+  option ``kv_cache_dtype`` overrides it).
 - ``[matrix]``: ``tile_m``/``tile_n``/``tile_k`` (the unit's native tile [elements]; plans use multiples),
   ``macs_per_cycle = {mode = rate}`` with modes among ``float32 float16 int8 int4`` (int4 = int4 weights x int8
   activations), ``accumulator = {mode = dtype}`` (one per mode), ``float_compute = {input_dtype = mode}`` (which
@@ -51,6 +53,7 @@ BUILTIN_DIR = Path(__file__).with_name("targets")
 MATRIX_MODES = ("float32", "float16", "int8", "int4")
 EPILOGUES = ("bias", "relu", "quantize", "swiglu")
 _EXTRA_DTYPES = {"int4", "uint4"}  # ONNX types numpy has no native dtype for
+KV_CACHE_DTYPES = ("float32", "float16", "int8_per_head", "int8_per_token", "int4_per_head")
 
 
 class TargetError(ValueError):
@@ -75,7 +78,8 @@ def _check_dtype(where: str, dt: Any) -> None:
 # silently fall back to a default.
 _SECTIONS: dict[str, dict[str, tuple[str, bool]]] = {
     "": {"name": ("name", True), "description": ("text", False), "clock_mhz": ("rate", True),
-         "sram_bytes": ("count", True), "static_shapes": ("bool", False), "ops_from": ("name", False)},
+         "sram_bytes": ("count", True), "static_shapes": ("bool", False), "ops_from": ("name", False),
+         "kv_cache_dtype": ("name", False)},
     "matrix": {"tile_m": ("count", True), "tile_n": ("count", True), "tile_k": ("count", True),
                "a16_accumulator_bits": ("count", False)},
     "vector": {"lanes": ("count", True), "transcendental_cycles": ("cycles", False)},
@@ -208,6 +212,9 @@ def _validate(raw: Mapping[str, Any], source: str) -> None:
                               f"matrix.macs_per_cycle ({', '.join(rates)}), got {', '.join(effs) or 'none'}")
         for mode, eff in effs.items():
             _check_value(f"{w}: projection.matrix_efficiency.{mode}", eff, "rate")
+    if raw.get("kv_cache_dtype", "float32") not in KV_CACHE_DTYPES:
+        raise TargetError(f"{w}: kv_cache_dtype = {raw['kv_cache_dtype']!r} is not a KV cache format "
+                          f"({', '.join(KV_CACHE_DTYPES)})")
     if "ops_from" in raw and raw["ops_from"] not in builtin_targets():
         raise TargetError(f"{w}: ops_from = {raw['ops_from']!r} is not a built-in target "
                           f"({', '.join(builtin_targets())})")
@@ -272,6 +279,18 @@ class Target:
 
     def rule(self, domain: str, op_type: str) -> OpRule | None:
         return self.ops.get((domain, op_type))
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """The format attention kernels keep the KV cache in (``kernels/ops/_kv_format.py``)."""
+        return str(self.raw.get("kv_cache_dtype", "float32"))
+
+    def with_kv_cache_dtype(self, dtype: str | None) -> Target:
+        """This target with its KV cache in ``dtype`` (None or the same: this target). A new description, so a new
+        digest: programs compiled for one format are never taken from the cache for another."""
+        if dtype is None or dtype == self.kv_cache_dtype:
+            return self
+        return Target.from_dict({**self.raw, "kv_cache_dtype": dtype}, source=f"{self.name} (kv_cache_dtype option)")
 
     def cycles_to_seconds(self, cycles: float) -> float:
         return cycles / self.clock_hz
