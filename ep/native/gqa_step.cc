@@ -15,9 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "gqa_step.h"
 #include "kernels/native/gqa_bindings.h"
 #include "native_steps.h"
-#include "partition_kernel.h"
+#include "output_buffers.h"
 
 namespace py = pybind11;
 

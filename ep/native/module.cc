@@ -4,9 +4,11 @@
 #include <pybind11/stl.h>
 
 #include "embedded_python.h"
+#include "gqa_step.h"
 #include "kernels/native/bindings.h"
 #include "native_steps.h"
 #include "ort_api.h"
+#include "output_buffers.h"
 #include "partition_kernel.h"
 #include "program_call.h"
 #include "py_bridge.h"

@@ -3,7 +3,6 @@
 // native kernel with the arguments its Python kernel would pass). Each checks the inputs it was bound for on every
 // call and declines anything else, so a data-dependent shape never gets a stale answer.
 #include "native_steps.h"
-#include "partition_kernel.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -13,6 +12,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "output_buffers.h"
 
 namespace py = pybind11;
 

@@ -39,7 +39,5 @@ class Guards {
 };
 
 void RegisterNativeSteps(pybind11::module_& m);
-// The bound GroupQueryAttention step (gqa_step.cc).
-void RegisterGqaStep(pybind11::module_& m);
 
 }  // namespace npu_ep

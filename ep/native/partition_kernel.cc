@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "kernels/native/thread_pool.h"
+#include "output_buffers.h"
 #include "program_call.h"
 
 namespace npu_ep {
@@ -34,40 +35,30 @@ bool OrtParallelFor(const void* ctx, void (*task)(void*, size_t), size_t n, void
   return false;
 }
 
-// The partition this thread is computing (ComputePartition sets it; nests like kern::CallContextScope).
-struct OutputCall {
-  OrtKernelContext* ctx;
-  PartitionKernel* kernel;
-};
-thread_local const OutputCall* t_output_call = nullptr;
-
-class OutputCallScope {
+// ORT's output buffers of one partition call, lent to the steps it runs (output_buffers.h).
+class OrtOutputs : public OutputBuffers {
  public:
-  explicit OutputCallScope(const OutputCall* call) : previous_(t_output_call) { t_output_call = call; }
-  ~OutputCallScope() { t_output_call = previous_; }
-  OutputCallScope(const OutputCallScope&) = delete;
-  OutputCallScope& operator=(const OutputCallScope&) = delete;
+  OrtOutputs(OrtKernelContext* ctx, const PartitionKernel* kernel) : ctx_(ctx), kernel_(kernel) {}
+
+  py::object View(size_t index, const std::vector<int64_t>& dims) const override {
+    const PartitionKernel* k = kernel_;
+    if (index >= k->output_types.size())
+      throw std::out_of_range("partition_output: output " + std::to_string(index) + " of " + k->where +
+                              ", which has " + std::to_string(k->output_types.size()));
+    if (!k->output_rank_known[index] || k->output_dims[index].size() != dims.size())
+      return py::none();  // an output whose rank ORT does not state, or another rank: the bridge checks and copies it
+    OrtValue* out = nullptr;
+    Check(g_ort->KernelContext_GetOutput(ctx_, index, dims.data(), dims.size(), &out));
+    void* data = nullptr;
+    Check(g_ort->GetTensorMutableData(out, &data));
+    return OutputView(data, k->output_dtypes[index], dims);
+  }
 
  private:
-  const OutputCall* previous_;
+  OrtKernelContext* ctx_;
+  const PartitionKernel* kernel_;
 };
 }  // namespace
-
-py::object PartitionOutput(size_t index, const std::vector<int64_t>& dims) {
-  const OutputCall* call = t_output_call;
-  if (call == nullptr) return py::none();
-  PartitionKernel* k = call->kernel;
-  if (index >= k->output_types.size())
-    throw std::out_of_range("partition_output: output " + std::to_string(index) + " of " + k->where + ", which has " +
-                            std::to_string(k->output_types.size()));
-  if (!k->output_rank_known[index] || k->output_dims[index].size() != dims.size())
-    return py::none();  // an output whose rank ORT does not state, or another rank: the bridge checks and copies it
-  OrtValue* out = nullptr;
-  Check(g_ort->KernelContext_GetOutput(call->ctx, index, dims.data(), dims.size(), &out));
-  void* data = nullptr;
-  Check(g_ort->GetTensorMutableData(out, &data));
-  return OutputView(data, k->output_dtypes[index], dims);
-}
 
 BridgeStats* StatsFor(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_stats_mu);
@@ -225,8 +216,8 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
     }
     const uint64_t tp = NowNs();
     kern::CallContextScope on_orts_pool({OrtParallelFor, ctx});  // native kernels' loops run on ORT's threads
-    const OutputCall call{ctx, k};
-    OutputCallScope in_place(&call);  // kernels may compute outputs straight into ORT's buffers
+    const OrtOutputs outputs(ctx, k);
+    OutputBuffersScope in_place(&outputs);  // kernels may compute outputs straight into ORT's buffers
     // PyObject_Call takes the tuple as is (pybind11's call with *args would build a second one)
     PyObject* raw = k->call_ptr != nullptr ? CallProgram(*k->call_ptr, args.ptr())
                                            : PyObject_Call(k->program.ptr(), args.ptr(), nullptr);

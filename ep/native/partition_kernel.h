@@ -67,11 +67,6 @@ struct PartitionKernel {
 
 OrtStatus* ComputePartition(PartitionKernel* kernel, OrtKernelContext* context) noexcept;
 
-// Inside a partition call on this thread: a writeable view of ORT's buffer for output `index` with `dims` (the
-// output's declared element type), so a kernel computing that output writes it in place and the bridge copies
-// nothing; None outside a partition call. ORT keeps the buffer; the view must not outlive the call.
-py::object PartitionOutput(size_t index, const std::vector<int64_t>& dims);
-
 // Interpreter shutdown: from this point partition calls fail with an error instead of entering Python, and the
 // caller waits (GIL released) up to `timeout_s` for calls already inside Python to return. Called from an
 // atexit hook, i.e. before Python starts tearing down while daemon threads may still be inside session.run.
