@@ -1,4 +1,8 @@
-"""npu_ep.context_cache: the compiled context binary format, cache keys and the on-disk cache (see FORMAT.md)."""
+"""npu_ep.context_cache: the compiled context binary format, cache keys and the on-disk cache (see FORMAT.md).
+
+May import: of npu_ep, ``_atomic`` only (a bottom layer beside ``models`` and ``quantization``, importing neither);
+numpy, blake3 and platformdirs.
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@
 - ``blockwise``: RTN block quantization bit-identical to ORT's MLAS (MatMulNBitsQuantizer).
 - ``matmul_nbits``: com.microsoft MatMulNBits B/scales/zero_points layouts, packing and repacking, and
   accuracy_level 4's int8-unit tiles.
+
+May import: numpy and ml_dtypes; no other npu_ep package (it is the bottom layer).
 """
 
 from .blockwise import BlockQuantized, k_blocks, quantize_blockwise_rtn

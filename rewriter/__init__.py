@@ -2,6 +2,9 @@
 normalization, INT4 MatMulNBits packing), emitting only ops ORT's CPU EP can run.
 
 ``rewrite(model, options=None, **overrides) -> RewriteResult`` is the Python API; ``npu-rewrite`` the CLI.
+
+May import: ``ep`` (its ONNX graph reading), ``kernels`` (a target's op list), ``quantization`` and ``_atomic``;
+never ``tools``.
 """
 
 from ._core import RewriteError, RewriteResult, load_model, rewrite, save_model

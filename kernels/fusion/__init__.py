@@ -9,6 +9,8 @@ A pass applies only where the target lists its fused op (``support.why_not`` on 
 Passes written as rules (``_rules.FusionRule``: an onnxscript pattern, a check with a reason, the fused node) report
 each candidate they decline as a ``FusionMiss``: ``fuse_partition`` logs them at debug level and appends them to
 ``misses`` (``npu-report --explain-fusions``).
+
+May import: the rest of ``kernels`` (the op modules' constants included) and ``ep.log``'s logger.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Greedy generation with a fixed KV cache (``generator``), the shapes it executes (``shapes``) as named entry points
 (``entries``), what it reads from a decoder graph (``model_info``) and from an onnxruntime-genai folder
-(``genai_folder``): used by ``npu-generate``, the demo and the LLM benchmarks."""
+(``genai_folder``): used by ``npu-generate``, the demo and the LLM benchmarks.
+
+May import: every npu_ep package below ``tools``, and ``tools.report`` (the attention dims of a decoder graph).
+"""
 
 from .entries import Entry, EntryTable, entries_of
 from .genai_folder import GenaiFolder, is_genai_folder, load_genai_folder
