@@ -12,6 +12,12 @@ from ..kernels.target import Target
 # EPContext models made by the previous version then miss or are refused instead of being loaded.
 # c20: an act-order MatMulNBits keeps its rows permuted into blocks and A's column order (nb_perm; issue 38);
 # c19: reductions, Softmax/LogSoftmax, pooling, Shape/Size and the convs keep a constant data input (issue 38);
+# c18: com.microsoft DynamicQuantizeLSTM compiles to one step (int8 products, ORT's dynamic quantization of h);
+# c17: HardSwish folds into the conv tail; c16: Sigmoid is a conv-tail instruction, so SiLU folds into the conv;
+# c15: sibling groups take matmuls with a constant per-column bias (MatMulEpilogue) and the norm pass folds into
+# them; c14: npu::RotateHalf takes the Slices' bounds as inputs (TorchScript computes them at run time); c13: the
+# rotary pass, exporters' rotary embedding as one npu::RotateHalf (kernels/fusion/rotary.py); c12: the rms pass, an
+# RMS norm written out op by op as one SimplifiedLayerNormalization (kernels/fusion/rms.py);
 # c11: npu::AttentionChain keeps its Softmax's axis and opset (unknown ranks); c10: it takes the exporters' repeat_kv
 # (k_path / v_path); c9: materialized attention chains fused into npu::AttentionChain (kernels/fusion/attention.py);
 # c8: accuracy_level 4 MatMulNBits keeps its weights as the int8 unit's tiles (quantization.matmul_nbits.int8_tiles);
