@@ -1,5 +1,6 @@
-"""Partition -> Program: fuse epilogues, sibling matmuls and norm prologues, assign value slots, prepare each
-kernel, plan slot lifetimes."""
+"""Partition -> Program: run the fusion passes in the order ``kernels.fusion.PASSES`` declares them (QDQ units,
+conv tails, attention, rotary, epilogues, sibling matmuls, RMS norms, norm prologues, ...), assign value slots,
+prepare each kernel, plan slot lifetimes."""
 
 from __future__ import annotations
 
