@@ -23,7 +23,8 @@ std::vector<const OrtNode*> GraphNodes(const OrtGraph* graph);
 void InitShapeApi(const OrtApiBase* api_base);
 
 // {"name", "elem_type", "shape" (list of int|str|None; None: unknown rank), "is_constant", "is_graph_input",
-//  "is_graph_output", "value" (numpy copy, constants only, if <= value_limit bytes)}
+//  "is_graph_output", and for a constant of <= value_limit bytes either "value" (numpy copy) or, for int4/uint4,
+//  which numpy has no dtype for, "packed_value" (ONNX's packed bytes as uint8, low nibble first; Python unpacks)}
 // borrow: constant values of kBorrowMinBytes or more are read-only views of ORT's initializers (InitializerView)
 // instead of copies; only for initializers ORT keeps for the session (fused with drop_constant_initializers=false).
 py::dict DescribeValue(const OrtValueInfo* vi, size_t value_limit, bool borrow = false);
