@@ -14,6 +14,9 @@ but the position), and checks the duplication RoPE implies (halves equal, or pai
 row count of a gathered table (Gather, or GatherND with one index per row), else the model's
 ``max_position_embeddings`` metadata, else 4096.
 
+The rotation's chain is ``kernels.fusion.patterns`` (``rotary`` over ``rotate_half``), the pattern the compiler's
+in-partition ``npu::RotateHalf`` fusion matches too.
+
 Needs before it: constant folding (onnxscript optimizer) so Slice bounds are constants, and shape inference
 (so x has a known rank, N and H).
 
@@ -29,6 +32,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from ..kernels.fusion import patterns
 from .options import RewriteOptions, RewriteReport
 from .rule_set import apply_rule_set
 from .subgraph_eval import backward_slice, evaluate_values, static_ints
@@ -164,12 +168,10 @@ class _RotaryFusion(pattern.RewriteRuleClassBase):
                                 op.Unsqueeze(even, _allow_other_inputs=True, _outputs=["u_even"]),
                                 _outputs=["stacked"])
             return op.Reshape(stacked, _allow_other_inputs=True, _outputs=["rotated"])
-        hi = op.Slice(x_rot, _allow_other_inputs=True, _outputs=["hi"])
-        lo = op.Slice(x_rot, _allow_other_inputs=True, _outputs=["lo"])
-        return op.Concat(op.Neg(hi), lo, _outputs=["rotated"])
+        return patterns.rotate_half(op, x_rot)
 
     def pattern(self, op, x, cos, sin):
-        return op.Add(op.Mul(x, cos), op.Mul(self._rotate(op, x), sin))
+        return patterns.rotary(op, x, cos, sin, self._rotate(op, x))
 
     # check --------------------------------------------------------------------------------------------------
     def check(self, context, x, cos, sin, rotated, **b) -> pattern.MatchResult:

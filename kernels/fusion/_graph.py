@@ -51,10 +51,11 @@ def producers_of(nodes: list[NodeInfo]) -> dict[str, int]:
 
 
 def splice_chains(nodes: list[NodeInfo], target: Target,
-                  match: Callable[[int], tuple[list[int], NodeInfo] | None]) -> list[NodeInfo]:
+                  match: Callable[[int], tuple[list[int], NodeInfo] | None],
+                  overlaps: Callable[[int, NodeInfo], None] | None = None) -> list[NodeInfo]:
     """``nodes`` with each chain ``match(i)`` finds (the indices of its nodes, the fused node) replaced by the fused
     node at its last member's place (every input of the chain exists by then), where the target takes the fused
-    node and no member already belongs to an earlier chain."""
+    node and no member already belongs to an earlier chain (``overlaps(i, fused)`` is told of such a chain)."""
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
     for i in range(len(nodes)):
@@ -65,6 +66,8 @@ def splice_chains(nodes: list[NodeInfo], target: Target,
             continue
         chain, fused = found
         if any(j in absorbed or j in replace for j in chain):
+            if overlaps is not None:
+                overlaps(i, fused)
             continue
         last = max(chain)
         replace[last] = fused

@@ -14,15 +14,23 @@ that splits heads); one Mul multiplies x by cos, the other the Concat by sin (ei
 float32 with last dim h where known; the Add sums the two products (either order); every intermediate is read by
 the next op alone and is not a graph output; the target lists ``npu::RotateHalf``. What is known only at run time,
 the kernel checks on every call: where the rotation is not the one above it runs the ops as written.
+
+The chain is ``kernels.fusion.patterns.rotary`` over ``rotate_half``, the pattern ``rewriter/rope.py`` matches too;
+a candidate that fails a rule above is a ``FusionMiss`` with the rule's reason (``_rules.py``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult
 
 from ..node import NodeInfo, ValueInfo
 from ..target import Target
-from ._graph import consumers_of, only_reader, other_operand, producers_of, splice_chains
+from . import patterns
+from ._rules import FusionMiss, FusionRule, apply_rules, producer_info
 
 FUSED_DOMAIN, FUSED_OP = "npu", "RotateHalf"
 
@@ -34,87 +42,104 @@ def _const_int(v: ValueInfo) -> int | None:
     return int(v.value.reshape(()))
 
 
-def _slice(nd: NodeInfo) -> tuple[str, int, ValueInfo, ValueInfo] | None:
-    """(x's name, axis, start, end) of a Slice of one constant axis with step 1; start and end are one-element
+def _one_int(v: ValueInfo) -> bool:
+    return v.dtype is not None and v.dtype.kind in "iu" and (v.shape is None or v.shape in ((1,), ()))
+
+
+def _slice(nd: NodeInfo) -> tuple[int, ValueInfo, ValueInfo] | str:
+    """(axis, start, end) of a Slice of one constant axis with step 1, else why not; start and end are one-element
     integer values, constants or computed at run time (torch's TorchScript exporter computes h / 2 from x's shape)."""
-    if nd.key != ("", "Slice") or len(nd.inputs) < 4 or nd.inputs[3].missing:
-        return None
-    start, end = nd.inputs[1], nd.inputs[2]
+    if len(nd.inputs) < 4 or nd.inputs[3].missing:
+        return f"Slice '{nd.name}' has no axes input"
     step = _const_int(nd.inputs[4]) if len(nd.inputs) > 4 and not nd.inputs[4].missing else 1
     axis = _const_int(nd.inputs[3])
-
-    def one_int(v: ValueInfo) -> bool:
-        return v.dtype is not None and v.dtype.kind in "iu" and (v.shape is None or v.shape in ((1,), ()))
-
-    if axis is None or step != 1 or not (one_int(start) and one_int(end)):
-        return None
-    return nd.inputs[0].name, axis, start, end
+    if axis is None or step != 1:
+        return f"Slice '{nd.name}' is not of one constant axis with step 1"
+    if not (_one_int(nd.inputs[1]) and _one_int(nd.inputs[2])):
+        return f"Slice '{nd.name}' bounds are not one integer each"
+    return axis, nd.inputs[1], nd.inputs[2]
 
 
-def _product(nd: NodeInfo, name: str) -> ValueInfo | None:
-    """The float32 operand of known rank that a Mul ``nd`` multiplies value ``name`` by, else None."""
-    other = other_operand(nd, name) if nd.key == ("", "Mul") else None
-    return other if other is not None and other.dtype == np.float32 and other.shape else None
+def _product_operand(nd: NodeInfo, x: str) -> ValueInfo | str:
+    """The operand a Mul multiplies value ``x`` by, float32 of known rank >= 1, else why not."""
+    a, b = nd.inputs
+    if a.name == b.name:
+        return f"Mul '{nd.name}' squares its input"
+    other = b if a.name == x else a
+    if other.dtype != np.float32 or not other.shape:
+        return f"Mul '{nd.name}': {other.describe()} is not float32 of known rank >= 1"
+    return other
 
 
-def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[str, int], i: int
-           ) -> tuple[list[int], NodeInfo] | None:
-    """The rotation whose Concat is ``nodes[i]``: (indices of its nodes, the fused node), or None."""
-    cat = nodes[i]
-    if cat.key != ("", "Concat") or len(cat.inputs) != 2 or any(v.name not in producer for v in cat.inputs):
-        return None
-    neg, first = nodes[producer[cat.inputs[0].name]], nodes[producer[cat.inputs[1].name]]
-    if neg.key != ("", "Neg") or neg.inputs[0].name not in producer:
-        return None
-    second = nodes[producer[neg.inputs[0].name]]
-    x = first.inputs[0] if first.inputs else None
-    s1, s2 = _slice(first), _slice(second)
-    if x is None or x.dtype != np.float32 or s1 is None or s2 is None or s1[0] != x.name or s2[0] != x.name \
-            or s1[1] != s2[1]:
-        return None
-    bounds = (s1[2], s1[3], s2[2], s2[3])
-    start1, half, start2, end2 = (_const_int(v) for v in bounds)  # None: known at run time only
-    if start1 not in (0, None) or (half is not None and (half <= 0 or start2 not in (half, None)
-                                                         or (end2 is not None and end2 < 2 * half))):
-        return None
-    rank = len(x.shape) if x.shape is not None else None
-    axis, cat_axis = s1[1], int(cat.attr("axis", 0))
-    last = x.shape[-1] if rank else None
-    if rank is not None and (axis % rank != rank - 1 or cat_axis % rank != rank - 1
-                             or (isinstance(last, int) and half is not None and last != 2 * half)):
-        return None
-    second_i, neg_i, first_i = (producer[v.name] for v in (neg.inputs[0], cat.inputs[0], cat.inputs[1]))
-    if (only_reader(second.outputs[0], users) != neg_i or only_reader(neg.outputs[0], users) != i
-            or only_reader(first.outputs[0], users) != i):
-        return None
-    chain = [second_i, neg_i, first_i, i]
-    rs_i = only_reader(cat.outputs[0], users)
-    sin = None if rs_i is None else _product(nodes[rs_i], cat.outputs[0].name)
-    add_i = None if sin is None else only_reader(nodes[rs_i].outputs[0], users)
-    add = None if add_i is None else nodes[add_i]
-    if add is None or add.key != ("", "Add") or len(add.inputs) != 2:
-        return None
-    xc = next((v for v in add.inputs if v.name != nodes[rs_i].outputs[0].name), None)
-    if xc is None or xc.name not in producer or only_reader(xc, users) != add_i:
-        return None
-    xc_i = producer[xc.name]
-    cos = _product(nodes[xc_i], x.name)
-    if cos is None or (half is not None and any(isinstance(v.shape[-1], int) and v.shape[-1] != 2 * half
-                                                for v in (cos, sin))):
-        return None
-    chain = sorted(set(chain) | {rs_i, xc_i, add_i})
-    members = [nodes[j] for j in chain]
-    fused = NodeInfo(index=add.index, name="+".join(n.name for n in members), op_type=FUSED_OP, domain=FUSED_DOMAIN,
-                     inputs=(x, cos, sin, *bounds), outputs=add.outputs,
-                     attrs={"axis": axis, "concat_axis": cat_axis, "fused_nodes": [n.name for n in members]},
-                     since_version=1)
-    return chain, fused
+def _bounds_reason(start1: int | None, half: int | None, start2: int | None, end2: int | None) -> str | None:
+    if start1 not in (0, None):
+        return f"the first half starts at {start1}, not 0"
+    if half is not None and (half <= 0 or start2 not in (half, None) or (end2 is not None and end2 < 2 * half)):
+        return f"the halves x[..., :{half}] and x[..., {start2}:{end2}] do not split the last axis in two"
+    return None
 
 
-def fuse_rotary(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+class RotateHalfRule(FusionRule):
+    """``x * cos + rotate_half(x) * sin`` (either operand order) -> ``npu::RotateHalf(x, cos, sin, bounds)``."""
+
+    name = "rotary"
+    produces = (FUSED_DOMAIN, FUSED_OP)
+    commute = True
+
+    def pattern(self, op, x, cos, sin):
+        return patterns.rotary(op, x, cos, sin, patterns.rotate_half(op, x))
+
+    def check(self, context, x: ir.Value, hi: ir.Value, lo: ir.Value, rotated: ir.Value, x_cos: ir.Value,
+              rot_sin: ir.Value, **_: Any) -> MatchResult:
+        result = MatchResult()
+        xi = producer_info(lo).inputs[0]
+        if xi.dtype != np.float32:
+            return result.fail(f"{xi.describe()} is not float32", x)
+        s1, s2 = _slice(producer_info(lo)), _slice(producer_info(hi))
+        if isinstance(s1, str) or isinstance(s2, str):
+            return result.fail(s1 if isinstance(s1, str) else s2, [lo, hi])
+        if s1[0] != s2[0]:
+            return result.fail(f"the halves slice axes {s1[0]} and {s2[0]}", [lo, hi])
+        start1, half, start2, end2 = (_const_int(v) for v in (s1[1], s1[2], s2[1], s2[2]))
+        if (reason := _bounds_reason(start1, half, start2, end2)) is not None:
+            return result.fail(reason, [lo, hi])
+        cat = producer_info(rotated)
+        rank, axis, cat_axis = (len(xi.shape) if xi.shape is not None else None), s1[0], int(cat.attr("axis", 0))
+        last = xi.shape[-1] if rank else None
+        if rank is not None and (axis % rank != rank - 1 or cat_axis % rank != rank - 1):
+            return result.fail(f"the halves (axis {axis}) or the Concat (axis {cat_axis}) are not on the last axis "
+                               f"of rank {rank}", rotated)
+        if rank is not None and isinstance(last, int) and half is not None and last != 2 * half:
+            return result.fail(f"the halves split {2 * half} channels, x's last dim is {last}", rotated)
+        cos = _product_operand(producer_info(x_cos), xi.name)
+        sin = _product_operand(producer_info(rot_sin), cat.outputs[0].name)
+        for v, value in ((x_cos, cos), (rot_sin, sin)):
+            if isinstance(value, str):
+                return result.fail(value, v)
+        if half is not None and any(isinstance(v.shape[-1], int) and v.shape[-1] != 2 * half for v in (cos, sin)):
+            return result.fail(f"cos {cos.describe()} or sin {sin.describe()} do not have last dim {2 * half}",
+                               [x_cos, rot_sin])
+        return result
+
+    def fuse(self, members: list[NodeInfo], lo: ir.Value, hi: ir.Value, rotated: ir.Value, x_cos: ir.Value,
+             rot_sin: ir.Value, **_: Any) -> NodeInfo:
+        first, second, cat, add = producer_info(lo), producer_info(hi), producer_info(rotated), members[-1]
+        x = first.inputs[0]
+        cos = _product_operand(producer_info(x_cos), x.name)
+        sin = _product_operand(producer_info(rot_sin), cat.outputs[0].name)
+        add = next(n for n in members if n.key == ("", "Add"))
+        return NodeInfo(index=add.index, name="+".join(n.name for n in members), op_type=FUSED_OP,
+                        domain=FUSED_DOMAIN, inputs=(x, cos, sin, *first.inputs[1:3], *second.inputs[1:3]),
+                        outputs=add.outputs,
+                        attrs={"axis": _slice(first)[0], "concat_axis": int(cat.attr("axis", 0)),
+                               "fused_nodes": [n.name for n in members]},
+                        since_version=1)
+
+
+RULES = (RotateHalfRule(),)
+
+
+def fuse_rotary(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
     """Return the node list with each rotation written out replaced by ``npu::RotateHalf``, placed where its Add
     was (x, cos and sin exist by then)."""
-    if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
-        return nodes
-    users, producer = consumers_of(nodes), producers_of(nodes)
-    return splice_chains(nodes, target, lambda i: _match(nodes, users, producer, i))
+    return apply_rules(nodes, target, RULES, misses)

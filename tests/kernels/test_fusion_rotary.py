@@ -153,3 +153,26 @@ def test_near_misses_run_as_written(kwargs):
     assert set(assignment(sess).values()) == {"NpuEP"}
     for got, want in zip(sess.run(None, f), cpu_run(model, f)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    (dict(swap_concat=True), "the chain differs from the pattern after 4 of its 7 nodes: OpType mismatch: expected "
+                             "Neg, got Slice"),
+    (dict(split=4), "the halves split 8 channels, x's last dim is 16"),
+    (dict(extra_reader=True), "an intermediate value has other readers or is read outside the partition"),
+    (dict(cos_last=1), "do not have last dim 16"),
+])
+def test_each_near_miss_says_why(kwargs, reason):
+    """The rule's candidate (the Add) that does not fuse leaves a FusionMiss with the reason (npu-report
+    --explain-fusions and the debug log show it)."""
+    misses = []
+    ops = [nd.op_type for nd in fuse_partition(nodes_from_model(rotary_model(**kwargs)), REF, misses)]
+    assert "RotateHalf" not in ops
+    assert [(m.fusion, m.node) for m in misses] == [("rotary", "add")]
+    assert reason in misses[0].reason
+
+
+def test_a_fused_rotation_leaves_no_miss():
+    misses = []
+    assert [nd.op_type for nd in fuse_partition(nodes_from_model(rotary_model()), REF, misses)] == ["RotateHalf"]
+    assert misses == []

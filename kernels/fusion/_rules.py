@@ -1,0 +1,199 @@
+"""In-partition fusions in the rewriter's idiom: an onnxscript pattern, a ``check`` that returns
+``MatchResult().fail(reason)`` for a declined candidate, and ``fuse`` that builds the synthetic node.
+
+The partition's node list is mirrored as an ``onnx_ir`` graph (``mirror``): one ``ir.Node`` per ``NodeInfo`` and one
+``ir.Value`` per value name, each carrying its ``NodeInfo`` in ``meta``; values read outside the partition are graph
+outputs, so onnxscript's own "intermediate has other uses" test is the fusions' single-reader rule. The mirror is
+only matched, never rewritten: each match becomes a (member indices, fused ``NodeInfo``) pair for ``splice_chains``.
+
+Every candidate (a node where a pattern's structure matched) that does not fuse leaves a ``FusionMiss`` with the
+reason: the check's ``MatchResult.fail`` reason, the single-reader rule, or the target's refusal. ``fuse_partition``
+hands them to its ``misses`` list (``npu-report --explain-fusions``) and logs them at debug level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult, MatchStatus
+from onnxscript.rewriter._basics import MatchContext
+from onnxscript.rewriter._rewrite_rule import Pattern
+
+from ..node import NodeInfo, ValueInfo
+from ..support import why_not
+from ..target import Target
+from ._graph import splice_chains
+
+INFO = "npu_ep.node"  # ir.Node.meta key of the mirrored NodeInfo
+INDEX = "npu_ep.index"  # ir.Node.meta key of the node's index in the partition's list
+_OTHER_USES = "Matched nodes have other uses preventing replacement."
+
+
+@dataclasses.dataclass(frozen=True)
+class FusionMiss:
+    """A candidate node a fusion tried and did not fuse, and why."""
+
+    fusion: str
+    node: str
+    op: str
+    reason: str
+
+
+def node_info(node: ir.Node) -> NodeInfo:
+    """The partition's ``NodeInfo`` a mirrored node stands for."""
+    return node.meta[INFO]
+
+
+def producer_info(value: ir.Value) -> NodeInfo:
+    """The ``NodeInfo`` of the node that computes a bound value (the pattern matched one)."""
+    return node_info(value.producer())
+
+
+def input_info(node: ir.Node, i: int) -> ValueInfo:
+    """Input ``i`` of a mirrored node as its ``NodeInfo`` has it (the compiler's view of that value)."""
+    return node_info(node).inputs[i]
+
+
+def mirror(nodes: Sequence[NodeInfo]) -> tuple[ir.Model, list[ir.Node]]:
+    """The partition as an onnx_ir model whose nodes stand for ``nodes`` (same order); see the module docstring."""
+    values: dict[str, ir.Value] = {}
+    inputs: list[ir.Value] = []
+    graph_nodes: list[ir.Node] = []
+    outputs: list[ir.Value] = []
+    for i, nd in enumerate(nodes):
+        ins = []
+        for v in nd.inputs:
+            if v.missing:
+                ins.append(None)
+                continue
+            if v.name not in values:
+                values[v.name] = ir.Value(name=v.name)
+                inputs.append(values[v.name])
+            ins.append(values[v.name])
+        node = ir.Node(nd.domain, nd.op_type, ins, num_outputs=len(nd.outputs), name=nd.name)
+        node.meta[INFO], node.meta[INDEX] = nd, i
+        for out, v in zip(node.outputs, nd.outputs):
+            out.name = v.name or None
+            if not v.missing:
+                values[v.name] = out
+                if v.is_graph_output:
+                    outputs.append(out)
+        graph_nodes.append(node)
+    graph = ir.Graph(inputs, outputs, nodes=graph_nodes, name="partition")
+    return ir.Model(graph, ir_version=10), graph_nodes
+
+
+class FusionRule:
+    """One fusion: ``pattern(op, ...)`` as onnxscript patterns are written (commuted over Add/Mul operands when
+    ``commute``), ``check(context, **bindings) -> MatchResult`` and ``fuse(members, **bindings) -> NodeInfo`` where
+    ``members`` are the matched NodeInfos in partition order. ``produces`` is the synthetic node's (domain, op)."""
+
+    name: str = ""
+    produces: tuple[str, str] = ("", "")
+    commute: bool = False
+
+    def pattern(self, op, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def check(self, context: MatchContext, **bindings: Any) -> MatchResult:
+        return MatchResult()
+
+    def fuse(self, members: list[NodeInfo], **bindings: Any) -> NodeInfo:
+        raise NotImplementedError
+
+    def patterns(self) -> list[Pattern]:
+        """The compiled pattern and, with ``commute``, its operand-swapped variants (built once per rule)."""
+        if not hasattr(self, "_patterns"):
+            base = Pattern(self.pattern, self.check, name=self.name)
+            graphs = base._target_pattern.commute() if self.commute else [base._target_pattern]
+            self._patterns = [Pattern(g, self.check, name=self.name) for g in graphs]
+        return self._patterns
+
+    def root_op(self) -> tuple[str, str]:
+        """(domain, op_type) of the pattern's output node: the nodes this rule is tried on."""
+        domain, op_type, _ = self.patterns()[0]._target_pattern.output_node.op_identifier()
+        return domain, op_type
+
+
+class _LastResult:
+    """A tracer keeping the last match result onnxscript reports, so a failed candidate's reason can be read."""
+
+    def __init__(self) -> None:
+        self.result: MatchResult | None = None
+        self.status: MatchStatus | None = None
+
+    def log(self, rule, container, node, match_result, status) -> None:  # onnxscript's MatchingTracer API
+        self.result, self.status = match_result, status
+
+
+def _miss_reason(tracer: _LastResult, pattern_nodes: int) -> tuple[tuple[int, int], str] | None:
+    """(how telling, reason) of a declined variant, or None where it is not a candidate: the check's reason says
+    most, then the single-reader rule, then a chain that differs from the pattern after at least half of its nodes
+    matched (fewer: the node only shares the root op, as the rewriter's tracer skips it)."""
+    result = tracer.result
+    if result is None:
+        return None
+    bound = len(result.nodes)
+    if tracer.status == MatchStatus.CONDITION_FAILED:
+        return (3, bound), result.reason or "check failed"
+    if result.reason == _OTHER_USES:
+        return (2, bound), "an intermediate value has other readers or is read outside the partition"
+    if bound >= 2 and 2 * bound >= pattern_nodes:
+        return (1, bound), f"the chain differs from the pattern after {bound} of its {pattern_nodes} nodes: " \
+            f"{result.reason}"
+    return None
+
+
+def _try(rule: FusionRule, model: ir.Model, node: ir.Node) -> tuple[tuple[list[int], NodeInfo] | None, str | None]:
+    """Match ``rule`` at ``node`` trying each pattern variant: ((member indices, fused node), None), or (None, the
+    most telling variant's reason), or (None, None) where ``node`` is no candidate (``_miss_reason``)."""
+    best: tuple[tuple[int, int], str] | None = None
+    for p in rule.patterns():
+        tracer = _LastResult()
+        match = p.match(model, model.graph, node, tracer=tracer)
+        if match:
+            members = sorted(match.nodes, key=lambda n: n.meta[INDEX])
+            fused = rule.fuse([node_info(n) for n in members], **match.bindings)
+            return ([n.meta[INDEX] for n in members], fused), None
+        miss = _miss_reason(tracer, p._target_pattern.num_nodes())
+        if miss is not None and (best is None or miss[0] > best[0]):
+            best = miss
+    return None, None if best is None else best[1]
+
+
+def apply_rules(nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRule],
+                misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
+    """``nodes`` with every match of ``rules`` (tried in order at each node) spliced in as its fused node, where the
+    target runs it; each declined candidate appends a ``FusionMiss`` to ``misses``."""
+    rules = [r for r in rules if target.rule(*r.produces) is not None]
+    if not rules:
+        return nodes
+    roots = [(r, r.root_op()) for r in rules]
+    if not any(nd.key == root for nd in nodes for _, root in roots):
+        return nodes
+    model, mirrored = mirror(nodes)
+    by_op = {r.produces: r.name for r in rules}
+
+    def match(i: int) -> tuple[list[int], NodeInfo] | None:
+        nd = nodes[i]
+        for rule, root in roots:
+            if nd.key != root:
+                continue
+            found, reason = _try(rule, model, mirrored[i])
+            if found is not None and (refused := why_not(found[1], target)) is not None:
+                found, reason = None, f"target declines the fused node: {refused}"
+            if found is not None:
+                return found
+            if misses is not None and reason is not None:
+                misses.append(FusionMiss(rule.name, nd.name, nd.op_type, reason))
+        return None
+
+    def overlaps(i: int, fused: NodeInfo) -> None:
+        if misses is not None:
+            misses.append(FusionMiss(by_op.get(fused.key, fused.op_type), nodes[i].name, nodes[i].op_type,
+                                     "a node of the chain already belongs to an earlier fused chain"))
+
+    return splice_chains(nodes, target, match, overlaps)
