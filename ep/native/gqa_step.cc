@@ -57,12 +57,12 @@ class GqaStep : public NativeStep {
   GqaStep(const py::dtype& dtype, Dims query, const py::object& key, const py::object& past, Dims seqlens,
           Dims total, const py::object& position_ids, py::object cos, py::object sin,
           std::pair<size_t, size_t> presents, int64_t num_heads, int64_t kv_num_heads, float scale, float softcap,
-          int64_t window, bool interleaved, int threads, const py::list& guards)
+          int64_t window, bool interleaved, int threads, const py::list& guards, py::object traffic)
       : dtype_(dtype.num()), query_(std::move(query)), key_(OptionalDims(key)), past_(OptionalDims(past)),
         seqlens_(std::move(seqlens)), total_(std::move(total)), position_ids_(OptionalDims(position_ids)),
         cos_(std::move(cos)), sin_(std::move(sin)), presents_(presents), num_heads_(num_heads),
         kv_num_heads_(kv_num_heads), scale_(scale), softcap_(softcap), window_(window), interleaved_(interleaved),
-        threads_(threads), guards_(guards) {
+        threads_(threads), guards_(guards), traffic_(TrafficCounters(std::move(traffic))) {
     if (query_.size() != 3) throw py::value_error("GqaStep: query is [B, S, width]");
     if (cos_.is_none() != sin_.is_none()) throw py::value_error("GqaStep: cos and sin go together");
   }
@@ -138,7 +138,26 @@ class GqaStep : public NativeStep {
                                        past_b, total_b, num_heads_, kv_num_heads_, scale_, softcap_, window_, cos,
                                        sin, interleaved_, positions);
     py::array out = kern::RunGqa(a, *query, threads_);
+    if (traffic_) Count(kern::TrafficOf(a));
     return py::make_tuple(std::move(out), std::move(present_key), std::move(present_value)).release().ptr();
+  }
+
+  // The node's KV counters (kernels/ops/_kv_traffic.py): in-place calls, appended bytes, copied bytes, full copies.
+  static std::optional<py::array_t<int64_t>> TrafficCounters(py::object traffic) {
+    if (traffic.is_none()) return std::nullopt;
+    auto a = py::reinterpret_borrow<py::array>(traffic);
+    if (a.dtype().num() != py::dtype::of<int64_t>().num() || a.ndim() != 1 || a.shape(0) != 4 || !a.writeable() ||
+        !(a.flags() & py::array::c_style))
+      throw py::value_error("GqaStep: traffic must be a writeable int64 array of 4 counters");
+    return py::reinterpret_borrow<py::array_t<int64_t>>(a);
+  }
+
+  void Count(const kern::KvTraffic& t) {
+    int64_t* c = traffic_->mutable_data();
+    c[0] += t.in_place;
+    c[1] += t.appended_bytes;
+    c[2] += t.copied_bytes;
+    c[3] += t.copied_bytes > 0;
   }
 
   int dtype_;
@@ -155,6 +174,7 @@ class GqaStep : public NativeStep {
   bool interleaved_;
   int threads_;
   Guards guards_;
+  std::optional<py::array_t<int64_t>> traffic_;
 };
 
 }  // namespace
@@ -165,14 +185,16 @@ void RegisterGqaStep(py::module_& m) {
       "GroupQueryAttention bound for one signature: query dtype and shape, key shape (None: packed QKV), past "
       "shape (None: no past), seqlens_k and total_sequence_length shapes (int32), position_ids shape (None: "
       "omitted), the float32 cos/sin caches (None: no rotary), the ORT output indices of both presents, the "
-      "node's scalars, threads and guards [(dict, key, expected object | None)]")
+      "node's scalars, threads, guards [(dict, key, expected object | None)] and the node's KV counters (an int64 "
+      "array of 4 the step adds to: in-place calls, appended bytes, copied bytes, full copies; None: not counted)")
       .def(py::init<const py::dtype&, Dims, const py::object&, const py::object&, Dims, Dims, const py::object&,
                     py::object, py::object, std::pair<size_t, size_t>, int64_t, int64_t, float, float, int64_t, bool,
-                    int, const py::list&>(),
+                    int, const py::list&, py::object>(),
            py::arg("dtype"), py::arg("query"), py::arg("key"), py::arg("past"), py::arg("seqlens_k"),
            py::arg("total_sequence_length"), py::arg("position_ids"), py::arg("cos"), py::arg("sin"),
            py::arg("presents"), py::arg("num_heads"), py::arg("kv_num_heads"), py::arg("scale"), py::arg("softcap"),
-           py::arg("local_window_size"), py::arg("interleaved"), py::arg("threads"), py::arg("guards"));
+           py::arg("local_window_size"), py::arg("interleaved"), py::arg("threads"), py::arg("guards"),
+           py::arg("traffic") = py::none());
 }
 
 }  // namespace npu_ep

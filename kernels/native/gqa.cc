@@ -266,6 +266,15 @@ void Task(const GqaArgs& a, const Ops& ops, int64_t b, int64_t kh) {
 
 }  // namespace
 
+KvTraffic TrafficOf(const GqaArgs& a) {
+  KvTraffic t;
+  const int64_t row = 2 * a.Nkv * a.H * (a.fp16 ? 2 : 4);  // one position's K and V rows, every kv head
+  t.in_place = a.past_k != nullptr && a.past_k == a.present_k && a.past_v == a.present_v;
+  t.appended_bytes = a.B * a.S * row;
+  for (int64_t b = 0; a.past_k != nullptr && !t.in_place && b < a.B; ++b) t.copied_bytes += a.past_len[b] * row;
+  return t;
+}
+
 void GroupQueryAttention(const GqaArgs& a) {
   if (a.N <= 0 || a.Nkv <= 0 || a.N % a.Nkv || a.H <= 0)
     throw std::invalid_argument("GroupQueryAttention: num_heads " + std::to_string(a.N) +

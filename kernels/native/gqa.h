@@ -36,6 +36,16 @@ struct GqaArgs {
   int threads = 1;
 };
 
+// K/V bytes one call moves (issue 41: appends in place vs copies of the cache): the new rows written into the
+// presents, and the past rows copied into presents that are separate buffers (none when they are the past buffers:
+// ORT's shared-buffer mode, IOBinding of past and present to one OrtValue).
+struct KvTraffic {
+  bool in_place = false;       // present_k/present_v are past_k/past_v
+  int64_t appended_bytes = 0;  // new K and V rows written (S per batch row)
+  int64_t copied_bytes = 0;    // valid past K and V rows copied into a separate present
+};
+KvTraffic TrafficOf(const GqaArgs& a);
+
 // Validates positions (throws std::out_of_range naming the bad one) and row bounds, then runs. Each (batch, kv
 // head) task does its rows in a fixed order, so the bits do not depend on the thread count.
 void GroupQueryAttention(const GqaArgs& a);
