@@ -1,5 +1,8 @@
 """``npu-generate MODEL --prompt-ids 1 2 3 --max-new-tokens N``: greedy generation on NpuEP (bucketed prefill,
-fixed-capacity KV cache), printing the ids, TTFT / inter-token latency (host and emulated NPU) and padding.
+fixed-capacity KV cache), printing the ids, TTFT / inter-token latency (host and emulated NPU), padding, the entry
+points that ran (first prefill, prefill with history, decode: ``generation.entries``) and the KV cache format.
+``--prefill-chunk N`` sets chunked prefill's chunk size; ``--kv-cache-dtype`` keeps the KV cache in another format
+and ``--compare-kv FORMATS`` compares formats against float32 KV (``generation.kv_compare``).
 
 MODEL is a decoder .onnx or an onnxruntime-genai model folder: its genai_config.json gives the decoder file, the
 I/O names, the end-of-sequence ids (generation stops at one), the context length (the default KV capacity) and the
@@ -74,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default=None,
                    help=f"NpuEP target (npu-ref, npu-edge or a .toml; default: a genai folder's, else ${TARGET_ENV}, "
                         "else npu-ref)")
+    p.add_argument("--kv-cache-dtype", default=None, metavar="FORMAT",
+                   help="the format NpuEP's attention keeps the KV cache in (float32, float16, int8_per_head, "
+                   "int8_per_token, int4_per_head; default: the target's, float32): changes numerics")
+    p.add_argument("--compare-kv", type=lambda t: [f for f in t.replace(" ", ",").split(",") if f], default=None,
+                   metavar="FORMATS", help="generate with float32 KV and with each of these formats (comma-separated) "
+                   "and print greedy token agreement and logit drift against float32 KV")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     return p
 
@@ -142,6 +151,37 @@ def _check_target(args: argparse.Namespace, npu_options: dict) -> None:
             raise ValueError(f"{origin}: {exc}") from None
 
 
+def _kv_format(gen) -> dict:
+    """The KV cache format NpuEP's attention keeps (its target's) and one token's KV bytes in it."""
+    from .generation.kv_compare import kv_bytes_per_token
+
+    eps = gen._runner.eps
+    fmt = eps[0].target.kv_cache_dtype if eps else "float32"
+    return {"dtype": fmt, "bytes_per_token": kv_bytes_per_token(fmt, gen.info.n_layers, gen.info.kv_heads,
+                                                                gen.info.head_dim)}
+
+
+def _compare_kv(args: argparse.Namespace, model: str, io, buckets: list[int], max_kv_len: int,
+                npu_options: dict) -> int:
+    """``--compare-kv``: float32 KV against each format (``generation.kv_compare``)."""
+    from .generation.kv_compare import compare_kv_formats, format_effects
+
+    if args.cpu:
+        raise ValueError("--compare-kv compares NpuEP's KV cache formats: leave out --cpu")
+    options = {k: v for k, v in npu_options.items() if k != "kv_cache_dtype"}
+    effects = compare_kv_formats(model, _flat(args.prompt_ids), args.max_new_tokens, args.compare_kv,
+                                 npu_options=options, buckets=buckets, max_kv_len=max_kv_len,
+                                 chunked_prefill=args.chunked, prefill_chunk=args.prefill_chunk, io=io,
+                                 ort_log_level=4)
+    if args.json:
+        print(json.dumps([e.to_dict() for e in effects], indent=1))
+    else:
+        print(f"KV cache formats against float32 KV over {args.max_new_tokens} greedy tokens "
+              f"(logit drift over the steps before the first differing token):")
+        print(format_effects(effects))
+    return 0
+
+
 @quiet_interrupt
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -149,6 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().error(f"--max-kv-len must be >= 1 (the KV cache capacity in tokens), got {args.max_kv_len}")
     if args.prefill_chunk is not None and args.prefill_chunk < 1:
         build_parser().error(f"--prefill-chunk must be >= 1 (tokens per prefill chunk), got {args.prefill_chunk}")
+    from ..kernels.target import KV_CACHE_DTYPES
+
+    for fmt in [args.kv_cache_dtype or "float32", *(args.compare_kv or [])]:
+        if fmt not in KV_CACHE_DTYPES:
+            build_parser().error(f"unknown KV cache format {fmt!r} (known: {', '.join(KV_CACHE_DTYPES)})")
     from google.protobuf.message import DecodeError
 
     from .generation import Generator, KvCapacityError, PromptTooLongError, default_providers
@@ -159,7 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_target(args, npu_options)
         providers = ["CPUExecutionProvider"] if args.cpu else default_providers()
         if not args.cpu:
-            providers[0] = (providers[0][0], {**npu_options, **({"target": args.target} if args.target else {})})
+            npu_options = {**npu_options, **({"target": args.target} if args.target else {}),
+                           **({"kv_cache_dtype": args.kv_cache_dtype} if args.kv_cache_dtype else {})}
+            providers[0] = (providers[0][0], npu_options)
+        if args.compare_kv is not None:
+            return _compare_kv(args, model, io, buckets, max_kv_len, npu_options)
         gen = Generator(model, providers=providers, buckets=buckets, max_kv_len=max_kv_len,
                         chunked_prefill=args.chunked, ort_log_level=4, io=io,  # ORT errors: the one line below
                         prefill_chunk=args.prefill_chunk)
@@ -173,10 +222,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ort_exceptions() as exc:  # ONNX Runtime refused the model or failed a run (e.g. an allocation)
         print(f"npu-generate: {args.model}: ONNX Runtime failed: {ort_message(exc)}", file=sys.stderr)
         return 1
+    kv = _kv_format(gen)
     if args.json:
-        print(json.dumps({**res.summary(), "compile": gen.compile_stats()}, indent=1))
+        print(json.dumps({**res.summary(), "compile": gen.compile_stats(), "kv_cache": kv}, indent=1))
     else:
         print(format_result(res))
+        print(f"KV cache format {kv['dtype']}: {kv['bytes_per_token']:,.0f} bytes per token (every layer's K and V)")
         print(f"session: {gen.compile_stats()}")
     return 0
 
