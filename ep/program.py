@@ -10,11 +10,15 @@ new signature per token, so keeping every one grew by ~0.3 KB per step per shape
 signature's counts and emulated time stay in the totals; seen again, its call is a first call once more.
 A first call reuses, step by step, what earlier signatures bound and costed for the same step inputs, so a new
 past length mostly pays for the steps whose inputs grew.
+
+Every call runs in the extension (``ep/native/EXECUTOR.md``): ``_native.ProgramCall`` looks up the signature and
+runs its ``_native.StepLoop``; a new signature's first call and recording calls come back here (``_observe``), which
+walks the steps in Python to record their shapes and bind their native steps. The plain Python walk of the steps
+is the executor's test oracle (``tests/loop_oracle.py``), on no call path.
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import threading
 import weakref
@@ -25,6 +29,7 @@ from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
+from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
 
 from ..kernels.runtime import FIXED_INPUT_BYTES, PARTITION_OUTPUTS, extension
 from ..kernels.registry import KernelDef, OpCost, Prepared
@@ -32,7 +37,7 @@ from . import step_binding
 from .log import escape, logger
 from .weight_arena import pack_constants
 
-_extension = extension()  # the C++ loop and native steps; None when the extension is not built: the Python loop runs
+_extension = extension()  # the C++ call, loop and native steps every call runs on (None: not built, see _native_loop)
 
 
 UNKNOWN_RANK = "?"  # a declared input shape of unknown rank (Step.declared)
@@ -41,26 +46,10 @@ UNKNOWN_RANK = "?"  # a declared input shape of unknown rank (Step.declared)
 # IEEE results (inf, nan) are the kernels' answers, as on the CPU EP: numpy must not turn them into RuntimeWarnings
 # (errors under ``python -W error``). numpy 2 keeps its error state in a context variable; a program call sets it
 # to "ignore all" and resets it, which is ``np.errstate(all="ignore")`` without building the state on every call
-# (~0.2 us instead of ~1 us).
-class _ErrstateFallback:
-    """The context variable's set/reset through np.errstate, for a numpy that moved the variable."""
-
-    def set(self, _state: Any) -> Any:
-        token = np.errstate(all="ignore")
-        token.__enter__()
-        return token
-
-    def reset(self, token: Any) -> None:
-        token.__exit__(None, None, None)
-
-
-try:
-    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
-except ImportError:  # pragma: no cover - every numpy >= 2.0 (required) has it
-    _ERRSTATE, _IGNORE_ALL = _ErrstateFallback(), None
-else:
-    with np.errstate(all="ignore"):
-        _IGNORE_ALL = _ERRSTATE.get()
+# (~0.2 us instead of ~1 us). Every numpy >= 2.0 (required) has the variable (_ERRSTATE); the extension's call
+# sets it.
+with np.errstate(all="ignore"):
+    _IGNORE_ALL = _ERRSTATE.get()
 
 SIGNATURES_KEPT = 64  # input-shape signatures a program keeps (cost, counts, the extension's entry): the latest used
 _BOUND_SIGNATURES = 16  # input-shape signatures whose native steps a program keeps (a subset of the kept ones)
@@ -142,7 +131,7 @@ class Program:
                        tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, st)
                       for st in steps]
         self._env_size = n_slots + 1  # a call's slot table; in_slots -1 read the extra last slot (always None)
-        self._loop = self._native_loop()  # the hot path's loop in C++ (None without the extension: the loop below)
+        self._loop = self._native_loop()  # the default loop in C++: no native steps bound yet
         # signature -> native steps bound after its first call (ep.step_binding), and the loop that runs them
         self._bindings: dict[tuple, list] = {}
         self._bound: dict[tuple, Any] = {}
@@ -157,7 +146,7 @@ class Program:
                               and all(s in self._shape_derived for s in st.in_slots if s >= 0) for st in steps}
         self._input_perm: tuple[int, ...] | None = None  # set by rebind when ORT orders inputs differently
         self._marked = False  # mark_partition_outputs was called (rebind then marks again)
-        self._call = self._program_call()  # the hot path in C++ (None without the extension)
+        self._call = self._program_call()  # every call's entry, in C++
         self.arena_bytes = pack_constants(st.prepared for st in steps)  # weights as one huge-page stream
 
     @property
@@ -168,14 +157,12 @@ class Program:
     @record.setter
     def record(self, on: bool) -> None:
         self._recording = on
-        if self._call is not None:
+        if self._call is not None:  # None only while __init__ runs
             self._call.record = on
 
     def _program_call(self) -> Any:
-        """The extension's ProgramCall for this program, or None. It reaches ``_observe`` through a weak reference:
-        the program holds it, and a cycle through an extension object is never collected."""
-        if self._loop is None or not isinstance(_ERRSTATE, contextvars.ContextVar):
-            return None
+        """The extension's ProgramCall for this program. It reaches ``_observe`` through a weak reference: the
+        program holds it, and a cycle through an extension object is never collected."""
         ref = weakref.ref(self)
 
         def observe(inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -200,19 +187,18 @@ class Program:
         self.outputs = [by_name[n][1] for n in output_names]
         self._loop = self._native_loop()
         self._bound = {sig: self._native_loop(natives) for sig, natives in self._bindings.items()}
-        if self._call is not None:
-            self._call.set_perm(self._input_perm)
-            self._call.set_loop(self._loop)
-            for sig, loop in self._bound.items():
-                self._call.track(sig, loop)
+        self._call.set_perm(self._input_perm)
+        self._call.set_loop(self._loop)
+        for sig, loop in self._bound.items():
+            self._call.track(sig, loop)
         if self._marked:
             self.mark_partition_outputs()
 
     def _native_loop(self, natives: Sequence[Any] | None = None) -> Any:
-        """The extension's StepLoop over this program's steps (with a signature's native steps), or None when the
-        extension is not built."""
+        """The extension's StepLoop over this program's steps (with a signature's native steps)."""
         if _extension is None:
-            return None
+            raise ImportError("npu_ep.ep._native is not built: a compiled program runs on its native loop "
+                              "(build it: python setup.py build_ext --inplace)")
         natives = natives or [None] * len(self.steps)
         steps = [(st.kernel.run, st.prepared, st.in_slots,
                   tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, native)
@@ -254,44 +240,27 @@ class Program:
 
     def _late_counts(self) -> tuple[int, int]:
         """(calls, ns) of hot-path calls that finished after their signature was evicted."""
-        return tuple(self._call.late_counts()) if self._call is not None else (0, 0)
+        return tuple(self._call.late_counts())
 
     def _folded(self) -> dict[tuple, tuple[int, int]]:
         """Every call of the kept signatures: signature -> (calls, host ns)."""
         with self._lock:
             folded = {sig: (st.calls, st.ns) for sig, st in self._signatures.items()}
-        for sig, (c, ns) in (self._call.counts() if self._call is not None else {}).items():
+        for sig, (c, ns) in self._call.counts().items():
             have = folded.get(sig, (0, 0))
             folded[sig] = (have[0] + c, have[1] + ns)
         return folded
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-        if self._call is not None:  # what ORT's calls reach directly (ep/native/program_call.h)
-            return self._call(inputs)
-        if self._input_perm is not None:
-            inputs = tuple([inputs[i] for i in self._input_perm])
-        return self._observe(inputs)
-
-    def _python_loop(self, inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-        """What ``_native.StepLoop`` does in C++, in Python: the reference the native loop is tested against."""
-        env: list[Any] = [None] * self._env_size  # the extra last slot stays None: in_slots -1 read it
-        env[: len(inputs)] = inputs
-        for run, prepared, gather, out_slots, release, step in self._plan:
-            args = gather(env)
-            try:
-                outs = run(prepared, args)
-            except Exception as exc:
-                raise _failure(step, args, exc) from exc
-            for i, slot in out_slots:
-                env[slot] = outs[i]
-            for slot in release:
-                env[slot] = None
-        return tuple([env[s] for s in self.output_slots])
+        """The outputs for ``inputs`` in ORT's order: the call ORT's partition calls make directly
+        (``ep/native/program_call.h``)."""
+        return self._call(inputs)
 
     def _observe(self, inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         """A call that observes (inputs in the program's order): the first with a new input-shape signature keeps
         every step's input shapes for the cost model and binds native steps; recording keeps every intermediate
-        tensor. The hot path (``self._call``) does neither."""
+        tensor. The hot path (``self._call``) does neither; a known signature's call comes here only while
+        recording, or after its signature was evicted."""
         t0 = perf_counter_ns()
         signature = tuple([a.shape for a in inputs])
         known = signature in self._signatures
@@ -299,7 +268,7 @@ class Program:
         env[: len(inputs)] = inputs
         step_shapes: list[list] | None = None if known else []
         record = self.record
-        natives: list | None = [] if step_shapes is not None and self._loop is not None and not record else None
+        natives: list | None = [] if step_shapes is not None and not record else None
         token = _ERRSTATE.set(_IGNORE_ALL)
         try:
             for run, prepared, gather, out_slots, release, step in self._plan:
@@ -340,8 +309,6 @@ class Program:
             state = self._signatures.get(signature)
             if state is None:  # a first call (or one whose signature was evicted meanwhile: then without a cost)
                 state = self._admit(signature, step_shapes)
-            elif self._call is None:
-                self._signatures.move_to_end(signature)  # the recency the extension keeps otherwise
             state.calls += 1
             state.ns += elapsed
         return result
@@ -353,7 +320,7 @@ class Program:
             oldest = next(iter(self._bindings))
             del self._bindings[oldest]
             self._bound.pop(oldest, None)
-            if self._call is not None and oldest in self._signatures:
+            if oldest in self._signatures:
                 self._call.track(oldest, None)  # back to the default loop
         self._bindings[signature] = natives
         self._bound[signature] = self._native_loop(natives)
@@ -362,9 +329,8 @@ class Program:
         """Keep a new signature (from now on it takes the hot path) and evict the least recently used one beyond
         ``SIGNATURES_KEPT``: the extension picks it by its own clock of hot-path calls. Under ``_lock``."""
         state = self._signatures[signature] = _SignatureState(None, step_shapes=step_shapes)
-        if self._call is not None:
-            for sig, calls, ns in self._call.track(signature, self._bound.get(signature)):
-                self._evict(sig, calls, ns)
+        for sig, calls, ns in self._call.track(signature, self._bound.get(signature)):
+            self._evict(sig, calls, ns)
         while len(self._signatures) > SIGNATURES_KEPT:
             self._evict(next(iter(self._signatures)), 0, 0)
         return state

@@ -13,6 +13,7 @@ from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.partition import boundary
 from npu_ep.ep.program import NpuRuntimeError
 from npu_ep.kernels.target import Target
+from tests.loop_oracle import python_loop
 from tests.npu_testing import cpu_run, make_model
 
 F32 = TensorProto.FLOAT
@@ -308,16 +309,16 @@ def test_a_session_over_many_input_shapes_keeps_a_bounded_number_of_signatures()
     assert program.signatures[((1, 1),)] == 2 and program.emulated_seconds() > 0
 
 
-def test_without_the_extension_the_python_side_keeps_the_same_bound(monkeypatch):
+def test_a_program_runs_on_the_extension_and_says_so_when_it_is_not_built(monkeypatch):
+    """Every call runs in the extension (ProgramCall, StepLoop): there is no second, pure-Python way to run a
+    program, so without the extension compiling one fails naming what to build."""
     from npu_ep.ep import program as program_mod
 
-    monkeypatch.setattr(program_mod, "_extension", None)
     program = compiled(plumbing_model())
-    assert program._call is None
-    widths, outputs = _widths(), {}
-    for width in widths:
-        outputs[width] = program(_feed(width))[0]
-    _check_bounded(program, widths, outputs)
+    assert program._call is not None and program._loop is not None
+    monkeypatch.setattr(program_mod, "_extension", None)
+    with pytest.raises(ImportError, match=r"_native is not built.*build_ext"):
+        compiled(plumbing_model())
 
 
 def test_evicted_signatures_keep_their_calls_and_emulated_time_in_the_totals():
@@ -344,7 +345,7 @@ def test_the_extension_evicts_the_least_recently_called_signature_and_hands_back
 
     def observe(inputs):
         observed.append(tuple(a.shape for a in inputs))
-        return program._python_loop(inputs)
+        return python_loop(program, inputs)
 
     call = program_mod._extension.ProgramCall(observe, program_mod._ERRSTATE, program_mod._IGNORE_ALL,
                                                program._loop, 2)

@@ -1,5 +1,5 @@
-"""The program's hot loop in C++ (``_native.StepLoop``): the same slots, outputs, releases and errors as the
-Python loop it replaces (``Program._python_loop``), on hand-made steps and on compiled programs."""
+"""The program's loop in C++ (``_native.StepLoop``): the same slots, outputs, releases and errors as the
+executor's test oracle (``tests/loop_oracle.python_loop``), on hand-made steps and on compiled programs."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.partition import boundary
 from npu_ep.ep.program import NpuRuntimeError
 from npu_ep.kernels.target import Target
+from tests.loop_oracle import python_loop
 from tests.npu_testing import cpu_run, make_model
 
 F32 = TensorProto.FLOAT
@@ -161,14 +162,14 @@ def compiled(model):
     return compile_partition("p", nodes, inputs, outputs, Target.load("npu-ref"))
 
 
-def test_the_program_hot_path_runs_the_native_loop_and_matches_the_python_loop_and_the_cpu_ep():
+def test_the_program_hot_path_runs_the_native_loop_and_matches_the_oracle_and_the_cpu_ep():
     model = mlp_model()
     program = compiled(model)
     assert program._loop is not None  # the extension is built: the hot path is the C++ loop
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
-    first = program(x)  # observing path (Python loop)
+    first = program(x)  # the first call observes: it binds the native steps
     hot = program(x)
-    python = program._python_loop((x,))
+    python = python_loop(program, (x,))
     want = dict(zip(("z", "r"), cpu_run(model, {"x": x})))
     for a, b, io in zip(hot, python, program.outputs, strict=True):
         c = want[io.name]

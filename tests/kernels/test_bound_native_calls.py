@@ -20,6 +20,7 @@ from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 from npu_ep.quantization import quantize_matmul_nbits
 from tests.kernels.test_native_norm_matmul import _feeds, _model, _prepared
+from tests.loop_oracle import python_loop
 from tests.npu_testing import assignment, cpu_run, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
@@ -93,7 +94,7 @@ def test_conv_call_step_equals_the_kernel_and_declines_other_shapes(name):
     loop = program._bound[(x_shape,)]
     assert loop.native_steps == 1
     assert_same(program(x), [first])
-    assert_same([program._python_loop((x,))[0]], [first])
+    assert_same([python_loop(program, (x,))[0]], [first])
     np.testing.assert_allclose(first, cpu_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
     assert program.native_step_counts == (1, 0)
     # the same signature never reaches it with another shape here; a direct call does
@@ -325,7 +326,7 @@ def test_float_matmul_call_step_equals_the_kernel_bit_for_bit(name):
     assert loop.native_steps == 1
     got = program(a)[0]
     assert got.dtype == first.dtype and got.tobytes() == first.tobytes()
-    assert program._python_loop((a,))[0].tobytes() == first.tobytes()
+    assert python_loop(program, (a,))[0].tobytes() == first.tobytes()
     assert program.native_step_counts == (1, 0)
     want = cpu_run(model, {"a": a})[0]
     if want.dtype == np.uint8:  # the CPU EP's float sums differ by ulps: a code may move by one at a tie

@@ -15,6 +15,7 @@ from npu_ep.kernels import runtime
 from npu_ep.kernels.ops import matmul
 from tests.kernels._isa import ISA_ORDER, host_isas
 from tests.kernels.test_bound_native_calls import compiled, float_mm_model, prepared
+from tests.loop_oracle import python_loop
 from tests.npu_testing import assignment, cpu_run, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
@@ -123,7 +124,7 @@ BIG = ((2, 64, 512), 512, 520)  # 64 M multiply-adds: a product host_blas would 
 
 
 @pytest.mark.skipif(not AVX512, reason="the packed GEMM is the native float MatMul on AVX-512 hosts only")
-def test_a_large_product_binds_the_packed_gemm_and_the_python_loop_gives_its_bits():
+def test_a_large_product_binds_the_packed_gemm_and_the_loop_oracle_gives_its_bits():
     a_shape, k, n = BIG
     model = float_mm_model(a_shape, k, n, tail=("bias", "relu"))
     program = compiled(model)
@@ -132,7 +133,7 @@ def test_a_large_product_binds_the_packed_gemm_and_the_python_loop_gives_its_bit
     assert program._bound[(a_shape,)].native_steps == 1
     got = program(a)[0]
     assert got.tobytes() == first.tobytes()
-    assert program._python_loop((a,))[0].tobytes() == first.tobytes()
+    assert python_loop(program, (a,))[0].tobytes() == first.tobytes()
     (step,) = program.steps
     assert matmul.PACKED_B in step.prepared.memo
     b, bias = (np.asarray(step.prepared.consts[c]) for c in ("b", "ep_bias"))
@@ -233,7 +234,7 @@ def test_a_float_group_runs_packed_and_its_bound_step_gives_the_kernels_bits(swi
     assert matmul.PACKED_B in step.prepared.memo
     assert program._bindings[((1, m, k),)][i] is not None  # the group is a native step
     assert all(g.tobytes() == f.tobytes() for g, f in zip(program(x), first))
-    assert all(g.tobytes() == f.tobytes() for g, f in zip(program._python_loop((x,)), first))
+    assert all(g.tobytes() == f.tobytes() for g, f in zip(python_loop(program, (x,)), first))
     assert program.native_step_counts[1] == 0
     w, rows = step.prepared.consts["w"].astype(np.float64), x.reshape(m, k).astype(np.float64)
     exact = rows @ w
