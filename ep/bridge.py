@@ -60,6 +60,10 @@ class EpSession:
         self._split = self.options.host_threads >= 2
         if self._split:
             allow_split(True)
+        # Set by the shim's CreateEp (ep/native/factory.cc): this session's NPU-memory counters, and whether its
+        # OrtEpDevice keeps partition inputs/outputs in NPU memory ("npu") or host memory ("host").
+        self.device_stats_key: int | None = None
+        self.device_memory = "host"
         LIVE_SESSIONS.add(self)
 
     # -- GetCapability -------------------------------------------------------------------------------------------
@@ -108,6 +112,14 @@ class EpSession:
     def compatibility_info(self, graph: Mapping[str, Any]) -> str:
         return compatibility_info(self.target)
 
+    def device_counters(self) -> dict[str, Any]:
+        """This session's NPU memory: its allocator's live/peak bytes and allocations, and the copies ORT made
+        through NpuEP's data transfer (count, bytes, emulated DMA us per direction); ``memory`` says where its
+        partitions keep their inputs and outputs."""
+        if self.device_stats_key is None:
+            raise LookupError("this EpSession was not created by the plugin (no NPU-memory counters)")
+        return counters_with_dma(self.device_stats_key, self.target, self.device_memory)
+
     def release(self) -> None:  # not session_scoped: ORT's destructor calls it, maybe inside a ContextVar.set
         self._declines.flush(final=True, session_level=self.log_level)  # ORT gave up before its last GetCapability
         self.programs.clear()
@@ -128,6 +140,22 @@ def partition_label(ep_name: str, name: str, nodes: Sequence[NodeInfo]) -> str:
     first = escape(nodes[0].op_type) if nodes else "empty"
     return (f"'{ep_name}_{first}_{index.group(1) if index else 0}' ({len(nodes)} node{'s' * (len(nodes) != 1)}, "
             f"ORT node '{name}')")
+
+
+def counters_with_dma(key: int, target: Target, memory: str) -> dict[str, Any]:
+    """The shim's NPU-memory counters under ``key`` with each direction's emulated DMA time: every copy is one
+    transfer of the target's DMA engine (``kernels.cost.dma_cycles``, the cost model's one formula)."""
+    from ..kernels.cost import dma_cycles
+    from . import _native
+
+    c: dict[str, Any] = dict(_native.device_stats(key))
+    for direction in ("to_npu", "to_host", "on_npu"):
+        copies, nbytes = c[f"copies_{direction}"], c[f"bytes_{direction}"]
+        cycles = dma_cycles(target, nbytes, transfers=copies) if copies else 0.0
+        c[f"dma_us_{direction}"] = cycles / target.clock_hz * 1e6
+    c["memory"] = memory
+    c["target"] = target.name
+    return c
 
 
 def create_ep(ep_name: str, config: Mapping[str, str]) -> EpSession:

@@ -251,6 +251,15 @@ const char* ORT_API_CALL GetCompatibilityInfo(OrtEp* self, const OrtGraph* graph
   return ep->compat_info.c_str();
 }
 
+// The session's own NPU allocator, so that its counters are its own (the factory's serves the environment).
+OrtStatus* ORT_API_CALL CreateAllocator(OrtEp* self, const OrtMemoryInfo* info, OrtAllocator** allocator) noexcept {
+  *allocator = nullptr;
+  if (info != nullptr && !IsNpuMemory(g_ep_api->MemoryInfo_GetMemoryDevice(info)))
+    return MakeStatus(ORT_INVALID_ARGUMENT, "NpuEP: no allocator for that memory (NpuEP allocates NPU memory)");
+  *allocator = NewNpuAllocator(static_cast<NpuEp*>(self)->device_key);
+  return nullptr;
+}
+
 }  // namespace
 
 NpuEp::NpuEp(NpuEpFactory* f, std::string n, py::object s) : factory(f), name(std::move(n)), session(std::move(s)) {
@@ -262,6 +271,7 @@ NpuEp::NpuEp(NpuEpFactory* f, std::string n, py::object s) : factory(f), name(st
   OrtEp::ReleaseNodeComputeInfos = npu_ep::ReleaseNodeComputeInfos;
   OrtEp::GetPreferredDataLayout = npu_ep::GetPreferredDataLayout;
   OrtEp::GetCompiledModelCompatibilityInfo = GetCompatibilityInfo;
+  OrtEp::CreateAllocator = npu_ep::CreateAllocator;
 }
 
 NpuEp::~NpuEp() {

@@ -6,6 +6,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "device_memory.h"
 #include "partition_kernel.h"
 
 namespace npu_ep {
@@ -24,6 +25,8 @@ struct NpuEp : OrtEp {
   // of the weights; ORT keeps them for the session and passes them as fused-node inputs, which Compute checks
   // and skips). Off when the session writes an EPContext model, whose nodes must not reference the weights.
   bool borrow_initializers = false;
+  // This session's NPU-memory counters (device_memory.h): its allocator's buffers and the copies into and out of them.
+  uint64_t device_key = NewDeviceStatsKey();
   std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<PartitionKernel>> kernels;  // by fused node name
 };

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 
+#include "device_memory.h"
 #include "execution_provider.h"
 #include "graph_view.h"
 
@@ -14,6 +15,7 @@ const OrtEpApi* g_ep_api = nullptr;
 const OrtModelEditorApi* g_model_editor = nullptr;
 
 inline constexpr const char* kBridgeModule = "npu_ep.ep.bridge";
+inline constexpr const char* kMemoryKey = "npu_ep.memory";  // OrtEpDevice metadata: "host" or "npu"
 
 struct NpuEpFactory : OrtEpFactory {
   std::string ep_name;
@@ -29,35 +31,49 @@ const char* ORT_API_CALL FactoryName(const OrtEpFactory* f) noexcept {
 const char* ORT_API_CALL FactoryVendor(const OrtEpFactory* f) noexcept {
   return static_cast<const NpuEpFactory*>(f)->vendor.c_str();
 }
-uint32_t ORT_API_CALL FactoryVendorId(const OrtEpFactory*) noexcept { return 0x4E50; }  // "NP"
+uint32_t ORT_API_CALL FactoryVendorId(const OrtEpFactory*) noexcept { return kNpuVendorId; }
 const char* ORT_API_CALL FactoryVersion(const OrtEpFactory* f) noexcept {
   return static_cast<const NpuEpFactory*>(f)->version.c_str();
 }
 
-// One OrtEpDevice on the CPU: the emulated NPU computes in host memory, so ORT's default CPU allocator serves our
-// inputs and outputs and no data transfer is needed.
+// Two OrtEpDevices on the CPU: the emulated NPU computes in host memory either way. The first (what
+// providers=["NpuEP"] selects) keeps partition inputs and outputs in host memory, where ORT's CPU allocator serves
+// them and no copy is made; the second (metadata npu_ep.memory=npu) declares NPU memory as its device memory, so
+// ORT allocates partition inputs and outputs there and copies at CPU<->NPU boundaries through NpuEP's data transfer.
 OrtStatus* ORT_API_CALL GetSupportedDevices(OrtEpFactory* f, const OrtHardwareDevice* const* devices, size_t n,
                                             OrtEpDevice** ep_devices, size_t max_ep_devices,
                                             size_t* num_ep_devices) noexcept {
   *num_ep_devices = 0;
-  for (size_t i = 0; i < n && *num_ep_devices < max_ep_devices; ++i) {
+  for (size_t i = 0; i < n; ++i) {
     if (g_ort->HardwareDevice_Type(devices[i]) != OrtHardwareDeviceType_CPU) continue;
-    OrtKeyValuePairs* metadata = nullptr;
-    g_ort->CreateKeyValuePairs(&metadata);
-    g_ort->AddKeyValuePair(metadata, "npu_ep.device", "emulated-npu");
-    OrtEpDevice* device = nullptr;
-    OrtStatus* s = g_ep_api->CreateEpDevice(f, devices[i], metadata, nullptr, &device);
-    g_ort->ReleaseKeyValuePairs(metadata);
-    if (s) return s;
-    ep_devices[(*num_ep_devices)++] = device;
+    for (const char* memory : {"host", "npu"}) {
+      if (*num_ep_devices >= max_ep_devices) break;
+      OrtKeyValuePairs* metadata = nullptr;
+      g_ort->CreateKeyValuePairs(&metadata);
+      g_ort->AddKeyValuePair(metadata, "npu_ep.device", "emulated-npu");
+      g_ort->AddKeyValuePair(metadata, kMemoryKey, memory);
+      OrtEpDevice* device = nullptr;
+      OrtStatus* s = g_ep_api->CreateEpDevice(f, devices[i], metadata, nullptr, &device);
+      g_ort->ReleaseKeyValuePairs(metadata);
+      if (s) return s;
+      if (std::strcmp(memory, "npu") == 0 && (s = g_ep_api->EpDevice_AddAllocatorInfo(device, NpuMemoryInfo())))
+        return s;
+      ep_devices[(*num_ep_devices)++] = device;
+    }
     break;
   }
   return nullptr;
 }
 
-OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const*, const OrtKeyValuePairs* const*,
-                                 size_t num_devices, const OrtSessionOptions* options, const OrtLogger*,
-                                 OrtEp** out) noexcept {
+// "npu" when the session's OrtEpDevice declares NPU memory as its device memory, else "host".
+std::string DeviceMemoryOf(const OrtKeyValuePairs* metadata) {
+  const char* memory = metadata ? g_ort->GetKeyValue(metadata, kMemoryKey) : nullptr;
+  return memory && std::strcmp(memory, "npu") == 0 ? "npu" : "host";
+}
+
+OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const*,
+                                 const OrtKeyValuePairs* const* metadata, size_t num_devices,
+                                 const OrtSessionOptions* options, const OrtLogger*, OrtEp** out) noexcept {
   auto* factory = static_cast<NpuEpFactory*>(f);
   *out = nullptr;
   if (num_devices != 1) return MakeStatus(ORT_INVALID_ARGUMENT, "NpuEP: expected exactly one device");
@@ -68,6 +84,8 @@ OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const
     const bool writes_epcontext = config.attr("get")("ep.context_enable", "0").cast<std::string>() == "1";
     py::object session = bridge.attr("create_ep")(factory->ep_name, config);
     auto* ep = new NpuEp(factory, factory->ep_name, std::move(session));
+    ep->session.attr("device_stats_key") = ep->device_key;
+    ep->session.attr("device_memory") = DeviceMemoryOf(metadata[0]);
     ep->borrow_initializers = !writes_epcontext;
     *out = ep;
   });
@@ -86,14 +104,21 @@ OrtStatus* ORT_API_CALL ValidateCompatibility(OrtEpFactory*, const OrtHardwareDe
 }
 
 // Fields "since 1.23" are called unconditionally by ORT when ort_version_supported >= 23: all must be set.
-OrtStatus* ORT_API_CALL CreateAllocator(OrtEpFactory*, const OrtMemoryInfo*, const OrtKeyValuePairs*,
+// The environment's shared NPU allocator (values users create outside a session); sessions get their own from
+// OrtEp::CreateAllocator, so their counters stay apart.
+OrtStatus* ORT_API_CALL CreateAllocator(OrtEpFactory*, const OrtMemoryInfo* info, const OrtKeyValuePairs*,
                                         OrtAllocator** allocator) noexcept {
-  *allocator = nullptr;  // ORT's default CPU allocator
+  *allocator = nullptr;
+  if (info != nullptr && !IsNpuMemory(g_ep_api->MemoryInfo_GetMemoryDevice(info)))
+    return MakeStatus(ORT_INVALID_ARGUMENT, "NpuEP: no allocator for that memory (NpuEP allocates NPU memory)");
+  *allocator = NewNpuAllocator(0);
   return nullptr;
 }
-void ORT_API_CALL ReleaseAllocator(OrtEpFactory*, OrtAllocator*) noexcept {}
+void ORT_API_CALL ReleaseAllocator(OrtEpFactory*, OrtAllocator* allocator) noexcept {
+  ReleaseNpuAllocator(allocator);
+}
 OrtStatus* ORT_API_CALL CreateDataTransfer(OrtEpFactory*, OrtDataTransferImpl** transfer) noexcept {
-  *transfer = nullptr;  // host memory only
+  *transfer = NewNpuDataTransfer();  // CPU<->NPU and NPU<->NPU
   return nullptr;
 }
 bool ORT_API_CALL IsStreamAware(const OrtEpFactory*) noexcept { return false; }
@@ -131,6 +156,7 @@ NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   g_model_editor = api->GetModelEditorApi();
   if (!g_ep_api || !g_model_editor) return MakeStatus(ORT_FAIL, "NpuEP: this ONNX Runtime build lacks the EP API");
   if (max_factories < 1) return MakeStatus(ORT_INVALID_ARGUMENT, "NpuEP: no room for a factory");
+  if (OrtStatus* s = CreateDeviceMemoryInfo()) return s;
 
   auto* f = new NpuEpFactory();
   std::memset(static_cast<OrtEpFactory*>(f), 0, sizeof(OrtEpFactory));

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "device_memory.h"
 #include "kernels/native/thread_pool.h"
 #include "output_buffers.h"
 #include "program_call.h"
@@ -77,6 +78,8 @@ py::dict AllStats() {
     d["program_ns"] = s->program_ns.load();
     d["bytes_in"] = s->bytes_in.load();
     d["bytes_out"] = s->bytes_out.load();
+    d["bytes_in_npu"] = s->bytes_in_npu.load();
+    d["bytes_out_npu"] = s->bytes_out_npu.load();
     out[py::str(name)] = d;
   }
   return out;
@@ -90,6 +93,8 @@ void ResetStats() {
     s->program_ns = 0;
     s->bytes_in = 0;
     s->bytes_out = 0;
+    s->bytes_in_npu = 0;
+    s->bytes_out_npu = 0;
   }
 }
 
@@ -185,7 +190,7 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
     ~InFlight() { g_in_flight.fetch_sub(1); }
   } in_flight;
   const uint64_t t0 = NowNs();
-  uint64_t program_ns = 0, bytes_in = 0, bytes_out = 0;
+  uint64_t program_ns = 0, bytes_in = 0, bytes_out = 0, bytes_in_npu = 0, bytes_out_npu = 0;
   OrtStatus* status = WithPython(k->where, [&]() {
     size_t n_in = 0, n_out = 0;
     Check(g_ort->KernelContext_GetInputCount(ctx, &n_in));
@@ -212,6 +217,7 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
                                         std::to_string(k->input_types[j]));
       py::array view = TensorView(v, k->input_dtypes[j], meta);
       bytes_in += static_cast<uint64_t>(view.nbytes());
+      if (IsNpuValue(v)) bytes_in_npu += static_cast<uint64_t>(view.nbytes());
       PyTuple_SET_ITEM(args.ptr(), j++, view.release().ptr());  // the new tuple's empty slot takes the reference
     }
     const uint64_t tp = NowNs();
@@ -248,6 +254,7 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
         throw OrtError(ORT_EP_FAIL, "output " + std::to_string(i) + " " + ShapeString(dims) + " size mismatch");
       if (expected && dst != a.data()) std::memcpy(dst, a.data(), expected);  // equal: computed in place
       bytes_out += expected;
+      if (IsNpuValue(out)) bytes_out_npu += expected;
     }
   });
   BridgeStats* s = k->stats;
@@ -256,6 +263,8 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
   s->program_ns.fetch_add(program_ns, std::memory_order_relaxed);
   s->bytes_in.fetch_add(bytes_in, std::memory_order_relaxed);
   s->bytes_out.fetch_add(bytes_out, std::memory_order_relaxed);
+  s->bytes_in_npu.fetch_add(bytes_in_npu, std::memory_order_relaxed);
+  s->bytes_out_npu.fetch_add(bytes_out_npu, std::memory_order_relaxed);
   return status;
 }
 

@@ -20,6 +20,10 @@ struct BridgeStats {
   std::atomic<uint64_t> program_ns{0};  // inside the Python program
   std::atomic<uint64_t> bytes_in{0};
   std::atomic<uint64_t> bytes_out{0};
+  // Of bytes_in/bytes_out, those found in NPU memory (device_memory.h): they did not cross at this call (a copy
+  // that brought them there is counted by the data transfer). The rest sat in host memory: each call crossed them.
+  std::atomic<uint64_t> bytes_in_npu{0};
+  std::atomic<uint64_t> bytes_out_npu{0};
 };
 
 // A fused-node input that is a constant initializer ORT keeps for the session (NpuEp::borrow_initializers): the
