@@ -19,7 +19,9 @@ import numpy as np
 from ..registry import Prepared
 from ..shape_memo import memo_per_shape
 from .. import runtime
+from . import _kv_traffic
 from ._kv_pool import present_buffer
+from ._kv_state import KV_STATE
 from ..runtime import PARTITION_OUTPUTS
 from ._util import arg
 
@@ -60,11 +62,12 @@ def _static_made(a: dict, h: int) -> tuple:
 
 def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
         past_k: np.ndarray | None, past_v: np.ndarray | None, past_b: list[int], total_b: list[int],
-        t_buf: int) -> list[np.ndarray] | None:
+        t_buf: int, into: tuple[np.ndarray, np.ndarray] | None = None) -> list[np.ndarray] | None:
     """[output, present_key, present_value] from the native kernel, or None (reason in ``p.memo[FALLBACK]``).
 
-    The presents are ORT's own output buffers when they are outputs of the partition (written in place, every row
-    past the new valid length zeroed), else views of the node's pooled buffer."""
+    The presents are ``into`` when given (the past buffers themselves: the kernel appends the new rows in place and
+    leaves every other row), else ORT's own output buffers when they are outputs of the partition (written in
+    place, every row past the new valid length zeroed), else views of the node's pooled buffer."""
     b, s, d = query.shape
     why = _refusal(query, past_k, past_b, s, t_buf)
     p.memo[FALLBACK] = why
@@ -75,8 +78,9 @@ def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray
     h = d // n if key is not None else d // (n + 2 * nkv)
     n, nkv, scale, softcap, window, interleaved = _static(p, h)
     shape = (b, nkv, t_buf, h)
-    pk = runtime.ort_output(p, 1, shape, query.dtype)
-    pv = None if pk is None else runtime.ort_output(p, 2, shape, query.dtype)
+    pk, pv = into if into is not None else (runtime.ort_output(p, 1, shape, query.dtype), None)
+    if into is None and pk is not None:
+        pv = runtime.ort_output(p, 2, shape, query.dtype)
     slot = None
     if pv is None:
         kv, slot = present_buffer(p, (2, *shape), query.dtype)
@@ -97,14 +101,21 @@ def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray
                   cos, sin, interleaved, pos, runtime.threads(p))
     if slot is not None:
         slot[1] = max(past_b) + s
+    in_place = past_k is not None and _same_data(past_k, pk) and _same_data(past_v, pv)  # as the kernel decides
+    _kv_traffic.count(p, in_place, 2 * nkv * h * pk.itemsize, b * s,
+                      sum(past_b) if past_k is not None and not in_place else 0)
     return [out, pk, pv]
+
+
+def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
 def bind(p: Prepared, inputs, outs) -> Any:
     """The native path as a step the program's loop runs itself (``ep/native/gqa_step.cc``), for a decoder's node
     whose presents are outputs of the partition; None otherwise (the kernel keeps running). The step resolves the
     lengths from seqlens_k and total_sequence_length on every call as ``attention._run`` does, and declines what
-    it was not bound for."""
+    it was not bound for, and every call once the session keeps a stateful KV (``_kv_state``)."""
     where = p.memo.get(PARTITION_OUTPUTS)
     ext = runtime.extension()
     if (ext is None or runtime.native(p) is None or p.memo.get(FALLBACK) is not None or not where
@@ -134,4 +145,6 @@ def bind(p: Prepared, inputs, outs) -> Any:
     shape = lambda x: None if x is None else x.shape  # noqa: E731
     return ext.GqaStep(query.dtype, query.shape, shape(key), shape(past_k), seqlens.shape, total.shape, shape(pos),
                        cos, sin, (where[1], where[2]), n, nkv, scale, softcap, window, interleaved,
-                       runtime.threads(p), [runtime.setting_guard(p), (p.memo, PARTITION_OUTPUTS, where)])
+                       runtime.threads(p), [runtime.setting_guard(p), (p.memo, PARTITION_OUTPUTS, where),
+                                            (p.memo, KV_STATE, None)],
+                       _kv_traffic.counters(p))

@@ -58,8 +58,9 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from . import _gqa_native
+from . import _gqa_native, _kv_traffic
 from ._kv_pool import present_buffer
+from ._kv_state import KV_STATE, KvState, check_continues
 from ._util import arg, stash_constants
 from ._vector import itemsize_of, transcendental
 from .rotary import rotate_inplace, signed_sin, wide_cos
@@ -168,20 +169,27 @@ def _rope(p: Prepared, inputs, qk: np.ndarray, past_b: list[int]) -> None:
 
 
 def _presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None, k_new: np.ndarray,
-              v_new: np.ndarray, past_b: list[int], t_buf: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+              v_new: np.ndarray, past_b: list[int], t_buf: int, dtype: np.dtype,
+              into: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """present_key/present_value [B, Nkv, T, H] from the new rows k_new, v_new [B, S, Nkv, H]: each batch's valid
-    past prefix, its S new rows, zeros after.
+    past prefix, its S new rows, zeros after; or, with ``into`` (presents that are the past buffers themselves),
+    only the S new rows written at each batch's past length, every other row left as it is.
 
     Both are views of one [2, B, Nkv, T, H] buffer (so one call zeroes both tails) from the node's pool: only the
     rows the buffer's previous use left nonzero past the new valid length are zeroed, so a decode step writes the
     prefix and one new row, not the whole zero tail.
     """
     b, s, nkv, h = v_new.shape
-    kv, slot = present_buffer(p, (2, b, nkv, t_buf, h), dtype)
-    dirty = slot[1]
     start = past_b[0]
     spans = ((slice(None), start),) if b == 1 or past_b.count(start) == b else \
         [(slice(i, i + 1), x) for i, x in enumerate(past_b)]
+    if into is not None:
+        for rows, start in spans:
+            into[0][rows, :, start:start + s] = k_new[rows].transpose(0, 2, 1, 3)
+            into[1][rows, :, start:start + s] = v_new[rows].transpose(0, 2, 1, 3)
+        return into
+    kv, slot = present_buffer(p, (2, b, nkv, t_buf, h), dtype)
+    dirty = slot[1]
     for rows, start in spans:  # ragged batches: one slice copy per batch row (B rows, not tiles)
         if start:
             kv[0, rows, :, :start] = 0 if past_k is None else past_k[rows, :, :start]
@@ -383,8 +391,9 @@ def _causal_bias(s: int, window: int, dtype: type) -> np.ndarray:
 
 def _general(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
              past_k: np.ndarray | None, past_v: np.ndarray | None, past_b: list[int], total_b: list[int],
-             t_buf: int) -> list[np.ndarray]:
-    """Any batch and lengths: prefill, chunks, batched and ragged decode (masked where needed)."""
+             t_buf: int, into: tuple[np.ndarray, np.ndarray] | None = None) -> list[np.ndarray]:
+    """Any batch and lengths: prefill, chunks, batched and ragged decode (masked where needed); ``into``: presents
+    updated in place (``_presents``)."""
     a = p.attrs
     n, nkv = a["num_heads"], a["kv_num_heads"]
     cdt = np.float64 if a["itemsize"] == 8 else np.float32
@@ -392,7 +401,7 @@ def _general(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, val
     b, s, _, h = qk.shape
     if a["do_rotary"]:
         _rope(p, inputs, qk, past_b)
-    present_k, present_v = _presents(p, past_k, past_v, qk[:, :, n:], v_new, past_b, t_buf, query.dtype)
+    present_k, present_v = _presents(p, past_k, past_v, qk[:, :, n:], v_new, past_b, t_buf, query.dtype, into)
 
     window = int(a["local_window_size"])
     lo, hi = _key_range(past_b, total_b, s, t_buf, window)  # keys outside are never visible: not read at all
@@ -419,7 +428,10 @@ def _general(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, val
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     query, key, value, past_k, past_v, seqlens_k, total = _args(p, inputs)
     total = int(total.item())
-    b, s = query.shape[:2]
+    s = query.shape[1]
+    state = p.memo.get(KV_STATE)
+    if state is not None and past_k is not None and past_k.shape[2] == 0:
+        return _stateful(p, state, inputs, query, key, value, past_k.shape[3], seqlens_k, total)
     past_len = 0 if past_k is None else past_k.shape[2]
     if total != past_len + s and total > past_len:  # ORT's rule, and its message
         raise ValueError(f"GroupQueryAttention: total_sequence_length must equal past_sequence_length + "
@@ -428,17 +440,66 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
                          f"kv_sequence_length={s}")
     past_b, total_b = _lengths(seqlens_k, total, s)
     t_buf = max(total, past_len)
+    into = _aliased_presents(p, past_k, past_v, t_buf, query.dtype)
+    return _compute(p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf, into, s == total)
+
+
+def _aliased_presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None, t_buf: int,
+                      dtype: np.dtype) -> tuple[np.ndarray, np.ndarray] | None:
+    """ORT's present buffers when they are the past buffers themselves (one OrtValue bound to both by IOBinding:
+    the shared-buffer mode of ORT's GroupQueryAttention, where present T equals the past length), else None."""
+    if past_k is None or past_v is None or past_k.shape[2] != t_buf:
+        return None
+    pk = runtime.ort_output(p, 1, past_k.shape, dtype)
+    if pk is None or pk.__array_interface__["data"][0] != past_k.__array_interface__["data"][0]:
+        return None
+    pv = runtime.ort_output(p, 2, past_v.shape, dtype)
+    if pv is None or pv.__array_interface__["data"][0] != past_v.__array_interface__["data"][0]:
+        return None
+    return pk, pv
+
+
+def _compute(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
+             past_k: np.ndarray | None, past_v: np.ndarray | None, past_b: list[int], total_b: list[int], t_buf: int,
+             into: tuple[np.ndarray, np.ndarray] | None, first: bool) -> list[np.ndarray]:
+    """The op for resolved lengths: the native kernel unless it records why the reference must run
+    (_gqa_native.FALLBACK), else the reference; ``into``: presents that are the past buffers, updated in place;
+    ``first``: a first prompt (S == total_sequence_length)."""
     nat = runtime.native(p)
-    if nat is not None:  # the native kernel, unless it records why the reference must run (_gqa_native.FALLBACK)
-        done = _gqa_native.run(nat, p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf)
+    if nat is not None:
+        done = _gqa_native.run(nat, p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf, into)
         if done is not None:
             return done
+    b, s = query.shape[:2]
     pb = past_b[0]
-    if b == 1 and s == total == t_buf and s > 1 and p.attrs["num_heads"] * s * s * 8 <= _SCORES_BUDGET:
-        return _first_prompt(p, inputs, query, key, value, min(total_b[0], s))  # its [N, S, S] scores are one block
-    if b == s == 1 and total_b[0] == pb + 1 <= t_buf:
-        return _one_token(p, inputs, query, key, value, past_k, past_v, pb, t_buf)
-    return _general(p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf)
+    if into is not None:
+        done = _general(p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf, into)
+    elif b == 1 and first and s == t_buf and s > 1 and p.attrs["num_heads"] * s * s * 8 <= _SCORES_BUDGET:
+        done = _first_prompt(p, inputs, query, key, value, min(total_b[0], s))  # its [N, S, S] scores: one block
+    elif b == s == 1 and total_b[0] == pb + 1 <= t_buf:
+        done = _one_token(p, inputs, query, key, value, past_k, past_v, pb, t_buf)
+    else:
+        done = _general(p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf)
+    copied = sum(past_b) if past_k is not None and into is None else 0
+    _kv_traffic.count(p, into is not None, 2 * done[1].shape[1] * done[1].shape[3] * done[1].itemsize, b * s, copied)
+    return done
+
+
+def _stateful(p: Prepared, state: KvState, inputs, query: np.ndarray, key: np.ndarray | None,
+              value: np.ndarray | None, h: int, seqlens_k: np.ndarray, total: int) -> list[np.ndarray]:
+    """A run of the stateful KV (``_kv_state``): the current sequence's buffers are the past and, in place, the
+    presents; ORT gets empty presents."""
+    b, s = query.shape[:2]
+    first = s == total
+    past_b, total_b = _lengths(seqlens_k, total, s)
+    nkv = int(p.attrs["kv_num_heads"])
+    seq = state.buffers(id(p), (b, nkv, h), query.dtype, first)
+    check_continues(seq, state.current(), past_b, s, state.capacity, first)
+    pk, pv = seq.kv[0], seq.kv[1]
+    out = _compute(p, inputs, query, key, value, pk, pv, past_b, total_b, state.capacity, (pk, pv), first)[0]
+    seq.lengths = list(total_b)
+    empty = np.empty((b, nkv, 0, h), query.dtype)
+    return [out, empty, empty]
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
