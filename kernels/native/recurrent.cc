@@ -6,8 +6,8 @@
 // and gate math (16 AVX-512 lanes, or scalar).
 // The numpy reference (kernels/ops/recurrent.py) is the specification: gate orders LSTM i, o, f, c and GRU z, r, h;
 // `clip` bounds every gate's pre-activation. The products run on the packed float GEMM (packed_sgemm.h) with W^T
-// and R^T packed once by the caller (numpy's BLAS is slow on one row of h at a time: ep/native/EXECUTOR.md, session
-// 22); its fixed order gives the same bits at any thread count.
+// and R^T packed once by the caller (numpy's BLAS is slow on one row of h at a time: PERF.md's executor
+// history, session 22); its fixed order gives the same bits at any thread count.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -525,7 +525,7 @@ def test_unit_stride_maxpool_column_pass_bit_exact(isa, xs, attrs):
 def test_maxpool_over_minus_infinity_equals_the_reference(isa, xs, attrs, padded):
     """A window of -inf values gives -inf, and -FLT_MAX where it reaches the padding (the reference pads with
     -FLT_MAX, as MLAS pads a row's ends); the native kernel gave -FLT_MAX everywhere. Without padding ORT agrees.
-    With padding ORT's answer depends on its implementation (ep/native/EXECUTOR.md, session 23: its 2-D kernel
+    With padding ORT's answer depends on its implementation (PERF.md's executor history, session 23: its 2-D kernel
     ignores the padded rows, its dilated one every pad, its 1-D one gives -FLT_MAX even inside), so the reference
     keeps one rule."""
     x = np.full(xs, -np.inf, np.float32)

@@ -184,7 +184,7 @@ def _paired_us(a, b, reps: int, block: int = 100) -> tuple[float, float, float]:
 
 
 def overhead_table(reps: int, target: Target, chain: int = 64) -> list[str]:
-    """Per-step and per-call cost of the Python program (what a native executor removes, ep/native/EXECUTOR.md):
+    """Per-step and per-call cost of the Python program (what the native executor removed, PERF.md's executor history):
     a chain of Relu on [1, 8] (kernel work ~nothing) and a one-node partition through session.run."""
     from ...ep.sessions import session_of
 
