@@ -19,6 +19,7 @@ from onnxscript import optimizer
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 from onnxscript.rewriter.ort_fusions import rms_normalization, skip_normalization
 
+from ..kernels.fusion import patterns
 from .options import RewriteOptions, RewriteReport
 from .rule_set import apply_rule_set
 from .shape_plumbing import normalize_shape_plumbing
@@ -30,6 +31,7 @@ class RmsNormDivFusion(RewriteRuleClassBase):
     """``scale * (x * Div(1, Sqrt(ReduceMean(x^2, [-1]) + eps)))`` (or ``Div(x, rms)``) -> SimplifiedLayerNorm.
 
     ``axes_attr``: ReduceMean takes its axes as an attribute (opset <= 17, e.g. TorchScript's default opset 17).
+    The chain is ``kernels.fusion.patterns.rms_norm``, which the compiler's in-partition rms fusion matches too.
     """
 
     def __init__(self, name: str, reciprocal: bool, axes_attr: bool = False) -> None:
@@ -38,13 +40,8 @@ class RmsNormDivFusion(RewriteRuleClassBase):
         self.axes_attr = axes_attr
 
     def pattern(self, op, x, two, axes, eps, scale, one):
-        if self.axes_attr:
-            mean = op.ReduceMean(op.Pow(x, two), _allow_other_attributes=True, _outputs=["mean"])
-        else:
-            mean = op.ReduceMean(op.Pow(x, two), axes, _allow_other_attributes=True, _outputs=["mean"])
-        rms = op.Sqrt(op.Add(mean, eps))
-        normalized = op.Mul(x, op.Div(one, rms)) if self.reciprocal else op.Div(x, rms)
-        return op.Mul(scale, normalized)
+        return patterns.rms_norm(op, x, two, eps, scale, "div_one" if self.reciprocal else "div", one,
+                                 None if self.axes_attr else axes)
 
     def check(self, context, x, two, eps, scale, mean, axes=None, one=None, **_) -> MatchResult:
         result = MatchResult()

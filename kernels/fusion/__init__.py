@@ -60,7 +60,7 @@ PASSES: tuple[FusionPass, ...] = (
                (siblings.GROUP_DOMAIN, siblings.GROUP_OP), siblings.fuse_siblings),
     FusionPass("rms", "Pow(x, 2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(1, .) | Reciprocal -> "
                "Mul(x, .) -> Mul(gamma, .): an RMS norm written out op by op", (rms.FUSED_DOMAIN, rms.FUSED_OP),
-               rms.fuse_rms),
+               rms.fuse_rms, explains=True),
     FusionPass("norm", "(Skip)SimplifiedLayerNormalization -> its only consumer, a float matmul or sibling group",
                (norm.FUSED_DOMAIN, norm.FUSED_OP), norm.fuse_norms),
 )

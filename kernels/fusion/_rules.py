@@ -14,7 +14,7 @@ hands them to its ``misses`` list (``npu-report --explain-fusions``) and logs th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -104,12 +104,18 @@ class FusionRule:
     def fuse(self, members: list[NodeInfo], **bindings: Any) -> NodeInfo:
         raise NotImplementedError
 
+    def variants(self) -> list[Callable[..., Any]]:
+        """The pattern functions of the chain's spellings (one by default: ``pattern``)."""
+        return [self.pattern]
+
     def patterns(self) -> list[Pattern]:
-        """The compiled pattern and, with ``commute``, its operand-swapped variants (built once per rule)."""
+        """Each variant's compiled pattern and, with ``commute``, its operand-swapped forms (built once per rule)."""
         if not hasattr(self, "_patterns"):
-            base = Pattern(self.pattern, self.check, name=self.name)
-            graphs = base._target_pattern.commute() if self.commute else [base._target_pattern]
-            self._patterns = [Pattern(g, self.check, name=self.name) for g in graphs]
+            self._patterns = []
+            for variant in self.variants():
+                base = Pattern(variant, self.check, name=self.name)
+                graphs = base._target_pattern.commute() if self.commute else [base._target_pattern]
+                self._patterns += [Pattern(g, self.check, name=self.name) for g in graphs]
         return self._patterns
 
     def root_op(self) -> tuple[str, str]:
@@ -129,28 +135,32 @@ class _LastResult:
         self.result, self.status = match_result, status
 
 
-def _miss_reason(tracer: _LastResult, pattern_nodes: int) -> tuple[tuple[int, int], str] | None:
-    """(how telling, reason) of a declined variant, or None where it is not a candidate: the check's reason says
-    most, then the single-reader rule, then a chain that differs from the pattern after at least half of its nodes
-    matched (fewer: the node only shares the root op, as the rewriter's tracer skips it)."""
+Miss = tuple[tuple[int, int], str, frozenset[int]]  # (how telling, reason, indices of the nodes it matched)
+
+
+def _miss_reason(tracer: _LastResult, pattern_nodes: int) -> Miss | None:
+    """How telling a declined variant is, its reason and the nodes it matched, or None where it is not a candidate:
+    the check's reason says most, then the single-reader rule, then a chain that differs from the pattern after at
+    least half of its nodes matched (fewer: the node only shares the root op, as the rewriter's tracer skips it)."""
     result = tracer.result
     if result is None:
         return None
     bound = len(result.nodes)
+    matched = frozenset(n.meta[INDEX] for n in result.nodes)
     if tracer.status == MatchStatus.CONDITION_FAILED:
-        return (3, bound), result.reason or "check failed"
+        return (3, bound), result.reason or "check failed", matched
     if result.reason == _OTHER_USES:
-        return (2, bound), "an intermediate value has other readers or is read outside the partition"
+        return (2, bound), "an intermediate value has other readers or is read outside the partition", matched
     if bound >= 2 and 2 * bound >= pattern_nodes:
-        return (1, bound), f"the chain differs from the pattern after {bound} of its {pattern_nodes} nodes: " \
-            f"{result.reason}"
+        return (1, bound), (f"the chain differs from the pattern after {bound} of its {pattern_nodes} nodes: "
+                            f"{result.reason}"), matched
     return None
 
 
-def _try(rule: FusionRule, model: ir.Model, node: ir.Node) -> tuple[tuple[list[int], NodeInfo] | None, str | None]:
+def _try(rule: FusionRule, model: ir.Model, node: ir.Node) -> tuple[tuple[list[int], NodeInfo] | None, Miss | None]:
     """Match ``rule`` at ``node`` trying each pattern variant: ((member indices, fused node), None), or (None, the
-    most telling variant's reason), or (None, None) where ``node`` is no candidate (``_miss_reason``)."""
-    best: tuple[tuple[int, int], str] | None = None
+    most telling variant's miss), or (None, None) where ``node`` is no candidate (``_miss_reason``)."""
+    best: Miss | None = None
     for p in rule.patterns():
         tracer = _LastResult()
         match = p.match(model, model.graph, node, tracer=tracer)
@@ -161,13 +171,14 @@ def _try(rule: FusionRule, model: ir.Model, node: ir.Node) -> tuple[tuple[list[i
         miss = _miss_reason(tracer, p._target_pattern.num_nodes())
         if miss is not None and (best is None or miss[0] > best[0]):
             best = miss
-    return None, None if best is None else best[1]
+    return None, best
 
 
 def apply_rules(nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRule],
                 misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
     """``nodes`` with every match of ``rules`` (tried in order at each node) spliced in as its fused node, where the
-    target runs it; each declined candidate appends a ``FusionMiss`` to ``misses``."""
+    target runs it; each declined candidate appends a ``FusionMiss`` to ``misses``, but for a node that another
+    candidate's chain contains or that a fused chain absorbed (that chain is the one to report)."""
     rules = [r for r in rules if target.rule(*r.produces) is not None]
     if not rules:
         return nodes
@@ -176,24 +187,30 @@ def apply_rules(nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRul
         return nodes
     model, mirrored = mirror(nodes)
     by_op = {r.produces: r.name for r in rules}
+    found_misses: list[tuple[int, FusionMiss, frozenset[int]]] = []
 
     def match(i: int) -> tuple[list[int], NodeInfo] | None:
         nd = nodes[i]
         for rule, root in roots:
             if nd.key != root:
                 continue
-            found, reason = _try(rule, model, mirrored[i])
+            found, miss = _try(rule, model, mirrored[i])
             if found is not None and (refused := why_not(found[1], target)) is not None:
-                found, reason = None, f"target declines the fused node: {refused}"
+                found, miss = None, ((4, 0), f"target declines the fused node: {refused}", frozenset(found[0]))
             if found is not None:
                 return found
-            if misses is not None and reason is not None:
-                misses.append(FusionMiss(rule.name, nd.name, nd.op_type, reason))
+            if miss is not None:
+                found_misses.append((i, FusionMiss(rule.name, nd.name, nd.op_type, miss[1]), miss[2]))
         return None
 
     def overlaps(i: int, fused: NodeInfo) -> None:
-        if misses is not None:
-            misses.append(FusionMiss(by_op.get(fused.key, fused.op_type), nodes[i].name, nodes[i].op_type,
-                                     "a node of the chain already belongs to an earlier fused chain"))
+        found_misses.append((i, FusionMiss(by_op.get(fused.key, fused.op_type), nodes[i].name, nodes[i].op_type,
+                                           "a node of the chain already belongs to an earlier fused chain"),
+                             frozenset()))
 
-    return splice_chains(nodes, target, match, overlaps)
+    out = splice_chains(nodes, target, match, overlaps)
+    if misses is not None:
+        kept = {id(nd) for nd in out}
+        inside = set().union(*(matched - {i} for i, _, matched in found_misses))
+        misses.extend(m for i, m, _ in found_misses if id(nodes[i]) in kept and i not in inside)
+    return out

@@ -23,7 +23,31 @@ def rotary(op: Any, x: Any, cos: Any, sin: Any, rotated: Any) -> Any:
     return op.Add(op.Mul(x, cos, _outputs=["x_cos"]), op.Mul(rotated, sin, _outputs=["rot_sin"]))
 
 
-def rms_root(op: Any, x: Any, two: Any, eps: Any) -> Any:
-    """``Sqrt(ReduceMean(Pow(x, 2)) + eps)``, an RMS norm's denominator; binds ``mean`` and ``root``."""
-    mean = op.ReduceMean(op.Pow(x, two), _allow_other_inputs=True, _outputs=["mean"])
+ANY_AXES = "any"  # rms_root: ReduceMean's axes as an attribute or as a second input, whichever the graph has
+RMS_FORMS = ("div", "div_one", "reciprocal")  # x / root, x * Div(1, root), x * Reciprocal(root)
+
+
+def rms_root(op: Any, x: Any, two: Any, eps: Any, axes: Any = ANY_AXES) -> Any:
+    """``Sqrt(ReduceMean(Pow(x, two)) + eps)``, an RMS norm's denominator; binds ``mean`` and ``root``. ``axes``: a
+    pattern variable for ReduceMean's axes input, None for axes as an attribute (one input), or ``ANY_AXES``."""
+    square = op.Pow(x, two)
+    if axes is ANY_AXES:
+        mean = op.ReduceMean(square, _allow_other_inputs=True, _allow_other_attributes=True, _outputs=["mean"])
+    elif axes is None:
+        mean = op.ReduceMean(square, _allow_other_attributes=True, _outputs=["mean"])
+    else:
+        mean = op.ReduceMean(square, axes, _allow_other_attributes=True, _outputs=["mean"])
     return op.Sqrt(op.Add(mean, eps), _outputs=["root"])
+
+
+def rms_norm(op: Any, x: Any, two: Any, eps: Any, gamma: Any, form: str, one: Any = None,
+             axes: Any = ANY_AXES) -> Any:
+    """``gamma * normalized`` where ``normalized`` is x divided by ``rms_root`` in one of ``RMS_FORMS`` (``one``: the
+    constant of ``div_one``); binds ``scaled`` (the normalized x) and, but for ``div``, ``inv`` (1 / root)."""
+    root = rms_root(op, x, two, eps, axes)
+    if form == "div":
+        scaled = op.Div(x, root, _outputs=["scaled"])
+    else:
+        inv = op.Div(one, root, _outputs=["inv"]) if form == "div_one" else op.Reciprocal(root, _outputs=["inv"])
+        scaled = op.Mul(x, inv, _outputs=["scaled"])
+    return op.Mul(gamma, scaled)

@@ -135,3 +135,20 @@ def test_a_layer_norm_written_out_keeps_its_centering_and_bias():
     # ORT's level-1 LayerNormFusion takes this graph when optimizations are on; TorchScript's BERT and ViT exports at
     # opset 14 reach NpuEP written out all the same
     assert run_on_npu(model, False) == ["ReduceMean", "Sub", "SimplifiedLayerNormalization", "Add"]
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    (dict(exponent=3.0), "Pow 'pow' exponent two:float32[1] is not the constant 2"),
+    (dict(axis=1), "ReduceMean 'mean' reduces axes [1], not the last axis of rank 3 alone"),
+    (dict(one=2.0), "Div 'div' does not divide the constant 1"),
+    (dict(gamma_shape=(3, D)), f"gamma gamma:float32[3,{D}] is not {D} values along the last axis"),
+    (dict(mean_reader=True), "an intermediate value has other readers or is read outside the partition"),
+    (dict(runtime_eps=True), "Add 'add' does not add a float32 scalar constant eps >= 0"),
+])
+def test_each_near_miss_says_why(kwargs, reason):
+    """The rule's candidate (the last Mul) that does not fuse leaves a FusionMiss with the reason (npu-report
+    --explain-fusions and the debug log show it)."""
+    misses = []
+    ops = [nd.op_type for nd in fuse_partition(nodes_from_model(rms_model(**kwargs)), REF, misses)]
+    assert "SimplifiedLayerNormalization" not in ops and "NormMatMul" not in ops
+    assert [(m.fusion, m.node, m.reason) for m in misses] == [("rms", "gamma", reason)]
