@@ -2,8 +2,8 @@
 
 ``python -m npu_ep.tools.demo [--out DIR] [--max-new-tokens N]`` builds the demo decoder (seeded, no downloads),
 rewrites it with every available pass (a missing pass is reported and skipped), generates greedily on NpuEP with
-bucketed prefill and a fixed-capacity KV cache, checks the tokens against ORT's CPU EP on the same model, and
-prints the generated ids, TTFT and inter-token latency (host wall time and emulated NPU time), the coverage
+bucketed prefill entries (the prompt's padding waste beside what one bucket would waste) and a fixed-capacity KV
+cache, checks the tokens against ORT's CPU EP on the same model, and prints the generated ids, TTFT and inter-token latency (host wall time and emulated NPU time), the coverage
 (nodes on NpuEP / total, from ORT's graph assignment record) and writes the HTML report when ``npu_ep.tools.report``
 is present. A few seconds to a minute on 2 cores.
 """
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ..models.prompts import PROMPTS
     from ..models.tiny_llama import build_tiny_llama
-    from .generation import Generator, default_providers
+    from .generation import Generator, default_providers, plan_prefill
     from .npu_generate import format_result
 
     out = Path(args.out or tempfile.mkdtemp(prefix="npu_demo_"))
@@ -82,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     same = res.tokens == cpu.tokens
     diff = max(float(np.abs(a - b).max()) for a, b in zip(res.logits, cpu.logits))
     print(f"[3/4] generated on NpuEP\n{format_result(res)}")
+    one_step = plan_prefill(len(prompt), npu.buckets, chunked=False)[0].bucket  # the whole prompt in one bucket
+    print(f"      prefill entries: {res.padding.waste:.0%} padding waste; one {one_step}-token bucket would waste "
+          f"{1 - len(prompt) / one_step:.0%}")
     print(f"      CPU EP reference: tokens {'IDENTICAL' if same else 'DIFFERENT'}, max |logits diff| {diff:.2e}; "
           f"CPU EP TTFT {cpu.ttft_s * 1e3:.1f} ms, inter-token {cpu.mean_itl_s * 1e3:.1f} ms (host)")
     on, total = coverage(npu.session)

@@ -12,6 +12,7 @@ def test_demo_generates_on_npu_identical_to_cpu_and_writes_report(tmp_path, caps
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "tokens IDENTICAL" in out
+    assert re.search(r"prefill entries: \d+% padding waste; one \d+-token bucket would waste \d+%", out)
     assert re.search(r"TTFT [\d.]+ ms host, [\d.]+ ms emulated NPU", out)
     assert re.search(r"inter-token [\d.]+ ms host \(mean\), [\d.]+ ms emulated NPU", out)
     on, total = map(int, re.search(r"coverage: (\d+)/(\d+) nodes on NpuEP", out).groups())
