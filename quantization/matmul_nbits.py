@@ -10,7 +10,7 @@ Dequantized weight: ``W[k, n] = (code - zp) * scale``.
 
 accuracy_level 4 runs on an int8 x int4 unit that streams its own layout, chosen at compile time
 (``int8_tiles``): one 64-byte word per 32 columns and 4 elements of K, scales and zero points in the same groups of
-32 columns, block by block. The native kernels (``kernels/native/qnbit_gemm.h``) read it as stored.
+32 columns, block by block. The native kernels (``kernels/native/matmul_nbits.h``) read it as stored.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@
 #include "cpu.h"
 #include "int8_gemm.h"
 #include "norm_matmul.h"
-#include "qnbit_gemm.h"
+#include "matmul_nbits.h"
 
 namespace py = pybind11;
 
@@ -69,12 +69,12 @@ const T* Raw(const py::handle& h, int64_t expect, const char* what, std::vector<
   return Data(a, expect, what);
 }
 
-// B's bytes for `cols` columns in the level's layout (qnbit_gemm.h): level 4's tiles pad to groups of 32.
+// B's bytes for `cols` columns in the level's layout (matmul_nbits.h): level 4's tiles pad to groups of 32.
 int64_t BBytes(const NBitsGemm& g, int64_t cols, int64_t row) {
   return (g.accuracy_level == 4 ? (cols + 31) / 32 * 32 : cols) * row;
 }
 
-// B, scales and zero points (None: symmetric) of the N columns in the level's layout (qnbit_gemm.h): one matrix
+// B, scales and zero points (None: symmetric) of the N columns in the level's layout (matmul_nbits.h): one matrix
 // each, or lists of member matrices side by side (npu::MatMulGroup's members, read where the program keeps them;
 // a member's width is its scales' size / kb). `keep` holds what the pointers point into for the call.
 void SetWeights(NBitsGemm& g, const py::handle& b, const py::handle& scales, const py::handle& zp,
@@ -283,7 +283,7 @@ class BoundNBits {
   std::optional<NormArgs> norm_;
 };
 
-// ORT's B [N, row_bytes] -> accuracy_level 4's tiles [ceil(N / 32), row_bytes / 2, 64] (qnbit_gemm.h).
+// ORT's B [N, row_bytes] -> accuracy_level 4's tiles [ceil(N / 32), row_bytes / 2, 64] (matmul_nbits.h).
 void TileInt4Py(const Arr<uint8_t>& b, int64_t N, int64_t row_bytes, Arr<uint8_t>& out, int threads) {
   if (N <= 0 || row_bytes <= 0 || row_bytes % 2)
     throw std::invalid_argument("tile_int4: N must be positive and row_bytes positive and even");
@@ -403,7 +403,7 @@ void RegisterKernels(py::module_& parent) {
         "array of M x N elements of the result's dtype to write (returned), else a new [M, N] array");
   void BindGqa(py::module_&); BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
   void BindConv(py::module_&); BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
-  void BindQdqLut(py::module_&); BindQdqLut(m);  // qlut.cc: npu::QdqLut table reads
+  void BindQdqLut(py::module_&); BindQdqLut(m);  // qdq_lut.cc: npu::QdqLut table reads
   void BindConvTail(py::module_&); BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&); BindRecurrent(m);  // recurrent.cc: LSTM
   void BindReduce(py::module_&); BindReduce(m);  // reduce.cc: integer ReduceSum

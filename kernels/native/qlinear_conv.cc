@@ -15,7 +15,7 @@
 
 #include "conv.h"
 #include "conv_geometry.h"
-#include "qlut.h"
+#include "qdq_lut.h"
 #include "cpu.h"
 #include "int8_gemm.h"
 #include "scratch.h"

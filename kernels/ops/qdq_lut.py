@@ -2,7 +2,7 @@
 
 Built by ``kernels/fusion/qdq_lut.py``. Inputs: one or two 8-bit tensors, then the constant table (the output's
 8-bit type): 256 entries indexed by the byte of the one input, or 65536 indexed by ``256 * byte(a) + byte(b)``
-with ONNX broadcasting of a and b. The native kernel (``kernels/native/qlut.cc``) takes one input, two of one
+with ONNX broadcasting of a and b. The native kernel (``kernels/native/qdq_lut.cc``) takes one input, two of one
 shape, or a per-channel operand (one 256-entry row of the table per run of the other's elements); other
 broadcasts, and the reference model, are numpy fancy indexing.
 

@@ -3,7 +3,7 @@ and ``kernels/native``, and the kernels never include the ORT shim or the execut
 host only as a ``HostLoop`` and run in kernel tests without ORT.
 
 A unit is ``foo.cc`` with ``foo.h`` and its private header ``foo_internal.h`` (shared by the unit's own files, such
-as the AVX-512 halves of ``qnbit_gemm``), which builds on the public header and is no layer of its own."""
+as the AVX-512 halves of ``matmul_nbits``), which builds on the public header and is no layer of its own."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_the_include_graph_is_read_from_the_sources():
     assert "ep/native/step_loop" in graph["ep/native/program_call"]  # a quoted include in the same folder
     assert "kernels/native/thread_pool" in graph["ep/native/partition_kernel"]  # one named from the repo root
     assert sum(len(e) for e in graph.values()) > 80
-    assert "kernels/native/qnbit_gemm_internal" not in graph  # a private header belongs to its unit
+    assert "kernels/native/matmul_nbits_internal" not in graph  # a private header belongs to its unit
 
 
 def test_the_cycle_finder_reports_a_loop_as_its_path():

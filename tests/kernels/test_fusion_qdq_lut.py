@@ -1,5 +1,5 @@
 """The qdq_lut fusion pass (kernels/fusion/qdq_lut.py) and its kernel npu::QdqLut (kernels/ops/qdq_lut.py,
-kernels/native/qlut.cc): which 8-bit element-wise QDQ units become tables, how chains compose, and exactness.
+kernels/native/qdq_lut.cc): which 8-bit element-wise QDQ units become tables, how chains compose, and exactness.
 
 Numerics reference: ORT's CPU EP with ORT_DISABLE_ALL, which runs the QDQ graph literally (DQ, float op, Q); the
 tables are those same operations evaluated per input byte, so outputs are bit-equal (no tolerance)."""

@@ -1,4 +1,4 @@
-"""The native MatMulNBits kernel (kernels/native/qnbit_gemm.cc) equals the numpy reference model.
+"""The native MatMulNBits kernel (kernels/native/matmul_nbits.cc) equals the numpy reference model.
 
 Reference: ``quantize_a_blockwise(A) @ dequantize_b(W)`` for accuracy_level 4 (ORT CompInt8: int8 codes of A per
 block), ``A @ dequantize_b(W)`` otherwise, evaluated in float64. Tolerance: 1e-5 of the output's largest magnitude
@@ -139,8 +139,8 @@ def test_level_4_paths_have_the_scalar_paths_bits(bs, symmetric, m):
 def test_nan_and_inf_rows_propagate_like_the_reference(isa):
     """A NaN in a row of A makes that row NaN at level 0. At level 4 the row follows ORT's CompInt8 quantization
     (matmul_nbits.quantize_a_codes): a NaN at element 7 of a 32-block is dropped from the block's maximum (its lane
-    reads element 23 after it) and quantizes to code 0, so the row is finite (as on the CPU EP, test_sweep_qnbit.py
-    checks it there); an Inf makes its block's scale Inf and the row NaN. Native as the numpy reference; other rows
+    reads element 23 after it) and quantizes to code 0, so the row is finite (as on the CPU EP,
+    test_sweep_matmul_nbits.py checks it there); an Inf makes its block's scale Inf and the row NaN. Native as the numpy reference; other rows
     untouched."""
     K, N = 200, 24
     w = _weights(K, N, 32, symmetric=False)

@@ -1,9 +1,9 @@
-"""Differential sweep of the native npu::QdqLut table reads (kernels/native/qlut.cc), issue 38, against the
+"""Differential sweep of the native npu::QdqLut table reads (kernels/native/qdq_lut.cc), issue 38, against the
 reference model's numpy indexing (kernels/ops/qdq_lut.reference), byte for byte: one input (256 entries), two of
 one shape (65536 entries) and a per-channel operand (one 256-entry row per run of ``inner`` elements, either
 operand the small one), uint8 and int8 inputs and tables, every byte value in every position.
 
-qlut.cc's blocks: 64 bytes per AVX-512 VBMI step (its tail masked; the table's two halves chosen by bit 7), the
+qdq_lut.cc's blocks: 64 bytes per AVX-512 VBMI step (its tail masked; the table's two halves chosen by bit 7), the
 scalar loop elsewhere; tasks of 2^18 elements, a per-channel run cut where a task ends. Sizes cross 64 and its
 multiples, runs cross the task boundary."""
 

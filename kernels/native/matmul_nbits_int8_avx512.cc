@@ -1,16 +1,16 @@
 // accuracy_level 4's int4 kernel on AVX-512, for every M: decode and prefill read the tiles the compiler stored
-// (qnbit_gemm.h), with the columns in the lanes, and nothing is re-laid out per call.
+// (matmul_nbits.h), with the columns in the lanes, and nothing is re-laid out per call.
 //
 // A pass takes one group of 32 columns (two with fewer than 4 rows) and 1, 2 or 4 rows of A. Per 4 elements of
 // K and group: one 64-byte load, two nibble masks (columns 0-15 and 16-31), A's 4 codes broadcast per row, one
 // DPBUSD per 16 outputs. Per block: one zero-point term, one convert, one scale and one FMA per 16 outputs. Each output is so summed exactly in int32
 // per block and accumulated over the blocks in order (y = fma(float(dot_b - zp_b * sum_b(a)), sw_b * sa_b, y)):
-// the scalar and AVX2 paths' bits (qnbit_gemm.cc), whatever the rows per pass.
+// the scalar and AVX2 paths' bits (matmul_nbits.cc), whatever the rows per pass.
 #include <algorithm>
 #include <cstring>
 
 #include "intrinsics.h"
-#include "qnbit_gemm_internal.h"
+#include "matmul_nbits_internal.h"
 
 #if NPU_EP_X86
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cpu.h"
-#include "qlut.h"
+#include "qdq_lut.h"
 #include "thread_pool.h"
 
 #if NPU_EP_X86

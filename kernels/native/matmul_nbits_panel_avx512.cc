@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "intrinsics.h"
-#include "qnbit_gemm_internal.h"
+#include "matmul_nbits_internal.h"
 #include "scratch.h"
 
 #if NPU_EP_X86

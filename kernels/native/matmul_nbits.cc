@@ -9,14 +9,14 @@
 // accuracy_level 4, as ORT's CompInt8: per block of A, scale = max|a| / 127, codes = round_half_even(a * (127 /
 // max|a|)), in natural order, max|a| and the codes as MLAS finds them (nbits::MlasBlockMax, MlasCode: NaN and Inf
 // as on the CPU EP); outputs meeting a non-finite block scale are NaN (NonFiniteAsOrt). B is in the tiles the
-// compiler stored (qnbit_gemm.h). Every path (scalar, AVX2 here,
-// AVX-512 in qnbit_int8_avx512.cc) sums each block exactly in int32 (sum(code_a * code_b) - zp * sum(code_a)) and
-// accumulates the blocks in order, y = fma(float(dot), scale_a * scale_b, y): the same bits on all of them.
+// compiler stored (matmul_nbits.h). Every path (scalar, AVX2 here, AVX-512 in matmul_nbits_int8_avx512.cc) sums
+// each block exactly in int32 (sum(code_a * code_b) - zp * sum(code_a)) and accumulates the blocks in order,
+// y = fma(float(dot), scale_a * scale_b, y): the same bits on all of them.
 // accuracy_level 0..3: weights dequantized per 8-byte group ((q - zp) * scale, one rounding, like ORT's
 // dequantize-then-SGEMM) into a per-column buffer, then float32 dot products; on AVX-512, from two rows of A on,
-// dequantized k-major and multiplied as outer products in MLAS's order (qnbit_panel_avx512.cc), and one row of A
-// on its own GEMV (qnbit_gemv_avx512.cc).
-#include "qnbit_gemm.h"
+// dequantized k-major and multiplied as outer products in MLAS's order (matmul_nbits_panel_avx512.cc), and one row
+// of A on its own GEMV (matmul_nbits_gemv_avx512.cc).
+#include "matmul_nbits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "cpu.h"
-#include "qnbit_gemm_internal.h"
+#include "matmul_nbits_internal.h"
 #include "scratch.h"
 #include "thread_pool.h"
 
@@ -411,7 +411,7 @@ void MatMulNBits(const NBitsGemm& g) {
   static thread_local PreparedA scratch_a;
   PreparedA& pa = scratch_a;
   const bool int8 = g.accuracy_level == 4;
-  // AVX-512's own outer-product GEMM (qnbit_panel_avx512.cc) reads A's rows where they are; the BLAS panel path
+  // AVX-512's own outer-product GEMM (matmul_nbits_panel_avx512.cc) reads A's rows where they are; the BLAS panel path
   // and the per-column dot products read them re-laid out (perm layout)
   const bool outer = NPU_EP_X86 && !int8 && isa >= Isa::kAvx512 && s.M >= nbits::kOuterMinRows;
   const bool panel = !outer && !int8 && g.sgemm != nullptr && s.M >= kSgemmMinRows;

@@ -1,9 +1,9 @@
-"""Differential sweep of the native MatMulNBits kernels (kernels/native/qnbit_*.cc) against the reference model
+"""Differential sweep of the native MatMulNBits kernels (kernels/native/matmul_nbits*.cc) against the reference model
 (kernels/ops/matmul_nbits.py) over shapes that cross every block, chunk, tile and row-pass boundary, at
 accuracy_level 0 and 4, with special values, on every instruction-set level the host runs; a sample against ORT's
 CPU EP, the spec (issue 38).
 
-qnbit's blocks: the quantization block (16..256) and the packed row's 64-byte chunk of 128 elements (the fp32
+The kernels' blocks: the quantization block (16..256) and the packed row's 64-byte chunk of 128 elements (the fp32
 levels' perm layout, kc = K rounded up to 128); fp32 levels: one column per dot product in tasks of 16 columns
 (below AVX-512, M < 16), the AVX-512 GEMV (M = 1, block >= 32), the AVX-512 outer products over 16-column groups
 in 32-column tasks (M >= 2), the BLAS panels (below AVX-512, M >= 16); level 4: tile groups of 32 columns (two

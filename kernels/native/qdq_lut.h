@@ -1,4 +1,4 @@
-// The 256-entry byte lookup of npu::QdqLut (qlut.cc), shared with QLinearConv's fused output table.
+// The 256-entry byte lookup of npu::QdqLut (qdq_lut.cc), shared with QLinearConv's fused output table.
 #pragma once
 
 #include <cstdint>

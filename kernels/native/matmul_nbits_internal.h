@@ -1,4 +1,4 @@
-// Shared between the MatMulNBits kernel files: the problem shape and the per-call prepared A (see qnbit_gemm.cc
+// Shared between the MatMulNBits kernel files: the problem shape and the per-call prepared A (see matmul_nbits.cc
 // for the "perm" layout both use).
 #pragma once
 
@@ -8,7 +8,7 @@
 
 #include "cpu.h"
 #include "intrinsics.h"
-#include "qnbit_gemm.h"
+#include "matmul_nbits.h"
 
 namespace npu_ep::kern::nbits {
 
@@ -50,7 +50,7 @@ inline Column ColumnOf(const NBitsGemm& g, const Shape& s, int64_t n) {
 }
 
 // From this many rows on, AVX-512 hosts run the fp32 levels as outer products on k-major dequantized columns
-// (qnbit_panel_avx512.cc), summed as MLAS's fp32 kernel sums (ORT's bits); below it the per-column dot products.
+// (matmul_nbits_panel_avx512.cc), summed as MLAS's fp32 kernel sums (ORT's bits); below it the per-column dot products.
 constexpr int64_t kOuterMinRows = 2;
 
 // Level 4's rows of A: int8 codes in natural order [M, kc] (zero past K), block scales and code sums [M, kb].
@@ -104,9 +104,9 @@ inline int8_t MlasCode(float x) {
 
 #if NPU_EP_X86
 // accuracy_level 4's per-block int8 quantization of one row of A on AVX-512: the same codes and scales as the
-// scalar QuantizeRow of qnbit_gemm.cc (natural order, zero beyond K) and the per-block code sums.
+// scalar QuantizeRow of matmul_nbits.cc (natural order, zero beyond K) and the per-block code sums.
 void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, int32_t* block);
-// Level 4, rows [r0, r1) x columns [n0, n1) of g.y (bias added), on the stored tiles (qnbit_int8_avx512.cc).
+// Level 4, rows [r0, r1) x columns [n0, n1) of g.y (bias added), on the stored tiles (matmul_nbits_int8_avx512.cc).
 // Every output is summed exactly in int32 per block and accumulated over the blocks in order,
 // y = fma(float(dot_b - zp_b * sum_b(a)), sw_b * sa_b, y): one definition, the scalar and AVX2 paths' too, so a
 // row has the same bits alone and in a prefill.
