@@ -4,7 +4,7 @@ Weights stay packed, as an NPU holds them in DRAM: the compiled program (and so 
 ``[N, kb * bs / 2]`` uint8, the scales as float32 ``[N, kb]`` and the packed zero points ``[N, ceil(kb / 2)]``
 (absent: 8) exactly in ORT's layout (``npu_ep.quantization.matmul_nbits``), and at accuracy_level 4 the same
 bytes re-laid out as the int8 unit's tiles (``int8_tiles``); a bias and a fused epilogue bias are folded into one
-vector. The native kernel (``kernels/native/qnbit_gemm.cc``) dequantizes per chunk in
+vector. The native kernel (``kernels/native/matmul_nbits.cc``) dequantizes per chunk in
 registers. The reference model (provider option ``kernels=reference``) dequantizes the whole weight once per
 process into a float32 memo and multiplies with BLAS.
 
@@ -308,7 +308,7 @@ def _non_finite_as_ort(p: Prepared, a: np.ndarray, y: np.ndarray) -> np.ndarray:
     meet a block where ``scale_a * scale_w`` is not finite (an infinite or NaN weight scale, an infinite or NaN
     scale of A) is NaN, whatever the signs (the kernel scales partial sums that include zeros). Such an output is
     non-finite here already (Inf or NaN), so only those are looked at; finite outputs keep their value. The native
-    kernel applies the same rule (qnbit_gemm.cc). Not matched: for a few such outputs ORT gives an infinity instead,
+    kernel applies the same rule (matmul_nbits.cc). Not matched: for a few such outputs ORT gives an infinity instead,
     by its kernel's partial sums (seen at block size 16, and in one row of a 17-row product at 32)."""
     at = p.attrs
     _, sa = quantize_a_codes(a.reshape(-1, at["K"]), at["block_size"])  # [M, kb]
