@@ -1,7 +1,8 @@
 """``npu-report MODEL.onnx [--target T] [--json OUT] [--html OUT] [--run] [--dim name=value ...] [--compare]
-[--float-model FLOAT.onnx] [--no-check] [--dump-partitions DIR]``; ``npu-report --zoo SRC [SRC ...] [--workers N]
-[--timeout S] [--max-memory-mib MIB]`` (SRC: a model file, a folder of them, or ``corpus``): one row per model from
-a real NpuEP session, each model in its own worker process (``report/isolated.py``).
+[--float-model FLOAT.onnx] [--no-check] [--dump-partitions DIR] [--explain-fusions]``;
+``npu-report --zoo SRC [SRC ...] [--workers N] [--timeout S] [--max-memory-mib MIB]`` (SRC: a model file, a folder
+of them, or ``corpus``): one row per model from a real NpuEP session, each model in its own worker process
+(``report/isolated.py``).
 
 Exit codes: 0 report produced; 2 bad input (missing/unreadable/invalid model, a model ONNX Runtime refuses, unknown
 target, bad --dim), printed as one line on stderr naming the file and the reason, without a traceback; 1 NpuEP
@@ -76,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-partitions", metavar="DIR",
                    help="write every NPU partition of the file as a standalone ONNX model into DIR as pNNN.onnx "
                         "(new files only; all or nothing: a failure removes what this run wrote)")
+    p.add_argument("--explain-fusions", action="store_true",
+                   help="per partition, the in-partition fusions applied and, per candidate node a fusion tried, "
+                        "why it did not apply (also under 'fusions' in the JSON)")
     p.add_argument("--zoo", nargs="+", metavar="SRC",
                    help="model zoo: one row per model (a file, a folder of .onnx files, or 'corpus')")
     p.add_argument("--workers", type=int, default=None, help="worker processes for --zoo (default: one per core)")
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                            provider_options={"partition_policy": args.policy}, float_model=args.float_model,
                            check=not args.no_check, prefill_tokens=args.prefill_tokens,
                            max_input_mib=args.max_input_mib or DEFAULT_MAX_INPUT_MIB,
-                           dump_partitions=args.dump_partitions)
+                           dump_partitions=args.dump_partitions, explain_fusions=args.explain_fusions)
     except (ReportInputError, TargetError, DumpError) as exc:
         print(f"npu-report: error: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -154,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     if not args.quiet:
         render(doc)
+        if args.explain_fusions:
+            from .report.fusions import render_fusions
+
+            print(render_fusions(doc["fusions"]), end="")
     for d in doc.get("partition_dumps", []):
         print(f"npu-report: wrote {d['path']} (partition {d['partition']}, {d['nodes']} nodes)", file=sys.stderr)
     return _write(args, doc, lambda: render_html(doc))
@@ -182,7 +190,8 @@ def _zoo(args: argparse.Namespace) -> int:
     from .report.model_zoo import DEFAULT_TIMEOUT_S, model_paths, render_html, render_terminal, zoo
 
     wrong = [flag for flag, given in (("a model file", args.model), ("--run", args.run), ("--compare", args.compare),
-                                      ("--float-model", args.float_model), ("--dump-partitions", args.dump_partitions))
+                                      ("--float-model", args.float_model), ("--dump-partitions", args.dump_partitions),
+                                      ("--explain-fusions", args.explain_fusions))
              if given]
     if wrong:
         parser().error(f"--zoo does not take {', '.join(wrong)}")

@@ -66,7 +66,7 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                  provider_options: Mapping[str, str] | None = None, model=None, float_model=None,
                  check: bool = True, prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
                  max_input_mib: float = DEFAULT_MAX_INPUT_MIB,
-                 dump_partitions: str | os.PathLike | None = None) -> dict[str, Any]:
+                 dump_partitions: str | os.PathLike | None = None, explain_fusions: bool = False) -> dict[str, Any]:
     """The report document. ``model_or_session``: path, ``onnx.ModelProto`` or an ``InferenceSession`` created
     with NpuEP and options passed through ``npu_ep.ep.sessions.tag_session_options`` (then ``model=`` gives the
     file view and enables the CPU-EP comparison). ``dims``: symbolic dim -> size for inputs.
@@ -75,7 +75,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
     ``prefill_tokens``: new tokens of the prefill-shaped run of a KV-cache model (``run=True``).
     ``max_input_mib``: generated inputs (``run``/``compare``) above this are refused before allocation.
     ``dump_partitions``: a folder to write every NPU partition of the file into as a standalone model
-    (``partition_dump``); the written files are listed under ``partition_dumps``."""
+    (``partition_dump``); the written files are listed under ``partition_dumps``. ``explain_fusions``: under
+    ``fusions``, per partition of the file the fusions applied and why each candidate was not fused (``fusions``)."""
     import onnxruntime as ort
 
     if runs < 1 or prefill_tokens < 1:
@@ -155,6 +156,10 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
         # the file's partitions (a session's view is after ORT's fusions: its tensors need not exist in the file)
         file_names = names if nodes is file_nodes else _program_names(ep.programs, file_cap, file_nodes)
         doc["partition_dumps"] = dump_to(proto, file_nodes, file_cap, file_names, dump_partitions, dims)
+    if explain_fusions:
+        from .fusions import explain_fusions as explain
+
+        doc["fusions"] = explain(file_nodes, file_cap, tgt, names if nodes is file_nodes else None)
     if compare:
         from .compare import compare as run_compare
 
