@@ -24,8 +24,13 @@ Q [B, Nkv, G*S, H] @ K^T [B, Nkv, H, T] -> [B, Nkv, G*S, T] (== Q [B, Nkv, G, S,
 so the matrix unit sees m = G*S rows even in decode (S = 1) and K/V are read once per kv head.
 
 Host: the native kernel (``_gqa_native``, kernels/native/gqa.cc; float32 and float16) runs unless the session
-chose kernels=reference or it records why not (float64, lengths outside the buffers); this numpy code is the
-reference model it is tested against.
+chose kernels=reference or it records why not (float64, lengths outside the buffers, a KV cache format other than
+float32); this numpy code is the reference model it is tested against.
+
+KV cache format (the target's ``kv_cache_dtype``, ``_kv_format``): every path stores the new K/V rows it writes
+into the present in the format (quantize, keep the dequantized value) before any score reads them, so attention
+reads the past and the new rows as the format holds them; the cost model moves past and present K/V at the
+format's size.
 Host (numpy) implementation: a decode step is ~15 small numpy calls, so calls, not FLOPs, are its cost.
   * Q|K are copied once into a contiguous compute-dtype scratch; rotary (wide cos / signed sin tables built once
     per node for constant caches) and the Q scale run in place on it.
@@ -58,7 +63,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from . import _gqa_native, _kv_traffic
+from . import _gqa_native, _kv_format, _kv_traffic
 from ._kv_pool import present_buffer
 from ._kv_state import KV_STATE, KvState, check_continues
 from ._util import arg, stash_constants
@@ -72,6 +77,7 @@ _ATTRS = (("num_heads", 0), ("kv_num_heads", 0), ("scale", 0.0), ("softcap", 0.0
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
     attrs = {k: node.attr(k, d) for k, d in _ATTRS}
     attrs["itemsize"] = itemsize_of(node.inputs[0])
+    attrs["kv_format"] = target.kv_cache_dtype  # part of the compiled program (the target's digest keys the cache)
     return Prepared(attrs, stash_constants(node), target)
 
 
@@ -187,6 +193,8 @@ def _presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None,
         for rows, start in spans:
             into[0][rows, :, start:start + s] = k_new[rows].transpose(0, 2, 1, 3)
             into[1][rows, :, start:start + s] = v_new[rows].transpose(0, 2, 1, 3)
+            _kv_format.store(p.attrs["kv_format"], into[0][rows, :, start:start + s])
+            _kv_format.store(p.attrs["kv_format"], into[1][rows, :, start:start + s])
         return into
     kv, slot = present_buffer(p, (2, b, nkv, t_buf, h), dtype)
     dirty = slot[1]
@@ -196,6 +204,7 @@ def _presents(p: Prepared, past_k: np.ndarray | None, past_v: np.ndarray | None,
             kv[1, rows, :, :start] = 0 if past_v is None else past_v[rows, :, :start]
         kv[0, rows, :, start:start + s] = k_new[rows].transpose(0, 2, 1, 3)
         kv[1, rows, :, start:start + s] = v_new[rows].transpose(0, 2, 1, 3)
+        _kv_format.store(p.attrs["kv_format"], kv[:, rows, :, start:start + s])  # K and V, each its own scales
         if start + s < dirty:
             kv[:, rows, :, start + s:dirty] = 0
     slot[1] = max(past_b) + s
@@ -301,6 +310,7 @@ def _one_token(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, v
         kv[0, 0, :, :pb] = 0 if past_k is None else past_k[0, :, :pb]
         kv[1, 0, :, :pb] = 0 if past_v is None else past_v[0, :, :pb]
     kv[:, 0, :, pb] = x[n:].reshape(2, nkv, h)
+    _kv_format.store(a["kv_format"], kv[:, 0, :, pb:pb + 1])
     if pb + 1 < slot[1]:
         kv[:, 0, :, pb + 1:slot[1]] = 0
     slot[1] = pb + 1
@@ -339,6 +349,7 @@ def _first_prompt(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None
         interleaved = bool(a["rotary_interleaved"])
         cos, ssin = _cos_sin(p, inputs, slice(0, s) if pos is None else pos.reshape(s), interleaved)
         rotate_inplace(x[:n + nkv], cos, ssin, interleaved)  # [S, R] rows broadcast over heads
+    _kv_format.store(a["kv_format"], x[n:].reshape(2, nkv, s, h))  # the presents, read back by the scores below
     q = x[:n]
     q *= cdt(a["scale"] or 1.0 / math.sqrt(h))
     g = n // nkv
@@ -465,7 +476,7 @@ def _compute(p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, val
     """The op for resolved lengths: the native kernel unless it records why the reference must run
     (_gqa_native.FALLBACK), else the reference; ``into``: presents that are the past buffers, updated in place;
     ``first``: a first prompt (S == total_sequence_length)."""
-    nat = runtime.native(p)
+    nat = runtime.native(p) if _native_keeps_format(p) else None
     if nat is not None:
         done = _gqa_native.run(nat, p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf, into)
         if done is not None:
@@ -502,6 +513,17 @@ def _stateful(p: Prepared, state: KvState, inputs, query: np.ndarray, key: np.nd
     return [out, empty, empty]
 
 
+def _native_keeps_format(p: Prepared) -> bool:
+    """The native kernel stores float32 K/V: another KV format runs the reference (the reason is recorded where the
+    native kernel's own fallbacks are, which also keeps the step from being bound natively)."""
+    fmt = p.attrs.get("kv_format", _kv_format.DEFAULT)
+    if fmt == _kv_format.DEFAULT:
+        return True
+    p.memo[_gqa_native.FALLBACK] = (f"KV cache format {fmt} runs on the reference kernel (quantize on write, "
+                                    "dequantize on read); the native kernel stores float32 K/V")
+    return False
+
+
 def _cost(p: Prepared, shapes) -> OpCost:
     a, tgt = p.attrs, p.target
     n, nkv = int(a["num_heads"]), int(a["kv_num_heads"])
@@ -517,7 +539,8 @@ def _cost(p: Prepared, shapes) -> OpCost:
     native = rows * math.ceil(t / tn) * math.ceil(h / tk) + rows * math.ceil(h / tn) * math.ceil(t / tk)
     matrix = b * nkv * native * tm * tn * tk / tgt.mac_rate(mode)
     vector = math.ceil(b * n * s * t / int(tgt.vector["lanes"])) * (5.0 + transcendental(tgt))
-    moved = item * (b * s * (n + 2 * nkv) * h + 2 * b * nkv * past * h + 2 * b * nkv * t * h + b * s * n * h)
+    kv_row = _kv_format.row_bytes(a.get("kv_format", _kv_format.DEFAULT), nkv, h, item)  # one token's K (or V)
+    moved = int(item * (b * s * (n + 2 * nkv) * h + b * s * n * h) + 2 * b * (past + t) * kv_row)
     dma = dma_cycles(tgt, moved, transfers=6)
     compute = max(matrix, vector)
     cycles = max(compute, dma) + float(tgt.dma["latency_cycles"])
