@@ -96,3 +96,7 @@ def test_report_names_the_entries(int4_model):
     assert [e["calls"] for e in entries["entries"]] == [1, 1, 2] and entries["weight_bytes"] > 0
     labelled = {t["entry"] for t in doc["timeline"]}
     assert {e["name"] for e in entries["entries"]} <= labelled
+    from npu_ep.tools.report.html import render_html
+
+    page = render_html(doc)
+    assert "generation entry points" in page and all(e["name"] in page for e in entries["entries"])

@@ -73,3 +73,16 @@ def crossings_table(doc: Mapping[str, Any]) -> str:
     return table("CPU <-> NPU crossings (per run)",
                  ("tensor", "direction", "partition", "dtype", "shape", "bytes", "per run", "measured us"), rows,
                  "no crossings")
+
+
+def entries_table(doc: Mapping[str, Any]) -> str:
+    """A generator's entry points on the session (``tools.generation.entries``); nothing when none ran."""
+    entries = doc.get("entries")
+    if not entries:
+        return ""
+    rows = [(e["name"], e["kind"], e["new_tokens"], e["past_slots"], e["calls"],
+             f"{e['logical_tokens']}/{e['executed_tokens']}", round(e["host_s"] * 1e3, 2), round(e["npu_s"] * 1e3, 3))
+            for e in entries["entries"]]
+    return table(f"generation entry points: one weight copy ({entries['weight_bytes']:,} bytes) for all",
+                 ("entry", "kind", "S", "P", "calls", "tokens logical/executed", "host ms", "NPU ms (emulated)"), rows,
+                 "no entries")
