@@ -167,7 +167,7 @@ def validate_compatibility(info: str) -> int:
 
 
 def error_text(exc: BaseException) -> str:
-    """What an ORT status says for a Python exception raised inside NpuEP (ep/native/py_bridge.h's WithPython).
+    """What an ORT status says for a Python exception raised inside NpuEP (ep/native/python_interop.h's WithPython).
 
     The type and message only: pybind11's own text appends an ``At:`` block of Python frames, NpuEP's internal paths
     followed by the application's own script lines. The traceback (with chained causes) is kept when the ``npu_ep``

@@ -12,7 +12,7 @@
 #include "output_buffers.h"
 #include "partition_kernel.h"
 #include "program_call.h"
-#include "py_bridge.h"
+#include "python_interop.h"
 #include "step_loop.h"
 
 PYBIND11_MODULE(_native, m) {

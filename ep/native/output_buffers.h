@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "py_bridge.h"
+#include "python_interop.h"
 
 namespace npu_ep {
 

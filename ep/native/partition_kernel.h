@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "py_bridge.h"
+#include "python_interop.h"
 
 namespace npu_ep {
 

@@ -1,4 +1,4 @@
-#include "py_bridge.h"
+#include "python_interop.h"
 
 #include <dlfcn.h>
 
