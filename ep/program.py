@@ -13,8 +13,9 @@ past length mostly pays for the steps whose inputs grew.
 
 Every call runs in the extension (``ep/native/EXECUTOR.md``): ``_native.ProgramCall`` looks up the signature and
 runs its ``_native.StepLoop``; a new signature's first call and recording calls come back here (``_observe``), which
-walks the steps in Python to record their shapes and bind their native steps. The plain Python walk of the steps
-is the executor's test oracle (``tests/loop_oracle.py``), on no call path.
+runs the same loop with an observer that chooses each step's native step and binds new ones from the step's
+inputs and outputs. The plain Python walk of the steps is the executor's test oracle (``tests/loop_oracle.py``),
+on no call path.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ import dataclasses
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from operator import itemgetter
+from collections.abc import Sequence
 from time import perf_counter_ns
 from typing import Any
 
@@ -125,12 +125,6 @@ class Program:
         self._evicted_calls = self._evicted_ns = 0  # of signatures no longer kept
         self._evicted_seconds = 0.0
         self.evicted_signatures = 0
-        # The hot path's view of the steps: (run, prepared, gather, [(output index, slot)], release, step), where
-        # gather(env) is the step's inputs as a tuple (operator.itemgetter: ~3x faster than a list comprehension)
-        self._plan = [(st.kernel.run, st.prepared, _gatherer(st.in_slots),
-                       tuple((i, slot) for i, slot in enumerate(st.out_slots) if slot >= 0), st.release, st)
-                      for st in steps]
-        self._env_size = n_slots + 1  # a call's slot table; in_slots -1 read the extra last slot (always None)
         self._loop = self._native_loop()  # the default loop in C++: no native steps bound yet
         # signature -> native steps bound after its first call (ep.step_binding), and the loop that runs them
         self._bindings: dict[tuple, list] = {}
@@ -259,49 +253,18 @@ class Program:
     def _observe(self, inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         """A call that observes (inputs in the program's order): the first with a new input-shape signature keeps
         every step's input shapes for the cost model and binds native steps; recording keeps every intermediate
-        tensor. The hot path (``self._call``) does neither; a known signature's call comes here only while
-        recording, or after its signature was evicted."""
+        tensor. It runs on the native loop too (``StepLoop.observe``), the observer (``_Observation``) choosing each
+        step's native step. The hot path (``self._call``) does neither; a known signature's call comes here only
+        while recording, or after its signature was evicted."""
         t0 = perf_counter_ns()
         signature = tuple([a.shape for a in inputs])
-        known = signature in self._signatures
-        env: list[Any] = [None] * self._env_size
-        env[: len(inputs)] = inputs
-        step_shapes: list[list] | None = None if known else []
-        record = self.record
-        natives: list | None = [] if step_shapes is not None and not record else None
+        seen = _Observation(self, first=signature not in self._signatures, record=self.record)
         token = _ERRSTATE.set(_IGNORE_ALL)
         try:
-            for run, prepared, gather, out_slots, release, step in self._plan:
-                args = gather(env)
-                if step_shapes is not None:
-                    step_shapes.append([a.shape if a is not None else None for a in args])
-                key = _step_key(step, args, self._keyed_values[id(step)]) if natives is not None else None
-                native = self._step_natives.get(key, _UNBOUND) if key is not None else _UNBOUND
-                known = native is not _UNBOUND
-                if not known and key is not None:  # the step's latest native step may take these inputs too
-                    native = self._latest_natives.get(id(step), _UNBOUND)
-                try:
-                    outs = native.run(args) if native is not _UNBOUND and native is not None else None
-                    if outs is None:  # no native step yet, or it declines these inputs (then bound anew)
-                        outs = run(prepared, args)
-                        native = _UNBOUND if native is not None or not known else native
-                except Exception as exc:
-                    raise _failure(step, args, exc) from exc
-                if natives is not None:
-                    if native is _UNBOUND:
-                        native = self._bind_step(key, step, args, outs)
-                    elif not known:
-                        self._keep_native(key, step, native)
-                    natives.append(native)
-                for i, slot in out_slots:
-                    env[slot] = outs[i]
-                for slot in release:
-                    env[slot] = None
-                if record:
-                    self._record(step, outs)
+            result = self._loop.observe(inputs, seen.before, seen.after)
         finally:
             _ERRSTATE.reset(token)
-        result = tuple([env[s] for s in self.output_slots])
+        step_shapes, natives = seen.step_shapes, seen.natives
         elapsed = perf_counter_ns() - t0
         with self._lock:
             if step_shapes is not None and natives and any(n is not None for n in natives):
@@ -435,6 +398,50 @@ class Program:
 _UNBOUND = object()
 
 
+class _Observation:
+    """What an observing call (``Program._observe``) decides and keeps while the native loop runs it
+    (``StepLoop.observe``). Before each step: the native step to try, one bound for the same step inputs under any
+    signature (``_step_key``), else the step's latest. After it: on a first call the step's input shapes (the cost
+    model's) and its native step, bound now when none took the inputs; while recording, its outputs."""
+
+    def __init__(self, program: Program, *, first: bool, record: bool):
+        self.program = program
+        self.step_shapes: list[list] | None = [] if first else None
+        self.natives: list | None = [] if first and not record else None
+        self.record = record
+        self._tried: tuple = (None, _UNBOUND, False)  # this step's key, the native step tried, whether key was known
+
+    def before(self, j: int, args: tuple) -> Any:
+        """The native step to try on step ``j``'s ``args``, or None (its kernel runs)."""
+        if self.step_shapes is not None:
+            self.step_shapes.append([a.shape if a is not None else None for a in args])
+        if self.natives is None:
+            return None
+        program, step = self.program, self.program.steps[j]
+        key = _step_key(step, args, program._keyed_values[id(step)])
+        native = program._step_natives.get(key, _UNBOUND) if key is not None else _UNBOUND
+        known = native is not _UNBOUND
+        if not known and key is not None:  # the step's latest native step may take these inputs too
+            native = program._latest_natives.get(id(step), _UNBOUND)
+        self._tried = (key, native, known)
+        return native if native is not _UNBOUND else None
+
+    def after(self, j: int, args: tuple, outs: Sequence[Any], ran_native: bool) -> None:
+        """Step ``j`` returned ``outs`` (from the native step tried, when ``ran_native``)."""
+        step = self.program.steps[j]
+        if self.natives is not None:
+            key, native, known = self._tried
+            if not ran_native:  # no native step yet, or it declined these inputs (then bound anew)
+                native = _UNBOUND if native is not None or not known else native
+            if native is _UNBOUND:
+                native = self.program._bind_step(key, step, args, outs)
+            elif not known:
+                self.program._keep_native(key, step, native)
+            self.natives.append(native)
+        if self.record:
+            self.program._record(step, outs)
+
+
 def _step_key(step: Step, args: Sequence[Any], values: bool) -> tuple | None:
     """What a step's native step is bound for, in any signature: its inputs' dtype, shape and layout (a signature's
     native step is bound on its first call's data and checks every later call's inputs itself, declining values it
@@ -462,16 +469,6 @@ def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any], shape_derived: s
     except Exception as exc:  # noqa: BLE001 - an optimization that failed, not an error of the model
         logger.debug("no native step for %s: %s: %s", step.describe(), type(exc).__name__, exc)
         return None
-
-
-def _gatherer(slots: tuple[int, ...]) -> Callable[[list], tuple]:
-    """env -> the values of ``slots`` as a tuple (any number of slots)."""
-    if len(slots) >= 2:
-        return itemgetter(*slots)
-    if len(slots) == 1:
-        get = itemgetter(slots[0])
-        return lambda env: (get(env),)
-    return lambda env: ()
 
 
 def _resolve(shape: tuple | None, unknown_dim: int | None) -> tuple | None | bool:

@@ -1,8 +1,9 @@
-// A compiled program's hot loop in C++ (ep/program.py, Program.__call__ once a signature has been seen): the same
-// walk over prepared steps and numbered value slots as the Python loop, without the interpreter's per-step work
-// (tuple unpacking, slot stores, the release loop: ~0.3-0.5 us per step). A step runs its native step when it has
-// one (native_steps.h: bound after a signature's first call) and that step accepts the inputs, else its Python
-// kernel. The GIL is held: kernels release it themselves around native work.
+// A compiled program's loop in C++ (ep/program.py): the walk over prepared steps and numbered value slots that
+// every call of a program runs. A known signature's call (`__call__`) runs each step's native step when it has one
+// (native_steps.h: bound after the signature's first call) and that step accepts the inputs, else its Python
+// kernel. A signature's first call and recording calls (`observe`) walk the same way while the program's observer
+// chooses the native step to try for each step and sees every step's inputs and outputs (Program._observe: it
+// records shapes and binds native steps). The GIL is held: kernels release it themselves around native work.
 #include "step_loop.h"
 
 #include <Python.h>
@@ -45,6 +46,39 @@ class Slots {
   std::vector<PyObject*> v_;
 };
 
+// The hot path's choices: each step's own native step, counted.
+struct BoundSteps {
+  uint64_t& runs;
+  uint64_t& declines;
+  NativeStep* Choose(size_t, const LoopStep& s, PyObject*) { return s.native; }
+  void Ran(NativeStep* native, bool ran) {
+    if (native != nullptr) ++(ran ? runs : declines);
+  }
+  bool Saw(size_t, PyObject*, PyObject*, bool) { return true; }
+};
+
+// An observing call's choices: before(j, args) names the native step to try (None: the kernel), after(j, args,
+// outs, ran_native) sees each step's result. An error they raise fails the call as it is.
+class Observer {
+ public:
+  Observer(py::object before, py::object after) : before_(std::move(before)), after_(std::move(after)) {}
+
+  NativeStep* Choose(size_t j, const LoopStep&, PyObject* args) {
+    offered_ = py::reinterpret_steal<py::object>(PyObject_CallFunction(before_.ptr(), "nO", j, args));
+    if (!offered_) throw py::error_already_set();
+    return offered_.is_none() ? nullptr : offered_.cast<NativeStep*>();
+  }
+  void Ran(NativeStep*, bool) {}
+  bool Saw(size_t j, PyObject* args, PyObject* outs, bool ran) {
+    PyObject* r = PyObject_CallFunction(after_.ptr(), "nOOO", j, args, outs, ran ? Py_True : Py_False);
+    Py_XDECREF(r);
+    return r != nullptr;
+  }
+
+ private:
+  py::object before_, after_, offered_;  // offered_: keeps the chosen step alive while it runs
+};
+
 }  // namespace
 
 class StepLoop {
@@ -74,6 +108,34 @@ class StepLoop {
   // inputs fill slots 0..n-1; returns the outputs as a tuple. A failing step's exception is replaced by
   // fail(step index, args tuple, exception) (the Python side names the node), chained to the original.
   py::object Call(const py::tuple& inputs) {
+    BoundSteps bound{native_runs_, native_declines_};
+    return Walk(inputs, bound, !step_ns_.empty());
+  }
+
+  // Call, with observer's before(j, args) -> NativeStep | None and after(j, args, outs, ran_native) around each
+  // step instead of the steps' own native steps.
+  py::object Observe(const py::tuple& inputs, py::object before, py::object after) {
+    Observer observer(std::move(before), std::move(after));
+    return Walk(inputs, observer, false);
+  }
+
+  size_t size() const { return steps_.size(); }
+  size_t native_steps() const {
+    size_t n = 0;
+    for (const LoopStep& s : steps_) n += s.native != nullptr;
+    return n;
+  }
+  // (runs of native steps, inputs a native step declined) over every call so far
+  std::pair<uint64_t, uint64_t> native_counts() const { return {native_runs_, native_declines_}; }
+
+  // Per-step wall time summed over the calls since profiling was switched on (empty when off): what each step
+  // costs inside the real hot path (ORT's threads, the bound native steps), which a replay in Python cannot show.
+  void set_profile(bool on) { step_ns_.assign(on ? steps_.size() : 0, 0); }
+  const std::vector<uint64_t>& step_ns() const { return step_ns_; }
+
+ private:
+  template <typename Choices>
+  py::object Walk(const py::tuple& inputs, Choices& choices, bool timed) {
     const Py_ssize_t n_in = PyTuple_GET_SIZE(inputs.ptr());
     if (n_in > n_slots_) throw py::value_error("more inputs than value slots");
     Slots env(static_cast<size_t>(n_slots_));
@@ -82,7 +144,6 @@ class StepLoop {
       Py_INCREF(v);
       env[static_cast<size_t>(i)] = v;
     }
-    const bool timed = !step_ns_.empty();
     for (size_t j = 0; j < steps_.size(); ++j) {
       const LoopStep& s = steps_[j];
       const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
@@ -94,11 +155,16 @@ class StepLoop {
         Py_INCREF(v);
         PyTuple_SET_ITEM(args, static_cast<Py_ssize_t>(k), v);
       }
-      PyObject* outs = nullptr;
-      if (s.native != nullptr) {
-        outs = s.native->Run(args);
-        ++(outs != nullptr ? native_runs_ : native_declines_);
+      NativeStep* native = nullptr;
+      try {
+        native = choices.Choose(j, s, args);
+      } catch (...) {
+        Py_DECREF(args);
+        throw;
       }
+      PyObject* outs = native != nullptr ? native->Run(args) : nullptr;
+      const bool ran_native = outs != nullptr;
+      choices.Ran(native, ran_native);
       if (outs == nullptr && !PyErr_Occurred()) {
         PyObject* call_args[2] = {s.prepared.ptr(), args};
         outs = PyObject_Vectorcall(s.run.ptr(), call_args, 2, nullptr);
@@ -106,6 +172,11 @@ class StepLoop {
       if (outs == nullptr || !Store(s, outs, env)) {
         Py_XDECREF(outs);
         Fail(j, args);  // sets the Python error
+        Py_DECREF(args);
+        throw py::error_already_set();
+      }
+      if (!choices.Saw(j, args, outs, ran_native)) {
+        Py_DECREF(outs);
         Py_DECREF(args);
         throw py::error_already_set();
       }
@@ -128,21 +199,6 @@ class StepLoop {
     return py::reinterpret_steal<py::object>(result);
   }
 
-  size_t size() const { return steps_.size(); }
-  size_t native_steps() const {
-    size_t n = 0;
-    for (const LoopStep& s : steps_) n += s.native != nullptr;
-    return n;
-  }
-  // (runs of native steps, inputs a native step declined) over every call so far
-  std::pair<uint64_t, uint64_t> native_counts() const { return {native_runs_, native_declines_}; }
-
-  // Per-step wall time summed over the calls since profiling was switched on (empty when off): what each step
-  // costs inside the real hot path (ORT's threads, the bound native steps), which a replay in Python cannot show.
-  void set_profile(bool on) { step_ns_.assign(on ? steps_.size() : 0, 0); }
-  const std::vector<uint64_t>& step_ns() const { return step_ns_; }
-
- private:
   int CheckSlot(int slot, bool allow_none) const {
     if (slot >= n_slots_ || slot < (allow_none ? -1 : 0))
       throw py::value_error("slot " + std::to_string(slot) + " outside the program's " + std::to_string(n_slots_));
@@ -226,6 +282,9 @@ void RegisterStepLoop(py::module_& m) {
       .def(py::init<const py::list&, int, const py::tuple&, py::object>(), py::arg("steps"), py::arg("n_slots"),
            py::arg("output_slots"), py::arg("fail"))
       .def("__call__", &StepLoop::Call, py::arg("inputs"))
+      .def("observe", &StepLoop::Observe, py::arg("inputs"), py::arg("before"), py::arg("after"),
+           "a call in which before(j, args) names the native step to try for step j (None: its kernel) and "
+           "after(j, args, outs, ran_native) sees each step's result (a signature's first call)")
       .def("__len__", &StepLoop::size)
       .def_property_readonly("native_steps", &StepLoop::native_steps, "steps bound to a native step")
       .def_property_readonly("native_counts", &StepLoop::native_counts,

@@ -203,3 +203,73 @@ def test_a_failing_node_on_the_native_loop_is_named_with_its_input_shapes():
                                               r"\(float32\[4\], int64\[1\]\)") as info:
         program(data, np.array([7], np.int64))
     assert info.value.__cause__ is not None
+
+
+def add_arrays(_p, args):
+    return [args[0] + args[1]]
+
+
+def test_an_observed_call_runs_the_native_step_its_observer_chooses_and_shows_every_result():
+    """StepLoop.observe (a signature's first call): before(j, args) names the native step to try, after(j, args,
+    outs, ran_native) sees each result; a native step that declines runs the kernel. The loop's own native-step
+    counts are the hot path's only."""
+    kept = np.array([7.0], np.float32)
+    kept.flags.writeable = False
+    memo = _native.MemoStep([("shape", np.float32, (1,)), ("shape", np.float32, (1,))], (kept,))
+    loop = _native.StepLoop([(add_arrays, None, (0, 1), ((0, 2),), ()),
+                             (add_arrays, None, (2, 2), ((0, 3),), (2,))], 4, (3,), fail_with)
+    seen = []
+
+    def before(j, args):
+        return memo if j == 0 else None
+
+    def after(j, args, outs, ran_native):
+        seen.append((j, [a.tolist() for a in args], [o.tolist() for o in outs], ran_native))
+
+    x = np.ones(1, np.float32)
+    assert loop.observe((x, x), before, after)[0].tolist() == [14.0]
+    assert seen == [(0, [[1.0], [1.0]], [[7.0]], True), (1, [[7.0], [7.0]], [[14.0]], False)]
+    seen.clear()
+    two = np.ones(2, np.float32)  # the memo declines another shape: the kernel runs
+    assert loop.observe((two, two), before, after)[0].tolist() == [4.0, 4.0]
+    assert [s[3] for s in seen] == [False, False]
+    assert loop.native_counts == (0, 0)
+
+
+def test_an_observed_call_fails_with_the_observers_error_or_the_named_step():
+    loop = _native.StepLoop([(add_arrays, None, (0, 1), ((0, 2),), ())], 3, (2,), fail_with)
+    x = np.ones(1, np.float32)
+
+    def refuse(j, args):
+        raise KeyError("the observer's own error")
+
+    with pytest.raises(KeyError, match="the observer's own error"):
+        loop.observe((x, x), refuse, lambda *a: None)
+    with pytest.raises(RuntimeError, match=r"step 0 failed on 2 inputs: .*broadcast"):
+        loop.observe((np.ones(2, np.float32), np.ones(3, np.float32)), lambda j, a: None, lambda *a: None)
+
+
+def test_a_first_call_runs_on_the_native_loop_and_binds_for_the_next():
+    """Every call runs on the extension's loop: the first with a new signature through StepLoop.observe (the
+    program's observer binds native steps), the next on the bound loop; outputs equal the oracle's and the CPU
+    EP's."""
+    model = mlp_model()
+    program = compiled(model)
+    real, observed = program._loop, []
+
+    class Spy:
+        def observe(self, inputs, before, after):
+            observed.append(tuple(a.shape for a in inputs))
+            return real.observe(inputs, before, after)
+
+    program._loop = Spy()
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    first = program(x)
+    assert observed == [((2, 4),)] and program._bound  # observed once, native steps bound
+    hot = program(x)
+    assert observed == [((2, 4),)]  # the hot path: the signature's bound loop
+    want = dict(zip(("z", "r"), cpu_run(model, {"x": x})))
+    for a, b, c, io in zip(first, hot, python_loop(program, (x,)), program.outputs, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_allclose(a, want[io.name], rtol=1e-6)

@@ -78,15 +78,16 @@ def _timed_steps(program: Program, inputs: Sequence[np.ndarray], acc: list[int])
     env[: len(inputs)] = inputs
     times = []
     with np.errstate(all="ignore"):
-        for run, prepared, gather, out_slots, release, _ in program._plan:
-            args = gather(env)
+        for st in program.steps:
+            args = tuple(env[s] for s in st.in_slots)
             acc[0] = 0
             t0 = time.perf_counter_ns()
-            outs = run(prepared, args)
+            outs = st.kernel.run(st.prepared, args)
             times.append((time.perf_counter_ns() - t0, acc[0]))
-            for i, slot in out_slots:
-                env[slot] = outs[i]
-            for slot in release:
+            for i, slot in enumerate(st.out_slots):
+                if slot >= 0:
+                    env[slot] = outs[i]
+            for slot in st.release:
                 env[slot] = None
     return times
 
