@@ -43,14 +43,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "signature each step), both EPs with one intra-op thread")
     ap.add_argument("--npu-option", action="append", default=[], metavar="KEY=VALUE",
                     help="NpuEP provider option (repeatable), e.g. host_threads=1")
+    ap.add_argument("--kv-resident", action="store_true",
+                    help="instead: KV resident (past and present bound to one buffer) vs the copying path and the CPU "
+                         "EP, per decode step: KV bytes across the boundary, appended in place, full copies (llm_kv)")
+    ap.add_argument("--prompt-len", type=int, default=200, help="--kv-resident: prompt tokens")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="npu_bench_") as tmp:  # the built model, removed at the end
         if args.growing_past:
             return _growing_past(args, Path(tmp))
+        if args.kv_resident:
+            return _kv_resident(args, Path(tmp))
         return _run(args, ap, Path(tmp))
 
 
 GROW_PROMPT = 17  # tokens of the growing-past prompt
+
+
+def _kv_resident(args: argparse.Namespace, tmp: Path) -> int:
+    from . import llm_kv
+
+    model = args.model
+    if model is None:
+        from ...models.tiny_llama import build_tiny_llama
+        from ..demo import rewrite_available
+
+        rewrite_available(build_tiny_llama(tmp / "tiny.onnx"), tmp / "tiny.npu.onnx")
+        model = tmp / "tiny.npu.onnx"
+    r = llm_kv.run(str(model), args.prompt_len, args.new_tokens, args.repeats,
+                   npu_options=dict(o.split("=", 1) for o in args.npu_option))
+    return 0 if r["tokens_identical"] else 1
 
 
 def _growing_past(args: argparse.Namespace, tmp: Path) -> int:
@@ -145,7 +166,8 @@ def _run(args: argparse.Namespace, ap: argparse.ArgumentParser, tmp: Path) -> in
         if bad:
             ap.error(f"--npu-option {bad[0]!r}: expected KEY=VALUE")
         providers[0] = (providers[0][0], dict(o.split("=", 1) for o in args.npu_option))
-    gens = {"NpuEP": Generator(model, providers=providers, max_kv_len=args.max_kv_len),
+    # the same copying loop on both EPs (the KV resident path is --kv-resident's comparison)
+    gens = {"NpuEP": Generator(model, providers=providers, max_kv_len=args.max_kv_len, kv_in_place=False),
             "CPU EP": Generator(model, providers=["CPUExecutionProvider"], max_kv_len=args.max_kv_len)}
     table = Table(title=f"tiny Llama, {args.new_tokens} new tokens, median of {args.repeats} (host ms; NPU = emulated)")
     for col in ("prompt", "bucket", "CPU TTFT", "NpuEP TTFT", "TTFT ratio", "CPU ITL", "NpuEP ITL", "ITL ratio",

@@ -188,6 +188,20 @@ def _child(env: dict[str, str], *args: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+KV_CONTEXT = 1024  # --kv-resident: the KV capacity (issue 41: a 1k-token context)
+
+
+def _kv_resident(a: argparse.Namespace) -> int:
+    """bench.llm_kv on this decoder, in this process: the prompt fills the 1k context but for the decode steps."""
+    from . import llm_kv
+
+    env = _child_env(a.workdir)
+    model = _child(env, "--child", "build", "--workdir", str(a.workdir), "--layers", str(a.layers))["model"]
+    prompt = a.prompt_len if a.prompt_len != 128 else KV_CONTEXT - a.new_tokens
+    r = llm_kv.run(model, prompt, a.new_tokens, a.repeats, capacity=KV_CONTEXT, vocab=CONFIG["vocab_size"])
+    return 0 if r["tokens_identical"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m npu_ep.tools.bench.llm_1b", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=8)
@@ -200,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="also measure NpuEP sessions started from its cache and from an EPContext model")
     ap.add_argument("--child", choices=["build", "perturb", "prime", "CPU EP", *NPU_MODES], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--kv-resident", action="store_true",
+                    help="instead: KV resident vs the copying path and the CPU EP at a 1k-token context "
+                         "(bench.llm_kv; --prompt-len defaults to 960 there, KV capacity 1024)")
     a = ap.parse_args(argv)
+    if a.kv_resident:
+        return _kv_resident(a)
     if a.child == "build":
         print(json.dumps({"model": str(build(a.workdir, a.layers))}))
         return 0

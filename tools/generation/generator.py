@@ -28,6 +28,7 @@ import onnxruntime as ort
 
 from .entries import DECODE, PREFILL, PREFILL_HISTORY, EntryTable
 from .model_info import IoNames, check_kv_memory, detect_layouts, info_from_session, inspect_model
+from .resident import ResidentKv
 from .shapes import (DEFAULT_BUCKETS, KvCache, KvCapacityError, KvLayout, PaddingStats, PromptTooLongError,
                      check_buckets, chunk_buckets, plan_prefill)
 
@@ -128,6 +129,14 @@ class _Runner:
         host = time.perf_counter() - t0
         return dict(zip(self.output_names, outs)), host, self.emulated() - e0
 
+    def run_resident(self, cache: ResidentKv, tokens: Sequence[int], positions: np.ndarray, executed: int,
+                     first: bool) -> tuple[np.ndarray, float, float]:
+        """One step with every past and present bound to the cache's buffers: only the logits come back."""
+        e0, t0 = self.emulated(), time.perf_counter()
+        logits = cache.run(self.sess, tokens, positions, executed, first)
+        host = time.perf_counter() - t0
+        return logits, host, self.emulated() - e0
+
 
 class Generator:
     """One session for one model; reuse it across prompts (``generate`` makes one per call).
@@ -142,7 +151,7 @@ class Generator:
                  providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
                  max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True,
                  session_config: dict[str, str] | None = None, ort_log_level: int | None = None,
-                 io: IoNames = IoNames(), prefill_chunk: int | None = None):
+                 io: IoNames = IoNames(), prefill_chunk: int | None = None, kv_in_place: bool | None = None):
         self.buckets = check_buckets(buckets)
         self.prefill_chunk = chunk_buckets(self.buckets, prefill_chunk)[-1] if prefill_chunk else None
         self.max_kv_len = int(max_kv_len)
@@ -176,12 +185,23 @@ class Generator:
         self._runner = _Runner(sess, _npu_ep_sessions(sess) if self.uses_npu else [], session_s)
         self.entries = EntryTable(self._runner.eps)
         self.layouts = self.info.layouts
+        self.kv_in_place = self._in_place(kv_in_place)
 
     @property
     def uses_npu(self) -> bool:
         import npu_ep
 
         return any((p[0] if isinstance(p, tuple) else p) == npu_ep.get_ep_name() for p in self.providers)
+
+    def _in_place(self, asked: bool | None) -> bool:
+        """Whether steps bind past and present to one resident buffer (``resident``): asked, or by default on
+        NpuEP when every layer's present comes from GroupQueryAttention."""
+        gqa = self.layouts is not None and all(x is KvLayout.VALID_PREFIX for x in self.layouts)
+        if asked and not gqa:
+            found = "unknown (a session was given)" if self.layouts is None else [x.value for x in self.layouts]
+            raise ValueError("kv_in_place needs every layer's present from GroupQueryAttention (npu-rewrite --passes "
+                             f"...,gqa); this graph's KV layouts are {found}")
+        return gqa and self.uses_npu if asked is None else asked
 
     @property
     def session(self) -> ort.InferenceSession:
@@ -196,18 +216,50 @@ class Generator:
                 "cache_hits": sum(ep.context.stats["hits"] for ep in eps)}
 
     # -- one step ----------------------------------------------------------------------------------------------
-    def _step(self, cache: KvCache, tokens: Sequence[int], executed: int, kind: str
+    def _step(self, cache: KvCache | ResidentKv, tokens: Sequence[int], executed: int, kind: str
               ) -> tuple[np.ndarray, float, float, tuple[int, int]]:
         """Run `tokens` padded to `executed` as entry `kind`; returns (logits row of the last valid token, host s,
         npu s, shape)."""
-        first = kind == PREFILL
         new = len(tokens)
-        cache.check_room(new)
-        ids = np.zeros((1, executed), np.int64)
-        ids[0, :new] = tokens
         pos = np.zeros((1, executed), np.int64)           # padded positions read 0 (always a valid rotary row)
         pos[0, :new] = np.arange(cache.length, cache.length + new)
+        if isinstance(cache, ResidentKv):
+            cache.check_room(executed)  # the padded rows are written in place too
+            past_len = cache.capacity
+            run = lambda: self._runner.run_resident(cache, tokens, pos[0], executed, kind == PREFILL)  # noqa: E731
+        else:
+            cache.check_room(new)
+            feeds, past_len = self._copying_feeds(cache, tokens, pos, executed, kind == PREFILL)
+            run = lambda: self._runner.run(feeds)  # noqa: E731
+        entry = self.entries.entry(kind, (executed, past_len))
+        before = self.entries.before_call(entry)
+        outs, host, npu = run()
+        self.entries.after_call(entry, before, new, host, npu)
+        shape = self.shapes.setdefault((executed, past_len), ShapeInfo((executed, past_len)))
+        shape.calls += 1
+        shape.host_s += host
+        shape.npu_s += npu
         io = self.info.io
+        if isinstance(cache, ResidentKv):
+            cache.advance(new)
+            return np.array(outs[0, new - 1], np.float32), host, npu, (executed, past_len)
+        presents = [(outs[io.present_key % i], outs[io.present_value % i]) for i in range(self.info.n_layers)]
+        if self.layouts is None:
+            if kind == PREFILL:
+                layouts = (KvLayout.APPEND,) * self.info.n_layers  # empty past: both layouts agree
+            else:
+                layouts = self.layouts = detect_layouts(presents, cache, new)
+        else:
+            layouts = self.layouts
+        cache.append(presents, layouts, new, past_len)
+        return np.array(outs[io.logits][0, new - 1], np.float32), host, npu, (executed, past_len)
+
+    def _copying_feeds(self, cache: KvCache, tokens: Sequence[int], pos: np.ndarray, executed: int, first: bool
+                       ) -> tuple[dict[str, np.ndarray], int]:
+        """(feeds, past length fed) of a step of the copying path: the cache's C slots as the past."""
+        io = self.info.io
+        ids = np.zeros((1, executed), np.int64)
+        ids[0, :len(tokens)] = tokens
         if first:
             past_len = 0
             mask = np.ones((1, executed), np.int64)  # padding marked too (shapes: GQA's past length)
@@ -220,30 +272,15 @@ class Generator:
         feeds = {io.input_ids: ids, io.attention_mask: mask, **past}
         if self.info.feeds_position_ids:
             feeds[io.position_ids] = pos
-        entry = self.entries.entry(kind, (executed, past_len))
-        before = self.entries.before_call(entry)
-        outs, host, npu = self._runner.run(feeds)
-        self.entries.after_call(entry, before, new, host, npu)
-        shape = self.shapes.setdefault((executed, past_len), ShapeInfo((executed, past_len)))
-        shape.calls += 1
-        shape.host_s += host
-        shape.npu_s += npu
-        presents = [(outs[io.present_key % i], outs[io.present_value % i]) for i in range(self.info.n_layers)]
-        if self.layouts is None:
-            if first:
-                layouts = (KvLayout.APPEND,) * self.info.n_layers  # empty past: both layouts agree
-            else:
-                layouts = self.layouts = detect_layouts(presents, cache, new)
-        else:
-            layouts = self.layouts
-        cache.append(presents, layouts, new, past_len)
-        return np.array(outs[io.logits][0, new - 1], np.float32), host, npu, (executed, past_len)
+        return feeds, past_len
 
     # -- the loop ----------------------------------------------------------------------------------------------
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, *, keep_logits: bool = True,
-                 eos_token_ids: Sequence[int] = ()) -> GenerationResult:
+                 eos_token_ids: Sequence[int] = (), feed_tokens: Sequence[int] | None = None) -> GenerationResult:
         """Greedy ids after ``prompt_ids``: ``max_new_tokens`` of them, or those before the first of
-        ``eos_token_ids`` generated (left out, as onnxruntime-genai's sequences leave it out)."""
+        ``eos_token_ids`` generated (left out, as onnxruntime-genai's sequences leave it out). ``feed_tokens``
+        (teacher forcing): decode step i reads ``feed_tokens[i]`` instead of the token chosen before it, so two runs
+        compare logits in the same context; the chosen tokens are still the ones returned."""
         prompt = [int(t) for t in prompt_ids]
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
@@ -254,11 +291,19 @@ class Generator:
         if bad is not None:
             raise ValueError(f"prompt token id {prompt[bad]} at position {bad} is outside the vocabulary "
                              f"[0, {vocab if vocab is not None else 'vocab'})")
+        if feed_tokens is not None and len(feed_tokens) < max_new_tokens - 1:
+            raise ValueError(f"feed_tokens holds {len(feed_tokens)} ids; {max_new_tokens - 1} decode steps need one "
+                             "each")
         chunks = plan_prefill(len(prompt), self.buckets, chunked=self.chunked_prefill, chunk=self.prefill_chunk)
         check_kv_memory(self.info, self.max_kv_len)
-        cache = KvCache(self.info.n_layers, self.info.kv_heads, self.info.head_dim, self.max_kv_len)
+        if self.kv_in_place:
+            cache = ResidentKv(self.info, self.max_kv_len)
+            rows = max(ch.start + ch.bucket for ch in chunks)  # a padded step writes its padding in place too
+        else:
+            cache = KvCache(self.info.n_layers, self.info.kv_heads, self.info.head_dim, self.max_kv_len)
+            rows = 0
         # capacity is checked up front: a clear error before any work, never a silent overwrite later
-        cache.check_room(len(prompt) + max_new_tokens - 1)
+        cache.check_room(max(rows, len(prompt) + max_new_tokens - 1))
         padding, steps = PaddingStats(), []
         t_start = time.perf_counter()
         npu_prefill = 0.0
@@ -277,7 +322,8 @@ class Generator:
             if token in stop:
                 break
             t0 = time.perf_counter()
-            logits, host, npu, shape = self._step(cache, [token], 1, DECODE)
+            fed = token if feed_tokens is None else int(feed_tokens[len(tokens) - 1])
+            logits, host, npu, shape = self._step(cache, [fed], 1, DECODE)
             token = int(np.argmax(logits))
             itl.append(time.perf_counter() - t0)
             npu_decode.append(npu)
@@ -297,10 +343,10 @@ class Generator:
 def generate(session_or_model_path, prompt_ids: Sequence[int], max_new_tokens: int, *,
              providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
              max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True, keep_logits: bool = True,
-             prefill_chunk: int | None = None) -> GenerationResult:
+             prefill_chunk: int | None = None, kv_in_place: bool | None = None) -> GenerationResult:
     """Greedy-generate ``max_new_tokens`` ids after ``prompt_ids`` (batch 1). See the module docstring."""
     gen = Generator(session_or_model_path, providers=providers, buckets=buckets, max_kv_len=max_kv_len,
-                    chunked_prefill=chunked_prefill, prefill_chunk=prefill_chunk)
+                    chunked_prefill=chunked_prefill, prefill_chunk=prefill_chunk, kv_in_place=kv_in_place)
     return gen.generate(prompt_ids, max_new_tokens, keep_logits=keep_logits)
 
 

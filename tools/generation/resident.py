@@ -22,6 +22,7 @@ returns a fresh P + S present.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +30,19 @@ import onnxruntime as ort
 
 from .model_info import ModelInfo
 from .shapes import KvCapacityError, KvLayout
+
+
+@dataclasses.dataclass
+class StepBinding:
+    """An IOBinding kept per step shape: its input arrays are bound by address, so a step writes its tokens,
+    positions and mask into them and runs the same binding again (no binding work per token)."""
+
+    io: ort.IOBinding
+    ids: np.ndarray              # [1, S] int64
+    positions: np.ndarray        # [1, S] int64 (bound only when the graph has position_ids)
+    mask: np.ndarray             # [1, S] first prefill, else [1, C]
+    logits: np.ndarray | None    # [1, S, V] bound output, when the vocabulary is known
+    _keep: list                  # the OrtValues over the arrays: they must live as long as the binding
 
 
 class ResidentKv:
@@ -49,6 +63,7 @@ class ResidentKv:
         self.values = [np.zeros(shape, dtype) for _ in range(info.n_layers)]
         self._values = [(ort.OrtValue.ortvalue_from_numpy(k), ort.OrtValue.ortvalue_from_numpy(v))
                         for k, v in zip(self.keys, self.values)]
+        self._bindings: dict[tuple[int, int, bool], StepBinding] = {}
 
     def check_room(self, executed: int) -> None:
         """Refuse a step whose executed rows (padding included: they are written in place) pass the capacity."""
@@ -80,6 +95,52 @@ class ResidentKv:
         for name in outputs:
             io.bind_output(name)
         return io
+
+    def binding(self, sess: ort.InferenceSession, executed: int, first: bool) -> StepBinding:
+        """The kept binding of ``sess`` for steps of ``executed`` tokens (``first``: the first prefill): every
+        layer's past and present bound to its buffer, the inputs bound to arrays the step fills in place."""
+        key = (id(sess), executed, first)
+        bound = self._bindings.get(key)
+        if bound is not None:
+            return bound
+        names, info = self.info.io, self.info
+        ids, positions = np.zeros((1, executed), np.int64), np.zeros((1, executed), np.int64)
+        mask = np.ones((1, executed if first else self.capacity), np.int64)
+        logits = None if info.vocab is None else np.zeros((1, executed, info.vocab), np.float32)
+        arrays = {names.input_ids: ids, names.attention_mask: mask}
+        if info.feeds_position_ids:
+            arrays[names.position_ids] = positions
+        io = sess.io_binding()
+        keep = []
+        for name, array in arrays.items():
+            keep.append(ort.OrtValue.ortvalue_from_numpy(array))
+            io.bind_ortvalue_input(name, keep[-1])
+        for i, (k, v) in enumerate(self._values):
+            io.bind_ortvalue_input(names.past_key % i, k)
+            io.bind_ortvalue_input(names.past_value % i, v)
+            io.bind_ortvalue_output(names.present_key % i, k)
+            io.bind_ortvalue_output(names.present_value % i, v)
+        if logits is None:
+            io.bind_output(names.logits)
+        else:
+            keep.append(ort.OrtValue.ortvalue_from_numpy(logits))
+            io.bind_ortvalue_output(names.logits, keep[-1])
+        bound = self._bindings[key] = StepBinding(io, ids, positions, mask, logits, keep)
+        return bound
+
+    def run(self, sess: ort.InferenceSession, tokens: Sequence[int], positions: np.ndarray, executed: int,
+            first: bool) -> np.ndarray:
+        """One step: ``tokens`` (padded to ``executed``) at ``positions`` [executed]; returns the logits
+        [1, S, V] (the bound array itself: valid until the next step of this shape). Advance separately."""
+        bound = self.binding(sess, executed, first)
+        bound.ids[0, :len(tokens)] = tokens
+        bound.ids[0, len(tokens):] = 0
+        bound.positions[0] = positions
+        if not first:
+            bound.mask[0, : self.length + executed] = 1
+            bound.mask[0, self.length + executed:] = 0
+        sess.run_with_iobinding(bound.io)
+        return bound.logits if bound.logits is not None else bound.io.get_outputs()[-1].numpy()
 
     def advance(self, new: int) -> None:
         """The step's ``new`` valid tokens now hold their slots."""

@@ -1,0 +1,68 @@
+"""The generator with the KV resident (``kv_in_place``, tools/generation/resident.py): every step binds each
+layer's past and present to one buffer of C slots, so a decode step appends one token's K/V in place and nothing
+copies the cache. Greedy tokens equal the copying path's and the CPU EP's (padded and chunked prompts), every
+GroupQueryAttention node runs on NpuEP, and the nodes' KV counters show appends only."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import npu_ep
+from npu_ep.ep.kv_state import gqa_steps
+from npu_ep.kernels.ops import _kv_traffic
+from npu_ep.models.prompts import PROMPTS
+from npu_ep.models.tiny_llama import build_tiny_llama
+from npu_ep.rewriter import rewrite
+from npu_ep.tools.generation import Generator, KvCapacityError, inspect_model
+from npu_testing import assignment
+
+CPU = ["CPUExecutionProvider"]
+NPU = [(npu_ep.get_ep_name(), {"cache_dir": ""}), "CPUExecutionProvider"]
+BUCKETS = (16, 32)
+STEPS = 16
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gen_resident")
+    fp32 = build_tiny_llama(d / "tiny.onnx")
+    return {"fp32": fp32, "int4": rewrite(str(fp32), passes=("cleanup", "rope", "gqa", "int4")).save(d / "t.npu.onnx")}
+
+
+def test_resident_kv_tokens_equal_the_copying_path_and_the_cpu_ep(models):
+    path = models["int4"]
+    info = inspect_model(onnx.load(str(path), load_external_data=False))
+    resident = Generator(path, providers=NPU, buckets=BUCKETS, max_kv_len=128, kv_in_place=True)
+    copying = Generator(path, providers=NPU, buckets=BUCKETS, max_kv_len=128, kv_in_place=False)
+    cpu = Generator(path, providers=CPU, buckets=BUCKETS, max_kv_len=128, kv_in_place=False)
+    placed = assignment(resident.session)
+    assert all(ep == npu_ep.get_ep_name() for name, ep in placed.items() if "GroupQueryAttention" in name)
+    before = _kv_traffic.total(gqa_steps(resident.session))
+    executed = 0
+    for prompt in (PROMPTS[1], PROMPTS[3][:70]):  # 17 tokens (padded to 32); 70 = 2 chunks of 32 + 6 -> 16
+        a, b, c = (g.generate(prompt, STEPS) for g in (resident, copying, cpu))
+        assert a.tokens == b.tokens == c.tokens
+        assert max(float(np.abs(x - y).max()) for x, y in zip(a.logits, c.logits)) < 1e-4
+        executed += a.padding.executed_tokens + STEPS - 1
+    traffic = _kv_traffic.total(gqa_steps(resident.session))
+    row = 2 * info.kv_heads * info.head_dim * 4  # one position's K and V
+    assert traffic["appended_bytes"] - before["appended_bytes"] == info.n_layers * executed * row
+    assert traffic["copied_bytes"] == traffic["full_copies"] == 0  # the past is never copied
+    assert traffic["in_place"] - before["in_place"] == info.n_layers * sum(s.calls for s in resident.shapes.values())
+    assert _kv_traffic.total(gqa_steps(copying.session))["full_copies"] > 0  # the copying path copies every step
+
+
+def test_resident_kv_counts_padded_rows_against_the_capacity(models):
+    """A padded step writes its padding in place too: 17 tokens padded to 32 need 32 slots."""
+    gen = Generator(models["int4"], providers=CPU, buckets=BUCKETS, max_kv_len=24, kv_in_place=True)
+    with pytest.raises(KvCapacityError, match=r"0 valid tokens \+ 32 executed > capacity 24"):
+        gen.generate(PROMPTS[1], 2)
+    assert gen.generate(PROMPTS[1][:16], 8).kv_length == 16 + 7
+
+
+def test_resident_kv_needs_group_query_attention_presents(models):
+    with pytest.raises(ValueError, match="kv_in_place needs every layer's present from GroupQueryAttention"):
+        Generator(models["fp32"], providers=CPU, kv_in_place=True)
+    assert not Generator(models["fp32"], providers=NPU).kv_in_place  # the default: only where it applies
