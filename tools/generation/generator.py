@@ -7,8 +7,14 @@ past_key_values.{i}.key/.value [1,Nkv,P,H] -> logits [1,S,V], present.{i}.key/.v
 Executed shapes (S, P), each a named entry point (``entries``): the first prefill (bucket, 0), prefill with history
 (a chunk of ``prefill_chunk`` tokens or a smaller bucket, C) and decode (1, C), where C is ``max_kv_len``. The chunk
 plan, padding side, mask and cache layout are explained in ``shapes``. One session runs every step (see
-``Generator``), so every entry shares its weights and the one KV cache. Per-shape sessions with ORT free-dimension overrides were tried and dropped: ORT's
-shape inference rejects the exporter graph's Range plumbing once the dims are fixed.
+``Generator``), so every entry shares its weights and the one KV cache. Per-shape sessions with ORT free-dimension
+overrides were tried and dropped: ORT's shape inference rejects the exporter graph's Range plumbing once the dims
+are fixed.
+
+The KV cache is resident by default on NpuEP for GroupQueryAttention graphs (``kv_in_place``, ``resident``): every
+step binds each layer's past and present to one C-slot buffer, the first prefill included (S, C), so a decode step
+appends one token's K/V in place and only the logits come back. Otherwise (the copying path, ``KvCache``) each
+step feeds the C slots and copies the new rows out of a fresh present.
 
 ``generate(model_or_session, prompt_ids, max_new_tokens, ...) -> GenerationResult``.
 ``reference_generate(model, prompt_ids, max_new_tokens)``: the naive CPU loop (no padding, growing KV), for checks.
@@ -36,6 +42,7 @@ __all__ = ["DEFAULT_BUCKETS", "GenerationResult", "Generator", "KvCapacityError"
            "StepRecord", "default_providers", "generate", "reference_generate"]
 
 DEFAULT_MAX_KV_LEN = 1024
+DEFAULT_IO = IoNames()
 
 
 def default_providers() -> list:
@@ -151,7 +158,7 @@ class Generator:
                  providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
                  max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True,
                  session_config: dict[str, str] | None = None, ort_log_level: int | None = None,
-                 io: IoNames = IoNames(), prefill_chunk: int | None = None, kv_in_place: bool | None = None):
+                 io: IoNames = DEFAULT_IO, prefill_chunk: int | None = None, kv_in_place: bool | None = None):
         self.buckets = check_buckets(buckets)
         self.prefill_chunk = chunk_buckets(self.buckets, prefill_chunk)[-1] if prefill_chunk else None
         self.max_kv_len = int(max_kv_len)
