@@ -31,6 +31,9 @@ T = P + S, layout [B,Nkv,*,H]), exactly the original graph's KV contract, so the
 ORT CPU limit (1.31): with past KV, S > 1 (chunked prefill) is accepted only for batch 1 ("batch_size must be 1
 when sequence_length > 1 and past context is given"); prefill with an empty past and decode (S = 1) work at any B.
 
+The repeat_kv, scale and masked Softmax pieces are ``kernels.fusion.patterns``', shared with the compiler's
+in-partition ``npu::AttentionChain`` fusion.
+
 Needs before it: the RoPE family (q/k may come out of RotaryEmbedding), constant folding, shape inference.
 """
 
@@ -40,6 +43,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from ..kernels.fusion import patterns
 from . import gqa_rotary
 from .options import RewriteOptions, RewriteReport
 from .rule_set import apply_rule_set
@@ -92,12 +96,7 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
 
     # pattern ------------------------------------------------------------------------------------------------
     def _repeat_kv(self, op, x, tag):
-        if self.repeat == "none":
-            return x
-        x5 = op.Unsqueeze(x, _allow_other_inputs=True, _outputs=[f"{tag}_5d"])
-        grown = op.Expand(x5, _allow_other_inputs=True, _outputs=[f"{tag}_grown"]) if self.repeat == "expand" \
-            else op.Tile(x5, _allow_other_inputs=True, _outputs=[f"{tag}_grown"])
-        return op.Reshape(grown, _allow_other_inputs=True, _outputs=[f"{tag}_rep"])
+        return x if self.repeat == "none" else patterns.repeat_kv(op, x, tag, self.repeat)
 
     def pattern(self, op, q, k, v, past_k, past_v, mask, scale, scale_k):
         present_k = op.Concat(past_k, k, _outputs=["present_k"])
@@ -111,15 +110,8 @@ class _AttentionToGQA(pattern.RewriteRuleClassBase):
         if self.scale_op == "split":
             scores = op.MatMul(op.Mul(q, scale), op.Mul(kt, scale_k))
         else:
-            scores = op.MatMul(q, kt)
-            scores = op.Mul(scores, scale) if self.scale_op == "mul" else op.Div(scores, scale)
-        if self.mask == "add":
-            scores = op.Add(scores, mask)
-        else:
-            scores = op.Where(mask, scores, pattern.ANY_VALUE)
-        probs = op.Softmax(scores, _outputs=["probs"])
-        if self.nan_guard:
-            probs = op.Where(op.IsNaN(probs), pattern.ANY_VALUE, probs)
+            scores = patterns.scaled(op, op.MatMul(q, kt), scale, self.scale_op)
+        probs = patterns.masked_softmax(op, scores, mask, self.mask, self.nan_guard, pattern.ANY_VALUE)
         attn = op.MatMul(probs, self._repeat_kv(op, present_v, "v"), _outputs=["attn"])
         if self.attn_view:
             attn = op.Reshape(attn, _allow_other_inputs=True, _outputs=["attn_view"])

@@ -51,7 +51,8 @@ PASSES: tuple[FusionPass, ...] = (
                "exact GELU)", ("", "Conv"), conv_tail.fuse_conv_tails),
     FusionPass("attention", "float MatMul(Q, K^T) -> [Mul | Div by a scalar constant] -> [Add(mask)] -> Softmax "
                "(last axis) -> MatMul(., V), as exporters write attention out", (attention.FUSED_DOMAIN,
-               attention.FUSED_OP), attention.fuse_attention),
+               attention.FUSED_OP), attention.fuse_attention,
+               explains=True),
     FusionPass("rotary", "Add(Mul(x, cos), Mul(Concat(Neg(x[..., h/2:]), x[..., :h/2]), sin)): the rotary embedding "
                "as exporters write it out", (rotary.FUSED_DOMAIN, rotary.FUSED_OP), rotary.fuse_rotary, explains=True),
     FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "

@@ -29,6 +29,7 @@ from ._graph import splice_chains
 
 INFO = "npu_ep.node"  # ir.Node.meta key of the mirrored NodeInfo
 INDEX = "npu_ep.index"  # ir.Node.meta key of the node's index in the partition's list
+MODEL = "npu_ep.model"  # ir.Graph.meta key of the mirror's model (for sub-patterns matched from a rule)
 _OTHER_USES = "Matched nodes have other uses preventing replacement."
 
 
@@ -57,13 +58,20 @@ def input_info(node: ir.Node, i: int) -> ValueInfo:
     return node_info(node).inputs[i]
 
 
-def mirror(nodes: Sequence[NodeInfo]) -> tuple[ir.Model, list[ir.Node]]:
-    """The partition as an onnx_ir model whose nodes stand for ``nodes`` (same order); see the module docstring."""
+def mirror(nodes: Sequence[NodeInfo], ops: frozenset[tuple[str, str]] | None = None
+           ) -> tuple[ir.Model, dict[int, ir.Node]]:
+    """The partition as an onnx_ir model whose nodes stand for ``nodes`` (see the module docstring), and the
+    mirrored node of each index. ``ops``: mirror only the nodes of these (domain, op_type) (the ones a pattern can
+    match); a value another node reads becomes a graph output, so it still counts as read outside the chain."""
     values: dict[str, ir.Value] = {}
     inputs: list[ir.Value] = []
-    graph_nodes: list[ir.Node] = []
-    outputs: list[ir.Value] = []
+    mirrored: dict[int, ir.Node] = {}
+    outputs: dict[str, ir.Value] = {}
+    read_elsewhere: set[str] = set()
     for i, nd in enumerate(nodes):
+        if ops is not None and nd.key not in ops:
+            read_elsewhere.update(v.name for v in nd.inputs)
+            continue
         ins = []
         for v in nd.inputs:
             if v.missing:
@@ -80,10 +88,13 @@ def mirror(nodes: Sequence[NodeInfo]) -> tuple[ir.Model, list[ir.Node]]:
             if not v.missing:
                 values[v.name] = out
                 if v.is_graph_output:
-                    outputs.append(out)
-        graph_nodes.append(node)
-    graph = ir.Graph(inputs, outputs, nodes=graph_nodes, name="partition")
-    return ir.Model(graph, ir_version=10), graph_nodes
+                    outputs[v.name] = out
+        mirrored[i] = node
+    outputs.update((name, values[name]) for name in read_elsewhere if name in values and values[name].producer())
+    graph = ir.Graph(inputs, list(outputs.values()), nodes=list(mirrored.values()), name="partition")
+    model = ir.Model(graph, ir_version=10)
+    graph.meta[MODEL] = model
+    return model, mirrored
 
 
 class FusionRule:
@@ -94,6 +105,7 @@ class FusionRule:
     name: str = ""
     produces: tuple[str, str] = ("", "")
     commute: bool = False
+    extra_ops: tuple[tuple[str, str], ...] = ()  # ops of sub-patterns matched beside the rule's own (``absorbed``)
 
     def pattern(self, op, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -103,6 +115,10 @@ class FusionRule:
 
     def fuse(self, members: list[NodeInfo], **bindings: Any) -> NodeInfo:
         raise NotImplementedError
+
+    def absorbed(self, **bindings: Any) -> list[ir.Node]:
+        """Nodes outside the pattern that the fused node also takes over (attention's repeat_kv paths)."""
+        return []
 
     def variants(self) -> list[Callable[..., Any]]:
         """The pattern functions of the chain's spellings (one by default: ``pattern``)."""
@@ -116,12 +132,38 @@ class FusionRule:
                 base = Pattern(variant, self.check, name=self.name)
                 graphs = base._target_pattern.commute() if self.commute else [base._target_pattern]
                 self._patterns += [Pattern(g, self.check, name=self.name) for g in graphs]
+            self._feeders = [_feeder_ops(p._target_pattern) for p in self._patterns]
         return self._patterns
+
+    def candidates(self, node: ir.Node) -> list[Pattern]:
+        """The patterns whose root's inputs come from nodes of the ops ``node``'s do (a cheap test before the
+        matcher: most nodes of the root's op fail every pattern there)."""
+        patterns = self.patterns()
+        ops = [None if v is None or v.producer() is None else v.producer().op_type for v in node.inputs]
+        return [p for p, (want, other_inputs) in zip(patterns, self._feeders)
+                if (len(want) == len(ops) or (other_inputs and len(want) < len(ops)))
+                and all(w is None or w == o for w, o in zip(want, ops))]
+
+    def ops(self) -> frozenset[tuple[str, str]]:
+        """(domain, op_type) of every node the rule's patterns (and ``extra_ops``) can match."""
+        found = {op.op_identifier()[:2] for p in self.patterns() for op in p._target_pattern._nodes
+                 if op.op_identifier() is not None}  # (a commuted copy leaves it unset; its original has it)
+        return frozenset(found | set(self.extra_ops))
 
     def root_op(self) -> tuple[str, str]:
         """(domain, op_type) of the pattern's output node: the nodes this rule is tried on."""
         domain, op_type, _ = self.patterns()[0]._target_pattern.output_node.op_identifier()
         return domain, op_type
+
+
+def _feeder_ops(graph: Any) -> tuple[tuple[str | None, ...], bool]:
+    """Per input of a pattern's root: the op type of the pattern node computing it (None where any value fits),
+    and whether the root takes more inputs than the pattern lists."""
+    feeders = []
+    for v in graph.output_node.inputs:
+        producer = v.producer() if v is not None else None
+        feeders.append(None if producer is None else producer.op.value())
+    return tuple(feeders), bool(graph.output_node.allow_other_inputs)
 
 
 class _LastResult:
@@ -161,17 +203,25 @@ def _try(rule: FusionRule, model: ir.Model, node: ir.Node) -> tuple[tuple[list[i
     """Match ``rule`` at ``node`` trying each pattern variant: ((member indices, fused node), None), or (None, the
     most telling variant's miss), or (None, None) where ``node`` is no candidate (``_miss_reason``)."""
     best: Miss | None = None
-    for p in rule.patterns():
+    for p in rule.candidates(node):
         tracer = _LastResult()
         match = p.match(model, model.graph, node, tracer=tracer)
         if match:
-            members = sorted(match.nodes, key=lambda n: n.meta[INDEX])
+            members = sorted({*match.nodes, *rule.absorbed(**match.bindings)}, key=lambda n: n.meta[INDEX])
             fused = rule.fuse([node_info(n) for n in members], **match.bindings)
             return ([n.meta[INDEX] for n in members], fused), None
         miss = _miss_reason(tracer, p._target_pattern.num_nodes())
         if miss is not None and (best is None or miss[0] > best[0]):
             best = miss
     return None, best
+
+
+def match_at(pattern: Pattern, node: ir.Node) -> MatchResult | None:
+    """``pattern`` (a sub-pattern a rule looks for beside its own, without a check) matched at a mirrored ``node``,
+    its intermediates read by nothing else; None where it does not match."""
+    graph = node.graph
+    match = pattern.match(graph.meta[MODEL], graph, node)
+    return match if match else None
 
 
 def apply_rules(nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRule],
@@ -185,7 +235,7 @@ def apply_rules(nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRul
     roots = [(r, r.root_op()) for r in rules]
     if not any(nd.key == root for nd in nodes for _, root in roots):
         return nodes
-    model, mirrored = mirror(nodes)
+    model, mirrored = mirror(nodes, frozenset().union(*(r.ops() for r in rules)))
     by_op = {r.produces: r.name for r in rules}
     found_misses: list[tuple[int, FusionMiss, frozenset[int]]] = []
 

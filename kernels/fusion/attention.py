@@ -19,16 +19,29 @@ Where(mask, scores, -inf) masks are not taken.
 repeat_kv: where K^T or V is the exporters' ``Reshape(Expand(Unsqueeze(x, axes=[2])))`` of a KV head tensor x
 (``Transpose(perm=[0, 1, 3, 2])`` after it for K^T), each intermediate read by the next alone, the fused node takes
 x and the path (``_repeat_kv``): the kernel reads each KV head for its G query heads instead of a G-fold copy.
+
+The chain is ``kernels.fusion.patterns``' ``scaled`` and ``masked_softmax`` between the two MatMuls, and repeat_kv
+is ``patterns.repeat_kv``: the pieces ``rewriter/gqa.py`` matches too. A candidate (the second MatMul, where the
+chain's structure matched) that fails a rule above is a ``FusionMiss`` with the rule's reason.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult
+from onnxscript.rewriter._rewrite_rule import Pattern
 
 from ..node import NodeInfo, ValueInfo
 from ..ops.softmax import last_axis
 from ..target import Target
-from ._graph import consumers_of, float_scalar, only_reader, producers_of, splice_chains
+from . import patterns
+from ._graph import float_scalar, other_operand
+from ._rules import FusionMiss, FusionRule, apply_rules, match_at, node_info, producer_info
 
 FUSED_DOMAIN, FUSED_OP = "npu", "AttentionChain"
 _MISSING = ValueInfo("", None, None)  # an omitted input (no mask)
@@ -44,47 +57,15 @@ def _rank_ok(v: ValueInfo) -> bool:
     return v.shape is None or 2 <= len(v.shape) <= 4
 
 
-def _scale(nd: NodeInfo, x: str) -> float | None:
-    """The scalar constant a Mul/Div applies to value ``x`` (Div only as x / c), else None."""
-    if nd.key not in (("", "Mul"), ("", "Div")) or len(nd.inputs) != 2:
-        return None
-    a, b = nd.inputs
-    if nd.op_type == "Mul" and b.name == x:
-        a, b = b, a
-    if a.name != x or b.value is None or b.value.ndim > 1:
-        return None
-    return float_scalar(b)
-
-
 def _softmax(nd: NodeInfo) -> tuple[int, bool] | None:
     """(axis, legacy) of a Softmax that may normalize the last axis: known to, or of unknown rank (checked on every
     call: elsewhere the fused node runs the chain as written); None for one that does not."""
-    if nd.key != ("", "Softmax"):
-        return None
     legacy = 0 < nd.since_version < 13
     axis = int(nd.attr("axis", 1 if legacy else -1))
     x = nd.input(0)
     if x.shape is not None and not last_axis(axis, len(x.shape)):
         return None
     return axis, legacy
-
-
-def _nan_guard(nodes: list[NodeInfo], users: dict[str, list[int]], probs: ValueInfo) -> list[int] | None:
-    """Indices of (IsNaN, Where) computing ``Where(IsNaN(p), 0, p)`` from the Softmax output ``p`` and read by
-    nothing else, or None."""
-    readers = users.get(probs.name, [])
-    if len(readers) != 2 or probs.is_graph_output:
-        return None
-    isnan = next((i for i in readers if nodes[i].key == ("", "IsNaN")), None)
-    where = next((i for i in readers if nodes[i].key == ("", "Where")), None)
-    if isnan is None or where is None or only_reader(nodes[isnan].outputs[0], users) != where:
-        return None
-    cond, zero, x = nodes[where].inputs
-    if cond.name != nodes[isnan].outputs[0].name or x.name != probs.name or not _f32(zero):
-        return None
-    if zero.value is None or zero.value.size != 1 or zero.value.ndim > 1 or float(zero.value.reshape(())) != 0.0:
-        return None
-    return [isnan, where]
 
 
 def _unsqueeze_axes(nd: NodeInfo) -> list[int] | None:
@@ -95,106 +76,147 @@ def _unsqueeze_axes(nd: NodeInfo) -> list[int] | None:
     return None if a is None else [int(x) for x in a]
 
 
-def _repeat_kv(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[str, int], value: ValueInfo,
-               reader: int, transposed: bool) -> tuple[ValueInfo, list[int]] | None:
-    """The exporters' repeat_kv in front of ``value``: ``Unsqueeze(x, axes=[2]) -> Expand -> Reshape`` (then
-    ``Transpose(perm=[0, 1, 3, 2])`` for K^T), each read by the next alone, from a 4-D float32 ``x``; returns x and
-    the path's node indices from x on, or None. ``reader``: the chain's node reading ``value``, its only reader.
-    Whether the Expand and Reshape repeat each of x's heads in place is checked on every call (their shapes may be
-    runtime values); where they do not, the path runs as written."""
-    if only_reader(value, users) != reader:
-        return None
-    path: list[int] = []
-    cur = value
-    wanted = (("Transpose", "Reshape", "Expand", "Unsqueeze") if transposed else ("Reshape", "Expand", "Unsqueeze"))
-    for op in wanted:
-        i = producer.get(cur.name)
-        if i is None or nodes[i].key != ("", op) or (path and only_reader(cur, users) != path[-1]):
+class _Chain:
+    """The matched chain's nodes in data-flow order, read from the bindings: the QK MatMul, the scale and mask
+    nodes if any, the Softmax, the NaN guard's (IsNaN, Where) if any, the PV MatMul."""
+
+    def __init__(self, qk: ir.Value, probs: ir.Value) -> None:
+        self.qk, self.softmax = node_info(qk.producer()), producer_info(probs)
+        after = qk.uses()[0].node
+        self.scale = node_info(after) if after.op_type in SCALE_KINDS else None
+        before_softmax = probs.producer().inputs[0].producer()
+        self.mask = node_info(before_softmax) if before_softmax.op_type == "Add" else None
+        readers = {u.node.op_type: u.node for u in probs.uses()}
+        guarded = "IsNaN" in readers and "Where" in readers
+        self.guard = [node_info(readers["IsNaN"]), node_info(readers["Where"])] if guarded else []
+        last = readers["Where"].outputs[0] if guarded else probs
+        self.pv = node_info(last.uses()[0].node)
+
+    def core(self) -> list[NodeInfo]:
+        return [n for n in (self.qk, self.scale, self.mask, self.softmax, *self.guard, self.pv) if n is not None]
+
+    def scale_value(self) -> float | None:
+        """The scalar constant the scale node multiplies (either order) or divides (as x / c) the scores by."""
+        if self.scale is None:
             return None
-        nd = nodes[i]
-        if op == "Transpose" and [int(a) for a in nd.attr("perm", [])] != [0, 1, 3, 2]:
+        c = other_operand(self.scale, self.qk.outputs[0].name)
+        if c is None or (self.scale.op_type == "Div" and self.scale.inputs[1] is not c):
             return None
-        if op == "Unsqueeze" and _unsqueeze_axes(nd) != [2]:
-            return None
-        path.append(i)
-        cur = nd.inputs[0]
-    if not _f32(cur) or cur.shape is None or len(cur.shape) != 4:
-        return None
-    return cur, path[::-1]
+        return float_scalar(c) if c.value is not None and c.value.ndim <= 1 else None
+
+    def mask_value(self) -> ValueInfo | None:
+        scores = (self.scale or self.qk).outputs[0].name
+        return None if self.mask is None else other_operand(self.mask, scores)
 
 
-def _match(nodes: list[NodeInfo], users: dict[str, list[int]], producer: dict[str, int], i: int
-           ) -> tuple[list[int], NodeInfo] | None:
-    """The chain starting at MatMul ``nodes[i]``: (indices of its nodes, the fused node), or None."""
-    qk = nodes[i]
-    if qk.key != ("", "MatMul") or len(qk.inputs) != 2:
-        return None
-    q, kt = qk.inputs
+def _chain_reason(c: _Chain) -> tuple[str, list[NodeInfo]] | None:
+    """Why the matched chain is not fused (and where), or None."""
+    q, kt = c.qk.inputs
     if any(not _f32(v) or v.is_constant or not _rank_ok(v) for v in (q, kt)):
-        return None
-    chain, cur = [i], qk
-    scale_kind, scale, mask = 0, 1.0, None
-    nxt = only_reader(cur.outputs[0], users)
-    if nxt is not None and (c := _scale(nodes[nxt], cur.outputs[0].name)) is not None:
-        scale_kind, scale = SCALE_KINDS[nodes[nxt].op_type], c
-        chain.append(nxt)
-        cur = nodes[nxt]
-        nxt = only_reader(cur.outputs[0], users)
-    if nxt is not None and nodes[nxt].key == ("", "Add") and len(nodes[nxt].inputs) == 2:
-        a, b = nodes[nxt].inputs
-        other = b if a.name == cur.outputs[0].name else a
-        if other.name == cur.outputs[0].name or not _f32(other) or other.shape is None or len(other.shape) > 4:
-            return None
-        mask = other
-        chain.append(nxt)
-        cur = nodes[nxt]
-        nxt = only_reader(cur.outputs[0], users)
-    softmax = _softmax(nodes[nxt]) if nxt is not None else None
-    if softmax is None:
-        return None
-    chain.append(nxt)
-    probs = nodes[nxt].outputs[0]
-    guard = _nan_guard(nodes, users, probs)
-    if guard is not None:
-        chain.extend(guard)
-        probs = nodes[guard[-1]].outputs[0]
-    pv_i = only_reader(probs, users)
-    if pv_i is None:
-        return None
-    pv = nodes[pv_i]
-    if pv.key != ("", "MatMul") or pv.inputs[0].name != probs.name:
-        return None
-    v = pv.inputs[1]
-    if not _f32(v) or not _rank_ok(v) or not _f32(pv.outputs[0]):
-        return None
-    chain.append(pv_i)
-    inputs = [q, kt, v, mask if mask is not None else _MISSING]
-    paths: dict[str, list[NodeInfo]] = {}
-    for slot, which, reader in ((1, "k", i), (2, "v", pv_i)):
-        found = _repeat_kv(nodes, users, producer, inputs[slot], reader, which == "k")
-        if found is None:
-            continue
-        inputs[slot], path = found
-        chain[:0] = path
-        paths[which] = [nodes[j] for j in path]
-        for nd in paths[which]:  # the path's shape / axes operands: runtime values become inputs of the fused node
-            inputs.extend(v for v in nd.inputs[1:] if not v.missing and v.value is None)
-    if not paths and mask is None:
-        inputs = inputs[:3]
-    members = [nodes[j] for j in chain]
-    fused = NodeInfo(
-        index=pv.index, name="+".join(n.name for n in members), op_type=FUSED_OP, domain=FUSED_DOMAIN,
-        inputs=tuple(inputs), outputs=pv.outputs,
-        attrs={"scale_kind": scale_kind, "scale": scale, "softmax": softmax, "zero_nan_rows": guard is not None,
-               "repeat_kv": paths, "fused_nodes": [n.name for n in members]},
-        since_version=1)
-    return chain, fused
+        return f"Q {q.describe()} and K^T {kt.describe()} are not float32 runtime tensors of rank 2..4", [c.qk]
+    if c.scale is not None and c.scale_value() is None:
+        return f"{c.scale.describe()} does not scale the scores by a float32 scalar constant", [c.scale]
+    if c.mask is not None:
+        mask = c.mask_value()
+        if mask is None or not _f32(mask) or mask.shape is None or len(mask.shape) > 4:
+            return f"{c.mask.describe()}: the mask is not a float32 tensor of known rank <= 4", [c.mask]
+    if _softmax(c.softmax) is None:
+        return f"{c.softmax.describe()} does not normalize the last axis", [c.softmax]
+    if c.guard:
+        _, zero, _ = c.guard[1].inputs
+        if not _f32(zero) or zero.value is None or zero.value.size != 1 or zero.value.ndim > 1 \
+                or float(zero.value.reshape(())) != 0.0:
+            return f"{c.guard[1].describe()} does not replace NaN rows by the constant 0", c.guard
+    v = c.pv.inputs[1]
+    if not _f32(v) or not _rank_ok(v) or not _f32(c.pv.outputs[0]):
+        return f"V {v.describe()} is not a float32 tensor of rank 2..4 or the output is not float32", [c.pv]
+    return None
 
 
-def fuse_attention(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+_K_PATH = Pattern(lambda op, x: op.Transpose(patterns.repeat_kv(op, x, "k"), _outputs=["kt"]), name="repeat_kv_k")
+_V_PATH = Pattern(lambda op, x: patterns.repeat_kv(op, x, "v"), name="repeat_kv_v")
+
+
+def _repeat_kv(value: ir.Value, transposed: bool) -> list[ir.Node] | None:
+    """The exporters' repeat_kv in front of ``value`` (``Unsqueeze(x, axes=[2]) -> Expand -> Reshape``, then
+    ``Transpose(perm=[0, 1, 3, 2])`` for K^T), each read by the next alone and ``value`` by the chain alone, from a
+    4-D float32 ``x``: the path's nodes from x on, or None. Whether the Expand and Reshape repeat each of x's heads
+    in place is checked on every call (their shapes may be runtime values); where they do not, the path runs as
+    written."""
+    if value.producer() is None or len(value.uses()) != 1 or value.is_graph_output():
+        return None
+    match = match_at(_K_PATH if transposed else _V_PATH, value.producer())
+    if match is None:
+        return None
+    path = sorted(match.nodes, key=lambda n: n.meta["npu_ep.index"])
+    infos = [node_info(n) for n in path]
+    if transposed and [int(a) for a in infos[-1].attr("perm", [])] != [0, 1, 3, 2]:
+        return None
+    x = infos[0].inputs[0]
+    if _unsqueeze_axes(infos[0]) != [2] or not _f32(x) or x.shape is None or len(x.shape) != 4:
+        return None
+    return path
+
+
+class AttentionChainRule(FusionRule):
+    """``MatMul(softmax([scale](Q K^T) [+ mask]) [NaN guard], V)`` -> ``npu::AttentionChain``."""
+
+    name = "attention"
+    produces = (FUSED_DOMAIN, FUSED_OP)
+    commute = True
+    extra_ops = (("", "Transpose"), ("", "Reshape"), ("", "Expand"), ("", "Unsqueeze"))  # repeat_kv
+
+    def variants(self) -> list[Callable[..., Any]]:
+        def form(scale_op: str, mask_op: str, guard: bool) -> Callable[..., Any]:
+            def chain(op, q, kt, v, scale, mask, zero):
+                scores = patterns.scaled(op, op.MatMul(q, kt, _outputs=["qk"]), scale, scale_op)
+                return op.MatMul(patterns.masked_softmax(op, scores, mask, mask_op, guard, zero), v)
+            return chain
+
+        return [form(*f) for f in itertools.product(("none", "mul", "div"), ("none", "add"), (False, True))]
+
+    def check(self, context, qk: ir.Value, probs: ir.Value, **_: Any) -> MatchResult:
+        reason = _chain_reason(_Chain(qk, probs))
+        return MatchResult() if reason is None else MatchResult().fail(reason[0], [probs])
+
+    def absorbed(self, qk: ir.Value, kt: ir.Value, v: ir.Value, **_: Any) -> list[ir.Node]:
+        return [*(_repeat_kv(kt, True) or []), *(_repeat_kv(v, False) or [])]
+
+    def fuse(self, members: list[NodeInfo], qk: ir.Value, probs: ir.Value, kt: ir.Value, v: ir.Value,
+             **_: Any) -> NodeInfo:
+        c = _Chain(qk, probs)
+        q, kt_info = c.qk.inputs
+        mask = c.mask_value()
+        inputs = [q, kt_info, c.pv.inputs[1], mask if mask is not None else _MISSING]
+        chain = c.core()
+        paths: dict[str, list[NodeInfo]] = {}
+        for slot, which, value in ((1, "k", kt), (2, "v", v)):
+            path = _repeat_kv(value, which == "k")
+            if path is None:
+                continue
+            infos = [node_info(n) for n in path]
+            inputs[slot] = infos[0].inputs[0]
+            chain[:0] = infos
+            paths[which] = infos
+            for nd in infos:  # the path's shape / axes operands: runtime values become inputs of the fused node
+                inputs.extend(x for x in nd.inputs[1:] if not x.missing and x.value is None)
+        if not paths and mask is None:
+            inputs = inputs[:3]
+        scale = c.scale_value()
+        return NodeInfo(
+            index=c.pv.index, name="+".join(n.name for n in chain), op_type=FUSED_OP, domain=FUSED_DOMAIN,
+            inputs=tuple(inputs), outputs=c.pv.outputs,
+            attrs={"scale_kind": SCALE_KINDS[c.scale.op_type] if c.scale is not None else 0,
+                   "scale": scale if scale is not None else 1.0, "softmax": _softmax(c.softmax),
+                   "zero_nan_rows": bool(c.guard), "repeat_kv": paths, "fused_nodes": [n.name for n in chain]},
+            since_version=1)
+
+
+RULES = (AttentionChainRule(),)
+
+
+def fuse_attention(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None
+                   ) -> list[NodeInfo]:
     """Return the node list with each materialized attention chain replaced by ``npu::AttentionChain``, placed
     where its last MatMul was (every input of the chain exists by then)."""
-    if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
-        return nodes
-    users, producer = consumers_of(nodes), producers_of(nodes)
-    return splice_chains(nodes, target, lambda i: _match(nodes, users, producer, i))
+    return apply_rules(nodes, target, RULES, misses)

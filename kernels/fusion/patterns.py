@@ -51,3 +51,31 @@ def rms_norm(op: Any, x: Any, two: Any, eps: Any, gamma: Any, form: str, one: An
         inv = op.Div(one, root, _outputs=["inv"]) if form == "div_one" else op.Reciprocal(root, _outputs=["inv"])
         scaled = op.Mul(x, inv, _outputs=["scaled"])
     return op.Mul(gamma, scaled)
+
+
+def repeat_kv(op: Any, x: Any, tag: str, grow: str = "expand") -> Any:
+    """The exporters' repeat_kv of a KV head tensor: ``Reshape(Expand | Tile(Unsqueeze(x)))``; binds ``{tag}_5d``,
+    ``{tag}_grown`` and ``{tag}_rep``. ``grow``: "expand" or "tile"."""
+    x5 = op.Unsqueeze(x, _allow_other_inputs=True, _outputs=[f"{tag}_5d"])
+    grown = op.Expand(x5, _allow_other_inputs=True, _outputs=[f"{tag}_grown"]) if grow == "expand" \
+        else op.Tile(x5, _allow_other_inputs=True, _outputs=[f"{tag}_grown"])
+    return op.Reshape(grown, _allow_other_inputs=True, _outputs=[f"{tag}_rep"])
+
+
+def scaled(op: Any, scores: Any, scale: Any, scale_op: str) -> Any:
+    """Attention scores times (``mul``) or over (``div``) a scale, or as they are (``none``)."""
+    if scale_op == "none":
+        return scores
+    return op.Mul(scores, scale) if scale_op == "mul" else op.Div(scores, scale)
+
+
+def masked_softmax(op: Any, scores: Any, mask: Any, mask_op: str, nan_guard: bool, zero: Any) -> Any:
+    """``Softmax(scores + mask | Where(mask, scores, fill) | scores)`` (``mask_op``: add, where, none), then with
+    ``nan_guard`` the exporters' ``Where(IsNaN(p), zero, p)``; binds ``probs`` (the Softmax output). ``zero``: the
+    pattern for the guard's replacement value (and for the Where mask's fill)."""
+    if mask_op == "add":
+        scores = op.Add(scores, mask)
+    elif mask_op == "where":
+        scores = op.Where(mask, scores, zero)
+    probs = op.Softmax(scores, _outputs=["probs"])
+    return op.Where(op.IsNaN(probs), zero, probs) if nan_guard else probs

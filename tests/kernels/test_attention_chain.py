@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.sessions import session_of, tag_session_options
+from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.fusion.attention import fuse_attention
 from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.attention_chain import reference
@@ -121,6 +122,23 @@ def test_the_chain_becomes_one_fused_node(kw):
 ])
 def test_near_misses_stay_unfused(kw, why):
     assert "AttentionChain" not in _ops(_chain_model(**kw)), why
+
+
+@pytest.mark.parametrize("kw, reason", [
+    ({"extra_reader": True}, "an intermediate value has other readers or is read outside the partition"),
+    ({"axis": 2}, "node 'softmax' (Softmax) does not normalize the last axis"),
+    ({"scale_value": [0.5] * 7}, "node 'scale' (Mul) does not scale the scores by a float32 scalar constant"),
+    ({"where_mask": True}, "the chain differs from the pattern after 2 of its 3 nodes: OpType mismatch: expected "
+                           "MatMul, got Where."),
+    ({"nan_guard": 0.5}, "node 'guard' (Where) does not replace NaN rows by the constant 0"),
+])
+def test_each_near_miss_says_why(kw, reason):
+    """The rule's candidate (the second MatMul) that does not fuse leaves a FusionMiss with the reason (npu-report
+    --explain-fusions and the debug log show it)."""
+    misses = []
+    ops = [nd.op_type for nd in fuse_partition(nodes_from_model(_chain_model(**kw)), REF, misses)]
+    assert "AttentionChain" not in ops
+    assert [(m.fusion, m.node, m.reason) for m in misses] == [("attention", "pv", reason)]
 
 
 def test_a_runtime_scale_is_not_folded():
