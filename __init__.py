@@ -23,7 +23,7 @@ def _unshadow() -> None:
 
 _unshadow()
 
-from ._version import __version__  # noqa: E402 - after the path is clean
+from ._version import __version__ as __version__  # noqa: E402 - after the path is clean
 
 _EP_NAME = "NpuEP"
 _lock = threading.Lock()

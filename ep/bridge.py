@@ -35,7 +35,7 @@ from .log import error_level, escape, level_number, logger, session_scoped
 from .program import Program
 
 # Live sessions, for reports that inspect a running InferenceSession (weak: ORT owns their lifetime).
-LIVE_SESSIONS: "weakref.WeakSet[EpSession]" = weakref.WeakSet()
+LIVE_SESSIONS: weakref.WeakSet[EpSession] = weakref.WeakSet()
 
 
 class EpSession:

@@ -3,9 +3,9 @@
 ``python -m npu_ep.tools.demo [--out DIR] [--max-new-tokens N]`` builds the demo decoder (seeded, no downloads),
 rewrites it with every available pass (a missing pass is reported and skipped), generates greedily on NpuEP with
 bucketed prefill entries (the prompt's padding waste beside what one bucket would waste) and a fixed-capacity KV
-cache, checks the tokens against ORT's CPU EP on the same model, and prints the generated ids, TTFT and inter-token latency (host wall time and emulated NPU time), the coverage
-(nodes on NpuEP / total, from ORT's graph assignment record) and writes the HTML report when ``npu_ep.tools.report``
-is present. A few seconds to a minute on 2 cores.
+cache, checks the tokens against ORT's CPU EP on the same model, and prints the generated ids, TTFT and inter-token
+latency (host wall time and emulated NPU time), the coverage (nodes on NpuEP / total, from ORT's graph assignment
+record) and writes the HTML report when ``npu_ep.tools.report`` is present. A few seconds to a minute on 2 cores.
 """
 
 from __future__ import annotations

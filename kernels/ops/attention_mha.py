@@ -1,13 +1,13 @@
 """com.microsoft MultiHeadAttention on the matrix and vector units (``_sdpa.attend``).
 
 Inputs (ORT's CPU kernel, 1.31): query [B, S, D]; key/value [B, L, D] / [B, L, Dv], or key and value already per
-head [B, N, L, H] (cross attention, no past); packed QKV/KV are declined (ORT's CPU kernel has neither); bias [D + D + Dv]
-(added to the projected Q, K, V); key_padding_mask int32 [B] (valid key count), [B, T] or [B, S, T] (0 masks);
-attention_bias [B or 1, N or 1, S, T] added to the scores; past_key/past_value [B, N, P, H].
-Outputs: output [B, S, N*Hv], present_key/present_value [B, N, P + L, H] (past then new), optional qk.
-Attributes: num_heads, scale (default 1/sqrt(H)), mask_filter_value (default -10000: masked keys get this added,
-not -inf, so a fully masked row averages its values as ORT's does), unidirectional (query i sees keys
-j <= i + P; only for as many new keys as queries, where ORT's result is defined by that rule).
+head [B, N, L, H] (cross attention, no past); packed QKV/KV are declined (ORT's CPU kernel has neither); bias [D + D +
+Dv] (added to the projected Q, K, V); key_padding_mask int32 [B] (valid key count), [B, T] or [B, S, T] (0 masks);
+attention_bias [B or 1, N or 1, S, T] added to the scores; past_key/past_value [B, N, P, H]. Outputs: output [B, S,
+N*Hv], present_key/present_value [B, N, P + L, H] (past then new), optional qk. Attributes: num_heads, scale (default
+1/sqrt(H)), mask_filter_value (default -10000: masked keys get this added, not -inf, so a fully masked row averages its
+values as ORT's does), unidirectional (query i sees keys j <= i + P; only for as many new keys as queries, where ORT's
+result is defined by that rule).
 
 Cost: ``_sdpa.attention_cost`` plus DMA of masks and the presents.
 """
@@ -53,10 +53,10 @@ def _check(node: NodeInfo, target: Target) -> str | None:
         return f"{op}: key is required"
     if k.shape is not None and len(k.shape) == 5:
         return f"{op}: packed key/value {k.describe()} not supported (ORT's CPU kernel does not implement it either)"
-    if int(node.attr("unidirectional", 0)) and q.shape is not None and k.shape is not None and len(k.shape) == 3:
-        if isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and q.shape[1] != k.shape[1]:
-            return (f"{op}: unidirectional with {k.shape[1]} new keys for {q.shape[1]} queries not supported "
-                    "(ORT's CPU kernel defines it for equal lengths)")
+    if (int(node.attr("unidirectional", 0)) and q.shape is not None and k.shape is not None and len(k.shape) == 3
+            and isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and q.shape[1] != k.shape[1]):
+        return (f"{op}: unidirectional with {k.shape[1]} new keys for {q.shape[1]} queries not supported "
+                "(ORT's CPU kernel defines it for equal lengths)")
     for i, what in ((8, "past_sequence_length"), (9, "cache_indirection")):
         if len(node.inputs) > i and node.input(i) is not None:
             return f"{op}: input {what} not supported"

@@ -6,9 +6,9 @@ past_key/past_value [B, Nkv, P, H]. Outputs: Y (the input's rank), present_key/p
 K/V along the sequence), qk_matmul_output (qk_matmul_output_mode 0..3).
 
 As ORT 1.31's CPU kernel: scale defaults to 1/sqrt(H); is_causal lets query i see keys j <= i + P (the queries
-follow the past), except that a single query (S = 1, a decode step) sees every key; softcap c > 0 applies c * tanh(x / c) BEFORE the mask is added (the
-ONNX text orders them the other way; ORT's order is what users get), and qk_matmul_output follows ORT's stages
-(see ``_sdpa.attend``); N must be a multiple of Nkv (GQA).
+follow the past), except that a single query (S = 1, a decode step) sees every key; softcap c > 0 applies
+c * tanh(x / c) BEFORE the mask is added (the ONNX text orders them the other way; ORT's order is what users get),
+and qk_matmul_output follows ORT's stages (see ``_sdpa.attend``); N must be a multiple of Nkv (GQA).
 softmax_precision is accepted as the vector unit computes in float32 anyway.
 
 Cost: ``_sdpa.attention_cost`` plus DMA of the mask and the presents.

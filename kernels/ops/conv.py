@@ -24,7 +24,8 @@ reference model's float weights are derived from it on first use.
 
 QLinearConv numerics: input padding holds x_zero_point (zero after subtraction), int32 accumulation (exact, see
 ``_mm``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
-float32 - bit-exact vs ORT CPU; then, when a ``npu::QdqLut`` was folded in (``output_lut``), its table. Conv: float32 (fp16 inputs widened, result rounded to fp16 once).
+float32 - bit-exact vs ORT CPU; then, when a ``npu::QdqLut`` was folded in (``output_lut``), its table. Conv: float32
+(fp16 inputs widened, result rounded to fp16 once).
 
 A float32 Conv may carry an element-wise tail (``conv_tail`` attribute, ``kernels/fusion/conv_tail.py``): the native
 kernels apply it to each finished block while it is in cache (``kernels/native/conv_tail.cc``), the reference

@@ -4,9 +4,9 @@ on the matrix unit followed by a col2im scatter-add on the vector unit.
 Layouts: X ``[N, C, H, W]``, W ``[C, M/g, kh, kw]``, Y ``[N, M, OH, OW]`` (1-D: height 1). Per group the GEMM is
 ``[N*H*W, C/g] x [C/g, M/g*kh*kw]`` (weights re-laid out at compile time to ``[g, C/g, M/g*kh*kw]``); every kernel
 tap (i, j) then adds its ``[N, M/g, H, W]`` slice into the output at rows ``i*dh + y*sh`` and columns
-``j*dw + x*sw`` (a Python loop over the kh*kw taps, each a strided numpy add). When the stride equals the kernel (no dilation, one
-group) the taps never overlap: the GEMM runs in NCHW as ``W^T @ x`` (natively the pointwise conv kernel's blocked
-sgemm) and one strided copy per tap places the taps.
+``j*dw + x*sw`` (a Python loop over the kh*kw taps, each a strided numpy add). When the stride equals the kernel (no
+dilation, one group) the taps never overlap: the GEMM runs in NCHW as ``W^T @ x`` (natively the pointwise conv kernel's
+blocked sgemm) and one strided copy per tap places the taps.
 
 Output size (ONNX): ``stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pad_begin - pad_end``. With
 ``output_shape`` (or auto_pad SAME_*, whose output is ``in * stride``) the pads are derived from it: the total
@@ -56,7 +56,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     one_d = w.ndim == 3
     nd = w.ndim - 2
     grp = int(node.attr("group", 1))
-    c, mg = w.shape[:2]
+    c, _mg = w.shape[:2]
     lift = (lambda v, fill: [fill] + v) if one_d else (lambda v, fill: v)
     pads = _pairs(node, "pads", 2 * nd, 0)
     pads = [0, pads[0], 0, pads[1]] if one_d else pads
@@ -147,7 +147,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     if _disjoint_taps(p):
         y = _run_disjoint(p, np.ascontiguousarray(xf))
         return [np.ascontiguousarray(y[:, :, 0, :] if a["one_d"] else y, dtype=a["dtype"])]
-    n, c, h, wd = xf.shape
+    n, _c, h, wd = xf.shape
     grp, cg, cols_n = w.shape
     kh, kw = a["kernel"]
     mg = cols_n // (kh * kw)

@@ -43,7 +43,7 @@ def _widen(v: np.ndarray) -> np.ndarray:
 
 def _expand(p: np.ndarray, rank: int, axis: int, block: int, dim: int | None) -> np.ndarray:
     """Scale/zero point in a layout that broadcasts against x (rank ``rank``)."""
-    if p.ndim == 0 or p.size == 1 and p.ndim <= 1:
+    if p.ndim == 0 or (p.size == 1 and p.ndim <= 1):
         return p.reshape(())
     if block:
         r = np.repeat(p, block, axis=axis)

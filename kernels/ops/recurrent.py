@@ -308,7 +308,8 @@ def _reference(p: Prepared, inputs) -> list[np.ndarray]:
         if op == "LSTM":
             xw = (flat @ w[d].T + (wb + rb)).reshape(seq, batch, gates * hid)
             rt = np.ascontiguousarray(r[d].T)
-            y, h, c = lstm_direction(xw, lambda hp: hp @ rt, None if peep is None else peep[d], h0[d], c0[d], lens,
+            y, h, c = lstm_direction(xw, lambda hp: hp @ rt,  # noqa: B023 - called in this iteration only
+                                     None if peep is None else peep[d], h0[d], c0[d], lens,
                                      reverse, clip)
             cs.append(c)
         elif op == "GRU":

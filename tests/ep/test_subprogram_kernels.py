@@ -51,7 +51,8 @@ def loop_with_if_model():
     return make_model([loop], [helper.make_tensor_value_info("M", TensorProto.INT64, []),
                                helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
                                helper.make_tensor_value_info("acc0", F32, [2, K])],
-                      [helper.make_tensor_value_info("acc", F32, [2, K])], opset=21, extra_opsets=[("com.microsoft", 1)])
+                      [helper.make_tensor_value_info("acc", F32, [2, K])], opset=21,
+                      extra_opsets=[("com.microsoft", 1)])
 
 
 def _feeds(flag: bool):

@@ -98,7 +98,8 @@ def test_a_conv_net_from_orts_dynamic_quantizer_runs_on_npuep_with_the_cpu_eps_b
 
     rng = np.random.default_rng(5)
     inits = {"w1": rng.normal(0, 0.3, (16, 3, 3, 3)).astype(np.float32),
-             "b1": rng.normal(0, 0.1, 16).astype(np.float32), "w2": rng.normal(0, 0.2, (8, 16, 3, 3)).astype(np.float32)}
+             "b1": rng.normal(0, 0.1, 16).astype(np.float32),
+             "w2": rng.normal(0, 0.2, (8, 16, 3, 3)).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
              helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", strides=[2, 2])]
@@ -137,7 +138,7 @@ def test_a_symbolic_channel_dim_that_does_not_match_the_weights_is_refused(ws, g
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(sess.run(None, good)[0], cpu.run(None, good)[0])
     bad = {"x": rng.integers(0, 256, (1, c, 5, 5)).astype(np.uint8)}
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - ORT's error classes are not public
         cpu.run(None, bad)
     wshape = ", ".join(map(str, ws))
     with pytest.raises(Exception, match=rf"node 'conv' \(ConvInteger\).*ConvInteger: input X \[1, {c}, 5, 5\] has "

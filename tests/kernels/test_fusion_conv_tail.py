@@ -212,7 +212,7 @@ def test_native_tail_equals_reference(n):
         with np.errstate(all="ignore"):
             nat.conv_tail(got, codes, consts, threads)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)) or \
-            np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
+            (np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want)))
 
 
 def test_native_tail_rejects_bad_arguments():

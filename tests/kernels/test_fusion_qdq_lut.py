@@ -49,7 +49,7 @@ class _Builder:
 
     def q(self, name, x, scale, zp, **attrs):
         self.inits.setdefault(f"{name}_s", np.float32(scale))
-        self.inits.setdefault(f"{name}_z", np.asarray(zp, np.uint8) if np.ndim(zp) == 0 else np.asarray(zp, np.uint8))
+        self.inits.setdefault(f"{name}_z", np.asarray(zp, np.uint8))
         self.nodes.append(helper.make_node("QuantizeLinear", [x, f"{name}_s", f"{name}_z"], [f"{name}_q"],
                                            name=f"{name}_Q", **attrs))
         return f"{name}_q"
@@ -295,8 +295,8 @@ def test_native_qlinear_conv_rejects_a_bad_table():
         pytest.skip("native extension not built")
     x = np.zeros((1, 4, 3, 3), np.uint8)
     w = np.zeros((2, 1, 1, 4), np.int8)
-    args = (x, 0, w, np.zeros(2, np.int32), None, np.ones(2, np.float32), 0, False, [2, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0],
-            False, 1)
+    args = (x, 0, w, np.zeros(2, np.int32), None, np.ones(2, np.float32), 0, False,
+            [2, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0], False, 1)
     with pytest.raises(ValueError, match="lut must be 256"):
         nat.qlinear_conv(*args, np.zeros(255, np.uint8))
     assert nat.qlinear_conv(*args, np.full(256, 7, np.uint8)).max() == 7

@@ -140,8 +140,8 @@ def test_nan_and_inf_rows_propagate_like_the_reference(isa):
     """A NaN in a row of A makes that row NaN at level 0. At level 4 the row follows ORT's CompInt8 quantization
     (matmul_nbits.quantize_a_codes): a NaN at element 7 of a 32-block is dropped from the block's maximum (its lane
     reads element 23 after it) and quantizes to code 0, so the row is finite (as on the CPU EP,
-    test_sweep_matmul_nbits.py checks it there); an Inf makes its block's scale Inf and the row NaN. Native as the numpy reference; other rows
-    untouched."""
+    test_sweep_matmul_nbits.py checks it there); an Inf makes its block's scale Inf and the row NaN. Native as the
+    numpy reference; other rows untouched."""
     K, N = 200, 24
     w = _weights(K, N, 32, symmetric=False)
     a = RNG.standard_normal((3, K)).astype(np.float32)

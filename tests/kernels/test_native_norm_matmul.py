@@ -61,15 +61,16 @@ def _model(d: int, rows: int, *, skip: bool, mlp: str, level: int | None, bias: 
                                       block_size=32, accuracy_level=level))
         inits.update({f"{name}_B": q.B, f"{name}_S": q.scales, f"{name}_Z": q.zero_points})
     if mlp == "swiglu":
-        nodes += [helper.make_node("Sigmoid", ["gate"], ["sg"], "sig"), helper.make_node("Mul", ["gate", "sg"], ["si"], "m1"),
+        nodes += [helper.make_node("Sigmoid", ["gate"], ["sg"], "sig"),
+                  helper.make_node("Mul", ["gate", "sg"], ["si"], "m1"),
                   helper.make_node("Mul", ["si", "up"], ["act"], "m2")]
         outs.append(helper.make_tensor_value_info("act", F32, [1, rows, n]))
     else:
         outs += [helper.make_tensor_value_info(name, F32, [1, rows, n]) for name in names]
     graph = helper.make_graph(nodes, "norm_mm", ins, outs, [numpy_helper.from_array(v, k) for k, v in inits.items()],
                               value_info=[helper.make_tensor_value_info("y", F32, [1, rows, d])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
-                             ir_version=10)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                   helper.make_opsetid("com.microsoft", 1)], ir_version=10)
 
 
 def _prepared(model):

@@ -112,7 +112,7 @@ def test_a_packed_b_of_another_shape_is_refused_with_the_shapes():
     assert packed.shape == (2, 64, 32)
     with pytest.raises(ValueError, match="64 rows x 72 columns"):
         kern().float_matmul_packed(np.ones((2, 64), np.float32), packed, 72)
-    with pytest.raises(ValueError, match="a has 63 columns .* 63 rows x 40 columns"):
+    with pytest.raises(ValueError, match=r"a has 63 columns .* 63 rows x 40 columns"):
         kern().float_matmul_packed(np.ones((2, 63), np.float32), packed, 40)
     with pytest.raises(ValueError, match="bias has 3 values for 40"):
         kern().float_matmul_packed(np.ones((2, 64), np.float32), packed, 40, bias=np.ones(3, np.float32))

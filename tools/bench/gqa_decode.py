@@ -2,10 +2,11 @@
 the kernel called directly and through real NpuEP sessions, native and reference, vs ORT's CPU EP in the same run.
 
 Usage: ``python -m npu_ep.tools.bench.gqa_decode [--past 512] [--prompt 128] [--iters 20] [--rounds 3]``. Host
-wall time per call: medians of ``iters`` calls in interleaved rounds, best round kept (the machine is shared). Columns: ``kernel`` runs the prepared kernel without a session on one host thread (isolates the
-kernel); ``NpuEP`` is a session with provider option ``kernels=native`` or ``reference`` (graph assignment
-checked; host_threads default); ratios are against the CPU EP session on the same feeds. The presents come from
-the node's buffer pool (``kernels/ops/_kv_pool.py``): with fresh buffers per call, page faults would dominate.
+wall time per call: medians of ``iters`` calls in interleaved rounds, best round kept (the machine is shared). Columns:
+``kernel`` runs the prepared kernel without a session on one host thread (isolates the kernel); ``NpuEP`` is a session
+with provider option ``kernels=native`` or ``reference`` (graph assignment checked; host_threads default); ratios are
+against the CPU EP session on the same feeds. The presents come from the node's buffer pool
+(``kernels/ops/_kv_pool.py``): with fresh buffers per call, page faults would dominate.
 """
 
 from __future__ import annotations
