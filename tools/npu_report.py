@@ -57,6 +57,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT.json", help="write the versioned JSON document")
     p.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML file with plots")
     p.add_argument("--run", action="store_true", help="run on NpuEP and the CPU EP and measure boundaries")
+    p.add_argument("--device-memory", choices=("host", "npu"), default="host",
+                   help="with --run: NpuEP's partition inputs/outputs in host memory (default, as providers=['NpuEP']) "
+                        "or in NPU memory (ORT copies at the boundaries; the boundaries line counts them)")
     p.add_argument("--runs", type=int, default=None, help="timed runs per EP with --run (default 20; --zoo: 5)")
     p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=VALUE",
                    help="size of a symbolic input dim, or of an unnamed/-1 one as INPUT:AXIS=VALUE (repeatable); "
@@ -141,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                            provider_options={"partition_policy": args.policy}, float_model=args.float_model,
                            check=not args.no_check, prefill_tokens=args.prefill_tokens,
                            max_input_mib=args.max_input_mib or DEFAULT_MAX_INPUT_MIB,
-                           dump_partitions=args.dump_partitions, explain_fusions=args.explain_fusions)
+                           dump_partitions=args.dump_partitions, explain_fusions=args.explain_fusions,
+                           device_memory=args.device_memory)
     except (ReportInputError, TargetError, DumpError) as exc:
         print(f"npu-report: error: {_one_line(exc)}", file=sys.stderr)
         return 2

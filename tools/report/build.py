@@ -39,7 +39,7 @@ from .dim_hints import inputs_that_run
 from .run import DEFAULT_MAX_INPUT_MIB, NpuEPFailure, attribute_bridge, dim_key, measure, npu_session, resolve_dims
 from .validate import ReportInputError, load_checked, ort_exceptions, ort_message
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 __all__ = ["SCHEMA_PATH", "SCHEMA_VERSION", "NpuEPFailure", "ReportInputError", "build_report", "validate",
@@ -66,7 +66,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                  provider_options: Mapping[str, str] | None = None, model=None, float_model=None,
                  check: bool = True, prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
                  max_input_mib: float = DEFAULT_MAX_INPUT_MIB,
-                 dump_partitions: str | os.PathLike | None = None, explain_fusions: bool = False) -> dict[str, Any]:
+                 dump_partitions: str | os.PathLike | None = None, explain_fusions: bool = False,
+                 device_memory: str = "host") -> dict[str, Any]:
     """The report document. ``model_or_session``: path, ``onnx.ModelProto`` or an ``InferenceSession`` created
     with NpuEP and options passed through ``npu_ep.ep.sessions.tag_session_options`` (then ``model=`` gives the
     file view and enables the CPU-EP comparison). ``dims``: symbolic dim -> size for inputs.
@@ -76,7 +77,11 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
     ``max_input_mib``: generated inputs (``run``/``compare``) above this are refused before allocation.
     ``dump_partitions``: a folder to write every NPU partition of the file into as a standalone model
     (``partition_dump``); the written files are listed under ``partition_dumps``. ``explain_fusions``: under
-    ``fusions``, per partition of the file the fusions applied and why each candidate was not fused (``fusions``)."""
+    ``fusions``, per partition of the file the fusions applied and why each candidate was not fused (``fusions``).
+    ``device_memory``: with ``run``, NpuEP's OrtEpDevice for the measured session, "host" (as providers=["NpuEP"])
+    or "npu" (partition inputs/outputs in NPU memory, copies counted: ``measurement.boundaries``)."""
+    if device_memory not in ("host", "npu"):
+        raise ValueError(f"device_memory={device_memory!r}: expected 'host' or 'npu'")
     import onnxruntime as ort
 
     if runs < 1 or prefill_tokens < 1:
@@ -123,7 +128,7 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
         ep = _ep_of(session)
     elif run:
         session, ep, measurement, doc["phases"] = _run(proto, where, opts, cpu, feeds, dims, tgt, runs,
-                                                       prefill_tokens)
+                                                       prefill_tokens, device_memory)
     if ep is not None:
         doc["source"] = "session"
         nodes = [d.node for d in ep.capabilities[-1][1].decisions]
@@ -169,7 +174,8 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
 
 
 def _run(proto: onnx.ModelProto, where: str, opts: Mapping[str, str], cpu, feeds, dims: Mapping[str, int],
-         tgt: Target, runs: int, prefill_tokens: int) -> tuple[Any, Any, dict[str, Any], dict[str, Any] | None]:
+         tgt: Target, runs: int, prefill_tokens: int, memory: str = "host"
+         ) -> tuple[Any, Any, dict[str, Any], dict[str, Any] | None]:
     """``--run``: with the CPU EP session that validated the model and ``feeds``, ONE profiled NpuEP session gives
     the ORT profile (per-node time), the latency/bridge measurement and the prefill/decode phases. Returns
     (session, EpSession, measurement, phases)."""
@@ -179,7 +185,8 @@ def _run(proto: onnx.ModelProto, where: str, opts: Mapping[str, str], cpu, feeds
     so = ort.SessionOptions()
     folder = report_profile.enable(so)
     try:
-        session, ep = _npu_guarded(where, lambda: npu_session(model_bytes, opts, so=so), creating=True)
+        session, ep = _npu_guarded(where, lambda: npu_session(model_bytes, opts, so=so, memory=memory),
+                                   creating=True)
     except BaseException:
         report_profile.discard(folder)
         raise

@@ -13,6 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from .boundaries import boundaries_line
 from .latency import describe
 from .tables import STYLE, crossings_table, declined_table, entries_table, partitions_table, text
 
@@ -140,6 +141,8 @@ def render_html(doc: Mapping[str, Any]) -> str:
         summary += (f"; measured host time NpuEP {m['npu_latency_us']:,.1f} us, CPU EP {m['cpu_latency_us']:,.1f} "
                     f"us (medians of {m['runs']} runs, the EPs alternating in {r['blocks']} blocks): "
                     f"{r['median']:.2f}x the CPU EP, {r['min']:.2f}-{r['max']:.2f}x across blocks")
+        if m.get("boundaries"):
+            summary += "; " + boundaries_line(m["boundaries"])
     tables = declined_table(doc) + partitions_table(doc) + crossings_table(doc) + entries_table(doc)
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>npu-report</title>" + STYLE + "</head><body>"
             f"<h1>npu-report: {text(doc['model'])}</h1><p>{text(summary)}</p><p>{text(describe(doc))}</p>"

@@ -12,6 +12,7 @@ from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from ...ep.log import escape as printable
+from .boundaries import boundaries_line
 from .latency import describe
 
 
@@ -76,6 +77,8 @@ def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: 
                   f"{_us(m['npu_latency_us'])} us, CPU EP {_us(m['cpu_latency_us'])} us (medians); NpuEP / CPU EP "
                   f"{r['median']:.2f}x (blocks {r['min']:.2f}-{r['max']:.2f}x); bridge per crossing t_b = "
                   f"{pr['t_b_us']:.2f} us, boundaries {_us(pr['boundary_us_per_run'])} us per run")
+        if m.get("boundaries"):
+            con.print(escape(boundaries_line(m["boundaries"])))
         if pr["layers"]:
             con.print(f"per token: L*n_b*t_b = {pr['layers']} x {pr['crossings_per_layer']:.1f} x "
                       f"{pr['t_b_us']:.2f} = {_us(pr['per_token_us'])} us; full coverage would save "

@@ -20,9 +20,11 @@ import onnxruntime as ort
 
 from ...kernels.runtime import extension
 from ...ep.bridge import EpSession
+from ...ep.device_memory import add_npu_ep
 from ...ep.dtypes import numpy_dtype
 from ...ep.sessions import session_of, tag_session_options
 from .attention_dims import attention_dims
+from .boundaries import boundaries
 from .validate import ReportInputError, ort_error, ort_exceptions
 
 
@@ -193,15 +195,20 @@ def quiet(so: ort.SessionOptions) -> ort.SessionOptions:
 
 
 def npu_session(model_bytes: bytes, provider_options: Mapping[str, str], *,
-                so: ort.SessionOptions | None = None) -> tuple[ort.InferenceSession, EpSession]:
+                so: ort.SessionOptions | None = None, memory: str = "host") -> tuple[ort.InferenceSession, EpSession]:
     """An NpuEP session that records ORT's graph assignment and never silently falls back, and its EpSession.
-    ``so``: session options to start from (e.g. with profiling enabled)."""
+    ``so``: session options to start from (e.g. with profiling enabled); ``memory``: NpuEP's OrtEpDevice, "host"
+    (what providers=["NpuEP"] selects) or "npu" (partition inputs/outputs in NPU memory, ``ep.device_memory``)."""
     so = quiet(so or ort.SessionOptions())
     tag_session_options(so)
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     opts = {"cache_dir": "", **provider_options}
-    sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("NpuEP", opts), "CPUExecutionProvider"],
-                                enable_fallback=0)
+    if memory == "host":
+        sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("NpuEP", opts), "CPUExecutionProvider"],
+                                    enable_fallback=0)
+    else:
+        add_npu_ep(so, opts, memory=memory)  # ORT adds the CPU EP after it; no providers=: no silent fallback
+        sess = ort.InferenceSession(model_bytes, sess_options=so)
     return sess, session_of(sess)
 
 
@@ -248,9 +255,12 @@ def measure(sess: ort.InferenceSession, ep: EpSession, cpu: ort.InferenceSession
         cpu.run(None, feeds)
     rounds = max(1, min(MEASURE_BLOCKS, runs))
     extension().reset_stats()
+    counted = getattr(ep, "device_stats_key", None) is not None  # a session the plugin created
+    device_before = ep.device_counters() if counted else None
     blocks = alternating_blocks({"npu": lambda: sess.run(None, feeds), "cpu": lambda: cpu.run(None, feeds)},
                                 runs, rounds, warmup=False)
     stats = extension().partition_stats()
+    device_after = ep.device_counters() if counted else None
     npu_s = [t for block in blocks["npu"] for t in block]
     cpu_s = [t for block in blocks["cpu"] for t in block]
     ratios = block_ratios(blocks, "npu", "cpu")
@@ -265,14 +275,17 @@ def measure(sess: ort.InferenceSession, ep: EpSession, cpu: ort.InferenceSession
                       "program_us_per_call": s.get("program_ns", 0) / per / 1e3,
                       "bridge_us_per_call": (s.get("total_ns", 0) - s.get("program_ns", 0)) / per / 1e3,
                       "bytes_in_per_call": s.get("bytes_in", 0) // per,
-                      "bytes_out_per_call": s.get("bytes_out", 0) // per})
+                      "bytes_out_per_call": s.get("bytes_out", 0) // per,
+                      "bytes_in_npu_per_call": s.get("bytes_in_npu", 0) // per,
+                      "bytes_out_npu_per_call": s.get("bytes_out_npu", 0) // per})
     placed = Counter(assignment(sess).values())
     return {"runs": runs, "npu_latency_us": statistics.median(npu_s) * 1e6,
             "cpu_latency_us": statistics.median(cpu_s) * 1e6, "npu_mean_us": statistics.fmean(npu_s) * 1e6,
             "cpu_mean_us": statistics.fmean(cpu_s) * 1e6,
             "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
                       "blocks": rounds, "runs_per_block": runs // rounds},
-            "partitions": parts, "assignment": dict(sorted(placed.items())), "profile": None}
+            "partitions": parts, "assignment": dict(sorted(placed.items())), "profile": None,
+            "boundaries": boundaries(parts, device_before, device_after, runs) if counted else None}
 
 
 def attribute_bridge(crossings: Sequence[dict], measured_parts: Sequence[dict]) -> None:
