@@ -58,7 +58,7 @@ def resolve_dims(v: ir.Value | None, depth: int = _PLUMBING_DEPTH) -> list[_Dim]
     if node is None or depth == 0 or node.domain not in ("", "ai.onnx"):
         return None
     op, ins = node.op_type, node.inputs
-    sub = lambda i: resolve_dims(ins[i], depth - 1) if i < len(ins) else None  # noqa: E731
+    sub = lambda i: resolve_dims(ins[i], depth - 1) if i < len(ins) else None
     if op == "Shape":
         src = ins[0]
         if src.shape is None:

@@ -201,7 +201,7 @@ def _unit(g: _Graph, i: int, target: Target) -> tuple[NodeInfo, set[int]] | None
     xzp, yzp = _zp(adq, at).reshape(()), _zp(q, yt or "uint8").reshape(())
     ys = np.asarray(q.input(1).value, np.float32).reshape(())
     name = f"{op.name}/qdq"
-    c = lambda suffix, v: _qvalue(op.inputs[1], f"{name}/{suffix}", v)  # noqa: E731
+    c = lambda suffix, v: _qvalue(op.inputs[1], f"{name}/{suffix}", v)
     if at in EIGHT_BIT and yt in EIGHT_BIT and wt in EIGHT_BIT:
         if conv:
             inputs = [x, c("xs", xs.reshape(())), c("xzp", xzp), c("w", wi), c("ws", ws), c("wzp", wzp),

@@ -51,7 +51,7 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
-    c = lambda i: np.asarray(node.input(i).value)  # noqa: E731
+    c = lambda i: np.asarray(node.input(i).value)
     w = c(3).astype(np.float64) - c(5).astype(np.float64).reshape(-1)
     act, wt = dtype_name(node.input(0)), dtype_name(node.input(3))
     consts = {"w": np.ascontiguousarray(w), "xzp": c(2).astype(np.float64).reshape(()),

@@ -359,7 +359,7 @@ def recurrent_cost(p: Prepared, shapes, gates: int, mode: str = "float32", weigh
     dirs = 2 if a["direction"] == "bidirectional" else 1
     tm, tn, tk = t.tile
     rate = t.mac_rate(mode) if t.has_mode(mode) else 1.0
-    native = lambda m, n, k: math.ceil(m / tm) * math.ceil(n / tn) * math.ceil(k / tk) * tm * tn * tk  # noqa: E731
+    native = lambda m, n, k: math.ceil(m / tm) * math.ceil(n / tn) * math.ceil(k / tk) * tm * tn * tk
     matrix = dirs * (native(seq * batch, gates * hid, n_in) + seq * native(batch, gates * hid, hid)) / rate
     lanes = int(t.vector["lanes"])
     vector = dirs * seq * math.ceil(batch * gates * hid / lanes) * (4.0 + 2.0 * transcendental(t))

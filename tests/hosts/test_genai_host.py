@@ -19,8 +19,8 @@ import pytest
 og = pytest.importorskip("onnxruntime_genai")
 pytestmark = pytest.mark.slow
 
-import npu_ep  # noqa: E402
-from tests.hosts.cpp_host import ort_library  # noqa: E402
+import npu_ep
+from tests.hosts.cpp_host import ort_library
 
 PROMPT = [1, 5, 6, 7, 8, 9]
 NEW_TOKENS = 16

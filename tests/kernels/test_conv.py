@@ -52,7 +52,7 @@ def test_qlinearconv_bit_exact(xs, ws, attrs, dtx, dtw, per_channel, target):
 
 
 # --- 1-D and depthwise Conv through NpuEP sessions (issue 13) ---------------------------------------------------
-from _ep_single import check_on_ep  # noqa: E402
+from _ep_single import check_on_ep
 
 CASES_1D_DW = [
     ((2, 4, 17), (6, 4, 3), dict(pads=[1, 1])),

@@ -186,7 +186,7 @@ def test_cost_transcendentals_cost_more_and_scale_with_elements():
 
 
 # --- ops of vision/speech models (issue 13): math, rounding, logic, variadic; also through NpuEP sessions ------
-from _ep_single import check_on_ep  # noqa: E402
+from _ep_single import check_on_ep
 
 MATH_RANGES = {"Log": (0.01, 50.0), "Sin": (-20.0, 20.0), "Cos": (-20.0, 20.0)}
 

@@ -258,8 +258,8 @@ def test_shape_with_start_and_end(attrs):
 
 
 # --- Identity, Flatten, Tile, GatherND, ScatterND (issue 13), also through NpuEP sessions on both targets -------
-from _ep_single import check_on_ep  # noqa: E402
-from npu_testing import assignment, npu_session  # noqa: E402
+from _ep_single import check_on_ep
+from npu_testing import assignment, npu_session
 
 BOTH = ("npu-ref", "npu-edge")
 

@@ -275,7 +275,7 @@ def test_a_batched_product_is_within_the_bound_in_any_layout_and_thread_count(ba
     y = kern().float_matmul_batched(a, bt, threads=2)
     assert y.shape == (*batch, m, n) and y.flags.c_contiguous
     exact = a.astype(np.float64) @ bt.astype(np.float64)
-    flat = lambda x, r, c: x.reshape(int(np.prod(batch)), r, c)  # noqa: E731
+    flat = lambda x, r, c: x.reshape(int(np.prod(batch)), r, c)
     for ai, bi, yi, ei in zip(flat(a, m, k), flat(bt, k, n), flat(y, m, n), flat(exact, m, n)):
         within_bound(yi, ai, bi, ei)
     assert kern().float_matmul_batched(a, np.ascontiguousarray(bt), threads=1).tobytes() == y.tobytes()

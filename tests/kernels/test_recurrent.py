@@ -25,7 +25,7 @@ def recurrent_model(op: str, *, direction="forward", bias=True, initial=False, p
     rng = np.random.default_rng(zlib.crc32(repr((op, direction, bias, initial, peephole, lens)).encode()))
     gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     dirs = 2 if direction == "bidirectional" else 1
-    w = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
+    w = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)
     inits = {"W": w(dirs, gates * HIDDEN, INPUT), "R": w(dirs, gates * HIDDEN, HIDDEN)}
     names = ["X", "W", "R"]
     inputs = [helper.make_tensor_value_info("X", F32, [SEQ, BATCH, INPUT] if layout == 0 else [BATCH, SEQ, INPUT])]

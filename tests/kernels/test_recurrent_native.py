@@ -24,7 +24,7 @@ def lstm_case(rng, seq, batch, inp, hid, *, direction="forward", bias=True, lens
     """(model, runtime inputs in node order, feeds) for one LSTM node; W, R, B, P are initializers unless
     ``runtime_weights`` makes W and R graph inputs."""
     dirs = 2 if direction == "bidirectional" else 1
-    w = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
+    w = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)
     inits = {"W": w(dirs, 4 * hid, inp), "R": w(dirs, 4 * hid, hid)}
     if bias:
         inits["B"] = w(dirs, 8 * hid)

@@ -48,7 +48,7 @@ def dq_lstm_model(rng, seq, batch, inp, hid, *, direction="forward", bias=True, 
     spread = 0.5 / 127 / np.sqrt(max(inp, hid) / 64)  # gate pre-activations of order 1
     ws, rs = ((rng.uniform(0.5, 1.5, cols) * spread).astype(np.float32) for _ in "wr")
     inits = {"W": w, "R": r, "W_scale": ws, "W_zp": zw, "R_scale": rs, "R_zp": zr}
-    f = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
+    f = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)
     if bias:
         inits["B"] = f(dirs, 8 * hid)
     if peep:
@@ -130,7 +130,7 @@ def test_reference_first_step_is_the_exact_integer_product():
     z = np.rint(np.clip(np.float32(0) - np.float32(lo / s), 0, 255))
     q = np.clip(np.rint(x / s) + z, 0, 255).astype(np.int64) - int(z)
     g = (q @ w).astype(np.float32) * (s * ws)
-    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    sig = lambda v: 1 / (1 + np.exp(-v))
     hid = 5
     c = sig(g[:, :hid]) * np.tanh(g[:, 3 * hid:])
     np.testing.assert_allclose(yc[0], c, rtol=1e-6, atol=1e-7)
@@ -139,7 +139,7 @@ def test_reference_first_step_is_the_exact_integer_product():
 
 def _float_lstm(rng, seq, batch, inp, hid, direction="forward", lens=False, initial=False):
     dirs = 2 if direction == "bidirectional" else 1
-    f = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
+    f = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)
     inits = {"W": f(dirs, 4 * hid, inp), "R": f(dirs, 4 * hid, hid), "B": f(dirs, 8 * hid)}
     names = ["X", "W", "R", "B", "L" if lens else "", "H0" if initial else "", "C0" if initial else ""]
     while names[-1] == "":

@@ -172,7 +172,7 @@ def gate_case(rng, op: str, seq: int, batch: int, inp: int, hid: int, *, directi
     """(model, feeds) for one GRU or RNN node, W, R and B initializers (W and R graph inputs with
     ``runtime_weights``)."""
     gates, dirs = {"GRU": 3, "RNN": 1}[op], 2 if direction == "bidirectional" else 1
-    w = lambda *sh: (rng.standard_normal(sh) * 0.4).astype(np.float32)  # noqa: E731
+    w = lambda *sh: (rng.standard_normal(sh) * 0.4).astype(np.float32)
     inits = {"W": w(dirs, gates * hid, inp), "R": w(dirs, gates * hid, hid)}
     if bias:
         inits["B"] = w(dirs, 2 * gates * hid)

@@ -16,7 +16,7 @@ RNG = np.random.default_rng(13)
 
 
 def _block():
-    f = lambda *s: RNG.standard_normal(s).astype(np.float32)  # noqa: E731
+    f = lambda *s: RNG.standard_normal(s).astype(np.float32)
     inits = {"w": f(8, 3, 3, 3), "b": f(8), "s": f(8), "bb": f(8), "m": f(8), "v": RNG.uniform(0.5, 2, 8)
              .astype(np.float32), "lo": np.array(0, np.float32), "hi": np.array(6, np.float32),
              "scales": np.array([1, 1, 2, 2], np.float32), "pads": np.array([0, 0, 1, 2, 0, 0, 1, 0], np.int64),

@@ -88,7 +88,7 @@ def test_right_padding_does_not_change_valid_positions():
 def test_exporter_style_graph_shape():
     dyn = build_tiny_llama_proto(SMALL, style="dynamo")
     ts = build_tiny_llama_proto(SMALL, style="torchscript")
-    ops = lambda m: [n.op_type for n in m.graph.node]  # noqa: E731
+    ops = lambda m: [n.op_type for n in m.graph.node]
     assert ops(ts).count("Constant") > 50 and ops(dyn).count("Constant") == 0
     assert ops(ts).count("Shape") > ops(dyn).count("Shape")
     names = [n.name for n in dyn.graph.node]

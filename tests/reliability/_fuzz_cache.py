@@ -21,16 +21,16 @@ import warnings
 
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(__file__))]
 
-import numpy as np  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from _child import static_model  # noqa: E402
-from _fuzz_epcontext import apply, mutations  # noqa: E402
-from npu_testing import npu_session, save  # noqa: E402
+from _child import static_model
+from _fuzz_epcontext import apply, mutations
+from npu_testing import npu_session, save
 
-from npu_ep.context_cache.store import SUFFIX  # noqa: E402
-from npu_ep.ep.bridge import LIVE_SESSIONS  # noqa: E402
+from npu_ep.context_cache.store import SUFFIX
+from npu_ep.ep.bridge import LIVE_SESSIONS
 
 X = np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)
 OBJECTS = ["swapped", "swapped_mutated", "fifo", "dev_zero", "symlink_to_valid", "folder", "sparse"]

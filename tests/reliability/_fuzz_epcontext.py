@@ -20,13 +20,13 @@ import time
 
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(__file__))]
 
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import numpy as np
+import onnx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from _child import static_model  # noqa: E402
-from npu_testing import npu_session, save  # noqa: E402
+from _child import static_model
+from npu_testing import npu_session, save
 
 X = np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)
 

@@ -13,11 +13,11 @@ import time
 
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(__file__))]
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
+import numpy as np
+import psutil
 
-from _child import static_model, two_partition_model  # noqa: E402
-from npu_testing import npu_session  # noqa: E402
+from _child import static_model, two_partition_model
+from npu_testing import npu_session
 
 
 def measure(n: int, kind: str = "two_partition", warmup: int = 20) -> dict:

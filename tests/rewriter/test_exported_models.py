@@ -21,9 +21,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from npu_ep.models import torch_export  # noqa: E402
-from npu_ep.quantization import dequantize_b, quantize_matmul_nbits  # noqa: E402
-from npu_ep.rewriter import rewrite  # noqa: E402
+from npu_ep.models import torch_export
+from npu_ep.quantization import dequantize_b, quantize_matmul_nbits
+from npu_ep.rewriter import rewrite
 
 pytestmark = pytest.mark.torch
 

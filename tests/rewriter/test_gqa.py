@@ -109,7 +109,7 @@ def attention_graph(*, unsqueeze_axis: int = 2, mask: str = "causal", scale_op: 
     g = GraphBuilder()
     s = g.op("Shape", "q", start=2, end=3)
     t = g.op("Shape", "attention_mask", start=1, end=2)
-    sq = lambda v: g.op("Squeeze", v, g.const([0]))  # noqa: E731
+    sq = lambda v: g.op("Squeeze", v, g.const([0]))
     cache_pos = g.op("Range", sq(g.op("Sub", t, s)), sq(t), g.const(1))
     key_pos = g.op("Range", g.const(0), sq(t), g.const(1))
     query_pos = cache_pos if mask != "causal_no_past" else g.op("Range", g.const(0), sq(s), g.const(1))
@@ -148,7 +148,7 @@ def attention_graph(*, unsqueeze_axis: int = 2, mask: str = "causal", scale_op: 
 
 def _feeds(s: int = 3, p: int = 2, b: int = 1) -> dict:
     rng = np.random.default_rng(1)
-    r = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    r = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     return {"q": r(b, N, s, H), "k": r(b, NKV, s, H), "v": r(b, NKV, s, H), "past_k": r(b, NKV, p, H),
             "past_v": r(b, NKV, p, H), "attention_mask": np.ones((b, p + s), np.int64)}
 

@@ -18,11 +18,11 @@ og = pytest.importorskip("onnxruntime_genai")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import npu_ep  # noqa: E402
-from npu_ep.ep.bridge import LIVE_SESSIONS  # noqa: E402
-from npu_ep.models.genai_llama import EOS, build_genai_llama  # noqa: E402
-from npu_ep.tools.npu_generate import main as generate_main  # noqa: E402
-from npu_ep.tools.npu_report import main as report_main  # noqa: E402
+import npu_ep
+from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.models.genai_llama import EOS, build_genai_llama
+from npu_ep.tools.npu_generate import main as generate_main
+from npu_ep.tools.npu_report import main as report_main
 
 PROMPT = [1, 5, 6, 7, 8, 9]
 NEW_TOKENS = 24

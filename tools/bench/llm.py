@@ -134,7 +134,7 @@ def _growing_past(args: argparse.Namespace, tmp: Path) -> int:
             runs[name].append(generate(sess, prompt))
     for a, b in zip(runs["NpuEP"], runs["CPU EP"]):
         assert a[0] == b[0], "NpuEP and CPU EP tokens differ"
-    us = lambda v: statistics.median(v) / 1e3  # noqa: E731
+    us = lambda v: statistics.median(v) / 1e3
     first = {n: us(r[0][1][1:]) for n, r in runs.items()}
     ttft = {n: us([t[0] for _, t in r[1:]]) for n, r in runs.items()}
     again = {n: statistics.median(statistics.median(t[1:]) for _, t in r[1:]) / 1e3 for n, r in runs.items()}
@@ -184,7 +184,7 @@ def _run(args: argparse.Namespace, ap: argparse.ArgumentParser, tmp: Path) -> in
                 res[name].append(gen.generate(prompt, args.new_tokens, keep_logits=False))
         npu, cpu = res["NpuEP"], res["CPU EP"]
         assert all(r.tokens == cpu[0].tokens for r in npu + cpu), "NpuEP and CPU EP tokens differ"
-        med = lambda rs, f: statistics.median(f(r) for r in rs)  # noqa: E731
+        med = lambda rs, f: statistics.median(f(r) for r in rs)
         ttft_c, ttft_n = med(cpu, lambda r: r.ttft_s), med(npu, lambda r: r.ttft_s)
         itl_c, itl_n = med(cpu, lambda r: r.mean_itl_s), med(npu, lambda r: r.mean_itl_s)
         worst["ttft"], worst["itl"] = max(worst["ttft"], ttft_n / ttft_c), max(worst["itl"], itl_n / itl_c)

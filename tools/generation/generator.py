@@ -233,11 +233,11 @@ class Generator:
         if isinstance(cache, ResidentKv):
             cache.check_room(executed)  # the padded rows are written in place too
             past_len = cache.capacity
-            run = lambda: self._runner.run_resident(cache, tokens, pos[0], executed, kind == PREFILL)  # noqa: E731
+            run = lambda: self._runner.run_resident(cache, tokens, pos[0], executed, kind == PREFILL)
         else:
             cache.check_room(new)
             feeds, past_len = self._copying_feeds(cache, tokens, pos, executed, kind == PREFILL)
-            run = lambda: self._runner.run(feeds)  # noqa: E731
+            run = lambda: self._runner.run(feeds)
         entry = self.entries.entry(kind, (executed, past_len))
         before = self.entries.before_call(entry)
         outs, host, npu = run()
