@@ -20,7 +20,7 @@ import onnx
 import onnx_ir as ir
 
 from . import cleanup, gqa, int4, qdq, rope
-from .model_io import EXTERNAL_DATA_THRESHOLD, RewriteError, load_model, save_model, tensor_bytes  # noqa: F401
+from .model_io import EXTERNAL_DATA_THRESHOLD, RewriteError, load_model, save_model, tensor_bytes  # noqa: F401 - re-exported
 from .options import ALL_PASSES, RewriteOptions, RewriteReport
 from .target_ops import load_target
 

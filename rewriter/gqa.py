@@ -291,7 +291,7 @@ def _verify_mask(model: ir.Model, mask: ir.Value, q: ir.Value, past_k: ir.Value,
         expected.append(causal[None, None] & (feeds[am][:, None, None, :] != 0))
     try:
         results = evaluate_values(model.graph, [mask], feed_sets)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - the rule declines with the reason
         return f"mask could not be evaluated: {str(e).splitlines()[0][:200]}"
     for (s, p, pad), (got,), want in zip(_MASK_CASES, results, expected):
         try:

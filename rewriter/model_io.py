@@ -61,7 +61,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Mode
     _clear_negative_dims(proto.graph)
     try:
         ir_model = ir.serde.deserialize_model(proto)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - onnx_ir raises many kinds; the user gets one line
         raise RewriteError(f"{path}: not a valid ONNX model: {_one_line(e)}") from None
     ir.external_data.set_base_dir(ir_model.graph, str(path.parent))
     ir_model.meta[SOURCE_FILES_KEY] = (str(path), *map(str, data_files))

@@ -128,7 +128,7 @@ def check_models(original: str | os.PathLike, rewritten: str | os.PathLike, *, a
                            f"{str(e).splitlines()[0]}")
     try:
         s1 = _session(rewritten)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - a model ORT refuses is a failed check with the reason
         return CheckResult(float("nan"), 0.0, "", (), False, f"rewritten model does not load on ORT CPU: "
                            f"{str(e).splitlines()[0]}")
     try:

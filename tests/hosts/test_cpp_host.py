@@ -17,7 +17,7 @@ import time
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import ModelProto, TensorProto, helper
 
 import npu_ep
 from tests.hosts.cpp_host import build_host, run_host, write_steps
@@ -41,7 +41,7 @@ def _npu_profile_nodes(profile) -> list[str]:
     return [e["name"] for e in events if e.get("cat") == "Node" and e.get("args", {}).get("provider") == "NpuEP"]
 
 
-def _mlp() -> onnx.ModelProto:  # noqa: F821
+def _mlp() -> ModelProto:
     rng = np.random.default_rng(7)
     inits = {"w1": rng.standard_normal((64, 96)).astype(np.float32), "b1": rng.standard_normal(96).astype(np.float32),
              "w2": rng.standard_normal((96, 32)).astype(np.float32)}

@@ -228,7 +228,7 @@ def test_claimed_loop_loads_from_the_compile_cache(tmp_path):
 def _onnx_cases():
     """ONNX's own Loop/Scan node test cases (onnx.backend.test.case.node: importing a module registers its cases)."""
     import onnx.backend.test.case.node as cases
-    from onnx.backend.test.case.node import loop, scan  # noqa: F401
+    from onnx.backend.test.case.node import loop, scan  # noqa: F401 - importing registers the cases
 
     return {c.name: c for c in cases._NodeTestCases if c.name.startswith(("test_loop", "test_scan"))}
 

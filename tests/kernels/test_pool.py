@@ -75,7 +75,7 @@ def _grid_nodes(op: str):
                 attrs["count_include_pad"] = cip
             try:  # combinations whose output size is negative are refused by ORT itself: not part of the grid
                 run_ort(model(op, [("x", x, False)], **attrs), [("x", x, False)])
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - ORT refuses it: not part of the grid
                 continue
             out.append((attrs, name))
     return out

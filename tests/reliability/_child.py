@@ -105,7 +105,7 @@ def probe(model_path: str, feeds_path: str | None = None, out_path: str | None =
             res["ran"] = True
             if out_path:
                 np.savez(out_path, *outs)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the parent asserts on the error text
             res["run_error"] = f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
     print(json.dumps(res))
 

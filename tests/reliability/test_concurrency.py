@@ -33,7 +33,7 @@ def _hammer(sessions, threads: int, runs: int) -> list[str]:
                 if not np.array_equal(got, expected[i]):
                     failures.append(f"thread {i} run {r}: result differs")
                     return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a thread's error is the failure reported
             failures.append(f"thread {i}: {type(exc).__name__}: {exc}")
 
     ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
@@ -78,7 +78,7 @@ def test_sessions_created_concurrently_from_threads_agree():
     def make(i):
         try:
             out[i] = npu_session(two_partition_model()).run(None, {"x": x})[0]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a thread's error is the failure reported
             errors.append(str(exc))
 
     ts = [threading.Thread(target=make, args=(i,)) for i in range(6)]

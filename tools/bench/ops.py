@@ -179,7 +179,7 @@ def measure(case: Case, timing: Timing) -> Row:
         npu = npu_session(case)
         cpu = cpu_session(case)
         fns = {"npu": lambda: npu.run(None, case.feeds),  # noqa: F821 - ruff reads the del below as unbinding
-               "cpu": lambda: cpu.run(None, case.feeds)}  # noqa: F821
+               "cpu": lambda: cpu.run(None, case.feeds)}  # noqa: F821 - the same
         per_block = _calls_per_block(fns, timing)
     except Exception as exc:  # noqa: BLE001 - a case that cannot run is a row saying why
         row.status, row.note = "error", f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -49,7 +49,7 @@ def _torchvision_without_ops():
 
 def _torchvision() -> Any:
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401 - only whether it is installed
     except ImportError:
         raise SiliconModelsUnavailable("the calibration models need torch: pip install torch==2.13.0") from None
     try:
