@@ -128,7 +128,7 @@ def session_scoped(method: _Method) -> _Method:
                 with contextlib.suppress(AttributeError):  # the shim formats it after this scope ended
                     setattr(exc, LEVEL_ATTR, level)
                 raise
-    return run  # type: ignore[return-value]
+    return run  # type: ignore[return-value] - the wrapper takes and returns what fn does
 
 
 def error_level(exc: BaseException, live_levels: Iterable[int | None]) -> int | None:

@@ -22,7 +22,7 @@ def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024  # type: ignore[assignment] - bytes become a float of the unit
     return str(n)  # pragma: no cover
 
 
@@ -39,7 +39,7 @@ def _table(entries: list[CacheEntry], full_keys: bool) -> Table:
     t = Table()
     for col, just in (("key", "left"), ("size", "right"), ("target", "left"), ("compiler", "left"),
                       ("age", "right"), ("last used", "right"), ("status", "left")):
-        t.add_column(col, justify=just, no_wrap=col == "key")  # type: ignore[arg-type]
+        t.add_column(col, justify=just, no_wrap=col == "key")  # type: ignore[arg-type] - rich wants a literal
     for e in entries:
         status = "[green]ok[/]" if e.ok else f"[red]CORRUPT[/] {e.error or ''}"
         t.add_row(e.key if full_keys else e.key[:16], _size(e.size), e.target or "?", e.compiler_version or "?",

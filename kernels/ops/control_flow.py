@@ -127,7 +127,7 @@ def _plain(v: Any) -> Any:
 def branches(node: NodeInfo) -> dict[str, BranchGraph] | None:
     """The If's branch graphs, or None when the shim did not export them."""
     found = {a: node.attrs.get(a) for a in BRANCHES}
-    return found if all(isinstance(g, BranchGraph) for g in found.values()) else None  # type: ignore[return-value]
+    return found if all(isinstance(g, BranchGraph) for g in found.values()) else None  # type: ignore[return-value] - all() checked
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:

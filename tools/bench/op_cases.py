@@ -263,7 +263,7 @@ VARIADIC_TWO = {"Sum", "Mean", "Min", "Max"}
 
 
 def _split_key(key: str) -> tuple[str, str]:
-    return tuple(key.split("::", 1)) if "::" in key else ("", key)  # type: ignore[return-value]
+    return tuple(key.split("::", 1)) if "::" in key else ("", key)  # type: ignore[return-value] - two parts
 
 
 def _generic_spec(domain: str, op: str) -> Spec | None:

@@ -40,9 +40,9 @@ def _paths() -> None:
 def soak_threads(runs: int) -> dict[str, Any]:
     import numpy as np
 
-    from _child import two_partition_model  # type: ignore[import-not-found]
-    from test_concurrency import _hammer  # type: ignore[import-not-found]
-    from npu_testing import npu_session  # type: ignore[import-not-found]
+    from _child import two_partition_model  # type: ignore[import-not-found] - tests/ on sys.path
+    from test_concurrency import _hammer  # type: ignore[import-not-found] - tests/ on sys.path
+    from npu_testing import npu_session  # type: ignore[import-not-found] - tests/ on sys.path
 
     model = two_partition_model().SerializeToString()
     out: dict[str, Any] = {}
@@ -89,9 +89,9 @@ def soak_fuzz(n_bytes: int, n_header: int, n_cache: int) -> dict[str, Any]:
 def soak_kills(rounds: int) -> dict[str, Any]:
     import numpy as np
 
-    from _child import two_partition_model  # type: ignore[import-not-found]
-    from test_cache_faults import _kill_at_random_times, _run  # type: ignore[import-not-found]
-    from npu_testing import npu_session, save  # type: ignore[import-not-found]
+    from _child import two_partition_model  # type: ignore[import-not-found] - tests/ on sys.path
+    from test_cache_faults import _kill_at_random_times, _run  # type: ignore[import-not-found] - tests/ on sys.path
+    from npu_testing import npu_session, save  # type: ignore[import-not-found] - tests/ on sys.path
 
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
