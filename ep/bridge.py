@@ -23,7 +23,7 @@ from ..kernels.node import NodeInfo
 from ..kernels.target import Target
 from . import options as options_mod
 from .capability import EPCONTEXT, Capability, analyze
-from .context import ContextManager
+from .compiled_programs import CompiledPrograms
 from .decline_report import DeclineReport
 from .compiler import compile_partition
 from .epcontext import compatibility_info, validate_compatibility_info
@@ -51,7 +51,7 @@ class EpSession:
         self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call
         self._declines = DeclineReport(self.target.name)
         self.programs: dict[str, Program] = {}
-        self.context = ContextManager(self.options, self.target, ep_name)
+        self.compiled = CompiledPrograms(self.options, self.target, ep_name)
         if self.options.retain_host_memory:
             retain_freed_memory()
         self._blas = blas_threads(self.options.blas_threads) if self.options.blas_threads > 0 else None
@@ -92,14 +92,14 @@ class EpSession:
         ins = [value_from_dict(v) for v in inputs]
         outs = [value_from_dict(v) for v in outputs]
         if len(node_infos) == 1 and node_infos[0].key == EPCONTEXT:
-            program = self.context.load_epcontext(name, node_infos[0], ins, outs, graph)
+            program = self.compiled.load_epcontext(name, node_infos[0], ins, outs, graph)
             self._adopt(name, program, node_infos)
             return program, None
-        program, blob = self.context.compile_cached(
+        program, blob = self.compiled.compile_cached(
             name, node_infos, ins, outs,
             lambda: compile_partition(name, node_infos, ins, outs, self.target, record=self.options.record_tensors))
         self._adopt(name, program, node_infos)
-        spec = self.context.epcontext_spec(name, blob, graph) if self.options.context_enable else None
+        spec = self.compiled.epcontext_spec(name, blob, graph) if self.options.context_enable else None
         return program, spec
 
     def _adopt(self, name: str, program: Program, nodes: Sequence[NodeInfo]) -> None:

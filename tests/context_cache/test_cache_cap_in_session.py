@@ -39,11 +39,11 @@ def test_an_entry_larger_than_the_sessions_cap_is_not_called_corrupt_nor_removed
     sess, ep, warns = _session(model, {"cache_dir": str(tmp_path), "cache_max_bytes": str(size - 1)})
     assert not any("corrupt" in w for w in warns), warns
     assert any("does not fit" in w and str(entry) in w for w in warns), warns
-    assert ep.context.stats["hits"] == 0 and ep.context.stats["rebuilt"] == 0, ep.context.stats
+    assert ep.compiled.stats["hits"] == 0 and ep.compiled.stats["rebuilt"] == 0, ep.compiled.stats
     assert set(assignment(sess).values()) == {"NpuEP"}
     x = np.random.default_rng(4).standard_normal((2, 8)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
     assert entry.exists() and [e.ok for e in CacheStore(tmp_path).verify_all()] == [True]
     _, ep, _ = _session(model, {"cache_dir": str(tmp_path)})
-    assert ep.context.stats["hits"] == 1, ep.context.stats  # the entry still serves a session it fits
+    assert ep.compiled.stats["hits"] == 1, ep.compiled.stats  # the entry still serves a session it fits

@@ -47,7 +47,7 @@ def test_warm_session_reads_the_weights_in_place_and_the_entry_holds_none_of_the
     weight_bytes = sum(w.nbytes for w in inits.values())
     assert entry.stat().st_size < weight_bytes / 8, entry.stat().st_size  # references, not 3 MiB of weights
     sess, ep = _session(model, tmp_path)
-    assert ep.context.stats["hits"] == 1 and ep.context.stats["misses"] == 0, ep.context.stats
+    assert ep.compiled.stats["hits"] == 1 and ep.compiled.stats["misses"] == 0, ep.compiled.stats
     assert set(assignment(sess).values()) == {"NpuEP"}
     (program,) = ep.programs.values()
     weights = [a for st in program.steps for a in st.prepared.consts.values() if a.nbytes >= DIMS[0] * DIMS[1] * 4]
@@ -62,7 +62,7 @@ def test_other_weights_of_the_same_shape_miss_the_cache_and_give_their_own_resul
     second, _ = _model(seed=1)
     _session(first, tmp_path)
     sess, ep = _session(second, tmp_path)
-    assert ep.context.stats["misses"] == 1 and ep.context.stats["hits"] == 0, ep.context.stats
+    assert ep.compiled.stats["misses"] == 1 and ep.compiled.stats["hits"] == 0, ep.compiled.stats
     x = RNG.standard_normal((4, 256)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(second, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
@@ -173,7 +173,7 @@ def test_level_4_tiles_are_stored_as_their_recipe_and_rebuilt_from_the_initializ
     (entry,) = tmp_path.glob("*.npuctx")
     assert entry.stat().st_size < 64 << 10, entry.stat().st_size
     warm, ep = _session(model, tmp_path)
-    assert ep.context.stats["hits"] == 1 and ep.context.stats["misses"] == 0, ep.context.stats
+    assert ep.compiled.stats["hits"] == 1 and ep.compiled.stats["misses"] == 0, ep.compiled.stats
     assert set(assignment(warm).values()) == {"NpuEP"}
 
     def consts(e):

@@ -81,7 +81,7 @@ def test_claimed_if_loads_from_the_compile_cache(tmp_path):
         before = set(LIVE_SESSIONS)
         sessions.append(npu_session(model, {"cache_dir": str(tmp_path)}))
         (ep,) = set(LIVE_SESSIONS) - before
-        stats.append(dict(ep.context.stats))
+        stats.append(dict(ep.compiled.stats))
     assert stats[0]["misses"] == 1 and stats[1]["hits"] == 1 and stats[1]["misses"] == 0, stats
     for sign in (1.0, -1.0):
         x = (np.abs(RNG.standard_normal((3, 8))) * sign).astype(np.float32)
@@ -94,7 +94,7 @@ def test_claimed_if_loads_from_the_compile_cache(tmp_path):
     before = set(LIVE_SESSIONS)
     sess = npu_session(changed, {"cache_dir": str(tmp_path)})  # noqa: F841 (keeps its EP alive)
     (ep,) = set(LIVE_SESSIONS) - before
-    assert ep.context.stats["misses"] == 1, ep.context.stats
+    assert ep.compiled.stats["misses"] == 1, ep.compiled.stats
 
 
 def test_branches_compiled_with_their_if_are_not_reported_as_declined(caplog):

@@ -220,7 +220,7 @@ def test_claimed_loop_loads_from_the_compile_cache(tmp_path):
         before = set(LIVE_SESSIONS)
         sessions.append(npu_session(model, {"cache_dir": str(tmp_path)}))
         (ep,) = set(LIVE_SESSIONS) - before
-        stats.append(dict(ep.context.stats))
+        stats.append(dict(ep.compiled.stats))
     assert stats[0]["misses"] == 1 and stats[1]["hits"] == 1 and stats[1]["misses"] == 0, stats
     _check(sessions[1], model, _feeds(4))
 

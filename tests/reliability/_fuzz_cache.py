@@ -93,7 +93,7 @@ def run(n: int) -> dict:
                     warnings.simplefilter("ignore")
                     sess = npu_session(b, {"cache_dir": cache})
                     got = sess.run(None, {"x": X})[0]
-                hits = next(s.context.stats["hits"] for s in LIVE_SESSIONS if s.context.store is not None)
+                hits = next(s.compiled.stats["hits"] for s in LIVE_SESSIONS if s.compiled.store is not None)
             except Exception as exc:  # noqa: BLE001 - the cache must never fail a session
                 figures["session_errors"] += 1
                 figures["examples"].append(f"{case[0]}: {str(exc)[:300]}")

@@ -23,8 +23,8 @@ def _session(model: str, cache) -> tuple[np.ndarray, dict, list[str], dict]:
         warnings.simplefilter("always")
         sess = npu_session(model, {"cache_dir": str(cache)})
         out = sess.run(None, {"x": X})[0]
-    stats = next(dict(s.context.stats) for s in LIVE_SESSIONS if s.context.store is not None
-                 and s.context.store.root == cache)
+    stats = next(dict(s.compiled.stats) for s in LIVE_SESSIONS if s.compiled.store is not None
+                 and s.compiled.store.root == cache)
     LIVE_SESSIONS.clear()
     return out, stats, [str(w.message) for w in caught if issubclass(w.category, CacheWarning)], assignment(sess)
 

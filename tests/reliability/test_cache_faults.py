@@ -30,7 +30,7 @@ with warnings.catch_warnings(record=True) as caught:
     sess = npu_session({model!r}, {{"cache_dir": {cache!r}}})
     out = sess.run(None, {{"x": np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)}})[0]
 np.save({out!r}, out)
-print(json.dumps({{"stats": [dict(s.context.stats) for s in LIVE_SESSIONS][0],
+print(json.dumps({{"stats": [dict(s.compiled.stats) for s in LIVE_SESSIONS][0],
                   "warnings": [str(w.message) for w in caught]}}))
 """
 

@@ -99,7 +99,7 @@ from npu_ep.ep.bridge import LIVE_SESSIONS
 sess = npu_session({model!r}, {{"cache_dir": {cache!r}}})
 x = np.load({x!r})
 np.save({out!r}, sess.run(None, {{"x": x}})[0])
-stats = [dict(s.context.stats) for s in LIVE_SESSIONS]
+stats = [dict(s.compiled.stats) for s in LIVE_SESSIONS]
 print(json.dumps({{"stats": stats, "npu": sorted(k for k, v in assignment(sess).items() if v == "NpuEP")}}))
 """
 

@@ -219,8 +219,8 @@ class Generator:
         eps = self._runner.eps
         return {"session_s": self._runner.session_s,
                 "npu_partitions": sum(len(ep.programs) for ep in eps),
-                "compiles": sum(ep.context.stats["misses"] for ep in eps),
-                "cache_hits": sum(ep.context.stats["hits"] for ep in eps)}
+                "compiles": sum(ep.compiled.stats["misses"] for ep in eps),
+                "cache_hits": sum(ep.compiled.stats["hits"] for ep in eps)}
 
     # -- one step ----------------------------------------------------------------------------------------------
     def _step(self, cache: KvCache | ResidentKv, tokens: Sequence[int], executed: int, kind: str

@@ -18,7 +18,9 @@ from .options import EpOptions
 from .program import Program
 
 
-class ContextManager:
+class CompiledPrograms:
+    """A session's compiled programs: from the compile cache or an EPContext node, else built and cached."""
+
     def __init__(self, options: EpOptions, target: Target, ep_name: str):
         self.options = options
         self.target = target
