@@ -4,8 +4,8 @@ The C++ shim (``native/``: factory, EP, graph view, partition kernel, the progra
 kernels into the extension ``ep/_native*.so``) implements ORT's plugin-EP ABI and calls the Python core: ``bridge``
 (the plugin's Python side: one ``EpSession`` per ORT session), ``options``, ``capability`` (which nodes the target
 runs, a reason for every other), ``partition`` and ``policy`` (islands to claim), ``compiler`` (a partition into a
-``program.Program`` of kernel steps, ``step_binding`` for its native steps), compiled contexts (``compiled_programs`` joins
-``compile_cache`` and ``epcontext``; ``compiler_version`` is the one place to bump when programs change) and
+``program.Program`` of kernel steps, ``step_binding`` for its native steps), compiled contexts (``compiled_programs``
+joins ``compile_cache`` and ``epcontext``; ``compiler_version`` is the one place to bump when programs change) and
 ``log``.
 
 May import: ``kernels``, ``context_cache``, ``quantization``, ``_version``, ``_atomic``. Never ``rewriter``, ``tools``
