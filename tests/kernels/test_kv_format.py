@@ -192,3 +192,23 @@ def test_native_choice_records_why_the_reference_runs_and_costs_the_formats_byte
     kv_rows = 2 * (CAP + CAP + 1)
     assert costs["float32"] - costs["int8_per_head"] == kv_rows * (NKV * H * 4 - (NKV * H + NKV * 4))
     assert costs["float32"] - costs["int4_per_head"] == kv_rows * (NKV * H * 4 - (NKV * H // 2 + NKV * 4))
+
+
+def test_report_names_the_format_and_moves_kv_at_its_size():
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.report.build import validate
+    from npu_testing import session_options
+
+    model, docs = _gqa_model(), {}
+    for fmt in ("float32", "int8_per_head"):
+        so = session_options()
+        tag_session_options(so)
+        sess = npu_session(model, {"kv_cache_dtype": fmt}, so=so)
+        sess.run(None, _feeds(1, 10, seed=1))
+        docs[fmt] = npu_ep.report(sess, model=model)
+        validate(docs[fmt])
+        assert docs[fmt]["kv_cache_dtype"] == fmt
+    moved = {fmt: sum(t["dma_bytes"] for t in doc["timeline"]) for fmt, doc in docs.items()}
+    assert moved["float32"] - moved["int8_per_head"] == 2 * (CAP + CAP + 1) * (NKV * H * 4 - (NKV * H + NKV * 4))
+    file_doc = npu_ep.report(model, provider_options={"kv_cache_dtype": "int4_per_head"})
+    assert file_doc["kv_cache_dtype"] == "int4_per_head"

@@ -92,7 +92,7 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
         check_folder(dump_partitions)
     opts = {"target": target, **(provider_options or {})}
     try:
-        tgt = Target.load(opts["target"])
+        tgt = Target.load(opts["target"]).with_kv_cache_dtype(opts.get("kv_cache_dtype"))  # as the EP loads it
     except TargetError as exc:
         raise ReportInputError(str(exc)) from None
     session = model_or_session if isinstance(model_or_session, ort.InferenceSession) else None
@@ -117,7 +117,7 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                            "file_coverage": {"total": len(file_cap.decisions),
                                              "claimed": sum(d.claimed for d in file_cap.decisions)},
                            "measurement": None, "projection": None, "compare": None, "phases": None,
-                           "entries": None}
+                           "entries": None, "kv_cache_dtype": tgt.kv_cache_dtype}
     nodes, cap, measurement, names, timeline = file_nodes, file_cap, None, None, None
     ep = None
     feeds = cpu = None
@@ -147,6 +147,7 @@ def build_report(model_or_session, *, target: str = "npu-ref", dims: Mapping[str
                                       cap, names, tgt, dims)
         label_timeline(timeline, doc["phases"])
         doc["entries"] = entries_report(ep)
+        doc["kv_cache_dtype"] = (ep.target if ep is not None else tgt).kv_cache_dtype
         label_entries(timeline, doc["entries"])
         doc.update(latency(timeline, tgt))
         doc.update(coverage=rm.coverage(cap), partitions=parts, crossings=crossings,
