@@ -116,5 +116,7 @@ def _count_buffer(value: Any, seen: dict[int, int]) -> None:
 
 
 def entries_of(ep_session: Any) -> EntryTable | None:
-    """The entry table a generator keeps for this NpuEP session, if one ran on it."""
+    """The entry table of the generator created last on this NpuEP session, if one was. Generators sharing a
+    session each keep their own table (their calls never mix); an entry's signatures are read around its first call,
+    so another thread's call of the same programs at that moment can hide them (then the entry names none)."""
     return _TABLES.get(ep_session)
