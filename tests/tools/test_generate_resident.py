@@ -66,3 +66,36 @@ def test_resident_kv_needs_group_query_attention_presents(models):
     with pytest.raises(ValueError, match="kv_in_place needs every layer's present from GroupQueryAttention"):
         Generator(models["fp32"], providers=CPU, kv_in_place=True)
     assert not Generator(models["fp32"], providers=NPU).kv_in_place  # the default: only where it applies
+
+
+def test_kv_resident_in_npu_memory_crosses_no_kv_byte(models):
+    """The KV as OrtValues in NpuEP's device memory (``kv_memory="npu"``, ep.device_memory): the CPU EP's tokens,
+    and per decode step the only bytes ORT copies between host and NPU memory are input_ids, position_ids and the
+    [1, C] mask in and the logits out (NpuEP's data-transfer counters); the partition finds all its inputs and
+    outputs in NPU memory."""
+    from npu_ep.ep.device_memory import device_counters
+    from npu_ep.kernels.runtime import extension
+
+    path, capacity = models["int4"], 64
+    gen = Generator(path, providers=NPU, buckets=BUCKETS, max_kv_len=capacity, kv_memory="npu")
+    want = Generator(path, providers=CPU, buckets=BUCKETS, max_kv_len=capacity, kv_in_place=False)
+    prompt = PROMPTS[1]
+    assert gen.generate(prompt, STEPS).tokens == want.generate(prompt, STEPS).tokens
+    names = {name for ep in gen._runner.eps for name in ep.programs}
+
+    def crossed() -> tuple[int, int]:
+        stats = [s for name, s in extension().partition_stats().items() if name in names]
+        host = sum(s["bytes_in"] - s["bytes_in_npu"] + s["bytes_out"] - s["bytes_out_npu"] for s in stats)
+        device = device_counters(gen.session)
+        return host, device["bytes_to_npu"] + device["bytes_to_host"]
+
+    a = crossed()
+    gen.generate(prompt, 1)
+    b = crossed()
+    gen.generate(prompt, STEPS)
+    c = crossed()
+    per_step = [((z - y) - (y - x)) / (STEPS - 1) for x, y, z in zip(a, b, c)]
+    info = gen.info
+    assert per_step == [0, 8 * (1 + 1 + capacity) + 4 * info.vocab]  # ids, positions, mask; logits: no KV
+    with pytest.raises(ValueError, match="kv_memory='npu'"):
+        Generator(path, providers=CPU, kv_memory="npu")

@@ -158,7 +158,8 @@ class Generator:
                  providers: Sequence | None = None, buckets: Sequence[int] = DEFAULT_BUCKETS,
                  max_kv_len: int = DEFAULT_MAX_KV_LEN, chunked_prefill: bool = True,
                  session_config: dict[str, str] | None = None, ort_log_level: int | None = None,
-                 io: IoNames = DEFAULT_IO, prefill_chunk: int | None = None, kv_in_place: bool | None = None):
+                 io: IoNames = DEFAULT_IO, prefill_chunk: int | None = None, kv_in_place: bool | None = None,
+                 kv_memory: str = "host"):
         self.buckets = check_buckets(buckets)
         self.prefill_chunk = chunk_buckets(self.buckets, prefill_chunk)[-1] if prefill_chunk else None
         self.max_kv_len = int(max_kv_len)
@@ -183,16 +184,31 @@ class Generator:
                 from ...ep.sessions import tag_session_options
 
                 tag_session_options(so)
+            providers = self._npu_memory_session(so) if kv_memory == "npu" else self.providers
             t0 = time.perf_counter()
             # enable_fallback=0: an NpuEP failure raises instead of silently re-running everything on the CPU
             # a path is handed to ORT as is: external data (genai's model.onnx.data) loads from the model's folder
             sess = ort.InferenceSession(path if path is not None else proto.SerializeToString(), sess_options=so,
-                                        providers=self.providers, enable_fallback=0)
+                                        providers=providers, enable_fallback=0)
             session_s = time.perf_counter() - t0
         self._runner = _Runner(sess, _npu_ep_sessions(sess) if self.uses_npu else [], session_s)
         self.entries = EntryTable(self._runner.eps)
         self.layouts = self.info.layouts
         self.kv_in_place = self._in_place(kv_in_place)
+        if kv_memory not in ("host", "npu") or (kv_memory == "npu" and not (self.kv_in_place and self.uses_npu)):
+            raise ValueError(f"kv_memory={kv_memory!r}: 'host', or 'npu' (the KV resident in NpuEP's device memory, "
+                             "ep.device_memory) for NpuEP with kv_in_place and a model path")
+        self.kv_memory = kv_memory
+
+    def _npu_memory_session(self, so: ort.SessionOptions) -> None:
+        """Put NpuEP on its "npu" device (``ep.device_memory``) in ``so``, with the options ``providers`` gave it;
+        ORT then adds the CPU EP itself. Returns the providers argument for such a session (None)."""
+        import npu_ep
+
+        from ...ep.device_memory import add_npu_ep
+
+        options = next((p[1] for p in self.providers if isinstance(p, tuple) and p[0] == npu_ep.get_ep_name()), {})
+        add_npu_ep(so, options)
 
     @property
     def uses_npu(self) -> bool:
@@ -304,7 +320,8 @@ class Generator:
         chunks = plan_prefill(len(prompt), self.buckets, chunked=self.chunked_prefill, chunk=self.prefill_chunk)
         check_kv_memory(self.info, self.max_kv_len)
         if self.kv_in_place:
-            cache = ResidentKv(self.info, self.max_kv_len)
+            cache = ResidentKv(self.info, self.max_kv_len,
+                               npu_session=self.session if self.kv_memory == "npu" else None)
             rows = max(ch.start + ch.bucket for ch in chunks)  # a padded step writes its padding in place too
         else:
             cache = KvCache(self.info.n_layers, self.info.kv_heads, self.info.head_dim, self.max_kv_len)

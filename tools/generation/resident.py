@@ -34,24 +34,30 @@ from .shapes import KvCapacityError, KvLayout
 
 @dataclasses.dataclass
 class StepBinding:
-    """An IOBinding kept per step shape: its input arrays are bound by address, so a step writes its tokens,
-    positions and mask into them and runs the same binding again (no binding work per token)."""
+    """An IOBinding kept per step shape, the KV and logits bound once. A step writes its tokens, positions and
+    mask into the arrays and binds their OrtValues again (``inputs``): a session whose inputs live in NPU memory
+    copies a host input when it is bound, so an array written after binding would not be seen."""
 
     io: ort.IOBinding
     ids: np.ndarray              # [1, S] int64
     positions: np.ndarray        # [1, S] int64 (bound only when the graph has position_ids)
     mask: np.ndarray             # [1, S] first prefill, else [1, C]
     logits: np.ndarray | None    # [1, S, V] bound output, when the vocabulary is known
-    _keep: list                  # the OrtValues over the arrays: they must live as long as the binding
+    inputs: dict[str, ort.OrtValue]  # graph input -> the OrtValue over its array
+    _keep: list                  # the logits' OrtValue: it must live as long as the binding
 
 
 class ResidentKv:
     """Per-layer K and V buffers [1, Nkv, C, H] that every step binds as both past and present (module docstring).
 
-    ``keys``/``values`` are the numpy arrays under the OrtValues: they show what the kernels wrote, in place.
+    In host memory (default) ``keys``/``values`` are the numpy arrays under the OrtValues: they show what the
+    kernels wrote, in place. With ``npu_session`` (a session on NpuEP's "npu" device, ``ep.device_memory``) the
+    buffers are OrtValues in NPU memory: no KV byte crosses to the host (``keys``/``values`` are then None; ``valid``
+    copies out, and the copy is counted).
     """
 
-    def __init__(self, info: ModelInfo, capacity: int, dtype=np.float32):
+    def __init__(self, info: ModelInfo, capacity: int, dtype=np.float32,
+                 npu_session: ort.InferenceSession | None = None):
         if info.layouts is not None and any(x is not KvLayout.VALID_PREFIX for x in info.layouts):
             raise ValueError("resident KV needs GroupQueryAttention presents (every layer's present written at the "
                              f"valid length); this graph's layouts are {[x.value for x in info.layouts]}")
@@ -59,10 +65,17 @@ class ResidentKv:
             raise ValueError(f"KV capacity must be >= 1, got {capacity}")
         self.info, self.capacity, self.length = info, int(capacity), 0
         shape = (1, info.kv_heads, self.capacity, info.head_dim)
-        self.keys = [np.zeros(shape, dtype) for _ in range(info.n_layers)]
-        self.values = [np.zeros(shape, dtype) for _ in range(info.n_layers)]
-        self._values = [(ort.OrtValue.ortvalue_from_numpy(k), ort.OrtValue.ortvalue_from_numpy(v))
-                        for k, v in zip(self.keys, self.values)]
+        if npu_session is None:
+            self.keys = [np.zeros(shape, dtype) for _ in range(info.n_layers)]
+            self.values = [np.zeros(shape, dtype) for _ in range(info.n_layers)]
+            self._values = [(ort.OrtValue.ortvalue_from_numpy(k), ort.OrtValue.ortvalue_from_numpy(v))
+                            for k, v in zip(self.keys, self.values)]
+        else:
+            from ...ep.device_memory import device_value
+
+            self.keys = self.values = None
+            self._values = [(device_value(npu_session, shape, dtype), device_value(npu_session, shape, dtype))
+                            for _ in range(info.n_layers)]
         self._bindings: dict[tuple[int, int, bool], StepBinding] = {}
 
     def check_room(self, executed: int) -> None:
@@ -112,9 +125,6 @@ class ResidentKv:
             arrays[names.position_ids] = positions
         io = sess.io_binding()
         keep = []
-        for name, array in arrays.items():
-            keep.append(ort.OrtValue.ortvalue_from_numpy(array))
-            io.bind_ortvalue_input(name, keep[-1])
         for i, (k, v) in enumerate(self._values):
             io.bind_ortvalue_input(names.past_key % i, k)
             io.bind_ortvalue_input(names.past_value % i, v)
@@ -125,7 +135,8 @@ class ResidentKv:
         else:
             keep.append(ort.OrtValue.ortvalue_from_numpy(logits))
             io.bind_ortvalue_output(names.logits, keep[-1])
-        bound = self._bindings[key] = StepBinding(io, ids, positions, mask, logits, keep)
+        inputs = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in arrays.items()}
+        bound = self._bindings[key] = StepBinding(io, ids, positions, mask, logits, inputs, keep)
         return bound
 
     def run(self, sess: ort.InferenceSession, tokens: Sequence[int], positions: np.ndarray, executed: int,
@@ -139,6 +150,8 @@ class ResidentKv:
         if not first:
             bound.mask[0, : self.length + executed] = 1
             bound.mask[0, self.length + executed:] = 0
+        for name, value in bound.inputs.items():
+            bound.io.bind_ortvalue_input(name, value)
         sess.run_with_iobinding(bound.io)
         return bound.logits if bound.logits is not None else bound.io.get_outputs()[-1].numpy()
 
@@ -148,9 +161,8 @@ class ResidentKv:
         self.length += new
 
     def valid(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.keys[layer][:, :, : self.length], self.values[layer][:, :, : self.length]
-
-    def step_bytes(self, executed: int) -> int:
-        """K/V bytes a step writes into the buffers: its executed rows of every layer, keys and values."""
-        info = self.info
-        return 2 * info.n_layers * info.kv_heads * executed * info.head_dim * self.keys[0].itemsize
+        """The valid K and V of ``layer`` (views in host memory; copies out of NPU memory)."""
+        if self.keys is not None:
+            return self.keys[layer][:, :, : self.length], self.values[layer][:, :, : self.length]
+        k, v = self._values[layer]
+        return k.numpy()[:, :, : self.length], v.numpy()[:, :, : self.length]
