@@ -100,3 +100,19 @@ def test_report_names_the_entries(int4_model):
 
     page = render_html(doc)
     assert "generation entry points" in page and all(e["name"] in page for e in entries["entries"])
+
+
+def test_cli_prints_the_entries_and_the_chunk_plan(int4_model, capsys):
+    from npu_ep.tools.npu_generate import main
+
+    ids = ",".join(str(i) for i in range(1, 21))
+    assert main([str(int4_model), "--prompt-ids", ids, "--max-new-tokens", "3", "--prefill-chunk", "8",
+                 "--max-kv-len", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "20 logical -> 24 executed tokens (17% waste; chunk 8: 8+8+4->8)" in out
+    entries = [line.split()[1] for line in out.splitlines() if line.startswith("  entry ")]
+    assert [e.split("[")[0] for e in entries] == ["prefill", "prefill_history", "decode"]
+    assert entries[1] == "prefill_history[S=8,P=64]" and entries[2] == "decode[S=1,P=64]"
+    assert "KV cache format float32: 2,048 bytes per token" in out  # 4 layers x K+V x 2 heads x 32 x 4 B
+    with pytest.raises(SystemExit):
+        main([str(int4_model), "--prompt-ids", "1", "--prefill-chunk", "0"])
