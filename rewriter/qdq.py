@@ -12,6 +12,8 @@ feeds only one Q, scales and zero points are constants, and no intermediate valu
 
 Every op a rule emits must be one the target NPU runs (``options.target``, ``target_ops.why_not_emitted``): NpuEP
 runs DQ -> op -> Q units as they are, so fusing into an op the target declines would only lose coverage.
+The units' patterns are ``kernels.fusion.patterns``' (``dq``, ``q``, ``qdq_matmul``, ``qdq_conv``), which the
+compiler's in-partition QDQ units match too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import IdentityEliminationPass
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
+from ..kernels.fusion import patterns
 from ..kernels.target import Target
 from .options import RewriteOptions, RewriteReport
 from .qdq_params import QParams, axis, first_failure, int8, per_tensor, qparams, single_use, unit_params
@@ -52,12 +55,7 @@ class _QdqRule(RewriteRuleClassBase):
         return op.Constant(value=ir.tensor(np.zeros(p.scale_np.shape, dtype=p.qtype.numpy())))
 
 
-def _dq(op, x, s, name):
-    return op.DequantizeLinear(x, s, _allow_other_inputs=True, _allow_other_attributes=True, _outputs=[name])
-
-
-def _q(op, v, s, name):
-    return op.QuantizeLinear(v, s, _allow_other_inputs=True, _allow_other_attributes=True, _outputs=[name])
+_dq, _q = patterns.dq, patterns.q  # the spellings the compiler's in-partition QDQ units use too
 
 
 class DropLosslessDqQ(_QdqRule):
@@ -114,7 +112,7 @@ class QLinearMatMulFusion(_QdqRule):
     """``Q(MatMul(DQ(a), DQ(b))) -> QLinearMatMul`` (per-tensor a/y, per-tensor or per-column b)."""
 
     def pattern(self, op, a, sa, b, sb, sy):
-        return _q(op, op.MatMul(_dq(op, a, sa, "da"), _dq(op, b, sb, "db"), _outputs=["mm"]), sy, "y")
+        return patterns.qdq_matmul(op, a, sa, b, sb, sy)
 
     def check(self, context, da, db, mm, y, **_) -> MatchResult:
         failed = first_failure(single_use(da, "DequantizeLinear(A) output"),
@@ -178,10 +176,7 @@ class QLinearConvFusion(_QdqRule):
         self.with_bias = with_bias
 
     def pattern(self, op, x, sx, w, sw, sy, bq, sb):
-        inputs = [_dq(op, x, sx, "dx"), _dq(op, w, sw, "dw")]
-        if self.with_bias:
-            inputs.append(_dq(op, bq, sb, "dbias"))
-        return _q(op, op.Conv(*inputs, _allow_other_attributes=True, _outputs=["conv"]), sy, "y")
+        return patterns.qdq_conv(op, x, sx, w, sw, sy, bq, sb, with_bias=self.with_bias)
 
     def check(self, context, dx, dw, conv, y, dbias=None, **_) -> MatchResult:
         failed = first_failure(single_use(dx, "DequantizeLinear(X) output"),

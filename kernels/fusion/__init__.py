@@ -37,7 +37,7 @@ class FusionPass:
 PASSES: tuple[FusionPass, ...] = (
     FusionPass("qdq", "DQ(x) -> Conv | MatMul (DQ(constant W)) -> Q units (8-bit ones become QLinearConv / "
                "QLinearMatMul); then every single-reader DQ of a constant folded into its reader as a float constant",
-               (qdq.FUSED_DOMAIN, qdq.FUSED_MATMUL), qdq.fuse_qdq),
+               (qdq.FUSED_DOMAIN, qdq.FUSED_MATMUL), qdq.fuse_qdq, explains=True),
     FusionPass("qdq_bytes", "DQ(8-bit x) -> MaxPool | nearest Resize | Flatten | Reshape | Transpose | Squeeze | "
                "Unsqueeze -> Q with the DQ's own parameters: the op on the bytes", ("", "MaxPool"),
                qdq_bytes.fuse_qdq_bytes),

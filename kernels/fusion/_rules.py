@@ -58,6 +58,16 @@ def input_info(node: ir.Node, i: int) -> ValueInfo:
     return node_info(node).inputs[i]
 
 
+# ops that ORT's contrib domain also defines with the ONNX op's semantics: mirrored in the ONNX domain, so one pattern
+# matches both (the QDQ units take either)
+_ONNX_ALIASES = frozenset({("com.microsoft", "QuantizeLinear"), ("com.microsoft", "DequantizeLinear")})
+
+
+def mirror_key(nd: NodeInfo) -> tuple[str, str]:
+    """(domain, op_type) of ``nd``'s node in the mirror."""
+    return ("", nd.op_type) if nd.key in _ONNX_ALIASES else nd.key
+
+
 def mirror(nodes: Sequence[NodeInfo], ops: frozenset[tuple[str, str]] | None = None
            ) -> tuple[ir.Model, dict[int, ir.Node]]:
     """The partition as an onnx_ir model whose nodes stand for ``nodes`` (see the module docstring), and the
@@ -69,7 +79,7 @@ def mirror(nodes: Sequence[NodeInfo], ops: frozenset[tuple[str, str]] | None = N
     outputs: dict[str, ir.Value] = {}
     read_elsewhere: set[str] = set()
     for i, nd in enumerate(nodes):
-        if ops is not None and nd.key not in ops:
+        if ops is not None and mirror_key(nd) not in ops:
             read_elsewhere.update(v.name for v in nd.inputs)
             continue
         ins = []
@@ -81,7 +91,7 @@ def mirror(nodes: Sequence[NodeInfo], ops: frozenset[tuple[str, str]] | None = N
                 values[v.name] = ir.Value(name=v.name)
                 inputs.append(values[v.name])
             ins.append(values[v.name])
-        node = ir.Node(nd.domain, nd.op_type, ins, num_outputs=len(nd.outputs), name=nd.name)
+        node = ir.Node(mirror_key(nd)[0], nd.op_type, ins, num_outputs=len(nd.outputs), name=nd.name)
         node.meta[INFO], node.meta[INDEX] = nd, i
         for out, v in zip(node.outputs, nd.outputs):
             out.name = v.name or None
@@ -103,9 +113,10 @@ class FusionRule:
     ``members`` are the matched NodeInfos in partition order. ``produces`` is the synthetic node's (domain, op)."""
 
     name: str = ""
-    produces: tuple[str, str] = ("", "")
+    produces: tuple[str, str] | None = ("", "")  # None: the rule makes several ops (support.why_not decides each)
     commute: bool = False
     extra_ops: tuple[tuple[str, str], ...] = ()  # ops of sub-patterns matched beside the rule's own (``absorbed``)
+    only_readers: bool = True  # the chain's intermediates read by it alone (False: the check says which may not)
 
     def pattern(self, op, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -205,7 +216,7 @@ def _try(rule: FusionRule, model: ir.Model, node: ir.Node) -> tuple[tuple[list[i
     best: Miss | None = None
     for p in rule.candidates(node):
         tracer = _LastResult()
-        match = p.match(model, model.graph, node, tracer=tracer)
+        match = p.match(model, model.graph, node, tracer=tracer, check_nodes_are_removable=rule.only_readers)
         if match:
             members = sorted({*match.nodes, *rule.absorbed(**match.bindings)}, key=lambda n: n.meta[INDEX])
             fused = rule.fuse([node_info(n) for n in members], **match.bindings)
@@ -224,43 +235,61 @@ def match_at(pattern: Pattern, node: ir.Node) -> MatchResult | None:
     return match if match else None
 
 
-def apply_rules(nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRule],
-                misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
-    """``nodes`` with every match of ``rules`` (tried in order at each node) spliced in as its fused node, where the
-    target runs it; each declined candidate appends a ``FusionMiss`` to ``misses``, but for a node that another
-    candidate's chain contains or that a fused chain absorbed (that chain is the one to report)."""
-    rules = [r for r in rules if target.rule(*r.produces) is not None]
-    if not rules:
-        return nodes
-    roots = [(r, r.root_op()) for r in rules]
-    if not any(nd.key == root for nd in nodes for _, root in roots):
-        return nodes
-    model, mirrored = mirror(nodes, frozenset().union(*(r.ops() for r in rules)))
-    by_op = {r.produces: r.name for r in rules}
-    found_misses: list[tuple[int, FusionMiss, frozenset[int]]] = []
+class RuleRun:
+    """The rules of one pass over one node list: ``match(i)`` tries them at node ``i`` (the first that fuses wins;
+    each declined candidate is kept with the nodes its chain matched), ``report`` hands the misses on."""
 
-    def match(i: int) -> tuple[list[int], NodeInfo] | None:
-        nd = nodes[i]
-        for rule, root in roots:
-            if nd.key != root:
+    def __init__(self, nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRule]) -> None:
+        self.nodes, self.target = nodes, target
+        self.rules = [r for r in rules if r.produces is None or target.rule(*r.produces) is not None]
+        self.roots = [(r, r.root_op()) for r in self.rules]
+        roots = {root for _, root in self.roots}
+        self.active = any(mirror_key(nd) in roots for nd in nodes)
+        self.model: ir.Model | None = None
+        self.mirrored: dict[int, ir.Node] = {}
+        self.found: list[tuple[int, FusionMiss, frozenset[int]]] = []
+
+    def match(self, i: int) -> tuple[list[int], NodeInfo] | None:
+        """(member indices, fused node) of the first rule that fuses the chain ending at node ``i``, or None."""
+        nd = self.nodes[i]
+        for rule, root in self.roots:
+            if mirror_key(nd) != root:
                 continue
-            found, miss = _try(rule, model, mirrored[i])
-            if found is not None and (refused := why_not(found[1], target)) is not None:
+            if self.model is None:
+                self.model, self.mirrored = mirror(self.nodes, frozenset().union(*(r.ops() for r in self.rules)))
+            found, miss = _try(rule, self.model, self.mirrored[i])
+            if found is not None and (refused := why_not(found[1], self.target)) is not None:
                 found, miss = None, ((4, 0), f"target declines the fused node: {refused}", frozenset(found[0]))
             if found is not None:
                 return found
             if miss is not None:
-                found_misses.append((i, FusionMiss(rule.name, nd.name, nd.op_type, miss[1]), miss[2]))
+                self.found.append((i, FusionMiss(rule.name, nd.name, nd.op_type, miss[1]), miss[2]))
         return None
 
-    def overlaps(i: int, fused: NodeInfo) -> None:
-        found_misses.append((i, FusionMiss(by_op.get(fused.key, fused.op_type), nodes[i].name, nodes[i].op_type,
-                                           "a node of the chain already belongs to an earlier fused chain"),
-                             frozenset()))
+    def overlaps(self, i: int, fused: NodeInfo) -> None:
+        """Record that the chain ending at node ``i`` was not fused: a member belongs to an earlier chain."""
+        name = next((r.name for r in self.rules if r.produces == fused.key), fused.op_type)
+        self.found.append((i, FusionMiss(name, self.nodes[i].name, self.nodes[i].op_type,
+                                         "a node of the chain already belongs to an earlier fused chain"),
+                           frozenset()))
 
-    out = splice_chains(nodes, target, match, overlaps)
-    if misses is not None:
-        kept = {id(nd) for nd in out}
-        inside = set().union(*(matched - {i} for i, _, matched in found_misses))
-        misses.extend(m for i, m, _ in found_misses if id(nodes[i]) in kept and i not in inside)
+    def report(self, misses: list[FusionMiss] | None, kept: Callable[[int], bool]) -> None:
+        """Append to ``misses`` each miss at a node still ``kept`` after the pass and inside no other candidate's
+        chain (that chain is the one to report)."""
+        if misses is None:
+            return
+        inside = set().union(*(matched - {i} for i, _, matched in self.found))
+        misses.extend(m for i, m, _ in self.found if kept(i) and i not in inside)
+
+
+def apply_rules(nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRule],
+                misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
+    """``nodes`` with every match of ``rules`` (tried in order at each node) spliced in as its fused node, where the
+    target runs it; each declined candidate appends a ``FusionMiss`` to ``misses`` (``RuleRun.report``)."""
+    run = RuleRun(nodes, target, rules)
+    if not run.active:
+        return nodes
+    out = splice_chains(nodes, target, run.match, run.overlaps)
+    kept = {id(nd) for nd in out}
+    run.report(misses, lambda i: id(nodes[i]) in kept)
     return out

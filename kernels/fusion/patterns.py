@@ -79,3 +79,28 @@ def masked_softmax(op: Any, scores: Any, mask: Any, mask_op: str, nan_guard: boo
         scores = op.Where(mask, scores, zero)
     probs = op.Softmax(scores, _outputs=["probs"])
     return op.Where(op.IsNaN(probs), zero, probs) if nan_guard else probs
+
+
+def dq(op: Any, x: Any, scale: Any, name: str) -> Any:
+    """``DequantizeLinear(x, scale[, zero_point])`` of any attributes; binds its output as ``name``."""
+    return op.DequantizeLinear(x, scale, _allow_other_inputs=True, _allow_other_attributes=True, _outputs=[name])
+
+
+def q(op: Any, v: Any, scale: Any, name: str) -> Any:
+    """``QuantizeLinear(v, scale[, zero_point])`` of any attributes; binds its output as ``name``."""
+    return op.QuantizeLinear(v, scale, _allow_other_inputs=True, _allow_other_attributes=True, _outputs=[name])
+
+
+def qdq_matmul(op: Any, a: Any, sa: Any, b: Any, sb: Any, sy: Any) -> Any:
+    """The QDQ node unit ``Q(MatMul(DQ(a), DQ(b)))``; binds ``da``, ``db``, ``mm`` and ``y``."""
+    return q(op, op.MatMul(dq(op, a, sa, "da"), dq(op, b, sb, "db"), _outputs=["mm"]), sy, "y")
+
+
+def qdq_conv(op: Any, x: Any, sx: Any, w: Any, sw: Any, sy: Any, bq: Any = None, sb: Any = None, *,
+             with_bias: bool = False) -> Any:
+    """The QDQ node unit ``Q(Conv(DQ(x), DQ(w)[, DQ(bias)]))``; binds ``dx``, ``dw``, ``dbias``, ``conv`` and
+    ``y``."""
+    inputs = [dq(op, x, sx, "dx"), dq(op, w, sw, "dw")]
+    if with_bias:
+        inputs.append(dq(op, bq, sb, "dbias"))
+    return q(op, op.Conv(*inputs, _allow_other_attributes=True, _outputs=["conv"]), sy, "y")

@@ -21,14 +21,19 @@ exact integer sum replaces a float32 sum of dequantized products, so outputs agr
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult
 
 from ..node import NodeInfo, ValueInfo
-from ..support import dtype_name, why_not
+from ..support import dtype_name
 from ..target import Target
-from ._graph import consumers_of, producers_of
+from . import patterns
+from ._graph import consumers_of
+from ._rules import FusionMiss, FusionRule, RuleRun, producer_info
 
 Q_OPS = frozenset({("", "QuantizeLinear"), ("com.microsoft", "QuantizeLinear")})
 DQ_OPS = frozenset({("", "DequantizeLinear"), ("com.microsoft", "DequantizeLinear")})
@@ -127,133 +132,169 @@ def _zp(nd: NodeInfo, dtype: str) -> np.ndarray:
     return np.zeros((), dtype)
 
 
-class _Graph:
-    def __init__(self, nodes: list[NodeInfo]):
-        self.nodes = nodes
-        self.users = consumers_of(nodes)
-        self.producer = producers_of(nodes)
-
-    def sole_reader(self, v: ValueInfo) -> bool:
-        return not v.is_graph_output and len(self.users.get(v.name, [])) == 1
-
-    def dq_feeding(self, v: ValueInfo | None, shared: bool = False) -> int | None:
-        """Index of the DQ producing ``v`` if ``v`` is read only by one node (``shared``: by any number)."""
-        if v is None or v.name not in self.producer or not (shared or self.sole_reader(v)):
-            return None
-        i = self.producer[v.name]
-        return i if self.nodes[i].key in DQ_OPS else None
-
-    def sole_q(self, nd: NodeInfo) -> int | None:
-        y = nd.outputs[0]
-        if len(nd.outputs) != 1 or not self.sole_reader(y):
-            return None
-        i = self.users[y.name][0]
-        q = self.nodes[i]
-        return i if q.key in Q_OPS and q.inputs[0].name == y.name and _per_tensor(q) else None
-
-
 def _qvalue(like: ValueInfo, name: str, value) -> ValueInfo:
     value = np.asarray(value)
     return _const_value(like, name, value)
 
 
-def _unit(g: _Graph, i: int, target: Target) -> tuple[NodeInfo, set[int]] | None:
-    """The synthetic integer node replacing the unit around node ``i`` and the indices it absorbs, or None."""
-    op = g.nodes[i]
-    if op.key not in (("", "Conv"), ("", "MatMul")):
-        return None
-    conv = op.op_type == "Conv"
-    # A DQ read by several ops feeds each of their units (ORT's EnsureUniqueDQForNodeUnit duplicates it: exporters
-    # share one initializer between equal weights or biases); it is absorbed only when this unit is its sole reader.
-    ia, iw = g.dq_feeding(op.input(0), shared=True), g.dq_feeding(op.input(1), shared=True)
-    iq = g.sole_q(op)
-    if ia is None or iw is None or iq is None:
-        return None
-    adq, wdq, q = g.nodes[ia], g.nodes[iw], g.nodes[iq]
-    if not _per_tensor(adq) or adq.input(0).value is not None or not is_weight_dq(wdq):
-        return None
-    w = np.asarray(wdq.input(0).value)
-    if not _weight_ok(wdq, 0 if conv else w.ndim - 1) or (not conv and w.ndim != 2):
-        return None
-    at, wt = dtype_name(adq.input(0)), dtype_name(wdq.input(0))
-    yt = dtype_name(q.outputs[0])
-    if wt not in ("int8", "uint8", "int4", "uint4"):
-        return None
-    absorbed = {i, iq, ia, iw}  # integer_units keeps a shared DQ that a reader outside the units still needs
-    xs, ws = np.asarray(adq.input(1).value, np.float32), np.asarray(wdq.input(1).value, np.float32)
-    bias = None
-    if conv and op.input(2) is not None:
-        ib = g.dq_feeding(op.input(2), shared=True)
-        if ib is None:
-            return None
-        bdq = g.nodes[ib]
+@dataclasses.dataclass(frozen=True)
+class _Unit:
+    """The nodes of a matched ``DQ -> Conv | MatMul -> Q`` unit."""
+
+    op: NodeInfo
+    adq: NodeInfo
+    wdq: NodeInfo
+    q: NodeInfo
+    bdq: NodeInfo | None
+    q_alone: bool  # the op's output is read by the Q alone (and not outside the partition)
+
+    @classmethod
+    def of(cls, y: ir.Value, dbias: ir.Value | None = None, **bound: Any) -> _Unit:
+        a, w = (bound["dx"], bound["dw"]) if bound.get("dx") is not None else (bound["da"], bound["db"])
+        out = y.producer().inputs[0]
+        return cls(producer_info(out), producer_info(a), producer_info(w), producer_info(y),
+                   producer_info(dbias) if dbias is not None else None,
+                   len(out.uses()) == 1 and not out.is_graph_output())
+
+    @property
+    def conv(self) -> bool:
+        return self.op.op_type == "Conv"
+
+    def bias_reason(self) -> str | None:
+        """Why the Conv bias is not the int32 DequantizeLinear ``quantize_static`` writes, or None."""
+        bdq = self.bdq
+        xs, ws = np.asarray(self.adq.input(1).value, np.float32), np.asarray(self.wdq.input(1).value, np.float32)
         expected = (xs.reshape(()) * ws).reshape(-1)
         if (not is_weight_dq(bdq) or dtype_name(bdq.input(0)) != "int32" or int(bdq.attr("block_size", 0))
                 or np.any(np.asarray(_zp(bdq, "int32"))) or not np.array_equal(
                     np.broadcast_to(np.asarray(bdq.input(1).value, np.float32).reshape(-1), expected.shape),
                     expected)):
-            return None
-        bias = np.asarray(bdq.input(0).value, np.int32)
-        absorbed.add(ib)
-    wi = w.astype(np.int8) if wt == "int4" else w.astype(np.uint8) if wt == "uint4" else w
-    wzp = _zp(wdq, wi.dtype.name).astype(wi.dtype)
-    x, y = adq.input(0), q.outputs[0]
-    xzp, yzp = _zp(adq, at).reshape(()), _zp(q, yt or "uint8").reshape(())
-    ys = np.asarray(q.input(1).value, np.float32).reshape(())
-    name = f"{op.name}/qdq"
-    c = lambda suffix, v: _qvalue(op.inputs[1], f"{name}/{suffix}", v)
-    if at in EIGHT_BIT and yt in EIGHT_BIT and wt in EIGHT_BIT:
-        if conv:
-            inputs = [x, c("xs", xs.reshape(())), c("xzp", xzp), c("w", wi), c("ws", ws), c("wzp", wzp),
-                      c("ys", ys), c("yzp", yzp)] + ([c("bias", bias)] if bias is not None else [])
-            synth = dataclasses.replace(op, name=name, op_type="QLinearConv", inputs=tuple(inputs), outputs=(y,),
-                                        attrs={**op.attrs, "fused_nodes": [g.nodes[j].name for j in sorted(absorbed)]})
-        else:
-            inputs = [x, c("xs", xs.reshape(())), c("xzp", xzp), c("w", wi), c("ws", ws), c("wzp", wzp),
-                      c("ys", ys), c("yzp", yzp)]
-            synth = dataclasses.replace(op, name=name, op_type="QLinearMatMul", inputs=tuple(inputs), outputs=(y,),
-                                        attrs={"fused_nodes": [g.nodes[j].name for j in sorted(absorbed)]})
-    elif not conv and at in (*EIGHT_BIT, *SIXTEEN_BIT) and yt in (*EIGHT_BIT, *SIXTEEN_BIT):
+            return (f"the bias {bdq.describe()} is not the int32 DequantizeLinear quantize_static writes (zero "
+                    "point 0, scale x_scale * w_scale)")
+        return None
+
+    def reason(self) -> str | None:
+        """Why the unit does not become one integer node, or None."""
+        op, adq, wdq, q = self.op, self.adq, self.wdq, self.q
+        y = op.outputs[0]
+        if len(op.outputs) != 1 or y.is_graph_output or q.inputs[0].name != y.name or not self.q_alone:
+            return f"{op.describe()}: its output is read outside the unit"
+        if not _per_tensor(q):
+            return f"{q.describe()} is not per tensor with constant parameters"
+        if not _per_tensor(adq) or adq.input(0).value is not None:
+            return f"{adq.describe()} (the activation's) is not per tensor of a runtime value"
+        if not is_weight_dq(wdq):
+            return f"{wdq.describe()} (the weight's) is not of a constant with constant parameters"
+        w = np.asarray(wdq.input(0).value)
+        if not _weight_ok(wdq, 0 if self.conv else w.ndim - 1) or (not self.conv and w.ndim != 2):
+            return f"{wdq.describe()}: weights are not per tensor or per output channel, or not 2-D for MatMul"
+        at, wt, yt = dtype_name(adq.input(0)), dtype_name(wdq.input(0)), dtype_name(q.outputs[0])
+        if wt not in ("int8", "uint8", "int4", "uint4"):
+            return f"{wdq.describe()}: {wt} weights, not 8 or 4 bits"
+        if self.bdq is not None and (bias := self.bias_reason()) is not None:
+            return bias
+        if not ((at in EIGHT_BIT and yt in EIGHT_BIT and wt in EIGHT_BIT) or (
+                not self.conv and at in (*EIGHT_BIT, *SIXTEEN_BIT) and yt in (*EIGHT_BIT, *SIXTEEN_BIT))):
+            return (f"{op.describe()}: {at} activations, {wt} weights and {yt} outputs form no integer unit (8-bit: "
+                    "QLinearConv / QLinearMatMul; 16-bit activations: MatMul only)")
+        return None
+
+    def synthetic(self, members: list[NodeInfo]) -> NodeInfo:
+        """The integer node replacing the unit (QLinearConv, QLinearMatMul or npu::QdqMatMul)."""
+        op, adq, wdq, q = self.op, self.adq, self.wdq, self.q
+        w = np.asarray(wdq.input(0).value)
+        at, wt, yt = dtype_name(adq.input(0)), dtype_name(wdq.input(0)), dtype_name(q.outputs[0])
+        xs, ws = np.asarray(adq.input(1).value, np.float32), np.asarray(wdq.input(1).value, np.float32)
+        bias = np.asarray(self.bdq.input(0).value, np.int32) if self.bdq is not None else None
+        wi = w.astype(np.int8) if wt == "int4" else w.astype(np.uint8) if wt == "uint4" else w
+        wzp = _zp(wdq, wi.dtype.name).astype(wi.dtype)
+        x, y = adq.input(0), q.outputs[0]
+        xzp, yzp = _zp(adq, at).reshape(()), _zp(q, yt or "uint8").reshape(())
+        ys = np.asarray(q.input(1).value, np.float32).reshape(())
+        name = f"{op.name}/qdq"
+
+        def c(suffix: str, v) -> ValueInfo:
+            return _qvalue(op.inputs[1], f"{name}/{suffix}", v)
+
         inputs = [x, c("xs", xs.reshape(())), c("xzp", xzp), c("w", wi), c("ws", ws), c("wzp", wzp),
                   c("ys", ys), c("yzp", yzp)]
-        synth = dataclasses.replace(op, name=name, domain=FUSED_DOMAIN, op_type=FUSED_MATMUL, inputs=tuple(inputs),
-                                    outputs=(y,), attrs={"fused_nodes": [g.nodes[j].name for j in sorted(absorbed)]})
-    else:
-        return None
-    if why_not(synth, target) is not None:
-        return None
-    return synth, absorbed
+        fused = [n.name for n in members]
+        if at in EIGHT_BIT and yt in EIGHT_BIT and wt in EIGHT_BIT and self.conv:
+            inputs += [c("bias", bias)] if bias is not None else []
+            return dataclasses.replace(op, name=name, op_type="QLinearConv", inputs=tuple(inputs), outputs=(y,),
+                                       attrs={**op.attrs, "fused_nodes": fused})
+        if at in EIGHT_BIT and yt in EIGHT_BIT and wt in EIGHT_BIT:
+            return dataclasses.replace(op, name=name, op_type="QLinearMatMul", inputs=tuple(inputs), outputs=(y,),
+                                       attrs={"fused_nodes": fused})
+        return dataclasses.replace(op, name=name, domain=FUSED_DOMAIN, op_type=FUSED_MATMUL, inputs=tuple(inputs),
+                                   outputs=(y,), attrs={"fused_nodes": fused})
 
 
-def integer_units(nodes: list[NodeInfo], target: Target) -> dict[int, tuple[NodeInfo, set[int]]]:
+class QdqUnitRule(FusionRule):
+    """``Q(Conv | MatMul(DQ(x), DQ(w)[, DQ(bias)]))`` -> one integer node. A DQ may feed other units too (ORT's
+    EnsureUniqueDQForNodeUnit duplicates it), so only the op's output must be read by the unit's Q alone."""
+
+    name = "qdq"
+    produces = None  # QLinearConv, QLinearMatMul or npu::QdqMatMul, as the types go
+    only_readers = False
+
+    def variants(self) -> list[Callable[..., Any]]:
+        def conv(with_bias: bool) -> Callable[..., Any]:
+            return lambda op, x, sx, w, sw, sy, bq, sb: patterns.qdq_conv(op, x, sx, w, sw, sy, bq, sb,
+                                                                          with_bias=with_bias)
+
+        return [patterns.qdq_matmul, conv(False), conv(True)]
+
+    def check(self, context, y: ir.Value, **bound: Any) -> MatchResult:
+        reason = _Unit.of(y, **bound).reason()
+        return MatchResult() if reason is None else MatchResult().fail(reason, y)
+
+    def fuse(self, members: list[NodeInfo], y: ir.Value, **bound: Any) -> NodeInfo:
+        return _Unit.of(y, **bound).synthetic(members)
+
+
+RULES = (QdqUnitRule(),)
+
+
+def integer_units(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None
+                  ) -> dict[int, tuple[NodeInfo, set[int]]]:
     """Position of each unit's op in ``nodes`` -> (its synthetic integer node, positions of all its members).
 
     A DQ may feed several units (each unit reads its own copy, as after ORT's EnsureUniqueDQForNodeUnit); it is a
-    member, and so removed, only when every reader of its output is a unit's op."""
-    g = _Graph(list(nodes))
+    member, and so removed, only when every reader of its output is a unit's op. Declined candidates go to
+    ``misses``."""
+    nodes = list(nodes)
+    run = RuleRun(nodes, target, RULES)
     found: dict[int, tuple[NodeInfo, set[int]]] = {}
     taken: set[int] = set()
-    for i in range(len(g.nodes)):
-        got = _unit(g, i, target)
+    for i in range(len(nodes) if run.active else 0):
+        got = run.match(i)
         if got is None:
             continue
-        own = {j for j in got[1] if g.nodes[j].key not in DQ_OPS}
+        members, synth = got
+        op = next(j for j in members if nodes[j].key in (("", "Conv"), ("", "MatMul")))
+        own = {j for j in members if nodes[j].key not in DQ_OPS}
         if own & taken:
+            run.overlaps(i, synth)
             continue
-        found[i] = got
+        found[op] = (synth, set(members))
         taken |= own
+    users = consumers_of(nodes)
 
     def absorbed_by_units(j: int) -> bool:
-        out = g.nodes[j].outputs[0]
-        return not out.is_graph_output and all(r in found for r in g.users.get(out.name, []))
+        out = nodes[j].outputs[0]
+        return not out.is_graph_output and all(r in found for r in users.get(out.name, []))
 
-    return {i: (synth, {j for j in members if g.nodes[j].key not in DQ_OPS or absorbed_by_units(j)})
-            for i, (synth, members) in found.items()}
+    units = {i: (synth, {j for j in members if nodes[j].key not in DQ_OPS or absorbed_by_units(j)})
+             for i, (synth, members) in found.items()}
+    absorbed = {j for _, members in units.values() for j in members}
+    run.report(misses, lambda i: i not in absorbed)
+    return units
 
 
-def fuse_qdq(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+def fuse_qdq(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
     """Integer units first, then fold every remaining single-reader weight DQ into its reader (module docstring)."""
-    units = integer_units(list(nodes), target)
+    units = integer_units(list(nodes), target, misses)
     absorbed = {j for i, (_, members) in units.items() for j in members if j != i}
     out = [units[i][0] if i in units else nd for i, nd in enumerate(nodes) if i not in absorbed]
     weights = foldable_weights(out)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from npu_ep.ep.onnx_graph import nodes_from_model
@@ -238,3 +239,21 @@ def test_qdqmatmul_declines_a_k_that_overflows_the_accumulator():
 def test_onnx_model_checker_accepts_builders():
     for m in (_matmul_unit(), qm.a16_mlp(), qm.a16_attention()):
         onnx.checker.check_model(m)
+
+
+@pytest.mark.parametrize("kw, target, reason", [
+    ({"extra_op_reader": True}, REF, "node 'MatMul_3' (MatMul): its output is read outside the unit"),
+    ({"w_axis": 0}, REF, "node 'DequantizeLinear_2' (DequantizeLinear): weights are not per tensor or per output "
+                         "channel, or not 2-D for MatMul"),
+    ({"const_scale": False}, REF, "node 'DequantizeLinear_1' (DequantizeLinear) (the activation's) is not per tensor "
+                                  "of a runtime value"),
+    ({"act": TensorProto.UINT16}, EDGE, "target declines the fused node: node 'MatMul_3/qdq' (npu::QdqMatMul): op "
+                                        "not listed in [ops] of target npu-edge"),
+])
+def test_each_unit_that_stays_float_says_why(kw, target, reason):
+    """The rule's candidate (the unit's Q) that does not become one integer node leaves a FusionMiss with the
+    reason (npu-report --explain-fusions and the debug log show it)."""
+    misses = []
+    fused = fuse_qdq(nodes_from_model(_matmul_unit(**kw)), target, misses)
+    assert not {"QLinearMatMul", "npu::QdqMatMul"} & set(_ops(fused))
+    assert [(m.fusion, m.op, m.reason) for m in misses] == [("qdq", "QuantizeLinear", reason)]
