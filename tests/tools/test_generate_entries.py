@@ -116,3 +116,32 @@ def test_cli_prints_the_entries_and_the_chunk_plan(int4_model, capsys):
     assert "KV cache format float32: 2,048 bytes per token" in out  # 4 layers x K+V x 2 heads x 32 x 4 B
     with pytest.raises(SystemExit):
         main([str(int4_model), "--prompt-ids", "1", "--prefill-chunk", "0"])
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="reads VmRSS from /proc")
+def test_new_entries_add_no_weight_copy_to_resident_memory(tmp_path):
+    """Three more entries (new buckets: each binds its own native steps) on a decoder with ~30 MB of int4 weights:
+    resident memory grows by far less than one copy of them (a copy per entry would add ~30 MB each)."""
+    from npu_ep.models.weights import LlamaConfig
+
+    cfg = LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=12,
+                      num_key_value_heads=4, vocab_size=4000)
+    model = rewrite(str(build_tiny_llama(tmp_path / "mid.onnx", cfg)), passes=("cleanup", "rope", "gqa", "int4"))
+    gen = Generator(model.save(tmp_path / "mid.npu.onnx"), providers=NPU, buckets=(16, 32, 64), max_kv_len=256,
+                    prefill_chunk=64)
+    weights = gen.entries.weight_bytes()
+    assert weights > 25e6
+    for _ in range(2):  # the first entries, twice: their buffers are allocated and reused
+        gen.generate(list(range(1, 33)), 4)
+    before, first = _rss_bytes(), len(gen.entries.entries)
+    for n in (199, 129, 199):  # 64+64+64+7->16 and 64+64+1->16: three new entries
+        gen.generate(list(range(1, n + 1)), 4)
+    assert len(gen.entries.entries) == first + 3
+    grown = _rss_bytes() - before
+    assert grown < 0.1 * weights, f"resident memory grew {grown / 1e6:.1f} MB for 3 entries ({weights / 1e6:.1f} MB)"
+    assert gen.entries.weight_bytes() == weights
