@@ -44,9 +44,6 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
             raise CompileError(f"partition '{name}': compiling {n.describe()} with inputs ({shapes}) failed: "
                                f"{type(exc).__name__}: {escape(str(exc))}") from exc
         prepared.target = target
-        # The cost model needs every input's shape; constants are not runtime arguments, so keep theirs here.
-        prepared.attrs["_const_shapes"] = {str(i): list(v.shape) for i, v in enumerate(n.inputs)
-                                           if v.is_constant and v.shape is not None}
         in_slots = []
         for v in n.inputs:
             if v.missing or v.is_constant:
@@ -66,7 +63,10 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
         op = f"{n.domain}::{n.op_type}" if n.domain else n.op_type
         declared = tuple(None if v.missing or v.is_constant else UNKNOWN_RANK if v.shape is None else tuple(v.shape)
                          for v in n.inputs)
-        steps.append(Step(n.name, op, kernel, prepared, tuple(in_slots), tuple(out_slots), declared=declared))
+        # the cost model needs every input's shape; constants are not runtime arguments, so the step keeps theirs
+        const_shapes = {i: tuple(v.shape) for i, v in enumerate(n.inputs) if v.is_constant and v.shape is not None}
+        steps.append(Step(n.name, op, kernel, prepared, tuple(in_slots), tuple(out_slots), declared=declared,
+                          const_shapes=const_shapes))
     missing = [escape(v.name) for v in outputs if v.name not in slot]
     if missing:
         raise CompileError(f"partition '{name}': outputs {missing} are not produced by its nodes")

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
 
-from ..kernels.runtime import FIXED_INPUT_BYTES, PARTITION_OUTPUTS, extension
-from ..kernels.registry import KernelDef, OpCost, Prepared
+from ..kernels.registry import KernelDef, OpCost, Prepared, StepRuntime
+from ..kernels.runtime import FIXED_INPUT_BYTES, extension
 from . import step_binding
 from .log import escape, logger
 from .weight_arena import pack_constants
@@ -70,6 +70,8 @@ class Step:
     out_slots: tuple[int, ...]
     release: tuple[int, ...] = ()  # slots whose last reader is this step
     declared: tuple[tuple | None, ...] = ()  # the graph's shapes of the runtime inputs (None: constant or omitted)
+    # the shapes of the constant inputs (input index -> shape): not runtime arguments, the cost model needs them
+    const_shapes: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         return f"node '{escape(self.node_name)}' ({escape(self.op)})"  # model-supplied: ep.log.escape
@@ -115,6 +117,8 @@ class Program:
         self.n_slots = n_slots
         self.output_slots = output_slots
         self.target = target
+        for st in steps:  # each step's runtime record: what this program tells its kernel (kernels.registry)
+            st.prepared.runtime = StepRuntime(const_shapes=dict(st.const_shapes))
         self._call = None  # set below: record's setter reaches it
         self.record = record
         self.recorded: dict[str, np.ndarray] = {}
@@ -210,7 +214,7 @@ class Program:
         for j, slot in enumerate(self.output_slots):
             first.setdefault(slot, j)  # an output listed twice: the second is copied from the first
         for st in self.steps:
-            st.prepared.memo[PARTITION_OUTPUTS] = {i: first[s] for i, s in enumerate(st.out_slots) if s in first}
+            st.prepared.runtime.partition_outputs = {i: first[s] for i, s in enumerate(st.out_slots) if s in first}
 
     @property
     def native_step_counts(self) -> tuple[int, int]:
@@ -339,8 +343,8 @@ class Program:
             key = (id(step), tuple(shapes))  # a step's cost depends on its input shapes alone
             cost = self._step_costs.get(key)
             if cost is None:
-                known = step.prepared.attrs.get("_const_shapes", {})
-                shapes = [tuple(known[str(i)]) if s is None and str(i) in known else s for i, s in enumerate(shapes)]
+                known = step.const_shapes
+                shapes = [known[i] if s is None and i in known else s for i, s in enumerate(shapes)]
                 try:
                     cost = step.kernel.cost(step.prepared, shapes)
                 except Exception as exc:  # the emulated timeline must never break inference

@@ -4,7 +4,7 @@ Only ``Prepared.attrs`` (JSON) and ``Prepared.consts`` (arrays, already in the N
 loading rebuilds the program without calling any kernel's ``prepare`` (no recompilation, no weight re-packing).
 Given ``refs`` (cache entries), constants that view ORT's initializers are stored as references to them
 (``borrowed_refs``) instead of bytes, and constants a kernel computed from such initializers (accuracy_level 4's
-tiles, ``kernels.registry.DERIVED``) as their recipe and references: re-deriving them from memory ORT holds
+tiles, ``Prepared.derived``) as their recipe and references: re-deriving them from memory ORT holds
 anyway is cheaper than reading and verifying their bytes from the entry.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.registry import DERIVED, RECIPES, DerivedConsts, Prepared, kernel_for
+from ..kernels.registry import RECIPES, DerivedConsts, Prepared, kernel_for
 from ..kernels.target import Target
 from .borrowed_refs import BorrowedRefError, BorrowedRefs
 from .program import UNKNOWN_RANK, IoSpec, Program, Step
@@ -47,6 +47,7 @@ def program_to_parts(program: Program, refs: BorrowedRefs | None = None
             "in": list(s.in_slots), "out": list(s.out_slots), "release": list(s.release),
             "attrs": s.prepared.attrs, "consts": sorted(set(s.prepared.consts) - set(borrowed) - rebuilt),
             "declared": [d if d is None or d == UNKNOWN_RANK else list(d) for d in s.declared],
+            "const_shapes": {str(i): list(shape) for i, shape in s.const_shapes.items()},
         })
         if borrowed:
             steps[-1]["borrowed"] = borrowed
@@ -71,11 +72,11 @@ def program_to_parts(program: Program, refs: BorrowedRefs | None = None
 
 def _derived_refs(p: Prepared, refs: BorrowedRefs | None, prefix: str, arrays: dict[str, np.ndarray]
                   ) -> list[dict[str, Any]]:
-    """The step's derived constants (``kernels.registry.DERIVED``): a cache entry stores their recipe and their
+    """The step's derived constants (``Prepared.derived``): a cache entry stores their recipe and their
     sources, as references to the initializers ORT holds or, for small ones ORT handed over as copies, as arrays
     (put into ``arrays`` under ``prefix``), instead of their bytes."""
     out = []
-    for j, d in enumerate(p.memo.get(DERIVED, ()) if refs is not None else ()):
+    for j, d in enumerate(p.derived if refs is not None else ()):
         sources: dict[str, Any] = {}
         for role, arr in d.sources.items():
             ref = None if arr is None else refs.ref(arr)
@@ -89,7 +90,7 @@ def _derived_refs(p: Prepared, refs: BorrowedRefs | None, prefix: str, arrays: d
 
 
 def _rebuild_derived(s: Mapping[str, Any], arrays: Mapping[str, np.ndarray], consts: dict[str, np.ndarray],
-                     memo: dict, refs: BorrowedRefs | None, where: str) -> None:
+                     kept: list[DerivedConsts], refs: BorrowedRefs | None, where: str) -> None:
     """Recompute a step's derived constants from the loading session's initializers (entries from disk: every
     field is checked, and a recipe is only ever a name in ``kernels.registry.RECIPES``)."""
     derived = s.get("derived", [])
@@ -116,7 +117,7 @@ def _rebuild_derived(s: Mapping[str, Any], arrays: Mapping[str, np.ndarray], con
                                      f"{sorted(names)}")
         for role, arr in made.items():
             consts[names[role]] = arr
-        memo.setdefault(DERIVED, []).append(DerivedConsts(d["recipe"], dict(names), sources, dict(params)))
+        kept.append(DerivedConsts(d["recipe"], dict(names), sources, dict(params)))
 
 
 def _shape(shape) -> list | None:
@@ -140,6 +141,16 @@ def _declared(values: Any, what: str) -> tuple:
     if not isinstance(values, list) or not all(ok(d) for d in values):
         raise ProgramFormatError(f"{what}: declared shapes {values!r} invalid")
     return tuple(d if d is None or d == UNKNOWN_RANK else tuple(d) for d in values)
+
+
+def _const_shapes(values: Any, what: str) -> dict[int, tuple[int, ...]]:
+    """The steps' constant input shapes (input index -> shape; contexts written before they were a step field keep
+    them in the attributes as ``_const_shapes``)."""
+    if not isinstance(values, dict) or not all(
+            isinstance(k, str) and k.isdigit() and isinstance(v, list)
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in v) for k, v in values.items()):
+        raise ProgramFormatError(f"{what}: constant shapes {values!r} invalid")
+    return {int(k): tuple(v) for k, v in values.items()}
 
 
 def _slots(values: Any, n_slots: int, what: str) -> tuple[int, ...]:
@@ -178,11 +189,14 @@ def program_from_parts(header: Mapping[str, Any], arrays: Mapping[str, np.ndarra
                     consts[str(cname)] = refs.resolve(ref, f"{where} constant '{cname}'")
                 except BorrowedRefError as exc:
                     raise ProgramFormatError(str(exc)) from exc
-            memo: dict = {}
-            _rebuild_derived(s, arrays, consts, memo, refs, where)
-            steps.append(Step(str(s["node"]), str(s["op"]), kernel, Prepared(dict(s["attrs"]), consts, target, memo),
+            derived: list[DerivedConsts] = []
+            _rebuild_derived(s, arrays, consts, derived, refs, where)
+            attrs = dict(s["attrs"])
+            const_shapes = _const_shapes(s.get("const_shapes", attrs.pop("_const_shapes", {})), where)
+            steps.append(Step(str(s["node"]), str(s["op"]), kernel, Prepared(attrs, consts, target, derived=derived),
                               _slots(s["in"], n_slots, where), _slots(s["out"], n_slots, where),
-                              _slots(s["release"], n_slots, where), _declared(s.get("declared", []), where)))
+                              _slots(s["release"], n_slots, where), _declared(s.get("declared", []), where),
+                              const_shapes))
         output_slots = _slots(header["output_slots"], n_slots, "outputs")
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, ProgramFormatError):

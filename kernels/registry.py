@@ -13,6 +13,10 @@ A kernel has four functions:
   compile time (their data is in ``prepared.consts``). Inputs are read-only views: never write into them.
 - ``cost(prepared, in_shapes) -> OpCost``: the cost model for one execution with these concrete input shapes.
 
+At run time a kernel reads what the program says about its step from ``prepared.runtime``, a ``StepRuntime``
+(kernel choice and threads, ORT's output buffers, DMA counting, loaded sub-programs, constant input shapes);
+``prepared.memo`` holds only the kernel's own caches.
+
 ``rank_free``: the kernel needs no input's rank at compile time (it reads ranks from the runtime arrays: element-wise,
 movement, reductions with runtime axis normalization), so inputs of unknown rank are claimed; kernels that plan by
 rank (matmul tiles, convolution windows) leave it False and ``support.why_not`` declines unknown ranks for them.
@@ -52,19 +56,54 @@ class OpCost:
     mode: str = ""  # the matrix unit's mode (float32/float16/int8/int4) of a "matrix" op
 
 
+KERNEL_CHOICES = ("native", "reference")
+# StepRuntime fields a bound native step depends on: changing one bumps the record's generation
+_GUARDED = frozenset({"kernels", "threads", "partition_outputs", "dma_counts"})
+
+
+@dataclasses.dataclass(eq=False)
+class StepRuntime:
+    """What the program tells one step at run time: the typed seam between ``ep.program`` and a kernel (never
+    serialized). The Program creates one per step (``Program.__init__``); a Prepared outside a program (kernel
+    tests, benchmarks) has a default one: native kernels on one thread.
+
+    A native step bound for the step (``kernels.runtime.call_step``) holds the generation it was bound under and
+    declines once it changes: every assignment that changes a field of ``_GUARDED`` bumps it, so another kernel
+    choice, DMA counting or other partition outputs reach the C++ loop without it reading Python state."""
+
+    kernels: str = "native"  # one of KERNEL_CHOICES: the native kernels or the numpy reference model
+    threads: int = 1  # host threads a kernel may use
+    # step output index -> ORT output index, for the outputs of a partition ORT calls (written in place)
+    partition_outputs: dict[int, int] | None = None
+    # a list asks the matrix kernels to run their tile plan and append (plan, DMA bytes) per call (``ops._mm``)
+    dma_counts: list | None = None
+    # the shapes of the node's constant inputs (input index -> shape): they are not runtime arguments
+    const_shapes: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    # sub-programs (If branches, Loop/Scan bodies) loaded from the step's attributes: key -> program
+    subprograms: dict[str, Any] = dataclasses.field(default_factory=dict)
+    generation: int = 0  # bumped on every change of a guarded field
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _GUARDED and "generation" in self.__dict__:
+            old = self.__dict__.get(name)
+            if old is not value and (type(old) is not type(value) or old != value):
+                self.__dict__["generation"] += 1
+        object.__setattr__(self, name, value)
+
+
 @dataclasses.dataclass
 class Prepared:
     attrs: dict[str, Any]
     consts: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     target: Target | None = None  # re-attached after loading a context binary, never serialized
-    # run-time memo, not serialized; what is kept per input shape goes through kernels.shape_memo (bounded)
+    # run-time memo, not serialized: the kernel's own caches; what is kept per input shape goes through
+    # kernels.shape_memo (bounded)
     memo: dict[Any, Any] = dataclasses.field(default_factory=dict)
-
-
-# Prepared.memo key: [DerivedConsts]. Constants the compiler computes from a node's initializers (accuracy_level
-# 4's int4 tiles) are as large as the weights; where the initializers are ORT's own, read in place, a cache entry
-# stores the recipe and references to the initializers instead of the bytes (``ep.program_io``).
-DERIVED = "derived_consts"
+    # Constants the compiler computes from a node's initializers (accuracy_level 4's int4 tiles) are as large as
+    # the weights; where the initializers are ORT's own, read in place, a cache entry stores the recipe and
+    # references to the initializers instead of the bytes (``ep.program_io``).
+    derived: list[DerivedConsts] = dataclasses.field(default_factory=list)
+    runtime: StepRuntime = dataclasses.field(default_factory=StepRuntime)  # the program's word to this step
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """The runtime seam between a compiled program and its kernels, and the one module that loads the extension.
 
-Which implementation a prepared kernel runs: the native kernels of the extension or the numpy reference model.
+A kernel learns what the program says about its step from ``p.runtime``, a ``StepRuntime`` (``kernels.registry``)
+the Program creates per step: which implementation runs (the native kernels of the extension or the numpy
+reference model) on how many host threads, ORT's output buffers, DMA counting, sub-programs and constant shapes.
+The helpers below read it.
 
-The choice is a run-time property of a session (provider options ``kernels`` and ``host_threads``), not part of
-the compiled program: both implementations read the same prepared constants (packed weights), so a cached
+The kernel choice is a run-time property of a session (provider options ``kernels`` and ``host_threads``), not
+part of the compiled program: both implementations read the same prepared constants (packed weights), so a cached
 context serves either. ``ep.bridge`` stamps every step of an adopted program with ``configure``, which reaches the
 sub-programs (If branches, Loop/Scan bodies) their steps hold; a sub-program loaded later copies its owner's
 setting (``kernels.subprograms.program``). A Prepared that was never stamped (kernel tests, benchmarks) runs
@@ -23,16 +26,11 @@ from types import ModuleType
 import numpy as np
 
 from . import subprograms
-from .registry import Prepared
+from .registry import KERNEL_CHOICES, Prepared, StepRuntime
 
-KERNEL_CHOICES = ("native", "reference")
-_KEY = "runtime"  # Prepared.memo key: (kernels, threads)
-_DEFAULT = ("native", 1)
-subprograms.INHERITED.add(_KEY)  # a sub-program loaded after configure runs with its owner's setting
-
+__all__ = ["KERNEL_CHOICES", "StepRuntime"]
 
 _module: list[ModuleType | None] = []  # [the extension's kernels submodule, the extension] once imported
-PARTITION_OUTPUTS = "partition_outputs"  # Prepared.memo key: {step output index: ORT output index}
 
 
 def _load() -> None:
@@ -50,11 +48,18 @@ def native_module() -> ModuleType | None:
     return _module[0]
 
 
+def extension() -> ModuleType | None:
+    """The extension module itself (its native step classes), None if it is not built."""
+    if not _module:
+        _load()
+    return _module[1]
+
+
 def ort_output(p: Prepared, index: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
     """ORT's own buffer for output ``index`` of this step when it is an output of the partition being computed
     (``ep.program.Program.mark_partition_outputs``), as a writeable ``shape`` array of ``dtype``, so the kernel
     writes it in place and the bridge copies nothing; else None. Valid only during this call: never keep it."""
-    where = p.memo.get(PARTITION_OUTPUTS)
+    where = p.runtime.partition_outputs
     if not where or index not in where:
         return None
     ext = extension()
@@ -62,15 +67,23 @@ def ort_output(p: Prepared, index: int, shape: tuple[int, ...], dtype: np.dtype)
     return view if view is not None and view.dtype == dtype else None
 
 
+def guard(p: Prepared) -> tuple:
+    """A native step's guard (``_native.CallStep``): it declines once the program changes what ``p``'s step
+    runs under (its ``StepRuntime`` generation: kernel choice, threads, partition outputs, DMA counting)."""
+    record = p.runtime.__dict__
+    return (record, "generation", record["generation"])
+
+
 def call_step(p: Prepared, fn, args: tuple, inputs: list, outputs: list, guards: list | None = None,
               ort_outputs: list | None = None, fixed: list | None = None):
     """A native step calling ``fn(*args)`` with this step's inputs put in, for a kernel's ``bind`` (see
-    ``_native.CallStep`` for ``inputs``/``outputs``/``guards``/``fixed``); it declines once the session's kernel
-    choice for ``p`` changes. None without the extension."""
+    ``_native.CallStep`` for ``inputs``/``outputs``/``fixed``); it declines once ``p``'s runtime record changes
+    (``guard``), and once any of ``guards`` (more ``guard(...)`` of nested Prepareds) fails. None without the
+    extension."""
     ext = extension()
     if ext is None:
         return None
-    return ext.CallStep(fn, tuple(args), list(inputs), list(outputs), [setting_guard(p), *(guards or [])],
+    return ext.CallStep(fn, tuple(args), list(inputs), list(outputs), [guard(p), *(guards or [])],
                         list(ort_outputs or []), list(fixed or []))
 
 
@@ -92,13 +105,6 @@ def fixed_inputs(inputs, first: int) -> list | None:
     return fixed
 
 
-def extension() -> ModuleType | None:
-    """The extension module itself (its native step classes), None if it is not built."""
-    if not _module:
-        _load()
-    return _module[1]
-
-
 def borrowed_from_ort(arr: np.ndarray) -> bool:
     """Whether ``arr`` is (a view of) a constant initializer that ORT owns and keeps for the session (read in place,
     see ``ep/native/execution_provider.h``)."""
@@ -110,32 +116,32 @@ def borrowed_from_ort(arr: np.ndarray) -> bool:
     return owner is not None and base is owner
 
 
-def setting_guard(p: Prepared) -> tuple:
-    """A native step's guard (``_native.CallStep``) that declines once the session's kernel choice for ``p``
-    changes."""
-    return (p.memo, _KEY, p.memo.get(_KEY))
-
-
 def configure(prepared: Iterable[Prepared], kernels: str, threads: int) -> None:
     """Stamp prepared kernels with the session's choice (``kernels`` in KERNEL_CHOICES, host threads >= 1)."""
     if kernels not in KERNEL_CHOICES:
         raise ValueError(f"kernels={kernels!r}: expected one of {', '.join(KERNEL_CHOICES)}")
-    setting = (kernels, max(1, int(threads)))
+    threads = max(1, int(threads))
     for p in prepared:
-        p.memo[_KEY] = setting
+        p.runtime.kernels, p.runtime.threads = kernels, threads
         for program in subprograms.loaded_programs(p):  # If branches, Loop/Scan bodies: their owner's setting
             configure((st.prepared for st in program.steps), kernels, threads)
 
 
 def copy_runtime(src: Prepared, dst: Prepared) -> None:
-    """Give a nested Prepared (fused ops run an inner kernel) its owner's setting."""
-    dst.memo[_KEY] = src.memo.get(_KEY, _DEFAULT)
+    """Give a nested Prepared (fused ops run an inner kernel) its owner's kernel choice and threads (not its
+    partition outputs: the inner kernel's outputs are not the step's)."""
+    dst.runtime.kernels, dst.runtime.threads = src.runtime.kernels, src.runtime.threads
 
 
 def native(p: Prepared) -> ModuleType | None:
     """The native kernel module when ``p`` runs native kernels, else None (reference model)."""
-    return native_module() if p.memo.get(_KEY, _DEFAULT)[0] == "native" else None
+    return native_module() if p.runtime.kernels == "native" else None
 
 
 def threads(p: Prepared) -> int:
-    return p.memo.get(_KEY, _DEFAULT)[1]
+    return p.runtime.threads
+
+
+def counting_dma(p: Prepared) -> bool:
+    """Whether the program asks ``p``'s matrix kernel to run its tile plan and count DMA (``ops._mm``)."""
+    return p.runtime.dma_counts is not None

@@ -7,8 +7,8 @@ token for the session's whole life, so such entries must not pile up: every shap
 ``SIGNATURES_KEPT`` most recent signatures (``ep.program``). A shape evicted and seen again is derived anew. The
 planner's process-wide plan cache is a ``ShapeMemo`` too (``planner.PLANS_KEPT``).
 
-Entries that do not depend on the shape (weights packed once per Prepared, per-rank or per-dtype constants, the
-framework's runtime keys such as ``DMA_COUNTS``) stay plain ``Prepared.memo`` entries.
+Entries that do not depend on the shape (weights packed once per Prepared, per-rank or per-dtype constants) stay
+plain ``Prepared.memo`` entries; what the program tells a step is its ``Prepared.runtime`` record.
 """
 
 from __future__ import annotations

@@ -21,8 +21,6 @@ import numpy as np
 Parts = tuple[dict[str, Any], dict[str, np.ndarray]]
 _compile: Callable[..., Parts] | None = None
 _load: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any] | None = None
-MEMO = "subprograms"  # Prepared.memo key: {key: loaded program}, so a sub-program is loaded once per owner
-INHERITED: set[str] = set()  # Prepared.memo keys a sub-program's steps take from their owner (kernels.runtime)
 
 
 def register(compile_fn: Callable[..., Parts], load_fn: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any]) -> None:
@@ -45,21 +43,22 @@ def load_program(header: dict[str, Any], arrays: dict[str, np.ndarray], target) 
 
 
 def program(owner: Any, key: str) -> Any:
-    """The sub-program stored under ``key`` in the Prepared ``owner``, loaded on first use; its steps take the
-    owner's INHERITED memo entries (the kernel setting; ``_native.configure`` re-stamps loaded sub-programs)."""
-    loaded = owner.memo.setdefault(MEMO, {})
+    """The sub-program stored under ``key`` in the Prepared ``owner``, loaded on first use (kept in the owner's
+    ``StepRuntime.subprograms``); its steps take the owner's kernel choice and threads (``runtime.configure``
+    re-stamps loaded sub-programs)."""
+    loaded = owner.runtime.subprograms
     found = loaded.get(key)
     if found is None:
         prefix = f"{key}/"
         arrays = {k[len(prefix):]: v for k, v in owner.consts.items() if k.startswith(prefix)}
         found = load_program(owner.attrs[key], arrays, owner.target)
-        inherited = {k: owner.memo[k] for k in INHERITED if k in owner.memo}
         for step in found.steps:
-            step.prepared.memo.update(inherited)
+            step.prepared.runtime.kernels = owner.runtime.kernels
+            step.prepared.runtime.threads = owner.runtime.threads
         loaded[key] = found
     return found
 
 
 def loaded_programs(owner: Any) -> list[Any]:
     """The sub-programs of ``owner`` loaded so far."""
-    return list(owner.memo.get(MEMO, {}).values())
+    return list(owner.runtime.subprograms.values())

@@ -22,7 +22,6 @@ from .. import runtime
 from . import _kv_traffic
 from ._kv_pool import present_buffer
 from ._kv_state import KV_STATE
-from ..runtime import PARTITION_OUTPUTS
 from ._util import arg
 
 FALLBACK = "gqa_native_fallback"  # Prepared.memo key: why the last call ran the reference, or None
@@ -116,7 +115,7 @@ def bind(p: Prepared, inputs, outs) -> Any:
     whose presents are outputs of the partition; None otherwise (the kernel keeps running). The step resolves the
     lengths from seqlens_k and total_sequence_length on every call as ``attention._run`` does, and declines what
     it was not bound for, and every call once the session keeps a stateful KV (``_kv_state``)."""
-    where = p.memo.get(PARTITION_OUTPUTS)
+    where = p.runtime.partition_outputs
     ext = runtime.extension()
     if (ext is None or runtime.native(p) is None or p.memo.get(FALLBACK) is not None or not where
             or 1 not in where or 2 not in where or len(inputs) < 7 or any(x is not None for x in inputs[10:])):
@@ -145,6 +144,5 @@ def bind(p: Prepared, inputs, outs) -> Any:
     shape = lambda x: None if x is None else x.shape  # noqa: E731
     return ext.GqaStep(query.dtype, query.shape, shape(key), shape(past_k), seqlens.shape, total.shape, shape(pos),
                        cos, sin, (where[1], where[2]), n, nkv, scale, softcap, window, interleaved,
-                       runtime.threads(p), [runtime.setting_guard(p), (p.memo, PARTITION_OUTPUTS, where),
-                                            (p.memo, KV_STATE, None)],
+                       runtime.threads(p), [runtime.guard(p), (p.memo, KV_STATE, None)],
                        _kv_traffic.counters(p))

@@ -121,9 +121,8 @@ def static_plan(p: Prepared, dims: tuple[Any, ...] | None) -> None:
 
 
 # --- DMA accounting of the native kernels -----------------------------------------------------------------------
-# A Prepared whose memo holds a list under DMA_COUNTS asks its native matrix kernel to run the plan's output tiles
+# A Prepared whose StepRuntime.dma_counts is a list asks its native matrix kernel to run the plan's output tiles
 # and count their DMA; each call appends (plan, {"a", "b", "scales", "out": bytes, "transfers": n}).
-DMA_COUNTS = "dma_counts"
 _RESIDENT = {"none": 0, "a": 1, "b": 2, "weights": 3}
 
 
@@ -137,9 +136,9 @@ def native_plan_args(plan: TilePlan) -> tuple[int, ...]:
 
 def run_native_counted(p: Prepared, fn, args: tuple, tail: tuple, m: int, n: int, k: int):
     """``fn(*args, plan, count_dma, *tail)`` (a native matrix kernel; positional, as pybind11 parses keywords ~1 us
-    slower), with the plan of ``[m, k] x [k, n]`` to run and count when ``p.memo`` asks for DMA counts (see
-    DMA_COUNTS), else no plan; returns the kernel's result."""
-    counts = p.memo.get(DMA_COUNTS)
+    slower), with the plan of ``[m, k] x [k, n]`` to run and count when ``p.runtime`` asks for DMA counts
+    (``StepRuntime.dma_counts``), else no plan; returns the kernel's result."""
+    counts = p.runtime.dma_counts
     if counts is None:
         return fn(*args, None, False, *tail)
     plan = plan_for(p, m, n, k, 1)

@@ -234,11 +234,11 @@ def _prelu_bind(p: Prepared, inputs, outs):
         return None
     ins = [(0, 0, _F32, x.shape, None)] + ([] if len(inputs) < 2 or inputs[1] is None
                                            else [(1, 1, _F32, slope.shape, None)])
-    where = p.memo.get(runtime.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
+    where = p.runtime.partition_outputs  # written into ORT's buffer when y is an output of the partition
     into = [(4, where[0], list(x.shape))] if where and 0 in where else []
     args = (None, None if len(ins) == 2 else slope, inner, runtime.threads(p), None)
     return runtime.call_step(p, runtime.native(p).prelu_rows, args, ins, [(-1, None)],
-                             [(p.memo, runtime.PARTITION_OUTPUTS, where)], into)
+                             None, into)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -337,10 +337,10 @@ def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> C
         if not live:
             return None
         args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
-        where = p.memo.get(runtime.PARTITION_OUTPUTS)  # into ORT's buffer when the result is a partition output
+        where = p.runtime.partition_outputs  # into ORT's buffer when the result is a partition output
         into = [(arity, where[0], list(outs[0].shape))] if where and 0 in where else []
         return runtime.call_step(p, _ufunc_into(fn), (*args, None), live, [(-1, None)],
-                                 [(p.memo, runtime.PARTITION_OUTPUTS, where)], into)
+                                 None, into)
     return bind
 
 
@@ -449,12 +449,12 @@ def engine_bind(p: Prepared, inputs, outs):
             or not x.flags.c_contiguous or outs[0].ndim == 0 or outs[0].dtype != x.dtype or outs[0].shape != x.shape
             or any(v is not None for v in inputs[1:])):
         return None
-    where = p.memo.get(runtime.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
+    where = p.runtime.partition_outputs  # written into ORT's buffer when y is an output of the partition
     into = [(4, where[0], list(x.shape))] if where and 0 in where else []
     fn = nat.tail_of if x.dtype == _F32 else nat.tail_of_f16
     return runtime.call_step(p, fn, (None, *prog, runtime.threads(p), None),
                              [(0, 0, x.dtype, x.shape, None)], [(-1, None)],
-                             [(p.memo, runtime.PARTITION_OUTPUTS, where)], into)
+                             None, into)
 
 
 def _sigmoid_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -475,10 +475,10 @@ def _sigmoid_bind(p: Prepared, inputs, outs):
     if (nat is None or not isinstance(x, np.ndarray) or x.dtype != _F32 or not x.flags.c_contiguous
             or outs[0].ndim == 0 or outs[0].dtype != _F32):
         return None
-    where = p.memo.get(runtime.PARTITION_OUTPUTS)  # written into ORT's buffer when y is an output of the partition
+    where = p.runtime.partition_outputs  # written into ORT's buffer when y is an output of the partition
     into = [(2, where[0], list(x.shape))] if where and 0 in where else []
     return runtime.call_step(p, nat.sigmoid, (None, runtime.threads(p), None), [(0, 0, x.dtype, x.shape, None)],
-                             [(-1, None)], [(p.memo, runtime.PARTITION_OUTPUTS, where)], into)
+                             [(-1, None)], None, into)
 
 
 def _mod_run(p: Prepared, inputs) -> list[np.ndarray]:

@@ -27,7 +27,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from ._mm import (DMA_COUNTS, apply_float_epilogue, check_fits, matmul_dims, matmul_operand_dims, planned_cost,
+from ._mm import (apply_float_epilogue, check_fits, matmul_dims, matmul_operand_dims, planned_cost,
                   run_native_counted, static_plan)
 from ._util import arg
 
@@ -152,7 +152,7 @@ def _batched_product(p: Prepared, a: np.ndarray, b: np.ndarray) -> Any:
     nat = runtime.native(p)
     if (nat is None or p.attrs["b_const"] or a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2
             or b.ndim != a.ndim or a.shape[:-2] != b.shape[:-2] or a.shape[-2] < BATCHED_MIN_ROWS
-            or DMA_COUNTS in p.memo or nat.isa() not in PACKED_ISAS):
+            or runtime.counting_dma(p) or nat.isa() not in PACKED_ISAS):
         return None
     return functools.partial(nat.float_matmul_batched, threads=runtime.threads(p))
 
@@ -172,7 +172,7 @@ def run_float(p: Prepared, inputs) -> list[np.ndarray]:
     if b.dtype != np.float32:
         b = b.astype(np.float32)
     packed = _packed_b(p, a)
-    if packed is not None:  # counts the plan's DMA when asked (DMA_COUNTS)
+    if packed is not None:  # counts the plan's DMA when asked (StepRuntime.dma_counts)
         a = np.ascontiguousarray(a)
         m, n, k, _ = matmul_dims(a.shape, b.shape)
         y = run_native_counted(p, runtime.native(p).float_matmul_packed, (a, packed, n),
@@ -210,18 +210,17 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
     if c["b"].ndim != 2 or not a.flags.c_contiguous:
         return None
     packed = _packed_b(p, a)
-    if (packed is None and host_blas.splits(a, c["b"])) or (packed is not None and DMA_COUNTS in p.memo):
+    if (packed is None and host_blas.splits(a, c["b"])) or (packed is not None and runtime.counting_dma(p)):
         return None
     n = c["b"].shape[1]
     tail = _fused_tail(p, n)
     if tail is None:
         return None
     if packed is not None:  # written into ORT's buffer when the product is an output of the partition
-        where = p.memo.get(runtime.PARTITION_OUTPUTS)
+        where = p.runtime.partition_outputs
         into = [(9, where[0], [*a.shape[:-1], n])] if where and 0 in where and tail[2] is None else []
-        guards = [(p.memo, DMA_COUNTS, None), (p.memo, runtime.PARTITION_OUTPUTS, where)]
         return runtime.call_step(p, nat.float_matmul_packed, (None, packed, n, None, False, *tail, None),
-                                 [(0, 0, np.float32, a.shape, None)], [(-1, None)], guards, into)
+                                 [(0, 0, np.float32, a.shape, None)], [(-1, None)], None, into)
     return runtime.call_step(p, nat.float_matmul, (np.matmul, None, c["b"], *tail),
                              [(1, 0, np.float32, a.shape, None)], [(-1, None)])
 
@@ -257,7 +256,7 @@ def _bind_runtime_b(p: Prepared, nat, a: np.ndarray, b: Any, outs) -> Any:
     product = _batched_product(p, a, b)
     return runtime.call_step(p, nat.float_matmul, (product or np.matmul, None, None, *tail),
                              [(1, 0, np.float32, a.shape, None, True), (2, 1, np.float32, b.shape, None, True)],
-                             [(-1, None)], [(p.memo, DMA_COUNTS, None)])
+                             [(-1, None)], None)
 
 
 def cost_float(p: Prepared, shapes) -> OpCost:

@@ -27,10 +27,10 @@ from .. import host_blas
 from ..cost import matmul_cost
 from ..fusion.siblings import GROUP_DOMAIN, GROUP_OP
 from ..node import NodeInfo
-from ..registry import DERIVED, KernelDef, OpCost, Prepared, kernel_for, register
+from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
 from .. import runtime
-from ._mm import DMA_COUNTS, apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
+from ._mm import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
 from .matmul import packed_panels
 from .matmul_nbits import NBITS_MEMBERS, nbits_matmul
@@ -81,9 +81,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "output_owners": ([[node.attrs["fused_nodes"][-1], 0]] if ep.get("swiglu")
                                else [[m.name, 0] for m in members])}
     p = Prepared(attrs, consts, target)
-    derived = [d.prefixed(f"m{i}/") for i, part in enumerate(parts) for d in part.memo.get(DERIVED, ())]
-    if derived:
-        p.memo[DERIVED] = derived
+    p.derived = [d.prefixed(f"m{i}/") for i, part in enumerate(parts) for d in part.derived]
     a = first.input(0).shape
     if a is not None and all(isinstance(d, int) for d in a):
         static_plan(p, matmul_dims(a, (k, edges[-1])))
@@ -123,7 +121,7 @@ def _packed_call(p: Prepared, a: np.ndarray) -> tuple | None:
     not make this product (int4 members, another dtype or epilogue, DMA counting, not an AVX-512 host)."""
     at = p.attrs
     ep = {k for k, v in at["epilogue"].items() if v}
-    if NBITS_MEMBERS in at or at["dtype"] != "float32" or ep - _PACKED_EPILOGUE or DMA_COUNTS in p.memo:
+    if NBITS_MEMBERS in at or at["dtype"] != "float32" or ep - _PACKED_EPILOGUE or runtime.counting_dma(p):
         return None
     bias = p.consts["ep_bias"] if "bias" in ep else None
     packed = packed_panels(p, a, p.consts["w"])
@@ -150,7 +148,7 @@ def _bind(p: Prepared, inputs, outs):
     at = p.attrs
     outputs = [(-1, None)] if at["epilogue"].get("swiglu") else [(-1, None, (s0, s1)) for s0, s1 in at["slices"]]
     return runtime.call_step(p, nat.float_matmul_packed, (None, *call), [(0, 0, np.float32, a.shape, None)], outputs,
-                             [(p.memo, DMA_COUNTS, None)])
+                             None)
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:

@@ -27,7 +27,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from ._mm import (DMA_COUNTS, check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims,
+from ._mm import (check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims,
                   planned_cost, quantize_float, requantize, run_native_counted, static_plan)
 
 # op -> (A, B, a_zp, b_zp, a_scale, b_scale, y_scale, y_zp, bias) input indices (None: absent)
@@ -234,7 +234,7 @@ def bind_int(p: Prepared, inputs, outs) -> Any:
     nat, at, c = runtime.native(p), p.attrs, p.consts
     slots = at["slots"]
     a = inputs[slots["a"]] if slots["a"] < len(inputs) else None
-    if (nat is None or "i8_bp" not in c or DMA_COUNTS in p.memo or at["op"] == "MatMulIntegerToFloat"
+    if (nat is None or "i8_bp" not in c or runtime.counting_dma(p) or at["op"] == "MatMulIntegerToFloat"
             or (at["op"] == "MatMulInteger" and at["epilogue"]) or (at["op"] == "QLinearMatMul" and "mult" not in c)
             or not isinstance(a, np.ndarray) or not a.ndim
             or not a.flags.c_contiguous or a.dtype not in (np.uint8, np.int8)
@@ -251,11 +251,11 @@ def bind_int(p: Prepared, inputs, outs) -> Any:
                    at["out"] == "int8")
     m = a.size // K if K else int(np.prod(a.shape[:-1]))
     shape = [*a.shape[:-1], N]
-    where = p.memo.get(runtime.PARTITION_OUTPUTS)
+    where = p.runtime.partition_outputs
     into = [(13, where[0], shape)] if where and 0 in where else []
     args = (None, z, c["i8_bp"], c["i8_bsum"], c["i8_bzp"], K, N, runtime.threads(p), *requant, None, False, None)
     return runtime.call_step(p, nat.int8_matmul, args, [(0, slots["a"], a.dtype, a.shape, (m, K))], [(-1, shape)],
-                             [(p.memo, DMA_COUNTS, None), (p.memo, runtime.PARTITION_OUTPUTS, where)], into)
+                             None, into)
 
 
 def _runtime(p: Prepared, inputs, name: str) -> bool:

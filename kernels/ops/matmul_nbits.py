@@ -39,9 +39,9 @@ from ...quantization.matmul_nbits import (TILE_COLS, MatMulNBitsWeights, dequant
 from ..pages import copy_to_pages, on_own_pages, page_array
 from .. import runtime
 from ..node import NodeInfo
-from ..registry import DERIVED, RECIPES, DerivedConsts, KernelDef, OpCost, Prepared, register
+from ..registry import RECIPES, DerivedConsts, KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import (DMA_COUNTS, apply_float_epilogue, check_fits, matmul_dims, planned_cost, run_native_counted,
+from ._mm import (apply_float_epilogue, check_fits, matmul_dims, planned_cost, run_native_counted,
                   static_plan)
 from ._util import arg
 
@@ -135,7 +135,7 @@ def prepare_nbits(node: NodeInfo, target: Target, epilogue: dict[str, Any] | Non
     sources = {"B": w.B, "scales": w.scales, "zero_points": w.zero_points}
     if level == 4 and runtime.borrowed_from_ort(w.B):  # (scales and zero points below 64 KiB are copies)
         roles = {"b": "nb_b", "scales": "nb_scales", **({} if w.zero_points is None else {"zp": "nb_zp"})}
-        p.memo[DERIVED] = [DerivedConsts(_TILES, roles, sources, {"K": K, "N": N, "block_size": bs})]
+        p.derived = [DerivedConsts(_TILES, roles, sources, {"K": K, "N": N, "block_size": bs})]
     a = node.input(0).shape
     if a is not None and all(isinstance(d, int) for d in a):
         static_plan(p, matmul_dims(a, (K, N)))
@@ -334,14 +334,14 @@ def bind_nbits(p: Prepared, inputs, outs) -> Any:
     """A float32 node with at most a constant bias as one native call for A's shape (ep/step_binding.py)."""
     nat = runtime.native(p)
     a = inputs[0] if inputs else None
-    if (nat is None or not _bias_only(p) or DMA_COUNTS in p.memo or PERM in p.consts or not isinstance(a, np.ndarray)
+    if (nat is None or not _bias_only(p) or runtime.counting_dma(p) or PERM in p.consts or not isinstance(a, np.ndarray)
             or a.dtype != np.float32 or not a.flags.c_contiguous or a.ndim < 1 or a.shape[-1] != p.attrs["K"]):
         return None
     m = a.size // p.attrs["K"]
     bias = p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None
     bound = nat.BoundNBits(*_native_args(p, bias), *_native_tail(p, m), None)  # weights converted once
     return runtime.call_step(p, bound, (None,), [(0, 0, np.float32, a.shape, (m, p.attrs["K"]))],
-                             [(-1, outs[0].shape)], [(p.memo, DMA_COUNTS, None)])
+                             [(-1, outs[0].shape)], None)
 
 
 def _bias_only(p: Prepared) -> bool:

@@ -31,11 +31,11 @@ import numpy as np
 
 from ..fusion.norm import FUSED_DOMAIN, FUSED_OP
 from ..node import NodeInfo
-from ..registry import DERIVED, KernelDef, OpCost, Prepared, kernel_for, register
+from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from .. import host_blas
 from ..target import Target
 from .. import runtime
-from ._mm import DMA_COUNTS, run_native_counted
+from ._mm import run_native_counted
 from ._vector import elems, stream_cost
 from ..runtime import copy_runtime
 from .matmul import PACKED_ISAS, pack_once
@@ -77,8 +77,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "sum_output": len(node.outputs) > n_inner_out, "fused_nodes": list(node.attrs["fused_nodes"]),
              "output_owners": [*owners, *([[norm.name, 3]] if len(node.outputs) > n_inner_out else [])]}
     p = Prepared(attrs, consts, target)
-    if DERIVED in pin.memo:
-        p.memo[DERIVED] = [d.prefixed(_INNER) for d in pin.memo[DERIVED]]
+    p.derived = [d.prefixed(_INNER) for d in pin.derived]
     return p
 
 
@@ -156,7 +155,7 @@ def _float_call(p: Prepared, inner: Prepared, nat) -> tuple | None:
     ep = {k for k, v in ia.get("epilogue", {}).items() if v}
     if (nat.isa() not in PACKED_ISAS or ia.get("dtype") != "float32" or not isinstance(w, np.ndarray) or w.ndim != 2
             or w.dtype != _F32 or ep - _NATIVE_EPILOGUE or "a" in c or ia.get("runtime_bias") or ia.get("runtime_c")
-            or ia.get("trans_a") or ia.get("alpha", 1.0) != 1.0 or DMA_COUNTS in inner.memo):
+            or ia.get("trans_a") or ia.get("alpha", 1.0) != 1.0 or runtime.counting_dma(inner)):
         return None
     n = w.shape[1]
     bias = c["ep_bias"] if "bias" in ep else None
@@ -197,9 +196,9 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     (converted once), ``norm_matmul_float`` over float32 weights."""
     inner = _inner(p)
     nat = runtime.native(p)
-    if nat is None or DMA_COUNTS in inner.memo:
+    if nat is None or runtime.counting_dma(inner):
         return None
-    guards = [(inner.memo, DMA_COUNTS, None)]
+    guards = [runtime.guard(inner)]
     if not _one_call(p, inner):
         call = _float_call(p, inner, nat)
         io = None if call is None else _step_io(p, inner, inputs, outs, call[0].shape[1], call[1])

@@ -159,7 +159,7 @@ def _cost(p: Prepared, in_shapes) -> OpCost:
     """One body run on its declared shapes (unknown dims as 1) per element of the scanned sequence."""
     first = in_shapes[p.attrs["n_state"]] if len(in_shapes) > p.attrs["n_state"] else None
     if first is None:
-        first = p.attrs.get("_const_shapes", {}).get(str(p.attrs["n_state"]))
+        first = p.runtime.const_shapes.get(p.attrs["n_state"])
     steps = 1
     if first:
         axis = p.attrs["in_axes"][0] % len(first)

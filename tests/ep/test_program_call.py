@@ -149,10 +149,10 @@ def test_partition_outputs_are_marked_on_the_steps_that_compute_them():
                        [helper.make_tensor_value_info(o, F32, ["n"]) for o in ("y", "z", "w")])
     program = compiled(model)
     program.mark_partition_outputs()
-    marks = {st.node_name: st.prepared.memo["partition_outputs"] for st in program.steps}
+    marks = {st.node_name: st.prepared.runtime.partition_outputs for st in program.steps}
     assert marks == {"relu": {0: 0}, "id": {0: 1}, "neg": {0: 2}}
     program.rebind(["x"], ["w", "z", "y"])
-    marks = {st.node_name: st.prepared.memo["partition_outputs"] for st in program.steps}
+    marks = {st.node_name: st.prepared.runtime.partition_outputs for st in program.steps}
     assert marks == {"relu": {0: 2}, "id": {0: 1}, "neg": {0: 0}}
     x = np.array([-1.0, 2.0], np.float32)
     w, z, y = program(x)

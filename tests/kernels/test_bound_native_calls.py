@@ -14,7 +14,6 @@ from npu_ep.ep import _native as bridge
 from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels import runtime
-from npu_ep.kernels.ops._mm import DMA_COUNTS
 from npu_ep.kernels.ops.matmul import PACKED_ISAS
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
@@ -260,10 +259,10 @@ def test_call_steps_decline_dma_counting_and_another_kernel_choice():
     kernel, p = prepared(nbits_model(96, 40, 2, level=0, bias=False), "MatMulNBits")
     a = RNG.standard_normal((1, 2, 96)).astype(np.float32)
     outs, _, loop = one_step_loop(kernel, p, [a])
-    p.memo[DMA_COUNTS] = []  # a report counting DMA bytes: the kernel must run (it counts)
+    p.runtime.dma_counts = []  # a report counting DMA bytes: the kernel must run (it counts)
     assert_same(loop((a,)), outs)
-    assert loop.native_counts == (0, 1) and len(p.memo[DMA_COUNTS]) == 1
-    del p.memo[DMA_COUNTS]
+    assert loop.native_counts == (0, 1) and len(p.runtime.dma_counts) == 1
+    p.runtime.dma_counts = None
     runtime.configure([p], "reference", 1)  # the reference model: the kernel must run (numpy)
     np.testing.assert_allclose(loop((a,))[0], outs[0], rtol=1e-5, atol=1e-5)
     assert loop.native_counts == (0, 2)

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from npu_ep.ep import _native
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.siblings import fuse_siblings
-from npu_ep.kernels.ops._mm import DMA_COUNTS, native_plan_args
+from npu_ep.kernels.ops._mm import native_plan_args
 from npu_ep.kernels.ops.matmul_nbits import level_layout
 from npu_ep.kernels.planner import _evaluate, elem_bytes
 from npu_ep.kernels.registry import kernel_for
@@ -60,11 +60,11 @@ def _counted_run(node, target, feeds):
     p = k.prepare(node, target)
     args = [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
     plain = k.run(p, args)
-    p.memo[DMA_COUNTS] = []
+    p.runtime.dma_counts = []
     tiled = k.run(p, args)
     for a, b in zip(plain, tiled):
         np.testing.assert_array_equal(a, b)
-    ((plan, counted),) = p.memo[DMA_COUNTS]
+    ((plan, counted),) = p.runtime.dma_counts
     shapes = [None if v.missing else (tuple(v.value.shape) if v.value is not None else feeds[v.name].shape)
               for v in node.inputs]
     return plan, counted, k.cost(p, shapes)

@@ -334,7 +334,7 @@ def test_outside_a_partition_call_the_presents_come_from_the_pool():
     """A kernel called directly (tests, npu-report --compare) has no ORT buffer to write: ort_output is None."""
     model, feeds = _model(b=1, s=1, n=4, nkv=2, h=16, past=5)
     node, p = _prepared(model, "native")
-    p.memo[runtime.PARTITION_OUTPUTS] = {1: 1, 2: 2}
+    p.runtime.partition_outputs = {1: 1, 2: 2}
     assert runtime.ort_output(p, 1, (1, 2, 6, 16), np.dtype(np.float32)) is None
     got = _run(node, p, feeds)
     assert got[1].shape == (1, 2, 6, 16) and p.memo["present_pool"]
