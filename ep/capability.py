@@ -4,7 +4,8 @@ Per-node rules come from the target description and the kernels (``kernels.suppo
 rules (nodes ORT already assigned, EPContext nodes of other EPs, QDQ node units, the partition policy) are applied
 here. The result is plain data that the EP, ``npu-report`` and the logs all show.
 
-QDQ graphs (``kernels.fusion.qdq``): a DequantizeLinear of a constant read by one node is that node's constant
+QDQ graphs (``kernels.fusion.qdq.QdqView``, asked once per graph: the QDQ-unit rule and the weight folding the
+compiler applies): a DequantizeLinear of a constant read by one node is that node's constant
 input (the compiler folds it), so the reader is checked as if its weight were a float constant; such a weight DQ
 goes wherever its reader goes. A whole ``DQ -> Conv/MatMul -> Q`` unit that runs as one integer node is claimed
 even where the float op alone would not be (an integer-only target). No partition is ever only weight DQs, nor only
@@ -27,7 +28,6 @@ from collections.abc import Sequence
 
 from ..kernels.fusion import qdq
 from ..kernels.node import NodeInfo
-from ..kernels.support import why_not
 from ..kernels.target import Target
 from .dtypes import crosses_boundary, type_name
 from .log import escape
@@ -76,23 +76,23 @@ def _epcontext_reason(node: NodeInfo, ep_name: str) -> str | None:
     return None
 
 
-def _check(n: NodeInfo, target: Target, weights) -> str | None:
+def _check(n: NodeInfo, view: qdq.QdqView) -> str | None:
     try:
-        return why_not(qdq.constant_view(n, weights), target)
+        return view.why_not(n)
     except Exception as exc:  # noqa: BLE001 - a buggy check must not hide the node: decline it, loudly
         return f"{n.describe()}: capability check failed: {type(exc).__name__}: {exc}"
 
 
-def _qdq_rules(nodes: Sequence[NodeInfo], reasons: list[str | None], free: list[bool], target: Target,
-               weights) -> None:
+def _qdq_rules(nodes: Sequence[NodeInfo], reasons: list[str | None], free: list[bool], view: qdq.QdqView) -> None:
     """Claim integer QDQ units as a whole; send each folded weight DQ where its only reader goes."""
-    for i, (_, members) in qdq.integer_units(list(nodes), target).items():
+    weights, target = view.weights, view.target
+    for i, (_, members) in view.units.items():
         if reasons[i] is not None and all(free[j] for j in members):
             for j in members:
                 reasons[j] = None
     pos = {v.name: i for i, n in enumerate(nodes) for v in n.inputs if v.name in weights}
     for i, n in enumerate(nodes):
-        if n.key in qdq.DQ_OPS and n.outputs[0].name in weights and free[i]:
+        if view.folded_weight(n) and free[i]:
             reader = pos.get(n.outputs[0].name)
             if reader is not None and reasons[reader] is not None:
                 reasons[i] = (f"{n.describe()}: weight DequantizeLinear stays with its only reader "
@@ -181,12 +181,12 @@ def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP"
     target), this graph claims nothing: it is compiled as part of the node's partition. Inside a graph of a node ORT
     may inline as a function (SequenceMap's body), nothing is claimed either.
     """
-    if parent is not None and parent.key in HOLDS_GRAPHS and _check(parent, target, {}) is None:
+    if parent is not None and parent.key in HOLDS_GRAPHS and _check(parent, qdq.QdqView(target, {}, {})) is None:
         return Capability([Decision(n, f"{n.describe()}: {BRANCH_OF_IF} {parent.describe()}", in_parent=True)
                            for n in nodes], [])
     held = _inlined_holder(parent)
     assigned = assigned or {}
-    weights = qdq.foldable_weights(nodes)
+    view = qdq.QdqView.of(nodes, target)  # the QDQ units and folded weights: one question to the kernels
     reasons: list[str | None] = []
     free: list[bool] = []  # a node this EP may decide (not assigned elsewhere, not an EPContext node)
     context_groups: list[list[int]] = []
@@ -202,10 +202,10 @@ def analyze(nodes: Sequence[NodeInfo], target: Target, *, ep_name: str = "NpuEP"
                 context_groups.append([n.index])  # one precompiled partition each, never merged
         else:
             is_free = True
-            reason = _check(n, target, weights)
+            reason = _check(n, view)
         reasons.append(reason)
         free.append(is_free)
-    _qdq_rules(nodes, reasons, free, target, weights)
+    _qdq_rules(nodes, reasons, free, view)
     decisions = [Decision(n, r) for n, r in zip(nodes, reasons)]
     groups = _partition_crossable(nodes, decisions)
     if policy is not None:

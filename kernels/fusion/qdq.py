@@ -21,7 +21,7 @@ exact integer sum replaces a float32 sum of dequantized products, so outputs agr
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult
 
 from ..node import NodeInfo, ValueInfo
-from ..support import dtype_name
+from ..support import dtype_name, why_not
 from ..target import Target
 from . import patterns
 from ._graph import consumers_of
@@ -290,6 +290,29 @@ def integer_units(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss
     absorbed = {j for _, members in units.values() for j in members}
     run.report(misses, lambda i: i not in absorbed)
     return units
+
+
+@dataclasses.dataclass(frozen=True)
+class QdqView:
+    """A graph's QDQ structure as capability asks it, in one call (``of``): the weight DQs that fold into their one
+    reader (output name -> DQ), the integer units (``integer_units``), and each node's check with its folded
+    weights as float constants (``why_not``)."""
+
+    target: Target
+    weights: Mapping[str, NodeInfo]
+    units: Mapping[int, tuple[NodeInfo, set[int]]]
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeInfo], target: Target) -> QdqView:
+        return cls(target, foldable_weights(nodes), integer_units(list(nodes), target))
+
+    def why_not(self, node: NodeInfo) -> str | None:
+        """``support.why_not`` of ``node`` as its kernel sees it after the weight DQs fold (``constant_view``)."""
+        return why_not(constant_view(node, self.weights), self.target)
+
+    def folded_weight(self, node: NodeInfo) -> bool:
+        """``node`` is a weight DQ that folds into its one reader."""
+        return node.key in DQ_OPS and node.outputs[0].name in self.weights
 
 
 def fuse_qdq(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
