@@ -41,13 +41,15 @@ LIVE_SESSIONS: weakref.WeakSet[EpSession] = weakref.WeakSet()
 class EpSession:
     """One OrtEp instance: the options, the target, the capability results and the compiled programs."""
 
-    def __init__(self, ep_name: str, config: Mapping[str, str]):
+    def __init__(self, ep_name: str, config: Mapping[str, str], device_name: str | None = None):
         self.ep_name = ep_name
         self.config = dict(config)
-        self.options = options_mod.parse(config)
+        # ORT hands provider options over as ep.<the OrtEpDevice's ep_name>.<key>: NpuEP's NPU-memory device has a
+        # name of its own (ep/native/factory.cc)
+        self.options = options_mod.parse(config, prefix=options_mod.prefix_for(device_name or ep_name))
         self.target = Target.load(self.options.target).with_kv_cache_dtype(self.options.kv_cache_dtype)
         # this session's log level (its callbacks run under it, log.session_scoped); None: the application's
-        self.log_level = level_number(self.options.log_level if options_mod.PREFIX + "log_level" in config else None)
+        self.log_level = level_number(self.options.log_level if self.options.log_level_given else None)
         self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call
         self._declines = DeclineReport(self.target.name)
         self.programs: dict[str, Program] = {}
@@ -158,8 +160,8 @@ def counters_with_dma(key: int, target: Target, memory: str) -> dict[str, Any]:
     return c
 
 
-def create_ep(ep_name: str, config: Mapping[str, str]) -> EpSession:
-    return EpSession(ep_name, config)
+def create_ep(ep_name: str, config: Mapping[str, str], device_name: str | None = None) -> EpSession:
+    return EpSession(ep_name, config, device_name)
 
 
 def validate_compatibility(info: str) -> int:

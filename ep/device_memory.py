@@ -1,12 +1,15 @@
 """NPU memory from Python: sessions whose partitions keep their inputs and outputs in NPU memory, OrtValues that
 live there, and the counters of what crossed (ep/native/device_memory.h).
 
-NpuEP offers two OrtEpDevices on the CPU (``onnxruntime.get_ep_devices()``, metadata ``npu_ep.memory``):
+NpuEP offers two OrtEpDevices on the CPU (``onnxruntime.get_ep_devices()``, metadata ``npu_ep.memory``), from two
+factories of the same library, both creating the EP named "NpuEP" (ORT's graph assignment shows that name):
 
-- ``host`` (what ``providers=["NpuEP"]`` selects): partition inputs and outputs stay in host memory, no copies;
-- ``npu``: NPU memory is the EP's device memory. ORT allocates partition outputs there (NpuEP's allocator) and copies
-  through NpuEP's data transfer where a tensor crosses: graph inputs fed from host memory, NPU outputs read by CPU
-  nodes or fetched to host memory. Values bound with IOBinding to NPU memory cross nothing.
+- ``host``, device ep_name "NpuEP" (what ``providers=["NpuEP"]`` selects): partition inputs and outputs stay in host
+  memory, no copies;
+- ``npu``, device ep_name "NpuEPNpuMemory": NPU memory is the EP's device memory. ORT allocates partition outputs
+  there (NpuEP's allocator) and copies through NpuEP's data transfer where a tensor crosses: graph inputs fed from
+  host memory, NPU outputs read by CPU nodes or fetched to host memory. Values bound with IOBinding to NPU memory
+  cross nothing. Its own ep_name keeps hosts that append every device of a name (onnxruntime-genai) on one memory.
 
 The memory is host RAM underneath (the NPU is emulated), so NpuEP's kernels read it in place either way.
 
@@ -14,7 +17,7 @@ API::
 
     so = ort.SessionOptions()
     add_npu_ep(so, {"target": "npu-ref"})                   # the "npu" device: placement by ORT, copies counted
-    sess = ort.InferenceSession(model, so)
+    sess = ort.InferenceSession(model, so, enable_fallback=0)  # else Python retries on the CPU EP after an error
     kv = device_value(sess, [1, 8, 128, 64], np.float32)   # an OrtValue in this session's NPU memory
     binding = sess.io_binding(); binding.bind_ortvalue_input("past", kv); ...
     device_counters(sess)   # {copies_to_npu, bytes_to_npu, dma_us_to_npu, ..., live_bytes, peak_bytes, ...}
@@ -29,6 +32,7 @@ import numpy as np
 import onnxruntime as ort
 
 MEMORY_KEY = "npu_ep.memory"  # OrtEpDevice metadata: "host" or "npu"
+NPU_MEMORY_SUFFIX = "NpuMemory"  # the NPU-memory device's ep_name: the EP's registered name + this (factory.cc)
 NPU_VENDOR_ID = 0x4E50  # NpuEP's vendor id ("NP"), as in its OrtMemoryInfo and OrtEpFactory::GetVendorId
 SHARED_KEY = 0  # counters of the environment's shared NPU allocator (values created outside a session)
 
@@ -39,8 +43,9 @@ def npu_ep_device(memory: str = "npu") -> Any:
 
     if memory not in ("npu", "host"):
         raise ValueError(f"NpuEP device memory {memory!r}: expected 'npu' or 'host'")
+    name = npu_ep.get_ep_name() + (NPU_MEMORY_SUFFIX if memory == "npu" else "")
     for device in ort.get_ep_devices():
-        if device.ep_name == npu_ep.get_ep_name() and device.ep_metadata.get(MEMORY_KEY, "host") == memory:
+        if device.ep_name == name and device.ep_metadata.get(MEMORY_KEY) == memory:
             return device
     raise LookupError(f"no NpuEP OrtEpDevice with {MEMORY_KEY}={memory} (is the plugin registered? import npu_ep)")
 

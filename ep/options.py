@@ -11,6 +11,12 @@ from collections.abc import Mapping
 PREFIX = "ep.npuep."
 
 
+def prefix_for(device_ep_name: str) -> str:
+    """The session-config prefix ORT gives provider options appended for an OrtEpDevice of this ep_name: ``ep.``,
+    the name in lower case, ``.`` (NpuEP's host-memory device: ``ep.npuep.``; its NPU-memory device has its own)."""
+    return f"ep.{device_ep_name.lower()}."
+
+
 class OptionError(ValueError):
     pass
 
@@ -28,6 +34,7 @@ class EpOptions:
     kernels: str = "native"  # native kernels, or the numpy reference model (kernels/runtime.py)
     record_tensors: bool = False  # debug: keep every intermediate tensor of the last run (npu-report --compare)
     log_level: str = "warning"
+    log_level_given: bool = False  # the session set log_level (else the application's logging decides)
     kv_cache_dtype: str | None = None  # None: the target's (float32 unless it says so); kernels/ops/_kv_format.py
     # EPContext (ORT's standard session keys)
     context_enable: bool = False
@@ -115,9 +122,9 @@ def _target(provider: Mapping[str, str]) -> str:
     return _path(value)
 
 
-def parse(config: Mapping[str, str]) -> EpOptions:
-    """Options from the full session config map."""
-    provider = {k[len(PREFIX):]: v for k, v in config.items() if k.startswith(PREFIX)}
+def parse(config: Mapping[str, str], prefix: str = PREFIX) -> EpOptions:
+    """Options from the full session config map; the provider options are the keys under ``prefix``."""
+    provider = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix)}
     unknown = sorted(set(provider) - set(_PROVIDER_KEYS))
     if unknown:
         valid = "; ".join(f"{k} ({doc})" for k, doc in _PROVIDER_KEYS.items())
@@ -154,6 +161,7 @@ def parse(config: Mapping[str, str]) -> EpOptions:
         kernels=kernels,
         record_tensors=_bool("record_tensors", provider.get("record_tensors", "0")),
         log_level=level,
+        log_level_given="log_level" in provider,
         kv_cache_dtype=kv_dtype,
         context_enable=_bool("ep.context_enable", config.get("ep.context_enable", "0")),
         context_file_path=config.get("ep.context_file_path", ""),

@@ -16,9 +16,15 @@ const OrtModelEditorApi* g_model_editor = nullptr;
 
 inline constexpr const char* kBridgeModule = "npu_ep.ep.bridge";
 inline constexpr const char* kMemoryKey = "npu_ep.memory";  // OrtEpDevice metadata: "host" or "npu"
+// The NPU-memory factory's name: the registered name plus this. Its OrtEpDevice must not share the EP name of the
+// host-memory one: hosts that append every device of a name (onnxruntime-genai) would hand ORT two devices with
+// different device memories, which ORT refuses.
+inline constexpr const char* kNpuMemorySuffix = "NpuMemory";
 
 struct NpuEpFactory : OrtEpFactory {
-  std::string ep_name;
+  std::string ep_name;       // the EP's name (OrtEp::GetName, ORT's graph assignment): the registered name
+  std::string factory_name;  // its OrtEpDevice's ep_name: the registered name, or + kNpuMemorySuffix
+  std::string memory;        // where partitions keep inputs/outputs: "host" or "npu" (device_memory.h)
   std::string vendor = "NpuEP";
   std::string version;
 };
@@ -26,7 +32,7 @@ struct NpuEpFactory : OrtEpFactory {
 namespace {
 
 const char* ORT_API_CALL FactoryName(const OrtEpFactory* f) noexcept {
-  return static_cast<const NpuEpFactory*>(f)->ep_name.c_str();
+  return static_cast<const NpuEpFactory*>(f)->factory_name.c_str();
 }
 const char* ORT_API_CALL FactoryVendor(const OrtEpFactory* f) noexcept {
   return static_cast<const NpuEpFactory*>(f)->vendor.c_str();
@@ -36,44 +42,36 @@ const char* ORT_API_CALL FactoryVersion(const OrtEpFactory* f) noexcept {
   return static_cast<const NpuEpFactory*>(f)->version.c_str();
 }
 
-// Two OrtEpDevices on the CPU: the emulated NPU computes in host memory either way. The first (what
-// providers=["NpuEP"] selects) keeps partition inputs and outputs in host memory, where ORT's CPU allocator serves
-// them and no copy is made; the second (metadata npu_ep.memory=npu) declares NPU memory as its device memory, so
-// ORT allocates partition inputs and outputs there and copies at CPU<->NPU boundaries through NpuEP's data transfer.
+// One OrtEpDevice on the CPU per factory: the emulated NPU computes in host memory either way. The host-memory
+// factory's (what providers=["NpuEP"] selects) keeps partition inputs and outputs in host memory, where ORT's CPU
+// allocator serves them and no copy is made; the NPU-memory factory's declares NPU memory as its device memory, so
+// ORT allocates partition inputs and outputs there and copies at CPU<->NPU boundaries through NpuEP's data
+// transfer. Metadata npu_ep.memory says which.
 OrtStatus* ORT_API_CALL GetSupportedDevices(OrtEpFactory* f, const OrtHardwareDevice* const* devices, size_t n,
                                             OrtEpDevice** ep_devices, size_t max_ep_devices,
                                             size_t* num_ep_devices) noexcept {
+  auto* factory = static_cast<NpuEpFactory*>(f);
   *num_ep_devices = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n && *num_ep_devices < max_ep_devices; ++i) {
     if (g_ort->HardwareDevice_Type(devices[i]) != OrtHardwareDeviceType_CPU) continue;
-    for (const char* memory : {"host", "npu"}) {
-      if (*num_ep_devices >= max_ep_devices) break;
-      OrtKeyValuePairs* metadata = nullptr;
-      g_ort->CreateKeyValuePairs(&metadata);
-      g_ort->AddKeyValuePair(metadata, "npu_ep.device", "emulated-npu");
-      g_ort->AddKeyValuePair(metadata, kMemoryKey, memory);
-      OrtEpDevice* device = nullptr;
-      OrtStatus* s = g_ep_api->CreateEpDevice(f, devices[i], metadata, nullptr, &device);
-      g_ort->ReleaseKeyValuePairs(metadata);
-      if (s) return s;
-      if (std::strcmp(memory, "npu") == 0 && (s = g_ep_api->EpDevice_AddAllocatorInfo(device, NpuMemoryInfo())))
-        return s;
-      ep_devices[(*num_ep_devices)++] = device;
-    }
+    OrtKeyValuePairs* metadata = nullptr;
+    g_ort->CreateKeyValuePairs(&metadata);
+    g_ort->AddKeyValuePair(metadata, "npu_ep.device", "emulated-npu");
+    g_ort->AddKeyValuePair(metadata, kMemoryKey, factory->memory.c_str());
+    OrtEpDevice* device = nullptr;
+    OrtStatus* s = g_ep_api->CreateEpDevice(f, devices[i], metadata, nullptr, &device);
+    g_ort->ReleaseKeyValuePairs(metadata);
+    if (s) return s;
+    if (factory->memory == "npu" && (s = g_ep_api->EpDevice_AddAllocatorInfo(device, NpuMemoryInfo()))) return s;
+    ep_devices[(*num_ep_devices)++] = device;
     break;
   }
   return nullptr;
 }
 
-// "npu" when the session's OrtEpDevice declares NPU memory as its device memory, else "host".
-std::string DeviceMemoryOf(const OrtKeyValuePairs* metadata) {
-  const char* memory = metadata ? g_ort->GetKeyValue(metadata, kMemoryKey) : nullptr;
-  return memory && std::strcmp(memory, "npu") == 0 ? "npu" : "host";
-}
-
-OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const*,
-                                 const OrtKeyValuePairs* const* metadata, size_t num_devices,
-                                 const OrtSessionOptions* options, const OrtLogger*, OrtEp** out) noexcept {
+OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const*, const OrtKeyValuePairs* const*,
+                                 size_t num_devices, const OrtSessionOptions* options, const OrtLogger*,
+                                 OrtEp** out) noexcept {
   auto* factory = static_cast<NpuEpFactory*>(f);
   *out = nullptr;
   if (num_devices != 1) return MakeStatus(ORT_INVALID_ARGUMENT, "NpuEP: expected exactly one device");
@@ -82,10 +80,11 @@ OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const
     py::object bridge = py::module_::import(kBridgeModule);
     py::dict config = SessionConfig(options);
     const bool writes_epcontext = config.attr("get")("ep.context_enable", "0").cast<std::string>() == "1";
-    py::object session = bridge.attr("create_ep")(factory->ep_name, config);
+    // ORT names the provider options' session keys after the device's ep_name: ep.<factory name>.<key>
+    py::object session = bridge.attr("create_ep")(factory->ep_name, config, factory->factory_name);
     auto* ep = new NpuEp(factory, factory->ep_name, std::move(session));
     ep->session.attr("device_stats_key") = ep->device_key;
-    ep->session.attr("device_memory") = DeviceMemoryOf(metadata[0]);
+    ep->session.attr("device_memory") = factory->memory;
     ep->borrow_initializers = !writes_epcontext;
     *out = ep;
   });
@@ -117,8 +116,9 @@ OrtStatus* ORT_API_CALL CreateAllocator(OrtEpFactory*, const OrtMemoryInfo* info
 void ORT_API_CALL ReleaseAllocator(OrtEpFactory*, OrtAllocator* allocator) noexcept {
   ReleaseNpuAllocator(allocator);
 }
-OrtStatus* ORT_API_CALL CreateDataTransfer(OrtEpFactory*, OrtDataTransferImpl** transfer) noexcept {
-  *transfer = NewNpuDataTransfer();  // CPU<->NPU and NPU<->NPU
+OrtStatus* ORT_API_CALL CreateDataTransfer(OrtEpFactory* f, OrtDataTransferImpl** transfer) noexcept {
+  // CPU<->NPU and NPU<->NPU, from the factory whose device has NPU memory; the host-memory one copies nothing
+  *transfer = static_cast<NpuEpFactory*>(f)->memory == "npu" ? NewNpuDataTransfer() : nullptr;
   return nullptr;
 }
 bool ORT_API_CALL IsStreamAware(const OrtEpFactory*) noexcept { return false; }
@@ -158,26 +158,32 @@ NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   if (max_factories < 1) return MakeStatus(ORT_INVALID_ARGUMENT, "NpuEP: no room for a factory");
   if (OrtStatus* s = CreateDeviceMemoryInfo()) return s;
 
-  auto* f = new NpuEpFactory();
-  std::memset(static_cast<OrtEpFactory*>(f), 0, sizeof(OrtEpFactory));
-  f->ort_version_supported = kOrtApiVersion;
-  f->ep_name = registered_name;
-  f->version = NPU_EP_VERSION;
-  f->GetName = FactoryName;
-  f->GetVendor = FactoryVendor;
-  f->GetVendorId = FactoryVendorId;
-  f->GetVersion = FactoryVersion;
-  f->GetSupportedDevices = GetSupportedDevices;
-  f->CreateEp = CreateEp;
-  f->ReleaseEp = ReleaseEp;
-  f->ValidateCompiledModelCompatibilityInfo = ValidateCompatibility;
-  f->CreateAllocator = CreateAllocator;
-  f->ReleaseAllocator = ReleaseAllocator;
-  f->CreateDataTransfer = CreateDataTransfer;
-  f->IsStreamAware = IsStreamAware;
-  f->CreateSyncStreamForDevice = CreateSyncStream;
-  factories[0] = f;
-  *num_factories = 1;
+  // The host-memory factory first: providers=["NpuEP"] and hosts picking the first NpuEP device get it.
+  const std::string names[2] = {registered_name, std::string(registered_name) + kNpuMemorySuffix};
+  const char* memories[2] = {"host", "npu"};
+  for (size_t k = 0; k < 2 && k < max_factories; ++k) {
+    auto* f = new NpuEpFactory();
+    std::memset(static_cast<OrtEpFactory*>(f), 0, sizeof(OrtEpFactory));
+    f->ort_version_supported = kOrtApiVersion;
+    f->ep_name = registered_name;
+    f->factory_name = names[k];
+    f->memory = memories[k];
+    f->version = NPU_EP_VERSION;
+    f->GetName = FactoryName;
+    f->GetVendor = FactoryVendor;
+    f->GetVendorId = FactoryVendorId;
+    f->GetVersion = FactoryVersion;
+    f->GetSupportedDevices = GetSupportedDevices;
+    f->CreateEp = CreateEp;
+    f->ReleaseEp = ReleaseEp;
+    f->ValidateCompiledModelCompatibilityInfo = ValidateCompatibility;
+    f->CreateAllocator = CreateAllocator;
+    f->ReleaseAllocator = ReleaseAllocator;
+    f->CreateDataTransfer = CreateDataTransfer;
+    f->IsStreamAware = IsStreamAware;
+    f->CreateSyncStreamForDevice = CreateSyncStream;
+    factories[(*num_factories)++] = f;
+  }
   return nullptr;
 }
 

@@ -37,8 +37,7 @@ def _session(model, memory: str) -> ort.InferenceSession:
     so = session_options()
     tag_session_options(so)
     add_npu_ep(so, {"cache_dir": "", "log_level": "error"}, memory=memory)
-    so.add_session_config_entry("session.disable_cpu_ep_fallback", "0")
-    return ort.InferenceSession(model.SerializeToString(), so)
+    return ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0)  # NpuEP's errors raise
 
 
 def _partition_bytes(sess: ort.InferenceSession) -> dict[str, int]:
@@ -54,8 +53,10 @@ def _us(target, nbytes: int, copies: int) -> float:
 
 
 def test_npu_ep_offers_a_host_and_an_npu_memory_device():
-    memories = [d.ep_metadata.get("npu_ep.memory") for d in ort.get_ep_devices() if d.ep_name == "NpuEP"]
-    assert memories == ["host", "npu"]  # name-based selection (providers=["NpuEP"]) takes the first: host memory
+    devices = [(d.ep_name, d.ep_metadata.get("npu_ep.memory")) for d in ort.get_ep_devices()
+               if d.ep_name.startswith("NpuEP")]
+    # one device per name: hosts that append every device of a name (onnxruntime-genai) get one memory
+    assert devices == [("NpuEP", "host"), ("NpuEPNpuMemory", "npu")]
     info = npu_ep_device("npu").memory_info(ort.OrtDeviceMemoryType.DEFAULT)
     assert (info.name, info.device_vendor_id, info.device_id) == ("NpuEP", NPU_VENDOR_ID, 0)
     assert info.device_mem_type == ort.OrtDeviceMemoryType.DEFAULT
@@ -141,5 +142,16 @@ def test_iobinding_with_npu_values_crosses_no_bytes_on_a_model_wholly_on_npu_ep(
     np.testing.assert_array_equal(y_npu.numpy(), cpu_run(model, {"x": x})[0])  # numpy(): one copy to the host
 
 
-def test_npu_ep_is_the_registered_plugin():
-    assert npu_ep_device("npu").ep_name == npu_ep.get_ep_name()
+def test_the_npu_memory_device_runs_the_ep_named_npu_ep_with_its_provider_options():
+    """ORT keys the options of the NPU-memory device under its own ep_name (ep.npuepnpumemory.*): they must reach
+    the EP as the host device's do, and the EP ORT records is still NpuEP."""
+    so = session_options()
+    tag_session_options(so)
+    add_npu_ep(so, {"cache_dir": "", "target": "npu-edge", "log_level": "error"})
+    sess = ort.InferenceSession(_model("Relu").SerializeToString(), so, enable_fallback=0)
+    assert set(assignment(sess).values()) == {npu_ep.get_ep_name()}
+    assert session_of(sess).target.name == "npu-edge"
+    so = session_options()
+    add_npu_ep(so, {"cache_dir": "", "no_such_option": "1"})
+    with pytest.raises(Exception, match=r"unknown NpuEP provider option.*no_such_option"):
+        ort.InferenceSession(_model("Relu").SerializeToString(), so, enable_fallback=0)

@@ -39,7 +39,7 @@ def session(model: onnx.ModelProto, ep: str) -> ort.InferenceSession:
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     tag_session_options(so)
     add_npu_ep(so, {"cache_dir": "", "log_level": "error"}, memory=ep)
-    sess = ort.InferenceSession(model.SerializeToString(), so)
+    sess = ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0)
     if not any(sg.ep_name == npu_ep.get_ep_name() for sg in sess.get_provider_graph_assignment_info()):
         raise RuntimeError(f"NpuEP ({ep} memory) took no node of {model.graph.name}")
     return sess

@@ -207,8 +207,8 @@ def npu_session(model_bytes: bytes, provider_options: Mapping[str, str], *,
         sess = ort.InferenceSession(model_bytes, sess_options=so, providers=[("NpuEP", opts), "CPUExecutionProvider"],
                                     enable_fallback=0)
     else:
-        add_npu_ep(so, opts, memory=memory)  # ORT adds the CPU EP after it; no providers=: no silent fallback
-        sess = ort.InferenceSession(model_bytes, sess_options=so)
+        add_npu_ep(so, opts, memory=memory)  # ORT adds the CPU EP after it
+        sess = ort.InferenceSession(model_bytes, sess_options=so, enable_fallback=0)
     return sess, session_of(sess)
 
 
