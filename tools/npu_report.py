@@ -56,6 +56,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"built-in target name or path to a target .toml (default ${TARGET_ENV}, else npu-ref)")
     p.add_argument("--json", metavar="OUT.json", help="write the versioned JSON document")
     p.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML file with plots")
+    p.add_argument("--kv-cache-dtype", default=None, metavar="FORMAT",
+                   help="the KV cache format attention keeps (NpuEP option kv_cache_dtype: float32, float16, "
+                   "int8_per_head, int8_per_token, int4_per_head): the timeline moves K/V at its size")
     p.add_argument("--run", action="store_true", help="run on NpuEP and the CPU EP and measure boundaries")
     p.add_argument("--device-memory", choices=("host", "npu"), default="host",
                    help="with --run: NpuEP's partition inputs/outputs in host memory (default, as providers=['NpuEP']) "
@@ -141,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         refuse_outputs_onto_inputs(outputs, [args.model, args.float_model])
         doc = build_report(args.model, target=args.target, dims=args.dim, run=args.run, runs=args.runs or 20,
                            layers=args.layers, compare=args.compare or bool(args.float_model),
-                           provider_options={"partition_policy": args.policy}, float_model=args.float_model,
+                           provider_options={"partition_policy": args.policy,
+                                             **({"kv_cache_dtype": args.kv_cache_dtype} if args.kv_cache_dtype
+                                                else {})}, float_model=args.float_model,
                            check=not args.no_check, prefill_tokens=args.prefill_tokens,
                            max_input_mib=args.max_input_mib or DEFAULT_MAX_INPUT_MIB,
                            dump_partitions=args.dump_partitions, explain_fusions=args.explain_fusions,

@@ -212,3 +212,18 @@ def test_report_names_the_format_and_moves_kv_at_its_size():
     assert moved["float32"] - moved["int8_per_head"] == 2 * (CAP + CAP + 1) * (NKV * H * 4 - (NKV * H + NKV * 4))
     file_doc = npu_ep.report(model, provider_options={"kv_cache_dtype": "int4_per_head"})
     assert file_doc["kv_cache_dtype"] == "int4_per_head"
+
+
+def test_npu_report_cli_takes_the_format(tmp_path, capsys):
+    from npu_ep.tools.npu_report import main
+
+    path = tmp_path / "gqa.onnx"
+    onnx.save(_gqa_model(), path)
+    assert main([str(path), "--kv-cache-dtype", "int8_per_head", "--json", str(tmp_path / "r.json"),
+                 "--dim", "s=1", "--dim", "p=16", "--dim", "t=17"]) == 0
+    import json
+
+    assert json.loads((tmp_path / "r.json").read_text())["kv_cache_dtype"] == "int8_per_head"
+    assert "KV cache int8_per_head" in " ".join(capsys.readouterr().out.split())
+    assert main([str(path), "--kv-cache-dtype", "int3"]) == 2
+    assert "kv_cache_dtype = 'int3'" in capsys.readouterr().err

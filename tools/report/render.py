@@ -29,8 +29,9 @@ def _us(v: float | None) -> str:
 def render(doc: Mapping[str, Any], console: Console | None = None, *, max_rows: int = 30) -> None:
     con = console or Console()
     cov = doc["coverage"]
+    kv = doc.get("kv_cache_dtype", "float32")
     con.print(f"[bold]npu-report[/] {escape(doc['model'])}  target [cyan]{doc['target']}[/]  policy {doc['policy']}  "
-              f"graph: {doc['source']}")
+              f"graph: {doc['source']}" + (f"  KV cache [yellow]{kv}[/] (changes numerics)" if kv != "float32" else ""))
     con.print(f"coverage: [bold]{cov['claimed']}/{cov['total']}[/] nodes on NpuEP in {len(doc['partitions'])} "
               f"partition(s); {len(doc['crossings'])} crossing(s) per run")
     t = Table(title="coverage by op type")
