@@ -347,7 +347,7 @@ class Program:
                 shapes = [known[i] if s is None and i in known else s for i, s in enumerate(shapes)]
                 try:
                     cost = step.kernel.cost(step.prepared, shapes)
-                except Exception as exc:  # the emulated timeline must never break inference
+                except Exception as exc:  # noqa: BLE001 - the emulated timeline must never break inference
                     logger.warning("cost model failed for %s (shapes %s): %s: %s", step.describe(), shapes,
                                    type(exc).__name__, exc)
                     cost = OpCost()
@@ -475,7 +475,7 @@ def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any], shape_derived: s
         return None
 
 
-def _resolve(shape: tuple | None, unknown_dim: int | None) -> tuple | None | bool:
+def _resolve(shape: tuple | None, unknown_dim: int | None) -> tuple | bool | None:
     """A declared shape with symbolic/unknown dims replaced by ``unknown_dim``; False if that is None."""
     if shape is None:
         return None

@@ -23,7 +23,8 @@ _compile: Callable[..., Parts] | None = None
 _load: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any] | None = None
 
 
-def register(compile_fn: Callable[..., Parts], load_fn: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any]) -> None:
+def register(compile_fn: Callable[..., Parts],
+             load_fn: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any]) -> None:
     """Called once by ``ep.compiler``: ``compile_fn(name, nodes, inputs, outputs, target) -> (header, arrays)``,
     ``load_fn(header, arrays, target) -> program``."""
     global _compile, _load

@@ -141,7 +141,7 @@ def bind(p: Prepared, inputs, outs) -> Any:
     d = query.shape[-1]
     h = d // n if key is not None else d // (n + 2 * nkv)
     n, nkv, scale, softcap, window, interleaved = _static(p, h)
-    shape = lambda x: None if x is None else x.shape  # noqa: E731
+    shape = lambda x: None if x is None else x.shape
     return ext.GqaStep(query.dtype, query.shape, shape(key), shape(past_k), seqlens.shape, total.shape, shape(pos),
                        cos, sin, (where[1], where[2]), n, nkv, scale, softcap, window, interleaved,
                        runtime.threads(p), [runtime.guard(p), (p.memo, KV_STATE, None)],

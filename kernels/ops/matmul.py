@@ -203,7 +203,7 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
     a = inputs[0] if inputs else None
     if (nat is None or "a" in c or at["trans_a"] or at["alpha"] != 1.0 or at.get("runtime_c")
             or at["dtype"] != "float32" or not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.ndim
-            or at["op"] == "Gemm" and a.ndim != 2):
+            or (at["op"] == "Gemm" and a.ndim != 2)):
         return None
     if not at["b_const"]:
         return _bind_runtime_b(p, nat, a, inputs[1] if len(inputs) > 1 else None, outs)

@@ -205,9 +205,8 @@ def run_int(p: Prepared, inputs) -> list[np.ndarray]:
     if op == "MatMulInteger":
         y = acc.astype(np.int32, copy=False)
         ep = at["epilogue"]
-        if ep:  # fused epilogue on the int32 result: dequant-free int path only supports relu
-            if ep.get("relu"):
-                np.maximum(y, 0, out=y)
+        if ep and ep.get("relu"):  # fused epilogue on the int32 result: dequant-free int path only supports relu
+            np.maximum(y, 0, out=y)
         return [y]
     mult = _multiplier(p, inputs)
     if op == "QLinearMatMul":

@@ -583,7 +583,8 @@ def test_binary_ops_without_a_ufunc_or_with_a_0d_result_do_not_bind():
 
 @pytest.mark.parametrize("op", ["Neg", "Abs", "Exp", "Sqrt"])
 def test_unary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op):
-    model = make_model([helper.make_node(op, ["x"], ["y"], name="op")], [helper.make_tensor_value_info("x", F32, [7, 9])],
+    model = make_model([helper.make_node(op, ["x"], ["y"], name="op")],
+                       [helper.make_tensor_value_info("x", F32, [7, 9])],
                        [helper.make_tensor_value_info("y", F32, [7, 9])])
     kernel, p = prepared(model, op)
     x = RNG.standard_normal((7, 9)).astype(np.float32)
@@ -600,7 +601,8 @@ def test_unary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op):
 def test_relu_binds_its_clip_ufunc_and_equals_the_kernel(dtype):
     """Relu's kernel is one clip ufunc call (NaN kept, -0.0 kept, inf kept); the bound step makes that call."""
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="op")], [helper.make_tensor_value_info("x", elem, [4, 5])],
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="op")],
+                       [helper.make_tensor_value_info("x", elem, [4, 5])],
                        [helper.make_tensor_value_info("y", elem, [4, 5])])
     kernel, p = prepared(model, "Relu")
     x = RNG.standard_normal((4, 5)).astype(dtype)
