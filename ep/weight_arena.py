@@ -8,7 +8,7 @@ The kernels see the same arrays as before (same dtype, shape, values, C-contiguo
 changes. Constants below ``MIN_BYTES`` stay where they are, and nothing is packed when the total would not reach
 the huge-page threshold. Views of ORT's own initializers (read in place for the session, see
 ``ep/native/execution_provider.h``) are never copied: a copy would double the weights' memory; nor are arrays
-already on their own huge pages (``kernels.pages``).
+already on their own huge pages (``kernels.own_pages``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels.runtime import borrowed_from_ort
-from ..kernels.pages import on_own_pages
+from ..kernels.own_pages import on_own_pages
 from ..kernels.registry import Prepared
 
 MIN_BYTES = 64 << 10  # smaller constants (scales, biases, norms) are not worth moving

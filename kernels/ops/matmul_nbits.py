@@ -36,7 +36,7 @@ import numpy as np
 from .. import host_blas
 from ...quantization.matmul_nbits import (TILE_COLS, MatMulNBitsWeights, dequantize_b, from_int8_tiles,
                                           int8_tiles, pack_b, unpack_b, unpack_zero_points)
-from ..pages import copy_to_pages, on_own_pages, page_array
+from ..own_pages import copy_to_pages, on_own_pages, page_array
 from .. import runtime
 from ..node import NodeInfo
 from ..registry import RECIPES, DerivedConsts, KernelDef, OpCost, Prepared, register

@@ -30,9 +30,9 @@ def test_pack_moves_large_constants_into_one_aligned_arena_and_keeps_values():
 
 
 def test_arrays_on_their_own_pages_stay_where_they_are():
-    """Weights the compiler made on their own mappings (level 4's tiles, kernels.pages) are not copied into the
+    """Weights the compiler made on their own mappings (level 4's tiles, kernels.own_pages) are not copied into the
     arena: the copy would hold them twice while the compile runs."""
-    from npu_ep.kernels.pages import copy_to_pages, on_own_pages, page_array
+    from npu_ep.kernels.own_pages import copy_to_pages, on_own_pages, page_array
 
     tiles = [copy_to_pages(RNG.integers(0, 256, (3 << 20,), dtype=np.uint8)) for _ in range(2)]
     heap = RNG.standard_normal((512, 1024)).astype(np.float32)
