@@ -12,8 +12,8 @@ import pytest
 
 from npu_ep.kernels.cost import matrix_compute_cycles
 from npu_ep.kernels.planner import plan_matmul
-from npu_ep.kernels.projection import (OpWork, Terms, Work, dram_bytes, op_work, project_seconds, terms,
-                                      weight_bytes)
+from npu_ep.kernels.projection import (FLOAT_WIDTH, QUANT_WIDTH, OpWork, Terms, Work, dram_bytes, op_work,
+                                      partition_work, project_seconds, terms, timeline_work, weight_bytes)
 from npu_ep.kernels.target import Target, TargetError, builtin_targets
 from npu_ep.tools.bench import silicon
 
@@ -29,6 +29,15 @@ def test_real_npu_targets_load_with_npu_refs_ops_and_fitted_terms(name):
     c = dataclasses.astuple(terms(t))
     assert len(c) == 7 and all(math.isfinite(v) and v >= 0 for v in c)
     assert t.raw["projection"]["calibration"]["rows"] > 0
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_fitted_efficiencies_are_fractions_of_the_peak(name):
+    """Every fitted efficiency lies in (0, 1]: no unit beats its datasheet rate (the vector unit's once fitted to
+    3.9 and 31, X Elite's DRAM to 1.39, when the projection counted Q/DQ and epilogue steps the device folds)."""
+    p = Target.load(name).raw["projection"]
+    effs = [*p["matrix_efficiency"].values(), p["vector_efficiency"], p["dram_efficiency"], p["int4_unpack_efficiency"]]
+    assert all(0 < e <= 1 for e in effs), p
 
 
 def _raw(**projection):
@@ -83,23 +92,70 @@ def test_one_more_layer_is_the_larger_models_extra_ops_repeated():
     assert Work.from_json(deep.to_json()) == deep
 
 
-def test_activations_cross_dram_only_when_they_exceed_on_chip_memory():
+def test_activations_cross_dram_only_beyond_on_chip_memory():
     t = Target.from_dict(_raw())  # 1 MiB on chip
-    small = {"cycles": 10.0, "compute_cycles": 8.0, "dma_cycles": 9.0, "dma_bytes": 300_000, "weight_bytes": 100_000,
-             "unit": "matrix", "mode": "int8"}
+    small = {"op": "MatMul", "cycles": 10.0, "compute_cycles": 8.0, "dma_cycles": 9.0, "dma_bytes": 300_000,
+             "weight_bytes": 100_000, "unit": "matrix", "mode": "int8"}
     assert dram_bytes(small, t) == 100_000  # 200 kB of activations stay on chip
-    big = {**small, "dma_bytes": 3_000_000}
-    assert dram_bytes(big, t) == 3_000_000  # 2.9 MB cannot: all of the plan's traffic is DRAM traffic
+    big = {**small, "dma_bytes": 3_100_000}
+    assert dram_bytes(big, t) == 100_000 + 3_000_000 - (1 << 20)  # what does not fit streams through DRAM
+    assert dram_bytes(big, t, width=0.5) == 100_000 + 1_500_000 - (1 << 20)  # fp16 activations of an fp32 graph
     w = op_work(small, t)
     assert w.int_matrix_s == pytest.approx(8e-9) and w.float_matrix_s == 0
     assert w.dram_s == pytest.approx(100_000 / 100e9)
     assert op_work({**small, "cycles": 0.0}, t) is None  # a view does no work
-    assert op_work({**small, "unit": "vector"}, t).vector_s == pytest.approx(8e-9)
     gather = {**small, "dma_bytes": 4096, "weight_bytes": 50_000_000}  # reads a few rows of a big table
     assert dram_bytes(gather, t) == 4096
     int4 = op_work({**small, "mode": "int4"}, t)  # 200 000 weights unpacked at 64 lanes x 4 per cycle, 1 GHz
     assert int4.int_matrix_s == pytest.approx(8e-9) and int4.unpack_s == pytest.approx(2 * 100_000 / (64 * 4 * 1e9))
     assert w.unpack_s == 0  # int8 weights reach the matrix unit as they are
+
+
+def _op(op: str, unit: str = "vector", mode: str | None = None, cycles: float = 1000.0, **kw) -> dict:
+    return {"op": op, "unit": unit, "mode": mode, "cycles": cycles, "compute_cycles": cycles,
+            "dma_bytes": kw.pop("dma_bytes", 64_000), "weight_bytes": kw.pop("weight_bytes", 0), "macs": 0, **kw}
+
+
+def test_vector_work_is_priced_at_the_width_the_device_computes_in():
+    """fp32 lanes hold two fp16 elements (a float graph), four 8-bit ones (a quantized graph's element-wise work);
+    softmax and normalisations compute in 32 bits on quantized data; a Div by a constant is a multiply."""
+    t = Target.from_dict(_raw())  # 1 GHz: 1000 cycles = 1 us
+    assert op_work(_op("Add"), t).vector_s == pytest.approx(1e-6 * FLOAT_WIDTH)
+    assert op_work(_op("Add"), t, quantized=True).vector_s == pytest.approx(1e-6 * QUANT_WIDTH)
+    assert op_work(_op("Softmax"), t, quantized=True).vector_s == pytest.approx(1e-6)
+    divide = _op("Div", cycles=5000.0)  # 1 op + 1 transcendental (4 cycles here) per element vector
+    assert op_work(divide, t).vector_s == pytest.approx(5e-6 * FLOAT_WIDTH)  # by a tensor: a real division
+    assert op_work({**divide, "weight_bytes": 4}, t).vector_s == pytest.approx(1e-6 * FLOAT_WIDTH)  # by a constant
+
+
+def test_qdq_folds_into_the_ops_around_it_and_is_counted_once():
+    """A QDQ unit is one op on the device: DQ -> int8 product -> Q costs the product alone (no vector work, one
+    per-op overhead); beside a product the emulator runs in fp16 (a 16-bit layer of a w8a8 graph) each Q/DQ is an
+    8-bit conversion pass folded into that product, still one op."""
+    t = Target.from_dict(_raw())
+    dq, q = _op("DequantizeLinear", cycles=3000.0), _op("QuantizeLinear", cycles=2000.0)
+    int8 = _op("QLinearMatMul", "matrix", "int8", 4000.0)
+    assert partition_work([dq, int8, q], t) == [op_work(int8, t, quantized=True)]
+    fp16 = _op("npu::MatMulEpilogue", "matrix", "float16", 4000.0)
+    (unit,) = partition_work([dq, fp16, q], t)
+    assert unit.float_matrix_s == pytest.approx(4e-6)
+    assert unit.vector_s == pytest.approx((3e-6 + 2e-6) * QUANT_WIDTH)
+    work = timeline_work([{"ops": [dq, int8, q]}, {"ops": [dq, fp16, q]}], t)
+    assert work.count == 2
+    g = Terms(op_s=1e-6)  # one overhead per unit, none for its Q/DQ
+    assert project_seconds(work, g) == pytest.approx(2e-6 + 4e-6 + 4e-6 + 5e-6 * QUANT_WIDTH)
+
+
+def test_epilogues_join_their_matrix_op_and_shape_arithmetic_folds():
+    t = Target.from_dict(_raw())
+    conv = _op("Conv", "matrix", "float16", 8000.0)
+    add, relu, pool = _op("Add"), _op("Relu"), _op("MaxPool")
+    shape_math = _op("Mul", cycles=1.0, dma_bytes=16)  # a Shape -> Gather -> Mul chain's scalars
+    ops = partition_work([shape_math, conv, add, relu, pool], t)
+    assert len(ops) == 2  # conv with its residual add and relu, then the pool
+    assert ops[0].float_matrix_s == pytest.approx(8e-6) and ops[0].vector_s == pytest.approx(2e-6 * FLOAT_WIDTH)
+    assert ops[1] == op_work(pool, t)
+    assert partition_work([pool, add], t) == [op_work(pool, t), op_work(add, t)]  # no matrix op: no epilogue
 
 
 def test_float32_weights_count_at_the_float_modes_width():
@@ -124,7 +180,7 @@ def test_depthwise_product_runs_on_the_vector_unit_when_the_matrix_unit_would_mo
 
 def test_fit_recovers_known_terms_from_compute_and_dram_bound_models():
     rng = np.random.default_rng(0)
-    truth = Terms(2e-4, 3e-6, 2.0, 4.0, 0.0, 1.5, 3.0)  # vector work costs nothing on this made-up device
+    truth = Terms(2e-4, 3e-6, 2.0, 4.0, 1.0, 1.5, 3.0)  # the vector unit at its peak on this made-up device
     works = []
     for i in range(16):
         if i % 4:  # a CNN: compute-bound
@@ -137,6 +193,9 @@ def test_fit_recovers_known_terms_from_compute_and_dram_bound_models():
     got = silicon.fit(works, measured)
     assert all(v >= 0 for v in dataclasses.astuple(got))
     np.testing.assert_allclose(dataclasses.astuple(got), dataclasses.astuple(truth), rtol=1e-6, atol=1e-12)
+    # a device whose vector unit would beat its peak (work the projection over-counts): the fit stops at the peak
+    faster = [project_seconds(w, dataclasses.replace(truth, vector=0.2)) for w in works]
+    assert silicon.fit(works, faster).vector == pytest.approx(1.0)
 
 
 def test_spearman_and_the_row_rule(tmp_path):

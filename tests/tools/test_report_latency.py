@@ -67,8 +67,8 @@ def test_a_made_up_target_says_it_has_no_calibration(capsys, tmp_path, monkeypat
 
 def test_one_inference_calls_each_partition_once():
     t = Target.load("snapdragon-8gen3")
-    op = {"cycles": 1000.0, "compute_cycles": 1000.0, "dma_cycles": 10.0, "dma_bytes": 64, "weight_bytes": 64,
-          "unit": "matrix", "mode": "int8"}
+    op = {"op": "MatMul", "cycles": 1000.0, "compute_cycles": 1000.0, "dma_cycles": 10.0, "dma_bytes": 64,
+          "weight_bytes": 64, "unit": "matrix", "mode": "int8"}
     prefill = {"partition": "p0", "ops": [op]}
     decode = {"partition": "p0", "ops": [op, op]}  # the same partition at a second signature
     got = latency([prefill, decode], t)

@@ -33,7 +33,11 @@ def test_detr_projects_within_the_targets_recorded_calibration_error(cache):
     work = silicon.model_work(model_path(MODEL, "float", cache), t)
     projected = project_seconds(work, terms(t)) * 1e3
     assert abs(projected / measured - 1) <= t.raw["projection"]["calibration"]["max_error"] + 1e-3
-    assert (cache / "work.json").is_file()  # the costed work is remembered beside the model
+    # the costed timeline is remembered beside the model, not its projection: a new projection needs no new compile
+    memo = json.loads((cache / "work.json").read_text())
+    (ops,) = [v for k, v in memo.items() if k.startswith("v4:")]
+    assert all(len(op) == len(silicon._OP_FIELDS) for partition in ops for op in partition)
+    assert silicon.model_work(model_path(MODEL, "float", cache), t) == work
 
 
 def test_the_benchmark_prints_and_writes_every_row(cache, tmp_path, capsys):

@@ -15,8 +15,9 @@ torchvision and transformers are optional, and the benchmark says which is missi
 compiler for each target and costed by its cost model, the same path as ``npu-report`` (``kernels/projection.py``).
 It prints every row with its error, then per target and precision the median and max |error| and the Spearman rank
 correlation across models, and the w8a8/fp16 speedup projected vs measured; ``--fit`` refits each target's
-``[projection]`` terms (non-negative least squares on relative error, this data only) and prints the TOML section
-together with the leave-one-model-out error (each model projected by a fit that never saw it).
+``[projection]`` terms (bounded least squares on relative error, every efficiency in (0, 1], this data only) and
+prints the TOML section together with the leave-one-model-out error (each model projected by a fit that never saw
+it).
 """
 
 from __future__ import annotations
@@ -81,23 +82,28 @@ def llm_rows(data: Path) -> dict[tuple[str, str, str], float]:
 
 def model_work(path: Path, target: Target, dims: Mapping[str, int] | None = None) -> Work:
     """The model compiled and costed for ``target`` exactly as ``npu-report`` does (the file's static shapes,
-    ``dims`` for symbolic ones), remembered beside the model per file version, dims and target description (less
-    its fitted terms)."""
+    ``dims`` for symbolic ones), then projected (``timeline_work``). The timeline's ops are remembered beside the
+    model per file version, dims and target description (less its fitted terms): a change of the projection needs
+    no new compile."""
     memo_path = path.parent / "work.json"
     memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
     described = repr((sorted((k, v) for k, v in target.raw.items() if k != "projection"),
                       sorted(target.ops.items())))  # the op table it inherits (ops_from) too
-    key = (f"v3:{path.name}:{path.stat().st_mtime_ns}:{sorted((dims or {}).items())}:"
+    key = (f"v4:{path.name}:{path.stat().st_mtime_ns}:{sorted((dims or {}).items())}:"
            f"{hashlib.sha256(described.encode()).hexdigest()}")
     if key not in memo:
-        memo[key] = _costed_work(path, target, dims).to_json()
+        memo[key] = _costed_timeline(path, target, dims)
         tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(memo))
         os.replace(tmp, memo_path)
-    return Work.from_json(memo[key])
+    return timeline_work([{"ops": [dict(zip(_OP_FIELDS, op)) for op in ops]} for ops in memo[key]], target)
 
 
-def _costed_work(path: Path, target: Target, dims: Mapping[str, int] | None) -> Work:
+_OP_FIELDS = ("op", "unit", "mode", "cycles", "compute_cycles", "dma_bytes", "weight_bytes", "macs")
+
+
+def _costed_timeline(path: Path, target: Target, dims: Mapping[str, int] | None) -> list[list[list]]:
+    """Each partition's ops (program order) with the fields the projection reads."""
     from ..report.build import build_report
 
     doc = build_report(str(path), target=target.name, dims=dims, check=False)
@@ -105,7 +111,7 @@ def _costed_work(path: Path, target: Target, dims: Mapping[str, int] | None) -> 
     if claimed != total:
         print(f"  note: {path.name} on {target.name}: {claimed}/{total} nodes on the NPU; the projection covers "
               "those only", file=sys.stderr)
-    return timeline_work(doc["timeline"], target)
+    return [[[op.get(f) for f in _OP_FIELDS] for op in partition["ops"]] for partition in doc["timeline"]]
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
@@ -155,17 +161,24 @@ def _features(work: Work, dram_bound: bool) -> np.ndarray:
     return f
 
 
+# Lower bounds of the fitted terms in Terms' order: overheads >= 0; every efficiency in (0, 1], i.e. at least one
+# second per second of peak work (a unit never beats its datasheet rate).
+LOWER_BOUNDS = np.array([0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+
+
 def fit(works: Sequence[Work], measured_s: Sequence[float], rounds: int = 50) -> Terms:
-    """The terms minimising the squared relative error, each >= 0. The max() of compute and DRAM makes the
+    """The terms minimising the squared relative error, each at or above its ``LOWER_BOUNDS`` (a term the data
+    does not call for stays at its bound: that unit at its peak). The max() of compute and DRAM makes the
     projection piecewise linear: each round puts every model on the side the current terms say it is bound by and
-    solves the non-negative least squares of that linear model, until no model changes side. Two starts, the one
-    ending with the smaller error kept: every unit at its peak (the sides as on paper), and the compute terms fitted
-    to every model with DRAM priced by the rows compute alone leaves furthest below their measurement."""
+    solves the bounded least squares of that linear model, until no model changes side. Starts: every unit at its
+    peak (the sides as on paper), the compute terms fitted to every model, and those with DRAM priced by the rows
+    compute alone leaves furthest below their measurement; the one ending with the smallest error is kept."""
     m = np.asarray(measured_s)
     y = np.ones(len(works))
 
     def solve(sides: Sequence[bool]) -> Terms:
-        return Terms(*_nnls(np.array([_features(w, b) for w, b in zip(works, sides)]) / m[:, None], y))
+        a = np.array([_features(w, b) for w, b in zip(works, sides)]) / m[:, None]
+        return Terms(*(LOWER_BOUNDS + _nnls(a, y - a @ LOWER_BOUNDS)))
 
     def refine(t: Terms) -> Terms:
         for _ in range(rounds):
@@ -182,19 +195,18 @@ def fit(works: Sequence[Work], measured_s: Sequence[float], rounds: int = 50) ->
     at_peak = [Terms().dram_s(w) for w in works]
     shortfall = [(ms - compute_only.graph_s) / d for w, ms, d in zip(works, m, at_peak)
                  if d > 0 and project_seconds(w, compute_only) < ms / 2]
-    starts = [Terms()]
+    starts = [Terms(), compute_only]
     if shortfall:
-        starts.append(dataclasses.replace(compute_only, dram=float(np.median(shortfall))))
+        starts.append(dataclasses.replace(compute_only, dram=max(1.0, float(np.median(shortfall)))))
     return min((refine(t) for t in starts), key=residual)
 
 
 def terms_of(t: Terms, target: Target) -> dict:
     """Fitted terms as the target's [projection] section."""
-    inv = lambda v: 1.0 / v if v > 0 else 1e9  # noqa: E731  (a term the fit dropped: that work costs nothing)
-    eff = {m: inv(t.int_matrix if m in INT_MODES else t.float_matrix) for m in target.matrix["macs_per_cycle"]}
+    eff = {m: 1.0 / (t.int_matrix if m in INT_MODES else t.float_matrix) for m in target.matrix["macs_per_cycle"]}
     return {"graph_overhead_us": t.graph_s * 1e6, "op_overhead_us": t.op_s * 1e6, "matrix_efficiency": eff,
-            "vector_efficiency": inv(t.vector), "dram_efficiency": inv(t.dram),
-            "int4_unpack_efficiency": inv(t.unpack)}
+            "vector_efficiency": 1.0 / t.vector, "dram_efficiency": 1.0 / t.dram,
+            "int4_unpack_efficiency": 1.0 / t.unpack}
 
 
 def summarize(rows: Sequence[Mapping]) -> list[dict]:
