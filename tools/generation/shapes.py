@@ -1,5 +1,5 @@
 """Static shapes for decoder generation on the NPU: prefill shape buckets, chunk plans and the fixed-capacity KV
-cache. Pure numpy, no ORT: the generation loop (``generate.py``) builds its feeds from these.
+cache. Pure numpy, no ORT: the generation loop (``generator.py``) builds its feeds from these.
 
 Dimensions: S new tokens of a step (a bucket size when padded), L valid KV length before the step, C KV capacity
 (the fixed past length of every step that has a past), Nkv kv heads, H head dim. KV layout [1, Nkv, *, H].
@@ -29,7 +29,8 @@ prefill (empty past), prefill with history (a chunk appended after the valid pas
 (``--prefill-chunk``; default the largest bucket): full chunks of K first, then the remainder r < K as the bucket
 pieces that execute the fewest tokens (ties: fewer steps), only the LAST piece padded. The demo's 40-token prompt
 with buckets (32, 128, 512) runs 32 + 8->32 (64 tokens, 38% waste) instead of 40->128 (69%), and with a 16
-bucket 32 + 8->16 (17%); a 1000-token prompt at K = 128 wastes at most one bucket's padding (24 tokens, 2.3%).
+bucket 32 + 8->16 (17%); a 1000-token prompt at K = 128 runs 7x128 + 3x32 + 8->16 (0.8%; 7x128 + 104->128, 2.3%,
+without the 16 bucket). Only the last piece pads: fewer padded tokens than its bucket holds.
 """
 
 from __future__ import annotations
