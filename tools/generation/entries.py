@@ -6,11 +6,12 @@ each distinct input-shape signature the program is called with gets its own cost
 (``ep.program``). An entry is such a signature, named: the generator tells the table which entry a step runs,
 and the entry's first call records the signature each NpuEP program was called with (the programs' own call
 counts, read before and after that call only: later calls count here without touching the programs). Every entry
-therefore runs the same programs, so the weights exist once whatever the number of entries (``weight_bytes``
-says how many bytes the programs' arenas hold), and all entries read and write the generator's one KV cache.
+therefore runs the same programs, so the weights exist once whatever the number of entries (``weight_bytes``: the
+distinct weight buffers the programs hold), and all entries read and write the generator's one KV cache.
 
 The table of a session's entries is kept beside its NpuEP session (``entries_of``), so ``npu_ep.report(session)``
-names them: which entry ran, its bucket, its calls and emulated time.
+names them: which entry ran, its bucket, its calls and emulated time. Entries are named at run time: the compiled
+context (cache entry, EPContext node) holds the programs, not the entry names.
 """
 
 from __future__ import annotations
