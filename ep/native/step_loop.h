@@ -1,4 +1,5 @@
-// The compiled program's hot loop (step_loop.cc), exposed to ep/program.py as `_native.StepLoop`.
+// The compiled program's loop (step_loop.cc), exposed to ep/program.py as `_native.StepLoop`: every call of a
+// program walks its steps here, a signature's first call with the program's observer (`StepLoop.observe`).
 #pragma once
 
 #include <pybind11/pybind11.h>
