@@ -451,6 +451,10 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
                          f"kv_sequence_length={s}")
     past_b, total_b = _lengths(seqlens_k, total, s)
     t_buf = max(total, past_len)
+    if max(past_b) + s > t_buf:  # checked before any write (numpy would raise from inside a partial copy)
+        raise ValueError(f"GroupQueryAttention: {s} new tokens after a past of {max(past_b)} (seqlens_k "
+                         f"{seqlens_k.ravel().tolist()}) need {max(past_b) + s} slots; the present holds {t_buf} "
+                         "(the KV capacity); nothing was written")
     into = _aliased_presents(p, past_k, past_v, t_buf, query.dtype)
     return _compute(p, inputs, query, key, value, past_k, past_v, past_b, total_b, t_buf, into, s == total)
 

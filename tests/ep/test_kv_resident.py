@@ -257,3 +257,44 @@ def test_a_new_prompt_after_an_error_starts_clean(decoder):
         fresh.step()
     for g, w in zip(again.rows, fresh.rows):
         np.testing.assert_array_equal(g, w)
+
+
+def test_bound_buffers_too_small_for_the_new_rows_are_a_clear_error(decoder):
+    """A GroupQueryAttention node bound in place whose seqlens_k puts the new rows past the buffer: an error naming
+    the capacity, and the buffer as it was (native and reference kernels)."""
+    from onnx import TensorProto, helper
+
+    from tests.npu_testing import make_model
+
+    c, n, nkv, h = 8, 4, 2, 16
+    f32, i32 = TensorProto.FLOAT, TensorProto.INT32
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens_k", "total"],
+                            ["y", "present_key", "present_value"], domain="com.microsoft", num_heads=n,
+                            kv_num_heads=nkv, name="gqa")
+    vi = helper.make_tensor_value_info
+    model = make_model([node], [vi("q", f32, [1, 1, n * h]), vi("k", f32, [1, 1, nkv * h]),
+                                vi("v", f32, [1, 1, nkv * h]), vi("pk", f32, [1, nkv, c, h]),
+                                vi("pv", f32, [1, nkv, c, h]), vi("seqlens_k", i32, [1]), vi("total", i32, [])],
+                       [vi("y", f32, [1, 1, n * h]), vi("present_key", f32, [1, nkv, c, h]),
+                        vi("present_value", f32, [1, nkv, c, h])],
+                       extra_opsets=[("com.microsoft", 1)])
+    rng = np.random.default_rng(0)
+    for kernels in ("native", "reference"):
+        sess = npu_session(model, {"kernels": kernels}, cpu=False)
+        caches = [rng.standard_normal((1, nkv, c, h)).astype(np.float32) for _ in range(2)]
+        before = [x.copy() for x in caches]
+        values = [ort.OrtValue.ortvalue_from_numpy(x) for x in caches]
+        io = sess.io_binding()
+        for name, x in (("q", (1, 1, n * h)), ("k", (1, 1, nkv * h)), ("v", (1, 1, nkv * h))):
+            io.bind_cpu_input(name, rng.standard_normal(x).astype(np.float32))
+        io.bind_cpu_input("seqlens_k", np.array([c], np.int32))  # a past of 8 in an 8-slot buffer
+        io.bind_cpu_input("total", np.array(c, np.int32))
+        for i, name in enumerate(("pk", "pv")):
+            io.bind_ortvalue_input(name, values[i])
+            io.bind_ortvalue_output(("present_key", "present_value")[i], values[i])
+        io.bind_output("y")
+        with pytest.raises(Exception, match=rf"1 new tokens after a past of {c} .* need {c + 1} slots; the present "
+                                            rf"holds {c} \(the KV capacity\); nothing was written"):
+            sess.run_with_iobinding(io)
+        for x, old in zip(caches, before):
+            np.testing.assert_array_equal(x, old)
