@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from time import perf_counter_ns
 from typing import Any
@@ -123,9 +122,8 @@ class Program:
         self.record = record
         self.recorded: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
-        # the kept input-shape signatures, least recently used first when the extension is absent (else it keeps
-        # the recency and says which to evict: ``_admit``)
-        self._signatures: OrderedDict[tuple, _SignatureState] = OrderedDict()
+        # the kept input-shape signatures: the extension keeps their recency and says which to evict (``_admit``)
+        self._signatures: dict[tuple, _SignatureState] = {}
         self._evicted_calls = self._evicted_ns = 0  # of signatures no longer kept
         self._evicted_seconds = 0.0
         self.evicted_signatures = 0
@@ -298,8 +296,6 @@ class Program:
         state = self._signatures[signature] = _SignatureState(None, step_shapes=step_shapes)
         for sig, calls, ns in self._call.track(signature, self._bound.get(signature)):
             self._evict(sig, calls, ns)
-        while len(self._signatures) > SIGNATURES_KEPT:
-            self._evict(next(iter(self._signatures)), 0, 0)
         return state
 
     def _evict(self, signature: tuple, hot_calls: int, hot_ns: int) -> None:
