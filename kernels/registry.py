@@ -69,7 +69,8 @@ class StepRuntime:
 
     A native step bound for the step (``kernels.runtime.call_step``) holds the generation it was bound under and
     declines once it changes: every assignment that changes a field of ``_GUARDED`` bumps it, so another kernel
-    choice, DMA counting or other partition outputs reach the C++ loop without it reading Python state."""
+    choice, DMA counting or other partition outputs reach the C++ loop, which reads the counter in place (one load
+    per call, ``ep/native/native_steps.h: Guards``), not Python state."""
 
     kernels: str = "native"  # one of KERNEL_CHOICES: the native kernels or the numpy reference model
     threads: int = 1  # host threads a kernel may use
@@ -81,14 +82,19 @@ class StepRuntime:
     const_shapes: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     # sub-programs (If branches, Loop/Scan bodies) loaded from the step's attributes: key -> program
     subprograms: dict[str, Any] = dataclasses.field(default_factory=dict)
-    generation: int = 0  # bumped on every change of a guarded field
+    # the generation, bumped on every change of a guarded field: an int64 array of one element, so C++ reads it
+    counter: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(1, np.int64), repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _GUARDED and "generation" in self.__dict__:
+        if name in _GUARDED and "counter" in self.__dict__:
             old = self.__dict__.get(name)
             if old is not value and (type(old) is not type(value) or old != value):
-                self.__dict__["generation"] += 1
+                self.counter[0] += 1
         object.__setattr__(self, name, value)
+
+    @property
+    def generation(self) -> int:
+        return int(self.counter[0])
 
 
 @dataclasses.dataclass

@@ -67,11 +67,11 @@ def ort_output(p: Prepared, index: int, shape: tuple[int, ...], dtype: np.dtype)
     return view if view is not None and view.dtype == dtype else None
 
 
-def guard(p: Prepared) -> tuple:
-    """A native step's guard (``_native.CallStep``): it declines once the program changes what ``p``'s step
-    runs under (its ``StepRuntime`` generation: kernel choice, threads, partition outputs, DMA counting)."""
-    record = p.runtime.__dict__
-    return (record, "generation", record["generation"])
+def guard(p: Prepared) -> tuple[np.ndarray, int]:
+    """A native step's guard (``_native.CallStep``, ``GqaStep``): (counter, generation) of ``p``'s ``StepRuntime``;
+    the step declines once the program changes what ``p``'s step runs under (kernel choice, threads, partition
+    outputs, DMA counting) and the counter moves on."""
+    return (p.runtime.counter, p.runtime.generation)
 
 
 def call_step(p: Prepared, fn, args: tuple, inputs: list, outputs: list, guards: list | None = None,

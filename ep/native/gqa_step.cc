@@ -185,8 +185,9 @@ void RegisterGqaStep(py::module_& m) {
       "GroupQueryAttention bound for one signature: query dtype and shape, key shape (None: packed QKV), past "
       "shape (None: no past), seqlens_k and total_sequence_length shapes (int32), position_ids shape (None: "
       "omitted), the float32 cos/sin caches (None: no rotary), the ORT output indices of both presents, the "
-      "node's scalars, threads, guards [(dict, key, expected object | None)] and the node's KV counters (an int64 "
-      "array of 4 the step adds to: in-place calls, appended bytes, copied bytes, full copies; None: not counted)")
+      "node's scalars, threads, guards [(counter, generation) | (dict, key, expected object | None)] and the "
+      "node's KV counters (an int64 array of 4 the step adds to: in-place calls, appended bytes, copied bytes, full "
+      "copies; None: not counted)")
       .def(py::init<const py::dtype&, Dims, const py::object&, const py::object&, Dims, Dims, const py::object&,
                     py::object, py::object, std::pair<size_t, size_t>, int64_t, int64_t, float, float, int64_t, bool,
                     int, const py::list&, py::object>(),

@@ -156,12 +156,22 @@ class ViewStep : public NativeStep {
 Guards::Guards(const py::list& guards) {
   for (const py::handle h : guards) {
     auto t = h.cast<py::tuple>();
-    guards_.push_back({t[0].cast<py::dict>(), t[1].cast<py::object>(), t[2].cast<py::object>()});
+    if (t.size() == 2) {
+      auto counter = t[0].cast<py::array>();
+      if (counter.dtype().num() != py::dtype::of<int64_t>().num() || counter.size() != 1)
+        throw py::value_error("a generation guard's counter is an int64 array of one element");
+      const auto* now = static_cast<const int64_t*>(counter.data());
+      generations_.push_back({std::move(counter), now, t[1].cast<int64_t>()});
+    } else {
+      entries_.push_back({t[0].cast<py::dict>(), t[1].cast<py::object>(), t[2].cast<py::object>()});
+    }
   }
 }
 
 bool Guards::Hold() const {
-  for (const Guard& g : guards_) {
+  for (const Generation& g : generations_)
+    if (*g.now != g.expected) return false;
+  for (const DictEntry& g : entries_) {
     PyObject* now = PyDict_GetItemWithError(g.dict.ptr(), g.key.ptr());
     if (now == nullptr && PyErr_Occurred()) return false;
     if ((now == nullptr ? Py_None : now) != g.expected.ptr()) return false;
@@ -310,9 +320,10 @@ void RegisterNativeSteps(py::module_& m) {
   py::class_<CallStep, NativeStep>(m, "CallStep",
                                    "fn(*args) with step inputs put in: inputs [(argument index, input index, dtype, "
                                    "shape, view shape | None[, any layout])]; outputs [(result index | -1, shape | "
-                                   "None[, (start, stop) of the last axis])]; guards [(dict, key, expected object | "
-                                   "None)]; ort_outputs [(argument index, ORT output index, dims)]: ORT's buffer or "
-                                   "None; fixed [(input index, array)]: step inputs that must hold these values")
+                                   "None[, (start, stop) of the last axis])]; guards [(counter, generation) | (dict, "
+                                   "key, expected object | None)]; ort_outputs [(argument index, ORT output index, "
+                                   "dims)]: ORT's buffer or None; fixed [(input index, array)]: step inputs that must "
+                                   "hold these values")
       .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&, const py::list&,
                     const py::list&>(),
            py::arg("fn"), py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"),

@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <vector>
 
 namespace npu_ep {
@@ -21,9 +22,12 @@ class NativeStep {
 // Whether a's shape is dims.
 bool SameShape(const pybind11::array& a, const std::vector<pybind11::ssize_t>& dims);
 
-// What keeps a bound step to the setting it was bound under: (dict, key, expected object) triples; the step
-// declines once dict[key] is not that very object (an absent key is expected as None), e.g. another kernel choice
-// or DMA counting switched on.
+// What keeps a bound step to the setting it was bound under. A guard is a (counter, generation) pair: the
+// step's runtime record (kernels.registry.StepRuntime) bumps its counter, an int64 array of one element, whenever
+// it changes what a native step depends on (kernel choice, threads, partition outputs, DMA counting), and the step
+// declines once the counter is not the generation it was bound under; the check is one load, no Python call.
+// A (dict, key, expected object) triple, for state not on the record yet, declines once dict[key] is not that very
+// object (an absent key is expected as None).
 class Guards {
  public:
   explicit Guards(const pybind11::list& guards);
@@ -31,11 +35,17 @@ class Guards {
   bool Hold() const;
 
  private:
-  struct Guard {
+  struct Generation {
+    pybind11::array counter;  // keeps `now` alive
+    const int64_t* now;
+    int64_t expected;
+  };
+  struct DictEntry {
     pybind11::dict dict;
     pybind11::object key, expected;
   };
-  std::vector<Guard> guards_;
+  std::vector<Generation> generations_;
+  std::vector<DictEntry> entries_;
 };
 
 void RegisterNativeSteps(pybind11::module_& m);

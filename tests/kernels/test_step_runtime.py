@@ -44,6 +44,7 @@ def test_a_call_step_declines_once_its_generation_moves():
     np.testing.assert_array_equal(step.run((x,))[0], -x)
     p.runtime.threads = 2  # what the step was bound under changed
     assert step.run((x,)) is None
+    assert runtime.guard(p) == (p.runtime.counter, 1)
 
 
 def test_a_sessions_steps_keep_only_their_own_caches_in_memo():
