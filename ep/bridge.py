@@ -34,6 +34,12 @@ from ..kernels.runtime import configure as configure_kernels
 from .log import error_level, escape, level_number, logger, session_scoped
 from .program import Program
 
+# A generator's declared entry points (session config, ``tools/generation/entries.py``): named in the EPContext
+# node's notes as ";entries=name name ..." (names hold commas: "decode[S=1,P=1024]") and read back from them when a
+# context model loads.
+ENTRIES_CONFIG_KEY = "npu_ep.entries"
+ENTRIES_NOTE = ";entries="
+
 # Live sessions, for reports that inspect a running InferenceSession (weak: ORT owns their lifetime).
 LIVE_SESSIONS: weakref.WeakSet[EpSession] = weakref.WeakSet()
 
@@ -53,6 +59,7 @@ class EpSession:
         self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call
         self._declines = DeclineReport(self.target.name)
         self.programs: dict[str, Program] = {}
+        self.declared_entries = self.config.get(ENTRIES_CONFIG_KEY, "").split()
         self.compiled = CompiledPrograms(self.options, self.target, ep_name)
         if self.options.retain_host_memory:
             retain_freed_memory()
@@ -96,12 +103,17 @@ class EpSession:
         if len(node_infos) == 1 and node_infos[0].key == EPCONTEXT:
             program = self.compiled.load_epcontext(name, node_infos[0], ins, outs, graph)
             self._adopt(name, program, node_infos)
+            notes = str(node_infos[0].attr("notes", ""))
+            if ENTRIES_NOTE in notes:  # the entries it was compiled for win over a declaration made now
+                self.declared_entries = notes.split(ENTRIES_NOTE, 1)[1].split(";")[0].split()
             return program, None
         program, blob = self.compiled.compile_cached(
             name, node_infos, ins, outs,
             lambda: compile_partition(name, node_infos, ins, outs, self.target, record=self.options.record_tensors))
         self._adopt(name, program, node_infos)
         spec = self.compiled.epcontext_spec(name, blob, graph) if self.options.context_enable else None
+        if spec is not None and self.declared_entries:
+            spec["attrs"]["notes"] += ENTRIES_NOTE + " ".join(self.declared_entries)
         return program, spec
 
     def _adopt(self, name: str, program: Program, nodes: Sequence[NodeInfo]) -> None:

@@ -145,3 +145,30 @@ def test_new_entries_add_no_weight_copy_to_resident_memory(tmp_path):
     grown = _rss_bytes() - before
     assert grown < 0.1 * weights, f"resident memory grew {grown / 1e6:.1f} MB for 3 entries ({weights / 1e6:.1f} MB)"
     assert gen.entries.weight_bytes() == weights
+
+
+def test_entries_are_named_in_the_compiled_context(int4_model, tmp_path):
+    """A generator declares its entry points to the session before it compiles; the EPContext model dumped from it
+    names them in its nodes' notes, and a session loaded from that context model reads them back."""
+    import onnx
+
+    from npu_ep.ep.sessions import session_of
+    from npu_ep.tools.generation.entries import declared_entries
+
+    ctx = tmp_path / "tiny_ctx.onnx"
+    gen = Generator(int4_model, providers=NPU, buckets=(16, 32), max_kv_len=CAPACITY, prefill_chunk=32,
+                    session_config={"ep.context_enable": "1", "ep.context_file_path": str(ctx)})
+    first_p = CAPACITY if gen.kv_in_place else 0
+    want = declared_entries((16, 32), True, CAPACITY, first_p)
+    assert want == [f"prefill[S=16,P={first_p}]", f"prefill[S=32,P={first_p}]", f"prefill_history[S=16,P={CAPACITY}]",
+                    f"prefill_history[S=32,P={CAPACITY}]", f"decode[S=1,P={CAPACITY}]"]
+    assert gen._runner.eps[0].declared_entries == want
+    nodes = [n for n in onnx.load(str(ctx)).graph.node if n.op_type == "EPContext"]
+    notes = [next(a.s.decode() for a in n.attribute if a.name == "notes") for n in nodes]
+    assert nodes and all(note.endswith(";entries=" + " ".join(want)) for note in notes)
+    loaded = Generator(ctx, providers=NPU, buckets=(16, 32), max_kv_len=CAPACITY, prefill_chunk=32)
+    assert session_of(loaded.session).declared_entries == want
+    assert loaded.generate(PROMPTS[1], 4).tokens == gen.generate(PROMPTS[1], 4).tokens
+    doc = npu_ep.report(gen.session, model=str(int4_model))
+    assert doc["entries"]["declared"] == want
+    assert {e["name"] for e in doc["entries"]["entries"]} <= set(want)  # every entry that ran was declared

@@ -10,8 +10,9 @@ therefore runs the same programs, so the weights exist once whatever the number 
 distinct weight buffers the programs hold), and all entries read and write the generator's one KV cache.
 
 The table of a session's entries is kept beside its NpuEP session (``entries_of``), so ``npu_ep.report(session)``
-names them: which entry ran, its bucket, its calls and emulated time. Entries are named at run time: the compiled
-context (cache entry, EPContext node) holds the programs, not the entry names.
+names them: which entry ran, its bucket, its calls and emulated time. A generator that creates its session declares
+its possible entries to it (``declared_entries``), and an EPContext model dumped from that session names them in
+its nodes' notes; the compile cache's entries hold the programs only.
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ class Entry:
                 "programs": {name: [list(s) for s in sig] for name, sig in self.signatures.items()}}
 
 
+def declared_entries(sizes: Sequence[int], chunked: bool, capacity: int, first_past: int) -> list[str]:
+    """The entry points a generator may run, named before its session compiles (``ep.bridge.ENTRIES_CONFIG_KEY``:
+    the EPContext node's notes carry them): a first prefill and, chunked, a prefill with history per step size,
+    and decode. ``first_past``: the past slots a first prefill is fed (0, or the capacity when the KV is resident)."""
+    names = [Entry(PREFILL, (s, first_past)).name for s in sizes]
+    if chunked:
+        names += [Entry(PREFILL_HISTORY, (s, capacity)).name for s in sizes]
+    return [*names, Entry(DECODE, (1, capacity)).name]
+
+
 def _snapshot(eps: Sequence[Any]) -> dict[str, dict[tuple, int]]:
     return {name: dict(p.signatures) for ep in eps for name, p in list(ep.programs.items())}
 
@@ -62,10 +73,10 @@ def _snapshot(eps: Sequence[Any]) -> dict[str, dict[tuple, int]]:
 class EntryTable:
     """The entries a generator ran on one session (NpuEP or not), in first-use order."""
 
-    def __init__(self, eps: Sequence[Any] = ()):
+    def __init__(self, eps: Sequence[Any] = (), *, register: bool = True):
         self.eps = list(eps)
         self.entries: dict[tuple[str, tuple[int, int]], Entry] = {}
-        for ep in self.eps:
+        for ep in self.eps if register else ():
             _TABLES[ep] = self
 
     def entry(self, kind: str, bucket: tuple[int, int]) -> Entry:

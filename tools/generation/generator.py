@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .entries import DECODE, PREFILL, PREFILL_HISTORY, EntryTable
+from .entries import DECODE, PREFILL, PREFILL_HISTORY, EntryTable, declared_entries
 from .model_info import IoNames, check_kv_memory, detect_layouts, info_from_session, inspect_model
 from .resident import ResidentKv
 from .shapes import (DEFAULT_BUCKETS, KvCache, KvCapacityError, KvLayout, PaddingStats, PromptTooLongError,
@@ -181,9 +181,11 @@ class Generator:
             for k, v in (session_config or {}).items():
                 so.add_session_config_entry(k, v)
             if self.uses_npu:
+                from ...ep.bridge import ENTRIES_CONFIG_KEY
                 from ...ep.sessions import tag_session_options
 
                 tag_session_options(so)
+                so.add_session_config_entry(ENTRIES_CONFIG_KEY, " ".join(self._declared(kv_in_place)))
             providers = self._npu_memory_session(so) if kv_memory == "npu" else self.providers
             t0 = time.perf_counter()
             # enable_fallback=0: an NpuEP failure raises instead of silently re-running everything on the CPU
@@ -199,6 +201,13 @@ class Generator:
             raise ValueError(f"kv_memory={kv_memory!r}: 'host', or 'npu' (the KV resident in NpuEP's device memory, "
                              "ep.device_memory) for NpuEP with kv_in_place and a model path")
         self.kv_memory = kv_memory
+
+    def _declared(self, kv_in_place: bool | None) -> list[str]:
+        """The entry points this generator may run, named to the session before it compiles (``entries``)."""
+        self.layouts = self.info.layouts
+        sizes = chunk_buckets(self.buckets, self.prefill_chunk) if self.chunked_prefill else self.buckets
+        return declared_entries(sizes, self.chunked_prefill, self.max_kv_len,
+                                self.max_kv_len if self._in_place(kv_in_place) else 0)
 
     def _npu_memory_session(self, so: ort.SessionOptions) -> None:
         """Put NpuEP on its "npu" device (``ep.device_memory``) in ``so``, with the options ``providers`` gave it;

@@ -172,14 +172,18 @@ def label_timeline(timeline: list[dict], phases: Mapping[str, Any] | None) -> No
 def entries_report(ep: EpSession | None) -> dict[str, Any] | None:
     """The generation entry points that ran on this session (``tools.generation.entries``: first prefill, prefill
     with history, decode, each its bucket, calls and the program signatures it ran), or None when no generator
-    ran on it. ``weight_bytes``: the distinct weight buffers the programs hold, one copy for every entry."""
-    from ..generation.entries import entries_of
+    ran on it. ``weight_bytes``: the distinct weight buffers the programs hold, one copy for every entry;
+    ``declared``: the entry points the session was told of before it compiled (or its context model names)."""
+    from ..generation.entries import EntryTable, entries_of
 
     table = entries_of(ep) if ep is not None else None
-    if table is None or not table.entries:
+    declared = list(getattr(ep, "declared_entries", []) or [])
+    if (table is None or not table.entries) and not declared:
         return None
+    if table is None:  # a session that declares entries (or loaded a context naming them) and ran none yet
+        table = EntryTable([ep], register=False)
     return {"entries": table.rows(), "weight_bytes": table.weight_bytes(),
-            "programs": sorted(name for e in table.eps for name in e.programs)}
+            "programs": sorted(name for e in table.eps for name in e.programs), "declared": declared}
 
 
 def label_entries(timeline: list[dict], entries: Mapping[str, Any] | None) -> None:
