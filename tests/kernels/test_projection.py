@@ -215,3 +215,12 @@ def test_spearman_and_the_row_rule(tmp_path):
         w.writerows(rows)
     assert silicon.measured_rows(tmp_path) == {("m", "float", "snapdragon-8gen3"): 1.5,
                                                ("m", "w8a8", "snapdragon-xelite"): 0.7}
+
+
+def test_leave_one_model_out_needs_another_model_to_fit_on():
+    a, b = Work.of([OpWork(float_matrix_s=1e-3)]), Work.of([OpWork(float_matrix_s=2e-3)])
+    one = {("m", "float", "t"): a}
+    assert silicon.leave_one_model_out(one, {("m", "float", "t"): 1.5}, ["t"]) == []  # no model left to fit on
+    two = {**one, ("n", "float", "t"): b}
+    rows = silicon.leave_one_model_out(two, {("m", "float", "t"): 1.5, ("n", "float", "t"): 3.0}, ["t"])
+    assert [r["model"] for r in rows] == ["m", "n"] and all(math.isfinite(r["error"]) for r in rows)

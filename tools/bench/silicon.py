@@ -253,6 +253,8 @@ def leave_one_model_out(works, measured, targets: Iterable[str]) -> list[dict]:
         keys = [k for k in measured if k[2] == t and k in works]
         for model in sorted({k[0] for k in keys}):
             train = [k for k in keys if k[0] != model]
+            if not train:  # one model only: nothing to fit it on
+                continue
             c = fit([works[k] for k in train], [measured[k] * 1e-3 for k in train])
             rows += evaluate({k: works[k] for k in keys if k[0] == model},
                              {k: measured[k] for k in keys if k[0] == model}, {t: c})
