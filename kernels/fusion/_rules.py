@@ -9,23 +9,29 @@ only matched, never rewritten: each match becomes a (member indices, fused ``Nod
 Every candidate (a node where a pattern's structure matched) that does not fuse leaves a ``FusionMiss`` with the
 reason: the check's ``MatchResult.fail`` reason, the single-reader rule, or the target's refusal. ``fuse_partition``
 hands them to its ``misses`` list (``npu-report --explain-fusions``) and logs them at debug level.
+
+onnx_ir and onnxscript (they import onnx: about a second) are imported when a node could start a match, not with
+the module: a session's start does not import onnx (``ep/dtypes.py``). Which nodes could is read from a sketch of
+each pattern (``_Sketch``: the pattern function run on a recorder), so graphs without candidates never import them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, MatchStatus
-from onnxscript.rewriter._basics import MatchContext
-from onnxscript.rewriter._rewrite_rule import Pattern
+from typing import TYPE_CHECKING, Any
 
 from ..node import NodeInfo, ValueInfo
 from ..support import why_not
 from ..target import Target
 from ._graph import splice_chains
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    from onnxscript.rewriter import MatchResult
+    from onnxscript.rewriter._basics import MatchContext
+    from onnxscript.rewriter._rewrite_rule import Pattern
 
 INFO = "npu_ep.node"  # ir.Node.meta key of the mirrored NodeInfo
 INDEX = "npu_ep.index"  # ir.Node.meta key of the node's index in the partition's list
@@ -41,6 +47,18 @@ class FusionMiss:
     node: str
     op: str
     reason: str
+
+
+def passed() -> MatchResult:
+    """A check's success (onnxscript's ``MatchResult``)."""
+    from onnxscript.rewriter import MatchResult
+
+    return MatchResult()
+
+
+def failed(reason: str, where: Any = None) -> MatchResult:
+    """A check's failure with its reason (``MatchResult().fail``); ``where``: the values or nodes it is about."""
+    return passed().fail(reason, where)
 
 
 def node_info(node: ir.Node) -> NodeInfo:
@@ -68,18 +86,19 @@ def mirror_key(nd: NodeInfo) -> tuple[str, str]:
     return ("", nd.op_type) if nd.key in _ONNX_ALIASES else nd.key
 
 
-def mirror(nodes: Sequence[NodeInfo], ops: frozenset[tuple[str, str]] | None = None
-           ) -> tuple[ir.Model, dict[int, ir.Node]]:
+def mirror(nodes: Sequence[NodeInfo], include: set[int] | None = None) -> tuple[ir.Model, dict[int, ir.Node]]:
     """The partition as an onnx_ir model whose nodes stand for ``nodes`` (see the module docstring), and the
-    mirrored node of each index. ``ops``: mirror only the nodes of these (domain, op_type) (the ones a pattern can
-    match); a value another node reads becomes a graph output, so it still counts as read outside the chain."""
+    mirrored node of each index. ``include``: mirror only these indices (the nodes a pattern can reach from a
+    candidate root); a value another node reads becomes a graph output, so it still counts as read elsewhere."""
+    import onnx_ir as ir
+
     values: dict[str, ir.Value] = {}
     inputs: list[ir.Value] = []
     mirrored: dict[int, ir.Node] = {}
     outputs: dict[str, ir.Value] = {}
     read_elsewhere: set[str] = set()
     for i, nd in enumerate(nodes):
-        if ops is not None and mirror_key(nd) not in ops:
+        if include is not None and i not in include:
             read_elsewhere.update(v.name for v in nd.inputs)
             continue
         ins = []
@@ -122,7 +141,7 @@ class FusionRule:
         raise NotImplementedError
 
     def check(self, context: MatchContext, **bindings: Any) -> MatchResult:
-        return MatchResult()
+        return passed()
 
     def fuse(self, members: list[NodeInfo], **bindings: Any) -> NodeInfo:
         raise NotImplementedError
@@ -138,6 +157,8 @@ class FusionRule:
     def patterns(self) -> list[Pattern]:
         """Each variant's compiled pattern and, with ``commute``, its operand-swapped forms (built once per rule)."""
         if not hasattr(self, "_patterns"):
+            from onnxscript.rewriter._rewrite_rule import Pattern
+
             self._patterns = []
             for variant in self.variants():
                 base = Pattern(variant, self.check, name=self.name)
@@ -146,25 +167,70 @@ class FusionRule:
             self._feeders = [_feeder_ops(p._target_pattern) for p in self._patterns]
         return self._patterns
 
+    def sketches(self) -> list[_Sketch]:
+        """Each variant recorded without onnxscript (built once per rule)."""
+        if not hasattr(self, "_sketches"):
+            self._sketches = [_Sketch.of(v, self.commute) for v in self.variants()]
+        return self._sketches
+
     def candidates(self, node: ir.Node) -> list[Pattern]:
         """The patterns whose root's inputs come from nodes of the ops ``node``'s do (a cheap test before the
         matcher: most nodes of the root's op fail every pattern there)."""
-        patterns = self.patterns()
         ops = [None if v is None or v.producer() is None else v.producer().op_type for v in node.inputs]
-        return [p for p, (want, other_inputs) in zip(patterns, self._feeders)
-                if (len(want) == len(ops) or (other_inputs and len(want) < len(ops)))
-                and all(w is None or w == o for w, o in zip(want, ops))]
+        return [p for p, feeders in zip(self.patterns(), self._feeders) if _fits(feeders, ops)]
+
+    def may_match(self, feeder_ops: list[str | None]) -> bool:
+        """Whether some pattern's root inputs come from nodes of these ops (None: no node computes that input)."""
+        return any(_fits(f, feeder_ops) for sk in self.sketches() for f in sk.feeders)
+
+    def reach(self) -> int:
+        """How many producer steps back from its root a match can read (its largest pattern and sub-patterns)."""
+        return max(len(sk.ops) for sk in self.sketches()) + len(self.extra_ops)
 
     def ops(self) -> frozenset[tuple[str, str]]:
         """(domain, op_type) of every node the rule's patterns (and ``extra_ops``) can match."""
-        found = {op.op_identifier()[:2] for p in self.patterns() for op in p._target_pattern._nodes
-                 if op.op_identifier() is not None}  # (a commuted copy leaves it unset; its original has it)
-        return frozenset(found | set(self.extra_ops))
+        return frozenset({op for sk in self.sketches() for op in sk.ops} | set(self.extra_ops))
 
     def root_op(self) -> tuple[str, str]:
         """(domain, op_type) of the pattern's output node: the nodes this rule is tried on."""
-        domain, op_type, _ = self.patterns()[0]._target_pattern.output_node.op_identifier()
-        return domain, op_type
+        return self.sketches()[0].root
+
+
+_COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "Equal", "Max", "Min", "Mean", "Sum"})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sketch:
+    """A pattern function's shape without onnxscript: its root op, per input of the root the op computing it
+    (both orders for a commutative root), and the ops of all its nodes in order."""
+
+    root: tuple[str, str]
+    feeders: tuple[tuple[tuple[str | None, ...], bool], ...]
+    ops: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, function: Callable[..., Any], commute: bool) -> _Sketch:
+        recorded: list[tuple[tuple[str, str], tuple[Any, ...], bool]] = []
+
+        class Recorder:
+            def __getattr__(self, op_type: str) -> Callable[..., Any]:
+                def node(*inputs: Any, _domain: str = "", _allow_other_inputs: bool = False, **_: Any) -> Any:
+                    recorded.append(((_domain, op_type), inputs, _allow_other_inputs))
+                    return ("out", len(recorded) - 1)
+                return node
+
+        params = list(inspect.signature(function).parameters)[1:]
+        function(Recorder(), *[("var", p) for p in params])
+        root, inputs, other = recorded[-1]
+        want = tuple(recorded[x[1]][0][1] if isinstance(x, tuple) and x[0] == "out" else None for x in inputs)
+        feeders = [(want, other)] + ([(want[::-1], other)] if commute and root[1] in _COMMUTATIVE else [])
+        return cls(root, tuple(feeders), tuple(op for op, _, _ in recorded))
+
+
+def _fits(feeders: tuple[tuple[str | None, ...], bool], ops: list[str | None]) -> bool:
+    want, other_inputs = feeders
+    return (len(want) == len(ops) or (other_inputs and len(want) < len(ops))) and all(
+        w is None or w == o for w, o in zip(want, ops))
 
 
 def _feeder_ops(graph: Any) -> tuple[tuple[str | None, ...], bool]:
@@ -182,7 +248,7 @@ class _LastResult:
 
     def __init__(self) -> None:
         self.result: MatchResult | None = None
-        self.status: MatchStatus | None = None
+        self.status: Any = None  # onnxscript's MatchStatus
 
     def log(self, rule, container, node, match_result, status) -> None:  # onnxscript's MatchingTracer API
         self.result, self.status = match_result, status
@@ -195,6 +261,8 @@ def _miss_reason(tracer: _LastResult, pattern_nodes: int) -> Miss | None:
     """How telling a declined variant is, its reason and the nodes it matched, or None where it is not a candidate:
     the check's reason says most, then the single-reader rule, then a chain that differs from the pattern after at
     least half of its nodes matched (fewer: the node only shares the root op, as the rewriter's tracer skips it)."""
+    from onnxscript.rewriter import MatchStatus
+
     result = tracer.result
     if result is None:
         return None
@@ -242,21 +310,48 @@ class RuleRun:
     def __init__(self, nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRule]) -> None:
         self.nodes, self.target = nodes, target
         self.rules = [r for r in rules if r.produces is None or target.rule(*r.produces) is not None]
-        self.roots = [(r, r.root_op()) for r in self.rules]
-        roots = {root for _, root in self.roots}
-        self.active = any(mirror_key(nd) in roots for nd in nodes)
+        self.producer: dict[str, int] = {}  # filled when some node has a rule's root op
+        by_root: dict[tuple[str, str], list[FusionRule]] = {}
+        for r in self.rules:
+            by_root.setdefault(r.root_op(), []).append(r)
+        if any(mirror_key(nd) in by_root for nd in nodes):
+            self.producer = {v.name: i for i, nd in enumerate(nodes) for v in nd.outputs if not v.missing}
+        self.roots: dict[int, list[FusionRule]] = {}  # candidate root -> the rules that may match there
+        for i, nd in enumerate(nodes):
+            rules_here = by_root.get(mirror_key(nd))
+            if rules_here and (fit := [r for r in rules_here if r.may_match(self._feeders(nd))]):
+                self.roots[i] = fit
+        self.active = bool(self.roots)
         self.model: ir.Model | None = None
         self.mirrored: dict[int, ir.Node] = {}
         self.found: list[tuple[int, FusionMiss, frozenset[int]]] = []
 
+    def _feeders(self, nd: NodeInfo) -> list[str | None]:
+        return [None if v.missing or v.name not in self.producer else self.nodes[self.producer[v.name]].op_type
+                for v in nd.inputs]
+
+    def _reachable(self) -> set[int]:
+        """The candidate roots and the nodes of the rules' ops a match can reach back from them."""
+        ops = frozenset().union(*(r.ops() for r in self.rules))
+        reach = max(r.reach() for r in self.rules)
+        seen, frontier = set(self.roots), list(self.roots)
+        for _ in range(reach):
+            step = []
+            for i in frontier:
+                for v in self.nodes[i].inputs:
+                    j = self.producer.get(v.name)
+                    if j is not None and j not in seen and mirror_key(self.nodes[j]) in ops:
+                        seen.add(j)
+                        step.append(j)
+            frontier = step
+        return seen
+
     def match(self, i: int) -> tuple[list[int], NodeInfo] | None:
         """(member indices, fused node) of the first rule that fuses the chain ending at node ``i``, or None."""
         nd = self.nodes[i]
-        for rule, root in self.roots:
-            if mirror_key(nd) != root:
-                continue
+        for rule in self.roots.get(i, ()):
             if self.model is None:
-                self.model, self.mirrored = mirror(self.nodes, frozenset().union(*(r.ops() for r in self.rules)))
+                self.model, self.mirrored = mirror(self.nodes, self._reachable())
             found, miss = _try(rule, self.model, self.mirrored[i])
             if found is not None and (refused := why_not(found[1], self.target)) is not None:
                 found, miss = None, ((4, 0), f"target declines the fused node: {refused}", frozenset(found[0]))

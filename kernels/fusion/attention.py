@@ -27,21 +27,24 @@ chain's structure matched) that fails a rule above is a ``FusionMiss`` with the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx_ir as ir
-from onnxscript.rewriter import MatchResult
-from onnxscript.rewriter._rewrite_rule import Pattern
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    from onnxscript.rewriter import MatchResult
+    from onnxscript.rewriter._rewrite_rule import Pattern
 
 from ..node import NodeInfo, ValueInfo
 from ..ops.softmax import last_axis
 from ..target import Target
 from . import patterns
 from ._graph import float_scalar, other_operand
-from ._rules import FusionMiss, FusionRule, apply_rules, match_at, node_info, producer_info
+from ._rules import FusionMiss, FusionRule, apply_rules, failed, match_at, node_info, passed, producer_info
 
 FUSED_DOMAIN, FUSED_OP = "npu", "AttentionChain"
 _MISSING = ValueInfo("", None, None)  # an omitted input (no mask)
@@ -133,8 +136,14 @@ def _chain_reason(c: _Chain) -> tuple[str, list[NodeInfo]] | None:
     return None
 
 
-_K_PATH = Pattern(lambda op, x: op.Transpose(patterns.repeat_kv(op, x, "k"), _outputs=["kt"]), name="repeat_kv_k")
-_V_PATH = Pattern(lambda op, x: patterns.repeat_kv(op, x, "v"), name="repeat_kv_v")
+@functools.cache
+def _repeat_kv_pattern(transposed: bool) -> Pattern:
+    """``patterns.repeat_kv`` as the sub-pattern in front of K^T (then a Transpose) or V (compiled once)."""
+    from onnxscript.rewriter._rewrite_rule import Pattern
+
+    if transposed:
+        return Pattern(lambda op, x: op.Transpose(patterns.repeat_kv(op, x, "k"), _outputs=["kt"]), name="repeat_kv_k")
+    return Pattern(lambda op, x: patterns.repeat_kv(op, x, "v"), name="repeat_kv_v")
 
 
 def _repeat_kv(value: ir.Value, transposed: bool) -> list[ir.Node] | None:
@@ -145,7 +154,7 @@ def _repeat_kv(value: ir.Value, transposed: bool) -> list[ir.Node] | None:
     written."""
     if value.producer() is None or len(value.uses()) != 1 or value.is_graph_output():
         return None
-    match = match_at(_K_PATH if transposed else _V_PATH, value.producer())
+    match = match_at(_repeat_kv_pattern(transposed), value.producer())
     if match is None:
         return None
     path = sorted(match.nodes, key=lambda n: n.meta["npu_ep.index"])
@@ -177,7 +186,7 @@ class AttentionChainRule(FusionRule):
 
     def check(self, context, qk: ir.Value, probs: ir.Value, **_: Any) -> MatchResult:
         reason = _chain_reason(_Chain(qk, probs))
-        return MatchResult() if reason is None else MatchResult().fail(reason[0], [probs])
+        return passed() if reason is None else failed(reason[0], [probs])
 
     def absorbed(self, qk: ir.Value, kt: ir.Value, v: ir.Value, **_: Any) -> list[ir.Node]:
         return [*(_repeat_kv(kt, True) or []), *(_repeat_kv(v, False) or [])]

@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx_ir as ir
-from onnxscript.rewriter import MatchResult
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    from onnxscript.rewriter import MatchResult
 
 from ..node import NodeInfo, ValueInfo
 from ..support import dtype_name, why_not
 from ..target import Target
 from . import patterns
 from ._graph import consumers_of
-from ._rules import FusionMiss, FusionRule, RuleRun, producer_info
+from ._rules import FusionMiss, FusionRule, RuleRun, failed, passed, producer_info
 
 Q_OPS = frozenset({("", "QuantizeLinear"), ("com.microsoft", "QuantizeLinear")})
 DQ_OPS = frozenset({("", "DequantizeLinear"), ("com.microsoft", "DequantizeLinear")})
@@ -247,7 +249,7 @@ class QdqUnitRule(FusionRule):
 
     def check(self, context, y: ir.Value, **bound: Any) -> MatchResult:
         reason = _Unit.of(y, **bound).reason()
-        return MatchResult() if reason is None else MatchResult().fail(reason, y)
+        return passed() if reason is None else failed(reason, y)
 
     def fuse(self, members: list[NodeInfo], y: ir.Value, **bound: Any) -> NodeInfo:
         return _Unit.of(y, **bound).synthetic(members)

@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx_ir as ir
-from onnxscript.rewriter import MatchResult
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    from onnxscript.rewriter import MatchResult
 
 from ..node import NodeInfo, ValueInfo
 from ..target import Target
 from . import patterns
 from ._graph import float_scalar, other_operand
-from ._rules import FusionMiss, FusionRule, apply_rules, node_info, producer_info
+from ._rules import FusionMiss, FusionRule, apply_rules, node_info, passed, producer_info
 
 FUSED_DOMAIN, FUSED_OP = "", "SimplifiedLayerNormalization"
 
@@ -85,7 +87,7 @@ class RmsNormRule(FusionRule):
 
     def check(self, context, mean: ir.Value, root: ir.Value, scaled: ir.Value, inv: ir.Value | None = None,
               **_: Any) -> MatchResult:
-        result = MatchResult()
+        result = passed()
         pw = producer_info(mean.producer().inputs[0])
         x = pw.inputs[0]
         if x.dtype != np.float32 or not x.shape:

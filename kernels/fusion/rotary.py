@@ -21,16 +21,18 @@ a candidate that fails a rule above is a ``FusionMiss`` with the rule's reason (
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx_ir as ir
-from onnxscript.rewriter import MatchResult
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    from onnxscript.rewriter import MatchResult
 
 from ..node import NodeInfo, ValueInfo
 from ..target import Target
 from . import patterns
-from ._rules import FusionMiss, FusionRule, apply_rules, producer_info
+from ._rules import FusionMiss, FusionRule, apply_rules, passed, producer_info
 
 FUSED_DOMAIN, FUSED_OP = "npu", "RotateHalf"
 
@@ -91,7 +93,7 @@ class RotateHalfRule(FusionRule):
 
     def check(self, context, x: ir.Value, hi: ir.Value, lo: ir.Value, rotated: ir.Value, x_cos: ir.Value,
               rot_sin: ir.Value, **_: Any) -> MatchResult:
-        result = MatchResult()
+        result = passed()
         xi = producer_info(lo).inputs[0]
         if xi.dtype != np.float32:
             return result.fail(f"{xi.describe()} is not float32", x)
