@@ -24,10 +24,10 @@ og = pytest.importorskip("onnxruntime_genai")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import npu_ep  # noqa: E402
-from npu_ep.ep.bridge import LIVE_SESSIONS  # noqa: E402
-from npu_ep.kernels.ops import _kv_traffic  # noqa: E402
-from npu_ep.models.genai_llama import build_genai_llama  # noqa: E402
+import npu_ep
+from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.kernels.ops import _kv_traffic
+from npu_ep.models.genai_llama import build_genai_llama
 
 PROMPT = [1, 5, 6, 7, 8, 9]
 NEW_TOKENS = 16
