@@ -155,3 +155,17 @@ def test_the_npu_memory_device_runs_the_ep_named_npu_ep_with_its_provider_option
     add_npu_ep(so, {"cache_dir": "", "no_such_option": "1"})
     with pytest.raises(Exception, match=r"unknown NpuEP provider option.*no_such_option"):
         ort.InferenceSession(_model("Relu").SerializeToString(), so, enable_fallback=0)
+
+
+def test_copies_between_npu_values_stay_on_the_npu_and_are_counted_there():
+    sess = _session(_model("Relu"), "npu")
+    x = RNG.standard_normal(SHAPE).astype(np.float32)
+    a, b = device_value(sess, SHAPE), device_value(sess, SHAPE)
+    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(x)], [a])
+    before = device_counters(None)  # device_value's memory is the environment's (see its docstring)
+    ort.copy_tensors([a], [b])
+    after = device_counters(None)
+    assert (after["copies_on_npu"] - before["copies_on_npu"], after["bytes_on_npu"] - before["bytes_on_npu"]) \
+        == (1, NBYTES)
+    assert after["copies_to_host"] == before["copies_to_host"] and after["copies_to_npu"] == before["copies_to_npu"]
+    np.testing.assert_array_equal(b.numpy(), x)
