@@ -45,7 +45,7 @@ PASSES: tuple[FusionPass, ...] = (
                "(other inputs scalar constants) -> Q(8-bit) units, chains composed",
                (qdq_lut.FUSED_DOMAIN, qdq_lut.FUSED_OP), qdq_lut.fuse_qdq_lut),
     FusionPass("conv_bn", "float Conv (constant W, b) -> BatchNormalization (constant parameters)", ("", "Conv"),
-               conv_bn.fuse_conv_bn),
+               conv_bn.fuse_conv_bn, explains=True),
     FusionPass("conv_tail", "float Conv -> scalar Mul | Add | Sub | Div | Clip | Relu | Max | Min links, LeakyRelu, "
                "PRelu of one slope, Erf, Gelu, Pow by 3, and x * f(x) diamonds (PP-LCNetV3 affine + hard-swish tails, "
                "exact GELU)", ("", "Conv"), conv_tail.fuse_conv_tails),

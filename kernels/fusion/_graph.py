@@ -52,10 +52,12 @@ def producers_of(nodes: list[NodeInfo]) -> dict[str, int]:
 
 def splice_chains(nodes: list[NodeInfo], target: Target,
                   match: Callable[[int], tuple[list[int], NodeInfo] | None],
-                  overlaps: Callable[[int, NodeInfo], None] | None = None) -> list[NodeInfo]:
+                  overlaps: Callable[[int, NodeInfo], None] | None = None,
+                  place: Callable[[list[int]], int] = max) -> list[NodeInfo]:
     """``nodes`` with each chain ``match(i)`` finds (the indices of its nodes, the fused node) replaced by the fused
-    node at its last member's place (every input of the chain exists by then), where the target takes the fused
-    node and no member already belongs to an earlier chain (``overlaps(i, fused)`` is told of such a chain)."""
+    node at its last member's place (every input of the chain exists by then; ``place`` picks another member
+    where the fused node's inputs exist earlier), where the target takes the fused node and no member already
+    belongs to an earlier chain (``overlaps(i, fused)`` is told of such a chain)."""
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
     for i in range(len(nodes)):
@@ -69,7 +71,7 @@ def splice_chains(nodes: list[NodeInfo], target: Target,
             if overlaps is not None:
                 overlaps(i, fused)
             continue
-        last = max(chain)
-        replace[last] = fused
-        absorbed.update(j for j in chain if j != last)
+        at = place(chain)
+        replace[at] = fused
+        absorbed.update(j for j in chain if j != at)
     return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]

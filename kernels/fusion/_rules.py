@@ -136,6 +136,7 @@ class FusionRule:
     commute: bool = False
     extra_ops: tuple[tuple[str, str], ...] = ()  # ops of sub-patterns matched beside the rule's own (``absorbed``)
     only_readers: bool = True  # the chain's intermediates read by it alone (False: the check says which may not)
+    place: Callable[[list[int]], int] = max  # the member whose place the fused node takes (``splice_chains``)
 
     def pattern(self, op, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -384,7 +385,10 @@ def apply_rules(nodes: list[NodeInfo], target: Target, rules: Sequence[FusionRul
     run = RuleRun(nodes, target, rules)
     if not run.active:
         return nodes
-    out = splice_chains(nodes, target, run.match, run.overlaps)
+    places = {r.place for r in run.rules}
+    if len(places) > 1:
+        raise ValueError(f"rules {[r.name for r in run.rules]} place their fused nodes differently: one pass each")
+    out = splice_chains(nodes, target, run.match, run.overlaps, places.pop())
     kept = {id(nd) for nd in out}
     run.report(misses, lambda i: id(nodes[i]) in kept)
     return out

@@ -6,37 +6,42 @@ ORT's own level-1 optimizer (ConvBNFusion) does this before GetCapability when g
 pass covers sessions that disable them and graphs where ORT left the pair alone. Rules (all must hold): a float32
 Conv with constant weights and constant (or no) bias; its output is not a graph output and is read only by the BN
 (as input 0); the BN is inference-only (one output) with constant scale, B, mean and var; the target takes the
-resulting Conv. The fold is computed in float64 and rounded once to float32.
+resulting Conv. The fold is computed in float64 and rounded once to float32. A candidate (a BN fed by a Conv) that
+fails a rule above is a ``FusionMiss`` with the rule's reason (``_rules.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    from onnxscript.rewriter import MatchResult
+
 from ..node import NodeInfo, ValueInfo
-from ..support import why_not
 from ..target import Target
-from ._graph import consumers_of
+from ._rules import FusionMiss, FusionRule, apply_rules, failed, passed, producer_info
 
 
-def _conv_ok(nd: NodeInfo) -> bool:
-    if nd.key != ("", "Conv"):
-        return False
+def _conv_reason(nd: NodeInfo) -> str | None:
     x, w, b = nd.input(0), nd.input(1), nd.input(2)
-    return (x is not None and x.dtype is not None and x.dtype.name == "float32" and w is not None
-            and w.value is not None and (b is None or b.value is not None))
+    if x is None or x.dtype is None or x.dtype.name != "float32":
+        return f"{nd.describe()}: input {x.describe() if x is not None else '?'} is not float32"
+    if w is None or w.value is None or (b is not None and b.value is None):
+        return f"{nd.describe()}: weights or bias are not constants"
+    return None
 
 
-def _bn_params(nd: NodeInfo) -> list[np.ndarray] | None:
-    if nd.key != ("", "BatchNormalization") or int(nd.attr("training_mode", 0)):
-        return None
-    if sum(not v.missing for v in nd.outputs) != 1:
-        return None
+def _bn_params(nd: NodeInfo) -> list[np.ndarray] | str:
+    """The BN's scale, B, mean and var as float64 vectors, or why it does not fold."""
+    if int(nd.attr("training_mode", 0)) or sum(not v.missing for v in nd.outputs) != 1:
+        return f"{nd.describe()} is not inference-only (training mode or more than one output)"
     params = [nd.input(i) for i in range(1, 5)]
     if any(v is None or v.value is None for v in params):
-        return None
+        return f"{nd.describe()}: scale, B, mean and var are not all constants"
     return [np.asarray(v.value, np.float64).reshape(-1) for v in params]
 
 
@@ -45,12 +50,10 @@ def _const(like: ValueInfo, name: str, value: np.ndarray) -> ValueInfo:
                                is_graph_input=False, is_graph_output=False)
 
 
-def _folded(conv: NodeInfo, bn: NodeInfo, params: list[np.ndarray]) -> NodeInfo | None:
+def _folded(conv: NodeInfo, bn: NodeInfo, params: list[np.ndarray]) -> NodeInfo:
     scale, bias, mean, var = params
     w = conv.input(1)
     m = w.value.shape[0]
-    if any(p.size != m for p in params):
-        return None
     a = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
     b0 = np.zeros(m) if conv.input(2) is None else np.asarray(conv.input(2).value, np.float64)
     w_new = (np.asarray(w.value, np.float64) * a.reshape((m,) + (1,) * (w.value.ndim - 1))).astype(np.float32)
@@ -61,25 +64,38 @@ def _folded(conv: NodeInfo, bn: NodeInfo, params: list[np.ndarray]) -> NodeInfo 
                                attrs={**conv.attrs, "fused_nodes": [conv.name, bn.name]})
 
 
-def fuse_conv_bn(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+class ConvBnRule(FusionRule):
+    """``BatchNormalization(Conv(x, W[, b]))`` -> one Conv with the BN folded into W and b, in the Conv's place."""
+
+    name = "conv_bn"
+    produces = ("", "Conv")
+    place = min  # the folded Conv reads what the Conv read: it stays where the Conv was
+
+    def pattern(self, op, x, w):
+        return op.BatchNormalization(op.Conv(x, w, _allow_other_inputs=True, _outputs=["conv"]),
+                                     _allow_other_inputs=True, _outputs=["bn"])
+
+    def check(self, context, conv: ir.Value, bn: ir.Value, **_: Any) -> MatchResult:
+        conv_node, bn_node = producer_info(conv), producer_info(bn)
+        if (reason := _conv_reason(conv_node)) is not None:
+            return failed(reason, conv)
+        params = _bn_params(bn_node)
+        if isinstance(params, str):
+            return failed(params, bn)
+        m = conv_node.input(1).value.shape[0]
+        if any(p.size != m for p in params):
+            return failed(f"{bn_node.describe()}: parameters of {[p.size for p in params]} values for {m} output "
+                          "channels", bn)
+        return passed()
+
+    def fuse(self, members: list[NodeInfo], conv: ir.Value, bn: ir.Value, **_: Any) -> NodeInfo:
+        conv_node, bn_node = producer_info(conv), producer_info(bn)
+        return _folded(conv_node, bn_node, _bn_params(bn_node))
+
+
+RULES = (ConvBnRule(),)
+
+
+def fuse_conv_bn(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
     """Return the node list with foldable Conv -> BatchNormalization pairs merged into one Conv."""
-    users = consumers_of(nodes)
-    replace: dict[int, NodeInfo] = {}
-    absorbed: set[int] = set()
-    for i, conv in enumerate(nodes):
-        if not _conv_ok(conv):
-            continue
-        y = conv.outputs[0]
-        readers = users.get(y.name, [])
-        if y.is_graph_output or len(readers) != 1 or readers[0] in absorbed:
-            continue
-        bn = nodes[readers[0]]
-        params = _bn_params(bn)
-        if params is None or bn.inputs[0].name != y.name:
-            continue
-        fused = _folded(conv, bn, params)
-        if fused is None or why_not(fused, target) is not None:
-            continue
-        replace[i] = fused
-        absorbed.add(readers[0])
-    return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]
+    return apply_rules(nodes, target, RULES, misses)

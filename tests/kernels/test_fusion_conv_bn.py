@@ -82,3 +82,26 @@ def test_near_misses_keep_the_batch_norm(kwargs):
     sess, steps = _run(model)
     assert steps == ["Conv"] and "bn" in assignment(sess)
     del sess
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"extra_reader": True}, "an intermediate value has other readers or is read outside the partition"),
+    ({"bn_runtime_mean": True}, "node 'bn' (BatchNormalization): scale, B, mean and var are not all constants"),
+])
+def test_each_near_miss_says_why(kwargs, reason):
+    """The rule's candidate (the BN) that does not fold leaves a FusionMiss with the reason (npu-report
+    --explain-fusions and the debug log show it)."""
+    misses = []
+    fused = fuse_conv_bn(nodes_from_model(_model(**kwargs)), Target.load("npu-ref"), misses)
+    assert "BatchNormalization" in [n.op_type for n in fused]
+    assert [(m.fusion, m.node, m.reason) for m in misses] == [("conv_bn", "bn", reason)]
+
+
+def test_the_folded_conv_takes_the_convs_place():
+    """Nodes between the Conv and its BN keep their order after the folded Conv (it reads only the Conv's input)."""
+    model = _model(extra_reader=False)
+    graph = model.graph
+    graph.node.insert(1, helper.make_node("Neg", ["x"], ["nx"], "between"))
+    graph.output.append(helper.make_tensor_value_info("nx", TensorProto.FLOAT, [1, C, 8, 7]))
+    fused = fuse_conv_bn(nodes_from_model(model), Target.load("npu-ref"))
+    assert [n.name for n in fused] == ["conv+bn", "between", "relu"]
