@@ -99,3 +99,25 @@ def test_kv_resident_in_npu_memory_crosses_no_kv_byte(models):
     assert per_step == [0, 8 * (1 + 1 + capacity) + 4 * info.vocab]  # ids, positions, mask; logits: no KV
     with pytest.raises(ValueError, match="kv_memory='npu'"):
         Generator(path, providers=CPU, kv_memory="npu")
+
+
+def test_generation_result_tells_the_three_kv_facts_apart(models):
+    """GenerationResult.kv_decode, per decode step: KV bytes across the host<->NPU boundary, bytes appended in place
+    or into a copy, past bytes copied and full copies, for the resident modes and the copying path."""
+    path, capacity = models["int4"], 64
+    info = inspect_model(onnx.load(str(path), load_external_data=False))
+    row = 2 * info.n_layers * info.kv_heads * info.head_dim * 4  # one token's K and V, every layer
+    got = {}
+    for name, kw in (("npu", dict(kv_memory="npu")), ("host", {}), ("copying", dict(kv_in_place=False))):
+        gen = Generator(path, providers=NPU, buckets=BUCKETS, max_kv_len=capacity, **kw)
+        got[name] = gen.generate(PROMPTS[1], STEPS).kv_decode
+    assert got["npu"] == {"mode": "resident npu", "kv_across_boundary_bytes": 0.0,
+                          "all_across_boundary_bytes": 8 * (2 + capacity) + 4 * info.vocab,
+                          "appended_in_place_bytes": row, "appended_into_copy_bytes": 0.0, "past_copied_bytes": 0.0,
+                          "full_copies": 0.0}
+    slots = row // info.n_layers // 2  # bytes of one position's K (or V) in one layer
+    assert got["host"]["kv_across_boundary_bytes"] == 2 * info.n_layers * 2 * capacity * slots  # pasts in, presents out
+    assert got["host"]["appended_in_place_bytes"] == row and got["host"]["full_copies"] == 0
+    assert got["copying"]["appended_into_copy_bytes"] == row and got["copying"]["full_copies"] == info.n_layers
+    assert got["copying"]["past_copied_bytes"] > 0
+    assert Generator(path, providers=CPU, buckets=BUCKETS).generate(PROMPTS[1], 2).kv_decode is None

@@ -4,10 +4,11 @@ CPU EP with the copying cache (the past fed, a fresh present returned, the new r
 greedy steps, repeats alternating.
 
 Per decode step it prints the three facts apart:
-  * KV bytes crossing the CPU<->NPU boundary: the partition inputs and outputs the bridge found in host memory
-    plus ORT's copies through NpuEP's data transfer (``ep.device_memory``), less the step's other tensors (ids,
-    positions, mask in; logits out). With the KV in host memory the partition reads and writes the whole past and
-    present there; with the KV resident in NPU memory (``kv_memory="npu"``) none of it crosses;
+  * KV bytes crossing the CPU<->NPU boundary (``GenerationResult.kv_decode``): the partition inputs and outputs
+    the bridge found in host memory plus ORT's copies through NpuEP's data transfer (``ep.device_memory``), less the
+    step's other tensors (ids, positions, mask in; logits out). With the KV in host memory the partition reads
+    and writes the whole past and present there; with the KV resident in NPU memory (``kv_memory="npu"``) none of
+    it crosses;
   * bytes appended in place and past bytes copied into a separate present, with the count of full copies: the
     GroupQueryAttention nodes' own counters (``kernels/ops/_kv_traffic``);
   * inter-token host time (median over repeats of each run's median), each mode against the CPU EP's.
@@ -47,33 +48,6 @@ def _generators(model: str, capacity: int, npu_options: dict[str, str]) -> dict[
                                         kv_in_place=False, ort_log_level=3)}
 
 
-def _counters(gen) -> dict[str, int]:
-    """The GQA nodes' KV counters, and the bytes that crossed between host and NPU memory for this generator's
-    NpuEP session: partition inputs and outputs the bridge found in host memory, plus ORT's copies through NpuEP's
-    data transfer (a session on the "npu" device)."""
-    from ...ep.device_memory import device_counters
-    from ...ep.kv_state import gqa_steps
-    from ...kernels.ops import _kv_traffic
-    from ...kernels.runtime import extension
-
-    out = _kv_traffic.total(gqa_steps(gen.session))
-    names = {name for ep in gen._runner.eps for name in ep.programs}
-    stats = [s for name, s in extension().partition_stats().items() if name in names]
-    out["bridge_host_bytes"] = sum(s["bytes_in"] - s["bytes_in_npu"] + s["bytes_out"] - s["bytes_out_npu"]
-                                   for s in stats)
-    device = device_counters(gen.session)
-    out["copied_across_bytes"] = device["bytes_to_npu"] + device["bytes_to_host"]
-    return out
-
-
-def _other_bytes_per_step(gen, capacity: int) -> int:
-    """Bytes of a decode step's other tensors, which cross in every mode: input_ids, position_ids, the mask
-    ([1, C] resident, [1, C + 1] copying) in, the logits [1, 1, V] out."""
-    info = gen.info
-    mask = capacity if gen.kv_in_place else capacity + 1
-    return 8 * (1 + int(info.feeds_position_ids) + mask) + 4 * (info.vocab or 0)
-
-
 def run(model: str, prompt_len: int, new_tokens: int, repeats: int, capacity: int | None = None,
         npu_options: dict[str, str] | None = None, vocab: int | None = None) -> dict[str, Any]:
     """Measure (module docstring); returns the numbers it prints."""
@@ -83,15 +57,9 @@ def run(model: str, prompt_len: int, new_tokens: int, repeats: int, capacity: in
     prompt = [int(t) for t in np.random.default_rng(0).integers(1, vocab, prompt_len)]
     per_step: dict[str, dict[str, float]] = {}
     for name, gen in gens.items():  # also the warm-up: every entry's first call
-        a = _counters(gen) if gen.uses_npu else None
-        gen.generate(prompt, 1, keep_logits=False)
-        b = _counters(gen) if gen.uses_npu else None
-        gen.generate(prompt, new_tokens, keep_logits=False)
-        if gen.uses_npu:  # per decode step: N tokens minus 1 token (prefill and first token alike), / (N - 1)
-            c = _counters(gen)
-            step = per_step[name] = {k: ((c[k] - b[k]) - (b[k] - a[k])) / (new_tokens - 1) for k in c}
-            crossed = step["bridge_host_bytes"] + step["copied_across_bytes"]
-            step["kv_boundary_bytes"] = crossed - _other_bytes_per_step(gen, capacity)
+        gen.generate(prompt, 2, keep_logits=False)
+        if gen.uses_npu:  # the generator's own per-decode-step account (GenerationResult.kv_decode)
+            per_step[name] = gen.generate(prompt, new_tokens, keep_logits=False).kv_decode
     itl: dict[str, list[float]] = {name: [] for name in gens}
     tokens: dict[str, list[int]] = {}
     for _ in range(repeats):
@@ -122,12 +90,10 @@ def _print(r: dict[str, Any]) -> None:
           f"{r['resident_equals_copying']}; resident in NPU memory vs CPU EP: {r['agree_with_cpu']} of "
           f"{r['new_tokens']} greedy tokens equal)")
     for name, step in r["per_decode_step"].items():
-        appended = step["appended_bytes"]
-        in_place, copy = (appended, 0) if step["in_place"] else (0, appended)
-        print(f"  {name:26s} per decode step: KV across the boundary {step['kv_boundary_bytes'] / 1e6:.3f} MB (all "
-              f"tensors {(step['bridge_host_bytes'] + step['copied_across_bytes']) / 1e6:.3f} MB), appended in "
-              f"place {in_place:.0f} B, into a copy {copy:.0f} B, past copied {step['copied_bytes'] / 1e6:.3f} MB "
-              f"in {step['full_copies']:.0f} full copies")
+        print(f"  {name:26s} per decode step: KV across the boundary {step['kv_across_boundary_bytes'] / 1e6:.3f} MB "
+              f"(all tensors {step['all_across_boundary_bytes'] / 1e6:.3f} MB), appended in place "
+              f"{step['appended_in_place_bytes']:.0f} B, into a copy {step['appended_into_copy_bytes']:.0f} B, past "
+              f"copied {step['past_copied_bytes'] / 1e6:.3f} MB in {step['full_copies']:.0f} full copies")
     npu_mem, res, cop, cpu = (med[m] for m in MODES)
     print(f"  inter-token host ms (median): NpuEP resident in NPU memory {npu_mem:.2f}, resident in host memory "
           f"{res:.2f}, copying {cop:.2f}, CPU EP {cpu:.2f}; NPU-memory resident / copying {npu_mem / cop:.2f}x "

@@ -34,7 +34,7 @@ import onnxruntime as ort
 
 from .entries import DECODE, PREFILL, PREFILL_HISTORY, EntryTable, declared_entries
 from .model_info import IoNames, check_kv_memory, detect_layouts, info_from_session, inspect_model
-from .resident import ResidentKv
+from .resident import ResidentKv, decode_step_bytes, kv_counters
 from .shapes import (DEFAULT_BUCKETS, KvCache, KvCapacityError, KvLayout, PaddingStats, PromptTooLongError,
                      check_buckets, chunk_buckets, plan_prefill)
 
@@ -84,6 +84,7 @@ class GenerationResult:
     logits: list[np.ndarray] | None = None     # [V] float32 row that chose each generated token
     entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the Generator's entries so far
     prefill_chunk: int | None = None           # the chunk size the prompt was planned with
+    kv_decode: dict[str, Any] | None = None    # per decode step on NpuEP: what the KV moved (Generator._kv_per_step)
 
     @property
     def mean_itl_s(self) -> float:
@@ -100,7 +101,7 @@ class GenerationResult:
                 "kv_length": self.kv_length,
                 "padding": {"logical": self.padding.logical_tokens, "executed": self.padding.executed_tokens,
                             "waste": self.padding.waste, "prefill_chunk": self.prefill_chunk},
-                "entries": self.entries,
+                "entries": self.entries, "kv_per_decode_step": self.kv_decode,
                 "shapes": {f"S={s},P={p}": {"calls": i.calls, "host_s": i.host_s, "npu_s": i.npu_s}
                            for (s, p), i in self.shapes.items()}}
 
@@ -351,6 +352,7 @@ class Generator:
         ttft = time.perf_counter() - t_start
         tokens, rows, itl, npu_decode = [token], [logits] if keep_logits else None, [], []
         stop = {int(t) for t in eos_token_ids}
+        kv_before = kv_counters(self.session, self._runner.eps)
         for _ in range(max_new_tokens - 1):
             if token in stop:
                 break
@@ -368,9 +370,28 @@ class Generator:
             tokens.pop()
             if rows is not None:
                 rows.pop()
+        kv = self._kv_per_step(kv_before, len(itl), cache.capacity)
         shapes = {k: dataclasses.replace(v) for k, v in self.shapes.items()}
         return GenerationResult(prompt, tokens, ttft, itl, npu_prefill, npu_decode, padding, steps, shapes,
-                                cache.capacity, cache.length, rows, self.entries.rows(), self.prefill_chunk)
+                                cache.capacity, cache.length, rows, self.entries.rows(), self.prefill_chunk, kv)
+
+    def _kv_per_step(self, before: dict[str, int], steps: int, capacity: int) -> dict[str, Any] | None:
+        """Issue 41's three facts per decode step, from the counters before and after the decode steps: KV bytes
+        across the host<->NPU boundary (what crossed, less the step's other tensors), bytes appended in place or
+        into a copy, past bytes copied and full copies."""
+        if not before or not steps:
+            return None
+        after = kv_counters(self.session, self._runner.eps)
+        d = {k: (after[k] - before[k]) / steps for k in after}
+        crossed = d["bridge_host_bytes"] + d["copied_across_bytes"]
+        other = decode_step_bytes(self.info, capacity if self.kv_in_place else capacity + 1)
+        in_place = d["in_place"] > 0
+        return {"mode": "resident " + self.kv_memory if self.kv_in_place else "copying",
+                "kv_across_boundary_bytes": crossed - other if self.info.vocab else None,
+                "all_across_boundary_bytes": crossed,
+                "appended_in_place_bytes": d["appended_bytes"] if in_place else 0.0,
+                "appended_into_copy_bytes": 0.0 if in_place else d["appended_bytes"],
+                "past_copied_bytes": d["copied_bytes"], "full_copies": d["full_copies"]}
 
 
 def generate(session_or_model_path, prompt_ids: Sequence[int], max_new_tokens: int, *,

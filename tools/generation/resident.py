@@ -166,3 +166,32 @@ class ResidentKv:
             return self.keys[layer][:, :, : self.length], self.values[layer][:, :, : self.length]
         k, v = self._values[layer]
         return k.numpy()[:, :, : self.length], v.numpy()[:, :, : self.length]
+
+
+def kv_counters(sess: ort.InferenceSession, eps: Sequence) -> dict[str, int]:
+    """Counters of ``sess`` (NpuEP sessions ``eps`` behind it): the GroupQueryAttention nodes' KV traffic
+    (``kernels/ops/_kv_traffic``: in_place, appended_bytes, copied_bytes, full_copies) and the bytes that crossed
+    between host and NPU memory: ``bridge_host_bytes``, partition inputs and outputs the bridge found in host
+    memory, and ``copied_across_bytes``, ORT's copies through NpuEP's data transfer (a session on the "npu"
+    device). Empty without an NpuEP session."""
+    if not eps:
+        return {}
+    from ...ep.device_memory import device_counters
+    from ...ep.kv_state import gqa_steps
+    from ...kernels.ops import _kv_traffic
+    from ...kernels.runtime import extension
+
+    out = _kv_traffic.total(p for ep in eps for p in gqa_steps(ep))
+    names = {name for ep in eps for name in ep.programs}
+    stats = [s for name, s in extension().partition_stats().items() if name in names]
+    out["bridge_host_bytes"] = sum(s["bytes_in"] - s["bytes_in_npu"] + s["bytes_out"] - s["bytes_out_npu"]
+                                   for s in stats)
+    device = device_counters(sess)
+    out["copied_across_bytes"] = device["bytes_to_npu"] + device["bytes_to_host"]
+    return out
+
+
+def decode_step_bytes(info: ModelInfo, mask_width: int) -> int:
+    """Bytes of a decode step's tensors other than the KV, which cross in every mode: input_ids, position_ids and
+    the mask in, the logits [1, 1, V] out (0 for an unknown vocabulary)."""
+    return 8 * (1 + int(info.feeds_position_ids) + mask_width) + 4 * (info.vocab or 0)
