@@ -169,3 +169,18 @@ def test_copies_between_npu_values_stay_on_the_npu_and_are_counted_there():
         == (1, NBYTES)
     assert after["copies_to_host"] == before["copies_to_host"] and after["copies_to_npu"] == before["copies_to_npu"]
     np.testing.assert_array_equal(b.numpy(), x)
+
+
+def test_ortvalue_route_with_device_type_npu_needs_npu_ep_vendor_id():
+    """ORT's own route: OrtValue.ortvalue_from_shape_and_type(device_type="npu", vendor_id=NpuEP's) allocates from
+    NpuEP's shared allocator; without the vendor id ORT finds no allocator for a generic NPU and says so."""
+    before = device_counters(None)
+    value = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, device_type="npu", device_id=0,
+                                                      vendor_id=NPU_VENDOR_ID)
+    assert value.device_name() == "npu"
+    assert device_counters(None)["live_bytes"] - before["live_bytes"] == NBYTES
+    x = RNG.standard_normal(SHAPE).astype(np.float32)
+    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(x)], [value])
+    np.testing.assert_array_equal(value.numpy(), x)
+    with pytest.raises(Exception, match="Cannot place the OrtValue on this device"):
+        ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, device_type="npu", device_id=0)
