@@ -160,9 +160,9 @@ def counters_with_dma(key: int, target: Target, memory: str) -> dict[str, Any]:
     """The shim's NPU-memory counters under ``key`` with each direction's emulated DMA time: every copy is one
     transfer of the target's DMA engine (``kernels.cost.dma_cycles``, the cost model's one formula)."""
     from ..kernels.cost import dma_cycles
-    from . import _native
+    from ..kernels.runtime import extension
 
-    c: dict[str, Any] = dict(_native.device_stats(key))
+    c: dict[str, Any] = dict(extension().device_stats(key))
     for direction in ("to_npu", "to_host", "on_npu"):
         copies, nbytes = c[f"copies_{direction}"], c[f"bytes_{direction}"]
         cycles = dma_cycles(target, nbytes, transfers=copies) if copies else 0.0

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..kernels import subprograms
 from ..kernels.fusion import fuse_partition
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.registry import kernel_for
@@ -104,17 +103,18 @@ def _plan_releases(steps: list[Step], keep: tuple[int, ...]) -> None:
         s.release = tuple(sorted(by_step.get(i, ())))
 
 
-def _compile_parts(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo], outputs: Sequence[ValueInfo],
-                   target: Target):
+def compile_parts(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo], outputs: Sequence[ValueInfo],
+                  target: Target):
+    """A graph a kernel holds (If branch, Loop/Scan body) compiled into plain parts (``kernels.subprograms``)."""
     from .program_io import program_to_parts
 
     return program_to_parts(compile_partition(name, nodes, inputs, outputs, target))
 
 
-def _load_program(header, arrays, target: Target) -> Program:
+def load_program(header, arrays, target: Target) -> Program:
+    """A graph's program back from its parts (``kernels.subprograms.program``)."""
     from .program_io import program_from_parts
 
     return program_from_parts(header, arrays, target)
 
 
-subprograms.register(_compile_parts, _load_program)  # kernels holding graphs (If) compile their branches with us

@@ -21,8 +21,9 @@ At run time a kernel reads what the program says about its step from ``prepared.
 movement, reductions with runtime axis normalization), so inputs of unknown rank are claimed; kernels that plan by
 rank (matmul tiles, convolution windows) leave it False and ``support.why_not`` declines unknown ranks for them.
 
-Adding an op = one ``register(KernelDef(...))`` in a module under ``kernels/ops/`` (auto-imported), one entry in
-the target files, one test.
+Adding an op = one ``register(KernelDef(...))`` in a module under ``kernels/ops/``, one row in
+``kernels/kernel_table.py`` (which module holds it: the registry imports those modules), one entry in the target
+files, one test.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .kernel_table import KERNEL_MODULES
 from .node import NodeInfo
 
 if TYPE_CHECKING:
@@ -153,9 +155,13 @@ KERNELS: dict[tuple[str, str], KernelDef] = {}
 
 
 def register(kernel: KernelDef) -> KernelDef:
+    """Called by the module ``kernels/kernel_table.py`` names for the kernel's op, when the registry imports it."""
     key = (kernel.domain, kernel.op_type)
     if key in KERNELS:
         raise ValueError(f"kernel {key} registered twice")
+    if key not in KERNEL_MODULES:
+        raise ValueError(f"kernel {key} has no row in kernels/kernel_table.py (which module under kernels/ops/ "
+                         "holds it)")
     KERNELS[key] = kernel
     return kernel
 
@@ -169,15 +175,18 @@ _loaded = False
 
 
 def _load_ops() -> None:
-    """Import every module of ``kernels.ops`` once so their ``register`` calls run."""
+    """Import the modules ``kernels/kernel_table.py`` names, once, and check each registered the ops its rows
+    give it."""
     global _loaded
     if _loaded:
         return
     import importlib
-    import pkgutil
 
     from . import ops
 
-    for mod in sorted(m.name for m in pkgutil.iter_modules(ops.__path__)):
+    for mod in sorted(set(KERNEL_MODULES.values())):
         importlib.import_module(f"{ops.__name__}.{mod}")
+    missing = sorted(f"{d}::{o} ({KERNEL_MODULES[d, o]})" for d, o in KERNEL_MODULES.keys() - KERNELS.keys())
+    if missing:
+        raise ImportError(f"kernels/kernel_table.py names ops their modules do not register: {', '.join(missing)}")
     _loaded = True

@@ -1,8 +1,9 @@
 """How a kernel that holds graphs (``If``, ``Loop``, ``Scan``) compiles and reloads them, without importing the
 layer above.
 
-Compiling a branch or body is the compiler's job (``ep.compiler``); the compiler registers its two functions here
-when it is imported, so ``kernels`` keeps depending only downward. A sub-program travels as plain parts (a JSON-able
+Compiling a branch or body is the compiler's job: ``COMPILER`` names the module (``ep.compiler``: its
+``compile_parts`` and ``load_program``), looked up when a graph is first compiled or loaded rather than imported,
+since ``ep`` imports ``kernels``; nothing registers itself on import. A sub-program travels as plain parts (a JSON-able
 header and named arrays), like every compiled program in the cache and in EPContext payloads, stored in its owner's
 Prepared: the header under ``attrs[key]``, the arrays under ``consts['key/...']``.
 
@@ -13,34 +14,29 @@ loaded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 Parts = tuple[dict[str, Any], dict[str, np.ndarray]]
-_compile: Callable[..., Parts] | None = None
-_load: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any] | None = None
+# the module that compiles and loads graphs, relative to this package: compile_parts(name, nodes, inputs, outputs,
+# target) -> (header, arrays); load_program(header, arrays, target) -> program
+COMPILER = "..ep.compiler"
 
 
-def register(compile_fn: Callable[..., Parts],
-             load_fn: Callable[[dict[str, Any], dict[str, np.ndarray], Any], Any]) -> None:
-    """Called once by ``ep.compiler``: ``compile_fn(name, nodes, inputs, outputs, target) -> (header, arrays)``,
-    ``load_fn(header, arrays, target) -> program``."""
-    global _compile, _load
-    _compile, _load = compile_fn, load_fn
+def _compiler() -> ModuleType:
+    return importlib.import_module(COMPILER, __package__)
 
 
 def compile_parts(name: str, nodes: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], target) -> Parts:
-    if _compile is None:
-        raise RuntimeError("no compiler registered for subgraphs (import npu_ep.ep.compiler first)")
-    return _compile(name, nodes, inputs, outputs, target)
+    return _compiler().compile_parts(name, nodes, inputs, outputs, target)
 
 
 def load_program(header: dict[str, Any], arrays: dict[str, np.ndarray], target) -> Any:
-    if _load is None:
-        raise RuntimeError("no compiler registered for subgraphs (import npu_ep.ep.compiler first)")
-    return _load(header, arrays, target)
+    return _compiler().load_program(header, arrays, target)
 
 
 def program(owner: Any, key: str) -> Any:
