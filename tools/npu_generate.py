@@ -83,8 +83,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-kv", type=lambda t: [f for f in t.replace(" ", ",").split(",") if f], default=None,
                    metavar="FORMATS", help="generate with float32 KV and with each of these formats (comma-separated) "
                    "and print greedy token agreement and logit drift against float32 KV")
+    p.add_argument("--kv", choices=KV_MODES, default=None,
+                   help="where the KV cache lives between steps: resident (past and present bound to one buffer, "
+                   "updated in place; the default on NpuEP for GroupQueryAttention graphs), resident-npu (the same "
+                   "in NpuEP's device memory: no KV byte crosses to the host) or copying (fed and copied every step)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     return p
+
+
+KV_MODES = ("resident", "resident-npu", "copying")
+
+
+def _kv_mode(mode: str | None) -> dict:
+    """Generator keywords of a --kv choice (None: the generator's default)."""
+    if mode is None:
+        return {}
+    return {"kv_in_place": mode != "copying", "kv_memory": "npu" if mode == "resident-npu" else "host"}
 
 
 def format_result(res: GenerationResult) -> str:
@@ -97,6 +111,13 @@ def format_result(res: GenerationResult) -> str:
     for e in res.entries:
         lines.append(f"  entry {e['name']:<28s} calls {e['calls']:4d}  host {e['host_s'] * 1e3:8.1f} ms  "
                      f"NPU {e['npu_s'] * 1e3:8.3f} ms")
+    kv = res.kv_decode
+    if kv is not None:
+        across = kv["kv_across_boundary_bytes"]
+        lines.append(f"KV per decode step ({kv['mode']}): {'?' if across is None else f'{across:,.0f}'} bytes across "
+                     f"the host<->NPU boundary, {kv['appended_in_place_bytes']:,.0f} appended in place, "
+                     f"{kv['appended_into_copy_bytes']:,.0f} into a copy, {kv['past_copied_bytes']:,.0f} of past "
+                     f"copied in {kv['full_copies']:.0f} full copies")
     return "\n".join(lines)
 
 
@@ -211,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare_kv(args, model, io, buckets, max_kv_len, npu_options)
         gen = Generator(model, providers=providers, buckets=buckets, max_kv_len=max_kv_len,
                         chunked_prefill=args.chunked, ort_log_level=4, io=io,  # ORT errors: the one line below
-                        prefill_chunk=args.prefill_chunk)
+                        prefill_chunk=args.prefill_chunk, **_kv_mode(None if args.cpu else args.kv))
         res = gen.generate(_flat(args.prompt_ids), args.max_new_tokens, keep_logits=False, eos_token_ids=eos)
     except (PromptTooLongError, KvCapacityError, ValueError, OSError, DecodeError) as exc:
         print(f"npu-generate: error: {_first_line(exc)}", file=sys.stderr)

@@ -5,6 +5,8 @@ GroupQueryAttention node runs on NpuEP, and the nodes' KV counters show appends 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -121,3 +123,15 @@ def test_generation_result_tells_the_three_kv_facts_apart(models):
     assert got["copying"]["appended_into_copy_bytes"] == row and got["copying"]["full_copies"] == info.n_layers
     assert got["copying"]["past_copied_bytes"] > 0
     assert Generator(path, providers=CPU, buckets=BUCKETS).generate(PROMPTS[1], 2).kv_decode is None
+
+
+def test_npu_generate_kv_option(models, capsys):
+    from npu_ep.tools.npu_generate import main
+
+    argv = [str(models["int4"]), "--prompt-ids", *map(str, PROMPTS[1]), "--max-new-tokens", "4", "--max-kv-len", "64"]
+    assert main([*argv, "--kv", "resident-npu"]) == 0
+    out = capsys.readouterr().out
+    assert "KV per decode step (resident npu): 0 bytes across the host<->NPU boundary" in out
+    assert main([*argv, "--kv", "copying", "--json"]) == 0
+    kv = json.loads(capsys.readouterr().out)["kv_per_decode_step"]
+    assert kv["mode"] == "copying" and kv["full_copies"] == 4  # one per layer
