@@ -12,8 +12,8 @@ feeds only one Q, scales and zero points are constants, and no intermediate valu
 
 Every op a rule emits must be one the target NPU runs (``options.target``, ``target_ops.why_not_emitted``): NpuEP
 runs DQ -> op -> Q units as they are, so fusing into an op the target declines would only lose coverage.
-The units' patterns are ``kernels.fusion.patterns``' (``dq``, ``q``, ``qdq_matmul``, ``qdq_conv``), which the
-compiler's in-partition QDQ units match too.
+The units' patterns are ``kernels.fusion.patterns``' (``dq``, ``q``, ``qdq_matmul``, ``qdq_conv``, ``qdq_moved``),
+which the compiler's in-partition QDQ units (``kernels/fusion/qdq.py``, ``qdq_bytes.py``) match too.
 """
 
 from __future__ import annotations
@@ -269,9 +269,7 @@ class QdqPassThrough(_QdqRule):
         self.op_type = op_type
 
     def pattern(self, op, x, s1, s2):
-        v = getattr(op, self.op_type)(_dq(op, x, s1, "deq"), _allow_other_inputs=True,
-                                      _allow_other_attributes=True, _outputs=["moved"])
-        return _q(op, v, s2, "y")
+        return patterns.qdq_moved(op, self.op_type, x, s1, s2)
 
     def check(self, context, deq, moved, y, **_) -> MatchResult:
         failed = first_failure(single_use(deq, "DequantizeLinear output"),

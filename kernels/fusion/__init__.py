@@ -40,7 +40,7 @@ PASSES: tuple[FusionPass, ...] = (
                (qdq.FUSED_DOMAIN, qdq.FUSED_MATMUL), qdq.fuse_qdq, explains=True),
     FusionPass("qdq_bytes", "DQ(8-bit x) -> MaxPool | nearest Resize | Flatten | Reshape | Transpose | Squeeze | "
                "Unsqueeze -> Q with the DQ's own parameters: the op on the bytes", ("", "MaxPool"),
-               qdq_bytes.fuse_qdq_bytes),
+               qdq_bytes.fuse_qdq_bytes, explains=True),
     FusionPass("qdq_lut", "DQ(8-bit x) [, DQ(8-bit y)] -> Add | Sub | Mul | Div | Clip | Relu | Max | Min | Abs | Neg "
                "(other inputs scalar constants) -> Q(8-bit) units, chains composed",
                (qdq_lut.FUSED_DOMAIN, qdq_lut.FUSED_OP), qdq_lut.fuse_qdq_lut),

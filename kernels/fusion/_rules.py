@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 INFO = "npu_ep.node"  # ir.Node.meta key of the mirrored NodeInfo
 INDEX = "npu_ep.index"  # ir.Node.meta key of the node's index in the partition's list
 MODEL = "npu_ep.model"  # ir.Graph.meta key of the mirror's model (for sub-patterns matched from a rule)
+TARGET = "npu_ep.target"  # ir.Graph.meta key of the target the partition compiles for (for checks that run kernels)
 _OTHER_USES = "Matched nodes have other uses preventing replacement."
 
 
@@ -149,6 +150,10 @@ class FusionRule:
 
     def absorbed(self, **bindings: Any) -> list[ir.Node]:
         """Nodes outside the pattern that the fused node also takes over (attention's repeat_kv paths)."""
+        return []
+
+    def kept(self, **bindings: Any) -> list[ir.Node]:
+        """Matched nodes that stay in the list beside the fused node (a DQ other nodes may read too)."""
         return []
 
     def variants(self) -> list[Callable[..., Any]]:
@@ -287,7 +292,8 @@ def _try(rule: FusionRule, model: ir.Model, node: ir.Node) -> tuple[tuple[list[i
         tracer = _LastResult()
         match = p.match(model, model.graph, node, tracer=tracer, check_nodes_are_removable=rule.only_readers)
         if match:
-            members = sorted({*match.nodes, *rule.absorbed(**match.bindings)}, key=lambda n: n.meta[INDEX])
+            chain = {*match.nodes, *rule.absorbed(**match.bindings)} - set(rule.kept(**match.bindings))
+            members = sorted(chain, key=lambda n: n.meta[INDEX])
             fused = rule.fuse([node_info(n) for n in members], **match.bindings)
             return ([n.meta[INDEX] for n in members], fused), None
         miss = _miss_reason(tracer, p._target_pattern.num_nodes())
@@ -353,6 +359,7 @@ class RuleRun:
         for rule in self.roots.get(i, ()):
             if self.model is None:
                 self.model, self.mirrored = mirror(self.nodes, self._reachable())
+                self.model.graph.meta[TARGET] = self.target
             found, miss = _try(rule, self.model, self.mirrored[i])
             if found is not None and (refused := why_not(found[1], self.target)) is not None:
                 found, miss = None, ((4, 0), f"target declines the fused node: {refused}", frozenset(found[0]))

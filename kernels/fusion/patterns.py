@@ -104,3 +104,11 @@ def qdq_conv(op: Any, x: Any, sx: Any, w: Any, sw: Any, sy: Any, bq: Any = None,
     if with_bias:
         inputs.append(dq(op, bq, sb, "dbias"))
     return q(op, op.Conv(*inputs, _allow_other_attributes=True, _outputs=["conv"]), sy, "y")
+
+
+def qdq_moved(op: Any, op_type: str, x: Any, s1: Any, s2: Any) -> Any:
+    """``Q(op_type(DQ(x), ...))``: a QDQ unit around an op that moves or selects elements; binds ``deq``, ``moved``
+    and ``y``."""
+    v = getattr(op, op_type)(dq(op, x, s1, "deq"), _allow_other_inputs=True, _allow_other_attributes=True,
+                             _outputs=["moved"])
+    return q(op, v, s2, "y")

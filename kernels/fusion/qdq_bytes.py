@@ -14,19 +14,30 @@ running the two kernels on all 256 bytes (the unit stays float where it does not
 Rules: the op's data input is a per-tensor DequantizeLinear of an 8-bit tensor (constant float32 scale > 0 and
 zero point); the op has one used output, read only by one per-tensor QuantizeLinear with equal scale, zero point
 and type, not a graph output; its other inputs are constants; the target runs the op on the 8-bit type.
+
+The unit is ``kernels.fusion.patterns.qdq_moved``, the pattern ``rewriter/qdq.py``'s QdqPassThrough rules match
+too; a candidate (the Q) that fails a rule above is a ``FusionMiss`` with the rule's reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    from onnxscript.rewriter import MatchResult
+
 from ..node import NodeInfo
 from ..registry import kernel_for
-from ..support import dtype_name, why_not
+from ..support import dtype_name
 from ..target import Target
-from ._graph import consumers_of, producers_of
+from . import patterns
+from ._graph import consumers_of
+from ._rules import TARGET, FusionMiss, FusionRule, apply_rules, failed, passed, producer_info
 from .qdq import DQ_OPS, Q_OPS
 
 MOVES = frozenset({"MaxPool", "Resize", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"})
@@ -70,39 +81,63 @@ def _moves_only(op: NodeInfo) -> bool:
     return True
 
 
-def fuse_qdq_bytes(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
+class QdqBytesRule(FusionRule):
+    """``Q(op(DQ(x), ...))`` for an op in ``MOVES`` with the DQ's own parameters -> ``op(x, ...)`` on the bytes, in
+    the op's place; the DQ stays for its other readers (it goes where none is left)."""
+
+    name = "qdq_bytes"
+    produces = None  # the op itself, on the 8-bit type (support.why_not decides)
+    place = min  # after the DQ leaves the chain, the op is its first member
+    only_readers = False  # the DQ may feed others; the check asks that the op's output feed the Q alone
+
+    def variants(self) -> list[Callable[..., Any]]:
+        def around(op_type: str) -> Callable[..., Any]:
+            return lambda op, x, s1, s2: patterns.qdq_moved(op, op_type, x, s1, s2)
+
+        return [around(t) for t in sorted(MOVES)]
+
+    def check(self, context, deq: ir.Value, moved: ir.Value, y: ir.Value, **_: Any) -> MatchResult:
+        dq, op, q = producer_info(deq), producer_info(moved), producer_info(y)
+        reason = _reason(dq, op, q, len(moved.uses()) == 1 and not moved.is_graph_output(), context.model)
+        return passed() if reason is None else failed(reason, y)
+
+    def kept(self, deq: ir.Value, **_: Any) -> list[ir.Node]:
+        return [deq.producer()]
+
+    def fuse(self, members: list[NodeInfo], deq: ir.Value, moved: ir.Value, y: ir.Value, **_: Any) -> NodeInfo:
+        dq, op, q = producer_info(deq), producer_info(moved), producer_info(y)
+        return dataclasses.replace(op, name=f"{op.name}+{q.name}", inputs=(dq.inputs[0], *op.inputs[1:]),
+                                   outputs=(q.outputs[0], *op.outputs[1:]),
+                                   attrs={**op.attrs, "fused_nodes": [dq.name, op.name, q.name]})
+
+
+def _reason(dq: NodeInfo, op: NodeInfo, q: NodeInfo, q_alone: bool, model: Any) -> str | None:
+    """Why the unit does not run on the bytes, or None."""
+    if not _moves_only(op):
+        return f"{op.describe()} does not only move or select elements (Resize: nearest only; MaxPool: one output)"
+    if any(v.value is None for v in op.inputs[1:] if not v.missing):
+        return f"{op.describe()}: its other inputs are not constants"
+    if dq.inputs[0].value is not None:
+        return f"{dq.describe()} dequantizes a constant"
+    if op.outputs[0].is_graph_output or not q_alone or q.inputs[0].name != op.outputs[0].name:
+        return f"{op.describe()}: its output is read outside the unit"
+    pq, pd = _params(q), _params(dq)
+    if pq is None or pq != pd or pd[0] <= 0:
+        return (f"{q.describe()} and {dq.describe()} are not per tensor 8-bit with the same constant scale > 0, zero "
+                "point and type")
+    if not _roundtrip_exact(dq, q, model.graph.meta[TARGET], pd[2]):
+        return f"{q.describe()}(DequantizeLinear(v)) is not v for every byte"
+    return None
+
+
+RULES = (QdqBytesRule(),)
+
+
+def fuse_qdq_bytes(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
     """Return the node list with 8-bit movement/MaxPool QDQ units running on the bytes."""
-    users = consumers_of(nodes)
-    producer = producers_of(nodes)
-    replace: dict[int, NodeInfo] = {}
-    absorbed: set[int] = set()
-    for i, op in enumerate(nodes):
-        if not _moves_only(op) or not op.inputs or any(v.value is None for v in op.inputs[1:] if not v.missing):
-            continue
-        j = producer.get(op.inputs[0].name)
-        dq = nodes[j] if j is not None else None
-        y = op.outputs[0]
-        readers = users.get(y.name, [])
-        if dq is None or dq.key not in DQ_OPS or dq.inputs[0].value is not None or y.is_graph_output \
-                or len(readers) != 1:
-            continue
-        q = nodes[readers[0]]
-        pq, pd = (_params(q) if q.key in Q_OPS else None), _params(dq)
-        if pq is None or pq != pd or pd[0] <= 0 or q.inputs[0].name != y.name:
-            continue
-        if not _roundtrip_exact(dq, q, target, pd[2]):
-            continue
-        src = dq.inputs[0]
-        fused = dataclasses.replace(op, name=f"{op.name}+{q.name}", inputs=(src, *op.inputs[1:]),
-                                    outputs=(q.outputs[0], *op.outputs[1:]),
-                                    attrs={**op.attrs, "fused_nodes": [dq.name, op.name, q.name]})
-        if why_not(fused, target) is not None:
-            continue
-        replace[i] = fused
-        absorbed.add(readers[0])
-    if not replace:
+    out = apply_rules(nodes, target, RULES, misses)
+    if out is nodes or len(out) == len(nodes):
         return nodes
-    out = [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in absorbed]
     # DequantizeLinears left without readers go too
     users = consumers_of(out)
     return [nd for nd in out if not (nd.key in DQ_OPS and all(

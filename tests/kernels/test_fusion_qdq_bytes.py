@@ -92,3 +92,22 @@ def test_near_misses_keep_the_float_unit(case):
     op = case.get("op", "MaxPool")
     i = _ops(fused).index(op)
     assert fused[i - 1].op_type == "DequantizeLinear" and fused[i + 1].op_type == "QuantizeLinear"
+
+
+_SAME_PARAMS = "are not per tensor 8-bit with the same constant scale > 0, zero point and type"
+
+
+@pytest.mark.parametrize("case, reason", [
+    ({"q2_scale": 0.07}, f"node 'q1' (QuantizeLinear) and node 'dq0' (DequantizeLinear) {_SAME_PARAMS}"),
+    ({"op": "Resize", "op_attrs": {"mode": "linear"}},
+     "node 'op' (Resize) does not only move or select elements (Resize: nearest only; MaxPool: one output)"),
+    ({"indices": True},
+     "node 'op' (MaxPool) does not only move or select elements (Resize: nearest only; MaxPool: one output)"),
+])
+def test_each_near_miss_says_why(case, reason):
+    """The rule's candidate (the Q after the op) that stays a float unit leaves a FusionMiss with the reason
+    (npu-report --explain-fusions and the debug log show it); the Flatten unit after it still runs on the bytes."""
+    misses = []
+    fused = fuse_qdq_bytes(nodes_from_model(_model(**case)), REF, misses)
+    assert "Flatten" in _ops(fused) and "QuantizeLinear" in _ops(fused)
+    assert [(m.fusion, m.node, m.reason) for m in misses] == [("qdq_bytes", "q1", reason)]
