@@ -8,7 +8,7 @@ the program's C++ loop runs without calling the step's Python kernel (``ep/nativ
   ones that repeat (a benchmark feeding the same input would otherwise skip work a real caller does).
 - A view step: Reshape/Squeeze/Unsqueeze/Flatten, and Identity, on an input of the bound shape is numpy's reshape
   to the bound output shape (a view where the layout allows, else a copy, as the kernels'); a runtime shape or axes
-  input (an exporter's Shape -> Concat chain) must hold the value it was bound for (``_native.fixed_inputs``).
+  input (an exporter's Shape -> Concat chain) must hold the value it was bound for (``kernels.runtime.fixed_inputs``).
 - A call step: a kernel with a ``bind`` function (``kernels.registry.KernelDef``) names the native kernel call its
   Python ``run`` would make for these shapes (conv, int4 matmuls), and the loop makes that call directly; or a
   step of its own where the call's arguments depend on input values (GroupQueryAttention's lengths:
