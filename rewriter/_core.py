@@ -1,6 +1,6 @@
 """The rewrite pipeline: load a model, run the requested rule families in a fixed order, report, save.
 
-Each family (``cleanup``, ``qdq``, ``rope``, ``gqa``, ``int4``) is a module exposing
+Each family (passes ``cleanup``, ``qdq``, ``rope`` (module ``rotary``), ``gqa``, ``int4``) is a module exposing
 ``apply(model, options, report)``, listed in the static table ``FAMILIES``; here each one is wrapped in an
 ``onnx_ir`` ``InPlacePass`` and the passes run in ``ALL_PASSES`` order whatever order the user listed them in.
 Families run their onnxscript rules through ``rule_set.apply_rule_set``, so every family reports
@@ -19,7 +19,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from . import cleanup, gqa, int4, qdq, rope
+from . import cleanup, gqa, int4, qdq, rotary
 from .model_io import EXTERNAL_DATA_THRESHOLD, RewriteError, load_model, save_model, tensor_bytes  # noqa: F401 - re-exported
 from .options import ALL_PASSES, RewriteOptions, RewriteReport
 from .target_ops import load_target
@@ -43,7 +43,7 @@ class RewriteResult:
 
 # pass name -> family module (each exposes ``apply(model, options, report)``); a static table, so every family is
 # imported with the package and a typo is an import error, not a run-time surprise
-FAMILIES: dict[str, ModuleType] = {"cleanup": cleanup, "qdq": qdq, "rope": rope, "gqa": gqa, "int4": int4}
+FAMILIES: dict[str, ModuleType] = {"cleanup": cleanup, "qdq": qdq, "rope": rotary, "gqa": gqa, "int4": int4}
 
 
 # pass -> passes it cannot work without, run first whether or not they were named: rope and gqa match on static

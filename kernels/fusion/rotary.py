@@ -15,7 +15,7 @@ float32 with last dim h where known; the Add sums the two products (either order
 the next op alone and is not a graph output; the target lists ``npu::RotateHalf``. What is known only at run time,
 the kernel checks on every call: where the rotation is not the one above it runs the ops as written.
 
-The chain is ``kernels.fusion.patterns.rotary`` over ``rotate_half``, the pattern ``rewriter/rope.py`` matches too;
+The chain is ``kernels.fusion.patterns.rotary`` over ``rotate_half``, the pattern ``rewriter/rotary.py`` matches too;
 a candidate that fails a rule above is a ``FusionMiss`` with the rule's reason (``_rules.py``).
 """
 

@@ -14,14 +14,14 @@ from npu_ep.models._builder import GraphBuilder
 from npu_ep.models.feeds import decoder_feeds
 from npu_ep.models.tiny_llama import build_tiny_llama_proto
 from npu_ep.models.weights import LlamaConfig
-from npu_ep.rewriter import gqa, rope
+from npu_ep.rewriter import gqa, rotary
 from npu_ep.rewriter.options import RewriteOptions, RewriteReport
 
 CFG = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   intermediate_size=96, vocab_size=97, max_position_embeddings=64)
 
 
-def fuse(proto: onnx.ModelProto, families=(rope, gqa)) -> tuple[onnx.ModelProto, RewriteReport]:
+def fuse(proto: onnx.ModelProto, families=(rotary, gqa)) -> tuple[onnx.ModelProto, RewriteReport]:
     model, report = ir.serde.deserialize_model(proto), RewriteReport()
     ir.passes.common.ShapeInferencePass()(model)
     optimizer.optimize(model)

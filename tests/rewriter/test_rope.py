@@ -14,7 +14,7 @@ from npu_ep.models._builder import GraphBuilder
 from npu_ep.models.feeds import decoder_feeds
 from npu_ep.models.tiny_llama import build_tiny_llama_proto
 from npu_ep.models.weights import LlamaConfig, inv_freq
-from npu_ep.rewriter import rope
+from npu_ep.rewriter import rotary
 from npu_ep.rewriter.options import RewriteOptions, RewriteReport
 
 CFG = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -36,7 +36,7 @@ def run(proto: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
 
 def fuse(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, RewriteReport]:
     model, report = prepare(proto), RewriteReport()
-    rope.apply(model, RewriteOptions(), report)
+    rotary.apply(model, RewriteOptions(), report)
     return ir.serde.serialize_model(model), report
 
 
