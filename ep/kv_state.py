@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernels.ops._kv_state import KV_STATE, DEFAULT, KvState, KvStateError
+from ..kernels.ops._kv_state import DEFAULT, KvState, KvStateError
 from .sessions import session_of
 
 __all__ = ["DEFAULT", "KvState", "KvStateError", "enable", "gqa_steps"]
@@ -36,9 +36,9 @@ def enable(sess: Any, capacity: int) -> KvState:
     if not steps:
         raise ValueError("stateful KV: NpuEP runs no GroupQueryAttention node of this session (rewrite the decoder "
                          "with npu-rewrite --passes ...,gqa, and check the graph assignment)")
-    state = steps[0].memo.get(KV_STATE)
+    state = steps[0].runtime.kv_state
     if state is None or state.capacity != int(capacity):
         state = KvState(capacity)
         for p in steps:
-            p.memo[KV_STATE] = state
+            p.runtime.kv_state = state  # a guarded field: a native step bound before declines from now on
     return state

@@ -60,7 +60,7 @@ class OpCost:
 
 KERNEL_CHOICES = ("native", "reference")
 # StepRuntime fields a bound native step depends on: changing one bumps the record's generation
-_GUARDED = frozenset({"kernels", "threads", "partition_outputs", "dma_counts"})
+_GUARDED = frozenset({"kernels", "threads", "partition_outputs", "dma_counts", "kv_state"})
 
 
 @dataclasses.dataclass(eq=False)
@@ -84,6 +84,9 @@ class StepRuntime:
     const_shapes: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     # sub-programs (If branches, Loop/Scan bodies) loaded from the step's attributes: key -> program
     subprograms: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the session's stateful KV (kernels.ops._kv_state.KvState, set by ep.kv_state.enable): GroupQueryAttention
+    # keeps each sequence's K/V between runs
+    kv_state: Any = None
     # the generation, bumped on every change of a guarded field: an int64 array of one element, so C++ reads it
     counter: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(1, np.int64), repr=False)
 

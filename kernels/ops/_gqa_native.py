@@ -21,7 +21,6 @@ from ..shape_memo import memo_per_shape
 from .. import runtime
 from . import _kv_traffic
 from ._kv_pool import present_buffer
-from ._kv_state import KV_STATE
 from ._util import arg
 
 FALLBACK = "gqa_native_fallback"  # Prepared.memo key: why the last call ran the reference, or None
@@ -114,10 +113,12 @@ def bind(p: Prepared, inputs, outs) -> Any:
     """The native path as a step the program's loop runs itself (``ep/native/gqa_step.cc``), for a decoder's node
     whose presents are outputs of the partition; None otherwise (the kernel keeps running). The step resolves the
     lengths from seqlens_k and total_sequence_length on every call as ``attention._run`` does, and declines what
-    it was not bound for, and every call once the session keeps a stateful KV (``_kv_state``)."""
+    it was not bound for. Not bound while the session keeps a stateful KV (``_kv_state``): enabling one changes
+    the step's runtime record, so a step bound before declines from then on."""
     where = p.runtime.partition_outputs
     ext = runtime.extension()
     if (ext is None or runtime.native(p) is None or p.memo.get(FALLBACK) is not None or not where
+            or p.runtime.kv_state is not None
             or 1 not in where or 2 not in where or len(inputs) < 7 or any(x is not None for x in inputs[10:])):
         return None
     if any(inputs[i] is None and arg(p, inputs, i) is not None for i in range(7)):
@@ -144,5 +145,5 @@ def bind(p: Prepared, inputs, outs) -> Any:
     shape = lambda x: None if x is None else x.shape
     return ext.GqaStep(query.dtype, query.shape, shape(key), shape(past_k), seqlens.shape, total.shape, shape(pos),
                        cos, sin, (where[1], where[2]), n, nkv, scale, softcap, window, interleaved,
-                       runtime.threads(p), [runtime.guard(p), (p.memo, KV_STATE, None)],
+                       runtime.threads(p), [runtime.guard(p)],
                        _kv_traffic.counters(p))

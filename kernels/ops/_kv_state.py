@@ -26,7 +26,6 @@ from collections.abc import Iterator
 
 import numpy as np
 
-KV_STATE = "kv_state"  # Prepared.memo key: the session's KvState (set by ep.kv_state.enable)
 DEFAULT = "default"
 
 

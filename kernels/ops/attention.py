@@ -65,7 +65,7 @@ from ..target import Target
 from .. import runtime
 from . import _gqa_native, _kv_format, _kv_traffic
 from ._kv_pool import present_buffer
-from ._kv_state import KV_STATE, KvState, check_continues
+from ._kv_state import KvState, check_continues
 from ._util import arg, stash_constants
 from ._vector import itemsize_of, transcendental
 from .rotary import rotate_inplace, signed_sin, wide_cos
@@ -440,7 +440,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     query, key, value, past_k, past_v, seqlens_k, total = _args(p, inputs)
     total = int(total.item())
     s = query.shape[1]
-    state = p.memo.get(KV_STATE)
+    state = p.runtime.kv_state
     if state is not None and past_k is not None and past_k.shape[2] == 0:
         return _stateful(p, state, inputs, query, key, value, past_k.shape[3], seqlens_k, total)
     past_len = 0 if past_k is None else past_k.shape[2]

@@ -64,12 +64,12 @@ def _feeds(info, ids: list[int], start: int, mask: np.ndarray) -> dict[str, np.n
     return feeds
 
 
-def _generate_bound(sess, info) -> tuple[list[int], list[np.ndarray], ResidentKv]:
+def _generate_bound(sess, info, prompt=PROMPT) -> tuple[list[int], list[np.ndarray], ResidentKv]:
     """Greedy tokens with past and present bound to one buffer per layer (free slots hold SENTINEL)."""
     cache = ResidentKv(info, CAPACITY)
     for a in cache.keys + cache.values:
         a[...] = SENTINEL
-    ids, tokens, rows = list(PROMPT), [], []
+    ids, tokens, rows = list(prompt), [], []
     for step in range(STEPS):
         io = cache.bind(sess, _feeds(info, ids, cache.length, cache.mask(len(ids), step == 0)), [info.io.logits])
         sess.run_with_iobinding(io)
@@ -298,3 +298,21 @@ def test_bound_buffers_too_small_for_the_new_rows_are_a_clear_error(decoder):
             sess.run_with_iobinding(io)
         for x, old in zip(caches, before):
             np.testing.assert_array_equal(x, old)
+
+
+def test_enabling_the_state_after_native_steps_were_bound(decoder):
+    """A session that ran (and bound its GroupQueryAttention steps natively) before the state was enabled: the
+    bound steps decline from then on (the state is a guarded field of the step's runtime record), so the stateful
+    contract holds and the tokens are the CPU EP's. A one-token prompt is the case that needs it: the decode step
+    bound for a one-token query would take that first prompt as an ordinary one and keep nothing."""
+    path, info = decoder
+    sess = _npu(path)
+    _generate_bound(sess, info)  # the decode signature's steps are bound natively
+    state = enable(sess, CAPACITY)
+    run = _Stateful(sess, info, state, "default")
+    run.ids = PROMPT[:1]
+    for _ in range(4):
+        run.step()
+    want, _, _ = _generate_bound(_cpu(path), info, PROMPT[:1])
+    assert run.tokens == want[:4]
+    assert state.length("default") == [4]
