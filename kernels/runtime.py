@@ -129,8 +129,11 @@ def configure(prepared: Iterable[Prepared], kernels: str, threads: int) -> None:
 
 def copy_runtime(src: Prepared, dst: Prepared) -> None:
     """Give a nested Prepared (fused ops run an inner kernel) its owner's kernel choice and threads (not its
-    partition outputs: the inner kernel's outputs are not the step's)."""
-    dst.runtime.kernels, dst.runtime.threads = src.runtime.kernels, src.runtime.threads
+    partition outputs: the inner kernel's outputs are not the step's). Called on every run of the owner: the
+    record's guarded assignment is only made when the setting differs."""
+    have, want = dst.runtime, src.runtime
+    if have.kernels != want.kernels or have.threads != want.threads:
+        have.kernels, have.threads = want.kernels, want.threads
 
 
 def native(p: Prepared) -> ModuleType | None:
