@@ -6,9 +6,10 @@ matmuls that the epilogue pass left alone, the rms pass makes an RMS norm writte
 the norm pass folds a norm into a matmul or a sibling group.
 A pass applies only where the target lists its fused op (``support.why_not`` on the synthetic node).
 
-Passes written as rules (``_rules.FusionRule``: an onnxscript pattern, a check with a reason, the fused node) report
-each candidate they decline as a ``FusionMiss``: ``fuse_partition`` logs them at debug level and appends them to
-``misses`` (``npu-report --explain-fusions``).
+Passes written as rules (``_rules.FusionRule``: an onnxscript pattern from ``patterns``, which the offline rewriter
+shares, a check with a reason, the fused node; ``explains``) report each candidate they decline as a ``FusionMiss``:
+``fuse_partition`` logs them at debug level and appends them to ``misses`` (``npu-report --explain-fusions``). The
+passes not yet written as rules (``UNEXPLAINED``) decline silently.
 
 May import: the rest of ``kernels`` (the op modules' constants included) and ``ep.log``'s logger.
 """
@@ -65,6 +66,9 @@ PASSES: tuple[FusionPass, ...] = (
     FusionPass("norm", "(Skip)SimplifiedLayerNormalization -> its only consumer, a float matmul or sibling group",
                (norm.FUSED_DOMAIN, norm.FUSED_OP), norm.fuse_norms),
 )
+
+
+UNEXPLAINED: tuple[str, ...] = tuple(p.name for p in PASSES if not p.explains)
 
 
 def fuse_partition(nodes: Sequence[NodeInfo], target: Target,
