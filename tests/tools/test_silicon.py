@@ -4,6 +4,7 @@ and costed as npu-report does, projected with the fitted terms, printed beside t
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -49,3 +50,47 @@ def test_the_benchmark_prints_and_writes_every_row(cache, tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert [(r["model"], r["precision"]) for r in doc["rows"]] == [(MODEL, "float")]
     assert doc["summary"][0]["rows"] == 1
+
+
+def _calibration_csv(folder, rows):
+    cols = ["model", "precision", "device", "chipset", "soc", "runtime", "inference_time_ms", "primary_compute_unit",
+            "layers_total", "layers_npu", "layers_cpu", "source_file"]
+    with open(folder / "cnn_calibration.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        w.writerows([(m, p, "S25", "qualcomm-snapdragon-8-elite-for-galaxy", "", rt, ms, unit, "9", "9", cpu, "")
+                     for m, p, rt, ms, unit, cpu in rows])
+
+
+def test_the_measured_speedup_pairs_each_runtime_with_itself(tmp_path):
+    """fp16 over w8a8 on the same device and runtime, the median over runtimes; a ratio across runtimes mixes their
+    own speed in (the old rule: median fp16 over median w8a8), and a model with no common runtime gets no row."""
+    _calibration_csv(tmp_path, [
+        ("mixed", "float", "tflite", "4.0", "NPU", "0"), ("mixed", "float", "qnn_dlc", "8.0", "NPU", "0"),
+        ("mixed", "float", "onnx", "9.0", "NPU", "0"),  # no w8a8 by ORT's QNN EP: no ratio of its own
+        ("mixed", "w8a8", "tflite", "1.0", "NPU", "0"), ("mixed", "w8a8", "qnn_dlc", "4.0", "NPU", "0"),
+        ("mixed", "w8a8", "onnx", "0.1", "GPU", "0"),  # not on the NPU
+        ("apart", "float", "qnn_dlc", "5.0", "NPU", "0"), ("apart", "w8a8", "tflite", "2.0", "NPU", "0"),
+        ("apart", "w8a8", "qnn_dlc", "1.0", "NPU", "3")])  # part on the CPU: QNN has no w8a8 row on the NPU
+    runs = silicon.measured_runs(tmp_path)
+    measured = silicon.measured_speedups(runs)
+    t = "snapdragon-8elite"
+    # TFLite 4.0x, QNN 2.0x: the median 3.0x (the old rule, median fp16 over median w8a8: 8.0 / 2.5 = 3.2x)
+    assert measured[("mixed", t)]["runtimes"] == {("S25", "qnn_dlc"): 2.0, ("S25", "tflite"): 4.0}
+    assert measured[("mixed", t)]["speedup"] == 3.0
+    # fp16 by QNN only, w8a8 by TFLite only: the old rule's 5.0 / 2.0 = 2.5x compared two runtimes
+    assert measured[("apart", t)] == {"speedup": None, "runtimes": {}}
+    rows = [{"model": m, "precision": p, "target": t, "measured_ms": 1.0, "projected_ms": ms}
+            for m, p, ms in (("mixed", "float", 5.0), ("mixed", "w8a8", 2.0), ("apart", "float", 4.0),
+                             ("apart", "w8a8", 2.0))]
+    sp = {s["model"]: s for s in silicon.speedups(rows, measured)}
+    assert sp["mixed"]["measured"] == 3.0 and sp["mixed"]["projected"] == 2.5
+    assert sp["mixed"]["error"] == pytest.approx(2.5 / 3.0 - 1)
+    assert sp["mixed"]["runtimes"] == {"qnn_dlc": 2.0, "tflite": 4.0}
+    assert sp["apart"]["measured"] is None and sp["apart"]["error"] is None
+
+
+def test_a_model_without_a_common_runtime_is_said_to_have_no_speedup_row(capsys):
+    silicon._print_speedups([{"model": "apart", "target": "snapdragon-8elite", "measured": None, "projected": 2.0,
+                              "error": None, "runtimes": {}}])
+    assert "no row: no runtime measured both precisions" in capsys.readouterr().out

@@ -8,7 +8,15 @@ README gives the source commit). Row rule, stated once: a row counts when it ran
 (``layers_cpu == 0`` and ``primary_compute_unit == NPU``) at precision ``float`` (fp16 on the NPU) or ``w8a8``;
 w8a16 rows are left out because NpuEP's compiler forms 16-bit-activation units for MatMul only, not Conv, so it
 would project those nets as float convs. One device latency per (model, precision, chipset): the median over the
-runtimes that qualify (TFLite, QNN, ORT's QNN EP measure the same silicon).
+runtimes that qualify (TFLite, QNN, ORT's QNN EP measure the same silicon; a latency row is one precision, so the
+runtimes' spread is noise around it, not a bias between precisions).
+
+Speedup rule, stated once: the measured w8a8/fp16 speedup compares like with like, the fp16 over the w8a8 latency
+on the same device with the same runtime (QNN against QNN, TFLite against TFLite, ORT's QNN EP against itself),
+both rows wholly on the NPU; a model's measured speedup on a target is the median of those per-runtime ratios. A
+ratio of two runtimes' latencies would mix the runtimes' own speed into the precision's (ViT on 8 Elite: w8a8 by
+TFLite only, 3.365 ms, fp16 median by QNN, 5.300 ms: 1.58x; TFLite against TFLite 1.17x). A model with no runtime
+measuring both precisions on a device has no speedup row, and the benchmark says so.
 
 Each architecture is rebuilt with random weights at the measured input shape (``silicon_models.py``; torch,
 torchvision and transformers are optional, and the benchmark says which is missing), compiled by NpuEP's own
@@ -49,19 +57,43 @@ PRECISIONS = ("float", "w8a8")
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "reference" / "npu-measured"
 
 
-def measured_rows(data: Path) -> dict[tuple[str, str, str], float]:
-    """(model, precision, target) -> measured ms, by the row rule of the module docstring."""
+Runs = dict[tuple[str, str, str], dict[tuple[str, str], float]]
+
+
+def measured_runs(data: Path) -> Runs:
+    """(model, precision, target) -> {(device, runtime): measured ms}: the rows wholly on the NPU, by the row rule
+    of the module docstring."""
     path = data / "cnn_calibration.csv"
     if not path.is_file():
         raise SystemExit(f"error: no calibration data at {path} (pass --data DIR holding cnn_calibration.csv)")
-    runs: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    runs: Runs = defaultdict(dict)
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             target = CHIPSET_TARGETS.get(r["chipset"])
             if (target and r["precision"] in PRECISIONS and r["layers_cpu"] == "0"
                     and r["primary_compute_unit"] == "NPU"):
-                runs[(r["model"], r["precision"], target)].append(float(r["inference_time_ms"]))
-    return {k: statistics.median(v) for k, v in sorted(runs.items())}
+                runs[(r["model"], r["precision"], target)][(r["device"], r["runtime"])] = float(r["inference_time_ms"])
+    return dict(sorted(runs.items()))
+
+
+def measured_rows(data: Path) -> dict[tuple[str, str, str], float]:
+    """(model, precision, target) -> measured ms: the median over the qualifying runtimes (module docstring)."""
+    return {k: statistics.median(v.values()) for k, v in measured_runs(data).items()}
+
+
+def measured_speedups(runs: Runs) -> dict[tuple[str, str], dict]:
+    """(model, target) -> the measured w8a8/fp16 speedup by the speedup rule of the module docstring: ``speedup``
+    the median of the per-runtime ratios (None when no device and runtime measured both precisions) and
+    ``runtimes`` each (device, runtime) pair's own ratio."""
+    out = {}
+    for m, t in sorted({(k[0], k[2]) for k in runs}):
+        fp16, w8a8 = runs.get((m, "float", t), {}), runs.get((m, "w8a8", t), {})
+        if not fp16 or not w8a8:
+            continue
+        per_runtime = {dr: fp16[dr] / w8a8[dr] for dr in sorted(fp16.keys() & w8a8.keys())}
+        out[(m, t)] = {"speedup": statistics.median(per_runtime.values()) if per_runtime else None,
+                       "runtimes": per_runtime}
+    return out
 
 
 def llm_rows(data: Path) -> dict[tuple[str, str, str], float]:
@@ -222,16 +254,40 @@ def summarize(rows: Sequence[Mapping]) -> list[dict]:
     return out
 
 
-def speedups(rows: Sequence[Mapping]) -> list[dict]:
-    """w8a8 over fp16 latency ratio, projected vs measured, where both precisions were measured."""
+def speedups(rows: Sequence[Mapping], measured: Mapping[tuple[str, str], Mapping]) -> list[dict]:
+    """fp16 over w8a8 latency, projected (from the rows) vs measured (``measured_speedups``), for each model and
+    target with both precisions projected; ``measured`` None (and no error) where no runtime measured both."""
     by = {(r["model"], r["precision"], r["target"]): r for r in rows}
     out = []
-    for (m, p, t), r in sorted(by.items()):
-        q = by.get((m, "w8a8", t))
-        if p == "float" and q is not None:
-            meas, proj = r["measured_ms"] / q["measured_ms"], r["projected_ms"] / q["projected_ms"]
-            out.append({"model": m, "target": t, "measured": meas, "projected": proj, "error": proj / meas - 1})
+    for (m, t), meas in sorted(measured.items()):
+        f, q = by.get((m, "float", t)), by.get((m, "w8a8", t))
+        if f is None or q is None:
+            continue
+        proj, ratio = f["projected_ms"] / q["projected_ms"], meas["speedup"]
+        out.append({"model": m, "target": t, "measured": ratio, "projected": proj,
+                    "error": None if ratio is None else proj / ratio - 1,
+                    "runtimes": _runtime_labels(meas["runtimes"])})
     return out
+
+
+def _runtime_labels(per_run: Mapping[tuple[str, str], float]) -> dict[str, float]:
+    """{(device, runtime): ratio} keyed by the runtime alone, or "device/runtime" where a target holds more
+    than one device."""
+    one_device = len({device for device, _ in per_run}) <= 1
+    return {(runtime if one_device else f"{device}/{runtime}"): r for (device, runtime), r in per_run.items()}
+
+
+def _print_speedups(sp: Sequence[Mapping]) -> None:
+    print("\nw8a8 / fp16 speedup, projected vs measured (measured: fp16 over w8a8 on the same device and runtime, the "
+          "median over runtimes)")
+    for s in sp:
+        head = f"  {s['model']:<20}{s['target']:<19}"
+        if s["measured"] is None:
+            print(f"{head} no row: no runtime measured both precisions on the NPU (projected {s['projected']:.2f}x)")
+            continue
+        each = ", ".join(f"{rt} {r:.2f}x" for rt, r in s["runtimes"].items())
+        print(f"{head} measured {s['measured']:.2f}x  projected {s['projected']:.2f}x  error {s['error']:+.1%}"
+              f"  ({each})")
 
 
 def evaluate(works: Mapping[tuple[str, str, str], Work], measured: Mapping[tuple[str, str, str], float],
@@ -311,7 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = args.cache or _default_cache()
     targets = [t for t in args.targets.split(",") if t]
     models = args.models.split(",") if args.models else list(INPUT_SHAPES)
-    measured = {k: v for k, v in measured_rows(args.data).items() if k[2] in targets and k[0] in models}
+    runs = {k: v for k, v in measured_runs(args.data).items() if k[2] in targets and k[0] in models}
+    measured = {k: statistics.median(v.values()) for k, v in runs.items()}
     works: dict[tuple[str, str, str], Work] = {}
     try:
         for m, p, t in measured:
@@ -342,11 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {r['model']} on {r['target']}: {1e3 / r['measured_ms']:.1f} tokens/s measured, "
                   f"{1e3 / r['projected_ms']:.1f} projected "
                   f"({1e3 / r['projected_ms'] / (1e3 / r['measured_ms']) - 1:+.1%})")
-    sp = speedups(rows)
-    print("\nw8a8 / fp16 speedup, projected vs measured")
-    for s in sp:
-        print(f"  {s['model']:<20}{s['target']:<19} measured {s['measured']:.2f}x  projected {s['projected']:.2f}x"
-              f"  error {s['error']:+.1%}")
+    sp = speedups(rows, measured_speedups(runs))
+    _print_speedups(sp)
     if args.fit:
         for t in targets:
             print(f"\n# {t}\n" + toml_section(terms_of(coeffs[t], Target.load(t)),
