@@ -3,7 +3,8 @@ math and activations (activations with attributes and Clip/PRelu: ``activation.p
 
 Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is computed in float32 and rounded once on
 store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor,
-and fails the run on a zero divisor, as ORT's CPU Div does.
+and fails the run on a zero divisor, as ORT's CPU Div does. Float16 Add/Sub/Mul/Div run natively as ``binary_f16``
+(kernels/native/binary_f16.cc: the same float32 operation rounded once, so the reference's bits) and bind it.
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
@@ -309,11 +310,48 @@ def _out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
     return dt
 
 
-def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
-    """The run function of one binary op (no per-call table lookup)."""
+def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], op: str = ""):
+    """The run function of one binary op (no per-call table lookup); float16 Add/Sub/Mul/Div of C-order arrays run
+    ``binary_f16`` on the native kernels (the reference's bits)."""
+    code = _F16_BINARY.get(op)
+
     def run(p: Prepared, inputs) -> list[np.ndarray]:
-        return [np.asarray(fn(arg(p, inputs, 0), arg(p, inputs, 1)))]
+        a, b = arg(p, inputs, 0), arg(p, inputs, 1)
+        if (code is not None and type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == _F16
+                and b.dtype == _F16 and a.flags.c_contiguous and b.flags.c_contiguous):
+            nat = runtime.native(p)
+            if nat is not None:
+                return [nat.binary_f16(code, a, b, None, runtime.threads(p))]
+        return [np.asarray(fn(a, b))]
     return run
+
+
+# binary_f16's op codes (kernels/native/binary_f16.cc): float16 computed in float32, rounded once, natively
+_F16_BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
+
+
+def _f16_binder(op: str, other: Callable | None) -> Callable:
+    """The ``bind`` of a float16 Add/Sub/Mul/Div: one ``binary_f16`` call for these input shapes, a constant operand
+    held in place, into ORT's buffer when the result is a partition output; ``other`` binds the other dtypes."""
+    code = _F16_BINARY[op]
+
+    def bind(p: Prepared, inputs, outs):
+        values = [arg(p, inputs, 0), arg(p, inputs, 1)]
+        if not all(isinstance(v, np.ndarray) and v.dtype == _F16 for v in values):
+            return other(p, inputs, outs) if other is not None else None
+        nat = runtime.native(p)
+        if nat is None:
+            return None
+        given = [i < len(inputs) and inputs[i] is not None for i in range(2)]
+        live = [(1 + i, i, _F16, v.shape, None) for i, v in enumerate(values) if given[i]]
+        if not live:
+            return None
+        held = [None if given[i] else np.array(v, order="C") for i, v in enumerate(values)]  # 0-d stays 0-d
+        where = p.runtime.partition_outputs  # into ORT's buffer when the result is a partition output
+        into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, nat.binary_f16, (code, *held, None, runtime.threads(p)), live, [(-1, None)],
+                                 None, into)
+    return bind
 
 
 def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> Callable | None:
@@ -616,7 +654,9 @@ def _cast_check(node: NodeInfo, target: Target) -> str | None:
 
 for _op, (_fn, _, _) in _BINARY.items():
     _bind = {"Pow": _pow_bind, "Div": _ufunc_binder(np.divide, 2, "f")}.get(_op) or _ufunc_binder(_fn, 2)
-    register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn), _cost, _check,
+    if _op in _F16_BINARY:
+        _bind = _f16_binder(_op, _bind)
+    register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn, _op), _cost, _check,
                        rank_free=True, bind=_bind))
 register(KernelDef("", "Mod", _prepare, _mod_run, _cost, _mod_check, rank_free=True))
 _SIGMOID_REFERENCE = _unary_runner(_sigmoid)

@@ -1,0 +1,144 @@
+"""Differential sweep of float16 Add/Sub/Mul/Div (issue 40): ``binary_f16`` (kernels/native/binary_f16.cc) against
+the reference model (kernels/ops/elementwise.py: numpy's float16 ufuncs, which compute in float32 and round once),
+bit for bit (the sign of zero included; NaN where the reference has NaN) on every ISA level the host runs (the
+scalar _Float16 path and F16C's 8 lanes): sizes around the 8-lane tail and the 16384-element task split, every
+broadcast direction (ranks 0..4, size-1 and size-0 axes, a per-channel [1,C,1,1] operand), a constant operand on
+either side, NaN/+-Inf/-0/subnormal/65504 values, and random bit patterns (every rounding case float32 reaches).
+The bound step (what a session's loop runs) is checked against the kernel by ``_sweep``; sessions show NpuEP ran
+the node, as its bound native step (no Python step), with the CPU EP's values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from _isa import cap_isa, host_isas
+from _sweep import around, native_vs_reference
+from npu_ep.kernels import runtime
+from npu_ep.tools.bench.ops import python_steps
+from npu_ep.ep.sessions import tag_session_options
+from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(4040)
+OPS = ["Add", "Sub", "Mul", "Div"]
+TASK = 16384  # binary_f16.cc's kTaskElems
+SPECIALS = (np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0e-8, -6.1e-5, 65504.0, -65504.0, 1.0, 2049.0, 0.1)
+BROADCASTS = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((4,), (2, 3, 4)), ((2, 1, 4), (1, 3, 1)), ((3, 1), (1, 5)),
+              ((1,), (2, 2)), ((2, 0, 3), (1, 3)), ((5, 1, 1, 2), (3, 1, 2)), ((), (3, 9)), ((3, 9), ()), ((), ()),
+              ((1, 6, 5, 7), (1, 6, 1, 1)), ((1, 6, 5, 7), (1, 1, 5, 7)), ((2, 17), (2, 1)), ((1, 1, 33), (4, 1, 1))]
+
+
+@pytest.fixture(params=host_isas(top="avx2"))
+def f16_isa(request):
+    yield from cap_isa(request.param)
+
+
+def _values(shape, specials: bool = True) -> np.ndarray:
+    x = np.asarray(RNG.standard_normal(shape) * 30).astype(np.float16)
+    if specials and x.size:
+        flat = x.reshape(-1)
+        where = RNG.choice(flat.size, size=min(flat.size, max(len(SPECIALS), flat.size // 8)), replace=False)
+        flat[where] = np.resize(np.asarray(SPECIALS, np.float16), where.size)
+    return x
+
+
+def _bits_equal(op: str, a: np.ndarray, b: np.ndarray, const: int | None = None, threads: int = 1) -> np.ndarray:
+    """The native kernel ran and has the reference's exact bits (NaN where it has NaN); its bound step's bits too
+    (``native_vs_reference``)."""
+    inputs = [("a", a, const == 0), ("b", b, const == 1)]
+    got, want, calls = native_vs_reference(op, inputs, threads=threads)
+    what = f"{op} {a.shape} {b.shape} const={const} threads={threads}"
+    assert "binary_f16" in calls, f"{what}: the native kernel did not run ({calls})"
+    g, w = np.asarray(got[0]), np.asarray(want[0])
+    assert g.dtype == w.dtype == np.float16 and g.shape == w.shape, f"{what}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+    nan = np.isnan(w)
+    assert np.array_equal(np.isnan(g), nan), f"{what}: NaN positions differ"
+    diff = np.flatnonzero(g.view(np.uint16)[~nan] != w.view(np.uint16)[~nan])
+    assert diff.size == 0, f"{what}: bits differ at {diff[:5]}: {g[~nan][diff[:5]]} vs {w[~nan][diff[:5]]}"
+    return g
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_lane_tails_and_task_split_bit_for_bit(f16_isa, op):
+    for n in around(8, 16, TASK):
+        _bits_equal(op, _values((n,)), _values((n,)))
+    for n in around(8, 16):  # one repeated operand on either side, a run that is not a multiple of 8
+        _bits_equal(op, _values((3, n)), _values((3, 1)))
+        _bits_equal(op, _values((1, n)), _values((3, n)))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_broadcasts_and_constants_bit_for_bit(f16_isa, op):
+    for sa, sb in BROADCASTS:
+        for const in (None, 0, 1):
+            _bits_equal(op, _values(sa), _values(sb), const)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_random_bit_patterns_bit_for_bit(f16_isa, op):
+    """Every float16 bit pattern is a value (NaNs, subnormals, infinities included): random pairs reach ties,
+    overflow to Inf, underflow to subnormals and zeros of either sign."""
+    a = RNG.integers(0, 1 << 16, 40000, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    b = RNG.integers(0, 1 << 16, 40000, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    _bits_equal(op, a, b)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_threads_split_the_work_bit_for_bit(op):
+    a, b = _values((3, 2 * TASK + 77)), _values((1, 2 * TASK + 77))
+    one = _bits_equal(op, a, b, threads=1)
+    two = _bits_equal(op, a, b, threads=2)
+    assert one.tobytes() == two.tobytes()
+
+
+def test_strided_inputs_stay_on_the_reference():
+    """A transposed view is not C-order: the kernel's run takes numpy's ufunc (same values), never a wrong read."""
+    from _sweep import run_kernel, node_model
+    a = _values((6, 10)).T
+    b = _values((6,))
+    m = node_model("Add", [("a", a, False), ("b", b, False)])
+    got = run_kernel(m, {"a": a, "b": b}, "native")[0]
+    np.testing.assert_array_equal(got, a + b)
+
+
+def test_shapes_that_do_not_broadcast_name_them():
+    nat = runtime.native_module()
+    with pytest.raises(ValueError, match=r"\[2,3\] and \[4\] do not broadcast"):
+        nat.binary_f16(0, np.zeros((2, 3), np.float16), np.zeros(4, np.float16), None, 1)
+    with pytest.raises(ValueError, match="op must be"):
+        nat.binary_f16(7, np.zeros(3, np.float16), np.zeros(3, np.float16), None, 1)
+
+
+def _session_case(op: str, shape_a, shape_b, const_b: np.ndarray | None):
+    node = helper.make_node(op, ["a", "b"], ["y"], name="the_op")
+    out = list(np.broadcast_shapes(shape_a, shape_b))
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT16, list(shape_a))]
+    if const_b is None:
+        inputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT16, list(shape_b)))
+    return make_model([node], inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT16, out)],
+                      {} if const_b is None else {"b": const_b}, opset=17)
+
+
+# ORT's CPU EP computes float16 Add/Sub/Mul/Div through float32 as well (MLAS's half kernels or Eigen's half,
+# each op rounded once): the values are equal, exact here.
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shapes", [((1, 128, 384), (1, 128, 384), False), ((1, 64, 56, 56), (1, 64, 1, 1), True)])
+def test_session_matches_cpu_ep_and_runs_on_npu_ep(op, shapes):
+    sa, sb, constant = shapes
+    b = _values(sb, specials=False)
+    b[b == 0] = 1.0
+    model = _session_case(op, sa, sb, b if constant else None)
+    feeds = {"a": _values(sa, specials=False)} | ({} if constant else {"b": b})
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):  # the kernel's run, then the bound step
+        got = sess.run(None, feeds)[0]
+        assert got.dtype == np.float16
+        np.testing.assert_array_equal(got, want)
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
