@@ -19,7 +19,7 @@ KERNEL_MODULES: dict[tuple[str, str], str] = {
     ("", "Selu"): "activation",
     ("", "Softplus"): "activation",
     ("", "Softsign"): "activation",
-    ("com.microsoft", "GroupQueryAttention"): "attention",
+    ("com.microsoft", "GroupQueryAttention"): "attention_gqa",
     ("npu", "AttentionChain"): "attention_chain",
     ("com.microsoft", "MultiHeadAttention"): "attention_mha",
     ("com.microsoft", "Attention"): "attention_ms",

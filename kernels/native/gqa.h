@@ -1,6 +1,6 @@
 // com.microsoft GroupQueryAttention (float32, or float16 in/out with float32 math) as a native kernel: rotary, KV-cache append into the present
 // buffer, causal/windowed softmax attention, one task per (batch, kv head). The numpy kernel
-// (kernels/ops/attention.py) is the reference; it resolves lengths and buffers, this runs the math.
+// (kernels/ops/attention_gqa.py) is the reference; it resolves lengths and buffers, this runs the math.
 #pragma once
 
 #include <cstdint>

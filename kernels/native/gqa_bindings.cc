@@ -173,7 +173,8 @@ void BindGqa(py::module_& m) {
         py::arg("local_window_size"), py::arg("cos"), py::arg("sin"), py::arg("interleaved"),
         py::arg("position_ids"), py::arg("threads") = 1,
         "GroupQueryAttention (float32, or float16 in/out with float32 math; cos/sin float32): fills present_key/present_value [B, Nkv, T, H] (past prefix, new "
-        "rows, zeroes rows up to dirty) and returns the output [B, S, N*H]; lengths and buffers as kernels/ops/attention.py resolves them");
+        "rows, zeroes rows up to dirty) and returns the output [B, S, N*H]; lengths and buffers as "
+        "kernels/ops/attention_gqa.py resolves them");
 }
 
 }  // namespace npu_ep::kern

@@ -1,7 +1,7 @@
 """GroupQueryAttention on the native kernel (``kernels/native/gqa.cc``): float32, or float16 in/out with float32
 math as the reference's; one task per (batch, kv head).
 
-``attention._run`` resolves lengths (past_b, total_b) and the present length T as ORT does, then calls ``run``
+``attention_gqa._run`` resolves lengths (past_b, total_b) and the present length T as ORT does, then calls ``run``
 here first. Both presents are views of one [2, B, Nkv, T, H] buffer from the node's pool (``_kv_pool``); the
 native kernel fills it (past prefix, rotated new K, new V, stale rows re-zeroed) and attends in the same pass.
 What it does not implement returns None with the reason stored in ``p.memo[FALLBACK]`` and the numpy reference
@@ -112,7 +112,7 @@ def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
 def bind(p: Prepared, inputs, outs) -> Any:
     """The native path as a step the program's loop runs itself (``ep/native/gqa_step.cc``), for a decoder's node
     whose presents are outputs of the partition; None otherwise (the kernel keeps running). The step resolves the
-    lengths from seqlens_k and total_sequence_length on every call as ``attention._run`` does, and declines what
+    lengths from seqlens_k and total_sequence_length on every call as ``attention_gqa._run`` does, and declines what
     it was not bound for. Not bound while the session keeps a stateful KV (``_kv_state``): enabling one changes
     the step's runtime record, so a step bound before declines from then on."""
     where = p.runtime.partition_outputs

@@ -218,7 +218,7 @@ def test_first_prompt_batch1_right_padded(packed, runtime_caches, rotary):
 
 def test_long_prefill_runs_in_query_row_blocks(monkeypatch):
     """A tiny scores budget forces the row-blocked path (3 query rows per block); results still match ORT."""
-    from npu_ep.kernels.ops import attention
+    from npu_ep.kernels.ops import attention_gqa as attention
     monkeypatch.setattr(attention, "_SCORES_BUDGET", 3 * 4 * 11 * 4)
     gqa(1, 11, 4, 2, 16, rotary="half", local_window_size=5)
 

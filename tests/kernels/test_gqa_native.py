@@ -1,5 +1,5 @@
 """The native GroupQueryAttention kernel (kernels/native/gqa.cc) equals the numpy reference model
-(kernels/ops/attention.py), and runs inside real NpuEP sessions against ORT's CPU EP.
+(kernels/ops/attention_gqa.py), and runs inside real NpuEP sessions against ORT's CPU EP.
 
 Tolerance for the attention output: rtol = atol = 2e-5 for float32 (the native kernel sums dot products and the
 softmax in a different order and uses a polynomial exp within ~2 ulp of numpy's); float16 in/out, 2e-3 (one

@@ -1,5 +1,5 @@
 """Differential sweep of the native GroupQueryAttention (kernels/native/gqa.cc, gqa_ops.cc), issue 38, against
-the reference model (kernels/ops/attention.py) with test_gqa_native.py's tolerances (output rtol = atol = 2e-5 for
+the reference model (kernels/ops/attention_gqa.py) with test_gqa_native.py's tolerances (output rtol = atol = 2e-5 for
 float32: other summation orders and a lane exp within 2 ulp; float16 2e-3, one float16 rounding; presents bit for
 bit), on every instruction-set level the kernel has (scalar, AVX2, AVX-512).
 
