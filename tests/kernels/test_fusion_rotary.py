@@ -176,3 +176,12 @@ def test_a_fused_rotation_leaves_no_miss():
     misses = []
     assert [nd.op_type for nd in fuse_partition(nodes_from_model(rotary_model()), REF, misses)] == ["RotateHalf"]
     assert misses == []
+
+
+def test_a_miss_is_in_the_debug_log(caplog):
+    """The compiler's debug log names each declined candidate, its fusion and the reason."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="npu_ep"):
+        fuse_partition(nodes_from_model(rotary_model(split=4)), REF)
+    assert "fusion rotary: node 'add' (Add) not fused: the halves split 8 channels, x's last dim is 16" in caplog.text
