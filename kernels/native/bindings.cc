@@ -407,7 +407,7 @@ void RegisterKernels(py::module_& parent) {
   void BindConvTail(py::module_&); BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&); BindRecurrent(m);  // recurrent.cc: LSTM
   void BindReduce(py::module_&); BindReduce(m);  // reduce.cc: integer ReduceSum
-  void BindBinaryF16(py::module_&); BindBinaryF16(m);  // binary_f16.cc: float16 Add/Sub/Mul/Div
+  void BindBinary(py::module_&); BindBinary(m);  // binary.cc: float16 Add/Sub/Mul/Div, integer Div
   void BindSgemmColumns(py::module_&); BindSgemmColumns(m);  // sgemm_columns.cc: a float product's two halves
   void BindFloatMatmul(py::module_&); BindFloatMatmul(m);  // float_matmul.cc: a bound float MatMul / Gemm step
   void BindMovement(py::module_&); BindMovement(m);  // movement.cc: Expand, Concat

@@ -3,8 +3,9 @@ math and activations (activations with attributes and Clip/PRelu: ``activation.p
 
 Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is computed in float32 and rounded once on
 store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor,
-and fails the run on a zero divisor, as ORT's CPU Div does. Float16 Add/Sub/Mul/Div run natively as ``binary_f16``
-(kernels/native/binary_f16.cc: the same float32 operation rounded once, so the reference's bits) and bind it.
+and fails the run on a zero divisor, as ORT's CPU Div does. Float16 Add/Sub/Mul/Div and int32/int64 Div run
+natively (kernels/native/binary.cc: ``binary_f16``, the same float32 operation rounded once; ``div_int``), with the
+reference's bits, and bind their kernel as the step.
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
@@ -311,45 +312,55 @@ def _out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
 
 
 def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], op: str = ""):
-    """The run function of one binary op (no per-call table lookup); float16 Add/Sub/Mul/Div of C-order arrays run
-    ``binary_f16`` on the native kernels (the reference's bits)."""
-    code = _F16_BINARY.get(op)
+    """The run function of one binary op (no per-call table lookup); an (op, dtype) of ``_NATIVE_BINARY`` on C-order
+    arrays runs its native kernel (the reference's bits; it returns None for values it leaves to the reference)."""
+    natives = {dt: call for (o, dt), call in _NATIVE_BINARY.items() if o == op}
 
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         a, b = arg(p, inputs, 0), arg(p, inputs, 1)
-        if (code is not None and type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == _F16
-                and b.dtype == _F16 and a.flags.c_contiguous and b.flags.c_contiguous):
+        call = natives.get(a.dtype) if natives else None
+        if (call is not None and type(a) is np.ndarray and type(b) is np.ndarray and b.dtype == a.dtype
+                and a.flags.c_contiguous and b.flags.c_contiguous):
             nat = runtime.native(p)
-            if nat is not None:
-                return [nat.binary_f16(code, a, b, None, runtime.threads(p))]
+            y = None if nat is None else getattr(nat, call[0])(*call[1], a, b, None, runtime.threads(p))
+            if y is not None:
+                return [y]
         return [np.asarray(fn(a, b))]
     return run
 
 
-# binary_f16's op codes (kernels/native/binary_f16.cc): float16 computed in float32, rounded once, natively
-_F16_BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
+# (op, dtype) -> (native kernel, its leading arguments), each with the reference's bits (kernels/native/binary.cc):
+# float16 computed in float32 and rounded once; integer Div truncating toward zero
+_NATIVE_BINARY: dict[tuple[str, np.dtype], tuple[str, tuple]] = {
+    **{(op, _F16): ("binary_f16", (code,)) for code, op in enumerate(("Add", "Sub", "Mul", "Div"))},
+    ("Div", np.dtype(np.int32)): ("div_int", ()), ("Div", np.dtype(np.int64)): ("div_int", ()),
+}
+_NATIVE_BINARY_OPS = {op for op, _ in _NATIVE_BINARY}
 
 
-def _f16_binder(op: str, other: Callable | None) -> Callable:
-    """The ``bind`` of a float16 Add/Sub/Mul/Div: one ``binary_f16`` call for these input shapes, a constant operand
-    held in place, into ORT's buffer when the result is a partition output; ``other`` binds the other dtypes."""
-    code = _F16_BINARY[op]
+def _native_binder(op: str, other: Callable | None) -> Callable:
+    """The ``bind`` of an op with native kernels (``_NATIVE_BINARY``): one call of the dtype's kernel for these input
+    shapes, a constant operand held in place, into ORT's buffer when the result is a partition output; ``other``
+    binds the other dtypes."""
+    natives = {dt: call for (o, dt), call in _NATIVE_BINARY.items() if o == op}
 
     def bind(p: Prepared, inputs, outs):
         values = [arg(p, inputs, 0), arg(p, inputs, 1)]
-        if not all(isinstance(v, np.ndarray) and v.dtype == _F16 for v in values):
+        call = natives.get(values[0].dtype) if isinstance(values[0], np.ndarray) else None
+        if call is None or not isinstance(values[1], np.ndarray) or values[1].dtype != values[0].dtype:
             return other(p, inputs, outs) if other is not None else None
         nat = runtime.native(p)
         if nat is None:
             return None
+        name, lead = call
         given = [i < len(inputs) and inputs[i] is not None for i in range(2)]
-        live = [(1 + i, i, _F16, v.shape, None) for i, v in enumerate(values) if given[i]]
+        live = [(len(lead) + i, i, v.dtype, v.shape, None) for i, v in enumerate(values) if given[i]]
         if not live:
             return None
         held = [None if given[i] else np.array(v, order="C") for i, v in enumerate(values)]  # 0-d stays 0-d
         where = p.runtime.partition_outputs  # into ORT's buffer when the result is a partition output
-        into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
-        return runtime.call_step(p, nat.binary_f16, (code, *held, None, runtime.threads(p)), live, [(-1, None)],
+        into = [(len(lead) + 2, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, getattr(nat, name), (*lead, *held, None, runtime.threads(p)), live, [(-1, None)],
                                  None, into)
     return bind
 
@@ -654,8 +665,8 @@ def _cast_check(node: NodeInfo, target: Target) -> str | None:
 
 for _op, (_fn, _, _) in _BINARY.items():
     _bind = {"Pow": _pow_bind, "Div": _ufunc_binder(np.divide, 2, "f")}.get(_op) or _ufunc_binder(_fn, 2)
-    if _op in _F16_BINARY:
-        _bind = _f16_binder(_op, _bind)
+    if _op in _NATIVE_BINARY_OPS:
+        _bind = _native_binder(_op, _bind)
     register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn, _op), _cost, _check,
                        rank_free=True, bind=_bind))
 register(KernelDef("", "Mod", _prepare, _mod_run, _cost, _mod_check, rank_free=True))

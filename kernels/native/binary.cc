@@ -1,7 +1,10 @@
-// float16 Add/Sub/Mul/Div with ONNX (numpy) broadcasting (`kernels.binary_f16`), for kernels/ops/elementwise.py.
+// Binary element-wise ops with ONNX (numpy) broadcasting for kernels/ops/elementwise.py: float16 Add/Sub/Mul/Div
+// (`kernels.binary_f16`) and int32/int64 Div (`kernels.div_int`).
 // The reference model computes a float16 op in float32 and rounds once on store (numpy's half loops do the same);
 // both operands widen exactly and float32's 24-bit significand is at least 2 * 11 + 2 bits, so the rounded result
-// is the correctly rounded float16 one either way and this kernel gives the reference's bits (NaN for NaN).
+// is the correctly rounded float16 one either way and binary_f16 gives the reference's bits (NaN for NaN).
+// Integer Div truncates toward zero (C++ division, ORT's CPU Div); INT_MIN / -1 wraps to INT_MIN as the reference's
+// numpy does; a zero divisor makes the call return None, so the reference raises its error naming the node.
 // Broadcasting: the shapes are aligned from the right, size-1 output axes dropped and neighbouring axes that
 // broadcast alike merged, so the innermost run is contiguous in the output and either contiguous or one repeated
 // element in each operand ([N,C,H,W] + [1,C,1,1] is C rows of H*W against one value each).
@@ -9,10 +12,12 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu.h"
@@ -159,8 +164,8 @@ Broadcast Plan(const py::array& a, const py::array& b) {
 
 // Output elements [begin, end) of the merged broadcast: whole or partial inner runs, each operand's offset from the
 // run's outer index.
-void RunRange(RowFn row, const Broadcast& p, const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t begin,
-              int64_t end) {
+template <typename T, typename Row>
+void RunRange(const Row& row, const Broadcast& p, const T* a, const T* b, T* y, int64_t begin, int64_t end) {
   const size_t inner = p.dims.size() - 1;
   const int64_t n = p.dims[inner], ua = p.sa[inner] ? 1 : 0, ub = p.sb[inner] ? 1 : 0;
   for (int64_t at = begin; at < end;) {
@@ -178,49 +183,135 @@ void RunRange(RowFn row, const Broadcast& p, const uint16_t* a, const uint16_t* 
 
 bool IsHalf(const py::array& x) { return x.dtype().kind() == 'f' && x.itemsize() == 2; }
 
+// The result array: ``out`` when given (ORT's buffer: checked to be a writeable C-order array of the result's dtype
+// and size), else a new array of the broadcast shape.
+py::array ResultArray(const char* fn, const py::array& like, const Broadcast& p, const py::object& out) {
+  if (out.is_none()) return py::array(like.dtype(), p.out_shape);
+  py::array y;
+  if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+  int64_t want = 1;
+  for (const py::ssize_t d : p.out_shape) want *= d;
+  if (!y || !y.dtype().equal(like.dtype()) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != want)
+    throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " +
+                                std::string(py::str(like.dtype())) + " array of " + std::to_string(want) + " elements");
+  return y;
+}
+
+// The merged broadcast with at least one axis (a 0-d result is one element).
+Broadcast Merged(const py::array& a, const py::array& b) {
+  Broadcast p = Plan(a, b);
+  if (p.dims.empty()) p.dims = {1}, p.sa = {0}, p.sb = {0};
+  return p;
+}
+
+// row over every output element, in tasks of kTaskElems on up to `threads` threads, without the GIL.
+template <typename T, typename Row>
+void RunAll(const Row& row, const Broadcast& p, const T* a, const T* b, T* y, int64_t total, int threads) {
+  py::gil_scoped_release release;
+  const int64_t tasks = (total + kTaskElems - 1) / kTaskElems;
+  ParallelFor(ThreadsFor(threads, total), tasks, [&](int64_t t) {
+    RunRange(row, p, a, b, y, t * kTaskElems, std::min(total, (t + 1) * kTaskElems));
+  });
+}
+
 py::array BinaryF16Py(int op, const py::array& a, const py::array& b, const py::object& out, int threads) {
   if (!IsHalf(a) || !IsHalf(b) || !(a.flags() & py::array::c_style) || !(b.flags() & py::array::c_style))
     throw std::invalid_argument("binary_f16: a and b must be C-order float16 arrays, got " +
                                 std::string(py::str(a.dtype())) + ShapeText(a) + " and " +
                                 std::string(py::str(b.dtype())) + ShapeText(b));
   const RowFn row = RowFor(op);
-  const Broadcast p = Plan(a, b);
-  py::array y;
-  if (out.is_none()) {
-    y = py::array(a.dtype(), p.out_shape);
-  } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
-    int64_t want = 1;
-    for (const py::ssize_t d : p.out_shape) want *= d;
-    if (!y || !IsHalf(y) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != want)
-      throw std::invalid_argument("binary_f16: out must be a writeable C-order float16 array of " +
-                                  std::to_string(want) + " elements");
-  }
-  const int64_t total = y.size();
-  if (total == 0) return y;
-  const auto* pa = static_cast<const uint16_t*>(a.data());
-  const auto* pb = static_cast<const uint16_t*>(b.data());
-  auto* py_ = static_cast<uint16_t*>(y.mutable_data());
-  Broadcast merged = p;
-  if (merged.dims.empty()) merged.dims = {1}, merged.sa = {0}, merged.sb = {0};  // one element
-  {
-    py::gil_scoped_release release;
-    const int64_t tasks = (total + kTaskElems - 1) / kTaskElems;
-    ParallelFor(ThreadsFor(threads, total), tasks, [&](int64_t t) {
-      RunRange(row, merged, pa, pb, py_, t * kTaskElems, std::min(total, (t + 1) * kTaskElems));
-    });
-  }
+  const Broadcast p = Merged(a, b);
+  py::array y = ResultArray("binary_f16", a, p, out);
+  if (y.size() == 0) return y;
+  RunAll(row, p, static_cast<const uint16_t*>(a.data()), static_cast<const uint16_t*>(b.data()),
+         static_cast<uint16_t*>(y.mutable_data()), y.size(), threads);
   return y;
+}
+
+// y[i] = a[i * sa] / b[i * sb] truncated toward zero; a zero divisor sets `zero` (its quotient is left 0).
+template <typename T>
+void DivRow(const T* a, int64_t sa, const T* b, int64_t sb, T* y, int64_t n, std::atomic<bool>& zero) {
+  using U = std::make_unsigned_t<T>;
+  bool any_zero = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = a[i * sa], d = b[i * sb];
+    any_zero |= d == 0;
+    // -1: negation in unsigned arithmetic (INT_MIN / -1 wraps to INT_MIN instead of trapping)
+    y[i] = d == -1 ? static_cast<T>(U{0} - static_cast<U>(x)) : d == 0 ? T{0} : static_cast<T>(x / d);
+  }
+  if (any_zero) zero.store(true, std::memory_order_relaxed);
+}
+
+#if NPU_EP_X86
+// int32 DivRow in 4 lanes of float64: the quotient of two int32 values rounded to float64 truncates to the exact
+// one (its error |a / b| 2^-53 is below 1 / |b|, the least distance of a non-integer quotient from an integer), and
+// vcvttpd2dq turns INT_MIN / -1 = 2^31 into 0x80000000, INT_MIN: the wrap.
+__attribute__((target("avx2"))) void DivRowI32Avx2(const int32_t* a, int64_t sa, const int32_t* b, int64_t sb,
+                                                   int32_t* y, int64_t n, std::atomic<bool>& zero) {
+  const __m128i zeros = _mm_setzero_si128(), ones = _mm_set1_epi32(1);
+  __m128i zero_seen = zeros;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128i x = sa ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)) : _mm_set1_epi32(*a);
+    const __m128i d = sb ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)) : _mm_set1_epi32(*b);
+    const __m128i is_zero = _mm_cmpeq_epi32(d, zeros);
+    zero_seen = _mm_or_si128(zero_seen, is_zero);
+    const __m256d q = _mm256_div_pd(_mm256_cvtepi32_pd(x), _mm256_cvtepi32_pd(_mm_blendv_epi8(d, ones, is_zero)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm_andnot_si128(is_zero, _mm256_cvttpd_epi32(q)));
+  }
+  if (!_mm_testz_si128(zero_seen, zero_seen)) zero.store(true, std::memory_order_relaxed);
+  if (i < n) DivRow(a + i * sa, sa, b + i * sb, sb, y + i, n - i, zero);
+}
+#endif
+
+template <typename T>
+py::object DivInt(const py::array& a, const py::array& b, const py::object& out, int threads) {
+  const Broadcast p = Merged(a, b);
+  py::array y = ResultArray("div_int", a, p, out);
+  if (y.size() == 0) return std::move(y);
+  std::atomic<bool> zero{false};
+#if NPU_EP_X86
+  const bool lanes = std::is_same_v<T, int32_t> && ActiveIsa() >= Isa::kAvx2;
+#else
+  const bool lanes = false;
+#endif
+  const auto row = [&zero, lanes](const T* x, int64_t sx, const T* d, int64_t sd, T* q, int64_t n) {
+#if NPU_EP_X86
+    if constexpr (std::is_same_v<T, int32_t>) {
+      if (lanes) return DivRowI32Avx2(x, sx, d, sd, q, n, zero);
+    }
+#endif
+    (void)lanes;
+    DivRow(x, sx, d, sd, q, n, zero);
+  };
+  RunAll(row, p, static_cast<const T*>(a.data()), static_cast<const T*>(b.data()), static_cast<T*>(y.mutable_data()),
+         y.size(), threads);
+  if (zero.load()) return py::none();  // the reference raises, naming the node and the zero divisors
+  return std::move(y);
+}
+
+py::object DivIntPy(const py::array& a, const py::array& b, const py::object& out, int threads) {
+  const bool c_order = (a.flags() & py::array::c_style) && (b.flags() & py::array::c_style);
+  if (c_order && a.dtype().equal(b.dtype())) {
+    if (a.dtype().equal(py::dtype::of<int32_t>())) return DivInt<int32_t>(a, b, out, threads);
+    if (a.dtype().equal(py::dtype::of<int64_t>())) return DivInt<int64_t>(a, b, out, threads);
+  }
+  throw std::invalid_argument("div_int: a and b must be C-order arrays of one dtype, int32 or int64, got " +
+                              std::string(py::str(a.dtype())) + ShapeText(a) + " and " +
+                              std::string(py::str(b.dtype())) + ShapeText(b));
 }
 
 }  // namespace
 
-void BindBinaryF16(py::module_& m) {
+void BindBinary(py::module_& m) {
   m.def("binary_f16", &BinaryF16Py, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("out") = py::none(),
         py::arg("threads") = 1,
         "float16 a op b (op 0 Add, 1 Sub, 2 Mul, 3 Div) with numpy broadcasting, computed in float32 and rounded "
         "once (the reference's bits), into out (a writeable C-order float16 array of the result's size: ORT's "
         "buffer) or a new array; a and b C-order");
+  m.def("div_int", &DivIntPy, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), py::arg("threads") = 1,
+        "int32/int64 a / b truncated toward zero (ORT's Div; INT_MIN / -1 wraps) with numpy broadcasting, into out "
+        "or a new array; None when a divisor is zero (the reference raises); a and b C-order, one dtype");
 }
 
 }  // namespace npu_ep::kern
