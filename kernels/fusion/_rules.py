@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..node import NodeInfo, ValueInfo
+from ..node import NodeInfo
 from ..support import why_not
 from ..target import Target
 from ._graph import splice_chains
@@ -70,11 +70,6 @@ def node_info(node: ir.Node) -> NodeInfo:
 def producer_info(value: ir.Value) -> NodeInfo:
     """The ``NodeInfo`` of the node that computes a bound value (the pattern matched one)."""
     return node_info(value.producer())
-
-
-def input_info(node: ir.Node, i: int) -> ValueInfo:
-    """Input ``i`` of a mirrored node as its ``NodeInfo`` has it (the compiler's view of that value)."""
-    return node_info(node).inputs[i]
 
 
 # ops that ORT's contrib domain also defines with the ONNX op's semantics: mirrored in the ONNX domain, so one pattern
@@ -226,8 +221,8 @@ class _Sketch:
                 return node
 
         params = list(inspect.signature(function).parameters)[1:]
-        function(Recorder(), *[("var", p) for p in params])
-        root, inputs, other = recorded[-1]
+        returned = function(Recorder(), *[("var", p) for p in params])
+        root, inputs, other = recorded[returned[1]]
         want = tuple(recorded[x[1]][0][1] if isinstance(x, tuple) and x[0] == "out" else None for x in inputs)
         feeders = [(want, other)] + ([(want[::-1], other)] if commute and root[1] in _COMMUTATIVE else [])
         return cls(root, tuple(feeders), tuple(op for op, _, _ in recorded))
