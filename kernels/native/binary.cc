@@ -5,9 +5,7 @@
 // is the correctly rounded float16 one either way and binary_f16 gives the reference's bits (NaN for NaN).
 // Integer Div truncates toward zero (C++ division, ORT's CPU Div); INT_MIN / -1 wraps to INT_MIN as the reference's
 // numpy does; a zero divisor makes the call return None, so the reference raises its error naming the node.
-// Broadcasting: the shapes are aligned from the right, size-1 output axes dropped and neighbouring axes that
-// broadcast alike merged, so the innermost run is contiguous in the output and either contiguous or one repeated
-// element in each operand ([N,C,H,W] + [1,C,1,1] is C rows of H*W against one value each).
+// Broadcasting: broadcast.h's merged axes, each row a contiguous output run.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -20,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "broadcast.h"
 #include "cpu.h"
 #include "intrinsics.h"
 #include "thread_pool.h"
@@ -114,104 +113,24 @@ RowFn RowFor(int op) {
   }
 }
 
-std::string ShapeText(const py::array& a) {
-  std::string s = "[";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? "," : "") + std::to_string(a.shape(i));
-  return s + "]";
-}
-
-// The broadcast as merged axes: extents (outermost first) and each operand's element stride per axis (0 where it
-// repeats), plus the output shape.
-struct Broadcast {
-  std::vector<py::ssize_t> out_shape;
-  std::vector<int64_t> dims, sa, sb;
-};
-
-Broadcast Plan(const py::array& a, const py::array& b) {
-  const py::ssize_t rank = std::max(a.ndim(), b.ndim());
-  Broadcast p;
-  p.out_shape.resize(static_cast<size_t>(rank));
-  std::vector<int64_t> ea(rank), eb(rank);
-  for (py::ssize_t i = 0; i < rank; ++i) {
-    const py::ssize_t ia = i - (rank - a.ndim()), ib = i - (rank - b.ndim());
-    ea[i] = ia >= 0 ? a.shape(ia) : 1, eb[i] = ib >= 0 ? b.shape(ib) : 1;
-    if (ea[i] != eb[i] && ea[i] != 1 && eb[i] != 1)
-      throw std::invalid_argument("binary_f16: shapes " + ShapeText(a) + " and " + ShapeText(b) +
-                                  " do not broadcast (axis " + std::to_string(i) + ")");
-    p.out_shape[i] = ea[i] == 1 ? eb[i] : ea[i];
-  }
-  // Merge from the innermost axis out; an operand's stride is the product of its extents inside the axis.
-  int64_t stride_a = 1, stride_b = 1;
-  std::vector<int64_t> dims, sa, sb;
-  for (py::ssize_t i = rank - 1; i >= 0; --i) {
-    const int64_t d = p.out_shape[i];
-    if (d == 1) continue;
-    const int64_t ka = ea[i] == 1 ? 0 : stride_a, kb = eb[i] == 1 ? 0 : stride_b;
-    const bool same = !dims.empty() && ((ka == 0) == (sa.back() == 0)) && ((kb == 0) == (sb.back() == 0));
-    if (same) {
-      dims.back() *= d;
-    } else {
-      dims.push_back(d), sa.push_back(ka), sb.push_back(kb);
-    }
-    if (ka) stride_a *= d;
-    if (kb) stride_b *= d;
-  }
-  p.dims.assign(dims.rbegin(), dims.rend());
-  p.sa.assign(sa.rbegin(), sa.rend());
-  p.sb.assign(sb.rbegin(), sb.rend());
-  return p;
-}
-
-// Output elements [begin, end) of the merged broadcast: whole or partial inner runs, each operand's offset from the
-// run's outer index.
-template <typename T, typename Row>
-void RunRange(const Row& row, const Broadcast& p, const T* a, const T* b, T* y, int64_t begin, int64_t end) {
-  const size_t inner = p.dims.size() - 1;
-  const int64_t n = p.dims[inner], ua = p.sa[inner] ? 1 : 0, ub = p.sb[inner] ? 1 : 0;
-  for (int64_t at = begin; at < end;) {
-    int64_t outer = at / n, oa = 0, ob = 0;
-    const int64_t col = at - outer * n, len = std::min(n - col, end - at);
-    for (size_t k = inner; k-- > 0;) {
-      const int64_t idx = outer % p.dims[k];
-      outer /= p.dims[k];
-      oa += idx * p.sa[k], ob += idx * p.sb[k];
-    }
-    row(a + oa + col * ua, ua, b + ob + col * ub, ub, y + at, len);
-    at += len;
-  }
-}
-
 bool IsHalf(const py::array& x) { return x.dtype().kind() == 'f' && x.itemsize() == 2; }
 
-// The result array: ``out`` when given (ORT's buffer: checked to be a writeable C-order array of the result's dtype
-// and size), else a new array of the broadcast shape.
-py::array ResultArray(const char* fn, const py::array& like, const Broadcast& p, const py::object& out) {
-  if (out.is_none()) return py::array(like.dtype(), p.out_shape);
-  py::array y;
-  if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
-  int64_t want = 1;
-  for (const py::ssize_t d : p.out_shape) want *= d;
-  if (!y || !y.dtype().equal(like.dtype()) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != want)
-    throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " +
-                                std::string(py::str(like.dtype())) + " array of " + std::to_string(want) + " elements");
-  return y;
-}
-
-// The merged broadcast with at least one axis (a 0-d result is one element).
-Broadcast Merged(const py::array& a, const py::array& b) {
-  Broadcast p = Plan(a, b);
-  if (p.dims.empty()) p.dims = {1}, p.sa = {0}, p.sb = {0};
-  return p;
-}
-
-// row over every output element, in tasks of kTaskElems on up to `threads` threads, without the GIL.
+// a op b over the broadcast of C-order a and b by a row function (a, its unit stride, b, its unit stride, y, n),
+// into ``out`` or a new array.
 template <typename T, typename Row>
-void RunAll(const Row& row, const Broadcast& p, const T* a, const T* b, T* y, int64_t total, int threads) {
-  py::gil_scoped_release release;
-  const int64_t tasks = (total + kTaskElems - 1) / kTaskElems;
-  ParallelFor(ThreadsFor(threads, total), tasks, [&](int64_t t) {
-    RunRange(row, p, a, b, y, t * kTaskElems, std::min(total, (t + 1) * kTaskElems));
+py::array RunBinary(const char* fn, const Row& row, const py::array& a, const py::array& b, const py::object& out,
+                    int threads) {
+  const Broadcast<2> p = PlanBroadcast<2>(fn, {&a, &b});
+  py::array y = BroadcastResult(fn, a.dtype(), p, out);
+  if (p.total == 0) return y;
+  const auto* pa = static_cast<const T*>(a.data());
+  const auto* pb = static_cast<const T*>(b.data());
+  auto* py_ = static_cast<T*>(y.mutable_data());
+  ParallelRuns(p, threads, kTaskElems, [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& unit,
+                                           int64_t at, int64_t len) {
+    row(pa + off[0], unit[0], pb + off[1], unit[1], py_ + at, len);
   });
+  return y;
 }
 
 py::array BinaryF16Py(int op, const py::array& a, const py::array& b, const py::object& out, int threads) {
@@ -219,13 +138,7 @@ py::array BinaryF16Py(int op, const py::array& a, const py::array& b, const py::
     throw std::invalid_argument("binary_f16: a and b must be C-order float16 arrays, got " +
                                 std::string(py::str(a.dtype())) + ShapeText(a) + " and " +
                                 std::string(py::str(b.dtype())) + ShapeText(b));
-  const RowFn row = RowFor(op);
-  const Broadcast p = Merged(a, b);
-  py::array y = ResultArray("binary_f16", a, p, out);
-  if (y.size() == 0) return y;
-  RunAll(row, p, static_cast<const uint16_t*>(a.data()), static_cast<const uint16_t*>(b.data()),
-         static_cast<uint16_t*>(y.mutable_data()), y.size(), threads);
-  return y;
+  return RunBinary<uint16_t>("binary_f16", RowFor(op), a, b, out, threads);
 }
 
 // y[i] = a[i * sa] / b[i * sb] truncated toward zero; a zero divisor sets `zero` (its quotient is left 0).
@@ -266,9 +179,6 @@ __attribute__((target("avx2"))) void DivRowI32Avx2(const int32_t* a, int64_t sa,
 
 template <typename T>
 py::object DivInt(const py::array& a, const py::array& b, const py::object& out, int threads) {
-  const Broadcast p = Merged(a, b);
-  py::array y = ResultArray("div_int", a, p, out);
-  if (y.size() == 0) return std::move(y);
   std::atomic<bool> zero{false};
 #if NPU_EP_X86
   const bool lanes = std::is_same_v<T, int32_t> && ActiveIsa() >= Isa::kAvx2;
@@ -284,8 +194,7 @@ py::object DivInt(const py::array& a, const py::array& b, const py::object& out,
     (void)lanes;
     DivRow(x, sx, d, sd, q, n, zero);
   };
-  RunAll(row, p, static_cast<const T*>(a.data()), static_cast<const T*>(b.data()), static_cast<T*>(y.mutable_data()),
-         y.size(), threads);
+  py::array y = RunBinary<T>("div_int", row, a, b, out, threads);
   if (zero.load()) return py::none();  // the reference raises, naming the node and the zero divisors
   return std::move(y);
 }
