@@ -4,8 +4,8 @@ math and activations (activations with attributes and Clip/PRelu: ``activation.p
 Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is computed in float32 and rounded once on
 store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor,
 and fails the run on a zero divisor, as ORT's CPU Div does. Float16 Add/Sub/Mul/Div and int32/int64 Div run
-natively (kernels/native/binary.cc: ``binary_f16``, the same float32 operation rounded once; ``div_int``), with the
-reference's bits, and bind their kernel as the step.
+natively (kernels/native/binary.cc: ``binary_f16``, the same float32 operation rounded once; ``div_int``), as does
+Where (where.cc), with the reference's bits, and bind their kernel as the step.
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
@@ -647,8 +647,42 @@ def _variadic_runner(op: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
     return run
 
 
+_BOOL = np.dtype(np.bool_)
+
+
+def _native_where(values: list) -> bool:
+    """Whether ``where_select`` takes these operands: a bool condition, values of one plain dtype (its result is
+    numpy's where's, bits copied)."""
+    c, x, y = values
+    return (isinstance(c, np.ndarray) and isinstance(x, np.ndarray) and isinstance(y, np.ndarray)
+            and c.dtype == _BOOL and x.dtype == y.dtype and x.dtype.kind in "biuf" and x.itemsize in (1, 2, 4, 8))
+
+
 def _where_run(p: Prepared, inputs) -> list[np.ndarray]:
-    return [np.where(arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2))]
+    """numpy's where; on the native kernels ``where_select`` (kernels/native/where.cc) for C-order operands."""
+    c, x, y = arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2)
+    nat = runtime.native(p)
+    if (nat is not None and _native_where([c, x, y]) and c.flags.c_contiguous and x.flags.c_contiguous
+            and y.flags.c_contiguous):
+        return [nat.where_select(c, x, y, None, runtime.threads(p))]
+    return [np.where(c, x, y)]
+
+
+def _where_bind(p: Prepared, inputs, outs):
+    """Where as one ``where_select`` call for these input shapes, constants held in place, into ORT's buffer when
+    the result is a partition output."""
+    values = [arg(p, inputs, i) for i in range(3)]
+    nat = runtime.native(p)
+    if nat is None or not _native_where(values):
+        return None
+    given = [i < len(inputs) and inputs[i] is not None for i in range(3)]
+    live = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(values) if given[i]]
+    if not live:
+        return None
+    held = [None if given[i] else np.array(v, order="C") for i, v in enumerate(values)]  # 0-d stays 0-d
+    where = p.runtime.partition_outputs
+    into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, nat.where_select, (*held, None, runtime.threads(p)), live, [(-1, None)], None, into)
 
 
 def _cast_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -702,5 +736,5 @@ def _pairwise_binder(fn: np.ufunc):
 for _op, (_fn, _, _) in _VARIADIC.items():
     register(KernelDef("", _op, _prepare, _variadic_runner(_op, _fn), _cost, _check, rank_free=True,
                        bind=_pairwise_binder(_fn) if _op in ("Min", "Max") else None))
-register(KernelDef("", "Where", _prepare, _where_run, _cost, _check, rank_free=True))
+register(KernelDef("", "Where", _prepare, _where_run, _cost, _check, rank_free=True, bind=_where_bind))
 register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check, rank_free=True))
