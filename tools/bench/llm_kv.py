@@ -48,6 +48,50 @@ def _generators(model: str, capacity: int, npu_options: dict[str, str]) -> dict[
                                         kv_in_place=False, ort_log_level=3)}
 
 
+STEADY_BLOCKS, STEADY_RUNS = 6, 10
+
+
+def _decode_step(gen, prompt: list[int]):
+    """A function running one decode step of ``gen`` after ``prompt`` again and again (the same token at the same
+    slot): a copying generator's captured feeds, or a resident cache filled by the prompt's prefill steps."""
+    from ..generation.entries import PREFILL, PREFILL_HISTORY
+    from ..generation.resident import ResidentKv
+    from ..generation.shapes import plan_prefill
+
+    if not gen.kv_in_place:
+        captured: list[dict] = []
+        real = gen._runner.run
+        gen._runner.run = lambda f: (captured.append(dict(f)), real(f))[1]
+        try:
+            gen.generate(prompt, 2, keep_logits=False)  # prefill, then one decode step: the last call
+        finally:
+            gen._runner.run = real
+        feeds = captured[-1]
+        return lambda: gen.session.run(None, feeds)
+    cache = ResidentKv(gen.info, gen.max_kv_len, npu_session=gen.session if gen.kv_memory == "npu" else None)
+    for ch in plan_prefill(len(prompt), gen.buckets, chunk=gen.prefill_chunk):
+        gen._step(cache, prompt[ch.start: ch.start + ch.length], ch.bucket, PREFILL if ch.first else PREFILL_HISTORY)
+    position = np.array([cache.length], np.int64)
+    return lambda: cache.run(gen.session, [5], position, 1, False)
+
+
+def _steady(gens: dict[str, Any], prompt: list[int]) -> dict[str, float]:
+    """Median ms of one decode step after ``prompt`` per mode, the modes alternating in blocks: the step's own time,
+    without the swings a whole generation takes on a shared host."""
+    steps = {name: _decode_step(gen, prompt) for name, gen in gens.items()}
+    samples: dict[str, list[float]] = {name: [] for name in gens}
+    for _ in range(STEADY_BLOCKS):
+        for name, step in steps.items():
+            time.sleep(SETTLE_S)
+            for _ in range(3):
+                step()
+            for _ in range(STEADY_RUNS):
+                t0 = time.perf_counter()
+                step()
+                samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) * 1e3 for name, v in samples.items()}
+
+
 def run(model: str, prompt_len: int, new_tokens: int, repeats: int, capacity: int | None = None,
         npu_options: dict[str, str] | None = None, vocab: int | None = None) -> dict[str, Any]:
     """Measure (module docstring); returns the numbers it prints."""
@@ -77,7 +121,7 @@ def run(model: str, prompt_len: int, new_tokens: int, repeats: int, capacity: in
            "repeats": repeats, "tokens_identical": same,
            "resident_equals_copying": tokens["NpuEP resident"] == tokens["NpuEP copying"]
            == tokens["NpuEP resident NPU memory"],
-           "agree_with_cpu": agree, "itl_ms": med, "per_decode_step": per_step,
+           "agree_with_cpu": agree, "itl_ms": med, "steady_ms": _steady(gens, prompt), "per_decode_step": per_step,
            "load": os.getloadavg()}
     _print(out)
     return out
@@ -100,3 +144,9 @@ def _print(r: dict[str, Any]) -> None:
           f"(target <= 1.0x: {'met' if npu_mem <= cop else 'NOT met'}), / CPU EP {npu_mem / cpu:.2f}x (target <= "
           f"{TARGET_CPU}x: {'met' if npu_mem <= TARGET_CPU * cpu else 'NOT met'}); load average "
           f"{' '.join(f'{x:.1f}' for x in r['load'])}")
+    st = r["steady_ms"]
+    npu_mem, res, cop, cpu = (st[m] for m in MODES)
+    print(f"  steady decode step at the prompt's length ({STEADY_BLOCKS} alternating blocks of {STEADY_RUNS}, median "
+          f"ms): resident in NPU memory {npu_mem:.2f}, in host memory {res:.2f}, copying {cop:.2f}, CPU EP {cpu:.2f}; "
+          f"resident / copying {npu_mem / cop:.2f}x (NPU memory), {res / cop:.2f}x (host memory); / CPU EP "
+          f"{npu_mem / cpu:.2f}x, {res / cpu:.2f}x")
