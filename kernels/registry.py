@@ -78,7 +78,7 @@ class StepRuntime:
     threads: int = 1  # host threads a kernel may use
     # step output index -> ORT output index, for the outputs of a partition ORT calls (written in place)
     partition_outputs: dict[int, int] | None = None
-    # a list asks the matrix kernels to run their tile plan and append (plan, DMA bytes) per call (``ops._mm``)
+    # a list asks the matrix kernels to run their tile plan and append (plan, DMA bytes) per call (``ops._matrix``)
     dma_counts: list | None = None
     # the shapes of the node's constant inputs (input index -> shape): they are not runtime arguments
     const_shapes: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)

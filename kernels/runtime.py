@@ -146,5 +146,5 @@ def threads(p: Prepared) -> int:
 
 
 def counting_dma(p: Prepared) -> bool:
-    """Whether the program asks ``p``'s matrix kernel to run its tile plan and count DMA (``ops._mm``)."""
+    """Whether the program asks ``p``'s matrix kernel to run its tile plan and count DMA (``ops._matrix``)."""
     return p.runtime.dma_counts is not None

@@ -5,7 +5,7 @@ Two rounding modes matter and they differ on ties:
 - MLAS's block quantizer (MatMulNBits packing) uses C ``roundf``: half away from zero.
 
 Saturation is ORT's: NaN gives the type's lowest value (MLAS clamps with fmax/fmin, which drop the NaN), +-inf the
-type's limits. The NPU kernels (``kernels/ops/_mm.py``) and the offline tools share these functions.
+type's limits. The NPU kernels (``kernels/ops/_matrix.py``) and the offline tools share these functions.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ inline std::string Dims(const pybind11::array& a) {
 // Adds the submodule `kernels` (MatMulNBits, int8 GEMM, ISA control) to the extension module.
 void RegisterKernels(pybind11::module_& m);
 
-// A matrix kernel's `plan` argument (kernels/ops/_mm.py native_plan_args: a 9-tuple) as the kernels take it;
+// A matrix kernel's `plan` argument (kernels/ops/_matrix.py native_plan_args: a 9-tuple) as the kernels take it;
 // None: no plan. Raises ValueError naming `op` on a malformed tuple.
 std::optional<TilePlanArgs> PlanArgs(const std::optional<pybind11::tuple>& t, const char* op);
 // A kernel's result, or (result, {"a", "b", "scales", "out": half-bytes, "transfers": n}) when `count`.

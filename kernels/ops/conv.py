@@ -23,7 +23,7 @@ kernel (``[M, kh, kw, C/g rounded up to 4]``, or ``[M, kh*kw]`` when each group 
 reference model's float weights are derived from it on first use.
 
 QLinearConv numerics: input padding holds x_zero_point (zero after subtraction), int32 accumulation (exact, see
-``_mm``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
+``_matrix``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
 float32 - bit-exact vs ORT CPU; then, when a ``npu::QdqLut`` was folded in (``output_lut``), its table. Conv: float32
 (fp16 inputs widened, result rounded to fp16 once).
 
@@ -45,7 +45,7 @@ from ..shape_memo import memo_per_shape, shape_memo
 from ..target import Target
 from ..fusion.conv_tail import CODES
 from .. import runtime
-from ._mm import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
+from ._matrix import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
 from ._util import arg, stash_constants
 from .elementwise import _sigmoid, erf_f32, pow_half, tanh_f32
 

@@ -3,7 +3,7 @@
 What ORT's dynamic quantizer writes for a Conv (``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul`` by the
 two scales): ddddocr's older recognizer has 21 of them. The accumulation is QLinearConv's (``kernels/ops/conv.py``)
 without its requantization: the native int8 GEMM (``conv_integer``, ``kernels/native/qlinear_conv.cc``), and
-for the reference model exact integer products of the same patches (``_mm.exact_int_matmul``). Integer sums are
+for the reference model exact integer products of the same patches (``_matrix.exact_int_matmul``). Integer sums are
 exact, so both give ORT's bits. ``x_zero_point`` may be a runtime scalar (DynamicQuantizeLinear computes it per
 call); ``w_zero_point`` is a constant scalar or one per output channel. Cost: as QLinearConv's.
 """
@@ -19,7 +19,7 @@ from ..registry import KernelDef, Prepared, register
 from ..shape_memo import memo_per_shape
 from ..target import Target
 from .. import runtime
-from ._mm import check_fits, exact_int_matmul, int_bound
+from ._matrix import check_fits, exact_int_matmul, int_bound
 from ._util import arg, stash_constants
 from .conv import _cost, _geometry, _geometry_list, _native_weights, _reference_weights, check_channels, im2col
 

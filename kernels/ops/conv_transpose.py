@@ -26,7 +26,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from ._mm import check_fits, planned_cost
+from ._matrix import check_fits, planned_cost
 from ._util import arg, stash_constants
 
 

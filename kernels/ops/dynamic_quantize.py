@@ -3,11 +3,11 @@
 As ORT 1.31's CPU kernel (bit-exact): min/max over the tensor (NaN left out), widened to include 0; scale = (max -
 min) / 255 in float32 (1 when max == min); zero point = round-half-even(clamp(0 - min / scale, 0, 255)), 255 when
 that is NaN (min = -Inf); y = ONNX QuantizeLinear
-(``_mm.quantize_float``; natively ``quantize_tensor``, the same float32 steps). Outputs y (uint8, x's shape), y_scale
+(``_matrix.quantize_float``; natively ``quantize_tensor``, the same float32 steps). Outputs y (uint8, x's shape), y_scale
 (float32 scalar), y_zero_point (uint8 scalar).
 
 Cost: two passes of the vector unit: the min/max reduction (2 ops per element) and the quantization (3 ops per
-element, see ``_mm.epilogue_ops``); DMA reads x twice and writes y.
+element, see ``_matrix.epilogue_ops``); DMA reads x twice and writes y.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from ._mm import quantize_float
+from ._matrix import quantize_float
 from ._util import arg, stash_constants
 from ._vector import elems, stream_cost
 

@@ -27,7 +27,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from ._mm import (apply_float_epilogue, check_fits, matmul_dims, matmul_operand_dims, planned_cost,
+from ._matrix import (apply_float_epilogue, check_fits, matmul_dims, matmul_operand_dims, planned_cost,
                   run_native_counted, static_plan)
 from ._util import arg
 

@@ -30,7 +30,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from ..target import Target
 from .. import runtime
-from ._mm import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
+from ._matrix import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
 from .matmul import packed_panels
 from .matmul_nbits import NBITS_MEMBERS, nbits_matmul

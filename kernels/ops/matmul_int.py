@@ -1,6 +1,6 @@
 """Integer matmuls on the int8 matrix unit: MatMulInteger, QLinearMatMul, com.microsoft MatMulIntegerToFloat.
 
-NPU numerics: int8/uint8 operands with zero points removed, int32 accumulation (exact: see ``_mm``), then
+NPU numerics: int8/uint8 operands with zero points removed, int32 accumulation (exact: see ``_matrix``), then
 - MatMulInteger: the int32 accumulator;
 - QLinearMatMul: requantized to int8/uint8 (float32 multiplier, round half to even, saturation) - bit-exact vs ORT;
 - MatMulIntegerToFloat: ``float32(acc) * (a_scale * b_scale) + bias``.
@@ -27,7 +27,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from ._mm import (check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims,
+from ._matrix import (check_fits, exact_int_matmul, int_bound, matmul_dims, matmul_operand_dims,
                   planned_cost, quantize_float, requantize, run_native_counted, static_plan)
 
 # op -> (A, B, a_zp, b_zp, a_scale, b_scale, y_scale, y_zp, bias) input indices (None: absent)

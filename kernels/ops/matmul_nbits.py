@@ -41,7 +41,7 @@ from .. import runtime
 from ..node import NodeInfo
 from ..registry import RECIPES, DerivedConsts, KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import (apply_float_epilogue, check_fits, matmul_dims, planned_cost, run_native_counted,
+from ._matrix import (apply_float_epilogue, check_fits, matmul_dims, planned_cost, run_native_counted,
                   static_plan)
 from ._util import arg
 

@@ -35,7 +35,7 @@ from ..registry import KernelDef, OpCost, Prepared, kernel_for, register
 from .. import host_blas
 from ..target import Target
 from .. import runtime
-from ._mm import run_native_counted
+from ._matrix import run_native_counted
 from ._vector import elems, stream_cost
 from ..runtime import copy_runtime
 from .matmul import PACKED_ISAS, pack_once

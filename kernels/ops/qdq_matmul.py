@@ -19,7 +19,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..support import dtype_name
 from ..target import Target
-from ._mm import QRANGE, int_bound, matmul_dims, planned_cost, quantize_float
+from ._matrix import QRANGE, int_bound, matmul_dims, planned_cost, quantize_float
 from ._util import arg
 
 _F64_EXACT = 2 ** 53

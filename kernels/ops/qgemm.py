@@ -4,13 +4,13 @@ Layout: A [M, K] (transA: [K, M]) int8/uint8 with a per-tensor scale and zero po
 int8/uint8 with per-tensor or per-column (N) scales and zero points; C optional int32 bias broadcast to [M, N]
 (added to the accumulator, as ORT); y_scale/y_zero_point optional: present -> int8/uint8 output, absent -> float32.
 
-Numerics as ORT 1.31's CPU kernel (quant_gemm.cc): the int32 accumulator is exact (``_mm.exact_int_matmul``); the
+Numerics as ORT 1.31's CPU kernel (quant_gemm.cc): the int32 accumulator is exact (``_matrix.exact_int_matmul``); the
 output scale per column is ``float32(float32(alpha * a_scale) * b_scale[n])`` (divided by y_scale when quantized);
-a float output is ``float32(acc) * scale``, a quantized one is MLAS requantization (``_mm.requantize``). Bit-exact
+a float output is ``float32(acc) * scale``, a quantized one is MLAS requantization (``_matrix.requantize``). Bit-exact
 against ORT on hosts where MLAS's integer GEMM is exact (AVX-VNNI/AVX512-VNNI, or u8u8); AVX2 hosts without VNNI
 saturate u8s8 pair sums in int16 inside MLAS.
 
-Cost: the planned matmul (``_mm.planned_cost``) with the requantize epilogue when the output is quantized.
+Cost: the planned matmul (``_matrix.planned_cost``) with the requantize epilogue when the output is quantized.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import check_fits, exact_int_matmul, int_bound, matmul_operand_dims, planned_cost, requantize, static_plan
+from ._matrix import check_fits, exact_int_matmul, int_bound, matmul_operand_dims, planned_cost, requantize, static_plan
 from ._util import arg, stash_constants
 
 

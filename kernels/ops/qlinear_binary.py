@@ -21,7 +21,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import QRANGE
+from ._matrix import QRANGE
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
 

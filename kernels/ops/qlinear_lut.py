@@ -2,7 +2,7 @@
 
 As ORT 1.31's CPU kernels (qlinear_lookup_table.cc, qlinear_concat.cc), every 8-bit input value v (indexed by its
 byte) maps through ``table[v] = quantize(f(float32(x_scale * (v - x_zp))), y_scale, y_zp)`` with the ONNX
-QuantizeLinear rounding (``_mm.quantize_float``: divide, round half to even, add zp, saturate):
+QuantizeLinear rounding (``_matrix.quantize_float``: divide, round half to even, add zp, saturate):
   QLinearSigmoid: f = sigmoid, evaluated here as 1 / (1 + exp(-x)) in float64 rounded to float32. ORT's MLAS
     logistic is a rational approximation a few float32 ulps off, so an entry that sits on a rounding boundary can
     differ by one quantum (the tests allow exactly that).
@@ -20,7 +20,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import quantize_float
+from ._matrix import quantize_float
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
 from .qlinear_binary import check_quant_params, scalar

@@ -1,7 +1,7 @@
 """com.microsoft QLinearGlobalAveragePool: int8/uint8 NCHW (or channels_last NHWC) images to one value per channel.
 
 As ORT 1.31's x86-64 MLAS kernel (bit-exact): an exact int32 sum per channel over the image, biased by
-``-x_zp * image_size``, then MLAS requantization (``_mm.requantize``) with the float32 multiplier
+``-x_zp * image_size``, then MLAS requantization (``_matrix.requantize``) with the float32 multiplier
 ``x_scale / (y_scale * float32(image_size))``: multiply, clamp to the output range, round half to even, add y_zp.
 ORT refuses multipliers outside [2^-32, 256) and images of 2^24 elements or more; so does the check here.
 
@@ -17,7 +17,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import requantize
+from ._matrix import requantize
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
 from .qlinear_binary import check_quant_params, scalar

@@ -24,7 +24,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..support import dtype_name
 from ..target import Target
 from .. import runtime
-from ._mm import quantize_float
+from ._matrix import quantize_float
 from ._util import arg, nbytes
 
 _QTYPES = ("int8", "uint8", "int16", "uint16", "int4", "uint4")

@@ -27,7 +27,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
-from ._mm import check_fits, exact_int_matmul, quantize_float
+from ._matrix import check_fits, exact_int_matmul, quantize_float
 from ..runtime import native, threads
 from ._util import arg
 from .dynamic_quantize import dynamic_params

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from npu_ep.ep import _native
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.siblings import fuse_siblings
-from npu_ep.kernels.ops._mm import native_plan_args
+from npu_ep.kernels.ops._matrix import native_plan_args
 from npu_ep.kernels.ops.matmul_nbits import level_layout
 from npu_ep.kernels.planner import _evaluate, elem_bytes
 from npu_ep.kernels.registry import kernel_for

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from npu_ep.ep import _native
-from npu_ep.kernels.ops._mm import requantize
+from npu_ep.kernels.ops._matrix import requantize
 from npu_ep.kernels.ops.matmul_int import pack_b
 from tests.npu_testing import assignment, cpu_run, make_model, npu_session
 

@@ -16,7 +16,7 @@ import pytest
 from _single_op import model as single_node_model, run_ort
 from _sweep import around, check
 from npu_ep.kernels import runtime
-from npu_ep.kernels.ops._mm import requantize
+from npu_ep.kernels.ops._matrix import requantize
 from npu_ep.kernels.ops.matmul_int import pack_b
 from npu_testing import assignment, cpu_run, npu_session
 
