@@ -3,8 +3,8 @@
 As ORT 1.31's CPU kernel (bit-exact): min/max over the tensor (NaN left out), widened to include 0; scale = (max -
 min) / 255 in float32 (1 when max == min); zero point = round-half-even(clamp(0 - min / scale, 0, 255)), 255 when
 that is NaN (min = -Inf); y = ONNX QuantizeLinear
-(``_matrix.quantize_float``; natively ``quantize_tensor``, the same float32 steps). Outputs y (uint8, x's shape), y_scale
-(float32 scalar), y_zero_point (uint8 scalar).
+(``_matrix.quantize_float``; natively ``quantize_tensor``, the same float32 steps). Outputs y (uint8, x's shape),
+y_scale (float32 scalar), y_zero_point (uint8 scalar).
 
 Cost: two passes of the vector unit: the min/max reduction (2 ops per element) and the quantization (3 ops per
 element, see ``_matrix.epilogue_ops``); DMA reads x twice and writes y.
