@@ -1,7 +1,7 @@
 """npu_ep.ep: the execution provider itself, ORT's side of NpuEP.
 
 The C++ shim (``native/``: factory, EP, graph view, partition kernel, the program's step loop, built with the native
-kernels into the extension ``ep/_native*.so``) implements ORT's plugin-EP ABI and calls the Python core: ``bridge``
+kernels into the extension ``ep/_native*.so``) implements ORT's plugin-EP ABI and calls the Python core: ``entry_points``
 (the plugin's Python side: one ``EpSession`` per ORT session), ``options``, ``capability`` (which nodes the target
 runs, a reason for every other), ``partition`` and ``policy`` (islands to claim), ``compiler`` (a partition into a
 ``program.Program`` of kernel steps, ``step_binding`` for its native steps), compiled contexts (``compiled_programs``

@@ -76,7 +76,7 @@ def device_counters(session: ort.InferenceSession | None) -> dict[str, Any]:
     the environment's shared allocator when ``session`` is None. See ``EpSession.device_counters``."""
     if session is None:
         from ..kernels.target import Target
-        from .bridge import counters_with_dma
+        from .entry_points import counters_with_dma
         from .options import parse
 
         return counters_with_dma(SHARED_KEY, Target.load(parse({}).target), "shared")

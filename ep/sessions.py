@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from .bridge import LIVE_SESSIONS, EpSession
+from .entry_points import LIVE_SESSIONS, EpSession
 
 if TYPE_CHECKING:
     import onnxruntime as ort

@@ -7,7 +7,7 @@ The helpers below read it.
 
 The kernel choice is a run-time property of a session (provider options ``kernels`` and ``host_threads``), not
 part of the compiled program: both implementations read the same prepared constants (packed weights), so a cached
-context serves either. ``ep.bridge`` stamps every step of an adopted program with ``configure``, which reaches the
+context serves either. ``ep.entry_points`` stamps every step of an adopted program with ``configure``, which reaches the
 sub-programs (If branches, Loop/Scan bodies) their steps hold; a sub-program loaded later copies its owner's
 setting (``kernels.subprograms.program``). A Prepared that was never stamped (kernel tests, benchmarks) runs
 native on one thread.

@@ -7,7 +7,7 @@
 //      this file's site-packages, else the python that built it), dlopens its libpython RTLD_GLOBAL (so numpy and
 //      the other extensions resolve against it), starts the interpreter with that python as its executable (which
 //      selects the environment's site-packages), releases the GIL for the host's threads, and checks that
-//      `npu_ep.ep.bridge` imports there from this very install;
+//      `npu_ep.ep.entry_points` imports there from this very install;
 //   3. dlopens `_native` beside this file and forwards CreateEpFactories/ReleaseEpFactory to it.
 // Every failure becomes one OrtStatus naming what is missing. An interpreter we started is never finalized
 // (numpy cannot be initialized twice in one process): unregistering releases the factory and its sessions' Python
@@ -195,12 +195,12 @@ void CheckEnvironment(void* lib, const std::string& python, const std::string& n
 
   PyGILState_STATE gil = ensure();
   std::string error, imported_native;
-  PyObject* bridge = import("npu_ep.ep.bridge");
-  if (!bridge) {
-    error = "cannot import npu_ep.ep.bridge (" + pending_error() + "): install npu-ep into it, or point "
+  PyObject* entry_points = import("npu_ep.ep.entry_points");
+  if (!entry_points) {
+    error = "cannot import npu_ep.ep.entry_points (" + pending_error() + "): install npu-ep into it, or point "
             "NPU_EP_PYTHON at the python of an environment that has it";
   } else {
-    decref(bridge);
+    decref(entry_points);
     PyObject* native = import("npu_ep.ep._native");
     PyObject* file = native ? getattr(native, "__file__") : nullptr;
     const char* text = file ? utf8(file) : nullptr;

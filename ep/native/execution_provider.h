@@ -1,4 +1,4 @@
-// The OrtEp: hands GetCapability and Compile to the Python session object (`npu_ep.ep.bridge.EpSession`).
+// The OrtEp: hands GetCapability and Compile to the Python session object (`npu_ep.ep.entry_points.EpSession`).
 #pragma once
 
 #include <memory>

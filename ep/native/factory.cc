@@ -14,7 +14,7 @@ const OrtApi* g_ort = nullptr;
 const OrtEpApi* g_ep_api = nullptr;
 const OrtModelEditorApi* g_model_editor = nullptr;
 
-inline constexpr const char* kBridgeModule = "npu_ep.ep.bridge";
+inline constexpr const char* kEntryPointsModule = "npu_ep.ep.entry_points";
 inline constexpr const char* kMemoryKey = "npu_ep.memory";  // OrtEpDevice metadata: "host" or "npu"
 // The NPU-memory factory's name: the registered name plus this. Its OrtEpDevice must not share the EP name of the
 // host-memory one: hosts that append every device of a name (onnxruntime-genai) would hand ORT two devices with
@@ -77,11 +77,11 @@ OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const
   if (num_devices != 1) return MakeStatus(ORT_INVALID_ARGUMENT, "NpuEP: expected exactly one device");
   EnsurePython();
   return WithPython("CreateEp", [&]() {
-    py::object bridge = py::module_::import(kBridgeModule);
+    py::object entry_points = py::module_::import(kEntryPointsModule);
     py::dict config = SessionConfig(options);
     const bool writes_epcontext = config.attr("get")("ep.context_enable", "0").cast<std::string>() == "1";
     // ORT names the provider options' session keys after the device's ep_name: ep.<factory name>.<key>
-    py::object session = bridge.attr("create_ep")(factory->ep_name, config, factory->factory_name);
+    py::object session = entry_points.attr("create_ep")(factory->ep_name, config, factory->factory_name);
     auto* ep = new NpuEp(factory, factory->ep_name, std::move(session));
     ep->session.attr("device_stats_key") = ep->device_key;
     ep->session.attr("device_memory") = factory->memory;
@@ -97,7 +97,7 @@ OrtStatus* ORT_API_CALL ValidateCompatibility(OrtEpFactory*, const OrtHardwareDe
   *result = OrtCompiledModelCompatibility_EP_NOT_APPLICABLE;
   EnsurePython();
   return WithPython("ValidateCompiledModelCompatibilityInfo", [&]() {
-    int verdict = py::module_::import(kBridgeModule).attr("validate_compatibility")(info ? info : "").cast<int>();
+    int verdict = py::module_::import(kEntryPointsModule).attr("validate_compatibility")(info ? info : "").cast<int>();
     *result = static_cast<OrtCompiledModelCompatibility>(verdict);
   });
 }

@@ -33,7 +33,7 @@ void SafeDrop(py::object& o) {
 
 std::string PythonErrorText(py::error_already_set& e) {
   try {
-    return py::module_::import("npu_ep.ep.bridge").attr("error_text")(e.value()).cast<std::string>();
+    return py::module_::import("npu_ep.ep.entry_points").attr("error_text")(e.value()).cast<std::string>();
   } catch (...) {  // the formatter itself failed (e.g. during interpreter shutdown): pybind11's text, traceback and all
     return e.what();
   }

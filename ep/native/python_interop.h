@@ -20,7 +20,7 @@ void EnsurePython();
 // Drop a Python reference safely, also during interpreter shutdown (then it is leaked on purpose).
 void SafeDrop(py::object& o);
 
-// The text of a Python exception for an OrtStatus: npu_ep.ep.bridge.error_text (type and message; the traceback
+// The text of a Python exception for an OrtStatus: npu_ep.ep.entry_points.error_text (type and message; the traceback
 // only at log_level=debug), or pybind11's own text if that cannot run. Call with the GIL held.
 std::string PythonErrorText(py::error_already_set& e);
 

@@ -9,7 +9,7 @@ import numpy as np
 from onnx import helper
 
 from npu_ep.context_cache.store import CacheStore
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session
 
 

@@ -12,7 +12,7 @@ import pytest
 from onnx import helper
 
 from npu_ep.ep.borrowed_refs import BorrowedRefError, BorrowedRefs
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.dtypes import TensorProto
 from npu_ep.ep.program_io import ProgramFormatError, program_from_parts
 from npu_ep.ep.weight_arena import borrowed_from_ort

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 from npu_testing import F32, assignment, make_model, npu_session, save
 
-from npu_ep.ep import bridge
+from npu_ep.ep import entry_points
 
 RNG = np.random.default_rng(7)
 
@@ -41,13 +41,13 @@ def elementwise_model():
 @pytest.fixture
 def count_compiles(monkeypatch):
     calls = []
-    real = bridge.compile_partition
+    real = entry_points.compile_partition
 
     def counting(*args, **kwargs):
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(bridge, "compile_partition", counting)
+    monkeypatch.setattr(entry_points, "compile_partition", counting)
     return calls
 
 
@@ -181,5 +181,5 @@ def test_disk_full_while_writing_an_external_payload_names_the_file(tmp_path, mo
     msg = str(info.value)
     assert "No space left on device" in msg and "EPContext payload" in msg, msg
     assert str(tmp_path / "model_ctx_") in msg and ".npuctx" in msg, msg
-    assert "At:" not in msg and __file__ not in msg, msg  # no Python frames (ep/bridge.py error_text)
+    assert "At:" not in msg and __file__ not in msg, msg  # no Python frames (ep/entry_points.py error_text)
     assert not list(tmp_path.glob("*.npuctx")) and not list(tmp_path.glob(".*.tmp"))

@@ -73,7 +73,7 @@ def test_branch_with_unsupported_op_keeps_the_if_on_cpu():
 def test_claimed_if_loads_from_the_compile_cache(tmp_path):
     """The branch programs are stored inside the If step (plain parts): a second session loads the partition from
     the cache without compiling, takes either branch and matches the CPU EP; a changed branch constant misses."""
-    from npu_ep.ep.bridge import LIVE_SESSIONS
+    from npu_ep.ep.entry_points import LIVE_SESSIONS
 
     model = if_model(unsupported=False)
     sessions, stats = [], []
@@ -99,7 +99,7 @@ def test_claimed_if_loads_from_the_compile_cache(tmp_path):
 
 def test_branches_compiled_with_their_if_are_not_reported_as_declined(caplog):
     """Branch nodes compiled inside a claimed If run on NpuEP: no decline warning, no declined decision."""
-    from npu_ep.ep.bridge import LIVE_SESSIONS
+    from npu_ep.ep.entry_points import LIVE_SESSIONS
 
     before = set(LIVE_SESSIONS)
     with caplog.at_level("WARNING", logger="npu_ep"):

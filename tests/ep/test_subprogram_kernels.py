@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.kernels import subprograms
 from npu_ep.kernels import runtime
 from npu_ep.quantization import quantize_matmul_nbits

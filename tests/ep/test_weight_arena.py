@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.weight_arena import borrowed_from_ort, pack_constants
 from npu_ep.kernels.registry import Prepared
 from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session

@@ -156,7 +156,7 @@ def test_registration_errors_are_one_status_naming_what_is_missing(host, tmp_pat
     if sys.prefix != sys.base_prefix and os.path.isfile(base_python):
         run = run_host(host, lib, model, io, env={"NPU_EP_PYTHON": base_python})
         assert run.returncode == 3, run.stderr
-        assert "cannot import npu_ep.ep.bridge (ModuleNotFoundError" in run.stderr
+        assert "cannot import npu_ep.ep.entry_points (ModuleNotFoundError" in run.stderr
 
     other = [p for p in ("/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0",) if os.path.isfile(p)]
     if other:

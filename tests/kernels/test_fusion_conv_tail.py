@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.conv_tail import CODES, fuse_conv_tails
 from npu_ep.kernels import runtime

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion.norm import fuse_norms
 from npu_ep.kernels.fusion.siblings import fuse_siblings

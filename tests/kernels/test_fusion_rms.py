@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.target import Target

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.fusion.siblings import fuse_siblings

@@ -16,7 +16,7 @@ import pytest
 from _vector_ortref import gqa_inputs, make_model, rand
 from _isa import cap_isa, host_isas
 from npu_ep.ep import _native
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels import runtime

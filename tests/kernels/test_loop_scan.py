@@ -137,7 +137,7 @@ def test_loop_with_nested_if_reading_outer_scope():
 def test_body_with_unsupported_op_keeps_the_loop_on_cpu_with_a_reason():
     """Near miss: Tan is not on the target. The Loop stays on the CPU EP with a reason naming Tan; the body's other
     nodes are NpuEP partitions of their own, as for any subgraph."""
-    from npu_ep.ep.bridge import LIVE_SESSIONS
+    from npu_ep.ep.entry_points import LIVE_SESSIONS
 
     model = counted_loop_model("Tan")
     before = set(LIVE_SESSIONS)
@@ -212,7 +212,7 @@ def test_scan_body_with_unsupported_op_keeps_the_scan_on_cpu():
 def test_claimed_loop_loads_from_the_compile_cache(tmp_path):
     """The body program is stored in the Loop step as plain parts: a second session loads the partition from the
     cache without compiling and matches the CPU EP."""
-    from npu_ep.ep.bridge import LIVE_SESSIONS
+    from npu_ep.ep.entry_points import LIVE_SESSIONS
 
     model = counted_loop_model()
     sessions, stats = [], []
@@ -242,7 +242,7 @@ DECLINED_CASES = {"test_loop13_seq": "is not a tensor of a known type", "test_lo
 def test_onnx_conformance_cases(name):
     """Tensor-only cases run on NpuEP and give ONNX's expected outputs; sequence-state Loops and Scan-8 stay on the
     CPU EP with their reason (and still give the expected outputs)."""
-    from npu_ep.ep.bridge import LIVE_SESSIONS
+    from npu_ep.ep.entry_points import LIVE_SESSIONS
 
     case = _onnx_cases()[name]
     inputs, expected = case.data_sets[0]
@@ -304,7 +304,7 @@ def test_loop_nested_in_a_loop():
 
 def test_body_returning_a_constant_keeps_the_loop_on_cpu():
     """Near miss: a body output that is one of its own constants (no node computes it) is declined with the reason."""
-    from npu_ep.ep.bridge import LIVE_SESSIONS
+    from npu_ep.ep.entry_points import LIVE_SESSIONS
 
     body = _graph("body", [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="b_cond")],
                   [_vi("i", I64, []), _vi("cond_in", BOOL, [])], [_vi("cond_out", BOOL, []), _vi("k", F32, [2])],

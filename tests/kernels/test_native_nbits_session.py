@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.quantization import quantize_matmul_nbits
 from tests.npu_testing import F32, assignment, cpu_run, make_model, npu_session, session_options
 

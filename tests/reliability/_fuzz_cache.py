@@ -30,7 +30,7 @@ from _fuzz_epcontext import apply, mutations
 from npu_testing import npu_session, save
 
 from npu_ep.context_cache.store import SUFFIX
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 
 X = np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)
 OBJECTS = ["swapped", "swapped_mutated", "fifo", "dev_zero", "symlink_to_valid", "folder", "sparse"]

@@ -39,7 +39,7 @@ def measure(n: int, kind: str = "two_partition", warmup: int = 20) -> dict:
         cycle()
     gc.collect()
     rss1 = proc.memory_info().rss
-    from npu_ep.ep.bridge import LIVE_SESSIONS
+    from npu_ep.ep.entry_points import LIVE_SESSIONS
 
     return {"sessions": n, "model": kind, "rss_before_mb": round(rss0 / 2**20, 1),
             "rss_after_mb": round(rss1 / 2**20, 1),

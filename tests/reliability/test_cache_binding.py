@@ -12,7 +12,7 @@ from _child import static_model
 from npu_testing import assignment, cpu_run, npu_session, save
 
 from npu_ep.context_cache.store import SUFFIX, CacheStore, CacheWarning
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 
 X = np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)
 

@@ -23,7 +23,7 @@ RUN = """
 import json, warnings
 import numpy as np
 from npu_testing import npu_session
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 warnings.simplefilter("always")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -137,7 +137,7 @@ DROP_PRIVILEGES = """
 import os, json, warnings
 import numpy as np
 from npu_testing import npu_session
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 import npu_ep.context_cache.store
 npu_session({model!r}).run(None, {{"x": np.zeros((1, 16), np.float32)}})  # import everything lazily loaded, as root
 LIVE_SESSIONS.clear()

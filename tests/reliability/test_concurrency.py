@@ -95,7 +95,7 @@ CHILD = """
 import sys, json; sys.path[:0] = [{tests!r}, {here!r}]
 import numpy as np
 from npu_testing import npu_session, assignment
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 sess = npu_session({model!r}, {{"cache_dir": {cache!r}}})
 x = np.load({x!r})
 np.save({out!r}, sess.run(None, {{"x": x}})[0])

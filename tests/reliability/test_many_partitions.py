@@ -12,7 +12,7 @@ import pytest
 from onnx import helper
 from npu_testing import F32, assignment, cpu_run, make_model, npu_partitions, npu_session
 
-from npu_ep.ep import bridge
+from npu_ep.ep import entry_points
 
 
 def chain_model(n: int):
@@ -31,13 +31,13 @@ def chain_model(n: int):
 def calls(monkeypatch):
     seen = {"get_capability": 0, "compile": 0}
     for name in seen:
-        real = getattr(bridge.EpSession, name)
+        real = getattr(entry_points.EpSession, name)
 
         def counted(self, *args, _real=real, _name=name):
             seen[_name] += 1
             return _real(self, *args)
 
-        monkeypatch.setattr(bridge.EpSession, name, counted)
+        monkeypatch.setattr(entry_points.EpSession, name, counted)
     return seen
 
 

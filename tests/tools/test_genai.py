@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import npu_ep
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.models.genai_llama import EOS, build_genai_llama
 from npu_ep.tools.npu_generate import main as generate_main
 from npu_ep.tools.npu_report import main as report_main

@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import npu_ep
-from npu_ep.ep.bridge import LIVE_SESSIONS
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.kernels.ops import _kv_traffic
 from npu_ep.models.genai_llama import build_genai_llama
 

@@ -182,7 +182,7 @@ class Generator:
             for k, v in (session_config or {}).items():
                 so.add_session_config_entry(k, v)
             if self.uses_npu:
-                from ...ep.bridge import ENTRIES_CONFIG_KEY
+                from ...ep.entry_points import ENTRIES_CONFIG_KEY
                 from ...ep.sessions import tag_session_options
 
                 tag_session_options(so)

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ...ep.bridge import EpSession
+from ...ep.entry_points import EpSession
 from .run import make_feeds
 
 DEFAULT_PREFILL_TOKENS = 16

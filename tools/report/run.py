@@ -19,7 +19,7 @@ import onnx
 import onnxruntime as ort
 
 from ...kernels.runtime import extension
-from ...ep.bridge import EpSession
+from ...ep.entry_points import EpSession
 from ...ep.device_memory import add_npu_ep
 from ...ep.dtypes import numpy_dtype
 from ...ep.sessions import session_of, tag_session_options
