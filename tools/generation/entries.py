@@ -57,7 +57,7 @@ class Entry:
 
 
 def declared_entries(sizes: Sequence[int], chunked: bool, capacity: int, first_past: int) -> list[str]:
-    """The entry points a generator may run, named before its session compiles (``ep.bridge.ENTRIES_CONFIG_KEY``:
+    """The entry points a generator may run, named before its session compiles (``ep.entry_points.ENTRIES_CONFIG_KEY``:
     the EPContext node's notes carry them): a first prefill and, chunked, a prefill with history per step size,
     and decode. ``first_past``: the past slots a first prefill is fed (0, or the capacity when the KV is resident)."""
     names = [Entry(PREFILL, (s, first_past)).name for s in sizes]
