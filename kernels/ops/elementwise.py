@@ -5,7 +5,7 @@ Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is comp
 store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor,
 and fails the run on a zero divisor, as ORT's CPU Div does. Float16 Add/Sub/Mul/Div and int32/int64 Div run
 natively (kernels/native/binary.cc: ``binary_f16``, the same float32 operation rounded once; ``div_int``), as does
-Where (where.cc), with the reference's bits, and bind their kernel as the step.
+Where (where.cc) and Cast (cast.cc), with the reference's bits, and bind their kernel as the step.
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
@@ -686,9 +686,39 @@ def _where_bind(p: Prepared, inputs, outs):
 
 
 def _cast_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """numpy's astype: float->int truncates toward zero, ->float16 rounds to nearest even, ->bool is x != 0."""
+    """numpy's astype: float->int truncates toward zero, ->float16 rounds to nearest even, ->bool is x != 0; on the
+    native kernels ``cast`` (kernels/native/cast.cc: the same values; None where numpy's result is the platform's)."""
     x = arg(p, inputs, 0)
-    return [x.astype(_out_dtype(p, x), copy=False)]
+    dt = _out_dtype(p, x)
+    nat = runtime.native(p)
+    if nat is not None and type(x) is np.ndarray and x.dtype != dt and x.flags.c_contiguous and _castable(x.dtype, dt):
+        y = nat.cast(x, dt, None, runtime.threads(p))
+        if y is not None:
+            return [y]
+    return [x.astype(dt, copy=False)]
+
+
+_NUMERIC_KINDS = "biuf"
+
+
+def _castable(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether ``cast`` converts ``src`` to ``dst``: numeric dtypes, not an integer to float16 (numpy's rounding)."""
+    return (src.kind in _NUMERIC_KINDS and dst.kind in _NUMERIC_KINDS
+            and not (dst == _F16 and src.kind in "iu"))
+
+
+def _cast_bind(p: Prepared, inputs, outs):
+    """Cast as one ``cast`` call for this input shape, into ORT's buffer when the result is a partition output; the
+    kernel's None (a value numpy converts its own way) runs the Python kernel."""
+    x = inputs[0] if inputs else None
+    nat = runtime.native(p)
+    if (nat is None or not isinstance(x, np.ndarray) or outs[0].dtype == x.dtype
+            or not _castable(x.dtype, outs[0].dtype)):
+        return None
+    where = p.runtime.partition_outputs
+    into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, nat.cast, (None, outs[0].dtype, None, runtime.threads(p)),
+                             [(0, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
 
 
 def _cast_check(node: NodeInfo, target: Target) -> str | None:
@@ -737,4 +767,4 @@ for _op, (_fn, _, _) in _VARIADIC.items():
     register(KernelDef("", _op, _prepare, _variadic_runner(_op, _fn), _cost, _check, rank_free=True,
                        bind=_pairwise_binder(_fn) if _op in ("Min", "Max") else None))
 register(KernelDef("", "Where", _prepare, _where_run, _cost, _check, rank_free=True, bind=_where_bind))
-register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check, rank_free=True))
+register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check, rank_free=True, bind=_cast_bind))
