@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from _single_op import model as single_node_model
-from npu_ep.ep import _native as bridge
+from npu_ep.ep import _native as extension
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
@@ -84,7 +84,7 @@ def bound_step_outputs(kernel, p, args: list, outs: list) -> list[np.ndarray]:
     if step is None:
         return []
     n_in = len(args)
-    loop = bridge.StepLoop([(kernel.run, p, tuple(range(n_in)), tuple((i, n_in + i) for i in range(len(outs))), (),
+    loop = extension.StepLoop([(kernel.run, p, tuple(range(n_in)), tuple((i, n_in + i) for i in range(len(outs))), (),
                              step)], n_in + len(outs), tuple(range(n_in, n_in + len(outs))), None)
     got = loop(tuple(args))
     return [np.asarray(g) for g in got] if loop.native_counts == (1, 0) else []

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from npu_ep.ep import _native as bridge
+from npu_ep.ep import _native as extension
 from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels import runtime
@@ -34,7 +34,7 @@ def one_step_loop(kernel, p, inputs):
     outs = kernel.run(p, inputs)
     step = kernel.bind(p, inputs, outs)
     n_in = len(inputs)
-    loop = bridge.StepLoop([(kernel.run, p, tuple(range(n_in)), tuple((i, n_in + i) for i in range(len(outs))),
+    loop = extension.StepLoop([(kernel.run, p, tuple(range(n_in)), tuple((i, n_in + i) for i in range(len(outs))),
                              (), step)], n_in + len(outs), tuple(range(n_in, n_in + len(outs))), None)
     return outs, step, loop
 
@@ -100,7 +100,7 @@ def test_conv_call_step_equals_the_kernel_and_declines_other_shapes(name):
     kernel, p = program.steps[0].kernel, program.steps[0].prepared
     other = np.ones((x_shape[0], x_shape[1], *[d + 1 for d in x_shape[2:]]), np.float32)
     step = program._bindings[(x_shape,)][0]
-    solo = bridge.StepLoop([(kernel.run, p, (0,), ((0, 1),), (), step)], 2, (1,), None)
+    solo = extension.StepLoop([(kernel.run, p, (0,), ((0, 1),), (), step)], 2, (1,), None)
     assert_same(solo((other,)), kernel.run(p, [other]))
     assert solo.native_counts == (0, 1)
 
@@ -192,7 +192,7 @@ def test_global_average_pool_call_step_equals_the_kernel(shape):
     if shape[1] > 2:
         x.reshape(shape[0], shape[1], -1)[0, 2, 0] = np.inf
     outs, step, loop = one_step_loop(kernel, p, [x])
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     got = loop((x,))
     assert_same(got, outs)
     assert got[0].tobytes() == outs[0].tobytes() and loop.native_counts == (1, 0)
@@ -216,7 +216,7 @@ def test_average_pool_call_step_equals_the_kernel(shape, attrs):
     kernel, p = prepared(model, "AveragePool")
     x = RNG.standard_normal(shape).astype(np.float32)
     outs, step, loop = one_step_loop(kernel, p, [x])
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     got = loop((x,))
     assert got[0].tobytes() == outs[0].tobytes() and loop.native_counts == (1, 0)
     np.testing.assert_allclose(got[0], cpu_run(model, {"x": x})[0], rtol=1e-6, atol=1e-6)
@@ -250,7 +250,7 @@ def test_matmul_nbits_call_step_equals_the_kernel(k, n, rows, level, bias):
     kernel, p = prepared(nbits_model(k, n, rows, level=level, bias=bias), "MatMulNBits")
     a = RNG.standard_normal((1, rows, k)).astype(np.float32)
     outs, step, loop = one_step_loop(kernel, p, [a])
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     assert_same(loop((a,)), outs)
     assert loop.native_counts == (1, 0)
 
@@ -349,7 +349,7 @@ def test_a_product_of_two_runtime_operands_binds_numpys_matmul_in_any_layout():
     q = RNG.standard_normal((1, 4, 1, 16)).astype(np.float32)
     kt = RNG.standard_normal((1, 4, 37, 16)).astype(np.float32).transpose(0, 1, 3, 2)
     outs, step, loop = one_step_loop(kernel, p, [q, kt])
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     assert_same(loop((q, kt)), outs)
     kc = np.ascontiguousarray(kt)  # the same values in C order: bound too, with the kernel's bits for that layout
     assert_same(loop((q, kc)), kernel.run(p, [q, kc]))
@@ -439,7 +439,7 @@ def test_int8_matmul_call_step_equals_the_kernel(op, a_shape):
     a = RNG.integers(0, 256, a_shape).astype(np.uint8)
     inputs = [a] + [None] * (len(model.graph.node[0].input) - 1)
     outs, step, loop = one_step_loop(kernel, p, inputs)
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     assert_same(loop(tuple(inputs)), outs)
     assert loop.native_counts == (1, 0)
     other = RNG.integers(0, 256, (7, k)).astype(np.uint8)
@@ -501,7 +501,7 @@ def test_norm_matmul_call_step_equals_the_kernel(d, rows, skip, mlp):
     kernel = kernel_for("npu", "NormMatMul")
     inputs = _feeds(model, rows, d)
     outs, step, loop = one_step_loop(kernel, p, inputs)
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     assert_same(loop(tuple(inputs)), outs)
     assert loop.native_counts == (1, 0)
 
@@ -514,7 +514,7 @@ def test_a_group_cut_into_slices_binds_its_outputs_as_column_views(rows):
     kernel = kernel_for("npu", "NormMatMul")
     inputs = _feeds(model, rows, 96)
     outs, step, loop = one_step_loop(kernel, p, inputs)
-    assert isinstance(step, bridge.CallStep) and len(outs) == 2
+    assert isinstance(step, extension.CallStep) and len(outs) == 2
     got = loop(tuple(inputs))
     assert_same(got, outs)
     assert loop.native_counts == (1, 0)
@@ -565,7 +565,7 @@ def test_binary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op, a, b):
     inputs = [x] if b is not None else [x, (RNG.standard_normal((3, 4, 5)) * 10).astype(a)]
     inputs += [None] * (2 - len(inputs))
     outs, step, loop = one_step_loop(kernel, p, inputs)
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     assert_same(loop(tuple(inputs)), outs)
     assert loop.native_counts == (1, 0)
 
@@ -591,7 +591,7 @@ def test_unary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op):
     x[0, :3] = [np.inf, -np.inf, np.nan]
     with np.errstate(all="ignore"):  # as a program call runs its steps
         outs, step, loop = one_step_loop(kernel, p, [x])
-        assert isinstance(step, bridge.CallStep)
+        assert isinstance(step, extension.CallStep)
         assert_same(loop((x,)), outs)
         half = x.astype(np.float16)  # computed in float32 by the kernel: not bound
         assert kernel.bind(p, [half], kernel.run(p, [half])) is None
@@ -608,7 +608,7 @@ def test_relu_binds_its_clip_ufunc_and_equals_the_kernel(dtype):
     x = RNG.standard_normal((4, 5)).astype(dtype)
     x[0, :4] = [np.nan, -0.0, np.inf, -np.inf]
     outs, step, loop = one_step_loop(kernel, p, [x])
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     got = loop((x,))
     assert_same(got, outs)
     assert np.signbit(got[0][0, 1]) and loop.native_counts == (1, 0)
@@ -639,7 +639,7 @@ def test_integer_reduce_sum_binds_one_exact_call(dtype, shape, axes, keepdims):
     kernel, p = prepared(reduce_model(dtype, shape, axes, keepdims), "ReduceSum")
     x = RNG.integers(-1000, 1000, shape).astype(dtype)
     outs, step, loop = one_step_loop(kernel, p, [x, None])
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     assert_same(loop((x, None)), outs)
     info = np.iinfo(dtype)
     big = np.full(shape, info.max if dtype == np.int32 else 2**52, dtype)
@@ -670,7 +670,7 @@ def test_float_reduce_mean_binds_numpys_sums_scaled_in_place_with_the_kernels_bi
     x = (RNG.standard_normal(shape) * 3).astype(dtype)
     x.reshape(-1)[:3] = [np.inf, np.nan, -0.0]
     outs, step, loop = one_step_loop(kernel, p, [x, None])
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     assert_same(loop((x, None)), outs)
     strided = np.asfortranarray(x)  # numpy's sums in another layout: the kernel's call, the kernel's bits
     assert_same(loop((strided, None)), kernel.run(p, [strided, None]))
@@ -721,7 +721,7 @@ def test_native_softmax_is_the_reference_within_float_tolerance_and_binds_its_ow
         rows[4, 0] = -200.0  # far below the rest: exp underflows to 0
     with np.errstate(all="ignore"):  # as a program call runs its steps
         outs, step, loop = one_step_loop(kernel, p, [x])
-        assert isinstance(step, bridge.CallStep)
+        assert isinstance(step, extension.CallStep)
         assert_same(loop((x,)), outs)
         want = softmax(x, -1)
     assert loop.native_counts == (1, 0)
@@ -738,7 +738,7 @@ def test_softmax_over_another_axis_binds_softmax_axis_and_another_dtype_stays_nu
     kernel, p = prepared(softmax_model(np.float32, (3, 4, 5), axis=1), "Softmax")
     x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
     step = kernel.bind(p, [x], kernel.run(p, [x]))
-    assert isinstance(step, bridge.CallStep)  # softmax_axis over [3, 4, 5]'s columns (issue 40)
+    assert isinstance(step, extension.CallStep)  # softmax_axis over [3, 4, 5]'s columns (issue 40)
     for dtype in (np.float16, np.float64):
         kernel, p = prepared(softmax_model(dtype, (3, 4)), "Softmax")
         v = np.ones((3, 4), dtype)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from npu_ep.ep import _native as bridge
+from npu_ep.ep import _native as extension
 from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.kernels import runtime
 from tests.kernels.test_bound_native_calls import assert_same, compiled, one_step_loop, prepared
@@ -102,7 +102,7 @@ def test_expand_with_a_runtime_shape_binds_for_that_shape_and_declines_another()
     kernel, p = one_node("Expand", [vi("x", F32, [2, 1, 3]), vi("s", I64, [3])], [vi("y", F32, [None, None, None])])
     x, s = values((2, 1, 3), np.float32), np.array([2, 4, 3], np.int64)
     outs, step, loop = one_step_loop(kernel, p, [x, s])
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     assert_same(loop((x, s)), outs)
     other = np.array([2, 5, 3], np.int64)
     assert_same(loop((x, other)), kernel.run(p, [x, other]))  # declined: the kernel ran
@@ -117,7 +117,7 @@ def test_slice_with_runtime_bounds_binds_a_view_for_those_bounds():
     x = values((4, 6), np.float32).T.copy().T  # a strided input
     st, en = np.array([1], np.int64), np.array([-1], np.int64)
     outs, step, loop = one_step_loop(kernel, p, [x, st, en, None])
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     got = loop((x, st, en, None))
     assert_same(got, outs)
     assert np.shares_memory(got[0], x)  # a view, as the kernel's
@@ -151,7 +151,7 @@ def test_pow_binds_its_ufunc_and_equals_the_kernel(square):
     x[0, :3] = [np.inf, 0.0, np.nan]
     with np.errstate(all="ignore"):
         outs, step, loop = one_step_loop(kernel, p, [x, None])
-        assert isinstance(step, bridge.CallStep)
+        assert isinstance(step, extension.CallStep)
         assert_same(loop((x, None)), outs)
         half = x.astype(np.float16)  # computed in float32: not bound
         assert kernel.bind(p, [half, None], kernel.run(p, [half, None])) is None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from npu_ep.ep import _native as bridge
+from npu_ep.ep import _native as extension
 from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.matmul import PACKED_B, PACKED_ISAS
 from npu_ep.kernels.registry import kernel_for
@@ -62,7 +62,7 @@ def test_call_step_equals_the_kernel(rows, skip, mlp):
     kernel = kernel_for("npu", "NormMatMul")
     inputs = _feeds(model, rows, d)
     outs, step, loop = one_step_loop(kernel, p, inputs)
-    assert isinstance(step, bridge.CallStep)
+    assert isinstance(step, extension.CallStep)
     got = loop(tuple(inputs))
     assert_same(got, outs)
     assert loop.native_counts == (1, 0)

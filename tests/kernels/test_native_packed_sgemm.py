@@ -305,8 +305,8 @@ def test_attention_products_of_a_prefill_run_batched_and_the_bound_step_gives_th
     outs = kernel.run(p, [q, kt])
     assert outs[0].tobytes() == kern().float_matmul_batched(q, kt, threads=runtime.threads(p)).tobytes()
     step = kernel.bind(p, [q, kt], outs)
-    from npu_ep.ep import _native as bridge
-    loop = bridge.StepLoop([(kernel.run, p, (0, 1), ((0, 2),), (), step)], 3, (2,), None)
+    from npu_ep.ep import _native as extension
+    loop = extension.StepLoop([(kernel.run, p, (0, 1), ((0, 2),), (), step)], 3, (2,), None)
     assert loop((q, kt))[0].tobytes() == outs[0].tobytes() and loop.native_counts == (1, 0)
     np.testing.assert_allclose(outs[0], cpu_run(model, {"q": q, "kt": np.ascontiguousarray(kt)})[0], rtol=1e-5,
                                atol=1e-5)

@@ -17,7 +17,7 @@ from onnx import helper
 
 from _isa import cap_isa, host_isas
 from _sweep import around, check, with_specials
-from npu_ep.ep import _native as bridge
+from npu_ep.ep import _native as extension
 from npu_ep.kernels import runtime
 from tests.kernels.test_bound_native_calls import assert_same, one_step_loop, prepared, reduce_model
 from tests.npu_testing import make_model
@@ -32,7 +32,7 @@ def _bound_equals_reference(op, x, axes, keepdims, native_runs=True):
     kernel, p = prepared(reduce_model(x.dtype, x.shape, axes, keepdims, op=op), op)
     with np.errstate(all="ignore"):  # IEEE results without warnings, as in a session
         outs, step, loop = one_step_loop(kernel, p, [x, None])
-        assert isinstance(step, bridge.CallStep), f"{op} {x.shape} {axes}: not bound"
+        assert isinstance(step, extension.CallStep), f"{op} {x.shape} {axes}: not bound"
         assert_same(loop((x, None)), outs)
     assert loop.native_counts == ((1, 0) if native_runs else (0, 1)), (op, x.shape, axes, loop.native_counts)
 
@@ -88,7 +88,7 @@ def test_global_average_pool():
         kernel, p = prepared(_gap_model(shape), "GlobalAveragePool")
         with np.errstate(all="ignore"):
             outs, step, loop = one_step_loop(kernel, p, [x])
-            assert isinstance(step, bridge.CallStep)
+            assert isinstance(step, extension.CallStep)
             assert_same(loop((x,)), outs)
         assert loop.native_counts == (1, 0)
 
