@@ -107,7 +107,7 @@ class GqaStep : public NativeStep {
       return nullptr;
     }
 
-    // Lengths as attention.py's _run and _lengths resolve them; what they refuse is left to them.
+    // Lengths as attention_gqa.py's _run and _lengths resolve them; what they refuse is left to them.
     const int64_t B = query_[0], S = query_[1], P = past_ ? static_cast<int64_t>(past_key->shape(2)) : 0;
     const int64_t total_len = *static_cast<const int32_t*>(total->data());
     if (total_len != P + S && total_len > P) return nullptr;
