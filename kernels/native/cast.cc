@@ -121,22 +121,33 @@ py::object CastAs(const py::array& x, py::array& y, int threads) {
   }
 }
 
-// f(T{}) for the C++ type of a numpy dtype; false if it is not one of the twelve numeric types.
+// f(T{}) for the C++ type of a numpy dtype; false if it is not one of the twelve numeric types in native byte order.
+// Read from the descriptor's kind and size (no dtype objects made per call).
 template <typename F>
 bool WithType(const py::dtype& dt, F&& f) {
-  if (dt.kind() == 'f' && dt.itemsize() == 2) return f(Half{}), true;
-  if (dt.equal(py::dtype::of<bool>())) return f(bool{}), true;
-  if (dt.equal(py::dtype::of<int8_t>())) return f(int8_t{}), true;
-  if (dt.equal(py::dtype::of<uint8_t>())) return f(uint8_t{}), true;
-  if (dt.equal(py::dtype::of<int16_t>())) return f(int16_t{}), true;
-  if (dt.equal(py::dtype::of<uint16_t>())) return f(uint16_t{}), true;
-  if (dt.equal(py::dtype::of<int32_t>())) return f(int32_t{}), true;
-  if (dt.equal(py::dtype::of<uint32_t>())) return f(uint32_t{}), true;
-  if (dt.equal(py::dtype::of<int64_t>())) return f(int64_t{}), true;
-  if (dt.equal(py::dtype::of<uint64_t>())) return f(uint64_t{}), true;
-  if (dt.equal(py::dtype::of<float>())) return f(float{}), true;
-  if (dt.equal(py::dtype::of<double>())) return f(double{}), true;
-  return false;
+  if (dt.byteorder() == '>') return false;
+  const auto size = dt.itemsize();
+  switch (dt.kind()) {
+    case 'b': return size == 1 && (f(bool{}), true);
+    case 'i':
+      if (size == 1) return f(int8_t{}), true;
+      if (size == 2) return f(int16_t{}), true;
+      if (size == 4) return f(int32_t{}), true;
+      if (size == 8) return f(int64_t{}), true;
+      return false;
+    case 'u':
+      if (size == 1) return f(uint8_t{}), true;
+      if (size == 2) return f(uint16_t{}), true;
+      if (size == 4) return f(uint32_t{}), true;
+      if (size == 8) return f(uint64_t{}), true;
+      return false;
+    case 'f':
+      if (size == 2) return f(Half{}), true;
+      if (size == 4) return f(float{}), true;
+      if (size == 8) return f(double{}), true;
+      return false;
+    default: return false;
+  }
 }
 
 py::object CastPy(const py::array& x, const py::dtype& to, const py::object& out, int threads) {

@@ -702,8 +702,9 @@ _NUMERIC_KINDS = "biuf"
 
 
 def _castable(src: np.dtype, dst: np.dtype) -> bool:
-    """Whether ``cast`` converts ``src`` to ``dst``: numeric dtypes, not an integer to float16 (numpy's rounding)."""
-    return (src.kind in _NUMERIC_KINDS and dst.kind in _NUMERIC_KINDS
+    """Whether ``cast`` converts ``src`` to ``dst``: numeric dtypes in native byte order, not an integer to float16
+    (numpy's rounding)."""
+    return (src.kind in _NUMERIC_KINDS and dst.kind in _NUMERIC_KINDS and src.isnative and dst.isnative
             and not (dst == _F16 and src.kind in "iu"))
 
 

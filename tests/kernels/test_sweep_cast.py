@@ -123,3 +123,13 @@ def test_session_matches_cpu_ep_and_runs_on_npu_ep(src, dst):
         got = sess.run(None, feeds)[0]
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
     assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+
+
+def test_non_native_byte_order_stays_on_the_reference():
+    from _sweep import node_model, run_kernel
+    x = np.arange(6, dtype=">f4")
+    m = node_model("Cast", [("x", x.astype(np.float32), False)], to=TensorProto.FLOAT16)
+    got = run_kernel(m, {"x": x}, "native")[0]
+    assert got.dtype == np.float16 and got.tobytes() == x.astype(np.float16).tobytes()
+    with pytest.raises(ValueError, match="not a cast between numeric dtypes"):
+        runtime.native_module().cast(x, np.dtype(np.float16), None, 1)
