@@ -94,3 +94,10 @@ def test_a_model_without_a_common_runtime_is_said_to_have_no_speedup_row(capsys)
     silicon._print_speedups([{"model": "apart", "target": "snapdragon-8elite", "measured": None, "projected": 2.0,
                               "error": None, "runtimes": {}}])
     assert "no row: no runtime measured both precisions" in capsys.readouterr().out
+
+
+def test_runtime_labels_name_the_device_where_a_target_holds_two():
+    one = {("S25", "qnn_dlc"): 2.0, ("S25", "tflite"): 3.0}
+    assert silicon._runtime_labels(one) == {"qnn_dlc": 2.0, "tflite": 3.0}
+    two = {("S25", "qnn_dlc"): 2.0, ("QRD", "qnn_dlc"): 2.5}
+    assert silicon._runtime_labels(two) == {"S25/qnn_dlc": 2.0, "QRD/qnn_dlc": 2.5}
