@@ -1,5 +1,6 @@
 // Binary element-wise ops with ONNX (numpy) broadcasting for kernels/ops/elementwise.py: float16 Add/Sub/Mul/Div
-// (`kernels.binary_f16`) and int32/int64 Div (`kernels.div_int`).
+// (`kernels.binary_f16`), float16 comparisons (`kernels.compare_f16`, exact: both sides widen exactly) and
+// int32/int64 Div (`kernels.div_int`).
 // The reference model computes a float16 op in float32 and rounds once on store (numpy's half loops do the same);
 // both operands widen exactly and float32's 24-bit significand is at least 2 * 11 + 2 bits, so the rounded result
 // is the correctly rounded float16 one either way and binary_f16 gives the reference's bits (NaN for NaN).
@@ -116,16 +117,16 @@ RowFn RowFor(int op) {
 bool IsHalf(const py::array& x) { return x.dtype().kind() == 'f' && x.itemsize() == 2; }
 
 // a op b over the broadcast of C-order a and b by a row function (a, its unit stride, b, its unit stride, y, n),
-// into ``out`` or a new array.
-template <typename T, typename Row>
+// into ``out`` or a new array of a's dtype (Out: of bool).
+template <typename T, typename Row, typename Out = T>
 py::array RunBinary(const char* fn, const Row& row, const py::array& a, const py::array& b, const py::object& out,
                     int threads) {
   const Broadcast<2> p = PlanBroadcast<2>(fn, {&a, &b});
-  py::array y = BroadcastResult(fn, a.dtype(), p, out);
+  py::array y = BroadcastResult(fn, std::is_same_v<Out, bool> ? py::dtype::of<bool>() : a.dtype(), p, out);
   if (p.total == 0) return y;
   const auto* pa = static_cast<const T*>(a.data());
   const auto* pb = static_cast<const T*>(b.data());
-  auto* py_ = static_cast<T*>(y.mutable_data());
+  auto* py_ = static_cast<Out*>(y.mutable_data());
   ParallelRuns(p, threads, kTaskElems, [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& unit,
                                            int64_t at, int64_t len) {
     row(pa + off[0], unit[0], pb + off[1], unit[1], py_ + at, len);
@@ -139,6 +140,66 @@ py::array BinaryF16Py(int op, const py::array& a, const py::array& b, const py::
                                 std::string(py::str(a.dtype())) + ShapeText(a) + " and " +
                                 std::string(py::str(b.dtype())) + ShapeText(b));
   return RunBinary<uint16_t>("binary_f16", RowFor(op), a, b, out, threads);
+}
+
+enum CompareOp : int { kEqual = 0, kLess = 1, kLessOrEqual = 2, kGreater = 3, kGreaterOrEqual = 4 };
+
+template <int Op>
+inline bool Compare(float a, float b) {  // IEEE: false with a NaN, -0 == +0 (numpy's float16 comparisons)
+  if constexpr (Op == kEqual) return a == b;
+  if constexpr (Op == kLess) return a < b;
+  if constexpr (Op == kLessOrEqual) return a <= b;
+  if constexpr (Op == kGreater) return a > b;
+  return a >= b;
+}
+
+template <int Op>
+void CompareRowScalar(const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb, bool* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Compare<Op>(Widen(a[i * sa]), Widen(b[i * sb]));
+}
+
+#if NPU_EP_X86
+template <int Op>
+__attribute__((target("avx2,f16c"))) void CompareRowF16c(const uint16_t* a, int64_t sa, const uint16_t* b,
+                                                         int64_t sb, bool* y, int64_t n) {
+  constexpr int kPredicate = Op == kEqual ? _CMP_EQ_OQ : Op == kLess ? _CMP_LT_OQ : Op == kLessOrEqual ? _CMP_LE_OQ
+                             : Op == kGreater ? _CMP_GT_OQ : _CMP_GE_OQ;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(Load8(a + i * sa, sa), Load8(b + i * sb, sb), kPredicate));
+    for (int k = 0; k < 8; ++k) y[i + k] = (mask >> k) & 1;
+  }
+  for (; i < n; ++i) y[i] = Compare<Op>(_cvtsh_ss(a[i * sa]), _cvtsh_ss(b[i * sb]));
+}
+#endif
+
+using CompareFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, bool*, int64_t);
+
+template <int Op>
+CompareFn CompareFor() {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx2 && HasF16c()) return &CompareRowF16c<Op>;
+#endif
+  return &CompareRowScalar<Op>;
+}
+
+py::array CompareF16Py(int op, const py::array& a, const py::array& b, const py::object& out, int threads) {
+  if (!IsHalf(a) || !IsHalf(b) || !(a.flags() & py::array::c_style) || !(b.flags() & py::array::c_style))
+    throw std::invalid_argument("compare_f16: a and b must be C-order float16 arrays, got " +
+                                std::string(py::str(a.dtype())) + ShapeText(a) + " and " +
+                                std::string(py::str(b.dtype())) + ShapeText(b));
+  CompareFn row = nullptr;
+  switch (op) {
+    case kEqual: row = CompareFor<kEqual>(); break;
+    case kLess: row = CompareFor<kLess>(); break;
+    case kLessOrEqual: row = CompareFor<kLessOrEqual>(); break;
+    case kGreater: row = CompareFor<kGreater>(); break;
+    case kGreaterOrEqual: row = CompareFor<kGreaterOrEqual>(); break;
+    default:
+      throw std::invalid_argument("compare_f16: op must be 0 (Equal), 1 (Less), 2 (LessOrEqual), 3 (Greater) or 4 "
+                                  "(GreaterOrEqual), got " + std::to_string(op));
+  }
+  return RunBinary<uint16_t, CompareFn, bool>("compare_f16", row, a, b, out, threads);
 }
 
 // y[i] = a[i * sa] / b[i * sb] truncated toward zero; a zero divisor sets `zero` (its quotient is left 0).
@@ -218,6 +279,10 @@ void BindBinary(py::module_& m) {
         "float16 a op b (op 0 Add, 1 Sub, 2 Mul, 3 Div) with numpy broadcasting, computed in float32 and rounded "
         "once (the reference's bits), into out (a writeable C-order float16 array of the result's size: ORT's "
         "buffer) or a new array; a and b C-order");
+  m.def("compare_f16", &CompareF16Py, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("out") = py::none(),
+        py::arg("threads") = 1,
+        "float16 comparison (op 0 Equal, 1 Less, 2 LessOrEqual, 3 Greater, 4 GreaterOrEqual) with numpy broadcasting "
+        "as a bool array (false with a NaN, -0 == +0), into out or a new array; a and b C-order");
   m.def("div_int", &DivIntPy, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), py::arg("threads") = 1,
         "int32/int64 a / b truncated toward zero (ORT's Div; INT_MIN / -1 wraps) with numpy broadcasting, into out "
         "or a new array; None when a divisor is zero (the reference raises); a and b C-order, one dtype");

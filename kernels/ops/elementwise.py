@@ -3,9 +3,9 @@ math and activations (activations with attributes and Clip/PRelu: ``activation.p
 
 Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is computed in float32 and rounded once on
 store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor,
-and fails the run on a zero divisor, as ORT's CPU Div does. Float16 Add/Sub/Mul/Div and int32/int64 Div run
-natively (kernels/native/binary.cc: ``binary_f16``, the same float32 operation rounded once; ``div_int``), as does
-Where (where.cc) and Cast (cast.cc), with the reference's bits, and bind their kernel as the step.
+and fails the run on a zero divisor, as ORT's CPU Div does. On the native kernels, with the reference's bits, and
+bound as the step: float16 Add/Sub/Mul/Div (``binary_f16``: the same float32 operation rounded once) and comparisons
+(``compare_f16``), int32/int64 Div (``div_int``), all in kernels/native/binary.cc; Where (where.cc); Cast (cast.cc).
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
@@ -330,9 +330,11 @@ def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], op: str =
 
 
 # (op, dtype) -> (native kernel, its leading arguments), each with the reference's bits (kernels/native/binary.cc):
-# float16 computed in float32 and rounded once; integer Div truncating toward zero
+# float16 computed in float32 and rounded once, float16 compared exactly; integer Div truncating toward zero
 _NATIVE_BINARY: dict[tuple[str, np.dtype], tuple[str, tuple]] = {
     **{(op, _F16): ("binary_f16", (code,)) for code, op in enumerate(("Add", "Sub", "Mul", "Div"))},
+    **{(op, _F16): ("compare_f16", (code,))
+       for code, op in enumerate(("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"))},
     ("Div", np.dtype(np.int32)): ("div_int", ()), ("Div", np.dtype(np.int64)): ("div_int", ()),
 }
 _NATIVE_BINARY_OPS = {op for op, _ in _NATIVE_BINARY}

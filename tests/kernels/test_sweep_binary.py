@@ -4,11 +4,12 @@ float32 and round once), bit for bit (the sign of zero included; NaN where the r
 the host runs (the scalar _Float16 path and F16C's 8 lanes): sizes around the 8-lane tail and the 16384-element task
 split, every broadcast direction (ranks 0..4, size-1 and size-0 axes, a per-channel [1,C,1,1] operand), a constant
 operand on either side, NaN/+-Inf/-0/subnormal/65504 values, and random bit patterns (every rounding case float32
-reaches). Integer Div: ``div_int`` (int32/int64, truncating toward zero; int32 in float64 lanes on AVX2) exact
-against the reference's numpy arithmetic, with the type's extremes, -1 (INT_MIN / -1 wraps as in numpy) and every
-sign combination; a zero divisor anywhere leaves the call to the reference, which raises. The bound step (what a
-session's loop runs) is checked against the kernel by ``_sweep``; sessions show NpuEP ran the node, as its bound
-native step (no Python step), with the CPU EP's values."""
+reaches). Float16 comparisons: ``compare_f16`` exactly as numpy's (NaN false, -0 == +0), the same cases. Integer Div:
+``div_int`` (int32/int64, truncating toward zero; int32 in float64 lanes on AVX2) exact against the reference's numpy
+arithmetic, with the type's extremes, -1 (INT_MIN / -1 wraps as in numpy) and every sign combination; a zero divisor
+anywhere leaves the call to the reference, which raises. The bound step (what a session's loop runs) is checked
+against the kernel by ``_sweep``; sessions show NpuEP ran the node, as its bound native step (no Python step), with
+the CPU EP's values."""
 
 from __future__ import annotations
 
@@ -205,6 +206,54 @@ def test_integer_div_session_matches_cpu_ep_and_runs_on_npu_ep(dt):
     a = _ints((2, 3, 50), dt)
     a[a == np.iinfo(dt).min] = 9  # INT_MIN / -1 traps in ORT's C++ division
     feeds = {"a": a, "b": np.array([[7], [-3], [1]], dt)}
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):  # the kernel's run, then the bound step
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+
+
+COMPARES = ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"]
+
+
+def _compare_equal(op: str, a: np.ndarray, b: np.ndarray, const: int | None = None, threads: int = 1) -> np.ndarray:
+    got, want, calls = native_vs_reference(op, [("a", a, const == 0), ("b", b, const == 1)], threads=threads)
+    what = f"{op} {a.shape} {b.shape} const={const} threads={threads}"
+    assert "compare_f16" in calls, f"{what}: the native kernel did not run ({calls})"
+    g, w = np.asarray(got[0]), np.asarray(want[0])
+    assert g.dtype == w.dtype == np.bool_ and g.shape == w.shape, f"{what}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+    np.testing.assert_array_equal(g, w, err_msg=what)
+    return g
+
+
+@pytest.mark.parametrize("op", COMPARES)
+def test_float16_comparisons_exact(capped_isa, op):
+    """NaN compares false, -0 equals +0, neighbours one ulp apart differ: numpy's float16 comparisons."""
+    for n in around(8, 16, TASK):
+        _compare_equal(op, _values((n,)), _values((n,)))
+    for sa, sb in BROADCASTS:
+        for const in (None, 0, 1):
+            _compare_equal(op, _values(sa), _values(sb), const)
+    a = RNG.integers(0, 1 << 16, 40000, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    _compare_equal(op, a, (a.view(np.uint16) ^ RNG.integers(0, 2, a.size, dtype=np.uint16)).view(np.float16))
+    _compare_equal(op, a, a)
+    signs = np.array([0.0, -0.0, np.nan, 1.0], np.float16)
+    _compare_equal(op, signs, np.array([-0.0, 0.0, np.nan, np.nan], np.float16))
+    a, b = _values((3, TASK + 11)), _values((1,))
+    assert _compare_equal(op, a, b, threads=2).tobytes() == _compare_equal(op, a, b, threads=1).tobytes()
+
+
+@pytest.mark.parametrize("op", COMPARES)
+def test_float16_comparison_session_matches_cpu_ep_and_runs_on_npu_ep(op):
+    node = helper.make_node(op, ["a", "b"], ["y"], name="the_op")
+    model = make_model([node], [helper.make_tensor_value_info("a", TensorProto.FLOAT16, [1, 128, 384]),
+                                helper.make_tensor_value_info("b", TensorProto.FLOAT16, [384])],
+                       [helper.make_tensor_value_info("y", TensorProto.BOOL, [1, 128, 384])], opset=17)
+    feeds = {"a": _values((1, 128, 384), specials=False), "b": _values((384,), specials=False)}
+    feeds["a"][0, :, ::5] = feeds["b"][::5]  # equal values
     so = session_options()
     tag_session_options(so)
     sess = npu_session(model, so=so)
