@@ -107,14 +107,19 @@ def test_corpus_model_matches_python_host(host, tmp_path, name):
 
 def test_demo_model_generates_the_python_hosts_tokens(host, tmp_path):
     """The demo's rewritten tiny Llama: every step the Python Generator ran (prefill, then decode with the KV cache
-    it fed back) replayed in the C++ host gives bitwise the same outputs, hence the same greedy tokens."""
+    it fed back) replayed in the C++ host gives bitwise the same outputs, hence the same greedy tokens.
+
+    The Generator runs in the copying mode (``kv_in_place=False``): its default, the KV resident in place, binds
+    past and present to one buffer through IOBinding across runs, and the C++ host replays feeds from files with
+    ``Run`` (no IOBinding, no buffer kept between steps), so only the copying mode's steps are replayable there."""
     from npu_ep.models.tiny_llama import build_tiny_llama
     from npu_ep.tools.demo import rewrite_available
     from npu_ep.tools.generation import Generator
 
     model = tmp_path / "tiny_llama.npu.onnx"
     rewrite_available(build_tiny_llama(tmp_path / "tiny_llama.onnx"), model)
-    gen = Generator(model, providers=[(npu_ep.get_ep_name(), {"cache_dir": ""}), "CPUExecutionProvider"])
+    gen = Generator(model, providers=[(npu_ep.get_ep_name(), {"cache_dir": ""}), "CPUExecutionProvider"],
+                    kv_in_place=False)
     steps, news = [], []
     run_step, step = gen._runner.run, gen._step
 
@@ -123,13 +128,14 @@ def test_demo_model_generates_the_python_hosts_tokens(host, tmp_path):
         steps.append(({k: np.array(v) for k, v in feeds.items()}, outs))
         return outs, host_s, npu_s
 
-    def recording_step(cache, tokens, executed, first):
+    def recording_step(cache, tokens, executed, kind):
         news.append(len(tokens))
-        return step(cache, tokens, executed, first)
+        return step(cache, tokens, executed, kind)
 
     gen._runner.run, gen._step = recording_run, recording_step
     result = gen.generate([1, 5, 6, 7, 8, 9], 6)
-    assert len(steps) == len(news)
+    assert result.kv_decode["mode"] == "copying"
+    assert len(steps) == len(news) == 1 + 5, "a prefill and a decode step per further token, each through Run"
 
     run = run_host(host, npu_ep.get_plugin_library_path(), model,
                    write_steps(tmp_path / "io", [feeds for feeds, _ in steps]), *EP_OPTIONS)
