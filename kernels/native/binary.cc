@@ -166,8 +166,10 @@ __attribute__((target("avx2,f16c"))) void CompareRowF16c(const uint16_t* a, int6
                              : Op == kGreater ? _CMP_GT_OQ : _CMP_GE_OQ;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(Load8(a + i * sa, sa), Load8(b + i * sb, sb), kPredicate));
-    for (int k = 0; k < 8; ++k) y[i + k] = (mask >> k) & 1;
+    const __m256i m = _mm256_castps_si256(_mm256_cmp_ps(Load8(a + i * sa, sa), Load8(b + i * sb, sb), kPredicate));
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));  // -1 / 0
+    const __m128i bools = _mm_and_si128(_mm_packs_epi16(words, words), _mm_set1_epi8(1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), bools);  // 8 bytes of 0 / 1
   }
   for (; i < n; ++i) y[i] = Compare<Op>(_cvtsh_ss(a[i * sa]), _cvtsh_ss(b[i * sb]));
 }
