@@ -224,13 +224,13 @@ def test_profile_parse_keeps_runs_after_warmup_and_averages_per_run():
 
 def test_schema_is_versioned_and_documents_carry_that_version(target):
     schema = json.loads(SCHEMA_PATH.read_text())
-    assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION == "1.5"
+    assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION == "1.6"
     assert schema["$id"].endswith(SCHEMA_VERSION)
     doc = npu_ep.report(erf_layers_model(), target=target, dims={"batch": 4})
     validate(doc)
     assert doc["validation"] == {"structure": "ok", "checker": "full"}
     bad = dict(doc, schema_version="1.0")
-    with pytest.raises(Exception, match=r"1.5"):
+    with pytest.raises(Exception, match=r"1.6"):
         validate(bad)
 
 

@@ -28,6 +28,7 @@ PREFILL, PREFILL_HISTORY, DECODE = "prefill", "prefill_history", "decode"
 KINDS = (PREFILL, PREFILL_HISTORY, DECODE)
 
 _TABLES: weakref.WeakKeyDictionary[Any, EntryTable] = weakref.WeakKeyDictionary()
+_KV_DECODE: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass
@@ -132,3 +133,17 @@ def entries_of(ep_session: Any) -> EntryTable | None:
     session each keep their own table (their calls never mix); an entry's signatures are read around its first call,
     so another thread's call of the same programs at that moment can hide them (then the entry names none)."""
     return _TABLES.get(ep_session)
+
+
+def record_kv_decode(eps: Sequence[Any], kv: dict[str, Any], steps: int, npu_s: float, inter_token_s: float) -> None:
+    """Keep a generation's KV facts per decode step (``GenerationResult.kv_decode``) beside its NpuEP sessions, one
+    record per KV mode (the last generation of that mode wins), with the decode step's mean emulated NPU and
+    inter-token seconds: generators of different modes on one session are then reported side by side."""
+    record = {**kv, "decode_steps": steps, "npu_s": npu_s / steps, "inter_token_s": inter_token_s / steps}
+    for ep in eps:
+        _KV_DECODE.setdefault(ep, {})[kv["mode"]] = record
+
+
+def kv_decode_of(ep_session: Any) -> list[dict[str, Any]]:
+    """The KV records of the modes generators ran on this NpuEP session (``record_kv_decode``), in first-run order."""
+    return list(_KV_DECODE.get(ep_session, {}).values())

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .entries import DECODE, PREFILL, PREFILL_HISTORY, EntryTable, declared_entries
+from .entries import DECODE, PREFILL, PREFILL_HISTORY, EntryTable, declared_entries, record_kv_decode
 from .model_info import IoNames, check_kv_memory, detect_layouts, info_from_session, inspect_model
 from .resident import ResidentKv, decode_step_bytes, kv_counters
 from .shapes import (DEFAULT_BUCKETS, KvCache, KvCapacityError, KvLayout, PaddingStats, PromptTooLongError,
@@ -371,6 +371,8 @@ class Generator:
             if rows is not None:
                 rows.pop()
         kv = self._kv_per_step(kv_before, len(itl), cache.capacity)
+        if kv is not None:
+            record_kv_decode(self._runner.eps, kv, len(itl), sum(npu_decode), sum(itl))
         shapes = {k: dataclasses.replace(v) for k, v in self.shapes.items()}
         return GenerationResult(prompt, tokens, ttft, itl, npu_prefill, npu_decode, padding, steps, shapes,
                                 cache.capacity, cache.length, rows, self.entries.rows(), self.prefill_chunk, kv)

@@ -39,7 +39,7 @@ from .dim_hints import inputs_that_run
 from .run import DEFAULT_MAX_INPUT_MIB, NpuEPFailure, attribute_bridge, dim_key, measure, npu_session, resolve_dims
 from .validate import ReportInputError, load_checked, ort_exceptions, ort_message
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 __all__ = ["SCHEMA_PATH", "SCHEMA_VERSION", "NpuEPFailure", "ReportInputError", "build_report", "validate",

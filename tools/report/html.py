@@ -1,6 +1,7 @@
 """One self-contained HTML file for an ``npu-report`` document: plotly figures with plotly.js inlined (no network
 needed to view it): coverage by op type, partition map of the graph, per-layer timeline; when the document has
-them, prefill vs decode and the three-way numerics of a quantized model."""
+them, prefill vs decode, the three-way numerics of a quantized model, and decode steps with and without KV
+residency (the KV's copies as DMA segments)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ import plotly.io as pio
 
 from .boundaries import boundaries_line
 from .latency import describe
-from .tables import STYLE, crossings_table, declined_table, entries_table, partitions_table, text
+from .tables import (STYLE, crossings_table, declined_table, entries_table, kv_per_token_table, partitions_table,
+                     text)
 
 FIGURE_IDS = ("coverage-by-op", "partition-map", "layer-timeline")  # always present
 PHASES_ID, THREE_WAY_ID = "prefill-decode", "three-way-numerics"  # present when the document has the data
+KV_RESIDENCY_ID = "kv-residency"  # present when generators ran decode steps on the session (entries.kv_per_decode_step)
+KV_SEGMENTS = (("DMA: KV across the boundary", "across_boundary", "#d62728"),
+               ("DMA: append in place in NPU memory", "in_place", "#2ca02c"),
+               ("DMA: full copies of the past", "full_copies", "#ff7f0e"))
 
 
 def coverage_figure(doc: Mapping[str, Any]) -> go.Figure:
@@ -120,10 +126,37 @@ def three_way_figure(doc: Mapping[str, Any]) -> go.Figure | None:
     return fig
 
 
+def kv_residency_figure(doc: Mapping[str, Any]) -> go.Figure | None:
+    """One decode step per KV mode that ran on the session, as a timeline of the same decode entry: the emulated
+    step, then the KV's copies as DMA segments (across the boundary, in place, full copies) priced on the target."""
+    rows = (doc.get("entries") or {}).get("kv_per_decode_step") or []
+    if not rows:
+        return None
+    modes = [f"{r['mode']} ({r['decode_steps']} steps)" for r in rows]
+    bars = [go.Bar(name="decode step on the NPU (emulated)", y=modes, x=[r["npu_us"] for r in rows],
+                   orientation="h", marker={"color": "#1f77b4"})]
+    for label, key, color in KV_SEGMENTS:
+        bars.append(go.Bar(name=label, y=modes, x=[r["dma_us"][key] for r in rows], orientation="h",
+                           marker={"color": color},
+                           text=[_kv_bytes(r, key) for r in rows], hoverinfo="text+x+name"))
+    fig = go.Figure(bars)
+    fig.update_layout(barmode="stack", height=160 + 60 * len(rows), xaxis_title="us per decode token",
+                      title="decode step with and without KV residency (emulated us; the KV's copies as DMA)")
+    return fig
+
+
+def _kv_bytes(row: Mapping[str, Any], key: str) -> str:
+    nbytes = {"across_boundary": row["kv_across_boundary_bytes"] or 0, "in_place": row["moved_in_npu_memory_bytes"],
+              "full_copies": row["past_copied_bytes"] + row["appended_into_copy_bytes"]}[key]
+    copies = f", {row['full_copies']:g} full copies" if key == "full_copies" else ""
+    return f"{nbytes:,.0f} bytes{copies}"
+
+
 def figures(doc: Mapping[str, Any]) -> list[tuple[str, go.Figure]]:
     """(div id, figure) for every figure the document has data for, in page order."""
     out = list(zip(FIGURE_IDS, (coverage_figure(doc), partition_map_figure(doc), timeline_figure(doc))))
-    for fid, fig in ((PHASES_ID, phases_figure(doc)), (THREE_WAY_ID, three_way_figure(doc))):
+    for fid, fig in ((PHASES_ID, phases_figure(doc)), (THREE_WAY_ID, three_way_figure(doc)),
+                     (KV_RESIDENCY_ID, kv_residency_figure(doc))):
         if fig is not None:
             out.append((fid, fig))
     return out
@@ -143,7 +176,8 @@ def render_html(doc: Mapping[str, Any]) -> str:
                     f"{r['median']:.2f}x the CPU EP, {r['min']:.2f}-{r['max']:.2f}x across blocks")
         if m.get("boundaries"):
             summary += "; " + boundaries_line(m["boundaries"])
-    tables = declined_table(doc) + partitions_table(doc) + crossings_table(doc) + entries_table(doc)
+    tables = (declined_table(doc) + partitions_table(doc) + crossings_table(doc) + entries_table(doc)
+              + kv_per_token_table(doc))
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>npu-report</title>" + STYLE + "</head><body>"
             f"<h1>npu-report: {text(doc['model'])}</h1><p>{text(summary)}</p><p>{text(describe(doc))}</p>"
             + "".join(divs) + tables

@@ -183,7 +183,35 @@ def entries_report(ep: EpSession | None) -> dict[str, Any] | None:
     if table is None:  # a session that declares entries (or loaded a context naming them) and ran none yet
         table = EntryTable([ep], register=False)
     return {"entries": table.rows(), "weight_bytes": table.weight_bytes(),
-            "programs": sorted(name for e in table.eps for name in e.programs), "declared": declared}
+            "programs": sorted(name for e in table.eps for name in e.programs), "declared": declared,
+            "kv_per_decode_step": kv_decode_report(ep)}
+
+
+def kv_decode_report(ep: EpSession) -> list[dict[str, Any]]:
+    """Issue 41's three KV facts per decode token, one row per KV mode a generator ran on this session: KV bytes
+    across the host<->NPU boundary, bytes moved inside NPU memory (appends in place), full copies (and the past
+    bytes they copied); each priced as the target's DMA (``kernels.cost.dma_cycles``) beside the emulated step."""
+    from ...kernels.cost import dma_cycles
+    from ..generation.entries import kv_decode_of
+
+    def dma_us(nbytes: float, transfers: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        return dma_cycles(ep.target, int(nbytes), transfers=max(transfers, 1.0)) / ep.target.clock_hz * 1e6
+
+    rows = []
+    for kv in kv_decode_of(ep):
+        across = kv["kv_across_boundary_bytes"]
+        rows.append({"mode": kv["mode"], "decode_steps": kv["decode_steps"],
+                     "kv_across_boundary_bytes": across, "moved_in_npu_memory_bytes": kv["appended_in_place_bytes"],
+                     "appended_into_copy_bytes": kv["appended_into_copy_bytes"],
+                     "past_copied_bytes": kv["past_copied_bytes"], "full_copies": kv["full_copies"],
+                     "npu_us": kv["npu_s"] * 1e6, "inter_token_us": kv["inter_token_s"] * 1e6,
+                     "dma_us": {"across_boundary": dma_us(across or 0.0, 2.0),  # past in, present out
+                                "in_place": dma_us(kv["appended_in_place_bytes"], 1.0),
+                                "full_copies": dma_us(kv["past_copied_bytes"] + kv["appended_into_copy_bytes"],
+                                                      kv["full_copies"])}})
+    return rows
 
 
 def label_entries(timeline: list[dict], entries: Mapping[str, Any] | None) -> None:

@@ -4,7 +4,7 @@ timeline and measurements. Reads only the JSON document, so a saved report rende
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -145,6 +145,24 @@ def _entries(con: Console, entries: Mapping[str, Any] | None) -> None:
         t.add_row(escape(e["name"]), str(e["new_tokens"]), str(e["past_slots"]), str(e["calls"]),
                   f"{e['logical_tokens']}/{e['executed_tokens']}", f"{e['host_s'] * 1e3:.1f}",
                   f"{e['npu_s'] * 1e3:.3f}")
+    con.print(t)
+    _kv_per_token(con, entries.get("kv_per_decode_step") or [])
+
+
+def _kv_per_token(con: Console, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Issue 41's three KV facts per decode token, one row per KV mode that ran on the session."""
+    if not rows:
+        return
+    t = Table(title="KV per decode token (three facts apart)")
+    for col in ("KV mode", "steps", "KV bytes across boundary", "bytes moved in NPU memory", "full copies",
+                "past bytes copied", "DMA us across/in place/copies", "NPU us (emul.)", "inter-token us"):
+        t.add_column(col, justify="left" if col == "KV mode" else "right")
+    for r in rows:
+        across, d = r["kv_across_boundary_bytes"], r["dma_us"]
+        t.add_row(r["mode"], str(r["decode_steps"]), "-" if across is None else f"{across:,.0f}",
+                  f"{r['moved_in_npu_memory_bytes']:,.0f}", f"{r['full_copies']:g}", f"{r['past_copied_bytes']:,.0f}",
+                  f"{d['across_boundary']:.2f}/{d['in_place']:.2f}/{d['full_copies']:.2f}", f"{r['npu_us']:.1f}",
+                  f"{r['inter_token_us']:.0f}")
     con.print(t)
 
 

@@ -86,3 +86,17 @@ def entries_table(doc: Mapping[str, Any]) -> str:
     return table(f"generation entry points: one weight copy ({entries['weight_bytes']:,} bytes) for all",
                  ("entry", "kind", "S", "P", "calls", "tokens logical/executed", "host ms", "NPU ms (emulated)"), rows,
                  "no entries")
+
+
+def kv_per_token_table(doc: Mapping[str, Any]) -> str:
+    """Issue 41's three KV facts per decode token per KV mode (``entries.kv_per_decode_step``); nothing without."""
+    kv = (doc.get("entries") or {}).get("kv_per_decode_step") or []
+    if not kv:
+        return ""
+    rows = [(r["mode"], r["decode_steps"], "-" if r["kv_across_boundary_bytes"] is None
+             else f"{r['kv_across_boundary_bytes']:,.0f}", f"{r['moved_in_npu_memory_bytes']:,.0f}",
+             f"{r['full_copies']:g}", f"{r['past_copied_bytes']:,.0f}", round(r["npu_us"], 1),
+             round(r["inter_token_us"])) for r in kv]
+    return table("KV per decode token", ("KV mode", "decode steps", "KV bytes across the boundary",
+                                         "bytes moved inside NPU memory (in place)", "full copies",
+                                         "past bytes copied", "NPU us (emulated)", "inter-token us"), rows, "")
