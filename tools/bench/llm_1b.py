@@ -198,7 +198,8 @@ def _kv_resident(a: argparse.Namespace) -> int:
     env = _child_env(a.workdir)
     model = _child(env, "--child", "build", "--workdir", str(a.workdir), "--layers", str(a.layers))["model"]
     prompt = a.prompt_len if a.prompt_len != 128 else KV_CONTEXT - a.new_tokens
-    r = llm_kv.run(model, prompt, a.new_tokens, a.repeats, capacity=KV_CONTEXT, vocab=CONFIG["vocab_size"])
+    r = llm_kv.run(model, prompt, a.new_tokens, a.repeats, capacity=KV_CONTEXT, vocab=CONFIG["vocab_size"],
+                   floor_model=perturbed(model))
     return 0 if r["resident_equals_copying"] else 1  # against the CPU EP: the level-4 float floor (module docstring)
 
 

@@ -13,7 +13,13 @@ Per decode step it prints the three facts apart:
     GroupQueryAttention nodes' own counters (``kernels/ops/_kv_traffic``);
   * inter-token host time (median over repeats of each run's median), each mode against the CPU EP's.
 Tokens are compared across the modes (on an accuracy_level 4 decoder NpuEP and the CPU EP part on float rounding:
-bench.llm_1b's docstring).
+bench.llm_1b's docstring). Free-running greedy tokens against the CPU EP's say little on random weights: their
+logits are near-tied, so one flipped token changes every later context (the CPU EP against itself with the
+embeddings one ulp up agrees on 1 of 64). The check against the CPU EP is therefore teacher-forced, as
+``npu-generate --compare-kv`` does: the CPU EP's greedy run gives the tokens and logits; each resident NpuEP mode
+(and, when given, the CPU EP on ``floor_model``, the float floor) is fed those tokens step after step, so every
+step sees the CPU EP's context; per step its top-1 against the CPU EP's, and the logit drift (max and mean
+|difference|), beside the CPU EP's own top-1/top-2 margins (how near-tied the logits are).
 
 ``python -m npu_ep.tools.bench.llm --kv-resident [--model M] [--prompt-len N] [--new-tokens N] [--repeats R]``;
 ``python -m npu_ep.tools.bench.llm_1b --kv-resident`` runs it on the 1B-width int4 decoder (1k-token context).
@@ -92,8 +98,35 @@ def _steady(gens: dict[str, Any], prompt: list[int]) -> dict[str, float]:
     return {name: statistics.median(v) * 1e3 for name, v in samples.items()}
 
 
+FORCED_MODES = ("NpuEP resident NPU memory", "NpuEP resident")
+FLOOR = "CPU EP, embeddings 1 ulp up"
+
+
+def teacher_forced(gens: dict[str, Any], prompt: list[int], new_tokens: int, floor: Any = None) -> dict[str, Any]:
+    """Top-1 agreement and logit drift against the CPU EP's greedy run, each mode fed the CPU EP's tokens
+    (module docstring); ``floor``: a generator whose drift is float rounding alone."""
+    base = gens["CPU EP copying"].generate(prompt, new_tokens, keep_logits=True)
+    top2 = [np.sort(row.astype(np.float64))[-2:] for row in base.logits]
+    margins = [float(b - a) for a, b in top2]
+    out: dict[str, Any] = {"steps": len(base.tokens), "cpu_margin_median": statistics.median(margins),
+                           "cpu_margin_min": min(margins), "modes": {}}
+    runs = {name: gens[name] for name in FORCED_MODES}
+    if floor is not None:
+        runs[FLOOR] = floor
+    for name, gen in runs.items():
+        forced = gen.generate(prompt, new_tokens, keep_logits=True, feed_tokens=base.tokens)
+        n = min(len(forced.tokens), len(base.tokens))
+        diffs = [np.abs(a.astype(np.float64) - b) for a, b in zip(forced.logits[:n], base.logits[:n])]
+        agree = [a == b for a, b in zip(forced.tokens[:n], base.tokens[:n])]
+        out["modes"][name] = {"agree": sum(agree), "steps": n, "max_drift": float(max(d.max() for d in diffs)),
+                              "mean_drift": float(np.mean([d.mean() for d in diffs])),
+                              "disagree_margin_max": max((m for m, ok in zip(margins, agree) if not ok), default=None)}
+    return out
+
+
 def run(model: str, prompt_len: int, new_tokens: int, repeats: int, capacity: int | None = None,
-        npu_options: dict[str, str] | None = None, vocab: int | None = None) -> dict[str, Any]:
+        npu_options: dict[str, str] | None = None, vocab: int | None = None, floor_model: str | None = None
+        ) -> dict[str, Any]:
     """Measure (module docstring); returns the numbers it prints."""
     capacity = capacity or prompt_len + new_tokens + 16
     gens = _generators(model, capacity, npu_options or {})
@@ -117,11 +150,19 @@ def run(model: str, prompt_len: int, new_tokens: int, repeats: int, capacity: in
     same = len({tuple(t) for t in tokens.values()}) == 1
     agree = sum(a == b for a, b in zip(tokens["NpuEP resident NPU memory"], tokens["CPU EP copying"]))
     med = {name: statistics.median(v) * 1e3 for name, v in itl.items()}
+    floor = None
+    if floor_model is not None:
+        from ..generation import Generator
+
+        floor = Generator(floor_model, providers=["CPUExecutionProvider"], max_kv_len=capacity, kv_in_place=False,
+                          ort_log_level=3)
+    forced = teacher_forced(gens, prompt, new_tokens, floor)
     out = {"model": str(model), "prompt_len": prompt_len, "new_tokens": new_tokens, "capacity": capacity,
            "repeats": repeats, "tokens_identical": same,
            "resident_equals_copying": tokens["NpuEP resident"] == tokens["NpuEP copying"]
            == tokens["NpuEP resident NPU memory"],
-           "agree_with_cpu": agree, "itl_ms": med, "steady_ms": _steady(gens, prompt), "per_decode_step": per_step,
+           "agree_with_cpu": agree, "teacher_forced": forced, "itl_ms": med, "steady_ms": _steady(gens, prompt),
+           "per_decode_step": per_step,
            "load": os.getloadavg()}
     _print(out)
     return out
@@ -150,3 +191,10 @@ def _print(r: dict[str, Any]) -> None:
           f"ms): resident in NPU memory {npu_mem:.2f}, in host memory {res:.2f}, copying {cop:.2f}, CPU EP {cpu:.2f}; "
           f"resident / copying {npu_mem / cop:.2f}x (NPU memory), {res / cop:.2f}x (host memory); / CPU EP "
           f"{npu_mem / cpu:.2f}x, {res / cpu:.2f}x")
+    tf = r["teacher_forced"]
+    print(f"  teacher-forced against the CPU EP (each fed the CPU EP's {tf['steps']} greedy tokens; the CPU EP's "
+          f"top-1/top-2 logit margin: median {tf['cpu_margin_median']:.3g}, min {tf['cpu_margin_min']:.3g}):")
+    for name, m in tf["modes"].items():
+        worst = "-" if m["disagree_margin_max"] is None else f"{m['disagree_margin_max']:.3g}"
+        print(f"    {name:28s} top-1 equal on {m['agree']} of {m['steps']} steps; logit drift max "
+              f"{m['max_drift']:.3g}, mean {m['mean_drift']:.3g}; largest CPU EP margin where top-1 differs: {worst}")
