@@ -11,7 +11,9 @@ cost is ``_vector.stream_cost`` over the output elements with DMA of every input
 
 Float32 and float16 LeakyRelu, HardSigmoid, HardSwish and PRelu of one constant slope run on the element-wise
 engine (``elementwise.engine_runner``: conv-tail instructions, the same float32 operations as the functions here); a
-float32 PRelu whose slope varies along one run of x's axes (per channel) runs natively per row (``prelu_rows``).
+float32 PRelu whose slope varies along one run of x's axes (per channel) runs natively per row (``prelu_rows``). A
+Clip with constant bounds (float32/float64, integers) binds one clip ufunc call as the step, a Clip without bounds a
+view.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..target import Target
 from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
-from .elementwise import CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, clip_float, engine_bind, engine_runner
+from .elementwise import CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, clip_float, engine_bind, engine_runner, ufunc_into
 
 
 def _f(x: np.ndarray, v: float) -> np.generic:
@@ -157,15 +159,19 @@ def _param_runner(fn: Callable[[np.ndarray, dict[str, Any]], np.ndarray]):
     return run
 
 
+def _clip_bounds(p: Prepared, inputs, dtype: np.dtype) -> tuple[Any, Any]:
+    """(lo, hi) of this call, None where that side is open."""
+    if "bounds" in p.attrs:  # opset-6 attributes: 0-d arrays of x's dtype, made once per dtype
+        key = ("bounds", dtype)
+        return p.memo.get(key) or p.memo.setdefault(key, tuple(
+            None if b is None else np.array(b).astype(dtype) for b in p.attrs["bounds"]))
+    return arg(p, inputs, 1), arg(p, inputs, 2)
+
+
 def _clip_run(p: Prepared, inputs) -> list[np.ndarray]:
     """``min(max(x, lo), hi)`` with each bound optional (an omitted input or attribute leaves that side open)."""
     x = arg(p, inputs, 0)
-    if "bounds" in p.attrs:  # opset-6 attributes: 0-d arrays of x's dtype, made once per dtype
-        key = ("bounds", x.dtype)
-        lo, hi = p.memo.get(key) or p.memo.setdefault(key, tuple(
-            None if b is None else np.array(b).astype(x.dtype) for b in p.attrs["bounds"]))
-    else:
-        lo, hi = arg(p, inputs, 1), arg(p, inputs, 2)
+    lo, hi = _clip_bounds(p, inputs, x.dtype)
     same = x.dtype in FLOAT_RANGES and (lo is None or lo.dtype == x.dtype) and (hi is None or hi.dtype == x.dtype)
     if same and x.ndim and (lo is not None or hi is not None):
         return [clip_float(x, lo, hi)]
@@ -175,6 +181,35 @@ def _clip_run(p: Prepared, inputs) -> list[np.ndarray]:
     if hi is not None:
         y = np.minimum(y, hi)
     return [np.asarray(y)]  # no bounds: a view of x, as the movement kernels return
+
+
+_INT_RANGES: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {
+    np.dtype(t): (np.array(np.iinfo(t).min, t), np.array(np.iinfo(t).max, t))
+    for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)}
+
+
+def _clip_bind(p: Prepared, inputs, outs):
+    """A Clip with constant bounds (inputs or attributes) as one clip ufunc call for this input shape, into ORT's
+    buffer when the result is a partition output: float32/float64 as ``clip_float`` calls it (the open sides at ORT's
+    defaults), integers with the open sides at the type's limits (the kernel's max then min: the same values, exact).
+    A Clip without bounds is a view step (the kernel returns x); runtime bounds and float16 stay on the kernel."""
+    x = inputs[0] if inputs else None
+    if (not isinstance(x, np.ndarray) or outs[0].dtype != x.dtype
+            or any(i < len(inputs) and inputs[i] is not None for i in (1, 2))):
+        return None
+    lo, hi = _clip_bounds(p, inputs, x.dtype)
+    if lo is None and hi is None:
+        ext = runtime.extension()
+        return None if ext is None else ext.ViewStep(x.shape, x.shape, len(inputs), [])
+    ranges = FLOAT_RANGES.get(x.dtype) or _INT_RANGES.get(x.dtype)
+    if (ranges is None or not x.flags.c_contiguous or x.ndim == 0
+            or any(b is not None and b.dtype != x.dtype for b in (lo, hi))):
+        return None  # float16 (computed in float32), 0-d, or bounds of another dtype (numpy's promotion)
+    where = p.runtime.partition_outputs
+    into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, ufunc_into(CLIP_UFUNC), (None, ranges[0] if lo is None else lo,
+                                                         ranges[1] if hi is None else hi, None),
+                             [(0, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
 
 
 def _prelu_reference(p: Prepared, inputs) -> list[np.ndarray]:
@@ -255,5 +290,5 @@ for _op, (_fn, _, _, _) in _PARAM_UNARY.items():
     _engine = _op in _ENGINE_OPS
     register(KernelDef("", _op, _prepare, engine_runner(_param_runner(_fn)) if _engine else _param_runner(_fn), _cost,
                        _check, rank_free=True, bind=engine_bind if _engine else None))
-register(KernelDef("", "Clip", _prepare, _clip_run, _cost, _check, rank_free=True))
+register(KernelDef("", "Clip", _prepare, _clip_run, _cost, _check, rank_free=True, bind=_clip_bind))
 register(KernelDef("", "PRelu", _prepare, _prelu_run, _cost, _check, rank_free=True, bind=_prelu_bind))

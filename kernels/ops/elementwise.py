@@ -390,7 +390,7 @@ def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> C
         args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
         where = p.runtime.partition_outputs  # into ORT's buffer when the result is a partition output
         into = [(arity, where[0], list(outs[0].shape))] if where and 0 in where else []
-        return runtime.call_step(p, _ufunc_into(fn), (*args, None), live, [(-1, None)],
+        return runtime.call_step(p, ufunc_into(fn), (*args, None), live, [(-1, None)],
                                  None, into)
     return bind
 
@@ -398,7 +398,7 @@ def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> C
 _UFUNC_INTO: dict[np.ufunc, Callable] = {}
 
 
-def _ufunc_into(fn: np.ufunc) -> Callable:
+def ufunc_into(fn: np.ufunc) -> Callable:
     """``fn(*operands, out)`` with ``out`` as the keyword (a bound step's last argument: ORT's output buffer, or None
     for a new array); np.maximum/np.minimum deprecate a positional out."""
     call = _UFUNC_INTO.get(fn)

@@ -1,0 +1,107 @@
+"""Clip's bound steps (issue 40): a float32/float64 Clip with constant bounds binds its kernel's own call (the clip
+ufunc with ORT's open bounds, ``activation._clip_bind``), an integer Clip the clip ufunc with the type's limits (the
+kernel's max then min: the same values), a Clip without bounds a view step. The sweep checks the step against the
+kernel's run bit for bit (the sign of zero, NaN, +-Inf, values at and beyond the bounds, the types' extremes, one
+side open, lo > hi, ranks 1..4), that it bound at all where it should, and that runtime bounds and float16 stay on
+the kernel; sessions show NpuEP ran the node as its bound step (no Python step) with the CPU EP's values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from _sweep import kernel_and_bound_step, with_specials
+from npu_ep.ep.sessions import tag_session_options
+from npu_ep.kernels import runtime
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(4043)
+BOUNDS = [(0.0, 6.0), (-1.0, None), (None, 0.5), (3.0, -3.0), (-0.0, 0.0), (-np.inf, np.inf)]
+
+
+def _values(shape, dt) -> np.ndarray:
+    x = (RNG.standard_normal(shape) * 8).astype(dt)
+    return with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0, 3e38), fraction=0.1)
+
+
+def _inputs(x: np.ndarray, lo, hi, runtime_bounds: bool = False) -> list:
+    dt = x.dtype
+    return [("x", x, False), ("lo", None if lo is None else np.array(lo, dt), not runtime_bounds),
+            ("hi", None if hi is None else np.array(hi, dt), not runtime_bounds)]
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_bound_step_equals_the_kernel_bit_for_bit(dt):
+    for shape in ((7,), (3, 17), (2, 3, 4, 5)):
+        for lo, hi in BOUNDS:
+            got, bound = kernel_and_bound_step("Clip", _inputs(_values(shape, dt), lo, hi))
+            assert bound, f"Clip {dt} {shape} [{lo}, {hi}]: no step bound"
+            assert bound[0].dtype == got[0].dtype and bound[0].tobytes() == got[0].tobytes(), (dt, shape, lo, hi)
+
+
+def test_without_bounds_a_view_step_returns_x():
+    x = _values((4, 5), np.float32)
+    got, bound = kernel_and_bound_step("Clip", [("x", x, False)])
+    assert bound and bound[0].tobytes() == got[0].tobytes() == x.tobytes()
+
+
+INTS = [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.uint64]
+
+
+@pytest.mark.parametrize("dt", INTS)
+def test_integer_bound_step_equals_the_kernel(dt):
+    info = np.iinfo(dt)
+    for shape in ((7,), (3, 17), (2, 3, 4, 5)):
+        x = RNG.integers(info.min, info.max, shape, dtype=dt, endpoint=True)
+        x.reshape(-1)[::4] = info.max
+        x.reshape(-1)[1::4] = info.min
+        for lo, hi in ((0, 6), (info.min, None), (None, 5), (9, 2), (info.max, info.max)):
+            inputs = [("x", x, False), ("lo", None if lo is None else np.array(lo, dt), True),
+                      ("hi", None if hi is None else np.array(hi, dt), True)]
+            got, bound = kernel_and_bound_step("Clip", inputs)
+            assert bound, f"Clip {np.dtype(dt)} {shape} [{lo}, {hi}]: no step bound"
+            assert bound[0].dtype == got[0].dtype and bound[0].tobytes() == got[0].tobytes(), (dt, shape, lo, hi)
+
+
+@pytest.mark.parametrize("case", ["runtime_bounds", "float16"])
+def test_what_stays_on_the_kernel(case):
+    if case == "runtime_bounds":
+        inputs = _inputs(_values((3, 4), np.float32), 0.0, 6.0, runtime_bounds=True)
+    else:
+        x = (RNG.standard_normal((3, 4)) * 8).astype(np.float16)
+        inputs = [("x", x, False), ("lo", np.array(0, np.float16), True), ("hi", np.array(6, np.float16), True)]
+    _, bound = kernel_and_bound_step("Clip", inputs)
+    assert bound == []
+
+
+@pytest.mark.parametrize("dt,bounds", [(np.float32, (0.0, 6.0)), (np.float32, (None, 1.0)), (np.float32, None),
+                                       (np.uint8, (3, 200))])
+def test_session_matches_cpu_ep_and_runs_on_npu_ep(dt, bounds):
+    """Relu6 as an exported MobileNetV3 writes it (Clip(x, 0, 6), constant bounds), one side open, no bounds, uint8."""
+    inits = {}
+    names = ["x"]
+    if bounds is not None:
+        for name, b in zip(("lo", "hi"), bounds):
+            if b is not None:
+                inits[name] = np.array(b, dt)
+            names.append(name if b is not None else "")
+    node = helper.make_node("Clip", names, ["y"], name="the_op")
+    shape = [1, 64, 28, 28]
+    elem = TensorProto.FLOAT if dt == np.float32 else TensorProto.UINT8
+    model = make_model([node], [helper.make_tensor_value_info("x", elem, shape)],
+                       [helper.make_tensor_value_info("y", elem, shape)], inits, opset=17)
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    feeds = {"x": (RNG.standard_normal(shape) * 8).astype(np.float32) if dt == np.float32
+             else RNG.integers(0, 256, shape, dtype=np.uint8)}
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):  # the kernel's run, then the bound step
+        got = sess.run(None, feeds)[0]
+        assert got.tobytes() == want.tobytes()
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound step"
