@@ -5,7 +5,8 @@ Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is comp
 store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integer division), not numpy's floor,
 and fails the run on a zero divisor, as ORT's CPU Div does. On the native kernels, with the reference's bits, and
 bound as the step: float16 Add/Sub/Mul/Div (``binary_f16``: the same float32 operation rounded once) and comparisons
-(``compare_f16``), int32/int64 Div (``div_int``), all in kernels/native/binary.cc; Where (where.cc); Cast (cast.cc).
+(``compare_f16``), int32/int64 Div (``div_int``), all in kernels/native/binary.cc; float16 Relu/Abs/Neg/Sqrt
+(unary_f16.cc); Where (where.cc); Cast (cast.cc).
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
@@ -597,14 +598,19 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
     return np.asarray(y).astype(dt, copy=False)
 
 
-def _unary_runner(fn: Callable[[np.ndarray], np.ndarray]):
+def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None = None):
     """The run function of one unary op: ``fn`` on the compute dtype, rounded once on store. The common case (a
     runtime input, an array result already in the output dtype) makes no further Python call: a unary step is
-    often all a small partition does."""
+    often all a small partition does. ``f16_code``: the op's ``unary_f16`` code, run for C-order float16 on the
+    native kernels (the reference's bits)."""
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = inputs[0] if inputs else None
         if x is None:
             x = arg(p, inputs, 0)
+        if f16_code is not None and x.dtype == _F16 and type(x) is np.ndarray and x.flags.c_contiguous:
+            nat = runtime.native(p)
+            if nat is not None:
+                return [nat.unary_f16(f16_code, x, None, runtime.threads(p))]
         y = fn(x if x.dtype != _F16 else x.astype(_F32))  # widen(x), inline
         dt = p.memo.get("out_dtype")
         if dt is not None and type(y) is np.ndarray and y.dtype == dt:
@@ -737,6 +743,27 @@ for _op, (_fn, _, _) in _BINARY.items():
     register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn, _op), _cost, _check,
                        rank_free=True, bind=_bind))
 register(KernelDef("", "Mod", _prepare, _mod_run, _cost, _mod_check, rank_free=True))
+# unary_f16's op codes (kernels/native/unary_f16.cc): float16 ops exact in float32, computed there, rounded once
+_F16_UNARY = {"Relu": 0, "Abs": 1, "Neg": 2, "Sqrt": 3}
+
+
+def _f16_unary_binder(code: int, other: Callable | None) -> Callable:
+    """The ``bind`` of a float16 Relu/Abs/Neg/Sqrt: one ``unary_f16`` call for this input shape, into ORT's buffer
+    when the result is a partition output; ``other`` binds the other dtypes."""
+    def bind(p: Prepared, inputs, outs):
+        x = inputs[0] if inputs else None
+        if not isinstance(x, np.ndarray) or x.dtype != _F16:
+            return other(p, inputs, outs) if other is not None else None
+        nat = runtime.native(p)
+        if nat is None or outs[0].dtype != _F16:
+            return None
+        where = p.runtime.partition_outputs
+        into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, nat.unary_f16, (code, None, None, runtime.threads(p)),
+                                 [(1, 0, _F16, x.shape, None)], [(-1, None)], None, into)
+    return bind
+
+
 _SIGMOID_REFERENCE = _unary_runner(_sigmoid)
 _SIGN_REFERENCE = _unary_runner(np.sign)
 for _op, (_fn, _, _) in _UNARY.items():
@@ -747,6 +774,10 @@ for _op, (_fn, _, _) in _UNARY.items():
                            bind=engine_bind))
     elif _op == "Sign":
         register(KernelDef("", _op, _prepare, _sign_run, _cost, _check, rank_free=True, bind=_ufunc_binder(_fn, 1)))
+    elif _op in _F16_UNARY:
+        register(KernelDef("", _op, _prepare, _unary_runner(_fn, _F16_UNARY[_op]), _cost, _check, rank_free=True,
+                           bind=_f16_unary_binder(_F16_UNARY[_op], _relu_bind if _op == "Relu"
+                                                  else _ufunc_binder(_fn, 1))))
     elif _op not in _MS_UNARY:
         register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True,
                            bind=_relu_bind if _op == "Relu" else _ufunc_binder(_fn, 1)))

@@ -1,0 +1,136 @@
+// float16 Relu/Abs/Neg/Sqrt (`kernels.unary_f16`), for kernels/ops/elementwise.py: each element widened to
+// float32, the op, rounded once to float16, as the reference model (widen, numpy's float32 op, astype). Widening is
+// exact and these ops are exact in float32 (sqrt correctly rounded: 24 >= 2 * 11 + 2 bits, so rounding twice is
+// rounding once), so the results are the reference's bits; Relu is the reference's clip(x, 0, inf): +0 where x < 0,
+// NaN and -0 kept (as ORT's Clip).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu.h"
+#include "intrinsics.h"
+#include "thread_pool.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+enum UnaryOp : int { kRelu = 0, kAbs = 1, kNeg = 2, kSqrt = 3 };
+
+constexpr int64_t kTaskElems = 32768;  // elements per parallel task
+
+template <int Op>
+inline float Apply(float x) {
+  if constexpr (Op == kRelu) return x < 0.0f ? 0.0f : x;  // NaN and -0 kept
+  if constexpr (Op == kAbs) return std::fabs(x);
+  if constexpr (Op == kNeg) return -x;
+  return std::sqrt(x);
+}
+
+template <int Op>
+void RowScalar(const uint16_t* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    _Float16 h;
+    std::memcpy(&h, x + i, sizeof h);
+    const _Float16 r = static_cast<_Float16>(Apply<Op>(static_cast<float>(h)));
+    std::memcpy(y + i, &r, sizeof r);
+  }
+}
+
+#if NPU_EP_X86
+bool HasF16c() {
+  static const bool yes = __builtin_cpu_supports("f16c");
+  return yes;
+}
+
+constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+template <int Op>
+__attribute__((target("avx2,f16c"))) inline __m256 ApplyAvx2(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  if constexpr (Op == kRelu) {  // +0 where x < 0; NaN and -0 kept
+    return _mm256_blendv_ps(x, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+  }
+  if constexpr (Op == kAbs) return _mm256_andnot_ps(sign, x);
+  if constexpr (Op == kNeg) return _mm256_xor_ps(sign, x);
+  return _mm256_sqrt_ps(x);
+}
+
+template <int Op>
+__attribute__((target("avx2,f16c"))) void RowF16c(const uint16_t* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(ApplyAvx2<Op>(v), kNearest));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(Apply<Op>(_cvtsh_ss(x[i])), kNearest);
+}
+#endif
+
+using RowFn = void (*)(const uint16_t*, uint16_t*, int64_t);
+
+template <int Op>
+RowFn RowFor() {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx2 && HasF16c()) return &RowF16c<Op>;
+#endif
+  return &RowScalar<Op>;
+}
+
+RowFn RowFor(int op) {
+  switch (op) {
+    case kRelu: return RowFor<kRelu>();
+    case kAbs: return RowFor<kAbs>();
+    case kNeg: return RowFor<kNeg>();
+    case kSqrt: return RowFor<kSqrt>();
+    default:
+      throw std::invalid_argument("unary_f16: op must be 0 (Relu), 1 (Abs), 2 (Neg) or 3 (Sqrt), got " +
+                                  std::to_string(op));
+  }
+}
+
+bool IsHalf(const py::array& a) { return a.dtype().kind() == 'f' && a.itemsize() == 2; }
+
+py::array UnaryF16Py(int op, const py::array& x, const py::object& out, int threads) {
+  if (!IsHalf(x) || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("unary_f16: x must be a C-order float16 array, got " + std::string(py::str(x.dtype())));
+  const RowFn row = RowFor(op);
+  py::array y;
+  if (out.is_none()) {
+    y = py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  } else {
+    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+    if (!y || !IsHalf(y) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
+      throw std::invalid_argument("unary_f16: out must be a writeable C-order float16 array of " +
+                                  std::to_string(x.size()) + " elements");
+  }
+  const auto* src = static_cast<const uint16_t*>(x.data());
+  auto* dst = static_cast<uint16_t*>(y.mutable_data());
+  const int64_t n = x.size();
+  {
+    py::gil_scoped_release release;
+    ParallelFor(ThreadsFor(threads, n), (n + kTaskElems - 1) / kTaskElems, [&](int64_t t) {
+      const int64_t begin = t * kTaskElems;
+      row(src + begin, dst + begin, std::min(n, begin + kTaskElems) - begin);
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+void BindUnaryF16(py::module_& m) {
+  m.def("unary_f16", &UnaryF16Py, py::arg("op"), py::arg("x"), py::arg("out") = py::none(), py::arg("threads") = 1,
+        "float16 op(x) (0 Relu, 1 Abs, 2 Neg, 3 Sqrt) computed in float32 and rounded once (the reference's bits), "
+        "into out (ORT's buffer) or a new array of x's shape; x C-order");
+}
+
+}  // namespace npu_ep::kern
