@@ -2,7 +2,9 @@
 // each output element is x's or y's element, bits copied (any dtype of 1, 2, 4 or 8 bytes), chosen by a nonzero
 // condition byte, as numpy's where. Runs are broadcast.h's; both values are loaded before the choice, so the loops
 // vectorize to blends.
+#if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
 #pragma GCC optimize("O3")  // the select loops vectorize
+#endif
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
