@@ -411,6 +411,7 @@ void RegisterKernels(py::module_& parent) {
   void BindWhere(py::module_&); BindWhere(m);  // where.cc: Where
   void BindCast(py::module_&); BindCast(m);  // cast.cc: Cast
   void BindUnaryF16(py::module_&); BindUnaryF16(m);  // unary_f16.cc: float16 Relu/Abs/Neg/Sqrt
+  void BindRange(py::module_&); BindRange(m);  // range.cc: Range
   void BindSgemmColumns(py::module_&); BindSgemmColumns(m);  // sgemm_columns.cc: a float product's two halves
   void BindFloatMatmul(py::module_&); BindFloatMatmul(m);  // float_matmul.cc: a bound float MatMul / Gemm step
   void BindMovement(py::module_&); BindMovement(m);  // movement.cc: Expand, Concat

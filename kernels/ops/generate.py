@@ -2,7 +2,8 @@
 
 Range: ``n = max(ceil((limit - start) / delta), 0)`` as ORT computes it (the difference in the input dtype, the
 division in double); float outputs accumulate ``value += delta`` in the input dtype like ORT's loop (not
-``start + i * delta``, which rounds differently), integers are exact. ConstantOfShape: the ``value`` attribute
+``start + i * delta``, which rounds differently), integers are exact; on the native kernels ``range_fill``
+(kernels/native/range.cc) computes the same and is bound as the step. ConstantOfShape: the ``value`` attribute
 (one element, default float32 0) broadcast to the runtime shape. Trilu: keep ``j - i >= k`` (upper, default) or
 ``j - i <= k`` (lower) over the last two axes, zeros elsewhere; ``k`` is an optional scalar input.
 
@@ -20,6 +21,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
 from .movement import runtime_ints, static_ints
@@ -45,8 +47,23 @@ def _range_prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared({"itemsize": itemsize_of(node.inputs[0]), "out_elems": out_elems}, consts, target)
 
 
+_RANGE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int16, np.int32, np.int64))
+
+
+def _native_range(values: list) -> bool:
+    """Whether ``range_fill`` takes these inputs: one-element arrays of one Range dtype."""
+    return (all(isinstance(v, np.ndarray) and v.size == 1 for v in values)
+            and values[0].dtype in _RANGE_DTYPES and values[1].dtype == values[0].dtype == values[2].dtype)
+
+
 def _range_run(p: Prepared, inputs) -> list[np.ndarray]:
-    start, limit, delta = (np.asarray(arg(p, inputs, i)).reshape(-1)[0] for i in range(3))
+    values = [arg(p, inputs, i) for i in range(3)]
+    nat = runtime.native(p)
+    if nat is not None and _native_range(values):
+        y = nat.range_fill(*values)
+        if y is not None:
+            return [y]
+    start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in values)
     n = _range_count(start, limit, delta)
     if np.issubdtype(start.dtype, np.integer):
         return [np.arange(n, dtype=start.dtype) * delta + start]
@@ -54,6 +71,21 @@ def _range_run(p: Prepared, inputs) -> list[np.ndarray]:
     if n:
         steps[0] = start
     return [np.add.accumulate(steps, dtype=start.dtype)]  # sequential, as ORT's value += delta
+
+
+def _range_bind(p: Prepared, inputs, outs):
+    """Range as one ``range_fill`` call per step (its output's length follows the values), constants held in place;
+    the kernel's None (delta 0, a count beyond reach) runs the Python kernel, which raises or answers."""
+    values = [arg(p, inputs, i) for i in range(3)]
+    nat = runtime.native(p)
+    if nat is None or not _native_range(values):
+        return None
+    given = [i < len(inputs) and inputs[i] is not None for i in range(3)]
+    live = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(values) if given[i]]
+    if not live:
+        return None
+    held = tuple(None if given[i] else np.array(v, order="C") for i, v in enumerate(values))
+    return runtime.call_step(p, nat.range_fill, held, live, [(-1, None)])
 
 
 def _cos_prepare(node: NodeInfo, target: Target) -> Prepared:
@@ -106,6 +138,6 @@ def _trilu_cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, moved, moved, 1.0)
 
 
-register(KernelDef("", "Range", _range_prepare, _range_run, _generated_cost, rank_free=True))
+register(KernelDef("", "Range", _range_prepare, _range_run, _generated_cost, rank_free=True, bind=_range_bind))
 register(KernelDef("", "ConstantOfShape", _cos_prepare, _cos_run, _generated_cost, _cos_check, rank_free=True))
 register(KernelDef("", "Trilu", _trilu_prepare, _trilu_run, _trilu_cost, rank_free=True))

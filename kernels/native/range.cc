@@ -1,0 +1,81 @@
+// Range(start, limit, delta) (`kernels.range_fill`), for kernels/ops/generate.py, as the reference computes it (ORT's
+// way): n = max(ceil(double(limit - start) / double(delta)), 0), the difference in the input dtype (integers wrap);
+// integers start + i * delta wrapping modulo 2^bits (numpy's arange * delta + start), floats value += delta in the
+// dtype from start (ORT's loop, numpy's add.accumulate). Returns None where the reference raises (delta 0, a count
+// that is not finite) or for counts beyond 2^31 (the reference then gives its own error or result).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+constexpr double kMaxCount = 2147483648.0;  // 2^31 elements
+
+template <typename T>
+T First(const py::array& a) {
+  return *static_cast<const T*>(a.data());
+}
+
+template <typename T>
+py::object Fill(const py::array& start_a, const py::array& limit_a, const py::array& delta_a) {
+  const T start = First<T>(start_a), limit = First<T>(limit_a), delta = First<T>(delta_a);
+  if (delta == T(0)) return py::none();
+  T diff;
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    diff = static_cast<T>(static_cast<U>(limit) - static_cast<U>(start));
+  } else {
+    diff = limit - start;
+  }
+  const double q = static_cast<double>(diff) / static_cast<double>(delta);
+  if (!std::isfinite(q)) return py::none();
+  const double count = std::ceil(q);
+  if (count >= kMaxCount) return py::none();
+  const auto n = static_cast<int64_t>(count > 0.0 ? count : 0.0);
+  py::array_t<T> y(n);
+  T* out = y.mutable_data();
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = static_cast<T>(static_cast<U>(i) * static_cast<U>(delta) + static_cast<U>(start));
+  } else {
+    T v = start;
+    for (int64_t i = 0; i < n; ++i, v += delta) out[i] = v;
+  }
+  return std::move(y);
+}
+
+py::object RangePy(const py::array& start, const py::array& limit, const py::array& delta) {
+  const py::dtype dt = start.dtype();
+  if (!dt.equal(limit.dtype()) || !dt.equal(delta.dtype()) || start.size() != 1 || limit.size() != 1 ||
+      delta.size() != 1 || dt.byteorder() == '>')
+    throw std::invalid_argument("range_fill: start, limit and delta must be one-element arrays of one dtype, got " +
+                                std::string(py::str(dt)) + ", " + std::string(py::str(limit.dtype())) + ", " +
+                                std::string(py::str(delta.dtype())));
+  const auto size = dt.itemsize();
+  if (dt.kind() == 'f' && size == 4) return Fill<float>(start, limit, delta);
+  if (dt.kind() == 'f' && size == 8) return Fill<double>(start, limit, delta);
+  if (dt.kind() == 'i' && size == 2) return Fill<int16_t>(start, limit, delta);
+  if (dt.kind() == 'i' && size == 4) return Fill<int32_t>(start, limit, delta);
+  if (dt.kind() == 'i' && size == 8) return Fill<int64_t>(start, limit, delta);
+  throw std::invalid_argument("range_fill: dtype " + std::string(py::str(dt)) +
+                              " is not one of float32, float64, int16, int32, int64");
+}
+
+}  // namespace
+
+void BindRange(py::module_& m) {
+  m.def("range_fill", &RangePy, py::arg("start"), py::arg("limit"), py::arg("delta"),
+        "ONNX Range as the reference computes it (integers wrap, floats accumulate value += delta); None for delta 0, "
+        "a count that is not finite or beyond 2^31 (the reference answers)");
+}
+
+}  // namespace npu_ep::kern
