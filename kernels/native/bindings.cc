@@ -410,7 +410,7 @@ void RegisterKernels(py::module_& parent) {
   void BindBinary(py::module_&); BindBinary(m);  // binary.cc: float16 Add/Sub/Mul/Div, integer Div
   void BindWhere(py::module_&); BindWhere(m);  // where.cc: Where
   void BindCast(py::module_&); BindCast(m);  // cast.cc: Cast
-  void BindUnaryF16(py::module_&); BindUnaryF16(m);  // unary_f16.cc: float16 Relu/Abs/Neg/Sqrt
+  void BindUnaryF16(py::module_&); BindUnaryF16(m);  // unary_f16.cc: float16 Relu/Abs/Neg/Sqrt, Clip
   void BindRange(py::module_&); BindRange(m);  // range.cc: Range
   void BindSgemmColumns(py::module_&); BindSgemmColumns(m);  // sgemm_columns.cc: a float product's two halves
   void BindFloatMatmul(py::module_&); BindFloatMatmul(m);  // float_matmul.cc: a bound float MatMul / Gemm step

@@ -1,8 +1,9 @@
-// float16 Relu/Abs/Neg/Sqrt (`kernels.unary_f16`), for kernels/ops/elementwise.py: each element widened to
-// float32, the op, rounded once to float16, as the reference model (widen, numpy's float32 op, astype). Widening is
-// exact and these ops are exact in float32 (sqrt correctly rounded: 24 >= 2 * 11 + 2 bits, so rounding twice is
-// rounding once), so the results are the reference's bits; Relu is the reference's clip(x, 0, inf): +0 where x < 0,
-// NaN and -0 kept (as ORT's Clip).
+// float16 Relu/Abs/Neg/Sqrt (`kernels.unary_f16`), for kernels/ops/elementwise.py, and float16 Clip
+// (`kernels.clip_f16`, kernels/ops/activation.py: numpy's float16 maximum/minimum, bits chosen, nothing rounded).
+// Relu/Abs/Neg/Sqrt: each element widened to float32, the op, rounded once to float16, as the reference model
+// (widen, numpy's float32 op, astype). Widening is exact and these ops are exact in float32 (sqrt correctly rounded:
+// 24 >= 2 * 11 + 2 bits, so rounding twice is rounding once), so the results are the reference's bits; Relu is the
+// reference's clip(x, 0, inf): +0 where x < 0, NaN and -0 kept (as ORT's Clip).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -99,19 +100,28 @@ RowFn RowFor(int op) {
 
 bool IsHalf(const py::array& a) { return a.dtype().kind() == 'f' && a.itemsize() == 2; }
 
+float HalfBitsToFloat(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, sizeof h);
+  return static_cast<float>(h);
+}
+
+// ``out`` (ORT's buffer: a writeable C-order float16 array of x's size) or a new array of x's shape.
+py::array OutputLike(const char* fn, const py::array& x, const py::object& out) {
+  if (out.is_none()) return py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  py::array y;
+  if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+  if (!y || !IsHalf(y) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
+    throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order float16 array of " +
+                                std::to_string(x.size()) + " elements");
+  return y;
+}
+
 py::array UnaryF16Py(int op, const py::array& x, const py::object& out, int threads) {
   if (!IsHalf(x) || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("unary_f16: x must be a C-order float16 array, got " + std::string(py::str(x.dtype())));
   const RowFn row = RowFor(op);
-  py::array y;
-  if (out.is_none()) {
-    y = py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
-    if (!y || !IsHalf(y) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
-      throw std::invalid_argument("unary_f16: out must be a writeable C-order float16 array of " +
-                                  std::to_string(x.size()) + " elements");
-  }
+  py::array y = OutputLike("unary_f16", x, out);
   const auto* src = static_cast<const uint16_t*>(x.data());
   auto* dst = static_cast<uint16_t*>(y.mutable_data());
   const int64_t n = x.size();
@@ -125,12 +135,59 @@ py::array UnaryF16Py(int op, const py::array& x, const py::object& out, int thre
   return y;
 }
 
+// Clip of float16 as the reference's numpy maximum then minimum on float16: maximum(x, lo) is x where x >= lo or x is
+// NaN, else lo; minimum(y, hi) is y where y <= hi or y is NaN, else hi; the chosen operand's bits, nothing rounded.
+void ClipRow(const uint16_t* x, uint16_t* y, int64_t n, const uint16_t* lo, const uint16_t* hi) {
+  const float flo = lo ? HalfBitsToFloat(*lo) : 0.0f, fhi = hi ? HalfBitsToFloat(*hi) : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t bits = x[i];
+    float v = HalfBitsToFloat(bits);
+    if (lo && !(v >= flo || v != v)) bits = *lo, v = flo;
+    if (hi && !(v <= fhi || v != v)) bits = *hi;
+    y[i] = bits;
+  }
+}
+
+const uint16_t* BoundBits(const py::object& b, const char* name) {
+  if (b.is_none()) return nullptr;
+  if (!py::isinstance<py::array>(b))
+    throw std::invalid_argument(std::string("clip_f16: ") + name + " must be an array");
+  auto a = py::reinterpret_borrow<py::array>(b);
+  if (!IsHalf(a) || a.size() != 1)
+    throw std::invalid_argument(std::string("clip_f16: ") + name + " must be one float16 element");
+  return static_cast<const uint16_t*>(a.data());
+}
+
+py::array ClipF16Py(const py::array& x, const py::object& lo, const py::object& hi, const py::object& out,
+                    int threads) {
+  if (!IsHalf(x) || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("clip_f16: x must be a C-order float16 array, got " + std::string(py::str(x.dtype())));
+  const uint16_t* plo = BoundBits(lo, "lo");
+  const uint16_t* phi = BoundBits(hi, "hi");
+  py::array y = OutputLike("clip_f16", x, out);
+  const auto* src = static_cast<const uint16_t*>(x.data());
+  auto* dst = static_cast<uint16_t*>(y.mutable_data());
+  const int64_t n = x.size();
+  {
+    py::gil_scoped_release release;
+    ParallelFor(ThreadsFor(threads, n), (n + kTaskElems - 1) / kTaskElems, [&](int64_t t) {
+      const int64_t begin = t * kTaskElems;
+      ClipRow(src + begin, dst + begin, std::min(n, begin + kTaskElems) - begin, plo, phi);
+    });
+  }
+  return y;
+}
+
 }  // namespace
 
 void BindUnaryF16(py::module_& m) {
   m.def("unary_f16", &UnaryF16Py, py::arg("op"), py::arg("x"), py::arg("out") = py::none(), py::arg("threads") = 1,
         "float16 op(x) (0 Relu, 1 Abs, 2 Neg, 3 Sqrt) computed in float32 and rounded once (the reference's bits), "
         "into out (ORT's buffer) or a new array of x's shape; x C-order");
+  m.def("clip_f16", &ClipF16Py, py::arg("x"), py::arg("lo"), py::arg("hi"), py::arg("out") = py::none(),
+        py::arg("threads") = 1,
+        "float16 Clip as numpy's maximum(x, lo) then minimum(., hi) on float16 (NaN kept, the chosen operand's bits); "
+        "lo / hi: one-element float16 arrays or None (that side open); into out or a new array; x C-order");
 }
 
 }  // namespace npu_ep::kern

@@ -12,8 +12,8 @@ cost is ``_vector.stream_cost`` over the output elements with DMA of every input
 Float32 and float16 LeakyRelu, HardSigmoid, HardSwish and PRelu of one constant slope run on the element-wise
 engine (``elementwise.engine_runner``: conv-tail instructions, the same float32 operations as the functions here); a
 float32 PRelu whose slope varies along one run of x's axes (per channel) runs natively per row (``prelu_rows``). A
-Clip with constant bounds (float32/float64, integers) binds one clip ufunc call as the step, a Clip without bounds a
-view.
+Clip with constant bounds binds one clip ufunc call as the step (float32/float64, integers) or ``clip_f16`` (float16,
+also its run), a Clip without bounds a view.
 """
 
 from __future__ import annotations
@@ -168,10 +168,20 @@ def _clip_bounds(p: Prepared, inputs, dtype: np.dtype) -> tuple[Any, Any]:
     return arg(p, inputs, 1), arg(p, inputs, 2)
 
 
+def _half_clip(x, lo, hi) -> bool:
+    """Whether ``clip_f16`` takes this float16 Clip: C-order x, one-element float16 bounds, at least one."""
+    return (type(x) is np.ndarray and x.dtype == _F16 and x.flags.c_contiguous and (lo is not None or hi is not None)
+            and all(b is None or (isinstance(b, np.ndarray) and b.dtype == _F16 and b.size == 1) for b in (lo, hi)))
+
+
 def _clip_run(p: Prepared, inputs) -> list[np.ndarray]:
     """``min(max(x, lo), hi)`` with each bound optional (an omitted input or attribute leaves that side open)."""
     x = arg(p, inputs, 0)
     lo, hi = _clip_bounds(p, inputs, x.dtype)
+    if _half_clip(x, lo, hi):
+        nat = runtime.native(p)
+        if nat is not None:
+            return [nat.clip_f16(x, lo, hi, None, runtime.threads(p))]
     same = x.dtype in FLOAT_RANGES and (lo is None or lo.dtype == x.dtype) and (hi is None or hi.dtype == x.dtype)
     if same and x.ndim and (lo is not None or hi is not None):
         return [clip_float(x, lo, hi)]
@@ -192,7 +202,8 @@ def _clip_bind(p: Prepared, inputs, outs):
     """A Clip with constant bounds (inputs or attributes) as one clip ufunc call for this input shape, into ORT's
     buffer when the result is a partition output: float32/float64 as ``clip_float`` calls it (the open sides at ORT's
     defaults), integers with the open sides at the type's limits (the kernel's max then min: the same values, exact).
-    A Clip without bounds is a view step (the kernel returns x); runtime bounds and float16 stay on the kernel."""
+    float16 binds ``clip_f16`` (numpy's float16 maximum then minimum); a Clip without bounds is a view step (the
+    kernel returns x); runtime bounds stay on the kernel."""
     x = inputs[0] if inputs else None
     if (not isinstance(x, np.ndarray) or outs[0].dtype != x.dtype
             or any(i < len(inputs) and inputs[i] is not None for i in (1, 2))):
@@ -201,6 +212,10 @@ def _clip_bind(p: Prepared, inputs, outs):
     if lo is None and hi is None:
         ext = runtime.extension()
         return None if ext is None else ext.ViewStep(x.shape, x.shape, len(inputs), [])
+    if _half_clip(x, lo, hi):  # numpy's float16 maximum then minimum: clip_f16 chooses the same bits
+        nat = runtime.native(p)
+        return None if nat is None else runtime.call_step(
+            p, nat.clip_f16, (None, lo, hi, None, runtime.threads(p)), [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
     ranges = FLOAT_RANGES.get(x.dtype) or _INT_RANGES.get(x.dtype)
     if (ranges is None or not x.flags.c_contiguous or x.ndim == 0
             or any(b is not None and b.dtype != x.dtype for b in (lo, hi))):
@@ -220,6 +235,7 @@ def _prelu_reference(p: Prepared, inputs) -> list[np.ndarray]:
 
 _PRELU_ENGINE = engine_runner(_prelu_reference)
 _F32 = np.dtype(np.float32)
+_F16 = np.dtype(np.float16)
 
 
 def slope_rows(x_shape: tuple[int, ...], slope_shape: tuple[int, ...]) -> int | None:

@@ -2,8 +2,9 @@
 ufunc with ORT's open bounds, ``activation._clip_bind``), an integer Clip the clip ufunc with the type's limits (the
 kernel's max then min: the same values), a Clip without bounds a view step. The sweep checks the step against the
 kernel's run bit for bit (the sign of zero, NaN, +-Inf, values at and beyond the bounds, the types' extremes, one
-side open, lo > hi, ranks 1..4), that it bound at all where it should, and that runtime bounds and float16 stay on
-the kernel; sessions show NpuEP ran the node as its bound step (no Python step) with the CPU EP's values."""
+side open, lo > hi, ranks 1..4), that it bound at all where it should, and that runtime bounds stay on the kernel;
+float16 runs ``clip_f16`` (unary_f16.cc), checked against the reference's numpy float16 maximum and minimum on all
+65536 values; sessions show NpuEP ran the node as its bound step (no Python step) with the CPU EP's values."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from _sweep import kernel_and_bound_step, with_specials
+from _sweep import kernel_and_bound_step, native_vs_reference, with_specials
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.tools.bench.ops import python_steps
@@ -67,21 +68,34 @@ def test_integer_bound_step_equals_the_kernel(dt):
             assert bound[0].dtype == got[0].dtype and bound[0].tobytes() == got[0].tobytes(), (dt, shape, lo, hi)
 
 
-@pytest.mark.parametrize("case", ["runtime_bounds", "float16"])
-def test_what_stays_on_the_kernel(case):
-    if case == "runtime_bounds":
-        inputs = _inputs(_values((3, 4), np.float32), 0.0, 6.0, runtime_bounds=True)
-    else:
-        x = (RNG.standard_normal((3, 4)) * 8).astype(np.float16)
-        inputs = [("x", x, False), ("lo", np.array(0, np.float16), True), ("hi", np.array(6, np.float16), True)]
+EVERY_HALF = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+
+
+@pytest.mark.parametrize("lo,hi", [(0.0, 6.0), (-1.0, None), (None, 0.5), (3.0, -3.0), (-0.0, 0.0), (0.0, -0.0),
+                                   (-np.inf, np.inf), (np.nan, 1.0), (1.0, np.nan)])
+def test_float16_clip_every_value_bit_for_bit(lo, hi):
+    """clip_f16 against the reference's numpy float16 maximum then minimum, all 65536 float16 values: the chosen
+    operand's bits (NaN payloads, signed zeros), the bound step too."""
+    x = EVERY_HALF.reshape(256, 256)
+    inputs = [("x", x, False), ("lo", None if lo is None else np.array(lo, np.float16), True),
+              ("hi", None if hi is None else np.array(hi, np.float16), True)]
+    got, want, calls = native_vs_reference("Clip", inputs)
+    assert "clip_f16" in calls, calls
+    assert got[0].dtype == want[0].dtype == np.float16 and got[0].tobytes() == want[0].tobytes(), (lo, hi)
     _, bound = kernel_and_bound_step("Clip", inputs)
+    assert bound and bound[0].tobytes() == got[0].tobytes()
+
+
+def test_runtime_bounds_stay_on_the_kernel():
+    _, bound = kernel_and_bound_step("Clip", _inputs(_values((3, 4), np.float32), 0.0, 6.0, runtime_bounds=True))
     assert bound == []
 
 
 @pytest.mark.parametrize("dt,bounds", [(np.float32, (0.0, 6.0)), (np.float32, (None, 1.0)), (np.float32, None),
-                                       (np.uint8, (3, 200))])
+                                       (np.uint8, (3, 200)), (np.float16, (0.0, 6.0))])
 def test_session_matches_cpu_ep_and_runs_on_npu_ep(dt, bounds):
-    """Relu6 as an exported MobileNetV3 writes it (Clip(x, 0, 6), constant bounds), one side open, no bounds, uint8."""
+    """Relu6 as an exported MobileNetV3 writes it (Clip(x, 0, 6), constant bounds), one side open, no bounds, uint8,
+    float16."""
     inits = {}
     names = ["x"]
     if bounds is not None:
@@ -91,15 +105,15 @@ def test_session_matches_cpu_ep_and_runs_on_npu_ep(dt, bounds):
             names.append(name if b is not None else "")
     node = helper.make_node("Clip", names, ["y"], name="the_op")
     shape = [1, 64, 28, 28]
-    elem = TensorProto.FLOAT if dt == np.float32 else TensorProto.UINT8
+    elem = {np.float32: TensorProto.FLOAT, np.uint8: TensorProto.UINT8, np.float16: TensorProto.FLOAT16}[dt]
     model = make_model([node], [helper.make_tensor_value_info("x", elem, shape)],
                        [helper.make_tensor_value_info("y", elem, shape)], inits, opset=17)
     so = session_options()
     tag_session_options(so)  # so the bench's python_steps finds the session's programs
     sess = npu_session(model, so=so)
     assert assignment(sess) == {"the_op": "NpuEP"}
-    feeds = {"x": (RNG.standard_normal(shape) * 8).astype(np.float32) if dt == np.float32
-             else RNG.integers(0, 256, shape, dtype=np.uint8)}
+    feeds = {"x": RNG.integers(0, 256, shape, dtype=np.uint8) if dt == np.uint8
+             else (RNG.standard_normal(shape) * 8).astype(dt)}
     want = cpu_run(model, feeds)[0]
     for _ in range(3):  # the kernel's run, then the bound step
         got = sess.run(None, feeds)[0]
