@@ -31,11 +31,9 @@ import numpy as np
 from ..node import NodeInfo, ValueInfo
 from ..support import why_not
 from ..target import Target
+from ..tail_program import CUBE, GELU_ERF, GELU_TANH, POW_HALF
 from ._graph import consumers_of, float_scalar
 
-CODES = {"mul": 0, "add": 1, "sub": 2, "rsub": 3, "div": 4, "rdiv": 5, "clip": 6, "save": 7, "mul_saved": 8,
-         "add_saved": 9, "sigmoid": 10, "erf": 11, "leaky_relu": 12,
-         "tanh": 13, "pow_half": 14}
 _SCALAR_OPS = {"Mul": ("mul", "mul"), "Add": ("add", "add"), "Sub": ("sub", "rsub"), "Div": ("div", "rdiv")}
 
 
@@ -43,17 +41,16 @@ def _engine_link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
     """The instructions of an op reading ``x`` whose float32 kernel is the element-wise engine's instruction list
     (Gelu, FastGelu, Pow by 3 or 0.5, LeakyRelu, PRelu of one slope: ``elementwise.ENGINE_KEY`` as their prepare sets
     it), or None."""
-    from ..ops.elementwise import _CUBE, _GELU_ERF, _GELU_TANH, _POW_HALF  # the kernels' own lists
     if nd.op_type == "Gelu" and nd.inputs[0].name == x:
         approximate = str(nd.attr("approximate", "none"))
-        return list(_GELU_ERF) if approximate == "none" else list(_GELU_TANH) if approximate == "tanh" else None
+        return list(GELU_ERF) if approximate == "none" else list(GELU_TANH) if approximate == "tanh" else None
     if nd.op_type == "FastGelu" and nd.domain == "com.microsoft" and nd.inputs[0].name == x and nd.input(1) is None:
-        return list(_GELU_TANH)
+        return list(GELU_TANH)
     if nd.domain != "":
         return None
     if nd.op_type == "Pow" and len(nd.inputs) == 2 and nd.inputs[0].name == x and nd.inputs[1].name != x:
         exponent = float_scalar(nd.inputs[1])
-        return list(_CUBE) if exponent == 3.0 else list(_POW_HALF) if exponent == 0.5 else None
+        return list(CUBE) if exponent == 3.0 else list(POW_HALF) if exponent == 0.5 else None
     if nd.op_type == "LeakyRelu" and nd.inputs[0].name == x:
         return [("leaky_relu", float(np.float32(nd.attr("alpha", 0.01))), 0.0)]
     if nd.op_type == "PRelu" and nd.inputs[0].name == x and nd.inputs[1].name != x:

@@ -43,7 +43,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..shape_memo import memo_per_shape, shape_memo
 from ..target import Target
-from ..fusion.conv_tail import CODES
+from ..tail_program import CODES
 from .. import runtime
 from ._matrix import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
 from ._util import arg, stash_constants

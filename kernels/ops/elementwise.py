@@ -12,7 +12,7 @@ Each op is one row of a table ``op -> (function, plain ops/element, transcendent
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
 and the output (``_vector.stream_cost``).
 
-The element-wise engine: a float32 op that is a short list of conv-tail instructions (``fusion.conv_tail.CODES``:
+The element-wise engine: a float32 op that is a short list of conv-tail instructions (``tail_program.CODES``:
 Erf, exact and tanh Gelu (FastGelu without a bias), Pow by a constant 3 or 0.5, and activation.py's LeakyRelu,
 HardSigmoid, HardSwish, PRelu of one slope) runs natively as ``tail_of`` (``kernels/native/conv_tail.cc``: one
 pass over the data in L1-sized chunks, vectorized, threaded over large tensors, into ORT's buffer when the result
@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..fusion.conv_tail import CODES
+from ..tail_program import CODES, CUBE, GELU_ERF, GELU_TANH, POW_HALF, SQRT1_2, SQRT_2_OVER_PI
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -36,7 +36,6 @@ from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import erf, itemsize_of, stream_cost, widen
 
-_SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
@@ -118,7 +117,6 @@ _ERF_P = [np.float32(c) for c in (-2.72614225801306e-10, 2.77068142495902e-08, -
 _ERF_Q = [np.float32(c) for c in (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
                                   -7.37332916720468e-03, -1.42647390514189e-02)]
 _FOUR = np.float32(4.0)
-_SQRT1_2 = np.float32(1.0 / np.sqrt(2.0))
 
 
 def erf_f32(x: np.ndarray) -> np.ndarray:
@@ -164,26 +162,26 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu_erf(x: np.ndarray) -> np.ndarray:
-    """0.5 x (1 + erf(x / sqrt 2)); float32 as the engine's instructions (``_GELU_ERF``) in their order."""
+    """0.5 x (1 + erf(x / sqrt 2)); float32 as the engine's instructions (``GELU_ERF``) in their order."""
     if x.dtype != _F32:
         return (0.5 * x * (1.0 + erf(x * np.float32(1.0 / np.sqrt(2.0))))).astype(x.dtype, copy=False)
-    y = _erf(x * _SQRT1_2)
+    y = _erf(x * SQRT1_2)
     y += np.float32(1.0)
     y *= np.float32(0.5)
     return x * y
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))); float32 as the engine's instructions (``_GELU_TANH``) in
+    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))); float32 as the engine's instructions (``GELU_TANH``) in
     their order, with ``tanh_f32``."""
     if x.dtype != _F32:
-        inner = np.float32(_SQRT_2_OVER_PI) * (x + np.float32(0.044715) * x * x * x)
+        inner = np.float32(SQRT_2_OVER_PI) * (x + np.float32(0.044715) * x * x * x)
         return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
     t = x * x
     t = x * t
     t *= np.float32(0.044715)
     t = x + t
-    t *= np.float32(_SQRT_2_OVER_PI)
+    t *= np.float32(SQRT_2_OVER_PI)
     t = tanh_f32(t)
     t += np.float32(1.0)
     t *= np.float32(0.5)
@@ -275,9 +273,9 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
         attrs["cube"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 3.0)
         attrs["half"] = bool(e.size == 1 and float(e.reshape(-1)[0]) == 0.5)
     engine = {"Erf": [("erf", 0.0, 0.0)],
-              "Gelu": _GELU_ERF if attrs.get("approximate", "none") == "none" else _GELU_TANH,
-              "FastGelu": _GELU_TANH if node.input(1) is None else None,  # a bias: the reference's add first
-              "Pow": _CUBE if attrs.get("cube") else _POW_HALF if attrs.get("half") else None}.get(node.op_type)
+              "Gelu": GELU_ERF if attrs.get("approximate", "none") == "none" else GELU_TANH,
+              "FastGelu": GELU_TANH if node.input(1) is None else None,  # a bias: the reference's add first
+              "Pow": CUBE if attrs.get("cube") else POW_HALF if attrs.get("half") else None}.get(node.op_type)
     if engine:
         attrs[ENGINE_KEY] = [list(t) for t in engine]
     return Prepared(attrs, stash_constants(node), target)
@@ -443,16 +441,6 @@ def _relu_bind(p: Prepared, inputs, outs):
 
 # --- the element-wise engine: float32 ops as conv-tail instructions run by the native ``tail_of`` ---------------
 
-Instruction = tuple[str, float, float]  # (fusion.conv_tail.CODES name, a, b)
-# x * ((1 + erf(x / sqrt 2)) * 0.5): halving 1 + erf is exact, and x is multiplied once (x * (1 + erf) would
-# overflow for |x| > 1.7e38, where ORT's 0.5 * x * (1 + erf) stays finite)
-_GELU_ERF: list[Instruction] = [("save", 0.0, 0.0), ("mul", float(_SQRT1_2), 0.0), ("erf", 0.0, 0.0),
-                                ("add", 1.0, 0.0), ("mul", 0.5, 0.0), ("mul_saved", 0.0, 0.0)]
-_CUBE: list[Instruction] = [("save", 0.0, 0.0), ("mul_saved", 0.0, 0.0), ("mul_saved", 0.0, 0.0)]
-_POW_HALF: list[Instruction] = [("pow_half", 0.0, 0.0)]
-_GELU_TANH: list[Instruction] = [*_CUBE, ("mul", float(np.float32(0.044715)), 0.0), ("add_saved", 0.0, 0.0),
-                                 ("mul", float(np.float32(_SQRT_2_OVER_PI)), 0.0), ("tanh", 0.0, 0.0),
-                                 ("add", 1.0, 0.0), ("mul", 0.5, 0.0), ("mul_saved", 0.0, 0.0)]
 ENGINE_KEY = "engine_program"  # Prepared.attrs: the op's instructions, when it has a float32 engine form
 
 
@@ -636,8 +624,8 @@ def _fast_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     nat = runtime.native(p)
     if bias is not None and nat is not None and xc.dtype == _F32 and xc.ndim and xc.flags.c_contiguous:
         if not _GELU_TANH_PROGRAM:
-            _GELU_TANH_PROGRAM.append((np.asarray([CODES[t[0]] for t in _GELU_TANH], np.int32),
-                                       np.asarray([t[1:] for t in _GELU_TANH], np.float32).reshape(-1, 2)))
+            _GELU_TANH_PROGRAM.append((np.asarray([CODES[t[0]] for t in GELU_TANH], np.int32),
+                                       np.asarray([t[1:] for t in GELU_TANH], np.float32).reshape(-1, 2)))
         return [_store(p, nat.tail_of(xc, *_GELU_TANH_PROGRAM[0], runtime.threads(p), xc), x)]
     return [_store(p, _gelu_tanh(xc), x)]
 

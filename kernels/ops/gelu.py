@@ -19,7 +19,8 @@ from ..target import Target
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 from .. import runtime
-from .elementwise import _GELU_ERF, CODES, _gelu_erf, _sigmoid
+from ..tail_program import CODES, GELU_ERF
+from .elementwise import _gelu_erf, _sigmoid
 
 _OPS = {"BiasGelu": (4.0, 1.0), "QuickGelu": (5.0, 1.0)}  # op -> (plain ops, transcendental ops) per element
 
@@ -59,10 +60,10 @@ _GELU_PROGRAM: list = []
 
 
 def _gelu_program() -> tuple[np.ndarray, np.ndarray]:
-    """(codes, consts) of the engine's exact GELU (``elementwise._GELU_ERF``), made once."""
+    """(codes, consts) of the engine's exact GELU (``tail_program.GELU_ERF``), made once."""
     if not _GELU_PROGRAM:
-        _GELU_PROGRAM.append((np.asarray([CODES[t[0]] for t in _GELU_ERF], np.int32),
-                              np.asarray([t[1:] for t in _GELU_ERF], np.float32).reshape(-1, 2)))
+        _GELU_PROGRAM.append((np.asarray([CODES[t[0]] for t in GELU_ERF], np.int32),
+                              np.asarray([t[1:] for t in GELU_ERF], np.float32).reshape(-1, 2)))
     return _GELU_PROGRAM[0]
 
 

@@ -28,7 +28,7 @@ from _single_op import model as single_op_model
 from _single_op import run_ort
 from npu_ep.ep import _native as ext
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.fusion.conv_tail import CODES
+from npu_ep.kernels.tail_program import CODES
 from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target

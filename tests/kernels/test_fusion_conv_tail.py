@@ -12,7 +12,8 @@ from onnx import TensorProto, helper
 
 from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.fusion.conv_tail import CODES, fuse_conv_tails
+from npu_ep.kernels.fusion.conv_tail import fuse_conv_tails
+from npu_ep.kernels.tail_program import CODES
 from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.conv import tail_reference
 from npu_ep.kernels.target import Target

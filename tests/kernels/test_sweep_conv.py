@@ -38,7 +38,7 @@ from _isa import cap_isa, host_isas
 from _single_op import run_ort
 from _sweep import around, assert_matches, native_calls, node_model
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.kernels.fusion.conv_tail import CODES
+from npu_ep.kernels.tail_program import CODES
 from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
