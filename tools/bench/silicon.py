@@ -47,6 +47,7 @@ import numpy as np
 
 from ...kernels.projection import INT_MODES, Terms, Work, project_seconds, terms, timeline_work
 from ...kernels.target import Target
+from .silicon_llm import scenario_work
 
 CHIPSET_TARGETS = {"qualcomm-snapdragon-8gen3": "snapdragon-8gen3",
                    "qualcomm-snapdragon-8-elite-for-galaxy": "snapdragon-8elite",
@@ -377,11 +378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"skipped: {exc}")
         return 0
     if not args.no_llm:
-        from .silicon_llm import scenario_work
-
         llm = {k: v * 1e3 for k, v in llm_rows(args.data).items() if k[2] in targets}
         for m, t in sorted({(k[0], k[2]) for k in llm}):
-            for scenario, w in scenario_work(m, Target.load(t), cache).items():
+            for scenario, w in scenario_work(m, Target.load(t), cache, model_work).items():
                 works[(m, scenario, t)] = w
         measured.update(llm)
     if args.fit:

@@ -12,10 +12,13 @@ past), the measured ``ttft_min_ms``; a decode step has that window as its past, 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ...kernels.projection import Work
 from ...kernels.target import Target
+
+ModelWork = Callable[[Path, Target, Mapping[str, int]], Work]  # silicon.model_work's signature
 
 # The models' published configs (hidden, FFN, heads, layers, vocab). Their embeddings are tied; the deployed w4a16
 # models quantize the output projection as a weight of its own, so it is built untied here and becomes an int4
@@ -49,17 +52,16 @@ def decoder_path(name: str, layers: int, cache: Path) -> Path:
     return dst
 
 
-def _work(path: Path, target: Target, new_tokens: int, past: int) -> Work:
-    from .silicon import model_work
-
-    return model_work(path, target, {"batch": 1, "sequence": new_tokens, "past_sequence": past,
-                                     "total_sequence": past + new_tokens})
-
-
-def scenario_work(name: str, target: Target, cache: Path) -> dict[str, Work]:
+def scenario_work(name: str, target: Target, cache: Path, model_work: ModelWork) -> dict[str, Work]:
     """{"ttft": Work of one 128-token window, "decode": Work of one token after it} at the real depth: the
-    2-layer build's ops beyond the 1-layer build's are one layer, repeated."""
+    2-layer build's ops beyond the 1-layer build's are one layer, repeated. ``model_work`` is the benchmark's
+    ``silicon.model_work`` (passed in: the benchmark imports this module)."""
     one, two = decoder_path(name, 1, cache), decoder_path(name, 2, cache)
     layers = int(ARCHS[name]["num_hidden_layers"])
-    return {scenario: _work(two, target, new, past).scaled_difference(_work(one, target, new, past), layers - 2)
+
+    def work(path: Path, new_tokens: int, past: int) -> Work:
+        return model_work(path, target, {"batch": 1, "sequence": new_tokens, "past_sequence": past,
+                                         "total_sequence": past + new_tokens})
+
+    return {scenario: work(two, new, past).scaled_difference(work(one, new, past), layers - 2)
             for scenario, (new, past) in {"ttft": (WINDOW, 0), "decode": (1, WINDOW)}.items()}
