@@ -6,10 +6,10 @@ is applied in place to the conv's output, chunk by chunk while it is in cache (`
 The tail is a list of instructions over one float32 register ``v`` (the conv output) and one saved copy ``s``:
 ``mul/add/sub/div c`` (``v op c``), ``rsub/rdiv c`` (``c op v``), ``clip lo hi`` (Clip, Relu; Max/Min with a
 constant are ``clip c inf``/``clip -inf c``; HardSigmoid is ``mul alpha``, ``add beta``, ``clip 0 1``, as its
-kernel computes it), ``sigmoid``, ``erf`` (``elementwise.erf_f32``), ``leaky_relu alpha`` (LeakyRelu, PRelu of one
+kernel computes it), ``sigmoid``, ``erf`` (``float_math.erf_f32``), ``leaky_relu alpha`` (LeakyRelu, PRelu of one
 slope), ``save`` (s = v) and ``mul_saved``/``add_saved`` (v = s op v); HardSwish is ``save``, HardSigmoid's three,
 ``mul_saved``; Gelu (ONNX, com.microsoft; exact or tanh), FastGelu without a bias and Pow by 3 or 0.5 are the
-element-wise engine's instruction lists (``kernels/ops/elementwise.py``; ``tanh`` is ``elementwise.tanh_f32``).
+element-wise engine's instruction lists (``kernels/ops/elementwise.py``; ``tanh`` is ``float_math.tanh_f32``).
 Each is the float32 operation the absorbed node performs, in the graph's order, so the fused step returns exactly
 what the unfused steps return (Max/Min: but for the sign of a zero that ties the constant, as np.clip, not
 np.maximum, keeps it); the native sigmoid's exp is within 2 ulp of numpy's. SiLU

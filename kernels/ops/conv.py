@@ -47,7 +47,7 @@ from ..tail_program import CODES
 from .. import runtime
 from ._matrix import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
 from ._util import arg, stash_constants
-from .elementwise import _sigmoid, erf_f32, pow_half, tanh_f32
+from .float_math import erf_f32, pow_half, sigmoid, tanh_f32
 
 
 def _geometry(node: NodeInfo, wshape: tuple[int, ...]) -> dict[str, Any]:
@@ -199,7 +199,7 @@ def tail_reference(y: np.ndarray, codes: np.ndarray, c: np.ndarray) -> np.ndarra
         elif code == CODES["save"]:
             saved = y.copy()
         elif code == CODES["sigmoid"]:
-            y[...] = _sigmoid(y)
+            y[...] = sigmoid(y)
         elif code == CODES["erf"]:
             y[...] = erf_f32(y)
         elif code == CODES["tanh"]:

@@ -1,4 +1,4 @@
-"""Element-wise ops on the vector unit: arithmetic, comparisons, logic, variadic Min/Max/Sum/Mean, Where, Cast,
+"""Element-wise ops on the vector unit: arithmetic, comparisons, logic, variadic Min/Max/Sum/Mean,
 math and activations (activations with attributes and Clip/PRelu: ``activation.py``).
 
 Broadcasting is ONNX multidirectional broadcasting (== numpy's). Float16 is computed in float32 and rounded once on
@@ -6,7 +6,7 @@ store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integ
 and fails the run on a zero divisor, as ORT's CPU Div does. On the native kernels, with the reference's bits, and
 bound as the step: float16 Add/Sub/Mul/Div (``binary_f16``: the same float32 operation rounded once) and comparisons
 (``compare_f16``), int32/int64 Div (``div_int``), all in kernels/native/binary.cc; float16 Relu/Abs/Neg/Sqrt
-(unary_f16.cc); Where (where.cc); Cast (cast.cc).
+(unary_f16.cc).
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
@@ -16,10 +16,8 @@ The element-wise engine: a float32 op that is a short list of conv-tail instruct
 Erf, exact and tanh Gelu (FastGelu without a bias), Pow by a constant 3 or 0.5, and activation.py's LeakyRelu,
 HardSigmoid, HardSwish, PRelu of one slope) runs natively as ``tail_of`` (``kernels/native/conv_tail.cc``: one
 pass over the data in L1-sized chunks, vectorized, threaded over large tensors, into ORT's buffer when the result
-is a partition output), and the same instructions fold into a Conv before it. Its reference here
-computes the same float32 operations, so both give the same bits. Erf in float32 is Eigen's rational
-approximation ``erf_f32`` (within 7 ulp, 4.1e-7 absolute, of the exact erf), never float64; tanh-GELU's tanh is
-MLAS's (Eigen's) rational ``tanh_f32`` (within 6 ulp, 3.3e-7 absolute; the Tanh op itself stays numpy's tanh).
+is a partition output), and the same instructions fold into a Conv before it. Its reference computes the same
+float32 operations (``float_math``), so both give the same bits. Where and Cast are in ``where.py`` and ``cast.py``.
 """
 
 from __future__ import annotations
@@ -28,13 +26,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..tail_program import CODES, CUBE, GELU_ERF, GELU_TANH, POW_HALF, SQRT1_2, SQRT_2_OVER_PI
+from ..tail_program import CODES, CUBE, GELU_ERF, GELU_TANH, POW_HALF
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
 from ._util import arg, nbytes, stash_constants
-from ._vector import erf, itemsize_of, stream_cost, widen
+from ._vector import itemsize_of, stream_cost, widen
+from .float_math import erf_in_dtype, gelu_erf, gelu_tanh, pow_half, sigmoid
 
 _F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
@@ -87,105 +86,6 @@ _VARIADIC: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], float
     "Sum": (np.add, 1.0, 0.0),
     "Mean": (np.add, 1.0, 0.0),  # then one multiply by 1/N
 }
-
-
-# Sigmoid's constants per compute dtype as 0-d arrays (numpy applies those faster than Python or numpy scalars):
-# exp's argument is clamped below overflow (exp(88) < float32 max, exp(709) < float64 max), and 1.
-_SIGMOID_CONSTS = {np.dtype(t): (np.array(lim, t), np.array(1.0, t))
-                   for t, lim in ((np.float32, 88.0), (np.float64, 709.0))}
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)) on one temporary (new arrays for a one-element x: numpy's out= calls cost ~1 us more on
-    those, measured 6.5 vs 2.7 us; from two elements on both ways cost the same). Clamping -x below exp's overflow
-    costs one call, an errstate context would cost more; x < -88 (fp32) then gives ~6e-39 instead of a smaller
-    denormal or 0."""
-    t = np.asarray(np.negative(x))
-    limit, one = _SIGMOID_CONSTS[t.dtype]
-    if t.size == 1:
-        return np.asarray(np.reciprocal(np.add(np.exp(np.minimum(t, limit)), one)))
-    np.minimum(t, limit, out=t)
-    np.exp(t, out=t)
-    t += one
-    return np.reciprocal(t, out=t)
-
-
-# erf_f32: Eigen's generic_fast_erf_float, x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (|erf| rounds to 1 beyond)
-_ERF_P = [np.float32(c) for c in (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
-                                  -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
-                                  -1.60960333262415e-02)]
-_ERF_Q = [np.float32(c) for c in (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
-                                  -7.37332916720468e-03, -1.42647390514189e-02)]
-_FOUR = np.float32(4.0)
-
-
-def erf_f32(x: np.ndarray) -> np.ndarray:
-    """erf of float32 x in float32 as the native ``erf`` instruction computes it (conv_tail.cc's ``Erf``): the same
-    plain multiplies, adds and one divide in the same order, so the same bits; x * (P / Q) rather than (x * P) / Q
-    keeps a denormal x's precision. NaN stays NaN, +-inf give +-1, -0 gives -0."""
-    return _rational(x, _FOUR, _ERF_P, _ERF_Q)
-
-
-# tanh_f32: MLAS's MlasTanhKernel (Eigen's float tanh), x * P(x^2) / Q(x^2) on x clamped to [-9, 9]
-_TANH_P = [np.float32(c) for c in (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
-                                   5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
-                                   4.89352455891786e-03)]
-_TANH_Q = [np.float32(c) for c in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
-                                   4.89352518554385e-03)]
-_NINE = np.float32(9.0)
-
-
-def _rational(x: np.ndarray, bound: np.float32, p_coef: list, q_coef: list) -> np.ndarray:
-    """c * (P(c^2) / Q(c^2)) with c = x clamped to [-bound, bound] (NaN kept), Horner in plain float32 operations."""
-    c = np.where(x < -bound, -bound, np.where(x > bound, bound, x))
-    x2 = c * c
-    p = np.full_like(x2, p_coef[0])
-    for k in p_coef[1:]:
-        p *= x2
-        p += k
-    q = np.full_like(x2, q_coef[0])
-    for k in q_coef[1:]:
-        q *= x2
-        q += k
-    p /= q
-    return np.asarray(c * p)
-
-
-def tanh_f32(x: np.ndarray) -> np.ndarray:
-    """tanh of float32 x as the native ``tanh`` instruction computes it (conv_tail.cc's ``Tanh``): the same bits."""
-    return _rational(x, _NINE, _TANH_P, _TANH_Q)
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    """Erf on the compute dtype: float32 as ``erf_f32``, float64 in float64."""
-    return erf_f32(x) if x.dtype == _F32 else erf(x).astype(x.dtype, copy=False)
-
-
-def _gelu_erf(x: np.ndarray) -> np.ndarray:
-    """0.5 x (1 + erf(x / sqrt 2)); float32 as the engine's instructions (``GELU_ERF``) in their order."""
-    if x.dtype != _F32:
-        return (0.5 * x * (1.0 + erf(x * np.float32(1.0 / np.sqrt(2.0))))).astype(x.dtype, copy=False)
-    y = _erf(x * SQRT1_2)
-    y += np.float32(1.0)
-    y *= np.float32(0.5)
-    return x * y
-
-
-def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))); float32 as the engine's instructions (``GELU_TANH``) in
-    their order, with ``tanh_f32``."""
-    if x.dtype != _F32:
-        inner = np.float32(SQRT_2_OVER_PI) * (x + np.float32(0.044715) * x * x * x)
-        return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
-    t = x * x
-    t = x * t
-    t *= np.float32(0.044715)
-    t = x + t
-    t *= np.float32(SQRT_2_OVER_PI)
-    t = tanh_f32(t)
-    t += np.float32(1.0)
-    t *= np.float32(0.5)
-    return x * t
 
 
 def _reciprocal(x: np.ndarray) -> np.ndarray:
@@ -241,11 +141,11 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
     "Sqrt": (np.sqrt, 0.0, 1.0),
     "Reciprocal": (_reciprocal, 0.0, 1.0),
     "Exp": (np.exp, 0.0, 1.0),
-    "Erf": (_erf, 0.0, 1.0),
-    "Sigmoid": (_sigmoid, 2.0, 1.0),
+    "Erf": (erf_in_dtype, 0.0, 1.0),
+    "Sigmoid": (sigmoid, 2.0, 1.0),
     "Tanh": (np.tanh, 0.0, 1.0),
-    "Gelu": (_gelu_erf, 3.0, 1.0),  # opset 20; approximate="tanh" switches to _gelu_tanh
-    "FastGelu": (_gelu_tanh, 5.0, 1.0),  # com.microsoft
+    "Gelu": (gelu_erf, 3.0, 1.0),  # opset 20; approximate="tanh" switches to gelu_tanh
+    "FastGelu": (gelu_tanh, 5.0, 1.0),  # com.microsoft
     "Sin": (np.sin, 0.0, 1.0),
     "Cos": (np.cos, 0.0, 1.0),
     "Log": (_log, 0.0, 1.0),
@@ -258,7 +158,7 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
 _MS_UNARY = ("Gelu", "FastGelu")
 
 
-def _prepare(node: NodeInfo, target: Target) -> Prepared:
+def prepare(node: NodeInfo, target: Target) -> Prepared:
     out = node.outputs[0]
     attrs = {"op": node.op_type, "in_itemsizes": [itemsize_of(v) for v in node.inputs],
              "out_itemsize": itemsize_of(out), "out_dtype": out.dtype.name if out.dtype is not None else None}
@@ -281,7 +181,7 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, stash_constants(node), target)
 
 
-def _check(node: NodeInfo, target: Target) -> str | None:
+def check(node: NodeInfo, target: Target) -> str | None:
     for v in (*node.inputs, *node.outputs):
         if not v.missing and v.dtype is None:
             return f"{node.describe()}: {v.name} has a dtype the NPU cannot carry"
@@ -290,7 +190,7 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
-def _cost(p: Prepared, shapes) -> OpCost:
+def cost(p: Prepared, shapes) -> OpCost:
     op = p.attrs["op"]
     present = [s for s in shapes if s is not None]
     out = np.broadcast_shapes(*present) if present else ()
@@ -302,7 +202,7 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in, n * p.attrs["out_itemsize"], row[1], row[2])
 
 
-def _out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
+def out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
     """The output dtype as an ``np.dtype``, parsed from ``attrs`` once (``p.memo``), ``x``'s dtype if unknown."""
     dt = p.memo.get("out_dtype")
     if dt is None:
@@ -461,7 +361,7 @@ def _engine_call(p: Prepared, x: np.ndarray) -> np.ndarray | None:
     out: ``tail_of_f16``) widens each chunk to float32 and rounds once on store as the reference does: the same
     bits."""
     nat = runtime.native(p)
-    if nat is None or x.dtype not in (_F32, _F16) or not x.ndim or _out_dtype(p, x) != x.dtype:
+    if nat is None or x.dtype not in (_F32, _F16) or not x.ndim or out_dtype(p, x) != x.dtype:
         return None
     prog = engine_program(p)
     if prog is None:
@@ -499,7 +399,7 @@ def engine_bind(p: Prepared, inputs, outs):
 
 def _sigmoid_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Sigmoid; float32 on the native kernel (the conv tail's sigmoid: exp in lanes, within 2 ulp of numpy's),
-    numpy's ``_sigmoid`` for the reference model and other dtypes."""
+    numpy's ``sigmoid`` for the reference model and other dtypes."""
     x = arg(p, inputs, 0)
     nat = runtime.native(p)
     if nat is not None and x.dtype == _F32 and x.ndim and p.memo.get("out_dtype", _F32) == _F32:
@@ -536,7 +436,7 @@ def _mod_check(node: NodeInfo, target: Target) -> str | None:
     t = node.inputs[0].dtype
     if not node.attr("fmod", 0) and t is not None and np.issubdtype(t, np.floating):
         return f"{node.describe()}: Mod of floats needs fmod=1 (the ONNX spec)"
-    return _check(node, target)
+    return check(node, target)
 
 
 def _sign_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -545,15 +445,6 @@ def _sign_run(p: Prepared, inputs) -> list[np.ndarray]:
     if x.dtype == _F16:
         return [np.asarray(np.sign(np.where(np.isnan(x), x.dtype.type(0), x)))]  # an array also for a 0-d x
     return _SIGN_REFERENCE(p, inputs)
-
-
-def pow_half(x: np.ndarray) -> np.ndarray:
-    """pow(x, 0.5) of float32 x as the engine's ``pow_half`` computes it: the correctly rounded sqrt (powf is within
-    1 ulp of it), with pow's special cases: pow(-0, 0.5) = +0 (sqrt keeps -0) and pow(-inf, 0.5) = +inf."""
-    with np.errstate(invalid="ignore"):
-        y = np.sqrt(x)
-    y += np.float32(0.0)
-    return np.where(x == -np.inf, np.float32(np.inf), y)
 
 
 def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -580,7 +471,7 @@ def _pow_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
     """``y`` (an array, or a numpy scalar from a 0-d input) rounded on store to the output dtype."""
-    dt = _out_dtype(p, x)
+    dt = out_dtype(p, x)
     if type(y) is np.ndarray and y.dtype == dt:
         return y
     return np.asarray(y).astype(dt, copy=False)
@@ -609,7 +500,7 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
 
 def _gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
-    fn = _gelu_tanh if p.attrs.get("approximate") == "tanh" else _gelu_erf
+    fn = gelu_tanh if p.attrs.get("approximate") == "tanh" else gelu_erf
     return [_store(p, fn(widen(x)), x)]
 
 
@@ -618,7 +509,7 @@ _GELU_TANH_PROGRAM: list = []
 
 def _fast_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     """FastGelu; with a bias, x + bias in float32 and then the engine's tanh GELU in place on the sum (the same
-    instructions and bits as ``_gelu_tanh``; without a bias the engine runs through ``engine_runner``)."""
+    instructions and bits as ``gelu_tanh``; without a bias the engine runs through ``engine_runner``)."""
     x, bias = arg(p, inputs, 0), arg(p, inputs, 1)
     xc = widen(x) if bias is None else widen(x) + widen(bias)
     nat = runtime.native(p)
@@ -627,7 +518,7 @@ def _fast_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
             _GELU_TANH_PROGRAM.append((np.asarray([CODES[t[0]] for t in GELU_TANH], np.int32),
                                        np.asarray([t[1:] for t in GELU_TANH], np.float32).reshape(-1, 2)))
         return [_store(p, nat.tail_of(xc, *_GELU_TANH_PROGRAM[0], runtime.threads(p), xc), x)]
-    return [_store(p, _gelu_tanh(xc), x)]
+    return [_store(p, gelu_tanh(xc), x)]
 
 
 def _variadic_runner(op: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
@@ -643,94 +534,13 @@ def _variadic_runner(op: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
     return run
 
 
-_BOOL = np.dtype(np.bool_)
-
-
-def _native_where(values: list) -> bool:
-    """Whether ``where_select`` takes these operands: a bool condition, values of one plain dtype (its result is
-    numpy's where's, bits copied)."""
-    c, x, y = values
-    return (isinstance(c, np.ndarray) and isinstance(x, np.ndarray) and isinstance(y, np.ndarray)
-            and c.dtype == _BOOL and x.dtype == y.dtype and x.dtype.kind in "biuf" and x.itemsize in (1, 2, 4, 8))
-
-
-def _where_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """numpy's where; on the native kernels ``where_select`` (kernels/native/where.cc) for C-order operands."""
-    c, x, y = arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2)
-    nat = runtime.native(p)
-    if (nat is not None and _native_where([c, x, y]) and c.flags.c_contiguous and x.flags.c_contiguous
-            and y.flags.c_contiguous):
-        return [nat.where_select(c, x, y, None, runtime.threads(p))]
-    return [np.where(c, x, y)]
-
-
-def _where_bind(p: Prepared, inputs, outs):
-    """Where as one ``where_select`` call for these input shapes, constants held in place, into ORT's buffer when
-    the result is a partition output."""
-    values = [arg(p, inputs, i) for i in range(3)]
-    nat = runtime.native(p)
-    if nat is None or not _native_where(values):
-        return None
-    given = [i < len(inputs) and inputs[i] is not None for i in range(3)]
-    live = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(values) if given[i]]
-    if not live:
-        return None
-    held = [None if given[i] else np.array(v, order="C") for i, v in enumerate(values)]  # 0-d stays 0-d
-    where = p.runtime.partition_outputs
-    into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
-    return runtime.call_step(p, nat.where_select, (*held, None, runtime.threads(p)), live, [(-1, None)], None, into)
-
-
-def _cast_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """numpy's astype: float->int truncates toward zero, ->float16 rounds to nearest even, ->bool is x != 0; on the
-    native kernels ``cast`` (kernels/native/cast.cc: the same values; None where numpy's result is the platform's)."""
-    x = arg(p, inputs, 0)
-    dt = _out_dtype(p, x)
-    nat = runtime.native(p)
-    if nat is not None and type(x) is np.ndarray and x.dtype != dt and x.flags.c_contiguous and _castable(x.dtype, dt):
-        y = nat.cast(x, dt, None, runtime.threads(p))
-        if y is not None:
-            return [y]
-    return [x.astype(dt, copy=False)]
-
-
-_NUMERIC_KINDS = "biuf"
-
-
-def _castable(src: np.dtype, dst: np.dtype) -> bool:
-    """Whether ``cast`` converts ``src`` to ``dst``: numeric dtypes in native byte order, not an integer to float16
-    (numpy's rounding)."""
-    return (src.kind in _NUMERIC_KINDS and dst.kind in _NUMERIC_KINDS and src.isnative and dst.isnative
-            and not (dst == _F16 and src.kind in "iu"))
-
-
-def _cast_bind(p: Prepared, inputs, outs):
-    """Cast as one ``cast`` call for this input shape, into ORT's buffer when the result is a partition output; the
-    kernel's None (a value numpy converts its own way) runs the Python kernel."""
-    x = inputs[0] if inputs else None
-    nat = runtime.native(p)
-    if (nat is None or not isinstance(x, np.ndarray) or outs[0].dtype == x.dtype
-            or not _castable(x.dtype, outs[0].dtype)):
-        return None
-    where = p.runtime.partition_outputs
-    into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
-    return runtime.call_step(p, nat.cast, (None, outs[0].dtype, None, runtime.threads(p)),
-                             [(0, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
-
-
-def _cast_check(node: NodeInfo, target: Target) -> str | None:
-    if node.outputs[0].dtype is None:
-        return f"{node.describe()}: Cast to a dtype the NPU cannot carry (to={node.attr('to')})"
-    return _check(node, target)
-
-
 for _op, (_fn, _, _) in _BINARY.items():
     _bind = {"Pow": _pow_bind, "Div": _ufunc_binder(np.divide, 2, "f")}.get(_op) or _ufunc_binder(_fn, 2)
     if _op in _NATIVE_BINARY_OPS:
         _bind = _native_binder(_op, _bind)
-    register(KernelDef("", _op, _prepare, _pow_run if _op == "Pow" else _binary_runner(_fn, _op), _cost, _check,
+    register(KernelDef("", _op, prepare, _pow_run if _op == "Pow" else _binary_runner(_fn, _op), cost, check,
                        rank_free=True, bind=_bind))
-register(KernelDef("", "Mod", _prepare, _mod_run, _cost, _mod_check, rank_free=True))
+register(KernelDef("", "Mod", prepare, _mod_run, cost, _mod_check, rank_free=True))
 # unary_f16's op codes (kernels/native/unary_f16.cc): float16 ops exact in float32, computed there, rounded once
 _F16_UNARY = {"Relu": 0, "Abs": 1, "Neg": 2, "Sqrt": 3}
 
@@ -752,28 +562,28 @@ def _f16_unary_binder(code: int, other: Callable | None) -> Callable:
     return bind
 
 
-_SIGMOID_REFERENCE = _unary_runner(_sigmoid)
+_SIGMOID_REFERENCE = _unary_runner(sigmoid)
 _SIGN_REFERENCE = _unary_runner(np.sign)
 for _op, (_fn, _, _) in _UNARY.items():
     if _op == "Sigmoid":
-        register(KernelDef("", _op, _prepare, _sigmoid_run, _cost, _check, rank_free=True, bind=_sigmoid_bind))
+        register(KernelDef("", _op, prepare, _sigmoid_run, cost, check, rank_free=True, bind=_sigmoid_bind))
     elif _op == "Erf":
-        register(KernelDef("", _op, _prepare, engine_runner(_unary_runner(_fn)), _cost, _check, rank_free=True,
+        register(KernelDef("", _op, prepare, engine_runner(_unary_runner(_fn)), cost, check, rank_free=True,
                            bind=engine_bind))
     elif _op == "Sign":
-        register(KernelDef("", _op, _prepare, _sign_run, _cost, _check, rank_free=True, bind=_ufunc_binder(_fn, 1)))
+        register(KernelDef("", _op, prepare, _sign_run, cost, check, rank_free=True, bind=_ufunc_binder(_fn, 1)))
     elif _op in _F16_UNARY:
-        register(KernelDef("", _op, _prepare, _unary_runner(_fn, _F16_UNARY[_op]), _cost, _check, rank_free=True,
+        register(KernelDef("", _op, prepare, _unary_runner(_fn, _F16_UNARY[_op]), cost, check, rank_free=True,
                            bind=_f16_unary_binder(_F16_UNARY[_op], _relu_bind if _op == "Relu"
                                                   else _ufunc_binder(_fn, 1))))
     elif _op not in _MS_UNARY:
-        register(KernelDef("", _op, _prepare, _unary_runner(_fn), _cost, _check, rank_free=True,
+        register(KernelDef("", _op, prepare, _unary_runner(_fn), cost, check, rank_free=True,
                            bind=_relu_bind if _op == "Relu" else _ufunc_binder(_fn, 1)))
 # opset 20; approximate="tanh" switches
-register(KernelDef("", "Gelu", _prepare, engine_runner(_gelu_run), _cost, _check, rank_free=True, bind=engine_bind))
-register(KernelDef("com.microsoft", "Gelu", _prepare, engine_runner(_gelu_run), _cost, _check, rank_free=True,
+register(KernelDef("", "Gelu", prepare, engine_runner(_gelu_run), cost, check, rank_free=True, bind=engine_bind))
+register(KernelDef("com.microsoft", "Gelu", prepare, engine_runner(_gelu_run), cost, check, rank_free=True,
                    bind=engine_bind))
-register(KernelDef("com.microsoft", "FastGelu", _prepare, engine_runner(_fast_gelu_run), _cost, _check,
+register(KernelDef("com.microsoft", "FastGelu", prepare, engine_runner(_fast_gelu_run), cost, check,
                    rank_free=True, bind=engine_bind))
 def _pairwise_binder(fn: np.ufunc):
     """Min/Max of two inputs as its ufunc's native call (the kernel's one fold step), as the binary ops bind; also
@@ -786,7 +596,5 @@ def _pairwise_binder(fn: np.ufunc):
 
 
 for _op, (_fn, _, _) in _VARIADIC.items():
-    register(KernelDef("", _op, _prepare, _variadic_runner(_op, _fn), _cost, _check, rank_free=True,
+    register(KernelDef("", _op, prepare, _variadic_runner(_op, _fn), cost, check, rank_free=True,
                        bind=_pairwise_binder(_fn) if _op in ("Min", "Max") else None))
-register(KernelDef("", "Where", _prepare, _where_run, _cost, _check, rank_free=True, bind=_where_bind))
-register(KernelDef("", "Cast", _prepare, _cast_run, _cost, _cast_check, rank_free=True, bind=_cast_bind))

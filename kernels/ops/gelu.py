@@ -20,7 +20,7 @@ from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 from .. import runtime
 from ..tail_program import CODES, GELU_ERF
-from .elementwise import _gelu_erf, _sigmoid
+from .float_math import gelu_erf, sigmoid
 
 _OPS = {"BiasGelu": (4.0, 1.0), "QuickGelu": (5.0, 1.0)}  # op -> (plain ops, transcendental ops) per element
 
@@ -46,14 +46,14 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 def _bias_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     """x + bias in the compute dtype, then Gelu: float32 in place on the element-wise engine (the same instructions
-    and bits as ``_gelu_erf``), else the reference."""
+    and bits as ``gelu_erf``), else the reference."""
     x, bias = arg(p, inputs, 0), arg(p, inputs, 1)
     s = widen(x) + widen(bias)
     nat = runtime.native(p)
     if nat is not None and s.dtype == np.float32 and s.ndim and s.flags.c_contiguous:
         codes, consts = _gelu_program()
         return [nat.tail_of(s, codes, consts, runtime.threads(p), s).astype(x.dtype, copy=False)]
-    return [_gelu_erf(s).astype(x.dtype, copy=False)]
+    return [gelu_erf(s).astype(x.dtype, copy=False)]
 
 
 _GELU_PROGRAM: list = []
@@ -70,7 +70,7 @@ def _gelu_program() -> tuple[np.ndarray, np.ndarray]:
 def _quick_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     xc = widen(x)
-    return [(xc * _sigmoid(xc * xc.dtype.type(p.attrs["alpha"]))).astype(x.dtype, copy=False)]
+    return [(xc * sigmoid(xc * xc.dtype.type(p.attrs["alpha"]))).astype(x.dtype, copy=False)]
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 from _isa import cap_isa, host_isas
 from _sweep import around, check, with_specials
 from npu_ep.kernels import runtime
-from npu_ep.kernels.ops.elementwise import erf_f32
+from npu_ep.kernels.ops.float_math import erf_f32
 from npu_testing import assignment, cpu_run, make_model, npu_session
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
@@ -115,7 +115,7 @@ def test_tanh_f32_is_within_6_ulp_and_3_3e_7_of_the_exact_tanh():
     """MLAS's float32 rational tanh (tanh-GELU's instruction and its reference) against float64 tanh over every
     997th float32 bit pattern of [0, 10] (odd; beyond 9 it is 1 in float32): at most 6 ulp (5.35 measured, at
     x = 5.83) and 3.3e-7 absolute."""
-    from npu_ep.kernels.ops.elementwise import tanh_f32
+    from npu_ep.kernels.ops.float_math import tanh_f32
     x = np.arange(0, np.float32(10.0).view(np.uint32), 997, dtype=np.uint32).view(np.float32)
     exact = np.tanh(x.astype(np.float64))
     got = tanh_f32(x).astype(np.float64)
