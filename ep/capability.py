@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from ..kernels.fusion import qdq
 from ..kernels.node import NodeInfo
 from ..kernels.target import Target
-from .dtypes import crosses_boundary, type_name
-from .log import escape
+from ..dtypes import crosses_boundary, type_name
+from ..log import escape
 from .partition import boundary, partition
 
 EPCONTEXT = ("com.microsoft", "EPContext")

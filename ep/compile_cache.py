@@ -20,7 +20,7 @@ from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.target import Target
 from . import compiler_version
 from .borrowed_refs import BorrowedRefs
-from .log import logger
+from ..log import logger
 from .program import Program
 from .program_io import ProgramFormatError, program_from_parts, program_to_parts
 

@@ -13,7 +13,7 @@ from ..kernels.fusion import fuse_partition
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.registry import kernel_for
 from ..kernels.target import Target
-from .log import escape
+from ..log import escape
 from .program import UNKNOWN_RANK, IoSpec, Program, Step
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..kernels.node import NodeInfo
 from .capability import Capability
-from .dtypes import type_name
-from .log import escape, logger
+from ..dtypes import type_name
+from ..log import escape, logger
 
 NAMES_PER_OP = 3  # node names shown per op type and reason; the debug level lists all of them
 

@@ -31,7 +31,7 @@ from .graph_convert import node_from_dict, value_from_dict
 from .host_memory import retain_freed_memory
 from ..kernels.host_blas import allow_split, blas_threads
 from ..kernels.runtime import configure as configure_kernels
-from .log import error_level, escape, level_number, logger, session_scoped
+from ..log import error_level, escape, level_number, logger, session_scoped
 from .program import Program
 
 # A generator's declared entry points (session config, ``tools/generation/entries.py``): named in the EPContext

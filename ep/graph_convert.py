@@ -10,7 +10,7 @@ import numpy as np
 from ..quantization.int4 import unpack_int4
 from ..kernels.node import NodeInfo, UnreadableAttribute, ValueInfo, canonical_domain
 from ..kernels.ops.control_flow import BranchGraph
-from .dtypes import TensorProto, numpy_dtype
+from ..dtypes import TensorProto, numpy_dtype
 
 
 def _unpack_4bit(packed: np.ndarray, elem_type: int, shape: Sequence[int]) -> np.ndarray:

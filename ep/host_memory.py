@@ -18,7 +18,7 @@ import ctypes
 import ctypes.util
 import threading
 
-from .log import logger
+from ..log import logger
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3

@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 
 from ..kernels.node import Dim, NodeInfo, ValueInfo, canonical_domain
 from ..kernels.ops.control_flow import BranchGraph
-from .dtypes import numpy_dtype
+from ..dtypes import numpy_dtype
 
 
 def _shape(t: onnx.TypeProto) -> tuple[Dim, ...] | None:

@@ -41,7 +41,7 @@ from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.target import Target
 from .capability import Decision
 from .compiler import compile_partition
-from .log import escape, logger
+from ..log import escape, logger
 from .partition import boundary
 
 DEFAULT_BRIDGE_US = 10.0  # per crossing [us]; measure this machine's with python -m npu_ep.tools.bench.bridge

@@ -33,7 +33,7 @@ from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
 from ..kernels.registry import KernelDef, OpCost, Prepared, StepRuntime
 from ..kernels.runtime import FIXED_INPUT_BYTES, extension
 from . import step_binding
-from .log import escape, logger
+from ..log import escape, logger
 from .weight_arena import pack_constants
 
 _extension = extension()  # the C++ call, loop and native steps every call runs on (None: not built, see _native_loop)
@@ -73,7 +73,7 @@ class Step:
     const_shapes: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
-        return f"node '{escape(self.node_name)}' ({escape(self.op)})"  # model-supplied: ep.log.escape
+        return f"node '{escape(self.node_name)}' ({escape(self.op)})"  # model-supplied: log.escape
 
 
 @dataclasses.dataclass

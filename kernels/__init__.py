@@ -6,7 +6,6 @@ order they run (``fusion/``), one module per op family (``ops/``) whose numpy ke
 native C++ kernels beside them (``native/``, compiled into the same extension as ``ep/native``), and ``runtime``, the
 one module that loads that extension.
 
-May import: ``quantization``, ``context_cache``, ``_version``, ``_atomic``. The layer above, ``ep``, only through
-``runtime`` (the extension is built into ``ep/``); ``ep.log`` and ``ep.dtypes`` are the other imports left going up
-(issue 39).
+May import: ``quantization``, ``context_cache``, ``log``, ``dtypes``, ``_version``, ``_atomic``. The layer above,
+``ep``, only through ``runtime`` (the extension is built into ``ep/``) and ``subprograms.COMPILER`` (a name).
 """

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ep.log import escape
+from ..log import escape
 
 Dim = int | str | None
 
@@ -67,7 +67,7 @@ class NodeInfo:
         return self.inputs[i]
 
     def describe(self) -> str:
-        """``node 'name' (domain::Op)`` for messages, model-supplied strings escaped (``ep.log.escape``)."""
+        """``node 'name' (domain::Op)`` for messages, model-supplied strings escaped (``log.escape``)."""
         op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
         return f"node '{escape(self.name)}' ({escape(op)})"
 

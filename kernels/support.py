@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ep.dtypes import type_name
-from ..ep.log import escape
+from ..dtypes import type_name
+from ..log import escape
 from .node import NodeInfo, UnreadableAttribute, ValueInfo
 from .registry import kernel_for
 from .target import OpRule, Target

@@ -36,8 +36,8 @@ def _dim(text: str) -> tuple[str, int]:
 
 
 def _one_line(exc: BaseException) -> str:
-    """The first line of the error, safe for the terminal (``ep.log.escape``: a model's names can hold escapes)."""
-    from ..ep.log import escape
+    """The first line of the error, safe for the terminal (``log.escape``: a model's names can hold escapes)."""
+    from ..log import escape
 
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return escape(lines[0]) if lines else type(exc).__name__

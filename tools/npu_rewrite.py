@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from ..ep.log import escape as printable
+from ..log import escape as printable
 from ._cli import default_target, quiet_interrupt, single_values, target_origin
 
 if TYPE_CHECKING:  # the rewriter and rich are imported inside main (Ctrl-C there exits 130 quietly: _cli)
@@ -126,7 +126,7 @@ def _run_with_progress(model, options: RewriteOptions, console: Console, show: b
 
 def _print_tables(result: RewriteResult, console: Console, verbose: bool) -> None:
     """Names, reasons and notes are escaped: control characters (a model's names can hold ANSI/OSC escapes) by
-    ``ep.log.escape``, then rich's markup (it would otherwise eat text in brackets such as "[ops]")."""
+    ``log.escape``, then rich's markup (it would otherwise eat text in brackets such as "[ops]")."""
     from rich.markup import escape as markup_escape
     from rich.table import Table
 

@@ -112,9 +112,9 @@ void MakeEpContextNode(const OrtNode* fused, const py::dict& spec, OrtNode** out
 }
 
 // Whether a tensor of this element type may cross a partition boundary: capability's own rule
-// (npu_ep.ep.dtypes.crosses_boundary), so Compile refuses exactly what GetCapability never claims.
+// (npu_ep.dtypes.crosses_boundary), so Compile refuses exactly what GetCapability never claims.
 static bool CrossesBoundary(ONNXTensorElementDataType et) {
-  static PyObject* rule = py::object(py::module_::import("npu_ep.ep.dtypes").attr("crosses_boundary")).release().ptr();
+  static PyObject* rule = py::object(py::module_::import("npu_ep.dtypes").attr("crosses_boundary")).release().ptr();
   return py::reinterpret_borrow<py::object>(rule)(static_cast<int>(et)).cast<bool>() && NumpyDtypeName(et);
 }
 
@@ -124,9 +124,9 @@ std::vector<ONNXTensorElementDataType> ElementTypes(const py::list& values, cons
   for (py::handle v : values) {
     auto et = static_cast<ONNXTensorElementDataType>(v["elem_type"].cast<int>());
     if (!CrossesBoundary(et)) {
-      py::module_ dtypes_mod = py::module_::import("npu_ep.ep.dtypes");
+      py::module_ dtypes_mod = py::module_::import("npu_ep.dtypes");
       auto type = dtypes_mod.attr("type_name")(static_cast<int>(et)).cast<std::string>();
-      auto name = py::module_::import("npu_ep.ep.log").attr("escape")(v["name"]).cast<std::string>();
+      auto name = py::module_::import("npu_ep.log").attr("escape")(v["name"]).cast<std::string>();
       throw OrtError(ORT_NOT_IMPLEMENTED, "partition '" + partition + "': value '" + name + "' has element type " +
                                               type + ", which the NPU runtime cannot carry");
     }

@@ -131,7 +131,7 @@ static void CheckOutputShape(PartitionKernel* k, size_t i, const std::vector<int
   k->output_warned[i] = 1;
   const std::string what = "output '" + k->output_names[i] + "' of " + k->output_producers[i] + " has shape " +
                            ShapeString(dims) + " but the graph declares " + ShapeString(declared);
-  py::module_::import("npu_ep.ep.log").attr("logger").attr("warning")(
+  py::module_::import("npu_ep.log").attr("logger").attr("warning")(
       k->where + ": " + what + " (the shape ORT holds for it; its CPU EP computes the same shape and warns too)");
 }
 

@@ -11,7 +11,7 @@ shares, a check with a reason, the fused node; ``explains``) report each candida
 ``fuse_partition`` logs them at debug level and appends them to ``misses`` (``npu-report --explain-fusions``). The
 passes not yet written as rules (``UNEXPLAINED``) decline silently.
 
-May import: the rest of ``kernels`` (the op modules' constants included) and ``ep.log``'s logger.
+May import: the rest of ``kernels`` (the op modules' constants included) and ``log``'s logger.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from ...ep.log import escape, logger
+from ...log import escape, logger
 from ..node import NodeInfo
 from ..target import Target
 from . import attention, conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, rms, rotary, siblings

@@ -11,7 +11,7 @@ reason: the check's ``MatchResult.fail`` reason, the single-reader rule, or the 
 hands them to its ``misses`` list (``npu-report --explain-fusions``) and logs them at debug level.
 
 onnx_ir and onnxscript (they import onnx: about a second) are imported when a node could start a match, not with
-the module: a session's start does not import onnx (``ep/dtypes.py``). Which nodes could is read from a sketch of
+the module: a session's start does not import onnx (``dtypes.py``). Which nodes could is read from a sketch of
 each pattern (``_Sketch``: the pattern function run on a recorder), so graphs without candidates never import them.
 """
 

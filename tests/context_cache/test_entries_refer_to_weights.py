@@ -13,7 +13,7 @@ from onnx import helper
 
 from npu_ep.ep.borrowed_refs import BorrowedRefError, BorrowedRefs
 from npu_ep.ep.entry_points import LIVE_SESSIONS
-from npu_ep.ep.dtypes import TensorProto
+from npu_ep.dtypes import TensorProto
 from npu_ep.ep.program_io import ProgramFormatError, program_from_parts
 from npu_ep.ep.weight_arena import borrowed_from_ort
 from npu_ep.kernels.target import Target

@@ -65,7 +65,7 @@ def test_error_texts_carry_no_python_frames(monkeypatch):
 @pytest.fixture
 def restore_log_level():
     """log_level sets the process-wide npu_ep logger: give the next tests the level they had."""
-    from npu_ep.ep.log import FALLBACK, logger
+    from npu_ep.log import FALLBACK, logger
 
     levels = logger.level, FALLBACK.level
     yield

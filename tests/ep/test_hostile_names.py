@@ -1,5 +1,5 @@
 """Names from a hostile model never reach a message raw (issue 38 item 18): a newline in a node name forged a
-"NpuEP WARNING" line, ANSI/OSC escapes recoloured the terminal or set its title. ``ep.log.escape`` writes every
+"NpuEP WARNING" line, ANSI/OSC escapes recoloured the terminal or set its title. ``log.escape`` writes every
 control, format and separator character as a Python escape; decline warnings, capability reasons, compile and run
 errors use it."""
 
@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 from npu_testing import F32, make_model, npu_session
 
 from npu_ep.ep.capability import analyze
-from npu_ep.ep.log import escape
+from npu_ep.log import escape
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.target import Target
 

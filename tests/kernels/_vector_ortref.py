@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from npu_ep.ep.dtypes import onnx_elem_type
+from npu_ep.dtypes import onnx_elem_type
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.registry import OpCost, Prepared, kernel_for
 from npu_ep.kernels.target import Target

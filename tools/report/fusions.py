@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...ep.capability import Capability
-from ...ep.log import escape
+from ...log import escape
 from ...kernels.fusion import UNEXPLAINED, FusionMiss, fuse_partition
 from ...kernels.node import NodeInfo
 from ...kernels.target import Target

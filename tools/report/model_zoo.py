@@ -172,7 +172,7 @@ def render_terminal(doc: Mapping[str, Any]) -> str:
     from rich.markup import escape
     from rich.table import Table
 
-    from ...ep.log import escape as printable
+    from ...log import escape as printable
 
     t = Table(title=f"Model zoo on {doc['target']} (targets: >= {TARGETS['coverage']:.0%} on NpuEP, <= "
                     f"{TARGETS['partitions']} partitions, host <= {TARGETS['host_ratio']}x CPU EP; host x CPU: median "

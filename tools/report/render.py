@@ -11,14 +11,14 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
-from ...ep.log import escape as printable
+from ...log import escape as printable
 from .boundaries import boundaries_line
 from .latency import describe
 
 
 def escape(text: Any) -> str:
     """A model-supplied string for the terminal: control characters (ANSI/OSC escapes, newlines) written as
-    escapes (``ep.log.escape``), and rich's markup brackets escaped."""
+    escapes (``log.escape``), and rich's markup brackets escaped."""
     return markup_escape(printable(text))
 
 

@@ -21,7 +21,7 @@ import onnxruntime as ort
 from ...kernels.runtime import extension
 from ...ep.entry_points import EpSession
 from ...ep.device_memory import add_npu_ep
-from ...ep.dtypes import numpy_dtype
+from ...dtypes import numpy_dtype
 from ...ep.sessions import session_of, tag_session_options
 from .attention_dims import attention_dims
 from .boundaries import boundaries

@@ -7,7 +7,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ...ep.log import escape as printable
+from ...log import escape as printable
 
 STYLE = ("<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.5em 0 1.5em}"
          "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}th{background:#f0f0f5}"
@@ -28,7 +28,7 @@ def _cell(value: Any) -> str:
 
 def text(value: Any) -> str:
     """A model-supplied string (node, tensor, op name) as HTML text: control characters (newlines, ANSI/OSC
-    escapes) written as escapes (``ep.log.escape``), then HTML-escaped."""
+    escapes) written as escapes (``log.escape``), then HTML-escaped."""
     return html.escape(printable(value))
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import onnx
 
-from ...ep.log import escape
+from ...log import escape
 from ...ep.onnx_graph import all_tensors
 from ..model_file import NotRegularFileError, external_data_locations, load_model_file, read_regular_file
 
