@@ -112,8 +112,8 @@ std::vector<std::string> LibpythonCandidates(const std::string& python) {
   const std::string env_dir = Dirname(Dirname(python));
   const std::string home = VenvHome(env_dir);
   const std::string base = home.empty() ? env_dir : Dirname(home);
-  for (const std::string& dir : {base + "/lib", base + "/lib/x86_64-linux-gnu", base + "/lib/aarch64-linux-gnu",
-                                 std::string(kBuildLibdir)}) {
+  for (const std::string& dir :
+       {base + "/lib", base + "/lib/x86_64-linux-gnu", base + "/lib/aarch64-linux-gnu", std::string(kBuildLibdir)}) {
     out.push_back(dir + "/" + kLibpythonName);
   }
   out.push_back(kLibpythonName);
@@ -185,8 +185,8 @@ void CheckEnvironment(void* lib, const std::string& python, const std::string& n
     fetch(&type, &value, &tb);
     PyObject* text = value ? str(value) : nullptr;
     const char* msg = text ? utf8(text) : nullptr;
-    std::string error = std::string(type ? type_name(reinterpret_cast<PyTypeObject*>(type)) : "ImportError") +
-                        ": " + (msg ? msg : "(no message)");
+    std::string error = std::string(type ? type_name(reinterpret_cast<PyTypeObject*>(type)) : "ImportError") + ": " +
+                        (msg ? msg : "(no message)");
     for (PyObject* o : {text, type, value, tb}) {
       if (o) decref(o);
     }
@@ -197,7 +197,8 @@ void CheckEnvironment(void* lib, const std::string& python, const std::string& n
   std::string error, imported_native;
   PyObject* entry_points = import("npu_ep.ep.entry_points");
   if (!entry_points) {
-    error = "cannot import npu_ep.ep.entry_points (" + pending_error() + "): install npu-ep into it, or point "
+    error = "cannot import npu_ep.ep.entry_points (" + pending_error() +
+            "): install npu-ep into it, or point "
             "NPU_EP_PYTHON at the python of an environment that has it";
   } else {
     decref(entry_points);
@@ -231,8 +232,10 @@ void* EnsurePython(std::string* python_out) {
     return nullptr;
   std::string how;
   const std::string python = FindPython(&how);
-  if (!IsFile(python)) throw LoadError{"no Python found: " + python + " (from " + how + ") does not exist; set "
-                                       "NPU_EP_PYTHON to the python of the environment npu-ep is installed in"};
+  if (!IsFile(python))
+    throw LoadError{"no Python found: " + python + " (from " + how +
+                    ") does not exist; set "
+                    "NPU_EP_PYTHON to the python of the environment npu-ep is installed in"};
   std::string tried;
   for (const std::string& candidate : LibpythonCandidates(python)) {
     if (void* lib = dlopen(candidate.c_str(), RTLD_NOW | RTLD_GLOBAL)) {

@@ -101,8 +101,7 @@ bool IsCpuMemory(const OrtMemoryDevice* device) {
 
 void ORT_API_CALL ReleaseTransfer(OrtDataTransferImpl* self) noexcept { delete self; }
 
-bool ORT_API_CALL CanCopy(const OrtDataTransferImpl*, const OrtMemoryDevice* src,
-                          const OrtMemoryDevice* dst) noexcept {
+bool ORT_API_CALL CanCopy(const OrtDataTransferImpl*, const OrtMemoryDevice* src, const OrtMemoryDevice* dst) noexcept {
   const bool src_npu = IsNpuMemory(src), dst_npu = IsNpuMemory(dst);
   return (src_npu && (dst_npu || IsCpuMemory(dst))) || (dst_npu && IsCpuMemory(src));
 }
@@ -155,9 +154,8 @@ const OrtMemoryInfo* NpuMemoryInfo() { return g_npu_memory_info; }
 
 OrtStatus* CreateDeviceMemoryInfo() {
   if (g_npu_memory_info) return nullptr;
-  return g_ort->CreateMemoryInfo_V2("NpuEP", OrtMemoryInfoDeviceType_NPU, kNpuVendorId, 0,
-                                    OrtDeviceMemoryType_DEFAULT, kNpuAlignment, OrtDeviceAllocator,
-                                    &g_npu_memory_info);
+  return g_ort->CreateMemoryInfo_V2("NpuEP", OrtMemoryInfoDeviceType_NPU, kNpuVendorId, 0, OrtDeviceMemoryType_DEFAULT,
+                                    kNpuAlignment, OrtDeviceAllocator, &g_npu_memory_info);
 }
 
 bool IsNpuMemory(const OrtMemoryDevice* device) {

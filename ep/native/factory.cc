@@ -92,8 +92,8 @@ OrtStatus* ORT_API_CALL CreateEp(OrtEpFactory* f, const OrtHardwareDevice* const
 
 void ORT_API_CALL ReleaseEp(OrtEpFactory*, OrtEp* ep) noexcept { delete static_cast<NpuEp*>(ep); }
 
-OrtStatus* ORT_API_CALL ValidateCompatibility(OrtEpFactory*, const OrtHardwareDevice* const*, size_t,
-                                              const char* info, OrtCompiledModelCompatibility* result) noexcept {
+OrtStatus* ORT_API_CALL ValidateCompatibility(OrtEpFactory*, const OrtHardwareDevice* const*, size_t, const char* info,
+                                              OrtCompiledModelCompatibility* result) noexcept {
   *result = OrtCompiledModelCompatibility_EP_NOT_APPLICABLE;
   EnsurePython();
   return WithPython("ValidateCompiledModelCompatibilityInfo", [&]() {
@@ -113,9 +113,7 @@ OrtStatus* ORT_API_CALL CreateAllocator(OrtEpFactory*, const OrtMemoryInfo* info
   *allocator = NewNpuAllocator(0);
   return nullptr;
 }
-void ORT_API_CALL ReleaseAllocator(OrtEpFactory*, OrtAllocator* allocator) noexcept {
-  ReleaseNpuAllocator(allocator);
-}
+void ORT_API_CALL ReleaseAllocator(OrtEpFactory*, OrtAllocator* allocator) noexcept { ReleaseNpuAllocator(allocator); }
 OrtStatus* ORT_API_CALL CreateDataTransfer(OrtEpFactory* f, OrtDataTransferImpl** transfer) noexcept {
   // CPU<->NPU and NPU<->NPU, from the factory whose device has NPU memory; the host-memory one copies nothing
   *transfer = static_cast<NpuEpFactory*>(f)->memory == "npu" ? NewNpuDataTransfer() : nullptr;
@@ -133,9 +131,8 @@ OrtStatus* ORT_API_CALL CreateSyncStream(OrtEpFactory*, const OrtMemoryDevice*, 
 
 extern "C" {
 
-NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* api_base,
-                                           const OrtLogger*, OrtEpFactory** factories, size_t max_factories,
-                                           size_t* num_factories) {
+NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* api_base, const OrtLogger*,
+                                           OrtEpFactory** factories, size_t max_factories, size_t* num_factories) {
   using namespace npu_ep;
   *num_factories = 0;
   const OrtApi* api = api_base->GetApi(kOrtApiVersion);
@@ -147,8 +144,11 @@ NPU_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   const std::string version = api_base->GetVersionString();
   if (first_version.empty()) first_version = version;
   if (version != first_version) {
-    return api->CreateStatus(ORT_FAIL, ("NpuEP: already serving ONNX Runtime " + first_version + " in this process; "
-                                        "it cannot also serve ONNX Runtime " + version).c_str());
+    return api->CreateStatus(ORT_FAIL, ("NpuEP: already serving ONNX Runtime " + first_version +
+                                        " in this process; "
+                                        "it cannot also serve ONNX Runtime " +
+                                        version)
+                                           .c_str());
   }
   g_ort = api;
   InitShapeApi(api_base);

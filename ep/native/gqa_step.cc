@@ -54,10 +54,10 @@ std::optional<py::array> BoundPast(PyObject* v, int dtype, const Dims& dims) {
 
 class GqaStep : public NativeStep {
  public:
-  GqaStep(const py::dtype& dtype, Dims query, const py::object& key, const py::object& past, Dims seqlens,
-          Dims total, const py::object& position_ids, py::object cos, py::object sin,
-          std::pair<size_t, size_t> presents, int64_t num_heads, int64_t kv_num_heads, float scale, float softcap,
-          int64_t window, bool interleaved, int threads, const py::list& guards, py::object traffic)
+  GqaStep(const py::dtype& dtype, Dims query, const py::object& key, const py::object& past, Dims seqlens, Dims total,
+          const py::object& position_ids, py::object cos, py::object sin, std::pair<size_t, size_t> presents,
+          int64_t num_heads, int64_t kv_num_heads, float scale, float softcap, int64_t window, bool interleaved,
+          int threads, const py::list& guards, py::object traffic)
       : dtype_(dtype.num()), query_(std::move(query)), key_(OptionalDims(key)), past_(OptionalDims(past)),
         seqlens_(std::move(seqlens)), total_(std::move(total)), position_ids_(OptionalDims(position_ids)),
         cos_(std::move(cos)), sin_(std::move(sin)), presents_(presents), num_heads_(num_heads),
@@ -92,8 +92,8 @@ class GqaStep : public NativeStep {
     std::optional<py::array> key, value, past_key, past_value, position_ids;
     if (key_ && !((key = Bound(in(1), dtype_, *key_)) && (value = Bound(in(2), dtype_, *key_)))) return nullptr;
     if (!key_ && (in(1) != Py_None || in(2) != Py_None)) return nullptr;
-    if (past_ && !((past_key = BoundPast(in(3), dtype_, *past_)) && (past_value = BoundPast(in(4), dtype_, *past_))
-                   && past_key->shape(2) == past_value->shape(2)))
+    if (past_ && !((past_key = BoundPast(in(3), dtype_, *past_)) && (past_value = BoundPast(in(4), dtype_, *past_)) &&
+                   past_key->shape(2) == past_value->shape(2)))
       return nullptr;
     if (!past_ && (in(3) != Py_None || in(4) != Py_None)) return nullptr;
     auto seqlens = Bound(in(5), int32_, seqlens_);
@@ -134,9 +134,9 @@ class GqaStep : public NativeStep {
     if (!cos_.is_none()) cos = py::reinterpret_borrow<py::array>(cos_), sin = py::reinterpret_borrow<py::array>(sin_);
     std::optional<kern::Arr<int64_t>> positions;
     if (position_ids) positions = py::reinterpret_borrow<kern::Arr<int64_t>>(*position_ids);
-    kern::GqaArgs a = kern::GqaArgsFor(*query, key, value, past_key, past_value, present_key, present_value, T,
-                                       past_b, total_b, num_heads_, kv_num_heads_, scale_, softcap_, window_, cos,
-                                       sin, interleaved_, positions);
+    kern::GqaArgs a =
+        kern::GqaArgsFor(*query, key, value, past_key, past_value, present_key, present_value, T, past_b, total_b,
+                         num_heads_, kv_num_heads_, scale_, softcap_, window_, cos, sin, interleaved_, positions);
     py::array out = kern::RunGqa(a, *query, threads_);
     if (traffic_) Count(kern::TrafficOf(a));
     return py::make_tuple(std::move(out), std::move(present_key), std::move(present_value)).release().ptr();

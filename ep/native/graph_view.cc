@@ -69,9 +69,12 @@ static py::object ShapeOf(const OrtTensorTypeAndShapeInfo* info) {
   Check(g_ort->GetSymbolicDimensions(info, sym.data(), rank));
   py::list shape;
   for (size_t i = 0; i < rank; ++i) {
-    if (dims[i] >= 0) shape.append(dims[i]);
-    else if (sym[i] && *sym[i]) shape.append(py::str(sym[i]));
-    else shape.append(py::none());
+    if (dims[i] >= 0)
+      shape.append(dims[i]);
+    else if (sym[i] && *sym[i])
+      shape.append(py::str(sym[i]));
+    else
+      shape.append(py::none());
   }
   return std::move(shape);
 }
@@ -191,8 +194,7 @@ static py::object ReadAttr(const OrtOpAttr* a, OrtOpAttrType type, const std::st
       g_ort->ReleaseValue(value);
       return arr;
     }
-    default:
-      return py::none();  // GRAPH: read as subgraphs below
+    default: return py::none();  // GRAPH: read as subgraphs below
   }
 }
 

@@ -44,7 +44,8 @@ bool Matches(const Expected& e, PyObject* v) {
   if (a.dtype().num() != e.dtype || !SameShape(a, e.dims)) return false;
   if (e.kind == Expected::kShape) return true;
   if (!(a.flags() & py::array::c_style)) return false;
-  return static_cast<size_t>(a.nbytes()) == e.bytes.size() && std::memcmp(a.data(), e.bytes.data(), e.bytes.size()) == 0;
+  return static_cast<size_t>(a.nbytes()) == e.bytes.size() &&
+         std::memcmp(a.data(), e.bytes.data(), e.bytes.size()) == 0;
 }
 
 Expected ParseExpected(const py::handle& h) {
@@ -58,7 +59,8 @@ Expected ParseExpected(const py::handle& h) {
     e.dims = t[2].cast<std::vector<py::ssize_t>>();
     return e;
   }
-  if (kind != "value" || t.size() != 2) throw py::value_error("expected input: ('shape', dtype, dims) or ('value', array)");
+  if (kind != "value" || t.size() != 2)
+    throw py::value_error("expected input: ('shape', dtype, dims) or ('value', array)");
   auto a = py::array::ensure(t[1], py::array::c_style);
   if (!a) throw py::value_error("expected input: not an array");
   e.kind = Expected::kValue;
@@ -125,10 +127,8 @@ class FixedInputs {
 // bound values (FixedInputs).
 class ViewStep : public NativeStep {
  public:
-  ViewStep(std::vector<py::ssize_t> in_dims, std::vector<py::ssize_t> out_dims, size_t n_inputs,
-           const py::list& fixed)
-      : in_dims_(std::move(in_dims)), out_dims_(std::move(out_dims)), n_inputs_(n_inputs),
-        fixed_(fixed, 1) {}
+  ViewStep(std::vector<py::ssize_t> in_dims, std::vector<py::ssize_t> out_dims, size_t n_inputs, const py::list& fixed)
+      : in_dims_(std::move(in_dims)), out_dims_(std::move(out_dims)), n_inputs_(n_inputs), fixed_(fixed, 1) {}
 
   PyObject* Run(PyObject* args) override {
     if (PyTuple_GET_SIZE(args) != static_cast<Py_ssize_t>(n_inputs_) || !fixed_.Hold(args)) return nullptr;
@@ -315,8 +315,8 @@ void RegisterNativeSteps(py::module_& m) {
                                    "allows); the node's "
                                    "other n_inputs - 1 inputs must be omitted, or equal the arrays in fixed "
                                    "[(input index, array)]")
-      .def(py::init<std::vector<py::ssize_t>, std::vector<py::ssize_t>, size_t, const py::list&>(),
-           py::arg("in_shape"), py::arg("out_shape"), py::arg("n_inputs"), py::arg("fixed") = py::list());
+      .def(py::init<std::vector<py::ssize_t>, std::vector<py::ssize_t>, size_t, const py::list&>(), py::arg("in_shape"),
+           py::arg("out_shape"), py::arg("n_inputs"), py::arg("fixed") = py::list());
   py::class_<CallStep, NativeStep>(m, "CallStep",
                                    "fn(*args) with step inputs put in: inputs [(argument index, input index, dtype, "
                                    "shape, view shape | None[, any layout])]; outputs [(result index | -1, shape | "

@@ -30,6 +30,8 @@ inline void Check(OrtStatus* status) {
   throw OrtError(code, msg);
 }
 
-inline OrtStatus* MakeStatus(OrtErrorCode code, const std::string& msg) { return g_ort->CreateStatus(code, msg.c_str()); }
+inline OrtStatus* MakeStatus(OrtErrorCode code, const std::string& msg) {
+  return g_ort->CreateStatus(code, msg.c_str());
+}
 
 }  // namespace npu_ep

@@ -44,8 +44,8 @@ class OrtOutputs : public OutputBuffers {
   py::object View(size_t index, const std::vector<int64_t>& dims) const override {
     const PartitionKernel* k = kernel_;
     if (index >= k->output_types.size())
-      throw std::out_of_range("partition_output: output " + std::to_string(index) + " of " + k->where +
-                              ", which has " + std::to_string(k->output_types.size()));
+      throw std::out_of_range("partition_output: output " + std::to_string(index) + " of " + k->where + ", which has " +
+                              std::to_string(k->output_types.size()));
     if (!k->output_rank_known[index] || k->output_dims[index].size() != dims.size())
       return py::none();  // an output whose rank ORT does not state, or another rank: the bridge checks and copies it
     OrtValue* out = nullptr;
@@ -131,8 +131,10 @@ static void CheckOutputShape(PartitionKernel* k, size_t i, const std::vector<int
   k->output_warned[i] = 1;
   const std::string what = "output '" + k->output_names[i] + "' of " + k->output_producers[i] + " has shape " +
                            ShapeString(dims) + " but the graph declares " + ShapeString(declared);
-  py::module_::import("npu_ep.log").attr("logger").attr("warning")(
-      k->where + ": " + what + " (the shape ORT holds for it; its CPU EP computes the same shape and warns too)");
+  py::module_::import("npu_ep.log")
+      .attr("logger")
+      .attr("warning")(k->where + ": " + what +
+                       " (the shape ORT holds for it; its CPU EP computes the same shape and warns too)");
 }
 
 // Called with the GIL held. Makes the program's views of borrowed initializers read the buffers ORT passes now.
@@ -184,7 +186,8 @@ static void CheckBorrowed(PartitionKernel* k, OrtKernelContext* ctx) {
 }
 
 OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept {
-  if (g_shutting_down.load()) return MakeStatus(ORT_EP_FAIL, "NpuEP: " + k->where + ": the Python interpreter is shutting down");
+  if (g_shutting_down.load())
+    return MakeStatus(ORT_EP_FAIL, "NpuEP: " + k->where + ": the Python interpreter is shutting down");
   struct InFlight {
     InFlight() { g_in_flight.fetch_add(1); }
     ~InFlight() { g_in_flight.fetch_sub(1); }
@@ -232,8 +235,8 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
     program_ns = NowNs() - tp;
     py::tuple outs = py::isinstance<py::tuple>(result) ? result.cast<py::tuple>() : py::tuple(result);
     if (outs.size() != n_out)
-      throw OrtError(ORT_EP_FAIL, "program returned " + std::to_string(outs.size()) + " outputs, expected " +
-                                      std::to_string(n_out));
+      throw OrtError(ORT_EP_FAIL,
+                     "program returned " + std::to_string(outs.size()) + " outputs, expected " + std::to_string(n_out));
     for (size_t i = 0; i < n_out; ++i) {
       // C-contiguous in the declared dtype (no copy when it already is).
       auto& api = py::detail::npy_api::get();

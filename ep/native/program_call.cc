@@ -218,15 +218,16 @@ void RegisterProgramCall(py::module_& m) {
   py::class_<ProgramCall>(m, "ProgramCall",
                           "A compiled program's call: known input-shape signatures run their StepLoop here, the "
                           "rest go to observe(inputs)")
-      .def(py::init<py::object, py::object, py::object, py::object, size_t>(), py::arg("observe"),
-           py::arg("errstate"), py::arg("quiet"), py::arg("loop"), py::arg("capacity"))
-      .def("__call__",
-           [](ProgramCall& self, const py::tuple& inputs) {
-             PyObject* out = self.Call(inputs.ptr());
-             if (out == nullptr) throw py::error_already_set();
-             return py::reinterpret_steal<py::object>(out);
-           },
-           py::arg("inputs"))
+      .def(py::init<py::object, py::object, py::object, py::object, size_t>(), py::arg("observe"), py::arg("errstate"),
+           py::arg("quiet"), py::arg("loop"), py::arg("capacity"))
+      .def(
+          "__call__",
+          [](ProgramCall& self, const py::tuple& inputs) {
+            PyObject* out = self.Call(inputs.ptr());
+            if (out == nullptr) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(out);
+          },
+          py::arg("inputs"))
       .def("track", &ProgramCall::Track, py::arg("signature"), py::arg("bound"),
            "calls with this signature run here, on `bound` (a StepLoop) or the default loop (None); returns the "
            "signatures evicted to stay within capacity, [(signature, calls, ns)]")

@@ -59,8 +59,9 @@ const char* NumpyDtypeName(ONNXTensorElementDataType t) {
 
 py::dtype NumpyDtype(ONNXTensorElementDataType t) {
   const char* name = NumpyDtypeName(t);
-  if (!name) throw OrtError(ORT_NOT_IMPLEMENTED, "tensor element type " + std::to_string(static_cast<int>(t)) +
-                                                     " cannot be handed to the NPU runtime");
+  if (!name)
+    throw OrtError(ORT_NOT_IMPLEMENTED, "tensor element type " + std::to_string(static_cast<int>(t)) +
+                                            " cannot be handed to the NPU runtime");
   return py::dtype(name);
 }
 
@@ -94,9 +95,9 @@ py::array TensorView(const OrtValue* v, const py::handle& dtype, const TensorMet
   // shape/stride vectors and with the view created read-only (flags 0) instead of cleared afterwards.
   auto& api = py::detail::npy_api::get();
   auto dims = const_cast<Py_intptr_t*>(reinterpret_cast<const Py_intptr_t*>(meta.dims.data()));
-  PyObject* raw = api.PyArray_NewFromDescr_(api.PyArray_Type_, dtype.inc_ref().ptr(),
-                                            static_cast<int>(meta.dims.size()), dims, nullptr,
-                                            const_cast<void*>(data), 0, nullptr);
+  PyObject* raw =
+      api.PyArray_NewFromDescr_(api.PyArray_Type_, dtype.inc_ref().ptr(), static_cast<int>(meta.dims.size()), dims,
+                                nullptr, const_cast<void*>(data), 0, nullptr);
   if (!raw) throw py::error_already_set();
   py::array a = py::reinterpret_steal<py::array>(raw);
   if (!data) {  // an empty tensor without a buffer: numpy allocated one (writeable), as pybind11 did
@@ -110,9 +111,9 @@ py::array TensorView(const OrtValue* v, const py::handle& dtype, const TensorMet
 py::array OutputView(void* data, const py::handle& dtype, const std::vector<int64_t>& dims) {
   auto& api = py::detail::npy_api::get();
   auto shape = const_cast<Py_intptr_t*>(reinterpret_cast<const Py_intptr_t*>(dims.data()));
-  PyObject* raw = api.PyArray_NewFromDescr_(api.PyArray_Type_, dtype.inc_ref().ptr(), static_cast<int>(dims.size()),
-                                            shape, nullptr, data, py::detail::npy_api::NPY_ARRAY_WRITEABLE_ |
-                                            py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_, nullptr);
+  PyObject* raw = api.PyArray_NewFromDescr_(
+      api.PyArray_Type_, dtype.inc_ref().ptr(), static_cast<int>(dims.size()), shape, nullptr, data,
+      py::detail::npy_api::NPY_ARRAY_WRITEABLE_ | py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_, nullptr);
   if (!raw) throw py::error_already_set();
   py::array a = py::reinterpret_steal<py::array>(raw);
   if (data && api.PyArray_SetBaseObject_(raw, ViewBase().inc_ref().ptr()) != 0) throw py::error_already_set();

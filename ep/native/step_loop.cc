@@ -150,8 +150,8 @@ class StepLoop {
       PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(s.in.size()));
       if (args == nullptr) throw py::error_already_set();
       for (size_t k = 0; k < s.in.size(); ++k) {
-        PyObject* v = s.in[k] >= 0 && env[static_cast<size_t>(s.in[k])] != nullptr ? env[static_cast<size_t>(s.in[k])]
-                                                                                     : Py_None;
+        PyObject* v =
+            s.in[k] >= 0 && env[static_cast<size_t>(s.in[k])] != nullptr ? env[static_cast<size_t>(s.in[k])] : Py_None;
         Py_INCREF(v);
         PyTuple_SET_ITEM(args, static_cast<Py_ssize_t>(k), v);
       }
@@ -258,9 +258,7 @@ class StepLoop {
   std::vector<uint64_t> step_ns_;                    // per step, while profiling
 };
 
-StepLoop* AsStepLoop(py::handle obj) {
-  return py::isinstance<StepLoop>(obj) ? obj.cast<StepLoop*>() : nullptr;
-}
+StepLoop* AsStepLoop(py::handle obj) { return py::isinstance<StepLoop>(obj) ? obj.cast<StepLoop*>() : nullptr; }
 
 PyObject* RunStepLoop(StepLoop& loop, PyObject* inputs) {
   try {

@@ -88,8 +88,10 @@ float ScaleMaskMax(float* row, int64_t n, int kind, float c, const float* mask, 
 }
 
 #if NPU_EP_X86
-__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) float ScaleMaskMax512(
-    float* row, int64_t n, int kind, float c, const float* mask, int64_t mj) {
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) float ScaleMaskMax512(float* row, int64_t n,
+                                                                                             int kind, float c,
+                                                                                             const float* mask,
+                                                                                             int64_t mj) {
   if (mask && mj != 1) return ScaleMaskMax(row, n, kind, c, mask, mj);
   const __m512 vc = _mm512_set1_ps(c);
   __m512 vm = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -208,8 +210,8 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, int64_t b, 
 }
 
 py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::array& v, const py::object& mask,
-                           int scale_kind, float scale, int threads, bool zero_nan_rows, bool k_rows,
-                           int64_t k_group, int64_t v_group, bool masked_rows_zero) {
+                           int scale_kind, float scale, int threads, bool zero_nan_rows, bool k_rows, int64_t k_group,
+                           int64_t v_group, bool masked_rows_zero) {
   Chain c;
   c.q = Wrap(q, "q");
   c.kt = Wrap(kt, "kt");
@@ -236,8 +238,8 @@ py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::ar
   const Operand* mk = c.has_mask ? &c.mask : &c.q;
   c.L0 = Lead(0, {&c.q, &c.kt, &c.v, mk});
   c.L1 = Lead(1, {&c.q, &c.kt, &c.v, mk});
-  const bool mask_ok = !c.has_mask || ((c.mask.dims[2] == 1 || c.mask.dims[2] == c.S) &&
-                                       (c.mask.dims[3] == 1 || c.mask.dims[3] == c.T));
+  const bool mask_ok =
+      !c.has_mask || ((c.mask.dims[2] == 1 || c.mask.dims[2] == c.S) && (c.mask.dims[3] == 1 || c.mask.dims[3] == c.T));
   if (c.kt.dims[2] != c.H || c.v.dims[2] != c.T || c.L0 < 0 || c.L1 < 0 || !mask_ok || c.T == 0)
     throw std::invalid_argument("attention_chain: shapes do not chain: q " + Dims(q) + ", kt " + Dims(kt) + ", v " +
                                 Dims(v) + (c.has_mask ? ", mask " + Dims(mask_arr) : std::string()) +

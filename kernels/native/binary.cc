@@ -77,8 +77,7 @@ __attribute__((target("avx2,f16c"))) inline __m256 ApplyAvx2(__m256 a, __m256 b)
 }
 
 __attribute__((target("avx2,f16c"))) inline __m256 Load8(const uint16_t* p, int64_t stride) {
-  return stride ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))
-                : _mm256_set1_ps(_cvtsh_ss(*p));
+  return stride ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))) : _mm256_set1_ps(_cvtsh_ss(*p));
 }
 
 template <int Op>
@@ -109,8 +108,9 @@ RowFn RowFor(int op) {
     case kSub: return RowFor<kSub>();
     case kMul: return RowFor<kMul>();
     case kDiv: return RowFor<kDiv>();
-    default: throw std::invalid_argument("binary_f16: op must be 0 (Add), 1 (Sub), 2 (Mul) or 3 (Div), got " +
-                                         std::to_string(op));
+    default:
+      throw std::invalid_argument("binary_f16: op must be 0 (Add), 1 (Sub), 2 (Mul) or 3 (Div), got " +
+                                  std::to_string(op));
   }
 }
 
@@ -127,10 +127,10 @@ py::array RunBinary(const char* fn, const Row& row, const py::array& a, const py
   const auto* pa = static_cast<const T*>(a.data());
   const auto* pb = static_cast<const T*>(b.data());
   auto* py_ = static_cast<Out*>(y.mutable_data());
-  ParallelRuns(p, threads, kTaskElems, [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& unit,
-                                           int64_t at, int64_t len) {
-    row(pa + off[0], unit[0], pb + off[1], unit[1], py_ + at, len);
-  });
+  ParallelRuns(p, threads, kTaskElems,
+               [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& unit, int64_t at, int64_t len) {
+                 row(pa + off[0], unit[0], pb + off[1], unit[1], py_ + at, len);
+               });
   return y;
 }
 
@@ -160,10 +160,13 @@ void CompareRowScalar(const uint16_t* a, int64_t sa, const uint16_t* b, int64_t 
 
 #if NPU_EP_X86
 template <int Op>
-__attribute__((target("avx2,f16c"))) void CompareRowF16c(const uint16_t* a, int64_t sa, const uint16_t* b,
-                                                         int64_t sb, bool* y, int64_t n) {
-  constexpr int kPredicate = Op == kEqual ? _CMP_EQ_OQ : Op == kLess ? _CMP_LT_OQ : Op == kLessOrEqual ? _CMP_LE_OQ
-                             : Op == kGreater ? _CMP_GT_OQ : _CMP_GE_OQ;
+__attribute__((target("avx2,f16c"))) void CompareRowF16c(const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb,
+                                                         bool* y, int64_t n) {
+  constexpr int kPredicate = Op == kEqual         ? _CMP_EQ_OQ
+                             : Op == kLess        ? _CMP_LT_OQ
+                             : Op == kLessOrEqual ? _CMP_LE_OQ
+                             : Op == kGreater     ? _CMP_GT_OQ
+                                                  : _CMP_GE_OQ;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i m = _mm256_castps_si256(_mm256_cmp_ps(Load8(a + i * sa, sa), Load8(b + i * sb, sb), kPredicate));
@@ -198,8 +201,10 @@ py::array CompareF16Py(int op, const py::array& a, const py::array& b, const py:
     case kGreater: row = CompareFor<kGreater>(); break;
     case kGreaterOrEqual: row = CompareFor<kGreaterOrEqual>(); break;
     default:
-      throw std::invalid_argument("compare_f16: op must be 0 (Equal), 1 (Less), 2 (LessOrEqual), 3 (Greater) or 4 "
-                                  "(GreaterOrEqual), got " + std::to_string(op));
+      throw std::invalid_argument(
+          "compare_f16: op must be 0 (Equal), 1 (Less), 2 (LessOrEqual), 3 (Greater) or 4 "
+          "(GreaterOrEqual), got " +
+          std::to_string(op));
   }
   return RunBinary<uint16_t, CompareFn, bool>("compare_f16", row, a, b, out, threads);
 }

@@ -105,7 +105,8 @@ void SetWeights(NBitsGemm& g, const py::handle& b, const py::handle& scales, con
     seg.n0 = n0;
     seg.b = Raw<uint8_t>(bl[i], BBytes(g, rows, row), "B", keep);
     seg.scales = Raw<float>(si, rows * kb, "scales", keep);
-    if (has_zp) seg.zero_points = Raw<uint8_t>(py::reinterpret_borrow<py::sequence>(zp)[i], rows * zb, "zero_points", keep);
+    if (has_zp)
+      seg.zero_points = Raw<uint8_t>(py::reinterpret_borrow<py::sequence>(zp)[i], rows * zb, "zero_points", keep);
     segs.push_back(seg);
     n0 += rows;
   }
@@ -138,7 +139,6 @@ NBitsGemm NBitsCall(const char* op, const float* a, int64_t M, int64_t K, int64_
   return g;
 }
 
-
 // y[M, N] = a @ dequant(B) (+ bias) for the call template g (weights, shape but M, level, threads).
 py::object RunMatMulNBits(NBitsGemm g, const Arr<float>& a, const std::optional<py::tuple>& plan, bool count_dma) {
   if (a.ndim() != 2 || a.shape(1) != g.K)
@@ -159,9 +159,9 @@ py::object RunMatMulNBits(NBitsGemm g, const Arr<float>& a, const std::optional<
 }
 
 py::object MatMulNBitsPy(const Arr<float>& a, const py::object& b, const py::object& scales,
-                         const py::object& zero_points, const std::optional<Arr<float>>& bias,
-                         int64_t K, int64_t N, int block_size, int accuracy_level, int threads,
-                         const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm) {
+                         const py::object& zero_points, const std::optional<Arr<float>>& bias, int64_t K, int64_t N,
+                         int block_size, int accuracy_level, int threads, const std::optional<py::tuple>& plan,
+                         bool count_dma, uintptr_t sgemm) {
   std::vector<NBitsSegment> segs;
   std::vector<py::object> keep;
   NBitsGemm g = NBitsCall("matmul_nbits", nullptr, 0, K, N, block_size, accuracy_level, threads, sgemm, b, scales,
@@ -177,7 +177,8 @@ struct NormArgs {
 
 NormArgs NormCall(int64_t K, int64_t N, const std::optional<Arr<float>>& norm_bias,
                   const std::optional<Arr<float>>& gamma, double eps, bool want_sum, bool swiglu, uintptr_t sdot) {
-  if (swiglu && N % 2) throw std::invalid_argument("norm_matmul_nbits: SwiGLU needs an even N, got " + std::to_string(N));
+  if (swiglu && N % 2)
+    throw std::invalid_argument("norm_matmul_nbits: SwiGLU needs an even N, got " + std::to_string(N));
   NormArgs n;
   n.pro.K = K;
   n.pro.eps = eps;
@@ -190,9 +191,8 @@ NormArgs NormCall(int64_t K, int64_t N, const std::optional<Arr<float>>& norm_bi
 }
 
 // (y, sum) of npu::NormMatMul for x [M, K] (and skip) with the call templates g and norm.
-py::object RunNormMatMul(NBitsGemm g, const NormArgs& norm, const Arr<float>& x,
-                         const std::optional<Arr<float>>& skip, const std::optional<py::tuple>& plan,
-                         bool count_dma) {
+py::object RunNormMatMul(NBitsGemm g, const NormArgs& norm, const Arr<float>& x, const std::optional<Arr<float>>& skip,
+                         const std::optional<py::tuple>& plan, bool count_dma) {
   const int64_t K = g.K, N = g.N;
   if (x.ndim() != 2 || x.shape(1) != K)
     throw std::invalid_argument("norm_matmul_nbits: x must be [M, K=" + std::to_string(K) + "]");
@@ -235,14 +235,14 @@ py::object RunNormMatMul(NBitsGemm g, const NormArgs& norm, const Arr<float>& x,
 py::object NormMatMulNBitsPy(const Arr<float>& x, const std::optional<Arr<float>>& skip,
                              const std::optional<Arr<float>>& norm_bias, const std::optional<Arr<float>>& gamma,
                              double eps, bool want_sum, const py::object& b, const py::object& scales,
-                             const py::object& zero_points, const std::optional<Arr<float>>& bias,
-                             int64_t K, int64_t N, int block_size, int accuracy_level, bool swiglu, int threads,
+                             const py::object& zero_points, const std::optional<Arr<float>>& bias, int64_t K, int64_t N,
+                             int block_size, int accuracy_level, bool swiglu, int threads,
                              const std::optional<py::tuple>& plan, bool count_dma, uintptr_t sgemm, uintptr_t sdot) {
   const NormArgs norm = NormCall(K, N, norm_bias, gamma, eps, want_sum, swiglu, sdot);
   std::vector<NBitsSegment> segs;
   std::vector<py::object> keep;
-  NBitsGemm g = NBitsCall("norm_matmul_nbits", nullptr, 0, K, N, block_size, accuracy_level, threads, sgemm, b,
-                          scales, zero_points, bias, segs, keep);
+  NBitsGemm g = NBitsCall("norm_matmul_nbits", nullptr, 0, K, N, block_size, accuracy_level, threads, sgemm, b, scales,
+                          zero_points, bias, segs, keep);
   return RunNormMatMul(g, norm, x, skip, plan, count_dma);
 }
 
@@ -254,16 +254,17 @@ class BoundNBits {
   BoundNBits(const py::object& b, const py::object& scales, const py::object& zero_points,
              const std::optional<Arr<float>>& bias, int64_t K, int64_t N, int block_size, int accuracy_level,
              int threads, uintptr_t sgemm, const std::optional<py::tuple>& norm) {
-    g_ = NBitsCall("bound nbits", nullptr, 0, K, N, block_size, accuracy_level, threads, sgemm, b, scales,
-                   zero_points, bias, segs_, keep_);
+    g_ = NBitsCall("bound nbits", nullptr, 0, K, N, block_size, accuracy_level, threads, sgemm, b, scales, zero_points,
+                   bias, segs_, keep_);
     if (bias) keep_.push_back(*bias);
     if (norm) {  // (norm_bias | None, gamma | None, eps, want_sum, swiglu, sdot)
       const py::tuple& t = *norm;
-      if (t.size() != 6) throw std::invalid_argument("bound nbits: norm is (norm_bias, gamma, eps, want_sum, swiglu, sdot)");
+      if (t.size() != 6)
+        throw std::invalid_argument("bound nbits: norm is (norm_bias, gamma, eps, want_sum, swiglu, sdot)");
       auto nb = t[0].cast<std::optional<Arr<float>>>();
       auto gamma = t[1].cast<std::optional<Arr<float>>>();
-      norm_ = NormCall(K, N, nb, gamma, t[2].cast<double>(), t[3].cast<bool>(), t[4].cast<bool>(),
-                       t[5].cast<uintptr_t>());
+      norm_ =
+          NormCall(K, N, nb, gamma, t[2].cast<double>(), t[3].cast<bool>(), t[4].cast<bool>(), t[5].cast<uintptr_t>());
       if (nb) keep_.push_back(*nb);
       if (gamma) keep_.push_back(*gamma);
     }
@@ -297,9 +298,8 @@ void TileInt4Py(const Arr<uint8_t>& b, int64_t N, int64_t row_bytes, Arr<uint8_t
 
 py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
                         const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads,
-                        const std::optional<Arr<float>>& mult,
-                        int y_zero_point, bool y_signed, const std::optional<py::tuple>& plan, bool count_dma,
-                        const py::object& out_into) {
+                        const std::optional<Arr<float>>& mult, int y_zero_point, bool y_signed,
+                        const std::optional<py::tuple>& plan, bool count_dma, const py::object& out_into) {
   const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
   if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))
     throw std::invalid_argument("int8_matmul: A must be uint8 or int8");
@@ -324,16 +324,16 @@ py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<i
   g.bzp = Data(bzp, np16, "b_zero_point");
   g.threads = threads;
   // out_into: M x N elements of the output's dtype to write (ORT's own output buffer), else a new [M, N] array
-  const py::dtype out_dtype = mult ? (y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>())
-                                   : py::dtype::of<int32_t>();
+  const py::dtype out_dtype =
+      mult ? (y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>()) : py::dtype::of<int32_t>();
   bool fits = false;
   if (py::isinstance<py::array>(out_into)) {
     auto into = py::reinterpret_borrow<py::array>(out_into);
     fits = into.dtype().equal(out_dtype) && (into.flags() & py::array::c_style) && into.writeable() &&
            into.size() == g.M * g.N;
   }
-  py::array out = fits ? py::reinterpret_borrow<py::array>(out_into)
-                       : py::array(out_dtype, std::vector<py::ssize_t>{g.M, g.N});
+  py::array out =
+      fits ? py::reinterpret_borrow<py::array>(out_into) : py::array(out_dtype, std::vector<py::ssize_t>{g.M, g.N});
   if (mult) {
     g.mult_per_col = mult->size() != 1;
     g.mult = Data(*mult, g.mult_per_col ? g.N : 1, "multiplier");
@@ -373,11 +373,11 @@ void RegisterKernels(py::module_& parent) {
         "plan: a tile plan tuple (see PlanArgs) whose output tiles the kernel runs; count_dma: return (y, DMA "
         "half-bytes and transfers of that plan); sgemm: address of a CBLAS sgemm (kernels.host_blas."
         "sgemm_address()) that fp32 levels use from M >= 16 on");
-  m.def("norm_matmul_nbits", &NormMatMulNBitsPy, py::arg("x"), py::arg("skip"), py::arg("norm_bias"),
-        py::arg("gamma"), py::arg("eps"), py::arg("want_sum"), py::arg("b"), py::arg("scales"),
-        py::arg("zero_points"), py::arg("bias"), py::arg("K"), py::arg("N"), py::arg("block_size"),
-        py::arg("accuracy_level"), py::arg("swiglu") = false, py::arg("threads") = 1, py::arg("plan") = py::none(),
-        py::arg("count_dma") = false, py::arg("sgemm") = 0, py::arg("sdot") = 0,
+  m.def("norm_matmul_nbits", &NormMatMulNBitsPy, py::arg("x"), py::arg("skip"), py::arg("norm_bias"), py::arg("gamma"),
+        py::arg("eps"), py::arg("want_sum"), py::arg("b"), py::arg("scales"), py::arg("zero_points"), py::arg("bias"),
+        py::arg("K"), py::arg("N"), py::arg("block_size"), py::arg("accuracy_level"), py::arg("swiglu") = false,
+        py::arg("threads") = 1, py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("sgemm") = 0,
+        py::arg("sdot") = 0,
         "npu::NormMatMul on int4 weights: (y, sum) with y = [SwiGLU of] rms_norm(x [+ skip + norm_bias]) * gamma "
         "@ dequant(B) (+ bias); sum: Skip*'s x + skip (+ norm_bias) when want_sum, else None. sdot: address of a "
         "CBLAS sdot (kernels.host_blas.sdot_address()) for the Simplified statistics; plan / count_dma / sgemm: "
@@ -389,8 +389,8 @@ void RegisterKernels(py::module_& parent) {
   py::class_<BoundNBits>(m, "BoundNBits",
                          "matmul_nbits (norm None) or norm_matmul_nbits (norm = (norm_bias, gamma, eps, want_sum, "
                          "swiglu, sdot)) with its weights converted once; called with (x, skip) per run")
-      .def(py::init<const py::object&, const py::object&, const py::object&, const std::optional<Arr<float>>&,
-                    int64_t, int64_t, int, int, int, uintptr_t, const std::optional<py::tuple>&>(),
+      .def(py::init<const py::object&, const py::object&, const py::object&, const std::optional<Arr<float>>&, int64_t,
+                    int64_t, int, int, int, uintptr_t, const std::optional<py::tuple>&>(),
            py::arg("b"), py::arg("scales"), py::arg("zero_points"), py::arg("bias"), py::arg("K"), py::arg("N"),
            py::arg("block_size"), py::arg("accuracy_level"), py::arg("threads"), py::arg("sgemm"), py::arg("norm"))
       .def("__call__", &BoundNBits::Call, py::arg("x"), py::arg("skip") = py::none());
@@ -401,23 +401,40 @@ void RegisterKernels(py::module_& parent) {
         "exact int32 (A - azp) @ (B - bzp) with B prepared by matmul_int.pack_b; with a multiplier, requantized "
         "to uint8/int8 as MLAS (round half to even, saturation). plan / count_dma: as matmul_nbits; out: an "
         "array of M x N elements of the result's dtype to write (returned), else a new [M, N] array");
-  void BindGqa(py::module_&); BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
-  void BindConv(py::module_&); BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
-  void BindQdqLut(py::module_&); BindQdqLut(m);  // qdq_lut.cc: npu::QdqLut table reads
-  void BindConvTail(py::module_&); BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
-  void BindRecurrent(py::module_&); BindRecurrent(m);  // recurrent.cc: LSTM
-  void BindReduce(py::module_&); BindReduce(m);  // reduce.cc: integer ReduceSum
-  void BindBinary(py::module_&); BindBinary(m);  // binary.cc: float16 Add/Sub/Mul/Div, integer Div
-  void BindWhere(py::module_&); BindWhere(m);  // where.cc: Where
-  void BindCast(py::module_&); BindCast(m);  // cast.cc: Cast
-  void BindUnaryF16(py::module_&); BindUnaryF16(m);  // unary_f16.cc: float16 Relu/Abs/Neg/Sqrt, Clip
-  void BindRange(py::module_&); BindRange(m);  // range.cc: Range
-  void BindSgemmColumns(py::module_&); BindSgemmColumns(m);  // sgemm_columns.cc: a float product's two halves
-  void BindFloatMatmul(py::module_&); BindFloatMatmul(m);  // float_matmul.cc: a bound float MatMul / Gemm step
-  void BindMovement(py::module_&); BindMovement(m);  // movement.cc: Expand, Concat
-  void BindSoftmax(py::module_&); BindSoftmax(m);  // softmax.cc: Softmax over the last axis
-  void BindAttentionChain(py::module_&); BindAttentionChain(m);  // attention_chain.cc: npu::AttentionChain
-  void BindRotateHalf(py::module_&); BindRotateHalf(m);  // rotate_half.cc: npu::RotateHalf
+  void BindGqa(py::module_&);
+  BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
+  void BindConv(py::module_&);
+  BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
+  void BindQdqLut(py::module_&);
+  BindQdqLut(m);  // qdq_lut.cc: npu::QdqLut table reads
+  void BindConvTail(py::module_&);
+  BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
+  void BindRecurrent(py::module_&);
+  BindRecurrent(m);  // recurrent.cc: LSTM
+  void BindReduce(py::module_&);
+  BindReduce(m);  // reduce.cc: integer ReduceSum
+  void BindBinary(py::module_&);
+  BindBinary(m);  // binary.cc: float16 Add/Sub/Mul/Div, integer Div
+  void BindWhere(py::module_&);
+  BindWhere(m);  // where.cc: Where
+  void BindCast(py::module_&);
+  BindCast(m);  // cast.cc: Cast
+  void BindUnaryF16(py::module_&);
+  BindUnaryF16(m);  // unary_f16.cc: float16 Relu/Abs/Neg/Sqrt, Clip
+  void BindRange(py::module_&);
+  BindRange(m);  // range.cc: Range
+  void BindSgemmColumns(py::module_&);
+  BindSgemmColumns(m);  // sgemm_columns.cc: a float product's two halves
+  void BindFloatMatmul(py::module_&);
+  BindFloatMatmul(m);  // float_matmul.cc: a bound float MatMul / Gemm step
+  void BindMovement(py::module_&);
+  BindMovement(m);  // movement.cc: Expand, Concat
+  void BindSoftmax(py::module_&);
+  BindSoftmax(m);  // softmax.cc: Softmax over the last axis
+  void BindAttentionChain(py::module_&);
+  BindAttentionChain(m);  // attention_chain.cc: npu::AttentionChain
+  void BindRotateHalf(py::module_&);
+  BindRotateHalf(m);  // rotate_half.cc: npu::RotateHalf
 }
 
 }  // namespace npu_ep::kern

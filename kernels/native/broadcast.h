@@ -67,8 +67,10 @@ Broadcast<N> PlanBroadcast(const char* fn, const std::array<const pybind11::arra
     if (d == 1) continue;
     bool same = !dims.empty();
     for (size_t k = 0; k < N && same; ++k) same = (ext[k][i] == 1) == (st[k].back() == 0);
-    if (same) dims.back() *= d;
-    else dims.push_back(d);
+    if (same)
+      dims.back() *= d;
+    else
+      dims.push_back(d);
     for (size_t k = 0; k < N; ++k) {
       if (!same) st[k].push_back(ext[k][i] == 1 ? 0 : stride[k]);
       if (ext[k][i] != 1) stride[k] *= d;
@@ -113,8 +115,7 @@ pybind11::array BroadcastResult(const char* fn, const pybind11::dtype& dtype, co
   if (out.is_none()) return pybind11::array(dtype, p.out_shape);
   pybind11::array y;
   if (pybind11::isinstance<pybind11::array>(out)) y = pybind11::reinterpret_borrow<pybind11::array>(out);
-  if (!y || !y.dtype().equal(dtype) || !(y.flags() & pybind11::array::c_style) || !y.writeable() ||
-      y.size() != p.total)
+  if (!y || !y.dtype().equal(dtype) || !(y.flags() & pybind11::array::c_style) || !y.writeable() || y.size() != p.total)
     throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " +
                                 std::string(pybind11::str(dtype)) + " array of " + std::to_string(p.total) +
                                 " elements");
@@ -125,9 +126,8 @@ pybind11::array BroadcastResult(const char* fn, const pybind11::dtype& dtype, co
 template <size_t N, typename Run>
 void ParallelRuns(const Broadcast<N>& p, int threads, int64_t task, const Run& run) {
   pybind11::gil_scoped_release release;
-  ParallelFor(ThreadsFor(threads, p.total), (p.total + task - 1) / task, [&](int64_t t) {
-    ForEachRun(p, t * task, std::min(p.total, (t + 1) * task), run);
-  });
+  ParallelFor(ThreadsFor(threads, p.total), (p.total + task - 1) / task,
+              [&](int64_t t) { ForEachRun(p, t * task, std::min(p.total, (t + 1) * task), run); });
 }
 
 }  // namespace npu_ep::kern

@@ -95,8 +95,7 @@ bool Convert(const S* x, D* y, int64_t n) {
       return HalfToFloatF16c(reinterpret_cast<const uint16_t*>(x), y, n), true;
   }
   if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) {
-    if (ActiveIsa() >= Isa::kAvx2 && HasF16c())
-      return FloatToHalfF16c(x, reinterpret_cast<uint16_t*>(y), n), true;
+    if (ActiveIsa() >= Isa::kAvx2 && HasF16c()) return FloatToHalfF16c(x, reinterpret_cast<uint16_t*>(y), n), true;
   }
 #endif
   return ConvertRow(x, y, n);
@@ -160,8 +159,8 @@ py::object CastPy(const py::array& x, const py::dtype& to, const py::object& out
   } else {
     if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
     if (!y || !y.dtype().equal(to) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
-      throw std::invalid_argument("cast: out must be a writeable C-order " + std::string(py::str(to)) +
-                                  " array of " + std::to_string(x.size()) + " elements");
+      throw std::invalid_argument("cast: out must be a writeable C-order " + std::string(py::str(to)) + " array of " +
+                                  std::to_string(x.size()) + " elements");
   }
   py::object result;
   bool known = false;

@@ -111,9 +111,8 @@ void MulAddZero(float* dst, int64_t n, float w, bool first) {
 // hide part of the add latency a single running sum would wait on. The plane is held as s.sw column phases
 // [sw, Hp, Wq] (phase p: padded columns p, p + sw, ...; one phase at unit width stride), so a tap (i, j) reads
 // phase (j * dw) % sw from column (j * dw) / sw on, unit-stride whatever the width stride.
-__attribute__((target("avx512f"))) void DepthwiseRowsAvx512(const ConvShape& s, const float* xp, int64_t Hp,
-                                                            int64_t Wq, const float* taps, const float* bias,
-                                                            float* out) {
+__attribute__((target("avx512f"))) void DepthwiseRowsAvx512(const ConvShape& s, const float* xp, int64_t Hp, int64_t Wq,
+                                                            const float* taps, const float* bias, float* out) {
   const int64_t kh = s.kh, kw = s.kw, OH = s.OH, OW = s.OW, row_step = s.dh * Wq, sh = s.sh;
   auto mask = [OW](int64_t o) {
     const int64_t left = OW - o;
@@ -131,8 +130,8 @@ __attribute__((target("avx512f"))) void DepthwiseRowsAvx512(const ConvShape& s, 
         for (int64_t i = 0; i < kh; ++i) {
           const float* row = top + i * row_step + o;
           for (int64_t j = i == 0 ? 1 : 0; j < kw; ++j)
-            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, row + tap_off[j]),
-                                               _mm512_set1_ps(taps[i * kw + j])));
+            a = _mm512_add_ps(
+                a, _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, row + tap_off[j]), _mm512_set1_ps(taps[i * kw + j])));
         }
         if (bias != nullptr) a = _mm512_add_ps(a, _mm512_set1_ps(*bias));
         _mm512_mask_storeu_ps(dst + o, k0, a);
@@ -247,7 +246,8 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
     }
     std::vector<float> patch(K * cols);
     conv_detail::PatchMatrix(s, x + (n * s.C + g * s.Cg()) * s.H * s.W, p0, cols, patch.data());
-    sgemm(kCblasRowMajor, kCblasTrans, kCblasNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg, patch.data(), cols, 0.0f, out, P);
+    sgemm(kCblasRowMajor, kCblasTrans, kCblasNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg, patch.data(), cols, 0.0f,
+          out, P);
     FinishRows(out, P, Mg, cols, bias == nullptr ? nullptr : bias + g * Mg, tail);
   });
 }
@@ -272,8 +272,8 @@ bool RowsKernel(const ConvShape& s) {
 // into a zero-padded scratch (as sw column phases for DepthwiseRowsAvx512), then every tap is one multiply-add pass
 // over whole rows (over all output rows at once when the height stride is 1 too). Padding taps read the scratch's
 // zeros: 0 * w, as the reference adds them.
-void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
-                          int threads, const ConvTail& epilogue) {
+void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                          const ConvTail& epilogue) {
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw;
   const int64_t Wq = (Wp + s.sw - 1) / s.sw;  // a phase's columns (sw == 1: Wp)
@@ -290,8 +290,7 @@ void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, co
       std::copy(g, g + 8, geometry);
     }
     if (s.sw == 1) {
-      for (int64_t h = 0; h < s.H; ++h)
-        std::memcpy(&xp[(h + s.pt) * Wp + s.pl], plane + h * s.W, s.W * sizeof(float));
+      for (int64_t h = 0; h < s.H; ++h) std::memcpy(&xp[(h + s.pt) * Wp + s.pl], plane + h * s.W, s.W * sizeof(float));
     } else {  // phase ph holds padded columns ph, ph + sw, ...: its first input column, then every sw-th
       for (int64_t ph = 0; ph < s.sw; ++ph) {
         const int64_t q0 = s.pl + ((ph - s.pl) % s.sw + s.sw) % s.sw;  // first padded column >= pl in phase ph

@@ -24,8 +24,10 @@ using Arr = py::array_t<T, py::array::c_style>;
 
 ConvShape Shape(const py::array& x, const std::vector<int64_t>& geom, const char* op) {
   if (geom.size() != 12)
-    throw std::invalid_argument(std::string(op) + ": geometry must be 12 ints [M, group, kh, kw, sh, sw, dh, dw, "
-                                "pt, pl, pb, pr], got " + std::to_string(geom.size()));
+    throw std::invalid_argument(std::string(op) +
+                                ": geometry must be 12 ints [M, group, kh, kw, sh, sw, dh, dw, "
+                                "pt, pl, pb, pr], got " +
+                                std::to_string(geom.size()));
   if (x.ndim() != 4 || !(x.flags() & py::array::c_style))
     throw std::invalid_argument(std::string(op) + ": x must be a C-contiguous [N, C, H, W] array");
   ConvShape s;
@@ -229,8 +231,9 @@ py::array MaxPoolPy(const py::array& x, const std::vector<int64_t>& geom, float 
   const bool is_signed = !is_float && IsByteArray(x, "max_pool", "x (not float32)");
   const PoolShape s = PoolGeometry(x, geom, "max_pool");
   std::vector<py::ssize_t> shape{s.N, s.C, s.OH, s.OW};
-  py::array y = is_float ? py::array(py::array_t<float>(shape))
-                         : is_signed ? py::array(py::array_t<int8_t>(shape)) : py::array(py::array_t<uint8_t>(shape));
+  py::array y = is_float    ? py::array(py::array_t<float>(shape))
+                : is_signed ? py::array(py::array_t<int8_t>(shape))
+                            : py::array(py::array_t<uint8_t>(shape));
   void* out = y.mutable_data();
   const void* in = x.data();
   {
@@ -317,15 +320,15 @@ void BindConv(py::module_& m) {
         "kernels.host_blas.sgemm_address()); w [group, C/group*kh*kw, M/group]; a pointwise conv reads x's rows "
         "directly; tail: a fused element-wise tail (conv_tail codes) applied per finished block");
   m.def("conv_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
-        py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(), "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order");
-  m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"),
-        py::arg("w_zero_point"), py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"),
-        py::arg("y_signed"), py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1,
-        py::arg("lut") = py::none(),
+        py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
+        "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order");
+  m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
+        py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"), py::arg("y_signed"), py::arg("geometry"),
+        py::arg("depthwise"), py::arg("threads") = 1, py::arg("lut") = py::none(),
         "QLinearConv, exact int32 sums and MLAS requantization; w [M, kh, kw, C/group rounded up to 4] "
         "(depthwise: [M, kh*kw]); lut: a fused 256-entry output table applied to each requantized row");
-  m.def("conv_integer", &ConvIntegerPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"),
-        py::arg("w_zero_point"), py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1,
+  m.def("conv_integer", &ConvIntegerPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
+        py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1,
         "ConvInteger: int32 sums of (x - x_zp) * (w - w_zp[m]); w laid out as qlinear_conv's");
   m.def("max_pool", &MaxPoolPy, py::arg("x"), py::arg("geometry"), py::arg("low"), py::arg("threads") = 1,
         "MaxPool (float32, uint8, int8) over a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, "

@@ -123,8 +123,8 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   });
 }
 
-void PointwiseFewPixels(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
-                        int threads, const ConvTail& tail) {
+void PointwiseFewPixels(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                        const ConvTail& tail) {
   const int64_t K = s.Cg(), P = s.P(), Mg = s.Mg();
   const int64_t per = 128;  // output channels per task (two passes of ChannelLanesAvx512)
   const int64_t blocks = (Mg + per - 1) / per;

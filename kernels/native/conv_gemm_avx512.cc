@@ -35,8 +35,8 @@ __attribute__((target(NPU_AVX512F))) inline __m512 Clip(__m512 v, const float* c
   return _mm512_mask_mov_ps(_mm512_mask_mov_ps(v, above, hi), below, lo);
 }
 
-__attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, __m512 sum, bool add,
-                                                        const Epilogue* e, int r) {
+__attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, __m512 sum, bool add, const Epilogue* e,
+                                                       int r) {
   if (add) sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), sum);
   if (e != nullptr) {
     if (e->bias != nullptr) sum = _mm512_add_ps(sum, _mm512_set1_ps(e->bias[r]));
@@ -50,9 +50,9 @@ __attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, 
 // slot has 16 lanes, so B is loaded without masks (a masked load also takes a uop on the FMA ports: ~12% of the
 // loop's cycles in perf).
 template <int R, int S, bool kFull>
-__attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, int64_t lda, const float* b,
-                                                       const int64_t* koff, int64_t kc, const GemmSlot* slots,
-                                                       int ns, float* c, int64_t ldc, bool add, const Epilogue* e) {
+__attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, int64_t lda, const float* b, const int64_t* koff,
+                                                      int64_t kc, const GemmSlot* slots, int ns, float* c, int64_t ldc,
+                                                      bool add, const Epilogue* e) {
   __mmask16 m[S];
   const float* bs[S];
 #pragma GCC unroll 4
@@ -101,10 +101,9 @@ __attribute__((target(NPU_AVX512F))) void TileOf(int rows, const float* at, int6
 }  // namespace
 
 // Per depth chunk, each group of kSlots slots meets every row block while its B stripe is in L1.
-__attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
-                                                      const float* b, const int64_t* koff, const GemmSlot* slots,
-                                                      int64_t n_slots, float* c, int64_t ldc, const float* bias,
-                                                      const float* clip) {
+__attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b,
+                                                     const int64_t* koff, const GemmSlot* slots, int64_t n_slots,
+                                                     float* c, int64_t ldc, const float* bias, const float* clip) {
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t kc = std::min(kKc, K - k0);
     const bool add = k0 > 0, last = k0 + kc == K;
@@ -112,8 +111,8 @@ __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const
       const int ns = static_cast<int>(std::min<int64_t>(kSlots, n_slots - s0));
       for (int64_t i = 0; i < M; i += kRows) {
         const Epilogue e{bias == nullptr ? nullptr : bias + i, clip};
-        TileOf<kRows>(static_cast<int>(std::min<int64_t>(kRows, M - i)), at + k0 * lda + i, lda, b,
-                      koff + k0, kc, slots + s0, ns, c + i * ldc, ldc, add, last && (bias || clip) ? &e : nullptr);
+        TileOf<kRows>(static_cast<int>(std::min<int64_t>(kRows, M - i)), at + k0 * lda + i, lda, b, koff + k0, kc,
+                      slots + s0, ns, c + i * ldc, ldc, add, last && (bias || clip) ? &e : nullptr);
       }
     }
   }
@@ -124,8 +123,8 @@ __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const
 // depth chunk of kKc a sum from zero with FMAs in k order, the chunks' sums added in order, then + bias and the
 // clip: each output's arithmetic as GemmAvx512's.
 __attribute__((target(NPU_AVX512F))) void ChannelLanesAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
-                                                              const float* b, int64_t ldb, int64_t P, float* c,
-                                                              int64_t ldc, const float* bias, const float* clip) {
+                                                             const float* b, int64_t ldb, int64_t P, float* c,
+                                                             int64_t ldc, const float* bias, const float* clip) {
   constexpr int V = 4;  // vectors of 16 channels per pass
   alignas(64) float lanes[16 * V];
   for (int64_t m0 = 0; m0 < M; m0 += 16 * V) {

@@ -38,7 +38,20 @@ namespace {
 
 // Instruction codes, as CODES in kernels/fusion/conv_tail.py.
 enum Code : int32_t {
-  kMul, kAdd, kSub, kRsub, kDiv, kRdiv, kClip, kSave, kMulSaved, kAddSaved, kSigmoid, kErf, kLeakyRelu, kTanh,
+  kMul,
+  kAdd,
+  kSub,
+  kRsub,
+  kDiv,
+  kRdiv,
+  kClip,
+  kSave,
+  kMulSaved,
+  kAddSaved,
+  kSigmoid,
+  kErf,
+  kLeakyRelu,
+  kTanh,
   kPowHalf
 };
 static_assert(kPowHalf + 1 == kTailCodes && kClip == kTailClip, "conv_tail.h's kTailCodes, kTailClip");
@@ -66,8 +79,8 @@ __attribute__((target("avx2,fma"))) void SigmoidAvx2(float* v, int64_t n) {
     _mm256_storeu_ps(v + i, _mm256_div_ps(one, _mm256_add_ps(ExpAvx2(_mm256_min_ps(cap, neg)), one)));
   }
   if (i < n) {  // the last 1..7 through one masked vector, so every element takes the same exp
-    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)),
-                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i lanes =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const __m256 neg = _mm256_sub_ps(zero, _mm256_maskload_ps(v + i, lanes));
     _mm256_maskstore_ps(v + i, lanes, _mm256_div_ps(one, _mm256_add_ps(ExpAvx2(_mm256_min_ps(cap, neg)), one)));
   }
@@ -163,28 +176,47 @@ void PowHalf(float* v, int64_t n) {
 
 // Cloned per instruction set (the loops are plain IEEE float32 operations and compares: every clone gives the same
 // bits).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(float* __restrict v,
-                                                                          float* __restrict s, int64_t n,
-                                                                          const int32_t* codes, const float* c,
-                                                                          int64_t n_codes) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(float* __restrict v, float* __restrict s,
+                                                                            int64_t n, const int32_t* codes,
+                                                                            const float* c, int64_t n_codes) {
   for (int64_t k = 0; k < n_codes; ++k) {
     const float a = c[2 * k], b = c[2 * k + 1];
     switch (codes[k]) {
-      case kMul: for (int64_t i = 0; i < n; ++i) v[i] = v[i] * a; break;
-      case kAdd: for (int64_t i = 0; i < n; ++i) v[i] = v[i] + a; break;
-      case kSub: for (int64_t i = 0; i < n; ++i) v[i] = v[i] - a; break;
-      case kRsub: for (int64_t i = 0; i < n; ++i) v[i] = a - v[i]; break;
-      case kDiv: for (int64_t i = 0; i < n; ++i) v[i] = v[i] / a; break;
-      case kRdiv: for (int64_t i = 0; i < n; ++i) v[i] = a / v[i]; break;
+      case kMul:
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] * a;
+        break;
+      case kAdd:
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] + a;
+        break;
+      case kSub:
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] - a;
+        break;
+      case kRsub:
+        for (int64_t i = 0; i < n; ++i) v[i] = a - v[i];
+        break;
+      case kDiv:
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] / a;
+        break;
+      case kRdiv:
+        for (int64_t i = 0; i < n; ++i) v[i] = a / v[i];
+        break;
       case kClip:  // np.clip: NaN stays NaN, -0.0 stays where it is in range
         for (int64_t i = 0; i < n; ++i) v[i] = v[i] < a ? a : (v[i] > b ? b : v[i]);
         break;
       case kSave: std::copy(v, v + n, s); break;
-      case kMulSaved: for (int64_t i = 0; i < n; ++i) v[i] = s[i] * v[i]; break;
-      case kAddSaved: for (int64_t i = 0; i < n; ++i) v[i] = s[i] + v[i]; break;
+      case kMulSaved:
+        for (int64_t i = 0; i < n; ++i) v[i] = s[i] * v[i];
+        break;
+      case kAddSaved:
+        for (int64_t i = 0; i < n; ++i) v[i] = s[i] + v[i];
+        break;
       case kSigmoid: Sigmoid(v, n); break;
-      case kErf: for (int64_t i = 0; i < n; ++i) v[i] = Erf(v[i]); break;
-      case kTanh: for (int64_t i = 0; i < n; ++i) v[i] = Tanh(v[i]); break;
+      case kErf:
+        for (int64_t i = 0; i < n; ++i) v[i] = Erf(v[i]);
+        break;
+      case kTanh:
+        for (int64_t i = 0; i < n; ++i) v[i] = Tanh(v[i]);
+        break;
       case kPowHalf: PowHalf(v, n); break;
       case kLeakyRelu:  // LeakyRelu alpha (and PRelu of one slope): x >= 0 ? x : x * alpha, NaN kept
         for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= 0.0f ? v[i] : v[i] * a;
@@ -205,8 +237,7 @@ void CheckTail(const char* fn, const py::array_t<int32_t, py::array::c_style>& c
 }
 
 // The tail over out[0, n), parallel over kTailTask runs; from ``in`` when given (copied per chunk), else in place.
-void RunTail(const float* in, float* out, int64_t n, const int32_t* cd, const float* cs, int64_t n_codes,
-             int threads) {
+void RunTail(const float* in, float* out, int64_t n, const int32_t* cd, const float* cs, int64_t n_codes, int threads) {
   const int64_t tasks = (n + kTailTask - 1) / kTailTask;
   ParallelFor(ThreadsFor(threads, n * std::max<int64_t>(n_codes, 1)), tasks, [&](int64_t t) {
     float saved[kTailChunk];

@@ -18,8 +18,7 @@ enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmxInt8 
 bool AmxInt8Usable();  // the CPU has AMX-TILE and AMX-INT8 and the kernel granted this process the tile state
 inline Isa DetectIsa() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl")) {
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
     if (!__builtin_cpu_supports("avx512vnni")) return Isa::kAvx512;
     return NPU_EP_AMX && AmxInt8Usable() ? Isa::kAmxInt8 : Isa::kAvx512Vnni;
   }

@@ -81,8 +81,8 @@ py::array FloatMatmulPy(const py::object& matmul, const py::array& a, const py::
 
 // Checks the packed B of `n` columns against A's depth k (pack_sgemm_b's panels).
 void CheckPacked(const F32& packed, int64_t k, int64_t n, const char* op) {
-  if (n < 0 || packed.ndim() != 3 || packed.shape(0) != (n + kSgemmPanel - 1) / kSgemmPanel ||
-      packed.shape(1) != k || packed.shape(2) != kSgemmPanel)
+  if (n < 0 || packed.ndim() != 3 || packed.shape(0) != (n + kSgemmPanel - 1) / kSgemmPanel || packed.shape(1) != k ||
+      packed.shape(2) != kSgemmPanel)
     throw std::invalid_argument(std::string(op) + ": a has " + std::to_string(k) + " columns and the product " +
                                 std::to_string(n) + ", so B must be " + std::to_string(k) + " rows x " +
                                 std::to_string(n) + " columns in panels (pack_sgemm_b)");
@@ -123,8 +123,8 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
     py::gil_scoped_release release;
     static thread_local std::vector<float> product;  // the two halves before SwiGLU (grown, never cleared)
     float* c = swiglu ? Grow(product, m * n) : data;
-    const PackedSgemmArgs g{static_cast<const float*>(a.data()), m, k, k, packed.data(), n, c, n,
-                            bias ? bias->data() : nullptr, relu};
+    const PackedSgemmArgs g{static_cast<const float*>(a.data()), m,   k, k, packed.data(), n, c, n,
+                            bias ? bias->data() : nullptr,       relu};
     PackedSgemm(g, threads, tiles ? &*tiles : nullptr, count_dma ? &dma : nullptr);
     if (swiglu) SwiGlu(c, m, n / 2, data, threads);
   }
@@ -279,8 +279,8 @@ void BindFloatMatmul(py::module_& m) {
         "int8/uint8 QuantizeLinear (a new array)");
   m.def("float_matmul_packed", &FloatMatmulPackedPy, py::arg("a"), py::arg("packed"), py::arg("n"),
         py::arg("plan") = py::none(), py::arg("count_dma") = false, py::arg("bias") = py::none(),
-        py::arg("relu") = false, py::arg("quantize") = py::none(),
-        py::arg("threads") = 1, py::arg("out") = py::none(), py::arg("swiglu") = false,
+        py::arg("relu") = false, py::arg("quantize") = py::none(), py::arg("threads") = 1, py::arg("out") = py::none(),
+        py::arg("swiglu") = false,
         "a [..., K] @ B [K, n] from pack_sgemm_b's panels on our own GEMM (a fixed summation order, not numpy's), "
         "+ bias, ReLU and quantize as float_matmul's; plan, count_dma: as int8_matmul's; swiglu: g * sigmoid(g) * u "
         "of the two column halves (n / 2 columns out)");

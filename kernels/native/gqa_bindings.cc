@@ -19,8 +19,8 @@ namespace npu_ep::kern {
 namespace {
 
 // The message is built only on failure (a decode step makes ~15 checks; building strings would cost microseconds).
-#define EXPECT(ok, what)                                          \
-  do {                                                            \
+#define EXPECT(ok, what)                                                   \
+  do {                                                                     \
     if (!(ok)) throw std::invalid_argument(std::string("gqa: ") + (what)); \
   } while (0)
 
@@ -157,22 +157,22 @@ py::array GqaPy(const py::array& query, const std::optional<py::array>& key, con
                 int64_t kv_num_heads, float scale, float softcap, int64_t local_window_size,
                 const std::optional<py::array>& cos, const std::optional<py::array>& sin, bool interleaved,
                 const std::optional<Arr<int64_t>>& position_ids, int threads) {
-  return RunGqa(GqaArgsFor(query, key, value, past_key, past_value, present_key, present_value, dirty, past_len,
-                           total_len, num_heads, kv_num_heads, scale, softcap, local_window_size, cos, sin,
-                           interleaved, position_ids),
-                query, threads);
+  return RunGqa(
+      GqaArgsFor(query, key, value, past_key, past_value, present_key, present_value, dirty, past_len, total_len,
+                 num_heads, kv_num_heads, scale, softcap, local_window_size, cos, sin, interleaved, position_ids),
+      query, threads);
 }
 
 }  // namespace
 
 void BindGqa(py::module_& m) {
-  m.def("gqa", &GqaPy, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("past_key"),
-        py::arg("past_value"), py::arg("present_key"), py::arg("present_value"), py::arg("dirty"), py::arg("past_len"),
-        py::arg("total_len"),
+  m.def("gqa", &GqaPy, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("past_key"), py::arg("past_value"),
+        py::arg("present_key"), py::arg("present_value"), py::arg("dirty"), py::arg("past_len"), py::arg("total_len"),
         py::arg("num_heads"), py::arg("kv_num_heads"), py::arg("scale"), py::arg("softcap"),
-        py::arg("local_window_size"), py::arg("cos"), py::arg("sin"), py::arg("interleaved"),
-        py::arg("position_ids"), py::arg("threads") = 1,
-        "GroupQueryAttention (float32, or float16 in/out with float32 math; cos/sin float32): fills present_key/present_value [B, Nkv, T, H] (past prefix, new "
+        py::arg("local_window_size"), py::arg("cos"), py::arg("sin"), py::arg("interleaved"), py::arg("position_ids"),
+        py::arg("threads") = 1,
+        "GroupQueryAttention (float32, or float16 in/out with float32 math; cos/sin float32): fills "
+        "present_key/present_value [B, Nkv, T, H] (past prefix, new "
         "rows, zeroes rows up to dirty) and returns the output [B, S, N*H]; lengths and buffers as "
         "kernels/ops/attention_gqa.py resolves them");
 }

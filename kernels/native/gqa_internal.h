@@ -20,7 +20,6 @@ struct Ops {
              float* const* out);
 };
 
-
 // The widest set this host runs (cpu.h's ActiveIsa, so tests can cap it).
 Ops SelectOps();
 

@@ -78,8 +78,8 @@ __attribute__((target("avx2,fma"))) inline float HsumAvx2(__m256 v) {
 }
 
 template <int R>
-__attribute__((target("avx2,fma"))) void ScoresAvx2R(const float* q, const float* k, int64_t nk, int64_t h,
-                                                     float* sc, int64_t ld) {
+__attribute__((target("avx2,fma"))) void ScoresAvx2R(const float* q, const float* k, int64_t nk, int64_t h, float* sc,
+                                                     int64_t ld) {
   const int64_t hv = h / 8 * 8;
   const __m256i tail = LanesAvx2(h - hv);
   for (int64_t j = 0; j < nk; ++j) {
@@ -115,8 +115,7 @@ __attribute__((target("avx2,fma"))) void ScoresTAvx2R(const float* q, const floa
     __m256i lanes[kVec];
     UNROLL for (int u = 0; u < kVec; ++u) lanes[u] = LanesAvx2(std::max<int64_t>(0, nk - j0 - 8 * u));
     __m256 acc[R][kVec];
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_setzero_ps();
     for (int64_t i = 0; i < h; ++i) {
       const float* kr = kt + i * ldk + j0;
       __m256 kv[kVec];
@@ -126,13 +125,12 @@ __attribute__((target("avx2,fma"))) void ScoresTAvx2R(const float* q, const floa
         UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_fmadd_ps(w, kv[u], acc[r][u]);
       }
     }
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int u = 0; u < kVec; ++u) _mm256_maskstore_ps(sc + r * ld + j0 + 8 * u, lanes[u], acc[r][u]);
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int u = 0; u < kVec; ++u)
+        _mm256_maskstore_ps(sc + r * ld + j0 + 8 * u, lanes[u], acc[r][u]);
   }
 }
 
-void ScoresTAvx2(const float* q, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h, float* sc,
-                 int64_t ld) {
+void ScoresTAvx2(const float* q, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h, float* sc, int64_t ld) {
   switch (rows) {
     case 1: return ScoresTAvx2R<1>(q, kt, ldk, nk, h, sc, ld);
     case 2: return ScoresTAvx2R<2>(q, kt, ldk, nk, h, sc, ld);
@@ -152,8 +150,8 @@ __attribute__((target("avx2,fma"))) float ExpSumAvx2(float* x, int64_t n, float 
   }
   if (j < n) {
     const __m256i lanes = LanesAvx2(n - j);
-    const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(lanes),
-                                   ExpAvx2(_mm256_sub_ps(_mm256_maskload_ps(x + j, lanes), mv)));
+    const __m256 e =
+        _mm256_and_ps(_mm256_castsi256_ps(lanes), ExpAvx2(_mm256_sub_ps(_mm256_maskload_ps(x + j, lanes), mv)));
     _mm256_maskstore_ps(x + j, lanes, e);
     sum = _mm256_add_ps(sum, e);
   }
@@ -168,8 +166,7 @@ __attribute__((target("avx2,fma"))) void PvAvx2R(const float* p, int64_t ld, con
     __m256i lanes[kVec];
     UNROLL for (int u = 0; u < kVec; ++u) lanes[u] = LanesAvx2(std::max<int64_t>(0, h - c - 8 * u));
     __m256 acc[R][kVec];
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_setzero_ps();
     for (int64_t j = 0; j < nk; ++j) {
       const float* vj = v + j * h + c;
       __m256 vv[kVec];
@@ -179,8 +176,8 @@ __attribute__((target("avx2,fma"))) void PvAvx2R(const float* p, int64_t ld, con
         UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm256_fmadd_ps(w, vv[u], acc[r][u]);
       }
     }
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int u = 0; u < kVec; ++u) _mm256_maskstore_ps(out[r] + c + 8 * u, lanes[u], _mm256_div_ps(acc[r][u], _mm256_set1_ps(div[r])));
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int u = 0; u < kVec; ++u)
+        _mm256_maskstore_ps(out[r] + c + 8 * u, lanes[u], _mm256_div_ps(acc[r][u], _mm256_set1_ps(div[r])));
   }
 }
 
@@ -215,7 +212,8 @@ __attribute__((target(NPU_GQA_AVX512))) void Scores512R(const float* q, const fl
     }
     if (tail) {
       const __m512 kv = _mm512_maskz_loadu_ps(tail, kj + hv);
-      UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + r * h + hv), kv, acc[r]);
+      UNROLL for (int r = 0; r < R; ++r) acc[r] =
+          _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + r * h + hv), kv, acc[r]);
     }
     UNROLL for (int r = 0; r < R; ++r) sc[r * ld + j] = _mm512_reduce_add_ps(acc[r]);
   }
@@ -238,8 +236,7 @@ __attribute__((target(NPU_GQA_AVX512))) void ScoresT512R(const float* q, const f
     __mmask16 lanes[kVec];
     UNROLL for (int u = 0; u < kVec; ++u) lanes[u] = Lanes512(nk - j0 - 16 * u);
     __m512 acc[R][kVec];
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
     for (int64_t i = 0; i < h; ++i) {
       const float* kr = kt + i * ldk + j0;
       __m512 kv[kVec];
@@ -249,13 +246,12 @@ __attribute__((target(NPU_GQA_AVX512))) void ScoresT512R(const float* q, const f
         UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_fmadd_ps(w, kv[u], acc[r][u]);
       }
     }
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int u = 0; u < kVec; ++u) _mm512_mask_storeu_ps(sc + r * ld + j0 + 16 * u, lanes[u], acc[r][u]);
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int u = 0; u < kVec; ++u)
+        _mm512_mask_storeu_ps(sc + r * ld + j0 + 16 * u, lanes[u], acc[r][u]);
   }
 }
 
-void ScoresT512(const float* q, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h, float* sc,
-                int64_t ld) {
+void ScoresT512(const float* q, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h, float* sc, int64_t ld) {
   switch (rows) {
     case 1: return ScoresT512R<1>(q, kt, ldk, nk, h, sc, ld);
     case 2: return ScoresT512R<2>(q, kt, ldk, nk, h, sc, ld);
@@ -277,14 +273,13 @@ __attribute__((target(NPU_GQA_AVX512))) float ExpSum512(float* x, int64_t n, flo
 }
 
 template <int R, int kVec>  // kVec x 16 channels x R rows of accumulators
-__attribute__((target(NPU_GQA_AVX512))) void Pv512R(const float* p, int64_t ld, const float* v, int64_t nk,
-                                                    int64_t h, const float* div, float* const* out) {
+__attribute__((target(NPU_GQA_AVX512))) void Pv512R(const float* p, int64_t ld, const float* v, int64_t nk, int64_t h,
+                                                    const float* div, float* const* out) {
   for (int64_t c = 0; c < h; c += 16 * kVec) {
     __mmask16 lanes[kVec];
     UNROLL for (int u = 0; u < kVec; ++u) lanes[u] = Lanes512(h - c - 16 * u);
     __m512 acc[R][kVec];
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
     for (int64_t j = 0; j < nk; ++j) {
       const float* vj = v + j * h + c;
       __m512 vv[kVec];
@@ -294,8 +289,8 @@ __attribute__((target(NPU_GQA_AVX512))) void Pv512R(const float* p, int64_t ld, 
         UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_fmadd_ps(w, vv[u], acc[r][u]);
       }
     }
-    UNROLL for (int r = 0; r < R; ++r)
-      UNROLL for (int u = 0; u < kVec; ++u) _mm512_mask_storeu_ps(out[r] + c + 16 * u, lanes[u], _mm512_div_ps(acc[r][u], _mm512_set1_ps(div[r])));
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int u = 0; u < kVec; ++u)
+        _mm512_mask_storeu_ps(out[r] + c + 16 * u, lanes[u], _mm512_div_ps(acc[r][u], _mm512_set1_ps(div[r])));
   }
 }
 

@@ -69,8 +69,7 @@ void ColumnsScalar(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int
   for (int64_t m = r0; m < r1; ++m)
     for (int64_t n = n0; n < n1; ++n) {
       uint32_t dot = 0;
-      for (int64_t k = 0; k < g.K; ++k)
-        dot += static_cast<uint32_t>(p.rows[m * g.kp + k] * PackedB(g, k, n));
+      for (int64_t k = 0; k < g.K; ++k) dot += static_cast<uint32_t>(p.rows[m * g.kp + k] * PackedB(g, k, n));
       Store(g, m, n, Finish(g, p, m, n, dot));
     }
 }
@@ -78,15 +77,14 @@ void ColumnsScalar(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int
 #if NPU_EP_X86
 // AVX2: one row x one block of 16 columns; a 16-byte piece (4 columns x 4 k) widened to int16, vpmaddwd with the
 // row's 4 bytes repeated, giving per column two partial sums that are added at the end.
-__attribute__((target("avx2,fma"))) void ColumnsAvx2(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1, int64_t n0,
-                                                   int64_t n1) {
+__attribute__((target("avx2,fma"))) void ColumnsAvx2(const Int8Gemm& g, const Prep& p, int64_t r0, int64_t r1,
+                                                     int64_t n0, int64_t n1) {
   const int64_t kg_count = g.kp / 4;
   for (int64_t m = r0; m < r1; ++m) {
     const uint8_t* a = p.rows + m * g.kp;
     for (int64_t nb = n0; nb < n1; nb += kBlock) {
       const int8_t* b = g.bp + (nb / kBlock) * kg_count * 64;
-      __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                        _mm256_setzero_si256()};
+      __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
       for (int64_t kg = 0; kg < kg_count; ++kg) {
         int32_t a4;
         std::memcpy(&a4, a + 4 * kg, 4);
@@ -100,8 +98,8 @@ __attribute__((target("avx2,fma"))) void ColumnsAvx2(const Int8Gemm& g, const Pr
       alignas(32) int32_t part[4][8];
       UNROLL for (int q = 0; q < 4; ++q) _mm256_store_si256(reinterpret_cast<__m256i*>(part[q]), acc[q]);
       for (int c = 0; c < kBlock && nb + c < n1; ++c) {
-        const uint32_t dot = static_cast<uint32_t>(part[c / 4][2 * (c % 4)]) +
-                             static_cast<uint32_t>(part[c / 4][2 * (c % 4) + 1]);
+        const uint32_t dot =
+            static_cast<uint32_t>(part[c / 4][2 * (c % 4)]) + static_cast<uint32_t>(part[c / 4][2 * (c % 4) + 1]);
         Store(g, m, nb + c, Finish(g, p, m, nb + c, dot));
       }
     }
@@ -109,8 +107,9 @@ __attribute__((target("avx2,fma"))) void ColumnsAvx2(const Int8Gemm& g, const Pr
 }
 
 // A' rows [m0, m1): sums by SAD (8 bytes per 64-bit lane), the sign flip and zero padding when copying.
-__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void PrepRowsAvx512(
-    const Int8Gemm& g, Prep& p, uint8_t flip, bool copy, int64_t m0, int64_t m1) {
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void PrepRowsAvx512(const Int8Gemm& g, Prep& p,
+                                                                                           uint8_t flip, bool copy,
+                                                                                           int64_t m0, int64_t m1) {
   const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
   for (int64_t m = m0; m < m1; ++m) {
     const uint8_t* src = g.a + m * g.K;
@@ -137,7 +136,7 @@ struct RequantVnni {
 
 // The exact int32 result of 16 columns of row m: Finish on whole vectors.
 __attribute__((target(NPU_VNNI), always_inline)) inline __m512i FinishVnni(const Int8Gemm& g, const Prep& p, int64_t m,
-                                                                          __m512i dot, __m512i col, __m512i bzp) {
+                                                                           __m512i dot, __m512i col, __m512i bzp) {
   __m512i v = _mm512_add_epi32(dot, _mm512_set1_epi32(p.row[m]));
   if (g.azp_per_row)
     v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_set1_epi32(g.azp[m] + (g.a_signed ? 128 : 0)), col));
@@ -150,14 +149,14 @@ __attribute__((target(NPU_VNNI), always_inline)) inline __m512i FinishVnni(const
 // Requantize (Requantize's steps; the clip leaves no NaN, so rounding straight to int32 then adding the zero point
 // equals rounding in float first), to int32 lanes in [lo, hi].
 __attribute__((target(NPU_VNNI), always_inline)) inline __m512i RequantizeVnni(__m512i v, __m512 mult,
-                                                                              const RequantVnni& q) {
+                                                                               const RequantVnni& q) {
   __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult);
   f = _mm512_min_ps(_mm512_max_ps(f, q.lo), q.hi);
   return _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), q.zp);
 }
 
 __attribute__((target(NPU_VNNI), always_inline)) inline __m512 MultVnni(const Int8Gemm& g, int64_t m, int64_t n,
-                                                                       __mmask16 mask) {
+                                                                        __mmask16 mask) {
   return g.mult_per_col ? _mm512_maskz_loadu_ps(mask, g.mult + n) : _mm512_set1_ps(Mult(g, m, n));
 }
 
@@ -165,12 +164,13 @@ __attribute__((target(NPU_VNNI), always_inline)) inline __m512 MultVnni(const In
 // once. A whole tile of bytes is packed two rows at a time (packs, then one permute restores the column order);
 // tails take one masked vector at a time.
 __attribute__((target(NPU_VNNI), always_inline)) inline void EpilogueVnni(const Int8Gemm& g, const Prep& p, int64_t m0,
-                                                                         int rows, int64_t n0, int64_t n1,
-                                                                         const __m512i* acc0, const __m512i* acc1) {
+                                                                          int rows, int64_t n0, int64_t n1,
+                                                                          const __m512i* acc0, const __m512i* acc1) {
   const bool two = n0 + kBlock < n1;
   const __mmask16 mask0 = static_cast<__mmask16>(n0 + kBlock <= n1 ? 0xFFFF : (1u << (n1 - n0)) - 1);
-  const __mmask16 mask1 =
-      static_cast<__mmask16>(!two ? 0 : n0 + 2 * kBlock <= n1 ? 0xFFFF : (1u << (n1 - n0 - kBlock)) - 1);
+  const __mmask16 mask1 = static_cast<__mmask16>(!two                    ? 0
+                                                 : n0 + 2 * kBlock <= n1 ? 0xFFFF
+                                                                         : (1u << (n1 - n0 - kBlock)) - 1);
   const __m512i col0 = _mm512_loadu_si512(p.col.data() + n0);
   const __m512i col1 = two ? _mm512_loadu_si512(p.col.data() + n0 + kBlock) : col0;
   const __m512i bzp0 = _mm512_loadu_si512(g.bzp + n0);
@@ -248,10 +248,14 @@ __attribute__((target(NPU_VNNI))) void ColumnsVnni(const Int8Gemm& g, const Prep
                                                    int64_t n1) {
   for (int64_t m0 = r0; m0 < r1; m0 += kRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kRows, r1 - m0));
-    if (rows > 4) TileVnni<kRows>(g, p, m0, rows, n0, n1);
-    else if (rows > 2) TileVnni<4>(g, p, m0, rows, n0, n1);
-    else if (rows == 2) TileVnni<2>(g, p, m0, rows, n0, n1);
-    else TileVnni<1>(g, p, m0, rows, n0, n1);
+    if (rows > 4)
+      TileVnni<kRows>(g, p, m0, rows, n0, n1);
+    else if (rows > 2)
+      TileVnni<4>(g, p, m0, rows, n0, n1);
+    else if (rows == 2)
+      TileVnni<2>(g, p, m0, rows, n0, n1);
+    else
+      TileVnni<1>(g, p, m0, rows, n0, n1);
   }
 }
 
@@ -336,8 +340,8 @@ void ZeroPointTerms(const Int8Gemm& g, Prep& p) {
   const uint32_t azp = g.azp_per_row ? 1 : static_cast<uint32_t>(g.azp[0] + (g.a_signed ? 128 : 0));
   p.col.resize(np);
   for (int64_t n = 0; n < np; ++n)
-    p.col[n] = static_cast<int32_t>(azp * (static_cast<uint32_t>(g.K) * static_cast<uint32_t>(g.bzp[n]) -
-                                           static_cast<uint32_t>(g.bsum[n])));
+    p.col[n] = static_cast<int32_t>(
+        azp * (static_cast<uint32_t>(g.K) * static_cast<uint32_t>(g.bzp[n]) - static_cast<uint32_t>(g.bsum[n])));
 }
 
 }  // namespace

@@ -33,12 +33,12 @@
 namespace npu_ep::kern {
 namespace {
 
-using nbits::kChunkBytes;
-using nbits::kChunkElems;
-using nbits::Shape;
 using nbits::Column;
 using nbits::ColumnOf;
+using nbits::kChunkBytes;
+using nbits::kChunkElems;
 using nbits::kTileCols;
+using nbits::Shape;
 using nbits::TileGroup;
 using nbits::TileGroupOf;
 using nbits::ZeroPoint;
@@ -161,16 +161,16 @@ __attribute__((target("avx2,fma"))) void DequantColAvx2(const uint8_t* brow, con
   const __m128i m0f = _mm_set1_epi8(0x0F);
   const int64_t block_bytes = s.bs / 2;
   for (int64_t blk = 0; blk < s.kb; ++blk) {
-   const __m256 sc = _mm256_set1_ps(sw[blk]);
-   const __m256i z = _mm256_set1_epi32(zpc[blk]);
-   for (int64_t g = blk * block_bytes; g < (blk + 1) * block_bytes; g += 8) {  // 8 bytes = 16 elements
-    const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(brow + g));
-    const __m256i lo = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(raw, m0f)), z);
-    const __m256i hi = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f)), z);
-    float* dst = w + (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
-    _mm256_storeu_ps(dst, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), sc));
-    _mm256_storeu_ps(dst + kChunkBytes, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), sc));
-   }
+    const __m256 sc = _mm256_set1_ps(sw[blk]);
+    const __m256i z = _mm256_set1_epi32(zpc[blk]);
+    for (int64_t g = blk * block_bytes; g < (blk + 1) * block_bytes; g += 8) {  // 8 bytes = 16 elements
+      const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(brow + g));
+      const __m256i lo = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(raw, m0f)), z);
+      const __m256i hi = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f)), z);
+      float* dst = w + (g / kChunkBytes) * kChunkElems + (g % kChunkBytes);
+      _mm256_storeu_ps(dst, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), sc));
+      _mm256_storeu_ps(dst + kChunkBytes, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), sc));
+    }
   }
 }
 
@@ -264,8 +264,8 @@ __attribute__((target("avx2,fma"))) void Int8HalfAvx2(const TileGroup& t, int ha
 // 16 bytes (32 elements) per step; a step covers one block (bs >= 32) or two (bs = 16: lanes 0-7 and 8-15).
 // Same products as the AVX2 and scalar versions: (q - zp) * scale, rounded once, in the perm layout A is re-laid
 // out to.
-__attribute__((target(NPU_AVX512))) void DequantColAvx512(const uint8_t* brow, const float* sw,
-                                                           const int32_t* zpc, const Shape& s, float* w) {
+__attribute__((target(NPU_AVX512))) void DequantColAvx512(const uint8_t* brow, const float* sw, const int32_t* zpc,
+                                                          const Shape& s, float* w) {
   const __m128i m0f = _mm_set1_epi8(0x0F);
   const int64_t steps = s.row_bytes / 16;
   for (int64_t i = 0; i < steps; ++i) {
@@ -310,8 +310,8 @@ using DotFn = float (*)(const float*, const float*, int64_t);
 
 // Level 4 without AVX-512, rows [r0, r1) x columns [n0, n1) from the tiles: AVX2 takes 16 columns and two rows
 // per vector pass.
-void Int8Tiles(const NBitsGemm& g, const Shape& s, const nbits::Int8A& a, Isa isa, int64_t r0, int64_t r1,
-               int64_t n0, int64_t n1) {
+void Int8Tiles(const NBitsGemm& g, const Shape& s, const nbits::Int8A& a, Isa isa, int64_t r0, int64_t r1, int64_t n0,
+               int64_t n1) {
   for (int64_t n = n0; n < n1;) {
     const TileGroup t = TileGroupOf(g, s, n);
     const int l0 = static_cast<int>(n - t.first), l1 = static_cast<int>(std::min<int64_t>(t.lanes, n1 - t.first));
@@ -356,19 +356,20 @@ void PrepareA(const NBitsGemm& g, const Shape& s, Isa isa, PreparedA& pa) {
   } else {
     pa.a.resize(s.M * s.kc);
   }
-  ParallelFor(ThreadsFor(g.threads, s.M * s.K), s.M, [&](int64_t m) {  // rows are independent: same bits at any thread count
+  ParallelFor(
+      ThreadsFor(g.threads, s.M * s.K), s.M, [&](int64_t m) {  // rows are independent: same bits at any thread count
 #if NPU_EP_X86
-    if (vector_quant) {
-      nbits::QuantizeRowAvx512(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
-                               pa.block.data() + m * s.kb);
-      return;
-    }
+        if (vector_quant) {
+          nbits::QuantizeRowAvx512(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb,
+                                   pa.block.data() + m * s.kb);
+          return;
+        }
 #endif
-    if (int8)
-      QuantizeRow(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb, pa.block.data() + m * s.kb);
-    else
-      PermuteRow(g.a + m * s.K, s, pa.a.data() + m * s.kc);
-  });
+        if (int8)
+          QuantizeRow(g.a + m * s.K, s, pa.q.data() + m * s.kc, pa.scale.data() + m * s.kb, pa.block.data() + m * s.kb);
+        else
+          PermuteRow(g.a + m * s.K, s, pa.a.data() + m * s.kc);
+      });
 }
 
 // y[m, n] += bias[n] over rows [r0, r1) and columns [n0, n1), after the panel product.
@@ -445,9 +446,8 @@ void MatMulNBits(const NBitsGemm& g) {
   if (s.M == 1 && isa >= Isa::kAvx512 && s.bs >= 32) {
     // Every column is computed whole by one task, so the split changes no bits.
     const int64_t cols = std::max<int64_t>(16, (kGemvTaskBytes / std::max<int64_t>(1, s.row_bytes) + 15) / 16 * 16);
-    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols, [&](int64_t, int64_t, int64_t n0, int64_t n1) {
-      nbits::GemvFp32Avx512(g, s, pa.a.data(), n0, n1);
-    });
+    RunTiles(g.threads, g.plan, g.dma, s.M, s.N, s.K, cols,
+             [&](int64_t, int64_t, int64_t n0, int64_t n1) { nbits::GemvFp32Avx512(g, s, pa.a.data(), n0, n1); });
     return;
   }
 #endif
@@ -533,8 +533,7 @@ void TileFourPairs(const uint8_t* const x[4], const uint8_t* const y[4], int64_t
     const __m128i t2 = _mm_unpackhi_epi32(w[0], w[1]), t3 = _mm_unpackhi_epi32(w[2], w[3]);
     const __m128i step[4] = {_mm_unpacklo_epi64(t0, t1), _mm_unpackhi_epi64(t0, t1), _mm_unpacklo_epi64(t2, t3),
                              _mm_unpackhi_epi64(t2, t3)};
-    for (int s = 0; s < 4; ++s)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (8 * c + 4 * h + s) * 64), step[s]);
+    for (int s = 0; s < 4; ++s) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (8 * c + 4 * h + s) * 64), step[s]);
   }
 }
 #endif

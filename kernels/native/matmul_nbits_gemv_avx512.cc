@@ -20,7 +20,7 @@ namespace {
 // One column, level 0..3, bs >= 32 (a 16-byte group lies in one block). Accumulator k takes the groups at byte
 // offset 16k of every chunk, low nibbles then high ones: the order of the dequantize-then-dot path.
 __attribute__((target(NPU_AVX512))) float GemvFp32Col(const Shape& s, const float* a, const uint8_t* brow,
-                                                       const float* sw, const uint8_t* zp_row) {
+                                                      const float* sw, const uint8_t* zp_row) {
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512 iota8 = _mm512_sub_ps(iota, _mm512_set1_ps(8.0f));
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -31,10 +31,10 @@ __attribute__((target(NPU_AVX512))) float GemvFp32Col(const Shape& s, const floa
       __m512 wlo = _mm512_setzero_ps(), whi = wlo;
       if (g < s.row_bytes) {
         const int64_t blk = (2 * g) >> s.bs_log2;
-        const __m512 zq = zp_row == nullptr
-                              ? iota8
-                              : _mm512_sub_ps(iota, _mm512_set1_ps(static_cast<float>(
-                                                        (zp_row[blk >> 1] >> ((blk & 1) * 4)) & 0x0F)));
+        const __m512 zq =
+            zp_row == nullptr
+                ? iota8
+                : _mm512_sub_ps(iota, _mm512_set1_ps(static_cast<float>((zp_row[blk >> 1] >> ((blk & 1) * 4)) & 0x0F)));
         const __m512 table = _mm512_mul_ps(zq, _mm512_set1_ps(sw[blk]));
         const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(brow + g)));
         wlo = _mm512_permutexvar_ps(x, table);  // only the index's low 4 bits count: the low nibble

@@ -74,8 +74,11 @@ inline TileGroup TileGroupOf(const NBitsGemm& g, const Shape& s, int64_t n) {
   int64_t width;
   const NBitsSegment m = SegmentOf(g, n, width);
   const int64_t grp = (n - m.n0) / kTileCols, lanes = std::min<int64_t>(kTileCols, width - grp * kTileCols);
-  return {m.b + grp * kTileCols * s.row_bytes, m.scales + grp * kTileCols * s.kb,
-          m.zero_points ? m.zero_points + grp * kTileCols * s.zp_bytes : nullptr, lanes, m.n0 + grp * kTileCols,
+  return {m.b + grp * kTileCols * s.row_bytes,
+          m.scales + grp * kTileCols * s.kb,
+          m.zero_points ? m.zero_points + grp * kTileCols * s.zp_bytes : nullptr,
+          lanes,
+          m.n0 + grp * kTileCols,
           static_cast<int>(lanes)};
 }
 
@@ -110,8 +113,8 @@ void QuantizeRowAvx512(const float* a, const Shape& s, int8_t* q, float* scale, 
 // Every output is summed exactly in int32 per block and accumulated over the blocks in order,
 // y = fma(float(dot_b - zp_b * sum_b(a)), sw_b * sa_b, y): one definition, the scalar and AVX2 paths' too, so a
 // row has the same bits alone and in a prefill.
-void Int8TilesAvx512(const NBitsGemm& g, const Shape& s, const Int8A& a, bool vnni, int64_t r0, int64_t r1,
-                     int64_t n0, int64_t n1);
+void Int8TilesAvx512(const NBitsGemm& g, const Shape& s, const Int8A& a, bool vnni, int64_t r0, int64_t r1, int64_t n0,
+                     int64_t n1);
 // Level 0..3, block_size >= 32, M = 1: columns [n0, n1) of g.y from A's row in perm layout ([kc]).
 void GemvFp32Avx512(const NBitsGemm& g, const Shape& s, const float* a, int64_t n0, int64_t n1);
 // Columns [n0, n1) of B dequantized k-major for OuterGemmAvx512: groups of 16 columns, [kc][16] each (group v at

@@ -55,7 +55,7 @@ constexpr int64_t kRowChunk = 32;  // rows of A kept hot while every column grou
 // the last group stores only the lanes in `last`.
 template <int R, int V>
 __attribute__((target(NPU_AVX512F))) inline void Outer(const float* a, const float* const* group, int64_t kc, float* y,
-                                                        int64_t ldy, __mmask16 last) {
+                                                       int64_t ldy, __mmask16 last) {
   __m512 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)

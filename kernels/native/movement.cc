@@ -114,8 +114,9 @@ py::array ConcatPy(py::ssize_t axis, const py::args& parts) {
   }
   const py::array& first = xs[0];
   const py::ssize_t rank = first.ndim();
-  if (axis < -rank || axis >= rank) throw std::invalid_argument("concat: axis " + std::to_string(axis) +
-                                                                " out of range for rank " + std::to_string(rank));
+  if (axis < -rank || axis >= rank)
+    throw std::invalid_argument("concat: axis " + std::to_string(axis) + " out of range for rank " +
+                                std::to_string(rank));
   if (axis < 0) axis += rank;
   std::vector<py::ssize_t> out(first.shape(), first.shape() + rank);
   out[axis] = 0;
@@ -126,8 +127,8 @@ py::array ConcatPy(py::ssize_t axis, const py::args& parts) {
     if (!ok) {
       std::vector<py::ssize_t> want(first.shape(), first.shape() + rank);
       throw std::invalid_argument("concat: input " + ShapeText(dims) + " (" + std::string(py::str(a.dtype())) +
-                                  ") does not match " + ShapeText(want) + " (" +
-                                  std::string(py::str(first.dtype())) + ") off axis " + std::to_string(axis));
+                                  ") does not match " + ShapeText(want) + " (" + std::string(py::str(first.dtype())) +
+                                  ") off axis " + std::to_string(axis));
     }
     out[axis] += dims[axis];
   }

@@ -84,7 +84,7 @@ void RunRmsPrologue(const RmsPrologue& p, int threads) {
 // One row of SwiGlu below with the exp in 16 lanes (Cephes' expf, intrinsics.h); then the same float32 operations
 // in the same order. The scalar std::exp cost a 32-token prefill's gate/up groups a third of their time.
 __attribute__((target("avx2,fma,avx512f"))) void SwiGluRowAvx512(const float* g, const float* u, int64_t half,
-                                                                  float* o) {
+                                                                 float* o) {
   const __m512 cap = _mm512_set1_ps(80.0f), one = _mm512_set1_ps(1.0f);
   for (int64_t j = 0; j < half; j += 16) {
     const __mmask16 m = half - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (half - j)) - 1u);

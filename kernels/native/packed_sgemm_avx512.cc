@@ -27,8 +27,8 @@ struct Epilogue {
   bool relu;
 };
 
-__attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, __m512 sum, bool add,
-                                                        const Epilogue* e, int v) {
+__attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, __m512 sum, bool add, const Epilogue* e,
+                                                       int v) {
   if (add) sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), sum);
   if (e != nullptr) {
     if (e->bias != nullptr) sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(m, e->bias + 16 * v));
@@ -41,7 +41,7 @@ __attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, 
 // at: the row block's packed A chunk, kRows floats per k (rows past R are never read).
 template <int R>
 __attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, const float* bp, int64_t kc, float* c,
-                                                       int64_t ldc, const __mmask16* m, bool add, const Epilogue* e) {
+                                                      int64_t ldc, const __mmask16* m, bool add, const Epilogue* e) {
   __m512 acc[R][2];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -75,8 +75,8 @@ __attribute__((target(NPU_AVX512F))) void TileOf(int rows, const float* at, cons
 // latency (two chains: a quarter of the unit's rate); through this it is bound by the loads of B.
 template <int R, int P>
 __attribute__((target(NPU_AVX512F))) inline void WideTile(const float* at, const float* bp, int64_t pitch, int64_t kc,
-                                                           float* c, int64_t ldc, const __mmask16* m, bool add,
-                                                           const Epilogue* e) {
+                                                          float* c, int64_t ldc, const __mmask16* m, bool add,
+                                                          const Epilogue* e) {
   __m512 acc[R][P][2];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -129,8 +129,8 @@ __attribute__((target(NPU_AVX512F))) void WideTileOf(int panels, const float* at
 // row and waits on FMA latency; this keeps 2 * J. A is read in place (at most two rows: no packing).
 template <int R, int J, bool kWide>
 __attribute__((target(NPU_AVX512F))) inline void DeepTile(const float* a, int64_t lda, const float* bp, int64_t kc,
-                                                           float* c, int64_t ldc, const __mmask16* m, bool add,
-                                                           const Epilogue* e) {
+                                                          float* c, int64_t ldc, const __mmask16* m, bool add,
+                                                          const Epilogue* e) {
   __m512 acc[R][J][2];
 #pragma GCC unroll 2
   for (int r = 0; r < R; ++r)
@@ -252,7 +252,7 @@ __attribute__((target(NPU_AVX512F))) void PackA(const float* a, int64_t lda, int
 }  // namespace
 
 __attribute__((target(NPU_AVX512F))) void PackedSgemmBlockAvx512(const PackedSgemmArgs& g, int64_t m0, int64_t m1,
-                                                                  int64_t p0, int64_t p1, float* out, int64_t ldo) {
+                                                                 int64_t p0, int64_t p1, float* out, int64_t ldo) {
   const int64_t rows = m1 - m0;
   if (rows <= 2 && p1 - p0 < 4 && g.K > kKc) return DeepRows(g, m0, m1, p0, p1, out, ldo);
   float* at = Grow(t_packed_a, (rows + kRows - 1) / kRows * kRows * std::min(kKc, g.K));

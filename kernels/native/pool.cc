@@ -37,11 +37,8 @@ __attribute__((target("avx512f"))) inline __m512 MaxLanes(__m512 v, __m512 w) {
   return _mm512_mask_mov_ps(_mm512_max_ps(w, v), _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q), w);
 }
 
-
 // Lanes [0, n) of a vector (n clipped to [0, 16]).
-inline __mmask16 Lanes16(int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
-}
+inline __mmask16 Lanes16(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1); }
 
 // 16 outputs of a 2-wide, stride-2 window from the 32 values a:b: Max(Max(start, a:b[2o]), a:b[2o + 1]).
 __attribute__((target("avx512f"))) inline __m512 PairMax(__m512 a, __m512 b, __m512 start) {
@@ -82,7 +79,7 @@ void RowMaxBytesScalar(uint8_t* acc, const uint8_t* row, int64_t n, uint8_t flip
 
 #if NPU_EP_X86
 __attribute__((target("avx512f,avx512bw"))) void RowMaxBytesAvx512(uint8_t* acc, const uint8_t* row, int64_t n,
-                                                                    uint8_t flip) {
+                                                                   uint8_t flip) {
   const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
   for (int64_t w = 0; w < n; w += 64) {
     const __mmask64 k = n - w >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - w)) - 1;
@@ -91,7 +88,6 @@ __attribute__((target("avx512f,avx512bw"))) void RowMaxBytesAvx512(uint8_t* acc,
   }
 }
 #endif
-
 
 #if NPU_EP_X86
 // The first n (<= 16) of 16 taps at stride sw from p (p[l * sw], lane l): a load at stride 1, two loads and a
@@ -136,8 +132,8 @@ __attribute__((target("avx512f"))) void Pool2x2Avx512(const PoolShape& s, const 
     for (int64_t o = 0; o < s.OW; o += 16) {
       const int64_t left = 2 * (s.OW - o);
       const __mmask16 k0 = Lanes16(left), k1 = Lanes16(left - 16);
-      const __m512 a = MaxLanes(MaxLanes(startv, _mm512_maskz_loadu_ps(k0, r0 + 2 * o)),
-                                _mm512_maskz_loadu_ps(k0, r1 + 2 * o));
+      const __m512 a =
+          MaxLanes(MaxLanes(startv, _mm512_maskz_loadu_ps(k0, r0 + 2 * o)), _mm512_maskz_loadu_ps(k0, r1 + 2 * o));
       const __m512 b = MaxLanes(MaxLanes(startv, _mm512_maskz_loadu_ps(k1, r0 + 2 * o + 16)),
                                 _mm512_maskz_loadu_ps(k1, r1 + 2 * o + 16));
       _mm512_mask_storeu_ps(out + oh * s.OW + o, Lanes16(s.OW - o), PairMax(a, b, startv));
@@ -244,8 +240,9 @@ __attribute__((target("avx512f"), always_inline)) inline void WindowBlocks(const
       r[b][0] = inside ? _mm512_mask_loadu_ps(padv, k[b][0], row) : padv;
       r[b][1] = inside ? _mm512_mask_loadu_ps(padv, k[b][1], row + 16) : padv;
       r[b][2] = inside && third ? _mm512_mask_loadu_ps(padv, k[b][2], row + 32) : padv;
-      if (!kSum) v[b][0] = MaxLanes(v[b][0], r[b][0]), v[b][1] = MaxLanes(v[b][1], r[b][1]),
-                 v[b][2] = MaxLanes(v[b][2], r[b][2]);
+      if (!kSum)
+        v[b][0] = MaxLanes(v[b][0], r[b][0]), v[b][1] = MaxLanes(v[b][1], r[b][1]),
+        v[b][2] = MaxLanes(v[b][2], r[b][2]);
     }
     if (!kSum) continue;
     for (int64_t j = 0; j < s.kw; ++j) {
@@ -261,8 +258,7 @@ __attribute__((target("avx512f"), always_inline)) inline void WindowBlocks(const
     for (int b = 0; b < kB; ++b) acc[b] = MaxLanes(acc[b], SpanTaps(v[b][0], v[b][1], v[b][2], taps[j]));
   }
 #pragma GCC unroll 4
-  for (int b = 0; b < kB; ++b)
-    _mm512_mask_storeu_ps(out + oh * s.OW + o + 16 * b, Lanes16(s.OW - o - 16 * b), acc[b]);
+  for (int b = 0; b < kB; ++b) _mm512_mask_storeu_ps(out + oh * s.OW + o + 16 * b, Lanes16(s.OW - o - 16 * b), acc[b]);
 }
 
 // A plane pooled by WindowBlocks, up to four blocks of a row at a time.
@@ -276,10 +272,14 @@ __attribute__((target("avx512f"))) void RegisterWindowsAvx512(const PoolShape& s
   for (int64_t oh = 0; oh < s.OH; ++oh)
     for (int64_t o = 0; o < s.OW; o += 64) {
       const int64_t left = s.OW - o;
-      if (left > 48) WindowBlocks<kSum, 4>(s, in, padv, taps, third, oh, o, out);
-      else if (left > 32) WindowBlocks<kSum, 3>(s, in, padv, taps, third, oh, o, out);
-      else if (left > 16) WindowBlocks<kSum, 2>(s, in, padv, taps, third, oh, o, out);
-      else WindowBlocks<kSum, 1>(s, in, padv, taps, third, oh, o, out);
+      if (left > 48)
+        WindowBlocks<kSum, 4>(s, in, padv, taps, third, oh, o, out);
+      else if (left > 32)
+        WindowBlocks<kSum, 3>(s, in, padv, taps, third, oh, o, out);
+      else if (left > 16)
+        WindowBlocks<kSum, 2>(s, in, padv, taps, third, oh, o, out);
+      else
+        WindowBlocks<kSum, 1>(s, in, padv, taps, third, oh, o, out);
     }
 }
 
@@ -287,8 +287,7 @@ __attribute__((target("avx512f"))) void RegisterWindowsAvx512(const PoolShape& s
 // (StridedTaps: any stride and dilation), in WindowTaps' order and with its values; the outputs whose windows
 // cross the left or right edge take WindowTaps itself. A window row outside the input folds in `pad` per tap.
 template <bool kSum>
-__attribute__((target("avx512f"))) void WindowPlaneAvx512(const PoolShape& s, const float* in, float pad,
-                                                          float* out) {
+__attribute__((target("avx512f"))) void WindowPlaneAvx512(const PoolShape& s, const float* in, float pad, float* out) {
   const conv_detail::Span first = conv_detail::Valid(-s.pl, s.sw, s.W, s.OW);
   const conv_detail::Span last = conv_detail::Valid((s.kw - 1) * s.dw - s.pl, s.sw, s.W, s.OW);
   const int64_t lo = std::max(first.lo, last.lo), hi = std::max(lo, std::min(first.hi, last.hi));
@@ -324,8 +323,9 @@ void PoolPlaneAvx512(const PoolShape& s, const float* in, float pad, float* out)
 __attribute__((target("avx512f"))) void DivideAvx512(float* y, const float* divisor, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = Lanes16(n - i);
-    _mm512_mask_storeu_ps(y + i, k, _mm512_div_ps(_mm512_maskz_loadu_ps(k, y + i),
-                                                  _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), k, divisor + i)));
+    _mm512_mask_storeu_ps(
+        y + i, k,
+        _mm512_div_ps(_mm512_maskz_loadu_ps(k, y + i), _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), k, divisor + i)));
   }
 }
 #endif
@@ -346,8 +346,10 @@ void MaxPoolPlanes(const PoolShape& s, const T* x, T start, T low, T* y, int thr
       bool padded_row = false;
       for (int64_t i = 0; i < s.kh; ++i) {
         const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-        if (ih >= 0 && ih < s.H) row_pass(rowmax.data(), in + ih * s.W);
-        else padded_row = true;
+        if (ih >= 0 && ih < s.H)
+          row_pass(rowmax.data(), in + ih * s.W);
+        else
+          padded_row = true;
       }
       if (padded_row)
         for (T& v : rowmax) v = Max(v, low);
@@ -423,17 +425,20 @@ void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t*
     });
 #endif
   } else {
-    MaxPoolPlanes<uint8_t>(s, x, 0, 0, y, threads, [&](uint8_t* acc, const uint8_t* row) {
+    MaxPoolPlanes<uint8_t>(
+        s, x, 0, 0, y, threads,
+        [&](uint8_t* acc, const uint8_t* row) {
 #if NPU_EP_X86
-      if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
+          if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
 #endif
-      RowMaxBytesScalar(acc, row, s.W, flip);
-    }, [&](uint8_t* dst, const uint8_t* rowmax) {
+          RowMaxBytesScalar(acc, row, s.W, flip);
+        },
+        [&](uint8_t* dst, const uint8_t* rowmax) {
 #if NPU_EP_X86
-      if (pairs) PairMaxBytesAvx512(dst, rowmax, s.OW);
+          if (pairs) PairMaxBytesAvx512(dst, rowmax, s.OW);
 #endif
-      return pairs;
-    });
+          return pairs;
+        });
   }
   if (flip)
     for (int64_t i = 0, n = s.N * s.C * s.OH * s.OW; i < n; ++i) y[i] ^= flip;

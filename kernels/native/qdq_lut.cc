@@ -37,9 +37,9 @@ void RowScalar(const uint8_t* x, int64_t n, const uint8_t* row, uint8_t* y) {
 // 64 bytes per step: the 256-entry row is four 64-byte registers; vpermi2b picks within each half (7 index bits)
 // and bit 7 of the index chooses the half.
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void RowVbmi(const uint8_t* x, int64_t n, const uint8_t* row,
-                                                                     uint8_t* y) {
-  const __m512i t0 = _mm512_loadu_si512(row), t1 = _mm512_loadu_si512(row + 64),
-                t2 = _mm512_loadu_si512(row + 128), t3 = _mm512_loadu_si512(row + 192);
+                                                                    uint8_t* y) {
+  const __m512i t0 = _mm512_loadu_si512(row), t1 = _mm512_loadu_si512(row + 64), t2 = _mm512_loadu_si512(row + 128),
+                t3 = _mm512_loadu_si512(row + 192);
   for (int64_t i = 0; i < n; i += 64) {
     const __mmask64 k = n - i >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - i)) - 1;
     const __m512i idx = _mm512_maskz_loadu_epi8(k, x + i);
@@ -87,7 +87,8 @@ void CheckBytes(const char* op, std::initializer_list<const py::array*> arrays) 
   for (const py::array* a : arrays) {
     if (!(py::isinstance<py::array_t<uint8_t>>(*a) || py::isinstance<py::array_t<int8_t>>(*a)))
       throw std::invalid_argument(std::string(op) + ": inputs and table must be uint8 or int8");
-    if (!(a->flags() & py::array::c_style)) throw std::invalid_argument(std::string(op) + ": arrays must be C-contiguous");
+    if (!(a->flags() & py::array::c_style))
+      throw std::invalid_argument(std::string(op) + ": arrays must be C-contiguous");
   }
 }
 

@@ -148,8 +148,7 @@ void DepthwiseInt(const QConv& q) {
       if (flat) {
         IntMulAdd(acc.data(), src, 1, s.OH * Wp, wt);
       } else {
-        for (int64_t oh = 0; oh < s.OH; ++oh)
-          IntMulAdd(acc.data() + oh * pitch, src + oh * s.sh * Wp, s.sw, s.OW, wt);
+        for (int64_t oh = 0; oh < s.OH; ++oh) IntMulAdd(acc.data() + oh * pitch, src + oh * s.sh * Wp, s.sw, s.OW, wt);
       }
     }
     if (q.acc_out != nullptr) {
@@ -227,8 +226,8 @@ void PackBlockScalar(const ConvShape& s, const PackGeom& pg, int64_t g, int64_t 
 
 #if NPU_EP_X86
 #define NPU_CONV_VNNI "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
-__attribute__((target(NPU_CONV_VNNI))) void PackBlockVnni(const ConvShape& s, const PackGeom& pg, int64_t g,
-                                                          int64_t p0, int64_t cols, int8_t* bp, int32_t* bsum) {
+__attribute__((target(NPU_CONV_VNNI))) void PackBlockVnni(const ConvShape& s, const PackGeom& pg, int64_t g, int64_t p0,
+                                                          int64_t cols, int8_t* bp, int32_t* bsum) {
   // the block's pixels as runs along output rows: lanes [lane, lane + n) are row oh from column ow on
   struct Run {
     int64_t oh, ow, lane, n;
@@ -374,8 +373,8 @@ void DenseInt(const QConv& q) {
       }
       for (int64_t m = 0; m < Mg; ++m) {
         const int64_t mo = g * Mg + m;
-        RequantizeRow(acc + m * cols, cols, q.bias != nullptr ? q.bias[mo] : 0, q.mult[mo], q.y_zp,
-                      q.y_signed, q.y + (n * s.M + mo) * P + p0, q.lut);
+        RequantizeRow(acc + m * cols, cols, q.bias != nullptr ? q.bias[mo] : 0, q.mult[mo], q.y_zp, q.y_signed,
+                      q.y + (n * s.M + mo) * P + p0, q.lut);
       }
     });
   }

@@ -38,8 +38,7 @@ void DequantizeScalar(const uint8_t* x, int64_t n, bool is_signed, float z, floa
 #if NPU_EP_X86
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeAvx512(const float* x, int64_t n, float scale,
                                                                          float z, float lo, float hi, uint8_t* y) {
-  const __m512 sv = _mm512_set1_ps(scale), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
-               hiv = _mm512_set1_ps(hi);
+  const __m512 sv = _mm512_set1_ps(scale), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo), hiv = _mm512_set1_ps(hi);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
     __m512 q = _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), sv);
@@ -49,9 +48,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeAvx512(const f
   }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeAvx512(const uint8_t* x, int64_t n,
-                                                                           bool is_signed, float z, float scale,
-                                                                           float* y) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeAvx512(const uint8_t* x, int64_t n, bool is_signed,
+                                                                           float z, float scale, float* y) {
   const __m512 sv = _mm512_set1_ps(scale), zv = _mm512_set1_ps(z);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);

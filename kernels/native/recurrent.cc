@@ -52,15 +52,14 @@ void Product(const float* a, int64_t m, int64_t k, const float* packed, int64_t 
   PackedSgemm(g, threads, nullptr, nullptr);
 }
 
-
 // The time loop of every cell, one direction. cell.Recur(h_in, t) makes the step's products with R for every batch
 // row (t[b]: the time index row b processes, -1 once its sequence has finished); cell.Row(b, t, h, y) the gates of
 // one live row from its previous state h [H] into y [H] (the cell keeps any other state: LSTM's c). zero_finished:
 // a finished row enters the next product as 0 (kernels/ops/recurrent_quant.py). h [batch, H] in/out; y rows written
 // at y + (t * dirs) * batch * H (the caller offsets y by the direction).
 template <typename Cell>
-void RunDirection(const RecurrentShape& s, Cell& cell, const int64_t* lens, bool reverse, bool zero_finished,
-                  float* h, float* y) {
+void RunDirection(const RecurrentShape& s, Cell& cell, const int64_t* lens, bool reverse, bool zero_finished, float* h,
+                  float* y) {
   const int64_t H = s.hidden, B = s.batch;
   std::vector<int64_t> t(B);
   std::vector<float> h_in(zero_finished ? B * H : 0);
@@ -98,8 +97,8 @@ class LstmCell {
   void Recur(const float* h, const int64_t*) { product_(h, g_.data()); }
   void Row(int64_t b, int64_t t, const float*, float* y) {
     const int64_t G = 4 * H_;
-    const GateArgs args{xw_ + (t * B_ + b) * G, g_.data() + b * G, peep_, bias_, clip_.has_value(),
-                        clip_.value_or(0.0f), H_};
+    const GateArgs args{xw_ + (t * B_ + b) * G, g_.data() + b * G,    peep_, bias_,
+                        clip_.has_value(),      clip_.value_or(0.0f), H_};
 #if NPU_EP_X86
     if (vector_) return GateRowAvx512(args, c_ + b * H_, y);
 #endif
@@ -135,8 +134,15 @@ class GruCell {
     Product(h, B_, H_, rh_, H_, nullptr, gh_.data(), threads_);
   }
   void Row(int64_t b, int64_t t, const float* h, float* y) {
-    const GruArgs a{xw_ + (t * B_ + b) * 3 * H_, gzr_.data() + b * 2 * H_, gh_.data() + b * H_, rbh_, h, lbr_,
-                    clip_.has_value(), clip_.value_or(0.0f), H_};
+    const GruArgs a{xw_ + (t * B_ + b) * 3 * H_,
+                    gzr_.data() + b * 2 * H_,
+                    gh_.data() + b * H_,
+                    rbh_,
+                    h,
+                    lbr_,
+                    clip_.has_value(),
+                    clip_.value_or(0.0f),
+                    H_};
 #if NPU_EP_X86
     if (vector_) return GruRowAvx512(a, y);
 #endif
@@ -243,8 +249,8 @@ const float* Checked(const char* op, const Arr<float>& a, int64_t n, const char*
 const float* CheckedPanels(const char* op, const Arr<float>& p, int64_t k, int64_t n, const char* what) {
   if (p.ndim() != 3 || p.shape(0) != (n + kSgemmPanel - 1) / kSgemmPanel || p.shape(1) != k ||
       p.shape(2) != kSgemmPanel)
-    throw std::invalid_argument(std::string(op) + ": " + what + " must be a direction's [" + std::to_string(k) +
-                                ", " + std::to_string(n) + "] weights as pack_sgemm_b packs them");
+    throw std::invalid_argument(std::string(op) + ": " + what + " must be a direction's [" + std::to_string(k) + ", " +
+                                std::to_string(n) + "] weights as pack_sgemm_b packs them");
   return p.data();
 }
 
@@ -256,8 +262,7 @@ RecurrentShape CheckedShape(const char* op, const Arr<float>& x, int64_t dirs, i
   if (x.ndim() != 3 || h0.ndim() != 3) throw std::invalid_argument(name + ": x and initial_h must be 3-d");
   RecurrentShape s{x.shape(0), x.shape(1), x.shape(2), h0.shape(2), dirs};
   const int64_t H = s.hidden, B = s.batch, D = s.dirs;
-  if (H <= 0 || (D != 1 && D != 2))
-    throw std::invalid_argument(name + ": one or two directions, and hidden size >= 1");
+  if (H <= 0 || (D != 1 && D != 2)) throw std::invalid_argument(name + ": one or two directions, and hidden size >= 1");
   Checked(op, bias, D * gates * H, "bias");
   Checked(op, h0, D * B * H, "initial_h");
   if (lens.size() != B) throw std::invalid_argument(name + ": sequence_lens must have batch entries");
@@ -295,9 +300,8 @@ py::tuple RunDirections(const RecurrentShape& s, const Arr<float>& h0, const Arr
     std::copy(h0.data(), h0.data() + D * B * H, hp);
     if (c0) std::copy(c0->data(), c0->data() + D * B * H, cp);
     const int outer = D == 2 && threads >= 2 ? 2 : 1, inner = outer == 2 ? 1 : threads;
-    ParallelFor(outer, D, [&](int64_t d) {
-      direction(d, inner, hp + d * B * H, cp ? cp + d * B * H : nullptr, yp + d * B * H);
-    });
+    ParallelFor(outer, D,
+                [&](int64_t d) { direction(d, inner, hp + d * B * H, cp ? cp + d * B * H : nullptr, yp + d * B * H); });
     for (int64_t d = 0; d < D; ++d)
       for (int64_t b = 0; b < B; ++b)
         if (lens.data()[b] == 0) {
@@ -343,9 +347,9 @@ py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const s
 // bias [dirs, 3H] = (Wb + Rb for z and r, Wb for h); rbh [dirs, H] = Rb for h; the rest as CheckedShape. Returns
 // (y [seq, dirs, batch, H], y_h).
 py::tuple GruPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rzt,
-                const std::vector<Arr<float>>& rht, const Arr<float>& bias, const Arr<float>& rbh,
-                const Arr<float>& h0, const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip,
-                bool linear_before_reset, int threads) {
+                const std::vector<Arr<float>>& rht, const Arr<float>& bias, const Arr<float>& rbh, const Arr<float>& h0,
+                const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip, bool linear_before_reset,
+                int threads) {
   if (rzt.size() != wt.size() || rht.size() != wt.size())
     throw std::invalid_argument("gru: as many packed W^T as R_zr^T and R_h^T");
   const RecurrentShape s = CheckedShape("gru", x, static_cast<int64_t>(wt.size()), 3, bias, h0, lens, clip);
@@ -433,9 +437,8 @@ py::tuple QLstmPy(const Arr<float>& x, const std::vector<py::tuple>& w, const st
 }  // namespace
 
 void BindRecurrent(py::module_& m) {
-  m.def("lstm", &LstmPy, py::arg("x"), py::arg("wt"), py::arg("rt"), py::arg("bias"), py::arg("peep"),
-        py::arg("h0"), py::arg("c0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(),
-        py::arg("threads") = 1,
+  m.def("lstm", &LstmPy, py::arg("x"), py::arg("wt"), py::arg("rt"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
+        py::arg("c0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(), py::arg("threads") = 1,
         "ONNX LSTM, layout 0, default activations, every direction: x [seq, batch, I], wt/rt: per direction W^T "
         "[I, 4H] and R^T [H, 4H] as pack_sgemm_b packs them, bias [dirs, 4H] = Wb + Rb, peep [dirs, 3H] or None, "
         "h0/c0 [dirs, batch, H], lens [batch] int64; reverse: the first direction runs backwards. "

@@ -33,7 +33,6 @@ static inline float Clip(float x, bool has_clip, float clip) {
   return has_clip ? std::min(std::max(x, -clip), clip) : x;
 }
 
-
 void GateRow(const GateArgs& a, float* c, float* y) {
   const int64_t H = a.H;
   const float* x = a.x;
@@ -112,8 +111,6 @@ __attribute__((target("avx2,fma,avx512f"))) void GateRowAvx512(const GateArgs& a
 }
 #endif
 
-
-
 void GruRow(const GruArgs& a, float* y) {
   const int64_t H = a.H;
   for (int64_t j = 0; j < H; ++j) {
@@ -165,7 +162,7 @@ __attribute__((target("avx2,fma,avx512f"))) void GruRowAvx512(const GruArgs& a, 
 }
 
 __attribute__((target("avx2,fma,avx512f"))) void ResetRowAvx512(const float* xr, const float* gr, const float* h,
-                                                                 bool has_clip, float clip, int64_t H, float* out) {
+                                                                bool has_clip, float clip, int64_t H, float* out) {
   for (int64_t j = 0; j < H; j += 16) {
     const __mmask16 k = TailMask(H, j);
     const __m512 r = SigmoidAvx512(
@@ -174,8 +171,8 @@ __attribute__((target("avx2,fma,avx512f"))) void ResetRowAvx512(const float* xr,
   }
 }
 
-__attribute__((target("avx2,fma,avx512f"))) void RnnRowAvx512(const float* x, const float* g, bool has_clip,
-                                                               float clip, int64_t H, float* y) {
+__attribute__((target("avx2,fma,avx512f"))) void RnnRowAvx512(const float* x, const float* g, bool has_clip, float clip,
+                                                              int64_t H, float* y) {
   for (int64_t j = 0; j < H; j += 16) {
     const __mmask16 k = TailMask(H, j);
     const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + j), _mm512_maskz_loadu_ps(k, g + j));

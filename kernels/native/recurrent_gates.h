@@ -52,9 +52,9 @@ void RnnRow(const float* x, const float* g, bool has_clip, float clip, int64_t H
 __attribute__((target("avx2,fma,avx512f"))) void GateRowAvx512(const GateArgs& a, float* c, float* y);
 __attribute__((target("avx2,fma,avx512f"))) void GruRowAvx512(const GruArgs& a, float* y);
 __attribute__((target("avx2,fma,avx512f"))) void ResetRowAvx512(const float* xr, const float* gr, const float* h,
-                                                                 bool has_clip, float clip, int64_t H, float* out);
-__attribute__((target("avx2,fma,avx512f"))) void RnnRowAvx512(const float* x, const float* g, bool has_clip,
-                                                               float clip, int64_t H, float* y);
+                                                                bool has_clip, float clip, int64_t H, float* out);
+__attribute__((target("avx2,fma,avx512f"))) void RnnRowAvx512(const float* x, const float* g, bool has_clip, float clip,
+                                                              int64_t H, float* y);
 #endif
 
 // The gates' shared arithmetic, 16 lanes at a time on AVX-512 (the last ones masked), scalar elsewhere.

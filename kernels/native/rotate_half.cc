@@ -47,8 +47,8 @@ Dims RowStrides(const F32& v, const Dims& out, const char* name) {
   Dims dims{1, 1, 1, 1}, strides{0, 0, 0, 0};
   for (py::ssize_t i = 0; i < v.ndim(); ++i) dims[kRank - v.ndim() + i] = v.shape(i);
   if (dims[kRank - 1] != out[kRank - 1])
-    throw std::invalid_argument(std::string("rotate_half: ") + name + "'s last dim " +
-                                std::to_string(dims[kRank - 1]) + " is not x's " + std::to_string(out[kRank - 1]));
+    throw std::invalid_argument(std::string("rotate_half: ") + name + "'s last dim " + std::to_string(dims[kRank - 1]) +
+                                " is not x's " + std::to_string(out[kRank - 1]));
   int64_t stride = dims[kRank - 1];  // elements between consecutive rows of dim i
   for (int i = kRank - 2; i >= 0; --i) {
     if (dims[i] != out[i] && dims[i] != 1)
@@ -64,8 +64,9 @@ py::array_t<float> RotateHalfPy(const F32& x, const F32& cos, const F32& sin, in
   Dims out{1, 1, 1, 1};
   for (py::ssize_t i = 0; i < x.ndim(); ++i) out[kRank - x.ndim() + i] = x.shape(i);
   const int64_t h = out[kRank - 1];
-  if (h != 2 * half) throw std::invalid_argument("rotate_half: x's last dim " + std::to_string(h) + " is not 2 * " +
-                                                 std::to_string(half));
+  if (h != 2 * half)
+    throw std::invalid_argument("rotate_half: x's last dim " + std::to_string(h) + " is not 2 * " +
+                                std::to_string(half));
   const Dims cs = RowStrides(cos, out, "cos"), ss = RowStrides(sin, out, "sin");
   py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
   const float *xp = x.data(), *cp = cos.data(), *sp = sin.data();

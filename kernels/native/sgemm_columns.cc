@@ -30,8 +30,8 @@ py::array SgemmColumnsPy(const py::array& a_in, const py::array& b_in, int64_t s
     throw std::invalid_argument("sgemm_columns: a [M, K] and b [K, N] must be C-contiguous float32");
   const int64_t M = a_in.shape(0), K = a_in.shape(1), N = b_in.shape(1);
   if (b_in.shape(0) != K)
-    throw std::invalid_argument("sgemm_columns: a is [" + std::to_string(M) + ", " + std::to_string(K) +
-                                "], b has " + std::to_string(b_in.shape(0)) + " rows");
+    throw std::invalid_argument("sgemm_columns: a is [" + std::to_string(M) + ", " + std::to_string(K) + "], b has " +
+                                std::to_string(b_in.shape(0)) + " rows");
   if (split <= 0 || split >= N) throw std::invalid_argument("sgemm_columns: split must be inside (0, N)");
   const float* a = static_cast<const float*>(a_in.data());
   const float* b = static_cast<const float*>(b_in.data());

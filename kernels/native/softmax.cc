@@ -91,9 +91,7 @@ __attribute__((target("avx512f"))) inline __m512 Exp16(__m512 x) {
   return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, low, _CMP_NLT_UQ), p, nf);  // p 2^n
 }
 
-inline __mmask16 Lanes16(int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
-}
+inline __mmask16 Lanes16(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1); }
 #endif
 
 void SoftmaxRow(const float* x, int64_t n, float* y) {

@@ -26,9 +26,7 @@ struct TilePlanArgs {
 
 struct DmaCount {  // half-bytes per operand, and the number of transfers
   int64_t a = 0, b = 0, scales = 0, out = 0, transfers = 0;
-  void Add(const DmaCount& o) {
-    a += o.a, b += o.b, scales += o.scales, out += o.out, transfers += o.transfers;
-  }
+  void Add(const DmaCount& o) { a += o.a, b += o.b, scales += o.scales, out += o.out, transfers += o.transfers; }
 };
 
 // Output tiles of an [M, K] x [K, N] product in the plan's loop order.
@@ -68,8 +66,8 @@ struct TileGrid {
     for (int64_t k0 = 0; k0 < K; k0 += q.tk) {
       const int64_t k1 = std::min(K, k0 + q.tk);
       if (!a_strip) c.a += rows * (k1 - k0) * q.a_half, ++c.transfers;
-      const bool load_b = q.resident == Resident::kNone || q.resident == Resident::kA ||
-                          (q.resident == Resident::kWeights && mi == 0);
+      const bool load_b =
+          q.resident == Resident::kNone || q.resident == Resident::kA || (q.resident == Resident::kWeights && mi == 0);
       if (load_b) {
         c.b += (k1 - k0) * cols * q.b_half, ++c.transfers;
         c.scales += ScaleHalf(k0, k1, cols);
@@ -109,7 +107,8 @@ void RunTiles(int threads, const TilePlanArgs* plan, DmaCount* dma, int64_t M, i
   for (int64_t t = 0; t < grid.count(); ++t) {
     int64_t mi, ni;
     grid.Index(t, mi, ni);
-    for (int64_t c = grid.n0(ni); c < grid.n1(ni); c += width) pieces.push_back({mi, ni, c, std::min(grid.n1(ni), c + width)});
+    for (int64_t c = grid.n0(ni); c < grid.n1(ni); c += width)
+      pieces.push_back({mi, ni, c, std::min(grid.n1(ni), c + width)});
   }
   std::vector<DmaCount> counts(dma != nullptr ? pieces.size() : 0);
   ParallelFor(threads, static_cast<int64_t>(pieces.size()), [&](int64_t i) {

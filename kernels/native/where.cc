@@ -35,10 +35,10 @@ using SelectFn = void (*)(const uint8_t*, const T*, const T*, T*, int64_t);
 
 template <typename T>
 SelectFn<T> SelectFor(bool c, bool x, bool y) {
-  static constexpr SelectFn<T> kRows[8] = {
-      SelectRow<T, false, false, false>, SelectRow<T, false, false, true>, SelectRow<T, false, true, false>,
-      SelectRow<T, false, true, true>,   SelectRow<T, true, false, false>, SelectRow<T, true, false, true>,
-      SelectRow<T, true, true, false>,   SelectRow<T, true, true, true>};
+  static constexpr SelectFn<T> kRows[8] = {SelectRow<T, false, false, false>, SelectRow<T, false, false, true>,
+                                           SelectRow<T, false, true, false>,  SelectRow<T, false, true, true>,
+                                           SelectRow<T, true, false, false>,  SelectRow<T, true, false, true>,
+                                           SelectRow<T, true, true, false>,   SelectRow<T, true, true, true>};
   return kRows[(c ? 4 : 0) + (x ? 2 : 0) + (y ? 1 : 0)];
 }
 
@@ -49,23 +49,23 @@ void Select(const Broadcast<3>& p, const py::array& cond, const py::array& x, co
   const auto* px = static_cast<const T*>(x.data());
   const auto* py_ = static_cast<const T*>(y.data());
   auto* po = static_cast<T*>(out.mutable_data());
-  ParallelRuns(p, threads, kTaskElems, [&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& unit,
-                                           int64_t at, int64_t len) {
-    SelectFor<T>(unit[0], unit[1], unit[2])(pc + off[0], px + off[1], py_ + off[2], po + at, len);
-  });
+  ParallelRuns(p, threads, kTaskElems,
+               [&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& unit, int64_t at, int64_t len) {
+                 SelectFor<T>(unit[0], unit[1], unit[2])(pc + off[0], px + off[1], py_ + off[2], po + at, len);
+               });
 }
 
-py::array WherePy(const py::array& cond, const py::array& x, const py::array& y, const py::object& out,
-                  int threads) {
-  const bool c_order = (cond.flags() & py::array::c_style) && (x.flags() & py::array::c_style) &&
-                       (y.flags() & py::array::c_style);
+py::array WherePy(const py::array& cond, const py::array& x, const py::array& y, const py::object& out, int threads) {
+  const bool c_order =
+      (cond.flags() & py::array::c_style) && (x.flags() & py::array::c_style) && (y.flags() & py::array::c_style);
   const int64_t size = x.itemsize();
   if (!c_order || !cond.dtype().equal(py::dtype::of<bool>()) || !x.dtype().equal(y.dtype()) ||
       x.dtype().kind() == 'O' || (size != 1 && size != 2 && size != 4 && size != 8))
-    throw std::invalid_argument("where_select: condition must be a C-order bool array and x, y C-order arrays of one "
-                                "dtype of 1, 2, 4 or 8 bytes, got " + std::string(py::str(cond.dtype())) +
-                                ShapeText(cond) + ", " + std::string(py::str(x.dtype())) + ShapeText(x) + ", " +
-                                std::string(py::str(y.dtype())) + ShapeText(y));
+    throw std::invalid_argument(
+        "where_select: condition must be a C-order bool array and x, y C-order arrays of one "
+        "dtype of 1, 2, 4 or 8 bytes, got " +
+        std::string(py::str(cond.dtype())) + ShapeText(cond) + ", " + std::string(py::str(x.dtype())) + ShapeText(x) +
+        ", " + std::string(py::str(y.dtype())) + ShapeText(y));
   const Broadcast<3> p = PlanBroadcast<3>("where_select", {&cond, &x, &y});
   py::array result = BroadcastResult("where_select", x.dtype(), p, out);
   if (p.total == 0) return result;
