@@ -57,7 +57,7 @@ PASSES: tuple[FusionPass, ...] = (
     FusionPass("rotary", "Add(Mul(x, cos), Mul(Concat(Neg(x[..., h/2:]), x[..., :h/2]), sin)): the rotary embedding "
                "as exporters write it out", (rotary.FUSED_DOMAIN, rotary.FUSED_OP), rotary.fuse_rotary, explains=True),
     FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "
-               "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse),
+               "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse, explains=True),
     FusionPass("siblings", "matmuls with constant weights reading the same A, and a SwiGLU tail on {gate, up}",
                (siblings.GROUP_DOMAIN, siblings.GROUP_OP), siblings.fuse_siblings),
     FusionPass("rms", "Pow(x, 2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(1, .) | Reciprocal -> "

@@ -22,6 +22,7 @@ from ..node import NodeInfo, ValueInfo
 from ..support import dtype_name, why_not
 from ..target import Target
 from ._graph import consumers_of
+from ._rules import FusionMiss
 
 BASES = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "MatMulNBits"), ("com.microsoft", "MatMulIntegerToFloat")}
 FUSED_DOMAIN, FUSED_OP = "npu", "MatMulEpilogue"
@@ -61,8 +62,36 @@ def _qparams_ok(q: NodeInfo) -> bool:
     return True
 
 
-def fuse(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
-    """Return the node list with fusable producer/consumer chains merged into synthetic fused nodes."""
+def _first_link_reason(nd: NodeInfo, nodes: list[NodeInfo], consumers: dict[str, list[int]], target: Target,
+                       n: int | None, absorbed: set[int]) -> str:
+    """Why no epilogue op follows the matmul ``nd`` (built only for a declined candidate)."""
+    y = nd.outputs[0]
+    users = consumers.get(y.name, [])
+    if y.is_graph_output:
+        return f"epilogue: {nd.op_type} output '{y.name}' is a graph output"
+    if len(users) != 1:
+        return f"epilogue: {nd.op_type} output '{y.name}' has {len(users)} readers, not one"
+    nxt = nodes[users[0]]
+    kinds = {"Add": "bias", "Relu": "relu", "QuantizeLinear": "quantize"}
+    if nxt.domain != "" or nxt.op_type not in kinds:
+        return f"epilogue: {nd.op_type} output '{y.name}' is read by {nxt.op_type} '{nxt.name}', not a bias Add, " \
+               "Relu or QuantizeLinear"
+    kind = kinds[nxt.op_type]
+    if not target.allows_epilogue(kind):
+        return f"epilogue: the target's [fusion] epilogues do not list '{kind}' ({nxt.op_type} '{nxt.name}')"
+    if users[0] in absorbed:
+        return f"epilogue: {nxt.op_type} '{nxt.name}' is already fused into another matmul's epilogue"
+    if kind == "bias":
+        others = [v.name for v in nxt.inputs if v.name != y.name]
+        return (f"epilogue: Add '{nxt.name}' reads {others} besides '{y.name}', not one constant bias of N={n} "
+                "elements broadcasting over the last axis")
+    return (f"epilogue: QuantizeLinear '{nxt.name}' has no constant per-tensor (or last-axis) scale and zero "
+            "point")
+
+
+def fuse(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
+    """Return the node list with fusable producer/consumer chains merged into synthetic fused nodes; a matmul
+    followed by no fusable epilogue op goes to ``misses`` with the reason."""
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
     consumers = consumers_of(nodes)
@@ -100,6 +129,9 @@ def fuse(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
             chain.append(users[0])
             cur = nxt
         if not chain:
+            if misses is not None:
+                reason = _first_link_reason(nd, nodes, consumers, target, n if isinstance(n, int) else None, absorbed)
+                misses.append(FusionMiss("epilogue", nd.name, nd.op_type, reason))
             out.append(nd)
             continue
         fused = NodeInfo(
@@ -109,7 +141,9 @@ def fuse(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
                    "epilogue": ep, "extra": [k for k, _ in extra], "base_attrs": dict(nd.attrs),
                    "fused_nodes": [nd.name, *(nodes[j].name for j in chain)]},
             since_version=nd.since_version)
-        if why_not(fused, target) is not None:
+        if (why := why_not(fused, target)) is not None:
+            if misses is not None:
+                misses.append(FusionMiss("epilogue", nd.name, nd.op_type, f"epilogue: the target rejects {why}"))
             out.append(nd)
             continue
         absorbed.update(chain)

@@ -98,6 +98,29 @@ def test_no_fusion_when_intermediate_has_two_consumers_or_target_disallows():
         ["MatMul", "Add", "Relu"]
 
 
+def _add_of_two_activations(m=4, k=32, n=16):
+    """x @ W + y with y a graph input: the Add is no bias, so the matmul keeps no epilogue."""
+    w = numpy_helper.from_array(RNG.standard_normal((k, n)).astype(np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["mm"], "mm"), helper.make_node("Add", ["mm", "y"], ["s"], "add")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k]),
+                                       helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                          [helper.make_tensor_value_info("s", TensorProto.FLOAT, [m, n])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+@pytest.mark.parametrize("model,reason", [
+    (lambda: _add_of_two_activations(), "epilogue: Add 'add' reads ['y'] besides 'mm', not one constant bias of "
+                                        "N=16 elements broadcasting over the last axis"),
+    (lambda: _graph(4, 32, 16, extra_consumer=True), "epilogue: MatMul output 'mm' has 2 readers, not one")])
+def test_a_matmul_left_without_epilogue_says_why(model, reason):
+    """The pass's candidate (the matmul) that takes no epilogue op leaves a FusionMiss with the reason
+    (npu-report --explain-fusions)."""
+    nodes = nodes_from_model(model())
+    misses = []
+    assert fuse(nodes, REF, misses) == nodes
+    assert [(m.fusion, m.node, m.op, m.reason) for m in misses] == [("epilogue", "mm", "MatMul", reason)]
+
+
 def test_fusion_is_cheaper_in_cost_model_and_host_memory():
     m, k, n = 512, 64, 1024  # a short K so the epilogue is a visible share of the work
     model = _graph(m, k, n)
