@@ -64,7 +64,7 @@ PASSES: tuple[FusionPass, ...] = (
                "Mul(x, .) -> Mul(gamma, .): an RMS norm written out op by op", (rms.FUSED_DOMAIN, rms.FUSED_OP),
                rms.fuse_rms, explains=True),
     FusionPass("norm", "(Skip)SimplifiedLayerNormalization -> its only consumer, a float matmul or sibling group",
-               (norm.FUSED_DOMAIN, norm.FUSED_OP), norm.fuse_norms),
+               (norm.FUSED_DOMAIN, norm.FUSED_OP), norm.fuse_norms, explains=True),
 )
 
 

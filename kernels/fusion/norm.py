@@ -25,6 +25,7 @@ from ..node import NodeInfo
 from ..support import why_not
 from ..target import Target
 from ._graph import consumers_of
+from ._rules import FusionMiss
 from .siblings import bias_matmul
 
 FUSED_DOMAIN, FUSED_OP = "npu", "NormMatMul"
@@ -57,41 +58,65 @@ def _level(nd: NodeInfo) -> int:
     return int(nd.attr("accuracy_level", 0)) if nd.key == ("com.microsoft", "MatMulNBits") else 0
 
 
-def _norm_ok(nd: NodeInfo, users: dict[str, list[int]]) -> bool:
-    if nd.key not in _NORMS:
-        return False
+def _norm_problem(nd: NodeInfo, users: dict[str, list[int]]) -> str | None:
+    """Why the norm ``nd`` cannot lead a fused node, or None."""
     x = nd.input(0)
     if x is None or x.dtype is None or x.dtype.name != "float32" or x.shape is None:
-        return False
+        return f"input '{x.name if x is not None else ''}' is not float32 of a known shape"
     skip = nd.op_type == "SkipSimplifiedLayerNormalization"
     if not skip and int(nd.attr("axis", -1)) not in (-1, len(x.shape) - 1):
-        return False
+        return f"axis {nd.attr('axis')} is not the last axis of rank {len(x.shape)}"
     consts = (2, 3) if skip else (1,)
     if any(nd.input(i) is not None and nd.input(i).value is None for i in consts) or nd.input(consts[0]) is None:
-        return False
+        return "gamma (or bias) is not a constant"
     stats = nd.outputs[1:3] if skip else nd.outputs[1:2]
-    return all(v.missing or (not v.is_graph_output and not users.get(v.name)) for v in stats)
+    used = [v.name for v in stats if not (v.missing or (not v.is_graph_output and not users.get(v.name)))]
+    return f"its statistics output(s) {used} are read" if used else None
 
 
-def fuse_norms(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
-    """Return the node list with foldable norm -> matmul pairs merged into ``npu::NormMatMul``."""
+def _consumer_problem(mm: NodeInfo, y: str) -> str | None:
+    """Why the normalized output's one reader ``mm`` cannot take the norm as its prologue, or None."""
+    if mm.inputs[0].name != y or any(v.name == y for v in mm.inputs[1:]):
+        return f"{mm.op_type} '{mm.name}' reads '{y}' other than as its input A alone"
+    if not _foldable_consumer(mm):
+        return (f"{mm.op_type} '{mm.name}' is no float MatMul with a constant 2-D B (plain or with a bias), plain "
+                "MatMulNBits (no g_idx) or group of them (a SwiGLU group at accuracy_level 4 stays unfused)")
+    return None
+
+
+def fuse_norms(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
+    """Return the node list with foldable norm -> matmul pairs merged into ``npu::NormMatMul``; each norm that
+    stays goes to ``misses`` with the reason."""
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
     users = consumers_of(nodes)
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
+    def miss(nd: NodeInfo, reason: str) -> None:
+        if misses is not None:
+            misses.append(FusionMiss("norm", nd.name, nd.op_type, f"norm: {nd.op_type} '{nd.name}': {reason}"))
+
     for i, nd in enumerate(nodes):
-        if not _norm_ok(nd, users):
+        if nd.key not in _NORMS:
+            continue
+        if (problem := _norm_problem(nd, users)) is not None:
+            miss(nd, problem)
             continue
         y = nd.outputs[0]
         # a Shape of the normalized tensor is the Shape of the norm's input (exporters read it for the Reshape that
         # splits heads): it moves there rather than keep the tensor alive
         shapes = [j for j in users.get(y.name, []) if nodes[j].key == ("", "Shape")]
         readers = [j for j in users.get(y.name, []) if j not in shapes]
-        if y.is_graph_output or len(readers) != 1 or readers[0] in absorbed or readers[0] in replace:
+        if y.is_graph_output or len(readers) != 1:
+            miss(nd, f"output '{y.name}' is a graph output" if y.is_graph_output else
+                 f"output '{y.name}' has {len(readers)} readers besides Shape, not one")
             continue
         mm = nodes[readers[0]]
-        if mm.inputs[0].name != y.name or any(v.name == y.name for v in mm.inputs[1:]) or not _foldable_consumer(mm):
+        if readers[0] in absorbed or readers[0] in replace:
+            miss(nd, f"its reader {mm.op_type} '{mm.name}' is already fused with another norm")
+            continue
+        if (problem := _consumer_problem(mm, y.name)) is not None:
+            miss(nd, problem)
             continue
         skip = nd.op_type == "SkipSimplifiedLayerNormalization"
         outputs = tuple(mm.outputs) + ((nd.outputs[3],) if skip and len(nd.outputs) > 3 and not nd.outputs[3].missing
@@ -103,7 +128,8 @@ def fuse_norms(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
             attrs={"norm": nd, "matmul": mm, "n_norm_inputs": len(norm_inputs),
                    "fused_nodes": [nd.name, *mm.attrs.get("fused_nodes", [mm.name])]},
             since_version=nd.since_version)
-        if why_not(fused, target) is not None:
+        if (why := why_not(fused, target)) is not None:
+            miss(nd, f"the target rejects {why}")
             continue
         replace[i] = fused
         absorbed.add(readers[0])

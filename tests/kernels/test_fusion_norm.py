@@ -115,3 +115,17 @@ def test_target_without_the_rule_keeps_the_norm():
     raw["ops"] = {k: v for k, v in REF.raw["ops"].items() if k != "npu::NormMatMul"}
     ops = [nd.op_type for nd in fuse_norms(nodes_from_model(_model()), Target.from_dict(raw))]
     assert ops == ["SimplifiedLayerNormalization", "MatMulNBits"]
+
+
+@pytest.mark.parametrize("kwargs,reason", [
+    (dict(extra_reader=True), "norm: SimplifiedLayerNormalization 'norm': output 'y' has 2 readers besides Shape, "
+                              "not one"),
+    (dict(stats_used=True), "norm: SimplifiedLayerNormalization 'norm': its statistics output(s) ['inv'] are read"),
+    (dict(skip=True, stats_used=True), "norm: SkipSimplifiedLayerNormalization 'norm': its statistics output(s) "
+                                       "['inv'] are read")])
+def test_a_norm_left_alone_says_why(kwargs, reason):
+    """The pass's candidate (the norm) that does not fold leaves a FusionMiss with the reason
+    (npu-report --explain-fusions)."""
+    misses = []
+    fuse_norms(fuse_siblings(nodes_from_model(_model(**kwargs)), REF), REF, misses)
+    assert [(m.fusion, m.node, m.reason) for m in misses] == [("norm", "norm", reason)]
