@@ -59,7 +59,7 @@ PASSES: tuple[FusionPass, ...] = (
     FusionPass("epilogue", "MatMul | Gemm | MatMulNBits | MatMulIntegerToFloat -> [bias Add] -> [Relu] -> "
                "[QuantizeLinear]", (epilogue.FUSED_DOMAIN, epilogue.FUSED_OP), epilogue.fuse, explains=True),
     FusionPass("siblings", "matmuls with constant weights reading the same A, and a SwiGLU tail on {gate, up}",
-               (siblings.GROUP_DOMAIN, siblings.GROUP_OP), siblings.fuse_siblings),
+               (siblings.GROUP_DOMAIN, siblings.GROUP_OP), siblings.fuse_siblings, explains=True),
     FusionPass("rms", "Pow(x, 2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(1, .) | Reciprocal -> "
                "Mul(x, .) -> Mul(gamma, .): an RMS norm written out op by op", (rms.FUSED_DOMAIN, rms.FUSED_OP),
                rms.fuse_rms, explains=True),

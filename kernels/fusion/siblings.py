@@ -27,6 +27,7 @@ from ..node import NodeInfo
 from ..support import why_not
 from ..target import Target
 from ._graph import consumers_of
+from ._rules import FusionMiss
 
 GROUP_DOMAIN, GROUP_OP = "npu", "MatMulGroup"
 _NBITS = ("com.microsoft", "MatMulNBits")
@@ -108,8 +109,35 @@ def _group_node(members: list[NodeInfo], outputs: tuple, absorbed: list[NodeInfo
         since_version=first.since_version)
 
 
-def fuse_siblings(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
-    """Return the node list with sibling matmul groups (and their SwiGLU tails) merged into ``npu::MatMulGroup``."""
+def _no_member_reason(nd: NodeInfo) -> str:
+    """Why the matmul ``nd`` cannot join any group (``_member_key`` is None)."""
+    a = nd.input(0)
+    if a is None or a.is_constant:
+        return "its A is a constant"
+    if nd.key == _NBITS:
+        if nd.input(4) is not None:
+            return "it has an act-order g_idx (its kernel permutes A's columns)"
+        return "its weights, scales or zero points are not constants"
+    return "its B is not a constant 2-D matrix"
+
+
+def _lone_reason(nd: NodeInfo, key: tuple, keys: dict[tuple, list[int]], nodes: list[NodeInfo]) -> str:
+    """Why the matmul ``nd`` (member key ``key``) has no sibling."""
+    others = [nodes[j].name for k, idx in keys.items() if k != key and k[1] == key[1] for j in idx]
+    if others:
+        return (f"the other matmuls reading A '{key[1]}' ({', '.join(others)}) differ in kind, K, block_size, "
+                "accuracy_level or bits")
+    return f"no other matmul with constant weights reads its A '{key[1]}' (each reads a different activation)"
+
+
+def _miss(misses: list[FusionMiss] | None, nd: NodeInfo, reason: str) -> None:
+    if misses is not None:
+        misses.append(FusionMiss("siblings", nd.name, nd.op_type, f"siblings: {nd.op_type} '{nd.name}': {reason}"))
+
+
+def fuse_siblings(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
+    """Return the node list with sibling matmul groups (and their SwiGLU tails) merged into ``npu::MatMulGroup``;
+    each matmul left out of every group goes to ``misses`` with the reason."""
     if target.rule(GROUP_DOMAIN, GROUP_OP) is None:
         return nodes
     groups: dict[tuple, list[int]] = {}
@@ -117,11 +145,15 @@ def fuse_siblings(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
         key = _member_key(nd)
         if key is not None and why_not(nd, target) is None:
             groups.setdefault(key, []).append(i)
+        elif misses is not None and (nd.key in (_NBITS, _MATMUL) or bias_matmul(nd)):
+            _miss(misses, nd, _no_member_reason(nd) if key is None else "the target does not run it")
     users = consumers_of(nodes)
     replace: dict[int, NodeInfo] = {}
     absorbed: set[int] = set()
-    for idx in groups.values():
+    for key, idx in groups.items():
         if len(idx) < 2:
+            if misses is not None:
+                _miss(misses, nodes[idx[0]], _lone_reason(nodes[idx[0]], key, groups, nodes))
             continue
         members = [nodes[i] for i in idx]
         tail = None
@@ -137,7 +169,9 @@ def fuse_siblings(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
         else:
             tail_idx = []
             node = _group_node(members, tuple(m.outputs[0] for m in members), [], {})
-        if why_not(node, target) is not None:
+        if (why := why_not(node, target)) is not None:
+            for m in members:
+                _miss(misses, m, f"the target rejects the group of {len(members)}: {why}")
             continue
         replace[idx[0]] = node
         absorbed.update(idx[1:], tail_idx)

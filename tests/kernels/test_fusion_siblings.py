@@ -133,6 +133,20 @@ def test_near_misses_stay_unfused():
     _check_on_npu(model)
 
 
+@pytest.mark.parametrize("kwargs,reason", [
+    (dict(second_input=True), "siblings: MatMulNBits 'p2': no other matmul with constant weights reads its A 'x2' "
+                              "(each reads a different activation)"),
+    (dict(blocks=(32, 32, 16)), "siblings: MatMulNBits 'p2': the other matmuls reading A 'x' (p0, p1) differ in "
+                                "kind, K, block_size, accuracy_level or bits")])
+def test_a_matmul_left_out_of_every_group_says_why(kwargs, reason):
+    """The pass's candidate (a matmul) that joins no group leaves a FusionMiss with the reason
+    (npu-report --explain-fusions); the two that agree still group."""
+    misses = []
+    fused = fuse_siblings(nodes_from_model(_qkv_model(**kwargs)), REF, misses)
+    assert [nd.op_type for nd in fused] == ["MatMulGroup", "MatMulNBits", "Concat"]
+    assert [(m.fusion, m.node, m.reason) for m in misses] == [("siblings", "p2", reason)]
+
+
 def test_target_decides():
     raw = dict(REF.raw)
     raw["fusion"] = {"epilogues": ["bias", "relu", "quantize"]}
