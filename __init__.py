@@ -7,10 +7,8 @@
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import os
 import sys
-import threading
 
 
 def _unshadow() -> None:
@@ -25,58 +23,9 @@ _unshadow()
 
 from ._version import __version__ as __version__  # noqa: E402 - after the path is clean
 
-_EP_NAME = "NpuEP"
-_lock = threading.Lock()
-_registered = False
+from .ep.registration import get_ep_name, get_library_path, get_plugin_library_path, register  # noqa: E402
 
-
-def get_ep_name() -> str:
-    """The name to put in ``providers=[...]`` (ORT plugin packaging convention)."""
-    return _EP_NAME
-
-
-def get_library_path() -> str:
-    """Absolute path of the built plugin library (also importable as ``npu_ep.ep._native``)."""
-    spec = importlib.util.find_spec("npu_ep.ep._native")
-    if spec is None or not spec.origin:
-        raise ImportError("NpuEP's native plugin library is not built: run `pip install -e .` (or `pip install .`) "
-                          "in the repository; see README.md")
-    return os.path.realpath(spec.origin)
-
-
-def get_plugin_library_path() -> str:
-    """Absolute path of the library for hosts without Python (C, C++, C#, Java, Node: README.md, "Any host"). It
-    starts the interpreter of the environment NpuEP is installed in and forwards to ``get_library_path()``'s."""
-    path = os.path.join(os.path.dirname(get_library_path()), "libnpu_ep_plugin.so")
-    if not os.path.isfile(path):
-        raise ImportError(f"NpuEP's plugin loader {path} is not built: reinstall npu-ep (see README.md)")
-    return path
-
-
-def _embedded_in_foreign_host() -> bool:
-    """Whether this interpreter was started by the plugin loader for a non-Python ONNX Runtime host: then that host's
-    runtime already has the plugin, and the onnxruntime Python package's runtime is a different one."""
-    if importlib.util.find_spec("npu_ep.ep._native") is None:
-        return False
-    from .kernels.runtime import extension
-
-    return bool(getattr(extension(), "embedded_host", lambda: False)())
-
-
-def register() -> None:
-    """Register the plugin with ONNX Runtime; idempotent, and fine if the user already registered it."""
-    global _registered
-    with _lock:
-        if _registered or _embedded_in_foreign_host():
-            return
-        import onnxruntime as ort
-
-        try:
-            ort.register_execution_provider_library(_EP_NAME, get_library_path())
-        except Exception as exc:  # ORT refuses a second registration under the same name
-            if "already registered" not in str(exc):
-                raise
-        _registered = True
+__all__ = ["__version__", "get_ep_name", "get_library_path", "get_plugin_library_path", "register", "report"]
 
 
 def report(model_or_session, **kwargs):

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from .registration import get_ep_name
+
 MEMORY_KEY = "npu_ep.memory"  # OrtEpDevice metadata: "host" or "npu"
 NPU_MEMORY_SUFFIX = "NpuMemory"  # the NPU-memory device's ep_name: the EP's registered name + this (factory.cc)
 NPU_VENDOR_ID = 0x4E50  # NpuEP's vendor id ("NP"), as in its OrtMemoryInfo and OrtEpFactory::GetVendorId
@@ -39,11 +41,9 @@ SHARED_KEY = 0  # counters of the environment's shared NPU allocator (values cre
 
 def npu_ep_device(memory: str = "npu") -> Any:
     """NpuEP's OrtEpDevice whose partition memory is ``memory`` ("npu" or "host")."""
-    import npu_ep
-
     if memory not in ("npu", "host"):
         raise ValueError(f"NpuEP device memory {memory!r}: expected 'npu' or 'host'")
-    name = npu_ep.get_ep_name() + (NPU_MEMORY_SUFFIX if memory == "npu" else "")
+    name = get_ep_name() + (NPU_MEMORY_SUFFIX if memory == "npu" else "")
     for device in ort.get_ep_devices():
         if device.ep_name == name and device.ep_metadata.get(MEMORY_KEY) == memory:
             return device

@@ -47,7 +47,9 @@ def run_case(case: Case, report_cpu: Callable[[dict], None] = lambda _: None) ->
 
 def _serve(conn) -> None:
     """A worker: classes the cases it receives until it receives None."""
-    import npu_ep  # noqa: F401 - registers the plugin once per worker
+    from ..ep.registration import register
+
+    register()  # once per worker process (a no-op where the package's import already did it)
 
     while (case := conn.recv()) is not None:
         outcome = run_case(case, lambda cpu: conn.send(("cpu", cpu)))

@@ -14,6 +14,8 @@ Classes (``Outcome.kind``):
 
 from __future__ import annotations
 
+from ..ep.registration import get_ep_name
+
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -63,7 +65,6 @@ def classify(case: Case, cpu_outputs: list[list[Any]] | None, cpu_error: str) ->
     (``cpu_outputs`` None: the CPU EP failed to run with ``cpu_error``)."""
     import onnxruntime as ort
 
-    import npu_ep
 
     cpu_matches = None if cpu_outputs is None else all(
         _mismatch(want, got, case.rtol, case.atol) is None for (_, want), got in zip(case.data_sets, cpu_outputs))
@@ -71,11 +72,11 @@ def classify(case: Case, cpu_outputs: list[list[Any]] | None, cpu_error: str) ->
     failed_kind = "npu_error" if cpu_outputs is not None else "both_fail"
     try:
         sess = ort.InferenceSession(case.model, sess_options=_options(case, record=True),
-                                    providers=[(npu_ep.get_ep_name(), {"cache_dir": "", "log_level": "error"}),
+                                    providers=[(get_ep_name(), {"cache_dir": "", "log_level": "error"}),
                                                "CPUExecutionProvider"],
                                     enable_fallback=0)
         where = [sg.ep_name for sg in sess.get_provider_graph_assignment_info() for _ in sg.get_nodes()]
-        outcome.nodes, outcome.npu_nodes = len(where), where.count(npu_ep.get_ep_name())
+        outcome.nodes, outcome.npu_nodes = len(where), where.count(get_ep_name())
         npu_outputs = [run(sess, inputs) for inputs, _ in case.data_sets]
     except Exception as exc:  # noqa: BLE001 - NpuEP's failure is the outcome this case reports
         outcome.kind, outcome.message = failed_kind, _message(exc)

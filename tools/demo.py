@@ -10,6 +10,9 @@ record) and writes the HTML report when ``npu_ep.tools.report`` is present. A fe
 
 from __future__ import annotations
 
+from ..ep.registration import get_ep_name
+from .report.build import build_report
+
 import argparse
 import importlib.util
 import tempfile
@@ -42,13 +45,12 @@ def rewrite_available(src: Path, dst: Path, passes: Sequence[str] = DEMO_PASSES)
 
 def coverage(session) -> tuple[int, int]:
     """(nodes on NpuEP, total nodes) from ORT's graph assignment record."""
-    import npu_ep
 
     on, total = 0, 0
     for sg in session.get_provider_graph_assignment_info():
         n = len(sg.get_nodes())
         total += n
-        if sg.ep_name == npu_ep.get_ep_name():
+        if sg.ep_name == get_ep_name():
             on += n
     return on, total
 
@@ -96,10 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("[4/4] HTML report skipped: npu_ep.tools.report is not available")
     else:
         try:
-            import npu_ep
             from .report.html import write_html
 
-            doc = npu_ep.report(npu.session, model=str(dst))
+            doc = build_report(npu.session, model=str(dst))
             html = out / "report.html"
             write_html(doc, html)
             print(f"[4/4] HTML report: {html}")

@@ -99,12 +99,11 @@ def check() -> dict:
     import numpy as np
     import onnxruntime as ort
 
-    import npu_ep
     from npu_ep.models.tiny_llama import build_tiny_llama
     from npu_ep.tools.demo import rewrite_available
     from npu_ep.tools.generation import Generator
 
-    out: dict = {"onnxruntime": ort.__version__, "npu_ep": npu_ep.__file__}
+    out: dict = {"onnxruntime": ort.__version__, "npu_ep": str(Path(__file__).resolve().parents[1] / "__init__.py")}
     for dist in ("onnx", "onnxscript", "onnx-ir", "numpy"):
         from importlib.metadata import version
 

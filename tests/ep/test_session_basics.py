@@ -42,8 +42,7 @@ def test_register_is_idempotent_even_after_user_registration():
     npu_ep.register()
     with pytest.raises(Exception):  # noqa: B017 - ORT itself refuses a second registration under the same name...
         ort.register_execution_provider_library("NpuEP", npu_ep.get_library_path())
-    npu_ep._registered = False  # ...but ours tolerates it (the user registered first)
-    npu_ep.register()
+    npu_ep.register(force=True)  # ...but ours tolerates it (the user registered first)
     assert "NpuEP" in [d.ep_name for d in ort.get_ep_devices()]
 
 

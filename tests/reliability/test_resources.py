@@ -74,8 +74,7 @@ except Exception as e:
     print("old session refused:", str(e).splitlines()[0])
 del s
 import gc; gc.collect()
-npu_ep._registered = False
-npu_ep.register()
+npu_ep.register(force=True)
 s2 = npu_session(MODEL)
 assert assignment(s2)["mm"] == "NpuEP"
 assert np.array_equal(s2.run(None, {"x": X})[0], ref)

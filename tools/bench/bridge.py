@@ -9,6 +9,8 @@ Usage: ``python -m npu_ep.tools.bench.bridge [--runs N]``. Target: bridge < 5 us
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import statistics
 import time
@@ -17,7 +19,6 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-import npu_ep
 from npu_ep.kernels.runtime import extension
 
 
@@ -47,7 +48,7 @@ def measure(runs: int = 2000) -> dict[str, float]:
     feeds = {"x": np.arange(4, dtype=np.float32).reshape(1, 4) - 2}
     so = ort.SessionOptions()
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    npu = ort.InferenceSession(model, so, providers=[(npu_ep.get_ep_name(), {"cache_dir": ""})], enable_fallback=0)
+    npu = ort.InferenceSession(model, so, providers=[(get_ep_name(), {"cache_dir": ""})], enable_fallback=0)
     assert {sg.ep_name for sg in npu.get_provider_graph_assignment_info()} == {"NpuEP"}, "NpuEP did not take Relu"
     cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     t_cpu = _median_run_us(cpu, feeds, runs)

@@ -16,6 +16,8 @@ entries' first calls and is not timed.
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import json
 import statistics
@@ -30,13 +32,12 @@ def measure(model: str, run: str, prompt_len: int, chunk: int, new_tokens: int) 
     """One run (``RUNS``) in this process: TTFT of a timed generation after a warm-up one, waste, tokens."""
     import numpy as np
 
-    import npu_ep
 
     from ..generation import DEFAULT_BUCKETS, Generator
     from .llm_1b import CONFIG
 
     npu = run.startswith("NpuEP")
-    providers = ([(npu_ep.get_ep_name(), {"cache_dir": ""}), "CPUExecutionProvider"] if npu
+    providers = ([(get_ep_name(), {"cache_dir": ""}), "CPUExecutionProvider"] if npu
                  else ["CPUExecutionProvider"])
     chunked = run == "NpuEP chunked"
     buckets = DEFAULT_BUCKETS if chunked else (prompt_len,)

@@ -10,6 +10,8 @@ compiler time. Usage: ``python -m npu_ep.tools.bench.context [--layers 4] [--com
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import dataclasses
 import statistics
@@ -19,7 +21,6 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-import npu_ep
 from npu_ep.kernels import registry
 from npu_ep.models.tiny_llama import LlamaConfig, build_tiny_llama
 
@@ -29,7 +30,7 @@ def _create(model: str, options: dict, **config: str) -> float:
     for k, v in config.items():
         so.add_session_config_entry(k, v)
     t0 = time.perf_counter()
-    ort.InferenceSession(model, so, providers=[(npu_ep.get_ep_name(), options), "CPUExecutionProvider"],
+    ort.InferenceSession(model, so, providers=[(get_ep_name(), options), "CPUExecutionProvider"],
                          enable_fallback=0)
     return time.perf_counter() - t0
 

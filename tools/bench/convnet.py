@@ -20,6 +20,8 @@ with no node on NpuEP is an error: ORT would silently have run it on the CPU).
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import logging
 import os
@@ -118,7 +120,6 @@ def npu_session(path: str, kernels: str, host_threads: int | None = None, no_spi
                 ) -> tuple[ort.InferenceSession, float, int]:
     """A NpuEP session (CPU EP behind it for what NpuEP declines), the fraction of nodes ORT assigned to NpuEP,
     and NpuEP's partition count."""
-    import npu_ep
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -129,13 +130,13 @@ def npu_session(path: str, kernels: str, host_threads: int | None = None, no_spi
     if host_threads is not None:
         options["host_threads"] = str(host_threads)
     sess = ort.InferenceSession(path, so, enable_fallback=0,
-                                providers=[(npu_ep.get_ep_name(), options), "CPUExecutionProvider"])
+                                providers=[(get_ep_name(), options), "CPUExecutionProvider"])
     counts: dict[str, int] = {}
     parts = 0
     for sg in sess.get_provider_graph_assignment_info():
         counts[sg.ep_name] = counts.get(sg.ep_name, 0) + len(sg.get_nodes())
-        parts += sg.ep_name == npu_ep.get_ep_name()
-    on_npu = counts.get(npu_ep.get_ep_name(), 0)
+        parts += sg.ep_name == get_ep_name()
+    on_npu = counts.get(get_ep_name(), 0)
     if not on_npu:
         raise RuntimeError(f"{path}: ORT assigned no node to NpuEP ({counts})")
     return sess, on_npu / sum(counts.values()), parts

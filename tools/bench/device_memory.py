@@ -13,6 +13,8 @@ NPU device's copies per run (count, bytes, emulated DMA us from the target's DMA
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import statistics
 from collections.abc import Callable
@@ -21,7 +23,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-import npu_ep
 from npu_ep.ep.device_memory import add_npu_ep, device_counters
 from npu_ep.ep.sessions import tag_session_options
 
@@ -40,7 +41,7 @@ def session(model: onnx.ModelProto, ep: str) -> ort.InferenceSession:
     tag_session_options(so)
     add_npu_ep(so, {"cache_dir": "", "log_level": "error"}, memory=ep)
     sess = ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0)
-    if not any(sg.ep_name == npu_ep.get_ep_name() for sg in sess.get_provider_graph_assignment_info()):
+    if not any(sg.ep_name == get_ep_name() for sg in sess.get_provider_graph_assignment_info()):
         raise RuntimeError(f"NpuEP ({ep} memory) took no node of {model.graph.name}")
     return sess
 

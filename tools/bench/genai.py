@@ -9,6 +9,8 @@ worker threads stop spinning, and the medians are printed.
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name, get_library_path
+
 import argparse
 import statistics
 import tempfile
@@ -50,8 +52,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import onnxruntime_genai as og
 
-    import npu_ep
-
     with tempfile.TemporaryDirectory(prefix="npu_bench_genai_") as tmp:
         folder = args.folder
         if folder is None:
@@ -60,12 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = GenaiLlamaConfig(hidden=args.hidden, intermediate=2 * args.hidden, layers=args.layers,
                                    extra_options=tuple(args.extra_options))
             folder = build_genai_llama(Path(tmp) / "tiny_llama", cfg)
-        return _bench(og, npu_ep, folder, args)
+        return _bench(og, folder, args)
 
 
-def _bench(og, npu_ep, folder, args) -> int:
+def _bench(og, folder, args) -> int:
     try:
-        og.register_execution_provider_library(npu_ep.get_ep_name(), npu_ep.get_library_path())
+        og.register_execution_provider_library(get_ep_name(), get_library_path())
     except RuntimeError as exc:  # genai takes one registration per process
         if "already registered" not in str(exc):
             raise
@@ -74,7 +74,7 @@ def _bench(og, npu_ep, folder, args) -> int:
         cfg = og.Config(str(folder))
         cfg.clear_providers()
         if name == "NpuEP":
-            cfg.append_provider(npu_ep.get_ep_name())
+            cfg.append_provider(get_ep_name())
         models[name] = og.Model(cfg)
     tokens = {name: _run(og, m, args.new_tokens)[0] for name, m in models.items()}  # warm-up
     ttft: dict[str, list[float]] = {n: [] for n in models}

@@ -11,6 +11,8 @@ against the CPU EP session on the same feeds. The presents come from the node's 
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import functools
 import statistics
@@ -81,12 +83,11 @@ def _session(model: onnx.ModelProto, kernels: str | None) -> ort.InferenceSessio
     so.log_severity_level = 3  # ORT's schema assumes a shared KV buffer and warns that present grew to P + S
     if kernels is None:
         return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    import npu_ep
 
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     sess = ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0, providers=[
-        (npu_ep.get_ep_name(), {"target": "npu-ref", "cache_dir": "", "kernels": kernels})])
-    if {sg.ep_name for sg in sess.get_provider_graph_assignment_info()} != {npu_ep.get_ep_name()}:
+        (get_ep_name(), {"target": "npu-ref", "cache_dir": "", "kernels": kernels})])
+    if {sg.ep_name for sg in sess.get_provider_graph_assignment_info()} != {get_ep_name()}:
         raise RuntimeError("NpuEP did not take the GroupQueryAttention node")
     return sess
 

@@ -66,11 +66,9 @@ _IMPORTS = "import npu_ep.tools.npu_rewrite, npu_ep.rewriter.int4"
 
 def _env() -> dict[str, str]:
     """The children import this checkout's ``npu_ep`` whatever the working directory."""
-    import npu_ep
-
     env = dict(os.environ)
-    pkg_parent = str(pathlib.Path(npu_ep.__file__).resolve().parent.parent)
-    link_parent = str(pathlib.Path(npu_ep.__file__).parent.parent)
+    pkg_parent = str(pathlib.Path(__file__).resolve().parents[3])  # tools/bench/int4.py in the npu_ep folder
+    link_parent = str(pathlib.Path(__file__).parents[3])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (link_parent, pkg_parent, env.get("PYTHONPATH", "")) if p)
     return env
 

@@ -16,6 +16,8 @@ Planner quality: roofline_cycles(macs, compulsory DMA bytes) / plan cycles (targ
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import gc
 import statistics
@@ -108,7 +110,6 @@ def _alternating(fns: dict, reps: int, rounds: int = 4) -> dict:
 
 
 def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
-    import npu_ep
 
     from ...ep.sessions import tag_session_options
 
@@ -117,9 +118,9 @@ def _npu_session(model: onnx.ModelProto, target: str) -> ort.InferenceSession:
     so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     sess = ort.InferenceSession(model.SerializeToString(), so, enable_fallback=0,
-                                providers=[(npu_ep.get_ep_name(), {"target": target, "cache_dir": ""})])
+                                providers=[(get_ep_name(), {"target": target, "cache_dir": ""})])
     eps = {sg.ep_name for sg in sess.get_provider_graph_assignment_info()}
-    if eps != {npu_ep.get_ep_name()}:
+    if eps != {get_ep_name()}:
         raise RuntimeError(f"NpuEP did not take the whole single-op model (assignment: {eps})")
     return sess
 

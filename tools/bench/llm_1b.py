@@ -20,6 +20,8 @@ the measured copy bandwidth, divided by the inter-token time; aim >= 0.7).
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import json
 import os
@@ -95,7 +97,6 @@ def prime(model: str) -> None:
     them."""
     import onnxruntime as ort
 
-    import npu_ep
 
     ctx = _ctx_path(model)
     for stale in (Path(ctx), *Path(ctx).parent.glob(Path(ctx).stem + "_*.npuctx")):  # this bench's own files
@@ -107,7 +108,7 @@ def prime(model: str) -> None:
         so.log_severity_level = 3
         for k, v in config.items():
             so.add_session_config_entry(k, v)
-        ort.InferenceSession(model, so, providers=[(npu_ep.get_ep_name(), options), "CPUExecutionProvider"],
+        ort.InferenceSession(model, so, providers=[(get_ep_name(), options), "CPUExecutionProvider"],
                              enable_fallback=0)
 
 
@@ -117,7 +118,6 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int, ttft_runs: in
     import numpy as np
     import onnxruntime as ort
 
-    import npu_ep
 
     from ..demo import coverage
     from ..generation import Generator
@@ -127,7 +127,7 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int, ttft_runs: in
     so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     options = {"cache_dir": _cache_dir(model) if ep == "NpuEP warm cache" else ""}
-    providers = ([(npu_ep.get_ep_name(), options), "CPUExecutionProvider"] if ep in NPU_MODES
+    providers = ([(get_ep_name(), options), "CPUExecutionProvider"] if ep in NPU_MODES
                  else ["CPUExecutionProvider"])
     if ep == "NpuEP warm EPContext":
         model = _ctx_path(model)

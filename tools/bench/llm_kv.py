@@ -27,6 +27,8 @@ step sees the CPU EP's context; per step its top-1 against the CPU EP's, and the
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import os
 import statistics
 import time
@@ -40,11 +42,10 @@ TARGET_CPU = 1.0  # issue 41: inter-token with KV resident <= 1.0x the CPU EP's 
 
 
 def _generators(model: str, capacity: int, npu_options: dict[str, str]) -> dict[str, Any]:
-    import npu_ep
 
     from ..generation import Generator
 
-    npu = [(npu_ep.get_ep_name(), {"cache_dir": "", **npu_options}), "CPUExecutionProvider"]
+    npu = [(get_ep_name(), {"cache_dir": "", **npu_options}), "CPUExecutionProvider"]
     return {"NpuEP resident NPU memory": Generator(model, providers=npu, max_kv_len=capacity, kv_in_place=True,
                                                    kv_memory="npu", ort_log_level=3),
             "NpuEP resident": Generator(model, providers=npu, max_kv_len=capacity, kv_in_place=True,

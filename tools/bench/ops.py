@@ -24,6 +24,8 @@ of ``timing.SETTLE_S`` would add 13 minutes over the table).
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import dataclasses
 import gc
@@ -83,7 +85,6 @@ class Timing:
 
 def npu_session(case: Case) -> ort.InferenceSession:
     """NpuEP first with default options (on-disk cache off), the CPU EP behind it for what NpuEP declines."""
-    import npu_ep
 
     from ...ep.sessions import tag_session_options
 
@@ -92,7 +93,7 @@ def npu_session(case: Case) -> ort.InferenceSession:
     so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     return ort.InferenceSession(case.model.SerializeToString(), so, enable_fallback=0,
-                                providers=[(npu_ep.get_ep_name(), {"cache_dir": ""}), "CPUExecutionProvider"])
+                                providers=[(get_ep_name(), {"cache_dir": ""}), "CPUExecutionProvider"])
 
 
 def cpu_session(case: Case) -> ort.InferenceSession:
@@ -109,13 +110,12 @@ def _ep_session(sess: ort.InferenceSession):
 
 def placement(sess: ort.InferenceSession) -> tuple[int, int, str]:
     """(nodes on NpuEP, nodes in the optimized graph, the first decline reason NpuEP gave or "")."""
-    import npu_ep
 
     on = total = 0
     for sg in sess.get_provider_graph_assignment_info():
         n = len(sg.get_nodes())
         total += n
-        on += n if sg.ep_name == npu_ep.get_ep_name() else 0
+        on += n if sg.ep_name == get_ep_name() else 0
     reasons = [d.reason for _, cap in _ep_session(sess).capabilities for d in cap.declined if d.reason]
     return on, total, reasons[0] if reasons else ""
 

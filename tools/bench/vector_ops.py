@@ -12,6 +12,8 @@ medians, their ratio (NpuEP / CPU EP) with its spread over the blocks, and the l
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import argparse
 import statistics
 
@@ -19,7 +21,6 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from ... import get_ep_name
 from .timing import alternating_blocks, block_ratios, medians
 
 CASES: dict[str, tuple[str, list[int], dict]] = {

@@ -22,6 +22,8 @@ step feeds the C slots and copies the new rows out of a fresh present.
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import dataclasses
 import os
 import time
@@ -46,9 +48,8 @@ DEFAULT_IO = IoNames()
 
 
 def default_providers() -> list:
-    import npu_ep
 
-    return [(npu_ep.get_ep_name(), {}), "CPUExecutionProvider"]
+    return [(get_ep_name(), {}), "CPUExecutionProvider"]
 
 
 @dataclasses.dataclass
@@ -213,18 +214,16 @@ class Generator:
     def _npu_memory_session(self, so: ort.SessionOptions) -> None:
         """Put NpuEP on its "npu" device (``ep.device_memory``) in ``so``, with the options ``providers`` gave it;
         ORT then adds the CPU EP itself. Returns the providers argument for such a session (None)."""
-        import npu_ep
 
         from ...ep.device_memory import add_npu_ep
 
-        options = next((p[1] for p in self.providers if isinstance(p, tuple) and p[0] == npu_ep.get_ep_name()), {})
+        options = next((p[1] for p in self.providers if isinstance(p, tuple) and p[0] == get_ep_name()), {})
         add_npu_ep(so, options)
 
     @property
     def uses_npu(self) -> bool:
-        import npu_ep
 
-        return any((p[0] if isinstance(p, tuple) else p) == npu_ep.get_ep_name() for p in self.providers)
+        return any((p[0] if isinstance(p, tuple) else p) == get_ep_name() for p in self.providers)
 
     def _in_place(self, asked: bool | None) -> bool:
         """Whether steps bind past and present to one resident buffer (``resident``): asked, or by default on

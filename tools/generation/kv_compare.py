@@ -13,6 +13,8 @@ layer's keys and values).
 
 from __future__ import annotations
 
+from ...ep.registration import get_ep_name
+
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -57,7 +59,6 @@ def effect(fmt: str, forced, free, base, n_layers: int, kv_heads: int, head_dim:
 def compare_kv_formats(model, prompt: Sequence[int], max_new_tokens: int, formats: Sequence[str], *,
                        npu_options: dict[str, str] | None = None, **generator_args: Any) -> list[KvFormatEffect]:
     """float32 KV first, then each of ``formats``, one NpuEP session each (see the module docstring)."""
-    import npu_ep
 
     from ...kernels.target import KV_CACHE_DTYPES
     from .generator import Generator
@@ -70,7 +71,7 @@ def compare_kv_formats(model, prompt: Sequence[int], max_new_tokens: int, format
     info = None
     for fmt in [BASELINE, *[f for f in formats if f != BASELINE]]:
         options = {**(npu_options or {}), "kv_cache_dtype": fmt}
-        gen = Generator(model, providers=[(npu_ep.get_ep_name(), options), "CPUExecutionProvider"],
+        gen = Generator(model, providers=[(get_ep_name(), options), "CPUExecutionProvider"],
                         **generator_args)
         info = gen.info
         if info.layouts is None or any(x is not KvLayout.VALID_PREFIX for x in info.layouts):
