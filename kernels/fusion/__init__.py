@@ -49,7 +49,7 @@ PASSES: tuple[FusionPass, ...] = (
                conv_bn.fuse_conv_bn, explains=True),
     FusionPass("conv_tail", "float Conv -> scalar Mul | Add | Sub | Div | Clip | Relu | Max | Min links, LeakyRelu, "
                "PRelu of one slope, Erf, Gelu, Pow by 3, and x * f(x) diamonds (PP-LCNetV3 affine + hard-swish tails, "
-               "exact GELU)", ("", "Conv"), conv_tail.fuse_conv_tails),
+               "exact GELU)", ("", "Conv"), conv_tail.fuse_conv_tails, explains=True),
     FusionPass("attention", "float MatMul(Q, K^T) -> [Mul | Div by a scalar constant] -> [Add(mask)] -> Softmax "
                "(last axis) -> MatMul(., V), as exporters write attention out", (attention.FUSED_DOMAIN,
                attention.FUSED_OP), attention.fuse_attention,

@@ -33,6 +33,7 @@ from ..support import why_not
 from ..target import Target
 from ..tail_program import CUBE, GELU_ERF, GELU_TANH, POW_HALF
 from ._graph import consumers_of, float_scalar
+from ._rules import FusionMiss
 
 _SCALAR_OPS = {"Mul": ("mul", "mul"), "Add": ("add", "add"), "Sub": ("sub", "rsub"), "Div": ("div", "rdiv")}
 
@@ -134,6 +135,25 @@ class _Walker:
                     return got
         return None
 
+    def why_stuck(self, v: ValueInfo) -> str:
+        """Why ``step(v)`` found no link (built only for a declined candidate)."""
+        r = self.users.get(v.name, [])
+        if v.is_graph_output:
+            return f"its output '{v.name}' is a graph output"
+        if len(set(r)) != len(r):
+            return f"a node reads its output '{v.name}' twice"
+        if any(i in self.taken for i in r):
+            return f"a reader of its output '{v.name}' is already in another conv's tail"
+        if len(r) == 1:
+            nd = self.nodes[r[0]]
+            return (f"its output '{v.name}' is read by {nd.op_type} '{nd.name}', not a float32 link of a scalar "
+                    "constant (Mul, Add, Sub, Div, Clip, Relu, Max, Min, Sigmoid, HardSigmoid, HardSwish, Erf, "
+                    "LeakyRelu, one-slope PRelu, Gelu, Pow by 3 or 0.5)")
+        if len(r) == 2:
+            names = " and ".join(f"{self.nodes[i].op_type} '{self.nodes[i].name}'" for i in r)
+            return f"its output '{v.name}' is read by {names}, which form no x * f(x) or x + f(x) diamond"
+        return f"its output '{v.name}' has {len(r)} readers, not one (or two in a diamond)"
+
     def _diamond(self, v: ValueInfo, start: int, join: int):
         j = self.nodes[join]
         if j.domain != "" or j.op_type not in ("Mul", "Add") or len(j.inputs) != 2 or j.outputs[0].dtype != np.float32:
@@ -161,8 +181,10 @@ class _Walker:
         return ins, [*absorbed, join], j.outputs[0]
 
 
-def fuse_conv_tails(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
-    """Return the node list with element-wise tails folded into the float Convs that feed them."""
+def fuse_conv_tails(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None
+                    ) -> list[NodeInfo]:
+    """Return the node list with element-wise tails folded into the float Convs that feed them; each float Conv
+    that keeps no tail goes to ``misses`` with the reason."""
     users = consumers_of(nodes)
     taken: set[int] = set()
     replace: dict[int, NodeInfo] = {}
@@ -178,12 +200,18 @@ def fuse_conv_tails(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
             absorbed += idx
             taken.update(idx)
         if not tail:
+            if misses is not None:
+                misses.append(FusionMiss("conv_tail", conv.name, conv.op_type,
+                                         f"conv_tail: Conv '{conv.name}': {walker.why_stuck(conv.outputs[0])}"))
             continue
         fused = dataclasses.replace(conv, name=f"{conv.name}+tail", outputs=(cur,),
                                     attrs={**conv.attrs, "conv_tail": [list(t) for t in tail],
                                            "fused_nodes": [conv.name, *(nodes[j].name for j in absorbed)]})
-        if why_not(fused, target) is not None:
+        if (why := why_not(fused, target)) is not None:
             taken.difference_update(absorbed)
+            if misses is not None:
+                misses.append(FusionMiss("conv_tail", conv.name, conv.op_type,
+                                         f"conv_tail: Conv '{conv.name}': the target rejects {why}"))
             continue
         replace[i] = fused
     return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in taken]

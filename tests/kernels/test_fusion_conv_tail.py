@@ -190,6 +190,23 @@ def test_near_misses_stop_the_tail(case, absorbed):
     assert all(np.array_equal(got[o.name], want[o.name]) for o in nodes[-1].outputs)
 
 
+_NOT_A_LINK = ("not a float32 link of a scalar constant (Mul, Add, Sub, Div, Clip, Relu, Max, Min, Sigmoid, "
+               "HardSigmoid, HardSwish, Erf, LeakyRelu, one-slope PRelu, Gelu, Pow by 3 or 0.5)")
+
+
+@pytest.mark.parametrize("model,reason", [
+    (lambda: _model(per_channel=True), f"conv_tail: Conv 'conv': its output 'c' is read by Mul 'mul1', {_NOT_A_LINK}"),
+    (lambda: _silu_model(sigmoid_out=True), "conv_tail: Conv 'conv': its output 'c' is read by Sigmoid 'sigmoid' "
+                                            "and Mul 'silu', which form no x * f(x) or x + f(x) diamond")])
+def test_a_conv_left_without_a_tail_says_why(model, reason):
+    """The pass's candidate (the float Conv) that keeps no tail leaves a FusionMiss with the reason
+    (npu-report --explain-fusions)."""
+    misses = []
+    nodes = fuse_conv_tails(nodes_from_model(model()), REF, misses)
+    assert "conv_tail" not in nodes[0].attrs
+    assert [(m.fusion, m.node, m.reason) for m in misses] == [("conv_tail", "conv", reason)]
+
+
 # --- the native tail vs its numpy reference ---------------------------------------------------------------------
 @pytest.mark.parametrize("n", [1, 7, 2047, 2049, 70001])
 def test_native_tail_equals_reference(n):
