@@ -201,8 +201,7 @@ def fuse_conv_tails(nodes: list[NodeInfo], target: Target, misses: list[FusionMi
             taken.update(idx)
         if not tail:
             if misses is not None:
-                misses.append(FusionMiss("conv_tail", conv.name, conv.op_type,
-                                         f"conv_tail: Conv '{conv.name}': {walker.why_stuck(conv.outputs[0])}"))
+                misses.append(FusionMiss("conv_tail", conv.name, conv.op_type, walker.why_stuck(conv.outputs[0])))
             continue
         fused = dataclasses.replace(conv, name=f"{conv.name}+tail", outputs=(cur,),
                                     attrs={**conv.attrs, "conv_tail": [list(t) for t in tail],
@@ -210,8 +209,7 @@ def fuse_conv_tails(nodes: list[NodeInfo], target: Target, misses: list[FusionMi
         if (why := why_not(fused, target)) is not None:
             taken.difference_update(absorbed)
             if misses is not None:
-                misses.append(FusionMiss("conv_tail", conv.name, conv.op_type,
-                                         f"conv_tail: Conv '{conv.name}': the target rejects {why}"))
+                misses.append(FusionMiss("conv_tail", conv.name, conv.op_type, f"the target rejects {why}"))
             continue
         replace[i] = fused
     return [replace.get(i, nd) for i, nd in enumerate(nodes) if i not in taken]

@@ -68,24 +68,24 @@ def _first_link_reason(nd: NodeInfo, nodes: list[NodeInfo], consumers: dict[str,
     y = nd.outputs[0]
     users = consumers.get(y.name, [])
     if y.is_graph_output:
-        return f"epilogue: {nd.op_type} output '{y.name}' is a graph output"
+        return f"{nd.op_type} output '{y.name}' is a graph output"
     if len(users) != 1:
-        return f"epilogue: {nd.op_type} output '{y.name}' has {len(users)} readers, not one"
+        return f"{nd.op_type} output '{y.name}' has {len(users)} readers, not one"
     nxt = nodes[users[0]]
     kinds = {"Add": "bias", "Relu": "relu", "QuantizeLinear": "quantize"}
     if nxt.domain != "" or nxt.op_type not in kinds:
-        return f"epilogue: {nd.op_type} output '{y.name}' is read by {nxt.op_type} '{nxt.name}', not a bias Add, " \
+        return f"{nd.op_type} output '{y.name}' is read by {nxt.op_type} '{nxt.name}', not a bias Add, " \
                "Relu or QuantizeLinear"
     kind = kinds[nxt.op_type]
     if not target.allows_epilogue(kind):
-        return f"epilogue: the target's [fusion] epilogues do not list '{kind}' ({nxt.op_type} '{nxt.name}')"
+        return f"the target's [fusion] epilogues do not list '{kind}' ({nxt.op_type} '{nxt.name}')"
     if users[0] in absorbed:
-        return f"epilogue: {nxt.op_type} '{nxt.name}' is already fused into another matmul's epilogue"
+        return f"{nxt.op_type} '{nxt.name}' is already fused into another matmul's epilogue"
     if kind == "bias":
         others = [v.name for v in nxt.inputs if v.name != y.name]
-        return (f"epilogue: Add '{nxt.name}' reads {others} besides '{y.name}', not one constant bias of N={n} "
+        return (f"Add '{nxt.name}' reads {others} besides '{y.name}', not one constant bias of N={n} "
                 "elements broadcasting over the last axis")
-    return (f"epilogue: QuantizeLinear '{nxt.name}' has no constant per-tensor (or last-axis) scale and zero "
+    return (f"QuantizeLinear '{nxt.name}' has no constant per-tensor (or last-axis) scale and zero "
             "point")
 
 
@@ -143,7 +143,7 @@ def fuse(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None 
             since_version=nd.since_version)
         if (why := why_not(fused, target)) is not None:
             if misses is not None:
-                misses.append(FusionMiss("epilogue", nd.name, nd.op_type, f"epilogue: the target rejects {why}"))
+                misses.append(FusionMiss("epilogue", nd.name, nd.op_type, f"the target rejects {why}"))
             out.append(nd)
             continue
         absorbed.update(chain)

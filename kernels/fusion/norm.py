@@ -94,7 +94,7 @@ def fuse_norms(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] |
     absorbed: set[int] = set()
     def miss(nd: NodeInfo, reason: str) -> None:
         if misses is not None:
-            misses.append(FusionMiss("norm", nd.name, nd.op_type, f"norm: {nd.op_type} '{nd.name}': {reason}"))
+            misses.append(FusionMiss("norm", nd.name, nd.op_type, reason))
 
     for i, nd in enumerate(nodes):
         if nd.key not in _NORMS:

@@ -132,7 +132,7 @@ def _lone_reason(nd: NodeInfo, key: tuple, keys: dict[tuple, list[int]], nodes: 
 
 def _miss(misses: list[FusionMiss] | None, nd: NodeInfo, reason: str) -> None:
     if misses is not None:
-        misses.append(FusionMiss("siblings", nd.name, nd.op_type, f"siblings: {nd.op_type} '{nd.name}': {reason}"))
+        misses.append(FusionMiss("siblings", nd.name, nd.op_type, reason))
 
 
 def fuse_siblings(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:

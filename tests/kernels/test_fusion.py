@@ -109,9 +109,9 @@ def _add_of_two_activations(m=4, k=32, n=16):
 
 
 @pytest.mark.parametrize("model,reason", [
-    (lambda: _add_of_two_activations(), "epilogue: Add 'add' reads ['y'] besides 'mm', not one constant bias of "
-                                        "N=16 elements broadcasting over the last axis"),
-    (lambda: _graph(4, 32, 16, extra_consumer=True), "epilogue: MatMul output 'mm' has 2 readers, not one")])
+    (lambda: _add_of_two_activations(), "Add 'add' reads ['y'] besides 'mm', not one constant bias of N=16 "
+                                        "elements broadcasting over the last axis"),
+    (lambda: _graph(4, 32, 16, extra_consumer=True), "MatMul output 'mm' has 2 readers, not one")])
 def test_a_matmul_left_without_epilogue_says_why(model, reason):
     """The pass's candidate (the matmul) that takes no epilogue op leaves a FusionMiss with the reason
     (npu-report --explain-fusions)."""

@@ -134,10 +134,10 @@ def test_near_misses_stay_unfused():
 
 
 @pytest.mark.parametrize("kwargs,reason", [
-    (dict(second_input=True), "siblings: MatMulNBits 'p2': no other matmul with constant weights reads its A 'x2' "
-                              "(each reads a different activation)"),
-    (dict(blocks=(32, 32, 16)), "siblings: MatMulNBits 'p2': the other matmuls reading A 'x' (p0, p1) differ in "
-                                "kind, K, block_size, accuracy_level or bits")])
+    (dict(second_input=True), "no other matmul with constant weights reads its A 'x2' (each reads a "
+                              "different activation)"),
+    (dict(blocks=(32, 32, 16)), "the other matmuls reading A 'x' (p0, p1) differ in kind, K, "
+                                "block_size, accuracy_level or bits")])
 def test_a_matmul_left_out_of_every_group_says_why(kwargs, reason):
     """The pass's candidate (a matmul) that joins no group leaves a FusionMiss with the reason
     (npu-report --explain-fusions); the two that agree still group."""
