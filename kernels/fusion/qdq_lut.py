@@ -30,6 +30,7 @@ from ..registry import kernel_for
 from ..support import dtype_name, why_not
 from ..target import Target
 from ._graph import consumers_of, producers_of
+from ._rules import FusionMiss
 from .qdq import DQ_OPS, Q_OPS, dequantized, is_weight_dq
 
 FUSED_DOMAIN, FUSED_OP = "npu", "QdqLut"
@@ -77,43 +78,63 @@ def _unit_table(op: NodeInfo, q: NodeInfo, acts: list[tuple[int, NodeInfo]], tar
     return np.ascontiguousarray(_run(q, target, [np.ascontiguousarray(y, np.float32)]).reshape(-1))
 
 
-def _unit(nodes: list[NodeInfo], i: int, users: dict, producer: dict, target: Target) -> NodeInfo | None:
-    """The table node replacing element-wise node ``i`` and its QuantizeLinear, or None."""
+def _in_qdq(op: NodeInfo, readers: list[int], nodes: list[NodeInfo], producer: dict) -> bool:
+    """Whether the element-wise ``op`` is read by a QuantizeLinear or reads a DequantizeLinear: a QDQ unit's op
+    (a candidate), not a float op of a float graph."""
+    if any(nodes[j].key in Q_OPS for j in readers):
+        return True
+    return any(producer.get(v.name) is not None and nodes[producer[v.name]].key in DQ_OPS for v in op.inputs)
+
+
+def _unit(nodes: list[NodeInfo], i: int, users: dict, producer: dict, target: Target) -> NodeInfo | str | None:
+    """The table node replacing element-wise node ``i`` and its QuantizeLinear; else why a QDQ unit's op stays
+    (a string), or None for a node that is no candidate."""
     op = nodes[i]
     if op.domain != "" or op.op_type not in OPS or len(op.outputs) != 1:
         return None
     y = op.outputs[0]
     readers = users.get(y.name, [])
     if y.is_graph_output or len(readers) != 1 or y.dtype != np.float32:
-        return None
+        if not _in_qdq(op, readers, nodes, producer):
+            return None
+        return (f"its output '{y.name}' is a graph output" if y.is_graph_output else
+                f"its output '{y.name}' has {len(readers)} readers, not one QuantizeLinear" if len(readers) != 1 else
+                f"its output '{y.name}' is not float32")
     q = nodes[readers[0]]
     if q.key not in Q_OPS or q.inputs[0].name != y.name or not _per_tensor_8bit(q, _q_out_dtype(q)):
-        return None
+        if not _in_qdq(op, readers, nodes, producer):
+            return None
+        if q.key not in Q_OPS or q.inputs[0].name != y.name:
+            return f"its output '{y.name}' is read by {q.op_type} '{q.name}', not a QuantizeLinear"
+        return (f"QuantizeLinear '{q.name}' is not per-tensor to 8 bits with a constant float32 scale and zero "
+                "point")
     inputs, acts, sources, consts = list(op.inputs), [], [], {}
     for k, v in enumerate(op.inputs):
         if v.missing:
             continue
         if v.value is not None:
             if np.size(v.value) != 1:
-                return None
+                return f"input '{v.name}' is a constant of {np.size(v.value)} elements, not one"
             continue
         j = producer.get(v.name)
         dq = nodes[j] if j is not None else None
         if dq is None or dq.key not in DQ_OPS:
-            return None
+            return f"input '{v.name}' does not come from a DequantizeLinear"
         if is_weight_dq(dq):
             value = dequantized(dq)
             if value.size != 1 or value.dtype != np.float32:
-                return None
+                return f"input '{v.name}' dequantizes a constant that is not one float32 element"
             inputs[k] = consts[k] = _const(v, v.name, value)
             continue
         if not _per_tensor_8bit(dq, dtype_name(dq.inputs[0])) or dq.inputs[0].value is not None:
-            return None
+            return (f"DequantizeLinear '{dq.name}' is not per-tensor from 8 bits with a constant float32 scale and "
+                    "zero point")
         acts.append((k, dq))
         if dq.inputs[0].name not in sources:
             sources.append(dq.inputs[0].name)
     if not acts or len(sources) > 2:
-        return None
+        return (f"it reads {len(sources)} distinct 8-bit tensors, more than two" if acts else
+                "it reads no dequantized 8-bit activation")
     op = dataclasses.replace(op, inputs=tuple(inputs))
     table = _unit_table(op, q, acts, target, sources)
     src = [next(dq.inputs[0] for _, dq in acts if dq.inputs[0].name == s) for s in sources]
@@ -121,7 +142,8 @@ def _unit(nodes: list[NodeInfo], i: int, users: dict, producer: dict, target: Ta
         index=op.index, name=f"{op.name}+{q.name}", op_type=FUSED_OP, domain=FUSED_DOMAIN,
         inputs=(*src, _const(src[0], f"{q.outputs[0].name}/lut", table)), outputs=q.outputs,
         attrs={"fused_nodes": [op.name, q.name]}, since_version=op.since_version)
-    return fused if why_not(fused, target) is None else None
+    why = why_not(fused, target)
+    return fused if why is None else f"the target rejects {why}"
 
 
 def _compose(nd: NodeInfo, unary: dict[str, tuple[ValueInfo, np.ndarray, list[str]]]) -> NodeInfo:
@@ -156,8 +178,9 @@ def _drop_dead(nodes: list[NodeInfo]) -> list[NodeInfo]:
         nodes = keep
 
 
-def fuse_qdq_lut(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
-    """Return the node list with 8-bit element-wise QDQ units as (composed) lookup-table nodes."""
+def fuse_qdq_lut(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None) -> list[NodeInfo]:
+    """Return the node list with 8-bit element-wise QDQ units as (composed) lookup-table nodes; each QDQ unit's
+    op that stays float goes to ``misses`` with the reason."""
     if target.rule(FUSED_DOMAIN, FUSED_OP) is None:
         return nodes
     users = consumers_of(nodes)
@@ -166,7 +189,10 @@ def fuse_qdq_lut(nodes: list[NodeInfo], target: Target) -> list[NodeInfo]:
     absorbed: set[int] = set()
     for i in range(len(nodes)):
         fused = _unit(nodes, i, users, producer, target)
-        if fused is not None:
+        if isinstance(fused, str):
+            if misses is not None:
+                misses.append(FusionMiss("qdq_lut", nodes[i].name, nodes[i].op_type, fused))
+        elif fused is not None:
             q = users[nodes[i].outputs[0].name][0]
             replace[q] = fused  # at the Q's place: every input of the unit exists by then
             absorbed.add(i)

@@ -176,6 +176,18 @@ def test_near_misses_stay_as_steps(case):
     assert "npu::QdqLut" not in _ops(nodes)
 
 
+@pytest.mark.parametrize("case,reason", [
+    ({"const": np.full((1, 5, 1, 1), 1.5)}, "input 'c' is a constant of 5 elements, not one"),
+    ({"q_axis": 1}, "QuantizeLinear 'yq_Q' is not per-tensor to 8 bits with a constant float32 scale and zero point"),
+    ({"extra_reader": True}, "its output 'op' has 2 readers, not one QuantizeLinear")])
+def test_a_unit_left_float_says_why(case, reason):
+    """The pass's candidate (the unit's element-wise op) that stays float leaves a FusionMiss with the reason
+    (npu-report --explain-fusions)."""
+    misses = []
+    fuse_partition(nodes_from_model(_single_unit(**case)), REF, misses)
+    assert [(m.node, m.reason) for m in misses if m.fusion == "qdq_lut"] == [("op", reason)]
+
+
 def test_two_sources_of_one_shape_use_the_full_table():
     b = _Builder(side=(1, 5, 7, 9))
     x = b.dq("x", b.q("x", "x", 0.04, 128))

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...ep.capability import Capability
 from ...log import escape
-from ...kernels.fusion import UNEXPLAINED, FusionMiss, fuse_partition
+from ...kernels.fusion import FusionMiss, fuse_partition
 from ...kernels.node import NodeInfo
 from ...kernels.target import Target
 
@@ -62,5 +62,4 @@ def render_fusions(rows: Sequence[dict[str, Any]]) -> str:
             lines.append(f"    missed {m['fusion']} at {escape(m['node'])} ({m['op']}): {escape(m['reason'])}")
     if len(lines) == 1:
         lines.append("  no fusion applies and no candidate was declined")
-    lines.append(f"  (passes that do not say why yet: {', '.join(UNEXPLAINED)})")
     return "\n".join(lines) + "\n"
