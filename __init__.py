@@ -23,7 +23,7 @@ _unshadow()
 
 from ._version import __version__ as __version__  # noqa: E402 - after the path is clean
 
-from .ep.registration import get_ep_name, get_library_path, get_plugin_library_path, register  # noqa: E402
+from .ep.registration import get_ep_name, get_library_path, get_plugin_library_path, register  # noqa: E402 - the same
 
 __all__ = ["__version__", "get_ep_name", "get_library_path", "get_plugin_library_path", "register", "report"]
 
