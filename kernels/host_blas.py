@@ -38,10 +38,14 @@ class _BlasSetting:
     any of them lives BLAS runs with the smallest value among the live ones (the point of the option is to keep
     BLAS's workers from fighting other threads, so the most cautious request wins). Each release re-applies that
     rule to the sessions left, and when the last one goes the value the host had before the first one came
-    returns, in whatever order the sessions are released."""
+    returns, in whatever order the sessions are released.
+
+    The lock is re-entrant: a garbage-collected session may be released (its EP destroyed by ORT, which calls back
+    into Python) on a thread that is inside ``hold`` or ``release`` already, and ``_apply`` applies again until the
+    holders it applied are the holders there are."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._held: list[int] = []  # one value per live holder
         self._host: list[int] = []  # each controller's thread count before the first holder
 
@@ -64,10 +68,14 @@ class _BlasSetting:
             self._apply(controllers)
 
     def _apply(self, controllers: tuple[Any, ...]) -> None:
-        wanted = [min(self._held)] * len(controllers) if self._held else self._host
-        for c, n in zip(controllers, wanted):
-            if c.num_threads != n:
-                c.set_num_threads(n)
+        while True:
+            applied = list(self._held)
+            wanted = [min(applied)] * len(controllers) if applied else self._host
+            for c, n in zip(controllers, wanted):
+                if c.num_threads != n:
+                    c.set_num_threads(n)
+            if self._held == applied:
+                return
 
 
 _SETTING = _BlasSetting()

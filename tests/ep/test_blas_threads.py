@@ -69,3 +69,34 @@ def test_sessions_of_different_values_released_in_reverse_order_give_the_host_va
         del a
         gc.collect()
         assert _blas_threads() == 2
+
+
+def test_a_session_released_by_the_garbage_collector_inside_hold_does_not_deadlock(monkeypatch):
+    """A collected session's EP is destroyed by ORT, which calls back into Python to release its BLAS claim, on
+    whatever thread the collection ran: here, inside another session's ``hold`` (a fake BLAS controller releases
+    the first holder from within ``set_num_threads``, as a collection there did). A plain lock deadlocked the
+    full suite this way; the setting must still end as the holders left say."""
+    import threading
+
+    from npu_ep.kernels import host_blas
+
+    setting = host_blas._BlasSetting()
+
+    class Controller:
+        num_threads = 4
+        releases = 1
+
+        def set_num_threads(self, n):
+            self.num_threads = n
+            if Controller.releases and len(setting._held) == 2:
+                Controller.releases = 0
+                setting.release(3)  # the collected session's claim, released from inside hold's _apply
+
+    controller = Controller()
+    monkeypatch.setattr(host_blas, "_blas_controllers", lambda: (controller,))
+    setting.hold(3)
+    worker = threading.Thread(target=setting.hold, args=(2,), daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "hold deadlocked on a release re-entered from inside it"
+    assert setting._held == [2] and controller.num_threads == 2
