@@ -179,7 +179,8 @@ def test_identity_from_graph_input_to_graph_output_is_left_to_ort():
 def test_compile_refuses_by_the_rule_capability_declines_by(monkeypatch, tmp_path):
     """One rule, dtypes.crosses_boundary: the shim's Compile asks it too. With capability's use of it bypassed (it
     claims the int4 boundary as it did before), Compile refuses the partition naming the value and the type."""
-    from npu_ep.ep import capability, dtypes
+    from npu_ep import dtypes
+    from npu_ep.ep import capability
 
     assert {t for t in range(29) if dtypes.crosses_boundary(t)} == {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13}
     monkeypatch.setattr(capability, "crosses_boundary", lambda elem_type: True)

@@ -138,7 +138,8 @@ def test_each_near_miss_says_why(kw, reason):
     misses = []
     ops = [nd.op_type for nd in fuse_partition(nodes_from_model(_chain_model(**kw)), REF, misses)]
     assert "AttentionChain" not in ops
-    assert [(m.fusion, m.node, m.reason) for m in misses] == [("attention", "pv", reason)]
+    # the other passes report their own declines of the same graph: only the rule's here
+    assert [(m.fusion, m.node, m.reason) for m in misses if m.fusion == "attention"] == [("attention", "pv", reason)]
 
 
 def test_a_runtime_scale_is_not_folded():

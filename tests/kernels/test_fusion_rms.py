@@ -151,4 +151,5 @@ def test_each_near_miss_says_why(kwargs, reason):
     misses = []
     ops = [nd.op_type for nd in fuse_partition(nodes_from_model(rms_model(**kwargs)), REF, misses)]
     assert "SimplifiedLayerNormalization" not in ops and "NormMatMul" not in ops
-    assert [(m.fusion, m.node, m.reason) for m in misses] == [("rms", "gamma", reason)]
+    # the other passes report their own declines of the same graph (an epilogue, siblings): only the rule's here
+    assert [(m.fusion, m.node, m.reason) for m in misses if m.fusion == "rms"] == [("rms", "gamma", reason)]

@@ -157,7 +157,7 @@ def test_pow_binds_its_ufunc_and_equals_the_kernel(square):
         assert kernel.bind(p, [half, None], kernel.run(p, [half, None])) is None
 
 
-def test_float_div_binds_np_divide_and_integer_div_does_not():
+def test_float_div_binds_np_divide_and_integer_div_binds_the_truncating_kernel():
     kernel, p = one_node("Div", [vi("x", F32, [4, 5]), vi("d", F32, [4, 1])], [vi("y", F32, [4, 5])])
     x, d = values((4, 5), np.float32), values((4, 1), np.float32)
     d[0] = 0.0
@@ -166,7 +166,9 @@ def test_float_div_binds_np_divide_and_integer_div_does_not():
         assert_same(loop((x, d)), outs)
     kernel, p = one_node("Div", [vi("x", I64, [4])], [vi("y", I64, [4])], {"d": np.array(-3, np.int64)})
     xi = np.array([7, -7, 6, -6], np.int64)
-    assert kernel.bind(p, [xi, None], kernel.run(p, [xi, None])) is None  # truncating division: not a ufunc
+    outs, _step, loop = one_step_loop(kernel, p, [xi, None])  # truncating division: div_int, not numpy's floor
+    assert_same(loop((xi,)), outs)
+    np.testing.assert_array_equal(outs[0], np.array([-2, 2, -2, 2], np.int64))
 
 
 def test_reshape_with_a_shape_derived_target_binds_a_view_for_that_target():
