@@ -48,7 +48,7 @@ def rebase_borrowed(program: Any, moves: Sequence[tuple[int, int, np.ndarray]]) 
                     return view
             return value
         if isinstance(value, Prepared):
-            for table in (value.attrs, value.consts, value.memo):
+            for table in (value.attrs, value.consts, value.kernel_cache):
                 for key, item in table.items():
                     table[key] = rebase(item)
         elif isinstance(value, dict):

@@ -15,7 +15,7 @@ A kernel has four functions:
 
 At run time a kernel reads what the program says about its step from ``prepared.runtime``, a ``StepRuntime``
 (kernel choice and threads, ORT's output buffers, DMA counting, loaded sub-programs, constant input shapes);
-``prepared.memo`` holds only the kernel's own caches.
+``prepared.kernel_cache`` holds only the kernel's own caches.
 
 ``rank_free``: the kernel needs no input's rank at compile time (it reads ranks from the runtime arrays: element-wise,
 movement, reductions with runtime axis normalization), so inputs of unknown rank are claimed; kernels that plan by
@@ -107,9 +107,9 @@ class Prepared:
     attrs: dict[str, Any]
     consts: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     target: Target | None = None  # re-attached after loading a context binary, never serialized
-    # run-time memo, not serialized: the kernel's own caches; what is kept per input shape goes through
+    # run-time, not serialized: the kernel's own caches; what is kept per input shape goes through
     # kernels.shape_memo (bounded)
-    memo: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    kernel_cache: dict[Any, Any] = dataclasses.field(default_factory=dict)
     # Constants the compiler computes from a node's initializers (accuracy_level 4's int4 tiles) are as large as
     # the weights; where the initializers are ORT's own, read in place, a cache entry stores the recipe and
     # references to the initializers instead of the bytes (``ep.program_io``).

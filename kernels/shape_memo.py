@@ -8,7 +8,7 @@ token for the session's whole life, so such entries must not pile up: every shap
 planner's process-wide plan cache is a ``ShapeMemo`` too (``planner.PLANS_KEPT``).
 
 Entries that do not depend on the shape (weights packed once per Prepared, per-rank or per-dtype constants) stay
-plain ``Prepared.memo`` entries; what the program tells a step is its ``Prepared.runtime`` record.
+plain ``Prepared.kernel_cache`` entries; what the program tells a step is its ``Prepared.runtime`` record.
 """
 
 from __future__ import annotations
@@ -68,10 +68,10 @@ _MISSING = object()
 
 
 def shape_memo(p: Prepared, kind: str) -> ShapeMemo:
-    """The bounded memo of ``kind`` (one per kind of derived value) in ``p.memo``, made on first use."""
-    table = p.memo.get(kind)
+    """The bounded memo of ``kind`` (one per kind of derived value) in ``p.kernel_cache``, made on first use."""
+    table = p.kernel_cache.get(kind)
     if table is None:
-        table = p.memo.setdefault(kind, ShapeMemo())
+        table = p.kernel_cache.setdefault(kind, ShapeMemo())
     return table
 
 
@@ -80,7 +80,7 @@ def memo_per_shape(p: Prepared, kind: str, key: Hashable, make: Callable[..., T]
     Kernels call this on every run, so a hit is kept to two lookups and the recency update (``make`` takes
     arguments: a closure would be built on every call)."""
     try:
-        table = p.memo[kind]
+        table = p.kernel_cache[kind]
         value = table[key]
     except KeyError:
         value = _MISSING

@@ -4,7 +4,7 @@ math as the reference's; one task per (batch, kv head).
 ``attention_gqa._run`` resolves lengths (past_b, total_b) and the present length T as ORT does, then calls ``run``
 here first. Both presents are views of one [2, B, Nkv, T, H] buffer from the node's pool (``_kv_pool``); the
 native kernel fills it (past prefix, rotated new K, new V, stale rows re-zeroed) and attends in the same pass.
-What it does not implement returns None with the reason stored in ``p.memo[FALLBACK]`` and the numpy reference
+What it does not implement returns None with the reason stored in ``p.kernel_cache[FALLBACK]`` and the numpy reference
 runs instead: float64 inputs, and lengths the reference itself refuses (its error is the one raised).
 """
 
@@ -23,7 +23,7 @@ from . import _kv_traffic
 from ._kv_pool import present_buffer
 from ._util import arg
 
-FALLBACK = "gqa_native_fallback"  # Prepared.memo key: why the last call ran the reference, or None
+FALLBACK = "gqa_native_fallback"  # Prepared.kernel_cache key: why the last call ran the reference, or None
 _NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 
 
@@ -38,12 +38,12 @@ def _refusal(query: np.ndarray, past_k: np.ndarray | None, past_b: list[int], s:
 
 def _caches(p: Prepared, inputs) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin caches as contiguous float32 (exact for float16 caches; constant caches converted once per node)."""
-    cached = p.memo.get("native_rope")
+    cached = p.kernel_cache.get("native_rope")
     if cached is not None:
         return cached
     cos, sin = (np.ascontiguousarray(arg(p, inputs, i), dtype=np.float32) for i in (7, 8))
     if inputs[7] is None and inputs[8] is None:  # both constants
-        p.memo["native_rope"] = (cos, sin)
+        p.kernel_cache["native_rope"] = (cos, sin)
     return cos, sin
 
 
@@ -61,14 +61,14 @@ def _static_made(a: dict, h: int) -> tuple:
 def run(nat: ModuleType, p: Prepared, inputs, query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
         past_k: np.ndarray | None, past_v: np.ndarray | None, past_b: list[int], total_b: list[int],
         t_buf: int, into: tuple[np.ndarray, np.ndarray] | None = None) -> list[np.ndarray] | None:
-    """[output, present_key, present_value] from the native kernel, or None (reason in ``p.memo[FALLBACK]``).
+    """[output, present_key, present_value] from the native kernel, or None (reason in ``p.kernel_cache[FALLBACK]``).
 
     The presents are ``into`` when given (the past buffers themselves: the kernel appends the new rows in place and
     leaves every other row), else ORT's own output buffers when they are outputs of the partition (written in
     place, every row past the new valid length zeroed), else views of the node's pooled buffer."""
     b, s, d = query.shape
     why = _refusal(query, past_k, past_b, s, t_buf)
-    p.memo[FALLBACK] = why
+    p.kernel_cache[FALLBACK] = why
     if why is not None:
         return None
     a = p.attrs
@@ -117,7 +117,7 @@ def bind(p: Prepared, inputs, outs) -> Any:
     the step's runtime record, so a step bound before declines from then on."""
     where = p.runtime.partition_outputs
     ext = runtime.extension()
-    if (ext is None or runtime.native(p) is None or p.memo.get(FALLBACK) is not None or not where
+    if (ext is None or runtime.native(p) is None or p.kernel_cache.get(FALLBACK) is not None or not where
             or p.runtime.kv_state is not None
             or 1 not in where or 2 not in where or len(inputs) < 7 or any(x is not None for x in inputs[10:])):
         return None

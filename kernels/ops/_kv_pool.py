@@ -34,9 +34,9 @@ def present_buffer(p: Prepared, shape: tuple[int, ...], dtype: np.dtype) -> tupl
     if math.prod(shape) * dtype.itemsize > POOL_BYTES:
         return np.empty(shape, dtype), [None, shape[3]]
     with _POOL_LOCK:  # check-and-take is atomic: the caller's reference marks the buffer busy from here on
-        pool = p.memo.get("present_pool")
+        pool = p.kernel_cache.get("present_pool")
         if pool is None:
-            pool = p.memo["present_pool"] = []
+            pool = p.kernel_cache["present_pool"] = []
         for slot in pool:
             if sys.getrefcount(slot[0]) == _FREE_REFS:
                 if slot[0].shape != shape or slot[0].dtype != dtype:

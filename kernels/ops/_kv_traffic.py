@@ -18,15 +18,15 @@ import numpy as np
 
 from ..registry import Prepared
 
-TRAFFIC = "kv_traffic"  # Prepared.memo key: the node's counters
+TRAFFIC = "kv_traffic"  # Prepared.kernel_cache key: the node's counters
 FIELDS = ("in_place", "appended_bytes", "copied_bytes", "full_copies")
 
 
 def counters(p: Prepared) -> np.ndarray:
     """The node's counters (created zero on first use); the bound native step holds this same array."""
-    c = p.memo.get(TRAFFIC)
+    c = p.kernel_cache.get(TRAFFIC)
     if c is None:
-        c = p.memo[TRAFFIC] = np.zeros(len(FIELDS), np.int64)
+        c = p.kernel_cache[TRAFFIC] = np.zeros(len(FIELDS), np.int64)
     return c
 
 
@@ -44,7 +44,7 @@ def total(prepared: Iterable[Prepared]) -> dict[str, int]:
     """The counters summed over ``prepared`` (e.g. every GroupQueryAttention step of a session's programs)."""
     out = np.zeros(len(FIELDS), np.int64)
     for p in prepared:
-        c = p.memo.get(TRAFFIC)
+        c = p.kernel_cache.get(TRAFFIC)
         if c is not None:
             out += c
     return dict(zip(FIELDS, (int(x) for x in out)))

@@ -136,9 +136,9 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 
 def _out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
-    dt = p.memo.get("out_dtype")
+    dt = p.kernel_cache.get("out_dtype")
     if dt is None:
-        dt = p.memo["out_dtype"] = np.dtype(p.attrs["out_dtype"] or x.dtype)
+        dt = p.kernel_cache["out_dtype"] = np.dtype(p.attrs["out_dtype"] or x.dtype)
     return dt
 
 
@@ -148,11 +148,11 @@ def _param_runner(fn: Callable[[np.ndarray, dict[str, Any]], np.ndarray]):
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = arg(p, inputs, 0)
         xc = widen(x)
-        typed = p.memo.get(("typed_params", xc.dtype))
+        typed = p.kernel_cache.get(("typed_params", xc.dtype))
         if typed is None:
             params = {**p.attrs["params"], "zero": 0.0, "one": 1.0}
             # 0-d arrays: a ufunc converts a numpy-scalar operand to an array on every call
-            typed = p.memo[("typed_params", xc.dtype)] = {k: np.array(v, xc.dtype) for k, v in params.items()}
+            typed = p.kernel_cache[("typed_params", xc.dtype)] = {k: np.array(v, xc.dtype) for k, v in params.items()}
         y = fn(xc, typed)
         dt = _out_dtype(p, x)
         return [y if type(y) is np.ndarray and y.dtype == dt else np.asarray(y).astype(dt, copy=False)]
@@ -163,7 +163,7 @@ def _clip_bounds(p: Prepared, inputs, dtype: np.dtype) -> tuple[Any, Any]:
     """(lo, hi) of this call, None where that side is open."""
     if "bounds" in p.attrs:  # opset-6 attributes: 0-d arrays of x's dtype, made once per dtype
         key = ("bounds", dtype)
-        return p.memo.get(key) or p.memo.setdefault(key, tuple(
+        return p.kernel_cache.get(key) or p.kernel_cache.setdefault(key, tuple(
             None if b is None else np.array(b).astype(dtype) for b in p.attrs["bounds"]))
     return arg(p, inputs, 1), arg(p, inputs, 2)
 

@@ -68,11 +68,11 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 def _path_step(p: Prepared, which: str, j: int) -> Prepared:
     """Step ``j`` of a repeat_kv path as its own kernel's Prepared (built once per process from ours)."""
     key = ("path", which, j)
-    inner = p.memo.get(key)
+    inner = p.kernel_cache.get(key)
     if inner is None:
         prefix = f"{which}{j}/"
         consts = {k[len(prefix):]: v for k, v in p.consts.items() if k.startswith(prefix)}
-        inner = p.memo[key] = Prepared(p.attrs[f"{which}_path"][j]["attrs"], consts, p.target)
+        inner = p.kernel_cache[key] = Prepared(p.attrs[f"{which}_path"][j]["attrs"], consts, p.target)
     return inner
 
 

@@ -139,14 +139,14 @@ def _qk_v(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None, n
 def _cos_sin(p: Prepared, inputs, idx: int | slice | np.ndarray, interleaved: bool) -> tuple[np.ndarray, np.ndarray]:
     """Wide cos and signed sin rows (rotary.wide_cos / signed_sin) at positions ``idx`` (an int or a slice: views).
 
-    Constant caches get both tables built once per node (memo), stacked as one [2, max_pos, R] array so that an
+    Constant caches get both tables built once per node (kernel_cache), stacked as one [2, max_pos, R] array so that an
     array of positions is one gather (``take``) for both; runtime caches only the gathered rows.
     """
-    tables = p.memo.get("rope")
+    tables = p.kernel_cache.get("rope")
     if tables is None:
         if len(inputs) > 8 and (inputs[7] is not None or inputs[8] is not None):  # runtime caches
             return wide_cos(arg(p, inputs, 7)[idx], interleaved), signed_sin(arg(p, inputs, 8)[idx], interleaved)
-        tables = p.memo["rope"] = _rope_tables(p.consts["in7"], p.consts["in8"], interleaved)
+        tables = p.kernel_cache["rope"] = _rope_tables(p.consts["in7"], p.consts["in8"], interleaved)
     if isinstance(idx, np.ndarray):
         rows = tables[2].take(idx, axis=1)
         return rows[0], rows[1].reshape(idx.shape + tables[1].shape[1:])
@@ -523,7 +523,7 @@ def _native_keeps_format(p: Prepared) -> bool:
     fmt = p.attrs.get("kv_format", _kv_format.DEFAULT)
     if fmt == _kv_format.DEFAULT:
         return True
-    p.memo[_gqa_native.FALLBACK] = (f"KV cache format {fmt} runs on the reference kernel (quantize on write, "
+    p.kernel_cache[_gqa_native.FALLBACK] = (f"KV cache format {fmt} runs on the reference kernel (quantize on write, "
                                     "dequantize on read); the native kernel stores float32 K/V")
     return False
 

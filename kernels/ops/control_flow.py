@@ -164,7 +164,7 @@ def _branch_call(p: Prepared, attr: str) -> tuple[Any, tuple[int, ...], tuple[in
     """The branch's program, the If input that carries each program input, and, for a branch that only forwards
     outer values (Identity steps: exporters' pass-through branches), the If input each output is; looked up once
     per branch."""
-    calls = p.memo.setdefault("branch_calls", {})
+    calls = p.kernel_cache.setdefault("branch_calls", {})
     found = calls.get(attr)
     if found is None:
         program = subprograms.program(p, attr)

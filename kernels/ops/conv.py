@@ -234,14 +234,14 @@ def _native_weights(w: np.ndarray) -> np.ndarray:
 
 def _reference_weights(p: Prepared) -> np.ndarray:
     """QLinearConv's and ConvInteger's ``[g, K, M/g]`` float32 ``w - w_zp`` for the reference model, from ``qw``
-    (memo)."""
-    got = p.memo.get("reference_w")
+    (kernel_cache)."""
+    got = p.kernel_cache.get("reference_w")
     if got is None:
         m, cg, kh, kw = p.attrs["wdims"]
         qw = p.consts["qw"]
         w = qw.reshape(m, 1, kh, kw) if cg == 1 else qw.reshape(m, kh, kw, -1)[..., :cg].transpose(0, 3, 1, 2)
         wf = w.astype(np.float32) - p.consts["wzp"].astype(np.float32).reshape(-1, 1, 1, 1)
-        got = p.memo["reference_w"] = _gemm_weights(wf, p.attrs["geom"]["group"])
+        got = p.kernel_cache["reference_w"] = _gemm_weights(wf, p.attrs["geom"]["group"])
     return got
 
 

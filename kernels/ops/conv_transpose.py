@@ -119,9 +119,9 @@ def _run_disjoint(p: Prepared, xf: np.ndarray) -> np.ndarray:
     if nat is not None and sgemm is not None:  # the product as a pointwise conv: pixel blocks on both threads
         prods = nat.conv_dense(xf, w, None, [m * kh * kw, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0], sgemm, runtime.threads(p))
     else:
-        wt = p.memo.get("w_t")
+        wt = p.kernel_cache.get("w_t")
         if wt is None:
-            wt = p.memo["w_t"] = np.ascontiguousarray(w[0].T)  # [M*kh*kw, C]
+            wt = p.kernel_cache["w_t"] = np.ascontiguousarray(w[0].T)  # [M*kh*kw, C]
         prods = [host_blas.matmul(wt, xf[i].reshape(c, h * wd)) for i in range(n)]
     for i in range(n):
         prod = prods[i].reshape(m, kh, kw, h, wd)

@@ -203,10 +203,11 @@ def cost(p: Prepared, shapes) -> OpCost:
 
 
 def out_dtype(p: Prepared, x: np.ndarray) -> np.dtype:
-    """The output dtype as an ``np.dtype``, parsed from ``attrs`` once (``p.memo``), ``x``'s dtype if unknown."""
-    dt = p.memo.get("out_dtype")
+    """The output dtype as an ``np.dtype``, parsed from ``attrs`` once (kept in ``p.kernel_cache``), ``x``'s dtype
+    if unknown."""
+    dt = p.kernel_cache.get("out_dtype")
     if dt is None:
-        dt = p.memo["out_dtype"] = np.dtype(p.attrs["out_dtype"] or x.dtype)
+        dt = p.kernel_cache["out_dtype"] = np.dtype(p.attrs["out_dtype"] or x.dtype)
     return dt
 
 
@@ -346,12 +347,12 @@ ENGINE_KEY = "engine_program"  # Prepared.attrs: the op's instructions, when it 
 
 def engine_program(p: Prepared) -> tuple[np.ndarray, np.ndarray] | None:
     """(codes int32[n], consts float32[n, 2]) of the op's engine instructions (``attrs[ENGINE_KEY]``), made once."""
-    prog = p.memo.get(ENGINE_KEY)
+    prog = p.kernel_cache.get(ENGINE_KEY)
     if prog is None:
         ins = p.attrs.get(ENGINE_KEY)
         if not ins:
             return None
-        prog = p.memo[ENGINE_KEY] = (np.asarray([CODES[t[0]] for t in ins], np.int32),
+        prog = p.kernel_cache[ENGINE_KEY] = (np.asarray([CODES[t[0]] for t in ins], np.int32),
                                      np.asarray([t[1:] for t in ins], np.float32).reshape(-1, 2))
     return prog
 
@@ -402,7 +403,7 @@ def _sigmoid_run(p: Prepared, inputs) -> list[np.ndarray]:
     numpy's ``sigmoid`` for the reference model and other dtypes."""
     x = arg(p, inputs, 0)
     nat = runtime.native(p)
-    if nat is not None and x.dtype == _F32 and x.ndim and p.memo.get("out_dtype", _F32) == _F32:
+    if nat is not None and x.dtype == _F32 and x.ndim and p.kernel_cache.get("out_dtype", _F32) == _F32:
         out = runtime.ort_output(p, 0, x.shape, _F32)  # ORT's buffer when the result is a partition output
         return [nat.sigmoid(np.ascontiguousarray(x), runtime.threads(p), out)]
     return _SIGMOID_REFERENCE(p, inputs)
@@ -491,7 +492,7 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
             if nat is not None:
                 return [nat.unary_f16(f16_code, x, None, runtime.threads(p))]
         y = fn(x if x.dtype != _F16 else x.astype(_F32))  # widen(x), inline
-        dt = p.memo.get("out_dtype")
+        dt = p.kernel_cache.get("out_dtype")
         if dt is not None and type(y) is np.ndarray and y.dtype == dt:
             return [y]
         return [_store(p, y, x)]

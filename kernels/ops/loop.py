@@ -33,7 +33,7 @@ from ._util import arg, stash_constants
 from .control_flow import BranchGraph
 
 BODY = "body"
-_TRIPS = "trips"  # Prepared.memo key: trip count of the last run
+_TRIPS = "trips"  # Prepared.kernel_cache key: trip count of the last run
 
 
 def _body(node: NodeInfo) -> BranchGraph | None:
@@ -115,7 +115,7 @@ def _run(p: Prepared, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
         for k, value in enumerate(outs[1 + n_carried:]):
             scans[k].append(value)
         i += 1
-    p.memo[_TRIPS] = i
+    p.kernel_cache[_TRIPS] = i
     return [*carried, *(_stack(p, k, values) for k, values in enumerate(scans))]
 
 
@@ -131,7 +131,7 @@ def _stack(p: Prepared, k: int, values: list[np.ndarray]) -> np.ndarray:
 
 def _cost(p: Prepared, in_shapes) -> OpCost:
     """One body run on its declared shapes (unknown dims as 1) per iteration."""
-    trips = p.memo.get(_TRIPS)
+    trips = p.kernel_cache.get(_TRIPS)
     if trips is None:
         m = p.consts.get("in0")
         trips = int(np.asarray(m).reshape(-1)[0]) if m is not None else 1

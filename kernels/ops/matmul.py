@@ -113,7 +113,7 @@ def _dims(p: Prepared, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int
     return matmul_dims(a, b)
 
 
-PACKED_B = "packed_b"  # Prepared.memo key: the constant B in the native GEMM's panels
+PACKED_B = "packed_b"  # Prepared.kernel_cache key: the constant B in the native GEMM's panels
 PACKED_ISAS = ("avx512", "avx512_vnni", "amx_int8")  # the native GEMM's own path: AVX-512F
 
 
@@ -135,10 +135,10 @@ def packed_panels(p: Prepared, a: np.ndarray, b: np.ndarray | None) -> np.ndarra
 
 
 def pack_once(p: Prepared, nat, b: np.ndarray) -> np.ndarray:
-    """``b`` in the native GEMM's panels, packed on the first call for ``p`` and kept in its memo."""
-    packed = p.memo.get(PACKED_B)
+    """``b`` in the native GEMM's panels, packed on the first call for ``p`` and kept in its kernel_cache."""
+    packed = p.kernel_cache.get(PACKED_B)
     if packed is None:
-        packed = p.memo[PACKED_B] = nat.pack_sgemm_b(b)
+        packed = p.kernel_cache[PACKED_B] = nat.pack_sgemm_b(b)
     return packed
 
 

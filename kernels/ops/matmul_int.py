@@ -125,10 +125,10 @@ def centered_b(bp: np.ndarray, bzp: np.ndarray, K: int, N: int) -> tuple[np.ndar
 
 
 def _b_centered(p: Prepared) -> tuple[np.ndarray, int]:
-    """The reference model's float32 ``B - b_zp`` ``[K, N]`` from the packed constants (memo) and its bound."""
-    got = p.memo.get("reference_b")
+    """The reference model's float32 ``B - b_zp`` ``[K, N]`` from the packed constants (kernel_cache) and its bound."""
+    got = p.kernel_cache.get("reference_b")
     if got is None:
-        got = p.memo["reference_b"] = centered_b(p.consts["i8_bp"], p.consts["i8_bzp"], *p.attrs["b_shape"])
+        got = p.kernel_cache["reference_b"] = centered_b(p.consts["i8_bp"], p.consts["i8_bzp"], *p.attrs["b_shape"])
     return got
 
 

@@ -292,9 +292,9 @@ def nbits_matmul(p: Prepared, a: np.ndarray, bias: np.ndarray | None = None) -> 
                                a2.shape[0], N, K)
         return y.reshape(*a.shape[:-1], N)
     a32 = a if a.dtype == np.float32 else a.astype(np.float32)
-    w = p.memo.get("reference_w")
+    w = p.kernel_cache.get("reference_w")
     if w is None:  # the reference model's float copy, built on first use
-        w = p.memo["reference_w"] = np.concatenate([dequantize_b(m) for m in ort_weights(p)], axis=1)
+        w = p.kernel_cache["reference_w"] = np.concatenate([dequantize_b(m) for m in ort_weights(p)], axis=1)
     y = host_blas.matmul(quantize_a_blockwise(a32, bs) if level == 4 else a32, w)
     if bias is not None:
         y += bias
@@ -346,10 +346,10 @@ def bind_nbits(p: Prepared, inputs, outs) -> Any:
 
 def _bias_only(p: Prepared) -> bool:
     """A float32 node whose epilogue is at most a constant bias: the kernel adds it (decided once per node)."""
-    ok = p.memo.get("bias_only")
+    ok = p.kernel_cache.get("bias_only")
     if ok is None:
         at = p.attrs
-        ok = p.memo["bias_only"] = ({k for k, v in at["epilogue"].items() if v} <= {"bias"}
+        ok = p.kernel_cache["bias_only"] = ({k for k, v in at["epilogue"].items() if v} <= {"bias"}
                                     and not at["runtime_bias"] and at["dtype"] == "float32")
     return ok
 

@@ -68,11 +68,11 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 
 
 def _static_shape(p: Prepared) -> tuple[int, ...] | None:
-    """The Reshape target when it is static and holds no 0 to copy from the input (built once, ``p.memo``)."""
-    if "shape" not in p.memo:
+    """The Reshape target when it is static and holds no 0 to copy from the input (built once, ``p.kernel_cache``)."""
+    if "shape" not in p.kernel_cache:
         ints = p.attrs["ints"]
-        p.memo["shape"] = None if ints is None or (0 in ints and not p.attrs["allowzero"]) else tuple(ints)
-    return p.memo["shape"]
+        p.kernel_cache["shape"] = None if ints is None or (0 in ints and not p.attrs["allowzero"]) else tuple(ints)
+    return p.kernel_cache["shape"]
 
 
 def _reshape_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -87,10 +87,10 @@ def _reshape_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 def _axes(p: Prepared, inputs, rank: int, unsqueeze: bool) -> tuple[int, ...] | None:
     """Squeeze/Unsqueeze axes normalized against ``rank`` (Unsqueeze: sorted output positions); static axes are
-    normalized once per rank (``p.memo``). None: no axes (Squeeze drops every 1)."""
+    normalized once per rank (``p.kernel_cache``). None: no axes (Squeeze drops every 1)."""
     key = ("axes", rank)
-    if key in p.memo:
-        return p.memo[key]
+    if key in p.kernel_cache:
+        return p.kernel_cache[key]
     axes = runtime_ints(p, inputs, "ints", 1)
     if axes is not None:
         rank = rank + len(axes) if unsqueeze else rank
@@ -98,7 +98,7 @@ def _axes(p: Prepared, inputs, rank: int, unsqueeze: bool) -> tuple[int, ...] | 
         if unsqueeze and len(set(axes)) != len(axes):
             raise ValueError("repeated axis")  # np.expand_dims' error
     if p.attrs["ints"] is not None:
-        p.memo[key] = axes
+        p.kernel_cache[key] = axes
     return axes
 
 

@@ -57,10 +57,11 @@ def _stats_dtype(p: Prepared, i: int) -> np.dtype:
 
 def _setup(p: Prepared, ndim: int) -> tuple[int, int, np.dtype, np.dtype]:
     """Per-rank constants of this node, resolved on the first call: (first normalized axis, number of outputs,
-    dtype of output 1, dtype of output 2); kept in ``p.memo`` so a call does no attribute parsing."""
-    s = p.memo.get(ndim)
+    dtype of output 1, dtype of output 2); kept in ``p.kernel_cache`` so a call does no attribute parsing."""
+    s = p.kernel_cache.get(ndim)
     if s is None:
-        s = p.memo[ndim] = (p.attrs["axis"] % ndim, len(p.attrs["outputs"]), _stats_dtype(p, 1), _stats_dtype(p, 2))
+        s = p.kernel_cache[ndim] = (p.attrs["axis"] % ndim, len(p.attrs["outputs"]), _stats_dtype(p, 1),
+                                    _stats_dtype(p, 2))
     return s
 
 
@@ -71,18 +72,18 @@ def _f32(x: np.ndarray) -> np.ndarray:
 
 def _param(p: Prepared, inputs, i: int, ndim: int) -> np.ndarray | None:
     """Input ``i`` (scale, gamma, bias) as float32. A constant one is converted once per rank and shaped to
-    ``ndim`` dims (leading 1s, kept in ``p.memo``): numpy multiplies equal-rank operands faster than it
+    ``ndim`` dims (leading 1s, kept in ``p.kernel_cache``): numpy multiplies equal-rank operands faster than it
     broadcasts a missing leading dim."""
     if i < len(inputs) and inputs[i] is not None:
         return _f32(inputs[i])
     key = (i, ndim)
-    v = p.memo.get(key, _UNSET)
+    v = p.kernel_cache.get(key, _UNSET)
     if v is _UNSET:
         v = arg(p, inputs, i)  # constant or omitted (None), the same on every call
         if v is not None:
             v = _f32(v)
             v = v.reshape((1,) * (ndim - v.ndim) + v.shape) if v.ndim < ndim else v
-        p.memo[key] = v
+        p.kernel_cache[key] = v
     return v
 
 

@@ -68,7 +68,7 @@ def _channel(v: np.ndarray, ndim: int) -> np.ndarray:
 def _bn_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     key = ("ab", x.ndim)
-    ab = p.memo.get(key)
+    ab = p.kernel_cache.get(key)
     if ab is None:
         if "a" in p.consts:
             a, b = p.consts["a"], p.consts["b"]
@@ -76,7 +76,7 @@ def _bn_run(p: Prepared, inputs) -> list[np.ndarray]:
             a, b = _bn_fold(*(arg(p, inputs, i) for i in range(1, 5)), p.attrs["epsilon"])
         ab = (_channel(a, x.ndim), _channel(b, x.ndim))
         if "a" in p.consts:
-            p.memo[key] = ab
+            p.kernel_cache[key] = ab
     y = widen(x) * ab[0]
     y += ab[1]
     return [y.astype(x.dtype, copy=False)]

@@ -83,10 +83,10 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 
 def _inner(p: Prepared) -> Prepared:
     """The matmul's own Prepared (built once per process from ours: consts under ``inner/``)."""
-    inner = p.memo.get("inner")
+    inner = p.kernel_cache.get("inner")
     if inner is None:
         consts = {k[len(_INNER):]: v for k, v in p.consts.items() if k.startswith(_INNER)}
-        inner = p.memo["inner"] = Prepared(p.attrs["inner_attrs"], consts, p.target)
+        inner = p.kernel_cache["inner"] = Prepared(p.attrs["inner_attrs"], consts, p.target)
     copy_runtime(p, inner)
     return inner
 
@@ -98,12 +98,12 @@ _sdot: list[int] = []
 
 def _one_call(p: Prepared, inner: Prepared) -> bool:
     """Whether this node can run as one native call (decided once per node from its compiled attributes)."""
-    ok = p.memo.get("one_call")
+    ok = p.kernel_cache.get("one_call")
     if ok is None:
         ia = inner.attrs
         ep = {k for k, v in ia.get("epilogue", {}).items() if v}
-        ok = p.memo["one_call"] = ("gamma" in p.consts and ia.get("dtype") == "float32" and ep <= _NATIVE_EPILOGUE
-                                   and not ia.get("runtime_bias", False))
+        ok = p.kernel_cache["one_call"] = ("gamma" in p.consts and ia.get("dtype") == "float32"
+                                           and ep <= _NATIVE_EPILOGUE and not ia.get("runtime_bias", False))
     return ok
 
 

@@ -71,9 +71,9 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         big, small = (a, b) if small_b else (b, a)
         inner = _inner(big.shape, small.shape)
         if inner:
-            rows = p.memo.get("rows_by_b") if small_b else table
+            rows = p.kernel_cache.get("rows_by_b") if small_b else table
             if rows is None:
-                rows = p.memo["rows_by_b"] = np.ascontiguousarray(table.reshape(256, 256).T).reshape(-1)
+                rows = p.kernel_cache["rows_by_b"] = np.ascontiguousarray(table.reshape(256, 256).T).reshape(-1)
             return [nat.qdq_lut_rows(np.ascontiguousarray(big), np.ascontiguousarray(small), inner, rows,
                                      runtime.threads(p))]
     return [reference(table, a, b)]

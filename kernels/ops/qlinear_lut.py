@@ -69,13 +69,13 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 def _table(p: Prepared, inputs, key, idx: tuple[int, int, int, int], fn=None) -> np.ndarray | None:
     """The lookup table of one input (memoized when its parameters are constants); None when it is a copy."""
-    t = p.memo.get(key)
+    t = p.kernel_cache.get(key)
     if t is not None:
         return t
     sx, zx, sy, zy = (scalar(p, inputs, i) for i in idx)
     t = None if fn is None and sx == sy and zx == zy else build_table(p.attrs["qtype"], sx, zx, sy, zy, fn)
     if all(i >= len(inputs) or inputs[i] is None for i in idx):
-        p.memo[key] = t if t is not None else False
+        p.kernel_cache[key] = t if t is not None else False
     return t
 
 

@@ -229,7 +229,7 @@ def _rnn_weights(mod, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, hid: i
 def _native_weights(mod, p: Prepared, inputs) -> tuple:
     """The op's weights as its native kernel takes them; made once per Prepared when they are constants (the usual
     case), else per call."""
-    found = p.memo.get("native_weights")
+    found = p.kernel_cache.get("native_weights")
     if found is not None:
         return found
     op, hid = p.attrs["op"], p.attrs["hidden"]
@@ -240,7 +240,7 @@ def _native_weights(mod, p: Prepared, inputs) -> tuple:
         found = (_gru_weights if op == "GRU" else _rnn_weights)(mod, w, r, b, hid)
     used = (1, 2, 3, 7) if op == "LSTM" else (1, 2, 3)
     if all(f"in{i}" in p.consts or arg(p, inputs, i) is None for i in used):
-        p.memo["native_weights"] = found
+        p.kernel_cache["native_weights"] = found
     return found
 
 

@@ -92,11 +92,11 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 
 
 def _centered(p: Prepared, name: str, d: int) -> tuple[np.ndarray, int]:
-    """The reference model's float32 ``W - zp`` [K, 4H] of one direction, from the packed constants (memo)."""
+    """The reference model's float32 ``W - zp`` [K, 4H] of one direction, from the packed constants (kernel_cache)."""
     key = ("centered", name, d)
-    got = p.memo.get(key)
+    got = p.kernel_cache.get(key)
     if got is None:
-        got = p.memo[key] = centered_b(p.consts[f"{name}{d}_i8_bp"], p.consts[f"{name}{d}_i8_bzp"],
+        got = p.kernel_cache[key] = centered_b(p.consts[f"{name}{d}_i8_bp"], p.consts[f"{name}{d}_i8_bzp"],
                                        p.attrs["k"][name], 4 * p.attrs["hidden"])
     return got
 
@@ -148,7 +148,7 @@ def _reference(p: Prepared, inputs) -> list[np.ndarray]:
 
 def _native_weights(p: Prepared, b: np.ndarray | None) -> tuple[list, list, np.ndarray]:
     """Per direction (bp, bsum, bzp, scale) of W and of R, and Wb + Rb [dirs, 4H]; made once when B is constant."""
-    found = p.memo.get("qlstm_weights")
+    found = p.kernel_cache.get("qlstm_weights")
     if found is not None:
         return found
     a = p.attrs
@@ -159,7 +159,7 @@ def _native_weights(p: Prepared, b: np.ndarray | None) -> tuple[list, list, np.n
             else np.ascontiguousarray(b[:, :4 * hid] + b[:, 4 * hid:]))
     found = (packs[0], packs[1], bias)
     if b is None or "in3" in p.consts:
-        p.memo["qlstm_weights"] = found
+        p.kernel_cache["qlstm_weights"] = found
     return found
 
 

@@ -52,16 +52,16 @@ def _normalized(axes: list[int], noop: int, rank: int) -> tuple[int, ...] | None
 
 
 def _axes(p: Prepared, inputs, rank: int) -> tuple[int, ...] | None:
-    """The axes of this call; static axes are normalized once per rank (``p.memo``)."""
+    """The axes of this call; static axes are normalized once per rank (``p.kernel_cache``)."""
     axes = p.attrs["axes"]
     if axes is None:
         given = arg(p, inputs, 1)
         return _normalized(None if given is None else given.reshape(-1).tolist(), p.attrs["noop_with_empty_axes"],
                            rank)
     key = ("axes", rank)
-    if key not in p.memo:
-        p.memo[key] = _normalized(axes, p.attrs["noop_with_empty_axes"], rank)
-    return p.memo[key]
+    if key not in p.kernel_cache:
+        p.kernel_cache[key] = _normalized(axes, p.attrs["noop_with_empty_axes"], rank)
+    return p.kernel_cache[key]
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:

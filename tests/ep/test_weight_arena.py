@@ -152,7 +152,7 @@ def test_rebase_moves_every_view_of_a_moved_initializer_and_nothing_else(monkeyp
     monkeypatch.setattr(weight_arena, "borrowed_from_ort", in_ort_buffers)
     w = old[1024:].view(np.float32).reshape(32, 24)  # a typed view at an offset
     inner = Prepared({}, {"w": w[:, ::2]})  # a strided view, one level down
-    outer = Prepared({"parts": [old[:16]]}, {"mine": other, "w": w}, memo={"inner": inner})
+    outer = Prepared({"parts": [old[:16]]}, {"mine": other, "w": w}, kernel_cache={"inner": inner})
     program = type("P", (), {"steps": [type("S", (), {"prepared": outer})()]})()
     assert weight_arena.rebase_borrowed(program, [(old.ctypes.data, old.nbytes, new)]) == 3
     moved_w = outer.consts["w"]

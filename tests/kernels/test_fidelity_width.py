@@ -160,6 +160,6 @@ def test_fp32_decoder_at_1b_width_runs_its_prefill_on_the_packed_gemm_and_matche
     print(f"\nfp32 1B-width prefill: max |logits diff| {np.abs(first - want).max():.2e} on a scale of "
           f"{np.abs(want).max():.2f}")
     packed = [st for prog in session_of(sess).programs.values() for st in prog.steps
-              if matmul.PACKED_B in st.prepared.memo]
+              if matmul.PACKED_B in st.prepared.kernel_cache]
     if runtime.native_module() is not None and runtime.native_module().isa() in ("avx512", "avx512_vnni", "amx_int8"):
         assert packed  # the prefill's products ran on the packed GEMM

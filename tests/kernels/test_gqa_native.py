@@ -64,10 +64,10 @@ def _compare(model, feeds, threads=1, tol=TOL):
     """Native vs reference on the same feeds; returns the native outputs."""
     node, nat = _prepared(model, "native", threads)
     got = _run(node, nat, feeds)
-    assert nat.memo[FALLBACK] is None  # the native kernel ran
+    assert nat.kernel_cache[FALLBACK] is None  # the native kernel ran
     node, ref = _prepared(model, "reference")
     want = _run(node, ref, feeds)
-    assert FALLBACK not in ref.memo
+    assert FALLBACK not in ref.kernel_cache
     assert got[0].dtype == want[0].dtype
     np.testing.assert_allclose(got[0].astype(np.float32), want[0].astype(np.float32), **tol)
     for g, w in zip(got[1:], want[1:]):
@@ -129,7 +129,7 @@ def test_reused_present_buffer_rezeroes_stale_rows():
     _run(node, p, long_feeds)  # outputs dropped: the buffer returns to the pool
     short = dict(long_feeds, seqlens_k=np.array([4, 2], np.int32))
     got = _run(node, p, short)
-    assert p.memo[FALLBACK] is None
+    assert p.kernel_cache[FALLBACK] is None
     node, ref = _prepared(long_model, "reference")
     want = _run(node, ref, short)
     np.testing.assert_allclose(got[0], want[0], **TOL)
@@ -166,7 +166,7 @@ def test_float16_rounding_edges_match_the_reference(isa):
     feeds = {x[0]: x[1] for x in inputs if x is not None}
     node, p = _prepared(model, "native")
     got = _run(node, p, feeds)
-    assert p.memo[FALLBACK] is None
+    assert p.kernel_cache[FALLBACK] is None
     node, ref = _prepared(model, "reference")
     want = _run(node, ref, feeds)
     for g, w in zip(got, want):
@@ -179,7 +179,7 @@ def test_float64_runs_the_reference_with_the_reason_recorded():
     model, feeds = _model(b=1, s=1, n=4, nkv=2, h=16, past=5, dtype=np.float64)
     node, p = _prepared(model, "native")
     got = _run(node, p, feeds)
-    assert p.memo[FALLBACK] == "native GroupQueryAttention takes float32 or float16 (query is float64)"
+    assert p.kernel_cache[FALLBACK] == "native GroupQueryAttention takes float32 or float16 (query is float64)"
     node, ref = _prepared(model, "reference")
     for g, w in zip(got, _run(node, ref, feeds)):
         np.testing.assert_array_equal(g, w)
@@ -224,7 +224,7 @@ def test_session_matches_cpu_ep_and_runs_the_native_kernel(phase):
     for g, w in zip(got[1:], want[1:]):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
     steps = _npu_gqa_steps("native")
-    assert steps and all(p.memo.get(FALLBACK, "not run") is None for p in steps)
+    assert steps and all(p.kernel_cache.get(FALLBACK, "not run") is None for p in steps)
     del sess
 
 
@@ -337,7 +337,7 @@ def test_outside_a_partition_call_the_presents_come_from_the_pool():
     p.runtime.partition_outputs = {1: 1, 2: 2}
     assert runtime.ort_output(p, 1, (1, 2, 6, 16), np.dtype(np.float32)) is None
     got = _run(node, p, feeds)
-    assert got[1].shape == (1, 2, 6, 16) and p.memo["present_pool"]
+    assert got[1].shape == (1, 2, 6, 16) and p.kernel_cache["present_pool"]
 
 
 def _run_shared(sess, feeds):

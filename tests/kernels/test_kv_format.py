@@ -183,9 +183,10 @@ def test_native_choice_records_why_the_reference_runs_and_costs_the_formats_byte
         sess.run(None, feeds)
         (program,) = session_of(sess).programs.values()
         (step,) = program.steps
-        assert (step.prepared.memo.get(FALLBACK) is None) == (fmt == "float32")
+        assert (step.prepared.kernel_cache.get(FALLBACK) is None) == (fmt == "float32")
         if fmt != "float32":
-            assert fmt in step.prepared.memo[FALLBACK] and "reference kernel" in step.prepared.memo[FALLBACK]
+            why = step.prepared.kernel_cache[FALLBACK]
+            assert fmt in why and "reference kernel" in why
         costs[fmt] = program.cost_for(tuple(feeds[i].shape for i in ("q", "k", "v", "pk", "pv", "seqlens_k",
                                                                       "total"))).dma_bytes
     # activations stay float32; past (CAP rows) and present (CAP + 1 rows) K/V are moved at the format's size

@@ -63,7 +63,8 @@ def test_unsqueeze_axes_input(axes):
 
 
 def _second_call(op, inputs, x2, attrs=None, opset=21):
-    """Run once (through the ORT comparison), then the same Prepared (memo warm) on ``x2``; returns that output."""
+    """Run once (through the ORT comparison), then the same Prepared (its kernel_cache warm) on ``x2``; returns that
+    output."""
     model = make_model(op, inputs, [("y", x2.dtype)], attrs, opset=opset)
     feeds = {n: v for n, v, const in inputs if not const}
     _, prepared, _ = run_npu(model, feeds)

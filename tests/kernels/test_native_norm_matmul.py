@@ -89,12 +89,12 @@ def _feeds(model, rows, d, scale=1.0):
 def _both_paths(p, inputs):
     run = kernel_for("npu", "NormMatMul").run
     one = run(p, inputs)
-    assert p.memo["one_call"] is True
-    p.memo["one_call"] = False
+    assert p.kernel_cache["one_call"] is True
+    p.kernel_cache["one_call"] = False
     try:
         steps = run(p, inputs)
     finally:
-        p.memo["one_call"] = True
+        p.kernel_cache["one_call"] = True
     return one, steps
 
 
@@ -181,7 +181,7 @@ def test_broadcast_skip_takes_the_step_path():
     res = RNG.standard_normal((1, 1, d)).astype(np.float32)  # broadcast over rows: numpy's add handles it
     run = kernel_for("npu", "NormMatMul").run
     got = run(p, [x, res])
-    p.memo["one_call"] = False
+    p.kernel_cache["one_call"] = False
     want = run(p, [x, res])
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)

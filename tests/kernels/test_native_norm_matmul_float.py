@@ -40,7 +40,7 @@ def test_one_call_matches_the_reference_model(d, rows, skip, mlp):
     inputs = _feeds(model, rows, d)
     kernel = kernel_for("npu", "NormMatMul")
     native = kernel.run(p, inputs)
-    assert PACKED_B in p.memo["inner"].memo  # the packed GEMM made the product
+    assert PACKED_B in p.kernel_cache["inner"].kernel_cache  # the packed GEMM made the product
     runtime.configure([p], "reference", 2)
     want = kernel.run(p, inputs)
     assert len(native) == len(want)

@@ -135,7 +135,7 @@ def test_a_large_product_binds_the_packed_gemm_and_the_loop_oracle_gives_its_bit
     assert got.tobytes() == first.tobytes()
     assert python_loop(program, (a,))[0].tobytes() == first.tobytes()
     (step,) = program.steps
-    assert matmul.PACKED_B in step.prepared.memo
+    assert matmul.PACKED_B in step.prepared.kernel_cache
     b, bias = (np.asarray(step.prepared.consts[c]) for c in ("b", "ep_bias"))
     exact = np.maximum(a.reshape(-1, k).astype(np.float64) @ b + bias, 0)
     within_bound(got.reshape(-1, n), a.reshape(-1, k), b, exact)
@@ -150,7 +150,7 @@ def test_small_products_run_packed_and_the_reference_model_keeps_numpys_bits():
     b = p.consts["b"]
     got = kernel.run(p, [x])[0]
     if AVX512:
-        assert matmul.PACKED_B in p.memo
+        assert matmul.PACKED_B in p.kernel_cache
         within_bound(got, x, b, x.astype(np.float64) @ b)
     else:
         assert got.tobytes() == np.matmul(x, b).tobytes()
@@ -158,7 +158,7 @@ def test_small_products_run_packed_and_the_reference_model_keeps_numpys_bits():
     kernel, p = prepared(big, "MatMul")
     runtime.configure([p], "reference", 2)
     x = RNG.standard_normal(BIG[0]).astype(np.float32)
-    assert matmul.PACKED_B not in p.memo
+    assert matmul.PACKED_B not in p.kernel_cache
     np.testing.assert_array_equal(kernel.run(p, [x])[0], np.matmul(x, p.consts["b"]))
 
 
@@ -195,7 +195,7 @@ def test_sessions_run_large_products_on_the_packed_gemm_and_match_the_cpu_ep(mon
     np.testing.assert_allclose(runs[0], want, rtol=1e-4, atol=1e-4)
     (program,) = session_of(sess).programs.values()
     assert program.native_step_counts[0] >= 2 and program.native_step_counts[1] == 0
-    assert any(matmul.PACKED_B in st.prepared.memo for st in program.steps)
+    assert any(matmul.PACKED_B in st.prepared.kernel_cache for st in program.steps)
     assert seen and seen[-1] is is_output
 
 
@@ -231,7 +231,7 @@ def test_a_float_group_runs_packed_and_its_bound_step_gives_the_kernels_bits(swi
     i, step = group_step(program)
     x = RNG.standard_normal((1, m, k)).astype(np.float32)
     first = program(x)
-    assert matmul.PACKED_B in step.prepared.memo
+    assert matmul.PACKED_B in step.prepared.kernel_cache
     assert program._bindings[((1, m, k),)][i] is not None  # the group is a native step
     assert all(g.tobytes() == f.tobytes() for g, f in zip(program(x), first))
     assert all(g.tobytes() == f.tobytes() for g, f in zip(python_loop(program, (x,)), first))

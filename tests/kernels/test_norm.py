@@ -3,7 +3,7 @@
 
 Tolerances: float32 rtol=atol=1e-5 (statistics in fp32, as ORT), float16 2e-3 (one fp16 rounding).
 The RMS kernels have a scalar fast path for a single row (a decode step); it must agree bit for bit with the
-multi-row path, and a second call (constants converted once, kept in ``Prepared.memo``) with the first.
+multi-row path, and a second call (constants converted once, kept in ``Prepared.kernel_cache``) with the first.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_skip_simplified_layer_norm_only_sum_output_and_2d_skip():
 
 
 def _rows_one_by_one(op, inputs, outputs, attrs=None, domain=""):
-    """Run the kernel on the whole batch, then row by row on the same (memo-warm) Prepared: every output of each
+    """Run the kernel on the whole batch, then row by row on the same (kernel_cache-warm) Prepared: every output of each
     single-row call must equal that row of the batch call exactly."""
     model = make_model(op, inputs, outputs, attrs, domain=domain, opset=17)
     feeds = {s[0]: s[1] for s in inputs if not s[2]}
@@ -90,7 +90,7 @@ def _rows_one_by_one(op, inputs, outputs, attrs=None, domain=""):
         got = kernel.run(prepared, row)
         for i, (g, b) in enumerate(zip(got, batch)):
             np.testing.assert_array_equal(g, b[:, r:r + 1], err_msg=f"{op} output {i} row {r}")
-    assert prepared.memo, "constants and per-rank setup are kept in the memo"
+    assert prepared.kernel_cache, "constants and per-rank setup are kept in the kernel_cache"
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

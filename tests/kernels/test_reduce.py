@@ -54,7 +54,7 @@ def test_integer_reductions_exact(op, dtype):
 
 def test_int64_sum_over_attention_mask_and_second_call_other_length():
     """The decode step's seqlens: ReduceSum(attention_mask [1, L], axes=[1], keepdims=0); the normalized axes are
-    reused (memo) when L grows."""
+    reused (kernel_cache) when L grows."""
     mask = np.ones((1, 513), np.int64)
     inputs = [("m", mask, False), ("axes", np.array([1], np.int64), True)]
     check_against_ort("ReduceSum", inputs, [("y", np.int64)], {"keepdims": 0}, opset=18)

@@ -51,12 +51,12 @@ def test_memo_per_shape_makes_once_per_kept_shape_and_keeps_nothing_when_make_fa
     for _ in range(2):
         for n in range(SHAPES_KEPT):
             assert memo_per_shape(p, "double", (n,), lambda: make((n,))) == 2 * n  # noqa: B023 - called at once
-    assert len(made) == SHAPES_KEPT and len(p.memo["double"]) == SHAPES_KEPT
+    assert len(made) == SHAPES_KEPT and len(p.kernel_cache["double"]) == SHAPES_KEPT
     memo_per_shape(p, "double", (-1,), lambda: make((-1,)))  # a new shape evicts the least recently used, (0,)
-    assert (0,) not in p.memo["double"] and len(p.memo["double"]) == SHAPES_KEPT
+    assert (0,) not in p.kernel_cache["double"] and len(p.kernel_cache["double"]) == SHAPES_KEPT
     with pytest.raises(ZeroDivisionError):
         memo_per_shape(p, "double", (-2,), lambda: 1 // 0)
-    assert (-2,) not in p.memo["double"] and (1,) in p.memo["double"]
+    assert (-2,) not in p.kernel_cache["double"] and (1,) in p.kernel_cache["double"]
 
 
 def test_the_planners_process_wide_cache_is_bounded_and_replans_an_evicted_shape(monkeypatch):
@@ -76,7 +76,7 @@ def test_the_planners_process_wide_cache_is_bounded_and_replans_an_evicted_shape
 def _prepared_in(p: Prepared) -> Iterator[Prepared]:
     """``p`` and the Prepared of the kernels a fused kernel runs inside (kept in its memo)."""
     yield p
-    for value in p.memo.values():
+    for value in p.kernel_cache.values():
         for inner in value if isinstance(value, list) else [value]:
             if isinstance(inner, Prepared):
                 yield from _prepared_in(inner)
@@ -86,7 +86,7 @@ def _memos_by_op(sess: ort.InferenceSession) -> dict[str, list[dict]]:
     memos: dict[str, list[dict]] = {}
     for program in session_of(sess).programs.values():
         for step in program.steps:
-            memos.setdefault(step.op.split("::")[-1], []).extend(q.memo for q in _prepared_in(step.prepared))
+            memos.setdefault(step.op.split("::")[-1], []).extend(q.kernel_cache for q in _prepared_in(step.prepared))
     return memos
 
 

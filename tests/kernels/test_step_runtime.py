@@ -1,6 +1,6 @@
 """The seam between a program and its kernels (``kernels.registry.StepRuntime``, ``kernels.runtime``): what the
-program tells a step travels in a typed record, not in ``Prepared.memo`` keys or serialized attributes, and a bound
-native step declines once the record's generation moves (the C++ guard reads the counter in place)."""
+program tells a step travels in a typed record, not in ``Prepared.kernel_cache`` keys or serialized attributes, and a
+bound native step declines once the record's generation moves (the C++ guard reads the counter in place)."""
 
 from __future__ import annotations
 
@@ -48,14 +48,14 @@ def test_a_call_step_declines_once_its_generation_moves():
 
 
 def test_a_sessions_steps_keep_only_their_own_caches_in_memo():
-    """After a run with sub-programs (Loop body, If branches), no step's memo holds a framework key and no step's
-    attributes hold the constant shapes: they are the step's record and the step's field."""
+    """After a run with sub-programs (Loop body, If branches), no step's kernel_cache holds a framework key and no
+    step's attributes hold the constant shapes: they are the step's record and the step's field."""
     sess, program = _session(loop_with_if_model(), {"kernels": "native"})
     sess.run(None, _feeds(True))
     steps = [*program.steps, *_sub_steps(program.steps)]
     assert len(steps) > len(program.steps)  # sub-programs were loaded (into the owner's record)
     for st in steps:
-        assert not FRAMEWORK_KEYS & set(st.prepared.memo), st.node_name
+        assert not FRAMEWORK_KEYS & set(st.prepared.kernel_cache), st.node_name
         assert "_const_shapes" not in st.prepared.attrs, st.node_name
         assert st.prepared.runtime.kernels == "native"
     assert any(st.const_shapes for st in steps)
