@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from typing import Any
 
 EP_NAME = "NpuEP"
 _lock = threading.Lock()
@@ -63,3 +64,13 @@ def register(force: bool = False) -> None:
             if "already registered" not in str(exc):
                 raise
         _registered = True
+
+
+def register_with_genai(og: Any) -> None:
+    """Register the plugin with onnxruntime-genai (``og``, the imported ``onnxruntime_genai``), whose ORT is its own
+    registry: genai takes one registration per process, so a later call is a no-op."""
+    try:
+        og.register_execution_provider_library(EP_NAME, get_library_path())
+    except RuntimeError as exc:
+        if "already registered" not in str(exc):
+            raise

@@ -20,6 +20,7 @@ og = pytest.importorskip("onnxruntime_genai")
 pytestmark = pytest.mark.slow
 
 import npu_ep
+from npu_ep.ep.registration import register_with_genai
 from tests.hosts.cpp_host import ort_library
 
 PROMPT = [1, 5, 6, 7, 8, 9]
@@ -56,11 +57,7 @@ def genai_host(tmp_path_factory):
 
 
 def _python_tokens(folder: Path) -> list[int]:
-    try:
-        og.register_execution_provider_library(npu_ep.get_ep_name(), npu_ep.get_library_path())
-    except RuntimeError as exc:  # once per process, whichever test registered it first
-        if "already registered" not in str(exc):
-            raise
+    register_with_genai(og)  # once per process, whichever test registered it first
     cfg = og.Config(str(folder))
     cfg.clear_providers()
     cfg.append_provider("NpuEP")

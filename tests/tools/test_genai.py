@@ -20,6 +20,7 @@ pytest.importorskip("transformers")
 
 import npu_ep
 from npu_ep.ep.entry_points import LIVE_SESSIONS
+from npu_ep.ep.registration import register_with_genai
 from npu_ep.models.genai_llama import EOS, build_genai_llama
 from npu_ep.tools.npu_generate import main as generate_main
 from npu_ep.tools.npu_report import main as report_main
@@ -30,11 +31,7 @@ NEW_TOKENS = 24
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    try:
-        og.register_execution_provider_library(npu_ep.get_ep_name(), npu_ep.get_library_path())
-    except RuntimeError as exc:  # once per process, whichever test module registered it first
-        if "already registered" not in str(exc):
-            raise
+    register_with_genai(og)  # once per process, whichever test module registered it first
     return build_genai_llama(tmp_path_factory.mktemp("genai") / "tiny_llama")
 
 

@@ -26,6 +26,7 @@ pytest.importorskip("transformers")
 
 import npu_ep
 from npu_ep.ep.entry_points import LIVE_SESSIONS
+from npu_ep.ep.registration import register_with_genai
 from npu_ep.kernels.ops import _kv_traffic
 from npu_ep.models.genai_llama import build_genai_llama
 
@@ -35,11 +36,7 @@ NEW_TOKENS = 16
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    try:
-        og.register_execution_provider_library(npu_ep.get_ep_name(), npu_ep.get_library_path())
-    except RuntimeError as exc:  # once per process, whichever test module registered it first
-        if "already registered" not in str(exc):
-            raise
+    register_with_genai(og)  # once per process, whichever test module registered it first
     return build_genai_llama(tmp_path_factory.mktemp("genai_kv") / "tiny_llama")
 
 

@@ -9,7 +9,7 @@ worker threads stop spinning, and the medians are printed.
 
 from __future__ import annotations
 
-from ...ep.registration import get_ep_name, get_library_path
+from ...ep.registration import get_ep_name, register_with_genai
 
 import argparse
 import statistics
@@ -64,11 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _bench(og, folder, args) -> int:
-    try:
-        og.register_execution_provider_library(get_ep_name(), get_library_path())
-    except RuntimeError as exc:  # genai takes one registration per process
-        if "already registered" not in str(exc):
-            raise
+    register_with_genai(og)
     models = {}
     for name in ("CPU", "NpuEP"):
         cfg = og.Config(str(folder))
