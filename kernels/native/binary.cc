@@ -61,11 +61,6 @@ void RowScalar(const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb, uin
 }
 
 #if NPU_EP_X86
-bool HasF16c() {
-  static const bool yes = __builtin_cpu_supports("f16c");
-  return yes;
-}
-
 constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 template <int Op>

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "half.h"
 #include "intrinsics.h"
 #include "thread_pool.h"
 
@@ -64,40 +65,14 @@ bool ConvertRow(const S* x, D* y, int64_t n) {
   }
 }
 
-#if NPU_EP_X86
-bool HasF16c() {
-  static const bool yes = __builtin_cpu_supports("f16c");
-  return yes;
-}
-
-constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-
-__attribute__((target("avx2,f16c"))) void HalfToFloatF16c(const uint16_t* s, float* d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-  for (; i < n; ++i) d[i] = _cvtsh_ss(s[i]);
-}
-
-__attribute__((target("avx2,f16c"))) void FloatToHalfF16c(const float* s, uint16_t* d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), kNearest));
-  for (; i < n; ++i) d[i] = _cvtss_sh(s[i], kNearest);
-}
-#endif
-
 template <typename S, typename D>
 bool Convert(const S* x, D* y, int64_t n) {
-#if NPU_EP_X86
   if constexpr (std::is_same_v<S, Half> && std::is_same_v<D, float>) {
-    if (ActiveIsa() >= Isa::kAvx2 && HasF16c())
-      return HalfToFloatF16c(reinterpret_cast<const uint16_t*>(x), y, n), true;
+    return HalfToFloatRow(reinterpret_cast<const uint16_t*>(x), y, n), true;
   }
   if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) {
-    if (ActiveIsa() >= Isa::kAvx2 && HasF16c()) return FloatToHalfF16c(x, reinterpret_cast<uint16_t*>(y), n), true;
+    return FloatToHalfRow(x, reinterpret_cast<uint16_t*>(y), n), true;
   }
-#endif
   return ConvertRow(x, y, n);
 }
 

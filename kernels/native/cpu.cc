@@ -39,6 +39,15 @@ Isa ActiveIsa() {
 
 void SetIsaCap(int cap) { g_cap.store(cap, std::memory_order_relaxed); }
 
+bool HasF16c() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool yes = __builtin_cpu_supports("f16c");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 const char* IsaName(Isa isa) {
   switch (isa) {
     case Isa::kAmxInt8: return "amx_int8";

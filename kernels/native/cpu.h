@@ -42,5 +42,7 @@ inline float RoundHalfEven(float x) {
 Isa ActiveIsa();
 void SetIsaCap(int cap);  // -1: no cap
 const char* IsaName(Isa isa);
+// The F16C conversions (float16 <-> float32 in 8 lanes), which AVX2 hosts usually have but do not imply.
+bool HasF16c();
 
 }  // namespace npu_ep::kern

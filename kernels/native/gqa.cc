@@ -81,11 +81,6 @@ Half FloatToHalf(float f) {  // round to nearest, ties to even (numpy's astype, 
 }
 
 #if NPU_EP_X86
-bool HasF16c() {
-  static const bool yes = __builtin_cpu_supports("f16c");
-  return yes;
-}
-
 __attribute__((target("avx2,f16c"))) void HalfRowF16c(const Half* s, float* d, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)

@@ -50,11 +50,6 @@ void RowScalar(const uint16_t* x, uint16_t* y, int64_t n) {
 }
 
 #if NPU_EP_X86
-bool HasF16c() {
-  static const bool yes = __builtin_cpu_supports("f16c");
-  return yes;
-}
-
 constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 template <int Op>
