@@ -5,7 +5,7 @@ prepare each kernel, plan slot lifetimes."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def _io(values: Sequence[ValueInfo]) -> list[IoSpec]:
 def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo],
                       outputs: Sequence[ValueInfo], target: Target, *, record: bool = False) -> Program:
     """Compile the nodes of one partition; ``inputs``/``outputs`` are the fused node's I/O in ORT's order."""
-    nodes = fuse_partition(_outputs_visible(nodes, outputs), target)
+    nodes = fuse_partition(outputs_visible(nodes, {v.name for v in outputs}), target)
     slot: dict[str, int] = {v.name: i for i, v in enumerate(inputs)}
     steps: list[Step] = []
     for n in nodes:
@@ -74,10 +74,10 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
     return Program(name, _io(inputs), _io(outputs), steps, len(slot), output_slots, target, record=record)
 
 
-def _outputs_visible(nodes: Sequence[NodeInfo], outputs: Sequence[ValueInfo]) -> list[NodeInfo]:
-    """The partition's outputs marked as graph outputs: to the fusion passes they are the outputs of the graph
-    being compiled, so no pass absorbs a value that is read outside the partition."""
-    names = {v.name for v in outputs}
+def outputs_visible(nodes: Sequence[NodeInfo], names: Collection[str]) -> list[NodeInfo]:
+    """The partition's nodes with the values ``names`` (its outputs) marked as graph outputs: to the fusion passes
+    they are the outputs of the graph being compiled, so no pass absorbs a value that is read outside the
+    partition."""
     out = []
     for n in nodes:
         if any(v.name in names and not v.is_graph_output for v in n.outputs):

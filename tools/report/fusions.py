@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...ep.capability import Capability
+from ...ep.compiler import outputs_visible
 from ...log import escape
 from ...kernels.fusion import FusionMiss, fuse_partition
 from ...kernels.node import NodeInfo
@@ -22,14 +23,7 @@ from ...kernels.target import Target
 def _with_outputs_visible(group: list[NodeInfo], all_nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
     """The partition's nodes with every value read outside it (or a graph output) marked as a graph output."""
     inside = {id(n) for n in group}
-    read_outside = {v.name for n in all_nodes if id(n) not in inside for v in n.inputs}
-    out = []
-    for n in group:
-        if any(v.name in read_outside and not v.is_graph_output for v in n.outputs):
-            n = dataclasses.replace(n, outputs=tuple(dataclasses.replace(v, is_graph_output=True)
-                                                     if v.name in read_outside else v for v in n.outputs))
-        out.append(n)
-    return out
+    return outputs_visible(group, {v.name for n in all_nodes if id(n) not in inside for v in n.inputs})
 
 
 def explain_fusions(nodes: Sequence[NodeInfo], cap: Capability, target: Target,
