@@ -9,6 +9,8 @@ QuantizeLinear rounding (``_matrix.quantize_float``: divide, round half to even,
   QLinearConcat: f = identity (a requantization), skipped (a plain copy) for an input whose scale and zero point
     equal the output's, as ORT does. Inputs: y_scale, y_zp, then (x, x_scale, x_zp) per tensor.
 Tables are built once per node when the quantization parameters are constant, else per call (256 entries).
+On the native kernels QLinearSigmoid's table read is ``qdq_lut`` (kernels/native/qdq_lut.cc), bound as the step for
+its input shape; its quantization parameters, when fed at run time, are held to the bound values.
 
 Cost: ``_vector.stream_cost`` over the output elements, one gather per element; DMA of inputs and the output.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import runtime
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -82,7 +85,24 @@ def _table(p: Prepared, inputs, key, idx: tuple[int, int, int, int], fn=None) ->
 def _sigmoid_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     table = _table(p, inputs, "table", (1, 2, 3, 4), _sigmoid)
+    nat = runtime.native(p)
+    if nat is not None and x.flags.c_contiguous:
+        return [nat.qdq_lut(x, None, table, runtime.threads(p))]
     return [table[x.view(np.uint8)]]
+
+
+def _sigmoid_bind(p: Prepared, inputs, outs):
+    """QLinearSigmoid as one ``qdq_lut`` call on its table for this input shape; scales and zero points fed at run
+    time are held to these values (the table is theirs)."""
+    x = arg(p, inputs, 0)
+    nat = runtime.native(p)
+    fixed = runtime.fixed_inputs(inputs, 1)
+    if nat is None or fixed is None or not isinstance(x, np.ndarray) or x.dtype not in (np.int8, np.uint8):
+        return None
+    table = _table(p, inputs, "table", (1, 2, 3, 4), _sigmoid)
+    live = [(0, 0, x.dtype, x.shape, None)]
+    return runtime.call_step(p, nat.qdq_lut, (None, None, table, runtime.threads(p)), live, [(-1, None)],
+                             fixed=fixed)
 
 
 def _concat_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -101,5 +121,5 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in + 256 * len(data), n, 1.0)
 
 
-register(KernelDef("com.microsoft", "QLinearSigmoid", _prepare, _sigmoid_run, _cost, _check))
+register(KernelDef("com.microsoft", "QLinearSigmoid", _prepare, _sigmoid_run, _cost, _check, bind=_sigmoid_bind))
 register(KernelDef("com.microsoft", "QLinearConcat", _prepare, _concat_run, _cost, _check))
