@@ -1,5 +1,6 @@
 // Softmax over the last axis of a float32 array (`kernels.softmax_last_axis`), and Softmax or LogSoftmax over any
-// axis (`kernels.softmax_axis`: x viewed as [outer, n, inner], normalized over n in place, no transpose), the native
+// axis of float32 or float16 (`kernels.softmax_axis`: x viewed as [outer, n, inner], normalized over n, no
+// transpose; float16 widened per task, computed in float32, rounded once), the native
 // kernels behind kernels/ops/softmax.py. Rows (inner 1): one pass per row (max, exp and sum, then the scaling);
 // columns (inner > 1): 16 columns at a time walked down the n rows. Fixed tasks on up to `threads` threads, so the
 // bits do not depend on the thread count. An exported decoder's prefill materializes its attention scores (8 heads
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "half.h"
 #include "intrinsics.h"
 #include "thread_pool.h"
 
@@ -302,35 +304,78 @@ void SoftmaxColumns(const float* x, int64_t n, int64_t stride, int64_t cols, boo
   SoftmaxColumnsScalar(x, n, stride, cols, log, y);
 }
 
-// x viewed as [outer, n, inner], normalized over n: rows (inner 1) in tasks of 32, else blocks of 64 columns of
-// one outer index per task (fixed tasks: the bits do not depend on the thread count).
-py::array SoftmaxAxisPy(const py::array_t<float, py::array::c_style>& x, int64_t outer, int64_t n, int64_t inner,
-                        bool log, int threads) {
-  if (outer < 0 || n <= 0 || inner <= 0 || outer * n * inner != static_cast<int64_t>(x.size()))
-    throw std::invalid_argument("softmax_axis: [outer, n, inner] = [" + std::to_string(outer) + ", " +
-                                std::to_string(n) + ", " + std::to_string(inner) + "] does not cover x's " +
-                                std::to_string(x.size()) + " elements");
-  py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  const float* src = x.data();
-  float* dst = y.mutable_data();
-  py::gil_scoped_release release;
+// Softmax (log: LogSoftmax) of x viewed as [outer, n, inner] over n, into y: rows (inner 1) in tasks of 32, else
+// blocks of 64 columns of one outer index per task (fixed tasks: the bits do not depend on the thread count).
+// `Row`(task's first row, rows) and `Block`(offset of a column block, columns) run one task's share.
+template <typename RowFn, typename BlockFn>
+void NormalizeTasks(int64_t outer, int64_t n, int64_t inner, int threads, RowFn row, BlockFn block) {
   const int use = ThreadsFor(threads, outer * n * inner * 16);
   if (inner == 1) {
     constexpr int64_t kRowsPerTask = 32;
     ParallelFor(use, (outer + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
-      for (int64_t r = t * kRowsPerTask; r < std::min(outer, (t + 1) * kRowsPerTask); ++r)
-        NormalizeRow(src + r * n, n, log, dst + r * n);
+      const int64_t r = t * kRowsPerTask;
+      row(r, std::min(outer, r + kRowsPerTask) - r);
     });
-    return std::move(y);
+    return;
   }
   constexpr int64_t kColumnsPerTask = 64;
   const int64_t blocks = (inner + kColumnsPerTask - 1) / kColumnsPerTask;
   ParallelFor(use, outer * blocks, [&](int64_t t) {
     const int64_t o = t / blocks, c = (t % blocks) * kColumnsPerTask;
-    const int64_t at = o * n * inner + c;
-    SoftmaxColumns(src + at, n, inner, std::min(kColumnsPerTask, inner - c), log, dst + at);
+    block(o * n * inner + c, std::min(kColumnsPerTask, inner - c));
   });
-  return std::move(y);
+}
+
+void SoftmaxAxisFloat(const float* src, int64_t outer, int64_t n, int64_t inner, bool log, int threads, float* dst) {
+  NormalizeTasks(
+      outer, n, inner, threads,
+      [&](int64_t r0, int64_t rows) {
+        for (int64_t r = r0; r < r0 + rows; ++r) NormalizeRow(src + r * n, n, log, dst + r * n);
+      },
+      [&](int64_t at, int64_t cols) { SoftmaxColumns(src + at, n, inner, cols, log, dst + at); });
+}
+
+// float16: each task widens its rows (or its block of columns, packed `cols` wide) into float32, normalizes them with
+// the float32 kernels and rounds each result once to float16, as the reference (float32 math, one astype).
+void SoftmaxAxisHalf(const uint16_t* src, int64_t outer, int64_t n, int64_t inner, bool log, int threads,
+                     uint16_t* dst) {
+  NormalizeTasks(
+      outer, n, inner, threads,
+      [&](int64_t r0, int64_t rows) {
+        std::vector<float> in(n), out(n);
+        for (int64_t r = r0; r < r0 + rows; ++r) {
+          HalfToFloatRow(src + r * n, in.data(), n);
+          NormalizeRow(in.data(), n, log, out.data());
+          FloatToHalfRow(out.data(), dst + r * n, n);
+        }
+      },
+      [&](int64_t at, int64_t cols) {
+        std::vector<float> in(n * cols), out(n * cols);
+        for (int64_t r = 0; r < n; ++r) HalfToFloatRow(src + at + r * inner, in.data() + r * cols, cols);
+        SoftmaxColumns(in.data(), n, cols, cols, log, out.data());
+        for (int64_t r = 0; r < n; ++r) FloatToHalfRow(out.data() + r * cols, dst + at + r * inner, cols);
+      });
+}
+
+// x (float32 or float16) viewed as [outer, n, inner], normalized over n (NormalizeTasks).
+py::array SoftmaxAxisPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, bool log, int threads) {
+  const bool f32 = x.dtype().equal(py::dtype::of<float>()), f16 = x.dtype().equal(py::dtype("float16"));
+  if ((!f32 && !f16) || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("softmax_axis: x must be a C-contiguous float32 or float16 array, got " +
+                                std::string(py::str(x.dtype())));
+  if (outer < 0 || n <= 0 || inner <= 0 || outer * n * inner != static_cast<int64_t>(x.size()))
+    throw std::invalid_argument("softmax_axis: [outer, n, inner] = [" + std::to_string(outer) + ", " +
+                                std::to_string(n) + ", " + std::to_string(inner) + "] does not cover x's " +
+                                std::to_string(x.size()) + " elements");
+  py::array y(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  const void* src = x.data();
+  void* dst = y.mutable_data();
+  py::gil_scoped_release release;
+  if (f32)
+    SoftmaxAxisFloat(static_cast<const float*>(src), outer, n, inner, log, threads, static_cast<float*>(dst));
+  else
+    SoftmaxAxisHalf(static_cast<const uint16_t*>(src), outer, n, inner, log, threads, static_cast<uint16_t*>(dst));
+  return y;
 }
 
 py::array SoftmaxLastAxisPy(const py::array_t<float, py::array::c_style>& x, int threads) {
@@ -359,7 +404,8 @@ void BindSoftmax(py::module_& m) {
         "tolerance; a row holding a NaN or an infinite maximum is NaN, as the reference's");
   m.def("softmax_axis", &SoftmaxAxisPy, py::arg("x"), py::arg("outer"), py::arg("n"), py::arg("inner"),
         py::arg("log") = false, py::arg("threads") = 1,
-        "softmax (log: LogSoftmax) of C-contiguous float32 x viewed as [outer, n, inner] over its n axis, in place "
+        "softmax (log: LogSoftmax) of C-contiguous float32 or float16 (float32 math, one rounding) x viewed as [outer, "
+        "n, inner] over its n axis, in place "
         "(no transpose): rows when inner is 1, else columns 16 at a time; the same exp as softmax_last_axis, the "
         "same bits at any thread count; a NaN or an infinite maximum makes its softmax NaN, as the reference's");
 }

@@ -4,10 +4,11 @@ float16 computed in float32.
 Opset >= 13 normalizes along one axis (default -1). Opset < 13 coerces the input to 2-D
 [prod(shape[:axis]), prod(shape[axis:])] (default axis 1) and normalizes each row: the same kernel on a reshaped view.
 
-Native (float32, C-contiguous, in the kernel and as its bound step): Softmax over the last axis,
+Native (C-contiguous, in the kernel and as its bound step): a float32 Softmax over the last axis,
 ``kernels.softmax_last_axis`` (one pass per row on the session's threads, an exp of its own: the reference's values
-within float tolerance); LogSoftmax, and Softmax over any other axis, ``kernels.softmax_axis`` on x viewed as
-[outer, n, inner] (no transpose: columns of the inner axes 16 at a time, the same exp).
+within float tolerance); LogSoftmax, Softmax over any other axis and every float16 one, ``kernels.softmax_axis`` on
+x viewed as [outer, n, inner] (no transpose: columns of the inner axes 16 at a time, the same exp; float16 widened
+to float32 per task and rounded once on store, as the reference's float32 math and astype).
 
 LogSoftmax is (x - max) - log(sum(exp(x - max))), as ORT's MLAS kernel computes it: a row of -inf or holding +inf
 or NaN is NaN throughout, as there.
@@ -97,14 +98,18 @@ def normalized_view(shape: tuple[int, ...], axis: int, legacy: bool) -> tuple[in
     return outer, shape[axis], math.prod(shape[axis + 1:])
 
 
+_F32 = np.dtype(np.float32)
+_NATIVE_DTYPES = (_F32, np.dtype(np.float16))
+
+
 def _native_call(p: Prepared, x: np.ndarray) -> tuple | None:
     """(native kernel, its arguments after x) computing this Softmax/LogSoftmax (native kernels, a non-empty
-    C-contiguous float32 x of rank >= 1), else None."""
+    C-contiguous float32 or float16 x of rank >= 1), else None."""
     nat = runtime.native(p)
-    if nat is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim == 0 or x.size == 0:
+    if nat is None or x.dtype not in _NATIVE_DTYPES or not x.flags.c_contiguous or x.ndim == 0 or x.size == 0:
         return None
     log = p.attrs.get("op", "Softmax") == "LogSoftmax"
-    if not log and last_axis(p.attrs["axis"], x.ndim):
+    if not log and x.dtype == _F32 and last_axis(p.attrs["axis"], x.ndim):
         return nat.softmax_last_axis, (runtime.threads(p),)
     return nat.softmax_axis, (*normalized_view(x.shape, p.attrs["axis"], p.attrs["legacy"]), log,
                               runtime.threads(p))
