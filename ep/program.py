@@ -168,6 +168,11 @@ class Program:
         call.record = self._recording
         return call
 
+    @property
+    def native_call(self) -> Any:
+        """The extension's ProgramCall: what a native step running this program calls (an If's branch step)."""
+        return self._call
+
     def rebind(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
         """Accept ORT's I/O order (an EPContext node's order can differ from the fused node it was compiled from)."""
         have_in = [io.name for io in self.inputs]

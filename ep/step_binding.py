@@ -15,7 +15,8 @@ the program's C++ loop runs without calling the step's Python kernel (``ep/nativ
   ``ep/native/gqa_step.cc``).
 
 Each bound step checks its inputs on every call and declines others (the kernel runs then), so a shape that
-depends on data never gets a stale answer. Control flow and random ops are never bound.
+depends on data never gets a stale answer. Random ops, Loop and Scan are never bound; If only as its own branch
+step (``ep/native/branch_step.cc``), never memoized.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from ..kernels.registry import KernelDef, Prepared
 MEMO_OUTPUT_BYTES = 65536  # kept outputs per step (a Range of positions over a long context: 8K int64)
 SHAPE_ONLY = frozenset({"Shape", "Size"})  # outputs depend on the input's dtype and shape alone
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
-NEVER = frozenset({"If", "Loop", "Scan",  # bodies may read more than the step's inputs
+NEVER = frozenset({"Loop", "Scan",  # bodies may read more than the step's inputs
                    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                    "Bernoulli", "Dropout"})
+NOT_MEMOIZED = frozenset({"If"})  # a branch may hold a random op: bound only as its kernel's own step
 
 
 def shape_derived_slots(steps: Sequence[Any], n_inputs: int) -> set[int]:
@@ -42,7 +44,8 @@ def shape_derived_slots(steps: Sequence[Any], n_inputs: int) -> set[int]:
     derived: set[int] = set()
     for st in steps:
         runtime = [s for s in st.in_slots if s >= 0]
-        if st.op in SHAPE_ONLY or (st.op not in NEVER and all(s >= n_inputs and s in derived for s in runtime)):
+        computed = all(s >= n_inputs and s in derived for s in runtime)
+        if st.op in SHAPE_ONLY or (st.op not in NEVER | NOT_MEMOIZED and computed):
             derived.update(s for s in st.out_slots if s >= 0)
     return derived
 
@@ -56,7 +59,7 @@ def bind(op: str, kernel: KernelDef, prepared: Prepared, args: Sequence[Any], ou
     may be memoized. ``native``: the extension."""
     if op in NEVER or not all(isinstance(o, np.ndarray) for o in outs):
         return None
-    if op in SHAPE_ONLY or shape_derived:
+    if op in SHAPE_ONLY or (shape_derived and op not in NOT_MEMOIZED):
         memo = _memo(op, args, outs, native)
         if memo is not None:
             return memo

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +86,16 @@ def call_step(p: Prepared, fn, args: tuple, inputs: list, outputs: list, guards:
         return None
     return ext.CallStep(fn, tuple(args), list(inputs), list(outputs), [guard(p), *(guards or [])],
                         list(ort_outputs or []), list(fixed or []))
+
+
+def branch_step(p: Prepared, branches: list[tuple[Any, list[int]]]):
+    """If's native step (``_native.BranchStep``): per branch (then, else) the sub-program's ``native_call`` and the
+    If input each program input is, or (None, the If input each output is) for a branch that only forwards; it
+    declines once ``p``'s runtime record changes. None without the extension."""
+    ext = extension()
+    if ext is None:
+        return None
+    return ext.BranchStep(tuple(branches), [guard(p)])
 
 
 FIXED_INPUT_BYTES = 64  # a runtime shape, axes or starts/ends a bound step may hold to its bound value

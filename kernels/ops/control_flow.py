@@ -1,5 +1,6 @@
 """``If`` on the NPU: both branches are compiled into programs of their own when the If is compiled, and the If step
-runs the program its condition selects, with the outer-scope values that branch reads.
+runs the program its condition selects, with the outer-scope values that branch reads. Once bound, the choice is
+made in the program's C++ loop (``ep/native/branch_step.cc``): the branch program runs on its own native call.
 
 The If node's inputs are its condition followed by its implicit inputs (the outer-scope values read anywhere in
 its branches, nested Ifs included; ``ep.graph_convert`` appends them), so the partition holding the If receives
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..node import NodeInfo, ValueInfo
-from .. import subprograms
+from .. import runtime, subprograms
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg
@@ -209,6 +210,18 @@ def _run(p: Prepared, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     return list(program(*args))
 
 
+def _bind(p: Prepared, inputs, outs):
+    """The If as a native step: the condition picks a branch in the program's C++ loop, which calls the branch
+    program's own ProgramCall (or forwards the If inputs a pass-through branch returns) with no Python frame."""
+    if runtime.native(p) is None:
+        return None
+    picks = []
+    for attr in BRANCHES:
+        program, positions, forwarded = _branch_call(p, attr)
+        picks.append((None, list(forwarded)) if forwarded is not None else (program.native_call, list(positions)))
+    return runtime.branch_step(p, picks)
+
+
 def _cost(p: Prepared, in_shapes) -> OpCost:
     """The costlier branch on its declared shapes (unknown dims as 1): which one runs is known only per call."""
     costs = [subprograms.program(p, attr).static_cost(unknown_dim=1)[0] for attr in BRANCHES]
@@ -217,4 +230,4 @@ def _cost(p: Prepared, in_shapes) -> OpCost:
                   macs=sum(c.macs for c in worst.steps), unit="vector")
 
 
-IF = register(KernelDef("", "If", _prepare, _run, _cost, check=_check, rank_free=True))
+IF = register(KernelDef("", "If", _prepare, _run, _cost, check=_check, rank_free=True, bind=_bind))

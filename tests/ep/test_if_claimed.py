@@ -109,3 +109,41 @@ def test_branches_compiled_with_their_if_are_not_reported_as_declined(caplog):
     assert len(ep.capabilities) == 5  # the four branch graphs (nested ones first), then the main graph
     assert all(not cap.declined for _, cap in ep.capabilities)
     assert all(not cap.partitions for graph, cap in ep.capabilities if graph["is_subgraph"])
+
+
+@pytest.mark.parametrize("forwarding", [False, True])
+def test_the_if_is_a_native_step_that_picks_either_branch(forwarding):
+    """After a signature's first call the If runs as a native step (ep/native/branch_step.cc): the C++ loop picks
+    the branch and calls its program, so later calls of either branch run no If kernel in Python, and give the CPU
+    EP's results. ``forwarding``: the else branch only returns an outer value (an exporter's pass-through)."""
+    from npu_ep.ep.sessions import session_of, tag_session_options
+    from tests.npu_testing import session_options
+    from test_native_steps import _count_kernel_runs
+
+    model = _select_model("Relu")
+    if forwarding:
+        else_branch = next(a for a in model.graph.node[0].attribute if a.name == "else_branch")
+        else_branch.g.CopyFrom(_branch("else", [helper.make_node("Identity", ["x"], ["e_out"], name="else_id")],
+                                       "e_out"))
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_if": "NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    if_runs = [0]
+
+    def counted(run, op):
+        def counting(prepared, args):
+            if_runs[0] += op == "If"
+            return run(prepared, args)
+        return counting
+
+    _count_kernel_runs(program, counted)
+    x = RNG.standard_normal((2, 5)).astype(np.float32)
+    w = RNG.standard_normal(5).astype(np.float32)
+    for cond in (True, False, True, False):
+        feeds = {"cond": np.array(cond), "x": x, "w": w}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu_run(model, feeds)[0])
+    assert if_runs == [1]  # the signature's first call; then the native step, either branch
+    runs, declines = program.native_step_counts
+    assert runs >= 3 and declines == 0

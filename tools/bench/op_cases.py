@@ -36,7 +36,6 @@ OPSETS = {"": 23, "com.microsoft": 1}
 NP = {"float32": np.float32, "float16": np.float16, "int8": np.int8, "uint8": np.uint8, "int16": np.int16,
       "uint16": np.uint16, "int32": np.int32, "int64": np.int64, "bool": np.bool_}
 GAPS = {  # (op key or "key:dtype") -> why no model is built yet
-    "If": "control flow: the branches are the work, no single-node model measures it",
     "Loop": "control flow: the body is the work, no single-node model measures it",
     "Scan": "control flow: the body is the work, no single-node model measures it",
     "com.microsoft::DynamicQuantizeLSTM": "no builder yet (packed int8 weights and their scales per gate)",
@@ -508,6 +507,21 @@ def _conv_then(act: str, **attrs: Any) -> Callable[[_G, tuple[int, ...]], list[s
     return build
 
 
+def _if_select(g: _G, s: tuple[int, ...]) -> list[str]:
+    """An If picking Relu(x) or Neg(x) by a runtime condition: choosing and calling a branch beside one cheap op."""
+    x = g.feed(_data(s, "float32", g.rng))
+    cond = g.feed(np.array(True))
+
+    def branch(op: str) -> onnx.GraphProto:
+        out = f"{op.lower()}_out"
+        return helper.make_graph([helper.make_node(op, [x], [out], name=f"{op}_branch")], op.lower(), [],
+                                 [helper.make_tensor_value_info(out, TensorProto.FLOAT, s)])
+
+    out = g.op("If", cond, then_branch=branch("Relu"), else_branch=branch("Neg"))
+    g.declared = {out: s}
+    return [out]
+
+
 # (builder, layout) per fused group: the target's npu:: ops, then groups whose fused op keeps the op's own name
 GROUPS: dict[str, tuple[Callable[[_G, tuple[int, ...]], list[str]], str]] = {
     "npu::MatMulEpilogue": (_matmul_epilogue, "seq"),
@@ -518,6 +532,7 @@ GROUPS: dict[str, tuple[Callable[[_G, tuple[int, ...]], list[str]], str]] = {
     "npu::QdqLut": (_qdq_lut, "seq"),
     "npu::QdqMatMul": (_qdq_matmul, "seq"),
     "com.microsoft::GroupQueryAttention": (_gqa_decode, "gqa"),
+    "If": (_if_select, "seq"),
     "group::Conv+Relu": (_conv_then("Relu"), "map"),
     "group::Conv+LeakyRelu": (_conv_then("LeakyRelu", alpha=0.1), "map"),
     "group::Conv+HardSwish": (_conv_then("HardSwish"), "map"),
