@@ -19,6 +19,10 @@ statistics in double as well). A single row (a decode step) does that scalar mat
 cheaper than numpy calls on one-element arrays, and scales by a 0-d array (cheaper than by a Python float).
 Optional statistics outputs have shape X.shape[:axis] + (1,) * (rank - axis).
 
+Native kernels (``kernels.norm_rows``, kernels/native/norm.cc; skip_layernorm.py uses it too): float32 or float16
+in memory, the same operations in float32 with the sums in 16 lanes (SkipSimplified's sum of squares in order, so
+its bits stay ORT's), in the kernel and as its bound step, threaded over rows. ``native_rows`` says when it runs.
+
 Cost per element: ~6 vector ops (sum, sub/square, accumulate, scale, shift) plus one rsqrt per row; DMA reads X
 (and skip/bias), scale, and writes Y plus the optional outputs.
 """
@@ -29,6 +33,7 @@ import math
 
 import numpy as np
 
+from .. import runtime
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..shape_memo import memo_per_shape
@@ -159,7 +164,110 @@ def _read_only_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return z
 
 
+# per op: native kind, {input index: norm_rows argument index}, (y, mean, inv, sum) result index of each output
+ROW_KINDS: dict[str, tuple[int, dict[int, int], tuple[int, ...]]] = {
+    "LayerNormalization": (0, {0: 0, 1: 3, 2: 4}, (0, 1, 2)),
+    "RMSNormalization": (1, {0: 0, 1: 3}, (0, 2)),
+    "SimplifiedLayerNormalization": (1, {0: 0, 1: 3}, (0, 2)),
+    "SkipSimplifiedLayerNormalization": (2, {0: 0, 1: 1, 2: 3, 3: 2}, (0, 1, 2, 3)),
+    "SkipLayerNormalization": (3, {0: 0, 1: 1, 2: 3, 3: 4, 4: 2}, (0, 1, 2, 3)),
+}
+_OUT_ARG = 11  # norm_rows' ``out``
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def _rows_repeat(skip: tuple[int, ...], x: tuple[int, ...]) -> bool:
+    """Whether a skip of shape ``skip`` is whole rows of ``x`` repeating over its leading axes."""
+    while skip and skip[0] == 1 and len(skip) > 1:
+        skip = skip[1:]
+    return len(skip) <= len(x) and tuple(x[len(x) - len(skip):]) == tuple(skip)
+
+
+def _const_param(p: Prepared, i: int, v: np.ndarray) -> np.ndarray:
+    """A constant parameter as the C-order float32 vector norm_rows reads (converted once)."""
+    key = ("native", i)
+    held = p.kernel_cache.get(key)
+    if held is None:
+        held = p.kernel_cache[key] = np.ascontiguousarray(v, np.float32).reshape(-1)
+    return held
+
+
+def native_rows(p: Prepared, inputs) -> tuple | None:
+    """(norm_rows, its arguments, {input index: argument index} of the runtime inputs, result index per output, the
+    statistics shape) for this node and these inputs, or None where the reference runs: no native kernels, x not a
+    non-empty C-order float32/float16 array, a statistics output that is not float32, a parameter that is not one
+    value per normalized element, or a skip that is not whole rows of x."""
+    nat = runtime.native(p)
+    x = arg(p, inputs, 0)
+    if nat is None or not isinstance(x, np.ndarray) or x.dtype not in _FLOATS or not x.flags.c_contiguous or not x.size:
+        return None
+    kind, arg_of, result_of = ROW_KINDS[p.attrs["op"]]
+    want = [True] * len(p.attrs["outputs"])  # omitted ones too (cheap): a bound step returns arrays only
+    axis = p.attrs["axis"] % x.ndim
+    d = math.prod(x.shape[axis:])
+    dts = p.attrs["out_dtypes"]
+    for i, w in enumerate(want[1:], 1):
+        if w and result_of[i] in (1, 2) and (dts[i] or "float32") != "float32":
+            return None
+    args: list = [None, None, None, None, None, kind, d, p.attrs["epsilon"], *(
+        any(w and result_of[i] == r for i, w in enumerate(want)) for r in (1, 2, 3)), None, runtime.threads(p)]
+    live = {}
+    for i, a in arg_of.items():
+        v = arg(p, inputs, i)
+        given = i < len(inputs) and inputs[i] is not None
+        if v is None:
+            continue
+        if not isinstance(v, np.ndarray) or v.dtype not in _FLOATS:
+            return None
+        if a == 1:
+            if v.dtype != x.dtype or not v.flags.c_contiguous or not _rows_repeat(v.shape, x.shape):
+                return None
+        elif a != 0 and v.size != d:
+            return None
+        if given:
+            live[i] = a
+            args[a] = v
+        else:
+            args[a] = _const_param(p, i, v)
+    if args[3] is None:
+        return None
+    stats = x.shape[:axis] + (1,) * (x.ndim - axis)
+    return nat.norm_rows, args, live, result_of, stats
+
+
+def run_native_rows(p: Prepared, inputs) -> list | None:
+    """The node's outputs from norm_rows, or None where ``native_rows`` declines."""
+    call = native_rows(p, inputs)
+    if call is None:
+        return None
+    fn, args, _, result_of, stats = call
+    res = fn(*args)
+    return [res[r] if r in (0, 3) else res[r].reshape(stats) for r in result_of[:len(p.attrs["outputs"])]]
+
+
+def bind_rows(p: Prepared, inputs, outs):
+    """norm_rows as the bound step for these input shapes: constants held as float32, y into ORT's buffer when it is
+    a partition output."""
+    call = native_rows(p, inputs)
+    if call is None:
+        return None
+    fn, args, live, result_of, stats = call
+    held = [None if i in (0, *live.values()) else a for i, a in enumerate(args)]
+    ins = [(a, i, inputs[i].dtype, inputs[i].shape, None) for i, a in ((0, 0), *live.items())]
+    outputs = [(r, None if r in (0, 3) else stats) for r in result_of[:len(outs)]]
+    where = p.runtime.partition_outputs
+    into = [(_OUT_ARG, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, fn, tuple(held), ins, outputs, None, into)
+
+
+def _bind(p: Prepared, inputs, outs):
+    return bind_rows(p, inputs, outs)
+
+
 def _layer_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
+    outs = run_native_rows(p, inputs)
+    if outs is not None:
+        return outs
     x = arg(p, inputs, 0)
     axis, n_out, mean_dt, inv_dt = _setup(p, x.ndim)
     xf = _f32(x)
@@ -183,6 +291,9 @@ def _layer_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 def _rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
     """RMSNormalization (opset 23) and SimplifiedLayerNormalization (output 1: inv_std_var)."""
+    outs = run_native_rows(p, inputs)
+    if outs is not None:
+        return outs
     x = arg(p, inputs, 0)
     axis, n_out, inv_dt, _ = _setup(p, x.ndim)
     xf = _f32(x)
@@ -195,6 +306,9 @@ def _rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _skip_rms_norm_run(p: Prepared, inputs) -> list[np.ndarray]:
+    outs = run_native_rows(p, inputs)
+    if outs is not None:
+        return outs
     x, skip = arg(p, inputs, 0), arg(p, inputs, 1)
     ndim = x.ndim
     _, n_out, mean_dt, inv_dt = _setup(p, ndim)
@@ -237,8 +351,11 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
-register(KernelDef("", "LayerNormalization", _prepare, _layer_norm_run, _cost, _check, rank_free=True))
-register(KernelDef("", "RMSNormalization", _prepare, _rms_norm_run, _cost, _check, rank_free=True))
-register(KernelDef("", "SimplifiedLayerNormalization", _prepare, _rms_norm_run, _cost, _check, rank_free=True))
+register(KernelDef("", "LayerNormalization", _prepare, _layer_norm_run, _cost, _check, rank_free=True,
+                   bind=_bind))
+register(KernelDef("", "RMSNormalization", _prepare, _rms_norm_run, _cost, _check, rank_free=True,
+                   bind=_bind))
+register(KernelDef("", "SimplifiedLayerNormalization", _prepare, _rms_norm_run, _cost, _check, rank_free=True,
+                   bind=_bind))
 register(KernelDef("com.microsoft", "SkipSimplifiedLayerNormalization", _prepare, _skip_rms_norm_run, _cost, _check,
-                   rank_free=True))
+                   rank_free=True, bind=_bind))

@@ -6,7 +6,8 @@ Inputs: input [..., D], skip (same shape, or [S, D] / [1, S, D] broadcast over t
 As ORT 1.31's CPU kernel: s = input + skip (+ bias) in float32 (float16 widens once),
   mean = E[s], var = E[s^2] - mean^2 (one pass, as ORT), y = (s - mean) / sqrt(var + eps) * gamma (+ beta),
 the statistics rows in float32; y and s rounded once to the input dtype.
-(SkipSimplifiedLayerNormalization, the RMS variant, is in norm.py.)
+(SkipSimplifiedLayerNormalization, the RMS variant, is in norm.py.) Native kernels: norm.py's ``norm_rows`` (the same
+operations, the sums in 16 float32 lanes), in the kernel and as its bound step.
 
 Cost: ``_vector.stream_cost`` over the elements with ~7 vector ops each (2 adds, square-accumulate, sum,
 subtract, scale, shift) and one rsqrt per row; DMA of every input and every requested output.
@@ -21,14 +22,16 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
+from .norm import bind_rows, run_native_rows
 
 _F32 = np.dtype(np.float32)
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
-    attrs = {"epsilon": float(node.attr("epsilon", 1e-12)),
-             "outputs": [not v.missing for v in node.outputs],
-             "stat_dtypes": [v.dtype.name if v.dtype is not None else "float32" for v in node.outputs],
+    stat_dtypes = [v.dtype.name if v.dtype is not None else "float32" for v in node.outputs]
+    attrs = {"op": "SkipLayerNormalization", "axis": -1, "epsilon": float(node.attr("epsilon", 1e-12)),
+             "outputs": [not v.missing for v in node.outputs], "stat_dtypes": stat_dtypes,
+             "out_dtypes": stat_dtypes,
              "in_itemsizes": [itemsize_of(v) for v in node.inputs]}
     return Prepared(attrs, stash_constants(node), target)
 
@@ -56,6 +59,9 @@ def _f32(p: Prepared, inputs, i: int) -> np.ndarray | None:
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
+    outs = run_native_rows(p, inputs)
+    if outs is not None:
+        return outs
     x, skip = arg(p, inputs, 0), arg(p, inputs, 1)
     gamma, beta, bias = (_f32(p, inputs, i) for i in (2, 3, 4))
     s = np.add(x, skip, dtype=_F32)
@@ -95,4 +101,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in, b_out, 7.0, rows / max(n, 1))
 
 
-register(KernelDef("com.microsoft", "SkipLayerNormalization", _prepare, _run, _cost, _check))
+register(KernelDef("com.microsoft", "SkipLayerNormalization", _prepare, _run, _cost, _check, bind=bind_rows))

@@ -1,0 +1,386 @@
+// The normalizations of kernels/ops/norm.py, skip_layernorm.py and norm_channel.py (`kernels.norm_rows`,
+// `kernels.norm_channels`), float32 or float16 in memory, computed in float32 as the reference model computes them:
+// - rows (LayerNormalization, RMSNormalization / SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization,
+//   SkipLayerNormalization): x viewed as [rows, d], each row normalized on its own, with the optional statistics
+//   outputs (mean, inv_std_var: one float32 per row) and Skip*'s sum s = x + skip (+ bias);
+// - channels (BatchNormalization in inference, InstanceNormalization, GroupNormalization): x viewed as
+//   [n, c, spatial]; BatchNorm is y = x * a[c] + b[c], the others normalize each (n, group) run of c / groups
+//   channels and then scale and shift per channel.
+// Sums run in 16 independent float32 lanes added pairwise at the end (the reference's numpy sums differ in order
+// only: within float tolerance), except SkipSimplified's sum of squares, which is sequential as ORT's CPU kernel
+// and the reference sum it (its output has their bits). Element-wise steps do the reference's operations in its
+// order without fused multiply-adds. Rows are split into fixed tasks, so the bits do not depend on the threads.
+#if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
+#pragma GCC optimize("O3")  // the lane sums and the element-wise loops vectorize
+#endif
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")  // the reference's separate multiply and add roundings
+#endif
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "half.h"
+#include "thread_pool.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+constexpr int64_t kTaskElems = 16384;  // elements per parallel task (whole rows or planes)
+constexpr int kLanes = 16;
+
+enum class RowKind { kLayer = 0, kRms = 1, kSkipRms = 2, kSkipLayer = 3 };
+enum class ChannelKind { kAffine = 0, kGroup = 1 };
+
+using Params = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+float LaneTotal(float* lanes) {
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) lanes[k] += lanes[k + w];
+  return lanes[0];
+}
+
+// sum(v) in 16 lanes (element j in lane j % 16), added pairwise.
+float Sum(const float* v, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += v[j + k];
+  for (int k = 0; j < n; ++j, ++k) lanes[k] += v[j];
+  return LaneTotal(lanes);
+}
+
+// sum((v - c)^2) in 16 lanes; c = 0 gives the sum of squares.
+float SumSquares(const float* v, int64_t n, float c) {
+  float lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const float t = v[j + k] - c;
+      lanes[k] += t * t;
+    }
+  for (int k = 0; j < n; ++j, ++k) {
+    const float t = v[j] - c;
+    lanes[k] += t * t;
+  }
+  return LaneTotal(lanes);
+}
+
+// A float32 or float16 row read as float32: the row itself (float32) or `buf` holding its widened copy.
+const float* Widened(const void* base, bool half, int64_t at, int64_t n, float* buf) {
+  if (!half) return static_cast<const float*>(base) + at;
+  HalfToFloatRow(static_cast<const uint16_t*>(base) + at, buf, n);
+  return buf;
+}
+
+// Stores a float32 row into `base` at `at` (float16: rounded to nearest even).
+void Store(const float* v, void* base, bool half, int64_t at, int64_t n) {
+  if (half) {
+    FloatToHalfRow(v, static_cast<uint16_t*>(base) + at, n);
+  } else if (static_cast<float*>(base) + at != v) {
+    std::copy(v, v + n, static_cast<float*>(base) + at);
+  }
+}
+
+struct RowCall {
+  RowKind kind;
+  bool half;
+  int64_t rows, d, skip_rows;
+  float eps;
+  double eps_d;
+  const void *x, *skip;
+  const float *bias, *scale, *shift;  // Skip*'s bias added to s; the scale (gamma) and shift (beta) of y
+  void *y, *sum;
+  float *mean, *inv;
+};
+
+// s = x + skip (+ bias) of row r into `s` (float32).
+void SkipSum(const RowCall& c, int64_t r, float* s, float* tmp) {
+  const float* x = Widened(c.x, c.half, r * c.d, c.d, s);
+  const float* k = Widened(c.skip, c.half, (r % c.skip_rows) * c.d, c.d, tmp);
+  for (int64_t j = 0; j < c.d; ++j) s[j] = x[j] + k[j];
+  if (c.bias != nullptr)
+    for (int64_t j = 0; j < c.d; ++j) s[j] += c.bias[j];
+}
+
+// One row of LayerNormalization into y: mean, var = E[(x - mean)^2], y = (x - mean) * (1 / sqrt(var + eps)) *
+// scale (+ shift).
+void LayerRow(const RowCall& c, const float* x, float* y, int64_t r) {
+  const int64_t d = c.d;
+  const float mean = Sum(x, d) / static_cast<float>(d);
+  const float var = SumSquares(x, d, mean) / static_cast<float>(d) + c.eps;
+  const float inv = 1.0f / std::sqrt(var);
+  for (int64_t j = 0; j < d; ++j) y[j] = (x[j] - mean) * inv * c.scale[j];
+  if (c.shift != nullptr)
+    for (int64_t j = 0; j < d; ++j) y[j] += c.shift[j];
+  if (c.mean != nullptr) c.mean[r] = mean;
+  if (c.inv != nullptr) c.inv[r] = inv;
+}
+
+// One row of RMSNormalization: y = (x * scale) * rsqrt(sum(x^2) / d + eps), the rsqrt in double rounded once.
+void RmsRow(const RowCall& c, const float* x, float* y, int64_t r) {
+  const double ms = static_cast<double>(SumSquares(x, c.d, 0.0f)) / static_cast<double>(c.d) + c.eps_d;
+  const float inv = static_cast<float>(1.0 / std::sqrt(ms));
+  for (int64_t j = 0; j < c.d; ++j) y[j] = x[j] * c.scale[j] * inv;
+  if (c.inv != nullptr) c.inv[r] = inv;
+}
+
+// One row of SkipSimplifiedLayerNormalization on s: ORT's operations (s^2 summed in order in float32, float32
+// division and sqrt, then y = s / rms * gamma).
+void SkipRmsRow(const RowCall& c, const float* s, float* y, int64_t r) {
+  float total = 0.0f;
+  for (int64_t j = 0; j < c.d; ++j) total += s[j] * s[j];
+  const float rms = std::sqrt(total / static_cast<float>(c.d) + c.eps);
+  for (int64_t j = 0; j < c.d; ++j) y[j] = s[j] / rms * c.scale[j];
+  if (c.mean != nullptr) c.mean[r] = 0.0f;
+  if (c.inv != nullptr) c.inv[r] = 1.0f / rms;
+}
+
+// One row of SkipLayerNormalization on s, ORT's one-pass statistics: var = E[s^2] - mean^2,
+// y = (s - mean) / sqrt(var + eps) * gamma (+ beta).
+void SkipLayerRow(const RowCall& c, const float* s, float* y, int64_t r) {
+  const float n = static_cast<float>(c.d);
+  const float mean = Sum(s, c.d) / n;
+  const float var = SumSquares(s, c.d, 0.0f) / n - mean * mean;
+  const float std = std::sqrt(var + c.eps);
+  for (int64_t j = 0; j < c.d; ++j) y[j] = (s[j] - mean) / std * c.scale[j];
+  if (c.shift != nullptr)
+    for (int64_t j = 0; j < c.d; ++j) y[j] += c.shift[j];
+  if (c.mean != nullptr) c.mean[r] = mean;
+  if (c.inv != nullptr) c.inv[r] = 1.0f / std;
+}
+
+void RunRows(const RowCall& c, int64_t first, int64_t last) {
+  std::vector<float> buf(static_cast<size_t>(3 * c.d));
+  float *in = buf.data(), *tmp = in + c.d, *out = tmp + c.d;
+  const bool skip = c.kind == RowKind::kSkipRms || c.kind == RowKind::kSkipLayer;
+  for (int64_t r = first; r < last; ++r) {
+    const float* x = in;
+    if (skip) {
+      SkipSum(c, r, in, tmp);
+      if (c.sum != nullptr) Store(in, c.sum, c.half, r * c.d, c.d);
+    } else {
+      x = Widened(c.x, c.half, r * c.d, c.d, in);
+    }
+    float* y = c.half ? out : static_cast<float*>(c.y) + r * c.d;
+    switch (c.kind) {
+      case RowKind::kLayer: LayerRow(c, x, y, r); break;
+      case RowKind::kRms: RmsRow(c, x, y, r); break;
+      case RowKind::kSkipRms: SkipRmsRow(c, x, y, r); break;
+      case RowKind::kSkipLayer: SkipLayerRow(c, x, y, r); break;
+    }
+    Store(y, c.y, c.half, r * c.d, c.d);
+  }
+}
+
+void RunRowTasks(const RowCall& c, int threads) {
+  const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(c.d, 1));
+  const int64_t tasks = (c.rows + per_task - 1) / per_task;
+  ParallelFor(ThreadsFor(threads, c.rows * c.d), tasks,
+              [&](int64_t t) { RunRows(c, t * per_task, std::min(c.rows, (t + 1) * per_task)); });
+}
+
+std::string Describe(const py::array& a) {
+  std::string s = std::string(py::str(a.dtype())) + "[";
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? "," : "") + std::to_string(a.shape(i));
+  return s + "]";
+}
+
+bool IsHalf(const py::array& x, const char* fn) {
+  const bool half = x.dtype().equal(py::dtype("float16"));
+  if ((!half && !x.dtype().equal(py::dtype::of<float>())) || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument(std::string(fn) + ": x must be a C-order float32 or float16 array, got " + Describe(x));
+  return half;
+}
+
+// A parameter vector of `n` float32 values (None: nullptr), kept alive in `keep`.
+const float* Param(const py::object& v, int64_t n, const char* what, const char* fn, std::vector<Params>& keep) {
+  if (v.is_none()) return nullptr;
+  keep.push_back(Params::ensure(v));
+  if (!keep.back() || keep.back().size() != n)
+    throw std::invalid_argument(std::string(fn) + ": " + what + " must hold " + std::to_string(n) + " values");
+  return keep.back().data();
+}
+
+// The output array like x: `out` (ORT's buffer, checked) or a new one.
+py::array OutputLike(const py::array& x, const py::object& out, const char* fn) {
+  if (out.is_none()) return py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  auto o = py::reinterpret_borrow<py::array>(out);
+  if (!o.dtype().equal(x.dtype()) || o.size() != x.size() || !(o.flags() & py::array::c_style) || !o.writeable())
+    throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " + Describe(x) + ", got " +
+                                Describe(o));
+  return o;
+}
+
+py::object NormRowsPy(const py::array& x, const py::object& skip, const py::object& bias, const py::object& scale,
+                      const py::object& shift, int kind, int64_t d, double eps, bool want_mean, bool want_inv,
+                      bool want_sum, const py::object& out, int threads) {
+  const char* fn = "norm_rows";
+  RowCall c{};
+  c.kind = static_cast<RowKind>(kind);
+  c.half = IsHalf(x, fn);
+  if (kind < 0 || kind > 3 || d <= 0 || x.size() % d != 0)
+    throw std::invalid_argument(std::string(fn) + ": kind " + std::to_string(kind) + " over rows of " +
+                                std::to_string(d) + " of " + Describe(x));
+  const bool has_skip = c.kind == RowKind::kSkipRms || c.kind == RowKind::kSkipLayer;
+  c.rows = x.size() / d;
+  c.d = d;
+  c.eps = static_cast<float>(eps);
+  c.eps_d = eps;
+  c.x = x.data();
+  std::vector<Params> keep;
+  py::array sk;
+  if (has_skip) {
+    sk = py::reinterpret_borrow<py::array>(skip);
+    const int64_t n = sk.size();
+    if (!sk.dtype().equal(x.dtype()) || !(sk.flags() & py::array::c_style) || n == 0 || n % d != 0 ||
+        c.rows % (n / d) != 0)
+      throw std::invalid_argument(std::string(fn) + ": skip " + Describe(sk) + " must be C-order rows of " +
+                                  std::to_string(d) + " repeating over x " + Describe(x));
+    c.skip = sk.data();
+    c.skip_rows = n / d;
+    c.bias = Param(bias, d, "bias", fn, keep);
+  }
+  c.scale = Param(scale, d, "scale", fn, keep);
+  c.shift = Param(shift, d, "shift", fn, keep);
+  if (c.scale == nullptr) throw std::invalid_argument(std::string(fn) + ": scale is required");
+  py::array y = OutputLike(x, out, fn);
+  c.y = y.mutable_data();
+  py::object mean = py::none(), inv = py::none(), sum = py::none();
+  if (want_mean) {
+    auto a = py::array_t<float>(c.rows);
+    c.mean = a.mutable_data();
+    mean = a;
+  }
+  if (want_inv) {
+    auto a = py::array_t<float>(c.rows);
+    c.inv = a.mutable_data();
+    inv = a;
+  }
+  if (want_sum && has_skip) {
+    auto a = py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+    c.sum = a.mutable_data();
+    sum = a;
+  }
+  {
+    py::gil_scoped_release release;
+    RunRowTasks(c, threads);
+  }
+  return py::make_tuple(y, mean, inv, sum);
+}
+
+struct ChannelCall {
+  ChannelKind kind;
+  bool half;
+  int64_t n, c, groups, spatial;
+  float eps;
+  const void* x;
+  const float *scale, *shift;  // per channel (BatchNorm: the folded a and b)
+  void* y;
+};
+
+// BatchNorm's plane p (of n * c): y = x * a[ch] + b[ch].
+void AffinePlane(const ChannelCall& k, int64_t p, float* buf) {
+  const int64_t ch = p % k.c, at = p * k.spatial;
+  const float* x = Widened(k.x, k.half, at, k.spatial, buf);
+  float* y = k.half ? buf : static_cast<float*>(k.y) + at;
+  const float a = k.scale[ch], b = k.shift[ch];
+  for (int64_t j = 0; j < k.spatial; ++j) y[j] = x[j] * a + b;
+  Store(y, k.y, k.half, at, k.spatial);
+}
+
+// Group g of image i (row r = i * groups + g, its c / groups channels contiguous): mean, var = E[(x - mean)^2],
+// y = (x - mean) / sqrt(var + eps) * scale[ch] + shift[ch].
+void GroupRow(const ChannelCall& k, int64_t r, float* buf) {
+  const int64_t per = k.c / k.groups, len = per * k.spatial, at = r * len;
+  const float* x = Widened(k.x, k.half, at, len, buf);
+  const float mean = Sum(x, len) / static_cast<float>(len);
+  const float std = std::sqrt(SumSquares(x, len, mean) / static_cast<float>(len) + k.eps);
+  float* y = k.half ? buf : static_cast<float*>(k.y) + at;
+  const int64_t ch0 = (r % k.groups) * per;
+  for (int64_t q = 0; q < per; ++q) {
+    const float a = k.scale[ch0 + q], b = k.shift[ch0 + q];
+    const float* xs = x + q * k.spatial;
+    float* ys = y + q * k.spatial;
+    for (int64_t j = 0; j < k.spatial; ++j) ys[j] = (xs[j] - mean) / std * a + b;
+  }
+  Store(y, k.y, k.half, at, len);
+}
+
+void RunChannelTasks(const ChannelCall& k, int threads) {
+  const bool affine = k.kind == ChannelKind::kAffine;
+  const int64_t units = affine ? k.n * k.c : k.n * k.groups;
+  const int64_t len = affine ? k.spatial : k.c / k.groups * k.spatial;
+  const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(len, 1));
+  const int64_t tasks = (units + per_task - 1) / per_task;
+  ParallelFor(ThreadsFor(threads, units * len), tasks, [&](int64_t t) {
+    std::vector<float> buf(static_cast<size_t>(k.half ? len : (affine ? 0 : len)));
+    for (int64_t u = t * per_task; u < std::min(units, (t + 1) * per_task); ++u) {
+      if (affine) {
+        AffinePlane(k, u, buf.data());
+      } else {
+        GroupRow(k, u, buf.data());
+      }
+    }
+  });
+}
+
+py::array NormChannelsPy(const py::array& x, const py::object& scale, const py::object& shift, int kind, int64_t groups,
+                         double eps, const py::object& out, int threads) {
+  const char* fn = "norm_channels";
+  ChannelCall k{};
+  k.kind = static_cast<ChannelKind>(kind);
+  k.half = IsHalf(x, fn);
+  if (x.ndim() < 2 || (kind != 0 && kind != 1) || (kind == 1 && (groups <= 0 || x.shape(1) % groups != 0)))
+    throw std::invalid_argument(std::string(fn) + ": kind " + std::to_string(kind) + " with " + std::to_string(groups) +
+                                " groups over x " + Describe(x) +
+                                " (needs [N, C, ...] with C divisible by the groups)");
+  k.n = x.shape(0);
+  k.c = x.shape(1);
+  k.groups = kind == 1 ? groups : k.c;
+  k.spatial = k.n * k.c == 0 ? 0 : x.size() / (k.n * k.c);
+  k.eps = static_cast<float>(eps);
+  k.x = x.data();
+  std::vector<Params> keep;
+  k.scale = Param(scale, k.c, "scale", fn, keep);
+  k.shift = Param(shift, k.c, "shift", fn, keep);
+  if (k.scale == nullptr || k.shift == nullptr)
+    throw std::invalid_argument(std::string(fn) + ": needs scale and shift");
+  py::array y = OutputLike(x, out, fn);
+  k.y = y.mutable_data();
+  if (x.size() == 0) return y;
+  {
+    py::gil_scoped_release release;
+    RunChannelTasks(k, threads);
+  }
+  return y;
+}
+
+}  // namespace
+
+void BindNorm(py::module_& m) {
+  m.def("norm_rows", &NormRowsPy, py::arg("x"), py::arg("skip"), py::arg("bias"), py::arg("scale"), py::arg("shift"),
+        py::arg("kind"), py::arg("d"), py::arg("eps"), py::arg("want_mean") = false, py::arg("want_inv") = false,
+        py::arg("want_sum") = false, py::arg("out") = py::none(), py::arg("threads") = 1,
+        "(y, mean | None, inv_std_var | None, sum | None) of x (C-order float32/float16) viewed as rows of d, "
+        "kind 0 LayerNormalization, 1 RMS/SimplifiedLayerNormalization, 2 SkipSimplifiedLayerNormalization, "
+        "3 SkipLayerNormalization (skip: x's dtype, rows repeating over x; bias added to the sum); scale/shift/bias: "
+        "d values (float32); statistics: float32 per row; sum: x + skip (+ bias) in x's dtype; y into out or new");
+  m.def("norm_channels", &NormChannelsPy, py::arg("x"), py::arg("scale"), py::arg("shift"), py::arg("kind"),
+        py::arg("groups"), py::arg("eps"), py::arg("out") = py::none(), py::arg("threads") = 1,
+        "x [N, C, ...] (C-order float32/float16): kind 0 y = x * scale[c] + shift[c] (inference BatchNormalization, "
+        "folded), kind 1 each (n, group) normalized (float32 statistics, eps) then scaled and shifted per channel "
+        "(Instance/GroupNormalization); into out or a new array");
+}
+
+}  // namespace npu_ep::kern
