@@ -15,8 +15,8 @@ the program's C++ loop runs without calling the step's Python kernel (``ep/nativ
   ``ep/native/gqa_step.cc``).
 
 Each bound step checks its inputs on every call and declines others (the kernel runs then), so a shape that
-depends on data never gets a stale answer. Random ops, Loop and Scan are never bound; If only as its own branch
-step (``ep/native/branch_step.cc``), never memoized.
+depends on data never gets a stale answer. Random ops and Scan are never bound; If and Loop only as their own steps
+(``ep/native/control_flow_steps.cc``), never memoized.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from ..kernels.registry import KernelDef, Prepared
 MEMO_OUTPUT_BYTES = 65536  # kept outputs per step (a Range of positions over a long context: 8K int64)
 SHAPE_ONLY = frozenset({"Shape", "Size"})  # outputs depend on the input's dtype and shape alone
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
-NEVER = frozenset({"Loop", "Scan",  # bodies may read more than the step's inputs
+NEVER = frozenset({"Scan",  # its body may read more than the step's inputs
                    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                    "Bernoulli", "Dropout"})
-NOT_MEMOIZED = frozenset({"If"})  # a branch may hold a random op: bound only as its kernel's own step
+NOT_MEMOIZED = frozenset({"If", "Loop"})  # a branch or body may hold a random op: bound only as its kernel's step
 
 
 def shape_derived_slots(steps: Sequence[Any], n_inputs: int) -> set[int]:

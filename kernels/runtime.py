@@ -98,6 +98,16 @@ def branch_step(p: Prepared, branches: list[tuple[Any, list[int]]]):
     return ext.BranchStep(tuple(branches), [guard(p)])
 
 
+def loop_step(p: Prepared, body: Any, n_carried: int, outer: list[int]):
+    """Loop's native step (``_native.LoopStep``): the body program's ``native_call`` run per iteration with the
+    iteration, the condition, ``n_carried`` values and the Loop inputs at ``outer``; it declines once ``p``'s
+    runtime record changes. None without the extension."""
+    ext = extension()
+    if ext is None:
+        return None
+    return ext.LoopStep(body, n_carried, outer, [guard(p)])
+
+
 FIXED_INPUT_BYTES = 64  # a runtime shape, axes or starts/ends a bound step may hold to its bound value
 
 

@@ -3,8 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "control_flow_steps.h"
 #include "device_memory.h"
-#include "branch_step.h"
 #include "embedded_python.h"
 #include "gqa_step.h"
 #include "kernels/native/bindings.h"
@@ -62,7 +62,7 @@ PYBIND11_MODULE(_native, m) {
       "Refuse new partition calls and wait for running ones; returns whether all finished in time");
   npu_ep::RegisterNativeSteps(m);
   npu_ep::RegisterGqaStep(m);
-  npu_ep::RegisterBranchStep(m);
+  npu_ep::RegisterControlFlowSteps(m);
   npu_ep::RegisterStepLoop(m);
   npu_ep::RegisterProgramCall(m);
   npu_ep::kern::RegisterKernels(m);

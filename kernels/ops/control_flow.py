@@ -1,6 +1,6 @@
 """``If`` on the NPU: both branches are compiled into programs of their own when the If is compiled, and the If step
 runs the program its condition selects, with the outer-scope values that branch reads. Once bound, the choice is
-made in the program's C++ loop (``ep/native/branch_step.cc``): the branch program runs on its own native call.
+made in the program's C++ loop (``ep/native/control_flow_steps.cc``): the branch program runs on its own native call.
 
 The If node's inputs are its condition followed by its implicit inputs (the outer-scope values read anywhere in
 its branches, nested Ifs included; ``ep.graph_convert`` appends them), so the partition holding the If receives

@@ -1,5 +1,6 @@
 """``Loop`` on the NPU: the body is compiled into a program of its own when the Loop is compiled, and the Loop step
-runs it once per iteration.
+runs it once per iteration; once bound, the iterations run in C++ (``ep/native/control_flow_steps.cc``), each a
+call of the body program's own native call.
 
 The Loop node's inputs are ``M`` (max trip count, optional), ``cond`` (optional), the N initial loop-carried values,
 then its implicit inputs (outer-scope values read anywhere in the body, appended by ``ep.graph_convert``). The body
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..node import NodeInfo
-from .. import subprograms
+from .. import runtime, subprograms
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, stash_constants
@@ -129,6 +130,19 @@ def _stack(p: Prepared, k: int, values: list[np.ndarray]) -> np.ndarray:
     return np.zeros((0,) if shape is None else tuple(shape), np.dtype(p.attrs["scan_dtypes"][k]))
 
 
+def _bind(p: Prepared, inputs, outs):
+    """The Loop as a native step: its iterations call the body program's own ProgramCall from C++, no Python frame
+    per iteration (a loop with no iteration, or whose scan values change shape, runs this kernel)."""
+    if runtime.native(p) is None:
+        return None
+    body = subprograms.program(p, BODY)
+    n_carried = p.attrs["n_carried"]
+    outer = [p.attrs["outer"].get(io.name) for io in body.inputs[2 + n_carried:]]
+    if None in outer:
+        return None
+    return runtime.loop_step(p, body.native_call, n_carried, outer)
+
+
 def _cost(p: Prepared, in_shapes) -> OpCost:
     """One body run on its declared shapes (unknown dims as 1) per iteration."""
     trips = p.kernel_cache.get(_TRIPS)
@@ -140,4 +154,4 @@ def _cost(p: Prepared, in_shapes) -> OpCost:
                   macs=sum(c.macs for c in body.steps) * trips, unit="vector")
 
 
-LOOP = register(KernelDef("", "Loop", _prepare, _run, _cost, check=_check, rank_free=True))
+LOOP = register(KernelDef("", "Loop", _prepare, _run, _cost, check=_check, rank_free=True, bind=_bind))

@@ -113,7 +113,7 @@ def test_branches_compiled_with_their_if_are_not_reported_as_declined(caplog):
 
 @pytest.mark.parametrize("forwarding", [False, True])
 def test_the_if_is_a_native_step_that_picks_either_branch(forwarding):
-    """After a signature's first call the If runs as a native step (ep/native/branch_step.cc): the C++ loop picks
+    """After a signature's first call the If runs as a native step (ep/native/control_flow_steps.cc): the C++ loop picks
     the branch and calls its program, so later calls of either branch run no If kernel in Python, and give the CPU
     EP's results. ``forwarding``: the else branch only returns an outer value (an exporter's pass-through)."""
     from npu_ep.ep.sessions import session_of, tag_session_options

@@ -36,7 +36,6 @@ OPSETS = {"": 23, "com.microsoft": 1}
 NP = {"float32": np.float32, "float16": np.float16, "int8": np.int8, "uint8": np.uint8, "int16": np.int16,
       "uint16": np.uint16, "int32": np.int32, "int64": np.int64, "bool": np.bool_}
 GAPS = {  # (op key or "key:dtype") -> why no model is built yet
-    "Loop": "control flow: the body is the work, no single-node model measures it",
     "Scan": "control flow: the body is the work, no single-node model measures it",
     "com.microsoft::DynamicQuantizeLSTM": "no builder yet (packed int8 weights and their scales per gate)",
     "npu::MatMulEpilogue:int8": "no builder yet (an integer matmul with a quantize epilogue)",
@@ -522,6 +521,22 @@ def _if_select(g: _G, s: tuple[int, ...]) -> list[str]:
     return [out]
 
 
+def _loop_accumulate(g: _G, s: tuple[int, ...]) -> list[str]:
+    """A Loop of 8 iterations carrying v = v + x (x from the outer scope, the row's dtype): a body call per
+    iteration beside one cheap op."""
+    x = g.feed(_data(s, g.dtype, g.rng))
+    trips = g.feed(np.array(8, np.int64))
+    vi, elem = helper.make_tensor_value_info, helper.np_dtype_to_tensor_dtype(np.dtype(NP[g.dtype]))
+    body = helper.make_graph(
+        [helper.make_node("Add", ["v_in", x], ["v_out"], name="body_add"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond")], "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []), vi("v_in", elem, s)],
+        [vi("cond_out", TensorProto.BOOL, []), vi("v_out", elem, s)])
+    out = g.op("Loop", trips, "", x, body=body)
+    g.declared = {out: s}
+    return [out]
+
+
 # (builder, layout) per fused group: the target's npu:: ops, then groups whose fused op keeps the op's own name
 GROUPS: dict[str, tuple[Callable[[_G, tuple[int, ...]], list[str]], str]] = {
     "npu::MatMulEpilogue": (_matmul_epilogue, "seq"),
@@ -533,6 +548,7 @@ GROUPS: dict[str, tuple[Callable[[_G, tuple[int, ...]], list[str]], str]] = {
     "npu::QdqMatMul": (_qdq_matmul, "seq"),
     "com.microsoft::GroupQueryAttention": (_gqa_decode, "gqa"),
     "If": (_if_select, "seq"),
+    "Loop": (_loop_accumulate, "seq"),
     "group::Conv+Relu": (_conv_then("Relu"), "map"),
     "group::Conv+LeakyRelu": (_conv_then("LeakyRelu", alpha=0.1), "map"),
     "group::Conv+HardSwish": (_conv_then("HardSwish"), "map"),
