@@ -8,6 +8,10 @@ Layout: X [N, C, D1, ...] (channel axis 1). Statistics accumulate in float32 (fl
 - InstanceNormalization: mean/var over D1... per (n, c); y = (x - mean) * rsqrt(var + eps) * scale[c] + B[c].
 - GroupNormalization: C split into num_groups groups; mean/var over (C/G, D1...) per (n, g), then scale/bias.
 
+Native kernels (``kernels.norm_channels``, kernels/native/norm.cc): float32 or float16 in memory, the same operations
+in float32 (the statistics' sums in 16 lanes), threaded over planes / groups, in the kernel and as its bound step
+(parameters constant, or given per channel).
+
 Cost per element: 2 vector ops (BatchNorm: multiply-add) or 6 (sum, centre, square, accumulate, scale, shift) plus
 one rsqrt per statistics row; DMA reads X and writes Y (parameters are small).
 """
@@ -18,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import runtime
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -65,7 +70,84 @@ def _channel(v: np.ndarray, ndim: int) -> np.ndarray:
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+_OUT_ARG = 6  # norm_channels' ``out``
+
+
+def _per_channel(p: Prepared, inputs, i: int, c: int) -> tuple[np.ndarray | None, bool]:
+    """(scale or bias ``i`` as C float32 values or a runtime input of C values, whether it is a runtime input);
+    (None, False) when it is neither (a runtime per-group vector: the reference's repeat runs)."""
+    if "a" in p.consts:  # BatchNorm folded at compile time
+        return p.consts["ab"[i - 1]], False
+    v = arg(p, inputs, i)
+    if i < len(inputs) and inputs[i] is not None:
+        ok = v.size == c and v.dtype in _FLOATS and v.flags.c_contiguous
+        return (v, True) if ok else (None, False)
+    key = ("native", i, c)
+    held = p.kernel_cache.get(key)
+    if held is None:
+        g = p.attrs["groups"]
+        w = np.asarray(v, np.float32).reshape(-1)
+        if w.size == g and g != c and g > 0 and c % g == 0:  # opset 18: one value per group
+            w = np.repeat(w, c // g)
+        held = p.kernel_cache[key] = np.ascontiguousarray(w) if w.size == c else None
+    return held, False
+
+
+def native_channels(p: Prepared, inputs) -> tuple | None:
+    """(norm_channels, its arguments, {input index: argument index} of runtime parameters) for this node and these
+    inputs, or None where the reference runs: no native kernels, x not a C-order float32/float16 [N, C, ...],
+    BatchNorm's parameters not constant, parameters not one value per channel, C not divisible by the groups."""
+    nat = runtime.native(p)
+    x = arg(p, inputs, 0)
+    if nat is None or not isinstance(x, np.ndarray) or x.dtype not in _FLOATS or not x.flags.c_contiguous:
+        return None
+    op = p.attrs["op"]
+    if x.ndim < 2 or (op == "BatchNormalization" and "a" not in p.consts):
+        return None
+    c = x.shape[1]
+    groups = {"BatchNormalization": 0, "InstanceNormalization": c}.get(op, p.attrs["groups"])
+    if op != "BatchNormalization" and (groups <= 0 or c % groups):
+        return None
+    args: list = [None, None, None, int(op != "BatchNormalization"), groups, p.attrs["epsilon"], None,
+                  runtime.threads(p)]
+    live = {}
+    for i in (1, 2):
+        v, given = _per_channel(p, inputs, i, c)
+        if v is None:
+            return None
+        args[i] = v
+        if given:
+            live[i] = i
+    return nat.norm_channels, args, live
+
+
+def _run_native(p: Prepared, inputs) -> list[np.ndarray] | None:
+    call = native_channels(p, inputs)
+    if call is None:
+        return None
+    fn, args, _ = call
+    args[0] = arg(p, inputs, 0)
+    return [fn(*args)]
+
+
+def _bind(p: Prepared, inputs, outs):
+    """norm_channels as the bound step for these input shapes, y into ORT's buffer when it is a partition output."""
+    call = native_channels(p, inputs)
+    if call is None:
+        return None
+    fn, args, live = call
+    held = [None if i == 0 or i in live else a for i, a in enumerate(args)]
+    ins = [(a, i, inputs[i].dtype, inputs[i].shape, None) for i, a in ((0, 0), *live.items())]
+    where = p.runtime.partition_outputs
+    into = [(_OUT_ARG, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, fn, tuple(held), ins, [(-1, None)], None, into)
+
+
 def _bn_run(p: Prepared, inputs) -> list[np.ndarray]:
+    outs = _run_native(p, inputs)
+    if outs is not None:
+        return outs
     x = arg(p, inputs, 0)
     key = ("ab", x.ndim)
     ab = p.kernel_cache.get(key)
@@ -93,6 +175,9 @@ def _normalize(xf: np.ndarray, axes: tuple[int, ...], eps: float) -> np.ndarray:
 
 
 def _instance_run(p: Prepared, inputs) -> list[np.ndarray]:
+    outs = _run_native(p, inputs)
+    if outs is not None:
+        return outs
     x = arg(p, inputs, 0)
     xf = widen(x).astype(_F32, copy=False)
     y = _normalize(xf, tuple(range(2, x.ndim)), p.attrs["epsilon"])
@@ -102,6 +187,9 @@ def _instance_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _group_run(p: Prepared, inputs) -> list[np.ndarray]:
+    outs = _run_native(p, inputs)
+    if outs is not None:
+        return outs
     x = arg(p, inputs, 0)
     n, c = x.shape[:2]
     g = p.attrs["groups"]
@@ -127,6 +215,6 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, moved, moved, 6.0, rows / max(n, 1))
 
 
-register(KernelDef("", "BatchNormalization", _prepare, _bn_run, _cost, _check))
-register(KernelDef("", "InstanceNormalization", _prepare, _instance_run, _cost, _check))
-register(KernelDef("", "GroupNormalization", _prepare, _group_run, _cost, _check))
+register(KernelDef("", "BatchNormalization", _prepare, _bn_run, _cost, _check, bind=_bind))
+register(KernelDef("", "InstanceNormalization", _prepare, _instance_run, _cost, _check, bind=_bind))
+register(KernelDef("", "GroupNormalization", _prepare, _group_run, _cost, _check, bind=_bind))
