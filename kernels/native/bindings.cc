@@ -435,6 +435,8 @@ void RegisterKernels(py::module_& parent) {
   BindAttentionChain(m);  // attention_chain.cc: npu::AttentionChain
   void BindRotateHalf(py::module_&);
   BindRotateHalf(m);  // rotate_half.cc: npu::RotateHalf
+  void BindIndexing(py::module_&);
+  BindIndexing(m);  // indexing.cc: Gather, Slice, Split, Concat, GatherND, ScatterND
   void BindNorm(py::module_&);
   BindNorm(m);  // norm.cc: Layer/RMS/Skip*/Batch/Instance/GroupNormalization
 }

@@ -4,10 +4,12 @@ none/add/mul/max/min).
 Split sizes come from the ``split`` input/attribute, else ``num_outputs`` (opset 18: ceil-sized chunks, the last
 smaller), else equal parts. Slice follows ONNX clamping exactly (not Python's): starts/ends are made non-negative by
 adding the dim once, then clamped to [0, dim] (step > 0) or start to [0, dim-1] and end to [-1, dim-1] (step < 0).
-Gather accepts negative indices in [-dim, dim) like ORT and raises on anything outside.
+Gather accepts negative indices in [-dim, dim) like ORT and raises on anything outside, naming the index as ORT does.
 
-Native: Concat binds one native copy (``kernels.concat``) and Slice numpy's view, each for the input shapes and
-(shape-derived) bounds it was bound for (``ep/step_binding.py``).
+Native: Gather runs ``kernels.gather`` (kernels/native/indexing.cc: rows of bytes copied by index, any dtype), bound
+as the step for its input shapes and written into ORT's buffer when its result is a partition output. Concat binds
+one native copy (``kernels.concat``) and Slice numpy's view, each for the input shapes and (shape-derived) bounds it
+was bound for (``ep/step_binding.py``).
 
 Cost: a DMA pass over the bytes actually moved (Slice/Gather read only the selected elements).
 """
@@ -43,6 +45,22 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
             attrs[key] = static_ints(node, i, key if i < 4 else None)
         attrs["legacy"] = node.input(1) is None and node.attr("starts") is not None
     return Prepared(attrs, stash_constants(node), target)
+
+
+_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _native_step(p: Prepared, fn, values: list, inputs, attrs: tuple, outs):
+    """A bound step calling ``fn(*values, *attrs, out, threads)`` (the indexing kernels' signature) for these input
+    shapes: constants held in place (C order), ``out`` ORT's buffer when the result is a partition output."""
+    given = [i < len(inputs) and inputs[i] is not None for i in range(len(values))]
+    live = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(values) if given[i]]
+    if not live:
+        return None
+    held = [None if given[i] else v if v.flags.c_contiguous else np.array(v, order="C") for i, v in enumerate(values)]
+    where = p.runtime.partition_outputs
+    into = [(len(values) + len(attrs), where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, fn, (*held, *attrs, None, runtime.threads(p)), live, [(-1, None)], None, into)
 
 
 def _concat_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -132,19 +150,33 @@ def _slice_bind(p: Prepared, inputs, outs):
                              [(-1, None)], fixed=fixed)
 
 
+def _gather_native(x, idx) -> bool:
+    """Whether ``kernels.gather`` takes these operands: plain data, int32/int64 indices."""
+    return (isinstance(x, np.ndarray) and isinstance(idx, np.ndarray) and not x.dtype.hasobject
+            and idx.dtype in _INDEX_DTYPES)
+
+
 def _gather_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """``take`` in raise mode wraps [-dim, 0) like ORT; the range check before it keeps our error message.
-    One index (a decode step's token) is checked as a Python int instead of two reductions."""
+    """numpy's ``take`` in raise mode (it wraps [-dim, 0) like ORT; the range check before it gives ORT's error,
+    naming the index); on the native kernels ``kernels.gather`` (kernels/native/indexing.cc), which checks alike."""
     x, idx = arg(p, inputs, 0), arg(p, inputs, 1)
+    nat = runtime.native(p)
+    if nat is not None and _gather_native(x, idx):
+        return [nat.gather(x, idx, p.attrs["axis"], None, runtime.threads(p))]
     axis = p.attrs["axis"] % x.ndim
     dim = x.shape[axis]
-    if idx.size == 1:
-        bad = not -dim <= idx.item() < dim
-    else:
-        bad = idx.size > 0 and (np.minimum.reduce(idx, axis=None) < -dim or np.maximum.reduce(idx, axis=None) >= dim)
-    if bad:
-        raise IndexError(f"Gather: indices outside [-{dim}, {dim}) on axis {axis}")
+    bad = np.asarray(idx)[(idx < -dim) | (idx >= dim)] if idx.size else ()
+    if len(bad):
+        raise IndexError(f"Gather: indices outside [-{dim}, {dim}) on axis {axis}, idx={int(bad.flat[0])}")
     return [np.asarray(x.take(idx, axis=axis))]
+
+
+def _gather_bind(p: Prepared, inputs, outs):
+    x, idx = arg(p, inputs, 0), arg(p, inputs, 1)
+    nat = runtime.native(p)
+    if nat is None or not _gather_native(x, idx):
+        return None
+    return _native_step(p, nat.gather, [x, idx], inputs, (p.attrs["axis"],), outs)
 
 
 def _nd_index(idx: np.ndarray, dims: tuple[int, ...], op: str) -> tuple[np.ndarray, ...]:
@@ -248,6 +280,6 @@ def _scatter_nd_cost(p: Prepared, shapes) -> OpCost:
 register(KernelDef("", "Concat", _prepare, _concat_run, _concat_cost, rank_free=True, bind=_concat_bind))
 register(KernelDef("", "Split", _prepare, _split_run, _split_cost, rank_free=True))
 register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost, rank_free=True, bind=_slice_bind))
-register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost, rank_free=True))
+register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost, rank_free=True, bind=_gather_bind))
 register(KernelDef("", "GatherND", _prepare, _gather_nd_run, _gather_nd_cost, _nd_check, rank_free=True))
 register(KernelDef("", "ScatterND", _prepare, _scatter_nd_run, _scatter_nd_cost, _nd_check, rank_free=True))

@@ -1,0 +1,141 @@
+"""Differential sweep of the indexing kernels (issue 40, kernels/native/indexing.cc) against the reference model
+(kernels/ops/indexing.py: numpy's take, slicing, split, concatenate, fancy indexing and ufunc.at), byte for byte:
+these kernels move bytes (NaN payloads, -0.0 and float16 kept), and ScatterND's reductions compute in the data's
+dtype as numpy does (integers wrap, float16 rounds each step). Shapes cross the row sizes the copies specialize (1,
+2, 4, 8 bytes and longer rows), the 64 KB task split and the 1 MB parallel threshold; indices are negative, repeated
+and out of range (an IndexError naming the index, as ORT's error does). The copies dispatch to no instruction set
+of their own; ScatterND's float16 reductions go through the shared conversion rows (half.cc), swept at every ISA
+they dispatch to. Sessions show NpuEP ran the node as its bound native step (no Python step) with the CPU EP's
+values, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from _sweep import around, native_vs_reference
+from npu_ep.ep.sessions import tag_session_options
+from npu_ep.kernels import runtime
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(4040)
+TASK = 1 << 16  # indexing.cc's kTaskBytes
+DTYPES = [np.bool_, np.int8, np.float16, np.float32, np.int32, np.int64]
+ELEM = {np.dtype(np.bool_): TensorProto.BOOL, np.dtype(np.int8): TensorProto.INT8,
+        np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.float16): TensorProto.FLOAT16,
+        np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+        np.dtype(np.int64): TensorProto.INT64}
+
+
+def _values(shape, dt) -> np.ndarray:
+    dt = np.dtype(dt)
+    if dt == np.bool_:
+        return np.asarray(RNG.random(shape) > 0.5)
+    if dt.kind == "f":
+        x = np.asarray(RNG.standard_normal(shape) * 10).astype(dt)
+        flat = x.reshape(-1)
+        if flat.size:
+            flat[::7] = np.resize(np.array([np.nan, -0.0, np.inf, -np.inf, 6e-8 if dt == np.float16 else 1e-45], dt),
+                                  flat[::7].size)
+            if dt == np.float32:  # a NaN with a payload: copied, not recomputed
+                flat[3::11] = np.array([0x7FC12345], np.uint32).view(np.float32)[0]
+        return x
+    info = np.iinfo(dt)
+    return np.asarray(RNG.integers(info.min, info.max, shape, dtype=dt, endpoint=True))
+
+
+def _same_bytes(op: str, inputs, native_fn: str, threads: int = 1, n_out: int = 1, **attrs) -> list[np.ndarray]:
+    got, want, calls = native_vs_reference(op, inputs, threads=threads, n_out=n_out, **attrs)
+    what = f"{op} {attrs} {[(s[0], np.shape(s[1]), s[2]) for s in inputs]} threads={threads}"
+    assert native_fn in calls, f"{what}: the native {native_fn} did not run ({calls})"
+    assert len(got) == len(want) == n_out
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, f"{what}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        assert g.tobytes() == w.tobytes(), f"{what}: bytes differ"
+    return got
+
+
+def _session(nodes, inputs, outputs, consts=None, opset: int = 18):
+    model = make_model(nodes, inputs, outputs, consts or {}, opset=opset)
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    return model, npu_session(model, so=so)
+
+
+def _runs_native_like_cpu_ep(model, sess, feeds, names) -> None:
+    """Every node on NpuEP, the CPU EP's outputs bit for bit over three runs (the kernel's, then the bound step's),
+    and no Python step."""
+    assert assignment(sess) == {n: "NpuEP" for n in names}
+    want = cpu_run(model, feeds)
+    for _ in range(3):
+        got = sess.run(None, feeds)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            assert g.tobytes() == w.tobytes()
+    assert python_steps(sess) == [], "a node ran its Python kernel instead of the bound native step"
+
+
+# ---- Gather ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_gather_axes_row_sizes_and_index_shapes_byte_for_byte(dt):
+    """Rows of 1, 2, 4 and 8 bytes and longer (every dtype on every axis), scalar, empty and 2-D indices, int32 and
+    int64, negative and repeated, the table constant or not."""
+    x = _values((3, 5, 4), dt)
+    for axis in (0, 1, 2, -1):
+        dim = x.shape[axis]
+        for idx in (np.array(-1), np.array([0, -dim, dim - 1, 0]), np.array([[1, -1], [0, 0]]), np.zeros((0, 2))):
+            for idt in (np.int64, np.int32):
+                for const in (False, True):
+                    _same_bytes("Gather", [("x", x, const), ("i", idx.astype(idt), False)], "gather", axis=axis)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.float16, np.float32, np.int64])
+def test_gather_task_split_and_threads_byte_for_byte(dt):
+    """Rows per task around the 64 KB task and the 1 MB parallel threshold; two threads give one thread's bytes."""
+    for rows in around(TASK // 4, (1 << 20) // 4):
+        x = _values((2, rows), dt)
+        idx = RNG.integers(-rows, rows, size=rows)
+        one = _same_bytes("Gather", [("x", x, False), ("i", idx, False)], "gather", axis=1)
+        two = _same_bytes("Gather", [("x", x, False), ("i", idx, False)], "gather", threads=2, axis=1)
+        assert one[0].tobytes() == two[0].tobytes()
+    table = _values((300, 1030), np.float32)  # an embedding table: 4120-byte rows
+    _same_bytes("Gather", [("t", table, True), ("i", RNG.integers(-300, 300, size=(4, 70)), False)], "gather",
+                threads=2)
+
+
+@pytest.mark.parametrize("bad", [[4], [-5], [[0, 4]], [1, -5, 0]])
+def test_gather_out_of_range_names_the_index_like_ort(bad):
+    nat = runtime.native_module()
+    idx = np.array(bad, np.int64)
+    value = next(v for v in idx.reshape(-1) if not -4 <= v < 4)
+    with pytest.raises(IndexError, match=rf"Gather: indices outside \[-4, 4\) on axis 0, idx={value}$"):
+        nat.gather(np.zeros((4, 3), np.float32), idx, 0)
+    with pytest.raises(IndexError, match=rf"idx={value}$"):
+        nat.gather(np.zeros((4, 3), np.float32), idx.astype(np.int32), 0)
+
+
+@pytest.mark.parametrize("case", ["embedding_f16", "every_other_last_i8"])
+def test_gather_session_matches_cpu_ep_and_runs_on_npu_ep(case):
+    """A decoder's embedding lookup (constant float16 table, int64 ids with a negative one) and a strided pick on the
+    last axis, bit for bit with the CPU EP."""
+    if case == "embedding_f16":
+        table = _values((1000, 64), np.float16)
+        node = helper.make_node("Gather", ["table", "ids"], ["y"], name="the_op", axis=0)
+        ids = np.array([[3, 999, -1, 0]], np.int64)
+        model, sess = _session([node], [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+                               [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4, 64])], {"table": table})
+        feeds = {"ids": ids}
+    else:
+        x = _values((2, 16, 64), np.int8)
+        node = helper.make_node("Gather", ["x", "i"], ["y"], name="the_op", axis=-1)
+        model, sess = _session([node], [helper.make_tensor_value_info("x", TensorProto.INT8, [2, 16, 64])],
+                               [helper.make_tensor_value_info("y", TensorProto.INT8, [2, 16, 32])],
+                               {"i": np.arange(0, 64, 2, dtype=np.int64)})
+        feeds = {"x": x}
+    _runs_native_like_cpu_ep(model, sess, feeds, ["the_op"])
