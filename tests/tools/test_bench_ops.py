@@ -136,7 +136,7 @@ def test_fused_knows_each_kind_of_group_row():
 def test_step_reason_names_why_a_step_stayed_python():
     def kdef(bind):
         return KernelDef("", "Foo", lambda *a: None, lambda *a: None, lambda *a: None, bind=bind)
-    assert step_reason("Loop", kdef(None)).startswith("never bound")
+    assert step_reason("Scan", kdef(None)).startswith("never bound")
     assert step_reason("Foo", kdef(None)).startswith("no native binding")
     assert step_reason("Foo", kdef(lambda *a: None)).startswith("binding refused")
     assert step_reason("Reshape", kdef(None)).startswith("binding refused")  # views bind without a kernel bind
