@@ -8,8 +8,9 @@ Gather accepts negative indices in [-dim, dim) like ORT and raises on anything o
 
 Native: Gather runs ``kernels.gather`` (kernels/native/indexing.cc: rows of bytes copied by index, any dtype), bound
 as the step for its input shapes and written into ORT's buffer when its result is a partition output. Concat binds
-one native copy (``kernels.concat``) and Slice numpy's view, each for the input shapes and (shape-derived) bounds it
-was bound for (``ep/step_binding.py``).
+one native copy (``kernels.concat``). Slice stays numpy's view where that is C order, else (and into ORT's buffer)
+one native strided copy (``kernels.slice_copy``), bound for the input shapes and (shape-derived) bounds it was bound
+for (``ep/step_binding.py``).
 
 Cost: a DMA pass over the bytes actually moved (Slice/Gather read only the selected elements).
 """
@@ -122,12 +123,19 @@ def onnx_slice(shape: tuple[int, ...], starts: list[int], ends: list[int], axes:
 
 
 def _slice_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """With every parameter a compile-time constant (no runtime input past x), the numpy index is made once per
-    input shape (``shape_memo``)."""
+    """numpy's view of x; on the native kernels a strided one is copied by ``kernels.slice_copy`` instead, so readers
+    get C order. With every parameter a compile-time constant (no runtime input past x), the index is made once
+    per input shape (``shape_memo``)."""
     x = arg(p, inputs, 0)
     if all(v is None for v in inputs[1:]):
-        return [x[memo_per_shape(p, "slice_index", x.shape, _slice_index, p, inputs, x.shape)]]
-    return [x[_slice_index(p, inputs, x.shape)]]
+        index = memo_per_shape(p, "slice_index", x.shape, _slice_index, p, inputs, x.shape)
+    else:
+        index = _slice_index(p, inputs, x.shape)
+    view = x[index]
+    nat = runtime.native(p)
+    if nat is None or view.flags.c_contiguous or x.dtype.hasobject:
+        return [view]
+    return [nat.slice_copy(x, *_slice_plan(index, x.shape), None, runtime.threads(p))]
 
 
 def _slice_index(p: Prepared, inputs, shape: tuple[int, ...]) -> tuple[slice, ...]:
@@ -138,16 +146,36 @@ def _slice_index(p: Prepared, inputs, shape: tuple[int, ...]) -> tuple[slice, ..
                       runtime_ints(p, inputs, "axes", 3), runtime_ints(p, inputs, "steps", 4))
 
 
+def _slice_plan(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[list[int], list[int], list[int]]:
+    """``kernels.slice_copy``'s (starts, steps, dims): per axis the first element, the step and the count."""
+    starts, steps, dims = [], [], []
+    for s, dim in zip(index, shape):
+        first, stop, step = s.indices(dim)
+        count = len(range(first, stop, step))
+        starts.append(first if count else 0)
+        steps.append(step)
+        dims.append(count)
+    return starts, steps, dims
+
+
 def _slice_bind(p: Prepared, inputs, outs):
-    """Slice as the kernel's own numpy view (``x[index]``) for this input shape and these bounds (runtime bounds
-    must hold their bound values), any layout."""
+    """Slice for this input shape and these bounds (runtime bounds must hold their bound values), x in any layout:
+    a C-order view stays numpy's view (free) unless the result is a partition output; anything else is one native
+    copy (``kernels.slice_copy``) into ORT's buffer when the result is a partition output."""
     x = inputs[0] if inputs else None
     fixed = runtime.fixed_inputs(inputs, 1)
     if not isinstance(x, np.ndarray) or fixed is None:
         return None
-    return runtime.call_step(p, operator.getitem, (None, _slice_index(p, inputs, x.shape)),
-                             [(0, 0, x.dtype, x.shape, None, True)],
-                             [(-1, None)], fixed=fixed)
+    index = _slice_index(p, inputs, x.shape)
+    live = [(0, 0, x.dtype, x.shape, None, True)]
+    nat = runtime.native(p)
+    where = p.runtime.partition_outputs
+    into_ort = bool(where and 0 in where)
+    if nat is None or x.dtype.hasobject or (x[index].flags.c_contiguous and not into_ort):
+        return runtime.call_step(p, operator.getitem, (None, index), live, [(-1, None)], fixed=fixed)
+    into = [(4, where[0], list(outs[0].shape))] if into_ort else []
+    args = (None, *_slice_plan(index, x.shape), None, runtime.threads(p))
+    return runtime.call_step(p, nat.slice_copy, args, live, [(-1, None)], None, into, fixed)
 
 
 def _gather_native(x, idx) -> bool:

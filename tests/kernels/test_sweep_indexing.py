@@ -139,3 +139,66 @@ def test_gather_session_matches_cpu_ep_and_runs_on_npu_ep(case):
                                {"i": np.arange(0, 64, 2, dtype=np.int64)})
         feeds = {"x": x}
     _runs_native_like_cpu_ep(model, sess, feeds, ["the_op"])
+
+
+# ---- Slice -----------------------------------------------------------------------------------------------------
+
+BIG = np.iinfo(np.int64).max
+SLICES = [([1], [-1], [-1], [1]), ([0, 1], [BIG, -1], [1, 2], [2, 3]), ([-1], [-BIG], [2], [-1]),
+          ([5], [0], [0], [-2]), ([2, -1, 1], [BIG, -BIG, -1], [0, 1, 2], [1, -2, 1]), ([1], [2], [1], [1]),
+          ([100], [-100], [0], [-1]), ([3], [1], [2], [1])]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_slice_bounds_steps_and_clamping_byte_for_byte(dt):
+    """ONNX clamping, negative and long steps, empty results; the native copy runs wherever numpy's view is not C
+    order (a C-order view is kept as it is: free)."""
+    x = _values((6, 5, 7), dt)
+    for starts, ends, axes, steps in SLICES:
+        inputs = [("x", x, False), ("st", np.array(starts), True), ("en", np.array(ends), True),
+                  ("ax", np.array(axes), True), ("sp", np.array(steps), True)]
+        got, want, calls = native_vs_reference("Slice", inputs)
+        assert got[0].tobytes() == want[0].tobytes() and got[0].shape == want[0].shape
+        assert ("slice_copy" in calls) == (not want[0].flags.c_contiguous), (starts, ends, axes, steps, calls)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.float16, np.float32, np.int64])
+def test_slice_long_lines_task_split_and_threads_byte_for_byte(dt):
+    """Lines around the 64 KB task (split in parts when longer), many short lines past the 1 MB parallel threshold,
+    one thread and two."""
+    for n in around(TASK // np.dtype(dt).itemsize, 2 * TASK // np.dtype(dt).itemsize):
+        x = _values((3, n + 2), dt)
+        inputs = [("x", x, False), ("st", np.array([1]), True), ("en", np.array([-1]), True),
+                  ("ax", np.array([-1]), True)]
+        one = _same_bytes("Slice", inputs, "slice_copy")
+        assert one[0].tobytes() == _same_bytes("Slice", inputs, "slice_copy", threads=2)[0].tobytes()
+    x = _values((700, 3, 130), dt)
+    inputs = [("x", x, False), ("st", np.array([2, 0]), True), ("en", np.array([-1, 3]), True),
+              ("ax", np.array([2, 1]), True), ("sp", np.array([3, 2]), True)]
+    assert _same_bytes("Slice", inputs, "slice_copy")[0].tobytes() == \
+        _same_bytes("Slice", inputs, "slice_copy", threads=2)[0].tobytes()
+
+
+def test_slice_copy_reads_any_layout_and_checks_its_bounds():
+    nat = runtime.native_module()
+    x = _values((9, 8, 5), np.float32).transpose(2, 0, 1)[:, ::2]  # strided, negative-free
+    got = nat.slice_copy(x, [4, 1, 7], [-1, 2, -3], [5, 2, 3])
+    assert got.tobytes() == np.ascontiguousarray(x[4::-1, 1:5:2, 7::-3]).tobytes()
+    with pytest.raises(ValueError, match=r"slice_copy: axis 1: 3 elements from 1 by 2 leave data \[5, 5, 8\]"):
+        nat.slice_copy(x, [0, 1, 0], [1, 2, 1], [5, 3, 8])
+
+
+@pytest.mark.parametrize("case", ["last_axis_f32", "reverse_i64"])
+def test_slice_session_matches_cpu_ep_and_runs_on_npu_ep(case):
+    """A rotary half (the last axis cut) and a reversed, stepped slice: into ORT's buffer, bit for bit."""
+    dt, elem = (np.float32, TensorProto.FLOAT) if case == "last_axis_f32" else (np.int64, TensorProto.INT64)
+    x = _values((2, 24, 64), dt)
+    if case == "last_axis_f32":
+        consts, out = {"st": np.array([32]), "en": np.array([BIG]), "ax": np.array([-1])}, [2, 24, 32]
+    else:
+        consts, out = {"st": np.array([-1, 60]), "en": np.array([-BIG, 0]), "ax": np.array([1, 2])}, [2, 24, 20]
+        consts["sp"] = np.array([-1, -3])
+    node = helper.make_node("Slice", ["x", *consts], ["y"], name="the_op")
+    model, sess = _session([node], [helper.make_tensor_value_info("x", elem, list(x.shape))],
+                           [helper.make_tensor_value_info("y", elem, out)], consts)
+    _runs_native_like_cpu_ep(model, sess, {"x": x}, ["the_op"])
