@@ -405,8 +405,12 @@ void RegisterKernels(py::module_& parent) {
   BindGqa(m);  // gqa_bindings.cc: GroupQueryAttention
   void BindConv(py::module_&);
   BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
+  void BindPool(py::module_&);
+  BindPool(m);  // pool_bindings.cc: float16 MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool
   void BindQdqLut(py::module_&);
   BindQdqLut(m);  // qdq_lut.cc: npu::QdqLut table reads
+  void BindQLinearBinary(py::module_&);
+  BindQLinearBinary(m);  // qlinear_binary.cc: com.microsoft QLinearAdd, QLinearMul
   void BindConvTail(py::module_&);
   BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&);

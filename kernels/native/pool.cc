@@ -4,7 +4,8 @@
 // window's input rows are folded into a row maximum, then each output takes the maximum of its columns. A NaN
 // anywhere in the window wins, as numpy's max. A padded tap holds `low` (-FLT_MAX for float, as MLAS pads): a window
 // of -inf values gives -inf, or -FLT_MAX where it reaches the padding, as ORT and the reference model. AveragePool
-// adds the taps in the reference's order (pool.h). The bits do not depend on the thread count.
+// adds the taps in the reference's order (pool.h). Float16 planes are widened to float32 (exact), pooled by the
+// float32 plane kernels and rounded once. The bits do not depend on the thread count.
 #include "pool.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "conv_geometry.h"
 #include "cpu.h"
+#include "half.h"
 #include "thread_pool.h"
 
 #include "intrinsics.h"
@@ -330,40 +332,44 @@ __attribute__((target("avx512f"))) void DivideAvx512(float* y, const float* divi
 }
 #endif
 
-// One plane-parallel walk for every element type: RowPass(acc, row) folds an input row; ColPass(dst, rowmax)
+// One plane of a max pool for every element type: RowPass(acc, row) folds an input row; ColPass(dst, rowmax)
 // writes an output row and returns true where it has a fast path for the geometry (else the scalar pass runs).
 // Maxima start at `start` (the type's -inf, or its lowest value); a padded tap folds in `low`.
+template <typename T, typename RowPass, typename ColPass>
+void MaxPoolRows(const PoolShape& s, const T* in, T start, T low, T* out, RowPass row_pass, ColPass col_pass) {
+  std::vector<T> rowmax(s.W);
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    // rows of the window first (whole input rows, in tap order), then the columns of each output
+    std::fill(rowmax.begin(), rowmax.end(), start);
+    bool padded_row = false;
+    for (int64_t i = 0; i < s.kh; ++i) {
+      const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+      if (ih >= 0 && ih < s.H)
+        row_pass(rowmax.data(), in + ih * s.W);
+      else
+        padded_row = true;
+    }
+    if (padded_row)
+      for (T& v : rowmax) v = Max(v, low);
+    T* dst = out + oh * s.OW;
+    if (col_pass(dst, rowmax.data())) continue;
+    for (int64_t ow = 0; ow < s.OW; ++ow) {
+      T m = start;
+      for (int64_t j = 0; j < s.kw; ++j) {
+        const int64_t iw = ow * s.sw - s.pl + j * s.dw;
+        m = Max(m, iw >= 0 && iw < s.W ? rowmax[iw] : low);
+      }
+      dst[ow] = m;
+    }
+  }
+}
+
+// MaxPoolRows over every plane, one task per plane.
 template <typename T, typename RowPass, typename ColPass>
 void MaxPoolPlanes(const PoolShape& s, const T* x, T start, T low, T* y, int threads, RowPass row_pass,
                    ColPass col_pass) {
   conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
-    const T* in = x + plane * s.H * s.W;
-    T* out = y + plane * s.OH * s.OW;
-    std::vector<T> rowmax(s.W);
-    for (int64_t oh = 0; oh < s.OH; ++oh) {
-      // rows of the window first (whole input rows, in tap order), then the columns of each output
-      std::fill(rowmax.begin(), rowmax.end(), start);
-      bool padded_row = false;
-      for (int64_t i = 0; i < s.kh; ++i) {
-        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-        if (ih >= 0 && ih < s.H)
-          row_pass(rowmax.data(), in + ih * s.W);
-        else
-          padded_row = true;
-      }
-      if (padded_row)
-        for (T& v : rowmax) v = Max(v, low);
-      T* dst = out + oh * s.OW;
-      if (col_pass(dst, rowmax.data())) continue;
-      for (int64_t ow = 0; ow < s.OW; ++ow) {
-        T m = start;
-        for (int64_t j = 0; j < s.kw; ++j) {
-          const int64_t iw = ow * s.sw - s.pl + j * s.dw;
-          m = Max(m, iw >= 0 && iw < s.W ? rowmax[iw] : low);
-        }
-        dst[ow] = m;
-      }
-    }
+    MaxPoolRows<T>(s, x + plane * s.H * s.W, start, low, y + plane * s.OH * s.OW, row_pass, col_pass);
   });
 }
 
@@ -393,25 +399,22 @@ static bool VectorWindows() {
 #endif
 }
 
-void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
+// One float32 plane of MaxPool: the 2x2 register kernel, the AVX-512 window kernels, else rows then columns.
+static void MaxPlaneFloat(const PoolShape& s, const float* in, float low, float* out) {
   const float start = -std::numeric_limits<float>::infinity();
 #if NPU_EP_X86
-  if (Pool2x2(s)) {  // no padding
-    conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * 4, [&](int64_t plane) {
-      Pool2x2Avx512(s, x + plane * s.H * s.W, start, y + plane * s.OH * s.OW);
-    });
-    return;
-  }
-  if (VectorWindows()) {
-    conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
-      PoolPlaneAvx512<false>(s, x + plane * s.H * s.W, low, y + plane * s.OH * s.OW);
-    });
-    return;
-  }
+  if (Pool2x2(s)) return Pool2x2Avx512(s, in, start, out);  // no padding
+  if (VectorWindows()) return PoolPlaneAvx512<false>(s, in, low, out);
 #endif
-  MaxPoolPlanes<float>(
-      s, x, start, low, y, threads, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
+  MaxPoolRows<float>(
+      s, in, start, low, out, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
       [](float*, const float*) { return false; });
+}
+
+void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
+  conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
+    MaxPlaneFloat(s, x + plane * s.H * s.W, low, y + plane * s.OH * s.OW);
+  });
 }
 
 void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads) {
@@ -444,42 +447,101 @@ void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t*
     for (int64_t i = 0, n = s.N * s.C * s.OH * s.OW; i < n; ++i) y[i] ^= flip;
 }
 
-void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads) {
+// One float32 plane of AveragePool: the AVX-512 window kernels, else tap by tap over whole output rows; then the
+// division.
+static void AvgPlaneFloat(const PoolShape& s, const float* in, const float* divisor, float* out) {
 #if NPU_EP_X86
   if (VectorWindows()) {
-    conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
-      float* out = y + plane * s.OH * s.OW;
-      PoolPlaneAvx512<true>(s, x + plane * s.H * s.W, 0.0f, out);
-      DivideAvx512(out, divisor, s.OH * s.OW);
-    });
-    return;
+    PoolPlaneAvx512<true>(s, in, 0.0f, out);
+    return DivideAvx512(out, divisor, s.OH * s.OW);
   }
 #endif
-  conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
-    const float* in = x + plane * s.H * s.W;
-    float* out = y + plane * s.OH * s.OW;
-    for (int64_t oh = 0; oh < s.OH; ++oh) {
-      float* dst = out + oh * s.OW;
-      for (int64_t i = 0; i < s.kh; ++i) {
-        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-        const float* row = ih >= 0 && ih < s.H ? in + ih * s.W : nullptr;
-        for (int64_t j = 0; j < s.kw; ++j) {
-          const int64_t off = j * s.dw - s.pl;  // input column of output ow: ow * sw + off
-          const conv_detail::Span v = row ? conv_detail::Valid(off, s.sw, s.W, s.OW) : conv_detail::Span{0, 0};
-          if (i == 0 && j == 0) {  // the first tap starts each sum (0.0f outside the input)
-            std::fill(dst, dst + v.lo, 0.0f);
-            for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] = row[ow * s.sw + off];
-            std::fill(dst + v.hi, dst + s.OW, 0.0f);
-            continue;
-          }
-          for (int64_t ow = 0; ow < v.lo; ++ow) dst[ow] += 0.0f;  // turns -0.0 into +0.0, as the reference
-          for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] += row[ow * s.sw + off];
-          for (int64_t ow = v.hi; ow < s.OW; ++ow) dst[ow] += 0.0f;
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    float* dst = out + oh * s.OW;
+    for (int64_t i = 0; i < s.kh; ++i) {
+      const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+      const float* row = ih >= 0 && ih < s.H ? in + ih * s.W : nullptr;
+      for (int64_t j = 0; j < s.kw; ++j) {
+        const int64_t off = j * s.dw - s.pl;  // input column of output ow: ow * sw + off
+        const conv_detail::Span v = row ? conv_detail::Valid(off, s.sw, s.W, s.OW) : conv_detail::Span{0, 0};
+        if (i == 0 && j == 0) {  // the first tap starts each sum (0.0f outside the input)
+          std::fill(dst, dst + v.lo, 0.0f);
+          for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] = row[ow * s.sw + off];
+          std::fill(dst + v.hi, dst + s.OW, 0.0f);
+          continue;
         }
+        for (int64_t ow = 0; ow < v.lo; ++ow) dst[ow] += 0.0f;  // turns -0.0 into +0.0, as the reference
+        for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] += row[ow * s.sw + off];
+        for (int64_t ow = v.hi; ow < s.OW; ++ow) dst[ow] += 0.0f;
       }
-      const float* div = divisor + oh * s.OW;
-      for (int64_t ow = 0; ow < s.OW; ++ow) dst[ow] = dst[ow] / div[ow];
     }
+    const float* div = divisor + oh * s.OW;
+    for (int64_t ow = 0; ow < s.OW; ++ow) dst[ow] = dst[ow] / div[ow];
+  }
+}
+
+void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads) {
+  conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
+    AvgPlaneFloat(s, x + plane * s.H * s.W, divisor, y + plane * s.OH * s.OW);
+  });
+}
+
+// A float16 pool: each plane widened to float32 (exact), pooled by the float32 plane kernel, rounded once to
+// float16 (the reference's float32 operations, then its astype).
+template <typename PlaneFn>
+void HalfPlanes(const PoolShape& s, const uint16_t* x, uint16_t* y, int threads, PlaneFn plane_fn) {
+  conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
+    thread_local std::vector<float> in, out;
+    in.resize(static_cast<size_t>(s.H * s.W));
+    out.resize(static_cast<size_t>(s.OH * s.OW));
+    HalfToFloatRow(x + plane * s.H * s.W, in.data(), s.H * s.W);
+    plane_fn(in.data(), out.data());
+    FloatToHalfRow(out.data(), y + plane * s.OH * s.OW, s.OH * s.OW);
+  });
+}
+
+void MaxPoolHalf(const PoolShape& s, const uint16_t* x, float low, uint16_t* y, int threads) {
+  HalfPlanes(s, x, y, threads, [&](const float* in, float* out) { MaxPlaneFloat(s, in, low, out); });
+}
+
+void AvgPoolHalf(const PoolShape& s, const uint16_t* x, const float* divisor, uint16_t* y, int threads) {
+  HalfPlanes(s, x, y, threads, [&](const float* in, float* out) { AvgPlaneFloat(s, in, divisor, out); });
+}
+
+#if NPU_EP_X86
+// The maximum of m and v[0, n) with Max's rule (a NaN wins), 16 lanes at a time.
+static __attribute__((target("avx512f"))) float MaxOfRowAvx512(const float* v, int64_t n, float m) {
+  __m512 acc = _mm512_set1_ps(m);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = Lanes16(n - i);
+    acc = _mm512_mask_mov_ps(acc, k, MaxLanes(acc, _mm512_maskz_loadu_ps(k, v + i)));
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  for (float l : lanes) m = Max(m, l);
+  return m;
+}
+#endif
+
+static float MaxOfRow(const float* v, int64_t n, float m) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return MaxOfRowAvx512(v, n, m);
+#endif
+  for (int64_t i = 0; i < n; ++i) m = Max(m, v[i]);
+  return m;
+}
+
+void GlobalMaxHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads) {
+  constexpr int64_t kChunk = 1024;
+  conv_detail::ParallelItems(threads, rows, count, [&](int64_t r) {
+    float buf[kChunk];
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < count; c += kChunk) {
+      const int64_t n = std::min(kChunk, count - c);
+      HalfToFloatRow(x + r * count + c, buf, n);
+      m = MaxOfRow(buf, n, m);
+    }
+    FloatToHalfRow(&m, y + r, 1);
   });
 }
 

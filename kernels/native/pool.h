@@ -1,6 +1,6 @@
-// Native MaxPool (float32, uint8, int8) and AveragePool (float32); NCHW, a 1-D pool is a 2-D one of height 1.
-// kernels/ops/pool.py is the reference and resolves the geometry (ORT's PoolAttributes: auto_pad, ceil_mode,
-// negative SAME pads); these kernels only walk it.
+// Native MaxPool (float32, float16, uint8, int8), AveragePool (float32, float16) and float16 GlobalMaxPool; NCHW,
+// a 1-D pool is a 2-D one of height 1. kernels/ops/pool.py is the reference and resolves the geometry (ORT's
+// PoolAttributes: auto_pad, ceil_mode, negative SAME pads); these kernels only walk it.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +21,10 @@ void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t*
 // y[n, c, oh, ow] = (the window's values summed in float32 in tap order (i, then j), from the first tap on, a
 // position outside the input counting as 0.0f) / divisor[oh, ow]: the reference's float32 operations in its order.
 void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads);
+// The float16 forms (x, y: float16 bits): each plane widened to float32, pooled as above, rounded once to float16.
+void MaxPoolHalf(const PoolShape& s, const uint16_t* x, float low, uint16_t* y, int threads);
+void AvgPoolHalf(const PoolShape& s, const uint16_t* x, const float* divisor, uint16_t* y, int threads);
+// y[r] = the maximum of float16 row r of x [rows, count] (NaN if any is NaN).
+void GlobalMaxHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads);
 
 }  // namespace npu_ep::kern

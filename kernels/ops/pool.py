@@ -11,8 +11,9 @@ AveragePool sums each window in float32 tap by tap (row-major over the kernel, 0
 order the native kernel repeats bit for bit), then divides by the window's element count, separable per axis: with
 ``count_include_pad=1`` the window positions inside the declared-padded input, else those inside the real input.
 A 1-D pool runs as a 2-D one over H = 1. Cost: one vector op per window element per output (``kh*kw``
-ops/output). A float32, uint8 or int8 MaxPool and a float32 AveragePool run on the native kernels
-(``kernels/native/pool.cc``), a float32 GlobalMaxPool on ``reduce_max_rows`` (reduce.cc), unless the session asks
+ops/output). A float32, float16, uint8 or int8 MaxPool and a float32 or float16 AveragePool run on the native
+kernels (``kernels/native/pool.cc``; float16 widened per plane, pooled in float32, rounded once), a float32
+GlobalMaxPool on ``reduce_max_rows`` (reduce.cc), a float16 one on ``global_max_pool_half``, unless the session asks
 for the reference model.
 """
 
@@ -132,13 +133,13 @@ def _from_2d(p: Prepared, y: np.ndarray) -> np.ndarray:
 def _native_max_call(p: Prepared, x: np.ndarray, geo) -> tuple | None:
     """(kernel, its arguments after x) of the native MaxPool for x (2-D view), or None where it does not apply."""
     nat = runtime.native(p)
-    if nat is None or x.dtype not in (np.float32, np.uint8, np.int8):  # kernels/native/pool.cc walks these
+    if nat is None or x.dtype not in (np.float32, np.float16, np.uint8, np.int8):  # kernels/native/pool.cc walks these
         return None
     at = p.attrs
     (oh, t, _), (ow, l, _) = geo
     low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    return nat.max_pool, ([oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l], float(low),
-                          runtime.threads(p))
+    fn = nat.max_pool_half if x.dtype == np.float16 else nat.max_pool
+    return fn, ([oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l], float(low), runtime.threads(p))
 
 
 def _run_max(p: Prepared, inputs) -> list[np.ndarray]:
@@ -186,12 +187,13 @@ def _divisor(x: np.ndarray, at: dict[str, Any], geo) -> np.ndarray:
 def _native_avg_call(p: Prepared, x: np.ndarray, geo) -> tuple | None:
     """(kernel, its arguments after x) of the native AveragePool for x (2-D view), or None where it does not apply."""
     nat = runtime.native(p)
-    if nat is None or x.dtype != np.float32:
+    if nat is None or x.dtype not in (np.float32, np.float16):
         return None
     at = p.attrs
     (oh, t, _), (ow, l, _) = geo
-    return nat.avg_pool, ([oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l], _divisor(x, at, geo),
-                          runtime.threads(p))
+    fn = nat.avg_pool_half if x.dtype == np.float16 else nat.avg_pool
+    return fn, ([oh, ow, *at["kernel"], *at["strides"], *at["dilations"], t, l], _divisor(x, at, geo),
+                runtime.threads(p))
 
 
 def _run_avg(p: Prepared, inputs) -> list[np.ndarray]:
@@ -221,11 +223,17 @@ def _bind_avg(p: Prepared, inputs, outs) -> Any:
 
 def _run_gap(p: Prepared, inputs) -> list[np.ndarray]:
     """The mean over every axis after N, C: one float32 add-reduce over each channel's flattened pixels (what
-    ``mean`` does for contiguous axes, without its Python wrapper and copies), then one division."""
+    ``mean`` does for contiguous axes, without its Python wrapper and copies), then one division. Float16 is
+    widened first, so the add-reduce is the float32 one (numpy's order) the native ``mean_pixels_half`` repeats."""
     x = arg(p, inputs, 0)
     n, c = x.shape[:2]
     count = math.prod(x.shape[2:])
+    nat = runtime.native(p)
+    if nat is not None and x.dtype == np.float16 and x.size:
+        return [nat.mean_pixels_half(np.add.reduce, np.float32, np.ascontiguousarray(x))]
     flat = np.ascontiguousarray(x).reshape(n, c, count)
+    if x.dtype == np.float16:
+        flat = flat.astype(np.float32)
     s = np.add.reduce(flat, axis=2, dtype=np.float32, keepdims=True)
     s /= np.float32(count) if count else np.float32(0.0)  # no pixels: 0/0, NaN as ORT
     return [s.reshape((n, c) + (1,) * (x.ndim - 2)).astype(x.dtype, copy=False)]
@@ -242,6 +250,8 @@ def _run_gmp(p: Prepared, inputs) -> list[np.ndarray]:
     nat = runtime.native(p)
     if nat is not None and x.dtype == np.float32 and x.size:
         return [nat.reduce_max_rows(flat.reshape(n * c, -1), runtime.threads(p)).reshape(_pooled_shape(x))]
+    if nat is not None and x.dtype == np.float16 and x.size:
+        return [nat.global_max_pool_half(flat.reshape(x.shape), runtime.threads(p))]
     return [np.maximum.reduce(flat, axis=2).reshape(_pooled_shape(x))]
 
 
@@ -251,26 +261,30 @@ def _pooled_shape(x: np.ndarray) -> tuple[int, ...]:
 
 
 def _bind_gmp(p: Prepared, inputs, outs) -> Any:
-    """A float32 GlobalMaxPool as one native step (``reduce_max_rows`` over [N * C, pixels])."""
+    """A float32 GlobalMaxPool as one native step (``reduce_max_rows`` over [N * C, pixels]), a float16 one as
+    ``global_max_pool_half``."""
     nat = runtime.native(p)
     x = inputs[0] if inputs else None
-    if (nat is None or not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < 3 or not x.size
-            or not x.flags.c_contiguous):
+    if (nat is None or not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float16) or x.ndim < 3
+            or not x.size or not x.flags.c_contiguous):
         return None
+    if x.dtype == np.float16:
+        return runtime.call_step(p, nat.global_max_pool_half, (None, runtime.threads(p)),
+                                 [(0, 0, np.float16, x.shape, None)], [(-1, None)])
     n, c = x.shape[:2]
     return runtime.call_step(p, nat.reduce_max_rows, (None, runtime.threads(p)),
                              [(0, 0, np.float32, x.shape, (n * c, x.size // (n * c)))], [(-1, _pooled_shape(x))])
 
 
 def _bind_gap(p: Prepared, inputs, outs) -> Any:
-    """A float32 GlobalAveragePool as one native step making ``_run_gap``'s calls (ep/step_binding.py)."""
+    """A float32 or float16 GlobalAveragePool as one native step making ``_run_gap``'s calls (ep/step_binding.py)."""
     nat = runtime.native(p)
     x = inputs[0] if inputs else None
-    if (nat is None or not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim < 3 or not x.size
-            or not x.flags.c_contiguous):
+    if (nat is None or not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float16) or x.ndim < 3
+            or not x.size or not x.flags.c_contiguous):
         return None
-    return runtime.call_step(p, nat.mean_pixels, (np.add.reduce, np.float32, None),
-                             [(2, 0, np.float32, x.shape, None)], [(-1, None)])
+    fn = nat.mean_pixels_half if x.dtype == np.float16 else nat.mean_pixels
+    return runtime.call_step(p, fn, (np.add.reduce, np.float32, None), [(2, 0, x.dtype, x.shape, None)], [(-1, None)])
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

@@ -1,0 +1,131 @@
+// Python bindings of the float16 pools (pool.h) for kernels/ops/pool.py: MaxPool / AveragePool over a geometry the
+// reference resolved (as conv_bindings.cc's float32 max_pool / avg_pool), GlobalMaxPool, and GlobalAveragePool's
+// widening before numpy's float32 add-reduce (the reference's very call, as mean_pixels).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "half.h"
+#include "pool.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+bool IsHalf(const py::array& a) { return a.dtype().kind() == 'f' && a.itemsize() == 2; }
+
+// A C-order float16 array of `rank` axes (any rank >= 3 when rank is 0), else ValueError naming fn.
+void CheckHalf(const py::array& x, py::ssize_t rank, const char* fn) {
+  if (!IsHalf(x) || !(x.flags() & py::array::c_style) || (rank ? x.ndim() != rank : x.ndim() < 3))
+    throw std::invalid_argument(std::string(fn) + ": x must be a C-order float16 array of " +
+                                (rank ? std::to_string(rank) + " axes" : std::string("3 or more axes")) + ", got " +
+                                std::string(py::str(x.dtype())) + " " + std::to_string(x.ndim()) + "-D");
+}
+
+// x's [N, C, H, W] and a geometry [OH, OW, kh, kw, sh, sw, dh, dw, pt, pl].
+PoolShape HalfPoolShape(const py::array& x, const std::vector<int64_t>& g, const char* fn) {
+  CheckHalf(x, 4, fn);
+  if (g.size() != 10) throw std::invalid_argument(std::string(fn) + ": geometry must be 10 ints");
+  PoolShape s;
+  s.N = x.shape(0), s.C = x.shape(1), s.H = x.shape(2), s.W = x.shape(3);
+  s.OH = g[0], s.OW = g[1], s.kh = g[2], s.kw = g[3], s.sh = g[4], s.sw = g[5], s.dh = g[6], s.dw = g[7];
+  s.pt = g[8], s.pl = g[9];
+  if (s.OH < 0 || s.OW < 0 || s.kh <= 0 || s.kw <= 0 || s.sh <= 0 || s.sw <= 0 || s.dh <= 0 || s.dw <= 0)
+    throw std::invalid_argument(std::string(fn) + ": output size must be >= 0 and kernel, strides, dilations positive");
+  return s;
+}
+
+py::array HalfArray(const std::vector<py::ssize_t>& shape) { return py::array(py::dtype("float16"), shape); }
+
+py::array MaxPoolHalfPy(const py::array& x, const std::vector<int64_t>& geom, float low, int threads) {
+  const PoolShape s = HalfPoolShape(x, geom, "max_pool_half");
+  py::array y = HalfArray({s.N, s.C, s.OH, s.OW});
+  const auto* in = static_cast<const uint16_t*>(x.data());
+  auto* out = static_cast<uint16_t*>(y.mutable_data());
+  py::gil_scoped_release release;
+  MaxPoolHalf(s, in, low, out, threads);
+  return y;
+}
+
+py::array AvgPoolHalfPy(const py::array& x, const std::vector<int64_t>& geom,
+                        const py::array_t<float, py::array::c_style>& divisor, int threads) {
+  const PoolShape s = HalfPoolShape(x, geom, "avg_pool_half");
+  if (divisor.ndim() != 2 || divisor.shape(0) != s.OH || divisor.shape(1) != s.OW)
+    throw std::invalid_argument("avg_pool_half: divisor must be [OH, OW] = [" + std::to_string(s.OH) + ", " +
+                                std::to_string(s.OW) + "]");
+  py::array y = HalfArray({s.N, s.C, s.OH, s.OW});
+  const auto* in = static_cast<const uint16_t*>(x.data());
+  auto* out = static_cast<uint16_t*>(y.mutable_data());
+  py::gil_scoped_release release;
+  AvgPoolHalf(s, in, divisor.data(), out, threads);
+  return y;
+}
+
+// [N, C, 1, ...]: a global pool's output shape.
+std::vector<py::ssize_t> PooledShape(const py::array& x) {
+  std::vector<py::ssize_t> shape(static_cast<size_t>(x.ndim()), 1);
+  shape[0] = x.shape(0), shape[1] = x.shape(1);
+  return shape;
+}
+
+py::array GlobalMaxHalfPy(const py::array& x, int threads) {
+  CheckHalf(x, 0, "global_max_pool_half");
+  const int64_t rows = x.shape(0) * x.shape(1), count = rows ? x.size() / rows : 0;
+  if (rows && !count) throw std::invalid_argument("global_max_pool_half: an image without pixels has no maximum");
+  py::array y = HalfArray(PooledShape(x));
+  const auto* in = static_cast<const uint16_t*>(x.data());
+  auto* out = static_cast<uint16_t*>(y.mutable_data());
+  py::gil_scoped_release release;
+  GlobalMaxHalf(in, rows, count, out, threads);
+  return y;
+}
+
+// x widened to float32 [N, C, pixels] (exact), numpy's float32 add-reduce over the pixels, one float32 division per
+// channel, rounded once to float16: the reference model's calls in its order.
+py::array MeanPixelsHalfPy(const py::object& add_reduce, const py::object& float32, const py::array& x) {
+  CheckHalf(x, 0, "mean_pixels_half");
+  const py::ssize_t n = x.shape(0), c = x.shape(1), count = x.size() / std::max<py::ssize_t>(n * c, 1);
+  if (!x.size()) throw std::invalid_argument("mean_pixels_half: x must be non-empty");
+  py::array_t<float> wide({n, c, count});
+  {
+    const auto* in = static_cast<const uint16_t*>(x.data());
+    float* w = wide.mutable_data();
+    py::gil_scoped_release release;
+    HalfToFloatRow(in, w, n * c * count);
+  }
+  py::object sums = add_reduce(wide, 2, float32, py::none(), true);
+  if (!py::isinstance<py::array_t<float>>(sums))
+    throw std::invalid_argument("mean_pixels_half: the add-reduce did not give a float32 array");
+  auto s = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(sums);
+  py::array y = HalfArray(PooledShape(x));
+  float* data = s.mutable_data();
+  const float divisor = static_cast<float>(count);
+  for (py::ssize_t i = 0; i < n * c; ++i) data[i] /= divisor;
+  FloatToHalfRow(data, static_cast<uint16_t*>(y.mutable_data()), n * c);
+  return y;
+}
+
+}  // namespace
+
+void BindPool(py::module_& m) {
+  m.def("max_pool_half", &MaxPoolHalfPy, py::arg("x"), py::arg("geometry"), py::arg("low"), py::arg("threads") = 1,
+        "MaxPool of float16 x [N, C, H, W] over a geometry as max_pool's (low: the value of a padded tap); the "
+        "float32 kernel on each widened plane, exact");
+  m.def("avg_pool_half", &AvgPoolHalfPy, py::arg("x"), py::arg("geometry"), py::arg("divisor"), py::arg("threads") = 1,
+        "AveragePool of float16 x [N, C, H, W] as avg_pool on the widened planes (float32 sums in tap order, "
+        "divided by divisor [OH, OW]), rounded once to float16");
+  m.def("global_max_pool_half", &GlobalMaxHalfPy, py::arg("x"), py::arg("threads") = 1,
+        "GlobalMaxPool of float16 x [N, C, ...]: each channel's maximum (NaN if any is NaN); shape [N, C, 1, ...]");
+  m.def("mean_pixels_half", &MeanPixelsHalfPy, py::arg("add_reduce"), py::arg("float32"), py::arg("x"),
+        "GlobalAveragePool of float16 x [N, C, ...]: x widened to float32, add_reduce (numpy's np.add.reduce) over "
+        "each channel's pixels, one float32 division per channel, rounded to float16; shape [N, C, 1, ...]");
+}
+
+}  // namespace npu_ep::kern
