@@ -8,8 +8,12 @@ Numerics reproduce ORT 1.31's x86-64 MLAS kernels exactly (float32 arithmetic, r
       both operands vary along the innermost span: y = sat(rint(fma(a, rA, fma(b, rB, fixed))));
       one operand constant along it (ORT's broadcast looper hands it over as a scalar): that operand is folded
       into ``fixed`` by a rounded multiply and add, the other goes through one fma.
-An fma is emulated in float64: a product of an 8-bit integer and a float32 is exact in float64, so the float64
-sum rounded once to float32 is the fused result.
+An fma is computed exactly (``fma_f32``): a product of an 8-bit integer and a float32 is exact in float64 and the
+sum's rounding error is recovered (TwoSum), so the float32 result is the fused one even where rounding the float64
+sum would land on a float32 midpoint.
+On the native kernels both ops are ``qlinear_add``/``qlinear_mul`` (kernels/native/qlinear_binary.cc: hardware
+float32 fma, as MLAS), the same sequence bit for bit, bound as the step for their input shapes; scales and zero
+points fed at run time are held to the bound values.
 
 Cost: ``_vector.stream_cost`` over the output elements, 4 ops each (widen, two multiply-adds, round/saturate).
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import runtime
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -81,35 +86,115 @@ def _saturate(y: np.ndarray, qtype: str) -> np.ndarray:
     return y.astype(qtype)
 
 
+_PARAMS = (1, 2, 4, 5, 6, 7)  # sA, zA, sB, zB, sC, zC
+
+
+def _add_params(p: Prepared, inputs) -> tuple:
+    """(ra, rb, fixed) of QLinearAdd, float32 (module docstring)."""
+    sa, za, sb, zb, sc, zc = (scalar(p, inputs, i) for i in _PARAMS)
+    ra, rb = _F32(sa / sc), _F32(sb / sc)
+    return ra, rb, _F32(zc - _F32(_F32(ra * za) + _F32(rb * zb)))
+
+
+def _mul_params(p: Prepared, inputs) -> tuple:
+    """(za, zb, ratio, zc) of QLinearMul: integer zero points of A and B, float32 ratio and zC."""
+    sa, za, sb, zb, sc, zc = (scalar(p, inputs, i) for i in _PARAMS)
+    return int(za), int(zb), _F32(_F32(sa * sb) / sc), zc
+
+
+def _native_args(p: Prepared, a, b):
+    """The native kernel of this op when it takes these operands (8-bit, one dtype), else None (the reference
+    runs)."""
+    nat = runtime.native(p)
+    ok = (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+          and a.dtype in (np.int8, np.uint8))
+    if nat is None or not ok:
+        return None
+    return nat.qlinear_add if p.attrs["op"] == "QLinearAdd" else nat.qlinear_mul
+
+
+def fma_f32(x: np.ndarray, r, c) -> np.ndarray:
+    """float32 fma(x, r, c) for integer-valued ``x`` of at most 24 bits, float32 ``r`` and ``c``: one rounding of the
+    exact x * r + c (the float64 sum's error, from TwoSum, breaks a float32 tie the float64 rounding made)."""
+    prod = np.asarray(x, _F64) * _F64(r)  # exact
+    c64 = np.asarray(c, _F32).astype(_F64)
+    s = prod + c64
+    bb = s - prod
+    err = (prod - (s - bb)) + (c64 - bb)
+    y = np.asarray(s.astype(_F32))
+    toward = np.where(s > y, np.inf, -np.inf).astype(_F32)
+    other = np.nextafter(y, toward)
+    tie = (s != y) & (s - y.astype(_F64) == other.astype(_F64) - s) & (err != 0)
+    if tie.any():  # s is a float32 midpoint that the exact sum is not: the error's side decides
+        y = np.where(tie & ((err > 0) == (other > y)), other, y)
+    return y
+
+
 def _add_run(p: Prepared, inputs) -> list[np.ndarray]:
     a, b = arg(p, inputs, 0), arg(p, inputs, 3)
-    sa, za, sb, zb, sc, zc = (scalar(p, inputs, i) for i in (1, 2, 4, 5, 6, 7))
-    ra, rb = _F32(sa / sc), _F32(sb / sc)
-    fixed = _F32(zc - _F32(_F32(ra * za) + _F32(rb * zb)))
+    fn = _native_args(p, a, b)
+    if fn is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+        return [fn(a, b, *_add_params(p, inputs), None, runtime.threads(p))]
+    ra, rb, fixed = _add_params(p, inputs)
     out_shape = np.broadcast_shapes(a.shape, b.shape)
     a_scalar = _scalar_along_span(a, out_shape)
     b_scalar = not a_scalar and _scalar_along_span(b, out_shape)
     a64, b64 = a.astype(_F64), b.astype(_F64)
     if a_scalar:  # the scalar side folds into the constant with two roundings; the other side is one fma
         fixed_v = (fixed + (a64 * ra).astype(_F32)).astype(_F32)
-        y = (b64 * rb + fixed_v).astype(_F32)
+        y = fma_f32(b64, rb, fixed_v)
     elif b_scalar:
         fixed_v = (fixed + (b64 * rb).astype(_F32)).astype(_F32)
-        y = (a64 * ra + fixed_v).astype(_F32)
+        y = fma_f32(a64, ra, fixed_v)
     else:
-        t = (b64 * rb + _F64(fixed)).astype(_F32)
-        y = (a64 * ra + t).astype(_F32)
+        y = fma_f32(a64, ra, fma_f32(b64, rb, fixed))
     return [_saturate(np.broadcast_to(y, out_shape).copy(), p.attrs["qtype"])]
 
 
 def _mul_run(p: Prepared, inputs) -> list[np.ndarray]:
     a, b = arg(p, inputs, 0), arg(p, inputs, 3)
-    sa, za, sb, zb, sc, zc = (scalar(p, inputs, i) for i in (1, 2, 4, 5, 6, 7))
-    ratio = _F32(_F32(sa * sb) / sc)
+    fn = _native_args(p, a, b)
+    if fn is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+        return [fn(a, b, *_mul_params(p, inputs), None, runtime.threads(p))]
+    za, zb, ratio, zc = _mul_params(p, inputs)
     prod = (a.astype(np.int32) - np.int32(za)) * (b.astype(np.int32) - np.int32(zb))
-    y = prod.astype(_F32) * ratio
+    y = np.array(prod, _F32)  # an array also for 0-d operands (numpy returns a scalar there)
+    y *= ratio
     y += zc
     return [_saturate(y, p.attrs["qtype"])]
+
+
+def _held_params(inputs) -> list | None:
+    """Scales and zero points fed at run time as a bound step's ``fixed`` list (held to these values), None when
+    one is not a small array."""
+    fixed = []
+    for i in _PARAMS:
+        v = inputs[i] if i < len(inputs) else None
+        if v is None:
+            continue
+        if not isinstance(v, np.ndarray) or v.nbytes > runtime.FIXED_INPUT_BYTES:
+            return None
+        fixed.append((i, np.array(v, order="C")))
+    return fixed
+
+
+def _bind(p: Prepared, inputs, outs):
+    """QLinearAdd/QLinearMul as one native call for these operand shapes, constant operands held in place, into
+    ORT's buffer when the result is a partition output."""
+    a, b = arg(p, inputs, 0), arg(p, inputs, 3)
+    fn = _native_args(p, a, b)
+    fixed = _held_params(inputs)
+    if fn is None or fixed is None:
+        return None
+    params = _add_params(p, inputs) if p.attrs["op"] == "QLinearAdd" else _mul_params(p, inputs)
+    given = [i < len(inputs) and inputs[i] is not None for i in (0, 3)]
+    live = [(k, i, v.dtype, v.shape, None) for k, (i, v, g) in enumerate(zip((0, 3), (a, b), given)) if g]
+    held = [None if g else np.array(v, order="C") for v, g in zip((a, b), given)]  # 0-d stays 0-d
+    out_arg = 2 + len(params)
+    where = p.runtime.partition_outputs
+    into = [(out_arg, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, fn, (*held, *params, None, runtime.threads(p)), live, [(-1, None)], None, into,
+                             fixed)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -119,5 +204,5 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in, n, 4.0)
 
 
-register(KernelDef("com.microsoft", "QLinearAdd", _prepare, _add_run, _cost, _check))
-register(KernelDef("com.microsoft", "QLinearMul", _prepare, _mul_run, _cost, _check))
+register(KernelDef("com.microsoft", "QLinearAdd", _prepare, _add_run, _cost, _check, bind=_bind))
+register(KernelDef("com.microsoft", "QLinearMul", _prepare, _mul_run, _cost, _check, bind=_bind))
