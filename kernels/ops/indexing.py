@@ -7,10 +7,10 @@ adding the dim once, then clamped to [0, dim] (step > 0) or start to [0, dim-1] 
 Gather accepts negative indices in [-dim, dim) like ORT and raises on anything outside, naming the index as ORT does.
 
 Native: Gather runs ``kernels.gather`` (kernels/native/indexing.cc: rows of bytes copied by index, any dtype), bound
-as the step for its input shapes and written into ORT's buffer when its result is a partition output. Concat binds
-one native copy (``kernels.concat``). Slice stays numpy's view where that is C order, else (and into ORT's buffer)
-one native strided copy (``kernels.slice_copy``), bound for the input shapes and (shape-derived) bounds it was bound
-for (``ep/step_binding.py``).
+as the step for its input shapes and written into ORT's buffer when its result is a partition output; Concat binds
+one native copy alike (``kernels.concat_into``). Slice stays numpy's view where that is C order, else (and into
+ORT's buffer) one native strided copy (``kernels.slice_copy``), bound for the input shapes and (shape-derived)
+bounds it was bound for (``ep/step_binding.py``).
 
 Cost: a DMA pass over the bytes actually moved (Slice/Gather read only the selected elements).
 """
@@ -64,21 +64,33 @@ def _native_step(p: Prepared, fn, values: list, inputs, attrs: tuple, outs):
     return runtime.call_step(p, fn, (*held, *attrs, None, runtime.threads(p)), live, [(-1, None)], None, into)
 
 
+def _one_plain_dtype(parts: list) -> bool:
+    return bool(parts) and all(isinstance(v, np.ndarray) and not v.dtype.hasobject and v.dtype == parts[0].dtype
+                               for v in parts)
+
+
 def _concat_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """numpy's concatenate; on the native kernels ``kernels.concat_into`` (kernels/native/indexing.cc)."""
     parts = [arg(p, inputs, i) for i in range(len(inputs))]
+    nat = runtime.native(p)
+    if nat is not None and _one_plain_dtype(parts):
+        return [nat.concat_into(p.attrs["axis"], None, runtime.threads(p), *parts)]
     return [np.concatenate(parts, axis=p.attrs["axis"])]
 
 
 def _concat_bind(p: Prepared, inputs, outs):
-    """Concat as one native copy for these input shapes, constants in place (any layout: a strided part is made
-    contiguous first, as numpy's concatenate reads it)."""
+    """Concat as one native copy for these input shapes (``kernels.concat_into``), constants in place, into ORT's
+    buffer when the result is a partition output (any layout: a strided part is made C order first)."""
     nat = runtime.native(p)
     parts = [arg(p, inputs, i) for i in range(len(inputs))]
-    if nat is None or not parts or not all(isinstance(v, np.ndarray) and not v.dtype.hasobject for v in parts):
+    if nat is None or not _one_plain_dtype(parts):
         return None
-    live = [(i + 1, i, v.dtype, v.shape, None, True) for i, v in enumerate(parts) if inputs[i] is not None]
-    args = (p.attrs["axis"], *(None if inputs[i] is not None else np.ascontiguousarray(v) for i, v in enumerate(parts)))
-    return runtime.call_step(p, nat.concat, args, live, [(-1, None)])
+    live = [(i + 3, i, v.dtype, v.shape, None, True) for i, v in enumerate(parts) if inputs[i] is not None]
+    held = (None if inputs[i] is not None else np.ascontiguousarray(v) for i, v in enumerate(parts))
+    where = p.runtime.partition_outputs
+    into = [(1, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, nat.concat_into, (p.attrs["axis"], None, runtime.threads(p), *held), live,
+                             [(-1, None)], None, into)
 
 
 def split_sizes(dim: int, n: int, split: list[int] | None, num_outputs: int | None) -> list[int]:

@@ -202,3 +202,45 @@ def test_slice_session_matches_cpu_ep_and_runs_on_npu_ep(case):
     model, sess = _session([node], [helper.make_tensor_value_info("x", elem, list(x.shape))],
                            [helper.make_tensor_value_info("y", elem, out)], consts)
     _runs_native_like_cpu_ep(model, sess, {"x": x}, ["the_op"])
+
+
+# ---- Concat ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_concat_axes_parts_and_constants_byte_for_byte(dt):
+    """Every axis, parts of different lengths (one empty), a constant part held in place, rank 1 to 4."""
+    for shapes, axis in [(((2, 3, 4), (2, 1, 4), (2, 0, 4)), 1), (((5,), (3,)), 0), (((2, 3), (2, 5)), -1),
+                         (((1, 2, 3, 4), (2, 2, 3, 4)), 0), (((2, 3, 1, 4), (2, 3, 2, 4), (2, 3, 3, 4)), 2)]:
+        for const in (None, 0, len(shapes) - 1):
+            inputs = [(f"p{k}", _values(s, dt), k == const) for k, s in enumerate(shapes)]
+            _same_bytes("Concat", inputs, "concat_into", axis=axis)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.float16, np.float32, np.int64])
+def test_concat_runs_around_the_task_split_and_threads_byte_for_byte(dt):
+    """Runs just under, at and over the 64 KB task (long ones split in parts), the 1 MB threshold, two threads."""
+    for n in around(TASK // np.dtype(dt).itemsize, (1 << 20) // np.dtype(dt).itemsize):
+        inputs = [("a", _values((2, n), dt), False), ("b", _values((2, 3), dt), False)]
+        one = _same_bytes("Concat", inputs, "concat_into", axis=-1)
+        assert one[0].tobytes() == _same_bytes("Concat", inputs, "concat_into", threads=2, axis=-1)[0].tobytes()
+    inputs = [("a", _values((3000, 70), dt), False), ("b", _values((3000, 1), dt), False)]  # many short runs
+    assert _same_bytes("Concat", inputs, "concat_into", axis=1)[0].tobytes() == \
+        _same_bytes("Concat", inputs, "concat_into", threads=2, axis=1)[0].tobytes()
+
+
+def test_concat_into_names_mismatched_parts():
+    nat = runtime.native_module()
+    with pytest.raises(ValueError, match=r"input \[2, 4\] \(float32\) does not match \[2, 3\] \(float32\) off axis 0"):
+        nat.concat_into(0, None, 1, np.zeros((2, 3), np.float32), np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match=r"\(int32\) does not match"):
+        nat.concat_into(1, None, 1, np.zeros((2, 3), np.float32), np.zeros((2, 4), np.int32))
+
+
+def test_concat_session_matches_cpu_ep_and_runs_on_npu_ep():
+    """A decoder's past + new key along the sequence axis (float16), into ORT's buffer, bit for bit."""
+    past, new = _values((1, 4, 30, 16), np.float16), _values((1, 4, 1, 16), np.float16)
+    node = helper.make_node("Concat", ["past", "new"], ["present"], name="the_op", axis=2)
+    model, sess = _session([node], [helper.make_tensor_value_info("past", TensorProto.FLOAT16, [1, 4, 30, 16]),
+                                    helper.make_tensor_value_info("new", TensorProto.FLOAT16, [1, 4, 1, 16])],
+                           [helper.make_tensor_value_info("present", TensorProto.FLOAT16, [1, 4, 31, 16])])
+    _runs_native_like_cpu_ep(model, sess, {"past": past, "new": new}, ["the_op"])
