@@ -1,13 +1,20 @@
 // Integer ReduceSum over trailing axes (`kernels.reduce_sum_int`), for the bound step of kernels/ops/reduce.py; float32
-// row maxima (`kernels.reduce_max_rows`: ReduceMax over trailing axes, GlobalMaxPool, exact: a maximum rounds nothing).
-// The reference accumulates in float64 and saturates at the type's limits, as ORT's CPU kernel does. Where every
-// partial sum is an integer below 2^53 in magnitude (the row's sum of |x| is), float64 adds exactly in any order,
-// so the exact integer sum, saturated, has the reference's bits; any other row makes the call return None and the
-// reference runs. A decoder's attention-mask sum is the case that matters: one call instead of five numpy calls.
+// row maxima (`kernels.reduce_max_rows`: ReduceMax over trailing axes, GlobalMaxPool, exact: a maximum rounds nothing);
+// float32/float16 sums, means, maxima and minima and integer maxima and minima over any one run of axes
+// (`kernels.reduce_axis`, below).
+// The reference accumulates integer sums in float64 and saturates at the type's limits, as ORT's CPU kernel does.
+// Where every partial sum is an integer below 2^53 in magnitude (the row's sum of |x| is), float64 adds exactly in
+// any order, so the exact integer sum, saturated, has the reference's bits; any other row makes the call return None
+// and the reference runs. A decoder's attention-mask sum is the case that matters: one call instead of five numpy
+// calls.
+#if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
+#pragma GCC optimize("O3")  // reduce_axis's lane and column loops vectorize
+#endif
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -15,6 +22,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "half.h"
 #include "intrinsics.h"
 #include "thread_pool.h"
 
@@ -144,9 +152,195 @@ py::array ReduceMaxRowsPy(const py::array_t<float, py::array::c_style>& x, int t
   return std::move(y);
 }
 
+// --- ReduceSum / ReduceMean / ReduceMax / ReduceMin over one run of axes (`kernels.reduce_axis`) ---------------
+// x viewed as [outer, n, inner] (the caller merges adjacent axes), reduced over n. float32 and float16 (widened,
+// accumulated in float32 and rounded once: the reference's dtype=float32 sums) sum, average, take maxima or
+// minima; int32/int64 take maxima and minima (exact). Rows (inner 1): 32 running lanes (element j in lane j % 32
+// after the first 32) folded in halves at the end; columns (inner > 1): each column accumulated down the n rows in
+// order, from its first row (numpy's order for a non-trailing axis), blocks of 256 columns per task. Maxima and
+// minima keep a NaN once seen (numpy's maximum). The same operations in the same order on every ISA (the AVX2
+// and AVX-512 builds of a loop are the same source): the bits do not depend on the host or the thread count.
+enum Reduction : int { kSum = 0, kMean = 1, kMax = 2, kMin = 3 };
+
+template <int R, typename A>
+inline A Combine(A acc, A v) {
+  if constexpr (R == kMax) return (v > acc || v != v) ? v : acc;  // a NaN, once in, stays (v > NaN is false)
+  if constexpr (R == kMin) return (v < acc || v != v) ? v : acc;
+  return acc + v;
+}
+
+constexpr int kLanes = 32;  // four AVX2 / two AVX-512 vectors of running sums: the adds' latency hidden
+
+template <int R, typename A>
+inline __attribute__((always_inline)) A FoldRowBody(const A* x, int64_t n) {
+  if (n < kLanes) {
+    A acc = x[0];
+    for (int64_t j = 1; j < n; ++j) acc = Combine<R>(acc, x[j]);
+    return acc;
+  }
+  A lanes[kLanes];
+  for (int l = 0; l < kLanes; ++l) lanes[l] = x[l];
+  int64_t j = kLanes;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] = Combine<R>(lanes[l], x[j + l]);
+  for (int l = 0; j + l < n; ++l) lanes[l] = Combine<R>(lanes[l], x[j + l]);
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) lanes[l] = Combine<R>(lanes[l], lanes[l + w]);
+  return lanes[0];
+}
+
+template <int R, typename A>
+inline __attribute__((always_inline)) void CombineColumnsBody(A* acc, const A* v, int64_t len) {
+  for (int64_t c = 0; c < len; ++c) acc[c] = Combine<R>(acc[c], v[c]);
+}
+
+template <int R, typename A>
+A FoldRowBase(const A* x, int64_t n) {
+  return FoldRowBody<R>(x, n);
+}
+template <int R, typename A>
+void CombineColumnsBase(A* acc, const A* v, int64_t len) {
+  CombineColumnsBody<R>(acc, v, len);
+}
+#if NPU_EP_X86
+template <int R, typename A>
+__attribute__((target("avx512f,avx512bw"))) A FoldRowAvx512(const A* x, int64_t n) {
+  return FoldRowBody<R>(x, n);
+}
+template <int R, typename A>
+__attribute__((target("avx512f,avx512bw"))) void CombineColumnsAvx512(A* acc, const A* v, int64_t len) {
+  CombineColumnsBody<R>(acc, v, len);
+}
+template <int R, typename A>
+__attribute__((target("avx2"))) A FoldRowAvx2(const A* x, int64_t n) {
+  return FoldRowBody<R>(x, n);
+}
+template <int R, typename A>
+__attribute__((target("avx2"))) void CombineColumnsAvx2(A* acc, const A* v, int64_t len) {
+  CombineColumnsBody<R>(acc, v, len);
+}
+#endif
+
+template <int R, typename A>
+A FoldRow(const A* x, int64_t n) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return FoldRowAvx512<R>(x, n);
+  if (ActiveIsa() >= Isa::kAvx2) return FoldRowAvx2<R>(x, n);
+#endif
+  return FoldRowBase<R>(x, n);
+}
+
+template <int R, typename A>
+void CombineColumns(A* acc, const A* v, int64_t len) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return CombineColumnsAvx512<R>(acc, v, len);
+  if (ActiveIsa() >= Isa::kAvx2) return CombineColumnsAvx2<R>(acc, v, len);
+#endif
+  CombineColumnsBase<R>(acc, v, len);
+}
+
+// The accumulator of T: float for float16 (stored as uint16_t), T itself otherwise.
+template <typename T>
+using Acc = std::conditional_t<std::is_same_v<T, uint16_t>, float, T>;
+
+// x[0, len) as accumulators: x itself, or widened into buf (float16).
+template <typename T>
+const Acc<T>* Widened(const T* x, int64_t len, Acc<T>* buf) {
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    HalfToFloatRow(x, buf, len);
+    return buf;
+  } else {
+    return x;
+  }
+}
+
+// y[0, len) = acc (Mean: divided by count, in the accumulator's type, as the reference's y / count), rounded to T.
+template <int R, typename T>
+void Store(Acc<T>* acc, int64_t len, int64_t count, T* y) {
+  if constexpr (R == kMean) {
+    const auto c = static_cast<Acc<T>>(count);
+    for (int64_t i = 0; i < len; ++i) acc[i] /= c;
+  }
+  if constexpr (std::is_same_v<T, uint16_t>)
+    FloatToHalfRow(acc, y, len);
+  else
+    std::copy(acc, acc + len, y);
+}
+
+constexpr int64_t kTaskElems = 32768, kColumnBlock = 256;
+
+template <int R, typename T>
+void ReduceView(const T* x, int64_t outer, int64_t n, int64_t inner, int threads, T* y) {
+  using A = Acc<T>;
+  const int use = ThreadsFor(threads, outer * n * inner);
+  if (inner == 1) {
+    const int64_t rows_per_task = std::max<int64_t>(1, kTaskElems / n);
+    ParallelFor(use, (outer + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
+      const int64_t r0 = t * rows_per_task, rows = std::min(outer, r0 + rows_per_task) - r0;
+      std::vector<A> buf(std::is_same_v<T, A> ? 0 : n), out(rows);
+      for (int64_t r = 0; r < rows; ++r) out[r] = FoldRow<R>(Widened(x + (r0 + r) * n, n, buf.data()), n);
+      Store<R>(out.data(), rows, n, y + r0);
+    });
+    return;
+  }
+  const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
+  ParallelFor(use, outer * blocks, [&](int64_t t) {
+    const int64_t o = t / blocks, c = (t % blocks) * kColumnBlock, len = std::min(kColumnBlock, inner - c);
+    A acc[kColumnBlock], buf[kColumnBlock];
+    const T* at = x + o * n * inner + c;
+    const A* first = Widened(at, len, buf);
+    std::copy(first, first + len, acc);
+    for (int64_t r = 1; r < n; ++r) CombineColumns<R>(acc, Widened(at + r * inner, len, buf), len);
+    Store<R>(acc, len, n, y + o * inner + c);
+  });
+}
+
+template <typename T>
+void ReduceViewOf(int op, const T* x, int64_t outer, int64_t n, int64_t inner, int threads, T* y) {
+  switch (op) {
+    case kSum: return ReduceView<kSum>(x, outer, n, inner, threads, y);
+    case kMean: return ReduceView<kMean>(x, outer, n, inner, threads, y);
+    case kMax: return ReduceView<kMax>(x, outer, n, inner, threads, y);
+    default: return ReduceView<kMin>(x, outer, n, inner, threads, y);
+  }
+}
+
+py::array ReduceAxisPy(const py::array& x, int op, int64_t outer, int64_t n, int64_t inner, int threads) {
+  const py::dtype dt = x.dtype();
+  const bool f32 = dt.equal(py::dtype::of<float>()), f16 = dt.equal(py::dtype("float16"));
+  const bool ints = dt.equal(py::dtype::of<int32_t>()) || dt.equal(py::dtype::of<int64_t>());
+  if (!(x.flags() & py::array::c_style) || !(f32 || f16 || ints) || op < kSum || op > kMin ||
+      (ints && op != kMax && op != kMin))
+    throw std::invalid_argument("reduce_axis: op " + std::to_string(op) + " of a " + std::string(py::str(dt)) +
+                                " array: expects a C-contiguous float32/float16 array (sum 0, mean 1, max 2, min 3) "
+                                "or int32/int64 (max, min)");
+  if (outer < 0 || n <= 0 || inner <= 0 || outer * n * inner != static_cast<int64_t>(x.size()))
+    throw std::invalid_argument("reduce_axis: [outer, n, inner] = [" + std::to_string(outer) + ", " +
+                                std::to_string(n) + ", " + std::to_string(inner) + "] does not cover x's " +
+                                std::to_string(x.size()) + " elements");
+  py::array y(dt, std::vector<py::ssize_t>{outer * inner});
+  const void* src = x.data();
+  void* dst = y.mutable_data();
+  py::gil_scoped_release release;
+  if (f32)
+    ReduceViewOf(op, static_cast<const float*>(src), outer, n, inner, threads, static_cast<float*>(dst));
+  else if (f16)
+    ReduceViewOf(op, static_cast<const uint16_t*>(src), outer, n, inner, threads, static_cast<uint16_t*>(dst));
+  else if (dt.itemsize() == 4)
+    ReduceViewOf(op, static_cast<const int32_t*>(src), outer, n, inner, threads, static_cast<int32_t*>(dst));
+  else
+    ReduceViewOf(op, static_cast<const int64_t*>(src), outer, n, inner, threads, static_cast<int64_t*>(dst));
+  return y;
+}
+
 }  // namespace
 
 void BindReduce(py::module_& m) {
+  m.def("reduce_axis", &ReduceAxisPy, py::arg("x"), py::arg("op"), py::arg("outer"), py::arg("n"), py::arg("inner"),
+        py::arg("threads") = 1,
+        "C-contiguous x viewed as [outer, n, inner] reduced over n into a new 1-D array of outer * inner: op 0 sum, 1 "
+        "mean, 2 max, 3 min of float32/float16 (float32 accumulation, one rounding), 2/3 of int32/int64 (exact); "
+        "maxima and minima keep a NaN; the same bits at any thread count and ISA");
   m.def("reduce_max_rows", &ReduceMaxRowsPy, py::arg("x"), py::arg("threads") = 1,
         "row maxima of a C-contiguous float32 [rows, cols >= 1] array, NaN where a row holds one (numpy's "
         "maximum.reduce), on up to `threads` threads");

@@ -7,9 +7,14 @@ accumulator) and rounds once. Integer sums accumulate in float64 and saturate at
 kernel does (exact for int32; int64 sums beyond 2^53 round as ORT's do, possibly in another order). An empty
 reduced axis gives the reduction's identity, as in ORT: 0 for Sum and Mean, the type's lowest value (-inf) for Max.
 
-Native: an int32/int64 ReduceSum over trailing axes binds one native call as the program's step (``_bind``), a
-float32/float64 ReduceMean numpy's own sums scaled in place (``reduce_mean_float``: the reference's bits), and a
-float32 ReduceMax over trailing axes runs and binds ``reduce_max_rows`` (exact; NaN wins, as numpy's maximum).
+Native: float32/float16 ReduceSum, ReduceMean and ReduceMax and int32/int64 ReduceMax over any one run of axes
+(axes of one element merge with either side) run and bind ``reduce_axis`` on x viewed as [outer, n, inner]: the inner
+axis is the vector lane, so a non-trailing reduction streams down the rows (numpy's order there, its bits); a
+trailing one sums in 32 running lanes (another order than numpy's pairwise sums: within float tolerance, stated in
+tests/kernels/test_sweep_reduce_axis.py). Maxima are exact (NaN wins, as numpy's maximum). A float32 ReduceMax over
+trailing axes keeps ``reduce_max_rows`` (shared with GlobalMaxPool); an int32/int64 ReduceSum over trailing axes
+binds ``reduce_sum_int``; a float64 ReduceMean ``reduce_mean_float`` (numpy's own sums scaled in place). Axes with a
+kept axis of more than one element between reduced ones run in numpy.
 
 Cost: every input element passes the vector unit once (1 op, +1 per output element for Mean's scaling);
 DMA reads the input and writes the output.
@@ -71,6 +76,10 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         return [x]
     keep = p.attrs["keepdims"] != 0
     op = p.attrs["op"]
+    view = _native_view(p, x, axes)
+    if view is not None:
+        y = runtime.native(p).reduce_axis(x, _NATIVE_OPS[op], *view, runtime.threads(p))
+        return [y.reshape(_reduced_shape(x.shape, axes, keep))]
     if op == "ReduceMax":
         split = _native_max_rows(p, x, axes)
         if split is not None:
@@ -131,6 +140,55 @@ def _native_max_rows(p: Prepared, x: np.ndarray, axes: tuple[int, ...] | None) -
     return _trailing_split(x.shape, axes)
 
 
+_NATIVE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3}  # reduce_axis's op codes
+_FLOATS = (_F32, _F16)
+_INTS = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def reduction_view(shape: tuple[int, ...], axes: tuple[int, ...] | None) -> tuple[int, int, int] | None:
+    """[outer, n, inner] of ``shape`` reduced over ``axes`` (None: all) when the reduced axes of more than one
+    element are one run (axes of one element merge with either side), else None."""
+    reduced = set(range(len(shape))) if axes is None else set(axes)
+    wide = [i for i in reduced if shape[i] != 1]
+    if not wide:
+        return int(np.prod(shape, dtype=np.int64)), 1, 1
+    first, last = min(wide), max(wide)
+    if any(shape[i] != 1 and i not in reduced for i in range(first, last + 1)):
+        return None  # a kept axis sits between reduced ones: no single [outer, n, inner] walk
+    outer = int(np.prod(shape[:first], dtype=np.int64))
+    return outer, int(np.prod(shape[first:last + 1], dtype=np.int64)), int(np.prod(shape[last + 1:], dtype=np.int64))
+
+
+def _native_view(p: Prepared, x: np.ndarray, axes: tuple[int, ...] | None) -> tuple[int, int, int] | None:
+    """[outer, n, inner] for ``reduce_axis`` (native kernels, a non-empty C-contiguous float32/float16 Sum, Mean,
+    Max, Min or int32/int64 Max, Min over one run of axes), else None. A float32 ReduceMax over trailing axes
+    keeps ``reduce_max_rows`` (AVX-512 rows, shared with GlobalMaxPool)."""
+    op = p.attrs["op"]
+    native_dtype = x.dtype in _FLOATS or (x.dtype in _INTS and op in ("ReduceMax", "ReduceMin"))
+    if (not native_dtype or op not in _NATIVE_OPS or not x.size or not x.flags.c_contiguous or axes == ()
+            or runtime.native(p) is None):
+        return None
+    if op == "ReduceMax" and x.dtype == _F32 and _trailing_split(x.shape, axes) is not None:
+        return None
+    return reduction_view(x.shape, axes)
+
+
+def _bind_axis(p: Prepared, nat, inputs, x: np.ndarray, outs) -> Any:
+    """A reduction ``reduce_axis`` computes (``_native_view``) as one call for this input shape; runtime axes are
+    held to their bound value (``runtime.fixed_inputs``)."""
+    fixed = None
+    if p.attrs["axes"] is None:
+        fixed = runtime.fixed_inputs(inputs, 1)  # [] without an axes input: reduce all (or nothing)
+        if fixed is None:
+            return None
+    axes = _axes(p, inputs, x.ndim)
+    view = _native_view(p, x, axes)
+    if view is None or outs[0].ndim == 0:
+        return None  # a 0-d result: a call step reshapes only to a shape of rank >= 1
+    return runtime.call_step(p, nat.reduce_axis, (None, _NATIVE_OPS[p.attrs["op"]], *view, runtime.threads(p)),
+                             [(0, 0, x.dtype, x.shape, None)], [(-1, outs[0].shape)], None, None, fixed)
+
+
 def _bind_max(p: Prepared, nat, x: np.ndarray, outs) -> Any:
     """A float32 ReduceMax over constant trailing axes as one ``reduce_max_rows`` call, for this input shape."""
     if p.attrs["axes"] is None or outs[0].ndim == 0:
@@ -147,6 +205,8 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     the float64 accumulation is, declining the values where it could round); a float ReduceMean (``_bind_mean``)."""
     x = inputs[0] if inputs else None
     nat = runtime.native(p)
+    if nat is not None and isinstance(x, np.ndarray) and _native_view(p, x, _axes(p, inputs, x.ndim)) is not None:
+        return _bind_axis(p, nat, inputs, x, outs)
     if nat is not None and p.attrs["op"] == "ReduceMean" and isinstance(x, np.ndarray):
         return _bind_mean(p, nat, x, outs)
     if nat is not None and p.attrs["op"] == "ReduceMax" and isinstance(x, np.ndarray):

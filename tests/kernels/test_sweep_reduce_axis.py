@@ -1,0 +1,157 @@
+"""Differential sweep of the native reductions over one run of axes (kernels/native/reduce.cc's ``reduce_axis``,
+issue 40) against the reference model (kernels/ops/reduce.py: numpy's ufunc reductions, float16 accumulated in
+float32), on every instruction-set level it dispatches to (the AVX-512 and AVX2 builds of the same loops, the base
+one).
+
+x is viewed as [outer, n, inner]. Rows (inner 1): 32 running lanes from the first 32 elements, a tail into the
+first lanes, folded in halves; tasks of 32768 / n rows. Columns (inner > 1): blocks of 256 columns, each accumulated
+down the n rows from its first. So n crosses 32 and 64, inner crosses 256, outer crosses a task (two threads).
+
+Maxima, minima (float and int32/int64) and column sums (numpy's own order for a non-trailing axis) are exact. Row
+sums take another order than numpy's pairwise one: each is within (n / 32 + 5) 2^-24 of the sum of |x| and numpy's
+within (log2(n) + 16) 2^-24 (its blocks of 128 in 8 lanes), so atol (n / 16 + 24) 2^-24 sum|x| per output; Mean the
+same over n plus half an ulp; float16 results one float16 ulp (rtol 2^-10) where the float32 sums straddle a
+rounding midpoint. NaN where the reference has NaN (a NaN, or +inf and -inf in one sum; maxima keep a NaN)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _ep_single import check_on_ep
+from _isa import cap_isa, host_isas
+from _sweep import around, assert_native_ran, check, native_vs_reference, with_specials
+from npu_ep.kernels import runtime
+from npu_ep.kernels.ops.reduce import _trailing_split
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(4041)
+FLOATS = (np.float32, np.float16)
+
+
+@pytest.fixture(params=host_isas(top="avx512"))
+def isa(request):
+    yield from cap_isa(request.param)
+
+
+def _inputs(x: np.ndarray, axes) -> list:
+    return [("x", x, False), ("axes", np.array(axes, np.int64), True)]
+
+
+def _exact(op: str, x: np.ndarray, axes, keepdims: int = 1, threads: int = 1) -> None:
+    """An exact case; a float32 ReduceMax over trailing axes runs ``reduce_max_rows`` (test_sweep_reduce.py)."""
+    norm = tuple(sorted(a % x.ndim for a in axes))
+    rows = op == "ReduceMax" and x.dtype == np.float32 and _trailing_split(x.shape, norm) is not None
+    check(op, _inputs(x, axes), "reduce_max_rows" if rows else "reduce_axis", threads=threads, keepdims=keepdims)
+
+
+def _sum_bound(x: np.ndarray, axes) -> np.ndarray:
+    """The per-output tolerance of a float sum over ``axes`` (module docstring), float64."""
+    n = x.size // max(np.sum(x, axis=tuple(axes), dtype=np.float64).size, 1)
+    with np.errstate(invalid="ignore"):
+        mag = np.add.reduce(np.abs(x.astype(np.float64)), axis=tuple(axes), keepdims=True)
+    return np.nan_to_num((n / 16 + 24) * 2.0 ** -24 * mag, nan=0.0, posinf=0.0)
+
+
+def _close(op: str, x: np.ndarray, axes, threads: int = 1) -> None:
+    got, want, calls = native_vs_reference(op, _inputs(x, axes), threads=threads, keepdims=1)
+    what = f"{op} {x.dtype} {x.shape} {axes}"
+    assert_native_ran(calls, "reduce_axis", what)
+    g, w = got[0].astype(np.float64), want[0].astype(np.float64)
+    assert got[0].shape == want[0].shape and got[0].dtype == want[0].dtype, what
+    assert np.array_equal(np.isnan(g), np.isnan(w)), what
+    n = x.size // max(w.size, 1)
+    bound = _sum_bound(x, axes) / (n if op == "ReduceMean" else 1)
+    rel = 2.0 ** -10 if x.dtype == np.float16 else 2.0 ** -24
+    with np.errstate(invalid="ignore"):  # inf - inf where both are the same infinity
+        ok = np.isnan(w) | (g == w) | (np.abs(g - w) <= bound + rel * np.abs(w) + 2.0 ** -24)
+    assert ok.all(), f"{what}: worst {np.max(np.abs(g - w)[~ok])}"
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_rows_around_the_lanes_and_tasks(isa, dtype):
+    for n in around(32, 64, 128):
+        for rows in (1, 3, 17):
+            x = (RNG.standard_normal((rows, n)) * 10).astype(dtype)
+            for op in ("ReduceSum", "ReduceMean"):
+                _close(op, x, [-1], threads=2)
+            _exact("ReduceMax", x, [-1])
+    x = (RNG.standard_normal((70, 1000)) * 3).astype(np.float32)  # 32 rows per task: three tasks on two threads
+    _close("ReduceSum", x, [1], threads=2)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_columns_around_the_block(isa, dtype):
+    for inner in around(16, 256):
+        for n in (1, 2, 17):
+            x = (RNG.standard_normal((3, n, inner)) * 10).astype(dtype)
+            for op in ("ReduceSum", "ReduceMean"):
+                _close(op, x, [1], threads=2)
+            _exact("ReduceMax", x, [1], threads=2)
+
+
+def test_column_sums_of_float32_are_numpys_bits(isa):
+    """A non-trailing axis: accumulated down the rows in order from the first, as numpy's reduction."""
+    x = (RNG.standard_normal((4, 37, 300)) * 100).astype(np.float32)
+    for axes in ([1], [0], [0, 1]):
+        _exact("ReduceSum", x, axes)
+        _exact("ReduceMean", x, axes, keepdims=0)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_maxima_exact(isa, dtype):
+    info = np.iinfo(dtype)
+    for shape, axes in (((5, 33), [1]), ((3, 17, 259), [1]), ((2, 3, 4, 5), [1, 2]), ((2, 3, 4, 5), [0])):
+        x = RNG.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+        x.reshape(-1)[::7] = info.min
+        x.reshape(-1)[3::11] = info.max
+        _exact("ReduceMax", x, axes, keepdims=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_any_run_of_axes(isa, dtype):
+    """Leading, middle, trailing runs, runs through axes of one element, everything; keepdims both ways."""
+    x = (RNG.standard_normal((2, 3, 1, 5, 7)) * 4).astype(dtype)
+    for axes in ([0], [1], [1, 2], [1, 2, 3], [3, 4], [2], [0, 1, 2, 3, 4], [-1], [1, 3]):
+        for op in ("ReduceSum", "ReduceMean"):
+            _close(op, x, axes)
+        _exact("ReduceMax", x, axes, keepdims=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_special_values(isa, dtype):
+    """NaN and +-inf (a NaN sum where they meet), -0.0, subnormals in sums; maxima also with the largest finite."""
+    big = float(np.finfo(dtype).max)
+    for shape, axes in (((9, 37), [1]), ((3, 19, 40), [1]), ((19, 300), [0])):
+        x = (RNG.standard_normal(shape) * 10).astype(dtype)
+        sums = with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 1e-45 if dtype == np.float32 else 6e-8),
+                             fraction=0.01)
+        for op in ("ReduceSum", "ReduceMean"):
+            _close(op, sums, axes)
+        maxima = with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, big, -big), fraction=0.01)
+        maxima.reshape(-1)[: shape[-1]] = -np.inf
+        _exact("ReduceMax", maxima, axes)
+
+
+def test_non_run_axes_stay_on_the_reference():
+    """Axes with a kept axis of more than one element between them: no [outer, n, inner] walk, the reference runs."""
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    got, want, calls = native_vs_reference("ReduceSum", _inputs(x, [0, 2]), keepdims=1)
+    assert "reduce_axis" not in calls
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+SESSION_CASES = [(op, dtype) for op in ("ReduceSum", "ReduceMean", "ReduceMax") for dtype in (*FLOATS, np.int64)
+                 if dtype != np.int64 or op == "ReduceMax"]  # integer sums: reduce_sum_int; integer means: no NPU op
+
+
+@pytest.mark.parametrize("op, dtype", SESSION_CASES)
+@pytest.mark.parametrize("axes, const_axes", [([-1], True), ([1], True), ([2, 3], True), ([1, 2], False)])
+def test_session_as_the_cpu_ep(op, dtype, axes, const_axes):
+    """NpuEP sessions (graph assignment: NpuEP ran the node) equal ORT's CPU EP within its float tolerance (float16:
+    ``check_on_ep``'s float16 default), exact for integers; constant axes, or a runtime axes input (the bound step
+    holds it) at opset 18."""
+    x = (RNG.standard_normal((2, 6, 9, 20)) * 5).astype(dtype)
+    inputs = [("x", x, False), ("axes", np.array(axes, np.int64), const_axes)]
+    check_on_ep(op, inputs, [("y", dtype)], {"keepdims": 1}, opset=18, targets=("npu-ref", "npu-edge"))
