@@ -6,11 +6,11 @@ smaller), else equal parts. Slice follows ONNX clamping exactly (not Python's): 
 adding the dim once, then clamped to [0, dim] (step > 0) or start to [0, dim-1] and end to [-1, dim-1] (step < 0).
 Gather accepts negative indices in [-dim, dim) like ORT and raises on anything outside, naming the index as ORT does.
 
-Native: Gather runs ``kernels.gather`` (kernels/native/indexing.cc: rows of bytes copied by index, any dtype), bound
-as the step for its input shapes and written into ORT's buffer when its result is a partition output; Concat binds
-one native copy alike (``kernels.concat_into``). Slice stays numpy's view where that is C order, else (and into
-ORT's buffer) one native strided copy (``kernels.slice_copy``), bound for the input shapes and (shape-derived)
-bounds it was bound for (``ep/step_binding.py``).
+Native (kernels/native/indexing.cc, rows of bytes copied by index or stride, any dtype): Gather runs
+``kernels.gather``, Concat ``kernels.concat_into``, Split ``kernels.split`` (one call writing every part), each bound
+as the step for its input shapes and writing ORT's buffer where its result is a partition output. Slice stays
+numpy's view where that is C order, else (and into ORT's buffer) one native strided copy (``kernels.slice_copy``),
+bound for the input shapes and (shape-derived) bounds it was bound for (``ep/step_binding.py``).
 
 Cost: a DMA pass over the bytes actually moved (Slice/Gather read only the selected elements).
 """
@@ -104,11 +104,32 @@ def split_sizes(dim: int, n: int, split: list[int] | None, num_outputs: int | No
 
 
 def _split_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """numpy's split (views); on the native kernels ``kernels.split`` copies each part (C order)."""
     x = arg(p, inputs, 0)
     axis = p.attrs["axis"] % x.ndim
     sizes = split_sizes(x.shape[axis], p.attrs["n_outputs"], runtime_ints(p, inputs, "split", 1),
                         p.attrs["num_outputs"])
+    nat = runtime.native(p)
+    if nat is not None and not x.dtype.hasobject:
+        return list(nat.split(x, axis, sizes, runtime.threads(p)))
     return np.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis)
+
+
+def _split_bind(p: Prepared, inputs, outs):
+    """Split as one native call for this input shape and these sizes (a runtime ``split`` must hold its bound
+    value), each part written into ORT's buffer when it is a partition output."""
+    x = inputs[0] if inputs else None
+    nat = runtime.native(p)
+    fixed = runtime.fixed_inputs(inputs, 1)
+    if nat is None or not isinstance(x, np.ndarray) or x.dtype.hasobject or fixed is None:
+        return None
+    axis = p.attrs["axis"] % x.ndim
+    sizes = [o.shape[axis] for o in outs]
+    where = p.runtime.partition_outputs or {}
+    into = [(4 + k, where[k], list(o.shape)) for k, o in enumerate(outs) if k in where]
+    args = (None, axis, sizes, runtime.threads(p), *(None for _ in outs))
+    return runtime.call_step(p, nat.split, args, [(0, 0, x.dtype, x.shape, None)],
+                             [(k, None) for k in range(len(outs))], None, into, fixed)
 
 
 def onnx_slice(shape: tuple[int, ...], starts: list[int], ends: list[int], axes: list[int] | None,
@@ -318,7 +339,7 @@ def _scatter_nd_cost(p: Prepared, shapes) -> OpCost:
 
 
 register(KernelDef("", "Concat", _prepare, _concat_run, _concat_cost, rank_free=True, bind=_concat_bind))
-register(KernelDef("", "Split", _prepare, _split_run, _split_cost, rank_free=True))
+register(KernelDef("", "Split", _prepare, _split_run, _split_cost, rank_free=True, bind=_split_bind))
 register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost, rank_free=True, bind=_slice_bind))
 register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost, rank_free=True, bind=_gather_bind))
 register(KernelDef("", "GatherND", _prepare, _gather_nd_run, _gather_nd_cost, _nd_check, rank_free=True))

@@ -244,3 +244,40 @@ def test_concat_session_matches_cpu_ep_and_runs_on_npu_ep():
                                     helper.make_tensor_value_info("new", TensorProto.FLOAT16, [1, 4, 1, 16])],
                            [helper.make_tensor_value_info("present", TensorProto.FLOAT16, [1, 4, 31, 16])])
     _runs_native_like_cpu_ep(model, sess, {"past": past, "new": new}, ["the_op"])
+
+
+# ---- Split -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_split_sizes_num_outputs_and_axes_byte_for_byte(dt):
+    """A split input (with a zero-sized part), opset 18's num_outputs with a short last part, every axis."""
+    x = _values((4, 7, 6), dt)
+    for axis in (0, 1, 2, -1):
+        dim = x.shape[axis]
+        _same_bytes("Split", [("x", x, False), ("s", np.array([1, 0, dim - 1]), True)], "split", n_out=3, axis=axis)
+        _same_bytes("Split", [("x", x, False)], "split", n_out=3, axis=axis, num_outputs=3)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.float16, np.float32, np.int64])
+def test_split_runs_around_the_task_split_and_threads_byte_for_byte(dt):
+    for n in around(TASK // np.dtype(dt).itemsize, (1 << 20) // np.dtype(dt).itemsize):
+        inputs = [("x", _values((2, n + 3), dt), False), ("s", np.array([n, 3]), True)]
+        one = _same_bytes("Split", inputs, "split", n_out=2, axis=-1)
+        two = _same_bytes("Split", inputs, "split", threads=2, n_out=2, axis=-1)
+        assert [a.tobytes() for a in one] == [b.tobytes() for b in two]
+
+
+def test_split_names_sizes_that_do_not_add_up():
+    nat = runtime.native_module()
+    with pytest.raises(ValueError, match=r"split: sizes \[2, 2\] do not split axis 1 of \[3, 5\]"):
+        nat.split(np.zeros((3, 5), np.float32), 1, [2, 2], 1)
+
+
+def test_split_session_matches_cpu_ep_and_runs_on_npu_ep():
+    """A fused QKV projection split three ways on the last axis (float32), every part into ORT's buffer."""
+    x = _values((1, 24, 3 * 64), np.float32)
+    node = helper.make_node("Split", ["x", "s"], ["q", "k", "v"], name="the_op", axis=-1)
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 24, 64]) for n in "qkv"]
+    model, sess = _session([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, 192])], outs,
+                           {"s": np.array([64, 64, 64])})
+    _runs_native_like_cpu_ep(model, sess, {"x": x}, ["the_op"])
