@@ -9,7 +9,8 @@
 // Sums run in 16 independent float32 lanes added pairwise at the end (the reference's numpy sums differ in order
 // only: within float tolerance), except SkipSimplified's sum of squares, which is sequential as ORT's CPU kernel
 // and the reference sum it (its output has their bits). Element-wise steps do the reference's operations in its
-// order without fused multiply-adds. Rows are split into fixed tasks, so the bits do not depend on the threads.
+// order without fused multiply-adds, at SSE2, AVX2 or AVX-512 width. Rows are split into fixed tasks, so the bits do
+// not depend on the threads.
 #if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
 #pragma GCC optimize("O3")  // the lane sums and the element-wise loops vectorize
 #endif
@@ -28,7 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "cpu.h"
 #include "half.h"
+#include "scratch.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -36,22 +39,27 @@ namespace py = pybind11;
 namespace npu_ep::kern {
 namespace {
 
+// The row and plane functions are inlined into one copy per instruction set (RowsAvx2, ...), where they vectorize
+// at that width; their 16 lanes keep the bits the same on every copy.
+#define NORM_INLINE inline __attribute__((always_inline))
+
 constexpr int64_t kTaskElems = 16384;  // elements per parallel task (whole rows or planes)
 constexpr int kLanes = 16;
+thread_local std::vector<float> t_scratch;  // a task's float32 rows (scratch.h)
 
 enum class RowKind { kLayer = 0, kRms = 1, kSkipRms = 2, kSkipLayer = 3 };
 enum class ChannelKind { kAffine = 0, kGroup = 1 };
 
 using Params = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-float LaneTotal(float* lanes) {
+NORM_INLINE float LaneTotal(float* lanes) {
   for (int w = kLanes / 2; w >= 1; w /= 2)
     for (int k = 0; k < w; ++k) lanes[k] += lanes[k + w];
   return lanes[0];
 }
 
 // sum(v) in 16 lanes (element j in lane j % 16), added pairwise.
-float Sum(const float* v, int64_t n) {
+NORM_INLINE float Sum(const float* v, int64_t n) {
   float lanes[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -61,7 +69,7 @@ float Sum(const float* v, int64_t n) {
 }
 
 // sum((v - c)^2) in 16 lanes; c = 0 gives the sum of squares.
-float SumSquares(const float* v, int64_t n, float c) {
+NORM_INLINE float SumSquares(const float* v, int64_t n, float c) {
   float lanes[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -77,14 +85,14 @@ float SumSquares(const float* v, int64_t n, float c) {
 }
 
 // A float32 or float16 row read as float32: the row itself (float32) or `buf` holding its widened copy.
-const float* Widened(const void* base, bool half, int64_t at, int64_t n, float* buf) {
+NORM_INLINE const float* Widened(const void* base, bool half, int64_t at, int64_t n, float* buf) {
   if (!half) return static_cast<const float*>(base) + at;
   HalfToFloatRow(static_cast<const uint16_t*>(base) + at, buf, n);
   return buf;
 }
 
 // Stores a float32 row into `base` at `at` (float16: rounded to nearest even).
-void Store(const float* v, void* base, bool half, int64_t at, int64_t n) {
+NORM_INLINE void Store(const float* v, void* base, bool half, int64_t at, int64_t n) {
   if (half) {
     FloatToHalfRow(v, static_cast<uint16_t*>(base) + at, n);
   } else if (static_cast<float*>(base) + at != v) {
@@ -105,7 +113,7 @@ struct RowCall {
 };
 
 // s = x + skip (+ bias) of row r into `s` (float32).
-void SkipSum(const RowCall& c, int64_t r, float* s, float* tmp) {
+NORM_INLINE void SkipSum(const RowCall& c, int64_t r, float* s, float* tmp) {
   const float* x = Widened(c.x, c.half, r * c.d, c.d, s);
   const float* k = Widened(c.skip, c.half, (r % c.skip_rows) * c.d, c.d, tmp);
   for (int64_t j = 0; j < c.d; ++j) s[j] = x[j] + k[j];
@@ -115,7 +123,7 @@ void SkipSum(const RowCall& c, int64_t r, float* s, float* tmp) {
 
 // One row of LayerNormalization into y: mean, var = E[(x - mean)^2], y = (x - mean) * (1 / sqrt(var + eps)) *
 // scale (+ shift).
-void LayerRow(const RowCall& c, const float* x, float* y, int64_t r) {
+NORM_INLINE void LayerRow(const RowCall& c, const float* x, float* y, int64_t r) {
   const int64_t d = c.d;
   const float mean = Sum(x, d) / static_cast<float>(d);
   const float var = SumSquares(x, d, mean) / static_cast<float>(d) + c.eps;
@@ -128,7 +136,7 @@ void LayerRow(const RowCall& c, const float* x, float* y, int64_t r) {
 }
 
 // One row of RMSNormalization: y = (x * scale) * rsqrt(sum(x^2) / d + eps), the rsqrt in double rounded once.
-void RmsRow(const RowCall& c, const float* x, float* y, int64_t r) {
+NORM_INLINE void RmsRow(const RowCall& c, const float* x, float* y, int64_t r) {
   const double ms = static_cast<double>(SumSquares(x, c.d, 0.0f)) / static_cast<double>(c.d) + c.eps_d;
   const float inv = static_cast<float>(1.0 / std::sqrt(ms));
   for (int64_t j = 0; j < c.d; ++j) y[j] = x[j] * c.scale[j] * inv;
@@ -137,7 +145,7 @@ void RmsRow(const RowCall& c, const float* x, float* y, int64_t r) {
 
 // One row of SkipSimplifiedLayerNormalization on s: ORT's operations (s^2 summed in order in float32, float32
 // division and sqrt, then y = s / rms * gamma).
-void SkipRmsRow(const RowCall& c, const float* s, float* y, int64_t r) {
+NORM_INLINE void SkipRmsRow(const RowCall& c, const float* s, float* y, int64_t r) {
   float total = 0.0f;
   for (int64_t j = 0; j < c.d; ++j) total += s[j] * s[j];
   const float rms = std::sqrt(total / static_cast<float>(c.d) + c.eps);
@@ -148,7 +156,7 @@ void SkipRmsRow(const RowCall& c, const float* s, float* y, int64_t r) {
 
 // One row of SkipLayerNormalization on s, ORT's one-pass statistics: var = E[s^2] - mean^2,
 // y = (s - mean) / sqrt(var + eps) * gamma (+ beta).
-void SkipLayerRow(const RowCall& c, const float* s, float* y, int64_t r) {
+NORM_INLINE void SkipLayerRow(const RowCall& c, const float* s, float* y, int64_t r) {
   const float n = static_cast<float>(c.d);
   const float mean = Sum(s, c.d) / n;
   const float var = SumSquares(s, c.d, 0.0f) / n - mean * mean;
@@ -160,9 +168,8 @@ void SkipLayerRow(const RowCall& c, const float* s, float* y, int64_t r) {
   if (c.inv != nullptr) c.inv[r] = 1.0f / std;
 }
 
-void RunRows(const RowCall& c, int64_t first, int64_t last) {
-  std::vector<float> buf(static_cast<size_t>(3 * c.d));
-  float *in = buf.data(), *tmp = in + c.d, *out = tmp + c.d;
+NORM_INLINE void RowsImpl(const RowCall& c, int64_t first, int64_t last) {
+  float *in = Grow(t_scratch, 3 * c.d), *tmp = in + c.d, *out = tmp + c.d;
   const bool skip = c.kind == RowKind::kSkipRms || c.kind == RowKind::kSkipLayer;
   for (int64_t r = first; r < last; ++r) {
     const float* x = in;
@@ -181,6 +188,26 @@ void RunRows(const RowCall& c, int64_t first, int64_t last) {
     }
     Store(y, c.y, c.half, r * c.d, c.d);
   }
+}
+
+void RowsBase(const RowCall& c, int64_t first, int64_t last) { RowsImpl(c, first, last); }
+#if NPU_EP_X86
+__attribute__((target("avx2"))) void RowsAvx2(const RowCall& c, int64_t first, int64_t last) {
+  RowsImpl(c, first, last);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void RowsAvx512(const RowCall& c, int64_t first, int64_t last) {
+  RowsImpl(c, first, last);
+}
+#endif
+
+// The rows [first, last) on the widest instruction set the host runs (the same bits on each: the 16 lanes).
+void RunRows(const RowCall& c, int64_t first, int64_t last) {
+#if NPU_EP_X86
+  const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx512) return RowsAvx512(c, first, last);
+  if (isa >= Isa::kAvx2) return RowsAvx2(c, first, last);
+#endif
+  RowsBase(c, first, last);
 }
 
 void RunRowTasks(const RowCall& c, int threads) {
@@ -290,7 +317,7 @@ struct ChannelCall {
 };
 
 // BatchNorm's plane p (of n * c): y = x * a[ch] + b[ch].
-void AffinePlane(const ChannelCall& k, int64_t p, float* buf) {
+NORM_INLINE void AffinePlane(const ChannelCall& k, int64_t p, float* buf) {
   const int64_t ch = p % k.c, at = p * k.spatial;
   const float* x = Widened(k.x, k.half, at, k.spatial, buf);
   float* y = k.half ? buf : static_cast<float*>(k.y) + at;
@@ -301,7 +328,7 @@ void AffinePlane(const ChannelCall& k, int64_t p, float* buf) {
 
 // Group g of image i (row r = i * groups + g, its c / groups channels contiguous): mean, var = E[(x - mean)^2],
 // y = (x - mean) / sqrt(var + eps) * scale[ch] + shift[ch].
-void GroupRow(const ChannelCall& k, int64_t r, float* buf) {
+NORM_INLINE void GroupRow(const ChannelCall& k, int64_t r, float* buf) {
   const int64_t per = k.c / k.groups, len = per * k.spatial, at = r * len;
   const float* x = Widened(k.x, k.half, at, len, buf);
   const float mean = Sum(x, len) / static_cast<float>(len);
@@ -317,6 +344,40 @@ void GroupRow(const ChannelCall& k, int64_t r, float* buf) {
   Store(y, k.y, k.half, at, len);
 }
 
+NORM_INLINE void ChannelsImpl(const ChannelCall& k, bool affine, int64_t first, int64_t last, float* buf) {
+  for (int64_t u = first; u < last; ++u) {
+    if (affine) {
+      AffinePlane(k, u, buf);
+    } else {
+      GroupRow(k, u, buf);
+    }
+  }
+}
+
+void ChannelsBase(const ChannelCall& k, bool affine, int64_t first, int64_t last, float* buf) {
+  ChannelsImpl(k, affine, first, last, buf);
+}
+#if NPU_EP_X86
+__attribute__((target("avx2"))) void ChannelsAvx2(const ChannelCall& k, bool affine, int64_t first, int64_t last,
+                                                  float* buf) {
+  ChannelsImpl(k, affine, first, last, buf);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void ChannelsAvx512(const ChannelCall& k, bool affine,
+                                                                         int64_t first, int64_t last, float* buf) {
+  ChannelsImpl(k, affine, first, last, buf);
+}
+#endif
+
+// Planes or groups [first, last) on the widest instruction set the host runs (the same bits on each).
+void RunChannels(const ChannelCall& k, bool affine, int64_t first, int64_t last, float* buf) {
+#if NPU_EP_X86
+  const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx512) return ChannelsAvx512(k, affine, first, last, buf);
+  if (isa >= Isa::kAvx2) return ChannelsAvx2(k, affine, first, last, buf);
+#endif
+  ChannelsBase(k, affine, first, last, buf);
+}
+
 void RunChannelTasks(const ChannelCall& k, int threads) {
   const bool affine = k.kind == ChannelKind::kAffine;
   const int64_t units = affine ? k.n * k.c : k.n * k.groups;
@@ -324,14 +385,8 @@ void RunChannelTasks(const ChannelCall& k, int threads) {
   const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(len, 1));
   const int64_t tasks = (units + per_task - 1) / per_task;
   ParallelFor(ThreadsFor(threads, units * len), tasks, [&](int64_t t) {
-    std::vector<float> buf(static_cast<size_t>(k.half ? len : (affine ? 0 : len)));
-    for (int64_t u = t * per_task; u < std::min(units, (t + 1) * per_task); ++u) {
-      if (affine) {
-        AffinePlane(k, u, buf.data());
-      } else {
-        GroupRow(k, u, buf.data());
-      }
-    }
+    float* buf = Grow(t_scratch, k.half || !affine ? len : 0);
+    RunChannels(k, affine, t * per_task, std::min(units, (t + 1) * per_task), buf);
   });
 }
 

@@ -1,13 +1,13 @@
-"""Differential sweep of the row normalizations (issue 40): ``norm_rows`` (kernels/native/norm.cc) against the
-reference model (kernels/ops/norm.py, skip_layernorm.py) for LayerNormalization, SimplifiedLayerNormalization (the
-RMS kernel RMSNormalization shares), SkipSimplifiedLayerNormalization and SkipLayerNormalization, float32 and
-float16, with every optional output: row widths around the 16 lanes, row counts around the 16384-element task
-split, one thread and two (the same bits), any axis, a skip repeating over the batch, runtime parameters, special
-values (one per row: NaN, +-Inf, -0, a huge value whose square overflows, denormals), on every ISA level the host
-runs (F16C's float16 rows at AVX2). SkipSimplified is bit for bit (its sum of squares is sequential, as ORT's);
-the others differ from numpy's pairwise sums in summation order only: float32 within rtol 1e-5 / atol 1e-5 (the
-statistics too), float16 within 2e-3 (one float16 rounding apart). Sessions show NpuEP ran the node as its bound
-native step (no Python step), with the CPU EP's values."""
+"""Differential sweep of the row normalizations (issue 40): ``norm_rows`` (kernels/native/norm.cc) against the reference
+model (kernels/ops/norm.py, skip_layernorm.py) for LayerNormalization, SimplifiedLayerNormalization (the RMS kernel
+RMSNormalization shares), SkipSimplifiedLayerNormalization and SkipLayerNormalization, float32 and float16, with every
+optional output: row widths around the 16 lanes, row counts around the 16384-element task split, one thread and two (the
+same bits), any axis, a skip repeating over the batch, runtime parameters, special values (one per row: NaN, +-Inf, -0,
+a huge value whose square overflows, denormals), on every ISA level the host runs (SSE2, AVX2 and AVX-512 copies of the
+loops, F16C float16 rows at AVX2). SkipSimplified is bit for bit (its sum of squares is sequential, as ORT's); the
+others differ from numpy's pairwise sums in summation order only: float32 within rtol 1e-5 / atol 1e-5 (the statistics
+too), float16 within 2e-3 (one float16 rounding apart). Sessions show NpuEP ran the node as its bound native step (no
+Python step), with the CPU EP's values."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ MS = "com.microsoft"
 SPECIALS = (np.nan, np.inf, -np.inf, -0.0, 3.0e38, 1.0e-45, -1.0e-38)
 
 
-@pytest.fixture(params=host_isas(top="avx2"))
+@pytest.fixture(params=host_isas(top="avx512"))
 def capped_isa(request):
     yield from cap_isa(request.param)
 
