@@ -407,6 +407,8 @@ void RegisterKernels(py::module_& parent) {
   BindConv(m);  // conv_bindings.cc: Conv, QLinearConv
   void BindPool(py::module_&);
   BindPool(m);  // pool_bindings.cc: float16 MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool
+  void BindResize(py::module_&);
+  BindResize(m);  // resize.cc: 2-D nearest / linear Resize
   void BindQdqLut(py::module_&);
   BindQdqLut(m);  // qdq_lut.cc: npu::QdqLut table reads
   void BindQLinearBinary(py::module_&);

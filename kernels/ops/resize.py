@@ -22,6 +22,10 @@ Declined with a reason: antialias, and nearest with half_pixel_symmetric (ORT's 
 land exactly on .5 in cases where float32 evaluation of its formula gives the float below; 9 of 744 size/scale/
 rounding combinations tried picked another pixel).
 
+Native (kernels/native/resize.cc): nearest (any dtype) and linear (float32, float16) of the last two axes of
+[N, C, H, W], every coordinate mode but tf_crop_and_resize, on the per-axis tables this module computes (the same
+indices and weights, the same float32 passes). Cubic, crop-and-resize, other ranks and resizes of N or C run here.
+
 Cost: per resized axis one vector op per output element (nearest), three (linear) or eight (cubic); DMA reads the
 input once and writes the output once.
 """
@@ -35,6 +39,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 
@@ -204,11 +209,66 @@ def _shape_for(axis: int, rank: int, n: int) -> tuple[int, ...]:
     return (1,) * axis + (n,) + (1,) * (rank - axis - 1)
 
 
+def _axis_table(p: Prepared, n_in: int, n_out: int, scale: float) -> tuple[np.ndarray, ...] | None:
+    """One resized axis as ``_run`` walks it: (source indices) for nearest, (lo, hi, float32 weight) for linear;
+    None where ``_run`` leaves the axis as it is."""
+    if n_in == n_out and scale == 1.0:
+        return None
+    coords = source_coords(p, n_in, n_out, scale, 0.0, 1.0)
+    if p.attrs["mode"] == "nearest":
+        mode = p.attrs["nearest"]
+        if mode == "simple":  # opset 10 (ORT): ceil when downsampling, else truncate
+            mode = "ceil" if scale < 1 else "floor"
+        return (nearest_index(coords, mode, n_in),)
+    c = np.clip(coords, _F32(0), _F32(max(n_in - 1, 0)))
+    i0 = np.minimum(c.astype(np.int64), n_in - 1)
+    return i0, np.minimum(i0 + 1, n_in - 1), (c - i0.astype(_F32)).astype(_F32)
+
+
+def _native_call(p: Prepared, x: np.ndarray, inputs) -> tuple | None:
+    """(kernel, its arguments after x) of the native 2-D resize (kernels/native/resize.cc) for x, or None where the
+    reference runs: not [N, C, H, W], N or C resized, tf_crop_and_resize (extrapolation), cubic, an output equal
+    to the input (returned as it is), a linear resize of integers."""
+    nat = runtime.native(p)
+    mode = p.attrs["mode"]
+    if (nat is None or not isinstance(x, np.ndarray) or x.ndim != 4 or mode == "cubic"
+            or p.attrs["coord"] == "tf_crop_and_resize" or (mode == "linear" and x.dtype not in (_F32, np.float16))):
+        return None
+    out, scales, _ = output_plan(p, inputs, x.shape)
+    if tuple(out) == x.shape or tuple(out[:2]) != x.shape[:2] or scales[0] != 1.0 or scales[1] != 1.0:
+        return None
+    h = _axis_table(p, x.shape[2], out[2], scales[2])
+    w = _axis_table(p, x.shape[3], out[3], scales[3])
+    if mode == "nearest":
+        rows = h[0] if h is not None else np.arange(out[2], dtype=np.int64)
+        cols = w[0] if w is not None else np.arange(out[3], dtype=np.int64)
+        return nat.resize_nearest, (rows, cols, runtime.threads(p))
+    h, w = h or (None, None, None), w or (None, None, None)
+    return nat.resize_linear, (out[2], out[3], *h, *w, runtime.threads(p))
+
+
+def _bind(p: Prepared, inputs, outs) -> Any:
+    """A 2-D nearest or linear Resize as one native step for x's shape and these scales / sizes (runtime ones held
+    and checked on every call, as ``fixed`` inputs)."""
+    x = inputs[0] if inputs else None
+    if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or not outs or outs[0].size == 0:
+        return None
+    call = _native_call(p, x, inputs)
+    fixed = runtime.fixed_inputs(inputs, 1)
+    if call is None or fixed is None:
+        return None
+    return runtime.call_step(p, call[0], (None, *call[1]), [(0, 0, x.dtype, x.shape, None)], [(-1, None)],
+                             fixed=fixed)
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     out_shape, scales, roi = output_plan(p, inputs, x.shape)
     if tuple(out_shape) == x.shape:  # ORT copies the input whenever the output shape equals it (any scales)
         return [x]
+    call = _native_call(p, x, inputs)
+    if call is not None:
+        return [call[0](np.ascontiguousarray(x), *call[1])]
     rank = x.ndim
     y = x if p.attrs["mode"] == "nearest" else widen(x)
     outside = None
@@ -259,4 +319,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, nbytes(x, p.attrs["itemsize"]), n * p.attrs["itemsize"], ops)
 
 
-register(KernelDef("", "Resize", _prepare, _run, _cost, _check))
+register(KernelDef("", "Resize", _prepare, _run, _cost, _check, bind=_bind))

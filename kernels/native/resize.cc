@@ -1,0 +1,201 @@
+// Resize of the last two axes of [N, C, H, W] (`kernels.resize_nearest`, `kernels.resize_linear`) for
+// kernels/ops/resize.py, which computes the per-axis tables with its own functions (every coordinate transformation
+// and nearest mode: the source index of each output row and column; for linear the two neighbours and the float32
+// weight), so the kernels only walk them. Nearest copies the chosen elements' bits (any 1, 2, 4 or 8-byte dtype).
+// Linear follows the reference's passes in float32: the H pass t = lo + (hi - lo) * wh over whole rows, then the W
+// pass y = t[w0] + (t[w1] - t[w0]) * ww, each a rounded multiply then a rounded add (no fused multiply-add), float16
+// widened exactly before and rounded once after; an axis the reference leaves alone (identity) is not passed over.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("O3", "fp-contract=off")  // the row blends vectorize; a multiply, then an add, as numpy
+#endif
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "conv_geometry.h"
+#include "half.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+using Index = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using Weights = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// The input's [N * C, H, W] and the output's [OH, OW].
+struct Plan {
+  int64_t planes = 0, H = 0, W = 0, OH = 0, OW = 0;
+};
+
+template <typename T>
+void NearestPlanes(const Plan& p, const T* x, const int64_t* rows, const int64_t* cols, T* y, int threads) {
+  conv_detail::ParallelItems(threads, p.planes, p.OH * p.OW, [&](int64_t plane) {
+    const T* in = x + plane * p.H * p.W;
+    T* out = y + plane * p.OH * p.OW;
+    for (int64_t oh = 0; oh < p.OH; ++oh) {
+      T* dst = out + oh * p.OW;
+      if (oh && rows[oh] == rows[oh - 1]) {  // the same source row: the row just written
+        std::memcpy(dst, dst - p.OW, static_cast<size_t>(p.OW) * sizeof(T));
+        continue;
+      }
+      const T* src = in + rows[oh] * p.W;
+      for (int64_t ow = 0; ow < p.OW; ++ow) dst[ow] = src[cols[ow]];
+    }
+  });
+}
+
+// One float32 output row of the linear resize from the float32 plane `in` [H, W]: the H pass into `t` (skipped
+// when h0 is null: the row is input row oh), then the W pass (a copy of t when w0 is null).
+void LinearRow(const Plan& p, const float* in, int64_t oh, const int64_t* h0, const int64_t* h1, const float* hw,
+               const int64_t* w0, const int64_t* w1, const float* ww, float* t, float* dst) {
+  const float* row = in + oh * p.W;
+  if (h0) {
+    const float* lo = in + h0[oh] * p.W;
+    const float* hi = in + h1[oh] * p.W;
+    const float w = hw[oh];
+    for (int64_t i = 0; i < p.W; ++i) t[i] = lo[i] + (hi[i] - lo[i]) * w;
+    row = t;
+  }
+  if (!w0) {
+    std::copy(row, row + p.W, dst);
+    return;
+  }
+  for (int64_t o = 0; o < p.OW; ++o) {
+    const float a = row[w0[o]], b = row[w1[o]];
+    dst[o] = a + (b - a) * ww[o];
+  }
+}
+
+// Linear over every plane; T is float or uint16_t (float16 bits: each plane widened first, each row rounded once).
+template <typename T>
+void LinearPlanes(const Plan& p, const T* x, const int64_t* h0, const int64_t* h1, const float* hw, const int64_t* w0,
+                  const int64_t* w1, const float* ww, T* y, int threads) {
+  conv_detail::ParallelItems(threads, p.planes, p.OH * p.OW * 3, [&](int64_t plane) {
+    thread_local std::vector<float> wide, t, row;
+    t.resize(static_cast<size_t>(p.W));
+    const float* in;
+    if constexpr (sizeof(T) == 2) {
+      wide.resize(static_cast<size_t>(p.H * p.W));
+      HalfToFloatRow(x + plane * p.H * p.W, wide.data(), p.H * p.W);
+      in = wide.data();
+      row.resize(static_cast<size_t>(p.OW));
+    } else {
+      in = x + plane * p.H * p.W;
+    }
+    for (int64_t oh = 0; oh < p.OH; ++oh) {
+      T* dst = y + (plane * p.OH + oh) * p.OW;
+      if constexpr (sizeof(T) == 2) {
+        LinearRow(p, in, oh, h0, h1, hw, w0, w1, ww, t.data(), row.data());
+        FloatToHalfRow(row.data(), dst, p.OW);
+      } else {
+        LinearRow(p, in, oh, h0, h1, hw, w0, w1, ww, t.data(), dst);
+      }
+    }
+  });
+}
+
+Plan PlanOf(const py::array& x, int64_t oh, int64_t ow, const char* fn) {
+  if (x.ndim() != 4 || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument(std::string(fn) + ": x must be a C-order [N, C, H, W] array");
+  if (oh < 0 || ow < 0) throw std::invalid_argument(std::string(fn) + ": output sizes must be >= 0");
+  return {x.shape(0) * x.shape(1), x.shape(2), x.shape(3), oh, ow};
+}
+
+// An index table of n entries, each in [0, bound).
+const int64_t* Table(const Index& a, int64_t n, int64_t bound, const char* what) {
+  if (a.size() != n) throw std::invalid_argument(std::string("resize: ") + what + " must hold " + std::to_string(n));
+  const int64_t* d = a.data();
+  for (int64_t i = 0; i < n; ++i)
+    if (d[i] < 0 || d[i] >= bound) throw std::invalid_argument(std::string("resize: ") + what + " leaves the input");
+  return d;
+}
+
+py::array NewLike(const py::array& x, const Plan& p) {
+  return py::array(x.dtype(), std::vector<py::ssize_t>{x.shape(0), x.shape(1), p.OH, p.OW});
+}
+
+py::array NearestPy(const py::array& x, const Index& rows, const Index& cols, int threads) {
+  const Plan p = PlanOf(x, rows.size(), cols.size(), "resize_nearest");
+  const int64_t* r = Table(rows, p.OH, p.H, "rows");
+  const int64_t* c = Table(cols, p.OW, p.W, "cols");
+  py::array y = NewLike(x, p);
+  const void* in = x.data();
+  void* out = y.mutable_data();
+  const auto size = x.itemsize();
+  py::gil_scoped_release release;
+  if (size == 1)
+    NearestPlanes(p, static_cast<const uint8_t*>(in), r, c, static_cast<uint8_t*>(out), threads);
+  else if (size == 2)
+    NearestPlanes(p, static_cast<const uint16_t*>(in), r, c, static_cast<uint16_t*>(out), threads);
+  else if (size == 4)
+    NearestPlanes(p, static_cast<const uint32_t*>(in), r, c, static_cast<uint32_t*>(out), threads);
+  else if (size == 8)
+    NearestPlanes(p, static_cast<const uint64_t*>(in), r, c, static_cast<uint64_t*>(out), threads);
+  else
+    throw std::invalid_argument("resize_nearest: elements of " + std::to_string(size) + " bytes");
+  return y;
+}
+
+// A linear axis: (lo, hi, weight) tables of n entries, or three Nones where the axis stays as it is (n == size).
+struct Axis {
+  const int64_t* lo = nullptr;
+  const int64_t* hi = nullptr;
+  const float* w = nullptr;
+};
+
+Axis AxisOf(const py::object& lo, const py::object& hi, const py::object& w, int64_t n, int64_t size, const char* name,
+            std::vector<py::object>& keep) {
+  if (lo.is_none()) {
+    if (n != size) throw std::invalid_argument(std::string("resize_linear: ") + name + " resized without tables");
+    return {};
+  }
+  auto l = Index::ensure(lo), h = Index::ensure(hi);
+  auto wt = Weights::ensure(w);
+  if (!l || !h || !wt || wt.size() != n) throw std::invalid_argument(std::string("resize_linear: bad ") + name);
+  keep.insert(keep.end(), {l, h, wt});
+  return {Table(l, n, size, name), Table(h, n, size, name), wt.data()};
+}
+
+py::array LinearPy(const py::array& x, int64_t oh, int64_t ow, const py::object& h0, const py::object& h1,
+                   const py::object& hw, const py::object& w0, const py::object& w1, const py::object& ww,
+                   int threads) {
+  const Plan p = PlanOf(x, oh, ow, "resize_linear");
+  const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
+  if (!half && !py::isinstance<py::array_t<float>>(x))
+    throw std::invalid_argument("resize_linear: x must be float32 or float16");
+  std::vector<py::object> keep;
+  const Axis h = AxisOf(h0, h1, hw, p.OH, p.H, "rows", keep), w = AxisOf(w0, w1, ww, p.OW, p.W, "cols", keep);
+  py::array y = NewLike(x, p);
+  const void* in = x.data();
+  void* out = y.mutable_data();
+  py::gil_scoped_release release;
+  if (half)
+    LinearPlanes(p, static_cast<const uint16_t*>(in), h.lo, h.hi, h.w, w.lo, w.hi, w.w, static_cast<uint16_t*>(out),
+                 threads);
+  else
+    LinearPlanes(p, static_cast<const float*>(in), h.lo, h.hi, h.w, w.lo, w.hi, w.w, static_cast<float*>(out), threads);
+  return y;
+}
+
+}  // namespace
+
+void BindResize(py::module_& m) {
+  m.def("resize_nearest", &NearestPy, py::arg("x"), py::arg("rows"), py::arg("cols"), py::arg("threads") = 1,
+        "Resize nearest of [N, C, H, W]: y[n, c, i, j] = x[n, c, rows[i], cols[j]], bits copied (1/2/4/8-byte "
+        "elements); rows / cols: int64 source indices");
+  m.def("resize_linear", &LinearPy, py::arg("x"), py::arg("out_h"), py::arg("out_w"), py::arg("h0"), py::arg("h1"),
+        py::arg("hw"), py::arg("w0"), py::arg("w1"), py::arg("ww"), py::arg("threads") = 1,
+        "Resize linear of float32/float16 [N, C, H, W] in float32: the H pass lo + (hi - lo) * w over rows (h0, h1, "
+        "hw), then the W pass over columns (w0, w1, ww); None tables leave that axis as it is");
+}
+
+}  // namespace npu_ep::kern
