@@ -7,10 +7,11 @@ adding the dim once, then clamped to [0, dim] (step > 0) or start to [0, dim-1] 
 Gather accepts negative indices in [-dim, dim) like ORT and raises on anything outside, naming the index as ORT does.
 
 Native (kernels/native/indexing.cc, rows of bytes copied by index or stride, any dtype): Gather runs
-``kernels.gather``, Concat ``kernels.concat_into``, Split ``kernels.split`` (one call writing every part), each bound
-as the step for its input shapes and writing ORT's buffer where its result is a partition output. Slice stays
-numpy's view where that is C order, else (and into ORT's buffer) one native strided copy (``kernels.slice_copy``),
-bound for the input shapes and (shape-derived) bounds it was bound for (``ep/step_binding.py``).
+``kernels.gather``, GatherND ``kernels.gather_nd``, ScatterND ``kernels.scatter_nd`` (its reductions in the data's
+dtype), Concat ``kernels.concat_into`` and Split ``kernels.split`` (one call writing every part), each bound as the
+step for its input shapes and writing ORT's buffer where its result is a partition output. Slice stays numpy's view
+where that is C order, else (and into ORT's buffer) one native strided copy (``kernels.slice_copy``), bound for the
+input shapes and (shape-derived) bounds it was bound for (``ep/step_binding.py``).
 
 Cost: a DMA pass over the bytes actually moved (Slice/Gather read only the selected elements).
 """
@@ -245,16 +246,29 @@ def _nd_index(idx: np.ndarray, dims: tuple[int, ...], op: str) -> tuple[np.ndarr
     anything outside [-dim, dim) raises."""
     idx = idx.astype(np.int64, copy=False)
     d = np.asarray(dims, np.int64)
-    if idx.size and (np.any(idx < -d) or np.any(idx >= d)):
-        raise IndexError(f"{op}: indices outside the data dims {list(dims)}")
+    bad = idx[(idx < -d) | (idx >= d)] if idx.size else ()
+    if len(bad):
+        raise IndexError(f"{op}: indices outside the data dims {list(dims)}, index = {int(bad[0])}")
     idx = np.where(idx < 0, idx + d, idx)
     return tuple(idx[..., t] for t in range(idx.shape[-1]))
 
 
+def _nd_native(x, idx, b: int) -> bool:
+    """Whether ``kernels.gather_nd``/``scatter_nd`` take these operands: plain data, int64 index tuples of length
+    1 to rank - b with the data's batch dims (anything else meets the reference's own error)."""
+    return (isinstance(x, np.ndarray) and isinstance(idx, np.ndarray) and not x.dtype.hasobject
+            and idx.dtype == np.int64 and idx.ndim > b and 1 <= idx.shape[-1] <= x.ndim - b
+            and idx.shape[:b] == x.shape[:b])
+
+
 def _gather_nd_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """out[b..., m...] = data[b..., *indices[b..., m..., :]] over ``batch_dims`` leading batch axes."""
+    """out[b..., m...] = data[b..., *indices[b..., m..., :]] over ``batch_dims`` leading batch axes; on the native
+    kernels ``kernels.gather_nd``."""
     x, idx = arg(p, inputs, 0), arg(p, inputs, 1)
     b = p.attrs["batch_dims"]
+    nat = runtime.native(p)
+    if nat is not None and _nd_native(x, idx, b):
+        return [nat.gather_nd(x, idx, b, None, runtime.threads(p))]
     q = idx.shape[-1]
     if q > x.ndim - b:
         raise ValueError(f"GatherND: index tuples of length {q} for data {x.shape} with batch_dims {b}")
@@ -265,6 +279,14 @@ def _gather_nd_run(p: Prepared, inputs) -> list[np.ndarray]:
     batch = np.arange(n_batch).reshape(n_batch, 1)
     out = xb[(batch,) + parts]
     return [out.reshape(idx.shape[:-1] + x.shape[b + q:])]
+
+
+def _gather_nd_bind(p: Prepared, inputs, outs):
+    x, idx = arg(p, inputs, 0), arg(p, inputs, 1)
+    nat = runtime.native(p)
+    if nat is None or not _nd_native(x, idx, p.attrs["batch_dims"]):
+        return None
+    return _native_step(p, nat.gather_nd, [x, idx], inputs, (p.attrs["batch_dims"],), outs)
 
 
 _SCATTER_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -342,5 +364,6 @@ register(KernelDef("", "Concat", _prepare, _concat_run, _concat_cost, rank_free=
 register(KernelDef("", "Split", _prepare, _split_run, _split_cost, rank_free=True, bind=_split_bind))
 register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost, rank_free=True, bind=_slice_bind))
 register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost, rank_free=True, bind=_gather_bind))
-register(KernelDef("", "GatherND", _prepare, _gather_nd_run, _gather_nd_cost, _nd_check, rank_free=True))
+register(KernelDef("", "GatherND", _prepare, _gather_nd_run, _gather_nd_cost, _nd_check, rank_free=True,
+                   bind=_gather_nd_bind))
 register(KernelDef("", "ScatterND", _prepare, _scatter_nd_run, _scatter_nd_cost, _nd_check, rank_free=True))

@@ -281,3 +281,52 @@ def test_split_session_matches_cpu_ep_and_runs_on_npu_ep():
     model, sess = _session([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24, 192])], outs,
                            {"s": np.array([64, 64, 64])})
     _runs_native_like_cpu_ep(model, sess, {"x": x}, ["the_op"])
+
+
+# ---- GatherND --------------------------------------------------------------------------------------------------
+
+ND_CASES = [((4, 5), [[0, 0], [3, -1], [-4, 2]], 0), ((4, 5, 3), [[1], [-1], [1]], 0),
+            ((2, 4, 5), [[[1, 2]], [[3, -5]]], 1), ((2, 3, 4, 5), [[[1], [2], [-1]], [[0], [3], [2]]], 2),
+            ((3, 4, 2), [[[[2, 1, 0]], [[-3, -4, -2]]]], 0), ((6, 7), np.zeros((0, 1), np.int64), 0)]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_gather_nd_batch_dims_and_tuple_lengths_byte_for_byte(dt):
+    """Whole rows, single elements (every dtype's element size), batch_dims 0..2, negative and repeated tuples,
+    no tuples; the data constant or not."""
+    for xs, idx, b in ND_CASES:
+        for const in (False, True):
+            _same_bytes("GatherND", [("x", _values(xs, dt), const), ("i", np.array(idx, np.int64), False)],
+                        "gather_nd", batch_dims=b)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.float32, np.int64])
+def test_gather_nd_task_split_and_threads_byte_for_byte(dt):
+    for rows in around(TASK // np.dtype(dt).itemsize, (1 << 20) // np.dtype(dt).itemsize):
+        x = _values((3, rows), dt)
+        idx = np.stack([RNG.integers(-3, 3, size=rows), RNG.integers(-rows, rows, size=rows)], axis=-1)
+        one = _same_bytes("GatherND", [("x", x, False), ("i", idx, False)], "gather_nd")
+        assert one[0].tobytes() == _same_bytes("GatherND", [("x", x, False), ("i", idx, False)], "gather_nd",
+                                               threads=2)[0].tobytes()
+
+
+@pytest.mark.parametrize("bad", [[[4, 0]], [[0, -6]], [[1, 1], [0, 5]]])
+def test_gather_nd_out_of_range_names_the_index_like_ort(bad):
+    """ORT: 'invalid index found, index = 4'; kernel and reference name the same index."""
+    x = np.zeros((4, 5), np.float32)
+    idx = np.array(bad, np.int64)
+    value = next(v for row in idx for v, d in zip(row, x.shape) if not -d <= v < d)
+    with pytest.raises(IndexError, match=rf"GatherND: indices outside the data dims \[4, 5\], index = {value}$"):
+        runtime.native_module().gather_nd(x, idx, 0)
+    with pytest.raises(IndexError, match=rf"index = {value}$"):
+        native_vs_reference("GatherND", [("x", x, False), ("i", idx, False)])
+
+
+def test_gather_nd_session_matches_cpu_ep_and_runs_on_npu_ep():
+    """Batched row picks (batch_dims 1, int64 data), into ORT's buffer, bit for bit."""
+    x, idx = _values((2, 6, 8), np.int64), np.array([[[5], [0], [-1]], [[2], [2], [-6]]], np.int64)
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], name="the_op", batch_dims=1)
+    model, sess = _session([node], [helper.make_tensor_value_info("x", TensorProto.INT64, [2, 6, 8]),
+                                    helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3, 1])],
+                           [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 3, 8])])
+    _runs_native_like_cpu_ep(model, sess, {"x": x, "i": idx}, ["the_op"])
