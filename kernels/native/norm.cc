@@ -213,8 +213,9 @@ void RunRows(const RowCall& c, int64_t first, int64_t last) {
 void RunRowTasks(const RowCall& c, int threads) {
   const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(c.d, 1));
   const int64_t tasks = (c.rows + per_task - 1) / per_task;
-  ParallelFor(ThreadsFor(threads, c.rows * c.d), tasks,
-              [&](int64_t t) { RunRows(c, t * per_task, std::min(c.rows, (t + 1) * per_task)); });
+  const int use = ThreadsFor(threads, c.rows * c.d);
+  if (use == 1 || tasks == 1) return RunRows(c, 0, c.rows);  // rows are independent: the same bits
+  ParallelFor(use, tasks, [&](int64_t t) { RunRows(c, t * per_task, std::min(c.rows, (t + 1) * per_task)); });
 }
 
 std::string Describe(const py::array& a) {
@@ -224,16 +225,17 @@ std::string Describe(const py::array& a) {
 }
 
 bool IsHalf(const py::array& x, const char* fn) {
-  const bool half = x.dtype().equal(py::dtype("float16"));
-  if ((!half && !x.dtype().equal(py::dtype::of<float>())) || !(x.flags() & py::array::c_style))
+  const char kind = x.dtype().kind();
+  const py::ssize_t size = x.itemsize();
+  if (kind != 'f' || (size != 2 && size != 4) || !(x.flags() & py::array::c_style))
     throw std::invalid_argument(std::string(fn) + ": x must be a C-order float32 or float16 array, got " + Describe(x));
-  return half;
+  return size == 2;
 }
 
 // A parameter vector of `n` float32 values (None: nullptr), kept alive in `keep`.
 const float* Param(const py::object& v, int64_t n, const char* what, const char* fn, std::vector<Params>& keep) {
   if (v.is_none()) return nullptr;
-  keep.push_back(Params::ensure(v));
+  keep.push_back(Params::check_(v) ? py::reinterpret_borrow<Params>(v) : Params::ensure(v));  // float32: no call
   if (!keep.back() || keep.back().size() != n)
     throw std::invalid_argument(std::string(fn) + ": " + what + " must hold " + std::to_string(n) + " values");
   return keep.back().data();
@@ -299,7 +301,9 @@ py::object NormRowsPy(const py::array& x, const py::object& skip, const py::obje
     c.sum = a.mutable_data();
     sum = a;
   }
-  {
+  if (x.size() < kTaskElems) {  // a few microseconds at most: not worth handing the GIL over
+    RunRowTasks(c, threads);
+  } else {
     py::gil_scoped_release release;
     RunRowTasks(c, threads);
   }
@@ -384,7 +388,9 @@ void RunChannelTasks(const ChannelCall& k, int threads) {
   const int64_t len = affine ? k.spatial : k.c / k.groups * k.spatial;
   const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(len, 1));
   const int64_t tasks = (units + per_task - 1) / per_task;
-  ParallelFor(ThreadsFor(threads, units * len), tasks, [&](int64_t t) {
+  const int use = ThreadsFor(threads, units * len);
+  if (use == 1 || tasks == 1) return RunChannels(k, affine, 0, units, Grow(t_scratch, k.half || !affine ? len : 0));
+  ParallelFor(use, tasks, [&](int64_t t) {
     float* buf = Grow(t_scratch, k.half || !affine ? len : 0);
     RunChannels(k, affine, t * per_task, std::min(units, (t + 1) * per_task), buf);
   });
@@ -414,7 +420,9 @@ py::array NormChannelsPy(const py::array& x, const py::object& scale, const py::
   py::array y = OutputLike(x, out, fn);
   k.y = y.mutable_data();
   if (x.size() == 0) return y;
-  {
+  if (x.size() < kTaskElems) {
+    RunChannelTasks(k, threads);
+  } else {
     py::gil_scoped_release release;
     RunChannelTasks(k, threads);
   }
