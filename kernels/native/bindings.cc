@@ -409,6 +409,8 @@ void RegisterKernels(py::module_& parent) {
   BindPool(m);  // pool_bindings.cc: float16 MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool
   void BindResize(py::module_&);
   BindResize(m);  // resize.cc: 2-D nearest / linear Resize
+  void BindConvTranspose(py::module_&);
+  BindConvTranspose(m);  // conv_transpose.cc: ConvTranspose
   void BindQdqLut(py::module_&);
   BindQdqLut(m);  // qdq_lut.cc: npu::QdqLut table reads
   void BindQLinearBinary(py::module_&);

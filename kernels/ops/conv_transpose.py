@@ -12,7 +12,8 @@ Output size (ONNX): ``stride * (in - 1) + output_padding + (k - 1) * dilation + 
 ``output_shape`` (or auto_pad SAME_*, whose output is ``in * stride``) the pads are derived from it: the total
 splits as ``begin = total // 2`` for SAME_UPPER and ``begin = total - total // 2`` otherwise; an output larger than
 the taps reach (negative total) ends in zeros plus bias, as ORT. Float32 accumulation;
-float16 widens and rounds once on store.
+float16 widens and rounds once on store. Natively (float32, float16 with the host BLAS) the whole op is one call,
+``kernels.conv_transpose``: the GEMM on the conv kernels' pointwise path, the taps added in this order.
 """
 
 from __future__ import annotations
@@ -138,9 +139,47 @@ def _run_disjoint(p: Prepared, xf: np.ndarray) -> np.ndarray:
     return y
 
 
+def _native_call(p: Prepared, x: np.ndarray) -> tuple | None:
+    """(kernel, its arguments after x viewed 4-D) of the native ConvTranspose (kernels/native/conv_transpose.cc:
+    the product on the conv GEMM, then the taps added in ``_run``'s order, cropped, + bias), or None where the
+    reference runs (no extension or host BLAS, a dtype other than float32/float16)."""
+    nat, sgemm = runtime.native(p), host_blas.sgemm_address()
+    if nat is None or sgemm is None or x.dtype not in (np.float32, np.float16) or x.ndim not in (3, 4):
+        return None
+    a, w = p.attrs, p.consts["w"]
+    h, wd = (1, x.shape[2]) if a["one_d"] else x.shape[2:]
+    (t, b, fh), (l, r, fw) = _begin_end(a, h, 0), _begin_end(a, wd, 1)
+    grp, kh, kw = w.shape[0], *a["kernel"]
+    geometry = [grp, w.shape[2] // (kh * kw), kh, kw, *a["strides"], *a["dilations"], t, l, fh, fw, fh - t - b,
+                fw - l - r]
+    return nat.conv_transpose, (w, p.consts.get("bias"), geometry, sgemm, runtime.threads(p))
+
+
+def _as_4d(p: Prepared, x: np.ndarray) -> np.ndarray:
+    return x[:, :, None, :] if p.attrs["one_d"] else x
+
+
+def _bind(p: Prepared, inputs, outs) -> Any:
+    """ConvTranspose as one native step for x's shape (a 1-D one's x viewed 4-D, its result back 3-D)."""
+    x = inputs[0] if inputs else None
+    if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or not outs or outs[0].size == 0:
+        return None
+    call = _native_call(p, x)
+    if call is None:
+        return None
+    one_d = p.attrs["one_d"]
+    return runtime.call_step(p, call[0], (None, *call[1]),
+                             [(0, 0, x.dtype, x.shape, _as_4d(p, x).shape if one_d else None)],
+                             [(-1, outs[0].shape if one_d else None)])
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a, w = p.attrs, p.consts["w"]
     x = arg(p, inputs, 0)
+    call = _native_call(p, x)
+    if call is not None and x.size:
+        y = call[0](np.ascontiguousarray(_as_4d(p, x)), *call[1])
+        return [y[:, :, 0, :] if a["one_d"] else y]
     xf = x.astype(np.float32)
     if a["one_d"]:
         xf = xf[:, :, None, :]
@@ -179,4 +218,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return planned_cost(p, x[0] * pixels, cols_n, cg, grp)
 
 
-register(KernelDef("", "ConvTranspose", _prepare, _run, _cost, _check))
+register(KernelDef("", "ConvTranspose", _prepare, _run, _cost, _check, bind=_bind))
