@@ -533,8 +533,7 @@ bool Reducible(const py::dtype& dt) {
 }
 
 // ONNX ScatterND: a copy of x with the update rows written (or reduced) at the index tuples, in index order (with
-// duplicate indices and reduction none the last wins, as the reference). Parallel tasks split the columns, so each
-// element still sees its updates in index order.
+// duplicate indices and reduction none the last wins, as the reference).
 py::array ScatterNdPy(const py::object& x_in, const py::object& idx_in, const py::object& upd_in,
                       const std::string& reduction, const py::object& out, int threads) {
   const py::array x = Plain("scatter_nd", x_in), idx = Int64Indices("scatter_nd", idx_in);
@@ -562,8 +561,18 @@ py::array ScatterNdPy(const py::object& x_in, const py::object& idx_in, const py
   const int64_t row_elems = Product(xs, static_cast<size_t>(q), xs.size());
   const py::dtype dt = x.dtype();
   const auto* u = static_cast<const char*>(upd.data());
-  ForUnits(row_elems, static_cast<int64_t>(offsets.size()) * x.itemsize(), threads,
-           [&](int64_t c0, int64_t c1) { ScatterColumns(r, dt, dst, u, offsets, row_elems, c0, c1); });
+  // One contiguous column range per thread: each element still sees its updates in index order, so the bits do not
+  // depend on the split (narrow column tasks would walk the rows once per task, 4 KB apart).
+  const int64_t parts = std::min<int64_t>(ThreadsFor(threads, upd.nbytes()), std::max<int64_t>(row_elems, 1));
+  auto scatter = [&](int64_t t) {
+    ScatterColumns(r, dt, dst, u, offsets, row_elems, row_elems * t / parts, row_elems * (t + 1) / parts);
+  };
+  if (static_cast<size_t>(upd.nbytes()) < kReleaseGilBytes) {
+    scatter(0);  // parts is 1 below the parallel threshold
+  } else {
+    py::gil_scoped_release release;
+    ParallelFor(static_cast<int>(parts), parts, scatter);
+  }
   return y;
 }
 

@@ -294,8 +294,12 @@ _SCATTER_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": 
 
 def _scatter_nd_run(p: Prepared, inputs) -> list[np.ndarray]:
     """A copy of data with ``updates`` written (or reduced, ``reduction``) at the index tuples; with duplicate
-    indices and reduction 'none' the last update wins (ONNX leaves the order undefined)."""
+    indices and reduction 'none' the last update wins (ONNX leaves the order undefined). On the native kernels
+    ``kernels.scatter_nd``, which applies the updates in the same order."""
     x, idx, upd = arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2)
+    nat = runtime.native(p)
+    if nat is not None and _scatter_native(x, idx, upd):
+        return [nat.scatter_nd(x, idx, upd, p.attrs["reduction"], None, runtime.threads(p))]
     q = idx.shape[-1]
     if upd.shape != idx.shape[:-1] + x.shape[q:]:
         raise ValueError(f"ScatterND: updates {upd.shape} != indices {idx.shape[:-1]} + data {x.shape[q:]}")
@@ -308,6 +312,21 @@ def _scatter_nd_run(p: Prepared, inputs) -> list[np.ndarray]:
     else:
         _SCATTER_REDUCE[red].at(out, where, rows)
     return [out]
+
+
+def _scatter_native(x, idx, upd) -> bool:
+    """Whether ``kernels.scatter_nd`` takes these operands: as ``_nd_native`` (no batch axes), updates of the data's
+    dtype and the shape the indices call for (else the reference's own error)."""
+    return (_nd_native(x, idx, 0) and isinstance(upd, np.ndarray) and upd.dtype == x.dtype
+            and upd.shape == idx.shape[:-1] + x.shape[idx.shape[-1]:])
+
+
+def _scatter_nd_bind(p: Prepared, inputs, outs):
+    x, idx, upd = arg(p, inputs, 0), arg(p, inputs, 1), arg(p, inputs, 2)
+    nat = runtime.native(p)
+    if nat is None or not _scatter_native(x, idx, upd):
+        return None
+    return _native_step(p, nat.scatter_nd, [x, idx, upd], inputs, (p.attrs["reduction"],), outs)
 
 
 def _nd_check(node: NodeInfo, target: Target) -> str | None:
@@ -366,4 +385,5 @@ register(KernelDef("", "Slice", _prepare, _slice_run, _slice_cost, rank_free=Tru
 register(KernelDef("", "Gather", _prepare, _gather_run, _gather_cost, rank_free=True, bind=_gather_bind))
 register(KernelDef("", "GatherND", _prepare, _gather_nd_run, _gather_nd_cost, _nd_check, rank_free=True,
                    bind=_gather_nd_bind))
-register(KernelDef("", "ScatterND", _prepare, _scatter_nd_run, _scatter_nd_cost, _nd_check, rank_free=True))
+register(KernelDef("", "ScatterND", _prepare, _scatter_nd_run, _scatter_nd_cost, _nd_check, rank_free=True,
+                   bind=_scatter_nd_bind))

@@ -1,9 +1,11 @@
 """Differential sweep of the indexing kernels (issue 40, kernels/native/indexing.cc) against the reference model
 (kernels/ops/indexing.py: numpy's take, slicing, split, concatenate, fancy indexing and ufunc.at), byte for byte:
-these kernels move bytes (NaN payloads, -0.0 and float16 kept), and ScatterND's reductions compute in the data's
-dtype as numpy does (integers wrap, float16 rounds each step). Shapes cross the row sizes the copies specialize (1,
-2, 4, 8 bytes and longer rows), the 64 KB task split and the 1 MB parallel threshold; indices are negative, repeated
-and out of range (an IndexError naming the index, as ORT's error does). The copies dispatch to no instruction set
+these kernels move bytes (NaN payloads, -0.0 and float16 kept). ScatterND's reductions compute in the data's dtype
+as numpy does (integers wrap, float16 rounds each step): integers bit-exact, floats the same values with NaN where
+the reference has NaN (which NaN's payload a sum of two keeps is the compiler's choice, in numpy as here).
+Shapes cross the row sizes the copies specialize (1, 2, 4, 8 bytes and longer rows), the 64 KB task split and the
+1 MB parallel threshold; indices are negative, repeated and out of range (an IndexError naming the index, as ORT's
+error does). The copies dispatch to no instruction set
 of their own; ScatterND's float16 reductions go through the shared conversion rows (half.cc), swept at every ISA
 they dispatch to. Sessions show NpuEP ran the node as its bound native step (no Python step) with the CPU EP's
 values, bit for bit."""
@@ -14,7 +16,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from _sweep import around, native_vs_reference
+from _isa import cap_isa, host_isas
+from _sweep import around, assert_matches, native_vs_reference
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.tools.bench.ops import python_steps
@@ -48,7 +51,11 @@ def _values(shape, dt) -> np.ndarray:
     return np.asarray(RNG.integers(info.min, info.max, shape, dtype=dt, endpoint=True))
 
 
-def _same_bytes(op: str, inputs, native_fn: str, threads: int = 1, n_out: int = 1, **attrs) -> list[np.ndarray]:
+def _same_bytes(op: str, inputs, native_fn: str, threads: int = 1, n_out: int = 1, computed: bool = False,
+                **attrs) -> list[np.ndarray]:
+    """The native kernel ran and its outputs are the reference's bytes; ``computed`` (ScatterND's float
+    reductions): the same values, NaN where the reference has NaN, as C leaves which NaN operand's payload a sum of
+    two NaNs keeps, and numpy which of -0.0 and +0.0 its maximum returns, to the compiler."""
     got, want, calls = native_vs_reference(op, inputs, threads=threads, n_out=n_out, **attrs)
     what = f"{op} {attrs} {[(s[0], np.shape(s[1]), s[2]) for s in inputs]} threads={threads}"
     assert native_fn in calls, f"{what}: the native {native_fn} did not run ({calls})"
@@ -56,7 +63,10 @@ def _same_bytes(op: str, inputs, native_fn: str, threads: int = 1, n_out: int = 
     for g, w in zip(got, want):
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype and g.shape == w.shape, f"{what}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
-        assert g.tobytes() == w.tobytes(), f"{what}: bytes differ"
+        if computed and w.dtype.kind == "f":
+            assert_matches(g, w, what=what)
+        else:
+            assert g.tobytes() == w.tobytes(), f"{what}: bytes differ"
     return got
 
 
@@ -330,3 +340,86 @@ def test_gather_nd_session_matches_cpu_ep_and_runs_on_npu_ep():
                                     helper.make_tensor_value_info("i", TensorProto.INT64, [2, 3, 1])],
                            [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 3, 8])])
     _runs_native_like_cpu_ep(model, sess, {"x": x, "i": idx}, ["the_op"])
+
+
+# ---- ScatterND -------------------------------------------------------------------------------------------------
+
+REDUCTIONS = ["none", "add", "mul", "max", "min"]
+
+
+def _scatter_cases(dt):
+    """(data shape, indices, updates) with whole rows, single elements, repeats (in order: the last wins for none,
+    every one counts for the reductions) and no updates."""
+    yield (4, 5, 3), np.array([[2], [0]]), _values((2, 5, 3), dt)
+    yield (4, 5, 3), np.array([[1, 2, 0], [3, -1, 2], [1, 2, 0]]), _values((3,), dt)
+    yield (4, 5), np.array([[1, 2], [1, 2], [0, -5], [1, 2]]), _values((4,), dt)
+    yield (6, 7), np.array([[[-1], [5]], [[5], [0]]]), _values((2, 2, 7), dt)
+    yield (3, 4), np.zeros((0, 2), np.int64), _values((0,), dt)
+
+
+@pytest.fixture(params=host_isas(top="avx2"))
+def capped_isa(request):
+    """float16 reductions convert through half.cc's rows, which dispatch up to AVX2 (F16C)."""
+    yield from cap_isa(request.param)
+
+
+@pytest.mark.parametrize("dt", DTYPES + [np.uint8, np.float64])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_scatter_nd_reductions_in_the_data_dtype(dt, reduction):
+    """none/add/mul/max/min as numpy's ufunc.at in the data's dtype: integers wrap, bool add/mul are or/and,
+    max/min keep a NaN, float16 rounds each step; the indices constant or not."""
+    for shape, idx, upd in _scatter_cases(dt):
+        for const in (False, True):
+            _same_bytes("ScatterND", [("x", _values(shape, dt), False), ("i", idx.astype(np.int64), const),
+                                      ("u", upd, False)], "scatter_nd", computed=reduction != "none",
+                        reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_scatter_nd_float16_at_every_isa(capped_isa, reduction):
+    for n in around(8, 256):  # conversion lanes and scatter_nd's 256-element float blocks
+        idx = np.array([[1], [0], [1], [-1]])
+        _same_bytes("ScatterND", [("x", _values((3, n), np.float16), False), ("i", idx, False),
+                                  ("u", _values((4, n), np.float16), False)], "scatter_nd",
+                    computed=reduction != "none", reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_nd_column_tasks_and_threads_byte_for_byte(reduction):
+    """Data past the 1 MB threshold: the copy in 64 KB tasks, the updates in column tasks that keep each element's
+    updates in index order (repeated rows), one thread and two."""
+    x = _values((40, 9000), np.float32)
+    idx = np.array([[3], [-1], [3], [0], [3]])
+    inputs = [("x", x, False), ("i", idx, False), ("u", _values((5, 9000), np.float32), False)]
+    computed = reduction != "none"
+    one = _same_bytes("ScatterND", inputs, "scatter_nd", computed=computed, reduction=reduction)
+    assert one[0].tobytes() == _same_bytes("ScatterND", inputs, "scatter_nd", threads=2, computed=computed,
+                                           reduction=reduction)[0].tobytes()
+
+
+def test_scatter_nd_names_bad_indices_and_updates():
+    nat = runtime.native_module()
+    x = np.zeros((4, 5), np.float32)
+    with pytest.raises(IndexError, match=r"ScatterND: indices outside the data dims \[4, 5\], index = 5$"):
+        nat.scatter_nd(x, np.array([[1, 5]]), np.zeros(1, np.float32), "none")
+    with pytest.raises(ValueError, match=r"updates \[2\] do not fit indices \[1, 2\] into data \[4, 5\]"):
+        nat.scatter_nd(x, np.array([[1, 1]]), np.zeros(2, np.float32), "none")
+    with pytest.raises(ValueError, match="reduction 'sum' unknown"):
+        nat.scatter_nd(x, np.array([[1, 1]]), np.zeros(1, np.float32), "sum")
+
+
+@pytest.mark.parametrize("reduction,dt,elem", [("none", np.float32, TensorProto.FLOAT),
+                                               ("add", np.int32, TensorProto.INT32)])
+def test_scatter_nd_session_matches_cpu_ep_and_runs_on_npu_ep(reduction, dt, elem):
+    """A KV-cache style row write (float32, none) and repeated integer accumulation (int32 add, exact), into ORT's
+    buffer, bit for bit."""
+    x = _values((4, 6, 8), dt)
+    idx = np.array([[1, 2], [3, -1]] if reduction == "none" else [[1, 2], [1, 2], [0, 0]], np.int64)
+    upd = _values((len(idx), 8), dt)
+    if dt == np.int32:
+        x, upd = x // 4, upd // 4
+    node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"], name="the_op", reduction=reduction)
+    model, sess = _session([node], [helper.make_tensor_value_info("x", elem, [4, 6, 8]),
+                                    helper.make_tensor_value_info("u", elem, [len(idx), 8])],
+                           [helper.make_tensor_value_info("y", elem, [4, 6, 8])], {"i": idx})
+    _runs_native_like_cpu_ep(model, sess, {"x": x, "u": upd}, ["the_op"])
