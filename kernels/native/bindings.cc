@@ -415,6 +415,8 @@ void RegisterKernels(py::module_& parent) {
   BindQdqLut(m);  // qdq_lut.cc: npu::QdqLut table reads
   void BindQLinearBinary(py::module_&);
   BindQLinearBinary(m);  // qlinear_binary.cc: com.microsoft QLinearAdd, QLinearMul
+  void BindQLinearPool(py::module_&);
+  BindQLinearPool(m);  // qlinear_pool.cc: com.microsoft QLinearGlobalAveragePool
   void BindConvTail(py::module_&);
   BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&);
