@@ -1,7 +1,7 @@
 // Integer ReduceSum over trailing axes (`kernels.reduce_sum_int`), for the bound step of kernels/ops/reduce.py; float32
 // row maxima (`kernels.reduce_max_rows`: ReduceMax over trailing axes, GlobalMaxPool, exact: a maximum rounds nothing);
 // float32/float16 sums, means, maxima and minima and integer maxima and minima over any one run of axes
-// (`kernels.reduce_axis`, below).
+// (`kernels.reduce_axis`, below); ArgMax/ArgMin over one axis (`kernels.arg_extreme`).
 // The reference accumulates integer sums in float64 and saturates at the type's limits, as ORT's CPU kernel does.
 // Where every partial sum is an integer below 2^53 in magnitude (the row's sum of |x| is), float64 adds exactly in
 // any order, so the exact integer sum, saturated, has the reference's bits; any other row makes the call return None
@@ -333,9 +333,122 @@ py::array ReduceAxisPy(const py::array& x, int op, int64_t outer, int64_t n, int
   return y;
 }
 
+// --- ArgMax / ArgMin over one axis (`kernels.arg_extreme`) ---------------------------------------------------------
+// x viewed as [outer, n, inner], the index along n of each extreme as int64, as ORT's CPU kernel: the first index
+// of the extreme (the last with select_last_index). Over NaN, ORT keeps the first element and replaces it by each
+// later one that compares greater (less; or equal too with `last`), so a NaN first element wins and a later NaN
+// never does; a rank-1 input without select_last_index (`nan_first`) takes the first NaN instead (Eigen's
+// maxCoeff there). Rows: the extreme by the lane folds above, then the first (last) index holding it, or the scan
+// where the extreme is NaN; columns: the scan, a block of 256 columns at a time down the n rows.
+
+// ORT's scan over one row (the NaN rows).
+template <typename A>
+int64_t ArgScan(const A* x, int64_t n, bool is_max, bool last, bool nan_first) {
+  A cur = x[0];
+  int64_t at = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (nan_first && x[j] != x[j]) return j;
+    if (j > 0 && ((is_max ? x[j] > cur : x[j] < cur) || (last && x[j] == cur))) cur = x[j], at = j;
+  }
+  return at;
+}
+
+template <typename A>
+int64_t ArgRow(const A* x, int64_t n, bool is_max, bool last, bool nan_first) {
+  const A m = is_max ? FoldRow<kMax>(x, n) : FoldRow<kMin>(x, n);
+  if (m != m) return ArgScan(x, n, is_max, last, nan_first);
+  if (last) {
+    for (int64_t j = n - 1; j > 0; --j)
+      if (x[j] == m) return j;
+    return 0;
+  }
+  for (int64_t j = 0; j < n; ++j)
+    if (x[j] == m) return j;
+  return 0;
+}
+
+template <bool IsMax, bool Last, typename A>
+void ArgColumns(A* cur, int64_t* at, const A* v, int64_t r, int64_t len) {
+  for (int64_t c = 0; c < len; ++c) {
+    const bool take = (IsMax ? v[c] > cur[c] : v[c] < cur[c]) || (Last && v[c] == cur[c]);
+    cur[c] = take ? v[c] : cur[c];
+    at[c] = take ? r : at[c];
+  }
+}
+
+template <typename A>
+using ArgColumnsFn = void (*)(A*, int64_t*, const A*, int64_t, int64_t);
+
+template <typename T>
+void ArgView(const T* x, int64_t outer, int64_t n, int64_t inner, bool is_max, bool last, bool nan_first, int threads,
+             int64_t* y) {
+  using A = Acc<T>;
+  const int use = ThreadsFor(threads, outer * n * inner);
+  if (inner == 1) {
+    const int64_t rows_per_task = std::max<int64_t>(1, kTaskElems / n);
+    ParallelFor(use, (outer + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
+      std::vector<A> buf(std::is_same_v<T, A> ? 0 : n);
+      for (int64_t r = t * rows_per_task; r < std::min(outer, (t + 1) * rows_per_task); ++r)
+        y[r] = ArgRow(Widened(x + r * n, n, buf.data()), n, is_max, last, nan_first);
+    });
+    return;
+  }
+  static constexpr ArgColumnsFn<A> kColumns[4] = {ArgColumns<false, false, A>, ArgColumns<false, true, A>,
+                                                  ArgColumns<true, false, A>, ArgColumns<true, true, A>};
+  const ArgColumnsFn<A> step = kColumns[(is_max ? 2 : 0) + (last ? 1 : 0)];
+  const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
+  ParallelFor(use, outer * blocks, [&](int64_t t) {
+    const int64_t o = t / blocks, c = (t % blocks) * kColumnBlock, len = std::min(kColumnBlock, inner - c);
+    A cur[kColumnBlock], buf[kColumnBlock];
+    int64_t* at = y + o * inner + c;
+    const T* src = x + o * n * inner + c;
+    const A* first = Widened(src, len, buf);
+    std::copy(first, first + len, cur);
+    std::fill(at, at + len, int64_t{0});
+    for (int64_t r = 1; r < n; ++r) step(cur, at, Widened(src + r * inner, len, buf), r, len);
+  });
+}
+
+py::array ArgExtremePy(const py::array& x, int64_t outer, int64_t n, int64_t inner, bool is_max, bool last,
+                       bool nan_first, int threads) {
+  const py::dtype dt = x.dtype();
+  if (!(x.flags() & py::array::c_style) || outer < 0 || n <= 0 || inner <= 0 ||
+      outer * n * inner != static_cast<int64_t>(x.size()))
+    throw std::invalid_argument("arg_extreme: x (" + std::string(py::str(dt)) + ", " + std::to_string(x.size()) +
+                                " elements) must be C-contiguous and [outer, n, inner] = [" + std::to_string(outer) +
+                                ", " + std::to_string(n) + ", " + std::to_string(inner) + "] cover it, n >= 1");
+  py::array_t<int64_t> y(std::vector<py::ssize_t>{outer * inner});
+  int64_t* dst = y.mutable_data();
+  const void* src = x.data();
+  auto run = [&](auto* typed) {
+    py::gil_scoped_release release;
+    ArgView(typed, outer, n, inner, is_max, last, nan_first, threads, dst);
+  };
+  if (dt.equal(py::dtype::of<float>()))
+    run(static_cast<const float*>(src));
+  else if (dt.equal(py::dtype("float16")))
+    run(static_cast<const uint16_t*>(src));
+  else if (dt.equal(py::dtype::of<int32_t>()))
+    run(static_cast<const int32_t*>(src));
+  else if (dt.equal(py::dtype::of<int64_t>()))
+    run(static_cast<const int64_t*>(src));
+  else if (dt.equal(py::dtype::of<int8_t>()))
+    run(static_cast<const int8_t*>(src));
+  else if (dt.equal(py::dtype::of<uint8_t>()))
+    run(static_cast<const uint8_t*>(src));
+  else
+    throw std::invalid_argument("arg_extreme: x must be float32, float16, int32, int64, int8 or uint8, got " +
+                                std::string(py::str(dt)));
+  return std::move(y);
+}
+
 }  // namespace
 
 void BindReduce(py::module_& m) {
+  m.def("arg_extreme", &ArgExtremePy, py::arg("x"), py::arg("outer"), py::arg("n"), py::arg("inner"), py::arg("is_max"),
+        py::arg("last") = false, py::arg("nan_first") = false, py::arg("threads") = 1,
+        "ArgMax (is_max) / ArgMin of C-contiguous x viewed as [outer, n, inner] over n, int64 [outer * inner], as "
+        "ORT's CPU kernel: the first (last) index of the extreme, ORT's scan over NaN (nan_first: the first NaN)");
   m.def("reduce_axis", &ReduceAxisPy, py::arg("x"), py::arg("op"), py::arg("outer"), py::arg("n"), py::arg("inner"),
         py::arg("threads") = 1,
         "C-contiguous x viewed as [outer, n, inner] reduced over n into a new 1-D array of outer * inner: op 0 sum, 1 "

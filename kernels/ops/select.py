@@ -8,6 +8,9 @@ to the implementation (ONNX); this kernel returns the sorted order. TopK ranks w
 accumulates sequentially along the axis in the input dtype (float16: float32, one rounding on store), like ORT's
 loop.
 
+Native: ArgMax/ArgMin of float32/float16/int32/int64/int8/uint8 run and bind ``arg_extreme`` (reduce.cc) on x viewed
+as [outer, n, inner], with the same ties and NaN rules (exact).
+
 Cost: ArgMax/CumSum one vector op per element; TopK ``log2(axis length)`` compare-exchange ops per element (a
 sorting network); DMA reads the input and writes the outputs.
 """
@@ -22,6 +25,7 @@ import numpy as np
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
+from .. import runtime
 from ._util import arg, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 from .movement import runtime_ints, static_ints
@@ -40,8 +44,41 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, stash_constants(node), target)
 
 
+_ARG_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float16, np.int32, np.int64, np.int8, np.uint8))
+
+
+def _arg_native(p: Prepared, x: np.ndarray) -> tuple | None:
+    """``arg_extreme``'s arguments after x for this ArgMax/ArgMin (native kernels, a non-empty C-contiguous x of
+    rank >= 1 and a dtype it takes), else None."""
+    if (runtime.native(p) is None or not isinstance(x, np.ndarray) or x.dtype not in _ARG_DTYPES or x.ndim == 0
+            or not x.size or not x.flags.c_contiguous):
+        return None
+    axis = p.attrs["axis"] % x.ndim
+    last = bool(p.attrs["last"])
+    view = (math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]))
+    return (*view, p.attrs["op"] == "ArgMax", last, x.ndim == 1 and not last, runtime.threads(p))
+
+
+def _arg_shape(p: Prepared, shape: tuple[int, ...]) -> tuple[int, ...]:
+    axis = p.attrs["axis"] % len(shape)
+    return tuple(1 if i == axis else d for i, d in enumerate(shape) if p.attrs["keepdims"] or i != axis)
+
+
+def _arg_bind(p: Prepared, inputs, outs):
+    """ArgMax/ArgMin as one ``arg_extreme`` call for this input shape."""
+    x = inputs[0] if inputs else None
+    args = _arg_native(p, x)
+    if args is None or outs[0].ndim == 0:
+        return None  # a 0-d result: a call step reshapes only to a shape of rank >= 1
+    return runtime.call_step(p, runtime.native(p).arg_extreme, (None, *args), [(0, 0, x.dtype, x.shape, None)],
+                             [(-1, outs[0].shape)])
+
+
 def _arg_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
+    args = _arg_native(p, x)
+    if args is not None:
+        return [runtime.native(p).arg_extreme(x, *args).reshape(_arg_shape(p, x.shape))]
     axis = p.attrs["axis"] % x.ndim
     is_max = p.attrs["op"] == "ArgMax"
     last = bool(p.attrs["last"])
@@ -126,7 +163,7 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, n * size, n // max(axis_len, 1) * 8, 1.0)
 
 
-register(KernelDef("", "ArgMax", _prepare, _arg_run, _cost, _check, rank_free=True))
-register(KernelDef("", "ArgMin", _prepare, _arg_run, _cost, _check, rank_free=True))
+register(KernelDef("", "ArgMax", _prepare, _arg_run, _cost, _check, rank_free=True, bind=_arg_bind))
+register(KernelDef("", "ArgMin", _prepare, _arg_run, _cost, _check, rank_free=True, bind=_arg_bind))
 register(KernelDef("", "TopK", _prepare, _topk_run, _cost, _check, rank_free=True))
 register(KernelDef("", "CumSum", _prepare, _cumsum_run, _cost, _check, rank_free=True))

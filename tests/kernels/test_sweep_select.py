@@ -1,0 +1,91 @@
+"""Differential sweep of the native selection kernels (issue 40) against the reference model
+(kernels/ops/select.py), on every instruction-set level they dispatch to.
+
+ArgMax/ArgMin (kernels/native/reduce.cc's ``arg_extreme``): x viewed as [outer, n, inner]. Rows (inner 1): the
+extreme by reduce_axis's 32-lane folds (AVX-512, AVX2 and base builds), then the first (last) index holding it; a
+NaN extreme takes ORT's scan. Columns (inner > 1): the scan in blocks of 256 columns. So n crosses 32 and 64, inner
+crosses 256; ties (first index, last with select_last_index), -0.0 against +0.0, NaN first / later / rank 1,
++-inf, the integer types' limits. Exact: the same index as the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _ep_single import check_on_ep
+from _isa import cap_isa, host_isas
+from _sweep import around, check, with_specials
+from npu_ep.kernels import runtime
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(4042)
+ARG_DTYPES = (np.float32, np.float16, np.int32, np.int64, np.int8, np.uint8)
+
+
+@pytest.fixture(params=host_isas(top="avx512"))
+def isa(request):
+    yield from cap_isa(request.param)
+
+
+def _values(shape, dtype, rng=RNG) -> np.ndarray:
+    """Values with many ties: small integers for the integer types, a few float levels for the floats."""
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        x = rng.integers(-4 if info.min < 0 else 0, 5, shape).astype(dtype)
+        x.reshape(-1)[::13] = info.max
+        x.reshape(-1)[5::17] = info.min
+        return x
+    return (rng.integers(-6, 7, shape) / 2).astype(dtype)
+
+
+def _args(x: np.ndarray, axis: int, threads: int = 1) -> None:
+    for op in ("ArgMax", "ArgMin"):
+        for last in (0, 1):
+            for keepdims in (0, 1):
+                check(op, [("x", x, False)], "arg_extreme", threads=threads, axis=axis, keepdims=keepdims,
+                      select_last_index=last)
+
+
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+def test_rows_around_the_lanes(isa, dtype):
+    for n in around(32, 64):
+        _args(_values((5, n), dtype), -1, threads=2)
+    _args(_values((70, 1000), dtype), 1, threads=2)  # 32 rows per task: three tasks
+
+
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+def test_columns_around_the_block(isa, dtype):
+    for inner in around(256):
+        for n in (1, 2, 17):
+            _args(_values((2, n, inner), dtype), 1, threads=2)
+    x = _values((2, 3, 4, 5), dtype)
+    for axis in range(-4, 4):
+        _args(x, axis)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_special_values(isa, dtype):
+    """NaN as a row's first element (wins), later (never picked, but rank 1 without select_last_index: the first
+    NaN), +-inf, -0.0 with +0.0, the largest finite."""
+    big = float(np.finfo(dtype).max)
+    for shape, axis in (((9, 37), 1), ((9, 37), 0), ((3, 19, 40), 1), ((70,), 0), ((1,), 0)):
+        x = with_specials(_values(shape, dtype), RNG, values=(np.nan, np.inf, -np.inf, -0.0, 0.0, big, -big),
+                          fraction=0.03)
+        lead = np.moveaxis(x, axis, -1).copy()
+        rows = lead.reshape(-1, lead.shape[-1])
+        rows[0, 0] = np.nan
+        rows[-1] = -0.0
+        rows[-1, ::3] = 0.0
+        _args(np.ascontiguousarray(np.moveaxis(lead, -1, axis)), axis)
+    _args(np.array([1, np.nan, 3, np.nan], dtype), 0)  # rank 1: the first NaN without select_last_index
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+@pytest.mark.parametrize("axis, last", [(-1, 0), (1, 1), (0, 0)])
+def test_session_as_the_cpu_ep(op, dtype, axis, last):
+    """NpuEP sessions (graph assignment: NpuEP ran the node) give the CPU EP's indices exactly."""
+    x = _values((3, 40, 33), dtype, np.random.default_rng(43))
+    check_on_ep(op, [("x", x, False)], [("y", np.int64)], {"axis": axis, "keepdims": 1, "select_last_index": last},
+                opset=13, targets=("npu-ref", "npu-edge"))
