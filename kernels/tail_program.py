@@ -12,10 +12,16 @@ import numpy as np
 
 # Instruction name -> the code conv_tail.cc switches on (the order of its enum)
 CODES = {"mul": 0, "add": 1, "sub": 2, "rsub": 3, "div": 4, "rdiv": 5, "clip": 6, "save": 7, "mul_saved": 8,
-         "add_saved": 9, "sigmoid": 10, "erf": 11, "leaky_relu": 12,
-         "tanh": 13, "pow_half": 14}
+         "add_saved": 9, "sigmoid": 10, "erf": 11, "leaky_relu": 12, "tanh": 13, "pow_half": 14, "exp": 15, "log": 16,
+         "abs": 17, "floor": 18, "ceil": 19, "round": 20, "sign": 21, "div_saved": 22, "elu": 23, "softplus": 24,
+         "sin": 25, "cos": 26}
 
 Instruction = tuple[str, float, float]  # (CODES name, a, b)
+
+# The transcendental instructions are Cephes' float32 algorithms (kernels/native/engine_math.h), measured against the
+# exact function in tests/kernels/test_sweep_unary_engine.py: exp within 1 ulp, log within 1 ulp, elu's expm1
+# within 2 ulp, softplus within 3 ulp, sin/cos within 8e-8 absolute for |x| < 8192 (the C library's beyond).
+# sign b=1 gives 0 for NaN (ORT's float16 Sign), b=0 keeps NaN; div_saved is v = s / v.
 
 SQRT1_2 = np.float32(1.0 / np.sqrt(2.0))
 SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
@@ -29,3 +35,35 @@ POW_HALF: list[Instruction] = [("pow_half", 0.0, 0.0)]
 GELU_TANH: list[Instruction] = [*CUBE, ("mul", float(np.float32(0.044715)), 0.0), ("add_saved", 0.0, 0.0),
                                 ("mul", float(np.float32(SQRT_2_OVER_PI)), 0.0), ("tanh", 0.0, 0.0),
                                 ("add", 1.0, 0.0), ("mul", 0.5, 0.0), ("mul_saved", 0.0, 0.0)]
+
+# x / (1 + |x|): Softsign as its kernel computes it
+SOFTSIGN: list[Instruction] = [("save", 0.0, 0.0), ("abs", 0.0, 0.0), ("add", 1.0, 0.0), ("div_saved", 0.0, 0.0)]
+
+
+def unary_program(op: str, dtype, attrs: dict | None = None) -> list[Instruction] | None:
+    """The engine instructions of a standalone float unary op of this input dtype (np.float32 or np.float16), or
+    None where its kernel keeps another path (float32 Log, Floor, Ceil, Round, Sign, Sin, Cos: numpy's own
+    vectorized float32 loops, the same values; float32 Sigmoid: the native ``sigmoid``)."""
+    attrs = attrs or {}
+    half = np.dtype(dtype) == np.float16
+    if op == "Exp":
+        return [("exp", 0.0, 0.0)]
+    if op == "Reciprocal":
+        return [("rdiv", 1.0, 0.0)]
+    if op == "Softsign":
+        return list(SOFTSIGN)
+    if op == "Softplus":
+        return [("softplus", 0.0, 0.0)]
+    if op == "Elu":
+        return [("elu", float(np.float32(attrs.get("alpha", 1.0))), 0.0)]
+    if op == "Selu":  # gamma * (x > 0 ? x : alpha * expm1(x)); x = -0 gives -0 either way
+        return [("elu", float(np.float32(attrs.get("alpha", 1.67326319217681884765625))), 0.0),
+                ("mul", float(np.float32(attrs.get("gamma", 1.05070102214813232421875))), 0.0)]
+    if not half:
+        return None
+    simple = {"Log": "log", "Tanh": "tanh", "Sigmoid": "sigmoid", "Floor": "floor", "Ceil": "ceil", "Round": "round"}
+    if op in simple:
+        return [(simple[op], 0.0, 0.0)]
+    if op == "Sign":
+        return [("sign", 0.0, 1.0)]
+    return None

@@ -7,8 +7,10 @@
 // operations, so bit for bit too). The
 // chunking depends on the size only, never on the thread count.
 //
-// The same instructions also run a standalone element-wise op (Erf, Gelu, LeakyRelu, Pow by 3, ...) on a copy of
-// its input: ``tail_of``, the element-wise engine of kernels/ops/elementwise.py and activation.py.
+// The same instructions also run a standalone element-wise op (Erf, Gelu, LeakyRelu, Pow by 3, Exp, Elu, Softplus,
+// ...) on a copy of its input: ``tail_of``, the element-wise engine of kernels/ops/elementwise.py and activation.py.
+// exp, log, elu (expm1), softplus, sin and cos are engine_math.h's Cephes float32 algorithms in plain operations
+// (the loops vectorize in every clone: no-trapping-math lets GCC if-convert their selects; values stay IEEE's).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -29,8 +31,10 @@
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #else
-#pragma GCC optimize("O3", "fp-contract=off")  // O3: the per-instruction loops vectorize
+#pragma GCC optimize("O3", "fp-contract=off", "no-trapping-math")  // O3: the per-instruction loops vectorize
 #endif
+
+#include "engine_math.h"  // after the pragma: its inline math compiles with the loops' options
 
 namespace py = pybind11;
 
@@ -53,9 +57,21 @@ enum Code : int32_t {
   kErf,
   kLeakyRelu,
   kTanh,
-  kPowHalf
+  kPowHalf,
+  kExp,
+  kLog,
+  kAbs,
+  kFloor,
+  kCeil,
+  kRound,
+  kSign,
+  kDivSaved,
+  kElu,
+  kSoftplus,
+  kSin,
+  kCos
 };
-static_assert(kPowHalf + 1 == kTailCodes && kClip == kTailClip, "conv_tail.h's kTailCodes, kTailClip");
+static_assert(kCos + 1 == kTailCodes && kClip == kTailClip, "conv_tail.h's kTailCodes, kTailClip");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
 constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task
@@ -175,6 +191,19 @@ void PowHalf(float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) v[i] = v[i] == -INFINITY ? INFINITY : std::sqrt(v[i]) + 0.0f;
 }
 
+// sin or cos of v[0, n) in place: the engine's polynomial where the reduction is exact (|x| < 8192), the C library's
+// beyond it (and for +-inf, NaN), element by element, so a value's bits do not depend on its neighbours.
+__attribute__((always_inline)) inline void SinCosRun(float* v, int64_t n, bool cosine) {
+  int32_t misfits = 0;
+  for (int64_t i = 0; i < n; ++i) misfits += engine::SinCosFits(v[i]) ? 0 : 1;
+  if (misfits == 0) {
+    for (int64_t i = 0; i < n; ++i) v[i] = engine::SinCos(v[i], cosine);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = engine::SinCosFits(v[i]) ? engine::SinCos(v[i], cosine) : (cosine ? std::cos(v[i]) : std::sin(v[i]));
+}
+
 // Cloned per instruction set (the loops are plain IEEE float32 operations and compares: every clone gives the same
 // bits).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(float* __restrict v, float* __restrict s,
@@ -222,6 +251,41 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
       case kLeakyRelu:  // LeakyRelu alpha (and PRelu of one slope): x >= 0 ? x : x * alpha, NaN kept
         for (int64_t i = 0; i < n; ++i) v[i] = v[i] >= 0.0f ? v[i] : v[i] * a;
         break;
+      case kExp:
+        for (int64_t i = 0; i < n; ++i) v[i] = engine::Exp(v[i]);
+        break;
+      case kLog:
+        for (int64_t i = 0; i < n; ++i) v[i] = engine::Log(v[i]);
+        break;
+      case kAbs:
+        for (int64_t i = 0; i < n; ++i) v[i] = std::fabs(v[i]);
+        break;
+      case kFloor:
+        for (int64_t i = 0; i < n; ++i) v[i] = engine::Floor(v[i]);
+        break;
+      case kCeil:
+        for (int64_t i = 0; i < n; ++i) v[i] = engine::Ceil(v[i]);
+        break;
+      case kRound:
+        for (int64_t i = 0; i < n; ++i) v[i] = engine::RoundEven(v[i]);
+        break;
+      case kSign:  // b != 0: NaN gives 0 (ORT's float16 Sign)
+        for (int64_t i = 0; i < n; ++i) v[i] = engine::Sign(v[i], b != 0.0f);
+        break;
+      case kDivSaved:
+        for (int64_t i = 0; i < n; ++i) v[i] = s[i] / v[i];
+        break;
+      case kElu:  // Elu alpha: x >= 0 ? x : expm1(x) * alpha, NaN kept
+        for (int64_t i = 0; i < n; ++i) {
+          const float x = v[i], e = engine::Expm1(x) * a;
+          v[i] = x >= 0.0f ? x : e;
+        }
+        break;
+      case kSoftplus:
+        for (int64_t i = 0; i < n; ++i) v[i] = engine::Softplus(v[i]);
+        break;
+      case kSin:
+      case kCos: SinCosRun(v, n, codes[k] == kCos); break;
     }
   }
 }

@@ -18,7 +18,7 @@ struct ConvTail {
   int64_t n = 0;
 };
 void ApplyTail(const ConvTail& tail, float* v, int64_t n);
-constexpr int32_t kTailCodes = 15;  // codes are 0 .. kTailCodes - 1
+constexpr int32_t kTailCodes = 27;  // codes are 0 .. kTailCodes - 1
 constexpr int32_t kTailClip = 6;    // clip lo hi (Clip, Relu)
 
 // Python bindings (conv_tail, tail_of, prelu_rows, sigmoid, ...), added to the `kernels` submodule.

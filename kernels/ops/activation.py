@@ -29,6 +29,7 @@ from ..target import Target
 from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
+from ..tail_program import unary_program
 from .elementwise import CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, clip_float, engine_bind, engine_runner, ufunc_into
 
 
@@ -119,6 +120,9 @@ def _engine_instructions(node: NodeInfo, params: dict[str, Any]) -> list[list] |
     if op == "HardSwish":
         return [["save", 0.0, 0.0], ["mul", f32["alpha"], 0.0], ["add", f32["beta"], 0.0], ["clip", 0.0, 1.0],
                 ["mul_saved", 0.0, 0.0]]
+    x = node.input(0)
+    if op in ("Elu", "Selu", "Softplus", "Softsign") and x is not None and x.dtype in (np.float32, np.float16):
+        return [list(t) for t in unary_program(op, x.dtype, params)]
     slope = node.input(1) if op == "PRelu" else None
     if slope is not None and slope.value is not None and np.asarray(slope.value).size == 1:
         return [["leaky_relu", float(np.asarray(slope.value, np.float32).reshape(-1)[0]), 0.0]]
@@ -301,7 +305,7 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in, n * p.attrs["out_itemsize"], ops, trans)
 
 
-_ENGINE_OPS = ("LeakyRelu", "HardSigmoid", "HardSwish")
+_ENGINE_OPS = ("LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Softsign")
 for _op, (_fn, _, _, _) in _PARAM_UNARY.items():
     _engine = _op in _ENGINE_OPS
     register(KernelDef("", _op, _prepare, engine_runner(_param_runner(_fn)) if _engine else _param_runner(_fn), _cost,

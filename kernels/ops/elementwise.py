@@ -13,11 +13,14 @@ Each op is one row of a table ``op -> (function, plain ops/element, transcendent
 and the output (``_vector.stream_cost``).
 
 The element-wise engine: a float32 op that is a short list of conv-tail instructions (``tail_program.CODES``:
-Erf, exact and tanh Gelu (FastGelu without a bias), Pow by a constant 3 or 0.5, and activation.py's LeakyRelu,
-HardSigmoid, HardSwish, PRelu of one slope) runs natively as ``tail_of`` (``kernels/native/conv_tail.cc``: one
+Erf, exact and tanh Gelu (FastGelu without a bias), Pow by a constant 3 or 0.5, Exp, Reciprocal, in float16 also
+Log, Tanh, Sigmoid, Floor, Ceil, Round and Sign (``tail_program.unary_program``), and activation.py's LeakyRelu,
+HardSigmoid, HardSwish, PRelu of one slope, Elu, Selu, Softplus, Softsign) runs natively as ``tail_of`` (``kernels/native/conv_tail.cc``: one
 pass over the data in L1-sized chunks, vectorized, threaded over large tensors, into ORT's buffer when the result
 is a partition output), and the same instructions fold into a Conv before it. Its reference computes the same
-float32 operations (``float_math``), so both give the same bits. Where and Cast are in ``where.py`` and ``cast.py``.
+float32 operations (``float_math``), so both give the same bits; but exp, log and expm1, Cephes' float32 algorithms
+(within 1-3 ulp of the exact functions), where the reference calls numpy's. Where and Cast are in ``where.py`` and
+``cast.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..tail_program import CODES, CUBE, GELU_ERF, GELU_TANH, POW_HALF
+from ..tail_program import CODES, CUBE, GELU_ERF, GELU_TANH, POW_HALF, unary_program
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -156,6 +159,9 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
     "IsNaN": (np.isnan, 1.0, 0.0),
 }
 _MS_UNARY = ("Gelu", "FastGelu")
+# Unary ops with an engine form for some float dtypes (``tail_program.unary_program``): the engine runs and binds
+# them there, their ``_UNARY`` function elsewhere
+_ENGINE_UNARY = ("Exp", "Reciprocal", "Log", "Tanh", "Sigmoid", "Floor", "Ceil", "Round", "Sign")
 
 
 def prepare(node: NodeInfo, target: Target) -> Prepared:
@@ -176,6 +182,9 @@ def prepare(node: NodeInfo, target: Target) -> Prepared:
               "Gelu": GELU_ERF if attrs.get("approximate", "none") == "none" else GELU_TANH,
               "FastGelu": GELU_TANH if node.input(1) is None else None,  # a bias: the reference's add first
               "Pow": CUBE if attrs.get("cube") else POW_HALF if attrs.get("half") else None}.get(node.op_type)
+    x = node.input(0)
+    if engine is None and node.op_type in _ENGINE_UNARY and x is not None and x.dtype in (_F32, _F16):
+        engine = unary_program(node.op_type, x.dtype)
     if engine:
         attrs[ENGINE_KEY] = [list(t) for t in engine]
     return Prepared(attrs, stash_constants(node), target)
@@ -563,16 +572,32 @@ def _f16_unary_binder(code: int, other: Callable | None) -> Callable:
     return bind
 
 
+def engine_or(other: Callable | None) -> Callable:
+    """The ``bind`` of an op with an engine form for some dtypes: the engine's step where its program applies
+    (``engine_bind``), else ``other``'s."""
+    def bind(p: Prepared, inputs, outs):
+        step = engine_bind(p, inputs, outs) if ENGINE_KEY in p.attrs else None
+        if step is None and other is not None:
+            step = other(p, inputs, outs)
+        return step
+    return bind
+
+
 _SIGMOID_REFERENCE = _unary_runner(sigmoid)
 _SIGN_REFERENCE = _unary_runner(np.sign)
 for _op, (_fn, _, _) in _UNARY.items():
     if _op == "Sigmoid":
-        register(KernelDef("", _op, prepare, _sigmoid_run, cost, check, rank_free=True, bind=_sigmoid_bind))
+        register(KernelDef("", _op, prepare, engine_runner(_sigmoid_run), cost, check, rank_free=True,
+                           bind=engine_or(_sigmoid_bind)))
     elif _op == "Erf":
         register(KernelDef("", _op, prepare, engine_runner(_unary_runner(_fn)), cost, check, rank_free=True,
                            bind=engine_bind))
     elif _op == "Sign":
-        register(KernelDef("", _op, prepare, _sign_run, cost, check, rank_free=True, bind=_ufunc_binder(_fn, 1)))
+        register(KernelDef("", _op, prepare, engine_runner(_sign_run), cost, check, rank_free=True,
+                           bind=engine_or(_ufunc_binder(_fn, 1))))
+    elif _op in _ENGINE_UNARY:
+        register(KernelDef("", _op, prepare, engine_runner(_unary_runner(_fn)), cost, check, rank_free=True,
+                           bind=engine_or(_ufunc_binder(_fn, 1))))
     elif _op in _F16_UNARY:
         register(KernelDef("", _op, prepare, _unary_runner(_fn, _F16_UNARY[_op]), cost, check, rank_free=True,
                            bind=_f16_unary_binder(_F16_UNARY[_op], _relu_bind if _op == "Relu"
