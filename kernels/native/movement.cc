@@ -1,8 +1,9 @@
 // Data movement for the bound steps of kernels/ops/movement.py and indexing.py: Expand (`kernels.expand`, a
-// broadcast copy) and Concat (`kernels.concat`). Both copy whole contiguous runs with memcpy, which is where the
-// reference's numpy calls lose their time: a decoder's repeat_kv Expand copies 64 KB runs, and numpy's copy of a
-// broadcast view walks them 128 bytes at a time. Values are moved, never computed, so the results equal the
-// reference's bit for bit for every dtype.
+// broadcast copy), Tile (`kernels.tile`, the same copy of x viewed with a 1 before each axis) and Concat
+// (`kernels.concat`); BindMovement also registers transpose.cc's kernel. The copies move whole contiguous runs
+// with memcpy, which is where the reference's numpy calls lose their time: a decoder's repeat_kv Expand copies
+// 64 KB runs, and numpy's copy of a broadcast view walks them 128 bytes at a time. Values are moved, never
+// computed, so the results equal the reference's bit for bit for every dtype.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -14,12 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "movement.h"
+
 namespace py = pybind11;
 
 namespace npu_ep::kern {
 namespace {
-
-constexpr size_t kReleaseGilBytes = size_t{1} << 16;  // below this the GIL round trip costs more than the copy
 
 std::string ShapeText(const std::vector<py::ssize_t>& dims) {
   std::string s = "[";
@@ -57,27 +58,11 @@ struct Broadcast {
   }
 };
 
-// ONNX Expand: x broadcast against `shape` both ways (numpy's rules), materialized.
-py::array ExpandPy(const py::object& x_in, const std::vector<py::ssize_t>& shape) {
-  auto x = py::array::ensure(x_in, py::array::c_style);  // a strided x is copied first, as numpy reads it
-  if (!x) throw py::error_already_set();
-  if (x.dtype().kind() == 'O') throw std::invalid_argument("expand: object arrays are not supported");
-  const auto rank = static_cast<py::ssize_t>(std::max<size_t>(shape.size(), static_cast<size_t>(x.ndim())));
-  std::vector<py::ssize_t> in_dims(rank, 1), out(rank, 1);
-  for (py::ssize_t i = 0; i < x.ndim(); ++i) in_dims[rank - x.ndim() + i] = x.shape(i);
-  for (size_t i = 0; i < shape.size(); ++i) out[rank - shape.size() + i] = shape[i];
-  for (py::ssize_t i = 0; i < rank; ++i) {
-    if (in_dims[i] == out[i] || out[i] == 1) {
-      out[i] = in_dims[i];
-    } else if (in_dims[i] != 1) {
-      std::vector<py::ssize_t> xs(x.shape(), x.shape() + x.ndim());
-      throw std::invalid_argument("expand: input shape " + ShapeText(xs) + " does not broadcast to " +
-                                  ShapeText(shape));
-    }
-  }
+// y = x broadcast from `in_dims` (x's dims with 1s where it repeats) to `out` (same rank), in C order.
+void BroadcastCopy(const py::array& x, const std::vector<py::ssize_t>& in_dims, const std::vector<py::ssize_t>& out,
+                   py::array& y) {
+  const auto rank = static_cast<py::ssize_t>(out.size());
   const auto item = static_cast<py::ssize_t>(x.itemsize());
-  py::array y(x.dtype(), out);
-  if (y.size() == 0) return y;
   Broadcast b{out, std::vector<py::ssize_t>(rank), std::vector<py::ssize_t>(rank), static_cast<size_t>(rank), 0};
   py::ssize_t in_stride = item, out_stride = item;
   for (py::ssize_t i = rank - 1; i >= 0; --i) {
@@ -99,6 +84,51 @@ py::array ExpandPy(const py::object& x_in, const std::vector<py::ssize_t>& shape
   } else {
     b.Fill(dst, src, 0);
   }
+}
+
+std::vector<int64_t> Dims64(const std::vector<py::ssize_t>& dims) { return {dims.begin(), dims.end()}; }
+
+// ONNX Expand: x broadcast against `shape` both ways (numpy's rules), materialized (into `out` when given).
+py::array ExpandPy(const py::object& x_in, const std::vector<py::ssize_t>& shape, const py::object& out_buffer) {
+  auto x = py::array::ensure(x_in, py::array::c_style);  // a strided x is copied first, as numpy reads it
+  if (!x) throw py::error_already_set();
+  if (x.dtype().kind() == 'O') throw std::invalid_argument("expand: object arrays are not supported");
+  const auto rank = static_cast<py::ssize_t>(std::max<size_t>(shape.size(), static_cast<size_t>(x.ndim())));
+  std::vector<py::ssize_t> in_dims(rank, 1), out(rank, 1);
+  for (py::ssize_t i = 0; i < x.ndim(); ++i) in_dims[rank - x.ndim() + i] = x.shape(i);
+  for (size_t i = 0; i < shape.size(); ++i) out[rank - shape.size() + i] = shape[i];
+  for (py::ssize_t i = 0; i < rank; ++i) {
+    if (in_dims[i] == out[i] || out[i] == 1) {
+      out[i] = in_dims[i];
+    } else if (in_dims[i] != 1) {
+      std::vector<py::ssize_t> xs(x.shape(), x.shape() + x.ndim());
+      throw std::invalid_argument("expand: input shape " + ShapeText(xs) + " does not broadcast to " +
+                                  ShapeText(shape));
+    }
+  }
+  py::array y = MovementResult("expand", x.dtype(), Dims64(out), out_buffer);
+  if (y.size() != 0) BroadcastCopy(x, in_dims, out, y);
+  return y;
+}
+
+// ONNX Tile: x repeated `repeats[i]` times along each axis i, which is the broadcast of x viewed as
+// [1, d0, 1, d1, ...] to [r0, d0, r1, d1, ...] (into `out` when given).
+py::array TilePy(const py::object& x_in, const std::vector<py::ssize_t>& repeats, const py::object& out_buffer) {
+  auto x = py::array::ensure(x_in, py::array::c_style);  // a strided x is copied first, as numpy reads it
+  if (!x) throw py::error_already_set();
+  std::vector<py::ssize_t> xs(x.shape(), x.shape() + x.ndim());
+  const bool negative = std::any_of(repeats.begin(), repeats.end(), [](py::ssize_t r) { return r < 0; });
+  if (x.dtype().kind() == 'O' || static_cast<py::ssize_t>(repeats.size()) != x.ndim() || negative)
+    throw std::invalid_argument("tile: repeats " + ShapeText(repeats) + " do not match input shape " + ShapeText(xs) +
+                                " (one count >= 0 per axis, no object arrays)");
+  std::vector<py::ssize_t> in_dims, out, result;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    in_dims.insert(in_dims.end(), {1, xs[i]});
+    out.insert(out.end(), {repeats[i], xs[i]});
+    result.push_back(repeats[i] * xs[i]);
+  }
+  py::array y = MovementResult("tile", x.dtype(), Dims64(result), out_buffer);
+  if (y.size() != 0) BroadcastCopy(x, in_dims, out, y);
   return y;
 }
 
@@ -161,9 +191,16 @@ py::array ConcatPy(py::ssize_t axis, const py::args& parts) {
 
 }  // namespace
 
+void BindTranspose(py::module_&);
+
 void BindMovement(py::module_& m) {
-  m.def("expand", &ExpandPy, py::arg("x"), py::arg("shape"),
-        "ONNX Expand: x broadcast against shape both ways (numpy's rules), as a new C-contiguous array");
+  m.def("expand", &ExpandPy, py::arg("x"), py::arg("shape"), py::arg("out") = py::none(),
+        "ONNX Expand: x broadcast against shape both ways (numpy's rules), as a C-contiguous array, into out (ORT's "
+        "buffer) or a new array");
+  m.def("tile", &TilePy, py::arg("x"), py::arg("repeats"), py::arg("out") = py::none(),
+        "ONNX Tile: x repeated repeats[i] times along each axis i, as a C-contiguous array, into out (ORT's buffer) "
+        "or a new array");
+  BindTranspose(m);  // transpose.cc
   m.def("concat", &ConcatPy, py::arg("axis"),
         "ONNX Concat of arrays of one dtype (the remaining positional arguments) along axis, as a new "
         "C-contiguous array");

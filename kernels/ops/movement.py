@@ -4,8 +4,11 @@ Expand and Tile (a DMA pass).
 Shape-like operands (shape, axes) may be attributes (old opsets), constant inputs (resolved at compile time into
 ``attrs``) or runtime inputs (read at run time). Views returned by these kernels alias their (read-only) inputs.
 
-Native: Expand binds one broadcast copy (``kernels.expand``) and Transpose numpy's view, each for the input shape
-and (shape-derived) target shape it was bound for (``ep/step_binding.py``).
+Native (kernels/native/movement.cc, transpose.cc): Transpose (``kernels.transpose``: a blocked copy), Expand
+(``kernels.expand``: a broadcast copy) and Tile (``kernels.tile``: the same copy of x viewed with a 1 before each
+axis) move the elements of any dtype of 1, 2, 4 or 8 bytes, bits unchanged; each binds as the step for the input
+shape and (shape-derived) target shape or repeats it was bound for, into ORT's buffer when its output is a
+partition output (``ep/step_binding.py``).
 
 Cost: a view costs nothing; Transpose/Expand/Tile stream ``bytes_in + bytes_out`` through DMA
 (``dma_cycles = 2 * latency + bytes / bytes_per_cycle``, no compute).
@@ -125,8 +128,25 @@ def _unsqueeze_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [x.reshape(shape)]
 
 
+def movable(x) -> bool:
+    """Whether the native movement kernels take ``x``: an array of a plain dtype of 1, 2, 4 or 8 bytes (they move
+    bits; the reference's numpy calls serve the rest)."""
+    return isinstance(x, np.ndarray) and x.dtype.kind in "biuf" and x.itemsize in (1, 2, 4, 8)
+
+
+def ort_buffer(p: Prepared, outs, arg_index: int) -> list:
+    """A bound step's ``ort_outputs`` entry putting ORT's buffer for output 0 at argument ``arg_index`` when that
+    output is a partition output (the kernel writes it in place), else []."""
+    where = p.runtime.partition_outputs
+    return [(arg_index, where[0], list(outs[0].shape))] if where and 0 in where else []
+
+
 def _transpose_run(p: Prepared, inputs) -> list[np.ndarray]:
-    return [np.transpose(arg(p, inputs, 0), p.attrs["perm"])]
+    x = arg(p, inputs, 0)
+    nat = runtime.native(p)
+    if nat is not None and movable(x):
+        return [nat.transpose(x, p.attrs["perm"], None, runtime.threads(p))]
+    return [np.transpose(x, p.attrs["perm"])]
 
 
 def _expand_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -139,25 +159,27 @@ def _expand_run(p: Prepared, inputs) -> list[np.ndarray]:
 
 def _expand_bind(p: Prepared, inputs, outs):
     """Expand as one native broadcast copy for this input shape and target shape (a runtime target must hold its
-    bound value)."""
+    bound value), into ORT's buffer when the result is a partition output."""
     x = inputs[0] if inputs else None
     nat = runtime.native(p)
     fixed = runtime.fixed_inputs(inputs, 1)
     if nat is None or fixed is None or not isinstance(x, np.ndarray) or x.dtype.hasobject:
         return None
     shape = tuple(runtime_ints(p, inputs, "ints", 1))
-    return runtime.call_step(p, nat.expand, (None, shape), [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)],
-                             fixed=fixed)
+    return runtime.call_step(p, nat.expand, (None, shape, None), [(0, 0, x.dtype, x.shape, None, True)],
+                             [(-1, None)], None, ort_buffer(p, outs, 2), fixed)
 
 
 def _transpose_bind(p: Prepared, inputs, outs):
-    """Transpose as the kernel's own numpy view (``ndarray.transpose``), for this input shape, any layout."""
+    """Transpose as one native blocked copy for this input shape (any layout: a strided input is copied first),
+    into ORT's buffer when the result is a partition output."""
     x = inputs[0] if inputs else None
-    if not isinstance(x, np.ndarray):
+    nat = runtime.native(p)
+    if nat is None or not movable(x):
         return None
     perm = p.attrs["perm"]
-    return runtime.call_step(p, np.ndarray.transpose, (None, None if perm is None else tuple(perm)),
-                             [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)])
+    return runtime.call_step(p, nat.transpose, (None, None if perm is None else tuple(perm), None, runtime.threads(p)),
+                             [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)], None, ort_buffer(p, outs, 2))
 
 
 def _identity_run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -176,7 +198,23 @@ def _tile_run(p: Prepared, inputs) -> list[np.ndarray]:
     repeats = runtime_ints(p, inputs, "ints", 1)
     if len(repeats) != x.ndim or min(repeats, default=0) < 0:
         raise ValueError(f"Tile: repeats {repeats} do not match input rank {x.ndim} (or are negative)")
+    nat = runtime.native(p)
+    if nat is not None and movable(x):
+        return [nat.tile(x, repeats)]
     return [np.tile(x, repeats)]
+
+
+def _tile_bind(p: Prepared, inputs, outs):
+    """Tile as one native broadcast copy for this input shape and these repeats (runtime repeats must hold their
+    bound value), into ORT's buffer when the result is a partition output."""
+    x = inputs[0] if inputs else None
+    nat = runtime.native(p)
+    fixed = runtime.fixed_inputs(inputs, 1)
+    if nat is None or fixed is None or not movable(x):
+        return None
+    repeats = tuple(runtime_ints(p, inputs, "ints", 1))
+    return runtime.call_step(p, nat.tile, (None, repeats, None), [(0, 0, x.dtype, x.shape, None, True)],
+                             [(-1, None)], None, ort_buffer(p, outs, 2), fixed)
 
 
 def _view_cost(p: Prepared, shapes) -> OpCost:
@@ -226,4 +264,4 @@ register(KernelDef("", "Transpose", _prepare, _transpose_run, _transpose_cost, r
 register(KernelDef("", "Expand", _prepare, _expand_run, _expand_cost, rank_free=True, bind=_expand_bind))
 register(KernelDef("", "Identity", _prepare, _identity_run, _view_cost, rank_free=True))
 register(KernelDef("", "Flatten", _prepare, _flatten_run, _view_cost, rank_free=True))
-register(KernelDef("", "Tile", _prepare, _tile_run, _tile_cost, rank_free=True))
+register(KernelDef("", "Tile", _prepare, _tile_run, _tile_cost, rank_free=True, bind=_tile_bind))

@@ -1,12 +1,13 @@
-"""Differential sweep of the native data movement (kernels/native/movement.cc: Expand's broadcast copy, Concat),
-issue 38: every broadcast pattern of ranks 1..4 (each axis kept, broadcast from 1, or given as 1 by the target:
-numpy's two-way rule), and Concat along every axis of 1..4 parts (empty parts, strided parts), against the
-reference model's numpy calls, byte for byte (values are moved, never computed), on both sides of the 64 KiB size
-where the copy releases the GIL.
+"""Differential sweep of the native data movement (kernels/native/movement.cc: Expand's broadcast copy, Tile,
+Concat), issues 38 and 40: every broadcast pattern of ranks 1..4 (each axis kept, broadcast from 1, or given as 1 by
+the target: numpy's two-way rule), Tile by repeat patterns of ranks 0..4 (0, 1 and the copy counts below), and
+Concat along every axis of 1..4 parts (empty parts, strided parts), against the reference model's numpy calls,
+byte for byte (values are moved, never computed), on both sides of the 64 KiB size where the copy releases the GIL.
 
-movement.cc's structure: Expand merges the trailing axes that match into one memcpy run and replicates a broadcast
-axis's first block by doubling memcpys (Replicate: 1, 2, 4 ... copies, then the rest), so the copy counts that
-cross a power of two are the boundaries here (3, 4, 5, 7, 8, 9 copies)."""
+movement.cc's structure: Expand (and Tile, the same copy of x viewed with a 1 before each axis) merges the trailing
+axes that match into one memcpy run and replicates a broadcast axis's first block by doubling memcpys (Replicate:
+1, 2, 4 ... copies, then the rest), so the copy counts that cross a power of two are the boundaries here (3, 4, 5,
+7, 8, 9 copies)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import itertools
 import numpy as np
 import pytest
 
-from _sweep import kernel_and_bound_step
+from _sweep import kernel_and_bound_step, native_vs_reference
 from npu_ep.kernels import runtime
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
@@ -109,3 +110,42 @@ def test_expand_and_concat_nodes_bind_steps_with_the_kernels_bytes():
         got, bound = kernel_and_bound_step("Concat", [("a", a, False), ("b", b, True), ("c", a, False)], axis=axis)
         np.testing.assert_array_equal(got[0], np.concatenate([a, b, a], axis=axis))
         assert bound and bound[0].tobytes() == got[0].tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float16, np.int64, np.bool_])
+def test_tile_every_repeat_pattern_through_the_kernel(dtype):
+    """Tile's kernel on the native kernels (``tile`` ran) against the reference's np.tile, byte for byte: each
+    axis of a rank-0..4 input repeated 0 times, once or a copy count crossing Replicate's powers of two."""
+    for rank in range(0, 5):
+        for _ in range(6 if rank else 1):
+            x = np.asarray(_values([int(d) for d in RNG.integers(1, 4, rank)], dtype))
+            repeats = [int(r) for r in RNG.choice([0, 1] + COPIES, rank)]
+            got, want, calls = native_vs_reference("Tile", [("x", x, False), ("r", np.array(repeats, np.int64),
+                                                                               True)])
+            assert "tile" in calls, f"tile {x.shape} x {repeats}: the native kernel did not run ({calls})"
+            _same_bytes(np.asarray(got[0]), np.asarray(want[0]), f"tile {x.shape} x {repeats}")
+
+
+def test_tile_node_binds_a_step_with_the_kernels_bytes_and_sizes_around_the_gil_release():
+    for x_shape, repeats in (((2, 3), (3, 1)), ((1, 5, 2), (2, 3, 4)), ((4,), (0,)), ((16383,), (2,))):
+        x = _values(x_shape, np.float32)
+        for const in (True, False):
+            got, bound = kernel_and_bound_step("Tile", [("x", x, False), ("r", np.array(repeats, np.int64), const)])
+            _same_bytes(np.asarray(got[0]), np.tile(x, repeats), f"tile {x_shape} x {repeats}")
+            assert bound and bound[0].tobytes() == got[0].tobytes()
+    nat = runtime.native_module()
+    with pytest.raises(ValueError, match=r"tile: repeats \[2\] do not match input shape \[2, 3\]"):
+        nat.tile(_values((2, 3), np.float32), [2])
+
+
+def test_expand_and_tile_write_into_a_given_buffer():
+    """The bound steps pass ORT's output buffer: the kernels fill it in place, and refuse one of another size."""
+    nat = runtime.native_module()
+    x = _values((3, 1, 4), np.float16)
+    out = np.empty((2, 3, 5, 4), np.float16)
+    assert np.shares_memory(nat.expand(x, [2, 3, 5, 4], out), out)
+    assert out.tobytes() == np.array(np.broadcast_to(x, (2, 3, 5, 4)), order="C").tobytes()
+    tiled = np.empty((6, 2, 8), np.float16)
+    assert np.shares_memory(nat.tile(x, [2, 2, 2], tiled), tiled) and tiled.tobytes() == np.tile(x, (2, 2, 2)).tobytes()
+    with pytest.raises(ValueError, match="expand: out must be a writeable C-order float16 array of 120 elements"):
+        nat.expand(x, [2, 3, 5, 4], np.empty(119, np.float16))

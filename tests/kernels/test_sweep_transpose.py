@@ -1,0 +1,133 @@
+"""Differential sweep of Transpose (issue 40): ``transpose`` (kernels/native/transpose.cc) against the reference
+model (kernels/ops/movement.py: numpy's transpose), byte for byte (elements are moved, never computed: NaN payloads,
+-0.0, denormals and float16 kept), for every element size (bool, int8, float16, float32, int64), every permutation
+of ranks 1..4 and the default (axes reversed), on both dispatch paths (scalar and the x86 8 x 8 register tiles).
+
+transpose.cc's structure: the permutation is reduced (size-1 axes dropped, neighbours merged), then either one
+memcpy, a memcpy per innermost run, or a 2-D transpose walked in strips of 8 input rows and 8 x 8 register tiles
+with element copies at the tails, split over threads by strips. So the shapes cross 8 on both block axes, size-1
+axes sit between the moved ones, and a large case runs on one thread and two with the same bytes. The bound step
+is checked against the kernel by ``_sweep``; a session shows NpuEP ran the node as its bound native step."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from _isa import cap_isa, host_isas
+from _sweep import around, native_vs_reference, with_specials
+from npu_ep.ep.sessions import tag_session_options
+from npu_ep.kernels import runtime
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(4042)
+DTYPES = [np.bool_, np.int8, np.float16, np.float32, np.int64]
+STRIP = 8  # transpose.cc's kStrip and the register tile's side
+
+
+@pytest.fixture(params=host_isas(top="avx2"))
+def capped_isa(request):
+    yield from cap_isa(request.param)
+
+
+def _values(shape, dt) -> np.ndarray:
+    dt = np.dtype(dt)
+    if dt == np.bool_:
+        return np.asarray(RNG.random(shape) > 0.5)
+    if dt.kind == "f":
+        x = np.asarray(RNG.standard_normal(shape) * 10).astype(dt)
+        if x.size:
+            x = with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 6.0e4, 1.0e-45 if dt == np.float32
+                                              else 6.0e-8))
+            if dt == np.float32:  # a NaN with a payload: moved, not recomputed
+                x.reshape(-1)[-1] = np.array([0x7FC12345], np.uint32).view(np.float32)[0]
+        return x
+    info = np.iinfo(dt)
+    return np.asarray(RNG.integers(info.min, info.max, shape, dtype=dt, endpoint=True))
+
+
+def _same_bytes(x: np.ndarray, perm, threads: int = 1) -> np.ndarray:
+    attrs = {} if perm is None else {"perm": list(perm)}
+    got, want, calls = native_vs_reference("Transpose", [("x", x, False)], threads=threads, **attrs)
+    what = f"Transpose {x.dtype}{x.shape} perm={perm} threads={threads}"
+    assert "transpose" in calls, f"{what}: the native kernel did not run ({calls})"
+    g, w = np.asarray(got[0]), np.array(want[0], order="C")  # ascontiguousarray makes 0-d 1-d
+    assert g.dtype == w.dtype and g.shape == w.shape, f"{what}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+    assert g.flags.c_contiguous and g.tobytes() == w.tobytes(), f"{what}: bytes differ"
+    return g
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_every_permutation_of_ranks_1_to_4(capped_isa, dt):
+    for shape in [(5,), (3, 9), (9, 17), (1, 9, 1, 10), (2, 3, 4, 5), (3, 1, 8, 16)]:
+        x = _values(shape, dt)
+        for perm in itertools.permutations(range(len(shape))):
+            _same_bytes(x, perm)
+        _same_bytes(x, None)  # the default: the axes reversed
+    _same_bytes(_values((2, 3, 4), dt), (-1, 0, -2))  # negative axes count from the end
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.float16, np.float32, np.int64])
+def test_block_tails_of_the_2d_transpose(capped_isa, dt):
+    """Both block axes below, at and above multiples of the 8 x 8 tile, alone and under an outer axis."""
+    for n in around(STRIP, 2 * STRIP):
+        for m in around(STRIP, 3 * STRIP):
+            _same_bytes(_values((n, m), dt), (1, 0))
+        _same_bytes(_values((2, n, 3, 17), dt), (0, 3, 2, 1))
+
+
+def test_threads_split_strips_with_the_same_bytes():
+    x = _values((1029, 1030), np.int8)  # over the one-thread floor (2^20 elements), a strip tail at the end
+    assert _same_bytes(x, (1, 0), threads=1).tobytes() == _same_bytes(x, (1, 0), threads=2).tobytes()
+    y = _values((3, 130, 2700), np.float32)  # an outer axis with strips split across tasks
+    assert _same_bytes(y, (0, 2, 1), threads=1).tobytes() == _same_bytes(y, (0, 2, 1), threads=2).tobytes()
+    z = _values((600, 3, 700), np.float16)  # the innermost axis stays: a memcpy per run, split over tasks
+    assert _same_bytes(z, (1, 0, 2), threads=1).tobytes() == _same_bytes(z, (1, 0, 2), threads=2).tobytes()
+
+
+def test_empty_and_strided_inputs_and_bad_perms():
+    _same_bytes(_values((3, 0, 4), np.float32), (2, 1, 0))
+    _same_bytes(_values((), np.int64), None)
+    nat = runtime.native_module()
+    x = _values((6, 10), np.float32)[:, 1:9:2]  # strided: copied first, as numpy reads it
+    assert nat.transpose(x, [1, 0]).tobytes() == np.ascontiguousarray(x.T).tobytes()
+    with pytest.raises(ValueError, match=r"perm \[0, 0\] is not a permutation of the axes of shape \[6, 10\]"):
+        nat.transpose(_values((6, 10), np.float32), [0, 0])
+    with pytest.raises(ValueError, match="out must be a writeable C-order float32 array of 60 elements"):
+        nat.transpose(_values((6, 10), np.float32), [1, 0], np.empty(59, np.float32))
+
+
+def test_native_transpose_writes_into_a_given_buffer():
+    x = _values((5, 7, 3), np.float32)
+    out = np.empty((3, 5, 7), np.float32)
+    got = runtime.native_module().transpose(x, [2, 0, 1], out)
+    assert np.shares_memory(got, out) and out.tobytes() == np.ascontiguousarray(x.transpose(2, 0, 1)).tobytes()
+
+
+@pytest.mark.parametrize("case", ["heads_f32", "nchw_to_nhwc_f16", "matrix_i64"])
+def test_session_matches_cpu_ep_and_runs_on_npu_ep(case):
+    """An attention head split, a layout change and a plain matrix transpose: the CPU EP's values exactly (moved
+    elements), NpuEP ran the node, and ran it as its bound native step (no Python step) after the first call."""
+    shape, perm, elem, dt = {"heads_f32": ((1, 77, 8, 64), (0, 2, 1, 3), TensorProto.FLOAT, np.float32),
+                             "nchw_to_nhwc_f16": ((1, 24, 20, 19), (0, 2, 3, 1), TensorProto.FLOAT16, np.float16),
+                             "matrix_i64": ((130, 67), (1, 0), TensorProto.INT64, np.int64)}[case]
+    node = helper.make_node("Transpose", ["x"], ["y"], name="the_op", perm=list(perm))
+    out = [shape[p] for p in perm]
+    model = make_model([node], [helper.make_tensor_value_info("x", elem, list(shape))],
+                       [helper.make_tensor_value_info("y", elem, out)], opset=17)
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    feeds = {"x": _values(shape, dt)}
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):  # the kernel's run, then the bound step
+        got = sess.run(None, feeds)[0]
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
