@@ -423,3 +423,28 @@ def test_scatter_nd_session_matches_cpu_ep_and_runs_on_npu_ep(reduction, dt, ele
                                     helper.make_tensor_value_info("u", elem, [len(idx), 8])],
                            [helper.make_tensor_value_info("y", elem, [4, 6, 8])], {"i": idx})
     _runs_native_like_cpu_ep(model, sess, {"x": x, "u": upd}, ["the_op"])
+
+
+# ---- errors through a session ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["Gather", "GatherND", "ScatterND"])
+def test_out_of_range_index_fails_the_run_naming_node_and_index_then_the_session_goes_on(op):
+    """As ORT's CPU EP fails the run (INVALID_ARGUMENT naming the index), the bound step fails it naming the node,
+    the op and the index; the next good run is right."""
+    table = _values((10, 4), np.float32)
+    ins = ["table", "ids"] + (["u"] if op == "ScatterND" else [])
+    node = helper.make_node(op, ins, ["y"], name="the_op")
+    shape, out = ([2], [2, 4]) if op == "Gather" else ([2, 1], [2, 4] if op == "GatherND" else [10, 4])
+    consts = {"table": table} | ({"u": _values((2, 4), np.float32)} if op == "ScatterND" else {})
+    model, sess = _session([node], [helper.make_tensor_value_info("ids", TensorProto.INT64, shape)],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], consts)
+    good, bad = np.array([1, -2]).reshape(shape), np.array([1, 10]).reshape(shape)
+    want = cpu_run(model, {"ids": good})[0]
+    for _ in range(2):  # the kernel's run, then the bound step
+        assert sess.run(None, {"ids": good})[0].tobytes() == want.tobytes()
+    with pytest.raises(Exception, match=rf"node 'the_op' \({op}\) failed.*IndexError: {op}: indices outside.*10$"):
+        sess.run(None, {"ids": bad})
+    with pytest.raises(Exception, match=r"INVALID_ARGUMENT.*(out of data bounds|invalid index|invalid indice)"):
+        cpu_run(model, {"ids": bad})
+    assert sess.run(None, {"ids": good})[0].tobytes() == want.tobytes()
+    assert python_steps(sess) == []
