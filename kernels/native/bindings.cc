@@ -433,6 +433,8 @@ void RegisterKernels(py::module_& parent) {
   BindUnaryF16(m);  // unary_f16.cc: float16 Relu/Abs/Neg/Sqrt, Clip
   void BindRange(py::module_&);
   BindRange(m);  // range.cc: Range
+  void BindSelect(py::module_&);
+  BindSelect(m);  // select.cc: TopK
   void BindSgemmColumns(py::module_&);
   BindSgemmColumns(m);  // sgemm_columns.cc: a float product's two halves
   void BindFloatMatmul(py::module_&);

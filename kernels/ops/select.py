@@ -9,7 +9,8 @@ accumulates sequentially along the axis in the input dtype (float16: float32, on
 loop.
 
 Native: ArgMax/ArgMin of float32/float16/int32/int64/int8/uint8 run and bind ``arg_extreme`` (reduce.cc) on x viewed
-as [outer, n, inner], with the same ties and NaN rules (exact).
+as [outer, n, inner], with the same ties and NaN rules (exact); TopK of those dtypes ``topk`` (select.cc: a heap
+selection per row, the same order as the stable argsort, NaN last; exact).
 
 Cost: ArgMax/CumSum one vector op per element; TopK ``log2(axis length)`` compare-exchange ops per element (a
 sorting network); DMA reads the input and writes the outputs.
@@ -105,12 +106,48 @@ def _arg_scan_with_nan(x: np.ndarray, axis: int, is_max: bool, last: bool) -> np
     return np.where(np.take(nan, 0, axis=axis), 0, idx)
 
 
+def _topk_native(p: Prepared, x: np.ndarray, k: int) -> tuple | None:
+    """``topk``'s arguments after x (native kernels, a non-empty C-contiguous x of rank >= 1 and a dtype it takes,
+    a k within the axis), else None."""
+    if (runtime.native(p) is None or not isinstance(x, np.ndarray) or x.dtype not in _ARG_DTYPES or x.ndim == 0
+            or not x.size or not x.flags.c_contiguous):
+        return None
+    axis = p.attrs["axis"] % x.ndim
+    if not 0 <= k <= x.shape[axis]:
+        return None
+    view = (math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]))
+    return (*view, k, bool(p.attrs["largest"]), runtime.threads(p))
+
+
+def _topk_shape(p: Prepared, shape: tuple[int, ...], k: int) -> tuple[int, ...]:
+    axis = p.attrs["axis"] % len(shape)
+    return (*shape[:axis], k, *shape[axis + 1:])
+
+
+def _topk_bind(p: Prepared, inputs, outs):
+    """TopK as one ``topk`` call for this input shape; a runtime K is held to its bound value (a fixed input)."""
+    x = inputs[0] if inputs else None
+    fixed = [] if p.attrs["k"] is not None else runtime.fixed_inputs(inputs, 1)
+    k = runtime_ints(p, inputs, "k", 1)
+    args = None if fixed is None or not k else _topk_native(p, x, k[0])
+    if args is None:
+        return None
+    shape = _topk_shape(p, x.shape, k[0])
+    return runtime.call_step(p, runtime.native(p).topk, (None, *args), [(0, 0, x.dtype, x.shape, None)],
+                             [(0, shape), (1, shape)], None, None, fixed)
+
+
 def _topk_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     axis = p.attrs["axis"] % x.ndim
     k = runtime_ints(p, inputs, "k", 1)[0]
     if not 0 <= k <= x.shape[axis]:
         raise ValueError(f"TopK: k={k} outside [0, {x.shape[axis]}] on axis {axis} of shape {x.shape}")
+    args = _topk_native(p, x, k)
+    if args is not None:
+        values, indices = runtime.native(p).topk(x, *args)
+        shape = _topk_shape(p, x.shape, k)
+        return [values.reshape(shape), indices.reshape(shape)]
     if p.attrs["largest"]:
         key = np.negative(x) if np.issubdtype(x.dtype, np.floating) else np.invert(x)
     else:
@@ -165,5 +202,5 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 register(KernelDef("", "ArgMax", _prepare, _arg_run, _cost, _check, rank_free=True, bind=_arg_bind))
 register(KernelDef("", "ArgMin", _prepare, _arg_run, _cost, _check, rank_free=True, bind=_arg_bind))
-register(KernelDef("", "TopK", _prepare, _topk_run, _cost, _check, rank_free=True))
+register(KernelDef("", "TopK", _prepare, _topk_run, _cost, _check, rank_free=True, bind=_topk_bind))
 register(KernelDef("", "CumSum", _prepare, _cumsum_run, _cost, _check, rank_free=True))

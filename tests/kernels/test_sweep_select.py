@@ -5,7 +5,12 @@ ArgMax/ArgMin (kernels/native/reduce.cc's ``arg_extreme``): x viewed as [outer, 
 extreme by reduce_axis's 32-lane folds (AVX-512, AVX2 and base builds), then the first (last) index holding it; a
 NaN extreme takes ORT's scan. Columns (inner > 1): the scan in blocks of 256 columns. So n crosses 32 and 64, inner
 crosses 256; ties (first index, last with select_last_index), -0.0 against +0.0, NaN first / later / rank 1,
-+-inf, the integer types' limits. Exact: the same index as the reference."""
++-inf, the integer types' limits. Exact: the same index as the reference.
+
+TopK (kernels/native/select.cc's ``topk``): each row (a column gathered into one when inner > 1) selected by a heap
+(partial_sort) for k < n, a full sort for k = n; rows in tasks of 32768 / n. So k crosses 0, 1, n - 1, n; inner 1 and
+> 1; many ties (lower index first), NaN (after every number, lower index first among NaN), -0.0 with +0.0, +-inf,
+the integer limits. Exact: the same values' bits and indices as the reference's stable argsort."""
 
 from __future__ import annotations
 
@@ -89,3 +94,42 @@ def test_session_as_the_cpu_ep(op, dtype, axis, last):
     x = _values((3, 40, 33), dtype, np.random.default_rng(43))
     check_on_ep(op, [("x", x, False)], [("y", np.int64)], {"axis": axis, "keepdims": 1, "select_last_index": last},
                 opset=13, targets=("npu-ref", "npu-edge"))
+
+
+def _topk(x: np.ndarray, axis: int, k: int, threads: int = 1) -> None:
+    for largest in (0, 1):
+        check("TopK", [("x", x, False), ("k", np.array([k], np.int64), True)], "topk", threads=threads, n_out=2,
+              axis=axis, largest=largest, sorted=1)
+
+
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+def test_topk_around_k_and_the_axis(dtype):
+    for n in (1, 2, 9, 64):
+        x = _values((3, n, 5), dtype)
+        for k in sorted({0, 1, n - 1, n} - {-1}):
+            _topk(x, 1, k)
+            _topk(np.ascontiguousarray(np.swapaxes(x, 1, 2)), -1, k)
+    _topk(_values((70, 1000), dtype), 1, 8, threads=2)  # 32 rows per task: three tasks on two threads
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_topk_special_values(dtype):
+    """NaN after every number either way (several NaN: lower index first), +-inf, -0.0 tied with +0.0."""
+    big = float(np.finfo(dtype).max)
+    for shape, axis in (((9, 37), 1), ((9, 37), 0), ((3, 19, 40), 1)):
+        x = with_specials(_values(shape, dtype), RNG, values=(np.nan, np.inf, -np.inf, -0.0, 0.0, big, -big),
+                          fraction=0.05)
+        for k in (1, 5, x.shape[axis]):
+            _topk(x, axis, k)
+
+
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+@pytest.mark.parametrize("axis, k, largest, const_k", [(-1, 8, 1, True), (1, 3, 0, True), (0, 3, 1, False)])
+def test_topk_session_as_the_cpu_ep(dtype, axis, k, largest, const_k):
+    """NpuEP sessions (graph assignment: NpuEP ran the node) give the CPU EP's values and indices exactly (ties:
+    the lower index first, as ORT); K constant or a runtime input (the bound step holds it; npu-edge takes only a
+    constant K)."""
+    x = _values((3, 40, 33), dtype, np.random.default_rng(44))
+    check_on_ep("TopK", [("x", x, False), ("k", np.array([k], np.int64), const_k)], [("v", dtype), ("i", np.int64)],
+                {"axis": axis, "largest": largest, "sorted": 1}, opset=11,
+                targets=("npu-ref", "npu-edge") if const_k else ("npu-ref",))

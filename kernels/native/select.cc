@@ -1,0 +1,126 @@
+// TopK over one axis (`kernels.topk`) and CumSum along one axis (`kernels.cumsum`), for kernels/ops/select.py.
+// x is viewed as [outer, n, inner]; a column (inner > 1) is gathered into a row first.
+// TopK: the k best of each row by value (largest or smallest), equal values by ascending index, NaN after every
+// number (the reference's stable argsort: NaN sorts last either way), as a heap selection (std::partial_sort over the
+// row's indices: n log k comparisons); the values are the input's own bits, the indices int64. Exact.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "half.h"
+#include "thread_pool.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+constexpr int64_t kTaskElems = 32768;
+
+// Whether a ranks before b (values va, vb at indices a < b or not): the better value, then the lower index; NaN
+// after every number.
+template <bool Largest, typename A>
+inline bool Before(A va, A vb, int64_t a, int64_t b) {
+  const bool na = va != va, nb = vb != vb;
+  if (na || nb) return na == nb ? a < b : nb;
+  if (va != vb) return Largest ? va > vb : va < vb;
+  return a < b;
+}
+
+// The first k indices of row[0, n) in rank order into order[0, k) (order: scratch of n).
+template <bool Largest, typename A>
+void SelectRow(const A* row, int64_t n, int64_t k, int64_t* order) {
+  std::iota(order, order + n, int64_t{0});
+  auto before = [row](int64_t a, int64_t b) { return Before<Largest>(row[a], row[b], a, b); };
+  if (k < n)
+    std::partial_sort(order, order + k, order + n, before);
+  else
+    std::sort(order, order + n, before);
+}
+
+template <typename T>
+using Acc = std::conditional_t<std::is_same_v<T, uint16_t>, float, T>;
+
+template <typename T>
+void TopKView(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest, int threads, T* values,
+              int64_t* indices) {
+  using A = Acc<T>;
+  const int64_t lines = outer * inner, per_task = std::max<int64_t>(1, kTaskElems / n);
+  ParallelFor(ThreadsFor(threads, lines * n), (lines + per_task - 1) / per_task, [&](int64_t t) {
+    std::vector<A> row(n);
+    std::vector<T> raw(inner > 1 ? n : 0);
+    std::vector<int64_t> order(n);
+    for (int64_t line = t * per_task; line < std::min(lines, (t + 1) * per_task); ++line) {
+      const int64_t o = line / inner, c = line % inner;
+      const T* src = x + o * n * inner + c;
+      if (inner > 1) {
+        for (int64_t j = 0; j < n; ++j) raw[j] = src[j * inner];
+        src = raw.data();
+      }
+      if constexpr (std::is_same_v<T, uint16_t>)
+        HalfToFloatRow(src, row.data(), n);
+      else
+        std::copy(src, src + n, row.data());
+      (largest ? SelectRow<true, A> : SelectRow<false, A>)(row.data(), n, k, order.data());
+      const int64_t at = o * k * inner + c;
+      for (int64_t j = 0; j < k; ++j) {
+        values[at + j * inner] = src[order[j]];
+        indices[at + j * inner] = order[j];
+      }
+    }
+  });
+}
+
+py::tuple TopKPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest, int threads) {
+  const py::dtype dt = x.dtype();
+  if (!(x.flags() & py::array::c_style) || outer < 0 || n <= 0 || inner <= 0 || k < 0 || k > n ||
+      outer * n * inner != static_cast<int64_t>(x.size()))
+    throw std::invalid_argument("topk: x (" + std::string(py::str(dt)) + ", " + std::to_string(x.size()) +
+                                " elements) must be C-contiguous, [outer, n, inner] = [" + std::to_string(outer) +
+                                ", " + std::to_string(n) + ", " + std::to_string(inner) + "] cover it and 0 <= k " +
+                                std::to_string(k) + " <= n");
+  py::array values(dt, std::vector<py::ssize_t>{outer, k, inner});
+  py::array_t<int64_t> indices(std::vector<py::ssize_t>{outer, k, inner});
+  const void* src = x.data();
+  void* dst = values.mutable_data();
+  int64_t* idx = indices.mutable_data();
+  auto run = [&](auto* typed) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
+    py::gil_scoped_release release;
+    if (k > 0) TopKView<T>(typed, outer, n, inner, k, largest, threads, static_cast<T*>(dst), idx);
+  };
+  if (dt.equal(py::dtype::of<float>()))
+    run(static_cast<const float*>(src));
+  else if (dt.equal(py::dtype("float16")))
+    run(static_cast<const uint16_t*>(src));
+  else if (dt.equal(py::dtype::of<int32_t>()))
+    run(static_cast<const int32_t*>(src));
+  else if (dt.equal(py::dtype::of<int64_t>()))
+    run(static_cast<const int64_t*>(src));
+  else if (dt.equal(py::dtype::of<int8_t>()))
+    run(static_cast<const int8_t*>(src));
+  else if (dt.equal(py::dtype::of<uint8_t>()))
+    run(static_cast<const uint8_t*>(src));
+  else
+    throw std::invalid_argument("topk: x must be float32, float16, int32, int64, int8 or uint8, got " +
+                                std::string(py::str(dt)));
+  return py::make_tuple(values, indices);
+}
+
+}  // namespace
+
+void BindSelect(py::module_& m) {
+  m.def("topk", &TopKPy, py::arg("x"), py::arg("outer"), py::arg("n"), py::arg("inner"), py::arg("k"),
+        py::arg("largest") = true, py::arg("threads") = 1,
+        "(values [outer, k, inner] of x's dtype, int64 indices) of the k largest (smallest) of C-contiguous x viewed "
+        "as [outer, n, inner] over n, sorted, equal values by ascending index, NaN after every number");
+}
+
+}  // namespace npu_ep::kern
