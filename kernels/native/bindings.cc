@@ -417,6 +417,8 @@ void RegisterKernels(py::module_& parent) {
   BindQLinearBinary(m);  // qlinear_binary.cc: com.microsoft QLinearAdd, QLinearMul
   void BindQLinearPool(py::module_&);
   BindQLinearPool(m);  // qlinear_pool.cc: com.microsoft QLinearGlobalAveragePool
+  void BindQuantize(py::module_&);
+  BindQuantize(m);  // quantize.cc: DequantizeLinear of any integer container
   void BindConvTail(py::module_&);
   BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&);

@@ -1,9 +1,17 @@
 // Per-tensor Q/DQ in fixed chunks of elements (the bits never depend on the thread count). Same float32
 // operations as the reference, in its order: a division (never a reciprocal multiply), rint, + zp, clip.
+// `kernels.dequantize_into` dequantizes any integer container (8-, 16- or 32-bit) into ORT's buffer when given one.
 #include "quantize.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "cpu.h"
 #include "thread_pool.h"
@@ -60,7 +68,90 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeAvx512(const
 }
 #endif
 
+// y = (float(x) - z) * scale for any integer container T (the reference's float32 steps)
+template <typename T>
+void DequantizeRowScalar(const T* x, int64_t n, float z, float scale, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - z) * scale;
+}
+
+#if NPU_EP_X86
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i Widen16(const T* x, __mmask16 k) {
+  if constexpr (sizeof(T) == 4) {
+    return _mm512_maskz_loadu_epi32(k, x);
+  } else if constexpr (sizeof(T) == 2) {
+    const __m256i v = _mm256_maskz_loadu_epi16(k, x);
+    return std::is_signed<T>::value ? _mm512_cvtepi16_epi32(v) : _mm512_cvtepu16_epi32(v);
+  } else {
+    const __m128i v = _mm_maskz_loadu_epi8(k, x);
+    return std::is_signed<T>::value ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+  }
+}
+
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeRowAvx512(const T* x, int64_t n, float z,
+                                                                              float scale, float* y) {
+  const __m512 sv = _mm512_set1_ps(scale), zv = _mm512_set1_ps(z);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(Widen16(x + i, k)), zv), sv));
+  }
+}
+#endif
+
+template <typename T>
+void DequantizeAny(const T* x, int64_t n, float z, float scale, float* y, int threads) {
+  ParallelFor(ThreadsFor(threads, n), (n + kChunk - 1) / kChunk, [&](int64_t c) {
+    const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+#if NPU_EP_X86
+    if (ActiveIsa() >= Isa::kAvx512) return DequantizeRowAvx512(x + i0, len, z, scale, y + i0);
+#endif
+    DequantizeRowScalar(x + i0, len, z, scale, y + i0);
+  });
+}
+
+template <typename T>
+bool DequantizeIf(const pybind11::array& x, float z, float scale, float* y, int threads) {
+  if (!x.dtype().equal(pybind11::dtype::of<T>())) return false;
+  const auto* in = static_cast<const T*>(x.data());
+  pybind11::gil_scoped_release release;
+  DequantizeAny(in, x.size(), z, scale, y, threads);
+  return true;
+}
+
+pybind11::array DequantizeIntoPy(const pybind11::array& x, float zero_point, float scale, const pybind11::object& out,
+                                 int threads) {
+  namespace py = pybind11;
+  if (!(x.flags() & py::array::c_style)) throw std::invalid_argument("dequantize_into: x must be C-contiguous");
+  py::array_t<float> y;
+  if (out.is_none()) {
+    y = py::array_t<float>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  } else {
+    y = py::reinterpret_borrow<py::array>(out);
+    if (!py::isinstance<py::array_t<float>>(out) || !(y.flags() & py::array::c_style) || !y.writeable() ||
+        y.size() != x.size())
+      throw std::invalid_argument("dequantize_into: out must be a writeable C-order float32 array of " +
+                                  std::to_string(x.size()) + " elements");
+  }
+  float* dst = y.mutable_data();
+  if (!(DequantizeIf<int8_t>(x, zero_point, scale, dst, threads) ||
+        DequantizeIf<uint8_t>(x, zero_point, scale, dst, threads) ||
+        DequantizeIf<int16_t>(x, zero_point, scale, dst, threads) ||
+        DequantizeIf<uint16_t>(x, zero_point, scale, dst, threads) ||
+        DequantizeIf<int32_t>(x, zero_point, scale, dst, threads)))
+    throw std::invalid_argument("dequantize_into: x must be int8, uint8, int16, uint16 or int32, got " +
+                                std::string(py::str(x.dtype())));
+  return y;
+}
+
 }  // namespace
+
+void BindQuantize(pybind11::module_& m) {
+  m.def("dequantize_into", &DequantizeIntoPy, pybind11::arg("x"), pybind11::arg("zero_point"), pybind11::arg("scale"),
+        pybind11::arg("out") = pybind11::none(), pybind11::arg("threads") = 1,
+        "per-tensor DequantizeLinear of int8/uint8/int16/uint16/int32 x: (float32(x) - zero_point) * scale in "
+        "float32, into out (ORT's buffer) or a new float32 array of x's shape");
+}
 
 void QuantizeTensor(const float* x, int64_t n, float scale, int32_t zp, bool is_signed, uint8_t* y, int threads) {
   const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f, z = static_cast<float>(zp);

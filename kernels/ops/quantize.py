@@ -8,8 +8,10 @@ QuantizeLinear, as ORT's CPU kernel: ``saturate(rint(float32(x) / scale) + zero_
 division, not a reciprocal multiply, so results are bit-exact). DequantizeLinear: ``float32(x - zp) * scale``,
 cast to the scale's dtype. Blocked: ``scale`` has x's rank with ``ceil(D_axis / block_size)`` along ``axis``.
 Compile time: scale/zero point are expanded to x's broadcast layout (per-axis reshape, blocked repeat).
-Per-tensor 8-bit Q/DQ with a float32 scale run on native kernels (``kernels/native/quantize.cc``, the same
-float32 operations) unless the session asks for the reference model.
+Per-tensor 8-bit Q and per-tensor DQ of any integer container (8-, 16- or 32-bit) with a float32 scale run on
+native kernels (``kernels/native/quantize.cc``, the same float32 operations) unless the session asks for the
+reference model; a bound DQ step writes into ORT's buffer when its result is a partition output (a fresh float32
+array of a large tensor costs its page faults).
 """
 
 from __future__ import annotations
@@ -108,6 +110,20 @@ def _native_per_tensor(p: Prepared) -> tuple | None:
     return nat, float(c["scale"]), int(c["zp"])
 
 
+_DQ_NATIVE = ("int8", "uint8", "int16", "uint16", "int32")
+
+
+def _native_dq(p: Prepared) -> tuple | None:
+    """(native kernels, float32 zero point, scale) for a per-tensor DQ of an integer container with a float32 scale,
+    else None."""
+    nat = runtime.native(p)
+    c = p.consts
+    if nat is None or p.attrs["qtype"] not in _DQ_NATIVE or c["scale"].ndim or c["zp"].ndim \
+            or p.attrs["scale_dtype"] != "float32":
+        return None
+    return nat, float(c["zp"]), float(c["scale"])
+
+
 def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0) if "x" not in p.consts else p.consts["x"]
     fast = _native_per_tensor(p)
@@ -120,10 +136,10 @@ def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
 
 def _run_dq(p: Prepared, inputs) -> list[np.ndarray]:
     x = p.consts["x"] if "x" in p.consts else _widen(arg(p, inputs, 0))
-    fast = _native_per_tensor(p)
-    if fast is not None and x.dtype in (np.uint8, np.int8):
-        nat, scale, zp = fast
-        return [nat.dequantize_tensor(np.ascontiguousarray(x), zp, scale, runtime.threads(p)).reshape(x.shape)]
+    fast = _native_dq(p)
+    if fast is not None and x.dtype.name in _DQ_NATIVE and x.flags.c_contiguous:
+        nat, zp, scale = fast
+        return [nat.dequantize_into(x, zp, scale, None, runtime.threads(p))]
     y = x.astype(np.float32)
     y -= p.consts["zp"]
     with np.errstate(over="ignore"):  # a float32-min mask constant overflows to -inf, as in ORT's kernel
@@ -132,20 +148,27 @@ def _run_dq(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _bind(p: Prepared, inputs, outs) -> Any:
-    """A per-tensor 8-bit Q or DQ of a runtime tensor as one native call for its shape, as ``_run_q``/``_run_dq``
-    make it (ep/step_binding.py)."""
+    """A per-tensor Q (8-bit) or DQ of a runtime tensor as one native call for its shape, as ``_run_q``/``_run_dq``
+    make it (ep/step_binding.py); DQ into ORT's buffer when its result is a partition output."""
     x = inputs[0] if inputs else None
+    if "x" in p.consts or not isinstance(x, np.ndarray) or not x.ndim or not x.flags.c_contiguous:
+        return None
+    live = [(0, 0, x.dtype, x.shape, None)]
+    if p.attrs["op"] == "DequantizeLinear":
+        fast = _native_dq(p)
+        if fast is None or x.dtype.name not in _DQ_NATIVE:
+            return None
+        nat, zp, scale = fast
+        where = p.runtime.partition_outputs
+        into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, nat.dequantize_into, (None, zp, scale, None, runtime.threads(p)), live,
+                                 [(-1, None)], None, into)
     fast = _native_per_tensor(p)
-    if fast is None or "x" in p.consts or not isinstance(x, np.ndarray) or not x.ndim or not x.flags.c_contiguous:
+    if fast is None or x.dtype != np.float32:
         return None
     nat, scale, zp = fast
-    if p.attrs["op"] == "QuantizeLinear" and x.dtype == np.float32:
-        fn, args = nat.quantize_tensor, (None, scale, zp, p.attrs["qtype"] == "int8", runtime.threads(p))
-    elif p.attrs["op"] == "DequantizeLinear" and x.dtype in (np.uint8, np.int8):
-        fn, args = nat.dequantize_tensor, (None, zp, scale, runtime.threads(p))
-    else:
-        return None
-    return runtime.call_step(p, fn, args, [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
+    args = (None, scale, zp, p.attrs["qtype"] == "int8", runtime.threads(p))
+    return runtime.call_step(p, nat.quantize_tensor, args, live, [(-1, None)])
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

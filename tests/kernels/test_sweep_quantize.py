@@ -3,7 +3,8 @@ DequantizeLinear and DynamicQuantizeLinear, issue 38: bit-exact against the refe
 steps: a division, round half to even, + zero point, clip; NaN to the lowest code), on every level it dispatches to.
 
 quantize.cc's blocks: 16 lanes per AVX-512 step (the tail masked), tasks of 2^18 elements (two threads split a
-tensor only above that). Values: ties (x / scale exactly k + 0.5, both parities), saturation at both ends, NaN,
+tensor only above that). DequantizeLinear for every container dequantize_into takes (int8, uint8, int16, uint16,
+int32; int32 values past 2^24 round to float32 as the reference's astype), into ORT's buffer in a session. Values: ties (x / scale exactly k + 0.5, both parities), saturation at both ends, NaN,
 +-Inf, -0.0, huge and subnormal values."""
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def test_quantize_linear(q_isa, qtype, zp):
             check("QuantizeLinear", inputs, "quantize_tensor", exact=True)
 
 
-@pytest.mark.parametrize("qtype,zp", [(np.uint8, 0), (np.uint8, 255), (np.int8, -128), (np.int8, 5)])
+@pytest.mark.parametrize("qtype,zp", [(np.uint8, 0), (np.uint8, 255), (np.int8, -128), (np.int8, 5), (np.int16, 0),
+                                      (np.int16, -300), (np.uint16, 40000), (np.int32, 0), (np.int32, 123457)])
 def test_dequantize_linear(q_isa, qtype, zp):
     info = np.iinfo(qtype)
     for n in SIZES:
@@ -56,7 +58,7 @@ def test_dequantize_linear(q_isa, qtype, zp):
         x[1::5] = info.max
         for scale in (np.float32(0.02), np.float32(3e38)):  # 3e38 * 255: +-Inf, as the reference's float32
             inputs = [("x", x, False), ("s", np.array(scale, np.float32), True), ("z", np.array(zp, qtype), True)]
-            check("DequantizeLinear", inputs, "dequantize_tensor", exact=True)
+            check("DequantizeLinear", inputs, "dequantize_into", exact=True)
 
 
 def test_dynamic_quantize_linear(q_isa):
@@ -76,7 +78,7 @@ def test_quantize_across_task_chunks(q_isa):
           "quantize_tensor", exact=True, threads=2, n_out=3)
     codes = RNG.integers(-128, 128, CHUNK + 17).astype(np.int8)
     check("DequantizeLinear", [("x", codes, False), ("s", np.array(0.07, np.float32), True),
-                               ("z", np.array(-9, np.int8), True)], "dequantize_tensor", exact=True, threads=2)
+                               ("z", np.array(-9, np.int8), True)], "dequantize_into", exact=True, threads=2)
 
 
 @pytest.mark.slow
@@ -123,3 +125,30 @@ def test_dynamic_quantize_linear_with_nan_in_a_session_runs_on_npu_as_the_cpu_ep
             assert set(assignment(sess).values()) == {"NpuEP"}
             for g, w in zip(sess.run(None, feeds), want):
                 np.testing.assert_array_equal(g, w, err_msg=f"{kernels} {row}")
+
+
+@pytest.mark.parametrize("qtype,elem", [(np.int16, TensorProto.INT16), (np.uint16, TensorProto.UINT16),
+                                        (np.int32, TensorProto.INT32), (np.int8, TensorProto.INT8)])
+def test_dequantize_linear_session_runs_the_bound_step_into_orts_buffer(qtype, elem):
+    """NpuEP runs the node as its bound native step (no Python step), with the CPU EP's float32 values exactly."""
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import session_options
+    info = np.iinfo(qtype)
+    zp = np.array(0 if qtype == np.int32 else info.min // 3 + info.max // 3 + 1, qtype)
+    node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], name="the_op")
+    model = make_model([node], [helper.make_tensor_value_info("x", elem, [1, 64, 300])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 300])],
+                       {"s": np.array(0.0173, np.float32), "z": zp}, opset=21)
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    lo, hi = (-(1 << 30), 1 << 30) if qtype == np.int32 else (info.min, info.max + 1)
+    feeds = {"x": RNG.integers(lo, hi, (1, 64, 300)).astype(qtype)}
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):  # the kernel's run, then the bound step
+        got = sess.run(None, feeds)[0]
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
