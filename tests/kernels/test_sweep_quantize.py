@@ -4,8 +4,9 @@ steps: a division, round half to even, + zero point, clip; NaN to the lowest cod
 
 quantize.cc's blocks: 16 lanes per AVX-512 step (the tail masked), tasks of 2^18 elements (two threads split a
 tensor only above that). DequantizeLinear for every container dequantize_into takes (int8, uint8, int16, uint16,
-int32; int32 values past 2^24 round to float32 as the reference's astype), into ORT's buffer in a session. Values: ties (x / scale exactly k + 0.5, both parities), saturation at both ends, NaN,
-+-Inf, -0.0, huge and subnormal values."""
+int32; int32 values past 2^24 round to float32 as the reference's astype), into ORT's buffer in a session. Values:
+ties (x / scale exactly k + 0.5, both parities), saturation at both ends, NaN, +-Inf, -0.0, huge and subnormal
+values."""
 
 from __future__ import annotations
 
