@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -36,7 +39,7 @@ def test_detr_projects_within_the_targets_recorded_calibration_error(cache):
     assert abs(projected / measured - 1) <= t.raw["projection"]["calibration"]["max_error"] + 1e-3
     # the costed timeline is remembered beside the model, not its projection: a new projection needs no new compile
     memo = json.loads((cache / "work.json").read_text())
-    (ops,) = [v for k, v in memo.items() if k.startswith("v4:")]
+    (ops,) = [v for k, v in memo.items() if k.startswith("v5:")]
     assert all(len(op) == len(silicon._OP_FIELDS) for partition in ops for op in partition)
     assert silicon.model_work(model_path(MODEL, "float", cache), t) == work
 
@@ -101,3 +104,25 @@ def test_runtime_labels_name_the_device_where_a_target_holds_two():
     assert silicon._runtime_labels(one) == {"qnn_dlc": 2.0, "tflite": 3.0}
     two = {("S25", "qnn_dlc"): 2.0, ("QRD", "qnn_dlc"): 2.5}
     assert silicon._runtime_labels(two) == {"S25/qnn_dlc": 2.0, "QRD/qnn_dlc": 2.5}
+
+
+def _key_in_a_process(model, hash_seed: str) -> str:
+    code = ("import sys; from pathlib import Path; from npu_ep.kernels.target import Target; "
+            "from npu_ep.tools.bench.silicon import memo_key; "
+            "print(memo_key(Path(sys.argv[1]), Target.load('snapdragon-8elite'), {'sequence': 1}))")
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    return subprocess.run([sys.executable, "-c", code, str(model)], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_the_remembered_timeline_is_found_again_by_the_next_process(tmp_path):
+    """The memo key is the same in every process (it was a repr of the op rules, whose dtype sets print in
+    string-hash order: every run of the benchmark recompiled every model), and it ignores the fitted terms only."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    assert _key_in_a_process(model, "1") == _key_in_a_process(model, "2")
+    t = Target.load("snapdragon-8elite")
+    refit = Target.from_dict({**t.raw, "projection": {**t.raw["projection"], "graph_overhead_us": 1.0}})
+    assert silicon.memo_key(model, refit) == silicon.memo_key(model, t)
+    assert silicon.memo_key(model, Target.from_dict({**t.raw, "sram_bytes": 1 << 20})) != silicon.memo_key(model, t)
+    assert silicon.memo_key(model, t, {"sequence": 2}) != silicon.memo_key(model, t, {"sequence": 1})

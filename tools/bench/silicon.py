@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import hashlib
 import itertools
 import json
 import os
@@ -120,16 +119,21 @@ def model_work(path: Path, target: Target, dims: Mapping[str, int] | None = None
     no new compile."""
     memo_path = path.parent / "work.json"
     memo = json.loads(memo_path.read_text()) if memo_path.is_file() else {}
-    described = repr((sorted((k, v) for k, v in target.raw.items() if k != "projection"),
-                      sorted(target.ops.items())))  # the op table it inherits (ops_from) too
-    key = (f"v4:{path.name}:{path.stat().st_mtime_ns}:{sorted((dims or {}).items())}:"
-           f"{hashlib.sha256(described.encode()).hexdigest()}")
+    key = memo_key(path, target, dims)
     if key not in memo:
         memo[key] = _costed_timeline(path, target, dims)
         tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(memo))
         os.replace(tmp, memo_path)
     return timeline_work([{"ops": [dict(zip(_OP_FIELDS, op)) for op in ops]} for ops in memo[key]], target)
+
+
+def memo_key(path: Path, target: Target, dims: Mapping[str, int] | None = None) -> str:
+    """The remembered timeline's key: the file's name and version, the dims, and the target's digest less its fitted
+    terms (``Target.digest`` is canonical JSON, the op table it inherits included, so every process computes the
+    same key; a repr of the op rules was not, their dtype sets print in string-hash order)."""
+    unfitted = Target.from_dict({k: v for k, v in target.raw.items() if k != "projection"}, source=target.name)
+    return f"v5:{path.name}:{path.stat().st_mtime_ns}:{sorted((dims or {}).items())}:{unfitted.digest}"
 
 
 _OP_FIELDS = ("op", "unit", "mode", "cycles", "compute_cycles", "dma_bytes", "weight_bytes", "macs")
