@@ -192,10 +192,14 @@ def _slice_plan(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[list[
     return starts, steps, dims
 
 
+_VIEW_OUTPUT_BYTES = 65536
+
+
 def _slice_bind(p: Prepared, inputs, outs):
     """Slice for this input shape and these bounds (runtime bounds must hold their bound values), x in any layout:
-    a C-order view stays numpy's view (free) unless the result is a partition output; anything else is one native
-    copy (``kernels.slice_copy``) into ORT's buffer when the result is a partition output."""
+    a C-order view stays numpy's view (free; as a partition output under ``_VIEW_OUTPUT_BYTES`` the bridge's copy of
+    it costs less than a native call); anything else is one native copy (``kernels.slice_copy``), into ORT's buffer
+    when the result is a partition output."""
     x = inputs[0] if inputs else None
     fixed = runtime.fixed_inputs(inputs, 1)
     if not isinstance(x, np.ndarray) or fixed is None:
@@ -205,7 +209,9 @@ def _slice_bind(p: Prepared, inputs, outs):
     nat = runtime.native(p)
     where = p.runtime.partition_outputs
     into_ort = bool(where and 0 in where)
-    if nat is None or x.dtype.hasobject or (x[index].flags.c_contiguous and not into_ort):
+    view = x[index]
+    if nat is None or x.dtype.hasobject or (view.flags.c_contiguous and
+                                            (not into_ort or view.nbytes < _VIEW_OUTPUT_BYTES)):
         return runtime.call_step(p, operator.getitem, (None, index), live, [(-1, None)], fixed=fixed)
     into = [(4, where[0], list(outs[0].shape))] if into_ort else []
     args = (None, *_slice_plan(index, x.shape), None, runtime.threads(p))
