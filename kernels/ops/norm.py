@@ -202,7 +202,7 @@ def native_rows(p: Prepared, inputs) -> tuple | None:
     if nat is None or not isinstance(x, np.ndarray) or x.dtype not in _FLOATS or not x.flags.c_contiguous or not x.size:
         return None
     kind, arg_of, result_of = ROW_KINDS[p.attrs["op"]]
-    want = [True] * len(p.attrs["outputs"])  # omitted ones too (cheap): a bound step returns arrays only
+    want = p.attrs["outputs"]  # an omitted optional output is not computed (None: nothing reads it)
     axis = p.attrs["axis"] % x.ndim
     d = math.prod(x.shape[axis:])
     dts = p.attrs["out_dtypes"]
@@ -242,7 +242,8 @@ def run_native_rows(p: Prepared, inputs) -> list | None:
         return None
     fn, args, _, result_of, stats = call
     res = fn(*args)
-    return [res[r] if r in (0, 3) else res[r].reshape(stats) for r in result_of[:len(p.attrs["outputs"])]]
+    return [None if not w else res[r] if r in (0, 3) else res[r].reshape(stats)
+            for w, r in zip(p.attrs["outputs"], result_of)]
 
 
 def bind_rows(p: Prepared, inputs, outs):
@@ -254,7 +255,7 @@ def bind_rows(p: Prepared, inputs, outs):
     fn, args, live, result_of, stats = call
     held = [None if i in (0, *live.values()) else a for i, a in enumerate(args)]
     ins = [(a, i, inputs[i].dtype, inputs[i].shape, None) for i, a in ((0, 0), *live.items())]
-    outputs = [(r, None if r in (0, 3) else stats) for r in result_of[:len(outs)]]
+    outputs = [(r, None if r in (0, 3) or o is None else stats) for o, r in zip(outs, result_of)]
     where = p.runtime.partition_outputs
     into = [(_OUT_ARG, where[0], list(outs[0].shape))] if where and 0 in where else []
     return runtime.call_step(p, fn, tuple(held), ins, outputs, None, into)

@@ -155,7 +155,8 @@ def _session_model(op: str, dt, shape):
         ins, opset = ["x", "g"], 23
     else:
         ins += ["skip", "g"] + (["b"] if op == "SkipLayerNormalization" else [])
-        outs += ["", "", "sum"]
+        outs += ["mean", "inv", "sum"]  # every output: ep/step_binding binds no step with an omitted one
+        out_info += [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, stat) for n in ("mean", "inv")]
         out_info.append(helper.make_tensor_value_info("sum", elem, shape))
         extra = [(MS, 1)]
     node = helper.make_node(op, ins, outs, name="the_op", domain=MS if extra else "", epsilon=1e-5)
