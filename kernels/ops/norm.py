@@ -21,7 +21,9 @@ Optional statistics outputs have shape X.shape[:axis] + (1,) * (rank - axis).
 
 Native kernels (``kernels.norm_rows``, kernels/native/norm.cc; skip_layernorm.py uses it too): float32 or float16
 in memory, the same operations in float32 with the sums in 16 lanes (SkipSimplified's sum of squares in order, so
-its bits stay ORT's), in the kernel and as its bound step, threaded over rows. ``native_rows`` says when it runs.
+its bits stay ORT's), in the kernel and as its bound step, threaded over rows. ``native_rows`` says when it runs. An
+omitted optional output is not computed (None), so such a node binds no step (``ep.step_binding`` binds all-array
+outputs only) and its Python kernel calls norm_rows.
 
 Cost per element: ~6 vector ops (sum, sub/square, accumulate, scale, shift) plus one rsqrt per row; DMA reads X
 (and skip/bias), scale, and writes Y plus the optional outputs.
