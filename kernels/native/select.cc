@@ -1,8 +1,12 @@
 // TopK over one axis (`kernels.topk`) and CumSum along one axis (`kernels.cumsum`), for kernels/ops/select.py.
 // x is viewed as [outer, n, inner]; a column (inner > 1) is gathered into a row first.
 // TopK: the k best of each row by value (largest or smallest), equal values by ascending index, NaN after every
-// number (the reference's stable argsort: NaN sorts last either way), as a heap selection (std::partial_sort over the
-// row's indices: n log k comparisons); the values are the input's own bits, the indices int64. Exact.
+// number (the reference's stable argsort: NaN sorts last either way): up to k 32 a sorted insertion list that most
+// elements pass by blocks of 16 none of which beats the list's last, above it a heap selection (std::partial_sort over
+// the row's indices); the values are the input's own bits, the indices int64. Exact.
+#if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
+#pragma GCC optimize("O3")  // AnyBeats vectorizes
+#endif
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -34,9 +38,57 @@ inline bool Before(A va, A vb, int64_t a, int64_t b) {
   return a < b;
 }
 
+constexpr int64_t kSmallK = 32;  // up to this k, an insertion list beats a heap over index order
+
+// The first k (<= kSmallK) of row[0, n) in rank order into order[0, k): a sorted list of the k best so far; an
+// element that does not beat the list's last (one comparison while that is a number: a NaN never beats one, an
+// equal value comes later) is passed over, the rest are inserted.
+constexpr int64_t kBlock = 16;
+
+// Whether any of x[0, kBlock) beats `worst` (a number); vectorizes.
+template <bool Largest, typename A>
+inline bool AnyBeats(const A* x, A worst) {
+  bool any = false;
+  for (int64_t i = 0; i < kBlock; ++i) any |= Largest ? x[i] > worst : x[i] < worst;
+  return any;
+}
+
+template <bool Largest, typename A>
+void SelectSmallK(const A* row, int64_t n, int64_t k, int64_t* order) {
+  A best[kSmallK];
+  int64_t filled = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const A v = row[j];
+    int64_t pos = filled;
+    if (filled == k) {
+      const A worst = best[k - 1];
+      if (worst == worst) {  // a number: a block none of whose elements beats it is passed over whole
+        if (j % kBlock == 0 && j + kBlock <= n && !AnyBeats<Largest>(row + j, worst)) {
+          j += kBlock - 1;
+          continue;
+        }
+        if (!(Largest ? v > worst : v < worst)) continue;
+      } else if (!Before<Largest>(v, worst, j, order[k - 1])) {
+        continue;
+      }
+      pos = k - 1;
+    } else {
+      ++filled;
+    }
+    for (; pos > 0 && Before<Largest>(v, best[pos - 1], j, order[pos - 1]); --pos) {
+      best[pos] = best[pos - 1];
+      order[pos] = order[pos - 1];
+    }
+    best[pos] = v;
+    order[pos] = j;
+  }
+}
+
 // The first k indices of row[0, n) in rank order into order[0, k) (order: scratch of n).
 template <bool Largest, typename A>
 void SelectRow(const A* row, int64_t n, int64_t k, int64_t* order) {
+  if (k == 0) return;
+  if (k <= kSmallK) return SelectSmallK<Largest>(row, n, k, order);
   std::iota(order, order + n, int64_t{0});
   auto before = [row](int64_t a, int64_t b) { return Before<Largest>(row[a], row[b], a, b); };
   if (k < n)
@@ -54,7 +106,7 @@ void TopKView(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k, bo
   using A = Acc<T>;
   const int64_t lines = outer * inner, per_task = std::max<int64_t>(1, kTaskElems / n);
   ParallelFor(ThreadsFor(threads, lines * n), (lines + per_task - 1) / per_task, [&](int64_t t) {
-    std::vector<A> row(n);
+    std::vector<A> row(std::is_same_v<T, A> ? 0 : n);
     std::vector<T> raw(inner > 1 ? n : 0);
     std::vector<int64_t> order(n);
     for (int64_t line = t * per_task; line < std::min(lines, (t + 1) * per_task); ++line) {
@@ -64,11 +116,12 @@ void TopKView(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k, bo
         for (int64_t j = 0; j < n; ++j) raw[j] = src[j * inner];
         src = raw.data();
       }
-      if constexpr (std::is_same_v<T, uint16_t>)
+      const A* values_of = reinterpret_cast<const A*>(src);  // T is A but for float16
+      if constexpr (std::is_same_v<T, uint16_t>) {
         HalfToFloatRow(src, row.data(), n);
-      else
-        std::copy(src, src + n, row.data());
-      (largest ? SelectRow<true, A> : SelectRow<false, A>)(row.data(), n, k, order.data());
+        values_of = row.data();
+      }
+      (largest ? SelectRow<true, A> : SelectRow<false, A>)(values_of, n, k, order.data());
       const int64_t at = o * k * inner + c;
       for (int64_t j = 0; j < k; ++j) {
         values[at + j * inner] = src[order[j]];

@@ -7,10 +7,11 @@ NaN extreme takes ORT's scan. Columns (inner > 1): the scan in blocks of 256 col
 crosses 256; ties (first index, last with select_last_index), -0.0 against +0.0, NaN first / later / rank 1,
 +-inf, the integer types' limits. Exact: the same index as the reference.
 
-TopK (kernels/native/select.cc's ``topk``): each row (a column gathered into one when inner > 1) selected by a heap
-(partial_sort) for k < n, a full sort for k = n; rows in tasks of 32768 / n. So k crosses 0, 1, n - 1, n; inner 1 and
-> 1; many ties (lower index first), NaN (after every number, lower index first among NaN), -0.0 with +0.0, +-inf,
-the integer limits. Exact: the same values' bits and indices as the reference's stable argsort."""
+TopK (kernels/native/select.cc's ``topk``): each row (a column gathered into one when inner > 1) selected by a sorted
+insertion list passing over blocks of 16 up to k 32, a heap (partial_sort) above it, a full sort at k = n; rows in
+tasks of 32768 / n. So k crosses 0, 1, 32, n - 1, n, n crosses 16; inner 1 and > 1; many ties (lower index first),
+NaN (after every number, lower index first among NaN), -0.0 with +0.0, +-inf, the integer limits. Exact: the same
+values' bits and indices as the reference's stable argsort."""
 
 from __future__ import annotations
 
@@ -104,12 +105,16 @@ def _topk(x: np.ndarray, axis: int, k: int, threads: int = 1) -> None:
 
 @pytest.mark.parametrize("dtype", ARG_DTYPES)
 def test_topk_around_k_and_the_axis(dtype):
-    for n in (1, 2, 9, 64):
+    for n in (1, 2, 9, 16, 17, 64):
         x = _values((3, n, 5), dtype)
-        for k in sorted({0, 1, n - 1, n} - {-1}):
+        for k in sorted({0, 1, n - 1, n} | ({32, 33} if n > 33 else set())):
             _topk(x, 1, k)
             _topk(np.ascontiguousarray(np.swapaxes(x, 1, 2)), -1, k)
     _topk(_values((70, 1000), dtype), 1, 8, threads=2)  # 32 rows per task: three tasks on two threads
+    wide = _values((4, 1000), dtype)
+    wide[1] = np.sort(wide[1])  # ascending: every element beats the list's last (largest), no block passed over
+    wide[2] = wide[2].max()  # all ties
+    _topk(wide, 1, 32)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
