@@ -494,11 +494,11 @@ void ReduceRowHalf(Reduction r, uint16_t* d, const uint16_t* s, int64_t n) {
   }
 }
 
-// Applies every update row in index order to columns [c0, c1) of its data row.
-void ScatterColumns(Reduction r, const py::dtype& dt, char* out, const char* upd, const std::vector<int64_t>& offsets,
-                    int64_t row_elems, int64_t c0, int64_t c1) {
-  const int64_t item = dt.itemsize(), n = c1 - c0;
-  const char kind = dt.kind();
+// Applies every update row in index order to columns [c0, c1) of its data row; elements of numpy kind `kind` and
+// `item` bytes (plain values: this runs without the GIL).
+void ScatterColumns(Reduction r, char kind, int64_t item, char* out, const char* upd,
+                    const std::vector<int64_t>& offsets, int64_t row_elems, int64_t c0, int64_t c1) {
+  const int64_t n = c1 - c0;
   for (size_t k = 0; k < offsets.size(); ++k) {
     char* d = out + offsets[k] + c0 * item;
     const char* s = upd + (static_cast<int64_t>(k) * row_elems + c0) * item;
@@ -559,13 +559,14 @@ py::array ScatterNdPy(const py::object& x_in, const py::object& idx_in, const py
     ForUnits(x.nbytes(), 1, threads,
              [&](int64_t lo, int64_t hi) { std::memcpy(dst + lo, src + lo, static_cast<size_t>(hi - lo)); });
   const int64_t row_elems = Product(xs, static_cast<size_t>(q), xs.size());
-  const py::dtype dt = x.dtype();
+  const char kind = x.dtype().kind();
+  const int64_t item = x.itemsize();
   const auto* u = static_cast<const char*>(upd.data());
   // One contiguous column range per thread: each element still sees its updates in index order, so the bits do not
   // depend on the split (narrow column tasks would walk the rows once per task, 4 KB apart).
   const int64_t parts = std::min<int64_t>(ThreadsFor(threads, upd.nbytes()), std::max<int64_t>(row_elems, 1));
   auto scatter = [&](int64_t t) {
-    ScatterColumns(r, dt, dst, u, offsets, row_elems, row_elems * t / parts, row_elems * (t + 1) / parts);
+    ScatterColumns(r, kind, item, dst, u, offsets, row_elems, row_elems * t / parts, row_elems * (t + 1) / parts);
   };
   if (static_cast<size_t>(upd.nbytes()) < kReleaseGilBytes) {
     scatter(0);  // parts is 1 below the parallel threshold
