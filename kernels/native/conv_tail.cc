@@ -391,6 +391,71 @@ py::array_t<float> TailOfPy(const py::array_t<float, py::array::c_style>& x,
   return y;
 }
 
+// x + bias (bias along x's last axis, D = bias.size elements, x.size a multiple of D) then the instructions, in
+// float32 (float16 x and bias widened per chunk, rounded once on store), into ``out`` or a new array: BiasGelu,
+// and a chain whose first link adds a per-channel constant. The sum is the reference's float32 add.
+py::array TailOfBiasPy(const py::array& x, const py::array& bias, const py::array_t<int32_t, py::array::c_style>& codes,
+                       const py::array_t<float, py::array::c_style>& consts, int threads, const py::object& out) {
+  CheckTail("tail_of_bias", codes, consts);
+  const bool half = IsHalf(x);
+  const bool f32 = x.dtype().is(py::dtype::of<float>());
+  if (!(half || f32) || !(x.flags() & py::array::c_style) || !bias.dtype().is(x.dtype()) ||
+      !(bias.flags() & py::array::c_style))
+    throw std::invalid_argument("tail_of_bias: x and bias must be C-order arrays of one dtype, float32 or float16");
+  const int64_t n = x.size(), d = bias.size();
+  if (d <= 0 || n % d != 0 || x.ndim() < 1 || x.shape(x.ndim() - 1) != d)
+    throw std::invalid_argument("tail_of_bias: bias of " + std::to_string(d) + " elements is not x's last axis");
+  py::array y;
+  if (out.is_none()) {
+    y = py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  } else {
+    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+    if (!y || !y.dtype().is(x.dtype()) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != n)
+      throw std::invalid_argument("tail_of_bias: out must be a writeable C-order array of x's dtype and " +
+                                  std::to_string(n) + " elements");
+  }
+  const void* in = x.data();
+  const void* bp = bias.data();
+  void* dst = y.mutable_data();
+  const int64_t n_codes = codes.size(), tasks = (n + kTailTask - 1) / kTailTask;
+  const int32_t* cd = codes.data();
+  const float* cs = consts.data();
+  {
+    py::gil_scoped_release release;
+    std::vector<float> bias_f(static_cast<size_t>(d));
+    if (half) {
+      HalfToFloatRow(static_cast<const uint16_t*>(bp), bias_f.data(), d);
+    } else {
+      std::copy_n(static_cast<const float*>(bp), d, bias_f.data());
+    }
+    const float* b = bias_f.data();
+    ParallelFor(ThreadsFor(threads, n * (std::max<int64_t>(n_codes, 1) + 1)), tasks, [&](int64_t t) {
+      float v[kTailChunk], saved[kTailChunk];
+      const int64_t end = std::min(n, (t + 1) * kTailTask);
+      for (int64_t i = t * kTailTask; i < end; i += kTailChunk) {
+        const int64_t len = std::min(kTailChunk, end - i);
+        if (half) {
+          HalfToFloatRow(static_cast<const uint16_t*>(in) + i, v, len);
+        } else {
+          std::copy_n(static_cast<const float*>(in) + i, len, v);
+        }
+        for (int64_t j = 0, k = i % d; j < len; k = 0) {  // the chunk's runs of the bias row
+          const int64_t run = std::min(len - j, d - k);
+          for (int64_t r = 0; r < run; ++r) v[j + r] = v[j + r] + b[k + r];
+          j += run;
+        }
+        TailChunk(v, saved, len, cd, cs, n_codes);
+        if (half) {
+          FloatToHalfRow(v, static_cast<uint16_t*>(dst) + i, len);
+        } else {
+          std::copy_n(v, len, static_cast<float*>(dst) + i);
+        }
+      }
+    });
+  }
+  return y;
+}
+
 }  // namespace
 
 void ApplyTail(const ConvTail& tail, float* v, int64_t n) {
@@ -466,6 +531,10 @@ void BindConvTail(py::module_& m) {
         py::arg("out") = py::none(),
         "tail_of for float16 x: each chunk widened to float32, the instructions, rounded once to float16 on store "
         "(into out when given: ORT's buffer)");
+  m.def("tail_of_bias", &TailOfBiasPy, py::arg("x"), py::arg("bias"), py::arg("codes"), py::arg("consts"),
+        py::arg("threads") = 1, py::arg("out") = py::none(),
+        "x + bias (bias along x's last axis) then the engine's instructions, float32 or float16 (widened per chunk, "
+        "rounded once on store), into out when given (ORT's buffer): BiasGelu");
   m.def("sigmoid", &SigmoidPy, py::arg("x"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "ONNX Sigmoid of float32 x: 1 / (1 + exp(min(-x, 88))), exp in lanes on AVX2/AVX-512 hosts (within 2 ulp of "
         "numpy's, as the conv tail's sigmoid), into out when given (ORT's buffer)");

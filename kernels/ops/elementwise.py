@@ -12,15 +12,16 @@ Each op is one row of a table ``op -> (function, plain ops/element, transcendent
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
 and the output (``_vector.stream_cost``).
 
-The element-wise engine: a float32 op that is a short list of conv-tail instructions (``tail_program.CODES``:
-Erf, exact and tanh Gelu (FastGelu without a bias), Pow by a constant 3 or 0.5, Exp, Reciprocal, in float16 also
-Log, Tanh, Sigmoid, Floor, Ceil, Round and Sign (``tail_program.unary_program``), and activation.py's LeakyRelu,
-HardSigmoid, HardSwish, PRelu of one slope, Elu, Selu, Softplus, Softsign) runs natively as ``tail_of`` (``kernels/native/conv_tail.cc``: one
-pass over the data in L1-sized chunks, vectorized, threaded over large tensors, into ORT's buffer when the result
-is a partition output), and the same instructions fold into a Conv before it. Its reference computes the same
-float32 operations (``float_math``), so both give the same bits; but exp, log and expm1, Cephes' float32 algorithms
-(within 1-3 ulp of the exact functions), where the reference calls numpy's. Where and Cast are in ``where.py`` and
-``cast.py``.
+The element-wise engine: a float32 or float16 op that is a short list of conv-tail instructions
+(``tail_program.CODES``: Erf, exact and tanh Gelu, FastGelu, Pow by a constant 3 or 0.5, Exp, Reciprocal, in float16
+also Log, Tanh, Sigmoid, Floor, Ceil, Round and Sign (``tail_program.unary_program``), activation.py's LeakyRelu,
+HardSigmoid, HardSwish, PRelu of one slope, Elu, Selu, Softplus, Softsign, and gelu.py's QuickGelu) runs natively as
+``tail_of`` (``kernels/native/conv_tail.cc``: one pass over the data in L1-sized chunks, vectorized, threaded over
+large tensors, into ORT's buffer when the result is a partition output; ``tail_of_bias`` adds a bias along the last
+axis first: BiasGelu, FastGelu with a bias), and the same instructions fold into a Conv before it. Its reference
+computes the same float32 operations (``float_math``), so both give the same bits; but exp, log, expm1 and sigmoid's
+exp, Cephes' float32 algorithms (within 1-3 ulp of the exact functions), where the reference calls numpy's. Where
+and Cast are in ``where.py`` and ``cast.py``.
 """
 
 from __future__ import annotations
@@ -407,6 +408,40 @@ def engine_bind(p: Prepared, inputs, outs):
                              None, into)
 
 
+def _bias_ok(x, bias) -> bool:
+    """Whether ``tail_of_bias`` takes these: C-order float32 or float16 x of rank >= 1 and a bias of its dtype and
+    its last axis's length."""
+    return (type(x) is np.ndarray and type(bias) is np.ndarray and x.dtype in (_F32, _F16) and bias.dtype == x.dtype
+            and x.ndim >= 1 and x.size > 0 and bias.size == x.shape[-1] and x.flags.c_contiguous
+            and bias.flags.c_contiguous)
+
+
+def bias_engine_call(p: Prepared, x, bias, prog: tuple[np.ndarray, np.ndarray]) -> np.ndarray | None:
+    """x + bias (along x's last axis) then the engine program ``prog`` in one native pass (``tail_of_bias``), into
+    ORT's buffer when the result is a partition output; None where it does not apply."""
+    nat = runtime.native(p)
+    if nat is None or not _bias_ok(x, bias):
+        return None
+    out = runtime.ort_output(p, 0, x.shape, x.dtype)
+    return nat.tail_of_bias(x, bias, *prog, runtime.threads(p), out)
+
+
+def bias_engine_bind(p: Prepared, inputs, outs, prog: tuple[np.ndarray, np.ndarray]):
+    """``bias_engine_call`` as one bound step for this input shape (a constant bias held)."""
+    x, bias = arg(p, inputs, 0), arg(p, inputs, 1)
+    nat = runtime.native(p)
+    if nat is None or not inputs or inputs[0] is None or not _bias_ok(x, bias) or outs[0].dtype != x.dtype:
+        return None
+    live = [(0, 0, x.dtype, x.shape, None)]
+    if len(inputs) > 1 and inputs[1] is not None:
+        live.append((1, 1, bias.dtype, bias.shape, None))
+    held = None if len(live) == 2 else np.array(bias, order="C")
+    where = p.runtime.partition_outputs  # written into ORT's buffer when y is an output of the partition
+    into = [(5, where[0], list(x.shape))] if where and 0 in where else []
+    return runtime.call_step(p, nat.tail_of_bias, (None, held, *prog, runtime.threads(p), None), live, [(-1, None)],
+                             None, into)
+
+
 def _sigmoid_run(p: Prepared, inputs) -> list[np.ndarray]:
     """Sigmoid; float32 on the native kernel (the conv tail's sigmoid: exp in lanes, within 2 ulp of numpy's),
     numpy's ``sigmoid`` for the reference model and other dtypes."""
@@ -517,18 +552,29 @@ def _gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
 _GELU_TANH_PROGRAM: list = []
 
 
+def _gelu_tanh_program() -> tuple[np.ndarray, np.ndarray]:
+    """(codes, consts) of the engine's tanh GELU (``GELU_TANH``), made once."""
+    if not _GELU_TANH_PROGRAM:
+        _GELU_TANH_PROGRAM.append((np.asarray([CODES[t[0]] for t in GELU_TANH], np.int32),
+                                   np.asarray([t[1:] for t in GELU_TANH], np.float32).reshape(-1, 2)))
+    return _GELU_TANH_PROGRAM[0]
+
+
 def _fast_gelu_run(p: Prepared, inputs) -> list[np.ndarray]:
-    """FastGelu; with a bias, x + bias in float32 and then the engine's tanh GELU in place on the sum (the same
-    instructions and bits as ``gelu_tanh``; without a bias the engine runs through ``engine_runner``)."""
+    """FastGelu; with a bias, x + bias in float32 and the engine's tanh GELU in one native pass (``tail_of_bias``:
+    the same instructions and bits as ``gelu_tanh``; without a bias the engine runs through ``engine_runner``)."""
     x, bias = arg(p, inputs, 0), arg(p, inputs, 1)
+    if bias is not None and (y := bias_engine_call(p, x, bias, _gelu_tanh_program())) is not None:
+        return [y]
     xc = widen(x) if bias is None else widen(x) + widen(bias)
-    nat = runtime.native(p)
-    if bias is not None and nat is not None and xc.dtype == _F32 and xc.ndim and xc.flags.c_contiguous:
-        if not _GELU_TANH_PROGRAM:
-            _GELU_TANH_PROGRAM.append((np.asarray([CODES[t[0]] for t in GELU_TANH], np.int32),
-                                       np.asarray([t[1:] for t in GELU_TANH], np.float32).reshape(-1, 2)))
-        return [_store(p, nat.tail_of(xc, *_GELU_TANH_PROGRAM[0], runtime.threads(p), xc), x)]
     return [_store(p, gelu_tanh(xc), x)]
+
+
+def _fast_gelu_bind(p: Prepared, inputs, outs):
+    """FastGelu as one engine step: ``tail_of_bias`` with a bias, ``tail_of`` without."""
+    if len(inputs) > 1 and arg(p, inputs, 1) is not None:
+        return bias_engine_bind(p, inputs, outs, _gelu_tanh_program())
+    return engine_bind(p, inputs, outs)
 
 
 def _variadic_runner(op: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
@@ -610,7 +656,7 @@ register(KernelDef("", "Gelu", prepare, engine_runner(_gelu_run), cost, check, r
 register(KernelDef("com.microsoft", "Gelu", prepare, engine_runner(_gelu_run), cost, check, rank_free=True,
                    bind=engine_bind))
 register(KernelDef("com.microsoft", "FastGelu", prepare, engine_runner(_fast_gelu_run), cost, check,
-                   rank_free=True, bind=engine_bind))
+                   rank_free=True, bind=_fast_gelu_bind))
 def _pairwise_binder(fn: np.ufunc):
     """Min/Max of two inputs as its ufunc's native call (the kernel's one fold step), as the binary ops bind; also
     float16, whose min/max is exact (the float32 result rounds back to the float16 operand)."""

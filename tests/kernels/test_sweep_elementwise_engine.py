@@ -275,15 +275,16 @@ def test_pow_by_a_half_keeps_pows_special_cases_against_the_cpu_ep():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_bias_gelu_runs_its_gelu_in_place_on_the_engine(ew_isa, dtype):
-    """com.microsoft BiasGelu: x + bias, then the engine's exact GELU in place on the sum (tail_of with out = x):
-    the reference's bits, every ISA, around the lane tails and the task split."""
+    """com.microsoft BiasGelu: x + bias, then the engine's exact GELU in one native pass (tail_of_bias), bound as
+    the step: the reference's bits, every ISA, around the lane tails, a bias row longer than the 2048-float chunk
+    and the task split."""
     from _sweep import native_vs_reference
-    for shape in [(3, 17), (2, 5, 33), (1, TASK // 96 + 3, 96)]:
+    for shape in [(3, 17), (2, 5, 33), (3, 2 * CHUNK + 5), (1, TASK // 96 + 3, 96)]:
         x = with_specials((RNG.standard_normal(shape) * 4).astype(dtype), RNG, values=(np.nan, np.inf, -np.inf, -0.0))
         bias = RNG.standard_normal(shape[-1]).astype(dtype)
         got, want, calls = native_vs_reference("BiasGelu", [("x", x, False), ("b", bias, True)], domain="com.microsoft",
                                                threads=2)
-        assert "tail_of" in calls
+        assert "tail_of_bias" in calls
         g, w = got[0], want[0]
         nan = np.isnan(w)
         assert g.dtype == w.dtype and np.array_equal(np.isnan(g), nan)
@@ -292,14 +293,15 @@ def test_bias_gelu_runs_its_gelu_in_place_on_the_engine(ew_isa, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_fast_gelu_with_a_bias_runs_its_gelu_in_place_on_the_engine(dtype):
-    """com.microsoft FastGelu with its bias: x + bias, then the engine's tanh GELU in place: the reference's bits."""
+    """com.microsoft FastGelu with its bias: x + bias, then the engine's tanh GELU in one native pass
+    (tail_of_bias), bound as the step: the reference's bits."""
     from _sweep import native_vs_reference
     for shape in [(3, 17), (1, TASK // 96 + 3, 96)]:
         x = with_specials((RNG.standard_normal(shape) * 4).astype(dtype), RNG, values=(np.nan, np.inf, -np.inf, -0.0))
         bias = RNG.standard_normal(shape[-1]).astype(dtype)
         got, want, calls = native_vs_reference("FastGelu", [("x", x, False), ("b", bias, True)], domain="com.microsoft",
                                                threads=2)
-        assert "tail_of" in calls
+        assert "tail_of_bias" in calls
         g, w = got[0], want[0]
         nan = np.isnan(w)
         assert g.dtype == w.dtype and np.array_equal(np.isnan(g), nan)

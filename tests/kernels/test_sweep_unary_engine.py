@@ -203,3 +203,82 @@ def test_session_matches_cpu_ep_and_runs_on_npu_ep(op, dtype):
         assert _ulps(got, want).max(initial=0) <= 2
     else:
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+
+
+BOUND_CASES = [("Exp", "", np.float32, None), ("Softplus", "", np.float16, None), ("Sign", "", np.float16, None),
+               ("QuickGelu", "com.microsoft", np.float32, None), ("QuickGelu", "com.microsoft", np.float16, None),
+               ("BiasGelu", "com.microsoft", np.float16, True), ("BiasGelu", "com.microsoft", np.float32, False),
+               ("FastGelu", "com.microsoft", np.float32, True)]
+
+
+@pytest.mark.parametrize("op,domain,dtype,bias_constant", BOUND_CASES)
+def test_each_op_binds_one_native_step(op, domain, dtype, bias_constant):
+    """The session runs these as a bound native step (no Python step), with the kernel's bits: a constant bias is
+    held in the step, a runtime one passed in."""
+    from _sweep import kernel_and_bound_step
+    x = (RNG.standard_normal((2, 3, 40)) * 3).astype(dtype)
+    inputs = [("x", x, False)]
+    if bias_constant is not None:
+        inputs.append(("b", RNG.standard_normal(40).astype(dtype), bias_constant))
+    outs, bound = kernel_and_bound_step(op, inputs, domain=domain)
+    assert len(bound) == 1, f"{op} {np.dtype(dtype).name}: no native step bound"
+    assert bound[0].tobytes() == outs[0].tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_quick_gelu_sizes_and_specials(ew_isa, dtype):
+    """QuickGelu x * sigmoid(alpha x) as save, mul alpha, sigmoid, mul_saved: the engine's sigmoid is within 2 ulp of
+    numpy's (std::exp's on the scalar path), the product within 4 ulp of the reference (float16: within one float16
+    ulp)."""
+    for n in SIZES + [TASK + 77]:
+        x = with_specials((RNG.standard_normal(n) * 6).astype(dtype), RNG,
+                          values=SPECIALS if dtype == np.float32 else F16_SPECIALS)
+        got, want, calls = native_vs_reference("QuickGelu", [("x", x, False)], domain="com.microsoft", threads=2,
+                                               alpha=1.5)
+        assert ("tail_of" if dtype == np.float32 else "tail_of_f16") in calls
+        assert _ulps(got[0], want[0]).max(initial=0) <= (4 if dtype == np.float32 else 1), f"QuickGelu n={n}"
+
+
+def test_tail_of_bias_rejects_a_bias_that_is_not_the_last_axis():
+    kernels = runtime.native_module()
+    kernels = getattr(kernels, "kernels", kernels)
+    codes, consts = np.array([CODES["erf"]], np.int32), np.zeros((1, 2), np.float32)
+    x = np.ones((4, 6), np.float32)
+    with pytest.raises(ValueError, match="last axis"):
+        kernels.tail_of_bias(x, np.ones(4, np.float32), codes, consts)
+    with pytest.raises(ValueError, match="one dtype"):
+        kernels.tail_of_bias(x, np.ones(6, np.float16), codes, consts)
+    out = np.empty_like(x)
+    assert kernels.tail_of_bias(x, np.ones(6, np.float32), codes, consts, 1, out) is not None
+    np.testing.assert_array_equal(out, np.full_like(x, _instruction("erf", np.array([2.0], np.float32))[0]))
+
+
+def _gelu_family_model(op: str, dtype, bias: np.ndarray | None, shape: list[int]):
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
+    inits = {} if bias is None else {"b": bias.astype(dtype)}
+    node = helper.make_node(op, ["x", *inits], ["y"], name="the_op", domain="com.microsoft")
+    return make_model([node], [helper.make_tensor_value_info("x", elem, shape)],
+                      [helper.make_tensor_value_info("y", elem, shape)], inits, opset=20,
+                      extra_opsets=[("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("op,dtype", [(op, dt) for op in ("QuickGelu", "BiasGelu") for dt in (np.float32, np.float16)])
+def test_gelu_family_session_matches_cpu_ep(op, dtype):
+    """com.microsoft QuickGelu/BiasGelu in a session: NpuEP runs the node and matches ORT's CPU EP within its own
+    approximations (float32 2e-6 relative and 3e-6 absolute: ORT's erf and logistic are MLAS's, coarse near 0, its
+    BiasGelu gives -0 near x = -5 where the exact value is -1e-6). Float16 is compared with the CPU EP's float32
+    result (one float16 ulp relative, the same 3e-6 absolute): ORT's
+    float16 QuickGelu computes in float16 and is up to 18 float16 ulp off near its small negative outputs."""
+    shape = [1, 50, 768]
+    bias = RNG.standard_normal(768).astype(dtype) if op == "BiasGelu" else None
+    model = _gelu_family_model(op, dtype, bias, shape)
+    x = (RNG.standard_normal(shape) * 3).astype(dtype)
+    sess = npu_session(model)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    got = sess.run(None, {"x": x})[0]
+    if dtype == np.float16:
+        model32 = _gelu_family_model(op, np.float32, bias, shape)
+        want = cpu_run(model32, {"x": x.astype(np.float32)})[0]
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=2.0**-10, atol=3e-6)
+    else:
+        np.testing.assert_allclose(got, cpu_run(model, {"x": x})[0], rtol=2e-6, atol=3e-6)
