@@ -111,7 +111,9 @@ def test_expand_with_a_runtime_shape_binds_for_that_shape_and_declines_another()
     assert kernel.bind(p, [x, big], outs) is None
 
 
-def test_slice_with_runtime_bounds_binds_a_view_for_those_bounds():
+def test_slice_with_runtime_bounds_binds_a_step_for_those_bounds():
+    """A strided input's slice is no C-order view: the step copies it natively (kernels.slice_copy), in C order, as
+    the kernel does; a C-order view stays a view."""
     kernel, p = one_node("Slice", [vi("x", F32, [4, 6]), vi("st", I64, [1]), vi("en", I64, [1])],
                          [vi("y", F32, [None, None, None])], {"ax": np.array([1], np.int64)})
     x = values((4, 6), np.float32).T.copy().T  # a strided input
@@ -120,7 +122,10 @@ def test_slice_with_runtime_bounds_binds_a_view_for_those_bounds():
     assert isinstance(step, extension.CallStep)
     got = loop((x, st, en, None))
     assert_same(got, outs)
-    assert np.shares_memory(got[0], x)  # a view, as the kernel's
+    assert got[0].flags.c_contiguous and not np.shares_memory(got[0], x)
+    row = values((1, 6), np.float32)
+    _, _, row_loop = one_step_loop(kernel, p, [row, st, en, None])
+    assert np.shares_memory(row_loop((row, st, en, None))[0], row)
     assert_same(loop((x, st, np.array([3], np.int64), None)), kernel.run(p, [x, st, np.array([3]), None]))
     assert loop.native_counts == (1, 1)
 
