@@ -1,4 +1,4 @@
-// TopK over one axis (`kernels.topk`) and CumSum along one axis (`kernels.cumsum`), for kernels/ops/select.py.
+// TopK over one axis (`kernels.topk`) and CumSum along one axis (`kernels.cumsum`, below), for kernels/ops/select.py.
 // x is viewed as [outer, n, inner]; a column (inner > 1) is gathered into a row first.
 // TopK: the k best of each row by value (largest or smallest), equal values by ascending index, NaN after every
 // number (the reference's stable argsort: NaN sorts last either way): up to k 32 a sorted insertion list that most
@@ -167,9 +167,123 @@ py::tuple TopKPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, in
   return py::make_tuple(values, indices);
 }
 
+// --- CumSum ---------------------------------------------------------------------------------------------------------
+// Sequential sums along n (from the end with `reverse`), each output the sum up to and including its element (before
+// it with `exclusive`: the first is 0), as the reference's add.accumulate: float32 in float32 (its bits), float16
+// accumulated in float32 and rounded once per output (its bits: the reference's float32 cumsum and astype), int32 and
+// int64 wrapping (two's complement, as numpy and ORT). Rows (inner 1) one at a time; columns (inner > 1) in blocks of
+// 256 walked down the n rows.
+
+template <typename A>
+inline A Add(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
+constexpr int64_t kScanColumns = 256;
+
+template <typename T>
+void Widen(const T* s, Acc<T>* d, int64_t len) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    HalfToFloatRow(s, d, len);
+  else
+    std::copy(s, s + len, d);
+}
+
+template <typename T>
+void Narrow(const Acc<T>* s, T* d, int64_t len) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    FloatToHalfRow(s, d, len);
+  else
+    std::copy(s, s + len, d);
+}
+
+// One [n, len] block (rows `stride` apart) of x scanned down its rows into y; `in`, `sum`, `out`: scratch of len.
+template <typename T>
+void ScanBlock(const T* x, int64_t n, int64_t stride, int64_t len, bool exclusive, bool reverse, Acc<T>* in,
+               Acc<T>* sum, Acc<T>* out, T* y) {
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t r = reverse ? n - 1 - t : t;
+    Widen(x + r * stride, in, len);
+    for (int64_t c = 0; c < len; ++c) {
+      const Acc<T> before = t == 0 ? Acc<T>{0} : sum[c];
+      sum[c] = t == 0 ? in[c] : Add(sum[c], in[c]);
+      out[c] = exclusive ? before : sum[c];
+    }
+    Narrow(out, y + r * stride, len);
+  }
+}
+
+template <typename T>
+void CumSumView(const T* x, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, int threads, T* y) {
+  using A = Acc<T>;
+  if (inner == 1) {  // a row: its n elements are the block's rows of one column
+    const int64_t per_task = std::max<int64_t>(1, kTaskElems / n);
+    ParallelFor(ThreadsFor(threads, outer * n), (outer + per_task - 1) / per_task, [&](int64_t t) {
+      std::vector<A> in(n), out(n);
+      for (int64_t r = t * per_task; r < std::min(outer, (t + 1) * per_task); ++r) {
+        Widen(x + r * n, in.data(), n);
+        A sum = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t j = reverse ? n - 1 - i : i;
+          const A before = sum;
+          sum = i == 0 ? in[j] : Add(sum, in[j]);
+          out[j] = exclusive ? (i == 0 ? A{0} : before) : sum;
+        }
+        Narrow(out.data(), y + r * n, n);
+      }
+    });
+    return;
+  }
+  const int64_t blocks = (inner + kScanColumns - 1) / kScanColumns;
+  ParallelFor(ThreadsFor(threads, outer * n * inner), outer * blocks, [&](int64_t t) {
+    const int64_t o = t / blocks, c = (t % blocks) * kScanColumns, len = std::min(kScanColumns, inner - c);
+    A in[kScanColumns], sum[kScanColumns], out[kScanColumns];
+    const int64_t at = o * n * inner + c;
+    ScanBlock(x + at, n, inner, len, exclusive, reverse, in, sum, out, y + at);
+  });
+}
+
+py::array CumSumPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse,
+                   int threads) {
+  const py::dtype dt = x.dtype();
+  if (!(x.flags() & py::array::c_style) || outer < 0 || n <= 0 || inner <= 0 ||
+      outer * n * inner != static_cast<int64_t>(x.size()))
+    throw std::invalid_argument("cumsum: x (" + std::string(py::str(dt)) + ", " + std::to_string(x.size()) +
+                                " elements) must be C-contiguous and [outer, n, inner] = [" + std::to_string(outer) +
+                                ", " + std::to_string(n) + ", " + std::to_string(inner) + "] cover it, n >= 1");
+  py::array y(dt, std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  const void* src = x.data();
+  void* dst = y.mutable_data();
+  auto run = [&](auto* typed) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
+    py::gil_scoped_release release;
+    CumSumView<T>(typed, outer, n, inner, exclusive, reverse, threads, static_cast<T*>(dst));
+  };
+  if (dt.equal(py::dtype::of<float>()))
+    run(static_cast<const float*>(src));
+  else if (dt.equal(py::dtype("float16")))
+    run(static_cast<const uint16_t*>(src));
+  else if (dt.equal(py::dtype::of<int32_t>()))
+    run(static_cast<const int32_t*>(src));
+  else if (dt.equal(py::dtype::of<int64_t>()))
+    run(static_cast<const int64_t*>(src));
+  else
+    throw std::invalid_argument("cumsum: x must be float32, float16, int32 or int64, got " + std::string(py::str(dt)));
+  return y;
+}
+
 }  // namespace
 
 void BindSelect(py::module_& m) {
+  m.def("cumsum", &CumSumPy, py::arg("x"), py::arg("outer"), py::arg("n"), py::arg("inner"),
+        py::arg("exclusive") = false, py::arg("reverse") = false, py::arg("threads") = 1,
+        "CumSum of C-contiguous float32/float16/int32/int64 x viewed as [outer, n, inner] along n, in x's shape: "
+        "sequential float32 sums (float16: rounded once per output), wrapping integer sums; the reference's bits");
   m.def("topk", &TopKPy, py::arg("x"), py::arg("outer"), py::arg("n"), py::arg("inner"), py::arg("k"),
         py::arg("largest") = true, py::arg("threads") = 1,
         "(values [outer, k, inner] of x's dtype, int64 indices) of the k largest (smallest) of C-contiguous x viewed "

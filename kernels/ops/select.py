@@ -9,8 +9,9 @@ accumulates sequentially along the axis in the input dtype (float16: float32, on
 loop.
 
 Native: ArgMax/ArgMin of float32/float16/int32/int64/int8/uint8 run and bind ``arg_extreme`` (reduce.cc) on x viewed
-as [outer, n, inner], with the same ties and NaN rules (exact); TopK of those dtypes ``topk`` (select.cc: a heap
-selection per row, the same order as the stable argsort, NaN last; exact).
+as [outer, n, inner], with the same ties and NaN rules (exact); TopK of those dtypes ``topk`` (select.cc: a
+selection per row, the same order as the stable argsort, NaN last; exact); CumSum of float32/float16/int32/int64
+``cumsum`` (select.cc: the same sequential sums, float16 rounded once per output, integers wrapping; exact).
 
 Cost: ArgMax/CumSum one vector op per element; TopK ``log2(axis length)`` compare-exchange ops per element (a
 sorting network); DMA reads the input and writes the outputs.
@@ -157,10 +158,38 @@ def _topk_run(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64, copy=False)]
 
 
+_CUMSUM_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float16, np.int32, np.int64))
+
+
+def _cumsum_native(p: Prepared, x: np.ndarray, axis: int) -> tuple | None:
+    """``cumsum``'s arguments after x (native kernels, a non-empty C-contiguous x of rank >= 1 and a dtype it
+    takes), else None."""
+    if (runtime.native(p) is None or not isinstance(x, np.ndarray) or x.dtype not in _CUMSUM_DTYPES or x.ndim == 0
+            or not x.size or not x.flags.c_contiguous):
+        return None
+    view = (math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]))
+    return (*view, bool(p.attrs["exclusive"]), bool(p.attrs["reverse"]), runtime.threads(p))
+
+
+def _cumsum_bind(p: Prepared, inputs, outs):
+    """CumSum as one ``cumsum`` call for this input shape; a runtime axis is held to its bound value."""
+    x = inputs[0] if inputs else None
+    fixed = [] if p.attrs["scan_axis"] is not None else runtime.fixed_inputs(inputs, 1)
+    axes = None if fixed is None else runtime_ints(p, inputs, "scan_axis", 1)
+    args = None if not axes or not isinstance(x, np.ndarray) else _cumsum_native(p, x, axes[0] % max(x.ndim, 1))
+    if args is None:
+        return None
+    return runtime.call_step(p, runtime.native(p).cumsum, (None, *args), [(0, 0, x.dtype, x.shape, None)],
+                             [(-1, None)], None, None, fixed)
+
+
 def _cumsum_run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     (axis,) = runtime_ints(p, inputs, "scan_axis", 1)
     axis %= max(x.ndim, 1)
+    args = _cumsum_native(p, x, axis)
+    if args is not None:
+        return [runtime.native(p).cumsum(x, *args)]
     xc = widen(x)
     if p.attrs["reverse"]:
         xc = np.flip(xc, axis)
@@ -203,4 +232,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
 register(KernelDef("", "ArgMax", _prepare, _arg_run, _cost, _check, rank_free=True, bind=_arg_bind))
 register(KernelDef("", "ArgMin", _prepare, _arg_run, _cost, _check, rank_free=True, bind=_arg_bind))
 register(KernelDef("", "TopK", _prepare, _topk_run, _cost, _check, rank_free=True, bind=_topk_bind))
-register(KernelDef("", "CumSum", _prepare, _cumsum_run, _cost, _check, rank_free=True))
+register(KernelDef("", "CumSum", _prepare, _cumsum_run, _cost, _check, rank_free=True, bind=_cumsum_bind))

@@ -138,3 +138,56 @@ def test_topk_session_as_the_cpu_ep(dtype, axis, k, largest, const_k):
     check_on_ep("TopK", [("x", x, False), ("k", np.array([k], np.int64), const_k)], [("v", dtype), ("i", np.int64)],
                 {"axis": axis, "largest": largest, "sorted": 1}, opset=11,
                 targets=("npu-ref", "npu-edge") if const_k else ("npu-ref",))
+
+
+CUMSUM_DTYPES = (np.float32, np.float16, np.int32, np.int64)
+
+
+def _cumsum(x: np.ndarray, axis: int, threads: int = 1) -> None:
+    for exclusive in (0, 1):
+        for reverse in (0, 1):
+            check("CumSum", [("x", x, False), ("axis", np.array(axis, np.int64), True)], "cumsum", threads=threads,
+                  exclusive=exclusive, reverse=reverse)
+
+
+@pytest.mark.parametrize("dtype", CUMSUM_DTYPES)
+def test_cumsum_rows_and_columns(dtype):
+    """Rows (inner 1, tasks of 32768 / n rows) and column blocks of 256, every axis; exact (the same sequential sums;
+    float16 rounded once per output)."""
+    for n in (1, 2, 33):
+        _cumsum(_values((3, n), dtype), -1)
+    for inner in around(256):
+        _cumsum(_values((2, 5, inner), dtype), 1, threads=2)
+    x = _values((2, 3, 4, 5), dtype)
+    for axis in range(-4, 4):
+        _cumsum(x, axis)
+    _cumsum(_values((70, 1000), dtype), 1, threads=2)
+    if np.dtype(dtype).kind == "f":  # sums that round at every step
+        _cumsum((RNG.standard_normal((4, 300, 3)) * 3).astype(dtype), 1)
+        _cumsum((RNG.standard_normal((4, 300)) * 3).astype(dtype), 1)
+
+
+def test_cumsum_wraps_and_special_values():
+    """Integer sums wrap (as numpy and ORT); float NaN, +-inf (NaN from where they meet), -0.0 first, huge values
+    that overflow to inf part way."""
+    for dtype in (np.int32, np.int64):
+        info = np.iinfo(dtype)
+        x = np.array([[info.max, 1, 1, info.min, -1, -1]], dtype)
+        _cumsum(x, -1)
+    for dtype in (np.float32, np.float16):
+        big = float(np.finfo(dtype).max)
+        x = with_specials(_values((9, 37), dtype), RNG, values=(np.nan, np.inf, -np.inf, -0.0, big, -big),
+                          fraction=0.03)
+        x[0, 0] = -0.0
+        _cumsum(x, 1)
+        _cumsum(x, 0)
+
+
+@pytest.mark.parametrize("dtype", CUMSUM_DTYPES)
+@pytest.mark.parametrize("axis, exclusive, reverse", [(-1, 0, 0), (1, 1, 0), (0, 1, 1), (2, 0, 1)])
+def test_cumsum_session_as_the_cpu_ep(dtype, axis, exclusive, reverse):
+    """NpuEP sessions (graph assignment: NpuEP ran the node) equal the CPU EP: integers exactly, floats within its
+    tolerance (``check_on_ep``'s per-dtype default; ORT's sums run in the same order)."""
+    x = _values((3, 40, 33), dtype, np.random.default_rng(45))
+    check_on_ep("CumSum", [("x", x, False), ("axis", np.array(axis, np.int64), True)], [("y", dtype)],
+                {"exclusive": exclusive, "reverse": reverse}, opset=14, targets=("npu-ref", "npu-edge"))
