@@ -1,6 +1,6 @@
 // Data movement for the bound steps of kernels/ops/movement.py and indexing.py: Expand (`kernels.expand`, a
 // broadcast copy), Tile (`kernels.tile`, the same copy of x viewed with a 1 before each axis) and Concat
-// (`kernels.concat`); BindMovement also registers the kernels of transpose.cc and pad.cc. The copies
+// (`kernels.concat`); BindMovement also registers the kernels of transpose.cc, pad.cc and trilu.cc. The copies
 // move whole contiguous runs with memcpy, which is where the reference's numpy calls lose their time: a decoder's
 // repeat_kv Expand copies 64 KB runs, and numpy's copy of a broadcast view walks them 128 bytes at a time. Values
 // are moved, never computed, so the results equal the reference's bit for bit for every dtype.
@@ -193,6 +193,7 @@ py::array ConcatPy(py::ssize_t axis, const py::args& parts) {
 
 void BindTranspose(py::module_&);
 void BindPad(py::module_&);
+void BindTrilu(py::module_&);
 
 void BindMovement(py::module_& m) {
   m.def("expand", &ExpandPy, py::arg("x"), py::arg("shape"), py::arg("out") = py::none(),
@@ -203,6 +204,7 @@ void BindMovement(py::module_& m) {
         "or a new array");
   BindTranspose(m);  // transpose.cc
   BindPad(m);        // pad.cc
+  BindTrilu(m);      // trilu.cc
   m.def("concat", &ConcatPy, py::arg("axis"),
         "ONNX Concat of arrays of one dtype (the remaining positional arguments) along axis, as a new "
         "C-contiguous array");

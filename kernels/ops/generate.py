@@ -5,7 +5,10 @@ division in double); float outputs accumulate ``value += delta`` in the input dt
 ``start + i * delta``, which rounds differently), integers are exact; on the native kernels ``range_fill``
 (kernels/native/range.cc) computes the same and is bound as the step. ConstantOfShape: the ``value`` attribute
 (one element, default float32 0) broadcast to the runtime shape. Trilu: keep ``j - i >= k`` (upper, default) or
-``j - i <= k`` (lower) over the last two axes, zeros elsewhere; ``k`` is an optional scalar input.
+``j - i <= k`` (lower) over the last two axes, zeros elsewhere; ``k`` is an optional scalar input. On the native
+kernels ``trilu`` (kernels/native/trilu.cc: per row one memcpy of the kept columns and one memset, any dtype of 1, 2,
+4 or 8 bytes) computes the same bytes and is bound as the step, into ORT's buffer when the result is a partition
+output.
 
 Cost: Range/ConstantOfShape write their output from the vector unit (one op per element, no input DMA);
 Trilu streams input and output with one select per element.
@@ -24,7 +27,7 @@ from ..target import Target
 from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost
-from .movement import runtime_ints, static_ints
+from .movement import movable, ort_buffer, runtime_ints, static_ints
 
 
 def _static_out_elems(node: NodeInfo) -> int | None:
@@ -129,7 +132,24 @@ def _trilu_run(p: Prepared, inputs) -> list[np.ndarray]:
         raise ValueError(f"Trilu: input of rank {x.ndim} (needs >= 2)")
     k = runtime_ints(p, inputs, "k", 1)
     k = 0 if k is None else k[0]
+    nat = runtime.native(p)
+    if nat is not None and movable(x):
+        return [nat.trilu(x, k, bool(p.attrs["upper"]), None, runtime.threads(p))]
     return [np.triu(x, k) if p.attrs["upper"] else np.tril(x, k)]
+
+
+def _trilu_bind(p: Prepared, inputs, outs):
+    """Trilu as one ``trilu`` call for this input shape and k (a runtime k must hold its bound value), into ORT's
+    buffer when the result is a partition output."""
+    x = inputs[0] if inputs else None
+    nat = runtime.native(p)
+    fixed = runtime.fixed_inputs(inputs, 1)
+    if nat is None or fixed is None or not movable(x) or x.ndim < 2:
+        return None
+    k = runtime_ints(p, inputs, "k", 1)
+    args = (None, 0 if k is None else k[0], bool(p.attrs["upper"]), None, runtime.threads(p))
+    return runtime.call_step(p, nat.trilu, args, [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)], None,
+                             ort_buffer(p, outs, 3), fixed)
 
 
 def _trilu_cost(p: Prepared, shapes) -> OpCost:
@@ -140,4 +160,4 @@ def _trilu_cost(p: Prepared, shapes) -> OpCost:
 
 register(KernelDef("", "Range", _range_prepare, _range_run, _generated_cost, rank_free=True, bind=_range_bind))
 register(KernelDef("", "ConstantOfShape", _cos_prepare, _cos_run, _generated_cost, _cos_check, rank_free=True))
-register(KernelDef("", "Trilu", _trilu_prepare, _trilu_run, _trilu_cost, rank_free=True))
+register(KernelDef("", "Trilu", _trilu_prepare, _trilu_run, _trilu_cost, rank_free=True, bind=_trilu_bind))
