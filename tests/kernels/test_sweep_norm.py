@@ -102,8 +102,9 @@ def test_task_split_and_threads_same_bits(op):
     d = 100  # 163 rows per task
     for rows in around(TASK // d, 2 * (TASK // d)):
         _case(op, (1, rows, d), np.float32)
-    a = _case(op, (1, 700, d), np.float32, threads=1, seed=7)
-    b = _case(op, (1, 700, d), np.float32, threads=2, seed=7)
+    big = (1, 1027, 1024)  # over kMinParallelWork (thread_pool.h): two threads really run
+    a = _case(op, big, np.float32, threads=1, seed=7)
+    b = _case(op, big, np.float32, threads=2, seed=7)
     for i, (u, v) in enumerate(zip(a, b)):
         assert u.tobytes() == v.tobytes(), f"{op}: output {i} depends on the thread count"
 
