@@ -1,6 +1,7 @@
 // Per-tensor Q/DQ in fixed chunks of elements (the bits never depend on the thread count). Same float32
 // operations as the reference, in its order: a division (never a reciprocal multiply), rint, + zp, clip.
-// `kernels.dequantize_into` dequantizes any integer container (8-, 16- or 32-bit) into ORT's buffer when given one.
+// `kernels.dequantize_into` dequantizes any integer container (8-, 16- or 32-bit) into ORT's buffer when given one;
+// `kernels.dynamic_quantize` is DynamicQuantizeLinear: a NaN-skipping min/max pass, ORT's parameters, quantize.
 #include "quantize.h"
 
 #include <pybind11/numpy.h>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -144,9 +146,98 @@ pybind11::array DequantizeIntoPy(const pybind11::array& x, float zero_point, flo
   return y;
 }
 
+// The bounds of x's non-NaN values folded into lo/hi (std::min/std::max keep the bound against a NaN, as
+// MlasFindMinMaxElement): an empty or all-NaN x leaves lo > hi.
+void MinMaxScalar(const float* x, int64_t n, float& lo, float& hi) {
+  for (int64_t i = 0; i < n; ++i) {
+    lo = x[i] < lo ? x[i] : lo;
+    hi = x[i] > hi ? x[i] : hi;
+  }
+}
+
+#if NPU_EP_X86
+__attribute__((target("avx512f"))) void MinMaxAvx512(const float* x, int64_t n, float& lo, float& hi) {
+  __m512 l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    l = _mm512_min_ps(v, l);  // minps/maxps return the second operand for a NaN: the bound stays
+    h = _mm512_max_ps(v, h);
+  }
+  alignas(64) float ls[16], hs[16];
+  _mm512_store_ps(ls, l);
+  _mm512_store_ps(hs, h);
+  for (int k = 0; k < 16; ++k) {  // a lane's bound folds into its own side only (an unused lane holds +-Inf)
+    lo = ls[k] < lo ? ls[k] : lo;
+    hi = hs[k] > hi ? hs[k] : hi;
+  }
+  MinMaxScalar(x + i, n - i, lo, hi);
+}
+#endif
+
+// DynamicQuantizeLinear's scale and zero point (kernels/ops/dynamic_quantize.py: the range widened to 0, NaN
+// left out; qmath.h's float32 steps)
+std::pair<float, float> DynamicParams(const float* x, int64_t n, int threads) {
+  const int64_t tasks = (n + kChunk - 1) / kChunk;
+  std::vector<float> los(static_cast<size_t>(std::max<int64_t>(tasks, 1)), INFINITY), his(los.size(), -INFINITY);
+  ParallelFor(ThreadsFor(threads, n), tasks, [&](int64_t c) {
+    const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+#if NPU_EP_X86
+    if (ActiveIsa() >= Isa::kAvx512) return MinMaxAvx512(x + i0, len, los[c], his[c]);
+#endif
+    MinMaxScalar(x + i0, len, los[c], his[c]);
+  });
+  float lo = INFINITY, hi = -INFINITY;
+  for (size_t c = 0; c < los.size(); ++c) {
+    lo = std::min(lo, los[c]);
+    hi = std::max(hi, his[c]);
+  }
+  if (lo > hi) lo = hi = 0.0f;  // no value, or NaN only
+  lo = std::min(lo, 0.0f);
+  hi = std::max(hi, 0.0f);
+  const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  const float initial = 0.0f - lo / scale;
+  if (std::isnan(initial)) return {scale, 255.0f};
+  return {scale, RoundHalfEven(std::min(std::max(initial, 0.0f), 255.0f))};
+}
+
+pybind11::tuple DynamicQuantizePy(const pybind11::array_t<float, pybind11::array::c_style>& x,
+                                  const pybind11::object& out, int threads) {
+  namespace py = pybind11;
+  py::array_t<uint8_t> y;
+  if (out.is_none()) {
+    y = py::array_t<uint8_t>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  } else {
+    y = py::reinterpret_borrow<py::array>(out);
+    if (!py::isinstance<py::array_t<uint8_t>>(out) || !(y.flags() & py::array::c_style) || !y.writeable() ||
+        y.size() != x.size())
+      throw std::invalid_argument("dynamic_quantize: out must be a writeable C-order uint8 array of " +
+                                  std::to_string(x.size()) + " elements");
+  }
+  py::array_t<float> scale(std::vector<py::ssize_t>{});
+  py::array_t<uint8_t> zero_point(std::vector<py::ssize_t>{});
+  const float* in = x.data();
+  uint8_t* codes = y.mutable_data();
+  const int64_t n = x.size();
+  std::pair<float, float> q;
+  {
+    py::gil_scoped_release release;
+    q = DynamicParams(in, n, threads);
+    QuantizeTensor(in, n, q.first, static_cast<int32_t>(q.second), false, codes, threads);
+  }
+  *scale.mutable_data() = q.first;
+  *zero_point.mutable_data() = static_cast<uint8_t>(q.second);
+  return py::make_tuple(y, scale, zero_point);
+}
+
 }  // namespace
 
 void BindQuantize(pybind11::module_& m) {
+  m.def("dynamic_quantize", &DynamicQuantizePy, pybind11::arg("x"), pybind11::arg("out") = pybind11::none(),
+        pybind11::arg("threads") = 1,
+        "DynamicQuantizeLinear of float32 x: (y uint8, y_scale float32 0-d, y_zero_point uint8 0-d) as ORT computes "
+        "them (the range widened to 0, NaN left out; then quantize_tensor's float32 steps); y into out (ORT's buffer) "
+        "when given");
   m.def("dequantize_into", &DequantizeIntoPy, pybind11::arg("x"), pybind11::arg("zero_point"), pybind11::arg("scale"),
         pybind11::arg("out") = pybind11::none(), pybind11::arg("threads") = 1,
         "per-tensor DequantizeLinear of int8/uint8/int16/uint16/int32 x: (float32(x) - zero_point) * scale in "

@@ -6,6 +6,10 @@ that is NaN (min = -Inf); y = ONNX QuantizeLinear
 (``_matrix.quantize_float``; natively ``quantize_tensor``, the same float32 steps). Outputs y (uint8, x's shape),
 y_scale (float32 scalar), y_zero_point (uint8 scalar).
 
+On the native kernels the op is ``dynamic_quantize`` (kernels/native/quantize.cc: the min/max pass, the same
+float32 parameter steps, ``quantize_tensor``'s quantization), bound as the step for its input shape (y written into
+ORT's buffer when it is a partition output).
+
 Cost: two passes of the vector unit: the min/max reduction (2 ops per element) and the quantization (3 ops per
 element, see ``_matrix.epilogue_ops``); DMA reads x twice and writes y.
 """
@@ -63,12 +67,24 @@ def dynamic_params(x: np.ndarray) -> tuple[np.float32, np.float32]:
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
-    scale, zp = dynamic_params(x)
     nat = runtime.native(p)
-    if nat is not None and x.dtype == np.float32:  # kernels/native/quantize.cc: the same float32 steps
-        y = nat.quantize_tensor(np.ascontiguousarray(x), float(scale), int(zp), False, runtime.threads(p))
-        return [y.reshape(x.shape), np.array(scale, _F32), np.array(zp, np.uint8)]
+    if nat is not None and x.dtype == np.float32 and x.flags.c_contiguous:
+        return list(nat.dynamic_quantize(x, None, runtime.threads(p)))
+    scale, zp = dynamic_params(x)
     return [quantize_float(x, scale, zp, "uint8"), np.array(scale, _F32), np.array(zp, np.uint8)]
+
+
+def _bind(p: Prepared, inputs, outs):
+    """DynamicQuantizeLinear as one ``dynamic_quantize`` call for this input shape, y into ORT's buffer when it is a
+    partition output."""
+    x = arg(p, inputs, 0)
+    nat = runtime.native(p)
+    if nat is None or not isinstance(x, np.ndarray) or x.dtype != np.float32 or not inputs or inputs[0] is None:
+        return None
+    where = p.runtime.partition_outputs
+    into = [(1, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, nat.dynamic_quantize, (None, None, runtime.threads(p)),
+                             [(0, 0, x.dtype, x.shape, None)], [(0, None), (1, None), (2, None)], None, into)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -76,4 +92,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, 8 * n, n + 5, 5.0)
 
 
-register(KernelDef("", "DynamicQuantizeLinear", _prepare, _run, _cost, _check, rank_free=True))
+register(KernelDef("", "DynamicQuantizeLinear", _prepare, _run, _cost, _check, rank_free=True, bind=_bind))

@@ -66,8 +66,10 @@ def test_dynamic_quantize_linear(q_isa):
     """DynamicQuantizeLinear: ORT's range (widened to 0), then the same quantization; tiny, constant, one-sided."""
     for n in SIZES:
         x = RNG.standard_normal(n).astype(np.float32) * 4
-        for case in (x, np.abs(x), -np.abs(x), x * 1e-30, np.full(n, 2.5, np.float32), np.where(x > 1, x, -0.0)):
-            check("DynamicQuantizeLinear", [("x", case.astype(np.float32), False)], "quantize_tensor", exact=True,
+        specials = with_specials(x, RNG, values=(np.nan, 3e38, -3e38, 1e-45, -0.0))
+        for case in (x, np.abs(x), -np.abs(x), x * 1e-30, np.full(n, 2.5, np.float32), np.where(x > 1, x, -0.0),
+                     specials, np.where(x > 0, np.nan, x), np.full(n, np.nan, np.float32)):
+            check("DynamicQuantizeLinear", [("x", case.astype(np.float32), False)], "dynamic_quantize", exact=True,
                   n_out=3)
 
 
@@ -76,7 +78,7 @@ def test_quantize_across_task_chunks(q_isa):
     inputs = [("x", x, False), ("s", np.array(0.0625, np.float32), True), ("z", np.array(3, np.int8), True)]
     check("QuantizeLinear", inputs, "quantize_tensor", exact=True, threads=2)
     check("DynamicQuantizeLinear", [("x", np.nan_to_num(x, nan=1.0, posinf=5.0, neginf=-5.0), False)],
-          "quantize_tensor", exact=True, threads=2, n_out=3)
+          "dynamic_quantize", exact=True, threads=2, n_out=3)
     codes = RNG.integers(-128, 128, CHUNK + 17).astype(np.int8)
     check("DequantizeLinear", [("x", codes, False), ("s", np.array(0.07, np.float32), True),
                                ("z", np.array(-9, np.int8), True)], "dequantize_into", exact=True, threads=2)
@@ -105,7 +107,7 @@ def test_dynamic_quantize_linear_range_with_nan_and_infinities_is_orts(q_isa, ca
     x = np.array(RANGE_CASES[case], np.float32)
     inputs = [("x", x, False)]
     want = run_ort(single_node_model("DynamicQuantizeLinear", inputs, n_out=3), inputs)
-    got = check("DynamicQuantizeLinear", inputs, "quantize_tensor", exact=True, n_out=3)
+    got = check("DynamicQuantizeLinear", inputs, "dynamic_quantize", exact=True, n_out=3)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(g, w, err_msg=case)
@@ -152,4 +154,28 @@ def test_dequantize_linear_session_runs_the_bound_step_into_orts_buffer(qtype, e
         got = sess.run(None, feeds)[0]
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, want)
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+
+
+def test_dynamic_quantize_linear_session_runs_the_bound_step():
+    """NpuEP runs the node as its bound native step (no Python step), with the CPU EP's three outputs exactly."""
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import session_options
+    model = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="the_op")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 384])],
+                       [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 128, 384]),
+                        helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+                        helper.make_tensor_value_info("z", TensorProto.UINT8, [])], opset=21)
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    for shift in (0.0, 3.0, -3.0):  # a range across 0, all positive, all negative
+        feeds = {"x": (RNG.standard_normal((1, 128, 384)) + shift).astype(np.float32)}
+        want = cpu_run(model, feeds)
+        for _ in range(2):
+            for g, w in zip(sess.run(None, feeds), want):
+                assert g.dtype == w.dtype and g.shape == w.shape
+                np.testing.assert_array_equal(g, w)
     assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
