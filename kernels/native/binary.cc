@@ -1,6 +1,7 @@
 // Binary element-wise ops with ONNX (numpy) broadcasting for kernels/ops/elementwise.py: float16 Add/Sub/Mul/Div
 // (`kernels.binary_f16`), float16 comparisons (`kernels.compare_f16`, exact: both sides widen exactly) and
-// int32/int64 Div (`kernels.div_int`).
+// int32/int64 Div (`kernels.div_int`), and variadic Sum/Mean/Max/Min of same-shape float32/float16 arrays
+// (`kernels.variadic_float`).
 // The reference model computes a float16 op in float32 and rounds once on store (numpy's half loops do the same);
 // both operands widen exactly and float32's 24-bit significand is at least 2 * 11 + 2 bits, so the rounded result
 // is the correctly rounded float16 one either way and binary_f16 gives the reference's bits (NaN for NaN).
@@ -21,6 +22,7 @@
 
 #include "broadcast.h"
 #include "cpu.h"
+#include "half.h"
 #include "intrinsics.h"
 #include "thread_pool.h"
 
@@ -273,6 +275,95 @@ py::object DivIntPy(const py::array& a, const py::array& b, const py::object& ou
                               std::string(py::str(b.dtype())) + ShapeText(b));
 }
 
+// Variadic Sum/Mean/Max/Min of N >= 1 same-shape C-order arrays of one dtype, float32 or float16 (widened per
+// chunk), folded left to right in float32 as the reference does (Mean: the sum divided by N once), rounded once on
+// store: the reference's values. Max/Min as numpy's maximum/minimum: NaN propagated, a tie keeps the left operand.
+enum VariadicOp : int { kVarSum = 0, kVarMean = 1, kVarMax = 2, kVarMin = 3 };
+constexpr int64_t kVarChunk = 1024;
+
+void LoadFloats(const void* x, bool half, int64_t at, int64_t len, float* dst) {
+  if (half) {
+    HalfToFloatRow(static_cast<const uint16_t*>(x) + at, dst, len);
+  } else {
+    std::copy_n(static_cast<const float*>(x) + at, len, dst);
+  }
+}
+
+void Combine(int op, float* acc, const float* v, int64_t len) {
+  switch (op) {
+    case kVarSum:
+    case kVarMean:
+      for (int64_t i = 0; i < len; ++i) acc[i] = acc[i] + v[i];
+      break;
+    case kVarMax:
+      for (int64_t i = 0; i < len; ++i) acc[i] = (acc[i] >= v[i] || acc[i] != acc[i]) ? acc[i] : v[i];
+      break;
+    default:
+      for (int64_t i = 0; i < len; ++i) acc[i] = (acc[i] <= v[i] || acc[i] != acc[i]) ? acc[i] : v[i];
+  }
+}
+
+py::array VariadicFloatPy(int op, int threads, const py::object& out, const py::args& args) {
+  if (op < kVarSum || op > kVarMin)
+    throw std::invalid_argument("variadic_float: op must be 0 (Sum), 1 (Mean), 2 (Max) or 3 (Min), got " +
+                                std::to_string(op));
+  if (args.size() == 0) throw std::invalid_argument("variadic_float: no inputs");
+  std::vector<py::array> xs;
+  for (const auto& a : args) {
+    if (!py::isinstance<py::array>(a)) throw std::invalid_argument("variadic_float: inputs must be arrays");
+    xs.push_back(py::reinterpret_borrow<py::array>(a));
+  }
+  const py::array& x0 = xs[0];
+  const bool half = IsHalf(x0), f32 = x0.dtype().is(py::dtype::of<float>());
+  for (const auto& x : xs)
+    if (!(half || f32) || !x.dtype().is(x0.dtype()) || !(x.flags() & py::array::c_style) || x.ndim() != x0.ndim() ||
+        !std::equal(x.shape(), x.shape() + x.ndim(), x0.shape()))
+      throw std::invalid_argument(
+          "variadic_float: inputs must be C-order float32 or float16 arrays of one dtype and "
+          "shape, got " +
+          std::string(py::str(x.dtype())) + ShapeText(x) + " beside " + std::string(py::str(x0.dtype())) +
+          ShapeText(x0));
+  py::array y;
+  if (out.is_none()) {
+    y = py::array(x0.dtype(), std::vector<py::ssize_t>(x0.shape(), x0.shape() + x0.ndim()));
+  } else {
+    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+    if (!y || !y.dtype().is(x0.dtype()) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x0.size())
+      throw std::invalid_argument(
+          "variadic_float: out must be a writeable C-order array of the inputs' dtype and "
+          "size");
+  }
+  const int64_t n = x0.size(), count = static_cast<int64_t>(xs.size());
+  const float scale = static_cast<float>(count);
+  std::vector<const void*> src;
+  for (const auto& x : xs) src.push_back(x.data());
+  void* dst = y.mutable_data();
+  {
+    py::gil_scoped_release release;
+    const int64_t tasks = (n + kTaskElems - 1) / kTaskElems;
+    ParallelFor(ThreadsFor(threads, n * count), tasks, [&](int64_t t) {
+      float acc[kVarChunk], v[kVarChunk];
+      const int64_t end = std::min(n, (t + 1) * kTaskElems);
+      for (int64_t i = t * kTaskElems; i < end; i += kVarChunk) {
+        const int64_t len = std::min(kVarChunk, end - i);
+        LoadFloats(src[0], half, i, len, acc);
+        for (int64_t k = 1; k < count; ++k) {
+          LoadFloats(src[static_cast<size_t>(k)], half, i, len, v);
+          Combine(op, acc, v, len);
+        }
+        if (op == kVarMean)
+          for (int64_t j = 0; j < len; ++j) acc[j] = acc[j] / scale;
+        if (half) {
+          FloatToHalfRow(acc, static_cast<uint16_t*>(dst) + i, len);
+        } else {
+          std::copy_n(acc, len, static_cast<float*>(dst) + i);
+        }
+      }
+    });
+  }
+  return y;
+}
+
 }  // namespace
 
 void BindBinary(py::module_& m) {
@@ -285,6 +376,9 @@ void BindBinary(py::module_& m) {
         py::arg("threads") = 1,
         "float16 comparison (op 0 Equal, 1 Less, 2 LessOrEqual, 3 Greater, 4 GreaterOrEqual) with numpy broadcasting "
         "as a bool array (false with a NaN, -0 == +0), into out or a new array; a and b C-order");
+  m.def("variadic_float", &VariadicFloatPy, py::arg("op"), py::arg("threads"), py::arg("out"),
+        "Sum (op 0), Mean (1), Max (2) or Min (3) of the same-shape C-order float32 or float16 arrays that follow, "
+        "folded in float32 and rounded once (the reference's values), into out (ORT's buffer) or a new array");
   m.def("div_int", &DivIntPy, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), py::arg("threads") = 1,
         "int32/int64 a / b truncated toward zero (ORT's Div; INT_MIN / -1 wraps) with numpy broadcasting, into out "
         "or a new array; None when a divisor is zero (the reference raises); a and b C-order, one dtype");

@@ -577,10 +577,25 @@ def _fast_gelu_bind(p: Prepared, inputs, outs):
     return engine_bind(p, inputs, outs)
 
 
+_VARIADIC_CODES = {"Sum": 0, "Mean": 1, "Max": 2, "Min": 3}  # kernels/native/binary.cc's variadic_float ops
+
+
+def _variadic_native(xs: list) -> bool:
+    """Whether ``variadic_float`` takes these inputs: C-order float32 or float16 arrays of one dtype and shape."""
+    x0 = xs[0]
+    return all(type(x) is np.ndarray and x.dtype == x0.dtype and x.shape == x0.shape and x.flags.c_contiguous
+               for x in xs) and x0.dtype in (_F32, _F16)
+
+
 def _variadic_runner(op: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
-    """The run function of one variadic op: ``fn`` folded over every input in the compute dtype."""
+    """The run function of one variadic op: ``fn`` folded over every input in the compute dtype; same-shape float32
+    or float16 inputs fold natively (``variadic_float``: the same float32 operations in the same order)."""
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         xs = [arg(p, inputs, i) for i in range(len(inputs))]
+        nat = runtime.native(p)
+        if nat is not None and _variadic_native(xs) and out_dtype(p, xs[0]) == xs[0].dtype:
+            out = runtime.ort_output(p, 0, xs[0].shape, xs[0].dtype)
+            return [nat.variadic_float(_VARIADIC_CODES[op], runtime.threads(p), out, *xs)]
         acc = widen(xs[0])
         for x in xs[1:]:
             acc = fn(acc, widen(x))
@@ -588,6 +603,29 @@ def _variadic_runner(op: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
             acc = acc / acc.dtype.type(len(xs))
         return [_store(p, acc, xs[0])]
     return run
+
+
+def _variadic_binder(op: str, other: Callable | None = None) -> Callable:
+    """The ``bind`` of a variadic op: one ``variadic_float`` call for same-shape float32/float16 inputs (constants
+    held), into ORT's buffer when the result is a partition output; ``other`` binds the rest (and, where it binds,
+    comes first: numpy's float32 Max/Min of two inputs)."""
+    def bind(p: Prepared, inputs, outs):
+        if other is not None and (step := other(p, inputs, outs)) is not None:
+            return step
+        xs = [arg(p, inputs, i) for i in range(len(inputs))]
+        nat = runtime.native(p)
+        if nat is None or not xs or not _variadic_native(xs) or outs[0].dtype != xs[0].dtype:
+            return None
+        given = [inputs[i] is not None for i in range(len(inputs))]
+        live = [(3 + i, i, x.dtype, x.shape, None) for i, x in enumerate(xs) if given[i]]
+        if not live:
+            return None
+        held = [None if given[i] else np.array(x, order="C") for i, x in enumerate(xs)]
+        where = p.runtime.partition_outputs
+        into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, nat.variadic_float, (_VARIADIC_CODES[op], runtime.threads(p), None, *held),
+                                 live, [(-1, None)], None, into)
+    return bind
 
 
 for _op, (_fn, _, _) in _BINARY.items():
@@ -658,15 +696,19 @@ register(KernelDef("com.microsoft", "Gelu", prepare, engine_runner(_gelu_run), c
 register(KernelDef("com.microsoft", "FastGelu", prepare, engine_runner(_fast_gelu_run), cost, check,
                    rank_free=True, bind=_fast_gelu_bind))
 def _pairwise_binder(fn: np.ufunc):
-    """Min/Max of two inputs as its ufunc's native call (the kernel's one fold step), as the binary ops bind; also
-    float16, whose min/max is exact (the float32 result rounds back to the float16 operand)."""
+    """Min/Max of two inputs as its ufunc's native call (the kernel's one fold step), as the binary ops bind, float16
+    too (its min/max is exact); same-shape float16 and other counts of inputs bind ``variadic_float`` (numpy's
+    float16 loops are slow)."""
     bind = _ufunc_binder(fn, 2, exact_f16=True)
 
     def bind_two(p: Prepared, inputs, outs):
-        return bind(p, inputs, outs) if len(inputs) == 2 else None
+        if len(inputs) != 2:
+            return None
+        xs = [arg(p, inputs, 0), arg(p, inputs, 1)]
+        return None if xs[0].dtype == _F16 and _variadic_native(xs) else bind(p, inputs, outs)
     return bind_two
 
 
 for _op, (_fn, _, _) in _VARIADIC.items():
     register(KernelDef("", _op, prepare, _variadic_runner(_op, _fn), cost, check, rank_free=True,
-                       bind=_pairwise_binder(_fn) if _op in ("Min", "Max") else None))
+                       bind=_variadic_binder(_op, _pairwise_binder(_fn) if _op in ("Min", "Max") else None)))
