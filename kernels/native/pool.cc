@@ -4,7 +4,8 @@
 // window's input rows are folded into a row maximum, then each output takes the maximum of its columns. A NaN
 // anywhere in the window wins, as numpy's max. A padded tap holds `low` (-FLT_MAX for float, as MLAS pads): a window
 // of -inf values gives -inf, or -FLT_MAX where it reaches the padding, as ORT and the reference model. AveragePool
-// adds the taps in the reference's order (pool.h). Float16 planes are widened to float32 (exact), pooled by the
+// adds the taps in the reference's order (pool.h): window-row sums, then their sum; below AVX-512 separably, each
+// input row's sums once. Float16 planes are widened to float32 (exact), pooled by the
 // float32 plane kernels and rounded once. The bits do not depend on the thread count.
 #include "pool.h"
 
@@ -167,17 +168,23 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void Pool2x2BytesAvx512(con
 
 #if NPU_EP_X86
 // One output of a window pooled tap by tap (rows i, then columns j), a tap outside the input holding `pad`: a sum
-// from the first tap on (kSum) or the maximum from -inf (a NaN wins).
+// (kSum: each window row summed from its first tap on, then the row sums from the first row on: pool.h's order) or
+// the maximum from -inf (a NaN wins).
 template <bool kSum>
 float WindowTaps(const PoolShape& s, const float* in, float pad, int64_t oh, int64_t ow) {
   float acc = kSum ? 0.0f : -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < s.kh; ++i) {
     const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+    float row = 0.0f;
     for (int64_t j = 0; j < s.kw; ++j) {
       const int64_t iw = ow * s.sw - s.pl + j * s.dw;
       const float v = ih >= 0 && ih < s.H && iw >= 0 && iw < s.W ? in[ih * s.W + iw] : pad;
-      acc = !kSum ? Max(acc, v) : i == 0 && j == 0 ? v : acc + v;
+      if (!kSum)
+        acc = Max(acc, v);
+      else
+        row = j == 0 ? v : row + v;
     }
+    if (kSum) acc = i == 0 ? row : acc + row;
   }
   return acc;
 }
@@ -213,7 +220,7 @@ __attribute__((target("avx512f"))) inline __m512 SpanTaps(__m512 v0, __m512 v1, 
 
 // kB blocks of 16 outputs of row oh from output column o on (up to four independent chains of additions or maxima
 // in flight), each window's input span (at most kRegisterSpan columns) in three registers, read once per
-// window row; a tap outside the input holds padv. Sums (kSum) add the taps in WindowTaps' order (rows, then
+// window row; a tap outside the input holds padv. Sums (kSum) add the taps in WindowTaps' order (row sums, then
 // columns, from the first tap on): its bits. Maxima fold the rows first, then the columns: the same maximum in
 // another order (a NaN wins).
 template <bool kSum, int kB>
@@ -247,13 +254,16 @@ __attribute__((target("avx512f"), always_inline)) inline void WindowBlocks(const
         v[b][2] = MaxLanes(v[b][2], r[b][2]);
     }
     if (!kSum) continue;
+    __m512 row[kB];
     for (int64_t j = 0; j < s.kw; ++j) {
 #pragma GCC unroll 4
       for (int b = 0; b < kB; ++b) {
         const __m512 t = SpanTaps(r[b][0], r[b][1], r[b][2], taps[j]);
-        acc[b] = i == 0 && j == 0 ? t : _mm512_add_ps(acc[b], t);
+        row[b] = j == 0 ? t : _mm512_add_ps(row[b], t);
       }
     }
+#pragma GCC unroll 4
+    for (int b = 0; b < kB; ++b) acc[b] = i == 0 ? row[b] : _mm512_add_ps(acc[b], row[b]);
   }
   for (int64_t j = 0; !kSum && j < s.kw; ++j) {
 #pragma GCC unroll 4
@@ -304,10 +314,15 @@ __attribute__((target("avx512f"))) void WindowPlaneAvx512(const PoolShape& s, co
       for (int64_t i = 0; i < s.kh; ++i) {
         const int64_t ih = oh * s.sh - s.pt + i * s.dh;
         const float* row = ih >= 0 && ih < s.H ? in + ih * s.W + o * s.sw - s.pl : nullptr;
+        __m512 sum = padv;
         for (int64_t j = 0; j < s.kw; ++j) {
           const __m512 v = row ? StridedTaps(row + j * s.dw, s.sw, n) : padv;
-          acc = !kSum ? MaxLanes(acc, v) : i == 0 && j == 0 ? v : _mm512_add_ps(acc, v);
+          if (!kSum)
+            acc = MaxLanes(acc, v);
+          else
+            sum = j == 0 ? v : _mm512_add_ps(sum, v);
         }
+        if (kSum) acc = i == 0 ? sum : _mm512_add_ps(acc, sum);
       }
       _mm512_mask_storeu_ps(dst + o, Lanes16(n), acc);
     }
@@ -447,8 +462,81 @@ void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t*
     for (int64_t i = 0, n = s.N * s.C * s.OH * s.OW; i < n; ++i) y[i] ^= flip;
 }
 
-// One float32 plane of AveragePool: the AVX-512 window kernels, else tap by tap over whole output rows; then the
-// division.
+namespace {
+
+// One window-row sum (taps j = 0, 1, ... from the first on; 0.0 outside the input) of output column ow on input
+// row `row` (null: a row outside the input).
+float RowSumAt(const PoolShape& s, const float* row, int64_t ow) {
+  float acc = 0.0f;
+  for (int64_t j = 0; j < s.kw; ++j) {
+    const int64_t iw = ow * s.sw - s.pl + j * s.dw;
+    const float v = row && iw >= 0 && iw < s.W ? row[iw] : 0.0f;
+    acc = j == 0 ? v : acc + v;
+  }
+  return acc;
+}
+
+// The output columns [lo, hi) whose window taps all lie inside a row.
+conv_detail::Span InteriorColumns(const PoolShape& s) {
+  const conv_detail::Span first = conv_detail::Valid(-s.pl, s.sw, s.W, s.OW);
+  const conv_detail::Span last = conv_detail::Valid((s.kw - 1) * s.dw - s.pl, s.sw, s.W, s.OW);
+  const int64_t lo = std::max(first.lo, last.lo);
+  return {lo, std::max(lo, std::min(first.hi, last.hi))};
+}
+
+// The window-row sums of one input row for every output column (row null: a row outside the input); `inner`:
+// InteriorColumns(s).
+void RowSums(const PoolShape& s, const float* row, conv_detail::Span inner, float* sums) {
+  const int64_t lo = row ? inner.lo : s.OW, hi = row ? inner.hi : s.OW;
+  for (int64_t ow = 0; ow < lo; ++ow) sums[ow] = RowSumAt(s, row, ow);
+  for (int64_t ow = hi; ow < s.OW; ++ow) sums[ow] = RowSumAt(s, row, ow);
+  for (int64_t ow = lo; ow < hi; ++ow) {
+    const float* p = row + ow * s.sw - s.pl;
+    float acc = p[0];
+    for (int64_t j = 1; j < s.kw; ++j) acc += p[j * s.dw];
+    sums[ow] = acc;
+  }
+}
+
+// out[o] = the sum of rows[i][o] from the first row on, / divisor[o].
+void ColumnSums(const float* const* rows, int64_t kh, const float* divisor, int64_t n, float* out) {
+  for (int64_t o = 0; o < n; ++o) {
+    float acc = rows[0][o];
+    for (int64_t i = 1; i < kh; ++i) acc += rows[i][o];
+    out[o] = acc / divisor[o];
+  }
+}
+
+}  // namespace
+
+// One float32 plane of AveragePool (hosts below AVX-512), separably in pool.h's order: each input row's window-row sums
+// once (a row serves up to kh output rows at stride 1), then per output row its window rows' sums added from the first
+// on and divided. Rows outside the input take the sums of 0.0 taps.
+static void AvgPlaneSeparable(const PoolShape& s, const float* in, const float* divisor, float* out) {
+  thread_local std::vector<float> sums;  // [H + 1, OW]: input row ih's sums, then those of a row outside
+  thread_local std::vector<char> done;
+  thread_local std::vector<const float*> rows;
+  sums.resize(static_cast<size_t>((s.H + 1) * s.OW));
+  done.assign(static_cast<size_t>(s.H), 0);
+  rows.resize(static_cast<size_t>(s.kh));
+  float* outside = sums.data() + s.H * s.OW;
+  const conv_detail::Span inner = InteriorColumns(s);
+  RowSums(s, nullptr, inner, outside);
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    for (int64_t i = 0; i < s.kh; ++i) {
+      const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+      rows[i] = outside;
+      if (ih >= 0 && ih < s.H) {
+        rows[i] = sums.data() + ih * s.OW;
+        if (!done[ih]) RowSums(s, in + ih * s.W, inner, sums.data() + ih * s.OW), done[ih] = 1;
+      }
+    }
+    ColumnSums(rows.data(), s.kh, divisor + oh * s.OW, s.OW, out + oh * s.OW);
+  }
+}
+
+// One float32 plane of AveragePool: the AVX-512 window kernels and the division, else separably (below AVX-512).
+// The separable pass was no faster than the window kernels on AVX-512 (3x3 / 1 on 64x56x56), so they keep it.
 static void AvgPlaneFloat(const PoolShape& s, const float* in, const float* divisor, float* out) {
 #if NPU_EP_X86
   if (VectorWindows()) {
@@ -456,28 +544,7 @@ static void AvgPlaneFloat(const PoolShape& s, const float* in, const float* divi
     return DivideAvx512(out, divisor, s.OH * s.OW);
   }
 #endif
-  for (int64_t oh = 0; oh < s.OH; ++oh) {
-    float* dst = out + oh * s.OW;
-    for (int64_t i = 0; i < s.kh; ++i) {
-      const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-      const float* row = ih >= 0 && ih < s.H ? in + ih * s.W : nullptr;
-      for (int64_t j = 0; j < s.kw; ++j) {
-        const int64_t off = j * s.dw - s.pl;  // input column of output ow: ow * sw + off
-        const conv_detail::Span v = row ? conv_detail::Valid(off, s.sw, s.W, s.OW) : conv_detail::Span{0, 0};
-        if (i == 0 && j == 0) {  // the first tap starts each sum (0.0f outside the input)
-          std::fill(dst, dst + v.lo, 0.0f);
-          for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] = row[ow * s.sw + off];
-          std::fill(dst + v.hi, dst + s.OW, 0.0f);
-          continue;
-        }
-        for (int64_t ow = 0; ow < v.lo; ++ow) dst[ow] += 0.0f;  // turns -0.0 into +0.0, as the reference
-        for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] += row[ow * s.sw + off];
-        for (int64_t ow = v.hi; ow < s.OW; ++ow) dst[ow] += 0.0f;
-      }
-    }
-    const float* div = divisor + oh * s.OW;
-    for (int64_t ow = 0; ow < s.OW; ++ow) dst[ow] = dst[ow] / div[ow];
-  }
+  AvgPlaneSeparable(s, in, divisor, out);
 }
 
 void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads) {

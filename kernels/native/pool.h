@@ -18,8 +18,9 @@ struct PoolShape {
 void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads);
 // The same over uint8 or int8 bytes (is_signed); `low` is the type's lowest value.
 void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads);
-// y[n, c, oh, ow] = (the window's values summed in float32 in tap order (i, then j), from the first tap on, a
-// position outside the input counting as 0.0f) / divisor[oh, ow]: the reference's float32 operations in its order.
+// y[n, c, oh, ow] = (the window's values summed in float32: each window row i's taps j from the first on, then
+// those row sums from the first row on; a position outside the input counting as 0.0f) / divisor[oh, ow]: the
+// reference's float32 operations in its order.
 void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads);
 // The float16 forms (x, y: float16 bits): each plane widened to float32, pooled as above, rounded once to float16.
 void MaxPoolHalf(const PoolShape& s, const uint16_t* x, float low, uint16_t* y, int threads);

@@ -7,8 +7,9 @@ Geometry per spatial axis follows ORT's CPU EP (``PoolAttributes``): explicit ``
 at run time since SAME depends on the input size. ``ceil_mode`` adds windows that start inside the input or the
 leading pad; their extension past the declared pads never counts.
 
-AveragePool sums each window in float32 tap by tap (row-major over the kernel, 0.0 outside the input: a defined
-order the native kernel repeats bit for bit), then divides by the window's element count, separable per axis: with
+AveragePool sums each window in float32 separably (each window row's taps from the first on, then the row sums
+from the first row on, 0.0 outside the input: a defined order the native kernel repeats bit for bit, and computes
+each input row's sums once), then divides by the window's element count, separable per axis: with
 ``count_include_pad=1`` the window positions inside the declared-padded input, else those inside the real input.
 A 1-D pool runs as a 2-D one over H = 1. Cost: one vector op per window element per output (``kh*kw``
 ops/output). A float32, float16, uint8 or int8 MaxPool and a float32 or float16 AveragePool run on the native
@@ -208,12 +209,13 @@ def _run_avg(p: Prepared, inputs) -> list[np.ndarray]:
         return [_from_2d(p, call[0](np.ascontiguousarray(x), *call[1]))]
     win = _windows(x.astype(np.float32), at, 0.0, geo)
     kh, kw = at["kernel"]
-    s = win[..., 0, 0].copy()
     with np.errstate(all="ignore"):  # IEEE results (Inf - Inf, a window wholly in padding: 0/0), as in ORT
+        s = None
         for i in range(kh):
-            for j in range(kw):
-                if i or j:
-                    s += win[..., i, j]
+            row = win[..., i, 0].copy()
+            for j in range(1, kw):
+                row += win[..., i, j]
+            s = row if s is None else s + row
         return [_from_2d(p, (s / _divisor(x, at, geo)).astype(x.dtype))]
 
 

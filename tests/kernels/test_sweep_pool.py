@@ -225,3 +225,24 @@ def test_average_wide_grid(pool_isa):
                         x = _image((1, 1, 6, w), np.float32)
                         _avg(x, kernel_shape=[kh, kw], strides=[s, s], pads=[kh // 2, kw // 2, kh // 2, kw // 2],
                              count_include_pad=include)
+
+
+# AveragePool's order (pool.h: window-row sums, then their sum) on the window kernels (AVX-512) and the separable
+# pass below it (each input row's window-row sums once, interior columns and edges apart, then per output row its
+# rows' sums): row strides 1-3 (rows shared, or skipped), column dilations, pads on each side, ceil_mode, SAME.
+SEPARABLE = [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 0, 1, 2]),
+             dict(kernel_shape=[2, 5], strides=[3, 1], dilations=[2, 3], pads=[0, 4, 2, 1], ceil_mode=1),
+             dict(kernel_shape=[5, 1], strides=[1, 1], pads=[2, 0, 2, 0]),
+             dict(kernel_shape=[3, 4], strides=[2, 1], auto_pad="SAME_LOWER"),
+             dict(kernel_shape=[1, 2], strides=[3, 1], auto_pad="SAME_UPPER")]
+
+
+@pytest.mark.parametrize("attrs", SEPARABLE)
+def test_average_separable_rows(pool_isa, attrs):
+    for w in sorted({*around(16, 32), 2, 5}):
+        for h in (1, 4, 7):
+            if not _fits(attrs, h, w):
+                continue
+            x = _image((1, 2, h, w), np.float32)
+            _avg(x, threads=2, **attrs)
+            _avg(x, count_include_pad=1, **attrs)
