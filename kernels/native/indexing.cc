@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -30,6 +31,7 @@ namespace {
 
 constexpr int64_t kTaskBytes = int64_t{1} << 16;       // output bytes per parallel task
 constexpr size_t kReleaseGilBytes = size_t{1} << 16;  // below this the GIL round trip costs more than the copy
+constexpr size_t kMaxRank = 64;                        // numpy's NPY_MAXDIMS
 
 using Dims = std::vector<int64_t>;
 
@@ -184,23 +186,26 @@ struct StridedCopy {
   Dims dims, dst, src;
   int64_t item = 1;
 
-  // Drops size-1 axes and merges neighbours that are one run on both sides, so a line is as long as it can be.
+  // Drops size-1 axes and merges neighbours that are one run on both sides, so a line is as long as it can be (in
+  // place: a call's fixed cost is mostly its allocations).
   void Coalesce() {
-    Dims d, ds, ss;
+    size_t w = 0;  // axes kept so far; w <= a, so the kept ones overwrite axes already read
     for (size_t a = 0; a < dims.size(); ++a) {
       if (dims[a] == 1) continue;
-      if (!d.empty() && ds.back() == dst[a] * dims[a] && ss.back() == src[a] * dims[a]) {
-        d.back() *= dims[a];
-        ds.back() = dst[a];
-        ss.back() = src[a];
+      if (w > 0 && dst[w - 1] == dst[a] * dims[a] && src[w - 1] == src[a] * dims[a]) {
+        dims[w - 1] *= dims[a];
+        dst[w - 1] = dst[a];
+        src[w - 1] = src[a];
         continue;
       }
-      d.push_back(dims[a]);
-      ds.push_back(dst[a]);
-      ss.push_back(src[a]);
+      dims[w] = dims[a], dst[w] = dst[a], src[w] = src[a];
+      ++w;
     }
-    if (d.empty()) d = {1}, ds = {item}, ss = {item};
-    dims.swap(d), dst.swap(ds), src.swap(ss);
+    if (w == 0) {  // one element (every axis of size 1, or none at all)
+      dims.assign(1, 1), dst.assign(1, item), src.assign(1, item);
+      return;
+    }
+    dims.resize(w), dst.resize(w), src.resize(w);
   }
 
   bool Contiguous() const { return dst.back() == item && src.back() == item; }
@@ -227,7 +232,7 @@ struct StridedLines {
   template <size_t B>
   void Rows() const {
     const size_t rank = c.dims.size();
-    std::vector<int64_t> at(rank, 0);
+    std::array<int64_t, kMaxRank> at{};
     int64_t rest = lo;
     for (size_t a = rank - 1; a-- > 0;) at[a] = rest % c.dims[a], rest /= c.dims[a];
     auto [d, s] = c.Offsets(lo);
@@ -254,6 +259,9 @@ struct StridedLines {
 // Runs the copy in tasks of about kTaskBytes: whole lines, or parts of one long contiguous line.
 void RunStrided(StridedCopy c, char* out, const char* in, int threads) {
   if (Product(c.dims, 0, c.dims.size()) == 0) return;
+  if (c.dims.size() > kMaxRank)
+    throw std::invalid_argument("indexing: rank " + std::to_string(c.dims.size()) + " above numpy's " +
+                                std::to_string(kMaxRank));
   c.Coalesce();
   const int64_t len = c.dims.back(), lines = Product(c.dims, 0, c.dims.size() - 1);
   const int64_t line_bytes = len * c.item;

@@ -194,6 +194,9 @@ def test_slice_copy_reads_any_layout_and_checks_its_bounds():
     x = _values((9, 8, 5), np.float32).transpose(2, 0, 1)[:, ::2]  # strided, negative-free
     got = nat.slice_copy(x, [4, 1, 7], [-1, 2, -3], [5, 2, 3])
     assert got.tobytes() == np.ascontiguousarray(x[4::-1, 1:5:2, 7::-3]).tobytes()
+    one = np.array(5.0, np.float32)  # every axis of size 1, or none at all: one element
+    assert nat.slice_copy(one, [], [], []).tobytes() == one.tobytes()
+    assert nat.slice_copy(x, [2, 1, 3], [1, 1, 1], [1, 1, 1]).tobytes() == x[2:3, 1:2, 3:4].tobytes()
     with pytest.raises(ValueError, match=r"slice_copy: axis 1: 3 elements from 1 by 2 leave data \[5, 5, 8\]"):
         nat.slice_copy(x, [0, 1, 0], [1, 2, 1], [5, 3, 8])
 
