@@ -90,6 +90,7 @@ def test_the_measured_speedup_pairs_each_runtime_with_itself(tmp_path):
     assert sp["mixed"]["measured"] == 3.0 and sp["mixed"]["projected"] == 2.5
     assert sp["mixed"]["error"] == pytest.approx(2.5 / 3.0 - 1)
     assert sp["mixed"]["runtimes"] == {"qnn_dlc": 2.0, "tflite": 4.0}
+    assert sp["mixed"]["rows"] == 1.0  # the measured latency rows given to the fit: 1.0 ms each here
     assert sp["apart"]["measured"] is None and sp["apart"]["error"] is None
 
 
@@ -126,3 +127,16 @@ def test_the_remembered_timeline_is_found_again_by_the_next_process(tmp_path):
     assert silicon.memo_key(model, refit) == silicon.memo_key(model, t)
     assert silicon.memo_key(model, Target.from_dict({**t.raw, "sram_bytes": 1 << 20})) != silicon.memo_key(model, t)
     assert silicon.memo_key(model, t, {"sequence": 2}) != silicon.memo_key(model, t, {"sequence": 1})
+
+
+def test_a_speedup_row_prints_the_ratio_of_the_latency_rows_the_fit_sees(capsys):
+    """ViT on 8 Elite: fp16's row is QNN's 5.300 ms (the median of three runtimes), w8a8's TFLite's 3.365 ms (the only
+    one wholly on the NPU): the fit is given 1.58x while TFLite against TFLite is 1.17x, and the output says both."""
+    rows = [{"model": "vit", "precision": p, "target": "snapdragon-8elite", "measured_ms": ms, "projected_ms": proj}
+            for p, ms, proj in (("float", 5.300, 5.5), ("w8a8", 3.365, 2.95))]
+    tflite = 3.943 / 3.365
+    measured = {("vit", "snapdragon-8elite"): {"speedup": tflite, "runtimes": {("S25", "tflite"): tflite}}}
+    (s,) = silicon.speedups(rows, measured)
+    assert s["rows"] == pytest.approx(5.300 / 3.365)
+    silicon._print_speedups([s])
+    assert "(tflite 1.17x; latency rows 1.58x)" in capsys.readouterr().out

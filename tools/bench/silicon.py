@@ -16,7 +16,10 @@ on the same device with the same runtime (QNN against QNN, TFLite against TFLite
 both rows wholly on the NPU; a model's measured speedup on a target is the median of those per-runtime ratios. A
 ratio of two runtimes' latencies would mix the runtimes' own speed into the precision's (ViT on 8 Elite: w8a8 by
 TFLite only, 3.365 ms, fp16 median by QNN, 5.300 ms: 1.58x; TFLite against TFLite 1.17x). A model with no runtime
-measuring both precisions on a device has no speedup row, and the benchmark says so.
+measuring both precisions on a device has no speedup row, and the benchmark says so. Each speedup row also prints
+the ratio of the two latency rows the fit sees (``rows``): where the runtimes behind them differ, a projection that
+met both latency rows exactly would be off the speedup by the ratio of the two (ViT: rows 1.58x on 8 Elite and 1.63x
+on 8 Gen 3, TFLite's own 1.17x and 1.25x, so +35% and +30% at best).
 
 Each architecture is rebuilt with random weights at the measured input shape (``silicon_models.py``; torch,
 torchvision and transformers are optional, and the benchmark says which is missing), compiled by NpuEP's own
@@ -261,7 +264,8 @@ def summarize(rows: Sequence[Mapping]) -> list[dict]:
 
 def speedups(rows: Sequence[Mapping], measured: Mapping[tuple[str, str], Mapping]) -> list[dict]:
     """fp16 over w8a8 latency, projected (from the rows) vs measured (``measured_speedups``), for each model and
-    target with both precisions projected; ``measured`` None (and no error) where no runtime measured both."""
+    target with both precisions projected; ``measured`` None (and no error) where no runtime measured both, ``rows``
+    the ratio of the two measured latency rows (what the fit is given)."""
     by = {(r["model"], r["precision"], r["target"]): r for r in rows}
     out = []
     for (m, t), meas in sorted(measured.items()):
@@ -271,7 +275,7 @@ def speedups(rows: Sequence[Mapping], measured: Mapping[tuple[str, str], Mapping
         proj, ratio = f["projected_ms"] / q["projected_ms"], meas["speedup"]
         out.append({"model": m, "target": t, "measured": ratio, "projected": proj,
                     "error": None if ratio is None else proj / ratio - 1,
-                    "runtimes": _runtime_labels(meas["runtimes"])})
+                    "rows": f["measured_ms"] / q["measured_ms"], "runtimes": _runtime_labels(meas["runtimes"])})
     return out
 
 
@@ -292,7 +296,7 @@ def _print_speedups(sp: Sequence[Mapping]) -> None:
             continue
         each = ", ".join(f"{rt} {r:.2f}x" for rt, r in s["runtimes"].items())
         print(f"{head} measured {s['measured']:.2f}x  projected {s['projected']:.2f}x  error {s['error']:+.1%}"
-              f"  ({each})")
+              f"  ({each}; latency rows {s['rows']:.2f}x)")
 
 
 def evaluate(works: Mapping[tuple[str, str, str], Work], measured: Mapping[tuple[str, str, str], float],
