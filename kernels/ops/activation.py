@@ -30,7 +30,8 @@ from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 from ..tail_program import unary_program
-from .elementwise import CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, clip_float, engine_bind, engine_runner, ufunc_into
+from .elementwise import (CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, clip_float, engine_bind, engine_runner, ufunc_binder,
+                          ufunc_into)
 
 
 def _f(x: np.ndarray, v: float) -> np.generic:
@@ -305,10 +306,20 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in, n * p.attrs["out_itemsize"], ops, trans)
 
 
+_IS_INF_UFUNC = ufunc_binder(np.isinf, 1, exact_f16=True)
+
+
+def _is_inf_bind(p: Prepared, inputs, outs):
+    """IsInf detecting both signs as np.isinf's call (exact on float16 too); one sign stays on the kernel."""
+    params = p.attrs["params"]
+    return _IS_INF_UFUNC(p, inputs, outs) if params["detect_negative"] and params["detect_positive"] else None
+
+
 _ENGINE_OPS = ("LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Softsign")
 for _op, (_fn, _, _, _) in _PARAM_UNARY.items():
     _engine = _op in _ENGINE_OPS
+    _bind = engine_bind if _engine else _is_inf_bind if _op == "IsInf" else None
     register(KernelDef("", _op, _prepare, engine_runner(_param_runner(_fn)) if _engine else _param_runner(_fn), _cost,
-                       _check, rank_free=True, bind=engine_bind if _engine else None))
+                       _check, rank_free=True, bind=_bind))
 register(KernelDef("", "Clip", _prepare, _clip_run, _cost, _check, rank_free=True, bind=_clip_bind))
 register(KernelDef("", "PRelu", _prepare, _prelu_run, _cost, _check, rank_free=True, bind=_prelu_bind))

@@ -305,6 +305,8 @@ def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> C
     return bind
 
 
+ufunc_binder = _ufunc_binder  # for activation.py's IsInf
+
 _UFUNC_INTO: dict[np.ufunc, Callable] = {}
 
 
@@ -679,6 +681,9 @@ for _op, (_fn, _, _) in _UNARY.items():
     elif _op == "Sign":
         register(KernelDef("", _op, prepare, engine_runner(_sign_run), cost, check, rank_free=True,
                            bind=engine_or(_ufunc_binder(_fn, 1))))
+    elif _op == "IsNaN":  # exact on float16 too: the ufunc on it is the widened kernel's answer
+        register(KernelDef("", _op, prepare, _unary_runner(_fn), cost, check, rank_free=True,
+                           bind=ufunc_binder(_fn, 1, exact_f16=True)))
     elif _op in _ENGINE_UNARY:
         register(KernelDef("", _op, prepare, engine_runner(_unary_runner(_fn)), cost, check, rank_free=True,
                            bind=engine_or(_ufunc_binder(_fn, 1))))

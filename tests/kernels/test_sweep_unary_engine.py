@@ -282,3 +282,21 @@ def test_gelu_family_session_matches_cpu_ep(op, dtype):
         np.testing.assert_allclose(got.astype(np.float32), want, rtol=2.0**-10, atol=3e-6)
     else:
         np.testing.assert_allclose(got, cpu_run(model, {"x": x})[0], rtol=2e-6, atol=3e-6)
+
+
+@pytest.mark.parametrize("op,attrs", [("IsNaN", {}), ("IsInf", {})])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_isnan_isinf_bind_their_ufunc_also_for_float16(op, attrs, dtype):
+    """IsNaN and IsInf (both signs) bind np.isnan/np.isinf as the step, float16 too (exact there: no widening);
+    the answers are the kernel's and the CPU EP's, NpuEP running the node."""
+    from _sweep import kernel_and_bound_step
+    x = with_specials((RNG.standard_normal((3, 700)) * 4).astype(dtype), RNG, values=F16_SPECIALS, fraction=0.2)
+    outs, bound = kernel_and_bound_step(op, [("x", x, False)], **attrs)
+    assert len(bound) == 1 and np.array_equal(bound[0], outs[0])
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
+    node = helper.make_node(op, ["x"], ["y"], name="the_op", **attrs)
+    model = make_model([node], [helper.make_tensor_value_info("x", elem, [3, 700])],
+                       [helper.make_tensor_value_info("y", TensorProto.BOOL, [3, 700])], opset=20)
+    sess = npu_session(model)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0])
