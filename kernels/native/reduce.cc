@@ -1,6 +1,7 @@
 // Integer ReduceSum over trailing axes (`kernels.reduce_sum_int`), for the bound step of kernels/ops/reduce.py; float32
 // row maxima (`kernels.reduce_max_rows`: ReduceMax over trailing axes, GlobalMaxPool, exact: a maximum rounds nothing);
-// float32/float16 sums, means, maxima and minima and integer maxima and minima over any one run of axes
+// float32/float16 sums, means, maxima, minima, products, sums of squares, L1 and L2 norms and integer maxima and
+// minima over any one run of axes
 // (`kernels.reduce_axis`, below); ArgMax/ArgMin over one axis (`kernels.arg_extreme`).
 // The reference accumulates integer sums in float64 and saturates at the type's limits, as ORT's CPU kernel does.
 // Where every partial sum is an integer below 2^53 in magnitude (the row's sum of |x| is), float64 adds exactly in
@@ -14,6 +15,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 #include <cstdint>
 #include <limits>
@@ -152,20 +154,30 @@ py::array ReduceMaxRowsPy(const py::array_t<float, py::array::c_style>& x, int t
   return std::move(y);
 }
 
-// --- ReduceSum / ReduceMean / ReduceMax / ReduceMin over one run of axes (`kernels.reduce_axis`) ---------------
+// --- ReduceSum / Mean / Max / Min / Prod / SumSquare / L1 / L2 over one run of axes (`kernels.reduce_axis`) ------
 // x viewed as [outer, n, inner] (the caller merges adjacent axes), reduced over n. float32 and float16 (widened,
 // accumulated in float32 and rounded once: the reference's dtype=float32 sums) sum, average, take maxima or
-// minima; int32/int64 take maxima and minima (exact). Rows (inner 1): 32 running lanes (element j in lane j % 32
+// minima, multiply, sum squares or magnitudes (L2: the square root of the sum of squares); int32/int64 take maxima
+// and minima (exact). Rows (inner 1): 32 running lanes (element j in lane j % 32
 // after the first 32) folded in halves at the end; columns (inner > 1): each column accumulated down the n rows in
 // order, from its first row (numpy's order for a non-trailing axis), blocks of 256 columns per task. Maxima and
 // minima keep a NaN once seen (numpy's maximum). The same operations in the same order on every ISA (the AVX2
 // and AVX-512 builds of a loop are the same source): the bits do not depend on the host or the thread count.
-enum Reduction : int { kSum = 0, kMean = 1, kMax = 2, kMin = 3 };
+enum Reduction : int { kSum = 0, kMean = 1, kMax = 2, kMin = 3, kProd = 4, kSumSquare = 5, kL1 = 6, kL2 = 7 };
+
+// An element as the reduction adds it: squared (SumSquare, L2), its magnitude (L1), else itself.
+template <int R, typename A>
+inline A Pre(A v) {
+  if constexpr (R == kSumSquare || R == kL2) return v * v;
+  if constexpr (R == kL1) return v < 0 ? -v : v;
+  return v;
+}
 
 template <int R, typename A>
 inline A Combine(A acc, A v) {
   if constexpr (R == kMax) return (v > acc || v != v) ? v : acc;  // a NaN, once in, stays (v > NaN is false)
   if constexpr (R == kMin) return (v < acc || v != v) ? v : acc;
+  if constexpr (R == kProd) return acc * v;
   return acc + v;
 }
 
@@ -174,16 +186,16 @@ constexpr int kLanes = 32;  // four AVX2 / two AVX-512 vectors of running sums: 
 template <int R, typename A>
 inline __attribute__((always_inline)) A FoldRowBody(const A* x, int64_t n) {
   if (n < kLanes) {
-    A acc = x[0];
-    for (int64_t j = 1; j < n; ++j) acc = Combine<R>(acc, x[j]);
+    A acc = Pre<R>(x[0]);
+    for (int64_t j = 1; j < n; ++j) acc = Combine<R>(acc, Pre<R>(x[j]));
     return acc;
   }
   A lanes[kLanes];
-  for (int l = 0; l < kLanes; ++l) lanes[l] = x[l];
+  for (int l = 0; l < kLanes; ++l) lanes[l] = Pre<R>(x[l]);
   int64_t j = kLanes;
   for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) lanes[l] = Combine<R>(lanes[l], x[j + l]);
-  for (int l = 0; j + l < n; ++l) lanes[l] = Combine<R>(lanes[l], x[j + l]);
+    for (int l = 0; l < kLanes; ++l) lanes[l] = Combine<R>(lanes[l], Pre<R>(x[j + l]));
+  for (int l = 0; j + l < n; ++l) lanes[l] = Combine<R>(lanes[l], Pre<R>(x[j + l]));
   for (int w = kLanes / 2; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) lanes[l] = Combine<R>(lanes[l], lanes[l + w]);
   return lanes[0];
@@ -191,7 +203,7 @@ inline __attribute__((always_inline)) A FoldRowBody(const A* x, int64_t n) {
 
 template <int R, typename A>
 inline __attribute__((always_inline)) void CombineColumnsBody(A* acc, const A* v, int64_t len) {
-  for (int64_t c = 0; c < len; ++c) acc[c] = Combine<R>(acc[c], v[c]);
+  for (int64_t c = 0; c < len; ++c) acc[c] = Combine<R>(acc[c], Pre<R>(v[c]));
 }
 
 template <int R, typename A>
@@ -254,13 +266,16 @@ const Acc<T>* Widened(const T* x, int64_t len, Acc<T>* buf) {
   }
 }
 
-// y[0, len) = acc (Mean: divided by count, in the accumulator's type, as the reference's y / count), rounded to T.
+// y[0, len) = acc (Mean: divided by count, in the accumulator's type, as the reference's y / count; L2: its square
+// root), rounded to T.
 template <int R, typename T>
 void Store(Acc<T>* acc, int64_t len, int64_t count, T* y) {
   if constexpr (R == kMean) {
     const auto c = static_cast<Acc<T>>(count);
     for (int64_t i = 0; i < len; ++i) acc[i] /= c;
   }
+  if constexpr (R == kL2)
+    for (int64_t i = 0; i < len; ++i) acc[i] = std::sqrt(acc[i]);
   if constexpr (std::is_same_v<T, uint16_t>)
     FloatToHalfRow(acc, y, len);
   else
@@ -289,7 +304,7 @@ void ReduceView(const T* x, int64_t outer, int64_t n, int64_t inner, int threads
     A acc[kColumnBlock], buf[kColumnBlock];
     const T* at = x + o * n * inner + c;
     const A* first = Widened(at, len, buf);
-    std::copy(first, first + len, acc);
+    for (int64_t i = 0; i < len; ++i) acc[i] = Pre<R>(first[i]);
     for (int64_t r = 1; r < n; ++r) CombineColumns<R>(acc, Widened(at + r * inner, len, buf), len);
     Store<R>(acc, len, n, y + o * inner + c);
   });
@@ -301,7 +316,16 @@ void ReduceViewOf(int op, const T* x, int64_t outer, int64_t n, int64_t inner, i
     case kSum: return ReduceView<kSum>(x, outer, n, inner, threads, y);
     case kMean: return ReduceView<kMean>(x, outer, n, inner, threads, y);
     case kMax: return ReduceView<kMax>(x, outer, n, inner, threads, y);
-    default: return ReduceView<kMin>(x, outer, n, inner, threads, y);
+    case kMin: return ReduceView<kMin>(x, outer, n, inner, threads, y);
+    default: break;
+  }
+  if constexpr (!std::is_integral_v<T> || std::is_same_v<T, uint16_t>) {  // the float-only reductions
+    switch (op) {
+      case kProd: return ReduceView<kProd>(x, outer, n, inner, threads, y);
+      case kSumSquare: return ReduceView<kSumSquare>(x, outer, n, inner, threads, y);
+      case kL1: return ReduceView<kL1>(x, outer, n, inner, threads, y);
+      default: return ReduceView<kL2>(x, outer, n, inner, threads, y);
+    }
   }
 }
 
@@ -309,11 +333,13 @@ py::array ReduceAxisPy(const py::array& x, int op, int64_t outer, int64_t n, int
   const py::dtype dt = x.dtype();
   const bool f32 = dt.equal(py::dtype::of<float>()), f16 = dt.equal(py::dtype("float16"));
   const bool ints = dt.equal(py::dtype::of<int32_t>()) || dt.equal(py::dtype::of<int64_t>());
-  if (!(x.flags() & py::array::c_style) || !(f32 || f16 || ints) || op < kSum || op > kMin ||
+  if (!(x.flags() & py::array::c_style) || !(f32 || f16 || ints) || op < kSum || op > kL2 ||
       (ints && op != kMax && op != kMin))
-    throw std::invalid_argument("reduce_axis: op " + std::to_string(op) + " of a " + std::string(py::str(dt)) +
-                                " array: expects a C-contiguous float32/float16 array (sum 0, mean 1, max 2, min 3) "
-                                "or int32/int64 (max, min)");
+    throw std::invalid_argument(
+        "reduce_axis: op " + std::to_string(op) + " of a " + std::string(py::str(dt)) +
+        " array: expects a C-contiguous float32/float16 array (sum 0, mean 1, max 2, min 3, prod 4, "
+        "sum of squares 5, L1 6, L2 7) "
+        "or int32/int64 (max, min)");
   if (outer < 0 || n <= 0 || inner <= 0 || outer * n * inner != static_cast<int64_t>(x.size()))
     throw std::invalid_argument("reduce_axis: [outer, n, inner] = [" + std::to_string(outer) + ", " +
                                 std::to_string(n) + ", " + std::to_string(inner) + "] does not cover x's " +
@@ -452,7 +478,8 @@ void BindReduce(py::module_& m) {
   m.def("reduce_axis", &ReduceAxisPy, py::arg("x"), py::arg("op"), py::arg("outer"), py::arg("n"), py::arg("inner"),
         py::arg("threads") = 1,
         "C-contiguous x viewed as [outer, n, inner] reduced over n into a new 1-D array of outer * inner: op 0 sum, 1 "
-        "mean, 2 max, 3 min of float32/float16 (float32 accumulation, one rounding), 2/3 of int32/int64 (exact); "
+        "mean, 2 max, 3 min, 4 prod, 5 sum of squares, 6 L1, 7 L2 of float32/float16 (float32 accumulation, one "
+        "rounding), 2/3 of int32/int64 (exact); "
         "maxima and minima keep a NaN; the same bits at any thread count and ISA");
   m.def("reduce_max_rows", &ReduceMaxRowsPy, py::arg("x"), py::arg("threads") = 1,
         "row maxima of a C-contiguous float32 [rows, cols >= 1] array, NaN where a row holds one (numpy's "

@@ -1,20 +1,23 @@
-"""Reductions on the vector unit: ReduceSum, ReduceMean, ReduceMax.
+"""Reductions on the vector unit: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare, ReduceL1,
+ReduceL2.
 
 Axes come from the ``axes`` attribute (ReduceSum < opset 13, ReduceMean/Max < opset 18) or from input 1 (later
 opsets); a constant axes input is resolved at compile time. Empty/absent axes reduce everything unless
 ``noop_with_empty_axes=1``, which makes the op an identity. Float16 accumulates in float32 (the vector unit's
 accumulator) and rounds once. Integer sums accumulate in float64 and saturate at the type's limits, as ORT's CPU
 kernel does (exact for int32; int64 sums beyond 2^53 round as ORT's do, possibly in another order). An empty
-reduced axis gives the reduction's identity, as in ORT: 0 for Sum and Mean, the type's lowest value (-inf) for Max.
+reduced axis gives the reduction's identity, as in ORT: 0 for Sum, Mean, SumSquare, L1 and L2, 1 for Prod, the type's
+lowest value (-inf) for Max, its highest (+inf) for Min. SumSquare and L2 square each element in the accumulator's
+dtype (float16: float32), L1 takes magnitudes there; L2 is the square root of the sum of squares.
 
-Native: float32/float16 ReduceSum, ReduceMean and ReduceMax and int32/int64 ReduceMax over any one run of axes
+Native: every float32/float16 reduction here and int32/int64 ReduceMax/ReduceMin over any one run of axes
 (axes of one element merge with either side) run and bind ``reduce_axis`` on x viewed as [outer, n, inner]: the inner
 axis is the vector lane, so a non-trailing reduction streams down the rows (numpy's order there, its bits); a
 trailing one sums in 32 running lanes (another order than numpy's pairwise sums: within float tolerance, stated in
-tests/kernels/test_sweep_reduce_axis.py). Maxima are exact (NaN wins, as numpy's maximum). A float32 ReduceMax over
-trailing axes keeps ``reduce_max_rows`` (shared with GlobalMaxPool); an int32/int64 ReduceSum over trailing axes
-binds ``reduce_sum_int``; a float64 ReduceMean ``reduce_mean_float`` (numpy's own sums scaled in place). Axes with a
-kept axis of more than one element between reduced ones run in numpy.
+tests/kernels/test_sweep_reduce_axis.py). Maxima and minima are exact (NaN wins, as numpy's maximum). A float32
+ReduceMax over trailing axes keeps ``reduce_max_rows`` (shared with GlobalMaxPool); an int32/int64 ReduceSum over
+trailing axes binds ``reduce_sum_int``; a float64 ReduceMean ``reduce_mean_float`` (numpy's own sums scaled in
+place). Axes with a kept axis of more than one element between reduced ones run in numpy.
 
 Cost: every input element passes the vector unit once (1 op, +1 per output element for Mean's scaling);
 DMA reads the input and writes the output.
@@ -85,18 +88,35 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         if split is not None:
             y = runtime.native(p).reduce_max_rows(x.reshape(split), runtime.threads(p))
             return [y.reshape(_reduced_shape(x.shape, axes, keep))]
+    return [_reference(op, x, axes, keep)]
+
+
+def _reference(op: str, x: np.ndarray, axes: tuple[int, ...] | None, keep: bool) -> np.ndarray:
+    """The reduction in numpy (ufunc reductions, not np.sum & co.: Python wrappers); float16 computed in float32."""
+    if op in ("ReduceMax", "ReduceMin"):
+        ufunc = np.maximum if op == "ReduceMax" else np.minimum
         if x.size == 0:  # an empty reduced axis: the identity (numpy's maximum has none and raises)
-            return [np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype)))]
-        return [np.asarray(np.maximum.reduce(x, axis=axes, keepdims=keep))]
+            initial = _lowest(x.dtype) if op == "ReduceMax" else _highest(x.dtype)
+            return np.asarray(ufunc.reduce(x, axis=axes, keepdims=keep, initial=initial))
+        return np.asarray(ufunc.reduce(x, axis=axes, keepdims=keep))
     if op == "ReduceSum" and x.dtype.kind in "iu":
-        return [_saturating_sum(x, axes, keep)]
-    # ufunc reduce, not np.sum (a Python wrapper)
+        return _saturating_sum(x, axes, keep)
     acc = _F32 if x.dtype == _F16 else x.dtype
-    y = np.add.reduce(x, axis=axes, dtype=acc, keepdims=keep)
+    if op == "ReduceProd":
+        y = np.multiply.reduce(x, axis=axes, dtype=acc, keepdims=keep)
+    else:
+        terms = x
+        if op in ("ReduceSumSquare", "ReduceL2"):
+            terms = np.multiply(x, x, dtype=acc)
+        elif op == "ReduceL1":
+            terms = np.abs(x.astype(acc, copy=False))
+        y = np.add.reduce(terms, axis=axes, dtype=acc, keepdims=keep)
     if op == "ReduceMean":
         count = x.size // max(y.size, 1) if x.size else 1  # y: an array, or a numpy scalar (size 1)
         y = y / acc.type(count) if acc.kind == "f" else y // count
-    return [y if type(y) is np.ndarray and y.dtype == x.dtype else np.asarray(y).astype(x.dtype, copy=False)]
+    elif op == "ReduceL2":
+        y = np.sqrt(y)
+    return y if type(y) is np.ndarray and y.dtype == x.dtype else np.asarray(y).astype(x.dtype, copy=False)
 
 
 _EXACT_INTS = (np.dtype(np.int32), np.dtype(np.int64))
@@ -140,7 +160,8 @@ def _native_max_rows(p: Prepared, x: np.ndarray, axes: tuple[int, ...] | None) -
     return _trailing_split(x.shape, axes)
 
 
-_NATIVE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3}  # reduce_axis's op codes
+_NATIVE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceProd": 4,  # reduce_axis's
+               "ReduceSumSquare": 5, "ReduceL1": 6, "ReduceL2": 7}                         # op codes
 _FLOATS = (_F32, _F16)
 _INTS = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -160,8 +181,8 @@ def reduction_view(shape: tuple[int, ...], axes: tuple[int, ...] | None) -> tupl
 
 
 def _native_view(p: Prepared, x: np.ndarray, axes: tuple[int, ...] | None) -> tuple[int, int, int] | None:
-    """[outer, n, inner] for ``reduce_axis`` (native kernels, a non-empty C-contiguous float32/float16 Sum, Mean,
-    Max, Min or int32/int64 Max, Min over one run of axes), else None. A float32 ReduceMax over trailing axes
+    """[outer, n, inner] for ``reduce_axis`` (native kernels, a non-empty C-contiguous float32/float16 x or an
+    int32/int64 Max, Min over one run of axes), else None. A float32 ReduceMax over trailing axes
     keeps ``reduce_max_rows`` (AVX-512 rows, shared with GlobalMaxPool)."""
     op = p.attrs["op"]
     native_dtype = x.dtype in _FLOATS or (x.dtype in _INTS and op in ("ReduceMax", "ReduceMin"))
@@ -228,6 +249,10 @@ def _lowest(dtype: np.dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
+def _highest(dtype: np.dtype):
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+
+
 _SATURATION: dict[np.dtype, tuple[float, float, float | None, Any]] = {}
 
 
@@ -276,5 +301,6 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
-for _op in ("ReduceSum", "ReduceMean", "ReduceMax"):
+for _op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1",
+            "ReduceL2"):
     register(KernelDef("", _op, _prepare, _run, _cost, _check, rank_free=True, bind=_bind))

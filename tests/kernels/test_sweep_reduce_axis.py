@@ -1,7 +1,7 @@
-"""Differential sweep of the native reductions over one run of axes (kernels/native/reduce.cc's ``reduce_axis``,
-issue 40) against the reference model (kernels/ops/reduce.py: numpy's ufunc reductions, float16 accumulated in
-float32), on every instruction-set level it dispatches to (the AVX-512 and AVX2 builds of the same loops, the base
-one).
+"""Differential sweep of the native reductions (Sum, Mean, Max, Min, Prod, SumSquare, L1, L2) over one run of axes
+(kernels/native/reduce.cc's ``reduce_axis``, issue 40) against the reference model (kernels/ops/reduce.py: numpy's
+ufunc reductions, float16 accumulated in float32), on every instruction-set level it dispatches to (the AVX-512 and
+AVX2 builds of the same loops, the base one).
 
 x is viewed as [outer, n, inner]. Rows (inner 1): 32 running lanes from the first 32 elements, a tail into the
 first lanes, folded in halves; tasks of 32768 / n rows. Columns (inner > 1): blocks of 256 columns, each accumulated
@@ -49,12 +49,25 @@ def _exact(op: str, x: np.ndarray, axes, keepdims: int = 1, threads: int = 1) ->
 def _sum_bound(x: np.ndarray, axes) -> np.ndarray:
     """The per-output tolerance of a float sum over ``axes`` (module docstring), float64."""
     n = x.size // max(np.sum(x, axis=tuple(axes), dtype=np.float64).size, 1)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         mag = np.add.reduce(np.abs(x.astype(np.float64)), axis=tuple(axes), keepdims=True)
     return np.nan_to_num((n / 16 + 24) * 2.0 ** -24 * mag, nan=0.0, posinf=0.0)
 
 
+SUMS = ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceProd")
+
+
+def _terms(op: str, x: np.ndarray) -> np.ndarray:
+    """The terms a sum adds, in float64: squares for SumSquare and L2, magnitudes for L1 (Prod: log-magnitudes'
+    scale is not additive; its bound is relative, below)."""
+    x = x.astype(np.float64)
+    return x * x if op in ("ReduceSumSquare", "ReduceL2") else x
+
+
 def _close(op: str, x: np.ndarray, axes, threads: int = 1) -> None:
+    """A float reduction within the module docstring's bound: sums (SumSquare, L1 of their terms) within
+    (n / 16 + 24) 2^-24 of the sum of the terms' magnitudes; Mean over n; L2 half of the sum's relative error
+    plus an ulp; Prod (another order of n roundings) within (2n + 2) 2^-24 relative."""
     got, want, calls = native_vs_reference(op, _inputs(x, axes), threads=threads, keepdims=1)
     what = f"{op} {x.dtype} {x.shape} {axes}"
     assert_native_ran(calls, "reduce_axis", what)
@@ -62,8 +75,14 @@ def _close(op: str, x: np.ndarray, axes, threads: int = 1) -> None:
     assert got[0].shape == want[0].shape and got[0].dtype == want[0].dtype, what
     assert np.array_equal(np.isnan(g), np.isnan(w)), what
     n = x.size // max(w.size, 1)
-    bound = _sum_bound(x, axes) / (n if op == "ReduceMean" else 1)
+    bound = _sum_bound(_terms(op, x), axes) / (n if op == "ReduceMean" else 1)
     rel = 2.0 ** -10 if x.dtype == np.float16 else 2.0 ** -24
+    if op == "ReduceL2":  # sqrt(s (1 + e)) = sqrt(s) (1 + e / 2): the absolute bound over 2 sqrt(s), and one ulp
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound = np.nan_to_num(bound / (2 * np.abs(w)), nan=0.0, posinf=0.0)
+        rel += 2.0 ** -23
+    if op == "ReduceProd":
+        bound, rel = 0.0, rel + (2 * n + 2) * 2.0 ** -24
     with np.errstate(invalid="ignore"):  # inf - inf where both are the same infinity
         ok = np.isnan(w) | (g == w) | (np.abs(g - w) <= bound + rel * np.abs(w) + 2.0 ** -24)
     assert ok.all(), f"{what}: worst {np.max(np.abs(g - w)[~ok])}"
@@ -110,6 +129,27 @@ def test_integer_maxima_exact(isa, dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_min_prod_squares_and_norms(isa, dtype):
+    """ReduceMin (exact), ReduceProd, ReduceSumSquare, ReduceL1, ReduceL2 over rows around the lanes, columns
+    around the block and a leading run; Prod of values near 1 (no overflow), norms of signed values."""
+    for shape, axes in (((5, 31), [1]), ((5, 65), [1]), ((3, 7, 257), [1]), ((6, 4, 3), [0, 1]), ((2, 3, 4), [0])):
+        x = (RNG.standard_normal(shape) * 3).astype(dtype)
+        _exact("ReduceMin", x, axes, threads=2)
+        for op in ("ReduceSumSquare", "ReduceL1", "ReduceL2"):
+            _close(op, x, axes, threads=2)
+        _close("ReduceProd", (1 + RNG.standard_normal(shape) / 8).astype(dtype), axes)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_minima_exact(isa, dtype):
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, info.max, (3, 17, 259), dtype=dtype, endpoint=True)
+    x.reshape(-1)[::7] = info.min
+    for axes in ([1], [2], [0, 1]):
+        _exact("ReduceMin", x, axes, keepdims=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_any_run_of_axes(isa, dtype):
     """Leading, middle, trailing runs, runs through axes of one element, everything; keepdims both ways."""
     x = (RNG.standard_normal((2, 3, 1, 5, 7)) * 4).astype(dtype)
@@ -127,11 +167,12 @@ def test_special_values(isa, dtype):
         x = (RNG.standard_normal(shape) * 10).astype(dtype)
         sums = with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 1e-45 if dtype == np.float32 else 6e-8),
                              fraction=0.01)
-        for op in ("ReduceSum", "ReduceMean"):
+        for op in ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2"):
             _close(op, sums, axes)
         maxima = with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, big, -big), fraction=0.01)
         maxima.reshape(-1)[: shape[-1]] = -np.inf
         _exact("ReduceMax", maxima, axes)
+        _exact("ReduceMin", maxima, axes)
 
 
 def test_non_run_axes_stay_on_the_reference():
@@ -142,8 +183,9 @@ def test_non_run_axes_stay_on_the_reference():
     np.testing.assert_array_equal(got[0], want[0])
 
 
-SESSION_CASES = [(op, dtype) for op in ("ReduceSum", "ReduceMean", "ReduceMax") for dtype in (*FLOATS, np.int64)
-                 if dtype != np.int64 or op == "ReduceMax"]  # integer sums: reduce_sum_int; integer means: no NPU op
+SESSION_CASES = [(op, dtype) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare",
+                                         "ReduceL1", "ReduceL2", "ReduceProd") for dtype in (*FLOATS, np.int64)
+                 if dtype != np.int64 or op in ("ReduceMax", "ReduceMin")]  # integer sums: reduce_sum_int
 
 
 @pytest.mark.parametrize("op, dtype", SESSION_CASES)
@@ -153,5 +195,19 @@ def test_session_as_the_cpu_ep(op, dtype, axes, const_axes):
     ``check_on_ep``'s float16 default), exact for integers; constant axes, or a runtime axes input (the bound step
     holds it) at opset 18."""
     x = (RNG.standard_normal((2, 6, 9, 20)) * 5).astype(dtype)
+    if op == "ReduceProd":  # values near 1: products of up to 120 of them stay finite
+        x = (1 + RNG.standard_normal(x.shape) / 16).astype(dtype)
     inputs = [("x", x, False), ("axes", np.array(axes, np.int64), const_axes)]
-    check_on_ep(op, inputs, [("y", dtype)], {"keepdims": 1}, opset=18, targets=("npu-ref", "npu-edge"))
+    edge = op in ("ReduceSum", "ReduceMean", "ReduceMax")  # npu-edge lists only these
+    check_on_ep(op, inputs, [("y", dtype)], {"keepdims": 1}, opset=18,
+                targets=("npu-ref", "npu-edge") if edge else ("npu-ref",))
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2"])
+@pytest.mark.parametrize("axes", [[1], [0], []])
+def test_new_reductions_over_empty_axes_as_the_cpu_ep(op, axes):
+    """An empty reduced axis gives the identity as ORT (Min +inf, Prod 1, the sums 0), an empty kept axis an empty
+    result, no axes everything (the reference: the reduction has no native call for an empty x)."""
+    x = np.zeros((2, 0, 3), np.float32)
+    check_on_ep(op, [("x", x, False), ("axes", np.array(axes, np.int64), True)], [("y", np.float32)],
+                {"keepdims": 1}, opset=18)
