@@ -389,9 +389,9 @@ void RunChannelTasks(const ChannelCall& k, int threads) {
   const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(len, 1));
   const int64_t tasks = (units + per_task - 1) / per_task;
   const int use = ThreadsFor(threads, units * len);
-  if (use == 1 || tasks == 1) return RunChannels(k, affine, 0, units, Grow(t_scratch, k.half || !affine ? len : 0));
+  if (use == 1 || tasks == 1) return RunChannels(k, affine, 0, units, Grow(t_scratch, k.half ? len : 0));
   ParallelFor(use, tasks, [&](int64_t t) {
-    float* buf = Grow(t_scratch, k.half || !affine ? len : 0);
+    float* buf = Grow(t_scratch, k.half ? len : 0);
     RunChannels(k, affine, t * per_task, std::min(units, (t + 1) * per_task), buf);
   });
 }
