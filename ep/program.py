@@ -8,8 +8,9 @@ Per-signature state is bounded: a program keeps its ``SIGNATURES_KEPT`` most rec
 counts and the extension's entry; native steps for ``_BOUND_SIGNATURES`` of them). A decoder whose past grows has a
 new signature per token, so keeping every one grew by ~0.3 KB per step per shape for the session's life. An evicted
 signature's counts and emulated time stay in the totals; seen again, its call is a first call once more.
-A first call reuses, step by step, what earlier signatures bound and costed for the same step inputs, so a new
-past length mostly pays for the steps whose inputs grew.
+A new signature's first call runs on the steps' latest native steps without observing (``_scout``), so a new
+past length pays only for the steps whose inputs grew; an observed call reuses, step by step, what earlier
+signatures bound and costed for the same step inputs.
 
 Every call runs in the extension (``ep/native/EXECUTOR.md``): ``_native.ProgramCall`` looks up the signature and
 runs its ``_native.StepLoop``; a new signature's first call and recording calls come back here (``_observe``), which
@@ -52,6 +53,8 @@ with np.errstate(all="ignore"):
 
 SIGNATURES_KEPT = 64  # input-shape signatures a program keeps (cost, counts, the extension's entry): the latest used
 _BOUND_SIGNATURES = 16  # input-shape signatures whose native steps a program keeps (a subset of the kept ones)
+_RECENT_NATIVES = 4  # native steps per step the latest loop tries (a prefill's and a decode's, ...)
+_PENDING_KEPT = SIGNATURES_KEPT  # scouted signatures waiting for a second call to bind their own native steps
 _STEP_MEMO_KEPT = 8192  # per-step costs and bindings a program reuses across signatures (cleared when full)
 
 
@@ -136,7 +139,15 @@ class Program:
         # cost and native step are those of an earlier signature, reused by the step's own inputs (_step_key)
         self._step_costs: dict[tuple, OpCost] = {}
         self._step_natives: dict[tuple, Any] = {}
-        self._latest_natives: dict[int, Any] = {}  # id(step) -> the step's latest native step
+        # id(step) -> the step's most recently bound native steps, and the native step trying them in that order
+        self._recent_natives: dict[int, list] = {}
+        self._latest_natives: dict[int, Any] = {}
+        # A new signature's first call runs the steps' latest native steps (``_scout``): the loop over them (built
+        # when first needed after they change), the signatures kept on it, and those whose next call observes
+        self._latest_loop: Any = None
+        self._scouted: set[tuple] = set()
+        self._pending: dict[tuple, None] = {}
+        self._declines: dict[int, int] = {}  # step index -> scouted calls in a row in which its native step declined
         # per step: whether small input values are part of its key (a shape-derived step's memo holds to them)
         self._keyed_values = {id(st): st.op not in step_binding.SHAPE_ONLY
                               and all(s in self._shape_derived for s in st.in_slots if s >= 0) for st in steps}
@@ -188,10 +199,13 @@ class Program:
         self.outputs = [by_name[n][1] for n in output_names]
         self._loop = self._native_loop()
         self._bound = {sig: self._native_loop(natives) for sig, natives in self._bindings.items()}
+        self._latest_loop = None
         self._call.set_perm(self._input_perm)
         self._call.set_loop(self._loop)
         for sig, loop in self._bound.items():
             self._call.track(sig, loop)
+        for sig in self._scouted:
+            self._call.track(sig, self._latest())
         if self._marked:
             self.mark_partition_outputs()
 
@@ -221,8 +235,10 @@ class Program:
 
     @property
     def native_step_counts(self) -> tuple[int, int]:
-        """(native step runs, inputs a native step declined) over the signatures whose native steps are kept."""
-        counts = [loop.native_counts for loop in list(self._bound.values())]
+        """(native step runs, inputs a native step declined) over the signatures whose native steps are kept and
+        the loop over the steps' latest native steps (``_scout``)."""
+        loops = [*self._bound.values(), *([self._latest_loop] if self._latest_loop is not None else [])]
+        counts = [loop.native_counts for loop in loops]
         return sum(r for r, _ in counts), sum(d for _, d in counts)
 
     @property
@@ -265,7 +281,10 @@ class Program:
         while recording, or after its signature was evicted."""
         t0 = perf_counter_ns()
         signature = tuple([a.shape for a in inputs])
-        seen = _Observation(self, first=signature not in self._signatures, record=self.record)
+        if signature not in self._signatures and not self.record and self._latest_natives:
+            return self._scout(signature, inputs, t0)
+        seen = _Observation(self, first=signature not in self._signatures or signature in self._pending,
+                            record=self.record)
         token = _ERRSTATE.set(_IGNORE_ALL)
         try:
             result = self._loop.observe(inputs, seen.before, seen.after)
@@ -278,30 +297,91 @@ class Program:
                 self._keep_bound(signature, natives)
             state = self._signatures.get(signature)
             if state is None:  # a first call (or one whose signature was evicted meanwhile: then without a cost)
-                state = self._admit(signature, step_shapes)
+                state = self._admit(signature, step_shapes, self._bound.get(signature))
+            elif self._pending.pop(signature, 0) is None:  # a scouted signature's second call: now on the hot path
+                self._track(signature, self._bound.get(signature))
             state.calls += 1
             state.ns += elapsed
         return result
 
+    def _scout(self, signature: tuple, inputs: tuple[np.ndarray, ...], t0: int) -> tuple[np.ndarray, ...]:
+        """A new signature's first call without the observer (a decoder's past one longer every token is one per
+        token): the steps' latest native steps run it, each declining inputs it was not bound for (its kernel runs
+        then), and the loop returns the step shapes the cost model needs. When every native step took its inputs,
+        the signature is kept on that loop; else its next call observes, binding native steps for its inputs."""
+        loop = self._latest()
+        token = _ERRSTATE.set(_IGNORE_ALL)
+        try:
+            result, step_shapes, declined = loop.scout(inputs)
+        finally:
+            _ERRSTATE.reset(token)
+        elapsed = perf_counter_ns() - t0
+        self._bind_declined(declined)
+        with self._lock:
+            state = self._signatures.get(signature)
+            if state is None:  # (another thread may have kept it meanwhile)
+                if declined:
+                    state = self._signatures[signature] = _SignatureState(None, step_shapes=step_shapes)
+                    self._hold_pending(signature)
+                else:
+                    state = self._admit(signature, step_shapes, loop)
+                    self._scouted.add(signature)
+            state.calls += 1
+            state.ns += elapsed
+        return result
+
+    def _bind_declined(self, declined: list[tuple[int, tuple, Any]]) -> None:
+        """Bind a native step for each step whose latest one declined in a scouted call, so the next signature of
+        the same step inputs takes it (a decoder's first decode token after its prefill); a step that declines
+        again in the next scout has inputs that change every call (a mask as long as the past) and keeps its
+        kernel until its native step takes a call again."""
+        now = {j for j, _, _ in declined}
+        self._declines = {j: n for j, n in self._declines.items() if j in now}
+        for j, args, outs in declined:
+            n = self._declines[j] = self._declines.get(j, 0) + 1
+            if n == 1:
+                step = self.steps[j]
+                self._bind_step(_step_key(step, args, self._keyed_values[id(step)]), step, args, outs)
+
+    def _latest(self) -> Any:
+        """The loop over each step's latest native step (None for a step that never bound one)."""
+        loop = self._latest_loop
+        if loop is None:
+            loop = self._latest_loop = self._native_loop([self._latest_natives.get(id(st)) for st in self.steps])
+        return loop
+
+    def _hold_pending(self, signature: tuple) -> None:
+        """Keep a scouted signature whose next call observes; beyond ``_PENDING_KEPT`` the oldest is folded into
+        the totals like an evicted one. Under ``_lock``."""
+        while len(self._pending) >= _PENDING_KEPT:
+            self._evict(next(iter(self._pending)), 0, 0)
+        self._pending[signature] = None
+
     def _keep_bound(self, signature: tuple, natives: list) -> None:
         """Run this signature's later calls with its native steps; only the latest ``_BOUND_SIGNATURES`` keep
-        theirs (the extension then runs the others on the default loop). Under ``_lock``."""
+        theirs (the extension then runs the others on the steps' latest native steps). Under ``_lock``."""
         while len(self._bindings) >= _BOUND_SIGNATURES:
             oldest = next(iter(self._bindings))
             del self._bindings[oldest]
             self._bound.pop(oldest, None)
-            if oldest in self._signatures:
-                self._call.track(oldest, None)  # back to the default loop
+            if oldest in self._signatures and oldest not in self._pending:
+                self._call.track(oldest, self._latest())  # on the steps' latest native steps from now on
+                self._scouted.add(oldest)
         self._bindings[signature] = natives
         self._bound[signature] = self._native_loop(natives)
 
-    def _admit(self, signature: tuple, step_shapes: list | None) -> _SignatureState:
-        """Keep a new signature (from now on it takes the hot path) and evict the least recently used one beyond
-        ``SIGNATURES_KEPT``: the extension picks it by its own clock of hot-path calls. Under ``_lock``."""
+    def _admit(self, signature: tuple, step_shapes: list | None, loop: Any) -> _SignatureState:
+        """Keep a new signature on ``loop`` (None: the default loop); from now on it takes the hot path. Under
+        ``_lock``."""
         state = self._signatures[signature] = _SignatureState(None, step_shapes=step_shapes)
-        for sig, calls, ns in self._call.track(signature, self._bound.get(signature)):
-            self._evict(sig, calls, ns)
+        self._track(signature, loop)
         return state
+
+    def _track(self, signature: tuple, loop: Any) -> None:
+        """Run ``signature``'s calls on ``loop`` in the extension, and evict the least recently used signature
+        beyond ``SIGNATURES_KEPT``: the extension picks it by its own clock of hot-path calls. Under ``_lock``."""
+        for sig, calls, ns in self._call.track(signature, loop):
+            self._evict(sig, calls, ns)
 
     def _evict(self, signature: tuple, hot_calls: int, hot_ns: int) -> None:
         """Fold a signature's counts and emulated time into the totals and drop everything kept for it."""
@@ -314,6 +394,8 @@ class Program:
             self._evicted_seconds += cost.seconds * calls
         self._bindings.pop(signature, None)
         self._bound.pop(signature, None)
+        self._scouted.discard(signature)
+        self._pending.pop(signature, None)
         self.evicted_signatures += 1
 
     def _record(self, step: Step, outs: Sequence[np.ndarray | None]) -> None:
@@ -330,13 +412,17 @@ class Program:
         return native
 
     def _keep_native(self, key: tuple, step: Step, native: Any) -> None:
-        """Keep ``native`` for ``key``, and as the step's latest native step (tried first for a key not seen yet:
-        a native step that takes inputs of other shapes, such as a decoder's growing past, serves them all)."""
+        """Keep ``native`` for ``key``, and first among the step's latest native steps (tried for a key not seen
+        yet, most recent first: a native step that takes inputs of other shapes, such as a decoder's growing past,
+        serves them all, and a step alternating between a few shapes finds its own)."""
         if len(self._step_natives) >= _STEP_MEMO_KEPT:
             self._step_natives.clear()
         self._step_natives[key] = native
-        if native is not None:
-            self._latest_natives[id(step)] = native
+        recent = self._recent_natives.setdefault(id(step), [])
+        if native is not None and native is not self._latest_natives.get(id(step)) and native not in recent[:1]:
+            recent[:] = [native, *(n for n in recent if n is not native)][:_RECENT_NATIVES]
+            self._latest_natives[id(step)] = recent[0] if len(recent) == 1 else _extension.FirstOfSteps(recent)
+            self._latest_loop = None  # built again with it when next needed
 
     def _cost(self, step_shapes: list[list], steps: Sequence[Step] | None = None) -> RunCost:
         costs = []

@@ -289,6 +289,30 @@ class CallStep : public NativeStep {
   Guards guards_;
 };
 
+// The first of several native steps that takes the inputs (a step whose inputs alternate between a few shapes:
+// a decoder's prefill and decode); declines when none does.
+class FirstOfSteps : public NativeStep {
+ public:
+  explicit FirstOfSteps(const py::list& steps) {
+    for (const py::handle h : steps) {
+      owners_.push_back(py::reinterpret_borrow<py::object>(h));
+      steps_.push_back(h.cast<NativeStep*>());
+    }
+  }
+
+  PyObject* Run(PyObject* args) override {
+    for (NativeStep* step : steps_) {
+      PyObject* outs = step->Run(args);
+      if (outs != nullptr || PyErr_Occurred()) return outs;
+    }
+    return nullptr;
+  }
+
+ private:
+  std::vector<py::object> owners_;
+  std::vector<NativeStep*> steps_;
+};
+
 }  // namespace
 
 void RegisterNativeSteps(py::module_& m) {
@@ -306,6 +330,10 @@ void RegisterNativeSteps(py::module_& m) {
           py::arg("args"),
           "The step's outputs for the step inputs `args` (a tuple), as the loop runs it; None when it declines "
           "them (the Python kernel runs then)");
+  py::class_<FirstOfSteps, NativeStep>(m, "FirstOfSteps",
+                                       "the outputs of the first of `steps` (native steps) that takes the inputs; "
+                                       "declines when none does")
+      .def(py::init<const py::list&>(), py::arg("steps"));
   py::class_<MemoStep, NativeStep>(m, "MemoStep",
                                    "Kept outputs, returned while each input is as expected: None (omitted), "
                                    "('shape', dtype, dims), or ('value', array): also the same bytes")

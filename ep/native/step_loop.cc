@@ -7,6 +7,7 @@
 #include "step_loop.h"
 
 #include <Python.h>
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -55,6 +56,42 @@ struct BoundSteps {
     if (native != nullptr) ++(ran ? runs : declines);
   }
   bool Saw(size_t, PyObject*, PyObject*, bool) { return true; }
+};
+
+// A first call that only looks (`scout`): each step's own native step as on the hot path, with each step's input
+// shapes kept for the cost model and the steps whose native step declined their inputs kept with those inputs and
+// the outputs their kernel gave (so the program can bind a native step for them).
+struct Scout {
+  uint64_t& runs;
+  uint64_t& declines;
+  py::list shapes;    // per step: [input shape tuple | None]
+  py::list declined;  // [(step index, args, outs)]
+  bool last_declined = false;
+  NativeStep* Choose(size_t, const LoopStep& s, PyObject*) { return s.native; }
+  void Ran(NativeStep* native, bool ran) {
+    last_declined = native != nullptr && !ran;
+    if (native != nullptr) ++(ran ? runs : declines);
+  }
+  bool Saw(size_t j, PyObject* args, PyObject* outs, bool) {
+    const Py_ssize_t n = PyTuple_GET_SIZE(args);
+    py::list step(n);
+    for (Py_ssize_t k = 0; k < n; ++k) {
+      PyObject* a = PyTuple_GET_ITEM(args, k);
+      if (a == Py_None || !py::isinstance<py::array>(a)) {
+        step[static_cast<size_t>(k)] = py::none();
+        continue;
+      }
+      auto arr = py::reinterpret_borrow<py::array>(a);
+      py::tuple dims(arr.ndim());
+      for (py::ssize_t d = 0; d < arr.ndim(); ++d) dims[static_cast<size_t>(d)] = py::int_(arr.shape(d));
+      step[static_cast<size_t>(k)] = std::move(dims);
+    }
+    shapes.append(std::move(step));
+    if (last_declined)
+      declined.append(
+          py::make_tuple(j, py::reinterpret_borrow<py::object>(args), py::reinterpret_borrow<py::object>(outs)));
+    return true;
+  }
 };
 
 // An observing call's choices: before(j, args) names the native step to try (None: the kernel), after(j, args,
@@ -117,6 +154,14 @@ class StepLoop {
   py::object Observe(const py::tuple& inputs, py::object before, py::object after) {
     Observer observer(std::move(before), std::move(after));
     return Walk(inputs, observer, false);
+  }
+
+  // Call, also returning what a first call needs to know without observing: (outputs, each step's input shapes,
+  // [(step index, args, outs)] of the steps whose native step declined its inputs).
+  py::tuple ScoutCall(const py::tuple& inputs) {
+    Scout scout{native_runs_, native_declines_, py::list(), py::list()};
+    py::object outs = Walk(inputs, scout, false);
+    return py::make_tuple(std::move(outs), std::move(scout.shapes), std::move(scout.declined));
   }
 
   size_t size() const { return steps_.size(); }
@@ -283,6 +328,10 @@ void RegisterStepLoop(py::module_& m) {
       .def("observe", &StepLoop::Observe, py::arg("inputs"), py::arg("before"), py::arg("after"),
            "a call in which before(j, args) names the native step to try for step j (None: its kernel) and "
            "after(j, args, outs, ran_native) sees each step's result (a signature's first call)")
+      .def("scout", &StepLoop::ScoutCall, py::arg("inputs"),
+           "a call on the steps' own native steps that also returns each step's input shapes (None for a value "
+           "that is not an array) and the steps whose native step declined, with their inputs and outputs: "
+           "(outputs, shapes, [(step index, args, outs)])")
       .def("__len__", &StepLoop::size)
       .def_property_readonly("native_steps", &StepLoop::native_steps, "steps bound to a native step")
       .def_property_readonly("native_counts", &StepLoop::native_counts,

@@ -147,3 +147,40 @@ def test_the_if_is_a_native_step_that_picks_either_branch(forwarding):
     assert if_runs == [1]  # the signature's first call; then the native step, either branch
     runs, declines = program.native_step_counts
     assert runs >= 3 and declines == 0
+
+
+def test_a_new_signature_that_every_native_step_takes_is_kept_without_observing():
+    """The If's native step takes inputs of any shape (each branch program keeps its own signatures), so a call with
+    a new batch size is scouted (``Program._scout``): the program's latest native steps run it and the signature
+    is kept on them at once; no call after the first observes, and no If kernel runs after the first call."""
+    from npu_ep.ep.sessions import session_of, tag_session_options
+    from tests.npu_testing import session_options
+    from test_native_steps import _count_kernel_runs
+
+    model = _select_model("Relu")
+    for vi in (model.graph.input[1], model.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_param = "batch"
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_if": "NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    if_runs, observed = [0], [0]
+
+    def counted(run, op):
+        def counting(prepared, args):
+            if_runs[0] += op == "If"
+            return run(prepared, args)
+        return counting
+
+    _count_kernel_runs(program, counted)
+    observe = program._observe
+    program._observe = lambda inputs: (observed.__setitem__(0, observed[0] + 1), observe(inputs))[1]
+    program.rebind([io.name for io in program.inputs], [io.name for io in program.outputs])  # the hook's call
+    w = RNG.standard_normal(5).astype(np.float32)
+    for batch in (2, 3, 4, 3, 2, 4):
+        for cond in (True, False):
+            feeds = {"cond": np.array(cond), "x": RNG.standard_normal((batch, 5)).astype(np.float32), "w": w}
+            np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu_run(model, feeds)[0])
+    assert if_runs == [1] and observed == [3]  # one observed call; batches 3 and 4 scouted once each
+    assert len(program.signatures) == 3 and not program._pending

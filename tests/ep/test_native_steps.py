@@ -261,10 +261,12 @@ def _count_kernel_runs(program, counted) -> None:
 
 
 def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_did_not_change():
-    """Each new past length is a first call; Relu and Neg see inputs of the same dtype, shape and layout as under
-    the previous signature, so their native steps and costs are the earlier ones and run in that first call already
-    (their Python kernels, binding and costing them again were paid every token), while Concat, whose input grew,
-    runs its kernel and is bound and costed anew. Results stay the CPU EP's."""
+    """Each new past length is a first call. The first signature is observed and binds native steps; the later
+    ones are scouted (``Program._scout``): the steps' latest native steps run them, so Relu and Neg, whose inputs
+    did not change, run natively in that first call already, while Concat's native step declines the longer past
+    and its kernel runs. A scouted signature with a decline observes on its second call and binds Concat for its
+    own past; from the third call on no kernel runs. Results stay the CPU EP's, and no cost is computed until
+    asked for."""
     model = growing_past_model()
     program = compiled(model)
     names = [io.name for io in program.inputs]
@@ -278,30 +280,35 @@ def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_
 
     _count_kernel_runs(program, counted)
     rng = np.random.default_rng(0)
-    past = np.zeros((1, 0, 8), np.float32)
+    feeds, past = [], np.zeros((1, 0, 8), np.float32)
     for _ in range(5):
-        feeds = {"x": rng.standard_normal((1, 1, 8)).astype(np.float32), "past": past}
-        got = program(*[feeds[n] for n in names])
-        want = cpu_run(model, feeds)
-        for g, w in zip(got, want):
-            np.testing.assert_array_equal(g, w)
-        past = want[1]
+        feeds.append({"x": rng.standard_normal((1, 1, 8)).astype(np.float32), "past": past})
+        past = cpu_run(model, feeds[-1])[1]
+
+    def one_pass():
+        for f in feeds:
+            for g, w in zip(program(*[f[n] for n in names]), cpu_run(model, f)):
+                np.testing.assert_array_equal(g, w)
+
+    one_pass()
+    assert kernel_runs == {"Relu": 1, "Neg": 1, "Concat": 5}
+    assert len(program._bindings) == 1 and len(program._pending) == 4  # Concat declined each longer past
     ops = [st.op for st in program.steps]
-    first, last = next(iter(program._bindings.values())), list(program._bindings.values())[-1]
-    assert len(program._bindings) == 5
-    for op in ("Relu", "Neg"):
-        i = ops.index(op)
-        assert first[i] is not None and first[i] is last[i]
-    i = ops.index("Concat")
-    assert first[i] is not last[i] or first[i] is None
-    sig_first, sig_last = next(iter(program._bindings)), list(program._bindings)[-1]
+    sigs = list(program._signatures)
     # no signature's cost is computed until asked for (a growing past would pay it every token)
     assert all(st.cost is None and st.step_shapes is not None for st in program._signatures.values())
-    cost_first, cost_last = program.cost_for(sig_first).steps, program.cost_for(sig_last).steps
+    cost_first, cost_last = program.cost_for(sigs[0]).steps, program.cost_for(sigs[-1]).steps
     assert cost_first[ops.index("Relu")] is cost_last[ops.index("Relu")]
-    assert cost_first[i] is not cost_last[i]
-    # the later signatures' first calls ran the native Relu and Neg bound under the first one, not their kernels
-    assert kernel_runs == {"Relu": 1, "Neg": 1, "Concat": 5}
+    assert cost_first[ops.index("Concat")] is not cost_last[ops.index("Concat")]
+    one_pass()  # the scouted signatures' second calls observe: Concat runs its kernel and is bound for each past
+    assert kernel_runs == {"Relu": 1, "Neg": 1, "Concat": 9}
+    assert len(program._bindings) == 5 and not program._pending
+    first, last = next(iter(program._bindings.values())), list(program._bindings.values())[-1]
+    for op in ("Relu", "Neg"):
+        assert first[ops.index(op)] is not None and first[ops.index(op)] is last[ops.index(op)]
+    assert first[ops.index("Concat")] is not last[ops.index("Concat")]
+    one_pass()
+    assert kernel_runs == {"Relu": 1, "Neg": 1, "Concat": 9}
 
 
 def test_a_session_whose_past_grows_every_call_runs_the_earlier_native_steps_on_npu_ep():
