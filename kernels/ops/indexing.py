@@ -10,8 +10,9 @@ Native (kernels/native/indexing.cc, rows of bytes copied by index or stride, any
 ``kernels.gather``, GatherND ``kernels.gather_nd``, ScatterND ``kernels.scatter_nd`` (its reductions in the data's
 dtype), Concat ``kernels.concat_into`` and Split ``kernels.split`` (one call writing every part), each bound as the
 step for its input shapes and writing ORT's buffer where its result is a partition output. Slice stays numpy's view
-where that is C order, else (and into ORT's buffer) one native strided copy (``kernels.slice_copy``), bound for the
-input shapes and (shape-derived) bounds it was bound for (``ep/step_binding.py``).
+where that is C order (as a partition output only under 64 KB), else one native strided copy into ORT's buffer or a
+C-order array (``kernels.slice_copy``), bound for the input shapes and (shape-derived) bounds it was bound for
+(``ep/step_binding.py``).
 
 Cost: a DMA pass over the bytes actually moved (Slice/Gather read only the selected elements).
 """
