@@ -71,6 +71,7 @@ KERNEL_MODULES: dict[tuple[str, str], str] = {
     ("", "Xor"): "elementwise",
     ("com.microsoft", "FastGelu"): "elementwise",
     ("com.microsoft", "Gelu"): "elementwise",
+    ("npu", "ElementwiseChain"): "elementwise_chain",
     ("com.microsoft", "EmbedLayerNormalization"): "embed_layernorm",
     ("com.microsoft", "BiasGelu"): "gelu",
     ("com.microsoft", "QuickGelu"): "gelu",

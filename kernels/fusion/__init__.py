@@ -3,15 +3,16 @@
 Each pass takes the partition's node list (topological) and returns it with some chains replaced by one
 synthetic ``npu::*`` node that a kernel in ``kernels/ops`` executes. Order matters: the sibling pass groups plain
 matmuls that the epilogue pass left alone, the rms pass makes an RMS norm written out op by op one norm, and
-the norm pass folds a norm into a matmul or a sibling group.
+the norm pass folds a norm into a matmul or a sibling group; the element-wise chain pass runs last, on what the
+others left.
 A pass applies only where the target lists its fused op (``support.why_not`` on the synthetic node).
 
 Every pass reports each candidate it declines as a ``FusionMiss`` with the failed condition: ``fuse_partition`` logs
 them at debug level and appends them to ``misses`` (``npu-report --explain-fusions``). Most passes are rules
 (``_rules.FusionRule``: an onnxscript pattern from ``patterns``, which the offline rewriter shares, a check with a
-reason, the fused node); epilogue, conv_tail, siblings, norm and qdq_lut walk chains or groups the rule framework
-does not express, and name the failed condition at the node they anchor on (the matmul, Conv, norm or the QDQ unit's
-op).
+reason, the fused node); epilogue, conv_tail, eltwise_chain, siblings, norm and qdq_lut walk chains or groups the rule
+framework does not express, and name the failed condition at the node they anchor on (the matmul, Conv, the chain's
+first node, norm or the QDQ unit's op).
 
 May import: the rest of ``kernels`` (the op modules' constants included) and ``log``'s logger.
 """
@@ -24,7 +25,8 @@ from collections.abc import Callable, Sequence
 from ...log import escape, logger
 from ..node import NodeInfo
 from ..target import Target
-from . import attention, conv_bn, conv_tail, epilogue, norm, qdq, qdq_bytes, qdq_lut, rms, rotary, siblings
+from . import (attention, conv_bn, conv_tail, eltwise_chain, epilogue, norm, qdq, qdq_bytes, qdq_lut, rms, rotary,
+               siblings)
 from ._rules import FusionMiss
 
 
@@ -65,6 +67,10 @@ PASSES: tuple[FusionPass, ...] = (
                rms.fuse_rms),
     FusionPass("norm", "(Skip)SimplifiedLayerNormalization -> its only consumer, a float matmul or sibling group",
                (norm.FUSED_DOMAIN, norm.FUSED_OP), norm.fuse_norms),
+    FusionPass("eltwise_chain", "float32 element-wise chains no Conv feeds (the conv tail's links and diamonds, and "
+               "Exp, Log, Tanh, Abs, Neg, Reciprocal, Floor, Ceil, Round, Softsign, Softplus, Elu, Selu), last so the "
+               "other passes take theirs first", (eltwise_chain.FUSED_DOMAIN, eltwise_chain.FUSED_OP),
+               eltwise_chain.fuse_elementwise_chains),
 )
 
 

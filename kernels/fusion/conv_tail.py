@@ -109,8 +109,12 @@ def _link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
 
 
 class _Walker:
-    def __init__(self, nodes: list[NodeInfo], users: dict[str, list[int]], taken: set[int]):
+    """Walks links and diamonds after a value; ``link`` gives a node's instructions (the standalone chain pass,
+    fusion/eltwise_chain.py, passes one that also knows the engine's unary ops)."""
+
+    def __init__(self, nodes: list[NodeInfo], users: dict[str, list[int]], taken: set[int], link=None):
         self.nodes, self.users, self.taken = nodes, users, taken
+        self.link = link or _link
 
     def readers(self, v: ValueInfo) -> list[int] | None:
         """The nodes reading an intermediate, or None when it cannot be absorbed: a graph output, a node reading it
@@ -126,7 +130,7 @@ class _Walker:
         if r is None:
             return None
         if len(r) == 1:
-            ins = _link(self.nodes[r[0]], v.name)
+            ins = self.link(self.nodes[r[0]], v.name)
             return (ins, r, self.nodes[r[0]].outputs[0]) if ins else None
         if len(r) == 2:
             for start, join in ((r[0], r[1]), (r[1], r[0])):
@@ -163,7 +167,7 @@ class _Walker:
             return None
         ins, absorbed, cur, i = [("save", 0.0, 0.0)], [], v, start
         while True:
-            link = _link(self.nodes[i], cur.name)
+            link = self.link(self.nodes[i], cur.name)
             if not link or any(t[0] == "save" for t in link):  # one saved copy: a HardSwish inside a diamond
                 return None
             ins += link

@@ -160,7 +160,7 @@ def test_fusion_is_cheaper_in_cost_model_and_host_memory():
 def test_every_declared_fusion_pass_produces_an_op_with_a_kernel_and_a_target_entry():
     target = Target.load("npu-ref")
     assert [p.name for p in PASSES] == ["qdq", "qdq_bytes", "qdq_lut", "conv_bn", "conv_tail", "attention", "rotary",
-                                       "epilogue", "siblings", "rms", "norm"]
+                                       "epilogue", "siblings", "rms", "norm", "eltwise_chain"]
     for p in PASSES:
         assert kernel_for(*p.produces) is not None, p.name
         assert target.rule(*p.produces) is not None, p.name

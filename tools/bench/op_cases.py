@@ -473,6 +473,12 @@ def _qdq_lut(g: _G, s: tuple[int, ...]) -> list[str]:
     return [g.op("QuantizeLinear", y, g.const(np.array(1 / 256, np.float32)), zp)]
 
 
+def _elementwise_chain(g: _G, s: tuple[int, ...]) -> list[str]:
+    x = g.feed(_data(s, g.dtype, g.rng))
+    silu = g.op("Mul", x, g.op("Sigmoid", x))  # SiLU and a scale: one chain (kernels/fusion/eltwise_chain.py)
+    return [g.op("Mul", silu, g.const(np.array(2.0, np.float32)))]
+
+
 def _qdq_matmul(g: _G, s: tuple[int, ...]) -> list[str]:
     x = g.feed(_data(s, g.dtype, g.rng))
     wdt = "int8"  # 8-bit weights: a8w8, and a16w8 as QNN's 16-bit activation units
@@ -547,6 +553,7 @@ GROUPS: dict[str, tuple[Callable[[_G, tuple[int, ...]], list[str]], str]] = {
     "npu::AttentionChain": (_attention_chain, "heads"),
     "npu::RotateHalf": (_rotate_half, "heads"),
     "npu::QdqLut": (_qdq_lut, "seq"),
+    "npu::ElementwiseChain": (_elementwise_chain, "seq"),
     "npu::QdqMatMul": (_qdq_matmul, "seq"),
     "com.microsoft::GroupQueryAttention": (_gqa_decode, "gqa"),
     "If": (_if_select, "seq"),
