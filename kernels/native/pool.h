@@ -25,6 +25,9 @@ void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, floa
 // The float16 forms (x, y: float16 bits): each plane widened to float32, pooled as above, rounded once to float16.
 void MaxPoolHalf(const PoolShape& s, const uint16_t* x, float low, uint16_t* y, int threads);
 void AvgPoolHalf(const PoolShape& s, const uint16_t* x, const float* divisor, uint16_t* y, int threads);
+// y[r] = the mean of float16 row r of x [rows, count]: widened, summed in numpy's pairwise order from 0.0 (the
+// reference's np.add.reduce in float32), divided by count in float32, rounded once.
+void GlobalAvgHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads);
 // y[r] = the maximum of float16 row r of x [rows, count] (NaN if any is NaN).
 void GlobalMaxHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads);
 

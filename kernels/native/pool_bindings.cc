@@ -1,6 +1,5 @@
 // Python bindings of the float16 pools (pool.h) for kernels/ops/pool.py: MaxPool / AveragePool over a geometry the
-// reference resolved (as conv_bindings.cc's float32 max_pool / avg_pool), GlobalMaxPool, and GlobalAveragePool's
-// widening before numpy's float32 add-reduce (the reference's very call, as mean_pixels).
+// reference resolved (as conv_bindings.cc's float32 max_pool / avg_pool), GlobalMaxPool and GlobalAveragePool.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -87,28 +86,15 @@ py::array GlobalMaxHalfPy(const py::array& x, int threads) {
   return y;
 }
 
-// x widened to float32 [N, C, pixels] (exact), numpy's float32 add-reduce over the pixels, one float32 division per
-// channel, rounded once to float16: the reference model's calls in its order.
-py::array MeanPixelsHalfPy(const py::object& add_reduce, const py::object& float32, const py::array& x) {
-  CheckHalf(x, 0, "mean_pixels_half");
-  const py::ssize_t n = x.shape(0), c = x.shape(1), count = x.size() / std::max<py::ssize_t>(n * c, 1);
-  if (!x.size()) throw std::invalid_argument("mean_pixels_half: x must be non-empty");
-  py::array_t<float> wide({n, c, count});
-  {
-    const auto* in = static_cast<const uint16_t*>(x.data());
-    float* w = wide.mutable_data();
-    py::gil_scoped_release release;
-    HalfToFloatRow(in, w, n * c * count);
-  }
-  py::object sums = add_reduce(wide, 2, float32, py::none(), true);
-  if (!py::isinstance<py::array_t<float>>(sums))
-    throw std::invalid_argument("mean_pixels_half: the add-reduce did not give a float32 array");
-  auto s = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(sums);
+py::array GlobalAvgHalfPy(const py::array& x, int threads) {
+  CheckHalf(x, 0, "global_average_pool_half");
+  if (!x.size()) throw std::invalid_argument("global_average_pool_half: x must be non-empty");
+  const int64_t rows = x.shape(0) * x.shape(1), count = x.size() / rows;
   py::array y = HalfArray(PooledShape(x));
-  float* data = s.mutable_data();
-  const float divisor = static_cast<float>(count);
-  for (py::ssize_t i = 0; i < n * c; ++i) data[i] /= divisor;
-  FloatToHalfRow(data, static_cast<uint16_t*>(y.mutable_data()), n * c);
+  const auto* in = static_cast<const uint16_t*>(x.data());
+  auto* out = static_cast<uint16_t*>(y.mutable_data());
+  py::gil_scoped_release release;
+  GlobalAvgHalf(in, rows, count, out, threads);
   return y;
 }
 
@@ -123,9 +109,9 @@ void BindPool(py::module_& m) {
         "divided by divisor [OH, OW]), rounded once to float16");
   m.def("global_max_pool_half", &GlobalMaxHalfPy, py::arg("x"), py::arg("threads") = 1,
         "GlobalMaxPool of float16 x [N, C, ...]: each channel's maximum (NaN if any is NaN); shape [N, C, 1, ...]");
-  m.def("mean_pixels_half", &MeanPixelsHalfPy, py::arg("add_reduce"), py::arg("float32"), py::arg("x"),
-        "GlobalAveragePool of float16 x [N, C, ...]: x widened to float32, add_reduce (numpy's np.add.reduce) over "
-        "each channel's pixels, one float32 division per channel, rounded to float16; shape [N, C, 1, ...]");
+  m.def("global_average_pool_half", &GlobalAvgHalfPy, py::arg("x"), py::arg("threads") = 1,
+        "GlobalAveragePool of float16 x [N, C, ...]: each channel widened, summed in numpy's pairwise float32 order "
+        "(the reference's np.add.reduce), divided by the pixel count in float32, rounded to float16; [N, C, 1, ...]");
 }
 
 }  // namespace npu_ep::kern

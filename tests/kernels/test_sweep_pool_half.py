@@ -7,8 +7,9 @@ MaxPool / AveragePool widen each float16 plane to float32 (exact) and run the fl
 kernel, the register-span and tap-by-tap window kernels, the scalar row/column pass below AVX-512) in float16, with
 planes of 1 and 2 pixels, NaN, +-Inf, -0.0, float16's largest and subnormal values. Both are bit-exact by contract:
 a maximum rounds nothing; an average is the reference's float32 sums and division, rounded once as its astype.
-GlobalMaxPool folds 1024-pixel chunks 16 lanes at a time (pixel counts around both), exact; GlobalAveragePool widens,
-then runs numpy's float32 add-reduce (the reference's very call): bit-exact."""
+GlobalMaxPool folds 1024-pixel chunks 16 lanes at a time (pixel counts around both), exact; GlobalAveragePool widens
+and sums in numpy's pairwise float32 order (the reference's np.add.reduce: eight running sums up to 128 values, halves
+at multiples of 8 above), pixel counts around 8, 128, 256 and the splits: bit-exact."""
 
 from __future__ import annotations
 
@@ -95,14 +96,14 @@ def test_float16_windows_of_specials(pool_isa):
             _avg(x, **attrs)
 
 
-@pytest.mark.parametrize("pixels", [*around(16), 1, 255, *around(1024, 2048)])
+@pytest.mark.parametrize("pixels", [*around(8, 16, 128, 136, 256), 1, 2, 255, 3136, *around(1024, 2048)])
 def test_float16_global_pools(pool_isa, pixels):
     x = _image((2, 3, pixels))
     check("GlobalMaxPool", [("x", x, False)], "global_max_pool_half", exact=True, threads=2)
-    check("GlobalAveragePool", [("x", x, False)], "mean_pixels_half", exact=True)
+    check("GlobalAveragePool", [("x", x, False)], "global_average_pool_half", exact=True)
     finite = (RNG.standard_normal((1, 4, pixels, 1)) * 100).astype(np.float16)
     check("GlobalMaxPool", [("x", finite, False)], "global_max_pool_half", exact=True)
-    check("GlobalAveragePool", [("x", finite, False)], "mean_pixels_half", exact=True)
+    check("GlobalAveragePool", [("x", finite, False)], "global_average_pool_half", exact=True)
 
 
 # Float16 pools of real models in a session: every node on NpuEP, as its bound native step, against the CPU EP.
