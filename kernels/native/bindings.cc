@@ -419,6 +419,8 @@ void RegisterKernels(py::module_& parent) {
   BindQLinearPool(m);  // qlinear_pool.cc: com.microsoft QLinearGlobalAveragePool
   void BindQuantize(py::module_&);
   BindQuantize(m);  // quantize.cc: DequantizeLinear of any integer container
+  void BindRotary(py::module_&);
+  BindRotary(m);  // rotary.cc: com.microsoft RotaryEmbedding
   void BindConvTail(py::module_&);
   BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&);

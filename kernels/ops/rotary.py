@@ -9,6 +9,9 @@ The cos/sin rows are gathered once per (b, s) and broadcast over heads: no per-h
 On the host both halves come from one view of the pairs: out = x * cos + swap(x) * (-sin, sin) (3 numpy calls,
 bit-identical to the formulas above).
 
+On the native kernels the op is ``rotary_embedding`` (kernels/native/rotary.cc, the same float32 operations per
+row, bit for bit), bound as the step for its input shapes.
+
 Cost per rotated element: 2 multiplies + 1 add (3 vector ops); DMA reads x, the gathered cache rows, writes out.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import runtime
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -109,8 +113,37 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, stash_constants(node), target)
 
 
+def _geometry(p: Prepared, x: np.ndarray, cos: np.ndarray) -> tuple[int, int, int]:
+    """(heads, head size, rotated pairs per head) of ``x`` [B, N, S, H] or [B, S, N*H] (ORT's rule for the 3-D head
+    size: hidden / num_heads with rotary_embedding_dim, else twice the cache width)."""
+    rdim, n_heads = p.attrs["rotary_embedding_dim"], p.attrs["num_heads"]
+    if x.ndim == 4:
+        n, h = x.shape[1], x.shape[3]
+    else:
+        h = x.shape[2] // n_heads if rdim > 0 else 2 * cos.shape[1]
+        n = x.shape[2] // h
+    return n, h, rdim // 2 if rdim > 0 else cos.shape[1]
+
+
+def _native(p: Prepared, x, pos_ids, cos, sin) -> tuple | None:
+    """(native kernels, geometry) when ``rotary_embedding`` takes these operands, else None (the reference runs)."""
+    nat = runtime.native(p)
+    arrays = all(isinstance(v, np.ndarray) for v in (x, pos_ids, cos, sin))
+    if nat is None or not arrays or x.dtype not in (np.float32, np.float16) or x.ndim not in (3, 4) \
+            or cos.dtype != x.dtype or sin.dtype != x.dtype or cos.ndim != 2 or pos_ids.dtype != np.int64:
+        return None
+    n, h, half = _geometry(p, x, cos) if x.shape[-1] and cos.shape[1] else (0, 0, 0)
+    if not h or (x.ndim == 3 and n * h != x.shape[2]) or half > cos.shape[1] or 2 * half > h:
+        return None
+    return nat, (n, h, half, bool(p.attrs["interleaved"]))
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x, pos_ids, cos, sin = (arg(p, inputs, i) for i in range(4))
+    fast = _native(p, x, pos_ids, cos, sin)
+    if fast is not None and all(v.flags.c_contiguous for v in (x, pos_ids, cos, sin)):
+        nat, geometry = fast
+        return [nat.rotary_embedding(x, pos_ids, cos, sin, *geometry, runtime.threads(p))]
     rdim, n_heads = p.attrs["rotary_embedding_dim"], p.attrs["num_heads"]
     if x.ndim == 4:  # [B, N, S, H]
         b, n, s, h = x.shape
@@ -126,6 +159,19 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         raise IndexError(f"RotaryEmbedding: position ids outside the cos/sin cache [0, {cos.shape[0]})")
     out = rotate(x_bsnh, cos[pos, :half], sin[pos, :half], bool(p.attrs["interleaved"]))
     return [out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)]
+
+
+def _bind(p: Prepared, inputs, outs):
+    """RotaryEmbedding as one ``rotary_embedding`` call for these input shapes, constant caches held in place."""
+    values = [arg(p, inputs, i) for i in range(4)]
+    fast = _native(p, *values)
+    if fast is None:
+        return None
+    nat, geometry = fast
+    given = [i < len(inputs) and inputs[i] is not None for i in range(4)]
+    live = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(values) if given[i]]
+    held = [None if given[i] else np.ascontiguousarray(v) for i, v in enumerate(values)]
+    return runtime.call_step(p, nat.rotary_embedding, (*held, *geometry, runtime.threads(p)), live, [(-1, None)])
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -144,4 +190,4 @@ def _check(node: NodeInfo, target: Target) -> str | None:
     return None
 
 
-register(KernelDef("com.microsoft", "RotaryEmbedding", _prepare, _run, _cost, _check))
+register(KernelDef("com.microsoft", "RotaryEmbedding", _prepare, _run, _cost, _check, bind=_bind))

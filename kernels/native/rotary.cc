@@ -1,0 +1,152 @@
+// com.microsoft RotaryEmbedding (`kernels.rotary_embedding`), for kernels/ops/rotary.py, whose reference it
+// reproduces bit for bit: per (batch, token, head) row of H channels, the first R = 2 * half rotate with the cache
+// rows of the token's position (half: pairs (j, j + half); interleaved: pairs (2j, 2j + 1)),
+//   out0 = x0 * c + x1 * (-s),  out1 = x1 * c + x0 * s
+// in float32 (two products, then their sum; no multiply-add contraction), float16 widened exactly and the result
+// rounded once; channels R..H pass through. Rows are x's own layout ([B, N, S, H] or [B, S, N * H]).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "half.h"
+#include "thread_pool.h"
+
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("O3", "fp-contract=off")  // O3: the row loops vectorize; no FMA, so the bits are the reference's
+#endif
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+constexpr int64_t kTaskElems = 16384;  // channels per parallel task (whole rows)
+
+struct Geometry {
+  int64_t batch, seq, heads, head, half;
+  bool four_d, interleaved;
+};
+
+void RotateRow(const float* x, const float* c, const float* s, int64_t half, bool interleaved, float* y) {
+  if (interleaved) {
+    for (int64_t j = 0; j < half; ++j) {
+      const float x0 = x[2 * j], x1 = x[2 * j + 1];
+      const float a = x0 * c[j], b = x1 * -s[j], d = x1 * c[j], e = x0 * s[j];
+      y[2 * j] = a + b;
+      y[2 * j + 1] = d + e;
+    }
+    return;
+  }
+  for (int64_t j = 0; j < half; ++j) {
+    const float a = x[j] * c[j], b = x[j + half] * -s[j];
+    y[j] = a + b;
+  }
+  for (int64_t j = 0; j < half; ++j) {
+    const float a = x[j + half] * c[j], b = x[j] * s[j];
+    y[j + half] = a + b;
+  }
+}
+
+// The float32 view of n elements at p (a copy into buf for float16).
+template <typename T>
+const float* Widened(const T* p, int64_t n, std::vector<float>& buf) {
+  if constexpr (sizeof(T) == 4) {
+    return reinterpret_cast<const float*>(p);
+  } else {
+    HalfToFloatRow(reinterpret_cast<const uint16_t*>(p), buf.data(), n);
+    return buf.data();
+  }
+}
+
+template <typename T>
+void Rotate(const T* x, const int64_t* pos, bool offset, const T* cos, const T* sin, int64_t cache_width,
+            const Geometry& g, T* y, int threads) {
+  const int64_t rows = g.batch * g.seq * g.heads, h = g.head, rot = 2 * g.half;
+  const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(1, h));
+  ParallelFor(ThreadsFor(threads, rows * h), (rows + per_task - 1) / per_task, [&](int64_t t) {
+    std::vector<float> xb(static_cast<size_t>(h)), cb(static_cast<size_t>(g.half)), sb(cb.size()), yb(xb.size());
+    const int64_t end = std::min(rows, (t + 1) * per_task);
+    for (int64_t r = t * per_task; r < end; ++r) {
+      const int64_t b = r / (g.heads * g.seq), s = g.four_d ? r % g.seq : (r / g.heads) % g.seq;
+      const int64_t p = offset ? pos[0] + s : pos[b * g.seq + s];
+      const float* xf = Widened(x + r * h, h, xb);
+      const float* cf = Widened(cos + p * cache_width, g.half, cb);
+      const float* sf = Widened(sin + p * cache_width, g.half, sb);
+      float* yf = sizeof(T) == 4 ? reinterpret_cast<float*>(y + r * h) : yb.data();
+      RotateRow(xf, cf, sf, g.half, g.interleaved, yf);
+      if (sizeof(T) == 4) {
+        if (rot < h) std::memcpy(yf + rot, xf + rot, sizeof(float) * (h - rot));
+      } else {
+        auto* out = reinterpret_cast<uint16_t*>(y + r * h);
+        FloatToHalfRow(yf, out, rot);
+        if (rot < h) std::memcpy(out + rot, reinterpret_cast<const uint16_t*>(x + r * h) + rot, 2 * (h - rot));
+      }
+    }
+  });
+}
+
+void CheckPositions(const int64_t* pos, int64_t n, bool offset, int64_t seq, int64_t max_pos) {
+  int64_t lo = 0, hi = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, pos[i]);
+    hi = std::max(hi, offset ? pos[i] + seq - 1 : pos[i]);
+  }
+  if (lo < 0 || hi >= max_pos)
+    throw py::index_error("RotaryEmbedding: position ids outside the cos/sin cache [0, " + std::to_string(max_pos) +
+                          ")");
+}
+
+py::array RotaryEmbeddingPy(const py::array& x, const py::array_t<int64_t, py::array::c_style>& position_ids,
+                            const py::array& cos, const py::array& sin, int64_t heads, int64_t head, int64_t half,
+                            bool interleaved, int threads) {
+  const char* fn = "rotary_embedding";
+  const bool f32 = x.dtype().equal(py::dtype::of<float>());
+  const bool f16 = x.dtype().kind() == 'f' && x.itemsize() == 2;
+  const bool c_order =
+      (x.flags() & py::array::c_style) && (cos.flags() & py::array::c_style) && (sin.flags() & py::array::c_style);
+  if (!(f32 || f16) || !c_order || !cos.dtype().equal(x.dtype()) || !sin.dtype().equal(x.dtype()) ||
+      (x.ndim() != 3 && x.ndim() != 4) || cos.ndim() != 2 || sin.ndim() != 2 || cos.shape(1) != sin.shape(1) ||
+      cos.shape(0) != sin.shape(0) || half > cos.shape(1) || 2 * half > head)
+    throw std::invalid_argument(std::string(fn) +
+                                ": x must be a C-order float32 or float16 [B, N, S, H] or [B, S, N * H] array and "
+                                "cos, sin C-order [max_pos, >= half] caches of its dtype");
+  const bool four_d = x.ndim() == 4;
+  const Geometry g{x.shape(0), four_d ? x.shape(2) : x.shape(1), heads, head, half, four_d, interleaved};
+  if (g.batch * g.seq * heads * head != x.size() || (four_d && (x.shape(1) != heads || x.shape(3) != head)))
+    throw std::invalid_argument(std::string(fn) + ": x does not hold heads x head_size channels per token");
+  const bool offset = position_ids.size() == 1;
+  if (!offset && position_ids.size() != g.batch * g.seq)
+    throw std::invalid_argument(std::string(fn) + ": position_ids must hold one offset or B * S ids");
+  CheckPositions(position_ids.data(), position_ids.size(), offset, g.seq, cos.shape(0));
+  py::array y(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  if (x.size() == 0) return y;
+  py::gil_scoped_release release;
+  if (f32)
+    Rotate(static_cast<const float*>(x.data()), position_ids.data(), offset, static_cast<const float*>(cos.data()),
+           static_cast<const float*>(sin.data()), cos.shape(1), g, static_cast<float*>(y.mutable_data()), threads);
+  else
+    Rotate(static_cast<const uint16_t*>(x.data()), position_ids.data(), offset,
+           static_cast<const uint16_t*>(cos.data()), static_cast<const uint16_t*>(sin.data()), cos.shape(1), g,
+           static_cast<uint16_t*>(y.mutable_data()), threads);
+  return y;
+}
+
+}  // namespace
+
+void BindRotary(py::module_& m) {
+  m.def("rotary_embedding", &RotaryEmbeddingPy, py::arg("x"), py::arg("position_ids"), py::arg("cos"), py::arg("sin"),
+        py::arg("heads"), py::arg("head"), py::arg("half"), py::arg("interleaved"), py::arg("threads") = 1,
+        "com.microsoft RotaryEmbedding of float32/float16 x [B, N, S, H] or [B, S, N * H]: each head's first 2 * half "
+        "channels rotated by the cache rows of its token's position (B * S ids, or one offset p0 meaning p0 + s), in "
+        "float32 (kernels/ops/rotary.py)");
+}
+
+}  // namespace npu_ep::kern

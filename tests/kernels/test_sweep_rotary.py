@@ -1,0 +1,96 @@
+"""Differential sweep of com.microsoft RotaryEmbedding on the native kernels (issue 40): ``rotary_embedding``
+(kernels/native/rotary.cc) against the reference model (kernels/ops/rotary.py), bit for bit: float32 and float16
+(computed in float32, rounded once), half and interleaved pairs, 4-D [B, N, S, H] and 3-D [B, S, N*H] inputs,
+partial rotary (rotary_embedding_dim below the head), position ids per token or one offset, head sizes around the
+vector lanes, rows across the task split on one and two threads, special values (NaN, +-Inf, -0.0, huge,
+denormal) in x. Positions outside the cache are an IndexError on both paths. The bound step is checked against the
+kernel by ``_sweep``. Sessions show NpuEP ran the node as its bound native step (no Python step) with the CPU EP's
+values within rtol = atol = 1e-6 (float32) and 1e-3 (float16): ORT's MLAS rotary may fuse the multiply-add, and its
+float16 path rounds differently."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from _sweep import check, native_vs_reference, with_specials
+from npu_ep.ep.sessions import tag_session_options
+from npu_ep.kernels import runtime
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(4063)
+MS = "com.microsoft"
+
+
+def _case(dt, x_shape, half, max_pos, pos, specials=False):
+    x = RNG.standard_normal(x_shape).astype(dt)
+    if specials:
+        x = with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 6.0e4, 1.0e-7) if dt == np.float16 else
+                          (np.nan, np.inf, -np.inf, -0.0, 3.0e38, 1.0e-45))
+    cos = RNG.standard_normal((max_pos, half)).astype(dt)
+    sin = RNG.standard_normal((max_pos, half)).astype(dt)
+    return [("x", x, False), ("pos", pos, False), ("cos", cos, True), ("sin", sin, True)]
+
+
+def _rotary(inputs, threads=1, **attrs):
+    return check("RotaryEmbedding", inputs, "rotary_embedding", domain=MS, threads=threads, **attrs)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_layouts_heads_and_positions_bit_exact(dt, interleaved):
+    for h in (2, 8, 30, 32, 34, 64, 128):
+        b, n, s = 2, 3, 5
+        ids = RNG.integers(0, 40, (b, s)).astype(np.int64)
+        _rotary(_case(dt, (b, n, s, h), h // 2, 40, ids, specials=h == 64), interleaved=interleaved)
+        _rotary(_case(dt, (b, s, n * h), h // 2, 40, np.array([7], np.int64)), interleaved=interleaved,
+                num_heads=n)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_partial_rotary_and_a_wider_cache(dt):
+    b, s, n, h = 1, 6, 4, 64
+    ids = np.arange(s, dtype=np.int64)[None, :]
+    for rdim in (16, 32, 62):
+        _rotary(_case(dt, (b, s, n * h), 40, 20, ids), num_heads=n, rotary_embedding_dim=rdim, interleaved=rdim % 4)
+    _rotary(_case(dt, (b, n, s, h), 16, 20, ids))  # 4-D: the cache's width sets the rotated channels
+
+
+def test_task_split_same_bytes_on_two_threads():
+    inputs = _case(np.float32, (1, 8, 300, 64), 32, 400, np.arange(300, dtype=np.int64)[None, :])
+    one, two = _rotary(inputs, threads=1), _rotary(inputs, threads=2)
+    assert one[0].tobytes() == two[0].tobytes()
+
+
+def test_positions_outside_the_cache_are_an_index_error():
+    inputs = _case(np.float32, (1, 2, 3, 8), 4, 4, np.array([[1, 2, 4]], np.int64))
+    with pytest.raises(IndexError, match=r"position ids outside the cos/sin cache \[0, 4\)"):
+        native_vs_reference("RotaryEmbedding", inputs, domain=MS)
+
+
+@pytest.mark.parametrize("dt,elem,tol", [(np.float32, TensorProto.FLOAT, 1e-6),
+                                         (np.float16, TensorProto.FLOAT16, 1e-3)])
+def test_session_runs_the_bound_step_with_cpu_ep_values(dt, elem, tol):
+    b, n, s, h = 1, 4, 32, 64
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="the_op", domain=MS)
+    consts = {"cos": RNG.standard_normal((64, h // 2)).astype(dt),
+              "sin": RNG.standard_normal((64, h // 2)).astype(dt)}
+    model = make_model([node], [helper.make_tensor_value_info("x", elem, [b, n, s, h]),
+                                helper.make_tensor_value_info("pos", TensorProto.INT64, [b, s])],
+                       [helper.make_tensor_value_info("y", elem, [b, n, s, h])], consts, opset=17,
+                       extra_opsets=[(MS, 1)])
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    feeds = {"x": RNG.standard_normal((b, n, s, h)).astype(dt), "pos": np.arange(s, dtype=np.int64)[None, :] + 3}
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):  # the kernel's run, then the bound step
+        got = sess.run(None, feeds)[0]
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tol, atol=tol)
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
