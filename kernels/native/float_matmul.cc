@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "half.h"
 #include "norm_matmul.h"
 #include "packed_sgemm.h"
 #include "quantize.h"
@@ -88,16 +89,20 @@ void CheckPacked(const F32& packed, int64_t k, int64_t n, const char* op) {
                                 std::to_string(n) + " columns in panels (pack_sgemm_b)");
 }
 
-// A[..., K] (C-contiguous float32) times the packed B of N columns; + bias, ReLU and quantize as above; plan and
+// A[..., K] (C-contiguous float32, or float16: widened exactly, the result rounded to float16 once after bias
+// and ReLU, as the reference's astype) times the packed B of N columns; + bias, ReLU and quantize as above; plan and
 // count_dma as the other matrix kernels' (bindings.h); with swiglu (no ReLU, no quantize), g * sigmoid(g) * u of
 // the product's two halves (a {gate, up} group's epilogue, SwiGlu).
-// out: an array to write the float32 result into (ORT's output buffer, when the step's output is the partition's),
-// used when it is C-contiguous float32 of the result's shape and there is no quantize; else a new array.
+// out: an array to write the result into (ORT's output buffer, when the step's output is the partition's), used
+// when it is C-contiguous, of the result's dtype and shape, and there is no quantize; else a new array.
 py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n, const std::optional<py::tuple>& plan,
                                bool count_dma, const std::optional<F32>& bias, bool relu, const py::object& quantize,
                                int threads, const py::object& out, bool swiglu) {
-  if (!py::isinstance<F32>(a) || a.ndim() < 1 || !(a.flags() & py::array::c_style))
-    throw std::invalid_argument("float_matmul_packed: a must be a C-contiguous float32 array of rank >= 1");
+  const bool half = a.dtype().num() == py::dtype("float16").num();
+  if ((!half && !py::isinstance<F32>(a)) || a.ndim() < 1 || !(a.flags() & py::array::c_style))
+    throw std::invalid_argument("float_matmul_packed: a must be a C-contiguous float32 or float16 array of rank >= 1");
+  if (half && (swiglu || !quantize.is_none()))
+    throw std::invalid_argument("float_matmul_packed: a float16 product takes no SwiGLU and no quantize");
   const int64_t k = a.shape(a.ndim() - 1);
   int64_t m = 1;
   for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) m *= a.shape(d);
@@ -110,26 +115,34 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "float_matmul_packed");
   std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
   shape.back() = swiglu ? n / 2 : n;
+  const py::dtype result_dtype = half ? py::dtype("float16") : py::dtype::of<float>();
   bool fits = false;
-  if (quantize.is_none() && py::isinstance<F32>(out)) {
+  if (quantize.is_none() && py::isinstance<py::array>(out)) {
     auto into = py::reinterpret_borrow<py::array>(out);
-    fits = (into.flags() & py::array::c_style) && into.writeable() &&
+    fits = into.dtype().num() == result_dtype.num() && (into.flags() & py::array::c_style) && into.writeable() &&
            std::equal(shape.begin(), shape.end(), into.shape(), into.shape() + into.ndim());
   }
-  F32 y = fits ? py::reinterpret_borrow<F32>(out) : F32(shape);
-  float* data = y.mutable_data();
+  py::array y = fits ? py::reinterpret_borrow<py::array>(out) : py::array(result_dtype, shape);
+  void* y_data = y.mutable_data();
   DmaCount dma;
   {
     py::gil_scoped_release release;
-    static thread_local std::vector<float> product;  // the two halves before SwiGLU (grown, never cleared)
-    float* c = swiglu ? Grow(product, m * n) : data;
-    const PackedSgemmArgs g{static_cast<const float*>(a.data()), m,   k, k, packed.data(), n, c, n,
-                            bias ? bias->data() : nullptr,       relu};
+    static thread_local std::vector<float> product, widened;  // grown, never cleared (every element written first)
+    const float* a_rows = static_cast<const float*>(a.data());
+    if (half) {
+      float* w = Grow(widened, m * k);
+      HalfToFloatRow(static_cast<const uint16_t*>(a.data()), w, m * k);
+      a_rows = w;
+    }
+    float* data = half ? nullptr : static_cast<float*>(y_data);
+    float* c = swiglu || half ? Grow(product, m * n) : data;
+    const PackedSgemmArgs g{a_rows, m, k, k, packed.data(), n, c, n, bias ? bias->data() : nullptr, relu};
     PackedSgemm(g, threads, tiles ? &*tiles : nullptr, count_dma ? &dma : nullptr);
     if (swiglu) SwiGlu(c, m, n / 2, data, threads);
+    if (half) FloatToHalfRow(c, static_cast<uint16_t*>(y_data), m * n);
   }
   if (quantize.is_none()) return WithDma(std::move(y), count_dma, dma);
-  return WithDma(Quantized(data, shape.data(), a.ndim(), quantize, threads), count_dma, dma);
+  return WithDma(Quantized(static_cast<float*>(y_data), shape.data(), a.ndim(), quantize, threads), count_dma, dma);
 }
 
 // x [..., K] (and skip of x's shape): the RMS norm's rows (Simplified without skip, Skip* with it; gamma is folded

@@ -197,14 +197,16 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
     """A float32 product with a constant 2-D B, or of two runtime operands (attention's scores and context), and
     its fused bias / ReLU / per-tensor 8-bit quantize, as one native step making the product as ``run_float`` does
     (numpy's matmul, or the packed GEMM; ep/step_binding.py). None where ``run_float`` does more: a runtime C,
-    alpha, transA, a transposed runtime B, fp16, and without AVX-512 a product host_blas cuts in two."""
+    alpha, transA, a transposed runtime B, an fp16 runtime B, and without AVX-512 a product host_blas cuts in two."""
     nat = runtime.native(p)
     at, c = p.attrs, p.consts
     a = inputs[0] if inputs else None
     if (nat is None or "a" in c or at["trans_a"] or at["alpha"] != 1.0 or at.get("runtime_c")
-            or at["dtype"] != "float32" or not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.ndim
-            or (at["op"] == "Gemm" and a.ndim != 2)):
+            or at["dtype"] not in ("float32", "float16") or not isinstance(a, np.ndarray) or a.dtype != at["dtype"]
+            or not a.ndim or (at["op"] == "Gemm" and a.ndim != 2)):
         return None
+    if at["dtype"] == "float16":
+        return _bind_half(p, nat, a)
     if not at["b_const"]:
         return _bind_runtime_b(p, nat, a, inputs[1] if len(inputs) > 1 else None, outs)
     if c["b"].ndim != 2 or not a.flags.c_contiguous:
@@ -223,6 +225,24 @@ def bind_float(p: Prepared, inputs, outs) -> Any:
                                  [(0, 0, np.float32, a.shape, None)], [(-1, None)], None, into)
     return runtime.call_step(p, nat.float_matmul, (np.matmul, None, c["b"], *tail),
                              [(1, 0, np.float32, a.shape, None)], [(-1, None)])
+
+
+def _bind_half(p: Prepared, nat, a: np.ndarray) -> Any:
+    """A float16 product with a constant 2-D B on the packed GEMM: ``float_matmul_packed`` widens A exactly, and
+    rounds the float32 result (bias and ReLU applied) to float16 once, as ``run_float`` does; written into ORT's
+    buffer when the product is a partition output. None for a runtime B, a quantize epilogue or without AVX-512."""
+    b = p.consts["b"] if p.attrs["b_const"] else None
+    if (b is None or b.ndim != 2 or b.dtype != np.float32 or not a.flags.c_contiguous
+            or nat.isa() not in PACKED_ISAS or runtime.counting_dma(p)):
+        return None
+    n = b.shape[1]
+    tail = _fused_tail(p, n)
+    if tail is None or tail[2] is not None:
+        return None
+    where = p.runtime.partition_outputs
+    into = [(9, where[0], [*a.shape[:-1], n])] if where and 0 in where else []
+    return runtime.call_step(p, nat.float_matmul_packed, (None, pack_once(p, nat, b), n, None, False, *tail, None),
+                             [(0, 0, np.float16, a.shape, None)], [(-1, None)], None, into)
 
 
 def _fused_tail(p: Prepared, n: int) -> tuple | None:

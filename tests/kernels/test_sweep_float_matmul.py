@@ -244,3 +244,71 @@ def test_packed_full_grid():
             for k in DEPTHS + [513, 1025]:
                 _packed_case(m, k, n, threads=1 + (m + n) % 2, bias=k % 2 == 0, relu=n % 3 == 0,
                              specials=m % 3 == 0)
+
+
+def _half_bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype == np.float16, what
+    same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), f"{what}: {int((~same).sum())} of {got.size} differ"
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM's vector path is AVX-512")
+def test_packed_float16_is_the_float32_product_rounded_once():
+    """float_matmul_packed on a float16 A widens it exactly and rounds the float32 result (bias and ReLU applied)
+    to float16 once: the bits of the float32 call on A.astype(float32), rounded, across the row tiles and tails,
+    panels, chunks, thread counts and special values (float16's max, its smallest subnormal, Inf, NaN)."""
+    for m, k, n in ((1, 33, 17), (2, 257, 95), (8, 64, 32), (9, 40, 129), (17, 511, 33), (129, 8, 65)):
+        a = RNG.standard_normal((m, k)).astype(np.float16)
+        a = with_specials(a, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 6e-8, 65504.0), fraction=0.01)
+        packed = _kern().pack_sgemm_b(RNG.standard_normal((k, n)).astype(np.float32))
+        bias = RNG.standard_normal(n).astype(np.float32)
+        for threads in (1, 2):
+            for kw in ({}, {"bias": bias, "relu": True}):
+                got = _kern().float_matmul_packed(a, packed, n, threads=threads, **kw)
+                want = _kern().float_matmul_packed(a.astype(np.float32), packed, n, threads=1, **kw)
+                _half_bits_equal(got, want.astype(np.float16), f"M={m} K={k} N={n} threads={threads} {list(kw)}")
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM runs float16 MatMul on AVX-512 hosts")
+def test_float16_matmul_and_gemm_bind_the_packed_gemm_with_the_references_bits():
+    """A float16 MatMul / Gemm with a constant B is a bound float_matmul_packed step, bit for bit the reference's
+    (which widens A, makes the same float32 product and rounds once), special values included."""
+    for m in (1, 2, 9, 17):
+        for n in (15, 33, 129):
+            a = with_specials(RNG.standard_normal((m, 40)).astype(np.float16), RNG,
+                              values=(np.nan, np.inf, -np.inf, -0.0, 6e-8, 65504.0), fraction=0.02)
+            b = RNG.standard_normal((40, n)).astype(np.float16)
+            c = RNG.standard_normal(n).astype(np.float16)
+            for op, inputs in (("MatMul", [("a", a, False), ("b", b, True)]),
+                               ("Gemm", [("a", a, False), ("b", b, True), ("c", c, True)])):
+                got, want, calls = native_vs_reference(op, inputs)
+                assert_native_ran(calls, "float_matmul_packed", f"{op} float16 {(m, n)}")
+                _half_bits_equal(got[0], want[0], f"{op} float16 {(m, n)}")
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM runs float16 MatMul on AVX-512 hosts")
+def test_float16_matmul_with_bias_and_relu_runs_on_npu_ep_as_the_cpu_ep():
+    """MatMul -> Add -> Relu in float16 through a session: NpuEP runs it (graph assignment) as a bound native step,
+    no Python step, within float16 rounding of the CPU EP (ORT's MLAS rounds after its own float32 sum order)."""
+    from npu_ep.ep.sessions import session_of, tag_session_options
+    from npu_testing import assignment, cpu_run, npu_session, session_options
+
+    f16 = TensorProto.FLOAT16
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], "mm"),
+             helper.make_node("Add", ["mm", "bias"], ["s"], "add"), helper.make_node("Relu", ["s"], ["y"], "relu")]
+    inits = {"w": (RNG.standard_normal((96, 80)) / 10).astype(np.float16),
+             "bias": RNG.standard_normal(80).astype(np.float16)}
+    model = make_model(nodes, [helper.make_tensor_value_info("x", f16, ["m", 96])],
+                       [helper.make_tensor_value_info("y", f16, ["m", 80])], inits, opset=21)
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    for m in (1, 1, 1, 9, 9, 9, 33, 33, 33):
+        x = RNG.standard_normal((m, 96)).astype(np.float16)
+        got, want = sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0]
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)
+    assert [st.op for st in program.steps] == ["npu::MatMulEpilogue"]
+    assert len(program._bindings) == 3 and all(type(n[0]).__name__ == "CallStep" for n in program._bindings.values())
+    assert program.native_step_counts[0] >= 3  # each batch's third call ran the bound step
