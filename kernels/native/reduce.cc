@@ -331,7 +331,7 @@ void ReduceViewOf(int op, const T* x, int64_t outer, int64_t n, int64_t inner, i
 
 py::array ReduceAxisPy(const py::array& x, int op, int64_t outer, int64_t n, int64_t inner, int threads) {
   const py::dtype dt = x.dtype();
-  const bool f32 = dt.equal(py::dtype::of<float>()), f16 = dt.equal(py::dtype("float16"));
+  const bool f32 = dt.equal(py::dtype::of<float>()), f16 = dt.kind() == 'f' && dt.itemsize() == 2;
   const bool ints = dt.equal(py::dtype::of<int32_t>()) || dt.equal(py::dtype::of<int64_t>());
   if (!(x.flags() & py::array::c_style) || !(f32 || f16 || ints) || op < kSum || op > kL2 ||
       (ints && op != kMax && op != kMin))
@@ -452,7 +452,7 @@ py::array ArgExtremePy(const py::array& x, int64_t outer, int64_t n, int64_t inn
   };
   if (dt.equal(py::dtype::of<float>()))
     run(static_cast<const float*>(src));
-  else if (dt.equal(py::dtype("float16")))
+  else if (dt.kind() == 'f' && dt.itemsize() == 2)
     run(static_cast<const uint16_t*>(src));
   else if (dt.equal(py::dtype::of<int32_t>()))
     run(static_cast<const int32_t*>(src));

@@ -151,7 +151,7 @@ py::tuple TopKPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, in
   };
   if (dt.equal(py::dtype::of<float>()))
     run(static_cast<const float*>(src));
-  else if (dt.equal(py::dtype("float16")))
+  else if (dt.kind() == 'f' && dt.itemsize() == 2)
     run(static_cast<const uint16_t*>(src));
   else if (dt.equal(py::dtype::of<int32_t>()))
     run(static_cast<const int32_t*>(src));
@@ -266,7 +266,7 @@ py::array CumSumPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, 
   };
   if (dt.equal(py::dtype::of<float>()))
     run(static_cast<const float*>(src));
-  else if (dt.equal(py::dtype("float16")))
+  else if (dt.kind() == 'f' && dt.itemsize() == 2)
     run(static_cast<const uint16_t*>(src));
   else if (dt.equal(py::dtype::of<int32_t>()))
     run(static_cast<const int32_t*>(src));

@@ -359,7 +359,8 @@ void SoftmaxAxisHalf(const uint16_t* src, int64_t outer, int64_t n, int64_t inne
 
 // x (float32 or float16) viewed as [outer, n, inner], normalized over n (NormalizeTasks).
 py::array SoftmaxAxisPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, bool log, int threads) {
-  const bool f32 = x.dtype().equal(py::dtype::of<float>()), f16 = x.dtype().equal(py::dtype("float16"));
+  const py::dtype dt = x.dtype();
+  const bool f32 = dt.equal(py::dtype::of<float>()), f16 = dt.kind() == 'f' && dt.itemsize() == 2;
   if ((!f32 && !f16) || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("softmax_axis: x must be a C-contiguous float32 or float16 array, got " +
                                 std::string(py::str(x.dtype())));
