@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu.h"
 #include "half.h"
 #include "thread_pool.h"
 
@@ -35,7 +36,8 @@ struct Geometry {
   bool four_d, interleaved;
 };
 
-void RotateRow(const float* x, const float* c, const float* s, int64_t half, bool interleaved, float* y) {
+inline __attribute__((always_inline)) void RotateBody(const float* x, const float* c, const float* s, int64_t half,
+                                                      bool interleaved, float* y) {
   if (interleaved) {
     for (int64_t j = 0; j < half; ++j) {
       const float x0 = x[2 * j], x1 = x[2 * j + 1];
@@ -55,6 +57,34 @@ void RotateRow(const float* x, const float* c, const float* s, int64_t half, boo
   }
 }
 
+using RowFn = void (*)(const float*, const float*, const float*, int64_t, bool, float*);
+
+void RotateRowScalar(const float* x, const float* c, const float* s, int64_t half, bool interleaved, float* y) {
+  RotateBody(x, c, s, half, interleaved, y);
+}
+
+#if NPU_EP_X86
+__attribute__((target("avx2"))) void RotateRowAvx2(const float* x, const float* c, const float* s, int64_t half,
+                                                   bool interleaved, float* y) {
+  RotateBody(x, c, s, half, interleaved, y);
+}
+
+__attribute__((target("avx512f,avx512vl"))) void RotateRowAvx512(const float* x, const float* c, const float* s,
+                                                                 int64_t half, bool interleaved, float* y) {
+  RotateBody(x, c, s, half, interleaved, y);
+}
+#endif
+
+// The row compiled for the widest instruction set this host runs (the same operations: no fma on any).
+RowFn RowFor() {
+#if NPU_EP_X86
+  const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx512) return RotateRowAvx512;
+  if (isa >= Isa::kAvx2) return RotateRowAvx2;
+#endif
+  return RotateRowScalar;
+}
+
 // The float32 view of n elements at p (a copy into buf for float16).
 template <typename T>
 const float* Widened(const T* p, int64_t n, std::vector<float>& buf) {
@@ -71,6 +101,7 @@ void Rotate(const T* x, const int64_t* pos, bool offset, const T* cos, const T* 
             const Geometry& g, T* y, int threads) {
   const int64_t rows = g.batch * g.seq * g.heads, h = g.head, rot = 2 * g.half;
   const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(1, h));
+  const RowFn rotate_row = RowFor();
   ParallelFor(ThreadsFor(threads, rows * h), (rows + per_task - 1) / per_task, [&](int64_t t) {
     std::vector<float> xb(static_cast<size_t>(h)), cb(static_cast<size_t>(g.half)), sb(cb.size()), yb(xb.size());
     const int64_t end = std::min(rows, (t + 1) * per_task);
@@ -81,7 +112,7 @@ void Rotate(const T* x, const int64_t* pos, bool offset, const T* cos, const T* 
       const float* cf = Widened(cos + p * cache_width, g.half, cb);
       const float* sf = Widened(sin + p * cache_width, g.half, sb);
       float* yf = sizeof(T) == 4 ? reinterpret_cast<float*>(y + r * h) : yb.data();
-      RotateRow(xf, cf, sf, g.half, g.interleaved, yf);
+      rotate_row(xf, cf, sf, g.half, g.interleaved, yf);
       if (sizeof(T) == 4) {
         if (rot < h) std::memcpy(yf + rot, xf + rot, sizeof(float) * (h - rot));
       } else {

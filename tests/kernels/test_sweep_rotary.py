@@ -3,10 +3,10 @@
 (computed in float32, rounded once), half and interleaved pairs, 4-D [B, N, S, H] and 3-D [B, S, N*H] inputs,
 partial rotary (rotary_embedding_dim below the head), position ids per token or one offset, head sizes around the
 vector lanes, rows across the task split on one and two threads, special values (NaN, +-Inf, -0.0, huge,
-denormal) in x. Positions outside the cache are an IndexError on both paths. The bound step is checked against the
-kernel by ``_sweep``. Sessions show NpuEP ran the node as its bound native step (no Python step) with the CPU EP's
-values within rtol = atol = 1e-6 (float32) and 1e-3 (float16): ORT's MLAS rotary may fuse the multiply-add, and its
-float16 path rounds differently."""
+denormal) in x, every ISA the row is compiled for. Positions outside the cache are an IndexError on both paths.
+The bound step is checked against the kernel by ``_sweep``. Sessions show NpuEP ran the node as its bound native
+step (no Python step) with the CPU EP's values within rtol = atol = 1e-6 (float32) and 1e-3 (float16): ORT's MLAS
+rotary may fuse the multiply-add, and its float16 path rounds differently."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from _isa import cap_isa, host_isas
 from _sweep import check, native_vs_reference, with_specials
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
@@ -24,6 +25,11 @@ pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native 
 
 RNG = np.random.default_rng(4063)
 MS = "com.microsoft"
+
+
+@pytest.fixture(params=host_isas(top="avx512"))
+def row_isa(request):
+    yield from cap_isa(request.param)
 
 
 def _case(dt, x_shape, half, max_pos, pos, specials=False):
@@ -42,7 +48,7 @@ def _rotary(inputs, threads=1, **attrs):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
 @pytest.mark.parametrize("interleaved", [0, 1])
-def test_layouts_heads_and_positions_bit_exact(dt, interleaved):
+def test_layouts_heads_and_positions_bit_exact(row_isa, dt, interleaved):
     for h in (2, 8, 30, 32, 34, 64, 128):
         b, n, s = 2, 3, 5
         ids = RNG.integers(0, 40, (b, s)).astype(np.int64)
