@@ -54,7 +54,6 @@ with np.errstate(all="ignore"):
 SIGNATURES_KEPT = 64  # input-shape signatures a program keeps (cost, counts, the extension's entry): the latest used
 _BOUND_SIGNATURES = 16  # input-shape signatures whose native steps a program keeps (a subset of the kept ones)
 _RECENT_NATIVES = 4  # native steps per step the latest loop tries (a prefill's and a decode's, ...)
-_PENDING_KEPT = SIGNATURES_KEPT  # scouted signatures waiting for a second call to bind their own native steps
 _STEP_MEMO_KEPT = 8192  # per-step costs and bindings a program reuses across signatures (cleared when full)
 
 
@@ -145,7 +144,7 @@ class Program:
         # A new signature's first call runs the steps' latest native steps (``_scout``): the loop over them (built
         # when first needed after they change), the signatures kept on it, and those whose next call observes
         self._latest_loop: Any = None
-        self._scouted: set[tuple] = set()
+        self._scouted: dict[tuple, None] = {}
         self._pending: dict[tuple, None] = {}
         self._declines: dict[int, int] = {}  # step index -> scouted calls in a row in which its native step declined
         # per step: whether small input values are part of its key (a shape-derived step's memo holds to them)
@@ -320,12 +319,8 @@ class Program:
         with self._lock:
             state = self._signatures.get(signature)
             if state is None:  # (another thread may have kept it meanwhile)
-                if declined:
-                    state = self._signatures[signature] = _SignatureState(None, step_shapes=step_shapes)
-                    self._hold_pending(signature)
-                else:
-                    state = self._admit(signature, step_shapes, loop)
-                    self._scouted.add(signature)
+                state = self._admit(signature, step_shapes, loop, observe_next=bool(declined))
+                (self._pending if declined else self._scouted)[signature] = None
             state.calls += 1
             state.ns += elapsed
         return result
@@ -350,13 +345,6 @@ class Program:
             loop = self._latest_loop = self._native_loop([self._latest_natives.get(id(st)) for st in self.steps])
         return loop
 
-    def _hold_pending(self, signature: tuple) -> None:
-        """Keep a scouted signature whose next call observes; beyond ``_PENDING_KEPT`` the oldest is folded into
-        the totals like an evicted one. Under ``_lock``."""
-        while len(self._pending) >= _PENDING_KEPT:
-            self._evict(next(iter(self._pending)), 0, 0)
-        self._pending[signature] = None
-
     def _keep_bound(self, signature: tuple, natives: list) -> None:
         """Run this signature's later calls with its native steps; only the latest ``_BOUND_SIGNATURES`` keep
         theirs (the extension then runs the others on the steps' latest native steps). Under ``_lock``."""
@@ -366,21 +354,23 @@ class Program:
             self._bound.pop(oldest, None)
             if oldest in self._signatures and oldest not in self._pending:
                 self._call.track(oldest, self._latest())  # on the steps' latest native steps from now on
-                self._scouted.add(oldest)
+                self._scouted[oldest] = None
         self._bindings[signature] = natives
         self._bound[signature] = self._native_loop(natives)
 
-    def _admit(self, signature: tuple, step_shapes: list | None, loop: Any) -> _SignatureState:
-        """Keep a new signature on ``loop`` (None: the default loop); from now on it takes the hot path. Under
-        ``_lock``."""
+    def _admit(self, signature: tuple, step_shapes: list | None, loop: Any, *,
+               observe_next: bool = False) -> _SignatureState:
+        """Keep a new signature on ``loop`` (None: the default loop); from now on it takes the hot path, or, with
+        ``observe_next``, its next call observes. Under ``_lock``."""
         state = self._signatures[signature] = _SignatureState(None, step_shapes=step_shapes)
-        self._track(signature, loop)
+        self._track(signature, loop, observe_next=observe_next)
         return state
 
-    def _track(self, signature: tuple, loop: Any) -> None:
-        """Run ``signature``'s calls on ``loop`` in the extension, and evict the least recently used signature
-        beyond ``SIGNATURES_KEPT``: the extension picks it by its own clock of hot-path calls. Under ``_lock``."""
-        for sig, calls, ns in self._call.track(signature, loop):
+    def _track(self, signature: tuple, loop: Any, *, observe_next: bool = False) -> None:
+        """Run ``signature``'s calls on ``loop`` in the extension (its next one observing, with ``observe_next``),
+        and evict the least recently used signature beyond ``SIGNATURES_KEPT``: the extension picks it by its own
+        clock of hot-path calls. Under ``_lock``."""
+        for sig, calls, ns in self._call.track(signature, loop, observe_next):
             self._evict(sig, calls, ns)
 
     def _evict(self, signature: tuple, hot_calls: int, hot_ns: int) -> None:
@@ -394,7 +384,7 @@ class Program:
             self._evicted_seconds += cost.seconds * calls
         self._bindings.pop(signature, None)
         self._bound.pop(signature, None)
-        self._scouted.discard(signature)
+        self._scouted.pop(signature, None)
         self._pending.pop(signature, None)
         self.evicted_signatures += 1
 

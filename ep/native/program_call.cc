@@ -35,6 +35,7 @@ struct Signature {
   uint64_t calls = 0, ns = 0;
   uint64_t last_use = 0;  // the ProgramCall's clock at its latest call: the least recently used one is evicted
   bool evicted = false;   // dropped while a call of it was running: that call counts in late_calls_/late_ns_
+  bool observe = false;   // its next call goes to observe (a first call that could not bind everything)
 };
 
 uint64_t NowNs() {
@@ -92,6 +93,7 @@ class ProgramCall {
     // Held for the call: kernels release the GIL, and another thread may re-bind or forget this signature.
     std::shared_ptr<Signature> sig = it->second;
     sig->last_use = ++clock_;
+    if (sig->observe) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
     py::object owner = sig->bound.is_none() ? loop_ : sig->bound;
     StepLoop* loop = sig->bound.is_none() ? loop_ptr_ : sig->bound_ptr;
     PyObject* token = PyContextVar_Set(errstate_.ptr(), quiet_.ptr());
@@ -119,9 +121,10 @@ class ProgramCall {
   }
 
   // From now on calls with these input shapes run here, with `bound` (a StepLoop) or, for None, the default loop
-  // (a new signature counts as just used). A new one beyond the capacity evicts the least recently used other
-  // one, returned as [(signature, calls, ns)] so that the caller folds its counts and drops what it keeps for it.
-  py::list Track(const py::tuple& shapes, py::object bound) {
+  // (a new signature counts as just used); with `observe`, its next call goes to observe instead. A new one beyond the
+  // capacity evicts the least recently used other one, returned as [(signature, calls, ns)] so that the caller folds
+  // its counts and drops what it keeps for it.
+  py::list Track(const py::tuple& shapes, py::object bound, bool observe) {
     StepLoop* ptr = bound.is_none() ? nullptr : AsStepLoop(bound);
     if (!bound.is_none() && ptr == nullptr) throw py::type_error("bound must be a StepLoop or None");
     Key key = KeyOf(shapes);
@@ -132,6 +135,7 @@ class ProgramCall {
     }
     slot->bound = std::move(bound);
     slot->bound_ptr = ptr;
+    slot->observe = observe;
     py::list evicted;
     while (signatures_.size() > capacity_) evicted.append(EvictLeastRecent(key));
     return evicted;
@@ -228,9 +232,10 @@ void RegisterProgramCall(py::module_& m) {
             return py::reinterpret_steal<py::object>(out);
           },
           py::arg("inputs"))
-      .def("track", &ProgramCall::Track, py::arg("signature"), py::arg("bound"),
-           "calls with this signature run here, on `bound` (a StepLoop) or the default loop (None); returns the "
-           "signatures evicted to stay within capacity, [(signature, calls, ns)]")
+      .def("track", &ProgramCall::Track, py::arg("signature"), py::arg("bound"), py::arg("observe") = false,
+           "calls with this signature run here, on `bound` (a StepLoop) or the default loop (None), its next call "
+           "going to observe with `observe`; returns the signatures evicted to stay within capacity, "
+           "[(signature, calls, ns)]")
       .def("__len__", &ProgramCall::size, "signatures tracked")
       .def_property_readonly("capacity", &ProgramCall::capacity)
       .def("late_counts", &ProgramCall::LateCounts,
