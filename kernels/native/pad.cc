@@ -130,7 +130,6 @@ py::array PadPy(const py::object& x_in, const std::vector<int64_t>& begins, cons
   Plan p;
   p.mode = ModeOf(mode_name);
   p.item = static_cast<size_t>(x.itemsize());
-  std::vector<uint64_t> zero(1, 0);
   py::array v;
   if (!value.is_none()) {
     v = py::array::ensure(value, py::array::c_style);
@@ -138,22 +137,19 @@ py::array PadPy(const py::object& x_in, const std::vector<int64_t>& begins, cons
       throw std::invalid_argument("pad: value must be one element of the input's dtype " +
                                   std::string(py::str(x.dtype())));
   }
-  p.value = value.is_none() ? reinterpret_cast<const char*>(zero.data()) : static_cast<const char*>(v.data());
+  static const uint64_t kZero = 0;  // zero bits: every dtype's 0
+  p.value = value.is_none() ? reinterpret_cast<const char*>(&kZero) : static_cast<const char*>(v.data());
   int64_t offset = 0, stride = static_cast<int64_t>(p.item);
-  std::vector<int64_t> out_dims(rank), in_strides(rank);
+  std::vector<int64_t> out_dims(rank), in_strides(rank), kept(rank);
   for (size_t i = rank; i-- > 0;) {
     in_strides[i] = stride;
     stride *= dims[i];
   }
   for (size_t i = 0; i < rank; ++i) {
-    const int64_t kept = dims[i] + std::min<int64_t>(begins[i], 0) + std::min<int64_t>(ends[i], 0);
-    CheckAxis(dims, i, begins[i], ends[i], kept, mode_name);
+    kept[i] = dims[i] + std::min<int64_t>(begins[i], 0) + std::min<int64_t>(ends[i], 0);
+    CheckAxis(dims, i, begins[i], ends[i], kept[i], mode_name);
     offset += std::max<int64_t>(-begins[i], 0) * in_strides[i];
-    out_dims[i] = kept + std::max<int64_t>(begins[i], 0) + std::max<int64_t>(ends[i], 0);
-    p.n.push_back(kept);
-    p.in_strides.push_back(in_strides[i]);
-    p.begin.push_back(std::max<int64_t>(begins[i], 0));
-    p.end.push_back(std::max<int64_t>(ends[i], 0));
+    out_dims[i] = kept[i] + std::max<int64_t>(begins[i], 0) + std::max<int64_t>(ends[i], 0);
   }
   py::array y = MovementResult("pad", x.dtype(), out_dims, out);
   if (y.size() == 0) return y;
@@ -166,21 +162,17 @@ py::array PadPy(const py::object& x_in, const std::vector<int64_t>& begins, cons
   // and output strides are each one axis' stride.
   size_t lead = 0;
   int64_t outer = 1;
-  while (lead + 1 < rank && p.begin[lead] == 0 && p.end[lead] == 0 && (lead == 0 || p.n[lead] == dims[lead]))
-    outer *= p.n[lead++];
-  if (lead > 0) {
-    const int64_t in_outer = p.in_strides[lead - 1];
-    p.n.erase(p.n.begin(), p.n.begin() + static_cast<int64_t>(lead));
-    p.begin.erase(p.begin.begin(), p.begin.begin() + static_cast<int64_t>(lead));
-    p.end.erase(p.end.begin(), p.end.begin() + static_cast<int64_t>(lead));
-    p.in_strides.erase(p.in_strides.begin(), p.in_strides.begin() + static_cast<int64_t>(lead));
-    p.n.insert(p.n.begin(), outer);
-    p.begin.insert(p.begin.begin(), 0);
-    p.end.insert(p.end.begin(), 0);
-    p.in_strides.insert(p.in_strides.begin(), in_outer);
+  while (lead + 1 < rank && begins[lead] <= 0 && ends[lead] <= 0 && (lead == 0 || kept[lead] == dims[lead]))
+    outer *= kept[lead++];
+  const size_t first = lead > 0 ? lead - 1 : 0, r = rank - first;
+  for (std::vector<int64_t>* v : {&p.n, &p.in_strides, &p.begin, &p.end, &p.out_strides}) v->resize(r);
+  for (size_t i = first; i < rank; ++i) {
+    p.n[i - first] = i + 1 == lead ? outer : kept[i];
+    p.in_strides[i - first] = in_strides[i];
+    p.begin[i - first] = std::max<int64_t>(begins[i], 0);
+    p.end[i - first] = std::max<int64_t>(ends[i], 0);
   }
-  const size_t r = p.n.size();
-  p.out_strides.assign(r, static_cast<int64_t>(p.item));
+  p.out_strides[r - 1] = static_cast<int64_t>(p.item);
   for (size_t i = r - 1; i-- > 0;)
     p.out_strides[i] = p.out_strides[i + 1] * (p.n[i + 1] + p.begin[i + 1] + p.end[i + 1]);
   const char* src = static_cast<const char*>(x.data()) + offset;
@@ -192,6 +184,10 @@ py::array PadPy(const py::object& x_in, const std::vector<int64_t>& begins, cons
         return;
       }
       const int64_t per_task = std::max<int64_t>(1, kTaskBytes / p.out_strides[0]);
+      if (per_task >= p.n[0]) {  // one task: no hand-off
+        p.Axis<T>(0, src, dst, 0, p.n[0], false);
+        return;
+      }
       ParallelFor(ThreadsFor(threads, y.size()), (p.n[0] + per_task - 1) / per_task, [&](int64_t task) {
         p.Axis<T>(0, src, dst, task * per_task, std::min(p.n[0], (task + 1) * per_task), false);
       });
