@@ -200,8 +200,8 @@ def test_global_average_pool_call_step_equals_the_kernel(shape):
     other = np.ones((shape[0], shape[1] + 1, *shape[2:]), np.float32)
     assert_same(loop((other,)), kernel.run(p, [other]))
     assert loop.native_counts == (1, 1)
-    half = x.astype(np.float16)
-    assert kernel.bind(p, [half], kernel.run(p, [half])) is None
+    half = x.astype(np.float16)  # float16 binds its own step (test_sweep_pool_half.py), not the float32 one
+    assert isinstance(kernel.bind(p, [half], kernel.run(p, [half])), extension.CallStep)
 
 
 @pytest.mark.parametrize("shape,attrs", [((1, 6, 3, 80), dict(kernel_shape=[3, 2], strides=[3, 2])),
@@ -209,7 +209,7 @@ def test_global_average_pool_call_step_equals_the_kernel(shape):
                                                            count_include_pad=1))])
 def test_average_pool_call_step_equals_the_kernel(shape, attrs):
     """A float32 AveragePool binds the native pool (its reference's sums and division): the same bits, matching
-    the CPU EP; another shape runs the kernel; float16 does not bind."""
+    the CPU EP; another shape runs the kernel; float16 binds its own step (test_sweep_pool_half.py)."""
     model = make_model([helper.make_node("AveragePool", ["x"], ["y"], name="ap", **attrs)],
                        [helper.make_tensor_value_info("x", F32, list(shape))],
                        [helper.make_tensor_value_info("y", F32, [None] * len(shape))], {})
@@ -224,7 +224,7 @@ def test_average_pool_call_step_equals_the_kernel(shape, attrs):
     assert_same(loop((other,)), kernel.run(p, [other]))
     assert loop.native_counts == (1, 1)
     half = x.astype(np.float16)
-    assert kernel.bind(p, [half], kernel.run(p, [half])) is None
+    assert isinstance(kernel.bind(p, [half], kernel.run(p, [half])), extension.CallStep)
 
 
 # --- MatMulNBits -----------------------------------------------------------------------------------------------
