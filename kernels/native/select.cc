@@ -218,23 +218,41 @@ void ScanBlock(const T* x, int64_t n, int64_t stride, int64_t len, bool exclusiv
   }
 }
 
+// One row's scan (n >= 1): the first element as it is (its sign of zero kept, as the reference's copy), then
+// running sums; Exclusive: each output the sum before it (the first 0); Reverse: from the end.
+template <bool Exclusive, bool Reverse, typename A>
+void ScanRow(const A* x, int64_t n, A* y) {
+  const int64_t first = Reverse ? n - 1 : 0, step = Reverse ? -1 : 1;
+  A sum = x[first];
+  y[first] = Exclusive ? A{0} : sum;
+  for (int64_t i = 1, j = first + step; i < n; ++i, j += step) {
+    const A next = Add(sum, x[j]);
+    y[j] = Exclusive ? sum : next;
+    sum = next;
+  }
+}
+
+template <typename A>
+using ScanRowFn = void (*)(const A*, int64_t, A*);
+
 template <typename T>
 void CumSumView(const T* x, int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse, int threads, T* y) {
   using A = Acc<T>;
-  if (inner == 1) {  // a row: its n elements are the block's rows of one column
+  if (inner == 1) {  // rows: float16 widened into `in`, scanned into `out`, narrowed; the other types in place
+    static constexpr ScanRowFn<A> kRows[4] = {ScanRow<false, false, A>, ScanRow<false, true, A>,
+                                              ScanRow<true, false, A>, ScanRow<true, true, A>};
+    const ScanRowFn<A> scan = kRows[(exclusive ? 2 : 0) + (reverse ? 1 : 0)];
     const int64_t per_task = std::max<int64_t>(1, kTaskElems / n);
     ParallelFor(ThreadsFor(threads, outer * n), (outer + per_task - 1) / per_task, [&](int64_t t) {
-      std::vector<A> in(n), out(n);
+      std::vector<A> in(std::is_same_v<T, A> ? 0 : n), out(in.size());
       for (int64_t r = t * per_task; r < std::min(outer, (t + 1) * per_task); ++r) {
-        Widen(x + r * n, in.data(), n);
-        A sum = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t j = reverse ? n - 1 - i : i;
-          const A before = sum;
-          sum = i == 0 ? in[j] : Add(sum, in[j]);
-          out[j] = exclusive ? (i == 0 ? A{0} : before) : sum;
+        if constexpr (std::is_same_v<T, A>) {
+          scan(x + r * n, n, y + r * n);
+        } else {
+          Widen(x + r * n, in.data(), n);
+          scan(in.data(), n, out.data());
+          Narrow(out.data(), y + r * n, n);
         }
-        Narrow(out.data(), y + r * n, n);
       }
     });
     return;
