@@ -632,8 +632,40 @@ void GlobalAvgHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, 
   });
 }
 
+#if NPU_EP_X86
+// The maximum of float16 row x[0, n) (Max's rule: a NaN wins), widened 16 at a time in registers, two chains.
+static __attribute__((target("avx512f,avx512bw,avx512vl"))) float HalfRowMaxAvx512(const uint16_t* x, int64_t n) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 a = ninf, b = ninf;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a = MaxLanes(a, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+    b = MaxLanes(b, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16))));
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = Lanes16(n - i);
+    a = _mm512_mask_mov_ps(a, k, MaxLanes(a, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, x + i))));
+  }
+  alignas(64) float lanes[32];
+  _mm512_store_ps(lanes, a);
+  _mm512_store_ps(lanes + 16, b);
+  float m = -std::numeric_limits<float>::infinity();
+  for (float l : lanes) m = Max(m, l);
+  return m;
+}
+#endif
+
 void GlobalMaxHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads) {
   constexpr int64_t kChunk = 1024;
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) {
+    conv_detail::ParallelItems(threads, rows, count, [&](int64_t r) {
+      const float m = HalfRowMaxAvx512(x + r * count, count);
+      FloatToHalfRow(&m, y + r, 1);
+    });
+    return;
+  }
+#endif
   conv_detail::ParallelItems(threads, rows, count, [&](int64_t r) {
     float buf[kChunk];
     float m = -std::numeric_limits<float>::infinity();

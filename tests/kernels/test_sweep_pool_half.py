@@ -7,7 +7,8 @@ MaxPool / AveragePool widen each float16 plane to float32 (exact) and run the fl
 kernel, the register-span and tap-by-tap window kernels, the scalar row/column pass below AVX-512) in float16, with
 planes of 1 and 2 pixels, NaN, +-Inf, -0.0, float16's largest and subnormal values. Both are bit-exact by contract:
 a maximum rounds nothing; an average is the reference's float32 sums and division, rounded once as its astype.
-GlobalMaxPool folds 1024-pixel chunks 16 lanes at a time (pixel counts around both), exact; GlobalAveragePool widens
+GlobalMaxPool takes 32 pixels a step in two registers and a masked tail on AVX-512, 1024-pixel chunks below it (pixel
+counts around 16, 32 and 1024), exact; GlobalAveragePool widens
 and sums in numpy's pairwise float32 order (the reference's np.add.reduce: eight running sums up to 128 values, halves
 at multiples of 8 above), pixel counts around 8, 128, 256 and the splits: bit-exact."""
 
@@ -96,7 +97,7 @@ def test_float16_windows_of_specials(pool_isa):
             _avg(x, **attrs)
 
 
-@pytest.mark.parametrize("pixels", [*around(8, 16, 128, 136, 256), 1, 2, 255, 3136, *around(1024, 2048)])
+@pytest.mark.parametrize("pixels", [*around(8, 16, 32, 128, 136, 256), 1, 2, 255, 3136, *around(1024, 2048)])
 def test_float16_global_pools(pool_isa, pixels):
     x = _image((2, 3, pixels))
     check("GlobalMaxPool", [("x", x, False)], "global_max_pool_half", exact=True, threads=2)
