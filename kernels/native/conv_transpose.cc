@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -117,22 +118,22 @@ py::array ConvTransposePy(const py::array& x, const Floats& w, const std::option
   const void* in = x.data();
   void* out = y.mutable_data();
   py::gil_scoped_release release;
-  std::vector<float> wide;
+  std::unique_ptr<float[]> wide;  // uninitialized: every element is written
   const float* xf = static_cast<const float*>(in);
   if (half) {
-    wide.resize(static_cast<size_t>(s.N * s.C * s.H * s.W));
-    HalfToFloatRow(static_cast<const uint16_t*>(in), wide.data(), s.N * s.C * s.H * s.W);
-    xf = wide.data();
+    wide.reset(new float[static_cast<size_t>(s.N * s.C * s.H * s.W)]);
+    HalfToFloatRow(static_cast<const uint16_t*>(in), wide.get(), s.N * s.C * s.H * s.W);
+    xf = wide.get();
   }
   ConvShape pw;  // the product as a pointwise conv: [N, group * cols, H, W]
   pw.N = s.N, pw.C = s.C, pw.H = s.H, pw.W = s.W, pw.M = s.group * cols, pw.group = s.group;
   pw.Finish();
-  std::vector<float> prod(static_cast<size_t>(s.N * pw.M * s.H * s.W));
-  DenseFloat(pw, xf, w.data(), nullptr, prod.data(), reinterpret_cast<Sgemm64>(sgemm), threads);
+  std::unique_ptr<float[]> prod(new float[static_cast<size_t>(s.N * pw.M * s.H * s.W)]);  // written whole
+  DenseFloat(pw, xf, w.data(), nullptr, prod.get(), reinterpret_cast<Sgemm64>(sgemm), threads);
   if (half)
-    Col2Im(s, prod.data(), b, static_cast<uint16_t*>(out), threads);
+    Col2Im(s, prod.get(), b, static_cast<uint16_t*>(out), threads);
   else
-    Col2Im(s, prod.data(), b, static_cast<float*>(out), threads);
+    Col2Im(s, prod.get(), b, static_cast<float*>(out), threads);
   return y;
 }
 
