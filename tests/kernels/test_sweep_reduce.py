@@ -4,6 +4,8 @@ program's C++ loop), so the sweep binds it after the kernel's own run (the refer
 bit for bit, counting that the native step ran (or declined where it must). reduce.cc's float32 row maxima
 (ReduceMax over trailing axes, GlobalMaxPool; issue 40: 32 values per step and a masked tail on AVX-512, scalar
 below, tasks of 16 rows) run in the kernel too: they are checked exact against the reference on every ISA level.
+A float32 ReduceMean now runs and binds reduce_axis (issue 40): here its bound step is checked against the kernel's
+own native run bit for bit; test_sweep_reduce_axis.py holds it to the reference within the stated tolerance.
 
 Boundaries: integer sums at the type's limits (int32 saturation, both signs), a row's sum of |x| just below and at
 2^53 (above it float64 could round: the step must decline and the reference run), int64 extremes; float means with
