@@ -63,3 +63,16 @@ def test_qlinear_binary_omitted_output_zero_point_and_runtime_quant_params(op):
     inputs = _qin("a", a, 0.05, 2) + [("b", b, False), ("b_s", np.array(0.07, np.float32), False),
                                       ("b_z", np.array(-3, np.int8), False), ("c_s", np.array(0.09, np.float32), True)]
     check_on_ep(op, inputs, [("y", np.int8)], domain=MS)
+
+
+@pytest.mark.parametrize("x,r,c,fused", [(122, "0.56381035", "-1.1932272e-16", "68.78486"),
+                                         (40, "0.7551516", "-8.1873706e-19", "30.206064"),
+                                         (244, "0.67469215", "2.788854e-19", "164.6249")])
+def test_reference_fma_rounds_once_where_the_float64_sum_lands_on_a_float32_tie(x, r, c, fused):
+    """QLinearAdd's reference fma is the fused one (MLAS's and the native kernel's): the float64 sum of x * r and a
+    tiny c rounds onto a float32 midpoint, so rounding it again to float32 (the former emulation) misses by 1 ulp."""
+    from npu_ep.kernels.ops.qlinear_binary import fma_f32
+    r32, c32, want = np.float32(r), np.float32(c), np.float32(fused)
+    twice = np.float32(np.float64(x) * np.float64(r32) + np.float64(c32))
+    assert twice != want  # the case is a double-rounding one
+    assert fma_f32(np.array([x], np.float64), r32, np.array([c32]))[0] == want
