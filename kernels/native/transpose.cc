@@ -4,9 +4,12 @@
 // The permutation is reduced first, as ORT's and MLAS's Transpose do: size-1 axes dropped, axes that stay
 // neighbours in both orders merged. What is left is one of three copies: nothing moves (one memcpy); the innermost
 // axis stays innermost (a memcpy per run); or the innermost axes differ, a blocked 2-D transpose of the input's
-// innermost axis against the output's, repeated over the remaining axes. The 2-D transpose walks cache tiles of
-// kTile x kTile elements in 8 x 8 register tiles (AVX2/SSE2 unpacks on x86 hosts that run AVX2; element copies on
-// the others and at the tiles' tails).
+// innermost axis against the output's, repeated over the remaining axes. The 2-D transpose walks strips of 8 rows
+// or columns (see Block) in 8 x 8 register tiles (AVX2/SSE2 unpacks on x86 hosts that run AVX2; element copies on
+// the others and at the strips' tails), the strips split over threads.
+#if !defined(__clang__)  // clang unrolls these at -O2 and warns on the GCC pragma
+#pragma GCC optimize("O3")  // the register tiles' loops unroll, their arrays stay in registers
+#endif
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -28,8 +31,8 @@ namespace py = pybind11;
 namespace npu_ep::kern {
 namespace {
 
-constexpr int64_t kStrip = 8;      // input rows a strip of the 2-D transpose reads at once
-constexpr int64_t kTile = 1 << 20;  // input columns a strip walks before the next strip
+constexpr int64_t kStrip = 8;                       // rows or columns a strip of the 2-D transpose covers
+constexpr int64_t kCachedBytes = int64_t{1} << 18;  // a 2-D block up to this size is walked by columns
 constexpr int64_t kTaskBytes = int64_t{1} << 17;  // bytes a parallel task copies, at least
 
 // The permutation with size-1 axes dropped and neighbouring axes merged: input extents (C order) and, per output
@@ -164,25 +167,26 @@ __attribute__((target("avx2"))) void TileSimd(const T* src, int64_t ss, T* dst, 
 }
 #endif
 
-// The 2-D transpose of rows [n0, n1) of an N x M block: src(n, m) = src[n * ss + m] -> dst[m * ds + n].
+// The 2-D transpose of rows [n0, n1) of an N x M block: src(n, m) = src[n * ss + m] -> dst[m * ds + n]. A block
+// that stays in cache is walked in strips of 8 columns, each filling 8 output rows front to back (MLAS's order); a
+// larger one in strips of 8 input rows read front to back, whose partial output lines the next strip completes
+// while they are still in cache (column strips there read each input line once per strip from memory).
 template <typename T>
-void Block(const T* src, int64_t ss, T* dst, int64_t ds, int64_t n0, int64_t n1, int64_t m_total, bool simd) {
-  for (int64_t n = n0; n < n1; n += kStrip) {
-    const int64_t bn = std::min(kStrip, n1 - n);
-    for (int64_t m = 0; m < m_total; m += kTile) {
-      const int64_t bm = std::min(kTile, m_total - m);
-      const T* s = src + n * ss + m;
-      T* d = dst + m * ds + n;
+void Block(const T* src, int64_t ss, T* dst, int64_t ds, int64_t n0, int64_t n1, int64_t m_total, bool simd,
+           bool by_columns) {
+  auto tile = [&](const T* s, T* d, int64_t bn, int64_t bm) {
 #if NPU_EP_X86
-      if (simd) {
-        TileSimd(s, ss, d, ds, bn, bm);
-        continue;
-      }
+    if (simd) return TileSimd(s, ss, d, ds, bn, bm);
 #endif
-      (void)simd;
-      TileByElement(s, ss, d, ds, bn, bm);
-    }
+    (void)simd;
+    TileByElement(s, ss, d, ds, bn, bm);
+  };
+  if (by_columns) {
+    for (int64_t m = 0; m < m_total; m += kStrip)
+      tile(src + n0 * ss + m, dst + m * ds + n0, n1 - n0, std::min(kStrip, m_total - m));
+    return;
   }
+  for (int64_t n = n0; n < n1; n += kStrip) tile(src + n * ss, dst + n, std::min(kStrip, n1 - n), m_total);
 }
 
 struct Copy {
@@ -247,11 +251,12 @@ void Transpose2D(const Copy& c) {
   const auto* src = reinterpret_cast<const T*>(c.src);
   auto* dst = reinterpret_cast<T*>(c.dst);
   const bool simd = ActiveIsa() >= Isa::kAvx2;
+  const bool by_columns = n_total * m_total * static_cast<int64_t>(sizeof(T)) <= kCachedBytes;
   ParallelFor(ThreadsFor(c.threads, outer.count * n_total * m_total), outer.count * row_tasks, [&](int64_t t) {
     const int64_t o = t / row_tasks, n0 = (t % row_tasks) * rows_per_task;
     int64_t in, out;
     outer.Offsets(o, in, out);
-    Block(src + in, ss, dst + out, ds, n0, std::min(n_total, n0 + rows_per_task), m_total, simd);
+    Block(src + in, ss, dst + out, ds, n0, std::min(n_total, n0 + rows_per_task), m_total, simd, by_columns);
   });
 }
 

@@ -4,9 +4,10 @@ model (kernels/ops/movement.py: numpy's transpose), byte for byte (elements are 
 of ranks 1..4 and the default (axes reversed), on both dispatch paths (scalar and the x86 8 x 8 register tiles).
 
 transpose.cc's structure: the permutation is reduced (size-1 axes dropped, neighbours merged), then either one
-memcpy, a memcpy per innermost run, or a 2-D transpose walked in strips of 8 input rows and 8 x 8 register tiles
-with element copies at the tails, split over threads by strips. So the shapes cross 8 on both block axes, size-1
-axes sit between the moved ones, and a large case runs on one thread and two with the same bytes. The bound step
+memcpy, a memcpy per innermost run, or a 2-D transpose walked in strips of 8 columns (a block of up to 256 KiB) or
+8 input rows (larger) in 8 x 8 register tiles with element copies at the tails, split over threads by rows. So the
+shapes cross 8 on both block axes in both walks, size-1 axes sit between the moved ones, and large cases run on one
+thread and two with the same bytes. The bound step
 is checked against the kernel by ``_sweep``; a session shows NpuEP ran the node as its bound native step."""
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def test_block_tails_of_the_2d_transpose(capped_isa, dt):
         for m in around(STRIP, 3 * STRIP):
             _same_bytes(_values((n, m), dt), (1, 0))
         _same_bytes(_values((2, n, 3, 17), dt), (0, 3, 2, 1))
+    _same_bytes(_values((515, 517), dt), (1, 0))  # over 256 KiB for every size here: the walk by rows, both tails
 
 
 def test_threads_split_strips_with_the_same_bytes():
