@@ -421,6 +421,8 @@ void RegisterKernels(py::module_& parent) {
   BindQuantize(m);  // quantize.cc: DequantizeLinear of any integer container
   void BindRotary(py::module_&);
   BindRotary(m);  // rotary.cc: com.microsoft RotaryEmbedding
+  void BindQdqMatMul(py::module_&);
+  BindQdqMatMul(m);  // qdq_matmul.cc: npu::QdqMatMul of small products
   void BindConvTail(py::module_&);
   BindConvTail(m);  // conv_tail.cc: a float Conv's fused element-wise tail
   void BindRecurrent(py::module_&);

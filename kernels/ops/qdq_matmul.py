@@ -9,20 +9,25 @@ Numerics: ``acc = (x - x_zp) @ (W - w_zp)`` is exact integer math in an accumula
 it with float64 BLAS, exact because every partial sum stays below 2^53. Requantization as the unoptimized graph
 does it: ``y = float32(acc * x_scale * w_scale)`` then QuantizeLinear (``rint(y / y_scale) + y_zp``, saturating).
 ORT with optimizations disabled sums dequantized products in float32, so results agree within one quantum.
+A small product (M * K * N up to ``SMALL_PRODUCT``) runs natively as ``qdq_matmul_small``
+(kernels/native/qdq_matmul.cc, the same float64 and float32 steps), bound as the step for its input shape: there
+a BLAS call's fixed cost is most of the time; larger products stay on the float64 BLAS (the reference).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .. import runtime
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..support import dtype_name
 from ..target import Target
-from ._matrix import QRANGE, int_bound, matmul_dims, planned_cost, quantize_float
+from ._matrix import QRANGE, container_dtype, int_bound, matmul_dims, planned_cost, quantize_float
 from ._util import arg
 
 _F64_EXACT = 2 ** 53
+SMALL_PRODUCT = 1 << 16  # M * K * N up to which the native loop beats a BLAS call
 
 
 def _bits(target: Target, act: str) -> int:
@@ -63,13 +68,43 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, consts, target)
 
 
+def _native_args(p: Prepared, x) -> tuple | None:
+    """(native function, its arguments after x) for a small product of this x, else None (the reference runs)."""
+    nat = runtime.native(p)
+    c = p.consts
+    k, n = c["w"].shape
+    out = np.dtype(container_dtype(p.attrs["out"]))
+    if nat is None or not isinstance(x, np.ndarray) or x.dtype.name not in ("int8", "uint8", "int16", "uint16") \
+            or out.itemsize > 2 or not x.ndim or x.shape[-1] != k or x.size * n > SMALL_PRODUCT:
+        return None
+    lo, hi = QRANGE[p.attrs["out"]]
+    mult = np.ascontiguousarray(c["mult"], np.float64).reshape(-1)
+    return nat.qdq_matmul_small, (c["w"], float(c["xzp"]), mult, np.float32(c["ys"]), np.float32(c["yzp"]),
+                                  np.float32(lo), np.float32(hi), out)
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     c = p.consts
-    x = arg(p, inputs, 0).astype(np.float64)
+    x = arg(p, inputs, 0)
+    fast = _native_args(p, x)
+    if fast is not None and x.flags.c_contiguous:
+        fn, args = fast
+        return [fn(x, *args)]
+    x = x.astype(np.float64)
     x -= c["xzp"]
     acc = x @ c["w"]  # exact integers (checked bound)
     y = (acc * c["mult"]).astype(np.float32)
     return [quantize_float(y, c["ys"], c["yzp"], p.attrs["out"])]
+
+
+def _bind(p: Prepared, inputs, outs):
+    """A small product as one ``qdq_matmul_small`` call for this input shape."""
+    x = arg(p, inputs, 0)
+    fast = _native_args(p, x)
+    if fast is None or not inputs or inputs[0] is None:
+        return None
+    fn, args = fast
+    return runtime.call_step(p, fn, (None, *args), [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -82,4 +117,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return cost
 
 
-register(KernelDef("npu", "QdqMatMul", _prepare, _run, _cost, _check))
+register(KernelDef("npu", "QdqMatMul", _prepare, _run, _cost, _check, bind=_bind))
