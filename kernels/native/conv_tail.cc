@@ -258,7 +258,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
         for (int64_t i = 0; i < n; ++i) v[i] = engine::Log(v[i]);
         break;
       case kAbs:
-        for (int64_t i = 0; i < n; ++i) v[i] = std::fabs(v[i]);
+        for (int64_t i = 0; i < n; ++i) v[i] = engine::Abs(v[i]);
         break;
       case kFloor:
         for (int64_t i = 0; i < n; ++i) v[i] = engine::Floor(v[i]);
@@ -281,9 +281,15 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
           v[i] = x >= 0.0f ? x : e;
         }
         break;
-      case kSoftplus:
-        for (int64_t i = 0; i < n; ++i) v[i] = engine::Softplus(v[i]);
+      case kSoftplus: {  // max(x, 0) + log1p(exp(-|x|)) in loops GCC if-converts (as one, it does not)
+        float t[kTailChunk], l[kTailChunk];
+        for (int64_t i = 0; i < n; ++i) t[i] = engine::Exp(-engine::Abs(v[i]));
+        for (int64_t i = 0; i < n; ++i) l[i] = 1.0f + t[i];
+        for (int64_t i = 0; i < n; ++i) l[i] = engine::Log(l[i]);
+        for (int64_t i = 0; i < n; ++i) t[i] = engine::Log1pFrom(t[i], l[i]);
+        for (int64_t i = 0; i < n; ++i) v[i] = engine::SoftplusFrom(v[i], t[i]);
         break;
+      }
       case kSin:
       case kCos: SinCosRun(v, n, codes[k] == kCos); break;
     }

@@ -23,6 +23,8 @@ inline uint32_t ToBits(float f) {
   return u;
 }
 
+inline float Abs(float x) { return FromBits(ToBits(x) & 0x7fffffffu); }  // fabs, as a bit mask: it vectorizes
+
 inline float Pow2(int32_t k) { return FromBits(static_cast<uint32_t>(k + 127) << 23); }  // 2^k, -126 <= k <= 127
 
 // Round to the nearest integer, ties to even, for |x| < 2^22: adding and subtracting 1.5 * 2^23 (the default
@@ -99,18 +101,24 @@ inline float Expm1(float x) {
 
 // log(1 + t) for t >= 0: Kahan's log(u) * (t / (u - 1)) with u = 1 + t rounded, which cancels u's rounding
 // error; t itself where 1 + t rounds to 1; +inf for +inf.
-inline float Log1p(float t) {
-  const float u = 1.0f + t, d = u - 1.0f, r = Log(u) * (t / d);
+// Log1pFrom takes log(1 + t) computed apart (conv_tail.cc's loops).
+inline float Log1pFrom(float t, float log_u) {
+  const float d = (1.0f + t) - 1.0f;
+  const float r = log_u * (t / (d == 0.0f ? 1.0f : d));
   return d == 0.0f ? t : r;
 }
 
-// Softplus log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)) (no overflow; numpy's logaddexp(0, x) form), NaN kept.
-inline float Softplus(float x) {
-  const float a = x < 0.0f ? -x : x;
+inline float Log1p(float t) { return Log1pFrom(t, Log(1.0f + t)); }
+
+// Softplus log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)) (no overflow; numpy's logaddexp(0, x) form), NaN kept:
+// SoftplusFrom takes log1p(exp(-|x|)) computed apart (conv_tail.cc's loops).
+inline float SoftplusFrom(float x, float log1p_exp) {
   const float m = x > 0.0f ? x : 0.0f;
-  const float r = m + Log1p(Exp(-a));
+  const float r = m + log1p_exp;
   return x == x ? r : x;
 }
+
+inline float Softplus(float x) { return SoftplusFrom(x, Log1p(Exp(-Abs(x)))); }
 
 // sin and cos: j = the octant of |x| (4/pi |x|, rounded up to even), |x| - j pi/4 in three exact parts
 // (Cody-Waite), Cephes' sin/cos polynomials on [-pi/4, pi/4]. Exact reduction needs |x| < 8192: the engine leaves
