@@ -2,7 +2,8 @@
 // reference's GEMM then col2im. The product W^T x per group is a pointwise conv on the conv kernels' GEMM
 // (DenseFloat: [N, g * Mg * kh * kw, H, W]); then per output plane (n, g, m) the taps are scatter-added in the
 // reference's order (from 0.0, tap (i, j) after tap (i, j - 1), row-major) into the full plane, which is cropped
-// by the pads (rows and columns past it are 0), + bias, and rounded once to float16 for a float16 node.
+// by the pads (rows and columns past it are 0), + bias, and rounded once to float16 for a float16 node. A unit-stride
+// one whose pads crop no more than the taps reach runs as the equivalent Conv on the same kernels (no col2im).
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #else
@@ -86,6 +87,33 @@ void Col2Im(const Geometry& s, const float* prod, const float* bias, T* y, int t
   });
 }
 
+// A unit-stride ConvTranspose is the Conv of x with each group's weights swapped (c <-> m) and flipped (i, j), padded
+// by (k - 1) d minus the transposed pads: that conv's shape, or none where a pad would be negative (cropping).
+std::optional<ConvShape> UnitStrideConv(const Geometry& s) {
+  if (s.sh != 1 || s.sw != 1) return std::nullopt;
+  ConvShape c;
+  c.N = s.N, c.C = s.C, c.H = s.H, c.W = s.W, c.M = s.group * s.Mg, c.group = s.group;
+  c.kh = s.kh, c.kw = s.kw, c.dh = s.dh, c.dw = s.dw;
+  c.pt = (s.kh - 1) * s.dh - s.top, c.pl = (s.kw - 1) * s.dw - s.left;
+  c.pb = s.OH - s.H - c.pt + (s.kh - 1) * s.dh, c.pr = s.OW - s.W - c.pl + (s.kw - 1) * s.dw;
+  if (c.pt < 0 || c.pl < 0 || c.pb < 0 || c.pr < 0) return std::nullopt;
+  c.Finish();
+  if (c.OH != s.OH || c.OW != s.OW) return std::nullopt;
+  return c;
+}
+
+// The conv weights [group, Cg * kh * kw, Mg] (rows (c, i, j)) of UnitStrideConv from w [group, Cg, Mg * kh * kw].
+std::vector<float> SwappedFlipped(const Geometry& s, const float* w) {
+  const int64_t cg = s.C / s.group, taps = s.kh * s.kw;
+  std::vector<float> out(static_cast<size_t>(s.C * s.Mg * taps));
+  for (int64_t g = 0; g < s.group; ++g)
+    for (int64_t c = 0; c < cg; ++c)
+      for (int64_t m = 0; m < s.Mg; ++m)
+        for (int64_t t = 0; t < taps; ++t)
+          out[((g * cg + c) * taps + t) * s.Mg + m] = w[(g * cg + c) * s.Mg * taps + m * taps + (taps - 1 - t)];
+  return out;
+}
+
 Geometry GeometryOf(const py::array& x, const std::vector<int64_t>& g) {
   if (x.ndim() != 4 || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("conv_transpose: x must be a C-contiguous [N, C, H, W] array");
@@ -124,6 +152,18 @@ py::array ConvTransposePy(const py::array& x, const Floats& w, const std::option
     wide.reset(new float[static_cast<size_t>(s.N * s.C * s.H * s.W)]);
     HalfToFloatRow(static_cast<const uint16_t*>(in), wide.get(), s.N * s.C * s.H * s.W);
     xf = wide.get();
+  }
+  if (const std::optional<ConvShape> conv = UnitStrideConv(s)) {
+    const std::vector<float> wc = SwappedFlipped(s, w.data());
+    const Sgemm64 gemm = reinterpret_cast<Sgemm64>(sgemm);
+    if (!half) {
+      DenseFloat(*conv, xf, wc.data(), b, static_cast<float*>(out), gemm, threads);
+      return y;
+    }
+    std::unique_ptr<float[]> yf(new float[static_cast<size_t>(s.N * conv->M * s.OH * s.OW)]);
+    DenseFloat(*conv, xf, wc.data(), b, yf.get(), gemm, threads);
+    FloatToHalfRow(yf.get(), static_cast<uint16_t*>(out), s.N * conv->M * s.OH * s.OW);
+    return y;
   }
   ConvShape pw;  // the product as a pointwise conv: [N, group * cols, H, W]
   pw.N = s.N, pw.C = s.C, pw.H = s.H, pw.W = s.W, pw.M = s.group * cols, pw.group = s.group;

@@ -9,7 +9,9 @@ in its order; the GEMM sums in another order than the reference's BLAS matmul, s
 rounding of the products' sums (rtol/atol 2e-5 on values of magnitude ~1) and float16 within one float16 rounding
 (rtol 1e-3). Geometries: strides 1-3, kernels 1-4, dilations, explicit and negative-total pads, output_padding,
 output_shape, SAME_UPPER/SAME_LOWER/VALID, groups, the disjoint 2x2/2 upsampling head, 1-D, with and without bias,
-sizes around the GEMM's 16-pixel blocks, NaN propagation."""
+sizes around the GEMM's 16-pixel blocks, NaN propagation. A unit-stride ConvTranspose whose pads crop no more than
+the taps reach runs as the equivalent Conv (swapped, flipped weights) on the same conv kernels: also within float32
+rounding of the reference's products."""
 
 from __future__ import annotations
 
@@ -78,6 +80,16 @@ def test_float16_and_1d(gemm_isa):
     x1 = RNG.standard_normal((2, 4, 17)).astype(np.float32)
     _check(x1, 3, (4,), strides=[2], pads=[1, 1])
     _check(x1.astype(np.float16), 3, (3,), strides=[1], dilations=[2])
+
+
+def test_unit_stride_as_a_conv_and_its_fallback(gemm_isa):
+    """Unit stride runs as the equivalent Conv (weights swapped and flipped, pads (k - 1) d - p); pads cropping past
+    the taps' reach (a negative conv pad) and output_padding on either side fall back to the GEMM and col2im."""
+    x = RNG.standard_normal((2, 6, 7, 9)).astype(np.float32)
+    for attrs in (dict(pads=[0, 2, 1, 0]), dict(dilations=[2, 1], pads=[1, 0, 2, 1]), dict(pads=[3, 1, 0, 3]),
+                  dict(pads=[1, 1, 1, 1], output_shape=[9, 11]), dict(auto_pad="SAME_LOWER")):
+        _check(x, 4, (3, 3), strides=[1, 1], **attrs)
+        _check(x, 2, (3, 2), group=3, strides=[1, 1], **attrs)
 
 
 def test_output_larger_than_the_taps_reach_and_nan():
