@@ -10,6 +10,11 @@ a float output is ``float32(acc) * scale``, a quantized one is MLAS requantizati
 against ORT on hosts where MLAS's integer GEMM is exact (AVX-VNNI/AVX512-VNNI, or u8u8); AVX2 hosts without VNNI
 saturate u8s8 pair sums in int16 inside MLAS.
 
+On the native kernels a QGemm with a quantized output, a constant B, per-tensor/per-column constant parameters, no
+transA and no C runs ``int8_matmul`` (kernels/native/int8_gemm.cc: the exact int32 product with MLAS's
+requantization fused), B packed once at prepare (``matmul_int.pack_b``), bound as the step for A's shape, into ORT's
+buffer; a float output or a C bias stays on the reference (its epilogue is not in the int8 unit's kernel).
+
 Cost: the planned matmul (``_matrix.planned_cost``) with the requantize epilogue when the output is quantized.
 """
 
@@ -24,6 +29,8 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._matrix import check_fits, exact_int_matmul, int_bound, matmul_operand_dims, planned_cost, requantize, static_plan
 from ._util import arg, stash_constants
+from .. import runtime
+from .matmul_int import pack_b
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
@@ -36,9 +43,55 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
                              "epilogue": {"bias": node.input(6) is not None,
                                           "quantize": node.input(8).dtype.name if quantized else None}}
     p = Prepared(attrs, stash_constants(node), target)
+    _pack_native(node, p)
     dims = matmul_operand_dims(node, 0, 3, gemm=True)
     static_plan(p, None if dims is None or isinstance(dims, str) else (*dims, 1))
     return p
+
+
+def _pack_native(node: NodeInfo, p: Prepared) -> None:
+    """B packed for ``int8_matmul`` and the per-column multiplier, when the native path takes this node (module
+    docstring); the raw B stays for the reference."""
+    consts = lambda *ix: all(node.input(i) is not None and node.input(i).value is not None for i in ix)
+    if not consts(1, 2, 3, 4, 5, 7, 8) or node.input(6) is not None or p.attrs["trans_a"]:
+        return
+    b = np.asarray(node.input(3).value)
+    b = b.T if p.attrs["trans_b"] else b
+    packed = pack_b(np.ascontiguousarray(b), np.asarray(node.input(5).value).reshape(-1))
+    if packed is None:
+        return
+    scale = np.float32(p.attrs["alpha"]) * np.float32(scalar_of(node.input(1).value))
+    scale = (scale * np.asarray(node.input(4).value, np.float32).reshape(-1)).astype(np.float32)
+    mult = (scale / np.float32(scalar_of(node.input(7).value))).astype(np.float32)
+    p.consts.update(packed)
+    p.consts["i8_mult"] = np.ascontiguousarray(mult)
+    p.consts["i8_azp"] = np.asarray(node.input(2).value, np.int32).reshape(1)
+    p.attrs["native"] = {"K": int(b.shape[0]), "N": int(b.shape[1]), "y_zp": int(scalar_of(node.input(8).value)),
+                         "y_signed": p.attrs["out"] == "int8"}
+
+
+def _native_args(p: Prepared, a) -> tuple | None:
+    """(int8_matmul, its arguments after A) when the native path takes this A, else None."""
+    nat, spec = runtime.native(p), p.attrs.get("native")
+    if nat is None or spec is None or not isinstance(a, np.ndarray) or a.ndim != 2 or a.shape[1] != spec["K"] \
+            or a.dtype.name != p.attrs["plan_a"]:
+        return None
+    c = p.consts
+    return nat.int8_matmul, (c["i8_azp"], c["i8_bp"], c["i8_bsum"], c["i8_bzp"], spec["K"], spec["N"],
+                             runtime.threads(p), c["i8_mult"], spec["y_zp"], spec["y_signed"])
+
+
+def _bind(p: Prepared, inputs, outs):
+    """The native QGemm as one ``int8_matmul`` call for A's shape, into ORT's buffer when Y is a partition output."""
+    a = arg(p, inputs, 0)
+    fast = _native_args(p, a)
+    if fast is None or not inputs or inputs[0] is None or any(v is not None for v in inputs[1:]):
+        return None
+    fn, args = fast
+    where = p.runtime.partition_outputs
+    into = [(13, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, fn, (None, *args, None, False, None), [(0, 0, a.dtype, a.shape, None)],
+                             [(-1, None)], None, into)
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:
@@ -61,6 +114,10 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
     a, b = arg(p, inputs, 0), arg(p, inputs, 3)
+    fast = _native_args(p, a)
+    if fast is not None and a.flags.c_contiguous:
+        fn, args = fast
+        return [fn(a, *args)]
     a = a.T if at["trans_a"] else a
     b = b.T if at["trans_b"] else b
     za, zb = arg(p, inputs, 2), arg(p, inputs, 5)
@@ -92,4 +149,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return planned_cost(p, m, n, k, 1)
 
 
-register(KernelDef("com.microsoft", "QGemm", _prepare, _run, _cost, _check))
+register(KernelDef("com.microsoft", "QGemm", _prepare, _run, _cost, _check, bind=_bind))
