@@ -102,18 +102,6 @@ std::optional<ConvShape> UnitStrideConv(const Geometry& s) {
   return c;
 }
 
-// The conv weights [group, Cg * kh * kw, Mg] (rows (c, i, j)) of UnitStrideConv from w [group, Cg, Mg * kh * kw].
-std::vector<float> SwappedFlipped(const Geometry& s, const float* w) {
-  const int64_t cg = s.C / s.group, taps = s.kh * s.kw;
-  std::vector<float> out(static_cast<size_t>(s.C * s.Mg * taps));
-  for (int64_t g = 0; g < s.group; ++g)
-    for (int64_t c = 0; c < cg; ++c)
-      for (int64_t m = 0; m < s.Mg; ++m)
-        for (int64_t t = 0; t < taps; ++t)
-          out[((g * cg + c) * taps + t) * s.Mg + m] = w[(g * cg + c) * s.Mg * taps + m * taps + (taps - 1 - t)];
-  return out;
-}
-
 Geometry GeometryOf(const py::array& x, const std::vector<int64_t>& g) {
   if (x.ndim() != 4 || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("conv_transpose: x must be a C-contiguous [N, C, H, W] array");
@@ -132,13 +120,14 @@ Geometry GeometryOf(const py::array& x, const std::vector<int64_t>& g) {
 }
 
 py::array ConvTransposePy(const py::array& x, const Floats& w, const std::optional<Floats>& bias,
-                          const std::vector<int64_t>& geom, uintptr_t sgemm, int threads) {
+                          const std::vector<int64_t>& geom, uintptr_t sgemm, int threads, const Floats& w_conv) {
   const Geometry s = GeometryOf(x, geom);
   const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
   if (!half && !py::isinstance<py::array_t<float>>(x))
     throw std::invalid_argument("conv_transpose: x must be float32 or float16");
   const int64_t cols = s.Mg * s.kh * s.kw;
-  if (w.size() != s.C * cols) throw std::invalid_argument("conv_transpose: w must be [group, C/group, Mg*kh*kw]");
+  if (w.size() != s.C * cols || w_conv.size() != w.size())
+    throw std::invalid_argument("conv_transpose: w must be [group, C/group, Mg*kh*kw], w_conv as many values");
   if (bias && bias->size() != s.group * s.Mg) throw std::invalid_argument("conv_transpose: bias must hold M values");
   if (sgemm == 0) throw std::invalid_argument("conv_transpose: no sgemm address");
   py::array y(x.dtype(), std::vector<py::ssize_t>{s.N, s.group * s.Mg, s.OH, s.OW});
@@ -154,14 +143,13 @@ py::array ConvTransposePy(const py::array& x, const Floats& w, const std::option
     xf = wide.get();
   }
   if (const std::optional<ConvShape> conv = UnitStrideConv(s)) {
-    const std::vector<float> wc = SwappedFlipped(s, w.data());
     const Sgemm64 gemm = reinterpret_cast<Sgemm64>(sgemm);
     if (!half) {
-      DenseFloat(*conv, xf, wc.data(), b, static_cast<float*>(out), gemm, threads);
+      DenseFloat(*conv, xf, w_conv.data(), b, static_cast<float*>(out), gemm, threads);
       return y;
     }
     std::unique_ptr<float[]> yf(new float[static_cast<size_t>(s.N * conv->M * s.OH * s.OW)]);
-    DenseFloat(*conv, xf, wc.data(), b, yf.get(), gemm, threads);
+    DenseFloat(*conv, xf, w_conv.data(), b, yf.get(), gemm, threads);
     FloatToHalfRow(yf.get(), static_cast<uint16_t*>(out), s.N * conv->M * s.OH * s.OW);
     return y;
   }
@@ -181,11 +169,12 @@ py::array ConvTransposePy(const py::array& x, const Floats& w, const std::option
 
 void BindConvTranspose(py::module_& m) {
   m.def("conv_transpose", &ConvTransposePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
-        py::arg("sgemm"), py::arg("threads") = 1,
+        py::arg("sgemm"), py::arg("threads"), py::arg("w_conv"),
         "ConvTranspose of float32/float16 x [N, C, H, W]: w [group, C/group, Mg*kh*kw] (columns (m, i, j)) on the "
         "conv GEMM (a pointwise conv; sgemm: kernels.host_blas.sgemm_address()), then the taps scatter-added in "
         "row-major order into each full plane, cropped (geometry [group, Mg, kh, kw, sh, sw, dh, dw, top, left, FH, "
-        "FW, OH, OW]), + bias [M] or None; float16 widened and rounded once");
+        "FW, OH, OW]), + bias [M] or None; float16 widened and rounded once. w_conv [group, C/group*kh*kw, Mg]: the "
+        "weights swapped and flipped, for a unit stride run as the equivalent Conv");
 }
 
 }  // namespace npu_ep::kern

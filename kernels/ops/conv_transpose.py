@@ -80,6 +80,18 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, stash_constants(node, consts, only=(0,)), target)  # a constant X is read at run time
 
 
+def _conv_weights(p: Prepared) -> np.ndarray:
+    """[g, C/g*kh*kw, M/g] (rows (c, i, j)): each group's weights swapped (c <-> m) and flipped, the Conv a
+    unit-stride ConvTranspose equals (the native kernel runs it so); made once, kept in the kernel's cache."""
+    w = p.kernel_cache.get("w_conv")
+    if w is None:
+        grp, cg, cols = p.consts["w"].shape
+        kh, kw = p.attrs["kernel"]
+        w5 = p.consts["w"].reshape(grp, cg, cols // (kh * kw), kh, kw)[:, :, :, ::-1, ::-1]
+        w = p.kernel_cache["w_conv"] = np.ascontiguousarray(w5.transpose(0, 1, 3, 4, 2).reshape(grp, cg * kh * kw, -1))
+    return w
+
+
 def _begin_end(a: dict[str, Any], size: int, axis: int) -> tuple[int, int, int]:
     """(pad_begin, pad_end, full length before cropping) along spatial ``axis`` (0: H, 1: W)."""
     k, s, d, op = a["kernel"][axis], a["strides"][axis], a["dilations"][axis], a["output_padding"][axis]
@@ -152,7 +164,7 @@ def _native_call(p: Prepared, x: np.ndarray) -> tuple | None:
     grp, kh, kw = w.shape[0], *a["kernel"]
     geometry = [grp, w.shape[2] // (kh * kw), kh, kw, *a["strides"], *a["dilations"], t, l, fh, fw, fh - t - b,
                 fw - l - r]
-    return nat.conv_transpose, (w, p.consts.get("bias"), geometry, sgemm, runtime.threads(p))
+    return nat.conv_transpose, (w, p.consts.get("bias"), geometry, sgemm, runtime.threads(p), _conv_weights(p))
 
 
 def _as_4d(p: Prepared, x: np.ndarray) -> np.ndarray:
