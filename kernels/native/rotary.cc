@@ -96,31 +96,30 @@ const float* Widened(const T* p, int64_t n, std::vector<float>& buf) {
   }
 }
 
+// A task's rows: float16 x widened and the result narrowed once per task (whole rows, so a row's passed-through
+// channels round-trip exactly), float32 in place; the cache rows of each row's position widened per row.
 template <typename T>
 void Rotate(const T* x, const int64_t* pos, bool offset, const T* cos, const T* sin, int64_t cache_width,
             const Geometry& g, T* y, int threads) {
+  constexpr bool kHalf = sizeof(T) == 2;
   const int64_t rows = g.batch * g.seq * g.heads, h = g.head, rot = 2 * g.half;
   const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(1, h));
   const RowFn rotate_row = RowFor();
   ParallelFor(ThreadsFor(threads, rows * h), (rows + per_task - 1) / per_task, [&](int64_t t) {
-    std::vector<float> xb(static_cast<size_t>(h)), cb(static_cast<size_t>(g.half)), sb(cb.size()), yb(xb.size());
-    const int64_t end = std::min(rows, (t + 1) * per_task);
-    for (int64_t r = t * per_task; r < end; ++r) {
+    const int64_t first = t * per_task, end = std::min(rows, first + per_task), count = end - first;
+    std::vector<float> xb(kHalf ? static_cast<size_t>(count * h) : 0), yb(xb.size()), cb(static_cast<size_t>(g.half)),
+        sb(cb.size());
+    if constexpr (kHalf) HalfToFloatRow(reinterpret_cast<const uint16_t*>(x + first * h), xb.data(), count * h);
+    for (int64_t r = first; r < end; ++r) {
       const int64_t b = r / (g.heads * g.seq), s = g.four_d ? r % g.seq : (r / g.heads) % g.seq;
       const int64_t p = offset ? pos[0] + s : pos[b * g.seq + s];
-      const float* xf = Widened(x + r * h, h, xb);
-      const float* cf = Widened(cos + p * cache_width, g.half, cb);
-      const float* sf = Widened(sin + p * cache_width, g.half, sb);
-      float* yf = sizeof(T) == 4 ? reinterpret_cast<float*>(y + r * h) : yb.data();
-      rotate_row(xf, cf, sf, g.half, g.interleaved, yf);
-      if (sizeof(T) == 4) {
-        if (rot < h) std::memcpy(yf + rot, xf + rot, sizeof(float) * (h - rot));
-      } else {
-        auto* out = reinterpret_cast<uint16_t*>(y + r * h);
-        FloatToHalfRow(yf, out, rot);
-        if (rot < h) std::memcpy(out + rot, reinterpret_cast<const uint16_t*>(x + r * h) + rot, 2 * (h - rot));
-      }
+      const float* xf = kHalf ? xb.data() + (r - first) * h : reinterpret_cast<const float*>(x + r * h);
+      float* yf = kHalf ? yb.data() + (r - first) * h : reinterpret_cast<float*>(y + r * h);
+      rotate_row(xf, Widened(cos + p * cache_width, g.half, cb), Widened(sin + p * cache_width, g.half, sb), g.half,
+                 g.interleaved, yf);
+      if (rot < h) std::memcpy(yf + rot, xf + rot, sizeof(float) * (h - rot));
     }
+    if constexpr (kHalf) FloatToHalfRow(yb.data(), reinterpret_cast<uint16_t*>(y + first * h), count * h);
   });
 }
 
