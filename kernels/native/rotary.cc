@@ -85,19 +85,21 @@ RowFn RowFor() {
   return RotateRowScalar;
 }
 
-// The float32 view of n elements at p (a copy into buf for float16).
+// float16 cache rows widened once per token ([B * S, half] each), before the rows that share them
 template <typename T>
-const float* Widened(const T* p, int64_t n, std::vector<float>& buf) {
-  if constexpr (sizeof(T) == 4) {
-    return reinterpret_cast<const float*>(p);
-  } else {
-    HalfToFloatRow(reinterpret_cast<const uint16_t*>(p), buf.data(), n);
-    return buf.data();
-  }
+void WidenTokenRows(const T* cache, const int64_t* pos, bool offset, int64_t cache_width, const Geometry& g,
+                    std::vector<float>& out) {
+  out.resize(static_cast<size_t>(g.batch * g.seq * g.half));
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t s = 0; s < g.seq; ++s) {
+      const int64_t p = offset ? pos[0] + s : pos[b * g.seq + s];
+      HalfToFloatRow(reinterpret_cast<const uint16_t*>(cache + p * cache_width), out.data() + (b * g.seq + s) * g.half,
+                     g.half);
+    }
 }
 
 // A task's rows: float16 x widened and the result narrowed once per task (whole rows, so a row's passed-through
-// channels round-trip exactly), float32 in place; the cache rows of each row's position widened per row.
+// channels round-trip exactly), float32 in place and its cache rows read where they are.
 template <typename T>
 void Rotate(const T* x, const int64_t* pos, bool offset, const T* cos, const T* sin, int64_t cache_width,
             const Geometry& g, T* y, int threads) {
@@ -105,18 +107,25 @@ void Rotate(const T* x, const int64_t* pos, bool offset, const T* cos, const T* 
   const int64_t rows = g.batch * g.seq * g.heads, h = g.head, rot = 2 * g.half;
   const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(1, h));
   const RowFn rotate_row = RowFor();
+  std::vector<float> cos_rows, sin_rows;
+  if constexpr (kHalf) {
+    WidenTokenRows(cos, pos, offset, cache_width, g, cos_rows);
+    WidenTokenRows(sin, pos, offset, cache_width, g, sin_rows);
+  }
   ParallelFor(ThreadsFor(threads, rows * h), (rows + per_task - 1) / per_task, [&](int64_t t) {
     const int64_t first = t * per_task, end = std::min(rows, first + per_task), count = end - first;
-    std::vector<float> xb(kHalf ? static_cast<size_t>(count * h) : 0), yb(xb.size()), cb(static_cast<size_t>(g.half)),
-        sb(cb.size());
+    std::vector<float> xb(kHalf ? static_cast<size_t>(count * h) : 0), yb(xb.size());
     if constexpr (kHalf) HalfToFloatRow(reinterpret_cast<const uint16_t*>(x + first * h), xb.data(), count * h);
     for (int64_t r = first; r < end; ++r) {
       const int64_t b = r / (g.heads * g.seq), s = g.four_d ? r % g.seq : (r / g.heads) % g.seq;
-      const int64_t p = offset ? pos[0] + s : pos[b * g.seq + s];
+      const int64_t token = b * g.seq + s, p = offset ? pos[0] + s : pos[token];
       const float* xf = kHalf ? xb.data() + (r - first) * h : reinterpret_cast<const float*>(x + r * h);
       float* yf = kHalf ? yb.data() + (r - first) * h : reinterpret_cast<float*>(y + r * h);
-      rotate_row(xf, Widened(cos + p * cache_width, g.half, cb), Widened(sin + p * cache_width, g.half, sb), g.half,
-                 g.interleaved, yf);
+      const float* cf =
+          kHalf ? cos_rows.data() + token * g.half : reinterpret_cast<const float*>(cos + p * cache_width);
+      const float* sf =
+          kHalf ? sin_rows.data() + token * g.half : reinterpret_cast<const float*>(sin + p * cache_width);
+      rotate_row(xf, cf, sf, g.half, g.interleaved, yf);
       if (rot < h) std::memcpy(yf + rot, xf + rot, sizeof(float) * (h - rot));
     }
     if constexpr (kHalf) FloatToHalfRow(yb.data(), reinterpret_cast<uint16_t*>(y + first * h), count * h);
