@@ -175,8 +175,8 @@ inline A Pre(A v) {
 
 template <int R, typename A>
 inline A Combine(A acc, A v) {
-  if constexpr (R == kMax) return (v > acc || v != v) ? v : acc;  // a NaN, once in, stays (v > NaN is false)
-  if constexpr (R == kMin) return (v < acc || v != v) ? v : acc;
+  if constexpr (R == kMax) return ((v > acc) | (v != v)) ? v : acc;  // a NaN, once in, stays; | not ||: no branch
+  if constexpr (R == kMin) return ((v < acc) | (v != v)) ? v : acc;
   if constexpr (R == kProd) return acc * v;
   return acc + v;
 }
