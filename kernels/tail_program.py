@@ -42,13 +42,15 @@ SOFTSIGN: list[Instruction] = [("save", 0.0, 0.0), ("abs", 0.0, 0.0), ("add", 1.
 
 def unary_program(op: str, dtype, attrs: dict | None = None) -> list[Instruction] | None:
     """The engine instructions of a standalone float unary op of this input dtype (np.float32 or np.float16), or
-    None where its kernel keeps another path (float32 Exp, Log, Floor, Ceil, Round, Sign, Sin, Cos: numpy's own
+    None where its kernel keeps another path (float32 Exp, Floor, Ceil, Round, Sign, Sin, Cos: numpy's own
     vectorized float32 loops, Exp's measured faster than the engine's exp alone; float32 Sigmoid: the native
     ``sigmoid``)."""
     attrs = attrs or {}
     half = np.dtype(dtype) == np.float16
     if op == "Reciprocal":
         return [("rdiv", 1.0, 0.0)]
+    if op == "Log":  # float32 too: numpy's Log needs an errstate wrapper, no ufunc step, so the engine binds it
+        return [("log", 0.0, 0.0)]
     if op == "Softsign":
         return list(SOFTSIGN)
     if op == "Softplus":
@@ -60,7 +62,7 @@ def unary_program(op: str, dtype, attrs: dict | None = None) -> list[Instruction
                 ("mul", float(np.float32(attrs.get("gamma", 1.05070102214813232421875))), 0.0)]
     if not half:
         return None
-    simple = {"Exp": "exp", "Log": "log", "Tanh": "tanh", "Sigmoid": "sigmoid", "Floor": "floor", "Ceil": "ceil",
+    simple = {"Exp": "exp", "Tanh": "tanh", "Sigmoid": "sigmoid", "Floor": "floor", "Ceil": "ceil",
               "Round": "round"}
     if op in simple:
         return [(simple[op], 0.0, 0.0)]
