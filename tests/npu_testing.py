@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 
@@ -69,3 +71,23 @@ def assignment(sess: ort.InferenceSession) -> dict[str, str]:
 def npu_partitions(sess: ort.InferenceSession) -> list[list[str]]:
     return [[n.name for n in sg.get_nodes()] for sg in sess.get_provider_graph_assignment_info()
             if sg.ep_name == npu_ep.get_ep_name()]
+
+
+def count_kernel_runs(program) -> collections.Counter:
+    """From now on, count each step's Python kernel runs by op (a program's step that ran natively is not counted):
+    the kernels are wrapped and the program's loops rebuilt over them (a rebind to the same I/O order)."""
+    runs: collections.Counter = collections.Counter()
+
+    def counted(run, op):
+        def counting(prepared, args):
+            runs[op] += 1
+            return run(prepared, args)
+        return counting
+
+    for st in program.steps:
+        st.kernel = dataclasses.replace(st.kernel, run=counted(st.kernel.run, st.op))
+    ort_order = [io.name for io in program.inputs]
+    for j, i in enumerate(program._input_perm or ()):
+        ort_order[i] = program.inputs[j].name
+    program.rebind(ort_order, [io.name for io in program.outputs])
+    return runs

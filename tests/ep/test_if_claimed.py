@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import helper
-from npu_testing import F32, assignment, cpu_run, make_model, npu_partitions, npu_session
+from npu_testing import F32, assignment, count_kernel_runs, cpu_run, make_model, npu_partitions, npu_session
 from test_if import if_model
 
 RNG = np.random.default_rng(7)
@@ -118,7 +118,6 @@ def test_the_if_is_a_native_step_that_picks_either_branch(forwarding):
     EP's results. ``forwarding``: the else branch only returns an outer value (an exporter's pass-through)."""
     from npu_ep.ep.sessions import session_of, tag_session_options
     from tests.npu_testing import session_options
-    from test_native_steps import _count_kernel_runs
 
     model = _select_model("Relu")
     if forwarding:
@@ -130,21 +129,13 @@ def test_the_if_is_a_native_step_that_picks_either_branch(forwarding):
     sess = npu_session(model, so=so)
     assert assignment(sess) == {"the_if": "NpuEP"}
     (program,) = session_of(sess).programs.values()
-    if_runs = [0]
-
-    def counted(run, op):
-        def counting(prepared, args):
-            if_runs[0] += op == "If"
-            return run(prepared, args)
-        return counting
-
-    _count_kernel_runs(program, counted)
+    kernel_runs = count_kernel_runs(program)
     x = RNG.standard_normal((2, 5)).astype(np.float32)
     w = RNG.standard_normal(5).astype(np.float32)
     for cond in (True, False, True, False):
         feeds = {"cond": np.array(cond), "x": x, "w": w}
         np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu_run(model, feeds)[0])
-    assert if_runs == [1]  # the signature's first call; then the native step, either branch
+    assert kernel_runs["If"] == 1  # the signature's first call; then the native step, either branch
     runs, declines = program.native_step_counts
     assert runs >= 3 and declines == 0
 
@@ -155,7 +146,6 @@ def test_a_new_signature_that_every_native_step_takes_is_kept_without_observing(
     is kept on them at once; no call after the first observes, and no If kernel runs after the first call."""
     from npu_ep.ep.sessions import session_of, tag_session_options
     from tests.npu_testing import session_options
-    from test_native_steps import _count_kernel_runs
 
     model = _select_model("Relu")
     for vi in (model.graph.input[1], model.graph.output[0]):
@@ -165,15 +155,7 @@ def test_a_new_signature_that_every_native_step_takes_is_kept_without_observing(
     sess = npu_session(model, so=so)
     assert assignment(sess) == {"the_if": "NpuEP"}
     (program,) = session_of(sess).programs.values()
-    if_runs, observed = [0], [0]
-
-    def counted(run, op):
-        def counting(prepared, args):
-            if_runs[0] += op == "If"
-            return run(prepared, args)
-        return counting
-
-    _count_kernel_runs(program, counted)
+    kernel_runs, observed = count_kernel_runs(program), [0]
     observe = program._observe
     program._observe = lambda inputs: (observed.__setitem__(0, observed[0] + 1), observe(inputs))[1]
     program.rebind([io.name for io in program.inputs], [io.name for io in program.outputs])  # the hook's call
@@ -182,5 +164,5 @@ def test_a_new_signature_that_every_native_step_takes_is_kept_without_observing(
         for cond in (True, False):
             feeds = {"cond": np.array(cond), "x": RNG.standard_normal((batch, 5)).astype(np.float32), "w": w}
             np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu_run(model, feeds)[0])
-    assert if_runs == [1] and observed == [3]  # one observed call; batches 3 and 4 scouted once each
+    assert kernel_runs["If"] == 1 and observed == [3]  # one observed call; batches 3 and 4 scouted once each
     assert len(program.signatures) == 3 and not program._pending

@@ -4,8 +4,6 @@ data."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -16,7 +14,7 @@ from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.partition import boundary
 from npu_ep.kernels.registry import KernelDef
 from npu_ep.kernels.target import Target
-from tests.npu_testing import cpu_run, make_model
+from tests.npu_testing import count_kernel_runs, cpu_run, make_model
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -250,17 +248,6 @@ def growing_past_model():
                        helper.make_tensor_value_info("present", F32, [1, None, 8])])
 
 
-def _count_kernel_runs(program, counted) -> None:
-    """Each step's Python kernel wrapped by counted(run, op); the program's loops rebuilt over the wrapped kernels
-    (a rebind to the same I/O order rebuilds them)."""
-    for st in program.steps:
-        st.kernel = dataclasses.replace(st.kernel, run=counted(st.kernel.run, st.op))
-    ort_order = [io.name for io in program.inputs]
-    for j, i in enumerate(program._input_perm or ()):
-        ort_order[i] = program.inputs[j].name
-    program.rebind(ort_order, [io.name for io in program.outputs])
-
-
 def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_did_not_change():
     """Each new past length is a first call. The first signature is observed and binds native steps; the later
     ones are scouted (``Program._scout``): the steps' latest native steps run them, so Relu and Neg, whose inputs
@@ -271,15 +258,7 @@ def test_a_growing_past_reuses_the_native_steps_and_costs_of_steps_whose_inputs_
     model = growing_past_model()
     program = compiled(model)
     names = [io.name for io in program.inputs]
-    kernel_runs = {"Relu": 0, "Neg": 0, "Concat": 0}
-
-    def counted(run, op):
-        def counting(prepared, args):
-            kernel_runs[op] += 1
-            return run(prepared, args)
-        return counting
-
-    _count_kernel_runs(program, counted)
+    kernel_runs = count_kernel_runs(program)
     rng = np.random.default_rng(0)
     feeds, past = [], np.zeros((1, 0, 8), np.float32)
     for _ in range(5):
@@ -326,15 +305,7 @@ def test_a_session_whose_past_grows_every_call_runs_the_earlier_native_steps_on_
     sess = npu_session(model, cpu=False, so=so)
     assert set(assignment(sess).values()) == {"NpuEP"}
     (program,) = session_of(sess).programs.values()
-    relu_runs = [0]
-
-    def counted(run, op):
-        def counting(prepared, args):
-            relu_runs[0] += op == "Relu"
-            return run(prepared, args)
-        return counting
-
-    _count_kernel_runs(program, counted)
+    kernel_runs = count_kernel_runs(program)
     rng = np.random.default_rng(1)
     past = np.zeros((1, 0, 8), np.float32)
     for _ in range(6):
@@ -343,4 +314,4 @@ def test_a_session_whose_past_grows_every_call_runs_the_earlier_native_steps_on_
         for got, w in zip(sess.run(None, feeds), want):
             np.testing.assert_array_equal(got, w)
         past = want[1]
-    assert len(program.signatures) == 6 and relu_runs == [1]
+    assert len(program.signatures) == 6 and kernel_runs["Relu"] == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from npu_testing import F32, assignment, cpu_run, make_model, npu_partitions, npu_session
+from npu_testing import F32, assignment, count_kernel_runs, cpu_run, make_model, npu_partitions, npu_session
 
 RNG = np.random.default_rng(31)
 I64, BOOL = TensorProto.INT64, TensorProto.BOOL
@@ -355,7 +355,6 @@ def test_the_loop_is_a_native_step_over_any_trip_count():
     iterations call the body program from C++, for any trip count and condition, with the CPU EP's results; zero
     iterations (empty scan outputs, shaped by the kernel) decline to the Python kernel."""
     from npu_ep.ep.sessions import session_of, tag_session_options
-    from tests.ep.test_native_steps import _count_kernel_runs
     from tests.npu_testing import session_options
 
     model = counted_loop_model("Relu", with_cond=True)
@@ -364,20 +363,12 @@ def test_the_loop_is_a_native_step_over_any_trip_count():
     sess = npu_session(model, so=so)
     assert assignment(sess) == {"loop": "NpuEP"}
     (program,) = session_of(sess).programs.values()
-    loop_runs = [0]
-
-    def counted(run, op):
-        def counting(prepared, args):
-            loop_runs[0] += op == "Loop"
-            return run(prepared, args)
-        return counting
-
-    _count_kernel_runs(program, counted)
+    kernel_runs = count_kernel_runs(program)
     for m, limit in [(5, 1e9), (3, 1e9), (50, 4.0), (1, 1e9), (0, 1e9), (6, 1e9)]:
         feeds = _feeds(m, cond0=np.array(True), limit=np.array(limit, np.float32))
         feeds["x"] = np.abs(feeds["x"]) + 0.1
         got = _check(sess, model, feeds)
         assert got[1].shape[0] == (min(m, got[1].shape[0]) if limit < 1e9 else m)
-    assert loop_runs == [2]  # the signature's first call and the zero-iteration call
+    assert kernel_runs["Loop"] == 2  # the signature's first call and the zero-iteration call
     runs, declines = program.native_step_counts
     assert runs == 4 and declines == 1
