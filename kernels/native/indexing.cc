@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "half.h"
+#include "movement.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -30,7 +31,6 @@ namespace npu_ep::kern {
 namespace {
 
 constexpr int64_t kTaskBytes = int64_t{1} << 16;       // output bytes per parallel task
-constexpr size_t kReleaseGilBytes = size_t{1} << 16;  // below this the GIL round trip costs more than the copy
 constexpr size_t kMaxRank = 64;                        // numpy's NPY_MAXDIMS
 
 using Dims = std::vector<int64_t>;
@@ -82,12 +82,7 @@ void ForUnits(int64_t n, int64_t unit, int threads, const Fn& fn) {
     ParallelFor(ThreadsFor(threads, bytes), tasks,
                 [&](int64_t t) { fn(t * per_task, std::min(n, (t + 1) * per_task)); });
   };
-  if (static_cast<size_t>(bytes) >= kReleaseGilBytes) {
-    py::gil_scoped_release release;
-    run();
-  } else {
-    run();
-  }
+  RunMoving(static_cast<size_t>(bytes), run);
 }
 
 // Copies `row` bytes; B > 0 is the row size known at compile time (one load and store).

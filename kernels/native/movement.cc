@@ -78,12 +78,7 @@ void BroadcastCopy(const py::array& x, const std::vector<py::ssize_t>& in_dims, 
   }
   auto* dst = static_cast<char*>(y.mutable_data());
   const auto* src = static_cast<const char*>(x.data());
-  if (static_cast<size_t>(y.nbytes()) >= kReleaseGilBytes) {
-    py::gil_scoped_release release;
-    b.Fill(dst, src, 0);
-  } else {
-    b.Fill(dst, src, 0);
-  }
+  RunMoving(static_cast<size_t>(y.nbytes()), [&] { b.Fill(dst, src, 0); });
 }
 
 std::vector<int64_t> Dims64(const std::vector<py::ssize_t>& dims) { return {dims.begin(), dims.end()}; }
@@ -180,12 +175,7 @@ py::array ConcatPy(py::ssize_t axis, const py::args& parts) {
         dst += run[k];
       }
   };
-  if (static_cast<size_t>(y.nbytes()) >= kReleaseGilBytes) {
-    py::gil_scoped_release release;
-    copy();
-  } else {
-    copy();
-  }
+  RunMoving(static_cast<size_t>(y.nbytes()), copy);
   return y;
 }
 

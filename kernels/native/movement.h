@@ -50,6 +50,17 @@ inline pybind11::array MovementResult(const char* fn, const pybind11::dtype& dty
 
 constexpr size_t kReleaseGilBytes = size_t{1} << 16;  // below this the GIL round trip costs more than the copy
 
+// Runs f(), with the GIL released when it moves at least kReleaseGilBytes.
+template <typename F>
+void RunMoving(size_t bytes, const F& f) {
+  if (bytes >= kReleaseGilBytes) {
+    pybind11::gil_scoped_release release;
+    f();
+  } else {
+    f();
+  }
+}
+
 // Calls f(T{}) with T the unsigned integer of `itemsize` bytes (1, 2, 4 or 8).
 template <typename F>
 void ForItemSize(size_t itemsize, const F& f) {

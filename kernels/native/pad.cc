@@ -193,12 +193,7 @@ py::array PadPy(const py::object& x_in, const std::vector<int64_t>& begins, cons
       });
     });
   };
-  if (static_cast<size_t>(y.nbytes()) >= kReleaseGilBytes) {
-    py::gil_scoped_release release;
-    run();
-  } else {
-    run();
-  }
+  RunMoving(static_cast<size_t>(y.nbytes()), run);
   return y;
 }
 

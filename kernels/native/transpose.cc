@@ -299,12 +299,7 @@ py::array TransposePy(const py::object& x_in, const py::object& perm_in, const p
     else
       ForItemSize(c.item, [&](auto t) { Transpose2D<decltype(t)>(c); });
   };
-  if (static_cast<size_t>(x.nbytes()) >= kReleaseGilBytes) {
-    py::gil_scoped_release release;
-    copy();
-  } else {
-    copy();
-  }
+  RunMoving(static_cast<size_t>(x.nbytes()), copy);
   return y;
 }
 

@@ -58,12 +58,7 @@ py::array TriluPy(const py::object& x_in, int64_t k, bool upper, const py::objec
       TriluRows(src, dst, t * per_task, std::min(rows, (t + 1) * per_task), h, w, k, upper, item);
     });
   };
-  if (static_cast<size_t>(x.nbytes()) >= kReleaseGilBytes) {
-    py::gil_scoped_release release;
-    run();
-  } else {
-    run();
-  }
+  RunMoving(static_cast<size_t>(x.nbytes()), run);
   return y;
 }
 
