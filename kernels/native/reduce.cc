@@ -25,6 +25,7 @@
 
 #include "cpu.h"
 #include "half.h"
+#include "ordered_dtypes.h"
 #include "intrinsics.h"
 #include "thread_pool.h"
 
@@ -450,21 +451,7 @@ py::array ArgExtremePy(const py::array& x, int64_t outer, int64_t n, int64_t inn
     py::gil_scoped_release release;
     ArgView(typed, outer, n, inner, is_max, last, nan_first, threads, dst);
   };
-  if (dt.equal(py::dtype::of<float>()))
-    run(static_cast<const float*>(src));
-  else if (dt.kind() == 'f' && dt.itemsize() == 2)
-    run(static_cast<const uint16_t*>(src));
-  else if (dt.equal(py::dtype::of<int32_t>()))
-    run(static_cast<const int32_t*>(src));
-  else if (dt.equal(py::dtype::of<int64_t>()))
-    run(static_cast<const int64_t*>(src));
-  else if (dt.equal(py::dtype::of<int8_t>()))
-    run(static_cast<const int8_t*>(src));
-  else if (dt.equal(py::dtype::of<uint8_t>()))
-    run(static_cast<const uint8_t*>(src));
-  else
-    throw std::invalid_argument("arg_extreme: x must be float32, float16, int32, int64, int8 or uint8, got " +
-                                std::string(py::str(dt)));
+  ForOrderedDtype(dt, src, true, "arg_extreme", run);
   return std::move(y);
 }
 

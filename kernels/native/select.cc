@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "half.h"
+#include "ordered_dtypes.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -149,21 +150,7 @@ py::tuple TopKPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, in
     py::gil_scoped_release release;
     if (k > 0) TopKView<T>(typed, outer, n, inner, k, largest, threads, static_cast<T*>(dst), idx);
   };
-  if (dt.equal(py::dtype::of<float>()))
-    run(static_cast<const float*>(src));
-  else if (dt.kind() == 'f' && dt.itemsize() == 2)
-    run(static_cast<const uint16_t*>(src));
-  else if (dt.equal(py::dtype::of<int32_t>()))
-    run(static_cast<const int32_t*>(src));
-  else if (dt.equal(py::dtype::of<int64_t>()))
-    run(static_cast<const int64_t*>(src));
-  else if (dt.equal(py::dtype::of<int8_t>()))
-    run(static_cast<const int8_t*>(src));
-  else if (dt.equal(py::dtype::of<uint8_t>()))
-    run(static_cast<const uint8_t*>(src));
-  else
-    throw std::invalid_argument("topk: x must be float32, float16, int32, int64, int8 or uint8, got " +
-                                std::string(py::str(dt)));
+  ForOrderedDtype(dt, src, true, "topk", run);
   return py::make_tuple(values, indices);
 }
 
@@ -282,16 +269,7 @@ py::array CumSumPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, 
     py::gil_scoped_release release;
     CumSumView<T>(typed, outer, n, inner, exclusive, reverse, threads, static_cast<T*>(dst));
   };
-  if (dt.equal(py::dtype::of<float>()))
-    run(static_cast<const float*>(src));
-  else if (dt.kind() == 'f' && dt.itemsize() == 2)
-    run(static_cast<const uint16_t*>(src));
-  else if (dt.equal(py::dtype::of<int32_t>()))
-    run(static_cast<const int32_t*>(src));
-  else if (dt.equal(py::dtype::of<int64_t>()))
-    run(static_cast<const int64_t*>(src));
-  else
-    throw std::invalid_argument("cumsum: x must be float32, float16, int32 or int64, got " + std::string(py::str(dt)));
+  ForOrderedDtype(dt, src, false, "cumsum", run);
   return y;
 }
 
