@@ -5,12 +5,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "conv.h"
+#include "half.h"
 #include "pool.h"
 #include "quantize.h"
 
@@ -92,42 +94,60 @@ py::array_t<float> Im2ColPy(const Arr<float>& x, int64_t n, const std::vector<in
   return cols;
 }
 
-py::array_t<float> DepthwisePy(const Arr<float>& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
-                               const std::vector<int64_t>& geom, int threads,
-                               const std::optional<Arr<int32_t>>& tail_codes,
-                               const std::optional<Arr<float>>& tail_consts) {
+// A float conv on x of float32 or float16 (the reference's float16 path: x widened exactly, the float32 conv,
+// rounded once to float16); run(xf, yf) is the float32 kernel, called without the GIL.
+template <typename Run>
+py::array FloatConv(const py::array& x, const ConvShape& s, const char* op, Run run) {
+  const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
+  if (!half && !py::isinstance<Arr<float>>(x))
+    throw std::invalid_argument(std::string(op) + ": x must be float32 or float16, got " +
+                                std::string(py::str(x.dtype())));
+  py::array y(x.dtype(), std::vector<py::ssize_t>{s.N, s.M, s.OH, s.OW});
+  const void* in = x.data();
+  void* out = y.mutable_data();
+  {
+    py::gil_scoped_release release;
+    if (!half) {
+      run(static_cast<const float*>(in), static_cast<float*>(out));
+    } else {
+      const int64_t nx = s.N * s.C * s.H * s.W, ny = s.N * s.M * s.OH * s.OW;
+      std::unique_ptr<float[]> xf(new float[static_cast<size_t>(nx)]);  // uninitialized: written whole
+      std::unique_ptr<float[]> yf(new float[static_cast<size_t>(ny)]);
+      HalfToFloatRow(static_cast<const uint16_t*>(in), xf.get(), nx);
+      run(xf.get(), yf.get());
+      FloatToHalfRow(yf.get(), static_cast<uint16_t*>(out), ny);
+    }
+  }
+  return y;
+}
+
+py::array DepthwisePy(const py::array& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
+                      const std::vector<int64_t>& geom, int threads, const std::optional<Arr<int32_t>>& tail_codes,
+                      const std::optional<Arr<float>>& tail_consts) {
   const ConvShape s = Shape(x, geom, "conv_depthwise");
   const ConvTail tail = TailArg(tail_codes, tail_consts, "conv_depthwise");
   if (s.group != s.C) throw std::invalid_argument("conv_depthwise: group must equal the input channels");
   ExpectSize(w, s.M * s.kh * s.kw, "conv_depthwise", "w");
   if (bias) ExpectSize(*bias, s.M, "conv_depthwise", "bias");
-  py::array_t<float> y({s.N, s.M, s.OH, s.OW});
-  float* out = y.mutable_data();
   const float* b = bias ? bias->data() : nullptr;
-  {
-    py::gil_scoped_release release;
-    DepthwiseFloat(s, x.data(), w.data(), b, out, threads, tail);
-  }
-  return y;
+  const float* wd = w.data();
+  return FloatConv(x, s, "conv_depthwise",
+                   [&](const float* xf, float* yf) { DepthwiseFloat(s, xf, wd, b, yf, threads, tail); });
 }
 
-py::array_t<float> DensePy(const Arr<float>& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
-                           const std::vector<int64_t>& geom, uintptr_t sgemm, int threads,
-                           const std::optional<Arr<int32_t>>& tail_codes,
-                           const std::optional<Arr<float>>& tail_consts) {
+py::array DensePy(const py::array& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
+                  const std::vector<int64_t>& geom, uintptr_t sgemm, int threads,
+                  const std::optional<Arr<int32_t>>& tail_codes, const std::optional<Arr<float>>& tail_consts) {
   const ConvShape s = Shape(x, geom, "conv_dense");
   const ConvTail tail = TailArg(tail_codes, tail_consts, "conv_dense");
   ExpectSize(w, s.M * s.Cg() * s.kh * s.kw, "conv_dense", "w");
   if (bias) ExpectSize(*bias, s.M, "conv_dense", "bias");
   if (sgemm == 0) throw std::invalid_argument("conv_dense: no sgemm address");
-  py::array_t<float> y({s.N, s.M, s.OH, s.OW});
-  float* out = y.mutable_data();
   const float* b = bias ? bias->data() : nullptr;
-  {
-    py::gil_scoped_release release;
-    DenseFloat(s, x.data(), w.data(), b, out, reinterpret_cast<Sgemm64>(sgemm), threads, tail);
-  }
-  return y;
+  const float* wd = w.data();
+  const auto gemm = reinterpret_cast<Sgemm64>(sgemm);
+  return FloatConv(x, s, "conv_dense",
+                   [&](const float* xf, float* yf) { DenseFloat(s, xf, wd, b, yf, gemm, threads, tail); });
 }
 
 // The integer conv's inputs as QConv takes them, checked (op names the binding in messages).
@@ -318,10 +338,11 @@ void BindConv(py::module_& m) {
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
         "float conv as blocked implicit GEMM on a CBLAS sgemm with 64-bit ints (its address: "
         "kernels.host_blas.sgemm_address()); w [group, C/group*kh*kw, M/group]; a pointwise conv reads x's rows "
-        "directly; tail: a fused element-wise tail (conv_tail codes) applied per finished block");
+        "directly; tail: a fused element-wise tail (conv_tail codes) applied per finished block; float16 x widened, "
+        "the float32 conv, rounded once");
   m.def("conv_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
-        "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order");
+        "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order; float16 x widened and rounded once");
   m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
         py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"), py::arg("y_signed"), py::arg("geometry"),
         py::arg("depthwise"), py::arg("threads") = 1, py::arg("lut") = py::none(),

@@ -25,7 +25,7 @@ reference model's float weights are derived from it on first use.
 QLinearConv numerics: input padding holds x_zero_point (zero after subtraction), int32 accumulation (exact, see
 ``_matrix``), int32 bias added, then MLAS requantization with ``multiplier = x_scale * w_scale[m] / y_scale`` in
 float32 - bit-exact vs ORT CPU; then, when a ``npu::QdqLut`` was folded in (``output_lut``), its table. Conv: float32
-(fp16 inputs widened, result rounded to fp16 once).
+(fp16 inputs widened, result rounded to fp16 once; the native kernels do the same inside one call).
 
 A float32 Conv may carry an element-wise tail (``conv_tail`` attribute, ``kernels/fusion/conv_tail.py``): the native
 kernels apply it to each finished block while it is in cache (``kernels/native/conv_tail.cc``), the reference
@@ -364,20 +364,22 @@ def _qlinear_call_made(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:
 
 
 def _native_run(p: Prepared, nat, x: np.ndarray) -> tuple[np.ndarray | None, bool]:
-    """The conv on the native kernels (x is 4-D), or None where they do not apply (fp16 and other float types);
-    and whether the fused tail was applied with it."""
+    """The conv on the native kernels (x is 4-D), or None where they do not apply (float64, or float16 without
+    the depthwise or sgemm kernel); and whether the fused tail was applied with it."""
     at, c = p.attrs, p.consts
     threads = runtime.threads(p)
     if at["op"] == "QLinearConv":
         fn, args, view = _qlinear_call(p, nat, x, threads)
         y = fn(np.ascontiguousarray(x), *args)
         return (y if view is None else y.view(view)), False
-    if x.dtype != np.float32:
+    if x.dtype not in (np.float32, np.float16):
         return None, False
     x = np.ascontiguousarray(x)
     call = _float_call(p, nat, x, threads)
-    if call is not None:
+    if call is not None:  # float16: widened, the float32 conv, rounded once (in the kernel)
         return call[2](x, *call[3]), True
+    if x.dtype != np.float32:
+        return None, False
     geom = _geometry_list(p, x)
     w, g = c["w"], at["geom"]
     grp, kdim, mg = w.shape
@@ -423,13 +425,15 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _bind(p: Prepared, inputs, outs) -> Any:
-    """The float conv (with its fused tail) or the QLinearConv as one native call for x's shape: a 1-D conv's x
-    viewed as 4-D and its result back as 3-D, as ``_run_conv`` does (ep/step_binding.py)."""
+    """The float conv (with its fused tail; float16 widened and rounded once in the kernel) or the QLinearConv as
+    one native call for x's shape: a 1-D conv's x viewed as 4-D and its result back as 3-D, as ``_run_conv`` does
+    (ep/step_binding.py)."""
     nat = runtime.native(p)
     x = inputs[0] if inputs else None
     q = p.attrs["op"] == "QLinearConv"
     if (nat is None or not isinstance(x, np.ndarray) or x.ndim not in (3, 4) or not x.flags.c_contiguous
-            or x.dtype not in ((np.uint8, np.int8) if q else (np.float32,)) or (q and "tail_codes" in p.consts)):
+            or x.dtype not in ((np.uint8, np.int8) if q else (np.float32, np.float16))
+            or (q and "tail_codes" in p.consts)):
         return None
     x4 = x[:, :, None, :] if x.ndim == 3 else x
     threads = runtime.threads(p)
