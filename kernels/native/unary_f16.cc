@@ -1,5 +1,6 @@
-// float16 Relu/Abs/Neg/Sqrt (`kernels.unary_f16`), for kernels/ops/elementwise.py, and float16 Clip
-// (`kernels.clip_f16`, kernels/ops/activation.py: numpy's float16 maximum/minimum, bits chosen, nothing rounded).
+// float16 Relu/Abs/Neg/Sqrt (`kernels.unary_f16`) and IsNaN/IsInf (`kernels.class_f16`, exact bit tests), for
+// kernels/ops/elementwise.py and activation.py, and float16 Clip (`kernels.clip_f16`, kernels/ops/activation.py:
+// numpy's float16 maximum/minimum, bits chosen, nothing rounded).
 // Relu/Abs/Neg/Sqrt: each element widened to float32, the op, rounded once to float16, as the reference model
 // (widen, numpy's float32 op, astype). Widening is exact and these ops are exact in float32 (sqrt correctly rounded:
 // 24 >= 2 * 11 + 2 bits, so rounding twice is rounding once), so the results are the reference's bits; Relu is the
@@ -183,6 +184,64 @@ py::array ClipF16Py(const py::array& x, const py::object& lo, const py::object& 
   return y;
 }
 
+// IsNaN / IsInf of float16 on the bits (exact: no widening): NaN has all exponent bits and a nonzero mantissa, an
+// infinity all exponent bits and a zero mantissa. The loops are integer compares that vectorize.
+enum ClassTest : int { kIsNan = 0, kIsInf = 1, kIsPosInf = 2, kIsNegInf = 3 };
+
+template <int Test>
+void ClassRowT(const uint16_t* x, uint8_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = x[i];
+    if constexpr (Test == kIsNan) y[i] = (h & 0x7fff) > 0x7c00;
+    if constexpr (Test == kIsInf) y[i] = (h & 0x7fff) == 0x7c00;
+    if constexpr (Test == kIsPosInf) y[i] = h == 0x7c00;
+    if constexpr (Test == kIsNegInf) y[i] = h == 0xfc00;
+  }
+}
+
+using ClassRowFn = void (*)(const uint16_t*, uint8_t*, int64_t);
+
+ClassRowFn ClassRowFor(int test) {
+  switch (test) {
+    case kIsNan: return &ClassRowT<kIsNan>;
+    case kIsInf: return &ClassRowT<kIsInf>;
+    case kIsPosInf: return &ClassRowT<kIsPosInf>;
+    case kIsNegInf: return &ClassRowT<kIsNegInf>;
+    default:
+      throw std::invalid_argument(
+          "class_f16: test must be 0 (IsNaN), 1 (IsInf), 2 (IsInf positive) or 3 (IsInf "
+          "negative), got " +
+          std::to_string(test));
+  }
+}
+
+py::array ClassF16Py(int test, const py::array& x, const py::object& out, int threads) {
+  if (!IsHalf(x) || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("class_f16: x must be a C-order float16 array, got " + std::string(py::str(x.dtype())));
+  const ClassRowFn row = ClassRowFor(test);
+  const py::dtype bool_type("bool");
+  py::array y;
+  if (out.is_none()) {
+    y = py::array(bool_type, std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  } else {
+    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+    if (!y || y.dtype().kind() != 'b' || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
+      throw std::invalid_argument("class_f16: out must be a writeable C-order bool array of " +
+                                  std::to_string(x.size()) + " elements");
+  }
+  const auto* src = static_cast<const uint16_t*>(x.data());
+  auto* dst = static_cast<uint8_t*>(y.mutable_data());
+  const int64_t n = x.size();
+  {
+    py::gil_scoped_release release;
+    ParallelFor(ThreadsFor(threads, n), (n + kTaskElems - 1) / kTaskElems, [&](int64_t t) {
+      const int64_t begin = t * kTaskElems;
+      row(src + begin, dst + begin, std::min(n, begin + kTaskElems) - begin);
+    });
+  }
+  return y;
+}
+
 }  // namespace
 
 void BindUnaryF16(py::module_& m) {
@@ -193,6 +252,9 @@ void BindUnaryF16(py::module_& m) {
         py::arg("threads") = 1,
         "float16 Clip as numpy's maximum(x, lo) then minimum(., hi) on float16 (NaN kept, the chosen operand's bits); "
         "lo / hi: one-element float16 arrays or None (that side open); into out or a new array; x C-order");
+  m.def("class_f16", &ClassF16Py, py::arg("test"), py::arg("x"), py::arg("out") = py::none(), py::arg("threads") = 1,
+        "bool test of float16 x on its bits: 0 IsNaN, 1 IsInf, 2 IsInf positive only, 3 IsInf negative only; into "
+        "out (ORT's buffer) or a new array of x's shape; x C-order");
 }
 
 }  // namespace npu_ep::kern

@@ -30,8 +30,8 @@ from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 from ..tail_program import unary_program
-from .elementwise import (CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, clip_float, engine_bind, engine_runner, ufunc_binder,
-                          ufunc_into)
+from .elementwise import (CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, class_f16_binder, clip_float, engine_bind,
+                          engine_runner, ufunc_binder, ufunc_into)
 
 
 def _f(x: np.ndarray, v: float) -> np.generic:
@@ -306,13 +306,31 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in, n * p.attrs["out_itemsize"], ops, trans)
 
 
-_IS_INF_UFUNC = ufunc_binder(np.isinf, 1, exact_f16=True)
+_IS_INF_UFUNC = ufunc_binder(np.isinf, 1)
+
+
+def _is_inf_ufunc_bind(p: Prepared, inputs, outs):
+    """IsInf detecting both signs as np.isinf's call; one sign stays on the kernel."""
+    params = p.attrs["params"]
+    return _IS_INF_UFUNC(p, inputs, outs) if params["detect_negative"] and params["detect_positive"] else None
+
+
+def _is_inf_test(p: Prepared) -> int:
+    """class_f16's test code for this node's signs: 1 both, 2 positive, 3 negative, -1 neither (the kernel's)."""
+    neg, pos = p.attrs["params"]["detect_negative"], p.attrs["params"]["detect_positive"]
+    if neg and pos:
+        return 1
+    return 2 if pos else 3 if neg else -1
 
 
 def _is_inf_bind(p: Prepared, inputs, outs):
-    """IsInf detecting both signs as np.isinf's call (exact on float16 too); one sign stays on the kernel."""
-    params = p.attrs["params"]
-    return _IS_INF_UFUNC(p, inputs, outs) if params["detect_negative"] and params["detect_positive"] else None
+    """IsInf: float16 as one native bit test for the signs asked (``class_f16``), other dtypes as np.isinf."""
+    if _is_inf_test(p) < 0:
+        return None
+    return _IS_INF_F16(p, inputs, outs)
+
+
+_IS_INF_F16 = class_f16_binder(_is_inf_test, _is_inf_ufunc_bind)
 
 
 _ENGINE_OPS = ("LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Softsign")

@@ -162,7 +162,7 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], float, float]] = {
 _MS_UNARY = ("Gelu", "FastGelu")
 # Unary ops with an engine form for some float dtypes (``tail_program.unary_program``): the engine runs and binds
 # them there, their ``_UNARY`` function elsewhere
-_ENGINE_UNARY = ("Exp", "Reciprocal", "Log", "Tanh", "Sigmoid", "Floor", "Ceil", "Round", "Sign")
+_ENGINE_UNARY = ("Exp", "Reciprocal", "Log", "Tanh", "Sigmoid", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos")
 
 
 def prepare(node: NodeInfo, target: Target) -> Prepared:
@@ -279,17 +279,18 @@ def _native_binder(op: str, other: Callable | None) -> Callable:
 
 def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> Callable | None:
     """The ``bind`` of an op whose function is a numpy ufunc: the ufunc itself as the step's native call, constants
-    in place, for these input shapes and dtypes, in any layout (ep/step_binding.py); not for 0-d results (a ufunc
-    on 0-d arrays returns a numpy scalar, the kernel an array), float16 (computed in float32) or a result of another
-    dtype than the kernel's. ``kinds``: the dtype kinds every input must have (Div: "f", whose integer form is not
-    a ufunc). ``exact_f16``: float16 too, where the ufunc on float16 is the float32 result rounded (Min, Max)."""
+    in place, for these input shapes and dtypes, in any layout (ep/step_binding.py), a 0-d result as a 0-d array
+    (``ufunc_into``: a ufunc on 0-d arrays returns a numpy scalar; shape arithmetic on scalars, such as a mask's
+    length minus one, has them); not float16 (computed in float32) or a result of another dtype than the kernel's.
+    ``kinds``: the dtype kinds every input must have (Div: "f", whose integer form is not a ufunc). ``exact_f16``:
+    float16 too, where the ufunc on float16 is the float32 result rounded (Min, Max)."""
     if not isinstance(fn, np.ufunc):
         return None
 
     def bind(p: Prepared, inputs, outs):
         values = [arg(p, inputs, i) for i in range(arity)]
-        if (not all(isinstance(v, np.ndarray) and (exact_f16 or v.dtype != _F16)
-                    and (not kinds or v.dtype.kind in kinds) for v in values) or outs[0].ndim == 0):
+        if not all(isinstance(v, np.ndarray) and (exact_f16 or v.dtype != _F16)
+                   and (not kinds or v.dtype.kind in kinds) for v in values):
             return None
         if fn(*[np.empty(0, v.dtype) for v in values]).dtype != outs[0].dtype:
             return None
@@ -300,24 +301,30 @@ def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> C
         args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
         where = p.runtime.partition_outputs  # into ORT's buffer when the result is a partition output
         into = [(arity, where[0], list(outs[0].shape))] if where and 0 in where else []
-        return runtime.call_step(p, ufunc_into(fn), (*args, None), live, [(-1, None)],
+        return runtime.call_step(p, ufunc_into(fn, zero_d=outs[0].ndim == 0), (*args, None), live, [(-1, None)],
                                  None, into)
     return bind
 
 
 ufunc_binder = _ufunc_binder  # for activation.py's IsInf
 
-_UFUNC_INTO: dict[np.ufunc, Callable] = {}
+_UFUNC_INTO: dict[object, Callable] = {}  # fn, or (fn, True) for its 0-d form
 
 
-def ufunc_into(fn: np.ufunc) -> Callable:
+def ufunc_into(fn: np.ufunc, *, zero_d: bool = False) -> Callable:
     """``fn(*operands, out)`` with ``out`` as the keyword (a bound step's last argument: ORT's output buffer, or None
-    for a new array); np.maximum/np.minimum deprecate a positional out."""
-    call = _UFUNC_INTO.get(fn)
+    for a new array); np.maximum/np.minimum deprecate a positional out. ``zero_d``: the result of 0-d operands as a
+    0-d array (the ufunc returns a numpy scalar without ``out``)."""
+    key = (fn, True) if zero_d else fn
+    call = _UFUNC_INTO.get(key)
     if call is None:
-        def call(*args):
-            return fn(*args[:-1], out=args[-1])
-        call = _UFUNC_INTO[fn] = call
+        if zero_d:
+            def call(*args):
+                return np.asarray(fn(*args[:-1], out=args[-1]))
+        else:
+            def call(*args):
+                return fn(*args[:-1], out=args[-1])
+        call = _UFUNC_INTO[key] = call
     return call
 
 
@@ -658,6 +665,24 @@ def _f16_unary_binder(code: int, other: Callable | None) -> Callable:
     return bind
 
 
+def class_f16_binder(test_of: Callable, other: Callable | None) -> Callable:
+    """The ``bind`` of IsNaN / IsInf: on float16 one native bit test (``class_f16``, exact; numpy's float16 loops
+    widen every element) for this input shape, ``test_of(p)`` its test code, into ORT's buffer when the result is a
+    partition output; ``other`` binds the other dtypes."""
+    def bind(p: Prepared, inputs, outs):
+        x = inputs[0] if inputs else None
+        if not isinstance(x, np.ndarray) or x.dtype != _F16:
+            return other(p, inputs, outs) if other is not None else None
+        nat = runtime.native(p)
+        if nat is None or outs[0].dtype != np.bool_ or outs[0].shape != x.shape:
+            return None
+        where = p.runtime.partition_outputs
+        into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, nat.class_f16, (test_of(p), None, None, runtime.threads(p)),
+                                 [(1, 0, _F16, x.shape, None)], [(-1, None)], None, into)
+    return bind
+
+
 def engine_or(other: Callable | None) -> Callable:
     """The ``bind`` of an op with an engine form for some dtypes: the engine's step where its program applies
     (``engine_bind``), else ``other``'s."""
@@ -681,9 +706,9 @@ for _op, (_fn, _, _) in _UNARY.items():
     elif _op == "Sign":
         register(KernelDef("", _op, prepare, engine_runner(_sign_run), cost, check, rank_free=True,
                            bind=engine_or(_ufunc_binder(_fn, 1))))
-    elif _op == "IsNaN":  # exact on float16 too: the ufunc on it is the widened kernel's answer
+    elif _op == "IsNaN":  # float16: a native bit test; exact on other dtypes as the ufunc
         register(KernelDef("", _op, prepare, _unary_runner(_fn), cost, check, rank_free=True,
-                           bind=ufunc_binder(_fn, 1, exact_f16=True)))
+                           bind=class_f16_binder(lambda p: 0, ufunc_binder(_fn, 1))))
     elif _op in _ENGINE_UNARY:
         register(KernelDef("", _op, prepare, engine_runner(_unary_runner(_fn)), cost, check, rank_free=True,
                            bind=engine_or(_ufunc_binder(_fn, 1))))
