@@ -63,7 +63,7 @@ def unary_program(op: str, dtype, attrs: dict | None = None) -> list[Instruction
     if not half:
         return None
     simple = {"Exp": "exp", "Tanh": "tanh", "Sigmoid": "sigmoid", "Floor": "floor", "Ceil": "ceil",
-              "Round": "round"}
+              "Round": "round", "Sin": "sin", "Cos": "cos"}
     if op in simple:
         return [(simple[op], 0.0, 0.0)]
     if op == "Sign":

@@ -193,15 +193,25 @@ void PowHalf(float* v, int64_t n) {
 
 // sin or cos of v[0, n) in place: the engine's polynomial where the reduction is exact (|x| < 8192), the C library's
 // beyond it (and for +-inf, NaN), element by element, so a value's bits do not depend on its neighbours.
-__attribute__((always_inline)) inline void SinCosRun(float* v, int64_t n, bool cosine) {
+template <bool Cosine>
+__attribute__((always_inline)) inline void SinCosRun(float* v, int64_t n) {
   int32_t misfits = 0;
   for (int64_t i = 0; i < n; ++i) misfits += engine::SinCosFits(v[i]) ? 0 : 1;
   if (misfits == 0) {
-    for (int64_t i = 0; i < n; ++i) v[i] = engine::SinCos(v[i], cosine);
+    for (int64_t i = 0; i < n; ++i) v[i] = engine::SinCos(v[i], Cosine);
     return;
   }
   for (int64_t i = 0; i < n; ++i)
-    v[i] = engine::SinCosFits(v[i]) ? engine::SinCos(v[i], cosine) : (cosine ? std::cos(v[i]) : std::sin(v[i]));
+    v[i] = engine::SinCosFits(v[i]) ? engine::SinCos(v[i], Cosine) : (Cosine ? std::cos(v[i]) : std::sin(v[i]));
+}
+
+// sin and cos each in its own cloned function, as exp and log below (inside TailChunk's switch the loop is slower).
+__attribute__((target_clones("avx512f", "avx2", "default"), noinline)) void SinRun(float* v, int64_t n) {
+  SinCosRun<false>(v, n);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"), noinline)) void CosRun(float* v, int64_t n) {
+  SinCosRun<true>(v, n);
 }
 
 // exp, log and elu of v[0, n) in place, each its own cloned function: inside TailChunk's switch the same loops ran
@@ -302,8 +312,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
         break;
       case kElu: EluRun(v, n, a); break;
       case kSoftplus: SoftplusRun(v, n); break;
-      case kSin:
-      case kCos: SinCosRun(v, n, codes[k] == kCos); break;
+      case kSin: SinRun(v, n); break;
+      case kCos: CosRun(v, n); break;
     }
   }
 }

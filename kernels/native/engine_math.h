@@ -136,12 +136,14 @@ __attribute__((always_inline)) inline float SinCos(float x, bool cosine) {
   const float cp =
       ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * (z * z) - 0.5f * z + 1.0f;
   const int32_t oct = j & 7;
-  // sin: octants 0/4 sin poly, 2/6 cos poly; 4 and 6 negate, as does a negative x. cos: 0/4 cos poly, 2/6 sin
-  // poly; 2 and 4 negate.
+  // sin: octants 0/4 sin poly, 2/6 cos poly; 4 and 6 negate, and x's sign bit flips the result (sin(-0) = -0 as the
+  // +0 polynomial's value flipped). cos: 0/4 cos poly, 2/6 sin poly; 2 and 4 negate. The negation as a sign-bit
+  // xor: a select on x == 0 kept sin's loop scalar.
   const bool use_cos = (oct == 2 || oct == 6) != cosine;
   const float v = use_cos ? cp : sp;
-  const bool neg = cosine ? (oct == 2 || oct == 4) : ((oct >= 4) != (x < 0.0f));
-  return !cosine && x == 0.0f ? x : (neg ? -v : v);  // sin(-0) = -0
+  const uint32_t flip = cosine ? ((oct == 2 || oct == 4) ? 0x80000000u : 0u)
+                               : ((static_cast<uint32_t>(oct & 4) << 29) ^ (ToBits(x) & 0x80000000u));
+  return FromBits(ToBits(v) ^ flip);
 }
 
 // Floor and ceil from the rounded value (no library call: the loops vectorize), a zero result with x's sign.

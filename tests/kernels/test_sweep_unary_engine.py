@@ -1,6 +1,6 @@
 """Differential sweep of the element-wise engine's transcendental and rounding instructions (issue 40): Reciprocal,
-Log, Elu, Selu, Softplus and Softsign in float32 and float16, and Exp, Tanh, Sigmoid, Floor, Ceil, Round and Sign in
-float16 (every instruction also in element-wise chains), run natively as engine programs (``tail_of`` and
+Log, Elu, Selu, Softplus and Softsign in float32 and float16, and Exp, Tanh, Sigmoid, Floor, Ceil, Round, Sign, Sin
+and Cos in float16 (every instruction also in element-wise chains), run natively as engine programs (``tail_of`` and
 ``tail_of_f16``, kernels/native/conv_tail.cc with kernels/native/engine_math.h) against the reference model (numpy,
 kernels/ops/elementwise.py and activation.py).
 
@@ -43,7 +43,7 @@ F32_CASES = {
 }
 F16_CASES = {**{op: (attrs, scale) for op, (attrs, scale, _) in F32_CASES.items()},
              "Exp": ({}, 10.0), "Tanh": ({}, 3.0), "Sigmoid": ({}, 6.0), "Floor": ({}, 8.0),
-             "Ceil": ({}, 8.0), "Round": ({}, 8.0), "Sign": ({}, 3.0)}
+             "Ceil": ({}, 8.0), "Round": ({}, 8.0), "Sign": ({}, 3.0), "Sin": ({}, 40.0), "Cos": ({}, 40.0)}
 F16_EXACT = ("Reciprocal", "Softsign", "Floor", "Ceil", "Round", "Sign")
 
 
@@ -168,7 +168,7 @@ def test_elu_softplus_are_within_2_and_3_ulp_of_the_exact_functions():
 
 def test_sin_cos_instructions_are_within_8e_8_absolute():
     """sin/cos (Cephes: octant reduction in three exact parts for |x| < 8192, the C library's beyond): within
-    8e-8 absolute of the exact value (near their zeros that is many ulp; no op runs them yet)."""
+    8e-8 absolute of the exact value (near their zeros that is many ulp; float16 Sin/Cos round it once)."""
     x = np.concatenate([_grid(0.0, 8191.0, 4999), np.array([1e5, -3e7, np.inf, np.nan], np.float32)])
     for name, fn in (("sin", np.sin), ("cos", np.cos)):
         got = _instruction(name, x)
@@ -287,9 +287,9 @@ def test_gelu_family_session_matches_cpu_ep(op, dtype):
 
 @pytest.mark.parametrize("op,attrs", [("IsNaN", {}), ("IsInf", {})])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_isnan_isinf_bind_their_ufunc_also_for_float16(op, attrs, dtype):
-    """IsNaN and IsInf (both signs) bind np.isnan/np.isinf as the step, float16 too (exact there: no widening);
-    the answers are the kernel's and the CPU EP's, NpuEP running the node."""
+def test_isnan_isinf_bind_one_step_also_for_float16(op, attrs, dtype):
+    """IsNaN and IsInf (both signs) bind one step (float32: np.isnan/np.isinf, float16: the native bit test
+    ``class_f16``, test_sweep_class_f16.py); the answers are the kernel's and the CPU EP's, NpuEP running the node."""
     from _sweep import kernel_and_bound_step
     x = with_specials((RNG.standard_normal((3, 700)) * 4).astype(dtype), RNG, values=F16_SPECIALS, fraction=0.2)
     outs, bound = kernel_and_bound_step(op, [("x", x, False)], **attrs)
