@@ -9,9 +9,10 @@ Numerics: ``acc = (x - x_zp) @ (W - w_zp)`` is exact integer math in an accumula
 it with float64 BLAS, exact because every partial sum stays below 2^53. Requantization as the unoptimized graph
 does it: ``y = float32(acc * x_scale * w_scale)`` then QuantizeLinear (``rint(y / y_scale) + y_zp``, saturating).
 ORT with optimizations disabled sums dequantized products in float32, so results agree within one quantum.
-A small product (M * K * N up to ``SMALL_PRODUCT``) runs natively as ``qdq_matmul_small``
-(kernels/native/qdq_matmul.cc, the same float64 and float32 steps), bound as the step for its input shape: there
-a BLAS call's fixed cost is most of the time; larger products stay on the float64 BLAS (the reference).
+Natively (kernels/native/qdq_matmul.cc), bound as the step for x's shape: ``qdq_matmul_int`` computes acc as an
+exact integer GEMM on W - w_zp packed once here as int16 panels (int32 lanes flushed to int64 before they could
+wrap: ``chunk_pairs``), then the same float32 steps; a weight whose |W - w_zp| does not fit that (over 32767) takes
+``qdq_matmul_small`` (float64, exact) for a small product and the reference otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +28,25 @@ from ._matrix import QRANGE, container_dtype, int_bound, matmul_dims, planned_co
 from ._util import arg
 
 _F64_EXACT = 2 ** 53
-SMALL_PRODUCT = 1 << 16  # M * K * N up to which the native loop beats a BLAS call
+SMALL_PRODUCT = 1 << 16  # M * K * N up to which the float64 native loop beats a BLAS call
+_INT32_MAX = 2 ** 31 - 1
+_XS_BOUND = 32768  # |x as the kernel's int16|: x itself, or x - 32768 for uint16
+
+
+def pack_int_weights(w: np.ndarray) -> dict[str, np.ndarray] | None:
+    """W - w_zp ``[K, N]`` (integers) as ``qdq_matmul_int``'s int16 panels ``[ceil(N/16), ceil(K/2), 16, 2]`` with
+    its column sums and the pairs of K after which its int32 lanes go to int64: a pair adds at most
+    2 * 32768 * max|W - w_zp| to a lane, so ``chunk_pairs`` of them stay below 2^31 (128 for 8-bit weights).
+    None when max|W - w_zp| > 32767 (not int16, or one pair could already wrap)."""
+    k, n = w.shape
+    wmax = int(np.abs(w).max(initial=0))
+    if wmax > 32767:
+        return None
+    padded = np.zeros((k + k % 2, -(-n // 16) * 16), np.int16)
+    padded[:k, :n] = w
+    panels = padded.reshape(padded.shape[0] // 2, 2, padded.shape[1] // 16, 16).transpose(2, 0, 3, 1)
+    return {"wp": np.ascontiguousarray(panels), "colsum": padded.sum(axis=0, dtype=np.int64),
+            "chunk_pairs": np.int64(max(1, _INT32_MAX // (2 * _XS_BOUND * max(wmax, 1))))}
 
 
 def _bits(target: Target, act: str) -> int:
@@ -62,6 +81,8 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     consts = {"w": np.ascontiguousarray(w), "xzp": c(2).astype(np.float64).reshape(()),
               "mult": (c(1).astype(np.float64).reshape(()) * c(4).astype(np.float64).reshape(-1)),
               "ys": c(6).astype(np.float32).reshape(()), "yzp": c(7).reshape(())}
+    packed = pack_int_weights(c(3).astype(np.int64) - c(5).astype(np.int64).reshape(-1))
+    consts.update(packed or {})
     attrs = {"act": act, "out": dtype_name(node.outputs[0]) or c(7).dtype.name, "plan_a": "int8",
              "plan_b": "int4" if wt in ("int4", "uint4") else "int8", "plan_out": "int8",
              "passes": 2 if act in ("int16", "uint16") else 1}
@@ -69,18 +90,24 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 
 
 def _native_args(p: Prepared, x) -> tuple | None:
-    """(native function, its arguments after x) for a small product of this x, else None (the reference runs)."""
+    """(native function, its arguments after x, the index of its ``out`` argument or None) for this x: the integer
+    GEMM when W was packed, else the float64 loop for a small product; None when the reference runs."""
     nat = runtime.native(p)
     c = p.consts
     k, n = c["w"].shape
     out = np.dtype(container_dtype(p.attrs["out"]))
     if nat is None or not isinstance(x, np.ndarray) or x.dtype.name not in ("int8", "uint8", "int16", "uint16") \
-            or out.itemsize > 2 or not x.ndim or x.shape[-1] != k or x.size * n > SMALL_PRODUCT:
+            or out.itemsize > 2 or not x.ndim or x.shape[-1] != k:
         return None
     lo, hi = QRANGE[p.attrs["out"]]
     mult = np.ascontiguousarray(c["mult"], np.float64).reshape(-1)
-    return nat.qdq_matmul_small, (c["w"], float(c["xzp"]), mult, np.float32(c["ys"]), np.float32(c["yzp"]),
-                                  np.float32(lo), np.float32(hi), out)
+    quant = (mult, np.float32(c["ys"]), np.float32(c["yzp"]), np.float32(lo), np.float32(hi), out)
+    if "wp" in c:
+        return nat.qdq_matmul_int, (c["wp"], c["colsum"], n, int(c["xzp"]), int(c["chunk_pairs"]), *quant,
+                                    runtime.threads(p), None), 13
+    if x.size * n > SMALL_PRODUCT:
+        return None
+    return nat.qdq_matmul_small, (c["w"], float(c["xzp"]), *quant), None
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -88,7 +115,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0)
     fast = _native_args(p, x)
     if fast is not None and x.flags.c_contiguous:
-        fn, args = fast
+        fn, args, _ = fast
         return [fn(x, *args)]
     x = x.astype(np.float64)
     x -= c["xzp"]
@@ -98,13 +125,16 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _bind(p: Prepared, inputs, outs):
-    """A small product as one ``qdq_matmul_small`` call for this input shape."""
+    """The native product as one call for this input shape, into ORT's buffer when the output is a partition
+    output (the integer GEMM)."""
     x = arg(p, inputs, 0)
     fast = _native_args(p, x)
     if fast is None or not inputs or inputs[0] is None:
         return None
-    fn, args = fast
-    return runtime.call_step(p, fn, (None, *args), [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
+    fn, args, out_at = fast
+    where = p.runtime.partition_outputs
+    into = [(out_at, where[0], list(outs[0].shape))] if out_at is not None and where and 0 in where else []
+    return runtime.call_step(p, fn, (None, *args), [(0, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
