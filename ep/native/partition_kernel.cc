@@ -223,16 +223,21 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       if (IsNpuValue(v)) bytes_in_npu += static_cast<uint64_t>(view.nbytes());
       PyTuple_SET_ITEM(args.ptr(), j++, view.release().ptr());  // the new tuple's empty slot takes the reference
     }
-    const uint64_t tp = NowNs();
     kern::CallContextScope on_orts_pool({OrtParallelFor, ctx});  // native kernels' loops run on ORT's threads
     const OrtOutputs outputs(ctx, k);
     OutputBuffersScope in_place(&outputs);  // kernels may compute outputs straight into ORT's buffers
-    // PyObject_Call takes the tuple as is (pybind11's call with *args would build a second one)
-    PyObject* raw = k->call_ptr != nullptr ? CallProgram(*k->call_ptr, args.ptr())
-                                           : PyObject_Call(k->program.ptr(), args.ptr(), nullptr);
+    // PyObject_Call takes the tuple as is (pybind11's call with *args would build a second one); the native call
+    // times itself, so only a Python program's call is stamped here
+    PyObject* raw = nullptr;
+    if (k->call_ptr != nullptr) {
+      raw = CallProgram(*k->call_ptr, args.ptr(), &program_ns);
+    } else {
+      const uint64_t tp = NowNs();
+      raw = PyObject_Call(k->program.ptr(), args.ptr(), nullptr);
+      program_ns = NowNs() - tp;
+    }
     if (!raw) throw py::error_already_set();
     py::object result = py::reinterpret_steal<py::object>(raw);
-    program_ns = NowNs() - tp;
     py::tuple outs = py::isinstance<py::tuple>(result) ? result.cast<py::tuple>() : py::tuple(result);
     if (outs.size() != n_out)
       throw OrtError(ORT_EP_FAIL,

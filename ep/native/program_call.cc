@@ -77,8 +77,17 @@ class ProgramCall {
     SetLoop(std::move(loop));
   }
 
-  PyObject* Call(PyObject* inputs) {
+  // elapsed_ns (optional): the call's wall time, so a caller timing it too needs no clock reads of its own.
+  PyObject* Call(PyObject* inputs, uint64_t* elapsed_ns = nullptr) {
     const uint64_t t0 = NowNs();
+    PyObject* out = Dispatch(inputs, t0);
+    if (elapsed_ns != nullptr) *elapsed_ns = NowNs() - t0;
+    return out;
+  }
+
+ private:
+  // Call's work: the signature's loop, or observe for a signature that has none yet.
+  PyObject* Dispatch(PyObject* inputs, uint64_t t0) {
     py::object ordered = Ordered(inputs);
     if (!ordered) return nullptr;
     if (record_) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
@@ -96,11 +105,36 @@ class ProgramCall {
     if (sig->observe) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
     py::object owner = sig->bound.is_none() ? loop_ : sig->bound;
     StepLoop* loop = sig->bound.is_none() ? loop_ptr_ : sig->bound_ptr;
+    PyObject* out = Quiet() ? RunStepLoop(*loop, ordered.ptr()) : RunQuietly(*loop, ordered.ptr());
+    if (out != nullptr) {
+      uint64_t& calls = sig->evicted ? late_calls_ : sig->calls;
+      uint64_t& ns = sig->evicted ? late_ns_ : sig->ns;
+      calls += 1;
+      ns += NowNs() - t0;
+    }
+    return out;
+  }
+
+  // Whether numpy's error state is the "ignore all" one already (a sub-program called from a running program's
+  // step: an If branch, a Loop body), so its loop needs no set and reset of the context variable.
+  bool Quiet() const {
+    PyObject* now = nullptr;
+    if (PyContextVar_Get(errstate_.ptr(), nullptr, &now) < 0) {
+      PyErr_Clear();  // RunQuietly sets it and reports a failure there
+      return false;
+    }
+    const bool quiet = now == quiet_.ptr();
+    Py_XDECREF(now);
+    return quiet;
+  }
+
+  // The loop run under numpy's "ignore all" error state, restored afterwards (a failed call's error survives).
+  PyObject* RunQuietly(StepLoop& loop, PyObject* ordered) {
     PyObject* token = PyContextVar_Set(errstate_.ptr(), quiet_.ptr());
     if (token == nullptr) return nullptr;
-    PyObject* out = RunStepLoop(*loop, ordered.ptr());
+    PyObject* out = RunStepLoop(loop, ordered);
     PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);  // a failed call's error survives the reset
+    PyErr_Fetch(&type, &value, &tb);
     const int reset = PyContextVar_Reset(errstate_.ptr(), token);
     Py_DECREF(token);
     if (reset < 0) {
@@ -111,15 +145,10 @@ class ProgramCall {
       return nullptr;
     }
     PyErr_Restore(type, value, tb);
-    if (out != nullptr) {
-      uint64_t& calls = sig->evicted ? late_calls_ : sig->calls;
-      uint64_t& ns = sig->evicted ? late_ns_ : sig->ns;
-      calls += 1;
-      ns += NowNs() - t0;
-    }
     return out;
   }
 
+ public:
   // From now on calls with these input shapes run here, with `bound` (a StepLoop) or, for None, the default loop
   // (a new signature counts as just used); with `observe`, its next call goes to observe instead. A new one beyond the
   // capacity evicts the least recently used other one, returned as [(signature, calls, ns)] so that the caller folds
@@ -216,7 +245,9 @@ ProgramCall* AsProgramCall(py::handle obj) {
   return py::isinstance<ProgramCall>(obj) ? obj.cast<ProgramCall*>() : nullptr;
 }
 
-PyObject* CallProgram(ProgramCall& call, PyObject* inputs) { return call.Call(inputs); }
+PyObject* CallProgram(ProgramCall& call, PyObject* inputs, uint64_t* elapsed_ns) {
+  return call.Call(inputs, elapsed_ns);
+}
 
 void RegisterProgramCall(py::module_& m) {
   py::class_<ProgramCall>(m, "ProgramCall",

@@ -8,6 +8,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+
 namespace npu_ep {
 
 class ProgramCall;
@@ -15,8 +17,8 @@ class ProgramCall;
 // The call behind a `_native.ProgramCall` object; nullptr when `obj` is not one.
 ProgramCall* AsProgramCall(pybind11::handle obj);
 // The program's outputs for `inputs` (a tuple, the partition's order) as a new reference, or nullptr with a
-// Python error set. GIL held.
-PyObject* CallProgram(ProgramCall& call, PyObject* inputs);
+// Python error set. GIL held. elapsed_ns (optional) receives the call's wall time.
+PyObject* CallProgram(ProgramCall& call, PyObject* inputs, uint64_t* elapsed_ns = nullptr);
 
 void RegisterProgramCall(pybind11::module_& m);
 

@@ -81,6 +81,31 @@ def test_failing_kernel_names_the_node_and_restores_the_callers_state(warm):
         assert np.geterr()["divide"] == "raise"
 
 
+@pytest.mark.parametrize("fails", [False, True], ids=["ok", "failing_kernel"])
+def test_a_hot_call_already_under_the_programs_error_state_keeps_it(fails):
+    """A sub-program called from a running step (an If branch, a Loop body) finds numpy's error state already the
+    program's "ignore all": its hot call runs as any other, overflow and division by zero giving inf and nan, and
+    leaves the state as it found it, also when a kernel fails."""
+    from npu_ep.ep.program import _ERRSTATE, _IGNORE_ALL
+
+    model = gather_model() if fails else div_exp_model()
+    program = compiled(model)
+    data = np.arange(4, dtype=np.float32)
+    feeds = (data, np.array([1], np.int64)) if fails else (FEEDS["a"], FEEDS["b"])
+    program(*feeds)  # the first call binds the signature: the next one takes the hot path
+    token = _ERRSTATE.set(_IGNORE_ALL)
+    try:
+        if fails:
+            with pytest.raises(NpuRuntimeError, match=r"node 'gather' \(Gather\) failed"):
+                program(data, np.array([7], np.int64))
+        else:
+            np.testing.assert_array_equal(program(*feeds)[0], cpu_run(model, dict(zip("ab", feeds)))[0])
+        assert _ERRSTATE.get() is _IGNORE_ALL
+    finally:
+        _ERRSTATE.reset(token)
+    assert program.calls == (1 if fails else 2)
+
+
 def test_record_keeps_every_intermediate_on_every_call():
     program = compiled(div_exp_model(), record=True)
     for scale in (1.0, 2.0):  # the second call has a known signature: recording must still observe it
@@ -227,6 +252,7 @@ def test_ort_calls_the_programs_cpp_path_and_a_closed_session_frees_its_programs
     import weakref
 
     from npu_ep.ep.sessions import session_of, tag_session_options
+    from npu_ep.kernels.runtime import extension
     from tests.npu_testing import assignment, npu_session, session_options
 
     model = sub_model()
@@ -241,6 +267,8 @@ def test_ort_calls_the_programs_cpp_path_and_a_closed_session_frees_its_programs
     calls, ns = program._call.counts()[((2,), (2,))]
     assert calls == 4 and ns > 0  # the first call observed, the other four ran in C++
     assert program.calls == 5
+    stats = [s for s in extension().partition_stats().values() if s["calls"]]
+    assert stats and all(0 < s["program_ns"] <= s["total_ns"] for s in stats)  # the call times itself for the bridge
     ref = weakref.ref(program)
     del program, sess
     gc.collect()
