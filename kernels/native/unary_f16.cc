@@ -1,4 +1,4 @@
-// float16 Relu/Abs/Neg/Sqrt (`kernels.unary_f16`) and IsNaN/IsInf (`kernels.class_f16`, exact bit tests), for
+// float16 Relu/Abs/Neg/Sqrt/Sign (`kernels.unary_f16`) and IsNaN/IsInf (`kernels.class_f16`, exact bit tests), for
 // kernels/ops/elementwise.py and activation.py, and float16 Clip (`kernels.clip_f16`, kernels/ops/activation.py:
 // numpy's float16 maximum/minimum, bits chosen, nothing rounded).
 // Relu/Abs/Neg/Sqrt: each element widened to float32, the op, rounded once to float16, as the reference model
@@ -28,7 +28,7 @@ namespace py = pybind11;
 namespace npu_ep::kern {
 namespace {
 
-enum UnaryOp : int { kRelu = 0, kAbs = 1, kNeg = 2, kSqrt = 3 };
+enum UnaryOp : int { kRelu = 0, kAbs = 1, kNeg = 2, kSqrt = 3, kSign = 4 };
 
 constexpr int64_t kTaskElems = 32768;  // elements per parallel task
 
@@ -77,6 +77,15 @@ __attribute__((target("avx2,f16c"))) void RowF16c(const uint16_t* x, uint16_t* y
 
 using RowFn = void (*)(const uint16_t*, uint16_t*, int64_t);
 
+// Sign of float16 on the bits, as ORT's float16 kernel (compares with 0): +-1 with x's sign, +0 for +-0 and NaN. An
+// integer loop that vectorizes on every host (no widening).
+void SignRow(const uint16_t* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t mag = x[i] & 0x7fff;
+    y[i] = (mag == 0 || mag > 0x7c00) ? 0 : static_cast<uint16_t>((x[i] & 0x8000) | 0x3c00);
+  }
+}
+
 template <int Op>
 RowFn RowFor() {
 #if NPU_EP_X86
@@ -91,8 +100,9 @@ RowFn RowFor(int op) {
     case kAbs: return RowFor<kAbs>();
     case kNeg: return RowFor<kNeg>();
     case kSqrt: return RowFor<kSqrt>();
+    case kSign: return &SignRow;
     default:
-      throw std::invalid_argument("unary_f16: op must be 0 (Relu), 1 (Abs), 2 (Neg) or 3 (Sqrt), got " +
+      throw std::invalid_argument("unary_f16: op must be 0 (Relu), 1 (Abs), 2 (Neg), 3 (Sqrt) or 4 (Sign), got " +
                                   std::to_string(op));
   }
 }
@@ -246,7 +256,8 @@ py::array ClassF16Py(int test, const py::array& x, const py::object& out, int th
 
 void BindUnaryF16(py::module_& m) {
   m.def("unary_f16", &UnaryF16Py, py::arg("op"), py::arg("x"), py::arg("out") = py::none(), py::arg("threads") = 1,
-        "float16 op(x) (0 Relu, 1 Abs, 2 Neg, 3 Sqrt) computed in float32 and rounded once (the reference's bits), "
+        "float16 op(x) (0 Relu, 1 Abs, 2 Neg, 3 Sqrt; 4 Sign on the bits, NaN -> 0) computed in float32 and "
+        "rounded once (the reference's bits), "
         "into out (ORT's buffer) or a new array of x's shape; x C-order");
   m.def("clip_f16", &ClipF16Py, py::arg("x"), py::arg("lo"), py::arg("hi"), py::arg("out") = py::none(),
         py::arg("threads") = 1,

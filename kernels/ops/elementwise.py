@@ -646,10 +646,11 @@ for _op, (_fn, _, _) in _BINARY.items():
 register(KernelDef("", "Mod", prepare, _mod_run, cost, _mod_check, rank_free=True))
 # unary_f16's op codes (kernels/native/unary_f16.cc): float16 ops exact in float32, computed there, rounded once
 _F16_UNARY = {"Relu": 0, "Abs": 1, "Neg": 2, "Sqrt": 3}
+_F16_SIGN = 4  # unary_f16's Sign: on the bits, NaN gives 0 as ORT's float16 kernel (_sign_run)
 
 
 def _f16_unary_binder(code: int, other: Callable | None) -> Callable:
-    """The ``bind`` of a float16 Relu/Abs/Neg/Sqrt: one ``unary_f16`` call for this input shape, into ORT's buffer
+    """The ``bind`` of a float16 Relu/Abs/Neg/Sqrt/Sign: one ``unary_f16`` call for this input shape, into ORT's buffer
     when the result is a partition output; ``other`` binds the other dtypes."""
     def bind(p: Prepared, inputs, outs):
         x = inputs[0] if inputs else None
@@ -703,9 +704,9 @@ for _op, (_fn, _, _) in _UNARY.items():
     elif _op == "Erf":
         register(KernelDef("", _op, prepare, engine_runner(_unary_runner(_fn)), cost, check, rank_free=True,
                            bind=engine_bind))
-    elif _op == "Sign":
+    elif _op == "Sign":  # float16 binds unary_f16's bit test (the engine's widen-and-round costs 2x the CPU EP)
         register(KernelDef("", _op, prepare, engine_runner(_sign_run), cost, check, rank_free=True,
-                           bind=engine_or(_ufunc_binder(_fn, 1))))
+                           bind=_f16_unary_binder(_F16_SIGN, engine_or(_ufunc_binder(_fn, 1)))))
     elif _op == "IsNaN":  # float16: a native bit test; exact on other dtypes as the ufunc
         register(KernelDef("", _op, prepare, _unary_runner(_fn), cost, check, rank_free=True,
                            bind=class_f16_binder(lambda p: 0, ufunc_binder(_fn, 1))))

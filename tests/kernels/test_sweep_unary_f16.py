@@ -1,5 +1,6 @@
-"""Differential sweep of float16 Relu/Abs/Neg/Sqrt (issue 40): ``unary_f16`` (kernels/native/unary_f16.cc) against
-the reference model (kernels/ops/elementwise.py: widened to float32, numpy's op, rounded once): every one of the
+"""Differential sweep of float16 Relu/Abs/Neg/Sqrt/Sign (issue 40): ``unary_f16`` (kernels/native/unary_f16.cc)
+against the reference model (kernels/ops/elementwise.py: widened to float32, numpy's op, rounded once; Sign with NaN
+giving 0, as ORT's float16 kernel, on the bits natively): every one of the
 65536 float16 bit patterns, bit for bit (the sign of zero included; NaN where the reference has NaN), on every ISA
 level the host runs (the scalar _Float16 path and F16C's 8 lanes), around the lanes and the 32768-element task split
 on one thread and two; the bound step (what a session's loop runs) equals the kernel (``_sweep``). Sessions show
@@ -21,7 +22,7 @@ from npu_testing import assignment, cpu_run, make_model, npu_session, session_op
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(4044)
-OPS = ["Relu", "Abs", "Neg", "Sqrt"]
+OPS = ["Relu", "Abs", "Neg", "Sqrt", "Sign"]
 TASK = 32768  # unary_f16.cc's kTaskElems
 EVERY = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
 
