@@ -570,15 +570,24 @@ def test_binary_ufuncs_bind_to_the_ufunc_and_equal_the_kernel(op, a, b):
     assert loop.native_counts == (1, 0)
 
 
-def test_binary_ops_with_a_0d_result_do_not_bind():
-    for op, shape, dtype in (("Add", (), np.float32),):  # integer Div binds div_int (test_sweep_binary.py)
-        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-        model = make_model([helper.make_node(op, ["x", "c"], ["y"], name="op")],
-                           [helper.make_tensor_value_info("x", elem, list(shape))],
-                           [helper.make_tensor_value_info("y", elem, list(shape))], {"c": np.array(2, dtype)})
-        kernel, p = prepared(model, op)
-        x = np.ones(shape, dtype)
-        assert kernel.bind is None or kernel.bind(p, [x, None], kernel.run(p, [x, None])) is None
+@pytest.mark.parametrize("op, dtype", [("Add", np.float32), ("Sub", np.int64), ("Mul", np.int64)])
+def test_binary_ufuncs_with_a_0d_result_bind_and_give_a_0d_array(op, dtype):
+    """Shape arithmetic on scalars (a mask's length minus one) binds the ufunc too: its numpy scalar is returned as
+    the kernel's 0-d array, for values other than the bound ones as well."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = make_model([helper.make_node(op, ["x", "c"], ["y"], name="op")],
+                       [helper.make_tensor_value_info("x", elem, [])],
+                       [helper.make_tensor_value_info("y", elem, [])], {"c": np.array(2, dtype)})
+    kernel, p = prepared(model, op)
+    _, step, loop = one_step_loop(kernel, p, [np.array(7, dtype)])
+    assert isinstance(step, extension.CallStep)
+    for value in (7, 19, -3):
+        x = np.array(value, dtype)
+        (got,) = loop((x,))
+        assert isinstance(got, np.ndarray)
+        assert_same([got], kernel.run(p, [x]))
+        assert_same([got], cpu_run(model, {"x": x}))
+    assert loop.native_counts == (3, 0)
 
 
 @pytest.mark.parametrize("op", ["Neg", "Abs", "Exp", "Sqrt"])
@@ -730,15 +739,17 @@ def test_native_softmax_is_the_reference_within_float_tolerance_and_binds_its_ow
     np.testing.assert_allclose(kernel.run(p, [finite])[0], cpu_run(model, {"x": finite})[0], rtol=1e-5, atol=1e-7)
 
 
-def test_softmax_over_another_axis_binds_softmax_axis_and_another_dtype_stays_numpy():
+def test_softmax_over_another_axis_binds_softmax_axis_and_float64_stays_numpy():
     kernel, p = prepared(softmax_model(np.float32, (3, 4, 5), axis=1), "Softmax")
     x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
     step = kernel.bind(p, [x], kernel.run(p, [x]))
     assert isinstance(step, extension.CallStep)  # softmax_axis over [3, 4, 5]'s columns (issue 40)
-    for dtype in (np.float16, np.float64):
-        kernel, p = prepared(softmax_model(dtype, (3, 4)), "Softmax")
-        v = np.ones((3, 4), dtype)
-        assert kernel.bind(p, [v], kernel.run(p, [v])) is None
+    kernel, p = prepared(softmax_model(np.float16, (3, 4)), "Softmax")
+    v = np.ones((3, 4), np.float16)
+    assert isinstance(kernel.bind(p, [v], kernel.run(p, [v])), extension.CallStep)  # widened rows (c3c30f5)
+    kernel, p = prepared(softmax_model(np.float64, (3, 4)), "Softmax")
+    v = np.ones((3, 4), np.float64)
+    assert kernel.bind(p, [v], kernel.run(p, [v])) is None
     from npu_ep.kernels.ops.softmax import softmax
 
     kernel, p = prepared(softmax_model(np.float32, (6, 7)), "Softmax")
