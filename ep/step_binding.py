@@ -1,11 +1,15 @@
 """What a compiled step becomes once a signature's first call has shown its inputs and outputs: a native step that
 the program's C++ loop runs without calling the step's Python kernel (``ep/native/native_steps.cc``).
 
-- A memoized step: shape plumbing (Shape, Size, and what is computed from their outputs and constants alone:
-  Gather, Unsqueeze, Concat, Equal, Cast, ...) gives the same outputs on every call of a signature. Its outputs are
-  kept (read-only copies) and returned while its inputs are what they were: the same dtype and shape for
-  Shape/Size, the same bytes for the other inputs. Values computed from the data are never memoized, even small
-  ones that repeat (a benchmark feeding the same input would otherwise skip work a real caller does).
+- A shape step: Shape reads its input's dims on every call (``_native.ShapeStep``), whatever the shape, so an input
+  that grows every call (a decoder's attention mask, past + 1 long) needs no step bound per length.
+- A memoized step: shape plumbing (Size, and what is computed from shapes and constants alone: Gather, Unsqueeze,
+  Concat, Equal, Cast, ...) gives the same outputs on every call of a signature. Its outputs are kept (read-only
+  copies) and returned while its inputs are what they were: the same dtype and shape for Size, the same bytes for
+  the other inputs. Where the kernel's binding or a view also computes the step (below), the memo comes first and
+  that step takes the values the memo declines (a length that changes every call). Values computed from the data
+  are never memoized, even small ones that repeat (a benchmark feeding the same input would otherwise skip work a
+  real caller does).
 - A view step: Reshape/Squeeze/Unsqueeze/Flatten, and Identity, on an input of the bound shape is numpy's reshape
   to the bound output shape (a view where the layout allows, else a copy, as the kernels'); a runtime shape or axes
   input (an exporter's Shape -> Concat chain) must hold the value it was bound for (``kernels.runtime.fixed_inputs``).
@@ -54,15 +58,27 @@ def bind(op: str, kernel: KernelDef, prepared: Prepared, args: Sequence[Any], ou
          native: Any, *, shape_derived: bool) -> Any:
     """The native step for a step of ``op`` ("op_type" for the ONNX domain, else "domain::op_type") that was just
     called with ``args`` and returned ``outs``, or None (it keeps running its kernel): a memoized step where the
-    rules above allow one (nothing is cheaper), else the kernel's own binding (a native kernel call), else a view.
+    rules above allow one (nothing is cheaper), else the kernel's own binding (a native kernel call), else a view;
+    a memo and one of those both, tried in that order.
     ``shape_derived``: the step's runtime inputs all come from shapes and constants (``shape_derived_slots``), so it
     may be memoized. ``native``: the extension."""
     if op in NEVER or not all(isinstance(o, np.ndarray) for o in outs):
         return None
+    if op == "Shape" and len(args) == 1:
+        return native.ShapeStep(prepared.attrs["start"], prepared.attrs["end"])
+    memo = None
     if op in SHAPE_ONLY or (shape_derived and op not in NOT_MEMOIZED):
         memo = _memo(op, args, outs, native)
-        if memo is not None:
-            return memo
+    general = None if op in SHAPE_ONLY else _general(op, kernel, prepared, args, outs, native)
+    if memo is not None and general is not None:
+        return native.FirstOfSteps([memo, general])  # the kept values while they repeat, else computed
+    return memo if memo is not None else general
+
+
+def _general(op: str, kernel: KernelDef, prepared: Prepared, args: Sequence[Any], outs: Sequence[np.ndarray],
+             native: Any) -> Any:
+    """The step that computes the outputs for any input values of the bound shapes: the kernel's own binding,
+    else a view; None when there is neither."""
     if kernel.bind is not None:
         step = kernel.bind(prepared, args, outs)
         if step is not None:

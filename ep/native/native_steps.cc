@@ -1,14 +1,17 @@
 // The native steps ep/step_binding.py binds (see native_steps.h): a memoized step (its inputs are shapes or small
-// values that repeat from call to call), a view step (a reshape-like op on a contiguous input) and a call step (a
-// native kernel with the arguments its Python kernel would pass). Each checks the inputs it was bound for on every
-// call and declines anything else, so a data-dependent shape never gets a stale answer.
+// values that repeat from call to call), a shape step (Shape of any input), a view step (a reshape-like op on a
+// contiguous input) and a call step (a native kernel with the arguments its Python kernel would pass). Each checks the
+// inputs it was bound for on every call and declines anything else, so a data-dependent shape never gets a stale
+// answer.
 #include "native_steps.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,7 +26,7 @@ bool SameShape(const py::array& a, const std::vector<py::ssize_t>& dims) {
   if (a.ndim() != static_cast<py::ssize_t>(dims.size())) return false;
   const py::ssize_t* shape = a.shape();
   for (size_t i = 0; i < dims.size(); ++i)
-    if (shape[i] != dims[i]) return false;
+    if (dims[i] >= 0 && shape[i] != dims[i]) return false;  // a negative bound dim takes any extent
   return true;
 }
 
@@ -289,6 +292,30 @@ class CallStep : public NativeStep {
   Guards guards_;
 };
 
+// Shape of any input: its dims from `start` to `end` (ONNX's clamping) as a fresh int64 array, read per call, so
+// an input whose shape changes every call (a decoder's attention mask) needs no memo per shape.
+class ShapeStep : public NativeStep {
+ public:
+  ShapeStep(int64_t start, std::optional<int64_t> end) : start_(start), end_(end) {}
+
+  PyObject* Run(PyObject* args) override {
+    if (PyTuple_GET_SIZE(args) != 1 || !py::isinstance<py::array>(PyTuple_GET_ITEM(args, 0))) return nullptr;
+    auto a = py::reinterpret_borrow<py::array>(PyTuple_GET_ITEM(args, 0));
+    const auto rank = static_cast<int64_t>(a.ndim());
+    const int64_t first = Clamp(start_, rank), last = std::max(first, Clamp(end_.value_or(rank), rank));
+    py::array_t<int64_t> dims(std::vector<py::ssize_t>{static_cast<py::ssize_t>(last - first)});
+    for (int64_t i = first; i < last; ++i) dims.mutable_data()[i - first] = static_cast<int64_t>(a.shape(i));
+    return py::make_tuple(std::move(dims)).release().ptr();
+  }
+
+ private:
+  static int64_t Clamp(int64_t axis, int64_t rank) {
+    return std::clamp(axis < 0 ? axis + rank : axis, int64_t{0}, rank);
+  }
+  int64_t start_;
+  std::optional<int64_t> end_;
+};
+
 // The first of several native steps that takes the inputs (a step whose inputs alternate between a few shapes:
 // a decoder's prefill and decode); declines when none does.
 class FirstOfSteps : public NativeStep {
@@ -338,6 +365,10 @@ void RegisterNativeSteps(py::module_& m) {
                                    "Kept outputs, returned while each input is as expected: None (omitted), "
                                    "('shape', dtype, dims), or ('value', array): also the same bytes")
       .def(py::init<const py::list&, py::tuple>(), py::arg("expected"), py::arg("outputs"));
+  py::class_<ShapeStep, NativeStep>(m, "ShapeStep",
+                                    "Shape's output for any input: its dims from start to end (None: the rank; "
+                                    "negative and out-of-range values clamped as ONNX says) as an int64 array")
+      .def(py::init<int64_t, std::optional<int64_t>>(), py::arg("start") = 0, py::arg("end") = py::none());
   py::class_<ViewStep, NativeStep>(m, "ViewStep",
                                    "Input 0 of shape in_shape reshaped to out_shape (a view where its layout "
                                    "allows); the node's "
@@ -345,13 +376,14 @@ void RegisterNativeSteps(py::module_& m) {
                                    "[(input index, array)]")
       .def(py::init<std::vector<py::ssize_t>, std::vector<py::ssize_t>, size_t, const py::list&>(), py::arg("in_shape"),
            py::arg("out_shape"), py::arg("n_inputs"), py::arg("fixed") = py::list());
-  py::class_<CallStep, NativeStep>(m, "CallStep",
-                                   "fn(*args) with step inputs put in: inputs [(argument index, input index, dtype, "
-                                   "shape, view shape | None[, any layout])]; outputs [(result index | -1, shape | "
-                                   "None[, (start, stop) of the last axis])]; guards [(counter, generation) | (dict, "
-                                   "key, expected object | None)]; ort_outputs [(argument index, ORT output index, "
-                                   "dims)]: ORT's buffer or None; fixed [(input index, array)]: step inputs that must "
-                                   "hold these values")
+  py::class_<CallStep, NativeStep>(
+      m, "CallStep",
+      "fn(*args) with step inputs put in: inputs [(argument index, input index, dtype, "
+      "shape (a dim < 0: any extent), view shape | None[, any layout])]; outputs [(result index | -1, shape | "
+      "None[, (start, stop) of the last axis])]; guards [(counter, generation) | (dict, "
+      "key, expected object | None)]; ort_outputs [(argument index, ORT output index, "
+      "dims)]: ORT's buffer or None; fixed [(input index, array)]: step inputs that must "
+      "hold these values")
       .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&, const py::list&,
                     const py::list&>(),
            py::arg("fn"), py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"),

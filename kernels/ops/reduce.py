@@ -223,7 +223,8 @@ def _bind_max(p: Prepared, nat, x: np.ndarray, outs) -> Any:
 
 def _bind(p: Prepared, inputs, outs) -> Any:
     """An int32/int64 ReduceSum over trailing constant axes as one native call (``reduce_sum_int``: exact where
-    the float64 accumulation is, declining the values where it could round); a float ReduceMean (``_bind_mean``)."""
+    the float64 accumulation is, declining the values where it could round), bound for the kept dims and any
+    extent of the reduced ones (an attention mask one longer every token); a float ReduceMean (``_bind_mean``)."""
     x = inputs[0] if inputs else None
     nat = runtime.native(p)
     if nat is not None and isinstance(x, np.ndarray) and _native_view(p, x, _axes(p, inputs, x.ndim)) is not None:
@@ -241,7 +242,9 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     rows, cols = split
     if rows == 0 or cols == 0 or outs[0].ndim == 0:
         return None  # empty, or a 0-d result (a call step reshapes only to a shape of rank >= 1)
-    return runtime.call_step(p, nat.reduce_sum_int, (None,), [(0, 0, x.dtype, x.shape, (rows, cols))],
+    kept = x.ndim - len(_axes(p, inputs, x.ndim))
+    any_length = (*x.shape[:kept], *[-1] * (x.ndim - kept))  # the reduced axes take any extent (a growing mask)
+    return runtime.call_step(p, nat.reduce_sum_int, (None,), [(0, 0, x.dtype, any_length, (rows, -1))],
                              [(-1, outs[0].shape)])
 
 

@@ -12,7 +12,7 @@ from npu_ep.ep import _native, step_binding
 from npu_ep.ep.compiler import compile_partition
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.partition import boundary
-from npu_ep.kernels.registry import KernelDef
+from npu_ep.kernels.registry import KernelDef, Prepared
 from npu_ep.kernels.target import Target
 from tests.npu_testing import count_kernel_runs, cpu_run, make_model
 
@@ -20,8 +20,9 @@ F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
 def bind(op, args, outs, shape_derived=True):
-    """step_binding.bind for an op whose kernel has no binding of its own."""
-    return step_binding.bind(op, _NO_BIND, None, args, outs, _native, shape_derived=shape_derived)
+    """step_binding.bind for an op whose kernel has no binding of its own (Shape's attributes: the whole shape)."""
+    prepared = Prepared({"start": 0, "end": None}) if op == "Shape" else None
+    return step_binding.bind(op, _NO_BIND, prepared, args, outs, _native, shape_derived=shape_derived)
 
 
 _NO_BIND = KernelDef("", "Test", None, None, None)
@@ -108,11 +109,11 @@ def test_view_step_with_a_runtime_shape_holds_it_to_the_bound_value():
 
 # --- what a step binds to ------------------------------------------------------------------------------------
 
-def test_shape_plumbing_binds_to_memo_steps_data_movement_to_views_and_the_rest_to_nothing():
+def test_shape_plumbing_binds_to_shape_and_memo_steps_data_movement_to_views_and_the_rest_to_nothing():
     big = np.zeros((64, 64), np.float32)
     idx = np.array([0], np.int64)
     shape = np.array([64, 64], np.int64)
-    assert isinstance(bind("Shape", [big], [shape]), _native.MemoStep)
+    assert isinstance(bind("Shape", [big], [shape]), _native.ShapeStep)  # any input shape: nothing kept
     assert isinstance(bind("Gather", [shape, idx], [shape[:1]]), _native.MemoStep)
     assert isinstance(bind("Unsqueeze", [big, None], [big[None]]), _native.ViewStep)
     assert isinstance(bind("Identity", [big], [big]), _native.ViewStep)
@@ -125,7 +126,9 @@ def test_shape_plumbing_binds_to_memo_steps_data_movement_to_views_and_the_rest_
     assert isinstance(bind("Unsqueeze", [big.T, None], [big.T[None]]), _native.ViewStep)  # numpy's reshape
     # a small value computed from the data is never memoized, even if it repeats; Shape needs only the shape
     assert bind("Gather", [shape, idx], [shape[:1]], shape_derived=False) is None
-    assert isinstance(bind("Shape", [big], [shape], shape_derived=False), _native.MemoStep)
+    assert isinstance(bind("Shape", [big], [shape], shape_derived=False), _native.ShapeStep)
+    # a shape-derived value a view also computes: the memo first, the view for the values it declines
+    assert isinstance(bind("Squeeze", [shape[:1], None], [shape[:1].reshape(())]), _native.FirstOfSteps)
 
 
 def test_a_range_of_positions_over_a_long_context_is_memoized_and_a_larger_output_is_not():
@@ -197,8 +200,8 @@ def test_small_data_values_are_not_memoized_even_when_a_caller_repeats_them():
     (natives,) = program._bindings.values()
     kinds = {st.op: type(n).__name__ if n is not None else None for st, n in zip(program.steps, natives)}
     # Relu and Neg, one element-wise chain (kernels/fusion/eltwise_chain.py), call the engine on every call
-    # (CallStep): it keeps no output
-    assert kinds == {"npu::ElementwiseChain": "CallStep", "Shape": "MemoStep", "Cast": "MemoStep"}
+    # (CallStep): it keeps no output; Shape reads the dims, the Cast of them is kept (then its kernel's step)
+    assert kinds == {"npu::ElementwiseChain": "CallStep", "Shape": "ShapeStep", "Cast": "FirstOfSteps"}
 
 
 def data_dependent_model():
@@ -315,3 +318,63 @@ def test_a_session_whose_past_grows_every_call_runs_the_earlier_native_steps_on_
             np.testing.assert_array_equal(got, w)
         past = want[1]
     assert len(program.signatures) == 6 and kernel_runs["Relu"] == 1
+
+
+def growing_mask_model():
+    """A decoder's attention-mask plumbing (what GroupQueryAttention reads), over a mask one longer every token:
+    seqlens_k = int32(ReduceSum(mask, 1) - 1), past = int32(Shape(mask)[1] - 1), total = int32(Squeeze(Shape(mask,
+    start=-1)))."""
+    i32 = TensorProto.INT32
+    nodes = [helper.make_node("ReduceSum", ["mask", "axis1"], ["sum"], name="sum", keepdims=0),
+             helper.make_node("Sub", ["sum", "one"], ["seqlens"], name="sub_sum"),
+             helper.make_node("Cast", ["seqlens"], ["seqlens_k"], name="cast_sum", to=i32),
+             helper.make_node("Shape", ["mask"], ["dims"], name="shape"),
+             helper.make_node("Gather", ["dims", "one_scalar"], ["length"], name="gather", axis=0),
+             helper.make_node("Sub", ["length", "one_scalar"], ["past64"], name="sub_length"),
+             helper.make_node("Cast", ["past64"], ["past"], name="cast_past", to=i32),
+             helper.make_node("Shape", ["mask"], ["last"], name="shape_last", start=-1),
+             helper.make_node("Squeeze", ["last", "axis0"], ["total64"], name="squeeze"),
+             helper.make_node("Cast", ["total64"], ["total"], name="cast_total", to=i32)]
+    return make_model(nodes, [helper.make_tensor_value_info("mask", I64, ["B", "L"])],
+                      [helper.make_tensor_value_info("seqlens_k", i32, [1]),
+                       helper.make_tensor_value_info("past", i32, []),
+                       helper.make_tensor_value_info("total", i32, [])],
+                      {"axis1": np.array([1], np.int64), "axis0": np.array([0], np.int64),
+                       "one": np.array([1], np.int64), "one_scalar": np.array(1, np.int64)})
+
+
+def test_a_mask_one_longer_every_call_runs_no_python_kernel_after_the_first_call():
+    """Shape binds a step that reads any input's dims, ReduceSum one bound for the kept dims and any reduced length,
+    and the memos of the values computed from the shape (Gather, Sub, Cast, Squeeze) fall through to the kernels'
+    own steps (or a view) for values they were not bound for: a new mask length is a scouted first call in which
+    every native step takes its inputs, so no kernel runs after the first call and no later call observes."""
+    model = growing_mask_model()
+    program = compiled(model)
+    names = [io.name for io in program.outputs]
+    kernel_runs = count_kernel_runs(program)
+    for length in range(1, 9):
+        mask = np.ones((1, length), np.int64)
+        mask[0, :length // 3] = 0  # left padding: the sum is not the length
+        got = dict(zip(names, program(mask)))
+        for name, want in zip(["seqlens_k", "past", "total"], cpu_run(model, {"mask": mask})):
+            assert got[name].dtype == want.dtype and got[name].shape == want.shape
+            np.testing.assert_array_equal(got[name], want)
+        if length == 1:
+            first = sum(kernel_runs.values())
+    assert sum(kernel_runs.values()) == first == len(program.steps)
+    assert len(program._bindings) == 1 and not program._pending  # every later length was kept at its scout
+    # the bound ReduceSum still declines another kept extent (two rows): its kernel runs, with the CPU EP's results
+    mask = np.ones((2, 5), np.int64)
+    assert program(mask)[0].tolist() == cpu_run(model, {"mask": mask})[0].tolist()
+    assert kernel_runs["ReduceSum"] == 2
+
+
+def test_a_shape_step_reads_the_dims_of_any_input_clamped_as_onnx_says():
+    x = np.zeros((2, 3, 4), np.float32)
+    for start, end in [(0, None), (1, None), (-2, None), (0, -1), (1, 2), (-9, 9), (2, 1), (3, None)]:
+        (dims,) = _native.ShapeStep(start, end).run((x,))
+        want = np.array(x.shape[slice(start, end)], np.int64)
+        assert dims.dtype == np.int64 and dims.tolist() == want.tolist(), (start, end)
+    assert _native.ShapeStep().run((np.zeros((), np.int8),))[0].shape == (0,)
+    assert _native.ShapeStep().run((np.zeros((5, 0), np.float16)[:, ::1],))[0].tolist() == [5, 0]
+    assert _native.ShapeStep().run((np.zeros(3), np.zeros(3))) is None  # Shape has one input
