@@ -7,7 +7,9 @@ The tail is a list of instructions over one float32 register ``v`` (the conv out
 ``mul/add/sub/div c`` (``v op c``), ``rsub/rdiv c`` (``c op v``), ``clip lo hi`` (Clip, Relu; Max/Min with a
 constant are ``clip c inf``/``clip -inf c``; HardSigmoid is ``mul alpha``, ``add beta``, ``clip 0 1``, as its
 kernel computes it), ``sigmoid``, ``erf`` (``float_math.erf_f32``), ``leaky_relu alpha`` (LeakyRelu, PRelu of one
-slope), ``save`` (s = v) and ``mul_saved``/``add_saved`` (v = s op v); HardSwish is ``save``, HardSigmoid's three,
+slope; a PRelu of one slope per output channel, the face detectors' and MobileFaceNets' activation, is a
+``leaky_relu`` whose constant the kernels take per channel: one such operand per tail), ``save`` (s = v) and
+``mul_saved``/``add_saved`` (v = s op v); HardSwish is ``save``, HardSigmoid's three,
 ``mul_saved``; Gelu (ONNX, com.microsoft; exact or tanh), FastGelu without a bias and Pow by 3 or 0.5 are the
 element-wise engine's instruction lists (``kernels/ops/elementwise.py``; ``tanh`` is ``float_math.tanh_f32``).
 Each is the float32 operation the absorbed node performs, in the graph's order, so the fused step returns exactly
@@ -17,7 +19,7 @@ np.maximum, keeps it); the native sigmoid's exp is within 2 ulp of numpy's. SiLU
 ``x * (erf(x / sqrt 2) + 1) * 0.5`` is the diamond ``save, div, erf, add, mul_saved`` and a ``mul``.
 
 Rules: a float32 Conv; each absorbed link reads the previous value and a scalar float32 constant (Clip bounds
-constant, lo <= hi); every intermediate is read only inside the chain and is not a graph output. A value read by
+constant, lo <= hi; a PRelu's slope may be one constant per output channel); every intermediate is read only inside the chain and is not a graph output. A value read by
 two nodes continues only as a diamond: one reader starts a chain of such links that ends in the other reader, a
 Mul or Add of the value and the chain's result (``x * clip(x + 3, 0, 6)``).
 """
@@ -38,10 +40,24 @@ from ._rules import FusionMiss
 _SCALAR_OPS = {"Mul": ("mul", "mul"), "Add": ("add", "add"), "Sub": ("sub", "rsub"), "Div": ("div", "rdiv")}
 
 
-def _engine_link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
+def channel_slopes(v: ValueInfo, channels: tuple[int, int]) -> np.ndarray | None:
+    """A constant float32 PRelu slope with one value per output channel of a conv output (``channels``: its M and
+    rank): aligned to the output's last axes, every axis but the channel axis is 1 ([M, 1, 1], [1, M, 1, 1]); flat,
+    else None."""
+    m, rank = channels
+    if v.missing or v.value is None:
+        return None
+    a = np.asarray(v.value)
+    if a.dtype != np.float32 or a.ndim > rank or (1,) * (rank - a.ndim) + a.shape != (1, m) + (1,) * (rank - 2):
+        return None
+    return a.reshape(-1)
+
+
+def _engine_link(nd: NodeInfo, x: str, channels: tuple[int, int] | None = None) -> list[tuple] | None:
     """The instructions of an op reading ``x`` whose float32 kernel is the element-wise engine's instruction list
     (Gelu, FastGelu, Pow by 3 or 0.5, LeakyRelu, PRelu of one slope: ``elementwise.ENGINE_KEY`` as their prepare sets
-    it), or None."""
+    it), or None. After a conv (``channels``: its M and output rank), a PRelu of one slope per output channel is a
+    ``leaky_relu`` whose constant is per channel: its instruction carries the slopes as a fourth item."""
     if nd.op_type == "Gelu" and nd.inputs[0].name == x:
         approximate = str(nd.attr("approximate", "none"))
         return list(GELU_ERF) if approximate == "none" else list(GELU_TANH) if approximate == "tanh" else None
@@ -56,16 +72,20 @@ def _engine_link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
         return [("leaky_relu", float(np.float32(nd.attr("alpha", 0.01))), 0.0)]
     if nd.op_type == "PRelu" and nd.inputs[0].name == x and nd.inputs[1].name != x:
         slope = float_scalar(nd.inputs[1])
-        return None if slope is None else [("leaky_relu", slope, 0.0)]
+        if slope is not None:
+            return [("leaky_relu", slope, 0.0)]
+        slopes = None if channels is None else channel_slopes(nd.inputs[1], channels)
+        return None if slopes is None else [("leaky_relu", 0.0, 0.0, slopes)]
     return None
 
 
-def _link(nd: NodeInfo, x: str) -> list[tuple[str, float, float]] | None:
-    """The instruction(s) of a node reading ``x`` and only scalar constants otherwise, or None."""
+def _link(nd: NodeInfo, x: str, channels: tuple[int, int] | None = None) -> list[tuple] | None:
+    """The instruction(s) of a node reading ``x`` and only scalar constants otherwise (after a conv with
+    ``channels``, also a per-channel PRelu slope), or None."""
     if len(nd.outputs) != 1 or nd.outputs[0].dtype != np.float32:
         return None
     if nd.domain == "com.microsoft" or nd.op_type in ("Gelu", "Pow", "LeakyRelu", "PRelu"):
-        return _engine_link(nd, x)
+        return _engine_link(nd, x, channels)
     if nd.domain != "":
         return None
     if nd.op_type in ("Max", "Min") and len(nd.inputs) == 2:
@@ -114,7 +134,8 @@ class _Walker:
 
     def __init__(self, nodes: list[NodeInfo], users: dict[str, list[int]], taken: set[int], link=None):
         self.nodes, self.users, self.taken = nodes, users, taken
-        self.link = link or _link
+        self.channels: tuple[int, int] | None = None  # the conv's M and output rank (per-channel PRelu slopes)
+        self.link = link or (lambda nd, x: _link(nd, x, self.channels))
 
     def readers(self, v: ValueInfo) -> list[int] | None:
         """The nodes reading an intermediate, or None when it cannot be absorbed: a graph output, a node reading it
@@ -150,6 +171,11 @@ class _Walker:
             return f"a reader of its output '{v.name}' is already in another conv's tail"
         if len(r) == 1:
             nd = self.nodes[r[0]]
+            if nd.op_type == "PRelu" and nd.domain == "" and self.channels is not None and len(nd.inputs) == 2:
+                slope = nd.inputs[1]
+                return (f"its output '{v.name}' is read by PRelu '{nd.name}' whose slope {list(slope.shape or [])} is "
+                        f"neither one value nor one per output channel ([{self.channels[0]}, 1, ...] aligned to the "
+                        f"conv's rank-{self.channels[1]} output), or not a float32 constant")
             return (f"its output '{v.name}' is read by {nd.op_type} '{nd.name}', not a float32 link of a scalar "
                     "constant (Mul, Add, Sub, Div, Clip, Relu, Max, Min, Sigmoid, HardSigmoid, HardSwish, Erf, "
                     "LeakyRelu, one-slope PRelu, Gelu, Pow by 3 or 0.5)")
@@ -185,6 +211,16 @@ class _Walker:
         return ins, [*absorbed, join], j.outputs[0]
 
 
+def _tail_attrs(tail: list[tuple]) -> dict:
+    """The fused conv's tail attributes: ``conv_tail`` [[code, a, b], ...], and for an instruction carrying
+    per-channel slopes, its index (``conv_tail_channel_at``) and the slopes (``conv_tail_channel_slopes``)."""
+    attrs: dict = {"conv_tail": [list(t[:3]) for t in tail]}
+    for k, t in enumerate(tail):
+        if len(t) > 3:
+            attrs.update(conv_tail_channel_at=k, conv_tail_channel_slopes=[float(v) for v in t[3]])
+    return attrs
+
+
 def fuse_conv_tails(nodes: list[NodeInfo], target: Target, misses: list[FusionMiss] | None = None
                     ) -> list[NodeInfo]:
     """Return the node list with element-wise tails folded into the float Convs that feed them; each float Conv
@@ -197,18 +233,23 @@ def fuse_conv_tails(nodes: list[NodeInfo], target: Target, misses: list[FusionMi
         x = conv.input(0)
         if conv.key != ("", "Conv") or x is None or x.dtype != np.float32 or "conv_tail" in conv.attrs:
             continue
+        w = conv.input(1)
+        walker.channels = (int(w.shape[0]), len(w.shape)) if w is not None and w.shape else None
         tail, absorbed, cur = [], [], conv.outputs[0]
         while (got := walker.step(cur)) is not None:
-            ins, idx, cur = got
+            ins, idx, nxt = got
+            if sum(len(t) > 3 for t in tail + ins) > 1:  # the kernels take one per-channel operand
+                break
             tail += ins
             absorbed += idx
             taken.update(idx)
+            cur = nxt
         if not tail:
             if misses is not None:
                 misses.append(FusionMiss("conv_tail", conv.name, conv.op_type, walker.why_stuck(conv.outputs[0])))
             continue
         fused = dataclasses.replace(conv, name=f"{conv.name}+tail", outputs=(cur,),
-                                    attrs={**conv.attrs, "conv_tail": [list(t) for t in tail],
+                                    attrs={**conv.attrs, **_tail_attrs(tail),
                                            "fused_nodes": [conv.name, *(nodes[j].name for j in absorbed)]})
         if (why := why_not(fused, target)) is not None:
             taken.difference_update(absorbed)

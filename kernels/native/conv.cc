@@ -191,13 +191,15 @@ void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int
 
 namespace {
 
-// rows x cols outputs at pitch `ld` just written by the GEMM: + bias[row], then the tail, while in cache.
-void FinishRows(float* out, int64_t ld, int64_t rows, int64_t cols, const float* bias, const ConvTail& tail) {
+// rows x cols outputs at pitch `ld` just written by the GEMM, of output channels m0.. : + bias[row], then the tail,
+// while in cache.
+void FinishRows(float* out, int64_t ld, int64_t rows, int64_t cols, int64_t m0, const float* bias,
+                const ConvTail& tail) {
   for (int64_t m = 0; m < rows; ++m) {
     float* r = out + m * ld;
     if (bias != nullptr)
-      for (int64_t o = 0; o < cols; ++o) r[o] = r[o] + bias[m];
-    if (tail.n) ApplyTail(tail, r, cols);
+      for (int64_t o = 0; o < cols; ++o) r[o] = r[o] + bias[m0 + m];
+    if (tail.n) ApplyChannelTail(tail, r, cols, m0 + m);
   }
 }
 
@@ -241,14 +243,14 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
     if (pointwise) {  // B is x's rows [K, P] from pixel p0 on
       sgemm(kCblasRowMajor, kCblasTrans, kCblasNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg,
             x + (n * s.C + g * s.Cg()) * P + p0, P, 0.0f, out, P);
-      FinishRows(out, P, Mg, cols, bias == nullptr ? nullptr : bias + g * Mg, tail);
+      FinishRows(out, P, Mg, cols, g * Mg, bias, tail);
       return;
     }
     std::vector<float> patch(K * cols);
     conv_detail::PatchMatrix(s, x + (n * s.C + g * s.Cg()) * s.H * s.W, p0, cols, patch.data());
     sgemm(kCblasRowMajor, kCblasTrans, kCblasNoTrans, Mg, cols, K, 1.0f, w + g * K * Mg, Mg, patch.data(), cols, 0.0f,
           out, P);
-    FinishRows(out, P, Mg, cols, bias == nullptr ? nullptr : bias + g * Mg, tail);
+    FinishRows(out, P, Mg, cols, g * Mg, bias, tail);
   });
 }
 
@@ -308,7 +310,7 @@ void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, co
       taps.resize(T);
       for (int64_t t = 0; t < T; ++t) taps[t] = w[(c * T + t) * mult + jm];
       DepthwiseRowsAvx512(s, xp.data(), Hp, Wq, taps.data(), bias != nullptr ? bias + m : nullptr, out);
-      if (epilogue.n) ApplyTail(epilogue, out, P);
+      if (epilogue.n) ApplyChannelTail(epilogue, out, P, m);
       return;
     }
 #endif
@@ -331,7 +333,7 @@ void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, co
       else
         std::memcpy(dst, src, s.OW * sizeof(float));
     }
-    if (epilogue.n) ApplyTail(epilogue, out, P);
+    if (epilogue.n) ApplyChannelTail(epilogue, out, P, m);
   });
 }
 
@@ -364,7 +366,7 @@ void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const fl
       if (bias != nullptr)
         for (int64_t o = 0; o < s.OW; ++o) dst[o] = dst[o] + bias[m];
     }
-    if (tail.n) ApplyTail(tail, out, P);
+    if (tail.n) ApplyChannelTail(tail, out, P, m);
   });
 }
 

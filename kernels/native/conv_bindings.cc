@@ -82,6 +82,21 @@ ConvTail TailArg(const std::optional<Arr<int32_t>>& codes, const std::optional<A
   return t;
 }
 
+// The tail's optional per-output-channel operand (a PRelu's slopes: one per output channel, the constant of
+// instruction `at`), checked against the tail and the conv's M.
+void ChannelArg(ConvTail& tail, const std::optional<Arr<float>>& consts, int64_t at, int64_t M, const char* op) {
+  if (!consts) return;
+  if (at < 0 || at >= tail.n)
+    throw std::invalid_argument(std::string(op) + ": tail_channel_at " + std::to_string(at) + " is not one of the " +
+                                std::to_string(tail.n) + " tail instructions");
+  if (tail.n > kMaxChannelTail)
+    throw std::invalid_argument(std::string(op) + ": a tail with a per-channel operand has at most " +
+                                std::to_string(kMaxChannelTail) + " instructions, got " + std::to_string(tail.n));
+  ExpectSize(*consts, M, op, "tail_channel_consts (one per output channel)");
+  tail.channel_consts = consts->data();
+  tail.channel_at = at;
+}
+
 py::array_t<float> Im2ColPy(const Arr<float>& x, int64_t n, const std::vector<int64_t>& geom, int threads) {
   const ConvShape s = Shape(x, geom, "conv_im2col");
   if (n < 0 || n >= s.N) throw std::invalid_argument("conv_im2col: image index out of range");
@@ -123,9 +138,11 @@ py::array FloatConv(const py::array& x, const ConvShape& s, const char* op, Run 
 
 py::array DepthwisePy(const py::array& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
                       const std::vector<int64_t>& geom, int threads, const std::optional<Arr<int32_t>>& tail_codes,
-                      const std::optional<Arr<float>>& tail_consts) {
+                      const std::optional<Arr<float>>& tail_consts,
+                      const std::optional<Arr<float>>& tail_channel_consts, int64_t tail_channel_at) {
   const ConvShape s = Shape(x, geom, "conv_depthwise");
-  const ConvTail tail = TailArg(tail_codes, tail_consts, "conv_depthwise");
+  ConvTail tail = TailArg(tail_codes, tail_consts, "conv_depthwise");
+  ChannelArg(tail, tail_channel_consts, tail_channel_at, s.M, "conv_depthwise");
   if (s.group != s.C) throw std::invalid_argument("conv_depthwise: group must equal the input channels");
   ExpectSize(w, s.M * s.kh * s.kw, "conv_depthwise", "w");
   if (bias) ExpectSize(*bias, s.M, "conv_depthwise", "bias");
@@ -137,9 +154,11 @@ py::array DepthwisePy(const py::array& x, const Arr<float>& w, const std::option
 
 py::array DensePy(const py::array& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
                   const std::vector<int64_t>& geom, uintptr_t sgemm, int threads,
-                  const std::optional<Arr<int32_t>>& tail_codes, const std::optional<Arr<float>>& tail_consts) {
+                  const std::optional<Arr<int32_t>>& tail_codes, const std::optional<Arr<float>>& tail_consts,
+                  const std::optional<Arr<float>>& tail_channel_consts, int64_t tail_channel_at) {
   const ConvShape s = Shape(x, geom, "conv_dense");
-  const ConvTail tail = TailArg(tail_codes, tail_consts, "conv_dense");
+  ConvTail tail = TailArg(tail_codes, tail_consts, "conv_dense");
+  ChannelArg(tail, tail_channel_consts, tail_channel_at, s.M, "conv_dense");
   ExpectSize(w, s.M * s.Cg() * s.kh * s.kw, "conv_dense", "w");
   if (bias) ExpectSize(*bias, s.M, "conv_dense", "bias");
   if (sgemm == 0) throw std::invalid_argument("conv_dense: no sgemm address");
@@ -334,14 +353,18 @@ py::array MeanPixelsPy(const py::object& add_reduce, const py::object& float32, 
 void BindConv(py::module_& m) {
   m.def("conv_im2col", &Im2ColPy, py::arg("x"), py::arg("n"), py::arg("geometry"), py::arg("threads") = 1,
         "float patches of image n: [group, C/group*kh*kw, OH*OW], rows (c, i, j), zeros where padded");
-  m.def("conv_dense", &DensePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"), py::arg("sgemm"),
-        py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
-        "float conv as blocked implicit GEMM on a CBLAS sgemm with 64-bit ints (its address: "
-        "kernels.host_blas.sgemm_address()); w [group, C/group*kh*kw, M/group]; a pointwise conv reads x's rows "
-        "directly; tail: a fused element-wise tail (conv_tail codes) applied per finished block; float16 x widened, "
-        "the float32 conv, rounded once");
+  m.def(
+      "conv_dense", &DensePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"), py::arg("sgemm"),
+      py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
+      py::arg("tail_channel_consts") = py::none(), py::arg("tail_channel_at") = -1,
+      "float conv as blocked implicit GEMM on a CBLAS sgemm with 64-bit ints (its address: "
+      "kernels.host_blas.sgemm_address()); w [group, C/group*kh*kw, M/group]; a pointwise conv reads x's rows "
+      "directly; tail: a fused element-wise tail (conv_tail codes) applied per finished block, tail_channel_consts [M] "
+      "the first constant of instruction tail_channel_at per output channel (a PRelu's slopes); float16 x widened, "
+      "the float32 conv, rounded once");
   m.def("conv_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
+        py::arg("tail_channel_consts") = py::none(), py::arg("tail_channel_at") = -1,
         "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order; float16 x widened and rounded once");
   m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
         py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"), py::arg("y_signed"), py::arg("geometry"),

@@ -119,7 +119,7 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
                static_cast<int64_t>(sc.slots.size()), out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
                clip_only ? tail.consts : nullptr);
     if (tail.n && !clip_only)
-      for (int64_t m = m0; m < m0 + rows_m; ++m) ApplyTail(tail, out + m * P, cols);
+      for (int64_t m = m0; m < m0 + rows_m; ++m) ApplyChannelTail(tail, out + m * P, cols, g * Mg + m);
   });
 }
 
@@ -138,7 +138,9 @@ void PointwiseFewPixels(const ConvShape& s, const float* x, const float* w, cons
     float* out = y + (n * s.M + g * Mg + m0) * P;
     ChannelLanesAvx512(rows, K, w + g * K * Mg + m0, Mg, x + (n * s.C + g * K) * P, P, P, out, P,
                        bias == nullptr ? nullptr : bias + g * Mg + m0, clip_only ? tail.consts : nullptr);
-    if (tail.n && !clip_only) ApplyTail(tail, out, rows * P);  // the task's rows are contiguous
+    if (tail.n && !clip_only && tail.channel_consts == nullptr) ApplyTail(tail, out, rows * P);  // rows contiguous
+    if (tail.n && tail.channel_consts != nullptr)
+      for (int64_t m = 0; m < rows; ++m) ApplyChannelTail(tail, out + m * P, P, g * Mg + m0 + m);
   });
 }
 

@@ -29,7 +29,8 @@ float32 - bit-exact vs ORT CPU; then, when a ``npu::QdqLut`` was folded in (``ou
 
 A float32 Conv may carry an element-wise tail (``conv_tail`` attribute, ``kernels/fusion/conv_tail.py``): the native
 kernels apply it to each finished block while it is in cache (``kernels/native/conv_tail.cc``), the reference
-model by ``tail_reference`` over the whole output.
+model by ``tail_reference`` over the whole output. A per-channel PRelu in the tail is a ``leaky_relu`` whose slope
+is one constant per output channel (``conv_tail_channel_slopes``), passed to the kernels beside the tail.
 """
 
 from __future__ import annotations
@@ -171,6 +172,10 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     if tail:  # kernels/fusion/conv_tail.py
         consts["tail_codes"] = np.asarray([CODES[t[0]] for t in tail], np.int32)
         consts["tail_c"] = np.asarray([t[1:] for t in tail], np.float32).reshape(-1, 2)
+        slopes = node.attr("conv_tail_channel_slopes")
+        if slopes is not None:  # a per-channel PRelu's slopes: instruction conv_tail_channel_at's constant per channel
+            consts["tail_slopes"] = np.asarray(slopes, np.float32).reshape(-1)
+            attrs["tail_channel_at"] = int(node.attr("conv_tail_channel_at"))
     return Prepared(attrs, stash_constants(node, consts, only=(0,)), target)  # a constant X is read at run time
 
 
@@ -181,11 +186,15 @@ _TAIL_WITH_CONSTANT = {CODES["mul"]: (np.multiply, False), CODES["add"]: (np.add
 _TAIL_WITH_SAVED = {CODES["mul_saved"]: np.multiply, CODES["add_saved"]: np.add}  # saved copy as first operand
 
 
-def tail_reference(y: np.ndarray, codes: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """A fused element-wise tail applied in place to float32 ``y`` with numpy (the native ``conv_tail``'s
-    reference): each instruction the float32 operation of the node it replaced."""
+def tail_reference(y: np.ndarray, codes: np.ndarray, c: np.ndarray,
+                   channel: tuple[int, np.ndarray] | None = None) -> np.ndarray:
+    """A fused element-wise tail applied in place to float32 ``y`` [N, M, ...] with numpy (the native ``conv_tail``'s
+    reference): each instruction the float32 operation of the node it replaced. ``channel``: (instruction index,
+    [M] constants) of a per-output-channel operand, which replaces that instruction's first constant."""
     saved = None
-    for code, (a, b) in zip(codes.tolist(), c):
+    for k, (code, (a, b)) in enumerate(zip(codes.tolist(), c)):
+        if channel is not None and k == channel[0]:
+            a = channel[1].reshape(1, -1, *([1] * (y.ndim - 2)))
         if code in _TAIL_WITH_CONSTANT:
             fn, constant_first = _TAIL_WITH_CONSTANT[code]
             if constant_first:
@@ -207,7 +216,7 @@ def tail_reference(y: np.ndarray, codes: np.ndarray, c: np.ndarray) -> np.ndarra
         elif code == CODES["pow_half"]:
             y[...] = pow_half(y)
         elif code == CODES["leaky_relu"]:
-            y[...] = np.where(y >= 0, y, y * np.float32(a))
+            y[...] = np.where(y >= 0, y, y * np.asarray(a, np.float32))
         else:
             raise ValueError(f"conv tail: unknown instruction code {code}")
     return y
@@ -335,6 +344,8 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
     geom = _geometry_list(p, x)
     b32 = None if bias is None else np.ascontiguousarray(bias, np.float32)
     tail = (c["tail_codes"], c["tail_c"]) if "tail_codes" in c else (None, None)
+    if "tail_slopes" in c:
+        tail = (*tail, c["tail_slopes"], p.attrs["tail_channel_at"])
     sgemm = host_blas.sgemm_address()
     if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
         call = (w, bias, nat.conv_depthwise, (w, b32, geom, threads, *tail))
@@ -415,11 +426,12 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         if not y.flags.writeable:
             y = y.copy()
         nat = runtime.native(p)
+        channel = (p.attrs["tail_channel_at"], p.consts["tail_slopes"]) if "tail_slopes" in p.consts else None
         with np.errstate(all="ignore"):
-            if nat is not None:
+            if nat is not None and channel is None:
                 nat.conv_tail(y, p.consts["tail_codes"], p.consts["tail_c"], runtime.threads(p))
             else:
-                tail_reference(y, p.consts["tail_codes"], p.consts["tail_c"])
+                tail_reference(y, p.consts["tail_codes"], p.consts["tail_c"], channel)
         out = [y]
     return out
 

@@ -18,9 +18,17 @@ from npu_ep.kernels import runtime
 from npu_ep.kernels.ops.conv import tail_reference
 from npu_ep.kernels.target import Target
 from _single_op import run_nodes
-from npu_testing import assignment, make_model, npu_session
+from _isa import cap_isa, host_isas
+from npu_ep.ep.sessions import tag_session_options
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
 
 REF = Target.load("npu-ref")
+
+
+@pytest.fixture(params=host_isas(top="avx512"))
+def float_isa(request):
+    yield from cap_isa(request.param)
 F32 = TensorProto.FLOAT
 C, M, H, W = 3, 5, 9, 7
 
@@ -396,6 +404,14 @@ _ENGINE_TAILS = {
     "leaky_relu": ([helper.make_node("LeakyRelu", ["c"], ["y"], "act", alpha=0.1)], {}, 17, ["leaky_relu"]),
     "prelu_one_slope": ([helper.make_node("PRelu", ["c", "slope"], ["y"], "act")],
                         {"slope": np.array([0.2], np.float32)}, 17, ["leaky_relu"]),
+    "prelu_per_channel": ([helper.make_node("PRelu", ["c", "slope"], ["y"], "act")],
+                          {"slope": np.array([0.25, -0.5, 0.0, 1.5, 0.01], np.float32).reshape(M, 1, 1)}, 17,
+                          ["leaky_relu"]),
+    "prelu_per_channel_in_a_chain": ([helper.make_node("Mul", ["c", "k"], ["m"], "mul"),
+                                      helper.make_node("PRelu", ["m", "slope"], ["p"], "act"),
+                                      helper.make_node("Add", ["p", "k"], ["y"], "add")],
+                                     {"k": np.float32(1.7), "slope": np.linspace(-1, 1, M, dtype=np.float32)
+                                      .reshape(1, M, 1, 1)}, 17, ["mul", "leaky_relu", "add"]),
     "max_constant": ([helper.make_node("Max", ["c", "k"], ["y"], "act")], {"k": np.float32(0.25)}, 17,
                      ["clip"]),
     "min_constant": ([helper.make_node("Min", ["k", "c"], ["y"], "act")], {"k": np.float32(-0.5)}, 17,
@@ -456,7 +472,9 @@ def test_engine_ops_fold_into_the_conv_bit_for_bit(case, conv, kernels):
 
 @pytest.mark.parametrize("node,inits", [
     (helper.make_node("PRelu", ["c", "slope"], ["y"], "act"),
-     {"slope": np.full((M, 1, 1), 0.2, np.float32)}),                                  # per-channel slope
+     {"slope": np.full((1, 1, W - 2), 0.2, np.float32)}),                              # one slope per column
+    (helper.make_node("PRelu", ["c", "slope"], ["y"], "act"),
+     {"slope": np.full((M, H - 2, 1), 0.2, np.float32)}),                              # per channel and row
     (helper.make_node("Max", ["c", "k"], ["y"], "act"), {"k": np.float32(np.nan)}),  # NaN: Max gives NaN
     (helper.make_node("Max", ["c", "k", "k2"], ["y"], "act"), {"k": np.float32(0), "k2": np.float32(1)}),
     (helper.make_node("Pow", ["c", "k"], ["y"], "act"), {"k": np.float32(2.5)}),
@@ -470,7 +488,7 @@ def test_engine_tail_near_misses(node, inits):
     assert _ops(fuse_conv_tails(nodes_from_model(model), REF)) == ["Conv", node.op_type]
 
 
-@pytest.mark.parametrize("case", ["leaky_relu", "exporters_exact_gelu", "max_constant"])
+@pytest.mark.parametrize("case", ["leaky_relu", "exporters_exact_gelu", "max_constant", "prelu_per_channel"])
 def test_engine_tail_session_matches_cpu_ep(case):
     """The fused conv in a session (ORT's optimizations on) against the unfused graph on the CPU EP; every node on
     NpuEP, one Conv step with the tail."""
@@ -483,3 +501,71 @@ def test_engine_tail_session_matches_cpu_ep(case):
     feeds = _feeds(43, conv="dense_deep", hw=(20, 40))
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(sess.run(None, feeds)[0], cpu.run(None, feeds)[0], rtol=1e-4, atol=4e-4)
+
+
+# --- a PRelu of one slope per output channel (face-detection cascades, MobileFaceNets) -----------------------------
+def _prelu_model(slope_shape, conv="dense", hw=(H, W), second=False):
+    cin, wshape, conv_attrs, _ = CONVS[conv]
+    rng = np.random.default_rng(44)
+    inits = {"w": rng.normal(0, 0.5, wshape).astype(np.float32), "b": rng.normal(0, 0.3, M).astype(np.float32),
+             "slope": rng.uniform(-0.5, 0.5, slope_shape).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], "conv", **conv_attrs),
+             helper.make_node("PRelu", ["c", "slope"], ["p" if second else "y"], "prelu")]
+    if second:  # a second per-channel PRelu: the kernels take one per-channel operand, so it stays a step
+        nodes.append(helper.make_node("PRelu", ["p", "slope"], ["y"], "prelu2"))
+    oh, ow = ((hw[0] + 1) // 2, (hw[1] + 1) // 2) if "strides" in conv_attrs else hw
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, cin, *hw])],
+                      [helper.make_tensor_value_info("y", F32, [1, M, oh, ow])], inits)
+
+
+@pytest.mark.parametrize("conv,hw", [("dense", (9, 7)), ("dense", (20, 40)), ("pointwise", (3, 3)),
+                                     ("pointwise", (75, 61)), ("depthwise", (9, 7)), ("depthwise_s2", (9, 7))])
+def test_per_channel_prelu_folds_bit_for_bit_on_every_isa(float_isa, conv, hw):
+    """The slopes reach each output channel's rows in every native path (the BLAS blocks below AVX-512, the own GEMM
+    and the few-pixel pointwise kernel on AVX-512, the depthwise rows): the unfused Conv then PRelu's bits."""
+    plain = nodes_from_model(_prelu_model((M, 1, 1), conv, hw))
+    fused = fuse_conv_tails(plain, REF)
+    assert _ops(fused) == ["Conv"] and fused[0].attrs["conv_tail_channel_at"] == 0
+    feeds = _feeds(45, conv=conv, hw=hw)
+    feeds["x"][0, 0, 1, 1] = np.nan
+    with np.errstate(invalid="ignore"):
+        for kernels in ("native", "reference"):
+            got, want = _run(fused, feeds, kernels)["y"], _run(plain, feeds, kernels)["y"]
+            assert np.array_equal(got, want, equal_nan=True), kernels
+            assert np.array_equal(np.signbit(got), np.signbit(want)), kernels
+
+
+def test_a_second_per_channel_prelu_stays_a_step():
+    plain = nodes_from_model(_prelu_model((M, 1, 1), second=True))
+    fused = fuse_conv_tails(plain, REF)
+    assert _ops(fused) == ["Conv", "PRelu"] and fused[0].outputs[0].name == "p"
+    feeds = _feeds(46)
+    assert np.array_equal(_run(fused, feeds)["y"], _run(plain, feeds)["y"])
+
+
+def test_a_prelu_slope_that_cannot_fold_says_why():
+    """A slope per column is neither one value nor one per output channel: a FusionMiss naming its shape."""
+    misses = []
+    nodes = fuse_conv_tails(nodes_from_model(_prelu_model((1, 1, W))), REF, misses)
+    assert _ops(nodes) == ["Conv", "PRelu"]
+    assert [(m.fusion, m.node, m.reason) for m in misses] == [(
+        "conv_tail", "conv", f"its output 'c' is read by PRelu 'prelu' whose slope [1, 1, {W}] is neither one value "
+        f"nor one per output channel ([{M}, 1, ...] aligned to the conv's rank-4 output), or not a float32 constant")]
+
+
+def test_per_channel_prelu_session_as_one_native_step():
+    """A face-detector style Conv -> PRelu(per channel) on NpuEP: one bound Conv step with the slopes, no Python step,
+    the CPU EP's values within float32 rounding of its GEMM's other summation order (rtol 1e-4 over K = 288)."""
+    model = _prelu_model((M, 1, 1), "dense_deep", (20, 40))
+    LIVE_SESSIONS.clear()
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (step,) = [s for ep in LIVE_SESSIONS for prog in ep.programs.values() for s in prog.steps]
+    assert step.op == "Conv" and "tail_slopes" in step.prepared.consts
+    feeds = _feeds(47, conv="dense_deep", hw=(20, 40))
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):  # the kernel's run, then the bound step
+        np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-4, atol=4e-4)
+    assert python_steps(sess) == []
