@@ -31,6 +31,7 @@
 
 #include "cpu.h"
 #include "half.h"
+#include "norm_matmul.h"
 #include "scratch.h"
 #include "thread_pool.h"
 
@@ -110,6 +111,7 @@ struct RowCall {
   const float *bias, *scale, *shift;  // Skip*'s bias added to s; the scale (gamma) and shift (beta) of y
   void *y, *sum;
   float *mean, *inv;
+  Sdot64 sdot;  // RMS rows' sum of squares: the BLAS dot the reference's numpy calls (null: SumSquares' lanes)
 };
 
 // s = x + skip (+ bias) of row r into `s` (float32).
@@ -137,7 +139,8 @@ NORM_INLINE void LayerRow(const RowCall& c, const float* x, float* y, int64_t r)
 
 // One row of RMSNormalization: y = (x * scale) * rsqrt(sum(x^2) / d + eps), the rsqrt in double rounded once.
 NORM_INLINE void RmsRow(const RowCall& c, const float* x, float* y, int64_t r) {
-  const double ms = static_cast<double>(SumSquares(x, c.d, 0.0f)) / static_cast<double>(c.d) + c.eps_d;
+  const float squares = c.sdot != nullptr ? c.sdot(c.d, x, 1, x, 1) : SumSquares(x, c.d, 0.0f);
+  const double ms = static_cast<double>(squares) / static_cast<double>(c.d) + c.eps_d;
   const float inv = static_cast<float>(1.0 / std::sqrt(ms));
   for (int64_t j = 0; j < c.d; ++j) y[j] = x[j] * c.scale[j] * inv;
   if (c.inv != nullptr) c.inv[r] = inv;
@@ -253,9 +256,10 @@ py::array OutputLike(const py::array& x, const py::object& out, const char* fn) 
 
 py::object NormRowsPy(const py::array& x, const py::object& skip, const py::object& bias, const py::object& scale,
                       const py::object& shift, int kind, int64_t d, double eps, bool want_mean, bool want_inv,
-                      bool want_sum, const py::object& out, int threads) {
+                      bool want_sum, const py::object& out, int threads, uintptr_t sdot) {
   const char* fn = "norm_rows";
   RowCall c{};
+  c.sdot = reinterpret_cast<Sdot64>(sdot);
   c.kind = static_cast<RowKind>(kind);
   c.half = IsHalf(x, fn);
   if (kind < 0 || kind > 3 || d <= 0 || x.size() % d != 0)
@@ -432,13 +436,15 @@ py::array NormChannelsPy(const py::array& x, const py::object& scale, const py::
 }  // namespace
 
 void BindNorm(py::module_& m) {
-  m.def("norm_rows", &NormRowsPy, py::arg("x"), py::arg("skip"), py::arg("bias"), py::arg("scale"), py::arg("shift"),
-        py::arg("kind"), py::arg("d"), py::arg("eps"), py::arg("want_mean") = false, py::arg("want_inv") = false,
-        py::arg("want_sum") = false, py::arg("out") = py::none(), py::arg("threads") = 1,
-        "(y, mean | None, inv_std_var | None, sum | None) of x (C-order float32/float16) viewed as rows of d, "
-        "kind 0 LayerNormalization, 1 RMS/SimplifiedLayerNormalization, 2 SkipSimplifiedLayerNormalization, "
-        "3 SkipLayerNormalization (skip: x's dtype, rows repeating over x; bias added to the sum); scale/shift/bias: "
-        "d values (float32); statistics: float32 per row; sum: x + skip (+ bias) in x's dtype; y into out or new");
+  m.def(
+      "norm_rows", &NormRowsPy, py::arg("x"), py::arg("skip"), py::arg("bias"), py::arg("scale"), py::arg("shift"),
+      py::arg("kind"), py::arg("d"), py::arg("eps"), py::arg("want_mean") = false, py::arg("want_inv") = false,
+      py::arg("want_sum") = false, py::arg("out") = py::none(), py::arg("threads") = 1, py::arg("sdot") = 0,
+      "(y, mean | None, inv_std_var | None, sum | None) of x (C-order float32/float16) viewed as rows of d, "
+      "kind 0 LayerNormalization, 1 RMS/SimplifiedLayerNormalization, 2 SkipSimplifiedLayerNormalization, "
+      "3 SkipLayerNormalization (skip: x's dtype, rows repeating over x; bias added to the sum); scale/shift/bias: "
+      "d values (float32); statistics: float32 per row; sum: x + skip (+ bias) in x's dtype; y into out or new; sdot: "
+      "the address of a BLAS sdot for kind 1's sum of squares (0: the kernel's own lanes)");
   m.def("norm_channels", &NormChannelsPy, py::arg("x"), py::arg("scale"), py::arg("shift"), py::arg("kind"),
         py::arg("groups"), py::arg("eps"), py::arg("out") = py::none(), py::arg("threads") = 1,
         "x [N, C, ...] (C-order float32/float16): kind 0 y = x * scale[c] + shift[c] (inference BatchNormalization, "

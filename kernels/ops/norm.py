@@ -21,7 +21,8 @@ Optional statistics outputs have shape X.shape[:axis] + (1,) * (rank - axis).
 
 Native kernels (``kernels.norm_rows``, kernels/native/norm.cc; skip_layernorm.py uses it too): float32 or float16
 in memory, the same operations in float32 with the sums in 16 lanes (SkipSimplified's sum of squares in order, so
-its bits stay ORT's), in the kernel and as its bound step, threaded over rows. ``native_rows`` says when it runs. An
+its bits stay ORT's; RMS/Simplified's on numpy's BLAS sdot, so its bits are the reference's and a fused
+NormMatMul's), in the kernel and as its bound step, threaded over rows. ``native_rows`` says when it runs. An
 omitted optional output is not computed (None), so such a node binds no step (``ep.step_binding`` binds all-array
 outputs only) and its Python kernel calls norm_rows.
 
@@ -35,7 +36,7 @@ import math
 
 import numpy as np
 
-from .. import runtime
+from .. import host_blas, runtime
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..shape_memo import memo_per_shape
@@ -212,7 +213,8 @@ def native_rows(p: Prepared, inputs) -> tuple | None:
         if w and result_of[i] in (1, 2) and (dts[i] or "float32") != "float32":
             return None
     args: list = [None, None, None, None, None, kind, d, p.attrs["epsilon"], *(
-        any(w and result_of[i] == r for i, w in enumerate(want)) for r in (1, 2, 3)), None, runtime.threads(p)]
+        any(w and result_of[i] == r for i, w in enumerate(want)) for r in (1, 2, 3)), None, runtime.threads(p),
+        host_blas.sdot_address() or 0 if kind == 1 else 0]
     live = {}
     for i, a in arg_of.items():
         v = arg(p, inputs, i)
