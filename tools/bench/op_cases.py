@@ -514,6 +514,15 @@ def _conv_then(act: str, **attrs: Any) -> Callable[[_G, tuple[int, ...]], list[s
     return build
 
 
+def _conv_then_prelu(g: _G, s: tuple[int, ...]) -> list[str]:
+    """Conv then a PRelu of one slope per output channel ([C, 1, 1]: face-detection cascades, MobileFaceNets)."""
+    x = g.feed(_data(s, g.dtype, g.rng))
+    w = g.const((g.rng.standard_normal((s[1], s[1], 3, 3)) / np.sqrt(9 * s[1])).astype(NP[g.dtype]))
+    y = g.op("Conv", x, w, g.const(np.zeros(s[1], NP[g.dtype])), pads=[1, 1, 1, 1])
+    slope = g.const(g.rng.uniform(0.05, 0.3, (s[1], 1, 1)).astype(NP[g.dtype]))
+    return [g.op("PRelu", y, slope)]
+
+
 def _if_select(g: _G, s: tuple[int, ...]) -> list[str]:
     """An If picking Relu(x) or Neg(x) by a runtime condition: choosing and calling a branch beside one cheap op."""
     x = g.feed(_data(s, "float32", g.rng))
@@ -561,9 +570,10 @@ GROUPS: dict[str, tuple[Callable[[_G, tuple[int, ...]], list[str]], str]] = {
     "group::Conv+Relu": (_conv_then("Relu"), "map"),
     "group::Conv+LeakyRelu": (_conv_then("LeakyRelu", alpha=0.1), "map"),
     "group::Conv+HardSwish": (_conv_then("HardSwish"), "map"),
+    "group::Conv+PRelu": (_conv_then_prelu, "map"),
 }
 EXTRA_GROUP_DTYPES = {"group::Conv+Relu": ("float32",), "group::Conv+LeakyRelu": ("float32",),
-                      "group::Conv+HardSwish": ("float32",)}
+                      "group::Conv+HardSwish": ("float32",), "group::Conv+PRelu": ("float32",)}
 
 
 def build_group_case(key: str, dtype: str, size: str, seed: int = 0) -> Case:
