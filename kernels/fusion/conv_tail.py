@@ -19,9 +19,10 @@ np.maximum, keeps it); the native sigmoid's exp is within 2 ulp of numpy's. SiLU
 ``x * (erf(x / sqrt 2) + 1) * 0.5`` is the diamond ``save, div, erf, add, mul_saved`` and a ``mul``.
 
 Rules: a float32 Conv; each absorbed link reads the previous value and a scalar float32 constant (Clip bounds
-constant, lo <= hi; a PRelu's slope may be one constant per output channel); every intermediate is read only inside the chain and is not a graph output. A value read by
-two nodes continues only as a diamond: one reader starts a chain of such links that ends in the other reader, a
-Mul or Add of the value and the chain's result (``x * clip(x + 3, 0, 6)``).
+constant, lo <= hi; a PRelu's slope may be one constant per output channel); every intermediate is read only inside
+the chain and is not a graph output. A value read by two nodes continues only as a diamond: one reader starts a
+chain of such links that ends in the other reader, a Mul or Add of the value and the chain's result
+(``x * clip(x + 3, 0, 6)``).
 """
 
 from __future__ import annotations
