@@ -76,16 +76,17 @@ def guard(p: Prepared) -> tuple[np.ndarray, int]:
 
 
 def call_step(p: Prepared, fn, args: tuple, inputs: list, outputs: list, guards: list | None = None,
-              ort_outputs: list | None = None, fixed: list | None = None):
+              ort_outputs: list | None = None, fixed: list | None = None, keywords: tuple[str, ...] = ()):
     """A native step calling ``fn(*args)`` with this step's inputs put in, for a kernel's ``bind`` (see
     ``_native.CallStep`` for ``inputs``/``outputs``/``fixed``); it declines once ``p``'s runtime record changes
-    (``guard``), and once any of ``guards`` (more ``guard(...)`` of nested Prepareds) fails. None without the
-    extension."""
+    (``guard``), and once any of ``guards`` (more ``guard(...)`` of nested Prepareds) fails. ``keywords``: the names
+    the last arguments are passed by (a ufunc's ``("out",)``: no Python wrapper between the loop and the ufunc).
+    None without the extension."""
     ext = extension()
     if ext is None:
         return None
     return ext.CallStep(fn, tuple(args), list(inputs), list(outputs), [guard(p), *(guards or [])],
-                        list(ort_outputs or []), list(fixed or []))
+                        list(ort_outputs or []), list(fixed or []), tuple(keywords))
 
 
 def branch_step(p: Prepared, branches: list[tuple[Any, list[int]]]):

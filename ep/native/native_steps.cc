@@ -184,18 +184,53 @@ bool Guards::Hold() const {
 
 namespace {
 
+// One call's arguments as a vectorcall array (no tuple built per call): the template's items borrowed (the step
+// holds the template), the step inputs borrowed (the loop's args tuple holds them), and what is made per call (a
+// reshaped view, ORT's output buffer) kept alive here until the call returns.
+class CallArgs {
+ public:
+  explicit CallArgs(const py::tuple& fixed) : n_(fixed.size()) {
+    if (n_ > kInline) {
+      heap_.resize(n_);
+      owned_heap_.resize(n_);
+    }
+    PyObject** v = slots();
+    for (size_t i = 0; i < n_; ++i) v[i] = PyTuple_GET_ITEM(fixed.ptr(), static_cast<Py_ssize_t>(i));
+  }
+  void Borrow(size_t i, PyObject* o) { slots()[i] = o; }
+  void Own(size_t i, py::object o) {
+    slots()[i] = o.ptr();
+    (n_ > kInline ? owned_heap_[i] : owned_inline_[i]) = std::move(o);
+  }
+  PyObject* const* data() { return slots(); }
+
+ private:
+  PyObject** slots() { return n_ > kInline ? heap_.data() : inline_; }
+  static constexpr size_t kInline = 10;
+  size_t n_;
+  PyObject* inline_[kInline] = {};
+  py::object owned_inline_[kInline];
+  std::vector<PyObject*> heap_;
+  std::vector<py::object> owned_heap_;
+};
+
 // A native kernel called straight from the loop with the arguments its Python kernel would pass for the bound
 // shapes: a template of fixed arguments with the step's inputs put in (checked: dtype, shape, C order; viewed with
 // another shape where the kernel wants one), the result's parts reshaped to the outputs' shapes (and sliced along
 // the last axis where the outputs are a group's column slices). A kernel returning None declines values it cannot
 // take exactly (the Python kernel runs); Guards keep the step to its setting. An output that is also an output of
 // the partition can be passed in as ORT's own buffer (PartitionOutput: None outside a partition call), so the
-// kernel writes it in place and the bridge copies nothing.
+// kernel writes it in place and the bridge copies nothing. The last len(keywords) arguments go by those keyword
+// names (a ufunc's out=, which np.maximum/np.minimum no longer take by position), so no Python wrapper is needed.
 class CallStep : public NativeStep {
  public:
   CallStep(py::object fn, py::tuple args, const py::list& inputs, const py::list& outputs, const py::list& guards,
-           const py::list& ort_outputs, const py::list& fixed)
+           const py::list& ort_outputs, const py::list& fixed, const py::tuple& keywords)
       : fn_(std::move(fn)), args_(std::move(args)), fixed_(fixed), guards_(guards) {
+    if (keywords.size() > args_.size()) throw py::value_error("more keywords than arguments");
+    for (const py::handle k : keywords)
+      if (!PyUnicode_Check(k.ptr())) throw py::type_error("a keyword is a str");
+    if (keywords.size() > 0) kwnames_ = keywords;
     for (const py::handle h : ort_outputs) {  // (argument index, ORT output index, dims)
       auto t = h.cast<py::tuple>();
       OrtOut o{t[0].cast<Py_ssize_t>(), t[1].cast<size_t>(), t[2].cast<std::vector<int64_t>>()};
@@ -227,12 +262,12 @@ class CallStep : public NativeStep {
       }
       outputs_.push_back(std::move(out));
     }
+    whole_ = outputs_.size() == 1 && outputs_[0].index < 0 && outputs_[0].dims.empty() && outputs_[0].columns.is_none();
   }
 
   PyObject* Run(PyObject* step_args) override {
     if (!guards_.Hold() || !fixed_.Hold(step_args)) return nullptr;
-    py::tuple call(args_.size());
-    for (size_t i = 0; i < args_.size(); ++i) call[i] = args_[i];
+    CallArgs call(args_);
     for (const In& in : inputs_) {
       if (in.input >= PyTuple_GET_SIZE(step_args)) return nullptr;
       PyObject* x = PyTuple_GET_ITEM(step_args, in.input);
@@ -241,16 +276,19 @@ class CallStep : public NativeStep {
       if (a.dtype().num() != in.dtype || !SameShape(a, in.dims)) return nullptr;
       if (!in.any_layout && !(a.flags() & py::array::c_style)) return nullptr;
       if (in.view.empty()) {
-        call[static_cast<size_t>(in.arg)] = a;
+        call.Borrow(static_cast<size_t>(in.arg), x);
       } else {
-        call[static_cast<size_t>(in.arg)] = a.reshape(in.view);
+        call.Own(static_cast<size_t>(in.arg), a.reshape(in.view));
       }
     }
-    for (const OrtOut& o : ort_outputs_) call[static_cast<size_t>(o.arg)] = PartitionOutput(o.index, o.dims);
-    PyObject* result = PyObject_Call(fn_.ptr(), call.ptr(), nullptr);
+    for (const OrtOut& o : ort_outputs_) call.Own(static_cast<size_t>(o.arg), PartitionOutput(o.index, o.dims));
+    const size_t n_keywords = kwnames_ ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames_.ptr())) : 0;
+    PyObject* result =
+        PyObject_Vectorcall(fn_.ptr(), call.data(), args_.size() - n_keywords, kwnames_ ? kwnames_.ptr() : nullptr);
     if (result == nullptr) return nullptr;  // the kernel's error: the loop names the node
     auto res = py::reinterpret_steal<py::object>(result);
     if (res.is_none()) return nullptr;  // the kernel declines these values (the Python kernel runs)
+    if (whole_) return PyTuple_Pack(1, res.ptr());
     try {
       py::tuple outs(outputs_.size());
       for (size_t i = 0; i < outputs_.size(); ++i) {
@@ -285,6 +323,8 @@ class CallStep : public NativeStep {
   };
   py::object fn_;
   py::tuple args_;
+  py::object kwnames_;  // the last arguments' keyword names (a tuple), or null
+  bool whole_ = false;  // the one output is the whole result, as it is
   std::vector<In> inputs_;
   std::vector<Out> outputs_;
   std::vector<OrtOut> ort_outputs_;
@@ -383,11 +423,11 @@ void RegisterNativeSteps(py::module_& m) {
       "None[, (start, stop) of the last axis])]; guards [(counter, generation) | (dict, "
       "key, expected object | None)]; ort_outputs [(argument index, ORT output index, "
       "dims)]: ORT's buffer or None; fixed [(input index, array)]: step inputs that must "
-      "hold these values")
+      "hold these values; keywords: the names the last arguments go by")
       .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&, const py::list&,
-                    const py::list&>(),
+                    const py::list&, const py::tuple&>(),
            py::arg("fn"), py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"),
-           py::arg("ort_outputs") = py::list(), py::arg("fixed") = py::list());
+           py::arg("ort_outputs") = py::list(), py::arg("fixed") = py::list(), py::arg("keywords") = py::tuple());
 }
 
 }  // namespace npu_ep

@@ -31,7 +31,7 @@ from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 from ..tail_program import unary_program
 from .elementwise import (CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, class_f16_binder, clip_float, engine_bind,
-                          engine_runner, ufunc_binder, ufunc_into)
+                          engine_runner, ufunc_binder)
 
 
 def _f(x: np.ndarray, v: float) -> np.generic:
@@ -227,9 +227,9 @@ def _clip_bind(p: Prepared, inputs, outs):
         return None  # float16 (computed in float32), 0-d, or bounds of another dtype (numpy's promotion)
     where = p.runtime.partition_outputs
     into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
-    return runtime.call_step(p, ufunc_into(CLIP_UFUNC), (None, ranges[0] if lo is None else lo,
-                                                         ranges[1] if hi is None else hi, None),
-                             [(0, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
+    return runtime.call_step(p, CLIP_UFUNC, (None, ranges[0] if lo is None else lo, ranges[1] if hi is None else hi,
+                                             None),
+                             [(0, 0, x.dtype, x.shape, None)], [(-1, None)], None, into, keywords=("out",))
 
 
 def _prelu_reference(p: Prepared, inputs) -> list[np.ndarray]:

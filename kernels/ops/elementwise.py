@@ -301,8 +301,9 @@ def _ufunc_binder(fn, arity: int, kinds: str = "", exact_f16: bool = False) -> C
         args = tuple(None if i < len(inputs) and inputs[i] is not None else v for i, v in enumerate(values))
         where = p.runtime.partition_outputs  # into ORT's buffer when the result is a partition output
         into = [(arity, where[0], list(outs[0].shape))] if where and 0 in where else []
-        return runtime.call_step(p, ufunc_into(fn, zero_d=outs[0].ndim == 0), (*args, None), live, [(-1, None)],
-                                 None, into)
+        if outs[0].ndim == 0:
+            return runtime.call_step(p, ufunc_into(fn, zero_d=True), (*args, None), live, [(-1, None)], None, into)
+        return runtime.call_step(p, fn, (*args, None), live, [(-1, None)], None, into, keywords=("out",))
     return bind
 
 
@@ -355,8 +356,10 @@ def _relu_bind(p: Prepared, inputs, outs):
     if (not isinstance(x, np.ndarray) or x.dtype not in _RELU_BOUNDS or not x.flags.c_contiguous
             or outs[0].ndim == 0 or outs[0].dtype != x.dtype):
         return None
-    return runtime.call_step(p, CLIP_UFUNC, (None, *_RELU_BOUNDS[x.dtype]), [(0, 0, x.dtype, x.shape, None)],
-                             [(-1, None)])
+    where = p.runtime.partition_outputs  # into ORT's buffer when the result is a partition output
+    into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, CLIP_UFUNC, (None, *_RELU_BOUNDS[x.dtype], None), [(0, 0, x.dtype, x.shape, None)],
+                             [(-1, None)], None, into, keywords=("out",))
 
 
 # --- the element-wise engine: float32 ops as conv-tail instructions run by the native ``tail_of`` ---------------

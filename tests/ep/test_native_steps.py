@@ -378,3 +378,73 @@ def test_a_shape_step_reads_the_dims_of_any_input_clamped_as_onnx_says():
     assert _native.ShapeStep().run((np.zeros((), np.int8),))[0].shape == (0,)
     assert _native.ShapeStep().run((np.zeros((5, 0), np.float16)[:, ::1],))[0].tolist() == [5, 0]
     assert _native.ShapeStep().run((np.zeros(3), np.zeros(3))) is None  # Shape has one input
+
+
+# --- a call step's call: keywords, no Python frame between the loop and a ufunc -----------------------------------
+
+def _call_step(fn, args, inputs, keywords=()):
+    counter = np.zeros(1, np.int64)
+    return _native.CallStep(fn, args, inputs, [(-1, None)], [(counter, 0)], [], [], keywords)
+
+
+def test_a_call_steps_last_arguments_go_by_their_keywords():
+    x, y = np.array([1.0, -2.0, 3.0], np.float32), np.array([0.5, 0.5, 4.0], np.float32)
+    step = _call_step(np.maximum, (None, None, None), [(0, 0, x.dtype, x.shape, None), (1, 1, y.dtype, y.shape, None)],
+                      keywords=("out",))  # np.maximum deprecates a positional out
+    (got,) = step.run((x, y))
+    np.testing.assert_array_equal(got, np.maximum(x, y))
+    assert got is not x and got is not y
+    with pytest.raises(ValueError, match="more keywords than arguments"):
+        _call_step(np.maximum, (None,), [], keywords=("a", "b"))
+    with pytest.raises(TypeError, match="a keyword is a str"):
+        _call_step(np.maximum, (None, None), [], keywords=(1,))
+
+
+def _python_calls(fn) -> int:
+    """Python functions entered while fn runs (a C function called from C, such as a ufunc from a step, is none)."""
+    import sys
+
+    calls = []
+    sys.setprofile(lambda frame, event, arg: calls.append(frame.f_code.co_name) if event == "call" else None)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len([c for c in calls if c != "<lambda>"])
+
+
+@pytest.mark.parametrize("op", ["Add", "Abs", "Relu", "Clip"])
+def test_a_bound_float32_ufunc_step_runs_no_python_and_gives_the_kernels_result(op):
+    """Float32 Add/Abs bind their ufunc and Relu/Clip the clip ufunc with out= passed by keyword: the step calls the
+    ufunc itself (a Python wrapper passing out= cost a frame per call, ~0.3 us of a one-node run)."""
+    x = np.array([[1.5, -2.0, 0.0, np.inf, -np.inf, np.nan]], np.float32)
+    args = [x, x] if op == "Add" else [x]
+    names = ["a", "b"][:len(args)]
+    bounds = {"lo": np.array(-1.0, np.float32), "hi": np.array(1.0, np.float32)} if op == "Clip" else {}
+    node = helper.make_node(op, names + list(bounds), ["y"], name="n")
+    model = make_model([node], [helper.make_tensor_value_info(n, F32, list(a.shape)) for n, a in zip(names, args)],
+                       [helper.make_tensor_value_info("y", F32, list(x.shape))], bounds)
+    program = compiled(model)
+    program(*args)  # the first call binds
+    (step,) = [s for s in program._bindings[tuple(a.shape for a in args)] if s is not None]
+    assert _python_calls(lambda: step.run(tuple(args))) == 0
+    np.testing.assert_array_equal(step.run(tuple(args))[0], cpu_run(model, dict(zip(names, args)))[0])
+
+
+@pytest.mark.parametrize("op", ["Add", "Relu"])
+def test_one_node_float32_sessions_on_the_keyword_steps_match_the_cpu_ep(op):
+    """The steps write a partition output into ORT's buffer (out= by keyword); every run equals the CPU EP's, NaN,
+    infinities and -0 included, and NpuEP ran the node."""
+    from tests.npu_testing import assignment, npu_session
+
+    x = np.array([[1.5, -2.0, -0.0, np.inf, -np.inf, np.nan, 3e38, -1e-40]], np.float32)
+    names = ["a", "b"] if op == "Add" else ["a"]
+    model = make_model([helper.make_node(op, names, ["y"], name="n")],
+                       [helper.make_tensor_value_info(n, F32, list(x.shape)) for n in names],
+                       [helper.make_tensor_value_info("y", F32, list(x.shape))])
+    feeds = {n: x if i == 0 else x[:, ::-1].copy() for i, n in enumerate(names)}
+    sess = npu_session(model, cpu=False)
+    assert assignment(sess) == {"n": "NpuEP"}
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):  # the first run binds, the others run the bound step into ORT's buffer
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
