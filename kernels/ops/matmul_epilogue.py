@@ -46,8 +46,14 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 
 def _bind(p: Prepared, inputs, outs):
-    """The float matmul's native step (it applies the epilogue); the other bases' binds know no epilogue."""
-    return matmul.bind_float(p, inputs, outs) if tuple(_key(p)) in (("", "MatMul"), ("", "Gemm")) else None
+    """The base kernel's native step, which applies the epilogue: the float matmul's, and MatMulNBits' for a
+    constant bias (``bind_nbits`` declines other epilogues); MatMulIntegerToFloat's bind knows no epilogue."""
+    key = tuple(_key(p))
+    if key in (("", "MatMul"), ("", "Gemm")):
+        return matmul.bind_float(p, inputs, outs)
+    if key == ("com.microsoft", "MatMulNBits"):
+        return matmul_nbits.bind_nbits(p, inputs, outs)
+    return None
 
 
 register(KernelDef("npu", "MatMulEpilogue", _prepare, _run, _cost, _check, bind=_bind))

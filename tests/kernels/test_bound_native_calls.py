@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from npu_ep.ep import _native as extension
 from npu_ep.ep.sessions import session_of, tag_session_options
@@ -20,7 +20,7 @@ from npu_ep.kernels.target import Target
 from npu_ep.quantization import quantize_matmul_nbits
 from tests.kernels.test_native_norm_matmul import _feeds, _model, _prepared
 from tests.loop_oracle import python_loop
-from tests.npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+from tests.npu_testing import assignment, count_kernel_runs, cpu_run, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
@@ -267,6 +267,23 @@ def test_call_steps_decline_dma_counting_and_another_kernel_choice():
     np.testing.assert_allclose(loop((a,))[0], outs[0], rtol=1e-5, atol=1e-5)
     assert loop.native_counts == (0, 2)
     assert kernel.bind(p, [a], outs) is None  # and nothing binds under the reference model
+
+
+def test_matmul_nbits_with_a_fused_bias_binds_its_native_step():
+    """MatMulNBits then an Add of a constant bias (a decoder's biased projections: qwen2, GPT-J) fuse into one
+    npu::MatMulEpilogue, which binds MatMulNBits' step with the bias folded in: its kernel runs on the first call
+    only, and the outputs are the CPU EP's."""
+    model = nbits_model(64, 32, 1, level=0, bias=False)
+    model.graph.node[0].output[0] = "t"
+    model.graph.node.append(helper.make_node("Add", ["t", "add_bias"], ["y"], name="add"))
+    model.graph.initializer.append(numpy_helper.from_array(RNG.standard_normal(32).astype(np.float32), "add_bias"))
+    program = compiled(model)
+    assert [st.op for st in program.steps] == ["npu::MatMulEpilogue"]
+    kernel_runs = count_kernel_runs(program)
+    for _ in range(3):
+        a = RNG.standard_normal((1, 1, 64)).astype(np.float32)
+        np.testing.assert_allclose(program(a)[0], cpu_run(model, {"a": a})[0], rtol=1e-4, atol=1e-4)
+    assert kernel_runs == {"npu::MatMulEpilogue": 1}
 
 
 # --- float MatMul / Gemm ----------------------------------------------------------------------------------------
