@@ -76,17 +76,32 @@ def _check(node: NodeInfo, target: Target) -> str | None:
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
     c = lambda i: np.asarray(node.input(i).value)
-    w = c(3).astype(np.float64) - c(5).astype(np.float64).reshape(-1)
+    w = c(3).astype(np.int64) - c(5).astype(np.int64).reshape(-1)
     act, wt = dtype_name(node.input(0)), dtype_name(node.input(3))
-    consts = {"w": np.ascontiguousarray(w), "xzp": c(2).astype(np.float64).reshape(()),
+    consts = {"xzp": c(2).astype(np.float64).reshape(()),
               "mult": (c(1).astype(np.float64).reshape(()) * c(4).astype(np.float64).reshape(-1)),
               "ys": c(6).astype(np.float32).reshape(()), "yzp": c(7).reshape(())}
-    packed = pack_int_weights(c(3).astype(np.int64) - c(5).astype(np.int64).reshape(-1))
-    consts.update(packed or {})
-    attrs = {"act": act, "out": dtype_name(node.outputs[0]) or c(7).dtype.name, "plan_a": "int8",
+    packed = pack_int_weights(w)
+    consts.update(packed or {"w": np.ascontiguousarray(w, np.float64)})
+    attrs = {"k": int(w.shape[0]), "n": int(w.shape[1]), "act": act,
+             "out": dtype_name(node.outputs[0]) or c(7).dtype.name, "plan_a": "int8",
              "plan_b": "int4" if wt in ("int4", "uint4") else "int8", "plan_out": "int8",
              "passes": 2 if act in ("int16", "uint16") else 1}
     return Prepared(attrs, consts, target)
+
+
+def _float_weights(p: Prepared) -> np.ndarray:
+    """W - w_zp as float64 for the reference's BLAS. Prepare keeps it only when W was not packed (it is 8 bytes a
+    weight, the panels 2); otherwise the first reference run unpacks the panels into the kernel's cache."""
+    c = p.consts
+    if "w" in c:
+        return c["w"]
+    w = p.kernel_cache.get("w_f64")
+    if w is None:
+        wp = c["wp"]
+        w = wp.transpose(1, 3, 0, 2).reshape(wp.shape[1] * 2, wp.shape[0] * 16)[:p.attrs["k"], :p.attrs["n"]]
+        w = p.kernel_cache["w_f64"] = np.ascontiguousarray(w, np.float64)
+    return w
 
 
 def _native_args(p: Prepared, x) -> tuple | None:
@@ -94,7 +109,7 @@ def _native_args(p: Prepared, x) -> tuple | None:
     GEMM when W was packed, else the float64 loop for a small product; None when the reference runs."""
     nat = runtime.native(p)
     c = p.consts
-    k, n = c["w"].shape
+    k, n = p.attrs["k"], p.attrs["n"]
     out = np.dtype(container_dtype(p.attrs["out"]))
     if nat is None or not isinstance(x, np.ndarray) or x.dtype.name not in ("int8", "uint8", "int16", "uint16") \
             or out.itemsize > 2 or not x.ndim or x.shape[-1] != k:
@@ -107,7 +122,7 @@ def _native_args(p: Prepared, x) -> tuple | None:
                                     runtime.threads(p), None), 13
     if x.size * n > SMALL_PRODUCT:
         return None
-    return nat.qdq_matmul_small, (c["w"], float(c["xzp"]), *quant), None
+    return nat.qdq_matmul_small, (_float_weights(p), float(c["xzp"]), *quant), None
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -119,7 +134,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         return [fn(x, *args)]
     x = x.astype(np.float64)
     x -= c["xzp"]
-    acc = x @ c["w"]  # exact integers (checked bound)
+    acc = x @ _float_weights(p)  # exact integers (checked bound)
     y = (acc * c["mult"]).astype(np.float32)
     return [quantize_float(y, c["ys"], c["yzp"], p.attrs["out"])]
 
@@ -138,7 +153,7 @@ def _bind(p: Prepared, inputs, outs):
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
-    k, n = p.consts["w"].shape
+    k, n = p.attrs["k"], p.attrs["n"]
     m, n, k, batch = matmul_dims(shapes[0], (k, n))
     cost = planned_cost(p, m, n, k, batch)
     passes = p.attrs["passes"]  # a 16-bit activation is two int8 passes through the array

@@ -17,9 +17,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
-from _sweep import around, check, native_vs_reference
+from _sweep import REF, around, check, native_vs_reference, node_model
+from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
+from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.ops.qdq_matmul import SMALL_PRODUCT
 from npu_ep.tools.bench.ops import _ep_session, python_steps
 from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
@@ -118,6 +120,17 @@ def _wide_weights(k, n):
     w = _ints((k, n), np.int16, -32768, -30000)
     w[0, 0] = 32767
     return w
+
+
+def test_packed_weights_are_the_only_copy_prepare_keeps():
+    """The float64 W the reference multiplies by (8 bytes a weight) is made on its first run, not kept at prepare
+    beside the int16 panels."""
+    k, n = 300, 200
+    (node,) = nodes_from_model(node_model("QdqMatMul", _inputs(_ints((2, k), np.int16), k, n, False, np.int16),
+                                          domain="npu"))
+    p = kernel_for("npu", "QdqMatMul").prepare(node, REF)
+    assert p.consts["wp"].dtype == np.int16
+    assert sum(np.asarray(v).nbytes for v in p.consts.values()) < 2 * (k + 1) * (n + 15) + 16 * n
 
 
 def test_weights_past_int16_take_the_float64_loop():
