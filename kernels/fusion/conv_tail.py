@@ -129,12 +129,19 @@ def _link(nd: NodeInfo, x: str, channels: tuple[int, int] | None = None) -> list
     return None
 
 
+# the links a conv's tail takes, as a miss names them
+_LINKS = ("of a scalar constant (Mul, Add, Sub, Div, Clip, Relu, Max, Min, Sigmoid, HardSigmoid, HardSwish, Erf, "
+          "LeakyRelu, one-slope PRelu, Gelu, Pow by 3 or 0.5)")
+
+
 class _Walker:
     """Walks links and diamonds after a value; ``link`` gives a node's instructions (the standalone chain pass,
     fusion/eltwise_chain.py, passes one that also knows the engine's unary ops)."""
 
-    def __init__(self, nodes: list[NodeInfo], users: dict[str, list[int]], taken: set[int], link=None):
+    def __init__(self, nodes: list[NodeInfo], users: dict[str, list[int]], taken: set[int], link=None,
+                 group: str = "conv's tail", links: str = _LINKS):
         self.nodes, self.users, self.taken = nodes, users, taken
+        self.group, self.links = group, links  # how a miss names the fused group and the links it takes
         self.channels: tuple[int, int] | None = None  # the conv's M and output rank (per-channel PRelu slopes)
         self.link = link or (lambda nd, x: _link(nd, x, self.channels))
 
@@ -169,7 +176,7 @@ class _Walker:
         if len(set(r)) != len(r):
             return f"a node reads its output '{v.name}' twice"
         if any(i in self.taken for i in r):
-            return f"a reader of its output '{v.name}' is already in another conv's tail"
+            return f"a reader of its output '{v.name}' is already in another {self.group}"
         if len(r) == 1:
             nd = self.nodes[r[0]]
             if nd.op_type == "PRelu" and nd.domain == "" and self.channels is not None and len(nd.inputs) == 2:
@@ -177,9 +184,7 @@ class _Walker:
                 return (f"its output '{v.name}' is read by PRelu '{nd.name}' whose slope {list(slope.shape or [])} is "
                         f"neither one value nor one per output channel ([{self.channels[0]}, 1, ...] aligned to the "
                         f"conv's rank-{self.channels[1]} output), or not a float32 constant")
-            return (f"its output '{v.name}' is read by {nd.op_type} '{nd.name}', not a float32 link of a scalar "
-                    "constant (Mul, Add, Sub, Div, Clip, Relu, Max, Min, Sigmoid, HardSigmoid, HardSwish, Erf, "
-                    "LeakyRelu, one-slope PRelu, Gelu, Pow by 3 or 0.5)")
+            return f"its output '{v.name}' is read by {nd.op_type} '{nd.name}', not a float32 link {self.links}"
         if len(r) == 2:
             names = " and ".join(f"{self.nodes[i].op_type} '{self.nodes[i].name}'" for i in r)
             return f"its output '{v.name}' is read by {names}, which form no x * f(x) or x + f(x) diamond"

@@ -37,6 +37,10 @@ _UNARY = {"Exp": [("exp", 0.0, 0.0)], "Log": [("log", 0.0, 0.0)], "Tanh": [("tan
           "Abs": [("abs", 0.0, 0.0)], "Neg": [("mul", -1.0, 0.0)], "Reciprocal": [("rdiv", 1.0, 0.0)],
           "Floor": [("floor", 0.0, 0.0)], "Ceil": [("ceil", 0.0, 0.0)], "Round": [("round", 0.0, 0.0)]}
 _PARAM_UNARY = ("Softsign", "Softplus", "Elu", "Selu")
+# the links a chain takes, as a miss names them
+_LINKS = ("of a scalar constant or a unary op (Mul, Add, Sub, Div, Clip, Relu, Max, Min, Sigmoid, HardSigmoid, "
+          "HardSwish, Erf, LeakyRelu, one-slope PRelu, Gelu, Pow by 3 or 0.5, Exp, Log, Tanh, Abs, Neg, Reciprocal, "
+          "Floor, Ceil, Round, Softsign, Softplus, Elu, Selu)")
 # ops that would continue a chain if their operands allowed it (a reader among these that is no link is a miss)
 ELEMENTWISE = {*_UNARY, *_PARAM_UNARY, "Mul", "Add", "Sub", "Div", "Max", "Min", "Clip", "Relu", "Sigmoid", "Erf",
                "HardSigmoid", "HardSwish", "LeakyRelu", "PRelu", "Gelu", "Pow"}
@@ -75,7 +79,7 @@ def fuse_elementwise_chains(nodes: list[NodeInfo], target: Target, misses: list[
     ``npu::ElementwiseChain``; each stop before an element-wise reader goes to ``misses`` with the reason."""
     users = consumers_of(nodes)
     taken: set[int] = set()
-    walker = _Walker(nodes, users, taken, link=_link)
+    walker = _Walker(nodes, users, taken, link=_link, group="element-wise chain", links=_LINKS)
     replace: dict[int, NodeInfo] = {}
     for start in _starts(nodes):
         program, absorbed, cur = [], [], start

@@ -123,6 +123,20 @@ def test_graph_output_and_tensor_operands_stop_the_chain_with_a_reason():
     assert "graph output" in misses[0].reason
 
 
+def test_a_chain_miss_names_the_chain_and_its_links_not_a_conv_tail():
+    """The walker is the conv tail's; a standalone chain's miss names the chain's links (the engine's unary ops
+    among them), not a conv's tail's."""
+    inits = {"two": _const(2.0), "t": RNG.standard_normal(SHAPE[-1]).astype(np.float32)}
+    nodes = [helper.make_node("Exp", ["x"], ["e"], name="exp"),
+             helper.make_node("Mul", ["e", "two"], ["m"], name="mul"),
+             helper.make_node("Add", ["m", "t"], ["y"], name="add_tensor")]
+    misses: list = []
+    fuse_elementwise_chains(nodes_from_model(_model(nodes, inits)), REF, misses)
+    assert len(misses) == 1 and misses[0].fusion == "eltwise_chain"
+    assert "or a unary op" in misses[0].reason and "Softsign" in misses[0].reason, misses[0].reason
+    assert "conv" not in misses[0].reason
+
+
 def _ulps(got: np.ndarray, want: np.ndarray) -> float:
     assert np.array_equal(np.isnan(got), np.isnan(want))
     fin = np.isfinite(want)
