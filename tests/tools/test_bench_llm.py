@@ -13,3 +13,5 @@ def test_growing_past_runs_both_eps_with_identical_tokens_and_prints_the_ratios(
     for line in ("inter-token, first calls of each past length:", "TTFT (prompt signature seen):",
                  "inter-token, lengths seen before:"):
         assert line in out and "x" in out.split(line)[1].splitlines()[0]
+    # the demo's Llama: every step's native step takes a past one longer (no Python kernel per token)
+    assert "Python steps on the last new past length (NpuEP): none" in out

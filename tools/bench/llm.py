@@ -143,8 +143,24 @@ def _growing_past(args: argparse.Namespace, tmp: Path) -> int:
           f"{first['CPU EP']:.0f} = {first['NpuEP'] / first['CPU EP']:.2f}x\n  TTFT (prompt signature seen): "
           f"{ttft['NpuEP']:.0f} / {ttft['CPU EP']:.0f} = {ttft['NpuEP'] / ttft['CPU EP']:.2f}x\n  inter-token, "
           f"lengths seen before: {again['NpuEP']:.0f} / {again['CPU EP']:.0f} = "
-          f"{again['NpuEP'] / again['CPU EP']:.2f}x")
+          f"{again['NpuEP'] / again['CPU EP']:.2f}x\n  Python steps on the last new past length (NpuEP): "
+          f"{', '.join(python_steps_on_a_new_length(sessions['NpuEP'])) or 'none'}")
     return 0
+
+
+def python_steps_on_a_new_length(sess) -> list[str]:
+    """The steps of the session's programs that ran their Python kernel in the last scouted call (a new input
+    signature: a past one longer), as "op (node)": those without a native step and those whose native step declined
+    the new inputs (``ep.program.Program._scout``). Each costs a kernel run on every token of a growing past."""
+    from ...ep.sessions import session_of
+
+    out = []
+    for program in session_of(sess).programs.values():
+        declined = set(program._declines)
+        for j, step in enumerate(program.steps):
+            if j in declined or program._latest_natives.get(id(step)) is None:
+                out.append(f"{step.op} ({step.node_name})")
+    return out
 
 
 def _run(args: argparse.Namespace, ap: argparse.ArgumentParser, tmp: Path) -> int:
