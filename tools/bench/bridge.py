@@ -3,7 +3,9 @@
 Runs a one-node graph (Relu on [1, 4]) on NpuEP and on ORT's CPU EP in the same process and prints:
 - session.run latency of each (median of many runs) and their difference;
 - from the shim's own counters: time inside the Compute callback, time inside the Python program, and the
-  difference = the bridge (GIL, zero-copy input views, the call, output copy).
+  difference = the bridge (GIL, zero-copy input views, the call, output copy);
+- a native step's loop overhead: a StepLoop of bound call steps whose kernel does nothing, per step (issue 40
+  target: <= 0.3 us), and the same with a ufunc on [1, 8].
 Usage: ``python -m npu_ep.tools.bench.bridge [--runs N]``. Target: bridge < 5 us per call.
 """
 
@@ -62,6 +64,39 @@ def measure(runs: int = 2000) -> dict[str, float]:
             "compute_callback_us": total, "python_program_us": program, "bridge_us": total - program}
 
 
+def _best_us(fn, calls: int, rounds: int = 7) -> float:
+    """The fastest of ``rounds`` blocks of ``calls`` calls, per call (the shared machine only ever adds time)."""
+    for _ in range(min(calls, 200)):
+        fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter_ns() - t0) / calls / 1e3)
+    return best
+
+
+def step_overhead(steps: int = 64, runs: int = 2000) -> dict[str, float]:
+    """Per step of a program's C++ loop running bound native steps (CallStep, input checked, out= by keyword): with
+    a kernel that does no work (``type``, a C call of ~20 ns), which is the loop's own overhead, and with a ufunc on
+    [1, 8]."""
+    ext = extension()
+    x = np.ones((1, 8), np.float32)
+    counter = np.zeros(1, np.int64)  # a guard that always holds
+
+    def per_step(fn, template: tuple, keywords: tuple) -> float:
+        step = ext.CallStep(fn, template, [(0, 0, x.dtype, x.shape, None)], [(-1, None)], [(counter, 0)], [], [],
+                            keywords)
+        long, empty = (ext.StepLoop([(None, None, [0], ((0, 1),), [], step)] * n, 2, (1,), lambda j, a, e: e)
+                       for n in (steps, 0))
+        args = (x,)
+        return (_best_us(lambda: long(args), max(1, runs // steps)) - _best_us(lambda: empty(args), runs)) / steps
+
+    return {"loop_overhead_us": per_step(type, (None,), ()),
+            "ufunc_step_us": per_step(np.negative, (None, None), ("out",))}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=2000)
@@ -74,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:44s} {r[k]:8.2f}")
     print(f"bridge overhead {r['bridge_us']:.2f} us per partition call (target < 5 us): "
           f"{'OK' if r['bridge_us'] < 5 else 'OVER TARGET'}")
+    s = step_overhead()
+    print(f"native step loop overhead {s['loop_overhead_us']:.2f} us per step (a kernel doing nothing; target <= 0.3 "
+          f"us): {'OK' if s['loop_overhead_us'] <= 0.3 else 'OVER TARGET'}; a ufunc step on [1, 8] "
+          f"{s['ufunc_step_us']:.2f} us")
     return 0
 
 
