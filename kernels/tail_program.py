@@ -14,7 +14,7 @@ import numpy as np
 CODES = {"mul": 0, "add": 1, "sub": 2, "rsub": 3, "div": 4, "rdiv": 5, "clip": 6, "save": 7, "mul_saved": 8,
          "add_saved": 9, "sigmoid": 10, "erf": 11, "leaky_relu": 12, "tanh": 13, "pow_half": 14, "exp": 15, "log": 16,
          "abs": 17, "floor": 18, "ceil": 19, "round": 20, "sign": 21, "div_saved": 22, "elu": 23, "softplus": 24,
-         "sin": 25, "cos": 26}
+         "sin": 25, "cos": 26, "softsign": 27}
 
 Instruction = tuple[str, float, float]  # (CODES name, a, b)
 
@@ -36,8 +36,8 @@ GELU_TANH: list[Instruction] = [*CUBE, ("mul", float(np.float32(0.044715)), 0.0)
                                 ("mul", float(np.float32(SQRT_2_OVER_PI)), 0.0), ("tanh", 0.0, 0.0),
                                 ("add", 1.0, 0.0), ("mul", 0.5, 0.0), ("mul_saved", 0.0, 0.0)]
 
-# x / (1 + |x|): Softsign as its kernel computes it
-SOFTSIGN: list[Instruction] = [("save", 0.0, 0.0), ("abs", 0.0, 0.0), ("add", 1.0, 0.0), ("div_saved", 0.0, 0.0)]
+# x / (1 + |x|): Softsign as its kernel computes it, in one loop (the bits of save, abs, add 1, div_saved)
+SOFTSIGN: list[Instruction] = [("softsign", 0.0, 0.0)]
 
 
 def unary_program(op: str, dtype, attrs: dict | None = None) -> list[Instruction] | None:

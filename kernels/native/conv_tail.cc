@@ -69,9 +69,10 @@ enum Code : int32_t {
   kElu,
   kSoftplus,
   kSin,
-  kCos
+  kCos,
+  kSoftsign
 };
-static_assert(kCos + 1 == kTailCodes && kClip == kTailClip, "conv_tail.h's kTailCodes, kTailClip");
+static_assert(kSoftsign + 1 == kTailCodes && kClip == kTailClip, "conv_tail.h's kTailCodes, kTailClip");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
 constexpr int64_t kTailTask = int64_t{1} << 16;  // floats per parallel task
@@ -314,6 +315,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
       case kSoftplus: SoftplusRun(v, n); break;
       case kSin: SinRun(v, n); break;
       case kCos: CosRun(v, n); break;
+      case kSoftsign:  // x / (1 + |x|) in one loop: the bits of save, abs, add 1, div_saved
+        for (int64_t i = 0; i < n; ++i) v[i] = v[i] / (1.0f + engine::Abs(v[i]));
+        break;
     }
   }
 }

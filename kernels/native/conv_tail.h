@@ -35,7 +35,7 @@ inline void ApplyChannelTail(const ConvTail& tail, float* v, int64_t n, int64_t 
   one.channel_consts = nullptr;
   ApplyTail(one, v, n);
 }
-constexpr int32_t kTailCodes = 27;  // codes are 0 .. kTailCodes - 1
+constexpr int32_t kTailCodes = 28;  // codes are 0 .. kTailCodes - 1
 constexpr int32_t kTailClip = 6;    // clip lo hi (Clip, Relu)
 
 // Python bindings (conv_tail, tail_of, prelu_rows, sigmoid, ...), added to the `kernels` submodule.

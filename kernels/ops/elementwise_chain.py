@@ -26,7 +26,8 @@ _WITH_CONSTANT = {"mul": (np.multiply, False), "add": (np.add, False), "sub": (n
 _WITH_SAVED = {"mul_saved": np.multiply, "add_saved": np.add, "div_saved": np.divide}  # saved copy first
 _UNARY = {"sigmoid": sigmoid, "erf": erf_f32, "tanh": tanh_f32, "pow_half": pow_half, "exp": np.exp, "log": np.log,
           "abs": np.abs, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
-          "softplus": lambda y: np.logaddexp(np.float32(0.0), y), "sin": np.sin, "cos": np.cos}
+          "softplus": lambda y: np.logaddexp(np.float32(0.0), y), "sin": np.sin, "cos": np.cos,
+          "softsign": lambda y: y / (np.abs(y) + np.float32(1.0))}
 
 
 def run_program(x: np.ndarray, program: list) -> np.ndarray:

@@ -174,6 +174,7 @@ def test_the_reference_interpreter_follows_each_instruction():
     x = np.array([-2.0, -0.0, 0.5, 3.0, np.nan], np.float32)
     program = [["save", 0, 0], ["abs", 0, 0], ["add", 1.0, 0], ["div_saved", 0, 0], ["sign", 0, 1.0]]
     np.testing.assert_array_equal(run_program(x, program), [-1.0, 0.0, 1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(run_program(x, [["softsign", 0, 0]]), run_program(x, program[:4]))
 
 
 @needs_native
