@@ -33,7 +33,7 @@ from .. import runtime
 from ._matrix import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
 from .matmul import packed_panels
-from .matmul_nbits import NBITS_MEMBERS, nbits_matmul
+from .matmul_nbits import NBITS_MEMBERS, nbits_matmul, nbits_step
 
 _NBITS = ("com.microsoft", "MatMulNBits")
 _EXP_CLIP = np.float32(80.0)
@@ -135,17 +135,33 @@ def _outputs(at: dict, y: np.ndarray) -> list[np.ndarray]:
     return [y] if at["epilogue"].get("swiglu") else [y[..., s0:s1] for s0, s1 in at["slices"]]
 
 
+def _nbits_bias(p: Prepared) -> np.ndarray | bool | None:
+    """For a group of MatMulNBits members whose epilogue is at most a constant bias: that bias (None: none), which
+    the native kernel adds; False for other groups."""
+    at = p.attrs
+    if NBITS_MEMBERS not in at or at["dtype"] != "float32" or {k for k, v in at["epilogue"].items() if v} - {"bias"}:
+        return False
+    return p.consts["ep_bias"] if at["epilogue"].get("bias") else None
+
+
 def _bind(p: Prepared, inputs, outs):
-    """A float32 group on the packed GEMM as one native call for this input shape; its outputs are column views
-    of the one product, as the kernel's."""
+    """A float32 group on the packed GEMM, or a group of MatMulNBits members with at most a bias on their native
+    kernel, as one native call for this input shape; its outputs are column views of the one product, as the
+    kernel's."""
     a = inputs[0] if inputs else None
     nat = runtime.native(p)
     if nat is None or not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.ndim or not a.flags.c_contiguous:
         return None
+    at = p.attrs
+    bias = _nbits_bias(p)
+    if bias is not False:
+        if runtime.counting_dma(p) or a.shape[-1] != at["K"]:
+            return None
+        product = (*a.shape[:-1], at["N"])
+        return nbits_step(p, a, bias, [(-1, product, (s0, s1)) for s0, s1 in at["slices"]])
     call = _packed_call(p, a)
     if call is None:
         return None
-    at = p.attrs
     outputs = [(-1, None)] if at["epilogue"].get("swiglu") else [(-1, None, (s0, s1)) for s0, s1 in at["slices"]]
     return runtime.call_step(p, nat.float_matmul_packed, (None, *call), [(0, 0, np.float32, a.shape, None)], outputs,
                              None)
@@ -157,6 +173,9 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     call = None if NBITS_MEMBERS in at or a.dtype != np.float32 else _packed_call(p, a)
     if call is not None:
         return _outputs(at, runtime.native(p).float_matmul_packed(np.ascontiguousarray(a), *call))
+    bias = _nbits_bias(p)
+    if bias is not False:  # the bias added by the kernel, as the bound step adds it
+        return _outputs(at, nbits_matmul(p, a, bias))
     if NBITS_MEMBERS in at:
         y = nbits_matmul(p, a)
     else:

@@ -337,11 +337,17 @@ def bind_nbits(p: Prepared, inputs, outs) -> Any:
     if (nat is None or not _bias_only(p) or runtime.counting_dma(p) or PERM in p.consts or not isinstance(a, np.ndarray)
             or a.dtype != np.float32 or not a.flags.c_contiguous or a.ndim < 1 or a.shape[-1] != p.attrs["K"]):
         return None
-    m = a.size // p.attrs["K"]
     bias = p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None
-    bound = nat.BoundNBits(*_native_args(p, bias), *_native_tail(p, m), None)  # weights converted once
-    return runtime.call_step(p, bound, (None,), [(0, 0, np.float32, a.shape, (m, p.attrs["K"]))],
-                             [(-1, outs[0].shape)], None)
+    return nbits_step(p, a, bias, [(-1, outs[0].shape)])
+
+
+def nbits_step(p: Prepared, a: np.ndarray, bias: np.ndarray | None, outputs: list) -> Any:
+    """``A @ W (+ bias)`` for a float32 C-contiguous A of this shape as one native call step (the weights converted
+    once), for a MatMulNBits or a MatMulGroup of them (``packed_weights``); ``outputs`` as ``runtime.call_step``'s,
+    over the [M, N] product."""
+    m = a.size // p.attrs["K"]
+    bound = runtime.native(p).BoundNBits(*_native_args(p, bias), *_native_tail(p, m), None)
+    return runtime.call_step(p, bound, (None,), [(0, 0, np.float32, a.shape, (m, p.attrs["K"]))], outputs, None)
 
 
 def _bias_only(p: Prepared) -> bool:

@@ -286,6 +286,36 @@ def test_matmul_nbits_with_a_fused_bias_binds_its_native_step():
     assert kernel_runs == {"npu::MatMulEpilogue": 1}
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_group_of_matmul_nbits_binds_one_native_step(bias):
+    """Three MatMulNBits reading the same A (a decoder's q, k, v projections: GPT-J rewritten) are one
+    npu::MatMulGroup; its native step makes the one product (with the members' biases) whose column slices are the
+    outputs: the kernel runs on the first call only, and the outputs are the CPU EP's."""
+    nodes, inits, outs = [], {}, []
+    for i, n in enumerate((32, 32, 48)):
+        q = quantize_matmul_nbits(RNG.standard_normal((64, n)).astype(np.float32), 32, False)
+        inits.update({f"B{i}": q.B, f"S{i}": q.scales, f"Z{i}": q.zero_points})
+        ins = ["a", f"B{i}", f"S{i}", f"Z{i}"]
+        if bias and i != 1:  # one member without a bias: zeros in the group's
+            inits[f"bias{i}"] = RNG.standard_normal(n).astype(np.float32)
+            ins += ["", f"bias{i}"]
+        nodes.append(helper.make_node("MatMulNBits", ins, [f"y{i}"], f"mm{i}", domain="com.microsoft", K=64, N=n,
+                                      bits=4, block_size=32, accuracy_level=0))
+        outs.append(helper.make_tensor_value_info(f"y{i}", F32, [1, 1, n]))
+    model = make_model(nodes, [helper.make_tensor_value_info("a", F32, [1, 1, 64])], outs, inits,
+                       extra_opsets=[("com.microsoft", 1)])
+    program = compiled(model)
+    assert [st.op for st in program.steps] == ["npu::MatMulGroup"]
+    kernel_runs = count_kernel_runs(program)
+    names = [io.name for io in program.outputs]
+    for _ in range(3):
+        a = RNG.standard_normal((1, 1, 64)).astype(np.float32)
+        got = dict(zip(names, program(a)))
+        for i, want in enumerate(cpu_run(model, {"a": a})):
+            np.testing.assert_allclose(got[f"y{i}"], want, rtol=1e-4, atol=1e-4)
+    assert kernel_runs == {"npu::MatMulGroup": 1}
+
+
 # --- float MatMul / Gemm ----------------------------------------------------------------------------------------
 
 def float_mm_model(a_shape, k, n, *, op="MatMul", tail=(), trans_b=False, bias_shape=None):
