@@ -24,29 +24,67 @@ void ConvShape::Finish() {
   OW = (W + pl + pr - ekw) / sw + 1;
 }
 
-void conv_detail::PatchMatrix(const ConvShape& s, const float* planes, int64_t p0, int64_t cols, float* patch) {
-  const int64_t T = s.kh * s.kw, K = s.Cg() * T;
+namespace {
+
+// d[0, n) = s[0, n) as moves of a constant size (inlined, no libc call): 8 floats at a time and a last 8 (or, below
+// 8, two 4s) overlapping the ones before; elementwise below 4. The segments of a small map's patch rows are a few
+// floats each (an 8x8 map: 7 or 8), where a memcpy/memset call per segment cost more than the copy.
+inline void Move(float* d, const float* s, int64_t n) {
+  if (n >= 8) {
+    for (int64_t o = 0; o + 8 <= n; o += 8) std::memcpy(d + o, s + o, 8 * sizeof(float));
+    std::memcpy(d + n - 8, s + n - 8, 8 * sizeof(float));
+  } else if (n >= 4) {
+    std::memcpy(d, s, 4 * sizeof(float));
+    std::memcpy(d + n - 4, s + n - 4, 4 * sizeof(float));
+  } else {
+    for (int64_t o = 0; o < n; ++o) d[o] = s[o];
+  }
+}
+
+constexpr float kZeros[64] = {};
+
+inline void Zeros(float* d, int64_t n) {
+  for (; n > 64; n -= 64, d += 64) Move(d, kZeros, 64);
+  Move(d, kZeros, n);
+}
+
+// A patch row segment: n0 zeros, n values of r (stride sw), n1 zeros.
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void Segment(float* d, const float* r, int64_t sw,
+                                                                                  int64_t n0, int64_t n, int64_t n1) {
+  Zeros(d, n0);
+  d += n0;
+  if (sw == 1) {
+    Move(d, r, n);
+  } else {
+    for (int64_t o = 0; o < n; ++o) d[o] = r[o * sw];
+  }
+  Zeros(d + n, n1);
+}
+
+}  // namespace
+
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) void conv_detail::PatchMatrix(const ConvShape& s,
+                                                                                            const float* planes,
+                                                                                            int64_t p0, int64_t cols,
+                                                                                            float* patch) {
+  const int64_t T = s.kh * s.kw, K = s.Cg() * T, end = p0 + cols;
   for (int64_t k = 0; k < K; ++k) {
     const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
     const float* plane = planes + c * s.H * s.W;
     const int64_t off_w = j * s.dw - s.pl;
     const conv_detail::Span sp = conv_detail::Valid(off_w, s.sw, s.W, s.OW);
     float* dst = patch + k * cols;
-    for (int64_t p = p0; p < p0 + cols;) {  // one output row segment at a time
-      const int64_t oh = p / s.OW, ow0 = p % s.OW, ow1 = std::min(s.OW, ow0 + (p0 + cols - p));
+    int64_t oh = p0 / s.OW, ow0 = p0 % s.OW;
+    for (int64_t p = p0; p < end; ++oh, ow0 = 0) {  // one output row segment at a time
+      const int64_t ow1 = std::min(s.OW, ow0 + (end - p));
       float* d = dst + (p - p0) - ow0;  // d[ow] is pixel (oh, ow)
       const int64_t ih = oh * s.sh - s.pt + i * s.dh;
       if (ih < 0 || ih >= s.H) {
-        std::fill(d + ow0, d + ow1, 0.0f);
+        Segment(d + ow0, nullptr, s.sw, ow1 - ow0, 0, 0);
       } else {
         const float* row = plane + ih * s.W + off_w;
         const int64_t lo = std::clamp(sp.lo, ow0, ow1), hi = std::clamp(sp.hi, lo, ow1);
-        std::fill(d + ow0, d + lo, 0.0f);
-        if (s.sw == 1)
-          std::memcpy(d + lo, row + lo, (hi - lo) * sizeof(float));
-        else
-          for (int64_t o = lo; o < hi; ++o) d[o] = row[o * s.sw];
-        std::fill(d + hi, d + ow1, 0.0f);
+        Segment(d + ow0, row + lo * s.sw, s.sw, lo - ow0, hi - lo, ow1 - hi);
       }
       p += ow1 - ow0;
     }
