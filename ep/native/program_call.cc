@@ -91,8 +91,8 @@ class ProgramCall {
     py::object ordered = Ordered(inputs);
     if (!ordered) return nullptr;
     if (record_) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
-    Key key;
-    key.reserve(16);
+    Key& key = key_scratch_;  // no allocation per call; only read before anything here can run Python
+    key.clear();
     const Py_ssize_t n = PyTuple_GET_SIZE(ordered.ptr());
     for (Py_ssize_t i = 0; i < n; ++i)
       if (!AppendShape(PyTuple_GET_ITEM(ordered.ptr(), i), key))
@@ -239,6 +239,7 @@ class ProgramCall {
   std::vector<Py_ssize_t> perm_;
   bool record_ = false;
   std::unordered_map<Key, std::shared_ptr<Signature>, KeyHash> signatures_;
+  Key key_scratch_;  // the signature key Dispatch builds, kept for its capacity
 };
 
 ProgramCall* AsProgramCall(py::handle obj) {
