@@ -117,6 +117,7 @@ struct IntGemm {
   const double* mult = nullptr;
   bool per_column = false;
   float ys = 1, yzp = 0, lo = 0, hi = 0;
+  bool avx512 = false;  // requantize with RequantizeAvx512
 };
 
 // acc[r][p * 16 + c] += sum over pairs [q0, q1) of xs[r] pair q times panel (p0 + p)'s pair q, column c.
@@ -239,18 +240,59 @@ void WidenRows(const X* x, const IntGemm& g, int64_t r0, int64_t rows, int16_t* 
 }
 
 // The reference's float steps on the exact integer sums of one register tile: y = float32(acc * mult), then
-// QuantizeLinear as Rows does.
+// QuantizeLinear as Rows does, with the rounding as RoundHalfEven (no libm call: std::nearbyint was most of a
+// medium product's time) after clamping y / y_scale to +-2^22, where it is exact; past that every output saturates
+// anyway, and NaN goes to the lowest value as fmax does in Rows.
 template <typename Y>
 void Requantize(const IntGemm& g, const int64_t* acc, int64_t r0, int rows, int64_t c0, int64_t cols, Y* y) {
-  for (int r = 0; r < rows; ++r)
+  constexpr float kRoundable = 4194304.0f;  // 2^22
+  for (int r = 0; r < rows; ++r) {
+    Y* out = y + (r0 + r) * g.n + c0;
     for (int64_t j = 0; j < cols; ++j) {
-      const int64_t col = c0 + j;
-      const int64_t exact = acc[r * 32 + j] + g.corr_scale * g.colsum[col];
-      const auto v = static_cast<float>(static_cast<double>(exact) * g.mult[g.per_column ? col : 0]);
-      const float q = std::fmin(std::fmax(std::nearbyint(v / g.ys) + g.yzp, g.lo), g.hi);
-      y[(r0 + r) * g.n + col] = static_cast<Y>(q);
+      const int64_t exact = acc[r * 32 + j] + g.corr_scale * g.colsum[c0 + j];
+      const auto v = static_cast<float>(static_cast<double>(exact) * g.mult[g.per_column ? c0 + j : 0]);
+      const float t = std::fmin(std::fmax(v / g.ys, -kRoundable), kRoundable);
+      out[j] = static_cast<Y>(std::fmin(std::fmax(RoundHalfEven(t) + g.yzp, g.lo), g.hi));
     }
+  }
 }
+
+#if NPU_EP_X86
+// Requantize on 16 columns a step: the same operations lane by lane (int64 -> double and double -> float round as
+// the casts do, the clamps keep fmax's NaN rule: _mm512_max_ps returns its second operand for a NaN), stored
+// through vpmovdb/vpmovdw, exact because every value is already an integer in Y's range.
+template <typename Y>
+__attribute__((target(NPU_QDQ_AVX512))) void RequantizeAvx512(const IntGemm& g, const int64_t* acc, int64_t r0,
+                                                              int rows, int64_t c0, int64_t cols, Y* y) {
+  const __m512 ys = _mm512_set1_ps(g.ys), yzp = _mm512_set1_ps(g.yzp), lo = _mm512_set1_ps(g.lo);
+  const __m512 hi = _mm512_set1_ps(g.hi), bound = _mm512_set1_ps(4194304.0f), magic = _mm512_set1_ps(12582912.0f);
+  const __m512 neg_bound = _mm512_set1_ps(-4194304.0f);
+  const __m512i corr = _mm512_set1_epi64(g.corr_scale);
+  for (int r = 0; r < rows; ++r) {
+    Y* out = y + (r0 + r) * g.n + c0;
+    for (int64_t j = 0; j < cols; j += 16) {
+      const auto m16 = static_cast<__mmask16>((1u << std::min<int64_t>(16, cols - j)) - 1);
+      __m256 half[2];
+      for (int h = 0; h < 2; ++h) {
+        const auto mk = static_cast<__mmask8>(h ? m16 >> 8 : m16 & 0xFF);
+        const int64_t o = j + 8 * h;
+        __m512i a = _mm512_maskz_loadu_epi64(mk, acc + r * 32 + o);
+        a = _mm512_add_epi64(a, _mm512_mullo_epi64(corr, _mm512_maskz_loadu_epi64(mk, g.colsum + c0 + o)));
+        const __m512d mult = g.per_column ? _mm512_maskz_loadu_pd(mk, g.mult + c0 + o) : _mm512_set1_pd(g.mult[0]);
+        half[h] = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi64_pd(a), mult));
+      }
+      const __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(half[0]), half[1], 1);
+      const __m512 t = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v, ys), neg_bound), bound);
+      const __m512 q = _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(t, magic), magic), yzp);
+      const __m512i iv = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(q, lo), hi));
+      if constexpr (sizeof(Y) == 1)
+        _mm512_mask_cvtepi32_storeu_epi8(out + j, m16, iv);
+      else
+        _mm512_mask_cvtepi32_storeu_epi16(out + j, m16, iv);
+    }
+  }
+}
+#endif
 
 template <typename X, typename Y>
 void IntTask(const IntGemm& g, const TileTable& tiles, const X* x, Y* y, int64_t r0, int64_t r1, int64_t pa,
@@ -271,14 +313,22 @@ void IntTask(const IntGemm& g, const TileTable& tiles, const X* x, Y* y, int64_t
         fn(g, xr, p, q, std::min(g.kp2, q + g.chunk_pairs), acc32);
         for (int i = 0; i < kRowTile * 32; ++i) acc64[i] += acc32[i];
       }
-      const int64_t c0 = p * 16;
-      Requantize(g, acc64, r, rows, c0, std::min<int64_t>(ps * 16, g.n - c0), y);
+      const int64_t c0 = p * 16, cols = std::min<int64_t>(ps * 16, g.n - c0);
+#if NPU_EP_X86
+      if (g.avx512) {
+        RequantizeAvx512(g, acc64, r, rows, c0, cols, y);
+        continue;
+      }
+#endif
+      Requantize(g, acc64, r, rows, c0, cols, y);
     }
   }
 }
 
 template <typename X, typename Y>
-void IntGemmRun(const IntGemm& g, const X* x, Y* y, int threads) {
+void IntGemmRun(const IntGemm& g_in, const X* x, Y* y, int threads) {
+  IntGemm g = g_in;
+  g.avx512 = ActiveIsa() >= Isa::kAvx512;
   const TileTable tiles(ActiveIsa());
   const int64_t row_tasks = (g.m + kTaskRows - 1) / kTaskRows;
   const int64_t col_tasks = (g.panels + kTaskPanels - 1) / kTaskPanels;
