@@ -48,7 +48,7 @@ from ..tail_program import CODES
 from .. import runtime
 from ._matrix import check_fits, exact_int_matmul, int_bound, planned_cost, requantize
 from ._util import arg, stash_constants
-from .float_math import erf_f32, pow_half, sigmoid, tanh_f32
+from .elementwise_chain import program_of, run_program
 
 
 def _geometry(node: NodeInfo, wshape: tuple[int, ...]) -> dict[str, Any]:
@@ -179,46 +179,16 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     return Prepared(attrs, stash_constants(node, consts, only=(0,)), target)  # a constant X is read at run time
 
 
-# tail instruction code -> (its float32 operation, whether the instruction's constant is the first operand)
-_TAIL_WITH_CONSTANT = {CODES["mul"]: (np.multiply, False), CODES["add"]: (np.add, False),
-                       CODES["sub"]: (np.subtract, False), CODES["rsub"]: (np.subtract, True),
-                       CODES["div"]: (np.divide, False), CODES["rdiv"]: (np.divide, True)}
-_TAIL_WITH_SAVED = {CODES["mul_saved"]: np.multiply, CODES["add_saved"]: np.add}  # saved copy as first operand
-
-
 def tail_reference(y: np.ndarray, codes: np.ndarray, c: np.ndarray,
                    channel: tuple[int, np.ndarray] | None = None) -> np.ndarray:
-    """A fused element-wise tail applied in place to float32 ``y`` [N, M, ...] with numpy (the native ``conv_tail``'s
-    reference): each instruction the float32 operation of the node it replaced. ``channel``: (instruction index,
-    [M] constants) of a per-output-channel operand, which replaces that instruction's first constant."""
-    saved = None
-    for k, (code, (a, b)) in enumerate(zip(codes.tolist(), c)):
-        if channel is not None and k == channel[0]:
-            a = channel[1].reshape(1, -1, *([1] * (y.ndim - 2)))
-        if code in _TAIL_WITH_CONSTANT:
-            fn, constant_first = _TAIL_WITH_CONSTANT[code]
-            if constant_first:
-                fn(a, y, out=y)
-            else:
-                fn(y, a, out=y)
-        elif code in _TAIL_WITH_SAVED:
-            _TAIL_WITH_SAVED[code](saved, y, out=y)
-        elif code == CODES["clip"]:
-            np.clip(y, a, b, out=y)
-        elif code == CODES["save"]:
-            saved = y.copy()
-        elif code == CODES["sigmoid"]:
-            y[...] = sigmoid(y)
-        elif code == CODES["erf"]:
-            y[...] = erf_f32(y)
-        elif code == CODES["tanh"]:
-            y[...] = tanh_f32(y)
-        elif code == CODES["pow_half"]:
-            y[...] = pow_half(y)
-        elif code == CODES["leaky_relu"]:
-            y[...] = np.where(y >= 0, y, y * np.asarray(a, np.float32))
-        else:
-            raise ValueError(f"conv tail: unknown instruction code {code}")
+    """A fused element-wise tail applied in place to float32 ``y`` [N, M, ...] (the native ``conv_tail``'s
+    reference): the element-wise engine's interpreter (``elementwise_chain.run_program``), each instruction the
+    float32 operation of the node it replaced. ``channel``: (instruction index, [M] constants) of a per-output-channel
+    operand, which replaces that instruction's first constant."""
+    per_channel = None
+    if channel is not None:
+        per_channel = (channel[0], np.asarray(channel[1], np.float32).reshape(1, -1, *([1] * (y.ndim - 2))))
+    y[...] = run_program(y, program_of(codes, c), per_channel)
     return y
 
 

@@ -1,9 +1,10 @@
 """``npu::ElementwiseChain``: a chain of float32 element-wise ops (``kernels/fusion/eltwise_chain.py``) as one pass of
 the native element-wise engine (``tail_of``, kernels/native/conv_tail.cc) over its input, bound as the step.
 
-The reference runs the same instruction list with numpy, each instruction the float32 operation of the node it
-replaced (exp, log, expm1, softplus, sin and cos numpy's own; the engine's are within 1-3 ulp of them). Cost: one
-stream over the data, the instructions as vector ops (transcendental ones counted as such).
+The reference runs the same instruction list with numpy (``run_program``, also the conv tail's reference), each
+instruction the float32 operation of the node it replaced (exp, log, expm1, softplus, sin and cos numpy's own; the
+engine's are within 1-3 ulp of them). Cost: one stream over the data, the instructions as vector ops (transcendental
+ones counted as such).
 """
 
 from __future__ import annotations
@@ -30,13 +31,26 @@ _UNARY = {"sigmoid": sigmoid, "erf": erf_f32, "tanh": tanh_f32, "pow_half": pow_
           "softsign": lambda y: y / (np.abs(y) + np.float32(1.0))}
 
 
-def run_program(x: np.ndarray, program: list) -> np.ndarray:
-    """The instruction list over a float32 copy of ``x`` with numpy: the engine's reference."""
+_NAMES = {code: name for name, code in CODES.items()}
+
+
+def program_of(codes: np.ndarray, consts: np.ndarray) -> list[tuple[str, float, float]]:
+    """The instruction list of native codes and their [n, 2] constants (a conv tail's arrays)."""
+    unknown = [c for c in codes.tolist() if c not in _NAMES]
+    if unknown:
+        raise ValueError(f"element-wise program: unknown instruction code {unknown[0]}")
+    return [(_NAMES[code], a, b) for code, (a, b) in zip(codes.tolist(), consts)]
+
+
+def run_program(x: np.ndarray, program: list, channel: tuple[int, np.ndarray] | None = None) -> np.ndarray:
+    """The instruction list over a float32 copy of ``x`` with numpy: the engine's reference, for chains and conv
+    tails (``conv.tail_reference``). ``channel``: (instruction index, float32 constants broadcast against ``x``) of a
+    per-output-channel operand, which replaces that instruction's first constant."""
     y = np.array(x, dtype=np.float32, copy=True)
     saved = None
     with np.errstate(all="ignore"):
-        for name, a, b in program:
-            a32 = np.float32(a)
+        for k, (name, a, b) in enumerate(program):
+            a32 = channel[1] if channel is not None and k == channel[0] else np.float32(a)
             if name in _WITH_CONSTANT:
                 fn, constant_first = _WITH_CONSTANT[name]
                 y = fn(a32, y) if constant_first else fn(y, a32)
@@ -52,8 +66,10 @@ def run_program(x: np.ndarray, program: list) -> np.ndarray:
                 y = np.where(y >= 0, y, np.expm1(np.minimum(y, np.float32(0.0))) * a32)
             elif name == "sign":
                 y = np.where(np.isnan(y), np.float32(0.0) if b else y, np.sign(y) + np.float32(0.0))
-            else:
+            elif name in _UNARY:
                 y = _UNARY[name](y)
+            else:
+                raise ValueError(f"element-wise program: unknown instruction {name!r}")
             y = np.asarray(y, np.float32)
     return y
 

@@ -177,6 +177,24 @@ def test_the_reference_interpreter_follows_each_instruction():
     np.testing.assert_array_equal(run_program(x, [["softsign", 0, 0]]), run_program(x, program[:4]))
 
 
+def test_conv_tail_reference_is_the_chain_interpreter():
+    """conv.tail_reference runs run_program over the codes' names (one interpreter for conv tails and chains): every
+    engine instruction, a per-channel constant in place of one instruction's, and an unknown code named."""
+    from npu_ep.kernels.ops.conv import tail_reference
+    from npu_ep.kernels.tail_program import CODES
+    y = (RNG.standard_normal((2, 3, 4, 5)) * 3).astype(np.float32)
+    program = [("save", 0, 0), ("exp", 0, 0), ("div_saved", 0, 0), ("leaky_relu", 0.1, 0), ("softsign", 0, 0),
+               ("clip", -0.5, 0.75)]
+    codes = np.array([CODES[t[0]] for t in program], np.int32)
+    consts = np.array([t[1:] for t in program], np.float32)
+    np.testing.assert_array_equal(tail_reference(y.copy(), codes, consts), run_program(y, program))
+    slopes = np.array([0.5, -2.0, 3.0], np.float32)
+    per_channel = tail_reference(y.copy(), codes, consts, (3, slopes))
+    np.testing.assert_array_equal(per_channel, run_program(y, program, (3, slopes.reshape(1, 3, 1, 1))))
+    with pytest.raises(ValueError, match="unknown instruction code 99"):
+        tail_reference(y.copy(), np.array([99], np.int32), np.zeros((1, 2), np.float32))
+
+
 @needs_native
 @pytest.mark.parametrize("build", [_silu_tanh_gelu, _softplus_written_out, _exact_chain])
 def test_session_runs_the_chains_on_npu_ep_and_matches_the_cpu_ep(build):
