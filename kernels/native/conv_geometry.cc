@@ -63,29 +63,26 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void Segmen
 
 }  // namespace
 
+// Tap by tap: a row segment's zeros and its valid columns are the same for every channel of the tap, so they are
+// worked out once per (tap, output row) and the channels copy alike.
 __attribute__((optimize("no-tree-loop-distribute-patterns"))) void conv_detail::PatchMatrix(const ConvShape& s,
                                                                                             const float* planes,
                                                                                             int64_t p0, int64_t cols,
                                                                                             float* patch) {
-  const int64_t T = s.kh * s.kw, K = s.Cg() * T, end = p0 + cols;
-  for (int64_t k = 0; k < K; ++k) {
-    const int64_t c = k / T, i = (k % T) / s.kw, j = k % s.kw;
-    const float* plane = planes + c * s.H * s.W;
-    const int64_t off_w = j * s.dw - s.pl;
+  const int64_t T = s.kh * s.kw, end = p0 + cols, plane = s.H * s.W;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t i = t / s.kw, j = t % s.kw, off_w = j * s.dw - s.pl;
     const conv_detail::Span sp = conv_detail::Valid(off_w, s.sw, s.W, s.OW);
-    float* dst = patch + k * cols;
     int64_t oh = p0 / s.OW, ow0 = p0 % s.OW;
     for (int64_t p = p0; p < end; ++oh, ow0 = 0) {  // one output row segment at a time
       const int64_t ow1 = std::min(s.OW, ow0 + (end - p));
-      float* d = dst + (p - p0) - ow0;  // d[ow] is pixel (oh, ow)
       const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-      if (ih < 0 || ih >= s.H) {
-        Segment(d + ow0, nullptr, s.sw, ow1 - ow0, 0, 0);
-      } else {
-        const float* row = plane + ih * s.W + off_w;
-        const int64_t lo = std::clamp(sp.lo, ow0, ow1), hi = std::clamp(sp.hi, lo, ow1);
-        Segment(d + ow0, row + lo * s.sw, s.sw, lo - ow0, hi - lo, ow1 - hi);
-      }
+      const bool inside = ih >= 0 && ih < s.H;  // else the segment is all zeros
+      const int64_t lo = inside ? std::clamp(sp.lo, ow0, ow1) : ow1, hi = inside ? std::clamp(sp.hi, lo, ow1) : ow1;
+      const int64_t src = inside ? ih * s.W + off_w + lo * s.sw : 0;
+      float* d = patch + t * cols + (p - p0);  // pixel (oh, ow0) of channel 0's row for this tap
+      for (int64_t c = 0; c < s.Cg(); ++c, d += T * cols)
+        Segment(d, planes + c * plane + src, s.sw, lo - ow0, hi - lo, ow1 - hi);
       p += ow1 - ow0;
     }
   }
