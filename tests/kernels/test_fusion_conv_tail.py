@@ -569,3 +569,20 @@ def test_per_channel_prelu_session_as_one_native_step():
     for _ in range(3):  # the kernel's run, then the bound step
         np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-4, atol=4e-4)
     assert python_steps(sess) == []
+
+
+def test_per_channel_prelu_after_a_1d_conv():
+    """A 1-D conv's slope [M, 1] (aligned to its rank-3 output) folds too: the unfused bits, native and reference."""
+    rng = np.random.default_rng(48)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1]),
+                        helper.make_node("PRelu", ["c", "slope"], ["y"], "prelu")],
+                       [helper.make_tensor_value_info("x", F32, [2, 4, 30])],
+                       [helper.make_tensor_value_info("y", F32, [2, 6, 30])],
+                       {"w": rng.normal(0, 0.5, (6, 4, 3)).astype(np.float32),
+                        "slope": rng.uniform(-1, 1, (6, 1)).astype(np.float32)})
+    plain = nodes_from_model(model)
+    fused = fuse_conv_tails(plain, REF)
+    assert _ops(fused) == ["Conv"]
+    feeds = {"x": rng.normal(0, 1, (2, 4, 30)).astype(np.float32)}
+    for kernels in ("native", "reference"):
+        assert np.array_equal(_run(fused, feeds, kernels)["y"], _run(plain, feeds, kernels)["y"]), kernels
