@@ -2,8 +2,9 @@
 // reproduces bit for bit: acc = (x - x_zp) @ W in float64 (exact: the check bounds every partial sum below 2^53,
 // so the summation order does not matter), y = float32(acc * mult[n]), then QuantizeLinear in float32
 // (nearest-even of y / y_scale, plus y_zp, fmax/fmin to the output range: NaN to its lowest value). One row of W
-// per step of K, accumulated across N, so the inner loop vectorizes; meant for the small products where a BLAS
-// call's fixed cost dominates (larger ones stay on the reference's float64 BLAS).
+// per step of K, accumulated across N, so the inner loop vectorizes; it now serves weights whose |W - w_zp| is not
+// int16, in small products (larger ones stay on the reference's float64 BLAS). Every other product runs
+// `kernels.qdq_matmul_int` (below): the same values from an exact integer GEMM.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
