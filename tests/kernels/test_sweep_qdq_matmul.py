@@ -149,7 +149,7 @@ def test_a_larger_product_of_wide_weights_stays_on_the_reference():
 
 @pytest.mark.parametrize("act, lead, k, n", [(np.int16, (1,), 64, 64), (np.uint16, (1, 40), 96, 80),
                                              (np.int16, (2, 33), 130, 47)])
-def test_session_of_a_16_bit_unit_runs_the_bound_step(act, lead, k, n):
+def test_session_of_a_16_bit_unit_runs_the_bound_step(act, lead, k, n, monkeypatch):
     onnx_type = TensorProto.INT16 if act == np.int16 else TensorProto.UINT16
     info = np.iinfo(act)
     w = _ints((k, n), np.int8, -20, 20)
@@ -162,6 +162,14 @@ def test_session_of_a_16_bit_unit_runs_the_bound_step(act, lead, k, n):
              helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"], name="q_y")]
     model = make_model(nodes, [helper.make_tensor_value_info("x", onnx_type, [*lead, k])],
                        [helper.make_tensor_value_info("y", onnx_type, [*lead, n])], consts, opset=21)
+    bound = []
+    real_call_step = runtime.call_step
+
+    def recording(p, fn, *args):
+        bound.append((fn.__name__, args[4] if len(args) > 4 else None))  # (function, ort_outputs)
+        return real_call_step(p, fn, *args)
+
+    monkeypatch.setattr(runtime, "call_step", recording)
     so = session_options()
     tag_session_options(so)  # so the bench's python_steps finds the session's programs
     sess = npu_session(model, so=so)
@@ -175,3 +183,4 @@ def test_session_of_a_16_bit_unit_runs_the_bound_step(act, lead, k, n):
         assert np.abs(got.astype(np.int64) - want.astype(np.int64)).max() <= 1
     assert python_steps(sess) == [], "the unit ran its Python kernel instead of the bound native step"
     assert [s.op for p in _ep_session(sess).programs.values() for s in p.steps] == ["npu::QdqMatMul"]
+    assert bound == [("qdq_matmul_int", [(13, 0, [*lead, n])])], "not bound to write into ORT's output buffer"
