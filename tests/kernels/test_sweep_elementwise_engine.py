@@ -239,15 +239,18 @@ def test_float16_widens_around_the_engine_bit_for_bit(ew_isa, case):
 @pytest.mark.parametrize("op", ["Max", "Add"])
 def test_a_bound_ufunc_step_writes_the_partition_output_into_orts_buffer(op, monkeypatch):
     """A two-input Max (bound as its ufunc since issue 40) and Add whose result is the partition's output: the bound
-    step's ufunc gets ORT's buffer as ``out`` (the bridge then copies nothing), and the values are the CPU EP's."""
-    from npu_ep.kernels.ops import elementwise
-    fn = {"Max": np.maximum, "Add": np.add}[op]
-    outs_seen: list = []
+    step calls the ufunc itself with ORT's buffer as ``out`` (the bridge then copies nothing), and the values are
+    the CPU EP's."""
+    from npu_ep.kernels import runtime
 
-    def recording(*args):
-        outs_seen.append(args[-1])
-        return fn(*args[:-1], out=args[-1])
-    monkeypatch.setitem(elementwise._UFUNC_INTO, fn, recording)
+    fn = {"Max": np.maximum, "Add": np.add}[op]
+    bound: list = []
+    real = runtime.call_step
+
+    def recording(p, call, args, inputs, outputs, guards=None, ort_outputs=None, fixed=None, keywords=()):
+        bound.append((call, ort_outputs, keywords))
+        return real(p, call, args, inputs, outputs, guards, ort_outputs, fixed, keywords)
+    monkeypatch.setattr(runtime, "call_step", recording)
     model = _session_case(op, "", {}, np.array(0.25, np.float32), shape=(2, 64, 33))
     sess = npu_session(model)
     assert assignment(sess) == {"the_op": "NpuEP"}
@@ -255,7 +258,8 @@ def test_a_bound_ufunc_step_writes_the_partition_output_into_orts_buffer(op, mon
     for _ in range(3):  # the first call binds the step, the next ones run it
         got = sess.run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, cpu_run(model, {"x": x})[0])
-    assert outs_seen and all(isinstance(o, np.ndarray) and o.shape == (2, 64, 33) for o in outs_seen)
+    assert bound and all(call is fn and keywords == ("out",) and ort and ort[0][1] == 0 and list(ort[0][2]) ==
+                         [2, 64, 33] for call, ort, keywords in bound), bound
 
 
 def test_pow_by_a_half_keeps_pows_special_cases_against_the_cpu_ep():
