@@ -157,3 +157,36 @@ def with_specials(x: np.ndarray, rng: np.random.Generator, values=(np.nan, np.in
     flat[where] = np.resize(np.asarray(values, y.dtype), where.size)
     return y
 
+
+
+def bit_values(shape, dt, rng: np.random.Generator) -> np.ndarray:
+    """Values of any plain dtype for kernels that move or select bits without computing (movement, indexing,
+    Where): bool at random, integers over their whole range, floats with NaN, +-Inf, -0, a subnormal and a large
+    value among them, and for float32 a NaN with a payload (the kernel must copy it, not recompute it)."""
+    dt = np.dtype(dt)
+    if dt == np.bool_:
+        return np.asarray(rng.random(shape) > 0.5)
+    if dt.kind == "f":
+        x = np.asarray(rng.standard_normal(shape) * 10).astype(dt)
+        if x.size:
+            tiny = 6.0e-8 if dt == np.float16 else 1.0e-45
+            x = with_specials(x, rng, values=(np.nan, np.inf, -np.inf, -0.0, 6.0e4, tiny))
+            if dt == np.float32:
+                x.reshape(-1)[-1] = np.array([0x7FC12345], np.uint32).view(np.float32)[0]
+        return x
+    info = np.iinfo(dt)
+    return np.asarray(rng.integers(info.min, info.max, shape, dtype=dt, endpoint=True))
+
+
+def assert_session_runs_natively(sess, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    """Three calls of ``sess`` (the kernel's run, then the bound step) give the CPU EP's bits, and no step ran its
+    Python kernel (the session must be tagged: ``ep.sessions.tag_session_options``)."""
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import cpu_run
+
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):
+        got = sess.run(None, feeds)[0]
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
-from _sweep import around, assert_matches, native_vs_reference
+from _sweep import around, assert_matches, bit_values, native_vs_reference
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.tools.bench.ops import python_steps
@@ -35,20 +35,7 @@ ELEM = {np.dtype(np.bool_): TensorProto.BOOL, np.dtype(np.int8): TensorProto.INT
 
 
 def _values(shape, dt) -> np.ndarray:
-    dt = np.dtype(dt)
-    if dt == np.bool_:
-        return np.asarray(RNG.random(shape) > 0.5)
-    if dt.kind == "f":
-        x = np.asarray(RNG.standard_normal(shape) * 10).astype(dt)
-        flat = x.reshape(-1)
-        if flat.size:
-            flat[::7] = np.resize(np.array([np.nan, -0.0, np.inf, -np.inf, 6e-8 if dt == np.float16 else 1e-45], dt),
-                                  flat[::7].size)
-            if dt == np.float32:  # a NaN with a payload: copied, not recomputed
-                flat[3::11] = np.array([0x7FC12345], np.uint32).view(np.float32)[0]
-        return x
-    info = np.iinfo(dt)
-    return np.asarray(RNG.integers(info.min, info.max, shape, dtype=dt, endpoint=True))
+    return bit_values(shape, dt, RNG)
 
 
 def _same_bytes(op: str, inputs, native_fn: str, threads: int = 1, n_out: int = 1, computed: bool = False,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from _sweep import kernel_and_bound_step, native_vs_reference, with_specials
+from _sweep import bit_values, kernel_and_bound_step, native_vs_reference
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.tools.bench.ops import python_steps
@@ -31,14 +31,7 @@ MODES = ["constant", "reflect", "edge", "wrap"]
 
 
 def _values(shape, dt) -> np.ndarray:
-    dt = np.dtype(dt)
-    if dt == np.bool_:
-        return np.asarray(RNG.random(shape) > 0.5)
-    if dt.kind == "f":
-        x = np.asarray(RNG.standard_normal(shape) * 10).astype(dt)
-        return with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 6.0e4)) if x.size else x
-    info = np.iinfo(dt)
-    return np.asarray(RNG.integers(info.min, info.max, shape, dtype=dt, endpoint=True))
+    return bit_values(shape, dt, RNG)
 
 
 def _allowed(mode: str, shape, pads) -> bool:

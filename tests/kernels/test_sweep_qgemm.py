@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from _sweep import check, native_vs_reference
+from _sweep import assert_session_runs_natively, check, native_vs_reference
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
-from npu_ep.tools.bench.ops import python_steps
-from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+from npu_testing import assignment, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
@@ -76,9 +75,4 @@ def test_session_runs_the_bound_step_with_cpu_ep_integers():
     sess = npu_session(model, so=so)
     assert assignment(sess) == {"the_op": "NpuEP"}
     feeds = {"a": _ints((m, k), np.uint8)}
-    want = cpu_run(model, feeds)[0]
-    for _ in range(3):  # the kernel's run, then the bound step
-        got = sess.run(None, feeds)[0]
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
-    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+    assert_session_runs_natively(sess, model, feeds)

@@ -15,11 +15,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
-from _sweep import around, check
+from _sweep import around, assert_session_runs_natively, check
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
-from npu_ep.tools.bench.ops import python_steps
-from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+from npu_testing import assignment, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
@@ -130,9 +129,4 @@ def test_session_runs_the_bound_step_with_cpu_ep_integers(op, dt, shapes):
     model, sess = _session(op, dt, *shapes)
     assert assignment(sess) == {"the_op": "NpuEP"}
     feeds = {"a": _bytes(shapes[0], dt), "b": _bytes(shapes[1], dt)}
-    want = cpu_run(model, feeds)[0]
-    for _ in range(3):  # the kernel's run, then the bound step
-        got = sess.run(None, feeds)[0]
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
-    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+    assert_session_runs_natively(sess, model, feeds)

@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
-from _sweep import around, native_vs_reference, with_specials
+from _sweep import around, bit_values, native_vs_reference
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.tools.bench.ops import python_steps
@@ -38,19 +38,7 @@ def capped_isa(request):
 
 
 def _values(shape, dt) -> np.ndarray:
-    dt = np.dtype(dt)
-    if dt == np.bool_:
-        return np.asarray(RNG.random(shape) > 0.5)
-    if dt.kind == "f":
-        x = np.asarray(RNG.standard_normal(shape) * 10).astype(dt)
-        if x.size:
-            x = with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 6.0e4, 1.0e-45 if dt == np.float32
-                                              else 6.0e-8))
-            if dt == np.float32:  # a NaN with a payload: moved, not recomputed
-                x.reshape(-1)[-1] = np.array([0x7FC12345], np.uint32).view(np.float32)[0]
-        return x
-    info = np.iinfo(dt)
-    return np.asarray(RNG.integers(info.min, info.max, shape, dtype=dt, endpoint=True))
+    return bit_values(shape, dt, RNG)
 
 
 def _same_bytes(x: np.ndarray, perm, threads: int = 1) -> np.ndarray:

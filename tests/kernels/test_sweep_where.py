@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from _sweep import around, native_vs_reference
+from _sweep import around, assert_session_runs_natively, bit_values, native_vs_reference
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
-from npu_ep.tools.bench.ops import python_steps
-from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+from npu_testing import assignment, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
@@ -29,19 +28,7 @@ SHAPES = [((2, 3, 4), (2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,), ()), ((), (2, 3, 
 
 
 def _values(shape, dt) -> np.ndarray:
-    dt = np.dtype(dt)
-    if dt == np.bool_:
-        return np.asarray(RNG.random(shape) > 0.5)
-    if dt.kind == "f":
-        x = np.asarray(RNG.standard_normal(shape) * 10).astype(dt)
-        if x.size:
-            flat = x.reshape(-1)
-            flat[::3] = np.resize(np.array([np.nan, -0.0, np.inf, -np.inf], dt), flat[::3].size)
-            if dt == np.float32:  # a NaN with a payload: copied, not recomputed
-                flat[1::5] = np.array([0x7FC12345], np.uint32).view(np.float32)[0]
-        return x
-    info = np.iinfo(dt)
-    return np.asarray(RNG.integers(info.min, info.max, shape, dtype=dt, endpoint=True))
+    return bit_values(shape, dt, RNG)
 
 
 def _condition(shape) -> np.ndarray:
@@ -120,9 +107,4 @@ def test_session_matches_cpu_ep_and_runs_on_npu_ep(case):
     model, sess = _session(elem, shapes, y)
     feeds = {"c": c, "x": _values(shapes[1], dt)} | ({} if y is not None else {"y": _values(shapes[2], dt)})
     assert assignment(sess) == {"the_op": "NpuEP"}
-    want = cpu_run(model, feeds)[0]
-    for _ in range(3):  # the kernel's run, then the bound step
-        got = sess.run(None, feeds)[0]
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
-    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+    assert_session_runs_natively(sess, model, feeds)
