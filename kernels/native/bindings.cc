@@ -446,7 +446,7 @@ void RegisterKernels(py::module_& parent) {
   void BindFloatMatmul(py::module_&);
   BindFloatMatmul(m);  // float_matmul.cc: a bound float MatMul / Gemm step
   void BindMovement(py::module_&);
-  BindMovement(m);  // movement.cc: Expand, Concat
+  BindMovement(m);  // movement.cc: Expand, Tile; transpose.cc, pad.cc, trilu.cc
   void BindSoftmax(py::module_&);
   BindSoftmax(m);  // softmax.cc: Softmax over the last axis
   void BindAttentionChain(py::module_&);

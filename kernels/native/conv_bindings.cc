@@ -316,19 +316,6 @@ py::array QuantizePy(const Arr<float>& x, float scale, int zero_point, bool y_si
   return y;
 }
 
-py::array_t<float> DequantizePy(const py::array& x, int zero_point, float scale, int threads) {
-  const bool is_signed = IsByteArray(x, "dequantize_tensor", "x");
-  if (!(x.flags() & py::array::c_style)) throw std::invalid_argument("dequantize_tensor: x must be C-contiguous");
-  py::array_t<float> y(ShapeOf(x));
-  float* out = y.mutable_data();
-  const auto* in = static_cast<const uint8_t*>(x.data());
-  {
-    py::gil_scoped_release release;
-    DequantizeTensor(in, x.size(), is_signed, zero_point, scale, out, threads);
-  }
-  return y;
-}
-
 // GlobalAveragePool's bound step (kernels/ops/pool.py binds it): numpy's float32 add-reduce over each channel's
 // flattened pixels (the reference's very call), then the reference's one float32 division per channel, here.
 py::array MeanPixelsPy(const py::object& add_reduce, const py::object& float32, py::array x) {
@@ -385,8 +372,6 @@ void BindConv(py::module_& m) {
         "in float32, then one float32 division per channel; shape [N, C, 1, ...]");
   m.def("quantize_tensor", &QuantizePy, py::arg("x"), py::arg("scale"), py::arg("zero_point"), py::arg("y_signed"),
         py::arg("threads") = 1, "per-tensor QuantizeLinear float32 -> uint8/int8 (ORT's float32 arithmetic)");
-  m.def("dequantize_tensor", &DequantizePy, py::arg("x"), py::arg("zero_point"), py::arg("scale"),
-        py::arg("threads") = 1, "per-tensor DequantizeLinear uint8/int8 -> float32");
 }
 
 }  // namespace npu_ep::kern

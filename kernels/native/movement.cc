@@ -1,6 +1,6 @@
-// Data movement for the bound steps of kernels/ops/movement.py and indexing.py: Expand (`kernels.expand`, a
-// broadcast copy), Tile (`kernels.tile`, the same copy of x viewed with a 1 before each axis) and Concat
-// (`kernels.concat`); BindMovement also registers the kernels of transpose.cc, pad.cc and trilu.cc. The copies
+// Data movement for the bound steps of kernels/ops/movement.py: Expand (`kernels.expand`, a broadcast copy) and
+// Tile (`kernels.tile`, the same copy of x viewed with a 1 before each axis); BindMovement also registers the
+// kernels of transpose.cc, pad.cc and trilu.cc. The copies
 // move whole contiguous runs with memcpy, which is where the reference's numpy calls lose their time: a decoder's
 // repeat_kv Expand copies 64 KB runs, and numpy's copy of a broadcast view walks them 128 bytes at a time. Values
 // are moved, never computed, so the results equal the reference's bit for bit for every dtype.
@@ -127,58 +127,6 @@ py::array TilePy(const py::object& x_in, const std::vector<py::ssize_t>& repeats
   return y;
 }
 
-// ONNX Concat along `axis` (negative counts from the end) of arrays of one dtype.
-py::array ConcatPy(py::ssize_t axis, const py::args& parts) {
-  if (parts.size() == 0) throw std::invalid_argument("concat: no inputs");
-  std::vector<py::array> xs;
-  for (const py::handle h : parts) {
-    if (!py::isinstance<py::array>(h)) throw std::invalid_argument("concat: every input must be an array");
-    auto a = py::array::ensure(h, py::array::c_style);  // a strided part is copied first, as numpy reads it
-    if (!a) throw py::error_already_set();
-    xs.push_back(std::move(a));
-  }
-  const py::array& first = xs[0];
-  const py::ssize_t rank = first.ndim();
-  if (axis < -rank || axis >= rank)
-    throw std::invalid_argument("concat: axis " + std::to_string(axis) + " out of range for rank " +
-                                std::to_string(rank));
-  if (axis < 0) axis += rank;
-  std::vector<py::ssize_t> out(first.shape(), first.shape() + rank);
-  out[axis] = 0;
-  for (const py::array& a : xs) {
-    std::vector<py::ssize_t> dims(a.shape(), a.shape() + a.ndim());
-    bool ok = a.ndim() == rank && a.dtype().equal(first.dtype()) && a.dtype().kind() != 'O';
-    for (py::ssize_t i = 0; ok && i < rank; ++i) ok = i == axis || dims[i] == out[i];
-    if (!ok) {
-      std::vector<py::ssize_t> want(first.shape(), first.shape() + rank);
-      throw std::invalid_argument("concat: input " + ShapeText(dims) + " (" + std::string(py::str(a.dtype())) +
-                                  ") does not match " + ShapeText(want) + " (" + std::string(py::str(first.dtype())) +
-                                  ") off axis " + std::to_string(axis));
-    }
-    out[axis] += dims[axis];
-  }
-  py::array y(first.dtype(), out);
-  py::ssize_t outer = 1, inner = static_cast<py::ssize_t>(first.itemsize());
-  for (py::ssize_t i = 0; i < axis; ++i) outer *= out[i];
-  for (py::ssize_t i = axis + 1; i < rank; ++i) inner *= out[i];
-  std::vector<const char*> src;
-  std::vector<size_t> run;
-  for (const py::array& a : xs) {
-    src.push_back(static_cast<const char*>(a.data()));
-    run.push_back(static_cast<size_t>(a.shape(axis) * inner));
-  }
-  auto* dst = static_cast<char*>(y.mutable_data());
-  auto copy = [&] {
-    for (py::ssize_t o = 0; o < outer; ++o)
-      for (size_t k = 0; k < xs.size(); ++k) {
-        if (run[k] != 0) std::memcpy(dst, src[k] + o * run[k], run[k]);
-        dst += run[k];
-      }
-  };
-  RunMoving(static_cast<size_t>(y.nbytes()), copy);
-  return y;
-}
-
 }  // namespace
 
 void BindTranspose(py::module_&);
@@ -195,9 +143,6 @@ void BindMovement(py::module_& m) {
   BindTranspose(m);  // transpose.cc
   BindPad(m);        // pad.cc
   BindTrilu(m);      // trilu.cc
-  m.def("concat", &ConcatPy, py::arg("axis"),
-        "ONNX Concat of arrays of one dtype (the remaining positional arguments) along axis, as a new "
-        "C-contiguous array");
 }
 
 }  // namespace npu_ep::kern

@@ -38,13 +38,6 @@ void QuantizeScalar(const float* x, int64_t n, float scale, float z, float lo, f
   }
 }
 
-void DequantizeScalar(const uint8_t* x, int64_t n, bool is_signed, float z, float scale, float* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = is_signed ? static_cast<float>(static_cast<int8_t>(x[i])) : static_cast<float>(x[i]);
-    y[i] = (v - z) * scale;
-  }
-}
-
 #if NPU_EP_X86
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeAvx512(const float* x, int64_t n, float scale,
                                                                          float z, float lo, float hi, uint8_t* y) {
@@ -58,16 +51,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeAvx512(const f
   }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeAvx512(const uint8_t* x, int64_t n, bool is_signed,
-                                                                           float z, float scale, float* y) {
-  const __m512 sv = _mm512_set1_ps(scale), zv = _mm512_set1_ps(z);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
-    const __m128i b = _mm_maskz_loadu_epi8(k, x + i);
-    const __m512i v = is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
-    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(v), zv), sv));
-  }
-}
 #endif
 
 // y = (float(x) - z) * scale for any integer container T (the reference's float32 steps)
@@ -252,17 +235,6 @@ void QuantizeTensor(const float* x, int64_t n, float scale, int32_t zp, bool is_
     if (ActiveIsa() >= Isa::kAvx512) return QuantizeAvx512(x + i0, len, scale, z, lo, hi, y + i0);
 #endif
     QuantizeScalar(x + i0, len, scale, z, lo, hi, y + i0);
-  });
-}
-
-void DequantizeTensor(const uint8_t* x, int64_t n, bool is_signed, int32_t zp, float scale, float* y, int threads) {
-  const float z = static_cast<float>(zp);
-  ParallelFor(threads, (n + kChunk - 1) / kChunk, [&](int64_t c) {
-    const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
-#if NPU_EP_X86
-    if (ActiveIsa() >= Isa::kAvx512) return DequantizeAvx512(x + i0, len, is_signed, z, scale, y + i0);
-#endif
-    DequantizeScalar(x + i0, len, is_signed, z, scale, y + i0);
   });
 }
 

@@ -1,7 +1,8 @@
-"""Data movement as bound steps: the native Expand and Concat copies (``kernels.expand``, ``kernels.concat``) equal
-the reference kernels bit for bit over dtypes, broadcasts, tails and layouts; Expand, Slice, Reshape, Transpose,
-Concat, Pow and float Div bind for the (shape-derived) operand values they saw and decline others; and an
-exporter-style decoder's decode step runs them natively inside a session whose results match the CPU EP."""
+"""Data movement as bound steps: the native Expand copy (``kernels.expand``; Concat's ``concat_into`` is swept in
+test_sweep_indexing.py) equals the reference kernel bit for bit over dtypes, broadcasts, tails and layouts; Expand,
+Slice, Reshape, Transpose, Concat, Pow and float Div bind for the (shape-derived) operand values they saw and
+decline others; and an exporter-style decoder's decode step runs them natively inside a session whose results
+match the CPU EP."""
 
 from __future__ import annotations
 
@@ -56,34 +57,6 @@ def test_native_expand_reads_a_strided_input_and_names_a_bad_shape():
     np.testing.assert_array_equal(NAT.expand(x, (4, 3, 6)), np.broadcast_to(x, (4, 3, 6)))
     with pytest.raises(ValueError, match=r"input shape \[4, 1, 6\] does not broadcast to \[4, 3, 5\]"):
         NAT.expand(x, (4, 3, 5))
-
-
-CONCATS = [(2, [(1, 2, 5, 4), (1, 2, 1, 4)]),  # a KV cache grown by one token
-           (-1, [(3, 1), (3, 2), (3, 0), (3, 4)]),  # an empty part, a negative axis
-           (0, [(1,), (1,), (1,), (1,)]),  # shape plumbing
-           (1, [(2, 3, 4), (2, 5, 4)])]
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.uint8, np.bool_])
-@pytest.mark.parametrize("axis, shapes", CONCATS)
-def test_native_concat_equals_the_reference(axis, shapes, dtype):
-    parts = [values(s, dtype) for s in shapes]
-    got = NAT.concat(axis, *parts)
-    want = np.concatenate(parts, axis=axis)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
-
-
-def test_native_concat_reads_strided_parts_and_names_a_mismatch():
-    a = values((4, 6), np.float32)
-    parts = [a[:, ::2], a.T[:3, :4].T, -a[:, 1::2]]  # three [4, 3] parts, two not contiguous
-    np.testing.assert_array_equal(NAT.concat(1, *parts), np.concatenate(parts, axis=1))
-    with pytest.raises(ValueError, match=r"input \[4, 2\] \(float32\) does not match \[4, 3\] \(float32\) off axis 0"):
-        NAT.concat(0, parts[0], a[:, :2])
-    with pytest.raises(ValueError, match=r"int64.* does not match"):
-        NAT.concat(0, parts[0], parts[0].astype(np.int64))
-    with pytest.raises(ValueError, match="axis 2 out of range for rank 2"):
-        NAT.concat(2, *parts)
 
 
 # --- the bound steps -----------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Differential sweep of the native data movement (kernels/native/movement.cc: Expand's broadcast copy, Tile,
-Concat), issues 38 and 40: every broadcast pattern of ranks 1..4 (each axis kept, broadcast from 1, or given as 1 by
-the target: numpy's two-way rule), Tile by repeat patterns of ranks 0..4 (0, 1 and the copy counts below), and
-Concat along every axis of 1..4 parts (empty parts, strided parts), against the reference model's numpy calls,
-byte for byte (values are moved, never computed), on both sides of the 64 KiB size where the copy releases the GIL.
+"""Differential sweep of the native data movement (kernels/native/movement.cc: Expand's broadcast copy, Tile;
+indexing.cc: Concat's concat_into), issues 38 and 40: every broadcast pattern of ranks 1..4 (each axis kept,
+broadcast from 1, or given as 1 by the target: numpy's two-way rule), Tile by repeat patterns of ranks 0..4 (0, 1
+and the copy counts below), and Concat along every axis of 1..4 parts (empty parts, strided parts), against the
+reference model's numpy calls, byte for byte (values are moved, never computed), on both sides of the 64 KiB size
+where the copy releases the GIL.
 
 movement.cc's structure: Expand (and Tile, the same copy of x viewed with a 1 before each axis) merges the trailing
 axes that match into one memcpy run and replicates a broadcast axis's first block by doubling memcpys (Replicate:
@@ -72,7 +73,7 @@ def test_expand_sizes_around_the_gil_release_and_strided_inputs():
 
 
 def _concat(axis: int, parts) -> None:
-    got = runtime.native_module().concat(axis, *parts)
+    got = runtime.native_module().concat_into(axis, None, 1, *parts)
     _same_bytes(got, np.concatenate(parts, axis=axis), f"concat axis {axis} {[p.shape for p in parts]}")
 
 
