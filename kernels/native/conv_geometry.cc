@@ -48,9 +48,16 @@ inline void Zeros(float* d, int64_t n) {
   Move(d, kZeros, n);
 }
 
+// GCC would turn the segment loops back into memcpy/memset calls, the per-call cost they avoid; clang keeps them
+// (and knows no optimize attribute).
+#if defined(__GNUC__) && !defined(__clang__)
+#define NPU_EP_KEEP_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define NPU_EP_KEEP_LOOPS
+#endif
+
 // A patch row segment: n0 zeros, n values of r (stride sw), n1 zeros.
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void Segment(float* d, const float* r, int64_t sw,
-                                                                                  int64_t n0, int64_t n, int64_t n1) {
+NPU_EP_KEEP_LOOPS inline void Segment(float* d, const float* r, int64_t sw, int64_t n0, int64_t n, int64_t n1) {
   Zeros(d, n0);
   d += n0;
   if (sw == 1) {
@@ -65,10 +72,8 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void Segmen
 
 // Tap by tap: a row segment's zeros and its valid columns are the same for every channel of the tap, so they are
 // worked out once per (tap, output row) and the channels copy alike.
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) void conv_detail::PatchMatrix(const ConvShape& s,
-                                                                                            const float* planes,
-                                                                                            int64_t p0, int64_t cols,
-                                                                                            float* patch) {
+NPU_EP_KEEP_LOOPS void conv_detail::PatchMatrix(const ConvShape& s, const float* planes, int64_t p0, int64_t cols,
+                                                float* patch) {
   const int64_t T = s.kh * s.kw, end = p0 + cols, plane = s.H * s.W;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t i = t / s.kw, j = t % s.kw, off_w = j * s.dw - s.pl;
