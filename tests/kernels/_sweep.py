@@ -178,15 +178,20 @@ def bit_values(shape, dt, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(rng.integers(info.min, info.max, shape, dtype=dt, endpoint=True))
 
 
-def assert_session_runs_natively(sess, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
-    """Three calls of ``sess`` (the kernel's run, then the bound step) give the CPU EP's bits, and no step ran its
-    Python kernel (the session must be tagged: ``ep.sessions.tag_session_options``)."""
+def assert_session_runs_natively(sess, model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
+                                 bits: bool = False) -> None:
+    """Three calls of ``sess`` (the kernel's run, then the bound step) give the CPU EP's values (with ``bits``: its
+    bytes, NaN payloads and -0 included, for kernels that only move values), and no step ran its Python kernel (the
+    session must be tagged: ``ep.sessions.tag_session_options``)."""
     from npu_ep.tools.bench.ops import python_steps
     from npu_testing import cpu_run
 
     want = cpu_run(model, feeds)[0]
     for _ in range(3):
         got = sess.run(None, feeds)[0]
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        if bits:
+            assert got.tobytes() == want.tobytes(), "the bound step's bytes differ from the CPU EP's"
+        else:
+            np.testing.assert_array_equal(got, want)
     assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"

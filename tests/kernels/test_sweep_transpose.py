@@ -19,11 +19,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
-from _sweep import around, bit_values, native_vs_reference
+from _sweep import around, assert_session_runs_natively, bit_values, native_vs_reference
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
-from npu_ep.tools.bench.ops import python_steps
-from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+from npu_testing import assignment, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
@@ -115,9 +114,4 @@ def test_session_matches_cpu_ep_and_runs_on_npu_ep(case):
     tag_session_options(so)  # so the bench's python_steps finds the session's programs
     sess = npu_session(model, so=so)
     assert assignment(sess) == {"the_op": "NpuEP"}
-    feeds = {"x": _values(shape, dt)}
-    want = cpu_run(model, feeds)[0]
-    for _ in range(3):  # the kernel's run, then the bound step
-        got = sess.run(None, feeds)[0]
-        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
-    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+    assert_session_runs_natively(sess, model, {"x": _values(shape, dt)}, bits=True)
