@@ -1,0 +1,276 @@
+// Native depthwise float convolution (group == C), computed directly per output plane.
+//
+// No fused multiply-add anywhere in this file (fp-contract off): the kernels do the reference's float32
+// operations in the reference's order.
+#include "conv.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu.h"
+#include "conv_geometry.h"
+#include "thread_pool.h"
+
+#include "intrinsics.h"
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace npu_ep::kern {
+
+using conv_detail::Span;
+using conv_detail::Valid;
+
+namespace {
+
+// dst[o] = src[o * stride] * w (first tap) or dst[o] + src[o * stride] * w, for o in [0, n).
+void MulAddScalar(float* dst, const float* src, int64_t stride, int64_t n, float w, bool first) {
+  if (first)
+    for (int64_t o = 0; o < n; ++o) dst[o] = src[o * stride] * w;
+  else
+    for (int64_t o = 0; o < n; ++o) dst[o] = dst[o] + src[o * stride] * w;
+}
+
+#if NPU_EP_X86
+__attribute__((target("avx2"))) void MulAddAvx2(float* dst, const float* src, int64_t n, float w, bool first) {
+  const __m256 wv = _mm256_set1_ps(w);
+  int64_t o = 0;
+  for (; o + 8 <= n; o += 8) {
+    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(src + o), wv);
+    if (!first) p = _mm256_add_ps(_mm256_loadu_ps(dst + o), p);
+    _mm256_storeu_ps(dst + o, p);
+  }
+  MulAddScalar(dst + o, src + o, 1, n - o, w, first);
+}
+
+__attribute__((target("avx512f"))) void MulAddAvx512(float* dst, const float* src, int64_t n, float w, bool first) {
+  const __m512 wv = _mm512_set1_ps(w);
+  for (int64_t o = 0; o < n; o += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - o >= 16 ? 0xFFFF : (1u << (n - o)) - 1);
+    __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, src + o), wv);
+    if (!first) p = _mm512_add_ps(_mm512_maskz_loadu_ps(k, dst + o), p);
+    _mm512_mask_storeu_ps(dst + o, k, p);
+  }
+}
+#endif
+
+#if NPU_EP_X86
+// Stride 2: 32 source floats per 16 outputs, the even ones picked by a permute (the loads are masked to the
+// 2n - 1 source elements the outputs read).
+__attribute__((target("avx512f"))) void MulAddStride2Avx512(float* dst, const float* src, int64_t n, float w,
+                                                            bool first) {
+  const __m512 wv = _mm512_set1_ps(w);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const int64_t src_n = 2 * n - 1;
+  for (int64_t o = 0; o < n; o += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - o >= 16 ? 0xFFFF : (1u << (n - o)) - 1);
+    const int64_t left = src_n - 2 * o;  // source elements from src + 2o on
+    const __mmask16 k0 = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+    const __mmask16 k1 = static_cast<__mmask16>(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1);
+    const __m512 v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(k0, src + 2 * o), even,
+                                            _mm512_maskz_loadu_ps(k1, src + 2 * o + 16));
+    __m512 p = _mm512_mul_ps(v, wv);
+    if (!first) p = _mm512_add_ps(_mm512_maskz_loadu_ps(k, dst + o), p);
+    _mm512_mask_storeu_ps(dst + o, k, p);
+  }
+}
+#endif
+
+void MulAdd(float* dst, const float* src, int64_t stride, int64_t n, float w, bool first) {
+  if (n <= 0) return;
+#if NPU_EP_X86
+  const Isa isa = ActiveIsa();
+  if (stride == 1) {
+    if (isa >= Isa::kAvx512) return MulAddAvx512(dst, src, n, w, first);
+    if (isa >= Isa::kAvx2) return MulAddAvx2(dst, src, n, w, first);
+  }
+  if (stride == 2 && isa >= Isa::kAvx512) return MulAddStride2Avx512(dst, src, n, w, first);
+#endif
+  MulAddScalar(dst, src, stride, n, w, first);
+}
+
+// A run of padded taps: dst = 0 * w (first) or dst + 0 * w (kept literally: signed zeros, Inf/NaN weights).
+void MulAddZero(float* dst, int64_t n, float w, bool first) {
+  const float z = 0.0f * w;
+  for (int64_t o = 0; o < n; ++o) dst[o] = first ? z : dst[o] + z;
+}
+
+#if NPU_EP_X86
+// One padded plane's outputs, 32 columns at a time in two registers with every tap summed there (the taps in the
+// reference's order, product then sum, never fused), the bias added last: the per-tap passes over a plane-sized
+// accumulator (load, add, store 25 times for a 5x5 kernel) become one store per output, and two independent sums
+// hide part of the add latency a single running sum would wait on. The plane is held as s.sw column phases
+// [sw, Hp, Wq] (phase p: padded columns p, p + sw, ...; one phase at unit width stride), so a tap (i, j) reads
+// phase (j * dw) % sw from column (j * dw) / sw on, unit-stride whatever the width stride.
+__attribute__((target("avx512f"))) void DepthwiseRowsAvx512(const ConvShape& s, const float* xp, int64_t Hp, int64_t Wq,
+                                                            const float* taps, const float* bias, float* out) {
+  const int64_t kh = s.kh, kw = s.kw, OH = s.OH, OW = s.OW, row_step = s.dh * Wq, sh = s.sh;
+  auto mask = [OW](int64_t o) {
+    const int64_t left = OW - o;
+    return static_cast<__mmask16>(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1);
+  };
+  int64_t tap_off[64];  // per column tap j: its phase's offset and column ((j * dw) % sw * Hp * Wq + (j * dw) / sw)
+  for (int64_t j = 0; j < kw; ++j) tap_off[j] = (j * s.dw) % s.sw * Hp * Wq + (j * s.dw) / s.sw;
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const float* top = xp + oh * sh * Wq;
+    float* dst = out + oh * OW;
+    for (int64_t o = 0; o < OW; o += 32) {
+      const __mmask16 k0 = mask(o), k1 = mask(o + 16);
+      if (k1 == 0) {  // 16 columns or fewer left (a small map's whole row): one register
+        __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, top + o), _mm512_set1_ps(taps[0]));
+        for (int64_t i = 0; i < kh; ++i) {
+          const float* row = top + i * row_step + o;
+          for (int64_t j = i == 0 ? 1 : 0; j < kw; ++j)
+            a = _mm512_add_ps(
+                a, _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, row + tap_off[j]), _mm512_set1_ps(taps[i * kw + j])));
+        }
+        if (bias != nullptr) a = _mm512_add_ps(a, _mm512_set1_ps(*bias));
+        _mm512_mask_storeu_ps(dst + o, k0, a);
+        continue;
+      }
+      const __m512 w0 = _mm512_set1_ps(taps[0]);
+      __m512 a0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, top + o), w0);
+      __m512 a1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, top + o + 16), w0);
+      for (int64_t i = 0; i < kh; ++i) {
+        const float* row = top + i * row_step + o;
+        for (int64_t j = i == 0 ? 1 : 0; j < kw; ++j) {
+          const __m512 wt = _mm512_set1_ps(taps[i * kw + j]);
+          const float* src = row + tap_off[j];
+          a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, src), wt));
+          a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, src + 16), wt));
+        }
+      }
+      if (bias != nullptr) {
+        const __m512 b = _mm512_set1_ps(*bias);
+        a0 = _mm512_add_ps(a0, b);
+        a1 = _mm512_add_ps(a1, b);
+      }
+      _mm512_mask_storeu_ps(dst + o, k0, a0);
+      _mm512_mask_storeu_ps(dst + o + 16, k1, a1);
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+namespace {
+
+// Stride 1: the plane is copied once into a zero-padded buffer of row pitch Wp, and each tap is ONE multiply-add
+// over the whole output plane laid out with the same pitch (the columns past OW are computed and dropped), so
+// the work is T long vector loops instead of T * OH short ones. Padded taps multiply the buffer's zeros, as the
+// reference does.
+// DepthwiseRowsAvx512 takes the plane: on AVX-512 hosts, for kernels up to 64 taps wide (its per-tap offsets).
+bool RowsKernel(const ConvShape& s) {
+#if NPU_EP_X86
+  return ActiveIsa() >= Isa::kAvx512 && s.kw <= 64;
+#else
+  (void)s;
+  return false;
+#endif
+}
+
+// Unit width stride (any height stride), or any width stride for DepthwiseRowsAvx512: each plane is copied once
+// into a zero-padded scratch (as sw column phases for DepthwiseRowsAvx512), then every tap is one multiply-add pass
+// over whole rows (over all output rows at once when the height stride is 1 too). Padding taps read the scratch's
+// zeros: 0 * w, as the reference adds them.
+void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                          const ConvTail& epilogue) {
+  const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
+  const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, tail = (s.kw - 1) * s.dw;
+  const int64_t Wq = (Wp + s.sw - 1) / s.sw;  // a phase's columns (sw == 1: Wp)
+  conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
+    const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
+    const float* plane = x + (n * s.C + c) * s.H * s.W;
+    // per-thread scratch kept across planes and calls: its padding stays zero while the geometry is the same, so a
+    // plane only copies its rows in (a small map's planes cost more in allocation and zeroing than in arithmetic)
+    thread_local std::vector<float> xp, acc;
+    thread_local int64_t geometry[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    const int64_t g[8] = {Hp, Wp, s.pt, s.pl, s.H, s.W, tail, s.sw};
+    if (!std::equal(g, g + 8, geometry)) {
+      xp.assign(s.sw * Hp * Wq + tail, 0.0f);
+      std::copy(g, g + 8, geometry);
+    }
+    if (s.sw == 1) {
+      for (int64_t h = 0; h < s.H; ++h) std::memcpy(&xp[(h + s.pt) * Wp + s.pl], plane + h * s.W, s.W * sizeof(float));
+    } else {  // phase ph holds padded columns ph, ph + sw, ...: its first input column, then every sw-th
+      for (int64_t ph = 0; ph < s.sw; ++ph) {
+        const int64_t q0 = s.pl + ((ph - s.pl) % s.sw + s.sw) % s.sw;  // first padded column >= pl in phase ph
+        for (int64_t h = 0; h < s.H; ++h) {
+          float* dst = &xp[(ph * Hp + h + s.pt) * Wq + q0 / s.sw];
+          const float* src = plane + h * s.W + q0 - s.pl;
+          for (int64_t q = q0, i = 0; q < s.pl + s.W; q += s.sw, ++i) dst[i] = src[i * s.sw];
+        }
+      }
+    }
+    float* out = y + task * P;
+#if NPU_EP_X86
+    if (RowsKernel(s)) {
+      thread_local std::vector<float> taps;
+      taps.resize(T);
+      for (int64_t t = 0; t < T; ++t) taps[t] = w[(c * T + t) * mult + jm];
+      DepthwiseRowsAvx512(s, xp.data(), Hp, Wq, taps.data(), bias != nullptr ? bias + m : nullptr, out);
+      if (epilogue.n) ApplyChannelTail(epilogue, out, P, m);
+      return;
+    }
+#endif
+    acc.resize(s.OH * Wp);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t i = t / s.kw, j = t % s.kw;
+      const float wt = w[(c * T + t) * mult + jm];
+      if (s.sh == 1) {
+        MulAdd(acc.data(), xp.data() + i * s.dh * Wp + j * s.dw, 1, s.OH * Wp, wt, t == 0);
+        continue;
+      }
+      for (int64_t oh = 0; oh < s.OH; ++oh)
+        MulAdd(acc.data() + oh * Wp, xp.data() + (oh * s.sh + i * s.dh) * Wp + j * s.dw, 1, s.OW, wt, t == 0);
+    }
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      const float* src = acc.data() + oh * Wp;
+      float* dst = out + oh * s.OW;
+      if (bias != nullptr)
+        for (int64_t o = 0; o < s.OW; ++o) dst[o] = src[o] + bias[m];
+      else
+        std::memcpy(dst, src, s.OW * sizeof(float));
+    }
+    if (epilogue.n) ApplyChannelTail(epilogue, out, P, m);
+  });
+}
+
+}  // namespace
+
+void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                    const ConvTail& tail) {
+  if (s.sw == 1 || RowsKernel(s)) return DepthwiseFloatPadded(s, x, w, bias, y, threads, tail);
+  const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
+  conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
+    const int64_t n = task / s.M, m = task % s.M, c = m / mult, jm = m % mult;
+    const float* plane = x + (n * s.C + c) * s.H * s.W;
+    float* out = y + task * P;
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      float* dst = out + oh * s.OW;
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t i = t / s.kw, j = t % s.kw;
+        const float wt = w[(c * T + t) * mult + jm];
+        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+        if (ih < 0 || ih >= s.H) {
+          MulAddZero(dst, s.OW, wt, t == 0);
+          continue;
+        }
+        const int64_t off = j * s.dw - s.pl;
+        const Span sp = Valid(off, s.sw, s.W, s.OW);
+        MulAddZero(dst, sp.lo, wt, t == 0);
+        MulAdd(dst + sp.lo, plane + ih * s.W + sp.lo * s.sw + off, s.sw, sp.hi - sp.lo, wt, t == 0);
+        MulAddZero(dst + sp.hi, s.OW - sp.hi, wt, t == 0);
+      }
+      if (bias != nullptr)
+        for (int64_t o = 0; o < s.OW; ++o) dst[o] = dst[o] + bias[m];
+    }
+    if (tail.n) ApplyChannelTail(tail, out, P, m);
+  });
+}
+
+}  // namespace npu_ep::kern
