@@ -92,11 +92,21 @@ void CheckBytes(const char* op, std::initializer_list<const py::array*> arrays) 
   }
 }
 
-py::array Output(const py::array& like, const py::array& table) {
-  return py::array(table.dtype(), std::vector<py::ssize_t>(like.shape(), like.shape() + like.ndim()));
+// The result: `out` (ORT's buffer, when the step writes a partition output in place) if given, else a new array of
+// the table's dtype and `like`'s shape.
+py::array Output(const char* op, const py::array& like, const py::array& table, const py::object& out) {
+  if (out.is_none())
+    return py::array(table.dtype(), std::vector<py::ssize_t>(like.shape(), like.shape() + like.ndim()));
+  if (!py::isinstance<py::array>(out)) throw std::invalid_argument(std::string(op) + ": out must be an array or None");
+  auto y = py::reinterpret_borrow<py::array>(out);
+  if (!y.dtype().equal(table.dtype()) || y.size() != like.size() || !(y.flags() & py::array::c_style) || !y.writeable())
+    throw std::invalid_argument(std::string(op) + ": out must be a writable C-order array of the table's dtype with " +
+                                std::to_string(like.size()) + " elements");
+  return y;
 }
 
-py::array QdqLutPy(const py::array& a, const std::optional<py::array>& b, const py::array& table, int threads) {
+py::array QdqLutPy(const py::array& a, const std::optional<py::array>& b, const py::array& table, int threads,
+                   const py::object& out) {
   const char* op = "qdq_lut";
   CheckBytes(op, {&a, &table});
   if (b) CheckBytes(op, {&*b});
@@ -106,37 +116,38 @@ py::array QdqLutPy(const py::array& a, const std::optional<py::array>& b, const 
                                 " entries, expected " + std::to_string(want));
   if (b && b->size() != a.size())
     throw std::invalid_argument(std::string(op) + ": a and b must have the same number of elements");
-  py::array y = Output(a, table);
+  py::array y = Output(op, a, table, out);
   const auto* pa = static_cast<const uint8_t*>(a.data());
   const auto* pb = b ? static_cast<const uint8_t*>(b->data()) : nullptr;
   const auto* pt = static_cast<const uint8_t*>(table.data());
-  auto* out = static_cast<uint8_t*>(y.mutable_data());
+  auto* dst = static_cast<uint8_t*>(y.mutable_data());
   const int64_t n = a.size();
   {
     py::gil_scoped_release release;
     if (pb)
-      LutBinary(pa, pb, n, pt, out, threads);
+      LutBinary(pa, pb, n, pt, dst, threads);
     else
-      Chunks(threads, n, [&](int64_t lo, int64_t hi) { LutRow(pa + lo, hi - lo, pt, out + lo); });
+      Chunks(threads, n, [&](int64_t lo, int64_t hi) { LutRow(pa + lo, hi - lo, pt, dst + lo); });
   }
   return y;
 }
 
-py::array QdqLutRowsPy(const py::array& x, const py::array& s, int64_t inner, const py::array& rows, int threads) {
+py::array QdqLutRowsPy(const py::array& x, const py::array& s, int64_t inner, const py::array& rows, int threads,
+                       const py::object& out) {
   const char* op = "qdq_lut_rows";
   CheckBytes(op, {&x, &s, &rows});
   if (rows.size() != 65536) throw std::invalid_argument(std::string(op) + ": rows must have 65536 entries");
   if (inner <= 0 || s.size() * inner != x.size())
     throw std::invalid_argument(std::string(op) + ": x must hold `inner` = " + std::to_string(inner) +
                                 " elements per element of s");
-  py::array y = Output(x, rows);
+  py::array y = Output(op, x, rows, out);
   const auto* px = static_cast<const uint8_t*>(x.data());
   const auto* ps = static_cast<const uint8_t*>(s.data());
   const auto* pr = static_cast<const uint8_t*>(rows.data());
-  auto* out = static_cast<uint8_t*>(y.mutable_data());
+  auto* dst = static_cast<uint8_t*>(y.mutable_data());
   {
     py::gil_scoped_release release;
-    LutRows(px, ps, x.size(), inner, pr, out, threads);
+    LutRows(px, ps, x.size(), inner, pr, dst, threads);
   }
   return y;
 }
@@ -152,11 +163,13 @@ void LutRow(const uint8_t* x, int64_t n, const uint8_t* row, uint8_t* y) {
 
 void BindQdqLut(py::module_& m) {
   m.def("qdq_lut", &QdqLutPy, py::arg("a"), py::arg("b"), py::arg("table"), py::arg("threads") = 1,
+        py::arg("out") = py::none(),
         "8-bit table read: table[a] (256 entries) or table[256 * a + b] (65536, a and b the same size); the output "
-        "has the table's dtype and a's shape");
+        "has the table's dtype and a's shape, into out (ORT's buffer) or a new array");
   m.def("qdq_lut_rows", &QdqLutRowsPy, py::arg("x"), py::arg("s"), py::arg("inner"), py::arg("rows"),
-        py::arg("threads") = 1,
-        "8-bit table read with a broadcast operand: y[i] = rows[256 * s[i / inner] + x[i]] (rows: 65536 entries)");
+        py::arg("threads") = 1, py::arg("out") = py::none(),
+        "8-bit table read with a broadcast operand: y[i] = rows[256 * s[i / inner] + x[i]] (rows: 65536 entries), "
+        "into out (ORT's buffer) or a new array");
 }
 
 }  // namespace npu_ep::kern

@@ -4,7 +4,8 @@ Built by ``kernels/fusion/qdq_lut.py``. Inputs: one or two 8-bit tensors, then t
 8-bit type): 256 entries indexed by the byte of the one input, or 65536 indexed by ``256 * byte(a) + byte(b)``
 with ONNX broadcasting of a and b. The native kernel (``kernels/native/qdq_lut.cc``) takes one input, two of one
 shape, or a per-channel operand (one 256-entry row of the table per run of the other's elements); other
-broadcasts, and the reference model, are numpy fancy indexing.
+broadcasts, and the reference model, are numpy fancy indexing. ``bind`` makes the native call the step for the
+bound input shapes, writing ORT's buffer when the result is a partition output.
 
 Cost: ``_vector.stream_cost`` over the output elements, one gather per element; DMA of the inputs, the table and
 the output.
@@ -57,6 +58,14 @@ def _inner(big: tuple[int, ...], small: tuple[int, ...]) -> int | None:
     return int(np.prod(big[k:], dtype=np.int64))
 
 
+def _rows_by_b(p: Prepared) -> np.ndarray:
+    """The 65536-entry table transposed, so a per-channel second operand picks a 256-entry row (made once)."""
+    rows = p.kernel_cache.get("rows_by_b")
+    if rows is None:
+        rows = p.kernel_cache["rows_by_b"] = np.ascontiguousarray(p.consts["table"].reshape(256, 256).T).reshape(-1)
+    return rows
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     table = p.consts["table"]
     a = inputs[0]
@@ -71,12 +80,37 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
         big, small = (a, b) if small_b else (b, a)
         inner = _inner(big.shape, small.shape)
         if inner:
-            rows = p.kernel_cache.get("rows_by_b") if small_b else table
-            if rows is None:
-                rows = p.kernel_cache["rows_by_b"] = np.ascontiguousarray(table.reshape(256, 256).T).reshape(-1)
+            rows = _rows_by_b(p) if small_b else table
             return [nat.qdq_lut_rows(np.ascontiguousarray(big), np.ascontiguousarray(small), inner, rows,
                                      runtime.threads(p))]
     return [reference(table, a, b)]
+
+
+def _bind(p: Prepared, inputs, outs):
+    """The table read as one native step for these input shapes (``qdq_lut``, or ``qdq_lut_rows`` for a per-channel
+    operand), as ``_run`` calls it, into ORT's buffer when the result is a partition output; None where ``_run``
+    falls back to numpy (other broadcasts)."""
+    nat = runtime.native(p)
+    srcs = [inputs[i] if i < len(inputs) else None for i in range(2 if p.attrs["binary"] else 1)]
+    if nat is None or not all(isinstance(v, np.ndarray) and v.flags.c_contiguous for v in srcs):
+        return None
+    a, b = srcs[0], srcs[1] if len(srcs) == 2 else None
+    shape = list(outs[0].shape)
+    live = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(srcs)]
+    if b is None or a.shape == b.shape:
+        fn, args, out_at = nat.qdq_lut, [None, None, p.consts["table"], runtime.threads(p), None], 4
+    else:
+        small_b = b.size <= a.size
+        big, small = (a, b) if small_b else (b, a)
+        inner = _inner(big.shape, small.shape)
+        if not inner or list(big.shape) != shape:
+            return None
+        rows = _rows_by_b(p) if small_b else p.consts["table"]
+        fn, args, out_at = nat.qdq_lut_rows, [None, None, inner, rows, runtime.threads(p), None], 5
+        live = [(0 if v is big else 1, i, v.dtype, v.shape, None) for i, v in enumerate(srcs)]
+    where = p.runtime.partition_outputs
+    into = [(out_at, where[0], shape)] if where and 0 in where else []
+    return runtime.call_step(p, fn, tuple(args), live, [(-1, shape)], None, into)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -86,4 +120,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, b_in, n, 1.0)
 
 
-register(KernelDef("npu", "QdqLut", _prepare, _run, _cost, _check))
+register(KernelDef("npu", "QdqLut", _prepare, _run, _cost, _check, bind=_bind))
