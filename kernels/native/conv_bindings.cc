@@ -225,13 +225,38 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
   return y;
 }
 
-// ConvInteger: the exact int32 sums of (x - x_zp) * (w - w_zp), as int32 hardware (wrapping) gives them.
-py::array ConvIntegerPy(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
-                        const std::vector<int64_t>& geom, bool depthwise, int threads) {
-  QConv q = IntConvArgs(x, x_zp, w, w_zp, geom, depthwise, threads, "conv_integer");
+// ConvInteger's x_zero_point: an int, or the one-element 8-bit array a bound step passes (DynamicQuantizeLinear
+// computes it per call).
+int ConvIntegerZeroPoint(const py::object& z) {
+  if (!py::isinstance<py::array>(z)) return z.cast<int>();
+  auto a = py::reinterpret_borrow<py::array>(z);
+  if (a.size() != 1 ||
+      (a.dtype().num() != py::dtype::of<uint8_t>().num() && a.dtype().num() != py::dtype::of<int8_t>().num()))
+    throw std::invalid_argument("conv_integer: x_zero_point must be an int or one uint8/int8 value, got " +
+                                std::string(py::str(a.dtype())) + " of " + std::to_string(a.size()) + " elements");
+  const uint8_t byte = *static_cast<const uint8_t*>(a.data());
+  return a.dtype().num() == py::dtype::of<int8_t>().num() ? static_cast<int8_t>(byte) : byte;
+}
+
+// ConvInteger: the exact int32 sums of (x - x_zp) * (w - w_zp), as int32 hardware (wrapping) gives them; into `out`
+// (ORT's buffer, when a bound step writes a partition output) or a new array.
+py::array ConvIntegerPy(const py::array& x, const py::object& x_zp, const py::array& w, const Arr<int32_t>& w_zp,
+                        const std::vector<int64_t>& geom, bool depthwise, int threads, const py::object& out) {
+  QConv q = IntConvArgs(x, ConvIntegerZeroPoint(x_zp), w, w_zp, geom, depthwise, threads, "conv_integer");
   const ConvShape& s = q.s;
-  py::array_t<int32_t> y({s.N, s.M, s.OH, s.OW});
-  q.acc_out = y.mutable_data();
+  const int64_t n_out = s.N * s.M * s.OH * s.OW;
+  py::array y;
+  if (out.is_none()) {
+    y = py::array_t<int32_t>({s.N, s.M, s.OH, s.OW});
+  } else {
+    if (!py::isinstance<py::array_t<int32_t>>(out))
+      throw std::invalid_argument("conv_integer: out must be an int32 array or None");
+    y = py::reinterpret_borrow<py::array>(out);
+    if (y.size() != n_out || !(y.flags() & py::array::c_style) || !y.writeable())
+      throw std::invalid_argument("conv_integer: out must be a writable C-order int32 array of " +
+                                  std::to_string(n_out) + " elements");
+  }
+  q.acc_out = static_cast<int32_t*>(y.mutable_data());
   {
     py::gil_scoped_release release;
     QLinearConv(q);
@@ -359,8 +384,9 @@ void BindConv(py::module_& m) {
         "QLinearConv, exact int32 sums and MLAS requantization; w [M, kh, kw, C/group rounded up to 4] "
         "(depthwise: [M, kh*kw]); lut: a fused 256-entry output table applied to each requantized row");
   m.def("conv_integer", &ConvIntegerPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
-        py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1,
-        "ConvInteger: int32 sums of (x - x_zp) * (w - w_zp[m]); w laid out as qlinear_conv's");
+        py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1, py::arg("out") = py::none(),
+        "ConvInteger: int32 sums of (x - x_zp) * (w - w_zp[m]); w laid out as qlinear_conv's; x_zero_point an int "
+        "or one 8-bit value; into out (ORT's buffer) or a new array");
   m.def("max_pool", &MaxPoolPy, py::arg("x"), py::arg("geometry"), py::arg("low"), py::arg("threads") = 1,
         "MaxPool (float32, uint8, int8) over a geometry the reference resolved: [OH, OW, kh, kw, sh, sw, dh, dw, "
         "pt, pl]; low (float32 only) is the value of a window wholly outside the input");

@@ -5,7 +5,8 @@ two scales): ddddocr's older recognizer has 21 of them. The accumulation is QLin
 without its requantization: the native int8 GEMM (``conv_integer``, ``kernels/native/qlinear_conv.cc``), and
 for the reference model exact integer products of the same patches (``_matrix.exact_int_matmul``). Integer sums are
 exact, so both give ORT's bits. ``x_zero_point`` may be a runtime scalar (DynamicQuantizeLinear computes it per
-call); ``w_zero_point`` is a constant scalar or one per output channel. Cost: as QLinearConv's.
+call); ``w_zero_point`` is a constant scalar or one per output channel. ``bind`` makes the native call the step
+(the runtime x_zero_point passed as its one-byte array). Cost: as QLinearConv's.
 """
 
 from __future__ import annotations
@@ -91,6 +92,33 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     return [np.ascontiguousarray(y[:, :, 0, :]) if one_d else y]
 
 
+def _bind(p: Prepared, inputs, outs):
+    """``conv_integer`` as the step for this input shape, as ``_run`` calls it: x (viewed 4-D for a 1-D conv), the
+    constant x_zero_point as an int or the runtime one (DynamicQuantizeLinear's) as its one-byte array, into ORT's
+    buffer when the result is a partition output. None for a constant X."""
+    nat = runtime.native(p)
+    x = inputs[0] if inputs else None
+    if nat is None or not isinstance(x, np.ndarray) or x.ndim not in (3, 4) or x.dtype not in (np.uint8, np.int8):
+        return None
+    check_channels(p, x)
+    x4 = x.shape[:2] + (1,) + x.shape[2:] if x.ndim == 3 else x.shape
+    geom = memo_per_shape(p, "geometry", x4, _geometry_list, p, x.reshape(x4))
+    live = [(0, 0, x.dtype, x.shape, x4 if x.ndim == 3 else None)]
+    z = inputs[2] if len(inputs) > 2 else None
+    if "xzp" in p.consts or z is None:
+        xzp: Any = _x_zero_point(p, inputs)
+    elif isinstance(z, np.ndarray) and z.size == 1 and z.dtype == x.dtype:
+        xzp = None
+        live.append((1, 2, z.dtype, z.shape, None))
+    else:
+        return None
+    shape = list(outs[0].shape)
+    where = p.runtime.partition_outputs
+    into = [(7, where[0], shape)] if where and 0 in where else []
+    args = (None, xzp, p.consts["qw"], p.consts["wzp"], geom, p.attrs["wdims"][1] == 1, runtime.threads(p), None)
+    return runtime.call_step(p, nat.conv_integer, args, live, [(-1, shape)], None, into)
+
+
 def _reference(p: Prepared, x: np.ndarray, xzp: int) -> np.ndarray:
     """The exact sums from integer-valued float32 patches and weights (zero points removed)."""
     at = p.attrs
@@ -105,4 +133,4 @@ def _reference(p: Prepared, x: np.ndarray, xzp: int) -> np.ndarray:
     return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
 
 
-register(KernelDef("", "ConvInteger", _prepare, _run, _cost, _check, rank_free=True))
+register(KernelDef("", "ConvInteger", _prepare, _run, _cost, _check, rank_free=True, bind=_bind))

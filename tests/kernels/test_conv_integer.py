@@ -1,6 +1,7 @@
 """ConvInteger (kernels/ops/conv_integer.py): integer sums are exact, so the native int8 GEMM, the reference model and
 ORT's CPU EP agree bit for bit; a runtime x_zero_point (DynamicQuantizeLinear's) and per-channel w_zero_point; a
-conv ORT's own dynamic quantizer wrote runs wholly on NpuEP with the CPU EP's bits."""
+conv ORT's own dynamic quantizer wrote runs wholly on NpuEP with the CPU EP's bits. The kernel binds its native call
+as the step (the runtime x_zero_point passed in as its byte), and sessions run that step, no Python kernel."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from _sweep import bound_step_outputs
 from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
-from npu_testing import assignment, make_model, npu_session
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, make_model, npu_session, session_options
 
 U8, I8 = TensorProto.UINT8, TensorProto.INT8
 # x shape, w shape, attrs
@@ -52,21 +56,35 @@ def _model(xs, ws, attrs, *, wdt=U8, runtime_xzp=True, per_channel=False, seed=0
     return model, feeds
 
 
-def _kernel_run(model, feeds, kernels):
+def _kernel_run(model, feeds, kernels, bound: list | None = None):
+    """The kernel's output; with ``bound``, also its bound native step's outputs on the same inputs appended."""
     (node,) = nodes_from_model(model)
     k = kernel_for("", "ConvInteger")
     p = k.prepare(node, Target.load("npu-ref"))
     runtime.configure([p], kernels, 2)
-    return k.run(p, [feeds.get(v.name) if not v.missing and not v.is_constant else None for v in node.inputs])[0]
+    args = [feeds.get(v.name) if not v.missing and not v.is_constant else None for v in node.inputs]
+    outs = k.run(p, args)
+    if bound is not None:
+        bound.extend(bound_step_outputs(k, p, args, outs))
+    return outs[0]
+
+
+def _tagged_session(model):
+    so = session_options()
+    tag_session_options(so)  # so python_steps finds the session's programs
+    return npu_session(model, so=so)
 
 
 @pytest.mark.parametrize("xs,ws,attrs", SHAPES)
 @pytest.mark.parametrize("wdt,per_channel", [(U8, False), (U8, True), (I8, False)])
 def test_native_equals_reference_bit_for_bit(isa, xs, ws, attrs, wdt, per_channel):
     model, feeds = _model(xs, ws, attrs, wdt=wdt, per_channel=per_channel, seed=len(xs) + ws[0])
-    got, want = _kernel_run(model, feeds, "native"), _kernel_run(model, feeds, "reference")
+    bound: list = []
+    got, want = _kernel_run(model, feeds, "native", bound), _kernel_run(model, feeds, "reference")
     assert got.dtype == want.dtype == np.int32 and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+    assert len(bound) == 1, "the kernel bound no native step"
+    assert bound[0].shape == got.shape and bound[0].tobytes() == got.tobytes()
 
 
 @pytest.mark.parametrize("xs,ws,attrs", SHAPES)
@@ -75,10 +93,14 @@ def test_session_equals_cpu_ep(xs, ws, attrs, runtime_xzp):
     """uint8 x and w with one w_zero_point, what ORT's CPU ConvInteger takes (the spec's per-channel zero points:
     against the reference above)."""
     model, feeds = _model(xs, ws, attrs, runtime_xzp=runtime_xzp, seed=ws[1])
-    sess = npu_session(model)
+    sess = _tagged_session(model)
     assert assignment(sess) == {"conv": "NpuEP"}
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for i in range(3):  # the kernel's first call, then the bound step's (a new x_zero_point each call)
+        if runtime_xzp:
+            feeds["xz"] = np.array(60 * i + 7, np.uint8)
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu.run(None, feeds)[0])
+    assert python_steps(sess) == [], "ConvInteger ran its Python kernel instead of the bound native step"
 
 
 def test_a_non_scalar_x_zero_point_is_declined_with_a_reason():
@@ -110,11 +132,13 @@ def test_a_conv_net_from_orts_dynamic_quantizer_runs_on_npuep_with_the_cpu_eps_b
     quantize_dynamic(str(src), str(dst), op_types_to_quantize=["Conv"], weight_type=QuantType.QUInt8)
     ops = {n.op_type for n in onnx.load(dst).graph.node}
     assert {"DynamicQuantizeLinear", "ConvInteger"} <= ops, ops
-    sess = npu_session(str(dst))
+    sess = _tagged_session(str(dst))
     assert set(assignment(sess).values()) == {"NpuEP"}
     feeds = {"x": rng.normal(0, 1, (1, 3, 24, 40)).astype(np.float32)}
     want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+    assert python_steps(sess) == [], "a step of the quantized net ran its Python kernel"
 
 
 # weight shape, group, an input channel count that does not match (the native weights pad C/group up to 4)
