@@ -451,6 +451,8 @@ void RegisterKernels(py::module_& parent) {
   BindSoftmax(m);  // softmax.cc: Softmax over the last axis
   void BindAttentionChain(py::module_&);
   BindAttentionChain(m);  // attention_chain.cc: npu::AttentionChain
+  void BindSdpa(py::module_&);
+  BindSdpa(m);  // sdpa.cc: ONNX Attention, com.microsoft Attention and MultiHeadAttention
   void BindRotateHalf(py::module_&);
   BindRotateHalf(m);  // rotate_half.cc: npu::RotateHalf
   void BindIndexing(py::module_&);

@@ -21,8 +21,9 @@ import numpy as np
 
 from ..cost import matmul_cost, vector_cost
 from ..planner import plan_matmul
-from ..registry import OpCost
+from ..registry import OpCost, Prepared
 from ..target import Target
+from .. import runtime
 from ._vector import transcendental
 
 _F32 = np.float32
@@ -81,6 +82,56 @@ def _native_attend(native: Any, q, k, v, bias, softcap: float, want_scores: int 
                              or bias.shape[-1] not in (1, k.shape[2])):
         return None
     return native
+
+
+# ``kernels.sdpa``'s parameters (kernels/native/sdpa.cc), in order: a call is a dict of them, absent ones None.
+SDPA_PARAMS = ("q", "k", "v", "past_k", "past_v", "heads", "kv_heads", "scale", "softcap", "mask", "mask_kind",
+               "attention_bias", "causal", "fill", "qkv_bias", "present", "out", "projection", "threads")
+_OUT_ARG = SDPA_PARAMS.index("out")
+MASK_BOOL, MASK_FLOAT, MASK_LENGTHS, MASK_END_START, MASK_POSITIVE, MASK_NONZERO = 1, 2, 3, 4, 5, 6
+CAUSAL_ADD_INF, CAUSAL_LOWEST, CAUSAL_ADD_FILL = 1, 2, 3
+
+
+def sdpa_args(call: dict) -> tuple:
+    """``call`` (parameter name -> value) as ``kernels.sdpa``'s positional arguments."""
+    return tuple(call.get(name) for name in SDPA_PARAMS)
+
+
+def run_sdpa(native: Any, call: dict) -> tuple:
+    """(y, present_k, present_v) of the native core for ``call``."""
+    return native.sdpa(*sdpa_args(call))
+
+
+def bind_sdpa(p: Prepared, native: Any, call: dict, slots: dict[str, int], inputs, outs, results: list[int]) -> Any:
+    """``kernels.sdpa`` as the bound step of an attention op for these input shapes: the parameters named in
+    ``slots`` take the node's runtime input of that index, the rest are held (constants, attributes); the node's
+    outputs are the result's entries ``results``; y goes into ORT's buffer when it is a partition output."""
+    args = list(sdpa_args(call))
+    live = []
+    for name, i in slots.items():
+        x = inputs[i]
+        args[SDPA_PARAMS.index(name)] = None
+        live.append((SDPA_PARAMS.index(name), i, x.dtype, x.shape, None))
+    where = p.runtime.partition_outputs
+    into = [(_OUT_ARG, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, native.sdpa, tuple(args), live, [(r, None) for r in results], None, into)
+
+
+def runtime_slots(inputs, names: dict[str, int]) -> dict[str, int]:
+    """The parameters of ``names`` (parameter -> node input index) whose input is given at run time."""
+    return {name: i for name, i in names.items() if i < len(inputs) and inputs[i] is not None}
+
+
+def plain(x: np.ndarray | None, *dtypes) -> bool:
+    """Whether ``x`` is None or a C-order array of one of ``dtypes`` (what the native core reads in place)."""
+    return x is None or (isinstance(x, np.ndarray) and x.dtype in dtypes and x.flags.c_contiguous)
+
+
+def broadcasts_to(x: np.ndarray | None, shape: tuple[int, ...]) -> bool:
+    """Whether ``x`` (right-aligned, extents 1 or equal) broadcasts to ``shape`` without growing it."""
+    if x is None:
+        return True
+    return x.ndim <= len(shape) and all(d in (1, w) for d, w in zip(x.shape[::-1], shape[::-1]))
 
 
 def bool_mask_bias(mask: np.ndarray) -> np.ndarray:

@@ -22,7 +22,8 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from ._sdpa import attend, attention_cost, float_mode_reason
+from ._sdpa import (CAUSAL_ADD_FILL, MASK_LENGTHS, MASK_NONZERO, attend, attention_cost, bind_sdpa, broadcasts_to,
+                    float_mode_reason, plain, run_sdpa, runtime_slots)
 from ._util import arg, stash_constants
 from ._vector import itemsize_of
 
@@ -80,8 +81,76 @@ def _mask_bias(mask: np.ndarray, b: int, s: int, t: int, fill: float) -> np.ndar
     return np.where(keep, _F32(0.0), _F32(fill))
 
 
+_SLOTS = {"q": 0, "k": 1, "v": 2, "qkv_bias": 3, "mask": 4, "attention_bias": 5, "past_k": 6, "past_v": 7}
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+_INT32 = np.dtype(np.int32)
+
+
+def _mask_kind(kpm: np.ndarray | None, b: int, s: int, t: int) -> int | None:
+    """key_padding_mask's kind for the native core (0: none), None where it declines (the reference runs)."""
+    if kpm is None:
+        return 0
+    if not plain(kpm, _INT32):
+        return None
+    if kpm.ndim == 1:
+        return MASK_LENGTHS if kpm.shape == (b,) else None
+    lead = (b, t) if kpm.ndim == 2 else (b, s, t)
+    return MASK_NONZERO if kpm.ndim in (2, 3) and all(d in (1, w) for d, w in zip(kpm.shape, lead)) else None
+
+
+def _native_call(p: Prepared, inputs) -> dict | None:
+    """``kernels.sdpa``'s call for these inputs on the native kernels, or None where it declines (the reference
+    runs): qk output requested, operands not C-order of the query's float dtype, shapes that do not attend, an
+    int32-less or odd key_padding_mask, an attention_bias that does not broadcast to the scores."""
+    nat = runtime.native(p)
+    a = p.attrs
+    want = a["outputs"]
+    if nat is None or (len(want) > 3 and want[3]):
+        return None
+    q, k, v, bias, kpm, ab, past_k, past_v = (arg(p, inputs, i) for i in range(8))
+    if (q is None or k is None or v is None or q.dtype not in _FLOATS or q.ndim != 3 or k.ndim not in (3, 4)
+            or v.ndim != k.ndim or (past_k is None) != (past_v is None)
+            or not all(plain(x, q.dtype) for x in (q, k, v, bias, past_k, past_v))):
+        return None
+    n = a["num_heads"]
+    b, s, d = q.shape
+    if d % n or (k.ndim == 3 and (k.shape[2] % n or v.shape[2] % n)) or (k.ndim == 4 and k.shape[1] != n):
+        return None
+    h, kv_len = d // n, k.shape[1] if k.ndim == 3 else k.shape[2]
+    hv = v.shape[2] // n if v.ndim == 3 else v.shape[3]
+    past = 0 if past_k is None else past_k.shape[2]
+    t = past + kv_len
+    if (k.shape[0] != b or v.shape[0] != b or (k.shape[2] // n if k.ndim == 3 else k.shape[3]) != h
+            or (v.shape[1] if v.ndim == 3 else v.shape[2]) != kv_len or t == 0
+            or (bias is not None and (bias.ndim != 1 or (k.ndim == 3 and bias.shape[0] != 2 * d + v.shape[2])
+                                      or bias.shape[0] < d))
+            or (past_k is not None and (past_k.shape != (b, n, past, h) or past_v.shape != (b, n, past, hv)))
+            or (a["unidirectional"] and kv_len != s) or not (plain(ab, *_FLOATS) and broadcasts_to(ab, (b, n, s, t)))):
+        return None
+    kind = _mask_kind(kpm, b, s, t)
+    if kind is None:
+        return None
+    return {"q": q, "k": k, "v": v, "past_k": past_k, "past_v": past_v, "heads": n, "kv_heads": n,
+            "scale": a["scale"] or 1.0 / math.sqrt(h), "softcap": 0.0, "mask": kpm, "mask_kind": kind,
+            "attention_bias": ab, "causal": CAUSAL_ADD_FILL if a["unidirectional"] else 0,
+            "fill": a["mask_filter_value"], "qkv_bias": bias, "present": 1 if any(want[1:3]) else 0,
+            "threads": runtime.threads(p)}
+
+
+def _bind(p: Prepared, inputs, outs):
+    """The native core as this node's step for these input shapes (``_native_call``)."""
+    call = _native_call(p, inputs)
+    if call is None:
+        return None
+    return bind_sdpa(p, runtime.native(p), call, runtime_slots(inputs, _SLOTS), inputs, outs,
+                     list(range(min(len(p.attrs["outputs"]), 3))))
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
+    call = _native_call(p, inputs)
+    if call is not None:
+        return list(run_sdpa(runtime.native(p), call)[:min(len(a["outputs"]), 3)])
     n = a["num_heads"]
     q, k, v, bias, kpm, ab, past_k, past_v = (arg(p, inputs, i) for i in range(8))
     b, s, d = q.shape
@@ -145,4 +214,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return attention_cost(p.target, a["dtype"], b, n, n, s, past + t, h, hv, extra)
 
 
-register(KernelDef("com.microsoft", "MultiHeadAttention", _prepare, _run, _cost, _check))
+register(KernelDef("com.microsoft", "MultiHeadAttention", _prepare, _run, _cost, _check, bind=_bind))

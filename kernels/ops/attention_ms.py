@@ -32,7 +32,9 @@ from ..planner import PlanError, plan_matmul
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from ._sdpa import attend, attention_cost, float_mode_reason
+from ._sdpa import (CAUSAL_LOWEST, MASK_END_START, MASK_LENGTHS, MASK_POSITIVE, attend, attention_cost, bind_sdpa,
+                    broadcasts_to, float_mode_reason, plain, run_sdpa, runtime_slots)
+from .matmul import packed_panels
 from ._util import arg, stash_constants
 
 _F32 = np.float32
@@ -149,8 +151,70 @@ def _additive_mask(p: Prepared, mask: np.ndarray | None, b: int, s: int, t: int,
     return add
 
 
+_SLOTS = {"q": 0, "mask": 3, "past_k": 4, "attention_bias": 5}
+_INT32 = np.dtype(np.int32)
+
+
+def _mask_kind(mask: np.ndarray | None, b: int, s: int, t: int) -> int | None:
+    """mask_index's kind for the native core (0: none or the [B, 1] dummy form), None where it declines (the
+    reference runs or names the bad shape)."""
+    if mask is None:
+        return 0
+    if not plain(mask, _INT32):
+        return None
+    if mask.ndim == 1:
+        return MASK_LENGTHS if mask.shape == (b,) else MASK_END_START if mask.shape == (2 * b,) else None
+    if mask.ndim == 2 and mask.shape[1] == 1:
+        return 0
+    return MASK_POSITIVE if mask.shape in ((b, t), (b, s, t)) else None
+
+
+def _native_call(p: Prepared, inputs) -> dict | None:
+    """``kernels.sdpa``'s call for these inputs, the projection on the packed GEMM (constant weights and bias, an
+    AVX-512 host: ``matmul.packed_panels``), or None where it declines (the reference runs)."""
+    a = p.attrs
+    n = a["num_heads"]
+    dq, dk, dv = a["sizes"]
+    x, w, bias, mask, past, ab = (arg(p, inputs, i) for i in range(6))
+    if (x is None or x.ndim != 3 or not plain(x, _F32) or not plain(past, _F32) or not plain(ab, _F32)
+            or any(i < len(inputs) and inputs[i] is not None for i in (1, 2)) or not plain(bias, _F32)
+            or bias is None or bias.shape != (dq + dk + dv,) or w is None or w.shape != (x.shape[2], dq + dk + dv)):
+        return None
+    packed = packed_panels(p, x, w)
+    b, s, _ = x.shape
+    p_len = 0 if past is None else past.shape[3]
+    t = p_len + s
+    if (packed is None or (past is not None and past.shape != (2, b, n, p_len, dq // n))
+            or ((past is not None or a["present"]) and dq != dv) or not broadcasts_to(ab, (b, n, s, t))):
+        return None
+    kind = _mask_kind(mask, b, s, t)
+    if kind is None:
+        return None
+    return {"q": x, "past_k": past, "heads": n, "kv_heads": n, "scale": a["scale"] or 1.0 / math.sqrt(dq // n),
+            "softcap": 0.0, "mask": mask if kind else None, "mask_kind": kind, "attention_bias": ab,
+            "causal": CAUSAL_LOWEST if a["unidirectional"] and s > 1 else 0, "fill": a["mask_filter_value"],
+            "present": 2 if a["present"] else 0, "projection": (packed, bias, dq, dk),
+            "threads": runtime.threads(p)}
+
+
+def _bind(p: Prepared, inputs, outs):
+    """The native core as this node's step for these input shapes (``_native_call``); a [B, 1] mask_index is no
+    argument (the dummy form masks nothing)."""
+    call = _native_call(p, inputs)
+    if call is None:
+        return None
+    slots = runtime_slots(inputs, _SLOTS)
+    if call["mask"] is None:
+        slots.pop("mask", None)
+    return bind_sdpa(p, runtime.native(p), call, slots, inputs, outs, [0, 1][:len(outs)])
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
+    call = _native_call(p, inputs)
+    if call is not None:
+        y, present, _ = run_sdpa(runtime.native(p), call)
+        return [y, present] if a["present"] else [y]
     n = a["num_heads"]
     dq, dk, dv = a["sizes"]
     x, w, bias, mask, past, ab = (arg(p, inputs, i) for i in range(6))
@@ -194,4 +258,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return total
 
 
-register(KernelDef("com.microsoft", "Attention", _prepare, _run, _cost, _check))
+register(KernelDef("com.microsoft", "Attention", _prepare, _run, _cost, _check, bind=_bind))

@@ -24,7 +24,8 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from .. import runtime
-from ._sdpa import attend, attention_cost, bool_mask_bias, causal_bias, float_mode_reason
+from ._sdpa import (CAUSAL_ADD_INF, MASK_BOOL, MASK_FLOAT, attend, attention_cost, bind_sdpa, bool_mask_bias,
+                    broadcasts_to, causal_bias, float_mode_reason, plain, run_sdpa, runtime_slots)
 from ._util import arg, stash_constants
 from ._vector import itemsize_of
 
@@ -67,8 +68,61 @@ def _heads(x: np.ndarray, rank: int, heads: int) -> np.ndarray:
     return x.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
 
 
+_SLOTS = {"q": 0, "k": 1, "v": 2, "mask": 3, "past_k": 4, "past_v": 5}
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def _native_call(p: Prepared, inputs) -> dict | None:
+    """``kernels.sdpa``'s call for these inputs on the native kernels, or None where it declines (the reference
+    runs): qk_matmul_output requested, operands not C-order of one float dtype, heads or lengths that do not
+    attend, a mask that does not broadcast to the scores."""
+    nat = runtime.native(p)
+    a = p.attrs
+    want = a["outputs"]
+    if nat is None or (len(want) > 3 and want[3]):
+        return None
+    q, k, v, mask, past_k, past_v = (arg(p, inputs, i) for i in range(6))
+    if (q is None or k is None or v is None or q.dtype not in _FLOATS or not all(plain(x, q.dtype) for x in (
+            q, k, v, past_k, past_v)) or q.ndim not in (3, 4) or k.ndim != q.ndim or v.ndim != q.ndim
+            or (past_k is None) != (past_v is None)):
+        return None
+    rank = q.ndim
+    n, nkv = (int(a["q_num_heads"]), int(a["kv_num_heads"])) if rank == 3 else (q.shape[1], k.shape[1])
+    if n <= 0 or nkv <= 0 or n % nkv or (rank == 3 and (q.shape[2] % n or k.shape[2] % nkv or v.shape[2] % nkv)):
+        return None
+    b, s, h = q.shape[0], q.shape[-2] if rank == 4 else q.shape[1], q.shape[-1] if rank == 4 else q.shape[2] // n
+    hv = v.shape[-1] if rank == 4 else v.shape[2] // nkv
+    kv_len = k.shape[-2] if rank == 4 else k.shape[1]
+    past = 0 if past_k is None else past_k.shape[2]
+    if (k.shape[0] != b or v.shape[0] != b or (k.shape[-1] if rank == 4 else k.shape[2] // nkv) != h
+            or (v.shape[-2] if rank == 4 else v.shape[1]) != kv_len or kv_len + past == 0):
+        return None
+    if past_k is not None and (past_k.shape != (b, nkv, past, h) or past_v.shape != (b, nkv, past, hv)):
+        return None
+    if mask is not None and not (plain(mask, np.dtype(np.bool_), *_FLOATS)
+                                 and broadcasts_to(mask, (b, n, s, past + kv_len))):
+        return None
+    kind = 0 if mask is None else MASK_BOOL if mask.dtype == np.bool_ else MASK_FLOAT
+    return {"q": q, "k": k, "v": v, "past_k": past_k, "past_v": past_v, "heads": n, "kv_heads": nkv,
+            "scale": float(a["scale"]) or 1.0 / math.sqrt(h), "softcap": float(a["softcap"]), "mask": mask,
+            "mask_kind": kind, "causal": CAUSAL_ADD_INF if a["is_causal"] and s > 1 else 0, "fill": 0.0,
+            "present": 1 if any(want[1:3]) else 0, "threads": runtime.threads(p)}
+
+
+def _bind(p: Prepared, inputs, outs):
+    """The native core as this node's step for these input shapes (``_native_call``)."""
+    call = _native_call(p, inputs)
+    if call is None:
+        return None
+    return bind_sdpa(p, runtime.native(p), call, runtime_slots(inputs, _SLOTS), inputs, outs,
+                     list(range(min(len(p.attrs["outputs"]), 3))))
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
+    call = _native_call(p, inputs)
+    if call is not None:
+        return list(run_sdpa(runtime.native(p), call)[:min(len(a["outputs"]), 3)])
     q, k, v = (arg(p, inputs, i) for i in range(3))
     mask, past_k, past_v = (arg(p, inputs, i) for i in range(3, 6))
     rank = q.ndim
@@ -123,4 +177,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return attention_cost(p.target, a["dtype"], b, n, nkv, s, past + t, h, hv, extra)
 
 
-register(KernelDef("", "Attention", _prepare, _run, _cost, _check))
+register(KernelDef("", "Attention", _prepare, _run, _cost, _check, bind=_bind))

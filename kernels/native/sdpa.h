@@ -1,0 +1,68 @@
+// The native scaled-dot-product attention core (`kernels.sdpa`) shared by ONNX Attention (opset 23), com.microsoft
+// Attention and com.microsoft MultiHeadAttention: per (batch, head) Q K^T, scale, softcap, additive bias built from
+// the ops' masks, softmax and P V, in float32 over float32 or float16 storage. kernels/ops/_sdpa.py's attend and
+// the three ops' masks are the reference.
+#pragma once
+
+#include <cstdint>
+
+namespace npu_ep::kern {
+
+// A [B, heads, rows, width] view of float32 (or IEEE half bits when the call is fp16): element (b, n, r, i) at
+// data + b * sb + n * sn + r * sr + i. `bias` (float32, or null) is added to each row's width elements (head n
+// reads bias + n * width): MultiHeadAttention's projection bias.
+struct SdpaView {
+  const void* data = nullptr;
+  int64_t sb = 0, sn = 0, sr = 0;
+  const float* bias = nullptr;
+};
+
+// A mask or bias operand as a [B, N, S, T] broadcast view (strides in elements, 0 along broadcast axes).
+struct SdpaMask {
+  const void* data = nullptr;
+  int64_t s[4] = {0, 0, 0, 0};
+};
+
+enum class MaskKind : int {
+  kNone = 0,
+  kBool = 1,       // bool bytes: 0 adds -inf (ONNX Attention)
+  kFloat = 2,      // additive float32 or float16 values (ONNX Attention)
+  kLengths = 3,    // int32 [B]: key j kept when j < len[b]; masked keys get `fill`
+  kEndStart = 4,   // int32 [2B]: kept when start[b] <= j < end[b] (com.microsoft Attention)
+  kPositive = 5,   // int32 raw mask: kept where > 0 (com.microsoft Attention)
+  kNonzero = 6,    // int32 raw mask: kept where != 0 (MultiHeadAttention)
+};
+
+enum class CausalKind : int {
+  kNone = 0,
+  kAddInf = 1,   // future keys: + -inf (ONNX Attention's is_causal)
+  kLowest = 2,   // future keys: float32's lowest value, replacing the mask (com.microsoft Attention)
+  kAddFill = 3,  // future keys: + fill (MultiHeadAttention)
+};
+
+struct SdpaArgs {
+  bool fp16 = false;  // q, k, v, past, presents, out (and float masks / attention bias when their flag says) as half
+  int64_t B = 0, N = 0, Nkv = 0, S = 0, L = 0, P = 0, H = 0, Hv = 0;  // T = P + L keys
+  SdpaView q, k, v;
+  const void* past_k = nullptr;  // [B, Nkv, P, H] contiguous, or null when P == 0
+  const void* past_v = nullptr;  // [B, Nkv, P, Hv]
+  void* present_k = nullptr;     // [B, Nkv, T, H] contiguous (past then the new rows), or null
+  void* present_v = nullptr;
+  MaskKind mask_kind = MaskKind::kNone;
+  SdpaMask mask;
+  bool mask_half = false;  // kFloat values are half
+  const void* attn_bias = nullptr;  // added after the mask and causal terms, or null
+  SdpaMask bias;
+  bool bias_half = false;
+  CausalKind causal = CausalKind::kNone;  // query i sees keys j <= i + P
+  float fill = -10000.0f, scale = 1.0f, softcap = 0.0f;
+  void* out = nullptr;  // element (b, n, s, i) at out + b * ob + n * on + s * os + i
+  int64_t ob = 0, on = 0, os = 0;
+  int threads = 1;
+};
+
+// Runs the call. Each task does its rows in a fixed order, and whether K is transposed depends only on S, so the
+// bits do not depend on the thread count.
+void Sdpa(const SdpaArgs& a);
+
+}  // namespace npu_ep::kern
