@@ -433,6 +433,8 @@ void RegisterKernels(py::module_& parent) {
   BindBinary(m);  // binary.cc: float16 Add/Sub/Mul/Div, integer Div
   void BindWhere(py::module_&);
   BindWhere(m);  // where.cc: Where
+  void BindMod(py::module_&);
+  BindMod(m);  // mod.cc: Mod
   void BindCast(py::module_&);
   BindCast(m);  // cast.cc: Cast
   void BindUnaryF16(py::module_&);

@@ -478,15 +478,45 @@ def _sigmoid_bind(p: Prepared, inputs, outs):
                              [(-1, None)], None, into)
 
 
+def _mod_native(a, b) -> bool:
+    """Whether ``mod_into`` (kernels/native/mod.cc) takes these operands: arrays of one integer or float dtype."""
+    return (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype.kind in "iuf"
+            and a.dtype.itemsize in (1, 2, 4, 8))
+
+
 def _mod_run(p: Prepared, inputs) -> list[np.ndarray]:
     """ONNX Mod as ORT's CPU kernel: fmod=1 is C's fmod (the dividend's sign), fmod=0 (integers) the divisor's
-    sign, numpy's remainder; an integer zero divisor fails the run as ORT's does."""
+    sign, numpy's remainder; an integer zero divisor fails the run as ORT's does. On the native kernels
+    ``mod_into`` for C-order operands (the same bits; None on a zero divisor, which the reference then reports)."""
     a, b = arg(p, inputs, 0), arg(p, inputs, 1)
+    nat = runtime.native(p)
+    if nat is not None and _mod_native(a, b) and a.flags.c_contiguous and b.flags.c_contiguous:
+        y = nat.mod_into(a, b, p.attrs["fmod"], None, runtime.threads(p))
+        if y is not None:
+            return [y]
     if np.issubdtype(a.dtype, np.integer) and not np.all(b):
         raise ZeroDivisionError(f"Integer modulo by zero: the divisor {b.dtype}{list(b.shape)} holds "
                                 f"{b.size - np.count_nonzero(b)} zero(s)")
     with np.errstate(divide="ignore", invalid="ignore"):
         return [np.asarray((np.fmod if p.attrs["fmod"] else np.remainder)(a, b))]
+
+
+def _mod_bind(p: Prepared, inputs, outs):
+    """Mod as one ``mod_into`` call for these input shapes, a constant operand held in place, into ORT's buffer
+    when the result is a partition output; a zero integer divisor declines the call (the kernel raises then)."""
+    values = [arg(p, inputs, 0), arg(p, inputs, 1)]
+    nat = runtime.native(p)
+    if nat is None or not _mod_native(*values) or outs[0].dtype != values[0].dtype:
+        return None
+    given = [i < len(inputs) and inputs[i] is not None for i in range(2)]
+    live = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(values) if given[i]]
+    if not live:
+        return None
+    held = [None if given[i] else np.array(v, order="C") for i, v in enumerate(values)]  # 0-d stays 0-d
+    where = p.runtime.partition_outputs  # into ORT's buffer when the result is a partition output
+    into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, nat.mod_into, (*held, p.attrs["fmod"], None, runtime.threads(p)), live,
+                             [(-1, None)], None, into)
 
 
 def _mod_check(node: NodeInfo, target: Target) -> str | None:
@@ -646,7 +676,7 @@ for _op, (_fn, _, _) in _BINARY.items():
         _bind = _native_binder(_op, _bind)
     register(KernelDef("", _op, prepare, _pow_run if _op == "Pow" else _binary_runner(_fn, _op), cost, check,
                        rank_free=True, bind=_bind))
-register(KernelDef("", "Mod", prepare, _mod_run, cost, _mod_check, rank_free=True))
+register(KernelDef("", "Mod", prepare, _mod_run, cost, _mod_check, rank_free=True, bind=_mod_bind))
 # unary_f16's op codes (kernels/native/unary_f16.cc): float16 ops exact in float32, computed there, rounded once
 _F16_UNARY = {"Relu": 0, "Abs": 1, "Neg": 2, "Sqrt": 3}
 _F16_SIGN = 4  # unary_f16's Sign: on the bits, NaN gives 0 as ORT's float16 kernel (_sign_run)
