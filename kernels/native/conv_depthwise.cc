@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cpu.h"
@@ -240,10 +242,237 @@ void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, co
   });
 }
 
+#if NPU_EP_X86
+// Register kernels for the common depthwise shapes (3x3 and 5x5, strides 1 and 2, no dilation) on AVX-512: a block
+// of R output rows x CV vectors of 16 columns is summed in registers, each input row's vector loaded once per tap
+// column and multiplied into every output row of the block that reads it, so a 3x3 kernel's input is read about
+// twice per output instead of nine times. Per output the taps still go in the reference's order (row by row, then
+// column by column: the block walks its input rows top down), product then sum, never fused, then + bias.
+// The input rows come from a RowRing: each row once per task, zero-padded, as its sw column phases.
+
+// The register kernels below are compiled for AVX-512 as a whole (their lambdas too, which a function's target
+// attribute does not reach); they run only where RegisterBlock found AVX-512.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+
+// f(std::integral_constant<int, 0>) ... f(std::integral_constant<int, N - 1>): loop indices the compiler sees as
+// constants, so a block's accumulators stay in registers whatever the optimization level's unrolling limits.
+// The first n of 16 lanes (none for n <= 0, all for n >= 16).
+inline __mmask16 LaneMask(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1); }
+
+template <int... I, typename F>
+inline void UnrollSeq(std::integer_sequence<int, I...>, F&& f) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+inline void Unroll(F&& f) {
+  UnrollSeq(std::make_integer_sequence<int, N>{}, f);
+}
+
+// R output rows (R <= the block's) of one plane from its input rows rows[0 ..] (phase 0 of each; the block's first
+// output row reads rows[0] at its top tap row), all OW columns, CV vectors of 16 at a time.
+template <int KH, int KW, int SH, int SW, int R, int CV>
+__attribute__((target("avx512f"))) void DepthwiseBlock(const float* const* rows, int64_t pitch, const float* taps,
+                                                       const float* bias, float* out, int64_t OW) {
+  __m512 wt[KH * KW];
+  for (int t = 0; t < KH * KW; ++t) wt[t] = _mm512_set1_ps(taps[t]);
+  for (int64_t o = 0; o < OW; o += 16 * CV) {
+    __m512 acc[R][CV];
+    Unroll<(R - 1) * SH + KH>([&](auto u) {
+      const float* row = rows[u] + o;
+      Unroll<KW>([&](auto j) {
+        constexpr int kPhase = j % SW, kCol = j / SW;
+        __m512 v[CV];
+        for (int c = 0; c < CV; ++c) v[c] = _mm512_loadu_ps(row + kPhase * pitch + kCol + 16 * c);
+        Unroll<R>([&](auto q) {
+          constexpr int i = u - q * SH;
+          if constexpr (i >= 0 && i < KH) {
+            for (int c = 0; c < CV; ++c) {
+              const __m512 p = _mm512_mul_ps(v[c], wt[i * KW + j]);
+              acc[q][c] = i == 0 && j == 0 ? p : _mm512_add_ps(acc[q][c], p);
+            }
+          }
+        });
+      });
+    });
+    for (int q = 0; q < R; ++q) {
+      for (int c = 0; c < CV; ++c) {
+        const int64_t left = OW - o - 16 * c;
+        if (left <= 0) break;
+        const __m512 a = bias != nullptr ? _mm512_add_ps(acc[q][c], _mm512_set1_ps(*bias)) : acc[q][c];
+        _mm512_mask_storeu_ps(out + q * OW + o + 16 * c, LaneMask(left), a);
+      }
+    }
+  }
+}
+
+// Stride-2 column phases of one input row: its even columns to `ev`, its odd ones to `od`, 32 columns a step.
+void DeinterleaveAvx512(const float* src, int64_t W, float* ev, float* od) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t x = 0; x < W; x += 32) {
+    const int64_t left = W - x;
+    const __m512 a = _mm512_maskz_loadu_ps(LaneMask(left), src + x);
+    const __m512 b = _mm512_maskz_loadu_ps(LaneMask(left - 16), src + x + 16);
+    _mm512_mask_storeu_ps(ev + x / 2, LaneMask((left + 1) / 2), _mm512_permutex2var_ps(a, even, b));
+    _mm512_mask_storeu_ps(od + x / 2, LaneMask(left / 2), _mm512_permutex2var_ps(a, odd, b));
+  }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+// A task's zero-padded input rows in a ring of `slots` rows: row ih sits in slot ih % slots as sw phase rows of
+// `pitch` floats (phase p: padded columns p, p + sw, ...), copied in when first asked for; rows above and below
+// the input read a zero row. Per thread and kept across tasks and calls: the padding stays zero while the
+// geometry is the same, since every row writes the same columns.
+class RowRing {
+ public:
+  RowRing(const ConvShape& s, int64_t slots, int64_t pitch) : s_(s), slots_(slots), pitch_(pitch) {
+    thread_local std::vector<float> buf;
+    thread_local int64_t key[6] = {-1, -1, -1, -1, -1, -1};
+    const int64_t k[6] = {slots, pitch, s.sw, s.pl, s.W, 0};
+    if (!std::equal(k, k + 6, key)) {
+      buf.assign(static_cast<size_t>((slots + 1) * s.sw * pitch), 0.0f);
+      std::copy(k, k + 6, key);
+    }
+    buf_ = buf.data();
+    held_.assign(static_cast<size_t>(slots), -1);
+  }
+  int64_t pitch() const { return pitch_; }
+  void Reset() { std::fill(held_.begin(), held_.end(), -1); }  // a new plane
+  // Phase 0 of input row ih of `plane` (phase p at + p * pitch).
+  const float* Row(const float* plane, int64_t ih) {
+    if (ih < 0 || ih >= s_.H) return buf_ + slots_ * s_.sw * pitch_;  // the zero row after the slots
+    const int64_t slot = ih % slots_;
+    float* row = buf_ + slot * s_.sw * pitch_;
+    if (held_[slot] != ih) {
+      Fill(plane + ih * s_.W, row);
+      held_[slot] = ih;
+    }
+    return row;
+  }
+
+ private:
+  void Fill(const float* src, float* row) const {
+    const int64_t W = s_.W, pl = s_.pl;
+    if (s_.sw == 1) {
+      std::memcpy(row + pl, src, W * sizeof(float));
+    } else if (s_.sw == 2) {
+      DeinterleaveAvx512(src, W, row + (pl % 2) * pitch_ + pl / 2, row + ((pl + 1) % 2) * pitch_ + (pl + 1) / 2);
+    } else {
+      for (int64_t x = 0; x < W; ++x) row[(pl + x) % s_.sw * pitch_ + (pl + x) / s_.sw] = src[x];
+    }
+  }
+
+  const ConvShape& s_;
+  int64_t slots_, pitch_;
+  float* buf_;
+  std::vector<int64_t> held_;
+};
+
+constexpr int kBlockRows = 4;  // output rows per block
+
+using BlockFn = void (*)(const float* const*, int64_t, const float*, const float*, float*, int64_t);
+
+// The block kernels of one (kernel, stride) shape, by rows (1 .. kBlockRows) and vectors per pass (1 or 2).
+template <int KH, int KW, int SH, int SW, int CV>
+BlockFn BlockFor(int rows) {
+  switch (rows) {
+    case 1: return DepthwiseBlock<KH, KW, SH, SW, 1, CV>;
+    case 2: return DepthwiseBlock<KH, KW, SH, SW, 2, CV>;
+    case 3: return DepthwiseBlock<KH, KW, SH, SW, 3, CV>;
+    default: return DepthwiseBlock<KH, KW, SH, SW, kBlockRows, CV>;
+  }
+}
+
+template <int KH, int KW, int SH, int SW>
+BlockFn BlockFor(int rows, int64_t OW) {
+  return OW > 16 ? BlockFor<KH, KW, SH, SW, 2>(rows) : BlockFor<KH, KW, SH, SW, 1>(rows);
+}
+
+// The block kernel for this shape and a block of `rows` output rows, or null (no register kernel for the shape).
+BlockFn RegisterBlock(const ConvShape& s, int rows) {
+  if (ActiveIsa() < Isa::kAvx512 || s.dh != 1 || s.dw != 1 || s.sh > 2 || s.sw > 2) return nullptr;
+  const int strides = static_cast<int>(s.sh * 10 + s.sw);
+  if (s.kh == 3 && s.kw == 3) {
+    switch (strides) {
+      case 11: return BlockFor<3, 3, 1, 1>(rows, s.OW);
+      case 12: return BlockFor<3, 3, 1, 2>(rows, s.OW);
+      case 21: return BlockFor<3, 3, 2, 1>(rows, s.OW);
+      default: return BlockFor<3, 3, 2, 2>(rows, s.OW);
+    }
+  }
+  if (s.kh == 5 && s.kw == 5) {
+    switch (strides) {
+      case 11: return BlockFor<5, 5, 1, 1>(rows, s.OW);
+      case 12: return BlockFor<5, 5, 1, 2>(rows, s.OW);
+      case 21: return BlockFor<5, 5, 2, 1>(rows, s.OW);
+      default: return BlockFor<5, 5, 2, 2>(rows, s.OW);
+    }
+  }
+  return nullptr;
+}
+
+// Output rows [oh0, oh1) of plane `plane` (image n, output channel m) through `blocks` (by rows), each block's
+// tail applied while in cache.
+void DepthwiseRegisterRows(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
+                           const ConvTail& tail, const BlockFn* blocks, RowRing& ring, int64_t plane, int64_t oh0,
+                           int64_t oh1) {
+  const int64_t T = s.kh * s.kw, mult = s.M / s.C, n = plane / s.M, m = plane % s.M, c = m / mult;
+  float taps[25];
+  for (int64_t t = 0; t < T; ++t) taps[t] = w[(c * T + t) * mult + m % mult];
+  const float* in = x + (n * s.C + c) * s.H * s.W;
+  float* out = y + plane * s.P();
+  ring.Reset();
+  const float* rows[(kBlockRows - 1) * 2 + 5];
+  for (int64_t q0 = oh0; q0 < oh1; q0 += kBlockRows) {
+    const int n_rows = static_cast<int>(std::min<int64_t>(kBlockRows, oh1 - q0));
+    const int64_t in_rows = (n_rows - 1) * s.sh + s.kh, top = q0 * s.sh - s.pt;
+    for (int64_t u = 0; u < in_rows; ++u) rows[u] = ring.Row(in, top + u);
+    blocks[n_rows](rows, ring.pitch(), taps, bias != nullptr ? bias + m : nullptr, out + q0 * s.OW, s.OW);
+    if (tail.n) ApplyChannelTail(tail, out + q0 * s.OW, n_rows * s.OW, m);
+  }
+}
+
+// Output rows split evenly into tasks of at least kTaskWork multiply-adds (a multiple of 4 of them, so 2 or 4
+// threads share the work evenly; any split gives the same bits, an output's sum never crosses a task).
+void DepthwiseRegister(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                       const ConvTail& tail) {
+  constexpr int64_t kTaskWork = int64_t{1} << 18;
+  const int64_t units = s.N * s.M * s.OH, work = units * s.OW * s.kh * s.kw;
+  int64_t tasks = work < 2 * kTaskWork ? 1 : (work / kTaskWork + 3) / 4 * 4;
+  tasks = std::min(tasks, units);
+  const int64_t slots = (kBlockRows - 1) * s.sh + s.kh;
+  const int64_t pitch = (std::max((s.W + s.pl + s.pr + s.sw - 1) / s.sw, (s.OW + 31) / 32 * 32 + s.kw) + 15) / 16 * 16;
+  BlockFn blocks[kBlockRows + 1] = {};
+  for (int r = 1; r <= kBlockRows; ++r) blocks[r] = RegisterBlock(s, r);
+  ParallelFor(threads, tasks, [&](int64_t task) {
+    RowRing ring(s, slots, pitch);
+    const int64_t u0 = task * units / tasks, u1 = (task + 1) * units / tasks;
+    for (int64_t u = u0; u < u1;) {
+      const int64_t plane = u / s.OH, oh0 = u % s.OH, oh1 = std::min(s.OH, oh0 + (u1 - u));
+      DepthwiseRegisterRows(s, x, w, bias, y, tail, blocks, ring, plane, oh0, oh1);
+      u += oh1 - oh0;
+    }
+  });
+}
+#endif
+
 }  // namespace
 
 void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                     const ConvTail& tail) {
+#if NPU_EP_X86
+  if (RegisterBlock(s, kBlockRows) != nullptr) return DepthwiseRegister(s, x, w, bias, y, threads, tail);
+#endif
   if (s.sw == 1 || RowsKernel(s)) return DepthwiseFloatPadded(s, x, w, bias, y, threads, tail);
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
   conv_detail::ParallelItems(threads, s.N * s.M, P * T, [&](int64_t task) {
