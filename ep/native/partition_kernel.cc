@@ -36,9 +36,17 @@ bool OrtParallelFor(const void* ctx, void (*task)(void*, size_t), size_t n, void
   return false;
 }
 
-// ORT's output buffers of one partition call, lent to the steps it runs (output_buffers.h).
+// ORT's output buffers of one partition call, lent to the steps it runs (output_buffers.h). It remembers what it
+// lent, so the bridge hands an output computed in place to ORT without asking ORT for the buffer again.
 class OrtOutputs : public OutputBuffers {
  public:
+  // A buffer lent for output i: ORT's value, its data and the dims it was created with.
+  struct Lent {
+    OrtValue* value = nullptr;
+    void* data = nullptr;
+    std::vector<int64_t> dims;
+  };
+
   OrtOutputs(OrtKernelContext* ctx, const PartitionKernel* kernel) : ctx_(ctx), kernel_(kernel) {}
 
   py::object View(size_t index, const std::vector<int64_t>& dims) const override {
@@ -52,13 +60,28 @@ class OrtOutputs : public OutputBuffers {
     Check(g_ort->KernelContext_GetOutput(ctx_, index, dims.data(), dims.size(), &out));
     void* data = nullptr;
     Check(g_ort->GetTensorMutableData(out, &data));
+    if (lent_.size() < k->output_types.size()) lent_.resize(k->output_types.size());
+    lent_[index] = Lent{out, data, dims};
     return OutputView(data, k->output_dtypes[index], dims);
+  }
+
+  // The buffer lent for output `index` if `a` is exactly it (its data, its dims), else nullptr: then the bridge asks
+  // ORT for the output with a's dims and copies a into it.
+  const Lent* LentAs(size_t index, const py::array& a) const {
+    if (index >= lent_.size() || lent_[index].data == nullptr || a.data() != lent_[index].data) return nullptr;
+    const Lent& l = lent_[index];
+    if (static_cast<size_t>(a.ndim()) != l.dims.size()) return nullptr;
+    for (size_t d = 0; d < l.dims.size(); ++d)
+      if (a.shape(static_cast<py::ssize_t>(d)) != l.dims[d]) return nullptr;
+    return &l;
   }
 
  private:
   OrtKernelContext* ctx_;
   const PartitionKernel* kernel_;
+  mutable std::vector<Lent> lent_;  // per output index; empty until a buffer is lent
 };
+
 }  // namespace
 
 BridgeStats* StatsFor(const std::string& name) {
@@ -122,15 +145,16 @@ bool PrepareShutdown(double timeout_s) {
 // Called with the GIL held (inside WithPython). A shape, or a rank, other than the graph declares is ORT's own
 // executor's warning (VerifyOutputSizes), not an error: exporters declare wrong output shapes (ddddocr's CRNN says
 // [1, seqlen] for a [T, 1, classes] output) and the CPU EP runs those models.
-static void CheckOutputShape(PartitionKernel* k, size_t i, const std::vector<int64_t>& dims) {
+static void CheckOutputShape(PartitionKernel* k, size_t i, const int64_t* dims, size_t rank) {
   if (!k->output_rank_known[i]) return;
   const auto& declared = k->output_dims[i];
-  bool same = declared.size() == dims.size();
+  bool same = declared.size() == rank;
   for (size_t d = 0; same && d < declared.size(); ++d) same = declared[d] < 0 || declared[d] == dims[d];
   if (same || k->output_warned[i]) return;  // every call: no message built
   k->output_warned[i] = 1;
   const std::string what = "output '" + k->output_names[i] + "' of " + k->output_producers[i] + " has shape " +
-                           ShapeString(dims) + " but the graph declares " + ShapeString(declared);
+                           ShapeString(std::vector<int64_t>(dims, dims + rank)) + " but the graph declares " +
+                           ShapeString(declared);
   py::module_::import("npu_ep.log")
       .attr("logger")
       .attr("warning")(k->where + ": " + what +
@@ -213,7 +237,8 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
         ++b;  // checked by CheckBorrowed
         continue;
       }
-      TensorMeta meta = GetTensorMeta(v);
+      thread_local TensorMeta meta;  // its dims' capacity kept: no allocation per input (no Python runs until reused)
+      ReadTensorMeta(v, meta);
       if (meta.elem_type != k->input_types[j])
         throw OrtError(ORT_EP_FAIL, "input " + std::to_string(j) + " has element type " +
                                         std::to_string(meta.elem_type) + ", compiled for " +
@@ -247,19 +272,27 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       auto& api = py::detail::npy_api::get();
       py::object dt = k->output_dtypes[i];
       py::array a = py::reinterpret_steal<py::array>(api.PyArray_FromAny_(
-          outs[i].ptr(), dt.inc_ref().ptr(), 0, 0,
+          PyTuple_GET_ITEM(outs.ptr(), static_cast<Py_ssize_t>(i)), dt.inc_ref().ptr(), 0, 0,
           py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_, nullptr));
       if (!a) throw py::error_already_set();
-      std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
-      CheckOutputShape(k, i, dims);
+      const auto* dims = reinterpret_cast<const int64_t*>(a.shape());
+      const auto rank = static_cast<size_t>(a.ndim());
+      CheckOutputShape(k, i, dims, rank);
+      const size_t nbytes = static_cast<size_t>(a.nbytes());
+      if (const OrtOutputs::Lent* lent = outputs.LentAs(i, a)) {  // computed in place: ORT has it already
+        bytes_out += nbytes;
+        if (IsNpuValue(lent->value)) bytes_out_npu += nbytes;
+        continue;
+      }
       OrtValue* out = nullptr;
-      Check(g_ort->KernelContext_GetOutput(ctx, i, dims.data(), dims.size(), &out));
+      Check(g_ort->KernelContext_GetOutput(ctx, i, dims, rank, &out));
       void* dst = nullptr;
       Check(g_ort->GetTensorMutableData(out, &dst));
       size_t expected = 0;
       Check(g_ort->GetTensorSizeInBytes(out, &expected));
-      if (expected != static_cast<size_t>(a.nbytes()))
-        throw OrtError(ORT_EP_FAIL, "output " + std::to_string(i) + " " + ShapeString(dims) + " size mismatch");
+      if (expected != nbytes)
+        throw OrtError(ORT_EP_FAIL, "output " + std::to_string(i) + " " +
+                                        ShapeString(std::vector<int64_t>(dims, dims + rank)) + " size mismatch");
       if (expected && dst != a.data()) std::memcpy(dst, a.data(), expected);  // equal: computed in place
       bytes_out += expected;
       if (IsNpuValue(out)) bytes_out_npu += expected;

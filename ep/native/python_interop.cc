@@ -66,9 +66,14 @@ py::dtype NumpyDtype(ONNXTensorElementDataType t) {
 }
 
 TensorMeta GetTensorMeta(const OrtValue* v) {
+  TensorMeta m{};
+  ReadTensorMeta(v, m);
+  return m;
+}
+
+void ReadTensorMeta(const OrtValue* v, TensorMeta& m) {
   OrtTensorTypeAndShapeInfo* info = nullptr;
   Check(g_ort->GetTensorTypeAndShape(v, &info));
-  TensorMeta m{};
   size_t rank = 0;
   OrtStatus* s = g_ort->GetTensorElementType(info, &m.elem_type);
   if (!s) s = g_ort->GetDimensionsCount(info, &rank);
@@ -78,7 +83,6 @@ TensorMeta GetTensorMeta(const OrtValue* v) {
   }
   g_ort->ReleaseTensorTypeAndShapeInfo(info);
   Check(s);
-  return m;
 }
 
 // Base object for zero-copy views: without one pybind11 copies the buffer.

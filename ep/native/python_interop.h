@@ -54,6 +54,8 @@ struct TensorMeta {
   std::vector<int64_t> dims;
 };
 TensorMeta GetTensorMeta(const OrtValue* v);
+// The same into `meta`, reusing its dims' capacity (a partition call reads every input's with no allocation of ours).
+void ReadTensorMeta(const OrtValue* v, TensorMeta& meta);
 
 // Read-only zero-copy view of an ORT tensor: valid only while ORT keeps the tensor alive (one Compute call).
 py::array TensorView(const OrtValue* v, const py::handle& dtype, const TensorMeta& meta);
