@@ -172,7 +172,7 @@ Prologue SelectPrologue() {
 }
 
 struct Buffers {
-  std::vector<float> q, sc, k, v, bias, o;
+  std::vector<float> q, sc, k, v, bias, o, out;
 };
 
 // K of head (b, h) as float32 rows [T, H] or transposed [H, ld]; returns the rows to read and sets *ldk.
@@ -227,7 +227,7 @@ void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, int64_t b, 
   int64_t ldk = ld;
   const float* kuse = GatherKeys(a, b, h, transposed, ld, buf, &ldk);
   const float* vuse = GatherValues(a, b, h, buf);
-  std::vector<float> obuf(a.fp16 ? kRows * Hv : 0);
+  if (a.fp16) buf.out.resize(kRows * Hv);
   float sums[kRows];
   float* orow[kRows];
   for (int64_t r0 = s0; r0 < s1; r0 += kRows) {
@@ -235,7 +235,7 @@ void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, int64_t b, 
     for (int r = 0; r < rows; ++r) {
       LoadRow(a.q.data, b * a.q.sb + n * a.q.sn + (r0 + r) * a.q.sr, a.fp16, H, a.q.bias ? a.q.bias + n * H : nullptr,
               buf.q.data() + r * H);
-      orow[r] = a.fp16 ? obuf.data() + r * Hv : static_cast<float*>(a.out) + b * a.ob + n * a.on + (r0 + r) * a.os;
+      orow[r] = a.fp16 ? buf.out.data() + r * Hv : static_cast<float*>(a.out) + b * a.ob + n * a.on + (r0 + r) * a.os;
     }
     if (transposed)
       ops.scores_t(buf.q.data(), rows, kuse, ldk, T, H, buf.sc.data(), ld);
@@ -419,9 +419,8 @@ void Project(const py::array& x, const py::tuple& proj, int threads, std::vector
   PackedSgemm(g, threads, nullptr, nullptr);
 }
 
-py::array NewLike(bool fp16, const std::vector<py::ssize_t>& shape) {
-  return fp16 ? py::array(py::dtype("float16"), shape) : py::array(py::dtype::of<float>(), shape);
-}
+// A new array of q's dtype (float16 or float32): no dtype parsed per call.
+py::array NewLike(const py::dtype& dtype, const std::vector<py::ssize_t>& shape) { return py::array(dtype, shape); }
 
 // Q, K, V of the call: q, k, v as given (rank 3 with `heads` / `kv_heads` heads, or rank 4), or com.microsoft
 // Attention's projection of x (q) into `qkv`; sets the dims, views and dtype.
@@ -509,10 +508,10 @@ void SetPast(SdpaArgs& a, const py::object& past_k, const py::object& past_v) {
 }
 
 // The result: `out` (ORT's buffer) when given, else a new array; [B, S, N*Hv] for a rank-3 q, else [B, N, S, Hv].
-py::array SetOutput(SdpaArgs& a, int rank, const py::object& out) {
+py::array SetOutput(SdpaArgs& a, const py::dtype& dtype, int rank, const py::object& out) {
   const std::vector<py::ssize_t> shape =
       rank == 3 ? std::vector<py::ssize_t>{a.B, a.S, a.N * a.Hv} : std::vector<py::ssize_t>{a.B, a.N, a.S, a.Hv};
-  py::array y = out.is_none() ? NewLike(a.fp16, shape) : out.cast<py::array>();
+  py::array y = out.is_none() ? NewLike(dtype, shape) : out.cast<py::array>();
   SDPA_EXPECT(
       IsFloat(y, a.fp16) && (y.flags() & py::array::c_style) && y.writeable() && y.size() == a.B * a.S * a.N * a.Hv,
       "out " + Describe(y) + " cannot hold the result");
@@ -547,15 +546,16 @@ py::tuple SdpaPy(const py::array& q, const py::object& k, const py::object& v, c
   SDPA_EXPECT(causal >= 0 && causal <= 3, "causal must be 0..3");
   a.causal = static_cast<CausalKind>(causal);
   a.scale = scale, a.softcap = softcap, a.fill = fill, a.threads = threads;
-  py::array y = SetOutput(a, static_cast<int>(q.ndim()), out);
+  const py::dtype dtype = q.dtype();
+  py::array y = SetOutput(a, dtype, static_cast<int>(q.ndim()), out);
   py::object pk = py::none(), pv = py::none();
   const int64_t T = a.P + a.L;
   SDPA_EXPECT(present >= 0 && present <= 2 && (present != 2 || a.H == a.Hv), "present must be 0, 1 or 2 (stacked)");
   if (present == 1) {
-    pk = NewLike(a.fp16, {a.B, a.Nkv, T, a.H}), pv = NewLike(a.fp16, {a.B, a.Nkv, T, a.Hv});
+    pk = NewLike(dtype, {a.B, a.Nkv, T, a.H}), pv = NewLike(dtype, {a.B, a.Nkv, T, a.Hv});
     a.present_k = pk.cast<py::array>().mutable_data(), a.present_v = pv.cast<py::array>().mutable_data();
   } else if (present == 2) {
-    py::array both = NewLike(a.fp16, {2, a.B, a.Nkv, T, a.H});
+    py::array both = NewLike(dtype, {2, a.B, a.Nkv, T, a.H});
     a.present_k = both.mutable_data();
     a.present_v = static_cast<char*>(a.present_k) + a.B * a.Nkv * T * a.H * both.itemsize();
     pk = both;
