@@ -237,7 +237,7 @@ void Task(const GqaArgs& a, const Ops& ops, int64_t b, int64_t kh) {
   thread_local std::vector<float> krow;
   krow.resize(H);
   for (int64_t s = 0; s < S; ++s) {  // the new rows (K rotated in float32, then stored)
-    const T* kin = static_cast<const T*>(a.k) + (b * S + s) * a.kv_tok + kh * H;
+    const T* kin = static_cast<const T*>(a.k) + (b * S + s) * a.k_tok + kh * H;
     T* kout = pk + (pb + s) * H;
     if (a.cos) {
       const int64_t pos = Position(a, b, s);
@@ -247,7 +247,7 @@ void Task(const GqaArgs& a, const Ops& ops, int64_t b, int64_t kh) {
     } else {
       std::memcpy(kout, kin, row_bytes);
     }
-    std::memcpy(pv + (pb + s) * H, static_cast<const T*>(a.v) + (b * S + s) * a.kv_tok + kh * H, row_bytes);
+    std::memcpy(pv + (pb + s) * H, static_cast<const T*>(a.v) + (b * S + s) * a.v_tok + kh * H, row_bytes);
   }
   // rows a previous use of the buffer left nonzero; a present that is the past buffer itself (IOBinding, genai's
   // past_present_share_buffer) keeps its other rows, as ORT's CPU EP leaves them

@@ -9,14 +9,15 @@ namespace npu_ep::kern {
 
 struct GqaArgs {
   int64_t B = 0, S = 0, N = 0, Nkv = 0, H = 0;
-  // Row (b, s) of Q starts at q + (b*S + s) * q_tok; query head n at + n*H. K/V likewise with kv_tok (packed QKV:
-  // k = q + N*H, v = q + (N+Nkv)*H, kv_tok = q_tok).
+  // Row (b, s) of Q starts at q + (b*S + s) * q_tok; query head n at + n*H. K likewise with k_tok, V with v_tok
+  // (each its own pitch: a rotated K is a fresh array, V a column slice of a QKV product; packed QKV:
+  // k = q + N*H, v = q + (N+Nkv)*H, k_tok = v_tok = q_tok).
   // q, k, v, past_k, past_v, present and out hold float, or IEEE half bits when fp16.
   bool fp16 = false;
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
-  int64_t q_tok = 0, kv_tok = 0;
+  int64_t q_tok = 0, k_tok = 0, v_tok = 0;
   const void* past_k = nullptr;  // [B, Nkv, P, H] or null (the past prefix then reads as zeros)
   const void* past_v = nullptr;
   int64_t P = 0;

@@ -80,17 +80,15 @@ GqaArgs GqaArgsFor(const py::array& query, const std::optional<py::array>& key, 
     EXPECT(value.has_value(), "key without value");
     a.H = d / a.N;
     EXPECT(a.H * a.N == d, "query width " + std::to_string(d) + " is not num_heads x head size");
-    int64_t v_tok = 0;
-    a.k = Rows(*key, "key", h, &a.kv_tok);
-    a.v = Rows(*value, "value", h, &v_tok);
-    EXPECT(v_tok == a.kv_tok, "key and value rows must have one pitch");
+    a.k = Rows(*key, "key", h, &a.k_tok);
+    a.v = Rows(*value, "value", h, &a.v_tok);
     for (const py::array* x : {&*key, &*value})
       EXPECT(x->shape(0) == a.B && x->shape(1) == a.S && x->shape(2) == a.Nkv * a.H,
              "key/value " + Dims(*x) + " do not match query " + Dims(query));
   } else {
     a.H = d / (a.N + 2 * a.Nkv);
     EXPECT(a.H * (a.N + 2 * a.Nkv) == d, "packed QKV width " + std::to_string(d) + " is not (N + 2 Nkv) x H");
-    a.kv_tok = a.q_tok;
+    a.k_tok = a.v_tok = a.q_tok;
     const auto* base = static_cast<const char*>(a.q);
     a.k = base + a.N * a.H * query.itemsize();
     a.v = base + (a.N + a.Nkv) * a.H * query.itemsize();
