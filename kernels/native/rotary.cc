@@ -3,7 +3,9 @@
 // rows of the token's position (half: pairs (j, j + half); interleaved: pairs (2j, 2j + 1)),
 //   out0 = x0 * c + x1 * (-s),  out1 = x1 * c + x0 * s
 // in float32 (two products, then their sum; no multiply-add contraction), float16 widened exactly and the result
-// rounded once; channels R..H pass through. Rows are x's own layout ([B, N, S, H] or [B, S, N * H]).
+// rounded once; channels R..H pass through. Rows are x's own layout ([B, N, S, H] or [B, S, N * H]); x is read
+// where it lies when its channels have unit stride (a column slice of a fused QKV product: a prefill's query and
+// key), else from a C-order copy. The result is a new C-order array.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -98,11 +100,28 @@ void WidenTokenRows(const T* cache, const int64_t* pos, bool offset, int64_t cac
     }
 }
 
+// Byte strides of x's row axes: 3-D (b, s, head) with head = the head size, 4-D (b, n, s); x[.., c] at unit stride.
+struct RowStrides {
+  int64_t batch, first, second;
+};
+
+// The start of row r = (b, s, n) (3-D) or (b, n, s) (4-D) of x, and its token b * S + s.
+inline const char* RowOf(const char* x, const RowStrides& st, const Geometry& g, int64_t r, int64_t* token) {
+  if (g.four_d) {
+    const int64_t b = r / (g.heads * g.seq), n = (r / g.seq) % g.heads, s = r % g.seq;
+    *token = b * g.seq + s;
+    return x + b * st.batch + n * st.first + s * st.second;
+  }
+  const int64_t b = r / (g.heads * g.seq), s = (r / g.heads) % g.seq, n = r % g.heads;
+  *token = b * g.seq + s;
+  return x + b * st.batch + s * st.first + n * st.second;
+}
+
 // A task's rows: float16 x widened and the result narrowed once per task (whole rows, so a row's passed-through
-// channels round-trip exactly), float32 in place and its cache rows read where they are.
+// channels round-trip exactly), float32 read where it lies and its cache rows read where they are.
 template <typename T>
-void Rotate(const T* x, const int64_t* pos, bool offset, const T* cos, const T* sin, int64_t cache_width,
-            const Geometry& g, T* y, int threads) {
+void Rotate(const T* x, const RowStrides& st, const int64_t* pos, bool offset, const T* cos, const T* sin,
+            int64_t cache_width, const Geometry& g, T* y, int threads) {
   constexpr bool kHalf = sizeof(T) == 2;
   const int64_t rows = g.batch * g.seq * g.heads, h = g.head, rot = 2 * g.half;
   const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(1, h));
@@ -112,14 +131,20 @@ void Rotate(const T* x, const int64_t* pos, bool offset, const T* cos, const T* 
     WidenTokenRows(cos, pos, offset, cache_width, g, cos_rows);
     WidenTokenRows(sin, pos, offset, cache_width, g, sin_rows);
   }
+  const char* base = reinterpret_cast<const char*>(x);
   ParallelFor(ThreadsFor(threads, rows * h), (rows + per_task - 1) / per_task, [&](int64_t t) {
     const int64_t first = t * per_task, end = std::min(rows, first + per_task), count = end - first;
     std::vector<float> xb(kHalf ? static_cast<size_t>(count * h) : 0), yb(xb.size());
-    if constexpr (kHalf) HalfToFloatRow(reinterpret_cast<const uint16_t*>(x + first * h), xb.data(), count * h);
     for (int64_t r = first; r < end; ++r) {
-      const int64_t b = r / (g.heads * g.seq), s = g.four_d ? r % g.seq : (r / g.heads) % g.seq;
-      const int64_t token = b * g.seq + s, p = offset ? pos[0] + s : pos[token];
-      const float* xf = kHalf ? xb.data() + (r - first) * h : reinterpret_cast<const float*>(x + r * h);
+      int64_t token = 0;
+      const T* xr = reinterpret_cast<const T*>(RowOf(base, st, g, r, &token));
+      const int64_t p = offset ? pos[0] + token % g.seq : pos[token];
+      const float* xf = reinterpret_cast<const float*>(xr);
+      if constexpr (kHalf) {
+        float* row = xb.data() + (r - first) * h;
+        HalfToFloatRow(reinterpret_cast<const uint16_t*>(xr), row, h);
+        xf = row;
+      }
       float* yf = kHalf ? yb.data() + (r - first) * h : reinterpret_cast<float*>(y + r * h);
       const float* cf =
           kHalf ? cos_rows.data() + token * g.half : reinterpret_cast<const float*>(cos + p * cache_width);
@@ -130,6 +155,18 @@ void Rotate(const T* x, const int64_t* pos, bool offset, const T* cos, const T* 
     }
     if constexpr (kHalf) FloatToHalfRow(yb.data(), reinterpret_cast<uint16_t*>(y + first * h), count * h);
   });
+}
+
+// x's row strides when its channels (and a 3-D token's heads) lie at unit stride, so rows are read in place.
+bool InPlaceRows(const py::array& x, const Geometry& g, RowStrides* st) {
+  const py::ssize_t item = x.itemsize(), last = x.ndim() - 1;
+  if (x.shape(last) > 1 && x.strides(last) != item) return false;
+  if (g.four_d) {
+    *st = {x.strides(0), x.strides(1), x.strides(2)};
+  } else {
+    *st = {x.strides(0), x.strides(1), g.head * item};
+  }
+  return true;
 }
 
 void CheckPositions(const int64_t* pos, int64_t n, bool offset, int64_t seq, int64_t max_pos) {
@@ -149,14 +186,13 @@ py::array RotaryEmbeddingPy(const py::array& x, const py::array_t<int64_t, py::a
   const char* fn = "rotary_embedding";
   const bool f32 = x.dtype().equal(py::dtype::of<float>());
   const bool f16 = x.dtype().kind() == 'f' && x.itemsize() == 2;
-  const bool c_order =
-      (x.flags() & py::array::c_style) && (cos.flags() & py::array::c_style) && (sin.flags() & py::array::c_style);
+  const bool c_order = (cos.flags() & py::array::c_style) && (sin.flags() & py::array::c_style);
   if (!(f32 || f16) || !c_order || !cos.dtype().equal(x.dtype()) || !sin.dtype().equal(x.dtype()) ||
       (x.ndim() != 3 && x.ndim() != 4) || cos.ndim() != 2 || sin.ndim() != 2 || cos.shape(1) != sin.shape(1) ||
       cos.shape(0) != sin.shape(0) || half > cos.shape(1) || 2 * half > head)
     throw std::invalid_argument(std::string(fn) +
-                                ": x must be a C-order float32 or float16 [B, N, S, H] or [B, S, N * H] array and "
-                                "cos, sin C-order [max_pos, >= half] caches of its dtype");
+                                ": x must be a float32 or float16 [B, N, S, H] or [B, S, N * H] array and cos, "
+                                "sin C-order [max_pos, >= half] caches of its dtype");
   const bool four_d = x.ndim() == 4;
   const Geometry g{x.shape(0), four_d ? x.shape(2) : x.shape(1), heads, head, half, four_d, interleaved};
   if (g.batch * g.seq * heads * head != x.size() || (four_d && (x.shape(1) != heads || x.shape(3) != head)))
@@ -167,12 +203,18 @@ py::array RotaryEmbeddingPy(const py::array& x, const py::array_t<int64_t, py::a
   CheckPositions(position_ids.data(), position_ids.size(), offset, g.seq, cos.shape(0));
   py::array y(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
   if (x.size() == 0) return y;
+  RowStrides st{};
+  py::array xs = x;
+  if (!InPlaceRows(xs, g, &st)) {
+    xs = py::array::ensure(x, py::array::c_style);
+    InPlaceRows(xs, g, &st);
+  }
   py::gil_scoped_release release;
   if (f32)
-    Rotate(static_cast<const float*>(x.data()), position_ids.data(), offset, static_cast<const float*>(cos.data()),
+    Rotate(static_cast<const float*>(xs.data()), st, position_ids.data(), offset, static_cast<const float*>(cos.data()),
            static_cast<const float*>(sin.data()), cos.shape(1), g, static_cast<float*>(y.mutable_data()), threads);
   else
-    Rotate(static_cast<const uint16_t*>(x.data()), position_ids.data(), offset,
+    Rotate(static_cast<const uint16_t*>(xs.data()), st, position_ids.data(), offset,
            static_cast<const uint16_t*>(cos.data()), static_cast<const uint16_t*>(sin.data()), cos.shape(1), g,
            static_cast<uint16_t*>(y.mutable_data()), threads);
   return y;

@@ -10,7 +10,8 @@ On the host both halves come from one view of the pairs: out = x * cos + swap(x)
 bit-identical to the formulas above).
 
 On the native kernels the op is ``rotary_embedding`` (kernels/native/rotary.cc, the same float32 operations per
-row, bit for bit), bound as the step for its input shapes.
+row, bit for bit), bound as the step for its input shapes; it reads x in any layout (a column slice of a fused
+QKV product in place), so a prefill's strided query/key never runs the reference.
 
 Cost per rotated element: 2 multiplies + 1 add (3 vector ops); DMA reads x, the gathered cache rows, writes out.
 """
@@ -141,7 +142,7 @@ def _native(p: Prepared, x, pos_ids, cos, sin) -> tuple | None:
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     x, pos_ids, cos, sin = (arg(p, inputs, i) for i in range(4))
     fast = _native(p, x, pos_ids, cos, sin)
-    if fast is not None and all(v.flags.c_contiguous for v in (x, pos_ids, cos, sin)):
+    if fast is not None and all(v.flags.c_contiguous for v in (pos_ids, cos, sin)):  # x: any layout
         nat, geometry = fast
         return [nat.rotary_embedding(x, pos_ids, cos, sin, *geometry, runtime.threads(p))]
     rdim, n_heads = p.attrs["rotary_embedding_dim"], p.attrs["num_heads"]
@@ -169,7 +170,9 @@ def _bind(p: Prepared, inputs, outs):
         return None
     nat, geometry = fast
     given = [i < len(inputs) and inputs[i] is not None for i in range(4)]
-    live = [(i, i, v.dtype, v.shape, None) for i, v in enumerate(values) if given[i]]
+    # x in any layout (the kernel reads rows of unit-stride channels in place: a prefill's column slice of a fused
+    # QKV product), the others C-order
+    live = [(i, i, v.dtype, v.shape, None, i == 0) for i, v in enumerate(values) if given[i]]
     held = [None if given[i] else np.ascontiguousarray(v) for i, v in enumerate(values)]
     return runtime.call_step(p, nat.rotary_embedding, (*held, *geometry, runtime.threads(p)), live, [(-1, None)])
 

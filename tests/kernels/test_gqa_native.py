@@ -326,6 +326,10 @@ def test_column_slices_of_one_product_are_read_in_place():
 
     for got, want in zip(attend(q, k, v), attend(*map(np.ascontiguousarray, (q, k, v)))):
         np.testing.assert_array_equal(got, want)
+    # key at its own pitch, value a slice (GPT-J: K rotated by a RotaryEmbedding node into a fresh array, V read
+    # from the product): each at its own pitch, the same bits
+    for got, want in zip(attend(q, k.copy(), v), attend(*map(np.ascontiguousarray, (q, k, v)))):
+        np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="evenly spaced rows"):
         attend(q[:, ::2], k[:, ::2], v[:, ::2])  # rows of one batch entry not at the batch pitch / S
 
@@ -403,4 +407,61 @@ def test_a_growing_past_runs_the_step_bound_for_the_first_length():
     assert kernel_runs["com.microsoft::GroupQueryAttention"] == 1
     (i,) = [k for k, st in enumerate(program.steps) if st.op == "com.microsoft::GroupQueryAttention"]
     assert type(next(iter(program._bindings.values()))[i]).__name__ == "GqaStep"
+    del sess
+
+
+def _gptj_attention(s: int, n: int = 4, h: int = 16, rotary_dim: int = 8):
+    """(model, feeds) of a GPT-J-style attention block's prefill: q, k, v projections of one input (the compiler
+    groups them into one product whose outputs are column slices), q and k through interleaved partial
+    RotaryEmbedding nodes of their own, then GroupQueryAttention without rotary over an empty past."""
+    from onnx import TensorProto, helper
+
+    from _vector_ortref import rotary_cache
+    from npu_testing import make_model as graph_model
+
+    d, ms = n * h, "com.microsoft"
+    rng = np.random.default_rng(11)
+    weights = {f"w{c}": rng.standard_normal((d, d)).astype(np.float32) / 8 for c in "qkv"}
+    cos, sin = rotary_cache(rotary_dim // 2, np.float32, 64)
+    rope = dict(domain=ms, interleaved=1, num_heads=n, rotary_embedding_dim=rotary_dim)
+    nodes = [*(helper.make_node("MatMul", ["x", f"w{c}"], [c], name=f"proj_{c}") for c in "qkv"),
+             helper.make_node("RotaryEmbedding", ["q", "pos", "cos", "sin"], ["q_rot"], name="rope_q", **rope),
+             helper.make_node("RotaryEmbedding", ["k", "pos", "cos", "sin"], ["k_rot"], name="rope_k", **rope),
+             helper.make_node("GroupQueryAttention", ["q_rot", "k_rot", "v", "pk", "pv", "seqlens_k", "total"],
+                              ["y", "present_key", "present_value"], name="attn", domain=ms, num_heads=n,
+                              kv_num_heads=n)]
+    f32, i32 = TensorProto.FLOAT, TensorProto.INT32
+    inputs = [helper.make_tensor_value_info("x", f32, [1, s, d]),
+              helper.make_tensor_value_info("pos", TensorProto.INT64, [1, s]),
+              helper.make_tensor_value_info("pk", f32, [1, n, "past", h]),
+              helper.make_tensor_value_info("pv", f32, [1, n, "past", h]),
+              helper.make_tensor_value_info("seqlens_k", i32, [1]), helper.make_tensor_value_info("total", i32, [])]
+    outputs = [helper.make_tensor_value_info("y", f32, [1, s, d]),
+               *(helper.make_tensor_value_info(name, f32, [1, n, s, h]) for name in ("present_key", "present_value"))]
+    model = graph_model(nodes, inputs, outputs, {**weights, "cos": cos, "sin": sin}, extra_opsets=[(ms, 1)])
+    empty = np.zeros((1, n, 0, h), np.float32)
+    feeds = {"x": rng.standard_normal((1, s, d)).astype(np.float32), "pos": np.arange(s, dtype=np.int64)[None],
+             "pk": empty, "pv": empty, "seqlens_k": np.array([s - 1], np.int32), "total": np.array(s, np.int32)}
+    return model, feeds
+
+
+def test_a_gptj_style_prefill_runs_rotary_and_attention_as_native_steps():
+    """GPT-J's prefill: the rotary nodes' q and k and the attention's v are column slices of one grouped product
+    (strided rows), while the attention's k is the rotary's fresh array (another pitch than v). The bound
+    RotaryEmbedding and GroupQueryAttention steps take them as they are: after the first call no Python kernel runs
+    (each used to decline every prefill call: the rotary wanted C-order x, the attention one pitch for k and v);
+    the CPU EP's values."""
+    model, feeds = _gptj_attention(s=17)
+    sess = _tagged_session(model)
+    program = _program(sess)
+    assert "npu::MatMulGroup" in [st.op for st in program.steps]
+    want = cpu_run(model, feeds)
+    sess.run(None, feeds)
+    kernel_runs = count_kernel_runs(program)
+    for _ in range(3):
+        got = sess.run(None, feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=5e-5, atol=5e-5)
+        for g, w in zip(got[1:], want[1:]):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    assert kernel_runs["com.microsoft::RotaryEmbedding"] == 0 and kernel_runs["com.microsoft::GroupQueryAttention"] == 0
     del sess

@@ -100,3 +100,30 @@ def test_session_runs_the_bound_step_with_cpu_ep_values(dt, elem, tol):
         assert got.dtype == want.dtype
         np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tol, atol=tol)
     assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+
+
+def _rotate_reference(x, pos, cos, sin, **attrs):
+    """The reference model on a C-order copy of ``x``: what the kernel must give for x in any layout."""
+    inputs = [("x", np.ascontiguousarray(x), False), ("pos", pos, False), ("cos", cos, True), ("sin", sin, True)]
+    _, (want,), _ = native_vs_reference("RotaryEmbedding", inputs, domain=MS, **attrs)
+    return want
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_strided_x_is_read_in_place_with_the_reference_bits(row_isa, dt):
+    """x as a column slice of a fused QKV product (a prefill's query and key: rows at the product's pitch), as a
+    [B, S, N, H] array transposed to [B, N, S, H], and with channels at a stride of 2 (copied first): the bits of
+    the reference on a C-order copy."""
+    b, s, n, h, half = 2, 7, 4, 16, 4
+    pos = RNG.integers(0, 30, (b, s)).astype(np.int64)
+    cos, sin = (RNG.standard_normal((30, half)).astype(dt) for _ in range(2))
+    qkv = RNG.standard_normal((b, s, 3 * n * h)).astype(dt)
+    attrs = dict(num_heads=n, rotary_embedding_dim=2 * half, interleaved=1)
+    geometry = (n, h, half, True)
+    for x in (qkv[..., n * h: 2 * n * h], qkv[..., ::3][..., : n * h]):
+        assert not x.flags.c_contiguous
+        got = runtime.native_module().rotary_embedding(x, pos, cos, sin, *geometry)
+        assert got.tobytes() == _rotate_reference(x, pos, cos, sin, **attrs).tobytes()
+    x4 = qkv[..., : n * h].reshape(b, s, n, h).transpose(0, 2, 1, 3)
+    got = runtime.native_module().rotary_embedding(x4, pos, cos, sin, n, h, half, False)
+    assert got.tobytes() == _rotate_reference(x4, pos, cos, sin).tobytes()
