@@ -1,10 +1,12 @@
 // The dense float conv on our own GEMM (GemmAvx512, conv_gemm_avx512.cc) instead of the BLAS. Per task (image,
-// group, block of output rows or pixels) B is one of:
+// group, block of output pixels) B is one of:
 // - x's own rows (pointwise: 1x1, stride 1, no pads);
-// - a zero-padded copy of the input rows the block reads, read in place through the taps' offsets (unit width
-//   stride, output rows wide enough to fill most of a 16-lane vector): no patch matrix at all;
-// - else the block's patch matrix, as the BLAS path builds it.
-// The split depends on the shape only, so the bits are the same at any thread count.
+// - a zero-padded copy of the input rows the block reads, held as the width stride's column phases and read in
+//   place through the taps' offsets: no patch matrix at all. A 16-pixel vector that crosses into the next output
+//   row jumps over the padding between the rows (GemmSlot's split), so no lane is wasted at a row's end;
+// - else (output rows narrower than half a vector) the block's patch matrix, as the BLAS path builds it.
+// Every output is summed the same way whatever the block or thread count (GemmAvx512), so the split may follow
+// the thread count and the bits do not.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -20,42 +22,86 @@ namespace {
 
 // A pool thread's scratch, kept between calls (its size is bounded by the block size below).
 struct Scratch {
-  std::vector<float> b;
+  std::vector<float> b, row;
   std::vector<int64_t> koff;
   std::vector<GemmSlot> slots;
 };
 thread_local Scratch t_scratch;
 
-// Slots for `rows` output rows of `ow` pixels whose B columns start every `in_pitch` floats (C rows: every ow).
-void RowSlots(int64_t rows, int64_t ow, int64_t in_pitch, std::vector<GemmSlot>& slots) {
+// Slots for `cols` consecutive pixels (C columns from 0) whose B column is that of a contiguous run.
+void RunSlots(int64_t cols, std::vector<GemmSlot>& slots) {
   slots.clear();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < ow; o += 16)
-      slots.push_back({r * in_pitch + o, r * ow + o, static_cast<int>(std::min<int64_t>(16, ow - o))});
-}
-
-// In-place B: a vector of 16 lanes per started output row segment wastes lanes when rows are narrow.
-bool ReadsInPlace(const ConvShape& s) {
-  const int64_t lanes = (s.OW + 15) / 16 * 16;
-  return s.sw == 1 && s.OW >= 16 && lanes * 4 <= s.OW * 5;
-}
-
-// Rows [ih0, ih0 + rows) of the group's Cg planes into dst [Cg, rows, wp], zero where they fall in the padding.
-void PaddedRows(const ConvShape& s, const float* planes, int64_t ih0, int64_t rows, int64_t wp, float* dst) {
-  const int64_t lo = std::min<int64_t>(s.pl, wp), hi = std::clamp<int64_t>(s.pl + s.W, lo, wp);
-  for (int64_t c = 0; c < s.Cg(); ++c) {
-    for (int64_t r = 0; r < rows; ++r, dst += wp) {
-      const int64_t ih = ih0 + r;
-      if (ih < 0 || ih >= s.H) {
-        std::fill(dst, dst + wp, 0.0f);
-        continue;
-      }
-      const float* src = planes + (c * s.H + ih) * s.W - s.pl;  // src[q] is padded column q
-      for (int64_t q = 0; q < lo; ++q) dst[q] = 0.0f;  // a pad of a column or two: no call for it
-      std::memcpy(dst + lo, src + lo, (hi - lo) * sizeof(float));
-      for (int64_t q = hi; q < wp; ++q) dst[q] = 0.0f;
-    }
+  for (int64_t o = 0; o < cols; o += 16) {
+    const int n = static_cast<int>(std::min<int64_t>(16, cols - o));
+    slots.push_back({o, o, n, n, 0});
   }
+}
+
+// Slots for output pixels [p0, p0 + cols) of rows OW wide, pixel (r, o) (r counted from p0's row) at B column
+// r * pitch + o: 16 pixels a vector, across at most one row end (a vector that would reach a third row stops short).
+void RowSlots(int64_t p0, int64_t cols, int64_t ow, int64_t pitch, std::vector<GemmSlot>& slots) {
+  slots.clear();
+  const int64_t r0 = p0 / ow;
+  for (int64_t p = p0, end = p0 + cols; p < end;) {
+    const int64_t r = p / ow - r0, o = p % ow;
+    const int64_t first = std::min({int64_t{16}, ow - o, end - p});
+    const int64_t n = std::min({int64_t{16}, first + ow, end - p});
+    slots.push_back({r * pitch + o, p - p0, static_cast<int>(n), static_cast<int>(first), pitch - ow});
+    p += n;
+  }
+}
+
+// Padded input columns q * sw + ph of the padded row `row` (W + pl + pr, zeros outside the input) for each phase
+// ph < sw: dst + ph * phase_pitch, wq columns each.
+void Phases(const ConvShape& s, const float* row, int64_t wq, int64_t phase_pitch, float* dst,
+            std::vector<float>& tmp) {
+  const int64_t lo = std::min<int64_t>(s.pl, wq * s.sw), hi = std::clamp<int64_t>(s.pl + s.W, lo, wq * s.sw);
+  auto padded = [&](float* d) {  // padded columns [0, wq * sw) into d
+    for (int64_t q = 0; q < lo; ++q) d[q] = 0.0f;  // a pad of a column or two: no call for it
+    if (row != nullptr) {
+      std::memcpy(d + lo, row + lo - s.pl, (hi - lo) * sizeof(float));
+    } else {
+      std::fill(d + lo, d + hi, 0.0f);
+    }
+    for (int64_t q = hi; q < wq * s.sw; ++q) d[q] = 0.0f;
+  };
+  if (s.sw == 1) return padded(dst);
+  float* t = Grow(tmp, wq * s.sw);
+  padded(t);
+  if (s.sw == 2) return EvenOddAvx512(t, wq, dst, dst + phase_pitch);
+  for (int64_t ph = 0; ph < s.sw; ++ph)
+    for (int64_t q = 0; q < wq; ++q) dst[ph * phase_pitch + q] = t[q * s.sw + ph];
+}
+
+// Input rows [ih0, ih0 + rows) of the group's Cg planes into dst [Cg, sw, rows, wq]: padded row ih's column
+// q * sw + ph at dst[((c * sw + ph) * rows + r) * wq + q], zeros in the padding.
+void PhasedRows(const ConvShape& s, const float* planes, int64_t ih0, int64_t rows, int64_t wq, float* dst,
+                std::vector<float>& tmp) {
+  for (int64_t c = 0; c < s.Cg(); ++c)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t ih = ih0 + r;
+      const float* row = ih >= 0 && ih < s.H ? planes + (c * s.H + ih) * s.W : nullptr;
+      Phases(s, row, wq, rows * wq, dst + (c * s.sw * rows + r) * wq, tmp);
+    }
+}
+
+// Output pixels per task: a multiple of 16 and of the image's pixels split in balanced blocks, so that
+// - B's scratch (a patch matrix, or the padded rows) stays near 512 KiB;
+// - an image worth two threads' work has at least two blocks per thread (ORT's pool spins: no wake-up; the
+//   blocks hand out one at a time, so an odd count leaves a thread idle for a block's time).
+int64_t BlockPixels(const ConvShape& s, int64_t K, int threads) {
+  const int64_t P = s.P(), units = (P + 15) / 16;
+  const int64_t cap = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
+  int64_t n_blocks = (P + cap - 1) / cap;
+  const int64_t images = s.N * s.group;
+  if (threads > 1 && P * K * s.Mg() >= kMinParallelWork) {
+    const int64_t want = (2 * threads + images - 1) / images;  // blocks per image for two per thread
+    n_blocks = std::max(n_blocks, want);
+    while ((images * n_blocks) % threads != 0) ++n_blocks;
+  }
+  n_blocks = std::min(n_blocks, units);
+  const int64_t per_block = (units + n_blocks - 1) / n_blocks;
+  return per_block * 16;
 }
 
 }  // namespace
@@ -64,17 +110,9 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
                        const ConvTail& tail) {
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
   const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
-  const bool in_place = !pointwise && ReadsInPlace(s);
-  // pixels per task as on the BLAS path (a patch matrix of about 512 KiB), whole output rows when read in place;
-  // one image worth 1M multiply-adds (~20 us here) already goes to two threads (ORT's pool spins: no wake-up)
-  const int64_t cap = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
-  int64_t n_blocks = (P + cap - 1) / cap;
-  if (n_blocks == 1 && s.N * s.group == 1 && P >= 128 && P * K * Mg >= kMinParallelWork) n_blocks = 2;
-  const int64_t unit = in_place ? s.OW : 16;  // a block is a whole number of these pixels
-  const int64_t units = (P + unit - 1) / unit;
-  const int64_t per_block = (units + n_blocks - 1) / n_blocks;
-  const int64_t block = per_block * unit;
-  n_blocks = (units + per_block - 1) / per_block;
+  const bool in_place = !pointwise && s.OW >= 8;
+  const int64_t block = BlockPixels(s, K, threads);
+  const int64_t n_blocks = (P + block - 1) / block;
   // A small image (YOLO's 10x10 maps: P = 100, K = 1152, 256 channels) is one block: its output channels go to two
   // tasks instead, each building the same B. Every output's sum is the same, so the bits do not change.
   // The rows are split rounding UP to whole 8-row tiles (Mg = 33 is 24 + 9 rows), so the blocks cover all Mg rows;
@@ -82,7 +120,7 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   int64_t m_blocks = n_blocks == 1 && s.N * s.group == 1 && Mg >= 32 && P * K * Mg >= 2 * kMinParallelWork ? 2 : 1;
   const int64_t m_block = ((Mg + m_blocks - 1) / m_blocks + 7) / 8 * 8;
   m_blocks = (Mg + m_block - 1) / m_block;
-  const int64_t ekh = (s.kh - 1) * s.dh + 1, wp = s.OW + (s.kw - 1) * s.dw;
+  const int64_t ekh = (s.kh - 1) * s.dh + 1, wq = s.OW + (s.kw - 1) * s.dw / s.sw;
   const bool clip_only = tail.n == 1 && tail.codes[0] == kTailClip;  // Relu, Clip: done in the GEMM's registers
   const int64_t tasks = s.N * s.group * n_blocks * m_blocks;
   conv_detail::ParallelItems(threads, tasks, block * K * std::min(m_block, Mg), [&](int64_t item) {
@@ -97,22 +135,23 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
     if (pointwise) {
       b = planes + p0;
       for (int64_t k = 0; k < K; ++k) sc.koff[k] = k * P;
-      RowSlots(1, cols, cols, sc.slots);
+      RunSlots(cols, sc.slots);
     } else if (in_place) {
-      const int64_t rows = cols / s.OW, oh0 = p0 / s.OW, rows_in = (rows - 1) * s.sh + ekh;
-      float* pad = Grow(sc.b, s.Cg() * rows_in * wp);
-      PaddedRows(s, planes, oh0 * s.sh - s.pt, rows_in, wp, pad);
+      const int64_t oh0 = p0 / s.OW, rows = (p0 + cols - 1) / s.OW - oh0 + 1, rows_in = (rows - 1) * s.sh + ekh;
+      float* pad = Grow(sc.b, s.Cg() * s.sw * rows_in * wq);
+      PhasedRows(s, planes, oh0 * s.sh - s.pt, rows_in, wq, pad, sc.row);
       int64_t* off = sc.koff.data();  // k = (c, i, j) in order, without a division per k
       for (int64_t c = 0; c < s.Cg(); ++c)
         for (int64_t i = 0; i < s.kh; ++i)
-          for (int64_t j = 0; j < s.kw; ++j) *off++ = (c * rows_in + i * s.dh) * wp + j * s.dw;
-      RowSlots(rows, s.OW, s.sh * wp, sc.slots);
+          for (int64_t j = 0; j < s.kw; ++j)
+            *off++ = ((c * s.sw + j * s.dw % s.sw) * rows_in + i * s.dh) * wq + j * s.dw / s.sw;
+      RowSlots(p0, cols, s.OW, s.sh * wq, sc.slots);
       b = pad;
     } else {
       float* patch = Grow(sc.b, K * cols);
       conv_detail::PatchMatrix(s, planes, p0, cols, patch);
       for (int64_t k = 0; k < K; ++k) sc.koff[k] = k * cols;
-      RowSlots(1, cols, cols, sc.slots);
+      RunSlots(cols, sc.slots);
       b = patch;
     }
     GemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.slots.data(),

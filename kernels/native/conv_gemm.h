@@ -9,17 +9,23 @@
 
 namespace npu_ep::kern {
 
-// One vector of up to 16 output pixels: the pixels' column offset in B's rows, their offset in each C row, count.
+// One vector of n <= 16 output pixels, consecutive in C's rows (from column `out` on). Lane l < split reads B's
+// rows at column in + l, lane l >= split at in + jump + l: a vector that crosses from one output row into the next
+// skips the padding columns between them in a padded input read in place (split = n: no jump).
 struct GemmSlot {
   int64_t in, out;
   int n;
+  int split;
+  int64_t jump;
 };
 
 #if NPU_EP_X86
-// c[m * ldc + s.out + l] = sum_k at[k * lda + m] * b[koff[k] + s.in + l] for m < M, every slot s and lane
-// l < s.n, on the calling thread; then + bias[m] (if bias), then clipped to [clip[0], clip[1]] (if clip; NaN
-// stays NaN), in that order. A is the conv's packed weights [K x M]; B's rows are found through koff, so one kernel
-// serves a patch matrix (koff[k] = k * pitch) and a zero-padded input read in place (koff[k] = the tap's offset).
+// c[m * ldc + s.out + l] = sum_k at[k * lda + m] * b[koff[k] + s.in + l (+ s.jump from lane s.split on)] for
+// m < M, every slot s and lane l < s.n, on the calling thread; then + bias[m] (if bias), then clipped to
+// [clip[0], clip[1]] (if clip; NaN stays NaN), in that order. A is the conv's packed weights [K x M]; B's rows are
+// found through koff, so one kernel serves a patch matrix (koff[k] = k * pitch) and a zero-padded input read in
+// place (koff[k] = the tap's offset). Each output is summed in k order with fused multiply-adds from zero per pass
+// of 256 k, the passes added in order: the tiling and the slots never change an output's bits.
 // AVX-512F only: callers check ActiveIsa() first.
 void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, const int64_t* koff,
                 const GemmSlot* slots, int64_t n_slots, float* c, int64_t ldc, const float* bias, const float* clip);
@@ -28,6 +34,9 @@ void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float*
 // channels in the lanes (a 1x1 conv over fewer than 16 pixels), each output summed as GemmAvx512 sums it.
 void ChannelLanesAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, int64_t ldb, int64_t P,
                         float* c, int64_t ldc, const float* bias, const float* clip);
+
+// even[q] = src[2q], odd[q] = src[2q + 1] for q < n (reads src[0, 2n)); AVX-512F only.
+void EvenOddAvx512(const float* src, int64_t n, float* even, float* odd);
 
 // DenseFloat (conv.h) on GemmAvx512 instead of the BLAS (conv_gemm.cc); same arguments, AVX-512F only.
 void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,

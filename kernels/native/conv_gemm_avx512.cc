@@ -20,7 +20,7 @@ constexpr int kRows = 8;  // output channels per tile
 constexpr int kSlots = 2;  // 16-pixel slots per tile
 constexpr int64_t kKc = 256;  // depth per pass over a tile
 
-inline __mmask16 Lanes(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+inline __mmask16 Lanes(int n) { return static_cast<__mmask16>((1u << n) - 1u); }  // n <= 16
 
 // The last pass's epilogue: + bias, then the conv tail's clip (v < lo ? lo : v > hi ? hi : v; NaN stays).
 struct Epilogue {
@@ -45,20 +45,28 @@ __attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, 
   _mm512_mask_storeu_ps(dst, m, sum);
 }
 
+// How a tile loads its slots' B vectors: kFull, every slot 16 lanes of one run (no masks: a masked load also takes
+// a uop on the FMA ports, ~12% of the loop's cycles in perf); kMasked, one run each, any lanes; kSplit, some slot
+// crosses into the next output row: two masked loads merged, the second `jump` floats further on.
+enum class Loads { kFull, kMasked, kSplit };
+
 // R rows x S slots (slots[0, ns), ns <= S; missing ones load nothing); add: C += the sum (later K chunks); e (last
-// chunk only, else null): the epilogue after the sum, in the order of the BLAS path's separate passes. kFull: every
-// slot has 16 lanes, so B is loaded without masks (a masked load also takes a uop on the FMA ports: ~12% of the
-// loop's cycles in perf).
-template <int R, int S, bool kFull>
+// chunk only, else null): the epilogue after the sum, in the order of the BLAS path's separate passes.
+template <int R, int S, Loads kLoads>
 __attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, int64_t lda, const float* b, const int64_t* koff,
                                                       int64_t kc, const GemmSlot* slots, int ns, float* c, int64_t ldc,
                                                       bool add, const Epilogue* e) {
-  __mmask16 m[S];
+  __mmask16 m[S], first[S], second[S];
   const float* bs[S];
+  const float* bj[S];
 #pragma GCC unroll 4
   for (int v = 0; v < S; ++v) {
-    m[v] = v < ns ? Lanes(slots[v].n) : 0;
-    bs[v] = b + (v < ns ? slots[v].in : slots[0].in);
+    const GemmSlot& sl = slots[v < ns ? v : 0];
+    m[v] = v < ns ? Lanes(sl.n) : 0;
+    first[v] = m[v] & Lanes(std::min(sl.split, 16));
+    second[v] = m[v] & static_cast<__mmask16>(~first[v]);
+    bs[v] = b + sl.in;
+    bj[v] = b + sl.in + sl.jump;
   }
   __m512 acc[R][S];
 #pragma GCC unroll 12
@@ -69,7 +77,15 @@ __attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, int64_t l
     const int64_t o = koff[k];
     __m512 bv[S];
 #pragma GCC unroll 4
-    for (int v = 0; v < S; ++v) bv[v] = kFull ? _mm512_loadu_ps(bs[v] + o) : _mm512_maskz_loadu_ps(m[v], bs[v] + o);
+    for (int v = 0; v < S; ++v) {
+      if constexpr (kLoads == Loads::kFull) {
+        bv[v] = _mm512_loadu_ps(bs[v] + o);
+      } else if constexpr (kLoads == Loads::kMasked) {
+        bv[v] = _mm512_maskz_loadu_ps(m[v], bs[v] + o);
+      } else {
+        bv[v] = _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(first[v], bs[v] + o), second[v], bj[v] + o);
+      }
+    }
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const __m512 av = _mm512_set1_ps(at[r]);
@@ -92,10 +108,14 @@ __attribute__((target(NPU_AVX512F))) void TileOf(int rows, const float* at, int6
   if constexpr (R > 1) {
     if (rows < R) return TileOf<R - 1>(rows, at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
   }
-  bool full = ns == kSlots;
-  for (int v = 0; v < ns; ++v) full = full && slots[v].n == 16;
-  if (full) return Tile<R, kSlots, true>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
-  Tile<R, kSlots, false>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
+  bool full = ns == kSlots, split = false;
+  for (int v = 0; v < ns; ++v) {
+    full = full && slots[v].n == 16 && slots[v].split >= 16;
+    split = split || slots[v].split < slots[v].n;
+  }
+  if (full) return Tile<R, kSlots, Loads::kFull>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
+  if (split) return Tile<R, kSlots, Loads::kSplit>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
+  Tile<R, kSlots, Loads::kMasked>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
 }
 
 }  // namespace
@@ -115,6 +135,22 @@ __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const
                       slots + s0, ns, c + i * ldc, ldc, add, last && (bias || clip) ? &e : nullptr);
       }
     }
+  }
+}
+
+// even[q] = src[2q], odd[q] = src[2q + 1] for q < n: a padded input row split into a stride-2 conv's column
+// phases, 16 of each from 32 loaded floats.
+__attribute__((target(NPU_AVX512F))) void EvenOddAvx512(const float* src, int64_t n, float* even, float* odd) {
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+  for (int64_t q = 0; q < n; q += 16) {
+    const int64_t left = 2 * (n - q);  // source floats from src + 2q on
+    const __mmask16 k0 = Lanes(static_cast<int>(std::min<int64_t>(left, 16)));
+    const __mmask16 k1 = Lanes(static_cast<int>(std::clamp<int64_t>(left - 16, 0, 16)));
+    const __mmask16 k = Lanes(static_cast<int>(std::min<int64_t>(n - q, 16)));
+    const __m512 lo = _mm512_maskz_loadu_ps(k0, src + 2 * q), hi = _mm512_maskz_loadu_ps(k1, src + 2 * q + 16);
+    _mm512_mask_storeu_ps(even + q, k, _mm512_permutex2var_ps(lo, ev, hi));
+    _mm512_mask_storeu_ps(odd + q, k, _mm512_permutex2var_ps(lo, od, hi));
   }
 }
 

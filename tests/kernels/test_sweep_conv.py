@@ -5,9 +5,9 @@ values, on every instruction-set level the host runs; a few points against ORT's
 
 Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shapes on the BLAS path):
 - DenseFloatOwnGemm (>= 16 output pixels): register tile of 8 output channels (kRows) x 2 slots of 16 pixels
-  (kSlots), depth in passes of 256 (kKc); B read in place from padded rows when sw = 1, OW >= 16 and 16-lane
-  vectors waste at most 1/5 (OW 16 and 31..32 in place, 15, 17, 33 as a patch matrix); pixel blocks of
-  clamp(131072 / K, 64, 4096) pixels, two when one image of one group is worth 2^20 multiply-adds; a one-block
+  (kSlots), depth in passes of 256 (kKc); B read in place from padded rows held as the width stride's column phases
+  when OW >= 8 (a vector crossing a row end jumps over the padding), else a patch matrix; pixel blocks of
+  clamp(131072 / K, 64, 4096) pixels, at least two per thread when the image is worth 2^20 multiply-adds; a one-block
   image with Mg >= 32 and 2^21 multiply-adds splits its output channels in two (the M = 16j + 1 bug: M around 32,
   48, 64 on small maps);
 - PointwiseFewPixels (1x1, stride 1, no pads, < 16 pixels): output channels in the lanes, 128 per task, 64 per pass;
@@ -185,6 +185,49 @@ def test_float_dense_pixel_blocks(float_isa, shape):
     one = _float_conv(x, w, pads=[1, 1, 1, 1])
     three = _float_conv(x, w, threads=3, pads=[1, 1, 1, 1])
     assert one.tobytes() == three.tobytes()
+
+
+# In-place rows: output widths around the 8-pixel limit (a patch matrix below it), the 16-pixel vector and the
+# 32-pixel tile, where vectors cross from one output row into the next (the jump over the padding columns) or stop
+# short of a third row; width strides 1..3 as column phases (2: the even/odd split, 32 floats a step), height
+# strides, dilations and a 6x6 stride-2 stem; depth around one 256-deep pass (28 * 9 = 252, 29 * 9 = 261); output
+# channels around the 8-row tile. Same bits at 1 and 2 threads (the pixel blocks follow the thread count).
+ROWS_GRID = [(ow, sw, sh, dil, k, m, cg) for ow in (*around(8, 16, 32), 56)
+             for sw, sh in ((1, 1), (2, 2), (3, 1), (1, 2)) for dil, k in ((1, 3), (2, 3), (1, 6))
+             for m, cg in ((9, 29), (16, 3), (7, 28))]
+
+
+def _rows_case(ow, sw, sh, dil, k, m, cg, threads=1):
+    rng = np.random.default_rng(ow * 1000 + sw * 100 + sh * 10 + dil + k + m)
+    pad = (k - 1) * dil // 2
+    w_in = (ow - 1) * sw + (k - 1) * dil + 1 - 2 * pad
+    x = _floats((1, cg, 2 * sh + (k - 1) * dil + 1 - 2 * pad + 3, w_in), rng, specials=ow % 2 == 0)
+    return _float_conv(x, _floats((m, cg, k, k), rng), _floats((m,), rng), threads=threads, strides=[sh, sw],
+                       dilations=[dil, dil], pads=[pad] * 4)
+
+
+@pytest.mark.parametrize("case", _sample(ROWS_GRID, 24, 4))
+def test_float_dense_in_place_rows_and_phases(float_isa, case):
+    _rows_case(*case)
+
+
+@pytest.mark.slow
+def test_float_dense_in_place_rows_and_phases_wide(float_isa):
+    for case in ROWS_GRID:  # one test: collecting the grid case by case cost the default run seconds
+        _rows_case(*case)
+
+
+# Worth two threads (P * K * Mg >= 2^20): the image splits into at least two pixel blocks per thread, so the blocks
+# differ between 1, 2 and 3 threads; every output's bits must not.
+@pytest.mark.parametrize("xs,ws,attrs", [((1, 32, 56, 56), (32, 32, 3, 3), dict(pads=[1, 1, 1, 1])),
+                                         ((1, 3, 96, 90), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+                                         ((2, 16, 20, 21), (24, 16, 3, 3), dict(pads=[1, 1, 1, 1]))])
+def test_float_dense_bits_do_not_depend_on_threads(float_isa, xs, ws, attrs):
+    rng = np.random.default_rng(11)
+    x, w = _floats(xs, rng), _floats(ws, rng)
+    one = _float_conv(x, w, **attrs)
+    for threads in (2, 3):
+        assert one.tobytes() == _float_conv(x, w, threads=threads, **attrs).tobytes(), threads
 
 
 # The small map's output-channel split (one pixel block, Mg >= 32, P * K * Mg >= 2^21): M around 32, 48 and 64 and
