@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "conv_tail.h"
+#include "conv_tail_registers.h"
 #include "cpu.h"
 #include "half.h"
 #include "intrinsics.h"
@@ -41,37 +42,8 @@ namespace py = pybind11;
 namespace npu_ep::kern {
 namespace {
 
-// Instruction codes, as CODES in kernels/fusion/conv_tail.py.
-enum Code : int32_t {
-  kMul,
-  kAdd,
-  kSub,
-  kRsub,
-  kDiv,
-  kRdiv,
-  kClip,
-  kSave,
-  kMulSaved,
-  kAddSaved,
-  kSigmoid,
-  kErf,
-  kLeakyRelu,
-  kTanh,
-  kPowHalf,
-  kExp,
-  kLog,
-  kAbs,
-  kFloor,
-  kCeil,
-  kRound,
-  kSign,
-  kDivSaved,
-  kElu,
-  kSoftplus,
-  kSin,
-  kCos,
-  kSoftsign
-};
+using namespace tail_code;  // NOLINT: the instruction codes (conv_tail_registers.h)
+
 static_assert(kSoftsign + 1 == kTailCodes && kClip == kTailClip, "conv_tail.h's kTailCodes, kTailClip");
 
 constexpr int64_t kTailChunk = 2048;            // floats per inner pass (8 KiB, and as much saved)
@@ -333,12 +305,24 @@ void CheckTail(const char* fn, const py::array_t<int32_t, py::array::c_style>& c
       throw std::invalid_argument(std::string(fn) + ": unknown instruction code " + std::to_string(codes.data()[k]));
 }
 
+// The program over v[0, len <= kTailChunk) in place: in registers when `registers` (FitsRegisters said so), else
+// instruction by instruction over the chunk (saved: kTailChunk floats).
+void RunChunk(float* v, float* saved, int64_t len, const int32_t* cd, const float* cs, int64_t n_codes,
+              bool registers) {
+  if (registers) return RunInRegisters(v, v, len, cd, cs, n_codes);
+  TailChunk(v, saved, len, cd, cs, n_codes);
+}
+
 // The tail over out[0, n), parallel over kTailTask runs; from ``in`` when given (copied per chunk), else in place.
-void RunTail(const float* in, float* out, int64_t n, const int32_t* cd, const float* cs, int64_t n_codes, int threads) {
+// A program the register interpreter takes makes one pass per task, reading ``in`` and writing ``out`` directly.
+void RunTail(const float* in, float* out, int64_t n, const int32_t* cd, const float* cs, int64_t n_codes, int threads,
+             bool per_instruction = false) {
   const int64_t tasks = (n + kTailTask - 1) / kTailTask;
+  const bool registers = !per_instruction && FitsRegisters(cd, n_codes);
   ParallelFor(ThreadsFor(threads, n * std::max<int64_t>(n_codes, 1)), tasks, [&](int64_t t) {
+    const int64_t begin = t * kTailTask, end = std::min(n, (t + 1) * kTailTask);
+    if (registers) return RunInRegisters((in != nullptr ? in : out) + begin, out + begin, end - begin, cd, cs, n_codes);
     float saved[kTailChunk];
-    const int64_t end = std::min(n, (t + 1) * kTailTask);
     for (int64_t i = t * kTailTask; i < end; i += kTailChunk) {
       const int64_t len = std::min(kTailChunk, end - i);
       if (in != nullptr) std::copy(in + i, in + i + len, out + i);
@@ -348,12 +332,12 @@ void RunTail(const float* in, float* out, int64_t n, const int32_t* cd, const fl
 }
 
 void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int32_t, py::array::c_style>& codes,
-                const py::array_t<float, py::array::c_style>& consts, int threads) {
+                const py::array_t<float, py::array::c_style>& consts, int threads, bool per_instruction) {
   CheckTail("conv_tail", codes, consts);
   if (!y.writeable()) throw std::invalid_argument("conv_tail: y must be writeable");
   float* v = y.mutable_data();
   py::gil_scoped_release release;
-  RunTail(nullptr, v, y.size(), codes.data(), consts.data(), codes.size(), threads);
+  RunTail(nullptr, v, y.size(), codes.data(), consts.data(), codes.size(), threads, per_instruction);
 }
 
 bool IsHalf(const py::array& a) { return a.dtype().kind() == 'f' && a.itemsize() == 2; }
@@ -379,6 +363,7 @@ py::array TailOfF16Py(const py::array& x, const py::array_t<int32_t, py::array::
   const int64_t n = x.size(), n_codes = codes.size(), tasks = (n + kTailTask - 1) / kTailTask;
   const int32_t* cd = codes.data();
   const float* cs = consts.data();
+  const bool registers = FitsRegisters(cd, n_codes);
   {
     py::gil_scoped_release release;
     ParallelFor(ThreadsFor(threads, n * std::max<int64_t>(n_codes, 1)), tasks, [&](int64_t t) {
@@ -387,7 +372,7 @@ py::array TailOfF16Py(const py::array& x, const py::array_t<int32_t, py::array::
       for (int64_t i = t * kTailTask; i < end; i += kTailChunk) {
         const int64_t len = std::min(kTailChunk, end - i);
         HalfToFloatRow(in + i, v, len);
-        TailChunk(v, saved, len, cd, cs, n_codes);
+        RunChunk(v, saved, len, cd, cs, n_codes, registers);
         FloatToHalfRow(v, dst + i, len);
       }
     });
@@ -452,6 +437,7 @@ py::array TailOfBiasPy(const py::array& x, const py::array& bias, const py::arra
   const int64_t n_codes = codes.size(), tasks = (n + kTailTask - 1) / kTailTask;
   const int32_t* cd = codes.data();
   const float* cs = consts.data();
+  const bool registers = FitsRegisters(cd, n_codes);
   {
     py::gil_scoped_release release;
     std::vector<float> bias_f(static_cast<size_t>(d));
@@ -476,7 +462,7 @@ py::array TailOfBiasPy(const py::array& x, const py::array& bias, const py::arra
           for (int64_t r = 0; r < run; ++r) v[j + r] = v[j + r] + b[k + r];
           j += run;
         }
-        TailChunk(v, saved, len, cd, cs, n_codes);
+        RunChunk(v, saved, len, cd, cs, n_codes, registers);
         if (half) {
           FloatToHalfRow(v, static_cast<uint16_t*>(dst) + i, len);
         } else {
@@ -491,6 +477,7 @@ py::array TailOfBiasPy(const py::array& x, const py::array& bias, const py::arra
 }  // namespace
 
 void ApplyTail(const ConvTail& tail, float* v, int64_t n) {
+  if (FitsRegisters(tail.codes, tail.n)) return RunInRegisters(v, v, n, tail.codes, tail.consts, tail.n);
   float saved[kTailChunk];
   for (int64_t i = 0; i < n; i += kTailChunk)
     TailChunk(v + i, saved, std::min(kTailChunk, n - i), tail.codes, tail.consts, tail.n);
@@ -511,6 +498,7 @@ py::array_t<float> PreluRowsPy(const py::array_t<float, py::array::c_style>& x,
   const float* s = slope.data();
   float* dst = y.mutable_data();
   const int32_t code = kLeakyRelu;
+  const bool registers = FitsRegisters(&code, 1);
   {
     py::gil_scoped_release release;
     const int64_t tasks = (n + kTailTask - 1) / kTailTask;
@@ -519,8 +507,12 @@ py::array_t<float> PreluRowsPy(const py::array_t<float, py::array::c_style>& x,
       for (int64_t i = t * kTailTask; i < end;) {  // the task's part of each row it meets, in L1-sized chunks
         const int64_t row = i / inner, len = std::min({end, (row + 1) * inner, i + kTailChunk}) - i;
         const float consts[2] = {s[row % c], 0.0f};
-        std::copy(in + i, in + i + len, dst + i);
-        TailChunk(dst + i, nullptr, len, &code, consts, 1);
+        if (registers) {
+          RunInRegisters(in + i, dst + i, len, &code, consts, 1);
+        } else {
+          std::copy(in + i, in + i + len, dst + i);
+          TailChunk(dst + i, nullptr, len, &code, consts, 1);
+        }
         i += len;
       }
     });
@@ -535,10 +527,14 @@ py::array_t<float> SigmoidPy(const py::array_t<float, py::array::c_style>& x, in
   const float* in = x.data();
   float* out = y.mutable_data();
   const int64_t n = x.size(), tasks = (n + kTailTask - 1) / kTailTask;
+  const int32_t code = kSigmoid;
+  const float consts[2] = {0.0f, 0.0f};
+  const bool registers = FitsRegisters(&code, 1);
   {
     py::gil_scoped_release release;
     ParallelFor(ThreadsFor(threads, n), tasks, [&](int64_t t) {
       const int64_t begin = t * kTailTask, len = std::min(n, begin + kTailTask) - begin;
+      if (registers) return RunInRegisters(in + begin, out + begin, len, &code, consts, 1);  // one pass
       if (in != out) std::copy(in + begin, in + begin + len, out + begin);
       Sigmoid(out + begin, len);
     });
@@ -548,8 +544,10 @@ py::array_t<float> SigmoidPy(const py::array_t<float, py::array::c_style>& x, in
 
 void BindConvTail(py::module_& m) {
   m.def("conv_tail", &ConvTailPy, py::arg("y"), py::arg("codes"), py::arg("consts"), py::arg("threads") = 1,
+        py::arg("per_instruction") = false,
         "a fused Conv's element-wise tail applied in place to float32 y: codes as kernels/fusion/conv_tail.CODES, "
-        "consts [n, 2]");
+        "consts [n, 2]; per_instruction: always one pass per instruction over L1 chunks (the interpreter the "
+        "register one is checked against), else in registers where the program allows");
   m.def("tail_of", &TailOfPy, py::arg("x"), py::arg("codes"), py::arg("consts"), py::arg("threads") = 1,
         py::arg("out") = py::none(),
         "an element-wise op of float32 x as conv-tail instructions (codes as kernels/fusion/conv_tail.CODES, consts "
