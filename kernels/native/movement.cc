@@ -85,8 +85,7 @@ std::vector<int64_t> Dims64(const std::vector<py::ssize_t>& dims) { return {dims
 
 // ONNX Expand: x broadcast against `shape` both ways (numpy's rules), materialized (into `out` when given).
 py::array ExpandPy(const py::object& x_in, const std::vector<py::ssize_t>& shape, const py::object& out_buffer) {
-  auto x = py::array::ensure(x_in, py::array::c_style);  // a strided x is copied first, as numpy reads it
-  if (!x) throw py::error_already_set();
+  const py::array x = CArray(x_in);  // a strided x is copied first, as numpy reads it
   if (x.dtype().kind() == 'O') throw std::invalid_argument("expand: object arrays are not supported");
   const auto rank = static_cast<py::ssize_t>(std::max<size_t>(shape.size(), static_cast<size_t>(x.ndim())));
   std::vector<py::ssize_t> in_dims(rank, 1), out(rank, 1);
@@ -109,8 +108,7 @@ py::array ExpandPy(const py::object& x_in, const std::vector<py::ssize_t>& shape
 // ONNX Tile: x repeated `repeats[i]` times along each axis i, which is the broadcast of x viewed as
 // [1, d0, 1, d1, ...] to [r0, d0, r1, d1, ...] (into `out` when given).
 py::array TilePy(const py::object& x_in, const std::vector<py::ssize_t>& repeats, const py::object& out_buffer) {
-  auto x = py::array::ensure(x_in, py::array::c_style);  // a strided x is copied first, as numpy reads it
-  if (!x) throw py::error_already_set();
+  const py::array x = CArray(x_in);  // a strided x is copied first, as numpy reads it
   std::vector<py::ssize_t> xs(x.shape(), x.shape() + x.ndim());
   const bool negative = std::any_of(repeats.begin(), repeats.end(), [](py::ssize_t r) { return r < 0; });
   if (x.dtype().kind() == 'O' || static_cast<py::ssize_t>(repeats.size()) != x.ndim() || negative)

@@ -20,10 +20,37 @@ inline std::string DimsText(const std::vector<int64_t>& dims) {
 
 inline std::vector<int64_t> DimsOf(const pybind11::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
 
-// x as a C-order array whose element size a movement kernel moves (a strided x is copied first, as numpy reads it).
-inline pybind11::array MovableInput(const char* fn, const pybind11::object& x_in) {
+// x itself when it is a C-order ndarray (no call into numpy: a bound step's input usually is), else numpy's C-order
+// copy of it (pybind11's array::ensure).
+inline pybind11::array CArray(const pybind11::object& x_in) {
+  auto& api = pybind11::detail::npy_api::get();
+  if (Py_TYPE(x_in.ptr()) == api.PyArray_Type_ &&
+      (pybind11::detail::array_proxy(x_in.ptr())->flags & pybind11::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
+    return pybind11::reinterpret_borrow<pybind11::array>(x_in);
   auto x = pybind11::array::ensure(x_in, pybind11::array::c_style);
   if (!x) throw pybind11::error_already_set();
+  return x;
+}
+
+// A sequence of integers (a tuple or list of Python ints: a bound step's fixed argument) as int64s, read without
+// pybind11's list caster; anything else through it.
+inline std::vector<int64_t> IntsOf(const pybind11::handle& seq) {
+  if (!PyTuple_Check(seq.ptr()) && !PyList_Check(seq.ptr())) return seq.cast<std::vector<int64_t>>();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!PyLong_Check(items[i])) return seq.cast<std::vector<int64_t>>();  // numpy integers: the caster's rules
+    const long long v = PyLong_AsLongLong(items[i]);
+    if (v == -1 && PyErr_Occurred()) throw pybind11::error_already_set();
+    out[static_cast<size_t>(i)] = static_cast<int64_t>(v);
+  }
+  return out;
+}
+
+// x as a C-order array whose element size a movement kernel moves (a strided x is copied first, as numpy reads it).
+inline pybind11::array MovableInput(const char* fn, const pybind11::object& x_in) {
+  pybind11::array x = CArray(x_in);
   const auto item = x.itemsize();
   if (x.dtype().kind() == 'O' || (item != 1 && item != 2 && item != 4 && item != 8))
     throw std::invalid_argument(std::string(fn) + ": dtype " + std::string(pybind11::str(x.dtype())) +
@@ -35,17 +62,17 @@ inline pybind11::array MovableInput(const char* fn, const pybind11::object& x_in
 // else a new array of `dims`.
 inline pybind11::array MovementResult(const char* fn, const pybind11::dtype& dtype, const std::vector<int64_t>& dims,
                                       const pybind11::object& out) {
-  std::vector<pybind11::ssize_t> shape(dims.begin(), dims.end());
-  if (out.is_none()) return pybind11::array(dtype, shape);
+  if (out.is_none()) return pybind11::array(dtype, std::vector<pybind11::ssize_t>(dims.begin(), dims.end()));
   int64_t total = 1;
   for (const int64_t d : dims) total *= d;
-  pybind11::array y;
-  if (pybind11::isinstance<pybind11::array>(out)) y = pybind11::reinterpret_borrow<pybind11::array>(out);
-  if (!y || !y.dtype().equal(dtype) || !(y.flags() & pybind11::array::c_style) || !y.writeable() || y.size() != total)
-    throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " +
-                                std::string(pybind11::str(dtype)) + " array of " + std::to_string(total) +
-                                " elements (shape " + DimsText(dims) + ")");
-  return y;
+  if (pybind11::isinstance<pybind11::array>(out)) {
+    auto y = pybind11::reinterpret_borrow<pybind11::array>(out);
+    if (y.dtype().equal(dtype) && (y.flags() & pybind11::array::c_style) && y.writeable() && y.size() == total)
+      return y;
+  }
+  throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " +
+                              std::string(pybind11::str(dtype)) + " array of " + std::to_string(total) +
+                              " elements (shape " + DimsText(dims) + ")");
 }
 
 constexpr size_t kReleaseGilBytes = size_t{1} << 16;  // below this the GIL round trip costs more than the copy

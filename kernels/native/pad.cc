@@ -130,9 +130,8 @@ py::array PadPy(const py::object& x_in, const std::vector<int64_t>& begins, cons
   Plan p;
   p.mode = ModeOf(mode_name);
   p.item = static_cast<size_t>(x.itemsize());
-  py::array v;
+  py::array v = value.is_none() ? x : py::array::ensure(value, py::array::c_style);  // x: no array made for none
   if (!value.is_none()) {
-    v = py::array::ensure(value, py::array::c_style);
     if (!v || !v.dtype().equal(x.dtype()) || v.size() != 1)
       throw std::invalid_argument("pad: value must be one element of the input's dtype " +
                                   std::string(py::str(x.dtype())));

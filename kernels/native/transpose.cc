@@ -267,7 +267,7 @@ std::vector<int64_t> CheckedPerm(const py::array& x, const py::object& perm_in) 
     for (int64_t i = rank; i-- > 0;) perm.push_back(i);  // numpy's and ONNX's default: the axes reversed
     return perm;
   }
-  perm = perm_in.cast<std::vector<int64_t>>();
+  perm = IntsOf(perm_in);
   std::vector<bool> seen(static_cast<size_t>(rank), false);
   bool ok = static_cast<int64_t>(perm.size()) == rank;
   for (int64_t& p : perm) {
@@ -284,8 +284,8 @@ std::vector<int64_t> CheckedPerm(const py::array& x, const py::object& perm_in) 
 py::array TransposePy(const py::object& x_in, const py::object& perm_in, const py::object& out, int threads) {
   const py::array x = MovableInput("transpose", x_in);
   const std::vector<int64_t> perm = CheckedPerm(x, perm_in), dims = DimsOf(x);
-  std::vector<int64_t> out_dims;
-  for (const int64_t p : perm) out_dims.push_back(dims[static_cast<size_t>(p)]);
+  std::vector<int64_t> out_dims(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) out_dims[i] = dims[static_cast<size_t>(perm[i])];
   py::array y = MovementResult("transpose", x.dtype(), out_dims, out);
   if (x.size() == 0) return y;
   Copy c{Reduce(dims, perm), static_cast<const char*>(x.data()), static_cast<char*>(y.mutable_data()),
