@@ -413,6 +413,8 @@ void RegisterKernels(py::module_& parent) {
   BindConvTranspose(m);  // conv_transpose.cc: ConvTranspose
   void BindQdqLut(py::module_&);
   BindQdqLut(m);  // qdq_lut.cc: npu::QdqLut table reads
+  void BindInt8MatMulFloat(py::module_&);
+  BindInt8MatMulFloat(m);  // int8_matmul_float.cc: MatMulIntegerToFloat
   void BindQLinearBinary(py::module_&);
   BindQLinearBinary(m);  // qlinear_binary.cc: com.microsoft QLinearAdd, QLinearMul
   void BindQLinearPool(py::module_&);

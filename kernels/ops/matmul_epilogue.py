@@ -46,13 +46,16 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 
 def _bind(p: Prepared, inputs, outs):
-    """The base kernel's native step, which applies the epilogue: the float matmul's, and MatMulNBits' for a
-    constant bias (``bind_nbits`` declines other epilogues); MatMulIntegerToFloat's bind knows no epilogue."""
+    """The base kernel's native step, which applies the epilogue: the float matmul's, MatMulNBits' for a
+    constant bias (``bind_nbits`` declines other epilogues), MatMulIntegerToFloat's for a bias and ReLU (it declines
+    a fused QuantizeLinear)."""
     key = tuple(_key(p))
     if key in (("", "MatMul"), ("", "Gemm")):
         return matmul.bind_float(p, inputs, outs)
     if key == ("com.microsoft", "MatMulNBits"):
         return matmul_nbits.bind_nbits(p, inputs, outs)
+    if key == ("com.microsoft", "MatMulIntegerToFloat"):
+        return matmul_int.bind_int(p, inputs, outs)
     return None
 
 

@@ -10,7 +10,8 @@ int8, blocks of 16 columns x 4 k, column sums and shifted zero points); other co
 zero-point-free as float32 ``[..., K, N]`` with its exact magnitude bound. Constant scales fold into one
 per-column multiplier.
 
-Run: the native kernel (``kernels/native/int8_gemm.cc``, exact int32, requantization fused for QLinearMatMul)
+Run: the native kernel (``kernels/native/int8_gemm.cc``, exact int32, requantization fused for QLinearMatMul;
+MatMulIntegerToFloat's scales, biases and ReLU in ``int8_matmul_float.cc``, each a float32 operation as below)
 when B was packed and A's zero point is per tensor; otherwise, or with ``kernels=reference``, the numpy reference
 below (float32 BLAS on exact integer chunks) - bit-identical results.
 Input order: MatMulInteger (A, B, a_zp, b_zp); QLinearMatMul (a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp);
@@ -195,9 +196,59 @@ def int_accumulate(p: Prepared, inputs) -> np.ndarray:
     return exact_int_matmul(a_c, b_c, bound_a, bound_b, tk)
 
 
+def _float_args(p: Prepared, inputs) -> tuple | None:
+    """MatMulIntegerToFloat's ``int8_matmul_float`` arguments after A as ``run_int`` computes them (the exact sums,
+    times a_scale * b_scale, + bias, + the epilogue's bias, ReLU): (a_zero_point, K, N, a_scale, b_scale, bias,
+    bias2, relu, threads); a runtime a_zero_point/a_scale stays the array it is. None where the native kernel does
+    not apply: B not packed, a runtime b_zero_point/b_scale/bias, a zero point or scale of more than one value, a
+    fused QuantizeLinear, DMA counted."""
+    at, c = p.attrs, p.consts
+    ep = at["epilogue"]
+    if (at["op"] != "MatMulIntegerToFloat" or "i8_bp" not in c or ep.get("quantize") or runtime.counting_dma(p)
+            or any(_runtime(p, inputs, name) for name in ("b", "bzp", "bscale", "bias"))):
+        return None
+    azp, ascale = _get(p, inputs, "azp"), _get(p, inputs, "ascale")
+    bscale, bias = _get(p, inputs, "bscale"), _get(p, inputs, "bias")
+    K, N = at["b_shape"]
+    if (not isinstance(ascale, np.ndarray) or ascale.size != 1 or ascale.dtype != np.float32
+            or (azp is not None and np.size(azp) != 1) or bscale is None or np.size(bscale) not in (1, N)
+            or (bias is not None and np.size(bias) != N)):
+        return None
+    got = p.kernel_cache.get("float_consts")
+    if got is None:  # the constants as the kernel reads them, made once
+        got = p.kernel_cache["float_consts"] = (
+            np.asarray(bscale, np.float32).reshape(-1),
+            None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1),
+            np.ascontiguousarray(c["ep_bias"], np.float32).reshape(-1) if ep.get("bias") else None)
+    b_scale, b1, b2 = got
+    if b2 is not None and b2.size != N:
+        return None
+    z = 0 if azp is None else (azp if "azp" not in c else int(np.asarray(azp).reshape(-1)[0]))
+    a_scale = ascale if "ascale" not in c else np.ascontiguousarray(ascale, np.float32).reshape(-1)
+    return z, K, N, a_scale, b_scale, b1, b2, bool(ep.get("relu")), runtime.threads(p)
+
+
+def _native_float(p: Prepared, inputs) -> np.ndarray | None:
+    """MatMulIntegerToFloat's result from ``int8_matmul_float`` (kernels/native/int8_matmul_float.cc), None where
+    it does not apply (``_float_args``)."""
+    nat = runtime.native(p)
+    args = None if nat is None else _float_args(p, inputs)
+    if args is None:
+        return None
+    a = _get(p, inputs, "a")
+    K = args[1]
+    a2 = np.ascontiguousarray(a).reshape(int(np.prod(a.shape[:-1], dtype=np.int64)), K)
+    y = nat.int8_matmul_float(a2, args[0], p.consts["i8_bp"], p.consts["i8_bsum"], p.consts["i8_bzp"], *args[1:])
+    return y.reshape(*a.shape[:-1], y.shape[-1])
+
+
 def run_int(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
     op = at["op"]
+    if op == "MatMulIntegerToFloat":
+        y = _native_float(p, inputs)
+        if y is not None:
+            return [y]
     native = _native_int(p, inputs)
     if native is not None and op == "QLinearMatMul":
         return [native]
@@ -233,7 +284,9 @@ def bind_int(p: Prepared, inputs, outs) -> Any:
     nat, at, c = runtime.native(p), p.attrs, p.consts
     slots = at["slots"]
     a = inputs[slots["a"]] if slots["a"] < len(inputs) else None
-    if (nat is None or "i8_bp" not in c or runtime.counting_dma(p) or at["op"] == "MatMulIntegerToFloat"
+    if at["op"] == "MatMulIntegerToFloat":
+        return None if nat is None else _bind_float(p, inputs, outs, nat, a)
+    if (nat is None or "i8_bp" not in c or runtime.counting_dma(p)
             or (at["op"] == "MatMulInteger" and at["epilogue"]) or (at["op"] == "QLinearMatMul" and "mult" not in c)
             or not isinstance(a, np.ndarray) or not a.ndim
             or not a.flags.c_contiguous or a.dtype not in (np.uint8, np.int8)
@@ -257,6 +310,31 @@ def bind_int(p: Prepared, inputs, outs) -> Any:
                              None, into)
 
 
+def _bind_float(p: Prepared, inputs, outs, nat, a) -> Any:
+    """MatMulIntegerToFloat as one ``int8_matmul_float`` step, as ``_native_float`` calls it: A viewed [M, K], a
+    runtime a_zero_point and a_scale (DynamicQuantizeLinear's) put in per call, into ORT's buffer when the result is
+    a partition output."""
+    args = _float_args(p, inputs)
+    K = p.attrs["b_shape"][0]
+    if (args is None or not isinstance(a, np.ndarray) or not a.ndim or not a.flags.c_contiguous
+            or a.dtype not in (np.uint8, np.int8) or a.shape[-1] != K):
+        return None
+    slots = p.attrs["slots"]
+    m = a.size // K if K else int(np.prod(a.shape[:-1]))
+    live = [(0, slots["a"], a.dtype, a.shape, (m, K))]
+    for name, at_arg in (("azp", 1), ("ascale", 7)):
+        if _runtime(p, inputs, name):
+            v = inputs[slots[name]]
+            if not isinstance(v, np.ndarray):
+                return None
+            live.append((at_arg, slots[name], v.dtype, v.shape, None))
+    shape = list(outs[0].shape)
+    where = p.runtime.partition_outputs
+    into = [(13, where[0], shape)] if where and 0 in where else []
+    call = (None, args[0], p.consts["i8_bp"], p.consts["i8_bsum"], p.consts["i8_bzp"], *args[1:], None)
+    return runtime.call_step(p, nat.int8_matmul_float, call, live, [(-1, shape)], None, into)
+
+
 def _runtime(p: Prepared, inputs, name: str) -> bool:
     """Whether input ``name`` (a slot) comes at run time rather than from the prepared constants."""
     i = p.attrs["slots"].get(name)
@@ -275,4 +353,4 @@ def cost_int(p: Prepared, shapes) -> OpCost:
 # Reshape).
 register(KernelDef("", "MatMulInteger", prepare_int, run_int, cost_int, check_int, rank_free=True, bind=bind_int))
 register(KernelDef("", "QLinearMatMul", prepare_int, run_int, cost_int, check_int, bind=bind_int))
-register(KernelDef("com.microsoft", "MatMulIntegerToFloat", prepare_int, run_int, cost_int, check_int))
+register(KernelDef("com.microsoft", "MatMulIntegerToFloat", prepare_int, run_int, cost_int, check_int, bind=bind_int))

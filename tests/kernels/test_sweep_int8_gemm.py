@@ -1,7 +1,8 @@
 """Differential sweep of the native int8 GEMM (kernels/native/int8_gemm.cc), issue 38: the exact int32 sums
 against int64 numpy math, the requantized bytes against the reference model's ``requantize``, and MatMulInteger /
 QLinearMatMul / MatMulIntegerToFloat native against their reference kernels, all bit-exact (integer math; the
-float epilogues are the same float32 operations), on every instruction-set level the host runs.
+float epilogues are the same float32 operations: MatMulIntegerToFloat's int8_matmul_float multiplies and adds in
+the reference's order, special scales included), on every instruction-set level the host runs.
 
 int8_gemm.cc's blocks: B packed in blocks of 16 columns x 4 k (K padded to kp, a multiple of 64; A's rows copied
 when K is not one), tasks of 32 columns (two blocks, the second one masked or absent); VNNI: tiles of 8 rows, the
@@ -151,7 +152,91 @@ def test_matmul_integer_to_float_op(isa):
                                                                     True),
                       ("az", np.array(129, np.uint8), True), ("bz", np.zeros(n, np.int8), True),
                       ("bias", RNG.standard_normal(n).astype(np.float32), True)]
-            check("MatMulIntegerToFloat", inputs, "int8_matmul", exact=True, domain="com.microsoft")
+            check("MatMulIntegerToFloat", inputs, "int8_matmul_float", exact=True, domain="com.microsoft")
+
+
+def _to_float_inputs(a, n, *, a_scale=0.03, runtime_a=False, per_col=True, bias=True, dtb=np.int8):
+    """MatMulIntegerToFloat's inputs over A: B [K, n]; a_scale and a_zero_point constants, or runtime values as
+    DynamicQuantizeLinear gives them (``runtime_a``)."""
+    k = a.shape[-1]
+    bs = RNG.uniform(0.01, 0.1, n).astype(np.float32) if per_col else np.array(0.07, np.float32)
+    return [("a", a, False), ("b", _codes((k, n), dtb), True), ("as", np.array(a_scale, np.float32), not runtime_a),
+            ("bs", bs, True), ("az", np.array(3, a.dtype), not runtime_a), ("bz", _codes((n,), dtb), True),
+            ("bias", RNG.standard_normal(n).astype(np.float32) if bias else None, True)]
+
+
+@pytest.mark.parametrize("dta,dtb", INT_TYPES)
+def test_matmul_integer_to_float_runtime_scale_and_zero_point(isa, dta, dtb):
+    """A runtime a_scale / a_zero_point (ORT's dynamic quantization), per-tensor and per-column b_scale, with and
+    without the bias, a batched A: int8_matmul_float's float32 multiply and add are the reference's, bit for bit;
+    the bound step (checked by _sweep) takes the runtime values per call."""
+    for m, n, k in ((1, 16, 64), (5, 33, 70), (9, 17, 4), (16, 48, 129)):
+        for runtime_a, per_col, bias in ((True, True, True), (True, False, False), (False, False, True)):
+            a = _codes((2, m, k) if m == 5 else (m, k), dta)
+            check("MatMulIntegerToFloat", _to_float_inputs(a, n, runtime_a=runtime_a, per_col=per_col, bias=bias,
+                                                           dtb=dtb),
+                  "int8_matmul_float", exact=True, domain="com.microsoft", what=f"M={m} N={n} K={k} {runtime_a}")
+
+
+@pytest.mark.parametrize("a_scale", [np.inf, -0.5, 1e-45, 3e38])
+def test_matmul_integer_to_float_special_scales(isa, a_scale):
+    """An infinite scale (inf * 0 = NaN, +-inf), a negative one (-0.0 for zero sums), a subnormal and an
+    overflowing one: IEEE float32 operations, so NaN, infinities and signed zeros are the reference's."""
+    a = _codes((9, 66), np.uint8)
+    a[0] = 3  # a row of zero-point codes: zero sums
+    with np.errstate(all="ignore"):
+        check("MatMulIntegerToFloat", _to_float_inputs(a, 33, a_scale=a_scale), "int8_matmul_float", exact=True,
+              domain="com.microsoft")
+
+
+def test_matmul_integer_to_float_empty_inner_dimension(isa):
+    a = np.zeros((3, 0), np.uint8)
+    got = check("MatMulIntegerToFloat", _to_float_inputs(a, 17), "int8_matmul_float", exact=True,
+                domain="com.microsoft")[0]
+    assert got.shape == (3, 17)
+
+
+def _dynamic_matmul_model(m: int, k: int, n: int, relu: bool):
+    """DynamicQuantizeLinear -> MatMulIntegerToFloat (runtime a_scale / a_zero_point) [-> Add bias -> Relu: the
+    epilogue fusion's bias and ReLU], as ORT's dynamic quantizer writes a MatMul."""
+    from onnx import TensorProto, helper
+    from npu_testing import make_model
+    inits = {"b": _codes((k, n), np.int8), "bs": RNG.uniform(0.01, 0.1, n).astype(np.float32),
+             "bz": np.zeros(n, np.int8), "bias": RNG.standard_normal(n).astype(np.float32)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+             helper.make_node("MatMulIntegerToFloat", ["xq", "b", "xs", "bs", "xz", "bz"], ["mm"], name="mm",
+                              domain="com.microsoft")]
+    out = "mm"
+    if relu:
+        nodes += [helper.make_node("Add", ["mm", "bias"], ["added"], name="add"),
+                  helper.make_node("Relu", ["added"], ["y"], name="relu")]
+        out = "y"
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                      [helper.make_tensor_value_info(out, TensorProto.FLOAT, [m, n])], inits,
+                      extra_opsets=[("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_matmul_integer_to_float_session_runs_the_bound_step(relu):
+    """ORT's dynamic-quantized MatMul (and with a fused bias + ReLU epilogue) runs on NpuEP (graph assignment) as
+    bound native steps, no Python kernel, with the CPU EP's values: exact sums, then float32 scale and bias; ORT's
+    MLAS output processor rounds its scale-and-bias differently in the last place (rtol 1e-6); the reference
+    model's session gives the same bits."""
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import session_options
+    model = _dynamic_matmul_model(24, 96, 40, relu)
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    reference = npu_session(model, {"kernels": "reference"})  # the specification: the same bits
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    for seed in range(3):
+        x = {"x": np.random.default_rng(seed).standard_normal((24, 96)).astype(np.float32)}
+        got = sess.run(None, x)[0]
+        np.testing.assert_allclose(got, cpu_run(model, x)[0], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(got, reference.run(None, x)[0])
+    assert python_steps(sess) == [], "a step ran its Python kernel instead of a bound native step"
 
 
 @pytest.mark.slow

@@ -1,0 +1,142 @@
+// com.microsoft::MatMulIntegerToFloat (kernels/ops/matmul_int.py is the reference): the int8 GEMM's exact int32
+// sums (int8_gemm.cc), then per element float32(acc) * (a_scale * b_scale[n]), + bias[n], + a fused epilogue's
+// bias[n], ReLU - each a float32 operation of its own, in the reference's order (no multiply-add: fp-contract off).
+// The sums are written into the output buffer itself and converted in place, row by row, so no int32 copy is made.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "int8_gemm.h"
+#include "thread_pool.h"
+
+#pragma GCC optimize("fp-contract=off")  // the multiply and each add round on their own, as numpy's
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+namespace {
+
+template <typename T>
+using CArr = py::array_t<T, py::array::c_style>;
+
+constexpr int64_t kRowsPerTask = 16;
+
+// A's zero point: an int, or one 8-bit or int32 value (DynamicQuantizeLinear's, at run time).
+int32_t ZeroPoint(const py::object& z) {
+  if (!py::isinstance<py::array>(z)) return z.cast<int32_t>();
+  auto a = py::reinterpret_borrow<py::array>(z);
+  if (a.size() != 1) throw std::invalid_argument("int8_matmul_float: a_zero_point must be one value");
+  const int num = a.dtype().num();
+  if (num == py::dtype::of<uint8_t>().num()) return *static_cast<const uint8_t*>(a.data());
+  if (num == py::dtype::of<int8_t>().num()) return *static_cast<const int8_t*>(a.data());
+  if (num == py::dtype::of<int32_t>().num()) return *static_cast<const int32_t*>(a.data());
+  throw std::invalid_argument("int8_matmul_float: a_zero_point must be uint8, int8 or int32, got " +
+                              std::string(py::str(a.dtype())));
+}
+
+const float* Values(const std::optional<CArr<float>>& v, int64_t n, const char* what) {
+  if (!v) return nullptr;
+  if (v->size() != n)
+    throw std::invalid_argument(std::string("int8_matmul_float: ") + what + " must hold " + std::to_string(n) +
+                                " values, got " + std::to_string(v->size()));
+  return v->data();
+}
+
+// One row of sums, converted in place: y = float(acc) * mult[n] (+ bias[n]) (+ bias2[n]), then max(y, 0) (NaN kept).
+void ConvertRow(void* row, int64_t n_cols, const float* mult, const float* bias, const float* bias2, bool relu) {
+  auto* bytes = static_cast<unsigned char*>(row);
+  for (int64_t c = 0; c < n_cols; ++c) {
+    int32_t acc;
+    std::memcpy(&acc, bytes + 4 * c, 4);
+    float y = static_cast<float>(acc) * mult[c];
+    if (bias) y = y + bias[c];
+    if (bias2) y = y + bias2[c];
+    if (relu && y < 0.0f) y = 0.0f;
+    std::memcpy(bytes + 4 * c, &y, 4);
+  }
+}
+
+py::array Int8MatMulFloatPy(const py::array& a, const py::object& a_zero_point, const CArr<int8_t>& bp,
+                            const CArr<int32_t>& bsum, const CArr<int32_t>& bzp, int64_t K, int64_t N,
+                            const CArr<float>& a_scale, const CArr<float>& b_scale,
+                            const std::optional<CArr<float>>& bias, const std::optional<CArr<float>>& bias2, bool relu,
+                            int threads, const py::object& out) {
+  const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
+  if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))
+    throw std::invalid_argument("int8_matmul_float: A must be uint8 or int8");
+  if (a.ndim() != 2 || a.shape(1) != K || !(a.flags() & py::array::c_style))
+    throw std::invalid_argument("int8_matmul_float: A must be C-contiguous [M, K=" + std::to_string(K) + "]");
+  const int64_t kp = (K + 63) / 64 * 64, M = a.shape(0);
+  if (bp.ndim() != 4 || bp.shape(1) != kp / 4 || bp.shape(2) != 16 || bp.shape(3) != 4 || N > bp.shape(0) * 16)
+    throw std::invalid_argument("int8_matmul_float: packed B must be [np/16, kp/4, 16, 4] with kp = " +
+                                std::to_string(kp) + " and np >= N = " + std::to_string(N));
+  const int64_t np16 = bp.shape(0) * 16;
+  if (bsum.size() != np16 || bzp.size() != np16)
+    throw std::invalid_argument("int8_matmul_float: bsum and b_zero_point must hold " + std::to_string(np16) +
+                                " values");
+  if (a_scale.size() != 1 || (b_scale.size() != 1 && b_scale.size() != N))
+    throw std::invalid_argument("int8_matmul_float: a_scale must be one value and b_scale one or N = " +
+                                std::to_string(N));
+  const float* pb = Values(bias, N, "bias");
+  const float* pb2 = Values(bias2, N, "bias2");
+  py::array y;
+  if (out.is_none()) {
+    y = py::array_t<float>(std::vector<py::ssize_t>{M, N});
+  } else {
+    if (!py::isinstance<py::array_t<float>>(out)) throw std::invalid_argument("int8_matmul_float: out must be float32");
+    y = py::reinterpret_borrow<py::array>(out);
+    if (y.size() != M * N || !(y.flags() & py::array::c_style) || !y.writeable())
+      throw std::invalid_argument("int8_matmul_float: out must be a writable C-order array of " +
+                                  std::to_string(M * N) + " float32");
+  }
+  std::vector<float> mult(static_cast<size_t>(N));
+  const float as = a_scale.data()[0];
+  for (int64_t c = 0; c < N; ++c) mult[c] = as * b_scale.data()[b_scale.size() == 1 ? 0 : c];
+  const int32_t azp = ZeroPoint(a_zero_point);
+  Int8Gemm g;
+  g.M = M;
+  g.K = K;
+  g.N = N;
+  g.kp = kp;
+  g.a = static_cast<const uint8_t*>(a.data());
+  g.a_signed = a_signed;
+  g.azp = &azp;
+  g.bp = bp.data();
+  g.bsum = bsum.data();
+  g.bzp = bzp.data();
+  g.threads = threads;
+  g.acc = static_cast<int32_t*>(y.mutable_data());  // the sums in the output's own bytes, converted below
+  if (M == 0 || N == 0) return y;
+  {
+    py::gil_scoped_release release;
+    Int8MatMul(g);
+    auto* rows = static_cast<unsigned char*>(y.mutable_data());
+    const int64_t tasks = (M + kRowsPerTask - 1) / kRowsPerTask;
+    ParallelFor(ThreadsFor(threads, M * N), tasks, [&](int64_t t) {
+      for (int64_t r = t * kRowsPerTask; r < std::min(M, (t + 1) * kRowsPerTask); ++r)
+        ConvertRow(rows + 4 * r * N, N, mult.data(), pb, pb2, relu);
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+void BindInt8MatMulFloat(py::module_& m) {
+  m.def("int8_matmul_float", &Int8MatMulFloatPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
+        py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("a_scale"), py::arg("b_scale"), py::arg("bias"),
+        py::arg("bias2"), py::arg("relu"), py::arg("threads") = 1, py::arg("out") = py::none(),
+        "MatMulIntegerToFloat: float32(exact (A - azp) @ (B - bzp)) * (a_scale * b_scale[n]) (+ bias[n]) "
+        "(+ bias2[n]) then ReLU if relu, each a float32 operation; B packed by matmul_int.pack_b; a_zero_point an "
+        "int or one value; into out (ORT's buffer) or a new [M, N] array");
+}
+
+}  // namespace npu_ep::kern
