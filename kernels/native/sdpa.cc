@@ -172,8 +172,46 @@ Prologue SelectPrologue() {
 }
 
 struct Buffers {
-  std::vector<float> q, sc, k, v, bias, o, out;
+  std::vector<float> q, sc, k, v, bias, o, out, stage;
 };
+
+// The prologue with qk_matmul_output's stage of the row kept in `stage` (qk_mode 0: the scaled scores, 1: after the
+// softcap, 2: after the bias, -inf as float32's lowest value): the same operations as ScaleBiasMax.
+float StagedRow(const SdpaArgs& a, float* row, int64_t n, const float* bias, float* stage) {
+  float m = -kInf;
+  bool nan = false;
+  for (int64_t j = 0; j < n; ++j) {
+    float x = row[j] * a.scale;
+    if (a.qk_mode == 0) stage[j] = x;
+    if (a.softcap > 0.0f) x = std::tanh(x / a.softcap) * a.softcap;
+    if (a.qk_mode == 1) stage[j] = x;
+    if (bias) x += bias[j];
+    if (a.qk_mode == 2)
+      stage[j] = x > std::numeric_limits<float>::lowest() || x != x ? x : std::numeric_limits<float>::lowest();
+    row[j] = x;
+    nan |= x != x;
+    m = x > m ? x : m;
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+// The softmax stage (qk_mode 3) of a row whose maximum is NaN or infinite, as the reference computes it: exp of
+// the scores unshifted, divided by their sum (1 when the sum is 0).
+void SpecialProbabilities(const float* row, int64_t n, float* stage) {
+  float total = 0.0f;
+  for (int64_t j = 0; j < n; ++j) total += (stage[j] = std::exp(row[j]));
+  if (total == 0.0f) total = 1.0f;
+  for (int64_t j = 0; j < n; ++j) stage[j] /= total;
+}
+
+// Row s of head (b, n) of the qk_matmul_output [B, N, S, T] from `stage`, rounded once to the storage dtype.
+void StoreStage(const SdpaArgs& a, const float* stage, int64_t b, int64_t n, int64_t s) {
+  const int64_t T = a.P + a.L, at = ((b * a.N + n) * a.S + s) * T;
+  if (a.fp16)
+    FloatToHalfRow(stage, static_cast<uint16_t*>(a.qk) + at, T);
+  else
+    std::memcpy(static_cast<float*>(a.qk) + at, stage, T * sizeof(float));
+}
 
 // K of head (b, h) as float32 rows [T, H] or transposed [H, ld]; returns the rows to read and sets *ldk.
 const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed, int64_t ld, Buffers& buf,
@@ -228,6 +266,8 @@ void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, int64_t b, 
   const float* kuse = GatherKeys(a, b, h, transposed, ld, buf, &ldk);
   const float* vuse = GatherValues(a, b, h, buf);
   if (a.fp16) buf.out.resize(kRows * Hv);
+  if (a.qk) buf.stage.resize(T);
+  float* stage = buf.stage.data();
   float sums[kRows];
   float* orow[kRows];
   for (int64_t r0 = s0; r0 < s1; r0 += kRows) {
@@ -244,13 +284,19 @@ void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, int64_t b, 
     for (int r = 0; r < rows; ++r) {
       float* row = buf.sc.data() + r * ld;
       if (bias) BuildBias(a, b, n, r0 + r, buf.bias.data());
-      const float m = prologue(row, T, a.scale, a.softcap, bias ? buf.bias.data() : nullptr);
+      const float* br = bias ? buf.bias.data() : nullptr;
+      const float m = a.qk ? StagedRow(a, row, T, br, stage) : prologue(row, T, a.scale, a.softcap, br);
       if (std::isnan(m) || std::isinf(m)) {  // every score -inf: zeros (ORT's rule); a NaN or +inf: NaN
+        if (a.qk_mode == 3) SpecialProbabilities(row, T, stage);
+        if (a.qk) StoreStage(a, stage, b, n, r0 + r);
         std::fill(row, row + T, 0.0f);
         sums[r] = m < 0.0f ? 1.0f : std::numeric_limits<float>::quiet_NaN();
         continue;
       }
       sums[r] = ops.exp_sum(row, T, m);
+      if (a.qk_mode == 3)
+        for (int64_t j = 0; j < T; ++j) stage[j] = row[j] / sums[r];
+      if (a.qk) StoreStage(a, stage, b, n, r0 + r);
     }
     ops.pv(buf.sc.data(), rows, ld, vuse, T, Hv, sums, orow);
     if (a.fp16)
@@ -526,8 +572,8 @@ py::array SetOutput(SdpaArgs& a, const py::dtype& dtype, int rank, const py::obj
 py::tuple SdpaPy(const py::array& q, const py::object& k, const py::object& v, const py::object& past_k,
                  const py::object& past_v, int64_t heads, int64_t kv_heads, float scale, float softcap,
                  const py::object& mask, int mask_kind, const py::object& attention_bias, int causal, float fill,
-                 const py::object& qkv_bias, int present, const py::object& out, const py::object& projection,
-                 int threads) {
+                 const py::object& qkv_bias, int present, int qk_mode, const py::object& out,
+                 const py::object& projection, int threads) {
   SdpaArgs a;
   std::vector<float> qkv, qb;
   SetOperands(a, q, k, v, heads, kv_heads, projection, threads, qkv);
@@ -560,11 +606,18 @@ py::tuple SdpaPy(const py::array& q, const py::object& k, const py::object& v, c
     a.present_v = static_cast<char*>(a.present_k) + a.B * a.Nkv * T * a.H * both.itemsize();
     pk = both;
   }
+  py::object qk = py::none();
+  SDPA_EXPECT(qk_mode >= -1 && qk_mode <= 3, "qk_mode must be -1 (none) or 0..3");
+  if (qk_mode >= 0) {
+    py::array scores = NewLike(dtype, {a.B, a.N, a.S, T});
+    a.qk = scores.mutable_data(), a.qk_mode = qk_mode;
+    qk = scores;
+  }
   {
     py::gil_scoped_release release;
     Sdpa(a);
   }
-  return py::make_tuple(y, pk, pv);
+  return py::make_tuple(y, pk, pv, qk);
 }
 
 }  // namespace
@@ -573,8 +626,9 @@ void BindSdpa(py::module_& m) {
   m.def("sdpa", &SdpaPy, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("past_k"), py::arg("past_v"),
         py::arg("heads"), py::arg("kv_heads"), py::arg("scale"), py::arg("softcap"), py::arg("mask"),
         py::arg("mask_kind"), py::arg("attention_bias"), py::arg("causal"), py::arg("fill"), py::arg("qkv_bias"),
-        py::arg("present") = 0, py::arg("out") = py::none(), py::arg("projection") = py::none(), py::arg("threads") = 1,
-        "(y, present_k, present_v): softmax(Q K^T * scale [softcap] + bias) V per (batch, head), float32 math over "
+        py::arg("present") = 0, py::arg("qk_mode") = -1, py::arg("out") = py::none(),
+        py::arg("projection") = py::none(), py::arg("threads") = 1,
+        "(y, present_k, present_v, qk): softmax(Q K^T * scale [softcap] + bias) V per (batch, head), float32 math over "
         "float32 or float16 q/k/v (rank 3 [B, S, heads * H] or rank 4 [B, heads, S, H]; query head n reads kv head "
         "n / (N / Nkv)); past_k/past_v [B, Nkv, P, H] prepended (or one [2, B, N, P, H] past_k); bias: the mask "
         "(mask_kind 1 bool, 2 float, 3 int32 key lengths [B], 4 int32 ends/starts [2B], 5/6 int32 [B, T] or "
@@ -582,7 +636,9 @@ void BindSdpa(py::module_& m) {
         "float32's lowest, 3 adds fill to keys j > i + P), then + attention_bias; qkv_bias: Q's, K's, V's bias "
         "(K's, V's for rank-3 k/v only); present 1: [B, Nkv, T, H] each, 2: one [2, B, N, T, H]; out: the result's "
         "buffer; projection (packed W, bias, Dq, Dk): q is x [B, S, Din] projected by the packed GEMM, k, v None. "
-        "A row whose every score is -inf gives zeros; the reference's values within float tolerance");
+        "qk_mode 0..3: qk [B, N, S, T] holds the scaled scores, after softcap, after the bias (-inf as float32's "
+        "lowest) or the softmax (ONNX Attention's qk_matmul_output). A row whose every score is -inf gives zeros; "
+        "the reference's values within float tolerance");
 }
 
 }  // namespace npu_ep::kern

@@ -56,6 +56,8 @@ struct SdpaArgs {
   bool bias_half = false;
   CausalKind causal = CausalKind::kNone;  // query i sees keys j <= i + P
   float fill = -10000.0f, scale = 1.0f, softcap = 0.0f;
+  void* qk = nullptr;  // [B, N, S, T] in the storage dtype: qk_matmul_output's stage qk_mode (0..3), or null
+  int qk_mode = -1;
   void* out = nullptr;  // element (b, n, s, i) at out + b * ob + n * on + s * os + i
   int64_t ob = 0, on = 0, os = 0;
   int threads = 1;

@@ -86,7 +86,8 @@ def _native_attend(native: Any, q, k, v, bias, softcap: float, want_scores: int 
 
 # ``kernels.sdpa``'s parameters (kernels/native/sdpa.cc), in order: a call is a dict of them, absent ones None.
 SDPA_PARAMS = ("q", "k", "v", "past_k", "past_v", "heads", "kv_heads", "scale", "softcap", "mask", "mask_kind",
-               "attention_bias", "causal", "fill", "qkv_bias", "present", "out", "projection", "threads")
+               "attention_bias", "causal", "fill", "qkv_bias", "present", "qk_mode", "out", "projection", "threads")
+_DEFAULTS = {"softcap": 0.0, "mask_kind": 0, "causal": 0, "fill": 0.0, "present": 0, "qk_mode": -1, "threads": 1}
 _OUT_ARG = SDPA_PARAMS.index("out")
 MASK_BOOL, MASK_FLOAT, MASK_LENGTHS, MASK_END_START, MASK_POSITIVE, MASK_NONZERO = 1, 2, 3, 4, 5, 6
 CAUSAL_ADD_INF, CAUSAL_LOWEST, CAUSAL_ADD_FILL = 1, 2, 3
@@ -94,11 +95,11 @@ CAUSAL_ADD_INF, CAUSAL_LOWEST, CAUSAL_ADD_FILL = 1, 2, 3
 
 def sdpa_args(call: dict) -> tuple:
     """``call`` (parameter name -> value) as ``kernels.sdpa``'s positional arguments."""
-    return tuple(call.get(name) for name in SDPA_PARAMS)
+    return tuple(call.get(name, _DEFAULTS.get(name)) for name in SDPA_PARAMS)
 
 
 def run_sdpa(native: Any, call: dict) -> tuple:
-    """(y, present_k, present_v) of the native core for ``call``."""
+    """(y, present_k, present_v, qk) of the native core for ``call``."""
     return native.sdpa(*sdpa_args(call))
 
 

@@ -100,12 +100,12 @@ def _mask_kind(kpm: np.ndarray | None, b: int, s: int, t: int) -> int | None:
 
 def _native_call(p: Prepared, inputs) -> dict | None:
     """``kernels.sdpa``'s call for these inputs on the native kernels, or None where it declines (the reference
-    runs): qk output requested, operands not C-order of the query's float dtype, shapes that do not attend, an
-    int32-less or odd key_padding_mask, an attention_bias that does not broadcast to the scores."""
+    runs): operands not C-order of the query's float dtype, shapes that do not attend, a key_padding_mask not
+    int32 or of another shape, an attention_bias that does not broadcast to the scores."""
     nat = runtime.native(p)
     a = p.attrs
     want = a["outputs"]
-    if nat is None or (len(want) > 3 and want[3]):
+    if nat is None:
         return None
     q, k, v, bias, kpm, ab, past_k, past_v = (arg(p, inputs, i) for i in range(8))
     if (q is None or k is None or v is None or q.dtype not in _FLOATS or q.ndim != 3 or k.ndim not in (3, 4)
@@ -134,7 +134,7 @@ def _native_call(p: Prepared, inputs) -> dict | None:
             "scale": a["scale"] or 1.0 / math.sqrt(h), "softcap": 0.0, "mask": kpm, "mask_kind": kind,
             "attention_bias": ab, "causal": CAUSAL_ADD_FILL if a["unidirectional"] else 0,
             "fill": a["mask_filter_value"], "qkv_bias": bias, "present": 1 if any(want[1:3]) else 0,
-            "threads": runtime.threads(p)}
+            "qk_mode": 0 if len(want) > 3 and want[3] else -1, "threads": runtime.threads(p)}
 
 
 def _bind(p: Prepared, inputs, outs):
@@ -143,14 +143,14 @@ def _bind(p: Prepared, inputs, outs):
     if call is None:
         return None
     return bind_sdpa(p, runtime.native(p), call, runtime_slots(inputs, _SLOTS), inputs, outs,
-                     list(range(min(len(p.attrs["outputs"]), 3))))
+                     list(range(len(p.attrs["outputs"]))))
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
     call = _native_call(p, inputs)
     if call is not None:
-        return list(run_sdpa(runtime.native(p), call)[:min(len(a["outputs"]), 3)])
+        return list(run_sdpa(runtime.native(p), call)[:len(a["outputs"])])
     n = a["num_heads"]
     q, k, v, bias, kpm, ab, past_k, past_v = (arg(p, inputs, i) for i in range(8))
     b, s, d = q.shape

@@ -213,7 +213,7 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
     call = _native_call(p, inputs)
     if call is not None:
-        y, present, _ = run_sdpa(runtime.native(p), call)
+        y, present = run_sdpa(runtime.native(p), call)[:2]
         return [y, present] if a["present"] else [y]
     n = a["num_heads"]
     dq, dk, dv = a["sizes"]

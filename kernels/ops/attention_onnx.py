@@ -74,12 +74,12 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
 def _native_call(p: Prepared, inputs) -> dict | None:
     """``kernels.sdpa``'s call for these inputs on the native kernels, or None where it declines (the reference
-    runs): qk_matmul_output requested, operands not C-order of one float dtype, heads or lengths that do not
-    attend, a mask that does not broadcast to the scores."""
+    runs): operands not C-order of one float dtype, heads or lengths that do not attend, a mask that does not
+    broadcast to the scores."""
     nat = runtime.native(p)
     a = p.attrs
     want = a["outputs"]
-    if nat is None or (len(want) > 3 and want[3]):
+    if nat is None:
         return None
     q, k, v, mask, past_k, past_v = (arg(p, inputs, i) for i in range(6))
     if (q is None or k is None or v is None or q.dtype not in _FLOATS or not all(plain(x, q.dtype) for x in (
@@ -106,7 +106,8 @@ def _native_call(p: Prepared, inputs) -> dict | None:
     return {"q": q, "k": k, "v": v, "past_k": past_k, "past_v": past_v, "heads": n, "kv_heads": nkv,
             "scale": float(a["scale"]) or 1.0 / math.sqrt(h), "softcap": float(a["softcap"]), "mask": mask,
             "mask_kind": kind, "causal": CAUSAL_ADD_INF if a["is_causal"] and s > 1 else 0, "fill": 0.0,
-            "present": 1 if any(want[1:3]) else 0, "threads": runtime.threads(p)}
+            "present": 1 if any(want[1:3]) else 0, "threads": runtime.threads(p),
+            "qk_mode": int(a["qk_matmul_output_mode"]) if len(want) > 3 and want[3] else -1}
 
 
 def _bind(p: Prepared, inputs, outs):
@@ -115,14 +116,14 @@ def _bind(p: Prepared, inputs, outs):
     if call is None:
         return None
     return bind_sdpa(p, runtime.native(p), call, runtime_slots(inputs, _SLOTS), inputs, outs,
-                     list(range(min(len(p.attrs["outputs"]), 3))))
+                     list(range(len(p.attrs["outputs"]))))
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     a = p.attrs
     call = _native_call(p, inputs)
     if call is not None:
-        return list(run_sdpa(runtime.native(p), call)[:min(len(a["outputs"]), 3)])
+        return list(run_sdpa(runtime.native(p), call)[:len(a["outputs"])])
     q, k, v = (arg(p, inputs, i) for i in range(3))
     mask, past_k, past_v = (arg(p, inputs, i) for i in range(3, 6))
     rank = q.ndim

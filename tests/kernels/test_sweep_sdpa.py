@@ -7,8 +7,9 @@ The grid: head dims 8/16/64/80/128; query counts around the core's 4-row passes 
 transposed K; key counts around the 16-key score rows and vector lanes; GQA groups; 3-D and 4-D layouts; past
 keys with presents; bool, float, key-length, end/start and raw int32 masks, causal/unidirectional, attention_bias;
 rows whose every key is masked (-inf: zeros; ORT's -10000 fill: a plain softmax); NaN and infinities in Q, K and
-the mask (NaN rows where the reference has them); float16. The bound step is checked against the kernel bit for
-bit by ``_sweep``; sessions show NpuEP ran each op as its bound native step with the CPU EP's values.
+the mask (NaN rows where the reference has them); every qk_matmul_output stage; float16. The bound step is checked
+against the kernel bit for bit by ``_sweep``; sessions show NpuEP ran each op as its bound native step with the CPU
+EP's values.
 
 Tolerances: float32 rtol = atol = 2e-5 (the core sums its dot products and P V in its own order and uses its own
 exp, within a few float32 ulps of numpy's BLAS and exp; the scores feed an exp, which turns an absolute error of
@@ -143,11 +144,28 @@ def test_ms_attention_masks_past_unidirectional(isa):
     _ms(s=6, past=4, n_out=2, unidirectional=1, mask=np.array([10, 8], np.int32))
 
 
-def test_declines_qk_output_and_odd_masks():
-    """qk_matmul_output and a key_padding_mask that is not int32 run the reference (no native call)."""
-    q, k, v = _rand((1, 2, 4, 8)), _rand((1, 2, 4, 8)), _rand((1, 2, 4, 8))
-    _, _, calls = native_vs_reference("Attention", [("q", q, False), ("k", k, False), ("v", v, False)], n_out=4)
-    assert "sdpa" not in calls
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_qk_matmul_output_modes(isa, dt):
+    """Every qk_matmul_output stage (scaled scores, after softcap, after the mask with -inf as float32's lowest,
+    softmax) with a fully masked row and, in float32, a NaN and an infinite score (the softmax stage of such rows
+    as the reference computes it: unshifted exp over its sum)."""
+    s, t = 17, 18
+    keep = RNG.random((s, t)) < 0.7
+    keep[4] = False
+    for mode in range(4):
+        q, k, v = _rand((1, 2, s, 16), dt), _rand((1, 2, t, 16), dt), _rand((1, 2, t, 16), dt)
+        mask = np.where(keep, _rand((s, t), dt), -np.inf).astype(dt)
+        if dt == np.float32:
+            mask[6, 3], mask[7, 5] = np.nan, np.inf
+        inputs = [("q", q, False), ("k", k, False), ("v", v, False), ("m", mask, False)]
+        _check("Attention", inputs, dt, n_out=4, qk_matmul_output_mode=mode, softcap=3.0, is_causal=1)
+    mha = [("q", _rand((2, 5, 32), dt), False), ("k", _rand((2, 7, 32), dt), False),
+           ("v", _rand((2, 7, 32), dt), False), ("bias", _rand((96,), dt), True)]
+    _check("MultiHeadAttention", mha, dt, n_out=4, domain=MS, num_heads=2)
+
+
+def test_declines_odd_masks():
+    """A key_padding_mask that is not int32 runs the reference (no native call)."""
     mha = [("q", _rand((2, 4, 16)), False), ("k", _rand((2, 4, 16)), False), ("v", _rand((2, 4, 16)), False),
            ("bias", None, False), ("kpm", RNG.random((2, 4)) < 0.7, False)]
     _, _, calls = native_vs_reference("MultiHeadAttention", mha, domain=MS, num_heads=2)
