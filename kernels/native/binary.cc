@@ -27,6 +27,7 @@
 #include "cpu.h"
 #include "half.h"
 #include "intrinsics.h"
+#include "movement.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -332,11 +333,11 @@ py::array VariadicFloatPy(int op, int threads, const py::object& out, const py::
           "shape, got " +
           std::string(py::str(x.dtype())) + ShapeText(x) + " beside " + std::string(py::str(x0.dtype())) +
           ShapeText(x0));
-  py::array y;
+  // out, or null when it is not an array (no empty array made to hold nothing)
+  py::array y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   if (out.is_none()) {
     y = py::array(x0.dtype(), std::vector<py::ssize_t>(x0.shape(), x0.shape() + x0.ndim()));
   } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
     if (!y || !y.dtype().is(x0.dtype()) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x0.size())
       throw std::invalid_argument(
           "variadic_float: out must be a writeable C-order array of the inputs' dtype and "
@@ -347,8 +348,7 @@ py::array VariadicFloatPy(int op, int threads, const py::object& out, const py::
   std::vector<const void*> src;
   for (const auto& x : xs) src.push_back(x.data());
   void* dst = y.mutable_data();
-  {
-    py::gil_scoped_release release;
+  RunMoving(static_cast<size_t>(n * count) * static_cast<size_t>(x0.itemsize()), [&] {
     const int64_t tasks = (n + kTaskElems - 1) / kTaskElems;
     ParallelFor(ThreadsFor(threads, n * count), tasks, [&](int64_t t) {
       float acc[kVarChunk], v[kVarChunk];
@@ -368,7 +368,7 @@ py::array VariadicFloatPy(int op, int threads, const py::object& out, const py::
         }
       }
     });
-  }
+  });
   return y;
 }
 

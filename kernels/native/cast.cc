@@ -22,6 +22,7 @@
 #include "cpu.h"
 #include "half.h"
 #include "intrinsics.h"
+#include "movement.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -85,13 +86,12 @@ py::object CastAs(const py::array& x, py::array& y, int threads) {
     auto* dst = static_cast<D*>(y.mutable_data());
     const int64_t n = x.size();
     std::atomic<bool> ok{true};
-    {
-      py::gil_scoped_release release;
+    RunMoving(static_cast<size_t>(n) * std::max(sizeof(S), sizeof(D)), [&] {
       ParallelFor(ThreadsFor(threads, n), (n + kTaskElems - 1) / kTaskElems, [&](int64_t t) {
         const int64_t begin = t * kTaskElems, len = std::min(n, begin + kTaskElems) - begin;
         if (!Convert(src + begin, dst + begin, len)) ok.store(false, std::memory_order_relaxed);
       });
-    }
+    });
     if (!ok.load()) return py::none();
     return y;
   }
@@ -128,11 +128,11 @@ bool WithType(const py::dtype& dt, F&& f) {
 
 py::object CastPy(const py::array& x, const py::dtype& to, const py::object& out, int threads) {
   if (!(x.flags() & py::array::c_style)) throw std::invalid_argument("cast: x must be a C-order array");
-  py::array y;
+  // out, or null when it is not an array (no empty array made to hold nothing)
+  py::array y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   if (out.is_none()) {
     y = py::array(to, std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
   } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
     if (!y || !y.dtype().equal(to) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
       throw std::invalid_argument("cast: out must be a writeable C-order " + std::string(py::str(to)) + " array of " +
                                   std::to_string(x.size()) + " elements");

@@ -51,18 +51,16 @@ int64_t Product(const Dims& d, size_t from, size_t to) {
 
 // A C-order array (a strided one is copied first, as numpy reads it) of plain data (not object).
 py::array Plain(const char* fn, const py::object& h) {
-  auto a = py::array::ensure(h, py::array::c_style);
-  if (!a) throw py::error_already_set();
+  const py::array a = CArray(h);
   if (a.dtype().kind() == 'O') throw std::invalid_argument(std::string(fn) + ": object arrays are not supported");
   return a;
 }
 
 // ORT's buffer `out` (checked: writeable C-order, this dtype and element count) or a new array of `dims`.
 py::array Result(const char* fn, const py::dtype& dtype, const Dims& dims, const py::object& out) {
-  std::vector<py::ssize_t> shape(dims.begin(), dims.end());
-  if (out.is_none()) return py::array(dtype, shape);
-  py::array y;
-  if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+  if (out.is_none()) return py::array(dtype, std::vector<py::ssize_t>(dims.begin(), dims.end()));
+  // null when out is not an array (no empty array made to hold nothing)
+  const auto y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   const int64_t n = Product(dims, 0, dims.size());
   if (!y || !y.dtype().equal(dtype) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != n)
     throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " + std::string(py::str(dtype)) +

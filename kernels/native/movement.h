@@ -77,7 +77,8 @@ inline pybind11::array MovementResult(const char* fn, const pybind11::dtype& dty
 
 constexpr size_t kReleaseGilBytes = size_t{1} << 16;  // below this the GIL round trip costs more than the copy
 
-// Runs f(), with the GIL released when it moves at least kReleaseGilBytes.
+// Runs f(), with the GIL released when it moves at least kReleaseGilBytes (any kernel whose work grows with its
+// bytes: below that a release and re-acquire per call costs more than the other threads gain).
 template <typename F>
 void RunMoving(size_t bytes, const F& f) {
   if (bytes >= kReleaseGilBytes) {

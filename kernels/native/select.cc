@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "half.h"
+#include "movement.h"
 #include "ordered_dtypes.h"
 #include "thread_pool.h"
 
@@ -147,8 +148,9 @@ py::tuple TopKPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, in
   int64_t* idx = indices.mutable_data();
   auto run = [&](auto* typed) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
-    py::gil_scoped_release release;
-    if (k > 0) TopKView<T>(typed, outer, n, inner, k, largest, threads, static_cast<T*>(dst), idx);
+    RunMoving(static_cast<size_t>(x.nbytes()), [&] {
+      if (k > 0) TopKView<T>(typed, outer, n, inner, k, largest, threads, static_cast<T*>(dst), idx);
+    });
   };
   ForOrderedDtype(dt, src, true, "topk", run);
   return py::make_tuple(values, indices);

@@ -21,6 +21,7 @@
 
 #include "cpu.h"
 #include "intrinsics.h"
+#include "movement.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -112,8 +113,8 @@ bool IsHalf(const py::array& a) { return a.dtype().kind() == 'f' && a.itemsize()
 // ``out`` (ORT's buffer: a writeable C-order float16 array of x's size) or a new array of x's shape.
 py::array OutputLike(const char* fn, const py::array& x, const py::object& out) {
   if (out.is_none()) return py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  py::array y;
-  if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+  // null when out is not an array (no empty array made to hold nothing)
+  const auto y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   if (!y || !IsHalf(y) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
     throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order float16 array of " +
                                 std::to_string(x.size()) + " elements");
@@ -128,13 +129,12 @@ py::array UnaryF16Py(int op, const py::array& x, const py::object& out, int thre
   const auto* src = static_cast<const uint16_t*>(x.data());
   auto* dst = static_cast<uint16_t*>(y.mutable_data());
   const int64_t n = x.size();
-  {
-    py::gil_scoped_release release;
+  RunMoving(static_cast<size_t>(n) * 2, [&] {
     ParallelFor(ThreadsFor(threads, n), (n + kTaskElems - 1) / kTaskElems, [&](int64_t t) {
       const int64_t begin = t * kTaskElems;
       row(src + begin, dst + begin, std::min(n, begin + kTaskElems) - begin);
     });
-  }
+  });
   return y;
 }
 
@@ -184,13 +184,12 @@ py::array ClipF16Py(const py::array& x, const py::object& lo, const py::object& 
   const auto* src = static_cast<const uint16_t*>(x.data());
   auto* dst = static_cast<uint16_t*>(y.mutable_data());
   const int64_t n = x.size();
-  {
-    py::gil_scoped_release release;
+  RunMoving(static_cast<size_t>(n) * 2, [&] {
     ParallelFor(ThreadsFor(threads, n), (n + kTaskElems - 1) / kTaskElems, [&](int64_t t) {
       const int64_t begin = t * kTaskElems;
       ClipRow(src + begin, dst + begin, std::min(n, begin + kTaskElems) - begin, plo, phi);
     });
-  }
+  });
   return y;
 }
 
@@ -230,11 +229,11 @@ py::array ClassF16Py(int test, const py::array& x, const py::object& out, int th
     throw std::invalid_argument("class_f16: x must be a C-order float16 array, got " + std::string(py::str(x.dtype())));
   const ClassRowFn row = ClassRowFor(test);
   const py::dtype bool_type("bool");
-  py::array y;
+  // out, or null when it is not an array (no empty array made to hold nothing)
+  py::array y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   if (out.is_none()) {
     y = py::array(bool_type, std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
   } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
     if (!y || y.dtype().kind() != 'b' || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
       throw std::invalid_argument("class_f16: out must be a writeable C-order bool array of " +
                                   std::to_string(x.size()) + " elements");
@@ -242,13 +241,12 @@ py::array ClassF16Py(int test, const py::array& x, const py::object& out, int th
   const auto* src = static_cast<const uint16_t*>(x.data());
   auto* dst = static_cast<uint8_t*>(y.mutable_data());
   const int64_t n = x.size();
-  {
-    py::gil_scoped_release release;
+  RunMoving(static_cast<size_t>(n) * 2, [&] {
     ParallelFor(ThreadsFor(threads, n), (n + kTaskElems - 1) / kTaskElems, [&](int64_t t) {
       const int64_t begin = t * kTaskElems;
       row(src + begin, dst + begin, std::min(n, begin + kTaskElems) - begin);
     });
-  }
+  });
   return y;
 }
 
