@@ -46,7 +46,7 @@ void RowSlots(int64_t p0, int64_t cols, int64_t ow, int64_t pitch, std::vector<G
     const int64_t r = p / ow - r0, o = p % ow;
     const int64_t first = std::min({int64_t{16}, ow - o, end - p});
     const int64_t n = std::min({int64_t{16}, first + ow, end - p});
-    slots.push_back({r * pitch + o, p - p0, static_cast<int>(n), static_cast<int>(first), pitch - ow});
+    slots.push_back({r * pitch + o, p - p0, static_cast<int>(n), static_cast<int>(first), n > first ? pitch - ow : 0});
     p += n;
   }
 }
@@ -138,7 +138,7 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       RunSlots(cols, sc.slots);
     } else if (in_place) {
       const int64_t oh0 = p0 / s.OW, rows = (p0 + cols - 1) / s.OW - oh0 + 1, rows_in = (rows - 1) * s.sh + ekh;
-      float* pad = Grow(sc.b, s.Cg() * s.sw * rows_in * wq);
+      float* pad = Grow(sc.b, s.Cg() * s.sw * rows_in * wq + 16);  // + what a split slot reads past its lanes
       PhasedRows(s, planes, oh0 * s.sh - s.pt, rows_in, wq, pad, sc.row);
       int64_t* off = sc.koff.data();  // k = (c, i, j) in order, without a division per k
       for (int64_t c = 0; c < s.Cg(); ++c)

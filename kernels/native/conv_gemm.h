@@ -24,9 +24,9 @@ struct GemmSlot {
 // m < M, every slot s and lane l < s.n, on the calling thread; then + bias[m] (if bias), then clipped to
 // [clip[0], clip[1]] (if clip; NaN stays NaN), in that order. A is the conv's packed weights [K x M]; B's rows are
 // found through koff, so one kernel serves a patch matrix (koff[k] = k * pitch) and a zero-padded input read in
-// place (koff[k] = the tap's offset). Each output is summed in k order with fused multiply-adds from zero per pass
-// of 256 k, the passes added in order: the tiling and the slots never change an output's bits.
-// AVX-512F only: callers check ActiveIsa() first.
+// place (koff[k] = the tap's offset). A slot with a jump reads B up to 16 floats past its last lane's. Each output is
+// summed in k order with fused multiply-adds from zero per pass of 256 k, the passes added in order: the tiling and the
+// slots never change an output's bits. AVX-512F only: callers check ActiveIsa() first.
 void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, const int64_t* koff,
                 const GemmSlot* slots, int64_t n_slots, float* c, int64_t ldc, const float* bias, const float* clip);
 

@@ -47,7 +47,9 @@ __attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, 
 
 // How a tile loads its slots' B vectors: kFull, every slot 16 lanes of one run (no masks: a masked load also takes
 // a uop on the FMA ports, ~12% of the loop's cycles in perf); kMasked, one run each, any lanes; kSplit, some slot
-// crosses into the next output row: two masked loads merged, the second `jump` floats further on.
+// crosses into the next output row: two whole vectors, the second `jump` floats further on, blended (one uop where
+// two masked loads took two); the lanes past n hold whatever B has there and are never stored, so B must have 16
+// readable floats past the last one a split slot reads.
 enum class Loads { kFull, kMasked, kSplit };
 
 // R rows x S slots (slots[0, ns), ns <= S; missing ones load nothing); add: C += the sum (later K chunks); e (last
@@ -56,15 +58,14 @@ template <int R, int S, Loads kLoads>
 __attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, int64_t lda, const float* b, const int64_t* koff,
                                                       int64_t kc, const GemmSlot* slots, int ns, float* c, int64_t ldc,
                                                       bool add, const Epilogue* e) {
-  __mmask16 m[S], first[S], second[S];
+  __mmask16 m[S], second[S];
   const float* bs[S];
   const float* bj[S];
 #pragma GCC unroll 4
   for (int v = 0; v < S; ++v) {
     const GemmSlot& sl = slots[v < ns ? v : 0];
     m[v] = v < ns ? Lanes(sl.n) : 0;
-    first[v] = m[v] & Lanes(std::min(sl.split, 16));
-    second[v] = m[v] & static_cast<__mmask16>(~first[v]);
+    second[v] = static_cast<__mmask16>(~Lanes(std::min(sl.split, 16)));
     bs[v] = b + sl.in;
     bj[v] = b + sl.in + sl.jump;
   }
@@ -83,7 +84,7 @@ __attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, int64_t l
       } else if constexpr (kLoads == Loads::kMasked) {
         bv[v] = _mm512_maskz_loadu_ps(m[v], bs[v] + o);
       } else {
-        bv[v] = _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(first[v], bs[v] + o), second[v], bj[v] + o);
+        bv[v] = _mm512_mask_blend_ps(second[v], _mm512_loadu_ps(bs[v] + o), _mm512_loadu_ps(bj[v] + o));
       }
     }
 #pragma GCC unroll 12
@@ -108,10 +109,15 @@ __attribute__((target(NPU_AVX512F))) void TileOf(int rows, const float* at, int6
   if constexpr (R > 1) {
     if (rows < R) return TileOf<R - 1>(rows, at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
   }
-  bool full = ns == kSlots, split = false;
+  bool full = true, split = false;
   for (int v = 0; v < ns; ++v) {
     full = full && slots[v].n == 16 && slots[v].split >= 16;
     split = split || slots[v].split < slots[v].n;
+  }
+  if (ns < kSlots) {  // the last slot alone: a one-slot tile, not a pair's FMAs on an empty vector
+    if (full) return Tile<R, 1, Loads::kFull>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
+    if (split) return Tile<R, 1, Loads::kSplit>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
+    return Tile<R, 1, Loads::kMasked>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
   }
   if (full) return Tile<R, kSlots, Loads::kFull>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
   if (split) return Tile<R, kSlots, Loads::kSplit>(at, lda, b, koff, kc, slots, ns, c, ldc, add, e);
@@ -127,10 +133,10 @@ __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t kc = std::min(kKc, K - k0);
     const bool add = k0 > 0, last = k0 + kc == K;
-    for (int64_t s0 = 0; s0 < n_slots; s0 += kSlots) {
-      const int ns = static_cast<int>(std::min<int64_t>(kSlots, n_slots - s0));
-      for (int64_t i = 0; i < M; i += kRows) {
-        const Epilogue e{bias == nullptr ? nullptr : bias + i, clip};
+    for (int64_t i = 0; i < M; i += kRows) {
+      const Epilogue e{bias == nullptr ? nullptr : bias + i, clip};
+      for (int64_t s0 = 0; s0 < n_slots; s0 += kSlots) {
+        const int ns = static_cast<int>(std::min<int64_t>(kSlots, n_slots - s0));
         TileOf<kRows>(static_cast<int>(std::min<int64_t>(kRows, M - i)), at + k0 * lda + i, lda, b, koff + k0, kc,
                       slots + s0, ns, c + i * ldc, ldc, add, last && (bias || clip) ? &e : nullptr);
       }
