@@ -1,4 +1,4 @@
-// Native LSTM, GRU and RNN (ONNX, layout 0, default activations) and com.microsoft DynamicQuantizeLSTM: the input
+// Native LSTM, GRU and RNN (ONNX, layout 0 or 1, default activations) and com.microsoft DynamicQuantizeLSTM: the input
 // projection X @ W^T + biases as one product over all time steps, then per step the products of h with R and the
 // gate math, every direction in one call (the two directions of a bidirectional op on two threads), so a model's
 // recurrence costs one Python call instead of a few numpy ones per step. The cells (LstmCell, GruCell, RnnCell)
@@ -313,6 +313,45 @@ py::tuple RunDirections(const RecurrentShape& s, const Arr<float>& h0, const Arr
   return py::make_tuple(y, yh);
 }
 
+// a [d0, d1, ...] with its first two axes swapped, C order (layout 1's batch-first tensors to and from the kernels'
+// sequence-first ones: a copy, exact).
+Arr<float> SwapLeading(const Arr<float>& a, std::vector<py::ssize_t> dims) {
+  const int64_t d0 = dims[0], d1 = dims[1], inner = d0 > 0 && d1 > 0 ? a.size() / (d0 * d1) : 0;
+  std::swap(dims[0], dims[1]);
+  Arr<float> out(dims);
+  const float* src = a.data();
+  float* dst = out.mutable_data();
+  for (int64_t i = 0; i < d0; ++i)
+    for (int64_t j = 0; j < d1; ++j) std::copy_n(src + (i * d1 + j) * inner, inner, dst + (j * d0 + i) * inner);
+  return out;
+}
+
+Arr<float> SwapLeading(const Arr<float>& a) {
+  if (a.ndim() < 2)
+    throw std::invalid_argument("recurrent: a layout-1 tensor must have batch and another leading axis");
+  return SwapLeading(a, std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+}
+
+// A sequence-first op's outputs in layout 1: Y [seq, dirs, batch, H] as [batch, seq, dirs, H], the states
+// [dirs, batch, H] as [batch, dirs, H].
+py::tuple BatchFirst(const py::tuple& outs) {
+  py::list got;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const auto a = outs[i].cast<Arr<float>>();
+    if (i > 0) {
+      got.append(SwapLeading(a));
+      continue;
+    }
+    const py::ssize_t seq = a.shape(0), dirs = a.shape(1), batch = a.shape(2), H = a.shape(3);
+    got.append(SwapLeading(a, {seq * dirs, batch, H}).reshape(std::vector<py::ssize_t>{batch, seq, dirs, H}));
+  }
+  return py::tuple(got);
+}
+
+void CheckLayout(const char* op, int layout) {
+  if (layout != 0 && layout != 1) throw std::invalid_argument(std::string(op) + ": layout must be 0 or 1");
+}
+
 // X's product for every time step of one direction: [seq * batch, n] = x @ W^T + bias.
 std::vector<float> InputProduct(const RecurrentShape& s, const Arr<float>& x, const float* wt, int64_t n,
                                 const float* bias, int threads) {
@@ -326,7 +365,11 @@ std::vector<float> InputProduct(const RecurrentShape& s, const Arr<float>& x, co
 py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rt,
                  const Arr<float>& bias, const std::optional<Arr<float>>& peep, const Arr<float>& h0,
                  const Arr<float>& c0, const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip,
-                 int threads) {
+                 int threads, int layout) {
+  CheckLayout("lstm", layout);
+  if (layout == 1)
+    return BatchFirst(LstmPy(SwapLeading(x), wt, rt, bias, peep, SwapLeading(h0), SwapLeading(c0), lens, reverse_first,
+                             clip, threads, 0));
   if (rt.size() != wt.size()) throw std::invalid_argument("lstm: as many packed W^T as R^T");
   const RecurrentShape s = CheckedLstmShape("lstm", x, static_cast<int64_t>(wt.size()), bias, peep, h0, c0, lens, clip);
   const int64_t H = s.hidden, G = 4 * H, B = s.batch;
@@ -349,7 +392,11 @@ py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const s
 py::tuple GruPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rzt,
                 const std::vector<Arr<float>>& rht, const Arr<float>& bias, const Arr<float>& rbh, const Arr<float>& h0,
                 const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip, bool linear_before_reset,
-                int threads) {
+                int threads, int layout) {
+  CheckLayout("gru", layout);
+  if (layout == 1)
+    return BatchFirst(GruPy(SwapLeading(x), wt, rzt, rht, bias, rbh, SwapLeading(h0), lens, reverse_first, clip,
+                            linear_before_reset, threads, 0));
   if (rzt.size() != wt.size() || rht.size() != wt.size())
     throw std::invalid_argument("gru: as many packed W^T as R_zr^T and R_h^T");
   const RecurrentShape s = CheckedShape("gru", x, static_cast<int64_t>(wt.size()), 3, bias, h0, lens, clip);
@@ -372,7 +419,10 @@ py::tuple GruPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const st
 // Wb + Rb; the rest as CheckedShape. Returns (y [seq, dirs, batch, H], y_h).
 py::tuple RnnPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rt,
                 const Arr<float>& bias, const Arr<float>& h0, const Arr<int64_t>& lens, bool reverse_first,
-                std::optional<float> clip, int threads) {
+                std::optional<float> clip, int threads, int layout) {
+  CheckLayout("rnn", layout);
+  if (layout == 1)
+    return BatchFirst(RnnPy(SwapLeading(x), wt, rt, bias, SwapLeading(h0), lens, reverse_first, clip, threads, 0));
   if (rt.size() != wt.size()) throw std::invalid_argument("rnn: as many packed W^T as R^T");
   const RecurrentShape s = CheckedShape("rnn", x, static_cast<int64_t>(wt.size()), 1, bias, h0, lens, clip);
   const int64_t H = s.hidden;
@@ -439,20 +489,21 @@ py::tuple QLstmPy(const Arr<float>& x, const std::vector<py::tuple>& w, const st
 void BindRecurrent(py::module_& m) {
   m.def("lstm", &LstmPy, py::arg("x"), py::arg("wt"), py::arg("rt"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
         py::arg("c0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(), py::arg("threads") = 1,
-        "ONNX LSTM, layout 0, default activations, every direction: x [seq, batch, I], wt/rt: per direction W^T "
+        py::arg("layout") = 0,
+        "ONNX LSTM, default activations, every direction: x [seq, batch, I], wt/rt: per direction W^T "
         "[I, 4H] and R^T [H, 4H] as pack_sgemm_b packs them, bias [dirs, 4H] = Wb + Rb, peep [dirs, 3H] or None, "
         "h0/c0 [dirs, batch, H], lens [batch] int64; reverse: the first direction runs backwards. "
-        "Returns (Y [seq, dirs, batch, H], Y_h, Y_c)");
+        "Returns (Y [seq, dirs, batch, H], Y_h, Y_c); layout 1: x, h0, c0 and the results batch first, as ONNX's");
   m.def("gru", &GruPy, py::arg("x"), py::arg("wt"), py::arg("rzt"), py::arg("rht"), py::arg("bias"), py::arg("rbh"),
         py::arg("h0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(),
-        py::arg("linear_before_reset") = false, py::arg("threads") = 1,
-        "ONNX GRU, layout 0, default activations, every direction: x [seq, batch, I]; wt, rzt, rht: per direction "
+        py::arg("linear_before_reset") = false, py::arg("threads") = 1, py::arg("layout") = 0,
+        "ONNX GRU, default activations, every direction: x [seq, batch, I]; wt, rzt, rht: per direction "
         "W^T [I, 3H], R_zr^T [H, 2H] and R_h^T [H, H] as pack_sgemm_b packs them; bias [dirs, 3H] = (Wb + Rb for z "
-        "and r, Wb for h); rbh [dirs, H] = Rb for h; h0, lens, reverse, clip as lstm's. Returns (Y, Y_h)");
+        "and r, Wb for h); rbh [dirs, H] = Rb for h; h0, lens, reverse, clip, layout as lstm's. Returns (Y, Y_h)");
   m.def("rnn", &RnnPy, py::arg("x"), py::arg("wt"), py::arg("rt"), py::arg("bias"), py::arg("h0"), py::arg("lens"),
-        py::arg("reverse"), py::arg("clip") = py::none(), py::arg("threads") = 1,
-        "ONNX RNN, layout 0, Tanh, every direction: x [seq, batch, I]; wt, rt: per direction W^T [I, H] and R^T "
-        "[H, H] as pack_sgemm_b packs them; bias [dirs, H] = Wb + Rb; h0, lens, reverse, clip as lstm's. "
+        py::arg("reverse"), py::arg("clip") = py::none(), py::arg("threads") = 1, py::arg("layout") = 0,
+        "ONNX RNN, Tanh, every direction: x [seq, batch, I]; wt, rt: per direction W^T [I, H] and R^T "
+        "[H, H] as pack_sgemm_b packs them; bias [dirs, H] = Wb + Rb; h0, lens, reverse, clip, layout as lstm's. "
         "Returns (Y, Y_h)");
   m.def("qlstm", &QLstmPy, py::arg("x"), py::arg("w"), py::arg("r"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
         py::arg("c0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(),

@@ -3,8 +3,8 @@ peepholes (LSTM) and ``sequence_lens``, ``clip``, ``layout`` 0/1, ``linear_befor
 
 Only the default activations (LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid, Tanh; RNN: Tanh) and LSTM ``input_forget=0``
 are taken; other values are declined with a reason. Float32 only (ORT's CPU kernels are float/double). The native
-kernels (``kernels/native/recurrent.cc``) run all three with one time loop; the functions here are their
-specification.
+kernels (``kernels/native/recurrent.cc``) run all three with one time loop, every direction and layout in one call,
+bound as the step (``_bind``); the functions here are their specification.
 
 Numerics as ORT's CPU kernels: the input projection ``X @ W^T + Wb + Rb`` is one matmul over all time steps, then
 each step adds ``H @ R^T``; ``clip`` bounds every gate's pre-activation to [-clip, clip]. With ``sequence_lens``,
@@ -29,7 +29,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..shape_memo import memo_per_shape
 from ..target import Target
-from ..runtime import native, threads
+from ..runtime import call_step, native, threads
 from ._util import arg, stash_constants
 from ._vector import transcendental
 
@@ -244,38 +244,73 @@ def _native_weights(mod, p: Prepared, inputs) -> tuple:
     return found
 
 
-def _native_run(mod, p: Prepared, inputs) -> list[np.ndarray]:
-    """LSTM, GRU or RNN through the native kernel (``kernels/native/recurrent.cc``), every direction in one
-    call; layout 1 transposes around it."""
+def _full_lens(batch: int, seq: int) -> np.ndarray:
+    return np.full(batch, seq, np.int64)
+
+
+def _zero_state(dirs: int, batch: int, hid: int, layout: int) -> np.ndarray:
+    return np.zeros((batch, dirs, hid) if layout else (dirs, batch, hid), _F32)
+
+
+def _native_args(mod, p: Prepared, inputs) -> tuple[Callable, list]:
+    """The native kernel of the op (``kernels/native/recurrent.cc``: every direction, and layout 1, in one call)
+    and its arguments for these inputs: omitted sequence_lens / initial states as the same arrays for every call of
+    a shape (every sequence full, zeros)."""
     a = p.attrs
     op, hid, layout = a["op"], a["hidden"], a["layout"]
     x = arg(p, inputs, 0)
-    xs = x.transpose(1, 0, 2) if layout else x  # [seq, batch, input]
-    seq, batch = xs.shape[0], xs.shape[1]
+    seq, batch = (x.shape[1], x.shape[0]) if layout else (x.shape[0], x.shape[1])
     weights = _native_weights(mod, p, inputs)
     dirs = len(weights[0])
-    lens_in = arg(p, inputs, 4)
-    if lens_in is None:  # every sequence full length: the same array for every call of this shape
-        lens = memo_per_shape(p, "full_lens", (batch, seq), np.full, batch, seq, np.int64)
-    else:
-        lens = lens_in.astype(np.int64)
-    h0 = _f32(initial_state(arg(p, inputs, 5), dirs, batch, hid, layout))
+    lens = arg(p, inputs, 4)
+    lens = memo_per_shape(p, "full_lens", (batch, seq), _full_lens, batch, seq) if lens is None else lens
+    zeros = memo_per_shape(p, "zero_state", (batch, layout), _zero_state, dirs, batch, hid, layout)
+    h0, c0 = (zeros if v is None else _f32(v) for v in (arg(p, inputs, 5), arg(p, inputs, 6)))
     reverse = a["direction"] == "reverse"
     if op == "LSTM":
         wt, rt, bias, peep = weights
-        c0 = _f32(initial_state(arg(p, inputs, 6), dirs, batch, hid, layout))
-        outs = mod.lstm(_f32(xs), wt, rt, bias, peep, h0, c0, lens, reverse, a["clip"], threads(p))
-    elif op == "GRU":
+        return mod.lstm, [_f32(x), wt, rt, bias, peep, h0, c0, lens, reverse, a["clip"], threads(p), layout]
+    if op == "GRU":
         wt, rzt, rht, bias, rbh = weights
-        outs = mod.gru(_f32(xs), wt, rzt, rht, bias, rbh, h0, lens, reverse, a["clip"],
-                       bool(a["linear_before_reset"]), threads(p))
-    else:
-        wt, rt, bias = weights
-        outs = mod.rnn(_f32(xs), wt, rt, bias, h0, lens, reverse, a["clip"], threads(p))
-    if layout:
-        return [np.ascontiguousarray(outs[0].transpose(2, 0, 1, 3))] + \
-            [np.ascontiguousarray(s.transpose(1, 0, 2)) for s in outs[1:]]
-    return list(outs)
+        return mod.gru, [_f32(x), wt, rzt, rht, bias, rbh, h0, lens, reverse, a["clip"], bool(a["linear_before_reset"]),
+                         threads(p), layout]
+    wt, rt, bias = weights
+    return mod.rnn, [_f32(x), wt, rt, bias, h0, lens, reverse, a["clip"], threads(p), layout]
+
+
+# where each runtime input goes among the native kernel's arguments: (input index, argument index)
+_ARG_OF_INPUT = {"LSTM": ((0, 0), (4, 7), (5, 5), (6, 6)), "GRU": ((0, 0), (4, 7), (5, 6)),
+                 "RNN": ((0, 0), (4, 5), (5, 4))}
+
+
+def _native_run(mod, p: Prepared, inputs) -> list[np.ndarray]:
+    fn, args = _native_args(mod, p, inputs)
+    return list(fn(*args))
+
+
+def _bind(p: Prepared, inputs, outs):
+    """The whole op as one native step (``_native_args``' call), constant weights packed once: X, sequence_lens and
+    the initial states put in per call when they come at run time (float32 / int32, C order: others decline, and
+    the kernel runs)."""
+    mod = native(p)
+    op = p.attrs["op"]
+    if mod is None or not hasattr(mod, op.lower()) or p.kernel_cache.get("native_weights") is None:
+        return None  # runtime weights: packed per call by the kernel
+    live = []
+    for i, at in _ARG_OF_INPUT[op]:
+        v = inputs[i] if i < len(inputs) else None
+        if v is None:
+            continue
+        if not isinstance(v, np.ndarray) or v.dtype != (np.int32 if i == 4 else _F32) or not v.flags.c_contiguous:
+            return None
+        live.append((at, i, v.dtype, v.shape, None))
+    if not live or live[0][1] != 0:
+        return None
+    _, args = _native_args(mod, p, inputs)
+    for at, *_ in live:
+        args[at] = None  # put in per call
+    fn = getattr(mod, op.lower())
+    return call_step(p, fn, tuple(args), live, [(i, list(o.shape)) for i, o in enumerate(outs)])
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
@@ -383,6 +418,6 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 # rank_free: the schema fixes every rank (X 3, states 3, Y 4) and the kernel reads the sizes from the arrays; ORT's
 # inference loses X's rank behind exporters' Unsqueeze of a runtime-shaped tensor (Silero VAD)
-register(KernelDef("", "LSTM", _prepare, _run, _cost, _check, rank_free=True))
-register(KernelDef("", "GRU", _prepare, _run, _cost, _check, rank_free=True))
-register(KernelDef("", "RNN", _prepare, _run, _cost, _check, rank_free=True))
+register(KernelDef("", "LSTM", _prepare, _run, _cost, _check, rank_free=True, bind=_bind))
+register(KernelDef("", "GRU", _prepare, _run, _cost, _check, rank_free=True, bind=_bind))
+register(KernelDef("", "RNN", _prepare, _run, _cost, _check, rank_free=True, bind=_bind))

@@ -45,12 +45,23 @@ def _compare(got, want, what):
         np.testing.assert_allclose(g, w, equal_nan=True, err_msg=f"{what} output {i}", **TOL)
 
 
+def _assert_bound_step_is_the_kernel(model, feeds, got, what):
+    """The kernel binds its native call as the step (what a session's loop runs), and the step's outputs are the
+    kernel's bytes."""
+    bound: list = []
+    run_node(model, feeds, "native", bound=bound)
+    assert len(bound) == len(got), f"{what}: the kernel bound no native step"
+    for b, g in zip(bound, got, strict=True):
+        assert b.shape == g.shape and b.tobytes() == g.tobytes(), f"{what}: the bound step differs from the kernel"
+
+
 def _lstm(seed, **case):
-    model, runtime, _ = lstm_case(np.random.default_rng(seed), **case)
+    model, runtime, feeds = lstm_case(np.random.default_rng(seed), **case)
     with native_calls() as calls:
         got = run_lstm(model, runtime, "native")
     assert "lstm" in calls, case
     _compare(got, run_lstm(model, runtime, "reference"), str(case))
+    _assert_bound_step_is_the_kernel(model, feeds, got, f"LSTM {case}")
     return model, runtime
 
 
@@ -209,6 +220,8 @@ def _gates(op, seed, x_values=None, **case):
         got = run_node(model, feeds, "native")
     assert op.lower() in calls, (op, case)
     _compare(got, run_node(model, feeds, "reference"), f"{op} {case}")
+    if not case.get("runtime_weights"):
+        _assert_bound_step_is_the_kernel(model, feeds, got, f"{op} {case}")
     for g, two in zip(got, run_node(model, feeds, "native", threads=2), strict=True):
         assert g.tobytes() == two.tobytes(), f"{op} {case}: two threads differ"
 
@@ -299,3 +312,47 @@ def test_native_gru_session_matches_cpu_ep(case):
     else:
         want = cpu_run(model, feeds)
     _compare(got, want, f"GRU session {case}")
+
+
+def test_lstm_layouts_and_sequence_lengths(rnn_isa):
+    """Layout 1 (batch first: X, the initial states and every output), sequence_lens, peepholes, both directions."""
+    for layout in (0, 1):
+        for direction in ("forward", "reverse", "bidirectional"):
+            _lstm(7 + layout, seq=5, batch=3, inp=4, hid=17, direction=direction, layout=layout, lens=[5, 1, 3],
+                  initial=layout == 1, peep=True)
+
+
+def _session_case(op: str, case: dict):
+    """(model, feeds, the CPU EP's outputs) of one recurrent node; ORT's CPU EP refuses layout 1, so that case's
+    outputs are its layout-0 twin's with the inputs and outputs transposed."""
+    layout = case.get("layout", 0)
+    make = (lambda **c: lstm_case(np.random.default_rng(9), **c)[::2]) if op == "LSTM" else \
+        (lambda **c: gate_case(np.random.default_rng(9), op, **c))
+    shape = dict(seq=4, batch=3, inp=20, hid=24)
+    model, feeds = make(**shape, **case)
+    if not layout:
+        return model, feeds, cpu_run(model, feeds)
+    twin, _ = make(**shape, **{k: v for k, v in case.items() if k != "layout"})
+    out = cpu_run(twin, {k: (v.transpose(1, 0, 2) if v.ndim == 3 else v) for k, v in feeds.items()})
+    return model, feeds, [out[0].transpose(2, 0, 1, 3)] + [o.transpose(1, 0, 2) for o in out[1:]]
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("case", [dict(direction="bidirectional", lens=[4, 0, 2], initial=True),
+                                  dict(direction="reverse", clip=0.5, initial=True),
+                                  dict(direction="bidirectional", layout=1, lens=[3, 4, 1], initial=True),
+                                  dict(direction="forward")])
+def test_session_runs_the_whole_op_as_one_bound_native_step(op, case):
+    """NpuEP runs the node (graph assignment) and, from the second call on, as its bound native step: no Python
+    kernel, no Python loop over time; the CPU EP's values within the sweep's tolerance (the packed GEMM's sums)."""
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import session_options
+    model, feeds, want = _session_case(op, case)
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    for _ in range(3):
+        _compare(sess.run(None, feeds), want, f"{op} session {case}")
+    assert python_steps(sess) == [], f"{op} ran its Python kernel instead of the bound native step"
