@@ -14,7 +14,8 @@ Numerics as ORT's CPU kernel (``rnn_helpers.cc``, ``ComputeGemm`` for 8-bit weig
 The gate math is the float LSTM's (``recurrent.lstm_direction``; ORT's MLAS sigmoid/tanh are approximations).
 
 Run: the native kernel (``kernels/native/recurrent.cc``, ``qlstm``: QuantizeTensor + Int8MatMul per product),
-or with ``kernels=reference`` the numpy model below (exact integer products): the same bits.
+or with ``kernels=reference`` the numpy model below (exact integer products): the same bits. ``bind`` makes the
+native call the step.
 Cost: the float LSTM's, with int8 MACs, int8 weight bytes and the two quantization passes on the vector unit.
 """
 
@@ -28,7 +29,7 @@ from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._matrix import check_fits, exact_int_matmul, quantize_float
-from ..runtime import native, threads
+from ..runtime import call_step, native, threads
 from ._util import arg
 from .dynamic_quantize import dynamic_params
 from .matmul_int import centered_b, pack_b
@@ -176,8 +177,38 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     return [y, yh, yc]
 
 
+def _bind(p: Prepared, inputs, outs):
+    """The whole op as one ``qlstm`` step, as ``_run`` calls it: the packed weights and a constant B and P bound in,
+    omitted sequence_lens / initial states as arrays made for this shape, and X, sequence_lens (int32) and the
+    initial states put in per call (float32 / int32, C order: others decline, and the kernel runs)."""
+    mod = native(p)
+    weights = p.kernel_cache.get("qlstm_weights")
+    x = inputs[0] if inputs else None
+    if mod is None or not hasattr(mod, "qlstm") or weights is None or not isinstance(x, np.ndarray):
+        return None
+    if any(i < len(inputs) and inputs[i] is not None for i in (3, 7)):
+        return None  # a runtime B or P: the kernel reads it per call
+    live = []
+    for i, at in ((0, 0), (4, 7), (5, 5), (6, 6)):  # X, sequence_lens, initial h and c: qlstm's arguments
+        v = inputs[i] if i < len(inputs) else None
+        if v is None:
+            continue
+        if not isinstance(v, np.ndarray) or v.dtype != (np.int32 if i == 4 else _F32) or not v.flags.c_contiguous:
+            return None
+        live.append((at, i, v.dtype, v.shape, None))
+    a = p.attrs
+    _, lens, h0, c0, _, peep = _inputs(p, inputs)
+    w, r, bias = weights
+    args = [None, w, r, bias, None if peep is None else np.ascontiguousarray(peep), np.ascontiguousarray(h0),
+            np.ascontiguousarray(c0), lens, a["direction"] == "reverse", a["clip"], a["zero_finished"], threads(p)]
+    for at, *_ in live:
+        args[at] = None  # put in per call
+    return call_step(p, mod.qlstm, tuple(args), live, [(i, list(o.shape)) for i, o in enumerate(outs)])
+
+
 def _cost(p: Prepared, shapes) -> OpCost:
     return recurrent_cost(p, shapes, gates=4, mode="int8", weight_bytes=1, quantize_passes=2)
 
 
-register(KernelDef("com.microsoft", "DynamicQuantizeLSTM", _prepare, _run, _cost, _check, rank_free=True))
+register(KernelDef("com.microsoft", "DynamicQuantizeLSTM", _prepare, _run, _cost, _check, rank_free=True,
+                   bind=_bind))

@@ -20,13 +20,15 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
-from npu_testing import F32, assignment, make_model, npu_session, save
+from npu_testing import F32, assignment, make_model, npu_session, save, session_options
 
 from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.support import why_not
 from npu_ep.kernels.target import Target
+from npu_ep.tools.bench.ops import python_steps
 
 TOL = dict(rtol=0, atol=1e-5)
 MS = ("com.microsoft", 1)
@@ -178,15 +180,19 @@ def test_ort_quantized_lstm_runs_on_npu_and_matches_the_cpu_ep(tmp_path, case):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     want = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    sess = npu_session(dst)
+    so = session_options()
+    tag_session_options(so)  # so python_steps finds the session's programs
+    sess = npu_session(dst, so=so)
     ops = {n.name: n.op_type for n in onnx.load(dst).graph.node}
     assert "DynamicQuantizeLSTM" in ops.values()
     placed = assignment(sess)
     assert all(placed[name] == "NpuEP" for name in ops), placed
-    got = sess.run(None, feeds)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, **TOL)
+    for _ in range(3):  # the kernel, then its bound native step
+        got = sess.run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, **TOL)
     assert np.abs(want[0]).max() > 0.05
+    assert python_steps(sess) == [], "a step ran its Python kernel instead of a bound native step"
 
 
 def test_npu_edge_takes_it_on_its_int8_unit():

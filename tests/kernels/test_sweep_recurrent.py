@@ -98,6 +98,8 @@ def _qlstm(seed, **case):
         got = run_qlstm(model, feeds, "native")
     assert "qlstm" in calls, case
     _compare(got, run_qlstm(model, feeds, "reference"), str(case))
+    if not case.get("runtime_weights"):
+        _assert_bound_step_is_the_kernel(model, feeds, got, f"DynamicQuantizeLSTM {case}")
 
 
 def test_quantized_lstm_sizes(rnn_isa):
