@@ -565,6 +565,12 @@ void BindConvTail(py::module_& m) {
         py::arg("threads") = 1, py::arg("out") = py::none(),
         "x + bias (bias along x's last axis) then the engine's instructions, float32 or float16 (widened per chunk, "
         "rounded once on store), into out when given (ORT's buffer): BiasGelu");
+  m.def(
+      "tail_in_registers",
+      [](const py::array_t<int32_t, py::array::c_style>& codes) { return FitsRegisters(codes.data(), codes.size()); },
+      py::arg("codes"),
+      "whether the engine runs these instruction codes in registers (one pass) on this host at the active ISA, "
+      "rather than one pass per instruction over L1 chunks");
   m.def("sigmoid", &SigmoidPy, py::arg("x"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "ONNX Sigmoid of float32 x: 1 / (1 + exp(min(-x, 88))), exp in lanes on AVX2/AVX-512 hosts (within 2 ulp of "
         "numpy's, as the conv tail's sigmoid), into out when given (ORT's buffer)");

@@ -92,7 +92,9 @@ NPU_AVX512 __m512 PowHalf512(__m512 v) {
 }
 
 // One instruction on every vector of a block (s: the saved copies), as TailChunk's case of the same code.
-NPU_AVX512 void Step512(int32_t code, __m512 (&v)[kVectors], __m512 (&s)[kVectors], __m512 a, __m512 b) {
+// ordered: a <= b, where clip is max(a, min(b, v)) in two instructions: min(b, v) is b < v ? b : v (v when NaN) and
+// max(a, r) is a > r ? a : r, which with a <= b give v < a ? a : (v > b ? b : v), NaN and the sign of zero included.
+NPU_AVX512 void Step512(int32_t code, __m512 (&v)[kVectors], __m512 (&s)[kVectors], __m512 a, __m512 b, bool ordered) {
   switch (code) {
     case kMul:
       for (int u = 0; u < kVectors; ++u) v[u] = _mm512_mul_ps(v[u], a);
@@ -113,7 +115,11 @@ NPU_AVX512 void Step512(int32_t code, __m512 (&v)[kVectors], __m512 (&s)[kVector
       for (int u = 0; u < kVectors; ++u) v[u] = _mm512_div_ps(a, v[u]);
       break;
     case kClip:
-      for (int u = 0; u < kVectors; ++u) v[u] = Clip512(v[u], a, b);
+      if (ordered) {
+        for (int u = 0; u < kVectors; ++u) v[u] = _mm512_max_ps(a, _mm512_min_ps(b, v[u]));
+      } else {
+        for (int u = 0; u < kVectors; ++u) v[u] = Clip512(v[u], a, b);
+      }
       break;
     case kSave:
       for (int u = 0; u < kVectors; ++u) s[u] = v[u];
@@ -155,7 +161,10 @@ NPU_AVX512 void Step512(int32_t code, __m512 (&v)[kVectors], __m512 (&s)[kVector
 // The program on a block of kVectors vectors: instruction by instruction, each on every vector.
 NPU_AVX512 void Block512(__m512 (&v)[kVectors], __m512 (&s)[kVectors], const int32_t* codes, const float* c,
                          int64_t n_codes) {
-  for (int64_t k = 0; k < n_codes; ++k) Step512(codes[k], v, s, _mm512_set1_ps(c[2 * k]), _mm512_set1_ps(c[2 * k + 1]));
+  for (int64_t k = 0; k < n_codes; ++k) {
+    const float a = c[2 * k], b = c[2 * k + 1];
+    Step512(codes[k], v, s, _mm512_set1_ps(a), _mm512_set1_ps(b), a <= b);
+  }
 }
 
 #undef NPU_AVX512
@@ -227,7 +236,7 @@ NPU_AVX2 __m256 PowHalf256(__m256 v) {  // as PowHalfAvx2
   return _mm256_blendv_ps(r, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
 }
 
-NPU_AVX2 void Step256(int32_t code, __m256 (&v)[kVectors], __m256 (&s)[kVectors], __m256 a, __m256 b) {
+NPU_AVX2 void Step256(int32_t code, __m256 (&v)[kVectors], __m256 (&s)[kVectors], __m256 a, __m256 b, bool ordered) {
   switch (code) {
     case kMul:
       for (int u = 0; u < kVectors; ++u) v[u] = _mm256_mul_ps(v[u], a);
@@ -248,7 +257,11 @@ NPU_AVX2 void Step256(int32_t code, __m256 (&v)[kVectors], __m256 (&s)[kVectors]
       for (int u = 0; u < kVectors; ++u) v[u] = _mm256_div_ps(a, v[u]);
       break;
     case kClip:
-      for (int u = 0; u < kVectors; ++u) v[u] = Clip256(v[u], a, b);
+      if (ordered) {
+        for (int u = 0; u < kVectors; ++u) v[u] = _mm256_max_ps(a, _mm256_min_ps(b, v[u]));
+      } else {
+        for (int u = 0; u < kVectors; ++u) v[u] = Clip256(v[u], a, b);
+      }
       break;
     case kSave:
       for (int u = 0; u < kVectors; ++u) s[u] = v[u];
@@ -289,7 +302,10 @@ NPU_AVX2 void Step256(int32_t code, __m256 (&v)[kVectors], __m256 (&s)[kVectors]
 
 NPU_AVX2 void Block256(__m256 (&v)[kVectors], __m256 (&s)[kVectors], const int32_t* codes, const float* c,
                        int64_t n_codes) {
-  for (int64_t k = 0; k < n_codes; ++k) Step256(codes[k], v, s, _mm256_set1_ps(c[2 * k]), _mm256_set1_ps(c[2 * k + 1]));
+  for (int64_t k = 0; k < n_codes; ++k) {
+    const float a = c[2 * k], b = c[2 * k + 1];
+    Step256(codes[k], v, s, _mm256_set1_ps(a), _mm256_set1_ps(b), a <= b);
+  }
 }
 
 #undef NPU_AVX2

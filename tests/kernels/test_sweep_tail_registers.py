@@ -32,6 +32,7 @@ PROGRAMS = {  # name: instructions (CODES name, a, b)
     "hardsigmoid": [("mul", 0.2, 0), ("add", 0.5, 0), ("clip", 0, 1)],
     "silu": [("save", 0, 0), ("sigmoid", 0, 0), ("mul_saved", 0, 0)],
     "relu": [("clip", 0, np.inf)],
+    "clip_crossed": [("clip", 1, -1), ("clip", -np.inf, -2)],  # lo > hi: not max(lo, min(hi, v))
     "relu6_affine": [("mul", 1.3, 0), ("sub", 0.2, 0), ("clip", 0, 6), ("div", 6, 0)],
     "leaky_relu": [("leaky_relu", 0.1, 0)],
     "gelu_erf": GELU_ERF,
@@ -93,6 +94,15 @@ def test_registers_give_the_chunk_interpreters_bits(isa, name):
         if "sigmoid" not in [ins[0] for ins in PROGRAMS[name]] and name != "exp_fallback":
             ref = tail_reference(x.reshape(1, 1, -1).copy(), codes, consts).reshape(-1)
             _assert_bits(in_place, ref, f"{name} vs the numpy reference n={n} {isa}")
+
+
+def test_which_programs_run_in_registers(isa):
+    """The sweep above compares two paths only if the register one runs: every program but the exp one takes it on
+    AVX2 and AVX-512, none on the scalar path (the chunk interpreter is the scalar fallback, aarch64's too)."""
+    nat = runtime.native_module()
+    for name, program in PROGRAMS.items():
+        want = isa != "scalar" and name != "exp_fallback"
+        assert nat.tail_in_registers(_arrays(program)[0]) == want, f"{name} at {isa}"
 
 
 @pytest.mark.parametrize("name", ["hardswish", "gelu_erf", "silu"])
