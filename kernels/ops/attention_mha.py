@@ -1,4 +1,5 @@
-"""com.microsoft MultiHeadAttention on the matrix and vector units (``_sdpa.attend``).
+"""com.microsoft MultiHeadAttention on the matrix and vector units (``_sdpa.attend``, the reference); on the native
+kernels the bound step and the kernel run ``kernels.sdpa`` (kernels/native/sdpa.cc) for every input it takes.
 
 Inputs (ORT's CPU kernel, 1.31): query [B, S, D]; key/value [B, L, D] / [B, L, Dv], or key and value already per
 head [B, N, L, H] (cross attention, no past); packed QKV/KV are declined (ORT's CPU kernel has neither); bias [D + D +
@@ -98,42 +99,48 @@ def _mask_kind(kpm: np.ndarray | None, b: int, s: int, t: int) -> int | None:
     return MASK_NONZERO if kpm.ndim in (2, 3) and all(d in (1, w) for d, w in zip(kpm.shape, lead)) else None
 
 
+def _kv_dims(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None, n: int) -> tuple | None:
+    """(head size, new keys, value head size) of [B, L, D] or per-head [B, N, L, H] key/value, None when they do
+    not attend the query [B, S, D] or the bias is not [D + D + Dv] (rank-3 key/value) or at least D long."""
+    b, _, d = q.shape
+    if d % n or (k.ndim == 3 and (k.shape[2] % n or v.shape[2] % n)) or (k.ndim == 4 and k.shape[1] != n):
+        return None
+    ks, vs = ((x.shape[0], n, x.shape[1], x.shape[2] // n) if x.ndim == 3 else x.shape for x in (k, v))
+    if ks[0] != b or vs[0] != b or vs[1] != n or ks[3] != d // n or vs[2] != ks[2]:
+        return None
+    width = 2 * d + v.shape[2] if k.ndim == 3 else d  # rank-3 key/value take their bias too
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] < width or (k.ndim == 3 and bias.shape[0] != width)):
+        return None
+    return d // n, ks[2], vs[3]
+
+
 def _native_call(p: Prepared, inputs) -> dict | None:
     """``kernels.sdpa``'s call for these inputs on the native kernels, or None where it declines (the reference
     runs): operands not C-order of the query's float dtype, shapes that do not attend, a key_padding_mask not
     int32 or of another shape, an attention_bias that does not broadcast to the scores."""
-    nat = runtime.native(p)
     a = p.attrs
-    want = a["outputs"]
-    if nat is None:
-        return None
+    want, n = a["outputs"], a["num_heads"]
     q, k, v, bias, kpm, ab, past_k, past_v = (arg(p, inputs, i) for i in range(8))
-    if (q is None or k is None or v is None or q.dtype not in _FLOATS or q.ndim != 3 or k.ndim not in (3, 4)
-            or v.ndim != k.ndim or (past_k is None) != (past_v is None)
+    if (runtime.native(p) is None or q is None or k is None or v is None or q.dtype not in _FLOATS or q.ndim != 3
+            or k.ndim not in (3, 4) or v.ndim != k.ndim or (past_k is None) != (past_v is None)
             or not all(plain(x, q.dtype) for x in (q, k, v, bias, past_k, past_v))):
         return None
-    n = a["num_heads"]
-    b, s, d = q.shape
-    if d % n or (k.ndim == 3 and (k.shape[2] % n or v.shape[2] % n)) or (k.ndim == 4 and k.shape[1] != n):
+    dims = _kv_dims(q, k, v, bias, n)
+    if dims is None:
         return None
-    h, kv_len = d // n, k.shape[1] if k.ndim == 3 else k.shape[2]
-    hv = v.shape[2] // n if v.ndim == 3 else v.shape[3]
+    (b, s, _), (h, kv_len, hv) = q.shape, dims
     past = 0 if past_k is None else past_k.shape[2]
     t = past + kv_len
-    if (k.shape[0] != b or v.shape[0] != b or (k.shape[2] // n if k.ndim == 3 else k.shape[3]) != h
-            or (v.shape[1] if v.ndim == 3 else v.shape[2]) != kv_len or t == 0
-            or (bias is not None and (bias.ndim != 1 or (k.ndim == 3 and bias.shape[0] != 2 * d + v.shape[2])
-                                      or bias.shape[0] < d))
-            or (past_k is not None and (past_k.shape != (b, n, past, h) or past_v.shape != (b, n, past, hv)))
+    if (t == 0 or (past_k is not None and (past_k.shape != (b, n, past, h) or past_v.shape != (b, n, past, hv)))
             or (a["unidirectional"] and kv_len != s) or not (plain(ab, *_FLOATS) and broadcasts_to(ab, (b, n, s, t)))):
         return None
     kind = _mask_kind(kpm, b, s, t)
     if kind is None:
         return None
     return {"q": q, "k": k, "v": v, "past_k": past_k, "past_v": past_v, "heads": n, "kv_heads": n,
-            "scale": a["scale"] or 1.0 / math.sqrt(h), "softcap": 0.0, "mask": kpm, "mask_kind": kind,
-            "attention_bias": ab, "causal": CAUSAL_ADD_FILL if a["unidirectional"] else 0,
-            "fill": a["mask_filter_value"], "qkv_bias": bias, "present": 1 if any(want[1:3]) else 0,
+            "scale": a["scale"] or 1.0 / math.sqrt(h), "mask": kpm, "mask_kind": kind, "attention_bias": ab,
+            "causal": CAUSAL_ADD_FILL if a["unidirectional"] else 0, "fill": a["mask_filter_value"],
+            "qkv_bias": bias, "present": 1 if any(want[1:3]) else 0,
             "qk_mode": 0 if len(want) > 3 and want[3] else -1, "threads": runtime.threads(p)}
 
 

@@ -1,5 +1,7 @@
 """com.microsoft Attention (packed QKV projection + attention) on the matrix and vector units: the op ORT's
-transformer optimizer fuses BERT/GPT-2 self-attention into.
+transformer optimizer fuses BERT/GPT-2 self-attention into. On the native kernels of an AVX-512 host (constant
+weights and bias) the bound step and the kernel run ``kernels.sdpa`` (kernels/native/sdpa.cc): the projection on
+the packed GEMM, then the attention core.
 
 Semantics are ORT 1.31's CPU kernel (the reference; it is float32-only):
 - input [B, S, Din] times weights [Din, Dq + Dk + Dv] plus bias [Dq + Dk + Dv] (bias is required, as ORT's kernel

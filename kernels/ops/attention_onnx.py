@@ -1,4 +1,5 @@
-"""ONNX Attention (opset 23) on the matrix and vector units (``_sdpa.attend``).
+"""ONNX Attention (opset 23) on the matrix and vector units (``_sdpa.attend``, the reference); on the native kernels
+the bound step and the kernel run ``kernels.sdpa`` (kernels/native/sdpa.cc) for every input it takes.
 
 Inputs: Q, K, V as 4-D [B, N, S, H] / [B, Nkv, T, H] / [B, Nkv, T, Hv], or 3-D [B, S, N*H] with the q_num_heads and
 kv_num_heads attributes; attn_mask (bool: True attends, or float: added), broadcastable to [B, N, S, P + T];
@@ -72,40 +73,45 @@ _SLOTS = {"q": 0, "k": 1, "v": 2, "mask": 3, "past_k": 4, "past_v": 5}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
 
+def _head_shapes(q: np.ndarray, k: np.ndarray, v: np.ndarray, n: int, nkv: int) -> list[tuple] | None:
+    """[B, N, S, H], [B, Nkv, L, H] and [B, Nkv, L, Hv] of the operands (``_heads``'s views), None when they do
+    not attend (a 3-D width that does not split into heads, mismatched batch, head size or length, N not a
+    multiple of Nkv)."""
+    if n <= 0 or nkv <= 0 or n % nkv or (q.ndim == 3 and (q.shape[2] % n or k.shape[2] % nkv or v.shape[2] % nkv)):
+        return None
+    qs, ks, vs = (x.shape if x.ndim == 4 else (x.shape[0], heads, x.shape[1], x.shape[2] // heads)
+                  for x, heads in ((q, n), (k, nkv), (v, nkv)))
+    if qs[0] != ks[0] or ks[0] != vs[0] or ks[1] != vs[1] or qs[3] != ks[3] or ks[2] != vs[2]:
+        return None
+    return [qs, ks, vs]
+
+
 def _native_call(p: Prepared, inputs) -> dict | None:
     """``kernels.sdpa``'s call for these inputs on the native kernels, or None where it declines (the reference
     runs): operands not C-order of one float dtype, heads or lengths that do not attend, a mask that does not
     broadcast to the scores."""
-    nat = runtime.native(p)
     a = p.attrs
     want = a["outputs"]
-    if nat is None:
-        return None
     q, k, v, mask, past_k, past_v = (arg(p, inputs, i) for i in range(6))
-    if (q is None or k is None or v is None or q.dtype not in _FLOATS or not all(plain(x, q.dtype) for x in (
-            q, k, v, past_k, past_v)) or q.ndim not in (3, 4) or k.ndim != q.ndim or v.ndim != q.ndim
-            or (past_k is None) != (past_v is None)):
+    if (runtime.native(p) is None or q is None or k is None or v is None or q.dtype not in _FLOATS
+            or q.ndim not in (3, 4) or k.ndim != q.ndim or v.ndim != q.ndim or (past_k is None) != (past_v is None)
+            or not all(plain(x, q.dtype) for x in (q, k, v, past_k, past_v))):
         return None
-    rank = q.ndim
-    n, nkv = (int(a["q_num_heads"]), int(a["kv_num_heads"])) if rank == 3 else (q.shape[1], k.shape[1])
-    if n <= 0 or nkv <= 0 or n % nkv or (rank == 3 and (q.shape[2] % n or k.shape[2] % nkv or v.shape[2] % nkv)):
+    n, nkv = (int(a["q_num_heads"]), int(a["kv_num_heads"])) if q.ndim == 3 else (q.shape[1], k.shape[1])
+    shapes = _head_shapes(q, k, v, n, nkv)
+    if shapes is None:
         return None
-    b, s, h = q.shape[0], q.shape[-2] if rank == 4 else q.shape[1], q.shape[-1] if rank == 4 else q.shape[2] // n
-    hv = v.shape[-1] if rank == 4 else v.shape[2] // nkv
-    kv_len = k.shape[-2] if rank == 4 else k.shape[1]
+    (b, _, s, h), (_, _, kv_len, _), (*_, hv) = shapes
     past = 0 if past_k is None else past_k.shape[2]
-    if (k.shape[0] != b or v.shape[0] != b or (k.shape[-1] if rank == 4 else k.shape[2] // nkv) != h
-            or (v.shape[-2] if rank == 4 else v.shape[1]) != kv_len or kv_len + past == 0):
-        return None
     if past_k is not None and (past_k.shape != (b, nkv, past, h) or past_v.shape != (b, nkv, past, hv)):
         return None
-    if mask is not None and not (plain(mask, np.dtype(np.bool_), *_FLOATS)
-                                 and broadcasts_to(mask, (b, n, s, past + kv_len))):
+    if past + kv_len == 0 or (mask is not None and not (plain(mask, np.dtype(np.bool_), *_FLOATS)
+                                                         and broadcasts_to(mask, (b, n, s, past + kv_len)))):
         return None
     kind = 0 if mask is None else MASK_BOOL if mask.dtype == np.bool_ else MASK_FLOAT
     return {"q": q, "k": k, "v": v, "past_k": past_k, "past_v": past_v, "heads": n, "kv_heads": nkv,
             "scale": float(a["scale"]) or 1.0 / math.sqrt(h), "softcap": float(a["softcap"]), "mask": mask,
-            "mask_kind": kind, "causal": CAUSAL_ADD_INF if a["is_causal"] and s > 1 else 0, "fill": 0.0,
+            "mask_kind": kind, "causal": CAUSAL_ADD_INF if a["is_causal"] and s > 1 else 0,
             "present": 1 if any(want[1:3]) else 0, "threads": runtime.threads(p),
             "qk_mode": int(a["qk_matmul_output_mode"]) if len(want) > 3 and want[3] else -1}
 
