@@ -1,5 +1,8 @@
 // Per-tensor Q/DQ in fixed chunks of elements (the bits never depend on the thread count). Same float32
 // operations as the reference, in its order: a division (never a reciprocal multiply), rint, + zp, clip.
+// `kernels.quantize_half` quantizes float16 x as ORT's float16 kernels: widened to float32 (exact), divided, rounded,
+// then (ONNX domain) converted to int32 (INT_MIN for NaN, +-Inf and out-of-range values), + zp in wrapping int32,
+// clamped, or (com.microsoft) + zp and clamped in float32 as float32 x.
 // `kernels.dequantize_into` dequantizes any integer container (8-, 16- or 32-bit) into ORT's buffer when given one;
 // `kernels.dynamic_quantize` is DynamicQuantizeLinear: a NaN-skipping min/max pass, ORT's parameters, quantize.
 #include "quantize.h"
@@ -8,7 +11,9 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "half.h"
 #include "thread_pool.h"
 
 #include "intrinsics.h"
@@ -52,6 +58,100 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeAvx512(const f
 }
 
 #endif
+
+// float16 QuantizeLinear as ORT's CPU kernel (the reference, kernels/ops/quantize.py): q = rint(float32(x) / scale)
+// converted to int32 the x86 way (NaN, +-Inf and |q| >= 2^31 become INT_MIN), plus the zero point in wrapping int32,
+// clamped to the code range. x is widened (exact) in blocks of kHalfBlock into a stack buffer.
+constexpr int64_t kHalfBlock = 512;
+constexpr int64_t kHalfChunk = 1 << 15;  // elements per task: widening and dividing cost more than a copy
+
+inline int32_t RoundToInt32AsX86(float v) {
+  const float q = std::nearbyint(v);
+  return q >= -2147483648.0f && q < 2147483648.0f ? static_cast<int32_t>(q) : INT32_MIN;
+}
+
+void QuantizeHalfRowScalar(const float* x, int64_t n, float scale, int32_t zp, int32_t lo, int32_t hi, uint8_t* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const auto v = static_cast<int32_t>(static_cast<uint32_t>(RoundToInt32AsX86(x[i] / scale)) +
+                                        static_cast<uint32_t>(zp));  // wraps as ORT's int32 addition does on x86
+    y[i] = static_cast<uint8_t>(std::min(std::max(v, lo), hi));
+  }
+}
+
+#if NPU_EP_X86
+// vcvtps2dq rounds to nearest even and gives INT_MIN for NaN and out-of-range values: ORT's conversion itself.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeHalfRowAvx512(const float* x, int64_t n, float scale,
+                                                                                int32_t zp, int32_t lo, int32_t hi,
+                                                                                uint8_t* y) {
+  const __m512 sv = _mm512_set1_ps(scale);
+  const __m512i zv = _mm512_set1_epi32(zp), lov = _mm512_set1_epi32(lo), hiv = _mm512_set1_epi32(hi);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    const __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), sv);
+    __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zv);
+    q = _mm512_min_epi32(_mm512_max_epi32(q, lov), hiv);
+    _mm_mask_storeu_epi8(y + i, k, _mm512_cvtepi32_epi8(q));
+  }
+}
+#endif
+
+// int32_convert: ORT's ONNX-domain float16 kernel (above); else its com.microsoft one, which clamps in float32
+// before it converts (quantize_tensor's steps on the widened block: NaN the lowest code, +Inf the highest).
+void QuantizeHalfTensor(const uint16_t* x, int64_t n, float scale, int32_t zp, bool is_signed, bool int32_convert,
+                        uint8_t* y, int threads) {
+  const int32_t lo = is_signed ? -128 : 0, hi = is_signed ? 127 : 255;
+  const auto flo = static_cast<float>(lo), fhi = static_cast<float>(hi), fz = static_cast<float>(zp);
+  ParallelFor(ThreadsFor(threads, n * 8), (n + kHalfChunk - 1) / kHalfChunk, [&](int64_t c) {
+    const int64_t end = std::min(n, (c + 1) * kHalfChunk);
+    float block[kHalfBlock];
+    for (int64_t i = c * kHalfChunk; i < end; i += kHalfBlock) {
+      const int64_t len = std::min(kHalfBlock, end - i);
+      HalfToFloatRow(x + i, block, len);
+#if NPU_EP_X86
+      if (ActiveIsa() >= Isa::kAvx512) {
+        if (int32_convert) {
+          QuantizeHalfRowAvx512(block, len, scale, zp, lo, hi, y + i);
+        } else {
+          QuantizeAvx512(block, len, scale, fz, flo, fhi, y + i);
+        }
+        continue;
+      }
+#endif
+      if (int32_convert) {
+        QuantizeHalfRowScalar(block, len, scale, zp, lo, hi, y + i);
+      } else {
+        QuantizeScalar(block, len, scale, fz, flo, fhi, y + i);
+      }
+    }
+  });
+}
+
+pybind11::array QuantizeHalfPy(const pybind11::array& x, float scale, int zero_point, bool y_signed, bool int32_convert,
+                               const pybind11::object& out, int threads) {
+  namespace py = pybind11;
+  if (x.dtype().kind() != 'f' || x.itemsize() != 2 || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("quantize_half: x must be a C-order float16 array, got " +
+                                std::string(py::str(x.dtype())));
+  if (zero_point < (y_signed ? -128 : 0) || zero_point > (y_signed ? 127 : 255))
+    throw std::invalid_argument("quantize_half: zero point " + std::to_string(zero_point) + " outside " +
+                                (y_signed ? "int8" : "uint8"));
+  const py::dtype type = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
+  py::array y;
+  if (out.is_none()) {
+    y = py::array(type, std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  } else {
+    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+    if (!y || !y.dtype().equal(type) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
+      throw std::invalid_argument("quantize_half: out must be a writeable C-order " + std::string(py::str(type)) +
+                                  " array of " + std::to_string(x.size()) + " elements");
+  }
+  const auto* in = static_cast<const uint16_t*>(x.data());
+  auto* codes = static_cast<uint8_t*>(y.mutable_data());
+  const int64_t n = x.size();
+  py::gil_scoped_release release;
+  QuantizeHalfTensor(in, n, scale, zero_point, y_signed, int32_convert, codes, threads);
+  return y;
+}
 
 // y = (float(x) - z) * scale for any integer container T (the reference's float32 steps)
 template <typename T>
@@ -221,6 +321,13 @@ void BindQuantize(pybind11::module_& m) {
         "DynamicQuantizeLinear of float32 x: (y uint8, y_scale float32 0-d, y_zero_point uint8 0-d) as ORT computes "
         "them (the range widened to 0, NaN left out; then quantize_tensor's float32 steps); y into out (ORT's buffer) "
         "when given");
+  m.def("quantize_half", &QuantizeHalfPy, pybind11::arg("x"), pybind11::arg("scale"), pybind11::arg("zero_point"),
+        pybind11::arg("y_signed"), pybind11::arg("int32_convert"), pybind11::arg("out") = pybind11::none(),
+        pybind11::arg("threads") = 1,
+        "per-tensor QuantizeLinear of float16 x to uint8/int8 as ORT's float16 kernels (the reference's steps): "
+        "int32_convert (ONNX domain): rint(float32(x) / scale) as int32 (INT_MIN for NaN, +-Inf, |q| >= 2^31) + "
+        "zero_point wrapping, clamped; else (com.microsoft) quantize_tensor's float32 steps on the widened x; into "
+        "out (ORT's buffer) or a new array of x's shape");
   m.def("dequantize_into", &DequantizeIntoPy, pybind11::arg("x"), pybind11::arg("zero_point"), pybind11::arg("scale"),
         pybind11::arg("out") = pybind11::none(), pybind11::arg("threads") = 1,
         "per-tensor DequantizeLinear of int8/uint8/int16/uint16/int32 x: (float32(x) - zero_point) * scale in "

@@ -5,13 +5,16 @@ NPU (one element per byte); constant int4 inputs arrive from onnx's numpy_helper
 widened at compile time.
 
 QuantizeLinear, as ORT's CPU kernel: ``saturate(rint(float32(x) / scale) + zero_point)`` (round half to even; the
-division, not a reciprocal multiply, so results are bit-exact). DequantizeLinear: ``float32(x - zp) * scale``,
-cast to the scale's dtype. Blocked: ``scale`` has x's rank with ``ceil(D_axis / block_size)`` along ``axis``.
+division, not a reciprocal multiply, so results are bit-exact); float16 x into 8- and 16-bit codes as ORT's float16
+loops, which convert the rounded quotient to int32 before adding the zero point (``quantize_half_as_ort``: NaN,
++-Inf and quotients past int32 take x86's INT_MIN); com.microsoft's float16 QuantizeLinear clamps first, as float32.
+DequantizeLinear: ``float32(x - zp) * scale``, cast to the scale's dtype. Blocked: ``scale`` has x's rank with
+``ceil(D_axis / block_size)`` along ``axis``.
 Compile time: scale/zero point are expanded to x's broadcast layout (per-axis reshape, blocked repeat).
-Per-tensor 8-bit Q and per-tensor DQ of any integer container (8-, 16- or 32-bit) with a float32 scale run on
-native kernels (``kernels/native/quantize.cc``, the same float32 operations) unless the session asks for the
-reference model; a bound DQ step writes into ORT's buffer when its result is a partition output (a fresh float32
-array of a large tensor costs its page faults).
+Per-tensor 8-bit Q of float32 or float16 x and per-tensor DQ of any integer container (8-, 16- or 32-bit) with a
+float32 scale run on native kernels (``kernels/native/quantize.cc``, the same float32 operations) unless the session
+asks for the reference model; a bound DQ step, and a float16 Q step, write into ORT's buffer when the result is a
+partition output (a fresh array of a large tensor costs its page faults).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..support import dtype_name
 from ..target import Target
 from .. import runtime
-from ._matrix import quantize_float
+from ._matrix import QUANT_RANGES, container_dtype, quantize_float
 from ._util import arg, nbytes
 
 _QTYPES = ("int8", "uint8", "int16", "uint16", "int4", "uint4")
@@ -93,7 +96,8 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     if x.value is not None:
         consts["x"] = _widen(np.asarray(x.value))
     attrs = {"op": node.op_type, "scale_dtype": scale.dtype.name, "qtype": _qtype(node) if node.op_type ==
-             "QuantizeLinear" else dtype_name(x), "itemsize": 4 if scale.dtype == np.float32 else 2}
+             "QuantizeLinear" else dtype_name(x), "itemsize": 4 if scale.dtype == np.float32 else 2,
+             "f16_int32": node.domain == ""}  # float16 x: ORT's ONNX-domain kernel (quantize_half_as_ort)
     if node.op_type == "DequantizeLinear":
         consts["scale"] = consts["scale"].astype(np.float32)
         consts["zp"] = consts["zp"].astype(np.float32)
@@ -101,13 +105,17 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
 
 
 def _native_per_tensor(p: Prepared) -> tuple | None:
-    """(native kernels, scale, zero point) for a per-tensor 8-bit Q/DQ with a float32 scale, else None."""
+    """(native kernels, scale, zero point) for a per-tensor 8-bit Q with a float32 or float16 scale (widened
+    exactly, as the reference divides by it in float32), else None."""
     nat = runtime.native(p)
     c = p.consts
     if nat is None or p.attrs["qtype"] not in ("int8", "uint8") or c["scale"].ndim or c["zp"].ndim \
-            or p.attrs["scale_dtype"] != "float32":
+            or p.attrs["scale_dtype"] not in ("float32", "float16"):
         return None
     return nat, float(c["scale"]), int(c["zp"])
+
+
+_NATIVE_Q = (np.dtype(np.float32), np.dtype(np.float16))  # quantize_tensor, quantize_half
 
 
 _DQ_NATIVE = ("int8", "uint8", "int16", "uint16", "int32")
@@ -124,6 +132,24 @@ def _native_dq(p: Prepared) -> tuple | None:
     return nat, float(c["zp"]), float(c["scale"])
 
 
+_INT32_MIN = -(2 ** 31)
+
+
+def quantize_half_as_ort(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, qtype: str) -> np.ndarray:
+    """float16 QuantizeLinear as ORT's CPU kernel computes it (qmath.h's MLFloat16 loops, per tensor, per axis and
+    blocked): ``q = rint(float32(x) / scale)`` converted to int32 as x86 does (NaN, +-Inf and |q| >= 2^31 become
+    INT_MIN), plus the zero point in wrapping int32 arithmetic, clamped to the code range. So those values give the
+    lowest code with a zero point >= 0 and the highest with a negative one, where the float32 kernel (MLAS, clamping
+    before it converts; ``quantize_float``) gives +Inf the highest code."""
+    lo, hi = QUANT_RANGES[qtype]
+    q = np.asarray(x.astype(np.float32) / np.asarray(scale, np.float32))  # 0-d stays an array
+    np.rint(q, out=q)
+    valid = (q >= _INT32_MIN) & (q < -_INT32_MIN)
+    wide = np.where(valid, q, _INT32_MIN).astype(np.int64) + np.asarray(zero_point, np.int64)
+    wrapped = (wide - _INT32_MIN) % (2 ** 32) + _INT32_MIN
+    return np.clip(wrapped, lo, hi).astype(container_dtype(qtype))
+
+
 def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
     x = arg(p, inputs, 0) if "x" not in p.consts else p.consts["x"]
     fast = _native_per_tensor(p)
@@ -131,6 +157,12 @@ def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
         nat, scale, zp = fast
         return [nat.quantize_tensor(np.ascontiguousarray(x), scale, zp, p.attrs["qtype"] == "int8",
                                     runtime.threads(p)).reshape(x.shape)]  # ascontiguousarray makes 0-d 1-d
+    if fast is not None and x.dtype == np.float16 and x.flags.c_contiguous:  # widened, then the same steps
+        nat, scale, zp = fast
+        return [nat.quantize_half(x, scale, zp, p.attrs["qtype"] == "int8", p.attrs["f16_int32"], None,
+                                  runtime.threads(p))]
+    if x.dtype == np.float16 and p.attrs["f16_int32"] and p.attrs["qtype"] not in ("int4", "uint4"):
+        return [quantize_half_as_ort(x, p.consts["scale"], p.consts["zp"], p.attrs["qtype"])]
     return [quantize_float(x, p.consts["scale"], p.consts["zp"], p.attrs["qtype"])]
 
 
@@ -164,11 +196,16 @@ def _bind(p: Prepared, inputs, outs) -> Any:
         return runtime.call_step(p, nat.dequantize_into, (None, zp, scale, None, runtime.threads(p)), live,
                                  [(-1, None)], None, into)
     fast = _native_per_tensor(p)
-    if fast is None or x.dtype != np.float32:
+    if fast is None or x.dtype not in _NATIVE_Q:
         return None
     nat, scale, zp = fast
     args = (None, scale, zp, p.attrs["qtype"] == "int8", runtime.threads(p))
-    return runtime.call_step(p, nat.quantize_tensor, args, live, [(-1, None)])
+    if x.dtype == np.float32:
+        return runtime.call_step(p, nat.quantize_tensor, args, live, [(-1, None)])
+    where = p.runtime.partition_outputs  # float16: into ORT's buffer when the result is a partition output
+    into = [(5, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, nat.quantize_half, (*args[:4], p.attrs["f16_int32"], None, args[4]), live,
+                             [(-1, None)], None, into)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

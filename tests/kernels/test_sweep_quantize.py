@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
 from _single_op import model as single_node_model, run_ort
-from _sweep import around, check, with_specials
+from _sweep import around, check, node_model, run_kernel, with_specials
 from npu_ep.kernels import runtime
 from npu_testing import assignment, cpu_run, make_model, npu_session
 
@@ -178,4 +178,82 @@ def test_dynamic_quantize_linear_session_runs_the_bound_step():
             for g, w in zip(sess.run(None, feeds), want):
                 assert g.dtype == w.dtype and g.shape == w.shape
                 np.testing.assert_array_equal(g, w)
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+
+
+HALF_BLOCK, HALF_CHUNK = 512, 1 << 15  # quantize.cc's float16 widening block and task size
+
+
+def _half_values(n: int, scale: float) -> np.ndarray:
+    """float16 values over the codes' range and past it, ties k + 0.5 (times a power-of-two scale: exact in float16),
+    NaN, +-Inf, -0.0, the largest float16 and a subnormal."""
+    with np.errstate(over="ignore"):  # values past float16's range become +-Inf
+        x = _values(n, scale).astype(np.float16)
+    ties = ((RNG.integers(-200, 200, n) + 0.5) * scale).astype(np.float16)
+    x[1::3] = ties[1::3]
+    return with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 65504.0, -65504.0, 6e-8, -6e-8))
+
+
+@pytest.mark.parametrize("domain", ["", "com.microsoft"])
+@pytest.mark.parametrize("qtype,zp", [(np.uint8, 0), (np.uint8, 131), (np.int8, 0), (np.int8, -7)])
+def test_quantize_linear_float16(q_isa, domain, qtype, zp):
+    """float16 x with a float16 scale: quantize_half widens x (and the scale) exactly and takes the float32 steps,
+    the reference's bits; sizes across the 16 lanes, the 512-element widening block and the 2^15 task."""
+    for n in SIZES + around(HALF_BLOCK, 2 * HALF_BLOCK):
+        for scale in (np.float16(0.125), np.float16(0.0371), np.float16(1e-5)):  # 1e-5: quotients past int32
+            inputs = [("x", _half_values(n, float(scale)), False), ("s", np.array(scale, np.float16), True),
+                      ("z", np.array(zp, qtype), True)]
+            check("QuantizeLinear", inputs, "quantize_half", exact=True, domain=domain)
+    x = _half_values(2 * HALF_CHUNK + 17, 0.0625)
+    inputs = [("x", x, False), ("s", np.array(0.0625, np.float16), True), ("z", np.array(zp, qtype), True)]
+    one = check("QuantizeLinear", inputs, "quantize_half", exact=True, domain=domain, threads=1)
+    two = check("QuantizeLinear", inputs, "quantize_half", exact=True, domain=domain, threads=2)
+    assert one[0].tobytes() == two[0].tobytes()
+
+
+HALF_SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 65504, -65504, 1, -1, 0.5, 1.5, 2.5, -0.5, -2.5, 0.7, 10, -10],
+                         np.float16)
+
+
+@pytest.mark.parametrize("qtype,zp", [(np.uint8, 131), (np.int8, -7), (np.int8, 3), (np.int16, -300)])
+@pytest.mark.parametrize("scale", [1.0, 1e-5])
+def test_quantize_linear_float16_out_of_int32_is_orts(qtype, zp, scale):
+    """ORT's float16 kernel converts the rounded quotient to int32 before adding the zero point: NaN, +-Inf and
+    quotients past 2^31 become INT_MIN, so they give the lowest code with a zero point >= 0 and (the addition wraps)
+    the highest with a negative one; its float32 kernel gives +Inf the highest. The reference and the native kernel
+    follow the float16 kernels (this failed with the float32 rule: +Inf gave 255 where ORT's ONNX-domain kernel
+    gives 0); com.microsoft's clamps first."""
+    inputs = [("x", HALF_SPECIALS, False), ("s", np.array(scale, np.float16), True), ("z", np.array(zp, qtype), True)]
+    for domain in ("", "com.microsoft"):  # com.microsoft's float16 kernel clamps before it converts, as float32
+        if domain and qtype == np.int16:
+            continue
+        want = run_ort(single_node_model("QuantizeLinear", inputs, domain=domain), inputs)[0]
+        for kernels in ("native", "reference"):
+            got = run_kernel(node_model("QuantizeLinear", inputs, domain=domain), {"x": HALF_SPECIALS}, kernels)[0]
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want, err_msg=f"{domain} {kernels}")
+
+
+@pytest.mark.parametrize("domain", ["", "com.microsoft"])
+def test_quantize_linear_float16_session_runs_the_bound_step(domain):
+    """NpuEP runs a float16 QuantizeLinear as its bound native step (no Python step), the CPU EP's codes exactly
+    (ties, saturation, NaN, +-Inf among the values)."""
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import session_options
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="the_op", domain=domain)
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 64, 300])],
+                       [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 64, 300])],
+                       {"s": np.array(0.0371, np.float16), "z": np.array(131, np.uint8)}, opset=21,
+                       extra_opsets=[(domain, 1)] if domain else [])
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    feeds = {"x": _half_values(64 * 300, 0.0371).reshape(1, 64, 300)}
+    want = cpu_run(model, feeds)[0]
+    for _ in range(3):  # the kernel's run, then the bound step
+        got = sess.run(None, feeds)[0]
+        assert got.dtype == np.uint8
+        np.testing.assert_array_equal(got, want)
     assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
