@@ -278,9 +278,10 @@ def run_int(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def bind_int(p: Prepared, inputs, outs) -> Any:
-    """QLinearMatMul, and MatMulInteger without an epilogue, with B, the zero points and the scales constant, as one
-    native step calling the int8 GEMM as ``_native_int`` does, writing ORT's own buffer when the result is an
-    output of the partition (ep/step_binding.py). None elsewhere: the kernel runs."""
+    """QLinearMatMul, and MatMulInteger without an epilogue, with B, the zero points and the scales constant (A's
+    zero point may come at run time: DynamicQuantizeLinear's, put in per call), as one native step calling the int8
+    GEMM as ``_native_int`` does, writing ORT's own buffer when the result is an output of the partition
+    (ep/step_binding.py). None elsewhere: the kernel runs."""
     nat, at, c = runtime.native(p), p.attrs, p.consts
     slots = at["slots"]
     a = inputs[slots["a"]] if slots["a"] < len(inputs) else None
@@ -290,10 +291,16 @@ def bind_int(p: Prepared, inputs, outs) -> Any:
             or (at["op"] == "MatMulInteger" and at["epilogue"]) or (at["op"] == "QLinearMatMul" and "mult" not in c)
             or not isinstance(a, np.ndarray) or not a.ndim
             or not a.flags.c_contiguous or a.dtype not in (np.uint8, np.int8)
-            or any(_runtime(p, inputs, name) for name in slots if name not in ("a", "b"))):
+            or any(_runtime(p, inputs, name) for name in slots if name not in ("a", "b", "azp"))):
         return None
     K, N = at["b_shape"]
+    live = [(0, slots["a"], a.dtype, a.shape, None)]
     azp, yzp = c.get("azp"), c.get("yzp")
+    if _runtime(p, inputs, "azp"):
+        azp = inputs[slots["azp"]]
+        if not isinstance(azp, np.ndarray) or azp.dtype != a.dtype:
+            return None
+        live.append((1, slots["azp"], azp.dtype, azp.shape, None))  # int8_matmul widens it to int32
     if (azp is not None and azp.size != 1) or (yzp is not None and yzp.size != 1) or a.shape[-1] != K:
         return None
     z = np.asarray(0 if azp is None else azp, np.int32).reshape(1)
@@ -306,8 +313,8 @@ def bind_int(p: Prepared, inputs, outs) -> Any:
     where = p.runtime.partition_outputs
     into = [(13, where[0], shape)] if where and 0 in where else []
     args = (None, z, c["i8_bp"], c["i8_bsum"], c["i8_bzp"], K, N, runtime.threads(p), *requant, None, False, None)
-    return runtime.call_step(p, nat.int8_matmul, args, [(0, slots["a"], a.dtype, a.shape, (m, K))], [(-1, shape)],
-                             None, into)
+    live[0] = (0, slots["a"], a.dtype, a.shape, (m, K))
+    return runtime.call_step(p, nat.int8_matmul, args, live, [(-1, shape)], None, into)
 
 
 def _bind_float(p: Prepared, inputs, outs, nat, a) -> Any:

@@ -144,6 +144,41 @@ def test_matmul_integer_op_batched(isa):
             check("MatMulInteger", inputs, "int8_matmul", exact=True)
 
 
+def test_matmul_integer_runtime_zero_point_is_a_step_input(isa):
+    """A's zero point at run time (DynamicQuantizeLinear's): the bound int8_matmul step takes it per call (its
+    bytes checked against the kernel's by _sweep, and it must bind)."""
+    from _sweep import kernel_and_bound_step
+    for dta in (np.uint8, np.int8):
+        for m, n in ((1, 16), (9, 33)):
+            inputs = [("a", _codes((m, 70), dta), False), ("b", _codes((70, n), np.int8), True),
+                      ("az", np.array(-3 if dta == np.int8 else 131, dta), False), ("bz", np.array(0, np.int8), True)]
+            check("MatMulInteger", inputs, "int8_matmul", exact=True)
+            got, bound = kernel_and_bound_step("MatMulInteger", inputs)
+            assert len(bound) == 1 and bound[0].tobytes() == got[0].tobytes(), "no bound step for a runtime zero point"
+
+
+def test_dynamic_quantized_matmul_integer_session_runs_natively():
+    """DynamicQuantizeLinear -> MatMulInteger (runtime a_zero_point), as ORT's dynamic quantizer writes a Gemm
+    (crnn-int8's classifier): on NpuEP with the CPU EP's exact sums and no Python step."""
+    from onnx import TensorProto, helper
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import make_model, session_options
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+             helper.make_node("MatMulInteger", ["xq", "b", "xz", "bz"], ["y"], name="mmi")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [20, 96])],
+                       [helper.make_tensor_value_info("y", TensorProto.INT32, [20, 40])],
+                       {"b": _codes((96, 40), np.int8), "bz": np.array(0, np.int8)})
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    for seed in range(3):
+        x = {"x": (np.random.default_rng(seed).standard_normal((20, 96)) + seed).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, x)[0], cpu_run(model, x)[0])
+    assert python_steps(sess) == [], "MatMulInteger ran its Python kernel instead of the bound native step"
+
+
 def test_matmul_integer_to_float_op(isa):
     for m in (1, 2, 7, 16):
         for n in (16, 31, 33):
