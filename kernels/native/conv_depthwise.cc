@@ -249,9 +249,9 @@ void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, co
 // twice per output instead of nine times. Per output the taps still go in the reference's order (row by row, then
 // column by column: the block walks its input rows top down), product then sum, never fused, then + bias.
 // The input rows come from a RowRing: each row once per task, zero-padded, as its sw column phases.
-
-// The register kernels below are compiled for AVX-512 as a whole (their lambdas too, which a function's target
-// attribute does not reach); they run only where RegisterBlock found AVX-512.
+//
+// The kernels and their row ring are compiled for AVX-512 as a whole (their lambdas too, which a function's target
+// attribute does not reach); they run only where RegisterSegment found AVX-512.
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
 #else
@@ -259,11 +259,11 @@ void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, co
 #pragma GCC target("avx512f")
 #endif
 
-// f(std::integral_constant<int, 0>) ... f(std::integral_constant<int, N - 1>): loop indices the compiler sees as
-// constants, so a block's accumulators stay in registers whatever the optimization level's unrolling limits.
 // The first n of 16 lanes (none for n <= 0, all for n >= 16).
 inline __mmask16 LaneMask(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1); }
 
+// f(std::integral_constant<int, 0>) ... f(std::integral_constant<int, N - 1>): loop indices the compiler sees as
+// constants, so a block's accumulators stay in registers whatever the optimization level's unrolling limits.
 template <int... I, typename F>
 inline void UnrollSeq(std::integer_sequence<int, I...>, F&& f) {
   (f(std::integral_constant<int, I>{}), ...);
@@ -271,43 +271,6 @@ inline void UnrollSeq(std::integer_sequence<int, I...>, F&& f) {
 template <int N, typename F>
 inline void Unroll(F&& f) {
   UnrollSeq(std::make_integer_sequence<int, N>{}, f);
-}
-
-// R output rows (R <= the block's) of one plane from its input rows rows[0 ..] (phase 0 of each; the block's first
-// output row reads rows[0] at its top tap row), all OW columns, CV vectors of 16 at a time.
-template <int KH, int KW, int SH, int SW, int R, int CV>
-__attribute__((target("avx512f"))) void DepthwiseBlock(const float* const* rows, int64_t pitch, const float* taps,
-                                                       const float* bias, float* out, int64_t OW) {
-  __m512 wt[KH * KW];
-  for (int t = 0; t < KH * KW; ++t) wt[t] = _mm512_set1_ps(taps[t]);
-  for (int64_t o = 0; o < OW; o += 16 * CV) {
-    __m512 acc[R][CV];
-    Unroll<(R - 1) * SH + KH>([&](auto u) {
-      const float* row = rows[u] + o;
-      Unroll<KW>([&](auto j) {
-        constexpr int kPhase = j % SW, kCol = j / SW;
-        __m512 v[CV];
-        for (int c = 0; c < CV; ++c) v[c] = _mm512_loadu_ps(row + kPhase * pitch + kCol + 16 * c);
-        Unroll<R>([&](auto q) {
-          constexpr int i = u - q * SH;
-          if constexpr (i >= 0 && i < KH) {
-            for (int c = 0; c < CV; ++c) {
-              const __m512 p = _mm512_mul_ps(v[c], wt[i * KW + j]);
-              acc[q][c] = i == 0 && j == 0 ? p : _mm512_add_ps(acc[q][c], p);
-            }
-          }
-        });
-      });
-    });
-    for (int q = 0; q < R; ++q) {
-      for (int c = 0; c < CV; ++c) {
-        const int64_t left = OW - o - 16 * c;
-        if (left <= 0) break;
-        const __m512 a = bias != nullptr ? _mm512_add_ps(acc[q][c], _mm512_set1_ps(*bias)) : acc[q][c];
-        _mm512_mask_storeu_ps(out + q * OW + o + 16 * c, LaneMask(left), a);
-      }
-    }
-  }
 }
 
 // Stride-2 column phases of one input row: its even columns to `ev`, its odd ones to `od`, 32 columns a step.
@@ -323,35 +286,68 @@ void DeinterleaveAvx512(const float* src, int64_t W, float* ev, float* od) {
   }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+// R output rows of one plane, all OW columns, CV vectors of 16 at a time, from the block's input rows rows[0 ..]
+// (phase 0 of each; the first output row's top tap row is rows[0]) and the taps broadcast in wt.
+template <int KH, int KW, int SH, int SW, int R, int CV>
+inline void DepthwiseBlock(const float* const* rows, int64_t pitch, const __m512* wt, const float* bias, float* out,
+                           int64_t OW) {
+  for (int64_t o = 0; o < OW; o += 16 * CV) {
+    __m512 acc[R][CV];
+    Unroll<(R - 1) * SH + KH>([&](auto u) {
+      const float* row = rows[u] + o;
+      Unroll<KW>([&](auto j) {
+        constexpr int kPhase = j % SW, kCol = j / SW;
+        Unroll<CV>([&](auto c) {
+          const __m512 v = _mm512_loadu_ps(row + kPhase * pitch + kCol + 16 * c);
+          Unroll<R>([&](auto q) {
+            constexpr int i = u - q * SH;
+            if constexpr (i >= 0 && i < KH) {
+              const __m512 p = _mm512_mul_ps(v, wt[i * KW + j]);
+              if constexpr (i == 0 && j == 0)
+                acc[q][c] = p;
+              else
+                acc[q][c] = _mm512_add_ps(acc[q][c], p);
+            }
+          });
+        });
+      });
+    });
+    for (int q = 0; q < R; ++q) {
+      for (int c = 0; c < CV; ++c) {
+        const int64_t left = OW - o - 16 * c;
+        if (left <= 0) break;
+        const __m512 a = bias != nullptr ? _mm512_add_ps(acc[q][c], _mm512_set1_ps(*bias)) : acc[q][c];
+        _mm512_mask_storeu_ps(out + q * OW + o + 16 * c, LaneMask(left), a);
+      }
+    }
+  }
+}
 
-// A task's zero-padded input rows in a ring of `slots` rows: row ih sits in slot ih % slots as sw phase rows of
-// `pitch` floats (phase p: padded columns p, p + sw, ...), copied in when first asked for; rows above and below
-// the input read a zero row. Per thread and kept across tasks and calls: the padding stays zero while the
+// A task's zero-padded input rows in a ring of kRingSlots rows: row ih sits in slot ih % kRingSlots as sw phase
+// rows of `pitch` floats (phase p: padded columns p, p + sw, ...), copied in when first asked for; rows above and
+// below the input read a zero row. Per thread and kept across tasks and calls: the padding stays zero while the
 // geometry is the same, since every row writes the same columns.
 class RowRing {
  public:
-  RowRing(const ConvShape& s, int64_t slots, int64_t pitch) : s_(s), slots_(slots), pitch_(pitch) {
+  static constexpr int64_t kRingSlots = 16;  // >= (4 - 1) * sh + kh rows of a block; a power of two
+
+  RowRing(const ConvShape& s, int64_t pitch) : s_(s), pitch_(pitch) {
     thread_local std::vector<float> buf;
-    thread_local int64_t key[6] = {-1, -1, -1, -1, -1, -1};
-    const int64_t k[6] = {slots, pitch, s.sw, s.pl, s.W, 0};
-    if (!std::equal(k, k + 6, key)) {
-      buf.assign(static_cast<size_t>((slots + 1) * s.sw * pitch), 0.0f);
-      std::copy(k, k + 6, key);
+    thread_local int64_t key[4] = {-1, -1, -1, -1};
+    const int64_t k[4] = {pitch, s.sw, s.pl, s.W};
+    if (!std::equal(k, k + 4, key)) {
+      buf.assign(static_cast<size_t>((kRingSlots + 1) * s.sw * pitch), 0.0f);
+      std::copy(k, k + 4, key);
     }
     buf_ = buf.data();
-    held_.assign(static_cast<size_t>(slots), -1);
+    Reset();
   }
   int64_t pitch() const { return pitch_; }
-  void Reset() { std::fill(held_.begin(), held_.end(), -1); }  // a new plane
+  void Reset() { std::fill(held_, held_ + kRingSlots, -1); }  // a new plane
   // Phase 0 of input row ih of `plane` (phase p at + p * pitch).
   const float* Row(const float* plane, int64_t ih) {
-    if (ih < 0 || ih >= s_.H) return buf_ + slots_ * s_.sw * pitch_;  // the zero row after the slots
-    const int64_t slot = ih % slots_;
+    if (ih < 0 || ih >= s_.H) return buf_ + kRingSlots * s_.sw * pitch_;  // the zero row after the slots
+    const int64_t slot = ih & (kRingSlots - 1);
     float* row = buf_ + slot * s_.sw * pitch_;
     if (held_[slot] != ih) {
       Fill(plane + ih * s_.W, row);
@@ -364,7 +360,8 @@ class RowRing {
   void Fill(const float* src, float* row) const {
     const int64_t W = s_.W, pl = s_.pl;
     if (s_.sw == 1) {
-      std::memcpy(row + pl, src, W * sizeof(float));
+      for (int64_t x = 0; x < W; x += 16)
+        _mm512_mask_storeu_ps(row + pl + x, LaneMask(W - x), _mm512_maskz_loadu_ps(LaneMask(W - x), src + x));
     } else if (s_.sw == 2) {
       DeinterleaveAvx512(src, W, row + (pl % 2) * pitch_ + pl / 2, row + ((pl + 1) % 2) * pitch_ + (pl + 1) / 2);
     } else {
@@ -373,93 +370,93 @@ class RowRing {
   }
 
   const ConvShape& s_;
-  int64_t slots_, pitch_;
+  int64_t pitch_;
   float* buf_;
-  std::vector<int64_t> held_;
+  int64_t held_[kRingSlots];
 };
 
-constexpr int kBlockRows = 4;  // output rows per block
+// What a task's segment kernel needs beyond its rows.
+struct DepthwiseArgs {
+  const ConvShape& s;
+  const float *x, *w, *bias;
+  float* y;
+  const ConvTail& tail;
+};
 
-using BlockFn = void (*)(const float* const*, int64_t, const float*, const float*, float*, int64_t);
-
-// The block kernels of one (kernel, stride) shape, by rows (1 .. kBlockRows) and vectors per pass (1 or 2).
-template <int KH, int KW, int SH, int SW, int CV>
-BlockFn BlockFor(int rows) {
-  switch (rows) {
-    case 1: return DepthwiseBlock<KH, KW, SH, SW, 1, CV>;
-    case 2: return DepthwiseBlock<KH, KW, SH, SW, 2, CV>;
-    case 3: return DepthwiseBlock<KH, KW, SH, SW, 3, CV>;
-    default: return DepthwiseBlock<KH, KW, SH, SW, kBlockRows, CV>;
-  }
-}
-
-template <int KH, int KW, int SH, int SW>
-BlockFn BlockFor(int rows, int64_t OW) {
-  return OW > 16 ? BlockFor<KH, KW, SH, SW, 2>(rows) : BlockFor<KH, KW, SH, SW, 1>(rows);
-}
-
-// The block kernel for this shape and a block of `rows` output rows, or null (no register kernel for the shape).
-BlockFn RegisterBlock(const ConvShape& s, int rows) {
-  if (ActiveIsa() < Isa::kAvx512 || s.dh != 1 || s.dw != 1 || s.sh > 2 || s.sw > 2) return nullptr;
-  const int strides = static_cast<int>(s.sh * 10 + s.sw);
-  if (s.kh == 3 && s.kw == 3) {
-    switch (strides) {
-      case 11: return BlockFor<3, 3, 1, 1>(rows, s.OW);
-      case 12: return BlockFor<3, 3, 1, 2>(rows, s.OW);
-      case 21: return BlockFor<3, 3, 2, 1>(rows, s.OW);
-      default: return BlockFor<3, 3, 2, 2>(rows, s.OW);
-    }
-  }
-  if (s.kh == 5 && s.kw == 5) {
-    switch (strides) {
-      case 11: return BlockFor<5, 5, 1, 1>(rows, s.OW);
-      case 12: return BlockFor<5, 5, 1, 2>(rows, s.OW);
-      case 21: return BlockFor<5, 5, 2, 1>(rows, s.OW);
-      default: return BlockFor<5, 5, 2, 2>(rows, s.OW);
-    }
-  }
-  return nullptr;
-}
-
-// Output rows [oh0, oh1) of plane `plane` (image n, output channel m) through `blocks` (by rows), each block's
+// Output rows [oh0, oh1) of plane `plane` (image n, output channel m) in blocks of kRows output rows, each block's
 // tail applied while in cache.
-void DepthwiseRegisterRows(const ConvShape& s, const float* x, const float* w, const float* bias, float* y,
-                           const ConvTail& tail, const BlockFn* blocks, RowRing& ring, int64_t plane, int64_t oh0,
-                           int64_t oh1) {
-  const int64_t T = s.kh * s.kw, mult = s.M / s.C, n = plane / s.M, m = plane % s.M, c = m / mult;
-  float taps[25];
-  for (int64_t t = 0; t < T; ++t) taps[t] = w[(c * T + t) * mult + m % mult];
-  const float* in = x + (n * s.C + c) * s.H * s.W;
-  float* out = y + plane * s.P();
+template <int KH, int KW, int SH, int SW, int CV>
+void DepthwiseSegment(const DepthwiseArgs& a, RowRing& ring, int64_t plane, int64_t oh0, int64_t oh1) {
+  constexpr int kRows = 4, kInRows = (kRows - 1) * SH + KH;
+  const ConvShape& s = a.s;
+  const int64_t mult = s.M / s.C, m = plane % s.M, c = m / mult, OW = s.OW;
+  __m512 wt[KH * KW];
+  for (int t = 0; t < KH * KW; ++t) wt[t] = _mm512_set1_ps(a.w[(c * KH * KW + t) * mult + m % mult]);
+  const float* in = a.x + (plane / s.M * s.C + c) * s.H * s.W;
+  const float* bias = a.bias != nullptr ? a.bias + m : nullptr;
+  float* out = a.y + plane * s.P();
+  const int64_t pitch = ring.pitch();
   ring.Reset();
-  const float* rows[(kBlockRows - 1) * 2 + 5];
-  for (int64_t q0 = oh0; q0 < oh1; q0 += kBlockRows) {
-    const int n_rows = static_cast<int>(std::min<int64_t>(kBlockRows, oh1 - q0));
-    const int64_t in_rows = (n_rows - 1) * s.sh + s.kh, top = q0 * s.sh - s.pt;
-    for (int64_t u = 0; u < in_rows; ++u) rows[u] = ring.Row(in, top + u);
-    blocks[n_rows](rows, ring.pitch(), taps, bias != nullptr ? bias + m : nullptr, out + q0 * s.OW, s.OW);
-    if (tail.n) ApplyChannelTail(tail, out + q0 * s.OW, n_rows * s.OW, m);
+  const float* rows[kInRows];
+  for (int64_t q0 = oh0; q0 < oh1; q0 += kRows) {
+    const int64_t n_rows = std::min<int64_t>(kRows, oh1 - q0), top = q0 * SH - s.pt;
+    for (int u = 0; u < (n_rows - 1) * SH + KH; ++u) rows[u] = ring.Row(in, top + u);
+    float* dst = out + q0 * OW;
+    if (n_rows == kRows)
+      DepthwiseBlock<KH, KW, SH, SW, kRows, CV>(rows, pitch, wt, bias, dst, OW);
+    else if (n_rows == 3)
+      DepthwiseBlock<KH, KW, SH, SW, 3, CV>(rows, pitch, wt, bias, dst, OW);
+    else if (n_rows == 2)
+      DepthwiseBlock<KH, KW, SH, SW, 2, CV>(rows, pitch, wt, bias, dst, OW);
+    else
+      DepthwiseBlock<KH, KW, SH, SW, 1, CV>(rows, pitch, wt, bias, dst, OW);
+    if (a.tail.n) ApplyChannelTail(a.tail, dst, n_rows * OW, m);
   }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+using SegmentFn = void (*)(const DepthwiseArgs&, RowRing&, int64_t, int64_t, int64_t);
+
+template <int KH, int KW>
+SegmentFn SegmentFor(const ConvShape& s) {
+  const bool wide = s.OW > 16;  // two vectors per pass
+  switch (s.sh * 10 + s.sw) {
+    case 11: return wide ? DepthwiseSegment<KH, KW, 1, 1, 2> : DepthwiseSegment<KH, KW, 1, 1, 1>;
+    case 12: return wide ? DepthwiseSegment<KH, KW, 1, 2, 2> : DepthwiseSegment<KH, KW, 1, 2, 1>;
+    case 21: return wide ? DepthwiseSegment<KH, KW, 2, 1, 2> : DepthwiseSegment<KH, KW, 2, 1, 1>;
+    default: return wide ? DepthwiseSegment<KH, KW, 2, 2, 2> : DepthwiseSegment<KH, KW, 2, 2, 1>;
+  }
+}
+
+// The register kernel for this shape, or null (none for the shape, or no AVX-512).
+SegmentFn RegisterSegment(const ConvShape& s) {
+  if (ActiveIsa() < Isa::kAvx512 || s.dh != 1 || s.dw != 1 || s.sh > 2 || s.sw > 2) return nullptr;
+  if (s.kh == 3 && s.kw == 3) return SegmentFor<3, 3>(s);
+  if (s.kh == 5 && s.kw == 5) return SegmentFor<5, 5>(s);
+  return nullptr;
 }
 
 // Output rows split evenly into tasks of at least kTaskWork multiply-adds (a multiple of 4 of them, so 2 or 4
 // threads share the work evenly; any split gives the same bits, an output's sum never crosses a task).
-void DepthwiseRegister(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
-                       const ConvTail& tail) {
+void DepthwiseRegister(SegmentFn segment, const DepthwiseArgs& a, int threads) {
   constexpr int64_t kTaskWork = int64_t{1} << 18;
+  const ConvShape& s = a.s;
   const int64_t units = s.N * s.M * s.OH, work = units * s.OW * s.kh * s.kw;
   int64_t tasks = work < 2 * kTaskWork ? 1 : (work / kTaskWork + 3) / 4 * 4;
   tasks = std::min(tasks, units);
-  const int64_t slots = (kBlockRows - 1) * s.sh + s.kh;
-  const int64_t pitch = (std::max((s.W + s.pl + s.pr + s.sw - 1) / s.sw, (s.OW + 31) / 32 * 32 + s.kw) + 15) / 16 * 16;
-  BlockFn blocks[kBlockRows + 1] = {};
-  for (int r = 1; r <= kBlockRows; ++r) blocks[r] = RegisterBlock(s, r);
+  const int64_t wq = (s.W + s.pl + s.pr + s.sw - 1) / s.sw, reach = (s.OW + 31) / 32 * 32 + s.kw;
+  const int64_t pitch = (std::max(wq, reach) + 15) / 16 * 16;
   ParallelFor(threads, tasks, [&](int64_t task) {
-    RowRing ring(s, slots, pitch);
+    RowRing ring(s, pitch);
     const int64_t u0 = task * units / tasks, u1 = (task + 1) * units / tasks;
     for (int64_t u = u0; u < u1;) {
       const int64_t plane = u / s.OH, oh0 = u % s.OH, oh1 = std::min(s.OH, oh0 + (u1 - u));
-      DepthwiseRegisterRows(s, x, w, bias, y, tail, blocks, ring, plane, oh0, oh1);
+      segment(a, ring, plane, oh0, oh1);
       u += oh1 - oh0;
     }
   });
@@ -471,7 +468,8 @@ void DepthwiseRegister(const ConvShape& s, const float* x, const float* w, const
 void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                     const ConvTail& tail) {
 #if NPU_EP_X86
-  if (RegisterBlock(s, kBlockRows) != nullptr) return DepthwiseRegister(s, x, w, bias, y, threads, tail);
+  if (const SegmentFn segment = RegisterSegment(s))
+    return DepthwiseRegister(segment, {s, x, w, bias, y, tail}, threads);
 #endif
   if (s.sw == 1 || RowsKernel(s)) return DepthwiseFloatPadded(s, x, w, bias, y, threads, tail);
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();
