@@ -5,10 +5,10 @@ Paths: on AVX-512, 3x3 and 5x5 kernels with strides 1-2 and no dilation run as r
 one or two 16-column vectors (two when OW > 16) over a ring of zero-padded input rows (stride 2: even/odd column
 phases), the output rows split evenly into tasks of >= 2^18 multiply-adds (segments start and end inside planes);
 every other shape (7x7, dilation 2, stride 3) and every lower ISA level takes the per-plane kernels. The grid
-crosses each block: channels 2 (a one-channel conv is a dense one), 15-17, 33; output rows 1-9 (blocks of 4 and their remainders 1-3); widths from 1
-to twice the kernel and around 16 and 32 output columns; pads symmetric, asymmetric and none (odd and even left pads
-move the stride-2 phases); depth multiplier 2; special values (NaN, +-Inf, -0, 1e30, denormals) in x and w; fused
-tails; threads 1 and 2 (the same bits whatever the split).
+crosses each block: channels 2 (a one-channel conv is a dense one), 15-17, 33; output rows 1-9 (blocks of 4 and
+their remainders 1-3); widths from 1 to twice the kernel and around 16 and 32 output columns; pads symmetric,
+asymmetric and none (odd and even left pads move the stride-2 phases); depth multiplier 2; special values (NaN,
++-Inf, -0, 1e30, denormals) in x and w; fused tails; threads 1 and 2 (the same bits whatever the split).
 
 Tolerance: bit-exact. The kernel computes per output x_0 * w_0, then + x_t * w_t tap by tap (padded taps multiply
 0), then + bias, in float32 without fused multiply-adds: the reference's operations in its order. NaN must be where
