@@ -8,6 +8,10 @@ G*S rows of one matmul, so K/V are never repeated. Masked scores are -inf before
 masked gives 0 (not NaN), as ORT's CPU kernels. With the session's native kernels, float32 attention without softcap
 or intermediate scores runs ``kernels.attention_chain`` (npu::AttentionChain's kernel, ORT's masked-row rule).
 
+The three attention ops' native path is ``kernels.sdpa`` (kernels/native/sdpa.cc), called with the op's raw inputs
+(masks, past, bias, projection) so it is their bound step; ``SDPA_PARAMS`` and ``bind_sdpa`` are its Python side,
+and ``attend`` with the ops' masks is what it is swept against (tests/kernels/test_sweep_sdpa.py).
+
 Cost (``attention_cost``): both matmuls through the planner (``plan_matmul`` + ``cost.matmul_cost``: batch B*Nkv,
 m = G*S rows), the softmax over B*N*S*T scores through ``cost.vector_cost`` (scale, bias, max, subtract, sum,
 divide plus one exp per score); the three are summed (no overlap claimed).
