@@ -225,3 +225,14 @@ def test_session_runs_natively_with_cpu_ep_values(op, dt):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=TOL[dt], atol=TOL[dt])
     assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_threads_give_the_same_bits(dt):
+    """Above the one-thread floor (about 1M multiply-adds) the tasks split heads and query blocks by the thread
+    count; every row's bits stay the same, and the two-thread run matches the reference."""
+    q, k, v = _rand((1, 3, 70, 64), dt), _rand((1, 3, 90, 64), dt), _rand((1, 3, 90, 64), dt)
+    inputs = [("q", q, False), ("k", k, False), ("v", v, False)]
+    one = _check("Attention", inputs, dt)
+    got, _, calls = native_vs_reference("Attention", inputs, threads=2)
+    assert "sdpa" in calls and got[0].tobytes() == one[0].tobytes()
