@@ -345,7 +345,7 @@ class RowRing {
   int64_t pitch() const { return pitch_; }
   void Reset() { std::fill(held_, held_ + kRingSlots, -1); }  // a new plane
   // Phase 0 of input row ih of `plane` (phase p at + p * pitch).
-  const float* Row(const float* plane, int64_t ih) {
+  __attribute__((always_inline)) const float* Row(const float* plane, int64_t ih) {
     if (ih < 0 || ih >= s_.H) return buf_ + kRingSlots * s_.sw * pitch_;  // the zero row after the slots
     const int64_t slot = ih & (kRingSlots - 1);
     float* row = buf_ + slot * s_.sw * pitch_;
