@@ -32,6 +32,12 @@ bool SameShape(const py::array& a, const std::vector<py::ssize_t>& dims) {
 
 namespace {
 
+// A function this extension defines with pybind11 (m.def): a builtin function whose self is its function record.
+bool IsCppFunction(const py::handle& fn) {
+  return PyCFunction_Check(fn.ptr()) && PyCFunction_GET_SELF(fn.ptr()) != nullptr &&
+         py::detail::function_record_ptr_from_PyObject(PyCFunction_GET_SELF(fn.ptr())) != nullptr;
+}
+
 // What one input must be for a bound step to apply.
 struct Expected {
   enum Kind { kNone, kShape, kValue } kind = kNone;
@@ -91,6 +97,7 @@ class MemoStep : public NativeStep {
       if (!Matches(expected_[k], PyTuple_GET_ITEM(args, static_cast<Py_ssize_t>(k)))) return nullptr;
     return outputs_.inc_ref().ptr();
   }
+  bool NumpyFree() const override { return true; }
 
  private:
   std::vector<Expected> expected_;
@@ -147,6 +154,7 @@ class ViewStep : public NativeStep {
       return nullptr;
     }
   }
+  bool NumpyFree() const override { return true; }  // a reshape (a copy at most): no arithmetic
 
  private:
   std::vector<py::ssize_t> in_dims_, out_dims_;
@@ -263,7 +271,12 @@ class CallStep : public NativeStep {
       outputs_.push_back(std::move(out));
     }
     whole_ = outputs_.size() == 1 && outputs_[0].index < 0 && outputs_[0].dims.empty() && outputs_[0].columns.is_none();
+    numpy_free_ = IsCppFunction(fn_);
+    for (const py::handle a : args_) numpy_free_ = numpy_free_ && !PyCallable_Check(a.ptr());
   }
+
+  // fn is a C++ kernel (a pybind11 function) given no callable (a ufunc it would call): it does no numpy arithmetic.
+  bool NumpyFree() const override { return numpy_free_; }
 
   PyObject* Run(PyObject* step_args) override {
     if (!guards_.Hold() || !fixed_.Hold(step_args)) return nullptr;
@@ -325,6 +338,7 @@ class CallStep : public NativeStep {
   py::tuple args_;
   py::object kwnames_;  // the last arguments' keyword names (a tuple), or null
   bool whole_ = false;  // the one output is the whole result, as it is
+  bool numpy_free_ = false;
   std::vector<In> inputs_;
   std::vector<Out> outputs_;
   std::vector<OrtOut> ort_outputs_;
@@ -347,6 +361,7 @@ class ShapeStep : public NativeStep {
     for (int64_t i = first; i < last; ++i) dims.mutable_data()[i - first] = static_cast<int64_t>(a.shape(i));
     return py::make_tuple(std::move(dims)).release().ptr();
   }
+  bool NumpyFree() const override { return true; }
 
  private:
   static int64_t Clamp(int64_t axis, int64_t rank) {
@@ -374,6 +389,11 @@ class FirstOfSteps : public NativeStep {
     }
     return nullptr;
   }
+  bool NumpyFree() const override {
+    for (const NativeStep* step : steps_)
+      if (!step->NumpyFree()) return false;
+    return true;
+  }
 
  private:
   std::vector<py::object> owners_;
@@ -396,7 +416,10 @@ void RegisterNativeSteps(py::module_& m) {
           },
           py::arg("args"),
           "The step's outputs for the step inputs `args` (a tuple), as the loop runs it; None when it declines "
-          "them (the Python kernel runs then)");
+          "them (the Python kernel runs then)")
+      .def_property_readonly("numpy_free", &NativeStep::NumpyFree,
+                             "whether it never reaches numpy's arithmetic (a C++ kernel, a view, kept values): a "
+                             "program call sets numpy's error state only before a step that is not");
   py::class_<FirstOfSteps, NativeStep>(m, "FirstOfSteps",
                                        "the outputs of the first of `steps` (native steps) that takes the inputs; "
                                        "declines when none does")

@@ -17,6 +17,9 @@ class NativeStep {
   // error set when these inputs are not the ones the step was bound for (the loop then runs the Python kernel);
   // nullptr with an error set when the step failed.
   virtual PyObject* Run(PyObject* args) = 0;
+  // Whether Run never reaches numpy's arithmetic loops (a C++ kernel, a view, kept values), so a program whose steps
+  // all run such steps needs no numpy error state set around its call (ProgramCall sets it before any other step).
+  virtual bool NumpyFree() const { return false; }
 };
 
 // Whether a's shape is dims.

@@ -107,7 +107,7 @@ class ProgramCall {
     if (sig->observe) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
     py::object owner = sig->bound.is_none() ? loop_ : sig->bound;
     StepLoop* loop = sig->bound.is_none() ? loop_ptr_ : sig->bound_ptr;
-    PyObject* out = Quiet() ? RunStepLoop(*loop, ordered.ptr()) : RunQuietly(*loop, ordered.ptr());
+    PyObject* out = RunQuietly(*loop, ordered.ptr());
     if (out != nullptr) {
       uint64_t& calls = sig->evicted ? late_calls_ : sig->calls;
       uint64_t& ns = sig->evicted ? late_ns_ : sig->ns;
@@ -118,37 +118,50 @@ class ProgramCall {
     return out;
   }
 
-  // Whether numpy's error state is the "ignore all" one already (a sub-program called from a running program's
-  // step: an If branch, a Loop body), so its loop needs no set and reset of the context variable.
-  bool Quiet() const {
-    PyObject* now = nullptr;
-    if (PyContextVar_Get(errstate_.ptr(), nullptr, &now) < 0) {
-      PyErr_Clear();  // RunQuietly sets it and reports a failure there
-      return false;
+  // numpy's "ignore all" error state, set for one loop call when a step first needs it (NumpyQuiet) unless it is
+  // set already (a sub-program called from a running program's step: an If branch, a Loop body), and reset after.
+  class LazyQuiet : public NumpyQuiet {
+   public:
+    LazyQuiet(PyObject* errstate, PyObject* quiet) : errstate_(errstate), quiet_(quiet) {}
+    bool Ensure() override {
+      if (checked_) return true;
+      checked_ = true;
+      PyObject* now = nullptr;
+      if (PyContextVar_Get(errstate_, nullptr, &now) < 0) return false;
+      const bool already = now == quiet_;
+      Py_XDECREF(now);
+      if (!already) token_ = PyContextVar_Set(errstate_, quiet_);
+      return already || token_ != nullptr;
     }
-    const bool quiet = now == quiet_.ptr();
-    Py_XDECREF(now);
-    return quiet;
-  }
+    // Resets what Ensure set; a failed call's error survives. Returns `out`, or nullptr when the reset failed.
+    PyObject* Reset(PyObject* out) {
+      if (token_ == nullptr) return out;
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      const int reset = PyContextVar_Reset(errstate_, token_);
+      Py_CLEAR(token_);
+      if (reset < 0) {
+        Py_XDECREF(out);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return nullptr;
+      }
+      PyErr_Restore(type, value, tb);
+      return out;
+    }
 
-  // The loop run under numpy's "ignore all" error state, restored afterwards (a failed call's error survives).
+   private:
+    PyObject* errstate_;
+    PyObject* quiet_;
+    PyObject* token_ = nullptr;
+    bool checked_ = false;
+  };
+
+  // The loop run with numpy's error state set only if a step needs it, restored afterwards.
   PyObject* RunQuietly(StepLoop& loop, PyObject* ordered) {
-    PyObject* token = PyContextVar_Set(errstate_.ptr(), quiet_.ptr());
-    if (token == nullptr) return nullptr;
-    PyObject* out = RunStepLoop(loop, ordered);
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    const int reset = PyContextVar_Reset(errstate_.ptr(), token);
-    Py_DECREF(token);
-    if (reset < 0) {
-      Py_XDECREF(out);
-      Py_XDECREF(type);
-      Py_XDECREF(value);
-      Py_XDECREF(tb);
-      return nullptr;
-    }
-    PyErr_Restore(type, value, tb);
-    return out;
+    LazyQuiet quiet(errstate_.ptr(), quiet_.ptr());
+    return quiet.Reset(RunStepLoop(loop, ordered, &quiet));
   }
 
  public:

@@ -31,6 +31,7 @@ struct LoopStep {
   std::vector<int> release;                     // slots whose last reader is this step
   py::object native_owner;                      // the NativeStep (None: the kernel always runs)
   NativeStep* native = nullptr;
+  bool numpy_free = false;  // its native step does no numpy arithmetic (NativeStep::NumpyFree)
 };
 
 // Owns one call's slot table (strong references), cleared on every exit path.
@@ -130,6 +131,7 @@ class StepLoop {
       if (t.size() == 6 && !t[5].is_none()) {
         s.native = t[5].cast<NativeStep*>();
         s.native_owner = t[5].cast<py::object>();
+        s.numpy_free = s.native->NumpyFree();
       }
       for (const py::handle v : t[2]) s.in.push_back(CheckSlot(v.cast<int>(), true));
       for (const py::handle v : t[3]) {
@@ -144,9 +146,10 @@ class StepLoop {
 
   // inputs fill slots 0..n-1; returns the outputs as a tuple. A failing step's exception is replaced by
   // fail(step index, args tuple, exception) (the Python side names the node), chained to the original.
-  py::object Call(const py::tuple& inputs) {
+  // quiet (optional): ensured before a step that may reach numpy's arithmetic (NumpyQuiet).
+  py::object Call(const py::tuple& inputs, NumpyQuiet* quiet = nullptr) {
     BoundSteps bound{native_runs_, native_declines_};
-    return Walk(inputs, bound, !step_ns_.empty());
+    return Walk(inputs, bound, !step_ns_.empty(), quiet);
   }
 
   // Call, with observer's before(j, args) -> NativeStep | None and after(j, args, outs, ran_native) around each
@@ -180,7 +183,7 @@ class StepLoop {
 
  private:
   template <typename Choices>
-  py::object Walk(const py::tuple& inputs, Choices& choices, bool timed) {
+  py::object Walk(const py::tuple& inputs, Choices& choices, bool timed, NumpyQuiet* quiet = nullptr) {
     const Py_ssize_t n_in = PyTuple_GET_SIZE(inputs.ptr());
     if (n_in > n_slots_) throw py::value_error("more inputs than value slots");
     Slots env(static_cast<size_t>(n_slots_));
@@ -207,10 +210,18 @@ class StepLoop {
         Py_DECREF(args);
         throw;
       }
+      if (quiet != nullptr && !(native != nullptr && native == s.native && s.numpy_free) && !quiet->Ensure()) {
+        Py_DECREF(args);
+        throw py::error_already_set();
+      }
       PyObject* outs = native != nullptr ? native->Run(args) : nullptr;
       const bool ran_native = outs != nullptr;
       choices.Ran(native, ran_native);
       if (outs == nullptr && !PyErr_Occurred()) {
+        if (quiet != nullptr && !quiet->Ensure()) {
+          Py_DECREF(args);
+          throw py::error_already_set();
+        }
         PyObject* call_args[2] = {s.prepared.ptr(), args};
         outs = PyObject_Vectorcall(s.run.ptr(), call_args, 2, nullptr);
       }
@@ -305,9 +316,9 @@ class StepLoop {
 
 StepLoop* AsStepLoop(py::handle obj) { return py::isinstance<StepLoop>(obj) ? obj.cast<StepLoop*>() : nullptr; }
 
-PyObject* RunStepLoop(StepLoop& loop, PyObject* inputs) {
+PyObject* RunStepLoop(StepLoop& loop, PyObject* inputs, NumpyQuiet* quiet) {
   try {
-    return loop.Call(py::reinterpret_borrow<py::tuple>(inputs)).release().ptr();
+    return loop.Call(py::reinterpret_borrow<py::tuple>(inputs), quiet).release().ptr();
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (py::builtin_exception& e) {
@@ -324,7 +335,8 @@ void RegisterStepLoop(py::module_& m) {
                        "n_slots value slots; fail(step index, args, exc) builds the error a failing step raises")
       .def(py::init<const py::list&, int, const py::tuple&, py::object>(), py::arg("steps"), py::arg("n_slots"),
            py::arg("output_slots"), py::arg("fail"))
-      .def("__call__", &StepLoop::Call, py::arg("inputs"))
+      .def(
+          "__call__", [](StepLoop& self, const py::tuple& inputs) { return self.Call(inputs); }, py::arg("inputs"))
       .def("observe", &StepLoop::Observe, py::arg("inputs"), py::arg("before"), py::arg("after"),
            "a call in which before(j, args) names the native step to try for step j (None: its kernel) and "
            "after(j, args, outs, ran_native) sees each step's result (a signature's first call)")

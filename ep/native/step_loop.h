@@ -8,10 +8,22 @@ namespace npu_ep {
 
 class StepLoop;
 
+// The numpy error state a program's steps run under ("ignore all"), set by the loop before the first step that may
+// reach numpy's arithmetic (a Python kernel, a native step that is not NumpyFree), so a call whose steps are all C++
+// kernels sets nothing. Ensure: false with a Python error set when it could not be set.
+class NumpyQuiet {
+ public:
+  virtual bool Ensure() = 0;
+
+ protected:
+  ~NumpyQuiet() = default;
+};
+
 // The loop behind a `_native.StepLoop` object; nullptr when `obj` is not one.
 StepLoop* AsStepLoop(pybind11::handle obj);
 // The loop's outputs for `inputs` (a tuple) as a new reference, or nullptr with a Python error set. GIL held.
-PyObject* RunStepLoop(StepLoop& loop, PyObject* inputs);
+// quiet: ensured before a step that needs numpy's error state (nullptr: the caller set it).
+PyObject* RunStepLoop(StepLoop& loop, PyObject* inputs, NumpyQuiet* quiet = nullptr);
 
 void RegisterStepLoop(pybind11::module_& m);
 

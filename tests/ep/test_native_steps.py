@@ -448,3 +448,41 @@ def test_one_node_float32_sessions_on_the_keyword_steps_match_the_cpu_ep(op):
     want = cpu_run(model, feeds)[0]
     for _ in range(3):  # the first run binds, the others run the bound step into ORT's buffer
         np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+
+
+def test_a_step_is_numpy_free_when_it_calls_a_cpp_kernel_given_no_callable():
+    """ProgramCall sets numpy's error state only before a step that may reach numpy's arithmetic: a C++ kernel
+    (a pybind11 function) given no callable, a view, kept values and a shape are numpy-free; a ufunc, a Python
+    function, or a C++ kernel handed a ufunc to call (np.matmul) are not; FirstOfSteps only when all of its are."""
+    from npu_ep.kernels.runtime import native_module
+
+    nat = native_module()
+    x = np.ones((2, 3), np.float32)
+    ins = [(0, 0, x.dtype, x.shape, None)]
+    cpp, ufunc = _call_step(nat.transpose, (None, (1, 0), None, 1), ins), _call_step(np.negative, (None,), ins)
+    assert cpp.numpy_free and not ufunc.numpy_free
+    assert not _call_step(lambda a: a, (None,), ins).numpy_free
+    assert not _call_step(nat.float_matmul, (np.matmul, None, x.T.copy()), ins).numpy_free
+    assert _native.ViewStep([2, 3], [6], 1).numpy_free and _native.ShapeStep().numpy_free
+    assert _native.MemoStep([None], (read_only([1]),)).numpy_free
+    assert _native.FirstOfSteps([cpp]).numpy_free and not _native.FirstOfSteps([cpp, ufunc]).numpy_free
+
+
+def test_a_hot_call_sets_numpy_error_state_at_the_first_step_that_needs_it():
+    """Transpose (a C++ kernel) runs before numpy's error state is set, Div (a ufunc) after it is: the caller's
+    "raise" neither reaches the division by zero nor is lost, and the results are the CPU EP's."""
+    nodes = [helper.make_node("Transpose", ["a"], ["t"], name="t", perm=[1, 0]),
+             helper.make_node("Div", ["t", "b"], ["y"], name="d")]
+    model = make_model(nodes, [helper.make_tensor_value_info("a", F32, [2, 2]),
+                               helper.make_tensor_value_info("b", F32, [2, 2])],
+                       [helper.make_tensor_value_info("y", F32, [2, 2])])
+    feeds = {"a": np.array([[1.0, 0.0], [-1.0, 2.0]], np.float32), "b": np.array([[0.0, 0.0], [0.0, 4.0]], np.float32)}
+    program = compiled(model)
+    program(feeds["a"], feeds["b"])  # the first call binds: the next ones take the hot path
+    steps = program._bindings[((2, 2), (2, 2))]
+    assert [s.numpy_free for s in steps] == [True, False]
+    with np.errstate(all="raise"):
+        for _ in range(2):
+            y = program(feeds["a"], feeds["b"])[0]
+        assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise", "invalid": "raise"}
+    np.testing.assert_array_equal(y, cpu_run(model, feeds)[0])
