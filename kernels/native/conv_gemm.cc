@@ -25,6 +25,7 @@ struct Scratch {
   std::vector<float> b, row;
   std::vector<int64_t> koff;
   std::vector<GemmSlot> slots;
+  std::vector<int64_t> pin, pout;
 };
 thread_local Scratch t_scratch;
 
@@ -49,6 +50,28 @@ void RowSlots(int64_t p0, int64_t cols, int64_t ow, int64_t pitch, std::vector<G
     slots.push_back({r * pitch + o, p - p0, static_cast<int>(n), static_cast<int>(first), n > first ? pitch - ow : 0});
     p += n;
   }
+}
+
+// Whether the output channels in the lanes (ChannelGemmAvx512) take fewer vector multiply-adds than the pixels
+// (GemmAvx512 over the slots: a pair's tile 16 per k and 8 rows, a lone slot's 8, a split slot's blend one more),
+// with 1/16 more for the channels' scatter stores. The bits are the same either way.
+bool ChannelLanesPay(int64_t rows_m, int64_t K, int64_t cols, const std::vector<GemmSlot>& slots) {
+  if (rows_m % 16 != 0 || K < 64) return false;
+  const int64_t n = static_cast<int64_t>(slots.size());
+  int64_t per_rows = n / 2 * 16 + n % 2 * 8;
+  for (const GemmSlot& sl : slots) per_rows += sl.split < sl.n;
+  return rows_m / 16 * cols * 17 < (rows_m + 7) / 8 * per_rows * 16;
+}
+
+// Each slot's pixels one by one: B column (pin) and C column (pout).
+void Pixels(const std::vector<GemmSlot>& slots, std::vector<int64_t>& pin, std::vector<int64_t>& pout) {
+  pin.clear();
+  pout.clear();
+  for (const GemmSlot& sl : slots)
+    for (int l = 0; l < sl.n; ++l) {
+      pin.push_back(sl.in + l + (l >= sl.split ? sl.jump : 0));
+      pout.push_back(sl.out + l);
+    }
 }
 
 // Padded input columns q * sw + ph of the padded row `row` (W + pl + pr, zeros outside the input) for each phase
@@ -154,9 +177,16 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       RunSlots(cols, sc.slots);
       b = patch;
     }
-    GemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.slots.data(),
-               static_cast<int64_t>(sc.slots.size()), out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
-               clip_only ? tail.consts : nullptr);
+    if (ChannelLanesPay(rows_m, K, cols, sc.slots)) {
+      Pixels(sc.slots, sc.pin, sc.pout);
+      ChannelGemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.pin.data(), sc.pout.data(), cols,
+                        out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
+                        clip_only ? tail.consts : nullptr);
+    } else {
+      GemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.slots.data(),
+                 static_cast<int64_t>(sc.slots.size()), out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
+                 clip_only ? tail.consts : nullptr);
+    }
     if (tail.n && !clip_only)
       for (int64_t m = m0; m < m0 + rows_m; ++m) ApplyChannelTail(tail, out + m * P, cols, g * Mg + m);
   });

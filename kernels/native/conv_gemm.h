@@ -30,6 +30,13 @@ struct GemmSlot {
 void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, const int64_t* koff,
                 const GemmSlot* slots, int64_t n_slots, float* c, int64_t ldc, const float* bias, const float* clip);
 
+// c[m * ldc + pout[p]] = sum_k at[k * lda + m] * b[koff[k] + pin[p]] (+ bias[m], clipped) for m < M (a multiple
+// of 16), p < n_pix: the output channels in the lanes, for small maps whose pixels fill vectors badly (a 10x10 map
+// read in place), each output summed as GemmAvx512 sums it; AVX-512F only.
+void ChannelGemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, const int64_t* koff,
+                       const int64_t* pin, const int64_t* pout, int64_t n_pix, float* c, int64_t ldc, const float* bias,
+                       const float* clip);
+
 // c[m * ldc + p] = sum_k at[k * lda + m] * b[k * ldb + p] (+ bias[m], clipped) for m < M, p < P, the output
 // channels in the lanes (a 1x1 conv over fewer than 16 pixels), each output summed as GemmAvx512 sums it.
 void ChannelLanesAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, int64_t ldb, int64_t P,

@@ -144,6 +144,92 @@ __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const
   }
 }
 
+namespace {
+
+// V vectors of 16 output channels x PX pixels (pixel p's B column pin[p], C column pout[p]): per k V loads of A's
+// row, PX broadcasts of B, V * PX fused multiply-adds; per depth pass of kKc the sums from zero, the passes added
+// in order, then + bias and the clip: each output's arithmetic as Tile's.
+template <int V, int PX>
+__attribute__((target(NPU_AVX512F))) void ChannelTile(int64_t K, const float* at, int64_t lda, const float* b,
+                                                      const int64_t* koff, const int64_t* pin, const int64_t* pout,
+                                                      float* c, int64_t ldc, const float* bias, const float* clip) {
+  __m512 acc[PX][V];
+  alignas(64) float total[PX][V][16];
+  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+    const int64_t k1 = std::min(K, k0 + kKc);
+#pragma GCC unroll 6
+    for (int p = 0; p < PX; ++p)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[p][v] = _mm512_setzero_ps();
+    for (int64_t k = k0; k < k1; ++k) {
+      const float* a = at + k * lda;
+      const float* bk = b + koff[k];
+      __m512 av[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) av[v] = _mm512_loadu_ps(a + 16 * v);
+#pragma GCC unroll 6
+      for (int p = 0; p < PX; ++p) {
+        const __m512 bp = _mm512_set1_ps(bk[pin[p]]);
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(av[v], bp, acc[p][v]);
+      }
+    }
+#pragma GCC unroll 6
+    for (int p = 0; p < PX; ++p)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v)
+        _mm512_store_ps(total[p][v], k0 == 0 ? acc[p][v] : _mm512_add_ps(_mm512_load_ps(total[p][v]), acc[p][v]));
+  }
+  const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(static_cast<int32_t>(ldc)));
+  for (int p = 0; p < PX; ++p)
+    for (int v = 0; v < V; ++v) {
+      __m512 sum = _mm512_load_ps(total[p][v]);
+      if (bias != nullptr) sum = _mm512_add_ps(sum, _mm512_loadu_ps(bias + 16 * v));
+      if (clip != nullptr) sum = Clip(sum, clip);
+      _mm512_i32scatter_ps(c + 16 * v * ldc + pout[p], rows, sum, 4);
+    }
+}
+
+// ChannelTile<V, px> for a run-time px <= PX (the last pixels).
+template <int V, int PX>
+__attribute__((target(NPU_AVX512F))) void ChannelTileOf(int px, int64_t K, const float* at, int64_t lda, const float* b,
+                                                        const int64_t* koff, const int64_t* pin, const int64_t* pout,
+                                                        float* c, int64_t ldc, const float* bias, const float* clip) {
+  if constexpr (PX > 1) {
+    if (px < PX) return ChannelTileOf<V, PX - 1>(px, K, at, lda, b, koff, pin, pout, c, ldc, bias, clip);
+  }
+  ChannelTile<V, PX>(K, at, lda, b, koff, pin, pout, c, ldc, bias, clip);
+}
+
+template <int V>
+__attribute__((target(NPU_AVX512F))) void ChannelColumns(int64_t K, const float* at, int64_t lda, const float* b,
+                                                         const int64_t* koff, const int64_t* pin, const int64_t* pout,
+                                                         int64_t n_pix, float* c, int64_t ldc, const float* bias,
+                                                         const float* clip) {
+  constexpr int kPx = 6;  // 6 x 4 accumulators, 4 of A, 1 of B: 29 of 32 registers
+  for (int64_t p = 0; p < n_pix; p += kPx)
+    ChannelTileOf<V, kPx>(static_cast<int>(std::min<int64_t>(kPx, n_pix - p)), K, at, lda, b, koff, pin + p, pout + p,
+                          c, ldc, bias, clip);
+}
+
+}  // namespace
+
+__attribute__((target(NPU_AVX512F))) void ChannelGemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
+                                                            const float* b, const int64_t* koff, const int64_t* pin,
+                                                            const int64_t* pout, int64_t n_pix, float* c, int64_t ldc,
+                                                            const float* bias, const float* clip) {
+  for (int64_t m0 = 0; m0 < M; m0 += 64) {
+    const int64_t vectors = std::min<int64_t>(4, (M - m0) / 16);
+    const float* bm = bias == nullptr ? nullptr : bias + m0;
+    float* cm = c + m0 * ldc;
+    if (vectors == 4) ChannelColumns<4>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip);
+    if (vectors == 3) ChannelColumns<3>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip);
+    if (vectors == 2) ChannelColumns<2>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip);
+    if (vectors == 1) ChannelColumns<1>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip);
+  }
+}
+
 // even[q] = src[2q], odd[q] = src[2q + 1] for q < n: a padded input row split into a stride-2 conv's column
 // phases, 16 of each from 32 loaded floats.
 __attribute__((target(NPU_AVX512F))) void EvenOddAvx512(const float* src, int64_t n, float* even, float* odd) {

@@ -6,7 +6,9 @@ values, on every instruction-set level the host runs; a few points against ORT's
 Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shapes on the BLAS path):
 - DenseFloatOwnGemm (>= 16 output pixels): register tile of 8 output channels (kRows) x 2 slots of 16 pixels
   (kSlots), depth in passes of 256 (kKc); B read in place from padded rows held as the width stride's column phases
-  when OW >= 8 (a vector crossing a row end jumps over the padding), else a patch matrix; pixel blocks of
+  when OW >= 8 (a vector crossing a row end jumps over the padding), else a patch matrix; the output channels in
+  the lanes instead (ChannelGemmAvx512, tiles of 4 x 16 channels x 6 pixels) where that takes fewer vector
+  multiply-adds (small maps, Mg a multiple of 16, K >= 64); pixel blocks of
   clamp(131072 / K, 64, 4096) pixels, at least two per thread when the image is worth 2^20 multiply-adds; a one-block
   image with Mg >= 32 and 2^21 multiply-adds splits its output channels in two (the M = 16j + 1 bug: M around 32,
   48, 64 on small maps);
@@ -215,6 +217,34 @@ def test_float_dense_in_place_rows_and_phases(float_isa, case):
 def test_float_dense_in_place_rows_and_phases_wide(float_isa):
     for case in ROWS_GRID:  # one test: collecting the grid case by case cost the default run seconds
         _rows_case(*case)
+
+
+# Output channels in the lanes (ChannelGemmAvx512: small maps whose rows fill pixel vectors badly, Mg a multiple
+# of 16, K >= 64): 1 to 5 vectors of 16 channels (the 4-vector pass and its tail), pixel counts crossing the 6-pixel
+# tile, depth around one 256-deep pass, a bias and a fused clip.
+CHANNEL_GRID = [(m, ck, hw) for m in (16, 32, 48, 64, 80) for ck in ((8, 3), (29, 3), (64, 1))
+                for hw in ((8, 8), (3, 10), (4, 9), (2, 11))]
+
+
+def _channel_case(m, ck, hw):
+    cg, side = ck
+    rng = np.random.default_rng(m + cg + hw[1])
+    x = _floats((1, cg, *hw), rng, specials=m == 48)
+    w = _floats((m, cg, side, side), rng)
+    pads = [side // 2] * 4
+    _float_conv(x, w, _floats((m,), rng), pads=pads, strides=[1, 1 + (hw[0] == 2)])
+    _float_conv(x, w, _floats((m,), rng), tail=[("clip", 0.0, 6.0)], pads=pads)
+
+
+@pytest.mark.parametrize("case", _sample(CHANNEL_GRID, 12, 5))
+def test_float_dense_channels_in_lanes(float_isa, case):
+    _channel_case(*case)
+
+
+@pytest.mark.slow
+def test_float_dense_channels_in_lanes_wide(float_isa):
+    for case in CHANNEL_GRID:  # one test: collecting the grid case by case cost the default run seconds
+        _channel_case(*case)
 
 
 # Worth two threads (P * K * Mg >= 2^20): the image splits into at least two pixel blocks per thread, so the blocks
