@@ -443,6 +443,8 @@ void RegisterKernels(py::module_& parent) {
   BindUnaryF16(m);  // unary_f16.cc: float16 Relu/Abs/Neg/Sqrt, Clip
   void BindRange(py::module_&);
   BindRange(m);  // range.cc: Range
+  void BindConstantOfShape(py::module_&);
+  BindConstantOfShape(m);  // constant_of_shape.cc: ConstantOfShape
   void BindSelect(py::module_&);
   BindSelect(m);  // select.cc: TopK
   void BindSgemmColumns(py::module_&);

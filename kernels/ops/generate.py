@@ -4,7 +4,9 @@ Range: ``n = max(ceil((limit - start) / delta), 0)`` as ORT computes it (the dif
 division in double); float outputs accumulate ``value += delta`` in the input dtype like ORT's loop (not
 ``start + i * delta``, which rounds differently), integers are exact; on the native kernels ``range_fill``
 (kernels/native/range.cc) computes the same and is bound as the step. ConstantOfShape: the ``value`` attribute
-(one element, default float32 0) broadcast to the runtime shape. Trilu: keep ``j - i >= k`` (upper, default) or
+(one element, default float32 0) broadcast to the runtime shape; on the native kernels ``fill_value``
+(kernels/native/constant_of_shape.cc: its bits repeated), bound as the step for the shape's value, into ORT's buffer
+when the result is a partition output. Trilu: keep ``j - i >= k`` (upper, default) or
 ``j - i <= k`` (lower) over the last two axes, zeros elsewhere; ``k`` is an optional scalar input. On the native
 kernels ``trilu`` (kernels/native/trilu.cc: per row one memcpy of the kept columns and one memset, any dtype of 1, 2,
 4 or 8 bytes) computes the same bytes and is bound as the step, into ORT's buffer when the result is a partition
@@ -111,7 +113,22 @@ def _cos_run(p: Prepared, inputs) -> list[np.ndarray]:
     shape = runtime_ints(p, inputs, "shape", 0)
     if min(shape, default=0) < 0:
         raise ValueError(f"ConstantOfShape: negative dimension in {shape}")
+    nat = runtime.native(p)
+    if nat is not None and movable(p.consts["value"]):
+        return [nat.fill_value(shape, p.consts["value"], None, runtime.threads(p))]
     return [np.full(shape, p.consts["value"][0], p.consts["value"].dtype)]
+
+
+def _cos_bind(p: Prepared, inputs, outs):
+    """ConstantOfShape as one ``fill_value`` call for this shape (a runtime shape must hold its bound value), into
+    ORT's buffer when the result is a partition output."""
+    nat = runtime.native(p)
+    fixed = runtime.fixed_inputs(inputs, 0) if p.attrs["shape"] is None else []
+    shape = runtime_ints(p, inputs, "shape", 0)
+    if nat is None or fixed is None or shape is None or min(shape, default=0) < 0 or not movable(p.consts["value"]):
+        return None
+    args = (shape, p.consts["value"], None, runtime.threads(p))
+    return runtime.call_step(p, nat.fill_value, args, [], [(-1, None)], None, ort_buffer(p, outs, 2), fixed)
 
 
 def _generated_cost(p: Prepared, shapes) -> OpCost:
@@ -159,5 +176,6 @@ def _trilu_cost(p: Prepared, shapes) -> OpCost:
 
 
 register(KernelDef("", "Range", _range_prepare, _range_run, _generated_cost, rank_free=True, bind=_range_bind))
-register(KernelDef("", "ConstantOfShape", _cos_prepare, _cos_run, _generated_cost, _cos_check, rank_free=True))
+register(KernelDef("", "ConstantOfShape", _cos_prepare, _cos_run, _generated_cost, _cos_check, rank_free=True,
+                   bind=_cos_bind))
 register(KernelDef("", "Trilu", _trilu_prepare, _trilu_run, _trilu_cost, rank_free=True, bind=_trilu_bind))
