@@ -287,9 +287,9 @@ void DeinterleaveAvx512(const float* src, int64_t W, float* ev, float* od) {
 }
 
 // R output rows of one plane, all OW columns, CV vectors of 16 at a time, from the block's input rows rows[0 ..]
-// (phase 0 of each; the first output row's top tap row is rows[0]) and the taps broadcast in wt.
+// (phase 0 of each; the first output row's top tap row is rows[0]) and the kernel's taps.
 template <int KH, int KW, int SH, int SW, int R, int CV>
-inline void DepthwiseBlock(const float* const* rows, int64_t pitch, const __m512* wt, const float* bias, float* out,
+inline void DepthwiseBlock(const float* const* rows, int64_t pitch, const float* taps, const float* bias, float* out,
                            int64_t OW) {
   for (int64_t o = 0; o < OW; o += 16 * CV) {
     __m512 acc[R][CV];
@@ -302,7 +302,7 @@ inline void DepthwiseBlock(const float* const* rows, int64_t pitch, const __m512
           Unroll<R>([&](auto q) {
             constexpr int i = u - q * SH;
             if constexpr (i >= 0 && i < KH) {
-              const __m512 p = _mm512_mul_ps(v, wt[i * KW + j]);
+              const __m512 p = _mm512_mul_ps(v, _mm512_set1_ps(taps[i * KW + j]));
               if constexpr (i == 0 && j == 0)
                 acc[q][c] = p;
               else
@@ -390,8 +390,12 @@ void DepthwiseSegment(const DepthwiseArgs& a, RowRing& ring, int64_t plane, int6
   constexpr int kRows = 4, kInRows = (kRows - 1) * SH + KH;
   const ConvShape& s = a.s;
   const int64_t mult = s.M / s.C, m = plane % s.M, c = m / mult, OW = s.OW;
-  __m512 wt[KH * KW];
-  for (int t = 0; t < KH * KW; ++t) wt[t] = _mm512_set1_ps(a.w[(c * KH * KW + t) * mult + m % mult]);
+  float gathered[KH * KW];  // a multiplier > 1 interleaves the channels' taps
+  const float* taps = a.w + c * KH * KW;
+  if (mult > 1) {
+    for (int t = 0; t < KH * KW; ++t) gathered[t] = a.w[(c * KH * KW + t) * mult + m % mult];
+    taps = gathered;
+  }
   const float* in = a.x + (plane / s.M * s.C + c) * s.H * s.W;
   const float* bias = a.bias != nullptr ? a.bias + m : nullptr;
   float* out = a.y + plane * s.P();
@@ -403,13 +407,13 @@ void DepthwiseSegment(const DepthwiseArgs& a, RowRing& ring, int64_t plane, int6
     for (int u = 0; u < (n_rows - 1) * SH + KH; ++u) rows[u] = ring.Row(in, top + u);
     float* dst = out + q0 * OW;
     if (n_rows == kRows)
-      DepthwiseBlock<KH, KW, SH, SW, kRows, CV>(rows, pitch, wt, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, kRows, CV>(rows, pitch, taps, bias, dst, OW);
     else if (n_rows == 3)
-      DepthwiseBlock<KH, KW, SH, SW, 3, CV>(rows, pitch, wt, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, 3, CV>(rows, pitch, taps, bias, dst, OW);
     else if (n_rows == 2)
-      DepthwiseBlock<KH, KW, SH, SW, 2, CV>(rows, pitch, wt, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, 2, CV>(rows, pitch, taps, bias, dst, OW);
     else
-      DepthwiseBlock<KH, KW, SH, SW, 1, CV>(rows, pitch, wt, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, 1, CV>(rows, pitch, taps, bias, dst, OW);
     if (a.tail.n) ApplyChannelTail(a.tail, dst, n_rows * OW, m);
   }
 }
