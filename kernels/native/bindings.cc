@@ -419,6 +419,8 @@ void RegisterKernels(py::module_& parent) {
   BindQLinearBinary(m);  // qlinear_binary.cc: com.microsoft QLinearAdd, QLinearMul
   void BindQLinearPool(py::module_&);
   BindQLinearPool(m);  // qlinear_pool.cc: com.microsoft QLinearGlobalAveragePool
+  void BindQLinearConcat(py::module_&);
+  BindQLinearConcat(m);  // qlinear_concat.cc: com.microsoft QLinearConcat
   void BindQuantize(py::module_&);
   BindQuantize(m);  // quantize.cc: DequantizeLinear of any integer container
   void BindRotary(py::module_&);

@@ -10,7 +10,8 @@ QuantizeLinear rounding (``_matrix.quantize_float``: divide, round half to even,
     equal the output's, as ORT does. Inputs: y_scale, y_zp, then (x, x_scale, x_zp) per tensor.
 Tables are built once per node when the quantization parameters are constant, else per call (256 entries).
 On the native kernels QLinearSigmoid's table read is ``qdq_lut`` (kernels/native/qdq_lut.cc), bound as the step for
-its input shape; its quantization parameters, when fed at run time, are held to the bound values.
+its input shape; its quantization parameters, when fed at run time, are held to the bound values. QLinearConcat's
+copies and table reads are ``qlinear_concat`` (kernels/native/qlinear_concat.cc), bound the same way.
 
 Cost: ``_vector.stream_cost`` over the output elements, one gather per element; DMA of inputs and the output.
 """
@@ -105,13 +106,58 @@ def _sigmoid_bind(p: Prepared, inputs, outs):
                              fixed=fixed)
 
 
-def _concat_run(p: Prepared, inputs) -> list[np.ndarray]:
-    parts = []
+def _concat_tables(p: Prepared, inputs) -> list[np.ndarray | None]:
+    """Each part's requantization table, None for a part that is copied (its parameters are the output's)."""
+    tables = []
     for i in range(2, len(p.attrs["in_itemsizes"]), 3):
-        x = arg(p, inputs, i)
         t = _table(p, inputs, ("table", i), (i + 1, i + 2, 0, 1))
-        parts.append(x if t is None or t is False else t[x.view(np.uint8)])
-    return [np.concatenate(parts, axis=p.attrs["axis"])]
+        tables.append(None if t is None or t is False else t)
+    return tables
+
+
+def _concat_native(parts: list) -> bool:
+    """Whether ``qlinear_concat`` takes these parts: C-order int8/uint8 arrays of one dtype with a rank."""
+    return all(type(x) is np.ndarray and x.dtype == parts[0].dtype and x.dtype in (np.int8, np.uint8) and x.ndim
+               and x.flags.c_contiguous for x in parts)
+
+
+def _concat_run(p: Prepared, inputs) -> list[np.ndarray]:
+    """The parts copied or mapped through their tables, joined; on the native kernels ``qlinear_concat``
+    (kernels/native/qlinear_concat.cc: the same table reads, one pass into the output)."""
+    parts = [arg(p, inputs, i) for i in range(2, len(p.attrs["in_itemsizes"]), 3)]
+    tables = _concat_tables(p, inputs)
+    nat = runtime.native(p)
+    if nat is not None and _concat_native(parts):
+        return [nat.qlinear_concat(p.attrs["axis"], tables, None, runtime.threads(p), *parts)]
+    return [np.concatenate([x if t is None else t[x.view(np.uint8)] for x, t in zip(parts, tables)],
+                           axis=p.attrs["axis"])]
+
+
+def _concat_bind(p: Prepared, inputs, outs):
+    """QLinearConcat as one ``qlinear_concat`` call for these part shapes with their tables, into ORT's buffer when
+    the result is a partition output; scales and zero points fed at run time are held to these values (the tables
+    are theirs)."""
+    data = range(2, len(p.attrs["in_itemsizes"]), 3)
+    parts = [arg(p, inputs, i) for i in data]
+    nat = runtime.native(p)
+    if nat is None or not _concat_native(parts):
+        return None
+    fixed = []
+    for i in range(len(p.attrs["in_itemsizes"])):
+        if i not in data and i < len(inputs) and inputs[i] is not None:
+            held = runtime.fixed_inputs([inputs[i]], 0)
+            if held is None:
+                return None
+            fixed.append((i, held[0][1]))
+    given = [i < len(inputs) and inputs[i] is not None for i in data]
+    live = [(4 + k, i, x.dtype, x.shape, None) for k, (i, x) in enumerate(zip(data, parts)) if given[k]]
+    if not live:
+        return None
+    held_parts = [None if given[k] else np.array(x, order="C") for k, x in enumerate(parts)]
+    where = p.runtime.partition_outputs
+    into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
+    args = (p.attrs["axis"], _concat_tables(p, inputs), None, runtime.threads(p), *held_parts)
+    return runtime.call_step(p, nat.qlinear_concat, args, live, [(-1, None)], None, into, fixed)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:
@@ -122,4 +168,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
 
 
 register(KernelDef("com.microsoft", "QLinearSigmoid", _prepare, _sigmoid_run, _cost, _check, bind=_sigmoid_bind))
-register(KernelDef("com.microsoft", "QLinearConcat", _prepare, _concat_run, _cost, _check))
+register(KernelDef("com.microsoft", "QLinearConcat", _prepare, _concat_run, _cost, _check, bind=_concat_bind))
