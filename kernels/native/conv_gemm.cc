@@ -89,6 +89,20 @@ void Phases(const ConvShape& s, const float* row, int64_t wq, int64_t phase_pitc
     for (int64_t q = hi; q < wq * s.sw; ++q) d[q] = 0.0f;
   };
   if (s.sw == 1) return padded(dst);
+  if (s.sw == 2 && row != nullptr) {  // columns q whose both phases are inside the input split in place, the rest here
+    const int64_t qa = std::min(wq, (s.pl + 1) / 2);  // from qa on 2q - pl >= 0
+    const int64_t qb = std::clamp<int64_t>((s.W + s.pl) / 2, qa, wq);  // below qb 2q + 1 - pl < W
+    auto edge = [&](int64_t q) {
+      for (int64_t ph = 0; ph < 2; ++ph) {
+        const int64_t col = 2 * q + ph - s.pl;
+        dst[ph * phase_pitch + q] = col >= 0 && col < s.W ? row[col] : 0.0f;
+      }
+    };
+    for (int64_t q = 0; q < qa; ++q) edge(q);
+    for (int64_t q = qb; q < wq; ++q) edge(q);
+    if (qb > qa) EvenOddAvx512(row + 2 * qa - s.pl, qb - qa, dst + qa, dst + phase_pitch + qa);
+    return;
+  }
   float* t = Grow(tmp, wq * s.sw);
   padded(t);
   if (s.sw == 2) return EvenOddAvx512(t, wq, dst, dst + phase_pitch);

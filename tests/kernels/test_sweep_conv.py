@@ -219,6 +219,16 @@ def test_float_dense_in_place_rows_and_phases_wide(float_isa):
         _rows_case(*case)
 
 
+# Width stride 2: the columns whose both phases lie inside the input split in place, the edge columns one by one;
+# left pads 0 to 3, odd and even widths, a right edge the kernel never reaches.
+@pytest.mark.parametrize("width", [16, 17, 33, 34])
+@pytest.mark.parametrize("pads", [[0, 0, 0, 0], [1, 0, 0, 1], [0, 3, 1, 0], [2, 2, 2, 2]])
+def test_float_dense_stride2_phase_edges(float_isa, width, pads):
+    rng = np.random.default_rng(width + sum(pads))
+    x = _floats((1, 4, 7, width), rng, specials=True)
+    _float_conv(x, _floats((8, 4, 3, 3), rng), _floats((8,), rng), strides=[2, 2], pads=pads)
+
+
 # Output channels in the lanes (ChannelGemmAvx512: small maps whose rows fill pixel vectors badly, Mg a multiple
 # of 16, K >= 64): 1 to 5 vectors of 16 channels (the 4-vector pass and its tail), pixel counts crossing the 6-pixel
 # tile, depth around one 256-deep pass, a bias and a fused clip.
