@@ -253,10 +253,10 @@ void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, co
 // The kernels and their row ring are compiled for AVX-512 as a whole (their lambdas too, which a function's target
 // attribute does not reach); they run only where RegisterSegment found AVX-512.
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f")
+#pragma GCC target("avx512f,avx512vl")
 #endif
 
 // The first n of 16 lanes (none for n <= 0, all for n >= 16).
@@ -286,27 +286,50 @@ void DeinterleaveAvx512(const float* src, int64_t W, float* ev, float* od) {
   }
 }
 
+// The block kernels' vectors: 16 lanes, or 8 for rows of at most 8 outputs (half the work of a 16-lane vector on
+// hosts that split 512-bit operations in two). Store writes the first min(n, lanes) lanes.
+struct Zmm {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static V Load(const float* p) { return _mm512_loadu_ps(p); }
+  static V Set1(float f) { return _mm512_set1_ps(f); }
+  static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V Add(V a, V b) { return _mm512_add_ps(a, b); }
+  static void Store(float* p, int64_t n, V v) { _mm512_mask_storeu_ps(p, LaneMask(n), v); }
+};
+struct Ymm {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static V Set1(float f) { return _mm256_set1_ps(f); }
+  static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  static void Store(float* p, int64_t n, V v) { _mm256_mask_storeu_ps(p, static_cast<__mmask8>(LaneMask(n)), v); }
+};
+
 // R output rows of one plane, all OW columns, CV vectors of 16 at a time, from the block's input rows rows[0 ..]
 // (phase 0 of each; the first output row's top tap row is rows[0]) and the kernel's taps.
-template <int KH, int KW, int SH, int SW, int R, int CV>
+template <int KH, int KW, int SH, int SW, int R, int CV, typename Vec>
 inline void DepthwiseBlock(const float* const* rows, int64_t pitch, const float* taps, const float* bias, float* out,
                            int64_t OW) {
-  for (int64_t o = 0; o < OW; o += 16 * CV) {
-    __m512 acc[R][CV];
+  using V = typename Vec::V;
+  constexpr int kLanes = Vec::kLanes;
+  for (int64_t o = 0; o < OW; o += kLanes * CV) {
+    V acc[R][CV];
     Unroll<(R - 1) * SH + KH>([&](auto u) {
       const float* row = rows[u] + o;
       Unroll<KW>([&](auto j) {
         constexpr int kPhase = j % SW, kCol = j / SW;
         Unroll<CV>([&](auto c) {
-          const __m512 v = _mm512_loadu_ps(row + kPhase * pitch + kCol + 16 * c);
+          const V v = Vec::Load(row + kPhase * pitch + kCol + kLanes * c);
           Unroll<R>([&](auto q) {
             constexpr int i = u - q * SH;
             if constexpr (i >= 0 && i < KH) {
-              const __m512 p = _mm512_mul_ps(v, _mm512_set1_ps(taps[i * KW + j]));
+              const V p = Vec::Mul(v, Vec::Set1(taps[i * KW + j]));
               if constexpr (i == 0 && j == 0)
                 acc[q][c] = p;
               else
-                acc[q][c] = _mm512_add_ps(acc[q][c], p);
+                acc[q][c] = Vec::Add(acc[q][c], p);
             }
           });
         });
@@ -314,10 +337,10 @@ inline void DepthwiseBlock(const float* const* rows, int64_t pitch, const float*
     });
     for (int q = 0; q < R; ++q) {
       for (int c = 0; c < CV; ++c) {
-        const int64_t left = OW - o - 16 * c;
+        const int64_t left = OW - o - kLanes * c;
         if (left <= 0) break;
-        const __m512 a = bias != nullptr ? _mm512_add_ps(acc[q][c], _mm512_set1_ps(*bias)) : acc[q][c];
-        _mm512_mask_storeu_ps(out + q * OW + o + 16 * c, LaneMask(left), a);
+        const V a = bias != nullptr ? Vec::Add(acc[q][c], Vec::Set1(*bias)) : acc[q][c];
+        Vec::Store(out + q * OW + o + kLanes * c, left, a);
       }
     }
   }
@@ -385,7 +408,7 @@ struct DepthwiseArgs {
 
 // Output rows [oh0, oh1) of plane `plane` (image n, output channel m) in blocks of kRows output rows, each block's
 // tail applied while in cache.
-template <int KH, int KW, int SH, int SW, int CV>
+template <int KH, int KW, int SH, int SW, int CV, typename Vec>
 void DepthwiseSegment(const DepthwiseArgs& a, RowRing& ring, int64_t plane, int64_t oh0, int64_t oh1) {
   constexpr int kRows = 4, kInRows = (kRows - 1) * SH + KH;
   const ConvShape& s = a.s;
@@ -407,13 +430,13 @@ void DepthwiseSegment(const DepthwiseArgs& a, RowRing& ring, int64_t plane, int6
     for (int u = 0; u < (n_rows - 1) * SH + KH; ++u) rows[u] = ring.Row(in, top + u);
     float* dst = out + q0 * OW;
     if (n_rows == kRows)
-      DepthwiseBlock<KH, KW, SH, SW, kRows, CV>(rows, pitch, taps, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, kRows, CV, Vec>(rows, pitch, taps, bias, dst, OW);
     else if (n_rows == 3)
-      DepthwiseBlock<KH, KW, SH, SW, 3, CV>(rows, pitch, taps, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, 3, CV, Vec>(rows, pitch, taps, bias, dst, OW);
     else if (n_rows == 2)
-      DepthwiseBlock<KH, KW, SH, SW, 2, CV>(rows, pitch, taps, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, 2, CV, Vec>(rows, pitch, taps, bias, dst, OW);
     else
-      DepthwiseBlock<KH, KW, SH, SW, 1, CV>(rows, pitch, taps, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, 1, CV, Vec>(rows, pitch, taps, bias, dst, OW);
     if (a.tail.n) ApplyChannelTail(a.tail, dst, n_rows * OW, m);
   }
 }
@@ -426,14 +449,19 @@ void DepthwiseSegment(const DepthwiseArgs& a, RowRing& ring, int64_t plane, int6
 
 using SegmentFn = void (*)(const DepthwiseArgs&, RowRing&, int64_t, int64_t, int64_t);
 
+template <int KH, int KW, int SH, int SW>
+SegmentFn SegmentFor(int64_t OW) {
+  if (OW <= 8) return DepthwiseSegment<KH, KW, SH, SW, 1, Ymm>;
+  return OW <= 16 ? DepthwiseSegment<KH, KW, SH, SW, 1, Zmm> : DepthwiseSegment<KH, KW, SH, SW, 2, Zmm>;
+}
+
 template <int KH, int KW>
 SegmentFn SegmentFor(const ConvShape& s) {
-  const bool wide = s.OW > 16;  // two vectors per pass
   switch (s.sh * 10 + s.sw) {
-    case 11: return wide ? DepthwiseSegment<KH, KW, 1, 1, 2> : DepthwiseSegment<KH, KW, 1, 1, 1>;
-    case 12: return wide ? DepthwiseSegment<KH, KW, 1, 2, 2> : DepthwiseSegment<KH, KW, 1, 2, 1>;
-    case 21: return wide ? DepthwiseSegment<KH, KW, 2, 1, 2> : DepthwiseSegment<KH, KW, 2, 1, 1>;
-    default: return wide ? DepthwiseSegment<KH, KW, 2, 2, 2> : DepthwiseSegment<KH, KW, 2, 2, 1>;
+    case 11: return SegmentFor<KH, KW, 1, 1>(s.OW);
+    case 12: return SegmentFor<KH, KW, 1, 2>(s.OW);
+    case 21: return SegmentFor<KH, KW, 2, 1>(s.OW);
+    default: return SegmentFor<KH, KW, 2, 2>(s.OW);
   }
 }
 

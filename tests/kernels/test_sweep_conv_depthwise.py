@@ -2,8 +2,9 @@
 model (kernels/ops/conv.py ``_depthwise``), issue 40; and depthwise convs in a session against the CPU EP.
 
 Paths: on AVX-512, 3x3 and 5x5 kernels with strides 1-2 and no dilation run as register blocks of 4 output rows x
-one or two 16-column vectors (two when OW > 16) over a ring of zero-padded input rows (stride 2: even/odd column
-phases), the output rows split evenly into tasks of >= 2^18 multiply-adds (segments start and end inside planes);
+one 8-column vector (OW <= 8), one 16-column vector (OW <= 16) or two, over a ring of zero-padded input rows
+(stride 2: even/odd column phases), the output rows split evenly into tasks of >= 2^18 multiply-adds (segments
+start and end inside planes);
 every other shape (7x7, dilation 2, stride 3) and every lower ISA level takes the per-plane kernels. The grid
 crosses each block: channels 2 (a one-channel conv is a dense one), 15-17, 33; output rows 1-9 (blocks of 4 and
 their remainders 1-3); widths from 1 to twice the kernel and around 16 and 32 output columns; pads symmetric,
@@ -96,7 +97,8 @@ PADS = {3: [[1, 1, 1, 1], [0, 0, 0, 0], [0, 2, 1, 0], [2, 1, 0, 2]],
 GRID = [(c, oh, ow, k, st, pads, mult)
         for k in (3, 5) for st in ((1, 1), (2, 2), (1, 2), (2, 1)) for pads in PADS[k]
         for c, oh, ow, mult in ((2, 1, 1, 1), (15, 3, 2, 1), (16, 4, 5, 2), (17, 5, 16, 1), (33, 9, 17, 1),
-                                (2, 6, 31, 1), (3, 7, 32, 2), (2, 8, 33, 1), (2, 2, 10, 1), (2, 9, 48, 1))]
+                                (2, 6, 31, 1), (3, 7, 32, 2), (2, 8, 33, 1), (2, 2, 8, 1), (3, 3, 9, 2),
+                                (17, 4, 12, 1), (15, 6, 14, 1), (2, 9, 48, 1))]
 
 
 def _input_size(out: int, k: int, stride: int, pad: int) -> int:
@@ -221,7 +223,8 @@ def test_session_matches_cpu_ep_as_a_native_step(xs, k, st, act, threads):
 
 
 def test_grid_covers_the_blocks():
-    """The grid reaches every remainder of the 4-row blocks and both vector counts, at both kernels and strides."""
-    seen = {(k, st, oh % 4, ow > 16) for _, oh, ow, k, st, _, _ in GRID}
-    want = set(itertools.product((3, 5), ((1, 1), (2, 2), (1, 2), (2, 1)), range(4), (False, True)))
+    """The grid reaches every remainder of the 4-row blocks and each vector choice (8 lanes, 16, 2 x 16), at both
+    kernels and every stride."""
+    seen = {(k, st, oh % 4, (ow > 8) + (ow > 16)) for _, oh, ow, k, st, _, _ in GRID}
+    want = set(itertools.product((3, 5), ((1, 1), (2, 2), (1, 2), (2, 1)), range(4), range(3)))
     assert want <= seen, sorted(want - seen)
