@@ -133,7 +133,22 @@ void TopKView(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k, bo
   });
 }
 
-py::tuple TopKPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest, int threads) {
+// `out` when given (ORT's buffer: a writeable C-order array of `dtype` and `size` elements), else a new [outer, k,
+// inner] array.
+py::array TopKOutput(const char* what, const py::dtype& dtype, int64_t outer, int64_t k, int64_t inner,
+                     const py::object& out) {
+  if (out.is_none()) return py::array(dtype, std::vector<py::ssize_t>{outer, k, inner});
+  const auto y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
+  if (!y || !y.dtype().equal(dtype) || !(y.flags() & py::array::c_style) || !y.writeable() ||
+      y.size() != outer * k * inner)
+    throw std::invalid_argument(std::string("topk: ") + what + " must be a writeable C-order " +
+                                std::string(py::str(dtype)) + " array of " + std::to_string(outer * k * inner) +
+                                " elements");
+  return y;
+}
+
+py::tuple TopKPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest, int threads,
+                 const py::object& values_out, const py::object& indices_out) {
   const py::dtype dt = x.dtype();
   if (!(x.flags() & py::array::c_style) || outer < 0 || n <= 0 || inner <= 0 || k < 0 || k > n ||
       outer * n * inner != static_cast<int64_t>(x.size()))
@@ -141,11 +156,11 @@ py::tuple TopKPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, in
                                 " elements) must be C-contiguous, [outer, n, inner] = [" + std::to_string(outer) +
                                 ", " + std::to_string(n) + ", " + std::to_string(inner) + "] cover it and 0 <= k " +
                                 std::to_string(k) + " <= n");
-  py::array values(dt, std::vector<py::ssize_t>{outer, k, inner});
-  py::array_t<int64_t> indices(std::vector<py::ssize_t>{outer, k, inner});
+  py::array values = TopKOutput("values_out", dt, outer, k, inner, values_out);
+  py::array indices = TopKOutput("indices_out", py::dtype::of<int64_t>(), outer, k, inner, indices_out);
   const void* src = x.data();
   void* dst = values.mutable_data();
-  int64_t* idx = indices.mutable_data();
+  auto* idx = static_cast<int64_t*>(indices.mutable_data());
   auto run = [&](auto* typed) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
     RunMoving(static_cast<size_t>(x.nbytes()), [&] {
@@ -283,9 +298,12 @@ void BindSelect(py::module_& m) {
         "CumSum of C-contiguous float32/float16/int32/int64 x viewed as [outer, n, inner] along n, in x's shape: "
         "sequential float32 sums (float16: rounded once per output), wrapping integer sums; the reference's bits");
   m.def("topk", &TopKPy, py::arg("x"), py::arg("outer"), py::arg("n"), py::arg("inner"), py::arg("k"),
-        py::arg("largest") = true, py::arg("threads") = 1,
+        py::arg("largest") = true, py::arg("threads") = 1, py::arg("values_out") = py::none(),
+        py::arg("indices_out") = py::none(),
         "(values [outer, k, inner] of x's dtype, int64 indices) of the k largest (smallest) of C-contiguous x viewed "
-        "as [outer, n, inner] over n, sorted, equal values by ascending index, NaN after every number");
+        "as [outer, n, inner] over n, sorted, equal values by ascending index, NaN after every number; into "
+        "values_out/indices_out (ORT's buffers: C-order, of outer * k * inner elements, returned as they are) when "
+        "given");
 }
 
 }  // namespace npu_ep::kern

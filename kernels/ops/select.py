@@ -134,8 +134,10 @@ def _topk_bind(p: Prepared, inputs, outs):
     if args is None:
         return None
     shape = _topk_shape(p, x.shape, k[0])
-    return runtime.call_step(p, runtime.native(p).topk, (None, *args), [(0, 0, x.dtype, x.shape, None)],
-                             [(0, shape), (1, shape)], None, None, fixed)
+    where = p.runtime.partition_outputs or {}
+    into = [(len(args) + 1 + i, where[i], list(shape)) for i in (0, 1) if i in where]  # ORT's buffers: written in place
+    return runtime.call_step(p, runtime.native(p).topk, (None, *args, None, None), [(0, 0, x.dtype, x.shape, None)],
+                             [(0, shape), (1, shape)], None, into, fixed)
 
 
 def _topk_run(p: Prepared, inputs) -> list[np.ndarray]:

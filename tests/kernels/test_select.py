@@ -80,6 +80,37 @@ def test_topk_runtime_k_and_k_equal_to_axis_length():
         check_on_ep("TopK", [("x", x, False), ("k", np.array([k], I64), False)], [("v", np.float32), ("i", I64)])
 
 
+def test_topk_writes_into_the_buffers_it_is_given():
+    """A bound TopK step hands the kernel ORT's buffers for the partition's outputs: it writes both there and returns
+    them as they are (no arrays made, nothing for the bridge to copy); a buffer of another size or dtype raises."""
+    from npu_ep.kernels.runtime import native_module
+
+    nat = native_module()
+    x = rand((3, 9), np.float32, seed=5)
+    v, i = np.empty((3, 4), np.float32), np.empty((3, 4), I64)
+    got = nat.topk(x, 3, 9, 1, 4, True, 1, v, i)
+    assert got[0] is v and got[1] is i
+    want = nat.topk(x, 3, 9, 1, 4, True, 1)
+    np.testing.assert_array_equal(v, want[0].reshape(3, 4))
+    np.testing.assert_array_equal(i, want[1].reshape(3, 4))
+    with pytest.raises(ValueError, match="indices_out must be a writeable C-order int64 array of 12 elements"):
+        nat.topk(x, 3, 9, 1, 4, True, 1, v, np.empty((3, 4), np.int32))
+    with pytest.raises(ValueError, match="values_out must be"):
+        nat.topk(x, 3, 9, 1, 4, True, 1, np.empty((3, 5), np.float32), i)
+
+
+def test_a_one_node_topk_session_computes_both_outputs_in_place_with_the_cpu_eps_results():
+    inputs = [("x", rand((2, 16), np.float32, seed=6), False), ("k", np.array([5], I64), True)]
+    model = make_model("TopK", inputs, [("v", np.float32), ("i", I64)], {"largest": 1, "sorted": 1})
+    want = run_ort(model, feeds_of(inputs))
+    sess = npu_session(model, {"target": "npu-ref"}, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    for _ in range(3):  # the first run binds, the others write into ORT's buffers
+        got = sess.run(None, feeds_of(inputs))
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+
+
 @pytest.mark.parametrize("largest", [1, 0])
 def test_topk_unsorted_returns_the_same_set(largest):
     """sorted=0: ONNX leaves the order open (ORT returns heap order); the selected (value, index) pairs match."""
