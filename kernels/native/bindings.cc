@@ -467,6 +467,8 @@ void RegisterKernels(py::module_& parent) {
   BindIndexing(m);  // indexing.cc: Gather, Slice, Split, Concat, GatherND, ScatterND
   void BindNorm(py::module_&);
   BindNorm(m);  // norm.cc: Layer/RMS/Skip*/Batch/Instance/GroupNormalization
+  void BindEmbedLayerNorm(py::module_&);
+  BindEmbedLayerNorm(m);  // embed_layernorm.cc: com.microsoft EmbedLayerNormalization
 }
 
 }  // namespace npu_ep::kern

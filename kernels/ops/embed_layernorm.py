@@ -8,7 +8,9 @@ Outputs: output [B, S, D]; mask_index int32 [B] (the count of mask entries equal
 the key lengths com.microsoft Attention reads); optional embedding_sum [B, S, D] (the sum before the norm).
 e = word[id] + position[pos] (+ segment[seg]); mean = E[e], var = E[(e - mean)^2] (two passes, as ORT);
 y = (e - mean) / sqrt(var + epsilon) * gamma + beta, all in float32. An id out of its table's range is an error
-naming the table, as ORT's "input index out of range".
+naming the table, as ORT's "input index out of range". On the native kernels ``embed_layernorm``
+(kernels/native/embed_layernorm.cc) computes the same float32 operations in the same order (numpy's pairwise sums),
+so the same bits, bound as the step, the output into ORT's buffer when it is a partition output.
 
 Cost: ``_vector.stream_cost`` over B*S*D elements (~6 vector ops each, one rsqrt per row); DMA of the gathered
 rows, gamma/beta and the outputs.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import runtime
 from ..node import NodeInfo
 from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
@@ -60,8 +63,36 @@ def _rows(table: np.ndarray, idx: np.ndarray, what: str) -> np.ndarray:
     return table[idx]
 
 
+_INT_INPUTS = (0, 1, 7, 8)  # input_ids, segment_ids, mask, position_ids
+
+
+def _native_args(p: Prepared, values: list) -> bool:
+    """Whether ``embed_layernorm`` takes these inputs: C-order int32 ids, float32 tables, gamma and beta."""
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if type(v) is not np.ndarray or not v.flags.c_contiguous or v.dtype != (np.int32 if i in _INT_INPUTS
+                                                                                 else _F32):
+            return False
+    return values[0].ndim == 2 and all(values[i] is not None for i in (2, 3, 5, 6))
+
+
+def _native_call_args(p: Prepared, values: list, threads: int) -> tuple:
+    ids, seg, word, pos_table, seg_table, gamma, beta, mask, pos_ids = values
+    want = p.attrs["outputs"]
+    return (ids, seg, word, pos_table, seg_table, gamma.reshape(-1), beta.reshape(-1), mask, pos_ids,
+            p.attrs["epsilon"], len(want) > 2 and want[2], None, threads)
+
+
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
-    ids, seg, word, pos_table, seg_table, gamma, beta, mask, pos_ids = (arg(p, inputs, i) for i in range(9))
+    """The reference below; on the native kernels ``embed_layernorm`` (kernels/native/embed_layernorm.cc: the same
+    float32 operations in the same order, numpy's pairwise sums)."""
+    values = [arg(p, inputs, i) for i in range(9)]
+    nat = runtime.native(p)
+    if nat is not None and _native_args(p, values):
+        y, count, e = nat.embed_layernorm(*_native_call_args(p, values, runtime.threads(p)))
+        return [y, count, e][:len(p.attrs["outputs"])]
+    ids, seg, word, pos_table, seg_table, gamma, beta, mask, pos_ids = values
     b, s = ids.shape
     pos = np.broadcast_to(np.arange(s, dtype=np.int64), (b, s)) if pos_ids is None else \
         np.broadcast_to(pos_ids, (b, s))
@@ -85,6 +116,29 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     return outs
 
 
+def _bind(p: Prepared, inputs, outs):
+    """EmbedLayerNormalization as one ``embed_layernorm`` call for these input shapes, constants held in place, the
+    output into ORT's buffer when it is a partition output."""
+    values = [arg(p, inputs, i) for i in range(9)]
+    nat = runtime.native(p)
+    if nat is None or not _native_args(p, values):
+        return None
+    args = list(_native_call_args(p, values, runtime.threads(p)))
+    live = []
+    for i, v in enumerate(values):
+        if v is not None and i < len(inputs) and inputs[i] is not None:
+            if i in (5, 6) and v.ndim != 1:
+                return None  # the kernel reads gamma/beta flattened: a runtime one must come as [D]
+            live.append((i, i, v.dtype, v.shape, None))
+            args[i] = None
+    if not live:
+        return None
+    where = p.runtime.partition_outputs
+    into = [(11, where[0], list(outs[0].shape))] if where and 0 in where else []
+    outputs = [(k, None) for k in range(len(p.attrs["outputs"]))]
+    return runtime.call_step(p, nat.embed_layernorm, tuple(args), live, outputs, None, into)
+
+
 def _cost(p: Prepared, shapes) -> OpCost:
     b, s = shapes[0]
     d = shapes[2][1] if shapes[2] is not None else p.consts["in2"].shape[1]
@@ -95,4 +149,4 @@ def _cost(p: Prepared, shapes) -> OpCost:
     return stream_cost(p, n, n * 4 * tables + 2 * d * 4 + b * s * 4 * 3, b_out, 6.0, 1.0 / max(d, 1))
 
 
-register(KernelDef("com.microsoft", "EmbedLayerNormalization", _prepare, _run, _cost, _check))
+register(KernelDef("com.microsoft", "EmbedLayerNormalization", _prepare, _run, _cost, _check, bind=_bind))

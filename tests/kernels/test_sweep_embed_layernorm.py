@@ -1,0 +1,138 @@
+"""Differential sweep of com.microsoft EmbedLayerNormalization (issue 40): ``embed_layernorm``
+(kernels/native/embed_layernorm.cc) against the reference model (kernels/ops/embed_layernorm.py), bit for bit: the
+kernel makes the same float32 operations in the same order, its sums in numpy's pairwise order. Widths around the
+pairwise blocks (8, 128 and the splits above), rows around the task split (4096 / D rows a task), one thread and
+two, with and without segments (rows [B, S] and [1, S]), masks, position_ids [B, S] and [1, S], the embedding_sum
+output, special values in the tables (NaN, +-Inf, huge and tiny), and out-of-range ids of each table as the
+reference's error naming it. A session shows NpuEP ran the node as its bound native step with the CPU EP's values
+(within float32 rounding there: ORT sums in another order)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from _sweep import REF, around, bound_step_outputs, check, node_model, run_kernel, with_specials
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.sessions import tag_session_options
+from npu_ep.kernels import runtime
+from npu_ep.kernels.registry import kernel_for
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+RNG = np.random.default_rng(4040)
+MS = "com.microsoft"
+V, P, G = 13, 160, 3  # word, position and segment table rows
+
+
+def _inputs(b, s, d, *, segments="rows", mask=False, pos_ids=None, specials=False):
+    """The node's inputs (name, value or None when missing, constant); segments "rows" ([B, S]), "one" ([1, S]) or
+    None."""
+    tables = [RNG.standard_normal((n, d)).astype(np.float32) for n in (V, P, G)]
+    if specials:
+        tables[0] = with_specials(tables[0], RNG, fraction=0.02)
+    ids = RNG.integers(0, V, (b, s)).astype(np.int32)
+    seg = None if segments is None else RNG.integers(0, G, (b if segments == "rows" else 1, s)).astype(np.int32)
+    inputs = [("ids", ids, False), ("seg", seg, False), ("word", tables[0], True), ("pos", tables[1], True),
+              ("segemb", tables[2] if seg is not None else None, True),
+              ("gamma", RNG.standard_normal(d).astype(np.float32), True),
+              ("beta", RNG.standard_normal(d).astype(np.float32), True)]
+    if mask or pos_ids is not None:
+        m = (RNG.random((b, s)) > 0.3).astype(np.int32) if mask else None
+        inputs.append(("mask", m, False))
+    if pos_ids is not None:
+        inputs.append(("pos_ids", RNG.integers(0, P, (b if pos_ids == "rows" else 1, s)).astype(np.int32), False))
+    return inputs
+
+
+def _check(inputs, n_out=2, threads=1, what=""):
+    check("EmbedLayerNormalization", inputs, "embed_layernorm", domain=MS, n_out=n_out, threads=threads,
+          what=what, epsilon=1e-5)
+
+
+@pytest.mark.parametrize("d", sorted({1, 2, 7, *around(8, 16, 128, 256), 300, 768}))
+def test_widths_around_the_pairwise_blocks(d):
+    _check(_inputs(2, 3, d), n_out=3, what=f"D={d}")
+
+
+@pytest.mark.parametrize("segments", ["rows", "one", None])
+@pytest.mark.parametrize("pos_ids", [None, "rows", "one"])
+def test_segments_masks_and_position_ids(segments, pos_ids):
+    for mask in (False, True):
+        _check(_inputs(3, 5, 24, segments=segments, mask=mask, pos_ids=pos_ids), n_out=3,
+               what=f"segments={segments} mask={mask} pos_ids={pos_ids}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("d", [64, 768])
+def test_rows_around_the_task_split(threads, d):
+    per = 4096 // d  # embed_layernorm.cc's rows per task
+    for s in around(per, 2 * per):
+        _check(_inputs(1, s, d), threads=threads, what=f"S={s} D={d} threads={threads}")
+
+
+def test_special_values_in_the_tables():
+    for d in (7, 129, 768):
+        _check(_inputs(2, 6, d, specials=True), n_out=3, what=f"specials D={d}")
+
+
+@pytest.mark.parametrize("table", ["input_ids", "position", "segment_ids"])
+def test_an_out_of_range_id_names_its_table(table):
+    inputs = _inputs(1, 4, 8, pos_ids="rows")
+    where = {"input_ids": 0, "position": 8, "segment_ids": 1}[table]
+    name, value, const = inputs[where]
+    bad = value.copy()
+    bad[0, 2] = {"input_ids": V, "position": -1, "segment_ids": G}[table]
+    inputs[where] = (name, bad, const)
+    for kernels in ("native", "reference"):
+        with pytest.raises(ValueError, match=f"{table} index out of range"):
+            _run(inputs, kernels)
+
+
+def _run(inputs, kernels):
+    m = node_model("EmbedLayerNormalization", inputs, domain=MS, n_out=2, epsilon=1e-5)
+    return run_kernel(m, {s[0]: s[1] for s in inputs if s[1] is not None and not s[2]}, kernels)
+
+
+def test_the_bound_step_writes_the_kernels_bits():
+    inputs = _inputs(2, 9, 40, mask=True)
+    m = node_model("EmbedLayerNormalization", inputs, domain=MS, n_out=3, epsilon=1e-5)
+    (node,) = nodes_from_model(m)
+    k = kernel_for(MS, "EmbedLayerNormalization")
+    p = k.prepare(node, REF)
+    runtime.configure([p], "native", 1)
+    args = [None if v.missing or v.is_constant else s[1] for v, s in zip(node.inputs, inputs)]
+    outs = k.run(p, args)
+    bound = bound_step_outputs(k, p, args, outs)
+    assert len(bound) == 3, "EmbedLayerNormalization bound no native step"
+    for g, w in zip(bound, outs):
+        assert g.dtype == w.dtype and g.tobytes() == np.asarray(w).tobytes()
+
+
+def test_session_matches_cpu_ep_and_runs_on_npu_ep():
+    b, s, d = 2, 16, 96
+    inits = {"word": RNG.standard_normal((V, d)).astype(np.float32),
+             "pos": RNG.standard_normal((P, d)).astype(np.float32),
+             "segemb": RNG.standard_normal((G, d)).astype(np.float32),
+             "gamma": RNG.standard_normal(d).astype(np.float32), "beta": RNG.standard_normal(d).astype(np.float32)}
+    node = helper.make_node("EmbedLayerNormalization", ["ids", "seg", "word", "pos", "segemb", "gamma", "beta", "mask"],
+                            ["y", "mask_index"], name="the_op", domain=MS, epsilon=1e-5)
+    ints = [helper.make_tensor_value_info(n, TensorProto.INT32, [b, s]) for n in ("ids", "seg", "mask")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, d]),
+            helper.make_tensor_value_info("mask_index", TensorProto.INT32, [b])]
+    model = make_model([node], ints, outs, inits, extra_opsets=[(MS, 1)])
+    feeds = {"ids": RNG.integers(0, V, (b, s)).astype(np.int32), "seg": RNG.integers(0, G, (b, s)).astype(np.int32),
+             "mask": (RNG.random((b, s)) > 0.4).astype(np.int32)}
+    so = session_options()
+    tag_session_options(so)  # so python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    want = cpu_run(model, feeds)
+    for _ in range(3):
+        got = sess.run(None, feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got[1], want[1])
+    assert python_steps(sess) == [], "EmbedLayerNormalization ran its Python kernel instead of the bound native step"
