@@ -1,17 +1,19 @@
-"""Give back the pages of a file mapping that hashing faulted in, so reading weights does not count them twice.
+"""Give back the pages of a file mapping that hashing or compiling faulted in, so reading weights does not count
+them twice.
 
-Why: ORT maps a model's external data file (one private mapping per initializer) and NpuEP's cache key reads every
-byte of it. Each page read joins the process's resident set and stays there until ORT unmaps the file at the end
-of session creation, while the compiler allocates its own constants: for a 1B int4 decoder the key alone added
-the whole 0.5 GB file to the peak RSS. The page cache keeps those pages, so dropping them from this process's
-mapping costs a minor fault if a kernel reads them again.
+Why: ORT maps a model's external data file (one private mapping per initializer); NpuEP's cache key reads every
+byte of it, and the compiler reads the weights it derives its own constants from (level 4's int8 tiles from the
+int4 B). Each page read joins the process's resident set and stays there until ORT unmaps the file at the end of
+session creation, while the compiler allocates its own constants: for a 1B int4 decoder the key alone added the
+whole 0.5 GB file to the peak RSS, and deriving the tiles as much again. The page cache keeps those pages, so
+dropping them from this process's mapping costs a minor fault if a kernel reads them again.
 
 Only pages the file itself backs are released (``/proc/self/pagemap``: "file page or shared anonymous" or not
 present, none swapped): ``MADV_DONTNEED`` on them loses nothing, the next read maps the same file page again. A
 page of a private mapping that was written (copy-on-write, now anonymous memory) would be lost, so a range
 holding one is left alone; so is any range when pagemap cannot be read (not Linux, restricted /proc). A write
 landing between the check and the release would still be lost: callers release only constant data nothing writes
-(the initializers a cache key hashes).
+(the initializers a cache key hashes or a compiled step was made from).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import ctypes
 import mmap
 import os
 import sys
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -73,4 +76,14 @@ def release_file_pages(view: memoryview) -> int:
     return hi - lo if madvise(lo, hi - lo, _MADV_DONTNEED) == 0 else 0
 
 
-__all__ = ["PAGE", "release_file_pages"]
+def release_weight_pages(arrays: Iterable[object], min_bytes: int = 1 << 20) -> int:
+    """``release_file_pages`` over each C-contiguous array of ``min_bytes`` or more in ``arrays`` (other items are
+    skipped): the pages of constant weights a compile step has read and no longer needs resident. Returns bytes."""
+    released = 0
+    for arr in arrays:
+        if isinstance(arr, np.ndarray) and arr.nbytes >= min_bytes and arr.flags.c_contiguous:
+            released += release_file_pages(memoryview(arr.reshape(-1).view(np.uint8)))
+    return released
+
+
+__all__ = ["PAGE", "release_file_pages", "release_weight_pages"]

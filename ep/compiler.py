@@ -9,9 +9,11 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from ..context_cache.file_pages import release_weight_pages
 from ..kernels.fusion import fuse_partition
 from ..kernels.node import NodeInfo, ValueInfo
-from ..kernels.registry import kernel_for
+from ..kernels.registry import Prepared, kernel_for
+from ..kernels.runtime import borrowed_from_ort
 from ..kernels.target import Target
 from ..log import escape
 from .program import UNKNOWN_RANK, IoSpec, Program, Step
@@ -43,6 +45,7 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
             raise CompileError(f"partition '{name}': compiling {n.describe()} with inputs ({shapes}) failed: "
                                f"{type(exc).__name__}: {escape(str(exc))}") from exc
         prepared.target = target
+        release_weight_pages(_read_initializers(n, prepared))
         in_slots = []
         for v in n.inputs:
             if v.missing or v.is_constant:
@@ -72,6 +75,16 @@ def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[Val
     output_slots = tuple(slot[v.name] for v in outputs)
     _plan_releases(steps, output_slots)
     return Program(name, _io(inputs), _io(outputs), steps, len(slot), output_slots, target, record=record)
+
+
+def _read_initializers(node: NodeInfo, prepared: Prepared) -> list[np.ndarray]:
+    """The node's initializers ORT holds that its prepared step does not read in place: ``prepare`` has made what
+    it needs of them (level 4's int8 tiles from B, ...), so the pages of ORT's external-data mapping that reading
+    them faulted in can go (``release_weight_pages``) instead of adding the file to the compile's peak RSS."""
+    kept = [c for c in prepared.consts.values() if isinstance(c, np.ndarray) and borrowed_from_ort(c)]
+    return [v.value for v in node.inputs
+            if v.is_constant and isinstance(v.value, np.ndarray) and borrowed_from_ort(v.value)
+            and not any(np.may_share_memory(v.value, c) for c in kept)]
 
 
 def outputs_visible(nodes: Sequence[NodeInfo], names: Collection[str]) -> list[NodeInfo]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..context_cache.file_pages import release_weight_pages
 from ..kernels.registry import RECIPES, DerivedConsts, Prepared, kernel_for
 from ..kernels.target import Target
 from .borrowed_refs import BorrowedRefError, BorrowedRefs
@@ -118,6 +119,9 @@ def _rebuild_derived(s: Mapping[str, Any], arrays: Mapping[str, np.ndarray], con
         for role, arr in made.items():
             consts[names[role]] = arr
         kept.append(DerivedConsts(d["recipe"], dict(names), sources, dict(params)))
+        in_place = [c for c in consts.values() if isinstance(c, np.ndarray)]
+        release_weight_pages(a for a in sources.values()  # as the compiler does once a step is prepared
+                             if a is not None and not any(np.may_share_memory(a, c) for c in in_place))
 
 
 def _shape(shape) -> list | None:
