@@ -10,8 +10,9 @@ temp dir named after the configuration). Each EP is then measured in its own chi
 ``peak_rss.py``) is that EP's alone; both load the same .onnx by path. The children alternate between the EPs for
 ``--repeats`` rounds (host load on a shared machine changes by 2x within minutes) and each metric is the median; a
 child's TTFT is itself the median of ``--ttft-runs`` prefills of the same prompt. Targets (issue 12): peak RSS <=
-1.2x, session creation <= 2x cold (NpuEP's compiled-context cache off) and <= 1x warm (from the on-disk cache, and
-from an EPContext model dumped once by a priming child), inter-token <= 1.1x, TTFT <= 1.0x, greedy tokens identical
+1.2x, session creation <= 2x cold (NpuEP's compiled-context cache off; with ``--warm`` also at the default options,
+compiled and written to an empty default cache folder) and <= 1x warm (from the on-disk cache, and from an
+EPContext model dumped once by a priming child), inter-token <= 1.1x, TTFT <= 1.0x, greedy tokens identical
 for >= 64 steps (the default --new-tokens), printed beside the CPU EP's agreement with itself when the embedding
 table moves one ulp (a copy of the model kept beside it: how far float rounding alone carries greedy decoding on
 this model); and the fraction of the memory-bandwidth floor a decode step reaches (the weight bytes it streams over
@@ -25,6 +26,7 @@ from ...ep.registration import get_ep_name
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,6 +57,7 @@ def build(workdir: Path, layers: int) -> Path:
     result.save(tmp)
     os.replace(tmp, dst)
     src.unlink()  # the 1.9 GB float model is only an intermediate we wrote
+    Path(f"{src}.data").unlink(missing_ok=True)
     return dst
 
 
@@ -80,11 +83,16 @@ def perturbed(model: str) -> str:
     return str(dst)
 
 
-NPU_MODES = ("NpuEP", "NpuEP warm cache", "NpuEP warm EPContext")
+NPU_MODES = ("NpuEP", "NpuEP cold default", "NpuEP warm cache", "NpuEP warm EPContext")
 
 
 def _cache_dir(model: str) -> str:
     return str(Path(model).parent / "cache")
+
+
+def _cold_cache_dir(model: str) -> Path:
+    """The default cache folder of the "cold default" children (``NPU_EP_CACHE_DIR``), emptied before each."""
+    return Path(model).parent / "cache_cold"
 
 
 def _ctx_path(model: str) -> str:
@@ -127,6 +135,10 @@ def measure(model: str, ep: str, prompt_len: int, new_tokens: int, ttft_runs: in
     so.log_severity_level = 3
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     options = {"cache_dir": _cache_dir(model) if ep == "NpuEP warm cache" else ""}
+    if ep == "NpuEP cold default":  # the default options: compiled, then written to the (empty) default cache folder
+        options = {}
+        shutil.rmtree(_cold_cache_dir(model), ignore_errors=True)
+        os.environ["NPU_EP_CACHE_DIR"] = str(_cold_cache_dir(model))
     providers = ([(get_ep_name(), options), "CPUExecutionProvider"] if ep in NPU_MODES
                  else ["CPUExecutionProvider"])
     if ep == "NpuEP warm EPContext":
@@ -212,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttft-runs", type=int, default=5, help="prefills per child process; TTFT is their median")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "npu_ep_bench_llm_1b")
     ap.add_argument("--warm", action="store_true",
-                    help="also measure NpuEP sessions started from its cache and from an EPContext model")
+                    help="also measure NpuEP at its default options (compiled and written to an empty cache "
+                         "folder) and sessions started from its cache and from an EPContext model")
     ap.add_argument("--child", choices=["build", "perturb", "prime", "CPU EP", *NPU_MODES], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--kv-resident", action="store_true",
@@ -273,8 +286,9 @@ def main(argv: list[str] | None = None) -> int:
             w = med[mode]
             r = w["session_s"] / cpu["session_s"]
             agree = "same tokens" if w["tokens"] == npu["tokens"] else "TOKENS DIFFER from the cold NpuEP run"
+            target = 2.0 if "cold" in mode else 1.0
             print(f"{'session, ' + mode[6:] + ' [s]':22} {cpu['session_s']:10.2f} {w['session_s']:10.2f} {r:7.2f}  "
-                  f"<= 1.0  (peak RSS {w['peak_rss'] / cpu['peak_rss']:.2f}x, {w['npu_nodes']} nodes on NpuEP, "
+                  f"<= {target}  (peak RSS {w['peak_rss'] / cpu['peak_rss']:.2f}x, {w['npu_nodes']} nodes on NpuEP, "
                   f"{agree})")
     floor_s = decode_weight_bytes(model) / copy_bandwidth()
     print(f"memory-bandwidth floor of a decode step: {floor_s * 1e3:.1f} ms (weights streamed per token / copy "
