@@ -276,6 +276,23 @@ class BoundNBits {
     if (!norm_) return RunMatMulNBits(g_, x, std::nullopt, false);
     return RunNormMatMul(g_, *norm_, x, skip, std::nullopt, false);
   }
+  // A float16 node's call (no norm): x [M, K] float16 -> y [M, N] float16 (MatMulNBitsHalf).
+  py::array CallHalf(const py::array& x) const {
+    if (norm_ || x.dtype().kind() != 'f' || x.itemsize() != 2 || !(x.flags() & py::array::c_style) || x.ndim() != 2 ||
+        x.shape(1) != g_.K)
+      throw std::invalid_argument("bound nbits: half takes a C-contiguous float16 x [M, K=" + std::to_string(g_.K) +
+                                  "] and no norm");
+    NBitsGemm g = g_;
+    g.M = x.shape(0);
+    py::array y(x.dtype(), std::vector<py::ssize_t>{g.M, g.N});
+    const auto* a = static_cast<const uint16_t*>(x.data());
+    auto* out = static_cast<uint16_t*>(y.mutable_data());
+    {
+      py::gil_scoped_release release;
+      MatMulNBitsHalf(g, a, out);
+    }
+    return y;
+  }
 
  private:
   std::vector<NBitsSegment> segs_;
@@ -393,7 +410,8 @@ void RegisterKernels(py::module_& parent) {
                     int64_t, int, int, int, uintptr_t, const std::optional<py::tuple>&>(),
            py::arg("b"), py::arg("scales"), py::arg("zero_points"), py::arg("bias"), py::arg("K"), py::arg("N"),
            py::arg("block_size"), py::arg("accuracy_level"), py::arg("threads"), py::arg("sgemm"), py::arg("norm"))
-      .def("__call__", &BoundNBits::Call, py::arg("x"), py::arg("skip") = py::none());
+      .def("__call__", &BoundNBits::Call, py::arg("x"), py::arg("skip") = py::none())
+      .def("half", &BoundNBits::CallHalf, py::arg("x"), "float16 x [M, K] -> float16 y (no norm)");
   m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
         py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
         py::arg("y_zero_point") = 0, py::arg("y_signed") = false, py::arg("plan") = py::none(),

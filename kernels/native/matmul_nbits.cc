@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "half.h"
 #include "matmul_nbits_internal.h"
 #include "scratch.h"
 #include "thread_pool.h"
@@ -497,6 +498,23 @@ void MatMulNBits(const NBitsGemm& g) {
       for (int64_t m = r0; m < r1; ++m) g.y[m * s.N + n] = dot(pa.a.data() + m * s.kc, w.data(), s.kc) + bias;
     }
   });
+}
+
+void MatMulNBitsHalf(const NBitsGemm& g, const uint16_t* a, uint16_t* y) {
+  if (g.M == 0 || g.N == 0) return;
+  // The calling thread's float copies (grown, never cleared: each call writes all it reads); not MatMulNBits' own
+  // scratch, which it fills from them.
+  static thread_local std::vector<float> a32, y32;
+  NBitsGemm f = g;
+  f.a = Grow(a32, g.M * g.K);
+  f.y = Grow(y32, g.M * g.N);
+  float* af = a32.data();
+  ParallelFor(ThreadsFor(g.threads, g.M * g.K), g.M,
+              [&](int64_t m) { HalfToFloatRow(a + m * g.K, af + m * g.K, g.K); });
+  MatMulNBits(f);
+  const float* yf = y32.data();
+  ParallelFor(ThreadsFor(g.threads, g.M * g.N), g.M,
+              [&](int64_t m) { FloatToHalfRow(yf + m * g.N, y + m * g.N, g.N); });
 }
 
 namespace {

@@ -53,6 +53,11 @@ struct NBitsGemm {
 // not depend on the thread count.
 void MatMulNBits(const NBitsGemm& g);
 
+// The float16 node (float16 A and y, the reference's float16 path): a [M, K] widened exactly, MatMulNBits on g (its
+// a and y are this call's float32 copies), the result rounded once to float16 (nearest even, as numpy's astype)
+// into y [M, N]. So the bits of the float32 kernel on the widened A, rounded.
+void MatMulNBitsHalf(const NBitsGemm& g, const uint16_t* a, uint16_t* y);
+
 // ORT's B [N, row_bytes] -> accuracy_level 4's tiles [ceil(N / 32), row_bytes / 2, 64] (layouts above), on up to
 // `threads` threads (a little-endian host: the tiles are bytes, built from 16-bit words).
 void TileInt4(const uint8_t* b, int64_t N, int64_t row_bytes, uint8_t* tiles, int threads);

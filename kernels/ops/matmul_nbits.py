@@ -331,11 +331,12 @@ def _native_tail(p: Prepared, m: int) -> tuple:
 
 
 def bind_nbits(p: Prepared, inputs, outs) -> Any:
-    """A float32 node with at most a constant bias as one native call for A's shape (ep/step_binding.py)."""
+    """A float32 or float16 node with at most a constant bias as one native call for A's shape
+    (ep/step_binding.py)."""
     nat = runtime.native(p)
     a = inputs[0] if inputs else None
     if (nat is None or not _bias_only(p) or runtime.counting_dma(p) or PERM in p.consts or not isinstance(a, np.ndarray)
-            or a.dtype != np.float32 or not a.flags.c_contiguous or a.ndim < 1 or a.shape[-1] != p.attrs["K"]):
+            or a.dtype != p.attrs["dtype"] or not a.flags.c_contiguous or a.ndim < 1 or a.shape[-1] != p.attrs["K"]):
         return None
     bias = p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None
     return nbits_step(p, a, bias, [(-1, outs[0].shape)])
@@ -344,25 +345,29 @@ def bind_nbits(p: Prepared, inputs, outs) -> Any:
 def nbits_step(p: Prepared, a: np.ndarray, bias: np.ndarray | None, outputs: list) -> Any:
     """``A @ W (+ bias)`` for a float32 C-contiguous A of this shape as one native call step (the weights converted
     once), for a MatMulNBits or a MatMulGroup of them (``packed_weights``); ``outputs`` as ``runtime.call_step``'s,
-    over the [M, N] product."""
+    over the [M, N] product. A float16 A: the bound kernel's ``half`` (widened, the float32 kernel, rounded once to
+    float16, as ``run_nbits``)."""
     m = a.size // p.attrs["K"]
     bound = runtime.native(p).BoundNBits(*_native_args(p, bias), *_native_tail(p, m), None)
-    return runtime.call_step(p, bound, (None,), [(0, 0, np.float32, a.shape, (m, p.attrs["K"]))], outputs, None)
+    fn = bound.half if a.dtype == np.float16 else bound
+    return runtime.call_step(p, fn, (None,), [(0, 0, a.dtype, a.shape, (m, p.attrs["K"]))], outputs, None)
 
 
 def _bias_only(p: Prepared) -> bool:
-    """A float32 node whose epilogue is at most a constant bias: the kernel adds it (decided once per node)."""
+    """A float32 or float16 node whose epilogue is at most a constant bias: the kernel adds it (decided once per
+    node)."""
     ok = p.kernel_cache.get("bias_only")
     if ok is None:
         at = p.attrs
         ok = p.kernel_cache["bias_only"] = ({k for k, v in at["epilogue"].items() if v} <= {"bias"}
-                                    and not at["runtime_bias"] and at["dtype"] == "float32")
+                                    and not at["runtime_bias"] and at["dtype"] in ("float32", "float16"))
     return ok
 
 
 def run_nbits(p: Prepared, inputs) -> list[np.ndarray]:
     if _bias_only(p):
-        return [nbits_matmul(p, arg(p, inputs, 0), p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None)]
+        y = nbits_matmul(p, arg(p, inputs, 0), p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None)
+        return [y.astype(p.attrs["dtype"], copy=False)]
     at = p.attrs
     y = nbits_matmul(p, arg(p, inputs, 0))
     if at["runtime_bias"]:
