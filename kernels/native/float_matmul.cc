@@ -89,9 +89,9 @@ void CheckPacked(const F32& packed, int64_t k, int64_t n, const char* op) {
                                 std::to_string(n) + " columns in panels (pack_sgemm_b)");
 }
 
-// A[..., K] (C-contiguous float32, or float16: widened exactly, the result rounded to float16 once after bias
-// and ReLU, as the reference's astype) times the packed B of N columns; + bias, ReLU and quantize as above; plan and
-// count_dma as the other matrix kernels' (bindings.h); with swiglu (no ReLU, no quantize), g * sigmoid(g) * u of
+// A[..., K] (C-contiguous float32, or float16: widened exactly, the result rounded to float16 once after bias,
+// ReLU and SwiGLU, as the reference's astype) times the packed B of N columns; + bias, ReLU and quantize as above; plan
+// and count_dma as the other matrix kernels' (bindings.h); with swiglu (no ReLU, no quantize), g * sigmoid(g) * u of
 // the product's two halves (a {gate, up} group's epilogue, SwiGlu).
 // out: an array to write the result into (ORT's output buffer, when the step's output is the partition's), used
 // when it is C-contiguous, of the result's dtype and shape, and there is no quantize; else a new array.
@@ -101,8 +101,8 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   const bool half = a.dtype().num() == py::dtype("float16").num();
   if ((!half && !py::isinstance<F32>(a)) || a.ndim() < 1 || !(a.flags() & py::array::c_style))
     throw std::invalid_argument("float_matmul_packed: a must be a C-contiguous float32 or float16 array of rank >= 1");
-  if (half && (swiglu || !quantize.is_none()))
-    throw std::invalid_argument("float_matmul_packed: a float16 product takes no SwiGLU and no quantize");
+  if (half && !quantize.is_none())
+    throw std::invalid_argument("float_matmul_packed: a float16 product takes no quantize");
   const int64_t k = a.shape(a.ndim() - 1);
   int64_t m = 1;
   for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) m *= a.shape(d);
@@ -127,19 +127,21 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   DmaCount dma;
   {
     py::gil_scoped_release release;
-    static thread_local std::vector<float> product, widened;  // grown, never cleared (every element written first)
+    // grown, never cleared (every element written first)
+    static thread_local std::vector<float> product, widened, result;
     const float* a_rows = static_cast<const float*>(a.data());
     if (half) {
       float* w = Grow(widened, m * k);
       HalfToFloatRow(static_cast<const uint16_t*>(a.data()), w, m * k);
       a_rows = w;
     }
-    float* data = half ? nullptr : static_cast<float*>(y_data);
-    float* c = swiglu || half ? Grow(product, m * n) : data;
+    const int64_t out_n = shape.back();
+    float* data = half ? Grow(result, m * out_n) : static_cast<float*>(y_data);  // the float32 result
+    float* c = swiglu ? Grow(product, m * n) : data;
     const PackedSgemmArgs g{a_rows, m, k, k, packed.data(), n, c, n, bias ? bias->data() : nullptr, relu};
     PackedSgemm(g, threads, tiles ? &*tiles : nullptr, count_dma ? &dma : nullptr);
-    if (swiglu) SwiGlu(c, m, n / 2, data, threads);
-    if (half) FloatToHalfRow(c, static_cast<uint16_t*>(y_data), m * n);
+    if (swiglu) SwiGlu(c, m, out_n, data, threads);
+    if (half) FloatToHalfRow(data, static_cast<uint16_t*>(y_data), m * out_n);
   }
   if (quantize.is_none()) return WithDma(std::move(y), count_dma, dma);
   return WithDma(Quantized(static_cast<float*>(y_data), shape.data(), a.ndim(), quantize, threads), count_dma, dma);

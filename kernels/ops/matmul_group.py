@@ -9,7 +9,8 @@ another member has some. MatMul members concatenate their float32 ``[K, N_i]`` i
 
 Run: one matmul (for MatMulNBits the single-op kernel over the members' packed weights, native or reference as
 the session chose; float32 weights on the packed native GEMM where ``matmul.packed_panels`` applies, bias and SwiGLU
-in the same call, which a bound step makes straight from the program's loop), bias added in place, then either
+in the same call, a float16 A widened and the result rounded once, which a bound step makes straight from the
+program's loop), bias added in place, then either
 the members' outputs as column slices of the accumulator or,
 with the SwiGLU epilogue on a {gate, up} group, ``g * sigmoid(g) * u`` (``g / (1 + exp(-g))``, the exponent
 clipped at 80 so it never overflows: beyond it the product is 0 to float32 precision anyway). Numerics equal the
@@ -32,7 +33,7 @@ from ..target import Target
 from .. import runtime
 from ._matrix import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
-from .matmul import packed_panels
+from .matmul import PACKED_ISAS, pack_once, packed_panels
 from .matmul_nbits import NBITS_MEMBERS, nbits_matmul, nbits_step
 
 _NBITS = ("com.microsoft", "MatMulNBits")
@@ -117,14 +118,20 @@ _PACKED_EPILOGUE = {"bias", "swiglu"}  # what float_matmul_packed runs in the sa
 
 
 def _packed_call(p: Prepared, a: np.ndarray) -> tuple | None:
-    """``float_matmul_packed``'s arguments after A for a float32 group on the packed GEMM, or None where it does
-    not make this product (int4 members, another dtype or epilogue, DMA counting, not an AVX-512 host)."""
+    """``float_matmul_packed``'s arguments after A for a float32 or float16 group on the packed GEMM (a float16 A
+    widened exactly, the float32 result rounded once, as ``_run``'s reference path does), or None where it does not
+    make this product (int4 members, another dtype or epilogue, DMA counting, not an AVX-512 host)."""
     at = p.attrs
     ep = {k for k, v in at["epilogue"].items() if v}
-    if NBITS_MEMBERS in at or at["dtype"] != "float32" or ep - _PACKED_EPILOGUE or runtime.counting_dma(p):
+    if (NBITS_MEMBERS in at or at["dtype"] not in ("float32", "float16") or a.dtype != at["dtype"]
+            or ep - _PACKED_EPILOGUE or runtime.counting_dma(p)):
         return None
     bias = p.consts["ep_bias"] if "bias" in ep else None
-    packed = packed_panels(p, a, p.consts["w"])
+    nat, w = runtime.native(p), p.consts["w"]
+    if a.dtype == np.float32:
+        packed = packed_panels(p, a, w)
+    else:  # packed_panels' conditions for a float16 A, which the kernel widens
+        packed = pack_once(p, nat, w) if nat is not None and a.ndim and nat.isa() in PACKED_ISAS else None
     if packed is None or (bias is not None and bias.size != at["N"]):
         return None
     bias = None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.float32)
@@ -145,12 +152,13 @@ def _nbits_bias(p: Prepared) -> np.ndarray | bool | None:
 
 
 def _bind(p: Prepared, inputs, outs):
-    """A float32 group on the packed GEMM, or a group of MatMulNBits members with at most a bias on their native
-    kernel, as one native call for this input shape; its outputs are column views of the one product, as the
-    kernel's."""
+    """A float32 or float16 group on the packed GEMM, or a float32 group of MatMulNBits members with at most a bias
+    on their native kernel, as one native call for this input shape; its outputs are column views of the one
+    product, as the kernel's."""
     a = inputs[0] if inputs else None
     nat = runtime.native(p)
-    if nat is None or not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.ndim or not a.flags.c_contiguous:
+    if (nat is None or not isinstance(a, np.ndarray) or a.dtype not in (np.float32, np.float16) or not a.ndim
+            or not a.flags.c_contiguous):
         return None
     at = p.attrs
     bias = _nbits_bias(p)
@@ -163,14 +171,14 @@ def _bind(p: Prepared, inputs, outs):
     if call is None:
         return None
     outputs = [(-1, None)] if at["epilogue"].get("swiglu") else [(-1, None, (s0, s1)) for s0, s1 in at["slices"]]
-    return runtime.call_step(p, nat.float_matmul_packed, (None, *call), [(0, 0, np.float32, a.shape, None)], outputs,
-                             None)
+    return runtime.call_step(p, nat.float_matmul_packed, (None, *call), [(0, 0, a.dtype.type, a.shape, None)],
+                             outputs, None)
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
     at = p.attrs
     a = inputs[0]
-    call = None if NBITS_MEMBERS in at or a.dtype != np.float32 else _packed_call(p, a)
+    call = None if NBITS_MEMBERS in at else _packed_call(p, a)
     if call is not None:
         return _outputs(at, runtime.native(p).float_matmul_packed(np.ascontiguousarray(a), *call))
     bias = _nbits_bias(p)

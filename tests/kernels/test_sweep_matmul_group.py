@@ -1,0 +1,143 @@
+"""Differential sweep of a float16 ``npu::MatMulGroup`` of float MatMuls (issue 40): its one product on the packed
+GEMM (``float_matmul_packed``: A widened exactly, the float32 product, members' biases and the SwiGLU epilogue,
+rounded to float16 once) against the float32 call on the widened A rounded, bit for bit, across row tiles and
+tails, panels, halves around the 16-lane SwiGLU vectors, chunks, thread counts and float16 specials; the group's
+kernel and its bound step against the reference model (numpy's BLAS product, numpy's SwiGLU, rounded once) within
+float16 rounding; a session runs the group with no Python step and the CPU EP's values within float16 rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from _isa import host_isas
+from _sweep import around, native_calls, with_specials
+from npu_ep.ep.sessions import session_of, tag_session_options
+from npu_ep.kernels import runtime
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+from tests.kernels.test_bound_native_calls import compiled
+from tests.loop_oracle import python_loop
+
+pytestmark = [pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built"),
+              pytest.mark.skipif("avx512" not in host_isas(), reason="the packed GEMM's path is AVX-512")]
+
+RNG = np.random.default_rng(4040)
+F16 = TensorProto.FLOAT16
+HALF_SPECIALS = (np.nan, np.inf, -np.inf, -0.0, 6e-8, 65504.0)
+
+
+def _kern():
+    return runtime.native_module()
+
+
+def _half_bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype == np.float16, what
+    same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), f"{what}: {int((~same).sum())} of {got.size} differ, first at {np.argwhere(~same)[0].tolist()}"
+
+
+def test_packed_float16_swiglu_is_the_float32_call_rounded_once():
+    for m in (1, 2, 3, 7, 8, 9, 17, 129):  # WideTile rows, 8-row tiles and their tails, two row tasks
+        for half in around(16, 32):
+            k = (33, 257, 300)[(m + half) % 3]
+            a = with_specials(RNG.standard_normal((m, k)).astype(np.float16), RNG, values=HALF_SPECIALS,
+                              fraction=0.01)
+            packed = _kern().pack_sgemm_b((RNG.standard_normal((k, 2 * half)) / 8).astype(np.float32))
+            bias = RNG.standard_normal(2 * half).astype(np.float32)
+            for threads in (1, 2):
+                for kw in ({}, {"bias": bias}):
+                    got = _kern().float_matmul_packed(a, packed, 2 * half, threads=threads, swiglu=True, **kw)
+                    want = _kern().float_matmul_packed(a.astype(np.float32), packed, 2 * half, threads=1,
+                                                       swiglu=True, **kw)
+                    with np.errstate(over="ignore"):  # float16's rounding of a product past its range: inf
+                        want = want.astype(np.float16)
+                    _half_bits_equal(got, want,
+                                     f"M={m} K={k} half={half} threads={threads} {list(kw)}")
+
+
+def test_packed_float16_rejects_a_quantize_and_writes_into_out():
+    a = RNG.standard_normal((3, 40)).astype(np.float16)
+    packed = _kern().pack_sgemm_b(RNG.standard_normal((40, 64)).astype(np.float32))
+    with pytest.raises(ValueError, match="a float16 product takes no quantize"):
+        _kern().float_matmul_packed(a, packed, 64, quantize=(0.1, 0, True))
+    out = np.empty((3, 32), np.float16)
+    got = _kern().float_matmul_packed(a, packed, 64, swiglu=True, out=out)
+    assert got is out
+    _half_bits_equal(out, _kern().float_matmul_packed(a.astype(np.float32), packed, 64, swiglu=True)
+                     .astype(np.float16), "into out")
+
+
+def group_model(m, k, ns, *, swiglu, bias=False):
+    """float16 MatMuls on one input x: {gate, up} with SwiGLU (ns = (n, n)), or siblings joined by a Concat; with
+    ``bias``, each member's Add of a constant (the group's bias)."""
+    inits, nodes, outs = {}, [], []
+    for i, n in enumerate(ns):
+        inits[f"w{i}"] = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float16)
+        nodes.append(helper.make_node("MatMul", ["x", f"w{i}"], [f"p{i}" if bias else f"m{i}"], f"mm{i}"))
+        if bias:
+            inits[f"b{i}"] = RNG.standard_normal(n).astype(np.float16)
+            nodes.append(helper.make_node("Add", [f"p{i}", f"b{i}"], [f"m{i}"], f"add{i}"))
+        outs.append(f"m{i}")
+    if swiglu:
+        nodes += [helper.make_node("Sigmoid", ["m0"], ["sig"], "sigmoid"),
+                  helper.make_node("Mul", ["m0", "sig"], ["silu"], "mul_silu"),
+                  helper.make_node("Mul", ["silu", "m1"], ["y"], "mul_up")]
+    else:
+        nodes.append(helper.make_node("Concat", outs, ["y"], "cat", axis=-1))
+    width = ns[0] if swiglu else sum(ns)
+    return make_model(nodes, [helper.make_tensor_value_info("x", F16, [1, m, k])],
+                      [helper.make_tensor_value_info("y", F16, [1, m, width])], inits, opset=21)
+
+
+def _group_step(program):
+    (i, step), = [(i, s) for i, s in enumerate(program.steps) if s.op == "npu::MatMulGroup"]
+    return i, step
+
+
+CASES = [(1, 64, (40, 40), True, False), (5, 96, (33, 33), True, True), (17, 257, (16, 16), True, False),
+         (2, 40, (64, 16, 16), False, False), (9, 128, (31, 17, 65), False, True), (129, 33, (32, 32), True, True)]
+
+
+@pytest.mark.parametrize("m, k, ns, swiglu, bias", CASES)
+def test_float16_group_kernel_and_bound_step_against_the_reference(m, k, ns, swiglu, bias):
+    """The group's kernel runs float_matmul_packed on the float16 A; its bound step gives the kernel's bits (and
+    the C++ loop's outputs the Python loop's); both within float16 rounding of the reference model's outputs."""
+    model = group_model(m, k, ns, swiglu=swiglu, bias=bias)
+    program = compiled(model)
+    i, step = _group_step(program)
+    x = with_specials((RNG.standard_normal((1, m, k)) / 2).astype(np.float16), RNG, values=(-0.0, 6e-8, 65504.0),
+                      fraction=0.01)
+    with native_calls() as calls:
+        first = program(x)
+    assert "float_matmul_packed" in calls, calls
+    assert program._bindings[((1, m, k),)][i] is not None, "the float16 group bound no native step"
+    again = program(x)
+    assert program.native_step_counts[1] == 0
+    assert all(g.dtype == np.float16 and g.tobytes() == f.tobytes() for g, f in zip(again, first))
+    assert all(g.tobytes() == f.tobytes() for g, f in zip(python_loop(program, (x,)), first))
+    p = step.prepared
+    runtime.configure([p], "reference", 1)
+    with np.errstate(over="ignore"):  # 65504 in A: products past float16's range round to inf, as the kernel's
+        want = step.kernel.run(p, [x])
+    g, w = first[0], want[0] if swiglu else np.concatenate(want, axis=-1)  # the program's output: the Concat's
+    assert g.dtype == w.dtype == np.float16 and g.shape == w.shape
+    np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+def test_float16_swiglu_session_runs_the_group_natively_as_the_cpu_ep():
+    model = group_model(3, 128, (96, 96), swiglu=True)  # with Adds, ORT makes each MatMul a Gemm first
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    assert [st.op for st in program.steps] == ["npu::MatMulGroup"]
+    for _ in range(3):
+        x = (RNG.standard_normal((1, 3, 128)) / 2).astype(np.float16)
+        got, want = sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0]
+        assert got.dtype == want.dtype == np.float16
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=4e-3, atol=4e-3)
+    assert python_steps(sess) == []
+    assert program.native_step_counts[0] >= 2
