@@ -143,18 +143,19 @@ def _outputs(at: dict, y: np.ndarray) -> list[np.ndarray]:
 
 
 def _nbits_bias(p: Prepared) -> np.ndarray | bool | None:
-    """For a group of MatMulNBits members whose epilogue is at most a constant bias: that bias (None: none), which
-    the native kernel adds; False for other groups."""
+    """For a float32 or float16 group of MatMulNBits members whose epilogue is at most a constant bias: that bias
+    (None: none), which the native kernel adds; False for other groups."""
     at = p.attrs
-    if NBITS_MEMBERS not in at or at["dtype"] != "float32" or {k for k, v in at["epilogue"].items() if v} - {"bias"}:
+    if (NBITS_MEMBERS not in at or at["dtype"] not in ("float32", "float16")
+            or {k for k, v in at["epilogue"].items() if v} - {"bias"}):
         return False
     return p.consts["ep_bias"] if at["epilogue"].get("bias") else None
 
 
 def _bind(p: Prepared, inputs, outs):
-    """A float32 or float16 group on the packed GEMM, or a float32 group of MatMulNBits members with at most a bias
-    on their native kernel, as one native call for this input shape; its outputs are column views of the one
-    product, as the kernel's."""
+    """A float32 or float16 group on the packed GEMM, or of MatMulNBits members with at most a bias on their native
+    kernel (a float16 A on its ``half``), as one native call for this input shape; its outputs are column views of
+    the one product, as the kernel's."""
     a = inputs[0] if inputs else None
     nat = runtime.native(p)
     if (nat is None or not isinstance(a, np.ndarray) or a.dtype not in (np.float32, np.float16) or not a.ndim
@@ -163,7 +164,7 @@ def _bind(p: Prepared, inputs, outs):
     at = p.attrs
     bias = _nbits_bias(p)
     if bias is not False:
-        if runtime.counting_dma(p) or a.shape[-1] != at["K"]:
+        if runtime.counting_dma(p) or a.dtype != at["dtype"] or a.shape[-1] != at["K"]:
             return None
         product = (*a.shape[:-1], at["N"])
         return nbits_step(p, a, bias, [(-1, product, (s0, s1)) for s0, s1 in at["slices"]])
@@ -182,8 +183,8 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     if call is not None:
         return _outputs(at, runtime.native(p).float_matmul_packed(np.ascontiguousarray(a), *call))
     bias = _nbits_bias(p)
-    if bias is not False:  # the bias added by the kernel, as the bound step adds it
-        return _outputs(at, nbits_matmul(p, a, bias))
+    if bias is not False:  # the bias added by the kernel, as the bound step adds it; float16 rounded once
+        return _outputs(at, nbits_matmul(p, a, bias).astype(at["dtype"], copy=False))
     if NBITS_MEMBERS in at:
         y = nbits_matmul(p, a)
     else:

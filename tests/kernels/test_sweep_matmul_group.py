@@ -141,3 +141,77 @@ def test_float16_swiglu_session_runs_the_group_natively_as_the_cpu_ep():
         np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=4e-3, atol=4e-3)
     assert python_steps(sess) == []
     assert program.native_step_counts[0] >= 2
+
+
+# --- float16 groups of MatMulNBits members (an fp16 int4 LLM's q/k/v projections) -----------------------------
+
+def nbits_group_model(m, k, ns, *, block, level, bias):
+    """float16 MatMulNBits members on one input x (float16 scales, zero points on every other member, a float16
+    bias on each with ``bias``), joined by a Concat as attention joins q/k/v."""
+    from npu_ep.quantization import quantize_matmul_nbits
+
+    nodes, inits = [], {}
+    for i, n in enumerate(ns):
+        q = quantize_matmul_nbits(RNG.standard_normal((k, n)).astype(np.float32), block, i % 2 == 1)
+        inits.update({f"B{i}": q.B, f"S{i}": q.scales.astype(np.float16)})
+        ins = ["x", f"B{i}", f"S{i}", "", "", ""]
+        if q.zero_points is not None:
+            inits[f"Z{i}"] = q.zero_points
+            ins[3] = f"Z{i}"
+        if bias:
+            inits[f"bias{i}"] = RNG.standard_normal(n).astype(np.float16)
+            ins[5] = f"bias{i}"
+        while ins[-1] == "":
+            ins.pop()
+        nodes.append(helper.make_node("MatMulNBits", ins, [f"p{i}"], f"nb{i}", domain="com.microsoft", K=k, N=n,
+                                      bits=4, block_size=block, accuracy_level=level))
+    nodes.append(helper.make_node("Concat", [f"p{i}" for i in range(len(ns))], ["y"], "cat", axis=-1))
+    return make_model(nodes, [helper.make_tensor_value_info("x", F16, [1, m, k])],
+                      [helper.make_tensor_value_info("y", F16, [1, m, sum(ns)])], inits, opset=21,
+                      extra_opsets=[("com.microsoft", 1)])
+
+
+NBITS_CASES = [(1, 64, (64, 16, 16), 32, 0, False), (7, 128, (96, 32, 32), 16, 4, True),
+               (20, 256, (40, 24, 24), 64, 0, True), (3, 96, (32, 32), 32, 4, False)]
+
+
+@pytest.mark.parametrize("m, k, ns, block, level, bias", NBITS_CASES)
+def test_float16_nbits_group_kernel_and_bound_step(m, k, ns, block, level, bias):
+    """The group's bound step (BoundNBits.half over the members' packed weights) gives the kernel's bits and the
+    Python loop's; within float16 rounding of the reference model (its float32 product rounded once)."""
+    model = nbits_group_model(m, k, ns, block=block, level=level, bias=bias)
+    program = compiled(model)
+    i, step = _group_step(program)
+    x = with_specials((RNG.standard_normal((1, m, k)) / 2).astype(np.float16), RNG, values=(-0.0, 6e-8),
+                      fraction=0.01)
+    first = program(x)
+    assert program._bindings[((1, m, k),)][i] is not None, "the float16 MatMulNBits group bound no native step"
+    again = program(x)
+    assert program.native_step_counts[1] == 0
+    assert all(g.dtype == np.float16 and g.tobytes() == f.tobytes() for g, f in zip(again, first))
+    assert all(g.tobytes() == f.tobytes() for g, f in zip(python_loop(program, (x,)), first))
+    p = step.prepared
+    runtime.configure([p], "reference", 1)
+    want = np.concatenate(step.kernel.run(p, [x]), axis=-1)
+    assert want.dtype == np.float16 and want.shape == first[0].shape
+    want32 = want.astype(np.float32)
+    np.testing.assert_allclose(first[0].astype(np.float32), want32, rtol=4e-3, atol=4e-3 * np.abs(want32).max())
+
+
+@pytest.mark.parametrize("level", [0, 4])
+def test_float16_nbits_group_session_runs_natively_as_the_cpu_ep(level):
+    model = nbits_group_model(5, 128, (64, 32, 32), block=32, level=level, bias=True)
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    assert [st.op for st in program.steps] == ["npu::MatMulGroup", "Concat"]
+    x = (RNG.standard_normal((1, 5, 128)) / 2).astype(np.float16)
+    want = cpu_run(model, {"x": x})[0].astype(np.float32)
+    for _ in range(3):
+        got = sess.run(None, {"x": x})[0]
+        assert got.dtype == np.float16 and got.shape == want.shape
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=4e-3,
+                                   atol=(4 if level == 0 else 16) * 2.0 ** -10 * np.abs(want).max())
+    assert python_steps(sess) == []
