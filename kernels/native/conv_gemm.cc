@@ -54,13 +54,14 @@ void RowSlots(int64_t p0, int64_t cols, int64_t ow, int64_t pitch, std::vector<G
 
 // Whether the output channels in the lanes (ChannelGemmAvx512) take fewer vector multiply-adds than the pixels
 // (GemmAvx512 over the slots: a pair's tile 16 per k and 8 rows, a lone slot's 8, a split slot's blend one more),
-// with 1/16 more for the channels' scatter stores. The bits are the same either way.
+// with 16 more per vector and depth pass (up to kKc = 256 deep) for the channels' sums and scatter stores: a
+// shallow conv (K 64..128) pays them over fewer multiply-adds. The bits are the same either way.
 bool ChannelLanesPay(int64_t rows_m, int64_t K, int64_t cols, const std::vector<GemmSlot>& slots) {
   if (rows_m % 16 != 0 || K < 64) return false;
-  const int64_t n = static_cast<int64_t>(slots.size());
+  const int64_t n = static_cast<int64_t>(slots.size()), kc = std::min<int64_t>(K, 256);
   int64_t per_rows = n / 2 * 16 + n % 2 * 8;
   for (const GemmSlot& sl : slots) per_rows += sl.split < sl.n;
-  return rows_m / 16 * cols * 17 < (rows_m + 7) / 8 * per_rows * 16;
+  return rows_m / 16 * cols * (kc + 16) < (rows_m + 7) / 8 * per_rows * kc;
 }
 
 // Each slot's pixels one by one: B column (pin) and C column (pout).
@@ -122,23 +123,39 @@ void PhasedRows(const ConvShape& s, const float* planes, int64_t ih0, int64_t ro
     }
 }
 
-// Output pixels per task: a multiple of 16 and of the image's pixels split in balanced blocks, so that
+// How an image's work is cut into tasks: blocks of output pixels (a multiple of 16) times blocks of output
+// channels.
+struct TaskSplit {
+  int64_t block, m_blocks;
+};
+
+// Pixel blocks balanced over the image, so that
 // - B's scratch (a patch matrix, or the padded rows) stays near 512 KiB;
-// - an image worth two threads' work has at least two blocks per thread (ORT's pool spins: no wake-up; the
-//   blocks hand out one at a time, so an odd count leaves a thread idle for a block's time).
-int64_t BlockPixels(const ConvShape& s, int64_t K, int threads) {
-  const int64_t P = s.P(), units = (P + 15) / 16;
+// - an image worth two threads' work has at least two tasks per thread (ORT's pool spins: no wake-up; the tasks
+//   hand out one at a time, so an odd count leaves a thread idle for a task's time).
+// A small map (7x7..28x28) would give pixel blocks of a few vectors, the last one short (196 pixels in 4 blocks:
+// 64, 64, 64, 4, each costing a vector per k): its output channels go to the tasks instead, every task the whole
+// map, so the tasks weigh the same and none pays for a near-empty vector.
+TaskSplit SplitTasks(const ConvShape& s, int64_t K, int threads) {
+  const int64_t P = s.P(), Mg = s.Mg(), units = (P + 15) / 16, images = s.N * s.group;
   const int64_t cap = std::clamp<int64_t>((131072 / K) / 16 * 16, 64, 4096);
-  int64_t n_blocks = (P + cap - 1) / cap;
-  const int64_t images = s.N * s.group;
-  if (threads > 1 && P * K * s.Mg() >= kMinParallelWork) {
-    const int64_t want = (2 * threads + images - 1) / images;  // blocks per image for two per thread
-    n_blocks = std::max(n_blocks, want);
-    while ((images * n_blocks) % threads != 0) ++n_blocks;
+  int64_t n_blocks = std::min((P + cap - 1) / cap, units), m_blocks = 1;
+  if (threads > 1 && P * K * Mg >= kMinParallelWork) {
+    const int64_t want = (2 * threads + images - 1) / images;  // tasks per image for two per thread
+    int64_t pixel_blocks = std::max(n_blocks, want);
+    while ((images * pixel_blocks) % threads != 0) ++pixel_blocks;
+    pixel_blocks = std::min(pixel_blocks, units);
+    const int64_t per = (units + pixel_blocks - 1) / pixel_blocks;
+    if ((per < 4 || units % per != 0) && n_blocks < want && Mg >= 32) {
+      m_blocks = (want + n_blocks - 1) / n_blocks;
+      while ((images * n_blocks * m_blocks) % threads != 0) ++m_blocks;
+    } else {
+      n_blocks = pixel_blocks;
+    }
+  } else if (n_blocks == 1 && images == 1 && Mg >= 32 && P * K * Mg >= 2 * kMinParallelWork) {
+    m_blocks = 2;  // a one-block image (YOLO's 10x10 maps) in two tasks, each building the same B
   }
-  n_blocks = std::min(n_blocks, units);
-  const int64_t per_block = (units + n_blocks - 1) / n_blocks;
-  return per_block * 16;
+  return {(units + n_blocks - 1) / n_blocks * 16, m_blocks};
 }
 
 }  // namespace
@@ -148,20 +165,20 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
   const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
   const bool in_place = !pointwise && s.OW >= 8;
-  const int64_t block = BlockPixels(s, K, threads);
-  const int64_t n_blocks = (P + block - 1) / block;
-  // A small image (YOLO's 10x10 maps: P = 100, K = 1152, 256 channels) is one block: its output channels go to two
-  // tasks instead, each building the same B. Every output's sum is the same, so the bits do not change.
-  // The rows are split rounding UP to whole 8-row tiles (Mg = 33 is 24 + 9 rows), so the blocks cover all Mg rows;
-  // m_blocks is then recounted from that size.
-  int64_t m_blocks = n_blocks == 1 && s.N * s.group == 1 && Mg >= 32 && P * K * Mg >= 2 * kMinParallelWork ? 2 : 1;
-  const int64_t m_block = ((Mg + m_blocks - 1) / m_blocks + 7) / 8 * 8;
-  m_blocks = (Mg + m_block - 1) / m_block;
+  const TaskSplit split = SplitTasks(s, K, threads);
+  const int64_t block = split.block, n_blocks = (P + block - 1) / block;
+  // The output channels split evenly in whole 16-row vectors where Mg has them (the channels-in-lanes GEMM takes
+  // those), else in 8-row tiles, the last one short (Mg = 33: 16 + 17 rows). Every output's sum is the same
+  // whichever task has it, so the bits do not change.
+  const int64_t m_unit = Mg % 16 == 0 ? 16 : 8, m_units = (Mg + m_unit - 1) / m_unit;
+  const int64_t m_blocks = std::min(split.m_blocks, m_units);
   const int64_t ekh = (s.kh - 1) * s.dh + 1, wq = s.OW + (s.kw - 1) * s.dw / s.sw;
   const bool clip_only = tail.n == 1 && tail.codes[0] == kTailClip;  // Relu, Clip: done in the GEMM's registers
   const int64_t tasks = s.N * s.group * n_blocks * m_blocks;
-  conv_detail::ParallelItems(threads, tasks, block * K * std::min(m_block, Mg), [&](int64_t item) {
-    const int64_t task = item / m_blocks, m0 = (item % m_blocks) * m_block, rows_m = std::min(m_block, Mg - m0);
+  conv_detail::ParallelItems(threads, tasks, block * K * ((Mg + m_blocks - 1) / m_blocks), [&](int64_t item) {
+    const int64_t task = item / m_blocks, mb = item % m_blocks;
+    const int64_t m0 = mb * m_units / m_blocks * m_unit,
+                  rows_m = std::min(Mg, (mb + 1) * m_units / m_blocks * m_unit) - m0;
     const int64_t n = task / (s.group * n_blocks), g = (task / n_blocks) % s.group, p0 = (task % n_blocks) * block;
     const int64_t cols = std::min(block, P - p0);
     const float* planes = x + (n * s.C + g * s.Cg()) * s.H * s.W;

@@ -9,9 +9,10 @@ Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shap
   when OW >= 8 (a vector crossing a row end jumps over the padding), else a patch matrix; the output channels in
   the lanes instead (ChannelGemmAvx512, tiles of 4 x 16 channels x 6 pixels) where that takes fewer vector
   multiply-adds (small maps, Mg a multiple of 16, K >= 64); pixel blocks of
-  clamp(131072 / K, 64, 4096) pixels, at least two per thread when the image is worth 2^20 multiply-adds; a one-block
-  image with Mg >= 32 and 2^21 multiply-adds splits its output channels in two (the M = 16j + 1 bug: M around 32,
-  48, 64 on small maps);
+  clamp(131072 / K, 64, 4096) pixels, at least two tasks per thread when the image is worth 2^20 multiply-adds (on
+  a small map whose pixel blocks would be short or uneven, blocks of output channels instead); a one-block image
+  with Mg >= 32 and 2^21 multiply-adds splits its output channels in two at one thread (the M = 16j + 1 bug: M
+  around 32, 48, 64 on small maps);
 - PointwiseFewPixels (1x1, stride 1, no pads, < 16 pixels): output channels in the lanes, 128 per task, 64 per pass;
 - DenseFloat on the BLAS (other convs over < 16 pixels; every conv below AVX-512); a column image [N, C, L, 1] with
   a kx1 kernel runs as the same conv along its row;
@@ -257,11 +258,22 @@ def test_float_dense_channels_in_lanes_wide(float_isa):
         _channel_case(*case)
 
 
-# Worth two threads (P * K * Mg >= 2^20): the image splits into at least two pixel blocks per thread, so the blocks
-# differ between 1, 2 and 3 threads; every output's bits must not.
+# Worth two threads (P * K * Mg >= 2^20): the image splits into at least two tasks per thread, so the tasks differ
+# between 1, 2 and 3 threads; every output's bits must not. Pixel blocks where they come out even (56x56, 48x48);
+# on small maps whose pixel blocks would be short or uneven (PP-LCNet's 28x28, 14x14 and 7x7 1x1 convs) the output
+# channels instead: whole 16-row vectors (the channels in the lanes at 7x7) or 8-row tiles with a short last block
+# (Mg 40, 72), one or two images.
 @pytest.mark.parametrize("xs,ws,attrs", [((1, 32, 56, 56), (32, 32, 3, 3), dict(pads=[1, 1, 1, 1])),
                                          ((1, 3, 96, 90), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
-                                         ((2, 16, 20, 21), (24, 16, 3, 3), dict(pads=[1, 1, 1, 1]))])
+                                         ((2, 16, 20, 21), (24, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
+                                         ((1, 16, 48, 48), (32, 16, 1, 1), {}),
+                                         ((1, 64, 28, 28), (128, 64, 1, 1), {}),
+                                         ((1, 128, 14, 14), (256, 128, 1, 1), {}),
+                                         ((1, 256, 7, 7), (512, 256, 1, 1), {}),
+                                         ((1, 400, 7, 7), (64, 400, 1, 1), {}),
+                                         ((2, 128, 9, 9), (40, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
+                                         ((1, 64, 14, 13), (72, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+                                         ((1, 144, 10, 10), (64, 144, 3, 3), dict(strides=[2, 1], pads=[1, 1, 1, 1]))])
 def test_float_dense_bits_do_not_depend_on_threads(float_isa, xs, ws, attrs):
     rng = np.random.default_rng(11)
     x, w = _floats(xs, rng), _floats(ws, rng)
