@@ -473,13 +473,14 @@ SegmentFn RegisterSegment(const ConvShape& s) {
   return nullptr;
 }
 
-// Output rows split evenly into tasks of at least kTaskWork multiply-adds (a multiple of 4 of them, so 2 or 4
-// threads share the work evenly; any split gives the same bits, an output's sum never crosses a task).
+// Output rows split evenly into tasks of about kTaskWork multiply-adds, a multiple of 4 of them (so 2 or 4 threads
+// share the work evenly), and 4 from kTaskWork / 2 on: a small map's stride-2 or 5x5 conv (40-70 us) is worth a
+// second thread (any split gives the same bits, an output's sum never crosses a task).
 void DepthwiseRegister(SegmentFn segment, const DepthwiseArgs& a, int threads) {
   constexpr int64_t kTaskWork = int64_t{1} << 18;
   const ConvShape& s = a.s;
   const int64_t units = s.N * s.M * s.OH, work = units * s.OW * s.kh * s.kw;
-  int64_t tasks = work < 2 * kTaskWork ? 1 : (work / kTaskWork + 3) / 4 * 4;
+  int64_t tasks = work < kTaskWork / 2 ? 1 : std::max<int64_t>(4, (work / kTaskWork + 3) / 4 * 4);
   tasks = std::min(tasks, units);
   const int64_t wq = (s.W + s.pl + s.pr + s.sw - 1) / s.sw, reach = (s.OW + 31) / 32 * 32 + s.kw;
   const int64_t pitch = (std::max(wq, reach) + 15) / 16 * 16;

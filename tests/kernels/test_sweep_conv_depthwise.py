@@ -3,8 +3,8 @@ model (kernels/ops/conv.py ``_depthwise``), issue 40; and depthwise convs in a s
 
 Paths: on AVX-512, 3x3 and 5x5 kernels with strides 1-2 and no dilation run as register blocks of 4 output rows x
 one 8-column vector (OW <= 8), one 16-column vector (OW <= 16) or two, over a ring of zero-padded input rows
-(stride 2: even/odd column phases), the output rows split evenly into tasks of >= 2^18 multiply-adds (segments
-start and end inside planes);
+(stride 2: even/odd column phases), the output rows split evenly into 4 tasks from 2^17 multiply-adds on, a multiple
+of 4 of about 2^18 each beyond (segments start and end inside planes);
 every other shape (7x7, dilation 2, stride 3) and every lower ISA level takes the per-plane kernels. The grid
 crosses each block: channels 2 (a one-channel conv is a dense one), 15-17, 33; output rows 1-9 (blocks of 4 and
 their remainders 1-3); widths from 1 to twice the kernel and around 16 and 32 output columns; pads symmetric,
@@ -174,10 +174,11 @@ def test_fused_tails_on_each_block(float_isa, tail, k, st):
     _depthwise(x, _floats((5, 1, k, k), rng), _floats((5,), rng), tail=tail, strides=[st, st], pads=[k // 2] * 4)
 
 
-@pytest.mark.parametrize("shape,k,st", [((1, 33, 48, 48), 3, 1), ((2, 17, 40, 41), 5, 2), ((1, 16, 56, 56), 3, 2)])
+@pytest.mark.parametrize("shape,k,st", [((1, 33, 48, 48), 3, 1), ((2, 17, 40, 41), 5, 2), ((1, 16, 56, 56), 3, 2),
+                                        ((1, 37, 14, 14), 5, 1), ((1, 128, 28, 28), 3, 2), ((1, 256, 14, 14), 5, 2)])
 def test_threads_split_rows_with_the_same_bits(float_isa, shape, k, st):
-    """Enough work for several tasks (2^18 multiply-adds each, segments starting inside planes): threads 1 and 2
-    give the reference's bits."""
+    """Enough work for several tasks (4 from 2^17 multiply-adds, PP-LCNet's small stride-2 and 5x5 maps among them;
+    segments starting inside planes): threads 1 and 2 give the reference's bits."""
     rng = np.random.default_rng(sum(shape))
     x = _floats(shape, rng, specials=True)
     w, b = _floats((shape[1], 1, k, k), rng), _floats((shape[1],), rng)
