@@ -5,7 +5,9 @@
 // in float32 (two products, then their sum; no multiply-add contraction), float16 widened exactly and the result
 // rounded once; channels R..H pass through. Rows are x's own layout ([B, N, S, H] or [B, S, N * H]); x is read
 // where it lies when its channels have unit stride (a column slice of a fused QKV product: a prefill's query and
-// key), else from a C-order copy. The result is a new C-order array.
+// key), else from a C-order copy. The result is a new C-order array, or ORT's buffer when given. On AVX-512 a row is
+// rotated in registers, float16 widened and rounded in the lanes (no scratch rows); elsewhere rows go through
+// float32 scratch rows.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -18,12 +20,19 @@
 
 #include "cpu.h"
 #include "half.h"
+#include "movement.h"
 #include "thread_pool.h"
+
+#if NPU_EP_X86
+#include <immintrin.h>
+#endif
 
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #else
 #pragma GCC optimize("O3", "fp-contract=off")  // O3: the row loops vectorize; no FMA, so the bits are the reference's
+// GCC 12 at O3 takes the AVX-512 conversions' undefined pass-through operands (_mm512_undefined_*) for uninitialized
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace py = pybind11;
@@ -117,6 +126,90 @@ inline const char* RowOf(const char* x, const RowStrides& st, const Geometry& g,
   return x + b * st.batch + s * st.first + n * st.second;
 }
 
+// ---- AVX-512: a row in registers (float16 widened and rounded in the lanes, no scratch rows) ----
+
+#if NPU_EP_X86
+#define NPU_ROTARY_512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+
+NPU_ROTARY_512 inline __m512 Load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+NPU_ROTARY_512 inline __m512 Load16(const uint16_t* p, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+NPU_ROTARY_512 inline void Store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+NPU_ROTARY_512 inline void Store16(uint16_t* p, __mmask16 m, __m512 v) {
+  _mm256_mask_storeu_epi16(p, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// 8 cache values, each twice: (c0, c0, c1, c1, ..., c7, c7) for interleaved pairs
+NPU_ROTARY_512 inline __m512 LoadPairs(const float* p, __mmask8 m, __m512i dup) {
+  return _mm512_permutexvar_ps(dup, _mm512_zextps256_ps512(_mm256_maskz_loadu_ps(m, p)));
+}
+NPU_ROTARY_512 inline __m512 LoadPairs(const uint16_t* p, __mmask8 m, __m512i dup) {
+  return _mm512_permutexvar_ps(dup, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, p))));
+}
+NPU_ROTARY_512 inline __mmask16 Lanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
+NPU_ROTARY_512 inline __m512 Negate(__m512 v, __m512i sign) {
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
+}
+
+// One row: the reference's x0 c + x1 (-s), x1 c + x0 s (each product rounded, then the sum), channels rot..h
+// through float32 as the scratch-row path takes them.
+template <typename T>
+NPU_ROTARY_512 void RotateRow512(const T* x, const T* c, const T* s, int64_t half, int64_t h, bool interleaved, T* y) {
+  const int64_t rot = 2 * half;
+  if (interleaved) {
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i even_sign = _mm512_set_epi32(0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0,
+                                               INT32_MIN, 0, INT32_MIN, 0, INT32_MIN);
+    for (int64_t j = 0; j < rot; j += 16) {
+      const __mmask16 m = Lanes(rot - j);
+      const __mmask8 mp = static_cast<__mmask8>(Lanes((rot - j) / 2));
+      const __m512 xv = Load16(x + j, m), cw = LoadPairs(c + j / 2, mp, dup);
+      const __m512 sw = Negate(LoadPairs(s + j / 2, mp, dup), even_sign);  // (-s0, s0, -s1, s1, ...)
+      const __m512 xs = _mm512_permute_ps(xv, 0xb1);  // (x1, x0) of each pair
+      Store16(y + j, m, _mm512_add_ps(_mm512_mul_ps(xv, cw), _mm512_mul_ps(xs, sw)));
+    }
+  } else {
+    const __m512i sign = _mm512_set1_epi32(INT32_MIN);
+    for (int64_t j = 0; j < half; j += 16) {
+      const __mmask16 m = Lanes(half - j);
+      const __m512 x0 = Load16(x + j, m), x1 = Load16(x + half + j, m);
+      const __m512 cv = Load16(c + j, m), sv = Load16(s + j, m);
+      Store16(y + j, m, _mm512_add_ps(_mm512_mul_ps(x0, cv), _mm512_mul_ps(x1, Negate(sv, sign))));
+      Store16(y + half + j, m, _mm512_add_ps(_mm512_mul_ps(x1, cv), _mm512_mul_ps(x0, sv)));
+    }
+  }
+  if constexpr (sizeof(T) == 4) {
+    if (rot < h) std::memcpy(y + rot, x + rot, sizeof(float) * (h - rot));
+  } else {
+    for (int64_t j = rot; j < h; j += 16) {
+      const __mmask16 m = Lanes(h - j);
+      Store16(y + j, m, Load16(x + j, m));
+    }
+  }
+}
+
+// A task's rows [first, end) walked by counters (no division per row): 4-D rows (b, n, s), 3-D rows (b, s, n).
+template <typename T>
+NPU_ROTARY_512 void RotateRows512(const char* base, const RowStrides& st, const int64_t* pos, bool offset, const T* cos,
+                                  const T* sin, int64_t cache_width, const Geometry& g, T* y, int64_t first,
+                                  int64_t end) {
+  const int64_t inner = g.four_d ? g.seq : g.heads, mid = g.four_d ? g.heads : g.seq;
+  int64_t i2 = first % inner, i1 = (first / inner) % mid, b = first / (inner * mid);
+  for (int64_t r = first; r < end; ++r) {
+    const T* xr = reinterpret_cast<const T*>(base + b * st.batch + i1 * st.first + i2 * st.second);
+    const int64_t s = g.four_d ? i2 : i1;
+    const int64_t p = offset ? pos[0] + s : pos[b * g.seq + s];
+    RotateRow512(xr, cos + p * cache_width, sin + p * cache_width, g.half, g.head, g.interleaved, y + r * g.head);
+    if (++i2 == inner) {
+      i2 = 0;
+      if (++i1 == mid) i1 = 0, ++b;
+    }
+  }
+}
+#endif
+
 // A task's rows: float16 x widened and the result narrowed once per task (whole rows, so a row's passed-through
 // channels round-trip exactly), float32 read where it lies and its cache rows read where they are.
 template <typename T>
@@ -125,14 +218,24 @@ void Rotate(const T* x, const RowStrides& st, const int64_t* pos, bool offset, c
   constexpr bool kHalf = sizeof(T) == 2;
   const int64_t rows = g.batch * g.seq * g.heads, h = g.head, rot = 2 * g.half;
   const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(1, h));
+  const char* base = reinterpret_cast<const char*>(x);
+  const int n_threads = ThreadsFor(threads, rows * h);
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) {
+    ParallelFor(n_threads, (rows + per_task - 1) / per_task, [&](int64_t t) {
+      RotateRows512(base, st, pos, offset, cos, sin, cache_width, g, y, t * per_task,
+                    std::min(rows, (t + 1) * per_task));
+    });
+    return;
+  }
+#endif
   const RowFn rotate_row = RowFor();
   std::vector<float> cos_rows, sin_rows;
   if constexpr (kHalf) {
     WidenTokenRows(cos, pos, offset, cache_width, g, cos_rows);
     WidenTokenRows(sin, pos, offset, cache_width, g, sin_rows);
   }
-  const char* base = reinterpret_cast<const char*>(x);
-  ParallelFor(ThreadsFor(threads, rows * h), (rows + per_task - 1) / per_task, [&](int64_t t) {
+  ParallelFor(n_threads, (rows + per_task - 1) / per_task, [&](int64_t t) {
     const int64_t first = t * per_task, end = std::min(rows, first + per_task), count = end - first;
     std::vector<float> xb(kHalf ? static_cast<size_t>(count * h) : 0), yb(xb.size());
     for (int64_t r = first; r < end; ++r) {
@@ -182,7 +285,7 @@ void CheckPositions(const int64_t* pos, int64_t n, bool offset, int64_t seq, int
 
 py::array RotaryEmbeddingPy(const py::array& x, const py::array_t<int64_t, py::array::c_style>& position_ids,
                             const py::array& cos, const py::array& sin, int64_t heads, int64_t head, int64_t half,
-                            bool interleaved, int threads) {
+                            bool interleaved, int threads, const py::object& out) {
   const char* fn = "rotary_embedding";
   const bool f32 = x.dtype().equal(py::dtype::of<float>());
   const bool f16 = x.dtype().kind() == 'f' && x.itemsize() == 2;
@@ -201,7 +304,7 @@ py::array RotaryEmbeddingPy(const py::array& x, const py::array_t<int64_t, py::a
   if (!offset && position_ids.size() != g.batch * g.seq)
     throw std::invalid_argument(std::string(fn) + ": position_ids must hold one offset or B * S ids");
   CheckPositions(position_ids.data(), position_ids.size(), offset, g.seq, cos.shape(0));
-  py::array y(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  py::array y = MovementResult(fn, x.dtype(), DimsOf(x), out);
   if (x.size() == 0) return y;
   RowStrides st{};
   py::array xs = x;
@@ -209,14 +312,16 @@ py::array RotaryEmbeddingPy(const py::array& x, const py::array_t<int64_t, py::a
     xs = py::array::ensure(x, py::array::c_style);
     InPlaceRows(xs, g, &st);
   }
-  py::gil_scoped_release release;
-  if (f32)
-    Rotate(static_cast<const float*>(xs.data()), st, position_ids.data(), offset, static_cast<const float*>(cos.data()),
-           static_cast<const float*>(sin.data()), cos.shape(1), g, static_cast<float*>(y.mutable_data()), threads);
-  else
-    Rotate(static_cast<const uint16_t*>(xs.data()), st, position_ids.data(), offset,
-           static_cast<const uint16_t*>(cos.data()), static_cast<const uint16_t*>(sin.data()), cos.shape(1), g,
-           static_cast<uint16_t*>(y.mutable_data()), threads);
+  RunMoving(2 * static_cast<size_t>(x.nbytes()), [&] {
+    if (f32)
+      Rotate(static_cast<const float*>(xs.data()), st, position_ids.data(), offset,
+             static_cast<const float*>(cos.data()), static_cast<const float*>(sin.data()), cos.shape(1), g,
+             static_cast<float*>(y.mutable_data()), threads);
+    else
+      Rotate(static_cast<const uint16_t*>(xs.data()), st, position_ids.data(), offset,
+             static_cast<const uint16_t*>(cos.data()), static_cast<const uint16_t*>(sin.data()), cos.shape(1), g,
+             static_cast<uint16_t*>(y.mutable_data()), threads);
+  });
   return y;
 }
 
@@ -225,9 +330,10 @@ py::array RotaryEmbeddingPy(const py::array& x, const py::array_t<int64_t, py::a
 void BindRotary(py::module_& m) {
   m.def("rotary_embedding", &RotaryEmbeddingPy, py::arg("x"), py::arg("position_ids"), py::arg("cos"), py::arg("sin"),
         py::arg("heads"), py::arg("head"), py::arg("half"), py::arg("interleaved"), py::arg("threads") = 1,
+        py::arg("out") = py::none(),
         "com.microsoft RotaryEmbedding of float32/float16 x [B, N, S, H] or [B, S, N * H]: each head's first 2 * half "
         "channels rotated by the cache rows of its token's position (B * S ids, or one offset p0 meaning p0 + s), in "
-        "float32 (kernels/ops/rotary.py)");
+        "float32 (kernels/ops/rotary.py); into out (ORT's buffer: writeable, C-order, x's dtype and size) when given");
 }
 
 }  // namespace npu_ep::kern

@@ -26,6 +26,7 @@ from ..registry import KernelDef, OpCost, Prepared, register
 from ..target import Target
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
+from .movement import ort_buffer
 
 
 def signed_sin(sin_rows: np.ndarray, interleaved: bool) -> np.ndarray:
@@ -163,7 +164,8 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
 
 
 def _bind(p: Prepared, inputs, outs):
-    """RotaryEmbedding as one ``rotary_embedding`` call for these input shapes, constant caches held in place."""
+    """RotaryEmbedding as one ``rotary_embedding`` call for these input shapes, constant caches held in place, into
+    ORT's buffer when the result is a partition output."""
     values = [arg(p, inputs, i) for i in range(4)]
     fast = _native(p, *values)
     if fast is None:
@@ -174,7 +176,8 @@ def _bind(p: Prepared, inputs, outs):
     # QKV product), the others C-order
     live = [(i, i, v.dtype, v.shape, None, i == 0) for i, v in enumerate(values) if given[i]]
     held = [None if given[i] else np.ascontiguousarray(v) for i, v in enumerate(values)]
-    return runtime.call_step(p, nat.rotary_embedding, (*held, *geometry, runtime.threads(p)), live, [(-1, None)])
+    return runtime.call_step(p, nat.rotary_embedding, (*held, *geometry, runtime.threads(p), None), live,
+                             [(-1, None)], None, ort_buffer(p, outs, 9))
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

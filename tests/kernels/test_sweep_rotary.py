@@ -72,6 +72,37 @@ def test_task_split_same_bytes_on_two_threads():
     assert one[0].tobytes() == two[0].tobytes()
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_rows_across_tasks_every_layout(row_isa, dt):
+    """Tasks of 256 rows (64 channels) starting inside a batch and a head/token run (the row counters' carries),
+    4-D and 3-D, ids per token and one offset, partial rotary with specials, on one and two threads."""
+    b, n, s, h = 2, 5, 70, 64
+    ids = RNG.integers(0, 90, (b, s)).astype(np.int64)
+    for threads in (1, 2):
+        for interleaved in (0, 1):
+            _rotary(_case(dt, (b, n, s, h), 24, 90, ids, specials=True), threads=threads, interleaved=interleaved)
+            _rotary(_case(dt, (b, s, n * h), 24, 90, np.array([3], np.int64), specials=True), threads=threads,
+                    interleaved=interleaved, num_heads=n, rotary_embedding_dim=2 * 21)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_writes_into_a_given_buffer(row_isa, dt):
+    """out (ORT's buffer when the node's result is a partition output) is written and returned as it is, with the
+    bits of a new array; a buffer of another dtype or size is refused."""
+    nat = runtime.native_module()
+    b, n, s, h, half = 1, 3, 9, 48, 20
+    x = RNG.standard_normal((b, s, n * h)).astype(dt)
+    pos = np.arange(s, dtype=np.int64)[None, :]
+    cos, sin = (RNG.standard_normal((16, half)).astype(dt) for _ in range(2))
+    want = nat.rotary_embedding(x, pos, cos, sin, n, h, half, True)
+    out = np.full(x.shape, 7, dt)
+    got = nat.rotary_embedding(x, pos, cos, sin, n, h, half, True, 1, out)
+    assert got is out and out.tobytes() == want.tobytes()
+    for bad in (np.zeros(x.shape, np.float64 if dt == np.float32 else np.float32), np.zeros(x.size - 1, dt)):
+        with pytest.raises(ValueError, match="out must be a writeable C-order"):
+            nat.rotary_embedding(x, pos, cos, sin, n, h, half, True, 1, bad)
+
+
 def test_positions_outside_the_cache_are_an_index_error():
     inputs = _case(np.float32, (1, 2, 3, 8), 4, 4, np.array([[1, 2, 4]], np.int64))
     with pytest.raises(IndexError, match=r"position ids outside the cos/sin cache \[0, 4\)"):
