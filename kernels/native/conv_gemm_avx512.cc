@@ -247,13 +247,13 @@ __attribute__((target(NPU_AVX512F))) void EvenOddAvx512(const float* src, int64_
 }
 
 // The output channels in the lanes, for a 1x1 conv over fewer than 16 pixels (an SE block's or a classifier head's
-// 1x1 map, where pixel lanes would stay mostly empty), 64 channels at a time in four independent FMA chains: per
-// depth chunk of kKc a sum from zero with FMAs in k order, the chunks' sums added in order, then + bias and the
-// clip: each output's arithmetic as GemmAvx512's.
-__attribute__((target(NPU_AVX512F))) void ChannelLanesAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
-                                                             const float* b, int64_t ldb, int64_t P, float* c,
-                                                             int64_t ldc, const float* bias, const float* clip) {
-  constexpr int V = 4;  // vectors of 16 channels per pass
+// 1x1 map, where pixel lanes would stay mostly empty), 16 * V channels at a time in V independent FMA chains (four
+// chains kept one FMA unit waiting on their latency): per depth chunk of kKc a sum from zero with FMAs in k order,
+// the chunks' sums added in order, then + bias and the clip: each output's arithmetic as GemmAvx512's.
+template <int V>
+__attribute__((target(NPU_AVX512F))) void ChannelLanesV(int64_t M, int64_t K, const float* at, int64_t lda,
+                                                        const float* b, int64_t ldb, int64_t P, float* c, int64_t ldc,
+                                                        const float* bias, const float* clip) {
   alignas(64) float lanes[16 * V];
   for (int64_t m0 = 0; m0 < M; m0 += 16 * V) {
     __mmask16 mk[V];
@@ -282,6 +282,16 @@ __attribute__((target(NPU_AVX512F))) void ChannelLanesAvx512(int64_t M, int64_t 
       for (int64_t l = 0; l < n; ++l) c[(m0 + l) * ldc + p] = lanes[l];
     }
   }
+}
+
+__attribute__((target(NPU_AVX512F))) void ChannelLanesAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
+                                                             const float* b, int64_t ldb, int64_t P, float* c,
+                                                             int64_t ldc, const float* bias, const float* clip) {
+  const int64_t m8 = M / 128 * 128;  // whole passes of 128 channels; the rest (a 64-channel SE block) 64 at a time
+  if (m8 > 0) ChannelLanesV<8>(m8, K, at, lda, b, ldb, P, c, ldc, bias, clip);
+  if (M > m8)
+    ChannelLanesV<4>(M - m8, K, at + m8, lda, b, ldb, P, c + m8 * ldc, ldc, bias == nullptr ? nullptr : bias + m8,
+                     clip);
 }
 
 }  // namespace npu_ep::kern

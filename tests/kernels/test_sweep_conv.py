@@ -306,8 +306,9 @@ def test_float_small_map_channel_split_wide(float_isa):
         _split_case(*case)
 
 
-# Pointwise over < 16 pixels: output channels around the 64-lane pass and the 128-channel task, input channels
-# around the 256-deep pass; pixel counts 1..15 (and 16: the pixel GEMM).
+# Pointwise over < 16 pixels: output channels around the 64-channel pass (a task's rest under 128) and the
+# 128-channel task (one 8-vector pass), input channels around the 256-deep pass; pixel counts 1..15 (and 16: the
+# pixel GEMM).
 @pytest.mark.parametrize("m", around(16, 64, 128))
 @pytest.mark.parametrize("c,pixels", [(255, (1, 1)), (256, (3, 5)), (257, (1, 15)), (8, (4, 4))])
 def test_float_pointwise_few_pixels(float_isa, m, c, pixels):
