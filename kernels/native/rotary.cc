@@ -6,8 +6,8 @@
 // rounded once; channels R..H pass through. Rows are x's own layout ([B, N, S, H] or [B, S, N * H]); x is read
 // where it lies when its channels have unit stride (a column slice of a fused QKV product: a prefill's query and
 // key), else from a C-order copy. The result is a new C-order array, or ORT's buffer when given. On AVX-512 a row is
-// rotated in registers, float16 widened and rounded in the lanes (no scratch rows); elsewhere rows go through
-// float32 scratch rows.
+// rotated in registers (AVX2: 8 lanes, the last channels one by one), float16 widened and rounded in the lanes by
+// the F16C conversions (no scratch rows); without AVX2 rows go through float32 scratch rows.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -208,6 +208,95 @@ NPU_ROTARY_512 void RotateRows512(const char* base, const RowStrides& st, const 
     }
   }
 }
+
+// ---- AVX2: the same row in 8-lane registers, a chunk of fewer lanes one channel (pair) at a time ----
+
+#define NPU_ROTARY_256 __attribute__((target("avx2,f16c")))
+
+NPU_ROTARY_256 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+NPU_ROTARY_256 inline __m256 Load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+NPU_ROTARY_256 inline void Store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+NPU_ROTARY_256 inline void Store8(uint16_t* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// 4 cache values, each twice: (c0, c0, c1, c1, c2, c2, c3, c3)
+NPU_ROTARY_256 inline __m256 LoadPairs8(const float* p, __m256i dup) {
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), dup);
+}
+NPU_ROTARY_256 inline __m256 LoadPairs8(const uint16_t* p, __m256i dup) {
+  return _mm256_permutevar8x32_ps(
+      _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))), dup);
+}
+NPU_ROTARY_256 inline float Wide(float v) { return v; }
+NPU_ROTARY_256 inline float Wide(uint16_t v) { return _cvtsh_ss(v); }
+NPU_ROTARY_256 inline void Put(float* p, float v) { *p = v; }
+NPU_ROTARY_256 inline void Put(uint16_t* p, float v) {
+  *p = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+template <typename T>
+NPU_ROTARY_256 void RotateRow256(const T* x, const T* c, const T* s, int64_t half, int64_t h, bool interleaved, T* y) {
+  const int64_t rot = 2 * half;
+  if (interleaved) {
+    const __m256i dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
+    const __m256 even_sign =
+        _mm256_castsi256_ps(_mm256_set_epi32(0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN));
+    int64_t j = 0;
+    for (; j + 8 <= rot; j += 8) {
+      const __m256 xv = Load8(x + j), cw = LoadPairs8(c + j / 2, dup);
+      const __m256 sw = _mm256_xor_ps(LoadPairs8(s + j / 2, dup), even_sign);
+      const __m256 xs = _mm256_permute_ps(xv, 0xb1);
+      Store8(y + j, _mm256_add_ps(_mm256_mul_ps(xv, cw), _mm256_mul_ps(xs, sw)));
+    }
+    for (; j < rot; j += 2) {
+      const float x0 = Wide(x[j]), x1 = Wide(x[j + 1]), cv = Wide(c[j / 2]), sv = Wide(s[j / 2]);
+      const float a = x0 * cv, b = x1 * -sv, d = x1 * cv, e = x0 * sv;
+      Put(y + j, a + b);
+      Put(y + j + 1, d + e);
+    }
+  } else {
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
+    int64_t j = 0;
+    for (; j + 8 <= half; j += 8) {
+      const __m256 x0 = Load8(x + j), x1 = Load8(x + half + j), cv = Load8(c + j), sv = Load8(s + j);
+      Store8(y + j, _mm256_add_ps(_mm256_mul_ps(x0, cv), _mm256_mul_ps(x1, _mm256_xor_ps(sv, sign))));
+      Store8(y + half + j, _mm256_add_ps(_mm256_mul_ps(x1, cv), _mm256_mul_ps(x0, sv)));
+    }
+    for (; j < half; ++j) {
+      const float x0 = Wide(x[j]), x1 = Wide(x[j + half]), cv = Wide(c[j]), sv = Wide(s[j]);
+      const float a = x0 * cv, b = x1 * -sv, d = x1 * cv, e = x0 * sv;
+      Put(y + j, a + b);
+      Put(y + half + j, d + e);
+    }
+  }
+  if constexpr (sizeof(T) == 4) {
+    if (rot < h) std::memcpy(y + rot, x + rot, sizeof(float) * (h - rot));
+  } else {
+    int64_t j = rot;
+    for (; j + 8 <= h; j += 8) Store8(y + j, Load8(x + j));
+    for (; j < h; ++j) Put(y + j, Wide(x[j]));
+  }
+}
+
+template <typename T>
+NPU_ROTARY_256 void RotateRows256(const char* base, const RowStrides& st, const int64_t* pos, bool offset, const T* cos,
+                                  const T* sin, int64_t cache_width, const Geometry& g, T* y, int64_t first,
+                                  int64_t end) {
+  const int64_t inner = g.four_d ? g.seq : g.heads, mid = g.four_d ? g.heads : g.seq;
+  int64_t i2 = first % inner, i1 = (first / inner) % mid, b = first / (inner * mid);
+  for (int64_t r = first; r < end; ++r) {
+    const T* xr = reinterpret_cast<const T*>(base + b * st.batch + i1 * st.first + i2 * st.second);
+    const int64_t s = g.four_d ? i2 : i1;
+    const int64_t p = offset ? pos[0] + s : pos[b * g.seq + s];
+    RotateRow256(xr, cos + p * cache_width, sin + p * cache_width, g.half, g.head, g.interleaved, y + r * g.head);
+    if (++i2 == inner) {
+      i2 = 0;
+      if (++i1 == mid) i1 = 0, ++b;
+    }
+  }
+}
 #endif
 
 // A task's rows: float16 x widened and the result narrowed once per task (whole rows, so a row's passed-through
@@ -224,6 +313,13 @@ void Rotate(const T* x, const RowStrides& st, const int64_t* pos, bool offset, c
   if (ActiveIsa() >= Isa::kAvx512) {
     ParallelFor(n_threads, (rows + per_task - 1) / per_task, [&](int64_t t) {
       RotateRows512(base, st, pos, offset, cos, sin, cache_width, g, y, t * per_task,
+                    std::min(rows, (t + 1) * per_task));
+    });
+    return;
+  }
+  if (ActiveIsa() >= Isa::kAvx2 && HasF16c()) {
+    ParallelFor(n_threads, (rows + per_task - 1) / per_task, [&](int64_t t) {
+      RotateRows256(base, st, pos, offset, cos, sin, cache_width, g, y, t * per_task,
                     std::min(rows, (t + 1) * per_task));
     });
     return;
