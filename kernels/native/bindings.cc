@@ -44,6 +44,8 @@ py::object WithDma(py::object y, bool count, const DmaCount& c) {
   return py::make_tuple(y, d);
 }
 
+void MatMulNBitsSwiGlu(const NBitsGemm& g, const void* a, bool half, void* y);  // nbits_swiglu.cc
+
 namespace {
 
 template <typename T>
@@ -293,6 +295,25 @@ class BoundNBits {
     }
     return y;
   }
+  // A {gate, up} group's SwiGLU (no norm): x [M, K] float32 or float16 -> [M, N / 2] of x's dtype
+  // (MatMulNBitsSwiGlu, nbits_swiglu.cc).
+  py::array CallSwiGlu(const py::array& x) const {
+    const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
+    if (norm_ || (!half && !py::isinstance<py::array_t<float>>(x)) || !(x.flags() & py::array::c_style) ||
+        x.ndim() != 2 || x.shape(1) != g_.K || g_.N % 2)
+      throw std::invalid_argument("bound nbits: swiglu takes a C-contiguous float32 or float16 x [M, K=" +
+                                  std::to_string(g_.K) + "], an even N and no norm");
+    NBitsGemm g = g_;
+    g.M = x.shape(0);
+    py::array y(x.dtype(), std::vector<py::ssize_t>{g.M, g.N / 2});
+    const void* a = x.data();
+    void* out = y.mutable_data();
+    {
+      py::gil_scoped_release release;
+      MatMulNBitsSwiGlu(g, a, half, out);
+    }
+    return y;
+  }
 
  private:
   std::vector<NBitsSegment> segs_;
@@ -411,7 +432,9 @@ void RegisterKernels(py::module_& parent) {
            py::arg("b"), py::arg("scales"), py::arg("zero_points"), py::arg("bias"), py::arg("K"), py::arg("N"),
            py::arg("block_size"), py::arg("accuracy_level"), py::arg("threads"), py::arg("sgemm"), py::arg("norm"))
       .def("__call__", &BoundNBits::Call, py::arg("x"), py::arg("skip") = py::none())
-      .def("half", &BoundNBits::CallHalf, py::arg("x"), "float16 x [M, K] -> float16 y (no norm)");
+      .def("half", &BoundNBits::CallHalf, py::arg("x"), "float16 x [M, K] -> float16 y (no norm)")
+      .def("swiglu", &BoundNBits::CallSwiGlu, py::arg("x"),
+           "float32 or float16 x [M, K] -> g * sigmoid(g) * u of y's halves [M, N / 2] (no norm)");
   m.def("int8_matmul", &Int8MatMulPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
         py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
         py::arg("y_zero_point") = 0, py::arg("y_signed") = false, py::arg("plan") = py::none(),
@@ -465,6 +488,8 @@ void RegisterKernels(py::module_& parent) {
   BindRange(m);  // range.cc: Range
   void BindConstantOfShape(py::module_&);
   BindConstantOfShape(m);  // constant_of_shape.cc: ConstantOfShape
+  void BindNBitsSwiGlu(py::module_&);
+  BindNBitsSwiGlu(m);  // nbits_swiglu.cc: swiglu_halves
   void BindSelect(py::module_&);
   BindSelect(m);  // select.cc: TopK
   void BindSgemmColumns(py::module_&);

@@ -8,19 +8,21 @@ segments of one B, so nothing is concatenated; a member without zero points gets
 another member has some. MatMul members concatenate their float32 ``[K, N_i]`` into ``[K, sum N_i]``.
 
 Run: one matmul (for MatMulNBits the single-op kernel over the members' packed weights, native or reference as
-the session chose; float32 weights on the packed native GEMM where ``matmul.packed_panels`` applies, bias and SwiGLU
-in the same call, a float16 A widened and the result rounded once, which a bound step makes straight from the
-program's loop), bias added in place, then either
-the members' outputs as column slices of the accumulator or,
+the session chose, natively with its bias and a SwiGLU epilogue in the same call, ``BoundNBits.swiglu``; float32
+weights on the packed native GEMM where ``matmul.packed_panels`` applies, bias and SwiGLU in the same call, a float16
+A widened and the result rounded once; a bound step makes these calls straight from the program's loop), bias added
+in place, then either the members' outputs as column slices of the accumulator or,
 with the SwiGLU epilogue on a {gate, up} group, ``g * sigmoid(g) * u`` (``g / (1 + exp(-g))``, the exponent
-clipped at 80 so it never overflows: beyond it the product is 0 to float32 precision anyway). Numerics equal the
-separate kernels' up to summation order.
+clipped at 80 so it never overflows: beyond it the product is 0 to float32 precision anyway; the native SwiGLU is
+within a few ulps of it). Numerics equal the separate kernels' up to summation order.
 
 Cost: the plan of one matmul with N = sum N_i (A is loaded once), the epilogue as overlapped vector work: bias 1 op
 per accumulator element, SwiGLU (4 ops + 1 transcendental) per (gate, up) pair.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +36,7 @@ from .. import runtime
 from ._matrix import apply_float_epilogue, check_fits, epilogue_ops, matmul_dims, plan_for, static_plan
 from ._vector import transcendental
 from .matmul import PACKED_ISAS, pack_once, packed_panels
-from .matmul_nbits import NBITS_MEMBERS, nbits_matmul, nbits_step
+from .matmul_nbits import NBITS_MEMBERS, _native_args, _native_tail, nbits_matmul, nbits_step
 
 _NBITS = ("com.microsoft", "MatMulNBits")
 _EXP_CLIP = np.float32(80.0)
@@ -152,16 +154,40 @@ def _nbits_bias(p: Prepared) -> np.ndarray | bool | None:
     return p.consts["ep_bias"] if at["epilogue"].get("bias") else None
 
 
+def _nbits_swiglu(p: Prepared, a: np.ndarray) -> Any:
+    """For a float32 or float16 {gate, up} group of MatMulNBits members with the SwiGLU epilogue (and at most a
+    constant bias) on the native kernels: ``BoundNBits.swiglu`` for A's rows (the product, its bias and SwiGLU in
+    one call, a float16 A widened and the result rounded once; counting DMA, the counted product and
+    ``swiglu_halves``: the same bits); else None."""
+    at = p.attrs
+    nat = runtime.native(p)
+    if (nat is None or NBITS_MEMBERS not in at or not at["epilogue"].get("swiglu")
+            or at["dtype"] not in ("float32", "float16") or a.dtype != at["dtype"] or not a.ndim
+            or a.shape[-1] != at["K"] or {k for k, v in at["epilogue"].items() if v} - {"bias", "swiglu"}):
+        return None
+    bias = p.consts["ep_bias"] if at["epilogue"].get("bias") else None
+    if runtime.counting_dma(p):
+        half = a.dtype == np.float16
+        return lambda x: nat.swiglu_halves(nbits_matmul(p, x, bias), half, runtime.threads(p))
+    m = a.size // at["K"]
+    return nat.BoundNBits(*_native_args(p, bias), *_native_tail(p, m), None).swiglu
+
+
 def _bind(p: Prepared, inputs, outs):
     """A float32 or float16 group on the packed GEMM, or of MatMulNBits members with at most a bias on their native
-    kernel (a float16 A on its ``half``), as one native call for this input shape; its outputs are column views of
-    the one product, as the kernel's."""
+    kernel (a float16 A on its ``half``) or with SwiGLU (``_nbits_swiglu``), as one native call for this input
+    shape; its outputs are column views of the one product, as the kernel's."""
     a = inputs[0] if inputs else None
     nat = runtime.native(p)
     if (nat is None or not isinstance(a, np.ndarray) or a.dtype not in (np.float32, np.float16) or not a.ndim
             or not a.flags.c_contiguous):
         return None
     at = p.attrs
+    swiglu = None if runtime.counting_dma(p) else _nbits_swiglu(p, a)
+    if swiglu is not None:
+        m = a.size // at["K"]
+        return runtime.call_step(p, swiglu, (None,), [(0, 0, a.dtype.type, a.shape, (m, at["K"]))],
+                                 [(-1, (*a.shape[:-1], at["N"] // 2))], None)
     bias = _nbits_bias(p)
     if bias is not False:
         if runtime.counting_dma(p) or a.dtype != at["dtype"] or a.shape[-1] != at["K"]:
@@ -182,6 +208,9 @@ def _run(p: Prepared, inputs) -> list[np.ndarray]:
     call = None if NBITS_MEMBERS in at else _packed_call(p, a)
     if call is not None:
         return _outputs(at, runtime.native(p).float_matmul_packed(np.ascontiguousarray(a), *call))
+    swiglu = None if call is not None or not isinstance(a, np.ndarray) else _nbits_swiglu(p, a)
+    if swiglu is not None:  # the bound step's call
+        return [swiglu(np.ascontiguousarray(a).reshape(-1, at["K"])).reshape(*a.shape[:-1], at["N"] // 2)]
     bias = _nbits_bias(p)
     if bias is not False:  # the bias added by the kernel, as the bound step adds it; float16 rounded once
         return _outputs(at, nbits_matmul(p, a, bias).astype(at["dtype"], copy=False))

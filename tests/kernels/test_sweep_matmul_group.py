@@ -145,30 +145,36 @@ def test_float16_swiglu_session_runs_the_group_natively_as_the_cpu_ep():
 
 # --- float16 groups of MatMulNBits members (an fp16 int4 LLM's q/k/v projections) -----------------------------
 
-def nbits_group_model(m, k, ns, *, block, level, bias):
-    """float16 MatMulNBits members on one input x (float16 scales, zero points on every other member, a float16
-    bias on each with ``bias``), joined by a Concat as attention joins q/k/v."""
+def nbits_group_model(m, k, ns, *, block, level, bias, swiglu=False, dtype=np.float16):
+    """MatMulNBits members on one input x (scales of x's dtype, zero points on every other member, a bias on each
+    with ``bias``): {gate, up} with SwiGLU, or joined by a Concat as attention joins q/k/v."""
     from npu_ep.quantization import quantize_matmul_nbits
 
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     nodes, inits = [], {}
     for i, n in enumerate(ns):
         q = quantize_matmul_nbits(RNG.standard_normal((k, n)).astype(np.float32), block, i % 2 == 1)
-        inits.update({f"B{i}": q.B, f"S{i}": q.scales.astype(np.float16)})
+        inits.update({f"B{i}": q.B, f"S{i}": q.scales.astype(dtype)})
         ins = ["x", f"B{i}", f"S{i}", "", "", ""]
         if q.zero_points is not None:
             inits[f"Z{i}"] = q.zero_points
             ins[3] = f"Z{i}"
         if bias:
-            inits[f"bias{i}"] = RNG.standard_normal(n).astype(np.float16)
+            inits[f"bias{i}"] = RNG.standard_normal(n).astype(dtype)
             ins[5] = f"bias{i}"
         while ins[-1] == "":
             ins.pop()
         nodes.append(helper.make_node("MatMulNBits", ins, [f"p{i}"], f"nb{i}", domain="com.microsoft", K=k, N=n,
                                       bits=4, block_size=block, accuracy_level=level))
-    nodes.append(helper.make_node("Concat", [f"p{i}" for i in range(len(ns))], ["y"], "cat", axis=-1))
-    return make_model(nodes, [helper.make_tensor_value_info("x", F16, [1, m, k])],
-                      [helper.make_tensor_value_info("y", F16, [1, m, sum(ns)])], inits, opset=21,
-                      extra_opsets=[("com.microsoft", 1)])
+    if swiglu:
+        nodes += [helper.make_node("Sigmoid", ["p0"], ["sig"], "sigmoid"),
+                  helper.make_node("Mul", ["p0", "sig"], ["silu"], "mul_silu"),
+                  helper.make_node("Mul", ["silu", "p1"], ["y"], "mul_up")]
+    else:
+        nodes.append(helper.make_node("Concat", [f"p{i}" for i in range(len(ns))], ["y"], "cat", axis=-1))
+    return make_model(nodes, [helper.make_tensor_value_info("x", elem, [1, m, k])],
+                      [helper.make_tensor_value_info("y", elem, [1, m, ns[0] if swiglu else sum(ns)])], inits,
+                      opset=21, extra_opsets=[("com.microsoft", 1)])
 
 
 NBITS_CASES = [(1, 64, (64, 16, 16), 32, 0, False), (7, 128, (96, 32, 32), 16, 4, True),
@@ -213,5 +219,83 @@ def test_float16_nbits_group_session_runs_natively_as_the_cpu_ep(level):
         got = sess.run(None, {"x": x})[0]
         assert got.dtype == np.float16 and got.shape == want.shape
         np.testing.assert_allclose(got.astype(np.float32), want, rtol=4e-3,
+                                   atol=(4 if level == 0 else 16) * 2.0 ** -10 * np.abs(want).max())
+    assert python_steps(sess) == []
+
+
+NBITS_SWIGLU_CASES = [(1, 64, 16, 32, 0), (2, 128, 17, 16, 4), (7, 96, 33, 32, 0), (16, 256, 32, 64, 0),
+                      (20, 128, 31, 32, 4)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("m, k, n, block, level", NBITS_SWIGLU_CASES)
+def test_nbits_swiglu_group_kernel_and_bound_step(m, k, n, block, level, bias, dtype):
+    """A {gate, up} MatMulNBits group with SwiGLU: its kernel and its bound step make one BoundNBits.swiglu call
+    (the same bits, the Python loop's too); rows on both sides of the fp32 levels' BLAS panels (16), halves around
+    the 16-lane SwiGLU vectors, levels 0 and 4; within the product's bound and SwiGLU's few roundings of the
+    reference model (float16: within its rounding)."""
+    model = nbits_group_model(m, k, (n, n), block=block, level=level, bias=bias, swiglu=True, dtype=dtype)
+    program = compiled(model)
+    i, step = _group_step(program)
+    x = (RNG.standard_normal((1, m, k)) / 2).astype(dtype)
+    first = program(x)
+    assert program._bindings[((1, m, k),)][i] is not None, "the SwiGLU MatMulNBits group bound no native step"
+    again = program(x)
+    assert program.native_step_counts[1] == 0
+    assert all(g.dtype == dtype and g.tobytes() == f.tobytes() for g, f in zip(again, first))
+    assert all(g.tobytes() == f.tobytes() for g, f in zip(python_loop(program, (x,)), first))
+    p = step.prepared
+    runtime.configure([p], "reference", 1)
+    (want,) = step.kernel.run(p, [x])
+    assert want.dtype == dtype and want.shape == first[0].shape == (1, m, n)
+    want32 = want.astype(np.float32)
+    tol = 4e-3 if dtype == np.float16 else 2e-5
+    np.testing.assert_allclose(first[0].astype(np.float32), want32, rtol=tol, atol=tol * np.abs(want32).max())
+
+
+def test_bound_nbits_swiglu_float16_is_the_float32_call_rounded_once():
+    """BoundNBits.swiglu on a float16 A: the float32 call on the widened A rounded once, bit for bit (float16
+    specials in A), at one and two threads; swiglu_halves of the product gives both calls' bits; bad arguments
+    name themselves."""
+    from npu_ep.kernels.ops.matmul_nbits import _native_args, _native_tail
+
+    for m, k, n, level in ((1, 64, 16, 0), (3, 128, 33, 4), (17, 96, 40, 0), (33, 64, 17, 4)):
+        model = nbits_group_model(m, k, (n, n), block=32, level=level, bias=True, swiglu=True)
+        _, step = _group_step(compiled(model))
+        p = step.prepared
+        a = with_specials(RNG.standard_normal((m, k)).astype(np.float16), RNG, values=HALF_SPECIALS, fraction=0.01)
+        for threads in (1, 2):
+            runtime.configure([p], "native", threads)
+            bound = _kern().BoundNBits(*_native_args(p, p.consts["ep_bias"]), *_native_tail(p, m), None)
+            got = bound.swiglu(a)
+            with np.errstate(over="ignore"):
+                want = bound.swiglu(a.astype(np.float32)).astype(np.float16)
+            _half_bits_equal(got, want, f"M={m} K={k} n={n} level={level} threads={threads}")
+            product = bound(a.astype(np.float32))  # the kernel's DMA-counted run: the product, then swiglu_halves
+            assert _kern().swiglu_halves(product, True, threads).tobytes() == got.tobytes()
+            assert _kern().swiglu_halves(product, False, threads).tobytes() == bound.swiglu(a.astype(np.float32)) \
+                .tobytes()
+    with pytest.raises(ValueError, match=r"swiglu takes a C-contiguous float32 or float16 x \[M, K=64\]"):
+        bound.swiglu(np.zeros((2, 65), np.float32))
+    with pytest.raises(ValueError, match=r"swiglu_halves: y must be float32 \[M, N\] with an even N"):
+        _kern().swiglu_halves(np.zeros((2, 5), np.float32))
+
+
+@pytest.mark.parametrize("level", [0, 4])
+def test_float16_nbits_swiglu_session_runs_natively_as_the_cpu_ep(level):
+    model = nbits_group_model(4, 128, (96, 96), block=32, level=level, bias=True, swiglu=True)
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so, cpu=False)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    (program,) = session_of(sess).programs.values()
+    assert [st.op for st in program.steps] == ["npu::MatMulGroup"]
+    x = (RNG.standard_normal((1, 4, 128)) / 2).astype(np.float16)
+    want = cpu_run(model, {"x": x})[0].astype(np.float32)
+    for _ in range(3):
+        got = sess.run(None, {"x": x})[0]
+        assert got.dtype == np.float16 and got.shape == want.shape
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=8e-3,
                                    atol=(4 if level == 0 else 16) * 2.0 ** -10 * np.abs(want).max())
     assert python_steps(sess) == []
