@@ -17,7 +17,7 @@ Numerics (match ORT CPU within tolerance; tests state it):
   ``y = sum_b sa[m,b] * sw[n,b] * sum_j qa * (q - zp)``. The native kernel sums the integer products exactly; the
   reference evaluates ``dequant(quant(A)) @ W`` with float32 BLAS, equal in real arithmetic (differences: float
   summation order only).
-fp16 A: computed in float32 and rounded to fp16 once.
+fp16 A: computed in float32 and rounded to fp16 once (the bound native step: ``BoundNBits.half``, the same bits).
 
 g_idx (input 4, act-order): where it gives each group block_size rows (GPTQ's act-order) the node is the plain one
 after a permutation of K: the compiler permutes B's rows into blocks, the kernel multiplies A's columns in that
