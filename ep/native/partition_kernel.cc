@@ -1,5 +1,6 @@
 #include "partition_kernel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -37,14 +38,18 @@ bool OrtParallelFor(const void* ctx, void (*task)(void*, size_t), size_t n, void
 }
 
 // ORT's output buffers of one partition call, lent to the steps it runs (output_buffers.h). It remembers what it
-// lent, so the bridge hands an output computed in place to ORT without asking ORT for the buffer again.
+// lent, so the bridge hands an output computed in place to ORT without asking ORT for the buffer again; the first
+// kInline outputs' records live in the object (no allocation per call), later ones in a vector.
 class OrtOutputs : public OutputBuffers {
  public:
-  // A buffer lent for output i: ORT's value, its data and the dims it was created with.
+  // A buffer lent for output i: ORT's value, its data and the dims it was created with (at most kMaxRank; a view
+  // of a higher rank is lent unrecorded, and the bridge asks ORT for that output again).
   struct Lent {
+    static constexpr size_t kMaxRank = 8;
     OrtValue* value = nullptr;
     void* data = nullptr;
-    std::vector<int64_t> dims;
+    size_t rank = 0;
+    int64_t dims[kMaxRank];
   };
 
   OrtOutputs(OrtKernelContext* ctx, const PartitionKernel* kernel) : ctx_(ctx), kernel_(kernel) {}
@@ -60,26 +65,41 @@ class OrtOutputs : public OutputBuffers {
     Check(g_ort->KernelContext_GetOutput(ctx_, index, dims.data(), dims.size(), &out));
     void* data = nullptr;
     Check(g_ort->GetTensorMutableData(out, &data));
-    if (lent_.size() < k->output_types.size()) lent_.resize(k->output_types.size());
-    lent_[index] = Lent{out, data, dims};
+    if (dims.size() <= Lent::kMaxRank) {
+      Lent& l = Slot(index);
+      l.value = out;
+      l.data = data;
+      l.rank = dims.size();
+      std::copy(dims.begin(), dims.end(), l.dims);
+    }
     return OutputView(data, k->output_dtypes[index], dims);
   }
 
   // The buffer lent for output `index` if `a` is exactly it (its data, its dims), else nullptr: then the bridge asks
   // ORT for the output with a's dims and copies a into it.
   const Lent* LentAs(size_t index, const py::array& a) const {
-    if (index >= lent_.size() || lent_[index].data == nullptr || a.data() != lent_[index].data) return nullptr;
-    const Lent& l = lent_[index];
-    if (static_cast<size_t>(a.ndim()) != l.dims.size()) return nullptr;
-    for (size_t d = 0; d < l.dims.size(); ++d)
-      if (a.shape(static_cast<py::ssize_t>(d)) != l.dims[d]) return nullptr;
-    return &l;
+    const Lent* l = index < kInline                  ? &inline_[index]
+                    : index - kInline < more_.size() ? &more_[index - kInline]
+                                                     : nullptr;
+    if (l == nullptr || l->data == nullptr || a.data() != l->data) return nullptr;
+    if (static_cast<size_t>(a.ndim()) != l->rank) return nullptr;
+    for (size_t d = 0; d < l->rank; ++d)
+      if (a.shape(static_cast<py::ssize_t>(d)) != l->dims[d]) return nullptr;
+    return l;
   }
 
  private:
+  static constexpr size_t kInline = 4;
+  Lent& Slot(size_t index) const {
+    if (index < kInline) return inline_[index];
+    if (more_.size() <= index - kInline) more_.resize(index - kInline + 1);
+    return more_[index - kInline];
+  }
+
   OrtKernelContext* ctx_;
   const PartitionKernel* kernel_;
-  mutable std::vector<Lent> lent_;  // per output index; empty until a buffer is lent
+  mutable Lent inline_[kInline];  // outputs 0..kInline-1; data nullptr until a buffer is lent
+  mutable std::vector<Lent> more_;  // outputs from kInline on
 };
 
 }  // namespace
@@ -209,6 +229,21 @@ static void CheckBorrowed(PartitionKernel* k, OrtKernelContext* ctx) {
   for (auto& [w, data] : moved) w->data.store(data, std::memory_order_release);  // after the views moved
 }
 
+// An output as an aligned C-contiguous array of its declared dtype: taken as it is when it already is one (an exact
+// ndarray with that very descriptor), else numpy's conversion (a copy where needed).
+static py::array OutputArray(PyObject* o, const py::object& dtype) {
+  auto& api = py::detail::npy_api::get();
+  constexpr int kLayout = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+  if (Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(api.PyArray_Type_)) {
+    const auto* proxy = py::detail::array_proxy(o);
+    if (proxy->descr == dtype.ptr() && (proxy->flags & kLayout) == kLayout) return py::reinterpret_borrow<py::array>(o);
+  }
+  py::array a =
+      py::reinterpret_steal<py::array>(api.PyArray_FromAny_(o, dtype.inc_ref().ptr(), 0, 0, kLayout, nullptr));
+  if (!a) throw py::error_already_set();
+  return a;
+}
+
 OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept {
   if (g_shutting_down.load())
     return MakeStatus(ORT_EP_FAIL, "NpuEP: " + k->where + ": the Python interpreter is shutting down");
@@ -268,13 +303,7 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       throw OrtError(ORT_EP_FAIL,
                      "program returned " + std::to_string(outs.size()) + " outputs, expected " + std::to_string(n_out));
     for (size_t i = 0; i < n_out; ++i) {
-      // C-contiguous in the declared dtype (no copy when it already is).
-      auto& api = py::detail::npy_api::get();
-      py::object dt = k->output_dtypes[i];
-      py::array a = py::reinterpret_steal<py::array>(api.PyArray_FromAny_(
-          PyTuple_GET_ITEM(outs.ptr(), static_cast<Py_ssize_t>(i)), dt.inc_ref().ptr(), 0, 0,
-          py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_, nullptr));
-      if (!a) throw py::error_already_set();
+      py::array a = OutputArray(PyTuple_GET_ITEM(outs.ptr(), static_cast<Py_ssize_t>(i)), k->output_dtypes[i]);
       const auto* dims = reinterpret_cast<const int64_t*>(a.shape());
       const auto rank = static_cast<size_t>(a.ndim());
       CheckOutputShape(k, i, dims, rank);

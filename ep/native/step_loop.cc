@@ -34,18 +34,28 @@ struct LoopStep {
   bool numpy_free = false;  // its native step does no numpy arithmetic (NativeStep::NumpyFree)
 };
 
-// Owns one call's slot table (strong references), cleared on every exit path.
+// Owns one call's slot table (strong references), cleared on every exit path; a small program's table lives in the
+// object (no allocation per call).
 class Slots {
  public:
-  explicit Slots(size_t n) : v_(n, nullptr) {}
-  ~Slots() {
-    for (PyObject* o : v_) Py_XDECREF(o);
+  explicit Slots(size_t n) : n_(n) {
+    if (n_ > kInline) heap_.assign(n_, nullptr);
   }
-  PyObject*& operator[](size_t i) { return v_[i]; }
-  size_t size() const { return v_.size(); }
+  ~Slots() {
+    PyObject** v = data();
+    for (size_t i = 0; i < n_; ++i) Py_XDECREF(v[i]);
+  }
+  Slots(const Slots&) = delete;
+  Slots& operator=(const Slots&) = delete;
+  PyObject*& operator[](size_t i) { return data()[i]; }
+  size_t size() const { return n_; }
 
  private:
-  std::vector<PyObject*> v_;
+  static constexpr size_t kInline = 16;
+  PyObject** data() { return n_ > kInline ? heap_.data() : inline_; }
+  size_t n_;
+  PyObject* inline_[kInline] = {};
+  std::vector<PyObject*> heap_;
 };
 
 // The hot path's choices: each step's own native step, counted.
