@@ -118,49 +118,74 @@ class ProgramCall {
     return out;
   }
 
-  // numpy's "ignore all" error state, set for one loop call when a step first needs it (NumpyQuiet) unless it is
-  // set already (a sub-program called from a running program's step: an If branch, a Loop body), and reset after.
+  // numpy's "ignore all" error state for one loop call, from the first step that needs it (NumpyQuiet) to the end,
+  // unless it is the state already (a sub-program called from a running program's step: an If branch, a Loop body).
+  // It enters a context of the program's own that holds that state (PyContext_Enter swaps the thread's context, no
+  // allocation) rather than setting the caller's variable and resetting it (a new mapping each, and a token); so
+  // the steps from there on see the caller's other context variables' defaults. Idle contexts are kept per program
+  // (under the GIL: a call whose kernel released it may overlap another thread's, which takes another context).
   class LazyQuiet : public NumpyQuiet {
    public:
-    LazyQuiet(PyObject* errstate, PyObject* quiet) : errstate_(errstate), quiet_(quiet) {}
+    explicit LazyQuiet(ProgramCall& call) : call_(call) {}
     bool Ensure() override {
       if (checked_) return true;
       checked_ = true;
       PyObject* now = nullptr;
-      if (PyContextVar_Get(errstate_, nullptr, &now) < 0) return false;
-      const bool already = now == quiet_;
+      if (PyContextVar_Get(call_.errstate_.ptr(), nullptr, &now) < 0) return false;
+      const bool already = now == call_.quiet_.ptr();
       Py_XDECREF(now);
-      if (!already) token_ = PyContextVar_Set(errstate_, quiet_);
-      return already || token_ != nullptr;
+      if (already) return true;
+      entered_ = call_.QuietContext();
+      if (entered_ && PyContext_Enter(entered_.ptr()) == 0) return true;
+      entered_ = py::object();
+      return false;
     }
-    // Resets what Ensure set; a failed call's error survives. Returns `out`, or nullptr when the reset failed.
+    // Leaves the context Ensure entered, keeping it for later calls while it still holds the state; a failed call's
+    // error survives. Returns `out`, or nullptr when leaving failed.
     PyObject* Reset(PyObject* out) {
-      if (token_ == nullptr) return out;
+      if (!entered_) return out;
       PyObject *type, *value, *tb;
       PyErr_Fetch(&type, &value, &tb);
-      const int reset = PyContextVar_Reset(errstate_, token_);
-      Py_CLEAR(token_);
-      if (reset < 0) {
+      PyObject* now = nullptr;
+      const bool keep = PyContextVar_Get(call_.errstate_.ptr(), nullptr, &now) == 0 && now == call_.quiet_.ptr();
+      Py_XDECREF(now);
+      PyErr_Clear();  // a failed read only drops the context
+      if (PyContext_Exit(entered_.ptr()) < 0) {
         Py_XDECREF(out);
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(tb);
         return nullptr;
       }
+      if (keep) call_.idle_contexts_.push_back(std::move(entered_));
       PyErr_Restore(type, value, tb);
       return out;
     }
 
    private:
-    PyObject* errstate_;
-    PyObject* quiet_;
-    PyObject* token_ = nullptr;
+    ProgramCall& call_;
+    py::object entered_;
     bool checked_ = false;
   };
 
+  // An idle context holding the program's error state, made when none is (nullptr with a Python error set).
+  py::object QuietContext() {
+    if (!idle_contexts_.empty()) {
+      py::object ctx = std::move(idle_contexts_.back());
+      idle_contexts_.pop_back();
+      return ctx;
+    }
+    auto ctx = py::reinterpret_steal<py::object>(PyContext_New());
+    if (!ctx || PyContext_Enter(ctx.ptr()) < 0) return py::object();
+    PyObject* token = PyContextVar_Set(errstate_.ptr(), quiet_.ptr());
+    Py_XDECREF(token);
+    if (PyContext_Exit(ctx.ptr()) < 0 || token == nullptr) return py::object();
+    return ctx;
+  }
+
   // The loop run with numpy's error state set only if a step needs it, restored afterwards.
   PyObject* RunQuietly(StepLoop& loop, PyObject* ordered) {
-    LazyQuiet quiet(errstate_.ptr(), quiet_.ptr());
+    LazyQuiet quiet(*this);
     return quiet.Reset(RunStepLoop(loop, ordered, &quiet));
   }
 
@@ -248,6 +273,7 @@ class ProgramCall {
   }
 
   py::object observe_, errstate_, quiet_, loop_;
+  std::vector<py::object> idle_contexts_;  // contexts holding quiet_ (LazyQuiet), not entered
   size_t capacity_;
   uint64_t clock_ = 0;                    // uses so far (Signature::last_use)
   uint64_t late_calls_ = 0, late_ns_ = 0;  // see LateCounts

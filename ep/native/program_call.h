@@ -1,6 +1,7 @@
 // A compiled program's call (ep/program.py, Program.__call__) in C++, so a partition call runs no Python frame
 // before its first Python kernel: the partition's inputs in the program's order, the input-shape signature looked
-// up, and a known signature's loop run under numpy's "ignore all" error state, its calls and time counted. A
+// up, and a known signature's loop run under numpy's "ignore all" error state (from the first step that needs it:
+// a context of the program's own is entered), its calls and time counted. A
 // signature's first call and recording calls go to Program._observe, which runs them on the StepLoop with its
 // observer (binding native steps, recording). At most `capacity` signatures are kept: tracking one more evicts
 // the least recently used, whose later calls are observed again.

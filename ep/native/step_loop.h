@@ -8,7 +8,7 @@ namespace npu_ep {
 
 class StepLoop;
 
-// The numpy error state a program's steps run under ("ignore all"), set by the loop before the first step that may
+// The numpy error state a program's steps run under ("ignore all"), ensured by the loop before the first step that may
 // reach numpy's arithmetic (a Python kernel, a native step that is not NumpyFree), so a call whose steps are all C++
 // kernels sets nothing. Ensure: false with a Python error set when it could not be set.
 class NumpyQuiet {

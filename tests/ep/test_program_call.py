@@ -106,6 +106,38 @@ def test_a_hot_call_already_under_the_programs_error_state_keeps_it(fails):
     assert program.calls == (1 if fails else 2)
 
 
+def test_every_hot_call_runs_its_python_steps_quietly_and_a_step_changing_the_state_leaks_nowhere():
+    """A hot call's Python steps run in a context of the program's own holding "ignore all" (entered, not set): on
+    every call, also after a step left the state changed (np.seterr in a step stays in that call), while the
+    caller's state and context variables stay as they were; the steps see the other variables' defaults."""
+    import contextvars
+
+    from npu_ep.ep import program as program_mod
+
+    ext = program_mod._extension
+    marker = contextvars.ContextVar("test_marker", default="default")
+    seen = []
+
+    def run(prepared, args):
+        seen.append((np.geterr()["divide"], marker.get()))
+        np.seterr(divide="raise")
+        return (args[0] + 1,)
+
+    loop = ext.StepLoop([(run, None, [0], ((0, 1),), [])], 2, (1,), lambda j, args, exc: exc)
+    call = ext.ProgramCall(lambda inputs: None, program_mod._ERRSTATE, program_mod._IGNORE_ALL, loop, 4)
+    assert call.track(((2,),), None) == []
+    x = np.zeros(2, np.float32)
+    token = marker.set("caller's")
+    try:
+        with np.errstate(divide="warn"):
+            for _ in range(3):
+                np.testing.assert_array_equal(call((x,))[0], x + 1)
+            assert np.geterr()["divide"] == "warn" and marker.get() == "caller's"
+    finally:
+        marker.reset(token)
+    assert seen == [("ignore", "default")] * 3
+
+
 def test_record_keeps_every_intermediate_on_every_call():
     program = compiled(div_exp_model(), record=True)
     for scale in (1.0, 2.0):  # the second call has a known signature: recording must still observe it
