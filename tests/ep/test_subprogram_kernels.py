@@ -88,7 +88,7 @@ def test_reference_session_runs_branch_and_body_steps_on_the_reference_model(mon
     """kernels=reference with the native kernels made unusable: the Loop body's and the nested If branch's
     MatMulNBits run the reference model (the run succeeds and matches the CPU EP); the same model in a
     kernels=native session reaches the (unusable) native kernels, so the setting is what decides."""
-    monkeypatch.setattr(runtime, "_module", [_NoNativeKernels()])
+    monkeypatch.setattr(runtime, "_module", [_NoNativeKernels(), runtime.extension()])
     model = loop_with_if_model()
     sess, program = _session(model, {"kernels": "reference", "host_threads": "1"})
     for flag in (True, False):
