@@ -441,6 +441,155 @@ void DepthwiseSegment(const DepthwiseArgs& a, RowRing& ring, int64_t plane, int6
   }
 }
 
+// Channels in the lanes, for small maps (a row of 7 or 14 outputs leaves lanes of a column vector idle, a stride-2
+// row gathers): a task's 16 channel planes of one image are transposed once into a zero-padded channels-last
+// scratch [Hp][Wp][16], each output pixel sums its taps over 16 channels at once (x_0 * w_0, then + x_t * w_t tap by
+// tap, padded taps multiplying the scratch's zeros, then + bias: the reference's operations in its order), and the
+// [OH * OW][16] result is transposed back into the planes. Lanes past the last channel compute zeros, never stored.
+
+// Unroll, always inlined (the transposes' registers must stay registers).
+template <int... I, typename F>
+__attribute__((always_inline)) inline void UnrollSeqInline(std::integer_sequence<int, I...>, F&& f) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, typename F>
+__attribute__((always_inline)) inline void UnrollInline(F&& f) {
+  UnrollSeqInline(std::make_integer_sequence<int, N>{}, f);
+}
+
+// 16 x 16 transpose in registers: r[i] lane j becomes r[j] lane i.
+__attribute__((always_inline)) inline void Transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  UnrollInline<8>([&](auto i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  });
+  UnrollInline<4>([&](auto i) {
+    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  });
+  UnrollInline<8>([&](auto i) {
+    constexpr int k = i % 4, base = i / 4 * 8;
+    t[base + k] = _mm512_shuffle_f32x4(u[base + k], u[base + 4 + k], 0x88);
+    t[base + 4 + k] = _mm512_shuffle_f32x4(u[base + k], u[base + 4 + k], 0xDD);
+  });
+  UnrollInline<8>([&](auto k) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xDD);
+  });
+}
+
+// NB output pixels of one output row (columns ow .. ow + NB - 1) from the channels-last scratch.
+template <int NB>
+inline void LanesPixels(const float* top, int64_t col_step, const int64_t* tap_off, int64_t T, const float* taps,
+                        __m512 bias, float* out) {
+  __m512 acc[NB];
+  const __m512 w0 = _mm512_loadu_ps(taps);
+  UnrollInline<NB>([&](auto q) { acc[q] = _mm512_mul_ps(_mm512_loadu_ps(top + q * col_step), w0); });
+  for (int64_t t = 1; t < T; ++t) {
+    const __m512 wt = _mm512_loadu_ps(taps + 16 * t);
+    const float* src = top + tap_off[t];
+    UnrollInline<NB>(
+        [&](auto q) { acc[q] = _mm512_add_ps(acc[q], _mm512_mul_ps(_mm512_loadu_ps(src + q * col_step), wt)); });
+  }
+  UnrollInline<NB>([&](auto q) { _mm512_storeu_ps(out + 16 * q, _mm512_add_ps(acc[q], bias)); });
+}
+
+using LanesFn = void (*)(const float*, int64_t, const int64_t*, int64_t, const float*, __m512, float*);
+constexpr int kLanesBlock = 8;      // output pixels summed at once (accumulators in registers)
+constexpr int64_t kLanesMaxTaps = 256;  // tap offsets held on the stack
+constexpr LanesFn kLanesFns[kLanesBlock + 1] = {nullptr,        LanesPixels<1>, LanesPixels<2>,
+                                                LanesPixels<3>, LanesPixels<4>, LanesPixels<5>,
+                                                LanesPixels<6>, LanesPixels<7>, LanesPixels<8>};
+
+// Rows [0, n) of 16 rows of `cols` floats (row l at src + l * pitch) to cols rows of 16 lanes at dst (pitch 16):
+// a 16 x 16 transpose per 16 columns; rows past n read as zeros.
+template <typename Store>
+inline void TransposeIn(const float* src, int64_t pitch, int64_t n, int64_t cols, Store&& store) {
+  for (int64_t p = 0; p < cols; p += 16) {
+    const __mmask16 km = LaneMask(cols - p);
+    __m512 r[16];
+    UnrollInline<16>(
+        [&](auto l) { r[l] = l < n ? _mm512_maskz_loadu_ps(km, src + l * pitch + p) : _mm512_setzero_ps(); });
+    Transpose16(r);
+    const int64_t np = std::min<int64_t>(16, cols - p);
+    UnrollInline<16>([&](auto q) {
+      if (q < np) store(p + q, r[q]);
+    });
+  }
+}
+
+// A vector's data from its first 64-byte boundary on (a 16-lane row that straddles two cache lines costs a load
+// twice); the vectors are sized 15 floats over.
+inline float* Aligned64(std::vector<float>& v) {
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
+}
+
+void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                    const ConvTail& tail) {
+  const int64_t C = s.C, T = s.kh * s.kw, P = s.P(), HW = s.H * s.W, blocks = (C + 15) / 16;
+  const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr;
+  // taps and bias per block of 16 channels: [blocks][T + 1][16], lanes past the last channel zero
+  thread_local std::vector<float> wl;
+  wl.resize(static_cast<size_t>(blocks * (T + 1) * 16 + 15));
+  for (int64_t cb = 0; cb < blocks; ++cb) {
+    const int64_t nc = std::min<int64_t>(16, C - cb * 16);
+    float* dst = Aligned64(wl) + cb * (T + 1) * 16;
+    TransposeIn(w + cb * 16 * T, T, nc, T, [&](int64_t t, __m512 v) { _mm512_storeu_ps(dst + t * 16, v); });
+    const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(LaneMask(nc), bias + cb * 16) : _mm512_setzero_ps();
+    _mm512_storeu_ps(dst + T * 16, b);
+  }
+  int64_t tap_off[kLanesMaxTaps];
+  for (int64_t t = 0; t < T; ++t) tap_off[t] = ((t / s.kw) * s.dh * Wp + (t % s.kw) * s.dw) * 16;
+  // an output row's columns in blocks of at most kLanesBlock, as even as they come (7 -> 7, 14 -> 7 + 7, 28 -> 4 x 7)
+  const int64_t n_col_blocks = (s.OW + kLanesBlock - 1) / kLanesBlock, col_step = s.sw * 16;
+  const float* weights = Aligned64(wl);
+  ParallelFor(threads, s.N * blocks, [&](int64_t task) {
+    const int64_t n = task / blocks, cb = task % blocks, c0 = cb * 16, nc = std::min<int64_t>(16, C - c0);
+    thread_local std::vector<float> xs, os;
+    thread_local int64_t key[6] = {-1, -1, -1, -1, -1, -1};
+    const int64_t k[6] = {Hp, Wp, s.pt, s.pl, s.H, s.W};
+    if (!std::equal(k, k + 6, key)) {  // the padding stays zero while the geometry is the same
+      xs.assign(static_cast<size_t>(Hp * Wp * 16 + 15), 0.0f);
+      std::copy(k, k + 6, key);
+    }
+    os.resize(static_cast<size_t>(P * 16 + 15));
+    float* od = Aligned64(os);
+    // planes -> channels-last scratch
+    float* xd = Aligned64(xs);
+    int64_t h = 0, x0 = 0;
+    TransposeIn(x + (n * C + c0) * HW, HW, nc, HW, [&](int64_t, __m512 v) {
+      _mm512_storeu_ps(xd + ((h + s.pt) * Wp + x0 + s.pl) * 16, v);
+      if (++x0 == s.W) x0 = 0, ++h;
+    });
+    const float* taps = weights + cb * (T + 1) * 16;
+    const __m512 b = _mm512_loadu_ps(taps + T * 16);
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      const float* row = xd + oh * s.sh * Wp * 16;
+      for (int64_t q = 0; q < n_col_blocks; ++q) {
+        const int64_t o0 = q * s.OW / n_col_blocks, o1 = (q + 1) * s.OW / n_col_blocks;
+        kLanesFns[o1 - o0](row + o0 * col_step, col_step, tap_off, T, taps, b, od + (oh * s.OW + o0) * 16);
+      }
+    }
+    // channels-last result -> planes
+    float* out = y + (n * C + c0) * P;
+    for (int64_t p = 0; p < P; p += 16) {
+      const int64_t np = std::min<int64_t>(16, P - p);
+      __m512 r[16];
+      UnrollInline<16>([&](auto q) { r[q] = q < np ? _mm512_loadu_ps(od + (p + q) * 16) : _mm512_setzero_ps(); });
+      Transpose16(r);
+      const __mmask16 km = LaneMask(np);
+      UnrollInline<16>([&](auto l) {
+        if (l < nc) _mm512_mask_storeu_ps(out + l * P + p, km, r[l]);
+      });
+    }
+    if (tail.n)
+      for (int64_t l = 0; l < nc; ++l) ApplyChannelTail(tail, out + l * P, P, c0 + l);
+  });
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -473,6 +622,15 @@ SegmentFn RegisterSegment(const ConvShape& s) {
   return nullptr;
 }
 
+// The channels-in-lanes kernel takes the shape where it measured faster than the register kernels (AVX-512, one
+// output channel per input channel, strides 1-2, no dilation): 3x3 up to 28 x 28 outputs (beyond, a 3x3 kernel's
+// row reuse in the register kernels wins), kernels of 25 taps or more up to 56 x 56.
+bool LanesPath(const ConvShape& s) {
+  if (ActiveIsa() < Isa::kAvx512 || s.M != s.C || s.dh != 1 || s.dw != 1 || s.sh > 2 || s.sw > 2) return false;
+  const int64_t T = s.kh * s.kw, limit = T >= 25 ? 56 : 28;
+  return T <= kLanesMaxTaps && s.OH <= limit && s.OW <= limit;
+}
+
 // Output rows split evenly into tasks of about kTaskWork multiply-adds, a multiple of 4 of them (so 2 or 4 threads
 // share the work evenly), and 4 from kTaskWork / 2 on: a small map's stride-2 or 5x5 conv (40-70 us) is worth a
 // second thread (any split gives the same bits, an output's sum never crosses a task).
@@ -501,6 +659,7 @@ void DepthwiseRegister(SegmentFn segment, const DepthwiseArgs& a, int threads) {
 void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                     const ConvTail& tail) {
 #if NPU_EP_X86
+  if (LanesPath(s)) return DepthwiseLanes(s, x, w, bias, y, threads, tail);
   if (const SegmentFn segment = RegisterSegment(s))
     return DepthwiseRegister(segment, {s, x, w, bias, y, tail}, threads);
 #endif

@@ -1,14 +1,20 @@
 """Differential sweep of the native depthwise float conv (kernels/native/conv_depthwise.cc) against the reference
 model (kernels/ops/conv.py ``_depthwise``), issue 40; and depthwise convs in a session against the CPU EP.
 
-Paths: on AVX-512, 3x3 and 5x5 kernels with strides 1-2 and no dilation run as register blocks of 4 output rows x
+Paths: on AVX-512, a conv with one output channel per input channel, strides 1-2 and no dilation on a small map
+(3x3 kernels up to 28 x 28 outputs, 25 taps or more up to 56 x 56) runs with 16 channels in the lanes: each block of
+16 planes transposed into a zero-padded channels-last scratch, up to 8 output pixels of a row summed at once, the
+result transposed back (lanes past the last channel compute zeros and are never stored); one task per block.
+Otherwise, on AVX-512, 3x3 and 5x5 kernels with strides 1-2 and no dilation run as register blocks of 4 output rows x
 one 8-column vector (OW <= 8), one 16-column vector (OW <= 16) or two, over a ring of zero-padded input rows
 (stride 2: even/odd column phases), the output rows split evenly into 4 tasks from 2^17 multiply-adds on, a multiple
 of 4 of about 2^18 each beyond (segments start and end inside planes);
 every other shape (7x7, dilation 2, stride 3) and every lower ISA level takes the per-plane kernels. The grid
-crosses each block: channels 2 (a one-channel conv is a dense one), 15-17, 33; output rows 1-9 (blocks of 4 and
-their remainders 1-3); widths from 1 to twice the kernel and around 16 and 32 output columns; pads symmetric,
-asymmetric and none (odd and even left pads move the stride-2 phases); depth multiplier 2; special values (NaN,
+crosses each block (multiplier 1 takes the lanes on the grid's small maps, so the grid runs again with multiplier 2
+for the register blocks; the lanes' own grid crosses the 16-channel blocks and the map limits): channels 2 (a
+one-channel conv is a dense one), 15-17, 33; output rows 1-9 (blocks of 4 and their remainders 1-3); widths from 1
+to twice the kernel and around 16 and 32 output columns; pads symmetric, asymmetric and none (odd and even left pads
+move the stride-2 phases); depth multiplier 2; special values (NaN,
 +-Inf, -0, 1e30, denormals) in x and w; fused tails; threads 1 and 2 (the same bits whatever the split).
 
 Tolerance: bit-exact. The kernel computes per output x_0 * w_0, then + x_t * w_t tap by tap (padded taps multiply
@@ -124,6 +130,65 @@ def test_blocks_strides_pads_and_widths(float_isa, case):
 def test_blocks_strides_pads_and_widths_wide(float_isa):
     for case in GRID:  # one test: collecting the grid case by case cost the default run seconds
         _grid_case(*case)
+
+
+@pytest.mark.parametrize("case", _sample(GRID, 24, 41))
+def test_register_blocks_with_multiplier_2(float_isa, case):
+    """The grid's small maps with depth multiplier 2: the register blocks (the lanes take multiplier 1 only)."""
+    _grid_case(*case[:-1], 2)
+
+
+# (channels, output rows, output columns, kernel, strides, pads) around the lanes' limits: 3x3 up to 28 outputs a
+# side, 5x5 up to 56 (one past each takes the register blocks), channels around the 16-lane blocks
+LANES_GRID = [(c, oh, ow, k, st, pads)
+              for k, sides in ((3, ((1, 1), (7, 14), (28, 28), (28, 29), (29, 5))),
+                               (5, ((2, 3), (7, 7), (14, 13), (56, 56), (57, 9), (9, 57))))
+              for oh, ow in sides for st in ((1, 1), (2, 2), (1, 2), (2, 1)) for pads in PADS[k][:3]
+              for c in (2, 15, 16, 17, 33)]
+
+
+def _lanes_case(c, oh, ow, k, st, pads, threads=1, batch=1):
+    rng = np.random.default_rng(hash((c, oh, ow, k, st, tuple(pads), threads)) % 2**32)
+    h, w_in = _input_size(oh, k, st[0], pads[0] + pads[2]), _input_size(ow, k, st[1], pads[1] + pads[3])
+    x = _floats((batch, c, h, w_in), rng, specials=True)
+    w = _floats((c, 1, k, k), rng, specials=True)
+    _depthwise(x, w, _floats((c,), rng), threads=threads, strides=list(st), pads=pads, kernel_shape=[k, k])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", _sample(LANES_GRID, 30, 42))
+def test_lanes_channel_blocks_and_limits(float_isa, case, threads):
+    """Channels 2, 15-17, 33 (a block's last lanes idle), maps up to and one past each limit, strides 1-2, pads
+    symmetric, none and asymmetric, specials in x and w: the reference's bits from either path."""
+    _lanes_case(*case, threads=threads, batch=1 + (case[0] == 17))
+
+
+@pytest.mark.slow
+def test_lanes_channel_blocks_and_limits_wide(float_isa):
+    for case in LANES_GRID:
+        _lanes_case(*case)
+        _lanes_case(*case, threads=2, batch=2)
+
+
+def test_lanes_tail_and_no_bias(float_isa):
+    """A fused tail on each of a block's planes (17 channels: a full block and a one-lane block), and no bias."""
+    rng = np.random.default_rng(17)
+    x = _floats((2, 17, 14, 14), rng, specials=True)
+    w = _floats((17, 1, 5, 5), rng)
+    tail = [("add", 3.0, 0.0), ("clip", 0.0, 6.0), ("div", 6.0, 0.0)]
+    _depthwise(x, w, _floats((17,), rng), tail=tail, strides=[2, 2], pads=[2] * 4)
+    _depthwise(x, w, None, threads=2, pads=[2] * 4)
+
+
+def test_lanes_scratch_keeps_no_rows_of_another_map():
+    """The per-thread scratch is kept across calls while the padded geometry is the same: a map one row and column
+    larger with the bottom and right pads dropped has the same padded size, and must not read the previous map's
+    last row and column where its padding was."""
+    rng = np.random.default_rng(5)
+    w, b = _floats((16, 1, 3, 3), rng), _floats((16,), rng)
+    _depthwise(_floats((1, 16, 11, 11), rng) * 1e6, w, b, pads=[1, 1, 0, 0])
+    _depthwise(_floats((1, 16, 10, 10), rng), w, b, pads=[1, 1, 1, 1])
+    _depthwise(_floats((1, 16, 11, 11), rng), w, b, pads=[1, 1, 0, 0])
 
 
 @pytest.mark.parametrize("k", [3, 5])
