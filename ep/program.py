@@ -85,7 +85,7 @@ class IoSpec:
     shape: tuple[Any, ...] | None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _SignatureState:
     """What a program keeps for one input-shape signature (the hot path counts its own calls in the extension)."""
 
@@ -93,8 +93,9 @@ class _SignatureState:
     calls: int = 0  # calls _observe ran
     ns: int = 0
     # the first call's input shapes per step, until the cost is asked for (``Program._state_cost``): a signature
-    # that is never asked about (a decoder's past one longer every token, no emulated timeline read) costs nothing
-    step_shapes: list | None = None
+    # that is never asked about (a decoder's past one longer every token, no emulated timeline read) costs nothing;
+    # a scouted call's come packed (bytes, ``_unpack_shapes``)
+    step_shapes: list | bytes | None = None
 
 
 @dataclasses.dataclass
@@ -315,7 +316,8 @@ class Program:
         finally:
             _ERRSTATE.reset(token)
         elapsed = perf_counter_ns() - t0
-        self._bind_declined(declined)
+        if declined or self._declines:
+            self._bind_declined(declined)
         with self._lock:
             state = self._signatures.get(signature)
             if state is None:  # (another thread may have kept it meanwhile)
@@ -462,8 +464,10 @@ class Program:
 
     def _state_cost(self, state: _SignatureState) -> RunCost | None:
         """A kept signature's cost, computed from its first call's step shapes when first asked for."""
-        if state.step_shapes is not None:
-            state.cost, state.step_shapes = self._cost(state.step_shapes), None
+        shapes = state.step_shapes
+        if shapes is not None:
+            shapes = _unpack_shapes(shapes) if isinstance(shapes, bytes) else shapes
+            state.cost, state.step_shapes = self._cost(shapes), None
         return state.cost
 
     def emulated_seconds(self) -> float:
@@ -539,6 +543,21 @@ def _step_key(step: Step, args: Sequence[Any], values: bool) -> tuple | None:
         else:
             parts.append((a.dtype.str, a.shape, a.flags.c_contiguous))
     return tuple(parts)
+
+
+def _unpack_shapes(packed: bytes) -> list[list]:
+    """A scouted call's step shapes (``StepLoop.scout``: per step its input count, then per input its rank, -1 for
+    a value that is not an array, and its dims) as lists of shape tuples (None: not an array)."""
+    flat = np.frombuffer(packed, np.int64).tolist()
+    steps, i = [], 0
+    while i < len(flat):
+        shapes, i = [], i + 1
+        for _ in range(flat[i - 1]):
+            rank, i = flat[i], i + 1
+            shapes.append(tuple(flat[i:i + rank]) if rank >= 0 else None)
+            i += max(rank, 0)
+        steps.append(shapes)
+    return steps
 
 
 def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any], shape_derived: set[int]) -> Any:

@@ -71,11 +71,13 @@ struct BoundSteps {
 
 // A first call that only looks (`scout`): each step's own native step as on the hot path, with each step's input
 // shapes kept for the cost model and the steps whose native step declined their inputs kept with those inputs and
-// the outputs their kernel gave (so the program can bind a native step for them).
+// the outputs their kernel gave (so the program can bind a native step for them). The shapes go into one flat
+// vector (per step: its input count, then per input its rank, -1 for a value that is not an array, and its dims)
+// rather than a tuple per input: a decoder's every token is a scouted call, and the cost model rarely reads them.
 struct Scout {
   uint64_t& runs;
   uint64_t& declines;
-  py::list shapes;    // per step: [input shape tuple | None]
+  std::vector<int64_t> shapes;
   py::list declined;  // [(step index, args, outs)]
   bool last_declined = false;
   NativeStep* Choose(size_t, const LoopStep& s, PyObject*) { return s.native; }
@@ -84,20 +86,19 @@ struct Scout {
     if (native != nullptr) ++(ran ? runs : declines);
   }
   bool Saw(size_t j, PyObject* args, PyObject* outs, bool) {
+    auto& api = py::detail::npy_api::get();
     const Py_ssize_t n = PyTuple_GET_SIZE(args);
-    py::list step(n);
+    shapes.push_back(n);
     for (Py_ssize_t k = 0; k < n; ++k) {
       PyObject* a = PyTuple_GET_ITEM(args, k);
-      if (a == Py_None || !py::isinstance<py::array>(a)) {
-        step[static_cast<size_t>(k)] = py::none();
+      if (!api.PyArray_Check_(a)) {
+        shapes.push_back(-1);
         continue;
       }
-      auto arr = py::reinterpret_borrow<py::array>(a);
-      py::tuple dims(arr.ndim());
-      for (py::ssize_t d = 0; d < arr.ndim(); ++d) dims[static_cast<size_t>(d)] = py::int_(arr.shape(d));
-      step[static_cast<size_t>(k)] = std::move(dims);
+      const auto* proxy = py::detail::array_proxy(a);
+      shapes.push_back(proxy->nd);
+      shapes.insert(shapes.end(), proxy->dimensions, proxy->dimensions + proxy->nd);
     }
-    shapes.append(std::move(step));
     if (last_declined)
       declined.append(
           py::make_tuple(j, py::reinterpret_borrow<py::object>(args), py::reinterpret_borrow<py::object>(outs)));
@@ -169,12 +170,16 @@ class StepLoop {
     return Walk(inputs, observer, false);
   }
 
-  // Call, also returning what a first call needs to know without observing: (outputs, each step's input shapes,
-  // [(step index, args, outs)] of the steps whose native step declined its inputs).
+  // Call, also returning what a first call needs to know without observing: (outputs, each step's input shapes
+  // packed as int64 bytes (Scout), [(step index, args, outs)] of the steps whose native step declined its inputs).
   py::tuple ScoutCall(const py::tuple& inputs) {
-    Scout scout{native_runs_, native_declines_, py::list(), py::list()};
+    Scout scout{native_runs_, native_declines_, {}, py::list()};
+    scout.shapes.reserve(scout_shapes_size_);
     py::object outs = Walk(inputs, scout, false);
-    return py::make_tuple(std::move(outs), std::move(scout.shapes), std::move(scout.declined));
+    scout_shapes_size_ = scout.shapes.size();
+    py::bytes shapes(reinterpret_cast<const char*>(scout.shapes.data()),
+                     static_cast<py::ssize_t>(scout.shapes.size() * sizeof(int64_t)));
+    return py::make_tuple(std::move(outs), std::move(shapes), std::move(scout.declined));
   }
 
   size_t size() const { return steps_.size(); }
@@ -321,6 +326,7 @@ class StepLoop {
   std::vector<LoopStep> steps_;
   std::vector<int> outputs_;
   uint64_t native_runs_ = 0, native_declines_ = 0;  // under the GIL
+  size_t scout_shapes_size_ = 0;                     // the last scouted call's packed shapes (reserved for the next)
   std::vector<uint64_t> step_ns_;                    // per step, while profiling
 };
 
@@ -351,9 +357,9 @@ void RegisterStepLoop(py::module_& m) {
            "a call in which before(j, args) names the native step to try for step j (None: its kernel) and "
            "after(j, args, outs, ran_native) sees each step's result (a signature's first call)")
       .def("scout", &StepLoop::ScoutCall, py::arg("inputs"),
-           "a call on the steps' own native steps that also returns each step's input shapes (None for a value "
-           "that is not an array) and the steps whose native step declined, with their inputs and outputs: "
-           "(outputs, shapes, [(step index, args, outs)])")
+           "a call on the steps' own native steps that also returns each step's input shapes and the steps whose "
+           "native step declined, with their inputs and outputs: (outputs, shapes, [(step index, args, outs)]); "
+           "shapes: native int64s, per step its input count, then per input its rank (-1: not an array) and dims")
       .def("__len__", &StepLoop::size)
       .def_property_readonly("native_steps", &StepLoop::native_steps, "steps bound to a native step")
       .def_property_readonly("native_counts", &StepLoop::native_counts,

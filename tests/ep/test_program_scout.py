@@ -1,0 +1,65 @@
+"""A new signature's first call scouted on the steps' latest native steps (``Program._scout``) keeps every step's
+input shapes for the cost model, packed by the native loop (``StepLoop.scout``) until the cost is asked for."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from npu_ep.ep.compiler import compile_partition
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.partition import boundary
+from npu_ep.ep.program import _unpack_shapes
+from npu_ep.kernels.target import Target
+from tests.npu_testing import cpu_run, make_model
+
+F32 = TensorProto.FLOAT
+
+
+def plumbing_model():
+    """y = relu(reshape(x, [shape(x)[0], -1])) + 1: rank-0, rank-1 and rank-3 step inputs and constant ones."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsq"),
+             helper.make_node("Concat", ["n1", "minus1"], ["target"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"], name="reshape"),
+             helper.make_node("Relu", ["flat"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "one"], ["y"], name="add")]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, ["b", 3, 4])],
+                      [helper.make_tensor_value_info("y", F32, ["b", 12])],
+                      {"zero": np.array(0, np.int64), "axes": np.array([0], np.int64),
+                       "minus1": np.array([-1], np.int64), "one": np.array(1.0, np.float32)})
+
+
+def step_shapes(program, inputs):
+    """Every step's input shapes (None: a constant, an omitted input) from a walk of the steps' kernels."""
+    env = [None] * (program.n_slots + 1)  # the extra last slot stays None: in_slots -1 read it
+    env[: len(inputs)] = inputs
+    shapes = []
+    with np.errstate(all="ignore"):
+        for step in program.steps:
+            args = tuple(env[s] for s in step.in_slots)
+            shapes.append([a.shape if isinstance(a, np.ndarray) else None for a in args])
+            for i, out in enumerate(step.kernel.run(step.prepared, args)):
+                if step.out_slots[i] >= 0:
+                    env[step.out_slots[i]] = out
+    return shapes
+
+
+def test_a_scouted_signature_keeps_the_step_shapes_an_observed_call_sees():
+    model = plumbing_model()
+    nodes = nodes_from_model(model)
+    inputs, outputs = boundary(list(range(len(nodes))), nodes)
+    program = compile_partition("p", nodes, inputs, outputs, Target.load("npu-ref"))
+    rng = np.random.default_rng(0)
+    for batch in (2, 5, 1, 300):  # the first is observed, the others scouted (300: a dim beyond the small ints)
+        x = rng.standard_normal((batch, 3, 4)).astype(np.float32)
+        np.testing.assert_array_equal(program(x)[0], cpu_run(model, {"x": x})[0])
+        state = program._signatures[((batch, 3, 4),)]
+        want = step_shapes(program, (x,))
+        if batch != 2:
+            assert isinstance(state.step_shapes, bytes)
+            assert _unpack_shapes(state.step_shapes) == want
+        assert program.cost_for(((batch, 3, 4),)).cycles == program._cost(want).cycles
+        assert state.step_shapes is None  # unpacked once, then the cost is kept
+    assert _unpack_shapes(b"") == []
