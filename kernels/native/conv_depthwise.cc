@@ -504,6 +504,55 @@ constexpr LanesFn kLanesFns[kLanesBlock + 1] = {nullptr,        LanesPixels<1>, 
                                                 LanesPixels<3>, LanesPixels<4>, LanesPixels<5>,
                                                 LanesPixels<6>, LanesPixels<7>, LanesPixels<8>};
 
+// LanesPixels for KW taps a row at width stride SW: per tap row, each input column is loaded once and multiplied
+// into every output pixel that reads it (an output's taps still come in order, since its columns rise with j).
+template <int KW, int SW, int NB>
+struct LanesRow {
+  template <bool kFirst>
+  __attribute__((always_inline)) static void Pass(const float* row, const float* taps, __m512 (&acc)[NB]) {
+    __m512 wj[KW];
+    UnrollInline<KW>([&](auto j) { wj[j] = _mm512_load_ps(taps + 16 * j); });
+    UnrollInline<SW*(NB - 1) + KW>([&](auto u) {
+      const __m512 v = _mm512_load_ps(row + 16 * u);
+      UnrollInline<KW>([&](auto j) {
+        constexpr int d = u - j;
+        if constexpr (d >= 0 && d % SW == 0 && d / SW < NB) {
+          const __m512 prod = _mm512_mul_ps(v, wj[j]);
+          if constexpr (kFirst && j == 0)
+            acc[d / SW] = prod;
+          else
+            acc[d / SW] = _mm512_add_ps(acc[d / SW], prod);
+        }
+      });
+    });
+  }
+  static void Run(const float* top, int64_t row_step, int64_t kh, const float* taps, __m512 bias, float* out) {
+    __m512 acc[NB];
+    Pass<true>(top, taps, acc);
+    for (int64_t i = 1; i < kh; ++i) Pass<false>(top + i * row_step, taps + 16 * KW * i, acc);
+    UnrollInline<NB>([&](auto q) { _mm512_storeu_ps(out + 16 * q, _mm512_add_ps(acc[q], bias)); });
+  }
+};
+
+using LanesRowFn = void (*)(const float*, int64_t, int64_t, const float*, __m512, float*);
+template <int KW>
+constexpr LanesRowFn kLanesRowFns[kLanesBlock + 1] = {nullptr,
+                                                      LanesRow<KW, 1, 1>::Run,
+                                                      LanesRow<KW, 1, 2>::Run,
+                                                      LanesRow<KW, 1, 3>::Run,
+                                                      LanesRow<KW, 1, 4>::Run,
+                                                      LanesRow<KW, 1, 5>::Run,
+                                                      LanesRow<KW, 1, 6>::Run,
+                                                      LanesRow<KW, 1, 7>::Run,
+                                                      LanesRow<KW, 1, 8>::Run};
+
+// The row kernels for the shape (3 or 5 taps wide at unit width stride, where they measured faster: the 5x5
+// kernel's loads were the bound; at stride 2 they measured the same as LanesPixels), or null.
+const LanesRowFn* LanesRowFns(const ConvShape& s) {
+  if (s.dw != 1 || s.sw != 1) return nullptr;
+  return s.kw == 3 ? kLanesRowFns<3> : s.kw == 5 ? kLanesRowFns<5> : nullptr;
+}
+
 // Rows [0, n) of 16 rows of `cols` floats (row l at src + l * pitch) to cols rows of 16 lanes at dst (pitch 16):
 // a 16 x 16 transpose per 16 columns; rows past n read as zeros.
 template <typename Store>
@@ -546,6 +595,7 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
   // an output row's columns in blocks of at most kLanesBlock, as even as they come (7 -> 7, 14 -> 7 + 7, 28 -> 4 x 7)
   const int64_t n_col_blocks = (s.OW + kLanesBlock - 1) / kLanesBlock, col_step = s.sw * 16;
   const float* weights = Aligned64(wl);
+  const LanesRowFn* row_fns = LanesRowFns(s);
   ParallelFor(threads, s.N * blocks, [&](int64_t task) {
     const int64_t n = task / blocks, cb = task % blocks, c0 = cb * 16, nc = std::min<int64_t>(16, C - c0);
     thread_local std::vector<float> xs, os;
@@ -570,7 +620,10 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
       const float* row = xd + oh * s.sh * Wp * 16;
       for (int64_t q = 0; q < n_col_blocks; ++q) {
         const int64_t o0 = q * s.OW / n_col_blocks, o1 = (q + 1) * s.OW / n_col_blocks;
-        kLanesFns[o1 - o0](row + o0 * col_step, col_step, tap_off, T, taps, b, od + (oh * s.OW + o0) * 16);
+        if (row_fns != nullptr)
+          row_fns[o1 - o0](row + o0 * col_step, s.dh * Wp * 16, s.kh, taps, b, od + (oh * s.OW + o0) * 16);
+        else
+          kLanesFns[o1 - o0](row + o0 * col_step, col_step, tap_off, T, taps, b, od + (oh * s.OW + o0) * 16);
       }
     }
     // channels-last result -> planes

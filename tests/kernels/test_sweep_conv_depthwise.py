@@ -3,8 +3,9 @@ model (kernels/ops/conv.py ``_depthwise``), issue 40; and depthwise convs in a s
 
 Paths: on AVX-512, a conv with one output channel per input channel, strides 1-2 and no dilation on a small map
 (3x3 kernels up to 28 x 28 outputs, 25 taps or more up to 56 x 56) runs with 16 channels in the lanes: each block of
-16 planes transposed into a zero-padded channels-last scratch, up to 8 output pixels of a row summed at once, the
-result transposed back (lanes past the last channel compute zeros and are never stored); one task per block.
+16 planes transposed into a zero-padded channels-last scratch, up to 8 output pixels of a row summed at once (3x3
+and 5x5 at width stride 1: each input column loaded once per tap row and multiplied into every pixel reading it),
+the result transposed back (lanes past the last channel compute zeros, never stored); one task per block.
 Otherwise, on AVX-512, 3x3 and 5x5 kernels with strides 1-2 and no dilation run as register blocks of 4 output rows x
 one 8-column vector (OW <= 8), one 16-column vector (OW <= 16) or two, over a ring of zero-padded input rows
 (stride 2: even/odd column phases), the output rows split evenly into 4 tasks from 2^17 multiply-adds on, a multiple
