@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "pairwise_sum.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -34,27 +35,6 @@ namespace {
 
 using F32 = py::array_t<float, py::array::c_style>;
 using I32 = py::array_t<int32_t, py::array::c_style>;
-
-float PairwiseSum(const float* a, int64_t n) {
-  if (n < 8) {
-    float r = -0.0f;
-    for (int64_t i = 0; i < n; ++i) r += a[i];
-    return r;
-  }
-  if (n <= 128) {
-    float r[8];
-    for (int j = 0; j < 8; ++j) r[j] = a[j];
-    int64_t i = 8;
-    for (; i < n - n % 8; i += 8)
-      for (int j = 0; j < 8; ++j) r[j] += a[i + j];
-    float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    for (; i < n; ++i) res += a[i];
-    return res;
-  }
-  int64_t half = n / 2;
-  half -= half % 8;
-  return PairwiseSum(a, half) + PairwiseSum(a + half, n - half);
-}
 
 struct Tables {
   const float *word, *pos, *seg, *gamma, *beta;

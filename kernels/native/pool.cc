@@ -17,6 +17,7 @@
 #include "conv_geometry.h"
 #include "cpu.h"
 #include "half.h"
+#include "pairwise_sum.h"
 #include "thread_pool.h"
 
 #include "intrinsics.h"
@@ -596,30 +597,6 @@ static float MaxOfRow(const float* v, int64_t n, float m) {
 #endif
   for (int64_t i = 0; i < n; ++i) m = Max(m, v[i]);
   return m;
-}
-
-// numpy's pairwise float32 sum of a contiguous row (its order: under 8 values one by one; up to 128 in eight
-// running sums combined as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)), then the rest one by one; longer rows split
-// at half rounded down to a multiple of 8), which np.add.reduce runs on the reference's widened rows.
-static float PairwiseSum(const float* a, int64_t n) {
-  if (n < 8) {
-    float r = -0.0f;
-    for (int64_t i = 0; i < n; ++i) r += a[i];
-    return r;
-  }
-  if (n <= 128) {
-    float r[8];
-    for (int j = 0; j < 8; ++j) r[j] = a[j];
-    int64_t i = 8;
-    for (; i < n - n % 8; i += 8)
-      for (int j = 0; j < 8; ++j) r[j] += a[i + j];
-    float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    for (; i < n; ++i) res += a[i];
-    return res;
-  }
-  int64_t half = n / 2;
-  half -= half % 8;
-  return PairwiseSum(a, half) + PairwiseSum(a + half, n - half);
 }
 
 void GlobalAvgHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads) {
