@@ -94,8 +94,8 @@ class _SignatureState:
     ns: int = 0
     # the first call's input shapes per step, until the cost is asked for (``Program._state_cost``): a signature
     # that is never asked about (a decoder's past one longer every token, no emulated timeline read) costs nothing;
-    # a scouted call's come packed (bytes, ``_unpack_shapes``)
-    step_shapes: list | bytes | None = None
+    # a scouted call's are a tuple of bytes per step (``_step_shapes``)
+    step_shapes: Sequence | None = None
 
 
 @dataclasses.dataclass
@@ -320,11 +320,14 @@ class Program:
             self._bind_declined(declined)
         with self._lock:
             state = self._signatures.get(signature)
-            if state is None:  # (another thread may have kept it meanwhile)
-                state = self._admit(signature, step_shapes, loop, observe_next=bool(declined))
+            if state is None:  # (else another thread kept it meanwhile) _admit, inlined: every token of a decoder
+                self._signatures[signature] = _SignatureState(None, 1, elapsed, step_shapes)
+                for sig, calls, ns in self._call.track(signature, loop, bool(declined)):
+                    self._evict(sig, calls, ns)
                 (self._pending if declined else self._scouted)[signature] = None
-            state.calls += 1
-            state.ns += elapsed
+            else:
+                state.calls += 1
+                state.ns += elapsed
         return result
 
     def _bind_declined(self, declined: list[tuple[int, tuple, Any]]) -> None:
@@ -416,11 +419,19 @@ class Program:
             self._latest_natives[id(step)] = recent[0] if len(recent) == 1 else _extension.FirstOfSteps(recent)
             self._latest_loop = None  # built again with it when next needed
 
-    def _cost(self, step_shapes: list[list], steps: Sequence[Step] | None = None) -> RunCost:
+    def _cost(self, step_shapes: Sequence[Sequence | bytes], steps: Sequence[Step] | None = None) -> RunCost:
+        """The cost of one call from each step's input shapes (a list of shapes, or a scouted call's bytes)."""
         costs = []
         for step, shapes in zip(self.steps if steps is None else steps, step_shapes):
-            key = (id(step), tuple(shapes))  # a step's cost depends on its input shapes alone
-            cost = self._step_costs.get(key)
+            # a step's cost depends on its input shapes alone (a scouted call's bytes: unpacked only when not known)
+            keys = [(id(step), shapes if isinstance(shapes, bytes) else tuple(shapes))]
+            cost = self._step_costs.get(keys[0])
+            if cost is None and isinstance(shapes, bytes):  # known by its shapes (an observed call's)?
+                shapes = _step_shapes(shapes)
+                keys.append((id(step), tuple(shapes)))
+                cost = self._step_costs.get(keys[1])
+                if cost is not None:
+                    self._step_costs[keys[0]] = cost
             if cost is None:
                 known = step.const_shapes
                 shapes = [known[i] if s is None and i in known else s for i, s in enumerate(shapes)]
@@ -433,7 +444,7 @@ class Program:
                 else:
                     if len(self._step_costs) >= _STEP_MEMO_KEPT:
                         self._step_costs.clear()
-                    self._step_costs[key] = cost
+                    self._step_costs.update(dict.fromkeys(keys, cost))
             costs.append(cost)
         cycles = sum(c.cycles for c in costs)
         return RunCost(costs, cycles, self.target.cycles_to_seconds(cycles), sum(c.dma_bytes for c in costs))
@@ -464,10 +475,8 @@ class Program:
 
     def _state_cost(self, state: _SignatureState) -> RunCost | None:
         """A kept signature's cost, computed from its first call's step shapes when first asked for."""
-        shapes = state.step_shapes
-        if shapes is not None:
-            shapes = _unpack_shapes(shapes) if isinstance(shapes, bytes) else shapes
-            state.cost, state.step_shapes = self._cost(shapes), None
+        if state.step_shapes is not None:
+            state.cost, state.step_shapes = self._cost(state.step_shapes), None
         return state.cost
 
     def emulated_seconds(self) -> float:
@@ -545,19 +554,16 @@ def _step_key(step: Step, args: Sequence[Any], values: bool) -> tuple | None:
     return tuple(parts)
 
 
-def _unpack_shapes(packed: bytes) -> list[list]:
-    """A scouted call's step shapes (``StepLoop.scout``: per step its input count, then per input its rank, -1 for
-    a value that is not an array, and its dims) as lists of shape tuples (None: not an array)."""
+def _step_shapes(packed: bytes) -> list[tuple[int, ...] | None]:
+    """A step's input shapes from a scouted call (``StepLoop.scout``: its input count, then per input its rank, -1
+    for a value that is not an array, and its dims): a shape tuple per input, None for one that is not an array."""
     flat = np.frombuffer(packed, np.int64).tolist()
-    steps, i = [], 0
-    while i < len(flat):
-        shapes, i = [], i + 1
-        for _ in range(flat[i - 1]):
-            rank, i = flat[i], i + 1
-            shapes.append(tuple(flat[i:i + rank]) if rank >= 0 else None)
-            i += max(rank, 0)
-        steps.append(shapes)
-    return steps
+    shapes, i = [], 1
+    for _ in range(flat[0]):
+        rank, i = flat[i], i + 1
+        shapes.append(tuple(flat[i:i + rank]) if rank >= 0 else None)
+        i += max(rank, 0)
+    return shapes
 
 
 def _bind(step: Step, args: Sequence[Any], outs: Sequence[Any], shape_derived: set[int]) -> Any:

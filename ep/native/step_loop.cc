@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,14 +72,18 @@ struct BoundSteps {
 
 // A first call that only looks (`scout`): each step's own native step as on the hot path, with each step's input
 // shapes kept for the cost model and the steps whose native step declined their inputs kept with those inputs and
-// the outputs their kernel gave (so the program can bind a native step for them). The shapes go into one flat
-// vector (per step: its input count, then per input its rank, -1 for a value that is not an array, and its dims)
-// rather than a tuple per input: a decoder's every token is a scouted call, and the cost model rarely reads them.
+// the outputs their kernel gave (so the program can bind a native step for them). A step's shapes are one bytes
+// object of native int64s (its input count, then per input its rank, -1 for a value that is not an array, and its
+// dims), the very object of the loop's previous scout when they did not change: a decoder's every token is a
+// scouted call in which only the steps reading the past see new shapes, and the cost model's memo then finds the
+// others by an object whose hash is kept.
 struct Scout {
   uint64_t& runs;
   uint64_t& declines;
-  std::vector<int64_t> shapes;
-  py::list declined;  // [(step index, args, outs)]
+  std::vector<py::object>& previous;  // per step: its shapes in the loop's previous scout
+  py::tuple shapes;                   // per step: its shapes (bytes)
+  py::list declined;                  // [(step index, args, outs)]
+  std::vector<int64_t> scratch;
   bool last_declined = false;
   NativeStep* Choose(size_t, const LoopStep& s, PyObject*) { return s.native; }
   void Ran(NativeStep* native, bool ran) {
@@ -88,17 +93,23 @@ struct Scout {
   bool Saw(size_t j, PyObject* args, PyObject* outs, bool) {
     auto& api = py::detail::npy_api::get();
     const Py_ssize_t n = PyTuple_GET_SIZE(args);
-    shapes.push_back(n);
+    scratch.assign(1, n);
     for (Py_ssize_t k = 0; k < n; ++k) {
       PyObject* a = PyTuple_GET_ITEM(args, k);
       if (!api.PyArray_Check_(a)) {
-        shapes.push_back(-1);
+        scratch.push_back(-1);
         continue;
       }
       const auto* proxy = py::detail::array_proxy(a);
-      shapes.push_back(proxy->nd);
-      shapes.insert(shapes.end(), proxy->dimensions, proxy->dimensions + proxy->nd);
+      scratch.push_back(proxy->nd);
+      scratch.insert(scratch.end(), proxy->dimensions, proxy->dimensions + proxy->nd);
     }
+    const char* data = reinterpret_cast<const char*>(scratch.data());
+    const auto size = static_cast<Py_ssize_t>(scratch.size() * sizeof(int64_t));
+    py::object& prev = previous[j];
+    if (!prev || PyBytes_GET_SIZE(prev.ptr()) != size || std::memcmp(PyBytes_AS_STRING(prev.ptr()), data, size) != 0)
+      prev = py::bytes(data, size);
+    PyTuple_SET_ITEM(shapes.ptr(), static_cast<Py_ssize_t>(j), prev.inc_ref().ptr());
     if (last_declined)
       declined.append(
           py::make_tuple(j, py::reinterpret_borrow<py::object>(args), py::reinterpret_borrow<py::object>(outs)));
@@ -153,6 +164,7 @@ class StepLoop {
       steps_.push_back(std::move(s));
     }
     for (const py::handle v : output_slots) outputs_.push_back(CheckSlot(v.cast<int>(), false));
+    scout_shapes_.resize(steps_.size());
   }
 
   // inputs fill slots 0..n-1; returns the outputs as a tuple. A failing step's exception is replaced by
@@ -171,15 +183,11 @@ class StepLoop {
   }
 
   // Call, also returning what a first call needs to know without observing: (outputs, each step's input shapes
-  // packed as int64 bytes (Scout), [(step index, args, outs)] of the steps whose native step declined its inputs).
+  // (Scout), [(step index, args, outs)] of the steps whose native step declined its inputs).
   py::tuple ScoutCall(const py::tuple& inputs) {
-    Scout scout{native_runs_, native_declines_, {}, py::list()};
-    scout.shapes.reserve(scout_shapes_size_);
+    Scout scout{native_runs_, native_declines_, scout_shapes_, py::tuple(steps_.size()), py::list(), {}};
     py::object outs = Walk(inputs, scout, false);
-    scout_shapes_size_ = scout.shapes.size();
-    py::bytes shapes(reinterpret_cast<const char*>(scout.shapes.data()),
-                     static_cast<py::ssize_t>(scout.shapes.size() * sizeof(int64_t)));
-    return py::make_tuple(std::move(outs), std::move(shapes), std::move(scout.declined));
+    return py::make_tuple(std::move(outs), std::move(scout.shapes), std::move(scout.declined));
   }
 
   size_t size() const { return steps_.size(); }
@@ -326,7 +334,7 @@ class StepLoop {
   std::vector<LoopStep> steps_;
   std::vector<int> outputs_;
   uint64_t native_runs_ = 0, native_declines_ = 0;  // under the GIL
-  size_t scout_shapes_size_ = 0;                     // the last scouted call's packed shapes (reserved for the next)
+  std::vector<py::object> scout_shapes_;             // per step: its shapes in the latest scout (Scout::previous)
   std::vector<uint64_t> step_ns_;                    // per step, while profiling
 };
 
@@ -359,7 +367,8 @@ void RegisterStepLoop(py::module_& m) {
       .def("scout", &StepLoop::ScoutCall, py::arg("inputs"),
            "a call on the steps' own native steps that also returns each step's input shapes and the steps whose "
            "native step declined, with their inputs and outputs: (outputs, shapes, [(step index, args, outs)]); "
-           "shapes: native int64s, per step its input count, then per input its rank (-1: not an array) and dims")
+           "shapes: per step a bytes of native int64s, its input count, then per input its rank (-1: not an array) "
+           "and dims, the previous scout's object when equal")
       .def("__len__", &StepLoop::size)
       .def_property_readonly("native_steps", &StepLoop::native_steps, "steps bound to a native step")
       .def_property_readonly("native_counts", &StepLoop::native_counts,

@@ -1,5 +1,6 @@
 """A new signature's first call scouted on the steps' latest native steps (``Program._scout``) keeps every step's
-input shapes for the cost model, packed by the native loop (``StepLoop.scout``) until the cost is asked for."""
+input shapes for the cost model, packed by the native loop (``StepLoop.scout``) until the cost is asked for: a bytes
+object per step, the previous scout's when that step's shapes did not change."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from onnx import TensorProto, helper
 from npu_ep.ep.compiler import compile_partition
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.partition import boundary
-from npu_ep.ep.program import _unpack_shapes
+from npu_ep.ep.program import _step_shapes
 from npu_ep.kernels.target import Target
 from tests.npu_testing import cpu_run, make_model
 
@@ -52,14 +53,19 @@ def test_a_scouted_signature_keeps_the_step_shapes_an_observed_call_sees():
     inputs, outputs = boundary(list(range(len(nodes))), nodes)
     program = compile_partition("p", nodes, inputs, outputs, Target.load("npu-ref"))
     rng = np.random.default_rng(0)
-    for batch in (2, 5, 1, 300):  # the first is observed, the others scouted (300: a dim beyond the small ints)
+    kept = {}
+    for batch in (2, 5, 1, 300, 301):  # the first observed, the others scouted (300: a dim beyond the small ints)
         x = rng.standard_normal((batch, 3, 4)).astype(np.float32)
         np.testing.assert_array_equal(program(x)[0], cpu_run(model, {"x": x})[0])
         state = program._signatures[((batch, 3, 4),)]
         want = step_shapes(program, (x,))
         if batch != 2:
-            assert isinstance(state.step_shapes, bytes)
-            assert _unpack_shapes(state.step_shapes) == want
+            assert isinstance(state.step_shapes, tuple) and all(isinstance(s, bytes) for s in state.step_shapes)
+            assert [_step_shapes(s) for s in state.step_shapes] == want
+            kept[batch] = state.step_shapes
         assert program.cost_for(((batch, 3, 4),)).cycles == program._cost(want).cycles
         assert state.step_shapes is None  # unpacked once, then the cost is kept
-    assert _unpack_shapes(b"") == []
+    # a step whose input shapes did not change between two scouts has the same object (Concat's: [(1,), (1,)])
+    ops = [st.op for st in program.steps]
+    assert kept[300][ops.index("Concat")] is kept[301][ops.index("Concat")]
+    assert kept[300][ops.index("Reshape")] is not kept[301][ops.index("Reshape")]
