@@ -129,6 +129,10 @@ class Program:
         self._signatures: dict[tuple, _SignatureState] = {}
         self._evicted_calls = self._evicted_ns = 0  # of signatures no longer kept
         self._evicted_seconds = 0.0
+        # (step index, its input shapes) -> calls of evicted signatures whose cost was never asked for: priced when
+        # emulated time is asked for (or when it holds _STEP_MEMO_KEPT), so that a decoder whose past grows beyond
+        # SIGNATURES_KEPT does not run the cost model on every token's eviction
+        self._unpriced: dict[tuple[int, Any], int] = {}
         self.evicted_signatures = 0
         self._loop = self._native_loop()  # the default loop in C++: no native steps bound yet
         # signature -> native steps bound after its first call (ep.step_binding), and the loop that runs them
@@ -384,9 +388,15 @@ class Program:
         calls = hot_calls + state.calls
         self._evicted_calls += calls
         self._evicted_ns += hot_ns + state.ns
-        cost = self._state_cost(state)
-        if cost is not None:
-            self._evicted_seconds += cost.seconds * calls
+        if state.cost is not None:
+            self._evicted_seconds += state.cost.seconds * calls
+        elif state.step_shapes is not None:
+            unpriced = self._unpriced
+            for j, shapes in enumerate(state.step_shapes):
+                key = (j, shapes if isinstance(shapes, bytes) else tuple(shapes))
+                unpriced[key] = unpriced.get(key, 0) + calls
+            if len(unpriced) >= _STEP_MEMO_KEPT:
+                self._price_evicted()
         self._bindings.pop(signature, None)
         self._bound.pop(signature, None)
         self._scouted.pop(signature, None)
@@ -419,35 +429,45 @@ class Program:
             self._latest_natives[id(step)] = recent[0] if len(recent) == 1 else _extension.FirstOfSteps(recent)
             self._latest_loop = None  # built again with it when next needed
 
+    def _price_evicted(self) -> None:
+        """Fold the emulated time of the evicted signatures not priced yet into the totals. Under ``_lock``."""
+        if self._unpriced:
+            cycles = sum(self._step_cost(self.steps[j], shapes).cycles * calls
+                         for (j, shapes), calls in self._unpriced.items())
+            self._evicted_seconds += self.target.cycles_to_seconds(cycles)
+            self._unpriced.clear()
+
     def _cost(self, step_shapes: Sequence[Sequence | bytes], steps: Sequence[Step] | None = None) -> RunCost:
         """The cost of one call from each step's input shapes (a list of shapes, or a scouted call's bytes)."""
-        costs = []
-        for step, shapes in zip(self.steps if steps is None else steps, step_shapes):
-            # a step's cost depends on its input shapes alone (a scouted call's bytes: unpacked only when not known)
-            keys = [(id(step), shapes if isinstance(shapes, bytes) else tuple(shapes))]
-            cost = self._step_costs.get(keys[0])
-            if cost is None and isinstance(shapes, bytes):  # known by its shapes (an observed call's)?
-                shapes = _step_shapes(shapes)
-                keys.append((id(step), tuple(shapes)))
-                cost = self._step_costs.get(keys[1])
-                if cost is not None:
-                    self._step_costs[keys[0]] = cost
-            if cost is None:
-                known = step.const_shapes
-                shapes = [known[i] if s is None and i in known else s for i, s in enumerate(shapes)]
-                try:
-                    cost = step.kernel.cost(step.prepared, shapes)
-                except Exception as exc:  # noqa: BLE001 - the emulated timeline must never break inference
-                    logger.warning("cost model failed for %s (shapes %s): %s: %s", step.describe(), shapes,
-                                   type(exc).__name__, exc)
-                    cost = OpCost()
-                else:
-                    if len(self._step_costs) >= _STEP_MEMO_KEPT:
-                        self._step_costs.clear()
-                    self._step_costs.update(dict.fromkeys(keys, cost))
-            costs.append(cost)
+        steps = self.steps if steps is None else steps
+        costs = [self._step_cost(step, shapes) for step, shapes in zip(steps, step_shapes)]
         cycles = sum(c.cycles for c in costs)
         return RunCost(costs, cycles, self.target.cycles_to_seconds(cycles), sum(c.dma_bytes for c in costs))
+
+    def _step_cost(self, step: Step, shapes: Sequence | bytes) -> OpCost:
+        """A step's cost from its input shapes: memoized by them (a scouted call's bytes unpacked only when new)."""
+        keys = [(id(step), shapes if isinstance(shapes, bytes) else tuple(shapes))]
+        cost = self._step_costs.get(keys[0])
+        if cost is None and isinstance(shapes, bytes):  # known by its shapes (an observed call's)?
+            shapes = _step_shapes(shapes)
+            keys.append((id(step), tuple(shapes)))
+            cost = self._step_costs.get(keys[1])
+            if cost is not None:
+                self._step_costs[keys[0]] = cost
+        if cost is None:
+            known = step.const_shapes
+            shapes = [known[i] if s is None and i in known else s for i, s in enumerate(shapes)]
+            try:
+                cost = step.kernel.cost(step.prepared, shapes)
+            except Exception as exc:  # noqa: BLE001 - the emulated timeline must never break inference
+                logger.warning("cost model failed for %s (shapes %s): %s: %s", step.describe(), shapes,
+                               type(exc).__name__, exc)
+                cost = OpCost()
+            else:
+                if len(self._step_costs) >= _STEP_MEMO_KEPT:
+                    self._step_costs.clear()
+                self._step_costs.update(dict.fromkeys(keys, cost))
+        return cost
 
     def static_cost(self, unknown_dim: int | None = None) -> tuple[RunCost, list[tuple[Step, str]]]:
         """The cost model on the graph's declared shapes (no run needed): what ``npu-report`` shows for a model
@@ -484,6 +504,7 @@ class Program:
         ``calls`` and ``host_ns`` only)."""
         folded = self._folded()
         with self._lock:
+            self._price_evicted()
             costs = {sig: self._state_cost(st) for sig, st in self._signatures.items()}
         kept = sum(costs[s].seconds * c for s, (c, _) in folded.items() if costs.get(s) is not None)
         return kept + self._evicted_seconds

@@ -5,6 +5,7 @@ object per step, the previous scout's when that step's shapes did not change."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
 from npu_ep.ep.compiler import compile_partition
@@ -69,3 +70,25 @@ def test_a_scouted_signature_keeps_the_step_shapes_an_observed_call_sees():
     ops = [st.op for st in program.steps]
     assert kept[300][ops.index("Concat")] is kept[301][ops.index("Concat")]
     assert kept[300][ops.index("Reshape")] is not kept[301][ops.index("Reshape")]
+
+
+def test_evicted_scouted_signatures_are_priced_only_when_emulated_time_is_asked_for():
+    """A decoder whose past grows beyond SIGNATURES_KEPT evicts a signature every token: its emulated time waits
+    (per step and shapes) until asked for instead of running the cost model on the token's call."""
+    from npu_ep.ep.program import SIGNATURES_KEPT
+
+    model = plumbing_model()
+    nodes = nodes_from_model(model)
+    inputs, outputs = boundary(list(range(len(nodes))), nodes)
+    program = compile_partition("p", nodes, inputs, outputs, Target.load("npu-ref"))
+    priced = []
+    step_cost = program._step_cost
+    program._step_cost = lambda step, shapes: priced.append(step) or step_cost(step, shapes)
+    xs = [np.full((batch, 3, 4), batch, np.float32) for batch in range(1, SIGNATURES_KEPT + 11)]
+    for x in xs:
+        program(x)
+        program(x)  # a second, hot call: counted in the evicted totals too
+    assert program.evicted_signatures == 10 and not priced and program._unpriced
+    want = sum(program._cost(step_shapes(program, (x,))).seconds * 2 for x in xs)
+    assert program.emulated_seconds() == pytest.approx(want, rel=1e-12)
+    assert not program._unpriced and program.calls == 2 * len(xs)
