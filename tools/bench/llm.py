@@ -143,7 +143,9 @@ def _growing_past(args: argparse.Namespace, tmp: Path) -> int:
           f"{first['CPU EP']:.0f} = {first['NpuEP'] / first['CPU EP']:.2f}x\n  TTFT (prompt signature seen): "
           f"{ttft['NpuEP']:.0f} / {ttft['CPU EP']:.0f} = {ttft['NpuEP'] / ttft['CPU EP']:.2f}x\n  inter-token, "
           f"lengths seen before: {again['NpuEP']:.0f} / {again['CPU EP']:.0f} = "
-          f"{again['NpuEP'] / again['CPU EP']:.2f}x\n  Python steps on the last new past length (NpuEP): "
+          f"{again['NpuEP'] / again['CPU EP']:.2f}x\n  a new past length's extra (first call - seen): NpuEP "
+          f"{first['NpuEP'] - again['NpuEP']:+.0f}, CPU EP {first['CPU EP'] - again['CPU EP']:+.0f} (ORT pays a share "
+          f"on both)\n  Python steps on the last new past length (NpuEP): "
           f"{', '.join(python_steps_on_a_new_length(sessions['NpuEP'])) or 'none'}")
     return 0
 
