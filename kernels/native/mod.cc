@@ -19,7 +19,9 @@
 #include <type_traits>
 
 #include "broadcast.h"
+#include "cpu.h"
 #include "half.h"
+#include "intrinsics.h"
 
 namespace py = pybind11;
 
@@ -66,6 +68,58 @@ void FloatRow(const T* a, int64_t sa, const T* b, int64_t sb, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::fmod(a[i * sa], b[i * sb]);
 }
 
+#if NPU_EP_X86
+#define NPU_AVX512 "avx2,fma,avx512f,avx512dq"
+
+// fmod of 8 float32 lanes widened to double: |x| - q |y| for q = trunc(|x| / |y|) by one FMA, moved into [0, |y|)
+// by one |y| (the double quotient of |x| / |y| < 2^50 is within 1 of the true one), then x's sign. The remainder is
+// a multiple of the operands' smaller unit below 2 |y|: exact in double, as fmod's, so the bits are std::fmod's.
+// *ok: the lanes this holds for (finite x, finite nonzero y, quotient < 2^50); the others are left to std::fmod.
+__attribute__((target(NPU_AVX512))) inline __m256 FmodLanes(__m256 xf, __m256 yf, __mmask8* ok) {
+  const __m512d x = _mm512_cvtps_pd(xf), y = _mm512_cvtps_pd(yf);
+  const __m512d sign = _mm512_castsi512_pd(_mm512_set1_epi64(INT64_MIN));
+  const __m512d ax = _mm512_andnot_pd(sign, x), ay = _mm512_andnot_pd(sign, y);
+  const __m512d quot = _mm512_div_pd(ax, ay);
+  *ok = _mm512_cmp_pd_mask(quot, _mm512_set1_pd(0x1p50), _CMP_LT_OQ) &
+        _mm512_cmp_pd_mask(ay, _mm512_set1_pd(INFINITY), _CMP_LT_OQ);
+  __m512d r = _mm512_fnmadd_pd(_mm512_roundscale_pd(quot, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), ay, ax);
+  r = _mm512_mask_add_pd(r, _mm512_cmp_pd_mask(r, _mm512_setzero_pd(), _CMP_LT_OQ), r, ay);
+  r = _mm512_mask_sub_pd(r, _mm512_cmp_pd_mask(r, ay, _CMP_GE_OQ), r, ay);
+  return _mm512_cvtpd_ps(_mm512_or_pd(r, _mm512_and_pd(sign, x)));
+}
+
+// FloatRow<float> 16 lanes at a time (a and b each a run, unit 1, or one value, unit 0).
+__attribute__((target(NPU_AVX512))) void FloatRowAvx512(const float* a, int64_t sa, const float* b, int64_t sb,
+                                                        float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t len = std::min<int64_t>(16, n - i);
+    const __mmask16 m = static_cast<__mmask16>((1u << len) - 1u);
+    const __m512 xv = sa ? _mm512_maskz_loadu_ps(m, a + i) : _mm512_set1_ps(a[0]);
+    const __m512 yv = sb ? _mm512_maskz_loadu_ps(m, b + i) : _mm512_set1_ps(b[0]);
+    __mmask8 ok_lo, ok_hi;
+    const __m256 lo = FmodLanes(_mm512_castps512_ps256(xv), _mm512_castps512_ps256(yv), &ok_lo);
+    const __m256 hi = FmodLanes(_mm512_extractf32x8_ps(xv, 1), _mm512_extractf32x8_ps(yv, 1), &ok_hi);
+    __m512 r = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+    const unsigned rest = ~(ok_lo | static_cast<unsigned>(ok_hi) << 8) & m;
+    if (rest != 0) {  // before the store: y may be a
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, r);
+      for (int64_t j = 0; j < len; ++j)
+        if (rest >> j & 1u) lanes[j] = std::fmod(a[(i + j) * sa], b[(i + j) * sb]);
+      r = _mm512_load_ps(lanes);
+    }
+    _mm512_mask_storeu_ps(y + i, m, r);
+  }
+}
+#endif
+
+void FmodFloat(const float* a, int64_t sa, const float* b, int64_t sb, float* y, int64_t n) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return FloatRowAvx512(a, sa, b, sb, y, n);
+#endif
+  FloatRow<float>(a, sa, b, sb, y, n);
+}
+
 // float16 in chunks widened to float32 (half.h's rows: F16C where the host has it), fmod'd, narrowed.
 void HalfRow(const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb, uint16_t* y, int64_t n) {
   constexpr int64_t kChunk = 256;
@@ -74,7 +128,7 @@ void HalfRow(const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb, uint1
     const int64_t len = std::min(kChunk, n - at);
     WidenRun(a + at * sa, sa, fa, len);
     WidenRun(b + at * sb, sb, fb, len);
-    for (int64_t i = 0; i < len; ++i) fa[i] = std::fmod(fa[i], fb[i]);
+    FmodFloat(fa, 1, fb, 1, fa, len);
     FloatToHalfRow(fa, y + at, len);
   }
 }
@@ -121,7 +175,7 @@ py::object ModPy(const py::array& a, const py::array& b, bool fmod, const py::ob
         ", fmod=" + std::to_string(fmod));
   if (kind == 'f') {
     if (size == 2) return RunMod<uint16_t>(HalfRow, a, b, out, threads);
-    if (size == 4) return RunMod<float>(FloatRow<float>, a, b, out, threads);
+    if (size == 4) return RunMod<float>(FmodFloat, a, b, out, threads);
     return RunMod<double>(FloatRow<double>, a, b, out, threads);
   }
   if (kind == 'i') {

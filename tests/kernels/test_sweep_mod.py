@@ -97,6 +97,37 @@ def test_task_split_byte_for_byte(dt):
     assert _bytes_equal(a, b, fmod, threads=1).tobytes() == _bytes_equal(a, b, fmod, threads=2).tobytes()
 
 
+def _fmod_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 dividends and divisors for mod.cc's 16-lane path: any bits (quotients far beyond 2^50, NaN payloads,
+    subnormals, infinities: the lanes left to std::fmod), exponents a few apart, and dividends at, one ulp off and
+    around multiples q * y for q up to 2^52 (the double quotient's rounding and the one-step correction)."""
+    bits = RNG.integers(0, 2**32, (2, n), dtype=np.uint64).astype(np.uint32).view(np.float32)
+    e = RNG.integers(-149, 128, n)
+    near_x = (RNG.random(n) * 2.0 ** e).astype(np.float32) * RNG.choice(np.float32([-1, 1]), n)
+    near_y = (RNG.random(n) * 2.0 ** (e - RNG.integers(0, 60, n))).astype(np.float32)
+    y = (RNG.random(n) + 0.5).astype(np.float32) * RNG.choice(np.float32([-1, 1]), n)
+    multiple = (np.floor(RNG.random(n) * 2.0 ** RNG.integers(0, 53, n)) * y).astype(np.float32)
+    multiple *= RNG.choice(np.float32([-1, 1]), n)
+    xs = [bits[0], near_x, multiple, np.nextafter(multiple, np.float32(np.inf)),
+          np.nextafter(multiple, np.float32(-np.inf))]
+    return np.concatenate(xs), np.concatenate([bits[1], near_y, y, y, y])
+
+
+def test_float32_vector_fmod_byte_for_byte():
+    """mod.cc's 16-lane fmod in double gives std::fmod's bits: every lane kind, runs with tails around 16 lanes and
+    one-value operands, one thread and two across the task split."""
+    x, y = _fmod_pairs(4000)
+    for n in around(16, 32, low=1):
+        _bytes_equal(x[:n], y[:n], 1)
+        _bytes_equal(x[-n:], y[:1], 1)
+        _bytes_equal(x[:1], y[-n:], 1)
+    a, b = _fmod_pairs(TASK)
+    assert _bytes_equal(a, b, 1, threads=1).tobytes() == _bytes_equal(a, b, 1, threads=2).tobytes()
+    h = np.arange(65536, dtype=np.uint16).view(np.float16)  # float16: every value widened through the same lanes
+    for d in h[RNG.integers(0, 65536, 6)]:
+        _bytes_equal(h.reshape(256, 256), np.array([d], np.float16), 1, threads=2)
+
+
 @pytest.mark.parametrize("fmod", [0, 1])
 def test_zero_integer_divisor_declines_and_the_reference_raises(fmod):
     a, b = np.arange(6, dtype=np.int64), np.array([1, 2, 0, 4, 5, 6], np.int64)
