@@ -180,6 +180,25 @@ def _branch_call(p: Prepared, attr: str) -> tuple[Any, tuple[int, ...], tuple[in
     return found
 
 
+def _lend_outputs(p: Prepared) -> None:
+    """The If's outputs that are outputs of the partition are computed by the branch's steps straight into ORT's
+    buffers (``Program.mark_partition_outputs`` through the If's own marks), so the If's result is not copied;
+    stamped again whenever the If's runtime record changes."""
+    if p.kernel_cache.get("lent") == p.runtime.generation:
+        return
+    where = p.runtime.partition_outputs or {}
+    for attr in BRANCHES:
+        program = subprograms.program(p, attr)
+        first: dict[int, int] = {}
+        for j, slot in enumerate(program.output_slots):
+            if j in where:
+                first.setdefault(slot, where[j])
+        for st in program.steps:
+            st.prepared.runtime.partition_outputs = {i: first[s] for i, s in enumerate(st.out_slots)
+                                                     if s in first} or None
+    p.kernel_cache["lent"] = p.runtime.generation
+
+
 def forwarded_inputs(program: Any) -> tuple[int, ...] | None:
     """Per program output, the program input it is, when every step is an Identity (the program computes nothing);
     else None. A program's input k lives in slot k."""
@@ -199,6 +218,7 @@ def _run(p: Prepared, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     cond = arg(p, inputs, 0)
     if cond is None or cond.size != 1:
         raise ValueError(f"If: condition must be one element, got shape {None if cond is None else cond.shape}")
+    _lend_outputs(p)
     program, positions, forwarded = _branch_call(p, BRANCHES[0] if cond.reshape(-1)[0] else BRANCHES[1])
     args = [inputs[i] if i < len(inputs) else None for i in positions]
     for a in args:
@@ -215,6 +235,7 @@ def _bind(p: Prepared, inputs, outs):
     program's own ProgramCall (or forwards the If inputs a pass-through branch returns) with no Python frame."""
     if runtime.native(p) is None:
         return None
+    _lend_outputs(p)
     picks = []
     for attr in BRANCHES:
         program, positions, forwarded = _branch_call(p, attr)

@@ -166,3 +166,41 @@ def test_a_new_signature_that_every_native_step_takes_is_kept_without_observing(
             np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu_run(model, feeds)[0])
     assert kernel_runs["If"] == 1 and observed == [3]  # one observed call; batches 3 and 4 scouted once each
     assert len(program.signatures) == 3 and not program._pending
+
+
+def test_a_branch_computes_the_partition_output_in_orts_buffer():
+    """The If's output is the partition's: each branch's step computing it is marked with the If's ORT output (its
+    kernel writes in place, the bridge copies nothing), the other steps are not; either branch gives the CPU EP's
+    bits. An If whose output feeds another node of the partition marks no branch step."""
+    from npu_ep.ep.sessions import session_of, tag_session_options
+    from npu_ep.kernels import subprograms
+    from tests.npu_testing import session_options
+
+    def tagged(model):
+        so = session_options()
+        tag_session_options(so)
+        return npu_session(model, so=so)
+
+    def marks(program):
+        (st,) = [st for st in program.steps if st.op == "If"]
+        return {attr: {s.node_name: s.prepared.runtime.partition_outputs
+                       for s in subprograms.program(st.prepared, attr).steps}
+                for attr in ("then_branch", "else_branch")}
+
+    model = _select_model("Relu")
+    sess = tagged(model)
+    (program,) = session_of(sess).programs.values()
+    x = RNG.standard_normal((2, 5)).astype(np.float32)
+    w = RNG.standard_normal(5).astype(np.float32)
+    for cond in (True, False, True, False):
+        feeds = {"cond": np.array(cond), "x": x, "w": w}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu_run(model, feeds)[0])
+    assert marks(program) == {"then_branch": {"then_op": None, "then_mul": {0: 0}},
+                              "else_branch": {"else_sub": {0: 0}}}
+    model = if_model(unsupported=False)
+    sess = tagged(model)
+    (program,) = session_of(sess).programs.values()
+    for sign in (1.0, -1.0):
+        x = (np.abs(RNG.standard_normal((3, 8))) * sign).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0], rtol=1e-6, atol=1e-6)
+    assert all(m is None for branch in marks(program).values() for m in branch.values())
