@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .errors import ContextFormatError, ContextIncompatibleError
+from .file_pages import release_file_pages
 from .hash_pool import hash_pool
 from .fileio import map_container
 from .prefix import ALIGN, FORMAT_VERSION, HASHED_PREFIX, MAGIC, PREFIX, PREFIX_SIZE
@@ -347,14 +348,17 @@ def _check_expect(meta: ContainerMeta, expect: ContainerExpect) -> None:
             + ": delete the cache entry or re-run with ep.context_enable=1 to recompile")
 
 
-def unpack(buf: bytes | bytearray | memoryview, *, expect: ContainerExpect | None = None,
+def unpack(buf: bytes | bytearray | memoryview | mmap.mmap, *, expect: ContainerExpect | None = None,
            verify: bool = True) -> Container:
     """Parse and check a container; arrays are read-only views into ``buf`` (keep ``buf`` alive).
 
-    Cost: O(header) parsing + O(size) hashing when ``verify`` (default); with ``verify=False`` the section
-    hashes are skipped (only for bytes the caller already verified, e.g. ``CacheStore.get`` results).
+    Cost: O(header) parsing + O(size) hashing when ``verify`` (default), sections hashed on the hashing threads;
+    with ``verify=False`` the section hashes are skipped (only for bytes the caller already verified). From an
+    mmap (``load_file``), each hashed piece's file pages leave the resident set again: verifying a payload does
+    not make the whole file resident (a kernel reading a section faults its pages back in from the page cache).
     Raises ContextFormatError (corrupt/hostile) or ContextIncompatibleError (``expect`` not met).
     """
+    mapped = isinstance(buf, mmap.mmap)
     mv = _as_readonly_view(buf)
     version, doc, data_start = _parse_header_block(mv)
     meta = _parse_meta(doc, version)
@@ -371,56 +375,45 @@ def unpack(buf: bytes | bytearray | memoryview, *, expect: ContainerExpect | Non
         start = data_start + e.offset
         _check_padding(mv, cursor, start, f"before section {e.name!r}")
         sec = mv[start:start + e.nbytes]
-        if verify and hashlib.sha256(sec).hexdigest() != e.sha256:
-            raise _fail(f"section {e.name!r} [{start}, {start + e.nbytes}): sha256 mismatch "
-                        f"(stored {e.sha256[:16]}...): corrupt or tampered")
         arrays[e.name] = np.frombuffer(sec, dtype=DTYPES[e.dtype]).reshape(e.shape)
         cursor = start + e.nbytes
     _check_padding(mv, cursor, len(mv), "at end of file")
+    if verify:
+        _verify_sections(mv, table, data_start, mapped)
     return Container(meta=meta, header=doc["header"], arrays=arrays, table=table, nbytes=len(mv))
 
 
-class SectionCheck:
-    """A container's section hashes checked while its file is still being read (``fileio.read_container``'s
-    ``on_chunk``): each section is hashed on the hashing threads as soon as its bytes are in, so the hashing overlaps
-    the disk read. ``passed()``: every section of the header's table matched, so ``unpack(buf, verify=False)`` gives
-    what a verifying unpack would; False (a bad header, a mismatch, an unfinished read) leaves it to a verifying
-    ``unpack``, which names the problem."""
+HASH_CHUNK = 4 << 20  # bytes of a mapped section hashed before its pages are released
+_INLINE_BYTES = 4 << 20  # data regions below this are hashed on the calling thread
 
-    def __init__(self) -> None:
-        self._sections: list[tuple[int, int, str]] | None = None
-        self._next = 0
-        self._jobs: list[tuple[str, Future]] = []
-        self._broken = False
 
-    def __call__(self, mv: memoryview, got: int) -> None:
-        if self._broken:
-            return
-        if self._sections is None and not self._read_table(mv, got):
-            return
-        while self._next < len(self._sections):
-            start, nbytes, sha = self._sections[self._next]
-            if start + nbytes > got:
-                break
-            self._jobs.append((sha, hash_pool().submit(_sha256_hex, mv[start:start + nbytes])))
-            self._next += 1
+def _verify_sections(mv: memoryview, table: tuple[ArrayEntry, ...], data_start: int, mapped: bool) -> None:
+    """Every section's SHA-256, largest first on the hashing threads (hashlib releases the GIL); the first
+    mismatch in file order is reported."""
+    spans = [(e, mv[data_start + e.offset:data_start + e.offset + e.nbytes]) for e in table]
+    if len(mv) - data_start < _INLINE_BYTES:
+        digests = {e.name: _section_sha256(sec, mapped) for e, sec in spans}
+    else:
+        pool = hash_pool()
+        jobs = {e.name: pool.submit(_section_sha256, sec, mapped)
+                for e, sec in sorted(spans, key=lambda t: -t[0].nbytes)}
+        digests = {name: job.result() for name, job in jobs.items()}
+    for e, _ in spans:
+        if digests[e.name] != e.sha256:
+            start = data_start + e.offset
+            raise _fail(f"section {e.name!r} [{start}, {start + e.nbytes}): sha256 mismatch "
+                        f"(stored {e.sha256[:16]}...): corrupt or tampered")
 
-    def _read_table(self, mv: memoryview, got: int) -> bool:
-        if got < PREFIX_SIZE or got < PREFIX_SIZE + PREFIX.unpack_from(mv, 0)[3]:
-            return False  # the header block is not in yet
-        try:
-            _, doc, data_start = _parse_header_block(mv)
-            table = _parse_table(doc, len(mv) - data_start)
-        except (ContextFormatError, KeyError, TypeError):
-            self._broken = True
-            return False
-        self._sections = [(data_start + e.offset, e.nbytes, e.sha256) for e in table]
-        return True
 
-    def passed(self) -> bool:
-        if self._broken or self._sections is None or self._next < len(self._sections):
-            return False
-        return all(job.exception() is None and job.result() == sha for sha, job in self._jobs)
+def _section_sha256(section: memoryview, release: bool) -> str:
+    if not release:
+        return hashlib.sha256(section).hexdigest()
+    h = hashlib.sha256()
+    for lo in range(0, len(section), HASH_CHUNK):
+        piece = section[lo:lo + HASH_CHUNK]
+        h.update(piece)
+        release_file_pages(piece)
+    return h.hexdigest()
 
 
 def _sha256_hex(section: memoryview) -> str:

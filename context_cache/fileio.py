@@ -18,7 +18,7 @@ import errno
 import mmap
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -70,32 +70,25 @@ def open_container(path: str | os.PathLike[str], limit: int | None = None) -> It
         os.close(fd)
 
 
-READ_CHUNK = 64 << 20  # bytes per read: what arrived is handed to ``on_chunk`` this often
+READ_CHUNK = 64 << 20  # bytes per read
 READ_THREADS = 2  # chunks in flight at once (a large file reads ~1.5-2x faster here than with one)
 
 
-def read_container(path: str | os.PathLike[str], limit: int | None = None,
-                   on_chunk: Callable[[memoryview, int], None] | None = None) -> memoryview:
+def read_container(path: str | os.PathLike[str], limit: int | None = None) -> memoryview:
     """The bytes of a container file (a view of one uint8 array), read only after ``open_container``'s checks; at most
     the declared size. One numpy buffer: large ones sit on huge pages, so the arrays unpacked from it are read in place
     (``ep.weight_arena`` leaves them there) instead of being copied again. A large file is read in chunks on
-    READ_THREADS threads; ``on_chunk(view, n)`` is called as the first n bytes are in, in order
-    (``container.SectionCheck`` hashes sections while the rest is read)."""
+    READ_THREADS threads."""
     with open_container(path, limit) as (fd, size):
         buf = np.empty(size, np.uint8)
         view = memoryview(buf)
         chunks = [(lo, min(size, lo + READ_CHUNK)) for lo in range(0, size, READ_CHUNK)]
         if len(chunks) == 1:
             _read_range(fd, view, 0, size, path)
-            if on_chunk is not None:
-                on_chunk(view, size)
             return view
         with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="npu_ep-read") as pool:
-            reads = [pool.submit(_read_range, fd, view, lo, hi, path) for lo, hi in chunks]
-            for read, (_, hi) in zip(reads, chunks):
+            for read in [pool.submit(_read_range, fd, view, lo, hi, path) for lo, hi in chunks]:
                 read.result()
-                if on_chunk is not None:
-                    on_chunk(view, hi)
         return view
 
 

@@ -9,15 +9,16 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .._atomic import atomic_write_bytes
-from ..context_cache.container import FORMAT_VERSION, SectionCheck, unpack
+from ..context_cache.container import FORMAT_VERSION, unpack
 from ..context_cache.errors import ContextFileError, ContextFormatError, ContextIncompatibleError
-from ..context_cache.fileio import read_container
+from ..context_cache.fileio import map_container
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.target import Target
 from . import compiler_version
@@ -102,19 +103,16 @@ class EpContext:
         if payload is None:
             raise EpContextError(f"{node.describe()}: no ep_cache_context attribute")
         where = f"{node.describe()}"
-        verified = False
         if embed == 1:
             blob = payload if isinstance(payload, (bytes, bytearray)) else str(payload).encode("latin-1")
         elif embed == 0:
             path = _payload_path(payload, where)
-            check = SectionCheck()  # section hashes computed while the file is read
-            blob = _read_payload_file(path, graph, where, check)
-            verified = check.passed()
+            blob = _map_payload_file(path, graph, where)
             where += f" payload {path}"
         else:
             raise EpContextError(f"{where}: embed_mode={embed} (expected 0 or 1)")
         try:
-            container = unpack(blob, expect=compiler_version.expected(self.target), verify=not verified)
+            container = unpack(blob, expect=compiler_version.expected(self.target))
         except ContextIncompatibleError as exc:
             raise EpContextError(f"{where}: {exc}") from exc
         except ContextFormatError as exc:
@@ -139,7 +137,12 @@ def _write_payload(path: Path, blob: bytes, name: str) -> None:
                              f"ep.context_embed_mode=0) to {path}: {exc.strerror or exc}") from exc
 
 
-def _read_payload_file(rel: str, graph: Mapping[str, Any], where: str, check: SectionCheck) -> memoryview:
+def _map_payload_file(rel: str, graph: Mapping[str, Any], where: str) -> mmap.mmap:
+    """The embed_mode=0 payload, mapped read-only: its sections are used in place (no copy; pages the kernels never
+    touch, such as most rows of an embedding table, are never read). ``unpack`` then checks every hash before
+    anything is used, so a corrupt or truncated file is refused naming the file and section. Like ORT's mapping of
+    external data, the file must not be changed in place while a session uses it (writers replace it by rename,
+    which leaves the mapped file as it was)."""
     model_path = graph.get("model_path", "")
     if not model_path:
         raise EpContextError(f"{where}: embed_mode=0 context needs the model to be loaded from a file")
@@ -149,8 +152,8 @@ def _read_payload_file(rel: str, graph: Mapping[str, Any], where: str, check: Se
     path = (base / rel).resolve()
     if base not in path.parents:
         raise EpContextError(f"{where}: refusing payload path {rel!r}: it escapes the model directory {base}")
-    try:  # regular files only, size checked against the container's header before the rest is read
-        return read_container(path, on_chunk=check)
+    try:  # regular files only, size checked against the container's header before it is mapped
+        return map_container(path)
     except ContextFileError as exc:
         raise EpContextError(f"{where}: refusing payload {path}: {_after_path(exc, path)}") from exc
     except ContextFormatError as exc:
