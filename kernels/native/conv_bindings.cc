@@ -1,4 +1,4 @@
-// Python bindings of the conv-net kernels (conv.h, pool.h, quantize.h). Geometry arrives as one list of 12 ints
+// Python bindings of the conv-net kernels (conv.h, pool.h). Geometry arrives as one list of 12 ints
 // [M, group, kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right]; arrays are checked here (dtype,
 // size, contiguity) so a wrong call is a ValueError naming the argument, never a crash; kernels run without the GIL.
 #include <pybind11/numpy.h>
@@ -14,7 +14,6 @@
 #include "conv.h"
 #include "half.h"
 #include "pool.h"
-#include "quantize.h"
 
 namespace py = pybind11;
 
@@ -327,20 +326,6 @@ py::array_t<float> AvgPoolPy(const py::array& x, const std::vector<int64_t>& geo
   return y;
 }
 
-std::vector<py::ssize_t> ShapeOf(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
-
-py::array QuantizePy(const Arr<float>& x, float scale, int zero_point, bool y_signed, int threads) {
-  if (zero_point < (y_signed ? -128 : 0) || zero_point > (y_signed ? 127 : 255))
-    throw std::invalid_argument("quantize_tensor: zero point outside the output type");
-  py::array y = y_signed ? py::array(py::array_t<int8_t>(ShapeOf(x))) : py::array(py::array_t<uint8_t>(ShapeOf(x)));
-  auto* out = static_cast<uint8_t*>(y.mutable_data());
-  {
-    py::gil_scoped_release release;
-    QuantizeTensor(x.data(), x.size(), scale, zero_point, y_signed, out, threads);
-  }
-  return y;
-}
-
 // GlobalAveragePool's bound step (kernels/ops/pool.py binds it): numpy's float32 add-reduce over each channel's
 // flattened pixels (the reference's very call), then the reference's one float32 division per channel, here.
 py::array MeanPixelsPy(const py::object& add_reduce, const py::object& float32, py::array x) {
@@ -396,8 +381,6 @@ void BindConv(py::module_& m) {
   m.def("mean_pixels", &MeanPixelsPy, py::arg("add_reduce"), py::arg("float32"), py::arg("x"),
         "GlobalAveragePool of float32 x [N, C, ...]: add_reduce (numpy's np.add.reduce) over each channel's pixels "
         "in float32, then one float32 division per channel; shape [N, C, 1, ...]");
-  m.def("quantize_tensor", &QuantizePy, py::arg("x"), py::arg("scale"), py::arg("zero_point"), py::arg("y_signed"),
-        py::arg("threads") = 1, "per-tensor QuantizeLinear float32 -> uint8/int8 (ORT's float32 arithmetic)");
 }
 
 }  // namespace npu_ep::kern

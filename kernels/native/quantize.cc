@@ -126,30 +126,44 @@ void QuantizeHalfTensor(const uint16_t* x, int64_t n, float scale, int32_t zp, b
   });
 }
 
+// The codes array of a quantize call: out (ORT's buffer) checked, or a new array of x's shape.
+pybind11::array CodesFor(const char* op, const pybind11::array& x, int zero_point, bool y_signed,
+                         const pybind11::object& out) {
+  namespace py = pybind11;
+  if (zero_point < (y_signed ? -128 : 0) || zero_point > (y_signed ? 127 : 255))
+    throw std::invalid_argument(std::string(op) + ": zero point " + std::to_string(zero_point) + " outside " +
+                                (y_signed ? "int8" : "uint8"));
+  const py::dtype type = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
+  if (out.is_none()) return py::array(type, std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  py::array y;
+  if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+  if (!y || !y.dtype().equal(type) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
+    throw std::invalid_argument(std::string(op) + ": out must be a writeable C-order " + std::string(py::str(type)) +
+                                " array of " + std::to_string(x.size()) + " elements");
+  return y;
+}
+
 pybind11::array QuantizeHalfPy(const pybind11::array& x, float scale, int zero_point, bool y_signed, bool int32_convert,
                                const pybind11::object& out, int threads) {
   namespace py = pybind11;
   if (x.dtype().kind() != 'f' || x.itemsize() != 2 || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("quantize_half: x must be a C-order float16 array, got " +
                                 std::string(py::str(x.dtype())));
-  if (zero_point < (y_signed ? -128 : 0) || zero_point > (y_signed ? 127 : 255))
-    throw std::invalid_argument("quantize_half: zero point " + std::to_string(zero_point) + " outside " +
-                                (y_signed ? "int8" : "uint8"));
-  const py::dtype type = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
-  py::array y;
-  if (out.is_none()) {
-    y = py::array(type, std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
-    if (!y || !y.dtype().equal(type) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
-      throw std::invalid_argument("quantize_half: out must be a writeable C-order " + std::string(py::str(type)) +
-                                  " array of " + std::to_string(x.size()) + " elements");
-  }
+  py::array y = CodesFor("quantize_half", x, zero_point, y_signed, out);
   const auto* in = static_cast<const uint16_t*>(x.data());
   auto* codes = static_cast<uint8_t*>(y.mutable_data());
   const int64_t n = x.size();
   py::gil_scoped_release release;
   QuantizeHalfTensor(in, n, scale, zero_point, y_signed, int32_convert, codes, threads);
+  return y;
+}
+
+pybind11::array QuantizePy(const pybind11::array_t<float, pybind11::array::c_style>& x, float scale, int zero_point,
+                           bool y_signed, const pybind11::object& out, int threads) {
+  pybind11::array y = CodesFor("quantize_tensor", x, zero_point, y_signed, out);
+  auto* codes = static_cast<uint8_t*>(y.mutable_data());
+  pybind11::gil_scoped_release release;
+  QuantizeTensor(x.data(), x.size(), scale, zero_point, y_signed, codes, threads);
   return y;
 }
 
@@ -328,6 +342,10 @@ void BindQuantize(pybind11::module_& m) {
         "int32_convert (ONNX domain): rint(float32(x) / scale) as int32 (INT_MIN for NaN, +-Inf, |q| >= 2^31) + "
         "zero_point wrapping, clamped; else (com.microsoft) quantize_tensor's float32 steps on the widened x; into "
         "out (ORT's buffer) or a new array of x's shape");
+  m.def("quantize_tensor", &QuantizePy, pybind11::arg("x"), pybind11::arg("scale"), pybind11::arg("zero_point"),
+        pybind11::arg("y_signed"), pybind11::arg("out") = pybind11::none(), pybind11::arg("threads") = 1,
+        "per-tensor QuantizeLinear of float32 x to uint8/int8 (ORT's float32 arithmetic), into out (ORT's buffer) or "
+        "a new array of x's shape");
   m.def("dequantize_into", &DequantizeIntoPy, pybind11::arg("x"), pybind11::arg("zero_point"), pybind11::arg("scale"),
         pybind11::arg("out") = pybind11::none(), pybind11::arg("threads") = 1,
         "per-tensor DequantizeLinear of int8/uint8/int16/uint16/int32 x: (float32(x) - zero_point) * scale in "
@@ -336,8 +354,13 @@ void BindQuantize(pybind11::module_& m) {
 
 void QuantizeTensor(const float* x, int64_t n, float scale, int32_t zp, bool is_signed, uint8_t* y, int threads) {
   const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f, z = static_cast<float>(zp);
-  ParallelFor(threads, (n + kChunk - 1) / kChunk, [&](int64_t c) {
-    const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+  // at most kChunk elements a task, a multiple of the threads' count of tasks of equal length (9 chunks of 2^18 on
+  // two threads left one thread a chunk alone); each element's code depends on it alone
+  if (n <= 0) return;
+  const int64_t per = std::max<int64_t>(threads, 1), rounds = (n + kChunk * per - 1) / (kChunk * per);
+  const int64_t tasks = n > kChunk ? rounds * per : 1, chunk = ((n + tasks - 1) / tasks + 63) / 64 * 64;
+  ParallelFor(threads, (n + chunk - 1) / chunk, [&](int64_t c) {
+    const int64_t i0 = c * chunk, len = std::min(chunk, n - i0);
 #if NPU_EP_X86
     if (ActiveIsa() >= Isa::kAvx512) return QuantizeAvx512(x + i0, len, scale, z, lo, hi, y + i0);
 #endif

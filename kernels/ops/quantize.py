@@ -155,7 +155,7 @@ def _run_q(p: Prepared, inputs) -> list[np.ndarray]:
     fast = _native_per_tensor(p)
     if fast is not None and x.dtype == np.float32:  # kernels/native/quantize.cc: the same float32 steps
         nat, scale, zp = fast
-        return [nat.quantize_tensor(np.ascontiguousarray(x), scale, zp, p.attrs["qtype"] == "int8",
+        return [nat.quantize_tensor(np.ascontiguousarray(x), scale, zp, p.attrs["qtype"] == "int8", None,
                                     runtime.threads(p)).reshape(x.shape)]  # ascontiguousarray makes 0-d 1-d
     if fast is not None and x.dtype == np.float16 and x.flags.c_contiguous:  # widened, then the same steps
         nat, scale, zp = fast
@@ -199,12 +199,14 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     if fast is None or x.dtype not in _NATIVE_Q:
         return None
     nat, scale, zp = fast
-    args = (None, scale, zp, p.attrs["qtype"] == "int8", runtime.threads(p))
+    args = (None, scale, zp, p.attrs["qtype"] == "int8")
+    where = p.runtime.partition_outputs  # into ORT's buffer when the result is a partition output
     if x.dtype == np.float32:
-        return runtime.call_step(p, nat.quantize_tensor, args, live, [(-1, None)])
-    where = p.runtime.partition_outputs  # float16: into ORT's buffer when the result is a partition output
+        into = [(4, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, nat.quantize_tensor, (*args, None, runtime.threads(p)), live, [(-1, None)],
+                                 None, into)
     into = [(5, where[0], list(outs[0].shape))] if where and 0 in where else []
-    return runtime.call_step(p, nat.quantize_half, (*args[:4], p.attrs["f16_int32"], None, args[4]), live,
+    return runtime.call_step(p, nat.quantize_half, (*args, p.attrs["f16_int32"], None, runtime.threads(p)), live,
                              [(-1, None)], None, into)
 
 

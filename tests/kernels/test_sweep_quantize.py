@@ -235,25 +235,47 @@ def test_quantize_linear_float16_out_of_int32_is_orts(qtype, zp, scale):
 
 
 @pytest.mark.parametrize("domain", ["", "com.microsoft"])
-def test_quantize_linear_float16_session_runs_the_bound_step(domain):
-    """NpuEP runs a float16 QuantizeLinear as its bound native step (no Python step), the CPU EP's codes exactly
-    (ties, saturation, NaN, +-Inf among the values)."""
+@pytest.mark.parametrize("dt", [np.float16, np.float32])
+def test_quantize_linear_session_runs_the_bound_step(domain, dt):
+    """NpuEP runs a float16 or float32 QuantizeLinear as its bound native step (no Python step), its codes written
+    into ORT's buffer (the node's result is the partition's output), the CPU EP's codes exactly (ties, saturation,
+    NaN, +-Inf among the values)."""
     from npu_ep.ep.sessions import tag_session_options
     from npu_ep.tools.bench.ops import python_steps
     from npu_testing import session_options
+    elem = TensorProto.FLOAT16 if dt == np.float16 else TensorProto.FLOAT
     node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="the_op", domain=domain)
-    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 64, 300])],
+    model = make_model([node], [helper.make_tensor_value_info("x", elem, [1, 64, 300])],
                        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 64, 300])],
-                       {"s": np.array(0.0371, np.float16), "z": np.array(131, np.uint8)}, opset=21,
+                       {"s": np.array(0.0371, dt), "z": np.array(131, np.uint8)}, opset=21,
                        extra_opsets=[(domain, 1)] if domain else [])
     so = session_options()
     tag_session_options(so)  # so the bench's python_steps finds the session's programs
     sess = npu_session(model, so=so)
     assert assignment(sess) == {"the_op": "NpuEP"}
-    feeds = {"x": _half_values(64 * 300, 0.0371).reshape(1, 64, 300)}
+    values = _half_values if dt == np.float16 else _values
+    feeds = {"x": values(64 * 300, 0.0371).reshape(1, 64, 300)}
     want = cpu_run(model, feeds)[0]
     for _ in range(3):  # the kernel's run, then the bound step
         got = sess.run(None, feeds)[0]
         assert got.dtype == np.uint8
         np.testing.assert_array_equal(got, want)
     assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_quantize_tensor_into_out(signed):
+    """quantize_tensor writes into out (ORT's buffer in a bound step) the bytes of a new array; a wrong out (dtype,
+    size, read-only) is refused."""
+    nat = runtime.native_module()
+    x = _values(3 * 4099, 0.125).reshape(3, 4099)
+    qt = np.int8 if signed else np.uint8
+    want = nat.quantize_tensor(x, 0.125, -3 if signed else 7, signed, None, 2)
+    out = np.full(x.shape, 99, qt)
+    got = nat.quantize_tensor(x, 0.125, -3 if signed else 7, signed, out, 2)
+    assert got is out and out.tobytes() == want.tobytes()
+    frozen = np.zeros(x.shape, qt)
+    frozen.flags.writeable = False
+    for bad in (np.zeros(x.shape, np.int8 if not signed else np.uint8), np.zeros(x.size - 1, qt), frozen):
+        with pytest.raises(ValueError, match="quantize_tensor: out must be a writeable C-order"):
+            nat.quantize_tensor(x, 0.125, 0, signed, bad, 1)
