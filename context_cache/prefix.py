@@ -11,8 +11,8 @@ import struct
 from .errors import ContextFormatError, ContextIncompatibleError
 
 MAGIC = b"NPUCTX\0\1"
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = frozenset({1})
+FORMAT_VERSION = 2  # 2: sections hashed with BLAKE3 (1: SHA-256, no longer read)
+SUPPORTED_FORMAT_VERSIONS = frozenset({2})
 ALIGN = 64
 PREFIX = struct.Struct("<8sIIQQ32s")  # magic, format_version, flags, header_len, total_len, header_sha256
 PREFIX_SIZE = PREFIX.size  # 64 bytes
@@ -48,10 +48,11 @@ def unpack_prefix(mv: memoryview) -> tuple[int, int, int, bytes]:
     if magic != MAGIC:
         raise fail(f"prefix.magic at offset 0: got {magic!r}, expected {MAGIC!r} (not an NpuEP context binary)")
     if version not in SUPPORTED_FORMAT_VERSIONS:
+        maker = "an older" if version < min(SUPPORTED_FORMAT_VERSIONS) else "a newer"
         raise ContextIncompatibleError(
-            f"context container: prefix.format_version at offset 8 is {version}, this NpuEP reads "
-            f"{sorted(SUPPORTED_FORMAT_VERSIONS)}: delete the cache entry or re-run with ep.context_enable=1 "
-            f"to recompile")
+            f"context container: prefix.format_version at offset 8 is {version} (written by {maker} NpuEP), this "
+            f"NpuEP reads {sorted(SUPPORTED_FORMAT_VERSIONS)}: delete the cache entry or re-run with "
+            f"ep.context_enable=1 to recompile")
     if flags != 0:
         raise fail(f"prefix.flags at offset 12: got {flags:#x}, expected 0")
     if total < PREFIX_SIZE:

@@ -50,3 +50,14 @@ def reseal_raw(header_bytes: bytes, data: bytes, *, version: int = C.FORMAT_VERS
 
 def reseal(doc: Any, data: bytes, **kw: Any) -> bytes:
     return reseal_raw(json.dumps(doc, separators=(",", ":")).encode(), data, **kw)
+
+
+def as_format_1(buf: bytes) -> bytes:
+    """The same container as format version 1 wrote it (sections hashed with SHA-256 under ``sha256``): what an
+    older NpuEP left in a cache folder or beside an EPContext model."""
+    doc, data = split(buf)
+    start = C._align(C.PREFIX_SIZE + C.PREFIX.unpack_from(buf, 0)[3])
+    for row in doc["arrays"]:
+        del row["blake3"]
+        row["sha256"] = hashlib.sha256(buf[start + row["offset"]:start + row["offset"] + row["nbytes"]]).hexdigest()
+    return reseal_raw(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode(), data, version=1)

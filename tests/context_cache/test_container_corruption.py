@@ -106,8 +106,8 @@ HOSTILE_DOCS = {
     "object dtype": (lambda: _with_array("dtype", "object"), "dtype"),
     "numpy object code": (lambda: _with_array("dtype", "|O"), "dtype"),
     "non-string dtype": (lambda: _with_array("dtype", 17), "dtype"),
-    "bad sha format": (lambda: _with_array("sha256", "zz"), "sha256"),
-    "wrong section hash": (lambda: _with_array("sha256", "0" * 64), "sha256 mismatch"),
+    "bad digest format": (lambda: _with_array("blake3", "zz"), "blake3"),
+    "wrong section hash": (lambda: _with_array("blake3", "0" * 64), "blake3 mismatch"),
     "duplicate array name": (_dup_name, "duplicate"),
     "extra array field": (lambda: _with_array("exec", "rm -rf /"), "expected keys"),
     "meta not a string": (lambda: _meta("target_name", 5), "header.meta.target_name"),
@@ -149,8 +149,9 @@ def test_wrong_magic_is_a_format_error() -> None:
 
 def test_unknown_format_version_is_incompatible_and_says_how_to_recompile() -> None:
     doc, data = _doc_data()
-    with pytest.raises(ContextIncompatibleError, match=r"format_version at offset 8 is 2.*recompile"):
-        C.unpack(reseal(doc, data, version=2))
+    with pytest.raises(ContextIncompatibleError, match=r"format_version at offset 8 is 3 \(written by a newer.*"
+                                                       r"recompile"):
+        C.unpack(reseal(doc, data, version=3))
 
 
 def test_nonzero_flags_and_nonzero_padding_are_rejected() -> None:
@@ -165,7 +166,7 @@ def test_nonzero_flags_and_nonzero_padding_are_rejected() -> None:
 
 def test_header_len_past_end_is_rejected() -> None:
     bad = bytearray(SMALL)
-    C.PREFIX.pack_into(bad, 0, C.MAGIC, 1, 0, 10**9, len(SMALL), b"\0" * 32)
+    C.PREFIX.pack_into(bad, 0, C.MAGIC, C.FORMAT_VERSION, 0, 10**9, len(SMALL), b"\0" * 32)
     with pytest.raises(ContextFormatError, match="header_len"):
         C.unpack(bytes(bad))
 

@@ -89,7 +89,7 @@ def test_peek_meta_reads_meta_without_sections() -> None:
     ("target_name", "npu-edge", "target 'npu-ref' (session uses 'npu-edge')"),
     ("target_hash", "ff" * 32, "target hash"),
     ("compiler_version", "0.2.0", "compiler version '0.1.0' (session uses '0.2.0')"),
-    ("format_version", 2, "format version 1 (session expects 2)"),
+    ("format_version", 3, "format version 2 (session expects 3)"),
 ])
 def test_expect_mismatch_says_what_differs_and_how_to_recompile(field: str, value, needle: str) -> None:
     with pytest.raises(ContextIncompatibleError) as ei:
@@ -98,7 +98,7 @@ def test_expect_mismatch_says_what_differs_and_how_to_recompile(field: str, valu
 
 
 def test_expect_match_passes() -> None:
-    e = C.ContainerExpect(target_name="npu-ref", target_hash="a1" * 32, compiler_version="0.1.0", format_version=1)
+    e = C.ContainerExpect(target_name="npu-ref", target_hash="a1" * 32, compiler_version="0.1.0", format_version=2)
     assert C.unpack(small_container(), expect=e).meta == META
 
 

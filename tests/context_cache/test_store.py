@@ -79,7 +79,7 @@ def test_verify_all_and_entries_flag_corrupt_entries(tmp_path: Path) -> None:
     p2.write_bytes(bytes(raw))
     assert all(e.ok for e in s.entries())
     res = {e.key: e for e in s.verify_all()}
-    assert res[k1].ok and not res[k2].ok and "sha256 mismatch" in res[k2].error
+    assert res[k1].ok and not res[k2].ok and "blake3 mismatch" in res[k2].error
     s.verify_all(remove_corrupt=True)
     assert [e.key for e in s.entries()] == [k1]
 

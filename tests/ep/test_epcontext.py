@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
 import numpy as np
@@ -140,6 +142,29 @@ def test_flipped_byte_in_external_payload_is_a_clear_error(tmp_path):
     data[-10] ^= 0x01
     payload.write_bytes(bytes(data))
     with pytest.raises(Exception, match="corrupt context binary"):
+        npu_session(ctx)
+
+
+def test_external_payload_of_format_1_is_refused_with_how_to_recompile(tmp_path):
+    """An EPContext model dumped by an older NpuEP (format 1: sections hashed with SHA-256 under ``sha256``)."""
+    from npu_ep.context_cache import container as C
+
+    _, ctx, _ = _dump(tmp_path, elementwise_model(), embed=0)
+    payload = next(tmp_path.glob("*.npuctx"))
+    raw = payload.read_bytes()
+    hlen = C.PREFIX.unpack_from(raw, 0)[3]
+    data = raw[C._align(C.PREFIX_SIZE + hlen):]
+    doc = json.loads(raw[C.PREFIX_SIZE:C.PREFIX_SIZE + hlen])
+    for row in doc["arrays"]:
+        del row["blake3"]
+        row["sha256"] = hashlib.sha256(data[row["offset"]:row["offset"] + row["nbytes"]]).hexdigest()
+    jb = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    head = jb + bytes(C._align(C.PREFIX_SIZE + len(jb)) - C.PREFIX_SIZE - len(jb))
+    total = C.PREFIX_SIZE + len(head) + len(data)
+    digest = hashlib.sha256(C.PREFIX.pack(C.MAGIC, 1, 0, len(jb), total, bytes(32))[:C.HASHED_PREFIX] + jb).digest()
+    payload.write_bytes(C.PREFIX.pack(C.MAGIC, 1, 0, len(jb), total, digest) + head + data)
+    with pytest.raises(Exception, match=rf"{payload.name}.*format_version at offset 8 is 1 \(written by an older "
+                                        r"NpuEP\).*ep\.context_enable=1 to recompile"):
         npu_session(ctx)
 
 
