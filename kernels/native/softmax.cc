@@ -23,6 +23,7 @@
 #include "cpu.h"
 #include "half.h"
 #include "intrinsics.h"
+#include "movement.h"
 #include "thread_pool.h"
 
 #if defined(__SSE2__)
@@ -44,6 +45,10 @@ constexpr float kExpLow = -87.33654f;  // below this exp(x) is under float32's s
 constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
                          4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+// ThreadsFor's work per element: an exp and three passes (a 128 x 384 softmax, ORT's medium case, pays for a second
+// thread, as ORT's CPU EP splits it).
+constexpr int64_t kWorkPerElement = 32;
 
 // exp(x) for x <= 0, never NaN (Cephes expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial in r, times 2^n);
 // 0 below kExpLow. The SSE2 lanes below do these very operations in this order: the same bits on every host.
@@ -189,35 +194,66 @@ void LogSoftmaxRow(const float* x, int64_t n, float* y) {
 }
 
 #if NPU_EP_X86
-// Softmax (or LogSoftmax: `log`) of one row, 16 lanes per step with masked tails: the maximum, exp (Exp16, stored
-// for softmax) with one running sum per lane (element j in lane j % 16, the lanes added by halves at the end), then
-// the product with 1 / sum (a division's throughput would bound the row; one more rounding) or (x - max) - log(sum);
-// a row holding a NaN or an infinite maximum is NaN, as the reference's.
+// Softmax (or LogSoftmax: `log`) of one row, 16 lanes per step with a masked tail: the maximum, exp (Exp16, stored
+// for softmax) with two running sums per lane (element j in sum (j / 16) % 2, lane j % 16; their sum added by halves
+// at the end: two vectors in flight hide the exp's latency), then the product with 1 / sum (a division's throughput
+// would bound the row; one more rounding) or (x - max) - log(sum); a row holding a NaN or an infinite maximum is
+// NaN, as the reference's.
 __attribute__((target("avx512f"))) void SoftmaxRowAvx512(const float* x, int64_t n, bool log, float* y) {
-  __m512 vm = _mm512_set1_ps(x[0]);
+  __m512 m0 = _mm512_set1_ps(x[0]), m1 = m0;
   __mmask16 nan = 0;
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 k = Lanes16(n - j);
-    const __m512 v = _mm512_mask_loadu_ps(vm, k, x + j);
-    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    vm = _mm512_max_ps(v, vm);
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    const __m512 v0 = _mm512_loadu_ps(x + j), v1 = _mm512_loadu_ps(x + j + 16);
+    nan |= _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q);
+    m0 = _mm512_max_ps(v0, m0);
+    m1 = _mm512_max_ps(v1, m1);
   }
-  const float m = _mm512_reduce_max_ps(vm);
+  for (; j < n; j += 16) {
+    const __mmask16 k = Lanes16(n - j);
+    const __m512 v = _mm512_mask_loadu_ps(m0, k, x + j);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    m0 = _mm512_max_ps(v, m0);
+  }
+  const float m = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
   if (nan || std::isinf(m)) {
     std::fill(y, y + n, std::numeric_limits<float>::quiet_NaN());
     return;
   }
-  vm = _mm512_set1_ps(m);
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 k = Lanes16(n - j);
-    const __m512 e = Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm));
-    if (!log) _mm512_mask_storeu_ps(y + j, k, e);
-    sum = _mm512_mask_add_ps(sum, k, sum, e);
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  j = 0;
+  for (; j + 32 <= n; j += 32) {
+    const __m512 e0 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j), vm));
+    const __m512 e1 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j + 16), vm));
+    if (!log) {
+      _mm512_storeu_ps(y + j, e0);
+      _mm512_storeu_ps(y + j + 16, e1);
+    }
+    s0 = _mm512_add_ps(s0, e0);
+    s1 = _mm512_add_ps(s1, e1);
   }
-  const float total = _mm512_reduce_add_ps(sum);
+  if (j < n) {  // the last 1..31 elements: a full or masked vector into s0, a masked one into s1
+    const __mmask16 k0 = Lanes16(n - j), k1 = Lanes16(n - j - 16);
+    const __m512 e0 = Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k0, x + j), vm));
+    if (!log) _mm512_mask_storeu_ps(y + j, k0, e0);
+    s0 = _mm512_mask_add_ps(s0, k0, s0, e0);
+    if (k1) {
+      const __m512 e1 = Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k1, x + j + 16), vm));
+      if (!log) _mm512_mask_storeu_ps(y + j + 16, k1, e1);
+      s1 = _mm512_mask_add_ps(s1, k1, s1, e1);
+    }
+  }
+  const float total = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
   const __m512 scale = _mm512_set1_ps(log ? std::log(total) : 1.0f / total);
-  for (int64_t j = 0; j < n; j += 16) {
+  j = 0;
+  if (log) {
+    for (; j + 16 <= n; j += 16)
+      _mm512_storeu_ps(y + j, _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), vm), scale));
+  } else {
+    for (; j + 16 <= n; j += 16) _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_loadu_ps(y + j), scale));
+  }
+  if (j < n) {
     const __mmask16 k = Lanes16(n - j);
     const __m512 v = log ? _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm), scale)
                          : _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + j), scale);
@@ -309,7 +345,7 @@ void SoftmaxColumns(const float* x, int64_t n, int64_t stride, int64_t cols, boo
 // `Row`(task's first row, rows) and `Block`(offset of a column block, columns) run one task's share.
 template <typename RowFn, typename BlockFn>
 void NormalizeTasks(int64_t outer, int64_t n, int64_t inner, int threads, RowFn row, BlockFn block) {
-  const int use = ThreadsFor(threads, outer * n * inner * 16);
+  const int use = ThreadsFor(threads, outer * n * inner * kWorkPerElement);
   if (inner == 1) {
     constexpr int64_t kRowsPerTask = 32;
     ParallelFor(use, (outer + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
@@ -357,8 +393,9 @@ void SoftmaxAxisHalf(const uint16_t* src, int64_t outer, int64_t n, int64_t inne
       });
 }
 
-// x (float32 or float16) viewed as [outer, n, inner], normalized over n (NormalizeTasks).
-py::array SoftmaxAxisPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, bool log, int threads) {
+// x (float32 or float16) viewed as [outer, n, inner], normalized over n (NormalizeTasks), into out when given.
+py::array SoftmaxAxisPy(const py::array& x, int64_t outer, int64_t n, int64_t inner, bool log, int threads,
+                        const py::object& out) {
   const py::dtype dt = x.dtype();
   const bool f32 = dt.equal(py::dtype::of<float>()), f16 = dt.kind() == 'f' && dt.itemsize() == 2;
   if ((!f32 && !f16) || !(x.flags() & py::array::c_style))
@@ -368,47 +405,52 @@ py::array SoftmaxAxisPy(const py::array& x, int64_t outer, int64_t n, int64_t in
     throw std::invalid_argument("softmax_axis: [outer, n, inner] = [" + std::to_string(outer) + ", " +
                                 std::to_string(n) + ", " + std::to_string(inner) + "] does not cover x's " +
                                 std::to_string(x.size()) + " elements");
-  py::array y(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  py::array y = MovementResult("softmax_axis", x.dtype(), DimsOf(x), out);
   const void* src = x.data();
   void* dst = y.mutable_data();
-  py::gil_scoped_release release;
-  if (f32)
-    SoftmaxAxisFloat(static_cast<const float*>(src), outer, n, inner, log, threads, static_cast<float*>(dst));
-  else
-    SoftmaxAxisHalf(static_cast<const uint16_t*>(src), outer, n, inner, log, threads, static_cast<uint16_t*>(dst));
+  RunMoving(static_cast<size_t>(x.nbytes()), [&] {
+    if (f32)
+      SoftmaxAxisFloat(static_cast<const float*>(src), outer, n, inner, log, threads, static_cast<float*>(dst));
+    else
+      SoftmaxAxisHalf(static_cast<const uint16_t*>(src), outer, n, inner, log, threads, static_cast<uint16_t*>(dst));
+  });
   return y;
 }
 
-py::array SoftmaxLastAxisPy(const py::array_t<float, py::array::c_style>& x, int threads) {
+py::array SoftmaxLastAxisPy(const py::array_t<float, py::array::c_style>& x, int threads, const py::object& out) {
   if (x.ndim() < 1) throw std::invalid_argument("softmax_last_axis: x must have rank >= 1");
   const int64_t n = x.shape(x.ndim() - 1), rows = n > 0 ? x.size() / n : 0;
-  py::array_t<float> y(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  py::array y = MovementResult("softmax_last_axis", x.dtype(), DimsOf(x), out);
   const float* src = x.data();
-  float* dst = y.mutable_data();
+  float* dst = static_cast<float*>(y.mutable_data());
   if (rows > 0) {
-    py::gil_scoped_release release;
-    constexpr int64_t kRowsPerTask = 32;
-    ParallelFor(ThreadsFor(threads, rows * n * 16), (rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
-      for (int64_t r = t * kRowsPerTask; r < std::min(rows, (t + 1) * kRowsPerTask); ++r)
-        NormalizeRow(src + r * n, n, false, dst + r * n);
+    RunMoving(static_cast<size_t>(x.nbytes()), [&] {
+      constexpr int64_t kRowsPerTask = 32;
+      ParallelFor(ThreadsFor(threads, rows * n * kWorkPerElement), (rows + kRowsPerTask - 1) / kRowsPerTask,
+                  [&](int64_t t) {
+                    for (int64_t r = t * kRowsPerTask; r < std::min(rows, (t + 1) * kRowsPerTask); ++r)
+                      NormalizeRow(src + r * n, n, false, dst + r * n);
+                  });
     });
   }
-  return std::move(y);
+  return y;
 }
 
 }  // namespace
 
 void BindSoftmax(py::module_& m) {
-  m.def("softmax_last_axis", &SoftmaxLastAxisPy, py::arg("x"), py::arg("threads") = 1,
+  m.def("softmax_last_axis", &SoftmaxLastAxisPy, py::arg("x"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "softmax over the last axis of C-contiguous float32 x in one pass per row, rows on up to `threads` "
         "threads (the same bits at any count); its own exp (within 2 ulp): the reference model's within float "
-        "tolerance; a row holding a NaN or an infinite maximum is NaN, as the reference's");
+        "tolerance; a row holding a NaN or an infinite maximum is NaN, as the reference's; into out (ORT's buffer: "
+        "writeable, C-order, x's dtype and size) when given");
   m.def("softmax_axis", &SoftmaxAxisPy, py::arg("x"), py::arg("outer"), py::arg("n"), py::arg("inner"),
-        py::arg("log") = false, py::arg("threads") = 1,
+        py::arg("log") = false, py::arg("threads") = 1, py::arg("out") = py::none(),
         "softmax (log: LogSoftmax) of C-contiguous float32 or float16 (float32 math, one rounding) x viewed as [outer, "
         "n, inner] over its n axis, in place "
         "(no transpose): rows when inner is 1, else columns 16 at a time; the same exp as softmax_last_axis, the "
-        "same bits at any thread count; a NaN or an infinite maximum makes its softmax NaN, as the reference's");
+        "same bits at any thread count; a NaN or an infinite maximum makes its softmax NaN, as the reference's; into "
+        "out (ORT's buffer: writeable, C-order, x's dtype and size) when given");
 }
 
 }  // namespace npu_ep::kern

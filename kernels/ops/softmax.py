@@ -30,6 +30,7 @@ from ..target import Target
 from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
+from .movement import ort_buffer
 
 
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
@@ -116,12 +117,15 @@ def _native_call(p: Prepared, x: np.ndarray) -> tuple | None:
 
 
 def _bind(p: Prepared, inputs, outs):
-    """The native softmax as one call for this input shape."""
+    """The native softmax as one call for this input shape, into ORT's buffer when the result is a partition output
+    (a new array of a large result is fresh pages per call, then copied)."""
     x = inputs[0] if inputs else None
     call = _native_call(p, x) if isinstance(x, np.ndarray) else None
     if call is None:
         return None
-    return runtime.call_step(p, call[0], (None, *call[1]), [(0, 0, x.dtype, x.shape, None)], [(-1, None)])
+    args = (None, *call[1], None)
+    return runtime.call_step(p, call[0], args, [(0, 0, x.dtype, x.shape, None)], [(-1, None)], None,
+                             ort_buffer(p, outs, len(args) - 1))
 
 
 register(KernelDef("", "Softmax", _prepare, _run, _cost, rank_free=True, bind=_bind))

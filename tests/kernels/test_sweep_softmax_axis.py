@@ -57,7 +57,7 @@ def test_columns_around_the_blocks(isa):
 
 
 def test_log_softmax_rows_around_the_lanes(isa):
-    for n in around(4, 8, 16, 64):
+    for n in around(4, 8, 16, 32, 48, 64):
         for rows in (1, 31, 33):
             x = (RNG.standard_normal((rows, n)) * 8).astype(np.float32)
             _log_softmax(x, -1, threads=2)
