@@ -3,7 +3,8 @@
 Range: ``n = max(ceil((limit - start) / delta), 0)`` as ORT computes it (the difference in the input dtype, the
 division in double); float outputs accumulate ``value += delta`` in the input dtype like ORT's loop (not
 ``start + i * delta``, which rounds differently), integers are exact; on the native kernels ``range_fill``
-(kernels/native/range.cc) computes the same and is bound as the step. ConstantOfShape: the ``value`` attribute
+(kernels/native/range.cc) computes the same and is bound as the step, into ORT's buffer when the result is a
+partition output (asked for once the length is known). ConstantOfShape: the ``value`` attribute
 (one element, default float32 0) broadcast to the runtime shape; on the native kernels ``fill_value``
 (kernels/native/constant_of_shape.cc: its bits repeated), bound as the step for the shape's value, into ORT's buffer
 when the result is a partition output. Trilu: keep ``j - i >= k`` (upper, default) or
@@ -18,6 +19,7 @@ Trilu streams input and output with one select per element.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -61,11 +63,21 @@ def _native_range(values: list) -> bool:
             and values[0].dtype in _RANGE_DTYPES and values[1].dtype == values[0].dtype == values[2].dtype)
 
 
+def _range_lend(p: Prepared) -> Any:
+    """``range_fill``'s lend: ORT's buffer for the output when it is a partition output (its length is known only
+    once the values are read), else None."""
+    where = p.runtime.partition_outputs
+    ext = runtime.extension()
+    if not where or 0 not in where or ext is None:
+        return None
+    return functools.partial(ext.partition_output, where[0])
+
+
 def _range_run(p: Prepared, inputs) -> list[np.ndarray]:
     values = [arg(p, inputs, i) for i in range(3)]
     nat = runtime.native(p)
     if nat is not None and _native_range(values):
-        y = nat.range_fill(*values)
+        y = nat.range_fill(*values, _range_lend(p), runtime.threads(p))
         if y is not None:
             return [y]
     start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in values)
@@ -90,7 +102,7 @@ def _range_bind(p: Prepared, inputs, outs):
     if not live:
         return None
     held = tuple(None if given[i] else np.array(v, order="C") for i, v in enumerate(values))
-    return runtime.call_step(p, nat.range_fill, held, live, [(-1, None)])
+    return runtime.call_step(p, nat.range_fill, (*held, _range_lend(p), runtime.threads(p)), live, [(-1, None)])
 
 
 def _cos_prepare(node: NodeInfo, target: Target) -> Prepared:

@@ -24,9 +24,9 @@ FLOAT_CASES = [(0.0, 10.0, 1.0), (0.0, 1.0, 0.1), (5.0, -3.0, -0.7), (1e7, 1e7 +
 INT_CASES = [(0, 10, 1), (10, -7, -3), (0, 100, 7), (5, 5, 1), (9, 1, 2), (-1000, 1000, 13)]
 
 
-def _check(start, limit, delta, dt, shape=()) -> np.ndarray:
+def _check(start, limit, delta, dt, shape=(), threads=1) -> np.ndarray:
     inputs = [(n, np.array(v, dt).reshape(shape), False) for n, v in zip(("s", "l", "d"), (start, limit, delta))]
-    got, want, calls = native_vs_reference("Range", inputs)
+    got, want, calls = native_vs_reference("Range", inputs, threads=threads)
     what = f"Range({start}, {limit}, {delta}) {np.dtype(dt)}"
     assert "range_fill" in calls, f"{what}: the native kernel did not run ({calls})"
     g, w = np.asarray(got[0]), np.asarray(want[0])
@@ -52,6 +52,58 @@ def test_integer_ranges_exact_and_wrapping(dt):
     _check(info.min, info.max, info.max // 3, dt)  # the difference wraps in the dtype, as the reference's
 
 
+TASK = 1 << 16  # range.cc's elements per parallel task
+SPLIT_BYTES = 1 << 23  # an integer range splits over threads from these bytes
+
+
+@pytest.mark.parametrize("dt", [np.int32, np.int64])  # an int16 range is at most 128 KB
+def test_integer_ranges_split_over_threads_exact(dt):
+    """From 8 MB an integer range fills in tasks of 2^16 elements on two threads (each task's first value computed
+    from its index): counts around the split and around task multiples, steps that wrap within a task and across
+    task starts, negative steps."""
+    first = SPLIT_BYTES // np.dtype(dt).itemsize
+    info = np.iinfo(dt)
+    for n in (first - 1, first, first + 1, first + TASK - 1, first + TASK + 1, 3 * first + 7):
+        _check(0, n, 1, dt, threads=2)
+        _check(info.max, info.max - 3 * n, -3, dt, threads=2)  # limit wraps: the count follows the wrapped diff
+        _check(-5, -5 + n, 1, dt, threads=2)
+    _check(info.min, info.max, info.max // (2 * first), dt, threads=2)
+    _check(info.max - 2 * first, info.min + first, 1, dt, threads=2)  # the values wrap past max in a later task
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_float_ranges_past_the_split_stay_in_order(dt):
+    n = SPLIT_BYTES // np.dtype(dt).itemsize + TASK + 3
+    _check(0.0, n * 0.37, 0.37, dt, threads=2)
+    _check(1e6, 1e6 - n * 1.1, -1.1, dt, threads=2)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.int16, np.int64])
+def test_lent_buffer_is_written_and_returned(dt):
+    """``lend`` is asked with [n] once the count is known: an array of the dtype and size is written and returned
+    (ORT's buffer); anything else (another dtype, size, order, read-only, None) gives a new array; both hold the
+    reference's values."""
+    nat = runtime.native_module()
+    start, limit, delta = (np.array(v, dt) for v in (-10000, 20000, 3))
+    want = nat.range_fill(start, limit, delta)
+    asked = []
+
+    def lend(buffer):
+        return lambda dims: (asked.append(list(dims)), buffer)[1]
+
+    buf = np.full(10000, 9, dt)
+    got = nat.range_fill(start, limit, delta, lend(buf), 2)
+    assert want.size == 10000 and got is buf and asked == [[10000]] and got.tobytes() == want.tobytes()
+    read_only = np.zeros(10000, dt)
+    read_only.flags.writeable = False
+    for other in (np.zeros(10000, np.float64), np.zeros(9999, dt), np.zeros((10000, 2), dt)[:, 0], read_only, None,
+                  [0] * 10000):
+        got = nat.range_fill(start, limit, delta, lend(other), 1)
+        assert got is not other and got.dtype == np.dtype(dt) and got.tobytes() == want.tobytes()
+    empty = nat.range_fill(np.array(5, dt), np.array(1, dt), np.array(1, dt), lend(np.zeros(0, dt)))
+    assert empty.size == 0 and asked[-1] == [0]
+
+
 def test_what_stays_on_the_reference():
     nat = runtime.native_module()
     assert nat.range_fill(np.array(0, np.int64), np.array(5, np.int64), np.array(0, np.int64)) is None
@@ -68,7 +120,8 @@ def test_session_matches_cpu_ep_and_runs_on_npu_ep():
     tag_session_options(so)  # so the bench's python_steps finds the session's programs
     sess = npu_session(model, so=so)
     assert assignment(sess) == {"the_op": "NpuEP"}
-    for limit in (100, 37, 100):  # the bound step follows the values: its output's length changes
+    # the bound step follows the values: its output's length changes (into ORT's buffer, past the thread split)
+    for limit in (100, 37, 100, 2_500_003, 100):
         feeds = {"s": np.array(3, np.int64), "l": np.array(limit, np.int64), "d": np.array(2, np.int64)}
         np.testing.assert_array_equal(sess.run(None, feeds)[0], cpu_run(model, feeds)[0])
     assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
