@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import time
 from concurrent.futures import Future
 from typing import Any
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 import numpy as np
 from blake3 import blake3
 
+from .digest_memo import DigestMemo, FileRanges
 from .file_pages import release_file_pages
 from .hash_pool import hash_pool
 
@@ -105,22 +107,37 @@ def _raw(data: np.ndarray) -> memoryview:
     return memoryview(data.reshape(-1).view(np.uint8))
 
 
-def _large_digests(parts: tuple) -> dict[int, Future]:
-    """BLAKE3 of every large array part's bytes, started on the pool (part index -> future)."""
-    out = {}
+def _large_digests(parts: tuple, memo: DigestMemo | None) -> tuple[dict[int, Future], list[tuple]]:
+    """BLAKE3 of every large array part's bytes, started on the pool (part index -> future); with ``memo``, the
+    stored digest of bytes a file backs (``digest_memo``) instead, and the file-backed ones hashed here (for
+    ``DigestMemo.put``)."""
+    out: dict[int, Future] = {}
+    fresh: list[tuple] = []
+    ranges = FileRanges() if memo is not None else None
+    started = time.time_ns()
     for i, p in enumerate(parts):
         if isinstance(p, np.ndarray) and p.nbytes >= LARGE_PAYLOAD and not p.dtype.hasobject:
-            out[i] = hash_pool().submit(_large_digest, _raw(_array_bytes(p)[1]))
-    return out
+            raw = _raw(_array_bytes(p)[1])
+            where = ranges.locate(raw) if ranges is not None else None
+            known = memo.get(where, raw.nbytes) if where is not None else None
+            if known is not None:
+                out[i] = Future()
+                out[i].set_result(known)
+                continue
+            out[i] = hash_pool().submit(_large_digest, raw)
+            if where is not None:
+                fresh.append((where, raw.nbytes, out[i], started))
+    return out, fresh
 
 
-def cache_key(*parts: KeyPart) -> str:
+def cache_key(*parts: KeyPart, memo: DigestMemo | None = None) -> str:
     """SHA-256 hex (64 lowercase chars) of an unambiguous encoding of ``parts``.
 
     bytes-like -> raw bytes; str -> UTF-8; ndarray -> dtype + shape + little-endian C-order bytes;
-    Mapping/list/tuple/int/float/bool/None -> canonical JSON (str keys only, no NaN).
+    Mapping/list/tuple/int/float/bool/None -> canonical JSON (str keys only, no NaN). ``memo``: digests of
+    file-backed weights remembered across sessions (the same key, without reading the bytes again).
     """
-    digests = _large_digests(parts)
+    digests, fresh = _large_digests(parts, memo)
     h = hashlib.sha256(KEY_DOMAIN)
     h.update(_U64.pack(len(parts)))
     for i, p in enumerate(parts):
@@ -137,4 +154,8 @@ def cache_key(*parts: KeyPart) -> str:
                 _put(h, b"J", canonical_json(p))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"cache_key part {i}: {e}") from None
+    if memo is not None:
+        for where, nbytes, job, started in fresh:
+            memo.put(where, nbytes, job.result(), started)
+        memo.flush()
     return h.hexdigest()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .._atomic import atomic_write_bytes, atomic_writer, temp_name_pattern
 from .container import ContainerExpect, ContainerMeta, PackedContainer, peek_meta, unpack
+from .digest_memo import DigestMemo
 from .errors import ContextFormatError, ContextTooLargeError
 from .fileio import map_container, read_container
 
@@ -111,6 +112,10 @@ class CacheStore:
             raise ValueError(f"max_bytes must be a non-negative int or None, got {max_bytes!r}")
         self.root = Path(root)
         self.max_bytes = max_bytes
+
+    def digest_memo(self) -> DigestMemo:
+        """The digests of file-backed weights remembered in this cache folder (``digest_memo``)."""
+        return DigestMemo(self.root)
 
     def path_for(self, key: str) -> Path:
         """Where the entry for ``key`` lives (whether or not it exists)."""
@@ -292,7 +297,7 @@ class CacheStore:
 
     def clear(self) -> int:
         """Remove every entry and temp file (only files this store names); returns how many were removed."""
-        n = self._sweep_tmp(force=True)
+        n = self._sweep_tmp(force=True) + self.digest_memo().clear()
         for _, path, _ in self._scan():
             try:
                 os.unlink(path)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..context_cache.container import PackedContainer, packed, unpack
+from ..context_cache.digest_memo import DigestMemo
 from ..context_cache.errors import ContextFormatError
 from ..context_cache.keys import cache_key
 from ..context_cache.store import CacheStore
@@ -26,8 +27,9 @@ from .program_io import ProgramFormatError, program_from_parts, program_to_parts
 
 
 def subgraph_key(nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo], outputs: Sequence[ValueInfo],
-                 target: Target) -> str:
-    """Everything that changes the compiled result, and nothing else (not ORT's partition names)."""
+                 target: Target, memo: DigestMemo | None = None) -> str:
+    """Everything that changes the compiled result, and nothing else (not ORT's partition names); ``memo``: the
+    cache's remembered digests of weights a file backs (``context_cache.digest_memo``)."""
     parts: list[Any] = [compiler_version.COMPILER_VERSION, target.digest,
                         [[v.name, str(v.dtype), _shape(v.shape)] for v in inputs],
                         [[v.name, str(v.dtype), _shape(v.shape)] for v in outputs]]
@@ -38,7 +40,7 @@ def subgraph_key(nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo], outputs
         for v in n.inputs:
             if v.value is not None:
                 parts.append(v.value)
-    return cache_key(*parts)
+    return cache_key(*parts, memo=memo)
 
 
 def _shape(shape) -> list | None:
@@ -72,7 +74,8 @@ class CompileCache:
         if self.store is None and not need_blob:
             self.stats["misses"] += 1
             return build(), None
-        key = subgraph_key(nodes, inputs, outputs, self.target)
+        key = subgraph_key(nodes, inputs, outputs, self.target,
+                           self.store.digest_memo() if self.store is not None else None)
         refs = BorrowedRefs(nodes)
         program = None
         if self.store is not None:
