@@ -1,11 +1,12 @@
 // TopK over one axis (`kernels.topk`) and CumSum along one axis (`kernels.cumsum`, below), for kernels/ops/select.py.
 // x is viewed as [outer, n, inner]; a column (inner > 1) is gathered into a row first.
 // TopK: the k best of each row by value (largest or smallest), equal values by ascending index, NaN after every
-// number (the reference's stable argsort: NaN sorts last either way): up to k 32 a sorted insertion list that most
-// elements pass by blocks of 16 none of which beats the list's last, above it a heap selection (std::partial_sort over
-// the row's indices); the values are the input's own bits, the indices int64. Exact.
+// number (the reference's stable argsort: NaN sorts last either way): up to k 32 a sorted insertion list, blocks of 16
+// compared with the list's last at once (one mask: AVX-512 compares) and only their beaters inserted, above it a heap
+// selection (std::partial_sort over the row's indices); the values are the input's own bits, the indices int64.
+// Exact.
 #if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
-#pragma GCC optimize("O3")  // AnyBeats vectorizes
+#pragma GCC optimize("O3")  // the scalar block compare and CumSum's loops
 #endif
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -18,7 +19,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu.h"
 #include "half.h"
+#include "intrinsics.h"
 #include "movement.h"
 #include "ordered_dtypes.h"
 #include "thread_pool.h"
@@ -44,53 +47,104 @@ constexpr int64_t kSmallK = 32;  // up to this k, an insertion list beats a heap
 
 // The first k (<= kSmallK) of row[0, n) in rank order into order[0, k): a sorted list of the k best so far; an
 // element that does not beat the list's last (one comparison while that is a number: a NaN never beats one, an
-// equal value comes later) is passed over, the rest are inserted.
+// equal value comes later) is passed over, the rest are inserted. Once the list is full, a block of kBlock elements
+// is compared with the list's last at once: only the ones beating it (a mask) are looked at, each against the
+// list's last as it is then (the last only gets better, so the others cannot beat it).
 constexpr int64_t kBlock = 16;
 
-// Whether any of x[0, kBlock) beats `worst` (a number); vectorizes.
+// The bits of the elements of x[0, kBlock) that beat `worst` (a number), element i at bit i.
 template <bool Largest, typename A>
-inline bool AnyBeats(const A* x, A worst) {
-  bool any = false;
-  for (int64_t i = 0; i < kBlock; ++i) any |= Largest ? x[i] > worst : x[i] < worst;
-  return any;
+inline uint32_t BeatersScalar(const A* x, A worst) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < kBlock; ++i) m |= static_cast<uint32_t>(Largest ? x[i] > worst : x[i] < worst) << i;
+  return m;
+}
+
+#if NPU_EP_X86
+// The same in one or two vector compares (A: float, int32, int64, int8 or uint8: the dtypes TopK takes).
+template <bool Largest, typename A>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) uint32_t BeatersAvx512(const A* x, A worst) {
+  if constexpr (std::is_same_v<A, float>) {
+    return _mm512_cmp_ps_mask(_mm512_loadu_ps(x), _mm512_set1_ps(worst), Largest ? _CMP_GT_OQ : _CMP_LT_OQ);
+  } else if constexpr (std::is_same_v<A, int32_t>) {
+    const __m512i v = _mm512_loadu_si512(x), w = _mm512_set1_epi32(worst);
+    return Largest ? _mm512_cmpgt_epi32_mask(v, w) : _mm512_cmplt_epi32_mask(v, w);
+  } else if constexpr (std::is_same_v<A, int64_t>) {
+    const __m512i lo = _mm512_loadu_si512(x), hi = _mm512_loadu_si512(x + 8), w = _mm512_set1_epi64(worst);
+    return Largest ? _mm512_cmpgt_epi64_mask(lo, w) | (uint32_t{_mm512_cmpgt_epi64_mask(hi, w)} << 8)
+                   : _mm512_cmplt_epi64_mask(lo, w) | (uint32_t{_mm512_cmplt_epi64_mask(hi, w)} << 8);
+  } else if constexpr (std::is_same_v<A, int8_t>) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)), w = _mm_set1_epi8(worst);
+    return Largest ? _mm_cmpgt_epi8_mask(v, w) : _mm_cmplt_epi8_mask(v, w);
+  } else if constexpr (std::is_same_v<A, uint8_t>) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x)), w = _mm_set1_epi8(static_cast<char>(worst));
+    return Largest ? _mm_cmpgt_epu8_mask(v, w) : _mm_cmplt_epu8_mask(v, w);
+  } else {
+    return BeatersScalar<Largest>(x, worst);
+  }
+}
+#endif
+
+template <bool Largest, typename A>
+inline uint32_t Beaters(const A* x, A worst, bool avx512) {
+#if NPU_EP_X86
+  if (avx512) return BeatersAvx512<Largest>(x, worst);
+#endif
+  (void)avx512;
+  return BeatersScalar<Largest>(x, worst);
+}
+
+// Puts v (index j) into the sorted list best/order at `pos` or before it, shifting the later ones down.
+template <bool Largest, typename A>
+inline void Insert(A* best, int64_t* order, int64_t pos, A v, int64_t j) {
+  for (; pos > 0 && Before<Largest>(v, best[pos - 1], j, order[pos - 1]); --pos) {
+    best[pos] = best[pos - 1];
+    order[pos] = order[pos - 1];
+  }
+  best[pos] = v;
+  order[pos] = j;
+}
+
+// Insert for a list of numbers and a number v with a later index than all of them: v goes before each it beats.
+template <bool Largest, typename A>
+inline void InsertNumber(A* best, int64_t* order, int64_t pos, A v, int64_t j) {
+  for (; pos > 0 && (Largest ? v > best[pos - 1] : v < best[pos - 1]); --pos) {
+    best[pos] = best[pos - 1];
+    order[pos] = order[pos - 1];
+  }
+  best[pos] = v;
+  order[pos] = j;
 }
 
 template <bool Largest, typename A>
-void SelectSmallK(const A* row, int64_t n, int64_t k, int64_t* order) {
+void SelectSmallK(const A* row, int64_t n, int64_t k, int64_t* order, bool avx512) {
   A best[kSmallK];
-  int64_t filled = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const A v = row[j];
-    int64_t pos = filled;
-    if (filled == k) {
-      const A worst = best[k - 1];
-      if (worst == worst) {  // a number: a block none of whose elements beats it is passed over whole
-        if (j % kBlock == 0 && j + kBlock <= n && !AnyBeats<Largest>(row + j, worst)) {
-          j += kBlock - 1;
-          continue;
+  int64_t j = 0;
+  for (; j < std::min(n, k); ++j) Insert<Largest>(best, order, j, row[j], j);
+  for (; j < n; ++j) {
+    const A worst = best[k - 1];
+    if (worst == worst) {  // a number: a block's candidates by its mask
+      if (j % kBlock == 0 && j + kBlock <= n) {
+        for (uint32_t m = Beaters<Largest>(row + j, worst, avx512); m != 0; m &= m - 1) {
+          const int64_t i = j + __builtin_ctz(m);
+          const A v = row[i], last = best[k - 1];
+          if (Largest ? v > last : v < last) InsertNumber<Largest>(best, order, k - 1, v, i);
         }
-        if (!(Largest ? v > worst : v < worst)) continue;
-      } else if (!Before<Largest>(v, worst, j, order[k - 1])) {
+        j += kBlock - 1;
         continue;
       }
-      pos = k - 1;
-    } else {
-      ++filled;
+      if (Largest ? row[j] > worst : row[j] < worst) InsertNumber<Largest>(best, order, k - 1, row[j], j);
+    } else if (Before<Largest>(row[j], worst, j, order[k - 1])) {
+      Insert<Largest>(best, order, k - 1, row[j], j);
     }
-    for (; pos > 0 && Before<Largest>(v, best[pos - 1], j, order[pos - 1]); --pos) {
-      best[pos] = best[pos - 1];
-      order[pos] = order[pos - 1];
-    }
-    best[pos] = v;
-    order[pos] = j;
   }
 }
 
 // The first k indices of row[0, n) in rank order into order[0, k) (order: scratch of n).
 template <bool Largest, typename A>
-void SelectRow(const A* row, int64_t n, int64_t k, int64_t* order) {
+void SelectRow(const A* row, int64_t n, int64_t k, int64_t* order, bool avx512) {
   if (k == 0) return;
-  if (k <= kSmallK) return SelectSmallK<Largest>(row, n, k, order);
+  if (k <= kSmallK) return SelectSmallK<Largest>(row, n, k, order, avx512);
   std::iota(order, order + n, int64_t{0});
   auto before = [row](int64_t a, int64_t b) { return Before<Largest>(row[a], row[b], a, b); };
   if (k < n)
@@ -107,6 +161,7 @@ void TopKView(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k, bo
               int64_t* indices) {
   using A = Acc<T>;
   const int64_t lines = outer * inner, per_task = std::max<int64_t>(1, kTaskElems / n);
+  const bool avx512 = ActiveIsa() >= Isa::kAvx512;
   ParallelFor(ThreadsFor(threads, lines * n), (lines + per_task - 1) / per_task, [&](int64_t t) {
     std::vector<A> row(std::is_same_v<T, A> ? 0 : n);
     std::vector<T> raw(inner > 1 ? n : 0);
@@ -123,7 +178,7 @@ void TopKView(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t k, bo
         HalfToFloatRow(src, row.data(), n);
         values_of = row.data();
       }
-      (largest ? SelectRow<true, A> : SelectRow<false, A>)(values_of, n, k, order.data());
+      (largest ? SelectRow<true, A> : SelectRow<false, A>)(values_of, n, k, order.data(), avx512);
       const int64_t at = o * k * inner + c;
       for (int64_t j = 0; j < k; ++j) {
         values[at + j * inner] = src[order[j]];

@@ -8,7 +8,8 @@ crosses 256; ties (first index, last with select_last_index), -0.0 against +0.0,
 +-inf, the integer types' limits. Exact: the same index as the reference.
 
 TopK (kernels/native/select.cc's ``topk``): each row (a column gathered into one when inner > 1) selected by a sorted
-insertion list passing over blocks of 16 up to k 32, a heap (partial_sort) above it, a full sort at k = n; rows in
+insertion list up to k 32 (blocks of 16 compared with its last at once: one AVX-512 mask per block, a scalar one
+below; only the beaters inserted), a heap (partial_sort) above it, a full sort at k = n; rows in
 tasks of 32768 / n. So k crosses 0, 1, 32, n - 1, n, n crosses 16; inner 1 and > 1; many ties (lower index first),
 NaN (after every number, lower index first among NaN), -0.0 with +0.0, +-inf, the integer limits. Exact: the same
 values' bits and indices as the reference's stable argsort."""
@@ -104,7 +105,7 @@ def _topk(x: np.ndarray, axis: int, k: int, threads: int = 1) -> None:
 
 
 @pytest.mark.parametrize("dtype", ARG_DTYPES)
-def test_topk_around_k_and_the_axis(dtype):
+def test_topk_around_k_and_the_axis(isa, dtype):
     for n in (1, 2, 9, 16, 17, 64):
         x = _values((3, n, 5), dtype)
         for k in sorted({0, 1, n - 1, n} | ({32, 33} if n > 33 else set())):
@@ -118,7 +119,7 @@ def test_topk_around_k_and_the_axis(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_topk_special_values(dtype):
+def test_topk_special_values(isa, dtype):
     """NaN after every number either way (several NaN: lower index first), +-inf, -0.0 tied with +0.0."""
     big = float(np.finfo(dtype).max)
     for shape, axis in (((9, 37), 1), ((9, 37), 0), ((3, 19, 40), 1)):
@@ -126,6 +127,30 @@ def test_topk_special_values(dtype):
                           fraction=0.05)
         for k in (1, 5, x.shape[axis]):
             _topk(x, axis, k)
+
+
+@pytest.mark.parametrize("dtype", ARG_DTYPES)
+def test_topk_block_masks(isa, dtype):
+    """Rows around the 16-element blocks with few ties (random values over the dtype's range), k up to 32; rows
+    whose list starts with NaN (the list's last not a number: no mask) then numbers; rising and falling rows (every
+    element or none beats the list's last); the integer limits in every place of a block."""
+    rng = np.random.default_rng(4043)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, (6, 100), endpoint=True).astype(dtype)
+    else:
+        x = rng.standard_normal((6, 100)).astype(dtype)
+    x[1] = np.sort(x[1])
+    x[2] = np.sort(x[2])[::-1]
+    if np.dtype(dtype).kind == "f":
+        x[3, :10] = np.nan
+        x[4, 20:40:3] = np.nan
+    else:
+        x[3, ::5] = np.iinfo(dtype).max
+        x[4, 3::7] = np.iinfo(dtype).min
+    for n in (15, 16, 17, 31, 32, 33, 47, 48, 100):
+        for k in sorted({1, 2, 8, min(n, 31), min(n, 32)}):
+            _topk(np.ascontiguousarray(x[:, :n]), 1, k)
 
 
 @pytest.mark.parametrize("dtype", ARG_DTYPES)
