@@ -52,6 +52,25 @@ void Product(const float* a, int64_t m, int64_t k, const float* packed, int64_t 
   PackedSgemm(g, threads, nullptr, nullptr);
 }
 
+// A step's product of h (few rows) with R^T: B's panels split among up to `threads` tasks from kStepSplitWork
+// multiply-adds on (PackedSgemm gives a product under its 2^20 one thread, and an LSTM of hidden 384 then read all
+// of R^T's 2.4 MB on one core every step). Each output's sums are the packed GEMM's at any split: the same bits.
+constexpr int64_t kStepSplitWork = int64_t{1} << 17;
+
+void StepProduct(const float* a, int64_t m, int64_t k, const float* packed, int64_t n, float* c, int threads) {
+  const int64_t panels = (n + kSgemmPanel - 1) / kSgemmPanel;
+  const int64_t tasks = std::min<int64_t>(threads, panels);
+  if (tasks <= 1 || m * n * k < kStepSplitWork) return Product(a, m, k, packed, n, nullptr, c, threads);
+  const int64_t per = (panels + tasks - 1) / tasks;
+  ParallelFor(threads, tasks, [&](int64_t t) {
+    const int64_t p0 = t * per, p1 = std::min(panels, p0 + per);
+    if (p0 >= p1) return;
+    const int64_t n0 = p0 * kSgemmPanel, n1 = std::min(n, p1 * kSgemmPanel);
+    const PackedSgemmArgs g{a, m, k, k, packed + p0 * k * kSgemmPanel, n1 - n0, c + n0, n, nullptr, false};
+    PackedSgemm(g, 1, nullptr, nullptr);
+  });
+}
+
 // The time loop of every cell, one direction. cell.Recur(h_in, t) makes the step's products with R for every batch
 // row (t[b]: the time index row b processes, -1 once its sequence has finished); cell.Row(b, t, h, y) the gates of
 // one live row from its previous state h [H] into y [H] (the cell keeps any other state: LSTM's c). zero_finished:
@@ -126,12 +145,12 @@ class GruCell {
         threads_(threads), gzr_(s.batch * 2 * s.hidden), gh_(s.batch * s.hidden),
         reset_(linear_before_reset ? 0 : s.batch * s.hidden) {}
   void Recur(const float* h, const int64_t* t) {
-    Product(h, B_, H_, rzr_, 2 * H_, nullptr, gzr_.data(), threads_);
+    StepProduct(h, B_, H_, rzr_, 2 * H_, gzr_.data(), threads_);
     if (!lbr_) {
       for (int64_t b = 0; b < B_; ++b) Reset(b, t[b], h + b * H_, reset_.data() + b * H_);
       h = reset_.data();
     }
-    Product(h, B_, H_, rh_, H_, nullptr, gh_.data(), threads_);
+    StepProduct(h, B_, H_, rh_, H_, gh_.data(), threads_);
   }
   void Row(int64_t b, int64_t t, const float* h, float* y) {
     const GruArgs a{xw_ + (t * B_ + b) * 3 * H_,
@@ -175,7 +194,7 @@ class RnnCell {
  public:
   RnnCell(const RecurrentShape& s, const float* xw, const float* rt, std::optional<float> clip, int threads)
       : B_(s.batch), H_(s.hidden), xw_(xw), rt_(rt), clip_(clip), threads_(threads), g_(s.batch * s.hidden) {}
-  void Recur(const float* h, const int64_t*) { Product(h, B_, H_, rt_, H_, nullptr, g_.data(), threads_); }
+  void Recur(const float* h, const int64_t*) { StepProduct(h, B_, H_, rt_, H_, g_.data(), threads_); }
   void Row(int64_t b, int64_t t, const float*, float* y) {
     const float* x = xw_ + (t * B_ + b) * H_;
 #if NPU_EP_X86
@@ -380,7 +399,7 @@ py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const s
   }
   return RunDirections(s, h0, &c0, lens, threads, [&](int64_t d, int inner, float* h, float* c, float* y) {
     const std::vector<float> xw = InputProduct(s, x, wp[d], G, bias.data() + d * G, inner);
-    const auto product = [&](const float* hv, float* g) { Product(hv, B, H, rp[d], G, nullptr, g, inner); };
+    const auto product = [&](const float* hv, float* g) { StepProduct(hv, B, H, rp[d], G, g, inner); };
     LstmCell cell(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, nullptr, clip, c);
     RunDirection(s, cell, lens.data(), reverse_first || d == 1, false, h, y);
   });

@@ -275,6 +275,39 @@ def test_gru_rnn_wide_grid(rnn_isa, op, lbr):
                        lens=[3 - b % 4 for b in range(batch)], initial=True, linear_before_reset=lbr)
 
 
+# (hidden, batch) around recurrent.cc's kStepSplitWork (2^17 multiply-adds a step's product: LSTM 4H^2 from H 182,
+# GRU's R_zr 2H^2 from 256 and R_h H^2 from 363, RNN H^2 from 363; batch 9 from H 61 for LSTM), 4H and 2H ending
+# inside a panel of 32
+SPLIT_CASES = {"LSTM": [(181, 1), (182, 1), (190, 1), (60, 9), (61, 9)],
+               "GRU": [(255, 1), (256, 1), (362, 1), (363, 1), (121, 9)],
+               "RNN": [(362, 1), (363, 1), (370, 1), (120, 9), (121, 9)]}
+
+
+@pytest.mark.parametrize("op,lbr", [("LSTM", 0), *GATE_OPS])
+def test_step_products_split_among_threads(rnn_isa, op, lbr):
+    """A step's product from 2^17 multiply-adds on has its panels split among the threads (one direction: two
+    directions take a thread each): the same bits on 1, 2 and 3 threads, within tolerance of the reference."""
+    for hid, batch in SPLIT_CASES[op]:
+        lens = [3 - b % 3 for b in range(batch)]
+        direction = "reverse" if hid % 2 else "forward"
+        rng = np.random.default_rng(hid * batch)
+        if op == "LSTM":
+            model, _, feeds = lstm_case(rng, seq=3, batch=batch, inp=17, hid=hid, direction=direction, lens=lens,
+                                        initial=True, peep=True)
+        else:
+            model, feeds = gate_case(rng, op, seq=3, batch=batch, inp=17, hid=hid, direction=direction, lens=lens,
+                                     initial=True, linear_before_reset=lbr)
+        what = f"{op} lbr={lbr} hidden {hid} batch {batch}"
+        with native_calls() as calls:
+            got = run_node(model, feeds, "native", threads=2)
+        assert op.lower() in calls, what
+        for g, w in zip(got, run_node(model, feeds, "reference"), strict=True):  # sums of hundreds of products
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, equal_nan=True, err_msg=what)
+        for threads in (1, 3):
+            for g, other in zip(got, run_node(model, feeds, "native", threads=threads), strict=True):
+                assert g.tobytes() == other.tobytes(), f"{what}: {threads} threads differ from two"
+
+
 @pytest.mark.parametrize("op,lbr", GATE_OPS)
 def test_gru_rnn_runtime_weights_are_read_per_call(op, lbr):
     """W and R as graph inputs: each call packs that call's weights (the packed weights are kept only for
