@@ -5,7 +5,8 @@
 // that is not finite) or for counts beyond 2^31 (the reference then gives its own error or result). The length
 // follows the values, so the caller lends ORT's buffer through a callable asked with it (a fresh array of a large
 // range costs its page faults, and the bridge's copy after). Integers split over threads from 8 MB (each value
-// depends only on its index); floats stay in order on one thread.
+// depends only on its index); floats take the closed form where it gives the in-order values (ClosedForm), which
+// splits the same way, and the in-order loop from where it does not.
 #if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
 #pragma GCC optimize("O3")  // the integer loops vectorize (the float one stays in order: no reassociation)
 #endif
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -29,7 +31,8 @@ namespace npu_ep::kern {
 namespace {
 
 constexpr double kMaxCount = 2147483648.0;       // 2^31 elements
-constexpr int64_t kTaskElems = 1 << 16;             // elements per parallel task
+constexpr int64_t kTaskElems = 1 << 16;  // elements per parallel task
+constexpr int64_t kCheckElems = 1 << 10;  // a float range's closed form is written then checked in runs of these
 constexpr int64_t kParallelBytes = int64_t{1} << 23;  // a fill is bound by memory: a second thread pays from 8 MB
 constexpr int64_t kReleaseGilBytes = int64_t{1} << 16;  // below this the GIL round trip costs more than the fill
 
@@ -52,21 +55,74 @@ __attribute__((noinline)) void FillValues(T start, T delta, T* out, int64_t n) {
   }
 }
 
-// Integers over tasks of kTaskElems: element i is start + i * delta whichever task writes it.
+// Whether `next` (the previous value plus delta, rounded) is not `value`, bit for bit.
+template <typename T>
+auto Differs(T next, T value) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  Bits a, b;
+  std::memcpy(&a, &next, sizeof a);
+  std::memcpy(&b, &value, sizeof b);
+  return a ^ b;
+}
+
+// A float range's in-order values v_i = v_{i-1} + delta (rounded) from v_0 = start, where a closed form holds: writes
+// c_i = start + T(i) * delta over [begin, end) and returns the first i in (begin, end) whose c_{i-1} + delta does not
+// round to c_i bit for bit, or end (the caller checks i = begin against what is at begin - 1). Up to that index c
+// is v, by induction from v_0. Integer-valued and power-of-two steps, the common ranges, hold throughout; a step
+// like 0.1 fails within a few elements.
+template <typename T>
+int64_t ClosedForm(T start, T delta, T* out, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; i += kCheckElems) {
+    const int64_t stop = std::min(i + kCheckElems, end);
+    const auto first = static_cast<int32_t>(i), count = static_cast<int32_t>(stop - i);  // counts are below 2^31
+    T* o = out + i;
+    for (int32_t k = 0; k < count; ++k) o[k] = static_cast<T>(start + static_cast<T>(first + k) * delta);
+    const int64_t from = i == begin ? i + 1 : i;
+    decltype(Differs(start, start)) bad = 0;
+    for (int64_t j = from; j < stop; ++j) bad |= Differs(static_cast<T>(out[j - 1] + delta), out[j]);
+    if (bad != 0)
+      for (int64_t j = from; j < stop; ++j)
+        if (Differs(static_cast<T>(out[j - 1] + delta), out[j]) != 0) return j;
+  }
+  return end;
+}
+
+// Integers over tasks of kTaskElems: element i is start + i * delta whichever task writes it. Floats: the closed form
+// where it holds (tried on the first kCheckElems, then in tasks), the in-order loop from the first index where it
+// does not, so the bits are the in-order loop's on any number of threads.
 template <typename T>
 void FillSplit(T start, T delta, T* out, int64_t n, int threads) {
+  const int use = n * static_cast<int64_t>(sizeof(T)) >= kParallelBytes ? threads : 1;
   if constexpr (std::is_integral_v<T>) {
-    if (n * static_cast<int64_t>(sizeof(T)) >= kParallelBytes && threads > 1) {
-      using U = std::make_unsigned_t<T>;
-      ParallelFor(threads, (n + kTaskElems - 1) / kTaskElems, [&](int64_t t) {
-        const int64_t begin = t * kTaskElems;
-        const T first = static_cast<T>(static_cast<U>(begin) * static_cast<U>(delta) + static_cast<U>(start));
-        FillValues(first, delta, out + begin, std::min(kTaskElems, n - begin));
+    if (use == 1) return FillValues(start, delta, out, n);
+    using U = std::make_unsigned_t<T>;
+    ParallelFor(use, (n + kTaskElems - 1) / kTaskElems, [&](int64_t t) {
+      const int64_t begin = t * kTaskElems;
+      const T first = static_cast<T>(static_cast<U>(begin) * static_cast<U>(delta) + static_cast<U>(start));
+      FillValues(first, delta, out + begin, std::min(kTaskElems, n - begin));
+    });
+  } else {
+    if (n == 0) return;
+    out[0] = start;
+    const int64_t probe = std::min(n, kCheckElems);  // a range the closed form misses goes in order at once
+    int64_t k = ClosedForm(start, delta, out, 1, probe);
+    if (probe > 1 && Differs(static_cast<T>(out[0] + delta), out[1])) k = 1;
+    if (k == probe && k < n) {
+      const int64_t tasks = (n - probe + kTaskElems - 1) / kTaskElems;
+      std::vector<int64_t> failed(static_cast<size_t>(tasks), n);
+      ParallelFor(use, tasks, [&](int64_t t) {
+        const int64_t begin = probe + t * kTaskElems, end = std::min(begin + kTaskElems, n);
+        const int64_t at = ClosedForm(start, delta, out, begin, end);
+        if (at < end) failed[static_cast<size_t>(t)] = at;
       });
-      return;
+      for (int64_t t = 0; t < tasks; ++t) {  // each task's first element against the value before it
+        const int64_t begin = probe + t * kTaskElems;
+        if (Differs(static_cast<T>(out[begin - 1] + delta), out[begin])) failed[static_cast<size_t>(t)] = begin;
+      }
+      k = *std::min_element(failed.begin(), failed.end());
     }
+    if (k < n) FillValues(static_cast<T>(out[k - 1] + delta), delta, out + k, n - k);
   }
-  FillValues(start, delta, out, n);
 }
 
 // lend(dims) as a writeable C-order array of T and n elements, or None (then a new array).
@@ -105,7 +161,7 @@ py::object Fill(const py::array& start_a, const py::array& limit_a, const py::ar
     py::gil_scoped_release release;
     FillSplit(start, delta, out, n, threads);
   } else {
-    FillValues(start, delta, out, n);
+    FillSplit(start, delta, out, n, 1);
   }
   return std::move(y);
 }

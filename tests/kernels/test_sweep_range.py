@@ -71,11 +71,34 @@ def test_integer_ranges_split_over_threads_exact(dt):
     _check(info.max - 2 * first, info.min + first, 1, dt, threads=2)  # the values wrap past max in a later task
 
 
+PROBE = 1 << 10  # range.cc tries a float range's closed form on these first elements
+
+
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
-def test_float_ranges_past_the_split_stay_in_order(dt):
-    n = SPLIT_BYTES // np.dtype(dt).itemsize + TASK + 3
-    _check(0.0, n * 0.37, 0.37, dt, threads=2)
-    _check(1e6, 1e6 - n * 1.1, -1.1, dt, threads=2)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float_closed_form_gives_the_in_order_bits(dt, threads):
+    """A float range is written in closed form where each value is the previous plus delta rounded, and in order
+    from the first index where it is not. Integer and power-of-two steps hold (negative, from -0.0, overflowing to
+    inf); steps like 0.1 miss at once; past 2^mantissa the in-order sum sticks and the closed form misses there,
+    which these cases put inside the probe, at its end, at a task's first element, inside a task and in the last
+    task, below and above the thread split."""
+    big = 2.0 ** (np.finfo(dt).nmant + 1) + 1  # about here start + 1 rounds back in the dtype
+    first = SPLIT_BYTES // np.dtype(dt).itemsize
+    for n in (1, 2, 3, PROBE - 1, PROBE, PROBE + 1, PROBE + TASK + 5, first + TASK + 7):
+        _check(0.0, float(n), 1.0, dt, threads=threads)
+        _check(-0.0, n * 0.25, 0.25, dt, threads=threads)
+        _check(5.0, 5.0 - 2.0 * n, -2.0, dt, threads=threads)
+    _check(0.0, 2.0e5 * 0.1, 0.1, dt, threads=threads)
+    _check(-1.0e5, 1.0e5, 0.37, dt, threads=threads)
+    _check(1.0e7, 1.0e7 + 3.0e4, 0.3, dt, threads=threads)
+    finite = float(np.finfo(dt).max)
+    _check(finite / 2, finite, finite / 64, dt, threads=threads)  # the last values overflow to inf in both forms
+    for miss in (5, PROBE - 2, PROBE - 1, PROBE, PROBE + 1, PROBE + TASK - 1, PROBE + TASK, PROBE + TASK + 9,
+                 PROBE + 2 * TASK + 1):
+        n = PROBE + 3 * TASK + 11
+        _check(big - miss, big - miss + n, 1.0, dt, threads=threads)
+    n = first + 2 * TASK + 3  # a miss in the last task of a split range
+    _check(big - (n - 100), big + 100, 1.0, dt, threads=threads)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.int16, np.int64])
