@@ -197,9 +197,12 @@ def _bind(p: Prepared, inputs, outs):
     call = _packed_call(p, a)
     if call is None:
         return None
-    outputs = [(-1, None)] if at["epilogue"].get("swiglu") else [(-1, None, (s0, s1)) for s0, s1 in at["slices"]]
+    swiglu = at["epilogue"].get("swiglu")
+    outputs = [(-1, None)] if swiglu else [(-1, None, (s0, s1)) for s0, s1 in at["slices"]]
+    where = p.runtime.partition_outputs  # SwiGLU's one result written into ORT's buffer when it leaves the partition
+    into = [(9, where[0], [*a.shape[:-1], at["N"] // 2])] if swiglu and where and 0 in where else []
     return runtime.call_step(p, nat.float_matmul_packed, (None, *call), [(0, 0, a.dtype.type, a.shape, None)],
-                             outputs, None)
+                             outputs, None, into)
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:

@@ -69,15 +69,16 @@ def test_packed_float16_rejects_a_quantize_and_writes_into_out():
                      .astype(np.float16), "into out")
 
 
-def group_model(m, k, ns, *, swiglu, bias=False):
-    """float16 MatMuls on one input x: {gate, up} with SwiGLU (ns = (n, n)), or siblings joined by a Concat; with
-    ``bias``, each member's Add of a constant (the group's bias)."""
+def group_model(m, k, ns, *, swiglu, bias=False, dtype=np.float16):
+    """float16 (or ``dtype``) MatMuls on one input x: {gate, up} with SwiGLU (ns = (n, n)), or siblings joined by a
+    Concat; with ``bias``, each member's Add of a constant (the group's bias)."""
+    elem = F16 if dtype == np.float16 else TensorProto.FLOAT
     inits, nodes, outs = {}, [], []
     for i, n in enumerate(ns):
-        inits[f"w{i}"] = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float16)
+        inits[f"w{i}"] = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(dtype)
         nodes.append(helper.make_node("MatMul", ["x", f"w{i}"], [f"p{i}" if bias else f"m{i}"], f"mm{i}"))
         if bias:
-            inits[f"b{i}"] = RNG.standard_normal(n).astype(np.float16)
+            inits[f"b{i}"] = RNG.standard_normal(n).astype(dtype)
             nodes.append(helper.make_node("Add", [f"p{i}", f"b{i}"], [f"m{i}"], f"add{i}"))
         outs.append(f"m{i}")
     if swiglu:
@@ -87,8 +88,8 @@ def group_model(m, k, ns, *, swiglu, bias=False):
     else:
         nodes.append(helper.make_node("Concat", outs, ["y"], "cat", axis=-1))
     width = ns[0] if swiglu else sum(ns)
-    return make_model(nodes, [helper.make_tensor_value_info("x", F16, [1, m, k])],
-                      [helper.make_tensor_value_info("y", F16, [1, m, width])], inits, opset=21)
+    return make_model(nodes, [helper.make_tensor_value_info("x", elem, [1, m, k])],
+                      [helper.make_tensor_value_info("y", elem, [1, m, width])], inits, opset=21)
 
 
 def _group_step(program):
@@ -126,8 +127,11 @@ def test_float16_group_kernel_and_bound_step_against_the_reference(m, k, ns, swi
     np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=2e-3, atol=2e-3)
 
 
-def test_float16_swiglu_session_runs_the_group_natively_as_the_cpu_ep():
-    model = group_model(3, 128, (96, 96), swiglu=True)  # with Adds, ORT makes each MatMul a Gemm first
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_swiglu_session_runs_the_group_natively_as_the_cpu_ep(dtype):
+    """A {gate, up} group with SwiGLU whose result leaves the partition: one bound native step (float32: its result
+    written into ORT's buffer), the CPU EP's values within tolerance, on every call."""
+    model = group_model(3, 128, (96, 96), swiglu=True, dtype=dtype)  # with Adds, ORT makes each MatMul a Gemm first
     so = session_options()
     tag_session_options(so)
     sess = npu_session(model, so=so)
@@ -135,9 +139,9 @@ def test_float16_swiglu_session_runs_the_group_natively_as_the_cpu_ep():
     (program,) = session_of(sess).programs.values()
     assert [st.op for st in program.steps] == ["npu::MatMulGroup"]
     for _ in range(3):
-        x = (RNG.standard_normal((1, 3, 128)) / 2).astype(np.float16)
+        x = (RNG.standard_normal((1, 3, 128)) / 2).astype(dtype)
         got, want = sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0]
-        assert got.dtype == want.dtype == np.float16
+        assert got.dtype == want.dtype == dtype
         np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=4e-3, atol=4e-3)
     assert python_steps(sess) == []
     assert program.native_step_counts[0] >= 2
