@@ -5,8 +5,8 @@
 // neighbours in both orders merged. What is left is one of three copies: nothing moves (one memcpy); the innermost
 // axis stays innermost (a memcpy per run); or the innermost axes differ, a blocked 2-D transpose of the input's
 // innermost axis against the output's, repeated over the remaining axes. The 2-D transpose walks strips of 8 rows
-// or columns (see Block) in 8 x 8 register tiles (AVX2/SSE2 unpacks on x86 hosts that run AVX2; element copies on
-// the others and at the strips' tails), the strips split over threads.
+// or columns (16 for bytes; see Block) in 8 x 8 register tiles (16 x 16 for bytes; AVX2/SSE2 unpacks on x86 hosts
+// that run AVX2; element copies on the others and at the strips' tails), the strips split over threads.
 #if !defined(__clang__)  // clang unrolls these at -O2 and warns on the GCC pragma
 #pragma GCC optimize("O3")  // the register tiles' loops unroll, their arrays stay in registers
 #endif
@@ -31,7 +31,9 @@ namespace py = pybind11;
 namespace npu_ep::kern {
 namespace {
 
-constexpr int64_t kStrip = 8;                       // rows or columns a strip of the 2-D transpose covers
+// Rows or columns a strip of the 2-D transpose covers: a register tile's side.
+template <typename T>
+constexpr int64_t kStrip = sizeof(T) == 1 ? 16 : 8;
 constexpr int64_t kCachedBytes = int64_t{1} << 18;  // a 2-D block up to this size is walked by columns
 constexpr int64_t kTaskBytes = int64_t{1} << 17;  // bytes a parallel task copies, at least
 
@@ -156,6 +158,31 @@ __attribute__((target("avx2"))) void Tile8x8(const uint8_t* src, int64_t ss, uin
 
 void Tile8x8(const uint64_t* src, int64_t ss, uint64_t* dst, int64_t ds) { TileByElement(src, ss, dst, ds, 8, 8); }
 
+// 16 x 16 bytes: whole 16-byte lines loaded and stored (an 8 x 8 byte tile moves 8 bytes per access).
+__attribute__((target("avx2"))) void Tile16x16(const uint8_t* src, int64_t ss, uint8_t* dst, int64_t ds) {
+  __m128i r[16], a[16], b[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * ss));
+  for (int i = 0; i < 16; i += 2) {  // pairs of rows: columns 0-7 and 8-15
+    a[i] = _mm_unpacklo_epi8(r[i], r[i + 1]);
+    a[i + 1] = _mm_unpackhi_epi8(r[i], r[i + 1]);
+  }
+  for (int q = 0; q < 16; q += 4) {  // quads of rows: columns 0-3, 4-7, 8-11, 12-15
+    b[q] = _mm_unpacklo_epi16(a[q], a[q + 2]);
+    b[q + 1] = _mm_unpackhi_epi16(a[q], a[q + 2]);
+    b[q + 2] = _mm_unpacklo_epi16(a[q + 1], a[q + 3]);
+    b[q + 3] = _mm_unpackhi_epi16(a[q + 1], a[q + 3]);
+  }
+  for (int h = 0; h < 16; h += 8)  // rows 0-7 (h 0) and 8-15 (h 8): column pairs 2j, 2j + 1 in r[h + j]
+    for (int g = 0; g < 4; ++g) {
+      r[h + 2 * g] = _mm_unpacklo_epi32(b[h + g], b[h + 4 + g]);
+      r[h + 2 * g + 1] = _mm_unpackhi_epi32(b[h + g], b[h + 4 + g]);
+    }
+  for (int j = 0; j < 8; ++j) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * j * ds), _mm_unpacklo_epi64(r[j], r[8 + j]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * j + 1) * ds), _mm_unpackhi_epi64(r[j], r[8 + j]));
+  }
+}
+
 // One cache tile with 8 x 8 register tiles where they fit, element copies at its tails.
 template <typename T>
 __attribute__((target("avx2"))) void TileSimd(const T* src, int64_t ss, T* dst, int64_t ds, int64_t bn, int64_t bm) {
@@ -164,6 +191,17 @@ __attribute__((target("avx2"))) void TileSimd(const T* src, int64_t ss, T* dst, 
     for (int64_t m = 0; m < m8; m += 8) Tile8x8(src + n * ss + m, ss, dst + m * ds + n, ds);
   if (m8 < bm) TileByElement(src + m8, ss, dst + m8 * ds, ds, bn, bm - m8);
   if (n8 < bn) TileByElement(src + n8 * ss, ss, dst + n8, ds, bn - n8, m8);
+}
+
+// Bytes: 16 x 16 register tiles where they fit, the 8 x 8 tiles and element copies at the tails.
+__attribute__((target("avx2"))) void TileSimd(const uint8_t* src, int64_t ss, uint8_t* dst, int64_t ds, int64_t bn,
+                                              int64_t bm) {
+  const int64_t n16 = bn & ~int64_t{15}, m16 = bm & ~int64_t{15};
+  if (n16 == 0 || m16 == 0) return TileSimd<uint8_t>(src, ss, dst, ds, bn, bm);
+  for (int64_t n = 0; n < n16; n += 16)
+    for (int64_t m = 0; m < m16; m += 16) Tile16x16(src + n * ss + m, ss, dst + m * ds + n, ds);
+  if (m16 < bm) TileSimd<uint8_t>(src + m16, ss, dst + m16 * ds, ds, bn, bm - m16);
+  if (n16 < bn) TileSimd<uint8_t>(src + n16 * ss, ss, dst + n16, ds, bn - n16, m16);
 }
 #endif
 
@@ -182,11 +220,11 @@ void Block(const T* src, int64_t ss, T* dst, int64_t ds, int64_t n0, int64_t n1,
     TileByElement(s, ss, d, ds, bn, bm);
   };
   if (by_columns) {
-    for (int64_t m = 0; m < m_total; m += kStrip)
-      tile(src + n0 * ss + m, dst + m * ds + n0, n1 - n0, std::min(kStrip, m_total - m));
+    for (int64_t m = 0; m < m_total; m += kStrip<T>)
+      tile(src + n0 * ss + m, dst + m * ds + n0, n1 - n0, std::min(kStrip<T>, m_total - m));
     return;
   }
-  for (int64_t n = n0; n < n1; n += kStrip) tile(src + n * ss, dst + n, std::min(kStrip, n1 - n), m_total);
+  for (int64_t n = n0; n < n1; n += kStrip<T>) tile(src + n * ss, dst + n, std::min(kStrip<T>, n1 - n), m_total);
 }
 
 struct Copy {
@@ -245,8 +283,9 @@ void Transpose2D(const Copy& c) {
     outer.count *= out_dims[i];
   }
   const int64_t n_total = c.r.dims[a], m_total = c.r.dims[rank - 1], ss = in_strides[a], ds = out_strides[b];
-  const int64_t rows_per_task = std::max<int64_t>(
-      kStrip, (kTaskBytes / static_cast<int64_t>(sizeof(T)) / std::max<int64_t>(m_total, 1)) / kStrip * kStrip);
+  const int64_t rows_per_task =
+      std::max<int64_t>(kStrip<T>, (kTaskBytes / static_cast<int64_t>(sizeof(T)) / std::max<int64_t>(m_total, 1)) /
+                                       kStrip<T> * kStrip<T>);
   const int64_t row_tasks = (n_total + rows_per_task - 1) / rows_per_task;
   const auto* src = reinterpret_cast<const T*>(c.src);
   auto* dst = reinterpret_cast<T*>(c.dst);
