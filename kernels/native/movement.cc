@@ -49,6 +49,11 @@ struct Broadcast {
       std::memcpy(dst, src, run);
       return;
     }
+    // one run out[axis] times: each copy from the input (reading back the run just written costs more)
+    if (in_strides[axis] == 0 && axis + 1 == contiguous) {
+      for (py::ssize_t i = 0; i < out[axis]; ++i) std::memcpy(dst + i * out_strides[axis], src, run);
+      return;
+    }
     if (in_strides[axis] == 0) {  // the same sub-block out[axis] times: write it once, then replicate it
       Fill(dst, src, axis + 1);
       Replicate(dst, static_cast<size_t>(out_strides[axis]), out[axis]);

@@ -8,7 +8,8 @@ where the copy releases the GIL.
 movement.cc's structure: Expand (and Tile, the same copy of x viewed with a 1 before each axis) merges the trailing
 axes that match into one memcpy run and replicates a broadcast axis's first block by doubling memcpys (Replicate:
 1, 2, 4 ... copies, then the rest), so the copy counts that cross a power of two are the boundaries here (3, 4, 5,
-7, 8, 9 copies)."""
+7, 8, 9 copies); a run broadcast along the axis just before it is copied from the input each time instead (a
+pattern whose last broadcast axis precedes the merged run; Tile's repeated last axis)."""
 
 from __future__ import annotations
 
@@ -125,6 +126,19 @@ def test_tile_every_repeat_pattern_through_the_kernel(dtype):
                                                                                True)])
             assert "tile" in calls, f"tile {x.shape} x {repeats}: the native kernel did not run ({calls})"
             _same_bytes(np.asarray(got[0]), np.asarray(want[0]), f"tile {x.shape} x {repeats}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.int64])
+def test_repeated_runs_copied_from_the_input(dtype):
+    """A run repeated along the axis before it, under outer axes kept or broadcast: rows of a sequence tiled along
+    their last axis (the op table's Tile), runs short and around 64 KiB of output."""
+    nat = runtime.native_module()
+    for x_shape, repeats in (((1, 128, 384), (1, 1, 2)), ((3, 5, 7), (1, 1, 9)), ((2, 1, 3), (2, 1, 4)),
+                             ((1, 4, 8191), (1, 1, 2)), ((1, 4, 8193), (1, 2, 2))):
+        x = _values(x_shape, dtype)
+        _same_bytes(nat.tile(x, list(repeats)), np.tile(x, repeats), f"tile {x_shape} x {repeats}")
+    for x_shape, shape in (((4, 1, 6), (3, 4, 5, 6)), ((2, 1, 1, 3), (2, 4, 3, 3)), ((5, 1), (5, 3))):
+        _expand(_values(x_shape, dtype), shape)
 
 
 def test_tile_node_binds_a_step_with_the_kernels_bytes_and_sizes_around_the_gil_release():
