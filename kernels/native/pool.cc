@@ -609,6 +609,16 @@ void GlobalAvgHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, 
   });
 }
 
+constexpr int64_t kGlobalTaskElems = 16384;  // a task's channels: at least one, about this many pixels
+
+void GlobalAvgFloat(const float* x, int64_t rows, int64_t count, float* y, int threads) {
+  const int64_t per = std::max<int64_t>(1, kGlobalTaskElems / count), tasks = (rows + per - 1) / per;
+  ParallelFor(ThreadsFor(threads, rows * count * 8), tasks, [&](int64_t t) {
+    for (int64_t r = t * per; r < std::min(rows, (t + 1) * per); ++r)
+      y[r] = (0.0f + PairwiseSum(x + r * count, count)) / static_cast<float>(count);
+  });
+}
+
 #if NPU_EP_X86
 // The maximum of float16 row x[0, n) (Max's rule: a NaN wins), widened 16 at a time in registers, two chains.
 static __attribute__((target("avx512f,avx512bw,avx512vl"))) float HalfRowMaxAvx512(const uint16_t* x, int64_t n) {

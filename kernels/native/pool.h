@@ -28,6 +28,8 @@ void AvgPoolHalf(const PoolShape& s, const uint16_t* x, const float* divisor, ui
 // y[r] = the mean of float16 row r of x [rows, count]: widened, summed in numpy's pairwise order from 0.0 (the
 // reference's np.add.reduce in float32), divided by count in float32, rounded once.
 void GlobalAvgHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads);
+// The same for float32 rows (the reference's np.add.reduce and division: its bits), tasks of whole rows.
+void GlobalAvgFloat(const float* x, int64_t rows, int64_t count, float* y, int threads);
 // y[r] = the maximum of float16 row r of x [rows, count] (NaN if any is NaN).
 void GlobalMaxHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads);
 

@@ -98,6 +98,18 @@ py::array GlobalAvgHalfPy(const py::array& x, int threads) {
   return y;
 }
 
+py::array GlobalAvgFloatPy(const py::array& x, int threads) {
+  if (x.ndim() < 3 || !x.dtype().equal(py::dtype::of<float>()) || !(x.flags() & py::array::c_style) || !x.size())
+    throw std::invalid_argument("global_average_pool: x must be a non-empty C-contiguous float32 [N, C, ...] array");
+  const int64_t rows = x.shape(0) * x.shape(1), count = x.size() / rows;
+  py::array y(py::dtype::of<float>(), PooledShape(x));
+  const auto* in = static_cast<const float*>(x.data());
+  auto* out = static_cast<float*>(y.mutable_data());
+  py::gil_scoped_release release;
+  GlobalAvgFloat(in, rows, count, out, threads);
+  return y;
+}
+
 }  // namespace
 
 void BindPool(py::module_& m) {
@@ -112,6 +124,9 @@ void BindPool(py::module_& m) {
   m.def("global_average_pool_half", &GlobalAvgHalfPy, py::arg("x"), py::arg("threads") = 1,
         "GlobalAveragePool of float16 x [N, C, ...]: each channel widened, summed in numpy's pairwise float32 order "
         "(the reference's np.add.reduce), divided by the pixel count in float32, rounded to float16; [N, C, 1, ...]");
+  m.def("global_average_pool", &GlobalAvgFloatPy, py::arg("x"), py::arg("threads") = 1,
+        "GlobalAveragePool of float32 x [N, C, ...]: each channel summed in numpy's pairwise order (the reference's "
+        "np.add.reduce: its bits), divided by the pixel count in float32; [N, C, 1, ...]");
 }
 
 }  // namespace npu_ep::kern

@@ -226,13 +226,16 @@ def _bind_avg(p: Prepared, inputs, outs) -> Any:
 def _run_gap(p: Prepared, inputs) -> list[np.ndarray]:
     """The mean over every axis after N, C: one float32 add-reduce over each channel's flattened pixels (what
     ``mean`` does for contiguous axes, without its Python wrapper and copies), then one division. Float16 is
-    widened first, so the add-reduce is numpy's float32 pairwise sum, which ``global_average_pool_half`` repeats."""
+    widened first, so the add-reduce is numpy's float32 pairwise sum, which ``global_average_pool_half`` and
+    (float32) ``global_average_pool`` repeat natively."""
     x = arg(p, inputs, 0)
     n, c = x.shape[:2]
     count = math.prod(x.shape[2:])
     nat = runtime.native(p)
     if nat is not None and x.dtype == np.float16 and x.size:
         return [nat.global_average_pool_half(np.ascontiguousarray(x), runtime.threads(p))]
+    if nat is not None and x.dtype == np.float32 and x.size:
+        return [nat.global_average_pool(np.ascontiguousarray(x), runtime.threads(p))]
     flat = np.ascontiguousarray(x).reshape(n, c, count)
     if x.dtype == np.float16:
         flat = flat.astype(np.float32)
@@ -279,7 +282,7 @@ def _bind_gmp(p: Prepared, inputs, outs) -> Any:
 
 
 def _bind_gap(p: Prepared, inputs, outs) -> Any:
-    """A float32 or float16 GlobalAveragePool as one native step making ``_run_gap``'s calls (ep/step_binding.py)."""
+    """A float32 or float16 GlobalAveragePool as one native step making ``_run_gap``'s call (ep/step_binding.py)."""
     nat = runtime.native(p)
     x = inputs[0] if inputs else None
     if (nat is None or not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float16) or x.ndim < 3
@@ -288,8 +291,8 @@ def _bind_gap(p: Prepared, inputs, outs) -> Any:
     if x.dtype == np.float16:
         return runtime.call_step(p, nat.global_average_pool_half, (None, runtime.threads(p)),
                                  [(0, 0, np.float16, x.shape, None)], [(-1, None)])
-    return runtime.call_step(p, nat.mean_pixels, (np.add.reduce, np.float32, None), [(2, 0, np.float32, x.shape, None)],
-                             [(-1, None)])
+    return runtime.call_step(p, nat.global_average_pool, (None, runtime.threads(p)),
+                             [(0, 0, np.float32, x.shape, None)], [(-1, None)])
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

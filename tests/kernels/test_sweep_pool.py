@@ -246,3 +246,14 @@ def test_average_separable_rows(pool_isa, attrs):
             x = _image((1, 2, h, w), np.float32)
             _avg(x, threads=2, **attrs)
             _avg(x, count_include_pad=1, **attrs)
+
+
+@pytest.mark.parametrize("pixels", [*around(8, 16, 128, 136, 256), 1, 2, 3136, *around(1024, 2048)])
+def test_float32_global_average_pool(pixels):
+    """GlobalAveragePool float32 (pool.cc's GlobalAvgFloat): numpy's pairwise sum order and the float32 division,
+    exact; channels across tasks of 16384 pixels (two threads), specials (a NaN or +-inf channel, -0.0)."""
+    for shape in ((2, 3, pixels), (1, 40, pixels, 1)):
+        x = with_specials((RNG.standard_normal(shape) * 100).astype(np.float32), RNG, fraction=0.01)
+        check("GlobalAveragePool", [("x", x, False)], "global_average_pool", exact=True, threads=2)
+    zeros = np.full((1, 3, pixels), -0.0, np.float32)
+    check("GlobalAveragePool", [("x", zeros, False)], "global_average_pool", exact=True)

@@ -1,5 +1,5 @@
 """Differential sweep of the native reductions (kernels/native/reduce.cc's integer ReduceSum and float
-ReduceMean, conv_bindings.cc's GlobalAveragePool mean_pixels), issue 38: each runs as a bound native step (the
+ReduceMean, pool.cc's GlobalAveragePool global_average_pool), issue 38: each runs as a bound native step (the
 program's C++ loop), so the sweep binds it after the kernel's own run (the reference model) and compares the two
 bit for bit, counting that the native step ran (or declined where it must). reduce.cc's float32 row maxima
 (ReduceMax over trailing axes, GlobalMaxPool; issue 40: 32 values per step and a masked tail on AVX-512, scalar
