@@ -52,6 +52,8 @@ void Product(const float* a, int64_t m, int64_t k, const float* packed, int64_t 
   PackedSgemm(g, threads, nullptr, nullptr);
 }
 
+constexpr int64_t kReleaseGilWork = int64_t{1} << 16;  // multiply-adds per gate from which a call releases the GIL
+
 // A step's product of h (few rows) with R^T: B's panels split among up to `threads` tasks from kStepSplitWork
 // multiply-adds on (PackedSgemm gives a product under its 2^20 one thread, and an LSTM of hidden 384 then read all
 // of R^T's 2.4 MB on one core every step). Each output's sums are the packed GEMM's at any split: the same bits.
@@ -309,12 +311,15 @@ template <typename DirectionFn>
 py::tuple RunDirections(const RecurrentShape& s, const Arr<float>& h0, const Arr<float>* c0, const Arr<int64_t>& lens,
                         int threads, DirectionFn&& direction) {
   const int64_t H = s.hidden, B = s.batch, D = s.dirs;
-  py::array_t<float> y({s.seq, D, B, H}), yh({D, B, H}), yc({c0 ? D : 0, B, H});
+  py::array_t<float> y({s.seq, D, B, H}), yh({D, B, H}), yc;
+  if (c0) yc = py::array_t<float>({D, B, H});
   float* yp = y.mutable_data();
   float* hp = yh.mutable_data();
   float* cp = c0 ? yc.mutable_data() : nullptr;
   {
-    py::gil_scoped_release release;
+    // a small op (a decoder step's cell) keeps the GIL: handing it over costs more than the op's few microseconds
+    std::optional<py::gil_scoped_release> release;
+    if (s.seq * B * H * (s.input + H) * D >= kReleaseGilWork) release.emplace();
     std::fill(yp, yp + s.seq * D * B * H, 0.0f);
     std::copy(h0.data(), h0.data() + D * B * H, hp);
     if (c0) std::copy(c0->data(), c0->data() + D * B * H, cp);
