@@ -32,6 +32,7 @@ namespace {
 
 constexpr int64_t kTaskBytes = int64_t{1} << 16;       // output bytes per parallel task
 constexpr size_t kMaxRank = 64;                        // numpy's NPY_MAXDIMS
+constexpr int64_t kPickRowBytes = 64;  // ScatterND without reduction picks each row from x or its update from here
 
 using Dims = std::vector<int64_t>;
 
@@ -556,13 +557,35 @@ py::array ScatterNdPy(const py::object& x_in, const py::object& idx_in, const py
   py::array y = Result("scatter_nd", x.dtype(), xs, out);
   auto* dst = static_cast<char*>(y.mutable_data());
   const auto* src = static_cast<const char*>(x.data());
-  if (dst != src)
-    ForUnits(x.nbytes(), 1, threads,
-             [&](int64_t lo, int64_t hi) { std::memcpy(dst + lo, src + lo, static_cast<size_t>(hi - lo)); });
   const int64_t row_elems = Product(xs, static_cast<size_t>(q), xs.size());
   const char kind = x.dtype().kind();
   const int64_t item = x.itemsize();
   const auto* u = static_cast<const char*>(upd.data());
+  const int64_t row_bytes = row_elems * item;
+  if (r == Reduction::kNone && dst != src && row_bytes >= kPickRowBytes) {
+    // Each row of the result is x's or its last update's: written once, from one of them (x's rows an update
+    // replaces are not copied first); runs of rows no update touches are one copy.
+    std::vector<int64_t> last(static_cast<size_t>(Product(xs, 0, static_cast<size_t>(q))), -1);
+    for (size_t k = 0; k < offsets.size(); ++k)
+      last[static_cast<size_t>(offsets[k] / row_bytes)] = static_cast<int64_t>(k);
+    ForUnits(static_cast<int64_t>(last.size()), row_bytes, threads, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi;) {
+        const int64_t k = last[static_cast<size_t>(i)];
+        int64_t j = i + 1;
+        if (k >= 0) {
+          std::memcpy(dst + i * row_bytes, u + k * row_bytes, static_cast<size_t>(row_bytes));
+        } else {
+          while (j < hi && last[static_cast<size_t>(j)] < 0) ++j;
+          std::memcpy(dst + i * row_bytes, src + i * row_bytes, static_cast<size_t>((j - i) * row_bytes));
+        }
+        i = j;
+      }
+    });
+    return y;
+  }
+  if (dst != src)
+    ForUnits(x.nbytes(), 1, threads,
+             [&](int64_t lo, int64_t hi) { std::memcpy(dst + lo, src + lo, static_cast<size_t>(hi - lo)); });
   // One contiguous column range per thread: each element still sees its updates in index order, so the bits do not
   // depend on the split (narrow column tasks would walk the rows once per task, 4 KB apart).
   const int64_t parts = std::min<int64_t>(ThreadsFor(threads, upd.nbytes()), std::max<int64_t>(row_elems, 1));

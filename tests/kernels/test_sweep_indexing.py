@@ -387,6 +387,34 @@ def test_scatter_nd_column_tasks_and_threads_byte_for_byte(reduction):
                                            reduction=reduction)[0].tobytes()
 
 
+PICK_ROW_BYTES = 64  # indexing.cc: from this row size ScatterND without reduction writes each row once
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.float16, np.float32, np.int64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_scatter_nd_rows_picked_from_x_or_their_last_update(dt, threads):
+    """Reduction none with rows of 64 bytes or more: each result row is x's or its last update's. Rows around the
+    64-byte switch, repeated and negative indices (the last wins), untouched runs at the start, middle and end,
+    every row updated, no update, index tuples addressing sub-blocks (q = 2), and data past the 1 MB split with
+    rows across its 64 KB tasks, one thread and two."""
+    item = np.dtype(dt).itemsize
+    for row in sorted({max(1, (PICK_ROW_BYTES + d) // item) for d in (-item, 0, item)}):
+        for idx in ([[2], [0], [2], [-1]], [[1]], [[0], [1], [2], [3], [4], [5]], [[-6], [5], [-6]]):
+            idx = np.array(idx)
+            _same_bytes("ScatterND", [("x", _values((6, row), dt), False), ("i", idx, False),
+                                      ("u", _values((len(idx), row), dt), False)], "scatter_nd", threads=threads)
+        _same_bytes("ScatterND", [("x", _values((6, row), dt), False), ("i", np.zeros((0, 1), np.int64), False),
+                                  ("u", _values((0, row), dt), False)], "scatter_nd", threads=threads)
+    idx = np.array([[1, 2], [0, 0], [1, 2], [2, -1]])
+    _same_bytes("ScatterND", [("x", _values((3, 4, 5, 16), dt), False), ("i", idx, False),
+                              ("u", _values((4, 5, 16), dt), False)], "scatter_nd", threads=threads)
+    row = 1000 * 8 // item  # 8000 bytes: 8 rows per 64 KB task
+    rows = (1 << 21) // (row * item) + 9
+    idx = np.array([[7], [8], [9], [rows - 1], [16], [8], [-rows], [23], [24]])
+    _same_bytes("ScatterND", [("x", _values((rows, row), dt), False), ("i", idx, False),
+                              ("u", _values((len(idx), row), dt), False)], "scatter_nd", threads=threads)
+
+
 def test_scatter_nd_names_bad_indices_and_updates():
     nat = runtime.native_module()
     x = np.zeros((4, 5), np.float32)
@@ -398,20 +426,21 @@ def test_scatter_nd_names_bad_indices_and_updates():
         nat.scatter_nd(x, np.array([[1, 1]]), np.zeros(1, np.float32), "sum")
 
 
-@pytest.mark.parametrize("reduction,dt,elem", [("none", np.float32, TensorProto.FLOAT),
-                                               ("add", np.int32, TensorProto.INT32)])
-def test_scatter_nd_session_matches_cpu_ep_and_runs_on_npu_ep(reduction, dt, elem):
-    """A KV-cache style row write (float32, none) and repeated integer accumulation (int32 add, exact), into ORT's
-    buffer, bit for bit."""
-    x = _values((4, 6, 8), dt)
+@pytest.mark.parametrize("reduction,dt,elem,width", [("none", np.float32, TensorProto.FLOAT, 8),
+                                                     ("none", np.float32, TensorProto.FLOAT, 32),
+                                                     ("add", np.int32, TensorProto.INT32, 8)])
+def test_scatter_nd_session_matches_cpu_ep_and_runs_on_npu_ep(reduction, dt, elem, width):
+    """A KV-cache style row write (float32, none: rows of 32 bytes, and of 128 picked from x or their update) and
+    repeated integer accumulation (int32 add, exact), into ORT's buffer, bit for bit."""
+    x = _values((4, 6, width), dt)
     idx = np.array([[1, 2], [3, -1]] if reduction == "none" else [[1, 2], [1, 2], [0, 0]], np.int64)
-    upd = _values((len(idx), 8), dt)
+    upd = _values((len(idx), width), dt)
     if dt == np.int32:
         x, upd = x // 4, upd // 4
     node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"], name="the_op", reduction=reduction)
-    model, sess = _session([node], [helper.make_tensor_value_info("x", elem, [4, 6, 8]),
-                                    helper.make_tensor_value_info("u", elem, [len(idx), 8])],
-                           [helper.make_tensor_value_info("y", elem, [4, 6, 8])], {"i": idx})
+    model, sess = _session([node], [helper.make_tensor_value_info("x", elem, [4, 6, width]),
+                                    helper.make_tensor_value_info("u", elem, [len(idx), width])],
+                           [helper.make_tensor_value_info("y", elem, [4, 6, width])], {"i": idx})
     _runs_native_like_cpu_ep(model, sess, {"x": x, "u": upd}, ["the_op"])
 
 
