@@ -536,10 +536,36 @@ static void AvgPlaneSeparable(const PoolShape& s, const float* in, const float* 
   }
 }
 
+#if NPU_EP_X86
+// AveragePool's 2x2 window at stride 2, no pads (Pool2x2): 16 outputs per step from both input rows in registers,
+// each row's even and odd columns split by permutes; (r0[2o] + r0[2o + 1]) + (r1[2o] + r1[2o + 1]), / divisor: the
+// separable pass's operations in its order, so its bits.
+__attribute__((target("avx512f"))) void AvgPool2x2Avx512(const PoolShape& s, const float* in, const float* divisor,
+                                                         float* out) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    const float* r0 = in + 2 * oh * s.W;
+    const float* r1 = r0 + s.W;
+    for (int64_t o = 0; o < s.OW; o += 16) {
+      const int64_t left = 2 * (s.OW - o);
+      const __mmask16 k0 = Lanes16(left), k1 = Lanes16(left - 16), ko = Lanes16(s.OW - o);
+      const __m512 a0 = _mm512_maskz_loadu_ps(k0, r0 + 2 * o), a1 = _mm512_maskz_loadu_ps(k1, r0 + 2 * o + 16);
+      const __m512 b0 = _mm512_maskz_loadu_ps(k0, r1 + 2 * o), b1 = _mm512_maskz_loadu_ps(k1, r1 + 2 * o + 16);
+      const __m512 ra = _mm512_add_ps(_mm512_permutex2var_ps(a0, even, a1), _mm512_permutex2var_ps(a0, odd, a1));
+      const __m512 rb = _mm512_add_ps(_mm512_permutex2var_ps(b0, even, b1), _mm512_permutex2var_ps(b0, odd, b1));
+      const __m512 d = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), ko, divisor + oh * s.OW + o);
+      _mm512_mask_storeu_ps(out + oh * s.OW + o, ko, _mm512_div_ps(_mm512_add_ps(ra, rb), d));
+    }
+  }
+}
+#endif
+
 // One float32 plane of AveragePool: the AVX-512 window kernels and the division, else separably (below AVX-512).
 // The separable pass was no faster than the window kernels on AVX-512 (3x3 / 1 on 64x56x56), so they keep it.
 static void AvgPlaneFloat(const PoolShape& s, const float* in, const float* divisor, float* out) {
 #if NPU_EP_X86
+  if (Pool2x2(s)) return AvgPool2x2Avx512(s, in, divisor, out);
   if (VectorWindows()) {
     PoolPlaneAvx512<true>(s, in, 0.0f, out);
     return DivideAvx512(out, divisor, s.OH * s.OW);
@@ -548,9 +574,17 @@ static void AvgPlaneFloat(const PoolShape& s, const float* in, const float* divi
   AvgPlaneSeparable(s, in, divisor, out);
 }
 
+// Planes in tasks of about kAvgTaskWork window taps (ParallelItems' 2^20 per task kept a 128-plane 56x56 2x2 pool,
+// 400K taps, on one thread while ORT's CPU EP splits it); threads from 128K taps.
+constexpr int64_t kAvgTaskWork = int64_t{1} << 15;
+
 void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads) {
-  conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
-    AvgPlaneFloat(s, x + plane * s.H * s.W, divisor, y + plane * s.OH * s.OW);
+  const int64_t planes = s.N * s.C, work = planes * s.OH * s.OW * s.kh * s.kw;
+  if (planes <= 0) return;
+  const int64_t tasks = std::clamp<int64_t>(work / kAvgTaskWork, 1, planes), per = (planes + tasks - 1) / tasks;
+  ParallelFor(ThreadsFor(threads, work * 8), (planes + per - 1) / per, [&](int64_t t) {
+    for (int64_t plane = t * per; plane < std::min(planes, (t + 1) * per); ++plane)
+      AvgPlaneFloat(s, x + plane * s.H * s.W, divisor, y + plane * s.OH * s.OW);
   });
 }
 

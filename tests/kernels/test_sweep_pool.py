@@ -3,8 +3,8 @@
 above its vector widths, with NaN, +-Inf, -0.0, huge and tiny values, on every instruction-set level it has.
 
 pool.cc's paths and their blocks:
-- the 2x2 / stride-2 register kernel (no pads, windows inside the plane, AVX-512): 16 float / 32 byte outputs per
-  step;
+- the 2x2 / stride-2 register kernels (no pads, windows inside the plane, AVX-512): 16 float / 32 byte outputs per
+  step (MaxPool; AveragePool float32);
 - float32 on AVX-512, every other window (issue 40): 16 outputs of a row per step; where 16 outputs' windows span
   at most 48 input columns (15 sw + (kw - 1) dw + 1), that span in three registers per window row (masked loads:
   pads and ceil_mode's overhang hold the pad value), maxima folding the rows first, sums tap by tap; wider spans
@@ -137,6 +137,19 @@ AVG = [dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[3, 3], pads
 def test_average(pool_isa, attrs):
     for w in around(16, 32):
         _avg(_image((1, 2, 5, w), np.float32), threads=2, **attrs)
+
+
+def test_average_2x2_register_kernel(pool_isa):
+    """AveragePool's 2x2 / stride 2 register kernel (float32, and float16 through its widened planes): OW around 16
+    and 32, an odd W / H outside every window, planes across tasks of 2^15 taps on two threads."""
+    for ow in TWO_BY_TWO_OW:
+        for w in (2 * ow, 2 * ow + 1):
+            x = _image((1, 2, 5, w), np.float32)
+            _avg(x, kernel_shape=[2, 2], strides=[2, 2])
+            with np.errstate(over="ignore"):  # the huge specials round to +-inf
+                half = x.astype(np.float16)
+            check("AveragePool", [("x", half, False)], "avg_pool_half", exact=True, kernel_shape=[2, 2], strides=[2, 2])
+    _avg(_image((2, 70, 30, 34), np.float32), threads=2, kernel_shape=[2, 2], strides=[2, 2])
 
 
 def test_average_negative_zero_and_infinities(pool_isa):
