@@ -3,8 +3,9 @@
 reference has NaN), with the types' extremes (integers wrap), -0.0, fractions of either sign (truncation toward zero),
 float16 ties, subnormals and overflow, NaN/Inf and floats beyond an integer's range (the kernel returns None there
 and the reference gives numpy's platform result), on every ISA level the host runs (F16C's float32 <-> float16
-lanes), around the lanes and the 32768-element task split on one thread and two. Sessions show NpuEP ran the node,
-as its bound native step (no Python step), with the CPU EP's values."""
+lanes; the conversion loops built for AVX2 and for the baseline), around the lanes and the 32768-element task split
+on one thread and two. Sessions show NpuEP ran the node, as its bound native step (no Python step), with the CPU
+EP's values."""
 
 from __future__ import annotations
 
@@ -86,9 +87,12 @@ def test_every_pair_bit_for_bit(capped_isa, src, dst):
 
 
 @pytest.mark.parametrize("src,dst", [(np.float32, np.float16), (np.float16, np.float32), (np.int64, np.float32),
-                                     (np.float32, np.int64), (np.bool_, np.float32)], ids=lambda t: np.dtype(t).name)
-def test_lanes_and_task_split_bit_for_bit(src, dst):
-    for n in around(8, 16, TASK):
+                                     (np.float32, np.int64), (np.bool_, np.float32), (np.int8, np.float32),
+                                     (np.uint8, np.float32), (np.int32, np.float32), (np.float64, np.int8)],
+                         ids=lambda t: np.dtype(t).name)
+def test_lanes_and_task_split_bit_for_bit(capped_isa, src, dst):
+    """Around the lanes of both loops (scalar build: SSE2's; AVX2's: 8 and 32 lanes of bytes) and the task split."""
+    for n in around(8, 16, 32, 64, TASK):
         _check(_values(n, src, specials=False), dst)
     x = _values(2 * TASK + 5, src, specials=False)
     assert _check(x, dst, threads=1).tobytes() == _check(x, dst, threads=2).tobytes()
