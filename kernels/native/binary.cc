@@ -1,7 +1,8 @@
 // Binary element-wise ops with ONNX (numpy) broadcasting for kernels/ops/elementwise.py: float16 Add/Sub/Mul/Div
 // (`kernels.binary_f16`), float16 comparisons (`kernels.compare_f16`, exact: both sides widen exactly) and
 // int32/int64 Div (`kernels.div_int`), and variadic Sum/Mean/Max/Min of same-shape float32/float16 arrays
-// (`kernels.variadic_float`).
+// (`kernels.variadic_float`), and the plain dtypes' Add/Sub/Mul/Div, Max/Min, comparisons and logic
+// (`kernels.binary_num`).
 // The reference model computes a float16 op in float32 and rounds once on store (numpy's half loops do the same);
 // both operands widen exactly and float32's 24-bit significand is at least 2 * 11 + 2 bits, so the rounded result
 // is the correctly rounded float16 one either way and binary_f16 gives the reference's bits (NaN for NaN).
@@ -372,6 +373,200 @@ py::array VariadicFloatPy(int op, int threads, const py::object& out, const py::
   return y;
 }
 
+// Binary ops of plain dtypes (`kernels.binary_num`), threaded over large tensors where numpy's ufunc runs on one
+// thread: Add/Sub/Mul (integers wrap as ORT's), Div (floats), Max/Min, comparisons (bool out) and And/Or/Xor of bool.
+// Max/Min as numpy's maximum/minimum: a NaN in either operand propagates (the first one's when both are NaN) and a
+// tie (-0 against +0) gives the second operand. IEEE float operations in the input dtype: the reference's bits (but
+// which NaN an Add or Mul of two NaNs gives: the compiler may swap their operands, and numpy's loops do).
+enum NumOp : int {
+  kNAdd = 0,
+  kNSub = 1,
+  kNMul = 2,
+  kNDiv = 3,
+  kNMax = 4,
+  kNMin = 5,
+  kNEqual = 6,
+  kNLess = 7,
+  kNLessOrEqual = 8,
+  kNGreater = 9,
+  kNGreaterOrEqual = 10,
+  kNAnd = 11,
+  kNOr = 12,
+  kNXor = 13
+};
+constexpr int64_t kNumMinParallel = 1 << 16;  // output elements from which a call splits over threads
+
+template <int Op, typename T>
+inline auto NumApply(T a, T b) {
+  if constexpr (Op == kNEqual) return a == b;
+  if constexpr (Op == kNLess) return a < b;
+  if constexpr (Op == kNLessOrEqual) return a <= b;
+  if constexpr (Op == kNGreater) return a > b;
+  if constexpr (Op == kNGreaterOrEqual) return a >= b;
+  if constexpr (Op == kNAnd) return a && b;
+  if constexpr (Op == kNOr) return a || b;
+  if constexpr (Op == kNXor) return a != b;
+  if constexpr (Op == kNMax || Op == kNMin) {
+    const bool first = Op == kNMax ? a > b : a < b;
+    if constexpr (std::is_floating_point_v<T>) return (first || a != a) ? a : b;
+    return first ? a : b;
+  }
+  if constexpr (Op <= kNDiv) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if constexpr (Op == kNAdd) return a + b;
+      if constexpr (Op == kNSub) return a - b;
+      if constexpr (Op == kNMul) return a * b;
+      return a / b;
+    } else {  // in the unsigned type: wraps
+      using U = std::make_unsigned_t<T>;
+      const U ua = static_cast<U>(a), ub = static_cast<U>(b);
+      if constexpr (Op == kNAdd) return static_cast<T>(static_cast<U>(ua + ub));
+      if constexpr (Op == kNSub) return static_cast<T>(static_cast<U>(ua - ub));
+      return static_cast<T>(static_cast<U>(ua * ub));
+    }
+  }
+}
+
+template <int Op, typename T>
+using NumOut = decltype(NumApply<Op, T>(T{}, T{}));
+
+// y[i] = a[i * sa] op b[i * sb], sa and sb in {0, 1}: one loop per case, so each vectorizes.
+template <int Op, typename T>
+__attribute__((always_inline)) inline void NumRowBody(const void* av, int64_t sa, const void* bv, int64_t sb, void* yv,
+                                                      int64_t n) {
+  const T* a = static_cast<const T*>(av);
+  const T* b = static_cast<const T*>(bv);
+  auto* y = static_cast<NumOut<Op, T>*>(yv);
+  if (sa && sb) {
+    for (int64_t i = 0; i < n; ++i) y[i] = NumApply<Op, T>(a[i], b[i]);
+  } else if (sa) {
+    const T v = *b;
+    for (int64_t i = 0; i < n; ++i) y[i] = NumApply<Op, T>(a[i], v);
+  } else if (sb) {
+    const T u = *a;
+    for (int64_t i = 0; i < n; ++i) y[i] = NumApply<Op, T>(u, b[i]);
+  } else {
+    std::fill_n(y, n, NumApply<Op, T>(*a, *b));
+  }
+}
+
+template <int Op, typename T>
+void NumRowDefault(const void* a, int64_t sa, const void* b, int64_t sb, void* y, int64_t n) {
+  NumRowBody<Op, T>(a, sa, b, sb, y, n);
+}
+
+#if NPU_EP_X86
+template <int Op, typename T>
+__attribute__((target("avx2"))) void NumRowAvx2(const void* a, int64_t sa, const void* b, int64_t sb, void* y,
+                                                int64_t n) {
+  NumRowBody<Op, T>(a, sa, b, sb, y, n);
+}
+
+template <int Op, typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void NumRowAvx512(const void* a, int64_t sa, const void* b,
+                                                                       int64_t sb, void* y, int64_t n) {
+  NumRowBody<Op, T>(a, sa, b, sb, y, n);
+}
+#endif
+
+using NumRowFn = void (*)(const void*, int64_t, const void*, int64_t, void*, int64_t);
+
+template <int Op, typename T>
+NumRowFn NumRowFor() {
+#if NPU_EP_X86
+  const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx512) return &NumRowAvx512<Op, T>;
+  if (isa >= Isa::kAvx2) return &NumRowAvx2<Op, T>;
+#endif
+  return &NumRowDefault<Op, T>;
+}
+
+template <typename T>
+NumRowFn NumRowForType(int op) {
+  constexpr bool kFloat = std::is_floating_point_v<T>, kBool = std::is_same_v<T, bool>;
+  switch (op) {
+    case kNAdd:
+      if constexpr (!kBool) return NumRowFor<kNAdd, T>();
+      break;
+    case kNSub:
+      if constexpr (!kBool) return NumRowFor<kNSub, T>();
+      break;
+    case kNMul:
+      if constexpr (!kBool) return NumRowFor<kNMul, T>();
+      break;
+    case kNDiv:
+      if constexpr (kFloat) return NumRowFor<kNDiv, T>();
+      break;
+    case kNMax:
+      if constexpr (!kBool) return NumRowFor<kNMax, T>();
+      break;
+    case kNMin:
+      if constexpr (!kBool) return NumRowFor<kNMin, T>();
+      break;
+    case kNEqual: return NumRowFor<kNEqual, T>();
+    case kNLess:
+      if constexpr (!kBool) return NumRowFor<kNLess, T>();
+      break;
+    case kNLessOrEqual:
+      if constexpr (!kBool) return NumRowFor<kNLessOrEqual, T>();
+      break;
+    case kNGreater:
+      if constexpr (!kBool) return NumRowFor<kNGreater, T>();
+      break;
+    case kNGreaterOrEqual:
+      if constexpr (!kBool) return NumRowFor<kNGreaterOrEqual, T>();
+      break;
+    case kNAnd:
+      if constexpr (kBool) return NumRowFor<kNAnd, T>();
+      break;
+    case kNOr:
+      if constexpr (kBool) return NumRowFor<kNOr, T>();
+      break;
+    case kNXor:
+      if constexpr (kBool) return NumRowFor<kNXor, T>();
+      break;
+    default: break;
+  }
+  return nullptr;
+}
+
+NumRowFn NumRowForDtype(int op, const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f' && size == 4) return NumRowForType<float>(op);
+  if (kind == 'f' && size == 8) return NumRowForType<double>(op);
+  if (kind == 'i' && size == 1) return NumRowForType<int8_t>(op);
+  if (kind == 'u' && size == 1) return NumRowForType<uint8_t>(op);
+  if (kind == 'i' && size == 2) return NumRowForType<int16_t>(op);
+  if (kind == 'i' && size == 4) return NumRowForType<int32_t>(op);
+  if (kind == 'i' && size == 8) return NumRowForType<int64_t>(op);
+  if (kind == 'b' && size == 1) return NumRowForType<bool>(op);
+  return nullptr;
+}
+
+py::array BinaryNumPy(int op, const py::array& a, const py::array& b, const py::object& out, int threads) {
+  const NumRowFn row = a.dtype().equal(b.dtype()) ? NumRowForDtype(op, a.dtype()) : nullptr;
+  if (!row || !(a.flags() & py::array::c_style) || !(b.flags() & py::array::c_style))
+    throw std::invalid_argument("binary_num: op " + std::to_string(op) + " has no kernel for " +
+                                std::string(py::str(a.dtype())) + ShapeText(a) + " and " +
+                                std::string(py::str(b.dtype())) + ShapeText(b) + " (C-order, one dtype)");
+  const Broadcast<2> p = PlanBroadcast<2>("binary_num", {&a, &b});
+  py::array y = BroadcastResult("binary_num", op >= kNEqual ? py::dtype::of<bool>() : a.dtype(), p, out);
+  if (p.total == 0) return y;
+  const auto* pa = static_cast<const char*>(a.data());
+  const auto* pb = static_cast<const char*>(b.data());
+  auto* py_ = static_cast<char*>(y.mutable_data());
+  const int64_t in_size = a.itemsize(), out_size = y.itemsize();
+  const int64_t task = p.total >= 4 * kTaskElems ? kTaskElems : std::max<int64_t>(1024, (p.total + 3) / 4);
+  ParallelRuns(
+      p, threads, task,
+      [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& unit, int64_t at, int64_t len) {
+        row(pa + off[0] * in_size, unit[0], pb + off[1] * in_size, unit[1], py_ + at * out_size, len);
+      },
+      kNumMinParallel);
+  return y;
+}
+
 }  // namespace
 
 void BindBinary(py::module_& m) {
@@ -390,6 +585,11 @@ void BindBinary(py::module_& m) {
   m.def("div_int", &DivIntPy, py::arg("a"), py::arg("b"), py::arg("out") = py::none(), py::arg("threads") = 1,
         "int32/int64 a / b truncated toward zero (ORT's Div; INT_MIN / -1 wraps) with numpy broadcasting, into out "
         "or a new array; None when a divisor is zero (the reference raises); a and b C-order, one dtype");
+  m.def("binary_num", &BinaryNumPy, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("out") = py::none(),
+        py::arg("threads") = 1,
+        "a op b of one plain dtype with numpy broadcasting (0 Add, 1 Sub, 2 Mul, 3 Div (floats), 4 Max, 5 Min, 6 "
+        "Equal, 7 Less, 8 LessOrEqual, 9 Greater, 10 GreaterOrEqual (bool out), 11 And, 12 Or, 13 Xor (bool)), the "
+        "reference's bits, into out (ORT's buffer) or a new array; a and b C-order");
 }
 
 }  // namespace npu_ep::kern

@@ -484,6 +484,8 @@ void RegisterKernels(py::module_& parent) {
   BindCast(m);  // cast.cc: Cast
   void BindUnaryF16(py::module_&);
   BindUnaryF16(m);  // unary_f16.cc: float16 Relu/Abs/Neg/Sqrt, Clip
+  void BindUnaryNum(py::module_&);
+  BindUnaryNum(m);  // unary.cc: Relu/Abs/Neg/Sqrt/Not and Clip of plain dtypes
   void BindRange(py::module_&);
   BindRange(m);  // range.cc: Range
   void BindConstantOfShape(py::module_&);

@@ -122,11 +122,13 @@ pybind11::array BroadcastResult(const char* fn, const pybind11::dtype& dtype, co
   return y;
 }
 
-// ForEachRun over every output element in tasks of `task` elements on up to `threads` threads, without the GIL.
+// ForEachRun over every output element in tasks of `task` elements on up to `threads` threads (one below
+// `min_parallel` elements), without the GIL.
 template <size_t N, typename Run>
-void ParallelRuns(const Broadcast<N>& p, int threads, int64_t task, const Run& run) {
+void ParallelRuns(const Broadcast<N>& p, int threads, int64_t task, const Run& run,
+                  int64_t min_parallel = kMinParallelWork) {
   pybind11::gil_scoped_release release;
-  ParallelFor(ThreadsFor(threads, p.total), (p.total + task - 1) / task,
+  ParallelFor(p.total < min_parallel ? 1 : threads, (p.total + task - 1) / task,
               [&](int64_t t) { ForEachRun(p, t * task, std::min(p.total, (t + 1) * task), run); });
 }
 

@@ -12,8 +12,8 @@ cost is ``_vector.stream_cost`` over the output elements with DMA of every input
 Float32 and float16 LeakyRelu, HardSigmoid, HardSwish and PRelu of one constant slope run on the element-wise
 engine (``elementwise.engine_runner``: conv-tail instructions, the same float32 operations as the functions here); a
 float32 PRelu whose slope varies along one run of x's axes (per channel) runs natively per row (``prelu_rows``). A
-Clip with constant bounds binds one clip ufunc call as the step (float32/float64, integers) or ``clip_f16`` (float16,
-also its run), a Clip without bounds a view.
+Clip with constant bounds binds one clip ufunc call as the step (float32/float64, integers; ``clip_num``, threaded,
+on large tensors) or ``clip_f16`` (float16, also its run), a Clip without bounds a view.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
 from ..tail_program import unary_program
-from .elementwise import (CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, class_f16_binder, clip_float, engine_bind,
-                          engine_runner, ufunc_binder)
+from .elementwise import (CLIP_UFUNC, ENGINE_KEY, FLOAT_RANGES, NATIVE_MIN_ELEMS, class_f16_binder, clip_float,
+                          engine_bind, engine_runner, ufunc_binder)
 
 
 def _f(x: np.ndarray, v: float) -> np.generic:
@@ -189,6 +189,10 @@ def _clip_run(p: Prepared, inputs) -> list[np.ndarray]:
             return [nat.clip_f16(x, lo, hi, None, runtime.threads(p))]
     same = x.dtype in FLOAT_RANGES and (lo is None or lo.dtype == x.dtype) and (hi is None or hi.dtype == x.dtype)
     if same and x.ndim and (lo is not None or hi is not None):
+        if (bounds := _num_clip_bounds(x, lo, hi)) is not None and (nat := runtime.native(p)) is not None:
+            y = nat.clip_num(x, *bounds, None, runtime.threads(p))
+            if y is not None:
+                return [y]
         return [clip_float(x, lo, hi)]
     y = x
     if lo is not None:
@@ -201,6 +205,21 @@ def _clip_run(p: Prepared, inputs) -> list[np.ndarray]:
 _INT_RANGES: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {
     np.dtype(t): (np.array(np.iinfo(t).min, t), np.array(np.iinfo(t).max, t))
     for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)}
+
+
+def _num_clip_bounds(x, lo, hi) -> tuple[np.ndarray, np.ndarray] | None:
+    """(lo, hi) for ``clip_num`` (kernels/native/unary.cc: numpy's clip, threaded) when it takes this Clip, the open
+    sides at the reference's defaults: a large C-order float32/float64/integer x, one-element bounds of its dtype,
+    neither NaN (numpy fills NaN then); else None."""
+    ranges = FLOAT_RANGES.get(x.dtype) or _INT_RANGES.get(x.dtype)
+    if (ranges is None or type(x) is not np.ndarray or x.size < NATIVE_MIN_ELEMS or not x.flags.c_contiguous
+            or x.dtype.kind == "u"):
+        return None
+    bounds = (ranges[0] if lo is None else lo, ranges[1] if hi is None else hi)
+    if any(not isinstance(b, np.ndarray) or b.dtype != x.dtype or b.size != 1
+           or (b.dtype.kind == "f" and np.isnan(b)) for b in bounds):
+        return None
+    return bounds
 
 
 def _clip_bind(p: Prepared, inputs, outs):
@@ -227,6 +246,9 @@ def _clip_bind(p: Prepared, inputs, outs):
         return None  # float16 (computed in float32), 0-d, or bounds of another dtype (numpy's promotion)
     where = p.runtime.partition_outputs
     into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
+    if (bounds := _num_clip_bounds(x, lo, hi)) is not None and (nat := runtime.native(p)) is not None:
+        return runtime.call_step(p, nat.clip_num, (None, *bounds, None, runtime.threads(p)),
+                                 [(0, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
     return runtime.call_step(p, CLIP_UFUNC, (None, ranges[0] if lo is None else lo, ranges[1] if hi is None else hi,
                                              None),
                              [(0, 0, x.dtype, x.shape, None)], [(-1, None)], None, into, keywords=("out",))

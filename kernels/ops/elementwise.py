@@ -6,7 +6,9 @@ store (``_vector.widen``); integer Div truncates toward zero like ORT (C++ integ
 and fails the run on a zero divisor, as ORT's CPU Div does. On the native kernels, with the reference's bits, and
 bound as the step: float16 Add/Sub/Mul/Div (``binary_f16``: the same float32 operation rounded once) and comparisons
 (``compare_f16``), int32/int64 Div (``div_int``), all in kernels/native/binary.cc; float16 Relu/Abs/Neg/Sqrt
-(unary_f16.cc).
+(unary_f16.cc). Large tensors (``NATIVE_MIN_ELEMS`` output elements) of float32/float64/integers/bool run the
+plain-dtype kernels, split over the threads where numpy's ufunc runs on one: Add/Sub/Mul/Div, Max/Min and Sum of
+two, comparisons and And/Or/Xor (``binary_num``), Relu/Abs/Neg/Sqrt/Not (``unary_num``, kernels/native/unary.cc).
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
 ``ceil(out_elements / lanes) * (ops + trans * transcendental_cycles)`` on the vector unit plus DMA of every input
@@ -230,7 +232,7 @@ def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], op: str =
         a, b = arg(p, inputs, 0), arg(p, inputs, 1)
         call = natives.get(a.dtype) if natives else None
         if (call is not None and type(a) is np.ndarray and type(b) is np.ndarray and b.dtype == a.dtype
-                and a.flags.c_contiguous and b.flags.c_contiguous):
+                and a.flags.c_contiguous and b.flags.c_contiguous and max(a.size, b.size) >= call[2]):
             nat = runtime.native(p)
             y = None if nat is None else getattr(nat, call[0])(*call[1], a, b, None, runtime.threads(p))
             if y is not None:
@@ -239,15 +241,35 @@ def _binary_runner(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], op: str =
     return run
 
 
-# (op, dtype) -> (native kernel, its leading arguments), each with the reference's bits (kernels/native/binary.cc):
-# float16 computed in float32 and rounded once, float16 compared exactly; integer Div truncating toward zero
-_NATIVE_BINARY: dict[tuple[str, np.dtype], tuple[str, tuple]] = {
-    **{(op, _F16): ("binary_f16", (code,)) for code, op in enumerate(("Add", "Sub", "Mul", "Div"))},
-    **{(op, _F16): ("compare_f16", (code,))
+# Output elements from which the plain dtypes' native kernels (binary_num, unary_num, clip_num) run: they split over
+# the threads there, where numpy's ufunc runs on one; below it the ufunc's call costs less
+NATIVE_MIN_ELEMS = 1 << 16
+_NUM_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.uint8, np.int16, np.int32, np.int64))
+_FLOATS = (_F32, np.dtype(np.float64))
+_BOOL = np.dtype(np.bool_)
+# binary_num's op codes and the dtypes each takes (kernels/native/binary.cc)
+_NUM_BINARY: dict[str, tuple[int, tuple[np.dtype, ...]]] = {
+    "Add": (0, _NUM_DTYPES), "Sub": (1, _NUM_DTYPES), "Mul": (2, _NUM_DTYPES), "Div": (3, _FLOATS),
+    "Max": (4, _NUM_DTYPES), "Min": (5, _NUM_DTYPES), "Equal": (6, (*_NUM_DTYPES, _BOOL)), "Less": (7, _NUM_DTYPES),
+    "LessOrEqual": (8, _NUM_DTYPES), "Greater": (9, _NUM_DTYPES), "GreaterOrEqual": (10, _NUM_DTYPES),
+    "And": (11, (_BOOL,)), "Or": (12, (_BOOL,)), "Xor": (13, (_BOOL,)),
+}
+# (op, dtype) -> (native kernel, its leading arguments, the least elements it runs for), each with the reference's
+# bits (kernels/native/binary.cc): float16 computed in float32 and rounded once, float16 compared exactly; integer
+# Div truncating toward zero; the plain dtypes' IEEE operations and wrapping integers
+_NATIVE_BINARY: dict[tuple[str, np.dtype], tuple[str, tuple, int]] = {
+    **{(op, dt): ("binary_num", (code,), NATIVE_MIN_ELEMS) for op, (code, dts) in _NUM_BINARY.items() for dt in dts},
+    **{(op, _F16): ("binary_f16", (code,), 0) for code, op in enumerate(("Add", "Sub", "Mul", "Div"))},
+    **{(op, _F16): ("compare_f16", (code,), 0)
        for code, op in enumerate(("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"))},
-    ("Div", np.dtype(np.int32)): ("div_int", ()), ("Div", np.dtype(np.int64)): ("div_int", ()),
+    ("Div", np.dtype(np.int32)): ("div_int", (), 0), ("Div", np.dtype(np.int64)): ("div_int", (), 0),
 }
 _NATIVE_BINARY_OPS = {op for op, _ in _NATIVE_BINARY}
+
+
+def _num_out(op: str, dtype: np.dtype) -> np.dtype:
+    """binary_num's result dtype: bool for comparisons and logic, else the operands'."""
+    return _BOOL if _NUM_BINARY[op][0] >= 6 else dtype
 
 
 def _native_binder(op: str, other: Callable | None) -> Callable:
@@ -258,13 +280,14 @@ def _native_binder(op: str, other: Callable | None) -> Callable:
 
     def bind(p: Prepared, inputs, outs):
         values = [arg(p, inputs, 0), arg(p, inputs, 1)]
-        call = natives.get(values[0].dtype) if isinstance(values[0], np.ndarray) else None
-        if call is None or not isinstance(values[1], np.ndarray) or values[1].dtype != values[0].dtype:
+        call = natives.get(values[0].dtype) if isinstance(values[0], np.ndarray) and len(inputs) == 2 else None
+        if (call is None or not isinstance(values[1], np.ndarray) or values[1].dtype != values[0].dtype
+                or (call[2] and (outs[0].size < call[2] or outs[0].dtype != _num_out(op, values[0].dtype)))):
             return other(p, inputs, outs) if other is not None else None
         nat = runtime.native(p)
         if nat is None:
             return None
-        name, lead = call
+        name, lead, _ = call
         given = [i < len(inputs) and inputs[i] is not None for i in range(2)]
         live = [(len(lead) + i, i, v.dtype, v.shape, None) for i, v in enumerate(values) if given[i]]
         if not live:
@@ -564,11 +587,14 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
     return np.asarray(y).astype(dt, copy=False)
 
 
-def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None = None):
+def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None = None, op: str = ""):
     """The run function of one unary op: ``fn`` on the compute dtype, rounded once on store. The common case (a
     runtime input, an array result already in the output dtype) makes no further Python call: a unary step is
     often all a small partition does. ``f16_code``: the op's ``unary_f16`` code, run for C-order float16 on the
-    native kernels (the reference's bits)."""
+    native kernels (the reference's bits); ``op`` of ``_NUM_UNARY``: ``unary_num`` for large C-order arrays of its
+    dtypes."""
+    num = _NUM_UNARY.get(op)
+
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = inputs[0] if inputs else None
         if x is None:
@@ -577,6 +603,9 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
             nat = runtime.native(p)
             if nat is not None:
                 return [nat.unary_f16(f16_code, x, None, runtime.threads(p))]
+        if (num is not None and x.size >= NATIVE_MIN_ELEMS and x.dtype in num[1] and type(x) is np.ndarray
+                and x.flags.c_contiguous and (nat := runtime.native(p)) is not None):
+            return [nat.unary_num(num[0], x, None, runtime.threads(p))]
         y = fn(x if x.dtype != _F16 else x.astype(_F32))  # widen(x), inline
         dt = p.kernel_cache.get("out_dtype")
         if dt is not None and type(y) is np.ndarray and y.dtype == dt:
@@ -699,6 +728,35 @@ def _f16_unary_binder(code: int, other: Callable | None) -> Callable:
     return bind
 
 
+_INTS = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+# unary_num's op codes and the dtypes each takes (kernels/native/unary.cc)
+_NUM_UNARY: dict[str, tuple[int, tuple[np.dtype, ...]]] = {
+    "Relu": (0, (*_FLOATS, *_INTS)), "Abs": (1, (*_FLOATS, *_INTS)), "Neg": (2, (*_FLOATS, *_INTS)),
+    "Sqrt": (3, _FLOATS), "Not": (4, (_BOOL,)),
+}
+
+
+def _num_unary_binder(op: str, other: Callable | None) -> Callable:
+    """The ``bind`` of Relu/Abs/Neg/Sqrt/Not on a large C-order array of ``_NUM_UNARY``'s dtypes: one ``unary_num``
+    call for this input shape (threaded), into ORT's buffer when the result is a partition output; ``other`` binds
+    the rest."""
+    code, dtypes = _NUM_UNARY[op]
+
+    def bind(p: Prepared, inputs, outs):
+        x = inputs[0] if inputs else None
+        if (not isinstance(x, np.ndarray) or x.dtype not in dtypes or x.size < NATIVE_MIN_ELEMS
+                or not x.flags.c_contiguous or outs[0].dtype != x.dtype):
+            return other(p, inputs, outs) if other is not None else None
+        nat = runtime.native(p)
+        if nat is None:
+            return None
+        where = p.runtime.partition_outputs
+        into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, nat.unary_num, (code, None, None, runtime.threads(p)),
+                                 [(1, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
+    return bind
+
+
 def class_f16_binder(test_of: Callable, other: Callable | None) -> Callable:
     """The ``bind`` of IsNaN / IsInf: on float16 one native bit test (``class_f16``, exact; numpy's float16 loops
     widen every element) for this input shape, ``test_of(p)`` its test code, into ORT's buffer when the result is a
@@ -747,9 +805,12 @@ for _op, (_fn, _, _) in _UNARY.items():
         register(KernelDef("", _op, prepare, engine_runner(_unary_runner(_fn)), cost, check, rank_free=True,
                            bind=engine_or(_ufunc_binder(_fn, 1))))
     elif _op in _F16_UNARY:
-        register(KernelDef("", _op, prepare, _unary_runner(_fn, _F16_UNARY[_op]), cost, check, rank_free=True,
-                           bind=_f16_unary_binder(_F16_UNARY[_op], _relu_bind if _op == "Relu"
-                                                  else _ufunc_binder(_fn, 1))))
+        register(KernelDef("", _op, prepare, _unary_runner(_fn, _F16_UNARY[_op], _op), cost, check, rank_free=True,
+                           bind=_f16_unary_binder(_F16_UNARY[_op], _num_unary_binder(
+                               _op, _relu_bind if _op == "Relu" else _ufunc_binder(_fn, 1)))))
+    elif _op in _NUM_UNARY:
+        register(KernelDef("", _op, prepare, _unary_runner(_fn, None, _op), cost, check, rank_free=True,
+                           bind=_num_unary_binder(_op, _ufunc_binder(_fn, 1))))
     elif _op not in _MS_UNARY:
         register(KernelDef("", _op, prepare, _unary_runner(_fn), cost, check, rank_free=True,
                            bind=_relu_bind if _op == "Relu" else _ufunc_binder(_fn, 1)))
@@ -775,4 +836,6 @@ def _pairwise_binder(fn: np.ufunc):
 
 for _op, (_fn, _, _) in _VARIADIC.items():
     register(KernelDef("", _op, prepare, _variadic_runner(_op, _fn), cost, check, rank_free=True,
-                       bind=_variadic_binder(_op, _pairwise_binder(_fn) if _op in ("Min", "Max") else None)))
+                       bind=_variadic_binder(_op, _native_binder(_op, _pairwise_binder(_fn))
+                                             if _op in ("Min", "Max") else _native_binder("Add", None)
+                                             if _op == "Sum" else None)))
