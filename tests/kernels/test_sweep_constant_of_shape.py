@@ -1,9 +1,10 @@
 """Differential sweep of ConstantOfShape (issue 40): ``fill_value`` (kernels/native/constant_of_shape.cc) against
 the reference model (kernels/ops/generate.py: numpy's full), byte for byte (the value's bits are repeated: NaN
 payloads, -0.0, float16 and bool kept), for values of every dtype size, shapes of rank 0..4 with size-0 axes, sizes
-around the 65536-element task split, one thread and two. The bound step is checked against the kernel by ``_sweep``;
-sessions show NpuEP ran the node as its bound native step (no Python step) with the CPU EP's bytes, and a new shape
-value after binding falls back to the kernel with the right result."""
+around the 65536-element task split and the 4 KB pattern a task's run is copied from, one thread and two. The bound
+step is checked against the kernel by ``_sweep``; sessions show NpuEP ran the node as its bound native step (no
+Python step) with the CPU EP's bytes, and a new shape value after binding falls back to the kernel with the right
+result."""
 
 from __future__ import annotations
 
@@ -51,6 +52,18 @@ def test_task_split_byte_for_byte(value):
     shape = [3, TASK + 9]
     assert _bytes_equal(shape, value, threads=1).tobytes() == _bytes_equal(shape, value, threads=2).tobytes()
     _bytes_equal([64, TASK], value, threads=2)  # 2^22 elements: two threads from 8-byte values
+
+
+PATTERN_BYTES = 4096  # constant_of_shape.cc fills this many bytes by a loop, the rest of a task by copies of them
+
+
+@pytest.mark.parametrize("value", [VALUES[2], NAN_PAYLOAD, VALUES[8]], ids=lambda v: f"{v.dtype}")
+def test_pattern_copies_byte_for_byte(value):
+    """Runs around the pattern, its multiples and a task's last partial copy, in one task and across tasks."""
+    p = PATTERN_BYTES // value.itemsize
+    for n in (*around(p, 2 * p, 3 * p), TASK - p + 1, TASK + p - 1, TASK + 2 * p + 3):
+        _bytes_equal([n], value)
+    _bytes_equal([3, 2 * p + 1], value)
 
 
 def test_bad_arguments_name_them():
