@@ -89,8 +89,10 @@ void BroadcastCopy(const py::array& x, const std::vector<py::ssize_t>& in_dims, 
 std::vector<int64_t> Dims64(const std::vector<py::ssize_t>& dims) { return {dims.begin(), dims.end()}; }
 
 // ONNX Expand: x broadcast against `shape` both ways (numpy's rules), materialized (into `out` when given).
-py::array ExpandPy(const py::object& x_in, const std::vector<py::ssize_t>& shape, const py::object& out_buffer) {
+py::array ExpandPy(const py::object& x_in, const py::object& shape_in, const py::object& out_buffer) {
   const py::array x = CArray(x_in);  // a strided x is copied first, as numpy reads it
+  const std::vector<int64_t> target = IntsOf(shape_in);  // a bound step's tuple read without pybind11's list caster
+  const std::vector<py::ssize_t> shape(target.begin(), target.end());
   if (x.dtype().kind() == 'O') throw std::invalid_argument("expand: object arrays are not supported");
   const auto rank = static_cast<py::ssize_t>(std::max<size_t>(shape.size(), static_cast<size_t>(x.ndim())));
   std::vector<py::ssize_t> in_dims(rank, 1), out(rank, 1);
@@ -112,8 +114,10 @@ py::array ExpandPy(const py::object& x_in, const std::vector<py::ssize_t>& shape
 
 // ONNX Tile: x repeated `repeats[i]` times along each axis i, which is the broadcast of x viewed as
 // [1, d0, 1, d1, ...] to [r0, d0, r1, d1, ...] (into `out` when given).
-py::array TilePy(const py::object& x_in, const std::vector<py::ssize_t>& repeats, const py::object& out_buffer) {
+py::array TilePy(const py::object& x_in, const py::object& repeats_in, const py::object& out_buffer) {
   const py::array x = CArray(x_in);  // a strided x is copied first, as numpy reads it
+  const std::vector<int64_t> reps = IntsOf(repeats_in);  // a bound step's tuple read without pybind11's list caster
+  const std::vector<py::ssize_t> repeats(reps.begin(), reps.end());
   std::vector<py::ssize_t> xs(x.shape(), x.shape() + x.ndim());
   const bool negative = std::any_of(repeats.begin(), repeats.end(), [](py::ssize_t r) { return r < 0; });
   if (x.dtype().kind() == 'O' || static_cast<py::ssize_t>(repeats.size()) != x.ndim() || negative)

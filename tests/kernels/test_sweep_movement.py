@@ -141,6 +141,17 @@ def test_repeated_runs_copied_from_the_input(dtype):
         _expand(_values(x_shape, dtype), shape)
 
 
+def test_repeats_and_shape_as_tuple_list_or_array():
+    """A bound step passes a tuple of ints, the kernels' Python side a list; numpy integers and arrays go through
+    pybind11's caster: the same bytes."""
+    nat = runtime.native_module()
+    x = _values((2, 1, 3), np.int8)
+    for reps in ((2, 3, 1), [2, 3, 1], np.array([2, 3, 1]), [np.int64(2), 3, 1]):
+        _same_bytes(nat.tile(x, reps), np.tile(x, (2, 3, 1)), f"tile x {reps!r}")
+    for shape in ((4, 2, 5, 3), [4, 2, 5, 3], np.array([4, 2, 5, 3]), [np.int32(4), 2, 5, 3]):
+        _same_bytes(nat.expand(x, shape), np.array(np.broadcast_to(x, (4, 2, 5, 3))), f"expand to {shape!r}")
+
+
 def test_tile_node_binds_a_step_with_the_kernels_bytes_and_sizes_around_the_gil_release():
     for x_shape, repeats in (((2, 3), (3, 1)), ((1, 5, 2), (2, 3, 4)), ((4,), (0,)), ((16383,), (2,))):
         x = _values(x_shape, np.float32)
