@@ -55,13 +55,16 @@ void RowSlots(int64_t p0, int64_t cols, int64_t ow, int64_t pitch, std::vector<G
 // Whether the output channels in the lanes (ChannelGemmAvx512) take fewer vector multiply-adds than the pixels
 // (GemmAvx512 over the slots: a pair's tile 16 per k and 8 rows, a lone slot's 8, a split slot's blend one more),
 // with 16 more per vector and depth pass (up to kKc = 256 deep) for the channels' sums and scatter stores: a
-// shallow conv (K 64..128) pays them over fewer multiply-adds. The bits are the same either way.
+// shallow conv (K 64..128) pays them over fewer multiply-adds. One vector of channels (16) loads a broadcast of B
+// per multiply-add, so its multiply-adds count 7/6 (a 16-channel 3x3 conv on an 8x8 map: split slots of two rows
+// each, about even by the count alone, ran its GEMM ~20% slower in the lanes). The bits are the same either way.
 bool ChannelLanesPay(int64_t rows_m, int64_t K, int64_t cols, const std::vector<GemmSlot>& slots) {
   if (rows_m % 16 != 0 || K < 64) return false;
   const int64_t n = static_cast<int64_t>(slots.size()), kc = std::min<int64_t>(K, 256);
   int64_t per_rows = n / 2 * 16 + n % 2 * 8;
   for (const GemmSlot& sl : slots) per_rows += sl.split < sl.n;
-  return rows_m / 16 * cols * (kc + 16) < (rows_m + 7) / 8 * per_rows * kc;
+  const int64_t lanes = rows_m / 16 * cols * (kc + 16), pixels = (rows_m + 7) / 8 * per_rows * kc;
+  return rows_m == 16 ? 7 * lanes < 6 * pixels : lanes < pixels;
 }
 
 // Each slot's pixels one by one: B column (pin) and C column (pout).
@@ -194,11 +197,14 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       const int64_t oh0 = p0 / s.OW, rows = (p0 + cols - 1) / s.OW - oh0 + 1, rows_in = (rows - 1) * s.sh + ekh;
       float* pad = Grow(sc.b, s.Cg() * s.sw * rows_in * wq + 16);  // + what a split slot reads past its lanes
       PhasedRows(s, planes, oh0 * s.sh - s.pt, rows_in, wq, pad, sc.row);
-      int64_t* off = sc.koff.data();  // k = (c, i, j) in order, without a division per k
-      for (int64_t c = 0; c < s.Cg(); ++c)
-        for (int64_t i = 0; i < s.kh; ++i)
-          for (int64_t j = 0; j < s.kw; ++j)
-            *off++ = ((c * s.sw + j * s.dw % s.sw) * rows_in + i * s.dh) * wq + j * s.dw / s.sw;
+      // k = (c, i, j) in order: the first channel's taps, then each channel's plane block further on (a division
+      // per k cost ~1 us of a 16-channel 3x3 conv on an 8x8 map)
+      int64_t* off = sc.koff.data();
+      for (int64_t i = 0; i < s.kh; ++i)
+        for (int64_t j = 0; j < s.kw; ++j) *off++ = ((j * s.dw % s.sw) * rows_in + i * s.dh) * wq + j * s.dw / s.sw;
+      const int64_t plane = s.sw * rows_in * wq;
+      for (int64_t c = 1; c < s.Cg(); ++c)
+        for (int64_t t = 0; t < T; ++t) *off++ = sc.koff[t] + c * plane;
       RowSlots(p0, cols, s.OW, s.sh * wq, sc.slots);
       b = pad;
     } else {

@@ -258,6 +258,18 @@ def test_float_dense_channels_in_lanes_wide(float_isa):
         _channel_case(*case)
 
 
+# One vector of 16 channels against the pixel GEMM over split slots (rows of 7..15 pixels): near the choice's
+# border either way, with a bias and a fused clip.
+@pytest.mark.parametrize("cg,hw", [(16, (8, 8)), (16, (12, 12)), (16, (14, 14)), (16, (7, 7)), (29, (9, 11)),
+                                   (64, (7, 7)), (8, (8, 8))])
+def test_float_dense_one_channel_vector_on_small_maps(float_isa, cg, hw):
+    rng = np.random.default_rng(cg + hw[1])
+    x = _floats((1, cg, *hw), rng, specials=True)
+    w = _floats((16, cg, 3, 3), rng)
+    _float_conv(x, w, _floats((16,), rng), pads=[1, 1, 1, 1])
+    _float_conv(x, w, _floats((16,), rng), tail=[("clip", 0.0, 6.0)], pads=[1, 1, 1, 1])
+
+
 # Worth two threads (P * K * Mg >= 2^20): the image splits into at least two tasks per thread, so the tasks differ
 # between 1, 2 and 3 threads; every output's bits must not. Pixel blocks where they come out even (56x56, 48x48);
 # on small maps whose pixel blocks would be short or uneven (PP-LCNet's 28x28, 14x14 and 7x7 1x1 convs) the output
