@@ -834,8 +834,17 @@ def _pairwise_binder(fn: np.ufunc):
     return bind_two
 
 
+_ADD_TWO = _native_binder("Add", None)
+
+
+def _sum_two(p: Prepared, inputs, outs):
+    """Sum of two large inputs as Add's ``binary_num`` (the same float32 add; broadcasting too); float16 and the rest
+    stay on ``variadic_float``."""
+    x = inputs[0] if inputs else None
+    return None if not isinstance(x, np.ndarray) or x.dtype == _F16 else _ADD_TWO(p, inputs, outs)
+
+
 for _op, (_fn, _, _) in _VARIADIC.items():
     register(KernelDef("", _op, prepare, _variadic_runner(_op, _fn), cost, check, rank_free=True,
                        bind=_variadic_binder(_op, _native_binder(_op, _pairwise_binder(_fn))
-                                             if _op in ("Min", "Max") else _native_binder("Add", None)
-                                             if _op == "Sum" else None)))
+                                             if _op in ("Min", "Max") else _sum_two if _op == "Sum" else None)))

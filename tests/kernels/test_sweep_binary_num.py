@@ -13,10 +13,13 @@ import pytest
 from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
-from _sweep import around, assert_session_runs_natively, bit_values, native_vs_reference
+from _sweep import (REF, around, assert_session_runs_natively, bit_values, bound_step_outputs, native_calls,
+                    native_vs_reference, node_model)
+from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.kernels.ops import elementwise as ew
+from npu_ep.kernels.registry import kernel_for
 from npu_testing import assignment, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
@@ -176,3 +179,23 @@ def test_session_matches_cpu_ep_and_runs_natively(op, dt, sb):
     sess = npu_session(model, so=so)
     assert assignment(sess) == {"the_op": "NpuEP"}
     assert_session_runs_natively(sess, model, {"a": a, "b": b})
+
+
+def test_sum_of_two_large_inputs_runs_add_and_three_stay_variadic():
+    """Sum of two large float32/int32 inputs binds Add's binary_num (broadcast too); Max of three stays on the
+    variadic kernels (binary_num takes two operands)."""
+    for dt, (sa, sb) in ((np.float32, ((3, 30011), (3, 30011))), (np.int32, ((3, 30011), (1, 30011)))):
+        a, b = _pair(sa, sb, dt)
+        m = node_model("Sum", [("a", a, False), ("b", b, False)])
+        (node,) = nodes_from_model(m)
+        k = kernel_for("", "Sum")
+        p = k.prepare(node, REF)
+        runtime.configure([p], "native", 1)
+        outs = list(k.run(p, [a, b]))
+        with native_calls() as calls:
+            got = bound_step_outputs(k, p, [a, b], outs)
+        assert "binary_num" in calls, calls
+        _assert_bits(got[0], _want("Add", a, b), f"Sum {np.dtype(dt)}")
+    xs = [_values((3, 30011), np.float32) for _ in range(3)]
+    _, _, calls = native_vs_reference("Max", [(f"x{i}", x, False) for i, x in enumerate(xs)])
+    assert "binary_num" not in calls
