@@ -5,8 +5,8 @@
 // neighbours in both orders merged. What is left is one of three copies: nothing moves (one memcpy); the innermost
 // axis stays innermost (a memcpy per run); or the innermost axes differ, a blocked 2-D transpose of the input's
 // innermost axis against the output's, repeated over the remaining axes. The 2-D transpose walks strips of 8 rows
-// or columns (16 for bytes; see Block) in 8 x 8 register tiles (16 x 16 for bytes; AVX2/SSE2 unpacks on x86 hosts
-// that run AVX2; element copies on the others and at the strips' tails), the strips split over threads.
+// or columns (16 for 1- and 2-byte elements; see Block) in 8 x 8 register tiles (16 x 16 for those; AVX2/SSE2 unpacks
+// on x86 hosts that run AVX2; element copies on the others and at the strips' tails), the strips split over threads.
 #if !defined(__clang__)  // clang unrolls these at -O2 and warns on the GCC pragma
 #pragma GCC optimize("O3")  // the register tiles' loops unroll, their arrays stay in registers
 #endif
@@ -33,7 +33,7 @@ namespace {
 
 // Rows or columns a strip of the 2-D transpose covers: a register tile's side.
 template <typename T>
-constexpr int64_t kStrip = sizeof(T) == 1 ? 16 : 8;
+constexpr int64_t kStrip = sizeof(T) <= 2 ? 16 : 8;
 constexpr int64_t kCachedBytes = int64_t{1} << 18;  // a 2-D block up to this size is walked by columns
 constexpr int64_t kTaskBytes = int64_t{1} << 17;  // bytes a parallel task copies, at least
 
@@ -183,6 +183,38 @@ __attribute__((target("avx2"))) void Tile16x16(const uint8_t* src, int64_t ss, u
   }
 }
 
+// 8 rows of 16 halves: per 128-bit lane the 8 x 8 network of the 16-bit Tile8x8, so out[k] holds column k of the
+// rows in its low lane and column 8 + k in its high lane.
+__attribute__((target("avx2"), always_inline)) inline void HalfRows8(const uint16_t* src, int64_t ss, __m256i out[8]) {
+  __m256i r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * ss));
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi16(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi16(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_unpacklo_epi32(t[i], t[i + 2]);
+    r[i + 1] = _mm256_unpackhi_epi32(t[i], t[i + 2]);
+    r[i + 2] = _mm256_unpacklo_epi32(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm256_unpackhi_epi32(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = _mm256_unpacklo_epi64(r[i], r[i + 4]);
+    out[2 * i + 1] = _mm256_unpackhi_epi64(r[i], r[i + 4]);
+  }
+}
+
+// 16 x 16 halves: 32-byte lines loaded and stored (the 8 x 8 tile moves 16 bytes per access).
+__attribute__((target("avx2"))) void Tile16x16(const uint16_t* src, int64_t ss, uint16_t* dst, int64_t ds) {
+  __m256i a[8], b[8];
+  HalfRows8(src, ss, a);
+  HalfRows8(src + 8 * ss, ss, b);
+  for (int k = 0; k < 8; ++k) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k * ds), _mm256_permute2x128_si256(a[k], b[k], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (8 + k) * ds), _mm256_permute2x128_si256(a[k], b[k], 0x31));
+  }
+}
+
 // One cache tile with 8 x 8 register tiles where they fit, element copies at its tails.
 template <typename T>
 __attribute__((target("avx2"))) void TileSimd(const T* src, int64_t ss, T* dst, int64_t ds, int64_t bn, int64_t bm) {
@@ -193,15 +225,15 @@ __attribute__((target("avx2"))) void TileSimd(const T* src, int64_t ss, T* dst, 
   if (n8 < bn) TileByElement(src + n8 * ss, ss, dst + n8, ds, bn - n8, m8);
 }
 
-// Bytes: 16 x 16 register tiles where they fit, the 8 x 8 tiles and element copies at the tails.
-__attribute__((target("avx2"))) void TileSimd(const uint8_t* src, int64_t ss, uint8_t* dst, int64_t ds, int64_t bn,
-                                              int64_t bm) {
+// Bytes and halves: 16 x 16 register tiles where they fit, the 8 x 8 tiles and element copies at the tails.
+template <typename T>
+__attribute__((target("avx2"))) void TileSimd16(const T* src, int64_t ss, T* dst, int64_t ds, int64_t bn, int64_t bm) {
   const int64_t n16 = bn & ~int64_t{15}, m16 = bm & ~int64_t{15};
-  if (n16 == 0 || m16 == 0) return TileSimd<uint8_t>(src, ss, dst, ds, bn, bm);
+  if (n16 == 0 || m16 == 0) return TileSimd<T>(src, ss, dst, ds, bn, bm);
   for (int64_t n = 0; n < n16; n += 16)
     for (int64_t m = 0; m < m16; m += 16) Tile16x16(src + n * ss + m, ss, dst + m * ds + n, ds);
-  if (m16 < bm) TileSimd<uint8_t>(src + m16, ss, dst + m16 * ds, ds, bn, bm - m16);
-  if (n16 < bn) TileSimd<uint8_t>(src + n16 * ss, ss, dst + n16, ds, bn - n16, m16);
+  if (m16 < bm) TileSimd<T>(src + m16, ss, dst + m16 * ds, ds, bn, bm - m16);
+  if (n16 < bn) TileSimd<T>(src + n16 * ss, ss, dst + n16, ds, bn - n16, m16);
 }
 #endif
 
@@ -214,7 +246,11 @@ void Block(const T* src, int64_t ss, T* dst, int64_t ds, int64_t n0, int64_t n1,
            bool by_columns) {
   auto tile = [&](const T* s, T* d, int64_t bn, int64_t bm) {
 #if NPU_EP_X86
-    if (simd) return TileSimd(s, ss, d, ds, bn, bm);
+    if constexpr (sizeof(T) <= 2) {
+      if (simd) return TileSimd16(s, ss, d, ds, bn, bm);
+    } else {
+      if (simd) return TileSimd(s, ss, d, ds, bn, bm);
+    }
 #endif
     (void)simd;
     TileByElement(s, ss, d, ds, bn, bm);

@@ -2,12 +2,12 @@
 model (kernels/ops/movement.py: numpy's transpose), byte for byte (elements are moved, never computed: NaN payloads,
 -0.0, denormals and float16 kept), for every element size (bool, int8, float16, float32, int64), every permutation
 of ranks 1..4 and the default (axes reversed), on both dispatch paths (scalar and the x86 8 x 8 register tiles, 16 x
-16 for bytes).
+16 for bytes and halves).
 
 transpose.cc's structure: the permutation is reduced (size-1 axes dropped, neighbours merged), then either one
 memcpy, a memcpy per innermost run, or a 2-D transpose walked in strips of 8 columns (a block of up to 256 KiB) or
-8 input rows (larger) in 8 x 8 register tiles with element copies at the tails (bytes: strips of 16 in 16 x 16
-tiles, 8 x 8 tiles and element copies at the tails), split over threads by rows. So the shapes cross 8 (bytes: 16)
+8 input rows (larger) in 8 x 8 register tiles with element copies at the tails (bytes and halves: strips of 16 in
+16 x 16 tiles, 8 x 8 tiles and element copies at the tails), split over threads by rows. So the shapes cross 8 (16)
 on both block axes in both walks, size-1 axes sit between the moved ones, and large cases run on one
 thread and two with the same bytes. The bound step
 is checked against the kernel by ``_sweep``; a session shows NpuEP ran the node as its bound native step."""
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native 
 RNG = np.random.default_rng(4042)
 DTYPES = [np.bool_, np.int8, np.float16, np.float32, np.int64]
 STRIP = 8  # transpose.cc's kStrip and the register tile's side
-BYTE_STRIP = 16  # the same for 1-byte elements
+BYTE_STRIP = 16  # the same for 1- and 2-byte elements
 
 
 @pytest.fixture(params=host_isas(top="avx2"))
@@ -74,10 +74,10 @@ def test_block_tails_of_the_2d_transpose(capped_isa, dt):
     _same_bytes(_values((515, 517), dt), (1, 0))  # over 256 KiB for every size here: the walk by rows, both tails
 
 
-@pytest.mark.parametrize("dt", [np.bool_, np.int8])
-def test_block_tails_of_the_byte_tiles(capped_isa, dt):
-    """Bytes go in 16 x 16 register tiles (strips of 16): both block axes below, at and above one and two or three
-    tiles, alone and under an outer axis; the 8 x 8 tiles and element copies take the tails."""
+@pytest.mark.parametrize("dt", [np.bool_, np.int8, np.float16])
+def test_block_tails_of_the_16_tiles(capped_isa, dt):
+    """Bytes and halves go in 16 x 16 register tiles (strips of 16): both block axes below, at and above one and two
+    or three tiles, alone and under an outer axis; the 8 x 8 tiles and element copies take the tails."""
     for n in around(BYTE_STRIP, 2 * BYTE_STRIP):
         for m in around(BYTE_STRIP, 3 * BYTE_STRIP) + [STRIP, 2 * BYTE_STRIP + STRIP + 3]:
             _same_bytes(_values((n, m), dt), (1, 0))
@@ -89,6 +89,8 @@ def test_block_tails_of_the_byte_tiles(capped_isa, dt):
 def test_threads_split_strips_with_the_same_bytes():
     x = _values((1029, 1030), np.int8)  # over the one-thread floor (2^20 elements), a strip tail at the end
     assert _same_bytes(x, (1, 0), threads=1).tobytes() == _same_bytes(x, (1, 0), threads=2).tobytes()
+    h = _values((1031, 1027), np.float16)  # 16-row strips of halves split across tasks, tails on both axes
+    assert _same_bytes(h, (1, 0), threads=1).tobytes() == _same_bytes(h, (1, 0), threads=2).tobytes()
     y = _values((3, 130, 2700), np.float32)  # an outer axis with strips split across tasks
     assert _same_bytes(y, (0, 2, 1), threads=1).tobytes() == _same_bytes(y, (0, 2, 1), threads=2).tobytes()
     z = _values((600, 3, 700), np.float16)  # the innermost axis stays: a memcpy per run, split over tasks
