@@ -31,6 +31,7 @@
 
 #include "cpu.h"
 #include "half.h"
+#include "intrinsics.h"
 #include "norm_matmul.h"
 #include "scratch.h"
 #include "thread_pool.h"
@@ -203,10 +204,41 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void RowsAvx512(const RowCa
 }
 #endif
 
+#if NPU_EP_X86
+// RmsRow's float16 rows on AVX-512: x widened 16 halves at a time into the float32 row the sum of squares reads,
+// and y = (x * scale) * inv rounded to float16 in the lanes (RowsImpl's scratch y row and its separate rounding
+// pass left out): the same operations, so the same bits.
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void RmsHalfRowsAvx512(const RowCall& c, int64_t first,
+                                                                                 int64_t last) {
+  const int64_t d = c.d;
+  float* in = Grow(t_scratch, d);
+  for (int64_t r = first; r < last; ++r) {
+    const uint16_t* x = static_cast<const uint16_t*>(c.x) + r * d;
+    uint16_t* y = static_cast<uint16_t*>(c.y) + r * d;
+    for (int64_t j = 0; j < d; j += 16) {
+      const __mmask16 m = static_cast<__mmask16>(d - j >= 16 ? 0xFFFF : (1u << (d - j)) - 1u);
+      _mm512_mask_storeu_ps(in + j, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + j)));
+    }
+    const float squares = c.sdot != nullptr ? c.sdot(d, in, 1, in, 1) : SumSquares(in, d, 0.0f);
+    const double ms = static_cast<double>(squares) / static_cast<double>(d) + c.eps_d;
+    const float inv = static_cast<float>(1.0 / std::sqrt(ms));
+    const __m512 iv = _mm512_set1_ps(inv);
+    for (int64_t j = 0; j < d; j += 16) {
+      const __mmask16 m = static_cast<__mmask16>(d - j >= 16 ? 0xFFFF : (1u << (d - j)) - 1u);
+      const __m512 v =
+          _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, in + j), _mm512_maskz_loadu_ps(m, c.scale + j)), iv);
+      _mm256_mask_storeu_epi16(y + j, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    if (c.inv != nullptr) c.inv[r] = inv;
+  }
+}
+#endif
+
 // The rows [first, last) on the widest instruction set the host runs (the same bits on each: the 16 lanes).
 void RunRows(const RowCall& c, int64_t first, int64_t last) {
 #if NPU_EP_X86
   const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx512 && c.half && c.kind == RowKind::kRms) return RmsHalfRowsAvx512(c, first, last);
   if (isa >= Isa::kAvx512) return RowsAvx512(c, first, last);
   if (isa >= Isa::kAvx2) return RowsAvx2(c, first, last);
 #endif

@@ -109,6 +109,27 @@ def test_task_split_and_threads_same_bits(op):
         assert u.tobytes() == v.tobytes(), f"{op}: output {i} depends on the thread count"
 
 
+@pytest.mark.skipif("avx512" not in host_isas(), reason="no AVX-512 on this host")
+def test_float16_rms_rows_in_avx512_lanes_are_the_avx2_rows_bits():
+    """norm.cc's AVX-512 float16 RMS rows (x widened and y rounded in the lanes, no scratch y row) give the bytes of
+    the AVX2 copy's widen, compute and round passes: y and inv_std_var, widths around 16 and 32 lanes, one special
+    value per row, the BLAS sdot and the kernel's own lanes, one thread and two."""
+    from npu_ep.kernels import host_blas
+    nat = runtime.native_module()
+    for d in [1, 7, *around(16, 32), 100, 384]:
+        x = _x((1, 2731 if d == 384 else 23, d), np.float16, specials=True)  # 2731 x 384: over kMinParallelWork
+        scale = RNG.uniform(0.5, 1.5, d).astype(np.float32)
+        for sdot in {host_blas.sdot_address() or 0, 0}:
+            got = {}
+            for isa in ("avx2", "avx512"):
+                for threads in (1, 2):
+                    for _ in cap_isa(isa):
+                        y, _, inv, _ = nat.norm_rows(x, None, None, scale, None, 1, d, 1e-5, False, True, False, None,
+                                                     threads, sdot)
+                    got[isa, threads] = y.tobytes() + inv.tobytes()
+            assert len(set(got.values())) == 1, f"d={d} sdot={sdot}: {sorted(k for k in got)} differ"
+
+
 @pytest.mark.parametrize("op", ["LayerNormalization", "SimplifiedLayerNormalization"])
 @pytest.mark.parametrize("axis", [0, 1, -2, 2, -3])
 def test_any_axis(op, axis):
