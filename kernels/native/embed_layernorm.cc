@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -78,10 +79,28 @@ void CheckTable(const F32& t, int64_t d, const char* what) {
                                 "], got rank " + std::to_string(t.ndim()));
 }
 
-py::tuple EmbedLayerNormPy(const I32& ids, const py::object& seg_ids, const F32& word, const F32& pos,
-                           const py::object& seg_table, const F32& gamma, const F32& beta, const py::object& mask,
-                           const py::object& pos_ids, float epsilon, bool want_sum, const py::object& out,
-                           int threads) {
+// o as a C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call,
+// ~0.1 us each), else numpy's conversion as pybind11's caster makes it.
+template <typename T>
+py::array_t<T, py::array::c_style> AsArray(const py::object& o, const char* what) {
+  using A = py::array_t<T, py::array::c_style>;
+  if (A::check_(o)) return py::reinterpret_borrow<A>(o);
+  A a = A::ensure(o);
+  if (!a) {
+    PyErr_Clear();
+    throw py::type_error(std::string("embed_layernorm: ") + what + " must be an array of " +
+                         std::string(py::str(py::dtype::of<T>())));
+  }
+  return a;
+}
+
+py::tuple EmbedLayerNormPy(const py::object& ids_in, const py::object& seg_ids, const py::object& word_in,
+                           const py::object& pos_in, const py::object& seg_table, const py::object& gamma_in,
+                           const py::object& beta_in, const py::object& mask, const py::object& pos_ids, float epsilon,
+                           bool want_sum, const py::object& out, int threads) {
+  const I32 ids = AsArray<int32_t>(ids_in, "input_ids");
+  const F32 word = AsArray<float>(word_in, "word_embedding"), pos = AsArray<float>(pos_in, "position_embedding");
+  const F32 gamma = AsArray<float>(gamma_in, "gamma"), beta = AsArray<float>(beta_in, "beta");
   if (ids.ndim() != 2) throw std::invalid_argument("embed_layernorm: input_ids must be [batch, sequence]");
   const int64_t b = ids.shape(0), s = ids.shape(1), d = word.ndim() == 2 ? word.shape(1) : -1;
   CheckTable(word, d, "word_embedding");
@@ -91,29 +110,29 @@ py::tuple EmbedLayerNormPy(const I32& ids, const py::object& seg_ids, const F32&
   if (seg_ids.is_none() != seg_table.is_none())
     throw std::invalid_argument("embed_layernorm: segment_ids and segment_embedding go together");
   const auto as_ids = [&](const py::object& o, const char* what) {
-    I32 a = o.cast<I32>();
+    I32 a = AsArray<int32_t>(o, what);
     const bool ok = a.ndim() == 2 && a.shape(1) == s && (a.shape(0) == b || a.shape(0) == 1);
     if (!ok) throw std::invalid_argument(std::string("embed_layernorm: ") + what + " must be [batch, sequence]");
     return a;
   };
-  I32 seg, msk, pids;  // default arrays are empty, not null: has_* say which were given
-  F32 segt;
+  std::optional<I32> seg, msk, pids;  // a default array would be a new empty one per call
+  std::optional<F32> segt;
   const bool has_seg = !seg_ids.is_none(), has_mask = !mask.is_none(), has_pids = !pos_ids.is_none();
   if (has_seg) {
     seg = as_ids(seg_ids, "segment_ids");
-    segt = seg_table.cast<F32>();
-    CheckTable(segt, d, "segment_embedding");
+    segt = AsArray<float>(seg_table, "segment_embedding");
+    CheckTable(*segt, d, "segment_embedding");
   }
   if (has_mask) msk = as_ids(mask, "mask");
   if (has_pids) pids = as_ids(pos_ids, "position_ids");
   CheckIndices(ids.data(), ids.size(), word.shape(0), "input_ids");
   if (has_pids) {
-    CheckIndices(pids.data(), pids.size(), pos.shape(0), "position");
+    CheckIndices(pids->data(), pids->size(), pos.shape(0), "position");
   } else if (s > pos.shape(0)) {
     throw std::invalid_argument("EmbedLayerNormalization: position index out of range [0, " +
                                 std::to_string(pos.shape(0)) + ")");
   }
-  if (has_seg) CheckIndices(seg.data(), seg.size(), segt.shape(0), "segment_ids");
+  if (has_seg) CheckIndices(seg->data(), seg->size(), segt->shape(0), "segment_ids");
 
   F32 y;
   if (out.is_none()) {
@@ -125,21 +144,22 @@ py::tuple EmbedLayerNormPy(const I32& ids, const py::object& seg_ids, const F32&
                                   std::to_string(b * s * d) + " elements");
     y = py::reinterpret_borrow<F32>(out);
   }
-  F32 sum = want_sum ? F32({b, s, d}) : F32();
+  std::optional<F32> sum;
+  if (want_sum) sum = F32({b, s, d});
   I32 mask_index(std::vector<py::ssize_t>{b});
   for (int64_t i = 0; i < b; ++i) {
     int32_t count = 0;
     if (has_mask)
-      for (int64_t j = 0; j < s; ++j) count += msk.data()[(msk.shape(0) == 1 ? 0 : i) * s + j] == 1;
+      for (int64_t j = 0; j < s; ++j) count += msk->data()[(msk->shape(0) == 1 ? 0 : i) * s + j] == 1;
     mask_index.mutable_data()[i] = count;
   }
-  const Tables t{word.data(), pos.data(), has_seg ? segt.data() : nullptr, gamma.data(), beta.data(), d, epsilon};
-  const int32_t* pid = has_pids ? pids.data() : nullptr;
-  const bool pid_rows = has_pids && pids.shape(0) == b;
-  const int32_t* sid = has_seg ? seg.data() : nullptr;
-  const bool sid_rows = has_seg && seg.shape(0) == b;
+  const Tables t{word.data(), pos.data(), has_seg ? segt->data() : nullptr, gamma.data(), beta.data(), d, epsilon};
+  const int32_t* pid = has_pids ? pids->data() : nullptr;
+  const bool pid_rows = has_pids && pids->shape(0) == b;
+  const int32_t* sid = has_seg ? seg->data() : nullptr;
+  const bool sid_rows = has_seg && seg->shape(0) == b;
   float* py_ = y.mutable_data();
-  float* ps = want_sum ? sum.mutable_data() : nullptr;
+  float* ps = want_sum ? sum->mutable_data() : nullptr;
   const int32_t* id = ids.data();
   {
     py::gil_scoped_release release;
@@ -154,7 +174,7 @@ py::tuple EmbedLayerNormPy(const I32& ids, const py::object& seg_ids, const F32&
       }
     });
   }
-  return py::make_tuple(y, mask_index, want_sum ? py::object(sum) : py::object(py::none()));
+  return py::make_tuple(y, mask_index, want_sum ? py::object(*sum) : py::object(py::none()));
 }
 
 }  // namespace

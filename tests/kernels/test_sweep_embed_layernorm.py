@@ -136,3 +136,29 @@ def test_session_matches_cpu_ep_and_runs_on_npu_ep():
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(got[1], want[1])
     assert python_steps(sess) == [], "EmbedLayerNormalization ran its Python kernel instead of the bound native step"
+
+
+def test_arrays_of_other_layouts_are_converted_as_before():
+    """The kernel borrows C-order int32/float32 arrays as they are and converts the others pybind11's caster took
+    (strided ids, a Fortran-order table, lists) to the same values; a value that is no array of numbers (or one
+    only an unsafe cast would give: int64 ids) is a TypeError."""
+    nat = runtime.native_module()
+    rng = np.random.default_rng(5)
+    b, s, d = 2, 5, 24
+    ids = rng.integers(0, 30, (b, s)).astype(np.int32)
+    word, pos = rng.standard_normal((30, d)).astype(np.float32), rng.standard_normal((8, d)).astype(np.float32)
+    seg_ids = rng.integers(0, 2, (b, s)).astype(np.int32)
+    seg = rng.standard_normal((2, d)).astype(np.float32)
+    gamma, beta = rng.standard_normal(d).astype(np.float32), rng.standard_normal(d).astype(np.float32)
+    mask = (rng.random((b, s)) < 0.7).astype(np.int32)
+    want = nat.embed_layernorm(ids, seg_ids, word, pos, seg, gamma, beta, mask, None, 1e-5, True, None, 1)
+    wide = np.zeros((b, 2 * s), np.int32)
+    wide[:, ::2] = ids
+    got = nat.embed_layernorm(wide[:, ::2], seg_ids.tolist(), np.asfortranarray(word), pos, seg[::-1][::-1],
+                              gamma.tolist(), beta, mask[:, ::-1][:, ::-1], None, 1e-5, True, None, 1)
+    for g, w in zip(got, want):
+        assert g.tobytes() == w.tobytes()
+    for bad in ("word", ids.astype(np.int64)):
+        with pytest.raises(TypeError):
+            args = (ids, None, bad) if isinstance(bad, str) else (bad, None, word)
+            nat.embed_layernorm(*args, pos, None, gamma, beta, None, None, 1e-5, False, None, 1)
