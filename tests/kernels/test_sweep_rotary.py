@@ -103,6 +103,23 @@ def test_writes_into_a_given_buffer(row_isa, dt):
             nat.rotary_embedding(x, pos, cos, sin, n, h, half, True, 1, bad)
 
 
+def test_positions_of_other_layouts_are_converted_as_before():
+    """C-order int64 position ids are read as they are; strided ones, int32 ones and a list are converted to the
+    same ids; a value that is no array of integers is a TypeError."""
+    nat = runtime.native_module()
+    b, n, s, h, half = 2, 2, 5, 16, 8
+    x = RNG.standard_normal((b, n, s, h)).astype(np.float32)
+    pos = RNG.integers(0, 12, (b, s)).astype(np.int64)
+    cos, sin = (RNG.standard_normal((12, half)).astype(np.float32) for _ in range(2))
+    want = nat.rotary_embedding(x, pos, cos, sin, n, h, half, False)
+    wide = np.zeros((b, 2 * s), np.int64)
+    wide[:, ::2] = pos
+    for other in (wide[:, ::2], pos.astype(np.int32), pos.tolist()):
+        assert nat.rotary_embedding(x, other, cos, sin, n, h, half, False).tobytes() == want.tobytes()
+    with pytest.raises(TypeError):
+        nat.rotary_embedding(x, "positions", cos, sin, n, h, half, False)
+
+
 def test_positions_outside_the_cache_are_an_index_error():
     inputs = _case(np.float32, (1, 2, 3, 8), 4, 4, np.array([[1, 2, 4]], np.int64))
     with pytest.raises(IndexError, match=r"position ids outside the cos/sin cache \[0, 4\)"):
