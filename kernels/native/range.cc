@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -41,14 +42,30 @@ T First(const py::array& a) {
   return *static_cast<const T*>(a.data());
 }
 
+template <typename T>
+__attribute__((always_inline)) inline void IntValues(T start, T delta, T* out, int64_t n) {
+  using U = std::make_unsigned_t<T>;  // a running unsigned value: GCC vectorizes the induction (i * delta it did not)
+  U v = static_cast<U>(start);
+  for (int64_t i = 0; i < n; ++i, v += static_cast<U>(delta)) out[i] = static_cast<T>(v);
+}
+
+#if NPU_EP_X86
+// The same integers with 32-byte stores (this file is built for the baseline ISA).
+template <typename T>
+__attribute__((target("avx2"), noinline)) void IntValuesAvx2(T start, T delta, T* out, int64_t n) {
+  IntValues(start, delta, out, n);
+}
+#endif
+
 // The values, in a function of plain arguments so the running value stays in a register (inline in Fill, GCC kept it
 // on the stack across the loop: a store and a reload per element).
 template <typename T>
 __attribute__((noinline)) void FillValues(T start, T delta, T* out, int64_t n) {
   if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;  // a running unsigned value: GCC vectorizes the induction (i * delta it did not)
-    U v = static_cast<U>(start);
-    for (int64_t i = 0; i < n; ++i, v += static_cast<U>(delta)) out[i] = static_cast<T>(v);
+#if NPU_EP_X86
+    if (ActiveIsa() >= Isa::kAvx2) return IntValuesAvx2(start, delta, out, n);
+#endif
+    IntValues(start, delta, out, n);
   } else {
     T v = start;
     for (int64_t i = 0; i < n; ++i, v += delta) out[i] = v;
@@ -71,7 +88,7 @@ auto Differs(T next, T value) {
 // is v, by induction from v_0. Integer-valued and power-of-two steps, the common ranges, hold throughout; a step
 // like 0.1 fails within a few elements.
 template <typename T>
-int64_t ClosedForm(T start, T delta, T* out, int64_t begin, int64_t end) {
+__attribute__((always_inline)) inline int64_t ClosedFormRuns(T start, T delta, T* out, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; i += kCheckElems) {
     const int64_t stop = std::min(i + kCheckElems, end);
     const auto first = static_cast<int32_t>(i), count = static_cast<int32_t>(stop - i);  // counts are below 2^31
@@ -85,6 +102,22 @@ int64_t ClosedForm(T start, T delta, T* out, int64_t begin, int64_t end) {
         if (Differs(static_cast<T>(out[j - 1] + delta), out[j]) != 0) return j;
   }
   return end;
+}
+
+#if NPU_EP_X86
+// The same with 32-byte vectors: the check makes the bits the in-order loop's whatever the candidates' rounding.
+template <typename T>
+__attribute__((target("avx2"), noinline)) int64_t ClosedFormAvx2(T start, T delta, T* out, int64_t begin, int64_t end) {
+  return ClosedFormRuns(start, delta, out, begin, end);
+}
+#endif
+
+template <typename T>
+int64_t ClosedForm(T start, T delta, T* out, int64_t begin, int64_t end) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx2) return ClosedFormAvx2(start, delta, out, begin, end);
+#endif
+  return ClosedFormRuns(start, delta, out, begin, end);
 }
 
 // Integers over tasks of kTaskElems: element i is start + i * delta whichever task writes it. Floats: the closed form

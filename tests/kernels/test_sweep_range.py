@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from _sweep import native_vs_reference
+from _isa import cap_isa, host_isas
+from _sweep import around, native_vs_reference
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.tools.bench.ops import python_steps
@@ -35,21 +36,31 @@ def _check(start, limit, delta, dt, shape=(), threads=1) -> np.ndarray:
     return g
 
 
+@pytest.fixture(params=host_isas(top="avx2"))
+def capped_isa(request):
+    """range.cc's integer loop and float closed form have AVX2 builds beside the baseline ones."""
+    yield from cap_isa(request.param)
+
+
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
-def test_float_ranges_exact(dt):
+def test_float_ranges_exact(capped_isa, dt):
     for case in FLOAT_CASES:
         _check(*case, dt)
     _check(0.0, 5.0, 0.5, dt, shape=(1,))
 
 
 @pytest.mark.parametrize("dt", [np.int16, np.int32, np.int64])
-def test_integer_ranges_exact_and_wrapping(dt):
+def test_integer_ranges_exact_and_wrapping(capped_isa, dt):
     for case in INT_CASES:
         _check(*case, dt)
     info = np.iinfo(dt)
     _check(info.max - 5, info.max, 2, dt)
     _check(info.min + 6, info.min, -2, dt)
     _check(info.min, info.max, info.max // 3, dt)  # the difference wraps in the dtype, as the reference's
+    for n in around(4, 8, 16, 32, 64):  # vector widths and their tails
+        wrapped = (info.max - n // 2 + n - info.min) % 2 ** info.bits + info.min  # the limit as the dtype holds it
+        _check(info.max - n // 2, wrapped, 1, dt)  # the values wrap past max within a vector
+        _check(3, 3 + 7 * n, 7, dt)
 
 
 TASK = 1 << 16  # range.cc's elements per parallel task
@@ -57,7 +68,7 @@ SPLIT_BYTES = 1 << 23  # an integer range splits over threads from these bytes
 
 
 @pytest.mark.parametrize("dt", [np.int32, np.int64])  # an int16 range is at most 128 KB
-def test_integer_ranges_split_over_threads_exact(dt):
+def test_integer_ranges_split_over_threads_exact(capped_isa, dt):
     """From 8 MB an integer range fills in tasks of 2^16 elements on two threads (each task's first value computed
     from its index): counts around the split and around task multiples, steps that wrap within a task and across
     task starts, negative steps."""
@@ -76,7 +87,7 @@ PROBE = 1 << 10  # range.cc tries a float range's closed form on these first ele
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_float_closed_form_gives_the_in_order_bits(dt, threads):
+def test_float_closed_form_gives_the_in_order_bits(capped_isa, dt, threads):
     """A float range is written in closed form where each value is the previous plus delta rounded, and in order
     from the first index where it is not. Integer and power-of-two steps hold (negative, from -0.0, overflowing to
     inf); steps like 0.1 miss at once; past 2^mantissa the in-order sum sticks and the closed form misses there,
@@ -84,7 +95,7 @@ def test_float_closed_form_gives_the_in_order_bits(dt, threads):
     task, below and above the thread split."""
     big = 2.0 ** (np.finfo(dt).nmant + 1) + 1  # about here start + 1 rounds back in the dtype
     first = SPLIT_BYTES // np.dtype(dt).itemsize
-    for n in (1, 2, 3, PROBE - 1, PROBE, PROBE + 1, PROBE + TASK + 5, first + TASK + 7):
+    for n in (*around(2, 4, 8, 16, 32), PROBE - 1, PROBE, PROBE + 1, PROBE + TASK + 5, first + TASK + 7):
         _check(0.0, float(n), 1.0, dt, threads=threads)
         _check(-0.0, n * 0.25, 0.25, dt, threads=threads)
         _check(5.0, 5.0 - 2.0 * n, -2.0, dt, threads=threads)
