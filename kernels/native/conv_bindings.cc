@@ -109,36 +109,68 @@ py::array_t<float> Im2ColPy(const Arr<float>& x, int64_t n, const std::vector<in
 }
 
 // A float conv on x of float32 or float16 (the reference's float16 path: x widened exactly, the float32 conv,
-// rounded once to float16); run(xf, yf) is the float32 kernel, called without the GIL.
+// rounded once to float16); run(xf, yf) is the float32 kernel, called without the GIL. Into `out` (ORT's buffer
+// for a bound step) when given: x's dtype, C order, writeable, N*M*OH*OW elements.
 template <typename Run>
-py::array FloatConv(const py::array& x, const ConvShape& s, const char* op, Run run) {
+py::array FloatConv(const py::array& x, const ConvShape& s, const char* op, const py::object& out, Run run) {
   const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
   if (!half && !py::isinstance<Arr<float>>(x))
     throw std::invalid_argument(std::string(op) + ": x must be float32 or float16, got " +
                                 std::string(py::str(x.dtype())));
-  py::array y(x.dtype(), std::vector<py::ssize_t>{s.N, s.M, s.OH, s.OW});
+  py::array y;
+  if (out.is_none()) {
+    y = py::array(x.dtype(), std::vector<py::ssize_t>{s.N, s.M, s.OH, s.OW});
+  } else {
+    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+    if (!y || !y.dtype().equal(x.dtype()) || !(y.flags() & py::array::c_style) || !y.writeable() ||
+        y.size() != s.N * s.M * s.OH * s.OW)
+      throw std::invalid_argument(std::string(op) + ": out must be a writeable C-order array of x's dtype and " +
+                                  std::to_string(s.N * s.M * s.OH * s.OW) + " elements");
+  }
   const void* in = x.data();
-  void* out = y.mutable_data();
+  void* dst = y.mutable_data();
   {
     py::gil_scoped_release release;
     if (!half) {
-      run(static_cast<const float*>(in), static_cast<float*>(out));
+      run(static_cast<const float*>(in), static_cast<float*>(dst));
     } else {
       const int64_t nx = s.N * s.C * s.H * s.W, ny = s.N * s.M * s.OH * s.OW;
       std::unique_ptr<float[]> xf(new float[static_cast<size_t>(nx)]);  // uninitialized: written whole
       std::unique_ptr<float[]> yf(new float[static_cast<size_t>(ny)]);
       HalfToFloatRow(static_cast<const uint16_t*>(in), xf.get(), nx);
       run(xf.get(), yf.get());
-      FloatToHalfRow(yf.get(), static_cast<uint16_t*>(out), ny);
+      FloatToHalfRow(yf.get(), static_cast<uint16_t*>(dst), ny);
     }
   }
   return y;
 }
 
-py::array DepthwisePy(const py::array& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
-                      const std::vector<int64_t>& geom, int threads, const std::optional<Arr<int32_t>>& tail_codes,
-                      const std::optional<Arr<float>>& tail_consts,
-                      const std::optional<Arr<float>>& tail_channel_consts, int64_t tail_channel_at) {
+// A C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call, ~0.1 us
+// each), else numpy's conversion as pybind11's array_t caster makes it; None stays nullopt.
+template <typename T>
+std::optional<Arr<T>> AsArr(const py::object& o, const char* op, const char* what) {
+  if (o.is_none()) return std::nullopt;
+  if (Arr<T>::check_(o)) return py::reinterpret_borrow<Arr<T>>(o);
+  Arr<T> a = Arr<T>::ensure(o);
+  if (!a) {
+    PyErr_Clear();
+    throw py::type_error(std::string(op) + ": " + what + " must be an array of " +
+                         std::string(py::str(py::dtype::of<T>())));
+  }
+  return a;
+}
+
+py::array DepthwisePy(const py::array& x, const py::object& w_in, const py::object& bias_in,
+                      const std::vector<int64_t>& geom, int threads, const py::object& codes_in,
+                      const py::object& consts_in, const py::object& channel_in, int64_t tail_channel_at,
+                      const py::object& out) {
+  const char* op = "conv_depthwise";
+  if (w_in.is_none()) throw py::type_error("conv_depthwise: w must be an array of float32");
+  const Arr<float> w = *AsArr<float>(w_in, op, "w");
+  const auto bias = AsArr<float>(bias_in, op, "bias");
+  const auto tail_codes = AsArr<int32_t>(codes_in, op, "tail_codes");
+  const auto tail_consts = AsArr<float>(consts_in, op, "tail_consts");
+  const auto tail_channel_consts = AsArr<float>(channel_in, op, "tail_channel_consts");
   const ConvShape s = Shape(x, geom, "conv_depthwise");
   ConvTail tail = TailArg(tail_codes, tail_consts, "conv_depthwise");
   ChannelArg(tail, tail_channel_consts, tail_channel_at, s.M, "conv_depthwise");
@@ -147,14 +179,21 @@ py::array DepthwisePy(const py::array& x, const Arr<float>& w, const std::option
   if (bias) ExpectSize(*bias, s.M, "conv_depthwise", "bias");
   const float* b = bias ? bias->data() : nullptr;
   const float* wd = w.data();
-  return FloatConv(x, s, "conv_depthwise",
+  return FloatConv(x, s, "conv_depthwise", out,
                    [&](const float* xf, float* yf) { DepthwiseFloat(s, xf, wd, b, yf, threads, tail); });
 }
 
-py::array DensePy(const py::array& x, const Arr<float>& w, const std::optional<Arr<float>>& bias,
-                  const std::vector<int64_t>& geom, uintptr_t sgemm, int threads,
-                  const std::optional<Arr<int32_t>>& tail_codes, const std::optional<Arr<float>>& tail_consts,
-                  const std::optional<Arr<float>>& tail_channel_consts, int64_t tail_channel_at) {
+py::array DensePy(const py::array& x, const py::object& w_in, const py::object& bias_in,
+                  const std::vector<int64_t>& geom, uintptr_t sgemm, int threads, const py::object& codes_in,
+                  const py::object& consts_in, const py::object& channel_in, int64_t tail_channel_at,
+                  const py::object& out) {
+  const char* op = "conv_dense";
+  if (w_in.is_none()) throw py::type_error("conv_dense: w must be an array of float32");
+  const Arr<float> w = *AsArr<float>(w_in, op, "w");
+  const auto bias = AsArr<float>(bias_in, op, "bias");
+  const auto tail_codes = AsArr<int32_t>(codes_in, op, "tail_codes");
+  const auto tail_consts = AsArr<float>(consts_in, op, "tail_consts");
+  const auto tail_channel_consts = AsArr<float>(channel_in, op, "tail_channel_consts");
   const ConvShape s = Shape(x, geom, "conv_dense");
   ConvTail tail = TailArg(tail_codes, tail_consts, "conv_dense");
   ChannelArg(tail, tail_channel_consts, tail_channel_at, s.M, "conv_dense");
@@ -164,7 +203,7 @@ py::array DensePy(const py::array& x, const Arr<float>& w, const std::optional<A
   const float* b = bias ? bias->data() : nullptr;
   const float* wd = w.data();
   const auto gemm = reinterpret_cast<Sgemm64>(sgemm);
-  return FloatConv(x, s, "conv_dense",
+  return FloatConv(x, s, "conv_dense", out,
                    [&](const float* xf, float* yf) { DenseFloat(s, xf, wd, b, yf, gemm, threads, tail); });
 }
 
@@ -353,15 +392,15 @@ void BindConv(py::module_& m) {
   m.def(
       "conv_dense", &DensePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"), py::arg("sgemm"),
       py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
-      py::arg("tail_channel_consts") = py::none(), py::arg("tail_channel_at") = -1,
+      py::arg("tail_channel_consts") = py::none(), py::arg("tail_channel_at") = -1, py::arg("out") = py::none(),
       "float conv as blocked implicit GEMM on a CBLAS sgemm with 64-bit ints (its address: "
       "kernels.host_blas.sgemm_address()); w [group, C/group*kh*kw, M/group]; a pointwise conv reads x's rows "
       "directly; tail: a fused element-wise tail (conv_tail codes) applied per finished block, tail_channel_consts [M] "
       "the first constant of instruction tail_channel_at per output channel (a PRelu's slopes); float16 x widened, "
-      "the float32 conv, rounded once");
+      "the float32 conv, rounded once; out: the result's buffer (x's dtype) instead of a new array");
   m.def("conv_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
-        py::arg("tail_channel_consts") = py::none(), py::arg("tail_channel_at") = -1,
+        py::arg("tail_channel_consts") = py::none(), py::arg("tail_channel_at") = -1, py::arg("out") = py::none(),
         "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order; float16 x widened and rounded once");
   m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
         py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"), py::arg("y_signed"), py::arg("geometry"),

@@ -326,6 +326,10 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
     return calls.keep((x.shape, threads), call)
 
 
+# Where the optional tail arguments start among each float kernel's arguments after x (out= follows all four).
+_TAIL_AT = {"conv_depthwise": 4, "conv_dense": 5}
+
+
 def _qlinear_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:
     """(kernel, its arguments after x, dtype to view its result as or None) of the QLinearConv's native call for
     x's shape, made once per shape (``shape_memo``)."""
@@ -429,8 +433,13 @@ def _bind(p: Prepared, inputs, outs) -> Any:
             return None
         fn, args = call[2], call[3]
     shape4 = x4.shape if x.ndim == 3 else None
+    into = []
+    where = p.runtime.partition_outputs  # a float conv writes a partition output into ORT's buffer
+    if not q and x.ndim == 4 and where and 0 in where:
+        args = (*args, *(None, None, None, -1)[len(args) - _TAIL_AT[fn.__name__]:], None)
+        into = [(len(args), where[0], list(outs[0].shape))]
     return runtime.call_step(p, fn, (None, *args), [(0, 0, x.dtype, x.shape, shape4)],
-                             [(-1, outs[0].shape if x.ndim == 3 else None)])
+                             [(-1, outs[0].shape if x.ndim == 3 else None)], None, into)
 
 
 def _run_conv(p: Prepared, inputs) -> tuple[list[np.ndarray], bool]:
