@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -186,7 +187,11 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, int64_t b, 
     const int rows = static_cast<int>(std::min<int64_t>(kRows, s1 - r0));
     for (int r = 0; r < rows; ++r) {
       const float* qs = q0 + (r0 + r) * c.q.strides[2];
-      for (int64_t i = 0; i < H; ++i) qbuf[r * H + i] = qs[i * c.q.strides[3]];
+      if (c.q.strides[3] == 1) {
+        std::memcpy(qbuf.data() + r * H, qs, H * sizeof(float));  // a strided copy loop was ~0.3 us of 8 x 64
+      } else {
+        for (int64_t i = 0; i < H; ++i) qbuf[r * H + i] = qs[i * c.q.strides[3]];
+      }
       orow[r] = c.out + (((b * c.L1 + n) * c.S) + r0 + r) * Hv;
     }
     if (transposed)

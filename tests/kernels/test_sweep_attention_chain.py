@@ -88,3 +88,14 @@ def test_wide_grid(chain_isa):
         for t in KEYS + [127, 128, 129]:
             for h in (8, 17, 64):
                 _check(*_operands(s, t, h, h + 1, k_view=(s + t) % 2 == 0), scale_kind=(s + t + h) % 3)
+
+
+def test_query_rows_of_any_layout_give_the_same_bits(chain_isa):
+    """Query rows are copied whole where their channels are contiguous, element by element otherwise: the same
+    bits either way (rows around the 4-row pass and the 16-row K transpose)."""
+    for s in (3, 8, 17):
+        q, kt, v, mask = _operands(s, 24, 16, 8)
+        strided = np.ascontiguousarray(q.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # channels at a pitch of s
+        assert strided.strides[3] != 4
+        want = NAT.attention_chain(q, kt, v, mask, 1, 0.3, 1, False)
+        assert NAT.attention_chain(strided, kt, v, mask, 1, 0.3, 1, False).tobytes() == want.tobytes()
