@@ -365,25 +365,6 @@ py::array_t<float> AvgPoolPy(const py::array& x, const std::vector<int64_t>& geo
   return y;
 }
 
-// GlobalAveragePool's bound step (kernels/ops/pool.py binds it): numpy's float32 add-reduce over each channel's
-// flattened pixels (the reference's very call), then the reference's one float32 division per channel, here.
-py::array MeanPixelsPy(const py::object& add_reduce, const py::object& float32, py::array x) {
-  if (x.ndim() < 3 || !py::isinstance<Arr<float>>(x) || !(x.flags() & py::array::c_style) || x.size() == 0)
-    throw std::invalid_argument("mean_pixels: x must be a non-empty C-contiguous float32 [N, C, ...] array");
-  const py::ssize_t n = x.shape(0), c = x.shape(1), count = x.size() / (n * c);
-  py::object sums = add_reduce(x.reshape({n, c, count}), 2, float32, py::none(), true);
-  if (!py::isinstance<Arr<float>>(sums))
-    throw std::invalid_argument("mean_pixels: the add-reduce did not give a C-contiguous float32 array");
-  auto s = sums.cast<py::array>();
-  float* data = static_cast<float*>(s.mutable_data());
-  const float divisor = static_cast<float>(count);
-  for (py::ssize_t i = 0; i < n * c; ++i) data[i] /= divisor;
-  std::vector<py::ssize_t> shape(static_cast<size_t>(x.ndim()), 1);
-  shape[0] = n;
-  shape[1] = c;
-  return s.reshape(shape);
-}
-
 }  // namespace
 
 void BindConv(py::module_& m) {
@@ -417,9 +398,6 @@ void BindConv(py::module_& m) {
   m.def("avg_pool", &AvgPoolPy, py::arg("x"), py::arg("geometry"), py::arg("divisor"), py::arg("threads") = 1,
         "AveragePool of float32 x [N, C, H, W] over a geometry as max_pool's: each window summed in float32 in tap "
         "order (0.0 outside the input), divided by divisor [OH, OW] (the reference's counts)");
-  m.def("mean_pixels", &MeanPixelsPy, py::arg("add_reduce"), py::arg("float32"), py::arg("x"),
-        "GlobalAveragePool of float32 x [N, C, ...]: add_reduce (numpy's np.add.reduce) over each channel's pixels "
-        "in float32, then one float32 division per channel; shape [N, C, 1, ...]");
 }
 
 }  // namespace npu_ep::kern
