@@ -7,18 +7,22 @@ decomposition). Run as written, each layer's [S, T] scores per head go to memory
 attention. ``npu-rewrite`` turns a decoder's attention into GroupQueryAttention; this covers the graphs that are
 run as exported, and the encoders that rule does not match.
 
-Rules (all must hold): float32 throughout; Q and K^T are runtime values (K^T is usually a Transpose of K, which
-stays a step of its own: a view); the scale is a scalar constant (rank <= 1, one element) multiplying the scores
-or dividing them; the mask, if any, is the Add's other operand, of rank <= 4; the Softmax normalizes the last
-axis, or its input's rank is unknown (checked on every call; at any opset: the legacy 2-D rows are the last axis
-then); its output, or the exporters' NaN guard on it (``Where(IsNaN(p), 0, p)``: rows a Softmax makes NaN become
-zeros), is the second MatMul's input A; every intermediate has exactly one consumer (the guard's two) and is not a
-graph output; Q, K^T and V have rank 2..4 or unknown ranks; the target lists ``npu::AttentionChain``.
+Rules (all must hold): float32 throughout; Q and K^T are runtime values; the scale is a scalar constant (rank <= 1,
+one element) multiplying the scores or dividing them; the mask, if any, is the Add's other operand, of rank <= 4;
+the Softmax normalizes the last axis, or its input's rank is unknown (checked on every call; at any opset: the
+legacy 2-D rows are the last axis then); its output, or the exporters' NaN guard on it (``Where(IsNaN(p), 0, p)``:
+rows a Softmax makes NaN become zeros), is the second MatMul's input A; every intermediate has exactly one consumer
+(the guard's two) and is not a graph output; Q, K^T and V have rank 2..4 or unknown ranks; the target lists
+``npu::AttentionChain``.
 Where(mask, scores, -inf) masks are not taken.
 
 repeat_kv: where K^T or V is the exporters' ``Reshape(Expand(Unsqueeze(x, axes=[2])))`` of a KV head tensor x
 (``Transpose(perm=[0, 1, 3, 2])`` after it for K^T), each intermediate read by the next alone, the fused node takes
 x and the path (``_repeat_kv``): the kernel reads each KV head for its G query heads instead of a G-fold copy.
+
+K's transpose: where K^T is otherwise a ``Transpose`` swapping K's last two axes (an explicit perm, rank 2..4) of a
+float32 runtime K, read by the chain alone and not a partition output, the fused node takes K and the Transpose
+(``_k_transpose``): the kernel reads K's rows as they are, with no step of its own for a view of K.
 
 The chain is ``kernels.fusion.patterns``' ``scaled`` and ``masked_softmax`` between the two MatMuls, and repeat_kv
 is ``patterns.repeat_kv``: the pieces ``rewriter/gqa.py`` matches too. A candidate (the second MatMul, where the
@@ -167,6 +171,35 @@ def _repeat_kv(value: ir.Value, transposed: bool) -> list[ir.Node] | None:
     return path
 
 
+@functools.cache
+def _k_transpose_pattern() -> Pattern:
+    from onnxscript.rewriter._rewrite_rule import Pattern
+
+    return Pattern(lambda op, k: op.Transpose(k, _outputs=["kt"]), name="k_transpose")
+
+
+def _k_transpose_reason(value: ir.Value) -> str | None:
+    """Why K^T ``value`` is not a Transpose of K the fused node can take in its place, or None."""
+    if value.producer() is None or match_at(_k_transpose_pattern(), value.producer()) is None:
+        return "K^T is not a Transpose's output"
+    if len(value.uses()) != 1 or value.is_graph_output():
+        return "K^T has other readers or is a partition output"
+    nd = node_info(value.producer())
+    perm = [int(a) for a in nd.attr("perm", [])]
+    if not 2 <= len(perm) <= 4 or perm != [*range(len(perm) - 2), len(perm) - 1, len(perm) - 2]:
+        return f"{nd.describe()} does not swap the last two axes (perm {perm})"
+    k = nd.inputs[0]
+    if not _f32(k) or k.is_constant:
+        return f"K {k.describe()} is not a float32 runtime tensor"
+    return None
+
+
+def _k_transpose(value: ir.Value) -> ir.Node | None:
+    """The Transpose of K that ``value`` (K^T) is, when the fused node may read K in its place (the reason says
+    why not), else None."""
+    return value.producer() if _k_transpose_reason(value) is None else None
+
+
 class AttentionChainRule(FusionRule):
     """``MatMul(softmax([scale](Q K^T) [+ mask]) [NaN guard], V)`` -> ``npu::AttentionChain``."""
 
@@ -189,7 +222,8 @@ class AttentionChainRule(FusionRule):
         return passed() if reason is None else failed(reason[0], [probs])
 
     def absorbed(self, qk: ir.Value, kt: ir.Value, v: ir.Value, **_: Any) -> list[ir.Node]:
-        return [*(_repeat_kv(kt, True) or []), *(_repeat_kv(v, False) or [])]
+        k_path = _repeat_kv(kt, True) or ([t] if (t := _k_transpose(kt)) is not None else [])
+        return [*k_path, *(_repeat_kv(v, False) or [])]
 
     def fuse(self, members: list[NodeInfo], qk: ir.Value, probs: ir.Value, kt: ir.Value, v: ir.Value,
              **_: Any) -> NodeInfo:
@@ -209,6 +243,11 @@ class AttentionChainRule(FusionRule):
             paths[which] = infos
             for nd in infos:  # the path's shape / axes operands: runtime values become inputs of the fused node
                 inputs.extend(x for x in nd.inputs[1:] if not x.missing and x.value is None)
+        found = _k_transpose(kt) if "k" not in paths else None
+        transpose = node_info(found) if found is not None else None
+        if transpose is not None:  # the kernel reads K's rows in its place
+            inputs[1] = transpose.inputs[0]
+            chain.insert(0, transpose)
         if not paths and mask is None:
             inputs = inputs[:3]
         scale = c.scale_value()
@@ -217,7 +256,8 @@ class AttentionChainRule(FusionRule):
             inputs=tuple(inputs), outputs=c.pv.outputs,
             attrs={"scale_kind": SCALE_KINDS[c.scale.op_type] if c.scale is not None else 0,
                    "scale": scale if scale is not None else 1.0, "softmax": _softmax(c.softmax),
-                   "zero_nan_rows": bool(c.guard), "repeat_kv": paths, "fused_nodes": [n.name for n in chain]},
+                   "zero_nan_rows": bool(c.guard), "repeat_kv": paths,
+                   "k_transpose": transpose, "fused_nodes": [n.name for n in chain]},
             since_version=1)
 
 

@@ -5,7 +5,9 @@ float32 (leading dims broadcast as numpy's matmul does), then the runtime shape 
 Attributes: ``scale_kind`` (0 none, 1 multiply, 2 divide), ``scale``, ``zero_nan_rows`` (the exporters'
 ``Where(IsNaN(p), 0, p)`` after the Softmax was fused too) and ``k_path`` / ``v_path``: where the fusion took the
 exporters' repeat_kv (Unsqueeze -> Expand -> Reshape [-> Transpose]) in front of K^T or V, input 1 or 2 is the KV
-head tensor [B, Nkv, T, H] before it, and these are the path's own kernels (prepared as the unfused nodes were).
+head tensor [B, Nkv, T, H] before it, and these are the path's own kernels (prepared as the unfused nodes were);
+where it took K^T's Transpose of K alone, input 1 is K [.., T, H] and ``k_path`` is that Transpose (``k_repeat``
+false: only a repeat_kv path repeats heads).
 
 Reference: the path's kernels, then the unfused chain's own numpy calls in its order (matmul, multiply or divide,
 add, the Softmax kernel's ``softmax``, the guard's where, matmul), so the reference model computes what the unfused
@@ -51,9 +53,12 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
              "fused_nodes": list(node.attrs.get("fused_nodes", []))}
     consts = stash_constants(node)
     extra = _FIRST_EXTRA
+    transpose = node.attrs.get("k_transpose")
     for which in _PATHS:
         steps = []
-        for j, nd in enumerate(node.attrs.get("repeat_kv", {}).get(which, [])):
+        repeat = node.attrs.get("repeat_kv", {}).get(which, [])
+        attrs[f"{which}_repeat"] = bool(repeat)
+        for j, nd in enumerate(repeat or ([transpose] if which == "k" and transpose is not None else [])):
             pin = kernel_for(*nd.key).prepare(nd, target)
             consts.update({f"{which}{j}/{k}": v for k, v in pin.consts.items()})
             args = []  # each operand after the first: the fused node's input index, or -1 (a constant of pin)
@@ -149,7 +154,7 @@ def _native_call(p: Prepared, inputs, q, k, v, mask) -> tuple[Any, tuple] | None
         return None  # the scores' rank was unknown at compile time, and the Softmax is not over their last axis
     groups = []
     for which, x in (("k", k), ("v", v)):
-        g = heads_repeated(p, inputs, which, x) if p.attrs[f"{which}_path"] else 1
+        g = heads_repeated(p, inputs, which, x) if p.attrs[f"{which}_repeat"] else 1
         if g is None:
             return None  # the path is not a repeat of heads in place: it runs as written
         groups.append(g)
@@ -214,10 +219,10 @@ def _lead(shapes) -> tuple[int, int]:
 def _cost(p: Prepared, shapes) -> OpCost:
     qs, ks, vs = shapes[0], shapes[1], shapes[2]
     mask = shapes[3] if len(shapes) > 3 and p.attrs["has_mask"] else None
-    b, n = _lead([qs] if p.attrs["k_path"] or p.attrs["v_path"] else [qs, ks, vs])
+    b, n = _lead([qs] if p.attrs["k_repeat"] or p.attrs["v_repeat"] else [qs, ks, vs])
     s, h, hv = qs[-2], qs[-1], vs[-1]
     t = ks[-2] if p.attrs["k_path"] else ks[-1]
-    nkv = ks[1] if p.attrs["k_path"] and len(ks) == 4 and ks[1] and n % ks[1] == 0 else n  # K's own heads
+    nkv = ks[1] if p.attrs["k_repeat"] and len(ks) == 4 and ks[1] and n % ks[1] == 0 else n  # K's own heads
     extra = math.prod(mask) * 4 if mask is not None else 0
     return attention_cost(p.target, "float32", b, n, nkv, s, t, h, hv, extra)
 

@@ -28,16 +28,27 @@ LOWEST = float(np.finfo(np.float32).min)
 
 
 def _chain_model(*, scale_op="Mul", mask=True, mask_first=False, axis=-1, opset=17, extra_reader=False,
-                 scale_value=None, where_mask=False, pv_b=False, nan_guard=None, s=5, t=7, h=8, hv=6, heads=2):
-    """q [1, N, S, H], k [1, N, T, H] (transposed in the graph), v [1, N, T, Hv], mask [1, 1, S, T]."""
+                 scale_value=None, where_mask=False, pv_b=False, nan_guard=None, s=5, t=7, h=8, hv=6, heads=2,
+                 k_perm=(0, 1, 3, 2), kt_out=None):
+    """q [1, N, S, H], k [1, N, T, H] (transposed in the graph: ``k_perm``, and K's layout such that the result is
+    [1, N, H, T]), v [1, N, T, Hv], mask [1, 1, S, T]. ``kt_out``: K^T is a graph output ("kt") or read by a
+    Neg that is ("neg_kt") as well."""
+    kt_shape = [1, heads, h, t]
+    k_shape = [0] * 4
+    for i, a in enumerate(k_perm):
+        k_shape[a] = kt_shape[i]
     ins = [helper.make_tensor_value_info("q", F32, [1, heads, s, h]),
-           helper.make_tensor_value_info("k", F32, [1, heads, t, h]),
+           helper.make_tensor_value_info("k", F32, k_shape),
            helper.make_tensor_value_info("v", F32, [1, heads, t, hv])]
     inits = {}
-    nodes = [helper.make_node("Transpose", ["k"], ["kt"], "kt", perm=[0, 1, 3, 2]),
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], "kt", perm=list(k_perm)),
              helper.make_node("MatMul", ["q", "kt"], ["scores"], "qk")]
     cur = "scores"
     outs = [helper.make_tensor_value_info("y", F32, [1, heads, s, hv])]
+    if kt_out == "neg_kt":
+        nodes.append(helper.make_node("Neg", ["kt"], ["neg_kt"], "neg_kt"))
+    if kt_out is not None:
+        outs.append(helper.make_tensor_value_info(kt_out, F32, kt_shape))
     if scale_op:
         inits["c"] = np.asarray(0.35 if scale_value is None else scale_value, np.float32)
         nodes.append(helper.make_node(scale_op, [cur, "c"], ["scaled"], "scale"))
@@ -108,7 +119,7 @@ def _ops(model):
                                 {"opset": 11}])  # opset < 13 over the last axis: its rows are the last axis
 def test_the_chain_becomes_one_fused_node(kw):
     ops = _ops(_chain_model(**kw))
-    assert ops == ["Transpose", "AttentionChain"]  # K^T stays a step of its own (a view)
+    assert ops == ["AttentionChain"]  # K's Transpose too: the kernel reads K's rows
 
 
 @pytest.mark.parametrize("kw, why", [
@@ -140,6 +151,59 @@ def test_each_near_miss_says_why(kw, reason):
     assert "AttentionChain" not in ops
     # the other passes report their own declines of the same graph: only the rule's here
     assert [(m.fusion, m.node, m.reason) for m in misses if m.fusion == "attention"] == [("attention", "pv", reason)]
+
+
+def test_ks_transpose_joins_the_fused_node():
+    """The fused node takes K and reads its rows: the Transpose is no step of its own."""
+    (fused,) = fuse_attention(nodes_from_model(_chain_model()), REF)
+    assert [v.name for v in fused.inputs[:3]] == ["q", "k", "v"] and fused.attrs["fused_nodes"][0] == "kt"
+    assert fused.attrs["k_transpose"].name == "kt" and fused.attrs["repeat_kv"] == {}
+
+
+@pytest.mark.parametrize("kw, why", [
+    ({"k_perm": (1, 0, 3, 2)}, "the Transpose also swaps batch and heads"),
+    ({"k_perm": (0, 3, 1, 2)}, "the Transpose moves K's axes around, not the last two swapped"),
+    ({"kt_out": "kt"}, "K^T is a partition output"),
+    ({"kt_out": "neg_kt"}, "K^T has another reader"),
+])
+def test_ks_transpose_near_misses_stay_a_step_of_their_own(kw, why):
+    nodes = fuse_attention(nodes_from_model(_chain_model(**kw)), REF)
+    assert [nd.op_type for nd in nodes if nd.op_type != "Neg"] == ["Transpose", "AttentionChain"], why
+    assert nodes[-1].inputs[1].name == "kt" and nodes[-1].attrs["k_transpose"] is None
+
+
+def test_a_transpose_with_the_default_perm_stays_a_step_of_its_own():
+    """No perm: all axes reversed, not K's last two swapped."""
+    model = _chain_model()
+    (tr,) = [n for n in model.graph.node if n.op_type == "Transpose"]
+    del tr.attribute[:]
+    assert _ops(model) == ["Transpose", "AttentionChain"]
+
+
+def _k_transposes():
+    """A rank-3 (perm [0, 2, 1]) and a rank-2 (perm [1, 0]) chain, K transposed in the graph."""
+    for rank, perm in ((3, [0, 2, 1]), (2, [1, 0])):
+        lead = [2][:rank - 2]
+        ins = [helper.make_tensor_value_info(x, F32, lead + d) for x, d in (("q", [5, 8]), ("k", [7, 8]),
+                                                                          ("v", [7, 6]))]
+        nodes = [helper.make_node("Transpose", ["k"], ["kt"], "kt", perm=perm),
+                 helper.make_node("MatMul", ["q", "kt"], ["scores"], "qk"),
+                 helper.make_node("Softmax", ["scores"], ["probs"], "softmax", axis=-1),
+                 helper.make_node("MatMul", ["probs", "v"], ["y"], "pv")]
+        yield make_model(nodes, ins, [helper.make_tensor_value_info("y", F32, lead + [5, 6])], {})
+
+
+@pytest.mark.parametrize("model", list(_k_transposes()), ids=["rank3", "rank2"])
+def test_ks_transpose_of_rank_2_or_3_joins_the_fused_node(model):
+    assert _ops(model) == ["AttentionChain"]
+    feeds = {i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in model.graph.input}
+    want = cpu_run(model, feeds)[0]
+    sess = _session(model)
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
+    (program,) = session_of(sess).programs.values()
+    assert [st.op for st in program.steps] == ["npu::AttentionChain"]
 
 
 def test_a_runtime_scale_is_not_folded():
@@ -332,13 +396,30 @@ def test_a_session_fuses_the_chain_and_matches_the_cpu_ep(kw):
     got = sess.run(None, feeds)[0]
     assert set(assignment(sess).values()) == {"NpuEP"}
     (program,) = session_of(sess).programs.values()
-    assert [st.op for st in program.steps] == ["Transpose", "npu::AttentionChain"]
+    assert [st.op for st in program.steps] == ["npu::AttentionChain"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
     if NAT is not None:  # the second call of a signature runs the bound native step
         again = sess.run(None, feeds)[0]
         assert np.array_equal(again, got)
         sig = next(iter(program._bindings))
         assert all(n is not None for n in program._bindings[sig])
+
+
+@pytest.mark.parametrize("kernels", ["native", "reference"])
+@pytest.mark.parametrize("s", [5, 20])  # the kernel's K^T read as rows, and K transposed once per head
+def test_a_session_with_ks_transpose_fused_gives_the_bits_of_the_transpose_as_its_own_step(s, kernels):
+    """The same chain with K^T also a graph output (so its Transpose stays a step): the same bits."""
+    feeds = _feeds(_chain_model(s=s, t=19))
+    fused_sess = _session(_chain_model(s=s, t=19), kernels=kernels)
+    step_sess = _session(_chain_model(s=s, t=19, kt_out="kt"), kernels=kernels)
+    for sess, steps in ((fused_sess, ["npu::AttentionChain"]), (step_sess, ["Transpose", "npu::AttentionChain"])):
+        assert set(assignment(sess).values()) == {"NpuEP"}
+        (program,) = session_of(sess).programs.values()
+        assert [st.op for st in program.steps] == steps
+    for _ in range(2):  # the first call binds, the second runs the bound step
+        got, want = fused_sess.run(None, feeds)[0], step_sess.run(None, feeds)[0]
+        assert np.array_equal(got, want, equal_nan=True)
+    np.testing.assert_array_equal(step_sess.run(None, feeds)[1], feeds["k"].transpose(0, 1, 3, 2))
 
 
 @pytest.mark.parametrize("kw, fused", [({}, True), ({"runtime_shapes": True}, True),
@@ -382,8 +463,8 @@ def test_unknown_ranks_fuse_and_the_softmax_axis_is_checked_on_every_call(axis, 
     (program,) = session_of(sess).programs.values()
     assert "npu::AttentionChain" in [st.op for st in program.steps]
     if NAT is not None:
-        fused_bound = [natives[-1] is not None for natives in program._bindings.values()]  # the Transpose binds
-        assert fused_bound == [native]
+        fused_bound = [natives[-1] is not None for natives in program._bindings.values()]
+        assert fused_bound == ([True] if native else [])  # the chain as written: nothing of the program is bound
 
 
 def test_the_reference_kernels_compute_the_unfused_chain_bit_for_bit():
