@@ -53,10 +53,18 @@ class BuildPy(build_py):
         return [m for m in modules if not (package == "npu_ep" and m[1] in ("setup", "conftest"))]
 
 
+try:  # numpy's C headers: kernels/native/ufunc_split.cc reads a ufunc's loops (built without it where absent)
+    import numpy
+
+    NUMPY_INCLUDE = [numpy.get_include()]
+except ImportError:
+    NUMPY_INCLUDE = []
+
 native = Pybind11Extension(
     "npu_ep.ep._native",
     sorted(str(p.relative_to(ROOT)) for p in [*NATIVE.glob("*.cc"), *KERNELS.glob("*.cc")]),
-    include_dirs=[str(ROOT)],  # includes name their folder: "kernels/native/conv.h", "ep/native/ort_api.h"
+    # includes name their folder: "kernels/native/conv.h", "ep/native/ort_api.h"
+    include_dirs=[str(ROOT), *NUMPY_INCLUDE],
     cxx_std=17,
     define_macros=[("NPU_EP_VERSION", f'"{VERSION}"')],
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],

@@ -486,6 +486,8 @@ void RegisterKernels(py::module_& parent) {
   BindUnaryF16(m);  // unary_f16.cc: float16 Relu/Abs/Neg/Sqrt, Clip
   void BindUnaryNum(py::module_&);
   BindUnaryNum(m);  // unary.cc: Relu/Abs/Neg/Sqrt/Not and Clip of plain dtypes
+  void BindUfuncSplit(py::module_&);
+  BindUfuncSplit(m);  // ufunc_split.cc: a numpy ufunc's float32 loop over the threads
   void BindRange(py::module_&);
   BindRange(m);  // range.cc: Range
   void BindConstantOfShape(py::module_&);

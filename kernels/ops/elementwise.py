@@ -587,13 +587,45 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
     return np.asarray(y).astype(dt, copy=False)
 
 
+# Float32 elements from which Exp/Tanh/Sin/Cos/Log run numpy's own float32 loop in chunks over the threads
+# (``ufunc_split``: numpy's bits); below it the one ufunc call costs less
+SPLIT_MIN_ELEMS = 1 << 15
+_SPLIT_UFUNCS = {"Exp": np.exp, "Tanh": np.tanh, "Sin": np.sin, "Cos": np.cos, "Log": np.log}
+
+
+def _split_native(p: Prepared, x) -> Callable | None:
+    """``ufunc_split`` where it takes x: a large C-order float32 array, a native build with numpy's headers."""
+    if type(x) is not np.ndarray or x.dtype != _F32 or x.size < SPLIT_MIN_ELEMS or not x.flags.c_contiguous:
+        return None
+    nat = runtime.native(p)
+    return None if nat is None else getattr(nat, "ufunc_split", None)
+
+
+def _split_binder(op: str, other: Callable | None) -> Callable:
+    """The ``bind`` of float32 Exp/Tanh/Sin/Cos/Log on a large C-order array: one ``ufunc_split`` call of its ufunc
+    for this input shape, into ORT's buffer when the result is a partition output; ``other`` binds the rest."""
+    ufunc = _SPLIT_UFUNCS[op]
+
+    def bind(p: Prepared, inputs, outs):
+        x = inputs[0] if inputs else None
+        split = _split_native(p, x)
+        if split is None or outs[0].dtype != _F32 or outs[0].shape != x.shape:
+            return other(p, inputs, outs) if other is not None else None
+        where = p.runtime.partition_outputs
+        into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, split, (ufunc, None, None, runtime.threads(p)), [(1, 0, _F32, x.shape, None)],
+                                 [(-1, None)], None, into)
+    return bind
+
+
 def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None = None, op: str = ""):
     """The run function of one unary op: ``fn`` on the compute dtype, rounded once on store. The common case (a
     runtime input, an array result already in the output dtype) makes no further Python call: a unary step is
     often all a small partition does. ``f16_code``: the op's ``unary_f16`` code, run for C-order float16 on the
     native kernels (the reference's bits); ``op`` of ``_NUM_UNARY``: ``unary_num`` for large C-order arrays of its
-    dtypes."""
+    dtypes; of ``_SPLIT_UFUNCS``: ``ufunc_split`` for large C-order float32 arrays."""
     num = _NUM_UNARY.get(op)
+    ufunc = _SPLIT_UFUNCS.get(op)
 
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = inputs[0] if inputs else None
@@ -606,6 +638,8 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
         if (num is not None and x.size >= NATIVE_MIN_ELEMS and x.dtype in num[1] and type(x) is np.ndarray
                 and x.flags.c_contiguous and (nat := runtime.native(p)) is not None):
             return [nat.unary_num(num[0], x, None, runtime.threads(p))]
+        if ufunc is not None and (split := _split_native(p, x)) is not None:
+            return [split(ufunc, x, runtime.ort_output(p, 0, x.shape, _F32), runtime.threads(p))]
         y = fn(x if x.dtype != _F16 else x.astype(_F32))  # widen(x), inline
         dt = p.kernel_cache.get("out_dtype")
         if dt is not None and type(y) is np.ndarray and y.dtype == dt:
@@ -802,8 +836,10 @@ for _op, (_fn, _, _) in _UNARY.items():
         register(KernelDef("", _op, prepare, _unary_runner(_fn), cost, check, rank_free=True,
                            bind=class_f16_binder(lambda p: 0, ufunc_binder(_fn, 1))))
     elif _op in _ENGINE_UNARY:
-        register(KernelDef("", _op, prepare, engine_runner(_unary_runner(_fn)), cost, check, rank_free=True,
-                           bind=engine_or(_ufunc_binder(_fn, 1))))
+        _bind = _ufunc_binder(_fn, 1)
+        _bind = _split_binder(_op, _bind) if _op in _SPLIT_UFUNCS else _bind
+        register(KernelDef("", _op, prepare, engine_runner(_unary_runner(_fn, None, _op)), cost, check,
+                           rank_free=True, bind=engine_or(_bind)))
     elif _op in _F16_UNARY:
         register(KernelDef("", _op, prepare, _unary_runner(_fn, _F16_UNARY[_op], _op), cost, check, rank_free=True,
                            bind=_f16_unary_binder(_F16_UNARY[_op], _num_unary_binder(

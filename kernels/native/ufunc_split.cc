@@ -1,0 +1,92 @@
+// A numpy ufunc's own float32 -> float32 inner loop run on contiguous chunks over the threads
+// (`kernels.ufunc_split`): the reference of float32 Exp/Tanh/Sin/Cos/Log is numpy's SIMD loop, one call on one
+// thread; the same loop on chunks gives its bits (each element is computed alone) split over the threads. The loop
+// is read from the ufunc object (PyUFuncObject's types/functions/data: numpy's C headers, no import of its API).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#if __has_include(<numpy/ufuncobject.h>)
+#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#include <numpy/ndarraytypes.h>
+#include <numpy/ufuncobject.h>
+#define NPU_EP_HAS_NUMPY 1
+#else  // a compile-only build without numpy's headers (the aarch64 check): no ufunc_split
+#define NPU_EP_HAS_NUMPY 0
+#endif
+
+#include "movement.h"
+#include "thread_pool.h"
+
+namespace py = pybind11;
+
+namespace npu_ep::kern {
+#if NPU_EP_HAS_NUMPY
+namespace {
+
+constexpr int64_t kTaskElems = 16384;  // elements per parallel task at most (64 KB in, 64 KB out)
+
+// The ufunc's float32 -> float32 loop and its data, or throws: a one-input one-output ufunc with an "f->f" loop.
+std::pair<PyUFuncGenericFunction, void*> FloatLoop(const py::object& ufunc) {
+  PyObject* o = ufunc.ptr();
+  const std::string name = py::str(py::getattr(ufunc, "__name__", py::str("?")));
+  if (std::string(Py_TYPE(o)->tp_name) != "numpy.ufunc")
+    throw std::invalid_argument("ufunc_split: a numpy ufunc expected, got " + std::string(Py_TYPE(o)->tp_name));
+  const auto* u = reinterpret_cast<const PyUFuncObject*>(o);
+  if (u->nin == 1 && u->nout == 1 && u->functions && u->types) {
+    for (int i = 0; i < u->ntypes; ++i) {
+      if (u->types[2 * i] == NPY_FLOAT && u->types[2 * i + 1] == NPY_FLOAT && u->functions[i])
+        return {u->functions[i], u->data ? u->data[i] : nullptr};
+    }
+  }
+  throw std::invalid_argument("ufunc_split: " + name + " has no float32 -> float32 loop");
+}
+
+py::array UfuncSplitPy(const py::object& ufunc, const py::array& x, const py::object& out, int threads) {
+  const auto [loop, data] = FloatLoop(ufunc);
+  const py::dtype f32 = py::dtype::of<float>();
+  if (!x.dtype().equal(f32) || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("ufunc_split: x must be a C-order float32 array, got " +
+                                std::string(py::str(x.dtype())));
+  const std::vector<int64_t> dims(x.shape(), x.shape() + x.ndim());
+  py::array y = MovementResult("ufunc_split", f32, dims, out);
+  const auto* src = static_cast<const char*>(x.data());
+  auto* dst = static_cast<char*>(y.mutable_data());
+  const int64_t n = x.size();
+  if (n == 0) return y;
+  // a multiple of the threads' count of even chunks (of 16 elements: whole vectors), so none waits on a last one
+  const int64_t team = std::max(1, threads);
+  const int64_t tasks = ((n + kTaskElems - 1) / kTaskElems + team - 1) / team * team;
+  const int64_t chunk = ((n + tasks - 1) / tasks + 15) / 16 * 16;
+  RunMoving(static_cast<size_t>(n) * sizeof(float), [&] {
+    ParallelFor(static_cast<int>(team), (n + chunk - 1) / chunk, [&](int64_t t) {
+      const int64_t begin = t * chunk;
+      char* args[2] = {const_cast<char*>(src) + begin * 4, dst + begin * 4};
+      const npy_intp dim = static_cast<npy_intp>(std::min(n, begin + chunk) - begin);
+      const npy_intp steps[2] = {4, 4};
+      loop(args, &dim, steps, data);
+    });
+  });
+  return y;
+}
+
+}  // namespace
+#endif
+
+void BindUfuncSplit(py::module_& m) {
+#if NPU_EP_HAS_NUMPY
+  m.def("ufunc_split", &UfuncSplitPy, py::arg("ufunc"), py::arg("x"), py::arg("out") = py::none(),
+        py::arg("threads") = 1,
+        "a one-input numpy ufunc's own float32 loop (np.exp, np.tanh, ...) on a C-order float32 array, in chunks "
+        "over the threads (numpy's bits), into out (ORT's buffer) or a new array of x's shape");
+#else
+  (void)m;
+#endif
+}
+
+}  // namespace npu_ep::kern
