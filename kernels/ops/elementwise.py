@@ -272,11 +272,12 @@ def _num_out(op: str, dtype: np.dtype) -> np.dtype:
     return _BOOL if _NUM_BINARY[op][0] >= 6 else dtype
 
 
-def _native_binder(op: str, other: Callable | None) -> Callable:
+def _native_binder(op: str, other: Callable | None, least: int | None = None) -> Callable:
     """The ``bind`` of an op with native kernels (``_NATIVE_BINARY``): one call of the dtype's kernel for these input
     shapes, a constant operand held in place, into ORT's buffer when the result is a partition output; ``other``
-    binds the other dtypes."""
-    natives = {dt: call for (o, dt), call in _NATIVE_BINARY.items() if o == op}
+    binds the other dtypes. ``least``: the output elements from which ``binary_num`` binds, for ``NATIVE_MIN_ELEMS``."""
+    natives = {dt: call if least is None or call[0] != "binary_num" else (*call[:2], least)
+               for (o, dt), call in _NATIVE_BINARY.items() if o == op}
 
     def bind(p: Prepared, inputs, outs):
         values = [arg(p, inputs, 0), arg(p, inputs, 1)]
@@ -870,12 +871,15 @@ def _pairwise_binder(fn: np.ufunc):
     return bind_two
 
 
-_ADD_TWO = _native_binder("Add", None)
+# Output elements from which a Sum of two binds Add's binary_num: below NATIVE_MIN_ELEMS it runs on one thread, yet
+# costs less there than variadic_float's fold, whose call costs less on smaller tensors
+_SUM_MIN_ELEMS = 1 << 14
+_ADD_TWO = _native_binder("Add", None, _SUM_MIN_ELEMS)
 
 
 def _sum_two(p: Prepared, inputs, outs):
-    """Sum of two large inputs as Add's ``binary_num`` (the same float32 add; broadcasting too); float16 and the rest
-    stay on ``variadic_float``."""
+    """Sum of two inputs of ``_SUM_MIN_ELEMS`` output elements or more as Add's ``binary_num`` (the same float32 add;
+    broadcasting too); float16 and the rest stay on ``variadic_float``."""
     x = inputs[0] if inputs else None
     return None if not isinstance(x, np.ndarray) or x.dtype == _F16 else _ADD_TWO(p, inputs, outs)
 
