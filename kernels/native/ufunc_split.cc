@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,8 +35,7 @@ constexpr int64_t kTaskElems = 16384;  // elements per parallel task at most (64
 // The ufunc's float32 -> float32 loop and its data, or throws: a one-input one-output ufunc with an "f->f" loop.
 std::pair<PyUFuncGenericFunction, void*> FloatLoop(const py::object& ufunc) {
   PyObject* o = ufunc.ptr();
-  const std::string name = py::str(py::getattr(ufunc, "__name__", py::str("?")));
-  if (std::string(Py_TYPE(o)->tp_name) != "numpy.ufunc")
+  if (std::strcmp(Py_TYPE(o)->tp_name, "numpy.ufunc") != 0)
     throw std::invalid_argument("ufunc_split: a numpy ufunc expected, got " + std::string(Py_TYPE(o)->tp_name));
   const auto* u = reinterpret_cast<const PyUFuncObject*>(o);
   if (u->nin == 1 && u->nout == 1 && u->functions && u->types) {
@@ -44,7 +44,8 @@ std::pair<PyUFuncGenericFunction, void*> FloatLoop(const py::object& ufunc) {
         return {u->functions[i], u->data ? u->data[i] : nullptr};
     }
   }
-  throw std::invalid_argument("ufunc_split: " + name + " has no float32 -> float32 loop");
+  throw std::invalid_argument("ufunc_split: " + std::string(py::str(py::getattr(ufunc, "__name__", py::str("?")))) +
+                              " has no float32 -> float32 loop");
 }
 
 py::array UfuncSplitPy(const py::object& ufunc, const py::array& x, const py::object& out, int threads) {
