@@ -14,6 +14,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import numpy
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
@@ -53,18 +54,11 @@ class BuildPy(build_py):
         return [m for m in modules if not (package == "npu_ep" and m[1] in ("setup", "conftest"))]
 
 
-try:  # numpy's C headers: kernels/native/ufunc_split.cc reads a ufunc's loops (built without it where absent)
-    import numpy
-
-    NUMPY_INCLUDE = [numpy.get_include()]
-except ImportError:
-    NUMPY_INCLUDE = []
-
 native = Pybind11Extension(
     "npu_ep.ep._native",
     sorted(str(p.relative_to(ROOT)) for p in [*NATIVE.glob("*.cc"), *KERNELS.glob("*.cc")]),
     # includes name their folder: "kernels/native/conv.h", "ep/native/ort_api.h"
-    include_dirs=[str(ROOT), *NUMPY_INCLUDE],
+    include_dirs=[str(ROOT), numpy.get_include()],  # numpy's: ufunc_split.cc reads a ufunc's own loops
     cxx_std=17,
     define_macros=[("NPU_EP_VERSION", f'"{VERSION}"')],
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],

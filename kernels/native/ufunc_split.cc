@@ -12,14 +12,9 @@
 #include <string>
 #include <vector>
 
-#if __has_include(<numpy/ufuncobject.h>)
 #define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
 #include <numpy/ndarraytypes.h>
 #include <numpy/ufuncobject.h>
-#define NPU_EP_HAS_NUMPY 1
-#else  // a compile-only build without numpy's headers (the aarch64 check): no ufunc_split
-#define NPU_EP_HAS_NUMPY 0
-#endif
 
 #include "movement.h"
 #include "thread_pool.h"
@@ -27,7 +22,6 @@
 namespace py = pybind11;
 
 namespace npu_ep::kern {
-#if NPU_EP_HAS_NUMPY
 namespace {
 
 constexpr int64_t kTaskElems = 16384;  // elements per parallel task at most (64 KB in, 64 KB out)
@@ -49,7 +43,9 @@ std::pair<PyUFuncGenericFunction, void*> FloatLoop(const py::object& ufunc) {
 }
 
 py::array UfuncSplitPy(const py::object& ufunc, const py::array& x, const py::object& out, int threads) {
-  const auto [loop, data] = FloatLoop(ufunc);
+  const std::pair<PyUFuncGenericFunction, void*> found = FloatLoop(ufunc);
+  const PyUFuncGenericFunction loop = found.first;
+  void* const data = found.second;
   const py::dtype f32 = py::dtype::of<float>();
   if (!x.dtype().equal(f32) || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("ufunc_split: x must be a C-order float32 array, got " +
@@ -77,17 +73,12 @@ py::array UfuncSplitPy(const py::object& ufunc, const py::array& x, const py::ob
 }
 
 }  // namespace
-#endif
 
 void BindUfuncSplit(py::module_& m) {
-#if NPU_EP_HAS_NUMPY
   m.def("ufunc_split", &UfuncSplitPy, py::arg("ufunc"), py::arg("x"), py::arg("out") = py::none(),
         py::arg("threads") = 1,
         "a one-input numpy ufunc's own float32 loop (np.exp, np.tanh, ...) on a C-order float32 array, in chunks "
         "over the threads (numpy's bits), into out (ORT's buffer) or a new array of x's shape");
-#else
-  (void)m;
-#endif
 }
 
 }  // namespace npu_ep::kern

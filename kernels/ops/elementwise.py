@@ -595,11 +595,11 @@ _SPLIT_UFUNCS = {"Exp": np.exp, "Tanh": np.tanh, "Sin": np.sin, "Cos": np.cos, "
 
 
 def _split_native(p: Prepared, x) -> Callable | None:
-    """``ufunc_split`` where it takes x: a large C-order float32 array, a native build with numpy's headers."""
+    """``ufunc_split`` where it takes x: a large C-order float32 array."""
     if type(x) is not np.ndarray or x.dtype != _F32 or x.size < SPLIT_MIN_ELEMS or not x.flags.c_contiguous:
         return None
     nat = runtime.native(p)
-    return None if nat is None else getattr(nat, "ufunc_split", None)
+    return None if nat is None else nat.ufunc_split
 
 
 def _split_binder(op: str, other: Callable | None) -> Callable:

@@ -17,6 +17,7 @@ import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy
 import pybind11
 import pytest
 
@@ -43,7 +44,7 @@ def test_every_native_source_compiles_for_aarch64(tmp_path):
     cmd = [*zig, "-target", "aarch64-linux-gnu", "-std=c++17", "-O2", "-Wall", "-Wno-unused-function", "-fPIC",
            "-Wno-macro-redefined",  # Python.h after zig's libc headers redefines _POSIX_C_SOURCE: harmless
            '-DNPU_EP_VERSION="aarch64-check"', f"-I{headers}", f"-I{ROOT}", f"-I{pybind11.get_include()}",
-           f"-I{sysconfig.get_paths()['include']}"]
+           f"-I{sysconfig.get_paths()['include']}", f"-I{numpy.get_include()}"]
     # a cache of this run's own: zig's shared cache answers a source it compiled before without its warnings, so a
     # warning added since would pass here and fail on a fresh machine
     cache = str(tmp_path / "zig-cache")
