@@ -160,51 +160,61 @@ std::optional<Arr<T>> AsArr(const py::object& o, const char* op, const char* wha
   return a;
 }
 
+// A float conv's checked arrays, shape and fused tail (op names the binding in messages); it holds the arrays
+// the tail points into.
+struct FloatConvArgs {
+  std::optional<Arr<float>> w, bias, consts, channel_consts;
+  std::optional<Arr<int32_t>> codes;
+  ConvShape s;
+  ConvTail tail;
+};
+
+FloatConvArgs FloatArgs(const py::array& x, const py::object& w_in, const py::object& bias_in,
+                        const std::vector<int64_t>& geom, const py::object& codes_in, const py::object& consts_in,
+                        const py::object& channel_in, int64_t tail_channel_at, const char* op) {
+  if (w_in.is_none()) throw py::type_error(std::string(op) + ": w must be an array of float32");
+  FloatConvArgs a;
+  a.w = AsArr<float>(w_in, op, "w");
+  a.bias = AsArr<float>(bias_in, op, "bias");
+  a.codes = AsArr<int32_t>(codes_in, op, "tail_codes");
+  a.consts = AsArr<float>(consts_in, op, "tail_consts");
+  a.channel_consts = AsArr<float>(channel_in, op, "tail_channel_consts");
+  a.s = Shape(x, geom, op);
+  a.tail = TailArg(a.codes, a.consts, op);
+  ChannelArg(a.tail, a.channel_consts, tail_channel_at, a.s.M, op);
+  if (a.bias) ExpectSize(*a.bias, a.s.M, op, "bias");
+  return a;
+}
+
 py::array DepthwisePy(const py::array& x, const py::object& w_in, const py::object& bias_in,
                       const std::vector<int64_t>& geom, int threads, const py::object& codes_in,
                       const py::object& consts_in, const py::object& channel_in, int64_t tail_channel_at,
                       const py::object& out) {
-  const char* op = "conv_depthwise";
-  if (w_in.is_none()) throw py::type_error("conv_depthwise: w must be an array of float32");
-  const Arr<float> w = *AsArr<float>(w_in, op, "w");
-  const auto bias = AsArr<float>(bias_in, op, "bias");
-  const auto tail_codes = AsArr<int32_t>(codes_in, op, "tail_codes");
-  const auto tail_consts = AsArr<float>(consts_in, op, "tail_consts");
-  const auto tail_channel_consts = AsArr<float>(channel_in, op, "tail_channel_consts");
-  const ConvShape s = Shape(x, geom, "conv_depthwise");
-  ConvTail tail = TailArg(tail_codes, tail_consts, "conv_depthwise");
-  ChannelArg(tail, tail_channel_consts, tail_channel_at, s.M, "conv_depthwise");
+  const FloatConvArgs a =
+      FloatArgs(x, w_in, bias_in, geom, codes_in, consts_in, channel_in, tail_channel_at, "conv_depthwise");
+  const ConvShape& s = a.s;
   if (s.group != s.C) throw std::invalid_argument("conv_depthwise: group must equal the input channels");
-  ExpectSize(w, s.M * s.kh * s.kw, "conv_depthwise", "w");
-  if (bias) ExpectSize(*bias, s.M, "conv_depthwise", "bias");
-  const float* b = bias ? bias->data() : nullptr;
-  const float* wd = w.data();
+  ExpectSize(*a.w, s.M * s.kh * s.kw, "conv_depthwise", "w");
+  const float* b = a.bias ? a.bias->data() : nullptr;
+  const float* wd = a.w->data();
   return FloatConv(x, s, "conv_depthwise", out,
-                   [&](const float* xf, float* yf) { DepthwiseFloat(s, xf, wd, b, yf, threads, tail); });
+                   [&](const float* xf, float* yf) { DepthwiseFloat(s, xf, wd, b, yf, threads, a.tail); });
 }
 
 py::array DensePy(const py::array& x, const py::object& w_in, const py::object& bias_in,
                   const std::vector<int64_t>& geom, uintptr_t sgemm, int threads, const py::object& codes_in,
                   const py::object& consts_in, const py::object& channel_in, int64_t tail_channel_at,
                   const py::object& out) {
-  const char* op = "conv_dense";
-  if (w_in.is_none()) throw py::type_error("conv_dense: w must be an array of float32");
-  const Arr<float> w = *AsArr<float>(w_in, op, "w");
-  const auto bias = AsArr<float>(bias_in, op, "bias");
-  const auto tail_codes = AsArr<int32_t>(codes_in, op, "tail_codes");
-  const auto tail_consts = AsArr<float>(consts_in, op, "tail_consts");
-  const auto tail_channel_consts = AsArr<float>(channel_in, op, "tail_channel_consts");
-  const ConvShape s = Shape(x, geom, "conv_dense");
-  ConvTail tail = TailArg(tail_codes, tail_consts, "conv_dense");
-  ChannelArg(tail, tail_channel_consts, tail_channel_at, s.M, "conv_dense");
-  ExpectSize(w, s.M * s.Cg() * s.kh * s.kw, "conv_dense", "w");
-  if (bias) ExpectSize(*bias, s.M, "conv_dense", "bias");
+  const FloatConvArgs a =
+      FloatArgs(x, w_in, bias_in, geom, codes_in, consts_in, channel_in, tail_channel_at, "conv_dense");
+  const ConvShape& s = a.s;
+  ExpectSize(*a.w, s.M * s.Cg() * s.kh * s.kw, "conv_dense", "w");
   if (sgemm == 0) throw std::invalid_argument("conv_dense: no sgemm address");
-  const float* b = bias ? bias->data() : nullptr;
-  const float* wd = w.data();
+  const float* b = a.bias ? a.bias->data() : nullptr;
+  const float* wd = a.w->data();
   const auto gemm = reinterpret_cast<Sgemm64>(sgemm);
   return FloatConv(x, s, "conv_dense", out,
-                   [&](const float* xf, float* yf) { DenseFloat(s, xf, wd, b, yf, gemm, threads, tail); });
+                   [&](const float* xf, float* yf) { DenseFloat(s, xf, wd, b, yf, gemm, threads, a.tail); });
 }
 
 // The integer conv's inputs as QConv takes them, checked (op names the binding in messages).
