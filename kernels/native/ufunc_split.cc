@@ -1,5 +1,5 @@
 // A numpy ufunc's own float32 -> float32 inner loop run on contiguous chunks over the threads
-// (`kernels.ufunc_split`): the reference of float32 Exp/Tanh/Sin/Cos/Log is numpy's SIMD loop, one call on one
+// (`kernels.ufunc_split`): the reference of float32 Exp/Tanh/Sin/Cos is numpy's SIMD loop, one call on one
 // thread; the same loop on chunks gives its bits (each element is computed alone) split over the threads. The loop
 // is read from the ufunc object (PyUFuncObject's types/functions/data: numpy's C headers, no import of its API).
 #include <pybind11/numpy.h>
