@@ -2,6 +2,8 @@
 // (`kernels.ufunc_split`): the reference of float32 Exp/Tanh/Sin/Cos is numpy's SIMD loop, one call on one
 // thread; the same loop on chunks gives its bits (each element is computed alone) split over the threads. The loop
 // is read from the ufunc object (PyUFuncObject's types/functions/data: numpy's C headers, no import of its API).
+// Float16 x: each block widened to float32 (exact), the float32 loop, rounded once to float16 (nearest even, as
+// numpy's astype): the reference's widen / numpy's float32 op / store, so its bits.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -16,6 +18,7 @@
 #include <numpy/ndarraytypes.h>
 #include <numpy/ufuncobject.h>
 
+#include "half.h"
 #include "movement.h"
 #include "thread_pool.h"
 
@@ -25,6 +28,7 @@ namespace npu_ep::kern {
 namespace {
 
 constexpr int64_t kTaskElems = 16384;  // elements per parallel task at most (64 KB in, 64 KB out)
+constexpr int64_t kHalfBlock = 1024;   // float16 elements widened per loop call (4 KB of float32 each way)
 
 // The ufunc's float32 -> float32 loop and its data, or throws: a one-input one-output ufunc with an "f->f" loop.
 std::pair<PyUFuncGenericFunction, void*> FloatLoop(const py::object& ufunc) {
@@ -46,27 +50,39 @@ py::array UfuncSplitPy(const py::object& ufunc, const py::array& x, const py::ob
   const std::pair<PyUFuncGenericFunction, void*> found = FloatLoop(ufunc);
   const PyUFuncGenericFunction loop = found.first;
   void* const data = found.second;
-  const py::dtype f32 = py::dtype::of<float>();
-  if (!x.dtype().equal(f32) || !(x.flags() & py::array::c_style))
-    throw std::invalid_argument("ufunc_split: x must be a C-order float32 array, got " +
+  const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
+  if (!(half || x.dtype().equal(py::dtype::of<float>())) || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("ufunc_split: x must be a C-order float32 or float16 array, got " +
                                 std::string(py::str(x.dtype())));
   const std::vector<int64_t> dims(x.shape(), x.shape() + x.ndim());
-  py::array y = MovementResult("ufunc_split", f32, dims, out);
+  py::array y = MovementResult("ufunc_split", x.dtype(), dims, out);
   const auto* src = static_cast<const char*>(x.data());
   auto* dst = static_cast<char*>(y.mutable_data());
-  const int64_t n = x.size();
+  const int64_t n = x.size(), size = x.itemsize();
   if (n == 0) return y;
   // a multiple of the threads' count of even chunks (of 16 elements: whole vectors), so none waits on a last one
   const int64_t team = std::max(1, threads);
   const int64_t tasks = ((n + kTaskElems - 1) / kTaskElems + team - 1) / team * team;
   const int64_t chunk = ((n + tasks - 1) / tasks + 15) / 16 * 16;
-  RunMoving(static_cast<size_t>(n) * sizeof(float), [&] {
+  const npy_intp steps[2] = {4, 4};
+  RunMoving(static_cast<size_t>(n * size), [&] {
     ParallelFor(static_cast<int>(team), (n + chunk - 1) / chunk, [&](int64_t t) {
-      const int64_t begin = t * chunk;
-      char* args[2] = {const_cast<char*>(src) + begin * 4, dst + begin * 4};
-      const npy_intp dim = static_cast<npy_intp>(std::min(n, begin + chunk) - begin);
-      const npy_intp steps[2] = {4, 4};
-      loop(args, &dim, steps, data);
+      const int64_t begin = t * chunk, end = std::min(n, begin + chunk);
+      if (!half) {
+        char* args[2] = {const_cast<char*>(src) + begin * 4, dst + begin * 4};
+        const npy_intp dim = static_cast<npy_intp>(end - begin);
+        loop(args, &dim, steps, data);
+        return;
+      }
+      float wide[kHalfBlock], res[kHalfBlock];
+      char* args[2] = {reinterpret_cast<char*>(wide), reinterpret_cast<char*>(res)};
+      for (int64_t i = begin; i < end; i += kHalfBlock) {
+        const int64_t len = std::min(kHalfBlock, end - i);
+        HalfToFloatRow(reinterpret_cast<const uint16_t*>(src) + i, wide, len);
+        const npy_intp dim = static_cast<npy_intp>(len);
+        loop(args, &dim, steps, data);
+        FloatToHalfRow(res, reinterpret_cast<uint16_t*>(dst) + i, len);
+      }
     });
   });
   return y;
@@ -77,8 +93,9 @@ py::array UfuncSplitPy(const py::object& ufunc, const py::array& x, const py::ob
 void BindUfuncSplit(py::module_& m) {
   m.def("ufunc_split", &UfuncSplitPy, py::arg("ufunc"), py::arg("x"), py::arg("out") = py::none(),
         py::arg("threads") = 1,
-        "a one-input numpy ufunc's own float32 loop (np.exp, np.tanh, ...) on a C-order float32 array, in chunks "
-        "over the threads (numpy's bits), into out (ORT's buffer) or a new array of x's shape");
+        "a one-input numpy ufunc's own float32 loop (np.exp, np.tanh, ...) on a C-order float32 array, or on float16 "
+        "widened and rounded once, in chunks over the threads (numpy's bits), into out (ORT's buffer) or a new array "
+        "of x's shape and dtype");
 }
 
 }  // namespace npu_ep::kern

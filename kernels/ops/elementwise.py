@@ -592,6 +592,9 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
 # (``ufunc_split``: numpy's bits); below it the one ufunc call costs less. Float32 Log runs on the engine.
 SPLIT_MIN_ELEMS = 1 << 15
 _SPLIT_UFUNCS = {"Exp": np.exp, "Tanh": np.tanh, "Sin": np.sin, "Cos": np.cos}
+# Float16 ops on ``ufunc_split`` at any size (threaded from SPLIT_MIN_ELEMS), before the engine: each block widened,
+# numpy's float32 loop, rounded once, which is the reference itself; the engine's exp costs more per element
+_SPLIT_F16 = ("Exp",)
 
 
 def _split_native(p: Prepared, x) -> Callable | None:
@@ -602,21 +605,42 @@ def _split_native(p: Prepared, x) -> Callable | None:
     return None if nat is None else nat.ufunc_split
 
 
+def _split_threads(p: Prepared, x: np.ndarray) -> int:
+    return runtime.threads(p) if x.size >= SPLIT_MIN_ELEMS else 1
+
+
 def _split_binder(op: str, other: Callable | None) -> Callable:
-    """The ``bind`` of float32 Exp/Tanh/Sin/Cos on a large C-order array: one ``ufunc_split`` call of its ufunc
-    for this input shape, into ORT's buffer when the result is a partition output; ``other`` binds the rest."""
+    """The ``bind`` of float32 Exp/Tanh/Sin/Cos on a large C-order array (float16 of ``_SPLIT_F16`` at any size):
+    one ``ufunc_split`` call of its ufunc for this input shape, into ORT's buffer when the result is a partition
+    output; ``other`` binds the rest."""
     ufunc = _SPLIT_UFUNCS[op]
+    dtypes = (_F32, _F16) if op in _SPLIT_F16 else (_F32,)
 
     def bind(p: Prepared, inputs, outs):
         x = inputs[0] if inputs else None
-        split = _split_native(p, x)
-        if split is None or outs[0].dtype != _F32 or outs[0].shape != x.shape:
+        nat = runtime.native(p)
+        if (nat is None or type(x) is not np.ndarray or x.dtype not in dtypes or not x.flags.c_contiguous
+                or (x.dtype == _F32 and x.size < SPLIT_MIN_ELEMS) or outs[0].dtype != x.dtype
+                or outs[0].shape != x.shape):
             return other(p, inputs, outs) if other is not None else None
         where = p.runtime.partition_outputs
         into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
-        return runtime.call_step(p, split, (ufunc, None, None, runtime.threads(p)), [(1, 0, _F32, x.shape, None)],
-                                 [(-1, None)], None, into)
+        return runtime.call_step(p, nat.ufunc_split, (ufunc, None, None, _split_threads(p, x)),
+                                 [(1, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
     return bind
+
+
+def _split_f16_runner(op: str, other: Callable) -> Callable:
+    """The run function of a ``_SPLIT_F16`` op: ``ufunc_split`` for a C-order float16 input, else ``other``."""
+    ufunc = _SPLIT_UFUNCS[op]
+
+    def run(p: Prepared, inputs) -> list[np.ndarray]:
+        x = arg(p, inputs, 0)
+        if (type(x) is np.ndarray and x.dtype == _F16 and x.flags.c_contiguous and out_dtype(p, x) == _F16
+                and (nat := runtime.native(p)) is not None):
+            return [nat.ufunc_split(ufunc, x, runtime.ort_output(p, 0, x.shape, _F16), _split_threads(p, x))]
+        return other(p, inputs)
+    return run
 
 
 def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None = None, op: str = ""):
@@ -836,6 +860,10 @@ for _op, (_fn, _, _) in _UNARY.items():
     elif _op == "IsNaN":  # float16: a native bit test; exact on other dtypes as the ufunc
         register(KernelDef("", _op, prepare, _unary_runner(_fn), cost, check, rank_free=True,
                            bind=class_f16_binder(lambda p: 0, ufunc_binder(_fn, 1))))
+    elif _op in _SPLIT_F16:
+        register(KernelDef("", _op, prepare, _split_f16_runner(_op, engine_runner(_unary_runner(_fn, None, _op))),
+                           cost, check, rank_free=True,
+                           bind=_split_binder(_op, engine_or(_ufunc_binder(_fn, 1)))))
     elif _op in _ENGINE_UNARY:
         _bind = _ufunc_binder(_fn, 1)
         _bind = _split_binder(_op, _bind) if _op in _SPLIT_UFUNCS else _bind

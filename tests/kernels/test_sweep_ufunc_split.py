@@ -2,7 +2,9 @@
 np.sin, np.cos and np.log run on chunks over the threads must give numpy's bits (the reference of float32 Exp, Tanh,
 Sin, Cos: kernels/ops/elementwise.py), on a grid of float32 bit patterns and on random data with NaN/+-Inf/-0/
 denormals/overflow and underflow edges, at sizes around the 16-element chunk rounding, the 16384-element task and
-the split into two threads' even chunks, on 1 and 2 threads; the ops bind it from ``SPLIT_MIN_ELEMS`` elements."""
+the split into two threads' even chunks, on 1 and 2 threads; the ops bind it from ``SPLIT_MIN_ELEMS`` elements.
+Float16 (widened per 1024-element block, numpy's float32 loop, rounded once: the reference of float16 Exp): every
+float16 bit pattern, sizes around the blocks, tasks and lanes; float16 Exp binds it at every size."""
 
 from __future__ import annotations
 
@@ -75,6 +77,8 @@ def test_refuses_what_it_cannot_run():
         nat.ufunc_split(abs, x, None, 1)
     with pytest.raises(ValueError, match="C-order float32"):
         nat.ufunc_split(np.exp, x.astype(np.float64), None, 1)
+    with pytest.raises(ValueError, match="out must be"):
+        nat.ufunc_split(np.exp, x.astype(np.float16), np.empty(8, np.float32), 1)
     with pytest.raises(ValueError, match="C-order float32"):
         nat.ufunc_split(np.exp, np.ones((4, 4), np.float32).T, None, 1)
     with pytest.raises(ValueError, match="out must be"):
@@ -94,3 +98,87 @@ def test_ops_bind_it_from_the_threshold(op, threads):
         got, want, calls = native_vs_reference(op, [("x", x, False)], threads=threads)
         assert ("ufunc_split" in calls) == (n >= low), f"{op} n={n}: {calls}"
         assert _bits(got[0]) == _bits(want[0]), f"{op} n={n} threads={threads}"
+
+
+EVERY_F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+F16_SPECIALS = (np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0e-8, -6.0e-8, 6.1e-5, 65504.0, -65504.0, 11.09, 11.1, -17.3,
+                -16.6, 0.5, -2.5)
+
+
+def _f16_reference(fn, x: np.ndarray) -> np.ndarray:
+    """The reference of a float16 op: widened to float32, numpy's float32 op, rounded once."""
+    with np.errstate(all="ignore"):
+        return fn(x.astype(np.float32)).astype(np.float16)
+
+
+def _assert_f16_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Bit for bit where the reference is a number (the sign of zero included); NaN where it has NaN."""
+    assert got.dtype == np.float16 and got.shape == want.shape, what
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan), f"{what}: NaN positions differ"
+    diff = np.flatnonzero(got.view(np.uint16)[~nan] != want.view(np.uint16)[~nan])
+    assert diff.size == 0, f"{what}: {diff.size} elements differ, first at {want[~nan][diff[:3]]}"
+
+
+@pytest.mark.parametrize("fn", UFUNCS, ids=lambda f: f.__name__)
+def test_float16_every_bit_pattern(fn):
+    nat = runtime.native_module()
+    want = _f16_reference(fn, EVERY_F16)
+    for threads in (1, 2):
+        _assert_f16_equal(nat.ufunc_split(fn, EVERY_F16, None, threads), want, f"{fn.__name__} threads={threads}")
+        _assert_f16_equal(nat.ufunc_split(fn, EVERY_F16.reshape(256, 256), None, threads), want.reshape(256, 256),
+                          f"{fn.__name__} 256x256 threads={threads}")
+
+
+@pytest.mark.parametrize("fn", [np.exp, np.tanh], ids=lambda f: f.__name__)
+def test_float16_sizes_around_blocks_and_tasks(fn):
+    nat = runtime.native_module()
+    sizes = around(1, 7, 8, 16, 1024, 2048, TASK, 2 * TASK) + [0, 3 * TASK + 1029]
+    for n in sizes:
+        x = with_specials((RNG.standard_normal(n) * 6).astype(np.float16), RNG, values=F16_SPECIALS)
+        want = _f16_reference(fn, x)
+        for threads in (1, 2):
+            out = np.full(x.shape, 7.0, np.float16)
+            got = nat.ufunc_split(fn, x, out, threads)
+            assert got is out, f"{fn.__name__} n={n}"
+            _assert_f16_equal(got, want, f"{fn.__name__} n={n} threads={threads}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float16_exp_binds_it_at_every_size(threads):
+    """Float16 Exp's kernel (and its bound step) runs ``ufunc_split`` at every size, with the reference's bits."""
+    low = elementwise.SPLIT_MIN_ELEMS
+    for shape in [(1,), (3, 5), (1, 64), (low - 1,), (low,), (1, 2 * TASK + 9)]:
+        x = with_specials((RNG.standard_normal(shape) * 6).astype(np.float16), RNG, values=F16_SPECIALS)
+        got, want, calls = native_vs_reference("Exp", [("x", x, False)], threads=threads)
+        assert "ufunc_split" in calls, f"Exp float16 {shape}: {calls}"
+        _assert_f16_equal(np.asarray(got[0]), np.asarray(want[0]), f"Exp float16 {shape} threads={threads}")
+
+
+def test_float16_exp_session_runs_on_npu_ep_near_the_cpu_ep():
+    """Float16 Exp in a session: NpuEP runs the node, within one float16 ulp of ORT's CPU EP (both round a float32
+    exp), bound as one ``ufunc_split`` step (no Python step)."""
+    from onnx import TensorProto, helper
+
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+
+    shape = [1, 128, 384]
+    node = helper.make_node("Exp", ["x"], ["y"], name="the_op")
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT16, shape)],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT16, shape)], opset=20)
+    x = with_specials((RNG.standard_normal(shape) * 4).astype(np.float16), RNG, values=F16_SPECIALS)
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    want = cpu_run(model, {"x": x})[0]
+    for _ in range(3):  # the kernel's run, then the bound step
+        got = sess.run(None, {"x": x})[0]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    fin = np.isfinite(want)
+    assert np.array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+    spacing = np.spacing(np.abs(want[fin])).astype(np.float64)
+    assert (np.abs(got[fin].astype(np.float64) - want[fin]) <= spacing).all()
+    assert python_steps(sess) == []
