@@ -7,7 +7,8 @@
 // Where every partial sum is an integer below 2^53 in magnitude (the row's sum of |x| is), float64 adds exactly in
 // any order, so the exact integer sum, saturated, has the reference's bits; any other row makes the call return None
 // and the reference runs. A decoder's attention-mask sum is the case that matters: one call instead of five numpy
-// calls.
+// calls. Rows are summed in int64 in vector lanes (int32 rows shorter than 2^22 need no magnitude check), tasks of
+// rows over the threads.
 #if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
 #pragma GCC optimize("O3")  // reduce_axis's lane and column loops vectorize
 #endif
@@ -15,6 +16,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 #include <cstdint>
@@ -35,38 +37,106 @@ namespace npu_ep::kern {
 namespace {
 
 constexpr uint64_t kExact = uint64_t{1} << 53;  // float64 holds every integer below this
+constexpr int64_t kMagnitudeChunk = 1024;  // 1024 magnitudes below 2^53 sum below 2^63: no uint64 overflow
 
-// Row sums of x [rows, cols] into y, saturated to T; false if a row's sum of |x| reaches 2^53.
-template <typename T>
-bool SumRows(const T* x, int64_t rows, int64_t cols, T* y) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* row = x + r * cols;
+// The sum of row[0, cols), exact in int64 when every partial sum of |x| stays below 2^53 (then float64 adds
+// exactly in any order); false where it does not. Checked = false: int32 rows shorter than 2^22 (their sum of |x|
+// stays below 2^53). Chunks check the magnitudes with one OR and one sum each, so the loops vectorize.
+template <bool Checked, typename T>
+inline __attribute__((always_inline)) bool SumRowBody(const T* row, int64_t cols, int64_t* out) {
+  if constexpr (!Checked) {
     int64_t sum = 0;
-    uint64_t magnitude = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t v = row[c];
-      const uint64_t a = v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
-      if (a >= kExact || (magnitude += a) >= kExact) return false;
-      sum += v;
+    for (int64_t c = 0; c < cols; ++c) sum += row[c];
+    *out = sum;
+    return true;
+  } else {
+    uint64_t sum = 0, magnitude = 0;  // the sum wraps as two's complement: exact once |sum| < 2^53
+    for (int64_t c0 = 0; c0 < cols; c0 += kMagnitudeChunk) {
+      const int64_t c1 = std::min(cols, c0 + kMagnitudeChunk);
+      uint64_t bits = 0, chunk = 0;
+      for (int64_t c = c0; c < c1; ++c) {
+        const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(row[c]));
+        const uint64_t a = static_cast<int64_t>(v) < 0 ? uint64_t{0} - v : v;
+        bits |= a, chunk += a, sum += v;
+      }
+      if (bits >= kExact || (magnitude += chunk) >= kExact) return false;
     }
+    *out = static_cast<int64_t>(sum);
+    return true;
+  }
+}
+
+template <bool Checked, typename T>
+inline __attribute__((always_inline)) bool SumRowsBody(const T* x, int64_t r0, int64_t r1, int64_t cols, T* y) {
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t sum;
+    if (!SumRowBody<Checked>(x + r * cols, cols, &sum)) return false;
     y[r] = static_cast<T>(std::clamp<int64_t>(sum, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
   }
   return true;
 }
 
+template <bool Checked, typename T>
+bool SumRowsBase(const T* x, int64_t r0, int64_t r1, int64_t cols, T* y) {
+  return SumRowsBody<Checked>(x, r0, r1, cols, y);
+}
+#if NPU_EP_X86
+template <bool Checked, typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) bool SumRowsAvx512(const T* x, int64_t r0, int64_t r1,
+                                                                        int64_t cols, T* y) {
+  return SumRowsBody<Checked>(x, r0, r1, cols, y);
+}
+template <bool Checked, typename T>
+__attribute__((target("avx2"))) bool SumRowsAvx2(const T* x, int64_t r0, int64_t r1, int64_t cols, T* y) {
+  return SumRowsBody<Checked>(x, r0, r1, cols, y);
+}
+#endif
+
+template <bool Checked, typename T>
+bool SumRows(const T* x, int64_t r0, int64_t r1, int64_t cols, T* y) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return SumRowsAvx512<Checked>(x, r0, r1, cols, y);
+  if (ActiveIsa() >= Isa::kAvx2) return SumRowsAvx2<Checked>(x, r0, r1, cols, y);
+#endif
+  return SumRowsBase<Checked>(x, r0, r1, cols, y);
+}
+
+// Row sums of x [rows, cols] into y, saturated to T, tasks of rows over the threads (rows are independent: the
+// same bits at any thread count); false if a row's sum of |x| reaches 2^53.
 template <typename T>
-py::object Reduce(const py::array& x) {
+bool SumRowsSplit(const T* x, int64_t rows, int64_t cols, int threads, T* y) {
+  const bool checked = !std::is_same_v<T, int32_t> || cols >= (int64_t{1} << 22);
+  const int64_t rows_per_task = std::max<int64_t>(1, 32768 / std::max<int64_t>(cols, 1));
+  std::atomic<bool> exact{true};
+  ParallelFor(ThreadsFor(threads, rows * cols), (rows + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
+    const int64_t r0 = t * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
+    if (exact.load(std::memory_order_relaxed) &&
+        !(checked ? SumRows<true>(x, r0, r1, cols, y) : SumRows<false>(x, r0, r1, cols, y)))
+      exact.store(false, std::memory_order_relaxed);
+  });
+  return exact.load();
+}
+
+template <typename T>
+py::object Reduce(const py::array& x, int threads) {
   const int64_t rows = x.shape(0), cols = x.shape(1);
   py::array_t<T> y(std::vector<py::ssize_t>{rows});
-  if (!SumRows(static_cast<const T*>(x.data()), rows, cols, y.mutable_data())) return py::none();
+  const T* src = static_cast<const T*>(x.data());
+  T* dst = y.mutable_data();
+  bool exact;
+  {
+    py::gil_scoped_release release;
+    exact = SumRowsSplit(src, rows, cols, threads, dst);
+  }
+  if (!exact) return py::none();
   return std::move(y);
 }
 
-py::object ReduceSumIntPy(const py::array& x) {
+py::object ReduceSumIntPy(const py::array& x, int threads) {
   if (x.ndim() != 2 || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("reduce_sum_int: x must be a C-contiguous [rows, cols] array");
-  if (x.dtype().is(py::dtype::of<int32_t>())) return Reduce<int32_t>(x);
-  if (x.dtype().is(py::dtype::of<int64_t>())) return Reduce<int64_t>(x);
+  if (x.dtype().is(py::dtype::of<int32_t>())) return Reduce<int32_t>(x, threads);
+  if (x.dtype().is(py::dtype::of<int64_t>())) return Reduce<int64_t>(x, threads);
   throw std::invalid_argument("reduce_sum_int: x must be int32 or int64, got " + std::string(py::str(x.dtype())));
 }
 
@@ -475,9 +545,10 @@ void BindReduce(py::module_& m) {
         py::arg("keepdims"), py::arg("count"),
         "float32/float64 ReduceMean: add_reduce(x, axis=axes, dtype=x.dtype, keepdims) (numpy's np.add.reduce), "
         "each sum then divided by count in place; None for a 0-d result");
-  m.def("reduce_sum_int", &ReduceSumIntPy, py::arg("x"),
+  m.def("reduce_sum_int", &ReduceSumIntPy, py::arg("x"), py::arg("threads") = 1,
         "Row sums of an int32/int64 [rows, cols] array, saturated to its type, equal to ORT's float64 "
-        "accumulation; None when a row's sum of |x| reaches 2^53 (float64 could round there: the reference runs)");
+        "accumulation, on up to `threads` threads; None when a row's sum of |x| reaches 2^53 (float64 could round "
+        "there: the reference runs)");
 }
 
 }  // namespace npu_ep::kern

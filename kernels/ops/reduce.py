@@ -244,7 +244,8 @@ def _bind(p: Prepared, inputs, outs) -> Any:
         return None  # empty, or a 0-d result (a call step reshapes only to a shape of rank >= 1)
     kept = x.ndim - len(_axes(p, inputs, x.ndim))
     any_length = (*x.shape[:kept], *[-1] * (x.ndim - kept))  # the reduced axes take any extent (a growing mask)
-    return runtime.call_step(p, nat.reduce_sum_int, (None,), [(0, 0, x.dtype, any_length, (rows, -1))],
+    return runtime.call_step(p, nat.reduce_sum_int, (None, runtime.threads(p)),
+                             [(0, 0, x.dtype, any_length, (rows, -1))],
                              [(-1, outs[0].shape)])
 
 

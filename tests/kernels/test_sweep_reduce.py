@@ -21,6 +21,7 @@ from _isa import cap_isa, host_isas
 from _sweep import around, check, with_specials
 from npu_ep.ep import _native as extension
 from npu_ep.kernels import runtime
+from npu_ep.kernels.ops.reduce import _saturating_sum
 from tests.kernels.test_bound_native_calls import assert_same, one_step_loop, prepared, reduce_model
 from tests.npu_testing import make_model
 
@@ -119,3 +120,66 @@ def test_global_max_pool(isa):
         x = with_specials(RNG.standard_normal((2, 19, pixels)).astype(np.float32), RNG, fraction=0.03)
         check("GlobalMaxPool", [("x", x, False)], "reduce_max_rows", threads=2)
         check("GlobalMaxPool", [("x", x.reshape(2, 19, 1, pixels), False)], "reduce_max_rows")
+
+
+def _sum_int_expected(x: np.ndarray):
+    """The reference's row sums of x [rows, cols], or None where a row's sum of |x| reaches 2^53 (the native sum
+    declines the call: float64 could round there)."""
+    if any(sum(abs(int(v)) for v in row) >= EXACT for row in x.astype(object)):
+        return None
+    return _saturating_sum(x, (1,), False)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_sums_around_chunks_and_tasks(isa, dtype):
+    """Row sums around the magnitude chunk (1024) and the vector widths, rows split over tasks of 32768 elements,
+    1 and 2 threads, with the type's extremes; int64 rows reaching 2^53 in a later chunk decline."""
+    info = np.iinfo(dtype)
+    nat = runtime.native_module()
+    for cols in (*around(16, 32, 64), *around(1024, 2048), 32768, 32769):
+        rows = max(3, 70000 // cols)
+        if dtype == np.int32:
+            x = RNG.integers(info.min, info.max, (rows, cols), dtype=dtype, endpoint=True)
+            x[0] = info.max
+            x[1] = info.min
+            x[2, ::2], x[2, 1::2] = info.min, info.max
+        else:
+            x = RNG.integers(-(EXACT // (2 * cols)), EXACT // (2 * cols), (rows, cols), dtype=dtype)
+            x[0] = 2 ** 52 // cols  # a sum of |x| just below 2^53
+            x[1, -1] = info.min
+            x[2, cols // 2] = EXACT - 1 if cols > 1 else 7
+        body = x[3:] if dtype == np.int64 else x  # int64: the declining rows alone below
+        want = _sum_int_expected(body)
+        for threads in (1, 2):
+            got = nat.reduce_sum_int(body, threads)
+            assert (got is None) == (want is None), (cols, threads)
+            if want is not None:
+                np.testing.assert_array_equal(got, want, err_msg=f"{cols} {threads}")
+        if dtype == np.int64:
+            for r in range(3):
+                got, want = nat.reduce_sum_int(x[r:r + 1], 2), _sum_int_expected(x[r:r + 1])
+                assert (got is None) == (want is None) and (got is None or np.array_equal(got, want)), (cols, r)
+
+
+def test_int_sums_split_over_two_threads_as_one():
+    """Over the parallel threshold (2^20 elements) the bound step's rows run on two threads: the reference's bits."""
+    x = RNG.integers(-(2 ** 31), 2 ** 31, (48, 24576), dtype=np.int64).astype(np.int32)
+    x[5] = np.iinfo(np.int32).max
+    x[47] = np.iinfo(np.int32).min
+    _bound_equals_reference("ReduceSum", x, [1], 0)
+    _bound_equals_reference("ReduceSum", x.reshape(2, 24, 3, 8192), [2, 3], 1)
+    y = x.astype(np.int64) << 5  # rows of |x| up to 2^36: sums of |x| below 2^53
+    _bound_equals_reference("ReduceSum", y, [-1], 1)
+    y[30, 100] = EXACT  # one magnitude at 2^53: the whole call declines and the reference runs
+    _bound_equals_reference("ReduceSum", y, [-1], 1, native_runs=False)
+
+
+def test_int32_rows_of_2_22_check_their_magnitude():
+    """int32 rows shorter than 2^22 cannot reach 2^53 and sum unchecked; from 2^22 on the magnitude is checked."""
+    nat = runtime.native_module()
+    low = np.full((1, (1 << 22) - 1), np.iinfo(np.int32).min, np.int32)
+    np.testing.assert_array_equal(nat.reduce_sum_int(low, 2), [np.iinfo(np.int32).min])
+    at = np.full((1, 1 << 22), np.iinfo(np.int32).min, np.int32)  # sum of |x| = 2^53
+    assert nat.reduce_sum_int(at, 2) is None
+    at[0, 0] = 0
+    np.testing.assert_array_equal(nat.reduce_sum_int(at, 1), [np.iinfo(np.int32).min])
