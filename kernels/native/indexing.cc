@@ -33,6 +33,7 @@ namespace {
 constexpr int64_t kTaskBytes = int64_t{1} << 16;       // output bytes per parallel task
 constexpr size_t kMaxRank = 64;                        // numpy's NPY_MAXDIMS
 constexpr int64_t kPickRowBytes = 64;  // ScatterND without reduction picks each row from x or its update from here
+constexpr int64_t kSplitRowRun = 32;   // Split cuts x's rows in one pass when every part's run has this many bytes
 
 using Dims = std::vector<int64_t>;
 
@@ -282,8 +283,10 @@ Dims CStrides(const Dims& dims, int64_t item) {
 
 // ONNX Slice after its clamping (kernels/ops/indexing.py onnx_slice): per axis the first element `starts`, the step
 // `steps` and the element count `dims` of the result; x in any layout.
-py::array SliceCopyPy(const py::array& x, const Dims& starts, const Dims& steps, const Dims& dims,
-                      const py::object& out, int threads) {
+py::array SliceCopyPy(const py::array& x, const py::object& starts_in, const py::object& steps_in,
+                      const py::object& dims_in, const py::object& out, int threads) {
+  // a bound step's lists read without pybind11's list caster
+  const Dims starts = IntsOf(starts_in), steps = IntsOf(steps_in), dims = IntsOf(dims_in);
   const auto rank = static_cast<size_t>(x.ndim());
   if (starts.size() != rank || steps.size() != rank || dims.size() != rank || x.dtype().kind() == 'O')
     throw std::invalid_argument("slice_copy: starts, steps and dims need one entry per axis of data " +
@@ -320,8 +323,9 @@ size_t AxisOf(const char* fn, int64_t axis, const Dims& dims) {
 
 // ONNX Split of x along axis into parts of `sizes` (summing to the axis), each into its ORT buffer (outs[k], None
 // for a new array).
-py::tuple SplitPy(const py::object& x_in, int64_t axis, const Dims& sizes, int threads, const py::args& outs) {
+py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_in, int threads, const py::args& outs) {
   const py::array x = Plain("split", x_in);
+  const Dims sizes = IntsOf(sizes_in);  // a bound step's list read without pybind11's list caster
   const Dims xs = ShapeOf(x);
   const size_t a = AxisOf("split", axis, xs);
   int64_t total = 0;
@@ -331,17 +335,38 @@ py::tuple SplitPy(const py::object& x_in, int64_t axis, const Dims& sizes, int t
                                 DimsText(xs) + " (or not one out per part)");
   const auto [outer, unit] = AxisRows(xs, a, x.itemsize());
   py::tuple ys(sizes.size());
-  int64_t at = 0;
+  std::vector<char*> dst(sizes.size());
+  int64_t min_run = xs[a] * unit;
   for (size_t k = 0; k < sizes.size(); ++k) {
     Dims dims = xs;
     dims[a] = sizes[k];
     py::array y =
         Result("split", x.dtype(), dims, outs.size() ? py::reinterpret_borrow<py::object>(outs[k]) : py::none());
-    const int64_t run = sizes[k] * unit;
-    RunStrided({{outer, run}, {run, 1}, {xs[a] * unit, 1}, 1}, static_cast<char*>(y.mutable_data()),
-               static_cast<const char*>(x.data()) + at * unit, threads);
-    at += sizes[k];
+    dst[k] = static_cast<char*>(y.mutable_data());
+    if (sizes[k] != 0) min_run = std::min(min_run, sizes[k] * unit);
     ys[k] = std::move(y);
+  }
+  const auto* src = static_cast<const char*>(x.data());
+  const int64_t row = xs[a] * unit;
+  if (row <= kTaskBytes && min_run >= kSplitRowRun) {
+    // One pass over x's rows, each cut into its parts in turn: x read once in order, and one parallel loop
+    ForUnits(outer, row, threads, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const char* s = src + r * row;
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          const int64_t run = sizes[k] * unit;
+          std::memcpy(dst[k] + r * run, s, static_cast<size_t>(run));
+          s += run;
+        }
+      }
+    });
+    return ys;
+  }
+  int64_t at = 0;  // long rows (split in tasks within a part) or short runs (a fixed-size copy per part)
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t run = sizes[k] * unit;
+    RunStrided({{outer, run}, {run, 1}, {row, 1}, 1}, dst[k], src + at * unit, threads);
+    at += sizes[k];
   }
   return ys;
 }

@@ -267,6 +267,28 @@ def test_split_runs_around_the_task_split_and_threads_byte_for_byte(dt):
         assert [a.tobytes() for a in one] == [b.tobytes() for b in two]
 
 
+@pytest.mark.parametrize("dt", [np.bool_, np.float16, np.float32, np.int64])
+def test_split_rows_in_one_pass_around_its_run_and_row_limits_byte_for_byte(dt):
+    """indexing.cc cuts x's rows in one pass when every non-empty part's run has 32 bytes and a row is at most one
+    task: runs around 32 bytes, rows around the task split, a zero-sized part, three parts, over 1 MB on 2 threads."""
+    item = np.dtype(dt).itemsize
+    run = 32 // item
+    for first in around(run):
+        for rows in (1, 3):
+            inputs = [("x", _values((rows, 2, first + run + 5), dt), False), ("s", np.array([first, 0, run + 5]), True)]
+            _same_bytes("Split", inputs, "split", n_out=3, axis=-1)
+    for width in around(TASK // item):
+        inputs = [("x", _values((3, width), dt), False), ("s", np.array([width - 40 // item, 40 // item]), True)]
+        _same_bytes("Split", inputs, "split", n_out=2, axis=1)
+    rows = (1 << 20) // (768 * item) + 7
+    for parts in (2, 3):
+        x = _values((1, rows, 768), dt)
+        one = _same_bytes("Split", [("x", x, False)], "split", n_out=parts, axis=-1, num_outputs=parts)
+        two = _same_bytes("Split", [("x", x, False)], "split", threads=2, n_out=parts, axis=-1, num_outputs=parts)
+        assert [a.tobytes() for a in one] == [b.tobytes() for b in two]
+        _same_bytes("Split", [("x", x, False)], "split", threads=2, n_out=parts, axis=1, num_outputs=parts)
+
+
 def test_split_names_sizes_that_do_not_add_up():
     nat = runtime.native_module()
     with pytest.raises(ValueError, match=r"split: sizes \[2, 2\] do not split axis 1 of \[3, 5\]"):
