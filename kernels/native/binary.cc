@@ -374,7 +374,8 @@ py::array VariadicFloatPy(int op, int threads, const py::object& out, const py::
 }
 
 // Binary ops of plain dtypes (`kernels.binary_num`), threaded over large tensors where numpy's ufunc runs on one
-// thread: Add/Sub/Mul (integers wrap as ORT's), Div (floats), Max/Min, comparisons (bool out) and And/Or/Xor of bool.
+// thread: Add/Sub/Mul (integers wrap as ORT's), Div (floats), Max/Min, comparisons (bool out), And/Or/Xor of bool
+// and a Mean of two floats ((a + b) / 2: the reference's fold, the sum then one divide).
 // Max/Min as numpy's maximum/minimum: a NaN in either operand propagates (the first one's when both are NaN) and a
 // tie (-0 against +0) gives the second operand. IEEE float operations in the input dtype: the reference's bits (but
 // which NaN an Add or Mul of two NaNs gives: the compiler may swap their operands, and numpy's loops do).
@@ -392,7 +393,8 @@ enum NumOp : int {
   kNGreaterOrEqual = 10,
   kNAnd = 11,
   kNOr = 12,
-  kNXor = 13
+  kNXor = 13,
+  kNMean = 14
 };
 constexpr int64_t kNumMinParallel = 1 << 16;  // output elements from which a call splits over threads
 
@@ -406,6 +408,7 @@ inline auto NumApply(T a, T b) {
   if constexpr (Op == kNAnd) return a && b;
   if constexpr (Op == kNOr) return a || b;
   if constexpr (Op == kNXor) return a != b;
+  if constexpr (Op == kNMean) return (a + b) / T(2);
   if constexpr (Op == kNMax || Op == kNMin) {
     const bool first = Op == kNMax ? a > b : a < b;
     if constexpr (std::is_floating_point_v<T>) return (first || a != a) ? a : b;
@@ -525,6 +528,9 @@ NumRowFn NumRowForType(int op) {
     case kNXor:
       if constexpr (kBool) return NumRowFor<kNXor, T>();
       break;
+    case kNMean:
+      if constexpr (kFloat) return NumRowFor<kNMean, T>();
+      break;
     default: break;
   }
   return nullptr;
@@ -551,7 +557,8 @@ py::array BinaryNumPy(int op, const py::array& a, const py::array& b, const py::
                                 std::string(py::str(a.dtype())) + ShapeText(a) + " and " +
                                 std::string(py::str(b.dtype())) + ShapeText(b) + " (C-order, one dtype)");
   const Broadcast<2> p = PlanBroadcast<2>("binary_num", {&a, &b});
-  py::array y = BroadcastResult("binary_num", op >= kNEqual ? py::dtype::of<bool>() : a.dtype(), p, out);
+  const bool bool_out = op >= kNEqual && op <= kNXor;
+  py::array y = BroadcastResult("binary_num", bool_out ? py::dtype::of<bool>() : a.dtype(), p, out);
   if (p.total == 0) return y;
   const auto* pa = static_cast<const char*>(a.data());
   const auto* pb = static_cast<const char*>(b.data());
@@ -588,7 +595,8 @@ void BindBinary(py::module_& m) {
   m.def("binary_num", &BinaryNumPy, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("out") = py::none(),
         py::arg("threads") = 1,
         "a op b of one plain dtype with numpy broadcasting (0 Add, 1 Sub, 2 Mul, 3 Div (floats), 4 Max, 5 Min, 6 "
-        "Equal, 7 Less, 8 LessOrEqual, 9 Greater, 10 GreaterOrEqual (bool out), 11 And, 12 Or, 13 Xor (bool)), the "
+        "Equal, 7 Less, 8 LessOrEqual, 9 Greater, 10 GreaterOrEqual (bool out), 11 And, 12 Or, 13 Xor (bool), 14 Mean "
+        "of two (floats)), the "
         "reference's bits, into out (ORT's buffer) or a new array; a and b C-order");
 }
 

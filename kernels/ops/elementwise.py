@@ -7,7 +7,7 @@ and fails the run on a zero divisor, as ORT's CPU Div does. On the native kernel
 bound as the step: float16 Add/Sub/Mul/Div (``binary_f16``: the same float32 operation rounded once) and comparisons
 (``compare_f16``), int32/int64 Div (``div_int``), all in kernels/native/binary.cc; float16 Relu/Abs/Neg/Sqrt
 (unary_f16.cc). Large tensors (``NATIVE_MIN_ELEMS`` output elements) of float32/float64/integers/bool run the
-plain-dtype kernels, split over the threads where numpy's ufunc runs on one: Add/Sub/Mul/Div, Max/Min and Sum of
+plain-dtype kernels, split over the threads where numpy's ufunc runs on one: Add/Sub/Mul/Div, Max/Min, Sum and Mean of
 two, comparisons and And/Or/Xor (``binary_num``), Relu/Abs/Neg/Sqrt/Not (``unary_num``, kernels/native/unary.cc).
 
 Each op is one row of a table ``op -> (function, plain ops/element, transcendental ops/element)``; the cost is
@@ -253,6 +253,7 @@ _NUM_BINARY: dict[str, tuple[int, tuple[np.dtype, ...]]] = {
     "Max": (4, _NUM_DTYPES), "Min": (5, _NUM_DTYPES), "Equal": (6, (*_NUM_DTYPES, _BOOL)), "Less": (7, _NUM_DTYPES),
     "LessOrEqual": (8, _NUM_DTYPES), "Greater": (9, _NUM_DTYPES), "GreaterOrEqual": (10, _NUM_DTYPES),
     "And": (11, (_BOOL,)), "Or": (12, (_BOOL,)), "Xor": (13, (_BOOL,)),
+    "Mean": (14, _FLOATS),  # of two: (a + b) / 2, the reference's fold
 }
 # (op, dtype) -> (native kernel, its leading arguments, the least elements it runs for), each with the reference's
 # bits (kernels/native/binary.cc): float16 computed in float32 and rounded once, float16 compared exactly; integer
@@ -269,7 +270,7 @@ _NATIVE_BINARY_OPS = {op for op, _ in _NATIVE_BINARY}
 
 def _num_out(op: str, dtype: np.dtype) -> np.dtype:
     """binary_num's result dtype: bool for comparisons and logic, else the operands'."""
-    return _BOOL if _NUM_BINARY[op][0] >= 6 else dtype
+    return _BOOL if 6 <= _NUM_BINARY[op][0] <= 13 else dtype
 
 
 def _native_binder(op: str, other: Callable | None, least: int | None = None) -> Callable:
@@ -717,15 +718,34 @@ def _variadic_native(xs: list) -> bool:
                for x in xs) and x0.dtype in (_F32, _F16)
 
 
+# The binary_num op a Sum (Mean) of two runs and binds from ``_SUM_MIN_ELEMS`` output elements
+_TWO_AS = {"Sum": "Add", "Mean": "Mean"}
+
+
+def _two_as_binary(xs: list, name: str | None) -> bool:
+    """Whether a Sum (Mean) of these two inputs runs ``binary_num``'s ``name``, as its bind does (``_sum_two``)."""
+    if name is None or len(xs) != 2:
+        return False
+    a, b = xs
+    return (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.dtype != _F16
+            and a.dtype in _NUM_BINARY[name][1] and a.flags.c_contiguous and b.flags.c_contiguous
+            and int(np.prod(np.broadcast_shapes(a.shape, b.shape))) >= _SUM_MIN_ELEMS)
+
+
 def _variadic_runner(op: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
     """The run function of one variadic op: ``fn`` folded over every input in the compute dtype; same-shape float32
-    or float16 inputs fold natively (``variadic_float``: the same float32 operations in the same order)."""
+    or float16 inputs fold natively (``variadic_float``: the same float32 operations in the same order), other large
+    Sums or Means of two (broadcast, float64, integers) as their bound step (``binary_num``: the same operations)."""
+    two = _TWO_AS.get(op)
+
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         xs = [arg(p, inputs, i) for i in range(len(inputs))]
         nat = runtime.native(p)
         if nat is not None and _variadic_native(xs) and out_dtype(p, xs[0]) == xs[0].dtype:
             out = runtime.ort_output(p, 0, xs[0].shape, xs[0].dtype)
             return [nat.variadic_float(_VARIADIC_CODES[op], runtime.threads(p), out, *xs)]
+        if nat is not None and _two_as_binary(xs, two) and out_dtype(p, xs[0]) == xs[0].dtype:
+            return [nat.binary_num(_NUM_BINARY[two][0], xs[0], xs[1], None, runtime.threads(p))]
         acc = widen(xs[0])
         for x in xs[1:]:
             acc = fn(acc, widen(x))
@@ -899,20 +919,30 @@ def _pairwise_binder(fn: np.ufunc):
     return bind_two
 
 
-# Output elements from which a Sum of two binds Add's binary_num: below NATIVE_MIN_ELEMS it runs on one thread, yet
-# costs less there than variadic_float's fold, whose call costs less on smaller tensors
+# Output elements from which a Sum (Mean) of two binds binary_num's Add (Mean): below NATIVE_MIN_ELEMS it runs on one
+# thread, yet costs less there than variadic_float's fold, whose call costs less on smaller tensors
 _SUM_MIN_ELEMS = 1 << 14
 _ADD_TWO = _native_binder("Add", None, _SUM_MIN_ELEMS)
+_MEAN_TWO = _native_binder("Mean", None, _SUM_MIN_ELEMS)
 
 
 def _sum_two(p: Prepared, inputs, outs):
     """Sum of two inputs of ``_SUM_MIN_ELEMS`` output elements or more as Add's ``binary_num`` (the same float32 add;
-    broadcasting too); float16 and the rest stay on ``variadic_float``."""
-    x = inputs[0] if inputs else None
+    broadcasting too, a constant on either side); float16 and the rest stay on ``variadic_float``."""
+    x = arg(p, inputs, 0) if inputs else None
     return None if not isinstance(x, np.ndarray) or x.dtype == _F16 else _ADD_TWO(p, inputs, outs)
+
+
+def _mean_two(p: Prepared, inputs, outs):
+    """Mean of two float32/float64 inputs of ``_SUM_MIN_ELEMS`` output elements or more as ``binary_num``'s Mean
+    ((a + b) / 2: the fold's add and divide; broadcasting too, a constant on either side); float16 and the rest stay
+    on ``variadic_float``."""
+    x = arg(p, inputs, 0) if inputs else None
+    return None if not isinstance(x, np.ndarray) or x.dtype == _F16 else _MEAN_TWO(p, inputs, outs)
 
 
 for _op, (_fn, _, _) in _VARIADIC.items():
     register(KernelDef("", _op, prepare, _variadic_runner(_op, _fn), cost, check, rank_free=True,
                        bind=_variadic_binder(_op, _native_binder(_op, _pairwise_binder(_fn))
-                                             if _op in ("Min", "Max") else _sum_two if _op == "Sum" else None)))
+                                             if _op in ("Min", "Max") else _sum_two if _op == "Sum"
+                                             else _mean_two if _op == "Mean" else None)))

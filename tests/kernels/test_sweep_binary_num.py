@@ -1,10 +1,10 @@
-"""Differential sweep of ``binary_num`` (kernels/native/binary.cc, issue 40): Add/Sub/Mul/Div, Max/Min, comparisons
-and And/Or/Xor of float32/float64/int8/uint8/int16/int32/int64/bool against the reference model's numpy functions
-(kernels/ops/elementwise.py), byte for byte (NaN payloads, the sign of zero, integer wraparound): on every ISA level
-the host runs, sizes around the 8/16/64-lane tails and the 32768-element task split, every broadcast direction
-(scalar, row, column, middle axis), NaN/+-Inf/-0/subnormal/extreme values and ties, 1 and 2 threads. Large nodes
-(from ``NATIVE_MIN_ELEMS`` output elements) run it and bind it as their step; a session runs the node natively with
-the CPU EP's values."""
+"""Differential sweep of ``binary_num`` (kernels/native/binary.cc, issue 40): Add/Sub/Mul/Div, Max/Min, comparisons,
+And/Or/Xor and a Mean of two of float32/float64/int8/uint8/int16/int32/int64/bool against the reference model's
+numpy functions (kernels/ops/elementwise.py), byte for byte (NaN payloads, the sign of zero, integer wraparound): on
+every ISA level the host runs, sizes around the 8/16/64-lane tails and the 32768-element task split, every broadcast
+direction (scalar, row, column, middle axis), NaN/+-Inf/-0/subnormal/extreme values and ties, 1 and 2 threads. Large
+nodes (from ``NATIVE_MIN_ELEMS`` output elements) run it and bind it as their step; a session runs the node natively
+with the CPU EP's values."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native 
 RNG = np.random.default_rng(4041)
 TASK = 16384
 REFERENCE = {**{op: fn for op, (fn, _, _) in ew._BINARY.items()},
-             **{op: fn for op, (fn, _, _) in ew._VARIADIC.items() if op in ("Max", "Min")}}
+             **{op: fn for op, (fn, _, _) in ew._VARIADIC.items() if op in ("Max", "Min")},
+             "Mean": lambda a, b: np.add(a, b) / np.result_type(a, b).type(2)}  # the variadic fold of two
 CASES = [(op, dt) for op, (_, dts) in ew._NUM_BINARY.items() for dt in dts]
 BROADCASTS = [((37,), ()), ((), (37,)), ((3, 41), (41,)), ((41,), (3, 41)), ((5, 33), (5, 1)), ((5, 1), (5, 33)),
               ((2, 3, 19), (1, 3, 1)), ((2, 1, 19), (1, 3, 1)), ((4, 1), (1, 9)), ((), ()), ((2, 0, 3), (1, 3)),
@@ -164,12 +165,12 @@ _TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorPro
                                       ("Max", np.float32, (1, 300, 256)), ("Min", np.int64, (1, 300, 256)),
                                       ("Equal", np.int32, (1, 300, 256)), ("Greater", np.float32, (256,)),
                                       ("LessOrEqual", np.int64, (1, 300, 256)), ("Xor", np.bool_, (1, 300, 256)),
-                                      ("And", np.bool_, (256,))])
+                                      ("And", np.bool_, (256,)), ("Mean", np.float32, (1, 300, 256))])
 def test_session_matches_cpu_ep_and_runs_natively(op, dt, sb):
     sa = (1, 300, 256)
     a = (RNG.random(sa) > 0.5) if dt == np.bool_ else np.asarray(RNG.integers(-50, 50, sa)).astype(dt)
     b = (RNG.random(sb) > 0.5) if dt == np.bool_ else np.asarray(RNG.integers(1, 50, sb)).astype(dt)
-    out_t = TensorProto.BOOL if ew._NUM_BINARY[op][0] >= 6 else _TYPES[np.dtype(dt)]
+    out_t = TensorProto.BOOL if 6 <= ew._NUM_BINARY[op][0] <= 13 else _TYPES[np.dtype(dt)]
     node = helper.make_node(op, ["a", "b"], ["y"], name="the_op")
     model = make_model([node], [helper.make_tensor_value_info("a", _TYPES[np.dtype(dt)], list(sa)),
                                 helper.make_tensor_value_info("b", _TYPES[np.dtype(dt)], list(sb))],
@@ -199,3 +200,42 @@ def test_sum_of_two_large_inputs_runs_add_and_three_stay_variadic():
     xs = [_values((3, 30011), np.float32) for _ in range(3)]
     _, _, calls = native_vs_reference("Max", [(f"x{i}", x, False) for i, x in enumerate(xs)])
     assert "binary_num" not in calls
+
+
+@pytest.mark.parametrize("n", around(ew._SUM_MIN_ELEMS, 3 * ew._SUM_MIN_ELEMS))
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_mean_of_two_binds_binary_num_from_the_sum_threshold(n, dt, broadcast):
+    """Mean of two float32/float64 inputs binds ``binary_num``'s Mean from ``_SUM_MIN_ELEMS`` output elements (the
+    fold's add then divide by 2: the reference's bytes, overflow to inf included), 1 and 2 threads; below it the
+    variadic kernels stay."""
+    a, b = _pair((1, n), (1, 1) if broadcast else (1, n), dt)
+    a.reshape(-1)[1::17] = np.finfo(dt).max  # sums that overflow, halves that would not
+    b.reshape(-1)[0] = np.finfo(dt).max
+    m = node_model("Mean", [("a", a, False), ("b", b, False)])
+    (node,) = nodes_from_model(m)
+    k = kernel_for("", "Mean")
+    for threads in (1, 2):
+        p = k.prepare(node, REF)
+        runtime.configure([p], "native", threads)
+        with np.errstate(all="ignore"):
+            outs = list(k.run(p, [a, b]))
+        with native_calls() as calls:
+            got = bound_step_outputs(k, p, [a, b], outs)
+        what = f"Mean {np.dtype(dt)} n={n} broadcast={broadcast} threads={threads}"
+        if n < ew._SUM_MIN_ELEMS:
+            assert "binary_num" not in calls, f"{what}: {calls}"
+            continue
+        assert "binary_num" in calls, f"{what}: {calls}"
+        assert got[0].dtype == np.dtype(dt)
+        _assert_bits(got[0], _want("Mean", a, b), what)
+        _assert_bits(outs[0], _want("Mean", a, b), f"{what} (the run)")
+
+
+def test_mean_of_two_float16_and_three_stay_variadic():
+    x16 = [_values((3, 30011), np.float16) for _ in range(2)]
+    _, _, calls = native_vs_reference("Mean", [(f"x{i}", x, False) for i, x in enumerate(x16)])
+    assert "binary_num" not in calls and "variadic_float" in calls, calls
+    xs = [_values((3, 30011), np.float32) for _ in range(3)]
+    _, _, calls = native_vs_reference("Mean", [(f"x{i}", x, False) for i, x in enumerate(xs)])
+    assert "binary_num" not in calls, calls
