@@ -229,6 +229,50 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   });
 }
 
+namespace {
+
+// PointwiseFewPixels over output channel rows wider than one task's 128: the channels in the lanes would read each
+// weight row in strided 512-byte pieces, which the prefetchers do not follow (a 1280 x 512 head 2-3x slower than a
+// stream of its 2.6 MB), so each task streams whole depth passes of weight rows (StreamRowsAvx512) into partial
+// sums, then the passes are added in order, + bias, the tail: each output's sum as the channels in the lanes form
+// it, whatever the split.
+void PointwiseStream(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
+                     const ConvTail& tail, int64_t work) {
+  const int64_t K = s.Cg(), P = s.P(), Mg = s.Mg(), images = s.N * s.group;
+  constexpr int64_t kDepth = 256;  // GemmAvx512's depth pass
+  const int64_t chunks = (K + kDepth - 1) / kDepth, units = (Mg + 15) / 16;
+  const int use = ThreadsFor(threads, work);
+  int64_t m_blocks = std::min(units, (use + images * chunks - 1) / (images * chunks));
+  while ((images * chunks * m_blocks) % use != 0 && m_blocks < units) ++m_blocks;
+  const auto m_begin = [&](int64_t mb) { return std::min(Mg, mb * units / m_blocks * 16); };
+  static thread_local std::vector<float> t_part;
+  float* part = Grow(t_part, images * chunks * P * Mg);  // [image, pass, pixel, channel]
+  ParallelFor(use, images * chunks * m_blocks, [&](int64_t task) {
+    const int64_t img = task / (chunks * m_blocks), c = task / m_blocks % chunks, mb = task % m_blocks;
+    const int64_t n = img / s.group, g = img % s.group, k0 = c * kDepth, m0 = m_begin(mb);
+    StreamRowsAvx512(m_begin(mb + 1) - m0, std::min(kDepth, K - k0), w + (g * K + k0) * Mg + m0, Mg,
+                     x + (n * s.C + g * K + k0) * P, P, P, part + (img * chunks + c) * P * Mg + m0, Mg);
+  });
+  ParallelFor(images * m_blocks > 1 ? use : 1, images * m_blocks, [&](int64_t task) {
+    const int64_t img = task / m_blocks, mb = task % m_blocks, n = img / s.group, g = img % s.group;
+    const int64_t m0 = m_begin(mb), m1 = m_begin(mb + 1);
+    const float* sums = part + img * chunks * P * Mg;
+    float* out = y + (n * s.M + g * Mg) * P;
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t m = m0; m < m1; ++m) {
+        float v = sums[p * Mg + m];
+        for (int64_t c = 1; c < chunks; ++c) v = v + sums[(c * P + p) * Mg + m];
+        if (bias != nullptr) v = v + bias[g * Mg + m];
+        out[m * P + p] = v;
+      }
+    if (tail.n && tail.channel_consts == nullptr) ApplyTail(tail, out + m0 * P, (m1 - m0) * P);  // rows contiguous
+    if (tail.n && tail.channel_consts != nullptr)
+      for (int64_t m = m0; m < m1; ++m) ApplyChannelTail(tail, out + m * P, P, g * Mg + m);
+  });
+}
+
+}  // namespace
+
 void PointwiseFewPixels(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                         const ConvTail& tail) {
   const int64_t K = s.Cg(), P = s.P(), Mg = s.Mg();
@@ -238,6 +282,7 @@ void PointwiseFewPixels(const ConvShape& s, const float* x, const float* w, cons
   // streaming the weights is the cost (a 1280 x 512 head reads 2.6 MB for 0.66 M multiply-adds): count each
   // weight as four multiply-adds' worth when deciding on a second thread
   const int64_t work = s.N * s.M * K * std::max<int64_t>(P, 4);
+  if (Mg > per) return PointwiseStream(s, x, w, bias, y, threads, tail, work);
   ParallelFor(ThreadsFor(threads, work), s.N * s.group * blocks, [&](int64_t task) {
     const int64_t n = task / (s.group * blocks), g = (task / blocks) % s.group, m0 = (task % blocks) * per;
     const int64_t rows = std::min(per, Mg - m0);

@@ -42,6 +42,12 @@ void ChannelGemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const
 void ChannelLanesAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, int64_t ldb, int64_t P,
                         float* c, int64_t ldc, const float* bias, const float* clip);
 
+// acc[p * ldacc + m] = sum_k at[k * lda + m] * b[k * ldb + p] for m < M, p < P, k < kc (<= one depth pass):
+// fused multiply-adds from zero in k order, one pass's sums as GemmAvx512 forms them; A's rows read once each, in
+// order (a 1x1 conv over a few pixels with wide rows of weights, which only stream from memory); AVX-512F only.
+void StreamRowsAvx512(int64_t M, int64_t kc, const float* at, int64_t lda, const float* b, int64_t ldb, int64_t P,
+                      float* acc, int64_t ldacc);
+
 // even[q] = src[2q], odd[q] = src[2q + 1] for q < n (reads src[0, 2n)); AVX-512F only.
 void EvenOddAvx512(const float* src, int64_t n, float* even, float* odd);
 

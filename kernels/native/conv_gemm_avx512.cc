@@ -294,6 +294,47 @@ __attribute__((target(NPU_AVX512F))) void ChannelLanesAvx512(int64_t M, int64_t 
                      clip);
 }
 
+// Four rows of A per pass over the row, so each row is read once, in order, as a stream (a GEMV's weights do not
+// stay in cache between calls); the sums live in acc and stay in L1. Each output's multiply-adds in k order.
+__attribute__((target(NPU_AVX512F))) void StreamRowsAvx512(int64_t M, int64_t kc, const float* at, int64_t lda,
+                                                           const float* b, int64_t ldb, int64_t P, float* acc,
+                                                           int64_t ldacc) {
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t m = 0; m < M; m += 16)
+      _mm512_mask_storeu_ps(acc + p * ldacc + m, Lanes(static_cast<int>(std::min<int64_t>(16, M - m))),
+                            _mm512_setzero_ps());
+  int64_t k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    const float* a = at + k * lda;
+    const float* bk = b + k * ldb;
+    for (int64_t m = 0; m < M; m += 16) {
+      const __mmask16 mk = Lanes(static_cast<int>(std::min<int64_t>(16, M - m)));
+      const __m512 a0 = _mm512_maskz_loadu_ps(mk, a + m), a1 = _mm512_maskz_loadu_ps(mk, a + lda + m);
+      const __m512 a2 = _mm512_maskz_loadu_ps(mk, a + 2 * lda + m), a3 = _mm512_maskz_loadu_ps(mk, a + 3 * lda + m);
+      for (int64_t p = 0; p < P; ++p) {
+        float* d = acc + p * ldacc + m;
+        __m512 sum = _mm512_maskz_loadu_ps(mk, d);
+        sum = _mm512_fmadd_ps(_mm512_set1_ps(bk[p]), a0, sum);
+        sum = _mm512_fmadd_ps(_mm512_set1_ps(bk[ldb + p]), a1, sum);
+        sum = _mm512_fmadd_ps(_mm512_set1_ps(bk[2 * ldb + p]), a2, sum);
+        sum = _mm512_fmadd_ps(_mm512_set1_ps(bk[3 * ldb + p]), a3, sum);
+        _mm512_mask_storeu_ps(d, mk, sum);
+      }
+    }
+  }
+  for (; k < kc; ++k) {
+    const float* a = at + k * lda;
+    for (int64_t m = 0; m < M; m += 16) {
+      const __mmask16 mk = Lanes(static_cast<int>(std::min<int64_t>(16, M - m)));
+      const __m512 a0 = _mm512_maskz_loadu_ps(mk, a + m);
+      for (int64_t p = 0; p < P; ++p) {
+        float* d = acc + p * ldacc + m;
+        _mm512_mask_storeu_ps(d, mk, _mm512_fmadd_ps(_mm512_set1_ps(b[k * ldb + p]), a0, _mm512_maskz_loadu_ps(mk, d)));
+      }
+    }
+  }
+}
+
 }  // namespace npu_ep::kern
 
 #endif

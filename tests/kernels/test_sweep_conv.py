@@ -14,6 +14,8 @@ Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shap
   with Mg >= 32 and 2^21 multiply-adds splits its output channels in two at one thread (the M = 16j + 1 bug: M
   around 32, 48, 64 on small maps);
 - PointwiseFewPixels (1x1, stride 1, no pads, < 16 pixels): output channels in the lanes, 128 per task, 64 per pass;
+  over more than 128 channels a group the weights' rows streamed per 256-deep pass, four rows a step, the passes'
+  sums added after (tasks: passes x channel blocks);
 - DenseFloat on the BLAS (other convs over < 16 pixels; every conv below AVX-512); a column image [N, C, L, 1] with
   a kx1 kernel runs as the same conv along its row;
 - DepthwiseFloat: DepthwiseRowsAvx512 takes 32 output columns in two registers, 16 or fewer in one, any width
@@ -58,8 +60,9 @@ def float_isa(request):
     yield from cap_isa(request.param)
 
 
-def _prepared(op: str, inputs, tail=None, **attrs):
-    """(kernel, prepared, run args) of one node; ``tail``: a fused conv tail [(code name, c0, c1), ...]."""
+def _prepared(op: str, inputs, tail=None, slopes=None, **attrs):
+    """(kernel, prepared, run args) of one node; ``tail``: a fused conv tail [(code name, c0, c1), ...];
+    ``slopes``: per output channel, the tail's first instruction's constant (a folded per-channel PRelu)."""
     m = node_model(op, inputs, **attrs)
     (node,) = nodes_from_model(m)
     k = kernel_for(node.domain, node.op_type)
@@ -67,6 +70,8 @@ def _prepared(op: str, inputs, tail=None, **attrs):
     if tail:
         p.consts["tail_codes"] = np.asarray([CODES[t[0]] for t in tail], np.int32)
         p.consts["tail_c"] = np.asarray([t[1:] for t in tail], np.float32).reshape(-1, 2)
+    if slopes is not None:
+        p.consts["tail_slopes"], p.attrs["tail_channel_at"] = np.asarray(slopes, np.float32), 0
     feeds = {s[0]: s[1] for s in inputs if not s[2]}
     return k, p, [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
 
@@ -77,9 +82,9 @@ def _run(k, p, args, kernels: str, threads: int = 1) -> np.ndarray:
         return k.run(p, args)[0]
 
 
-def _native_and_reference(op: str, inputs, native_fn: str, tail=None, threads: int = 1, **attrs):
+def _native_and_reference(op: str, inputs, native_fn: str, tail=None, threads: int = 1, slopes=None, **attrs):
     """(native output, reference output) of one node; the native function ``native_fn`` must have run."""
-    k, p, args = _prepared(op, inputs, tail, **attrs)
+    k, p, args = _prepared(op, inputs, tail, slopes, **attrs)
     with native_calls() as calls:
         got = _run(k, p, args, "native", threads)
     assert native_fn in calls, f"{op} {attrs}: the native {native_fn} did not run ({calls})"
@@ -87,10 +92,10 @@ def _native_and_reference(op: str, inputs, native_fn: str, tail=None, threads: i
 
 
 # --- float Conv ---------------------------------------------------------------------------------------------------
-def _float_conv(x, w, b=None, *, native_fn: str = "conv_dense", threads: int = 1, tail=None, **attrs):
+def _float_conv(x, w, b=None, *, native_fn: str = "conv_dense", threads: int = 1, tail=None, slopes=None, **attrs):
     """The conv native vs reference within the dot-product bound (module docstring); returns the native output."""
     inputs = [("x", x, False), ("w", w, True)] + ([("b", b, True)] if b is not None else [])
-    got, want = _native_and_reference("Conv", inputs, native_fn, tail, threads, **attrs)
+    got, want = _native_and_reference("Conv", inputs, native_fn, tail, threads, slopes, **attrs)
     label = f"Conv x{list(x.shape)} w{list(w.shape)} {attrs} tail={tail}"
     if native_fn == "conv_depthwise" and tail and any(t[0] == "sigmoid" for t in tail):
         # the tail's sigmoid: exp in lanes within 2 ulp of numpy's (conv_tail.cc), so a few float32 roundings
@@ -329,6 +334,36 @@ def test_float_pointwise_few_pixels(float_isa, m, c, pixels):
     _float_conv(x, _floats((m, c, 1, 1), rng), _floats((m,), rng))
 
 
+# Pointwise over < 16 pixels with more than 128 output channels a group: whole rows of weights streamed per depth
+# pass (StreamRowsAvx512, four rows a step), the passes' partial sums added after. Mg around the 16-channel vector
+# (a masked last one), K around the four-row step and the 256-deep pass, pixels 1..15, images and groups, the
+# weights' passes and channel blocks split over 1 to 3 threads with the same bits.
+STREAM_GRID = [(m, c, pixels, ng) for m in (129, *around(144), 1280) for c in (1, 3, 6, 255, 256, 257, 513)
+               for pixels in ((1, 1), (3, 5), (1, 15)) for ng in ((1, 1), (2, 1), (1, 2), (2, 3))
+               if c > 1 or ng[1] == 1]  # one input channel a group is a depthwise conv
+
+
+def _stream_case(m, c, pixels, ng):
+    n, g = ng
+    rng = np.random.default_rng(m * 7 + c)
+    x = _floats((n, c * g, *pixels), rng, specials=c % 2 == 1)
+    w, b = _floats((m * g, c, 1, 1), rng), _floats((m * g,), rng)
+    one = _float_conv(x, w, b, group=g)
+    for threads in (2, 3):
+        assert one.tobytes() == _float_conv(x, w, b, threads=threads, group=g).tobytes(), threads
+
+
+@pytest.mark.parametrize("case", _sample(STREAM_GRID, 12, seed=8))
+def test_float_pointwise_stream(float_isa, case):
+    _stream_case(*case)
+
+
+@pytest.mark.slow
+def test_float_pointwise_stream_wide(float_isa):
+    for case in STREAM_GRID:
+        _stream_case(*case)
+
+
 # Non-pointwise convs over < 16 output pixels (the BLAS on every level) and a column image's kx1 conv along L
 # (L around 16 and 32).
 @pytest.mark.parametrize("xs,ws,attrs", [((1, 6, 3, 4), (5, 6, 3, 3), dict(pads=[1, 1, 1, 1])),
@@ -397,6 +432,16 @@ def test_float_fused_tails(float_isa, tail, shape):
     pads = [0, 0, 0, 0] if ws[2] == 1 else [1, 1, 1, 1]
     _float_conv(_floats(xs, rng, specials=True), _floats(ws, rng), _floats((ws[0],), rng), native_fn=fn,
                 tail=tail, group=g, pads=pads)
+
+
+@pytest.mark.parametrize("tail", TAILS)
+def test_float_pointwise_stream_tails(float_isa, tail):
+    """A fused tail (a lone clip too) and per-channel slopes over the streamed passes' finished sums."""
+    rng = np.random.default_rng(5)
+    x, w, b = _floats((2, 520, 1, 3), rng, specials=True), _floats((290, 260, 1, 1), rng), _floats((290,), rng)
+    _float_conv(x, w, b, tail=tail, group=2)
+    slopes = rng.uniform(-0.5, 0.5, 290)
+    _float_conv(x, w, b, tail=[("leaky_relu", 0.0, 0.0), *tail], slopes=slopes, group=2, threads=2)
 
 
 @pytest.mark.parametrize("xs,ws,attrs", [((1, 128, 8, 8), (33, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
