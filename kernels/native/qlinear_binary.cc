@@ -1,8 +1,9 @@
 // com.microsoft QLinearAdd and QLinearMul on 8-bit operands with ONNX (numpy) broadcasting (`kernels.qlinear_add`,
 // `kernels.qlinear_mul`), for kernels/ops/qlinear_binary.py, whose reference they reproduce bit for bit:
 //   add, both operands varying along the run: t = fma(b, rb, fixed), y = fma(a, ra, t) in float32 (as MLAS's AVX2
-//     kernel; the reference computes the fused rounding exactly); an operand constant along the run folds into
-//     fixed as f32(fixed + f32(x * rx)).
+//     kernel as compiled, its multiply-adds contracted; the reference computes the fused rounding exactly); an
+//     operand constant along the run folds into the fixed part as fma(x, rx, fixed), a's into fixed_a (ORT swaps
+//     the operands for a scalar a, and its fixed part rounds the other way).
 //   mul: y = f32(f32(float((a - za) * (b - zb)) * ratio) + zc).
 // then y is clamped to the output range and rounded half to even. Every float32 product is written as a float64
 // product (exact) rounded to float32, so no compiler may fuse it with the add that follows. Runs are broadcast.h's;
@@ -36,12 +37,15 @@ namespace {
 
 constexpr int64_t kTaskElems = 32768;  // output elements per parallel task
 
+// int32_fits: every pre-rounding value is within +-2^30, so its int32 conversion is exact and saturating packs clamp
 struct AddParams {
-  float ra, rb, fixed;
+  float ra, rb, fixed, fixed_a;
+  bool int32_fits;
 };
 struct MulParams {
   int32_t za, zb;
   float ratio, zc;
+  bool int32_fits;
 };
 
 template <typename T>
@@ -56,10 +60,10 @@ inline float Product(double x, float r) { return static_cast<float>(x * static_c
 template <typename T, bool A, bool B>
 inline __attribute__((always_inline)) void AddRowBody(const T* a, const T* b, T* y, int64_t n, AddParams q) {
   if (!A) {  // a constant along the run (a priority the reference shares when both are)
-    const float fixed = q.fixed + Product(a[0], q.ra);
+    const float fixed = std::fma(static_cast<float>(a[0]), q.ra, q.fixed_a);
     for (int64_t i = 0; i < n; ++i) y[i] = Saturate<T>(std::fma(static_cast<float>(b[B ? i : 0]), q.rb, fixed));
   } else if (!B) {
-    const float fixed = q.fixed + Product(b[0], q.rb);
+    const float fixed = std::fma(static_cast<float>(b[0]), q.rb, q.fixed);
     for (int64_t i = 0; i < n; ++i) y[i] = Saturate<T>(std::fma(static_cast<float>(a[i]), q.ra, fixed));
   } else {
     for (int64_t i = 0; i < n; ++i) {
@@ -130,38 +134,64 @@ NPU_AVX512 inline void Store16(T* y, int64_t i, __mmask16 k, __m512 v) {
 
 NPU_AVX512 inline __m512 Float16(__m512i v) { return _mm512_cvtepi32_ps(v); }
 
+// 64 codes from four vectors of 16 rounded int32 values (each within int32, so the conversion was exact): saturating
+// packs clamp to the code range (clamp(rint(y)) = rint(clamp(y)) for integer bounds), a dword permute restores the
+// order the packs interleave per 128-bit lane; one 64-byte store.
+template <typename T>
+NPU_AVX512 inline void Store64(T* y, __m512i q0, __m512i q1, __m512i q2, __m512i q3) {
+  const __m512i w0 = _mm512_packs_epi32(q0, q1), w1 = _mm512_packs_epi32(q2, q3);
+  const __m512i b = std::is_signed<T>::value ? _mm512_packs_epi16(w0, w1) : _mm512_packus_epi16(w0, w1);
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(y, _mm512_permutexvar_epi32(order, b));
+}
+
+// The rows below run `step(i, k)` (16 values before rounding at i, tail mask k) over n outputs: by 64 with packs when
+// the values fit int32, the rest (and everything otherwise) by 16 with Store16's float clamp.
+template <typename T, typename Step>
+NPU_AVX512 inline void Rows16(T* y, int64_t n, bool int32_fits, Step step) {
+  int64_t i = 0;
+  if (int32_fits) {
+    const __mmask16 all = 0xFFFF;
+    for (; i + 64 <= n; i += 64)
+      Store64(y + i, _mm512_cvtps_epi32(step(i, all)), _mm512_cvtps_epi32(step(i + 16, all)),
+              _mm512_cvtps_epi32(step(i + 32, all)), _mm512_cvtps_epi32(step(i + 48, all)));
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    Store16(y, i, k, step(i, k));
+  }
+}
+
 template <typename T, bool A, bool B>
 NPU_AVX512 void AddRowAvx512(const T* a, const T* b, T* y, int64_t n, AddParams q) {
   const __m512 ra = _mm512_set1_ps(q.ra), rb = _mm512_set1_ps(q.rb);
   if (!A || !B) {  // one operand folds into the constant (AddRowBody)
-    const float fixed = !A ? q.fixed + Product(a[0], q.ra) : q.fixed + Product(b[0], q.rb);
+    const float fixed =
+        !A ? std::fma(static_cast<float>(a[0]), q.ra, q.fixed_a) : std::fma(static_cast<float>(b[0]), q.rb, q.fixed);
     const __m512 c = _mm512_set1_ps(fixed), r = !A ? rb : ra;
-    for (int64_t i = 0; i < n; i += 16) {
-      const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    Rows16(y, n, q.int32_fits, [&](int64_t i, __mmask16 k) NPU_AVX512 {
       const __m512i v = !A ? Load16<T, B>(b, i, k) : Load16<T, true>(a, i, k);
-      Store16(y, i, k, _mm512_fmadd_ps(Float16(v), r, c));
-    }
+      return _mm512_fmadd_ps(Float16(v), r, c);
+    });
     return;
   }
   const __m512 fixed = _mm512_set1_ps(q.fixed);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+  Rows16(y, n, q.int32_fits, [&](int64_t i, __mmask16 k) NPU_AVX512 {
     const __m512 t = _mm512_fmadd_ps(Float16(Load16<T, true>(b, i, k)), rb, fixed);
-    Store16(y, i, k, _mm512_fmadd_ps(Float16(Load16<T, true>(a, i, k)), ra, t));
-  }
+    return _mm512_fmadd_ps(Float16(Load16<T, true>(a, i, k)), ra, t);
+  });
 }
 
 template <typename T, bool A, bool B>
 NPU_AVX512 void MulRowAvx512(const T* a, const T* b, T* y, int64_t n, MulParams q) {
   const __m512i za = _mm512_set1_epi32(q.za), zb = _mm512_set1_epi32(q.zb);
   const __m512 ratio = _mm512_set1_ps(q.ratio), zc = _mm512_set1_ps(q.zc);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+  Rows16(y, n, q.int32_fits, [&](int64_t i, __mmask16 k) NPU_AVX512 {
     const __m512i p =
         _mm512_mullo_epi32(_mm512_sub_epi32(Load16<T, A>(a, i, k), za), _mm512_sub_epi32(Load16<T, B>(b, i, k), zb));
     // a product then an add, two roundings (no fma), as MLAS
-    Store16(y, i, k, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(p), ratio), zc));
-  }
+    return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(p), ratio), zc);
+  });
 }
 
 template <typename T>
@@ -230,23 +260,33 @@ py::array QLinearPy(const char* fn, const py::array& a, const py::array& b, P q,
   return result;
 }
 
-py::array QLinearAddPy(const py::array& a, const py::array& b, float ra, float rb, float fixed, const py::object& out,
-                       int threads) {
-  return QLinearPy("qlinear_add", a, b, AddParams{ra, rb, fixed}, out, threads);
+// Whether |y| <= bound (before rounding) fits int32 with room; false for a NaN or infinite bound.
+bool FitsInt32(double bound) { return bound < 1073741824.0; }
+
+py::array QLinearAddPy(const py::array& a, const py::array& b, float ra, float rb, float fixed, float fixed_a,
+                       const py::object& out, int threads) {
+  // |a|, |b| <= 255; a folded operand's product and the fma roundings stay far inside the factor 2 left
+  const bool fits =
+      FitsInt32(255.0 * std::fabs(ra) + 255.0 * std::fabs(rb) + std::max(std::fabs(fixed), std::fabs(fixed_a)));
+  return QLinearPy("qlinear_add", a, b, AddParams{ra, rb, fixed, fixed_a, fits}, out, threads);
 }
 
 py::array QLinearMulPy(const py::array& a, const py::array& b, int32_t za, int32_t zb, float ratio, float zc,
                        const py::object& out, int threads) {
-  return QLinearPy("qlinear_mul", a, b, MulParams{za, zb, ratio, zc}, out, threads);
+  // |a - za| <= 255 + |za| for 8-bit a
+  const double pa = 255.0 + std::fabs(static_cast<double>(za)), pb = 255.0 + std::fabs(static_cast<double>(zb));
+  const bool fits = FitsInt32(pa * pb * std::fabs(ratio) + std::fabs(zc));
+  return QLinearPy("qlinear_mul", a, b, MulParams{za, zb, ratio, zc, fits}, out, threads);
 }
 
 }  // namespace
 
 void BindQLinearBinary(py::module_& m) {
   m.def("qlinear_add", &QLinearAddPy, py::arg("a"), py::arg("b"), py::arg("ra"), py::arg("rb"), py::arg("fixed"),
-        py::arg("out") = py::none(), py::arg("threads") = 1,
-        "QLinearAdd of 8-bit a and b with broadcasting: ra = sA/sC, rb = sB/sC, fixed = zC - (ra*zA + rb*zB), "
-        "all float32 (kernels/ops/qlinear_binary.py); into out (ORT's buffer) or a new array of a's dtype");
+        py::arg("fixed_a"), py::arg("out") = py::none(), py::arg("threads") = 1,
+        "QLinearAdd of 8-bit a and b with broadcasting: ra = sA/sC, rb = sB/sC, fixed = zC - fma(ra, zA, rb*zB), "
+        "fixed_a (for an a constant along the run) = zC - fma(rb, zB, ra*zA), all float32 "
+        "(kernels/ops/qlinear_binary.py); into out (ORT's buffer) or a new array of a's dtype");
   m.def("qlinear_mul", &QLinearMulPy, py::arg("a"), py::arg("b"), py::arg("za"), py::arg("zb"), py::arg("ratio"),
         py::arg("zc"), py::arg("out") = py::none(), py::arg("threads") = 1,
         "QLinearMul of 8-bit a and b with broadcasting: ratio = sA*sB/sC and zC float32 "

@@ -4,10 +4,12 @@ points (scalars, as ORT requires), numpy broadcasting.
 Numerics reproduce ORT 1.31's x86-64 MLAS kernels exactly (float32 arithmetic, round half to even, saturation):
   QLinearMul (qlmul.cpp, SSE2): r = sA*sB/sC (float32, left to right);
       y = sat(rint(float32(float32((a - zA) * (b - zB)) * r) + zC))
-  QLinearAdd (qladd_avx2.cpp): rA = sA/sC, rB = sB/sC, fixed = float32(zC) - (rA*zA + rB*zB);
+  QLinearAdd (qladd_avx2.cpp, its multiply-adds contracted to fmas by the compiler): rA = sA/sC, rB = sB/sC,
+      fixed = float32(zC) - fma(rA, zA, rB*zB);
       both operands vary along the innermost span: y = sat(rint(fma(a, rA, fma(b, rB, fixed))));
       one operand constant along it (ORT's broadcast looper hands it over as a scalar): that operand is folded
-      into ``fixed`` by a rounded multiply and add, the other goes through one fma.
+      into the fixed part by an fma, the other goes through one fma. MLAS takes the scalar as its B, so ORT swaps
+      the operands for a scalar A: its fixed part is then float32(zC) - fma(rB, zB, rA*zA) (``fixed_a``).
 An fma is computed exactly (``fma_f32``): a product of an 8-bit integer and a float32 is exact in float64 and the
 sum's rounding error is recovered (TwoSum), so the float32 result is the fused one even where rounding the float64
 sum would land on a float32 midpoint.
@@ -90,10 +92,11 @@ _PARAMS = (1, 2, 4, 5, 6, 7)  # sA, zA, sB, zB, sC, zC
 
 
 def _add_params(p: Prepared, inputs) -> tuple:
-    """(ra, rb, fixed) of QLinearAdd, float32 (module docstring)."""
+    """(ra, rb, fixed, fixed_a) of QLinearAdd, float32 (module docstring)."""
     sa, za, sb, zb, sc, zc = (scalar(p, inputs, i) for i in _PARAMS)
     ra, rb = _F32(sa / sc), _F32(sb / sc)
-    return ra, rb, _F32(zc - _F32(_F32(ra * za) + _F32(rb * zb)))
+    return (ra, rb, _F32(zc - fma_f32(_F64(za), ra, _F32(rb * zb))[()]),
+            _F32(zc - fma_f32(_F64(zb), rb, _F32(ra * za))[()]))
 
 
 def _mul_params(p: Prepared, inputs) -> tuple:
@@ -135,18 +138,12 @@ def _add_run(p: Prepared, inputs) -> list[np.ndarray]:
     fn = _native_args(p, a, b)
     if fn is not None and a.flags.c_contiguous and b.flags.c_contiguous:
         return [fn(a, b, *_add_params(p, inputs), None, runtime.threads(p))]
-    ra, rb, fixed = _add_params(p, inputs)
+    ra, rb, fixed, fixed_a = _add_params(p, inputs)
     out_shape = np.broadcast_shapes(a.shape, b.shape)
-    a_scalar = _scalar_along_span(a, out_shape)
-    b_scalar = not a_scalar and _scalar_along_span(b, out_shape)
     a64, b64 = a.astype(_F64), b.astype(_F64)
-    if a_scalar:  # the scalar side folds into the constant with two roundings; the other side is one fma
-        fixed_v = (fixed + (a64 * ra).astype(_F32)).astype(_F32)
-        y = fma_f32(b64, rb, fixed_v)
-    elif b_scalar:
-        fixed_v = (fixed + (b64 * rb).astype(_F32)).astype(_F32)
-        y = fma_f32(a64, ra, fixed_v)
-    else:
+    if _scalar_along_span(a, out_shape):  # A folds into its own fixed part by an fma, then B's fma
+        y = fma_f32(b64, rb, fma_f32(a64, ra, fixed_a))
+    else:  # B's fma first, whether B is a scalar folded into the fixed part or a span
         y = fma_f32(a64, ra, fma_f32(b64, rb, fixed))
     return [_saturate(np.broadcast_to(y, out_shape).copy(), p.attrs["qtype"])]
 
