@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "movement.h"
+#include "thread_pool.h"
 
 namespace py = pybind11;
 
@@ -63,9 +64,54 @@ struct Broadcast {
   }
 };
 
+constexpr int64_t kTaskBytes = int64_t{1} << 16;  // output bytes per parallel task
+constexpr size_t kParallelRun = 256;  // shorter runs stay on one thread: Fill's doubling copies move them in bulk
+
+// Runs [lo, hi) of a broadcast, bytes [first, first + len) of each: run i is the output's bytes from i * run, read
+// from where its index over the axes before `contiguous` points in the input.
+void CopyRuns(const Broadcast& b, char* dst, const char* src, int64_t lo, int64_t hi, size_t first, size_t len) {
+  std::vector<py::ssize_t> at(b.contiguous);
+  int64_t rest = lo, s = 0;
+  for (size_t a = b.contiguous; a-- > 0;) {
+    at[a] = rest % b.out[a];
+    rest /= b.out[a];
+    s += at[a] * b.in_strides[a];
+  }
+  for (int64_t i = lo; i < hi; ++i) {
+    std::memcpy(dst + i * static_cast<int64_t>(b.run) + first, src + s + first, len);
+    for (size_t a = b.contiguous; a-- > 0;) {  // the next run: an odometer over the outer axes
+      s += b.in_strides[a];
+      if (++at[a] < b.out[a]) break;
+      s -= b.in_strides[a] * b.out[a];
+      at[a] = 0;
+    }
+  }
+}
+
+// The broadcast over `threads` threads (1 MB of output or more, runs of kParallelRun bytes or more): runs in tasks of
+// about kTaskBytes, a longer run in parts of one; each run copied from the input (the bytes never depend on the
+// split).
+void ParallelFill(const Broadcast& b, char* dst, const char* src, int64_t total, int threads) {
+  const auto run = static_cast<int64_t>(b.run);
+  const int64_t runs = total / run;
+  const int64_t parts = std::max<int64_t>(1, run / kTaskBytes);
+  const int64_t part = (run + parts - 1) / parts;
+  if (parts == 1) {
+    const int64_t per_task = std::max<int64_t>(1, kTaskBytes / run);
+    ParallelFor(threads, (runs + per_task - 1) / per_task,
+                [&](int64_t t) { CopyRuns(b, dst, src, t * per_task, std::min(runs, (t + 1) * per_task), 0, b.run); });
+    return;
+  }
+  ParallelFor(threads, runs * parts, [&](int64_t t) {
+    const int64_t first = (t % parts) * part;
+    CopyRuns(b, dst, src, t / parts, t / parts + 1, static_cast<size_t>(first),
+             static_cast<size_t>(std::min(part, run - first)));
+  });
+}
+
 // y = x broadcast from `in_dims` (x's dims with 1s where it repeats) to `out` (same rank), in C order.
 void BroadcastCopy(const py::array& x, const std::vector<py::ssize_t>& in_dims, const std::vector<py::ssize_t>& out,
-                   py::array& y) {
+                   py::array& y, int threads) {
   const auto rank = static_cast<py::ssize_t>(out.size());
   const auto item = static_cast<py::ssize_t>(x.itemsize());
   Broadcast b{out, std::vector<py::ssize_t>(rank), std::vector<py::ssize_t>(rank), static_cast<size_t>(rank), 0};
@@ -83,13 +129,20 @@ void BroadcastCopy(const py::array& x, const std::vector<py::ssize_t>& in_dims, 
   }
   auto* dst = static_cast<char*>(y.mutable_data());
   const auto* src = static_cast<const char*>(x.data());
-  RunMoving(static_cast<size_t>(y.nbytes()), [&] { b.Fill(dst, src, 0); });
+  const auto total = static_cast<int64_t>(y.nbytes());
+  const int use = b.run >= kParallelRun ? ThreadsFor(threads, total) : 1;
+  RunMoving(static_cast<size_t>(total), [&] {
+    if (use > 1)
+      ParallelFill(b, dst, src, total, use);
+    else
+      b.Fill(dst, src, 0);
+  });
 }
 
 std::vector<int64_t> Dims64(const std::vector<py::ssize_t>& dims) { return {dims.begin(), dims.end()}; }
 
 // ONNX Expand: x broadcast against `shape` both ways (numpy's rules), materialized (into `out` when given).
-py::array ExpandPy(const py::object& x_in, const py::object& shape_in, const py::object& out_buffer) {
+py::array ExpandPy(const py::object& x_in, const py::object& shape_in, const py::object& out_buffer, int threads) {
   const py::array x = CArray(x_in);  // a strided x is copied first, as numpy reads it
   const std::vector<int64_t> target = IntsOf(shape_in);  // a bound step's tuple read without pybind11's list caster
   const std::vector<py::ssize_t> shape(target.begin(), target.end());
@@ -108,13 +161,13 @@ py::array ExpandPy(const py::object& x_in, const py::object& shape_in, const py:
     }
   }
   py::array y = MovementResult("expand", x.dtype(), Dims64(out), out_buffer);
-  if (y.size() != 0) BroadcastCopy(x, in_dims, out, y);
+  if (y.size() != 0) BroadcastCopy(x, in_dims, out, y, threads);
   return y;
 }
 
 // ONNX Tile: x repeated `repeats[i]` times along each axis i, which is the broadcast of x viewed as
 // [1, d0, 1, d1, ...] to [r0, d0, r1, d1, ...] (into `out` when given).
-py::array TilePy(const py::object& x_in, const py::object& repeats_in, const py::object& out_buffer) {
+py::array TilePy(const py::object& x_in, const py::object& repeats_in, const py::object& out_buffer, int threads) {
   const py::array x = CArray(x_in);  // a strided x is copied first, as numpy reads it
   const std::vector<int64_t> reps = IntsOf(repeats_in);  // a bound step's tuple read without pybind11's list caster
   const std::vector<py::ssize_t> repeats(reps.begin(), reps.end());
@@ -130,7 +183,7 @@ py::array TilePy(const py::object& x_in, const py::object& repeats_in, const py:
     result.push_back(repeats[i] * xs[i]);
   }
   py::array y = MovementResult("tile", x.dtype(), Dims64(result), out_buffer);
-  if (y.size() != 0) BroadcastCopy(x, in_dims, out, y);
+  if (y.size() != 0) BroadcastCopy(x, in_dims, out, y, threads);
   return y;
 }
 
@@ -141,12 +194,12 @@ void BindPad(py::module_&);
 void BindTrilu(py::module_&);
 
 void BindMovement(py::module_& m) {
-  m.def("expand", &ExpandPy, py::arg("x"), py::arg("shape"), py::arg("out") = py::none(),
+  m.def("expand", &ExpandPy, py::arg("x"), py::arg("shape"), py::arg("out") = py::none(), py::arg("threads") = 1,
         "ONNX Expand: x broadcast against shape both ways (numpy's rules), as a C-contiguous array, into out (ORT's "
-        "buffer) or a new array");
-  m.def("tile", &TilePy, py::arg("x"), py::arg("repeats"), py::arg("out") = py::none(),
+        "buffer) or a new array; from 1 MB of output on `threads` threads");
+  m.def("tile", &TilePy, py::arg("x"), py::arg("repeats"), py::arg("out") = py::none(), py::arg("threads") = 1,
         "ONNX Tile: x repeated repeats[i] times along each axis i, as a C-contiguous array, into out (ORT's buffer) "
-        "or a new array");
+        "or a new array; from 1 MB of output on `threads` threads");
   BindTranspose(m);  // transpose.cc
   BindPad(m);        // pad.cc
   BindTrilu(m);      // trilu.cc

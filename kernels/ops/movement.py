@@ -6,9 +6,9 @@ Shape-like operands (shape, axes) may be attributes (old opsets), constant input
 
 Native (kernels/native/movement.cc, transpose.cc): Transpose (``kernels.transpose``: a blocked copy), Expand
 (``kernels.expand``: a broadcast copy) and Tile (``kernels.tile``: the same copy of x viewed with a 1 before each
-axis) move the elements of any dtype of 1, 2, 4 or 8 bytes, bits unchanged; each binds as the step for the input
-shape and (shape-derived) target shape or repeats it was bound for, into ORT's buffer when its output is a
-partition output (``ep/step_binding.py``).
+axis) move the elements of any dtype of 1, 2, 4 or 8 bytes, bits unchanged (over the threads from 1 MB); each
+binds as the step for the input shape and (shape-derived) target shape or repeats it was bound for, into ORT's buffer
+when its output is a partition output (``ep/step_binding.py``).
 
 Cost: a view costs nothing; Transpose/Expand/Tile stream ``bytes_in + bytes_out`` through DMA
 (``dma_cycles = 2 * latency + bytes / bytes_per_cycle``, no compute).
@@ -166,8 +166,8 @@ def _expand_bind(p: Prepared, inputs, outs):
     if nat is None or fixed is None or not isinstance(x, np.ndarray) or x.dtype.hasobject:
         return None
     shape = tuple(runtime_ints(p, inputs, "ints", 1))
-    return runtime.call_step(p, nat.expand, (None, shape, None), [(0, 0, x.dtype, x.shape, None, True)],
-                             [(-1, None)], None, ort_buffer(p, outs, 2), fixed)
+    return runtime.call_step(p, nat.expand, (None, shape, None, runtime.threads(p)),
+                             [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)], None, ort_buffer(p, outs, 2), fixed)
 
 
 def _transpose_bind(p: Prepared, inputs, outs):
@@ -200,7 +200,7 @@ def _tile_run(p: Prepared, inputs) -> list[np.ndarray]:
         raise ValueError(f"Tile: repeats {repeats} do not match input rank {x.ndim} (or are negative)")
     nat = runtime.native(p)
     if nat is not None and movable(x):
-        return [nat.tile(x, repeats)]
+        return [nat.tile(x, repeats, None, runtime.threads(p))]
     return [np.tile(x, repeats)]
 
 
@@ -213,8 +213,8 @@ def _tile_bind(p: Prepared, inputs, outs):
     if nat is None or fixed is None or not movable(x):
         return None
     repeats = tuple(runtime_ints(p, inputs, "ints", 1))
-    return runtime.call_step(p, nat.tile, (None, repeats, None), [(0, 0, x.dtype, x.shape, None, True)],
-                             [(-1, None)], None, ort_buffer(p, outs, 2), fixed)
+    return runtime.call_step(p, nat.tile, (None, repeats, None, runtime.threads(p)),
+                             [(0, 0, x.dtype, x.shape, None, True)], [(-1, None)], None, ort_buffer(p, outs, 2), fixed)
 
 
 def _view_cost(p: Prepared, shapes) -> OpCost:

@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 import pytest
 
-from _sweep import kernel_and_bound_step, native_vs_reference
+from _sweep import around, kernel_and_bound_step, native_vs_reference
 from npu_ep.kernels import runtime
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
@@ -175,3 +175,35 @@ def test_expand_and_tile_write_into_a_given_buffer():
     assert np.shares_memory(nat.tile(x, [2, 2, 2], tiled), tiled) and tiled.tobytes() == np.tile(x, (2, 2, 2)).tobytes()
     with pytest.raises(ValueError, match="expand: out must be a writeable C-order float16 array of 120 elements"):
         nat.expand(x, [2, 3, 5, 4], np.empty(119, np.float16))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.int64])
+def test_expand_and_tile_over_threads_from_1_mb_byte_for_byte(dtype):
+    """From 1 MB of output and runs of 256 bytes the copy runs on the threads: runs in 64 KiB tasks (runs around
+    256 bytes and 64 KiB) or one long run in parts (the op table's Expand [1, 1500, 1536] -> [2, 1500, 1536]), under
+    kept and broadcast outer axes; shorter runs stay on one thread. 1, 2 and 3 threads give numpy's bytes, around the
+    1 MB threshold too."""
+    nat = runtime.native_module()
+    item = np.dtype(dtype).itemsize
+    mb = (1 << 20) // item
+    tiles = [((1, 4, mb // 8), (1, 1, 2)), ((1, 4, mb // 8), (1, 1, 2)), ((3, 5, 7), (2, 1, mb // 105 + 1)),
+             ((1, 2, (1 << 16) // item + 1), (1, 1, 5)), ((1, 2, (1 << 16) // item - 1), (1, 3, 2)),
+             ((mb // 2 - 1,), (2,)), ((mb // 2 + 1,), (2,)), ((1, 7, 3), (mb // 21 + 1, 1, 1))]
+    tiles += [((1, (1 << 20) // 512 + 1, w), (1, 1, 2)) for w in around(256 // item)]
+    expands = [((1, 3, mb // 6), (2, 3, mb // 6)), ((4, 1, mb // 64), (4, 17, mb // 64)),
+               ((1, mb // 4 + 3), (5, mb // 4 + 3)), ((7, 1), (7, mb // 7 + 1)), ((mb // 2 + 1,), (2, mb // 2 + 1))]
+    for threads in (1, 2, 3):
+        for x_shape, repeats in tiles:
+            x = _values(x_shape, dtype)
+            _same_bytes(nat.tile(x, list(repeats), None, threads), np.tile(x, repeats),
+                        f"tile {x_shape} x {repeats} threads={threads}")
+        for x_shape, shape in expands:
+            x = _values(x_shape, dtype)
+            want = np.array(np.broadcast_to(x, shape), order="C")
+            what = f"expand {x_shape} -> {shape} threads={threads}"
+            _same_bytes(nat.expand(x, list(shape), None, threads), want, what)
+    x = _values((1, 300, 768), dtype)
+    got, want, calls = native_vs_reference("Tile", [("x", x, False), ("r", np.array([1, 1, 3], np.int64), True)],
+                                           threads=2)
+    assert "tile" in calls
+    _same_bytes(np.asarray(got[0]), np.asarray(want[0]), "tile node on 2 threads")
