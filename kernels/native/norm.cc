@@ -147,17 +147,6 @@ NORM_INLINE void RmsRow(const RowCall& c, const float* x, float* y, int64_t r) {
   if (c.inv != nullptr) c.inv[r] = inv;
 }
 
-// One row of SkipSimplifiedLayerNormalization on s: ORT's operations (s^2 summed in order in float32, float32
-// division and sqrt, then y = s / rms * gamma).
-NORM_INLINE void SkipRmsRow(const RowCall& c, const float* s, float* y, int64_t r) {
-  float total = 0.0f;
-  for (int64_t j = 0; j < c.d; ++j) total += s[j] * s[j];
-  const float rms = std::sqrt(total / static_cast<float>(c.d) + c.eps);
-  for (int64_t j = 0; j < c.d; ++j) y[j] = s[j] / rms * c.scale[j];
-  if (c.mean != nullptr) c.mean[r] = 0.0f;
-  if (c.inv != nullptr) c.inv[r] = 1.0f / rms;
-}
-
 // One row of SkipLayerNormalization on s, ORT's one-pass statistics: var = E[s^2] - mean^2,
 // y = (s - mean) / sqrt(var + eps) * gamma (+ beta).
 NORM_INLINE void SkipLayerRow(const RowCall& c, const float* s, float* y, int64_t r) {
@@ -172,7 +161,88 @@ NORM_INLINE void SkipLayerRow(const RowCall& c, const float* s, float* y, int64_
   if (c.inv != nullptr) c.inv[r] = 1.0f / std;
 }
 
+constexpr int64_t kSkipRmsBlock = 16;  // rows whose sequential sums of squares interleave
+
+#if NPU_EP_X86
+// total[k] = s_k[0]^2 + s_k[1]^2 + ... summed in order for the n <= 16 rows s_k = s + k * d, row k in lane k: 16 x 16
+// tiles transposed in registers, so one vector add per column; a tail tile's missing columns are +0, which leaves a
+// sum of squares (+0 or more, or NaN) as it is (lanes from n on sum zeros).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void SquaresInOrder16(const float* s, int64_t d, int64_t n,
+                                                                           float* total) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < d; j += 16) {
+    const __mmask16 m = static_cast<__mmask16>(d - j >= 16 ? 0xFFFF : (1u << (d - j)) - 1u);
+    __m512 r[16], t[16];
+    for (int k = 0; k < 16; ++k) r[k] = k < n ? _mm512_maskz_loadu_ps(m, s + k * d + j) : _mm512_setzero_ps();
+    for (int k = 0; k < 16; k += 2) {
+      t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+      t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 16; k += 4) {
+      r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
+      r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
+      r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+      r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; ++k) {
+      t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
+      t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xDD);
+      t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
+      t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xDD);
+    }
+    for (int k = 0; k < 8; ++k) {
+      r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+      r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xDD);
+    }
+    for (int k = 0; k < 16; ++k) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[k], r[k]));
+  }
+  _mm512_storeu_ps(total, acc);
+}
+#endif
+
+// SkipSimplifiedLayerNormalization rows [first, last) with ORT's operations: s = x + skip (+ bias), s^2 summed in
+// order in float32, float32 division and sqrt, y = s / rms * gamma. Rows go in blocks of kSkipRmsBlock whose
+// sequential sums run side by side (in the lanes on AVX-512), so the adds of different rows overlap instead of each
+// waiting on the previous add of its own row; each row's sum is the same sequence, so the bits are ORT's.
+template <bool kWide>
+NORM_INLINE void SkipRmsRows(const RowCall& c, int64_t first, int64_t last) {
+  const int64_t d = c.d;
+  float *s = Grow(t_scratch, (kSkipRmsBlock + 2) * d), *tmp = s + kSkipRmsBlock * d, *out = tmp + d;
+  for (int64_t r0 = first; r0 < last; r0 += kSkipRmsBlock) {
+    const int64_t n = std::min(kSkipRmsBlock, last - r0);
+    for (int64_t k = 0; k < n; ++k) {
+      SkipSum(c, r0 + k, s + k * d, tmp);
+      if (c.sum != nullptr) Store(s + k * d, c.sum, c.half, (r0 + k) * d, d);
+    }
+    float total[kSkipRmsBlock] = {};
+#if NPU_EP_X86
+    if (kWide && n > 1) {
+      SquaresInOrder16(s, d, n, total);
+    } else
+#endif
+        if (n == kSkipRmsBlock) {
+      for (int64_t j = 0; j < d; ++j)
+        for (int64_t k = 0; k < kSkipRmsBlock; ++k) total[k] += s[k * d + j] * s[k * d + j];
+    } else {
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < d; ++j) total[k] += s[k * d + j] * s[k * d + j];
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t r = r0 + k;
+      const float* v = s + k * d;
+      const float rms = std::sqrt(total[k] / static_cast<float>(d) + c.eps);
+      float* y = c.half ? out : static_cast<float*>(c.y) + r * d;
+      for (int64_t j = 0; j < d; ++j) y[j] = v[j] / rms * c.scale[j];
+      Store(y, c.y, c.half, r * d, d);
+      if (c.mean != nullptr) c.mean[r] = 0.0f;
+      if (c.inv != nullptr) c.inv[r] = 1.0f / rms;
+    }
+  }
+}
+
+template <bool kWide = false>
 NORM_INLINE void RowsImpl(const RowCall& c, int64_t first, int64_t last) {
+  if (c.kind == RowKind::kSkipRms) return SkipRmsRows<kWide>(c, first, last);
   float *in = Grow(t_scratch, 3 * c.d), *tmp = in + c.d, *out = tmp + c.d;
   const bool skip = c.kind == RowKind::kSkipRms || c.kind == RowKind::kSkipLayer;
   for (int64_t r = first; r < last; ++r) {
@@ -187,7 +257,7 @@ NORM_INLINE void RowsImpl(const RowCall& c, int64_t first, int64_t last) {
     switch (c.kind) {
       case RowKind::kLayer: LayerRow(c, x, y, r); break;
       case RowKind::kRms: RmsRow(c, x, y, r); break;
-      case RowKind::kSkipRms: SkipRmsRow(c, x, y, r); break;
+      case RowKind::kSkipRms: break;  // SkipRmsRows
       case RowKind::kSkipLayer: SkipLayerRow(c, x, y, r); break;
     }
     Store(y, c.y, c.half, r * c.d, c.d);
@@ -200,7 +270,7 @@ __attribute__((target("avx2"))) void RowsAvx2(const RowCall& c, int64_t first, i
   RowsImpl(c, first, last);
 }
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void RowsAvx512(const RowCall& c, int64_t first, int64_t last) {
-  RowsImpl(c, first, last);
+  RowsImpl<true>(c, first, last);
 }
 #endif
 
@@ -246,7 +316,10 @@ void RunRows(const RowCall& c, int64_t first, int64_t last) {
 }
 
 void RunRowTasks(const RowCall& c, int threads) {
-  const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(c.d, 1));
+  // SkipSimplified tasks are whole blocks of rows (a partial block sums its rows in fewer lanes)
+  const int64_t per_task = c.kind == RowKind::kSkipRms
+                               ? kSkipRmsBlock * std::max<int64_t>(1, kTaskElems / (kSkipRmsBlock * c.d))
+                               : std::max<int64_t>(1, kTaskElems / std::max<int64_t>(c.d, 1));
   const int64_t tasks = (c.rows + per_task - 1) / per_task;
   const int use = ThreadsFor(threads, c.rows * c.d);
   if (use == 1 || tasks == 1) return RunRows(c, 0, c.rows);  // rows are independent: the same bits

@@ -97,6 +97,16 @@ def test_special_values_one_per_row(capped_isa, op, dt):
     _case(op, (1, 21, 40), dt, specials=True)
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float16], ids=lambda t: np.dtype(t).name)
+def test_skip_rms_row_blocks(capped_isa, dt):
+    """SkipSimplified sums the squares of 16 rows side by side (norm.cc's kSkipRmsBlock; in the lanes, a transposed
+    16 x 16 tile at a time, on AVX-512): row counts around the block, widths around the tile and its tail, one special
+    value per row, bit for bit."""
+    for rows in [1, 2, 15, 16, 17, 31, 33]:
+        for d in [1, 15, 16, 17, 33, 384]:
+            _case("SkipSimplifiedLayerNormalization", (1, rows, d), dt, specials=True, seed=rows * 1000 + d)
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_task_split_and_threads_same_bits(op):
     d = 100  # 163 rows per task
