@@ -113,8 +113,9 @@ template <size_t N>
 pybind11::array BroadcastResult(const char* fn, const pybind11::dtype& dtype, const Broadcast<N>& p,
                                 const pybind11::object& out) {
   if (out.is_none()) return pybind11::array(dtype, p.out_shape);
-  pybind11::array y;
-  if (pybind11::isinstance<pybind11::array>(out)) y = pybind11::reinterpret_borrow<pybind11::array>(out);
+  // null when out is not an array (a default pybind11::array would be a new empty numpy array per call)
+  const auto y = pybind11::reinterpret_borrow<pybind11::array>(
+      pybind11::isinstance<pybind11::array>(out) ? pybind11::handle(out) : pybind11::handle());
   if (!y || !y.dtype().equal(dtype) || !(y.flags() & pybind11::array::c_style) || !y.writeable() || y.size() != p.total)
     throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " +
                                 std::string(pybind11::str(dtype)) + " array of " + std::to_string(p.total) +

@@ -179,11 +179,11 @@ RowFn RowForDtype(int op, const py::dtype& dt) {
 py::array Run(const char* fn, RowFn row, const py::array& x, const py::object& out, int threads, const void* lo,
               const void* hi) {
   const py::dtype dt = x.dtype();
-  py::array y;
+  // out, or null when it is not an array (a default py::array would be a new empty numpy array per call)
+  py::array y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   if (out.is_none()) {
     y = py::array(dt, std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
   } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
     if (!y || !y.dtype().equal(dt) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
       throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " + std::string(py::str(dt)) +
                                   " array of " + std::to_string(x.size()) + " elements");
