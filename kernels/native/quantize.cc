@@ -45,10 +45,33 @@ void QuantizeScalar(const float* x, int64_t n, float scale, float z, float lo, f
 }
 
 #if NPU_EP_X86
+// rint(x / scale) + z of 16 elements, capped at hi, as int32: vcvtps2dq is exact below hi and gives INT_MIN for
+// NaN (minps passes its second operand's NaN) and values under -2^31, so the saturating packs after it give those
+// the lowest code, as the float clamp does.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i QuantizeCapped16(const float* x, __m512 sv,
+                                                                                     __m512 zv, __m512 hiv) {
+  const __m512 q = _mm512_div_ps(_mm512_loadu_ps(x), sv);
+  return _mm512_cvtps_epi32(
+      _mm512_min_ps(hiv, _mm512_add_ps(_mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zv)));
+}
+
+// 64 codes per step through saturating packs (int32 -> int16 -> 8-bit: the code range is the type's) and one 64-byte
+// store after a dword permute (the packs interleave 128-bit lanes); the tail by 16 with a float clamp.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeAvx512(const float* x, int64_t n, float scale,
                                                                          float z, float lo, float hi, uint8_t* y) {
   const __m512 sv = _mm512_set1_ps(scale), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo), hiv = _mm512_set1_ps(hi);
-  for (int64_t i = 0; i < n; i += 16) {
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const bool is_signed = lo < 0.0f;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m512i w0 =
+        _mm512_packs_epi32(QuantizeCapped16(x + i, sv, zv, hiv), QuantizeCapped16(x + i + 16, sv, zv, hiv));
+    const __m512i w1 =
+        _mm512_packs_epi32(QuantizeCapped16(x + i + 32, sv, zv, hiv), QuantizeCapped16(x + i + 48, sv, zv, hiv));
+    const __m512i b = is_signed ? _mm512_packs_epi16(w0, w1) : _mm512_packus_epi16(w0, w1);
+    _mm512_storeu_si512(y + i, _mm512_permutexvar_epi32(order, b));
+  }
+  for (; i < n; i += 16) {
     const __mmask16 k = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
     __m512 q = _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), sv);
     q = _mm512_add_ps(_mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zv);

@@ -2,11 +2,12 @@
 DequantizeLinear and DynamicQuantizeLinear, issue 38: bit-exact against the reference model (the same float32
 steps: a division, round half to even, + zero point, clip; NaN to the lowest code), on every level it dispatches to.
 
-quantize.cc's blocks: 16 lanes per AVX-512 step (the tail masked), tasks of 2^18 elements (two threads split a
-tensor only above that). DequantizeLinear for every container dequantize_into takes (int8, uint8, int16, uint16,
-int32; int32 values past 2^24 round to float32 as the reference's astype), into ORT's buffer in a session. Values:
-ties (x / scale exactly k + 0.5, both parities), saturation at both ends, NaN, +-Inf, -0.0, huge and subnormal
-values."""
+quantize.cc's blocks: 64 codes per AVX-512 step through saturating packs, then 16 lanes (the tail masked), tasks
+of 2^18 elements (two threads split a tensor only above that). DequantizeLinear for every container dequantize_into
+takes (int8, uint8, int16, uint16, int32; int32 values past 2^24 round to float32 as the reference's astype), into
+ORT's buffer in a session. Values: ties (x / scale exactly k + 0.5, both parities), saturation at both ends
+(quotients inside int32, past it and at +-2^31), NaN, +-Inf, -0.0, huge and subnormal values, zero points at the
+types' extremes."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from npu_testing import assignment, cpu_run, make_model, npu_session
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 RNG = np.random.default_rng(3801)
-SIZES = around(16, 32, 64) + [1000]  # the 16-lane step and its masked tail
+SIZES = around(16, 32, 64, 128, 192) + [1000]  # the 64-code packs, the 16-lane step and its masked tail
 CHUNK = 1 << 18                      # quantize.cc's task size
 
 
@@ -37,10 +38,12 @@ def _values(n: int, scale: float) -> np.ndarray:
     x = (RNG.uniform(-300, 300, n) * scale).astype(np.float32)
     ties = ((RNG.integers(-200, 200, n) + 0.5) * scale).astype(np.float32)  # scale a power of two: exact
     x[::3] = ties[::3]
-    return with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 3e38, -3e38, 1e-45, -1e-45))
+    return with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, 3e38, -3e38, 1e-45, -1e-45, 1e8, -1e8,
+                                         -3e8, 2.68435456e8, -2.68435456e8))
 
 
-@pytest.mark.parametrize("qtype,zp", [(np.uint8, 0), (np.uint8, 131), (np.int8, 0), (np.int8, -7)])
+@pytest.mark.parametrize("qtype,zp", [(np.uint8, 0), (np.uint8, 131), (np.uint8, 255), (np.int8, 0), (np.int8, -7),
+                                      (np.int8, -128), (np.int8, 127)])
 def test_quantize_linear(q_isa, qtype, zp):
     for n in SIZES:
         for scale in (np.float32(0.125), np.float32(0.0371)):
