@@ -37,6 +37,33 @@ bool OrtParallelFor(const void* ctx, void (*task)(void*, size_t), size_t n, void
   return false;
 }
 
+// The kept view's array (a new reference) when it can serve as the view of `data` with `dims` and `dtype`: only the
+// kernel holds it (no other reference, no weak reference), so no one can tell it from a new view, and it is as it was
+// made (its flags, and the C-order shape and strides of `dims`); else nullptr.
+PyObject* ReuseView(const KeptView& kept, const void* data, const py::handle& dtype, const int64_t* dims, size_t rank) {
+  PyObject* o = kept.array.ptr();
+  if (o == nullptr || data == nullptr || Py_REFCNT(o) != 1) return nullptr;
+  const Py_ssize_t weak = Py_TYPE(o)->tp_weaklistoffset;
+  if (weak > 0 && *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(o) + weak) != nullptr) return nullptr;
+  const auto* p = py::detail::array_proxy(o);
+  if (p->data != data || p->descr != dtype.ptr() || p->flags != kept.flags || static_cast<size_t>(p->nd) != rank)
+    return nullptr;
+  py::ssize_t stride = kept.itemsize;
+  for (size_t d = rank; d-- > 0;) {
+    if (p->dimensions[d] != dims[d] || p->strides[d] != stride) return nullptr;
+    stride *= dims[d];
+  }
+  Py_INCREF(o);
+  return o;
+}
+
+// Keeps `a` (a view just made) for later calls.
+void KeepView(KeptView& kept, const py::array& a) {
+  kept.array = a;
+  kept.flags = py::detail::array_proxy(a.ptr())->flags;
+  kept.itemsize = a.itemsize();
+}
+
 // ORT's output buffers of one partition call, lent to the steps it runs (output_buffers.h). It remembers what it
 // lent, so the bridge hands an output computed in place to ORT without asking ORT for the buffer again; the first
 // kInline outputs' records live in the object (no allocation per call), later ones in a vector.
@@ -72,7 +99,12 @@ class OrtOutputs : public OutputBuffers {
       l.rank = dims.size();
       std::copy(dims.begin(), dims.end(), l.dims);
     }
-    return OutputView(data, k->output_dtypes[index], dims);
+    KeptView& kept = k->output_views[index];
+    if (PyObject* again = ReuseView(kept, data, k->output_dtypes[index], dims.data(), dims.size()))
+      return py::reinterpret_steal<py::object>(again);
+    py::array view = OutputView(data, k->output_dtypes[index], dims);
+    if (data != nullptr) KeepView(kept, view);
+    return std::move(view);
   }
 
   // The buffer lent for output `index` if `a` is exactly it (its data, its dims), else nullptr: then the bridge asks
@@ -146,6 +178,8 @@ PartitionKernel::~PartitionKernel() {
   SafeDrop(program);
   for (auto& d : input_dtypes) SafeDrop(d);
   for (auto& d : output_dtypes) SafeDrop(d);
+  for (auto& v : input_views) SafeDrop(v.array);
+  for (auto& v : output_views) SafeDrop(v.array);
 }
 
 static std::string ShapeString(const std::vector<int64_t>& dims) {
@@ -263,6 +297,8 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
                                       std::to_string(k->output_types.size()) + " outputs, ORT passed " +
                                       std::to_string(n_in) + "/" + std::to_string(n_out));
     if (!k->borrowed.empty()) CheckBorrowed(k, ctx);
+    if (k->input_views.size() != n_prog) k->input_views.resize(n_prog);
+    if (k->output_views.size() != n_out) k->output_views.resize(n_out);
     py::tuple args(n_prog);
     size_t j = 0, b = 0;  // next program input, next borrowed input
     for (size_t i = 0; i < n_in; ++i) {
@@ -278,7 +314,15 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
         throw OrtError(ORT_EP_FAIL, "input " + std::to_string(j) + " has element type " +
                                         std::to_string(meta.elem_type) + ", compiled for " +
                                         std::to_string(k->input_types[j]));
-      py::array view = TensorView(v, k->input_dtypes[j], meta);
+      const void* data = nullptr;
+      Check(g_ort->GetTensorData(v, &data));
+      KeptView& kept = k->input_views[j];
+      py::array view = py::reinterpret_steal<py::array>(
+          ReuseView(kept, data, k->input_dtypes[j], meta.dims.data(), meta.dims.size()));
+      if (!view) {
+        view = TensorView(v, k->input_dtypes[j], meta);
+        if (data != nullptr) KeepView(kept, view);
+      }
       bytes_in += static_cast<uint64_t>(view.nbytes());
       if (IsNpuValue(v)) bytes_in_npu += static_cast<uint64_t>(view.nbytes());
       PyTuple_SET_ITEM(args.ptr(), j++, view.release().ptr());  // the new tuple's empty slot takes the reference

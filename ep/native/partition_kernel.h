@@ -43,6 +43,14 @@ struct BorrowedInput {
       : index(o.index), data(o.data.load()), bytes(o.bytes), name(std::move(o.name)) {}
 };
 
+// A numpy view of an ORT buffer (one per input and per output of a partition), kept from an earlier call: ORT often
+// hands the same buffer again, and a view that nothing else holds serves that call instead of a new array.
+struct KeptView {
+  py::object array;
+  int flags = 0;  // as made: a view whose flags, shape or strides Python set in place is not reused
+  py::ssize_t itemsize = 0;
+};
+
 struct PartitionKernel {
   std::string name;
   std::string where;   // "partition '<name>'", built once: error context must not cost an allocation per call
@@ -65,6 +73,10 @@ struct PartitionKernel {
   std::vector<std::string> output_producers;  // "node 'name' (op)" that computes each output, for messages
   std::vector<char> output_warned;
   BridgeStats* stats = nullptr;  // owned by the global registry (outlives sessions so reports can read it)
+  // Sized at the first call, then read and replaced under the GIL; mutable: lending an output (OrtOutputs::View)
+  // sees the kernel as const.
+  std::vector<KeptView> input_views;
+  mutable std::vector<KeptView> output_views;
 
   ~PartitionKernel();
 };
