@@ -37,16 +37,17 @@ template <size_t N>
 Broadcast<N> PlanBroadcast(const char* fn, const std::array<const pybind11::array*, N>& ops) {
   pybind11::ssize_t rank = 0;
   for (const auto* a : ops) rank = std::max(rank, a->ndim());
+  // operand k's extent on output axis i (1 where it has no such axis), read from the array (no copies: a call's
+  // plan makes only the vectors it returns)
+  const auto ext = [&](size_t k, pybind11::ssize_t i) -> int64_t {
+    const pybind11::ssize_t lead = rank - ops[k]->ndim();
+    return i < lead ? 1 : static_cast<int64_t>(ops[k]->shape(i - lead));
+  };
   Broadcast<N> p;
   p.out_shape.assign(static_cast<size_t>(rank), 1);
-  std::array<std::vector<int64_t>, N> ext;
-  for (size_t k = 0; k < N; ++k) {
-    ext[k].assign(static_cast<size_t>(rank), 1);
-    for (pybind11::ssize_t i = 0; i < ops[k]->ndim(); ++i) ext[k][rank - ops[k]->ndim() + i] = ops[k]->shape(i);
-  }
   for (pybind11::ssize_t i = 0; i < rank; ++i) {
     for (size_t k = 0; k < N; ++k) {
-      const int64_t e = ext[k][i], d = p.out_shape[i];
+      const int64_t e = ext(k, i), d = p.out_shape[i];
       if (e != 1 && d != 1 && e != d) {
         std::string shapes;
         for (const auto* a : ops) shapes += (shapes.empty() ? "" : " and ") + ShapeText(*a);
@@ -57,31 +58,33 @@ Broadcast<N> PlanBroadcast(const char* fn, const std::array<const pybind11::arra
     }
     p.total *= p.out_shape[i];
   }
-  // Merge from the innermost axis out; an operand's stride is the product of its extents inside the axis.
+  // Merge from the innermost axis out (built innermost first, reversed at the end); an operand's stride is the
+  // product of its extents inside the axis.
   std::array<int64_t, N> stride;
   stride.fill(1);
-  std::vector<int64_t> dims;
-  std::array<std::vector<int64_t>, N> st;
+  p.dims.reserve(static_cast<size_t>(std::max<pybind11::ssize_t>(rank, 1)));
+  for (auto& s : p.strides) s.reserve(p.dims.capacity());
   for (pybind11::ssize_t i = rank - 1; i >= 0; --i) {
     const int64_t d = p.out_shape[i];
     if (d == 1) continue;
-    bool same = !dims.empty();
-    for (size_t k = 0; k < N && same; ++k) same = (ext[k][i] == 1) == (st[k].back() == 0);
+    bool same = !p.dims.empty();
+    for (size_t k = 0; k < N && same; ++k) same = (ext(k, i) == 1) == (p.strides[k].back() == 0);
     if (same)
-      dims.back() *= d;
+      p.dims.back() *= d;
     else
-      dims.push_back(d);
+      p.dims.push_back(d);
     for (size_t k = 0; k < N; ++k) {
-      if (!same) st[k].push_back(ext[k][i] == 1 ? 0 : stride[k]);
-      if (ext[k][i] != 1) stride[k] *= d;
+      const bool repeats = ext(k, i) == 1;
+      if (!same) p.strides[k].push_back(repeats ? 0 : stride[k]);
+      if (!repeats) stride[k] *= d;
     }
   }
-  if (dims.empty()) {  // one element
-    dims.push_back(1);
-    for (auto& s : st) s.push_back(0);
+  if (p.dims.empty()) {  // one element
+    p.dims.push_back(1);
+    for (auto& s : p.strides) s.push_back(0);
   }
-  p.dims.assign(dims.rbegin(), dims.rend());
-  for (size_t k = 0; k < N; ++k) p.strides[k].assign(st[k].rbegin(), st[k].rend());
+  std::reverse(p.dims.begin(), p.dims.end());
+  for (auto& s : p.strides) std::reverse(s.begin(), s.end());
   return p;
 }
 
