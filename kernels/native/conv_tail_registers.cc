@@ -167,8 +167,17 @@ NPU_AVX512 void Block512(__m512 (&v)[kVectors], __m512 (&s)[kVectors], const int
   }
 }
 
+// HardSwish's program (save; mul a; add b; clip lo hi with lo <= hi; mul_saved) without the per-instruction
+// dispatch: Step512's operations for those codes, in order.
+NPU_AVX512 void HardSwish512(__m512 (&v)[kVectors], const float* c) {
+  const __m512 a = _mm512_set1_ps(c[2]), b = _mm512_set1_ps(c[4]), lo = _mm512_set1_ps(c[6]), hi = _mm512_set1_ps(c[7]);
+  for (int u = 0; u < kVectors; ++u)
+    v[u] = _mm512_mul_ps(v[u], _mm512_max_ps(lo, _mm512_min_ps(hi, _mm512_add_ps(_mm512_mul_ps(v[u], a), b))));
+}
+
 #undef NPU_AVX512
 
+template <bool kHardSwish>
 __attribute__((target("avx2,fma,avx512f"))) void Run512(const float* in, float* out, int64_t n, const int32_t* codes,
                                                         const float* c, int64_t n_codes) {
   constexpr int64_t kBlock = 16 * kVectors;
@@ -179,7 +188,11 @@ __attribute__((target("avx2,fma,avx512f"))) void Run512(const float* in, float* 
   for (; i + kBlock <= n; i += kBlock) {
 #pragma GCC unroll 4
     for (int u = 0; u < kVectors; ++u) v[u] = _mm512_loadu_ps(in + i + 16 * u);
-    Block512(v, s, codes, c, n_codes);
+    if constexpr (kHardSwish) {
+      HardSwish512(v, c);
+    } else {
+      Block512(v, s, codes, c, n_codes);
+    }
 #pragma GCC unroll 4
     for (int u = 0; u < kVectors; ++u) _mm512_storeu_ps(out + i + 16 * u, v[u]);
   }
@@ -191,7 +204,11 @@ __attribute__((target("avx2,fma,avx512f"))) void Run512(const float* in, float* 
     m[u] = left >= 16 ? 0xFFFF : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1u);
     v[u] = _mm512_maskz_loadu_ps(m[u], in + i + 16 * u);
   }
-  Block512(v, s, codes, c, n_codes);
+  if constexpr (kHardSwish) {
+    HardSwish512(v, c);
+  } else {
+    Block512(v, s, codes, c, n_codes);
+  }
 #pragma GCC unroll 4
   for (int u = 0; u < kVectors; ++u) _mm512_mask_storeu_ps(out + i + 16 * u, m[u], v[u]);
 }
@@ -358,7 +375,12 @@ bool FitsRegisters(const int32_t* codes, int64_t n_codes) {
 void RunInRegisters(const float* in, float* out, int64_t n, const int32_t* codes, const float* consts,
                     int64_t n_codes) {
 #if NPU_EP_X86
-  if (ActiveIsa() >= Isa::kAvx512) return Run512(in, out, n, codes, consts, n_codes);
+  if (ActiveIsa() >= Isa::kAvx512) {
+    const bool hard_swish = n_codes == 5 && codes[0] == kSave && codes[1] == kMul && codes[2] == kAdd &&
+                            codes[3] == kClip && codes[4] == kMulSaved && consts[6] <= consts[7];
+    if (hard_swish) return Run512<true>(in, out, n, codes, consts, n_codes);
+    return Run512<false>(in, out, n, codes, consts, n_codes);
+  }
   return Run256(in, out, n, codes, consts, n_codes);
 #else
   (void)in, (void)out, (void)n, (void)codes, (void)consts, (void)n_codes;

@@ -419,7 +419,8 @@ def test_float_depthwise_kernel_width_limit(float_isa, kw):
 # Fused tails: a lone clip (in the GEMM's registers), other tails over each finished block (dense and depthwise).
 TAILS = [[("clip", 0.0, np.inf)], [("clip", -1.0, 1.0)], [("mul", 0.5, 0.0), ("add", 1.0, 0.0)],
          [("save", 0.0, 0.0), ("sigmoid", 0.0, 0.0), ("mul_saved", 0.0, 0.0)],
-         [("add", 3.0, 0.0), ("clip", 0.0, 6.0), ("div", 6.0, 0.0)]]
+         [("add", 3.0, 0.0), ("clip", 0.0, 6.0), ("div", 6.0, 0.0)],
+         [("save", 0.0, 0.0), ("mul", 1 / 6, 0.0), ("add", 0.5, 0.0), ("clip", 0.0, 1.0), ("mul_saved", 0.0, 0.0)]]
 
 
 @pytest.mark.parametrize("tail", TAILS)
