@@ -148,8 +148,11 @@ namespace {
 
 // V vectors of 16 output channels x PX pixels (pixel p's B column pin[p], C column pout[p]): per k V loads of A's
 // row, PX broadcasts of B, V * PX fused multiply-adds; per depth pass of kKc the sums from zero, the passes added
-// in order, then + bias and the clip: each output's arithmetic as Tile's.
-template <int V, int PX>
+// in order, then + bias and the clip: each output's arithmetic as Tile's. kAhead (the first tile of a channel
+// block, which meets A's rows first): A's rows prefetched kAheadRows ahead, as the hardware prefetchers do not
+// follow rows read in strided pieces out of memory.
+constexpr int64_t kAheadRows = 16;
+template <int V, int PX, bool kAhead>
 __attribute__((target(NPU_AVX512F))) void ChannelTile(int64_t K, const float* at, int64_t lda, const float* b,
                                                       const int64_t* koff, const int64_t* pin, const int64_t* pout,
                                                       float* c, int64_t ldc, const float* bias, const float* clip) {
@@ -164,6 +167,12 @@ __attribute__((target(NPU_AVX512F))) void ChannelTile(int64_t K, const float* at
     for (int64_t k = k0; k < k1; ++k) {
       const float* a = at + k * lda;
       const float* bk = b + koff[k];
+      if constexpr (kAhead) {
+        if (k + kAheadRows < K)
+#pragma GCC unroll 4
+          for (int v = 0; v < V; ++v)
+            _mm_prefetch(reinterpret_cast<const char*>(a + kAheadRows * lda + 16 * v), _MM_HINT_T0);
+      }
       __m512 av[V];
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) av[v] = _mm512_loadu_ps(a + 16 * v);
@@ -192,14 +201,14 @@ __attribute__((target(NPU_AVX512F))) void ChannelTile(int64_t K, const float* at
 }
 
 // ChannelTile<V, px> for a run-time px <= PX (the last pixels).
-template <int V, int PX>
+template <int V, int PX, bool kAhead>
 __attribute__((target(NPU_AVX512F))) void ChannelTileOf(int px, int64_t K, const float* at, int64_t lda, const float* b,
                                                         const int64_t* koff, const int64_t* pin, const int64_t* pout,
                                                         float* c, int64_t ldc, const float* bias, const float* clip) {
   if constexpr (PX > 1) {
-    if (px < PX) return ChannelTileOf<V, PX - 1>(px, K, at, lda, b, koff, pin, pout, c, ldc, bias, clip);
+    if (px < PX) return ChannelTileOf<V, PX - 1, kAhead>(px, K, at, lda, b, koff, pin, pout, c, ldc, bias, clip);
   }
-  ChannelTile<V, PX>(K, at, lda, b, koff, pin, pout, c, ldc, bias, clip);
+  ChannelTile<V, PX, kAhead>(K, at, lda, b, koff, pin, pout, c, ldc, bias, clip);
 }
 
 template <int V>
@@ -208,9 +217,14 @@ __attribute__((target(NPU_AVX512F))) void ChannelColumns(int64_t K, const float*
                                                          int64_t n_pix, float* c, int64_t ldc, const float* bias,
                                                          const float* clip) {
   constexpr int kPx = 6;  // 6 x 4 accumulators, 4 of A, 1 of B: 29 of 32 registers
-  for (int64_t p = 0; p < n_pix; p += kPx)
-    ChannelTileOf<V, kPx>(static_cast<int>(std::min<int64_t>(kPx, n_pix - p)), K, at, lda, b, koff, pin + p, pout + p,
-                          c, ldc, bias, clip);
+  for (int64_t p = 0; p < n_pix; p += kPx) {
+    const int px = static_cast<int>(std::min<int64_t>(kPx, n_pix - p));
+    if (p == 0) {
+      ChannelTileOf<V, kPx, true>(px, K, at, lda, b, koff, pin + p, pout + p, c, ldc, bias, clip);
+    } else {
+      ChannelTileOf<V, kPx, false>(px, K, at, lda, b, koff, pin + p, pout + p, c, ldc, bias, clip);
+    }
+  }
 }
 
 }  // namespace
