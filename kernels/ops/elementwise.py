@@ -594,8 +594,9 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
 SPLIT_MIN_ELEMS = 1 << 15
 _SPLIT_UFUNCS = {"Exp": np.exp, "Tanh": np.tanh, "Sin": np.sin, "Cos": np.cos}
 # Float16 ops on ``ufunc_split`` at any size (threaded from SPLIT_MIN_ELEMS), before the engine: each block widened,
-# numpy's float32 loop, rounded once, which is the reference itself; the engine's exp costs more per element
-_SPLIT_F16 = ("Exp",)
+# numpy's float32 loop, rounded once, which is the reference itself (the engine's Cephes log is one float16 ulp off
+# it for one pattern); the engine costs more per call and per element. Float32 Log stays on the engine.
+_SPLIT_F16 = {"Exp": np.exp, "Log": np.log}
 
 
 def _split_native(p: Prepared, x) -> Callable | None:
@@ -614,8 +615,8 @@ def _split_binder(op: str, other: Callable | None) -> Callable:
     """The ``bind`` of float32 Exp/Tanh/Sin/Cos on a large C-order array (float16 of ``_SPLIT_F16`` at any size):
     one ``ufunc_split`` call of its ufunc for this input shape, into ORT's buffer when the result is a partition
     output; ``other`` binds the rest."""
-    ufunc = _SPLIT_UFUNCS[op]
-    dtypes = (_F32, _F16) if op in _SPLIT_F16 else (_F32,)
+    ufunc = _SPLIT_UFUNCS.get(op) or _SPLIT_F16[op]
+    dtypes = (*((_F32,) if op in _SPLIT_UFUNCS else ()), *((_F16,) if op in _SPLIT_F16 else ()))
 
     def bind(p: Prepared, inputs, outs):
         x = inputs[0] if inputs else None
@@ -633,7 +634,7 @@ def _split_binder(op: str, other: Callable | None) -> Callable:
 
 def _split_f16_runner(op: str, other: Callable) -> Callable:
     """The run function of a ``_SPLIT_F16`` op: ``ufunc_split`` for a C-order float16 input, else ``other``."""
-    ufunc = _SPLIT_UFUNCS[op]
+    ufunc = _SPLIT_F16[op]
 
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = arg(p, inputs, 0)

@@ -3,8 +3,8 @@ np.sin, np.cos and np.log run on chunks over the threads must give numpy's bits 
 Sin, Cos: kernels/ops/elementwise.py), on a grid of float32 bit patterns and on random data with NaN/+-Inf/-0/
 denormals/overflow and underflow edges, at sizes around the 16-element chunk rounding, the 16384-element task and
 the split into two threads' even chunks, on 1 and 2 threads; the ops bind it from ``SPLIT_MIN_ELEMS`` elements.
-Float16 (widened per 1024-element block, numpy's float32 loop, rounded once: the reference of float16 Exp): every
-float16 bit pattern, sizes around the blocks, tasks and lanes; float16 Exp binds it at every size."""
+Float16 (widened per 1024-element block, numpy's float32 loop, rounded once: the reference of float16 Exp and Log):
+every float16 bit pattern, sizes around the blocks, tasks and lanes; float16 Exp and Log bind it at every size."""
 
 from __future__ import annotations
 
@@ -144,20 +144,27 @@ def test_float16_sizes_around_blocks_and_tasks(fn):
             _assert_f16_equal(got, want, f"{fn.__name__} n={n} threads={threads}")
 
 
+@pytest.mark.parametrize("op", ["Exp", "Log"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_float16_exp_binds_it_at_every_size(threads):
-    """Float16 Exp's kernel (and its bound step) runs ``ufunc_split`` at every size, with the reference's bits."""
+def test_float16_exp_and_log_bind_it_at_every_size(op, threads):
+    """Float16 Exp's and Log's kernel (and bound step) run ``ufunc_split`` at every size, with the reference's
+    bits; float32 Log stays on the engine."""
     low = elementwise.SPLIT_MIN_ELEMS
     for shape in [(1,), (3, 5), (1, 64), (low - 1,), (low,), (1, 2 * TASK + 9)]:
         x = with_specials((RNG.standard_normal(shape) * 6).astype(np.float16), RNG, values=F16_SPECIALS)
-        got, want, calls = native_vs_reference("Exp", [("x", x, False)], threads=threads)
-        assert "ufunc_split" in calls, f"Exp float16 {shape}: {calls}"
-        _assert_f16_equal(np.asarray(got[0]), np.asarray(want[0]), f"Exp float16 {shape} threads={threads}")
+        if op == "Log":
+            x = np.where(RNG.random(shape) < 0.9, np.abs(x), x)  # mostly in its domain, some NaN results
+        got, want, calls = native_vs_reference(op, [("x", x, False)], threads=threads)
+        assert "ufunc_split" in calls, f"{op} float16 {shape}: {calls}"
+        _assert_f16_equal(np.asarray(got[0]), np.asarray(want[0]), f"{op} float16 {shape} threads={threads}")
+    _, _, calls = native_vs_reference("Log", [("x", np.abs(_data(low)) + 1.0, False)], threads=threads)
+    assert "ufunc_split" not in calls and "tail_of" in calls, calls
 
 
-def test_float16_exp_session_runs_on_npu_ep_near_the_cpu_ep():
-    """Float16 Exp in a session: NpuEP runs the node, within one float16 ulp of ORT's CPU EP (both round a float32
-    exp), bound as one ``ufunc_split`` step (no Python step)."""
+@pytest.mark.parametrize("op", ["Exp", "Log"])
+def test_float16_session_runs_on_npu_ep_near_the_cpu_ep(op):
+    """Float16 Exp / Log in a session: NpuEP runs the node, within one float16 ulp of ORT's CPU EP (both round a
+    float32 result), bound as one ``ufunc_split`` step (no Python step)."""
     from onnx import TensorProto, helper
 
     from npu_ep.ep.sessions import tag_session_options
@@ -165,10 +172,12 @@ def test_float16_exp_session_runs_on_npu_ep_near_the_cpu_ep():
     from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
 
     shape = [1, 128, 384]
-    node = helper.make_node("Exp", ["x"], ["y"], name="the_op")
+    node = helper.make_node(op, ["x"], ["y"], name="the_op")
     model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT16, shape)],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, shape)], opset=20)
     x = with_specials((RNG.standard_normal(shape) * 4).astype(np.float16), RNG, values=F16_SPECIALS)
+    if op == "Log":
+        x = np.abs(x)
     so = session_options()
     tag_session_options(so)  # so the bench's python_steps finds the session's programs
     sess = npu_session(model, so=so)
