@@ -222,6 +222,21 @@ class CallArgs {
   std::vector<py::object> owned_heap_;
 };
 
+// numpy's ufunc call info (`ufunc._resolve_dtypes_and_context` / `_get_strided_loop`, the capsule named
+// "numpy_1.24_ufunc_call_info"), as numpy documents its layout: the strided loop numpy's own call runs for the
+// resolved dtypes and strides, its context and data.
+struct UfuncCallInfo {
+  int (*strided_loop)(void* context, char* const* data, const Py_ssize_t* dimensions, const Py_ssize_t* strides,
+                      void* auxdata);
+  void* context;
+  void* auxdata;
+  unsigned char requires_pyapi;
+  unsigned char no_floatingpoint_errors;
+};
+
+// numpy releases the GIL around a ufunc's loop from this many elements on (NPY_BEGIN_THREADS_THRESHOLDED).
+constexpr Py_ssize_t kLoopWithoutGil = 500;
+
 // A native kernel called straight from the loop with the arguments its Python kernel would pass for the bound
 // shapes: a template of fixed arguments with the step's inputs put in (checked: dtype, shape, C order; viewed with
 // another shape where the kernel wants one), the result's parts reshaped to the outputs' shapes (and sliced along
@@ -273,12 +288,18 @@ class CallStep : public NativeStep {
     whole_ = outputs_.size() == 1 && outputs_[0].index < 0 && outputs_[0].dims.empty() && outputs_[0].columns.is_none();
     numpy_free_ = IsCppFunction(fn_);
     for (const py::handle a : args_) numpy_free_ = numpy_free_ && !PyCallable_Check(a.ptr());
+    FindUfuncLoop();
   }
 
   // fn is a C++ kernel (a pybind11 function) given no callable (a ufunc it would call): it does no numpy arithmetic.
   bool NumpyFree() const override { return numpy_free_; }
+  bool RunsUfuncLoop() const { return loop_ != nullptr; }
+  // With numpy's loop, a call that runs it needs no error state: it is ensured only before calling the ufunc.
+  bool EnsuresQuiet() const override { return loop_ != nullptr; }
 
-  PyObject* Run(PyObject* step_args) override {
+  PyObject* Run(PyObject* step_args) override { return RunQuiet(step_args, nullptr); }
+
+  PyObject* RunQuiet(PyObject* step_args, NumpyQuiet* quiet) override {
     if (!guards_.Hold() || !fixed_.Hold(step_args)) return nullptr;
     CallArgs call(args_);
     for (const In& in : inputs_) {
@@ -295,6 +316,11 @@ class CallStep : public NativeStep {
       }
     }
     for (const OrtOut& o : ort_outputs_) call.Own(static_cast<size_t>(o.arg), PartitionOutput(o.index, o.dims));
+    if (loop_ != nullptr) {
+      if (PyObject* outs = RunUfuncLoop(call.data())) return outs;
+      if (PyErr_Occurred()) return nullptr;
+    }
+    if (quiet != nullptr && !NumpyFree() && !quiet->Ensure()) return nullptr;
     const size_t n_keywords = kwnames_ ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames_.ptr())) : 0;
     PyObject* result =
         PyObject_Vectorcall(fn_.ptr(), call.data(), args_.size() - n_keywords, kwnames_ ? kwnames_.ptr() : nullptr);
@@ -334,6 +360,112 @@ class CallStep : public NativeStep {
     std::vector<py::ssize_t> dims;
     py::object columns = py::none();  // (Ellipsis, slice) or None
   };
+  // A ufunc called as fn(*operands, out=ORT's buffer) on operands of one shape (no broadcasting): numpy's own
+  // strided loop for their dtypes, found once, so a call whose operands and ORT's buffer are C-order and aligned
+  // runs it over all elements (what numpy's call does for such operands: one loop call, no cast, no buffering)
+  // without numpy's dispatch. Anything else (no buffer lent, another layout, overlapping memory) calls the ufunc.
+  void FindUfuncLoop() {
+    if (std::strcmp(Py_TYPE(fn_.ptr())->tp_name, "numpy.ufunc") != 0 || !kwnames_ || !whole_) return;
+    if (PyTuple_GET_SIZE(kwnames_.ptr()) != 1 ||
+        PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames_.ptr(), 0), "out") != 0)
+      return;
+    const auto nin = static_cast<Py_ssize_t>(args_.size()) - 1;
+    if (nin < 1 || nin + 1 > kMaxLoopArgs || ort_outputs_.size() != 1 || ort_outputs_[0].arg != nin ||
+        static_cast<Py_ssize_t>(inputs_.size()) != nin)
+      return;
+    const std::vector<int64_t>& dims = ort_outputs_[0].dims;
+    std::vector<int> types(static_cast<size_t>(nin), -1);
+    for (const In& in : inputs_) {
+      if (in.arg < 0 || in.arg >= nin || types[static_cast<size_t>(in.arg)] >= 0 || !in.view.empty()) return;
+      if (!std::equal(in.dims.begin(), in.dims.end(), dims.begin(), dims.end())) return;  // also no dim < 0
+      types[static_cast<size_t>(in.arg)] = in.dtype;
+    }
+    loop_count_ = 1;
+    for (int64_t d : dims) loop_count_ *= d;
+    if (loop_count_ < 2) return;  // numpy passes a one-element call other strides
+    try {
+      py::tuple dtypes(nin + 1);
+      for (Py_ssize_t k = 0; k < nin; ++k) dtypes[k] = py::dtype(types[static_cast<size_t>(k)]);
+      dtypes[nin] = py::none();
+      if (fn_.attr("nin").cast<Py_ssize_t>() != nin || fn_.attr("nout").cast<int>() != 1) return;
+      auto resolved = fn_.attr("_resolve_dtypes_and_context")(dtypes).cast<py::tuple>();
+      auto chosen = resolved[0].cast<py::tuple>();
+      py::tuple strides(nin + 1);
+      for (Py_ssize_t k = 0; k <= nin; ++k) {
+        auto dt = chosen[k].cast<py::dtype>();
+        if (k < nin && dt.num() != types[static_cast<size_t>(k)]) return;  // numpy would cast
+        strides[k] = dt.itemsize();
+        loop_strides_.push_back(dt.itemsize());
+      }
+      loop_out_type_ = chosen[nin].cast<py::dtype>().num();
+      py::object info = resolved[1];
+      fn_.attr("_get_strided_loop")(info, py::arg("fixed_strides") = strides);
+      auto* call_info = static_cast<const UfuncCallInfo*>(PyCapsule_GetPointer(info.ptr(), kUfuncCallInfo));
+      if (call_info == nullptr) throw py::error_already_set();
+      if (call_info->strided_loop == nullptr || call_info->requires_pyapi) return;
+      loop_info_ = std::move(info);
+      loop_ = call_info;
+    } catch (py::error_already_set&) {
+      PyErr_Clear();  // a numpy without this interface: the ufunc is called
+      loop_strides_.clear();
+    }
+  }
+
+  // The step's outputs by numpy's strided loop on argv (the operands, then ORT's buffer), or nullptr: with a Python
+  // error when the loop failed, else when these arrays are not ones numpy would run in one loop call.
+  PyObject* RunUfuncLoop(PyObject* const* argv) const {
+    auto& api = py::detail::npy_api::get();
+    constexpr int kAligned = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+    constexpr int kWritten = kAligned | py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+    const size_t nin = loop_strides_.size() - 1;
+    PyObject* out = argv[nin];
+    // exact arrays only: a subclass's __array_ufunc__ or __array_wrap__ would change the call
+    if (Py_TYPE(out) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_)) return nullptr;  // None: no buffer lent
+    const auto* o = py::detail::array_proxy(out);
+    if (!NativeOrder(o->descr) || py::detail::array_descriptor_proxy(o->descr)->type_num != loop_out_type_ ||
+        (o->flags & kWritten) != kWritten)
+      return nullptr;
+    Py_ssize_t n = 1;
+    for (int d = 0; d < o->nd; ++d) n *= o->dimensions[d];
+    if (n != loop_count_) return nullptr;
+    char* data[kMaxLoopArgs];
+    const char* out_begin = o->data;
+    const char* out_end = out_begin + n * loop_strides_[nin];
+    for (size_t k = 0; k < nin; ++k) {
+      if (Py_TYPE(argv[k]) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_)) return nullptr;
+      const auto* a = py::detail::array_proxy(argv[k]);  // checked by Run: the bound dtype number and shape
+      if ((a->flags & kAligned) != kAligned || !NativeOrder(a->descr)) return nullptr;
+      const char* begin = a->data;
+      const char* end = begin + n * loop_strides_[k];
+      const bool apart = end <= out_begin || out_end <= begin;
+      if (!apart && !(begin == out_begin && loop_strides_[k] == loop_strides_[nin])) return nullptr;
+      data[k] = a->data;
+    }
+    data[nin] = o->data;
+    int status = 0;
+    if (n >= kLoopWithoutGil) {
+      py::gil_scoped_release nogil;
+      status = loop_->strided_loop(loop_->context, data, &n, loop_strides_.data(), loop_->auxdata);
+    } else {
+      status = loop_->strided_loop(loop_->context, data, &n, loop_strides_.data(), loop_->auxdata);
+    }
+    if (status < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "a numpy ufunc loop failed");
+      return nullptr;
+    }
+    return PyTuple_Pack(1, out);
+  }
+
+  // A dtype in the machine's byte order (numpy would swap another one's bytes around the loop).
+  static bool NativeOrder(PyObject* descr) {
+    const char order = py::detail::array_descriptor_proxy(descr)->byteorder;
+    constexpr char kNative = PY_LITTLE_ENDIAN ? '<' : '>';
+    return order == '=' || order == '|' || order == kNative;
+  }
+
+  static constexpr const char* kUfuncCallInfo = "numpy_1.24_ufunc_call_info";
+  static constexpr Py_ssize_t kMaxLoopArgs = 4;  // operands and the output of a ufunc taken
+
   py::object fn_;
   py::tuple args_;
   py::object kwnames_;  // the last arguments' keyword names (a tuple), or null
@@ -342,6 +474,11 @@ class CallStep : public NativeStep {
   std::vector<In> inputs_;
   std::vector<Out> outputs_;
   std::vector<OrtOut> ort_outputs_;
+  py::object loop_info_;  // numpy's call info of the ufunc's loop (it owns the loop's data), or null
+  const UfuncCallInfo* loop_ = nullptr;  // in loop_info_; null: the ufunc is called
+  std::vector<Py_ssize_t> loop_strides_;  // per operand, then the output: its itemsize
+  Py_ssize_t loop_count_ = 0;  // elements per call
+  int loop_out_type_ = -1;  // the output's dtype number
   FixedInputs fixed_;
   Guards guards_;
 };
@@ -450,7 +587,10 @@ void RegisterNativeSteps(py::module_& m) {
       .def(py::init<py::object, py::tuple, const py::list&, const py::list&, const py::list&, const py::list&,
                     const py::list&, const py::tuple&>(),
            py::arg("fn"), py::arg("args"), py::arg("inputs"), py::arg("outputs"), py::arg("guards"),
-           py::arg("ort_outputs") = py::list(), py::arg("fixed") = py::list(), py::arg("keywords") = py::tuple());
+           py::arg("ort_outputs") = py::list(), py::arg("fixed") = py::list(), py::arg("keywords") = py::tuple())
+      .def_property_readonly("ufunc_loop", &CallStep::RunsUfuncLoop,
+                             "whether fn is a ufunc whose own strided loop it runs on C-order operands and ORT's "
+                             "buffer (numpy's dispatch skipped; other calls call fn)");
 }
 
 }  // namespace npu_ep

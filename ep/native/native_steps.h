@@ -10,6 +10,17 @@
 
 namespace npu_ep {
 
+// The numpy error state a program's steps run under ("ignore all"), ensured by the loop before the first step that may
+// reach numpy's arithmetic (a Python kernel, a native step that is not NumpyFree), so a call whose steps are all C++
+// kernels sets nothing. Ensure: false with a Python error set when it could not be set.
+class NumpyQuiet {
+ public:
+  virtual bool Ensure() = 0;
+
+ protected:
+  ~NumpyQuiet() = default;
+};
+
 class NativeStep {
  public:
   virtual ~NativeStep() = default;
@@ -20,6 +31,14 @@ class NativeStep {
   // Whether Run never reaches numpy's arithmetic loops (a C++ kernel, a view, kept values), so a program whose steps
   // all run such steps needs no numpy error state set around its call (ProgramCall sets it before any other step).
   virtual bool NumpyFree() const { return false; }
+  // Whether the step ensures numpy's error state itself (RunQuiet) only on the calls that reach numpy's arithmetic,
+  // so the loop need not ensure it before the step.
+  virtual bool EnsuresQuiet() const { return false; }
+  // Run, ensuring `quiet` (nullptr: the caller set the state) before anything that may reach numpy's arithmetic.
+  virtual PyObject* RunQuiet(PyObject* args, NumpyQuiet* quiet) {
+    if (quiet != nullptr && !NumpyFree() && !quiet->Ensure()) return nullptr;
+    return Run(args);
+  }
 };
 
 // Whether a's shape is dims.

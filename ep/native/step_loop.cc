@@ -33,6 +33,7 @@ struct LoopStep {
   py::object native_owner;                      // the NativeStep (None: the kernel always runs)
   NativeStep* native = nullptr;
   bool numpy_free = false;  // its native step does no numpy arithmetic (NativeStep::NumpyFree)
+  bool ensures_quiet = false;  // its native step ensures the error state itself (NativeStep::EnsuresQuiet)
 };
 
 // Owns one call's slot table (strong references), cleared on every exit path; a small program's table lives in the
@@ -154,6 +155,7 @@ class StepLoop {
         s.native = t[5].cast<NativeStep*>();
         s.native_owner = t[5].cast<py::object>();
         s.numpy_free = s.native->NumpyFree();
+        s.ensures_quiet = s.native->EnsuresQuiet();
       }
       for (const py::handle v : t[2]) s.in.push_back(CheckSlot(v.cast<int>(), true));
       for (const py::handle v : t[3]) {
@@ -233,11 +235,14 @@ class StepLoop {
         Py_DECREF(args);
         throw;
       }
-      if (quiet != nullptr && !(native != nullptr && native == s.native && s.numpy_free) && !quiet->Ensure()) {
+      const bool own = native != nullptr && native == s.native;
+      if (quiet != nullptr && !(own && (s.numpy_free || s.ensures_quiet)) && !quiet->Ensure()) {
         Py_DECREF(args);
         throw py::error_already_set();
       }
-      PyObject* outs = native != nullptr ? native->Run(args) : nullptr;
+      PyObject* outs = native == nullptr        ? nullptr
+                       : own && s.ensures_quiet ? native->RunQuiet(args, quiet)
+                                                : native->Run(args);
       const bool ran_native = outs != nullptr;
       choices.Ran(native, ran_native);
       if (outs == nullptr && !PyErr_Occurred()) {

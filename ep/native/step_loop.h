@@ -4,20 +4,11 @@
 
 #include <pybind11/pybind11.h>
 
+#include "native_steps.h"  // NumpyQuiet
+
 namespace npu_ep {
 
 class StepLoop;
-
-// The numpy error state a program's steps run under ("ignore all"), ensured by the loop before the first step that may
-// reach numpy's arithmetic (a Python kernel, a native step that is not NumpyFree), so a call whose steps are all C++
-// kernels sets nothing. Ensure: false with a Python error set when it could not be set.
-class NumpyQuiet {
- public:
-  virtual bool Ensure() = 0;
-
- protected:
-  ~NumpyQuiet() = default;
-};
 
 // The loop behind a `_native.StepLoop` object; nullptr when `obj` is not one.
 StepLoop* AsStepLoop(pybind11::handle obj);

@@ -1,0 +1,111 @@
+"""A CallStep calling a numpy ufunc into ORT's buffer runs numpy's own strided loop for the bound dtypes (what the
+ufunc's call runs on C-order operands of one shape) without numpy's dispatch: its results keep numpy's bits, and
+steps that broadcast, get no buffer or take a non-ufunc keep calling the function."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from npu_ep.kernels import runtime
+from tests.npu_testing import assignment, make_model, npu_session
+
+ext = runtime.extension()
+pytestmark = pytest.mark.skipif(ext is None, reason="the extension is not built")
+
+
+def _step(fn, shapes, dtype=np.float32, into=True):
+    n = len(shapes)
+    inputs = [(i, i, np.dtype(dtype), shape, None, True) for i, shape in enumerate(shapes)]
+    ort = [(n, 0, [abs(d) for d in np.broadcast_shapes(*[tuple(abs(d) for d in s) for s in shapes])])] if into else []
+    return ext.CallStep(fn, (None,) * (n + 1), inputs, [(-1, None)], [], ort, [], ("out",))
+
+
+def test_which_steps_run_the_loop():
+    assert _step(np.abs, [(4, 16)]).ufunc_loop
+    assert _step(np.add, [(4, 16), (4, 16)], np.int32).ufunc_loop
+    assert _step(np.equal, [(3, 5), (3, 5)]).ufunc_loop
+    assert not _step(np.add, [(4, 16), (1, 16)]).ufunc_loop  # broadcasting
+    assert not _step(np.abs, [(4, 16)], into=False).ufunc_loop  # no ORT buffer
+    assert not _step(np.abs, [(1, 1)]).ufunc_loop  # one element: numpy's call runs it with other strides
+    assert not _step(np.abs, [(4, -1)]).ufunc_loop  # any extent
+    tiny = ext.CallStep(np.negative, (None, None), [(0, 0, np.dtype(np.float32), (4, 16), None, True)], [(-1, None)],
+                        [], [(1, 0, [4, 16])], [], ())
+    assert not tiny.ufunc_loop  # out by position: not the form taken
+
+
+_SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4e38, -3.4e38, 1.5, -2.5], np.float64)
+
+
+def _values(shape, dtype, rng):
+    n = int(np.prod(shape))
+    if np.dtype(dtype).kind == "f":
+        x = rng.standard_normal(n) * 100
+        x[: min(n, _SPECIAL.size)] = _SPECIAL[: min(n, _SPECIAL.size)]
+        return x.astype(dtype).reshape(shape)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    x[:4] = [info.min, info.max, 0, -1][: min(n, 4)]
+    return x.reshape(shape)
+
+
+def _bits(a):
+    return a.view(np.uint8) if a.dtype == np.bool_ else a.view(f"u{a.dtype.itemsize}")
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (3, 5), (2, 3, 700)], ids=str)
+@pytest.mark.parametrize("op,fn,arity,dtypes", [
+    ("Abs", np.abs, 1, (np.float32, np.int32, np.int64)),
+    ("Neg", np.negative, 1, (np.float32, np.int32)),
+    ("Sqrt", np.sqrt, 1, (np.float32,)),
+    ("Add", np.add, 2, (np.float32, np.int32, np.int64)),
+    ("Sub", np.subtract, 2, (np.float32, np.int64)),
+    ("Mul", np.multiply, 2, (np.float32, np.int32)),
+    ("Div", np.divide, 2, (np.float32,)),
+    ("Equal", np.equal, 2, (np.float32, np.int64)),
+    ("Less", np.less, 2, (np.float32,)),
+])
+def test_session_results_keep_numpys_bits(op, fn, arity, dtypes, shape):
+    rng = np.random.default_rng(7)
+    for dtype in dtypes:
+        onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        names = ["a", "b"][:arity]
+        out_type = helper.np_dtype_to_tensor_dtype(np.dtype(np.bool_)) if op in ("Equal", "Less") else onnx_type
+        model = make_model([helper.make_node(op, names, ["y"], name="node")],
+                           [helper.make_tensor_value_info(n, onnx_type, list(shape)) for n in names],
+                           [helper.make_tensor_value_info("y", out_type, list(shape))])
+        sess = npu_session(model)
+        for _ in range(3):  # the first call binds the step, the later ones run it
+            feeds = {n: _values(shape, dtype, rng) for n in names}
+            if arity == 2:
+                feeds["b"].flat[::3] = feeds["a"].flat[::3]  # equal pairs too
+            got = sess.run(None, feeds)[0]
+            with np.errstate(all="ignore"):
+                want = fn(*feeds.values())
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(_bits(got), _bits(want))
+        assert assignment(sess) == {"node": "NpuEP"}
+
+
+@pytest.mark.parametrize("chained", [False, True], ids=["into_ort", "intermediate"])
+def test_floating_point_errors_stay_quiet(chained):
+    """Division by zero: into ORT's buffer numpy's loop runs without numpy's error check; an intermediate (no buffer
+    lent) calls the ufunc, under the program's "ignore all" error state either way, whatever the caller's."""
+    f32 = helper.np_dtype_to_tensor_dtype(np.dtype(np.float32))
+    nodes = [helper.make_node("Div", ["a", "b"], ["q" if chained else "y"], name="div")]
+    if chained:
+        nodes.append(helper.make_node("Abs", ["q"], ["y"], name="abs"))
+    model = make_model(nodes, [helper.make_tensor_value_info(n, f32, [2, 8]) for n in "ab"],
+                       [helper.make_tensor_value_info("y", f32, [2, 8])])
+    sess = npu_session(model)
+    a = np.linspace(-3, 3, 16, dtype=np.float32).reshape(2, 8)
+    b = np.zeros((2, 8), np.float32)
+    b[0, ::2] = 2.0
+    with np.errstate(all="ignore"):
+        want = np.abs(a / b) if chained else a / b
+    for _ in range(3):
+        with np.errstate(all="raise"):
+            got = sess.run(None, {"a": a, "b": b})[0]
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert set(assignment(sess).values()) == {"NpuEP"}
