@@ -11,6 +11,9 @@
 // rows over the threads.
 #if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
 #pragma GCC optimize("O3")  // reduce_axis's lane and column loops vectorize
+// No fused multiply-add in a sum of squares (GCC's default contracts where the target has FMA, as the AVX-512
+// builds do): x * x rounded, then added, as the reference's multiply and add.reduce, on every ISA.
+#pragma GCC optimize("fp-contract=off")
 #endif
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -233,7 +236,8 @@ py::array ReduceMaxRowsPy(const py::array_t<float, py::array::c_style>& x, int t
 // after the first 32) folded in halves at the end; columns (inner > 1): each column accumulated down the n rows in
 // order, from its first row (numpy's order for a non-trailing axis), blocks of 256 columns per task. Maxima and
 // minima keep a NaN once seen (numpy's maximum). The same operations in the same order on every ISA (the AVX2
-// and AVX-512 builds of a loop are the same source): the bits do not depend on the host or the thread count.
+// and AVX-512 builds of a loop are the same source; rows of 32 or more on AVX-512 take FoldRow32Avx512, the same
+// lanes in intrinsics): the bits do not depend on the host or the thread count.
 enum Reduction : int { kSum = 0, kMean = 1, kMax = 2, kMin = 3, kProd = 4, kSumSquare = 5, kL1 = 6, kL2 = 7 };
 
 // An element as the reduction adds it: squared (SumSquare, L2), its magnitude (L1), else itself.
@@ -353,6 +357,86 @@ void Store(Acc<T>* acc, int64_t len, int64_t count, T* y) {
     std::copy(acc, acc + len, y);
 }
 
+#if NPU_EP_X86
+// Rows of float32 or float16 (widened in the load) folded in 32 lanes on AVX-512: the lanes, tail and halving folds
+// of FoldRowBody in its order and with its operations (Combine(acc, v) for a sum is acc + v; for a maximum
+// v > acc ? v : acc, which vmaxps(v, acc) is), so the same bits. Maxima and minima note a NaN in a compare per load
+// and take FoldRowBody's row instead, where NaN's propagation decides.
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) inline __m512 Load16(const T* x, __mmask16 k) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, x));
+  else
+    return _mm512_maskz_loadu_ps(k, x);
+}
+
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 PreV(__m512 v) {
+  if constexpr (R == kSumSquare || R == kL2) return _mm512_mul_ps(v, v);
+  if constexpr (R == kL1) {  // v < 0 ? -v : v (-0.0 and NaN kept as they are)
+    const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+    return _mm512_mask_sub_ps(v, neg, _mm512_setzero_ps(), v);
+  }
+  return v;
+}
+
+#define NPU_EP_REDUCE_COMBINE(V, max, min, mul, add)                                   \
+  template <int R>                                                                     \
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) inline V CombineV(V acc, V v) { \
+    if constexpr (R == kMax) return max(v, acc);                                       \
+    if constexpr (R == kMin) return min(v, acc);                                       \
+    if constexpr (R == kProd) return mul(acc, v);                                      \
+    return add(acc, v);                                                                \
+  }
+NPU_EP_REDUCE_COMBINE(__m512, _mm512_max_ps, _mm512_min_ps, _mm512_mul_ps, _mm512_add_ps)
+NPU_EP_REDUCE_COMBINE(__m256, _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_add_ps)
+NPU_EP_REDUCE_COMBINE(__m128, _mm_max_ps, _mm_min_ps, _mm_mul_ps, _mm_add_ps)
+#undef NPU_EP_REDUCE_COMBINE
+
+// FoldRowBody of x[0, n) (n >= kLanes); false (a NaN in a maximum or minimum) leaves *out unset.
+template <int R, typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) bool FoldRow32Avx512(const T* x, int64_t n, float* out) {
+  constexpr bool kExtreme = R == kMax || R == kMin;
+  constexpr __mmask16 kAll = 0xFFFF;
+  __m512 a = Load16(x, kAll), b = Load16(x + 16, kAll);
+  __mmask16 nan = kExtreme ? _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) : 0;
+  __m512 l0 = PreV<R>(a), l1 = PreV<R>(b);
+  int64_t j = kLanes;
+  for (; j + kLanes <= n; j += kLanes) {
+    a = Load16(x + j, kAll), b = Load16(x + j + 16, kAll);
+    if constexpr (kExtreme) nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+    l0 = CombineV<R>(l0, PreV<R>(a)), l1 = CombineV<R>(l1, PreV<R>(b));
+  }
+  if (const int64_t rem = n - j; rem > 0) {
+    const auto k0 = static_cast<__mmask16>(rem >= 16 ? kAll : (1u << rem) - 1);
+    const auto k1 = static_cast<__mmask16>(rem <= 16 ? 0 : (1u << (rem - 16)) - 1);
+    a = Load16(x + j, k0), b = Load16(x + j + 16, k1);
+    if constexpr (kExtreme)
+      nan |= _mm512_mask_cmp_ps_mask(k0, a, a, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(k1, b, b, _CMP_UNORD_Q);
+    l0 = _mm512_mask_mov_ps(l0, k0, CombineV<R>(l0, PreV<R>(a)));
+    l1 = _mm512_mask_mov_ps(l1, k1, CombineV<R>(l1, PreV<R>(b)));
+  }
+  if (kExtreme && nan) return false;
+  const __m512 l = CombineV<R>(l0, l1);  // lanes[l] = Combine(lanes[l], lanes[l + 16])
+  const __m256 h =
+      CombineV<R>(_mm512_castps512_ps256(l), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(l), 1)));
+  const __m128 q = CombineV<R>(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 p = CombineV<R>(q, _mm_movehl_ps(q, q));
+  *out = _mm_cvtss_f32(CombineV<R>(p, _mm_shuffle_ps(p, p, 1)));
+  return true;
+}
+
+// out[r] = the fold of row r of x [rows, n] (n >= kLanes); buf: n floats for a float16 row's FoldRowBody.
+template <int R, typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void FoldRowsAvx512(const T* x, int64_t rows, int64_t n,
+                                                                              float* buf, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * n;
+    if (!FoldRow32Avx512<R>(row, n, out + r)) out[r] = FoldRowAvx512<R>(Widened(row, n, buf), n);
+  }
+}
+#endif
+
 constexpr int64_t kTaskElems = 32768, kColumnBlock = 256;
 
 template <int R, typename T>
@@ -364,6 +448,15 @@ void ReduceView(const T* x, int64_t outer, int64_t n, int64_t inner, int threads
     ParallelFor(use, (outer + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
       const int64_t r0 = t * rows_per_task, rows = std::min(outer, r0 + rows_per_task) - r0;
       std::vector<A> buf(std::is_same_v<T, A> ? 0 : n), out(rows);
+#if NPU_EP_X86
+      if constexpr (std::is_same_v<A, float>) {
+        if (n >= kLanes && ActiveIsa() >= Isa::kAvx512) {
+          FoldRowsAvx512<R>(x + r0 * n, rows, n, buf.data(), out.data());
+          Store<R>(out.data(), rows, n, y + r0);
+          return;
+        }
+      }
+#endif
       for (int64_t r = 0; r < rows; ++r) out[r] = FoldRow<R>(Widened(x + (r0 + r) * n, n, buf.data()), n);
       Store<R>(out.data(), rows, n, y + r0);
     });

@@ -175,6 +175,54 @@ def test_special_values(isa, dtype):
         _exact("ReduceMin", maxima, axes)
 
 
+def _same_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """The same bytes, NaN where the other has NaN (a NaN's payload follows the operand order the compiler picks)."""
+    nan = np.isnan(want.astype(np.float32))
+    assert np.array_equal(nan, np.isnan(got.astype(np.float32))), what
+    assert got[~nan].tobytes() == want[~nan].tobytes(), what
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_avx512_rows_are_the_base_loops_bits(dtype):
+    """Rows of 32 or more on AVX-512 (two vectors of 16 lanes, float16 widened in the load, masked tails, folds in
+    halves) give the scalar build's bits for every op, with specials anywhere (maxima and minima with a NaN take
+    the scalar lanes), -0.0 against +0.0, on one and two threads."""
+    nat = runtime.native_module()
+    if "avx512" not in host_isas():
+        pytest.skip("no AVX-512 on this host")
+    big = float(np.finfo(dtype).max)
+    for n in (*around(32, 48, 64, 96), 384, 1000):
+        for rows in (1, 3, 17):
+            x = (RNG.standard_normal((rows, n)) * 4).astype(dtype)
+            plain = x.copy()
+            plain[0, ::3] = 0.0
+            plain[0, 1::3] = -0.0
+            special = with_specials(x, RNG, values=(np.nan, np.inf, -np.inf, -0.0, big, -big), fraction=0.01)
+            tail = x.copy()
+            tail[:, -1] = np.nan  # a NaN in the masked tail (or the last full block) only
+            prod = (1 + RNG.standard_normal((rows, n)) / 16).astype(dtype)
+            for op in range(8):
+                for case in (plain, special, tail, prod if op == 4 else x):
+                    for threads in (1, 2):
+                        want = None
+                        for level in ("scalar", "avx2", "avx512"):
+                            gen = cap_isa(level)
+                            next(gen)
+                            try:
+                                with np.errstate(all="ignore"):
+                                    got = nat.reduce_axis(case, op, rows, n, 1, threads)
+                            finally:
+                                gen.close()
+                            if want is None:
+                                want = got
+                            else:
+                                _same_bits(got, want, f"op {op} {dtype.__name__} [{rows}, {n}] {level}")
+    big_rows = (RNG.standard_normal((40, 30000)) * 3).astype(dtype)  # over 2^20 elements: two threads take tasks
+    for op in (0, 2, 3):
+        one, two = nat.reduce_axis(big_rows, op, 40, 30000, 1, 1), nat.reduce_axis(big_rows, op, 40, 30000, 1, 2)
+        assert one.tobytes() == two.tobytes(), op
+
+
 def test_non_run_axes_stay_on_the_reference():
     """Axes with a kept axis of more than one element between them: no [outer, n, inner] walk, the reference runs."""
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
