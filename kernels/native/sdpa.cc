@@ -213,6 +213,38 @@ void StoreStage(const SdpaArgs& a, const float* stage, int64_t b, int64_t n, int
     std::memcpy(static_cast<float*>(a.qk) + at, stage, T * sizeof(float));
 }
 
+#if NPU_EP_X86
+// dst[i * ld + k] = src[k * H + i] for the 16 rows k of src and its H columns i (H a multiple of 16): 16 x 16 tiles
+// transposed in registers.
+__attribute__((target("avx512f"))) void Transpose16Rows512(const float* src, int64_t H, float* dst, int64_t ld) {
+  for (int64_t i0 = 0; i0 < H; i0 += 16) {
+    __m512 r[16], t[16];
+    for (int k = 0; k < 16; ++k) r[k] = _mm512_loadu_ps(src + k * H + i0);
+    for (int k = 0; k < 16; k += 2) {
+      t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+      t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 16; k += 4) {
+      r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
+      r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
+      r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+      r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; ++k) {
+      t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
+      t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xDD);
+      t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
+      t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xDD);
+    }
+    for (int k = 0; k < 8; ++k) {
+      r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+      r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xDD);
+    }
+    for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + (i0 + k) * ld, r[k]);
+  }
+}
+#endif
+
 // K of head (b, h) as float32 rows [T, H] or transposed [H, ld]; returns the rows to read and sets *ldk.
 const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed, int64_t ld, Buffers& buf,
                         int64_t* ldk) {
@@ -228,6 +260,9 @@ const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed
   buf.k.resize(H * ld);
   float tmp[16 * 256];
   const int64_t step = H <= 256 ? 16 : 1;
+#if NPU_EP_X86
+  const bool tiles = H % 16 == 0 && ActiveIsa() >= Isa::kAvx512;
+#endif
   for (int64_t j0 = 0; j0 < T; j0 += step) {  // a few keys at a time: short runs on both sides
     const int64_t j1 = std::min(T, j0 + step);
     if (H > 256) {
@@ -238,6 +273,12 @@ const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed
       continue;
     }
     for (int64_t j = j0; j < j1; ++j) KeyRow(a, a.k, a.past_k, H, b, h, j, tmp + (j - j0) * H);
+#if NPU_EP_X86
+    if (tiles && j1 - j0 == 16) {
+      Transpose16Rows512(tmp, H, buf.k.data() + j0, ld);
+      continue;
+    }
+#endif
     for (int64_t i = 0; i < H; ++i)
       for (int64_t j = j0; j < j1; ++j) buf.k[i * ld + j] = tmp[(j - j0) * H + i];
   }

@@ -67,6 +67,17 @@ def test_head_dims_and_lengths(isa, dt, h):
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_transposed_keys_in_tiles(isa, dt):
+    """From 16 query rows on K is transposed, 16 keys by 16 head channels at a time in registers on AVX-512: key
+    counts around whole 16-key tiles, head dims on the tiles (16, 256) and off them (72), 3-D (strided) keys, a past."""
+    for h in (16, 72, 256):
+        for t in (16, 31, 32, 49):
+            _onnx(1, 2, 2, 16, t, h, 16, dt, scale=1.0 / h)
+    _onnx(1, 2, 2, 20, 33, 32, 32, dt, rank=3)
+    _onnx(1, 2, 1, 17, 16, 64, 64, dt, past=16, n_out=3)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
 def test_gqa_layouts_past_and_presents(isa, dt):
     for rank in (3, 4):
         _onnx(2, 6, 2, 5, 7, 16, 8, dt, rank=rank)
