@@ -175,6 +175,27 @@ def test_special_values(isa, dtype):
         _exact("ReduceMin", maxima, axes)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_long_rows_over_any_axes(isa, dtype):
+    """Rows of 32 and more (the AVX-512 lanes) from trailing runs, everything (empty axes) and a run through an axis
+    of one element, keepdims both ways; noop_with_empty_axes keeps x; a leading axis stays columns."""
+    x = with_specials((RNG.standard_normal((3, 5, 1, 40)) * 4).astype(dtype), RNG,
+                      values=(np.inf, -np.inf, -0.0), fraction=0.01)
+    for axes in ([3], [2, 3], [1, 2, 3], [0, 1, 2, 3], [], [0]):
+        for keep in (0, 1):
+            for op in ("ReduceMax", "ReduceMin"):
+                check(op, _inputs(x, axes), "reduce_axis" if op == "ReduceMin" or axes == [0] else
+                      ("reduce_max_rows" if dtype == np.float32 else "reduce_axis"), threads=2, keepdims=keep)
+            for op in ("ReduceSum", "ReduceMean", "ReduceL2"):
+                got, want, calls = native_vs_reference(op, _inputs(x, axes), threads=2, keepdims=keep)
+                assert_native_ran(calls, "reduce_axis", f"{op} {axes}")
+                assert got[0].shape == want[0].shape
+                with np.errstate(invalid="ignore"):  # the bound's float64 sum of +inf and -inf
+                    _close(op, x, axes, threads=2)
+    got, want, calls = native_vs_reference("ReduceSum", _inputs(x, []), noop_with_empty_axes=1)
+    assert "reduce_axis" not in calls and got[0].tobytes() == x.tobytes() == want[0].tobytes()
+
+
 def _same_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
     """The same bytes, NaN where the other has NaN (a NaN's payload follows the operand order the compiler picks)."""
     nan = np.isnan(want.astype(np.float32))
