@@ -177,6 +177,8 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   const int64_t m_blocks = std::min(split.m_blocks, m_units);
   const int64_t ekh = (s.kh - 1) * s.dh + 1, wq = s.OW + (s.kw - 1) * s.dw / s.sw;
   const bool clip_only = tail.n == 1 && tail.codes[0] == kTailClip;  // Relu, Clip: done in the GEMM's registers
+  float hs[4];
+  const bool hswish = tail.n && HardSwishTail(tail, hs);  // HardSwish too
   const int64_t tasks = s.N * s.group * n_blocks * m_blocks;
   conv_detail::ParallelItems(threads, tasks, block * K * ((Mg + m_blocks - 1) / m_blocks), [&](int64_t item) {
     const int64_t task = item / m_blocks, mb = item % m_blocks;
@@ -218,13 +220,13 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       Pixels(sc.slots, sc.pin, sc.pout);
       ChannelGemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.pin.data(), sc.pout.data(), cols,
                         out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
-                        clip_only ? tail.consts : nullptr);
+                        clip_only ? tail.consts : nullptr, hswish ? hs : nullptr);
     } else {
       GemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.slots.data(),
                  static_cast<int64_t>(sc.slots.size()), out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
-                 clip_only ? tail.consts : nullptr);
+                 clip_only ? tail.consts : nullptr, hswish ? hs : nullptr);
     }
-    if (tail.n && !clip_only)
+    if (tail.n && !clip_only && !hswish)
       for (int64_t m = m0; m < m0 + rows_m; ++m) ApplyChannelTail(tail, out + m * P, cols, g * Mg + m);
   });
 }

@@ -22,20 +22,22 @@ struct GemmSlot {
 #if NPU_EP_X86
 // c[m * ldc + s.out + l] = sum_k at[k * lda + m] * b[koff[k] + s.in + l (+ s.jump from lane s.split on)] for
 // m < M, every slot s and lane l < s.n, on the calling thread; then + bias[m] (if bias), then clipped to
-// [clip[0], clip[1]] (if clip; NaN stays NaN), in that order. A is the conv's packed weights [K x M]; B's rows are
+// [clip[0], clip[1]] (if clip; NaN stays NaN), then HardSwish with hswish = {a, b, lo, hi} (if hswish: conv_tail.h's
+// HardSwishTail), in that order. A is the conv's packed weights [K x M]; B's rows are
 // found through koff, so one kernel serves a patch matrix (koff[k] = k * pitch) and a zero-padded input read in
 // place (koff[k] = the tap's offset). A slot with a jump reads B up to 16 floats past its last lane's. Each output is
 // summed in k order with fused multiply-adds from zero per pass of 256 k, the passes added in order: the tiling and the
 // slots never change an output's bits. AVX-512F only: callers check ActiveIsa() first.
 void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, const int64_t* koff,
-                const GemmSlot* slots, int64_t n_slots, float* c, int64_t ldc, const float* bias, const float* clip);
+                const GemmSlot* slots, int64_t n_slots, float* c, int64_t ldc, const float* bias, const float* clip,
+                const float* hswish);
 
-// c[m * ldc + pout[p]] = sum_k at[k * lda + m] * b[koff[k] + pin[p]] (+ bias[m], clipped) for m < M (a multiple
+// c[m * ldc + pout[p]] = sum_k at[k * lda + m] * b[koff[k] + pin[p]] (+ bias[m], clip, hswish) for m < M (a multiple
 // of 16), p < n_pix: the output channels in the lanes, for small maps whose pixels fill vectors badly (a 10x10 map
 // read in place), each output summed as GemmAvx512 sums it; AVX-512F only.
 void ChannelGemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, const int64_t* koff,
                        const int64_t* pin, const int64_t* pout, int64_t n_pix, float* c, int64_t ldc, const float* bias,
-                       const float* clip);
+                       const float* clip, const float* hswish);
 
 // c[m * ldc + p] = sum_k at[k * lda + m] * b[k * ldb + p] (+ bias[m], clipped) for m < M, p < P, the output
 // channels in the lanes (a 1x1 conv over fewer than 16 pixels), each output summed as GemmAvx512 sums it.

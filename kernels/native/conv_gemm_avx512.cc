@@ -26,6 +26,7 @@ inline __mmask16 Lanes(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
 struct Epilogue {
   const float* bias = nullptr;  // this row block's bias, or null
   const float* clip = nullptr;  // {lo, hi}, or null
+  const float* hswish = nullptr;  // {a, b, lo, hi} (conv_tail.h's HardSwishTail), or null
 };
 
 // v clipped to [clip[0], clip[1]]: lo wins, also when lo > hi; NaN stays.
@@ -35,12 +36,23 @@ __attribute__((target(NPU_AVX512F))) inline __m512 Clip(__m512 v, const float* c
   return _mm512_mask_mov_ps(_mm512_mask_mov_ps(v, above, hi), below, lo);
 }
 
+// v * max(lo, min(hi, v * a + b)) for hs = {a, b, lo, hi}: the tail's register interpreter's HardSwish, its
+// operations in its order (the same bits); the empty asm keeps the compiler from fusing v * a + b (this file is not
+// built with fp-contract off: its sums are fused on purpose).
+__attribute__((target(NPU_AVX512F))) inline __m512 HardSwish(__m512 v, const float* hs) {
+  __m512 product = _mm512_mul_ps(v, _mm512_set1_ps(hs[0]));
+  __asm__("" : "+v"(product));
+  const __m512 t = _mm512_add_ps(product, _mm512_set1_ps(hs[1]));
+  return _mm512_mul_ps(v, _mm512_max_ps(_mm512_set1_ps(hs[2]), _mm512_min_ps(_mm512_set1_ps(hs[3]), t)));
+}
+
 __attribute__((target(NPU_AVX512F))) inline void Store(float* dst, __mmask16 m, __m512 sum, bool add, const Epilogue* e,
                                                        int r) {
   if (add) sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), sum);
   if (e != nullptr) {
     if (e->bias != nullptr) sum = _mm512_add_ps(sum, _mm512_set1_ps(e->bias[r]));
     if (e->clip != nullptr) sum = Clip(sum, e->clip);
+    if (e->hswish != nullptr) sum = HardSwish(sum, e->hswish);
   }
   _mm512_mask_storeu_ps(dst, m, sum);
 }
@@ -129,16 +141,17 @@ __attribute__((target(NPU_AVX512F))) void TileOf(int rows, const float* at, int6
 // Per depth chunk, each group of kSlots slots meets every row block while its B stripe is in L1.
 __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b,
                                                      const int64_t* koff, const GemmSlot* slots, int64_t n_slots,
-                                                     float* c, int64_t ldc, const float* bias, const float* clip) {
+                                                     float* c, int64_t ldc, const float* bias, const float* clip,
+                                                     const float* hswish) {
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t kc = std::min(kKc, K - k0);
     const bool add = k0 > 0, last = k0 + kc == K;
     for (int64_t i = 0; i < M; i += kRows) {
-      const Epilogue e{bias == nullptr ? nullptr : bias + i, clip};
+      const Epilogue e{bias == nullptr ? nullptr : bias + i, clip, hswish};
       for (int64_t s0 = 0; s0 < n_slots; s0 += kSlots) {
         const int ns = static_cast<int>(std::min<int64_t>(kSlots, n_slots - s0));
         TileOf<kRows>(static_cast<int>(std::min<int64_t>(kRows, M - i)), at + k0 * lda + i, lda, b, koff + k0, kc,
-                      slots + s0, ns, c + i * ldc, ldc, add, last && (bias || clip) ? &e : nullptr);
+                      slots + s0, ns, c + i * ldc, ldc, add, last && (bias || clip || hswish) ? &e : nullptr);
       }
     }
   }
@@ -155,7 +168,8 @@ constexpr int64_t kAheadRows = 16;
 template <int V, int PX, bool kAhead>
 __attribute__((target(NPU_AVX512F))) void ChannelTile(int64_t K, const float* at, int64_t lda, const float* b,
                                                       const int64_t* koff, const int64_t* pin, const int64_t* pout,
-                                                      float* c, int64_t ldc, const float* bias, const float* clip) {
+                                                      float* c, int64_t ldc, const float* bias, const float* clip,
+                                                      const float* hswish) {
   __m512 acc[PX][V];
   alignas(64) float total[PX][V][16];
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
@@ -196,6 +210,7 @@ __attribute__((target(NPU_AVX512F))) void ChannelTile(int64_t K, const float* at
       __m512 sum = _mm512_load_ps(total[p][v]);
       if (bias != nullptr) sum = _mm512_add_ps(sum, _mm512_loadu_ps(bias + 16 * v));
       if (clip != nullptr) sum = Clip(sum, clip);
+      if (hswish != nullptr) sum = HardSwish(sum, hswish);
       _mm512_i32scatter_ps(c + 16 * v * ldc + pout[p], rows, sum, 4);
     }
 }
@@ -204,25 +219,27 @@ __attribute__((target(NPU_AVX512F))) void ChannelTile(int64_t K, const float* at
 template <int V, int PX, bool kAhead>
 __attribute__((target(NPU_AVX512F))) void ChannelTileOf(int px, int64_t K, const float* at, int64_t lda, const float* b,
                                                         const int64_t* koff, const int64_t* pin, const int64_t* pout,
-                                                        float* c, int64_t ldc, const float* bias, const float* clip) {
+                                                        float* c, int64_t ldc, const float* bias, const float* clip,
+                                                        const float* hswish) {
   if constexpr (PX > 1) {
-    if (px < PX) return ChannelTileOf<V, PX - 1, kAhead>(px, K, at, lda, b, koff, pin, pout, c, ldc, bias, clip);
+    if (px < PX)
+      return ChannelTileOf<V, PX - 1, kAhead>(px, K, at, lda, b, koff, pin, pout, c, ldc, bias, clip, hswish);
   }
-  ChannelTile<V, PX, kAhead>(K, at, lda, b, koff, pin, pout, c, ldc, bias, clip);
+  ChannelTile<V, PX, kAhead>(K, at, lda, b, koff, pin, pout, c, ldc, bias, clip, hswish);
 }
 
 template <int V>
 __attribute__((target(NPU_AVX512F))) void ChannelColumns(int64_t K, const float* at, int64_t lda, const float* b,
                                                          const int64_t* koff, const int64_t* pin, const int64_t* pout,
                                                          int64_t n_pix, float* c, int64_t ldc, const float* bias,
-                                                         const float* clip) {
+                                                         const float* clip, const float* hswish) {
   constexpr int kPx = 6;  // 6 x 4 accumulators, 4 of A, 1 of B: 29 of 32 registers
   for (int64_t p = 0; p < n_pix; p += kPx) {
     const int px = static_cast<int>(std::min<int64_t>(kPx, n_pix - p));
     if (p == 0) {
-      ChannelTileOf<V, kPx, true>(px, K, at, lda, b, koff, pin + p, pout + p, c, ldc, bias, clip);
+      ChannelTileOf<V, kPx, true>(px, K, at, lda, b, koff, pin + p, pout + p, c, ldc, bias, clip, hswish);
     } else {
-      ChannelTileOf<V, kPx, false>(px, K, at, lda, b, koff, pin + p, pout + p, c, ldc, bias, clip);
+      ChannelTileOf<V, kPx, false>(px, K, at, lda, b, koff, pin + p, pout + p, c, ldc, bias, clip, hswish);
     }
   }
 }
@@ -232,15 +249,15 @@ __attribute__((target(NPU_AVX512F))) void ChannelColumns(int64_t K, const float*
 __attribute__((target(NPU_AVX512F))) void ChannelGemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
                                                             const float* b, const int64_t* koff, const int64_t* pin,
                                                             const int64_t* pout, int64_t n_pix, float* c, int64_t ldc,
-                                                            const float* bias, const float* clip) {
+                                                            const float* bias, const float* clip, const float* hswish) {
   for (int64_t m0 = 0; m0 < M; m0 += 64) {
     const int64_t vectors = std::min<int64_t>(4, (M - m0) / 16);
     const float* bm = bias == nullptr ? nullptr : bias + m0;
     float* cm = c + m0 * ldc;
-    if (vectors == 4) ChannelColumns<4>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip);
-    if (vectors == 3) ChannelColumns<3>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip);
-    if (vectors == 2) ChannelColumns<2>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip);
-    if (vectors == 1) ChannelColumns<1>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip);
+    if (vectors == 4) ChannelColumns<4>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
+    if (vectors == 3) ChannelColumns<3>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
+    if (vectors == 2) ChannelColumns<2>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
+    if (vectors == 1) ChannelColumns<1>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
   }
 }
 

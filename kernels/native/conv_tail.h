@@ -35,6 +35,10 @@ inline void ApplyChannelTail(const ConvTail& tail, float* v, int64_t n, int64_t 
   one.channel_consts = nullptr;
   ApplyTail(one, v, n);
 }
+// Whether the tail is HardSwish's program (save; mul a; add b; clip lo hi with lo <= hi; mul_saved) with no
+// per-channel operand; then hs = {a, b, lo, hi}, for a kernel that applies it in its registers as
+// v * max(lo, min(hi, v * a + b)): the register interpreter's operations in its order (conv_tail_registers.cc).
+bool HardSwishTail(const ConvTail& tail, float* hs);
 constexpr int32_t kTailCodes = 28;  // codes are 0 .. kTailCodes - 1
 constexpr int32_t kTailClip = 6;    // clip lo hi (Clip, Relu)
 

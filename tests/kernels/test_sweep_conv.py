@@ -445,6 +445,28 @@ def test_float_pointwise_stream_tails(float_isa, tail):
     _float_conv(x, w, b, tail=[("leaky_relu", 0.0, 0.0), *tail], slopes=slopes, group=2, threads=2)
 
 
+# HardSwish fused into the own GEMM's registers (the pixel tiles, the channels in the lanes, a patch matrix, two
+# depth passes) must give the bits of the conv followed by the tail's chunk interpreter, one pass per instruction.
+HARD_SWISH = [("save", 0.0, 0.0), ("mul", 1 / 6, 0.0), ("add", 0.5, 0.0), ("clip", 0.0, 1.0), ("mul_saved", 0.0, 0.0)]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [((1, 16, 40, 40), (32, 16, 1, 1), {}),
+                                         ((1, 64, 7, 7), (64, 64, 1, 1), {}),
+                                         ((1, 300, 9, 9), (40, 300, 1, 1), {}),
+                                         ((1, 8, 17, 19), (24, 8, 3, 3), dict(pads=[1, 1, 1, 1])),
+                                         ((1, 6, 5, 6), (17, 6, 3, 3), dict(strides=[2, 2]))])
+def test_float_dense_hard_swish_in_registers_is_the_tails_bits(float_isa, xs, ws, attrs):
+    rng = np.random.default_rng(21)
+    x, w, b = _floats(xs, rng, specials=True) * 3, _floats(ws, rng), _floats((ws[0],), rng)
+    for threads in (1, 2):
+        fused = _float_conv(x, w, b, tail=HARD_SWISH, threads=threads, **attrs)
+        plain = _float_conv(x, w, b, threads=threads, **attrs)
+        codes = np.asarray([CODES[t[0]] for t in HARD_SWISH], np.int32)
+        consts = np.asarray([t[1:] for t in HARD_SWISH], np.float32)
+        runtime.native_module().conv_tail(plain, codes, consts, 1, True)
+        assert fused.tobytes() == plain.tobytes(), threads
+
+
 @pytest.mark.parametrize("xs,ws,attrs", [((1, 128, 8, 8), (33, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
                                          ((2, 6, 9, 20), (6, 1, 5, 5), dict(group=6, strides=[1, 2], pads=[2] * 4)),
                                          ((1, 300, 1, 3), (130, 300, 1, 1), dict())])
