@@ -234,10 +234,9 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
 namespace {
 
 // PointwiseFewPixels over output channel rows wider than one task's 128: the channels in the lanes would read each
-// weight row in strided 512-byte pieces, which the prefetchers do not follow (a 1280 x 512 head 2-3x slower than a
-// stream of its 2.6 MB), so each task streams whole depth passes of weight rows (StreamRowsAvx512) into partial
-// sums, then the passes are added in order, + bias, the tail: each output's sum as the channels in the lanes form
-// it, whatever the split.
+// weight row in strided 512-byte pieces, which the prefetchers do not follow, so each task streams whole depth
+// passes of weight rows (StreamRowsAvx512) into partial sums, then the passes are added in order, + bias, the tail:
+// each output's sum as the channels in the lanes form it, whatever the split.
 void PointwiseStream(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                      const ConvTail& tail, int64_t work) {
   const int64_t K = s.Cg(), P = s.P(), Mg = s.Mg(), images = s.N * s.group;
