@@ -350,11 +350,12 @@ py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_
   const int64_t row = xs[a] * unit;
   if (row <= kTaskBytes && min_run >= kSplitRowRun) {
     // One pass over x's rows, each cut into its parts in turn: x read once in order, and one parallel loop
+    const int64_t unit_bytes = unit;  // a lambda may not capture a structured binding before C++20
     ForUnits(outer, row, threads, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         const char* s = src + r * row;
         for (size_t k = 0; k < sizes.size(); ++k) {
-          const int64_t run = sizes[k] * unit;
+          const int64_t run = sizes[k] * unit_bytes;
           std::memcpy(dst[k] + r * run, s, static_cast<size_t>(run));
           s += run;
         }
