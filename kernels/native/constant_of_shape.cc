@@ -65,11 +65,11 @@ py::array FillValuePy(const std::vector<int64_t>& shape, const py::array& value,
     if (d < 0) throw std::invalid_argument("ConstantOfShape: negative dimension in " + DimsText(shape));
     n *= d;
   }
-  py::array y;
+  // out, or null when it is not an array (a default py::array would be a new empty numpy array per call)
+  py::array y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   if (out.is_none()) {
     y = py::array(value.dtype(), std::vector<py::ssize_t>(shape.begin(), shape.end()));
   } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
     if (!y || !y.dtype().equal(value.dtype()) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != n)
       throw std::invalid_argument("fill_value: out must be a writeable C-order " + std::string(py::str(value.dtype())) +
                                   " array of " + std::to_string(n) + " elements");

@@ -342,18 +342,33 @@ void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int3
 
 bool IsHalf(const py::array& a) { return a.dtype().kind() == 'f' && a.itemsize() == 2; }
 
+// A program array (codes, consts) borrowed when it already is a C-order array of T, as the engine's callers pass it;
+// else converted as an array_t argument would be (that conversion is a numpy call per call even for such an array).
+template <typename T>
+py::array_t<T, py::array::c_style> ProgramArray(const py::object& a, const char* what) {
+  using A = py::array_t<T, py::array::c_style>;
+  if (py::isinstance<A>(a)) return py::reinterpret_borrow<A>(a);
+  A converted = A::ensure(a);
+  if (!converted)
+    throw py::type_error(std::string("tail_of_f16: ") + what + " must be an array of " +
+                         py::str(py::dtype::of<T>()).cast<std::string>());
+  return converted;
+}
+
 // A float16 op on the engine: each chunk widened to float32, the instructions, rounded once to float16 on store
 // (the reference model's widen / compute / store), into ``out`` (ORT's buffer, or x: in place) or a new array.
-py::array TailOfF16Py(const py::array& x, const py::array_t<int32_t, py::array::c_style>& codes,
-                      const py::array_t<float, py::array::c_style>& consts, int threads, const py::object& out) {
+py::array TailOfF16Py(const py::array& x, const py::object& codes_in, const py::object& consts_in, int threads,
+                      const py::object& out) {
+  const auto codes = ProgramArray<int32_t>(codes_in, "codes");
+  const auto consts = ProgramArray<float>(consts_in, "consts");
   CheckTail("tail_of_f16", codes, consts);
   if (!IsHalf(x) || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("tail_of_f16: x must be a C-order float16 array");
-  py::array y;
+  // out, or null when it is not an array (a default py::array would be a new empty numpy array per call)
+  py::array y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   if (out.is_none()) {
     y = py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
   } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
     if (!y || !IsHalf(y) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
       throw std::invalid_argument("tail_of_f16: out must be a writeable C-order float16 array of x's " +
                                   std::to_string(x.size()) + " elements");

@@ -93,12 +93,12 @@ py::array Int8MatMulFloatPy(const py::array& a, const py::object& a_zero_point, 
                                 std::to_string(N));
   const float* pb = Values(bias, N, "bias");
   const float* pb2 = Values(bias2, N, "bias2");
-  py::array y;
-  if (out.is_none()) {
-    y = py::array_t<float>(std::vector<py::ssize_t>{M, N});
-  } else {
-    if (!py::isinstance<py::array_t<float>>(out)) throw std::invalid_argument("int8_matmul_float: out must be float32");
-    y = py::reinterpret_borrow<py::array>(out);
+  // out (checked float32 first), or a new array: a default py::array would be a new empty numpy array per call
+  if (!out.is_none() && !py::isinstance<py::array_t<float>>(out))
+    throw std::invalid_argument("int8_matmul_float: out must be float32");
+  py::array y =
+      out.is_none() ? py::array_t<float>(std::vector<py::ssize_t>{M, N}) : py::reinterpret_borrow<py::array>(out);
+  if (!out.is_none()) {
     if (y.size() != M * N || !(y.flags() & py::array::c_style) || !y.writeable())
       throw std::invalid_argument("int8_matmul_float: out must be a writable C-order array of " +
                                   std::to_string(M * N) + " float32");

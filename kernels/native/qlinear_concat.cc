@@ -95,11 +95,11 @@ py::array QLinearConcatPy(int64_t axis, const py::list& tables, const py::object
   for (int64_t i = 0; i < a; ++i) outer *= dims[i];
   for (int64_t i = a + 1; i < rank; ++i) inner *= dims[i];
   const int64_t total = outer * dims[a] * inner;
-  py::array y;
+  // out, or null when it is not an array (a default py::array would be a new empty numpy array per call)
+  py::array y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   if (out.is_none()) {
     y = py::array(first.dtype(), std::vector<py::ssize_t>(dims.begin(), dims.end()));
   } else {
-    if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
     if (!y || !y.dtype().equal(first.dtype()) || !(y.flags() & py::array::c_style) || !y.writeable() ||
         y.size() != total)
       throw std::invalid_argument("qlinear_concat: out must be a writeable C-order " +

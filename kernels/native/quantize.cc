@@ -158,8 +158,8 @@ pybind11::array CodesFor(const char* op, const pybind11::array& x, int zero_poin
                                 (y_signed ? "int8" : "uint8"));
   const py::dtype type = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
   if (out.is_none()) return py::array(type, std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  py::array y;
-  if (py::isinstance<py::array>(out)) y = py::reinterpret_borrow<py::array>(out);
+  // out, or null when it is not an array (a default py::array would be a new empty numpy array per call)
+  const auto y = py::reinterpret_borrow<py::array>(py::isinstance<py::array>(out) ? py::handle(out) : py::handle());
   if (!y || !y.dtype().equal(type) || !(y.flags() & py::array::c_style) || !y.writeable() || y.size() != x.size())
     throw std::invalid_argument(std::string(op) + ": out must be a writeable C-order " + std::string(py::str(type)) +
                                 " array of " + std::to_string(x.size()) + " elements");
@@ -232,6 +232,20 @@ void DequantizeAny(const T* x, int64_t n, float z, float scale, float* y, int th
   });
 }
 
+// out (ORT's buffer) borrowed once checked a writeable C-order array of T and x's size, else a new array of x's
+// shape: neither a default array_t (a new empty numpy array per call) nor a conversion of out.
+template <typename T>
+pybind11::array_t<T> OutOrNew(const char* fn, const char* type, const pybind11::array& x, const pybind11::object& out) {
+  namespace py = pybind11;
+  if (out.is_none()) return py::array_t<T>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  const auto o =
+      py::reinterpret_borrow<py::array>(py::isinstance<py::array_t<T>>(out) ? py::handle(out) : py::handle());
+  if (!o || !(o.flags() & py::array::c_style) || !o.writeable() || o.size() != x.size())
+    throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " + type + " array of " +
+                                std::to_string(x.size()) + " elements");
+  return py::reinterpret_borrow<py::array_t<T>>(out);
+}
+
 template <typename T>
 bool DequantizeIf(const pybind11::array& x, float z, float scale, float* y, int threads) {
   if (!x.dtype().equal(pybind11::dtype::of<T>())) return false;
@@ -245,16 +259,7 @@ pybind11::array DequantizeIntoPy(const pybind11::array& x, float zero_point, flo
                                  int threads) {
   namespace py = pybind11;
   if (!(x.flags() & py::array::c_style)) throw std::invalid_argument("dequantize_into: x must be C-contiguous");
-  py::array_t<float> y;
-  if (out.is_none()) {
-    y = py::array_t<float>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  } else {
-    y = py::reinterpret_borrow<py::array>(out);
-    if (!py::isinstance<py::array_t<float>>(out) || !(y.flags() & py::array::c_style) || !y.writeable() ||
-        y.size() != x.size())
-      throw std::invalid_argument("dequantize_into: out must be a writeable C-order float32 array of " +
-                                  std::to_string(x.size()) + " elements");
-  }
+  auto y = OutOrNew<float>("dequantize_into", "float32", x, out);
   float* dst = y.mutable_data();
   if (!(DequantizeIf<int8_t>(x, zero_point, scale, dst, threads) ||
         DequantizeIf<uint8_t>(x, zero_point, scale, dst, threads) ||
@@ -324,16 +329,7 @@ std::pair<float, float> DynamicParams(const float* x, int64_t n, int threads) {
 pybind11::tuple DynamicQuantizePy(const pybind11::array_t<float, pybind11::array::c_style>& x,
                                   const pybind11::object& out, int threads) {
   namespace py = pybind11;
-  py::array_t<uint8_t> y;
-  if (out.is_none()) {
-    y = py::array_t<uint8_t>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  } else {
-    y = py::reinterpret_borrow<py::array>(out);
-    if (!py::isinstance<py::array_t<uint8_t>>(out) || !(y.flags() & py::array::c_style) || !y.writeable() ||
-        y.size() != x.size())
-      throw std::invalid_argument("dynamic_quantize: out must be a writeable C-order uint8 array of " +
-                                  std::to_string(x.size()) + " elements");
-  }
+  auto y = OutOrNew<uint8_t>("dynamic_quantize", "uint8", x, out);
   py::array_t<float> scale(std::vector<py::ssize_t>{});
   py::array_t<uint8_t> zero_point(std::vector<py::ssize_t>{});
   const float* in = x.data();
