@@ -146,17 +146,43 @@ class ViewStep : public NativeStep {
     if (!py::isinstance<py::array>(x)) return nullptr;
     auto a = py::reinterpret_borrow<py::array>(x);
     if (!SameShape(a, in_dims_)) return nullptr;
-    try {
-      py::array view = a.reshape(out_dims_);
-      return py::make_tuple(std::move(view)).release().ptr();
-    } catch (py::error_already_set& e) {
-      e.restore();
-      return nullptr;
+    PyObject* view = CView(x);
+    if (view == nullptr) {
+      if (PyErr_Occurred()) return nullptr;
+      try {
+        view = a.reshape(out_dims_).release().ptr();
+      } catch (py::error_already_set& e) {
+        e.restore();
+        return nullptr;
+      }
     }
+    PyObject* outs = PyTuple_Pack(1, view);
+    Py_DECREF(view);
+    return outs;
   }
   bool NumpyFree() const override { return true; }  // a reshape (a copy at most): no arithmetic
 
  private:
+  // What numpy's reshape makes of an exact, C-contiguous ndarray (its C strides, its flags, base = x, collapsed
+  // as numpy collapses it), built without numpy's reshape; nullptr without an error for any other x (reshape takes it).
+  PyObject* CView(PyObject* x) const {
+    auto& api = py::detail::npy_api::get();
+    if (Py_TYPE(x) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_)) return nullptr;  // a subclass: its own
+    const auto* a = py::detail::array_proxy(x);
+    if (!(a->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_)) return nullptr;
+    Py_INCREF(a->descr);  // NewFromDescr steals it
+    PyObject* view =
+        api.PyArray_NewFromDescr_(api.PyArray_Type_, a->descr, static_cast<int>(out_dims_.size()), out_dims_.data(),
+                                  nullptr, a->data, a->flags & ~py::detail::npy_api::NPY_ARRAY_OWNDATA_, nullptr);
+    if (view == nullptr) return nullptr;
+    Py_INCREF(x);
+    if (api.PyArray_SetBaseObject_(view, x) < 0) {  // steals x
+      Py_DECREF(view);
+      return nullptr;
+    }
+    return view;
+  }
+
   std::vector<py::ssize_t> in_dims_, out_dims_;
   size_t n_inputs_;
   FixedInputs fixed_;
