@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -73,7 +74,37 @@ class Pool {
 namespace {
 thread_local HostLoop t_host_loop;
 
-void RunTask(void* fn, size_t i) { (*static_cast<const std::function<void(int64_t)>*>(fn))(static_cast<int64_t>(i)); }
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Until this time (steady clock, ns) parallel loops run on the calling thread alone: a recent loop found the host
+// oversubscribed. Then the helpers do not get a core in time (the caller ends up running every task) or one is
+// descheduled mid-task (the caller waits for it), while waking them costs the caller its core share; one thread is
+// faster. Only the thread count changes, never the tasks, so the bits stay the same.
+std::atomic<int64_t> g_serial_until{0};
+constexpr int64_t kSerialSpanNs = 50'000'000;  // then one loop tries the helpers again
+constexpr int64_t kStallFloorNs = 1'000'000;
+constexpr int64_t kAbsentNs = 250'000;  // an idle helper joins a loop well within this time on a quiet host
+
+// One loop's tasks, timed on the calling thread: how long it waited for the others after its own last task.
+struct TimedLoop {
+  const std::function<void(int64_t)>* fn;
+  std::thread::id caller;
+  int64_t caller_tasks = 0, caller_ns = 0, caller_end = 0;
+
+  void Run(int64_t i) {
+    if (std::this_thread::get_id() != caller) return (*fn)(i);
+    const int64_t t0 = NowNs();
+    (*fn)(i);
+    caller_end = NowNs();
+    caller_ns += caller_end - t0;
+    ++caller_tasks;
+  }
+};
+
+void RunTask(void* loop, size_t i) { static_cast<TimedLoop*>(loop)->Run(static_cast<int64_t>(i)); }
 }  // namespace
 
 CallContextScope::CallContextScope(HostLoop loop) : previous_(t_host_loop) { t_host_loop = loop; }
@@ -82,12 +113,20 @@ CallContextScope::~CallContextScope() { t_host_loop = previous_; }
 void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn) {
   static Pool* pool = new Pool();  // intentionally leaked: detached workers may outlive static destructors
   if (n_tasks <= 0) return;
-  threads = std::max(threads, 1);
-  if (threads > 1 && n_tasks > 1 && t_host_loop.run != nullptr &&
-      t_host_loop.run(t_host_loop.host, RunTask, static_cast<size_t>(n_tasks),
-                      const_cast<std::function<void(int64_t)>*>(&fn)))
+  if (threads <= 1 || n_tasks <= 1 || NowNs() < g_serial_until.load(std::memory_order_relaxed)) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
     return;
-  pool->Run(threads, n_tasks, fn);
+  }
+  TimedLoop loop{&fn, std::this_thread::get_id()};
+  if (t_host_loop.run == nullptr || !t_host_loop.run(t_host_loop.host, RunTask, static_cast<size_t>(n_tasks), &loop))
+    pool->Run(threads, n_tasks, [&loop](int64_t i) { loop.Run(i); });
+  // a caller that ran no task learns nothing; one that ran them all for long, or waited past several of its own
+  // tasks' time, found the helpers off the cores
+  if (loop.caller_tasks == 0) return;
+  const bool absent = loop.caller_tasks == n_tasks && loop.caller_ns > kAbsentNs;
+  const int64_t now = NowNs(), waited = now - loop.caller_end;
+  if (absent || waited > std::max(kStallFloorNs, 4 * loop.caller_ns / loop.caller_tasks))
+    g_serial_until.store(now + kSerialSpanNs, std::memory_order_relaxed);
 }
 
 }  // namespace npu_ep::kern

@@ -20,7 +20,8 @@ inline int ThreadsFor(int threads, int64_t work) { return work < kMinParallelWor
 // Runs fn(i) for every i in [0, n_tasks) on up to `threads` threads (the caller is one of them) and returns when
 // all are done. Inside a partition call (a CallContextScope on this thread) the tasks run on ORT's own intra-op
 // pool, so no second pool competes with ORT's for the cores; elsewhere (kernel tests, benchmarks) on our helpers.
-// If another call is already using our pool, this one runs on the caller's thread alone.
+// If another call is already using our pool, this one runs on the caller's thread alone; so do all loops for a while
+// after one whose helpers did not get a core (a loaded host).
 void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn);
 
 // A host's parallel loop (the EP passes ORT's intra-op pool): runs task(arg, i) for every i in [0, n) on its
