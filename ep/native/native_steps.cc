@@ -386,10 +386,11 @@ class CallStep : public NativeStep {
     std::vector<py::ssize_t> dims;
     py::object columns = py::none();  // (Ellipsis, slice) or None
   };
-  // A ufunc called as fn(*operands, out=ORT's buffer) on operands of one shape (no broadcasting): numpy's own
-  // strided loop for their dtypes, found once, so a call whose operands and ORT's buffer are C-order and aligned
-  // runs it over all elements (what numpy's call does for such operands: one loop call, no cast, no buffering)
-  // without numpy's dispatch. Anything else (no buffer lent, another layout, overlapping memory) calls the ufunc.
+  // A ufunc called as fn(*operands, out=ORT's buffer) on step inputs of one shape (no broadcasting) and constant
+  // 0-d arrays of the template (stride 0, as numpy passes them): numpy's own strided loop for their dtypes, found
+  // once, so a call whose operands and ORT's buffer are C-order and aligned runs it over all elements (what numpy's
+  // call does for such operands: one loop call, no cast, no buffering) without numpy's dispatch. Anything else (no
+  // buffer lent, another layout, overlapping memory) calls the ufunc.
   void FindUfuncLoop() {
     if (std::strcmp(Py_TYPE(fn_.ptr())->tp_name, "numpy.ufunc") != 0 || !kwnames_ || !whole_) return;
     if (PyTuple_GET_SIZE(kwnames_.ptr()) != 1 ||
@@ -397,7 +398,7 @@ class CallStep : public NativeStep {
       return;
     const auto nin = static_cast<Py_ssize_t>(args_.size()) - 1;
     if (nin < 1 || nin + 1 > kMaxLoopArgs || ort_outputs_.size() != 1 || ort_outputs_[0].arg != nin ||
-        static_cast<Py_ssize_t>(inputs_.size()) != nin)
+        inputs_.empty() || static_cast<Py_ssize_t>(inputs_.size()) > nin)
       return;
     const std::vector<int64_t>& dims = ort_outputs_[0].dims;
     std::vector<int> types(static_cast<size_t>(nin), -1);
@@ -406,6 +407,15 @@ class CallStep : public NativeStep {
       if (!std::equal(in.dims.begin(), in.dims.end(), dims.begin(), dims.end())) return;  // also no dim < 0
       types[static_cast<size_t>(in.arg)] = in.dtype;
     }
+    loop_constant_.assign(static_cast<size_t>(nin), false);
+    for (Py_ssize_t k = 0; k < nin; ++k) {  // the other operands: the template's 0-d arrays, numpy's stride 0
+      if (types[static_cast<size_t>(k)] >= 0) continue;
+      PyObject* c = PyTuple_GET_ITEM(args_.ptr(), k);
+      if (!ZeroDim(c, -1)) return;
+      types[static_cast<size_t>(k)] = py::detail::array_descriptor_proxy(py::detail::array_proxy(c)->descr)->type_num;
+      loop_constant_[static_cast<size_t>(k)] = true;
+    }
+    loop_types_ = types;
     loop_count_ = 1;
     for (int64_t d : dims) loop_count_ *= d;
     if (loop_count_ < 2) return;  // numpy passes a one-element call other strides
@@ -420,8 +430,10 @@ class CallStep : public NativeStep {
       for (Py_ssize_t k = 0; k <= nin; ++k) {
         auto dt = chosen[k].cast<py::dtype>();
         if (k < nin && dt.num() != types[static_cast<size_t>(k)]) return;  // numpy would cast
-        strides[k] = dt.itemsize();
-        loop_strides_.push_back(dt.itemsize());
+        const bool constant = k < nin && loop_constant_[static_cast<size_t>(k)];
+        strides[k] = constant ? 0 : dt.itemsize();
+        loop_strides_.push_back(constant ? 0 : dt.itemsize());
+        loop_itemsizes_.push_back(dt.itemsize());
       }
       loop_out_type_ = chosen[nin].cast<py::dtype>().num();
       py::object info = resolved[1];
@@ -434,7 +446,19 @@ class CallStep : public NativeStep {
     } catch (py::error_already_set&) {
       PyErr_Clear();  // a numpy without this interface: the ufunc is called
       loop_strides_.clear();
+      loop_itemsizes_.clear();
     }
+  }
+
+  // An exact, aligned ndarray of no dimensions in the machine's byte order (of dtype number `type`, unless < 0):
+  // an operand numpy's one loop call reads with stride 0.
+  static bool ZeroDim(PyObject* o, int type) {
+    auto& api = py::detail::npy_api::get();
+    constexpr int kAligned = py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+    if (Py_TYPE(o) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_)) return false;
+    const auto* a = py::detail::array_proxy(o);
+    return a->nd == 0 && (a->flags & kAligned) && NativeOrder(a->descr) &&
+           (type < 0 || py::detail::array_descriptor_proxy(a->descr)->type_num == type);
   }
 
   // The step's outputs by numpy's strided loop on argv (the operands, then ORT's buffer), or nullptr: with a Python
@@ -456,15 +480,18 @@ class CallStep : public NativeStep {
     if (n != loop_count_) return nullptr;
     char* data[kMaxLoopArgs];
     const char* out_begin = o->data;
-    const char* out_end = out_begin + n * loop_strides_[nin];
+    const char* out_end = out_begin + n * loop_itemsizes_[nin];
     for (size_t k = 0; k < nin; ++k) {
-      if (Py_TYPE(argv[k]) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_)) return nullptr;
+      const bool constant = loop_constant_[k];
+      if (constant ? !ZeroDim(argv[k], loop_types_[k])  // the template's array (its dtype may be reassigned)
+                   : Py_TYPE(argv[k]) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_))
+        return nullptr;
       const auto* a = py::detail::array_proxy(argv[k]);  // checked by Run: the bound dtype number and shape
       if ((a->flags & kAligned) != kAligned || !NativeOrder(a->descr)) return nullptr;
       const char* begin = a->data;
-      const char* end = begin + n * loop_strides_[k];
+      const char* end = begin + (constant ? 1 : n) * loop_itemsizes_[k];
       const bool apart = end <= out_begin || out_end <= begin;
-      if (!apart && !(begin == out_begin && loop_strides_[k] == loop_strides_[nin])) return nullptr;
+      if (!apart && !(begin == out_begin && !constant && loop_strides_[k] == loop_strides_[nin])) return nullptr;
       data[k] = a->data;
     }
     data[nin] = o->data;
@@ -502,7 +529,10 @@ class CallStep : public NativeStep {
   std::vector<OrtOut> ort_outputs_;
   py::object loop_info_;  // numpy's call info of the ufunc's loop (it owns the loop's data), or null
   const UfuncCallInfo* loop_ = nullptr;  // in loop_info_; null: the ufunc is called
-  std::vector<Py_ssize_t> loop_strides_;  // per operand, then the output: its itemsize
+  std::vector<Py_ssize_t> loop_strides_;  // per operand, then the output: its itemsize, 0 for a constant operand
+  std::vector<Py_ssize_t> loop_itemsizes_;  // per operand, then the output
+  std::vector<bool> loop_constant_;  // per operand: a 0-d array of the template, not a step input
+  std::vector<int> loop_types_;  // per operand: its dtype number
   Py_ssize_t loop_count_ = 0;  // elements per call
   int loop_out_type_ = -1;  // the output's dtype number
   FixedInputs fixed_;

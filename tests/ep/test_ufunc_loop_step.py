@@ -9,6 +9,7 @@ import pytest
 from onnx import helper
 
 from npu_ep.kernels import runtime
+from npu_ep.kernels.ops.elementwise import CLIP_UFUNC
 from tests.npu_testing import assignment, make_model, npu_session
 
 ext = runtime.extension()
@@ -33,6 +34,26 @@ def test_which_steps_run_the_loop():
     tiny = ext.CallStep(np.negative, (None, None), [(0, 0, np.dtype(np.float32), (4, 16), None, True)], [(-1, None)],
                         [], [(1, 0, [4, 16])], [], ())
     assert not tiny.ufunc_loop  # out by position: not the form taken
+
+
+def _clip_step(lo, hi, shape=(4, 16), dtype=np.float32):
+    return ext.CallStep(CLIP_UFUNC, (None, lo, hi, None), [(0, 0, np.dtype(dtype), shape, None)], [(-1, None)], [],
+                        [(3, 0, list(shape))], [], ("out",))
+
+
+def test_constant_operands_run_the_loop_only_as_0d_arrays_of_the_loops_dtypes():
+    f32 = np.float32
+    assert _clip_step(np.array(0, f32), np.array(np.inf, f32)).ufunc_loop  # Relu's bounds: numpy's stride 0
+    assert _clip_step(np.array(0.0), np.array(1.0), dtype=np.float64).ufunc_loop
+    assert _clip_step(np.array(-3, np.int32), np.array(7, np.int32), dtype=np.int32).ufunc_loop
+    assert not _clip_step(np.array([0], f32), np.array(np.inf, f32)).ufunc_loop  # broadcast through the iterator
+    assert not _clip_step(0.0, np.array(np.inf, f32)).ufunc_loop  # a Python scalar: converted per call
+    assert not _clip_step(np.array(0.0), np.array(np.inf)).ufunc_loop  # float64 bounds: x would be cast
+    assert not _clip_step(np.array(0, ">f4"), np.array(np.inf, f32)).ufunc_loop  # byte-swapped
+    assert not _clip_step(np.array(0, f32), np.array(1, f32), shape=(1, 1)).ufunc_loop  # one element
+    only = ext.CallStep(CLIP_UFUNC, (np.array(0, f32), np.array(1, f32), np.array(2, f32), None), [], [(-1, None)],
+                        [], [(3, 0, [4, 16])], [], ("out",))
+    assert not only.ufunc_loop  # no step input: nothing gives the shape
 
 
 _SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4e38, -3.4e38, 1.5, -2.5], np.float64)
@@ -109,3 +130,34 @@ def test_floating_point_errors_stay_quiet(chained):
             got = sess.run(None, {"a": a, "b": b})[0]
         np.testing.assert_array_equal(_bits(got), _bits(want))
     assert set(assignment(sess).values()) == {"NpuEP"}
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (3, 5), (2, 3, 700)], ids=str)
+@pytest.mark.parametrize("op", ["Relu", "Clip", "ClipMin"])
+def test_constant_bounds_keep_numpys_bits(op, shape):
+    """Relu and a Clip of constant bounds on float32 (0-d arrays in the step's call; NpuEP leaves float64 to the CPU
+    EP): NaN, -0.0, +-inf and denormals as numpy's clip call gives them."""
+    dtype = np.float32
+    onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits, names = {}, ["x"]
+    bounds = {"Relu": (0.0, np.inf), "Clip": (-0.0, 1.5), "ClipMin": (-2.5, np.finfo(dtype).max)}[op]
+    if op != "Relu":
+        inits["lo"] = np.array(bounds[0], dtype)
+        names.append("lo")
+        if op == "Clip":
+            inits["hi"] = np.array(bounds[1], dtype)
+            names.append("hi")
+    model = make_model([helper.make_node("Relu" if op == "Relu" else "Clip", names, ["y"], name="node")],
+                       [helper.make_tensor_value_info("x", onnx_type, list(shape))],
+                       [helper.make_tensor_value_info("y", onnx_type, list(shape))], initializers=inits)
+    sess = npu_session(model)
+    rng = np.random.default_rng(11)
+    lo, hi = (np.array(b, dtype) for b in bounds)
+    for _ in range(3):  # the first call binds the step, the later ones run it
+        x = _values(shape, dtype, rng)
+        got = sess.run(None, {"x": x})[0]
+        with np.errstate(all="ignore"):
+            want = CLIP_UFUNC(x, lo, hi)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert assignment(sess) == {"node": "NpuEP"}
