@@ -227,8 +227,9 @@ def test_zero_weights_meet_infinities_and_denormals(float_isa):
                strides=[2, 2])
 
 
+HARDSWISH = [("save", 0.0, 0.0), ("mul", 1 / 6, 0.0), ("add", 0.5, 0.0), ("clip", 0.0, 1.0), ("mul_saved", 0.0, 0.0)]
 TAILS = [[("clip", 0.0, 6.0)], [("mul", 0.5, 0.0), ("add", 1.0, 0.0)],
-         [("add", 3.0, 0.0), ("clip", 0.0, 6.0), ("div", 6.0, 0.0)]]
+         [("add", 3.0, 0.0), ("clip", 0.0, 6.0), ("div", 6.0, 0.0)], HARDSWISH]
 
 
 @pytest.mark.parametrize("tail", TAILS)
@@ -238,6 +239,18 @@ def test_fused_tails_on_each_block(float_isa, tail, k, st):
     rng = np.random.default_rng(k + st + len(tail))
     x = _floats((1, 5, 11, 37), rng, specials=True)
     _depthwise(x, _floats((5, 1, k, k), rng), _floats((5,), rng), tail=tail, strides=[st, st], pads=[k // 2] * 4)
+
+
+@pytest.mark.parametrize("k,st,mult", [(3, 1, 1), (3, 2, 1), (5, 1, 2), (5, 2, 2), (3, 2, 2)])
+@pytest.mark.parametrize("ow", [5, 8, 9, 16, 17, 32, 33, 56])
+def test_hardswish_tail_on_the_blocks(float_isa, k, st, mult, ow):
+    """HardSwish's program as the fused tail across the 8/16/32-column vectors and their tails, 1-3 row remainders,
+    the multiplier 2 (register blocks) and the lanes (multiplier 1, small maps), specials in x, 1 and 2 threads."""
+    rng = np.random.default_rng(k * 1000 + st * 100 + ow + mult)
+    x = _floats((1, 3, _input_size(7, k, st, k - 1), _input_size(ow, k, st, k - 1)), rng, specials=True)
+    w, b = _floats((3 * mult, 1, k, k), rng), _floats((3 * mult,), rng)
+    for threads in (1, 2):
+        _depthwise(x, w, b, tail=HARDSWISH, threads=threads, strides=[st, st], pads=[k // 2] * 4)
 
 
 @pytest.mark.parametrize("shape,k,st", [((1, 33, 48, 48), 3, 1), ((2, 17, 40, 41), 5, 2), ((1, 16, 56, 56), 3, 2),
