@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "conv_tail_registers.h"
+
 namespace pybind11 {
 class module_;
 }
@@ -38,7 +40,9 @@ inline void ApplyChannelTail(const ConvTail& tail, float* v, int64_t n, int64_t 
 // Whether the tail is HardSwish's program (save; mul a; add b; clip lo hi with lo <= hi; mul_saved) with no
 // per-channel operand; then hs = {a, b, lo, hi}, for a kernel that applies it in its registers as
 // v * max(lo, min(hi, v * a + b)): the register interpreter's operations in its order (conv_tail_registers.cc).
-bool HardSwishTail(const ConvTail& tail, float* hs);
+inline bool HardSwishTail(const ConvTail& tail, float* hs) {
+  return tail.channel_consts == nullptr && tail_code::HardSwishProgram(tail.codes, tail.consts, tail.n, hs);
+}
 constexpr int32_t kTailCodes = 28;  // codes are 0 .. kTailCodes - 1
 constexpr int32_t kTailClip = 6;    // clip lo hi (Clip, Relu)
 

@@ -7,8 +7,6 @@
 // sign) keep the chunk interpreter, and hosts without AVX2 (aarch64 too) run the chunk interpreter only.
 #include "conv_tail_registers.h"
 
-#include "conv_tail.h"
-
 #include <cmath>
 #include <cstdint>
 
@@ -379,7 +377,7 @@ void RunInRegisters(const float* in, float* out, int64_t n, const int32_t* codes
 #if NPU_EP_X86
   if (ActiveIsa() >= Isa::kAvx512) {
     float hs[4];
-    if (HardSwishTail(ConvTail{codes, consts, n_codes}, hs)) return Run512<true>(in, out, n, codes, consts, n_codes);
+    if (HardSwishProgram(codes, consts, n_codes, hs)) return Run512<true>(in, out, n, codes, consts, n_codes);
     return Run512<false>(in, out, n, codes, consts, n_codes);
   }
   return Run256(in, out, n, codes, consts, n_codes);
@@ -388,19 +386,12 @@ void RunInRegisters(const float* in, float* out, int64_t n, const int32_t* codes
 #endif
 }
 
-}  // namespace npu_ep::kern::tail_code
-
-namespace npu_ep::kern {
-
-bool HardSwishTail(const ConvTail& tail, float* hs) {
-  using namespace tail_code;  // NOLINT: the instruction codes
-  const int32_t* cd = tail.codes;
-  const float* c = tail.consts;
-  if (tail.n != 5 || tail.channel_consts != nullptr || cd[0] != kSave || cd[1] != kMul || cd[2] != kAdd ||
-      cd[3] != kClip || cd[4] != kMulSaved || !(c[6] <= c[7]))
+bool HardSwishProgram(const int32_t* codes, const float* consts, int64_t n_codes, float* hs) {
+  if (n_codes != 5 || codes[0] != kSave || codes[1] != kMul || codes[2] != kAdd || codes[3] != kClip ||
+      codes[4] != kMulSaved || !(consts[6] <= consts[7]))
     return false;
-  hs[0] = c[2], hs[1] = c[4], hs[2] = c[6], hs[3] = c[7];
+  hs[0] = consts[2], hs[1] = consts[4], hs[2] = consts[6], hs[3] = consts[7];
   return true;
 }
 
-}  // namespace npu_ep::kern
+}  // namespace npu_ep::kern::tail_code

@@ -1,5 +1,5 @@
 // The element-wise engine's instruction codes and its register interpreter (conv_tail_registers.cc), shared by
-// conv_tail.cc's chunk interpreter and bindings; internal to the two files.
+// conv_tail.cc's chunk interpreter and bindings, and through conv_tail.h's HardSwishTail by the conv kernels.
 #pragma once
 
 #include <cstdint>
@@ -46,5 +46,10 @@ bool FitsRegisters(const int32_t* codes, int64_t n_codes);
 // Each instruction is the chunk interpreter's float32 operation per element (the same bits); only for programs
 // FitsRegisters accepts.
 void RunInRegisters(const float* in, float* out, int64_t n, const int32_t* codes, const float* consts, int64_t n_codes);
+
+// Whether the program is HardSwish's (save; mul a; add b; clip lo hi with lo <= hi; mul_saved); then hs = {a, b, lo,
+// hi}, for a kernel that applies it in its registers as v * max(lo, min(hi, v * a + b)): RunInRegisters' operations
+// in its order.
+bool HardSwishProgram(const int32_t* codes, const float* consts, int64_t n_codes, float* hs);
 
 }  // namespace npu_ep::kern::tail_code
