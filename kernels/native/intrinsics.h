@@ -23,6 +23,30 @@ __attribute__((target("avx512f,avx512vnni"))) inline __m512i DpbusdTied(__m512i 
   asm("vpdpbusd %[s], %[u], %[acc]" : [acc] "+v"(acc) : [u] "v"(u), [s] "v"(s));
   return acc;
 }
+// Transposes the 16 x 16 floats of r[0..15] (row k in r[k]) in registers: r[i] becomes column i.
+__attribute__((target("avx512f"))) inline void Transpose16x16Ps(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int k = 0; k < 16; k += 2) {
+    t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 16; k += 4) {
+    r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
+    r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
+    r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+    r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
+    t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xDD);
+    t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
+    t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xDD);
+  }
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+    r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xDD);
+  }
+}
 // Cephes expf: 2^n * p(r), n = round(x log2 e), |r| <= ln2 / 2; below -87.3 (2^n would be subnormal) gives 0.
 __attribute__((target("avx2,fma"))) inline __m256 ExpAvx2(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.3365f);

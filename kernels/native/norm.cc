@@ -172,28 +172,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void SquaresInOrder16(const
   __m512 acc = _mm512_setzero_ps();
   for (int64_t j = 0; j < d; j += 16) {
     const __mmask16 m = static_cast<__mmask16>(d - j >= 16 ? 0xFFFF : (1u << (d - j)) - 1u);
-    __m512 r[16], t[16];
+    __m512 r[16];
     for (int k = 0; k < 16; ++k) r[k] = k < n ? _mm512_maskz_loadu_ps(m, s + k * d + j) : _mm512_setzero_ps();
-    for (int k = 0; k < 16; k += 2) {
-      t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
-      t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
-    }
-    for (int k = 0; k < 16; k += 4) {
-      r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
-      r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
-      r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-      r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
-    }
-    for (int k = 0; k < 4; ++k) {
-      t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
-      t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xDD);
-      t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
-      t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xDD);
-    }
-    for (int k = 0; k < 8; ++k) {
-      r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
-      r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xDD);
-    }
+    Transpose16x16Ps(r);
     for (int k = 0; k < 16; ++k) acc = _mm512_add_ps(acc, _mm512_mul_ps(r[k], r[k]));
   }
   _mm512_storeu_ps(total, acc);

@@ -218,28 +218,9 @@ void StoreStage(const SdpaArgs& a, const float* stage, int64_t b, int64_t n, int
 // transposed in registers.
 __attribute__((target("avx512f"))) void Transpose16Rows512(const float* src, int64_t H, float* dst, int64_t ld) {
   for (int64_t i0 = 0; i0 < H; i0 += 16) {
-    __m512 r[16], t[16];
+    __m512 r[16];
     for (int k = 0; k < 16; ++k) r[k] = _mm512_loadu_ps(src + k * H + i0);
-    for (int k = 0; k < 16; k += 2) {
-      t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
-      t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
-    }
-    for (int k = 0; k < 16; k += 4) {
-      r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
-      r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
-      r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-      r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
-    }
-    for (int k = 0; k < 4; ++k) {
-      t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
-      t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xDD);
-      t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
-      t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xDD);
-    }
-    for (int k = 0; k < 8; ++k) {
-      r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
-      r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xDD);
-    }
+    Transpose16x16Ps(r);
     for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + (i0 + k) * ld, r[k]);
   }
 }
