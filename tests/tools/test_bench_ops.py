@@ -86,7 +86,7 @@ def test_the_three_sizes_grow():
 
 
 def test_a_small_run_over_three_ops_gives_ratios_where_it_ran_and_its_python_steps():
-    timing = Timing(rounds=2, block_s=0.001, max_calls=2, settle_s=0.0)
+    timing = Timing(rounds=2, block_s=0.001, max_calls=2, settle_s=0.0, small_calls=4)
     rows = ops.run_table(TARGET, ["small"], {"Erf", "MatMul", "Where"}, timing)
     assert {(r.op, r.dtype) for r in rows} == {(k, dt) for k, dt in target_rows(TARGET)
                                                if k in ("Erf", "MatMul", "Where")}
@@ -114,7 +114,7 @@ def test_measure_reads_the_placement_from_ort_and_a_python_step_from_the_program
 
 
 def test_a_group_row_says_when_the_group_did_not_form(monkeypatch):
-    timing = Timing(rounds=2, block_s=0.001, max_calls=2, settle_s=0.0)
+    timing = Timing(rounds=2, block_s=0.001, max_calls=2, settle_s=0.0, small_calls=4)
     formed = measure(build_case("npu::MatMulEpilogue", "float32", "small"), timing)
     assert formed.steps == ["npu::MatMulEpilogue"] and not formed.note
     # the same MatMul -> Add -> Relu with the fusion pass off (ORT made MatMul + Add a Gemm): the row says so
@@ -147,7 +147,7 @@ def test_a_declined_case_is_a_row_with_the_reason():
     case.model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
     case.model.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
     case.feeds = {"in0": np.linspace(-2, 2, 64).reshape(1, 64)}
-    row = measure(case, Timing(rounds=2, block_s=0.001, max_calls=2, settle_s=0.0))
+    row = measure(case, Timing(rounds=2, block_s=0.001, max_calls=2, settle_s=0.0, small_calls=4))
     assert (row.status, row.nodes, row.python_steps) == ("declined", "0/1", [])
     assert row.note.startswith("declined: ") and "float64" in row.note and "Relu" in row.note
     assert check([row]) == []  # counted in the summary, not timed
@@ -191,3 +191,12 @@ def test_cli_writes_json_and_check_exits_1_above_target(tmp_path, monkeypatch, c
     assert main(["--ops", "Erf,Conv", "--sizes", "small,medium", "--check"]) == 0
     with pytest.raises(SystemExit):
         main(["--sizes", "tiny"])
+
+
+def test_interleaved_calls_take_turns_call_by_call():
+    from npu_ep.tools.bench.timing import interleaved_calls, medians
+
+    order = []
+    blocks = interleaved_calls({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
+    assert order == ["a", "b"] * 3
+    assert [len(b) for b in blocks["a"]] == [3] and set(medians(blocks)) == {"a", "b"}

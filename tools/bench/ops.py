@@ -7,7 +7,8 @@ list (``tools/bench/op_cases.py``), so a new op of the target gets its rows by i
 row saying so. Each case is a one-node (or one-group) model at three sizes from real models (small: per-call cost;
 medium: 56x56 maps, 128-token sequences; large: 1500-frame audio, LLM widths), run in this process on a NpuEP
 session and a CPU EP session, both with default options (NpuEP's on-disk cache off: it changes session creation
-only), timed in alternating blocks after warm-up (``tools/bench/timing.py``).
+only), timed after warm-up (``tools/bench/timing.py``): in alternating blocks, or for the small rows (a few
+microseconds a call) taking turns call by call, so both EPs see the host's slow phases alike.
 
 Each row says whether NpuEP ran the case (ORT's graph assignment; a declined node gives the capability's reason)
 and which steps of the compiled program ran as Python kernels instead of bound native steps, with the reason: no
@@ -40,7 +41,7 @@ import onnxruntime as ort
 
 from ...kernels.target import Target
 from .op_cases import SIZES, Case, cases
-from .timing import alternating_blocks, medians
+from .timing import alternating_blocks, interleaved_calls, medians
 
 SMALL_SLACK_US = 3.0
 RATIO_TARGET = 1.5
@@ -79,6 +80,7 @@ class Timing:
     block_s: float = 0.05     # a block runs at most this long (at least 2 calls)
     max_calls: int = 100      # calls per block at most
     settle_s: float = 0.1
+    small_calls: int = 1000   # small rows: calls per EP, taking turns call by call
 
 
 # -- sessions -------------------------------------------------------------------------------------------------------
@@ -197,9 +199,13 @@ def measure(case: Case, timing: Timing) -> Row:
     row.steps = [st.op for p in _ep_session(npu).programs.values() for st in p.steps]
     if not fused(case.op, row.steps):  # the group the row is for did not form
         row.note = f"not fused: compiled as {' + '.join(row.steps)}" + (f"; {row.note}" if row.note else "")
-    blocks = alternating_blocks(fns, per_block * timing.rounds, timing.rounds, timing.settle_s, warmup=False)
+    if case.size == "small":  # a few microseconds a call: the host's phases would decide blocks
+        blocks, row.calls = interleaved_calls(fns, timing.small_calls), timing.small_calls
+    else:
+        blocks = alternating_blocks(fns, per_block * timing.rounds, timing.rounds, timing.settle_s, warmup=False)
+        row.calls = per_block * timing.rounds
     med = medians(blocks)
-    row.npu_us, row.cpu_us, row.calls = med["npu"] * 1e6, med["cpu"] * 1e6, per_block * timing.rounds
+    row.npu_us, row.cpu_us = med["npu"] * 1e6, med["cpu"] * 1e6
     del npu, cpu, fns
     gc.collect()
     return row
@@ -295,7 +301,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--sizes", default=",".join(SIZES), help="comma-separated among small,medium,large")
     ap.add_argument("--json", default="", help="write the rows and the summary here (rewritten every 25 rows)")
     ap.add_argument("--check", action="store_true", help="exit 1 when a row or the median misses its target")
-    ap.add_argument("--quick", action="store_true", help="fewer calls: 20 per block at most, 20 ms blocks")
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer calls: 20 per block at most, 20 ms blocks, 100 per small row")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--settle", type=float, default=Timing.settle_s, help="seconds of pause before each block")
     ap.add_argument("--block-s", type=float, default=Timing.block_s, help="seconds of calls per block at most")
@@ -311,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = Target.load(args.target)
     timing = Timing(rounds=args.rounds, block_s=args.block_s, settle_s=args.settle)
     if args.quick:
-        timing.block_s, timing.max_calls = 0.02, 20
+        timing.block_s, timing.max_calls, timing.small_calls = 0.02, 20, 100
     ops = {o.strip() for o in args.ops.split(",") if o.strip()} or None
     rows: list[Row] = []
     print(HEADER, flush=True)
