@@ -200,3 +200,10 @@ def test_interleaved_calls_take_turns_call_by_call():
     blocks = interleaved_calls({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
     assert order == ["a", "b"] * 3
     assert [len(b) for b in blocks["a"]] == [3] and set(medians(blocks)) == {"a", "b"}
+
+
+def test_a_row_timed_in_rounds_takes_the_median_rounds_ratio():
+    row = _row("large", 300.0, 100.0, round_ratios=[1.1, 9.0, 1.2])  # one block landed in a slow phase
+    assert row.ratio == 1.2 and not ops.above_target(row)
+    assert _row("large", 300.0, 100.0).ratio == 3.0  # no rounds (a small row): the ratio of the median calls
+    assert row.to_json()["round_ratios"] == [1.1, 9.0, 1.2]

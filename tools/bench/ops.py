@@ -18,9 +18,11 @@ never bound (control flow). ``--check`` exits 1 when a row is above the targets 
 failed to build or run; rows without a builder and declined cases (an Identity alone, by design) are counted in the
 summary, not failed.
 
-Defaults keep a full run (about 1250 rows) near 15 minutes on a 2-core host: two rounds, each block at most
-``--block-s`` of calls, and a 0.1 s settle before each block (ORT's spinning workers stop within 50 ms; the 0.25 s
-of ``timing.SETTLE_S`` would add 13 minutes over the table).
+A medium or large row's ratio is the median of its rounds' ratios (each round: one block of each EP, back to back),
+so one block in a slow phase of the host moves one round, not the row. Defaults keep a full run (about 1250 rows)
+near 15 minutes on a 2-core host: three rounds, each block at most ``--block-s`` of calls, and a 0.1 s settle before
+each block (ORT's spinning workers stop within 50 ms; the 0.25 s of ``timing.SETTLE_S`` would add 13 minutes over
+the table); a small row takes 0.02 s of calls taken in turns, without settles (it starts no parallel section).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import onnxruntime as ort
 
 from ...kernels.target import Target
 from .op_cases import SIZES, Case, cases
-from .timing import alternating_blocks, interleaved_calls, medians
+from .timing import alternating_blocks, block_ratios, interleaved_calls, medians
 
 SMALL_SLACK_US = 3.0
 RATIO_TARGET = 1.5
@@ -61,9 +63,14 @@ class Row:
     python_steps: list[dict[str, str]] = dataclasses.field(default_factory=list)  # {"op", "node", "reason"}
     steps: list[str] = dataclasses.field(default_factory=list)  # the compiled programs' step ops, in order
     calls: int = 0                    # timed calls per EP
+    round_ratios: list[float] = dataclasses.field(default_factory=list)  # per round of blocks (medium, large)
 
     @property
     def ratio(self) -> float | None:
+        """The median round's ratio where rounds of blocks were timed (one block in a slow phase of the host moves
+        one round), else the ratio of the median calls."""
+        if self.round_ratios:
+            return statistics.median(self.round_ratios)
         return self.npu_us / self.cpu_us if self.npu_us and self.cpu_us else None
 
     @property
@@ -76,7 +83,7 @@ class Row:
 
 @dataclasses.dataclass
 class Timing:
-    rounds: int = 2
+    rounds: int = 3           # medium and large rows: the ratio is the median round's
     block_s: float = 0.05     # a block runs at most this long (at least 2 calls)
     max_calls: int = 100      # calls per block at most
     settle_s: float = 0.1
@@ -203,7 +210,7 @@ def measure(case: Case, timing: Timing) -> Row:
         blocks, row.calls = interleaved_calls(fns, timing.small_calls), timing.small_calls
     else:
         blocks = alternating_blocks(fns, per_block * timing.rounds, timing.rounds, timing.settle_s, warmup=False)
-        row.calls = per_block * timing.rounds
+        row.calls, row.round_ratios = per_block * timing.rounds, block_ratios(blocks, "npu", "cpu")
     med = medians(blocks)
     row.npu_us, row.cpu_us = med["npu"] * 1e6, med["cpu"] * 1e6
     del npu, cpu, fns
@@ -303,7 +310,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--check", action="store_true", help="exit 1 when a row or the median misses its target")
     ap.add_argument("--quick", action="store_true",
                     help="fewer calls: 20 per block at most, 20 ms blocks, 100 per small row")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=Timing.rounds, help="rounds of blocks of a medium or large row")
     ap.add_argument("--settle", type=float, default=Timing.settle_s, help="seconds of pause before each block")
     ap.add_argument("--block-s", type=float, default=Timing.block_s, help="seconds of calls per block at most")
     args = ap.parse_args(argv)
