@@ -1,10 +1,11 @@
 // Unary element-wise ops of plain dtypes for kernels/ops/elementwise.py and activation.py, threaded over large
 // tensors (numpy's ufunc runs on one thread): Relu/Abs/Neg/Sqrt/Not (`kernels.unary_num`) and Clip by one-element
-// bounds (`kernels.clip_num`). Each gives the reference's bits: IEEE float32/float64 operations (sqrt correctly
-// rounded), integers wrapping as ORT's (Abs and Neg of INT_MIN are INT_MIN, numpy's too). Relu of floats is the
-// reference's clip(x, 0, inf): +0 where x < 0, NaN and -0 kept; of integers max(x, 0). Clip is numpy's clip ufunc:
-// max(x, lo) keeps x on a tie and a NaN x, min(., hi) likewise; a NaN bound makes the call return None (the reference
-// runs). The loops are plain C++ compiled per instruction set (one clone per ISA, the same operations in each).
+// bounds (`kernels.clip_num`, also of unsigned integers). Each gives the reference's bits: IEEE float32/float64
+// operations (sqrt correctly rounded), integers wrapping as ORT's (Abs and Neg of INT_MIN are INT_MIN, numpy's too).
+// Relu of floats is the reference's clip(x, 0, inf): +0 where x < 0, NaN and -0 kept; of integers max(x, 0). Clip is
+// numpy's clip ufunc: max(x, lo) keeps x on a tie and a NaN x, min(., hi) likewise; a NaN bound makes the call return
+// None (the reference runs). The loops are plain C++ compiled per instruction set (one clone per ISA, the same
+// operations in each).
 #if !defined(__clang__)     // clang vectorizes at -O2 and warns on the GCC pragma
 #pragma GCC optimize("O3", "no-math-errno")  // the loops vectorize (sqrt sets no errno: no value changes)
 #endif
@@ -31,8 +32,14 @@ namespace {
 
 enum UnaryNumOp : int { kRelu = 0, kAbs = 1, kNeg = 2, kSqrt = 3, kNot = 4, kClip = 5 };
 
-constexpr int64_t kTaskElems = 32768;       // elements per parallel task
-constexpr int64_t kMinParallel = 1 << 16;  // elements from which a call splits over threads
+constexpr int64_t kTaskElems = 32768;       // elements per parallel task (8/16-bit: as many bytes as float32's)
+constexpr int64_t kMinParallel = 1 << 16;  // elements from which a call splits over threads (8/16-bit: 1 MB)
+
+// 8/16-bit elements go 64/32 per instruction: a split pays only from more elements than the wider types'.
+inline int64_t TaskElems(int64_t itemsize) { return itemsize <= 2 ? 4 * kTaskElems / itemsize : kTaskElems; }
+inline int64_t MinParallelElems(int64_t itemsize) {
+  return itemsize <= 2 ? (int64_t{1} << 20) / itemsize : kMinParallel;
+}
 
 template <int Op, typename T>
 inline T Apply(T x, T lo, T hi) {
@@ -99,6 +106,53 @@ __attribute__((target("avx512f"))) int64_t SqrtLanesAvx512(const double* x, doub
   return i;
 }
 
+// max(a, b) and min(a, b) in lanes of T (8/16-bit, signed or not).
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) inline __m512i MaxOf(__m512i a, __m512i b) {
+  if constexpr (std::is_same_v<T, uint8_t>) return _mm512_max_epu8(a, b);
+  if constexpr (std::is_same_v<T, int8_t>) return _mm512_max_epi8(a, b);
+  if constexpr (std::is_same_v<T, uint16_t>) return _mm512_max_epu16(a, b);
+  if constexpr (std::is_same_v<T, int16_t>) return _mm512_max_epi16(a, b);
+}
+
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) inline __m512i MinOf(__m512i a, __m512i b) {
+  if constexpr (std::is_same_v<T, uint8_t>) return _mm512_min_epu8(a, b);
+  if constexpr (std::is_same_v<T, int8_t>) return _mm512_min_epi8(a, b);
+  if constexpr (std::is_same_v<T, uint16_t>) return _mm512_min_epu16(a, b);
+  if constexpr (std::is_same_v<T, int16_t>) return _mm512_min_epi16(a, b);
+}
+
+// Clip of 8/16-bit integers in whole vectors (64 or 32 lanes, the tail masked): max(x, lo) then min(., hi), the
+// scalar Apply's values (integers have no NaN or signed zero to tell the orders apart).
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) void ClipLanesAvx512(const T* x, T* y, int64_t n, T lo, T hi) {
+  constexpr int64_t kLanes = 64 / sizeof(T);
+  const __m512i lov =
+      sizeof(T) == 1 ? _mm512_set1_epi8(static_cast<char>(lo)) : _mm512_set1_epi16(static_cast<short>(lo));
+  const __m512i hiv =
+      sizeof(T) == 1 ? _mm512_set1_epi8(static_cast<char>(hi)) : _mm512_set1_epi16(static_cast<short>(hi));
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    const __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + kLanes);
+    const __m512i c = _mm512_loadu_si512(x + i + 2 * kLanes), d = _mm512_loadu_si512(x + i + 3 * kLanes);
+    _mm512_storeu_si512(y + i, MinOf<T>(MaxOf<T>(a, lov), hiv));
+    _mm512_storeu_si512(y + i + kLanes, MinOf<T>(MaxOf<T>(b, lov), hiv));
+    _mm512_storeu_si512(y + i + 2 * kLanes, MinOf<T>(MaxOf<T>(c, lov), hiv));
+    _mm512_storeu_si512(y + i + 3 * kLanes, MinOf<T>(MaxOf<T>(d, lov), hiv));
+  }
+  for (; i < n; i += kLanes) {
+    const int64_t left = std::min(kLanes, n - i);
+    if constexpr (sizeof(T) == 1) {
+      const __mmask64 k = left == 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+      _mm512_mask_storeu_epi8(y + i, k, MinOf<T>(MaxOf<T>(_mm512_maskz_loadu_epi8(k, x + i), lov), hiv));
+    } else {
+      const __mmask32 k = left == 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+      _mm512_mask_storeu_epi16(y + i, k, MinOf<T>(MaxOf<T>(_mm512_maskz_loadu_epi16(k, x + i), lov), hiv));
+    }
+  }
+}
+
 template <int Op, typename T>
 __attribute__((target("avx2"))) void RowAvx2(const void* x, void* y, int64_t n, const void* lo, const void* hi) {
   if constexpr (Op == kSqrt) {
@@ -118,6 +172,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void RowAvx512(const void* 
     x = static_cast<const T*>(x) + i;
     y = static_cast<T*>(y) + i;
     n -= i;
+  }
+  if constexpr (Op == kClip && std::is_integral_v<T> && sizeof(T) <= 2) {
+    return ClipLanesAvx512<T>(static_cast<const T*>(x), static_cast<T*>(y), n, *static_cast<const T*>(lo),
+                              *static_cast<const T*>(hi));
   }
   RowBody<Op, T>(x, y, n, lo ? *static_cast<const T*>(lo) : T{}, hi ? *static_cast<const T*>(hi) : T{});
 }
@@ -162,7 +220,8 @@ RowFn RowForType(int op) {
   return nullptr;
 }
 
-// The row function of op on x's dtype (float32/float64, int8/int16/int32/int64, bool for Not), or null.
+// The row function of op on x's dtype (float32/float64, int8/int16/int32/int64, bool for Not, unsigned for Clip),
+// or null.
 RowFn RowForDtype(int op, const py::dtype& dt) {
   const char kind = dt.kind();
   const auto size = dt.itemsize();
@@ -173,6 +232,12 @@ RowFn RowForDtype(int op, const py::dtype& dt) {
   if (kind == 'i' && size == 4) return RowForType<int32_t>(op);
   if (kind == 'i' && size == 8) return RowForType<int64_t>(op);
   if (kind == 'b' && size == 1) return RowForType<bool>(op);
+  if (kind == 'u' && op == kClip) {  // numpy's clip of unsigned integers (the other ops take signed ones)
+    if (size == 1) return RowFor<kClip, uint8_t>();
+    if (size == 2) return RowFor<kClip, uint16_t>();
+    if (size == 4) return RowFor<kClip, uint32_t>();
+    if (size == 8) return RowFor<kClip, uint64_t>();
+  }
   return nullptr;
 }
 
@@ -190,10 +255,10 @@ py::array Run(const char* fn, RowFn row, const py::array& x, const py::object& o
   }
   const auto* src = static_cast<const char*>(x.data());
   auto* dst = static_cast<char*>(y.mutable_data());
-  const int64_t n = x.size(), size = dt.itemsize();
-  const int64_t task = n >= 4 * kTaskElems ? kTaskElems : std::max<int64_t>(1024, (n + 3) / 4);
+  const int64_t n = x.size(), size = dt.itemsize(), task_elems = TaskElems(size);
+  const int64_t task = n >= 4 * task_elems ? task_elems : std::max<int64_t>(1024, (n + 3) / 4);
   RunMoving(static_cast<size_t>(n * size), [&] {
-    ParallelFor(n < kMinParallel ? 1 : threads, (n + task - 1) / task, [&](int64_t t) {
+    ParallelFor(n < MinParallelElems(size) ? 1 : threads, (n + task - 1) / task, [&](int64_t t) {
       const int64_t begin = t * task;
       row(src + begin * size, dst + begin * size, std::min(n, begin + task) - begin, lo, hi);
     });
@@ -230,7 +295,7 @@ py::object ClipNumPy(const py::array& x, const py::array& lo, const py::array& h
   const RowFn row = RowForDtype(kClip, x.dtype());
   if (!row || !lo.dtype().equal(x.dtype()) || !hi.dtype().equal(x.dtype()) || lo.size() != 1 || hi.size() != 1)
     throw std::invalid_argument(
-        "clip_num: x must be float32/float64/int8/int16/int32/int64 and lo, hi one element "
+        "clip_num: x must be float32/float64/(u)int8/16/32/64 and lo, hi one element "
         "of its dtype, got " +
         std::string(py::str(x.dtype())) + ", " + std::string(py::str(lo.dtype())) + ", " +
         std::string(py::str(hi.dtype())));
@@ -247,11 +312,10 @@ void BindUnaryNum(py::module_& m) {
   m.def("unary_num", &UnaryNumPy, py::arg("op"), py::arg("x"), py::arg("out") = py::none(), py::arg("threads") = 1,
         "op(x) of a C-order float32/float64/int8/int16/int32/int64 array (0 Relu, 1 Abs, 2 Neg, 3 Sqrt: floats; 4 Not: "
         "bool), the reference's bits (integers wrap), into out (ORT's buffer) or a new array of x's shape");
-  m.def(
-      "clip_num", &ClipNumPy, py::arg("x"), py::arg("lo"), py::arg("hi"), py::arg("out") = py::none(),
-      py::arg("threads") = 1,
-      "numpy's clip(x, lo, hi) of a C-order float32/float64/int8/int16/int32/int64 array by one-element bounds of its "
-      "dtype (ties and NaN keep x), into out or a new array; None for a NaN bound (numpy fills NaN)");
+  m.def("clip_num", &ClipNumPy, py::arg("x"), py::arg("lo"), py::arg("hi"), py::arg("out") = py::none(),
+        py::arg("threads") = 1,
+        "numpy's clip(x, lo, hi) of a C-order float32/float64/(u)int8/16/32/64 array by one-element bounds of its "
+        "dtype (ties and NaN keep x), into out or a new array; None for a NaN bound (numpy fills NaN)");
 }
 
 }  // namespace npu_ep::kern

@@ -212,8 +212,7 @@ def _num_clip_bounds(x, lo, hi) -> tuple[np.ndarray, np.ndarray] | None:
     sides at the reference's defaults: a large C-order float32/float64/integer x, one-element bounds of its dtype,
     neither NaN (numpy fills NaN then); else None."""
     ranges = FLOAT_RANGES.get(x.dtype) or _INT_RANGES.get(x.dtype)
-    if (ranges is None or type(x) is not np.ndarray or x.size < NATIVE_MIN_ELEMS or not x.flags.c_contiguous
-            or x.dtype.kind == "u"):
+    if ranges is None or type(x) is not np.ndarray or x.size < NATIVE_MIN_ELEMS or not x.flags.c_contiguous:
         return None
     bounds = (ranges[0] if lo is None else lo, ranges[1] if hi is None else hi)
     if any(not isinstance(b, np.ndarray) or b.dtype != x.dtype or b.size != 1

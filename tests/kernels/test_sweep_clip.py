@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from _sweep import kernel_and_bound_step, native_vs_reference, with_specials
+from _isa import cap_isa, host_isas
+from _sweep import around, kernel_and_bound_step, native_vs_reference, with_specials
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
+from npu_ep.kernels.ops import elementwise as ew
 from npu_ep.tools.bench.ops import python_steps
 from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
 
@@ -66,6 +68,38 @@ def test_integer_bound_step_equals_the_kernel(dt):
             got, bound = kernel_and_bound_step("Clip", inputs)
             assert bound, f"Clip {np.dtype(dt)} {shape} [{lo}, {hi}]: no step bound"
             assert bound[0].dtype == got[0].dtype and bound[0].tobytes() == got[0].tobytes(), (dt, shape, lo, hi)
+
+
+NARROW = [np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.uint64]
+
+
+@pytest.fixture(params=host_isas(top="avx512"))
+def capped_isa(request):
+    yield from cap_isa(request.param)
+
+
+@pytest.mark.parametrize("dt", NARROW)
+def test_clip_num_of_narrow_and_unsigned_integers_bit_for_bit(capped_isa, dt):
+    """clip_num (unary.cc: 8/16-bit in whole AVX-512 vectors, 4 at a time, the tail masked) against numpy's clip
+    ufunc: sizes around the lane, 4-vector and task boundaries and past the 1 MB thread split, 1 and 2 threads, the
+    types' extremes, ties, lo > hi, one side at the type's limit."""
+    nat = runtime.native_module()
+    info = np.iinfo(dt)
+    size = np.dtype(dt).itemsize
+    lanes = 64 // size
+    task = 131072 // size if size <= 2 else 32768
+    sizes = [*around(lanes, 4 * lanes, 5 * lanes), 2 * task + 77, (1 << 20) // size + 4 * lanes + 3]
+    bounds = [(3, 100), (info.min, 7), (9, info.max), (9, 2), (info.max, info.max), (info.min, info.min)]
+    for n in sizes:
+        x = RNG.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+        x[::5], x[1::7], x[2::11], x[3::13] = info.max, info.min, 3, 100
+        for lo, hi in bounds:
+            lo_a, hi_a = np.array(lo, dt), np.array(hi, dt)
+            want = ew.CLIP_UFUNC(x, lo_a, hi_a)
+            for threads in (1, 2):
+                out = np.empty_like(x)
+                got = nat.clip_num(x, lo_a, hi_a, out, threads)
+                assert got is out and got.tobytes() == want.tobytes(), (np.dtype(dt), n, lo, hi, threads)
 
 
 EVERY_HALF = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
