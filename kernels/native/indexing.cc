@@ -33,7 +33,7 @@ namespace {
 constexpr int64_t kTaskBytes = int64_t{1} << 16;       // output bytes per parallel task
 constexpr size_t kMaxRank = 64;                        // numpy's NPY_MAXDIMS
 constexpr int64_t kPickRowBytes = 64;  // ScatterND without reduction picks each row from x or its update from here
-constexpr int64_t kSplitRowRun = 32;   // Split cuts x's rows in one pass when every part's run has this many bytes
+constexpr int64_t kSplitRowRun = 32;  // Split and Concat take rows in one pass when every run has this many bytes
 
 using Dims = std::vector<int64_t>;
 
@@ -394,7 +394,27 @@ py::array ConcatIntoPy(int64_t axis, const py::object& out, int threads, const p
   py::array y = Result("concat_into", parts[0].dtype(), dims, out);
   const auto [outer, unit] = AxisRows(dims, a, parts[0].itemsize());
   auto* dst = static_cast<char*>(y.mutable_data());
+  const int64_t row = dims[a] * unit;
+  int64_t min_run = row;
+  std::vector<std::pair<const char*, int64_t>> runs;  // each part's data and its run in a row of y
   for (const py::array& p : parts) {
+    runs.emplace_back(static_cast<const char*>(p.data()), p.shape(a) * unit);
+    if (p.shape(a) != 0) min_run = std::min(min_run, runs.back().second);
+  }
+  if (row <= kTaskBytes && min_run >= kSplitRowRun) {
+    // One pass over y's rows, each assembled from its parts in turn: y written once in order, one parallel loop
+    ForUnits(outer, row, threads, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        char* d = dst + r * row;
+        for (const auto& [src, run] : runs) {
+          std::memcpy(d, src + r * run, static_cast<size_t>(run));
+          d += run;
+        }
+      }
+    });
+    return y;
+  }
+  for (const py::array& p : parts) {  // long rows (split in tasks within a part) or short runs (fixed-size copies)
     const int64_t run = p.shape(a) * unit;
     RunStrided({{outer, run}, {dims[a] * unit, 1}, {run, 1}, 1}, dst, static_cast<const char*>(p.data()), threads);
     dst += run;

@@ -228,6 +228,28 @@ def test_concat_runs_around_the_task_split_and_threads_byte_for_byte(dt):
         _same_bytes("Concat", inputs, "concat_into", threads=2, axis=1)[0].tobytes()
 
 
+@pytest.mark.parametrize("dt", [np.bool_, np.float16, np.float32, np.int64])
+def test_concat_rows_in_one_pass_around_its_run_and_row_limits_byte_for_byte(dt):
+    """indexing.cc assembles y's rows in one pass when every non-empty part's run has 32 bytes and a row is at most
+    one task: runs around 32 bytes, rows around the task split, an empty part, three parts, a constant part, over
+    1 MB on 2 threads (the same bytes as on one)."""
+    item = np.dtype(dt).itemsize
+    run = 32 // item
+    for first in around(run):
+        for rows in (1, 3):
+            inputs = [("a", _values((rows, 2, first), dt), False), ("e", _values((rows, 2, 0), dt), False),
+                      ("b", _values((rows, 2, run + 5), dt), True)]
+            _same_bytes("Concat", inputs, "concat_into", axis=-1)
+    for width in around(TASK // item):
+        inputs = [("a", _values((3, width - 40 // item), dt), False), ("b", _values((3, 40 // item), dt), False)]
+        _same_bytes("Concat", inputs, "concat_into", axis=1)
+    rows = (1 << 20) // (768 * item) + 7
+    for parts in (2, 3):
+        inputs = [(f"p{k}", _values((1, rows, 768 // parts), dt), False) for k in range(parts)]
+        one = _same_bytes("Concat", inputs, "concat_into", axis=-1)
+        assert one[0].tobytes() == _same_bytes("Concat", inputs, "concat_into", threads=2, axis=-1)[0].tobytes()
+
+
 def test_concat_into_names_mismatched_parts():
     nat = runtime.native_module()
     with pytest.raises(ValueError, match=r"input \[2, 4\] \(float32\) does not match \[2, 3\] \(float32\) off axis 0"):
