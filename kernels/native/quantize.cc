@@ -22,6 +22,7 @@
 
 #include "cpu.h"
 #include "half.h"
+#include "movement.h"
 #include "thread_pool.h"
 
 #include "intrinsics.h"
@@ -246,13 +247,11 @@ pybind11::array_t<T> OutOrNew(const char* fn, const char* type, const pybind11::
   return py::reinterpret_borrow<py::array_t<T>>(out);
 }
 
+// x's elements dequantized into y (without the GIL from kReleaseGilBytes of output on).
 template <typename T>
-bool DequantizeIf(const pybind11::array& x, float z, float scale, float* y, int threads) {
-  if (!x.dtype().equal(pybind11::dtype::of<T>())) return false;
+void DequantizeTensor(const pybind11::array& x, float z, float scale, float* y, int threads) {
   const auto* in = static_cast<const T*>(x.data());
-  pybind11::gil_scoped_release release;
-  DequantizeAny(in, x.size(), z, scale, y, threads);
-  return true;
+  RunMoving(static_cast<size_t>(x.size()) * sizeof(float), [&] { DequantizeAny(in, x.size(), z, scale, y, threads); });
 }
 
 pybind11::array DequantizeIntoPy(const pybind11::array& x, float zero_point, float scale, const pybind11::object& out,
@@ -261,13 +260,18 @@ pybind11::array DequantizeIntoPy(const pybind11::array& x, float zero_point, flo
   if (!(x.flags() & py::array::c_style)) throw std::invalid_argument("dequantize_into: x must be C-contiguous");
   auto y = OutOrNew<float>("dequantize_into", "float32", x, out);
   float* dst = y.mutable_data();
-  if (!(DequantizeIf<int8_t>(x, zero_point, scale, dst, threads) ||
-        DequantizeIf<uint8_t>(x, zero_point, scale, dst, threads) ||
-        DequantizeIf<int16_t>(x, zero_point, scale, dst, threads) ||
-        DequantizeIf<uint16_t>(x, zero_point, scale, dst, threads) ||
-        DequantizeIf<int32_t>(x, zero_point, scale, dst, threads)))
-    throw std::invalid_argument("dequantize_into: x must be int8, uint8, int16, uint16 or int32, got " +
-                                std::string(py::str(x.dtype())));
+  const auto* descr = py::detail::array_descriptor_proxy(py::detail::array_proxy(x.ptr())->descr);
+  switch (descr->byteorder == '>' ? -1 : descr->type_num) {  // the number read once, no dtype made per candidate
+    case py::detail::npy_api::NPY_BYTE_: DequantizeTensor<int8_t>(x, zero_point, scale, dst, threads); break;
+    case py::detail::npy_api::NPY_UBYTE_: DequantizeTensor<uint8_t>(x, zero_point, scale, dst, threads); break;
+    case py::detail::npy_api::NPY_SHORT_: DequantizeTensor<int16_t>(x, zero_point, scale, dst, threads); break;
+    case py::detail::npy_api::NPY_USHORT_: DequantizeTensor<uint16_t>(x, zero_point, scale, dst, threads); break;
+    default:
+      if (!x.dtype().equal(py::dtype::of<int32_t>()))
+        throw std::invalid_argument("dequantize_into: x must be int8, uint8, int16, uint16 or int32, got " +
+                                    std::string(py::str(x.dtype())));
+      DequantizeTensor<int32_t>(x, zero_point, scale, dst, threads);
+  }
   return y;
 }
 

@@ -87,6 +87,20 @@ def test_quantize_across_task_chunks(q_isa):
                                ("z", np.array(-9, np.int8), True)], "dequantize_into", exact=True, threads=2)
 
 
+@pytest.mark.parametrize("qtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32])
+def test_dequantize_around_the_gil_release(qtype):
+    """dequantize_into releases the GIL from 64 KB of output (16384 elements) on: the same bits either side; x's
+    container is read from its dtype's number, so a byte-swapped x is refused, not read as native."""
+    info = np.iinfo(qtype)
+    for n in around(16384):
+        x = RNG.integers(info.min, info.max + 1, n).astype(qtype)
+        check("DequantizeLinear", [("x", x, False), ("s", np.array(0.02, np.float32), True),
+                                   ("z", np.array(info.max // 3, qtype), True)], "dequantize_into", exact=True)
+    if np.dtype(qtype).itemsize > 1:
+        with pytest.raises(ValueError, match="must be int8"):
+            runtime.native_module().dequantize_into(np.zeros(4, np.dtype(qtype).newbyteorder()), 0.0, 1.0)
+
+
 @pytest.mark.slow
 def test_quantize_every_size_to_200(q_isa):
     for n in range(1, 200):
