@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "half.h"
@@ -304,7 +305,8 @@ py::array SliceCopyPy(const py::array& x, const py::object& starts_in, const py:
     c.src[a] = steps[a] * x.strides(a);
   }
   py::array y = Result("slice_copy", x.dtype(), dims, out);
-  if (!empty) RunStrided(c, static_cast<char*>(y.mutable_data()), static_cast<const char*>(x.data()) + base, threads);
+  if (!empty)
+    RunStrided(std::move(c), static_cast<char*>(y.mutable_data()), static_cast<const char*>(x.data()) + base, threads);
   return y;
 }
 
@@ -337,11 +339,11 @@ py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_
   py::tuple ys(sizes.size());
   std::vector<char*> dst(sizes.size());
   int64_t min_run = xs[a] * unit;
+  const py::dtype dtype = x.dtype();
+  Dims dims = xs;  // each part's dims in turn
   for (size_t k = 0; k < sizes.size(); ++k) {
-    Dims dims = xs;
     dims[a] = sizes[k];
-    py::array y =
-        Result("split", x.dtype(), dims, outs.size() ? py::reinterpret_borrow<py::object>(outs[k]) : py::none());
+    py::array y = Result("split", dtype, dims, outs.size() ? py::reinterpret_borrow<py::object>(outs[k]) : py::none());
     dst[k] = static_cast<char*>(y.mutable_data());
     if (sizes[k] != 0) min_run = std::min(min_run, sizes[k] * unit);
     ys[k] = std::move(y);
@@ -376,27 +378,29 @@ py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_
 py::array ConcatIntoPy(int64_t axis, const py::object& out, int threads, const py::args& parts_in) {
   if (parts_in.size() == 0) throw std::invalid_argument("concat_into: no inputs");
   std::vector<py::array> parts;
+  parts.reserve(parts_in.size());
   for (const py::handle h : parts_in) parts.push_back(Plain("concat_into", py::reinterpret_borrow<py::object>(h)));
   const Dims first = ShapeOf(parts[0]);
   const size_t a = AxisOf("concat_into", axis, first);
   Dims dims = first;
   dims[a] = 0;
+  const py::dtype dtype = parts[0].dtype();
   for (const py::array& p : parts) {
-    const Dims ps = ShapeOf(p);
-    bool ok = ps.size() == first.size() && p.dtype().equal(parts[0].dtype());
-    for (size_t i = 0; ok && i < ps.size(); ++i) ok = i == a || ps[i] == first[i];
+    bool ok = static_cast<size_t>(p.ndim()) == first.size() && (&p == &parts[0] || p.dtype().equal(dtype));
+    for (size_t i = 0; ok && i < first.size(); ++i) ok = i == a || p.shape(i) == first[i];
     if (!ok)
-      throw std::invalid_argument("concat_into: input " + DimsText(ps) + " (" + std::string(py::str(p.dtype())) +
-                                  ") does not match " + DimsText(first) + " (" +
-                                  std::string(py::str(parts[0].dtype())) + ") off axis " + std::to_string(a));
-    dims[a] += ps[a];
+      throw std::invalid_argument("concat_into: input " + DimsText(ShapeOf(p)) + " (" +
+                                  std::string(py::str(p.dtype())) + ") does not match " + DimsText(first) + " (" +
+                                  std::string(py::str(dtype)) + ") off axis " + std::to_string(a));
+    dims[a] += p.shape(a);
   }
-  py::array y = Result("concat_into", parts[0].dtype(), dims, out);
+  py::array y = Result("concat_into", dtype, dims, out);
   const auto [outer, unit] = AxisRows(dims, a, parts[0].itemsize());
   auto* dst = static_cast<char*>(y.mutable_data());
   const int64_t row = dims[a] * unit;
   int64_t min_run = row;
   std::vector<std::pair<const char*, int64_t>> runs;  // each part's data and its run in a row of y
+  runs.reserve(parts.size());
   for (const py::array& p : parts) {
     runs.emplace_back(static_cast<const char*>(p.data()), p.shape(a) * unit);
     if (p.shape(a) != 0) min_run = std::min(min_run, runs.back().second);
