@@ -633,17 +633,131 @@ static float MaxOfRow(const float* v, int64_t n, float m) {
   return m;
 }
 
-void GlobalAvgHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads) {
-  conv_detail::ParallelItems(threads, rows, count, [&](int64_t r) {
-    thread_local std::vector<float> row;
-    row.resize(static_cast<size_t>(count));
-    HalfToFloatRow(x + r * count, row.data(), count);
-    const float mean = (0.0f + PairwiseSum(row.data(), count)) / static_cast<float>(count);
-    FloatToHalfRow(&mean, y + r, 1);
-  });
+constexpr int64_t kGlobalTaskElems = 16384;  // a task's channels: at least one, about this many pixels
+
+namespace {
+
+// A leaf of numpy's pairwise sum over a row (pairwise_sum.h): values [off, off + len), len <= 128.
+struct SumLeaf {
+  int64_t off, len;
+};
+
+// The leaves of PairwiseSum's tree over n values from off, in order.
+void PairwiseLeaves(int64_t off, int64_t n, std::vector<SumLeaf>& leaves) {
+  if (n <= 128) return leaves.push_back({off, n});
+  int64_t half = n / 2;
+  half -= half % 8;
+  PairwiseLeaves(off, half, leaves);
+  PairwiseLeaves(off + half, n - half, leaves);
 }
 
-constexpr int64_t kGlobalTaskElems = 16384;  // a task's channels: at least one, about this many pixels
+// PairwiseSum's combination of its leaves' sums (consumed in order) over n values.
+float PairwiseCombine(int64_t n, const float*& sums) {
+  if (n <= 128) return *sums++;
+  int64_t half = n / 2;
+  half -= half % 8;
+  const float a = PairwiseCombine(half, sums);
+  return a + PairwiseCombine(n - half, sums);
+}
+
+#if NPU_EP_X86
+// PairwiseCombine on eight rows' leaf sums at once (lane k: row k).
+__attribute__((target("avx2"))) __m256 PairwiseCombine8(int64_t n, const float*& sums) {
+  if (n <= 128) {
+    const __m256 s = _mm256_loadu_ps(sums);
+    sums += 8;
+    return s;
+  }
+  int64_t half = n / 2;
+  half -= half % 8;
+  const __m256 a = PairwiseCombine8(half, sums);
+  return _mm256_add_ps(a, PairwiseCombine8(n - half, sums));
+}
+
+__attribute__((target("avx2,f16c"))) inline __m256 Widen8(const uint16_t* x) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+}
+
+// Value i of eight rows (lane k: row p[k]), widened.
+__attribute__((target("avx2,f16c"))) inline __m256 Column8(const uint16_t* const* p, int64_t i) {
+  return _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(p[0][i]), static_cast<short>(p[1][i]),
+                                        static_cast<short>(p[2][i]), static_cast<short>(p[3][i]),
+                                        static_cast<short>(p[4][i]), static_cast<short>(p[5][i]),
+                                        static_cast<short>(p[6][i]), static_cast<short>(p[7][i])));
+}
+
+// Lanes 2j and 2j + 1 of a, b paired: [a0 + a1, a2 + a3, b0 + b1, b2 + b3] per 128-bit half, each sum with its
+// even lane first (the scalar code's operand order, which picks a NaN's sign where two meet).
+__attribute__((target("avx2"))) inline __m256 PairSums(__m256 a, __m256 b) {
+  return _mm256_add_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// GlobalAvgHalf of rows [r0, r0 + nr), nr <= 8, one row per lane: each leaf's eight running sums per row (eight
+// independent chains), folded as PairwiseSum's ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) across the rows'
+// registers, its tail added one by one, the leaves combined by PairwiseCombine's tree: every row's own bits.
+__attribute__((target("avx2,f16c"))) void GlobalAvgRows8(const uint16_t* x, int64_t r0, int64_t nr, int64_t count,
+                                                         const std::vector<SumLeaf>& leaves, float* sums, uint16_t* y) {
+  const uint16_t* p[8];
+  for (int k = 0; k < 8; ++k) p[k] = x + (r0 + std::min<int64_t>(k, nr - 1)) * count;  // spare lanes repeat a row
+  for (size_t l = 0; l < leaves.size(); ++l) {
+    const int64_t len = leaves[l].len, full = len - len % 8;
+    const uint16_t* q[8];
+    for (int k = 0; k < 8; ++k) q[k] = p[k] + leaves[l].off;
+    __m256 s = _mm256_set1_ps(-0.0f);  // a leaf under 8 values: one by one from -0.0
+    if (len >= 8) {
+      __m256 a[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) a[k] = Widen8(q[k]);
+      for (int64_t i = 8; i < full; i += 8) {
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) a[k] = _mm256_add_ps(a[k], Widen8(q[k] + i));
+      }
+      const __m256 g0 = PairSums(PairSums(a[0], a[1]), PairSums(a[2], a[3]));  // rows 0-3: lows | highs
+      const __m256 g1 = PairSums(PairSums(a[4], a[5]), PairSums(a[6], a[7]));
+      s = _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
+    }
+    for (int64_t i = full; i < len; ++i) s = _mm256_add_ps(s, Column8(q, i));
+    _mm256_storeu_ps(sums + 8 * l, s);
+  }
+  const float* next = sums;
+  const __m256 total = PairwiseCombine8(count, next);
+  alignas(32) float mean[8];
+  _mm256_store_ps(mean,
+                  _mm256_div_ps(_mm256_add_ps(_mm256_setzero_ps(), total), _mm256_set1_ps(static_cast<float>(count))));
+  FloatToHalfRow(mean, y + r0, nr);
+}
+#endif
+
+}  // namespace
+
+void GlobalAvgHalf(const uint16_t* x, int64_t rows, int64_t count, uint16_t* y, int threads) {
+  int64_t per = std::max<int64_t>(1, kGlobalTaskElems / count), tasks = (rows + per - 1) / per;
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx2 && HasF16c()) {
+    std::vector<SumLeaf> leaves;  // the same tree for every row
+    leaves.reserve(static_cast<size_t>(count / 64 + 2));
+    PairwiseLeaves(0, count, leaves);
+    per = (per + 7) / 8 * 8, tasks = (rows + per - 1) / per;  // whole groups of 8 rows
+    ParallelFor(ThreadsFor(threads, rows * count * 8), tasks, [&](int64_t t) {
+      thread_local std::vector<float> sums;  // [leaf][row of 8]
+      sums.resize(8 * leaves.size());
+      for (int64_t r = t * per; r < std::min(rows, (t + 1) * per); r += 8)
+        GlobalAvgRows8(x, r, std::min<int64_t>(8, rows - r), count, leaves, sums.data(), y);
+    });
+    return;
+  }
+#endif
+  ParallelFor(ThreadsFor(threads, rows * count * 8), tasks, [&](int64_t t) {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(count));
+    for (int64_t r = t * per; r < std::min(rows, (t + 1) * per); ++r) {
+      HalfToFloatRow(x + r * count, row.data(), count);
+      const float mean = (0.0f + PairwiseSum(row.data(), count)) / static_cast<float>(count);
+      FloatToHalfRow(&mean, y + r, 1);
+    }
+  });
+}
 
 void GlobalAvgFloat(const float* x, int64_t rows, int64_t count, float* y, int threads) {
   const int64_t per = std::max<int64_t>(1, kGlobalTaskElems / count), tasks = (rows + per - 1) / per;

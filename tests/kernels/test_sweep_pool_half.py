@@ -107,6 +107,14 @@ def test_float16_global_pools(pool_isa, pixels):
     check("GlobalAveragePool", [("x", finite, False)], "global_average_pool_half", exact=True)
 
 
+@pytest.mark.parametrize("pixels", [3136, 777, 4100, 49])
+def test_float16_global_average_over_threads(pool_isa, pixels):
+    """GlobalAveragePool's rows split over 2 threads in tasks of whole rows (from 128K values): the same bits, leaves
+    of equal and mixed lengths."""
+    x = _image((2, (1 << 17) // pixels // 2 + 3, pixels))
+    check("GlobalAveragePool", [("x", x, False)], "global_average_pool_half", exact=True, threads=2)
+
+
 # Float16 pools of real models in a session: every node on NpuEP, as its bound native step, against the CPU EP.
 SESSION_CASES = [
     ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), (1, 8, 56, 56)),  # ResNet stem
