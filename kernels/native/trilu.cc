@@ -24,8 +24,7 @@ constexpr int64_t kTaskBytes = int64_t{1} << 17;  // bytes a parallel task write
 void TriluRows(const char* src, char* dst, int64_t r0, int64_t r1, int64_t h, int64_t w, int64_t k, bool upper,
                size_t item) {
   const size_t row = static_cast<size_t>(w) * item;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t i = r % h;
+  for (int64_t r = r0, i = r0 % h; r < r1; ++r, i = i + 1 == h ? 0 : i + 1) {  // i: the row within its matrix
     const char* s = src + r * static_cast<int64_t>(row);
     char* d = dst + r * static_cast<int64_t>(row);
     // upper keeps columns j >= i + k, lower keeps j <= i + k: the split column, clamped to the row

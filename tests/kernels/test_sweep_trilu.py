@@ -79,6 +79,16 @@ def test_threads_split_rows_with_the_same_bytes():
         assert _same_bytes(x, 5, upper, threads=1).tobytes() == _same_bytes(x, 5, upper, threads=2).tobytes()
 
 
+def test_stacked_small_matrices_across_task_starts():
+    """The row within its matrix is counted on from each task's first row (131072 // 41 = 3196 rows a task, not a
+    multiple of 2 or 3: tasks start inside a matrix), for matrices of 1, 2 and 3 rows and far diagonals."""
+    for h in (1, 2, 3):
+        x = _values((12000 // h, h, 41), np.bool_)
+        for k in (-1, 0, 1, 40):
+            for upper in (1, 0):
+                _same_bytes(x, k, upper)
+
+
 def test_bound_step_and_rank_errors():
     x = _values((3, 4), np.int64)
     for const in (True, False):
