@@ -588,17 +588,29 @@ void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, floa
   });
 }
 
+constexpr int64_t kHalfChunkElems = 2048;  // input values widened per step (in L1): small planes share one conversion
+
 // A float16 pool: each plane widened to float32 (exact), pooled by the float32 plane kernel, rounded once to
-// float16 (the reference's float32 operations, then its astype).
+// float16 (the reference's float32 operations, then its astype). The planes split over the threads as
+// ParallelItems', a task's planes widened and narrowed a chunk of consecutive planes at a time.
 template <typename PlaneFn>
 void HalfPlanes(const PoolShape& s, const uint16_t* x, uint16_t* y, int threads, PlaneFn plane_fn) {
-  conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
+  const int64_t planes = s.N * s.C, in_size = s.H * s.W, out_size = s.OH * s.OW;
+  if (planes <= 0) return;
+  const int64_t per = std::clamp<int64_t>(kMinParallelWork / std::max<int64_t>(out_size * s.kh * s.kw, 1), 1, planes);
+  const int64_t tasks = (planes + per - 1) / per;
+  const int64_t chunk = std::max<int64_t>(1, kHalfChunkElems / std::max<int64_t>(in_size, 1));
+  ParallelFor(tasks > 1 ? threads : 1, tasks, [&](int64_t t) {
     thread_local std::vector<float> in, out;
-    in.resize(static_cast<size_t>(s.H * s.W));
-    out.resize(static_cast<size_t>(s.OH * s.OW));
-    HalfToFloatRow(x + plane * s.H * s.W, in.data(), s.H * s.W);
-    plane_fn(in.data(), out.data());
-    FloatToHalfRow(out.data(), y + plane * s.OH * s.OW, s.OH * s.OW);
+    const int64_t end = std::min(planes, (t + 1) * per);
+    for (int64_t p0 = t * per; p0 < end; p0 += chunk) {
+      const int64_t n = std::min(chunk, end - p0);
+      in.resize(static_cast<size_t>(n * in_size));
+      out.resize(static_cast<size_t>(n * out_size));
+      HalfToFloatRow(x + p0 * in_size, in.data(), n * in_size);
+      for (int64_t i = 0; i < n; ++i) plane_fn(in.data() + i * in_size, out.data() + i * out_size);
+      FloatToHalfRow(out.data(), y + p0 * out_size, n * out_size);
+    }
   });
 }
 

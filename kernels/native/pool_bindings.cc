@@ -41,7 +41,9 @@ PoolShape HalfPoolShape(const py::array& x, const std::vector<int64_t>& g, const
   return s;
 }
 
-py::array HalfArray(const std::vector<py::ssize_t>& shape) { return py::array(py::dtype("float16"), shape); }
+constexpr int kNpyHalf = 23;  // NPY_HALF: numpy's type number, no dtype string parsed per call
+
+py::array HalfArray(const std::vector<py::ssize_t>& shape) { return py::array(py::dtype(kNpyHalf), shape); }
 
 py::array MaxPoolHalfPy(const py::array& x, const std::vector<int64_t>& geom, float low, int threads) {
   const PoolShape s = HalfPoolShape(x, geom, "max_pool_half");

@@ -107,6 +107,14 @@ def test_float16_global_pools(pool_isa, pixels):
     check("GlobalAveragePool", [("x", finite, False)], "global_average_pool_half", exact=True)
 
 
+def test_float16_planes_across_conversion_chunks(pool_isa):
+    """Small planes widen and narrow in chunks of whole planes (2048 values): 700 planes of 5x5 cross chunk ends."""
+    x = _image((1, 700, 5, 5))
+    for attrs in (GEOMETRIES[0], GEOMETRIES[1]):
+        _max(x, threads=2, **attrs)
+        _avg(x, threads=2, **attrs)
+
+
 @pytest.mark.parametrize("pixels", [3136, 777, 4100, 49])
 def test_float16_global_average_over_threads(pool_isa, pixels):
     """GlobalAveragePool's rows split over 2 threads in tasks of whole rows (from 128K values): the same bits, leaves
