@@ -323,6 +323,33 @@ size_t AxisOf(const char* fn, int64_t axis, const Dims& dims) {
   return static_cast<size_t>(axis < 0 ? axis + rank : axis);
 }
 
+// A part of a split or concat: its data (written by a split, only read by a concat) and its run in each row of the
+// whole, in bytes.
+struct PartRun {
+  char* data;
+  int64_t run;
+};
+
+// Rows [lo, hi) of the whole (`row` bytes each) cut into the parts' rows (kToParts, Split) or assembled from them
+// (Concat), part by part in order.
+template <bool kToParts>
+void RowsOfParts(char* whole, const std::vector<PartRun>& parts, int64_t row, int64_t lo, int64_t hi) {
+  const PartRun* p = parts.data();
+  const size_t n = parts.size();
+  for (int64_t r = lo; r < hi; ++r) {
+    char* w = whole + r * row;
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t run = p[k].run;
+      char* part = p[k].data + r * run;
+      if (kToParts)
+        std::memcpy(part, w, static_cast<size_t>(run));
+      else
+        std::memcpy(w, part, static_cast<size_t>(run));
+      w += run;
+    }
+  }
+}
+
 // ONNX Split of x along axis into parts of `sizes` (summing to the axis), each into its ORT buffer (outs[k], None
 // for a new array).
 py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_in, int threads, const py::args& outs) {
@@ -352,17 +379,10 @@ py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_
   const int64_t row = xs[a] * unit;
   if (row <= kTaskBytes && min_run >= kSplitRowRun) {
     // One pass over x's rows, each cut into its parts in turn: x read once in order, and one parallel loop
-    const int64_t unit_bytes = unit;  // a lambda may not capture a structured binding before C++20
-    ForUnits(outer, row, threads, [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        const char* s = src + r * row;
-        for (size_t k = 0; k < sizes.size(); ++k) {
-          const int64_t run = sizes[k] * unit_bytes;
-          std::memcpy(dst[k] + r * run, s, static_cast<size_t>(run));
-          s += run;
-        }
-      }
-    });
+    std::vector<PartRun> runs(sizes.size());
+    for (size_t k = 0; k < sizes.size(); ++k) runs[k] = {dst[k], sizes[k] * unit};
+    ForUnits(outer, row, threads,
+             [&](int64_t lo, int64_t hi) { RowsOfParts<true>(const_cast<char*>(src), runs, row, lo, hi); });
     return ys;
   }
   int64_t at = 0;  // long rows (split in tasks within a part) or short runs (a fixed-size copy per part)
@@ -399,23 +419,15 @@ py::array ConcatIntoPy(int64_t axis, const py::object& out, int threads, const p
   auto* dst = static_cast<char*>(y.mutable_data());
   const int64_t row = dims[a] * unit;
   int64_t min_run = row;
-  std::vector<std::pair<const char*, int64_t>> runs;  // each part's data and its run in a row of y
+  std::vector<PartRun> runs;  // each part's data and its run in a row of y
   runs.reserve(parts.size());
   for (const py::array& p : parts) {
-    runs.emplace_back(static_cast<const char*>(p.data()), p.shape(a) * unit);
-    if (p.shape(a) != 0) min_run = std::min(min_run, runs.back().second);
+    runs.push_back({static_cast<char*>(const_cast<void*>(p.data())), p.shape(a) * unit});
+    if (p.shape(a) != 0) min_run = std::min(min_run, runs.back().run);
   }
   if (row <= kTaskBytes && min_run >= kSplitRowRun) {
     // One pass over y's rows, each assembled from its parts in turn: y written once in order, one parallel loop
-    ForUnits(outer, row, threads, [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        char* d = dst + r * row;
-        for (const auto& [src, run] : runs) {
-          std::memcpy(d, src + r * run, static_cast<size_t>(run));
-          d += run;
-        }
-      }
-    });
+    ForUnits(outer, row, threads, [&](int64_t lo, int64_t hi) { RowsOfParts<false>(dst, runs, row, lo, hi); });
     return y;
   }
   for (const py::array& p : parts) {  // long rows (split in tasks within a part) or short runs (fixed-size copies)
