@@ -171,6 +171,74 @@ Prologue SelectPrologue() {
   return ScaleBiasMax;
 }
 
+// The scores of `rows` query rows from K transposed with the prologue (no softcap) in their epilogue: sc[r * ld + j] =
+// (q_r . k_j) * scale [+ bias[r * T + j]], and max[r] the row's maximum (NaN when it holds a NaN). One pass over the
+// scores fewer than the scores kernel and then the prologue, same operations.
+using ScoresPrologue = void (*)(const float* q, int64_t lq, int rows, const float* kt, int64_t ldk, int64_t nk,
+                                int64_t h, float scale, const float* bias, float* sc, int64_t ld, float* max);
+
+#if NPU_EP_X86
+#define SDPA_UNROLL _Pragma("GCC unroll 16")
+
+// gqa_ops.cc's ScoresT512R products (the same multiply-adds in the same order), then ScaleBiasMax512's operations.
+template <int R>
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void ScoresPrologue512R(
+    const float* q, int64_t lq, const float* kt, int64_t ldk, int64_t nk, int64_t h, float scale, const float* bias,
+    float* sc, int64_t ld, float* max) {
+  constexpr int kVec = 4;  // 64 keys x R rows of accumulators
+  const __m512 vc = _mm512_set1_ps(scale);
+  __m512 vm[R];
+  __mmask16 nan[R];
+  SDPA_UNROLL for (int r = 0; r < R; ++r) vm[r] = _mm512_set1_ps(-kInf), nan[r] = 0;
+  for (int64_t j0 = 0; j0 < nk; j0 += 16 * kVec) {
+    __mmask16 lanes[kVec];
+    SDPA_UNROLL for (int u = 0; u < kVec; ++u) {
+      const int64_t left = nk - j0 - 16 * u;
+      lanes[u] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+    }
+    __m512 acc[R][kVec];
+    SDPA_UNROLL for (int r = 0; r < R; ++r) SDPA_UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < h; ++i) {
+      const float* kr = kt + i * ldk + j0;
+      __m512 kv[kVec];
+      SDPA_UNROLL for (int u = 0; u < kVec; ++u) kv[u] = _mm512_maskz_loadu_ps(lanes[u], kr + 16 * u);
+      SDPA_UNROLL for (int r = 0; r < R; ++r) {
+        const __m512 w = _mm512_set1_ps(q[r * lq + i]);
+        SDPA_UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_fmadd_ps(w, kv[u], acc[r][u]);
+      }
+    }
+    SDPA_UNROLL for (int r = 0; r < R; ++r) SDPA_UNROLL for (int u = 0; u < kVec; ++u) {
+      __m512 x = _mm512_mul_ps(acc[r][u], vc);
+      if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lanes[u], bias + r * nk + j0 + 16 * u));
+      _mm512_mask_storeu_ps(sc + r * ld + j0 + 16 * u, lanes[u], x);
+      nan[r] |= _mm512_mask_cmp_ps_mask(lanes[u], x, x, _CMP_UNORD_Q);
+      vm[r] = _mm512_mask_max_ps(vm[r], lanes[u], vm[r], x);
+    }
+  }
+  SDPA_UNROLL for (int r = 0; r < R; ++r) max[r] =
+      nan[r] ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(vm[r]);
+}
+
+void ScoresPrologue512(const float* q, int64_t lq, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h,
+                       float scale, const float* bias, float* sc, int64_t ld, float* max) {
+  switch (rows) {
+    case 1: return ScoresPrologue512R<1>(q, lq, kt, ldk, nk, h, scale, bias, sc, ld, max);
+    case 2: return ScoresPrologue512R<2>(q, lq, kt, ldk, nk, h, scale, bias, sc, ld, max);
+    case 3: return ScoresPrologue512R<3>(q, lq, kt, ldk, nk, h, scale, bias, sc, ld, max);
+    default: return ScoresPrologue512R<4>(q, lq, kt, ldk, nk, h, scale, bias, sc, ld, max);
+  }
+}
+#undef SDPA_UNROLL
+#endif
+
+// The fused scores for this host, or null (the scores kernel then the prologue run).
+ScoresPrologue SelectScoresPrologue() {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return ScoresPrologue512;
+#endif
+  return nullptr;
+}
+
 struct Buffers {
   std::vector<float> q, sc, k, v, bias, o, out, stage;
 };
@@ -214,12 +282,21 @@ void StoreStage(const SdpaArgs& a, const float* stage, int64_t b, int64_t n, int
 }
 
 #if NPU_EP_X86
-// dst[i * ld + k] = src[k * H + i] for the 16 rows k of src and its H columns i (H a multiple of 16): 16 x 16 tiles
-// transposed in registers.
-__attribute__((target("avx512f"))) void Transpose16Rows512(const float* src, int64_t H, float* dst, int64_t ld) {
+// dst[i * ld + k] = src[k * ls + i] (float32, or half widened exactly) for the 16 rows k of src and its H columns i
+// (H a multiple of 16): 16 x 16 tiles transposed in registers (flatten and GCC's complete unrolling keep the tile in
+// registers, not on the stack).
+template <bool kHalf>
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3")))
+#endif
+__attribute__((target("avx512f"), flatten)) void Transpose16Rows512(const void* src, int64_t ls, int64_t H, float* dst,
+                                                                    int64_t ld) {
   for (int64_t i0 = 0; i0 < H; i0 += 16) {
     __m512 r[16];
-    for (int k = 0; k < 16; ++k) r[k] = _mm512_loadu_ps(src + k * H + i0);
+    for (int k = 0; k < 16; ++k)
+      r[k] = kHalf ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                         reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(src) + k * ls + i0)))
+                   : _mm512_loadu_ps(static_cast<const float*>(src) + k * ls + i0);
     Transpose16x16Ps(r);
     for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + (i0 + k) * ld, r[k]);
   }
@@ -243,9 +320,25 @@ const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed
   const int64_t step = H <= 256 ? 16 : 1;
 #if NPU_EP_X86
   const bool tiles = H % 16 == 0 && ActiveIsa() >= Isa::kAvx512;
+  const int64_t item = a.fp16 ? 2 : 4;
 #endif
   for (int64_t j0 = 0; j0 < T; j0 += step) {  // a few keys at a time: short runs on both sides
     const int64_t j1 = std::min(T, j0 + step);
+#if NPU_EP_X86
+    // 16 past rows, or 16 new rows without a bias, transposed from where they are stored
+    const bool past = j1 <= a.P, direct = past || (j0 >= a.P && !a.k.bias);
+    if (tiles && direct && j1 - j0 == 16) {
+      const char* src =
+          past ? static_cast<const char*>(a.past_k) + ((b * a.Nkv + h) * a.P + j0) * H * item
+               : static_cast<const char*>(a.k.data) + (b * a.k.sb + h * a.k.sn + (j0 - a.P) * a.k.sr) * item;
+      const int64_t ls = past ? H : a.k.sr;
+      if (a.fp16)
+        Transpose16Rows512<true>(src, ls, H, buf.k.data() + j0, ld);
+      else
+        Transpose16Rows512<false>(src, ls, H, buf.k.data() + j0, ld);
+      continue;
+    }
+#endif
     if (H > 256) {
       std::vector<float>& wide = buf.o;
       wide.resize(H);
@@ -256,7 +349,7 @@ const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed
     for (int64_t j = j0; j < j1; ++j) KeyRow(a, a.k, a.past_k, H, b, h, j, tmp + (j - j0) * H);
 #if NPU_EP_X86
     if (tiles && j1 - j0 == 16) {
-      Transpose16Rows512(tmp, H, buf.k.data() + j0, ld);
+      Transpose16Rows512<false>(tmp, H, H, buf.k.data() + j0, ld);
       continue;
     }
 #endif
@@ -276,14 +369,17 @@ const float* GatherValues(const SdpaArgs& a, int64_t b, int64_t h, Buffers& buf)
 }
 
 // Rows [s0, s1) of head (b, n).
-void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, int64_t b, int64_t n, int64_t s0, int64_t s1) {
+void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, ScoresPrologue fused_scores, int64_t b, int64_t n,
+          int64_t s0, int64_t s1) {
   const int64_t H = a.H, Hv = a.Hv, T = a.P + a.L, ld = std::max<int64_t>((T + 15) / 16 * 16, 16);
   const bool transposed = a.S >= kTransposeRows, bias = HasBias(a);
+  const bool fused = fused_scores && transposed && !a.qk && a.softcap <= 0.0f;
+  const bool q_direct = fused && !a.fp16 && !a.q.bias;  // the fused scores read float32 Q rows where they are
   const int64_t h = n / (a.N / a.Nkv);
   thread_local Buffers buf;
   buf.q.resize(kRows * H);
   buf.sc.resize(kRows * ld);
-  if (bias) buf.bias.resize(T);
+  if (bias) buf.bias.resize((fused ? kRows : 1) * T);
   int64_t ldk = ld;
   const float* kuse = GatherKeys(a, b, h, transposed, ld, buf, &ldk);
   const float* vuse = GatherValues(a, b, h, buf);
@@ -294,20 +390,31 @@ void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, int64_t b, 
   float* orow[kRows];
   for (int64_t r0 = s0; r0 < s1; r0 += kRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kRows, s1 - r0));
+    const float* q = buf.q.data();
+    int64_t lq = H;
+    if (q_direct) q = static_cast<const float*>(a.q.data) + b * a.q.sb + n * a.q.sn + r0 * a.q.sr, lq = a.q.sr;
     for (int r = 0; r < rows; ++r) {
-      LoadRow(a.q.data, b * a.q.sb + n * a.q.sn + (r0 + r) * a.q.sr, a.fp16, H, a.q.bias ? a.q.bias + n * H : nullptr,
-              buf.q.data() + r * H);
+      if (!q_direct)
+        LoadRow(a.q.data, b * a.q.sb + n * a.q.sn + (r0 + r) * a.q.sr, a.fp16, H, a.q.bias ? a.q.bias + n * H : nullptr,
+                buf.q.data() + r * H);
       orow[r] = a.fp16 ? buf.out.data() + r * Hv : static_cast<float*>(a.out) + b * a.ob + n * a.on + (r0 + r) * a.os;
     }
-    if (transposed)
+    float maxes[kRows];
+    if (fused) {
+      for (int r = 0; r < rows && bias; ++r) BuildBias(a, b, n, r0 + r, buf.bias.data() + r * T);
+      fused_scores(q, lq, rows, kuse, ldk, T, H, a.scale, bias ? buf.bias.data() : nullptr, buf.sc.data(), ld, maxes);
+    } else if (transposed) {
       ops.scores_t(buf.q.data(), rows, kuse, ldk, T, H, buf.sc.data(), ld);
-    else
+    } else {
       ops.scores(buf.q.data(), rows, kuse, T, H, buf.sc.data(), ld);
+    }
     for (int r = 0; r < rows; ++r) {
       float* row = buf.sc.data() + r * ld;
-      if (bias) BuildBias(a, b, n, r0 + r, buf.bias.data());
+      if (bias && !fused) BuildBias(a, b, n, r0 + r, buf.bias.data());
       const float* br = bias ? buf.bias.data() : nullptr;
-      const float m = a.qk ? StagedRow(a, row, T, br, stage) : prologue(row, T, a.scale, a.softcap, br);
+      const float m = fused  ? maxes[r]
+                      : a.qk ? StagedRow(a, row, T, br, stage)
+                             : prologue(row, T, a.scale, a.softcap, br);
       if (std::isnan(m) || std::isinf(m)) {  // every score -inf: zeros (ORT's rule); a NaN or +inf: NaN
         if (a.qk_mode == 3) SpecialProbabilities(row, T, stage);
         if (a.qk) StoreStage(a, stage, b, n, r0 + r);
@@ -364,6 +471,7 @@ void Sdpa(const SdpaArgs& a) {
   if (heads == 0 || a.S == 0 || a.Hv == 0 || T == 0) return;
   const gqa::Ops ops = gqa::SelectOps();
   const Prologue prologue = SelectPrologue();
+  const ScoresPrologue fused_scores = SelectScoresPrologue();
   const int used = ThreadsFor(a.threads, heads * a.S * T * (a.H + a.Hv));
   // A row's result does not depend on the task holding it, so the split may follow the thread count: whole heads
   // unless that leaves threads idle, then about two tasks per thread.
@@ -371,7 +479,7 @@ void Sdpa(const SdpaArgs& a) {
   const int64_t rows = (a.S + chunks - 1) / chunks;
   ParallelFor(used, heads * chunks, [&](int64_t t) {
     const int64_t head = t / chunks, s0 = (t % chunks) * rows;
-    if (s0 < a.S) Task(a, ops, prologue, head / a.N, head % a.N, s0, std::min(a.S, s0 + rows));
+    if (s0 < a.S) Task(a, ops, prologue, fused_scores, head / a.N, head % a.N, s0, std::min(a.S, s0 + rows));
   });
 }
 

@@ -68,13 +68,19 @@ def test_head_dims_and_lengths(isa, dt, h):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
 def test_transposed_keys_in_tiles(isa, dt):
-    """From 16 query rows on K is transposed, 16 keys by 16 head channels at a time in registers on AVX-512: key
-    counts around whole 16-key tiles, head dims on the tiles (16, 256) and off them (72), 3-D (strided) keys, a past."""
+    """From 16 query rows on K is transposed, 16 keys by 16 head channels at a time in registers on AVX-512 (read
+    where they are stored: past tiles, new tiles without a bias), and the scores kernel scales, adds the bias and takes
+    the row maxima in its epilogue: key counts around whole 16-key tiles and the epilogue's 64-key blocks, head dims
+    on the tiles (16, 256) and off them (72), 3-D (strided) Q and keys, a past whole in tiles or across a tile, GQA
+    over two batches, 1-3 query rows in the last pass, a float mask."""
     for h in (16, 72, 256):
         for t in (16, 31, 32, 49):
             _onnx(1, 2, 2, 16, t, h, 16, dt, scale=1.0 / h)
     _onnx(1, 2, 2, 20, 33, 32, 32, dt, rank=3)
     _onnx(1, 2, 1, 17, 16, 64, 64, dt, past=16, n_out=3)
+    _onnx(2, 4, 2, 19, 40, 32, 32, dt, past=20, n_out=3)
+    _onnx(1, 2, 2, 18, 70, 16, 16, dt, rank=3, mask=_rand((18, 70), dt))
+    _onnx(1, 1, 1, 33, 129, 64, 64, dt, mask=RNG.random((1, 1, 33, 129)) < 0.8)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
