@@ -228,20 +228,29 @@ struct StridedLines {
   template <size_t B>
   void Rows() const {
     const size_t rank = c.dims.size();
-    std::array<int64_t, kMaxRank> at{};
-    int64_t rest = lo;
-    for (size_t a = rank - 1; a-- > 0;) at[a] = rest % c.dims[a], rest /= c.dims[a];
     auto [d, s] = c.Offsets(lo);
     const int64_t ds = c.dst[rank - 1], ss = c.src[rank - 1];
     const bool contiguous = c.Contiguous();
     const auto bytes = static_cast<size_t>(count * c.item);
+    const auto item = static_cast<size_t>(c.item);
     d += first * ds, s += first * ss;
-    for (int64_t line = lo; line < hi; ++line) {
+    auto line_copy = [&](int64_t dl, int64_t sl) {
       if (contiguous) {
-        std::memcpy(out + d, in + s, bytes);
+        std::memcpy(out + dl, in + sl, bytes);
       } else {
-        for (int64_t i = 0; i < count; ++i) CopyRow<B>(out + d + i * ds, in + s + i * ss, c.item);
+        for (int64_t i = 0; i < count; ++i) CopyRow<B>(out + dl + i * ds, in + sl + i * ss, item);
       }
+    };
+    if (rank <= 2) {  // at most one outer axis: the next line is one step on (the steps held in registers)
+      const int64_t dd = rank == 2 ? c.dst[0] : 0, sd = rank == 2 ? c.src[0] : 0;
+      for (int64_t line = lo; line < hi; ++line, d += dd, s += sd) line_copy(d, s);
+      return;
+    }
+    std::array<int64_t, kMaxRank> at;  // the line's index on each outer axis (only those are set and read)
+    int64_t rest = lo;
+    for (size_t a = rank - 1; a-- > 0;) at[a] = rest % c.dims[a], rest /= c.dims[a];
+    for (int64_t line = lo; line < hi; ++line) {
+      line_copy(d, s);
       for (size_t a = rank - 1; a-- > 0;) {  // the next line: an odometer over the outer axes
         d += c.dst[a], s += c.src[a];
         if (++at[a] < c.dims[a]) break;
