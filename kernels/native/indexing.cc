@@ -79,9 +79,14 @@ void ForUnits(int64_t n, int64_t unit, int threads, const Fn& fn) {
   const int64_t bytes = n * std::max<int64_t>(unit, 1);
   const int64_t per_task = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(unit, 1));
   const int64_t tasks = (n + per_task - 1) / per_task;
+  // the task captures one pointer, so std::function holds it in place (no allocation per call)
+  const struct {
+    const Fn& fn;
+    int64_t n, per_task;
+  } loop{fn, n, per_task};
   auto run = [&] {
     ParallelFor(ThreadsFor(threads, bytes), tasks,
-                [&](int64_t t) { fn(t * per_task, std::min(n, (t + 1) * per_task)); });
+                [l = &loop](int64_t t) { l->fn(t * l->per_task, std::min(l->n, (t + 1) * l->per_task)); });
   };
   RunMoving(static_cast<size_t>(bytes), run);
 }
