@@ -649,6 +649,7 @@ constexpr int64_t kGlobalTaskElems = 16384;  // a task's channels: at least one,
 
 namespace {
 
+#if NPU_EP_X86
 // A leaf of numpy's pairwise sum over a row (pairwise_sum.h): values [off, off + len), len <= 128.
 struct SumLeaf {
   int64_t off, len;
@@ -663,17 +664,8 @@ void PairwiseLeaves(int64_t off, int64_t n, std::vector<SumLeaf>& leaves) {
   PairwiseLeaves(off + half, n - half, leaves);
 }
 
-// PairwiseSum's combination of its leaves' sums (consumed in order) over n values.
-float PairwiseCombine(int64_t n, const float*& sums) {
-  if (n <= 128) return *sums++;
-  int64_t half = n / 2;
-  half -= half % 8;
-  const float a = PairwiseCombine(half, sums);
-  return a + PairwiseCombine(n - half, sums);
-}
-
-#if NPU_EP_X86
-// PairwiseCombine on eight rows' leaf sums at once (lane k: row k).
+// PairwiseSum's combination of its leaves' sums (consumed in order) over n values, for eight rows at once (lane k:
+// row k).
 __attribute__((target("avx2"))) __m256 PairwiseCombine8(int64_t n, const float*& sums) {
   if (n <= 128) {
     const __m256 s = _mm256_loadu_ps(sums);
@@ -707,7 +699,7 @@ __attribute__((target("avx2"))) inline __m256 PairSums(__m256 a, __m256 b) {
 
 // GlobalAvgHalf of rows [r0, r0 + nr), nr <= 8, one row per lane: each leaf's eight running sums per row (eight
 // independent chains), folded as PairwiseSum's ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) across the rows'
-// registers, its tail added one by one, the leaves combined by PairwiseCombine's tree: every row's own bits.
+// registers, its tail added one by one, the leaves combined by PairwiseSum's tree: every row's own bits.
 __attribute__((target("avx2,f16c"))) void GlobalAvgRows8(const uint16_t* x, int64_t r0, int64_t nr, int64_t count,
                                                          const std::vector<SumLeaf>& leaves, float* sums, uint16_t* y) {
   const uint16_t* p[8];
