@@ -456,21 +456,27 @@ py::array ConcatIntoPy(int64_t axis, const py::object& out, int threads, const p
 
 // Byte offsets of the rows that `q`-tuples of int64 indices name in `dims` (row strides `strides`), `n_batch` blocks
 // of `per_batch` tuples, block b `batch_bytes` further; an index outside [-dim, dim) raises IndexError naming it.
+[[noreturn]] void TupleIndexError(const char* op, const Dims& dims, int64_t v) {
+  throw py::index_error(std::string(op) + ": indices outside the data dims " + DimsText(dims) +
+                        ", index = " + std::to_string(v));
+}
+
 std::vector<int64_t> TupleOffsets(const char* op, const int64_t* idx, int64_t n_batch, int64_t per_batch,
                                   const Dims& dims, const Dims& strides, int64_t batch_bytes) {
   const size_t q = dims.size();
   std::vector<int64_t> offsets(static_cast<size_t>(n_batch * per_batch));
-  for (int64_t b = 0, r = 0; b < n_batch; ++b)
-    for (int64_t t = 0; t < per_batch; ++t, ++r) {
+  // plain pointers held across the loop: the stores to offsets cannot move them
+  const int64_t *d = dims.data(), *st = strides.data();
+  int64_t* out = offsets.data();
+  for (int64_t b = 0; b < n_batch; ++b)
+    for (int64_t t = 0; t < per_batch; ++t, idx += q) {
       int64_t off = b * batch_bytes;
       for (size_t k = 0; k < q; ++k) {
-        const int64_t v = idx[r * static_cast<int64_t>(q) + static_cast<int64_t>(k)];
-        if (v < -dims[k] || v >= dims[k])
-          throw py::index_error(std::string(op) + ": indices outside the data dims " + DimsText(dims) +
-                                ", index = " + std::to_string(v));
-        off += (v < 0 ? v + dims[k] : v) * strides[k];
+        const int64_t v = idx[k];
+        if (v < -d[k] || v >= d[k]) TupleIndexError(op, dims, v);
+        off += (v < 0 ? v + d[k] : v) * st[k];
       }
-      offsets[static_cast<size_t>(r)] = off;
+      *out++ = off;
     }
   return offsets;
 }
