@@ -27,6 +27,7 @@
 #include "cpu.h"
 #include "gqa_internal.h"
 #include "intrinsics.h"
+#include "sdpa.h"
 #include "thread_pool.h"
 
 #if defined(__clang__)
@@ -144,9 +145,13 @@ struct Chain {
 };
 
 // Rows [s0, s1) of head (b, n).
-void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, int64_t b, int64_t n, int64_t s0, int64_t s1) {
+void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, ScoresPrologue fused_scores, int64_t b, int64_t n,
+          int64_t s0, int64_t s1) {
   const int64_t H = c.H, T = c.T, Hv = c.Hv, ld = std::max<int64_t>((T + 15) / 16 * 16, 16);
   const bool transposed = c.S >= kTransposeRows;
+  // sdpa's scores with the multiply and the mask in their epilogue (a divide keeps the separate prologue)
+  const bool fused = fused_scores && transposed && c.scale_kind != 2 && (!c.has_mask || c.mask.strides[3] == 1);
+  const bool q_direct = fused && c.q.strides[3] == 1;  // the fused scores read Q rows where they are
   thread_local std::vector<float> qbuf, sc, kbuf, vbuf;
   qbuf.resize(kRows * H);
   sc.resize(kRows * ld);
@@ -161,9 +166,19 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, int64_t b, 
     kuse = k0;
   } else if (transposed) {
     kbuf.resize(H * ld);
-    for (int64_t jb = 0; jb < T; jb += 16)  // 16 keys at a time: short runs on both sides
+#if NPU_EP_X86
+    const bool tiles = ki == 1 && H % 16 == 0 && ActiveIsa() >= Isa::kAvx512;  // K rows: 16 x 16 register tiles
+#endif
+    for (int64_t jb = 0; jb < T; jb += 16) {  // 16 keys at a time: short runs on both sides
+#if NPU_EP_X86
+      if (tiles && jb + 16 <= T) {
+        TransposeKeys16x512(k0 + jb * kj, kj, H, kbuf.data() + jb, ld);
+        continue;
+      }
+#endif
       for (int64_t i = 0; i < H; ++i)
         for (int64_t j = jb; j < std::min(jb + 16, T); ++j) kbuf[i * ld + j] = k0[i * ki + j * kj];
+    }
     kuse = kbuf.data();
   } else {
     kbuf.resize(T * H);
@@ -186,22 +201,28 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, int64_t b, 
   for (int64_t r0 = s0; r0 < s1; r0 += kRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kRows, s1 - r0));
     for (int r = 0; r < rows; ++r) {
+      orow[r] = c.out + (((b * c.L1 + n) * c.S) + r0 + r) * Hv;
       const float* qs = q0 + (r0 + r) * c.q.strides[2];
+      if (q_direct) continue;
       if (c.q.strides[3] == 1) {
         std::memcpy(qbuf.data() + r * H, qs, H * sizeof(float));  // a strided copy loop was ~0.3 us of 8 x 64
       } else {
         for (int64_t i = 0; i < H; ++i) qbuf[r * H + i] = qs[i * c.q.strides[3]];
       }
-      orow[r] = c.out + (((b * c.L1 + n) * c.S) + r0 + r) * Hv;
     }
-    if (transposed)
+    float maxes[kRows];
+    if (fused)
+      fused_scores(q_direct ? q0 + r0 * c.q.strides[2] : qbuf.data(), q_direct ? c.q.strides[2] : H, rows, kuse, ldk, T,
+                   H, c.scale_kind == 1 ? c.scale : 1.0f, m0 ? m0 + r0 * c.mask.strides[2] : nullptr, c.mask.strides[2],
+                   sc.data(), ld, maxes);
+    else if (transposed)
       ops.scores_t(qbuf.data(), rows, kuse, ldk, T, H, sc.data(), ld);
     else
       ops.scores(qbuf.data(), rows, kuse, T, H, sc.data(), ld);
     for (int r = 0; r < rows; ++r) {
       float* row = sc.data() + r * ld;
       const float* mr = m0 ? m0 + (r0 + r) * c.mask.strides[2] : nullptr;
-      const float m = prologue(row, T, c.scale_kind, c.scale, mr, c.mask.strides[3]);
+      const float m = fused ? maxes[r] : prologue(row, T, c.scale_kind, c.scale, mr, c.mask.strides[3]);
       if (std::isnan(m) || std::isinf(m)) {  // the chain's Softmax gives a NaN row: P V is NaN, or 0 P V guarded
         const bool zero = c.zero_nan_rows || (c.masked_rows_zero && m < 0.0f);
         std::fill(row, row + T, 0.0f);
@@ -258,6 +279,7 @@ py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::ar
     py::gil_scoped_release release;
     const gqa::Ops ops = gqa::SelectOps();
     const RowPrologue prologue = SelectPrologue();
+    const ScoresPrologue fused_scores = SelectScoresPrologue();
     const int used = ThreadsFor(threads, heads * c.S * c.T * (c.H + c.Hv));
     // Each row's result does not depend on the task holding it, so the split may follow the thread count: whole
     // heads (K transposed once per head) unless that leaves threads idle, then about two tasks per thread.
@@ -265,7 +287,7 @@ py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::ar
     const int64_t rows = (c.S + chunks - 1) / chunks;
     ParallelFor(used, heads * chunks, [&](int64_t t) {
       const int64_t head = t / chunks, s0 = (t % chunks) * rows;
-      if (s0 < c.S) Task(c, ops, prologue, head / c.L1, head % c.L1, s0, std::min(c.S, s0 + rows));
+      if (s0 < c.S) Task(c, ops, prologue, fused_scores, head / c.L1, head % c.L1, s0, std::min(c.S, s0 + rows));
     });
   }
   return y.reshape(std::vector<py::ssize_t>(shape.begin() + (4 - rank), shape.end()));

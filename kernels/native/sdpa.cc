@@ -171,12 +171,6 @@ Prologue SelectPrologue() {
   return ScaleBiasMax;
 }
 
-// The scores of `rows` query rows from K transposed with the prologue (no softcap) in their epilogue: sc[r * ld + j] =
-// (q_r . k_j) * scale [+ bias[r * T + j]], and max[r] the row's maximum (NaN when it holds a NaN). One pass over the
-// scores fewer than the scores kernel and then the prologue, same operations.
-using ScoresPrologue = void (*)(const float* q, int64_t lq, int rows, const float* kt, int64_t ldk, int64_t nk,
-                                int64_t h, float scale, const float* bias, float* sc, int64_t ld, float* max);
-
 #if NPU_EP_X86
 #define SDPA_UNROLL _Pragma("GCC unroll 16")
 
@@ -184,7 +178,7 @@ using ScoresPrologue = void (*)(const float* q, int64_t lq, int rows, const floa
 template <int R>
 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void ScoresPrologue512R(
     const float* q, int64_t lq, const float* kt, int64_t ldk, int64_t nk, int64_t h, float scale, const float* bias,
-    float* sc, int64_t ld, float* max) {
+    int64_t ldb, float* sc, int64_t ld, float* max) {
   constexpr int kVec = 4;  // 64 keys x R rows of accumulators
   const __m512 vc = _mm512_set1_ps(scale);
   __m512 vm[R];
@@ -209,7 +203,7 @@ __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void Scor
     }
     SDPA_UNROLL for (int r = 0; r < R; ++r) SDPA_UNROLL for (int u = 0; u < kVec; ++u) {
       __m512 x = _mm512_mul_ps(acc[r][u], vc);
-      if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lanes[u], bias + r * nk + j0 + 16 * u));
+      if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lanes[u], bias + r * ldb + j0 + 16 * u));
       _mm512_mask_storeu_ps(sc + r * ld + j0 + 16 * u, lanes[u], x);
       nan[r] |= _mm512_mask_cmp_ps_mask(lanes[u], x, x, _CMP_UNORD_Q);
       vm[r] = _mm512_mask_max_ps(vm[r], lanes[u], vm[r], x);
@@ -220,24 +214,16 @@ __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void Scor
 }
 
 void ScoresPrologue512(const float* q, int64_t lq, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h,
-                       float scale, const float* bias, float* sc, int64_t ld, float* max) {
+                       float scale, const float* bias, int64_t ldb, float* sc, int64_t ld, float* max) {
   switch (rows) {
-    case 1: return ScoresPrologue512R<1>(q, lq, kt, ldk, nk, h, scale, bias, sc, ld, max);
-    case 2: return ScoresPrologue512R<2>(q, lq, kt, ldk, nk, h, scale, bias, sc, ld, max);
-    case 3: return ScoresPrologue512R<3>(q, lq, kt, ldk, nk, h, scale, bias, sc, ld, max);
-    default: return ScoresPrologue512R<4>(q, lq, kt, ldk, nk, h, scale, bias, sc, ld, max);
+    case 1: return ScoresPrologue512R<1>(q, lq, kt, ldk, nk, h, scale, bias, ldb, sc, ld, max);
+    case 2: return ScoresPrologue512R<2>(q, lq, kt, ldk, nk, h, scale, bias, ldb, sc, ld, max);
+    case 3: return ScoresPrologue512R<3>(q, lq, kt, ldk, nk, h, scale, bias, ldb, sc, ld, max);
+    default: return ScoresPrologue512R<4>(q, lq, kt, ldk, nk, h, scale, bias, ldb, sc, ld, max);
   }
 }
 #undef SDPA_UNROLL
 #endif
-
-// The fused scores for this host, or null (the scores kernel then the prologue run).
-ScoresPrologue SelectScoresPrologue() {
-#if NPU_EP_X86
-  if (ActiveIsa() >= Isa::kAvx512) return ScoresPrologue512;
-#endif
-  return nullptr;
-}
 
 struct Buffers {
   std::vector<float> q, sc, k, v, bias, o, out, stage;
@@ -402,7 +388,8 @@ void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, ScoresProlo
     float maxes[kRows];
     if (fused) {
       for (int r = 0; r < rows && bias; ++r) BuildBias(a, b, n, r0 + r, buf.bias.data() + r * T);
-      fused_scores(q, lq, rows, kuse, ldk, T, H, a.scale, bias ? buf.bias.data() : nullptr, buf.sc.data(), ld, maxes);
+      fused_scores(q, lq, rows, kuse, ldk, T, H, a.scale, bias ? buf.bias.data() : nullptr, T, buf.sc.data(), ld,
+                   maxes);
     } else if (transposed) {
       ops.scores_t(buf.q.data(), rows, kuse, ldk, T, H, buf.sc.data(), ld);
     } else {
@@ -457,6 +444,19 @@ void WritePresent(const SdpaArgs& a, const SdpaView& x, const void* past, void* 
 }
 
 }  // namespace
+
+ScoresPrologue SelectScoresPrologue() {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return ScoresPrologue512;
+#endif
+  return nullptr;
+}
+
+#if NPU_EP_X86
+void TransposeKeys16x512(const float* src, int64_t ls, int64_t H, float* dst, int64_t ld) {
+  Transpose16Rows512<false>(src, ls, H, dst, ld);
+}
+#endif
 
 void Sdpa(const SdpaArgs& a) {
   const int64_t T = a.P + a.L;

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "cpu.h"
+
 namespace npu_ep::kern {
 
 // A [B, heads, rows, width] view of float32 (or IEEE half bits when the call is fp16): element (b, n, r, i) at
@@ -62,6 +64,20 @@ struct SdpaArgs {
   int64_t ob = 0, on = 0, os = 0;
   int threads = 1;
 };
+
+// The scores of `rows` query rows (q[r * lq + i]) from K transposed (kt[i * ldk + j]) with the prologue in their
+// epilogue: sc[r * ld + j] = (q_r . k_j) * scale [+ bias[r * ldb + j]] for j < nk (two roundings), and max[r] the
+// row's maximum (NaN when it holds a NaN); one pass over the scores fewer than a scores kernel then a prologue. The
+// products are gqa_ops.cc's transposed-K multiply-adds in their order. Null on hosts below AVX-512.
+using ScoresPrologue = void (*)(const float* q, int64_t lq, int rows, const float* kt, int64_t ldk, int64_t nk,
+                                int64_t h, float scale, const float* bias, int64_t ldb, float* sc, int64_t ld,
+                                float* max);
+ScoresPrologue SelectScoresPrologue();
+
+#if NPU_EP_X86
+// dst[i * ld + k] = src[k * ls + i] for 16 key rows k and H channels i (H a multiple of 16; AVX-512 hosts only).
+void TransposeKeys16x512(const float* src, int64_t ls, int64_t H, float* dst, int64_t ld);
+#endif
 
 // Runs the call. Each task does its rows in a fixed order, and whether K is transposed depends only on S, so the
 // bits do not depend on the thread count.

@@ -99,3 +99,17 @@ def test_query_rows_of_any_layout_give_the_same_bits(chain_isa):
         assert strided.strides[3] != 4
         want = NAT.attention_chain(q, kt, v, mask, 1, 0.3, 1, False)
         assert NAT.attention_chain(strided, kt, v, mask, 1, 0.3, 1, False).tobytes() == want.tobytes()
+
+
+def test_key_rows_in_register_tiles_give_the_same_bits(chain_isa):
+    """From 16 query rows on, K given as rows (a view of K^T) is transposed 16 keys by 16 channels at a time in
+    registers on AVX-512 (head dims a multiple of 16; the last keys one by one), and the scores kernel applies the
+    multiply and the mask in its epilogue: the same bits as a contiguous K^T, and the reference's values (keys
+    around the 16-key tiles and 64-key score blocks; a divide keeps the separate prologue)."""
+    for h in (16, 32, 64):
+        for t in (16, 17, 31, 64, 65, 129):
+            for kind in (0, 1, 2):
+                q, kt, v, mask = _operands(17 + t % 3, t, h, 16, mask=t % 2 == 1, k_view=True)
+                _check(q, kt, v, mask, scale_kind=kind)
+                want = NAT.attention_chain(q, np.ascontiguousarray(kt), v, mask, kind, 0.3, 1, False)
+                assert NAT.attention_chain(q, kt, v, mask, kind, 0.3, 1, False).tobytes() == want.tobytes()
