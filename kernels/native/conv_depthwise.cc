@@ -259,17 +259,27 @@ void DepthwiseFloatPadded(const ConvShape& s, const float* x, const float* w, co
 #pragma GCC target("avx512f,avx512vl")
 #endif
 
+// Forced inlining for the register kernels' unrolled steps: GCC otherwise leaves some of a block's lambdas out of
+// line, and their accumulators go through memory.
+#if defined(__GNUC__) && !defined(__clang__)
+#define DW_INLINE __attribute__((always_inline)) inline
+#define DW_LAMBDA_INLINE __attribute__((always_inline))
+#else
+#define DW_INLINE inline
+#define DW_LAMBDA_INLINE
+#endif
+
 // The first n of 16 lanes (none for n <= 0, all for n >= 16).
 inline __mmask16 LaneMask(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1); }
 
 // f(std::integral_constant<int, 0>) ... f(std::integral_constant<int, N - 1>): loop indices the compiler sees as
 // constants, so a block's accumulators stay in registers whatever the optimization level's unrolling limits.
 template <int... I, typename F>
-inline void UnrollSeq(std::integer_sequence<int, I...>, F&& f) {
+DW_INLINE void UnrollSeq(std::integer_sequence<int, I...>, F&& f) {
   (f(std::integral_constant<int, I>{}), ...);
 }
 template <int N, typename F>
-inline void Unroll(F&& f) {
+DW_INLINE void Unroll(F&& f) {
   UnrollSeq(std::make_integer_sequence<int, N>{}, f);
 }
 
@@ -301,6 +311,12 @@ struct Zmm {
   static V Set1(float f) { return _mm512_set1_ps(f); }
   static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V Min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V Max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V Clip(V v, V lo, V hi) {  // lo wins, also when lo > hi; NaN stays
+    const __mmask16 below = _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), above = _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ);
+    return _mm512_mask_mov_ps(_mm512_mask_mov_ps(v, above, hi), below, lo);
+  }
   static void Store(float* p, int64_t n, V v) { _mm512_mask_storeu_ps(p, LaneMask(n), v); }
 };
 struct Ymm {
@@ -310,28 +326,73 @@ struct Ymm {
   static V Set1(float f) { return _mm256_set1_ps(f); }
   static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V Min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V Max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V Clip(V v, V lo, V hi) {
+    const __mmask8 below = _mm256_cmp_ps_mask(v, lo, _CMP_LT_OQ), above = _mm256_cmp_ps_mask(v, hi, _CMP_GT_OQ);
+    return _mm256_mask_mov_ps(_mm256_mask_mov_ps(v, above, hi), below, lo);
+  }
   static void Store(float* p, int64_t n, V v) { _mm256_mask_storeu_ps(p, static_cast<__mmask8>(LaneMask(n)), v); }
+};
+
+// A fused tail the kernels apply to each output vector in registers before it is stored (no pass over the stored
+// rows): one clip (Relu, Clip) or HardSwish's program, as the tail's register interpreter computes them, in its order
+// (conv_tail.h). kind kNone: none, or a tail the kernels leave to ApplyChannelTail on the stored rows.
+struct RegisterTail {
+  enum Kind { kNone, kClip, kHardSwish } kind = kNone;
+  float c[4] = {};  // clip: {lo, hi}; HardSwish: {a, b, lo, hi} for v * max(lo, min(hi, v * a + b))
+
+  static RegisterTail Of(const ConvTail& tail) {
+    RegisterTail r;
+    if (tail.n == 1 && tail.codes[0] == kTailClip && tail.channel_consts == nullptr) {
+      r.kind = kClip, r.c[0] = tail.consts[0], r.c[1] = tail.consts[1];
+    } else if (tail.n && HardSwishTail(tail, r.c)) {
+      r.kind = kHardSwish;
+    }
+    return r;
+  }
+  // The constants broadcast once, for Apply.
+  template <typename Vec>
+  DW_INLINE void Broadcast(typename Vec::V (&k)[4]) const {
+    for (int i = 0; i < 4; ++i) k[i] = Vec::Set1(c[i]);
+  }
+  template <typename Vec>
+  DW_INLINE typename Vec::V Apply(typename Vec::V v, const typename Vec::V (&k)[4]) const {
+    if (kind == kClip) return Vec::Clip(v, k[0], k[1]);
+    if (kind == kHardSwish) return Vec::Mul(v, Vec::Max(k[2], Vec::Min(k[3], Vec::Add(Vec::Mul(v, k[0]), k[1]))));
+    return v;
+  }
 };
 
 // R output rows of one plane, all OW columns, CV vectors of 16 at a time, from the block's input rows rows[0 ..]
 // (phase 0 of each; the first output row's top tap row is rows[0]) and the kernel's taps.
 template <int KH, int KW, int SH, int SW, int R, int CV, typename Vec>
-inline void DepthwiseBlock(const float* const* rows, int64_t pitch, const float* taps, const float* bias, float* out,
-                           int64_t OW) {
+__attribute__((noinline)) void DepthwiseBlock(const float* const* rows, int64_t pitch, const float* taps,
+                                              const float* bias, const RegisterTail& rt, float* out, int64_t OW) {
   using V = typename Vec::V;
-  constexpr int kLanes = Vec::kLanes;
+  constexpr int kLanes = Vec::kLanes, kHeld = KH * KW <= 9 ? KH * KW : 0;  // taps kept in registers
+  V held[kHeld > 0 ? kHeld : 1];
+  Unroll<kHeld>([&](auto t) DW_LAMBDA_INLINE { held[t] = Vec::Set1(taps[t]); });
+  const V bv = Vec::Set1(bias != nullptr ? *bias : 0.0f);
+  V tk[4];
+  rt.Broadcast<Vec>(tk);
   for (int64_t o = 0; o < OW; o += kLanes * CV) {
     V acc[R][CV];
-    Unroll<(R - 1) * SH + KH>([&](auto u) {
+    Unroll<(R - 1) * SH + KH>([&](auto u) DW_LAMBDA_INLINE {
       const float* row = rows[u] + o;
-      Unroll<KW>([&](auto j) {
+      Unroll<KW>([&](auto j) DW_LAMBDA_INLINE {
         constexpr int kPhase = j % SW, kCol = j / SW;
-        Unroll<CV>([&](auto c) {
+        Unroll<CV>([&](auto c) DW_LAMBDA_INLINE {
           const V v = Vec::Load(row + kPhase * pitch + kCol + kLanes * c);
-          Unroll<R>([&](auto q) {
+          Unroll<R>([&](auto q) DW_LAMBDA_INLINE {
             constexpr int i = u - q * SH;
             if constexpr (i >= 0 && i < KH) {
-              const V p = Vec::Mul(v, Vec::Set1(taps[i * KW + j]));
+              V wt;
+              if constexpr (kHeld > 0)
+                wt = held[i * KW + j];
+              else
+                wt = Vec::Set1(taps[i * KW + j]);
+              const V p = Vec::Mul(v, wt);
               if constexpr (i == 0 && j == 0)
                 acc[q][c] = p;
               else
@@ -341,12 +402,17 @@ inline void DepthwiseBlock(const float* const* rows, int64_t pitch, const float*
         });
       });
     });
+    Unroll<R>([&](auto q) DW_LAMBDA_INLINE {
+      Unroll<CV>([&](auto c) DW_LAMBDA_INLINE {
+        if (bias != nullptr) acc[q][c] = Vec::Add(acc[q][c], bv);
+        acc[q][c] = rt.Apply<Vec>(acc[q][c], tk);
+      });
+    });
     for (int q = 0; q < R; ++q) {
       for (int c = 0; c < CV; ++c) {
         const int64_t left = OW - o - kLanes * c;
         if (left <= 0) break;
-        const V a = bias != nullptr ? Vec::Add(acc[q][c], Vec::Set1(*bias)) : acc[q][c];
-        Vec::Store(out + q * OW + o + kLanes * c, left, a);
+        Vec::Store(out + q * OW + o + kLanes * c, left, acc[q][c]);
       }
     }
   }
@@ -410,6 +476,7 @@ struct DepthwiseArgs {
   const float *x, *w, *bias;
   float* y;
   const ConvTail& tail;
+  RegisterTail rt;  // the tail when the blocks apply it in their registers
 };
 
 // Output rows [oh0, oh1) of plane `plane` (image n, output channel m) in blocks of kRows output rows, each block's
@@ -436,14 +503,14 @@ void DepthwiseSegment(const DepthwiseArgs& a, RowRing& ring, int64_t plane, int6
     for (int u = 0; u < (n_rows - 1) * SH + KH; ++u) rows[u] = ring.Row(in, top + u);
     float* dst = out + q0 * OW;
     if (n_rows == kRows)
-      DepthwiseBlock<KH, KW, SH, SW, kRows, CV, Vec>(rows, pitch, taps, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, kRows, CV, Vec>(rows, pitch, taps, bias, a.rt, dst, OW);
     else if (n_rows == 3)
-      DepthwiseBlock<KH, KW, SH, SW, 3, CV, Vec>(rows, pitch, taps, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, 3, CV, Vec>(rows, pitch, taps, bias, a.rt, dst, OW);
     else if (n_rows == 2)
-      DepthwiseBlock<KH, KW, SH, SW, 2, CV, Vec>(rows, pitch, taps, bias, dst, OW);
+      DepthwiseBlock<KH, KW, SH, SW, 2, CV, Vec>(rows, pitch, taps, bias, a.rt, dst, OW);
     else
-      DepthwiseBlock<KH, KW, SH, SW, 1, CV, Vec>(rows, pitch, taps, bias, dst, OW);
-    if (a.tail.n) ApplyChannelTail(a.tail, dst, n_rows * OW, m);
+      DepthwiseBlock<KH, KW, SH, SW, 1, CV, Vec>(rows, pitch, taps, bias, a.rt, dst, OW);
+    if (a.tail.n && a.rt.kind == RegisterTail::kNone) ApplyChannelTail(a.tail, dst, n_rows * OW, m);
   }
 }
 
@@ -489,8 +556,8 @@ __attribute__((always_inline)) inline void Transpose16(__m512 r[16]) {
 
 // NB output pixels of one output row (columns ow .. ow + NB - 1) from the channels-last scratch.
 template <int NB>
-inline void LanesPixels(const float* top, int64_t col_step, const int64_t* tap_off, int64_t T, const float* taps,
-                        __m512 bias, float* out) {
+void LanesPixels(const float* top, int64_t col_step, const int64_t* tap_off, int64_t T, const float* taps, __m512 bias,
+                 const RegisterTail& rt, float* out) {
   __m512 acc[NB];
   const __m512 w0 = _mm512_loadu_ps(taps);
   UnrollInline<NB>([&](auto q) { acc[q] = _mm512_mul_ps(_mm512_loadu_ps(top + q * col_step), w0); });
@@ -500,10 +567,13 @@ inline void LanesPixels(const float* top, int64_t col_step, const int64_t* tap_o
     UnrollInline<NB>(
         [&](auto q) { acc[q] = _mm512_add_ps(acc[q], _mm512_mul_ps(_mm512_loadu_ps(src + q * col_step), wt)); });
   }
-  UnrollInline<NB>([&](auto q) { _mm512_storeu_ps(out + 16 * q, _mm512_add_ps(acc[q], bias)); });
+  __m512 tk[4];
+  rt.Broadcast<Zmm>(tk);
+  UnrollInline<NB>([&](auto q) { _mm512_storeu_ps(out + 16 * q, rt.Apply<Zmm>(_mm512_add_ps(acc[q], bias), tk)); });
 }
 
-using LanesFn = void (*)(const float*, int64_t, const int64_t*, int64_t, const float*, __m512, float*);
+using LanesFn = void (*)(const float*, int64_t, const int64_t*, int64_t, const float*, __m512, const RegisterTail&,
+                         float*);
 constexpr int kLanesBlock = 8;      // output pixels summed at once (accumulators in registers)
 constexpr int64_t kLanesMaxTaps = 256;  // tap offsets held on the stack
 constexpr LanesFn kLanesFns[kLanesBlock + 1] = {nullptr,        LanesPixels<1>, LanesPixels<2>,
@@ -532,15 +602,18 @@ struct LanesRow {
       });
     });
   }
-  static void Run(const float* top, int64_t row_step, int64_t kh, const float* taps, __m512 bias, float* out) {
+  static void Run(const float* top, int64_t row_step, int64_t kh, const float* taps, __m512 bias,
+                  const RegisterTail& rt, float* out) {
     __m512 acc[NB];
     Pass<true>(top, taps, acc);
     for (int64_t i = 1; i < kh; ++i) Pass<false>(top + i * row_step, taps + 16 * KW * i, acc);
-    UnrollInline<NB>([&](auto q) { _mm512_storeu_ps(out + 16 * q, _mm512_add_ps(acc[q], bias)); });
+    __m512 tk[4];
+    rt.Broadcast<Zmm>(tk);
+    UnrollInline<NB>([&](auto q) { _mm512_storeu_ps(out + 16 * q, rt.Apply<Zmm>(_mm512_add_ps(acc[q], bias), tk)); });
   }
 };
 
-using LanesRowFn = void (*)(const float*, int64_t, int64_t, const float*, __m512, float*);
+using LanesRowFn = void (*)(const float*, int64_t, int64_t, const float*, __m512, const RegisterTail&, float*);
 template <int KW>
 constexpr LanesRowFn kLanesRowFns[kLanesBlock + 1] = {nullptr,
                                                       LanesRow<KW, 1, 1>::Run,
@@ -602,6 +675,7 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
   const int64_t n_col_blocks = (s.OW + kLanesBlock - 1) / kLanesBlock, col_step = s.sw * 16;
   const float* weights = Aligned64(wl);
   const LanesRowFn* row_fns = LanesRowFns(s);
+  const RegisterTail rt = RegisterTail::Of(tail);
   ParallelFor(threads, s.N * blocks, [&](int64_t task) {
     const int64_t n = task / blocks, cb = task % blocks, c0 = cb * 16, nc = std::min<int64_t>(16, C - c0);
     thread_local std::vector<float> xs, os;
@@ -627,9 +701,9 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
       for (int64_t q = 0; q < n_col_blocks; ++q) {
         const int64_t o0 = q * s.OW / n_col_blocks, o1 = (q + 1) * s.OW / n_col_blocks;
         if (row_fns != nullptr)
-          row_fns[o1 - o0](row + o0 * col_step, s.dh * Wp * 16, s.kh, taps, b, od + (oh * s.OW + o0) * 16);
+          row_fns[o1 - o0](row + o0 * col_step, s.dh * Wp * 16, s.kh, taps, b, rt, od + (oh * s.OW + o0) * 16);
         else
-          kLanesFns[o1 - o0](row + o0 * col_step, col_step, tap_off, T, taps, b, od + (oh * s.OW + o0) * 16);
+          kLanesFns[o1 - o0](row + o0 * col_step, col_step, tap_off, T, taps, b, rt, od + (oh * s.OW + o0) * 16);
       }
     }
     // channels-last result -> planes
@@ -644,7 +718,7 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
         if (l < nc) _mm512_mask_storeu_ps(out + l * P + p, km, r[l]);
       });
     }
-    if (tail.n)
+    if (tail.n && rt.kind == RegisterTail::kNone)
       for (int64_t l = 0; l < nc; ++l) ApplyChannelTail(tail, out + l * P, P, c0 + l);
   });
 }
@@ -720,7 +794,7 @@ void DepthwiseFloat(const ConvShape& s, const float* x, const float* w, const fl
 #if NPU_EP_X86
   if (LanesPath(s)) return DepthwiseLanes(s, x, w, bias, y, threads, tail);
   if (const SegmentFn segment = RegisterSegment(s))
-    return DepthwiseRegister(segment, {s, x, w, bias, y, tail}, threads);
+    return DepthwiseRegister(segment, {s, x, w, bias, y, tail, RegisterTail::Of(tail)}, threads);
 #endif
   if (s.sw == 1 || RowsKernel(s)) return DepthwiseFloatPadded(s, x, w, bias, y, threads, tail);
   const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P();

@@ -253,6 +253,18 @@ def test_hardswish_tail_on_the_blocks(float_isa, k, st, mult, ow):
         _depthwise(x, w, b, tail=HARDSWISH, threads=threads, strides=[st, st], pads=[k // 2] * 4)
 
 
+@pytest.mark.parametrize("tail", [[("clip", 0.0, 6.0)], [("clip", -1.0, 1.0)], HARDSWISH])
+@pytest.mark.parametrize("k,st", [(3, 1), (3, 2), (5, 1), (5, 2)])
+def test_lanes_tails_in_registers(float_isa, tail, k, st):
+    """One clip (Relu, Clip) or HardSwish's program: the lanes apply it to each output vector before its store
+    (other tails run on the stored planes); 17 channels (a block's unused lanes), specials in x, 1 and 2 threads."""
+    rng = np.random.default_rng(k * 10 + st + len(tail))
+    x = _floats((1, 17, 13, 14), rng, specials=True) * 4
+    w, b = _floats((17, 1, k, k), rng), _floats((17,), rng)
+    for threads in (1, 2):
+        _depthwise(x, w, b, tail=tail, threads=threads, strides=[st, st], pads=[k // 2] * 4)
+
+
 @pytest.mark.parametrize("shape,k,st", [((1, 33, 48, 48), 3, 1), ((2, 17, 40, 41), 5, 2), ((1, 16, 56, 56), 3, 2),
                                         ((1, 37, 14, 14), 5, 1), ((1, 128, 28, 28), 3, 2), ((1, 256, 14, 14), 5, 2)])
 def test_threads_split_rows_with_the_same_bits(float_isa, shape, k, st):
