@@ -90,7 +90,10 @@ py::array UfuncSplitPy(const py::object& ufunc, const py::array& x, const py::ob
 
 }  // namespace
 
+void BindExpTanh(py::module_& m);  // exp_tanh.cc
+
 void BindUfuncSplit(py::module_& m) {
+  BindExpTanh(m);
   m.def("ufunc_split", &UfuncSplitPy, py::arg("ufunc"), py::arg("x"), py::arg("out") = py::none(),
         py::arg("threads") = 1,
         "a one-input numpy ufunc's own float32 loop (np.exp, np.tanh, ...) on a C-order float32 array, or on float16 "

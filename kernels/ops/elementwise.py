@@ -589,22 +589,38 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
     return np.asarray(y).astype(dt, copy=False)
 
 
-# Float32 elements from which Exp/Tanh/Sin/Cos run numpy's own float32 loop in chunks over the threads
-# (``ufunc_split``: numpy's bits); below it the one ufunc call costs less. Float32 Log runs on the engine.
+# Float32 elements from which Exp/Tanh/Sin/Cos run natively in chunks over the threads; below it the one ufunc call
+# costs less. Sin/Cos: numpy's own float32 loop (``ufunc_split``: numpy's bits). Float32 Log runs on the engine.
 SPLIT_MIN_ELEMS = 1 << 15
 _SPLIT_UFUNCS = {"Exp": np.exp, "Tanh": np.tanh, "Sin": np.sin, "Cos": np.cos}
-# Float16 ops on ``ufunc_split`` at any size (threaded from SPLIT_MIN_ELEMS), before the engine: each block widened,
-# numpy's float32 loop, rounded once, which is the reference itself (the engine's Cephes log is one float16 ulp off
-# it for one pattern); the engine costs more per call and per element. Float32 Log stays on the engine.
+# Float16 ops run natively at any size (threaded from SPLIT_MIN_ELEMS), before the engine: each block widened, the
+# float32 op (Log: numpy's loop, ``ufunc_split``, so the reference itself: the engine's Cephes log is one float16 ulp
+# off it for one pattern; Exp: ``exp_tanh``), rounded once; the engine costs more per call and per element.
 _SPLIT_F16 = {"Exp": np.exp, "Log": np.log}
+# Ops of the two dicts above on ``exp_tanh`` (kernels/native/exp_tanh.cc, by op code) instead of numpy's loop: a
+# range reduction and polynomial of its own (as ORT's MLAS computes them), the same bits on every ISA and thread count.
+# np.exp / np.tanh in float32 stay the specification, with this tolerance: over all 2^32 float32 patterns float32
+# Exp and Tanh within EXP_TANH_ULP ulp of numpy's (numpy's own exp is up to 2.4 ulp off the correctly rounded result,
+# this one 0.9; its tanh 1.4, this one 2.5), NaN, inf and 0 where numpy gives them, tanh(-0) = -0 and +-1 from
+# |x| >= 10; float16 Exp (widened, that exp, rounded once) within one float16 ulp of the reference (measured: equal
+# for every float16 pattern).
+_EXP_TANH = {"Exp": 0, "Tanh": 1}
+EXP_TANH_ULP = {"Exp": 3, "Tanh": 3}
 
 
-def _split_native(p: Prepared, x) -> Callable | None:
-    """``ufunc_split`` where it takes x: a large C-order float32 array."""
+def _split_native(p: Prepared, x):
+    """The native module where ``ufunc_split`` / ``exp_tanh`` take x: a large C-order float32 array."""
     if type(x) is not np.ndarray or x.dtype != _F32 or x.size < SPLIT_MIN_ELEMS or not x.flags.c_contiguous:
         return None
-    nat = runtime.native(p)
-    return None if nat is None else nat.ufunc_split
+    return runtime.native(p)
+
+
+def _split_kernel(nat, op: str) -> tuple[Callable, object]:
+    """(native kernel, its first argument) of a split op: ``exp_tanh`` and its code, else ``ufunc_split`` and the
+    op's ufunc."""
+    if op in _EXP_TANH:
+        return nat.exp_tanh, _EXP_TANH[op]
+    return nat.ufunc_split, _SPLIT_UFUNCS.get(op) or _SPLIT_F16[op]
 
 
 def _split_threads(p: Prepared, x: np.ndarray) -> int:
@@ -613,9 +629,8 @@ def _split_threads(p: Prepared, x: np.ndarray) -> int:
 
 def _split_binder(op: str, other: Callable | None) -> Callable:
     """The ``bind`` of float32 Exp/Tanh/Sin/Cos on a large C-order array (float16 of ``_SPLIT_F16`` at any size):
-    one ``ufunc_split`` call of its ufunc for this input shape, into ORT's buffer when the result is a partition
-    output; ``other`` binds the rest."""
-    ufunc = _SPLIT_UFUNCS.get(op) or _SPLIT_F16[op]
+    one ``exp_tanh`` call (Exp, Tanh) or ``ufunc_split`` call of its ufunc for this input shape, into ORT's buffer
+    when the result is a partition output; ``other`` binds the rest."""
     dtypes = (*((_F32,) if op in _SPLIT_UFUNCS else ()), *((_F16,) if op in _SPLIT_F16 else ()))
 
     def bind(p: Prepared, inputs, outs):
@@ -627,20 +642,22 @@ def _split_binder(op: str, other: Callable | None) -> Callable:
             return other(p, inputs, outs) if other is not None else None
         where = p.runtime.partition_outputs
         into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
-        return runtime.call_step(p, nat.ufunc_split, (ufunc, None, None, _split_threads(p, x)),
+        kernel, head = _split_kernel(nat, op)
+        return runtime.call_step(p, kernel, (head, None, None, _split_threads(p, x)),
                                  [(1, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
     return bind
 
 
 def _split_f16_runner(op: str, other: Callable) -> Callable:
-    """The run function of a ``_SPLIT_F16`` op: ``ufunc_split`` for a C-order float16 input, else ``other``."""
-    ufunc = _SPLIT_F16[op]
+    """The run function of a ``_SPLIT_F16`` op: ``exp_tanh`` (Exp) or ``ufunc_split`` (Log) for a C-order float16
+    input, else ``other``."""
 
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = arg(p, inputs, 0)
         if (type(x) is np.ndarray and x.dtype == _F16 and x.flags.c_contiguous and out_dtype(p, x) == _F16
                 and (nat := runtime.native(p)) is not None):
-            return [nat.ufunc_split(ufunc, x, runtime.ort_output(p, 0, x.shape, _F16), _split_threads(p, x))]
+            kernel, head = _split_kernel(nat, op)
+            return [kernel(head, x, runtime.ort_output(p, 0, x.shape, _F16), _split_threads(p, x))]
         return other(p, inputs)
     return run
 
@@ -650,9 +667,9 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
     runtime input, an array result already in the output dtype) makes no further Python call: a unary step is
     often all a small partition does. ``f16_code``: the op's ``unary_f16`` code, run for C-order float16 on the
     native kernels (the reference's bits); ``op`` of ``_NUM_UNARY``: ``unary_num`` for large C-order arrays of its
-    dtypes; of ``_SPLIT_UFUNCS``: ``ufunc_split`` for large C-order float32 arrays."""
+    dtypes; of ``_SPLIT_UFUNCS``: ``exp_tanh`` (Exp, Tanh) or ``ufunc_split`` for large C-order float32 arrays."""
     num = _NUM_UNARY.get(op)
-    ufunc = _SPLIT_UFUNCS.get(op)
+    split_op = op in _SPLIT_UFUNCS
 
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = inputs[0] if inputs else None
@@ -665,8 +682,9 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
         if (num is not None and x.size >= NATIVE_MIN_ELEMS and x.dtype in num[1] and type(x) is np.ndarray
                 and x.flags.c_contiguous and (nat := runtime.native(p)) is not None):
             return [nat.unary_num(num[0], x, None, runtime.threads(p))]
-        if ufunc is not None and (split := _split_native(p, x)) is not None:
-            return [split(ufunc, x, runtime.ort_output(p, 0, x.shape, _F32), runtime.threads(p))]
+        if split_op and (nat := _split_native(p, x)) is not None:
+            kernel, head = _split_kernel(nat, op)
+            return [kernel(head, x, runtime.ort_output(p, 0, x.shape, _F32), runtime.threads(p))]
         y = fn(x if x.dtype != _F16 else x.astype(_F32))  # widen(x), inline
         dt = p.kernel_cache.get("out_dtype")
         if dt is not None and type(y) is np.ndarray and y.dtype == dt:
