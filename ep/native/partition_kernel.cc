@@ -288,6 +288,25 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
   const uint64_t t0 = NowNs();
   uint64_t program_ns = 0, bytes_in = 0, bytes_out = 0, bytes_in_npu = 0, bytes_out_npu = 0;
   OrtStatus* status = WithPython(k->where, [&]() {
+    // Counted as the body ends, failed or not, with the GIL still held: every writer of the counters holds it (and
+    // every reader: partition_stats, reset_stats), so the adds need no locked read-modify-write.
+    struct Count {
+      BridgeStats* s;
+      uint64_t t0;
+      const uint64_t &program_ns, &bytes_in, &bytes_out, &bytes_in_npu, &bytes_out_npu;
+      static void Add(std::atomic<uint64_t>& c, uint64_t v) {
+        c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+      }
+      ~Count() {
+        Add(s->calls, 1);
+        Add(s->total_ns, NowNs() - t0);
+        Add(s->program_ns, program_ns);
+        Add(s->bytes_in, bytes_in);
+        Add(s->bytes_out, bytes_out);
+        Add(s->bytes_in_npu, bytes_in_npu);
+        Add(s->bytes_out_npu, bytes_out_npu);
+      }
+    } count{k->stats, t0, program_ns, bytes_in, bytes_out, bytes_in_npu, bytes_out_npu};
     size_t n_in = 0, n_out = 0;
     Check(g_ort->KernelContext_GetInputCount(ctx, &n_in));
     Check(g_ort->KernelContext_GetOutputCount(ctx, &n_out));
@@ -371,14 +390,6 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       if (IsNpuValue(out)) bytes_out_npu += expected;
     }
   });
-  BridgeStats* s = k->stats;
-  s->calls.fetch_add(1, std::memory_order_relaxed);
-  s->total_ns.fetch_add(NowNs() - t0, std::memory_order_relaxed);
-  s->program_ns.fetch_add(program_ns, std::memory_order_relaxed);
-  s->bytes_in.fetch_add(bytes_in, std::memory_order_relaxed);
-  s->bytes_out.fetch_add(bytes_out, std::memory_order_relaxed);
-  s->bytes_in_npu.fetch_add(bytes_in_npu, std::memory_order_relaxed);
-  s->bytes_out_npu.fetch_add(bytes_out_npu, std::memory_order_relaxed);
   return status;
 }
 

@@ -13,7 +13,8 @@ namespace npu_ep {
 class ProgramCall;
 
 // Per-partition counters of the C++ side of each call, read by `npu_ep.ep._native.partition_stats()` so reports
-// can separate bridge cost (views, call, output copies) from the time the Python program runs.
+// can separate bridge cost (views, call, output copies) from the time the Python program runs. Written and read
+// with the GIL held only (ComputePartition counts before it releases the GIL).
 struct BridgeStats {
   std::atomic<uint64_t> calls{0};
   std::atomic<uint64_t> total_ns{0};    // whole Compute callback, incl. GIL wait
