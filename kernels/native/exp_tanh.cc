@@ -223,13 +223,8 @@ py::array ExpTanhPy(int op, const py::array& x, const py::object& out, int threa
   auto* dst = static_cast<char*>(y.mutable_data());
   const int64_t n = x.size(), size = x.itemsize();
   if (n == 0) return y;
-  // a multiple of the threads' count of even chunks (of 16 elements: whole vectors), so none waits on a last one
-  const int64_t team = std::max(1, threads);
-  const int64_t tasks = ((n + kTaskElems - 1) / kTaskElems + team - 1) / team * team;
-  const int64_t chunk = ((n + tasks - 1) / tasks + 15) / 16 * 16;
   RunMoving(static_cast<size_t>(n * size), [&] {
-    ParallelFor(static_cast<int>(team), (n + chunk - 1) / chunk, [&](int64_t t) {
-      const int64_t begin = t * chunk, end = std::min(n, begin + chunk);
+    ForEvenChunks(threads, n, kTaskElems, [&](int64_t begin, int64_t end) {
       if (!half) {
         row(reinterpret_cast<const float*>(src) + begin, reinterpret_cast<float*>(dst) + begin, end - begin);
         return;

@@ -24,6 +24,21 @@ inline int ThreadsFor(int threads, int64_t work) { return work < kMinParallelWor
 // after one whose helpers did not get a core (a loaded host).
 void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn);
 
+// fn(begin, end) over [0, n) in even chunks of whole 16-element vectors, a multiple of `threads` of them with at most
+// about task_elems each, so no thread waits on a last short one (element-wise kernels, whose results do not depend
+// on the chunk an element lands in).
+template <typename F>
+void ForEvenChunks(int threads, int64_t n, int64_t task_elems, const F& fn) {
+  if (n <= 0) return;
+  const int64_t team = threads > 1 ? threads : 1;
+  const int64_t tasks = ((n + task_elems - 1) / task_elems + team - 1) / team * team;
+  const int64_t chunk = ((n + tasks - 1) / tasks + 15) / 16 * 16;
+  ParallelFor(static_cast<int>(team), (n + chunk - 1) / chunk, [&](int64_t t) {
+    const int64_t begin = t * chunk;
+    fn(begin, begin + chunk < n ? begin + chunk : n);
+  });
+}
+
 // A host's parallel loop (the EP passes ORT's intra-op pool): runs task(arg, i) for every i in [0, n) on its
 // threads and the caller's, or returns false having run none (then our own helpers run them). The kernels know
 // only this signature, not the host's API.

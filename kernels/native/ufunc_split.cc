@@ -60,14 +60,9 @@ py::array UfuncSplitPy(const py::object& ufunc, const py::array& x, const py::ob
   auto* dst = static_cast<char*>(y.mutable_data());
   const int64_t n = x.size(), size = x.itemsize();
   if (n == 0) return y;
-  // a multiple of the threads' count of even chunks (of 16 elements: whole vectors), so none waits on a last one
-  const int64_t team = std::max(1, threads);
-  const int64_t tasks = ((n + kTaskElems - 1) / kTaskElems + team - 1) / team * team;
-  const int64_t chunk = ((n + tasks - 1) / tasks + 15) / 16 * 16;
   const npy_intp steps[2] = {4, 4};
   RunMoving(static_cast<size_t>(n * size), [&] {
-    ParallelFor(static_cast<int>(team), (n + chunk - 1) / chunk, [&](int64_t t) {
-      const int64_t begin = t * chunk, end = std::min(n, begin + chunk);
+    ForEvenChunks(threads, n, kTaskElems, [&](int64_t begin, int64_t end) {
       if (!half) {
         char* args[2] = {const_cast<char*>(src) + begin * 4, dst + begin * 4};
         const npy_intp dim = static_cast<npy_intp>(end - begin);
