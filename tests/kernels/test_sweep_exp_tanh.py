@@ -198,3 +198,40 @@ def test_float16_exp_binds_it_at_every_size(threads):
         got, _, calls = native_vs_reference("Exp", [("x", x, False)], threads=threads)
         assert "exp_tanh" in calls and "ufunc_split" not in calls, f"float16 {shape}: {calls}"
         assert_f16_within_one_ulp(x, np.asarray(got[0]), f"float16 {shape} threads={threads}")
+
+
+@pytest.mark.parametrize("op,dtype", [("Exp", np.float32), ("Tanh", np.float32), ("Exp", np.float16)])
+def test_session_runs_it_on_npu_ep_and_matches_the_cpu_ep(op, dtype):
+    """A whole session at a size past the threshold: NpuEP ran the node (ORT's assignment), its bound step (no Python
+    kernel), and the result is the CPU EP's within a few ulp (ORT's MLAS exp/tanh is a polynomial of its own too, so
+    neither side is exact: 8 float32 ulp relative, 2 float16 ulp; NaN and inf in the same places; below the smallest
+    normal float an absolute tiny: ORT's tanh gives 0 for denormal x, numpy, the reference, gives x)."""
+    from onnx import TensorProto, helper
+
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
+    n = 3 * TASK + 5
+    model = make_model([helper.make_node(op, ["x"], ["y"], name="the_op")],
+                       [helper.make_tensor_value_info("x", elem, [1, n])],
+                       [helper.make_tensor_value_info("y", elem, [1, n])])
+    scale = 40 if dtype == np.float32 else 6
+    x = with_specials((RNG.standard_normal((1, n)) * scale).astype(dtype), RNG,
+                      values=SPECIALS if dtype == np.float32 else F16_SPECIALS)
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    for _ in range(2):  # the first call observes and binds, the second runs the bound step
+        got = sess.run(None, {"x": x})[0]
+    want = cpu_run(model, {"x": x})[0]
+    assert python_steps(sess) == [], "the node ran its Python kernel instead of the bound native step"
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    inf = ~nan & np.isinf(want)
+    assert np.array_equal(got[inf], want[inf])
+    ulp = np.finfo(dtype).eps
+    np.testing.assert_allclose(got[~nan].astype(np.float64), want[~nan].astype(np.float64),
+                               rtol=(8 if dtype == np.float32 else 2) * ulp, atol=float(np.finfo(dtype).tiny))
