@@ -342,15 +342,15 @@ void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int3
 
 bool IsHalf(const py::array& a) { return a.dtype().kind() == 'f' && a.itemsize() == 2; }
 
-// A program array (codes, consts) borrowed when it already is a C-order array of T, as the engine's callers pass it;
-// else converted as an array_t argument would be (that conversion is a numpy call per call even for such an array).
+// An argument borrowed when it already is a C-order array of T, as the engine's callers pass it; else converted
+// as an array_t argument would be (that conversion is a numpy call per call even for such an array).
 template <typename T>
-py::array_t<T, py::array::c_style> ProgramArray(const py::object& a, const char* what) {
+py::array_t<T, py::array::c_style> Borrowed(const py::object& a, const char* fn, const char* what) {
   using A = py::array_t<T, py::array::c_style>;
   if (py::isinstance<A>(a)) return py::reinterpret_borrow<A>(a);
   A converted = A::ensure(a);
   if (!converted)
-    throw py::type_error(std::string("tail_of_f16: ") + what + " must be an array of " +
+    throw py::type_error(std::string(fn) + ": " + what + " must be an array of " +
                          py::str(py::dtype::of<T>()).cast<std::string>());
   return converted;
 }
@@ -359,8 +359,8 @@ py::array_t<T, py::array::c_style> ProgramArray(const py::object& a, const char*
 // (the reference model's widen / compute / store), into ``out`` (ORT's buffer, or x: in place) or a new array.
 py::array TailOfF16Py(const py::array& x, const py::object& codes_in, const py::object& consts_in, int threads,
                       const py::object& out) {
-  const auto codes = ProgramArray<int32_t>(codes_in, "codes");
-  const auto consts = ProgramArray<float>(consts_in, "consts");
+  const auto codes = Borrowed<int32_t>(codes_in, "tail_of_f16", "codes");
+  const auto consts = Borrowed<float>(consts_in, "tail_of_f16", "consts");
   CheckTail("tail_of_f16", codes, consts);
   if (!IsHalf(x) || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("tail_of_f16: x must be a C-order float16 array");
@@ -409,9 +409,11 @@ py::array_t<float> OutputFor(const char* fn, const py::array& x, const py::objec
 
 // A standalone element-wise op of float32 x as tail instructions, into ``out`` (ORT's output buffer: float32, C
 // order, x's size; x itself: in place) or a new array of x's shape.
-py::array_t<float> TailOfPy(const py::array_t<float, py::array::c_style>& x,
-                            const py::array_t<int32_t, py::array::c_style>& codes,
-                            const py::array_t<float, py::array::c_style>& consts, int threads, const py::object& out) {
+py::array_t<float> TailOfPy(const py::object& x_in, const py::object& codes_in, const py::object& consts_in,
+                            int threads, const py::object& out) {
+  const auto x = Borrowed<float>(x_in, "tail_of", "x");
+  const auto codes = Borrowed<int32_t>(codes_in, "tail_of", "codes");
+  const auto consts = Borrowed<float>(consts_in, "tail_of", "consts");
   CheckTail("tail_of", codes, consts);
   py::array_t<float> y = OutputFor("tail_of", x, out);
   const float* in = x.data();
@@ -500,9 +502,10 @@ void ApplyTail(const ConvTail& tail, float* v, int64_t n) {
 
 // PRelu of float32 x viewed as [rows, inner] with one slope per row (slope[row % C]: a per-channel slope), as the
 // leaky_relu instruction computes it per row (x >= 0 ? x : x * slope), into ``out`` (ORT's buffer) or a new array.
-py::array_t<float> PreluRowsPy(const py::array_t<float, py::array::c_style>& x,
-                               const py::array_t<float, py::array::c_style>& slope, int64_t inner, int threads,
+py::array_t<float> PreluRowsPy(const py::object& x_in, const py::object& slope_in, int64_t inner, int threads,
                                const py::object& out) {
+  const auto x = Borrowed<float>(x_in, "prelu_rows", "x");
+  const auto slope = Borrowed<float>(slope_in, "prelu_rows", "slope");
   const int64_t n = x.size(), c = slope.size();
   if (inner <= 0 || c <= 0 || n % inner != 0 || (n / inner) % c != 0)
     throw std::invalid_argument("prelu_rows: x of " + std::to_string(n) + " elements is not rows of " +
@@ -537,7 +540,8 @@ py::array_t<float> PreluRowsPy(const py::array_t<float, py::array::c_style>& x,
 
 // ONNX Sigmoid of float32 x as the tail's sigmoid instruction computes it, into ``out`` (ORT's buffer) or a new
 // array of x's shape.
-py::array_t<float> SigmoidPy(const py::array_t<float, py::array::c_style>& x, int threads, const py::object& out_) {
+py::array_t<float> SigmoidPy(const py::object& x_in, int threads, const py::object& out_) {
+  const auto x = Borrowed<float>(x_in, "sigmoid", "x");
   py::array_t<float> y = OutputFor("sigmoid", x, out_);
   const float* in = x.data();
   float* out = y.mutable_data();

@@ -165,6 +165,31 @@ def test_tail_of_writes_into_a_given_buffer_and_rejects_a_wrong_one():
             kernels.tail_of(x, codes, consts, 1, bad)
 
 
+def test_float32_entries_borrow_c_order_float32_and_convert_the_rest_as_before():
+    """tail_of, sigmoid and prelu_rows borrow a C-order float32 x (and int32 codes, float32 consts, slope) as the
+    bound steps pass them, and convert anything else as an array_t argument did: a strided or list x gives the result
+    of its C-order float32 copy; what does not convert (float64: no silent narrowing) is a TypeError naming it."""
+    kernels = runtime.native_module()
+    codes, consts = np.array([11], np.int32), np.zeros((1, 2), np.float32)  # erf
+    x = (RNG.standard_normal((6, 40)) * 2).astype(np.float32)
+    for other in (x[:, ::2], x[:, ::2].tolist()):
+        want = erf_f32(np.ascontiguousarray(x[:, ::2]))
+        assert kernels.tail_of(other, codes, consts, 1).tobytes() == want.tobytes()
+        assert kernels.tail_of(other, [11], [[0.0, 0.0]], 1).tobytes() == want.tobytes()
+        assert kernels.sigmoid(other, 1).tobytes() == kernels.sigmoid(np.ascontiguousarray(x[:, ::2]), 1).tobytes()
+        slope = np.array([0.5, 0.25, 2.0], np.float32)
+        want = kernels.prelu_rows(np.ascontiguousarray(x[:, ::2]), slope, 20, 1)
+        assert kernels.prelu_rows(other, slope.tolist(), 20, 1).tobytes() == want.tobytes()
+    with pytest.raises(TypeError, match="tail_of: x must be"):
+        kernels.tail_of(x.astype(np.float64), codes, consts, 1)
+    with pytest.raises(TypeError, match="prelu_rows: slope must be"):
+        kernels.prelu_rows(x, np.ones(3), 40, 1)
+    with pytest.raises(TypeError, match="tail_of: codes must be"):
+        kernels.tail_of(x, object(), consts, 1)
+    with pytest.raises(TypeError, match="sigmoid: x must be"):
+        kernels.sigmoid(x.astype(np.float64), 1)
+
+
 # PRelu with a slope along one run of x's axes (per channel): the native per-row PRelu (prelu_rows)
 PRELU_ROWS = [((1, 64, 7, 7), (64, 1, 1)), ((2, 3, 5), (5,)), ((2, 3, 4, 5), (3, 4, 1)), ((4, 17), (17,)),
               ((2, 3, 40000), (3, 1)), ((1, 5, 2049), (1, 5, 1)), ((3, 1, 16), (1, 1, 16))]
