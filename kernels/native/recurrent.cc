@@ -259,6 +259,43 @@ void QuantProduct(const float* a, int64_t m, const QuantWeights& w, int64_t n, f
 template <typename T>
 using Arr = py::array_t<T, py::array::c_style>;
 
+// o as a C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call,
+// ~0.1 us each), else numpy's conversion as pybind11's array_t caster makes it.
+template <typename T>
+Arr<T> AsArr(py::handle o, const char* op, const char* what) {
+  if (Arr<T>::check_(o)) return py::reinterpret_borrow<Arr<T>>(o);
+  Arr<T> a = Arr<T>::ensure(o);
+  if (!a) {
+    PyErr_Clear();
+    throw py::type_error(std::string(op) + ": " + what + " must be an array of " +
+                         std::string(py::str(py::dtype::of<T>())));
+  }
+  return a;
+}
+
+template <typename T>
+std::optional<Arr<T>> AsOptArr(const py::object& o, const char* op, const char* what) {
+  if (o.is_none()) return std::nullopt;
+  return AsArr<T>(o, op, what);
+}
+
+// A list or tuple of per-direction arrays, each as AsArr takes it.
+template <typename T>
+std::vector<T> AsList(const py::object& o, const char* op, const char* what,
+                      T (*one)(py::handle, const char*, const char*)) {
+  if (!py::isinstance<py::list>(o) && !py::isinstance<py::tuple>(o))
+    throw py::type_error(std::string(op) + ": " + what + " must be a list of its directions");
+  const auto seq = py::reinterpret_borrow<py::sequence>(o);
+  std::vector<T> out;
+  out.reserve(seq.size());
+  for (const auto item : seq) out.push_back(one(item, op, what));
+  return out;
+}
+
+std::vector<Arr<float>> AsArrays(const py::object& o, const char* op, const char* what) {
+  return AsList<Arr<float>>(o, op, what, &AsArr<float>);
+}
+
 const float* Checked(const char* op, const Arr<float>& a, int64_t n, const char* what) {
   if (a.size() != n)
     throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(a.size()) +
@@ -304,18 +341,39 @@ RecurrentShape CheckedLstmShape(const char* op, const Arr<float>& x, int64_t dir
   return s;
 }
 
+// Where the results go: ORT's buffers (a bound step's partition outputs, layout 0) or None.
+struct OutBuffers {
+  py::object y = py::none(), h = py::none(), c = py::none();
+};
+
+// `into` when it is a writeable C-order float32 array of dims' size (ORT's buffer), else a new [dims] array.
+py::array Result(const py::object& into, std::vector<py::ssize_t> dims) {
+  py::ssize_t n = 1;
+  for (const py::ssize_t d : dims) n *= d;
+  if (Arr<float>::check_(into)) {
+    const auto a = py::reinterpret_borrow<py::array>(into);
+    if (a.writeable() && a.size() == n) return a;
+  }
+  return Arr<float>(std::move(dims));
+}
+
 // Y [seq, dirs, batch, H], Y_h and (c0 given: LSTM) Y_c: the states start at h0, c0 and direction(d, threads, h, c,
 // y) runs direction d (c null without c0; two directions: one per thread, each on its own products; one: the
 // products on every thread); ORT zeroes the final states of an empty sequence.
 template <typename DirectionFn>
 py::tuple RunDirections(const RecurrentShape& s, const Arr<float>& h0, const Arr<float>* c0, const Arr<int64_t>& lens,
-                        int threads, DirectionFn&& direction) {
+                        int threads, const OutBuffers& outs, DirectionFn&& direction) {
   const int64_t H = s.hidden, B = s.batch, D = s.dirs;
-  py::array_t<float> y({s.seq, D, B, H}), yh({D, B, H}), yc;
-  if (c0) yc = py::array_t<float>({D, B, H});
-  float* yp = y.mutable_data();
-  float* hp = yh.mutable_data();
-  float* cp = c0 ? yc.mutable_data() : nullptr;
+  py::array y = Result(outs.y, {s.seq, D, B, H}), yh = Result(outs.h, {D, B, H});
+  py::object yc = py::none();  // a default py::array would be a new empty array per call
+  float* cp = nullptr;
+  if (c0) {
+    py::array c = Result(outs.c, {D, B, H});
+    cp = static_cast<float*>(c.mutable_data());
+    yc = std::move(c);
+  }
+  float* yp = static_cast<float*>(y.mutable_data());
+  float* hp = static_cast<float*>(yh.mutable_data());
   {
     // a small op (a decoder step's cell) keeps the GIL: handing it over costs more than the op's few microseconds
     std::optional<py::gil_scoped_release> release;
@@ -389,11 +447,11 @@ std::vector<float> InputProduct(const RecurrentShape& s, const Arr<float>& x, co
 py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rt,
                  const Arr<float>& bias, const std::optional<Arr<float>>& peep, const Arr<float>& h0,
                  const Arr<float>& c0, const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip,
-                 int threads, int layout) {
+                 int threads, int layout, const OutBuffers& outs) {
   CheckLayout("lstm", layout);
   if (layout == 1)
     return BatchFirst(LstmPy(SwapLeading(x), wt, rt, bias, peep, SwapLeading(h0), SwapLeading(c0), lens, reverse_first,
-                             clip, threads, 0));
+                             clip, threads, 0, OutBuffers{}));
   if (rt.size() != wt.size()) throw std::invalid_argument("lstm: as many packed W^T as R^T");
   const RecurrentShape s = CheckedLstmShape("lstm", x, static_cast<int64_t>(wt.size()), bias, peep, h0, c0, lens, clip);
   const int64_t H = s.hidden, G = 4 * H, B = s.batch;
@@ -402,7 +460,7 @@ py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const s
     wp[d] = CheckedPanels("lstm", wt[d], s.input, G, "W^T");
     rp[d] = CheckedPanels("lstm", rt[d], H, G, "R^T");
   }
-  return RunDirections(s, h0, &c0, lens, threads, [&](int64_t d, int inner, float* h, float* c, float* y) {
+  return RunDirections(s, h0, &c0, lens, threads, outs, [&](int64_t d, int inner, float* h, float* c, float* y) {
     const std::vector<float> xw = InputProduct(s, x, wp[d], G, bias.data() + d * G, inner);
     const auto product = [&](const float* hv, float* g) { StepProduct(hv, B, H, rp[d], G, g, inner); };
     LstmCell cell(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, nullptr, clip, c);
@@ -416,11 +474,11 @@ py::tuple LstmPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const s
 py::tuple GruPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rzt,
                 const std::vector<Arr<float>>& rht, const Arr<float>& bias, const Arr<float>& rbh, const Arr<float>& h0,
                 const Arr<int64_t>& lens, bool reverse_first, std::optional<float> clip, bool linear_before_reset,
-                int threads, int layout) {
+                int threads, int layout, const OutBuffers& outs) {
   CheckLayout("gru", layout);
   if (layout == 1)
     return BatchFirst(GruPy(SwapLeading(x), wt, rzt, rht, bias, rbh, SwapLeading(h0), lens, reverse_first, clip,
-                            linear_before_reset, threads, 0));
+                            linear_before_reset, threads, 0, OutBuffers{}));
   if (rzt.size() != wt.size() || rht.size() != wt.size())
     throw std::invalid_argument("gru: as many packed W^T as R_zr^T and R_h^T");
   const RecurrentShape s = CheckedShape("gru", x, static_cast<int64_t>(wt.size()), 3, bias, h0, lens, clip);
@@ -432,7 +490,7 @@ py::tuple GruPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const st
     rzp[d] = CheckedPanels("gru", rzt[d], H, 2 * H, "R_zr^T");
     rhp[d] = CheckedPanels("gru", rht[d], H, H, "R_h^T");
   }
-  return RunDirections(s, h0, nullptr, lens, threads, [&](int64_t d, int inner, float* h, float*, float* y) {
+  return RunDirections(s, h0, nullptr, lens, threads, outs, [&](int64_t d, int inner, float* h, float*, float* y) {
     const std::vector<float> xw = InputProduct(s, x, wp[d], G, bias.data() + d * G, inner);
     GruCell cell(s, xw.data(), rzp[d], rhp[d], rbh.data() + d * H, linear_before_reset, clip, inner);
     RunDirection(s, cell, lens.data(), reverse_first || d == 1, false, h, y);
@@ -443,10 +501,11 @@ py::tuple GruPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const st
 // Wb + Rb; the rest as CheckedShape. Returns (y [seq, dirs, batch, H], y_h).
 py::tuple RnnPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const std::vector<Arr<float>>& rt,
                 const Arr<float>& bias, const Arr<float>& h0, const Arr<int64_t>& lens, bool reverse_first,
-                std::optional<float> clip, int threads, int layout) {
+                std::optional<float> clip, int threads, int layout, const OutBuffers& outs) {
   CheckLayout("rnn", layout);
   if (layout == 1)
-    return BatchFirst(RnnPy(SwapLeading(x), wt, rt, bias, SwapLeading(h0), lens, reverse_first, clip, threads, 0));
+    return BatchFirst(
+        RnnPy(SwapLeading(x), wt, rt, bias, SwapLeading(h0), lens, reverse_first, clip, threads, 0, OutBuffers{}));
   if (rt.size() != wt.size()) throw std::invalid_argument("rnn: as many packed W^T as R^T");
   const RecurrentShape s = CheckedShape("rnn", x, static_cast<int64_t>(wt.size()), 1, bias, h0, lens, clip);
   const int64_t H = s.hidden;
@@ -455,7 +514,7 @@ py::tuple RnnPy(const Arr<float>& x, const std::vector<Arr<float>>& wt, const st
     wp[d] = CheckedPanels("rnn", wt[d], s.input, H, "W^T");
     rp[d] = CheckedPanels("rnn", rt[d], H, H, "R^T");
   }
-  return RunDirections(s, h0, nullptr, lens, threads, [&](int64_t d, int inner, float* h, float*, float* y) {
+  return RunDirections(s, h0, nullptr, lens, threads, outs, [&](int64_t d, int inner, float* h, float*, float* y) {
     const std::vector<float> xw = InputProduct(s, x, wp[d], H, bias.data() + d * H, inner);
     RnnCell cell(s, xw.data(), rp[d], clip, inner);
     RunDirection(s, cell, lens.data(), reverse_first || d == 1, false, h, y);
@@ -497,39 +556,95 @@ py::tuple QLstmPy(const Arr<float>& x, const std::vector<py::tuple>& w, const st
     rq.push_back(CheckedQuant(r[d], H, G, "R", keep));
   }
   const int64_t steps = B ? *std::max_element(lens.data(), lens.data() + B) : 0;
-  return RunDirections(s, h0, &c0, lens, threads, [&](int64_t d, int inner, float* h, float* c, float* y) {
-    std::vector<uint8_t> aq;
-    std::vector<int32_t> acc;
-    std::vector<float> xw(s.seq * B * G, 0.0f);
-    QuantProduct(x.data(), steps * B, wq[d], G, xw.data(), aq, acc, inner);
-    const auto product = [&](const float* hv, float* g) { QuantProduct(hv, B, rq[d], G, g, aq, acc, inner); };
-    LstmCell cell(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, bias.data() + d * G, clip, c);
-    RunDirection(s, cell, lens.data(), reverse_first || d == 1, zero_finished, h, y);
-  });
+  return RunDirections(
+      s, h0, &c0, lens, threads, OutBuffers{}, [&](int64_t d, int inner, float* h, float* c, float* y) {
+        std::vector<uint8_t> aq;
+        std::vector<int32_t> acc;
+        std::vector<float> xw(s.seq * B * G, 0.0f);
+        QuantProduct(x.data(), steps * B, wq[d], G, xw.data(), aq, acc, inner);
+        const auto product = [&](const float* hv, float* g) { QuantProduct(hv, B, rq[d], G, g, aq, acc, inner); };
+        LstmCell cell(s, xw.data(), product, peep ? peep->data() + d * 3 * H : nullptr, bias.data() + d * G, clip, c);
+        RunDirection(s, cell, lens.data(), reverse_first || d == 1, zero_finished, h, y);
+      });
+}
+
+py::tuple AsTuple(py::handle o, const char* op, const char* what) {
+  if (!py::isinstance<py::tuple>(o))
+    throw py::type_error(std::string(op) + ": each of " + what + " must be a (bp, bsum, bzp, scale) tuple");
+  return py::reinterpret_borrow<py::tuple>(o);
+}
+
+// The bindings take their arrays as objects and borrow them (AsArr): no numpy conversion call per array and call.
+py::tuple LstmEntry(const py::object& x, const py::object& wt, const py::object& rt, const py::object& bias,
+                    const py::object& peep, const py::object& h0, const py::object& c0, const py::object& lens,
+                    bool reverse_first, std::optional<float> clip, int threads, int layout, const py::object& out_y,
+                    const py::object& out_h, const py::object& out_c) {
+  const char* op = "lstm";
+  return LstmPy(AsArr<float>(x, op, "x"), AsArrays(wt, op, "wt"), AsArrays(rt, op, "rt"),
+                AsArr<float>(bias, op, "bias"), AsOptArr<float>(peep, op, "peep"), AsArr<float>(h0, op, "h0"),
+                AsArr<float>(c0, op, "c0"), AsArr<int64_t>(lens, op, "lens"), reverse_first, clip, threads, layout,
+                OutBuffers{out_y, out_h, out_c});
+}
+
+py::tuple GruEntry(const py::object& x, const py::object& wt, const py::object& rzt, const py::object& rht,
+                   const py::object& bias, const py::object& rbh, const py::object& h0, const py::object& lens,
+                   bool reverse_first, std::optional<float> clip, bool linear_before_reset, int threads, int layout,
+                   const py::object& out_y, const py::object& out_h) {
+  const char* op = "gru";
+  return GruPy(AsArr<float>(x, op, "x"), AsArrays(wt, op, "wt"), AsArrays(rzt, op, "rzt"), AsArrays(rht, op, "rht"),
+               AsArr<float>(bias, op, "bias"), AsArr<float>(rbh, op, "rbh"), AsArr<float>(h0, op, "h0"),
+               AsArr<int64_t>(lens, op, "lens"), reverse_first, clip, linear_before_reset, threads, layout,
+               OutBuffers{out_y, out_h});
+}
+
+py::tuple RnnEntry(const py::object& x, const py::object& wt, const py::object& rt, const py::object& bias,
+                   const py::object& h0, const py::object& lens, bool reverse_first, std::optional<float> clip,
+                   int threads, int layout, const py::object& out_y, const py::object& out_h) {
+  const char* op = "rnn";
+  return RnnPy(AsArr<float>(x, op, "x"), AsArrays(wt, op, "wt"), AsArrays(rt, op, "rt"), AsArr<float>(bias, op, "bias"),
+               AsArr<float>(h0, op, "h0"), AsArr<int64_t>(lens, op, "lens"), reverse_first, clip, threads, layout,
+               OutBuffers{out_y, out_h});
+}
+
+py::tuple QLstmEntry(const py::object& x, const py::object& w, const py::object& r, const py::object& bias,
+                     const py::object& peep, const py::object& h0, const py::object& c0, const py::object& lens,
+                     bool reverse_first, std::optional<float> clip, bool zero_finished, int threads) {
+  const char* op = "qlstm";
+  return QLstmPy(AsArr<float>(x, op, "x"), AsList<py::tuple>(w, op, "w", &AsTuple),
+                 AsList<py::tuple>(r, op, "r", &AsTuple), AsArr<float>(bias, op, "bias"),
+                 AsOptArr<float>(peep, op, "peep"), AsArr<float>(h0, op, "h0"), AsArr<float>(c0, op, "c0"),
+                 AsArr<int64_t>(lens, op, "lens"), reverse_first, clip, zero_finished, threads);
 }
 
 }  // namespace
 
 void BindRecurrent(py::module_& m) {
-  m.def("lstm", &LstmPy, py::arg("x"), py::arg("wt"), py::arg("rt"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
+  m.def("lstm", &LstmEntry, py::arg("x"), py::arg("wt"), py::arg("rt"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
         py::arg("c0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(), py::arg("threads") = 1,
-        py::arg("layout") = 0,
+        py::arg("layout") = 0, py::arg("out_y") = py::none(), py::arg("out_h") = py::none(),
+        py::arg("out_c") = py::none(),
         "ONNX LSTM, default activations, every direction: x [seq, batch, I], wt/rt: per direction W^T "
         "[I, 4H] and R^T [H, 4H] as pack_sgemm_b packs them, bias [dirs, 4H] = Wb + Rb, peep [dirs, 3H] or None, "
         "h0/c0 [dirs, batch, H], lens [batch] int64; reverse: the first direction runs backwards. "
-        "Returns (Y [seq, dirs, batch, H], Y_h, Y_c); layout 1: x, h0, c0 and the results batch first, as ONNX's");
-  m.def("gru", &GruPy, py::arg("x"), py::arg("wt"), py::arg("rzt"), py::arg("rht"), py::arg("bias"), py::arg("rbh"),
-        py::arg("h0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(),
-        py::arg("linear_before_reset") = false, py::arg("threads") = 1, py::arg("layout") = 0,
-        "ONNX GRU, default activations, every direction: x [seq, batch, I]; wt, rzt, rht: per direction "
-        "W^T [I, 3H], R_zr^T [H, 2H] and R_h^T [H, H] as pack_sgemm_b packs them; bias [dirs, 3H] = (Wb + Rb for z "
-        "and r, Wb for h); rbh [dirs, H] = Rb for h; h0, lens, reverse, clip, layout as lstm's. Returns (Y, Y_h)");
-  m.def("rnn", &RnnPy, py::arg("x"), py::arg("wt"), py::arg("rt"), py::arg("bias"), py::arg("h0"), py::arg("lens"),
-        py::arg("reverse"), py::arg("clip") = py::none(), py::arg("threads") = 1, py::arg("layout") = 0,
-        "ONNX RNN, Tanh, every direction: x [seq, batch, I]; wt, rt: per direction W^T [I, H] and R^T "
-        "[H, H] as pack_sgemm_b packs them; bias [dirs, H] = Wb + Rb; h0, lens, reverse, clip, layout as lstm's. "
-        "Returns (Y, Y_h)");
-  m.def("qlstm", &QLstmPy, py::arg("x"), py::arg("w"), py::arg("r"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
+        "Returns (Y [seq, dirs, batch, H], Y_h, Y_c); layout 1: x, h0, c0 and the results batch first, as ONNX's. "
+        "out_y/out_h/out_c (layout 0): a writeable C-order float32 array of the result's size to write and return "
+        "(ORT's buffer), else a new array");
+  m.def(
+      "gru", &GruEntry, py::arg("x"), py::arg("wt"), py::arg("rzt"), py::arg("rht"), py::arg("bias"), py::arg("rbh"),
+      py::arg("h0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(),
+      py::arg("linear_before_reset") = false, py::arg("threads") = 1, py::arg("layout") = 0,
+      py::arg("out_y") = py::none(), py::arg("out_h") = py::none(),
+      "ONNX GRU, default activations, every direction: x [seq, batch, I]; wt, rzt, rht: per direction "
+      "W^T [I, 3H], R_zr^T [H, 2H] and R_h^T [H, H] as pack_sgemm_b packs them; bias [dirs, 3H] = (Wb + Rb for z "
+      "and r, Wb for h); rbh [dirs, H] = Rb for h; h0, lens, reverse, clip, layout, out_* as lstm's. Returns (Y, Y_h)");
+  m.def(
+      "rnn", &RnnEntry, py::arg("x"), py::arg("wt"), py::arg("rt"), py::arg("bias"), py::arg("h0"), py::arg("lens"),
+      py::arg("reverse"), py::arg("clip") = py::none(), py::arg("threads") = 1, py::arg("layout") = 0,
+      py::arg("out_y") = py::none(), py::arg("out_h") = py::none(),
+      "ONNX RNN, Tanh, every direction: x [seq, batch, I]; wt, rt: per direction W^T [I, H] and R^T "
+      "[H, H] as pack_sgemm_b packs them; bias [dirs, H] = Wb + Rb; h0, lens, reverse, clip, layout, out_* as lstm's. "
+      "Returns (Y, Y_h)");
+  m.def("qlstm", &QLstmEntry, py::arg("x"), py::arg("w"), py::arg("r"), py::arg("bias"), py::arg("peep"), py::arg("h0"),
         py::arg("c0"), py::arg("lens"), py::arg("reverse"), py::arg("clip") = py::none(),
         py::arg("zero_finished") = true, py::arg("threads") = 1,
         "com.microsoft DynamicQuantizeLSTM, every direction: x [seq, batch, I]; w, r: per direction (bp, bsum, bzp, "

@@ -310,7 +310,12 @@ def _bind(p: Prepared, inputs, outs):
     for at, *_ in live:
         args[at] = None  # put in per call
     fn = getattr(mod, op.lower())
-    return call_step(p, fn, tuple(args), live, [(i, list(o.shape)) for i, o in enumerate(outs)])
+    # layout 0 writes the partition's results into ORT's buffers (the out_* arguments after layout)
+    where = p.runtime.partition_outputs or {}
+    into = [] if p.attrs["layout"] else [(len(args) + k, where[k], list(o.shape))
+                                          for k, o in enumerate(outs) if k in where]
+    args += [None] * len(outs)
+    return call_step(p, fn, tuple(args), live, [(i, list(o.shape)) for i, o in enumerate(outs)], None, into)
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:

@@ -391,3 +391,44 @@ def test_session_runs_the_whole_op_as_one_bound_native_step(op, case):
     for _ in range(3):
         _compare(sess.run(None, feeds), want, f"{op} session {case}")
     assert python_steps(sess) == [], f"{op} ran its Python kernel instead of the bound native step"
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_session_results_follow_new_inputs_in_ort_buffers(op):
+    """Layout 0 writes Y, Y_h (and Y_c) into ORT's output buffers: each call's values are that call's (a buffer ORT
+    reuses never shows an earlier call's results), as the CPU EP's."""
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_testing import session_options
+    model, feeds, _ = _session_case(op, dict(direction="bidirectional", lens=[4, 1, 3], initial=True))
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so, cpu=False)
+    rng = np.random.default_rng(3)
+    for i in range(4):
+        feeds = dict(feeds, X=rng.standard_normal(feeds["X"].shape).astype(np.float32) * (i + 1))
+        _compare(sess.run(None, feeds), cpu_run(model, feeds), f"{op} call {i}")
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_out_buffers_are_written_and_returned(op):
+    """The kernels' out_y/out_h/out_c: a writeable C-order float32 array of the result's size is written and returned
+    as it is (ORT's buffer), with the bits of a new array's; any other (read-only, float64, another size) is left
+    alone and a new array returned."""
+    from npu_ep.kernels.ops import recurrent
+    model, feeds, _ = _session_case(op, dict(direction="bidirectional", lens=[4, 0, 2], initial=True))
+    (node,) = nodes_from_model(model)
+    k = kernel_for(node.domain, node.op_type)
+    p = k.prepare(node, REF)
+    runtime.configure([p], "native", 1)
+    inputs = [None if v.missing or v.is_constant else feeds[v.name] for v in node.inputs]
+    fn, args = recurrent._native_args(runtime.native_module(), p, inputs)
+    want = fn(*args)
+    outs = [np.full(w.shape, np.nan, np.float32) for w in want]
+    got = fn(*args, *outs)
+    for g, o, w in zip(got, outs, want, strict=True):
+        assert g is o and g.tobytes() == w.tobytes()
+    readonly = np.zeros(want[0].shape, np.float32)
+    readonly.flags.writeable = False
+    for bad in (readonly, np.zeros(want[0].shape, np.float64), np.zeros(want[0].size + 1, np.float32)):
+        got = fn(*args, bad)
+        assert got[0] is not bad and got[0].tobytes() == want[0].tobytes()
