@@ -428,8 +428,10 @@ py::array_t<float> TailOfPy(const py::object& x_in, const py::object& codes_in, 
 // x + bias (bias along x's last axis, D = bias.size elements, x.size a multiple of D) then the instructions, in
 // float32 (float16 x and bias widened per chunk, rounded once on store), into ``out`` or a new array: BiasGelu,
 // and a chain whose first link adds a per-channel constant. The sum is the reference's float32 add.
-py::array TailOfBiasPy(const py::array& x, const py::array& bias, const py::array_t<int32_t, py::array::c_style>& codes,
-                       const py::array_t<float, py::array::c_style>& consts, int threads, const py::object& out) {
+py::array TailOfBiasPy(const py::array& x, const py::array& bias, const py::object& codes_in,
+                       const py::object& consts_in, int threads, const py::object& out) {
+  const auto codes = Borrowed<int32_t>(codes_in, "tail_of_bias", "codes");
+  const auto consts = Borrowed<float>(consts_in, "tail_of_bias", "consts");
   CheckTail("tail_of_bias", codes, consts);
   const bool half = IsHalf(x);
   const bool f32 = x.dtype().is(py::dtype::of<float>());
