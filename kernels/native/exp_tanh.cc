@@ -1,5 +1,5 @@
-// Float32 Exp and Tanh (and float16 Exp: widened, this exp, rounded once to float16) on contiguous chunks over the
-// threads (`kernels.exp_tanh`), into ORT's buffer. numpy's float32 loop is the reference; these are polynomials of
+// Float32 Exp and Tanh (and float16 Exp and Tanh: widened, this exp or tanh, rounded once to float16) on contiguous
+// chunks over the threads (`kernels.exp_tanh`), into ORT's buffer. numpy's float32 loop is the reference; these are polynomials of
 // their own, the same operations in every path (AVX-512, AVX2 + FMA, scalar std::fma: the same bits on every host,
 // every thread count and every chunk; a vector tail is a masked load of the same math):
 //   exp(x): x clamped to [-104, 89], n = rint(x / ln 2), r = x - n ln 2 (ln 2 in two parts, two fma), exp(r) a
@@ -140,6 +140,25 @@ __attribute__((target("avx512f"))) void RowAvx512(const float* x, float* y, int6
   }
 }
 
+// float16 in and out, widened and rounded (to nearest even, as FloatToHalfRow's F16C) in registers: the same bits
+// as the blocked widen / row / round, without the float32 buffer's store and reload
+template <int Op>
+__attribute__((target("avx512f"))) void HalfRowAvx512(const uint16_t* x, uint16_t* y, int64_t n) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtps_ph(Op == kExp ? Exp16(v) : Tanh16(v), kRound));
+  }
+  if (i < n) {
+    alignas(32) uint16_t in[16] = {}, out[16];
+    std::memcpy(in, x + i, static_cast<size_t>(n - i) * 2);
+    const __m512 v = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(in)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtps_ph(Op == kExp ? Exp16(v) : Tanh16(v), kRound));
+    std::memcpy(y + i, out, static_cast<size_t>(n - i) * 2);
+  }
+}
+
 // 2^n for integral float n in [-252, 254] as two factors' product (scalef's one rounding, without AVX-512)
 __attribute__((target("avx2,fma"))) inline __m256 Scale8(__m256 p, __m256 n) {
   const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
@@ -196,9 +215,27 @@ __attribute__((target("avx2,fma"))) void RowAvx2(const float* x, float* y, int64
     std::memcpy(y + i, out, static_cast<size_t>(n - i) * 4);
   }
 }
+
+template <int Op>
+__attribute__((target("avx2,fma,f16c"))) void HalfRowAvx2(const uint16_t* x, uint16_t* y, int64_t n) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(Op == kExp ? Exp8(v) : Tanh8(v), kRound));
+  }
+  if (i < n) {
+    alignas(16) uint16_t in[8] = {}, out[8];
+    std::memcpy(in, x + i, static_cast<size_t>(n - i) * 2);
+    const __m256 v = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(in)));
+    _mm_store_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(Op == kExp ? Exp8(v) : Tanh8(v), kRound));
+    std::memcpy(y + i, out, static_cast<size_t>(n - i) * 2);
+  }
+}
 #endif
 
 using Row = void (*)(const float*, float*, int64_t);
+using HalfRow = void (*)(const uint16_t*, uint16_t*, int64_t);
 
 template <int Op>
 Row RowFor() {
@@ -210,13 +247,25 @@ Row RowFor() {
   return &RowScalar<Op>;
 }
 
+// The fused float16 row where the host converts in registers, else null (the blocked widen / row / round)
+template <int Op>
+HalfRow HalfRowFor() {
+#if NPU_EP_X86
+  const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx512) return &HalfRowAvx512<Op>;
+  if (isa >= Isa::kAvx2 && HasF16c()) return &HalfRowAvx2<Op>;
+#endif
+  return nullptr;
+}
+
 py::array ExpTanhPy(int op, const py::array& x, const py::object& out, int threads) {
   if (op != kExp && op != kTanh) throw std::invalid_argument("exp_tanh: op must be 0 (Exp) or 1 (Tanh)");
   const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
-  if (!((half && op == kExp) || x.dtype().equal(py::dtype::of<float>())) || !(x.flags() & py::array::c_style))
-    throw std::invalid_argument("exp_tanh: x must be a C-order float32 array (float16 for Exp), got " +
+  if (!(half || x.dtype().equal(py::dtype::of<float>())) || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument("exp_tanh: x must be a C-order float32 or float16 array, got " +
                                 std::string(py::str(x.dtype())));
   const Row row = op == kExp ? RowFor<kExp>() : RowFor<kTanh>();
+  const HalfRow half_row = op == kExp ? HalfRowFor<kExp>() : HalfRowFor<kTanh>();
   const std::vector<int64_t> dims(x.shape(), x.shape() + x.ndim());
   py::array y = MovementResult("exp_tanh", x.dtype(), dims, out);
   const auto* src = static_cast<const char*>(x.data());
@@ -227,6 +276,10 @@ py::array ExpTanhPy(int op, const py::array& x, const py::object& out, int threa
     ForEvenChunks(threads, n, kTaskElems, [&](int64_t begin, int64_t end) {
       if (!half) {
         row(reinterpret_cast<const float*>(src) + begin, reinterpret_cast<float*>(dst) + begin, end - begin);
+        return;
+      }
+      if (half_row != nullptr) {
+        half_row(reinterpret_cast<const uint16_t*>(src) + begin, reinterpret_cast<uint16_t*>(dst) + begin, end - begin);
         return;
       }
       float wide[kHalfBlock];
@@ -245,7 +298,7 @@ py::array ExpTanhPy(int op, const py::array& x, const py::object& out, int threa
 
 void BindExpTanh(py::module_& m) {
   m.def("exp_tanh", &ExpTanhPy, py::arg("op"), py::arg("x"), py::arg("out") = py::none(), py::arg("threads") = 1,
-        "float32 Exp (op 0) or Tanh (op 1), or float16 Exp widened and rounded once, on a C-order array in chunks "
+        "float32 Exp (op 0) or Tanh (op 1), float16 widened and rounded once, on a C-order array in chunks "
         "over the threads (a polynomial of its own: kernels/native/exp_tanh.cc states its bound against numpy), into "
         "out (ORT's buffer) or a new array of x's shape and dtype");
 }

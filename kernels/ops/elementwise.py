@@ -589,28 +589,32 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
     return np.asarray(y).astype(dt, copy=False)
 
 
-# Float32 elements from which Exp/Tanh/Sin/Cos run natively in chunks over the threads; below it the one ufunc call
-# costs less. Sin/Cos: numpy's own float32 loop (``ufunc_split``: numpy's bits). Float32 Log runs on the engine.
+# Float32 elements from which Sin/Cos run natively in chunks over the threads (``ufunc_split``: numpy's own float32
+# loop, numpy's bits); below it the one ufunc call costs less. Float32 Exp/Tanh run ``exp_tanh`` at every size (its
+# call costs less than the ufunc's, and each element a fifth of numpy's loop), over the threads from here too.
+# Float32 Log runs on the engine.
 SPLIT_MIN_ELEMS = 1 << 15
 _SPLIT_UFUNCS = {"Exp": np.exp, "Tanh": np.tanh, "Sin": np.sin, "Cos": np.cos}
 # Float16 ops run natively at any size (threaded from SPLIT_MIN_ELEMS), before the engine: each block widened, the
 # float32 op (Log: numpy's loop, ``ufunc_split``, so the reference itself: the engine's Cephes log is one float16 ulp
-# off it for one pattern; Exp: ``exp_tanh``), rounded once; the engine costs more per call and per element.
-_SPLIT_F16 = {"Exp": np.exp, "Log": np.log}
+# off it for one pattern; Exp, Tanh: ``exp_tanh``), rounded once; the engine costs more per call and per element.
+_SPLIT_F16 = {"Exp": np.exp, "Log": np.log, "Tanh": np.tanh}
 # Ops of the two dicts above on ``exp_tanh`` (kernels/native/exp_tanh.cc, by op code) instead of numpy's loop: a
 # range reduction and polynomial of its own (as ORT's MLAS computes them), the same bits on every ISA and thread count.
 # np.exp / np.tanh in float32 stay the specification, with this tolerance: over all 2^32 float32 patterns float32
 # Exp and Tanh within EXP_TANH_ULP ulp of numpy's (numpy's own exp is up to 2.4 ulp off the correctly rounded result,
 # this one 0.9; its tanh 1.4, this one 2.5), NaN, inf and 0 where numpy gives them, tanh(-0) = -0, and tanh +-1
-# from |x| = 8.49 (numpy's from 10); float16 Exp (widened, that exp, rounded once) within one float16 ulp of the
-# reference (measured: equal for every float16 pattern).
+# from |x| = 8.49 (numpy's from 10); float16 Exp and Tanh (widened, that exp or tanh, rounded once) within one
+# float16 ulp of the reference (measured over every float16 pattern: Exp equal, Tanh one off at +-1.691 only).
 _EXP_TANH = {"Exp": 0, "Tanh": 1}
 EXP_TANH_ULP = {"Exp": 3, "Tanh": 3}
 
 
-def _split_native(p: Prepared, x):
-    """The native module where ``ufunc_split`` / ``exp_tanh`` take x: a large C-order float32 array."""
-    if type(x) is not np.ndarray or x.dtype != _F32 or x.size < SPLIT_MIN_ELEMS or not x.flags.c_contiguous:
+def _split_native(p: Prepared, x, op: str = ""):
+    """The native module where ``ufunc_split`` / ``exp_tanh`` take x: a C-order float32 array of rank >= 1, large
+    (``SPLIT_MIN_ELEMS``) unless the op runs ``exp_tanh``."""
+    if (type(x) is not np.ndarray or x.dtype != _F32 or not x.flags.c_contiguous
+            or x.size < (1 if op in _EXP_TANH and x.ndim else SPLIT_MIN_ELEMS)):
         return None
     return runtime.native(p)
 
@@ -628,17 +632,17 @@ def _split_threads(p: Prepared, x: np.ndarray) -> int:
 
 
 def _split_binder(op: str, other: Callable | None) -> Callable:
-    """The ``bind`` of float32 Exp/Tanh/Sin/Cos on a large C-order array (float16 of ``_SPLIT_F16`` at any size):
-    one ``exp_tanh`` call (Exp, Tanh) or ``ufunc_split`` call of its ufunc for this input shape, into ORT's buffer
-    when the result is a partition output; ``other`` binds the rest."""
+    """The ``bind`` of float32 Exp/Tanh on a C-order array of rank >= 1, Sin/Cos on a large one (float16 of
+    ``_SPLIT_F16`` at any size): one ``exp_tanh`` call (Exp, Tanh) or ``ufunc_split`` call of its ufunc for this
+    input shape, into ORT's buffer when the result is a partition output; ``other`` binds the rest."""
     dtypes = (*((_F32,) if op in _SPLIT_UFUNCS else ()), *((_F16,) if op in _SPLIT_F16 else ()))
 
     def bind(p: Prepared, inputs, outs):
         x = inputs[0] if inputs else None
         nat = runtime.native(p)
         if (nat is None or type(x) is not np.ndarray or x.dtype not in dtypes or not x.flags.c_contiguous
-                or (x.dtype == _F32 and x.size < SPLIT_MIN_ELEMS) or outs[0].dtype != x.dtype
-                or outs[0].shape != x.shape):
+                or (x.dtype == _F32 and x.size < (1 if op in _EXP_TANH and x.ndim else SPLIT_MIN_ELEMS))
+                or outs[0].dtype != x.dtype or outs[0].shape != x.shape):
             return other(p, inputs, outs) if other is not None else None
         where = p.runtime.partition_outputs
         into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
@@ -649,8 +653,8 @@ def _split_binder(op: str, other: Callable | None) -> Callable:
 
 
 def _split_f16_runner(op: str, other: Callable) -> Callable:
-    """The run function of a ``_SPLIT_F16`` op: ``exp_tanh`` (Exp) or ``ufunc_split`` (Log) for a C-order float16
-    input, else ``other``."""
+    """The run function of a ``_SPLIT_F16`` op: ``exp_tanh`` (Exp, Tanh) or ``ufunc_split`` (Log) for a C-order
+    float16 input, else ``other``."""
 
     def run(p: Prepared, inputs) -> list[np.ndarray]:
         x = arg(p, inputs, 0)
@@ -667,7 +671,8 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
     runtime input, an array result already in the output dtype) makes no further Python call: a unary step is
     often all a small partition does. ``f16_code``: the op's ``unary_f16`` code, run for C-order float16 on the
     native kernels (the reference's bits); ``op`` of ``_NUM_UNARY``: ``unary_num`` for large C-order arrays of its
-    dtypes; of ``_SPLIT_UFUNCS``: ``exp_tanh`` (Exp, Tanh) or ``ufunc_split`` for large C-order float32 arrays."""
+    dtypes; of ``_SPLIT_UFUNCS``: ``exp_tanh`` (Exp, Tanh) for C-order float32 arrays, ``ufunc_split`` for large
+    ones."""
     num = _NUM_UNARY.get(op)
     split_op = op in _SPLIT_UFUNCS
 
@@ -682,7 +687,7 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
         if (num is not None and x.size >= NATIVE_MIN_ELEMS and x.dtype in num[1] and type(x) is np.ndarray
                 and x.flags.c_contiguous and (nat := runtime.native(p)) is not None):
             return [nat.unary_num(num[0], x, None, runtime.threads(p))]
-        if split_op and (nat := _split_native(p, x)) is not None:
+        if split_op and (nat := _split_native(p, x, op)) is not None:
             kernel, head = _split_kernel(nat, op)
             return [kernel(head, x, runtime.ort_output(p, 0, x.shape, _F32), runtime.threads(p))]
         y = fn(x if x.dtype != _F16 else x.astype(_F32))  # widen(x), inline
