@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "conv_geometry.h"
+#include "cpu.h"
 #include "half.h"
+#include "intrinsics.h"
 
 namespace py = pybind11;
 
@@ -36,8 +38,78 @@ struct Plan {
   int64_t planes = 0, H = 0, W = 0, OH = 0, OW = 0;
 };
 
+#if NPU_EP_X86
+// 4-byte nearest on AVX-512, an output row at a time in 16-column blocks: each block's sources lie within 16
+// consecutive input columns (one masked load from `base`, the columns readable from it in `lanes`) and one permute
+// (`idx`) puts them in place. A run of output rows with one source row is stored from the same registers.
+struct NearestBlocks {
+  std::vector<int64_t> base;
+  std::vector<__mmask16> lanes;
+  std::vector<int32_t> idx;  // 16 per block
+};
+
+// Block k's first output column: 16 k, the last block of a row of 16 and more ending at the row's end (it overlaps
+// the one before: every store is a whole one).
+inline int64_t Start(int64_t OW, int64_t k) { return OW >= 16 ? std::min(16 * k, OW - 16) : 0; }
+
+// The row's blocks, or false where some block's sources span more than 16 columns (a downsample).
+bool PlanBlocks(const Plan& p, const int64_t* cols, NearestBlocks& b) {
+  const int64_t blocks = (p.OW + 15) / 16;
+  b.base.resize(static_cast<size_t>(blocks));
+  b.lanes.resize(static_cast<size_t>(blocks));
+  b.idx.assign(static_cast<size_t>(blocks) * 16, 0);
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t lo = Start(p.OW, k), hi = std::min(p.OW, lo + 16);
+    const int64_t first = *std::min_element(cols + lo, cols + hi), last = *std::max_element(cols + lo, cols + hi);
+    if (last - first >= 16) return false;
+    b.base[k] = first;
+    b.lanes[k] = static_cast<__mmask16>((1u << std::min<int64_t>(16, p.W - first)) - 1);
+    for (int64_t o = lo; o < hi; ++o) b.idx[k * 16 + (o - lo)] = static_cast<int32_t>(cols[o] - first);
+  }
+  return true;
+}
+
+// One plane (locals only: the stores cannot alias the tables).
+__attribute__((target("avx512f"))) void NearestPlaneAvx512(const uint32_t* in, const int64_t* rows, int64_t OH,
+                                                            int64_t OW, int64_t W, int64_t blocks, const int64_t* base,
+                                                            const __mmask16* lanes, const int32_t* idx, uint32_t* out) {
+  const __mmask16 m = static_cast<__mmask16>(OW >= 16 ? 0xFFFF : (1u << OW) - 1);
+  for (int64_t oh = 0; oh < OH;) {
+    int64_t run = 1;
+    while (oh + run < OH && rows[oh + run] == rows[oh]) ++run;
+    const uint32_t* src = in + rows[oh] * W;
+    uint32_t* dst = out + oh * OW;
+    for (int64_t k = 0; k < blocks; ++k) {
+      const __m512i r =
+          _mm512_permutexvar_epi32(_mm512_loadu_si512(idx + k * 16), _mm512_maskz_loadu_epi32(lanes[k], src + base[k]));
+      const int64_t o = Start(OW, k);
+      for (int64_t i = 0; i < run; ++i) _mm512_mask_storeu_epi32(dst + i * OW + o, m, r);
+    }
+    oh += run;
+  }
+}
+
+void NearestBlocksAvx512(const Plan& p, const uint32_t* x, const int64_t* rows, const NearestBlocks& b, uint32_t* y,
+                         int threads) {
+  const int64_t blocks = static_cast<int64_t>(b.base.size());
+  conv_detail::ParallelItems(threads, p.planes, p.OH * p.OW, [&](int64_t plane) {
+    NearestPlaneAvx512(x + plane * p.H * p.W, rows, p.OH, p.OW, p.W, blocks, b.base.data(), b.lanes.data(),
+                       b.idx.data(), y + plane * p.OH * p.OW);
+  });
+}
+#endif
+
 template <typename T>
 void NearestPlanes(const Plan& p, const T* x, const int64_t* rows, const int64_t* cols, T* y, int threads) {
+#if NPU_EP_X86
+  if constexpr (sizeof(T) == 4) {
+    NearestBlocks b;
+    if (ActiveIsa() >= Isa::kAvx512 && PlanBlocks(p, cols, b)) {
+      NearestBlocksAvx512(p, reinterpret_cast<const uint32_t*>(x), rows, b, reinterpret_cast<uint32_t*>(y), threads);
+      return;
+    }
+  }
+#endif
   conv_detail::ParallelItems(threads, p.planes, p.OH * p.OW, [&](int64_t plane) {
     const T* in = x + plane * p.H * p.W;
     T* out = y + plane * p.OH * p.OW;

@@ -7,7 +7,9 @@ the reference's two float32 passes (rows, then columns; a multiply then an add, 
 widened per plane and rounded once per row). Both are bit-exact by contract: here every coordinate mode they take,
 every nearest mode, scales and sizes, up- and down-sampling, one axis left alone, output widths around the
 vectorized row blend's 8 and 16 lanes, NaN/Inf/-0.0/huge values, float32/float16/uint8/int8/int64, threads.
-resize.cc has no instruction-set dispatch (its loops are compiled for the baseline), so there is no ISA to cap."""
+4-byte nearest has an AVX-512 path (16-column blocks, each one masked load and a permute, a row's last block
+overlapping the one before, a run of equal source rows stored from the same registers; a block whose sources span
+more than 16 columns sends the resize to the element loop): the nearest tests run at every ISA cap up to it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from _isa import cap_isa, host_isas
 from _sweep import around, check, kernel_and_bound_step
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
@@ -27,6 +30,11 @@ RNG = np.random.default_rng(41)
 COORDS = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn"]
 NEAREST = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
 SCALES = [(2.0, 2.0), (0.5, 0.6), (1.5, 3.0), (1.0, 0.75), (3.0, 1.0)]  # one axis left alone in the last two
+
+
+@pytest.fixture(params=host_isas(top="avx512"))  # resize.cc has no path above AVX-512
+def resize_isa(request):
+    yield from cap_isa(request.param)
 
 
 def _image(shape, dt) -> np.ndarray:
@@ -56,8 +64,8 @@ def _resize(inputs, native_fn, threads=1, **attrs):
 
 
 @pytest.mark.parametrize("coord", COORDS)
-@pytest.mark.parametrize("dt", [np.float32, np.float16, np.uint8, np.int8, np.int64])
-def test_nearest_every_coordinate_and_rounding_mode(coord, dt):
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.uint8, np.int8, np.int64, np.int32])
+def test_nearest_every_coordinate_and_rounding_mode(resize_isa, coord, dt):
     for nearest in NEAREST:
         for hw in SCALES:
             x = _image((1, 2, 5, 7), dt)
@@ -75,7 +83,7 @@ def test_linear_every_coordinate_mode(coord, dt):
 
 
 @pytest.mark.parametrize("mode,fn", [("nearest", "resize_nearest"), ("linear", "resize_linear")])
-def test_widths_around_the_row_blend_and_sizes(mode, fn):
+def test_widths_around_the_row_blend_and_sizes(resize_isa, mode, fn):
     """Input and output widths around 8, 16 and 32 (the row blend's vectors and their tails), sizes instead of
     scales, one row or column in or out."""
     for w in sorted({*around(8, 16, 32), 1}):
@@ -85,6 +93,22 @@ def test_widths_around_the_row_blend_and_sizes(mode, fn):
                 continue
             _resize(_inputs(x, sizes=sizes), fn, mode=mode, coordinate_transformation_mode="half_pixel")
             _resize(_inputs(x, sizes=sizes), fn, mode=mode, coordinate_transformation_mode="align_corners")
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.int32])
+def test_nearest_blocks(resize_isa, dt):
+    """The 4-byte block path: output widths around its 16-column blocks (one block, a masked one below 16, the
+    overlapping last block), up-sampling by whole and fractional factors with runs of equal source rows, blocks
+    whose sources span just 16 columns and just more (0.9x and 0.5x: the element loop), planes on two threads."""
+    for w in sorted({*around(8, 16, 32), 1, 47, 63}):
+        x = _image((2, 3, 4, w), dt)
+        for sizes in ([2, 3, 8, 2 * w], [2, 3, 9, 3 * w], [2, 3, 3, w + 5], [2, 3, 4, max(1, w * 9 // 10)],
+                      [2, 3, 5, max(1, w // 2)], [2, 3, 1, 16], [2, 3, 7, 17]):
+            if tuple(sizes) == x.shape:
+                continue
+            for coord in ("asymmetric", "half_pixel"):
+                _resize(_inputs(x, sizes=sizes), "resize_nearest", threads=2, mode="nearest",
+                        coordinate_transformation_mode=coord, nearest_mode="floor")
 
 
 def test_bound_step_takes_runtime_scales():
