@@ -34,6 +34,34 @@ using CArr = py::array_t<T, py::array::c_style>;
 
 constexpr int64_t kRowsPerTask = 16;
 
+// o as a C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call,
+// ~0.1 us each), else numpy's conversion as pybind11's array_t caster makes it (an 8-bit zero point widened).
+template <typename T>
+CArr<T> AsArr(const py::object& o, const char* op, const char* what) {
+  if (CArr<T>::check_(o)) return py::reinterpret_borrow<CArr<T>>(o);
+  CArr<T> a = CArr<T>::ensure(o);
+  if (!a) {
+    PyErr_Clear();
+    throw py::type_error(std::string(op) + ": " + what + " must be an array of " +
+                         std::string(py::str(py::dtype::of<T>())));
+  }
+  return a;
+}
+
+template <typename T>
+std::optional<CArr<T>> AsOptArr(const py::object& o, const char* op, const char* what) {
+  if (o.is_none()) return std::nullopt;
+  return AsArr<T>(o, op, what);
+}
+
+template <typename T>
+const T* Sized(const CArr<T>& a, int64_t n, const char* op, const char* what) {
+  if (a.size() != n)
+    throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(a.size()) +
+                                " elements, expected " + std::to_string(n));
+  return a.data();
+}
+
 // A's zero point: an int, or one 8-bit or int32 value (DynamicQuantizeLinear's, at run time).
 int32_t ZeroPoint(const py::object& z) {
   if (!py::isinstance<py::array>(z)) return z.cast<int32_t>();
@@ -135,12 +163,93 @@ py::array Int8MatMulFloatPy(const py::array& a, const py::object& a_zero_point, 
   return y;
 }
 
+// The binding takes its arrays as objects and borrows them (AsArr): no numpy conversion call per array and call.
+py::array Int8MatMulFloatEntry(const py::object& a, const py::object& a_zero_point, const py::object& bp,
+                               const py::object& bsum, const py::object& bzp, int64_t K, int64_t N,
+                               const py::object& a_scale, const py::object& b_scale, const py::object& bias,
+                               const py::object& bias2, bool relu, int threads, const py::object& out) {
+  const char* op = "int8_matmul_float";
+  if (!py::isinstance<py::array>(a)) throw py::type_error("int8_matmul_float: A must be an array");
+  return Int8MatMulFloatPy(py::reinterpret_borrow<py::array>(a), a_zero_point, AsArr<int8_t>(bp, op, "bp"),
+                           AsArr<int32_t>(bsum, op, "bsum"), AsArr<int32_t>(bzp, op, "b_zero_point"), K, N,
+                           AsArr<float>(a_scale, op, "a_scale"), AsArr<float>(b_scale, op, "b_scale"),
+                           AsOptArr<float>(bias, op, "bias"), AsOptArr<float>(bias2, op, "bias2"), relu, threads, out);
+}
+
+// kernels.int8_matmul without a plan or DMA counting, for a bound step (MatMulInteger, QLinearMatMul, QGemm): the
+// same checks and call, its arrays borrowed (AsArr) instead of converted by pybind11's casters on every call.
+py::array Int8MatMulStepPy(const py::object& a_in, const py::object& azp_in, const py::object& bp_in,
+                           const py::object& bsum_in, const py::object& bzp_in, int64_t K, int64_t n, int threads,
+                           const py::object& mult_in, int y_zero_point, bool y_signed, const py::object& out_into) {
+  const char* op = "int8_matmul_step";
+  if (!py::isinstance<py::array>(a_in)) throw py::type_error("int8_matmul_step: A must be an array");
+  const auto a = py::reinterpret_borrow<py::array>(a_in);
+  const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
+  if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))
+    throw std::invalid_argument("int8_matmul_step: A must be uint8 or int8");
+  if (a.ndim() != 2 || a.shape(1) != K || !(a.flags() & py::array::c_style))
+    throw std::invalid_argument("int8_matmul_step: A must be C-contiguous [M, K=" + std::to_string(K) + "]");
+  const int64_t kp = (K + 63) / 64 * 64;
+  const CArr<int8_t> bp = AsArr<int8_t>(bp_in, op, "bp");
+  if (bp.ndim() != 4 || bp.shape(1) != kp / 4 || bp.shape(2) != 16 || bp.shape(3) != 4)
+    throw std::invalid_argument("int8_matmul_step: packed B must be [np/16, kp/4, 16, 4] with kp = " +
+                                std::to_string(kp));
+  const CArr<int32_t> azp = AsArr<int32_t>(azp_in, op, "a_zero_point");
+  const CArr<int32_t> bsum = AsArr<int32_t>(bsum_in, op, "bsum"), bzp = AsArr<int32_t>(bzp_in, op, "b_zero_point");
+  const std::optional<CArr<float>> mult = AsOptArr<float>(mult_in, op, "multiplier");
+  Int8Gemm g;
+  g.M = a.shape(0);
+  g.K = K;
+  g.N = n;
+  g.kp = kp;
+  g.a = static_cast<const uint8_t*>(a.data());
+  g.a_signed = a_signed;
+  g.azp_per_row = azp.size() != 1;
+  g.azp = Sized(azp, g.azp_per_row ? g.M : 1, op, "a_zero_point");
+  g.bp = bp.data();
+  const int64_t np16 = bp.shape(0) * 16;
+  if (n > np16) throw std::invalid_argument("int8_matmul_step: N exceeds the packed B's columns");
+  g.bsum = Sized(bsum, np16, op, "bsum");
+  g.bzp = Sized(bzp, np16, op, "b_zero_point");
+  g.threads = threads;
+  // out_into: M x N elements of the output's dtype to write (ORT's own output buffer), else a new [M, N] array
+  const py::dtype out_dtype =
+      mult ? (y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>()) : py::dtype::of<int32_t>();
+  bool fits = false;
+  if (py::isinstance<py::array>(out_into)) {
+    auto into = py::reinterpret_borrow<py::array>(out_into);
+    fits = into.dtype().equal(out_dtype) && (into.flags() & py::array::c_style) && into.writeable() &&
+           into.size() == g.M * g.N;
+  }
+  py::array out =
+      fits ? py::reinterpret_borrow<py::array>(out_into) : py::array(out_dtype, std::vector<py::ssize_t>{g.M, g.N});
+  if (mult) {
+    g.mult_per_col = mult->size() != 1;
+    g.mult = Sized(*mult, g.mult_per_col ? g.N : 1, op, "multiplier");
+    g.y_zp = y_zero_point;
+    g.y_signed = y_signed;
+    g.y = static_cast<uint8_t*>(out.mutable_data());
+  } else {
+    g.acc = static_cast<int32_t*>(out.mutable_data());
+  }
+  {
+    py::gil_scoped_release release;
+    Int8MatMul(g);
+  }
+  return out;
+}
+
 }  // namespace
 
 void BindInt8MatMulFloat(py::module_& m) {
-  m.def("int8_matmul_float", &Int8MatMulFloatPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
-        py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("a_scale"), py::arg("b_scale"), py::arg("bias"),
-        py::arg("bias2"), py::arg("relu"), py::arg("threads") = 1, py::arg("out") = py::none(),
+  m.def("int8_matmul_step", &Int8MatMulStepPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
+        py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
+        py::arg("y_zero_point") = 0, py::arg("y_signed") = false, py::arg("out") = py::none(),
+        "int8_matmul without plan / count_dma for a bound step, its arrays borrowed as they are when they are "
+        "C-order arrays of the kernel's dtypes (a uint8/int8 a_zero_point widened to int32): the same result");
+  m.def("int8_matmul_float", &Int8MatMulFloatEntry, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"),
+        py::arg("bsum"), py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("a_scale"), py::arg("b_scale"),
+        py::arg("bias"), py::arg("bias2"), py::arg("relu"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "MatMulIntegerToFloat: float32(exact (A - azp) @ (B - bzp)) * (a_scale * b_scale[n]) (+ bias[n]) "
         "(+ bias2[n]) then ReLU if relu, each a float32 operation; B packed by matmul_int.pack_b; a_zero_point an "
         "int or one value; into out (ORT's buffer) or a new [M, N] array");

@@ -89,9 +89,13 @@ def _bind(p: Prepared, inputs, outs):
         return None
     fn, args = fast
     where = p.runtime.partition_outputs
+    live = [(0, 0, a.dtype, a.shape, None)]
+    step = getattr(runtime.native(p), "int8_matmul_step", None)  # the same call, its arrays borrowed
+    if step is not None:
+        into = [(11, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, step, (None, *args, None), live, [(-1, None)], None, into)
     into = [(13, where[0], list(outs[0].shape))] if where and 0 in where else []
-    return runtime.call_step(p, fn, (None, *args, None, False, None), [(0, 0, a.dtype, a.shape, None)],
-                             [(-1, None)], None, into)
+    return runtime.call_step(p, fn, (None, *args, None, False, None), live, [(-1, None)], None, into)
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:
