@@ -349,7 +349,7 @@ def nbits_step(p: Prepared, a: np.ndarray, bias: np.ndarray | None, outputs: lis
     float16, as ``run_nbits``)."""
     m = a.size // p.attrs["K"]
     bound = runtime.native(p).BoundNBits(*_native_args(p, bias), *_native_tail(p, m), None)
-    fn = bound.half if a.dtype == np.float16 else bound
+    fn = bound.half if a.dtype == np.float16 else bound.__call__  # the method: no type slot lookup per call
     return runtime.call_step(p, fn, (None,), [(0, 0, a.dtype, a.shape, (m, p.attrs["K"]))], outputs, None)
 
 
