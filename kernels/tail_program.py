@@ -18,9 +18,10 @@ CODES = {"mul": 0, "add": 1, "sub": 2, "rsub": 3, "div": 4, "rdiv": 5, "clip": 6
 
 Instruction = tuple[str, float, float]  # (CODES name, a, b)
 
-# The transcendental instructions are Cephes' float32 algorithms (kernels/native/engine_math.h), measured against the
-# exact function in tests/kernels/test_sweep_unary_engine.py: exp within 1 ulp, log within 1 ulp, elu's expm1
-# within 2 ulp, softplus within 3 ulp, sin/cos within 8e-8 absolute for |x| < 8192 (the C library's beyond).
+# The transcendental instructions are Cephes' float32 algorithms (kernels/native/engine_math.h) but exp, which is
+# exp_tanh.cc's (also inside elu and softplus), measured against the exact function in
+# tests/kernels/test_sweep_unary_engine.py: exp within 1 ulp, log within 1 ulp, elu's expm1 within 2 ulp, softplus
+# within 3 ulp, sin/cos within 8e-8 absolute for |x| < 8192 (the C library's beyond).
 # sign b=1 gives 0 for NaN (ORT's float16 Sign), b=0 keeps NaN; div_saved is v = s / v.
 
 SQRT1_2 = np.float32(1.0 / np.sqrt(2.0))

@@ -1,9 +1,10 @@
-// Float32 math of the element-wise engine's transcendental instructions (conv_tail.cc's TailChunk): exp, log,
-// expm1, log1p, sin, cos, round-half-even and sign, written as plain float32 operations, integer bit moves and
-// selects, with no library call, so each loop over them vectorizes in every instruction-set clone of TailChunk and
-// gives the same bits on every host (no FMA: conv_tail.cc compiles with fp-contract off). The algorithms are
-// Cephes' single-precision ones; the error bounds against the exact (float64) function are measured by
-// tests/kernels/test_sweep_unary_engine.py.
+// Float32 math of the element-wise engine's transcendental instructions (conv_tail.cc's TailChunk): log, expm1,
+// log1p, sin, cos, round-half-even and sign (exp: Cephes' below, which the engine's exp, elu and softplus loops no
+// longer call: they take exp_tanh.cc's exp, a quarter of its time), written as plain float32 operations, integer bit
+// moves and selects, with no library call, so each loop over them vectorizes in every instruction-set clone of
+// TailChunk and gives the same bits on every host (no FMA: conv_tail.cc compiles with fp-contract off). The
+// algorithms are Cephes' single-precision ones; the error bounds against the exact (float64) function are measured
+// by tests/kernels/test_sweep_unary_engine.py.
 #pragma once
 
 #include <cstdint>
@@ -84,8 +85,9 @@ inline float Log(float x) {
 }
 
 // expm1(x): the Taylor polynomial to x^9 for |x| < 0.5 (its remainder is below 2^-30 of the result), exp(x) - 1
-// beyond (no cancellation worth a bit there); -1 below -17 (exp rounds away), NaN and +-0 kept.
-inline float Expm1(float x) {
+// beyond (no cancellation worth a bit there); -1 below -17 (exp rounds away), NaN and +-0 kept. Expm1From takes
+// exp(x) computed apart (conv_tail.cc's loops: exp_tanh.cc's exp).
+inline float Expm1From(float x, float exp_x) {
   float p = 1.0f / 362880.0f;
   p = p * x + 1.0f / 40320.0f;
   p = p * x + 1.0f / 5040.0f;
@@ -94,10 +96,12 @@ inline float Expm1(float x) {
   p = p * x + 1.0f / 24.0f;
   p = p * x + 1.0f / 6.0f;
   p = p * x + 0.5f;
-  const float small = x + (x * x) * p, big = Exp(x) - 1.0f;  // both computed: the select vectorizes
+  const float small = x + (x * x) * p, big = exp_x - 1.0f;  // both computed: the select vectorizes
   const bool near = x < 0.5f && x > -0.5f;
   return near ? (x == 0.0f ? x : small) : big;
 }
+
+inline float Expm1(float x) { return Expm1From(x, Exp(x)); }
 
 // log(1 + t) for t >= 0: Kahan's log(u) * (t / (u - 1)) with u = 1 + t rounded, which cancels u's rounding
 // error; t itself where 1 + t rounds to 1; +inf for +inf.

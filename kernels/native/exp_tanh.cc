@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "exp_tanh.h"
 #include "half.h"
 #include "intrinsics.h"
 #include "movement.h"
@@ -295,6 +296,10 @@ py::array ExpTanhPy(int op, const py::array& x, const py::object& out, int threa
 }
 
 }  // namespace
+
+void ExpRow(const float* x, float* y, int64_t n) { RowFor<kExp>()(x, y, n); }
+
+void TanhRow(const float* x, float* y, int64_t n) { RowFor<kTanh>()(x, y, n); }
 
 void BindExpTanh(py::module_& m) {
   m.def("exp_tanh", &ExpTanhPy, py::arg("op"), py::arg("x"), py::arg("out") = py::none(), py::arg("threads") = 1,

@@ -132,9 +132,9 @@ def _grid(lo: float, hi: float, step: int) -> np.ndarray:
 
 
 def test_exp_is_within_1_ulp_of_the_exact_exp():
-    """Cephes' expf (Cody-Waite reduction, degree-6 polynomial, 2^n in two exact factors): at most 1 ulp of the
-    exact exp over every 997th float32 pattern of [-104, 89] (0.98 measured), subnormal results included; +inf
-    above ln(FLT_MAX), 0 far below, NaN kept."""
+    """exp_tanh.cc's exp (Cody-Waite reduction with FMA, degree-6 polynomial, 2^n with one rounding): at most 1 ulp
+    of the exact exp rounded over every 997th float32 pattern of [-104, 89] (also every 13th), subnormal results
+    included; +inf above ln(FLT_MAX), 0 far below, NaN kept."""
     x = _grid(0.0, 104.0, 997)
     x = x[x < 89.0]
     with np.errstate(over="ignore"):
@@ -142,6 +142,22 @@ def test_exp_is_within_1_ulp_of_the_exact_exp():
     assert _ulps(_instruction("exp", x), exact).max() <= 1.0
     got = _instruction("exp", np.array([np.nan, np.inf, -np.inf, 89.0, -110.0, -0.0], np.float32))
     assert np.isnan(got[0]) and list(got[1:]) == [np.inf, 0.0, np.inf, 0.0, 1.0]
+
+
+def test_exp_instruction_is_exp_tanhs_exp_on_every_isa_chunk_and_tail():
+    """The engine's exp (and elu's, softplus's) is exp_tanh.cc's: the same bits as ``exp_tanh`` on every ISA path,
+    around the vector tails, the 2048-float chunk and the task split, threads or not."""
+    kernels = runtime.native_module()
+    rng = np.random.default_rng(4041)  # its own: the module's draws for the other tests stay as they were
+    big = with_specials((rng.standard_normal(TASK + 2 * CHUNK + 37) * 40).astype(np.float32), rng, values=SPECIALS)
+    want = kernels.exp_tanh(0, big, None, 1)
+    codes, consts = np.array([CODES["exp"]], np.int32), np.zeros((1, 2), np.float32)
+    for isa in host_isas(top="avx512"):
+        for _ in cap_isa(isa):
+            for n in around(1, 15, 16, 17, CHUNK, TASK) + [len(big)]:
+                for threads in (1, 2):
+                    got = kernels.tail_of(big[:n], codes, consts, threads, None)
+                    assert got.tobytes() == want[:n].tobytes(), f"{isa} n={n} threads={threads}"
 
 
 def test_log_is_within_1_ulp_of_the_exact_log():
@@ -156,9 +172,9 @@ def test_log_is_within_1_ulp_of_the_exact_log():
 
 
 def test_elu_softplus_are_within_2_and_3_ulp_of_the_exact_functions():
-    """Elu's expm1 (Taylor to x^9 below |x| = 0.5, exp(x) - 1 beyond) within 2 ulp (1.18 measured), softplus
-    max(x, 0) + log1p(exp(-|x|)) with Kahan's log1p within 3 ulp (2.66 measured), over every 997th pattern of
-    [-100, 100]."""
+    """Elu's expm1 (Taylor to x^9 below |x| = 0.5, exp(x) - 1 beyond, exp_tanh.cc's exp) within 2 ulp (1 measured
+    against the exact value rounded), softplus max(x, 0) + log1p(exp(-|x|)) with Kahan's log1p within 3 ulp (3
+    measured, also over every 13th pattern), over every 997th pattern of [-100, 100]."""
     x = _grid(0.0, 100.0, 997)
     x64 = x.astype(np.float64)
     elu = np.where(x64 >= 0, x64, np.expm1(x64)).astype(np.float32)
