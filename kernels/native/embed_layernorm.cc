@@ -94,10 +94,24 @@ py::array_t<T, py::array::c_style> AsArray(const py::object& o, const char* what
   return a;
 }
 
+// `into` when it is a writeable C-order array of T with dims' size (ORT's buffer), else a new [dims] array.
+template <typename T>
+py::array_t<T, py::array::c_style> Result(const py::object& into, std::vector<py::ssize_t> dims) {
+  using A = py::array_t<T, py::array::c_style>;
+  py::ssize_t n = 1;
+  for (const py::ssize_t d : dims) n *= d;
+  if (A::check_(into)) {
+    auto a = py::reinterpret_borrow<A>(into);
+    if (a.writeable() && a.size() == n) return a;
+  }
+  return A(std::move(dims));
+}
+
 py::tuple EmbedLayerNormPy(const py::object& ids_in, const py::object& seg_ids, const py::object& word_in,
                            const py::object& pos_in, const py::object& seg_table, const py::object& gamma_in,
                            const py::object& beta_in, const py::object& mask, const py::object& pos_ids, float epsilon,
-                           bool want_sum, const py::object& out, int threads) {
+                           bool want_sum, const py::object& out, int threads, const py::object& mask_out,
+                           const py::object& sum_out) {
   const I32 ids = AsArray<int32_t>(ids_in, "input_ids");
   const F32 word = AsArray<float>(word_in, "word_embedding"), pos = AsArray<float>(pos_in, "position_embedding");
   const F32 gamma = AsArray<float>(gamma_in, "gamma"), beta = AsArray<float>(beta_in, "beta");
@@ -145,8 +159,8 @@ py::tuple EmbedLayerNormPy(const py::object& ids_in, const py::object& seg_ids, 
     y = py::reinterpret_borrow<F32>(out);
   }
   std::optional<F32> sum;
-  if (want_sum) sum = F32({b, s, d});
-  I32 mask_index(std::vector<py::ssize_t>{b});
+  if (want_sum) sum = Result<float>(sum_out, {b, s, d});
+  I32 mask_index = Result<int32_t>(mask_out, {b});
   for (int64_t i = 0; i < b; ++i) {
     int32_t count = 0;
     if (has_mask)
@@ -183,9 +197,11 @@ void BindEmbedLayerNorm(py::module_& m) {
   m.def("embed_layernorm", &EmbedLayerNormPy, py::arg("input_ids"), py::arg("segment_ids"), py::arg("word"),
         py::arg("position"), py::arg("segment"), py::arg("gamma"), py::arg("beta"), py::arg("mask"),
         py::arg("position_ids"), py::arg("epsilon"), py::arg("want_sum"), py::arg("out"), py::arg("threads"),
+        py::arg("mask_out") = py::none(), py::arg("sum_out") = py::none(),
         "com.microsoft EmbedLayerNormalization in float32 with the reference's bits: (output [B, S, D], mask_index "
         "int32 [B], embedding_sum [B, S, D] or None); int32 ids [B, S] (position_ids [B, S] or [1, S]), float32 "
-        "tables [rows, D]; output into out (ORT's buffer) when given");
+        "tables [rows, D]; output into out (ORT's buffer) when given; mask_index and embedding_sum into mask_out and "
+        "sum_out when they are writeable C-order arrays of their dtype and size, else new arrays");
 }
 
 }  // namespace npu_ep::kern

@@ -133,10 +133,11 @@ def _bind(p: Prepared, inputs, outs):
             args[i] = None
     if not live:
         return None
-    where = p.runtime.partition_outputs
-    into = [(11, where[0], list(outs[0].shape))] if where and 0 in where else []
+    where = p.runtime.partition_outputs or {}
+    into = [(at, where[k], list(outs[k].shape)) for k, at in ((0, 11), (1, 13), (2, 14))
+            if k in where and k < len(outs) and outs[k] is not None]
     outputs = [(k, None) for k in range(len(p.attrs["outputs"]))]
-    return runtime.call_step(p, nat.embed_layernorm, tuple(args), live, outputs, None, into)
+    return runtime.call_step(p, nat.embed_layernorm, (*args, None, None), live, outputs, None, into)
 
 
 def _cost(p: Prepared, shapes) -> OpCost:

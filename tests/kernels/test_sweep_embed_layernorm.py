@@ -162,3 +162,57 @@ def test_arrays_of_other_layouts_are_converted_as_before():
         with pytest.raises(TypeError):
             args = (ids, None, bad) if isinstance(bad, str) else (bad, None, word)
             nat.embed_layernorm(*args, pos, None, gamma, beta, None, None, 1e-5, False, None, 1)
+
+
+def test_session_writes_every_output_into_ort_buffers_with_each_calls_values():
+    """The bound step writes output, mask_index and embedding_sum into ORT's buffers (out, mask_out, sum_out): each
+    call's values are that call's and the CPU EP's."""
+    b, s, d = 3, 7, 40
+    inits = {"word": RNG.standard_normal((V, d)).astype(np.float32),
+             "pos": RNG.standard_normal((P, d)).astype(np.float32),
+             "gamma": RNG.standard_normal(d).astype(np.float32), "beta": RNG.standard_normal(d).astype(np.float32)}
+    node = helper.make_node("EmbedLayerNormalization", ["ids", "", "word", "pos", "", "gamma", "beta", "mask"],
+                            ["y", "mask_index", "sum"], name="the_op", domain=MS, epsilon=1e-5)
+    ints = [helper.make_tensor_value_info(n, TensorProto.INT32, [b, s]) for n in ("ids", "mask")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, d]),
+            helper.make_tensor_value_info("mask_index", TensorProto.INT32, [b]),
+            helper.make_tensor_value_info("sum", TensorProto.FLOAT, [b, s, d])]
+    model = make_model([node], ints, outs, inits, extra_opsets=[(MS, 1)])
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    for _ in range(4):
+        feeds = {"ids": RNG.integers(0, V, (b, s)).astype(np.int32),
+                 "mask": (RNG.random((b, s)) > 0.4).astype(np.int32)}
+        got, want = sess.run(None, feeds), cpu_run(model, feeds)
+        for i in (0, 2):
+            np.testing.assert_allclose(got[i], want[i], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got[1], want[1])
+    assert python_steps(sess) == [], "EmbedLayerNormalization ran its Python kernel instead of the bound native step"
+
+
+def test_mask_and_sum_outputs_are_written_and_returned():
+    """mask_out / sum_out of the kernel's size and dtype are written and returned as they are; others (float64,
+    another size, read-only) are left alone and new arrays returned, with the same values."""
+    nat = runtime.native_module()
+    rng = np.random.default_rng(6)
+    b, s, d = 2, 5, 24
+    ids = rng.integers(0, 30, (b, s)).astype(np.int32)
+    word, pos = rng.standard_normal((30, d)).astype(np.float32), rng.standard_normal((8, d)).astype(np.float32)
+    gamma, beta = rng.standard_normal(d).astype(np.float32), rng.standard_normal(d).astype(np.float32)
+    mask = (rng.random((b, s)) < 0.7).astype(np.int32)
+    args = (ids, None, word, pos, None, gamma, beta, mask, None, 1e-5, True, None, 1)
+    want = nat.embed_layernorm(*args)
+    mask_out, sum_out = np.full(b, -1, np.int32), np.full((b, s, d), np.nan, np.float32)
+    got = nat.embed_layernorm(*args, mask_out, sum_out)
+    assert got[1] is mask_out and got[2] is sum_out
+    readonly = np.zeros(b, np.int32)
+    readonly.flags.writeable = False
+    for bad_mask, bad_sum in ((np.zeros(b, np.int64), np.zeros((b, s, d + 1), np.float32)),
+                              (readonly, np.zeros((b, s, d), np.float64))):
+        got2 = nat.embed_layernorm(*args, bad_mask, bad_sum)
+        assert got2[1] is not bad_mask and got2[2] is not bad_sum
+        got = got + got2
+    for i, g in enumerate(got):
+        assert g.tobytes() == want[i % 3].tobytes()
