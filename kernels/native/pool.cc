@@ -330,6 +330,67 @@ __attribute__((target("avx512f"))) void WindowPlaneAvx512(const PoolShape& s, co
   }
 }
 
+// Whether a plane of n floats holds a NaN.
+__attribute__((target("avx512f"))) bool HasNan(const float* in, int64_t n) {
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_maskz_loadu_ps(Lanes16(n - i), in + i);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
+  return nan != 0;
+}
+
+// The maximum of two vectors: vmaxps alone where the plane holds no NaN, else MaxLanes (a NaN wins).
+template <bool kNan>
+__attribute__((target("avx512f"), always_inline)) inline __m512 MaxOf(__m512 acc, __m512 v) {
+  return kNan ? MaxLanes(acc, v) : _mm512_max_ps(v, acc);
+}
+
+// A max pool of unit strides, separably: each input row's window-row maxima (16 outputs per step, a tap outside the
+// row holding `pad`) into a buffer of H rows, then each output the maximum of its window's rows there (`pad` once
+// where the window leaves the input). The same maximum as the window's taps in any order (a NaN wins); kw + kh
+// operations per 16 outputs instead of the register kernel's kh spans and kw permutes.
+template <bool kNan>
+__attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, const float* in, float pad,
+                                                           float* out) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), padv = _mm512_set1_ps(pad);
+  const int64_t stride = (s.OW + 15) / 16 * 16, blocks = stride / 16;
+  thread_local std::vector<float> buffer;
+  thread_local std::vector<__mmask16> masks;  // [block][j]: the lanes of tap j's 16 columns inside the row
+  buffer.resize(static_cast<size_t>(s.H * stride));
+  masks.resize(static_cast<size_t>(blocks * s.kw));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < s.kw; ++j) masks[b * s.kw + j] = InsideLanes(16 * b - s.pl + j * s.dw, s.W);
+  float* rows = buffer.data();
+  const __mmask16* mask = masks.data();
+  for (int64_t ih = 0; ih < s.H; ++ih) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* taps = in + ih * s.W + 16 * b - s.pl;  // masked loads: nothing read outside the row
+      __m512 acc = ninf;
+      for (int64_t j = 0; j < s.kw; ++j)
+        acc = MaxOf<kNan>(acc, _mm512_mask_loadu_ps(padv, mask[b * s.kw + j], taps + j * s.dw));
+      _mm512_storeu_ps(rows + ih * stride + 16 * b, acc);
+    }
+  }
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    int64_t lo = 0, hi = s.kh;  // the window rows i in [lo, hi) lie inside the input
+    while (lo < hi && oh - s.pt + lo * s.dh < 0) ++lo;
+    while (hi > lo && oh - s.pt + (hi - 1) * s.dh >= s.H) --hi;
+    const bool padded = lo > 0 || hi < s.kh;
+    const float* first = rows + (oh - s.pt + lo * s.dh) * stride;
+    for (int64_t o = 0; o < s.OW; o += 16) {
+      __m512 acc = padded ? padv : ninf;
+      for (int64_t i = 0; i < hi - lo; ++i) acc = MaxOf<kNan>(acc, _mm512_loadu_ps(first + i * s.dh * stride + o));
+      _mm512_mask_storeu_ps(out + oh * s.OW + o, Lanes16(s.OW - o), acc);
+    }
+  }
+}
+
+void SeparableMax(const PoolShape& s, const float* in, float pad, float* out) {
+  if (HasNan(in, s.H * s.W)) return SeparableMaxAvx512<true>(s, in, pad, out);
+  SeparableMaxAvx512<false>(s, in, pad, out);
+}
+
 // A plane through RegisterWindowsAvx512 where the windows' span fits its registers, else WindowPlaneAvx512.
 template <bool kSum>
 void PoolPlaneAvx512(const PoolShape& s, const float* in, float pad, float* out) {
@@ -420,6 +481,7 @@ static void MaxPlaneFloat(const PoolShape& s, const float* in, float low, float*
   const float start = -std::numeric_limits<float>::infinity();
 #if NPU_EP_X86
   if (Pool2x2(s)) return Pool2x2Avx512(s, in, start, out);  // no padding
+  if (VectorWindows() && s.sw == 1 && s.sh == 1) return SeparableMax(s, in, low, out);
   if (VectorWindows()) return PoolPlaneAvx512<false>(s, in, low, out);
 #endif
   MaxPoolRows<float>(

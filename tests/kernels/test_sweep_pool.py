@@ -5,6 +5,9 @@ above its vector widths, with NaN, +-Inf, -0.0, huge and tiny values, on every i
 pool.cc's paths and their blocks:
 - the 2x2 / stride-2 register kernels (no pads, windows inside the plane, AVX-512): 16 float / 32 byte outputs per
   step (MaxPool; AveragePool float32);
+- float32 MaxPool of unit strides on AVX-512: separably, each input row's window-row maxima (16 per step) into a
+  buffer, then each output the maximum of its window's rows there; vmaxps alone on a plane without NaN, the NaN fix-up
+  on one with;
 - float32 on AVX-512, every other window (issue 40): 16 outputs of a row per step; where 16 outputs' windows span
   at most 48 input columns (15 sw + (kw - 1) dw + 1), that span in three registers per window row (masked loads:
   pads and ceil_mode's overhang hold the pad value), maxima folding the rows first, sums tap by tap; wider spans
@@ -117,6 +120,32 @@ def test_max_windows_of_negative_infinity(pool_isa):
             x = np.full((1, 1, 4, w), -np.inf, np.float32)
             x[0, 0, 0, ::5] = np.nan
             _max(x, **attrs)
+
+
+# The separable unit-stride pass: YOLO's SPPF windows (5, 9, 13 on 10x10 and 13x13 maps), windows wider than the
+# plane, dilations, ceil_mode's overhang, one-sided pads, 1-D.
+SEPARABLE = [dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), dict(kernel_shape=[9, 9], pads=[4, 4, 4, 4]),
+             dict(kernel_shape=[13, 13], pads=[6, 6, 6, 6]),
+             dict(kernel_shape=[3, 5], dilations=[2, 3], pads=[2, 1, 0, 4]),
+             dict(kernel_shape=[4, 3], pads=[0, 2, 3, 0], ceil_mode=1), dict(kernel_shape=[1, 17], pads=[0, 8, 0, 8])]
+
+
+@pytest.mark.parametrize("attrs", SEPARABLE)
+def test_max_separable_unit_stride(pool_isa, attrs):
+    """Planes without NaN (the vmaxps-only pass: +-Inf, -0.0, huge and tiny values, -FLT_MAX, a plane of -inf next to
+    the padding) and planes with one NaN, in one tensor, at widths around 16 and 32 and heights around the window."""
+    specials = (np.inf, -np.inf, -0.0, 0.0, 3.0e38, -3.0e38, 1.0e-45, -1.0e-38, float(np.finfo(np.float32).min))
+    (kh, kw), (dh, dw) = attrs["kernel_shape"], attrs.get("dilations", [1, 1])
+    pt, pl, pb, pr = attrs["pads"]
+    for w in sorted({*around(16, 32), 1, 10, 13}):
+        for h in (1, 6, 13):
+            if h + pt + pb < (kh - 1) * dh + 1 or w + pl + pr < (kw - 1) * dw + 1:  # smaller than the window
+                continue
+            x = with_specials(RNG.standard_normal((2, 3, h, w)).astype(np.float32) * 10, RNG, values=specials)
+            x[0, 1] = -np.inf
+            x[1, 2].reshape(-1)[RNG.integers(h * w)] = np.nan
+            _max(x, **attrs)
+            _max(x, threads=2, **attrs)
 
 
 def test_max_1d_and_threads(pool_isa):
