@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "movement.h"
+#include "row_copy.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -54,6 +55,7 @@ struct Plan {
   Mode mode = Mode::kConstant;
   size_t item = 0;
   const char* value = nullptr;  // one element (constant mode)
+  RunCopier copy;
 
   void FillValue(char* dst, int64_t count) const {
     if (count <= 0) return;
@@ -70,14 +72,16 @@ struct Plan {
   void Row(const char* src, char* dst) const {
     const size_t a = n.size() - 1;
     const int64_t b = begin[a], c = n[a], e = end[a];
-    std::memcpy(dst + b * static_cast<int64_t>(item), src, static_cast<size_t>(c) * item);
-    if (mode == Mode::kConstant) {
-      FillValue(dst, b);
-      FillValue(dst + (b + c) * static_cast<int64_t>(item), e);
+    copy(dst + b * static_cast<int64_t>(item), src, static_cast<size_t>(c) * item);
+    T* d = reinterpret_cast<T*>(dst);
+    if (mode == Mode::kConstant) {  // a few elements per row: stores of the value, not memcpy calls
+      T v;
+      std::memcpy(&v, value, sizeof(T));
+      for (int64_t j = 0; j < b; ++j) d[j] = v;
+      for (int64_t j = b + c; j < b + c + e; ++j) d[j] = v;
       return;
     }
     const T* s = reinterpret_cast<const T*>(src);
-    T* d = reinterpret_cast<T*>(dst);
     for (int64_t j = 0; j < b; ++j) d[j] = s[SourceIndex(mode, j, b, c)];
     for (int64_t j = b + c; j < b + c + e; ++j) d[j] = s[SourceIndex(mode, j, b, c)];
   }
@@ -99,7 +103,7 @@ struct Plan {
       if (mode == Mode::kConstant)
         FillValue(dst + j * os, os / static_cast<int64_t>(item));
       else
-        std::memcpy(dst + j * os, dst + (b + SourceIndex(mode, j, b, c)) * os, static_cast<size_t>(os));
+        copy(dst + j * os, dst + (b + SourceIndex(mode, j, b, c)) * os, static_cast<size_t>(os));
     }
   }
 };
@@ -108,9 +112,13 @@ struct Plan {
 // (cropped) axis, no pad of an empty axis outside constant mode.
 void CheckAxis(const std::vector<int64_t>& dims, size_t i, int64_t b, int64_t e, int64_t kept,
                const std::string& mode) {
+  const int64_t grow_b = std::max<int64_t>(b, 0), grow_e = std::max<int64_t>(e, 0);
+  const bool grows = grow_b > 0 || grow_e > 0;
+  if (kept >= 0 && !(mode != "constant" && grows && kept == 0) &&
+      !(mode == "reflect" && grows && std::max(grow_b, grow_e) >= kept))
+    return;  // the message below is made only for a failing axis (a per-call cost otherwise)
   const std::string axis = "axis " + std::to_string(i) + " of shape " + DimsText(dims) + " (pads " + std::to_string(b) +
                            ", " + std::to_string(e) + ", " + std::to_string(kept) + " kept)";
-  const int64_t grow_b = std::max<int64_t>(b, 0), grow_e = std::max<int64_t>(e, 0);
   if (kept < 0) throw std::invalid_argument("pad: the crop of " + axis + " is more than the axis");
   if (mode != "constant" && (grow_b > 0 || grow_e > 0) && kept == 0)
     throw std::invalid_argument("pad: mode " + mode + " cannot pad empty " + axis);
@@ -119,9 +127,10 @@ void CheckAxis(const std::vector<int64_t>& dims, size_t i, int64_t b, int64_t e,
                                 ") need axis " + std::to_string(i) + " longer than them: " + axis);
 }
 
-py::array PadPy(const py::object& x_in, const std::vector<int64_t>& begins, const std::vector<int64_t>& ends,
+py::array PadPy(const py::object& x_in, const py::object& begins_in, const py::object& ends_in,
                 const std::string& mode_name, const py::object& value, const py::object& out, int threads) {
   const py::array x = MovableInput("pad", x_in);
+  const std::vector<int64_t> begins = IntsOf(begins_in), ends = IntsOf(ends_in);  // without pybind11's list caster
   const auto rank = static_cast<size_t>(x.ndim());
   const std::vector<int64_t> dims = DimsOf(x);
   if (begins.size() != rank || ends.size() != rank)
