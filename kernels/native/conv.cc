@@ -90,11 +90,9 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
   const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
 #if NPU_EP_X86
-  // our GEMM's vectors run along output pixels; a 1x1 conv over fewer than 16 (an SE block's or a classifier
-  // head's 1x1 map) puts its output channels in the lanes instead; other convs over so few pixels (a 1-D conv over
-  // a few frames) go to the BLAS, which does well there
+  // our GEMM's vectors run along output pixels; convs over fewer than 16 (a 1-D conv over a few frames) go to the
+  // BLAS, which does well there (a 1x1 conv over so few has its own kernel on packed weights: PointwisePanels)
   if (ActiveIsa() >= Isa::kAvx512 && P >= 16) return DenseFloatOwnGemm(s, x, w, bias, y, threads, tail);
-  if (ActiveIsa() >= Isa::kAvx512 && pointwise && P > 0) return PointwiseFewPixels(s, x, w, bias, y, threads, tail);
 #endif
   // pixels per task: the block's patch matrix about 512 KiB, the blocks of an image balanced, and at least two of
   // them when one image of one group is worth two threads (the split depends on the shape only)

@@ -6,7 +6,8 @@
 //   row jumps over the padding between the rows (GemmSlot's split), so no lane is wasted at a row's end;
 // - else (output rows narrower than half a vector) the block's patch matrix, as the BLAS path builds it.
 // Every output is summed the same way whatever the block or thread count (GemmAvx512), so the split may follow
-// the thread count and the bits do not.
+// the thread count and the bits do not. A 1x1 conv over fewer than 16 pixels runs on weights packed in panels
+// (PointwisePanels), its output channels in the lanes.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "conv_gemm.h"
 #include "conv_geometry.h"
 #include "scratch.h"
+#include "thread_pool.h"
 
 #if NPU_EP_X86
 
@@ -231,66 +233,39 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   });
 }
 
-namespace {
-
-// PointwiseFewPixels over output channel rows wider than one task's 128: the channels in the lanes would read each
-// weight row in strided 512-byte pieces, which the prefetchers do not follow, so each task streams whole depth
-// passes of weight rows (StreamRowsAvx512) into partial sums, then the passes are added in order, + bias, the tail:
-// each output's sum as the channels in the lanes form it, whatever the split.
-void PointwiseStream(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
-                     const ConvTail& tail, int64_t work) {
-  const int64_t K = s.Cg(), P = s.P(), Mg = s.Mg(), images = s.N * s.group;
-  constexpr int64_t kDepth = 256;  // GemmAvx512's depth pass
-  const int64_t chunks = (K + kDepth - 1) / kDepth, units = (Mg + 15) / 16;
-  const int use = ThreadsFor(threads, work);
-  int64_t m_blocks = std::min(units, (use + images * chunks - 1) / (images * chunks));
-  while ((images * chunks * m_blocks) % use != 0 && m_blocks < units) ++m_blocks;
-  const auto m_begin = [&](int64_t mb) { return std::min(Mg, mb * units / m_blocks * 16); };
-  static thread_local std::vector<float> t_part;
-  float* part = Grow(t_part, images * chunks * P * Mg);  // [image, pass, pixel, channel]
-  ParallelFor(use, images * chunks * m_blocks, [&](int64_t task) {
-    const int64_t img = task / (chunks * m_blocks), c = task / m_blocks % chunks, mb = task % m_blocks;
-    const int64_t n = img / s.group, g = img % s.group, k0 = c * kDepth, m0 = m_begin(mb);
-    StreamRowsAvx512(m_begin(mb + 1) - m0, std::min(kDepth, K - k0), w + (g * K + k0) * Mg + m0, Mg,
-                     x + (n * s.C + g * K + k0) * P, P, P, part + (img * chunks + c) * P * Mg + m0, Mg);
-  });
-  ParallelFor(images * m_blocks > 1 ? use : 1, images * m_blocks, [&](int64_t task) {
-    const int64_t img = task / m_blocks, mb = task % m_blocks, n = img / s.group, g = img % s.group;
-    const int64_t m0 = m_begin(mb), m1 = m_begin(mb + 1);
-    const float* sums = part + img * chunks * P * Mg;
-    float* out = y + (n * s.M + g * Mg) * P;
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t m = m0; m < m1; ++m) {
-        float v = sums[p * Mg + m];
-        for (int64_t c = 1; c < chunks; ++c) v = v + sums[(c * P + p) * Mg + m];
-        if (bias != nullptr) v = v + bias[g * Mg + m];
-        out[m * P + p] = v;
-      }
-    if (tail.n && tail.channel_consts == nullptr) ApplyTail(tail, out + m0 * P, (m1 - m0) * P);  // rows contiguous
-    if (tail.n && tail.channel_consts != nullptr)
-      for (int64_t m = m0; m < m1; ++m) ApplyChannelTail(tail, out + m * P, P, g * Mg + m);
-  });
-}
-
-}  // namespace
-
-void PointwiseFewPixels(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
-                        const ConvTail& tail) {
-  const int64_t K = s.Cg(), P = s.P(), Mg = s.Mg();
-  const int64_t per = 128;  // output channels per task (one pass of ChannelLanesAvx512)
-  const int64_t blocks = (Mg + per - 1) / per;
+// A panel a task: its K rows of kPanel floats stream from memory in order (the weights do not stay in cache
+// between calls), where the [K, Mg] rows read in 64-channel pieces 4-5 KiB apart kept the prefetchers behind.
+void PointwisePanels(const ConvShape& s, const float* x, const float* wp, const float* bias, float* y, int threads,
+                     const ConvTail& tail) {
+  const int64_t K = s.Cg(), P = s.P(), Mg = s.Mg(), panels = (Mg + kPanel - 1) / kPanel;
   const bool clip_only = tail.n == 1 && tail.codes[0] == kTailClip;
+  float hs[4];
+  const bool hswish = tail.n && HardSwishTail(tail, hs);
+  std::vector<int64_t> koff(K), pix(P);
+  for (int64_t k = 0; k < K; ++k) koff[k] = k * P;
+  for (int64_t p = 0; p < P; ++p) pix[p] = p;
   // streaming the weights is the cost (a 1280 x 512 head reads 2.6 MB for 0.66 M multiply-adds): count each
   // weight as four multiply-adds' worth when deciding on a second thread
   const int64_t work = s.N * s.M * K * std::max<int64_t>(P, 4);
-  if (Mg > per) return PointwiseStream(s, x, w, bias, y, threads, tail, work);
-  ParallelFor(ThreadsFor(threads, work), s.N * s.group * blocks, [&](int64_t task) {
-    const int64_t n = task / (s.group * blocks), g = (task / blocks) % s.group, m0 = (task % blocks) * per;
-    const int64_t rows = std::min(per, Mg - m0);
+  ParallelFor(ThreadsFor(threads, work), s.N * s.group * panels, [&](int64_t task) {
+    const int64_t n = task / (s.group * panels), g = task / panels % s.group, m0 = task % panels * kPanel;
+    const int64_t rows = std::min(kPanel, Mg - m0);
     float* out = y + (n * s.M + g * Mg + m0) * P;
-    ChannelLanesAvx512(rows, K, w + g * K * Mg + m0, Mg, x + (n * s.C + g * K) * P, P, P, out, P,
-                       bias == nullptr ? nullptr : bias + g * Mg + m0, clip_only ? tail.consts : nullptr);
-    if (tail.n && !clip_only && tail.channel_consts == nullptr) ApplyTail(tail, out, rows * P);  // rows contiguous
+    const float* b = bias == nullptr ? nullptr : bias + g * Mg + m0;
+    // a short last panel: its zero channels' sums and stores land in scratch, the real rows are copied out
+    static thread_local std::vector<float> t_rows, t_bias;
+    float* dst = rows < kPanel ? Grow(t_rows, kPanel * P) : out;
+    if (rows < kPanel && b != nullptr) {
+      float* padded = Grow(t_bias, kPanel);
+      std::fill(padded, padded + kPanel, 0.0f);
+      std::copy(b, b + rows, padded);
+      b = padded;
+    }
+    ChannelGemmAvx512(kPanel, K, wp + (g * panels + m0 / kPanel) * K * kPanel, kPanel, x + (n * s.C + g * K) * P,
+                      koff.data(), pix.data(), pix.data(), P, dst, P, b, clip_only ? tail.consts : nullptr,
+                      hswish ? hs : nullptr);
+    if (dst != out) std::memcpy(out, dst, rows * P * sizeof(float));
+    if (tail.n && !clip_only && !hswish && tail.channel_consts == nullptr) ApplyTail(tail, out, rows * P);
     if (tail.n && tail.channel_consts != nullptr)
       for (int64_t m = 0; m < rows; ++m) ApplyChannelTail(tail, out + m * P, P, g * Mg + m0 + m);
   });

@@ -39,26 +39,20 @@ void ChannelGemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const
                        const int64_t* pin, const int64_t* pout, int64_t n_pix, float* c, int64_t ldc, const float* bias,
                        const float* clip, const float* hswish);
 
-// c[m * ldc + p] = sum_k at[k * lda + m] * b[k * ldb + p] (+ bias[m], clipped) for m < M, p < P, the output
-// channels in the lanes (a 1x1 conv over fewer than 16 pixels), each output summed as GemmAvx512 sums it.
-void ChannelLanesAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b, int64_t ldb, int64_t P,
-                        float* c, int64_t ldc, const float* bias, const float* clip);
-
-// acc[p * ldacc + m] = sum_k at[k * lda + m] * b[k * ldb + p] for m < M, p < P, k < kc (<= one depth pass):
-// fused multiply-adds from zero in k order, one pass's sums as GemmAvx512 forms them; A's rows read once each, in
-// order (a 1x1 conv over a few pixels with wide rows of weights, which only stream from memory); AVX-512F only.
-void StreamRowsAvx512(int64_t M, int64_t kc, const float* at, int64_t lda, const float* b, int64_t ldb, int64_t P,
-                      float* acc, int64_t ldacc);
-
 // even[q] = src[2q], odd[q] = src[2q + 1] for q < n (reads src[0, 2n)); AVX-512F only.
 void EvenOddAvx512(const float* src, int64_t n, float* even, float* odd);
 
 // DenseFloat (conv.h) on GemmAvx512 instead of the BLAS (conv_gemm.cc); same arguments, AVX-512F only.
 void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                        const ConvTail& tail);
-// A 1x1, stride-1, unpadded DenseFloat over fewer than 16 pixels on ChannelLanesAvx512 (conv_gemm.cc).
-void PointwiseFewPixels(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
-                        const ConvTail& tail);
+
+// Output channels per panel of PointwisePanels' weights (packed by kernels/ops/conv.py).
+constexpr int64_t kPanel = 64;
+// A 1x1, stride-1, unpadded conv (DenseFloat's arguments) on weights packed in panels (conv_gemm.cc): wp
+// [group, Mg / kPanel rounded up, K, kPanel], panel q's row k holding w[g, k, q * kPanel + l] (zeros past Mg).
+// Each output summed as ChannelGemmAvx512 sums it; AVX-512F only.
+void PointwisePanels(const ConvShape& s, const float* x, const float* wp, const float* bias, float* y, int threads,
+                     const ConvTail& tail);
 #endif
 
 }  // namespace npu_ep::kern

@@ -14,7 +14,9 @@ float32 like the batched GEMM, in a different order (last-bit differences). Grou
 Native kernels (``kernels/native/conv.cc``, chosen per session through ``runtime.native``): a float32 Conv
 runs its depthwise case directly (the reference's float32 operations in its order, bit-equal), and its other cases
 as blocked implicit GEMM: on AVX-512 our own GEMM (``conv_gemm_avx512.cc``), reading zero-padded input rows in
-place at unit width stride; elsewhere, and for images of fewer than 16 output pixels, per block of output pixels a
+place at unit width stride, and a 1x1 conv over fewer than 16 pixels (an SE block's or a head's 1x1 map) on its
+weights packed once in panels of 64 output channels (``conv_pointwise_panels``: each panel one stream, as a GEMV
+wants); elsewhere, and for other images of fewer than 16 output pixels, per block of output pixels a
 cache-sized patch matrix (a pointwise conv: x's own rows) times W on numpy's own OpenBLAS sgemm, called from C++
 (``host_blas.sgemm_address``; without that symbol, one native patch matrix per image times numpy's matmul);
 QLinearConv runs
@@ -319,6 +321,9 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
     sgemm = host_blas.sgemm_address()
     if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
         call = (w, bias, nat.conv_depthwise, (w, b32, geom, threads, *tail))
+    elif (_is_pointwise(g, geom) and x.shape[2] * x.shape[3] < SMALL_MAP_PIXELS
+          and nat.isa() in ("avx512", "avx512_vnni", "amx_int8")):
+        call = (w, bias, nat.conv_pointwise_panels, (_panels(p, w), b32, geom, threads, *tail))
     elif sgemm is not None:
         call = (w, bias, nat.conv_dense, (w, b32, geom, sgemm, threads, *tail))
     else:
@@ -327,7 +332,30 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
 
 
 # Where the optional tail arguments start among each float kernel's arguments after x (out= follows all four).
-_TAIL_AT = {"conv_depthwise": 4, "conv_dense": 5}
+_TAIL_AT = {"conv_depthwise": 4, "conv_dense": 5, "conv_pointwise_panels": 4}
+
+SMALL_MAP_PIXELS = 16  # a 1x1 conv over fewer output pixels runs on panel-packed weights (conv_pointwise_panels)
+PANEL = 64  # output channels per panel (kernels/native/conv_gemm.h kPanel)
+
+
+def _is_pointwise(g: dict[str, Any], geom: list[int]) -> bool:
+    """A 1x1, stride-1, undilated, unpadded conv (geom: ``_geometry_list``'s)."""
+    return g["kernel"] == [1, 1] and g["strides"] == [1, 1] and not any(geom[8:])
+
+
+def _panels(p: Prepared, w: np.ndarray) -> np.ndarray:
+    """``w`` [g, K, Mg] as ``conv_pointwise_panels`` reads it, [g, Mg/PANEL rounded up, K, PANEL] (zeros past Mg):
+    a panel's weights one contiguous stream, as a GEMV over them wants. Packed on first use, kept while ``w`` is
+    the conv's weights (held twice then, as MLAS keeps its prepacked weights)."""
+    got = p.kernel_cache.get("w_panels")
+    if got is None or got[0] is not w:
+        grp, k, mg = w.shape
+        panels = -(-mg // PANEL)
+        padded = np.zeros((grp, k, panels * PANEL), np.float32)
+        padded[:, :, :mg] = w
+        got = p.kernel_cache["w_panels"] = (w, np.ascontiguousarray(padded.reshape(grp, k, panels, PANEL)
+                                                                    .transpose(0, 2, 1, 3)))
+    return got[1]
 
 
 def _qlinear_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:

@@ -13,9 +13,10 @@ Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shap
   a small map whose pixel blocks would be short or uneven, blocks of output channels instead); a one-block image
   with Mg >= 32 and 2^21 multiply-adds splits its output channels in two at one thread (the M = 16j + 1 bug: M
   around 32, 48, 64 on small maps);
-- PointwiseFewPixels (1x1, stride 1, no pads, < 16 pixels): output channels in the lanes, 128 per task, 64 per pass;
-  over more than 128 channels a group the weights' rows streamed per 256-deep pass, four rows a step, the passes'
-  sums added after (tasks: passes x channel blocks);
+- PointwisePanels (1x1, stride 1, no pads, < 16 pixels; conv_pointwise_panels): weights packed once in panels of
+  64 output channels ([g, panels, K, 64], zeros past Mg), one panel a task, 4 vectors x up to 6 pixels a register
+  tile, the sums ChannelGemmAvx512's (per 256-deep pass from zero, the passes added in order); a short last panel
+  through scratch rows;
 - DenseFloat on the BLAS (other convs over < 16 pixels; every conv below AVX-512); a column image [N, C, L, 1] with
   a kx1 kernel runs as the same conv along its row;
 - DepthwiseFloat: DepthwiseRowsAvx512 takes 32 output columns in two registers, 16 or fewer in one, any width
@@ -95,6 +96,8 @@ def _native_and_reference(op: str, inputs, native_fn: str, tail=None, threads: i
 def _float_conv(x, w, b=None, *, native_fn: str = "conv_dense", threads: int = 1, tail=None, slopes=None, **attrs):
     """The conv native vs reference within the dot-product bound (module docstring); returns the native output."""
     inputs = [("x", x, False), ("w", w, True)] + ([("b", b, True)] if b is not None else [])
+    if native_fn == "conv_dense" and _panels_path(x, w, attrs):
+        native_fn = "conv_pointwise_panels"
     got, want = _native_and_reference("Conv", inputs, native_fn, tail, threads, slopes, **attrs)
     label = f"Conv x{list(x.shape)} w{list(w.shape)} {attrs} tail={tail}"
     if native_fn == "conv_depthwise" and tail and any(t[0] == "sigmoid" for t in tail):
@@ -121,6 +124,13 @@ def _float_conv(x, w, b=None, *, native_fn: str = "conv_dense", threads: int = 1
     excess = np.abs(got[finite] - want[finite]) - bound[finite]
     assert (excess <= 0).all(), f"{label}: {excess.max()} over the bound"
     return got
+
+
+def _panels_path(x, w, attrs) -> bool:
+    """Whether the conv runs on ``conv_pointwise_panels``: 1x1, stride 1, unpadded, under 16 pixels, AVX-512."""
+    plain = all(v == 0 for v in attrs.get("pads", [0])) and all(v == 1 for v in attrs.get("strides", [1]))
+    return (w.shape[2:] in ((1, 1), (1,)) and plain and int(np.prod(x.shape[2:])) < 16
+            and runtime.native_module().isa() in ("avx512", "avx512_vnni", "amx_int8"))
 
 
 def _floats(shape, rng, specials: bool = False) -> np.ndarray:
@@ -323,9 +333,8 @@ def test_float_small_map_channel_split_wide(float_isa):
         _split_case(*case)
 
 
-# Pointwise over < 16 pixels: output channels around the 64-channel pass (a task's rest under 128) and the
-# 128-channel task (one 8-vector pass), input channels around the 256-deep pass; pixel counts 1..15 (and 16: the
-# pixel GEMM).
+# Pointwise over < 16 pixels: output channels around the 16-channel vector, the 64-channel panel and two panels,
+# input channels around the 256-deep pass; pixel counts 1..15 (the 6-pixel tile and its rest; 16: the pixel GEMM).
 @pytest.mark.parametrize("m", around(16, 64, 128))
 @pytest.mark.parametrize("c,pixels", [(255, (1, 1)), (256, (3, 5)), (257, (1, 15)), (8, (4, 4))])
 def test_float_pointwise_few_pixels(float_isa, m, c, pixels):
@@ -334,10 +343,9 @@ def test_float_pointwise_few_pixels(float_isa, m, c, pixels):
     _float_conv(x, _floats((m, c, 1, 1), rng), _floats((m,), rng))
 
 
-# Pointwise over < 16 pixels with more than 128 output channels a group: whole rows of weights streamed per depth
-# pass (StreamRowsAvx512, four rows a step), the passes' partial sums added after. Mg around the 16-channel vector
-# (a masked last one), K around the four-row step and the 256-deep pass, pixels 1..15, images and groups, the
-# weights' passes and channel blocks split over 1 to 3 threads with the same bits.
+# Pointwise over < 16 pixels with more than two panels a group: Mg around the 16-channel vector (a short last
+# panel), K around the 256-deep pass, pixels 1..15, images and groups, the panels split over 1 to 3 threads with the
+# same bits.
 STREAM_GRID = [(m, c, pixels, ng) for m in (129, *around(144), 1280) for c in (1, 3, 6, 255, 256, 257, 513)
                for pixels in ((1, 1), (3, 5), (1, 15)) for ng in ((1, 1), (2, 1), (1, 2), (2, 3))
                if c > 1 or ng[1] == 1]  # one input channel a group is a depthwise conv
@@ -437,7 +445,7 @@ def test_float_fused_tails(float_isa, tail, shape):
 
 @pytest.mark.parametrize("tail", TAILS)
 def test_float_pointwise_stream_tails(float_isa, tail):
-    """A fused tail (a lone clip too) and per-channel slopes over the streamed passes' finished sums."""
+    """A fused tail (a lone clip too) and per-channel slopes over a few pixels' finished panels."""
     rng = np.random.default_rng(5)
     x, w, b = _floats((2, 520, 1, 3), rng, specials=True), _floats((290, 260, 1, 1), rng), _floats((290,), rng)
     _float_conv(x, w, b, tail=tail, group=2)
@@ -619,3 +627,44 @@ def test_qlinearconv_nan_requantization_gives_the_lowest_code_as_ort(isa, y_scal
     np.testing.assert_array_equal(got, ort)
     np.testing.assert_array_equal(want, ort)
     assert (got == -128).all()  # the lowest int8 code
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("hw", [(1, 1), (2, 3)])
+def test_pointwise_panels_in_a_session(threads, hw):
+    """PP-LCNet's 1x1-map convs (an SE block's 512 -> 128 + Relu and 128 -> 512 + HardSigmoid, the head's 512 -> 1280
+    + HardSwish) in a session: NpuEP runs them as bound native steps on panel-packed weights, within 1e-4 of the
+    CPU EP."""
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import _ep_session, python_steps
+    from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(32)
+    inits = {}
+    nodes = []
+    prev = "x"
+    for i, (c, m, act) in enumerate([(512, 128, "Relu"), (128, 512, "HardSigmoid"), (512, 1280, "HardSwish")]):
+        inits[f"w{i}"] = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+        inits[f"b{i}"] = rng.standard_normal(m).astype(np.float32)
+        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], f"conv{i}"),
+                  helper.make_node(act, [f"c{i}"], [f"a{i}"], f"act{i}")]
+        prev = f"a{i}"
+    nodes[-1].output[0] = "y"
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512, *hw])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1280, *hw])], inits)
+    so = session_options()
+    so.intra_op_num_threads = threads
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    feeds = {"x": rng.standard_normal((1, 512, *hw)).astype(np.float32)}
+    first = sess.run(None, feeds)[0]
+    for _ in range(2):
+        assert sess.run(None, feeds)[0].tobytes() == first.tobytes()
+    placed = assignment(sess)
+    assert all(placed[f"conv{i}"] == "NpuEP" for i in range(3)), placed
+    assert [s for s in python_steps(sess) if s["op"] == "Conv"] == []
+    convs = [st for prog in _ep_session(sess).programs.values() for st in prog.steps if st.op == "Conv"]
+    on_avx512 = runtime.native_module().isa() in ("avx512", "avx512_vnni", "amx_int8")
+    assert len(convs) == 3 and all(("w_panels" in st.prepared.kernel_cache) == on_avx512 for st in convs)
+    np.testing.assert_allclose(first, cpu_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
