@@ -1,5 +1,6 @@
 // Native MaxPool and AveragePool: one task per (image, channel) plane. Float32 on AVX-512 (besides the 2x2 / 2
-// register kernel): 16 outputs of a row per step, each window row's input span in registers (WindowBlocks), or tap
+// register kernel and MaxPool of unit strides, which runs separably: rows' window maxima, then columns of them): 16
+// outputs of a row per step, each window row's input span in registers (WindowBlocks), or tap
 // by tap where the span is wider than three registers. Elsewhere (bytes, hosts below AVX-512) per output row the
 // window's input rows are folded into a row maximum, then each output takes the maximum of its columns. A NaN
 // anywhere in the window wins, as numpy's max. A padded tap holds `low` (-FLT_MAX for float, as MLAS pads): a window
