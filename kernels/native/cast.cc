@@ -4,7 +4,7 @@
 // to bool x != 0 (NaN is true); float to integer truncates toward zero where the value fits, and the call returns
 // None when one does not (NaN, Inf, out of range: numpy's result is the platform's, so the reference runs).
 // Integer to float16 is not taken (None): numpy rounds it in its own order. The loops are built for AVX2 too, taken
-// on hosts that run it.
+// on hosts that run it, and 64-bit integers to float for AVX-512DQ.
 #if !defined(__clang__)  // clang vectorizes at -O2 and warns on the GCC pragma
 #pragma GCC optimize("O3")  // the conversion loops vectorize
 #endif
@@ -78,6 +78,21 @@ template <typename S, typename D>
 __attribute__((target("avx2"))) bool ConvertRowAvx2(const S* x, D* y, int64_t n) {
   return ConvertRow(x, y, n);
 }
+
+// 64-bit integers to float in AVX-512DQ lanes (vcvtqq2ps and kin: AVX2 has no such lanes, so its loop is scalar);
+// they round as the scalar conversion does, to nearest even.
+template <typename S, typename D>
+__attribute__((target("avx2,avx512f,avx512dq,avx512vl"))) bool ConvertRowAvx512Dq(const S* x, D* y, int64_t n) {
+  return ConvertRow(x, y, n);
+}
+
+bool HasAvx512Dq() {
+  static const bool yes = __builtin_cpu_supports("avx512dq");
+  return yes;
+}
+
+template <typename S, typename D>
+constexpr bool kWideIntToFloat = sizeof(S) == 8 && std::is_integral_v<S> && std::is_floating_point_v<D>;
 #endif
 
 template <typename S, typename D>
@@ -89,6 +104,9 @@ bool Convert(const S* x, D* y, int64_t n) {
     return FloatToHalfRow(x, reinterpret_cast<uint16_t*>(y), n), true;
   }
 #if NPU_EP_X86
+  if constexpr (kWideIntToFloat<S, D>) {
+    if (ActiveIsa() >= Isa::kAvx512 && HasAvx512Dq()) return ConvertRowAvx512Dq(x, y, n);
+  }
   if (ActiveIsa() >= Isa::kAvx2) return ConvertRowAvx2(x, y, n);
 #endif
   return ConvertRowDefault(x, y, n);

@@ -3,7 +3,8 @@
 reference has NaN), with the types' extremes (integers wrap), -0.0, fractions of either sign (truncation toward zero),
 float16 ties, subnormals and overflow, NaN/Inf and floats beyond an integer's range (the kernel returns None there
 and the reference gives numpy's platform result), on every ISA level the host runs (F16C's float32 <-> float16
-lanes; the conversion loops built for AVX2 and for the baseline), around the lanes and the 32768-element task split
+lanes; the conversion loops built for AVX2 and for the baseline; 64-bit integers to float in AVX-512DQ lanes, with
+every rounding case near 2^24, 2^53 and 2^63), around the lanes and the 32768-element task split
 on one thread and two. Sessions show NpuEP ran the node, as its bound native step (no Python step), with the CPU
 EP's values."""
 
@@ -30,7 +31,7 @@ ONNX_TYPE = {np.bool_: TensorProto.BOOL, np.int64: TensorProto.INT64, np.float32
              np.float16: TensorProto.FLOAT16, np.int32: TensorProto.INT32}
 
 
-@pytest.fixture(params=host_isas(top="avx2"))
+@pytest.fixture(params=host_isas(top="avx512"))
 def capped_isa(request):
     yield from cap_isa(request.param)
 
@@ -96,6 +97,23 @@ def test_lanes_and_task_split_bit_for_bit(capped_isa, src, dst):
         _check(_values(n, src, specials=False), dst)
     x = _values(2 * TASK + 5, src, specials=False)
     assert _check(x, dst, threads=1).tobytes() == _check(x, dst, threads=2).tobytes()
+
+
+@pytest.mark.parametrize("src,dst", [(np.int64, np.float32), (np.uint64, np.float32), (np.int64, np.float64),
+                                     (np.uint64, np.float64)], ids=lambda t: np.dtype(t).name)
+def test_wide_integers_to_float_every_rounding_case(capped_isa, src, dst):
+    """64-bit integers where float32/float64 round (ties to even at 2^24, 2^53 and up to the type's ends, the high
+    bit of uint64 set), random bit patterns, around the 8- and 16-lane tails: numpy's astype bits."""
+    info = np.iinfo(src)
+    edges = []
+    for p in (24, 25, 53, 54, 62, 63):
+        for base in (1 << p, (1 << p) + (1 << max(p - 24, 0)), (1 << p) + (1 << max(p - 53, 0))):
+            edges += [base + d for d in (-3, -2, -1, 0, 1, 2, 3)]
+    edges = [v for e in edges for v in (e, -e) if info.min <= v <= info.max] + [info.min, info.max, 0]
+    bits = RNG.integers(0, 1 << 63, 4000, dtype=np.uint64) * np.uint64(2) + RNG.integers(0, 2, 4000, np.uint64)
+    x = np.concatenate([np.array(edges, src), bits.view(src)])
+    for n in around(8, 16, 64, low=1) + [x.size]:
+        _check(x[:n], dst)
 
 
 def test_float32_to_float16_every_rounding_case():
