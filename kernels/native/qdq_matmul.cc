@@ -33,6 +33,21 @@ namespace {
 
 using F64 = py::array_t<double, py::array::c_style>;
 
+// o as a C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call,
+// ~0.1 us each), else numpy's conversion as pybind11's array_t caster makes it.
+template <typename T>
+py::array_t<T, py::array::c_style> AsArr(const py::object& o, const char* op, const char* what) {
+  using A = py::array_t<T, py::array::c_style>;
+  if (A::check_(o)) return py::reinterpret_borrow<A>(o);
+  A a = A::ensure(o);
+  if (!a) {
+    PyErr_Clear();
+    throw py::type_error(std::string(op) + ": " + what + " must be an array of " +
+                         std::string(py::str(py::dtype::of<T>())));
+  }
+  return a;
+}
+
 template <typename X, typename Y>
 void Rows(const X* x, int64_t m, int64_t k, int64_t n, const double* w, double xzp, const double* mult, bool per_column,
           float ys, float yzp, float lo, float hi, Y* y) {
@@ -413,14 +428,30 @@ py::array QdqMatMulIntPy(const py::array& x, const I16& wp, const I64& colsum, i
   return y;
 }
 
+// The bindings take their weight arrays as objects and borrow them (AsArr).
+py::array QdqMatMulSmallEntry(const py::array& x, const py::object& w, double xzp, const py::object& mult, float ys,
+                              float yzp, float lo, float hi, const py::dtype& out_dtype) {
+  const char* fn = "qdq_matmul_small";
+  return QdqMatMulSmallPy(x, AsArr<double>(w, fn, "w"), xzp, AsArr<double>(mult, fn, "mult"), ys, yzp, lo, hi,
+                          out_dtype);
+}
+
+py::array QdqMatMulIntEntry(const py::array& x, const py::object& wp, const py::object& colsum, int64_t n, int64_t x_zp,
+                            int64_t chunk_pairs, const py::object& mult, float ys, float yzp, float lo, float hi,
+                            const py::dtype& out_dtype, int threads, const py::object& out_into) {
+  const char* fn = "qdq_matmul_int";
+  return QdqMatMulIntPy(x, AsArr<int16_t>(wp, fn, "wp"), AsArr<int64_t>(colsum, fn, "colsum"), n, x_zp, chunk_pairs,
+                        AsArr<double>(mult, fn, "mult"), ys, yzp, lo, hi, out_dtype, threads, out_into);
+}
+
 }  // namespace
 
 void BindQdqMatMul(py::module_& m) {
-  m.def("qdq_matmul_small", &QdqMatMulSmallPy, py::arg("x"), py::arg("w"), py::arg("x_zp"), py::arg("mult"),
+  m.def("qdq_matmul_small", &QdqMatMulSmallEntry, py::arg("x"), py::arg("w"), py::arg("x_zp"), py::arg("mult"),
         py::arg("y_scale"), py::arg("y_zp"), py::arg("lo"), py::arg("hi"), py::arg("out_dtype"),
         "npu::QdqMatMul of a small product: (x - x_zp) @ W exact in float64, times mult (per tensor or column) "
         "rounded to float32, quantized as QuantizeLinear to [lo, hi] in out_dtype (kernels/ops/qdq_matmul.py)");
-  m.def("qdq_matmul_int", &QdqMatMulIntPy, py::arg("x"), py::arg("wp"), py::arg("colsum"), py::arg("N"),
+  m.def("qdq_matmul_int", &QdqMatMulIntEntry, py::arg("x"), py::arg("wp"), py::arg("colsum"), py::arg("N"),
         py::arg("x_zp"), py::arg("chunk_pairs"), py::arg("mult"), py::arg("y_scale"), py::arg("y_zp"), py::arg("lo"),
         py::arg("hi"), py::arg("out_dtype"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "npu::QdqMatMul as an exact integer GEMM: (x - x_zp) @ W' with W' packed by kernels/ops/qdq_matmul.py "

@@ -184,3 +184,21 @@ def test_session_of_a_16_bit_unit_runs_the_bound_step(act, lead, k, n, monkeypat
     assert python_steps(sess) == [], "the unit ran its Python kernel instead of the bound native step"
     assert [s.op for p in _ep_session(sess).programs.values() for s in p.steps] == ["npu::QdqMatMul"]
     assert bound == [("qdq_matmul_int", [(13, 0, [*lead, n])])], "not bound to write into ORT's output buffer"
+
+
+def test_weight_arrays_of_other_layouts_are_converted_as_before():
+    """The kernels borrow C-order weights of their dtype as they are and convert others as pybind11's caster did
+    (a Fortran-order W, a list mult) to the same bytes; a value that is no array of numbers is a TypeError naming
+    it."""
+    nat = runtime.native_module()
+    x = _ints((3, 8), np.int16, -100, 100)
+    w = RNG.integers(-50, 50, (8, 5)).astype(np.float64)
+    mult = np.array([0.01], np.float64)
+    args = (0.0, mult, np.float32(0.5), np.float32(0), np.float32(-32768), np.float32(32767), np.dtype(np.int16))
+    want = nat.qdq_matmul_small(x, w, *args)
+    got = nat.qdq_matmul_small(x, np.asfortranarray(w), 0.0, mult.tolist(), *args[2:])
+    assert got.tobytes() == want.tobytes()
+    with pytest.raises(TypeError, match="mult"):
+        nat.qdq_matmul_small(x, w, 0.0, "mult", *args[2:])
+    with pytest.raises(TypeError, match="wp"):
+        nat.qdq_matmul_int(x, "wp", np.zeros(16, np.int64), 5, 0, 64, mult, *args[2:])
