@@ -6,7 +6,8 @@
 Numerics as the element-wise kernels: float16 widens to float32, the bias add and the activation run in float32,
 one rounding on store. Both run natively on the element-wise engine in float32 and float16 and bind as steps:
 BiasGelu as ``tail_of_bias`` (the bias add, then GELU_ERF's instructions: the reference's bits), QuickGelu as
-``save, mul alpha, sigmoid, mul_saved`` (the engine's sigmoid, within 2 ulp of numpy's).
+``save, mul alpha, sigmoid, mul_saved`` (the engine's sigmoid: its exp within 2 ulp of numpy's, the sigmoid
+within 4).
 Cost: ``_vector.stream_cost`` over the output elements (BiasGelu: add + Gelu's 3 plain ops and one erf; QuickGelu:
 scale, negate, add, divide, multiply and one exp).
 """

@@ -245,16 +245,25 @@ def test_each_op_binds_one_native_step(op, domain, dtype, bias_constant):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_quick_gelu_sizes_and_specials(ew_isa, dtype):
-    """QuickGelu x * sigmoid(alpha x) as save, mul alpha, sigmoid, mul_saved: the engine's sigmoid is within 2 ulp of
-    numpy's (std::exp's on the scalar path), the product within 4 ulp of the reference (float16: within one float16
-    ulp)."""
+    """QuickGelu x * sigmoid(alpha x) as save, mul alpha, sigmoid, mul_saved: the engine's sigmoid is within 4 ulp of
+    the reference's (test_sweep_sigmoid: its exp within 2 of numpy's, the add and the divide half an ulp each; 4
+    measured in the tail near x = -74), so the float32 product is within 4 * 2^-23 of the reference relative plus its
+    own rounding (one ulp), which is up to 9 ulp where the product's binade is lower than sigmoid's (5 measured over
+    seeds); float16 within one float16 ulp."""
     for n in SIZES + [TASK + 77]:
         x = with_specials((RNG.standard_normal(n) * 6).astype(dtype), RNG,
                           values=SPECIALS if dtype == np.float32 else F16_SPECIALS)
         got, want, calls = native_vs_reference("QuickGelu", [("x", x, False)], domain="com.microsoft", threads=2,
                                                alpha=1.5)
         assert ("tail_of" if dtype == np.float32 else "tail_of_f16") in calls
-        assert _ulps(got[0], want[0]).max(initial=0) <= (4 if dtype == np.float32 else 1), f"QuickGelu n={n}"
+        if dtype == np.float16:
+            assert _ulps(got[0], want[0]).max(initial=0) <= 1, f"QuickGelu n={n}"
+            continue
+        _ulps(got[0], want[0])  # NaN and infinities in the same places
+        fin = np.isfinite(want[0])
+        g, w = got[0][fin].astype(np.float64), want[0][fin].astype(np.float64)
+        err = np.abs(g - w) - (4 * 2.0**-23 * np.abs(w) + np.spacing(np.abs(want[0][fin])))
+        assert err.max(initial=-1.0) <= 0, f"QuickGelu n={n}: x={x[fin][err.argmax()]}"
 
 
 def test_tail_of_bias_rejects_a_bias_that_is_not_the_last_axis():
