@@ -24,6 +24,7 @@
 
 #include "half.h"
 #include "movement.h"
+#include "row_copy.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -239,9 +240,10 @@ struct StridedLines {
     const auto bytes = static_cast<size_t>(count * c.item);
     const auto item = static_cast<size_t>(c.item);
     d += first * ds, s += first * ss;
+    const RunCopier copy;
     auto line_copy = [&](int64_t dl, int64_t sl) {
       if (contiguous) {
-        std::memcpy(out + dl, in + sl, bytes);
+        copy(out + dl, in + sl, bytes);
       } else {
         for (int64_t i = 0; i < count; ++i) CopyRow<B>(out + dl + i * ds, in + sl + i * ss, item);
       }
@@ -350,15 +352,16 @@ template <bool kToParts>
 void RowsOfParts(char* whole, const std::vector<PartRun>& parts, int64_t row, int64_t lo, int64_t hi) {
   const PartRun* p = parts.data();
   const size_t n = parts.size();
+  const RunCopier copy;
   for (int64_t r = lo; r < hi; ++r) {
     char* w = whole + r * row;
     for (size_t k = 0; k < n; ++k) {
       const int64_t run = p[k].run;
       char* part = p[k].data + r * run;
       if (kToParts)
-        std::memcpy(part, w, static_cast<size_t>(run));
+        copy(part, w, static_cast<size_t>(run));
       else
-        std::memcpy(w, part, static_cast<size_t>(run));
+        copy(w, part, static_cast<size_t>(run));
       w += run;
     }
   }

@@ -250,6 +250,27 @@ def test_concat_rows_in_one_pass_around_its_run_and_row_limits_byte_for_byte(dt)
         assert one[0].tobytes() == _same_bytes("Concat", inputs, "concat_into", threads=2, axis=-1)[0].tobytes()
 
 
+@pytest.mark.parametrize("isa", host_isas())
+@pytest.mark.parametrize("dt", [np.int8, np.float16, np.float32, np.int64])
+def test_row_runs_across_the_vector_copy_bounds_byte_for_byte(isa, dt):
+    """Runs of 256 B to 16 KB are copied in 32-byte vectors with an overlapping last one (row_copy.h): concat,
+    split and slice runs just below, at and above those bounds and off the vector width, on every ISA path."""
+    item = np.dtype(dt).itemsize
+    gen = cap_isa(isa)
+    next(gen)
+    try:
+        for nbytes in (224, 255, 256, 257, 288, 300, 1536, 16383, 16384, 16385, 16416):
+            n = max(1, nbytes // item)
+            a, b = _values((3, n), dt), _values((3, n + 1), dt)
+            _same_bytes("Concat", [("a", a, False), ("b", b, False)], "concat_into", axis=-1)
+            x = np.concatenate([a, b], axis=-1)
+            _same_bytes("Split", [("x", x, False), ("s", np.array([n, n + 1]), True)], "split", n_out=2, axis=-1)
+            _same_bytes("Slice", [("x", b, False), ("st", np.array([1]), True), ("en", np.array([n + 1]), True),
+                                  ("ax", np.array([-1]), True)], "slice_copy")
+    finally:
+        next(gen, None)
+
+
 def test_concat_into_names_mismatched_parts():
     nat = runtime.native_module()
     with pytest.raises(ValueError, match=r"input \[2, 4\] \(float32\) does not match \[2, 3\] \(float32\) off axis 0"):
