@@ -11,6 +11,10 @@ using HasShapeFn = bool(ORT_API_CALL*)(const OrtTensorTypeAndShapeInfo*);
 HasShapeFn g_has_shape = nullptr;
 }  // namespace
 
+TensorShapeRefFn g_tensor_shape_ref = nullptr;
+
+static_assert(sizeof(OrtApi) == 3120, "the API 24 entries below are read past the OrtApi of ORT 1.23's headers");
+
 void InitShapeApi(const OrtApiBase* api_base) {
   // ORT 1.24 appended TensorTypeAndShape_HasShape right after CreateExternalInitializerInfo, the last entry of the
   // 1.23 OrtApi our headers describe. The table is append-only and one struct serves every version, so on a
@@ -20,7 +24,12 @@ void InitShapeApi(const OrtApiBase* api_base) {
   const char* version = api_base->GetVersionString();
   if (!version || std::sscanf(version, "%d.%d", &major, &minor) != 2 || (major == 1 && minor < 24)) return;
   const OrtApi* v24 = api_base->GetApi(24);
-  if (v24) std::memcpy(&g_has_shape, reinterpret_cast<const char*>(v24) + sizeof(OrtApi), sizeof(g_has_shape));
+  if (!v24) return;
+  const char* past = reinterpret_cast<const char*>(v24) + sizeof(OrtApi);
+  std::memcpy(&g_has_shape, past, sizeof(g_has_shape));
+  // API 24 appended 25 entries; GetTensorElementTypeAndShapeDataReference is the last (offset 3312 of its 3320-byte
+  // OrtApi, read back from onnxruntime 1.31: the dims of a [2,3,4] float tensor).
+  std::memcpy(&g_tensor_shape_ref, past + 24 * sizeof(void*), sizeof(g_tensor_shape_ref));
 }
 
 std::vector<const OrtNode*> GraphNodes(const OrtGraph* graph) {

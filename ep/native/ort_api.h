@@ -16,6 +16,12 @@ extern const OrtApi* g_ort;
 extern const OrtEpApi* g_ep_api;
 extern const OrtModelEditorApi* g_model_editor;
 
+// OrtApi 24's GetTensorElementTypeAndShapeDataReference (ORT >= 1.24): a tensor's element type and a pointer to its
+// own dims, with no OrtTensorTypeAndShapeInfo allocated and freed. nullptr on older runtimes (InitShapeApi).
+using TensorShapeRefFn = OrtStatus*(ORT_API_CALL*)(const OrtValue*, ONNXTensorElementDataType*, const int64_t**,
+                                                   size_t*);
+extern TensorShapeRefFn g_tensor_shape_ref;
+
 // A failed ORT call or a check of ours, carried to the callback boundary and turned into an OrtStatus there.
 struct OrtError : std::runtime_error {
   OrtErrorCode code;

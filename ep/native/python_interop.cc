@@ -72,6 +72,13 @@ TensorMeta GetTensorMeta(const OrtValue* v) {
 }
 
 void ReadTensorMeta(const OrtValue* v, TensorMeta& m) {
+  if (g_tensor_shape_ref != nullptr) {
+    const int64_t* dims = nullptr;
+    size_t rank = 0;
+    Check(g_tensor_shape_ref(v, &m.elem_type, &dims, &rank));
+    m.dims.assign(dims, dims + rank);
+    return;
+  }
   OrtTensorTypeAndShapeInfo* info = nullptr;
   Check(g_ort->GetTensorTypeAndShape(v, &info));
   size_t rank = 0;
