@@ -39,19 +39,27 @@ bool OrtParallelFor(const void* ctx, void (*task)(void*, size_t), size_t n, void
 
 // The kept view's array (a new reference) when it can serve as the view of `data` with `dims` and `dtype`: only the
 // kernel holds it (no other reference, no weak reference), so no one can tell it from a new view, and it is as it was
-// made (its flags, and the C-order shape and strides of `dims`); else nullptr.
+// made (its flags, and the C-order shape and strides of `dims`); else nullptr. A buffer other than the one it viewed
+// (ORT's output buffers move every call) is set as its data when the view was made aligned and `data` is aligned to
+// the item size (our dtypes' sizes are powers of two, numpy's alignment at most that): then its flags hold as they
+// would for a new view, and nothing else refers to the old data (no base but ViewBase, no buffer export alive).
 PyObject* ReuseView(const KeptView& kept, const void* data, const py::handle& dtype, const int64_t* dims, size_t rank) {
   PyObject* o = kept.array.ptr();
   if (o == nullptr || data == nullptr || Py_REFCNT(o) != 1) return nullptr;
   const Py_ssize_t weak = Py_TYPE(o)->tp_weaklistoffset;
   if (weak > 0 && *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(o) + weak) != nullptr) return nullptr;
-  const auto* p = py::detail::array_proxy(o);
-  if (p->data != data || p->descr != dtype.ptr() || p->flags != kept.flags || static_cast<size_t>(p->nd) != rank)
-    return nullptr;
+  auto* p = py::detail::array_proxy(o);
+  if (p->descr != dtype.ptr() || p->flags != kept.flags || static_cast<size_t>(p->nd) != rank) return nullptr;
   py::ssize_t stride = kept.itemsize;
   for (size_t d = rank; d-- > 0;) {
     if (p->dimensions[d] != dims[d] || p->strides[d] != stride) return nullptr;
     stride *= dims[d];
+  }
+  if (p->data != data) {
+    if (!(kept.flags & py::detail::npy_api::NPY_ARRAY_ALIGNED_) || kept.itemsize <= 0 ||
+        reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(kept.itemsize) != 0)
+      return nullptr;
+    p->data = static_cast<char*>(const_cast<void*>(data));
   }
   Py_INCREF(o);
   return o;

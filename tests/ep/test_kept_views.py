@@ -69,3 +69,25 @@ def test_a_view_held_elsewhere_is_not_handed_out_again(monkeypatch):
     view = held[0]
     assert view.shape == (1, 64) and not view.flags.writeable
     np.testing.assert_array_equal(view, first)  # the same buffer, unchanged values: the view still reads it
+
+
+@pytest.mark.parametrize("op", ["Abs", "Squeeze", "Add"])
+def test_a_kept_view_moves_only_to_aligned_buffers(op):
+    """A kept view takes a new buffer's address only where a new view would be aligned too: feeds that alternate
+    between aligned and misaligned buffers (ORT passes a contiguous feed's memory as it is) still give the CPU EP's
+    results, and a misaligned view is never marked aligned."""
+    model = _model(op)
+    sess = npu_session(model)
+    rng = np.random.default_rng(1)
+    raw = bytearray(64 * 4 + 8)
+    for i in range(12):
+        offset = (1, 2, 0, 4)[i % 4]
+        feed = np.frombuffer(raw, dtype=np.float32, count=64, offset=offset).reshape(1, 64)
+        values = rng.standard_normal((1, 64)).astype(np.float32)
+        values[0, :4] = [np.nan, -np.inf, -0.0, 1e-40]
+        raw[offset:offset + 256] = values.tobytes()
+        assert feed.flags.aligned == (offset % 4 == 0)
+        got = sess.run(None, {"x": feed})[0]
+        want = cpu_run(model, {"x": feed})[0]
+        np.testing.assert_array_equal(got, want)
+    assert assignment(sess) == {"node": "NpuEP"}
