@@ -591,11 +591,12 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
 
 # Float32 elements from which Sin/Cos run natively in chunks over the threads (``ufunc_split``: numpy's own float32
 # loop, numpy's bits); below it the one ufunc call costs less. Float32 Exp/Tanh run ``exp_tanh`` at every size (its
-# call costs less than the ufunc's, and each element a fifth of numpy's loop), over the threads from here too.
+# call costs less than the ufunc's, and each element a fifth of numpy's loop), over the threads from
+# ``_EXP_TANH_THREADS_FROM``.
 # Float32 Log runs on the engine.
 SPLIT_MIN_ELEMS = 1 << 15
 _SPLIT_UFUNCS = {"Exp": np.exp, "Tanh": np.tanh, "Sin": np.sin, "Cos": np.cos}
-# Float16 ops run natively at any size (threaded from SPLIT_MIN_ELEMS), before the engine: each block widened, the
+# Float16 ops run natively at any size (threaded as their float32 form), before the engine: each block widened, the
 # float32 op (Log: numpy's loop, ``ufunc_split``, so the reference itself: the engine's Cephes log is one float16 ulp
 # off it for one pattern; Exp, Tanh: ``exp_tanh``), rounded once; the engine costs more per call and per element.
 _SPLIT_F16 = {"Exp": np.exp, "Log": np.log, "Tanh": np.tanh}
@@ -627,8 +628,14 @@ def _split_kernel(nat, op: str) -> tuple[Callable, object]:
     return nat.ufunc_split, _SPLIT_UFUNCS.get(op) or _SPLIT_F16[op]
 
 
-def _split_threads(p: Prepared, x: np.ndarray) -> int:
-    return runtime.threads(p) if x.size >= SPLIT_MIN_ELEMS else 1
+# Elements from which ``exp_tanh`` splits over the threads: about 11 us of one thread's work (exp 0.1 ns, tanh 0.17 ns
+# per element); below, waking a second thread cost more than it saved (sessions, [1,128,384]: one thread 0.6-0.9 us
+# faster for both, median and fastest call).
+_EXP_TANH_THREADS_FROM = {"Exp": 1 << 17, "Tanh": 1 << 16}
+
+
+def _split_threads(p: Prepared, x: np.ndarray, op: str) -> int:
+    return runtime.threads(p) if x.size >= _EXP_TANH_THREADS_FROM.get(op, SPLIT_MIN_ELEMS) else 1
 
 
 def _split_binder(op: str, other: Callable | None) -> Callable:
@@ -647,7 +654,7 @@ def _split_binder(op: str, other: Callable | None) -> Callable:
         where = p.runtime.partition_outputs
         into = [(2, where[0], list(outs[0].shape))] if where and 0 in where else []
         kernel, head = _split_kernel(nat, op)
-        return runtime.call_step(p, kernel, (head, None, None, _split_threads(p, x)),
+        return runtime.call_step(p, kernel, (head, None, None, _split_threads(p, x, op)),
                                  [(1, 0, x.dtype, x.shape, None)], [(-1, None)], None, into)
     return bind
 
@@ -661,7 +668,7 @@ def _split_f16_runner(op: str, other: Callable) -> Callable:
         if (type(x) is np.ndarray and x.dtype == _F16 and x.flags.c_contiguous and out_dtype(p, x) == _F16
                 and (nat := runtime.native(p)) is not None):
             kernel, head = _split_kernel(nat, op)
-            return [kernel(head, x, runtime.ort_output(p, 0, x.shape, _F16), _split_threads(p, x))]
+            return [kernel(head, x, runtime.ort_output(p, 0, x.shape, _F16), _split_threads(p, x, op))]
         return other(p, inputs)
     return run
 
@@ -689,7 +696,7 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
             return [nat.unary_num(num[0], x, None, runtime.threads(p))]
         if split_op and (nat := _split_native(p, x, op)) is not None:
             kernel, head = _split_kernel(nat, op)
-            return [kernel(head, x, runtime.ort_output(p, 0, x.shape, _F32), runtime.threads(p))]
+            return [kernel(head, x, runtime.ort_output(p, 0, x.shape, _F32), _split_threads(p, x, op))]
         y = fn(x if x.dtype != _F16 else x.astype(_F32))  # widen(x), inline
         dt = p.kernel_cache.get("out_dtype")
         if dt is not None and type(y) is np.ndarray and y.dtype == dt:

@@ -139,9 +139,10 @@ def test_refuses_what_it_cannot_run():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_ops_bind_it_at_every_size(op, threads):
     """Float32 Exp/Tanh's kernel (and bound step) runs ``exp_tanh`` at every size of rank >= 1 (over the threads from
-    ``SPLIT_MIN_ELEMS`` elements), within the bound of the reference; a 0-d input keeps numpy's call."""
+    ``_EXP_TANH_THREADS_FROM`` elements), within the bound of the reference; a 0-d input keeps numpy's call."""
     low = elementwise.SPLIT_MIN_ELEMS
-    for n in (1, 15, 64, 1000, low - 1, low, low + 1, 3 * TASK + 5):
+    split = elementwise._EXP_TANH_THREADS_FROM[op]
+    for n in (1, 15, 64, 1000, low - 1, low, low + 1, 3 * TASK + 5, split - 1, split + 17):
         x = with_specials((RNG.standard_normal(n) * 40).astype(np.float32), RNG, values=SPECIALS).reshape(1, n)
         got, want, calls = native_vs_reference(op, [("x", x, False)], threads=threads)
         assert "exp_tanh" in calls and "ufunc_split" not in calls, f"{op} n={n}: {calls}"
