@@ -4,7 +4,8 @@ model (kernels/ops/qlinear_lut.py: numpy indexing of the same tables, then numpy
 and uint8, every byte value, parts copied and requantized side by side, every axis of ranks 1..4 (negative too),
 size-0 parts, one to four parts, scales and zero points constant or fed at run time, outputs around the 64 KB task
 split, one thread and two. The bound step is checked against the kernel by ``_sweep``. Sessions show NpuEP ran the
-node as its bound native step (no Python step) with the CPU EP's bytes (ORT builds the same tables)."""
+node as its bound native step (no Python step) with the CPU EP's bytes (ORT builds the same tables). Runs around
+the vector widths (AVX-512 VBMI table permutes, 32-byte copies) on every ISA path."""
 
 from __future__ import annotations
 
@@ -61,6 +62,17 @@ def test_every_axis_copied_and_requantized_parts(dt, shape):
             sizes = [shape[axis] + k for k in range(n_parts)]
             parts = [_bytes(_shape_with(shape, axis, s), dt) for s in sizes]
             check("QLinearConcat", _inputs(parts, PARAMS[:n_parts]), "qlinear_concat", domain=MS, axis=axis)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.uint8])
+def test_runs_around_the_vector_widths_on_every_isa(isa, dt):
+    """Requantized runs through the 64-byte table permutes (AVX-512 VBMI) and copied runs through 32-byte vectors
+    (row_copy.h): run lengths around 64 and 256 bytes (masked tails), every byte value, on every ISA path."""
+    for n in (1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300):
+        parts = [_bytes((3, max(n, 256)), dt)[:, :n], _bytes((3, n + 1), dt), _bytes((3, n), dt)]
+        parts = [np.ascontiguousarray(x) for x in parts]
+        parts[0].reshape(-1)[: min(256, parts[0].size)] = np.arange(256).astype(np.uint8).view(dt)[: parts[0].size]
+        check("QLinearConcat", _inputs(parts, PARAMS[1:4]), "qlinear_concat", domain=MS, axis=-1)
 
 
 def test_size_zero_parts_and_runtime_parameters():
