@@ -351,6 +351,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 MaxOf(__m512 acc
 // row holding `pad`) into a buffer of H rows, then each output the maximum of its window's rows there (`pad` once
 // where the window leaves the input). The same maximum as the window's taps in any order (a NaN wins); kw + kh
 // operations per 16 outputs instead of the register kernel's kh spans and kw permutes.
+constexpr size_t kKeptBuffer = size_t{1} << 20;  // floats of row maxima a thread keeps between calls
+
 template <bool kNan>
 __attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, const float* in, float pad,
                                                            float* out) {
@@ -385,6 +387,7 @@ __attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, c
       _mm512_mask_storeu_ps(out + oh * s.OW + o, Lanes16(s.OW - o), acc);
     }
   }
+  if (buffer.size() > kKeptBuffer) std::vector<float>().swap(buffer);  // a huge plane's buffer is not kept
 }
 
 void SeparableMax(const PoolShape& s, const float* in, float pad, float* out) {
