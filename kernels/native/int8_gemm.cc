@@ -350,8 +350,10 @@ void Int8MatMul(const Int8Gemm& g) {
   if (g.M == 0 || g.N == 0) return;
   // A' = u8 rows padded to kp, and their sums: the thread's own buffers, grown to its largest call (scratch.h's
   // rule; every element read below is written first), so a small call makes no allocation. A call's tasks never
-  // call Int8MatMul, so no call on this thread overwrites them while they are read.
-  thread_local Prep p;
+  // call Int8MatMul, so no call on this thread overwrites them while they are read. The tasks below read them
+  // through p: the name of a thread_local would be each worker's own.
+  thread_local Prep buffers;
+  Prep& p = buffers;
   const uint8_t flip = g.a_signed ? 0x80 : 0x00;  // int8 x + 128 == the bits of x with the sign bit flipped
   const bool copy = g.a_signed || g.kp != g.K;    // else A's rows are A' rows already
   if (copy) p.a.resize(g.M * g.kp);

@@ -381,3 +381,18 @@ def test_bound_step_entry_is_int8_matmul(isa):
         nat.int8_matmul_step(a, args[1], "bytes", *args[3:])
     with pytest.raises(ValueError, match="uint8 or int8"):
         nat.int8_matmul_step(a.astype(np.int16), *args[1:])
+
+
+@pytest.mark.parametrize("dta", [np.uint8, np.int8])
+def test_products_split_over_threads_give_the_exact_sums(isa, dta):
+    """Products past the one-thread threshold run their tasks on helper threads, which read the caller's prepared A'
+    rows and zero-point terms (the caller's own buffers): the exact sums, the same on one thread and two."""
+    m, k, n = 128, 384, 384
+    a, b = _codes((m, k), dta), _codes((k, n), np.int8)
+    azp, bzp = _codes((), dta), _codes((n,), np.int8)
+    want = _exact(a, azp, b, bzp)
+    for threads in (2, 1, 2):
+        np.testing.assert_array_equal(_native_int8(a, azp, b, bzp, threads), want, err_msg=f"threads={threads}")
+    mult = RNG.uniform(1e-5, 1e-4, n).astype(np.float32)
+    one, two = (_native_int8(a, azp, b, bzp, t, multiplier=mult, y_zero_point=3) for t in (1, 2))
+    assert one.tobytes() == two.tobytes()
