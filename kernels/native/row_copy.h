@@ -1,6 +1,7 @@
 // A copy of one run of bytes for the movement kernels that cut rows (pad, concat, split, slice): a run of 256 B to
-// 16 KB goes through 32-byte vectors, because glibc's memcpy per run of that size took ~1.4x the time of this
-// loop on the rows of a pad or concat; shorter and longer runs are memcpy (its small-size path, or its streaming).
+// 8 KB goes through 32-byte vectors, because glibc's memcpy per run of that size took ~1.4x the time of this loop on
+// the rows of a pad or concat; shorter runs are memcpy (its small-size path), and so are longer ones (on rows of
+// 12 KB into an output past the cache the loop was no faster).
 #pragma once
 
 #include <cstddef>
@@ -49,7 +50,7 @@ struct RunCopier {
 
   void operator()(char* dst, const char* src, size_t n) const {
 #if NPU_EP_X86
-    if (vectors && n >= 256 && n <= 16384) {
+    if (vectors && n >= 256 && n <= 8192) {
       CopyRunAvx2(dst, src, n);
       return;
     }
