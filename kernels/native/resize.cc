@@ -24,6 +24,7 @@
 #include "cpu.h"
 #include "half.h"
 #include "intrinsics.h"
+#include "movement.h"
 
 namespace py = pybind11;
 
@@ -191,27 +192,28 @@ const int64_t* Table(const Index& a, int64_t n, int64_t bound, const char* what)
   return d;
 }
 
-py::array NewLike(const py::array& x, const Plan& p) {
-  return py::array(x.dtype(), std::vector<py::ssize_t>{x.shape(0), x.shape(1), p.OH, p.OW});
+// The result: `out` when given (ORT's buffer for it), else a new array.
+py::array ResultOf(const char* fn, const py::array& x, const Plan& p, const py::object& out) {
+  return MovementResult(fn, x.dtype(), {x.shape(0), x.shape(1), p.OH, p.OW}, out);
 }
 
-py::array NearestPy(const py::array& x, const Index& rows, const Index& cols, int threads) {
+py::array NearestPy(const py::array& x, const Index& rows, const Index& cols, int threads, const py::object& out) {
   const Plan p = PlanOf(x, rows.size(), cols.size(), "resize_nearest");
   const int64_t* r = Table(rows, p.OH, p.H, "rows");
   const int64_t* c = Table(cols, p.OW, p.W, "cols");
-  py::array y = NewLike(x, p);
+  py::array y = ResultOf("resize_nearest", x, p, out);
   const void* in = x.data();
-  void* out = y.mutable_data();
+  void* dst = y.mutable_data();
   const auto size = x.itemsize();
   py::gil_scoped_release release;
   if (size == 1)
-    NearestPlanes(p, static_cast<const uint8_t*>(in), r, c, static_cast<uint8_t*>(out), threads);
+    NearestPlanes(p, static_cast<const uint8_t*>(in), r, c, static_cast<uint8_t*>(dst), threads);
   else if (size == 2)
-    NearestPlanes(p, static_cast<const uint16_t*>(in), r, c, static_cast<uint16_t*>(out), threads);
+    NearestPlanes(p, static_cast<const uint16_t*>(in), r, c, static_cast<uint16_t*>(dst), threads);
   else if (size == 4)
-    NearestPlanes(p, static_cast<const uint32_t*>(in), r, c, static_cast<uint32_t*>(out), threads);
+    NearestPlanes(p, static_cast<const uint32_t*>(in), r, c, static_cast<uint32_t*>(dst), threads);
   else if (size == 8)
-    NearestPlanes(p, static_cast<const uint64_t*>(in), r, c, static_cast<uint64_t*>(out), threads);
+    NearestPlanes(p, static_cast<const uint64_t*>(in), r, c, static_cast<uint64_t*>(dst), threads);
   else
     throw std::invalid_argument("resize_nearest: elements of " + std::to_string(size) + " bytes");
   return y;
@@ -239,22 +241,22 @@ Axis AxisOf(const py::object& lo, const py::object& hi, const py::object& w, int
 
 py::array LinearPy(const py::array& x, int64_t oh, int64_t ow, const py::object& h0, const py::object& h1,
                    const py::object& hw, const py::object& w0, const py::object& w1, const py::object& ww,
-                   int threads) {
+                   int threads, const py::object& out) {
   const Plan p = PlanOf(x, oh, ow, "resize_linear");
   const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
   if (!half && !py::isinstance<py::array_t<float>>(x))
     throw std::invalid_argument("resize_linear: x must be float32 or float16");
   std::vector<py::object> keep;
   const Axis h = AxisOf(h0, h1, hw, p.OH, p.H, "rows", keep), w = AxisOf(w0, w1, ww, p.OW, p.W, "cols", keep);
-  py::array y = NewLike(x, p);
+  py::array y = ResultOf("resize_linear", x, p, out);
   const void* in = x.data();
-  void* out = y.mutable_data();
+  void* dst = y.mutable_data();
   py::gil_scoped_release release;
   if (half)
-    LinearPlanes(p, static_cast<const uint16_t*>(in), h.lo, h.hi, h.w, w.lo, w.hi, w.w, static_cast<uint16_t*>(out),
+    LinearPlanes(p, static_cast<const uint16_t*>(in), h.lo, h.hi, h.w, w.lo, w.hi, w.w, static_cast<uint16_t*>(dst),
                  threads);
   else
-    LinearPlanes(p, static_cast<const float*>(in), h.lo, h.hi, h.w, w.lo, w.hi, w.w, static_cast<float*>(out), threads);
+    LinearPlanes(p, static_cast<const float*>(in), h.lo, h.hi, h.w, w.lo, w.hi, w.w, static_cast<float*>(dst), threads);
   return y;
 }
 
@@ -262,12 +264,15 @@ py::array LinearPy(const py::array& x, int64_t oh, int64_t ow, const py::object&
 
 void BindResize(py::module_& m) {
   m.def("resize_nearest", &NearestPy, py::arg("x"), py::arg("rows"), py::arg("cols"), py::arg("threads") = 1,
+        py::arg("out") = py::none(),
         "Resize nearest of [N, C, H, W]: y[n, c, i, j] = x[n, c, rows[i], cols[j]], bits copied (1/2/4/8-byte "
-        "elements); rows / cols: int64 source indices");
+        "elements); rows / cols: int64 source indices; into out (ORT's buffer: writeable, C-order, x's dtype and "
+        "the result's size) when given");
   m.def("resize_linear", &LinearPy, py::arg("x"), py::arg("out_h"), py::arg("out_w"), py::arg("h0"), py::arg("h1"),
-        py::arg("hw"), py::arg("w0"), py::arg("w1"), py::arg("ww"), py::arg("threads") = 1,
+        py::arg("hw"), py::arg("w0"), py::arg("w1"), py::arg("ww"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "Resize linear of float32/float16 [N, C, H, W] in float32: the H pass lo + (hi - lo) * w over rows (h0, h1, "
-        "hw), then the W pass over columns (w0, w1, ww); None tables leave that axis as it is");
+        "hw), then the W pass over columns (w0, w1, ww); None tables leave that axis as it is; into out as "
+        "resize_nearest's");
 }
 
 }  // namespace npu_ep::kern

@@ -42,6 +42,7 @@ from ..target import Target
 from .. import runtime
 from ._util import arg, nbytes, stash_constants
 from ._vector import elems, itemsize_of, stream_cost, widen
+from .movement import ort_buffer
 
 _F32 = np.float32
 _COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -249,7 +250,7 @@ def _native_call(p: Prepared, x: np.ndarray, inputs) -> tuple | None:
 
 def _bind(p: Prepared, inputs, outs) -> Any:
     """A 2-D nearest or linear Resize as one native step for x's shape and these scales / sizes (runtime ones held
-    and checked on every call, as ``fixed`` inputs)."""
+    and checked on every call, as ``fixed`` inputs), into ORT's buffer when the result is a partition output."""
     x = inputs[0] if inputs else None
     if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or not outs or outs[0].size == 0:
         return None
@@ -257,8 +258,9 @@ def _bind(p: Prepared, inputs, outs) -> Any:
     fixed = runtime.fixed_inputs(inputs, 1)
     if call is None or fixed is None:
         return None
-    return runtime.call_step(p, call[0], (None, *call[1]), [(0, 0, x.dtype, x.shape, None)], [(-1, None)],
-                             fixed=fixed)
+    args = (None, *call[1], None)
+    return runtime.call_step(p, call[0], args, [(0, 0, x.dtype, x.shape, None)], [(-1, None)],
+                             ort_outputs=ort_buffer(p, outs, len(args) - 1), fixed=fixed)
 
 
 def _run(p: Prepared, inputs) -> list[np.ndarray]:
