@@ -252,7 +252,7 @@ void PointwisePanels(const ConvShape& s, const float* x, const float* wp, const 
     const int64_t rows = std::min(kPanel, Mg - m0);
     float* out = y + (n * s.M + g * Mg + m0) * P;
     const float* b = bias == nullptr ? nullptr : bias + g * Mg + m0;
-    // a short last panel: its zero channels' sums and stores land in scratch, the real rows are copied out
+    // a short last panel: its vectors' zero channels' sums and stores land in scratch, the real rows are copied out
     static thread_local std::vector<float> t_rows, t_bias;
     float* dst = rows < kPanel ? Grow(t_rows, kPanel * P) : out;
     if (rows < kPanel && b != nullptr) {
@@ -261,9 +261,9 @@ void PointwisePanels(const ConvShape& s, const float* x, const float* wp, const 
       std::copy(b, b + rows, padded);
       b = padded;
     }
-    ChannelGemmAvx512(kPanel, K, wp + (g * panels + m0 / kPanel) * K * kPanel, kPanel, x + (n * s.C + g * K) * P,
-                      koff.data(), pix.data(), pix.data(), P, dst, P, b, clip_only ? tail.consts : nullptr,
-                      hswish ? hs : nullptr);
+    ChannelGemmAvx512((rows + 15) / 16 * 16, K, wp + (g * panels + m0 / kPanel) * K * kPanel, kPanel,
+                      x + (n * s.C + g * K) * P, koff.data(), pix.data(), pix.data(), P, dst, P, b,
+                      clip_only ? tail.consts : nullptr, hswish ? hs : nullptr);
     if (dst != out) std::memcpy(out, dst, rows * P * sizeof(float));
     if (tail.n && !clip_only && !hswish && tail.channel_consts == nullptr) ApplyTail(tail, out, rows * P);
     if (tail.n && tail.channel_consts != nullptr)

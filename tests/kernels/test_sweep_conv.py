@@ -46,6 +46,7 @@ from _sweep import around, assert_matches, native_calls, node_model
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.tail_program import CODES
 from npu_ep.kernels import runtime
+from npu_ep.kernels.ops.conv import _panels_pay
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
 
@@ -127,9 +128,10 @@ def _float_conv(x, w, b=None, *, native_fn: str = "conv_dense", threads: int = 1
 
 
 def _panels_path(x, w, attrs) -> bool:
-    """Whether the conv runs on ``conv_pointwise_panels``: 1x1, stride 1, unpadded, under 16 pixels, AVX-512."""
+    """Whether the conv runs on ``conv_pointwise_panels``: 1x1, stride 1, unpadded, where ``_panels_pay``, AVX-512."""
     plain = all(v == 0 for v in attrs.get("pads", [0])) and all(v == 1 for v in attrs.get("strides", [1]))
-    return (w.shape[2:] in ((1, 1), (1,)) and plain and int(np.prod(x.shape[2:])) < 16
+    mg = w.shape[0] // attrs.get("group", 1)
+    return (w.shape[2:] in ((1, 1), (1,)) and plain and _panels_pay(int(np.prod(x.shape[2:])), w.shape[1], mg)
             and runtime.native_module().isa() in ("avx512", "avx512_vnni", "amx_int8"))
 
 
@@ -370,6 +372,43 @@ def test_float_pointwise_stream(float_isa, case):
 def test_float_pointwise_stream_wide(float_isa):
     for case in STREAM_GRID:
         _stream_case(*case)
+
+
+# Pointwise over small maps of 16..127 pixels where the panels pay (_panels_pay: a 7x7 map's 49 pixels): pixels
+# around the 6-pixel register tile and the 16-pixel slot, Mg around the 64-channel panel (a short last one), K
+# around the 256-deep pass, images and groups, 1 to 3 threads with the same bits; the rule's own boundary.
+PANEL_MAP_GRID = [(m, c, hw, ng) for m in (48, 64, 80, 512) for c in (64, 255, 256, 257, 512)
+                  for hw in ((4, 4), (5, 5), (7, 7), (3, 11), (8, 8)) for ng in ((1, 1), (2, 1), (1, 2))
+                  if _panels_pay(hw[0] * hw[1], c, m)]
+
+
+def _panel_map_case(m, c, hw, ng):
+    n, g = ng
+    rng = np.random.default_rng(m + c + hw[1])
+    x = _floats((n, c * g, *hw), rng, specials=c % 2 == 1)
+    w, b = _floats((m * g, c, 1, 1), rng), _floats((m * g,), rng)
+    one = _float_conv(x, w, b, group=g)
+    for threads in (2, 3):
+        assert one.tobytes() == _float_conv(x, w, b, threads=threads, group=g).tobytes(), threads
+
+
+@pytest.mark.parametrize("case", _sample(PANEL_MAP_GRID, 12, seed=32))
+def test_float_pointwise_panels_on_small_maps(float_isa, case):
+    _panel_map_case(*case)
+
+
+@pytest.mark.slow
+def test_float_pointwise_panels_on_small_maps_wide(float_isa):
+    for case in PANEL_MAP_GRID:
+        _panel_map_case(*case)
+
+
+def test_panels_pay_where_the_lanes_fill_vectors_better():
+    """7x7 maps of PP-LCNet's widths take the panels, 14x14 and shallow or ragged convs the pixel GEMM."""
+    assert all(_panels_pay(49, k, m) for k, m in ((256, 512), (512, 512), (512, 128), (128, 512)))
+    assert all(_panels_pay(p, 512, 1280) for p in range(1, 16))
+    assert not any(_panels_pay(*a) for a in ((196, 256, 256), (49, 32, 64), (49, 256, 24), (128, 256, 256),
+                                             (0, 256, 256)))
 
 
 # Non-pointwise convs over < 16 output pixels (the BLAS on every level) and a column image's kx1 conv along L
@@ -630,11 +669,11 @@ def test_qlinearconv_nan_requantization_gives_the_lowest_code_as_ort(isa, y_scal
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("hw", [(1, 1), (2, 3)])
+@pytest.mark.parametrize("hw", [(1, 1), (2, 3), (7, 7)])
 def test_pointwise_panels_in_a_session(threads, hw):
     """PP-LCNet's 1x1-map convs (an SE block's 512 -> 128 + Relu and 128 -> 512 + HardSigmoid, the head's 512 -> 1280
-    + HardSwish) in a session: NpuEP runs them as bound native steps on panel-packed weights, within 1e-4 of the
-    CPU EP."""
+    + HardSwish) in a session, and the same on a 7x7 map: NpuEP runs them as bound native steps on panel-packed
+    weights, within 1e-4 of the CPU EP."""
     from npu_ep.ep.sessions import tag_session_options
     from npu_ep.tools.bench.ops import _ep_session, python_steps
     from npu_testing import assignment, cpu_run, make_model, npu_session, session_options

@@ -22,6 +22,7 @@ from _isa import cap_isa, host_isas
 from _sweep import around, native_vs_reference, node_model, run_kernel
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
+from npu_ep.kernels.ops.conv import _panels_pay
 from npu_ep.tools.bench.ops import python_steps
 from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
 
@@ -53,7 +54,8 @@ def _half_conv(x, w, b, native_fn: str, threads: int = 2, **attrs) -> None:
     """The float16 conv natively: its bound step ran with the kernel's bits, those bits are the native float32 conv
     of the widened inputs rounded once, and they match the reference (exact for depthwise)."""
     label = f"Conv float16 x{list(x.shape)} w{list(w.shape)} {attrs}"
-    if native_fn == "conv_dense" and w.shape[2:] == (1, 1) and "strides" not in attrs and x[0, 0].size < 16 \
+    if native_fn == "conv_dense" and w.shape[2:] == (1, 1) and "strides" not in attrs \
+            and _panels_pay(x[0, 0].size, w.shape[1], w.shape[0] // attrs.get("group", 1)) \
             and runtime.native_module().isa() == "avx512":
         native_fn = "conv_pointwise_panels"  # a 1x1 conv over a few pixels: its weights packed in panels
     got, want, calls = native_vs_reference("Conv", _inputs(x, w, b), threads=threads, **attrs)
