@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "movement.h"
+#include "row_copy.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -44,15 +45,16 @@ void Replicate(char* out, size_t chunk, py::ssize_t copies) {
 struct Broadcast {
   std::vector<py::ssize_t> out, in_strides, out_strides;
   size_t contiguous = 0, run = 0;
+  RunCopier copy;
 
   void Fill(char* dst, const char* src, size_t axis) const {
     if (axis == contiguous) {
-      std::memcpy(dst, src, run);
+      copy(dst, src, run);
       return;
     }
     // one run out[axis] times: each copy from the input (reading back the run just written costs more)
     if (in_strides[axis] == 0 && axis + 1 == contiguous) {
-      for (py::ssize_t i = 0; i < out[axis]; ++i) std::memcpy(dst + i * out_strides[axis], src, run);
+      for (py::ssize_t i = 0; i < out[axis]; ++i) copy(dst + i * out_strides[axis], src, run);
       return;
     }
     if (in_strides[axis] == 0) {  // the same sub-block out[axis] times: write it once, then replicate it
@@ -78,7 +80,7 @@ void CopyRuns(const Broadcast& b, char* dst, const char* src, int64_t lo, int64_
     s += at[a] * b.in_strides[a];
   }
   for (int64_t i = lo; i < hi; ++i) {
-    std::memcpy(dst + i * static_cast<int64_t>(b.run) + first, src + s + first, len);
+    b.copy(dst + i * static_cast<int64_t>(b.run) + first, src + s + first, len);
     for (size_t a = b.contiguous; a-- > 0;) {  // the next run: an odometer over the outer axes
       s += b.in_strides[a];
       if (++at[a] < b.out[a]) break;

@@ -141,6 +141,18 @@ def test_repeated_runs_copied_from_the_input(dtype):
         _expand(_values(x_shape, dtype), shape)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.int64])
+def test_runs_across_the_vector_copy_bounds_on_every_isa(isa, dtype):
+    """Runs of 256 B to 8 KB are copied in 32-byte vectors with an overlapping last one (row_copy.h): tiled and
+    expanded runs just below, at and above those bounds and off the vector width, on every ISA path."""
+    nat = runtime.native_module()
+    item = np.dtype(dtype).itemsize
+    for nbytes in (224, 255, 256, 257, 288, 300, 1536, 8191, 8192, 8193, 8224):
+        x = _values((3, max(1, nbytes // item)), dtype)
+        _same_bytes(nat.tile(x, [1, 3]), np.tile(x, (1, 3)), f"tile {x.shape} x (1, 3)")
+        _expand(x.reshape(3, 1, -1), (3, 2, x.shape[1]))
+
+
 def test_repeats_and_shape_as_tuple_list_or_array():
     """A bound step passes a tuple of ints, the kernels' Python side a list; numpy integers and arrays go through
     pybind11's caster: the same bytes."""
