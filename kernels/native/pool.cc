@@ -390,6 +390,46 @@ __attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, c
   if (buffer.size() > kKeptBuffer) std::vector<float>().swap(buffer);  // a huge plane's buffer is not kept
 }
 
+// An average pool of unit strides, separably in the reference's order: each input row's window-row sums (taps from
+// the first on, 0.0 outside the row) into a buffer as SeparableMaxAvx512's, then per output the window's row sums
+// from the first row on (a row outside the input sums to 0.0), divided by the divisor.
+__attribute__((target("avx512f"))) void SeparableAvgAvx512(const PoolShape& s, const float* in, const float* divisor,
+                                                           float* out) {
+  const int64_t stride = (s.OW + 15) / 16 * 16, blocks = stride / 16;
+  thread_local std::vector<float> buffer;
+  thread_local std::vector<__mmask16> masks;  // [block][j]: the lanes of tap j's 16 columns inside the row
+  buffer.resize(static_cast<size_t>(s.H * stride));
+  masks.resize(static_cast<size_t>(blocks * s.kw));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < s.kw; ++j) masks[b * s.kw + j] = InsideLanes(16 * b - s.pl + j * s.dw, s.W);
+  float* rows = buffer.data();
+  const __mmask16* mask = masks.data();
+  for (int64_t ih = 0; ih < s.H; ++ih) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* taps = in + ih * s.W + 16 * b - s.pl;  // masked loads: nothing read outside the row
+      __m512 acc = _mm512_maskz_loadu_ps(mask[b * s.kw], taps);
+      for (int64_t j = 1; j < s.kw; ++j)
+        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask[b * s.kw + j], taps + j * s.dw));
+      _mm512_storeu_ps(rows + ih * stride + 16 * b, acc);
+    }
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    for (int64_t o = 0; o < s.OW; o += 16) {
+      __m512 acc = zero;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t ih = oh - s.pt + i * s.dh;
+        const __m512 r = ih >= 0 && ih < s.H ? _mm512_loadu_ps(rows + ih * stride + o) : zero;
+        acc = i == 0 ? r : _mm512_add_ps(acc, r);
+      }
+      const __mmask16 k = Lanes16(s.OW - o);
+      const __m512 d = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), k, divisor + oh * s.OW + o);
+      _mm512_mask_storeu_ps(out + oh * s.OW + o, k, _mm512_div_ps(acc, d));
+    }
+  }
+  if (buffer.size() > kKeptBuffer) std::vector<float>().swap(buffer);
+}
+
 void SeparableMax(const PoolShape& s, const float* in, float pad, float* out) {
   if (HasNan(in, s.H * s.W)) return SeparableMaxAvx512<true>(s, in, pad, out);
   SeparableMaxAvx512<false>(s, in, pad, out);
@@ -627,11 +667,12 @@ __attribute__((target("avx512f"))) void AvgPool2x2Avx512(const PoolShape& s, con
 }
 #endif
 
-// One float32 plane of AveragePool: the AVX-512 window kernels and the division, else separably (below AVX-512).
-// The separable pass was no faster than the window kernels on AVX-512 (3x3 / 1 on 64x56x56), so they keep it.
+// One float32 plane of AveragePool: unit strides separably on AVX-512, other windows through the AVX-512 window
+// kernels and the division, else separably (below AVX-512).
 static void AvgPlaneFloat(const PoolShape& s, const float* in, const float* divisor, float* out) {
 #if NPU_EP_X86
   if (Pool2x2(s)) return AvgPool2x2Avx512(s, in, divisor, out);
+  if (VectorWindows() && s.sw == 1 && s.sh == 1) return SeparableAvgAvx512(s, in, divisor, out);
   if (VectorWindows()) {
     PoolPlaneAvx512<true>(s, in, 0.0f, out);
     return DivideAvx512(out, divisor, s.OH * s.OW);

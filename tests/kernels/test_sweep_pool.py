@@ -5,9 +5,9 @@ above its vector widths, with NaN, +-Inf, -0.0, huge and tiny values, on every i
 pool.cc's paths and their blocks:
 - the 2x2 / stride-2 register kernels (no pads, windows inside the plane, AVX-512): 16 float / 32 byte outputs per
   step (MaxPool; AveragePool float32);
-- float32 MaxPool of unit strides on AVX-512: separably, each input row's window-row maxima (16 per step) into a
-  buffer, then each output the maximum of its window's rows there; vmaxps alone on a plane without NaN, the NaN fix-up
-  on one with;
+- float32 MaxPool and AveragePool of unit strides on AVX-512: separably, each input row's window-row maxima or sums
+  (16 per step) into a buffer, then each output the maximum or the sum of its window's rows there; vmaxps alone on a
+  plane without NaN, the NaN fix-up on one with;
 - float32 on AVX-512, every other window (issue 40): 16 outputs of a row per step; where 16 outputs' windows span
   at most 48 input columns (15 sw + (kw - 1) dw + 1), that span in three registers per window row (masked loads:
   pads and ceil_mode's overhang hold the pad value), maxima folding the rows first, sums tap by tap; wider spans
@@ -131,9 +131,11 @@ SEPARABLE = [dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), dict(kernel_shape=[9,
 
 
 @pytest.mark.parametrize("attrs", SEPARABLE)
-def test_max_separable_unit_stride(pool_isa, attrs):
+def test_separable_unit_stride(pool_isa, attrs):
     """Planes without NaN (the vmaxps-only pass: +-Inf, -0.0, huge and tiny values, -FLT_MAX, a plane of -inf next to
-    the padding) and planes with one NaN, in one tensor, at widths around 16 and 32 and heights around the window."""
+    the padding) and planes with one NaN, in one tensor, at widths around 16 and 32 and heights around the window;
+    AveragePool over the same (its separable pass: the reference's row sums, then their sum, then the division),
+    with and without the padding counted."""
     specials = (np.inf, -np.inf, -0.0, 0.0, 3.0e38, -3.0e38, 1.0e-45, -1.0e-38, float(np.finfo(np.float32).min))
     (kh, kw), (dh, dw) = attrs["kernel_shape"], attrs.get("dilations", [1, 1])
     pt, pl, pb, pr = attrs["pads"]
@@ -146,6 +148,8 @@ def test_max_separable_unit_stride(pool_isa, attrs):
             x[1, 2].reshape(-1)[RNG.integers(h * w)] = np.nan
             _max(x, **attrs)
             _max(x, threads=2, **attrs)
+            _avg(x, **attrs)
+            _avg(x, threads=2, count_include_pad=1, **attrs)
 
 
 def test_max_1d_and_threads(pool_isa):
