@@ -634,8 +634,8 @@ const LanesRowFn* LanesRowFns(const ConvShape& s) {
 
 // Rows [0, n) of 16 rows of `cols` floats (row l at src + l * pitch) to cols rows of 16 lanes at dst (pitch 16):
 // a 16 x 16 transpose per 16 columns; rows past n read as zeros.
-template <typename Store>
-inline void TransposeIn(const float* src, int64_t pitch, int64_t n, int64_t cols, Store&& store) {
+__attribute__((always_inline)) inline void TransposeIn(const float* src, int64_t pitch, int64_t n, int64_t cols,
+                                                      float* dst) {
   for (int64_t p = 0; p < cols; p += 16) {
     const __mmask16 km = LaneMask(cols - p);
     __m512 r[16];
@@ -644,7 +644,7 @@ inline void TransposeIn(const float* src, int64_t pitch, int64_t n, int64_t cols
     Transpose16(r);
     const int64_t np = std::min<int64_t>(16, cols - p);
     UnrollInline<16>([&](auto q) {
-      if (q < np) store(p + q, r[q]);
+      if (q < np) _mm512_storeu_ps(dst + (p + q) * 16, r[q]);
     });
   }
 }
@@ -665,7 +665,7 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
   for (int64_t cb = 0; cb < blocks; ++cb) {
     const int64_t nc = std::min<int64_t>(16, C - cb * 16);
     float* dst = Aligned64(wl) + cb * (T + 1) * 16;
-    TransposeIn(w + cb * 16 * T, T, nc, T, [&](int64_t t, __m512 v) { _mm512_storeu_ps(dst + t * 16, v); });
+    TransposeIn(w + cb * 16 * T, T, nc, T, dst);
     const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(LaneMask(nc), bias + cb * 16) : _mm512_setzero_ps();
     _mm512_storeu_ps(dst + T * 16, b);
   }
@@ -687,13 +687,11 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
     }
     os.resize(static_cast<size_t>(P * 16 + 15));
     float* od = Aligned64(os);
-    // planes -> channels-last scratch
+    // planes -> channels-last scratch, row by row: no per-pixel row and column count (a row's last block of 16
+    // columns may be part idle)
     float* xd = Aligned64(xs);
-    int64_t h = 0, x0 = 0;
-    TransposeIn(x + (n * C + c0) * HW, HW, nc, HW, [&](int64_t, __m512 v) {
-      _mm512_storeu_ps(xd + ((h + s.pt) * Wp + x0 + s.pl) * 16, v);
-      if (++x0 == s.W) x0 = 0, ++h;
-    });
+    for (int64_t h = 0; h < s.H; ++h)
+      TransposeIn(x + (n * C + c0) * HW + h * s.W, HW, nc, s.W, xd + ((h + s.pt) * Wp + s.pl) * 16);
     const float* taps = weights + cb * (T + 1) * 16;
     const __m512 b = _mm512_loadu_ps(taps + T * 16);
     for (int64_t oh = 0; oh < s.OH; ++oh) {
