@@ -3,9 +3,9 @@
 reference has NaN), with the types' extremes (integers wrap), -0.0, fractions of either sign (truncation toward zero),
 float16 ties, subnormals and overflow, NaN/Inf and floats beyond an integer's range (the kernel returns None there
 and the reference gives numpy's platform result), on every ISA level the host runs (F16C's float32 <-> float16
-lanes; the conversion loops built for AVX2 and for the baseline; 64-bit integers to float in AVX-512DQ lanes, with
-every rounding case near 2^24, 2^53 and 2^63), around the lanes and the 32768-element task split
-on one thread and two. Sessions show NpuEP ran the node, as its bound native step (no Python step), with the CPU
+lanes, and 16 on AVX-512; the conversion loops built for AVX2 and for the baseline; 64-bit integers to float in
+AVX-512DQ lanes, with every rounding case near 2^24, 2^53 and 2^63), around the lanes and the 32768-element task
+split on one thread and two. Sessions show NpuEP ran the node, as its bound native step (no Python step), with the CPU
 EP's values."""
 
 from __future__ import annotations
@@ -121,6 +121,13 @@ def test_float32_to_float16_every_rounding_case():
     x = RNG.integers(0, 1 << 32, 60000, dtype=np.uint64).astype(np.uint32).view(np.float32)
     x = x[~np.isnan(x)]  # NaN payloads: numpy keeps a signalling one's, F16C quiets it
     _check(x, np.float16)
+
+
+def test_float16_to_float32_every_pattern(capped_isa):
+    """All 65536 float16 patterns, and float32 rounding cases, through each ISA's lanes (16 on AVX-512, 8 on F16C)."""
+    _check(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16), np.float32)
+    x = RNG.integers(0, 1 << 32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    _check(x[~np.isnan(x)], np.float16)
 
 
 def test_integer_to_float16_stays_on_the_reference():
