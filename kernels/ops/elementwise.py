@@ -589,10 +589,11 @@ def _store(p: Prepared, y, x: np.ndarray) -> np.ndarray:
     return np.asarray(y).astype(dt, copy=False)
 
 
-# Float32 elements from which Sin/Cos run natively in chunks over the threads (``ufunc_split``: numpy's own float32
-# loop, numpy's bits); below it the one ufunc call costs less. Float32 Exp/Tanh run ``exp_tanh`` at every size (its
-# call costs less than the ufunc's, and each element a fifth of numpy's loop), over the threads from
-# ``_EXP_TANH_THREADS_FROM``.
+# Float32 elements from which Sin/Cos/Tanh run natively in chunks over the threads (``ufunc_split``: numpy's own
+# float32 loop, numpy's bits; Tanh ``exp_tanh``); below it the one ufunc step costs less (numpy's float32 tanh costs
+# what exp_tanh's does per element, and a bound ufunc step ~0.15 us less per call). Float32 Exp runs ``exp_tanh``
+# from ``_F32_SPLIT_FROM`` (numpy's exp loop is 3x slower per element: sessions at [1,4096] 5.4 -> 4.6 us, [1,16384]
+# 9.3 -> 5.8; at [1,64] the ufunc step is 0.1 us faster), all over the threads from ``_EXP_TANH_THREADS_FROM``.
 # Float32 Log runs on the engine.
 SPLIT_MIN_ELEMS = 1 << 15
 _SPLIT_UFUNCS = {"Exp": np.exp, "Tanh": np.tanh, "Sin": np.sin, "Cos": np.cos}
@@ -609,13 +610,14 @@ _SPLIT_F16 = {"Exp": np.exp, "Log": np.log, "Tanh": np.tanh}
 # float16 ulp of the reference (measured over every float16 pattern: Exp equal, Tanh one off at +-1.691 only).
 _EXP_TANH = {"Exp": 0, "Tanh": 1}
 EXP_TANH_ULP = {"Exp": 3, "Tanh": 3}
+_F32_SPLIT_FROM = {"Exp": 1 << 10}  # else SPLIT_MIN_ELEMS
 
 
 def _split_native(p: Prepared, x, op: str = ""):
-    """The native module where ``ufunc_split`` / ``exp_tanh`` take x: a C-order float32 array of rank >= 1, large
-    (``SPLIT_MIN_ELEMS``) unless the op runs ``exp_tanh``."""
+    """The native module where ``ufunc_split`` / ``exp_tanh`` take x: a C-order float32 array of the op's
+    ``_F32_SPLIT_FROM`` elements or more."""
     if (type(x) is not np.ndarray or x.dtype != _F32 or not x.flags.c_contiguous
-            or x.size < (1 if op in _EXP_TANH and x.ndim else SPLIT_MIN_ELEMS)):
+            or x.size < _F32_SPLIT_FROM.get(op, SPLIT_MIN_ELEMS)):
         return None
     return runtime.native(p)
 
@@ -639,7 +641,7 @@ def _split_threads(p: Prepared, x: np.ndarray, op: str) -> int:
 
 
 def _split_binder(op: str, other: Callable | None) -> Callable:
-    """The ``bind`` of float32 Exp/Tanh on a C-order array of rank >= 1, Sin/Cos on a large one (float16 of
+    """The ``bind`` of float32 Exp/Tanh/Sin/Cos on a C-order array of ``_F32_SPLIT_FROM`` elements (float16 of
     ``_SPLIT_F16`` at any size): one ``exp_tanh`` call (Exp, Tanh) or ``ufunc_split`` call of its ufunc for this
     input shape, into ORT's buffer when the result is a partition output; ``other`` binds the rest."""
     dtypes = (*((_F32,) if op in _SPLIT_UFUNCS else ()), *((_F16,) if op in _SPLIT_F16 else ()))
@@ -648,7 +650,7 @@ def _split_binder(op: str, other: Callable | None) -> Callable:
         x = inputs[0] if inputs else None
         nat = runtime.native(p)
         if (nat is None or type(x) is not np.ndarray or x.dtype not in dtypes or not x.flags.c_contiguous
-                or (x.dtype == _F32 and x.size < (1 if op in _EXP_TANH and x.ndim else SPLIT_MIN_ELEMS))
+                or (x.dtype == _F32 and x.size < _F32_SPLIT_FROM.get(op, SPLIT_MIN_ELEMS))
                 or outs[0].dtype != x.dtype or outs[0].shape != x.shape):
             return other(p, inputs, outs) if other is not None else None
         where = p.runtime.partition_outputs
@@ -678,8 +680,8 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
     runtime input, an array result already in the output dtype) makes no further Python call: a unary step is
     often all a small partition does. ``f16_code``: the op's ``unary_f16`` code, run for C-order float16 on the
     native kernels (the reference's bits); ``op`` of ``_NUM_UNARY``: ``unary_num`` for large C-order arrays of its
-    dtypes; of ``_SPLIT_UFUNCS``: ``exp_tanh`` (Exp, Tanh) for C-order float32 arrays, ``ufunc_split`` for large
-    ones."""
+    dtypes (``_num_unary_min``); of ``_SPLIT_UFUNCS``: ``exp_tanh`` (Exp, Tanh) or ``ufunc_split`` for C-order float32
+    arrays of ``_F32_SPLIT_FROM`` elements."""
     num = _NUM_UNARY.get(op)
     split_op = op in _SPLIT_UFUNCS
 
@@ -691,7 +693,7 @@ def _unary_runner(fn: Callable[[np.ndarray], np.ndarray], f16_code: int | None =
             nat = runtime.native(p)
             if nat is not None:
                 return [nat.unary_f16(f16_code, x, None, runtime.threads(p))]
-        if (num is not None and x.size >= NATIVE_MIN_ELEMS and x.dtype in num[1] and type(x) is np.ndarray
+        if (num is not None and x.dtype in num[1] and type(x) is np.ndarray and x.size >= _num_unary_min(x, op)
                 and x.flags.c_contiguous and (nat := runtime.native(p)) is not None):
             return [nat.unary_num(num[0], x, None, runtime.threads(p))]
         if split_op and (nat := _split_native(p, x, op)) is not None:
@@ -846,15 +848,27 @@ _NUM_UNARY: dict[str, tuple[int, tuple[np.dtype, ...]]] = {
 }
 
 
+# float32/float64 elements from which ``unary_num`` runs an op (below, a bound ufunc step costs ~0.15 us less per call
+# than the kernel's; from here its loop saves more: float32 [1,128,384] sessions Relu 8.0 -> 7.3 us, Sqrt 17.6 ->
+# 7.9; [1,4096] Relu/Abs even, Sqrt's ufunc 2x slower per element); integers from NATIVE_MIN_ELEMS (int64 Abs ran
+# slower at 49152)
+_NUM_FLOAT_FROM = {"Sqrt": 1 << 10}  # else 1 << 13
+
+
+def _num_unary_min(x: np.ndarray, op: str) -> int:
+    """The least elements from which ``unary_num`` takes x (``_NUM_FLOAT_FROM``, integers ``NATIVE_MIN_ELEMS``)."""
+    return _NUM_FLOAT_FROM.get(op, 1 << 13) if x.dtype in _FLOATS else NATIVE_MIN_ELEMS
+
+
 def _num_unary_binder(op: str, other: Callable | None) -> Callable:
-    """The ``bind`` of Relu/Abs/Neg/Sqrt/Not on a large C-order array of ``_NUM_UNARY``'s dtypes: one ``unary_num``
-    call for this input shape (threaded), into ORT's buffer when the result is a partition output; ``other`` binds
-    the rest."""
+    """The ``bind`` of Relu/Abs/Neg/Sqrt/Not on a C-order array of ``_NUM_UNARY``'s dtypes (``_num_unary_min``):
+    one ``unary_num`` call for this input shape (threaded when large), into ORT's buffer when the result is a
+    partition output; ``other`` binds the rest."""
     code, dtypes = _NUM_UNARY[op]
 
     def bind(p: Prepared, inputs, outs):
         x = inputs[0] if inputs else None
-        if (not isinstance(x, np.ndarray) or x.dtype not in dtypes or x.size < NATIVE_MIN_ELEMS
+        if (not isinstance(x, np.ndarray) or x.dtype not in dtypes or x.size < _num_unary_min(x, op)
                 or not x.flags.c_contiguous or outs[0].dtype != x.dtype):
             return other(p, inputs, outs) if other is not None else None
         nat = runtime.native(p)

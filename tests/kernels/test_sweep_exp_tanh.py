@@ -137,15 +137,19 @@ def test_refuses_what_it_cannot_run():
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_ops_bind_it_at_every_size(op, threads):
-    """Float32 Exp/Tanh's kernel (and bound step) runs ``exp_tanh`` at every size of rank >= 1 (over the threads from
-    ``_EXP_TANH_THREADS_FROM`` elements), within the bound of the reference; a 0-d input keeps numpy's call."""
+def test_ops_bind_it_from_their_threshold(op, threads):
+    """Float32 Exp/Tanh's kernel (and bound step) runs ``exp_tanh`` from ``_F32_SPLIT_FROM`` elements (over the threads
+    from ``_EXP_TANH_THREADS_FROM``), within the bound of the reference; below it numpy's one call (the reference's
+    bits), a 0-d input too."""
     low = elementwise.SPLIT_MIN_ELEMS
+    start = elementwise._F32_SPLIT_FROM.get(op, low)
     split = elementwise._EXP_TANH_THREADS_FROM[op]
-    for n in (1, 15, 64, 1000, low - 1, low, low + 1, 3 * TASK + 5, split - 1, split + 17):
+    for n in (1, 64, start - 1, start, start + 1, low - 1, low, low + 1, 3 * TASK + 5, split - 1, split + 17):
         x = with_specials((RNG.standard_normal(n) * 40).astype(np.float32), RNG, values=SPECIALS).reshape(1, n)
         got, want, calls = native_vs_reference(op, [("x", x, False)], threads=threads)
-        assert "exp_tanh" in calls and "ufunc_split" not in calls, f"{op} n={n}: {calls}"
+        assert ("exp_tanh" in calls) == (n >= start) and "ufunc_split" not in calls, f"{op} n={n}: {calls}"
+        if n < start:
+            assert got[0].tobytes() == want[0].tobytes(), f"{op} n={n}"
         assert_within_bound(op, x, got[0], f"n={n} threads={threads}")
     got, want, calls = native_vs_reference(op, [("x", np.float32(0.75).reshape(()), False)], threads=threads)
     assert "exp_tanh" not in calls and got[0].tobytes() == want[0].tobytes(), f"{op} 0-d: {calls}"

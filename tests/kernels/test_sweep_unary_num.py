@@ -2,8 +2,8 @@
 float32/float64/int8/int16/int32/int64, Not of bool and Clip by one-element bounds against the reference model's
 numpy functions (kernels/ops/elementwise.py, activation.py) byte for byte (-0 kept by Relu and Clip, NaN signs,
 Abs/Neg(INT_MIN) = INT_MIN): on every ISA level the host runs, sizes around the lane tails and the task split,
-NaN/+-Inf/-0/subnormal/extreme values, 1 and 2 threads. Large nodes (from ``NATIVE_MIN_ELEMS`` elements) run and bind
-them; a session runs them natively with the CPU EP's values."""
+NaN/+-Inf/-0/subnormal/extreme values, 1 and 2 threads. Large nodes (from ``NATIVE_MIN_ELEMS`` elements; float32 and
+float64 from ``_num_unary_min``) run and bind them; a session runs them natively with the CPU EP's values."""
 
 from __future__ import annotations
 
@@ -113,7 +113,13 @@ def test_large_nodes_run_and_bind_unary_num(op, dt):
     assert "unary_num" in calls, calls
     _assert_bytes(got[0], want[0], f"{op} {np.dtype(dt)}")
     _, _, calls = native_vs_reference(op, [("x", x[:, :64], False)])
-    assert "unary_num" not in calls  # small: the ufunc
+    assert "unary_num" not in calls  # small and strided: the ufunc
+    for n in (1, 1023, 1024, 8191, 8192, 8193):  # float32/float64 from _num_unary_min (Sqrt 1024, else 8192)
+        small = x.reshape(-1)[:n]
+        got, want, calls = native_vs_reference(op, [("x", small, False)])
+        native = np.dtype(dt).kind == "f" and n >= ew._num_unary_min(small, op)
+        assert ("unary_num" in calls) == native, f"{op} {np.dtype(dt)} n={n}: {calls}"
+        _assert_bytes(got[0], want[0], f"{op} {np.dtype(dt)} n={n}")
 
 
 _TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
