@@ -632,10 +632,12 @@ const LanesRowFn* LanesRowFns(const ConvShape& s) {
   return s.kw == 3 ? kLanesRowFns<3> : s.kw == 5 ? kLanesRowFns<5> : nullptr;
 }
 
-// Rows [0, n) of 16 rows of `cols` floats (row l at src + l * pitch) to cols rows of 16 lanes at dst (pitch 16):
-// a 16 x 16 transpose per 16 columns; rows past n read as zeros.
+// Rows [0, n) of 16 rows of `cols` floats (row l at src + l * pitch) to cols rows of 16 lanes, column c at
+// dst + c * 16, or at dst + at[c] when a table is given (then cols <= 16): a 16 x 16 transpose per 16 columns; rows
+// past n read as zeros.
+template <bool kTable = false>
 __attribute__((always_inline)) inline void TransposeIn(const float* src, int64_t pitch, int64_t n, int64_t cols,
-                                                      float* dst) {
+                                                      float* dst, const int64_t* at = nullptr) {
   for (int64_t p = 0; p < cols; p += 16) {
     const __mmask16 km = LaneMask(cols - p);
     __m512 r[16];
@@ -644,7 +646,7 @@ __attribute__((always_inline)) inline void TransposeIn(const float* src, int64_t
     Transpose16(r);
     const int64_t np = std::min<int64_t>(16, cols - p);
     UnrollInline<16>([&](auto q) {
-      if (q < np) _mm512_storeu_ps(dst + (p + q) * 16, r[q]);
+      if (q < np) _mm512_storeu_ps(kTable ? dst + at[q] : dst + (p + q) * 16, r[q]);
     });
   }
 }
@@ -676,6 +678,9 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
   const float* weights = Aligned64(wl);
   const LanesRowFn* row_fns = LanesRowFns(s);
   const RegisterTail rt = RegisterTail::Of(tail);
+  const int64_t row_group = std::max<int64_t>(1, 16 / s.W);  // input rows transposed at once
+  int64_t group_at[16];  // their columns' scratch offsets
+  for (int64_t q = 0; q < 16; ++q) group_at[q] = (q / s.W * Wp + q % s.W) * 16;
   ParallelFor(threads, s.N * blocks, [&](int64_t task) {
     const int64_t n = task / blocks, cb = task % blocks, c0 = cb * 16, nc = std::min<int64_t>(16, C - c0);
     thread_local std::vector<float> xs, os;
@@ -687,11 +692,17 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
     }
     os.resize(static_cast<size_t>(P * 16 + 15));
     float* od = Aligned64(os);
-    // planes -> channels-last scratch, row by row: no per-pixel row and column count (a row's last block of 16
-    // columns may be part idle)
+    // planes -> channels-last scratch, row by row (no per-pixel row and column count), rows under 8 wide
+    // row_group at a time (a block of 16 columns would be half idle)
     float* xd = Aligned64(xs);
-    for (int64_t h = 0; h < s.H; ++h)
-      TransposeIn(x + (n * C + c0) * HW + h * s.W, HW, nc, s.W, xd + ((h + s.pt) * Wp + s.pl) * 16);
+    const float* xc = x + (n * C + c0) * HW;
+    if (row_group == 1) {
+      for (int64_t h = 0; h < s.H; ++h) TransposeIn(xc + h * s.W, HW, nc, s.W, xd + ((h + s.pt) * Wp + s.pl) * 16);
+    } else {
+      for (int64_t h = 0; h < s.H; h += row_group)
+        TransposeIn<true>(xc + h * s.W, HW, nc, std::min(row_group, s.H - h) * s.W,
+                          xd + ((h + s.pt) * Wp + s.pl) * 16, group_at);
+    }
     const float* taps = weights + cb * (T + 1) * 16;
     const __m512 b = _mm512_loadu_ps(taps + T * 16);
     for (int64_t oh = 0; oh < s.OH; ++oh) {

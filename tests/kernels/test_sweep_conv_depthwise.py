@@ -181,11 +181,11 @@ def test_lanes_tail_and_no_bias(float_isa):
     _depthwise(x, w, None, threads=2, pads=[2] * 4)
 
 
-@pytest.mark.parametrize("width", [3, 15, 16, 17, 31, 32, 33, 47, 48, 49])
+@pytest.mark.parametrize("width", [1, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49])
 def test_lanes_rows_of_every_block_width(float_isa, width):
-    """The lanes transpose each input row in blocks of 16 columns: row widths around the blocks' multiples (a row's
-    last block part idle), 16 and 17 channels (a full and a one-lane channel block), symmetric and asymmetric pads,
-    strides 1 (up to 28 output columns) and 2, specials in x and w."""
+    """The lanes transpose each input row in blocks of 16 columns (rows under 8 wide 16 // width at a time, the last
+    group short on 9 rows): row widths around the blocks' multiples, 16 and 17 channels (a full and a one-lane channel
+    block), symmetric and asymmetric pads, strides 1 (up to 28 output columns) and 2, specials in x and w."""
     rng = np.random.default_rng(width)
     for c, st, pads in ((16, 1, [1, 1, 1, 1]), (17, 2, [1, 1, 1, 1]), (17, 2, [0, 2, 1, 0]), (16, 2, [2, 1, 0, 2])):
         if (width + pads[1] + pads[3] - 3) // st + 1 > 28:
