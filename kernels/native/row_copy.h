@@ -1,7 +1,7 @@
-// A copy of one run of bytes for the movement kernels that cut rows (pad, concat, split, slice): a run of 256 B to
-// 8 KB goes through 32-byte vectors, because glibc's memcpy per run of that size took ~1.4x the time of this loop on
-// the rows of a pad or concat; shorter runs are memcpy (its small-size path), and so are longer ones (on rows of
-// 12 KB into an output past the cache the loop was no faster).
+// A copy of one run of bytes for the kernels that cut rows (pad, concat, split, slice, tile, QLinearConcat): a run
+// of 256 B to 8 KB goes through 32-byte vectors, because glibc's memcpy per run of that size took ~1.4x the time of
+// this loop on the rows of a pad or concat; shorter runs are memcpy (its small-size path), and so are longer ones (on
+// rows of 12 KB into an output past the cache the loop was no faster).
 #pragma once
 
 #include <cstddef>
