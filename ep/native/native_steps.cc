@@ -402,18 +402,21 @@ class CallStep : public NativeStep {
       return;
     const std::vector<int64_t>& dims = ort_outputs_[0].dims;
     std::vector<int> types(static_cast<size_t>(nin), -1);
+    for (int64_t d : dims)
+      if (d < 0) return;
     for (const In& in : inputs_) {
       if (in.arg < 0 || in.arg >= nin || types[static_cast<size_t>(in.arg)] >= 0 || !in.view.empty()) return;
-      if (!std::equal(in.dims.begin(), in.dims.end(), dims.begin(), dims.end())) return;  // also no dim < 0
+      if (!SameFlat(in.dims.data(), in.dims.size(), dims)) return;
       types[static_cast<size_t>(in.arg)] = in.dtype;
     }
-    loop_constant_.assign(static_cast<size_t>(nin), false);
-    for (Py_ssize_t k = 0; k < nin; ++k) {  // the other operands: the template's 0-d arrays, numpy's stride 0
+    loop_kind_.assign(static_cast<size_t>(nin), kStepInput);
+    for (Py_ssize_t k = 0; k < nin; ++k) {  // the other operands: the template's arrays
       if (types[static_cast<size_t>(k)] >= 0) continue;
       PyObject* c = PyTuple_GET_ITEM(args_.ptr(), k);
-      if (!ZeroDim(c, -1)) return;
+      const bool zero_dim = ZeroDim(c, -1);
+      if (!zero_dim && !FullConstant(c, -1, dims)) return;
       types[static_cast<size_t>(k)] = py::detail::array_descriptor_proxy(py::detail::array_proxy(c)->descr)->type_num;
-      loop_constant_[static_cast<size_t>(k)] = true;
+      loop_kind_[static_cast<size_t>(k)] = zero_dim ? kZeroDim : kFullConstant;
     }
     loop_types_ = types;
     loop_count_ = 1;
@@ -430,7 +433,7 @@ class CallStep : public NativeStep {
       for (Py_ssize_t k = 0; k <= nin; ++k) {
         auto dt = chosen[k].cast<py::dtype>();
         if (k < nin && dt.num() != types[static_cast<size_t>(k)]) return;  // numpy would cast
-        const bool constant = k < nin && loop_constant_[static_cast<size_t>(k)];
+        const bool constant = k < nin && loop_kind_[static_cast<size_t>(k)] == kZeroDim;
         strides[k] = constant ? 0 : dt.itemsize();
         loop_strides_.push_back(constant ? 0 : dt.itemsize());
         loop_itemsizes_.push_back(dt.itemsize());
@@ -461,6 +464,33 @@ class CallStep : public NativeStep {
            (type < 0 || py::detail::array_descriptor_proxy(a->descr)->type_num == type);
   }
 
+  // An operand's shape `a` whose elements numpy pairs one to one in C order with an output of shape `b`: no higher
+  // rank, and equal once leading 1s are dropped (broadcasting that only prepends axes of 1, such as a [C] bias with a
+  // [1, C] input, runs one loop over all elements).
+  static bool SameFlat(const py::ssize_t* a, size_t na, const std::vector<int64_t>& b) {
+    if (na > b.size()) return false;  // numpy's result would have a's rank: `out` of b's does not broadcast
+    size_t i = 0, j = 0;
+    while (i < na && a[i] == 1) ++i;
+    while (j < b.size() && b[j] == 1) ++j;
+    if (na - i != b.size() - j) return false;
+    for (; i < na; ++i, ++j)
+      if (a[i] != b[j]) return false;
+    return true;
+  }
+
+  // An exact, aligned, C-contiguous ndarray in the machine's byte order (of dtype number `type`, unless < 0) whose
+  // elements pair one to one with the output's `dims` (SameFlat): an operand of the template read with the output's
+  // strides.
+  static bool FullConstant(PyObject* o, int type, const std::vector<int64_t>& dims) {
+    auto& api = py::detail::npy_api::get();
+    constexpr int kLayout = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+    if (Py_TYPE(o) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_)) return false;
+    const auto* a = py::detail::array_proxy(o);
+    return (a->flags & kLayout) == kLayout && NativeOrder(a->descr) &&
+           (type < 0 || py::detail::array_descriptor_proxy(a->descr)->type_num == type) &&
+           SameFlat(a->dimensions, static_cast<size_t>(a->nd), dims);
+  }
+
   // The step's outputs by numpy's strided loop on argv (the operands, then ORT's buffer), or nullptr: with a Python
   // error when the loop failed, else when these arrays are not ones numpy would run in one loop call.
   PyObject* RunUfuncLoop(PyObject* const* argv) const {
@@ -482,16 +512,21 @@ class CallStep : public NativeStep {
     const char* out_begin = o->data;
     const char* out_end = out_begin + n * loop_itemsizes_[nin];
     for (size_t k = 0; k < nin; ++k) {
-      const bool constant = loop_constant_[k];
-      if (constant ? !ZeroDim(argv[k], loop_types_[k])  // the template's array (its dtype may be reassigned)
-                   : Py_TYPE(argv[k]) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_))
+      const int kind = loop_kind_[k];
+      const bool constant = kind == kZeroDim;
+      // the template's arrays checked again (their dtype or shape may be reassigned); a step input's dtype and shape
+      // were checked by Run
+      if (kind == kZeroDim          ? !ZeroDim(argv[k], loop_types_[k])
+          : kind == kFullConstant ? !FullConstant(argv[k], loop_types_[k], ort_outputs_[0].dims)
+                                  : Py_TYPE(argv[k]) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_))
         return nullptr;
       const auto* a = py::detail::array_proxy(argv[k]);  // checked by Run: the bound dtype number and shape
       if ((a->flags & kAligned) != kAligned || !NativeOrder(a->descr)) return nullptr;
       const char* begin = a->data;
       const char* end = begin + (constant ? 1 : n) * loop_itemsizes_[k];
       const bool apart = end <= out_begin || out_end <= begin;
-      if (!apart && !(begin == out_begin && !constant && loop_strides_[k] == loop_strides_[nin])) return nullptr;
+      if (!apart && !(begin == out_begin && kind == kStepInput && loop_strides_[k] == loop_strides_[nin]))
+        return nullptr;
       data[k] = a->data;
     }
     data[nin] = o->data;
@@ -531,7 +566,8 @@ class CallStep : public NativeStep {
   const UfuncCallInfo* loop_ = nullptr;  // in loop_info_; null: the ufunc is called
   std::vector<Py_ssize_t> loop_strides_;  // per operand, then the output: its itemsize, 0 for a constant operand
   std::vector<Py_ssize_t> loop_itemsizes_;  // per operand, then the output
-  std::vector<bool> loop_constant_;  // per operand: a 0-d array of the template, not a step input
+  enum LoopKind : char { kStepInput, kZeroDim, kFullConstant };
+  std::vector<char> loop_kind_;  // per operand: a step input, or the template's 0-d array (stride 0) or full array
   std::vector<int> loop_types_;  // per operand: its dtype number
   Py_ssize_t loop_count_ = 0;  // elements per call
   int loop_out_type_ = -1;  // the output's dtype number

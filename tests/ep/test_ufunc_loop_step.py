@@ -161,3 +161,44 @@ def test_constant_bounds_keep_numpys_bits(op, shape):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(_bits(got), _bits(want))
     assert assignment(sess) == {"node": "NpuEP"}
+
+
+def test_operands_that_only_gain_leading_axes_run_the_loop():
+    """numpy pairs a [C] operand with a [1, C] output element by element in C order: one loop call, as same shapes."""
+    assert _step(np.add, [(1, 16), (16,)]).ufunc_loop
+    assert _step(np.multiply, [(1, 1, 16), (1, 16)]).ufunc_loop
+    assert not _step(np.add, [(2, 16), (16,)]).ufunc_loop  # a real broadcast: the iterator repeats b
+    rank3 = ext.CallStep(np.add, (None, None, None), [(0, 0, np.dtype(np.float32), (1, 1, 16), None, True),
+                                                      (1, 1, np.dtype(np.float32), (16,), None, True)],
+                         [(-1, None)], [], [(2, 0, [1, 16])], [], ("out",))
+    assert not rank3.ufunc_loop  # an operand of a higher rank than ORT's buffer: numpy's call would refuse `out`
+    f32 = np.float32
+    assert _clip_step(np.zeros(16, f32), np.array(1, f32), shape=(1, 16)).ufunc_loop  # a full constant bound
+    assert not _clip_step(np.zeros(16, f32), np.array(1, f32), shape=(4, 16)).ufunc_loop
+    assert not _clip_step(np.zeros(32, f32)[::2], np.array(1, f32), shape=(1, 16)).ufunc_loop  # strided
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@pytest.mark.parametrize("constant", [False, True], ids=["input", "initializer"])
+def test_a_bias_of_the_last_axis_keeps_numpys_bits(dtype, constant):
+    """x [1, 1, 64] + b [64] (a decoder's bias add at batch 1, one token): b a second input or an initializer."""
+    rng = np.random.default_rng(5)
+    onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    b = _values((64,), dtype, rng)
+    inputs = [helper.make_tensor_value_info("x", onnx_type, [1, 1, 64])]
+    if not constant:
+        inputs.append(helper.make_tensor_value_info("b", onnx_type, [64]))
+    model = make_model([helper.make_node("Add", ["x", "b"], ["y"], name="node")], inputs,
+                       [helper.make_tensor_value_info("y", onnx_type, [1, 1, 64])],
+                       initializers={"b": b} if constant else {})
+    sess = npu_session(model)
+    for _ in range(4):  # the first call binds the step, the later ones run it
+        feeds = {"x": _values((1, 1, 64), dtype, rng)}
+        if not constant:
+            b = feeds["b"] = _values((64,), dtype, rng)
+        got = sess.run(None, feeds)[0]
+        with np.errstate(all="ignore"):
+            want = feeds["x"] + b
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert assignment(sess) == {"node": "NpuEP"}
