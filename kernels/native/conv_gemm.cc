@@ -224,9 +224,27 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
                         out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
                         clip_only ? tail.consts : nullptr, hswish ? hs : nullptr);
     } else {
-      GemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.slots.data(),
-                 static_cast<int64_t>(sc.slots.size()), out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
-                 clip_only ? tail.consts : nullptr, hswish ? hs : nullptr);
+      // a lone short last slot (196 pixels: 12 paired slots and one of 4) costs a whole vector per row and k; its
+      // few pixels go to the channels in the lanes instead (the same sums)
+      int64_t n_slots = static_cast<int64_t>(sc.slots.size());
+      const GemmSlot& last = sc.slots.back();
+      const bool lone = n_slots % 2 == 1 && last.n <= 8 && last.split >= last.n && rows_m % 16 == 0 && K >= 64;
+      if (lone) {
+        --n_slots;
+        sc.pin.clear();
+        sc.pout.clear();
+        for (int l = 0; l < last.n; ++l) {
+          sc.pin.push_back(last.in + l);
+          sc.pout.push_back(last.out + l);
+        }
+        ChannelGemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.pin.data(), sc.pout.data(), last.n,
+                          out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
+                          clip_only ? tail.consts : nullptr, hswish ? hs : nullptr);
+      }
+      if (n_slots > 0)
+        GemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.slots.data(), n_slots, out + m0 * P, P,
+                   bias == nullptr ? nullptr : bias + g * Mg + m0, clip_only ? tail.consts : nullptr,
+                   hswish ? hs : nullptr);
     }
     if (tail.n && !clip_only && !hswish)
       for (int64_t m = m0; m < m0 + rows_m; ++m) ApplyChannelTail(tail, out + m * P, cols, g * Mg + m);

@@ -5,8 +5,9 @@ values, on every instruction-set level the host runs; a few points against ORT's
 
 Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shapes on the BLAS path):
 - DenseFloatOwnGemm (>= 16 output pixels): register tile of 8 output channels (kRows) x 2 slots of 16 pixels
-  (kSlots), depth in passes of 256 (kKc); B read in place from padded rows held as the width stride's column phases
-  when OW >= 8 (a vector crossing a row end jumps over the padding), else a patch matrix; the output channels in
+  (kSlots), depth in passes of 256 (kKc), a lone last slot of <= 8 pixels in the channel lanes; B read in place
+  from padded rows held as the width stride's column phases when OW >= 8 (a vector crossing a row end jumps over
+  the padding), else a patch matrix; the output channels in
   the lanes instead (ChannelGemmAvx512, tiles of 4 x 16 channels x 6 pixels) where that takes fewer vector
   multiply-adds (small maps, Mg a multiple of 16, K >= 64); pixel blocks of
   clamp(131072 / K, 64, 4096) pixels, at least two tasks per thread when the image is worth 2^20 multiply-adds (on
@@ -499,6 +500,7 @@ HARD_SWISH = [("save", 0.0, 0.0), ("mul", 1 / 6, 0.0), ("add", 0.5, 0.0), ("clip
 
 @pytest.mark.parametrize("xs,ws,attrs", [((1, 16, 40, 40), (32, 16, 1, 1), {}),
                                          ((1, 64, 7, 7), (64, 64, 1, 1), {}),
+                                         ((1, 256, 14, 14), (256, 256, 1, 1), {}),  # a lone last slot in the lanes
                                          ((1, 300, 9, 9), (40, 300, 1, 1), {}),
                                          ((1, 8, 17, 19), (24, 8, 3, 3), dict(pads=[1, 1, 1, 1])),
                                          ((1, 6, 5, 6), (17, 6, 3, 3), dict(strides=[2, 2]))])
