@@ -87,15 +87,13 @@ def _bind(p: Prepared, inputs, outs):
     fast = _native_args(p, a)
     if fast is None or not inputs or inputs[0] is None or any(v is not None for v in inputs[1:]):
         return None
-    fn, args = fast
+    _, args = fast
     where = p.runtime.partition_outputs
     live = [(0, 0, a.dtype, a.shape, None)]
-    step = getattr(runtime.native(p), "int8_matmul_step", None)  # the same call, its arrays borrowed
-    if step is not None:
-        into = [(11, where[0], list(outs[0].shape))] if where and 0 in where else []
-        return runtime.call_step(p, step, (None, *args, None), live, [(-1, None)], None, into)
-    into = [(13, where[0], list(outs[0].shape))] if where and 0 in where else []
-    return runtime.call_step(p, fn, (None, *args, None, False, None), live, [(-1, None)], None, into)
+    into = [(11, where[0], list(outs[0].shape))] if where and 0 in where else []
+    # the same call as int8_matmul with its arrays borrowed (no plan, no DMA counting)
+    return runtime.call_step(p, runtime.native(p).int8_matmul_step, (None, *args, None), live, [(-1, None)], None,
+                             into)
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:
