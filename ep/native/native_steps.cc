@@ -516,7 +516,7 @@ class CallStep : public NativeStep {
       const bool constant = kind == kZeroDim;
       // the template's arrays checked again (their dtype or shape may be reassigned); a step input's dtype and shape
       // were checked by Run
-      if (kind == kZeroDim          ? !ZeroDim(argv[k], loop_types_[k])
+      if (kind == kZeroDim        ? !ZeroDim(argv[k], loop_types_[k])
           : kind == kFullConstant ? !FullConstant(argv[k], loop_types_[k], ort_outputs_[0].dims)
                                   : Py_TYPE(argv[k]) != reinterpret_cast<PyTypeObject*>(api.PyArray_Type_))
         return nullptr;

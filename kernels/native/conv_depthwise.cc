@@ -637,7 +637,7 @@ const LanesRowFn* LanesRowFns(const ConvShape& s) {
 // past n read as zeros.
 template <bool kTable = false>
 __attribute__((always_inline)) inline void TransposeIn(const float* src, int64_t pitch, int64_t n, int64_t cols,
-                                                      float* dst, const int64_t* at = nullptr) {
+                                                       float* dst, const int64_t* at = nullptr) {
   for (int64_t p = 0; p < cols; p += 16) {
     const __mmask16 km = LaneMask(cols - p);
     __m512 r[16];
@@ -700,8 +700,8 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
       for (int64_t h = 0; h < s.H; ++h) TransposeIn(xc + h * s.W, HW, nc, s.W, xd + ((h + s.pt) * Wp + s.pl) * 16);
     } else {
       for (int64_t h = 0; h < s.H; h += row_group)
-        TransposeIn<true>(xc + h * s.W, HW, nc, std::min(row_group, s.H - h) * s.W,
-                          xd + ((h + s.pt) * Wp + s.pl) * 16, group_at);
+        TransposeIn<true>(xc + h * s.W, HW, nc, std::min(row_group, s.H - h) * s.W, xd + ((h + s.pt) * Wp + s.pl) * 16,
+                          group_at);
     }
     const float* taps = weights + cb * (T + 1) * 16;
     const __m512 b = _mm512_loadu_ps(taps + T * 16);

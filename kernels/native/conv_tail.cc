@@ -196,8 +196,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"), noinline)) void LogR
 }
 
 // Elu alpha: x >= 0 ? x : expm1(x) * alpha, NaN kept; e[i] = exp(v[i]) computed apart
-__attribute__((target_clones("avx512f", "avx2", "default"), noinline)) void EluFrom(float* v, const float* e,
-                                                                                    int64_t n, float a) {
+__attribute__((target_clones("avx512f", "avx2", "default"), noinline)) void EluFrom(float* v, const float* e, int64_t n,
+                                                                                    float a) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = v[i], m = engine::Expm1From(x, e[i]) * a;
     v[i] = x >= 0.0f ? x : m;

@@ -1,7 +1,7 @@
 // Float32 Exp and Tanh (and float16 Exp and Tanh: widened, this exp or tanh, rounded once to float16) on contiguous
-// chunks over the threads (`kernels.exp_tanh`), into ORT's buffer. numpy's float32 loop is the reference; these are polynomials of
-// their own, the same operations in every path (AVX-512, AVX2 + FMA, scalar std::fma: the same bits on every host,
-// every thread count and every chunk; a vector tail is a masked load of the same math):
+// chunks over the threads (`kernels.exp_tanh`), into ORT's buffer. numpy's float32 loop is the reference; these are
+// polynomials of their own, the same operations in every path (AVX-512, AVX2 + FMA, scalar std::fma: the same bits on
+// every host, every thread count and every chunk; a vector tail is a masked load of the same math):
 //   exp(x): x clamped to [-104, 89], n = rint(x / ln 2), r = x - n ln 2 (ln 2 in two parts, two fma), exp(r) a
 //     degree-6 polynomial (1 + r + r^2 Q(r), Q a least-squares fit on |r| <= 0.354), times 2^n with one rounding
 //     (overflow to inf, denormal results, underflow to 0). Over all 2^32 float32 patterns within 3 ulp of numpy's

@@ -354,8 +354,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 MaxOf(__m512 acc
 constexpr size_t kKeptBuffer = size_t{1} << 20;  // floats of row maxima a thread keeps between calls
 
 template <bool kNan>
-__attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, const float* in, float pad,
-                                                           float* out) {
+__attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, const float* in, float pad, float* out) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), padv = _mm512_set1_ps(pad);
   const int64_t stride = (s.OW + 15) / 16 * 16, blocks = stride / 16;
   thread_local std::vector<float> buffer;

@@ -45,8 +45,9 @@ struct Part {
 #if NPU_EP_X86
 // The 256-entry table in four registers, 64 bytes per step: two 128-entry byte permutes (by the low 7 bits), the
 // byte's high bit choosing between them; the same bytes as the scalar lookup.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline __m512i Map64(
-    __m512i x, __m512i t0, __m512i t1, __m512i t2, __m512i t3) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) inline __m512i Map64(__m512i x, __m512i t0,
+                                                                                           __m512i t1, __m512i t2,
+                                                                                           __m512i t3) {
   const __m512i lo = _mm512_permutex2var_epi8(t0, x, t1), hi = _mm512_permutex2var_epi8(t2, x, t3);
   return _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi);
 }

@@ -72,8 +72,8 @@ bool PlanBlocks(const Plan& p, const int64_t* cols, NearestBlocks& b) {
 
 // One plane (locals only: the stores cannot alias the tables).
 __attribute__((target("avx512f"))) void NearestPlaneAvx512(const uint32_t* in, const int64_t* rows, int64_t OH,
-                                                            int64_t OW, int64_t W, int64_t blocks, const int64_t* base,
-                                                            const __mmask16* lanes, const int32_t* idx, uint32_t* out) {
+                                                           int64_t OW, int64_t W, int64_t blocks, const int64_t* base,
+                                                           const __mmask16* lanes, const int32_t* idx, uint32_t* out) {
   const __mmask16 m = static_cast<__mmask16>(OW >= 16 ? 0xFFFF : (1u << OW) - 1);
   for (int64_t oh = 0; oh < OH;) {
     int64_t run = 1;
@@ -240,8 +240,8 @@ Axis AxisOf(const py::object& lo, const py::object& hi, const py::object& w, int
 }
 
 py::array LinearPy(const py::array& x, int64_t oh, int64_t ow, const py::object& h0, const py::object& h1,
-                   const py::object& hw, const py::object& w0, const py::object& w1, const py::object& ww,
-                   int threads, const py::object& out) {
+                   const py::object& hw, const py::object& w0, const py::object& w1, const py::object& ww, int threads,
+                   const py::object& out) {
   const Plan p = PlanOf(x, oh, ow, "resize_linear");
   const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
   if (!half && !py::isinstance<py::array_t<float>>(x))
