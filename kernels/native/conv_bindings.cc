@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "as_array.h"
 #include "conv.h"
 #include "conv_gemm.h"
 #include "cpu.h"
@@ -147,21 +148,6 @@ py::array FloatConv(const py::array& x, const ConvShape& s, const char* op, cons
   return y;
 }
 
-// A C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call, ~0.1 us
-// each), else numpy's conversion as pybind11's array_t caster makes it; None stays nullopt.
-template <typename T>
-std::optional<Arr<T>> AsArr(const py::object& o, const char* op, const char* what) {
-  if (o.is_none()) return std::nullopt;
-  if (Arr<T>::check_(o)) return py::reinterpret_borrow<Arr<T>>(o);
-  Arr<T> a = Arr<T>::ensure(o);
-  if (!a) {
-    PyErr_Clear();
-    throw py::type_error(std::string(op) + ": " + what + " must be an array of " +
-                         std::string(py::str(py::dtype::of<T>())));
-  }
-  return a;
-}
-
 // A float conv's checked arrays, shape and fused tail (op names the binding in messages); it holds the arrays
 // the tail points into.
 struct FloatConvArgs {
@@ -176,11 +162,11 @@ FloatConvArgs FloatArgs(const py::array& x, const py::object& w_in, const py::ob
                         const py::object& channel_in, int64_t tail_channel_at, const char* op) {
   if (w_in.is_none()) throw py::type_error(std::string(op) + ": w must be an array of float32");
   FloatConvArgs a;
-  a.w = AsArr<float>(w_in, op, "w");
-  a.bias = AsArr<float>(bias_in, op, "bias");
-  a.codes = AsArr<int32_t>(codes_in, op, "tail_codes");
-  a.consts = AsArr<float>(consts_in, op, "tail_consts");
-  a.channel_consts = AsArr<float>(channel_in, op, "tail_channel_consts");
+  a.w = AsOptionalArray<float>(w_in, op, "w");
+  a.bias = AsOptionalArray<float>(bias_in, op, "bias");
+  a.codes = AsOptionalArray<int32_t>(codes_in, op, "tail_codes");
+  a.consts = AsOptionalArray<float>(consts_in, op, "tail_consts");
+  a.channel_consts = AsOptionalArray<float>(channel_in, op, "tail_channel_consts");
   a.s = Shape(x, geom, op);
   a.tail = TailArg(a.codes, a.consts, op);
   ChannelArg(a.tail, a.channel_consts, tail_channel_at, a.s.M, op);

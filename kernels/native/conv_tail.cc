@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "as_array.h"
 #include "conv_tail.h"
 #include "conv_tail_registers.h"
 #include "cpu.h"
@@ -350,25 +351,12 @@ void ConvTailPy(py::array_t<float, py::array::c_style> y, const py::array_t<int3
 
 bool IsHalf(const py::array& a) { return a.dtype().kind() == 'f' && a.itemsize() == 2; }
 
-// An argument borrowed when it already is a C-order array of T, as the engine's callers pass it; else converted
-// as an array_t argument would be (that conversion is a numpy call per call even for such an array).
-template <typename T>
-py::array_t<T, py::array::c_style> Borrowed(const py::object& a, const char* fn, const char* what) {
-  using A = py::array_t<T, py::array::c_style>;
-  if (py::isinstance<A>(a)) return py::reinterpret_borrow<A>(a);
-  A converted = A::ensure(a);
-  if (!converted)
-    throw py::type_error(std::string(fn) + ": " + what + " must be an array of " +
-                         py::str(py::dtype::of<T>()).cast<std::string>());
-  return converted;
-}
-
 // A float16 op on the engine: each chunk widened to float32, the instructions, rounded once to float16 on store
 // (the reference model's widen / compute / store), into ``out`` (ORT's buffer, or x: in place) or a new array.
 py::array TailOfF16Py(const py::array& x, const py::object& codes_in, const py::object& consts_in, int threads,
                       const py::object& out) {
-  const auto codes = Borrowed<int32_t>(codes_in, "tail_of_f16", "codes");
-  const auto consts = Borrowed<float>(consts_in, "tail_of_f16", "consts");
+  const auto codes = AsArray<int32_t>(codes_in, "tail_of_f16", "codes");
+  const auto consts = AsArray<float>(consts_in, "tail_of_f16", "consts");
   CheckTail("tail_of_f16", codes, consts);
   if (!IsHalf(x) || !(x.flags() & py::array::c_style))
     throw std::invalid_argument("tail_of_f16: x must be a C-order float16 array");
@@ -419,9 +407,9 @@ py::array_t<float> OutputFor(const char* fn, const py::array& x, const py::objec
 // order, x's size; x itself: in place) or a new array of x's shape.
 py::array_t<float> TailOfPy(const py::object& x_in, const py::object& codes_in, const py::object& consts_in,
                             int threads, const py::object& out) {
-  const auto x = Borrowed<float>(x_in, "tail_of", "x");
-  const auto codes = Borrowed<int32_t>(codes_in, "tail_of", "codes");
-  const auto consts = Borrowed<float>(consts_in, "tail_of", "consts");
+  const auto x = AsArray<float>(x_in, "tail_of", "x");
+  const auto codes = AsArray<int32_t>(codes_in, "tail_of", "codes");
+  const auto consts = AsArray<float>(consts_in, "tail_of", "consts");
   CheckTail("tail_of", codes, consts);
   py::array_t<float> y = OutputFor("tail_of", x, out);
   const float* in = x.data();
@@ -438,8 +426,8 @@ py::array_t<float> TailOfPy(const py::object& x_in, const py::object& codes_in, 
 // and a chain whose first link adds a per-channel constant. The sum is the reference's float32 add.
 py::array TailOfBiasPy(const py::array& x, const py::array& bias, const py::object& codes_in,
                        const py::object& consts_in, int threads, const py::object& out) {
-  const auto codes = Borrowed<int32_t>(codes_in, "tail_of_bias", "codes");
-  const auto consts = Borrowed<float>(consts_in, "tail_of_bias", "consts");
+  const auto codes = AsArray<int32_t>(codes_in, "tail_of_bias", "codes");
+  const auto consts = AsArray<float>(consts_in, "tail_of_bias", "consts");
   CheckTail("tail_of_bias", codes, consts);
   const bool half = IsHalf(x);
   const bool f32 = x.dtype().is(py::dtype::of<float>());
@@ -514,8 +502,8 @@ void ApplyTail(const ConvTail& tail, float* v, int64_t n) {
 // leaky_relu instruction computes it per row (x >= 0 ? x : x * slope), into ``out`` (ORT's buffer) or a new array.
 py::array_t<float> PreluRowsPy(const py::object& x_in, const py::object& slope_in, int64_t inner, int threads,
                                const py::object& out) {
-  const auto x = Borrowed<float>(x_in, "prelu_rows", "x");
-  const auto slope = Borrowed<float>(slope_in, "prelu_rows", "slope");
+  const auto x = AsArray<float>(x_in, "prelu_rows", "x");
+  const auto slope = AsArray<float>(slope_in, "prelu_rows", "slope");
   const int64_t n = x.size(), c = slope.size();
   if (inner <= 0 || c <= 0 || n % inner != 0 || (n / inner) % c != 0)
     throw std::invalid_argument("prelu_rows: x of " + std::to_string(n) + " elements is not rows of " +
@@ -551,7 +539,7 @@ py::array_t<float> PreluRowsPy(const py::object& x_in, const py::object& slope_i
 // ONNX Sigmoid of float32 x as the tail's sigmoid instruction computes it, into ``out`` (ORT's buffer) or a new
 // array of x's shape.
 py::array_t<float> SigmoidPy(const py::object& x_in, int threads, const py::object& out_) {
-  const auto x = Borrowed<float>(x_in, "sigmoid", "x");
+  const auto x = AsArray<float>(x_in, "sigmoid", "x");
   py::array_t<float> y = OutputFor("sigmoid", x, out_);
   const float* in = x.data();
   float* out = y.mutable_data();

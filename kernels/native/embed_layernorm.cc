@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "as_array.h"
 #include "pairwise_sum.h"
 #include "thread_pool.h"
 
@@ -79,21 +80,6 @@ void CheckTable(const F32& t, int64_t d, const char* what) {
                                 "], got rank " + std::to_string(t.ndim()));
 }
 
-// o as a C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call,
-// ~0.1 us each), else numpy's conversion as pybind11's caster makes it.
-template <typename T>
-py::array_t<T, py::array::c_style> AsArray(const py::object& o, const char* what) {
-  using A = py::array_t<T, py::array::c_style>;
-  if (A::check_(o)) return py::reinterpret_borrow<A>(o);
-  A a = A::ensure(o);
-  if (!a) {
-    PyErr_Clear();
-    throw py::type_error(std::string("embed_layernorm: ") + what + " must be an array of " +
-                         std::string(py::str(py::dtype::of<T>())));
-  }
-  return a;
-}
-
 // `into` when it is a writeable C-order array of T with dims' size (ORT's buffer), else a new [dims] array.
 template <typename T>
 py::array_t<T, py::array::c_style> Result(const py::object& into, std::vector<py::ssize_t> dims) {
@@ -112,9 +98,11 @@ py::tuple EmbedLayerNormPy(const py::object& ids_in, const py::object& seg_ids, 
                            const py::object& beta_in, const py::object& mask, const py::object& pos_ids, float epsilon,
                            bool want_sum, const py::object& out, int threads, const py::object& mask_out,
                            const py::object& sum_out) {
-  const I32 ids = AsArray<int32_t>(ids_in, "input_ids");
-  const F32 word = AsArray<float>(word_in, "word_embedding"), pos = AsArray<float>(pos_in, "position_embedding");
-  const F32 gamma = AsArray<float>(gamma_in, "gamma"), beta = AsArray<float>(beta_in, "beta");
+  const I32 ids = AsArray<int32_t>(ids_in, "embed_layernorm", "input_ids");
+  const F32 word = AsArray<float>(word_in, "embed_layernorm", "word_embedding"),
+            pos = AsArray<float>(pos_in, "embed_layernorm", "position_embedding");
+  const F32 gamma = AsArray<float>(gamma_in, "embed_layernorm", "gamma"),
+            beta = AsArray<float>(beta_in, "embed_layernorm", "beta");
   if (ids.ndim() != 2) throw std::invalid_argument("embed_layernorm: input_ids must be [batch, sequence]");
   const int64_t b = ids.shape(0), s = ids.shape(1), d = word.ndim() == 2 ? word.shape(1) : -1;
   CheckTable(word, d, "word_embedding");
@@ -124,7 +112,7 @@ py::tuple EmbedLayerNormPy(const py::object& ids_in, const py::object& seg_ids, 
   if (seg_ids.is_none() != seg_table.is_none())
     throw std::invalid_argument("embed_layernorm: segment_ids and segment_embedding go together");
   const auto as_ids = [&](const py::object& o, const char* what) {
-    I32 a = AsArray<int32_t>(o, what);
+    I32 a = AsArray<int32_t>(o, "embed_layernorm", what);
     const bool ok = a.ndim() == 2 && a.shape(1) == s && (a.shape(0) == b || a.shape(0) == 1);
     if (!ok) throw std::invalid_argument(std::string("embed_layernorm: ") + what + " must be [batch, sequence]");
     return a;
@@ -134,7 +122,7 @@ py::tuple EmbedLayerNormPy(const py::object& ids_in, const py::object& seg_ids, 
   const bool has_seg = !seg_ids.is_none(), has_mask = !mask.is_none(), has_pids = !pos_ids.is_none();
   if (has_seg) {
     seg = as_ids(seg_ids, "segment_ids");
-    segt = AsArray<float>(seg_table, "segment_embedding");
+    segt = AsArray<float>(seg_table, "embed_layernorm", "segment_embedding");
     CheckTable(*segt, d, "segment_embedding");
   }
   if (has_mask) msk = as_ids(mask, "mask");

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "as_array.h"
 #include "int8_gemm.h"
 #include "thread_pool.h"
 
@@ -33,26 +34,6 @@ template <typename T>
 using CArr = py::array_t<T, py::array::c_style>;
 
 constexpr int64_t kRowsPerTask = 16;
-
-// o as a C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call,
-// ~0.1 us each), else numpy's conversion as pybind11's array_t caster makes it (an 8-bit zero point widened).
-template <typename T>
-CArr<T> AsArr(const py::object& o, const char* op, const char* what) {
-  if (CArr<T>::check_(o)) return py::reinterpret_borrow<CArr<T>>(o);
-  CArr<T> a = CArr<T>::ensure(o);
-  if (!a) {
-    PyErr_Clear();
-    throw py::type_error(std::string(op) + ": " + what + " must be an array of " +
-                         std::string(py::str(py::dtype::of<T>())));
-  }
-  return a;
-}
-
-template <typename T>
-std::optional<CArr<T>> AsOptArr(const py::object& o, const char* op, const char* what) {
-  if (o.is_none()) return std::nullopt;
-  return AsArr<T>(o, op, what);
-}
 
 template <typename T>
 const T* Sized(const CArr<T>& a, int64_t n, const char* op, const char* what) {
@@ -163,21 +144,22 @@ py::array Int8MatMulFloatPy(const py::array& a, const py::object& a_zero_point, 
   return y;
 }
 
-// The binding takes its arrays as objects and borrows them (AsArr): no numpy conversion call per array and call.
+// The binding takes its arrays as objects and borrows them (AsArray): no numpy conversion call per array and call.
 py::array Int8MatMulFloatEntry(const py::object& a, const py::object& a_zero_point, const py::object& bp,
                                const py::object& bsum, const py::object& bzp, int64_t K, int64_t N,
                                const py::object& a_scale, const py::object& b_scale, const py::object& bias,
                                const py::object& bias2, bool relu, int threads, const py::object& out) {
   const char* op = "int8_matmul_float";
   if (!py::isinstance<py::array>(a)) throw py::type_error("int8_matmul_float: A must be an array");
-  return Int8MatMulFloatPy(py::reinterpret_borrow<py::array>(a), a_zero_point, AsArr<int8_t>(bp, op, "bp"),
-                           AsArr<int32_t>(bsum, op, "bsum"), AsArr<int32_t>(bzp, op, "b_zero_point"), K, N,
-                           AsArr<float>(a_scale, op, "a_scale"), AsArr<float>(b_scale, op, "b_scale"),
-                           AsOptArr<float>(bias, op, "bias"), AsOptArr<float>(bias2, op, "bias2"), relu, threads, out);
+  return Int8MatMulFloatPy(py::reinterpret_borrow<py::array>(a), a_zero_point, AsArray<int8_t>(bp, op, "bp"),
+                           AsArray<int32_t>(bsum, op, "bsum"), AsArray<int32_t>(bzp, op, "b_zero_point"), K, N,
+                           AsArray<float>(a_scale, op, "a_scale"), AsArray<float>(b_scale, op, "b_scale"),
+                           AsOptionalArray<float>(bias, op, "bias"), AsOptionalArray<float>(bias2, op, "bias2"), relu,
+                           threads, out);
 }
 
 // kernels.int8_matmul without a plan or DMA counting, for a bound step (MatMulInteger, QLinearMatMul, QGemm): the
-// same checks and call, its arrays borrowed (AsArr) instead of converted by pybind11's casters on every call.
+// same checks and call, its arrays borrowed (AsArray) instead of converted by pybind11's casters on every call.
 py::array Int8MatMulStepPy(const py::object& a_in, const py::object& azp_in, const py::object& bp_in,
                            const py::object& bsum_in, const py::object& bzp_in, int64_t K, int64_t n, int threads,
                            const py::object& mult_in, int y_zero_point, bool y_signed, const py::object& out_into) {
@@ -190,13 +172,13 @@ py::array Int8MatMulStepPy(const py::object& a_in, const py::object& azp_in, con
   if (a.ndim() != 2 || a.shape(1) != K || !(a.flags() & py::array::c_style))
     throw std::invalid_argument("int8_matmul_step: A must be C-contiguous [M, K=" + std::to_string(K) + "]");
   const int64_t kp = (K + 63) / 64 * 64;
-  const CArr<int8_t> bp = AsArr<int8_t>(bp_in, op, "bp");
+  const CArr<int8_t> bp = AsArray<int8_t>(bp_in, op, "bp");
   if (bp.ndim() != 4 || bp.shape(1) != kp / 4 || bp.shape(2) != 16 || bp.shape(3) != 4)
     throw std::invalid_argument("int8_matmul_step: packed B must be [np/16, kp/4, 16, 4] with kp = " +
                                 std::to_string(kp));
-  const CArr<int32_t> azp = AsArr<int32_t>(azp_in, op, "a_zero_point");
-  const CArr<int32_t> bsum = AsArr<int32_t>(bsum_in, op, "bsum"), bzp = AsArr<int32_t>(bzp_in, op, "b_zero_point");
-  const std::optional<CArr<float>> mult = AsOptArr<float>(mult_in, op, "multiplier");
+  const CArr<int32_t> azp = AsArray<int32_t>(azp_in, op, "a_zero_point");
+  const CArr<int32_t> bsum = AsArray<int32_t>(bsum_in, op, "bsum"), bzp = AsArray<int32_t>(bzp_in, op, "b_zero_point");
+  const std::optional<CArr<float>> mult = AsOptionalArray<float>(mult_in, op, "multiplier");
   Int8Gemm g;
   g.M = a.shape(0);
   g.K = K;

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "as_array.h"
 #include "broadcast.h"
 #include "kernels/native/cpu.h"
 #include "kernels/native/intrinsics.h"
@@ -32,21 +33,6 @@ namespace npu_ep::kern {
 namespace {
 
 using F64 = py::array_t<double, py::array::c_style>;
-
-// o as a C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call,
-// ~0.1 us each), else numpy's conversion as pybind11's array_t caster makes it.
-template <typename T>
-py::array_t<T, py::array::c_style> AsArr(const py::object& o, const char* op, const char* what) {
-  using A = py::array_t<T, py::array::c_style>;
-  if (A::check_(o)) return py::reinterpret_borrow<A>(o);
-  A a = A::ensure(o);
-  if (!a) {
-    PyErr_Clear();
-    throw py::type_error(std::string(op) + ": " + what + " must be an array of " +
-                         std::string(py::str(py::dtype::of<T>())));
-  }
-  return a;
-}
 
 template <typename X, typename Y>
 void Rows(const X* x, int64_t m, int64_t k, int64_t n, const double* w, double xzp, const double* mult, bool per_column,
@@ -428,11 +414,11 @@ py::array QdqMatMulIntPy(const py::array& x, const I16& wp, const I64& colsum, i
   return y;
 }
 
-// The bindings take their weight arrays as objects and borrow them (AsArr).
+// The bindings take their weight arrays as objects and borrow them (AsArray).
 py::array QdqMatMulSmallEntry(const py::array& x, const py::object& w, double xzp, const py::object& mult, float ys,
                               float yzp, float lo, float hi, const py::dtype& out_dtype) {
   const char* fn = "qdq_matmul_small";
-  return QdqMatMulSmallPy(x, AsArr<double>(w, fn, "w"), xzp, AsArr<double>(mult, fn, "mult"), ys, yzp, lo, hi,
+  return QdqMatMulSmallPy(x, AsArray<double>(w, fn, "w"), xzp, AsArray<double>(mult, fn, "mult"), ys, yzp, lo, hi,
                           out_dtype);
 }
 
@@ -440,8 +426,8 @@ py::array QdqMatMulIntEntry(const py::array& x, const py::object& wp, const py::
                             int64_t chunk_pairs, const py::object& mult, float ys, float yzp, float lo, float hi,
                             const py::dtype& out_dtype, int threads, const py::object& out_into) {
   const char* fn = "qdq_matmul_int";
-  return QdqMatMulIntPy(x, AsArr<int16_t>(wp, fn, "wp"), AsArr<int64_t>(colsum, fn, "colsum"), n, x_zp, chunk_pairs,
-                        AsArr<double>(mult, fn, "mult"), ys, yzp, lo, hi, out_dtype, threads, out_into);
+  return QdqMatMulIntPy(x, AsArray<int16_t>(wp, fn, "wp"), AsArray<int64_t>(colsum, fn, "colsum"), n, x_zp, chunk_pairs,
+                        AsArray<double>(mult, fn, "mult"), ys, yzp, lo, hi, out_dtype, threads, out_into);
 }
 
 }  // namespace

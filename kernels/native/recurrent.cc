@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "as_array.h"
 #include "cpu.h"
 #include "int8_gemm.h"
 #include "intrinsics.h"
@@ -259,27 +260,7 @@ void QuantProduct(const float* a, int64_t m, const QuantWeights& w, int64_t n, f
 template <typename T>
 using Arr = py::array_t<T, py::array::c_style>;
 
-// o as a C-order array of T: o itself when it is one (a bound step's call then makes no numpy conversion call,
-// ~0.1 us each), else numpy's conversion as pybind11's array_t caster makes it.
-template <typename T>
-Arr<T> AsArr(py::handle o, const char* op, const char* what) {
-  if (Arr<T>::check_(o)) return py::reinterpret_borrow<Arr<T>>(o);
-  Arr<T> a = Arr<T>::ensure(o);
-  if (!a) {
-    PyErr_Clear();
-    throw py::type_error(std::string(op) + ": " + what + " must be an array of " +
-                         std::string(py::str(py::dtype::of<T>())));
-  }
-  return a;
-}
-
-template <typename T>
-std::optional<Arr<T>> AsOptArr(const py::object& o, const char* op, const char* what) {
-  if (o.is_none()) return std::nullopt;
-  return AsArr<T>(o, op, what);
-}
-
-// A list or tuple of per-direction arrays, each as AsArr takes it.
+// A list or tuple of per-direction arrays, each as AsArray takes it.
 template <typename T>
 std::vector<T> AsList(const py::object& o, const char* op, const char* what,
                       T (*one)(py::handle, const char*, const char*)) {
@@ -293,7 +274,7 @@ std::vector<T> AsList(const py::object& o, const char* op, const char* what,
 }
 
 std::vector<Arr<float>> AsArrays(const py::object& o, const char* op, const char* what) {
-  return AsList<Arr<float>>(o, op, what, &AsArr<float>);
+  return AsList<Arr<float>>(o, op, what, &AsArray<float>);
 }
 
 const float* Checked(const char* op, const Arr<float>& a, int64_t n, const char* what) {
@@ -574,16 +555,16 @@ py::tuple AsTuple(py::handle o, const char* op, const char* what) {
   return py::reinterpret_borrow<py::tuple>(o);
 }
 
-// The bindings take their arrays as objects and borrow them (AsArr): no numpy conversion call per array and call.
+// The bindings take their arrays as objects and borrow them (AsArray): no numpy conversion call per array and call.
 py::tuple LstmEntry(const py::object& x, const py::object& wt, const py::object& rt, const py::object& bias,
                     const py::object& peep, const py::object& h0, const py::object& c0, const py::object& lens,
                     bool reverse_first, std::optional<float> clip, int threads, int layout, const py::object& out_y,
                     const py::object& out_h, const py::object& out_c) {
   const char* op = "lstm";
-  return LstmPy(AsArr<float>(x, op, "x"), AsArrays(wt, op, "wt"), AsArrays(rt, op, "rt"),
-                AsArr<float>(bias, op, "bias"), AsOptArr<float>(peep, op, "peep"), AsArr<float>(h0, op, "h0"),
-                AsArr<float>(c0, op, "c0"), AsArr<int64_t>(lens, op, "lens"), reverse_first, clip, threads, layout,
-                OutBuffers{out_y, out_h, out_c});
+  return LstmPy(AsArray<float>(x, op, "x"), AsArrays(wt, op, "wt"), AsArrays(rt, op, "rt"),
+                AsArray<float>(bias, op, "bias"), AsOptionalArray<float>(peep, op, "peep"),
+                AsArray<float>(h0, op, "h0"), AsArray<float>(c0, op, "c0"), AsArray<int64_t>(lens, op, "lens"),
+                reverse_first, clip, threads, layout, OutBuffers{out_y, out_h, out_c});
 }
 
 py::tuple GruEntry(const py::object& x, const py::object& wt, const py::object& rzt, const py::object& rht,
@@ -591,9 +572,9 @@ py::tuple GruEntry(const py::object& x, const py::object& wt, const py::object& 
                    bool reverse_first, std::optional<float> clip, bool linear_before_reset, int threads, int layout,
                    const py::object& out_y, const py::object& out_h) {
   const char* op = "gru";
-  return GruPy(AsArr<float>(x, op, "x"), AsArrays(wt, op, "wt"), AsArrays(rzt, op, "rzt"), AsArrays(rht, op, "rht"),
-               AsArr<float>(bias, op, "bias"), AsArr<float>(rbh, op, "rbh"), AsArr<float>(h0, op, "h0"),
-               AsArr<int64_t>(lens, op, "lens"), reverse_first, clip, linear_before_reset, threads, layout,
+  return GruPy(AsArray<float>(x, op, "x"), AsArrays(wt, op, "wt"), AsArrays(rzt, op, "rzt"), AsArrays(rht, op, "rht"),
+               AsArray<float>(bias, op, "bias"), AsArray<float>(rbh, op, "rbh"), AsArray<float>(h0, op, "h0"),
+               AsArray<int64_t>(lens, op, "lens"), reverse_first, clip, linear_before_reset, threads, layout,
                OutBuffers{out_y, out_h});
 }
 
@@ -601,19 +582,19 @@ py::tuple RnnEntry(const py::object& x, const py::object& wt, const py::object& 
                    const py::object& h0, const py::object& lens, bool reverse_first, std::optional<float> clip,
                    int threads, int layout, const py::object& out_y, const py::object& out_h) {
   const char* op = "rnn";
-  return RnnPy(AsArr<float>(x, op, "x"), AsArrays(wt, op, "wt"), AsArrays(rt, op, "rt"), AsArr<float>(bias, op, "bias"),
-               AsArr<float>(h0, op, "h0"), AsArr<int64_t>(lens, op, "lens"), reverse_first, clip, threads, layout,
-               OutBuffers{out_y, out_h});
+  return RnnPy(AsArray<float>(x, op, "x"), AsArrays(wt, op, "wt"), AsArrays(rt, op, "rt"),
+               AsArray<float>(bias, op, "bias"), AsArray<float>(h0, op, "h0"), AsArray<int64_t>(lens, op, "lens"),
+               reverse_first, clip, threads, layout, OutBuffers{out_y, out_h});
 }
 
 py::tuple QLstmEntry(const py::object& x, const py::object& w, const py::object& r, const py::object& bias,
                      const py::object& peep, const py::object& h0, const py::object& c0, const py::object& lens,
                      bool reverse_first, std::optional<float> clip, bool zero_finished, int threads) {
   const char* op = "qlstm";
-  return QLstmPy(AsArr<float>(x, op, "x"), AsList<py::tuple>(w, op, "w", &AsTuple),
-                 AsList<py::tuple>(r, op, "r", &AsTuple), AsArr<float>(bias, op, "bias"),
-                 AsOptArr<float>(peep, op, "peep"), AsArr<float>(h0, op, "h0"), AsArr<float>(c0, op, "c0"),
-                 AsArr<int64_t>(lens, op, "lens"), reverse_first, clip, zero_finished, threads);
+  return QLstmPy(AsArray<float>(x, op, "x"), AsList<py::tuple>(w, op, "w", &AsTuple),
+                 AsList<py::tuple>(r, op, "r", &AsTuple), AsArray<float>(bias, op, "bias"),
+                 AsOptionalArray<float>(peep, op, "peep"), AsArray<float>(h0, op, "h0"), AsArray<float>(c0, op, "c0"),
+                 AsArray<int64_t>(lens, op, "lens"), reverse_first, clip, zero_finished, threads);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "as_array.h"
 #include "cpu.h"
 #include "half.h"
 #include "movement.h"
@@ -379,24 +380,12 @@ void CheckPositions(const int64_t* pos, int64_t n, bool offset, int64_t seq, int
                           ")");
 }
 
-// position_ids as a C-order int64 array: itself when it is one (no numpy conversion call per run, as pybind11's
-// array_t caster makes), else converted as that caster converts it.
-py::array_t<int64_t, py::array::c_style> Positions(const py::object& o) {
-  using A = py::array_t<int64_t, py::array::c_style>;
-  if (A::check_(o)) return py::reinterpret_borrow<A>(o);
-  A a = A::ensure(o);
-  if (!a) {
-    PyErr_Clear();
-    throw py::type_error("rotary_embedding: position_ids must be an array of int64");
-  }
-  return a;
-}
-
 py::array RotaryEmbeddingPy(const py::array& x, const py::object& position_ids_in, const py::array& cos,
                             const py::array& sin, int64_t heads, int64_t head, int64_t half, bool interleaved,
                             int threads, const py::object& out) {
   const char* fn = "rotary_embedding";
-  const py::array_t<int64_t, py::array::c_style> position_ids = Positions(position_ids_in);
+  const py::array_t<int64_t, py::array::c_style> position_ids =
+      AsArray<int64_t>(position_ids_in, "rotary_embedding", "position_ids");
   const bool f32 = x.dtype().equal(py::dtype::of<float>());
   const bool f16 = x.dtype().kind() == 'f' && x.itemsize() == 2;
   const bool c_order = (cos.flags() & py::array::c_style) && (sin.flags() & py::array::c_style);
