@@ -1,5 +1,6 @@
 // Python bindings of the native kernels (`npu_ep.ep._native.kernels`). Arrays are checked here (dtype, size,
 // contiguity) so a wrong call is a clear ValueError, never a crash; the kernels then run without the GIL.
+#include "as_array.h"
 #include "bindings.h"
 
 #include <pybind11/numpy.h>
@@ -334,10 +335,17 @@ void TileInt4Py(const Arr<uint8_t>& b, int64_t N, int64_t row_bytes, Arr<uint8_t
   TileInt4(src, N, row_bytes, dst, threads);
 }
 
-py::object Int8MatMulPy(const py::array& a, const Arr<int32_t>& azp, const Arr<int8_t>& bp, const Arr<int32_t>& bsum,
-                        const Arr<int32_t>& bzp, int64_t K, int64_t n, int threads,
-                        const std::optional<Arr<float>>& mult, int y_zero_point, bool y_signed,
+// Its arrays borrowed as they are (AsArray): a bound step's call (MatMulInteger, QLinearMatMul, QGemm) makes no
+// numpy conversion call per array.
+py::object Int8MatMulPy(const py::array& a, const py::object& azp_in, const py::object& bp_in,
+                        const py::object& bsum_in, const py::object& bzp_in, int64_t K, int64_t n, int threads,
+                        const py::object& mult_in, int y_zero_point, bool y_signed,
                         const std::optional<py::tuple>& plan, bool count_dma, const py::object& out_into) {
+  const char* op = "int8_matmul";
+  const Arr<int32_t> azp = AsArray<int32_t>(azp_in, op, "a_zero_point");
+  const Arr<int8_t> bp = AsArray<int8_t>(bp_in, op, "bp");
+  const Arr<int32_t> bsum = AsArray<int32_t>(bsum_in, op, "bsum"), bzp = AsArray<int32_t>(bzp_in, op, "b_zero_point");
+  const std::optional<Arr<float>> mult = AsOptionalArray<float>(mult_in, op, "multiplier");
   const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
   if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))
     throw std::invalid_argument("int8_matmul: A must be uint8 or int8");

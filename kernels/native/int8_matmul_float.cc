@@ -158,77 +158,9 @@ py::array Int8MatMulFloatEntry(const py::object& a, const py::object& a_zero_poi
                            threads, out);
 }
 
-// kernels.int8_matmul without a plan or DMA counting, for a bound step (MatMulInteger, QLinearMatMul, QGemm): the
-// same checks and call, its arrays borrowed (AsArray) instead of converted by pybind11's casters on every call.
-py::array Int8MatMulStepPy(const py::object& a_in, const py::object& azp_in, const py::object& bp_in,
-                           const py::object& bsum_in, const py::object& bzp_in, int64_t K, int64_t n, int threads,
-                           const py::object& mult_in, int y_zero_point, bool y_signed, const py::object& out_into) {
-  const char* op = "int8_matmul_step";
-  if (!py::isinstance<py::array>(a_in)) throw py::type_error("int8_matmul_step: A must be an array");
-  const auto a = py::reinterpret_borrow<py::array>(a_in);
-  const bool a_signed = py::isinstance<py::array_t<int8_t>>(a);
-  if (!a_signed && !py::isinstance<py::array_t<uint8_t>>(a))
-    throw std::invalid_argument("int8_matmul_step: A must be uint8 or int8");
-  if (a.ndim() != 2 || a.shape(1) != K || !(a.flags() & py::array::c_style))
-    throw std::invalid_argument("int8_matmul_step: A must be C-contiguous [M, K=" + std::to_string(K) + "]");
-  const int64_t kp = (K + 63) / 64 * 64;
-  const CArr<int8_t> bp = AsArray<int8_t>(bp_in, op, "bp");
-  if (bp.ndim() != 4 || bp.shape(1) != kp / 4 || bp.shape(2) != 16 || bp.shape(3) != 4)
-    throw std::invalid_argument("int8_matmul_step: packed B must be [np/16, kp/4, 16, 4] with kp = " +
-                                std::to_string(kp));
-  const CArr<int32_t> azp = AsArray<int32_t>(azp_in, op, "a_zero_point");
-  const CArr<int32_t> bsum = AsArray<int32_t>(bsum_in, op, "bsum"), bzp = AsArray<int32_t>(bzp_in, op, "b_zero_point");
-  const std::optional<CArr<float>> mult = AsOptionalArray<float>(mult_in, op, "multiplier");
-  Int8Gemm g;
-  g.M = a.shape(0);
-  g.K = K;
-  g.N = n;
-  g.kp = kp;
-  g.a = static_cast<const uint8_t*>(a.data());
-  g.a_signed = a_signed;
-  g.azp_per_row = azp.size() != 1;
-  g.azp = Sized(azp, g.azp_per_row ? g.M : 1, op, "a_zero_point");
-  g.bp = bp.data();
-  const int64_t np16 = bp.shape(0) * 16;
-  if (n > np16) throw std::invalid_argument("int8_matmul_step: N exceeds the packed B's columns");
-  g.bsum = Sized(bsum, np16, op, "bsum");
-  g.bzp = Sized(bzp, np16, op, "b_zero_point");
-  g.threads = threads;
-  // out_into: M x N elements of the output's dtype to write (ORT's own output buffer), else a new [M, N] array
-  const py::dtype out_dtype =
-      mult ? (y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>()) : py::dtype::of<int32_t>();
-  bool fits = false;
-  if (py::isinstance<py::array>(out_into)) {
-    auto into = py::reinterpret_borrow<py::array>(out_into);
-    fits = into.dtype().equal(out_dtype) && (into.flags() & py::array::c_style) && into.writeable() &&
-           into.size() == g.M * g.N;
-  }
-  py::array out =
-      fits ? py::reinterpret_borrow<py::array>(out_into) : py::array(out_dtype, std::vector<py::ssize_t>{g.M, g.N});
-  if (mult) {
-    g.mult_per_col = mult->size() != 1;
-    g.mult = Sized(*mult, g.mult_per_col ? g.N : 1, op, "multiplier");
-    g.y_zp = y_zero_point;
-    g.y_signed = y_signed;
-    g.y = static_cast<uint8_t*>(out.mutable_data());
-  } else {
-    g.acc = static_cast<int32_t*>(out.mutable_data());
-  }
-  {
-    py::gil_scoped_release release;
-    Int8MatMul(g);
-  }
-  return out;
-}
-
 }  // namespace
 
 void BindInt8MatMulFloat(py::module_& m) {
-  m.def("int8_matmul_step", &Int8MatMulStepPy, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"), py::arg("bsum"),
-        py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("threads") = 1, py::arg("multiplier") = py::none(),
-        py::arg("y_zero_point") = 0, py::arg("y_signed") = false, py::arg("out") = py::none(),
-        "int8_matmul without plan / count_dma for a bound step, its arrays borrowed as they are when they are "
-        "C-order arrays of the kernel's dtypes (a uint8/int8 a_zero_point widened to int32): the same result");
   m.def("int8_matmul_float", &Int8MatMulFloatEntry, py::arg("a"), py::arg("a_zero_point"), py::arg("bp"),
         py::arg("bsum"), py::arg("b_zero_point"), py::arg("K"), py::arg("N"), py::arg("a_scale"), py::arg("b_scale"),
         py::arg("bias"), py::arg("bias2"), py::arg("relu"), py::arg("threads") = 1, py::arg("out") = py::none(),

@@ -311,11 +311,10 @@ def bind_int(p: Prepared, inputs, outs) -> Any:
     m = a.size // K if K else int(np.prod(a.shape[:-1]))
     shape = [*a.shape[:-1], N]
     where = p.runtime.partition_outputs
+    into = [(13, where[0], shape)] if where and 0 in where else []
+    args = (None, z, c["i8_bp"], c["i8_bsum"], c["i8_bzp"], K, N, runtime.threads(p), *requant, None, False, None)
     live[0] = (0, slots["a"], a.dtype, a.shape, (m, K))
-    args = (None, z, c["i8_bp"], c["i8_bsum"], c["i8_bzp"], K, N, runtime.threads(p), *requant)
-    into = [(11, where[0], shape)] if where and 0 in where else []
-    # the same call as int8_matmul with its arrays borrowed (no plan, no DMA counting)
-    return runtime.call_step(p, nat.int8_matmul_step, (*args, None), live, [(-1, shape)], None, into)
+    return runtime.call_step(p, nat.int8_matmul, args, live, [(-1, shape)], None, into)
 
 
 def _bind_float(p: Prepared, inputs, outs, nat, a) -> Any:

@@ -87,13 +87,11 @@ def _bind(p: Prepared, inputs, outs):
     fast = _native_args(p, a)
     if fast is None or not inputs or inputs[0] is None or any(v is not None for v in inputs[1:]):
         return None
-    _, args = fast
+    fn, args = fast
     where = p.runtime.partition_outputs
-    live = [(0, 0, a.dtype, a.shape, None)]
-    into = [(11, where[0], list(outs[0].shape))] if where and 0 in where else []
-    # the same call as int8_matmul with its arrays borrowed (no plan, no DMA counting)
-    return runtime.call_step(p, runtime.native(p).int8_matmul_step, (None, *args, None), live, [(-1, None)], None,
-                             into)
+    into = [(13, where[0], list(outs[0].shape))] if where and 0 in where else []
+    return runtime.call_step(p, fn, (None, *args, None, False, None), [(0, 0, a.dtype, a.shape, None)],
+                             [(-1, None)], None, into)
 
 
 def _check(node: NodeInfo, target: Target) -> str | None:

@@ -352,35 +352,36 @@ def test_an_empty_inner_dimension_in_a_session_runs_on_npu():
         np.testing.assert_array_equal(sess.run(None, {"a": inputs[0][1]})[0], want, err_msg=kernels)
 
 
-def test_bound_step_entry_is_int8_matmul(isa):
-    """``int8_matmul_step`` (a bound step's call: its arrays borrowed, not converted per call) gives int8_matmul's
-    bytes across the row tiles, column blocks and depths, with an 8-bit zero point widened as the caster widens it,
-    per-row zero points and requantization; out: written and returned when it fits, else a new array."""
+def test_int8_matmul_borrows_or_converts_its_arrays(isa):
+    """``int8_matmul`` takes its arrays as objects (a bound step's call: borrowed, no numpy conversion per call): the
+    exact integer product across the row tiles, column blocks and depths, an 8-bit zero point widened as pybind11's
+    caster widened it (the same bytes as int32), per-row zero points and requantization; out: written and returned
+    when it fits, else a new array; a wrong array named in the error."""
     nat = runtime.native_module()
     for m in (1, 2, 5, 8, 9, 17):
         for n, k in ((15, 4), (16, 64), (33, 70), (48, 128)):
-            a, b = _codes((m, k), np.uint8), _codes((k, n), np.int8)
-            pk = pack_b(b, _codes((n,), np.int8))
+            a, b, bzp = _codes((m, k), np.uint8), _codes((k, n), np.int8), _codes((n,), np.int8)
+            pk = pack_b(b, bzp)
             consts = (pk["i8_bp"], pk["i8_bsum"], pk["i8_bzp"], k, n)
             for azp in (np.array([131], np.int32), np.array([131], np.uint8), _codes((m,), np.uint8).astype(np.int32)):
-                want = nat.int8_matmul(a, azp, *consts)
-                got = nat.int8_matmul_step(a, azp, *consts)
-                assert got.dtype == np.int32 and got.tobytes() == want.tobytes(), (m, n, k, azp.dtype)
+                exact = (a.astype(np.int64) - azp.astype(np.int64).reshape(-1, 1)) @ (b.astype(np.int64) - bzp)
+                got = nat.int8_matmul(a, azp, *consts)
+                assert got.dtype == np.int32 and np.array_equal(got, exact), (m, n, k, azp.dtype)
                 mult = RNG.uniform(1e-4, 1e-2, n).astype(np.float32)
-                want = nat.int8_matmul(a, azp, *consts, 1, mult, 7, True)
+                want = nat.int8_matmul(a, azp.astype(np.int32), *consts, 1, mult, 7, True)
                 out = np.full((m, n), 99, np.int8)
-                got = nat.int8_matmul_step(a, azp, *consts, 1, mult, 7, True, out)
+                got = nat.int8_matmul(a, azp, *consts, 1, mult, 7, True, None, False, out)
                 assert got is out and got.tobytes() == want.tobytes(), (m, n, k, "requantized")
     a, b = _codes((3, 64), np.int8), _codes((64, 16), np.int8)
     pk = pack_b(b, np.int8(0))
     args = (a, np.array([0], np.int32), pk["i8_bp"], pk["i8_bsum"], pk["i8_bzp"], 64, 16)
     for bad in (np.zeros((3, 16), np.int64), np.zeros((3, 17), np.int32)):
-        got = nat.int8_matmul_step(*args, 1, None, 0, False, bad)
+        got = nat.int8_matmul(*args, 1, None, 0, False, None, False, bad)
         assert got is not bad and got.tobytes() == nat.int8_matmul(*args).tobytes()
     with pytest.raises(TypeError, match="bp"):
-        nat.int8_matmul_step(a, args[1], "bytes", *args[3:])
+        nat.int8_matmul(a, args[1], "bytes", *args[3:])
     with pytest.raises(ValueError, match="uint8 or int8"):
-        nat.int8_matmul_step(a.astype(np.int16), *args[1:])
+        nat.int8_matmul(a.astype(np.int16), *args[1:])
 
 
 @pytest.mark.parametrize("dta", [np.uint8, np.int8])
