@@ -351,20 +351,44 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 MaxOf(__m512 acc
 // row holding `pad`) into a buffer of H rows, then each output the maximum of its window's rows there (`pad` once
 // where the window leaves the input). The same maximum as the window's taps in any order (a NaN wins); kw + kh
 // operations per 16 outputs instead of the register kernel's kh spans and kw permutes.
-constexpr size_t kKeptBuffer = size_t{1} << 20;  // floats of row maxima a thread keeps between calls
+constexpr size_t kKeptBuffer = size_t{1} << 20;  // floats of row results a thread keeps between calls
+
+// The separable pools' per-thread row buffer (H rows of the output width rounded up to 16) and per-tap column masks
+// ([block][j]: the lanes of tap j's 16 columns inside the row); a huge plane's buffer is not kept past the call.
+class SeparableRows {
+ public:
+  explicit SeparableRows(const PoolShape& s) : stride((s.OW + 15) / 16 * 16), blocks(stride / 16) {
+    buffer_.resize(static_cast<size_t>(s.H * stride));
+    masks_.resize(static_cast<size_t>(blocks * s.kw));
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t j = 0; j < s.kw; ++j) masks_[b * s.kw + j] = InsideLanes(16 * b - s.pl + j * s.dw, s.W);
+    rows = buffer_.data();
+    mask = masks_.data();
+  }
+  ~SeparableRows() {
+    if (buffer_.size() > kKeptBuffer) std::vector<float>().swap(buffer_);
+  }
+  SeparableRows(const SeparableRows&) = delete;
+  SeparableRows& operator=(const SeparableRows&) = delete;
+
+  const int64_t stride, blocks;
+  float* rows = nullptr;
+  const __mmask16* mask = nullptr;
+
+ private:
+  static thread_local std::vector<float> buffer_;
+  static thread_local std::vector<__mmask16> masks_;
+};
+thread_local std::vector<float> SeparableRows::buffer_;
+thread_local std::vector<__mmask16> SeparableRows::masks_;
 
 template <bool kNan>
 __attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, const float* in, float pad, float* out) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), padv = _mm512_set1_ps(pad);
-  const int64_t stride = (s.OW + 15) / 16 * 16, blocks = stride / 16;
-  thread_local std::vector<float> buffer;
-  thread_local std::vector<__mmask16> masks;  // [block][j]: the lanes of tap j's 16 columns inside the row
-  buffer.resize(static_cast<size_t>(s.H * stride));
-  masks.resize(static_cast<size_t>(blocks * s.kw));
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t j = 0; j < s.kw; ++j) masks[b * s.kw + j] = InsideLanes(16 * b - s.pl + j * s.dw, s.W);
-  float* rows = buffer.data();
-  const __mmask16* mask = masks.data();
+  const SeparableRows sep(s);
+  const int64_t stride = sep.stride, blocks = sep.blocks;
+  float* rows = sep.rows;
+  const __mmask16* mask = sep.mask;
   for (int64_t ih = 0; ih < s.H; ++ih) {
     for (int64_t b = 0; b < blocks; ++b) {
       const float* taps = in + ih * s.W + 16 * b - s.pl;  // masked loads: nothing read outside the row
@@ -386,7 +410,6 @@ __attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, c
       _mm512_mask_storeu_ps(out + oh * s.OW + o, Lanes16(s.OW - o), acc);
     }
   }
-  if (buffer.size() > kKeptBuffer) std::vector<float>().swap(buffer);  // a huge plane's buffer is not kept
 }
 
 // An average pool of unit strides, separably in the reference's order: each input row's window-row sums (taps from
@@ -394,15 +417,10 @@ __attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, c
 // from the first row on (a row outside the input sums to 0.0), divided by the divisor.
 __attribute__((target("avx512f"))) void SeparableAvgAvx512(const PoolShape& s, const float* in, const float* divisor,
                                                            float* out) {
-  const int64_t stride = (s.OW + 15) / 16 * 16, blocks = stride / 16;
-  thread_local std::vector<float> buffer;
-  thread_local std::vector<__mmask16> masks;  // [block][j]: the lanes of tap j's 16 columns inside the row
-  buffer.resize(static_cast<size_t>(s.H * stride));
-  masks.resize(static_cast<size_t>(blocks * s.kw));
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t j = 0; j < s.kw; ++j) masks[b * s.kw + j] = InsideLanes(16 * b - s.pl + j * s.dw, s.W);
-  float* rows = buffer.data();
-  const __mmask16* mask = masks.data();
+  const SeparableRows sep(s);
+  const int64_t stride = sep.stride, blocks = sep.blocks;
+  float* rows = sep.rows;
+  const __mmask16* mask = sep.mask;
   for (int64_t ih = 0; ih < s.H; ++ih) {
     for (int64_t b = 0; b < blocks; ++b) {
       const float* taps = in + ih * s.W + 16 * b - s.pl;  // masked loads: nothing read outside the row
@@ -426,7 +444,6 @@ __attribute__((target("avx512f"))) void SeparableAvgAvx512(const PoolShape& s, c
       _mm512_mask_storeu_ps(out + oh * s.OW + o, k, _mm512_div_ps(acc, d));
     }
   }
-  if (buffer.size() > kKeptBuffer) std::vector<float>().swap(buffer);
 }
 
 void SeparableMax(const PoolShape& s, const float* in, float pad, float* out) {
