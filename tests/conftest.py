@@ -7,6 +7,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+def _avx512_host() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl"))
+
+
+# The differential tests compare our GEMMs (and the reference model's column halves of a product) with numpy's
+# matmul bit for bit where both sum each output in k order, as OpenBLAS's SkylakeX kernels do. OpenBLAS picks its
+# kernels by CPU model: 0.3.31 does not know Zen 5 and falls back to its Haswell kernels, whose sums differ in the
+# last bit with the blocking (and a host may set OPENBLAS_CORETYPE=Haswell itself). So on every AVX-512 host the
+# tests run the SkylakeX kernels: set before numpy loads; subprocesses inherit it.
+if _avx512_host() and "numpy" not in sys.modules:
+    os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+
 # The repository root is the package npu_ep. On sys.path (``python -m pytest`` puts the working directory there) its
 # subpackages would also be top-level packages shadowing installed ones of the same name: transformers imports
 # Hugging Face's ``kernels`` and got ours. Tests reach their helpers as ``tests.<module>`` through an alias instead.
