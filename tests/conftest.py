@@ -17,10 +17,10 @@ def _avx512_host() -> bool:
 
 
 # The differential tests compare our GEMMs (and the reference model's column halves of a product) with numpy's
-# matmul bit for bit where both sum each output in k order, as OpenBLAS's SkylakeX kernels do. OpenBLAS picks its
-# kernels by CPU model: 0.3.31 does not know Zen 5 and falls back to its Haswell kernels, whose sums differ in the
-# last bit with the blocking (and a host may set OPENBLAS_CORETYPE=Haswell itself). So on every AVX-512 host the
-# tests run the SkylakeX kernels: set before numpy loads; subprocesses inherit it.
+# matmul bit for bit where both sum each output in k order, as OpenBLAS's SkylakeX kernels (its own choice on
+# AVX-512 hosts) do. A host may force others (one of ours sets OPENBLAS_CORETYPE=Haswell, whose sums differ in the
+# last bit with the blocking), so on every AVX-512 host the tests run the SkylakeX kernels: set before numpy loads;
+# subprocesses inherit it.
 if _avx512_host() and "numpy" not in sys.modules:
     os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
 
