@@ -24,6 +24,7 @@
 #include "packed_sgemm.h"
 #include "quantize.h"
 #include "scratch.h"
+#include "thread_pool.h"
 
 namespace py = pybind11;
 
@@ -80,6 +81,14 @@ py::array FloatMatmulPy(const py::object& matmul, const py::array& a, const py::
   return Quantized(data, y.shape(), y.ndim(), quantize, threads);
 }
 
+// Whether `out` (an array or None) can take a result of `dtype` and `shape` in place: C-contiguous, writeable.
+bool Fits(const py::object& out, const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
+  if (!py::isinstance<py::array>(out)) return false;
+  auto into = py::reinterpret_borrow<py::array>(out);
+  return into.dtype().num() == dtype.num() && (into.flags() & py::array::c_style) && into.writeable() &&
+         std::equal(shape.begin(), shape.end(), into.shape(), into.shape() + into.ndim());
+}
+
 // Checks the packed B of `n` columns against A's depth k (pack_sgemm_b's panels).
 void CheckPacked(const F32& packed, int64_t k, int64_t n, const char* op) {
   if (n < 0 || packed.ndim() != 3 || packed.shape(0) != (n + kSgemmPanel - 1) / kSgemmPanel || packed.shape(1) != k ||
@@ -116,12 +125,7 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
   shape.back() = swiglu ? n / 2 : n;
   const py::dtype result_dtype = half ? py::dtype("float16") : py::dtype::of<float>();
-  bool fits = false;
-  if (quantize.is_none() && py::isinstance<py::array>(out)) {
-    auto into = py::reinterpret_borrow<py::array>(out);
-    fits = into.dtype().num() == result_dtype.num() && (into.flags() & py::array::c_style) && into.writeable() &&
-           std::equal(shape.begin(), shape.end(), into.shape(), into.shape() + into.ndim());
-  }
+  const bool fits = quantize.is_none() && Fits(out, result_dtype, shape);
   py::array y = fits ? py::reinterpret_borrow<py::array>(out) : py::array(result_dtype, shape);
   void* y_data = y.mutable_data();
   DmaCount dma;
@@ -197,22 +201,29 @@ py::tuple NormMatmulFloatPy(const F32& x, const std::optional<F32>& skip, const 
 }
 
 // B [K, N] read with element strides (sk, sn) into pack_sgemm_b's panels: a runtime B in any layout (attention's
-// K^T is a transposed view).
-void PackStrided(const float* b, int64_t K, int64_t N, int64_t sk, int64_t sn, float* packed) {
-  for (int64_t n0 = 0; n0 < N; n0 += kSgemmPanel) {
-    const int64_t w = std::min(kSgemmPanel, N - n0);
-    for (int64_t k = 0; k < K; ++k, packed += kSgemmPanel) {
+// K^T is a transposed view). Panels [p0, p1) only, so threads can pack a large B's panels side by side.
+void PackStrided(const float* b, int64_t K, int64_t N, int64_t sk, int64_t sn, int64_t p0, int64_t p1, float* packed) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n0 = p * kSgemmPanel, w = std::min(kSgemmPanel, N - n0);
+    float* dst = packed + p * K * kSgemmPanel;
+    for (int64_t k = 0; k < K; ++k, dst += kSgemmPanel) {
       const float* src = b + k * sk + n0 * sn;
-      for (int64_t j = 0; j < w; ++j) packed[j] = src[j * sn];
-      std::fill(packed + w, packed + kSgemmPanel, 0.0f);
+      if (sn == 1) {
+        std::copy(src, src + w, dst);
+      } else {
+        for (int64_t j = 0; j < w; ++j) dst[j] = src[j * sn];
+      }
+      std::fill(dst + w, dst + kSgemmPanel, 0.0f);
     }
   }
 }
 
 // a [..., M, K] @ b [..., K, N] of two runtime float32 operands with the same batch dims, on the packed GEMM: each
-// batch's B packed (any layout), A read in place where its rows are unit-stride (else a C-contiguous copy). The
-// packed GEMM's fixed order: the same bits at any thread count, not numpy's.
-py::array FloatMatmulBatchedPy(const py::array& a_in, const py::array& b_in, int threads) {
+// batch's B packed (any layout; a large B's panels on the threads side by side), A read in place where its rows are
+// unit-stride (else a C-contiguous copy); + bias, ReLU as float_matmul_packed's. The packed GEMM's fixed order: the
+// same bits at any thread count, not numpy's. out: as float_matmul_packed's.
+py::array FloatMatmulBatchedPy(const py::array& a_in, const py::array& b_in, int threads, const py::object& out,
+                               const std::optional<F32>& bias, bool relu) {
   const char* op = "float_matmul_batched";
   if (!py::isinstance<py::array_t<float>>(a_in) || !py::isinstance<py::array_t<float>>(b_in) || a_in.ndim() < 2 ||
       b_in.ndim() != a_in.ndim())
@@ -237,7 +248,10 @@ py::array FloatMatmulBatchedPy(const py::array& a_in, const py::array& b_in, int
     batches *= a.shape(d);
   }
   if (!same) throw std::invalid_argument(std::string(op) + ": a [..., M, K] and b [..., K, N] must share K and batch");
-  F32 y(shape);
+  if (bias && bias->size() != N)
+    throw std::invalid_argument(std::string(op) + ": bias has " + std::to_string(bias->size()) + " values for " +
+                                std::to_string(N) + " output columns");
+  py::array y = Fits(out, py::dtype::of<float>(), shape) ? py::reinterpret_borrow<py::array>(out) : F32(shape);
   const auto fs = static_cast<py::ssize_t>(sizeof(float));
   const int64_t lda = a.strides(r - 2) / fs, sk = b.strides(r - 2) / fs, sn = b.strides(r - 1) / fs;
   std::vector<int64_t> a_off(batches), b_off(batches);  // each batch's first element, in floats
@@ -254,19 +268,31 @@ py::array FloatMatmulBatchedPy(const py::array& a_in, const py::array& b_in, int
   }
   const auto* ad = static_cast<const float*>(a.data());
   const auto* bd = static_cast<const float*>(b.data());
-  float* yd = y.mutable_data();
-  if (M == 0 || N == 0) return std::move(y);
+  auto* yd = static_cast<float*>(y.mutable_data());
+  if (M == 0 || N == 0) return y;
   {
     py::gil_scoped_release release;
     static thread_local std::vector<float> panels;  // one batch's packed B (grown, every element written first)
-    float* packed = Grow(panels, (N + kSgemmPanel - 1) / kSgemmPanel * kSgemmPanel * K);
+    const int64_t n_panels = (N + kSgemmPanel - 1) / kSgemmPanel;
+    float* packed = Grow(panels, n_panels * kSgemmPanel * K);
+    // packing moves K * N floats against the product's M * N * K multiply-adds: threads only for a large B
+    const int pack_threads = ThreadsFor(threads, K * N * 16);
     for (int64_t i = 0; i < batches; ++i) {
-      PackStrided(bd + b_off[i], K, N, sk, sn, packed);
-      const PackedSgemmArgs g{ad + a_off[i], M, K, lda, packed, N, yd + i * M * N, N, nullptr, false};
+      const float* bi = bd + b_off[i];
+      if (pack_threads > 1) {
+        ParallelFor(pack_threads, pack_threads, [&](int64_t t) {
+          const int64_t per = (n_panels + pack_threads - 1) / pack_threads;
+          PackStrided(bi, K, N, sk, sn, std::min(n_panels, t * per), std::min(n_panels, (t + 1) * per), packed);
+        });
+      } else {
+        PackStrided(bi, K, N, sk, sn, 0, n_panels, packed);
+      }
+      const PackedSgemmArgs g{ad + a_off[i], M, K, lda, packed, N, yd + i * M * N, N, bias ? bias->data() : nullptr,
+                              relu};
       PackedSgemm(g, threads, nullptr, nullptr);
     }
   }
-  return std::move(y);
+  return y;
 }
 
 // The panels start on a 64-byte line (numpy aligns to 16 bytes), so no load of B splits a cache line: 5% of a
@@ -305,8 +331,10 @@ void BindFloatMatmul(py::module_& m) {
         "a float32 npu::NormMatMul: RMS-norm rows of x (+ skip (+ norm_bias)), gamma folded into B, times "
         "pack_sgemm_b's panels + bias, then SwiGLU of the two halves if swiglu; (y,) or (y, the Skip* sum)");
   m.def("float_matmul_batched", &FloatMatmulBatchedPy, py::arg("a"), py::arg("b"), py::arg("threads") = 1,
+        py::arg("out") = py::none(), py::arg("bias") = py::none(), py::arg("relu") = false,
         "a [..., M, K] @ b [..., K, N] (float32, the same batch dims, any layout) on our own GEMM, each batch's B "
-        "packed on the call (a fixed summation order, not numpy's)");
+        "packed on the call (a fixed summation order, not numpy's), + bias and ReLU as float_matmul_packed's; out: "
+        "an array to write the result into when it is C-contiguous float32 of the result's shape");
   m.def("pack_sgemm_b", &PackSgemmBPy, py::arg("b"),
         "a constant B [K, N] as float_matmul_packed's column panels (a new [N / 32 rounded up, K, 32] float32 array)");
 }

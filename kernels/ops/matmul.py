@@ -266,17 +266,24 @@ def _fused_tail(p: Prepared, n: int) -> tuple | None:
 
 def _bind_runtime_b(p: Prepared, nat, a: np.ndarray, b: Any, outs) -> Any:
     """``a @ b`` of two runtime float32 operands in any layout (a transposed K is a view) as the product
-    ``run_float`` makes for them (the packed GEMM, or numpy's matmul), with the fused tail."""
+    ``run_float`` makes for them (the packed GEMM, or numpy's matmul), with the fused tail; the packed GEMM's
+    product without a quantize is written into ORT's buffer when it is an output of the partition."""
     if (not isinstance(b, np.ndarray) or b.dtype != np.float32 or not b.ndim or p.attrs.get("trans_b")
-            or host_blas.splits(a, b) or outs[0].ndim == 0):
+            or outs[0].ndim == 0):
         return None
     tail = _fused_tail(p, b.shape[-1])
-    if tail is None:
-        return None
     product = _batched_product(p, a, b)
+    if tail is None or (product is None and host_blas.splits(a, b)):
+        return None
+    ins = [(0, 0, np.float32, a.shape, None, True), (1, 1, np.float32, b.shape, None, True)]
+    bias, relu, quantize, threads = tail
+    if product is not None and quantize is None:
+        where = p.runtime.partition_outputs
+        into = [(3, where[0], list(outs[0].shape))] if where and 0 in where else []
+        return runtime.call_step(p, nat.float_matmul_batched, (None, None, threads, None, bias, relu), ins,
+                                 [(-1, None)], None, into)
     return runtime.call_step(p, nat.float_matmul, (product or np.matmul, None, None, *tail),
-                             [(1, 0, np.float32, a.shape, None, True), (2, 1, np.float32, b.shape, None, True)],
-                             [(-1, None)], None)
+                             [(i + 1, *rest) for i, *rest in ins], [(-1, None)], None)
 
 
 def cost_float(p: Prepared, shapes) -> OpCost:

@@ -312,3 +312,97 @@ def test_float16_matmul_with_bias_and_relu_runs_on_npu_ep_as_the_cpu_ep():
     assert [st.op for st in program.steps] == ["npu::MatMulEpilogue"]
     assert len(program._bindings) == 3 and all(type(n[0]).__name__ == "CallStep" for n in program._bindings.values())
     assert program.native_step_counts[0] >= 3  # each batch's third call ran the bound step
+
+
+# --- float_matmul_batched: per batch the packed GEMM's bits on B packed on the call (a large B on two threads) ---
+
+def _batched_spec(a: np.ndarray, b: np.ndarray, **kw) -> np.ndarray:
+    """Per batch, the portable path's product on B packed by pack_sgemm_b: the batched product's specification."""
+    out = np.empty((*a.shape[:-1], b.shape[-1]), np.float32)
+    for idx in np.ndindex(*a.shape[:-2]):
+        out[idx] = _portable(a[idx], _kern().pack_sgemm_b(np.ascontiguousarray(b[idx])), b.shape[-1], **kw)
+    return out
+
+
+@pytest.mark.skipif(not AVX512, reason="float_matmul_batched runs on AVX-512 hosts")
+def test_batched_is_the_packed_product_per_batch_in_any_layout_with_bias_relu_and_specials():
+    """N around the panels and the two threads' panel groups; K * N >= 65536 packs B on both threads; B as it comes
+    and as a transposed copy's view (attention's K^T: the strided packing)."""
+    rng = np.random.default_rng(381)
+    for batch, m, k, n in (((), 8, 33, 31), ((2,), 9, 257, 289), ((), 17, 256, 256), ((1, 2), 16, 300, 225),
+                           ((), 130, 512, 161), ((), 3, 0, 40)):
+        a = rng.standard_normal((*batch, m, k)).astype(np.float32)
+        if a.size:
+            a = with_specials(a, rng, values=(np.nan, np.inf, -np.inf, -0.0, 1e-45, 1e30), fraction=0.01)
+        b = rng.standard_normal((*batch, k, n)).astype(np.float32)
+        b_t = np.swapaxes(np.ascontiguousarray(np.swapaxes(b, -1, -2)), -1, -2)
+        bias = rng.standard_normal(n).astype(np.float32)
+        for kw in ({}, {"bias": bias, "relu": True}):
+            want = _batched_spec(a, b, **kw)
+            for b_in in (b, b_t):
+                for threads in (1, 2):
+                    got = _kern().float_matmul_batched(a, b_in, threads, None, **kw)
+                    _bits_equal(got, want, f"{batch} M={m} K={k} N={n} threads={threads} {list(kw)} "
+                                           f"B strides {b_in.strides}")
+
+
+def test_batched_writes_into_out_only_where_it_fits():
+    rng = np.random.default_rng(382)
+    a = rng.standard_normal((2, 9, 40)).astype(np.float32)
+    b = rng.standard_normal((2, 40, 33)).astype(np.float32)
+    want = _kern().float_matmul_batched(a, b)
+    out = np.full((2, 9, 33), np.nan, np.float32)
+    assert _kern().float_matmul_batched(a, b, 1, out) is out and out.tobytes() == want.tobytes()
+    read_only = np.empty((2, 9, 33), np.float32)
+    read_only.flags.writeable = False
+    for wrong in (np.empty((2, 9, 34), np.float32), np.empty((2, 9, 33), np.float64), np.empty((18, 33), np.float32),
+                  np.empty((2, 33, 9), np.float32).swapaxes(1, 2), read_only):
+        y = _kern().float_matmul_batched(a, b, 1, wrong)
+        assert y is not wrong and y.tobytes() == want.tobytes()
+
+
+@pytest.mark.skipif(not AVX512, reason="float_matmul_batched runs on AVX-512 hosts")
+@pytest.mark.parametrize("is_output", [True, False])
+def test_a_large_product_of_two_inputs_runs_as_a_bound_step_on_npu_ep(monkeypatch, is_output):
+    """x @ w of two session inputs, large enough that host_blas would cut it in two (16 M multiply-adds): a bound
+    float_matmul_batched step (no Python step), written into ORT's buffer when it is the partition's output, within
+    the dot-product bound of the CPU EP's result, the same bits run after run."""
+    from npu_ep.ep.sessions import session_of, tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import assignment, cpu_run, npu_session, session_options
+
+    nat = _kern()
+    seen = []
+    real = nat.float_matmul_batched
+
+    def spy(*args, **kw):
+        y = real(*args, **kw)
+        seen.append(len(args) > 3 and args[3] is not None and y is args[3])
+        return y
+
+    monkeypatch.setattr(nat, "float_matmul_batched", spy)
+    m, k, n = 64, 512, 520
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y" if is_output else "t"], "mm")]
+    if not is_output:  # a Sigmoid after the product keeps it inside the partition
+        nodes.append(helper.make_node("Sigmoid", ["t"], ["y"], "sig"))
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k]),
+                               helper.make_tensor_value_info("w", TensorProto.FLOAT, [k, n])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], {}, opset=21)
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, cpu=False, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    w = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)  # products of order 1 into the Sigmoid
+    assert host_blas.splits(x, w)
+    runs = [sess.run(None, {"x": x, "w": w})[0] for _ in range(3)]
+    assert all(r.tobytes() == runs[0].tobytes() for r in runs)
+    want = cpu_run(model, {"x": x, "w": w})[0]
+    if is_output:
+        _within_bound(runs[0], want, x, w, "MatMul of two inputs")
+    else:
+        np.testing.assert_allclose(runs[0], want, rtol=1e-5, atol=1e-5)
+    assert python_steps(sess) == []
+    (program,) = session_of(sess).programs.values()
+    assert program.native_step_counts[0] >= 2
+    assert seen and seen[-1] is is_output
