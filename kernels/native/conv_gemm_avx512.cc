@@ -1,9 +1,9 @@
 // The float conv's GEMM on AVX-512 without the BLAS: C[M x pixels] = A^T B with A the packed weights [K x M] and
 // B's row k found at koff[k] (a patch matrix's row, or a tap's offset into a zero-padded input, read in place).
-// A register tile of 8 output channels x 2 slots of 16 pixels keeps 16 accumulators: per k two loads of B and
-// eight broadcasts of A, no horizontal sums. K is cut into chunks of kKc so a tile's B stripe stays in L1; later
-// chunks add onto the stored partial sums. Numpy's OpenBLAS ran a small net's convs (M 16-64, K 27-288) at
-// 8-50 GFLOP/s here and woke its own threads for them; this runs on the calling thread only.
+// A register tile of up to 12 output channels x 2 slots of 16 pixels keeps 24 accumulators: per k two loads of B
+// and twelve broadcasts of A, no horizontal sums. K is cut into chunks of kKc so a row block's A stays in L1 while
+// it meets every slot; later chunks add onto the stored partial sums. Numpy's OpenBLAS ran a small net's convs
+// (M 16-64, K 27-288) at 8-50 GFLOP/s here and woke its own threads for them; this runs on the calling thread only.
 #include <algorithm>
 
 #include "conv_gemm.h"
@@ -16,7 +16,9 @@ namespace {
 
 #define NPU_AVX512F "avx2,fma,avx512f,avx512dq"
 
-constexpr int kRows = 8;  // output channels per tile
+// Output channels per tile, at most: M is cut into ceil(M / kRows) blocks of near-equal rows (64: six of 10-11,
+// 16: two of 8, no short last tile). Each B vector loaded feeds kRows multiply-adds; 14 rows spill registers.
+constexpr int kRows = 12;
 constexpr int kSlots = 2;  // 16-pixel slots per tile
 constexpr int64_t kKc = 256;  // depth per pass over a tile
 
@@ -113,7 +115,7 @@ __attribute__((target(NPU_AVX512F))) inline void Tile(const float* at, int64_t l
       if (v < ns) Store(c + r * ldc + slots[v].out, m[v], acc[r][v], add, e, r);
 }
 
-// Tile<rows, kSlots> for a run-time rows <= R (the last row block of M).
+// Tile<rows, kSlots> for a run-time rows <= R (a row block of M).
 template <int R>
 __attribute__((target(NPU_AVX512F))) void TileOf(int rows, const float* at, int64_t lda, const float* b,
                                                  const int64_t* koff, int64_t kc, const GemmSlot* slots, int ns,
@@ -138,7 +140,7 @@ __attribute__((target(NPU_AVX512F))) void TileOf(int rows, const float* at, int6
 
 }  // namespace
 
-// Per depth chunk, each group of kSlots slots meets every row block while its B stripe is in L1.
+// Per depth chunk, each row block meets every group of kSlots slots while its A rows are in L1.
 __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const float* b,
                                                      const int64_t* koff, const GemmSlot* slots, int64_t n_slots,
                                                      float* c, int64_t ldc, const float* bias, const float* clip,
@@ -146,12 +148,15 @@ __attribute__((target(NPU_AVX512F))) void GemmAvx512(int64_t M, int64_t K, const
   for (int64_t k0 = 0; k0 < K; k0 += kKc) {
     const int64_t kc = std::min(kKc, K - k0);
     const bool add = k0 > 0, last = k0 + kc == K;
-    for (int64_t i = 0; i < M; i += kRows) {
+    const int64_t blocks = (M + kRows - 1) / kRows;
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      const int64_t i = bi * M / blocks;
+      const int rows = static_cast<int>((bi + 1) * M / blocks - i);
       const Epilogue e{bias == nullptr ? nullptr : bias + i, clip, hswish};
       for (int64_t s0 = 0; s0 < n_slots; s0 += kSlots) {
         const int ns = static_cast<int>(std::min<int64_t>(kSlots, n_slots - s0));
-        TileOf<kRows>(static_cast<int>(std::min<int64_t>(kRows, M - i)), at + k0 * lda + i, lda, b, koff + k0, kc,
-                      slots + s0, ns, c + i * ldc, ldc, add, last && (bias || clip || hswish) ? &e : nullptr);
+        TileOf<kRows>(rows, at + k0 * lda + i, lda, b, koff + k0, kc, slots + s0, ns, c + i * ldc, ldc, add,
+                      last && (bias || clip || hswish) ? &e : nullptr);
       }
     }
   }

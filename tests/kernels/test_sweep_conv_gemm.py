@@ -1,0 +1,91 @@
+"""Differential sweep of the float conv's own GEMM (conv_gemm_avx512.cc's GemmAvx512) around its register tile: up
+to 12 output channels a tile, M cut into ceil(M / 12) row blocks of near-equal size (so 13 rows are 7 + 6, 25 are
+9 + 8 + 8), two 16-pixel slots a tile, depth passes of 256. Each output is summed in k order with fused
+multiply-adds per pass whatever its row block, so the native conv is held to the dot-product bound against the
+reference (test_sweep_conv's ``_float_conv``), with NaN, infinities, -0, huge values and denormals in x, and its
+bits are the same at one and two threads (the output channels split between tasks by the thread count)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from _isa import cap_isa, host_isas
+from test_sweep_conv import _float_conv, _floats
+
+
+@pytest.fixture(params=host_isas(top="avx512"))  # the float conv kernels have no path above AVX-512
+def float_isa(request):
+    yield from cap_isa(request.param)
+
+
+# Output channels around the 12-row tile's block counts (1..4 blocks, 8 and 16 for the lanes' boundary).
+GEMM_M = [1, 7, 8, 11, 12, 13, 16, 23, 24, 25, 36, 37, 49]
+# (channels, output width, width stride): depth 28 * 9 = 252 and 29 * 9 = 261 around the 256-deep pass; widths
+# whose 16-pixel slots cross a row end (13, 26: a split slot), fill it (16) or leave a lone last slot (40).
+GEMM_SHAPES = [(28, 13, 1), (29, 26, 1), (29, 16, 2), (28, 40, 2), (3, 26, 2)]
+GRID = list(itertools.product(GEMM_M, GEMM_SHAPES))
+TAILS = [None, [("clip", 0.0, 6.0)],
+         [("save", 0.0, 0.0), ("mul", 1 / 6, 0.0), ("add", 0.5, 0.0), ("clip", 0.0, 1.0), ("mul_saved", 0.0, 0.0)]]
+
+
+def _case(m, shape, tail, threads=1):
+    cg, ow, sw = shape
+    rng = np.random.default_rng(m * 1000 + cg * 10 + ow + sw)
+    x = _floats((1, cg, 4 * sw + 1, (ow - 1) * sw + 1), rng, specials=True)
+    w = _floats((m, cg, 3, 3), rng)
+    return _float_conv(x, w, _floats((m,), rng), threads=threads, tail=tail, strides=[sw, sw], pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("case", GRID)
+def test_gemm_row_blocks_slots_and_depth(float_isa, case):
+    m, shape = case
+    _case(m, shape, TAILS[(m + shape[1]) % len(TAILS)])
+
+
+@pytest.mark.parametrize("m", [13, 25, 37, 64])
+def test_gemm_row_blocks_same_bits_at_two_threads(float_isa, m):
+    """A worth-two-threads image (P * K * M >= kMinParallelWork) whose tasks split pixels or output channels."""
+    rng = np.random.default_rng(m)
+    x = _floats((1, 48, 30, 30), rng, specials=True)
+    w = _floats((m, 48, 3, 3), rng)
+    b = _floats((m,), rng)
+    one = _float_conv(x, w, b, pads=[1, 1, 1, 1])
+    two = _float_conv(x, w, b, threads=2, pads=[1, 1, 1, 1])
+    assert one.tobytes() == two.tobytes()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_convs_in_a_session(threads):
+    """yolov8n-like 3x3 convs (stride 1 and 2, 13 and 40 output channels: 12-row blocks with short ones) + Relu in a
+    session: NpuEP runs them natively, within 1e-4 of the CPU EP, the same bits on every run."""
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(33)
+    inits, nodes, prev = {}, [], "x"
+    for i, (c, m, s) in enumerate([(16, 40, 2), (40, 13, 1)]):
+        inits[f"w{i}"] = (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+        inits[f"b{i}"] = rng.standard_normal(m).astype(np.float32)
+        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], f"conv{i}", pads=[1, 1, 1, 1],
+                                   strides=[s, s]),
+                  helper.make_node("Relu", [f"c{i}"], [f"a{i}"], f"act{i}")]
+        prev = f"a{i}"
+    nodes[-1].output[0] = "y"
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 46, 46])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 13, 23, 23])], inits)
+    so = session_options()
+    so.intra_op_num_threads = threads
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    feeds = {"x": rng.standard_normal((1, 16, 46, 46)).astype(np.float32)}
+    first = sess.run(None, feeds)[0]
+    assert sess.run(None, feeds)[0].tobytes() == first.tobytes()
+    placed = assignment(sess)
+    assert all(placed[f"conv{i}"] == "NpuEP" for i in range(2)), placed
+    assert [s for s in python_steps(sess) if s["op"] == "Conv"] == []
+    np.testing.assert_allclose(first, cpu_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
