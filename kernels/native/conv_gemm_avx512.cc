@@ -267,7 +267,9 @@ __attribute__((target(NPU_AVX512F))) void ChannelGemmAvx512(int64_t M, int64_t K
 }
 
 // even[q] = src[2q], odd[q] = src[2q + 1] for q < n: a padded input row split into a stride-2 conv's column
-// phases, 16 of each from 32 loaded floats.
+// phases, 16 of each from 32 loaded floats. The caller splits an input plane's rows in memory order, a few hundred
+// bytes each, too short for the hardware prefetchers (between pixel blocks the GEMM has evicted the input): the
+// row two ahead (about 4n floats on) is fetched while this one is split.
 __attribute__((target(NPU_AVX512F))) void EvenOddAvx512(const float* src, int64_t n, float* even, float* odd) {
   const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
@@ -276,6 +278,8 @@ __attribute__((target(NPU_AVX512F))) void EvenOddAvx512(const float* src, int64_
     const __mmask16 k0 = Lanes(static_cast<int>(std::min<int64_t>(left, 16)));
     const __mmask16 k1 = Lanes(static_cast<int>(std::clamp<int64_t>(left - 16, 0, 16)));
     const __mmask16 k = Lanes(static_cast<int>(std::min<int64_t>(n - q, 16)));
+    _mm_prefetch(reinterpret_cast<const char*>(src + 2 * q + 4 * n), _MM_HINT_T0);  // never faults
+    _mm_prefetch(reinterpret_cast<const char*>(src + 2 * q + 16 + 4 * n), _MM_HINT_T0);
     const __m512 lo = _mm512_maskz_loadu_ps(k0, src + 2 * q), hi = _mm512_maskz_loadu_ps(k1, src + 2 * q + 16);
     _mm512_mask_storeu_ps(even + q, k, _mm512_permutex2var_ps(lo, ev, hi));
     _mm512_mask_storeu_ps(odd + q, k, _mm512_permutex2var_ps(lo, od, hi));
