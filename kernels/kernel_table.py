@@ -29,6 +29,7 @@ KERNEL_MODULES: dict[tuple[str, str], str] = {
     ("", "QLinearConv"): "conv",
     ("", "ConvInteger"): "conv_integer",
     ("", "ConvTranspose"): "conv_transpose",
+    ("npu", "ConvNhwc"): "conv_nhwc",
     ("", "DynamicQuantizeLinear"): "dynamic_quantize",
     ("", "Abs"): "elementwise",
     ("", "Add"): "elementwise",

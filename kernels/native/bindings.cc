@@ -524,6 +524,8 @@ void RegisterKernels(py::module_& parent) {
   BindNorm(m);  // norm.cc: Layer/RMS/Skip*/Batch/Instance/GroupNormalization
   void BindEmbedLayerNorm(py::module_&);
   BindEmbedLayerNorm(m);  // embed_layernorm.cc: com.microsoft EmbedLayerNormalization
+  void BindConvNhwc(py::module_&);
+  BindConvNhwc(m);  // conv_nhwc_bindings.cc: the layout chain's NHWC convs
 }
 
 }  // namespace npu_ep::kern

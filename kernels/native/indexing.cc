@@ -37,13 +37,7 @@ constexpr size_t kMaxRank = 64;                        // numpy's NPY_MAXDIMS
 constexpr int64_t kPickRowBytes = 64;  // ScatterND without reduction picks each row from x or its update from here
 constexpr int64_t kSplitRowRun = 32;  // Split and Concat take rows in one pass when every run has this many bytes
 
-using Dims = std::vector<int64_t>;
-
-std::string DimsText(const Dims& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
+using Dims = SmallDims;
 
 Dims ShapeOf(const py::array& a) { return Dims(a.shape(), a.shape() + a.ndim()); }
 
@@ -168,7 +162,7 @@ py::array GatherPy(const py::object& x_in, const py::object& idx_in, int64_t axi
     NormalizeInto(static_cast<const int32_t*>(idx.data()), n_idx, dim, axis, rows);
   Dims dims(xs.begin(), xs.begin() + axis);
   for (py::ssize_t i = 0; i < idx.ndim(); ++i) dims.push_back(idx.shape(i));
-  dims.insert(dims.end(), xs.begin() + axis + 1, xs.end());
+  dims.append(xs.begin() + axis + 1, xs.end());
   py::array y = Result("gather", x.dtype(), dims, out);
   const int64_t row = Product(xs, static_cast<size_t>(axis) + 1, xs.size()) * x.itemsize();
   const int64_t n = Product(xs, 0, static_cast<size_t>(axis)) * n_idx;
@@ -303,7 +297,7 @@ Dims CStrides(const Dims& dims, int64_t item) {
 py::array SliceCopyPy(const py::array& x, const py::object& starts_in, const py::object& steps_in,
                       const py::object& dims_in, const py::object& out, int threads) {
   // a bound step's lists read without pybind11's list caster
-  const Dims starts = IntsOf(starts_in), steps = IntsOf(steps_in), dims = IntsOf(dims_in);
+  const Dims starts = IntsOf<Dims>(starts_in), steps = IntsOf<Dims>(steps_in), dims = IntsOf<Dims>(dims_in);
   const auto rank = static_cast<size_t>(x.ndim());
   if (starts.size() != rank || steps.size() != rank || dims.size() != rank || x.dtype().kind() == 'O')
     throw std::invalid_argument("slice_copy: starts, steps and dims need one entry per axis of data " +
@@ -371,7 +365,7 @@ void RowsOfParts(char* whole, const std::vector<PartRun>& parts, int64_t row, in
 // for a new array).
 py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_in, int threads, const py::args& outs) {
   const py::array x = Plain("split", x_in);
-  const Dims sizes = IntsOf(sizes_in);  // a bound step's list read without pybind11's list caster
+  const Dims sizes = IntsOf<Dims>(sizes_in);  // a bound step's list read without pybind11's list caster
   const Dims xs = ShapeOf(x);
   const size_t a = AxisOf("split", axis, xs);
   int64_t total = 0;
@@ -524,7 +518,7 @@ py::array GatherNdPy(const py::object& x_in, const py::object& idx_in, int64_t b
       TupleOffsets("GatherND", static_cast<const int64_t*>(idx.data()), n_batch, per_batch, tuple_dims,
                    Dims(strides.begin(), strides.begin() + q), Product(xs, b, xs.size()) * x.itemsize());
   Dims dims(is.begin(), is.end() - 1);
-  dims.insert(dims.end(), xs.begin() + b + q, xs.end());
+  dims.append(xs.begin() + b + q, xs.end());
   py::array y = Result("gather_nd", x.dtype(), dims, out);
   if (row == 0) return y;
   const auto* src = static_cast<const char*>(x.data());
@@ -629,7 +623,7 @@ py::array ScatterNdPy(const py::object& x_in, const py::object& idx_in, const py
   const Dims xs = ShapeOf(x), is = ShapeOf(idx), us = ShapeOf(upd);
   const int64_t q = is.back();
   Dims want(is.begin(), is.end() - 1);
-  if (q >= 1 && static_cast<size_t>(q) <= xs.size()) want.insert(want.end(), xs.begin() + q, xs.end());
+  if (q >= 1 && static_cast<size_t>(q) <= xs.size()) want.append(xs.begin() + q, xs.end());
   if (q < 1 || static_cast<size_t>(q) > xs.size() || us != want || !upd.dtype().equal(x.dtype()))
     throw std::invalid_argument("scatter_nd: updates " + DimsText(us) + " do not fit indices " + DimsText(is) +
                                 " into data " + DimsText(xs) + " (or differ in dtype)");

@@ -24,11 +24,8 @@ namespace py = pybind11;
 namespace npu_ep::kern {
 namespace {
 
-std::string ShapeText(const std::vector<py::ssize_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
+// Tile views x with a 1 before each axis: twice numpy's axes.
+using AxisInts = InlineInts<2 * kMaxAxes>;
 
 // Writes `copies` copies of the first `chunk` bytes at `out` after it, doubling what one memcpy moves.
 void Replicate(char* out, size_t chunk, py::ssize_t copies) {
@@ -43,7 +40,7 @@ void Replicate(char* out, size_t chunk, py::ssize_t copies) {
 // A broadcast copy: output dims `out`, input strides `in_strides` (bytes; 0 on broadcast axes), output strides
 // `out_strides` (bytes); axes from `contiguous` on are one run of `run` bytes in both.
 struct Broadcast {
-  std::vector<py::ssize_t> out, in_strides, out_strides;
+  AxisInts out, in_strides, out_strides;
   size_t contiguous = 0, run = 0;
   RunCopier copy;
 
@@ -72,7 +69,7 @@ constexpr size_t kParallelRun = 256;  // shorter runs stay on one thread: Fill's
 // Runs [lo, hi) of a broadcast, bytes [first, first + len) of each: run i is the output's bytes from i * run, read
 // from where its index over the axes before `contiguous` points in the input.
 void CopyRuns(const Broadcast& b, char* dst, const char* src, int64_t lo, int64_t hi, size_t first, size_t len) {
-  std::vector<py::ssize_t> at(b.contiguous);
+  AxisInts at(b.contiguous);
   int64_t rest = lo, s = 0;
   for (size_t a = b.contiguous; a-- > 0;) {
     at[a] = rest % b.out[a];
@@ -112,11 +109,13 @@ void ParallelFill(const Broadcast& b, char* dst, const char* src, int64_t total,
 }
 
 // y = x broadcast from `in_dims` (x's dims with 1s where it repeats) to `out` (same rank), in C order.
-void BroadcastCopy(const py::array& x, const std::vector<py::ssize_t>& in_dims, const std::vector<py::ssize_t>& out,
-                   py::array& y, int threads) {
+void BroadcastCopy(const py::array& x, const AxisInts& in_dims, Broadcast& b, py::array& y, int threads) {
+  const AxisInts& out = b.out;
   const auto rank = static_cast<py::ssize_t>(out.size());
   const auto item = static_cast<py::ssize_t>(x.itemsize());
-  Broadcast b{out, std::vector<py::ssize_t>(rank), std::vector<py::ssize_t>(rank), static_cast<size_t>(rank), 0};
+  b.in_strides.resize(out.size());
+  b.out_strides.resize(out.size());
+  b.contiguous = out.size();
   py::ssize_t in_stride = item, out_stride = item;
   for (py::ssize_t i = rank - 1; i >= 0; --i) {
     b.in_strides[i] = in_dims[i] == 1 ? 0 : in_stride;
@@ -141,29 +140,29 @@ void BroadcastCopy(const py::array& x, const std::vector<py::ssize_t>& in_dims, 
   });
 }
 
-std::vector<int64_t> Dims64(const std::vector<py::ssize_t>& dims) { return {dims.begin(), dims.end()}; }
-
 // ONNX Expand: x broadcast against `shape` both ways (numpy's rules), materialized (into `out` when given).
 py::array ExpandPy(const py::object& x_in, const py::object& shape_in, const py::object& out_buffer, int threads) {
   const py::array x = CArray(x_in);  // a strided x is copied first, as numpy reads it
-  const std::vector<int64_t> target = IntsOf(shape_in);  // a bound step's tuple read without pybind11's list caster
-  const std::vector<py::ssize_t> shape(target.begin(), target.end());
+  // a bound step's tuple read without pybind11's list caster
+  const SmallDims shape = IntsOf<SmallDims>(shape_in);
   if (x.dtype().kind() == 'O') throw std::invalid_argument("expand: object arrays are not supported");
   const auto rank = static_cast<py::ssize_t>(std::max<size_t>(shape.size(), static_cast<size_t>(x.ndim())));
-  std::vector<py::ssize_t> in_dims(rank, 1), out(rank, 1);
+  AxisInts in_dims(rank, 1);
+  Broadcast b;
+  AxisInts& out = b.out;
+  out.assign(rank, 1);
   for (py::ssize_t i = 0; i < x.ndim(); ++i) in_dims[rank - x.ndim() + i] = x.shape(i);
   for (size_t i = 0; i < shape.size(); ++i) out[rank - shape.size() + i] = shape[i];
   for (py::ssize_t i = 0; i < rank; ++i) {
     if (in_dims[i] == out[i] || out[i] == 1) {
       out[i] = in_dims[i];
     } else if (in_dims[i] != 1) {
-      std::vector<py::ssize_t> xs(x.shape(), x.shape() + x.ndim());
-      throw std::invalid_argument("expand: input shape " + ShapeText(xs) + " does not broadcast to " +
-                                  ShapeText(shape));
+      throw std::invalid_argument("expand: input shape " + DimsText(SmallDimsOf(x)) + " does not broadcast to " +
+                                  DimsText(shape));
     }
   }
-  py::array y = MovementResult("expand", x.dtype(), Dims64(out), out_buffer);
-  if (y.size() != 0) BroadcastCopy(x, in_dims, out, y, threads);
+  py::array y = MovementResult("expand", x.dtype(), out.data(), out.size(), out_buffer);
+  if (y.size() != 0) BroadcastCopy(x, in_dims, b, y, threads);
   return y;
 }
 
@@ -171,21 +170,23 @@ py::array ExpandPy(const py::object& x_in, const py::object& shape_in, const py:
 // [1, d0, 1, d1, ...] to [r0, d0, r1, d1, ...] (into `out` when given).
 py::array TilePy(const py::object& x_in, const py::object& repeats_in, const py::object& out_buffer, int threads) {
   const py::array x = CArray(x_in);  // a strided x is copied first, as numpy reads it
-  const std::vector<int64_t> reps = IntsOf(repeats_in);  // a bound step's tuple read without pybind11's list caster
-  const std::vector<py::ssize_t> repeats(reps.begin(), reps.end());
-  std::vector<py::ssize_t> xs(x.shape(), x.shape() + x.ndim());
-  const bool negative = std::any_of(repeats.begin(), repeats.end(), [](py::ssize_t r) { return r < 0; });
+  const SmallDims repeats = IntsOf<SmallDims>(repeats_in);  // a bound step's tuple without pybind11's list caster
+  const bool negative = std::any_of(repeats.begin(), repeats.end(), [](int64_t r) { return r < 0; });
   if (x.dtype().kind() == 'O' || static_cast<py::ssize_t>(repeats.size()) != x.ndim() || negative)
-    throw std::invalid_argument("tile: repeats " + ShapeText(repeats) + " do not match input shape " + ShapeText(xs) +
-                                " (one count >= 0 per axis, no object arrays)");
-  std::vector<py::ssize_t> in_dims, out, result;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    in_dims.insert(in_dims.end(), {1, xs[i]});
-    out.insert(out.end(), {repeats[i], xs[i]});
-    result.push_back(repeats[i] * xs[i]);
+    throw std::invalid_argument("tile: repeats " + DimsText(repeats) + " do not match input shape " +
+                                DimsText(SmallDimsOf(x)) + " (one count >= 0 per axis, no object arrays)");
+  AxisInts in_dims;
+  Broadcast b;
+  SmallDims result;
+  for (py::ssize_t i = 0; i < x.ndim(); ++i) {
+    in_dims.push_back(1);
+    in_dims.push_back(x.shape(i));
+    b.out.push_back(repeats[i]);
+    b.out.push_back(x.shape(i));
+    result.push_back(repeats[i] * x.shape(i));
   }
-  py::array y = MovementResult("tile", x.dtype(), Dims64(result), out_buffer);
-  if (y.size() != 0) BroadcastCopy(x, in_dims, out, y, threads);
+  py::array y = MovementResult("tile", x.dtype(), result.data(), result.size(), out_buffer);
+  if (y.size() != 0) BroadcastCopy(x, in_dims, b, y, threads);
   return y;
 }
 

@@ -10,15 +10,21 @@
 #include <string>
 #include <vector>
 
+#include "small_dims.h"
+
 namespace npu_ep::kern {
 
-inline std::string DimsText(const std::vector<int64_t>& dims) {
+inline std::string DimsText(const int64_t* dims, size_t rank) {
   std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  for (size_t i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
   return s + "]";
 }
 
+inline std::string DimsText(const std::vector<int64_t>& dims) { return DimsText(dims.data(), dims.size()); }
+inline std::string DimsText(const SmallDims& dims) { return DimsText(dims.data(), dims.size()); }
+
 inline std::vector<int64_t> DimsOf(const pybind11::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
+inline SmallDims SmallDimsOf(const pybind11::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
 
 // x itself when it is a C-order ndarray (no call into numpy: a bound step's input usually is), else numpy's C-order
 // copy of it (pybind11's array::ensure).
@@ -33,14 +39,19 @@ inline pybind11::array CArray(const pybind11::object& x_in) {
 }
 
 // A sequence of integers (a tuple or list of Python ints: a bound step's fixed argument) as int64s, read without
-// pybind11's list caster; anything else through it.
-inline std::vector<int64_t> IntsOf(const pybind11::handle& seq) {
-  if (!PyTuple_Check(seq.ptr()) && !PyList_Check(seq.ptr())) return seq.cast<std::vector<int64_t>>();
+// pybind11's list caster; anything else through it. Out: std::vector<int64_t> or SmallDims (no allocation).
+template <typename Out = std::vector<int64_t>>
+Out IntsOf(const pybind11::handle& seq) {
+  auto cast = [&] {
+    const auto v = seq.cast<std::vector<int64_t>>();
+    return Out(v.begin(), v.end());
+  };
+  if (!PyTuple_Check(seq.ptr()) && !PyList_Check(seq.ptr())) return cast();
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
   PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
-  std::vector<int64_t> out(static_cast<size_t>(n));
+  Out out(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!PyLong_Check(items[i])) return seq.cast<std::vector<int64_t>>();  // numpy integers: the caster's rules
+    if (!PyLong_Check(items[i])) return cast();  // numpy integers: the caster's rules
     const long long v = PyLong_AsLongLong(items[i]);
     if (v == -1 && PyErr_Occurred()) throw pybind11::error_already_set();
     out[static_cast<size_t>(i)] = static_cast<int64_t>(v);
@@ -60,11 +71,11 @@ inline pybind11::array MovableInput(const char* fn, const pybind11::object& x_in
 
 // The result: `out` when given (ORT's buffer: a writeable C-order array of `dtype` and `dims`' element count),
 // else a new array of `dims`.
-inline pybind11::array MovementResult(const char* fn, const pybind11::dtype& dtype, const std::vector<int64_t>& dims,
+inline pybind11::array MovementResult(const char* fn, const pybind11::dtype& dtype, const int64_t* dims, size_t rank,
                                       const pybind11::object& out) {
-  if (out.is_none()) return pybind11::array(dtype, std::vector<pybind11::ssize_t>(dims.begin(), dims.end()));
+  if (out.is_none()) return pybind11::array(dtype, std::vector<pybind11::ssize_t>(dims, dims + rank));
   int64_t total = 1;
-  for (const int64_t d : dims) total *= d;
+  for (size_t i = 0; i < rank; ++i) total *= dims[i];
   if (pybind11::isinstance<pybind11::array>(out)) {
     auto y = pybind11::reinterpret_borrow<pybind11::array>(out);
     if (y.dtype().equal(dtype) && (y.flags() & pybind11::array::c_style) && y.writeable() && y.size() == total)
@@ -72,7 +83,12 @@ inline pybind11::array MovementResult(const char* fn, const pybind11::dtype& dty
   }
   throw std::invalid_argument(std::string(fn) + ": out must be a writeable C-order " +
                               std::string(pybind11::str(dtype)) + " array of " + std::to_string(total) +
-                              " elements (shape " + DimsText(dims) + ")");
+                              " elements (shape " + DimsText(dims, rank) + ")");
+}
+
+inline pybind11::array MovementResult(const char* fn, const pybind11::dtype& dtype, const std::vector<int64_t>& dims,
+                                      const pybind11::object& out) {
+  return MovementResult(fn, dtype, dims.data(), dims.size(), out);
 }
 
 constexpr size_t kReleaseGilBytes = size_t{1} << 16;  // below this the GIL round trip costs more than the copy

@@ -51,7 +51,7 @@ int64_t SourceIndex(Mode mode, int64_t j, int64_t begin, int64_t n) {
 // The padded copy: per axis the cropped input extent, its strides (bytes) in x, the pads (>= 0) and the output
 // strides (bytes).
 struct Plan {
-  std::vector<int64_t> n, in_strides, begin, end, out_strides;
+  SmallDims n, in_strides, begin, end, out_strides;
   Mode mode = Mode::kConstant;
   size_t item = 0;
   const char* value = nullptr;  // one element (constant mode)
@@ -110,8 +110,7 @@ struct Plan {
 
 // Per-axis checks the reference makes (and its words): a crop within the axis, pads of reflect shorter than the
 // (cropped) axis, no pad of an empty axis outside constant mode.
-void CheckAxis(const std::vector<int64_t>& dims, size_t i, int64_t b, int64_t e, int64_t kept,
-               const std::string& mode) {
+void CheckAxis(const SmallDims& dims, size_t i, int64_t b, int64_t e, int64_t kept, const std::string& mode) {
   const int64_t grow_b = std::max<int64_t>(b, 0), grow_e = std::max<int64_t>(e, 0);
   const bool grows = grow_b > 0 || grow_e > 0;
   if (kept >= 0 && !(mode != "constant" && grows && kept == 0) &&
@@ -130,9 +129,10 @@ void CheckAxis(const std::vector<int64_t>& dims, size_t i, int64_t b, int64_t e,
 py::array PadPy(const py::object& x_in, const py::object& begins_in, const py::object& ends_in,
                 const std::string& mode_name, const py::object& value, const py::object& out, int threads) {
   const py::array x = MovableInput("pad", x_in);
-  const std::vector<int64_t> begins = IntsOf(begins_in), ends = IntsOf(ends_in);  // without pybind11's list caster
+  // without pybind11's list caster
+  const SmallDims begins = IntsOf<SmallDims>(begins_in), ends = IntsOf<SmallDims>(ends_in);
   const auto rank = static_cast<size_t>(x.ndim());
-  const std::vector<int64_t> dims = DimsOf(x);
+  const SmallDims dims = SmallDimsOf(x);
   if (begins.size() != rank || ends.size() != rank)
     throw std::invalid_argument("pad: " + std::to_string(begins.size()) + " begin and " + std::to_string(ends.size()) +
                                 " end pads for shape " + DimsText(dims));
@@ -148,7 +148,7 @@ py::array PadPy(const py::object& x_in, const py::object& begins_in, const py::o
   static const uint64_t kZero = 0;  // zero bits: every dtype's 0
   p.value = value.is_none() ? reinterpret_cast<const char*>(&kZero) : static_cast<const char*>(v.data());
   int64_t offset = 0, stride = static_cast<int64_t>(p.item);
-  std::vector<int64_t> out_dims(rank), in_strides(rank), kept(rank);
+  SmallDims out_dims(rank), in_strides(rank), kept(rank);
   for (size_t i = rank; i-- > 0;) {
     in_strides[i] = stride;
     stride *= dims[i];
@@ -159,7 +159,7 @@ py::array PadPy(const py::object& x_in, const py::object& begins_in, const py::o
     offset += std::max<int64_t>(-begins[i], 0) * in_strides[i];
     out_dims[i] = kept[i] + std::max<int64_t>(begins[i], 0) + std::max<int64_t>(ends[i], 0);
   }
-  py::array y = MovementResult("pad", x.dtype(), out_dims, out);
+  py::array y = MovementResult("pad", x.dtype(), out_dims.data(), out_dims.size(), out);
   if (y.size() == 0) return y;
   auto* dst = static_cast<char*>(y.mutable_data());
   if (rank == 0) {
@@ -173,7 +173,7 @@ py::array PadPy(const py::object& x_in, const py::object& begins_in, const py::o
   while (lead + 1 < rank && begins[lead] <= 0 && ends[lead] <= 0 && (lead == 0 || kept[lead] == dims[lead]))
     outer *= kept[lead++];
   const size_t first = lead > 0 ? lead - 1 : 0, r = rank - first;
-  for (std::vector<int64_t>* v : {&p.n, &p.in_strides, &p.begin, &p.end, &p.out_strides}) v->resize(r);
+  for (SmallDims* v : {&p.n, &p.in_strides, &p.begin, &p.end, &p.out_strides}) v->resize(r);
   for (size_t i = first; i < rank; ++i) {
     p.n[i - first] = i + 1 == lead ? outer : kept[i];
     p.in_strides[i - first] = in_strides[i];

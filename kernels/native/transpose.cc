@@ -40,44 +40,47 @@ constexpr int64_t kTaskBytes = int64_t{1} << 17;  // bytes a parallel task copie
 // The permutation with size-1 axes dropped and neighbouring axes merged: input extents (C order) and, per output
 // axis, the input axis it reads.
 struct Reduced {
-  std::vector<int64_t> dims, perm;
+  SmallDims dims, perm;
 };
 
-Reduced Reduce(const std::vector<int64_t>& dims, const std::vector<int64_t>& perm) {
+Reduced Reduce(const SmallDims& dims, const SmallDims& perm) {
   const size_t rank = dims.size();
-  std::vector<int64_t> kept_index(rank, -1), kept_dims;
+  SmallDims kept_index(rank, -1), kept_dims;
   for (size_t i = 0; i < rank; ++i)
     if (dims[i] != 1) {
       kept_index[i] = static_cast<int64_t>(kept_dims.size());
       kept_dims.push_back(dims[i]);
     }
-  std::vector<std::pair<int64_t, int64_t>> groups;  // (first input axis, axes) in output order
+  SmallDims first, count;  // groups of merged axes in output order: first input axis, axes
   for (const int64_t a : perm) {
     const int64_t k = kept_index[static_cast<size_t>(a)];
     if (k < 0) continue;
-    if (!groups.empty() && groups.back().first + groups.back().second == k)
-      ++groups.back().second;
-    else
-      groups.push_back({k, 1});
+    if (!first.empty() && first.back() + count.back() == k) {
+      ++count.back();
+    } else {
+      first.push_back(k);
+      count.push_back(1);
+    }
   }
-  std::vector<size_t> by_input(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) by_input[g] = g;
-  std::sort(by_input.begin(), by_input.end(), [&](size_t a, size_t b) { return groups[a].first < groups[b].first; });
+  SmallDims by_input(first.size());
+  for (size_t g = 0; g < first.size(); ++g) by_input[g] = static_cast<int64_t>(g);
+  std::sort(by_input.begin(), by_input.end(),
+            [&](int64_t a, int64_t b) { return first[static_cast<size_t>(a)] < first[static_cast<size_t>(b)]; });
   Reduced r;
-  r.perm.assign(groups.size(), 0);
+  r.perm.assign(first.size(), 0);
   for (size_t i = 0; i < by_input.size(); ++i) {
-    const auto& [first, count] = groups[by_input[i]];
+    const auto g = static_cast<size_t>(by_input[i]);
     int64_t d = 1;
-    for (int64_t k = first; k < first + count; ++k) d *= kept_dims[static_cast<size_t>(k)];
+    for (int64_t k = first[g]; k < first[g] + count[g]; ++k) d *= kept_dims[static_cast<size_t>(k)];
     r.dims.push_back(d);
-    r.perm[by_input[i]] = static_cast<int64_t>(i);
+    r.perm[g] = static_cast<int64_t>(i);
   }
   return r;
 }
 
 // The axes outside the copied block, in output order: extents and input/output strides in elements.
 struct Outer {
-  std::vector<int64_t> dims, in_strides, out_strides;
+  SmallDims dims, in_strides, out_strides;
   int64_t count = 1;
 
   // Input and output offsets (elements) of outer index `o`.
@@ -275,7 +278,7 @@ struct Copy {
 void CopyRuns(const Copy& c) {
   const size_t rank = c.r.dims.size();
   const int64_t run = c.r.dims[rank - 1];
-  std::vector<int64_t> in_strides(rank, 1);
+  SmallDims in_strides(rank, 1);
   for (size_t i = rank - 1; i-- > 0;) in_strides[i] = in_strides[i + 1] * c.r.dims[i + 1];
   Outer outer;
   for (size_t i = 0; i + 1 < rank; ++i) {
@@ -302,7 +305,7 @@ void CopyRuns(const Copy& c) {
 template <typename T>
 void Transpose2D(const Copy& c) {
   const size_t rank = c.r.dims.size();
-  std::vector<int64_t> in_strides(rank, 1), out_dims(rank), out_strides(rank, 1);
+  SmallDims in_strides(rank, 1), out_dims(rank), out_strides(rank, 1);
   for (size_t i = rank - 1; i-- > 0;) in_strides[i] = in_strides[i + 1] * c.r.dims[i + 1];
   for (size_t i = 0; i < rank; ++i) out_dims[i] = c.r.dims[static_cast<size_t>(c.r.perm[i])];
   for (size_t i = rank - 1; i-- > 0;) out_strides[i] = out_strides[i + 1] * out_dims[i + 1];
@@ -335,15 +338,15 @@ void Transpose2D(const Copy& c) {
   });
 }
 
-std::vector<int64_t> CheckedPerm(const py::array& x, const py::object& perm_in) {
+SmallDims CheckedPerm(const py::array& x, const py::object& perm_in) {
   const auto rank = static_cast<int64_t>(x.ndim());
-  std::vector<int64_t> perm;
+  SmallDims perm;
   if (perm_in.is_none()) {
     for (int64_t i = rank; i-- > 0;) perm.push_back(i);  // numpy's and ONNX's default: the axes reversed
     return perm;
   }
-  perm = IntsOf(perm_in);
-  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  perm = IntsOf<SmallDims>(perm_in);
+  bool seen[kMaxAxes] = {};
   bool ok = static_cast<int64_t>(perm.size()) == rank;
   for (int64_t& p : perm) {
     if (p < 0) p += rank;
@@ -352,16 +355,16 @@ std::vector<int64_t> CheckedPerm(const py::array& x, const py::object& perm_in) 
   }
   if (!ok)
     throw std::invalid_argument("transpose: perm " + DimsText(perm_in.cast<std::vector<int64_t>>()) +
-                                " is not a permutation of the axes of shape " + DimsText(DimsOf(x)));
+                                " is not a permutation of the axes of shape " + DimsText(SmallDimsOf(x)));
   return perm;
 }
 
 py::array TransposePy(const py::object& x_in, const py::object& perm_in, const py::object& out, int threads) {
   const py::array x = MovableInput("transpose", x_in);
-  const std::vector<int64_t> perm = CheckedPerm(x, perm_in), dims = DimsOf(x);
-  std::vector<int64_t> out_dims(perm.size());
+  const SmallDims perm = CheckedPerm(x, perm_in), dims = SmallDimsOf(x);
+  SmallDims out_dims(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) out_dims[i] = dims[static_cast<size_t>(perm[i])];
-  py::array y = MovementResult("transpose", x.dtype(), out_dims, out);
+  py::array y = MovementResult("transpose", x.dtype(), out_dims.data(), out_dims.size(), out);
   if (x.size() == 0) return y;
   Copy c{Reduce(dims, perm), static_cast<const char*>(x.data()), static_cast<char*>(y.mutable_data()),
          static_cast<size_t>(x.itemsize()), threads};

@@ -1,0 +1,31 @@
+// Float convs of a layout chain in NHWC (conv_nhwc.cc; kernels/layout.py chooses the chain, kernels/ops/conv_nhwc.py
+// runs its steps).
+#pragma once
+
+#include <cstdint>
+
+#include "conv_tail.h"
+
+namespace npu_ep::kern {
+
+constexpr int64_t kNhwcMaxKernel = 16;  // kernel rows a depthwise conv may have
+
+// y [N, OH, OW, C] = the depthwise conv of x [N, H, W, C] with w [kh * kw, C] (tap-major), + bias [C] if given,
+// then the tail; unit dilation, pads top/left (bottom/right follow from OH, OW).
+struct NhwcDepthwise {
+  const float* x;
+  int64_t N, H, W, C;
+  const float* w;
+  int64_t kh, kw, sh, sw, pt, pl;
+  const float* bias;
+  ConvTail tail;
+  float* y;
+  int64_t OH, OW;
+};
+void DepthwiseNhwc(const NhwcDepthwise& d, int threads);
+
+// y [P, M] = x [P, C] times B [C, M] packed by PackSgemmB, + bias [M] if given, then the tail.
+void PointwiseNhwc(const float* x, int64_t P, int64_t C, const float* packed, int64_t M, const float* bias,
+                   const ConvTail& tail, float* y, int threads);
+
+}  // namespace npu_ep::kern

@@ -1,0 +1,170 @@
+"""Differential sweep of the layout chain's NHWC convs (kernels/native/conv_nhwc.cc, npu::ConvNhwc in
+kernels/ops/conv_nhwc.py) against the reference model: the Conv's numpy kernel in NCHW, x transposed to NCHW and the
+result back.
+
+Depthwise: channels in the lanes (blocks of 16, the last one masked), four interior output columns at once, border
+columns with each tap checked; bit-exact (the reference's x_0 * w_0, then + x_t * w_t tap by tap with padded taps
+multiplying 0, then + bias, no fused multiply-adds), NaN where the reference has NaN, signs of zeros equal. The
+grid crosses the channel tails (1, 15-17, 31-33 mod 16), widths from under the kernel to past 4-column blocks,
+strides 1-3, symmetric, asymmetric and no pads, special values (NaN, +-inf, -0, 1e30, denormals) in x and w, fused
+tails, no bias, threads 1 and 2. Pointwise: the packed GEMM, within the dot-product bound
+2 K eps sum|x w| + |bias| eps (as test_sweep_conv.py), NaN and inf where the reference has them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from _sweep import native_calls, node_model
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels import runtime
+from npu_ep.kernels.registry import kernel_for
+from npu_ep.kernels.target import Target
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+REF = Target.load("npu-ref")
+SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 1e30, -1e30, 1e-40, -3e-39], np.float32)
+HARDSWISH = [("save", 0.0, 0.0), ("mul", float(np.float32(1 / 6)), 0.0), ("add", 0.5, 0.0), ("clip", 0.0, 1.0),
+             ("mul_saved", 0.0, 0.0)]
+
+
+def _floats(shape, rng, specials=False):
+    x = rng.standard_normal(shape).astype(np.float32)
+    if specials:
+        flat = x.reshape(-1)
+        where = rng.choice(flat.size, size=min(flat.size, SPECIALS.size), replace=False)
+        flat[where] = SPECIALS[:where.size]
+    return x
+
+
+def _prepared(x_nchw, w, b, tail, **attrs):
+    inputs = [("x", x_nchw, False), ("w", w, True)] + ([("b", b, True)] if b is not None else [])
+    (node,) = nodes_from_model(node_model("Conv", inputs, **attrs))
+    kind = "depthwise" if attrs.get("group", 1) > 1 else "pointwise"
+    x = node.inputs[0]
+    s = x.shape
+    nhwc = dataclasses.replace(x, shape=(s[0], s[2], s[3], s[1]))
+    node = dataclasses.replace(node, op_type="ConvNhwc", domain="npu", inputs=(nhwc, *node.inputs[1:]),
+                               attrs={**node.attrs, "layout_kind": kind,
+                                      **({"conv_tail": tail} if tail else {})})
+    k = kernel_for("npu", "ConvNhwc")
+    assert k.check(node, REF) is None
+    return k, k.prepare(node, REF), kind
+
+
+def _both(x_nchw, w, b=None, *, tail=None, threads=1, **attrs):
+    """(native, reference) outputs of the NHWC conv on x (given NCHW, run NHWC); the native kernel ran."""
+    k, p, kind = _prepared(x_nchw, w, b, tail, **attrs)
+    x = np.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
+    runtime.configure([p], "native", threads)
+    with native_calls() as calls, np.errstate(all="ignore"):
+        got = k.run(p, [x])[0]
+    assert f"conv_nhwc_{kind}" in calls, calls
+    runtime.configure([p], "reference", 1)
+    with np.errstate(all="ignore"):
+        want = k.run(p, [x])[0]
+    assert got.shape == want.shape and got.dtype == want.dtype == np.float32
+    assert got.flags.c_contiguous
+    return got, want
+
+
+def _bits(got, want, label):
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), label)
+    np.testing.assert_array_equal(got, want, label)
+    np.testing.assert_array_equal(np.signbit(got[~np.isnan(got)]), np.signbit(want[~np.isnan(want)]), label)
+
+
+PADS = {1: [[0, 0, 0, 0]], 3: [[1, 1, 1, 1], [0, 0, 0, 0], [0, 2, 1, 0]], 5: [[2, 2, 2, 2], [1, 3, 0, 1]],
+        7: [[3, 3, 3, 3]]}
+DW_GRID = [(c, h, wd, k, st, pads)
+           for c in (1, 2, 15, 16, 17, 32, 33, 48)
+           for k, st in ((3, 1), (3, 2), (5, 1), (5, 2), (3, 3), (7, 1))
+           for pads in PADS[k]
+           for h, wd in ((k, 1), (5, 4), (7, 9), (9, 16), (4, 23))]
+
+
+def _dw_case(c, h, wd, k, st, pads, threads=1, tail=None, bias=True, batch=1):
+    label = f"dw c={c} {h}x{wd} k={k} s={st} pads={pads}"
+    if h + pads[0] + pads[2] < k or wd + pads[1] + pads[3] < k:
+        return
+    rng = np.random.default_rng(hash((c, h, wd, k, st, tuple(pads))) % 2**32)
+    x = _floats((batch, c, h, wd), rng, specials=True)
+    w = _floats((c, 1, k, k), rng, specials=True)
+    b = _floats((c,), rng) if bias else None
+    got, want = _both(x, w, b, tail=tail, threads=threads, group=c, strides=[st, st], pads=pads,
+                      kernel_shape=[k, k])
+    _bits(got, want, label)
+
+
+def _sample(cases, n, seed):
+    idx = np.random.default_rng(seed).choice(len(cases), size=min(n, len(cases)), replace=False)
+    return [cases[i] for i in sorted(idx)]
+
+
+@pytest.mark.parametrize("case", _sample([c for c in DW_GRID if c[0] > 1], 60, 7))
+def test_depthwise_tails_widths_strides_pads(case):
+    _dw_case(*case)
+
+
+@pytest.mark.slow
+def test_depthwise_whole_grid():
+    for case in DW_GRID:
+        if case[0] > 1:
+            _dw_case(*case)
+            _dw_case(*case, threads=2, batch=2)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_tail_no_bias_threads(threads):
+    for c in (16, 17, 33):
+        _dw_case(c, 56, 56, 3, 2, [1, 1, 1, 1], threads=threads, tail=HARDSWISH, batch=2)
+        _dw_case(c, 14, 14, 5, 1, [2, 2, 2, 2], threads=threads, tail=HARDSWISH, bias=False)
+
+
+def test_depthwise_asymmetric_stride():
+    rng = np.random.default_rng(3)
+    x = _floats((1, 17, 9, 13), rng, specials=True)
+    w = _floats((17, 1, 3, 5), rng, specials=True)
+    got, want = _both(x, w, _floats((17,), rng), group=17, strides=[1, 2], pads=[1, 2, 0, 1],
+                      kernel_shape=[3, 5])
+    _bits(got, want, "3x5 strides 1x2")
+
+
+def _pw_case(c, m, h, wd, threads=1, tail=None, bias=True):
+    rng = np.random.default_rng(c * 1000 + m + h * wd)
+    x = _floats((1, c, h, wd), rng)
+    w = _floats((m, c, 1, 1), rng)
+    b = _floats((m,), rng) if bias else None
+    got, want = _both(x, w, b, tail=tail, threads=threads)
+    x2 = x.transpose(0, 2, 3, 1).reshape(-1, c).astype(np.float64)
+    bound = 2 * c * np.finfo(np.float32).eps * (np.abs(x2) @ np.abs(w.reshape(m, c).T.astype(np.float64)))
+    if b is not None:
+        bound += np.abs(b) * np.finfo(np.float32).eps
+    if tail:  # hard-swish: Lipschitz 1.5 over its range
+        bound = 1.5 * bound + np.abs(want.reshape(-1, m)) * 4 * np.finfo(np.float32).eps
+    err = np.abs(got.reshape(-1, m).astype(np.float64) - want.reshape(-1, m))
+    assert np.all(err <= bound + 1e-37), f"pw c={c} m={m} {h}x{wd}: {err.max()} > bound"
+
+
+@pytest.mark.parametrize("c,m", [(1, 1), (3, 17), (16, 32), (17, 33), (32, 64), (64, 128), (129, 31), (256, 512)])
+@pytest.mark.parametrize("hw", [(1, 1), (3, 5), (7, 7), (14, 14), (28, 28)])
+def test_pointwise_channels_and_maps(c, m, hw):
+    _pw_case(c, m, *hw)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pointwise_tail_no_bias_threads(threads):
+    _pw_case(64, 128, 56, 56, threads=threads, tail=HARDSWISH)
+    _pw_case(33, 48, 15, 9, threads=threads, bias=False)
+
+
+def test_pointwise_specials_propagate():
+    rng = np.random.default_rng(5)
+    x = _floats((1, 16, 4, 4), rng, specials=True)
+    w = _floats((20, 16, 1, 1), rng)
+    got, want = _both(x, w, _floats((20,), rng))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
