@@ -686,8 +686,18 @@ void DepthwiseLanes(const ConvShape& s, const float* x, const float* w, const fl
     thread_local std::vector<float> xs, os;
     thread_local int64_t key[6] = {-1, -1, -1, -1, -1, -1};
     const int64_t k[6] = {Hp, Wp, s.pt, s.pl, s.H, s.W};
-    if (!std::equal(k, k + 6, key)) {  // the padding stays zero while the geometry is the same
-      xs.assign(static_cast<size_t>(Hp * Wp * 16 + 15), 0.0f);
+    if (!std::equal(k, k + 6, key)) {
+      // only the padding is zeroed, and it stays zero while the geometry is the same: every task transposes its
+      // planes over the rest (a net's depthwise convs of different maps alternate, and zeroing all of a 56 x 56
+      // map's scratch on every call cost half as much as its conv)
+      xs.resize(static_cast<size_t>(Hp * Wp * 16 + 15));
+      float* z = Aligned64(xs);
+      std::fill(z, z + s.pt * Wp * 16, 0.0f);
+      std::fill(z + (s.pt + s.H) * Wp * 16, z + Hp * Wp * 16, 0.0f);
+      for (int64_t h = s.pt; h < s.pt + s.H; ++h) {
+        std::fill(z + h * Wp * 16, z + (h * Wp + s.pl) * 16, 0.0f);
+        std::fill(z + (h * Wp + s.pl + s.W) * 16, z + (h + 1) * Wp * 16, 0.0f);
+      }
       std::copy(k, k + 6, key);
     }
     os.resize(static_cast<size_t>(P * 16 + 15));

@@ -171,6 +171,25 @@ def test_lanes_channel_blocks_and_limits_wide(float_isa):
         _lanes_case(*case, threads=2, batch=2)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lanes_scratch_across_geometries(float_isa, threads):
+    """Each thread keeps one channels-last scratch and zeroes only the padding of a new geometry: convs of different
+    maps in turn (a NaN map without padding first, so a stale value anywhere in the new padding shows as a NaN),
+    symmetric, asymmetric and no pads, back to an earlier geometry, the reference's bits each time."""
+    rng = np.random.default_rng(7)
+    seq = [((2, 33, 30, 30), 3, [1, 1], [0, 0, 0, 0], True),
+           ((2, 33, 28, 28), 3, [2, 2], [1, 1, 1, 1], False),
+           ((1, 17, 14, 14), 5, [2, 2], [2, 2, 2, 2], False),
+           ((1, 17, 27, 29), 3, [1, 2], [2, 1, 0, 2], False),
+           ((2, 33, 30, 30), 3, [1, 1], [0, 0, 0, 0], True),
+           ((1, 17, 7, 7), 5, [1, 1], [2, 2, 2, 2], False),
+           ((2, 33, 28, 28), 3, [2, 2], [1, 1, 1, 1], False)]
+    for shape, k, st, pads, poison in seq:
+        x = np.full(shape, np.nan, np.float32) if poison else _floats(shape, rng, specials=True)
+        w = _floats((shape[1], 1, k, k), rng)
+        _depthwise(x, w, _floats((shape[1],), rng), threads=threads, strides=st, pads=pads, kernel_shape=[k, k])
+
+
 def test_lanes_tail_and_no_bias(float_isa):
     """A fused tail on each of a block's planes (17 channels: a full block and a one-lane block), and no bias."""
     rng = np.random.default_rng(17)
