@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "as_array.h"
 #include "bindings.h"
 #include "half.h"
 #include "norm_matmul.h"
@@ -81,6 +82,12 @@ py::array FloatMatmulPy(const py::object& matmul, const py::array& a, const py::
   return Quantized(data, y.shape(), y.ndim(), quantize, threads);
 }
 
+// numpy's float16, made once (from its name: pybind11 has no C++ type for it); never freed, as the module is not.
+const py::dtype& Float16() {
+  static const auto* dtype = new py::dtype("float16");
+  return *dtype;
+}
+
 // Whether `out` (an array or None) can take a result of `dtype` and `shape` in place: C-contiguous, writeable.
 bool Fits(const py::object& out, const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
   if (!py::isinstance<py::array>(out)) return false;
@@ -104,10 +111,13 @@ void CheckPacked(const F32& packed, int64_t k, int64_t n, const char* op) {
 // the product's two halves (a {gate, up} group's epilogue, SwiGlu).
 // out: an array to write the result into (ORT's output buffer, when the step's output is the partition's), used
 // when it is C-contiguous, of the result's dtype and shape, and there is no quantize; else a new array.
-py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n, const std::optional<py::tuple>& plan,
-                               bool count_dma, const std::optional<F32>& bias, bool relu, const py::object& quantize,
-                               int threads, const py::object& out, bool swiglu) {
-  const bool half = a.dtype().num() == py::dtype("float16").num();
+// packed and bias are borrowed as they are (AsArray): a bound step's call makes no numpy conversion per call.
+py::object FloatMatmulPackedPy(const py::array& a, const py::object& packed_in, int64_t n,
+                               const std::optional<py::tuple>& plan, bool count_dma, const py::object& bias_in,
+                               bool relu, const py::object& quantize, int threads, const py::object& out, bool swiglu) {
+  const F32 packed = AsArray<float>(packed_in, "float_matmul_packed", "packed");
+  const std::optional<F32> bias = AsOptionalArray<float>(bias_in, "float_matmul_packed", "bias");
+  const bool half = a.dtype().num() == Float16().num();
   if ((!half && !py::isinstance<F32>(a)) || a.ndim() < 1 || !(a.flags() & py::array::c_style))
     throw std::invalid_argument("float_matmul_packed: a must be a C-contiguous float32 or float16 array of rank >= 1");
   if (half && !quantize.is_none())
@@ -124,7 +134,7 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
   const std::optional<TilePlanArgs> tiles = PlanArgs(plan, "float_matmul_packed");
   std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
   shape.back() = swiglu ? n / 2 : n;
-  const py::dtype result_dtype = half ? py::dtype("float16") : py::dtype::of<float>();
+  const py::dtype result_dtype = half ? Float16() : py::dtype::of<float>();
   const bool fits = quantize.is_none() && Fits(out, result_dtype, shape);
   py::array y = fits ? py::reinterpret_borrow<py::array>(out) : py::array(result_dtype, shape);
   void* y_data = y.mutable_data();
@@ -154,10 +164,14 @@ py::object FloatMatmulPackedPy(const py::array& a, const F32& packed, int64_t n,
 // x [..., K] (and skip of x's shape): the RMS norm's rows (Simplified without skip, Skip* with it; gamma is folded
 // into B), times the packed B of n columns, + bias; with swiglu, g * sigmoid(g) * u of the two halves. Returns
 // (y,) or, with want_sum, (y, x + skip (+ norm_bias)). sdot: the BLAS sdot's address (0: a sequential dot).
-py::tuple NormMatmulFloatPy(const F32& x, const std::optional<F32>& skip, const F32& packed, int64_t n,
-                            const std::optional<F32>& norm_bias, double eps, bool want_sum,
-                            const std::optional<F32>& bias, bool swiglu, uintptr_t sdot, int threads) {
+py::tuple NormMatmulFloatPy(const py::object& x_in, const py::object& skip_in, const py::object& packed_in, int64_t n,
+                            const py::object& norm_bias_in, double eps, bool want_sum, const py::object& bias_in,
+                            bool swiglu, uintptr_t sdot, int threads) {
   const char* op = "norm_matmul_float";
+  const F32 x = AsArray<float>(x_in, op, "x"), packed = AsArray<float>(packed_in, op, "packed");
+  const std::optional<F32> skip = AsOptionalArray<float>(skip_in, op, "skip");
+  const std::optional<F32> norm_bias = AsOptionalArray<float>(norm_bias_in, op, "norm_bias");
+  const std::optional<F32> bias = AsOptionalArray<float>(bias_in, op, "bias");
   if (x.ndim() < 1) throw std::invalid_argument(std::string(op) + ": x must have rank >= 1");
   const int64_t k = x.shape(x.ndim() - 1), m = k > 0 ? x.size() / k : 0;
   CheckPacked(packed, k, n, op);
@@ -223,8 +237,9 @@ void PackStrided(const float* b, int64_t K, int64_t N, int64_t sk, int64_t sn, i
 // unit-stride (else a C-contiguous copy); + bias, ReLU as float_matmul_packed's. The packed GEMM's fixed order: the
 // same bits at any thread count, not numpy's. out: as float_matmul_packed's.
 py::array FloatMatmulBatchedPy(const py::array& a_in, const py::array& b_in, int threads, const py::object& out,
-                               const std::optional<F32>& bias, bool relu) {
+                               const py::object& bias_in, bool relu) {
   const char* op = "float_matmul_batched";
+  const std::optional<F32> bias = AsOptionalArray<float>(bias_in, op, "bias");
   if (!py::isinstance<py::array_t<float>>(a_in) || !py::isinstance<py::array_t<float>>(b_in) || a_in.ndim() < 2 ||
       b_in.ndim() != a_in.ndim())
     throw std::invalid_argument(std::string(op) + ": a and b must be float32 arrays of one rank >= 2");

@@ -406,3 +406,33 @@ def test_a_large_product_of_two_inputs_runs_as_a_bound_step_on_npu_ep(monkeypatc
     (program,) = session_of(sess).programs.values()
     assert program.native_step_counts[0] >= 2
     assert seen and seen[-1] is is_output
+
+
+def test_packed_and_norm_products_borrow_float32_arrays_and_convert_others():
+    """float_matmul_packed, float_matmul_batched and norm_matmul_float take their weight arrays as objects (AsArray):
+    C-order float32 arrays as they are, others through numpy's safe conversion as pybind11's caster made it (a
+    float16 or strided array converted, float64 refused), a TypeError naming the argument where there is none."""
+    rng = np.random.default_rng(383)
+    a = rng.standard_normal((3, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 33)).astype(np.float32)
+    bias16 = rng.standard_normal(33).astype(np.float16)
+    bias = bias16.astype(np.float32)
+    strided = np.repeat(bias, 2)[::2]
+    packed = _kern().pack_sgemm_b(b)
+    want = _kern().float_matmul_packed(a, packed, 33, bias=bias)
+    for other in (bias16, strided):
+        assert _kern().float_matmul_packed(a, packed, 33, bias=other).tobytes() == want.tobytes()
+        assert _kern().float_matmul_batched(a, b, 1, None, other).tobytes() == \
+            _kern().float_matmul_batched(a, b, 1, None, bias).tobytes()
+    for bad in (bias.astype(np.float64), object()):
+        with pytest.raises(TypeError, match="float_matmul_packed: bias must be an array of float32"):
+            _kern().float_matmul_packed(a, packed, 33, bias=bad)
+    with pytest.raises(TypeError, match="float_matmul_packed: packed must be an array of float32"):
+        _kern().float_matmul_packed(a, object(), 33)
+    y = _kern().norm_matmul_float(a, None, packed, 33, None, 1e-6, False, bias, False)
+    assert _kern().norm_matmul_float(a.astype(np.float16).astype(np.float32), None, packed, 33, None, 1e-6, False,
+                                     bias16, False)[0].tobytes() == \
+        _kern().norm_matmul_float(a.astype(np.float16), None, packed, 33, None, 1e-6, False, bias, False)[0].tobytes()
+    assert y[0].shape == (3, 33)
+    with pytest.raises(TypeError, match="norm_matmul_float: skip must be an array of float32"):
+        _kern().norm_matmul_float(a, object(), packed, 33, None, 1e-6, False, None, False)
