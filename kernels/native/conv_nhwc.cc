@@ -28,132 +28,185 @@
 namespace npu_ep::kern {
 namespace {
 
-// Input row pointers of one output row's kernel rows: a zero row where the tap row is padding.
-struct RowTaps {
-  const float* rows[kNhwcMaxKernel];
+// A tail applied to each output vector before its store: one clip or HardSwish's program, the register
+// interpreter's operations in its order (conv_tail.h); kOther: ApplyTail on the stored row.
+struct RowTail {
+  enum Kind { kNone, kClip, kHardSwish, kOther } kind = kNone;
+  float c[4] = {};  // clip {lo, hi}; HardSwish {a, b, lo, hi}: v * max(lo, min(hi, v * a + b))
+  explicit RowTail(const ConvTail& t) {
+    if (t.n == 0) return;
+    if (t.n == 1 && t.codes[0] == kTailClip && t.channel_consts == nullptr) {
+      kind = kClip, c[0] = t.consts[0], c[1] = t.consts[1];
+    } else if (HardSwishTail(t, c)) {
+      kind = kHardSwish;
+    } else {
+      kind = kOther;
+    }
+  }
 };
 
-void Rows(const NhwcDepthwise& d, int64_t n, int64_t oh, const float* zeros, RowTaps& r) {
-  for (int64_t i = 0; i < d.kh; ++i) {
-    const int64_t ih = oh * d.sh - d.pt + i;
-    r.rows[i] = ih >= 0 && ih < d.H ? d.x + ((n * d.H + ih) * d.W) * d.C : zeros;
+// Channels a depthwise task takes: its input rows' channels are padded once into a ring, all its output rows computed.
+constexpr int64_t kGroup = 32;
+
+// The input rows of channels [c0, c0 + G) of image n, each zero-padded to Wp columns (pads are zeros, as the
+// reference's np.pad), G channels a column, kept in a ring of kh rows: each input row is padded once while the
+// output rows that read it run.
+struct PaddedRows {
+  const NhwcDepthwise& d;
+  int64_t n, c0, G, Wp;
+  float* ring;
+  const float* zeros;
+  int64_t held[kNhwcMaxKernel];  // the input row each ring slot holds, -1: none
+
+  PaddedRows(const NhwcDepthwise& dw, int64_t image, int64_t first, int64_t group, int64_t width, float* r,
+             const float* z)
+      : d(dw), n(image), c0(first), G(group), Wp(width), ring(r), zeros(z) {
+    std::fill(held, held + kNhwcMaxKernel, int64_t{-1});
   }
-}
 
-// Output columns [lo, hi) whose taps all read inside the row (no column padding).
-void Interior(const NhwcDepthwise& d, int64_t& lo, int64_t& hi) {
-  lo = std::min(d.OW, (d.pl + d.sw - 1) / d.sw);
-  hi = d.W - d.kw + d.pl >= 0 ? std::min(d.OW, (d.W - d.kw + d.pl) / d.sw + 1) : 0;
-  if (hi < lo) hi = lo;
-}
+  const float* Row(int64_t ih) {
+    if (ih < 0 || ih >= d.H) return zeros;
+    const int64_t slot = ih % d.kh;
+    float* r = ring + slot * Wp * G;
+    if (held[slot] != ih) {
+      std::fill(r, r + d.pl * G, 0.0f);
+      const float* x = d.x + ((n * d.H + ih) * d.W) * d.C + c0;
+      for (int64_t iw = 0; iw < d.W; ++iw) std::copy(x + iw * d.C, x + iw * d.C + G, r + (d.pl + iw) * G);
+      std::fill(r + (d.pl + d.W) * G, r + Wp * G, 0.0f);
+      held[slot] = ih;
+    }
+    return r;
+  }
+};
 
-void RowScalar(const NhwcDepthwise& d, const RowTaps& r, float* y) {
-  const int64_t C = d.C;
-  for (int64_t ow = 0; ow < d.OW; ++ow, y += C) {
-    for (int64_t c = 0; c < C; ++c) {
+// One output row of channels [c0, c0 + G) from the padded rows (channel pitch G).
+void RowScalar(const NhwcDepthwise& d, const float* const* rows, int64_t c0, int64_t G, float* y) {
+  for (int64_t ow = 0; ow < d.OW; ++ow) {
+    for (int64_t c = 0; c < G; ++c) {
       float acc = 0.0f;
       for (int64_t i = 0; i < d.kh; ++i)
         for (int64_t j = 0; j < d.kw; ++j) {
-          const int64_t iw = ow * d.sw - d.pl + j;
-          const float v = iw >= 0 && iw < d.W ? r.rows[i][iw * C + c] : 0.0f;
-          const float p = v * d.w[(i * d.kw + j) * C + c];
+          const float p = rows[i][(ow * d.sw + j) * G + c] * d.w[(i * d.kw + j) * d.C + c0 + c];
           acc = i == 0 && j == 0 ? p : acc + p;
         }
-      y[c] = d.bias != nullptr ? acc + d.bias[c] : acc;
+      y[ow * d.C + c0 + c] = d.bias != nullptr ? acc + d.bias[c0 + c] : acc;
     }
   }
 }
 
 #if NPU_EP_X86
-// One output column's channels [c, c + 16) under `mask`, every tap checked against the row's ends.
-__attribute__((target("avx512f"))) void ColumnChecked(const NhwcDepthwise& d, const RowTaps& r, int64_t ow, int64_t c,
-                                                      __mmask16 mask, float* y) {
-  const int64_t C = d.C;
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < d.kh; ++i)
-    for (int64_t j = 0; j < d.kw; ++j) {
-      const int64_t iw = ow * d.sw - d.pl + j;
-      const __m512 v = iw >= 0 && iw < d.W ? _mm512_maskz_loadu_ps(mask, r.rows[i] + iw * C + c) : _mm512_setzero_ps();
-      const __m512 p = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, d.w + (i * d.kw + j) * C + c));
-      acc = i == 0 && j == 0 ? p : _mm512_add_ps(acc, p);
+// NC output columns from ow of NV channel vectors from channel c (cx within the padded rows, channel pitch G; NV = 1:
+// the 16 channels under `mask`): each tap's weights loaded once for all NC columns, NC * NV sums in flight.
+template <int NC, int NV>
+__attribute__((target("avx512f"), always_inline)) inline void Columns(const NhwcDepthwise& d, const float* const* rows,
+                                                                      int64_t G, int64_t ow, int64_t c, int64_t cx,
+                                                                      __mmask16 mask, const RowTail& rt, float* y) {
+  const int64_t C = d.C, step = d.sw * G;
+  __m512 acc[NC * NV];
+  {  // the first tap's products
+    const float* row = rows[0] + ow * step + cx;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __m512 w = _mm512_maskz_loadu_ps(mask, d.w + c + 16 * v);
+#pragma GCC unroll 8
+      for (int q = 0; q < NC; ++q)
+        acc[q * NV + v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + q * step + 16 * v), w);
     }
-  if (d.bias != nullptr) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, d.bias + c));
-  _mm512_mask_storeu_ps(y + ow * C + c, mask, acc);
-}
-
-// Four interior output columns [ow, ow + 4) of channels [c, c + 16): each tap's weights loaded once.
-__attribute__((target("avx512f"))) void Columns4(const NhwcDepthwise& d, const RowTaps& r, int64_t ow, int64_t c,
-                                                 __mmask16 mask, float* y) {
-  const int64_t C = d.C, step = d.sw * C;
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  }
   for (int64_t i = 0; i < d.kh; ++i) {
-    const float* row = r.rows[i] + (ow * d.sw - d.pl) * C + c;
-    for (int64_t j = 0; j < d.kw; ++j, row += C) {
-      const __m512 w = _mm512_maskz_loadu_ps(mask, d.w + (i * d.kw + j) * C + c);
-      const __m512 p0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row), w);
-      const __m512 p1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + step), w);
-      const __m512 p2 = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + 2 * step), w);
-      const __m512 p3 = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + 3 * step), w);
-      if (i == 0 && j == 0) {
-        a0 = p0, a1 = p1, a2 = p2, a3 = p3;
-      } else {
-        a0 = _mm512_add_ps(a0, p0), a1 = _mm512_add_ps(a1, p1);
-        a2 = _mm512_add_ps(a2, p2), a3 = _mm512_add_ps(a3, p3);
+    const float* row = rows[i] + ow * step + cx;
+    for (int64_t j = i == 0 ? 1 : 0; j < d.kw; ++j) {
+      const float* x = row + j * G;
+      const float* wt = d.w + (i * d.kw + j) * C + c;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const __m512 w = _mm512_maskz_loadu_ps(mask, wt + 16 * v);
+#pragma GCC unroll 8
+        for (int q = 0; q < NC; ++q)
+          acc[q * NV + v] =
+              _mm512_add_ps(acc[q * NV + v], _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + q * step + 16 * v), w));
       }
     }
   }
-  if (d.bias != nullptr) {
-    const __m512 b = _mm512_maskz_loadu_ps(mask, d.bias + c);
-    a0 = _mm512_add_ps(a0, b), a1 = _mm512_add_ps(a1, b), a2 = _mm512_add_ps(a2, b), a3 = _mm512_add_ps(a3, b);
+  const __m512 k0 = _mm512_set1_ps(rt.c[0]), k1 = _mm512_set1_ps(rt.c[1]);
+  const __m512 k2 = _mm512_set1_ps(rt.c[2]), k3 = _mm512_set1_ps(rt.c[3]);
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const __m512 b = d.bias != nullptr ? _mm512_maskz_loadu_ps(mask, d.bias + c + 16 * v) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int q = 0; q < NC; ++q) {
+      __m512 s = d.bias != nullptr ? _mm512_add_ps(acc[q * NV + v], b) : acc[q * NV + v];
+      if (rt.kind == RowTail::kClip) {  // lo wins, also when lo > hi; NaN stays
+        const __mmask16 below = _mm512_cmp_ps_mask(s, k0, _CMP_LT_OQ);
+        const __mmask16 above = _mm512_cmp_ps_mask(s, k1, _CMP_GT_OQ);
+        s = _mm512_mask_mov_ps(_mm512_mask_mov_ps(s, above, k1), below, k0);
+      } else if (rt.kind == RowTail::kHardSwish) {
+        s = _mm512_mul_ps(s, _mm512_max_ps(k2, _mm512_min_ps(k3, _mm512_add_ps(_mm512_mul_ps(s, k0), k1))));
+      }
+      _mm512_mask_storeu_ps(y + (ow + q) * C + c + 16 * v, mask, s);
+    }
   }
-  float* out = y + ow * C + c;
-  _mm512_mask_storeu_ps(out, mask, a0);
-  _mm512_mask_storeu_ps(out + C, mask, a1);
-  _mm512_mask_storeu_ps(out + 2 * C, mask, a2);
-  _mm512_mask_storeu_ps(out + 3 * C, mask, a3);
 }
 
-__attribute__((target("avx512f"))) void RowAvx512(const NhwcDepthwise& d, const RowTaps& r, float* y) {
-  int64_t lo, hi;
-  Interior(d, lo, hi);
-  for (int64_t c = 0; c < d.C; c += 16) {
-    const int64_t lanes = std::min<int64_t>(16, d.C - c);
-    const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
-    int64_t ow = 0;
-    for (; ow < lo; ++ow) ColumnChecked(d, r, ow, c, mask, y);
-    for (; ow + 4 <= hi; ow += 4) Columns4(d, r, ow, c, mask, y);
-    for (; ow < d.OW; ++ow) ColumnChecked(d, r, ow, c, mask, y);
+// All output columns of NV channel vectors from channel c.
+template <int NV>
+__attribute__((target("avx512f"))) void ColumnsOfRow(const NhwcDepthwise& d, const float* const* rows, int64_t G,
+                                                     int64_t c, int64_t cx, __mmask16 mask, const RowTail& rt,
+                                                     float* y) {
+  constexpr int kWide = NV == 1 ? 8 : 4;
+  int64_t ow = 0;
+  for (; ow + kWide <= d.OW; ow += kWide) Columns<kWide, NV>(d, rows, G, ow, c, cx, mask, rt, y);
+  if (kWide == 8 && ow + 4 <= d.OW) Columns<4, NV>(d, rows, G, ow, c, cx, mask, rt, y), ow += 4;
+  switch (d.OW - ow) {
+    case 3: Columns<3, NV>(d, rows, G, ow, c, cx, mask, rt, y); break;
+    case 2: Columns<2, NV>(d, rows, G, ow, c, cx, mask, rt, y); break;
+    case 1: Columns<1, NV>(d, rows, G, ow, c, cx, mask, rt, y); break;
+    default: break;
   }
+}
+
+// One output row of channels [c0, c0 + G).
+__attribute__((target("avx512f"))) void RowAvx512(const NhwcDepthwise& d, const float* const* rows, int64_t c0,
+                                                  int64_t G, const RowTail& rt, float* y) {
+  const __mmask16 all = 0xFFFF;
+  int64_t cx = 0;
+  for (; cx + 32 <= G; cx += 32) ColumnsOfRow<2>(d, rows, G, c0 + cx, cx, all, rt, y);
+  if (cx + 16 <= G) ColumnsOfRow<1>(d, rows, G, c0 + cx, cx, all, rt, y), cx += 16;
+  if (cx < G) ColumnsOfRow<1>(d, rows, G, c0 + cx, cx, static_cast<__mmask16>((1u << (G - cx)) - 1u), rt, y);
 }
 #endif
 
 }  // namespace
 
 void DepthwiseNhwc(const NhwcDepthwise& d, int threads) {
-  const int64_t rows = d.N * d.OH;
-  if (rows == 0 || d.C == 0) return;
-  const std::vector<float> zeros(static_cast<size_t>(d.W * d.C), 0.0f);
+  if (d.N * d.OH == 0 || d.C == 0) return;
+  const int64_t Wp = std::max(d.pl + d.W, (d.OW - 1) * d.sw + d.kw);
+  const std::vector<float> zeros(static_cast<size_t>(Wp * kGroup), 0.0f);
+  const RowTail rt(d.tail);
 #if NPU_EP_X86
   const bool wide = ActiveIsa() >= Isa::kAvx512;
 #else
   const bool wide = false;
 #endif
-  const int64_t row_work = d.OW * d.C * d.kh * d.kw;
-  const int64_t per_task = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, row_work));
-  const int64_t tasks = (rows + per_task - 1) / per_task;
-  ParallelFor(ThreadsFor(threads, rows * row_work), tasks, [&](int64_t t) {
-    for (int64_t row = t * per_task; row < std::min(rows, (t + 1) * per_task); ++row) {
-      RowTaps r;
-      Rows(d, row / d.OH, row % d.OH, zeros.data(), r);
-      float* y = d.y + row * d.OW * d.C;
+  const int64_t groups = (d.C + kGroup - 1) / kGroup;
+  ParallelFor(ThreadsFor(threads, d.N * d.OH * d.OW * d.C * d.kh * d.kw), d.N * groups, [&](int64_t t) {
+    static thread_local std::vector<float> ring;  // grown, never shrunk
+    if (ring.size() < static_cast<size_t>(d.kh * Wp * kGroup)) ring.resize(static_cast<size_t>(d.kh * Wp * kGroup));
+    const int64_t n = t / groups, c0 = t % groups * kGroup, G = std::min(kGroup, d.C - c0);
+    PaddedRows padded(d, n, c0, G, Wp, ring.data(), zeros.data());
+    const float* taps[kNhwcMaxKernel];
+    for (int64_t oh = 0; oh < d.OH; ++oh) {
+      for (int64_t i = 0; i < d.kh; ++i) taps[i] = padded.Row(oh * d.sh - d.pt + i);
+      float* y = d.y + (n * d.OH + oh) * d.OW * d.C;
 #if NPU_EP_X86
       if (wide)
-        RowAvx512(d, r, y);
+        RowAvx512(d, taps, c0, G, rt, y);
       else
 #endif
-        RowScalar(d, r, y);
+        RowScalar(d, taps, c0, G, y);
       (void)wide;
-      if (d.tail.n > 0) ApplyTail(d.tail, y, d.OW * d.C);
+      if (rt.kind == RowTail::kOther || (!wide && d.tail.n > 0))
+        for (int64_t ow = 0; ow < d.OW; ++ow) ApplyTail(d.tail, y + ow * d.C + c0, G);
     }
   });
 }
