@@ -11,6 +11,7 @@ import numpy as np
 
 from ..context_cache.file_pages import release_weight_pages
 from ..kernels.fusion import fuse_partition
+from ..kernels.layout import assign_layouts
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.registry import Prepared, kernel_for
 from ..kernels.runtime import borrowed_from_ort
@@ -31,7 +32,7 @@ def _io(values: Sequence[ValueInfo]) -> list[IoSpec]:
 def compile_partition(name: str, nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo],
                       outputs: Sequence[ValueInfo], target: Target, *, record: bool = False) -> Program:
     """Compile the nodes of one partition; ``inputs``/``outputs`` are the fused node's I/O in ORT's order."""
-    nodes = fuse_partition(outputs_visible(nodes, {v.name for v in outputs}), target)
+    nodes = assign_layouts(fuse_partition(outputs_visible(nodes, {v.name for v in outputs}), target), target)
     slot: dict[str, int] = {v.name: i for i, v in enumerate(inputs)}
     steps: list[Step] = []
     for n in nodes:

@@ -104,3 +104,18 @@ def roofline_cycles(macs: int, dma_bytes: int, dtype: str, target: Target) -> fl
     ``dtype`` is the matrix mode (float32/float16/int8/int4); ``dma_bytes`` the compulsory traffic (each operand
     read once, the output written once)."""
     return max(macs / target.mac_rate(dtype), dma_bytes / float(target.dma["bytes_per_cycle"]))
+
+
+# --- layouts (kernels/layout.py) ---------------------------------------------------------------------------------
+def reorder_cycles(target: Target, nbytes: int) -> float:
+    """One tensor's change of layout (NCHW <-> NHWC): a transpose streamed through DMA."""
+    return movement_cost(target, nbytes).cycles
+
+
+def conv_reorder_bytes(kind: str, strides: tuple[int, int], layout: str, in_bytes: int, out_bytes: int) -> int:
+    """The bytes a float conv's kernel reorders itself when its tensors are in ``layout``: in NCHW a strided
+    depthwise conv runs with the channels in the lanes, transposing its input to channels-last and its output back
+    (``kernels/native/conv_depthwise.cc``); in NHWC none does, and a pointwise conv is one GEMM in either."""
+    if layout == "NCHW" and kind == "depthwise" and max(strides) > 1:
+        return in_bytes + out_bytes
+    return 0
