@@ -305,12 +305,12 @@ def test_float16_matmul_with_bias_and_relu_runs_on_npu_ep_as_the_cpu_ep():
     sess = npu_session(model, so=so)
     assert set(assignment(sess).values()) == {"NpuEP"}
     (program,) = session_of(sess).programs.values()
-    for m in (1, 1, 1, 9, 9, 9, 33, 33, 33):
+    for m in (1, 1, 1, 9, 9, 9, 33, 33, 33, 600, 600, 600):  # 600: a task per 128 rows
         x = RNG.standard_normal((m, 96)).astype(np.float16)
         got, want = sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0]
         np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)
     assert [st.op for st in program.steps] == ["npu::MatMulEpilogue"]
-    assert len(program._bindings) == 3 and all(type(n[0]).__name__ == "CallStep" for n in program._bindings.values())
+    assert len(program._bindings) == 4 and all(type(n[0]).__name__ == "CallStep" for n in program._bindings.values())
     assert program.native_step_counts[0] >= 3  # each batch's third call ran the bound step
 
 
@@ -436,3 +436,26 @@ def test_packed_and_norm_products_borrow_float32_arrays_and_convert_others():
     assert y[0].shape == (3, 33)
     with pytest.raises(TypeError, match="norm_matmul_float: skip must be an array of float32"):
         _kern().norm_matmul_float(a, object(), packed, 33, None, 1e-6, False, None, False)
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM's vector path is AVX-512")
+def test_packed_float16_by_row_blocks_is_the_float32_product_rounded_once():
+    """From two 128-row blocks per thread on, a float16 product runs a task per block (widen, multiply, round):
+    the same bits as the float32 call on the widened A, rounded once; M around the blocks and the switch (256 rows
+    on one thread, 512 on two), a 3-D A, special values, bias and ReLU."""
+    rng = np.random.default_rng(384)
+    for shape, n in (((255, 40), 33), ((256, 40), 33), ((257, 257), 95), ((383, 9), 17), ((1, 511, 33), 32),
+                     ((2, 256, 64), 65), ((641, 40), 31)):
+        a = with_specials(rng.standard_normal(shape).astype(np.float16), rng,
+                          values=(np.nan, np.inf, -np.inf, -0.0, 6e-8, 65504.0), fraction=0.01)
+        packed = _kern().pack_sgemm_b(rng.standard_normal((shape[-1], n)).astype(np.float32))
+        bias = rng.standard_normal(n).astype(np.float32)
+        for kw in ({}, {"bias": bias, "relu": True}):
+            want = _kern().float_matmul_packed(a.astype(np.float32), packed, n, threads=1, **kw)
+            with np.errstate(over="ignore"):
+                want = want.astype(np.float16)
+            for threads in (1, 2):
+                out = np.empty(want.shape, np.float16)
+                got = _kern().float_matmul_packed(a, packed, n, threads=threads, out=out, **kw)
+                assert got is out
+                _half_bits_equal(got, want, f"{shape} N={n} threads={threads} {list(kw)}")
