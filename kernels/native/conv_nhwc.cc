@@ -49,8 +49,8 @@ struct RowTail {
 constexpr int64_t kGroup = 32;
 
 // The input rows of channels [c0, c0 + G) of image n, each zero-padded to Wp columns (pads are zeros, as the
-// reference's np.pad), G channels a column, kept in a ring of kh rows: each input row is padded once while the
-// output rows that read it run.
+// reference's np.pad), kGroup channels a column (the last G), kept in a ring of kh rows: each input row is padded once
+// while the output rows that read it run.
 struct PaddedRows {
   const NhwcDepthwise& d;
   int64_t n, c0, G, Wp;
@@ -67,26 +67,26 @@ struct PaddedRows {
   const float* Row(int64_t ih) {
     if (ih < 0 || ih >= d.H) return zeros;
     const int64_t slot = ih % d.kh;
-    float* r = ring + slot * Wp * G;
+    float* r = ring + slot * Wp * kGroup;
     if (held[slot] != ih) {
-      std::fill(r, r + d.pl * G, 0.0f);
+      std::fill(r, r + d.pl * kGroup, 0.0f);
       const float* x = d.x + ((n * d.H + ih) * d.W) * d.C + c0;
-      for (int64_t iw = 0; iw < d.W; ++iw) std::copy(x + iw * d.C, x + iw * d.C + G, r + (d.pl + iw) * G);
-      std::fill(r + (d.pl + d.W) * G, r + Wp * G, 0.0f);
+      for (int64_t iw = 0; iw < d.W; ++iw) std::copy(x + iw * d.C, x + iw * d.C + G, r + (d.pl + iw) * kGroup);
+      std::fill(r + (d.pl + d.W) * kGroup, r + Wp * kGroup, 0.0f);
       held[slot] = ih;
     }
     return r;
   }
 };
 
-// One output row of channels [c0, c0 + G) from the padded rows (channel pitch G).
+// One output row of channels [c0, c0 + G) from the padded rows (channel pitch kGroup).
 void RowScalar(const NhwcDepthwise& d, const float* const* rows, int64_t c0, int64_t G, float* y) {
   for (int64_t ow = 0; ow < d.OW; ++ow) {
     for (int64_t c = 0; c < G; ++c) {
       float acc = 0.0f;
       for (int64_t i = 0; i < d.kh; ++i)
         for (int64_t j = 0; j < d.kw; ++j) {
-          const float p = rows[i][(ow * d.sw + j) * G + c] * d.w[(i * d.kw + j) * d.C + c0 + c];
+          const float p = rows[i][(ow * d.sw + j) * kGroup + c] * d.w[(i * d.kw + j) * d.C + c0 + c];
           acc = i == 0 && j == 0 ? p : acc + p;
         }
       y[ow * d.C + c0 + c] = d.bias != nullptr ? acc + d.bias[c0 + c] : acc;
@@ -95,39 +95,12 @@ void RowScalar(const NhwcDepthwise& d, const float* const* rows, int64_t c0, int
 }
 
 #if NPU_EP_X86
-// NC output columns from ow of NV channel vectors from channel c (cx within the padded rows, channel pitch G; NV = 1:
-// the 16 channels under `mask`): each tap's weights loaded once for all NC columns, NC * NV sums in flight.
+// The NC x NV sums of output columns from ow, channels from c: + bias, the register tail, stored.
 template <int NC, int NV>
-__attribute__((target("avx512f"), always_inline)) inline void Columns(const NhwcDepthwise& d, const float* const* rows,
-                                                                      int64_t G, int64_t ow, int64_t c, int64_t cx,
-                                                                      __mmask16 mask, const RowTail& rt, float* y) {
-  const int64_t C = d.C, step = d.sw * G;
-  __m512 acc[NC * NV];
-  {  // the first tap's products
-    const float* row = rows[0] + ow * step + cx;
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      const __m512 w = _mm512_maskz_loadu_ps(mask, d.w + c + 16 * v);
-#pragma GCC unroll 8
-      for (int q = 0; q < NC; ++q)
-        acc[q * NV + v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + q * step + 16 * v), w);
-    }
-  }
-  for (int64_t i = 0; i < d.kh; ++i) {
-    const float* row = rows[i] + ow * step + cx;
-    for (int64_t j = i == 0 ? 1 : 0; j < d.kw; ++j) {
-      const float* x = row + j * G;
-      const float* wt = d.w + (i * d.kw + j) * C + c;
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        const __m512 w = _mm512_maskz_loadu_ps(mask, wt + 16 * v);
-#pragma GCC unroll 8
-        for (int q = 0; q < NC; ++q)
-          acc[q * NV + v] =
-              _mm512_add_ps(acc[q * NV + v], _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + q * step + 16 * v), w));
-      }
-    }
-  }
+__attribute__((target("avx512f"), always_inline)) inline void Store(const NhwcDepthwise& d, const __m512* acc,
+                                                                    int64_t ow, int64_t c, __mmask16 mask,
+                                                                    const RowTail& rt, float* y) {
+  const int64_t C = d.C;
   const __m512 k0 = _mm512_set1_ps(rt.c[0]), k1 = _mm512_set1_ps(rt.c[1]);
   const __m512 k2 = _mm512_set1_ps(rt.c[2]), k3 = _mm512_set1_ps(rt.c[3]);
 #pragma GCC unroll 4
@@ -148,31 +121,113 @@ __attribute__((target("avx512f"), always_inline)) inline void Columns(const Nhwc
   }
 }
 
+// NC output columns from ow of NV channel vectors from channel c (cx within the padded rows, channel pitch G; NV = 1:
+// the 16 channels under `mask`): each tap's weights loaded once for all NC columns, NC * NV sums in flight.
+template <int NC, int NV>
+__attribute__((target("avx512f"), always_inline)) inline void Columns(const NhwcDepthwise& d, const float* const* rows,
+                                                                      const float* wg, int64_t ow, int64_t c,
+                                                                      int64_t cx, __mmask16 mask, const RowTail& rt,
+                                                                      float* y) {
+  constexpr int64_t G = kGroup;
+  const int64_t C = d.C, step = d.sw * G;
+  (void)C;
+  __m512 acc[NC * NV];
+  {  // the first tap's products
+    const float* row = rows[0] + ow * step + cx;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __m512 w = _mm512_maskz_loadu_ps(mask, wg + cx + 16 * v);
+#pragma GCC unroll 8
+      for (int q = 0; q < NC; ++q)
+        acc[q * NV + v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + q * step + 16 * v), w);
+    }
+  }
+  for (int64_t i = 0; i < d.kh; ++i) {
+    const float* row = rows[i] + ow * step + cx;
+    for (int64_t j = i == 0 ? 1 : 0; j < d.kw; ++j) {
+      const float* x = row + j * G;
+      const float* wt = wg + (i * d.kw + j) * G + cx;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const __m512 w = _mm512_maskz_loadu_ps(mask, wt + 16 * v);
+#pragma GCC unroll 8
+        for (int q = 0; q < NC; ++q)
+          acc[q * NV + v] =
+              _mm512_add_ps(acc[q * NV + v], _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + q * step + 16 * v), w));
+      }
+    }
+  }
+  Store<NC, NV>(d, acc, ow, c, mask, rt, y);
+}
+
+// Stride 1, KW taps a row: each input column loaded once per kernel row and multiplied into every output column
+// that reads it; an output's products still arrive tap by tap in order (column k reaches output k - j at tap j).
+template <int KW, int NC, int NV>
+__attribute__((target("avx512f"), always_inline)) inline void Slide(const NhwcDepthwise& d, const float* const* rows,
+                                                                    const float* wg, int64_t ow, int64_t c, int64_t cx,
+                                                                    __mmask16 mask, const RowTail& rt, float* y) {
+  constexpr int64_t G = kGroup;
+  __m512 acc[NC * NV];
+  for (int64_t i = 0; i < d.kh; ++i) {
+    const float* row = rows[i] + ow * G + cx;
+    const float* wt = wg + i * KW * G + cx;
+    __m512 w[KW][NV];
+#pragma GCC unroll 8
+    for (int j = 0; j < KW; ++j)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) w[j][v] = _mm512_maskz_loadu_ps(mask, wt + j * G + 16 * v);
+#pragma GCC unroll 16
+    for (int k = 0; k < NC + KW - 1; ++k) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const __m512 x = _mm512_maskz_loadu_ps(mask, row + k * G + 16 * v);
+#pragma GCC unroll 8
+        for (int j = 0; j < KW; ++j) {
+          const int q = k - j;
+          if (q < 0 || q >= NC) continue;
+          const __m512 p = _mm512_mul_ps(x, w[j][v]);
+          acc[q * NV + v] = i == 0 && j == 0 ? p : _mm512_add_ps(acc[q * NV + v], p);
+        }
+      }
+    }
+  }
+  Store<NC, NV>(d, acc, ow, c, mask, rt, y);
+}
+
+template <int NC, int NV>
+__attribute__((target("avx512f"), always_inline)) inline void Block(const NhwcDepthwise& d, const float* const* rows,
+                                                                    const float* wg, int64_t ow, int64_t c, int64_t cx,
+                                                                    __mmask16 mask, const RowTail& rt, float* y) {
+  if (d.sw == 1 && d.kw == 3) return Slide<3, NC, NV>(d, rows, wg, ow, c, cx, mask, rt, y);
+  if (d.sw == 1 && d.kw == 5) return Slide<5, NC, NV>(d, rows, wg, ow, c, cx, mask, rt, y);
+  Columns<NC, NV>(d, rows, wg, ow, c, cx, mask, rt, y);
+}
+
 // All output columns of NV channel vectors from channel c.
 template <int NV>
-__attribute__((target("avx512f"))) void ColumnsOfRow(const NhwcDepthwise& d, const float* const* rows, int64_t G,
+__attribute__((target("avx512f"))) void ColumnsOfRow(const NhwcDepthwise& d, const float* const* rows, const float* wg,
                                                      int64_t c, int64_t cx, __mmask16 mask, const RowTail& rt,
                                                      float* y) {
   constexpr int kWide = NV == 1 ? 8 : 4;
   int64_t ow = 0;
-  for (; ow + kWide <= d.OW; ow += kWide) Columns<kWide, NV>(d, rows, G, ow, c, cx, mask, rt, y);
-  if (kWide == 8 && ow + 4 <= d.OW) Columns<4, NV>(d, rows, G, ow, c, cx, mask, rt, y), ow += 4;
+  for (; ow + kWide <= d.OW; ow += kWide) Block<kWide, NV>(d, rows, wg, ow, c, cx, mask, rt, y);
+  if (kWide == 8 && ow + 4 <= d.OW) Block<4, NV>(d, rows, wg, ow, c, cx, mask, rt, y), ow += 4;
   switch (d.OW - ow) {
-    case 3: Columns<3, NV>(d, rows, G, ow, c, cx, mask, rt, y); break;
-    case 2: Columns<2, NV>(d, rows, G, ow, c, cx, mask, rt, y); break;
-    case 1: Columns<1, NV>(d, rows, G, ow, c, cx, mask, rt, y); break;
+    case 3: Block<3, NV>(d, rows, wg, ow, c, cx, mask, rt, y); break;
+    case 2: Block<2, NV>(d, rows, wg, ow, c, cx, mask, rt, y); break;
+    case 1: Block<1, NV>(d, rows, wg, ow, c, cx, mask, rt, y); break;
     default: break;
   }
 }
 
 // One output row of channels [c0, c0 + G).
-__attribute__((target("avx512f"))) void RowAvx512(const NhwcDepthwise& d, const float* const* rows, int64_t c0,
-                                                  int64_t G, const RowTail& rt, float* y) {
+__attribute__((target("avx512f"))) void RowAvx512(const NhwcDepthwise& d, const float* const* rows, const float* wg,
+                                                  int64_t c0, int64_t G, const RowTail& rt, float* y) {
   const __mmask16 all = 0xFFFF;
   int64_t cx = 0;
-  for (; cx + 32 <= G; cx += 32) ColumnsOfRow<2>(d, rows, G, c0 + cx, cx, all, rt, y);
-  if (cx + 16 <= G) ColumnsOfRow<1>(d, rows, G, c0 + cx, cx, all, rt, y), cx += 16;
-  if (cx < G) ColumnsOfRow<1>(d, rows, G, c0 + cx, cx, static_cast<__mmask16>((1u << (G - cx)) - 1u), rt, y);
+  for (; cx + 32 <= G; cx += 32) ColumnsOfRow<2>(d, rows, wg, c0 + cx, cx, all, rt, y);
+  if (cx + 16 <= G) ColumnsOfRow<1>(d, rows, wg, c0 + cx, cx, all, rt, y), cx += 16;
+  if (cx < G) ColumnsOfRow<1>(d, rows, wg, c0 + cx, cx, static_cast<__mmask16>((1u << (G - cx)) - 1u), rt, y);
 }
 #endif
 
@@ -191,8 +246,12 @@ void DepthwiseNhwc(const NhwcDepthwise& d, int threads) {
   const int64_t groups = (d.C + kGroup - 1) / kGroup;
   ParallelFor(ThreadsFor(threads, d.N * d.OH * d.OW * d.C * d.kh * d.kw), d.N * groups, [&](int64_t t) {
     static thread_local std::vector<float> ring;  // grown, never shrunk
+    static thread_local std::vector<float> taps_of_group;  // the group's weights [kh * kw, kGroup]
     if (ring.size() < static_cast<size_t>(d.kh * Wp * kGroup)) ring.resize(static_cast<size_t>(d.kh * Wp * kGroup));
     const int64_t n = t / groups, c0 = t % groups * kGroup, G = std::min(kGroup, d.C - c0);
+    taps_of_group.assign(static_cast<size_t>(d.kh * d.kw * kGroup), 0.0f);
+    for (int64_t k = 0; k < d.kh * d.kw; ++k)
+      std::copy(d.w + k * d.C + c0, d.w + k * d.C + c0 + G, taps_of_group.data() + k * kGroup);
     PaddedRows padded(d, n, c0, G, Wp, ring.data(), zeros.data());
     const float* taps[kNhwcMaxKernel];
     for (int64_t oh = 0; oh < d.OH; ++oh) {
@@ -200,7 +259,7 @@ void DepthwiseNhwc(const NhwcDepthwise& d, int threads) {
       float* y = d.y + (n * d.OH + oh) * d.OW * d.C;
 #if NPU_EP_X86
       if (wide)
-        RowAvx512(d, taps, c0, G, rt, y);
+        RowAvx512(d, taps, taps_of_group.data(), c0, G, rt, y);
       else
 #endif
         RowScalar(d, taps, c0, G, y);
