@@ -1,6 +1,6 @@
-// Native float convolution kernels: blocked implicit GEMM on our AVX-512 GEMM (conv_gemm.cc) or numpy's OpenBLAS
-// sgemm (a per-image im2col for the numpy fallback). Depthwise convs live in conv_depthwise.cc, QLinearConv in
-// qlinear_conv.cc.
+// Native float convolution kernels: blocked implicit GEMM on our AVX-512 GEMM (conv_gemm.cc) or, below AVX-512,
+// numpy's OpenBLAS sgemm (a per-image im2col for the numpy fallback). Depthwise convs live in conv_depthwise.cc,
+// QLinearConv in qlinear_conv.cc.
 //
 // No fused multiply-add anywhere in this file (fp-contract off): the float kernels do the reference's float32
 // operations in the reference's order.
@@ -90,9 +90,9 @@ void DenseFloat(const ConvShape& s, const float* x, const float* w, const float*
   const int64_t T = s.kh * s.kw, K = s.Cg() * T, P = s.P(), Mg = s.Mg();
   const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
 #if NPU_EP_X86
-  // our GEMM's vectors run along output pixels; convs over fewer than 16 (a 1-D conv over a few frames) go to the
-  // BLAS, which does well there (a 1x1 conv over so few has its own kernel on packed weights: PointwisePanels)
-  if (ActiveIsa() >= Isa::kAvx512 && P >= 16) return DenseFloatOwnGemm(s, x, w, bias, y, threads, tail);
+  // convs over fewer than 16 output pixels have a kernel of their own on packed weights (conv_panels.h); here
+  // they take our GEMM too, so that no conv on an AVX-512 host depends on the host's BLAS
+  if (ActiveIsa() >= Isa::kAvx512 && P > 0) return DenseFloatOwnGemm(s, x, w, bias, y, threads, tail);
 #endif
   // pixels per task: the block's patch matrix about 512 KiB, the blocks of an image balanced, and at least two of
   // them when one image of one group is worth two threads (the split depends on the shape only)

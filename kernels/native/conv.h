@@ -18,11 +18,11 @@ namespace npu_ep::kern {
 // (the K-major patch matrix of W[Mg, K] @ cols).
 void Im2ColFloat(const ConvShape& s, const float* x, int64_t n, float* cols, int threads);
 
-// Dense or grouped float conv as blocked implicit GEMM: on AVX-512 hosts, for images of >= 16 output pixels, our
-// own GEMM (conv_gemm.h); else per (group, block of output pixels) the block's patch matrix [K, pixels] is built
-// in a cache-sized buffer and multiplied by W on `sgemm` (one BLAS thread per task), straight into y [N, M, OH,
-// OW]; then + bias. w [group, K, Mg] (K ordered (c, i, j)), bias [M] or null. A pointwise conv (1x1, stride 1, no
-// pads) multiplies W by x's own rows: no patch matrix. Then the tail.
+// Dense or grouped float conv as blocked implicit GEMM: on AVX-512 hosts our own GEMM (conv_gemm.h); else per
+// (group, block of output pixels) the block's patch matrix [K, pixels] is built in a cache-sized buffer and
+// multiplied by W on `sgemm` (one BLAS thread per task), straight into y [N, M, OH, OW]; then + bias. w [group, K, Mg]
+// (K ordered (c, i, j)), bias [M] or null. A pointwise conv (1x1, stride 1, no pads) multiplies W by x's own rows: no
+// patch matrix. Then the tail.
 void DenseFloat(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Sgemm64 sgemm,
                 int threads, const ConvTail& tail = {});
 

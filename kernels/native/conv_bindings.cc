@@ -14,6 +14,7 @@
 #include "as_array.h"
 #include "conv.h"
 #include "conv_gemm.h"
+#include "conv_panels.h"
 #include "cpu.h"
 #include "half.h"
 #include "pool.h"
@@ -205,24 +206,22 @@ py::array DensePy(const py::array& x, const py::object& w_in, const py::object& 
                    [&](const float* xf, float* yf) { DenseFloat(s, xf, wd, b, yf, gemm, threads, a.tail); });
 }
 
-py::array PointwisePanelsPy(const py::array& x, const py::object& w_in, const py::object& bias_in,
-                            const std::vector<int64_t>& geom, int threads, const py::object& codes_in,
-                            const py::object& consts_in, const py::object& channel_in, int64_t tail_channel_at,
-                            const py::object& out) {
-  const char* op = "conv_pointwise_panels";
+py::array PanelsPy(const py::array& x, const py::object& w_in, const py::object& bias_in,
+                   const std::vector<int64_t>& geom, int threads, const py::object& codes_in,
+                   const py::object& consts_in, const py::object& channel_in, int64_t tail_channel_at,
+                   const py::object& out) {
+  const char* op = "conv_panels";
   const FloatConvArgs a = FloatArgs(x, w_in, bias_in, geom, codes_in, consts_in, channel_in, tail_channel_at, op);
   const ConvShape& s = a.s;
-  if (s.kh != 1 || s.kw != 1 || s.sh != 1 || s.sw != 1 || s.pt || s.pl || s.pb || s.pr)
-    throw std::invalid_argument("conv_pointwise_panels: only a 1x1, stride-1, unpadded conv");
 #if NPU_EP_X86
-  if (ActiveIsa() < Isa::kAvx512) throw std::invalid_argument("conv_pointwise_panels: needs AVX-512F");
-  ExpectSize(*a.w, s.group * ((s.Mg() + kPanel - 1) / kPanel) * kPanel * s.Cg(), op, "w (packed panels)");
+  if (ActiveIsa() < Isa::kAvx512) throw std::invalid_argument("conv_panels: needs AVX-512F");
+  ExpectSize(*a.w, s.group * ((s.Mg() + kPanel - 1) / kPanel) * kPanel * s.Cg() * s.kh * s.kw, op, "w (packed panels)");
   const float* b = a.bias ? a.bias->data() : nullptr;
   const float* wp = a.w->data();
-  return FloatConv(x, s, op, out,
-                   [&](const float* xf, float* yf) { PointwisePanels(s, xf, wp, b, yf, threads, a.tail); });
+  return FloatConv(x, s, op, out, [&](const float* xf, float* yf) { PanelsFloat(s, xf, wp, b, yf, threads, a.tail); });
 #else
-  throw std::invalid_argument("conv_pointwise_panels: needs AVX-512F");
+  (void)s;
+  throw std::invalid_argument("conv_panels: needs AVX-512F");
 #endif
 }
 
@@ -398,12 +397,12 @@ void BindConv(py::module_& m) {
       "directly; tail: a fused element-wise tail (conv_tail codes) applied per finished block, tail_channel_consts [M] "
       "the first constant of instruction tail_channel_at per output channel (a PRelu's slopes); float16 x widened, "
       "the float32 conv, rounded once; out: the result's buffer (x's dtype) instead of a new array");
-  m.def("conv_pointwise_panels", &PointwisePanelsPy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
+  m.def("conv_panels", &PanelsPy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
         py::arg("tail_channel_consts") = py::none(), py::arg("tail_channel_at") = -1, py::arg("out") = py::none(),
-        "a 1x1, stride-1, unpadded float conv over a few pixels on weights packed in panels: w [group, Mg/64 "
-        "rounded up, C/group, 64] (zeros past Mg); AVX-512F hosts only (isa()); tail, float16 and out as "
-        "conv_dense's");
+        "a float conv over a few output pixels (any kernel, strides, dilations, pads, groups) on weights packed in "
+        "panels: w [group, Mg/64 rounded up, C/group*kh*kw, 64] (zeros past Mg); AVX-512F hosts only (isa()); tail, "
+        "float16 and out as conv_dense's");
   m.def("conv_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
         py::arg("tail_channel_consts") = py::none(), py::arg("tail_channel_at") = -1, py::arg("out") = py::none(),

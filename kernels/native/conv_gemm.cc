@@ -6,8 +6,8 @@
 //   row jumps over the padding between the rows (GemmSlot's split), so no lane is wasted at a row's end;
 // - else (output rows narrower than half a vector) the block's patch matrix, as the BLAS path builds it.
 // Every output is summed the same way whatever the block or thread count (GemmAvx512), so the split may follow
-// the thread count and the bits do not. A 1x1 conv over fewer than 16 pixels runs on weights packed in panels
-// (PointwisePanels), its output channels in the lanes.
+// the thread count and the bits do not. A conv over fewer than 16 pixels runs on weights packed in panels
+// (conv_panels.cc), its output channels in the lanes.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -248,44 +248,6 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
     }
     if (tail.n && !clip_only && !hswish)
       for (int64_t m = m0; m < m0 + rows_m; ++m) ApplyChannelTail(tail, out + m * P, cols, g * Mg + m);
-  });
-}
-
-// A panel a task: its K rows of kPanel floats stream from memory in order (the weights do not stay in cache
-// between calls), where the [K, Mg] rows read in 64-channel pieces 4-5 KiB apart kept the prefetchers behind.
-void PointwisePanels(const ConvShape& s, const float* x, const float* wp, const float* bias, float* y, int threads,
-                     const ConvTail& tail) {
-  const int64_t K = s.Cg(), P = s.P(), Mg = s.Mg(), panels = (Mg + kPanel - 1) / kPanel;
-  const bool clip_only = tail.n == 1 && tail.codes[0] == kTailClip;
-  float hs[4];
-  const bool hswish = tail.n && HardSwishTail(tail, hs);
-  std::vector<int64_t> koff(K), pix(P);
-  for (int64_t k = 0; k < K; ++k) koff[k] = k * P;
-  for (int64_t p = 0; p < P; ++p) pix[p] = p;
-  // streaming the weights is the cost (a 1280 x 512 head reads 2.6 MB for 0.66 M multiply-adds): count each
-  // weight as four multiply-adds' worth when deciding on a second thread
-  const int64_t work = s.N * s.M * K * std::max<int64_t>(P, 4);
-  ParallelFor(ThreadsFor(threads, work), s.N * s.group * panels, [&](int64_t task) {
-    const int64_t n = task / (s.group * panels), g = task / panels % s.group, m0 = task % panels * kPanel;
-    const int64_t rows = std::min(kPanel, Mg - m0);
-    float* out = y + (n * s.M + g * Mg + m0) * P;
-    const float* b = bias == nullptr ? nullptr : bias + g * Mg + m0;
-    // a short last panel: its vectors' zero channels' sums and stores land in scratch, the real rows are copied out
-    static thread_local std::vector<float> t_rows, t_bias;
-    float* dst = rows < kPanel ? Grow(t_rows, kPanel * P) : out;
-    if (rows < kPanel && b != nullptr) {
-      float* padded = Grow(t_bias, kPanel);
-      std::fill(padded, padded + kPanel, 0.0f);
-      std::copy(b, b + rows, padded);
-      b = padded;
-    }
-    ChannelGemmAvx512((rows + 15) / 16 * 16, K, wp + (g * panels + m0 / kPanel) * K * kPanel, kPanel,
-                      x + (n * s.C + g * K) * P, koff.data(), pix.data(), pix.data(), P, dst, P, b,
-                      clip_only ? tail.consts : nullptr, hswish ? hs : nullptr);
-    if (dst != out) std::memcpy(out, dst, rows * P * sizeof(float));
-    if (tail.n && !clip_only && !hswish && tail.channel_consts == nullptr) ApplyTail(tail, out, rows * P);
-    if (tail.n && tail.channel_consts != nullptr)
-      for (int64_t m = 0; m < rows; ++m) ApplyChannelTail(tail, out + m * P, P, g * Mg + m0 + m);
   });
 }
 

@@ -14,12 +14,13 @@ float32 like the batched GEMM, in a different order (last-bit differences). Grou
 Native kernels (``kernels/native/conv.cc``, chosen per session through ``runtime.native``): a float32 Conv
 runs its depthwise case directly (the reference's float32 operations in its order, bit-equal), and its other cases
 as blocked implicit GEMM: on AVX-512 our own GEMM (``conv_gemm_avx512.cc``), reading zero-padded input rows in
-place at unit width stride, and a 1x1 conv over fewer than 16 pixels (an SE block's or a head's 1x1 map), or over
-a small map whose pixels fill vectors badly (7x7), on its weights packed once in panels of 64 output channels
-(``conv_pointwise_panels``: each panel one stream, as a GEMV wants); elsewhere, and for other images of fewer
-than 16 output pixels, per block of output pixels a cache-sized patch matrix (a pointwise conv: x's own rows)
-times W on numpy's own OpenBLAS sgemm, called from C++ (``host_blas.sgemm_address``; without that symbol, one
-native patch matrix per image times numpy's matmul); QLinearConv runs on the int8 GEMM with exact int32 sums.
+place at unit width stride, and any conv over fewer than 16 output pixels (an SE block's or a head's 1x1 map, a
+1-D conv over a few frames), or a 1x1 conv over a small map whose pixels fill vectors badly (7x7), on its weights
+packed once in panels of 64 output channels (``conv_panels``: the output channels in the lanes, each panel one
+stream, as a GEMV wants); below AVX-512, per block of output pixels a cache-sized patch matrix (a pointwise conv:
+x's own rows) times W on numpy's own OpenBLAS sgemm, called from C++ (``host_blas.sgemm_address``; without that
+symbol, one native patch matrix per image times numpy's matmul); QLinearConv runs on the int8 GEMM with exact
+int32 sums.
 QLinearConv's weights stay integers: ``qw`` is laid out for the native kernel (``[M, kh, kw, C/g rounded up to
 4]``, or ``[M, kh*kw]`` when each group has one input channel) and the reference model's float weights are derived
 from it on first use.
@@ -321,9 +322,9 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
     sgemm = host_blas.sgemm_address()
     if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
         call = (w, bias, nat.conv_depthwise, (w, b32, geom, threads, *tail))
-    elif (_is_pointwise(g, geom) and _panels_pay(x.shape[2] * x.shape[3], kdim, w.shape[2])
+    elif (_panels_pay(_out_pixels(p, x), kdim, w.shape[2], _is_pointwise(g, geom))
           and nat.isa() in ("avx512", "avx512_vnni", "amx_int8")):
-        call = (w, bias, nat.conv_pointwise_panels, (_panels(p, w), b32, geom, threads, *tail))
+        call = (w, bias, nat.conv_panels, (_panels(p, w), b32, geom, threads, *tail))
     elif sgemm is not None:
         call = (w, bias, nat.conv_dense, (w, b32, geom, sgemm, threads, *tail))
     else:
@@ -332,21 +333,28 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
 
 
 # Where the optional tail arguments start among each float kernel's arguments after x (out= follows all four).
-_TAIL_AT = {"conv_depthwise": 4, "conv_dense": 5, "conv_pointwise_panels": 4}
+_TAIL_AT = {"conv_depthwise": 4, "conv_dense": 5, "conv_panels": 4}
 
-SMALL_MAP_PIXELS = 16  # a 1x1 conv over fewer output pixels runs on panel-packed weights (conv_pointwise_panels)
+SMALL_MAP_PIXELS = 16  # a conv over fewer output pixels runs on panel-packed weights (conv_panels)
 PANEL = 64  # output channels per panel (kernels/native/conv_gemm.h kPanel)
 
 
-def _panels_pay(pixels: int, k: int, mg: int) -> bool:
-    """Whether a 1x1 conv over ``pixels`` output pixels (per image) runs on panel-packed weights: under
-    SMALL_MAP_PIXELS always; below 128 (one pixel block of the own GEMM) where the output channels in the lanes take
-    at most 1/8 more vector multiply-adds than the pixel GEMM's 16-pixel slots (``ChannelLanesPay``'s count in
-    conv_gemm.cc: a 7x7 map's 49 pixels fill four slots with one); the panels' weights stream in order, which ran
-    16-30% under the unpacked lanes (8x8 256 -> 256: 79 us on the pixel GEMM, 61 on panels)."""
+def _out_pixels(p: Prepared, x: np.ndarray) -> int:
+    """Output pixels per image of the conv on 4-D ``x``."""
+    oh, ow = _padded_size(p, x)
+    return oh * ow
+
+
+def _panels_pay(pixels: int, k: int, mg: int, pointwise: bool = True) -> bool:
+    """Whether a conv over ``pixels`` output pixels (per image) runs on panel-packed weights: any conv under
+    SMALL_MAP_PIXELS (the pixel GEMM's vectors would run part empty); a 1x1 conv also below 128 (one pixel block of
+    the own GEMM) where the output channels in the lanes take at most 1/8 more vector multiply-adds than the pixel
+    GEMM's 16-pixel slots (``ChannelLanesPay``'s count in conv_gemm.cc: a 7x7 map's 49 pixels fill four slots with
+    one); the panels' weights stream in order, which ran 16-30% under the unpacked lanes (8x8 256 -> 256: 79 us on
+    the pixel GEMM, 61 on panels)."""
     if pixels < SMALL_MAP_PIXELS:
         return pixels > 0
-    if pixels >= 128 or mg % 16 or k < 64:
+    if not pointwise or pixels >= 128 or mg % 16 or k < 64:
         return False
     slots, kc = -(-pixels // 16), min(k, 256)
     lanes = mg // 16 * pixels * (kc + 16)
@@ -360,7 +368,7 @@ def _is_pointwise(g: dict[str, Any], geom: list[int]) -> bool:
 
 
 def _panels(p: Prepared, w: np.ndarray) -> np.ndarray:
-    """``w`` [g, K, Mg] as ``conv_pointwise_panels`` reads it, [g, Mg/PANEL rounded up, K, PANEL] (zeros past Mg):
+    """``w`` [g, K, Mg] as ``conv_panels`` reads it, [g, Mg/PANEL rounded up, K, PANEL] (zeros past Mg):
     a panel's weights one contiguous stream, as a GEMV over them wants. Packed on first use, kept while ``w`` is
     the conv's weights (held twice then, as MLAS keeps its prepacked weights)."""
     got = p.kernel_cache.get("w_panels")

@@ -14,12 +14,13 @@ Float Conv paths and their blocks (AVX-512; scalar/AVX2 levels run the same shap
   a small map whose pixel blocks would be short or uneven, blocks of output channels instead); a one-block image
   with Mg >= 32 and 2^21 multiply-adds splits its output channels in two at one thread (the M = 16j + 1 bug: M
   around 32, 48, 64 on small maps);
-- PointwisePanels (1x1, stride 1, no pads, < 16 pixels; conv_pointwise_panels): weights packed once in panels of
-  64 output channels ([g, panels, K, 64], zeros past Mg), one panel a task, 4 vectors x up to 6 pixels a register
-  tile, the sums ChannelGemmAvx512's (per 256-deep pass from zero, the passes added in order); a short last panel
-  through scratch rows;
-- DenseFloat on the BLAS (other convs over < 16 pixels; every conv below AVX-512); a column image [N, C, L, 1] with
-  a kx1 kernel runs as the same conv along its row;
+- PanelsFloat (any conv over < 16 output pixels, and 1x1 ones over small maps where _panels_pay; conv_panels):
+  weights packed once in panels of 64 output channels ([g, panels, K, 64], zeros past Mg), one panel a task, 4
+  vectors x up to 6 pixels a register tile, the sums ChannelGemmAvx512's (per 256-deep pass from zero, the passes
+  added in order); a short last panel through scratch rows; B the input planes read in place by tap and pixel
+  offsets (a padded conv: a zero-padded copy);
+- DenseFloat on the BLAS (every conv below AVX-512); a column image [N, C, L, 1] with a kx1 kernel runs as the
+  same conv along its row;
 - DepthwiseFloat: DepthwiseRowsAvx512 takes 32 output columns in two registers, 16 or fewer in one, any width
   stride as column phases, kernels up to 64 taps wide (wider: the per-tap multiply-add passes);
 - fused tails (conv_tail.cc): a lone clip in the GEMM's registers, any other tail over each finished block.
@@ -99,7 +100,7 @@ def _float_conv(x, w, b=None, *, native_fn: str = "conv_dense", threads: int = 1
     """The conv native vs reference within the dot-product bound (module docstring); returns the native output."""
     inputs = [("x", x, False), ("w", w, True)] + ([("b", b, True)] if b is not None else [])
     if native_fn == "conv_dense" and _panels_path(x, w, attrs):
-        native_fn = "conv_pointwise_panels"
+        native_fn = "conv_panels"
     got, want = _native_and_reference("Conv", inputs, native_fn, tail, threads, slopes, **attrs)
     label = f"Conv x{list(x.shape)} w{list(w.shape)} {attrs} tail={tail}"
     if native_fn == "conv_depthwise" and tail and any(t[0] == "sigmoid" for t in tail):
@@ -128,11 +129,23 @@ def _float_conv(x, w, b=None, *, native_fn: str = "conv_dense", threads: int = 1
     return got
 
 
+def _out_pixels(x, w, attrs) -> int:
+    """Output pixels per image of the conv (explicit pads)."""
+    dims = x.ndim - 2
+    pads = attrs.get("pads", [0] * 2 * dims)
+    strides, dil = attrs.get("strides", [1] * dims), attrs.get("dilations", [1] * dims)
+    sizes = [x.shape[2 + i] + pads[i] + pads[i + dims] - (w.shape[2 + i] - 1) * dil[i] for i in range(dims)]
+    return int(np.prod([(sizes[i] - 1) // strides[i] + 1 for i in range(dims)]))
+
+
 def _panels_path(x, w, attrs) -> bool:
-    """Whether the conv runs on ``conv_pointwise_panels``: 1x1, stride 1, unpadded, where ``_panels_pay``, AVX-512."""
+    """Whether the conv runs on ``conv_panels`` (AVX-512, where ``_panels_pay``: under 16 output pixels, or a 1x1,
+    stride-1, unpadded conv on a small map)."""
     plain = all(v == 0 for v in attrs.get("pads", [0])) and all(v == 1 for v in attrs.get("strides", [1]))
     mg = w.shape[0] // attrs.get("group", 1)
-    return (w.shape[2:] in ((1, 1), (1,)) and plain and _panels_pay(int(np.prod(x.shape[2:])), w.shape[1], mg)
+    pointwise = w.shape[2:] in ((1, 1), (1,)) and plain
+    k = w.shape[1] * int(np.prod(w.shape[2:]))
+    return (_panels_pay(_out_pixels(x, w, attrs), k, mg, pointwise)
             and runtime.native_module().isa() in ("avx512", "avx512_vnni", "amx_int8"))
 
 
@@ -412,12 +425,12 @@ def test_panels_pay_where_the_lanes_fill_vectors_better():
                                              (0, 256, 256)))
 
 
-# Non-pointwise convs over < 16 output pixels (the BLAS on every level) and a column image's kx1 conv along L
-# (L around 16 and 32).
+# Non-pointwise convs over < 16 output pixels (conv_panels on AVX-512, the BLAS below; more in
+# test_sweep_conv_panels.py) and a column image's kx1 conv along L (L around 16 and 32).
 @pytest.mark.parametrize("xs,ws,attrs", [((1, 6, 3, 4), (5, 6, 3, 3), dict(pads=[1, 1, 1, 1])),
                                          ((2, 4, 5, 5), (8, 2, 2, 2), dict(group=2, strides=[2, 2])),
                                          ((1, 3, 2, 2), (4, 3, 1, 1), dict(pads=[1, 0, 0, 1]))])
-def test_float_few_pixels_on_the_blas(float_isa, xs, ws, attrs):
+def test_float_few_pixels_not_pointwise(float_isa, xs, ws, attrs):
     rng = np.random.default_rng(3)
     _float_conv(_floats(xs, rng, specials=True), _floats(ws, rng), **attrs)
 

@@ -8,7 +8,7 @@ the float kernels dispatch to. Against the reference (float32 conv, rounded once
 float32 operations in its order, so bit-exact; dense convs sum in another order than numpy's BLAS, so within one
 float16 rounding of each other (rtol 2^-10, plus the float32 sums' spread on values near zero). Shapes cross the
 float kernels' blocks (test_sweep_conv.py's docstring): output widths 15/16/17 and 31/32/33 (in-place rows vs a
-patch matrix), fewer than 16 pixels (the BLAS and the panel-packed pointwise path), output channels around the 8-row
+patch matrix), fewer than 16 pixels (the panel-packed path, the BLAS below AVX-512), output channels around the 8-row
 register tile, depth around 256, depthwise rows around 16 and 32 columns; special values NaN, +-Inf, -0, 65504 (a
 sum past float16's range rounds to Inf once) and float16 subnormals."""
 
@@ -22,7 +22,7 @@ from _isa import cap_isa, host_isas
 from _sweep import around, native_vs_reference, node_model, run_kernel
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
-from npu_ep.kernels.ops.conv import _panels_pay
+from test_sweep_conv import _panels_path
 from npu_ep.tools.bench.ops import python_steps
 from npu_testing import assignment, cpu_run, make_model, npu_session, session_options
 
@@ -54,10 +54,8 @@ def _half_conv(x, w, b, native_fn: str, threads: int = 2, **attrs) -> None:
     """The float16 conv natively: its bound step ran with the kernel's bits, those bits are the native float32 conv
     of the widened inputs rounded once, and they match the reference (exact for depthwise)."""
     label = f"Conv float16 x{list(x.shape)} w{list(w.shape)} {attrs}"
-    if native_fn == "conv_dense" and w.shape[2:] == (1, 1) and "strides" not in attrs \
-            and _panels_pay(x[0, 0].size, w.shape[1], w.shape[0] // attrs.get("group", 1)) \
-            and runtime.native_module().isa() == "avx512":
-        native_fn = "conv_pointwise_panels"  # a 1x1 conv over a few pixels: its weights packed in panels
+    if native_fn == "conv_dense" and _panels_path(x, w, attrs):
+        native_fn = "conv_panels"  # a conv over a few pixels: its weights packed in panels
     got, want, calls = native_vs_reference("Conv", _inputs(x, w, b), threads=threads, **attrs)
     assert native_fn in calls, f"{label}: the native {native_fn} did not run ({calls})"
     wide = [(n, v.astype(np.float32), c) for n, v, c in _inputs(x, w, b)]
