@@ -87,15 +87,27 @@ std::atomic<int64_t> g_serial_until{0};
 constexpr int64_t kSerialSpanNs = 50'000'000;  // then one loop tries the helpers again
 constexpr int64_t kStallFloorNs = 1'000'000;
 constexpr int64_t kAbsentNs = 250'000;  // an idle helper joins a loop well within this time on a quiet host
+// Over this many loops, helpers that ran under a ninth of the tasks' time did not get a core in time either: loops
+// shorter than kAbsentNs never show it one by one, yet each pays for waking a helper that then only competes for
+// the caller's core. On a quiet host the helpers run about half of it.
+constexpr int64_t kWindowLoops = 32;
+std::atomic<int64_t> g_window_loops{0}, g_window_caller_ns{0}, g_window_helper_ns{0};
 
-// One loop's tasks, timed on the calling thread: how long it waited for the others after its own last task.
+// One loop's tasks, timed: how long the calling thread waited for the others after its own last task, and how
+// long each side ran tasks.
 struct TimedLoop {
   const std::function<void(int64_t)>* fn;
   std::thread::id caller;
   int64_t caller_tasks = 0, caller_ns = 0, caller_end = 0;
+  std::atomic<int64_t> helper_ns{0};
 
   void Run(int64_t i) {
-    if (std::this_thread::get_id() != caller) return (*fn)(i);
+    if (std::this_thread::get_id() != caller) {
+      const int64_t t0 = NowNs();
+      (*fn)(i);
+      helper_ns.fetch_add(NowNs() - t0, std::memory_order_relaxed);
+      return;
+    }
     const int64_t t0 = NowNs();
     (*fn)(i);
     caller_end = NowNs();
@@ -105,6 +117,18 @@ struct TimedLoop {
 };
 
 void RunTask(void* loop, size_t i) { static_cast<TimedLoop*>(loop)->Run(static_cast<int64_t>(i)); }
+
+// Adds a loop's task times to the window; at its end, whether the helpers ran under a ninth of them (then a new
+// window starts). Concurrent callers may blur a window's sums a little, which only shifts one decision.
+bool WindowSaysSerial(int64_t caller_ns, int64_t helper_ns) {
+  g_window_caller_ns.fetch_add(caller_ns, std::memory_order_relaxed);
+  g_window_helper_ns.fetch_add(helper_ns, std::memory_order_relaxed);
+  if (g_window_loops.fetch_add(1, std::memory_order_relaxed) + 1 < kWindowLoops) return false;
+  g_window_loops.store(0, std::memory_order_relaxed);
+  const int64_t caller = g_window_caller_ns.exchange(0, std::memory_order_relaxed);
+  const int64_t helpers = g_window_helper_ns.exchange(0, std::memory_order_relaxed);
+  return helpers * 8 < caller;
+}
 }  // namespace
 
 CallContextScope::CallContextScope(HostLoop loop) : previous_(t_host_loop) { t_host_loop = loop; }
@@ -121,12 +145,16 @@ void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)
   if (t_host_loop.run == nullptr || !t_host_loop.run(t_host_loop.host, RunTask, static_cast<size_t>(n_tasks), &loop))
     pool->Run(threads, n_tasks, [&loop](int64_t i) { loop.Run(i); });
   // a caller that ran no task learns nothing; one that ran them all for long, or waited past several of its own
-  // tasks' time, found the helpers off the cores
-  if (loop.caller_tasks == 0) return;
-  const bool absent = loop.caller_tasks == n_tasks && loop.caller_ns > kAbsentNs;
-  const int64_t now = NowNs(), waited = now - loop.caller_end;
-  if (absent || waited > std::max(kStallFloorNs, 4 * loop.caller_ns / loop.caller_tasks))
-    g_serial_until.store(now + kSerialSpanNs, std::memory_order_relaxed);
+  // tasks' time, found the helpers off the cores; so did the last kWindowLoops loops when helpers ran little of them
+  bool serial = WindowSaysSerial(loop.caller_ns, loop.helper_ns.load(std::memory_order_relaxed));
+  if (loop.caller_tasks == 0 && !serial) return;
+  const int64_t now = NowNs();
+  if (loop.caller_tasks > 0) {
+    const bool absent = loop.caller_tasks == n_tasks && loop.caller_ns > kAbsentNs;
+    const int64_t waited = now - loop.caller_end;
+    serial = serial || absent || waited > std::max(kStallFloorNs, 4 * loop.caller_ns / loop.caller_tasks);
+  }
+  if (serial) g_serial_until.store(now + kSerialSpanNs, std::memory_order_relaxed);
 }
 
 }  // namespace npu_ep::kern

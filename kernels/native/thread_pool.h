@@ -21,7 +21,8 @@ inline int ThreadsFor(int threads, int64_t work) { return work < kMinParallelWor
 // all are done. Inside a partition call (a CallContextScope on this thread) the tasks run on ORT's own intra-op
 // pool, so no second pool competes with ORT's for the cores; elsewhere (kernel tests, benchmarks) on our helpers.
 // If another call is already using our pool, this one runs on the caller's thread alone; so do all loops for a while
-// after one whose helpers did not get a core (a loaded host).
+// after one whose helpers did not get a core, or after a run of loops whose helpers ran little of the work (a loaded
+// host).
 void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn);
 
 // fn(begin, end) over [0, n) in even chunks of whole 16-element vectors, a multiple of `threads` of them with at most
