@@ -5,6 +5,7 @@
 // it meets every slot; later chunks add onto the stored partial sums. Numpy's OpenBLAS ran a small net's convs
 // (M 16-64, K 27-288) at 8-50 GFLOP/s here and woke its own threads for them; this runs on the calling thread only.
 #include <algorithm>
+#include <vector>
 
 #include "conv_gemm.h"
 #include "intrinsics.h"
@@ -251,14 +252,34 @@ __attribute__((target(NPU_AVX512F))) void ChannelColumns(int64_t K, const float*
 
 }  // namespace
 
+// A's rows a multiple of 512 bytes apart, 1 KiB or more (M = 256, 384, 512), map a channel block's K rows onto a
+// few cache sets, where they evict each other between the pixel tiles that re-read them: such blocks are copied
+// into contiguous panels first (the same values in the same order: the same bits).
+inline bool PackPanels(int64_t lda, int64_t n_pix) { return lda >= 256 && lda % 128 == 0 && n_pix > 12; }
+
 __attribute__((target(NPU_AVX512F))) void ChannelGemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda,
                                                             const float* b, const int64_t* koff, const int64_t* pin,
                                                             const int64_t* pout, int64_t n_pix, float* c, int64_t ldc,
                                                             const float* bias, const float* clip, const float* hswish) {
+  static thread_local std::vector<float> t_panel;
+  const bool pack = PackPanels(lda, n_pix);  // (a tile or two of pixels read A once: no copy)
   for (int64_t m0 = 0; m0 < M; m0 += 64) {
     const int64_t vectors = std::min<int64_t>(4, (M - m0) / 16);
     const float* bm = bias == nullptr ? nullptr : bias + m0;
     float* cm = c + m0 * ldc;
+    if (pack) {
+      const int64_t width = vectors * 16;
+      if (static_cast<int64_t>(t_panel.size()) < K * width) t_panel.resize(K * width);
+      float* panel = t_panel.data();
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t v = 0; v < vectors; ++v)
+          _mm512_storeu_ps(panel + k * width + 16 * v, _mm512_loadu_ps(at + k * lda + m0 + 16 * v));
+      if (vectors == 4) ChannelColumns<4>(K, panel, width, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
+      if (vectors == 3) ChannelColumns<3>(K, panel, width, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
+      if (vectors == 2) ChannelColumns<2>(K, panel, width, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
+      if (vectors == 1) ChannelColumns<1>(K, panel, width, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
+      continue;
+    }
     if (vectors == 4) ChannelColumns<4>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
     if (vectors == 3) ChannelColumns<3>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);
     if (vectors == 2) ChannelColumns<2>(K, at + m0, lda, b, koff, pin, pout, n_pix, cm, ldc, bm, clip, hswish);

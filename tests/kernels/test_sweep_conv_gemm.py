@@ -3,7 +3,10 @@ to 12 output channels a tile, M cut into ceil(M / 12) row blocks of near-equal s
 9 + 8 + 8), two 16-pixel slots a tile, depth passes of 256. Each output is summed in k order with fused
 multiply-adds per pass whatever its row block, so the native conv is held to the dot-product bound against the
 reference (test_sweep_conv's ``_float_conv``), with NaN, infinities, -0, huge values and denormals in x, and its
-bits are the same at one and two threads (the output channels split between tasks by the thread count)."""
+bits are the same at one and two threads (the output channels split between tasks by the thread count). The
+channels-in-lanes kernel (ChannelGemmAvx512) copies A's 64-channel blocks into contiguous panels where M is a
+multiple of 128 and at least 256 and a task has more than 12 pixels: M 256, 384 (a panel of 4 vectors) and
+272 (no copy), 4x5 to 20x21 maps, strides 1-2, depth around the 256-deep pass."""
 
 from __future__ import annotations
 
@@ -54,6 +57,18 @@ def test_gemm_row_blocks_same_bits_at_two_threads(float_isa, m):
     b = _floats((m,), rng)
     one = _float_conv(x, w, b, pads=[1, 1, 1, 1])
     two = _float_conv(x, w, b, threads=2, pads=[1, 1, 1, 1])
+    assert one.tobytes() == two.tobytes()
+
+
+@pytest.mark.parametrize("m", [256, 272, 384])
+@pytest.mark.parametrize("cg, hw, stride", [(28, 10, 1), (29, 20, 2), (32, 4, 1), (16, 7, 1)])
+def test_lanes_panels(float_isa, m, cg, hw, stride):
+    rng = np.random.default_rng(m + cg + hw)
+    x = _floats((1, cg, hw, hw + 1), rng, specials=True)
+    w = _floats((m, cg, 3, 3), rng)
+    b = _floats((m,), rng)
+    one = _float_conv(x, w, b, strides=[stride, stride], pads=[1, 1, 1, 1], tail=[("clip", 0.0, 6.0)])
+    two = _float_conv(x, w, b, threads=2, strides=[stride, stride], pads=[1, 1, 1, 1], tail=[("clip", 0.0, 6.0)])
     assert one.tobytes() == two.tobytes()
 
 
