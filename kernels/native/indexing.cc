@@ -25,6 +25,7 @@
 #include "half.h"
 #include "movement.h"
 #include "row_copy.h"
+#include "task_loop.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -74,16 +75,9 @@ void ForUnits(int64_t n, int64_t unit, int threads, const Fn& fn) {
   const int64_t bytes = n * std::max<int64_t>(unit, 1);
   const int64_t per_task = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(unit, 1));
   const int64_t tasks = (n + per_task - 1) / per_task;
-  // the task captures one pointer, so std::function holds it in place (no allocation per call)
-  const struct {
-    const Fn& fn;
-    int64_t n, per_task;
-  } loop{fn, n, per_task};
-  auto run = [&] {
-    ParallelFor(ThreadsFor(threads, bytes), tasks,
-                [l = &loop](int64_t t) { l->fn(t * l->per_task, std::min(l->n, (t + 1) * l->per_task)); });
-  };
-  RunMoving(static_cast<size_t>(bytes), run);
+  RunMoving(static_cast<size_t>(bytes), [&] {
+    ForTasks(ThreadsFor(threads, bytes), tasks, [&](int64_t t) { fn(t * per_task, std::min(n, (t + 1) * per_task)); });
+  });
 }
 
 // Copies `row` bytes; B > 0 is the row size known at compile time (one load and store).
