@@ -85,6 +85,10 @@ int64_t NowNs() {
 // faster. Only the thread count changes, never the tasks, so the bits stay the same.
 std::atomic<int64_t> g_serial_until{0};
 constexpr int64_t kSerialSpanNs = 50'000'000;  // then one loop tries the helpers again
+// A span that ends in another one within kSerialSpanNs doubles, up to kMaxSerialSpanNs: a host loaded for long would
+// otherwise pay for a window of loops on absent helpers every 50 ms.
+constexpr int64_t kMaxSerialSpanNs = 800'000'000;
+std::atomic<int64_t> g_serial_span{kSerialSpanNs};
 constexpr int64_t kStallFloorNs = 1'000'000;
 constexpr int64_t kAbsentNs = 250'000;  // an idle helper joins a loop well within this time on a quiet host
 // Over this many loops, helpers that ran under a ninth of the tasks' time did not get a core in time either: loops
@@ -154,7 +158,12 @@ void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)
     const int64_t waited = now - loop.caller_end;
     serial = serial || absent || waited > std::max(kStallFloorNs, 4 * loop.caller_ns / loop.caller_tasks);
   }
-  if (serial) g_serial_until.store(now + kSerialSpanNs, std::memory_order_relaxed);
+  if (!serial) return;
+  int64_t span = kSerialSpanNs;
+  if (now - g_serial_until.load(std::memory_order_relaxed) < kSerialSpanNs)
+    span = std::min(2 * g_serial_span.load(std::memory_order_relaxed), kMaxSerialSpanNs);
+  g_serial_span.store(span, std::memory_order_relaxed);
+  g_serial_until.store(now + span, std::memory_order_relaxed);
 }
 
 }  // namespace npu_ep::kern
