@@ -4,8 +4,9 @@ After fusion (a conv's element-wise tail is part of its node), a chain is a maxi
 each a depthwise conv (one input channel per group, one output each, unit dilation, any stride and pads) or a
 pointwise conv (1x1, stride 1, unpadded, one group), where each conv's output is read by the next conv alone (as its
 data input) and is not a partition output. A chain of two or more runs as ``npu::ConvNhwc`` steps
-(``kernels/ops/conv_nhwc.py``): one Transpose to NHWC before its first conv, one back to NCHW after its last, so
-every tensor read outside the chain, and every partition output, stays NCHW.
+(``kernels/ops/conv_nhwc.py``): one Transpose to NHWC before its first conv (none when that is a depthwise conv: it
+gathers its NCHW input rows into the lanes itself), one back to NCHW after its last, so every tensor read outside
+the chain, and every partition output, stays NCHW.
 
 The cost model (``kernels/cost.py``) decides per chain: NHWC when the reorders its NCHW kernels make themselves
 (a strided depthwise conv's transposes to channels in the lanes and back, ``conv_reorder_bytes``) cost more than
@@ -123,14 +124,16 @@ def assign_layouts(nodes: Sequence[NodeInfo], target: Target, how: str | None = 
             continue
         first, last = members[0], members[-1]
         x = first.inputs[0]
-        cur = _nhwc(x)
-        replaced[chain[0]] = [NodeInfo(first.index, f"{first.name}::to_nhwc", "Transpose", "", (x,), (cur,),
-                                       {"perm": TO_NHWC}, 13)]
+        gathers = conv_kind(first) == "depthwise"  # reads its NCHW input itself: no Transpose before it
+        cur = x if gathers else _nhwc(x)
+        replaced[chain[0]] = [] if gathers else [NodeInfo(first.index, f"{first.name}::to_nhwc", "Transpose", "",
+                                                          (x,), (cur,), {"perm": TO_NHWC}, 13)]
         for i, n in zip(chain, members):
             y = n.outputs[0]
             y_nhwc = _nhwc(y)
+            attrs = {**n.attrs, "layout_kind": conv_kind(n), **({"layout_in": "NCHW"} if cur is x else {})}
             conv = dataclasses.replace(n, op_type="ConvNhwc", domain="npu", inputs=(cur, *n.inputs[1:]),
-                                       outputs=(y_nhwc,), attrs={**n.attrs, "layout_kind": conv_kind(n)})
+                                       outputs=(y_nhwc,), attrs=attrs)
             replaced.setdefault(i, []).append(conv)
             cur = y_nhwc
         replaced[chain[-1]].append(NodeInfo(last.index, f"{last.name}::to_nchw", "Transpose", "", (cur,),

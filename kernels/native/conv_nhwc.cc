@@ -70,8 +70,14 @@ struct PaddedRows {
     float* r = ring + slot * Wp * kGroup;
     if (held[slot] != ih) {
       std::fill(r, r + d.pl * kGroup, 0.0f);
-      const float* x = d.x + ((n * d.H + ih) * d.W) * d.C + c0;
-      for (int64_t iw = 0; iw < d.W; ++iw) std::copy(x + iw * d.C, x + iw * d.C + G, r + (d.pl + iw) * kGroup);
+      if (d.nchw_in) {  // the row of each channel plane into the lanes
+        const float* x = d.x + ((n * d.C + c0) * d.H + ih) * d.W;
+        for (int64_t c = 0; c < G; ++c, x += d.H * d.W)
+          for (int64_t iw = 0; iw < d.W; ++iw) r[(d.pl + iw) * kGroup + c] = x[iw];
+      } else {
+        const float* x = d.x + ((n * d.H + ih) * d.W) * d.C + c0;
+        for (int64_t iw = 0; iw < d.W; ++iw) std::copy(x + iw * d.C, x + iw * d.C + G, r + (d.pl + iw) * kGroup);
+      }
       std::fill(r + (d.pl + d.W) * kGroup, r + Wp * kGroup, 0.0f);
       held[slot] = ih;
     }

@@ -11,7 +11,8 @@ namespace npu_ep::kern {
 constexpr int64_t kNhwcMaxKernel = 16;  // kernel rows a depthwise conv may have
 
 // y [N, OH, OW, C] = the depthwise conv of x [N, H, W, C] with w [kh * kw, C] (tap-major), + bias [C] if given,
-// then the tail; unit dilation, pads top/left (bottom/right follow from OH, OW).
+// then the tail; unit dilation, pads top/left (bottom/right follow from OH, OW). nchw_in: x is [N, C, H, W] (a chain's
+// first conv reads its NCHW input in place of a Transpose before it).
 struct NhwcDepthwise {
   const float* x;
   int64_t N, H, W, C;
@@ -21,6 +22,7 @@ struct NhwcDepthwise {
   ConvTail tail;
   float* y;
   int64_t OH, OW;
+  bool nchw_in = false;
 };
 void DepthwiseNhwc(const NhwcDepthwise& d, int threads);
 

@@ -43,7 +43,7 @@ Arr<float> Nhwc(py::handle x_in, const char* op) {
 
 // geometry: [kh, kw, sh, sw, pad top, left, bottom, right]; w [kh * kw, C]
 py::array DepthwisePy(py::handle x_in, py::handle w_in, py::handle bias_in, const std::vector<int64_t>& geom,
-                      int threads, py::handle codes_in, py::handle consts_in) {
+                      int threads, py::handle codes_in, py::handle consts_in, bool nchw_in) {
   const char* op = "conv_nhwc_depthwise";
   const Arr<float> x = Nhwc(x_in, op);
   const Arr<float> w = AsArray<float>(w_in, op, "w");
@@ -52,7 +52,8 @@ py::array DepthwisePy(py::handle x_in, py::handle w_in, py::handle bias_in, cons
   const auto consts = AsOptionalArray<float>(consts_in, op, "tail_consts");
   if (geom.size() != 8) throw std::invalid_argument(std::string(op) + ": geometry has 8 values");
   NhwcDepthwise d{};
-  d.N = x.shape(0), d.H = x.shape(1), d.W = x.shape(2), d.C = x.shape(3);
+  d.nchw_in = nchw_in;
+  d.N = x.shape(0), d.H = x.shape(nchw_in ? 2 : 1), d.W = x.shape(nchw_in ? 3 : 2), d.C = x.shape(nchw_in ? 1 : 3);
   d.kh = geom[0], d.kw = geom[1], d.sh = geom[2], d.sw = geom[3], d.pt = geom[4], d.pl = geom[5];
   if (d.kh < 1 || d.kw < 1 || d.kh > kNhwcMaxKernel || d.sh < 1 || d.sw < 1 || geom[4] < 0 || geom[5] < 0 ||
       geom[6] < 0 || geom[7] < 0)
@@ -104,8 +105,9 @@ py::array PointwisePy(py::handle x_in, py::handle packed_in, int64_t m, py::hand
 void BindConvNhwc(py::module_& m) {
   m.def("conv_nhwc_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
-        "depthwise float32 conv in NHWC: x [N, H, W, C], w [kh * kw, C], geometry [kh, kw, sh, sw, pads t l b r]; "
-        "the reference's operations in its order, then the fused tail");
+        py::arg("nchw_in") = false,
+        "depthwise float32 conv into NHWC: x [N, H, W, C] (nchw_in: [N, C, H, W]), w [kh * kw, C], geometry "
+        "[kh, kw, sh, sw, pads t l b r]; the reference's operations in its order, then the fused tail");
   m.def("conv_nhwc_pointwise", &PointwisePy, py::arg("x"), py::arg("packed"), py::arg("m"), py::arg("bias"),
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
         "1x1 float32 conv in NHWC: x [N, H, W, C] times B [C, M] packed by pack_sgemm_b, + bias, then the tail");

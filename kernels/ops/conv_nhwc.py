@@ -5,7 +5,9 @@ The reference model is the Conv's own (``kernels/ops/conv.py``) in NCHW: x trans
 transposed back. The native kernels (``kernels/native/conv_nhwc.cc``) work in NHWC directly: the depthwise conv
 with channels in the lanes (the reference's operations in its order: the same bits), the pointwise conv as
 ``x[P, C] @ W[C, M]`` on the packed GEMM (within the dot-product bound, as conv.py's own GEMMs). Node attributes
-are the Conv's, plus ``layout_kind`` ("depthwise" | "pointwise"); ``attrs["layout"]`` is what reports show.
+are the Conv's, plus ``layout_kind`` ("depthwise" | "pointwise") and ``layout_in`` ("NCHW": a chain's first
+depthwise conv reads its NCHW input itself, gathering each row's channels into the lanes, instead of a Transpose
+step before it); ``attrs["layout"]`` is what reports show.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ KINDS = ("depthwise", "pointwise")
 def as_nchw(node: NodeInfo) -> NodeInfo:
     """The Conv node this step computes, its input's shape back in NCHW."""
     x = node.inputs[0]
+    if node.attr("layout_in") == "NCHW":
+        return dataclasses.replace(node, op_type="Conv", domain="")
     shape = None if x.shape is None else (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
     return dataclasses.replace(node, op_type="Conv", domain="",
                                inputs=(dataclasses.replace(x, shape=shape), *node.inputs[1:]))
@@ -36,12 +40,16 @@ def as_nchw(node: NodeInfo) -> NodeInfo:
 def _check(node: NodeInfo, target: Target) -> str | None:
     if node.attr("layout_kind") not in KINDS:
         return f"{node.describe()}: layout_kind must be one of {', '.join(KINDS)}"
+    if node.attr("layout_in") not in (None, "NHWC", "NCHW") or (node.attr("layout_in") == "NCHW"
+                                                                and node.attr("layout_kind") != "depthwise"):
+        return f"{node.describe()}: layout_in NCHW is for a depthwise conv"
     return conv._check(as_nchw(node), target)
 
 
 def _prepare(node: NodeInfo, target: Target) -> Prepared:
     p = conv._prepare(as_nchw(node), target)
     p.attrs["layout"] = "NHWC"
+    p.attrs["layout_in"] = str(node.attr("layout_in", "NHWC"))
     p.attrs["layout_kind"] = kind = str(node.attr("layout_kind"))
     if kind == "depthwise":  # w [C, kh*kw, 1] -> taps [kh*kw, C]: a tap's channels in the lanes
         p.consts["w_taps"] = np.ascontiguousarray(p.consts["w"][:, :, 0].T)
@@ -75,21 +83,23 @@ def _call(p: Prepared, nat, x: np.ndarray) -> tuple:
     tail = (c["tail_codes"], c["tail_c"]) if "tail_codes" in c else (None, None)
     if p.attrs["layout_kind"] == "depthwise":
         g = p.attrs["geom"]
-        geom = [*g["kernel"], *g["strides"], *conv._pads(g, x.shape[1], x.shape[2])]
-        call = (c["w"], nat.conv_nhwc_depthwise, (c["w_taps"], b32, geom, threads, *tail))
+        nchw_in = p.attrs["layout_in"] == "NCHW"
+        h, w = x.shape[2:] if nchw_in else x.shape[1:3]
+        geom = [*g["kernel"], *g["strides"], *conv._pads(g, h, w)]
+        call = (c["w"], nat.conv_nhwc_depthwise, (c["w_taps"], b32, geom, threads, *tail, nchw_in))
     else:
         call = (c["w"], nat.conv_nhwc_pointwise, (_packed(p, nat), p.attrs["wdims"][0], b32, threads, *tail))
     return calls.keep((x.shape, threads), call)[1:]
 
 
 def _native_ok(x: Any, p: Prepared) -> bool:
-    return (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim == 4 and x.shape[3] == _channels(p)
-            and "tail_slopes" not in p.consts)
+    return (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim == 4 and "tail_slopes" not in p.consts
+            and x.shape[1 if p.attrs["layout_in"] == "NCHW" else 3] == _channels(p))
 
 
 def reference(p: Prepared, x: np.ndarray) -> np.ndarray:
-    """The Conv's kernel in NCHW on x [N, H, W, C], its result back in NHWC."""
-    y = conv._run(p, [x.transpose(0, 3, 1, 2)])[0]
+    """The Conv's kernel in NCHW on x [N, H, W, C] (layout_in NCHW: as it is), its result back in NHWC."""
+    y = conv._run(p, [x if p.attrs["layout_in"] == "NCHW" else x.transpose(0, 3, 1, 2)])[0]
     return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
 
 
@@ -114,7 +124,9 @@ def _bind(p: Prepared, inputs, outs) -> Any:
 
 def _cost(p: Prepared, shapes) -> OpCost:
     x = shapes[0]
-    return conv._cost(p, [None if x is None else (x[0], x[3], x[1], x[2]), *shapes[1:]])
+    if x is not None and p.attrs["layout_in"] != "NCHW":
+        x = (x[0], x[3], x[1], x[2])
+    return conv._cost(p, [x, *shapes[1:]])
 
 
 register(KernelDef("npu", "ConvNhwc", _prepare, _run, _cost, _check, bind=_bind))

@@ -1,5 +1,6 @@
 """The layout pass (kernels/layout.py): chains of float depthwise and pointwise convs run in NHWC as npu::ConvNhwc
-steps between one Transpose to NHWC and one back; tensors read outside the chain and partition outputs stay NCHW.
+steps (the first, a depthwise conv, reading NCHW itself; else a Transpose to NHWC before it) and one Transpose back;
+tensors read outside the chain and partition outputs stay NCHW.
 Sessions with the pass forced on (``NPU_EP_LAYOUT=nhwc``) give the CPU EP's results within the conv tolerance with
 every node on NpuEP, and the programs show each step's layout."""
 
@@ -57,8 +58,9 @@ def _ops(model, how):
     return [(n.op_type, n.attr("layout_kind")) for n in layout.assign_layouts(nodes, REF, how)]
 
 
-def test_the_chain_runs_in_nhwc_between_two_transposes():
-    assert _ops(_separable_model(), "nhwc") == [("Transpose", None), ("ConvNhwc", "depthwise"),
+def test_the_chain_runs_in_nhwc_up_to_one_transpose_back():
+    # the first conv, a depthwise one, reads the NCHW input itself (no Transpose before it)
+    assert _ops(_separable_model(), "nhwc") == [("ConvNhwc", "depthwise"),
                                                 ("ConvNhwc", "pointwise"), ("ConvNhwc", "depthwise"),
                                                 ("ConvNhwc", "pointwise"), ("Transpose", None)]
     assert [op for op, _ in _ops(_separable_model(), "nchw")] == ["Conv"] * 4
@@ -66,8 +68,10 @@ def test_the_chain_runs_in_nhwc_between_two_transposes():
 
 def test_a_tensor_read_outside_the_chain_ends_it():
     ops = _ops(_separable_model(side=True), "nhwc")
-    # pw1's output is read by the pool too: the chain splits into dw0 -> pw1 and dw2 -> pw3
-    assert [op for op, _ in ops].count("Transpose") == 4
+    # pw1's output is read by the pool too: the chain splits into dw0 -> pw1 and dw2 -> pw3, each ending in a
+    # Transpose back
+    assert [op for op, _ in ops].count("Transpose") == 2
+    assert [op for op, _ in ops].count("ConvNhwc") == 4
     assert ("GlobalAveragePool", None) in ops
 
 
@@ -91,11 +95,11 @@ def test_the_cost_model_takes_a_chain_only_where_it_pays():
     """NHWC where the strided depthwise convs' own transposes (in NCHW: input to channels-last, output back) cost
     more than the chain's two boundary transposes."""
     # two stride-2 convs: 16 x (56^2 + 28^2) + 16 x (28^2 + 14^2) saved against 16 x (56^2 + 14^2)
-    assert next(op for op, _ in _ops(_chain_model(16, 56, [2, 2]), "auto")) == "Transpose"
+    assert next(op for op, _ in _ops(_chain_model(16, 56, [2, 2]), "auto")) == "ConvNhwc"
     # one: 16 x 56^2 + 16 x 28^2 saved against the same boundary plus the stride-1 conv's output
     assert [op for op, _ in _ops(_chain_model(16, 56, [2, 1]), "auto")] == ["Conv"] * 4
     assert [op for op, _ in _ops(_chain_model(16, 56, [1, 1]), "auto")] == ["Conv"] * 4
-    assert next(op for op, _ in _ops(_chain_model(16, 56, [1, 1]), "nhwc")) == "Transpose"
+    assert next(op for op, _ in _ops(_chain_model(16, 56, [1, 1]), "nhwc")) == "ConvNhwc"
     assert [op for op, _ in _ops(_separable_model(), "auto")] == ["Conv"] * 4
 
 

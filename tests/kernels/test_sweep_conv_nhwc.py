@@ -40,25 +40,26 @@ def _floats(shape, rng, specials=False):
     return x
 
 
-def _prepared(x_nchw, w, b, tail, **attrs):
+def _prepared(x_nchw, w, b, tail, nchw_in=False, **attrs):
     inputs = [("x", x_nchw, False), ("w", w, True)] + ([("b", b, True)] if b is not None else [])
     (node,) = nodes_from_model(node_model("Conv", inputs, **attrs))
     kind = "depthwise" if attrs.get("group", 1) > 1 else "pointwise"
     x = node.inputs[0]
     s = x.shape
-    nhwc = dataclasses.replace(x, shape=(s[0], s[2], s[3], s[1]))
+    nhwc = x if nchw_in else dataclasses.replace(x, shape=(s[0], s[2], s[3], s[1]))
     node = dataclasses.replace(node, op_type="ConvNhwc", domain="npu", inputs=(nhwc, *node.inputs[1:]),
-                               attrs={**node.attrs, "layout_kind": kind,
+                               attrs={**node.attrs, "layout_kind": kind, **({"layout_in": "NCHW"} if nchw_in else {}),
                                       **({"conv_tail": tail} if tail else {})})
     k = kernel_for("npu", "ConvNhwc")
     assert k.check(node, REF) is None
     return k, k.prepare(node, REF), kind
 
 
-def _both(x_nchw, w, b=None, *, tail=None, threads=1, **attrs):
-    """(native, reference) outputs of the NHWC conv on x (given NCHW, run NHWC); the native kernel ran."""
-    k, p, kind = _prepared(x_nchw, w, b, tail, **attrs)
-    x = np.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
+def _both(x_nchw, w, b=None, *, tail=None, threads=1, nchw_in=False, **attrs):
+    """(native, reference) outputs of the NHWC conv on x (given NCHW, run NHWC unless nchw_in); the native kernel
+    ran."""
+    k, p, kind = _prepared(x_nchw, w, b, tail, nchw_in, **attrs)
+    x = x_nchw if nchw_in else np.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
     runtime.configure([p], "native", threads)
     with native_calls() as calls, np.errstate(all="ignore"):
         got = k.run(p, [x])[0]
@@ -86,7 +87,7 @@ DW_GRID = [(c, h, wd, k, st, pads)
            for h, wd in ((k, 1), (5, 4), (7, 9), (9, 16), (4, 23))]
 
 
-def _dw_case(c, h, wd, k, st, pads, threads=1, tail=None, bias=True, batch=1):
+def _dw_case(c, h, wd, k, st, pads, threads=1, tail=None, bias=True, batch=1, nchw_in=False):
     label = f"dw c={c} {h}x{wd} k={k} s={st} pads={pads}"
     if h + pads[0] + pads[2] < k or wd + pads[1] + pads[3] < k:
         return
@@ -94,7 +95,7 @@ def _dw_case(c, h, wd, k, st, pads, threads=1, tail=None, bias=True, batch=1):
     x = _floats((batch, c, h, wd), rng, specials=True)
     w = _floats((c, 1, k, k), rng, specials=True)
     b = _floats((c,), rng) if bias else None
-    got, want = _both(x, w, b, tail=tail, threads=threads, group=c, strides=[st, st], pads=pads,
+    got, want = _both(x, w, b, tail=tail, threads=threads, nchw_in=nchw_in, group=c, strides=[st, st], pads=pads,
                       kernel_shape=[k, k])
     _bits(got, want, label)
 
@@ -109,12 +110,19 @@ def test_depthwise_tails_widths_strides_pads(case):
     _dw_case(*case)
 
 
+@pytest.mark.parametrize("case", _sample([c for c in DW_GRID if c[0] > 1], 30, 8))
+def test_depthwise_reading_nchw(case):
+    """A chain's first depthwise conv gathers its NCHW input's rows into the lanes itself (layout_in NCHW)."""
+    _dw_case(*case, nchw_in=True, batch=2)
+
+
 @pytest.mark.slow
 def test_depthwise_whole_grid():
     for case in DW_GRID:
         if case[0] > 1:
             _dw_case(*case)
             _dw_case(*case, threads=2, batch=2)
+            _dw_case(*case, nchw_in=True)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -122,6 +130,7 @@ def test_depthwise_tail_no_bias_threads(threads):
     for c in (16, 17, 33):
         _dw_case(c, 56, 56, 3, 2, [1, 1, 1, 1], threads=threads, tail=HARDSWISH, batch=2)
         _dw_case(c, 14, 14, 5, 1, [2, 2, 2, 2], threads=threads, tail=HARDSWISH, bias=False)
+        _dw_case(c, 28, 28, 3, 2, [1, 1, 1, 1], threads=threads, tail=HARDSWISH, nchw_in=True)
 
 
 def test_depthwise_asymmetric_stride():
