@@ -177,3 +177,20 @@ def test_pointwise_specials_propagate():
     got, want = _both(x, w, _floats((20,), rng))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+
+
+@pytest.mark.parametrize("kind", ["depthwise", "pointwise"])
+def test_the_bits_do_not_depend_on_the_thread_count(kind):
+    rng = np.random.default_rng(11)
+    x = _floats((2, 48, 56, 56), rng, specials=True)
+    attrs = ({"group": 48, "kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]} if kind == "depthwise"
+             else {})
+    w = _floats((48, 1, 3, 3) if kind == "depthwise" else (96, 48, 1, 1), rng)
+    k, p, _ = _prepared(x, w, None, HARDSWISH, **attrs)
+    xn = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    outs = []
+    for threads in (1, 2):
+        runtime.configure([p], "native", threads)
+        with np.errstate(all="ignore"):
+            outs.append(k.run(p, [xn])[0])
+    np.testing.assert_array_equal(outs[0], outs[1])
