@@ -32,6 +32,14 @@ bool SameShape(const py::array& a, const std::vector<py::ssize_t>& dims) {
 
 namespace {
 
+// SameShape on numpy's own fields.
+bool SameDims(const py::detail::PyArray_Proxy* a, const std::vector<py::ssize_t>& dims) {
+  if (a->nd != static_cast<int>(dims.size())) return false;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] >= 0 && a->dimensions[i] != dims[i]) return false;  // a negative bound dim takes any extent
+  return true;
+}
+
 // A function this extension defines with pybind11 (m.def): a builtin function whose self is its function record.
 bool IsCppFunction(const py::handle& fn) {
   return PyCFunction_Check(fn.ptr()) && PyCFunction_GET_SELF(fn.ptr()) != nullptr &&
@@ -48,13 +56,14 @@ struct Expected {
 
 bool Matches(const Expected& e, PyObject* v) {
   if (e.kind == Expected::kNone) return v == Py_None;
-  if (!py::isinstance<py::array>(v)) return false;
-  auto a = py::reinterpret_borrow<py::array>(v);
-  if (a.dtype().num() != e.dtype || !SameShape(a, e.dims)) return false;
+  if (!py::detail::npy_api::get().PyArray_Check_(v)) return false;
+  const auto* a = py::detail::array_proxy(v);  // read in place: no dtype object per input
+  const auto* descr = py::detail::array_descriptor_proxy(a->descr);
+  if (descr->type_num != e.dtype || !SameDims(a, e.dims)) return false;
   if (e.kind == Expected::kShape) return true;
-  if (!(a.flags() & py::array::c_style)) return false;
-  return static_cast<size_t>(a.nbytes()) == e.bytes.size() &&
-         std::memcmp(a.data(), e.bytes.data(), e.bytes.size()) == 0;
+  if (!(a->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_)) return false;
+  return static_cast<size_t>(py::reinterpret_borrow<py::array>(v).nbytes()) == e.bytes.size() &&
+         std::memcmp(a->data, e.bytes.data(), e.bytes.size()) == 0;
 }
 
 Expected ParseExpected(const py::handle& h) {
@@ -156,9 +165,7 @@ class ViewStep : public NativeStep {
         return nullptr;
       }
     }
-    PyObject* outs = PyTuple_Pack(1, view);
-    Py_DECREF(view);
-    return outs;
+    return view;  // the one output as itself
   }
   bool NumpyFree() const override { return true; }  // a reshape (a copy at most): no arithmetic
 
@@ -327,18 +334,19 @@ class CallStep : public NativeStep {
 
   PyObject* RunQuiet(PyObject* step_args, NumpyQuiet* quiet) override {
     if (!guards_.Hold() || !fixed_.Hold(step_args)) return nullptr;
+    auto& api = py::detail::npy_api::get();
     CallArgs call(args_);
     for (const In& in : inputs_) {
       if (in.input >= PyTuple_GET_SIZE(step_args)) return nullptr;
       PyObject* x = PyTuple_GET_ITEM(step_args, in.input);
-      if (!py::isinstance<py::array>(x)) return nullptr;
-      auto a = py::reinterpret_borrow<py::array>(x);
-      if (a.dtype().num() != in.dtype || !SameShape(a, in.dims)) return nullptr;
-      if (!in.any_layout && !(a.flags() & py::array::c_style)) return nullptr;
+      if (!api.PyArray_Check_(x)) return nullptr;
+      const auto* p = py::detail::array_proxy(x);  // read in place: no dtype object per input
+      if (py::detail::array_descriptor_proxy(p->descr)->type_num != in.dtype || !SameDims(p, in.dims)) return nullptr;
+      if (!in.any_layout && !(p->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_)) return nullptr;
       if (in.view.empty()) {
         call.Borrow(static_cast<size_t>(in.arg), x);
       } else {
-        call.Own(static_cast<size_t>(in.arg), a.reshape(in.view));
+        call.Own(static_cast<size_t>(in.arg), py::reinterpret_borrow<py::array>(x).reshape(in.view));
       }
     }
     for (const OrtOut& o : ort_outputs_) call.Own(static_cast<size_t>(o.arg), PartitionOutput(o.index, o.dims));
@@ -353,7 +361,7 @@ class CallStep : public NativeStep {
     if (result == nullptr) return nullptr;  // the kernel's error: the loop names the node
     auto res = py::reinterpret_steal<py::object>(result);
     if (res.is_none()) return nullptr;  // the kernel declines these values (the Python kernel runs)
-    if (whole_) return PyTuple_Pack(1, res.ptr());
+    if (whole_) return PyTuple_Check(res.ptr()) ? PyTuple_Pack(1, res.ptr()) : res.release().ptr();
     try {
       py::tuple outs(outputs_.size());
       for (size_t i = 0; i < outputs_.size(); ++i) {
@@ -541,7 +549,8 @@ class CallStep : public NativeStep {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "a numpy ufunc loop failed");
       return nullptr;
     }
-    return PyTuple_Pack(1, out);
+    Py_INCREF(out);
+    return out;  // the one output as itself
   }
 
   // A dtype in the machine's byte order (numpy would swap another one's bytes around the loop).
@@ -588,7 +597,7 @@ class ShapeStep : public NativeStep {
     const int64_t first = Clamp(start_, rank), last = std::max(first, Clamp(end_.value_or(rank), rank));
     py::array_t<int64_t> dims(std::vector<py::ssize_t>{static_cast<py::ssize_t>(last - first)});
     for (int64_t i = first; i < last; ++i) dims.mutable_data()[i - first] = static_cast<int64_t>(a.shape(i));
-    return py::make_tuple(std::move(dims)).release().ptr();
+    return dims.release().ptr();  // the one output as itself
   }
   bool NumpyFree() const override { return true; }
 
@@ -641,7 +650,8 @@ void RegisterNativeSteps(py::module_& m) {
               if (PyErr_Occurred()) throw py::error_already_set();
               return py::none();
             }
-            return py::reinterpret_steal<py::object>(outs);
+            auto result = py::reinterpret_steal<py::object>(outs);
+            return PyTuple_Check(outs) ? result : py::make_tuple(result);  // a one-output step's output as a tuple
           },
           py::arg("args"),
           "The step's outputs for the step inputs `args` (a tuple), as the loop runs it; None when it declines "

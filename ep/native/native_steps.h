@@ -24,9 +24,10 @@ class NumpyQuiet {
 class NativeStep {
  public:
   virtual ~NativeStep() = default;
-  // The step's outputs (a new reference to a tuple) for `args` (the step's input tuple); nullptr with no Python
-  // error set when these inputs are not the ones the step was bound for (the loop then runs the Python kernel);
-  // nullptr with an error set when the step failed.
+  // The step's outputs (a new reference to a tuple, or to the one output itself when that is not a tuple: no tuple
+  // per call for a one-output step) for `args` (the step's input tuple); nullptr with no Python error set when these
+  // inputs are not the ones the step was bound for (the loop then runs the Python kernel); nullptr with an error set
+  // when the step failed.
   virtual PyObject* Run(PyObject* args) = 0;
   // Whether Run never reaches numpy's arithmetic loops (a C++ kernel, a view, kept values), so a program whose steps
   // all run such steps needs no numpy error state set around its call (ProgramCall sets it before any other step).

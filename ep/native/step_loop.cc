@@ -34,6 +34,9 @@ struct LoopStep {
   NativeStep* native = nullptr;
   bool numpy_free = false;  // its native step does no numpy arithmetic (NativeStep::NumpyFree)
   bool ensures_quiet = false;  // its native step ensures the error state itself (NativeStep::EnsuresQuiet)
+  // The step's argument tuple of an earlier call, emptied, that nothing else held when the step was done: the next
+  // call fills it instead of making one. Taken while a call uses it (another thread's call makes its own).
+  mutable py::object spare_args;
 };
 
 // Owns one call's slot table (strong references), cleared on every exit path; a small program's table lives in the
@@ -62,6 +65,7 @@ class Slots {
 
 // The hot path's choices: each step's own native step, counted.
 struct BoundSteps {
+  static constexpr bool kSeesOutputs = false;  // Saw ignores the outputs (a one-output step's array is not wrapped)
   uint64_t& runs;
   uint64_t& declines;
   NativeStep* Choose(size_t, const LoopStep& s, PyObject*) { return s.native; }
@@ -79,6 +83,7 @@ struct BoundSteps {
 // scouted call in which only the steps reading the past see new shapes, and the cost model's memo then finds the
 // others by an object whose hash is kept.
 struct Scout {
+  static constexpr bool kSeesOutputs = true;
   uint64_t& runs;
   uint64_t& declines;
   std::vector<py::object>& previous;  // per step: its shapes in the loop's previous scout
@@ -122,6 +127,7 @@ struct Scout {
 // outs, ran_native) sees each step's result. An error they raise fails the call as it is.
 class Observer {
  public:
+  static constexpr bool kSeesOutputs = true;
   Observer(py::object before, py::object after) : before_(std::move(before)), after_(std::move(after)) {}
 
   NativeStep* Choose(size_t j, const LoopStep&, PyObject* args) {
@@ -220,7 +226,7 @@ class StepLoop {
     for (size_t j = 0; j < steps_.size(); ++j) {
       const LoopStep& s = steps_[j];
       const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-      PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(s.in.size()));
+      PyObject* args = TakeArgs(s);
       if (args == nullptr) throw py::error_already_set();
       for (size_t k = 0; k < s.in.size(); ++k) {
         PyObject* v =
@@ -253,7 +259,14 @@ class StepLoop {
         PyObject* call_args[2] = {s.prepared.ptr(), args};
         outs = PyObject_Vectorcall(s.run.ptr(), call_args, 2, nullptr);
       }
-      if (outs == nullptr || !Store(s, outs, env)) {
+      // a native step's one output may come as itself (NativeStep::Run); those who see the outputs get a tuple
+      const bool single = ran_native && !PyTuple_Check(outs);
+      if (single && Choices::kSeesOutputs) {
+        PyObject* packed = PyTuple_Pack(1, outs);
+        Py_DECREF(outs);
+        outs = packed;
+      }
+      if (outs == nullptr || !(single && !Choices::kSeesOutputs ? StoreOne(s, outs, env) : Store(s, outs, env))) {
         Py_XDECREF(outs);
         Fail(j, args);  // sets the Python error
         Py_DECREF(args);
@@ -265,7 +278,7 @@ class StepLoop {
         throw py::error_already_set();
       }
       Py_DECREF(outs);
-      Py_DECREF(args);
+      KeepArgs(s, args);
       for (int slot : s.release) Py_CLEAR(env[static_cast<size_t>(slot)]);
       if (timed) {
         const auto dt = std::chrono::steady_clock::now() - t0;
@@ -287,6 +300,36 @@ class StepLoop {
     if (slot >= n_slots_ || slot < (allow_none ? -1 : 0))
       throw py::value_error("slot " + std::to_string(slot) + " outside the program's " + std::to_string(n_slots_));
     return slot;
+  }
+
+  // A tuple for the step's arguments (items unset): its spare one, else a new one; nullptr with a Python error set.
+  static PyObject* TakeArgs(const LoopStep& s) {
+    if (s.spare_args) return s.spare_args.release().ptr();
+    return PyTuple_New(static_cast<Py_ssize_t>(s.in.size()));
+  }
+
+  // Done with the step's arguments: emptied and kept as its spare when nothing else holds the tuple (a kernel may
+  // keep its args), else dropped.
+  static void KeepArgs(const LoopStep& s, PyObject* args) {
+    if (Py_REFCNT(args) != 1 || s.spare_args || PyTuple_GET_SIZE(args) == 0) {
+      Py_DECREF(args);
+      return;
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(args); ++k) Py_CLEAR(PyTuple_GET_ITEM(args, k));
+    s.spare_args = py::reinterpret_steal<py::object>(args);
+  }
+
+  // A native step's one output (not a tuple) in the slots of the step's output 0.
+  static bool StoreOne(const LoopStep& s, PyObject* out, Slots& env) {
+    for (const auto& [i, slot] : s.out) {
+      if (i != 0) {
+        PyErr_Format(PyExc_ValueError, "the native step returned 1 output, the node's output %zd is used", i);
+        return false;
+      }
+      Py_INCREF(out);
+      Py_XSETREF(env[static_cast<size_t>(slot)], out);
+    }
+    return true;
   }
 
   // Keeps the step's outputs in their slots; false with a Python error set when the kernel returned too few.
