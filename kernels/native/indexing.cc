@@ -334,10 +334,28 @@ struct PartRun {
   int64_t run;
 };
 
+// The parts' runs of one call: up to kInline in place (no allocation per call), more on the heap.
+class PartRuns {
+ public:
+  explicit PartRuns(size_t n) : n_(n) {
+    if (n > kInline) heap_.resize(n);
+  }
+  PartRun* data() { return n_ > kInline ? heap_.data() : inline_; }
+  const PartRun* data() const { return n_ > kInline ? heap_.data() : inline_; }
+  PartRun& operator[](size_t k) { return data()[k]; }
+  size_t size() const { return n_; }
+
+ private:
+  static constexpr size_t kInline = 16;
+  PartRun inline_[kInline];
+  std::vector<PartRun> heap_;
+  size_t n_;
+};
+
 // Rows [lo, hi) of the whole (`row` bytes each) cut into the parts' rows (kToParts, Split) or assembled from them
 // (Concat), part by part in order.
 template <bool kToParts>
-void RowsOfParts(char* whole, const std::vector<PartRun>& parts, int64_t row, int64_t lo, int64_t hi) {
+void RowsOfParts(char* whole, const PartRuns& parts, int64_t row, int64_t lo, int64_t hi) {
   const PartRun* p = parts.data();
   const size_t n = parts.size();
   const RunCopier copy;
@@ -369,14 +387,14 @@ py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_
                                 DimsText(xs) + " (or not one out per part)");
   const auto [outer, unit] = AxisRows(xs, a, x.itemsize());
   py::tuple ys(sizes.size());
-  std::vector<char*> dst(sizes.size());
+  PartRuns runs(sizes.size());  // each part's data and its run in a row of x
   int64_t min_run = xs[a] * unit;
   const py::dtype dtype = x.dtype();
   Dims dims = xs;  // each part's dims in turn
   for (size_t k = 0; k < sizes.size(); ++k) {
     dims[a] = sizes[k];
     py::array y = Result("split", dtype, dims, outs.size() ? py::reinterpret_borrow<py::object>(outs[k]) : py::none());
-    dst[k] = static_cast<char*>(y.mutable_data());
+    runs[k] = {static_cast<char*>(y.mutable_data()), sizes[k] * unit};
     if (sizes[k] != 0) min_run = std::min(min_run, sizes[k] * unit);
     ys[k] = std::move(y);
   }
@@ -384,8 +402,6 @@ py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_
   const int64_t row = xs[a] * unit;
   if (row <= kTaskBytes && min_run >= kSplitRowRun) {
     // One pass over x's rows, each cut into its parts in turn: x read once in order, and one parallel loop
-    std::vector<PartRun> runs(sizes.size());
-    for (size_t k = 0; k < sizes.size(); ++k) runs[k] = {dst[k], sizes[k] * unit};
     ForUnits(outer, row, threads,
              [&](int64_t lo, int64_t hi) { RowsOfParts<true>(const_cast<char*>(src), runs, row, lo, hi); });
     return ys;
@@ -393,7 +409,7 @@ py::tuple SplitPy(const py::object& x_in, int64_t axis, const py::object& sizes_
   int64_t at = 0;  // long rows (split in tasks within a part) or short runs (a fixed-size copy per part)
   for (size_t k = 0; k < sizes.size(); ++k) {
     const int64_t run = sizes[k] * unit;
-    RunStrided({{outer, run}, {run, 1}, {row, 1}, 1}, dst[k], src + at * unit, threads);
+    RunStrided({{outer, run}, {run, 1}, {row, 1}, 1}, runs[k].data, src + at * unit, threads);
     at += sizes[k];
   }
   return ys;
@@ -424,11 +440,10 @@ py::array ConcatIntoPy(int64_t axis, const py::object& out, int threads, const p
   auto* dst = static_cast<char*>(y.mutable_data());
   const int64_t row = dims[a] * unit;
   int64_t min_run = row;
-  std::vector<PartRun> runs;  // each part's data and its run in a row of y
-  runs.reserve(parts.size());
-  for (const py::array& p : parts) {
-    runs.push_back({static_cast<char*>(const_cast<void*>(p.data())), p.shape(a) * unit});
-    if (p.shape(a) != 0) min_run = std::min(min_run, runs.back().run);
+  PartRuns runs(parts.size());  // each part's data and its run in a row of y
+  for (size_t k = 0; k < parts.size(); ++k) {
+    runs[k] = {static_cast<char*>(const_cast<void*>(parts[k].data())), parts[k].shape(a) * unit};
+    if (parts[k].shape(a) != 0) min_run = std::min(min_run, runs[k].run);
   }
   if (row <= kTaskBytes && min_run >= kSplitRowRun) {
     // One pass over y's rows, each assembled from its parts in turn: y written once in order, one parallel loop

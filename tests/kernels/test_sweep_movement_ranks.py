@@ -109,3 +109,20 @@ def test_lists_longer_than_numpys_axes_are_refused():
         nat.expand(x, tuple([1] * 65), None, 1)
     with pytest.raises(ValueError):
         nat.tile(x, tuple([1] * 65), None, 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_concat_and_split_of_more_parts_than_held_in_place(dtype):
+    """Concat and Split hold up to 16 parts' runs in place, more on the heap: 1, 16, 17 and 40 parts, rows cut in
+    one pass (runs of 32 bytes or more) or part by part (shorter runs), along the last and a middle axis."""
+    nat = runtime.native_module()
+    for n_parts in (1, 16, 17, 40):
+        for width in (1, 40):  # elements per part along the axis: short runs, then runs of 32 bytes or more
+            for axis in (-1, 1):
+                parts = [_values([width if i == axis % 3 else d for i, d in enumerate((3, 2, 5))], dtype)
+                         for _ in range(n_parts)]
+                whole = np.concatenate(parts, axis=axis)
+                _same(nat.concat_into(axis, None, 1, *parts), whole, f"concat {n_parts} parts axis {axis}")
+                sizes = [p.shape[axis] for p in parts]
+                for got, want in zip(nat.split(whole, axis % 3, sizes, 1), parts):
+                    _same(got, want, f"split {n_parts} parts axis {axis}")
