@@ -54,18 +54,16 @@ void RowSlots(int64_t p0, int64_t cols, int64_t ow, int64_t pitch, std::vector<G
   }
 }
 
-// Whether the output channels in the lanes (ChannelGemmAvx512) take fewer vector multiply-adds than the pixels
-// (GemmAvx512 over the slots: a pair's tile 16 per k and 8 rows, a lone slot's 8, a split slot's blend one more),
-// with 16 more per vector and depth pass (up to kKc = 256 deep) for the channels' sums and scatter stores: a
-// shallow conv (K 64..128) pays them over fewer multiply-adds. One vector of channels (16) loads a broadcast of B
-// per multiply-add, so its multiply-adds count 7/6 (a 16-channel 3x3 conv on an 8x8 map: split slots of two rows
-// each, about even by the count alone, ran its GEMM ~20% slower in the lanes). The bits are the same either way.
+// Whether the output channels in the lanes (ChannelGemmAvx512) pay: fewer vector multiply-adds than the pixels'
+// tiles (GemmAvx512: M per slot and k, its near-equal row blocks waste none; a split slot's blend is cheap), with 16
+// more per vector and depth pass (up to kKc = 256 deep) for the channels' sums and scatter stores. The lanes re-read
+// a 64-channel block's K rows from L2 for every 6 pixels where the pixels' tile keeps its 12 rows in L1: a block
+// deeper than 2048 (512 KiB) crowds B out of L2 and stays with the pixels. One vector of channels (16) loads a
+// broadcast of B per multiply-add, so its multiply-adds count 7/6. The bits are the same either way.
 bool ChannelLanesPay(int64_t rows_m, int64_t K, int64_t cols, const std::vector<GemmSlot>& slots) {
-  if (rows_m % 16 != 0 || K < 64) return false;
-  const int64_t n = static_cast<int64_t>(slots.size()), kc = std::min<int64_t>(K, 256);
-  int64_t per_rows = n / 2 * 16 + n % 2 * 8;
-  for (const GemmSlot& sl : slots) per_rows += sl.split < sl.n;
-  const int64_t lanes = rows_m / 16 * cols * (kc + 16), pixels = (rows_m + 7) / 8 * per_rows * kc;
+  if (rows_m % 16 != 0 || K < 64 || K > 2048) return false;
+  const int64_t kc = std::min<int64_t>(K, 256);
+  const int64_t lanes = rows_m / 16 * cols * (kc + 16), pixels = rows_m * static_cast<int64_t>(slots.size()) * kc;
   return rows_m == 16 ? 7 * lanes < 6 * pixels : lanes < pixels;
 }
 

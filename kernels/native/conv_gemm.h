@@ -46,13 +46,8 @@ void EvenOddAvx512(const float* src, int64_t n, float* even, float* odd);
 void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int threads,
                        const ConvTail& tail);
 
-// Output channels per panel of PointwisePanels' weights (packed by kernels/ops/conv.py).
+// Output channels per panel of conv_panels' weights (conv_panels.h; packed by kernels/ops/conv.py).
 constexpr int64_t kPanel = 64;
-// A 1x1, stride-1, unpadded conv (DenseFloat's arguments) on weights packed in panels (conv_gemm.cc): wp
-// [group, Mg / kPanel rounded up, K, kPanel], panel q's row k holding w[g, k, q * kPanel + l] (zeros past Mg).
-// Each output summed as ChannelGemmAvx512 sums it; AVX-512F only.
-void PointwisePanels(const ConvShape& s, const float* x, const float* wp, const float* bias, float* y, int threads,
-                     const ConvTail& tail);
 #endif
 
 }  // namespace npu_ep::kern

@@ -6,7 +6,9 @@ reference (test_sweep_conv's ``_float_conv``), with NaN, infinities, -0, huge va
 bits are the same at one and two threads (the output channels split between tasks by the thread count). The
 channels-in-lanes kernel (ChannelGemmAvx512) copies A's 64-channel blocks into contiguous panels where M is a
 multiple of 128 and at least 256 and a task has more than 12 pixels: M 256, 384 (a panel of 4 vectors) and
-272 (no copy), 4x5 to 20x21 maps, strides 1-2, depth around the 256-deep pass."""
+272 (no copy), 4x5 to 20x21 maps, strides 1-2, depth around the 256-deep pass. A task takes the lanes where they
+need fewer vector multiply-adds than the pixels' tiles (M per slot and k) and A's 64-channel block is at most
+2048 deep: convs on both sides of the count and of the depth."""
 
 from __future__ import annotations
 
@@ -69,6 +71,26 @@ def test_lanes_panels(float_isa, m, cg, hw, stride):
     b = _floats((m,), rng)
     one = _float_conv(x, w, b, strides=[stride, stride], pads=[1, 1, 1, 1], tail=[("clip", 0.0, 6.0)])
     two = _float_conv(x, w, b, threads=2, strides=[stride, stride], pads=[1, 1, 1, 1], tail=[("clip", 0.0, 6.0)])
+    assert one.tobytes() == two.tobytes()
+
+
+# (M, channels, map, stride): by the count the lanes (10x10 maps: 7 slots for 100 pixels) or the pixels (20x20: 16-pixel
+# slots full across row ends), 80 = a 64-channel block and a 16-channel one; depth 227 * 9 = 2043 (lanes) and
+# 228 * 9 = 2052 (pixels), over one and two pixel blocks.
+LANES_CASES = [(64, 16, 10, 1), (80, 16, 20, 1), (80, 24, 10, 1), (128, 32, 20, 2), (96, 16, 20, 1),
+               (32, 227, 10, 1), (32, 228, 10, 1), (48, 227, 13, 1), (48, 228, 13, 1)]
+
+
+@pytest.mark.parametrize("case", LANES_CASES)
+def test_lanes_or_pixels(float_isa, case):
+    m, cg, hw, stride = case
+    rng = np.random.default_rng(m * cg + hw)
+    x = _floats((1, cg, hw, hw), rng, specials=True)
+    w = _floats((m, cg, 3, 3), rng)
+    b = _floats((m,), rng)
+    kw = dict(strides=[stride, stride], pads=[1, 1, 1, 1])
+    one = _float_conv(x, w, b, tail=[("clip", 0.0, 6.0)], **kw)
+    two = _float_conv(x, w, b, threads=2, tail=[("clip", 0.0, 6.0)], **kw)
     assert one.tobytes() == two.tobytes()
 
 
