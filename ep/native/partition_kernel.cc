@@ -188,6 +188,7 @@ PartitionKernel::~PartitionKernel() {
   for (auto& d : output_dtypes) SafeDrop(d);
   for (auto& v : input_views) SafeDrop(v.array);
   for (auto& v : output_views) SafeDrop(v.array);
+  SafeDrop(spare_args);
 }
 
 static std::string ShapeString(const std::vector<int64_t>& dims) {
@@ -326,7 +327,8 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
     if (!k->borrowed.empty()) CheckBorrowed(k, ctx);
     if (k->input_views.size() != n_prog) k->input_views.resize(n_prog);
     if (k->output_views.size() != n_out) k->output_views.resize(n_out);
-    py::tuple args(n_prog);
+    py::tuple args = k->spare_args ? py::reinterpret_steal<py::tuple>(k->spare_args.release())
+                                   : py::tuple(static_cast<py::ssize_t>(n_prog));
     size_t j = 0, b = 0;  // next program input, next borrowed input
     for (size_t i = 0; i < n_in; ++i) {
       const OrtValue* v = nullptr;
@@ -396,6 +398,10 @@ OrtStatus* ComputePartition(PartitionKernel* k, OrtKernelContext* ctx) noexcept 
       if (expected && dst != a.data()) std::memcpy(dst, a.data(), expected);  // equal: computed in place
       bytes_out += expected;
       if (IsNpuValue(out)) bytes_out_npu += expected;
+    }
+    if (n_prog > 0 && Py_REFCNT(args.ptr()) == 1 && !k->spare_args) {  // no one kept the inputs: kept, emptied
+      for (size_t i = 0; i < n_prog; ++i) Py_CLEAR(PyTuple_GET_ITEM(args.ptr(), static_cast<Py_ssize_t>(i)));
+      k->spare_args = std::move(args);
     }
   });
   return status;

@@ -78,6 +78,9 @@ struct PartitionKernel {
   // sees the kernel as const.
   std::vector<KeptView> input_views;
   mutable std::vector<KeptView> output_views;
+  // The program's input tuple of an earlier call, emptied, that nothing else held when that call was done: the next
+  // call fills it instead of making one (a call running meanwhile on another thread makes its own).
+  py::object spare_args;
 
   ~PartitionKernel();
 };

@@ -99,10 +99,17 @@ class ProgramCall {
     for (Py_ssize_t i = 0; i < n; ++i)
       if (!AppendShape(PyTuple_GET_ITEM(ordered.ptr(), i), key))
         return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
-    auto it = signatures_.find(key);
-    if (it == signatures_.end()) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
     // Held for the call: kernels release the GIL, and another thread may re-bind or forget this signature.
-    std::shared_ptr<Signature> sig = it->second;
+    std::shared_ptr<Signature> sig;
+    if (last_ && key == last_key_) {  // the same shapes as the latest call: no hash and lookup
+      sig = last_;
+    } else {
+      auto it = signatures_.find(key);
+      if (it == signatures_.end()) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
+      sig = it->second;
+      last_ = sig;
+      last_key_ = key;
+    }
     sig->last_use = ++clock_;
     if (sig->observe) return PyObject_CallOneArg(observe_.ptr(), ordered.ptr());
     py::object owner = sig->bound.is_none() ? loop_ : sig->bound;
@@ -267,6 +274,7 @@ class ProgramCall {
       if (it->first != keep && (victim == signatures_.end() || it->second->last_use < victim->second->last_use))
         victim = it;
     std::shared_ptr<Signature> sig = victim->second;
+    if (sig == last_) last_.reset();
     signatures_.erase(victim);
     sig->evicted = true;  // a call of it still running counts in late_calls_
     return py::make_tuple(sig->shapes, sig->calls, sig->ns);
@@ -282,6 +290,8 @@ class ProgramCall {
   bool record_ = false;
   std::unordered_map<Key, std::shared_ptr<Signature>, KeyHash> signatures_;
   Key key_scratch_;  // the signature key Dispatch builds, kept for its capacity
+  std::shared_ptr<Signature> last_;  // the latest call's tracked signature (null once evicted), and its key
+  Key last_key_;
 };
 
 ProgramCall* AsProgramCall(py::handle obj) {
