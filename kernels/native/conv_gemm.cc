@@ -118,6 +118,11 @@ void Phases(const ConvShape& s, const float* row, int64_t wq, int64_t phase_pitc
 // q * sw + ph at dst[((c * sw + ph) * rows + r) * wq + q], zeros in the padding.
 void PhasedRows(const ConvShape& s, const float* planes, int64_t ih0, int64_t rows, int64_t wq, float* dst,
                 std::vector<float>& tmp) {
+  if (s.sw == 1 && wq <= 48) {  // short rows: one call a plane (a memcpy a row is as fast on longer ones)
+    for (int64_t c = 0; c < s.Cg(); ++c)
+      PaddedRowsAvx512(planes + c * s.H * s.W, s.H, s.W, ih0, rows, s.pl, wq, dst + c * rows * wq);
+    return;
+  }
   for (int64_t c = 0; c < s.Cg(); ++c)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t ih = ih0 + r;

@@ -8,7 +8,9 @@ channels-in-lanes kernel (ChannelGemmAvx512) copies A's 64-channel blocks into c
 multiple of 128 and at least 256 and a task has more than 12 pixels: M 256, 384 (a panel of 4 vectors) and
 272 (no copy), 4x5 to 20x21 maps, strides 1-2, depth around the 256-deep pass. A task takes the lanes where they
 need fewer vector multiply-adds than the pixels' tiles (M per slot and k) and A's 64-channel block is at most
-2048 deep: convs on both sides of the count and of the depth."""
+2048 deep: convs on both sides of the count and of the depth. At stride 1 the padded rows of up to 48 columns are
+built a plane per call in 16-column masked moves (longer ones by a copy a row): widths around 16, 32 and 48 padded
+columns, asymmetric and wide pads, rows above and below the plane, dilation."""
 
 from __future__ import annotations
 
@@ -92,6 +94,24 @@ def test_lanes_or_pixels(float_isa, case):
     one = _float_conv(x, w, b, tail=[("clip", 0.0, 6.0)], **kw)
     two = _float_conv(x, w, b, threads=2, tail=[("clip", 0.0, 6.0)], **kw)
     assert one.tobytes() == two.tobytes()
+
+
+# (width, kernel, pads [t, l, b, r], dilation): padded widths 16, 17, 32, 33, 48 (short rows) and 49 (a copy a row)
+PAD_CASES = [(14, 3, [1, 1, 1, 1], 1), (15, 3, [1, 1, 1, 1], 1), (30, 3, [1, 1, 1, 1], 1), (31, 3, [1, 1, 1, 1], 1),
+             (46, 3, [1, 1, 1, 1], 1), (47, 3, [1, 1, 1, 1], 1), (20, 3, [2, 0, 1, 3], 1), (9, 5, [3, 2, 3, 2], 1),
+             (12, 3, [2, 2, 2, 2], 2), (17, 3, [0, 0, 0, 0], 1), (20, 1, [2, 17, 1, 1], 1)]
+
+
+@pytest.mark.parametrize("case", PAD_CASES)
+@pytest.mark.parametrize("m", [16, 25])
+def test_stride1_padded_rows(float_isa, case, m):
+    width, k, pads, dil = case
+    rng = np.random.default_rng(width * 7 + k + m)
+    x = _floats((1, 5, 6, width), rng, specials=True)
+    w = _floats((m, 5, k, k), rng)
+    b = _floats((m,), rng)
+    one = _float_conv(x, w, b, pads=pads, dilations=[dil, dil])
+    assert one.tobytes() == _float_conv(x, w, b, threads=2, pads=pads, dilations=[dil, dil]).tobytes()
 
 
 @pytest.mark.parametrize("threads", [1, 2])
