@@ -111,18 +111,18 @@ struct Plan {
 
 // Per-axis checks the reference makes (and its words): a crop within the axis, pads of reflect shorter than the
 // (cropped) axis, no pad of an empty axis outside constant mode.
-void CheckAxis(const SmallDims& dims, size_t i, int64_t b, int64_t e, int64_t kept, const std::string& mode) {
+void CheckAxis(const SmallDims& dims, size_t i, int64_t b, int64_t e, int64_t kept, Mode m, const std::string& mode) {
   const int64_t grow_b = std::max<int64_t>(b, 0), grow_e = std::max<int64_t>(e, 0);
   const bool grows = grow_b > 0 || grow_e > 0;
-  if (kept >= 0 && !(mode != "constant" && grows && kept == 0) &&
-      !(mode == "reflect" && grows && std::max(grow_b, grow_e) >= kept))
+  if (kept >= 0 && !(m != Mode::kConstant && grows && kept == 0) &&
+      !(m == Mode::kReflect && grows && std::max(grow_b, grow_e) >= kept))
     return;  // the message below is made only for a failing axis (a per-call cost otherwise)
   const std::string axis = "axis " + std::to_string(i) + " of shape " + DimsText(dims) + " (pads " + std::to_string(b) +
                            ", " + std::to_string(e) + ", " + std::to_string(kept) + " kept)";
   if (kept < 0) throw std::invalid_argument("pad: the crop of " + axis + " is more than the axis");
-  if (mode != "constant" && (grow_b > 0 || grow_e > 0) && kept == 0)
+  if (m != Mode::kConstant && (grow_b > 0 || grow_e > 0) && kept == 0)
     throw std::invalid_argument("pad: mode " + mode + " cannot pad empty " + axis);
-  if (mode == "reflect" && (grow_b > 0 || grow_e > 0) && std::max(grow_b, grow_e) >= kept)
+  if (m == Mode::kReflect && (grow_b > 0 || grow_e > 0) && std::max(grow_b, grow_e) >= kept)
     throw std::invalid_argument("pad: reflect pads (" + std::to_string(grow_b) + ", " + std::to_string(grow_e) +
                                 ") need axis " + std::to_string(i) + " longer than them: " + axis);
 }
@@ -156,7 +156,7 @@ py::array PadPy(const py::object& x_in, const py::object& begins_in, const py::o
   }
   for (size_t i = 0; i < rank; ++i) {
     kept[i] = dims[i] + std::min<int64_t>(begins[i], 0) + std::min<int64_t>(ends[i], 0);
-    CheckAxis(dims, i, begins[i], ends[i], kept[i], mode_name);
+    CheckAxis(dims, i, begins[i], ends[i], kept[i], p.mode, mode_name);
     offset += std::max<int64_t>(-begins[i], 0) * in_strides[i];
     out_dims[i] = kept[i] + std::max<int64_t>(begins[i], 0) + std::max<int64_t>(ends[i], 0);
   }
