@@ -227,17 +227,19 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
                         out + m0 * P, P, bias == nullptr ? nullptr : bias + g * Mg + m0,
                         clip_only ? tail.consts : nullptr, hswish ? hs : nullptr);
     } else {
-      // a lone short last slot (196 pixels: 12 paired slots and one of 4) costs a whole vector per row and k; its
-      // few pixels go to the channels in the lanes instead (the same sums)
+      // a lone last slot (odd slot count) runs a one-slot tile, a broadcast of A per multiply-add: its pixels go to
+      // the channels in the lanes instead (the same sums), also a split one; past K = 2048 only a short unsplit one
+      // (196 pixels: 12 paired slots and one of 4), as ChannelLanesPay keeps deep blocks off the lanes
       int64_t n_slots = static_cast<int64_t>(sc.slots.size());
       const GemmSlot& last = sc.slots.back();
-      const bool lone = n_slots % 2 == 1 && last.n <= 8 && last.split >= last.n && rows_m % 16 == 0 && K >= 64;
+      const bool lone = n_slots % 2 == 1 && rows_m % 16 == 0 && K >= 64 &&
+                        (K <= 2048 || (last.n <= 8 && last.split >= last.n));
       if (lone) {
         --n_slots;
         sc.pin.clear();
         sc.pout.clear();
         for (int l = 0; l < last.n; ++l) {
-          sc.pin.push_back(last.in + l);
+          sc.pin.push_back(last.in + l + (l >= last.split ? last.jump : 0));
           sc.pout.push_back(last.out + l);
         }
         ChannelGemmAvx512(rows_m, K, w + g * K * Mg + m0, Mg, b, sc.koff.data(), sc.pin.data(), sc.pout.data(), last.n,

@@ -8,7 +8,8 @@ channels-in-lanes kernel (ChannelGemmAvx512) copies A's 64-channel blocks into c
 multiple of 128 and at least 256 and a task has more than 12 pixels: M 256, 384 (a panel of 4 vectors) and
 272 (no copy), 4x5 to 20x21 maps, strides 1-2, depth around the 256-deep pass. A task takes the lanes where they
 need fewer vector multiply-adds than the pixels' tiles (M per slot and k) and A's 64-channel block is at most
-2048 deep: convs on both sides of the count and of the depth. At stride 1 the padded rows of up to 48 columns are
+2048 deep: convs on both sides of the count and of the depth; a task's lone last slot runs in the lanes (any, up to
+depth 2048; a short unsplit one beyond). At stride 1 the padded rows of up to 48 columns are
 built a plane per call in 16-column masked moves (longer ones by a copy a row): widths around 16, 32 and 48 padded
 columns, asymmetric and wide pads, rows above and below the plane, dilation."""
 
@@ -78,9 +79,11 @@ def test_lanes_panels(float_isa, m, cg, hw, stride):
 
 # (M, channels, map, stride): by the count the lanes (10x10 maps: 7 slots for 100 pixels) or the pixels (20x20: 16-pixel
 # slots full across row ends), 80 = a 64-channel block and a 16-channel one; depth 227 * 9 = 2043 (lanes) and
-# 228 * 9 = 2052 (pixels), over one and two pixel blocks.
+# 228 * 9 = 2052 (pixels), over one and two pixel blocks. A lone last slot (odd slot count) in the lanes: split across
+# a row end (13-wide rows: 169 pixels in 11 slots), whole, or short; past depth 2048 only a short unsplit one.
 LANES_CASES = [(64, 16, 10, 1), (80, 16, 20, 1), (80, 24, 10, 1), (128, 32, 20, 2), (96, 16, 20, 1),
-               (32, 227, 10, 1), (32, 228, 10, 1), (48, 227, 13, 1), (48, 228, 13, 1)]
+               (32, 227, 10, 1), (32, 228, 10, 1), (48, 227, 13, 1), (48, 228, 13, 1), (32, 16, 13, 1),
+               (48, 16, 20, 2), (32, 8, 14, 1), (16, 230, 14, 1)]
 
 
 @pytest.mark.parametrize("case", LANES_CASES)
