@@ -53,7 +53,8 @@ class EpSession:
         # ORT hands provider options over as ep.<the OrtEpDevice's ep_name>.<key>: NpuEP's NPU-memory device has a
         # name of its own (ep/native/factory.cc)
         self.options = options_mod.parse(config, prefix=options_mod.prefix_for(device_name or ep_name))
-        self.target = Target.load(self.options.target).with_kv_cache_dtype(self.options.kv_cache_dtype)
+        self.target = (Target.load(self.options.target).with_kv_cache_dtype(self.options.kv_cache_dtype)
+                       .with_conv_layout(self.options.conv_layout))
         # this session's log level (its callbacks run under it, log.session_scoped); None: the application's
         self.log_level = level_number(self.options.log_level if self.options.log_level_given else None)
         self.capabilities: list[tuple[dict, Capability]] = []  # (graph info, result) per GetCapability call

@@ -36,6 +36,7 @@ class EpOptions:
     log_level: str = "warning"
     log_level_given: bool = False  # the session set log_level (else the application's logging decides)
     kv_cache_dtype: str | None = None  # None: the target's (float32 unless it says so); kernels/ops/_kv_format.py
+    conv_layout: str | None = None  # None: the target's (nchw: the layout pass off); kernels/layout.py
     # EPContext (ORT's standard session keys)
     context_enable: bool = False
     context_file_path: str = ""
@@ -61,6 +62,8 @@ _PROVIDER_KEYS = {
     "log_level": "debug | info | warning | error",
     "kv_cache_dtype": "float32 | float16 | int8_per_head | int8_per_token | int4_per_head: the format attention "
                       "keeps the KV cache in (default: the target's, float32); changes numerics, so opt-in",
+    "conv_layout": "nchw | auto | nhwc (default: the target's, nchw): the layout pass over chains of depthwise and "
+                   "pointwise convs (kernels/layout.py): off, where the cost model says it pays, or every chain",
 }
 _POLICIES = ("max_coverage", "cost_aware")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -144,6 +147,12 @@ def parse(config: Mapping[str, str], prefix: str = PREFIX) -> EpOptions:
 
         if kv_dtype not in KV_CACHE_DTYPES:
             raise OptionError(f"NpuEP option kv_cache_dtype={kv_dtype!r}: expected one of {', '.join(KV_CACHE_DTYPES)}")
+    conv_layout = provider.get("conv_layout")
+    if conv_layout is not None:
+        from ..kernels.target import CONV_LAYOUTS
+
+        if conv_layout not in CONV_LAYOUTS:
+            raise OptionError(f"NpuEP option conv_layout={conv_layout!r}: expected one of {', '.join(CONV_LAYOUTS)}")
     embed = _int("ep.context_embed_mode", config.get("ep.context_embed_mode", "1"))
     if embed not in (0, 1):
         raise OptionError(f"ep.context_embed_mode={embed}: expected 0 or 1")
@@ -163,6 +172,7 @@ def parse(config: Mapping[str, str], prefix: str = PREFIX) -> EpOptions:
         log_level=level,
         log_level_given="log_level" in provider,
         kv_cache_dtype=kv_dtype,
+        conv_layout=conv_layout,
         context_enable=_bool("ep.context_enable", config.get("ep.context_enable", "0")),
         context_file_path=config.get("ep.context_file_path", ""),
         context_embed_mode=embed,

