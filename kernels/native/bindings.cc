@@ -275,9 +275,34 @@ class BoundNBits {
   BoundNBits(const BoundNBits&) = delete;  // g_ points into segs_
   BoundNBits& operator=(const BoundNBits&) = delete;
 
-  py::object Call(const Arr<float>& x, const std::optional<Arr<float>>& skip) const {
-    if (!norm_) return RunMatMulNBits(g_, x, std::nullopt, false);
-    return RunNormMatMul(g_, *norm_, x, skip, std::nullopt, false);
+  py::object Call(const py::object& x_in, const std::optional<Arr<float>>& skip, const py::object& into) const {
+    const Arr<float> x = AsArray<float>(x_in, "bound nbits", "x");
+    if (norm_) return RunNormMatMul(g_, *norm_, x, skip, std::nullopt, false);
+    return Product(x, into);
+  }
+  // x [..., K] -> y [..., N] (x's leading dims; a bound step's x comes as the node's input, no [M, K] view made),
+  // written into `into` when it is a writeable C-order float32 array of M x N elements (ORT's output buffer).
+  py::object Product(const Arr<float>& x, const py::object& into) const {
+    if (x.ndim() < 1 || x.shape(x.ndim() - 1) != g_.K)
+      throw std::invalid_argument("bound nbits: x must be [..., K=" + std::to_string(g_.K) + "]");
+    NBitsGemm g = g_;
+    g.M = x.size() / g_.K;
+    g.a = x.data();
+    py::array_t<float> y;
+    if (Arr<float>::check_(into) && py::reinterpret_borrow<py::array>(into).writeable() &&
+        py::reinterpret_borrow<Arr<float>>(into).size() == g.M * g.N) {
+      y = py::reinterpret_borrow<py::array_t<float>>(into);
+    } else {
+      std::vector<py::ssize_t> dims(x.shape(), x.shape() + x.ndim());
+      dims.back() = g.N;
+      y = py::array_t<float>(dims);
+    }
+    g.y = y.mutable_data();
+    {
+      py::gil_scoped_release release;
+      MatMulNBits(g);
+    }
+    return std::move(y);
   }
   // A float16 node's call (no norm): x [M, K] float16 -> y [M, N] float16 (MatMulNBitsHalf).
   py::array CallHalf(const py::array& x) const {
@@ -439,7 +464,8 @@ void RegisterKernels(py::module_& parent) {
                     int64_t, int, int, int, uintptr_t, const std::optional<py::tuple>&>(),
            py::arg("b"), py::arg("scales"), py::arg("zero_points"), py::arg("bias"), py::arg("K"), py::arg("N"),
            py::arg("block_size"), py::arg("accuracy_level"), py::arg("threads"), py::arg("sgemm"), py::arg("norm"))
-      .def("__call__", &BoundNBits::Call, py::arg("x"), py::arg("skip") = py::none())
+      .def("__call__", &BoundNBits::Call, py::arg("x"), py::arg("skip") = py::none(), py::arg("into") = py::none(),
+           "x [..., K] float32 -> y [..., N] (into: ORT's buffer to write y in, when it fits); norm: (y, sum)")
       .def("half", &BoundNBits::CallHalf, py::arg("x"), "float16 x [M, K] -> float16 y (no norm)")
       .def("swiglu", &BoundNBits::CallSwiGlu, py::arg("x"),
            "float32 or float16 x [M, K] -> g * sigmoid(g) * u of y's halves [M, N / 2] (no norm)");

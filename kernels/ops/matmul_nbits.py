@@ -44,6 +44,7 @@ from ..target import Target
 from ._matrix import (apply_float_epilogue, check_fits, matmul_dims, planned_cost, run_native_counted,
                   static_plan)
 from ._util import arg
+from .movement import ort_buffer
 
 
 def check_nbits(node: NodeInfo, target: Target) -> str | None:
@@ -339,18 +340,26 @@ def bind_nbits(p: Prepared, inputs, outs) -> Any:
             or a.dtype != p.attrs["dtype"] or not a.flags.c_contiguous or a.ndim < 1 or a.shape[-1] != p.attrs["K"]):
         return None
     bias = p.consts["ep_bias"] if p.attrs["epilogue"].get("bias") else None
-    return nbits_step(p, a, bias, [(-1, outs[0].shape)])
+    # float32's product comes as [..., N] already, float16's as [M, N]
+    shape = None if a.dtype == np.float32 else outs[0].shape
+    return nbits_step(p, a, bias, [(-1, shape)], ort_buffer(p, outs, 2))
 
 
-def nbits_step(p: Prepared, a: np.ndarray, bias: np.ndarray | None, outputs: list) -> Any:
+def nbits_step(p: Prepared, a: np.ndarray, bias: np.ndarray | None, outputs: list, ort_outputs: list | None = None,
+               ) -> Any:
     """``A @ W (+ bias)`` for a float32 C-contiguous A of this shape as one native call step (the weights converted
     once), for a MatMulNBits or a MatMulGroup of them (``packed_weights``); ``outputs`` as ``runtime.call_step``'s,
-    over the [M, N] product. A float16 A: the bound kernel's ``half`` (widened, the float32 kernel, rounded once to
-    float16, as ``run_nbits``)."""
-    m = a.size // p.attrs["K"]
+    over the [..., N] product; ``ort_outputs``: ORT's buffer as the product's ``into`` (float32 only). A float16 A:
+    the bound kernel's ``half`` on an [M, K] view (widened, the float32 kernel, rounded once to float16, as
+    ``run_nbits``)."""
+    k = p.attrs["K"]
+    m = a.size // k
     bound = runtime.native(p).BoundNBits(*_native_args(p, bias), *_native_tail(p, m), None)
-    fn = bound.half if a.dtype == np.float16 else bound.__call__  # the method: no type slot lookup per call
-    return runtime.call_step(p, fn, (None,), [(0, 0, a.dtype, a.shape, (m, p.attrs["K"]))], outputs, None)
+    if a.dtype == np.float16:
+        return runtime.call_step(p, bound.half, (None,), [(0, 0, a.dtype, a.shape, (m, k))], outputs, None)
+    # the method itself (no type slot lookup per call), given A as it comes (no view per call)
+    return runtime.call_step(p, bound.__call__, (None, None, None), [(0, 0, a.dtype, a.shape, None)], outputs, None,
+                             ort_outputs=ort_outputs)
 
 
 def _bias_only(p: Prepared) -> bool:

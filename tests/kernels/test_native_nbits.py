@@ -235,8 +235,17 @@ def test_bound_call_keeps_its_weights_and_equals_the_per_call_binding(m):
     bound = NK.BoundNBits(w.B.copy(), w.scales.copy(), w.zero_points.copy(), bias.copy(), 200, 33, 32, 0, 2, 0, None)
     gc.collect()
     np.testing.assert_array_equal(bound(a), want)
-    with pytest.raises(ValueError, match=r"A must be \[M, K=200\]"):
+    with pytest.raises(ValueError, match=r"x must be \[..., K=200\]"):
         bound(a[:, :100])
+    # x of any rank [..., K]: y [..., N]; `into` (ORT's buffer) is written and returned when it fits, else ignored
+    np.testing.assert_array_equal(bound(a.reshape(1, m, 200)), want.reshape(1, m, 33))
+    into = np.full((1, m, 33), np.nan, np.float32)
+    assert bound(a.reshape(1, m, 200), None, into) is into
+    np.testing.assert_array_equal(into, want.reshape(1, m, 33))
+    for wrong in (np.zeros((m, 34), np.float32), np.zeros((m, 33), np.float64), np.zeros((m, 66), np.float32)[:, ::2]):
+        got = bound(a, None, wrong)
+        assert got is not wrong and not wrong.any()
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("K,N,bs", [(64, 1, 16), (1000, 47, 32), (130, 64, 128), (2048, 96, 256),
