@@ -232,8 +232,8 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
       // (196 pixels: 12 paired slots and one of 4), as ChannelLanesPay keeps deep blocks off the lanes
       int64_t n_slots = static_cast<int64_t>(sc.slots.size());
       const GemmSlot& last = sc.slots.back();
-      const bool lone = n_slots % 2 == 1 && rows_m % 16 == 0 && K >= 64 &&
-                        (K <= 2048 || (last.n <= 8 && last.split >= last.n));
+      const bool lone =
+          n_slots % 2 == 1 && rows_m % 16 == 0 && K >= 64 && (K <= 2048 || (last.n <= 8 && last.split >= last.n));
       if (lone) {
         --n_slots;
         sc.pin.clear();
