@@ -15,6 +15,7 @@
 #include "conv.h"
 #include "conv_gemm.h"
 #include "conv_panels.h"
+#include "conv_tail_arg.h"
 #include "cpu.h"
 #include "half.h"
 #include "pool.h"
@@ -67,22 +68,6 @@ bool IsByteArray(const py::array& a, const char* op, const char* what) {
   if (!py::isinstance<py::array_t<uint8_t>>(a))
     throw std::invalid_argument(std::string(op) + ": " + what + " must be uint8 or int8");
   return false;
-}
-
-// The optional fused tail of a float conv (both or neither given), checked: 2 floats per code, codes known.
-ConvTail TailArg(const std::optional<Arr<int32_t>>& codes, const std::optional<Arr<float>>& consts, const char* op) {
-  ConvTail t;
-  if (!codes && !consts) return t;
-  if (!codes || !consts) throw std::invalid_argument(std::string(op) + ": tail_codes and tail_consts go together");
-  if (consts->size() != 2 * codes->size())
-    throw std::invalid_argument(std::string(op) + ": tail_consts must hold 2 floats per tail code");
-  for (int64_t k = 0; k < codes->size(); ++k)
-    if (codes->data()[k] < 0 || codes->data()[k] >= kTailCodes)
-      throw std::invalid_argument(std::string(op) + ": unknown tail code " + std::to_string(codes->data()[k]));
-  t.codes = codes->data();
-  t.consts = consts->data();
-  t.n = codes->size();
-  return t;
 }
 
 // The tail's optional per-output-channel operand (a PRelu's slopes: one per output channel, the constant of

@@ -11,6 +11,7 @@
 
 #include "as_array.h"
 #include "conv_nhwc.h"
+#include "conv_tail_arg.h"
 #include "packed_sgemm.h"
 
 namespace py = pybind11;
@@ -20,20 +21,6 @@ namespace {
 
 template <typename T>
 using Arr = py::array_t<T, py::array::c_style>;
-
-ConvTail Tail(const std::optional<Arr<int32_t>>& codes, const std::optional<Arr<float>>& consts, const char* op) {
-  ConvTail t;
-  if (!codes && !consts) return t;
-  if (!codes || !consts || consts->size() != 2 * codes->size())
-    throw std::invalid_argument(std::string(op) + ": tail_codes and tail_consts go together, 2 floats per code");
-  for (int64_t k = 0; k < codes->size(); ++k)
-    if (codes->data()[k] < 0 || codes->data()[k] >= kTailCodes)
-      throw std::invalid_argument(std::string(op) + ": unknown tail code " + std::to_string(codes->data()[k]));
-  t.codes = codes->data();
-  t.consts = consts->data();
-  t.n = codes->size();
-  return t;
-}
 
 Arr<float> Nhwc(py::handle x_in, const char* op) {
   Arr<float> x = AsArray<float>(x_in, op, "x");
@@ -67,7 +54,7 @@ py::array DepthwisePy(py::handle x_in, py::handle w_in, py::handle bias_in, cons
     throw std::invalid_argument(std::string(op) + ": the kernel is larger than the padded input");
   Arr<float> y({d.N, d.OH, d.OW, d.C});
   d.x = x.data(), d.w = w.data(), d.bias = bias ? bias->data() : nullptr;
-  d.tail = Tail(codes, consts, op);
+  d.tail = TailArg(codes, consts, op);
   d.y = y.mutable_data();
   {
     py::gil_scoped_release release;
@@ -90,7 +77,7 @@ py::array PointwisePy(py::handle x_in, py::handle packed_in, int64_t m, py::hand
       packed.shape(2) != kSgemmPanel)
     throw std::invalid_argument(std::string(op) + ": packed must be B [C, M] in pack_sgemm_b's panels");
   if (bias && bias->size() != m) throw std::invalid_argument(std::string(op) + ": bias must have M values");
-  const ConvTail tail = Tail(codes, consts, op);
+  const ConvTail tail = TailArg(codes, consts, op);
   Arr<float> y({x.shape(0), x.shape(1), x.shape(2), static_cast<py::ssize_t>(m)});
   float* yd = y.mutable_data();
   {
