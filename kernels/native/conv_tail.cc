@@ -303,6 +303,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TailChunk(floa
   }
 }
 
+// y = x + b, the float32 add (y may be x)
+__attribute__((target_clones("avx512f", "avx2", "default"))) void AddRow(const float* x, const float* b, float* y,
+                                                                         int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] + b[i];
+}
+
 void CheckTail(const char* fn, const py::array_t<int32_t, py::array::c_style>& codes,
                const py::array_t<float, py::array::c_style>& consts) {
   const int64_t n_codes = codes.size();
@@ -449,40 +455,52 @@ py::array TailOfBiasPy(const py::array& x, const py::array& bias, const py::obje
   const void* in = x.data();
   const void* bp = bias.data();
   void* dst = y.mutable_data();
-  const int64_t n_codes = codes.size(), tasks = (n + kTailTask - 1) / kTailTask;
+  const int64_t n_codes = codes.size();
   const int32_t* cd = codes.data();
   const float* cs = consts.data();
   const bool registers = FitsRegisters(cd, n_codes);
   {
     py::gil_scoped_release release;
-    std::vector<float> bias_f(static_cast<size_t>(d));
-    if (half) {
-      HalfToFloatRow(static_cast<const uint16_t*>(bp), bias_f.data(), d);
-    } else {
-      std::copy_n(static_cast<const float*>(bp), d, bias_f.data());
+    // The bias row in float32, repeated when shorter than a chunk so that row[k, k + len) is the bias of any chunk
+    // of len <= kTailChunk elements that starts at row offset k (one run per chunk); a longer row is used as it is
+    // (float32: in place) and a chunk splits at its end.
+    const int64_t row_len = d < kTailChunk ? d + kTailChunk : d;
+    std::vector<float> row_f;
+    const float* row = static_cast<const float*>(bp);
+    if (half || row_len != d) {
+      row_f.resize(static_cast<size_t>(row_len));
+      if (half) {
+        HalfToFloatRow(static_cast<const uint16_t*>(bp), row_f.data(), d);
+      } else {
+        std::copy_n(static_cast<const float*>(bp), d, row_f.data());
+      }
+      for (int64_t j = d; j < row_len; j += std::min(j, row_len - j))  // j stays a multiple of d
+        std::copy_n(row_f.data(), std::min(j, row_len - j), row_f.data() + j);
+      row = row_f.data();
     }
-    const float* b = bias_f.data();
+    const auto* x32 = static_cast<const float*>(in);
+    auto* y32 = static_cast<float*>(dst);
+    const int64_t tasks = (n + kTailTask - 1) / kTailTask;
     ParallelFor(ThreadsFor(threads, n * (std::max<int64_t>(n_codes, 1) + 1)), tasks, [&](int64_t t) {
       float v[kTailChunk], saved[kTailChunk];
       const int64_t end = std::min(n, (t + 1) * kTailTask);
       for (int64_t i = t * kTailTask; i < end; i += kTailChunk) {
         const int64_t len = std::min(kTailChunk, end - i);
-        if (half) {
-          HalfToFloatRow(static_cast<const uint16_t*>(in) + i, v, len);
-        } else {
-          std::copy_n(static_cast<const float*>(in) + i, len, v);
-        }
+        // float32: straight from x into y (the add in the register interpreter's loads); float16 through v
+        const float* src = half ? v : x32 + i;
+        float* out = half ? v : y32 + i;
+        if (half) HalfToFloatRow(static_cast<const uint16_t*>(in) + i, v, len);
         for (int64_t j = 0, k = i % d; j < len; k = 0) {  // the chunk's runs of the bias row
-          const int64_t run = std::min(len - j, d - k);
-          for (int64_t r = 0; r < run; ++r) v[j + r] = v[j + r] + b[k + r];
+          const int64_t run = std::min(len - j, row_len - k);
+          if (registers) {
+            RunInRegistersBias(src + j, row + k, out + j, run, cd, cs, n_codes);
+          } else {
+            AddRow(src + j, row + k, out + j, run);
+          }
           j += run;
         }
-        RunChunk(v, saved, len, cd, cs, n_codes, registers);
-        if (half) {
-          FloatToHalfRow(v, static_cast<uint16_t*>(dst) + i, len);
-        } else {
-          std::copy_n(v, len, static_cast<float*>(dst) + i);
-        }
+        if (!registers) TailChunk(out, saved, len, cd, cs, n_codes);
+        if (half) FloatToHalfRow(v, static_cast<uint16_t*>(dst) + i, len);
       }
     });
   }

@@ -177,9 +177,10 @@ NPU_AVX512 void HardSwish512(__m512 (&v)[kVectors], const float* c) {
 
 #undef NPU_AVX512
 
-template <bool kHardSwish>
-__attribute__((target("avx2,fma,avx512f"))) void Run512(const float* in, float* out, int64_t n, const int32_t* codes,
-                                                        const float* c, int64_t n_codes) {
+// bias: nullptr, or bias[i] added to in[i] as it is loaded (a float32 add: BiasGelu's x + bias).
+template <bool kHardSwish, bool kBias>
+__attribute__((target("avx2,fma,avx512f"))) void Run512(const float* in, const float* bias, float* out, int64_t n,
+                                                        const int32_t* codes, const float* c, int64_t n_codes) {
   constexpr int64_t kBlock = 16 * kVectors;
   __m512 v[kVectors], s[kVectors];
 #pragma GCC unroll 4
@@ -187,7 +188,10 @@ __attribute__((target("avx2,fma,avx512f"))) void Run512(const float* in, float* 
   int64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
 #pragma GCC unroll 4
-    for (int u = 0; u < kVectors; ++u) v[u] = _mm512_loadu_ps(in + i + 16 * u);
+    for (int u = 0; u < kVectors; ++u) {
+      v[u] = _mm512_loadu_ps(in + i + 16 * u);
+      if constexpr (kBias) v[u] = _mm512_add_ps(v[u], _mm512_loadu_ps(bias + i + 16 * u));
+    }
     if constexpr (kHardSwish) {
       HardSwish512(v, c);
     } else {
@@ -203,6 +207,7 @@ __attribute__((target("avx2,fma,avx512f"))) void Run512(const float* in, float* 
     const int64_t left = n - i - 16 * u;
     m[u] = left >= 16 ? 0xFFFF : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1u);
     v[u] = _mm512_maskz_loadu_ps(m[u], in + i + 16 * u);
+    if constexpr (kBias) v[u] = _mm512_add_ps(v[u], _mm512_maskz_loadu_ps(m[u], bias + i + 16 * u));
   }
   if constexpr (kHardSwish) {
     HardSwish512(v, c);
@@ -327,8 +332,9 @@ NPU_AVX2 void Block256(__m256 (&v)[kVectors], __m256 (&s)[kVectors], const int32
 
 #undef NPU_AVX2
 
-__attribute__((target("avx2,fma"))) void Run256(const float* in, float* out, int64_t n, const int32_t* codes,
-                                                const float* c, int64_t n_codes) {
+template <bool kBias>
+__attribute__((target("avx2,fma"))) void Run256(const float* in, const float* bias, float* out, int64_t n,
+                                                const int32_t* codes, const float* c, int64_t n_codes) {
   constexpr int64_t kBlock = 8 * kVectors;
   __m256 v[kVectors], s[kVectors];
 #pragma GCC unroll 4
@@ -336,7 +342,10 @@ __attribute__((target("avx2,fma"))) void Run256(const float* in, float* out, int
   int64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
 #pragma GCC unroll 4
-    for (int u = 0; u < kVectors; ++u) v[u] = _mm256_loadu_ps(in + i + 8 * u);
+    for (int u = 0; u < kVectors; ++u) {
+      v[u] = _mm256_loadu_ps(in + i + 8 * u);
+      if constexpr (kBias) v[u] = _mm256_add_ps(v[u], _mm256_loadu_ps(bias + i + 8 * u));
+    }
     Block256(v, s, codes, c, n_codes);
 #pragma GCC unroll 4
     for (int u = 0; u < kVectors; ++u) _mm256_storeu_ps(out + i + 8 * u, v[u]);
@@ -349,6 +358,7 @@ __attribute__((target("avx2,fma"))) void Run256(const float* in, float* out, int
     const int64_t left = n - i - 8 * u;
     m[u] = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left < 0 ? 0 : left > 8 ? 8 : left)), lane);
     v[u] = _mm256_maskload_ps(in + i + 8 * u, m[u]);
+    if constexpr (kBias) v[u] = _mm256_add_ps(v[u], _mm256_maskload_ps(bias + i + 8 * u, m[u]));
   }
   Block256(v, s, codes, c, n_codes);
 #pragma GCC unroll 4
@@ -377,12 +387,28 @@ void RunInRegisters(const float* in, float* out, int64_t n, const int32_t* codes
 #if NPU_EP_X86
   if (ActiveIsa() >= Isa::kAvx512) {
     float hs[4];
-    if (HardSwishProgram(codes, consts, n_codes, hs)) return Run512<true>(in, out, n, codes, consts, n_codes);
-    return Run512<false>(in, out, n, codes, consts, n_codes);
+    if (HardSwishProgram(codes, consts, n_codes, hs))
+      return Run512<true, false>(in, nullptr, out, n, codes, consts, n_codes);
+    return Run512<false, false>(in, nullptr, out, n, codes, consts, n_codes);
   }
-  return Run256(in, out, n, codes, consts, n_codes);
+  return Run256<false>(in, nullptr, out, n, codes, consts, n_codes);
 #else
   (void)in, (void)out, (void)n, (void)codes, (void)consts, (void)n_codes;
+#endif
+}
+
+void RunInRegistersBias(const float* in, const float* bias, float* out, int64_t n, const int32_t* codes,
+                        const float* consts, int64_t n_codes) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) {
+    float hs[4];
+    if (HardSwishProgram(codes, consts, n_codes, hs))
+      return Run512<true, true>(in, bias, out, n, codes, consts, n_codes);
+    return Run512<false, true>(in, bias, out, n, codes, consts, n_codes);
+  }
+  return Run256<true>(in, bias, out, n, codes, consts, n_codes);
+#else
+  (void)in, (void)bias, (void)out, (void)n, (void)codes, (void)consts, (void)n_codes;
 #endif
 }
 

@@ -47,6 +47,11 @@ bool FitsRegisters(const int32_t* codes, int64_t n_codes);
 // FitsRegisters accepts.
 void RunInRegisters(const float* in, float* out, int64_t n, const int32_t* codes, const float* consts, int64_t n_codes);
 
+// RunInRegisters of in[i] + bias[i] (bias[0, n): a float32 add as each vector is loaded, then the program): the
+// bits of that add followed by the program (BiasGelu's x + bias).
+void RunInRegistersBias(const float* in, const float* bias, float* out, int64_t n, const int32_t* codes,
+                        const float* consts, int64_t n_codes);
+
 // Whether the program is HardSwish's (save; mul a; add b; clip lo hi with lo <= hi; mul_saved); then hs = {a, b, lo,
 // hi}, for a kernel that applies it in its registers as v * max(lo, min(hi, v * a + b)): RunInRegisters' operations
 // in its order.

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native 
 
 RNG = np.random.default_rng(4027)
 SIXTH = float(np.float32(1.0 / 6.0))
-SIZES = around(8, 16, 32, 64, 128, 2048)
+CHUNK = 2048
+SIZES = around(8, 16, 32, 64, 128, CHUNK)
 SPECIALS = (np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0e-45, -1.0e-40, 1.17e-38, 3.0e38, -3.0e38, 3.0, -3.0, 4.0, 9.5)
 
 PROGRAMS = {  # name: instructions (CODES name, a, b)
@@ -154,3 +155,45 @@ def test_conv_tails_in_registers(isa, kind):
         args = (x, w, b, [c, c, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1], 1)
         plain, fused = nat.conv_depthwise(*args), nat.conv_depthwise(*args, codes, consts)
     _assert_bits(fused, _per_instruction(plain, codes, consts), f"{kind} conv + hardswish {isa}")
+
+
+SPECIALS_F16 = (np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0e-8, -3.0e-5, 6.1e-5, 65504.0, -65504.0, 3.0, -4.0)
+
+
+def _bias_want(x: np.ndarray, bias: np.ndarray, codes, consts) -> np.ndarray:
+    """x + bias in float32 (float16 widened first), the chunk interpreter, float16 rounded once at the end."""
+    s = x.astype(np.float32) + bias.astype(np.float32)
+    return _per_instruction(s.reshape(-1), codes, consts).reshape(x.shape).astype(x.dtype)
+
+
+def _bias_rows(d: int) -> list[int]:
+    """Row counts whose totals reach around the 64-float block, the 2048-float chunk, GELU's two-task threshold
+    (~29k elements) and the 2^16-float task."""
+    return sorted({1, 2, 3} | {max(1, -(-n // d)) for n in (64, CHUNK + 1, 29127, 49152, (1 << 16) + 77)})
+
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("name", ["gelu_erf", "hardswish", "exp_fallback"])
+def test_bias_entry_point_sweep(isa, name, dtype):
+    """tail_of_bias: the bias added in the register interpreter's loads (float32 straight from x into y, float16 on
+    the widened chunk), or before the chunk interpreter (exp): the bits of x + bias then the program, for bias rows
+    shorter and longer than the 2048-float chunk, totals across block, chunk and task boundaries, special values in
+    x and in the bias, into a new array, a given one and x itself; one and two threads the same bits."""
+    nat = runtime.native_module()
+    codes, consts = _arrays(PROGRAMS[name])
+    specials = SPECIALS if dtype == np.float32 else SPECIALS_F16
+    for d in (1, 15, 16, 17, 64, 384, CHUNK + 3):
+        bias = with_specials((RNG.standard_normal(d) * 2).astype(dtype), RNG, values=specials[:4], fraction=0.01)
+        for rows in _bias_rows(d):
+            x = with_specials((RNG.standard_normal((rows, d)) * 3).astype(dtype), RNG, values=specials, fraction=0.01)
+            want = _bias_want(x, bias, codes, consts)
+            what = f"{name} {np.dtype(dtype).name} d={d} rows={rows} {isa}"
+            _assert_bits(nat.tail_of_bias(x, bias, codes, consts, 1), want, what)
+            out = np.empty_like(x)
+            nat.tail_of_bias(x, bias, codes, consts, 2, out)
+            _assert_bits(out, want, what + " threads=2 out")
+            in_place = x.copy()
+            nat.tail_of_bias(in_place, bias, codes, consts, 2, in_place)
+            _assert_bits(in_place, want, what + " in place")
+
