@@ -12,12 +12,9 @@
 #include <vector>
 
 #include "cpu.h"
+#include "intrinsics.h"
 #include "packed_sgemm.h"
 #include "thread_pool.h"
-
-#if NPU_EP_X86
-#include <immintrin.h>
-#endif
 
 #if defined(__clang__)
 #pragma clang fp contract(off)

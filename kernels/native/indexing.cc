@@ -25,7 +25,6 @@
 #include "half.h"
 #include "movement.h"
 #include "row_copy.h"
-#include "task_loop.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -76,7 +75,8 @@ void ForUnits(int64_t n, int64_t unit, int threads, const Fn& fn) {
   const int64_t per_task = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(unit, 1));
   const int64_t tasks = (n + per_task - 1) / per_task;
   RunMoving(static_cast<size_t>(bytes), [&] {
-    ForTasks(ThreadsFor(threads, bytes), tasks, [&](int64_t t) { fn(t * per_task, std::min(n, (t + 1) * per_task)); });
+    ParallelFor(ThreadsFor(threads, bytes), tasks,
+                [&](int64_t t) { fn(t * per_task, std::min(n, (t + 1) * per_task)); });
   });
 }
 

@@ -17,7 +17,6 @@
 
 #include "movement.h"
 #include "row_copy.h"
-#include "task_loop.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -98,11 +97,11 @@ void ParallelFill(const Broadcast& b, char* dst, const char* src, int64_t total,
   const int64_t part = (run + parts - 1) / parts;
   if (parts == 1) {
     const int64_t per_task = std::max<int64_t>(1, kTaskBytes / run);
-    ForTasks(threads, (runs + per_task - 1) / per_task,
-             [&](int64_t t) { CopyRuns(b, dst, src, t * per_task, std::min(runs, (t + 1) * per_task), 0, b.run); });
+    ParallelFor(threads, (runs + per_task - 1) / per_task,
+                [&](int64_t t) { CopyRuns(b, dst, src, t * per_task, std::min(runs, (t + 1) * per_task), 0, b.run); });
     return;
   }
-  ForTasks(threads, runs * parts, [&](int64_t t) {
+  ParallelFor(threads, runs * parts, [&](int64_t t) {
     const int64_t first = (t % parts) * part;
     CopyRuns(b, dst, src, t / parts, t / parts + 1, static_cast<size_t>(first),
              static_cast<size_t>(std::min(part, run - first)));

@@ -18,7 +18,6 @@
 
 #include "movement.h"
 #include "row_copy.h"
-#include "task_loop.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -197,7 +196,7 @@ py::array PadPy(const py::object& x_in, const py::object& begins_in, const py::o
         p.Axis<T>(0, src, dst, 0, p.n[0], false);
         return;
       }
-      ForTasks(ThreadsFor(threads, y.size()), (p.n[0] + per_task - 1) / per_task, [&](int64_t task) {
+      ParallelFor(ThreadsFor(threads, y.size()), (p.n[0] + per_task - 1) / per_task, [&](int64_t task) {
         p.Axis<T>(0, src, dst, task * per_task, std::min(p.n[0], (task + 1) * per_task), false);
       });
     });

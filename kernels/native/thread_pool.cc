@@ -15,7 +15,7 @@ constexpr int kMaxHelpers = 63;
 
 class Pool {
  public:
-  void Run(int threads, int64_t n, const std::function<void(int64_t)>& fn) {
+  void Run(int threads, int64_t n, TaskRef fn) {
     std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
     int helpers = static_cast<int>(std::min<int64_t>({threads - 1, n - 1, kMaxHelpers}));
     if (!busy.owns_lock() || helpers <= 0) {
@@ -63,7 +63,7 @@ class Pool {
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::vector<std::thread> workers_;
-  const std::function<void(int64_t)>* fn_ = nullptr;
+  const TaskRef* fn_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};
   int want_ = 0, running_ = 0;
@@ -100,7 +100,7 @@ std::atomic<int64_t> g_window_loops{0}, g_window_caller_ns{0}, g_window_helper_n
 // One loop's tasks, timed: how long the calling thread waited for the others after its own last task, and how
 // long each side ran tasks.
 struct TimedLoop {
-  const std::function<void(int64_t)>* fn;
+  const TaskRef* fn;
   std::thread::id caller;
   int64_t caller_tasks = 0, caller_ns = 0, caller_end = 0;
   std::atomic<int64_t> helper_ns{0};
@@ -138,7 +138,7 @@ bool WindowSaysSerial(int64_t caller_ns, int64_t helper_ns) {
 CallContextScope::CallContextScope(HostLoop loop) : previous_(t_host_loop) { t_host_loop = loop; }
 CallContextScope::~CallContextScope() { t_host_loop = previous_; }
 
-void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+void ParallelFor(int threads, int64_t n_tasks, TaskRef fn) {
   static Pool* pool = new Pool();  // intentionally leaked: detached workers may outlive static destructors
   if (n_tasks <= 0) return;
   if (threads <= 1 || n_tasks <= 1 || NowNs() < g_serial_until.load(std::memory_order_relaxed)) {

@@ -5,8 +5,9 @@
 // summation order depend only on its index, never on which thread runs it or how many threads there are.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 
 namespace npu_ep::kern {
 
@@ -17,13 +18,27 @@ namespace npu_ep::kern {
 constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 inline int ThreadsFor(int threads, int64_t work) { return work < kMinParallelWork ? 1 : threads; }
 
+// A task body borrowed for one ParallelFor call: any callable taking the task index, by reference, so passing a
+// lambda never allocates (std::function did for one capturing more than two references, on every call).
+class TaskRef {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, TaskRef>>>
+  TaskRef(const F& f)  // NOLINT(google-explicit-constructor): lambdas pass as they are
+      : obj_(&f), call_([](const void* o, int64_t i) { (*static_cast<const F*>(o))(i); }) {}
+  void operator()(int64_t i) const { call_(obj_, i); }
+
+ private:
+  const void* obj_;
+  void (*call_)(const void*, int64_t);
+};
+
 // Runs fn(i) for every i in [0, n_tasks) on up to `threads` threads (the caller is one of them) and returns when
 // all are done. Inside a partition call (a CallContextScope on this thread) the tasks run on ORT's own intra-op
 // pool, so no second pool competes with ORT's for the cores; elsewhere (kernel tests, benchmarks) on our helpers.
 // If another call is already using our pool, this one runs on the caller's thread alone; so do all loops for a while
 // after one whose helpers did not get a core, or after a run of loops whose helpers ran little of the work (a loaded
 // host).
-void ParallelFor(int threads, int64_t n_tasks, const std::function<void(int64_t)>& fn);
+void ParallelFor(int threads, int64_t n_tasks, TaskRef fn);
 
 // fn(begin, end) over [0, n) in even chunks of whole 16-element vectors, a multiple of `threads` of them with at most
 // about task_elems each, so no thread waits on a last short one (element-wise kernels, whose results do not depend

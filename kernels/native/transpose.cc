@@ -24,7 +24,6 @@
 #include "cpu.h"
 #include "intrinsics.h"
 #include "movement.h"
-#include "task_loop.h"
 #include "thread_pool.h"
 
 namespace py = pybind11;
@@ -292,7 +291,7 @@ void CopyRuns(const Copy& c) {
   const size_t bytes = static_cast<size_t>(run) * c.item;
   const int64_t per_task = std::max<int64_t>(1, kTaskBytes / static_cast<int64_t>(bytes));
   const int64_t tasks = (outer.count + per_task - 1) / per_task;
-  ForTasks(ThreadsFor(c.threads, outer.count * run), tasks, [&](int64_t t) {
+  ParallelFor(ThreadsFor(c.threads, outer.count * run), tasks, [&](int64_t t) {
     for (int64_t o = t * per_task; o < std::min(outer.count, (t + 1) * per_task); ++o) {
       int64_t in, out;
       outer.Offsets(o, in, out);
@@ -331,7 +330,7 @@ void Transpose2D(const Copy& c) {
   auto* dst = reinterpret_cast<T*>(c.dst);
   const bool simd = ActiveIsa() >= Isa::kAvx2;
   const bool by_columns = n_total * m_total * static_cast<int64_t>(sizeof(T)) <= kCachedBytes;
-  ForTasks(ThreadsFor(c.threads, outer.count * n_total * m_total), outer.count * row_tasks, [&](int64_t t) {
+  ParallelFor(ThreadsFor(c.threads, outer.count * n_total * m_total), outer.count * row_tasks, [&](int64_t t) {
     const int64_t o = t / row_tasks, n0 = (t % row_tasks) * rows_per_task;
     int64_t in, out;
     outer.Offsets(o, in, out);

@@ -55,10 +55,7 @@ py::array TriluPy(const py::object& x_in, int64_t k, bool upper, const py::objec
   auto task = [&](int64_t t) {
     TriluRows(src, dst, t * per_task, std::min(rows, (t + 1) * per_task), h, w, k, upper, item);
   };
-  // the task passed by one pointer, so std::function holds it in place (no allocation per call)
-  auto run = [&] {
-    ParallelFor(ThreadsFor(threads, x.size()), (rows + per_task - 1) / per_task, [t = &task](int64_t i) { (*t)(i); });
-  };
+  auto run = [&] { ParallelFor(ThreadsFor(threads, x.size()), (rows + per_task - 1) / per_task, task); };
   RunMoving(static_cast<size_t>(x.nbytes()), run);
   return y;
 }
