@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from _isa import cap_isa, host_isas
 from _sweep import native_calls, node_model
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels import runtime
@@ -29,6 +30,11 @@ REF = Target.load("npu-ref")
 SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 1e30, -1e30, 1e-40, -3e-39], np.float32)
 HARDSWISH = [("save", 0.0, 0.0), ("mul", float(np.float32(1 / 6)), 0.0), ("add", 0.5, 0.0), ("clip", 0.0, 1.0),
              ("mul_saved", 0.0, 0.0)]
+
+
+@pytest.fixture(params=host_isas(top="avx512"))  # the depthwise kernel's AVX-512 rows and its scalar rows
+def float_isa(request):
+    yield from cap_isa(request.param)
 
 
 def _floats(shape, rng, specials=False):
@@ -106,12 +112,12 @@ def _sample(cases, n, seed):
 
 
 @pytest.mark.parametrize("case", _sample([c for c in DW_GRID if c[0] > 1], 60, 7))
-def test_depthwise_tails_widths_strides_pads(case):
+def test_depthwise_tails_widths_strides_pads(float_isa, case):
     _dw_case(*case)
 
 
 @pytest.mark.parametrize("case", _sample([c for c in DW_GRID if c[0] > 1], 30, 8))
-def test_depthwise_reading_nchw(case):
+def test_depthwise_reading_nchw(float_isa, case):
     """A chain's first depthwise conv gathers its NCHW input's rows into the lanes itself (layout_in NCHW)."""
     _dw_case(*case, nchw_in=True, batch=2)
 
@@ -126,7 +132,7 @@ def test_depthwise_whole_grid():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_depthwise_tail_no_bias_threads(threads):
+def test_depthwise_tail_no_bias_threads(float_isa, threads):
     for c in (16, 17, 33):
         _dw_case(c, 56, 56, 3, 2, [1, 1, 1, 1], threads=threads, tail=HARDSWISH, batch=2)
         _dw_case(c, 14, 14, 5, 1, [2, 2, 2, 2], threads=threads, tail=HARDSWISH, bias=False)
