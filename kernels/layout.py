@@ -1,17 +1,28 @@
-"""The layout pass: a partition's chains of float depthwise and pointwise convs run in NHWC (issue 40 item 4).
+"""The layout pass: a partition's regions of float depthwise and pointwise convs run in NHWC (issue 40 item 4).
 
-After fusion (a conv's element-wise tail is part of its node), a chain is a maximal path of float32 2-D convs,
-each a depthwise conv (one input channel per group, one output each, unit dilation, any stride and pads) or a
-pointwise conv (1x1, stride 1, unpadded, one group), where each conv's output is read by the next conv alone (as its
-data input) and is not a partition output. A chain of two or more runs as ``npu::ConvNhwc`` steps
-(``kernels/ops/conv_nhwc.py``): one Transpose to NHWC before its first conv (none when that is a depthwise conv: it
-gathers its NCHW input rows into the lanes itself), one back to NCHW after its last, so every tensor read outside
-the chain, and every partition output, stays NCHW.
+After fusion (a conv's element-wise tail is part of its node), a region is a connected set of nodes whose tensors
+are kept channels-last:
 
-The cost model (``kernels/cost.py``) decides per chain: NHWC when the reorders its NCHW kernels make themselves
+- float32 2-D convs, each a depthwise conv (one input channel per group, one output each, unit dilation, any stride
+  and pads) or a pointwise conv (1x1, stride 1, unpadded, one group), as ``npu::ConvNhwc`` steps
+  (``kernels/ops/conv_nhwc.py``). A conv whose input is NCHW starts a region: a depthwise one gathers its NCHW input
+  rows into the lanes itself, a pointwise one reads a Transpose to NHWC (one per tensor) - unless that input has one
+  pixel, whose bytes are the same in both layouts;
+- element-wise ops (``ELEMENTWISE``) with an NHWC operand: their other operands are constants (permuted at compile
+  time), tensors of one pixel per channel ([N, C, 1, 1], [C, 1, 1]: a free Reshape to [N, 1, 1, C]) or scalars, so
+  an SE block's Mul of the map by its per-channel scale stays in the region;
+- GlobalAveragePool / GlobalMaxPool of an NHWC tensor: a ReduceMean / ReduceMax over axes 1, 2 with the dims kept,
+  then a free Reshape of its [N, 1, 1, C] to the NCHW [N, C, 1, 1] (the same bytes): the SE block's small 1x1 convs
+  stay NCHW steps.
+
+Every NHWC tensor read by a node outside the region, or that is a partition output, gets one Transpose back to
+NCHW under its own name, so the rest of the partition is untouched.
+
+The cost model (``kernels/cost.py``) decides per region: NHWC when the reorders its NCHW kernels make themselves
 (a strided depthwise conv's transposes to channels in the lanes and back, ``conv_reorder_bytes``) cost more than
-the chain's two boundary transposes (``reorder_cycles``). The target's ``conv_layout`` (the provider option
-``conv_layout``) chooses: ``auto`` (the cost model), ``nhwc`` (every chain), ``nchw`` (off, the default).
+the region's boundary transposes (``reorder_cycles``). The target's ``conv_layout`` (the provider option
+``conv_layout``) chooses: ``auto`` (the cost model), ``nhwc`` (every region of two or more convs), ``nchw`` (off,
+the default).
 """
 
 from __future__ import annotations
@@ -27,9 +38,18 @@ from .target import Target
 
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
+# ops that compute each output element from the operands' elements at the same index (after broadcasting): any
+# layout, given their operands in it
+ELEMENTWISE = frozenset({
+    ("", op) for op in ("Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Celu",
+                        "Softplus", "Softsign", "Clip", "Identity", "Abs", "Neg", "Sqrt", "Exp", "Log", "Erf",
+                        "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Gelu", "Add", "Sub", "Mul", "Div", "Max",
+                        "Min", "Sum", "Mean", "Pow", "PRelu")} | {("npu", "ElementwiseChain")})
+_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
+
 
 def conv_kind(n: NodeInfo) -> str | None:
-    """"depthwise" or "pointwise" for a float32 Conv a chain can hold, else None."""
+    """"depthwise" or "pointwise" for a float32 Conv a region can hold, else None."""
     if n.domain != "" or n.op_type != "Conv" or len(n.outputs) != 1 or n.outputs[0].dtype != np.float32:
         return None
     x, w, b = n.input(0), n.input(1), n.input(2)
@@ -49,48 +69,122 @@ def conv_kind(n: NodeInfo) -> str | None:
     return None
 
 
-def chains(nodes: Sequence[NodeInfo]) -> list[list[int]]:
-    """Maximal chains (node indices in order, two or more) of convs that ``conv_kind`` takes."""
-    readers: dict[str, list[tuple[int, int]]] = {}
+def _one_pixel(v: ValueInfo) -> bool:
+    """A 4-D tensor of one pixel per channel: the same bytes in NCHW and NHWC."""
+    return v.shape is not None and len(v.shape) == 4 and v.shape[2] == 1 and v.shape[3] == 1
+
+
+def _operand(v: ValueInfo) -> str | None:
+    """How an element-wise op's operand that is not an NHWC tensor of the region joins it: "as is" (one element),
+    "permute" (a constant), "reshape" (one pixel per channel), else None."""
+    if v.shape is None or len(v.shape) > 4:
+        return None
+    if v.is_constant and v.value is not None:
+        return "as is" if np.asarray(v.value).size == 1 else "permute"
+    dims = (1,) * (4 - len(v.shape)) + tuple(v.shape)
+    if all(d == 1 for d in dims):
+        return "as is"
+    return "reshape" if dims[2] == 1 and dims[3] == 1 else None
+
+
+@dataclasses.dataclass
+class Region:
+    nodes: list[int]
+    convs: list[int]
+
+
+def _roles(nodes: Sequence[NodeInfo]) -> dict[int, str]:
+    """Each node that can work in NHWC given its producers: "conv", "eltwise" or "pool" (its output NCHW)."""
+    roles: dict[int, str] = {}
+    nhwc: set[str] = set()
     for i, n in enumerate(nodes):
-        for j, v in enumerate(n.inputs):
-            if not v.missing:
-                readers.setdefault(v.name, []).append((i, j))
-    kinds = [conv_kind(n) for n in nodes]
-    nxt: dict[int, int] = {}
-    for i, n in enumerate(nodes):
-        out = n.outputs[0]
-        if kinds[i] is None or out.is_graph_output:
-            continue
-        r = readers.get(out.name, [])
-        if len(r) == 1 and r[0][1] == 0 and kinds[r[0][0]] is not None:
-            nxt[i] = r[0][0]
-    heads = sorted(set(nxt) - set(nxt.values()))
+        ins = [v for v in n.inputs if not v.missing]
+        y = n.outputs[0]
+        if conv_kind(n) is not None:
+            x = n.inputs[0]
+            if y.shape is not None and len(y.shape) == 4 and (x.name in nhwc or not _one_pixel(x)):
+                roles[i] = "conv"
+        elif n.key in ELEMENTWISE:
+            if (len(n.outputs) == 1 and y.shape is not None and len(y.shape) == 4 and any(v.name in nhwc for v in ins)
+                    and all(v.name in nhwc or _operand(v) is not None for v in ins)):
+                roles[i] = "eltwise"
+        elif n.domain == "" and n.op_type in _POOLS and ins and ins[0].name in nhwc:
+            roles[i] = "pool"
+        if roles.get(i) in ("conv", "eltwise"):
+            nhwc.add(n.outputs[0].name)
+    return roles
+
+
+def regions(nodes: Sequence[NodeInfo]) -> list[Region]:
+    """The connected regions (producer and NHWC reader joined) that hold a conv, in node order."""
+    roles = _roles(nodes)
+    producer = {n.outputs[0].name: i for i, n in enumerate(nodes) if roles.get(i) in ("conv", "eltwise")}
+    parent = {i: i for i in roles}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in roles:
+        for v in nodes[i].inputs:
+            j = producer.get(v.name)
+            if j is not None and not v.missing:
+                parent[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for i in sorted(roles):
+        groups.setdefault(root(i), []).append(i)
     found = []
-    for h in heads:
-        chain = [h]
-        while chain[-1] in nxt:
-            chain.append(nxt[chain[-1]])
-        found.append(chain)
+    for members in groups.values():
+        convs = [i for i in members if roles[i] == "conv"]
+        if convs:
+            found.append(Region(members, convs))
     return found
 
 
+def chains(nodes: Sequence[NodeInfo]) -> list[list[int]]:
+    """The convs of each region (node indices in order), regions of two or more convs."""
+    return [r.convs for r in regions(nodes) if len(r.convs) >= 2]
+
+
 def _elements(shape) -> int:
-    """Elements of a shape, symbolic dims counted as 1 (the decision compares a chain's own tensors)."""
+    """Elements of a shape, symbolic dims counted as 1 (the decision compares a region's own tensors)."""
     return int(np.prod([d if isinstance(d, int) else 1 for d in shape or ()], dtype=np.int64))
 
 
-def pays(chain: Sequence[NodeInfo], target: Target) -> bool:
-    """Whether NHWC over the chain costs less: the NCHW kernels' own reorders against the two boundary ones."""
+def _boundary(nodes: Sequence[NodeInfo], members: set[int]) -> tuple[list[ValueInfo], list[ValueInfo]]:
+    """(NCHW tensors a conv of the region reads: a pointwise conv through a Transpose to NHWC, a depthwise one
+    reordering it as it reads it; NHWC tensors of the region read outside it or partition outputs: each gets a
+    Transpose back)."""
+    made = {nodes[i].outputs[0].name: nodes[i].outputs[0] for i in members
+            if conv_kind(nodes[i]) is not None or nodes[i].key in ELEMENTWISE}
+    entries: dict[str, ValueInfo] = {}
+    for i in sorted(members):
+        n = nodes[i]
+        x = n.inputs[0]
+        if conv_kind(n) is not None and x.name not in made:
+            entries.setdefault(x.name, x)
+    exits = {v.name: v for v in made.values() if v.is_graph_output}
+    for i, n in enumerate(nodes):
+        if i not in members:
+            exits.update((v.name, made[v.name]) for v in n.inputs if v.name in made)
+    return list(entries.values()), list(exits.values())
+
+
+def pays(nodes: Sequence[NodeInfo], region: Region, target: Target) -> bool:
+    """Whether NHWC over the region costs less: its NCHW kernels' own reorders against its boundary transposes."""
     saved = 0.0
-    for n in chain:
+    for i in region.convs:
+        n = nodes[i]
         in_b, out_b = 4 * _elements(n.inputs[0].shape), 4 * _elements(n.outputs[0].shape)
         strides = tuple(n.attr("strides", [1, 1]))
         kind = conv_kind(n)
         saved += reorder_cycles(target, conv_reorder_bytes(kind, strides, "NCHW", in_b, out_b))
         saved -= reorder_cycles(target, conv_reorder_bytes(kind, strides, "NHWC", in_b, out_b))
-    boundary = (reorder_cycles(target, 4 * _elements(chain[0].inputs[0].shape))
-                + reorder_cycles(target, 4 * _elements(chain[-1].outputs[0].shape)))
+    entries, exits = _boundary(nodes, set(region.nodes))
+    boundary = sum(reorder_cycles(target, (v.dtype.itemsize if v.dtype is not None else 4) * _elements(v.shape))
+                   for v in (*entries, *exits))
     return saved > boundary
 
 
@@ -99,34 +193,87 @@ def _nhwc(v: ValueInfo) -> ValueInfo:
     return ValueInfo(f"{v.name}::nhwc", v.dtype, None if s is None else (s[0], s[2], s[3], s[1]))
 
 
+def _int64(name: str, values: Sequence[int]) -> ValueInfo:
+    a = np.asarray(values, np.int64)
+    return ValueInfo(name, a.dtype, a.shape, value=a, is_constant=True)
+
+
+class _Rewriter:
+    """Builds the nodes of the chosen regions: each NCHW tensor's Transpose or Reshape into NHWC made once."""
+
+    def __init__(self, nodes: Sequence[NodeInfo], members: set[int]):
+        self.nodes, self.members = nodes, members
+        self.nhwc: dict[str, ValueInfo] = {}  # NCHW name -> its NHWC value
+        self.exits = {v.name for v in _boundary(nodes, members)[1]}
+
+    def _into(self, v: ValueInfo, at: NodeInfo, out: list[NodeInfo]) -> ValueInfo:
+        """v (NCHW) as an NHWC operand: permuted constant, a Reshape of one pixel per channel, or a Transpose."""
+        got = self.nhwc.get(v.name)
+        if got is not None:
+            return got
+        how = _operand(v)
+        if how == "as is":
+            return v
+        if how == "permute":
+            a = np.asarray(v.value)
+            a = np.ascontiguousarray(a.reshape((1,) * (4 - a.ndim) + a.shape).transpose(TO_NHWC))
+            got = dataclasses.replace(v, name=f"{v.name}::nhwc", shape=a.shape, value=a)
+        elif how == "reshape":
+            dims = (1,) * (4 - len(v.shape)) + tuple(v.shape)
+            got = ValueInfo(f"{v.name}::nhwc", v.dtype, (dims[0], 1, 1, dims[1]))
+            shape = _int64(f"{v.name}::nhwc_shape", [0 if len(v.shape) == 4 else 1, 1, 1, -1])
+            out.append(NodeInfo(at.index, f"{v.name}::to_nhwc", "Reshape", "", (v, shape), (got,), {}, 14))
+        else:
+            got = _nhwc(v)
+            out.append(NodeInfo(at.index, f"{v.name}::to_nhwc", "Transpose", "", (v,), (got,), {"perm": TO_NHWC}, 13))
+        self.nhwc[v.name] = got
+        return got
+
+    def node(self, i: int) -> list[NodeInfo]:
+        n, out = self.nodes[i], []
+        kind = conv_kind(n)
+        if n.op_type in _POOLS and n.domain == "":
+            x, y = self.nhwc[n.inputs[0].name], n.outputs[0]
+            r = ValueInfo(f"{y.name}::nhwc", y.dtype, (x.shape[0], 1, 1, x.shape[3]))
+            out.append(NodeInfo(n.index, f"{n.name}::nhwc", _POOLS[n.op_type], "", (x,), (r,),
+                                {"axes": [1, 2], "keepdims": 1}, 13))
+            shape = _int64(f"{y.name}::nchw_shape", [0, -1, 1, 1])
+            out.append(NodeInfo(n.index, f"{n.name}::to_nchw", "Reshape", "", (r, shape), (y,), {}, 14))
+            return out
+        if kind is not None:
+            x = n.inputs[0]
+            attrs = {**n.attrs, "layout_kind": kind}
+            if x.name in self.nhwc:
+                cur = self.nhwc[x.name]
+            elif kind == "depthwise":  # gathers its NCHW input rows itself
+                cur, attrs["layout_in"] = x, "NCHW"
+            else:
+                cur = self._into(x, n, out)  # a Transpose (a region's conv never starts on one pixel)
+            y = _nhwc(n.outputs[0])
+            out.append(dataclasses.replace(n, op_type="ConvNhwc", domain="npu", inputs=(cur, *n.inputs[1:]),
+                                           outputs=(y,), attrs=attrs))
+        else:
+            ins = tuple(v if v.missing else self.nhwc[v.name] if v.name in self.nhwc else self._into(v, n, out)
+                        for v in n.inputs)
+            y = _nhwc(n.outputs[0])
+            out.append(dataclasses.replace(n, inputs=ins, outputs=(y,)))
+        src = n.outputs[0]
+        self.nhwc[src.name] = y
+        if src.name in self.exits:
+            out.append(NodeInfo(n.index, f"{n.name}::to_nchw", "Transpose", "", (y,), (src,), {"perm": TO_NCHW}, 13))
+        return out
+
+
 def assign_layouts(nodes: Sequence[NodeInfo], target: Target, how: str | None = None) -> list[NodeInfo]:
-    """The partition's fused nodes with each chosen chain in NHWC (``how``: a mode of ``CONV_LAYOUTS``, default the
+    """The partition's fused nodes with each chosen region in NHWC (``how``: a mode of ``CONV_LAYOUTS``, default the
     target's ``conv_layout``)."""
     how = target.conv_layout if how is None else how
     if how == "nchw":
         return list(nodes)
-    out = list(nodes)
-    replaced: dict[int, list[NodeInfo]] = {}
-    for chain in chains(nodes):
-        members = [nodes[i] for i in chain]
-        if how == "auto" and not pays(members, target):
-            continue
-        first, last = members[0], members[-1]
-        x = first.inputs[0]
-        gathers = conv_kind(first) == "depthwise"  # reads its NCHW input itself: no Transpose before it
-        cur = x if gathers else _nhwc(x)
-        replaced[chain[0]] = [] if gathers else [NodeInfo(first.index, f"{first.name}::to_nhwc", "Transpose", "",
-                                                          (x,), (cur,), {"perm": TO_NHWC}, 13)]
-        for i, n in zip(chain, members):
-            y = n.outputs[0]
-            y_nhwc = _nhwc(y)
-            attrs = {**n.attrs, "layout_kind": conv_kind(n), **({"layout_in": "NCHW"} if cur is x else {})}
-            conv = dataclasses.replace(n, op_type="ConvNhwc", domain="npu", inputs=(cur, *n.inputs[1:]),
-                                       outputs=(y_nhwc,), attrs=attrs)
-            replaced.setdefault(i, []).append(conv)
-            cur = y_nhwc
-        replaced[chain[-1]].append(NodeInfo(last.index, f"{last.name}::to_nchw", "Transpose", "", (cur,),
-                                            (last.outputs[0],), {"perm": TO_NCHW}, 13))
-    if not replaced:
-        return out
-    return [m for i, n in enumerate(nodes) for m in replaced.get(i, [n])]
+    chosen = [r for r in regions(nodes)
+              if (pays(nodes, r, target) if how == "auto" else len(r.convs) >= 2)]
+    members = {i for r in chosen for i in r.nodes}
+    if not members:
+        return list(nodes)
+    rw = _Rewriter(nodes, members)
+    return [m for i, n in enumerate(nodes) for m in (rw.node(i) if i in members else [n])]

