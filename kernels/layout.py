@@ -13,7 +13,9 @@ are kept channels-last:
   an SE block's Mul of the map by its per-channel scale stays in the region;
 - GlobalAveragePool / GlobalMaxPool of an NHWC tensor: a ReduceMean / ReduceMax over axes 1, 2 with the dims kept,
   then a free Reshape of its [N, 1, 1, C] to the NCHW [N, C, 1, 1] (the same bytes): the SE block's small 1x1 convs
-  stay NCHW steps.
+  stay NCHW steps;
+- Concat and Split of NHWC tensors along any axis (the axis moved to its NHWC place; a Concat's constants
+  permuted).
 
 Every NHWC tensor read by a node outside the region, or that is a partition output, gets one Transpose back to
 NCHW under its own name, so the rest of the partition is untouched.
@@ -46,6 +48,9 @@ ELEMENTWISE = frozenset({
                         "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Gelu", "Add", "Sub", "Mul", "Div", "Max",
                         "Min", "Sum", "Mean", "Pow", "PRelu")} | {("npu", "ElementwiseChain")})
 _POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
+_MOVES = ("Concat", "Split")  # along any axis: the axis moves with the layout
+_NHWC_AXIS = (0, 3, 1, 2)  # an NCHW axis's place in NHWC
+_MAKES_NHWC = ("conv", "eltwise", "move")  # roles whose outputs are NHWC
 
 
 def conv_kind(n: NodeInfo) -> str | None:
@@ -93,6 +98,15 @@ class Region:
     convs: list[int]
 
 
+def _moves(n: NodeInfo, nhwc: set[str]) -> bool:
+    """A Concat of NHWC tensors (constants permuted) or a Split of one, 4-D, sizes given as a constant."""
+    data = n.inputs[:1] if n.op_type == "Split" else n.inputs
+    return (all(v.shape is not None and len(v.shape) == 4 for v in (*data, *n.outputs) if not v.missing)
+            and any(v.name in nhwc for v in data)
+            and all(v.name in nhwc or (v.is_constant and v.value is not None) for v in data)
+            and all(v.is_constant for v in n.inputs[1:] if n.op_type == "Split" and not v.missing))
+
+
 def _roles(nodes: Sequence[NodeInfo]) -> dict[int, str]:
     """Each node that can work in NHWC given its producers: "conv", "eltwise" or "pool" (its output NCHW)."""
     roles: dict[int, str] = {}
@@ -110,15 +124,18 @@ def _roles(nodes: Sequence[NodeInfo]) -> dict[int, str]:
                 roles[i] = "eltwise"
         elif n.domain == "" and n.op_type in _POOLS and ins and ins[0].name in nhwc:
             roles[i] = "pool"
-        if roles.get(i) in ("conv", "eltwise"):
-            nhwc.add(n.outputs[0].name)
+        elif n.domain == "" and n.op_type in _MOVES and _moves(n, nhwc):
+            roles[i] = "move"
+        if roles.get(i) in _MAKES_NHWC:
+            nhwc.update(v.name for v in n.outputs if not v.missing)
     return roles
 
 
 def regions(nodes: Sequence[NodeInfo]) -> list[Region]:
     """The connected regions (producer and NHWC reader joined) that hold a conv, in node order."""
     roles = _roles(nodes)
-    producer = {n.outputs[0].name: i for i, n in enumerate(nodes) if roles.get(i) in ("conv", "eltwise")}
+    producer = {v.name: i for i, n in enumerate(nodes) if roles.get(i) in _MAKES_NHWC for v in n.outputs
+                if not v.missing}
     parent = {i: i for i in roles}
 
     def root(i: int) -> int:
@@ -157,8 +174,7 @@ def _boundary(nodes: Sequence[NodeInfo], members: set[int]) -> tuple[list[ValueI
     """(NCHW tensors a conv of the region reads: a pointwise conv through a Transpose to NHWC, a depthwise one
     reordering it as it reads it; NHWC tensors of the region read outside it or partition outputs: each gets a
     Transpose back)."""
-    made = {nodes[i].outputs[0].name: nodes[i].outputs[0] for i in members
-            if conv_kind(nodes[i]) is not None or nodes[i].key in ELEMENTWISE}
+    made = {v.name: v for i in members if nodes[i].op_type not in _POOLS for v in nodes[i].outputs if not v.missing}
     entries: dict[str, ValueInfo] = {}
     for i in sorted(members):
         n = nodes[i]
@@ -249,18 +265,24 @@ class _Rewriter:
                 cur, attrs["layout_in"] = x, "NCHW"
             else:
                 cur = self._into(x, n, out)  # a Transpose (a region's conv never starts on one pixel)
-            y = _nhwc(n.outputs[0])
             out.append(dataclasses.replace(n, op_type="ConvNhwc", domain="npu", inputs=(cur, *n.inputs[1:]),
-                                           outputs=(y,), attrs=attrs))
+                                           outputs=(_nhwc(n.outputs[0]),), attrs=attrs))
         else:
-            ins = tuple(v if v.missing else self.nhwc[v.name] if v.name in self.nhwc else self._into(v, n, out)
-                        for v in n.inputs)
-            y = _nhwc(n.outputs[0])
-            out.append(dataclasses.replace(n, inputs=ins, outputs=(y,)))
-        src = n.outputs[0]
-        self.nhwc[src.name] = y
-        if src.name in self.exits:
-            out.append(NodeInfo(n.index, f"{n.name}::to_nchw", "Transpose", "", (y,), (src,), {"perm": TO_NCHW}, 13))
+            data = 1 if n.op_type == "Split" else len(n.inputs)  # a Split's sizes are a 1-D constant
+            ins = tuple(v if v.missing or k >= data else self.nhwc[v.name] if v.name in self.nhwc
+                        else self._into(v, n, out) for k, v in enumerate(n.inputs))
+            attrs = dict(n.attrs)
+            if n.op_type in _MOVES:
+                attrs["axis"] = _NHWC_AXIS[int(n.attr("axis", 0)) % 4]
+            outs = tuple(v if v.missing else _nhwc(v) for v in n.outputs)
+            out.append(dataclasses.replace(n, inputs=ins, outputs=outs, attrs=attrs))
+        for src in n.outputs:
+            if src.missing:
+                continue
+            y = self.nhwc[src.name] = _nhwc(src)
+            if src.name in self.exits:
+                out.append(NodeInfo(n.index, f"{src.name}::to_nchw", "Transpose", "", (y,), (src,),
+                                    {"perm": TO_NCHW}, 13))
         return out
 
 

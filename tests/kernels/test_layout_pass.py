@@ -271,3 +271,48 @@ def test_auto_takes_no_region_where_nothing_pays():
     """Stride-1 convs only: NHWC saves no reorder, so the region's boundary transposes decide against it."""
     assert [op for op, _ in _ops(_chain_model(16, 28, [1, 1, 1]), "auto")] == ["Conv"] * 6
     assert "ConvNhwc" in [op for op, _ in _ops(_se_model(), "auto")]
+
+
+def _split_concat_model(c=16, hw=20, axis=1):
+    """pw c->2c -> Split along ``axis`` -> (dw 3x3 s1 of one half, the other half as it is, a constant) -> Concat along
+    ``axis`` -> dw 3x3 s2 -> pw -> output; on the channel axis the second pw reads all 2c + 4 channels."""
+    rng = np.random.default_rng(7)
+    shape = [1, 2 * c, hw, hw]
+    half = list(shape)
+    half[axis] //= 2
+    const = list(half)
+    const[axis] = 4
+    cat = list(shape)
+    cat[axis] += 4
+    inits = {"w0": (rng.standard_normal((2 * c, c, 1, 1)) / 4).astype(np.float32),
+             "sizes": np.array([shape[axis] // 2] * 2, np.int64),
+             "k": rng.standard_normal(const).astype(np.float32),
+             "w2": rng.standard_normal((cat[1], 1, 3, 3)).astype(np.float32),
+             "w3": (rng.standard_normal((8, cat[1], 1, 1)) / 6).astype(np.float32)}
+    if axis != 1:
+        inits["w1"] = rng.standard_normal((2 * c, 1, 3, 3)).astype(np.float32)
+    else:
+        inits["w1"] = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"]),
+             helper.make_node("Split", ["c0", "sizes"], ["s0", "s1"], axis=axis),
+             helper.make_node("Conv", ["s0", "w1"], ["c1"], group=half[1], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["c1", "s1", "k"], ["cat"], axis=axis),
+             helper.make_node("Conv", ["cat", "w2"], ["c2"], group=cat[1], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c2", "w3"], ["y"])]
+    out = [1, 8, (cat[2] - 1) // 2 + 1, (cat[3] - 1) // 2 + 1]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, c, hw, hw])],
+                      [helper.make_tensor_value_info("y", F32, out)], inits)
+
+
+@pytest.mark.parametrize("axis", [1, 2, 3])
+def test_split_and_concat_stay_in_the_region(axis):
+    model = _split_concat_model(axis=axis)
+    ops = [op for op, _ in _ops(model, "nhwc")]
+    assert ops == ["Transpose", "ConvNhwc", "Split", "ConvNhwc", "Concat", "ConvNhwc", "ConvNhwc", "Transpose"]
+    nodes = layout.assign_layouts(fuse_partition(nodes_from_model(model), REF), REF, "nhwc")
+    assert {n.op_type: n.attr("axis") for n in nodes if n.op_type in ("Split", "Concat")} == \
+        dict.fromkeys(("Split", "Concat"), [0, 3, 1, 2][axis])
+    x = np.random.default_rng(8).standard_normal((1, 16, 20, 20)).astype(np.float32)
+    steps = _matches_cpu(model, "nhwc", x)
+    assert sum(s.op == "npu::ConvNhwc" for s in steps) == 4
