@@ -25,7 +25,7 @@ void PackSgemmB(const float* b, int64_t K, int64_t N, float* packed) {
 
 namespace {
 
-constexpr int64_t kRowsPerTask = 128;  // a task's rows: their packed A chunk (128 x 256 floats) stays in L2
+constexpr int64_t kRowsPerTask = 128;  // a task's rows: their depth chunk of A (128 x 256 floats) stays in L2
 
 void BlockScalar(const PackedSgemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1, float* out, int64_t ldo) {
   const int64_t n0 = p0 * kSgemmPanel, n1 = std::min(g.N, p1 * kSgemmPanel);

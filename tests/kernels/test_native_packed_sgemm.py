@@ -13,7 +13,7 @@ import pytest
 from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.kernels.ops import matmul
-from tests.kernels._isa import ISA_ORDER, host_isas
+from tests.kernels._isa import ISA_ORDER, cap_isa, host_isas
 from tests.kernels.test_bound_native_calls import compiled, float_mm_model, prepared
 from tests.loop_oracle import python_loop
 from tests.npu_testing import assignment, cpu_run, npu_session, session_options
@@ -354,3 +354,54 @@ def test_swiglu_is_within_float_rounding_of_exact_math_on_every_isa_with_edge_va
         want = g / (1.0 + np.exp(np.minimum(-g, 80.0))) * u
     assert np.isnan(got[2]).all() and not np.isnan(got[:2]).any()
     np.testing.assert_allclose(got[:2], want[:2], rtol=4 * 2.0 ** -23, atol=1e-37)
+
+
+# --- A read in place, a row pitch apart (its own random stream: the tests above keep their data) ---
+
+def _pitched(a: np.ndarray, pitch: int) -> np.ndarray:
+    """``a`` [..., M, K] as a view whose rows lie ``pitch`` floats apart, NaN in the gaps (never read)."""
+    wide = np.full((*a.shape[:-1], pitch), np.nan, np.float32)
+    wide[..., : a.shape[-1]] = a
+    return wide[..., : a.shape[-1]]
+
+
+# rows: WideTile / DeepTile (1, 2), 8-row tiles and their tails, two 128-row tasks; depths: inside one chunk,
+# around the 256-deep chunks, four chunks and a tail (a pitch of 1024 floats: rows 4 KB apart); columns: a panel's
+# halves and tails
+@pytest.mark.parametrize("m,k,n,pitch", [(1, 300, 70, 304), (2, 1025, 40, 1100), (7, 255, 33, 256),
+                                         (8, 256, 64, 1024), (9, 257, 31, 300), (17, 513, 97, 1024),
+                                         (130, 1000, 65, 1024), (3, 0, 20, 8)])
+def test_a_pitched_a_is_read_in_place_with_the_bits_of_a_contiguous_one(isa, m, k, n, pitch):
+    """float_matmul_batched takes A's rows where they lie (lda = the row pitch); the gaps between rows hold NaN, so
+    a read past a row's K values would show. Special values in A (NaN, +-Inf, -0, a subnormal) land where the
+    portable path puts them, at threads 1 and 2."""
+    rng = np.random.default_rng(41)
+    a = rng.standard_normal((2, m, k)).astype(np.float32)
+    if a.size:
+        a.flat[rng.choice(a.size, 5, replace=False)] = [np.nan, np.inf, -np.inf, -0.0, 1e-45]
+    b = rng.standard_normal((2, k, n)).astype(np.float32)
+    view = _pitched(a, pitch)
+    assert view.strides[-2] == 4 * pitch
+    got = kern().float_matmul_batched(view, b, threads=2)
+    assert got.tobytes() == kern().float_matmul_batched(a, b, threads=1).tobytes()
+    for i in range(2):
+        packed = kern().pack_sgemm_b(b[i])
+        assert portable_product(a[i], packed, n, isa).tobytes() == got[i].tobytes()
+
+
+@pytest.mark.skipif(not AVX512, reason="the packed GEMM is the native float MatMul on AVX-512 hosts only")
+def test_a_128x1024x1024_product_on_both_threads_is_within_the_bound_and_the_portable_bits():
+    """The benchmark's shape (issue 40): one task per thread of 16 panels each, rows 4 KB apart, four chunks."""
+    rng = np.random.default_rng(43)
+    a = rng.standard_normal((128, 1024)).astype(np.float32)
+    b = rng.standard_normal((1024, 1024)).astype(np.float32)
+    packed = kern().pack_sgemm_b(b)
+    y = kern().float_matmul_packed(a, packed, 1024, threads=2)
+    within_bound(y, a, b, a.astype(np.float64) @ b.astype(np.float64))
+    capped = cap_isa("scalar")
+    next(capped)
+    try:
+        portable = kern().float_matmul_packed(a, packed, 1024, threads=1)
+    finally:
+        capped.close()
+    assert portable.tobytes() == y.tobytes()
