@@ -163,7 +163,20 @@ TaskSplit SplitTasks(const ConvShape& s, int64_t K, int threads) {
   } else if (n_blocks == 1 && images == 1 && Mg >= 32 && P * K * Mg >= 2 * kMinParallelWork) {
     m_blocks = 2;  // a one-block image (YOLO's 10x10 maps) in two tasks, each building the same B
   }
-  return {(units + n_blocks - 1) / n_blocks * 16, m_blocks};
+  // An odd number of slots a block leaves every block a lone last slot, which runs in the lanes kernel at a
+  // fraction of the pair tile's speed: one slot more or less a block where that keeps the task count balanced.
+  int64_t per = (units + n_blocks - 1) / n_blocks;
+  if (per % 2 == 1 && per < units) {
+    const int64_t tasks = images * n_blocks * m_blocks;
+    for (const int64_t even : {per + 1, per - 1}) {
+      const int64_t count = (units + even - 1) / even;
+      if (even > 0 && (tasks < threads || (images * count * m_blocks) % threads == 0)) {
+        per = even;
+        break;
+      }
+    }
+  }
+  return {per * 16, m_blocks};
 }
 
 }  // namespace
