@@ -9,6 +9,7 @@
 #include "conv_nhwc.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "cpu.h"
@@ -42,54 +43,135 @@ struct RowTail {
   }
 };
 
-// Channels a depthwise task takes: its input rows' channels are padded once into a ring, all its output rows computed.
-constexpr int64_t kGroup = 32;
+// Channels a depthwise task takes (its output rows are cut in blocks too, so that small-channel maps split).
+constexpr int64_t kGroup = kNhwcGroup;
+constexpr int64_t kCopyPitch = 256;  // an NHWC input with this many channels or more is read from compact rows
 
-// The input rows of channels [c0, c0 + G) of image n, each zero-padded to Wp columns (pads are zeros, as the
-// reference's np.pad), kGroup channels a column (the last G), kept in a ring of kh rows: each input row is padded once
-// while the output rows that read it run.
-struct PaddedRows {
+// The kh input rows one output row reads, channel c0 at each row's column 0, `pitch` floats between columns; ok[i]:
+// row i is inside the input (else its taps read zeros, as the reference's padding).
+struct Rows {
+  const float* p[kNhwcMaxKernel];
+  bool ok[kNhwcMaxKernel];
+  int64_t pitch;
+  bool all_ok;
+};
+
+// The input rows of channels [c0, c0 + G) made compact (pitch Gp, G rounded up to 16, the lanes past G zero) in a ring
+// of kh rows, each input row made once while the output rows that read it run: an NCHW input's rows (layout_in NCHW)
+// gathered into the lanes, or a wide NHWC input's rows copied (read in place, a column pitch of 256 floats or more
+// maps a block's columns, its weights and its outputs onto a few cache sets).
+struct CompactRows {
   const NhwcDepthwise& d;
-  int64_t n, c0, G, Wp;
+  int64_t n, c0, G, Gp;
   float* ring;
-  const float* zeros;
+  bool wide;
   int64_t held[kNhwcMaxKernel];  // the input row each ring slot holds, -1: none
 
-  PaddedRows(const NhwcDepthwise& dw, int64_t image, int64_t first, int64_t group, int64_t width, float* r,
-             const float* z)
-      : d(dw), n(image), c0(first), G(group), Wp(width), ring(r), zeros(z) {
+  CompactRows(const NhwcDepthwise& dw, int64_t image, int64_t first, int64_t group, float* r, bool avx512)
+      : d(dw), n(image), c0(first), G(group), Gp((group + 15) / 16 * 16), ring(r), wide(avx512) {
     std::fill(held, held + kNhwcMaxKernel, int64_t{-1});
   }
 
-  const float* Row(int64_t ih) {
-    if (ih < 0 || ih >= d.H) return zeros;
-    const int64_t slot = ih % d.kh;
-    float* r = ring + slot * Wp * kGroup;
-    if (held[slot] != ih) {
-      std::fill(r, r + d.pl * kGroup, 0.0f);
-      if (d.nchw_in) {  // the row of each channel plane into the lanes
-        const float* x = d.x + ((n * d.C + c0) * d.H + ih) * d.W;
-        for (int64_t c = 0; c < G; ++c, x += d.H * d.W)
-          for (int64_t iw = 0; iw < d.W; ++iw) r[(d.pl + iw) * kGroup + c] = x[iw];
-      } else {
-        const float* x = d.x + ((n * d.H + ih) * d.W) * d.C + c0;
-        for (int64_t iw = 0; iw < d.W; ++iw) std::copy(x + iw * d.C, x + iw * d.C + G, r + (d.pl + iw) * kGroup);
-      }
-      std::fill(r + (d.pl + d.W) * kGroup, r + Wp * kGroup, 0.0f);
-      held[slot] = ih;
-    }
-    return r;
-  }
+  const float* Row(int64_t ih);
 };
 
-// One output row of channels [c0, c0 + G) from the padded rows (channel pitch kGroup).
-void RowScalar(const NhwcDepthwise& d, const float* const* rows, int64_t c0, int64_t G, float* y) {
+#if NPU_EP_X86
+// r[i] = column i of the 16 x 16 block r (rows in, columns out).
+__attribute__((target("avx512f"), always_inline)) inline void Transpose16(__m512* r) {
+  __m512 t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 2)
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 4) {
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), e = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c)), r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e)), r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88), t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 8; ++i)
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88), r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+}
+
+// Row ih of channels [c0, c0 + G) of an NCHW x into dst [W, Gp]: 16 x 16 blocks transposed in registers.
+__attribute__((target("avx512f"))) void GatherAvx512(const NhwcDepthwise& d, int64_t n, int64_t c0, int64_t G,
+                                                     int64_t Gp, int64_t ih, float* dst) {
+  const int64_t plane = d.H * d.W;
+  for (int64_t cb = 0; cb < Gp; cb += 16) {
+    const int64_t nc = std::min<int64_t>(16, G - cb);
+    const float* x = d.x + (n * d.C + c0 + cb) * plane + ih * d.W;
+    for (int64_t iw = 0; iw < d.W; iw += 16) {
+      const int64_t left = d.W - iw;
+      const __mmask16 m = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1u);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int c = 0; c < 16; ++c) r[c] = c < nc ? _mm512_maskz_loadu_ps(m, x + c * plane + iw) : _mm512_setzero_ps();
+      Transpose16(r);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k)
+        if (k < left) _mm512_storeu_ps(dst + (iw + k) * Gp + cb, r[k]);
+    }
+  }
+}
+
+// W columns of G channels (column pitch C) into dst [W, Gp], the lanes past G zero.
+__attribute__((target("avx512f"))) void CopyAvx512(const float* x, int64_t C, int64_t W, int64_t G, int64_t Gp,
+                                                   float* dst) {
+  for (int64_t iw = 0; iw < W; ++iw)
+    for (int64_t c = 0; c < Gp; c += 16) {
+      const __mmask16 m = static_cast<__mmask16>(G - c >= 16 ? 0xFFFF : (1u << (G - c)) - 1u);
+      _mm512_storeu_ps(dst + iw * Gp + c, _mm512_maskz_loadu_ps(m, x + iw * C + c));
+    }
+}
+#endif
+
+const float* CompactRows::Row(int64_t ih) {
+  const int64_t slot = ih % d.kh;
+  float* r = ring + slot * d.W * Gp;
+  if (held[slot] != ih) {
+    held[slot] = ih;
+    if (!d.nchw_in) {
+      const float* x = d.x + ((n * d.H + ih) * d.W) * d.C + c0;
+#if NPU_EP_X86
+      if (wide) {
+        CopyAvx512(x, d.C, d.W, G, Gp, r);
+        return r;
+      }
+#endif
+      for (int64_t iw = 0; iw < d.W; ++iw)
+        for (int64_t c = 0; c < Gp; ++c) r[iw * Gp + c] = c < G ? x[iw * d.C + c] : 0.0f;
+      return r;
+    }
+#if NPU_EP_X86
+    if (wide) {
+      GatherAvx512(d, n, c0, G, Gp, ih, r);
+      return r;
+    }
+#endif
+    const float* x = d.x + ((n * d.C + c0) * d.H + ih) * d.W;
+    for (int64_t c = 0; c < Gp; ++c, x += d.H * d.W)
+      for (int64_t iw = 0; iw < d.W; ++iw) r[iw * Gp + c] = c < G ? x[iw] : 0.0f;
+  }
+  return r;
+}
+
+// One output row of channels [c0, c0 + G): each tap's input read where it is (padding read as zeros).
+void RowScalar(const NhwcDepthwise& d, const Rows& r, int64_t c0, int64_t G, float* y) {
   for (int64_t ow = 0; ow < d.OW; ++ow) {
     for (int64_t c = 0; c < G; ++c) {
       float acc = 0.0f;
       for (int64_t i = 0; i < d.kh; ++i)
         for (int64_t j = 0; j < d.kw; ++j) {
-          const float p = rows[i][(ow * d.sw + j) * kGroup + c] * d.w[(i * d.kw + j) * d.C + c0 + c];
+          const int64_t iw = ow * d.sw - d.pl + j;
+          const float x = r.ok[i] && iw >= 0 && iw < d.W ? r.p[i][iw * r.pitch + c] : 0.0f;
+          const float p = x * d.w[(c0 / kGroup * d.kh * d.kw + i * d.kw + j) * kGroup + c];
           acc = i == 0 && j == 0 ? p : acc + p;
         }
       y[ow * d.C + c0 + c] = d.bias != nullptr ? acc + d.bias[c0 + c] : acc;
@@ -98,8 +180,14 @@ void RowScalar(const NhwcDepthwise& d, const float* const* rows, int64_t c0, int
 }
 
 #if NPU_EP_X86
+// 16 floats at p, those under mask (kFull: all 16, unmasked: a masked load or store costs more than a plain one).
+template <bool kFull>
+__attribute__((target("avx512f"), always_inline)) inline __m512 Load(__mmask16 mask, const float* p) {
+  return kFull ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mask, p);
+}
+
 // The NC x NV sums of output columns from ow, channels from c: + bias, the register tail, stored.
-template <int NC, int NV>
+template <int NC, int NV, bool kFull>
 __attribute__((target("avx512f"), always_inline)) inline void Store(const NhwcDepthwise& d, const __m512* acc,
                                                                     int64_t ow, int64_t c, __mmask16 mask,
                                                                     const RowTail& rt, float* y) {
@@ -108,7 +196,7 @@ __attribute__((target("avx512f"), always_inline)) inline void Store(const NhwcDe
   const __m512 k2 = _mm512_set1_ps(rt.c[2]), k3 = _mm512_set1_ps(rt.c[3]);
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
-    const __m512 b = d.bias != nullptr ? _mm512_maskz_loadu_ps(mask, d.bias + c + 16 * v) : _mm512_setzero_ps();
+    const __m512 b = d.bias != nullptr ? Load<kFull>(mask, d.bias + c + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int q = 0; q < NC; ++q) {
       __m512 s = d.bias != nullptr ? _mm512_add_ps(acc[q * NV + v], b) : acc[q * NV + v];
@@ -119,118 +207,126 @@ __attribute__((target("avx512f"), always_inline)) inline void Store(const NhwcDe
       } else if (rt.kind == RowTail::kHardSwish) {
         s = _mm512_mul_ps(s, _mm512_max_ps(k2, _mm512_min_ps(k3, _mm512_add_ps(_mm512_mul_ps(s, k0), k1))));
       }
-      _mm512_mask_storeu_ps(y + (ow + q) * C + c + 16 * v, mask, s);
+      if (kFull)
+        _mm512_storeu_ps(y + (ow + q) * C + c + 16 * v, s);
+      else
+        _mm512_mask_storeu_ps(y + (ow + q) * C + c + 16 * v, mask, s);
     }
   }
 }
 
-// NC output columns from ow of NV channel vectors from channel c (cx within the padded rows, channel pitch G; NV = 1:
-// the 16 channels under `mask`): each tap's weights loaded once for all NC columns, NC * NV sums in flight.
-template <int NC, int NV>
-__attribute__((target("avx512f"), always_inline)) inline void Columns(const NhwcDepthwise& d, const float* const* rows,
-                                                                      const float* wg, int64_t ow, int64_t c,
-                                                                      int64_t cx, __mmask16 mask, const RowTail& rt,
-                                                                      float* y) {
-  constexpr int64_t G = kGroup;
-  const int64_t C = d.C, step = d.sw * G;
-  (void)C;
-  __m512 acc[NC * NV];
-  {  // the first tap's products
-    const float* row = rows[0] + ow * step + cx;
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      const __m512 w = _mm512_maskz_loadu_ps(mask, wg + cx + 16 * v);
-#pragma GCC unroll 8
-      for (int q = 0; q < NC; ++q)
-        acc[q * NV + v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + q * step + 16 * v), w);
-    }
-  }
-  for (int64_t i = 0; i < d.kh; ++i) {
-    const float* row = rows[i] + ow * step + cx;
-    for (int64_t j = i == 0 ? 1 : 0; j < d.kw; ++j) {
-      const float* x = row + j * G;
-      const float* wt = wg + (i * d.kw + j) * G + cx;
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        const __m512 w = _mm512_maskz_loadu_ps(mask, wt + 16 * v);
-#pragma GCC unroll 8
-        for (int q = 0; q < NC; ++q)
-          acc[q * NV + v] =
-              _mm512_add_ps(acc[q * NV + v], _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + q * step + 16 * v), w));
-      }
-    }
-  }
-  Store<NC, NV>(d, acc, ow, c, mask, rt, y);
-}
-
-// Stride 1, KW taps a row: each input column loaded once per kernel row and multiplied into every output column
-// that reads it; an output's products still arrive tap by tap in order (column k reaches output k - j at tap j).
-template <int KW, int NC, int NV>
-__attribute__((target("avx512f"), always_inline)) inline void Slide(const NhwcDepthwise& d, const float* const* rows,
-                                                                    const float* wg, int64_t ow, int64_t c, int64_t cx,
+// NC output columns from ow of NV channel vectors (channel c of the output, cx of the rows; NV = 1: the 16 channels
+// under `mask`), KW taps a row at width stride S (KW = 0: d.kw taps at d.sw, each tap's columns loaded for it): each
+// input column loaded once per kernel row and multiplied into every output column that reads it, the weights loaded
+// once for all NC columns. An output's products still arrive tap by tap in order (column k reaches output q at tap
+// k - q * S). kChecked: columns outside the input and rows outside it read zeros (masked loads of nothing). The
+// weights are always loaded whole (a group's missing channels are zeros).
+template <int KW, int S, int NC, int NV, bool kChecked, bool kFull>
+__attribute__((target("avx512f"), always_inline)) inline void Block(const NhwcDepthwise& d, const Rows& r,
+                                                                    const float* wc, int64_t ow, int64_t c, int64_t cx,
                                                                     __mmask16 mask, const RowTail& rt, float* y) {
-  constexpr int64_t G = kGroup;
+  const int64_t pitch = r.pitch, col0 = ow * (S > 0 ? S : d.sw) - d.pl;
+  auto load = [&](int64_t i, int64_t col, int v) {
+    const float* at = r.p[i] + col * pitch + cx + 16 * v;
+    if (kChecked && (!r.ok[i] || static_cast<uint64_t>(col) >= static_cast<uint64_t>(d.W)))
+      return _mm512_setzero_ps();
+    return Load<kFull>(mask, at);
+  };
   __m512 acc[NC * NV];
-  for (int64_t i = 0; i < d.kh; ++i) {
-    const float* row = rows[i] + ow * G + cx;
-    const float* wt = wg + i * KW * G + cx;
-    __m512 w[KW][NV];
-#pragma GCC unroll 8
-    for (int j = 0; j < KW; ++j)
+  if constexpr (KW == 0) {
+    const int64_t sw = d.sw, kw = d.kw;
+    for (int64_t i = 0; i < d.kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        const float* wt = wc + (i * kw + j) * kGroup;
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) w[j][v] = _mm512_maskz_loadu_ps(mask, wt + j * G + 16 * v);
-#pragma GCC unroll 16
-    for (int k = 0; k < NC + KW - 1; ++k) {
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        const __m512 x = _mm512_maskz_loadu_ps(mask, row + k * G + 16 * v);
+        for (int v = 0; v < NV; ++v) {
+          const __m512 w = _mm512_loadu_ps(wt + 16 * v);
 #pragma GCC unroll 8
-        for (int j = 0; j < KW; ++j) {
-          const int q = k - j;
-          if (q < 0 || q >= NC) continue;
-          const __m512 p = _mm512_mul_ps(x, w[j][v]);
-          acc[q * NV + v] = i == 0 && j == 0 ? p : _mm512_add_ps(acc[q * NV + v], p);
+          for (int q = 0; q < NC; ++q) {
+            const __m512 p = _mm512_mul_ps(load(i, col0 + q * sw + j, v), w);
+            acc[q * NV + v] = i == 0 && j == 0 ? p : _mm512_add_ps(acc[q * NV + v], p);
+          }
+        }
+      }
+  } else {
+    for (int64_t i = 0; i < d.kh; ++i) {
+      __m512 w[KW][NV];
+#pragma GCC unroll 8
+      for (int j = 0; j < KW; ++j)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) w[j][v] = _mm512_loadu_ps(wc + (i * KW + j) * kGroup + 16 * v);
+      const float* xp = r.p[i] + col0 * pitch + cx;  // a running pointer: one add a column, no offset per column
+      const bool row_ok = !kChecked || r.ok[i];
+#pragma GCC unroll 32
+      for (int k = 0; k < (NC - 1) * S + KW; ++k, xp += pitch) {
+        const bool zero = kChecked && (!row_ok || static_cast<uint64_t>(col0 + k) >= static_cast<uint64_t>(d.W));
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          const __m512 x = zero ? _mm512_setzero_ps() : Load<kFull>(mask, xp + 16 * v);
+#pragma GCC unroll 8
+          for (int j = 0; j < KW; ++j) {
+            if ((k - j) % S != 0) continue;
+            const int q = (k - j) / S;
+            if (k < j || q >= NC) continue;
+            const __m512 p = _mm512_mul_ps(x, w[j][v]);
+            acc[q * NV + v] = i == 0 && j == 0 ? p : _mm512_add_ps(acc[q * NV + v], p);
+          }
         }
       }
     }
   }
-  Store<NC, NV>(d, acc, ow, c, mask, rt, y);
+  Store<NC, NV, kFull>(d, acc, ow, c, mask, rt, y);
 }
 
-template <int NC, int NV>
-__attribute__((target("avx512f"), always_inline)) inline void Block(const NhwcDepthwise& d, const float* const* rows,
-                                                                    const float* wg, int64_t ow, int64_t c, int64_t cx,
-                                                                    __mmask16 mask, const RowTail& rt, float* y) {
-  if (d.sw == 1 && d.kw == 3) return Slide<3, NC, NV>(d, rows, wg, ow, c, cx, mask, rt, y);
-  if (d.sw == 1 && d.kw == 5) return Slide<5, NC, NV>(d, rows, wg, ow, c, cx, mask, rt, y);
-  Columns<NC, NV>(d, rows, wg, ow, c, cx, mask, rt, y);
-}
-
-// All output columns of NV channel vectors from channel c.
-template <int NV>
-__attribute__((target("avx512f"))) void ColumnsOfRow(const NhwcDepthwise& d, const float* const* rows, const float* wg,
-                                                     int64_t c, int64_t cx, __mmask16 mask, const RowTail& rt,
-                                                     float* y) {
+// Output columns [ow0, ow1) of NV channel vectors, in blocks of kWide columns, then 4, 3, 2, 1.
+template <int KW, int S, int NV, bool kChecked, bool kFull>
+__attribute__((target("avx512f"))) void Span(const NhwcDepthwise& d, const Rows& r, const float* wc, int64_t ow0,
+                                             int64_t ow1, int64_t c, int64_t cx, __mmask16 mask, const RowTail& rt,
+                                             float* y) {
   constexpr int kWide = NV == 1 ? 8 : 4;
-  int64_t ow = 0;
-  for (; ow + kWide <= d.OW; ow += kWide) Block<kWide, NV>(d, rows, wg, ow, c, cx, mask, rt, y);
-  if (kWide == 8 && ow + 4 <= d.OW) Block<4, NV>(d, rows, wg, ow, c, cx, mask, rt, y), ow += 4;
-  switch (d.OW - ow) {
-    case 3: Block<3, NV>(d, rows, wg, ow, c, cx, mask, rt, y); break;
-    case 2: Block<2, NV>(d, rows, wg, ow, c, cx, mask, rt, y); break;
-    case 1: Block<1, NV>(d, rows, wg, ow, c, cx, mask, rt, y); break;
+  int64_t ow = ow0;
+  for (; ow + kWide <= ow1; ow += kWide) Block<KW, S, kWide, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y);
+  if (kWide > 4 && ow + 4 <= ow1) Block<KW, S, 4, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y), ow += 4;
+  switch (ow1 - ow) {
+    case 3: Block<KW, S, 3, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
+    case 2: Block<KW, S, 2, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
+    case 1: Block<KW, S, 1, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
     default: break;
   }
 }
 
+// All output columns of NV channel vectors: the columns whose taps all fall inside the input unchecked.
+template <int KW, int S, int NV, bool kFull>
+__attribute__((target("avx512f"))) void ColumnsOfRow(const NhwcDepthwise& d, const Rows& r, int64_t c, int64_t cx,
+                                                     __mmask16 mask, const RowTail& rt, float* y) {
+  const float* wc = d.w + (c - cx) / kGroup * d.kh * d.kw * kGroup + cx;  // the group's taps, from lane cx
+  int64_t lo = std::min(d.OW, (d.pl + d.sw - 1) / d.sw);
+  int64_t hi = d.W - d.kw + d.pl >= 0 ? std::min(d.OW, (d.W - d.kw + d.pl) / d.sw + 1) : 0;
+  if (!r.all_ok || hi <= lo) lo = hi = d.OW;
+  Span<KW, S, NV, true, kFull>(d, r, wc, 0, lo, c, cx, mask, rt, y);
+  Span<KW, S, NV, false, kFull>(d, r, wc, lo, hi, c, cx, mask, rt, y);
+  Span<KW, S, NV, true, kFull>(d, r, wc, std::max(lo, hi), d.OW, c, cx, mask, rt, y);
+}
+
 // One output row of channels [c0, c0 + G).
-__attribute__((target("avx512f"))) void RowAvx512(const NhwcDepthwise& d, const float* const* rows, const float* wg,
-                                                  int64_t c0, int64_t G, const RowTail& rt, float* y) {
+template <int KW, int S>
+__attribute__((target("avx512f"))) void RowOf(const NhwcDepthwise& d, const Rows& r, int64_t c0, int64_t G,
+                                              const RowTail& rt, float* y) {
   const __mmask16 all = 0xFFFF;
   int64_t cx = 0;
-  for (; cx + 32 <= G; cx += 32) ColumnsOfRow<2>(d, rows, wg, c0 + cx, cx, all, rt, y);
-  if (cx + 16 <= G) ColumnsOfRow<1>(d, rows, wg, c0 + cx, cx, all, rt, y), cx += 16;
-  if (cx < G) ColumnsOfRow<1>(d, rows, wg, c0 + cx, cx, static_cast<__mmask16>((1u << (G - cx)) - 1u), rt, y);
+  for (; cx + 32 <= G; cx += 32) ColumnsOfRow<KW, S, 2, true>(d, r, c0 + cx, cx, all, rt, y);
+  for (; cx + 16 <= G; cx += 16) ColumnsOfRow<KW, S, 1, true>(d, r, c0 + cx, cx, all, rt, y);
+  if (cx < G) ColumnsOfRow<KW, S, 1, false>(d, r, c0 + cx, cx, static_cast<__mmask16>((1u << (G - cx)) - 1u), rt, y);
+}
+
+using RowFn = void (*)(const NhwcDepthwise&, const Rows&, int64_t, int64_t, const RowTail&, float*);
+
+RowFn RowAvx512(const NhwcDepthwise& d) {
+  if (d.kw == 3 && d.sw == 1) return RowOf<3, 1>;
+  if (d.kw == 3 && d.sw == 2) return RowOf<3, 2>;
+  if (d.kw == 5 && d.sw == 1) return RowOf<5, 1>;
+  if (d.kw == 5 && d.sw == 2) return RowOf<5, 2>;
+  return RowOf<0, 0>;
 }
 #endif
 
@@ -238,35 +334,48 @@ __attribute__((target("avx512f"))) void RowAvx512(const NhwcDepthwise& d, const 
 
 void DepthwiseNhwc(const NhwcDepthwise& d, int threads) {
   if (d.N * d.OH == 0 || d.C == 0) return;
-  const int64_t Wp = std::max(d.pl + d.W, (d.OW - 1) * d.sw + d.kw);
-  const std::vector<float> zeros(static_cast<size_t>(Wp * kGroup), 0.0f);
   const RowTail rt(d.tail);
 #if NPU_EP_X86
   const bool wide = ActiveIsa() >= Isa::kAvx512;
+  const RowFn row_avx512 = wide ? RowAvx512(d) : nullptr;
 #else
   const bool wide = false;
 #endif
   const int64_t groups = (d.C + kGroup - 1) / kGroup;
-  ParallelFor(ThreadsFor(threads, d.N * d.OH * d.OW * d.C * d.kh * d.kw), d.N * groups, [&](int64_t t) {
+  // on several threads the output rows are cut in blocks so that about 8 tasks share the work (the bits do not depend
+  // on the split; a block gathers or copies its first kh - 1 input rows again)
+  const int used = ThreadsFor(threads, d.N * d.OH * d.OW * d.C * d.kh * d.kw);
+  const int64_t blocks = used > 1 ? std::min(d.OH, std::max<int64_t>(1, 8 / (d.N * groups))) : 1;
+  const int64_t rows_per = (d.OH + blocks - 1) / blocks;
+  ParallelFor(used, d.N * groups * blocks, [&](int64_t t) {
     static thread_local std::vector<float> ring;  // grown, never shrunk
-    static thread_local std::vector<float> taps_of_group;  // the group's weights [kh * kw, kGroup]
-    if (ring.size() < static_cast<size_t>(d.kh * Wp * kGroup)) ring.resize(static_cast<size_t>(d.kh * Wp * kGroup));
-    const int64_t n = t / groups, c0 = t % groups * kGroup, G = std::min(kGroup, d.C - c0);
-    taps_of_group.assign(static_cast<size_t>(d.kh * d.kw * kGroup), 0.0f);
-    for (int64_t k = 0; k < d.kh * d.kw; ++k)
-      std::copy(d.w + k * d.C + c0, d.w + k * d.C + c0 + G, taps_of_group.data() + k * kGroup);
-    PaddedRows padded(d, n, c0, G, Wp, ring.data(), zeros.data());
-    const float* taps[kNhwcMaxKernel];
-    for (int64_t oh = 0; oh < d.OH; ++oh) {
-      for (int64_t i = 0; i < d.kh; ++i) taps[i] = padded.Row(oh * d.sh - d.pt + i);
+    const int64_t n = t / (groups * blocks), c0 = t / blocks % groups * kGroup, G = std::min(kGroup, d.C - c0);
+    const int64_t oh0 = t % blocks * rows_per, oh1 = std::min(d.OH, oh0 + rows_per);
+    std::optional<CompactRows> compact;
+    if (d.nchw_in || d.C >= kCopyPitch) {
+      const size_t need = static_cast<size_t>(d.kh * d.W * kGroup + 16);
+      if (ring.size() < need) ring.resize(need);
+      // 64-byte aligned: a column of channels is whole cache lines (a split line costs two loads)
+      const auto at = reinterpret_cast<uintptr_t>(ring.data());
+      compact.emplace(d, n, c0, G, ring.data() + (-at / sizeof(float) & 15), wide);
+    }
+    Rows r;
+    r.pitch = compact ? compact->Gp : d.C;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      r.all_ok = true;
+      for (int64_t i = 0; i < d.kh; ++i) {
+        const int64_t ih = oh * d.sh - d.pt + i;
+        r.ok[i] = ih >= 0 && ih < d.H;
+        r.all_ok = r.all_ok && r.ok[i];
+        r.p[i] = !r.ok[i] ? d.x : compact ? compact->Row(ih) : d.x + ((n * d.H + ih) * d.W) * d.C + c0;
+      }
       float* y = d.y + (n * d.OH + oh) * d.OW * d.C;
 #if NPU_EP_X86
       if (wide)
-        RowAvx512(d, taps, taps_of_group.data(), c0, G, rt, y);
+        row_avx512(d, r, c0, G, rt, y);
       else
 #endif
-        RowScalar(d, taps, c0, G, y);
-      (void)wide;
+        RowScalar(d, r, c0, G, y);
       if (rt.kind == RowTail::kOther || (!wide && d.tail.n > 0))
         for (int64_t ow = 0; ow < d.OW; ++ow) ApplyTail(d.tail, y + ow * d.C + c0, G);
     }

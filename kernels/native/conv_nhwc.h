@@ -9,8 +9,10 @@
 namespace npu_ep::kern {
 
 constexpr int64_t kNhwcMaxKernel = 16;  // kernel rows a depthwise conv may have
+constexpr int64_t kNhwcGroup = 32;      // channels of a depthwise weight group
 
-// y [N, OH, OW, C] = the depthwise conv of x [N, H, W, C] with w [kh * kw, C] (tap-major), + bias [C] if given,
+// y [N, OH, OW, C] = the depthwise conv of x [N, H, W, C] with w [ceil(C / kNhwcGroup), kh * kw, kNhwcGroup] (each
+// group's taps, channels in the lanes, the last group's missing channels zero), + bias [C] if given,
 // then the tail; unit dilation, pads top/left (bottom/right follow from OH, OW). nchw_in: x is [N, C, H, W] (a chain's
 // first conv reads its NCHW input in place of a Transpose before it).
 struct NhwcDepthwise {

@@ -28,7 +28,7 @@ Arr<float> Nhwc(py::handle x_in, const char* op) {
   return x;
 }
 
-// geometry: [kh, kw, sh, sw, pad top, left, bottom, right]; w [kh * kw, C]
+// geometry: [kh, kw, sh, sw, pad top, left, bottom, right]; w [kh * kw, C] or grouped [C / 32 groups, kh * kw, 32]
 py::array DepthwisePy(py::handle x_in, py::handle w_in, py::handle bias_in, const std::vector<int64_t>& geom,
                       int threads, py::handle codes_in, py::handle consts_in, bool nchw_in) {
   const char* op = "conv_nhwc_depthwise";
@@ -45,15 +45,25 @@ py::array DepthwisePy(py::handle x_in, py::handle w_in, py::handle bias_in, cons
   if (d.kh < 1 || d.kw < 1 || d.kh > kNhwcMaxKernel || d.sh < 1 || d.sw < 1 || geom[4] < 0 || geom[5] < 0 ||
       geom[6] < 0 || geom[7] < 0)
     throw std::invalid_argument(std::string(op) + ": bad geometry");
-  if (w.ndim() != 2 || w.shape(0) != d.kh * d.kw || w.shape(1) != d.C)
-    throw std::invalid_argument(std::string(op) + ": w must be [kh * kw, C]");
+  const int64_t taps = d.kh * d.kw, groups = (d.C + kNhwcGroup - 1) / kNhwcGroup;
+  const bool grouped = w.ndim() == 3 && w.shape(0) == groups && w.shape(1) == taps && w.shape(2) == kNhwcGroup;
+  if (!grouped && (w.ndim() != 2 || w.shape(0) != taps || w.shape(1) != d.C))
+    throw std::invalid_argument(std::string(op) + ": w must be [kh * kw, C] or [C / 32 groups, kh * kw, 32]");
+  std::vector<float> regrouped;  // w [kh * kw, C] in the kernel's groups (conv_nhwc.py passes them grouped)
+  if (!grouped) {
+    regrouped.assign(static_cast<size_t>(groups * taps * kNhwcGroup), 0.0f);
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t c = 0; c < d.C; ++c)
+        regrouped[static_cast<size_t>((c / kNhwcGroup * taps + t) * kNhwcGroup + c % kNhwcGroup)] =
+            w.data()[t * d.C + c];
+  }
   if (bias && bias->size() != d.C) throw std::invalid_argument(std::string(op) + ": bias must have C values");
   d.OH = (d.H + geom[4] + geom[6] - d.kh) / d.sh + 1;
   d.OW = (d.W + geom[5] + geom[7] - d.kw) / d.sw + 1;
   if (d.H + geom[4] + geom[6] < d.kh || d.W + geom[5] + geom[7] < d.kw)
     throw std::invalid_argument(std::string(op) + ": the kernel is larger than the padded input");
   Arr<float> y({d.N, d.OH, d.OW, d.C});
-  d.x = x.data(), d.w = w.data(), d.bias = bias ? bias->data() : nullptr;
+  d.x = x.data(), d.w = grouped ? w.data() : regrouped.data(), d.bias = bias ? bias->data() : nullptr;
   d.tail = TailArg(codes, consts, op);
   d.y = y.mutable_data();
   {
@@ -90,10 +100,12 @@ py::array PointwisePy(py::handle x_in, py::handle packed_in, int64_t m, py::hand
 }  // namespace
 
 void BindConvNhwc(py::module_& m) {
+  m.attr("nhwc_depthwise_group") = kNhwcGroup;
   m.def("conv_nhwc_depthwise", &DepthwisePy, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("geometry"),
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),
         py::arg("nchw_in") = false,
-        "depthwise float32 conv into NHWC: x [N, H, W, C] (nchw_in: [N, C, H, W]), w [kh * kw, C], geometry "
+        "depthwise float32 conv into NHWC: x [N, H, W, C] (nchw_in: [N, C, H, W]), w [kh * kw, C] or grouped "
+        "[ceil(C / 32), kh * kw, 32] (nhwc_depthwise_group), geometry "
         "[kh, kw, sh, sw, pads t l b r]; the reference's operations in its order, then the fused tail");
   m.def("conv_nhwc_pointwise", &PointwisePy, py::arg("x"), py::arg("packed"), py::arg("m"), py::arg("bias"),
         py::arg("threads") = 1, py::arg("tail_codes") = py::none(), py::arg("tail_consts") = py::none(),

@@ -51,9 +51,22 @@ def _prepare(node: NodeInfo, target: Target) -> Prepared:
     p.attrs["layout"] = "NHWC"
     p.attrs["layout_in"] = str(node.attr("layout_in", "NHWC"))
     p.attrs["layout_kind"] = kind = str(node.attr("layout_kind"))
-    if kind == "depthwise":  # w [C, kh*kw, 1] -> taps [kh*kw, C]: a tap's channels in the lanes
-        p.consts["w_taps"] = np.ascontiguousarray(p.consts["w"][:, :, 0].T)
+    if kind == "depthwise":  # w [C, kh*kw, 1] -> taps [C / 32 groups, kh*kw, 32]: a group's tap in the lanes
+        p.consts["w_taps"] = _grouped_taps(p.consts["w"][:, :, 0])
     return p
+
+
+DW_GROUP = 32  # the native depthwise kernel's channels a weight group (conv_nhwc.h kNhwcGroup)
+
+
+def _grouped_taps(w: np.ndarray) -> np.ndarray:
+    """Depthwise weights [C, kh*kw] as the native kernel reads them: [ceil(C / 32), kh*kw, 32], each group's taps with
+    its channels in the lanes, the last group's missing channels zero."""
+    c, taps = w.shape
+    groups = -(-c // DW_GROUP)
+    out = np.zeros((groups * DW_GROUP, taps), np.float32)
+    out[:c] = w
+    return np.ascontiguousarray(out.reshape(groups, DW_GROUP, taps).transpose(0, 2, 1))
 
 
 def _channels(p: Prepared) -> int:
