@@ -302,6 +302,18 @@ def _geometry_list(p: Prepared, x: np.ndarray) -> list[int]:
             *_pads(g, x.shape[2], x.shape[3])]
 
 
+def bias_and_tail_args(p: Prepared) -> tuple[np.ndarray | None, tuple]:
+    """The float kernels' bias argument (contiguous float32, or None) and their tail arguments: (codes, constants)
+    or (None, None), then a per-channel PRelu's slopes and instruction index when the tail has one."""
+    c = p.consts
+    bias = c.get("bias")
+    b32 = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+    tail = (c["tail_codes"], c["tail_c"]) if "tail_codes" in c else (None, None)
+    if "tail_slopes" in c:
+        tail = (*tail, c["tail_slopes"], p.attrs["tail_channel_at"])
+    return b32, tail
+
+
 def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
     """(weights, bias, kernel, its arguments after x) of the float conv's native call for x's shape, made once per
     shape (geometry, contiguous bias, tail, BLAS address: ~5 us of Python per call otherwise); None when neither the
@@ -315,10 +327,7 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
     g = p.attrs["geom"]
     grp, kdim, _ = w.shape
     geom = _geometry_list(p, x)
-    b32 = None if bias is None else np.ascontiguousarray(bias, np.float32)
-    tail = (c["tail_codes"], c["tail_c"]) if "tail_codes" in c else (None, None)
-    if "tail_slopes" in c:
-        tail = (*tail, c["tail_slopes"], p.attrs["tail_channel_at"])
+    b32, tail = bias_and_tail_args(p)
     sgemm = host_blas.sgemm_address()
     if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
         call = (w, bias, nat.conv_depthwise, (w, b32, geom, threads, *tail))

@@ -91,9 +91,7 @@ def _call(p: Prepared, nat, x: np.ndarray) -> tuple:
     if call is not None and call[0] is p.consts["w"]:
         return call[1:]
     c = p.consts
-    bias = c.get("bias")
-    b32 = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
-    tail = (c["tail_codes"], c["tail_c"]) if "tail_codes" in c else (None, None)
+    b32, tail = conv.bias_and_tail_args(p)  # no per-channel slopes here (_native_ok)
     if p.attrs["layout_kind"] == "depthwise":
         g = p.attrs["geom"]
         nchw_in = p.attrs["layout_in"] == "NCHW"
