@@ -131,11 +131,22 @@ void PhasedRows(const ConvShape& s, const float* planes, int64_t ih0, int64_t ro
     }
 }
 
-// How an image's work is cut into tasks: blocks of output pixels (a multiple of 16) times blocks of output
-// channels.
+// How an image's work is cut into tasks: blocks of output pixels times blocks of output channels.
 struct TaskSplit {
-  int64_t block, m_blocks;
+  int64_t blocks, m_blocks;
 };
+
+// Pixel block b of n starts at BlockStart(b) (b = n: P). Near-equal blocks of whole slot pairs, the first
+// ones a pair larger where they do not divide (more blocks than pairs: of slots), the odd last slot, if any, the last
+// block's: an odd slot count a block would leave every block a lone last slot, which runs in the lanes kernel at a
+// fraction of the pair tile's speed. The last block is the first task, then the others in order: the tasks hand out
+// one at a time, largest first but that one, so the short ones even the threads out at the end.
+int64_t BlockStart(int64_t b, int64_t n, int64_t P) {
+  if (b >= n) return P;
+  const int64_t units = (P + 15) / 16, pairs = units / 2;
+  const int64_t q = n <= pairs ? 2 : 1, quanta = n <= pairs ? pairs : units;
+  return 16 * q * (b * (quanta / n) + std::min(b, quanta % n));
+}
 
 // Pixel blocks balanced over the image, so that
 // - B's scratch (a patch matrix, or the padded rows) stays near 512 KiB;
@@ -163,20 +174,7 @@ TaskSplit SplitTasks(const ConvShape& s, int64_t K, int threads) {
   } else if (n_blocks == 1 && images == 1 && Mg >= 32 && P * K * Mg >= 2 * kMinParallelWork) {
     m_blocks = 2;  // a one-block image (YOLO's 10x10 maps) in two tasks, each building the same B
   }
-  // An odd number of slots a block leaves every block a lone last slot, which runs in the lanes kernel at a
-  // fraction of the pair tile's speed: one slot more or less a block where that keeps the task count balanced.
-  int64_t per = (units + n_blocks - 1) / n_blocks;
-  if (per % 2 == 1 && per < units) {
-    const int64_t tasks = images * n_blocks * m_blocks;
-    for (const int64_t even : {per + 1, per - 1}) {
-      const int64_t count = (units + even - 1) / even;
-      if (even > 0 && (tasks < threads || (images * count * m_blocks) % threads == 0)) {
-        per = even;
-        break;
-      }
-    }
-  }
-  return {per * 16, m_blocks};
+  return {n_blocks, m_blocks};
 }
 
 }  // namespace
@@ -187,7 +185,7 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
   const bool pointwise = T == 1 && s.sh == 1 && s.sw == 1 && s.pt == 0 && s.pl == 0 && s.pb == 0 && s.pr == 0;
   const bool in_place = !pointwise && s.OW >= 8;
   const TaskSplit split = SplitTasks(s, K, threads);
-  const int64_t block = split.block, n_blocks = (P + block - 1) / block;
+  const int64_t n_blocks = split.blocks, block = (P + n_blocks - 1) / n_blocks;  // pixels a block, about
   // The output channels split evenly in whole 16-row vectors where Mg has them (the channels-in-lanes GEMM takes
   // those), else in 8-row tiles, the last one short (Mg = 33: 16 + 17 rows). Every output's sum is the same
   // whichever task has it, so the bits do not change.
@@ -202,8 +200,9 @@ void DenseFloatOwnGemm(const ConvShape& s, const float* x, const float* w, const
     const int64_t task = item / m_blocks, mb = item % m_blocks;
     const int64_t m0 = mb * m_units / m_blocks * m_unit,
                   rows_m = std::min(Mg, (mb + 1) * m_units / m_blocks * m_unit) - m0;
-    const int64_t n = task / (s.group * n_blocks), g = (task / n_blocks) % s.group, p0 = (task % n_blocks) * block;
-    const int64_t cols = std::min(block, P - p0);
+    const int64_t pb = (task % n_blocks + n_blocks - 1) % n_blocks;  // the last block first
+    const int64_t n = task / (s.group * n_blocks), g = (task / n_blocks) % s.group, p0 = BlockStart(pb, n_blocks, P);
+    const int64_t cols = BlockStart(pb + 1, n_blocks, P) - p0;
     const float* planes = x + (n * s.C + g * s.Cg()) * s.H * s.W;
     float* out = y + (n * s.M + g * Mg) * P + p0;
     Scratch& sc = t_scratch;

@@ -11,8 +11,8 @@ need fewer vector multiply-adds than the pixels' tiles (M per slot and k) and A'
 2048 deep: convs on both sides of the count and of the depth; a task's lone last slot runs in the lanes (any, up to
 depth 2048; a short unsplit one beyond). At stride 1 the padded rows of up to 48 columns are
 built a plane per call in 16-column masked moves (longer ones by a copy a row): widths around 16, 32 and 48 padded
-columns, asymmetric and wide pads, rows above and below the plane, dilation. Pixel blocks hold an even number of
-slots where the task count allows it (no lone slot per block): maps whose blocks were odd, at one and two threads."""
+columns, asymmetric and wide pads, rows above and below the plane, dilation. Pixel blocks hold whole slot pairs (no lone
+slot per block but the last), near-equal: maps whose blocks were odd, at one and two threads."""
 
 from __future__ import annotations
 
@@ -118,12 +118,12 @@ def test_stride1_padded_rows(float_isa, case, m):
     assert one.tobytes() == _float_conv(x, w, b, threads=2, pads=pads, dilations=[dil, dil]).tobytes()
 
 
-# (channels, map, M, stride): pixel blocks whose slot count was odd (a lone last slot each) made even by one slot more
-# (64 ch on 32x32: 64 slots in blocks of 14, the last 8; 40x40: 100 slots) or, at two threads where one more would
-# leave the tasks uneven, one less (61x61: 233 slots in blocks of 12, not 14; 25x25 stride 2: 11 slots in blocks
-# of 2); maps whose slots cross row ends (29, 37 wide) and whose last block is odd.
+# (channels, map, M, stride): pixel blocks of whole slot pairs, near-equal (the first ones a pair larger), the odd last
+# slot the last block's, which is the first task: 64 ch on 32x32 (64 slots in 5 blocks of 14, 14, 12, 12, 12), 40x40
+# (100 slots), 61x61 (233: an odd last slot), slots crossing row ends (29, 37 wide); more blocks than pairs at two
+# threads (10x10 with 24 channels: 7 slots in 4 blocks of slots).
 EVEN_CASES = [(64, 32, 16, 1), (64, 40, 13, 1), (64, 37, 24, 1), (48, 58, 25, 2), (80, 29, 16, 1), (64, 61, 16, 1),
-              (48, 25, 16, 2)]
+              (48, 25, 16, 2), (64, 10, 24, 1)]
 
 
 @pytest.mark.parametrize("case", EVEN_CASES)
