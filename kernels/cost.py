@@ -119,3 +119,18 @@ def conv_reorder_bytes(kind: str, strides: tuple[int, int], layout: str, in_byte
     if layout == "NCHW" and kind == "depthwise" and max(strides) > 1:
         return in_bytes + out_bytes
     return 0
+
+
+def conv_lane_cycles(target: Target, kind: str, strides: tuple[int, int], layout: str,
+                     dims: tuple[int, int, int, int, int, int]) -> float:
+    """Vector cycles of a depthwise conv's taps, ``dims`` = (N, C, OH, OW, kh, kw), a partial lane block costing a
+    whole one: the lanes along the output rows in NCHW (``N * C * OH * ceil(OW / lanes) * kh * kw``), along the
+    channels in NHWC and in a strided NCHW conv, which runs channels-last between its reorders
+    (``N * OH * OW * ceil(C / lanes) * kh * kw``). A pointwise conv is one GEMM in either layout: 0."""
+    if kind != "depthwise":
+        return 0.0
+    lanes = int(target.vector["lanes"])
+    n, c, oh, ow, kh, kw = dims
+    if layout == "NCHW" and max(strides) == 1:
+        return float(n * c * oh * math.ceil(ow / lanes) * kh * kw)
+    return float(n * oh * ow * math.ceil(c / lanes) * kh * kw)

@@ -20,11 +20,13 @@ are kept channels-last:
 Every NHWC tensor read by a node outside the region, or that is a partition output, gets one Transpose back to
 NCHW under its own name, so the rest of the partition is untouched.
 
-The cost model (``kernels/cost.py``) decides per region: NHWC when the reorders its NCHW kernels make themselves
-(a strided depthwise conv's transposes to channels in the lanes and back, ``conv_reorder_bytes``) cost more than
-the region's boundary transposes (``reorder_cycles``). The target's ``conv_layout`` (the provider option
-``conv_layout``) chooses: ``auto`` (the cost model), ``nhwc`` (every region of two or more convs), ``nchw`` (off,
-the default).
+The cost model (``kernels/cost.py``) decides in ``auto``: a depthwise conv joins a region only where NHWC costs it
+no more (``conv_saving``: the reorders its NCHW kernel makes itself, a strided conv's transposes to channels in the
+lanes and back, ``conv_reorder_bytes``; the lane blocks its taps fill, along the rows in NCHW, along the channels
+in NHWC, ``conv_lane_cycles``) and its output size is known; a region is taken when its convs' savings exceed its
+boundary transposes (``reorder_cycles``; a depthwise conv gathering its NCHW input counts as one). The target's
+``conv_layout`` (the provider option ``conv_layout``) chooses: ``auto`` (the cost model), ``nhwc`` (every region of
+two or more convs), ``nchw`` (off, the default).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .cost import conv_reorder_bytes, reorder_cycles
+from .cost import conv_lane_cycles, conv_reorder_bytes, reorder_cycles
 from .node import NodeInfo, ValueInfo
 from .target import Target
 
@@ -107,8 +109,17 @@ def _moves(n: NodeInfo, nhwc: set[str]) -> bool:
             and all(v.is_constant for v in n.inputs[1:] if n.op_type == "Split" and not v.missing))
 
 
-def _roles(nodes: Sequence[NodeInfo]) -> dict[int, str]:
-    """Each node that can work in NHWC given its producers: "conv", "eltwise" or "pool" (its output NCHW)."""
+def _wanted(n: NodeInfo, target: Target) -> bool:
+    """Whether ``auto`` lets a conv join a region: its output's spatial dims known (the lanes a depthwise conv
+    fills in either layout depend on them), and a depthwise conv no cheaper in NCHW."""
+    if not all(isinstance(d, int) and d > 0 for d in n.outputs[0].shape[2:]):
+        return False
+    return conv_kind(n) == "pointwise" or conv_saving(n, target) >= 0
+
+
+def _roles(nodes: Sequence[NodeInfo], target: Target | None = None) -> dict[int, str]:
+    """Each node that can work in NHWC given its producers: "conv", "eltwise", "move" or "pool" (its output NCHW);
+    with ``target`` (auto) no conv of unknown output size and no depthwise conv that is cheaper in NCHW."""
     roles: dict[int, str] = {}
     nhwc: set[str] = set()
     for i, n in enumerate(nodes):
@@ -116,7 +127,8 @@ def _roles(nodes: Sequence[NodeInfo]) -> dict[int, str]:
         y = n.outputs[0]
         if conv_kind(n) is not None:
             x = n.inputs[0]
-            if y.shape is not None and len(y.shape) == 4 and (x.name in nhwc or not _one_pixel(x)):
+            if (y.shape is not None and len(y.shape) == 4 and (x.name in nhwc or not _one_pixel(x))
+                    and (target is None or _wanted(n, target))):
                 roles[i] = "conv"
         elif n.key in ELEMENTWISE:
             if (len(n.outputs) == 1 and y.shape is not None and len(y.shape) == 4 and any(v.name in nhwc for v in ins)
@@ -131,9 +143,10 @@ def _roles(nodes: Sequence[NodeInfo]) -> dict[int, str]:
     return roles
 
 
-def regions(nodes: Sequence[NodeInfo]) -> list[Region]:
-    """The connected regions (producer and NHWC reader joined) that hold a conv, in node order."""
-    roles = _roles(nodes)
+def regions(nodes: Sequence[NodeInfo], target: Target | None = None) -> list[Region]:
+    """The connected regions (producer and NHWC reader joined) that hold a conv, in node order (``target``: as
+    ``auto`` forms them, without the depthwise convs cheaper in NCHW)."""
+    roles = _roles(nodes, target)
     producer = {v.name: i for i, n in enumerate(nodes) if roles.get(i) in _MAKES_NHWC for v in n.outputs
                 if not v.missing}
     parent = {i: i for i in roles}
@@ -165,9 +178,31 @@ def chains(nodes: Sequence[NodeInfo]) -> list[list[int]]:
     return [r.convs for r in regions(nodes) if len(r.convs) >= 2]
 
 
+UNKNOWN_EXTENT = 32  # a symbolic spatial dim, to the cost model (a symbolic batch dim counts as 1)
+
+
+def _dims(shape) -> list[int]:
+    return [d if isinstance(d, int) and d >= 0 else 1 if k == 0 else UNKNOWN_EXTENT for k, d in enumerate(shape or ())]
+
+
 def _elements(shape) -> int:
-    """Elements of a shape, symbolic dims counted as 1 (the decision compares a region's own tensors)."""
-    return int(np.prod([d if isinstance(d, int) else 1 for d in shape or ()], dtype=np.int64))
+    return int(np.prod(_dims(shape), dtype=np.int64))
+
+
+def conv_saving(n: NodeInfo, target: Target) -> float:
+    """Cycles a conv of a region saves in NHWC: the reorders its NCHW kernel makes itself, and its taps' lane
+    blocks (``kernels/cost.py``); negative where NCHW is cheaper (a depthwise conv of few channels on wide rows)."""
+    kind = conv_kind(n)
+    strides = tuple(n.attr("strides", [1, 1]))
+    x, y = _dims(n.inputs[0].shape), _dims(n.outputs[0].shape)
+    in_b, out_b = 4 * int(np.prod(x)), 4 * int(np.prod(y))
+    kh, kw = (n.attr("kernel_shape") or np.asarray(n.inputs[1].value).shape[2:])[:2]
+    dims = (y[0], y[1], y[2], y[3], int(kh), int(kw))
+    saved = 0.0
+    for layout, sign in (("NCHW", 1.0), ("NHWC", -1.0)):
+        saved += sign * (reorder_cycles(target, conv_reorder_bytes(kind, strides, layout, in_b, out_b))
+                         + conv_lane_cycles(target, kind, strides, layout, dims))
+    return saved
 
 
 def _boundary(nodes: Sequence[NodeInfo], members: set[int]) -> tuple[list[ValueInfo], list[ValueInfo]]:
@@ -190,14 +225,7 @@ def _boundary(nodes: Sequence[NodeInfo], members: set[int]) -> tuple[list[ValueI
 
 def pays(nodes: Sequence[NodeInfo], region: Region, target: Target) -> bool:
     """Whether NHWC over the region costs less: its NCHW kernels' own reorders against its boundary transposes."""
-    saved = 0.0
-    for i in region.convs:
-        n = nodes[i]
-        in_b, out_b = 4 * _elements(n.inputs[0].shape), 4 * _elements(n.outputs[0].shape)
-        strides = tuple(n.attr("strides", [1, 1]))
-        kind = conv_kind(n)
-        saved += reorder_cycles(target, conv_reorder_bytes(kind, strides, "NCHW", in_b, out_b))
-        saved -= reorder_cycles(target, conv_reorder_bytes(kind, strides, "NHWC", in_b, out_b))
+    saved = sum(conv_saving(nodes[i], target) for i in region.convs)
     entries, exits = _boundary(nodes, set(region.nodes))
     boundary = sum(reorder_cycles(target, (v.dtype.itemsize if v.dtype is not None else 4) * _elements(v.shape))
                    for v in (*entries, *exits))
@@ -292,8 +320,10 @@ def assign_layouts(nodes: Sequence[NodeInfo], target: Target, how: str | None = 
     how = target.conv_layout if how is None else how
     if how == "nchw":
         return list(nodes)
-    chosen = [r for r in regions(nodes)
-              if (pays(nodes, r, target) if how == "auto" else len(r.convs) >= 2)]
+    if how == "auto":
+        chosen = [r for r in regions(nodes, target) if pays(nodes, r, target)]
+    else:
+        chosen = [r for r in regions(nodes) if len(r.convs) >= 2]
     members = {i for r in chosen for i in r.nodes}
     if not members:
         return list(nodes)
