@@ -8,6 +8,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#ifdef __GLIBCXX__
+#include <cxxabi.h>
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -45,6 +49,85 @@ bool IsCppFunction(const py::handle& fn) {
   return PyCFunction_Check(fn.ptr()) && PyCFunction_GET_SELF(fn.ptr()) != nullptr &&
          py::detail::function_record_ptr_from_PyObject(PyCFunction_GET_SELF(fn.ptr())) != nullptr;
 }
+
+// A function this extension defines with pybind11, called through its own entry point (the function record's
+// `impl`: the argument casters, the C++ function, the result's cast) with a call's positional arguments, without
+// pybind11's dispatcher (overload loop, keyword matching, defaults, per-call argument vectors beyond six). A call
+// whose arguments the casters refuse goes through the dispatcher, which raises pybind11's own TypeError.
+class DirectEntry {
+ public:
+  // The entry for fn called with n positional arguments, or an empty one where only the dispatcher applies
+  // (not this extension's pybind11 function, overloaded, a method or constructor, **kwargs, too few arguments and
+  // defaults).
+  DirectEntry() = default;
+  DirectEntry(const py::handle& fn, size_t n) {
+    // this extension's own functions only: another module's casters keep their temporaries on their own stack
+    if (!IsCppFunction(fn) || Py_TYPE(PyCFunction_GET_SELF(fn.ptr())) != py::detail::get_function_record_PyTypeObject())
+      return;
+    const auto* rec = py::detail::function_record_ptr_from_PyObject(PyCFunction_GET_SELF(fn.ptr()));
+    if (rec->next != nullptr || rec->impl == nullptr || rec->is_constructor || rec->is_new_style_constructor ||
+        rec->is_method || rec->has_kwargs || rec->is_operator)
+      return;
+    const size_t pos = rec->nargs_pos;  // positional parameters, py::args not counted
+    if (rec->has_args ? rec->nargs != pos + 1 : (rec->nargs != pos || n > pos)) return;
+    for (size_t i = 0; i < pos; ++i) {
+      const py::detail::argument_record* a = i < rec->args.size() ? &rec->args[i] : nullptr;
+      if (i >= n && (a == nullptr || !a->value)) return;  // neither given nor defaulted
+      params_.push_back({a == nullptr || a->convert, a == nullptr || a->none, i < n ? py::handle() : a->value});
+    }
+    rec_ = rec;
+  }
+  explicit operator bool() const { return rec_ != nullptr; }
+
+  // fn(*argv[:n]): a new reference, or nullptr with a Python error set; kTryDispatcher when the casters refused
+  // the arguments (the caller calls fn, whose dispatcher reports why).
+  PyObject* Call(PyObject* const* argv, size_t n) const {
+    py::detail::function_call call(*rec_, n > 0 ? argv[0] : nullptr);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Param& p = params_[i];
+      py::handle v = i < n ? py::handle(argv[i]) : p.fallback;
+      if (!p.none && v.is_none()) return kTryDispatcher;
+      call.args.push_back(v);
+      call.args_convert.push_back(p.convert);
+    }
+    try {
+      if (rec_->has_args) {  // the arguments beyond the positional ones as the py::args tuple
+        const size_t pos = params_.size(), extra = n > pos ? n - pos : 0;
+        py::tuple rest(extra);
+        for (size_t i = 0; i < extra; ++i) PyTuple_SET_ITEM(rest.ptr(), i, py::handle(argv[pos + i]).inc_ref().ptr());
+        call.args_ref = std::move(rest);
+        call.args.push_back(call.args_ref);
+        call.args_convert.push_back(false);
+      }
+      py::handle result;
+      {
+        py::detail::loader_life_support guard{};  // keeps converted temporaries alive for the call
+        result = rec_->impl(call);
+      }
+      return result.ptr() == PYBIND11_TRY_NEXT_OVERLOAD ? kTryDispatcher : result.ptr();
+    } catch (py::error_already_set& e) {
+      e.restore();
+    } catch (py::reference_cast_error&) {
+      return kTryDispatcher;
+#ifdef __GLIBCXX__
+    } catch (abi::__forced_unwind&) {
+      throw;
+#endif
+    } catch (...) {
+      py::detail::try_translate_exceptions();  // as the dispatcher: std::invalid_argument -> ValueError, ...
+    }
+    return nullptr;
+  }
+  static inline PyObject* const kTryDispatcher = PYBIND11_TRY_NEXT_OVERLOAD;
+
+ private:
+  struct Param {
+    bool convert, none;
+    py::handle fallback;  // the default of a parameter not given (the record owns it)
+  };
+  const py::detail::function_record* rec_ = nullptr;  // the function object (held by the caller) owns it
+  std::vector<Param> params_;
+};
 
 // What one input must be for a bound step to apply.
 struct Expected {
@@ -319,6 +402,7 @@ class CallStep : public NativeStep {
       outputs_.push_back(std::move(out));
     }
     whole_ = outputs_.size() == 1 && outputs_[0].index < 0 && outputs_[0].dims.empty() && outputs_[0].columns.is_none();
+    if (!kwnames_) direct_ = DirectEntry(fn_, args_.size());
     numpy_free_ = IsCppFunction(fn_);
     for (const py::handle a : args_) numpy_free_ = numpy_free_ && !PyCallable_Check(a.ptr());
     FindUfuncLoop();
@@ -327,6 +411,7 @@ class CallStep : public NativeStep {
   // fn is a C++ kernel (a pybind11 function) given no callable (a ufunc it would call): it does no numpy arithmetic.
   bool NumpyFree() const override { return numpy_free_; }
   bool RunsUfuncLoop() const { return loop_ != nullptr; }
+  bool CallsDirect() const { return static_cast<bool>(direct_); }
   // With numpy's loop, a call that runs it needs no error state: it is ensured only before calling the ufunc.
   bool EnsuresQuiet() const override { return loop_ != nullptr; }
 
@@ -356,8 +441,10 @@ class CallStep : public NativeStep {
     }
     if (quiet != nullptr && !NumpyFree() && !quiet->Ensure()) return nullptr;
     const size_t n_keywords = kwnames_ ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames_.ptr())) : 0;
-    PyObject* result =
-        PyObject_Vectorcall(fn_.ptr(), call.data(), args_.size() - n_keywords, kwnames_ ? kwnames_.ptr() : nullptr);
+    PyObject* result = direct_ ? direct_.Call(call.data(), args_.size()) : DirectEntry::kTryDispatcher;
+    if (result == DirectEntry::kTryDispatcher)
+      result =
+          PyObject_Vectorcall(fn_.ptr(), call.data(), args_.size() - n_keywords, kwnames_ ? kwnames_.ptr() : nullptr);
     if (result == nullptr) return nullptr;  // the kernel's error: the loop names the node
     auto res = py::reinterpret_steal<py::object>(result);
     if (res.is_none()) return nullptr;  // the kernel declines these values (the Python kernel runs)
@@ -564,6 +651,7 @@ class CallStep : public NativeStep {
   static constexpr Py_ssize_t kMaxLoopArgs = 4;  // operands and the output of a ufunc taken
 
   py::object fn_;
+  DirectEntry direct_;  // fn's entry without pybind11's dispatcher, when it has one
   py::tuple args_;
   py::object kwnames_;  // the last arguments' keyword names (a tuple), or null
   bool whole_ = false;  // the one output is the whole result, as it is
@@ -692,7 +780,10 @@ void RegisterNativeSteps(py::module_& m) {
            py::arg("ort_outputs") = py::list(), py::arg("fixed") = py::list(), py::arg("keywords") = py::tuple())
       .def_property_readonly("ufunc_loop", &CallStep::RunsUfuncLoop,
                              "whether fn is a ufunc whose own strided loop it runs on C-order operands and ORT's "
-                             "buffer (numpy's dispatch skipped; other calls call fn)");
+                             "buffer (numpy's dispatch skipped; other calls call fn)")
+      .def_property_readonly("direct", &CallStep::CallsDirect,
+                             "whether fn is a pybind11 function called through its own entry (its argument casters "
+                             "and the C++ function) without pybind11's dispatcher");
 }
 
 }  // namespace npu_ep
