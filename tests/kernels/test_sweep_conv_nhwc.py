@@ -2,27 +2,36 @@
 kernels/ops/conv_nhwc.py) against the reference model: the Conv's numpy kernel in NCHW, x transposed to NCHW and the
 result back.
 
-Depthwise: channels in the lanes (blocks of 16, the last one masked), four interior output columns at once, border
-columns with each tap checked; bit-exact (the reference's x_0 * w_0, then + x_t * w_t tap by tap with padded taps
-multiplying 0, then + bias, no fused multiply-adds), NaN where the reference has NaN, signs of zeros equal. The
-grid crosses the channel tails (1, 15-17, 31-33 mod 16), widths from under the kernel to past 4-column blocks,
-strides 1-3, symmetric, asymmetric and no pads, special values (NaN, +-inf, -0, 1e30, denormals) in x and w, fused
-tails, no bias, threads 1 and 2. Pointwise: the packed GEMM, within the dot-product bound
-2 K eps sum|x w| + |bias| eps (as test_sweep_conv.py), NaN and inf where the reference has them."""
+Depthwise: channels in the lanes (pairs of 16-channel vectors, then one, the last one masked), blocks of 4 (pairs)
+or 8 output columns, then 4, 3, 2, 1; the columns and rows whose taps leave the input in checked blocks that read
+zeros; inputs of 256 channels or more copied into compact rows, NCHW inputs gathered by 16x16 transposes. Bit-exact
+(the reference's x_0 * w_0, then + x_t * w_t tap by tap with padded taps multiplying 0, then + bias, no fused
+multiply-adds), NaN where the reference has NaN, signs of zeros equal. The grid crosses the channel tails (2-17,
+31-33, 63-65 and past 256), widths from under the kernel to past two register blocks, strides 1-3, symmetric,
+asymmetric and no pads, special values (NaN, +-inf, -0, 1e30, denormals) in x and w, fused tails (HardSwish and
+Clip in registers, others after the row), no bias, threads 1 and 2. Pointwise: the packed GEMM, within the
+dot-product bound 2 K eps sum|x w| + |bias| eps (as test_sweep_conv.py), NaN and inf where the reference has them."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
 from _sweep import native_calls, node_model
+from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import runtime
+from npu_ep.kernels.ops import conv_nhwc
 from npu_ep.kernels.registry import kernel_for
 from npu_ep.kernels.target import Target
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
@@ -30,6 +39,8 @@ REF = Target.load("npu-ref")
 SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 1e30, -1e30, 1e-40, -3e-39], np.float32)
 HARDSWISH = [("save", 0.0, 0.0), ("mul", float(np.float32(1 / 6)), 0.0), ("add", 0.5, 0.0), ("clip", 0.0, 1.0),
              ("mul_saved", 0.0, 0.0)]
+CLIP = [("clip", 0.0, 6.0)]
+OTHER = [("mul", 2.0, 0.0), ("add", -1.0, 0.0), ("abs", 0.0, 0.0)]  # no register form: applied to the stored row
 
 
 @pytest.fixture(params=host_isas(top="avx512"))  # the depthwise kernel's AVX-512 rows and its scalar rows
@@ -94,7 +105,7 @@ DW_GRID = [(c, h, wd, k, st, pads)
 
 
 def _dw_case(c, h, wd, k, st, pads, threads=1, tail=None, bias=True, batch=1, nchw_in=False):
-    label = f"dw c={c} {h}x{wd} k={k} s={st} pads={pads}"
+    label = f"dw c={c} {h}x{wd} k={k} s={st} pads={pads} tail={tail and tail[0][0]} nchw_in={nchw_in}"
     if h + pads[0] + pads[2] < k or wd + pads[1] + pads[3] < k:
         return
     rng = np.random.default_rng(hash((c, h, wd, k, st, tuple(pads))) % 2**32)
@@ -137,6 +148,56 @@ def test_depthwise_tail_no_bias_threads(float_isa, threads):
         _dw_case(c, 56, 56, 3, 2, [1, 1, 1, 1], threads=threads, tail=HARDSWISH, batch=2)
         _dw_case(c, 14, 14, 5, 1, [2, 2, 2, 2], threads=threads, tail=HARDSWISH, bias=False)
         _dw_case(c, 28, 28, 3, 2, [1, 1, 1, 1], threads=threads, tail=HARDSWISH, nchw_in=True)
+
+
+TAIL_CHANNELS = [*range(2, 18), 31, 32, 33, 63, 64, 65]  # one channel is a dense conv
+WIDTHS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 20]
+
+
+@pytest.mark.parametrize("c", TAIL_CHANNELS)
+def test_depthwise_channel_tails_and_widths(float_isa, c):
+    """Every channel tail of the 16-lane vectors and of the 32-channel pairs, at widths whose interior (unchecked)
+    columns fill 0 to 2 register blocks and leave every remainder, for the slid 3x3 and 5x5 kernels at strides 1
+    and 2."""
+    for wd in WIDTHS:
+        for k, st in ((3, 1), (3, 2), (5, 1), (5, 2)):
+            _dw_case(c, 4, wd, k, st, [k // 2] * 4)
+
+
+@pytest.mark.parametrize("c", [256, 257, 287, 300])
+@pytest.mark.parametrize("nchw_in", [False, True])
+def test_depthwise_wide_channels(float_isa, c, nchw_in):
+    """Inputs of 256 channels or more are read from compact copies of their rows (the last group's lanes past the
+    channels zero)."""
+    for h, wd, k, st, pads in ((7, 7, 5, 1, [2, 2, 2, 2]), (9, 10, 5, 2, [2, 2, 2, 2]), (6, 13, 3, 1, [1, 1, 1, 1]),
+                               (5, 9, 3, 3, [0, 2, 1, 0]), (8, 8, 7, 1, [3, 3, 3, 3])):
+        _dw_case(c, h, wd, k, st, pads, nchw_in=nchw_in)
+
+
+@pytest.mark.parametrize("tail", [CLIP, OTHER], ids=["clip", "other"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_other_tails(float_isa, tail, threads):
+    for c in (16, 17, 48, 257):
+        _dw_case(c, 14, 14, 3, 1, [1, 1, 1, 1], threads=threads, tail=tail, batch=2)
+        _dw_case(c, 9, 11, 5, 2, [2, 2, 2, 2], threads=threads, tail=tail, bias=False, nchw_in=True)
+
+
+def test_depthwise_weights_as_taps_or_grouped():
+    """The binding takes the weights [kh*kw, C] (grouping them itself) or grouped as conv_nhwc._prepare makes them:
+    the same bits."""
+    nat = runtime.native_module()
+    rng = np.random.default_rng(4)
+    for c in (5, 32, 70):
+        x = _floats((1, 9, 11, c), rng, specials=True)
+        taps = _floats((9, c), rng, specials=True)
+        grouped = conv_nhwc._grouped_taps(np.ascontiguousarray(taps.T))
+        assert grouped.shape == (-(-c // nat.nhwc_depthwise_group), 9, nat.nhwc_depthwise_group)
+        with np.errstate(all="ignore"):
+            a = nat.conv_nhwc_depthwise(x, taps, None, [3, 3, 1, 2, 1, 1, 1, 1], 1)
+            b = nat.conv_nhwc_depthwise(x, grouped, None, [3, 3, 1, 2, 1, 1, 1, 1], 1)
+        _bits(a, b, f"c={c}")
+    with pytest.raises(ValueError, match="w must be"):
+        nat.conv_nhwc_depthwise(x, taps[:, :-1], None, [3, 3, 1, 2, 1, 1, 1, 1], 1)
 
 
 def test_depthwise_asymmetric_stride():
@@ -200,3 +261,49 @@ def test_the_bits_do_not_depend_on_the_thread_count(kind):
         with np.errstate(all="ignore"):
             outs.append(k.run(p, [xn])[0])
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def _wide_chain_model(c, hw):
+    """dw 5x5 on the NCHW input (gathered into the lanes) + HardSwish -> pw c->c+7 -> dw 3x3 s2 (c+7 channels, read
+    from compact rows when c+7 >= 256) + Clip -> pw -> y."""
+    rng = np.random.default_rng(1)
+    m = c + 7
+    inits = {"w0": (rng.standard_normal((c, 1, 5, 5)) / 5).astype(np.float32),
+             "b0": rng.standard_normal(c).astype(np.float32),
+             "w1": (rng.standard_normal((m, c, 1, 1)) / 8).astype(np.float32),
+             "w2": (rng.standard_normal((m, 1, 3, 3)) / 3).astype(np.float32),
+             "b2": rng.standard_normal(m).astype(np.float32),
+             "w3": (rng.standard_normal((16, m, 1, 1)) / 8).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], group=c, kernel_shape=[5, 5], pads=[2, 2, 2, 2]),
+             helper.make_node("HardSwish", ["c0"], ["h0"]),
+             helper.make_node("Conv", ["h0", "w1"], ["c1"]),
+             helper.make_node("Conv", ["c1", "w2", "b2"], ["c2"], group=m, kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c2", "lo", "hi"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3"], ["y"])]
+    inits["lo"], inits["hi"] = np.float32(0.0), np.float32(6.0)
+    f32 = TensorProto.FLOAT
+    return make_model(nodes, [helper.make_tensor_value_info("x", f32, [1, c, hw, hw])],
+                      [helper.make_tensor_value_info("y", f32, [1, 16, (hw + 1) // 2, (hw + 1) // 2])], inits)
+
+
+@pytest.mark.parametrize("c,hw", [(24, 15), (250, 9)])
+def test_session_with_the_layout_pass_matches_the_cpu_ep(c, hw):
+    """conv_layout=nhwc: the chain runs as npu::ConvNhwc steps on their bound native calls (an NCHW-reading
+    depthwise conv first, a compact-row one for c + 7 >= 256), within float32 rounding of the CPU EP."""
+    model = _wide_chain_model(c, hw)
+    LIVE_SESSIONS.clear()
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, {"conv_layout": "nhwc"}, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    steps = [s for ep in LIVE_SESSIONS for prog in ep.programs.values() for s in prog.steps]
+    convs = [s.prepared.attrs for s in steps if s.op == "npu::ConvNhwc"]
+    assert [(a["layout_kind"], a["layout_in"]) for a in convs] == [("depthwise", "NCHW"), ("pointwise", "NHWC"),
+                                                                   ("depthwise", "NHWC"), ("pointwise", "NHWC")]
+    x = _floats((1, c, hw, hw), np.random.default_rng(2))
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(3):  # observed, then on the bound native steps
+        got = sess.run(None, {"x": x})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+    assert python_steps(sess) == []
