@@ -15,7 +15,7 @@ are kept channels-last:
   then a free Reshape of its [N, 1, 1, C] to the NCHW [N, C, 1, 1] (the same bytes): the SE block's small 1x1 convs
   stay NCHW steps;
 - Concat and Split of NHWC tensors along any axis (the axis moved to its NHWC place; a Concat's constants
-  permuted).
+  permuted, its NCHW parts read through a Transpose to NHWC).
 
 Every NHWC tensor read by a node outside the region, or that is a partition output, gets one Transpose back to
 NCHW under its own name, so the rest of the partition is untouched.
@@ -101,11 +101,12 @@ class Region:
 
 
 def _moves(n: NodeInfo, nhwc: set[str]) -> bool:
-    """A Concat of NHWC tensors (constants permuted) or a Split of one, 4-D, sizes given as a constant."""
+    """A 4-D Concat with an NHWC part (its constants permuted, its NCHW parts read through a Transpose), or a 4-D
+    Split of an NHWC tensor, its sizes a constant."""
     data = n.inputs[:1] if n.op_type == "Split" else n.inputs
     return (all(v.shape is not None and len(v.shape) == 4 for v in (*data, *n.outputs) if not v.missing)
             and any(v.name in nhwc for v in data)
-            and all(v.name in nhwc or (v.is_constant and v.value is not None) for v in data)
+            and all(v.is_constant and v.value is not None for v in data if v.is_constant)
             and all(v.is_constant for v in n.inputs[1:] if n.op_type == "Split" and not v.missing))
 
 
@@ -216,6 +217,9 @@ def _boundary(nodes: Sequence[NodeInfo], members: set[int]) -> tuple[list[ValueI
         x = n.inputs[0]
         if conv_kind(n) is not None and x.name not in made:
             entries.setdefault(x.name, x)
+        if n.op_type == "Concat":
+            entries.update((v.name, v) for v in n.inputs
+                           if v.name not in made and not v.is_constant and not _one_pixel(v))
     exits = {v.name: v for v in made.values() if v.is_graph_output}
     for i, n in enumerate(nodes):
         if i not in members:

@@ -348,3 +348,24 @@ def test_the_cost_model_sees_the_lanes_a_depthwise_conv_fills():
     assert [op for op, _ in _ops(model, "nhwc")].count("ConvNhwc") == 4
     # auto decides only on sizes it knows
     assert layout.regions(fuse_partition(nodes_from_model(_one_dw(256, 14, k=5, spatial=["h", "w"])), REF), REF) == []
+
+
+def test_a_concat_reads_its_nchw_parts_through_a_transpose():
+    """dw 3x3 s2 -> pw, concatenated on the channels with a MaxPool of the input (NCHW, outside the region) -> pw."""
+    rng = np.random.default_rng(10)
+    inits = {"w0": rng.standard_normal((16, 1, 3, 3)).astype(np.float32),
+             "w1": (rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32),
+             "w2": (rng.standard_normal((8, 32, 1, 1)) / 6).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a0"], group=16, kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a0", "w1"], ["a1"]),
+             helper.make_node("MaxPool", ["x"], ["b"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Concat", ["a1", "b"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w2"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, 16, 24, 24])],
+                       [helper.make_tensor_value_info("y", F32, [1, 8, 12, 12])], inits)
+    assert [op for op, _ in _ops(model, "nhwc")] == ["ConvNhwc", "ConvNhwc", "MaxPool", "Transpose", "Concat",
+                                                     "ConvNhwc", "Transpose"]
+    x = np.random.default_rng(11).standard_normal((1, 16, 24, 24)).astype(np.float32)
+    steps = _matches_cpu(model, "nhwc", x)
+    assert sum(s.op == "npu::ConvNhwc" for s in steps) == 3
