@@ -14,6 +14,8 @@ are kept channels-last:
 - GlobalAveragePool / GlobalMaxPool of an NHWC tensor: a ReduceMean / ReduceMax over axes 1, 2 with the dims kept,
   then a free Reshape of its [N, 1, 1, C] to the NCHW [N, C, 1, 1] (the same bytes): the SE block's small 1x1 convs
   stay NCHW steps;
+- a nearest Resize repeating each pixel an integer number of times (``_upsample``: static sizes), as two native
+  Resizes of the last two axes between free Reshapes;
 - Concat and Split of NHWC tensors along any axis (the axis moved to its NHWC place; a Concat's constants
   permuted, its NCHW parts read through a Transpose to NHWC).
 
@@ -52,7 +54,7 @@ ELEMENTWISE = frozenset({
 _POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
 _MOVES = ("Concat", "Split")  # along any axis: the axis moves with the layout
 _NHWC_AXIS = (0, 3, 1, 2)  # an NCHW axis's place in NHWC
-_MAKES_NHWC = ("conv", "eltwise", "move")  # roles whose outputs are NHWC
+_MAKES_NHWC = ("conv", "eltwise", "move", "resize")  # roles whose outputs are NHWC
 
 
 def conv_kind(n: NodeInfo) -> str | None:
@@ -118,6 +120,33 @@ def _wanted(n: NodeInfo, target: Target) -> bool:
     return conv_kind(n) == "pointwise" or conv_saving(n, target) >= 0
 
 
+def _upsample(n: NodeInfo) -> tuple[int, int] | None:
+    """(sh, sw) of a nearest Resize that repeats each pixel sh x sw times (asymmetric coordinates, floor: source
+    index = i // s), its constant scales or sizes integer multiples of a static [N, C, H, W] input, else None."""
+    x, y = n.inputs[0], n.outputs[0]
+    if (n.domain != "" or n.op_type != "Resize" or n.since_version < 11 or len(n.outputs) != 1
+            or str(n.attr("mode", "nearest")) != "nearest" or n.attr("axes") is not None
+            or str(n.attr("coordinate_transformation_mode", "half_pixel")) != "asymmetric"
+            or str(n.attr("nearest_mode", "round_prefer_floor")) != "floor" or int(n.attr("antialias", 0))
+            or x.shape is None or len(x.shape) != 4 or not all(isinstance(d, int) and d > 0 for d in x.shape[1:])
+            or y.shape is None or len(y.shape) != 4 or not all(isinstance(d, int) for d in y.shape[1:])):
+        return None
+    given = [v for v in n.inputs[2:] if not v.missing]
+    if len(given) != 1 or not given[0].is_constant or given[0].value is None or given[0].value.size != 4:
+        return None
+    c, h, w = x.shape[1:]
+    got = np.asarray(given[0].value).reshape(-1).tolist()
+    if n.input(2) is not None:  # scales
+        if got[:2] != [1, 1] or any(float(v) != int(v) or v < 1 for v in got[2:]):
+            return None
+        sh, sw = int(got[2]), int(got[3])
+    elif got[1] == c and got[2] % h == 0 and got[3] % w == 0 and got[2] and got[3]:
+        sh, sw = got[2] // h, got[3] // w
+    else:
+        return None
+    return (sh, sw) if tuple(y.shape[1:]) == (c, h * sh, w * sw) else None
+
+
 def _roles(nodes: Sequence[NodeInfo], target: Target | None = None) -> dict[int, str]:
     """Each node that can work in NHWC given its producers: "conv", "eltwise", "move" or "pool" (its output NCHW);
     with ``target`` (auto) no conv of unknown output size and no depthwise conv that is cheaper in NCHW."""
@@ -139,6 +168,8 @@ def _roles(nodes: Sequence[NodeInfo], target: Target | None = None) -> dict[int,
             roles[i] = "pool"
         elif n.domain == "" and n.op_type in _MOVES and _moves(n, nhwc):
             roles[i] = "move"
+        elif ins and ins[0].name in nhwc and _upsample(n) is not None:
+            roles[i] = "resize"
         if roles.get(i) in _MAKES_NHWC:
             nhwc.update(v.name for v in n.outputs if not v.missing)
     return roles
@@ -277,6 +308,37 @@ class _Rewriter:
         self.nhwc[v.name] = got
         return got
 
+    def _upsample(self, n: NodeInfo) -> list[NodeInfo]:
+        """A nearest upsample of an NHWC [N, H, W, C] by (sh, sw) as the native Resize of the last two axes twice:
+        the columns on [N, H, W, C] (each pixel's C values repeated sw times), then the rows on its view
+        [N, 1, H, W * sw * C], and a view back to [N, H * sh, W * sw, C]. The same copies, no Transpose."""
+        sh, sw = _upsample(n)
+        x = self.nhwc[n.inputs[0].name]
+        nb, h, w, c = x.shape
+        y = _nhwc(n.outputs[0])
+        out: list[NodeInfo] = []
+
+        def resize(src: ValueInfo, s: int, shape: tuple, tag: str) -> ValueInfo:
+            dst = ValueInfo(f"{y.name}::{tag}", y.dtype, shape)
+            scales = ValueInfo(f"{y.name}::{tag}_scales", np.dtype(np.float32), (4,),
+                               value=np.array([1, 1, s, 1], np.float32), is_constant=True)
+            out.append(NodeInfo(n.index, f"{n.name}::{tag}", "Resize", "", (src, ValueInfo("", None, None), scales),
+                                (dst,), {k: n.attrs[k] for k in ("mode", "coordinate_transformation_mode",
+                                                                 "nearest_mode") if k in n.attrs}, 13))
+            return dst
+
+        def view(src: ValueInfo, shape: tuple, tag: str, final: bool = False) -> ValueInfo:
+            dst = y if final else ValueInfo(f"{y.name}::{tag}", y.dtype, shape)
+            dims = _int64(f"{y.name}::{tag}_shape", [0, *shape[1:]])
+            out.append(NodeInfo(n.index, f"{n.name}::{tag}", "Reshape", "", (src, dims), (dst,), {}, 14))
+            return dst
+
+        cur = resize(x, sw, (nb, h, w * sw, c), "cols") if sw > 1 else x
+        cur = view(cur, (nb, 1, h, w * sw * c), "flat")
+        cur = resize(cur, sh, (nb, 1, h * sh, w * sw * c), "rows") if sh > 1 else cur
+        view(cur, (nb, h * sh, w * sw, c), "nhwc", final=True)
+        return out
+
     def node(self, i: int) -> list[NodeInfo]:
         n, out = self.nodes[i], []
         kind = conv_kind(n)
@@ -288,7 +350,9 @@ class _Rewriter:
             shape = _int64(f"{y.name}::nchw_shape", [0, -1, 1, 1])
             out.append(NodeInfo(n.index, f"{n.name}::to_nchw", "Reshape", "", (r, shape), (y,), {}, 14))
             return out
-        if kind is not None:
+        if _upsample(n) is not None:
+            out.extend(self._upsample(n))
+        elif kind is not None:
             x = n.inputs[0]
             attrs = {**n.attrs, "layout_kind": kind}
             if x.name in self.nhwc:

@@ -369,3 +369,46 @@ def test_a_concat_reads_its_nchw_parts_through_a_transpose():
     x = np.random.default_rng(11).standard_normal((1, 16, 24, 24)).astype(np.float32)
     steps = _matches_cpu(model, "nhwc", x)
     assert sum(s.op == "npu::ConvNhwc" for s in steps) == 3
+
+
+def _upsample_model(sizes=False, coord="asymmetric", nearest="floor", scale=(2, 3)):
+    """dw 3x3 s2 -> pw -> nearest Resize by ``scale`` (scales, or sizes when ``sizes``) -> Concat with a pw conv of the
+    same upsampled map -> pw."""
+    rng = np.random.default_rng(12)
+    c, hw = 16, 20
+    o = hw // 2
+    big = [1, c, o * scale[0], o * scale[1]]
+    inits = {"w0": rng.standard_normal((c, 1, 3, 3)).astype(np.float32),
+             "w1": (rng.standard_normal((c, c, 1, 1)) / 4).astype(np.float32),
+             "w2": (rng.standard_normal((c, c, 1, 1)) / 4).astype(np.float32),
+             "w3": (rng.standard_normal((8, 2 * c, 1, 1)) / 6).astype(np.float32),
+             "resize": (np.array(big, np.int64) if sizes else np.array([1, 1, *scale], np.float32))}
+    ins = ["a1", "", "", "resize"] if sizes else ["a1", "", "resize"]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a0"], group=c, kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a0", "w1"], ["a1"]),
+             helper.make_node("Resize", ins, ["up"], mode="nearest", coordinate_transformation_mode=coord,
+                              nearest_mode=nearest),
+             helper.make_node("Conv", ["up", "w2"], ["b"]),
+             helper.make_node("Concat", ["up", "b"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w3"], ["y"])]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, c, hw, hw])],
+                      [helper.make_tensor_value_info("y", F32, [1, 8, *big[2:]])], inits)
+
+
+@pytest.mark.parametrize("sizes", [False, True])
+@pytest.mark.parametrize("scale", [(2, 2), (2, 3), (1, 2), (3, 1)])
+def test_a_nearest_upsample_runs_in_nhwc_as_two_native_resizes(sizes, scale):
+    model = _upsample_model(sizes, scale=scale)
+    ops = [op for op, _ in _ops(model, "nhwc")]
+    assert ops.count("Transpose") == 1 and ops.count("Resize") == sum(s > 1 for s in scale)
+    x = np.random.default_rng(13).standard_normal((1, 16, 20, 20)).astype(np.float32)
+    x[0, 2, 3, 4], x[0, 5, 0, 0] = np.nan, -np.inf
+    steps = _matches_cpu(model, "nhwc", x)
+    assert sum(s.op == "npu::ConvNhwc" for s in steps) == 4
+
+
+@pytest.mark.parametrize("coord,nearest", [("half_pixel", "floor"), ("asymmetric", "round_prefer_floor")])
+def test_other_resizes_stay_outside_the_region(coord, nearest):
+    ops = [op for op, _ in _ops(_upsample_model(coord=coord, nearest=nearest), "nhwc")]
+    assert ops.count("Resize") == 1 and ops.count("Transpose") >= 2
