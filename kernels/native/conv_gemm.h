@@ -39,8 +39,8 @@ void ChannelGemmAvx512(int64_t M, int64_t K, const float* at, int64_t lda, const
                        const int64_t* pin, const int64_t* pout, int64_t n_pix, float* c, int64_t ldc, const float* bias,
                        const float* clip, const float* hswish);
 
-// dst[r * wq + q] = plane[(ih0 + r) * W + q - pl] for r < rows, q < wq, zeros where that is outside the H x W plane
-// (a stride-1 conv's zero-padded input rows); AVX-512F only.
+// dst[r * wq + q] = plane[(ih0 + r) * W + q - pl] for r < rows, q < wq <= 64, zeros where that is outside the H x W
+// plane (a stride-1 conv's zero-padded input rows); AVX-512F only.
 void PaddedRowsAvx512(const float* plane, int64_t H, int64_t W, int64_t ih0, int64_t rows, int64_t pl, int64_t wq,
                       float* dst);
 

@@ -289,25 +289,29 @@ __attribute__((target(NPU_AVX512F))) void ChannelGemmAvx512(int64_t M, int64_t K
   }
 }
 
-// The rows in 16-column masked moves, the pads' zeros from the masks: one call for all of a plane's rows, where a
-// memcpy call per row of a few dozen floats costs more than its copy (small maps: 10x10 in YOLO's necks).
+// The rows in 16-column masked moves, the pads' zeros from the masks, which are the same for every row: made once.
+// One call for all of a plane's rows, where a memcpy call per row of a few dozen floats costs more than its copy
+// (small maps: 10x10 in YOLO's necks).
 __attribute__((target(NPU_AVX512F))) void PaddedRowsAvx512(const float* plane, int64_t H, int64_t W, int64_t ih0,
                                                            int64_t rows, int64_t pl, int64_t wq, float* dst) {
+  constexpr int kMaxVectors = 4;  // wq <= 64
+  __mmask16 in[kMaxVectors], out[kMaxVectors];
+  const int vectors = static_cast<int>((wq + 15) / 16);
+  for (int i = 0; i < vectors; ++i) {
+    // lanes l with 0 <= 16i + l - pl < W read the row; the others (masked off: no access) are zeros
+    const int64_t q = 16 * i, lo = std::clamp<int64_t>(pl - q, 0, 16), hi = std::clamp<int64_t>(pl + W - q, 0, 16);
+    in[i] = static_cast<__mmask16>(Lanes(static_cast<int>(hi)) & ~Lanes(static_cast<int>(lo)));
+    out[i] = Lanes(static_cast<int>(std::min<int64_t>(16, wq - q)));
+  }
   for (int64_t r = 0; r < rows; ++r, dst += wq) {
     const int64_t ih = ih0 + r;
     if (ih < 0 || ih >= H) {
-      for (int64_t q = 0; q < wq; q += 16)
-        _mm512_mask_storeu_ps(dst + q, Lanes(static_cast<int>(std::min<int64_t>(16, wq - q))), _mm512_setzero_ps());
+      for (int i = 0; i < vectors; ++i) _mm512_mask_storeu_ps(dst + 16 * i, out[i], _mm512_setzero_ps());
       continue;
     }
-    const float* row = plane + ih * W;
-    for (int64_t q = 0; q < wq; q += 16) {
-      // lanes l with 0 <= q + l - pl < W read the row; the others (masked off: no access) are zeros
-      const int64_t lo = std::clamp<int64_t>(pl - q, 0, 16), hi = std::clamp<int64_t>(pl + W - q, 0, 16);
-      const __mmask16 in = static_cast<__mmask16>(Lanes(static_cast<int>(hi)) & ~Lanes(static_cast<int>(lo)));
-      const __m512 v = _mm512_maskz_loadu_ps(in, row + (q - pl));
-      _mm512_mask_storeu_ps(dst + q, Lanes(static_cast<int>(std::min<int64_t>(16, wq - q))), v);
-    }
+    const float* row = plane + ih * W - pl;
+    for (int i = 0; i < vectors; ++i)
+      _mm512_mask_storeu_ps(dst + 16 * i, out[i], _mm512_maskz_loadu_ps(in[i], row + 16 * i));
   }
 }
 
