@@ -16,6 +16,8 @@ are kept channels-last:
   stay NCHW steps;
 - a nearest Resize repeating each pixel an integer number of times (``_upsample``: static sizes), as two native
   Resizes of the last two axes between free Reshapes;
+- a MaxPool / AveragePool of stride 1 keeping the size (``_same_window``: SPPF's), as the same native pool over
+  the view [N, 1, H, W * C], the column taps C apart;
 - Concat and Split of NHWC tensors along any axis (the axis moved to its NHWC place; a Concat's constants
   permuted, its NCHW parts read through a Transpose to NHWC).
 
@@ -54,7 +56,7 @@ ELEMENTWISE = frozenset({
 _POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
 _MOVES = ("Concat", "Split")  # along any axis: the axis moves with the layout
 _NHWC_AXIS = (0, 3, 1, 2)  # an NCHW axis's place in NHWC
-_MAKES_NHWC = ("conv", "eltwise", "move", "resize")  # roles whose outputs are NHWC
+_MAKES_NHWC = ("conv", "eltwise", "move", "resize", "window")  # roles whose outputs are NHWC
 
 
 def conv_kind(n: NodeInfo) -> str | None:
@@ -147,6 +149,23 @@ def _upsample(n: NodeInfo) -> tuple[int, int] | None:
     return (sh, sw) if tuple(y.shape[1:]) == (c, h * sh, w * sw) else None
 
 
+def _same_window(n: NodeInfo) -> bool:
+    """A 2-D MaxPool / AveragePool of stride 1 whose explicit pads keep the size (each axis's pads summing to its
+    kernel's extent less one), on a static number of channels: in NHWC it is the same pool over the view
+    [N, 1, H, W * C] with the column taps C apart (``_Rewriter._window``)."""
+    x, y = n.inputs[0], n.outputs[0]
+    k = n.attr("kernel_shape")
+    if (n.domain != "" or n.op_type not in ("MaxPool", "AveragePool") or k is None or len(k) != 2
+            or any(not v.missing for v in n.outputs[1:]) or x.shape is None or len(x.shape) != 4
+            or not isinstance(x.shape[1], int) or y.shape is None or len(y.shape) != 4):
+        return False
+    pads = list(n.attr("pads", [0, 0, 0, 0]))
+    return (list(n.attr("strides", [1, 1])) == [1, 1] and list(n.attr("dilations", [1, 1])) == [1, 1]
+            and n.attr("auto_pad", "NOTSET") == "NOTSET" and not int(n.attr("ceil_mode", 0))
+            and not int(n.attr("storage_order", 0)) and len(pads) == 4
+            and pads[0] + pads[2] == k[0] - 1 and pads[1] + pads[3] == k[1] - 1)
+
+
 def _roles(nodes: Sequence[NodeInfo], target: Target | None = None) -> dict[int, str]:
     """Each node that can work in NHWC given its producers: "conv", "eltwise", "move" or "pool" (its output NCHW);
     with ``target`` (auto) no conv of unknown output size and no depthwise conv that is cheaper in NCHW."""
@@ -170,6 +189,8 @@ def _roles(nodes: Sequence[NodeInfo], target: Target | None = None) -> dict[int,
             roles[i] = "move"
         elif ins and ins[0].name in nhwc and _upsample(n) is not None:
             roles[i] = "resize"
+        elif ins and ins[0].name in nhwc and _same_window(n):
+            roles[i] = "window"
         if roles.get(i) in _MAKES_NHWC:
             nhwc.update(v.name for v in n.outputs if not v.missing)
     return roles
@@ -339,6 +360,26 @@ class _Rewriter:
         view(cur, (nb, h * sh, w * sw, c), "nhwc", final=True)
         return out
 
+    def _window(self, n: NodeInfo) -> list[NodeInfo]:
+        """A same-size pool of NHWC [N, H, W, C] as the same pool of its view [N, 1, H, W * C] with the column taps
+        dilated by C and the column pads scaled by C (a tap outside the row is a pixel outside the image), and the
+        result viewed back with the input's shape: the native pool's taps, in its order."""
+        x, y = self.nhwc[n.inputs[0].name], _nhwc(n.outputs[0])
+        c = x.shape[3]
+        shape = ValueInfo(f"{y.name}::shape", np.dtype(np.int64), (4,))
+        flat = ValueInfo(f"{y.name}::rows", x.dtype, (x.shape[0], x.shape[1], None))
+        view = ValueInfo(f"{y.name}::view", x.dtype, (x.shape[0], 1, x.shape[1], None))
+        pooled = ValueInfo(f"{y.name}::pooled", x.dtype, view.shape)
+        t, lft, b, r = n.attr("pads")
+        attrs = {**n.attrs, "pads": [t, lft * c, b, r * c], "dilations": [1, c], "strides": [1, 1]}
+        return [NodeInfo(n.index, f"{n.name}::shape", "Shape", "", (x,), (shape,), {}, 15),
+                NodeInfo(n.index, f"{n.name}::rows", "Reshape", "", (x, _int64(f"{y.name}::rows_shape", [0, 0, -1])),
+                         (flat,), {}, 14),
+                NodeInfo(n.index, f"{n.name}::view", "Unsqueeze", "", (flat, _int64(f"{y.name}::axis", [1])),
+                         (view,), {}, 13),
+                dataclasses.replace(n, name=f"{n.name}::nhwc", inputs=(view,), outputs=(pooled,), attrs=attrs),
+                NodeInfo(n.index, f"{n.name}::back", "Reshape", "", (pooled, shape), (y,), {}, 14)]
+
     def node(self, i: int) -> list[NodeInfo]:
         n, out = self.nodes[i], []
         kind = conv_kind(n)
@@ -352,6 +393,8 @@ class _Rewriter:
             return out
         if _upsample(n) is not None:
             out.extend(self._upsample(n))
+        elif _same_window(n):
+            out.extend(self._window(n))
         elif kind is not None:
             x = n.inputs[0]
             attrs = {**n.attrs, "layout_kind": kind}
