@@ -1,9 +1,10 @@
 """The layout pass (kernels/layout.py): regions of float depthwise and pointwise convs run in NHWC as npu::ConvNhwc
 steps (a depthwise conv reading NCHW itself; else a Transpose to NHWC before it), with the element-wise ops, SE
-blocks' global pools and scale Muls between them in NHWC; each tensor read outside the region, and each partition
-output, gets one Transpose back to NCHW.
-Sessions with the pass forced on (provider option ``conv_layout=nhwc``) give the CPU EP's results within the conv
-tolerance with every node on NpuEP, and the programs show each step's layout."""
+blocks' global pools and scale Muls, Concat / Split, nearest upsamples and same-size pools between them in NHWC;
+each tensor read outside the region, and each partition output, gets one Transpose back to NCHW.
+Sessions with the pass on (provider option ``conv_layout`` nhwc or auto) give the CPU EP's results within the conv
+tolerance with every node on NpuEP and no step on its Python kernel, and the programs show each step's layout;
+``auto`` takes what the cost model says pays."""
 
 from __future__ import annotations
 
