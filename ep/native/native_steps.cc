@@ -56,25 +56,43 @@ bool IsCppFunction(const py::handle& fn) {
 // whose arguments the casters refuse goes through the dispatcher, which raises pybind11's own TypeError.
 class DirectEntry {
  public:
-  // The entry for fn called with n positional arguments, or an empty one where only the dispatcher applies
-  // (not this extension's pybind11 function, overloaded, a method or constructor, **kwargs, too few arguments and
-  // defaults).
   DirectEntry() = default;
+  // The entry for fn called with n positional arguments: a function of this extension's, one of its methods bound
+  // to an instance (BoundNBits.__call__), or an instance of one of its classes whose __call__ is one. Empty where only
+  // the dispatcher applies (anything else, overloaded, a constructor, **kwargs, too few arguments and defaults).
   DirectEntry(const py::handle& fn, size_t n) {
+    py::object func = py::reinterpret_borrow<py::object>(fn);
+    py::handle self;
+    if (PyMethod_Check(fn.ptr())) {
+      func = py::reinterpret_borrow<py::object>(PyMethod_GET_FUNCTION(fn.ptr()));
+      self = PyMethod_GET_SELF(fn.ptr());
+    } else if (!PyCFunction_Check(fn.ptr()) && py::detail::get_type_info(Py_TYPE(fn.ptr())) != nullptr) {
+      func = py::reinterpret_steal<py::object>(PyObject_GetAttrString(fn.ptr(), "__call__"));
+      if (!func) {
+        PyErr_Clear();
+        return;
+      }
+      if (PyMethod_Check(func.ptr())) func = py::reinterpret_borrow<py::object>(PyMethod_GET_FUNCTION(func.ptr()));
+      self = fn;
+    }
     // this extension's own functions only: another module's casters keep their temporaries on their own stack
-    if (!IsCppFunction(fn) || Py_TYPE(PyCFunction_GET_SELF(fn.ptr())) != py::detail::get_function_record_PyTypeObject())
+    if (!IsCppFunction(func) ||
+        Py_TYPE(PyCFunction_GET_SELF(func.ptr())) != py::detail::get_function_record_PyTypeObject())
       return;
-    const auto* rec = py::detail::function_record_ptr_from_PyObject(PyCFunction_GET_SELF(fn.ptr()));
+    const auto* rec = py::detail::function_record_ptr_from_PyObject(PyCFunction_GET_SELF(func.ptr()));
     if (rec->next != nullptr || rec->impl == nullptr || rec->is_constructor || rec->is_new_style_constructor ||
-        rec->is_method || rec->has_kwargs || rec->is_operator)
+        rec->is_method != static_cast<bool>(self) || rec->has_kwargs || rec->is_operator)
       return;
+    const size_t lead = self ? 1 : 0, given = lead + n;  // the instance goes first
     const size_t pos = rec->nargs_pos;  // positional parameters, py::args not counted
-    if (rec->has_args ? rec->nargs != pos + 1 : (rec->nargs != pos || n > pos)) return;
+    if (rec->has_args ? rec->nargs != pos + 1 : (rec->nargs != pos || given > pos)) return;
     for (size_t i = 0; i < pos; ++i) {
       const py::detail::argument_record* a = i < rec->args.size() ? &rec->args[i] : nullptr;
-      if (i >= n && (a == nullptr || !a->value)) return;  // neither given nor defaulted
-      params_.push_back({a == nullptr || a->convert, a == nullptr || a->none, i < n ? py::handle() : a->value});
+      if (i >= given && (a == nullptr || !a->value)) return;  // neither given nor defaulted
+      params_.push_back({a == nullptr || a->convert, a == nullptr || a->none, i < given ? py::handle() : a->value});
     }
+    func_ = std::move(func);
+    self_ = self;
     rec_ = rec;
   }
   explicit operator bool() const { return rec_ != nullptr; }
@@ -82,19 +100,20 @@ class DirectEntry {
   // fn(*argv[:n]): a new reference, or nullptr with a Python error set; kTryDispatcher when the casters refused
   // the arguments (the caller calls fn, whose dispatcher reports why).
   PyObject* Call(PyObject* const* argv, size_t n) const {
-    py::detail::function_call call(*rec_, n > 0 ? argv[0] : nullptr);
+    const size_t lead = self_ ? 1 : 0, given = lead + n;
+    py::detail::function_call call(*rec_, self_ ? self_ : n > 0 ? argv[0] : nullptr);
     for (size_t i = 0; i < params_.size(); ++i) {
       const Param& p = params_[i];
-      py::handle v = i < n ? py::handle(argv[i]) : p.fallback;
+      py::handle v = i < lead ? self_ : i < given ? py::handle(argv[i - lead]) : p.fallback;
       if (!p.none && v.is_none()) return kTryDispatcher;
       call.args.push_back(v);
       call.args_convert.push_back(p.convert);
     }
     try {
       if (rec_->has_args) {  // the arguments beyond the positional ones as the py::args tuple
-        const size_t pos = params_.size(), extra = n > pos ? n - pos : 0;
+        const size_t first = params_.size() - lead, extra = n > first ? n - first : 0;
         py::tuple rest(extra);
-        for (size_t i = 0; i < extra; ++i) PyTuple_SET_ITEM(rest.ptr(), i, py::handle(argv[pos + i]).inc_ref().ptr());
+        for (size_t i = 0; i < extra; ++i) PyTuple_SET_ITEM(rest.ptr(), i, py::handle(argv[first + i]).inc_ref().ptr());
         call.args_ref = std::move(rest);
         call.args.push_back(call.args_ref);
         call.args_convert.push_back(false);
@@ -125,7 +144,9 @@ class DirectEntry {
     bool convert, none;
     py::handle fallback;  // the default of a parameter not given (the record owns it)
   };
-  const py::detail::function_record* rec_ = nullptr;  // the function object (held by the caller) owns it
+  py::object func_;  // owns rec_
+  py::handle self_;  // a method's instance (the caller's fn holds it), or null
+  const py::detail::function_record* rec_ = nullptr;
   std::vector<Param> params_;
 };
 

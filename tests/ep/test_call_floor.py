@@ -314,3 +314,32 @@ def test_a_directly_called_kernels_error_names_the_node():
     with pytest.raises(Exception, match=r"node 'g' \(Gather\)"):
         sess.run(None, {"data": data, "idx": np.array([0, 9], np.int64)})
     assert sess.run(None, {"data": data, "idx": np.array([2, 0], np.int64)})[0].tolist() == [[2, 0], [6, 4]]
+
+
+def test_a_bound_method_and_a_callable_instance_are_called_directly():
+    """BoundNBits.__call__ (a MatMulNBits step's fn), the instance itself (npu::NormMatMul's) and .half: the method's
+    instance goes first; the results are the dispatcher's bit for bit, and a refused argument gets its TypeError."""
+    k = _native.kernels
+    rng = np.random.default_rng(5)
+    K, N = 64, 8
+    b = rng.integers(0, 256, N * K // 2, dtype=np.uint8)
+    scales = rng.standard_normal(N * K // 32).astype(np.float32)
+    bound = k.BoundNBits(b, scales, None, None, K, N, 32, 0, 1, 0, None)
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -0.0, 1e-40]
+    ins = [(0, 0, x.dtype, x.shape, None)]
+    want = bound(x)
+    method = _kernel_step(bound.__call__, (None, None, None), ins)
+    instance = _kernel_step(bound, (None,), ins)
+    assert method.direct and instance.direct
+    assert method.run((x,))[0].tobytes() == want.tobytes()
+    assert instance.run((x,))[0].tobytes() == want.tobytes()
+    h = x.astype(np.float16)
+    half = _kernel_step(bound.half, (None,), [(0, 0, h.dtype, h.shape, None)])
+    assert half.direct and half.run((h,))[0].tobytes() == bound.half(h).tobytes()
+    with pytest.raises(ValueError, match="bound nbits"):
+        _kernel_step(bound.__call__, (None,), [(0, 0, x.dtype, (3, K), (K, 3))]).run((x,))  # x [K, 3]: not [.., K]
+    refused = _kernel_step(bound.__call__, (None, "skip", None), ins)
+    assert refused.direct
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        refused.run((x,))
