@@ -424,12 +424,13 @@ class CallStep : public NativeStep {
     }
     whole_ = outputs_.size() == 1 && outputs_[0].index < 0 && outputs_[0].dims.empty() && outputs_[0].columns.is_none();
     if (!kwnames_) direct_ = DirectEntry(fn_, args_.size());
-    numpy_free_ = IsCppFunction(fn_);
+    numpy_free_ = IsCppFunction(fn_) || direct_;  // direct_: also this extension's methods (BoundNBits)
     for (const py::handle a : args_) numpy_free_ = numpy_free_ && !PyCallable_Check(a.ptr());
     FindUfuncLoop();
   }
 
-  // fn is a C++ kernel (a pybind11 function) given no callable (a ufunc it would call): it does no numpy arithmetic.
+  // fn is a C++ kernel (a pybind11 function, or a method of this extension's) given no callable (a ufunc it would
+  // call): it does no numpy arithmetic.
   bool NumpyFree() const override { return numpy_free_; }
   bool RunsUfuncLoop() const { return loop_ != nullptr; }
   bool CallsDirect() const { return static_cast<bool>(direct_); }

@@ -288,21 +288,21 @@ class BoundNBits {
     NBitsGemm g = g_;
     g.M = x.size() / g_.K;
     g.a = x.data();
-    py::array_t<float> y;
-    if (Arr<float>::check_(into) && py::reinterpret_borrow<py::array>(into).writeable() &&
-        py::reinterpret_borrow<Arr<float>>(into).size() == g.M * g.N) {
-      y = py::reinterpret_borrow<py::array_t<float>>(into);
-    } else {
-      std::vector<py::ssize_t> dims(x.shape(), x.shape() + x.ndim());
-      dims.back() = g.N;
-      y = py::array_t<float>(dims);
-    }
+    const bool fits = Arr<float>::check_(into) && py::reinterpret_borrow<py::array>(into).writeable() &&
+                      py::reinterpret_borrow<Arr<float>>(into).size() == g.M * g.N;
+    py::array_t<float> y = fits ? py::reinterpret_borrow<py::array_t<float>>(into) : py::array_t<float>(OutDims(x));
     g.y = y.mutable_data();
     {
       py::gil_scoped_release release;
       MatMulNBits(g);
     }
     return std::move(y);
+  }
+  // x's dims with the last one N (the product's shape)
+  std::vector<py::ssize_t> OutDims(const Arr<float>& x) const {
+    std::vector<py::ssize_t> dims(x.shape(), x.shape() + x.ndim());
+    dims.back() = g_.N;
+    return dims;
   }
   // A float16 node's call (no norm): x [M, K] float16 -> y [M, N] float16 (MatMulNBitsHalf).
   py::array CallHalf(const py::array& x) const {
