@@ -138,6 +138,18 @@ def test_even_slot_blocks(float_isa, case):
     assert one.tobytes() == _float_conv(x, w, b, threads=2, **kw).tobytes()
 
 
+@pytest.mark.parametrize("width", [31, 33, 35, 63, 65, 67])
+def test_stride2_column_split(float_isa, width):
+    """A stride-2 row's columns split into even and odd phases: 15, 16, 17, 31, 32 and 33 columns in place (whole
+    16-column vectors unmasked, the last short one masked), the pad's columns around them."""
+    rng = np.random.default_rng(width)
+    x = _floats((1, 6, 5, width), rng, specials=True)
+    w = _floats((16, 6, 3, 3), rng)
+    b = _floats((16,), rng)
+    kw = dict(strides=[2, 2], pads=[1, 1, 1, 1])
+    assert _float_conv(x, w, b, **kw).tobytes() == _float_conv(x, w, b, threads=2, **kw).tobytes()
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_dense_convs_in_a_session(threads):
     """yolov8n-like 3x3 convs (stride 1 and 2, 13 and 40 output channels: 12-row blocks with short ones) + Relu in a
