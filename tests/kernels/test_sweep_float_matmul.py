@@ -5,8 +5,8 @@ The packed GEMM's specification is its portable path (packed_sgemm.h: fused mult
 chunks of 256, the chunks added in order, then bias and ReLU): the AVX-512 path must give its bits exactly, NaN and
 Inf included, at every shape and thread count. Its blocks: panels of 32 columns in two 16-lane masks; tiles of 8
 rows (7..1-row tiles for the rest); one or two rows take WideTile (four panels at a time) or, deeper than one chunk
-with fewer than four panels, DeepTile (four chunks at a time); A is packed by 8x8 transposes (K around 8); tasks of
-128 rows. Against the reference model (numpy's BLAS, another summation order) a product is within twice the
+with fewer than four panels, DeepTile (four chunks at a time); A is read in place at its own row pitch; tasks of 128
+rows. Against the reference model (numpy's BLAS, another summation order) a product is within twice the
 forward error bound of a float32 dot product, K * 2^-24 * sum |a| |b| (Higham 3.1): each side is within one bound
 of the exact sum. MatMul / Gemm through their kernels are swept the same way, runtime B (float_matmul_batched) and,
 below AVX-512, the two-half sgemm_columns split."""
