@@ -8,10 +8,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
-#ifdef __GLIBCXX__
-#include <cxxabi.h>
-#endif
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -50,105 +46,19 @@ bool IsCppFunction(const py::handle& fn) {
          py::detail::function_record_ptr_from_PyObject(PyCFunction_GET_SELF(fn.ptr())) != nullptr;
 }
 
-// A function this extension defines with pybind11, called through its own entry point (the function record's
-// `impl`: the argument casters, the C++ function, the result's cast) with a call's positional arguments, without
-// pybind11's dispatcher (overload loop, keyword matching, defaults, per-call argument vectors beyond six). A call
-// whose arguments the casters refuse goes through the dispatcher, which raises pybind11's own TypeError.
-class DirectEntry {
- public:
-  DirectEntry() = default;
-  // The entry for fn called with n positional arguments: a function of this extension's, one of its methods bound
-  // to an instance (BoundNBits.__call__), or an instance of one of its classes whose __call__ is one. Empty where only
-  // the dispatcher applies (anything else, overloaded, a constructor, **kwargs, too few arguments and defaults).
-  DirectEntry(const py::handle& fn, size_t n) {
-    py::object func = py::reinterpret_borrow<py::object>(fn);
-    py::handle self;
-    if (PyMethod_Check(fn.ptr())) {
-      func = py::reinterpret_borrow<py::object>(PyMethod_GET_FUNCTION(fn.ptr()));
-      self = PyMethod_GET_SELF(fn.ptr());
-    } else if (!PyCFunction_Check(fn.ptr()) && py::detail::get_type_info(Py_TYPE(fn.ptr())) != nullptr) {
-      func = py::reinterpret_steal<py::object>(PyObject_GetAttrString(fn.ptr(), "__call__"));
-      if (!func) {
-        PyErr_Clear();
-        return;
-      }
-      if (PyMethod_Check(func.ptr())) func = py::reinterpret_borrow<py::object>(PyMethod_GET_FUNCTION(func.ptr()));
-      self = fn;
-    }
-    // this extension's own functions only: another module's casters keep their temporaries on their own stack
-    if (!IsCppFunction(func) ||
-        Py_TYPE(PyCFunction_GET_SELF(func.ptr())) != py::detail::get_function_record_PyTypeObject())
-      return;
-    const auto* rec = py::detail::function_record_ptr_from_PyObject(PyCFunction_GET_SELF(func.ptr()));
-    if (rec->next != nullptr || rec->impl == nullptr || rec->is_constructor || rec->is_new_style_constructor ||
-        rec->is_method != static_cast<bool>(self) || rec->has_kwargs || rec->is_operator)
-      return;
-    const size_t lead = self ? 1 : 0, given = lead + n;  // the instance goes first
-    const size_t pos = rec->nargs_pos;  // positional parameters, py::args not counted
-    if (rec->has_args ? rec->nargs != pos + 1 : (rec->nargs != pos || given > pos)) return;
-    for (size_t i = 0; i < pos; ++i) {
-      const py::detail::argument_record* a = i < rec->args.size() ? &rec->args[i] : nullptr;
-      if (i >= given && (a == nullptr || !a->value)) return;  // neither given nor defaulted
-      params_.push_back({a == nullptr || a->convert, a == nullptr || a->none, i < given ? py::handle() : a->value});
-    }
-    func_ = std::move(func);
-    self_ = self;
-    rec_ = rec;
+// C++ code of this extension's: a pybind11 function, a method of one of its classes bound to an instance
+// (BoundNBits.half), or an instance whose __call__ is one (a BoundNBits step).
+bool IsCppCallable(const py::handle& fn) {
+  if (IsCppFunction(fn)) return true;
+  if (PyMethod_Check(fn.ptr())) return IsCppFunction(PyMethod_GET_FUNCTION(fn.ptr()));
+  const py::object call = py::reinterpret_steal<py::object>(
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(fn.ptr())), "__call__"));
+  if (!call) {
+    PyErr_Clear();
+    return false;
   }
-  explicit operator bool() const { return rec_ != nullptr; }
-
-  // fn(*argv[:n]): a new reference, or nullptr with a Python error set; kTryDispatcher when the casters refused
-  // the arguments (the caller calls fn, whose dispatcher reports why).
-  PyObject* Call(PyObject* const* argv, size_t n) const {
-    const size_t lead = self_ ? 1 : 0, given = lead + n;
-    py::detail::function_call call(*rec_, self_ ? self_ : n > 0 ? argv[0] : nullptr);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const Param& p = params_[i];
-      py::handle v = i < lead ? self_ : i < given ? py::handle(argv[i - lead]) : p.fallback;
-      if (!p.none && v.is_none()) return kTryDispatcher;
-      call.args.push_back(v);
-      call.args_convert.push_back(p.convert);
-    }
-    try {
-      if (rec_->has_args) {  // the arguments beyond the positional ones as the py::args tuple
-        const size_t first = params_.size() - lead, extra = n > first ? n - first : 0;
-        py::tuple rest(extra);
-        for (size_t i = 0; i < extra; ++i) PyTuple_SET_ITEM(rest.ptr(), i, py::handle(argv[first + i]).inc_ref().ptr());
-        call.args_ref = std::move(rest);
-        call.args.push_back(call.args_ref);
-        call.args_convert.push_back(false);
-      }
-      py::handle result;
-      {
-        py::detail::loader_life_support guard{};  // keeps converted temporaries alive for the call
-        result = rec_->impl(call);
-      }
-      return result.ptr() == PYBIND11_TRY_NEXT_OVERLOAD ? kTryDispatcher : result.ptr();
-    } catch (py::error_already_set& e) {
-      e.restore();
-    } catch (py::reference_cast_error&) {
-      return kTryDispatcher;
-#ifdef __GLIBCXX__
-    } catch (abi::__forced_unwind&) {
-      throw;
-#endif
-    } catch (...) {
-      py::detail::try_translate_exceptions();  // as the dispatcher: std::invalid_argument -> ValueError, ...
-    }
-    return nullptr;
-  }
-  static inline PyObject* const kTryDispatcher = PYBIND11_TRY_NEXT_OVERLOAD;
-
- private:
-  struct Param {
-    bool convert, none;
-    py::handle fallback;  // the default of a parameter not given (the record owns it)
-  };
-  py::object func_;  // owns rec_
-  py::handle self_;  // a method's instance (the caller's fn holds it), or null
-  const py::detail::function_record* rec_ = nullptr;
-  std::vector<Param> params_;
-};
+  return PyInstanceMethod_Check(call.ptr()) && IsCppFunction(PyInstanceMethod_GET_FUNCTION(call.ptr()));
+}
 
 // What one input must be for a bound step to apply.
 struct Expected {
@@ -423,17 +333,14 @@ class CallStep : public NativeStep {
       outputs_.push_back(std::move(out));
     }
     whole_ = outputs_.size() == 1 && outputs_[0].index < 0 && outputs_[0].dims.empty() && outputs_[0].columns.is_none();
-    if (!kwnames_) direct_ = DirectEntry(fn_, args_.size());
-    numpy_free_ = IsCppFunction(fn_) || direct_;  // direct_: also this extension's methods (BoundNBits)
+    numpy_free_ = IsCppCallable(fn_);
     for (const py::handle a : args_) numpy_free_ = numpy_free_ && !PyCallable_Check(a.ptr());
     FindUfuncLoop();
   }
 
-  // fn is a C++ kernel (a pybind11 function, or a method of this extension's) given no callable (a ufunc it would
-  // call): it does no numpy arithmetic.
+  // fn is a C++ kernel (IsCppCallable) given no callable (a ufunc it would call): it does no numpy arithmetic.
   bool NumpyFree() const override { return numpy_free_; }
   bool RunsUfuncLoop() const { return loop_ != nullptr; }
-  bool CallsDirect() const { return static_cast<bool>(direct_); }
   // With numpy's loop, a call that runs it needs no error state: it is ensured only before calling the ufunc.
   bool EnsuresQuiet() const override { return loop_ != nullptr; }
 
@@ -463,10 +370,8 @@ class CallStep : public NativeStep {
     }
     if (quiet != nullptr && !NumpyFree() && !quiet->Ensure()) return nullptr;
     const size_t n_keywords = kwnames_ ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames_.ptr())) : 0;
-    PyObject* result = direct_ ? direct_.Call(call.data(), args_.size()) : DirectEntry::kTryDispatcher;
-    if (result == DirectEntry::kTryDispatcher)
-      result =
-          PyObject_Vectorcall(fn_.ptr(), call.data(), args_.size() - n_keywords, kwnames_ ? kwnames_.ptr() : nullptr);
+    PyObject* result =
+        PyObject_Vectorcall(fn_.ptr(), call.data(), args_.size() - n_keywords, kwnames_ ? kwnames_.ptr() : nullptr);
     if (result == nullptr) return nullptr;  // the kernel's error: the loop names the node
     auto res = py::reinterpret_steal<py::object>(result);
     if (res.is_none()) return nullptr;  // the kernel declines these values (the Python kernel runs)
@@ -673,7 +578,6 @@ class CallStep : public NativeStep {
   static constexpr Py_ssize_t kMaxLoopArgs = 4;  // operands and the output of a ufunc taken
 
   py::object fn_;
-  DirectEntry direct_;  // fn's entry without pybind11's dispatcher, when it has one
   py::tuple args_;
   py::object kwnames_;  // the last arguments' keyword names (a tuple), or null
   bool whole_ = false;  // the one output is the whole result, as it is
@@ -802,10 +706,7 @@ void RegisterNativeSteps(py::module_& m) {
            py::arg("ort_outputs") = py::list(), py::arg("fixed") = py::list(), py::arg("keywords") = py::tuple())
       .def_property_readonly("ufunc_loop", &CallStep::RunsUfuncLoop,
                              "whether fn is a ufunc whose own strided loop it runs on C-order operands and ORT's "
-                             "buffer (numpy's dispatch skipped; other calls call fn)")
-      .def_property_readonly("direct", &CallStep::CallsDirect,
-                             "whether fn is a pybind11 function called through its own entry (its argument casters "
-                             "and the C++ function) without pybind11's dispatcher");
+                             "buffer (numpy's dispatch skipped; other calls call fn)");
 }
 
 }  // namespace npu_ep
