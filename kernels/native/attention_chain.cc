@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "as_array.h"
 #include "bindings.h"
 #include "cpu.h"
 #include "gqa_internal.h"
@@ -250,7 +251,7 @@ py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::ar
   c.kt.group = k_group;
   c.v.group = v_group;
   c.has_mask = !mask.is_none();
-  py::array mask_arr;
+  py::array mask_arr = NullArray();
   if (c.has_mask) {
     mask_arr = mask.cast<py::array>();
     c.mask = Wrap(mask_arr, "mask");

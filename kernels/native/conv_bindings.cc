@@ -106,7 +106,7 @@ py::array FloatConv(const py::array& x, const ConvShape& s, const char* op, cons
   if (!half && !py::isinstance<Arr<float>>(x))
     throw std::invalid_argument(std::string(op) + ": x must be float32 or float16, got " +
                                 std::string(py::str(x.dtype())));
-  py::array y;
+  py::array y = NullArray();
   if (out.is_none()) {
     y = py::array(x.dtype(), std::vector<py::ssize_t>{s.N, s.M, s.OH, s.OW});
   } else {
@@ -286,7 +286,7 @@ py::array ConvIntegerPy(const py::array& x, const py::object& x_zp, const py::ar
   QConv q = IntConvArgs(x, ConvIntegerZeroPoint(x_zp), w, w_zp, geom, depthwise, threads, "conv_integer");
   const ConvShape& s = q.s;
   const int64_t n_out = s.N * s.M * s.OH * s.OW;
-  py::array y;
+  py::array y = NullArray();
   if (out.is_none()) {
     y = py::array_t<int32_t>({s.N, s.M, s.OH, s.OW});
   } else {

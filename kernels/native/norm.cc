@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "as_array.h"
 #include "cpu.h"
 #include "half.h"
 #include "intrinsics.h"
@@ -358,7 +359,7 @@ py::object NormRowsPy(const py::array& x, const py::object& skip, const py::obje
   c.eps_d = eps;
   c.x = x.data();
   std::vector<Params> keep;
-  py::array sk;
+  py::array sk = NullArray();
   if (has_skip) {
     sk = py::reinterpret_borrow<py::array>(skip);
     const int64_t n = sk.size();
