@@ -48,28 +48,48 @@ constexpr int64_t kGroup = kNhwcGroup;
 constexpr int64_t kCopyPitch = 256;  // an NHWC input with this many channels or more is read from compact rows
 
 // The kh input rows one output row reads, channel c0 at each row's column 0, `pitch` floats between columns; ok[i]:
-// row i is inside the input (else its taps read zeros, as the reference's padding).
+// row i is inside the input (else its taps read zeros, as the reference's padding: on AVX-512, p[i] is a row of
+// zeros then). padded: every column a tap reads, also left and right of the input, is there (zeros outside it).
 struct Rows {
   const float* p[kNhwcMaxKernel];
   bool ok[kNhwcMaxKernel];
   int64_t pitch;
-  bool all_ok;
+  bool padded;
 };
+
+// The columns left and right of the input that the taps read (the reference's padding).
+int64_t PadLeft(const NhwcDepthwise& d) { return std::max<int64_t>(0, d.pl); }
+int64_t PadRight(const NhwcDepthwise& d) {
+  return std::max<int64_t>(0, (d.OW - 1) * d.sw - d.pl + d.kw - d.W);
+}
 
 // The input rows of channels [c0, c0 + G) made compact (pitch Gp, G rounded up to 16, the lanes past G zero) in a ring
 // of kh rows, each input row made once while the output rows that read it run: an NCHW input's rows (layout_in NCHW)
-// gathered into the lanes, or a wide NHWC input's rows copied (read in place, a column pitch of 256 floats or more
-// maps a block's columns, its weights and its outputs onto a few cache sets).
+// gathered into the lanes, or an NHWC input's rows copied: read in place, a column pitch of 256 floats or more maps a
+// block's columns, its weights and its outputs onto a few cache sets, and at unit width stride the copy (one load and
+// store per input vector, kw taps reading it) costs less than the checked border blocks it spares (at stride 2 it
+// does not). Each ring row holds the padding columns too (zeros, written once), so that no tap's column needs a check.
 struct CompactRows {
   const NhwcDepthwise& d;
-  int64_t n, c0, G, Gp;
+  int64_t n, c0, G, Gp, lead, cols;  // lead: zero columns left of the input; cols: the row's columns, padding included
   float* ring;
   bool wide;
   int64_t held[kNhwcMaxKernel];  // the input row each ring slot holds, -1: none
 
   CompactRows(const NhwcDepthwise& dw, int64_t image, int64_t first, int64_t group, float* r, bool avx512)
-      : d(dw), n(image), c0(first), G(group), Gp((group + 15) / 16 * 16), ring(r), wide(avx512) {
+      : d(dw), n(image), c0(first), G(group), Gp((group + 15) / 16 * 16), lead(PadLeft(dw)),
+        cols(lead + dw.W + PadRight(dw)), ring(r), wide(avx512) {
     std::fill(held, held + kNhwcMaxKernel, int64_t{-1});
+    for (int64_t slot = 0; slot < d.kh; ++slot) {
+      float* row = ring + slot * cols * Gp;
+      std::fill(row, row + lead * Gp, 0.0f);
+      std::fill(row + (lead + d.W) * Gp, row + cols * Gp, 0.0f);
+    }
+  }
+
+  // the ring's floats for a kernel of kh rows
+  static size_t Floats(const NhwcDepthwise& d) {
+    return static_cast<size_t>(d.kh * (PadLeft(d) + d.W + PadRight(d)) * kNhwcGroup);
   }
 
   const float* Row(int64_t ih);
@@ -133,8 +153,10 @@ __attribute__((target("avx512f"))) void CopyAvx512(const float* x, int64_t C, in
 #endif
 
 const float* CompactRows::Row(int64_t ih) {
-  const int64_t slot = ih % d.kh;
-  float* r = ring + slot * d.W * Gp;
+  int64_t slot = 0;
+  while (slot < d.kh && held[slot] != ih) ++slot;  // a row already held (the division only for a new row)
+  if (slot == d.kh) slot = ih % d.kh;
+  float* r = ring + (slot * cols + lead) * Gp;
   if (held[slot] != ih) {
     held[slot] = ih;
     if (!d.nchw_in) {
@@ -186,6 +208,15 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 Load(__mmask16 m
   return kFull ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mask, p);
 }
 
+// acc + x * w, the product rounded first (no fusing), as one asm pair: from the intrinsics GCC computes a register
+// block's products ahead of their sums and spills them and the accumulators.
+__attribute__((target("avx512f"), always_inline)) inline void MulAdd(__m512& acc, __m512 x, __m512 w) {
+  __m512 p;
+  asm("vmulps %[w], %[x], %[p]\n\tvaddps %[p], %[acc], %[acc]"
+      : [acc] "+v"(acc), [p] "=&v"(p)
+      : [x] "v"(x), [w] "v"(w));
+}
+
 // The NC x NV sums of output columns from ow, channels from c: + bias, the register tail, stored.
 template <int NC, int NV, bool kFull>
 __attribute__((target("avx512f"), always_inline)) inline void Store(const NhwcDepthwise& d, const __m512* acc,
@@ -219,18 +250,16 @@ __attribute__((target("avx512f"), always_inline)) inline void Store(const NhwcDe
 // under `mask`), KW taps a row at width stride S (KW = 0: d.kw taps at d.sw, each tap's columns loaded for it): each
 // input column loaded once per kernel row and multiplied into every output column that reads it, the weights loaded
 // once for all NC columns. An output's products still arrive tap by tap in order (column k reaches output q at tap
-// k - q * S). kChecked: columns outside the input and rows outside it read zeros (masked loads of nothing). The
-// weights are always loaded whole (a group's missing channels are zeros).
+// k - q * S). kChecked: columns outside the input read zeros (rows outside it are a row of zeros). The weights are
+// always loaded whole (a group's missing channels are zeros).
 template <int KW, int S, int NC, int NV, bool kChecked, bool kFull>
 __attribute__((target("avx512f"), always_inline)) inline void Block(const NhwcDepthwise& d, const Rows& r,
                                                                     const float* wc, int64_t ow, int64_t c, int64_t cx,
                                                                     __mmask16 mask, const RowTail& rt, float* y) {
   const int64_t pitch = r.pitch, col0 = ow * (S > 0 ? S : d.sw) - d.pl;
+  auto outside = [&](int64_t col) { return kChecked && static_cast<uint64_t>(col) >= static_cast<uint64_t>(d.W); };
   auto load = [&](int64_t i, int64_t col, int v) {
-    const float* at = r.p[i] + col * pitch + cx + 16 * v;
-    if (kChecked && (!r.ok[i] || static_cast<uint64_t>(col) >= static_cast<uint64_t>(d.W)))
-      return _mm512_setzero_ps();
-    return Load<kFull>(mask, at);
+    return outside(col) ? _mm512_setzero_ps() : Load<kFull>(mask, r.p[i] + col * pitch + cx + 16 * v);
   };
   __m512 acc[NC * NV];
   if constexpr (KW == 0) {
@@ -243,8 +272,10 @@ __attribute__((target("avx512f"), always_inline)) inline void Block(const NhwcDe
           const __m512 w = _mm512_loadu_ps(wt + 16 * v);
 #pragma GCC unroll 8
           for (int q = 0; q < NC; ++q) {
-            const __m512 p = _mm512_mul_ps(load(i, col0 + q * sw + j, v), w);
-            acc[q * NV + v] = i == 0 && j == 0 ? p : _mm512_add_ps(acc[q * NV + v], p);
+            if (i == 0 && j == 0)
+              acc[q * NV + v] = _mm512_mul_ps(load(i, col0 + q * sw + j, v), w);
+            else
+              MulAdd(acc[q * NV + v], load(i, col0 + q * sw + j, v), w);
           }
         }
       }
@@ -256,10 +287,9 @@ __attribute__((target("avx512f"), always_inline)) inline void Block(const NhwcDe
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) w[j][v] = _mm512_loadu_ps(wc + (i * KW + j) * kGroup + 16 * v);
       const float* xp = r.p[i] + col0 * pitch + cx;  // a running pointer: one add a column, no offset per column
-      const bool row_ok = !kChecked || r.ok[i];
 #pragma GCC unroll 32
       for (int k = 0; k < (NC - 1) * S + KW; ++k, xp += pitch) {
-        const bool zero = kChecked && (!row_ok || static_cast<uint64_t>(col0 + k) >= static_cast<uint64_t>(d.W));
+        const bool zero = outside(col0 + k);
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
           const __m512 x = zero ? _mm512_setzero_ps() : Load<kFull>(mask, xp + 16 * v);
@@ -268,8 +298,10 @@ __attribute__((target("avx512f"), always_inline)) inline void Block(const NhwcDe
             if ((k - j) % S != 0) continue;
             const int q = (k - j) / S;
             if (k < j || q >= NC) continue;
-            const __m512 p = _mm512_mul_ps(x, w[j][v]);
-            acc[q * NV + v] = i == 0 && j == 0 ? p : _mm512_add_ps(acc[q * NV + v], p);
+            if (i == 0 && j == 0)
+              acc[q * NV + v] = _mm512_mul_ps(x, w[j][v]);
+            else
+              MulAdd(acc[q * NV + v], x, w[j][v]);
           }
         }
       }
@@ -278,16 +310,18 @@ __attribute__((target("avx512f"), always_inline)) inline void Block(const NhwcDe
   Store<NC, NV, kFull>(d, acc, ow, c, mask, rt, y);
 }
 
-// Output columns [ow0, ow1) of NV channel vectors, in blocks of kWide columns, then 4, 3, 2, 1.
+// Output columns [ow0, ow1) of NV channel vectors, in blocks of 8 columns, then one of the rest.
 template <int KW, int S, int NV, bool kChecked, bool kFull>
 __attribute__((target("avx512f"))) void Span(const NhwcDepthwise& d, const Rows& r, const float* wc, int64_t ow0,
                                              int64_t ow1, int64_t c, int64_t cx, __mmask16 mask, const RowTail& rt,
                                              float* y) {
-  constexpr int kWide = NV == 1 ? 8 : 4;
   int64_t ow = ow0;
-  for (; ow + kWide <= ow1; ow += kWide) Block<KW, S, kWide, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y);
-  if (kWide > 4 && ow + 4 <= ow1) Block<KW, S, 4, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y), ow += 4;
+  for (; ow + 8 <= ow1; ow += 8) Block<KW, S, 8, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y);
   switch (ow1 - ow) {
+    case 7: Block<KW, S, 7, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
+    case 6: Block<KW, S, 6, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
+    case 5: Block<KW, S, 5, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
+    case 4: Block<KW, S, 4, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
     case 3: Block<KW, S, 3, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
     case 2: Block<KW, S, 2, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
     case 1: Block<KW, S, 1, NV, kChecked, kFull>(d, r, wc, ow, c, cx, mask, rt, y); break;
@@ -295,14 +329,19 @@ __attribute__((target("avx512f"))) void Span(const NhwcDepthwise& d, const Rows&
   }
 }
 
-// All output columns of NV channel vectors: the columns whose taps all fall inside the input unchecked.
+// All output columns of NV channel vectors: the columns whose taps all fall inside the input unchecked (all of them in
+// padded rows; none in a row of 16 columns or fewer, whose narrow border blocks cost more than checking its columns).
 template <int KW, int S, int NV, bool kFull>
 __attribute__((target("avx512f"))) void ColumnsOfRow(const NhwcDepthwise& d, const Rows& r, int64_t c, int64_t cx,
                                                      __mmask16 mask, const RowTail& rt, float* y) {
   const float* wc = d.w + (c - cx) / kGroup * d.kh * d.kw * kGroup + cx;  // the group's taps, from lane cx
   int64_t lo = std::min(d.OW, (d.pl + d.sw - 1) / d.sw);
   int64_t hi = d.W - d.kw + d.pl >= 0 ? std::min(d.OW, (d.W - d.kw + d.pl) / d.sw + 1) : 0;
-  if (!r.all_ok || hi <= lo) lo = hi = d.OW;
+  if (r.padded) {
+    lo = 0, hi = d.OW;
+  } else if (hi <= lo || d.OW <= 16) {
+    lo = hi = d.OW;
+  }
   Span<KW, S, NV, true, kFull>(d, r, wc, 0, lo, c, cx, mask, rt, y);
   Span<KW, S, NV, false, kFull>(d, r, wc, lo, hi, c, cx, mask, rt, y);
   Span<KW, S, NV, true, kFull>(d, r, wc, std::max(lo, hi), d.OW, c, cx, mask, rt, y);
@@ -348,12 +387,12 @@ void DepthwiseNhwc(const NhwcDepthwise& d, int threads) {
   const int64_t blocks = used > 1 ? std::min(d.OH, std::max<int64_t>(1, 8 / (d.N * groups))) : 1;
   const int64_t rows_per = (d.OH + blocks - 1) / blocks;
   ParallelFor(used, d.N * groups * blocks, [&](int64_t t) {
-    static thread_local std::vector<float> ring;  // grown, never shrunk
+    static thread_local std::vector<float> ring, zeros;  // grown, never shrunk (zeros: never written)
     const int64_t n = t / (groups * blocks), c0 = t / blocks % groups * kGroup, G = std::min(kGroup, d.C - c0);
     const int64_t oh0 = t % blocks * rows_per, oh1 = std::min(d.OH, oh0 + rows_per);
     std::optional<CompactRows> compact;
-    if (d.nchw_in || d.C >= kCopyPitch) {
-      const size_t need = static_cast<size_t>(d.kh * d.W * kGroup + 16);
+    if (d.nchw_in || d.C >= kCopyPitch || (wide && d.sw == 1 && d.C >= kGroup)) {
+      const size_t need = CompactRows::Floats(d) + 16;
       if (ring.size() < need) ring.resize(need);
       // 64-byte aligned: a column of channels is whole cache lines (a split line costs two loads)
       const auto at = reinterpret_cast<uintptr_t>(ring.data());
@@ -361,13 +400,21 @@ void DepthwiseNhwc(const NhwcDepthwise& d, int threads) {
     }
     Rows r;
     r.pitch = compact ? compact->Gp : d.C;
+    r.padded = compact.has_value();
+    // the rows above and below the input read as a row of zeros (the register blocks then check columns only, and
+    // none in compact rows)
+    const float* zero_row = d.x;
+    if (wide) {
+      const int64_t lead = PadLeft(d), cols = lead + d.W + PadRight(d);
+      const size_t need = static_cast<size_t>(cols * r.pitch + 16);
+      if (zeros.size() < need) zeros.resize(need, 0.0f);
+      zero_row = zeros.data() + lead * r.pitch;
+    }
     for (int64_t oh = oh0; oh < oh1; ++oh) {
-      r.all_ok = true;
       for (int64_t i = 0; i < d.kh; ++i) {
         const int64_t ih = oh * d.sh - d.pt + i;
         r.ok[i] = ih >= 0 && ih < d.H;
-        r.all_ok = r.all_ok && r.ok[i];
-        r.p[i] = !r.ok[i] ? d.x : compact ? compact->Row(ih) : d.x + ((n * d.H + ih) * d.W) * d.C + c0;
+        r.p[i] = !r.ok[i] ? zero_row : compact ? compact->Row(ih) : d.x + ((n * d.H + ih) * d.W) * d.C + c0;
       }
       float* y = d.y + (n * d.OH + oh) * d.OW * d.C;
 #if NPU_EP_X86

@@ -2,9 +2,11 @@
 kernels/ops/conv_nhwc.py) against the reference model: the Conv's numpy kernel in NCHW, x transposed to NCHW and the
 result back.
 
-Depthwise: channels in the lanes (pairs of 16-channel vectors, then one, the last one masked), blocks of 4 (pairs)
-or 8 output columns, then 4, 3, 2, 1; the columns and rows whose taps leave the input in checked blocks that read
-zeros; inputs of 256 channels or more copied into compact rows, NCHW inputs gathered by 16x16 transposes. Bit-exact
+Depthwise: channels in the lanes (pairs of 16-channel vectors, then one, the last one masked), blocks of 8 output
+columns, then one of 1-7; rows outside the input read as a row of zeros; inputs read in place (stride > 1 under 256
+channels, or under 32 channels) check the columns whose taps leave the input (the whole row when it has 16 columns
+or fewer), the others are copied into compact rows with zero padding columns (NCHW inputs gathered by 16x16
+transposes) and check nothing. Bit-exact
 (the reference's x_0 * w_0, then + x_t * w_t tap by tap with padded taps multiplying 0, then + bias, no fused
 multiply-adds), NaN where the reference has NaN, signs of zeros equal. The grid crosses the channel tails (2-17,
 31-33, 63-65 and past 256), widths from under the kernel to past two register blocks, strides 1-3, symmetric,
@@ -151,14 +153,14 @@ def test_depthwise_tail_no_bias_threads(float_isa, threads):
 
 
 TAIL_CHANNELS = [*range(2, 18), 31, 32, 33, 63, 64, 65]  # one channel is a dense conv
-WIDTHS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 20]
+WIDTHS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17, 20, 21, 22, 24, 27, 29, 31, 36]
 
 
 @pytest.mark.parametrize("c", TAIL_CHANNELS)
 def test_depthwise_channel_tails_and_widths(float_isa, c):
-    """Every channel tail of the 16-lane vectors and of the 32-channel pairs, at widths whose interior (unchecked)
-    columns fill 0 to 2 register blocks and leave every remainder, for the slid 3x3 and 5x5 kernels at strides 1
-    and 2."""
+    """Every channel tail of the 16-lane vectors and of the 32-channel pairs, at widths whose columns (in place: the
+    interior, unchecked ones) fill 0 to 4 register blocks and leave every remainder, for the slid 3x3 and 5x5
+    kernels at strides 1 and 2 (in place and, from 32 channels at stride 1, compact rows)."""
     for wd in WIDTHS:
         for k, st in ((3, 1), (3, 2), (5, 1), (5, 2)):
             _dw_case(c, 4, wd, k, st, [k // 2] * 4)
@@ -170,7 +172,9 @@ def test_depthwise_wide_channels(float_isa, c, nchw_in):
     """Inputs of 256 channels or more are read from compact copies of their rows (the last group's lanes past the
     channels zero)."""
     for h, wd, k, st, pads in ((7, 7, 5, 1, [2, 2, 2, 2]), (9, 10, 5, 2, [2, 2, 2, 2]), (6, 13, 3, 1, [1, 1, 1, 1]),
-                               (5, 9, 3, 3, [0, 2, 1, 0]), (8, 8, 7, 1, [3, 3, 3, 3])):
+                               (5, 9, 3, 3, [0, 2, 1, 0]), (8, 8, 7, 1, [3, 3, 3, 3]), (4, 1, 5, 1, [2, 2, 2, 2]),
+                               (3, 17, 5, 1, [2, 2, 2, 2]), (3, 26, 5, 1, [1, 3, 0, 1]), (5, 23, 3, 2, [1, 1, 1, 1]),
+                               (4, 9, 3, 1, [0, 4, 2, 3])):
         _dw_case(c, h, wd, k, st, pads, nchw_in=nchw_in)
 
 
