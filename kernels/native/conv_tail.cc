@@ -443,7 +443,7 @@ py::array TailOfBiasPy(const py::array& x, const py::array& bias, const py::obje
   const int64_t n = x.size(), d = bias.size();
   if (d <= 0 || n % d != 0 || x.ndim() < 1 || x.shape(x.ndim() - 1) != d)
     throw std::invalid_argument("tail_of_bias: bias of " + std::to_string(d) + " elements is not x's last axis");
-  py::array y;
+  py::array y = NullArray();
   if (out.is_none()) {
     y = py::array(x.dtype(), std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
   } else {
