@@ -26,17 +26,24 @@
 namespace npu_ep::kern {
 namespace {
 
-// A tail applied to each output vector before its store: one clip or HardSwish's program, the register
-// interpreter's operations in its order (conv_tail.h); kOther: ApplyTail on the stored row.
+// A tail applied to each output vector before its store: one clip or one of HardSwish's two programs, the register
+// interpreter's operations in its order (conv_tail.h, conv_tail_registers.cc); kOther: ApplyTail on the stored row.
 struct RowTail {
-  enum Kind { kNone, kClip, kHardSwish, kOther } kind = kNone;
-  float c[4] = {};  // clip {lo, hi}; HardSwish {a, b, lo, hi}: v * max(lo, min(hi, v * a + b))
+  enum Kind { kNone, kClip, kHardSwish, kHardSwishDiv, kOther } kind = kNone;
+  // clip {lo, hi}; HardSwish {a, b, lo, hi}: v * max(lo, min(hi, v * a + b)); HardSwishDiv {b, lo, hi, d}: the
+  // program save; add b; clip lo hi (lo <= hi); mul_saved; div d, i.e. v * max(lo, min(hi, v + b)) / d (PicoDet's)
+  float c[4] = {};
   explicit RowTail(const ConvTail& t) {
+    namespace tc = tail_code;
     if (t.n == 0) return;
     if (t.n == 1 && t.codes[0] == kTailClip && t.channel_consts == nullptr) {
       kind = kClip, c[0] = t.consts[0], c[1] = t.consts[1];
     } else if (HardSwishTail(t, c)) {
       kind = kHardSwish;
+    } else if (t.n == 5 && t.channel_consts == nullptr && t.codes[0] == tc::kSave && t.codes[1] == tc::kAdd &&
+               t.codes[2] == tc::kClip && t.codes[3] == tc::kMulSaved && t.codes[4] == tc::kDiv &&
+               t.consts[4] <= t.consts[5]) {
+      kind = kHardSwishDiv, c[0] = t.consts[2], c[1] = t.consts[4], c[2] = t.consts[5], c[3] = t.consts[8];
     } else {
       kind = kOther;
     }
@@ -237,6 +244,8 @@ __attribute__((target("avx512f"), always_inline)) inline void Store(const NhwcDe
         s = _mm512_mask_mov_ps(_mm512_mask_mov_ps(s, above, k1), below, k0);
       } else if (rt.kind == RowTail::kHardSwish) {
         s = _mm512_mul_ps(s, _mm512_max_ps(k2, _mm512_min_ps(k3, _mm512_add_ps(_mm512_mul_ps(s, k0), k1))));
+      } else if (rt.kind == RowTail::kHardSwishDiv) {
+        s = _mm512_div_ps(_mm512_mul_ps(s, _mm512_max_ps(k1, _mm512_min_ps(k2, _mm512_add_ps(s, k0)))), k3);
       }
       if (kFull)
         _mm512_storeu_ps(y + (ow + q) * C + c + 16 * v, s);

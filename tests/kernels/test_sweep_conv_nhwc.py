@@ -9,9 +9,9 @@ or fewer), the others are copied into compact rows with zero padding columns (NC
 transposes) and check nothing. Bit-exact
 (the reference's x_0 * w_0, then + x_t * w_t tap by tap with padded taps multiplying 0, then + bias, no fused
 multiply-adds), NaN where the reference has NaN, signs of zeros equal. The grid crosses the channel tails (2-17,
-31-33, 63-65 and past 256), widths from under the kernel to past two register blocks, strides 1-3, symmetric,
-asymmetric and no pads, special values (NaN, +-inf, -0, 1e30, denormals) in x and w, fused tails (HardSwish and
-Clip in registers, others after the row), no bias, threads 1 and 2. Pointwise: the packed GEMM, within the
+31-33, 63-65 and past 256), widths from under the kernel to past four register blocks, strides 1-3, symmetric,
+asymmetric and no pads, special values (NaN, +-inf, -0, 1e30, denormals) in x and w, fused tails (HardSwish's two
+programs and Clip in registers, others after the row), no bias, threads 1 and 2. Pointwise: the packed GEMM, within the
 dot-product bound 2 K eps sum|x w| + |bias| eps (as test_sweep_conv.py), NaN and inf where the reference has them."""
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ REF = Target.load("npu-ref")
 SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 1e30, -1e30, 1e-40, -3e-39], np.float32)
 HARDSWISH = [("save", 0.0, 0.0), ("mul", float(np.float32(1 / 6)), 0.0), ("add", 0.5, 0.0), ("clip", 0.0, 1.0),
              ("mul_saved", 0.0, 0.0)]
+HARDSWISH_DIV = [("save", 0.0, 0.0), ("add", 3.0, 0.0), ("clip", 0.0, 6.0), ("mul_saved", 0.0, 0.0),
+                 ("div", 6.0, 0.0)]  # PicoDet's x * clip(x + 3, 0, 6) / 6
 CLIP = [("clip", 0.0, 6.0)]
 OTHER = [("mul", 2.0, 0.0), ("add", -1.0, 0.0), ("abs", 0.0, 0.0)]  # no register form: applied to the stored row
 
@@ -178,7 +180,7 @@ def test_depthwise_wide_channels(float_isa, c, nchw_in):
         _dw_case(c, h, wd, k, st, pads, nchw_in=nchw_in)
 
 
-@pytest.mark.parametrize("tail", [CLIP, OTHER], ids=["clip", "other"])
+@pytest.mark.parametrize("tail", [CLIP, HARDSWISH_DIV, OTHER], ids=["clip", "hardswish_div", "other"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_depthwise_other_tails(float_isa, tail, threads):
     for c in (16, 17, 48, 257):
