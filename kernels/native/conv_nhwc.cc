@@ -391,8 +391,10 @@ void DepthwiseNhwc(const NhwcDepthwise& d, int threads) {
 #endif
   const int64_t groups = (d.C + kGroup - 1) / kGroup;
   // on several threads the output rows are cut in blocks so that about 8 tasks share the work (the bits do not depend
-  // on the split; a block gathers or copies its first kh - 1 input rows again)
-  const int used = ThreadsFor(threads, d.N * d.OH * d.OW * d.C * d.kh * d.kw);
+  // on the split; a block gathers or copies its first kh - 1 input rows again); from 2^17 multiply-adds on, as the
+  // NCHW depthwise kernels: the pool's general threshold (2^20) left PP-LCNet's 28 x 28 and 7 x 7 maps on one thread
+  const int64_t work = d.N * d.OH * d.OW * d.C * d.kh * d.kw;
+  const int used = work < (int64_t{1} << 17) ? 1 : threads;
   const int64_t blocks = used > 1 ? std::min(d.OH, std::max<int64_t>(1, 8 / (d.N * groups))) : 1;
   const int64_t rows_per = (d.OH + blocks - 1) / blocks;
   ParallelFor(used, d.N * groups * blocks, [&](int64_t t) {
@@ -440,15 +442,33 @@ void DepthwiseNhwc(const NhwcDepthwise& d, int threads) {
 
 void PointwiseNhwc(const float* x, int64_t P, int64_t C, const float* packed, int64_t M, const float* bias,
                    const ConvTail& tail, float* y, int threads) {
-  // pixel blocks so that the tail runs on each block's outputs while they are in cache
-  const int64_t block = std::max<int64_t>(64, ((int64_t{1} << 15) / std::max<int64_t>(1, M) + 15) / 16 * 16);
-  const int64_t blocks = (P + block - 1) / block;
-  const int inner = ThreadsFor(threads, P * C * M) > 1 && blocks < 2 * threads ? threads : 1;
-  ParallelFor(inner > 1 ? 1 : ThreadsFor(threads, P * C * M), blocks, [&](int64_t b) {
-    const int64_t p0 = b * block, rows = std::min(block, P - p0);
-    const PackedSgemmArgs g{x + p0 * C, rows, C, C, packed, M, y + p0 * M, M, bias, false};
-    PackedSgemm(g, inner, nullptr, nullptr);
-    if (tail.n > 0) ApplyTail(tail, y + p0 * M, rows * M);
+  // tasks: blocks of pixels (about 128 KiB of outputs, so the tail runs on a block's outputs while they are in
+  // cache), each applying the tail to its own outputs. On several threads a multiple of the thread count of blocks
+  // as even as whole 8-row tiles allow (blocks of 256, 256, 256 and 16 pixels left one thread 2/3 of a 28 x 28
+  // map), and under 64 pixels a thread, groups of column panels instead (each thread then reads its part of the
+  // weights only). The split changes no sum.
+  const int used = ThreadsFor(threads, P * C * M);
+  const int64_t panels = (M + kSgemmPanel - 1) / kSgemmPanel;
+  const int64_t target = std::max<int64_t>(64, ((int64_t{1} << 15) / std::max<int64_t>(1, M) + 15) / 16 * 16);
+  int64_t blocks = (P + target - 1) / target, col_groups = 1;
+  if (used > 1) {
+    if (P < 64 * used) col_groups = std::min<int64_t>(panels, used);
+    if (col_groups < used) blocks = (blocks + used - 1) / used * used;
+  }
+  const int64_t rows = used > 1 ? ((P + blocks - 1) / blocks + 7) / 8 * 8 : target;
+  blocks = (P + rows - 1) / rows;
+  const int64_t per_group = (panels + col_groups - 1) / col_groups * kSgemmPanel;
+  ParallelFor(used, blocks * col_groups, [&](int64_t t) {
+    const int64_t p0 = t / col_groups * rows, n = std::min(rows, P - p0);
+    const int64_t q0 = t % col_groups * per_group, q1 = std::min(M, q0 + per_group);
+    if (n <= 0 || q0 >= q1) return;
+    // panel p of the packed weights starts at p * C * kSgemmPanel floats, so columns from q0 start at q0 * C
+    const PackedSgemmArgs g{x + p0 * C, n, C, C, packed + q0 * C, q1 - q0, y + p0 * M + q0, M,
+                            bias != nullptr ? bias + q0 : nullptr, false};
+    PackedSgemm(g, 1, nullptr, nullptr);
+    if (tail.n == 0) return;
+    if (q1 - q0 == M) return ApplyTail(tail, y + p0 * M, n * M);
+    for (int64_t r = 0; r < n; ++r) ApplyTail(tail, y + (p0 + r) * M + q0, q1 - q0);
   });
 }
 

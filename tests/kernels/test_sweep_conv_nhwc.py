@@ -152,6 +152,10 @@ def test_depthwise_tail_no_bias_threads(float_isa, threads):
         _dw_case(c, 56, 56, 3, 2, [1, 1, 1, 1], threads=threads, tail=HARDSWISH, batch=2)
         _dw_case(c, 14, 14, 5, 1, [2, 2, 2, 2], threads=threads, tail=HARDSWISH, bias=False)
         _dw_case(c, 28, 28, 3, 2, [1, 1, 1, 1], threads=threads, tail=HARDSWISH, nchw_in=True)
+    # above 2^17 multiply-adds: split on two threads (groups x row blocks), channel tails included
+    _dw_case(129, 28, 28, 3, 1, [1, 1, 1, 1], threads=threads, tail=HARDSWISH)
+    _dw_case(500, 7, 7, 5, 1, [2, 2, 2, 2], threads=threads, tail=HARDSWISH, bias=False)
+    _dw_case(97, 15, 15, 5, 2, [2, 2, 2, 2], threads=threads, tail=HARDSWISH, nchw_in=True)
 
 
 TAIL_CHANNELS = [*range(2, 18), 31, 32, 33, 63, 64, 65]  # one channel is a dense conv
@@ -241,6 +245,12 @@ def test_pointwise_channels_and_maps(c, m, hw):
 def test_pointwise_tail_no_bias_threads(threads):
     _pw_case(64, 128, 56, 56, threads=threads, tail=HARDSWISH)
     _pw_case(33, 48, 15, 9, threads=threads, bias=False)
+    # on two threads: pixel blocks of 8-row tiles and a shorter last one (28 x 28, 14 x 14), under 128 pixels column
+    # groups (7 x 7), an uneven last group (80 columns: 64 + 16)
+    _pw_case(64, 128, 28, 28, threads=threads, tail=HARDSWISH)
+    _pw_case(128, 256, 14, 14, threads=threads, tail=HARDSWISH)
+    _pw_case(128, 80, 10, 10, threads=threads, tail=HARDSWISH, bias=False)
+    _pw_case(256, 512, 7, 7, threads=threads)
 
 
 def test_pointwise_specials_propagate():
@@ -252,13 +262,22 @@ def test_pointwise_specials_propagate():
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
 
 
-@pytest.mark.parametrize("kind", ["depthwise", "pointwise"])
-def test_the_bits_do_not_depend_on_the_thread_count(kind):
+# (kind, batch, channels, map side, kernel, stride or output channels): the splits of each side of the two-thread
+# threshold (depthwise from 2^17 multiply-adds, pointwise 2^20), row blocks, column groups, uneven last ones
+SPLITS = [("depthwise", 2, 48, 56, 3, 2), ("depthwise", 1, 128, 28, 3, 1), ("depthwise", 1, 128, 14, 3, 2),
+          ("depthwise", 1, 512, 7, 5, 1), ("depthwise", 1, 40, 13, 3, 1), ("depthwise", 1, 96, 15, 5, 2),
+          ("pointwise", 2, 48, 56, 1, 96), ("pointwise", 1, 64, 28, 1, 128), ("pointwise", 1, 128, 14, 1, 256),
+          ("pointwise", 1, 128, 10, 1, 80), ("pointwise", 1, 256, 7, 1, 512), ("pointwise", 1, 16, 112, 1, 32)]
+
+
+@pytest.mark.parametrize("kind,n,c,hw,k,s_or_m", SPLITS)
+def test_the_bits_do_not_depend_on_the_thread_count(kind, n, c, hw, k, s_or_m):
     rng = np.random.default_rng(11)
-    x = _floats((2, 48, 56, 56), rng, specials=True)
-    attrs = ({"group": 48, "kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]} if kind == "depthwise"
+    x = _floats((n, c, hw, hw), rng, specials=True)
+    pad = k // 2
+    attrs = ({"group": c, "kernel_shape": [k, k], "strides": [s_or_m] * 2, "pads": [pad] * 4} if kind == "depthwise"
              else {})
-    w = _floats((48, 1, 3, 3) if kind == "depthwise" else (96, 48, 1, 1), rng)
+    w = _floats((c, 1, k, k) if kind == "depthwise" else (s_or_m, c, 1, 1), rng)
     k, p, _ = _prepared(x, w, None, HARDSWISH, **attrs)
     xn = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     outs = []
