@@ -17,6 +17,7 @@ from ..context_cache.digest_memo import DigestMemo
 from ..context_cache.errors import ContextFormatError
 from ..context_cache.keys import cache_key
 from ..context_cache.store import CacheStore
+from ..kernels.layout import host_mode
 from ..kernels.node import NodeInfo, ValueInfo
 from ..kernels.target import Target
 from . import compiler_version
@@ -28,9 +29,10 @@ from .program_io import ProgramFormatError, program_from_parts, program_to_parts
 
 def subgraph_key(nodes: Sequence[NodeInfo], inputs: Sequence[ValueInfo], outputs: Sequence[ValueInfo],
                  target: Target, memo: DigestMemo | None = None) -> str:
-    """Everything that changes the compiled result, and nothing else (not ORT's partition names); ``memo``: the
+    """Everything that changes the compiled result, and nothing else (not ORT's partition names; the layout this
+    host compiles ``auto`` in, ``kernels.layout.host_mode``); ``memo``: the
     cache's remembered digests of weights a file backs (``context_cache.digest_memo``)."""
-    parts: list[Any] = [compiler_version.COMPILER_VERSION, target.digest,
+    parts: list[Any] = [compiler_version.COMPILER_VERSION, target.digest, host_mode(target),
                         [[v.name, str(v.dtype), _shape(v.shape)] for v in inputs],
                         [[v.name, str(v.dtype), _shape(v.shape)] for v in outputs]]
     for n in nodes:

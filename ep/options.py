@@ -62,8 +62,9 @@ _PROVIDER_KEYS = {
     "log_level": "debug | info | warning | error",
     "kv_cache_dtype": "float32 | float16 | int8_per_head | int8_per_token | int4_per_head: the format attention "
                       "keeps the KV cache in (default: the target's, float32); changes numerics, so opt-in",
-    "conv_layout": "nchw | auto | nhwc (default: the target's, nchw): the layout pass over chains of depthwise and "
-                   "pointwise convs (kernels/layout.py): off, where the cost model says it pays, or every chain",
+    "conv_layout": "nchw | auto | nhwc (default: the target's; npu-ref: auto): the layout pass over regions of "
+                   "depthwise and pointwise convs (kernels/layout.py): off, where the cost model says it pays (nchw "
+                   "below AVX-512), or every region",
 }
 _POLICIES = ("max_coverage", "cost_aware")
 _LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -29,8 +29,8 @@ no more (``conv_saving``: the reorders its NCHW kernel makes itself, a strided c
 lanes and back, ``conv_reorder_bytes``; the lane blocks its taps fill, along the rows in NCHW, along the channels
 in NHWC, ``conv_lane_cycles``) and its output size is known; a region is taken when its convs' savings exceed its
 boundary transposes (``reorder_cycles``; a depthwise conv gathering its NCHW input counts as one). The target's
-``conv_layout`` (the provider option ``conv_layout``) chooses: ``auto`` (the cost model), ``nhwc`` (every region of
-two or more convs), ``nchw`` (off, the default).
+``conv_layout`` (the provider option ``conv_layout``) chooses: ``auto`` (the cost model; npu-ref's default; ``nchw``
+on a host without AVX-512, ``host_mode``), ``nhwc`` (every region of two or more convs), ``nchw`` (off).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import runtime
 from .cost import conv_lane_cycles, conv_reorder_bytes, reorder_cycles
 from .node import NodeInfo, ValueInfo
 from .target import Target
@@ -425,10 +426,18 @@ class _Rewriter:
         return out
 
 
+def host_mode(target: Target) -> str:
+    """The target's ``conv_layout`` as this host compiles it: ``auto`` picks the layout the native conv kernels are
+    fastest in, and the NHWC kernels (``conv_nhwc.cc``) beat the NCHW ones only in their AVX-512 rows, so below
+    AVX-512 (or without the extension) ``auto`` is ``nchw``. Part of the compiled-program cache key."""
+    mode = target.conv_layout
+    return "nchw" if mode == "auto" and not runtime.host_has_avx512() else mode
+
+
 def assign_layouts(nodes: Sequence[NodeInfo], target: Target, how: str | None = None) -> list[NodeInfo]:
     """The partition's fused nodes with each chosen region in NHWC (``how``: a mode of ``CONV_LAYOUTS``, default the
-    target's ``conv_layout``)."""
-    how = target.conv_layout if how is None else how
+    target's ``conv_layout`` as this host compiles it, ``host_mode``)."""
+    how = host_mode(target) if how is None else how
     if how == "nchw":
         return list(nodes)
     if how == "auto":

@@ -33,6 +33,8 @@ __all__ = ["KERNEL_CHOICES", "StepRuntime"]
 
 _module: list[ModuleType | None] = []  # [the extension's kernels submodule, the extension] once imported
 
+AVX512_ISAS = ("avx512", "avx512_vnni", "amx_int8")  # the extension's ISA levels (its ``isa()``) with AVX-512F
+
 
 def _load() -> None:
     try:
@@ -47,6 +49,12 @@ def native_module() -> ModuleType | None:
     if not _module:
         _load()
     return _module[0]
+
+
+def host_has_avx512() -> bool:
+    """Whether the native kernels dispatch to their AVX-512 rows on this host (at the ISA cap tests may set)."""
+    nat = native_module()
+    return nat is not None and nat.isa() in AVX512_ISAS
 
 
 def extension() -> ModuleType | None:

@@ -11,7 +11,8 @@ of at most ``MAX_FILE_BYTES``):
   declined target-wide unless an op rule overrides it), ``kv_cache_dtype`` (optional: the format attention keeps
   its KV cache in, one of ``KV_CACHE_DTYPES``, default float32; ``kernels/ops/_kv_format.py``; the provider
   option ``kv_cache_dtype`` overrides it), ``conv_layout`` (optional: the layout pass's mode, one of
-  ``CONV_LAYOUTS``, default nchw: off; ``kernels/layout.py``; the provider option ``conv_layout`` overrides it).
+  ``CONV_LAYOUTS``, default nchw: off; npu-ref sets auto; ``kernels/layout.py``; the provider option
+  ``conv_layout`` overrides it).
 - ``[matrix]``: ``tile_m``/``tile_n``/``tile_k`` (the unit's native tile [elements]; plans use multiples),
   ``macs_per_cycle = {mode = rate}`` with modes among ``float32 float16 int8 int4`` (int4 = int4 weights x int8
   activations), ``accumulator = {mode = dtype}`` (one per mode), ``float_compute = {input_dtype = mode}`` (which

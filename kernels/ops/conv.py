@@ -332,7 +332,7 @@ def _float_call(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple | None:
     if grp == x.shape[1] and grp > 1 and kdim == g["kernel"][0] * g["kernel"][1]:
         call = (w, bias, nat.conv_depthwise, (w, b32, geom, threads, *tail))
     elif (_panels_pay(_out_pixels(p, x), kdim, w.shape[2], _is_pointwise(g, geom))
-          and nat.isa() in ("avx512", "avx512_vnni", "amx_int8")):
+          and nat.isa() in runtime.AVX512_ISAS):
         call = (w, bias, nat.conv_panels, (_panels(p, w), b32, geom, threads, *tail))
     elif sgemm is not None:
         call = (w, bias, nat.conv_dense, (w, b32, geom, sgemm, threads, *tail))

@@ -114,7 +114,7 @@ def _dims(p: Prepared, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int
 
 
 PACKED_B = "packed_b"  # Prepared.kernel_cache key: the constant B in the native GEMM's panels
-PACKED_ISAS = ("avx512", "avx512_vnni", "amx_int8")  # the native GEMM's own path: AVX-512F
+PACKED_ISAS = runtime.AVX512_ISAS  # the native GEMM's own path: AVX-512F
 
 
 def _packed_b(p: Prepared, a: np.ndarray) -> np.ndarray | None:

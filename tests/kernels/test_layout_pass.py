@@ -8,11 +8,14 @@ tolerance with every node on NpuEP and no step on its Python kernel, and the pro
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from npu_ep.ep.compile_cache import subgraph_key
 from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.options import OptionError, parse
@@ -22,6 +25,7 @@ from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.target import Target
 from npu_ep.models.corpus import by_name
 from npu_ep.tools.bench.ops import python_steps
+from _isa import cap_isa
 from npu_testing import assignment, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
@@ -163,11 +167,34 @@ def test_pp_lcnet_matches_the_cpu_ep_with_the_pass_on(how):
 def test_the_mode_is_a_provider_option_in_the_target_digest():
     """Programs compiled in one layout are never taken from the cache for another: the mode is part of the target."""
     nhwc = REF.with_conv_layout("nhwc")
-    assert REF.conv_layout == "nchw" and nhwc.conv_layout == "nhwc" and nhwc.digest != REF.digest
-    assert REF.with_conv_layout("nchw") is REF
+    assert REF.conv_layout == "auto" and nhwc.conv_layout == "nhwc" and nhwc.digest != REF.digest
+    assert REF.with_conv_layout("auto") is REF
     assert parse({"ep.npuep.conv_layout": "auto"}).conv_layout == "auto"
     with pytest.raises(OptionError, match="conv_layout='nhcw'"):
         parse({"ep.npuep.conv_layout": "nhcw"})
+
+
+def test_auto_compiles_nchw_below_avx512_and_the_cache_key_says_which():
+    """npu-ref's default is auto; it picks the layout the native conv kernels are fastest in, so a host whose kernels
+    dispatch below AVX-512 (capped here at AVX2) compiles every conv NCHW, and the compiled-program cache key
+    differs between the two hosts under auto while nchw and nhwc keep theirs."""
+    if not runtime.host_has_avx512():
+        pytest.skip("the host has no AVX-512: auto is nchw here anyway")
+    raw = nodes_from_model(_separable_model(c=64, hw=28))  # the partition as the cache key sees it
+    nodes = fuse_partition(raw, REF)
+    modes = ("auto", "nchw", "nhwc")
+    keys = {m: subgraph_key(raw, [], [], REF.with_conv_layout(m)) for m in modes}
+    assert layout.host_mode(REF) == "auto"
+    assert _names(layout.assign_layouts(nodes, REF)) == _names(layout.assign_layouts(nodes, REF, "auto"))
+    with contextlib.contextmanager(cap_isa)("avx2"):
+        assert layout.host_mode(REF) == "nchw" and layout.host_mode(REF.with_conv_layout("nhwc")) == "nhwc"
+        assert _names(layout.assign_layouts(nodes, REF)) == _names(nodes)
+        capped = {m: subgraph_key(raw, [], [], REF.with_conv_layout(m)) for m in modes}
+    assert capped["auto"] != keys["auto"] and capped["nchw"] == keys["nchw"] and capped["nhwc"] == keys["nhwc"]
+
+
+def _names(nodes):
+    return [(n.op_type, n.name) for n in nodes]
 
 
 def _se_model(c=16, hw=28, side=False, mid_output=False):
