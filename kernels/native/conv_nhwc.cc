@@ -66,9 +66,7 @@ struct Rows {
 
 // The columns left and right of the input that the taps read (the reference's padding).
 int64_t PadLeft(const NhwcDepthwise& d) { return std::max<int64_t>(0, d.pl); }
-int64_t PadRight(const NhwcDepthwise& d) {
-  return std::max<int64_t>(0, (d.OW - 1) * d.sw - d.pl + d.kw - d.W);
-}
+int64_t PadRight(const NhwcDepthwise& d) { return std::max<int64_t>(0, (d.OW - 1) * d.sw - d.pl + d.kw - d.W); }
 
 // The input rows of channels [c0, c0 + G) made compact (pitch Gp, G rounded up to 16, the lanes past G zero) in a ring
 // of kh rows, each input row made once while the output rows that read it run: an NCHW input's rows (layout_in NCHW)
@@ -463,8 +461,9 @@ void PointwiseNhwc(const float* x, int64_t P, int64_t C, const float* packed, in
     const int64_t q0 = t % col_groups * per_group, q1 = std::min(M, q0 + per_group);
     if (n <= 0 || q0 >= q1) return;
     // panel p of the packed weights starts at p * C * kSgemmPanel floats, so columns from q0 start at q0 * C
-    const PackedSgemmArgs g{x + p0 * C, n, C, C, packed + q0 * C, q1 - q0, y + p0 * M + q0, M,
-                            bias != nullptr ? bias + q0 : nullptr, false};
+    const PackedSgemmArgs g{
+        x + p0 * C, n, C, C, packed + q0 * C, q1 - q0, y + p0 * M + q0, M, bias != nullptr ? bias + q0 : nullptr,
+        false};
     PackedSgemm(g, 1, nullptr, nullptr);
     if (tail.n == 0) return;
     if (q1 - q0 == M) return ApplyTail(tail, y + p0 * M, n * M);
