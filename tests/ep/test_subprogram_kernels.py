@@ -69,7 +69,11 @@ def _sub_steps(steps):
 
 
 class _NoNativeKernels:
-    """Stands in for the extension's kernels module: any native kernel call fails the run."""
+    """Stands in for the extension's kernels module: any native kernel call fails the run. ``isa`` is no kernel but
+    the host's instruction set, which compilation asks (``layout.host_mode``): the real module's answer."""
+
+    def __init__(self):
+        self.isa = runtime.native_module().isa
 
     def __getattr__(self, name):
         raise AssertionError(f"native kernel '{name}' called")
