@@ -432,8 +432,12 @@ void DepthwiseNhwc(const NhwcDepthwise& d, int threads) {
       else
 #endif
         RowScalar(d, r, c0, G, y);
-      if (rt.kind == RowTail::kOther || (!wide && d.tail.n > 0))
-        for (int64_t ow = 0; ow < d.OW; ++ow) ApplyTail(d.tail, y + ow * d.C + c0, G);
+      if (rt.kind == RowTail::kOther || (!wide && d.tail.n > 0)) {
+        if (G == d.C)  // the task has every channel: its output row is one contiguous run
+          ApplyTail(d.tail, y, d.OW * d.C);
+        else
+          for (int64_t ow = 0; ow < d.OW; ++ow) ApplyTail(d.tail, y + ow * d.C + c0, G);
+      }
     }
   });
 }

@@ -382,34 +382,33 @@ bool FitsRegisters(const int32_t* codes, int64_t n_codes) {
 #endif
 }
 
-void RunInRegisters(const float* in, float* out, int64_t n, const int32_t* codes, const float* consts,
-                    int64_t n_codes) {
+namespace {
+// The widest register interpreter this host has; kBias: in + bias[...] as each chunk is loaded (RunInRegistersBias).
+template <bool kBias>
+void RunWidest(const float* in, const float* bias, float* out, int64_t n, const int32_t* codes, const float* consts,
+               int64_t n_codes) {
 #if NPU_EP_X86
   if (ActiveIsa() >= Isa::kAvx512) {
     float hs[4];
     if (HardSwishProgram(codes, consts, n_codes, hs))
-      return Run512<true, false>(in, nullptr, out, n, codes, consts, n_codes);
-    return Run512<false, false>(in, nullptr, out, n, codes, consts, n_codes);
+      return Run512<true, kBias>(in, bias, out, n, codes, consts, n_codes);
+    return Run512<false, kBias>(in, bias, out, n, codes, consts, n_codes);
   }
-  return Run256<false>(in, nullptr, out, n, codes, consts, n_codes);
+  return Run256<kBias>(in, bias, out, n, codes, consts, n_codes);
 #else
-  (void)in, (void)out, (void)n, (void)codes, (void)consts, (void)n_codes;
+  (void)in, (void)bias, (void)out, (void)n, (void)codes, (void)consts, (void)n_codes;
 #endif
+}
+}  // namespace
+
+void RunInRegisters(const float* in, float* out, int64_t n, const int32_t* codes, const float* consts,
+                    int64_t n_codes) {
+  RunWidest<false>(in, nullptr, out, n, codes, consts, n_codes);
 }
 
 void RunInRegistersBias(const float* in, const float* bias, float* out, int64_t n, const int32_t* codes,
                         const float* consts, int64_t n_codes) {
-#if NPU_EP_X86
-  if (ActiveIsa() >= Isa::kAvx512) {
-    float hs[4];
-    if (HardSwishProgram(codes, consts, n_codes, hs))
-      return Run512<true, true>(in, bias, out, n, codes, consts, n_codes);
-    return Run512<false, true>(in, bias, out, n, codes, consts, n_codes);
-  }
-  return Run256<true>(in, bias, out, n, codes, consts, n_codes);
-#else
-  (void)in, (void)bias, (void)out, (void)n, (void)codes, (void)consts, (void)n_codes;
-#endif
+  RunWidest<true>(in, bias, out, n, codes, consts, n_codes);
 }
 
 bool HardSwishProgram(const int32_t* codes, const float* consts, int64_t n_codes, float* hs) {
