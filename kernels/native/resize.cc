@@ -1,4 +1,5 @@
-// Resize of the last two axes of [N, C, H, W] (`kernels.resize_nearest`, `kernels.resize_linear`) for
+// Resize of the last two axes of [N, C, H, W] (`kernels.resize_nearest`, `kernels.resize_linear`), and of axes 1
+// and 2 of [N, H, W, C] (`kernels.resize_nearest_nhwc`, `kernels.resize_linear_nhwc`), for
 // kernels/ops/resize.py, which computes the per-axis tables with its own functions (every coordinate transformation
 // and nearest mode: the source index of each output row and column; for linear the two neighbours and the float32
 // weight), so the kernels only walk them. Nearest copies the chosen elements' bits (any 1, 2, 4 or 8-byte dtype).
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "conv_geometry.h"
@@ -260,6 +262,217 @@ py::array LinearPy(const py::array& x, int64_t oh, int64_t ow, const py::object&
   return y;
 }
 
+// ---- [N, H, W, C]: axes 1 and 2 (an NHWC tensor's H and W) on the same tables ----
+// A pixel is C consecutive elements: nearest copies whole pixels (a repeated source row: the output row just
+// written), linear's H pass blends whole rows of W * C and its W pass the C values of two neighbour pixels, each
+// element by the same float32 multiply and add as the planes above (the same bits). One channel is the planes' case.
+
+struct PlanNhwc {
+  int64_t N = 0, H = 0, W = 0, C = 0, OH = 0, OW = 0;
+  Plan Planes() const { return {N, H, W, OH, OW}; }  // C == 1: the same bytes as [N, 1, H, W]
+};
+
+// fn(lo, hi) over the ranges of the items [0, n) ParallelItems makes (so a row may copy the one before in its range)
+template <typename Fn>
+void ParallelRanges(int threads, int64_t n, int64_t work_per_item, const Fn& fn) {
+  if (n <= 0) return;
+  const int64_t per = std::clamp<int64_t>(kMinParallelWork / std::max<int64_t>(work_per_item, 1), 1, n);
+  const int64_t tasks = (n + per - 1) / per;
+  ParallelFor(tasks > 1 ? threads : 1, tasks, [&](int64_t t) { fn(t * per, std::min(n, (t + 1) * per)); });
+}
+
+// One output row's pixels from input row `src`: P is a pixel's bytes as one integer (1, 2, 4 or 8), else memcpy.
+template <typename P>
+void GatherPixels(const void* src, const int64_t* cols, int64_t OW, size_t pixel, void* dst) {
+  if constexpr (std::is_void_v<P>) {
+    const auto* s = static_cast<const uint8_t*>(src);
+    auto* d = static_cast<uint8_t*>(dst);
+    for (int64_t o = 0; o < OW; ++o) std::memcpy(d + o * pixel, s + cols[o] * static_cast<int64_t>(pixel), pixel);
+  } else {
+    const P* s = static_cast<const P*>(src);
+    P* d = static_cast<P*>(dst);
+    for (int64_t o = 0; o < OW; ++o) d[o] = s[cols[o]];
+  }
+}
+
+template <typename P>
+void NearestRows(const PlanNhwc& p, const uint8_t* x, size_t pixel, const int64_t* rows, const int64_t* cols,
+                 uint8_t* y, int threads) {
+  const size_t in_row = static_cast<size_t>(p.W) * pixel, out_row = static_cast<size_t>(p.OW) * pixel;
+  ParallelRanges(threads, p.N * p.OH, p.OW * p.C, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t n = r / p.OH, oh = r % p.OH;
+      uint8_t* dst = y + static_cast<size_t>(r) * out_row;
+      if (r > lo && oh && rows[oh] == rows[oh - 1])
+        std::memcpy(dst, dst - out_row, out_row);
+      else
+        GatherPixels<P>(x + static_cast<size_t>(n * p.H + rows[oh]) * in_row, cols, p.OW, pixel, dst);
+    }
+  });
+}
+
+template <typename T>
+void NearestNhwc(const PlanNhwc& p, const T* x, const int64_t* rows, const int64_t* cols, T* y, int threads) {
+  if (p.C == 1) return NearestPlanes(p.Planes(), x, rows, cols, y, threads);
+  const size_t pixel = static_cast<size_t>(p.C) * sizeof(T);
+  const auto* in = reinterpret_cast<const uint8_t*>(x);
+  auto* out = reinterpret_cast<uint8_t*>(y);
+  if (pixel == 2)
+    NearestRows<uint16_t>(p, in, pixel, rows, cols, out, threads);
+  else if (pixel == 4)
+    NearestRows<uint32_t>(p, in, pixel, rows, cols, out, threads);
+  else if (pixel == 8)
+    NearestRows<uint64_t>(p, in, pixel, rows, cols, out, threads);
+  else
+    NearestRows<void>(p, in, pixel, rows, cols, out, threads);
+}
+
+// The H pass over a row of n elements and the W pass over OW pixels of C, compiled for each ISA level (fp-contract
+// off in all: the wider vectors change no bits).
+__attribute__((always_inline)) inline void BlendRowsBody(const float* __restrict lo, const float* __restrict hi,
+                                                         float w, float* __restrict t, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) t[i] = lo[i] + (hi[i] - lo[i]) * w;
+}
+
+__attribute__((always_inline)) inline void BlendPixelsBody(const float* __restrict row, const int64_t* w0,
+                                                           const int64_t* w1, const float* ww, int64_t OW, int64_t C,
+                                                           float* __restrict dst) {
+  for (int64_t o = 0; o < OW; ++o) {
+    const float* __restrict a = row + w0[o] * C;
+    const float* __restrict b = row + w1[o] * C;
+    const float w = ww[o];
+    float* __restrict d = dst + o * C;
+    for (int64_t c = 0; c < C; ++c) d[c] = a[c] + (b[c] - a[c]) * w;
+  }
+}
+
+#define NPU_RESIZE_BLENDS(suffix, attr)                                                                              \
+  attr void BlendRows##suffix(const float* lo, const float* hi, float w, float* t, int64_t n) {                      \
+    BlendRowsBody(lo, hi, w, t, n);                                                                                  \
+  }                                                                                                                  \
+  attr void BlendPixels##suffix(const float* row, const int64_t* w0, const int64_t* w1, const float* ww, int64_t OW, \
+                                int64_t C, float* dst) {                                                             \
+    BlendPixelsBody(row, w0, w1, ww, OW, C, dst);                                                                    \
+  }
+NPU_RESIZE_BLENDS(Default, )
+#if NPU_EP_X86
+NPU_RESIZE_BLENDS(Avx2, __attribute__((target("avx2"))))
+NPU_RESIZE_BLENDS(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))))
+#endif
+#undef NPU_RESIZE_BLENDS
+
+struct Blends {
+  void (*rows)(const float*, const float*, float, float*, int64_t) = BlendRowsDefault;
+  void (*pixels)(const float*, const int64_t*, const int64_t*, const float*, int64_t, int64_t,
+                 float*) = BlendPixelsDefault;
+};
+
+Blends BlendsFor() {
+#if NPU_EP_X86
+  const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx512) return {BlendRowsAvx512, BlendPixelsAvx512};
+  if (isa >= Isa::kAvx2) return {BlendRowsAvx2, BlendPixelsAvx2};
+#endif
+  return {};
+}
+
+// Linear over every output row (n, oh); T is float or uint16_t (float16 bits: the rows read widened exactly, each
+// output row rounded once).
+template <typename T>
+void LinearNhwc(const PlanNhwc& p, const T* x, const int64_t* h0, const int64_t* h1, const float* hw, const int64_t* w0,
+                const int64_t* w1, const float* ww, T* y, int threads) {
+  if (p.C == 1) return LinearPlanes(p.Planes(), x, h0, h1, hw, w0, w1, ww, y, threads);
+  const Blends blend = BlendsFor();
+  const int64_t in_row = p.W * p.C, out_row = p.OW * p.C;
+  conv_detail::ParallelItems(threads, p.N * p.OH, out_row * 3, [&](int64_t r) {
+    thread_local std::vector<float> a, b, t, wide_out;
+    const int64_t n = r / p.OH, oh = r % p.OH;
+    const T* image = x + n * p.H * in_row;
+    T* dst = y + r * out_row;
+    auto row = [&](int64_t ih, std::vector<float>& buf) -> const float* {
+      if constexpr (sizeof(T) == 2) {
+        buf.resize(static_cast<size_t>(in_row));
+        HalfToFloatRow(image + ih * in_row, buf.data(), in_row);
+        return buf.data();
+      } else {
+        return image + ih * in_row;
+      }
+    };
+    float* out;
+    if constexpr (sizeof(T) == 2) {
+      wide_out.resize(static_cast<size_t>(out_row));
+      out = wide_out.data();
+    } else {
+      out = dst;
+    }
+    const float* src = h0 ? nullptr : row(oh, a);
+    if (h0) {
+      float* blended = w0 ? (t.resize(static_cast<size_t>(in_row)), t.data()) : out;  // no W pass: straight out
+      blend.rows(row(h0[oh], a), row(h1[oh], b), hw[oh], blended, in_row);
+      src = blended;
+    }
+    if (w0)
+      blend.pixels(src, w0, w1, ww, p.OW, p.C, out);
+    else if (src != out)
+      std::copy(src, src + out_row, out);
+    if constexpr (sizeof(T) == 2) FloatToHalfRow(out, dst, out_row);
+  });
+}
+
+PlanNhwc PlanNhwcOf(const py::array& x, int64_t oh, int64_t ow, const char* fn) {
+  if (x.ndim() != 4 || !(x.flags() & py::array::c_style))
+    throw std::invalid_argument(std::string(fn) + ": x must be a C-order [N, H, W, C] array");
+  if (oh < 0 || ow < 0) throw std::invalid_argument(std::string(fn) + ": output sizes must be >= 0");
+  return {x.shape(0), x.shape(1), x.shape(2), x.shape(3), oh, ow};
+}
+
+py::array NhwcResultOf(const char* fn, const py::array& x, const PlanNhwc& p, const py::object& out) {
+  return MovementResult(fn, x.dtype(), {p.N, p.OH, p.OW, p.C}, out);
+}
+
+py::array NearestNhwcPy(const py::array& x, const Index& rows, const Index& cols, int threads, const py::object& out) {
+  const PlanNhwc p = PlanNhwcOf(x, rows.size(), cols.size(), "resize_nearest_nhwc");
+  const int64_t* r = Table(rows, p.OH, p.H, "rows");
+  const int64_t* c = Table(cols, p.OW, p.W, "cols");
+  py::array y = NhwcResultOf("resize_nearest_nhwc", x, p, out);
+  const void* in = x.data();
+  void* dst = y.mutable_data();
+  const auto size = x.itemsize();
+  py::gil_scoped_release release;
+  if (size == 1)
+    NearestNhwc(p, static_cast<const uint8_t*>(in), r, c, static_cast<uint8_t*>(dst), threads);
+  else if (size == 2)
+    NearestNhwc(p, static_cast<const uint16_t*>(in), r, c, static_cast<uint16_t*>(dst), threads);
+  else if (size == 4)
+    NearestNhwc(p, static_cast<const uint32_t*>(in), r, c, static_cast<uint32_t*>(dst), threads);
+  else if (size == 8)
+    NearestNhwc(p, static_cast<const uint64_t*>(in), r, c, static_cast<uint64_t*>(dst), threads);
+  else
+    throw std::invalid_argument("resize_nearest_nhwc: elements of " + std::to_string(size) + " bytes");
+  return y;
+}
+
+py::array LinearNhwcPy(const py::array& x, int64_t oh, int64_t ow, const py::object& h0, const py::object& h1,
+                       const py::object& hw, const py::object& w0, const py::object& w1, const py::object& ww,
+                       int threads, const py::object& out) {
+  const PlanNhwc p = PlanNhwcOf(x, oh, ow, "resize_linear_nhwc");
+  const bool half = x.dtype().kind() == 'f' && x.itemsize() == 2;
+  if (!half && !py::isinstance<py::array_t<float>>(x))
+    throw std::invalid_argument("resize_linear_nhwc: x must be float32 or float16");
+  std::vector<py::object> keep;
+  const Axis h = AxisOf(h0, h1, hw, p.OH, p.H, "rows", keep), w = AxisOf(w0, w1, ww, p.OW, p.W, "cols", keep);
+  py::array y = NhwcResultOf("resize_linear_nhwc", x, p, out);
+  const void* in = x.data();
+  void* dst = y.mutable_data();
+  py::gil_scoped_release release;
+  if (half)
+    LinearNhwc(p, static_cast<const uint16_t*>(in), h.lo, h.hi, h.w, w.lo, w.hi, w.w, static_cast<uint16_t*>(dst),
+               threads);
+  else
+    LinearNhwc(p, static_cast<const float*>(in), h.lo, h.hi, h.w, w.lo, w.hi, w.w, static_cast<float*>(dst), threads);
+  return y;
+}
+
 }  // namespace
 
 void BindResize(py::module_& m) {
@@ -273,6 +486,15 @@ void BindResize(py::module_& m) {
         "Resize linear of float32/float16 [N, C, H, W] in float32: the H pass lo + (hi - lo) * w over rows (h0, h1, "
         "hw), then the W pass over columns (w0, w1, ww); None tables leave that axis as it is; into out as "
         "resize_nearest's");
+  m.def("resize_nearest_nhwc", &NearestNhwcPy, py::arg("x"), py::arg("rows"), py::arg("cols"), py::arg("threads") = 1,
+        py::arg("out") = py::none(),
+        "Resize nearest of axes 1 and 2 of [N, H, W, C]: y[n, i, j, :] = x[n, rows[i], cols[j], :], bits copied; "
+        "as resize_nearest");
+  m.def("resize_linear_nhwc", &LinearNhwcPy, py::arg("x"), py::arg("out_h"), py::arg("out_w"), py::arg("h0"),
+        py::arg("h1"), py::arg("hw"), py::arg("w0"), py::arg("w1"), py::arg("ww"), py::arg("threads") = 1,
+        py::arg("out") = py::none(),
+        "Resize linear of axes 1 and 2 of float32/float16 [N, H, W, C]: resize_linear's passes and bits, the H pass "
+        "over whole rows of W * C, the W pass over pixels of C");
 }
 
 }  // namespace npu_ep::kern

@@ -23,8 +23,9 @@ land exactly on .5 in cases where float32 evaluation of its formula gives the fl
 rounding combinations tried picked another pixel).
 
 Native (kernels/native/resize.cc): nearest (any dtype) and linear (float32, float16) of the last two axes of
-[N, C, H, W], every coordinate mode but tf_crop_and_resize, on the per-axis tables this module computes (the same
-indices and weights, the same float32 passes). Cubic, crop-and-resize, other ranks and resizes of N or C run here.
+[N, C, H, W], or of axes 1 and 2 of [N, H, W, C] (an NHWC tensor: TF exports, the layout pass's regions), every
+coordinate mode but tf_crop_and_resize, on the per-axis tables this module computes (the same indices and weights,
+the same float32 passes, H then W). Cubic, crop-and-resize, other ranks and other sets of resized axes run here.
 
 Cost: per resized axis one vector op per output element (nearest), three (linear) or eight (cubic); DMA reads the
 input once and writes the output once.
@@ -228,24 +229,32 @@ def _axis_table(p: Prepared, n_in: int, n_out: int, scale: float) -> tuple[np.nd
 
 def _native_call(p: Prepared, x: np.ndarray, inputs) -> tuple | None:
     """(kernel, its arguments after x) of the native 2-D resize (kernels/native/resize.cc) for x, or None where the
-    reference runs: not [N, C, H, W], N or C resized, tf_crop_and_resize (extrapolation), cubic, an output equal
-    to the input (returned as it is), a linear resize of integers."""
+    reference runs: not 4-D, an axis resized besides axes 2 and 3 ([N, C, H, W]) or axes 1 and 2 ([N, H, W, C]),
+    tf_crop_and_resize (extrapolation), cubic, an output equal to the input (returned as it is), a linear resize of
+    integers."""
     nat = runtime.native(p)
     mode = p.attrs["mode"]
     if (nat is None or not isinstance(x, np.ndarray) or x.ndim != 4 or mode == "cubic"
             or p.attrs["coord"] == "tf_crop_and_resize" or (mode == "linear" and x.dtype not in (_F32, np.float16))):
         return None
     out, scales, _ = output_plan(p, inputs, x.shape)
-    if tuple(out) == x.shape or tuple(out[:2]) != x.shape[:2] or scales[0] != 1.0 or scales[1] != 1.0:
+    if tuple(out) == x.shape:
         return None
-    h = _axis_table(p, x.shape[2], out[2], scales[2])
-    w = _axis_table(p, x.shape[3], out[3], scales[3])
+    kept = [a == b and s == 1.0 for a, b, s in zip(x.shape, out, scales)]
+    if kept[0] and kept[1]:
+        ah, aw, suffix = 2, 3, ""
+    elif kept[0] and kept[3]:  # [N, H, W, C]: an NHWC tensor's H and W
+        ah, aw, suffix = 1, 2, "_nhwc"
+    else:
+        return None
+    h = _axis_table(p, x.shape[ah], out[ah], scales[ah])
+    w = _axis_table(p, x.shape[aw], out[aw], scales[aw])
     if mode == "nearest":
-        rows = h[0] if h is not None else np.arange(out[2], dtype=np.int64)
-        cols = w[0] if w is not None else np.arange(out[3], dtype=np.int64)
-        return nat.resize_nearest, (rows, cols, runtime.threads(p))
+        rows = h[0] if h is not None else np.arange(out[ah], dtype=np.int64)
+        cols = w[0] if w is not None else np.arange(out[aw], dtype=np.int64)
+        return getattr(nat, "resize_nearest" + suffix), (rows, cols, runtime.threads(p))
     h, w = h or (None, None, None), w or (None, None, None)
-    return nat.resize_linear, (out[2], out[3], *h, *w, runtime.threads(p))
+    return getattr(nat, "resize_linear" + suffix), (out[ah], out[aw], *h, *w, runtime.threads(p))
 
 
 def _bind(p: Prepared, inputs, outs) -> Any:

@@ -9,7 +9,10 @@ every nearest mode, scales and sizes, up- and down-sampling, one axis left alone
 vectorized row blend's 8 and 16 lanes, NaN/Inf/-0.0/huge values, float32/float16/uint8/int8/int64, threads.
 4-byte nearest has an AVX-512 path (16-column blocks, each one masked load and a permute, a row's last block
 overlapping the one before, a run of equal source rows stored from the same registers; a block whose sources span
-more than 16 columns sends the resize to the element loop): the nearest tests run at every ISA cap up to it."""
+more than 16 columns sends the resize to the element loop): the nearest tests run at every ISA cap up to it.
+The [N, H, W, C] kernels (axes 1 and 2) copy whole pixels (nearest) and blend whole rows, then pixels of C (linear,
+its blends compiled per ISA level): swept over channel counts around the blend's lanes, every mode, one and two
+threads, tasks of output rows splitting an image."""
 
 from __future__ import annotations
 
@@ -111,19 +114,85 @@ def test_nearest_blocks(resize_isa, dt):
                         coordinate_transformation_mode=coord, nearest_mode="floor")
 
 
-def test_bound_step_takes_runtime_scales():
-    """Scales given at run time: the step holds the bound ones and equals the kernel bit for bit."""
+# [N, H, W, C] (axes 1 and 2): channel counts around the W pass's 8- and 16-lane blends and their tails (one
+# channel is the planes' case), up- and down-sampling by non-integer factors, one of the two axes left alone.
+CHANNELS = [1, 3, 8, 15, 16, 17, 64]
+NHWC_SCALES = [(2.0, 2.0), (0.5, 0.6), (1.5, 3.0), (1.0, 0.75), (3.0, 1.0), (0.7, 1.3)]
+
+
+def _nhwc_fn(mode: str, h_kept: bool) -> str:
+    """The kernel an [N, H, W, C] resize calls: with H kept, it is a resize of the last two axes (W and C)."""
+    return f"resize_{mode}" + ("" if h_kept else "_nhwc")
+
+
+@pytest.mark.parametrize("c", CHANNELS)
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.uint8, np.int8, np.int64])
+def test_nhwc_nearest_every_coordinate_and_rounding_mode(resize_isa, c, dt):
+    """Whole pixels copied (C elements of 1 to 512 bytes: one integer or a memcpy), a repeated source row copied
+    from the output row before it."""
+    for i, (coord, nearest) in enumerate((co, ne) for co in COORDS for ne in NEAREST):
+        hw = NHWC_SCALES[i % len(NHWC_SCALES)]
+        x = _image((2, 5, 7, c), dt)
+        _resize(_inputs(x, scales=[1, *hw, 1]), _nhwc_fn("nearest", hw[0] == 1), threads=1 + i % 2,
+                mode="nearest", coordinate_transformation_mode=coord, nearest_mode=nearest)
+
+
+@pytest.mark.parametrize("c", CHANNELS)
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_nhwc_linear_every_coordinate_mode(resize_isa, c, dt):
+    """The H pass over rows of W * C, the W pass over pixels of C, at every ISA level (the blends are compiled per
+    level, fp-contract off: the same bits)."""
+    for coord in ["half_pixel_symmetric", *COORDS]:
+        for k, hw in enumerate(NHWC_SCALES):
+            x = _image((2, 6, 5, c), dt)
+            _resize(_inputs(x, scales=[1, *hw, 1]), _nhwc_fn("linear", hw[0] == 1),
+                    threads=1 + k % 2, mode="linear", coordinate_transformation_mode=coord)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_nhwc_sizes_and_widths(resize_isa, mode):
+    """Sizes instead of scales; widths W * C around the row blend's vectors; one row or column in or out."""
+    for w in (1, 2, 5, 8, 9):
+        for c in (3, 16, 17):
+            x = _image((1, 3, w, c), np.float32)
+            for sizes in ([1, 7, 2 * w, c], [1, 1, w + 1, c], [1, 3, max(1, w // 2), c], [1, 5, 1, c]):
+                if tuple(sizes) == x.shape:
+                    continue
+                for coord in ("half_pixel", "align_corners"):
+                    _resize(_inputs(x, sizes=sizes), _nhwc_fn(mode, sizes[1] == 3), mode=mode,
+                            coordinate_transformation_mode=coord)
+
+
+@pytest.mark.parametrize("mode,fn", [("nearest", "resize_nearest_nhwc"), ("linear", "resize_linear_nhwc")])
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_nhwc_tasks_split_inside_an_image(mode, fn, dt):
+    """Enough work for several tasks of output rows, their boundaries inside an image and between two rows of one
+    source row (a task's first row gathers, it never copies the row before it): the same bits on one thread and
+    two."""
+    x = _image((2, 200, 50, 33), dt)
+    for threads in (1, 2):
+        _resize(_inputs(x, scales=[1, 2, 2, 1]), fn, threads=threads, mode=mode,
+                coordinate_transformation_mode="asymmetric" if mode == "nearest" else "half_pixel",
+                nearest_mode="floor")
+
+
+@pytest.mark.parametrize("scales", [[1, 1, 2, 2], [1, 2, 2, 1]])
+def test_bound_step_takes_runtime_scales(scales):
+    """Scales given at run time (NCHW's last two axes, NHWC's middle two): the step holds the bound ones and equals
+    the kernel bit for bit."""
     x = _image((1, 4, 9, 10), np.float16)
-    got, bound = kernel_and_bound_step("Resize", _inputs(x, scales=[1, 1, 2, 2], runtime_scales=True), mode="linear")
+    got, bound = kernel_and_bound_step("Resize", _inputs(x, scales=scales, runtime_scales=True), mode="linear")
     assert bound and bound[0].tobytes() == got[0].tobytes()
 
 
 def test_declines_what_it_does_not_walk():
-    """N or C resized, cubic, tf_crop_and_resize and rank 3 stay on the reference (no native call)."""
+    """Three axes resized, N and H, cubic, tf_crop_and_resize and rank 3 stay on the reference (no native call)."""
     from _sweep import native_vs_reference
 
     x = _image((2, 3, 4, 5), np.float32)
-    cases = [(_inputs(x, scales=[1, 2, 2, 2]), dict(mode="nearest")), (_inputs(x, scales=[1, 1, 2, 2]),
+    cases = [(_inputs(x, scales=[1, 2, 2, 2]), dict(mode="nearest")), (_inputs(x, scales=[2, 2, 1, 1]),
+                                                                       dict(mode="nearest")),
+             (_inputs(x, scales=[1, 1, 2, 2]),
                                                                        dict(mode="cubic")),
              (_inputs(x, sizes=[2, 3, 5, 6]), dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize")),
              (_inputs(x[0], scales=[1, 2, 2]), dict(mode="nearest"))]
