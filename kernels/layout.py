@@ -14,8 +14,9 @@ are kept channels-last:
 - GlobalAveragePool / GlobalMaxPool of an NHWC tensor: a ReduceMean / ReduceMax over axes 1, 2 with the dims kept,
   then a free Reshape of its [N, 1, 1, C] to the NCHW [N, C, 1, 1] (the same bytes): the SE block's small 1x1 convs
   stay NCHW steps;
-- a nearest Resize repeating each pixel an integer number of times (``_upsample``: static sizes), as two native
-  Resizes of the last two axes between free Reshapes;
+- a nearest or linear Resize (``_resize``: the modes the native kernels take; constant or run-time scales or sizes,
+  static or symbolic image sizes) as the same Resize with its ``axes`` moved to their NHWC places (the scales or
+  sizes read as they are): the native kernel of axes 1 and 2 of [N, H, W, C];
 - a MaxPool / AveragePool of stride 1 keeping the size (``_same_window``: SPPF's), as the same native pool over
   the view [N, 1, H, W * C], the column taps C apart;
 - Concat and Split of NHWC tensors along any axis (the axis moved to its NHWC place; a Concat's constants
@@ -57,6 +58,9 @@ ELEMENTWISE = frozenset({
 _POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
 _MOVES = ("Concat", "Split")  # along any axis: the axis moves with the layout
 _NHWC_AXIS = (0, 3, 1, 2)  # an NCHW axis's place in NHWC
+_RESIZE_COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                  "tf_half_pixel_for_nn")  # the native Resize's (all but tf_crop_and_resize)
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 _MAKES_NHWC = ("conv", "eltwise", "move", "resize", "window")  # roles whose outputs are NHWC
 
 
@@ -123,31 +127,21 @@ def _wanted(n: NodeInfo, target: Target) -> bool:
     return conv_kind(n) == "pointwise" or conv_saving(n, target) >= 0
 
 
-def _upsample(n: NodeInfo) -> tuple[int, int] | None:
-    """(sh, sw) of a nearest Resize that repeats each pixel sh x sw times (asymmetric coordinates, floor: source
-    index = i // s), its constant scales or sizes integer multiples of a static [N, C, H, W] input, else None."""
+def _resize(n: NodeInfo) -> bool:
+    """A 4-D nearest or linear Resize in a mode the native kernels take (no crop-and-resize, no antialias, no
+    nearest half_pixel_symmetric; linear of float only), whatever its scales or sizes: in NHWC it is the same Resize
+    with ``axes`` naming each given scale's or size's NHWC axis (``_Rewriter._resize``)."""
     x, y = n.inputs[0], n.outputs[0]
     if (n.domain != "" or n.op_type != "Resize" or n.since_version < 11 or len(n.outputs) != 1
-            or str(n.attr("mode", "nearest")) != "nearest" or n.attr("axes") is not None
-            or str(n.attr("coordinate_transformation_mode", "half_pixel")) != "asymmetric"
-            or str(n.attr("nearest_mode", "round_prefer_floor")) != "floor" or int(n.attr("antialias", 0))
-            or x.shape is None or len(x.shape) != 4 or not all(isinstance(d, int) and d > 0 for d in x.shape[1:])
-            or y.shape is None or len(y.shape) != 4 or not all(isinstance(d, int) for d in y.shape[1:])):
-        return None
-    given = [v for v in n.inputs[2:] if not v.missing]
-    if len(given) != 1 or not given[0].is_constant or given[0].value is None or given[0].value.size != 4:
-        return None
-    c, h, w = x.shape[1:]
-    got = np.asarray(given[0].value).reshape(-1).tolist()
-    if n.input(2) is not None:  # scales
-        if got[:2] != [1, 1] or any(float(v) != int(v) or v < 1 for v in got[2:]):
-            return None
-        sh, sw = int(got[2]), int(got[3])
-    elif got[1] == c and got[2] % h == 0 and got[3] % w == 0 and got[2] and got[3]:
-        sh, sw = got[2] // h, got[3] // w
-    else:
-        return None
-    return (sh, sw) if tuple(y.shape[1:]) == (c, h * sh, w * sw) else None
+            or x.shape is None or len(x.shape) != 4 or y.shape is None or len(y.shape) != 4
+            or int(n.attr("antialias", 0))
+            or str(n.attr("keep_aspect_ratio_policy", "stretch")) not in ("stretch", "not_larger", "not_smaller")):
+        return False
+    mode, coord = str(n.attr("mode", "nearest")), str(n.attr("coordinate_transformation_mode", "half_pixel"))
+    if mode == "linear":
+        return coord in _RESIZE_COORDS and x.dtype in (np.float32, np.float16)
+    return (mode == "nearest" and coord in _RESIZE_COORDS and coord != "half_pixel_symmetric"
+            and str(n.attr("nearest_mode", "round_prefer_floor")) in _NEAREST_MODES)
 
 
 def _same_window(n: NodeInfo) -> bool:
@@ -188,7 +182,7 @@ def _roles(nodes: Sequence[NodeInfo], target: Target | None = None) -> dict[int,
             roles[i] = "pool"
         elif n.domain == "" and n.op_type in _MOVES and _moves(n, nhwc):
             roles[i] = "move"
-        elif ins and ins[0].name in nhwc and _upsample(n) is not None:
+        elif ins and ins[0].name in nhwc and _resize(n):
             roles[i] = "resize"
         elif ins and ins[0].name in nhwc and _same_window(n):
             roles[i] = "window"
@@ -330,36 +324,13 @@ class _Rewriter:
         self.nhwc[v.name] = got
         return got
 
-    def _upsample(self, n: NodeInfo) -> list[NodeInfo]:
-        """A nearest upsample of an NHWC [N, H, W, C] by (sh, sw) as the native Resize of the last two axes twice:
-        the columns on [N, H, W, C] (each pixel's C values repeated sw times), then the rows on its view
-        [N, 1, H, W * sw * C], and a view back to [N, H * sh, W * sw, C]. The same copies, no Transpose."""
-        sh, sw = _upsample(n)
+    def _resize(self, n: NodeInfo) -> list[NodeInfo]:
+        """The Resize of NHWC [N, H, W, C]: each scale or size (an NCHW axis's, constant or not) read for the axis's
+        NHWC place through ``axes``; with H and W resized, the native kernel of axes 1 and 2."""
+        axes = [_NHWC_AXIS[int(a) % 4] for a in (n.attr("axes") or range(4))]
         x = self.nhwc[n.inputs[0].name]
-        nb, h, w, c = x.shape
-        y = _nhwc(n.outputs[0])
-        out: list[NodeInfo] = []
-
-        def resize(src: ValueInfo, s: int, shape: tuple, tag: str) -> ValueInfo:
-            dst = ValueInfo(f"{y.name}::{tag}", y.dtype, shape)
-            scales = ValueInfo(f"{y.name}::{tag}_scales", np.dtype(np.float32), (4,),
-                               value=np.array([1, 1, s, 1], np.float32), is_constant=True)
-            out.append(NodeInfo(n.index, f"{n.name}::{tag}", "Resize", "", (src, ValueInfo("", None, None), scales),
-                                (dst,), {k: n.attrs[k] for k in ("mode", "coordinate_transformation_mode",
-                                                                 "nearest_mode") if k in n.attrs}, 13))
-            return dst
-
-        def view(src: ValueInfo, shape: tuple, tag: str, final: bool = False) -> ValueInfo:
-            dst = y if final else ValueInfo(f"{y.name}::{tag}", y.dtype, shape)
-            dims = _int64(f"{y.name}::{tag}_shape", [0, *shape[1:]])
-            out.append(NodeInfo(n.index, f"{n.name}::{tag}", "Reshape", "", (src, dims), (dst,), {}, 14))
-            return dst
-
-        cur = resize(x, sw, (nb, h, w * sw, c), "cols") if sw > 1 else x
-        cur = view(cur, (nb, 1, h, w * sw * c), "flat")
-        cur = resize(cur, sh, (nb, 1, h * sh, w * sw * c), "rows") if sh > 1 else cur
-        view(cur, (nb, h * sh, w * sw, c), "nhwc", final=True)
-        return out
+        return [dataclasses.replace(n, inputs=(x, *n.inputs[1:]), outputs=(_nhwc(n.outputs[0]),),
+                                    attrs={**n.attrs, "axes": axes})]
 
     def _window(self, n: NodeInfo) -> list[NodeInfo]:
         """A same-size pool of NHWC [N, H, W, C] as the same pool of its view [N, 1, H, W * C] with the column taps
@@ -392,8 +363,8 @@ class _Rewriter:
             shape = _int64(f"{y.name}::nchw_shape", [0, -1, 1, 1])
             out.append(NodeInfo(n.index, f"{n.name}::to_nchw", "Reshape", "", (r, shape), (y,), {}, 14))
             return out
-        if _upsample(n) is not None:
-            out.extend(self._upsample(n))
+        if _resize(n):
+            out.extend(self._resize(n))
         elif _same_window(n):
             out.extend(self._window(n))
         elif kind is not None:

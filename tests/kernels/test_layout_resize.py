@@ -1,0 +1,191 @@
+"""Resize inside the layout pass's NHWC regions (kernels/layout.py ``_resize``), and Resize of NHWC models.
+
+A nearest or linear Resize of an NHWC tensor of a region stays in it as the same Resize with ``axes`` naming the NHWC
+place of each scale or size (constant or computed at run time, static or symbolic image sizes), run by the native
+kernel of axes 1 and 2 of [N, H, W, C] (resize.cc): no Transpose on either side. Sessions with ``conv_layout`` nhwc
+and auto match the CPU EP with no step on its Python kernel; cubic and tf_crop_and_resize stay NCHW outside the
+region. A model that is NHWC itself (a TF export's Resize with [1, sh, sw, 1] scales) runs the same kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from _sweep import native_calls
+from npu_ep.ep.entry_points import LIVE_SESSIONS
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.ep.sessions import tag_session_options
+from npu_ep.kernels import layout, runtime
+from npu_ep.kernels.fusion import fuse_partition
+from npu_ep.kernels.target import Target
+from npu_ep.tools.bench.ops import python_steps
+from npu_testing import assignment, make_model, npu_session, session_options
+
+pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
+
+REF = Target.load("npu-ref")
+F32 = TensorProto.FLOAT
+RNG = np.random.default_rng(40)
+
+
+def _w(*shape, scale=0.25):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _model(resize_inputs, extra_nodes=(), extra_inits=None, c=16, hw=(56, 56), out_hw=(56, 56), stride=2,
+           deep=False, **attrs):
+    """dw 3x3 (``stride``) -> Resize (``resize_inputs`` after the map ``a0``) -> pw c->c -> y; ``deep``: a dw 3x3 s2
+    and a pw after it (the region's saving then exceeds its boundary, so auto takes it)."""
+    inits = {"w0": _w(c, 1, 3, 3, scale=1.0), "b0": _w(c), "w1": _w(c, c, 1, 1), "w2": _w(c, 1, 3, 3, scale=1.0),
+             "w3": _w(c, c, 1, 1), **(extra_inits or {})}
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["a0"], name="dw", group=c, kernel_shape=[3, 3],
+                              strides=[stride, stride], pads=[1, 1, 1, 1]),
+             *extra_nodes,
+             helper.make_node("Resize", ["a0", *resize_inputs], ["up"], name="resize", **attrs),
+             helper.make_node("Conv", ["up", "w1"], ["p" if deep else "y"], name="pw")]
+    if deep:
+        out_hw = tuple((d + 1) // 2 for d in out_hw)
+        nodes += [helper.make_node("Conv", ["p", "w2"], ["d"], group=c, kernel_shape=[3, 3], strides=[2, 2],
+                                   pads=[1, 1, 1, 1]),
+                  helper.make_node("Conv", ["d", "w3"], ["y"])]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, c, *hw])],
+                      [helper.make_tensor_value_info("y", F32, [1, c, *out_hw])], inits)
+
+
+def _ops(model, how):
+    nodes = fuse_partition(nodes_from_model(model), REF)
+    return [n.op_type for n in layout.assign_layouts(nodes, REF, how)]
+
+
+def _session(model, how):
+    LIVE_SESSIONS.clear()
+    so = session_options()
+    tag_session_options(so)  # so the bench's python_steps finds the session's programs
+    sess = npu_session(model, {"conv_layout": how}, so=so)
+    assert set(assignment(sess).values()) == {"NpuEP"}
+    steps = [s for ep in LIVE_SESSIONS for prog in ep.programs.values() for s in prog.steps]
+    return sess, steps
+
+
+def _runs_in_the_region(model, how, xs, kernel):
+    """The session matches the CPU EP for each input of ``xs`` on bound native steps; the Resize step reads the
+    depthwise conv's NHWC output and feeds the pointwise conv (no Transpose between), and its kernel was ``kernel``
+    (the native function the observing call ran)."""
+    sess, steps = _session(model, how)
+    ops = [s.op for s in steps]
+    assert ops.count("Transpose") == 1 and ops[-1] == "Transpose", ops
+    resize = next(s for s in steps if s.op == "Resize")
+    producer = next(s for s in steps if resize.in_slots[0] in s.out_slots)
+    reader = next(s for s in steps if resize.out_slots[0] in s.in_slots)
+    assert producer.op == reader.op == "npu::ConvNhwc"
+    assert resize.prepared.attrs["axes"] == [0, 3, 1, 2]
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for x in xs:
+        want = cpu.run(None, {"x": x})[0]
+        with native_calls() as calls:
+            for _ in range(3):  # observed, then on the bound native steps
+                got = sess.run(None, {"x": x})[0]
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        assert kernel in calls, calls
+    assert python_steps(sess) == []
+    return steps
+
+
+def _image(shape, specials=True):
+    """With ``specials`` NaN and infinities (for nearest: a linear blend of an infinity differs from ORT's, which
+    weighs both neighbours, where the reference adds the weighted difference), always a -0.0."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x[0, 6, 1, 1] = -0.0
+    if specials:
+        x[0, 1, 2, 3], x[0, 4, 0, 0], x[0, 5, -1, -1] = np.nan, np.inf, -np.inf
+    return x
+
+
+SCALES2 = {"scales": np.array([1, 1, 2, 2], np.float32)}
+
+
+@pytest.mark.parametrize("how", ["nhwc", "auto"])
+def test_a_linear_upsample_runs_in_the_region(how):
+    model = _model(["", "scales"], extra_inits=SCALES2, mode="linear", coordinate_transformation_mode="half_pixel",
+                   deep=how == "auto")
+    assert _ops(model, how) == ["ConvNhwc", "Resize", "ConvNhwc", *(["ConvNhwc"] * 2 * (how == "auto")), "Transpose"]
+    _runs_in_the_region(model, how, [_image((1, 16, 56, 56), specials=False)], "resize_linear_nhwc")
+
+
+@pytest.mark.parametrize("coord,mode", [("align_corners", "linear"), ("pytorch_half_pixel", "linear"),
+                                        ("half_pixel", "nearest"), ("asymmetric", "nearest")])
+def test_other_modes_and_a_downsample_run_in_the_region(coord, mode):
+    model = _model(["", "scales"], extra_inits={"scales": np.array([1, 1, 0.75, 1.5], np.float32)},
+                   out_hw=(21, 42), mode=mode, coordinate_transformation_mode=coord)
+    _runs_in_the_region(model, "nhwc", [_image((1, 16, 56, 56), mode == "nearest")], f"resize_{mode}_nhwc")
+
+
+def test_a_yolo_upsample_of_symbolic_size():
+    """Constant scales, the image size symbolic: one compiled program serves every size."""
+    c = 16
+    inits = {"w0": _w(c, 1, 3, 3, scale=1.0), "b0": _w(c), "w1": _w(c, c, 1, 1), **SCALES2}
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["a0"], group=c, kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["a0", "", "scales"], ["up"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+             helper.make_node("Conv", ["up", "w1"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, c, "h", "w"])],
+                       [helper.make_tensor_value_info("y", F32, [1, c, "H", "W"])], inits)
+    assert _ops(model, "nhwc") == ["ConvNhwc", "Resize", "ConvNhwc", "Transpose"]
+    _runs_in_the_region(model, "nhwc", [_image((1, c, 20, 20)), _image((1, c, 13, 30))], "resize_nearest_nhwc")
+
+
+def test_sizes_computed_at_run_time():
+    """sizes = Concat(the input's N and C, its H and W doubled), from a Shape of the graph's input at run time."""
+    inits = {"starts": np.array([2], np.int64), "ends": np.array([4], np.int64),
+             "n_c": np.array([1, 16], np.int64), "two": np.array(2, np.int64)}
+    extra = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Slice", ["shape", "starts", "ends"], ["hw"]),
+             helper.make_node("Mul", ["hw", "two"], ["hw2"]),
+             helper.make_node("Concat", ["n_c", "hw2"], ["sizes"], axis=0)]
+    model = _model(["", "", "sizes"], extra, inits, stride=2, mode="linear",
+                   coordinate_transformation_mode="half_pixel", out_hw=(112, 112))
+    assert _ops(model, "nhwc").count("Transpose") == 1
+    _runs_in_the_region(model, "nhwc", [_image((1, 16, 56, 56), specials=False)], "resize_linear_nhwc")
+
+
+@pytest.mark.parametrize("attrs", [dict(mode="cubic"), dict(mode="linear",
+                                                          coordinate_transformation_mode="tf_crop_and_resize")])
+def test_cubic_and_crop_and_resize_stay_outside(attrs):
+    """The Resize reads the first conv's NCHW output (that conv alone is no region) and the pointwise conv after it
+    starts one."""
+    model = _model(["", "scales"], extra_inits=SCALES2, deep=True, **attrs)
+    assert _ops(model, "nhwc") == ["Conv", "Resize", "Transpose", "ConvNhwc", "ConvNhwc", "ConvNhwc", "Transpose"]
+    sess, steps = _session(model, "nhwc")
+    resize = next(s for s in steps if s.op == "Resize")
+    assert resize.prepared.attrs["axes"] is None
+    x = _image((1, 16, 56, 56), specials=False)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_an_nhwc_model_resizes_natively(mode):
+    """A TF export's Resize of [N, H, W, C] with scales [1, 2, 2, 1]: one native step matching the CPU EP."""
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="the_op", mode=mode,
+                            coordinate_transformation_mode="half_pixel")
+    model = make_model([node], [helper.make_tensor_value_info("x", F32, [1, 20, 24, 32])],
+                       [helper.make_tensor_value_info("y", F32, [1, 40, 48, 32])],
+                       {"scales": np.array([1, 2, 2, 1], np.float32)}, opset=19)
+    so = session_options()
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    assert assignment(sess) == {"the_op": "NpuEP"}
+    x = _image((1, 20, 24, 32), mode == "nearest")
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with native_calls() as calls:
+        for _ in range(3):
+            got = sess.run(None, {"x": x})[0]
+            if mode == "nearest":
+                np.testing.assert_array_equal(got, want)
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert f"resize_{mode}_nhwc" in calls
+    assert python_steps(sess) == []
