@@ -30,6 +30,7 @@ KERNEL_MODULES: dict[tuple[str, str], str] = {
     ("", "ConvInteger"): "conv_integer",
     ("", "ConvTranspose"): "conv_transpose",
     ("npu", "ConvNhwc"): "conv_nhwc",
+    ("npu", "PoolNhwc"): "pool_nhwc",
     ("", "DynamicQuantizeLinear"): "dynamic_quantize",
     ("", "Abs"): "elementwise",
     ("", "Add"): "elementwise",

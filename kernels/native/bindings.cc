@@ -552,6 +552,8 @@ void RegisterKernels(py::module_& parent) {
   BindEmbedLayerNorm(m);  // embed_layernorm.cc: com.microsoft EmbedLayerNormalization
   void BindConvNhwc(py::module_&);
   BindConvNhwc(m);  // conv_nhwc_bindings.cc: the layout chain's NHWC convs
+  void BindPoolNhwc(py::module_&);
+  BindPoolNhwc(m);  // pool_nhwc_bindings.cc: the layout chain's NHWC MaxPool / AveragePool
 }
 
 }  // namespace npu_ep::kern
