@@ -128,32 +128,139 @@ void NearestPlanes(const Plan& p, const T* x, const int64_t* rows, const int64_t
   });
 }
 
-// One float32 output row of the linear resize from the float32 plane `in` [H, W]: the H pass into `t` (skipped
-// when h0 is null: the row is input row oh), then the W pass (a copy of t when w0 is null).
-void LinearRow(const Plan& p, const float* in, int64_t oh, const int64_t* h0, const int64_t* h1, const float* hw,
-               const int64_t* w0, const int64_t* w1, const float* ww, float* t, float* dst) {
+// The float32 blends of both layouts: the H pass over a row of n elements, the W pass over OW pixels of C (C == 1:
+// the planes' columns), compiled for each ISA level (fp-contract off in all: the wider vectors change no bits).
+__attribute__((always_inline)) inline void BlendRowsBody(const float* __restrict lo, const float* __restrict hi,
+                                                         float w, float* __restrict t, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) t[i] = lo[i] + (hi[i] - lo[i]) * w;
+}
+
+__attribute__((always_inline)) inline void BlendPixelsBody(const float* __restrict row, const int64_t* w0,
+                                                           const int64_t* w1, const float* ww, int64_t OW, int64_t C,
+                                                           float* __restrict dst) {
+  for (int64_t o = 0; o < OW; ++o) {
+    const float* __restrict a = row + w0[o] * C;
+    const float* __restrict b = row + w1[o] * C;
+    const float w = ww[o];
+    float* __restrict d = dst + o * C;
+    for (int64_t c = 0; c < C; ++c) d[c] = a[c] + (b[c] - a[c]) * w;
+  }
+}
+
+#define NPU_RESIZE_BLENDS(suffix, attr)                                                                              \
+  attr void BlendRows##suffix(const float* lo, const float* hi, float w, float* t, int64_t n) {                      \
+    BlendRowsBody(lo, hi, w, t, n);                                                                                  \
+  }                                                                                                                  \
+  attr void BlendPixels##suffix(const float* row, const int64_t* w0, const int64_t* w1, const float* ww, int64_t OW, \
+                                int64_t C, float* dst) {                                                             \
+    BlendPixelsBody(row, w0, w1, ww, OW, C, dst);                                                                    \
+  }
+NPU_RESIZE_BLENDS(Default, )
+#if NPU_EP_X86
+NPU_RESIZE_BLENDS(Avx2, __attribute__((target("avx2"))))
+NPU_RESIZE_BLENDS(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))))
+#endif
+#undef NPU_RESIZE_BLENDS
+
+struct Blends {
+  void (*rows)(const float*, const float*, float, float*, int64_t) = BlendRowsDefault;
+  void (*pixels)(const float*, const int64_t*, const int64_t*, const float*, int64_t, int64_t,
+                 float*) = BlendPixelsDefault;
+};
+
+Blends BlendsFor() {
+#if NPU_EP_X86
+  const Isa isa = ActiveIsa();
+  if (isa >= Isa::kAvx512) return {BlendRowsAvx512, BlendPixelsAvx512};
+  if (isa >= Isa::kAvx2) return {BlendRowsAvx2, BlendPixelsAvx2};
+#endif
+  return {};
+}
+
+#if NPU_EP_X86
+// The planes' W pass on AVX-512 in 16-column blocks (as NearestBlocks): both neighbours of every column of a block
+// lie within 16 consecutive input columns (an upsample, a mild downsample), so one masked load and two permutes
+// give them, and the blend is the same multiply and add.
+struct LinearBlocks {
+  std::vector<int64_t> base;
+  std::vector<__mmask16> lanes;
+  std::vector<int32_t> lo, hi;  // 16 per block
+};
+
+bool PlanLinearBlocks(const Plan& p, const int64_t* w0, const int64_t* w1, LinearBlocks& b) {
+  const int64_t blocks = (p.OW + 15) / 16;
+  b.base.resize(static_cast<size_t>(blocks));
+  b.lanes.resize(static_cast<size_t>(blocks));
+  b.lo.assign(static_cast<size_t>(blocks) * 16, 0);
+  b.hi.assign(static_cast<size_t>(blocks) * 16, 0);
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t s = Start(p.OW, k), e = std::min(p.OW, s + 16);
+    const int64_t first = *std::min_element(w0 + s, w0 + e), last = *std::max_element(w1 + s, w1 + e);
+    if (last - first >= 16) return false;
+    b.base[k] = first;
+    b.lanes[k] = static_cast<__mmask16>((1u << std::min<int64_t>(16, p.W - first)) - 1);
+    for (int64_t o = s; o < e; ++o) {
+      b.lo[k * 16 + (o - s)] = static_cast<int32_t>(w0[o] - first);
+      b.hi[k * 16 + (o - s)] = static_cast<int32_t>(w1[o] - first);
+    }
+  }
+  return true;
+}
+
+__attribute__((target("avx512f"))) void BlendColumnsAvx512(const float* row, const LinearBlocks& b, const float* ww,
+                                                           int64_t OW, float* dst) {
+  const __mmask16 m = static_cast<__mmask16>(OW >= 16 ? 0xFFFF : (1u << OW) - 1);
+  const int64_t blocks = static_cast<int64_t>(b.base.size());
+  for (int64_t k = 0; k < blocks; ++k) {
+    const __m512 v = _mm512_maskz_loadu_ps(b.lanes[k], row + b.base[k]);
+    const __m512 lo = _mm512_permutexvar_ps(_mm512_loadu_si512(b.lo.data() + k * 16), v);
+    const __m512 hi = _mm512_permutexvar_ps(_mm512_loadu_si512(b.hi.data() + k * 16), v);
+    const int64_t o = Start(OW, k);
+    const __m512 w = _mm512_maskz_loadu_ps(m, ww + o);
+    _mm512_mask_storeu_ps(dst + o, m, _mm512_add_ps(lo, _mm512_mul_ps(_mm512_sub_ps(hi, lo), w)));
+  }
+}
+#endif
+
+// How the planes' rows are blended: the ISA level's blends, and the W pass's AVX-512 blocks where they apply.
+struct PlaneBlends {
+  Blends blend = BlendsFor();
+  bool blocks = false;
+#if NPU_EP_X86
+  LinearBlocks columns;
+#endif
+  PlaneBlends(const Plan& p, const int64_t* w0, const int64_t* w1) {
+#if NPU_EP_X86
+    blocks = w0 && ActiveIsa() >= Isa::kAvx512 && PlanLinearBlocks(p, w0, w1, columns);
+#endif
+  }
+};
+
+// One float32 output row of the linear resize from the float32 plane `in` [H, W]: the H pass (skipped when h0 is
+// null: the row is input row oh) into `t`, or straight into dst without a W pass; then the W pass.
+void LinearRow(const Plan& p, const PlaneBlends& b, const float* in, int64_t oh, const int64_t* h0, const int64_t* h1,
+               const float* hw, const int64_t* w0, const int64_t* w1, const float* ww, float* t, float* dst) {
   const float* row = in + oh * p.W;
   if (h0) {
-    const float* lo = in + h0[oh] * p.W;
-    const float* hi = in + h1[oh] * p.W;
-    const float w = hw[oh];
-    for (int64_t i = 0; i < p.W; ++i) t[i] = lo[i] + (hi[i] - lo[i]) * w;
+    b.blend.rows(in + h0[oh] * p.W, in + h1[oh] * p.W, hw[oh], w0 ? t : dst, p.W);
+    if (!w0) return;
     row = t;
   }
   if (!w0) {
     std::copy(row, row + p.W, dst);
     return;
   }
-  for (int64_t o = 0; o < p.OW; ++o) {
-    const float a = row[w0[o]], b = row[w1[o]];
-    dst[o] = a + (b - a) * ww[o];
-  }
+#if NPU_EP_X86
+  if (b.blocks) return BlendColumnsAvx512(row, b.columns, ww, p.OW, dst);
+#endif
+  b.blend.pixels(row, w0, w1, ww, p.OW, 1, dst);
 }
 
 // Linear over every plane; T is float or uint16_t (float16 bits: each plane widened first, each row rounded once).
 template <typename T>
 void LinearPlanes(const Plan& p, const T* x, const int64_t* h0, const int64_t* h1, const float* hw, const int64_t* w0,
                   const int64_t* w1, const float* ww, T* y, int threads) {
+  const PlaneBlends b(p, w0, w1);
   conv_detail::ParallelItems(threads, p.planes, p.OH * p.OW * 3, [&](int64_t plane) {
     thread_local std::vector<float> wide, t, row;
     t.resize(static_cast<size_t>(p.W));
@@ -169,10 +276,10 @@ void LinearPlanes(const Plan& p, const T* x, const int64_t* h0, const int64_t* h
     for (int64_t oh = 0; oh < p.OH; ++oh) {
       T* dst = y + (plane * p.OH + oh) * p.OW;
       if constexpr (sizeof(T) == 2) {
-        LinearRow(p, in, oh, h0, h1, hw, w0, w1, ww, t.data(), row.data());
+        LinearRow(p, b, in, oh, h0, h1, hw, w0, w1, ww, t.data(), row.data());
         FloatToHalfRow(row.data(), dst, p.OW);
       } else {
-        LinearRow(p, in, oh, h0, h1, hw, w0, w1, ww, t.data(), dst);
+        LinearRow(p, b, in, oh, h0, h1, hw, w0, w1, ww, t.data(), dst);
       }
     }
   });
@@ -325,55 +432,6 @@ void NearestNhwc(const PlanNhwc& p, const T* x, const int64_t* rows, const int64
     NearestRows<uint64_t>(p, in, pixel, rows, cols, out, threads);
   else
     NearestRows<void>(p, in, pixel, rows, cols, out, threads);
-}
-
-// The H pass over a row of n elements and the W pass over OW pixels of C, compiled for each ISA level (fp-contract
-// off in all: the wider vectors change no bits).
-__attribute__((always_inline)) inline void BlendRowsBody(const float* __restrict lo, const float* __restrict hi,
-                                                         float w, float* __restrict t, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) t[i] = lo[i] + (hi[i] - lo[i]) * w;
-}
-
-__attribute__((always_inline)) inline void BlendPixelsBody(const float* __restrict row, const int64_t* w0,
-                                                           const int64_t* w1, const float* ww, int64_t OW, int64_t C,
-                                                           float* __restrict dst) {
-  for (int64_t o = 0; o < OW; ++o) {
-    const float* __restrict a = row + w0[o] * C;
-    const float* __restrict b = row + w1[o] * C;
-    const float w = ww[o];
-    float* __restrict d = dst + o * C;
-    for (int64_t c = 0; c < C; ++c) d[c] = a[c] + (b[c] - a[c]) * w;
-  }
-}
-
-#define NPU_RESIZE_BLENDS(suffix, attr)                                                                              \
-  attr void BlendRows##suffix(const float* lo, const float* hi, float w, float* t, int64_t n) {                      \
-    BlendRowsBody(lo, hi, w, t, n);                                                                                  \
-  }                                                                                                                  \
-  attr void BlendPixels##suffix(const float* row, const int64_t* w0, const int64_t* w1, const float* ww, int64_t OW, \
-                                int64_t C, float* dst) {                                                             \
-    BlendPixelsBody(row, w0, w1, ww, OW, C, dst);                                                                    \
-  }
-NPU_RESIZE_BLENDS(Default, )
-#if NPU_EP_X86
-NPU_RESIZE_BLENDS(Avx2, __attribute__((target("avx2"))))
-NPU_RESIZE_BLENDS(Avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))))
-#endif
-#undef NPU_RESIZE_BLENDS
-
-struct Blends {
-  void (*rows)(const float*, const float*, float, float*, int64_t) = BlendRowsDefault;
-  void (*pixels)(const float*, const int64_t*, const int64_t*, const float*, int64_t, int64_t,
-                 float*) = BlendPixelsDefault;
-};
-
-Blends BlendsFor() {
-#if NPU_EP_X86
-  const Isa isa = ActiveIsa();
-  if (isa >= Isa::kAvx512) return {BlendRowsAvx512, BlendPixelsAvx512};
-  if (isa >= Isa::kAvx2) return {BlendRowsAvx2, BlendPixelsAvx2};
-#endif
-  return {};
 }
 
 // Linear over every output row (n, oh); T is float or uint16_t (float16 bits: the rows read widened exactly, each

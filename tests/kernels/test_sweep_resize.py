@@ -10,6 +10,8 @@ vectorized row blend's 8 and 16 lanes, NaN/Inf/-0.0/huge values, float32/float16
 4-byte nearest has an AVX-512 path (16-column blocks, each one masked load and a permute, a row's last block
 overlapping the one before, a run of equal source rows stored from the same registers; a block whose sources span
 more than 16 columns sends the resize to the element loop): the nearest tests run at every ISA cap up to it.
+Linear's column pass has the same blocks on AVX-512 (both neighbours from one masked load by two permutes), and its
+row blends are compiled per ISA level: the linear tests run at every cap too.
 The [N, H, W, C] kernels (axes 1 and 2) copy whole pixels (nearest) and blend whole rows, then pixels of C (linear,
 its blends compiled per ISA level): swept over channel counts around the blend's lanes, every mode, one and two
 threads, tasks of output rows splitting an image."""
@@ -78,7 +80,7 @@ def test_nearest_every_coordinate_and_rounding_mode(resize_isa, coord, dt):
 
 @pytest.mark.parametrize("coord", ["half_pixel_symmetric", *COORDS])
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
-def test_linear_every_coordinate_mode(coord, dt):
+def test_linear_every_coordinate_mode(resize_isa, coord, dt):
     for hw in SCALES:
         x = _image((2, 3, 6, 5), dt)
         _resize(_inputs(x, scales=[1, 1, *hw]), "resize_linear", threads=2, mode="linear",
@@ -87,11 +89,13 @@ def test_linear_every_coordinate_mode(coord, dt):
 
 @pytest.mark.parametrize("mode,fn", [("nearest", "resize_nearest"), ("linear", "resize_linear")])
 def test_widths_around_the_row_blend_and_sizes(resize_isa, mode, fn):
-    """Input and output widths around 8, 16 and 32 (the row blend's vectors and their tails), sizes instead of
-    scales, one row or column in or out."""
+    """Input and output widths around 8, 16 and 32 (the row blend's vectors and their tails, linear's 16-column
+    blocks: upsampled, downsampled just within a block's 16 input columns and beyond), sizes instead of scales, one
+    row or column in or out."""
     for w in sorted({*around(8, 16, 32), 1}):
         x = _image((1, 2, 3, w), np.float32)
-        for sizes in ([1, 2, 7, 2 * w], [1, 2, 1, w + 1], [1, 2, 3, max(1, w // 2)], [1, 2, 5, 1]):
+        for sizes in ([1, 2, 7, 2 * w], [1, 2, 1, w + 1], [1, 2, 3, max(1, w // 2)], [1, 2, 5, 1],
+                      [1, 2, 4, max(1, w * 15 // 16)], [1, 2, 2, w * 3 // 2 + 1]):
             if tuple(sizes) == x.shape:  # the output is the input (returned as it is)
                 continue
             _resize(_inputs(x, sizes=sizes), fn, mode=mode, coordinate_transformation_mode="half_pixel")
