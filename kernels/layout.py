@@ -17,8 +17,9 @@ are kept channels-last:
 - a nearest or linear Resize (``_resize``: the modes the native kernels take; constant or run-time scales or sizes,
   static or symbolic image sizes) as the same Resize with its ``axes`` moved to their NHWC places (the scales or
   sizes read as they are): the native kernel of axes 1 and 2 of [N, H, W, C];
-- a MaxPool / AveragePool of stride 1 keeping the size (``_same_window``: SPPF's), as the same native pool over
-  the view [N, 1, H, W * C], the column taps C apart;
+- a float 2-D MaxPool / AveragePool with any attributes (``_window``: strides, pads, dilations, ceil_mode,
+  auto_pad, count_include_pad; no Indices output) on a static number of channels, as ``npu::PoolNhwc``
+  (``kernels/ops/pool_nhwc.py``: the window's taps are C-contiguous vectors);
 - Concat and Split of NHWC tensors along any axis (the axis moved to its NHWC place; a Concat's constants
   permuted, its NCHW parts read through a Transpose to NHWC).
 
@@ -144,21 +145,15 @@ def _resize(n: NodeInfo) -> bool:
             and str(n.attr("nearest_mode", "round_prefer_floor")) in _NEAREST_MODES)
 
 
-def _same_window(n: NodeInfo) -> bool:
-    """A 2-D MaxPool / AveragePool of stride 1 whose explicit pads keep the size (each axis's pads summing to its
-    kernel's extent less one), on a static number of channels: in NHWC it is the same pool over the view
-    [N, 1, H, W * C] with the column taps C apart (``_Rewriter._window``)."""
-    x, y = n.inputs[0], n.outputs[0]
+def _window(n: NodeInfo) -> bool:
+    """A float 2-D MaxPool / AveragePool (no Indices output) of a static number of channels: ``npu::PoolNhwc``."""
+    x = n.inputs[0]
     k = n.attr("kernel_shape")
-    if (n.domain != "" or n.op_type not in ("MaxPool", "AveragePool") or k is None or len(k) != 2
-            or any(not v.missing for v in n.outputs[1:]) or x.shape is None or len(x.shape) != 4
-            or not isinstance(x.shape[1], int) or y.shape is None or len(y.shape) != 4):
-        return False
-    pads = list(n.attr("pads", [0, 0, 0, 0]))
-    return (list(n.attr("strides", [1, 1])) == [1, 1] and list(n.attr("dilations", [1, 1])) == [1, 1]
-            and n.attr("auto_pad", "NOTSET") == "NOTSET" and not int(n.attr("ceil_mode", 0))
-            and not int(n.attr("storage_order", 0)) and len(pads) == 4
-            and pads[0] + pads[2] == k[0] - 1 and pads[1] + pads[3] == k[1] - 1)
+    return (n.domain == "" and n.op_type in ("MaxPool", "AveragePool") and k is not None and len(k) == 2
+            and all(v.missing for v in n.outputs[1:]) and x.dtype in (np.float32, np.float16)
+            and x.shape is not None and len(x.shape) == 4 and isinstance(x.shape[1], int)
+            and not int(n.attr("storage_order", 0))
+            and n.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"))
 
 
 def _roles(nodes: Sequence[NodeInfo], target: Target | None = None) -> dict[int, str]:
@@ -184,7 +179,7 @@ def _roles(nodes: Sequence[NodeInfo], target: Target | None = None) -> dict[int,
             roles[i] = "move"
         elif ins and ins[0].name in nhwc and _resize(n):
             roles[i] = "resize"
-        elif ins and ins[0].name in nhwc and _same_window(n):
+        elif ins and ins[0].name in nhwc and _window(n):
             roles[i] = "window"
         if roles.get(i) in _MAKES_NHWC:
             nhwc.update(v.name for v in n.outputs if not v.missing)
@@ -332,26 +327,6 @@ class _Rewriter:
         return [dataclasses.replace(n, inputs=(x, *n.inputs[1:]), outputs=(_nhwc(n.outputs[0]),),
                                     attrs={**n.attrs, "axes": axes})]
 
-    def _window(self, n: NodeInfo) -> list[NodeInfo]:
-        """A same-size pool of NHWC [N, H, W, C] as the same pool of its view [N, 1, H, W * C] with the column taps
-        dilated by C and the column pads scaled by C (a tap outside the row is a pixel outside the image), and the
-        result viewed back with the input's shape: the native pool's taps, in its order."""
-        x, y = self.nhwc[n.inputs[0].name], _nhwc(n.outputs[0])
-        c = x.shape[3]
-        shape = ValueInfo(f"{y.name}::shape", np.dtype(np.int64), (4,))
-        flat = ValueInfo(f"{y.name}::rows", x.dtype, (x.shape[0], x.shape[1], None))
-        view = ValueInfo(f"{y.name}::view", x.dtype, (x.shape[0], 1, x.shape[1], None))
-        pooled = ValueInfo(f"{y.name}::pooled", x.dtype, view.shape)
-        t, lft, b, r = n.attr("pads")
-        attrs = {**n.attrs, "pads": [t, lft * c, b, r * c], "dilations": [1, c], "strides": [1, 1]}
-        return [NodeInfo(n.index, f"{n.name}::shape", "Shape", "", (x,), (shape,), {}, 15),
-                NodeInfo(n.index, f"{n.name}::rows", "Reshape", "", (x, _int64(f"{y.name}::rows_shape", [0, 0, -1])),
-                         (flat,), {}, 14),
-                NodeInfo(n.index, f"{n.name}::view", "Unsqueeze", "", (flat, _int64(f"{y.name}::axis", [1])),
-                         (view,), {}, 13),
-                dataclasses.replace(n, name=f"{n.name}::nhwc", inputs=(view,), outputs=(pooled,), attrs=attrs),
-                NodeInfo(n.index, f"{n.name}::back", "Reshape", "", (pooled, shape), (y,), {}, 14)]
-
     def node(self, i: int) -> list[NodeInfo]:
         n, out = self.nodes[i], []
         kind = conv_kind(n)
@@ -365,8 +340,9 @@ class _Rewriter:
             return out
         if _resize(n):
             out.extend(self._resize(n))
-        elif _same_window(n):
-            out.extend(self._window(n))
+        elif _window(n):
+            out.append(dataclasses.replace(n, op_type="PoolNhwc", domain="npu", inputs=(self.nhwc[n.inputs[0].name],),
+                                           outputs=(_nhwc(n.outputs[0]),), attrs={**n.attrs, "pool_op": n.op_type}))
         elif kind is not None:
             x = n.inputs[0]
             attrs = {**n.attrs, "layout_kind": kind}
