@@ -16,7 +16,8 @@ are kept channels-last:
   stay NCHW steps;
 - a nearest or linear Resize (``_resize``: the modes the native kernels take; constant or run-time scales or sizes,
   static or symbolic image sizes) as the same Resize with its ``axes`` moved to their NHWC places (the scales or
-  sizes read as they are): the native kernel of axes 1 and 2 of [N, H, W, C];
+  sizes read as they are): the native kernel of axes 1 and 2 of [N, H, W, C]; and a Shape of an NHWC tensor (a
+  run-time size's source) as its Shape gathered back to NCHW order, so the map needs no Transpose for its shape;
 - a float 2-D MaxPool / AveragePool with any attributes (``_window``: strides, pads, dilations, ceil_mode,
   auto_pad, count_include_pad; no Indices output) on a static number of channels, as ``npu::PoolNhwc``
   (``kernels/ops/pool_nhwc.py``: the window's taps are C-contiguous vectors);
@@ -179,6 +180,8 @@ def _roles(nodes: Sequence[NodeInfo], target: Target | None = None) -> dict[int,
             roles[i] = "move"
         elif ins and ins[0].name in nhwc and _resize(n):
             roles[i] = "resize"
+        elif n.domain == "" and n.op_type == "Shape" and ins and ins[0].name in nhwc:
+            roles[i] = "shape"  # its output: the NCHW shape
         elif ins and ins[0].name in nhwc and _window(n):
             roles[i] = "window"
         if roles.get(i) in _MAKES_NHWC:
@@ -252,7 +255,8 @@ def _boundary(nodes: Sequence[NodeInfo], members: set[int]) -> tuple[list[ValueI
     """(NCHW tensors a conv of the region reads: a pointwise conv through a Transpose to NHWC, a depthwise one
     reordering it as it reads it; NHWC tensors of the region read outside it or partition outputs: each gets a
     Transpose back)."""
-    made = {v.name: v for i in members if nodes[i].op_type not in _POOLS for v in nodes[i].outputs if not v.missing}
+    made = {v.name: v for i in members if nodes[i].op_type not in (*_POOLS, "Shape") for v in nodes[i].outputs
+            if not v.missing}
     entries: dict[str, ValueInfo] = {}
     for i in sorted(members):
         n = nodes[i]
@@ -327,9 +331,21 @@ class _Rewriter:
         return [dataclasses.replace(n, inputs=(x, *n.inputs[1:]), outputs=(_nhwc(n.outputs[0]),),
                                     attrs={**n.attrs, "axes": axes})]
 
+    def _shape(self, n: NodeInfo) -> list[NodeInfo]:
+        """The NCHW Shape (its ``start`` / ``end`` slice) of an NHWC tensor: the NHWC shape's dims gathered in NCHW
+        order."""
+        x, y = self.nhwc[n.inputs[0].name], n.outputs[0]
+        dims = TO_NCHW[slice(n.attr("start", 0), n.attr("end"))]
+        full = ValueInfo(f"{y.name}::nhwc", y.dtype, (4,))
+        return [NodeInfo(n.index, f"{n.name}::nhwc", "Shape", "", (x,), (full,), {}, 15),
+                NodeInfo(n.index, f"{n.name}::to_nchw", "Gather", "", (full, _int64(f"{y.name}::dims", dims)), (y,),
+                         {"axis": 0}, 13)]
+
     def node(self, i: int) -> list[NodeInfo]:
         n, out = self.nodes[i], []
         kind = conv_kind(n)
+        if n.op_type == "Shape" and n.domain == "":
+            return self._shape(n)
         if n.op_type in _POOLS and n.domain == "":
             x, y = self.nhwc[n.inputs[0].name], n.outputs[0]
             r = ValueInfo(f"{y.name}::nhwc", y.dtype, (x.shape[0], 1, 1, x.shape[3]))

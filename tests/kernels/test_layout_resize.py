@@ -2,9 +2,11 @@
 
 A nearest or linear Resize of an NHWC tensor of a region stays in it as the same Resize with ``axes`` naming the NHWC
 place of each scale or size (constant or computed at run time, static or symbolic image sizes), run by the native
-kernel of axes 1 and 2 of [N, H, W, C] (resize.cc): no Transpose on either side. Sessions with ``conv_layout`` nhwc
-and auto match the CPU EP with no step on its Python kernel; cubic and tf_crop_and_resize stay NCHW outside the
-region. A model that is NHWC itself (a TF export's Resize with [1, sh, sw, 1] scales) runs the same kernel."""
+kernel of axes 1 and 2 of [N, H, W, C] (resize.cc): no Transpose on either side; a Shape of a region's map (run-time
+sizes, as an FPN's ``interpolate(size=...)``) reads the NHWC map and gathers NCHW order. Sessions with
+``conv_layout`` nhwc and auto match the CPU EP with no step on its Python kernel; cubic and tf_crop_and_resize stay
+NCHW outside the region. A model that is NHWC itself (a TF export's Resize with [1, sh, sw, 1] scales) runs the
+same kernel."""
 
 from __future__ import annotations
 
@@ -149,6 +151,50 @@ def test_sizes_computed_at_run_time():
                    coordinate_transformation_mode="half_pixel", out_hw=(112, 112))
     assert _ops(model, "nhwc").count("Transpose") == 1
     _runs_in_the_region(model, "nhwc", [_image((1, 16, 56, 56), specials=False)], "resize_linear_nhwc")
+
+
+def _fpn_model(start=2):
+    """An FPN's top-down step as torch exports ``interpolate(a, size=b.shape[2:])``: the sizes are Concat(Shape(a)'s
+    N and C, Shape(b)'s H and W) at run time, both maps of the region; the upsampled map is added to b."""
+    c = 16
+    inits = {"w0": _w(c, 1, 3, 3, scale=1.0), "w1": _w(c, 1, 3, 3, scale=1.0), "w2": _w(c, c, 1, 1),
+             "w3": _w(c, c, 1, 1), "zero": np.array([0], np.int64), "two": np.array([2], np.int64),
+             "four": np.array([4], np.int64)}
+    b_hw = [helper.make_node("Shape", ["b"], ["b_shape"], start=start),
+            helper.make_node("Slice", ["b_shape", "zero", "two"], ["b_hw"])] if start == 2 else \
+        [helper.make_node("Shape", ["b"], ["b_shape"]), helper.make_node("Slice", ["b_shape", "two", "four"], ["b_hw"])]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["b"], group=c, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["b", "w1"], ["a0"], group=c, kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a0", "w2"], ["a"]),
+             helper.make_node("Shape", ["a"], ["a_shape"], end=2),
+             *b_hw,
+             helper.make_node("Concat", ["a_shape", "b_hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["a", "", "", "sizes"], ["up"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+             helper.make_node("Add", ["up", "b"], ["s"]),
+             helper.make_node("Conv", ["s", "w3"], ["y"])]
+    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, c, "h", "w"])],
+                      [helper.make_tensor_value_info("y", F32, [1, c, "h", "w"])], inits)
+
+
+@pytest.mark.parametrize("start", [2, 0])
+def test_sizes_from_the_shapes_of_region_maps(start):
+    """A Shape of an NHWC map of the region is its Shape gathered back to NCHW order (``start`` / ``end`` kept): no
+    Transpose for it; the whole net is one region ending in one Transpose."""
+    model = _fpn_model(start)
+    ops = _ops(model, "nhwc")
+    assert ops.count("Transpose") == 1 and ops.count("Gather") == 2 and ops.count("ConvNhwc") == 4, ops
+    sess, _ = _session(model, "nhwc")
+    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((1, 16, 20, 20), (1, 16, 14, 22)):
+        x = _image(shape)
+        want = cpu.run(None, {"x": x})[0]
+        with native_calls() as calls:
+            for _ in range(3):
+                np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+        assert "resize_nearest_nhwc" in calls
+    assert python_steps(sess) == []
 
 
 @pytest.mark.parametrize("attrs", [dict(mode="cubic"), dict(mode="linear",
