@@ -388,7 +388,13 @@ void ParallelRanges(int threads, int64_t n, int64_t work_per_item, const Fn& fn)
   ParallelFor(tasks > 1 ? threads : 1, tasks, [&](int64_t t) { fn(t * per, std::min(n, (t + 1) * per)); });
 }
 
-// One output row's pixels from input row `src`: P is a pixel's bytes as one integer (1, 2, 4 or 8), else memcpy.
+// A pixel of N bytes (any alignment): a gather of these is fixed-size moves, no memcpy call per pixel.
+template <size_t N>
+struct Bytes {
+  uint8_t b[N];
+};
+
+// One output row's pixels from input row `src`: P is a pixel's Bytes<N>, or void (any size: a memcpy each).
 template <typename P>
 void GatherPixels(const void* src, const int64_t* cols, int64_t OW, size_t pixel, void* dst) {
   if constexpr (std::is_void_v<P>) {
@@ -424,14 +430,16 @@ void NearestNhwc(const PlanNhwc& p, const T* x, const int64_t* rows, const int64
   const size_t pixel = static_cast<size_t>(p.C) * sizeof(T);
   const auto* in = reinterpret_cast<const uint8_t*>(x);
   auto* out = reinterpret_cast<uint8_t*>(y);
-  if (pixel == 2)
-    NearestRows<uint16_t>(p, in, pixel, rows, cols, out, threads);
-  else if (pixel == 4)
-    NearestRows<uint32_t>(p, in, pixel, rows, cols, out, threads);
-  else if (pixel == 8)
-    NearestRows<uint64_t>(p, in, pixel, rows, cols, out, threads);
-  else
-    NearestRows<void>(p, in, pixel, rows, cols, out, threads);
+  switch (pixel) {  // the small pixels (RGB images' 3 channels of 1, 2 or 4 bytes among them)
+    case 2: return NearestRows<Bytes<2>>(p, in, pixel, rows, cols, out, threads);
+    case 3: return NearestRows<Bytes<3>>(p, in, pixel, rows, cols, out, threads);
+    case 4: return NearestRows<Bytes<4>>(p, in, pixel, rows, cols, out, threads);
+    case 6: return NearestRows<Bytes<6>>(p, in, pixel, rows, cols, out, threads);
+    case 8: return NearestRows<Bytes<8>>(p, in, pixel, rows, cols, out, threads);
+    case 12: return NearestRows<Bytes<12>>(p, in, pixel, rows, cols, out, threads);
+    case 16: return NearestRows<Bytes<16>>(p, in, pixel, rows, cols, out, threads);
+    default: return NearestRows<void>(p, in, pixel, rows, cols, out, threads);
+  }
 }
 
 // Linear over every output row (n, oh); T is float or uint16_t (float16 bits: the rows read widened exactly, each
