@@ -1,8 +1,10 @@
 // Native MaxPool / AveragePool of NHWC tensors (pool_nhwc.h). Per output pixel the window's taps are C-contiguous
-// vectors: the channels fill the lanes (AVX-512: up to four 16-lane vectors in flight, AVX2: four 8-lane ones, the
-// channel tail masked; portable: channel by channel). Each output takes pool.cc's values in its order: a MaxPool
-// folds every tap from -inf, a tap outside the input holding `low` (a NaN wins); an AveragePool adds each window
-// row's taps from the first on (0.0f outside the input), then the row sums from the first row on, then divides.
+// vectors: the channels fill the lanes (AVX-512: up to four 16-lane vectors in flight, of one pixel or, up to 32
+// channels, of two or four pixels; AVX2: four 8-lane ones; the channel tail masked; portable: channel by channel).
+// Each output takes pool.cc's values in its order: a MaxPool folds every tap from -inf, a tap outside the input
+// holding `low` (a NaN wins); an AveragePool adds each window row's taps from the first on (0.0f outside the
+// input), then the row sums from the first row on, then divides. Where output rows share input rows (stride 1),
+// separably: each input row's window-row results once, then each output's column of them (the same operations).
 // Tasks are runs of output rows of one image; an output's bits do not depend on its task or the thread count.
 #include "pool_nhwc.h"
 
@@ -59,45 +61,64 @@ __attribute__((target("avx512f"))) inline __m512 MaxLanes(__m512 v, __m512 w) {
   return _mm512_mask_mov_ps(_mm512_max_ps(w, v), _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q), w);
 }
 
-// Channels [c0, c0 + 16 kB) of one output pixel (the lanes past C masked), PixelScalar's operations per lane.
-template <bool kSum, int kB>
+// Channels [c0, c0 + 16 kB) of kP consecutive output pixels (the lanes past C masked; pixel q's taps at
+// cols[q kw + j], its divisor div[q]): PixelScalar's operations per lane, kP kB chains in flight.
+template <bool kSum, int kB, int kP = 1>
 __attribute__((target("avx512f"), always_inline)) inline void ChunkAvx512(const Grid& s, const float* const* rows,
                                                                           const int64_t* cols, __m512 padv,
                                                                           const float* div, int64_t c0, float* dst) {
   __mmask16 k[kB];
-  __m512 acc[kB], row[kB];
+  __m512 acc[kP][kB], row[kP][kB];
 #pragma GCC unroll 4
-  for (int b = 0; b < kB; ++b) {
-    k[b] = Lanes16(s.C - c0 - 16 * b);
-    acc[b] = kSum ? _mm512_setzero_ps() : _mm512_set1_ps(kNegInf);
-  }
+  for (int b = 0; b < kB; ++b) k[b] = Lanes16(s.C - c0 - 16 * b);
+#pragma GCC unroll 4
+  for (int q = 0; q < kP; ++q)
+#pragma GCC unroll 4
+    for (int b = 0; b < kB; ++b) acc[q][b] = kSum ? _mm512_setzero_ps() : _mm512_set1_ps(kNegInf);
   for (int64_t i = 0; i < s.kh; ++i) {
     for (int64_t j = 0; j < s.kw; ++j) {
-      const float* p = rows[i] && cols[j] >= 0 ? rows[i] + cols[j] + c0 : nullptr;
 #pragma GCC unroll 4
-      for (int b = 0; b < kB; ++b) {
-        const __m512 v = p ? _mm512_maskz_loadu_ps(k[b], p + 16 * b) : padv;
-        if (kSum)
-          row[b] = j == 0 ? v : _mm512_add_ps(row[b], v);
-        else
-          acc[b] = MaxLanes(acc[b], v);
+      for (int q = 0; q < kP; ++q) {
+        const int64_t col = cols[q * s.kw + j];
+        const float* p = rows[i] && col >= 0 ? rows[i] + col + c0 : nullptr;
+#pragma GCC unroll 4
+        for (int b = 0; b < kB; ++b) {
+          const __m512 v = p ? _mm512_maskz_loadu_ps(k[b], p + 16 * b) : padv;
+          if (kSum)
+            row[q][b] = j == 0 ? v : _mm512_add_ps(row[q][b], v);
+          else
+            acc[q][b] = MaxLanes(acc[q][b], v);
+        }
       }
     }
     if (kSum) {
 #pragma GCC unroll 4
-      for (int b = 0; b < kB; ++b) acc[b] = i == 0 ? row[b] : _mm512_add_ps(acc[b], row[b]);
+      for (int q = 0; q < kP; ++q)
+#pragma GCC unroll 4
+        for (int b = 0; b < kB; ++b) acc[q][b] = i == 0 ? row[q][b] : _mm512_add_ps(acc[q][b], row[q][b]);
     }
   }
 #pragma GCC unroll 4
-  for (int b = 0; b < kB; ++b)
-    _mm512_mask_storeu_ps(dst + c0 + 16 * b, k[b], kSum && div ? _mm512_div_ps(acc[b], _mm512_set1_ps(*div)) : acc[b]);
+  for (int q = 0; q < kP; ++q)
+#pragma GCC unroll 4
+    for (int b = 0; b < kB; ++b)
+      _mm512_mask_storeu_ps(dst + q * s.C + c0 + 16 * b, k[b],
+                            kSum && div ? _mm512_div_ps(acc[q][b], _mm512_set1_ps(div[q])) : acc[q][b]);
 }
 
 template <bool kSum>
 __attribute__((target("avx512f"))) void RowAvx512(const Grid& s, const float* const* rows, const int64_t* cols,
                                                   float pad, const float* divisor, float* dst) {
   const __m512 padv = _mm512_set1_ps(pad);
-  for (int64_t ow = 0; ow < s.OW; ++ow, dst += s.C) {
+  int64_t ow = 0;
+  // up to 32 channels: pixels in pairs or fours, so four vectors' chains are in flight
+  if (s.C <= 16)
+    for (; ow + 4 <= s.OW; ow += 4)
+      ChunkAvx512<kSum, 1, 4>(s, rows, cols + ow * s.kw, padv, divisor ? divisor + ow : nullptr, 0, dst + ow * s.C);
+  else if (s.C <= 32)
+    for (; ow + 2 <= s.OW; ow += 2)
+      ChunkAvx512<kSum, 2, 2>(s, rows, cols + ow * s.kw, padv, divisor ? divisor + ow : nullptr, 0, dst + ow * s.C);
+  for (dst += ow * s.C; ow < s.OW; ++ow, dst += s.C) {
     const int64_t* cj = cols + ow * s.kw;
     const float* div = divisor ? divisor + ow : nullptr;
     int64_t c0 = 0;
