@@ -213,9 +213,9 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, ScoresProlo
     }
     float maxes[kRows];
     if (fused)
-      fused_scores(q_direct ? q0 + r0 * c.q.strides[2] : qbuf.data(), q_direct ? c.q.strides[2] : H, rows, kuse, ldk, T,
-                   H, c.scale_kind == 1 ? c.scale : 1.0f, m0 ? m0 + r0 * c.mask.strides[2] : nullptr, c.mask.strides[2],
-                   sc.data(), ld, maxes);
+      fused_scores(q_direct ? q0 + r0 * c.q.strides[2] : qbuf.data(), q_direct ? c.q.strides[2] : H, rows, kuse, ldk,
+                   64, T, H, c.scale_kind == 1 ? c.scale : 1.0f, m0 ? m0 + r0 * c.mask.strides[2] : nullptr,
+                   c.mask.strides[2], sc.data(), ld, maxes);
     else if (transposed)
       ops.scores_t(qbuf.data(), rows, kuse, ldk, T, H, sc.data(), ld);
     else

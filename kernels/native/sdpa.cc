@@ -44,6 +44,7 @@ namespace {
 
 using gqa::kRows;
 constexpr int64_t kTransposeRows = 16;  // from this many query rows on, K is transposed once per task
+constexpr int64_t kPanel = 64;          // keys per panel of the fused scores' transposed K (its 64-key blocks)
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // n elements at `offset` of `base` (float, or half when fp16) as float32 into dst, plus bias[i] when given.
@@ -177,8 +178,8 @@ Prologue SelectPrologue() {
 // gqa_ops.cc's ScoresT512R products (the same multiply-adds in the same order), then ScaleBiasMax512's operations.
 template <int R>
 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void ScoresPrologue512R(
-    const float* q, int64_t lq, const float* kt, int64_t ldk, int64_t nk, int64_t h, float scale, const float* bias,
-    int64_t ldb, float* sc, int64_t ld, float* max) {
+    const float* q, int64_t lq, const float* kt, int64_t ldk, int64_t kp, int64_t nk, int64_t h, float scale,
+    const float* bias, int64_t ldb, float* sc, int64_t ld, float* max) {
   constexpr int kVec = 4;  // 64 keys x R rows of accumulators
   const __m512 vc = _mm512_set1_ps(scale);
   __m512 vm[R];
@@ -193,7 +194,7 @@ __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void Scor
     __m512 acc[R][kVec];
     SDPA_UNROLL for (int r = 0; r < R; ++r) SDPA_UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_setzero_ps();
     for (int64_t i = 0; i < h; ++i) {
-      const float* kr = kt + i * ldk + j0;
+      const float* kr = kt + j0 / 64 * kp + i * ldk;
       __m512 kv[kVec];
       SDPA_UNROLL for (int u = 0; u < kVec; ++u) kv[u] = _mm512_maskz_loadu_ps(lanes[u], kr + 16 * u);
       SDPA_UNROLL for (int r = 0; r < R; ++r) {
@@ -213,20 +214,72 @@ __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void Scor
       nan[r] ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(vm[r]);
 }
 
-void ScoresPrologue512(const float* q, int64_t lq, int rows, const float* kt, int64_t ldk, int64_t nk, int64_t h,
-                       float scale, const float* bias, int64_t ldb, float* sc, int64_t ld, float* max) {
+void ScoresPrologue512(const float* q, int64_t lq, int rows, const float* kt, int64_t ldk, int64_t kp, int64_t nk,
+                       int64_t h, float scale, const float* bias, int64_t ldb, float* sc, int64_t ld, float* max) {
   switch (rows) {
-    case 1: return ScoresPrologue512R<1>(q, lq, kt, ldk, nk, h, scale, bias, ldb, sc, ld, max);
-    case 2: return ScoresPrologue512R<2>(q, lq, kt, ldk, nk, h, scale, bias, ldb, sc, ld, max);
-    case 3: return ScoresPrologue512R<3>(q, lq, kt, ldk, nk, h, scale, bias, ldb, sc, ld, max);
-    default: return ScoresPrologue512R<4>(q, lq, kt, ldk, nk, h, scale, bias, ldb, sc, ld, max);
+    case 1: return ScoresPrologue512R<1>(q, lq, kt, ldk, kp, nk, h, scale, bias, ldb, sc, ld, max);
+    case 2: return ScoresPrologue512R<2>(q, lq, kt, ldk, kp, nk, h, scale, bias, ldb, sc, ld, max);
+    case 3: return ScoresPrologue512R<3>(q, lq, kt, ldk, kp, nk, h, scale, bias, ldb, sc, ld, max);
+    default: return ScoresPrologue512R<4>(q, lq, kt, ldk, kp, nk, h, scale, bias, ldb, sc, ld, max);
   }
+}
+
+// gqa_ops.cc's Pv512R over keys [0, nk) of a longer row: the same multiply-adds in the same order, the
+// accumulators continued from acc[r * la ..] unless `first`; unless `last` they are stored back there, else
+// divided by div[r] into out[r].
+template <int R, int kVec>
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))) void PvPart512R(
+    const float* p, int64_t ld, const float* v, int64_t nk, int64_t h, float* acc_rows, int64_t la, bool first,
+    bool last, const float* div, float* const* out) {
+  for (int64_t c = 0; c < h; c += 16 * kVec) {
+    __mmask16 lanes[kVec];
+    SDPA_UNROLL for (int u = 0; u < kVec; ++u) {
+      const int64_t left = h - c - 16 * u;
+      lanes[u] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+    }
+    __m512 acc[R][kVec];
+    SDPA_UNROLL for (int r = 0; r < R; ++r) SDPA_UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] =
+        first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes[u], acc_rows + r * la + c + 16 * u);
+    for (int64_t j = 0; j < nk; ++j) {
+      const float* vj = v + j * h + c;
+      __m512 vv[kVec];
+      SDPA_UNROLL for (int u = 0; u < kVec; ++u) vv[u] = _mm512_maskz_loadu_ps(lanes[u], vj + 16 * u);
+      SDPA_UNROLL for (int r = 0; r < R; ++r) {
+        const __m512 w = _mm512_set1_ps(p[r * ld + j]);
+        SDPA_UNROLL for (int u = 0; u < kVec; ++u) acc[r][u] = _mm512_fmadd_ps(w, vv[u], acc[r][u]);
+      }
+    }
+    SDPA_UNROLL for (int r = 0; r < R; ++r) SDPA_UNROLL for (int u = 0; u < kVec; ++u) {
+      if (last)
+        _mm512_mask_storeu_ps(out[r] + c + 16 * u, lanes[u], _mm512_div_ps(acc[r][u], _mm512_set1_ps(div[r])));
+      else
+        _mm512_mask_storeu_ps(acc_rows + r * la + c + 16 * u, lanes[u], acc[r][u]);
+    }
+  }
+}
+
+template <int kVec>
+void PvPart512V(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* acc, int64_t la,
+                bool first, bool last, const float* div, float* const* out) {
+  switch (rows) {
+    case 1: return PvPart512R<1, kVec>(p, ld, v, nk, h, acc, la, first, last, div, out);
+    case 2: return PvPart512R<2, kVec>(p, ld, v, nk, h, acc, la, first, last, div, out);
+    case 3: return PvPart512R<3, kVec>(p, ld, v, nk, h, acc, la, first, last, div, out);
+    default: return PvPart512R<4, kVec>(p, ld, v, nk, h, acc, la, first, last, div, out);
+  }
+}
+
+// Heads of up to 32 channels take two vectors per row, as gqa_ops.cc's Pv512.
+void PvPart512(const float* p, int rows, int64_t ld, const float* v, int64_t nk, int64_t h, float* acc, int64_t la,
+               bool first, bool last, const float* div, float* const* out) {
+  if (h <= 32) return PvPart512V<2>(p, rows, ld, v, nk, h, acc, la, first, last, div, out);
+  PvPart512V<4>(p, rows, ld, v, nk, h, acc, la, first, last, div, out);
 }
 #undef SDPA_UNROLL
 #endif
 
 struct Buffers {
-  std::vector<float> q, sc, k, v, bias, o, out, stage;
+  std::vector<float> q, sc, k, v, bias, o, out, stage, acc;
 };
 
 // The prologue with qk_matmul_output's stage of the row kept in `stage` (qk_mode 0: the scaled scores, 1: after the
@@ -289,9 +342,11 @@ __attribute__((target("avx512f"), flatten)) void Transpose16Rows512(const void* 
 }
 #endif
 
-// K of head (b, h) as float32 rows [T, H] or transposed [H, ld]; returns the rows to read and sets *ldk.
+// K of head (b, h) as float32 rows [T, H], transposed [H, ld], or with `panels` transposed per kPanel keys (key j's
+// channel i at (j / kPanel) * H * kPanel + i * kPanel + j % kPanel: a panel's channel rows are adjacent); returns
+// the data and sets *ldk to the pitch of a channel's row.
 const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed, int64_t ld, Buffers& buf,
-                        int64_t* ldk) {
+                        int64_t* ldk, bool panels = false) {
   const int64_t T = a.P + a.L, H = a.H;
   *ldk = ld;
   if (!transposed && !a.fp16 && a.P == 0 && !a.k.bias && a.k.sr == H)
@@ -301,7 +356,9 @@ const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed
     for (int64_t j = 0; j < T; ++j) KeyRow(a, a.k, a.past_k, H, b, h, j, buf.k.data() + j * H);
     return buf.k.data();
   }
-  buf.k.resize(H * ld);
+  if (panels) *ldk = kPanel;
+  const int64_t pitch = *ldk;
+  buf.k.resize(panels ? (T + kPanel - 1) / kPanel * kPanel * H : H * ld);
   float tmp[16 * 256];
   const int64_t step = H <= 256 ? 16 : 1;
 #if NPU_EP_X86
@@ -310,6 +367,7 @@ const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed
 #endif
   for (int64_t j0 = 0; j0 < T; j0 += step) {  // a few keys at a time: short runs on both sides
     const int64_t j1 = std::min(T, j0 + step);
+    float* col = buf.k.data() + (panels ? j0 / kPanel * H * kPanel + j0 % kPanel : j0);  // key j0's channel 0
 #if NPU_EP_X86
     // 16 past rows, or 16 new rows without a bias, transposed from where they are stored
     const bool past = j1 <= a.P, direct = past || (j0 >= a.P && !a.k.bias);
@@ -319,9 +377,9 @@ const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed
                : static_cast<const char*>(a.k.data) + (b * a.k.sb + h * a.k.sn + (j0 - a.P) * a.k.sr) * item;
       const int64_t ls = past ? H : a.k.sr;
       if (a.fp16)
-        Transpose16Rows512<true>(src, ls, H, buf.k.data() + j0, ld);
+        Transpose16Rows512<true>(src, ls, H, col, pitch);
       else
-        Transpose16Rows512<false>(src, ls, H, buf.k.data() + j0, ld);
+        Transpose16Rows512<false>(src, ls, H, col, pitch);
       continue;
     }
 #endif
@@ -329,18 +387,18 @@ const float* GatherKeys(const SdpaArgs& a, int64_t b, int64_t h, bool transposed
       std::vector<float>& wide = buf.o;
       wide.resize(H);
       KeyRow(a, a.k, a.past_k, H, b, h, j0, wide.data());
-      for (int64_t i = 0; i < H; ++i) buf.k[i * ld + j0] = wide[i];
+      for (int64_t i = 0; i < H; ++i) col[i * pitch] = wide[i];
       continue;
     }
     for (int64_t j = j0; j < j1; ++j) KeyRow(a, a.k, a.past_k, H, b, h, j, tmp + (j - j0) * H);
 #if NPU_EP_X86
     if (tiles && j1 - j0 == 16) {
-      Transpose16Rows512<false>(tmp, H, H, buf.k.data() + j0, ld);
+      Transpose16Rows512<false>(tmp, H, H, col, pitch);
       continue;
     }
 #endif
     for (int64_t i = 0; i < H; ++i)
-      for (int64_t j = j0; j < j1; ++j) buf.k[i * ld + j] = tmp[(j - j0) * H + i];
+      for (int64_t j = j0; j < j1; ++j) col[i * pitch + j - j0] = tmp[(j - j0) * H + i];
   }
   return buf.k.data();
 }
@@ -354,18 +412,15 @@ const float* GatherValues(const SdpaArgs& a, int64_t b, int64_t h, Buffers& buf)
   return buf.v.data();
 }
 
-// Rows [s0, s1) of head (b, n).
-void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, ScoresPrologue fused_scores, int64_t b, int64_t n,
-          int64_t s0, int64_t s1) {
+// Rows [s0, s1) of head (b, n) without the fused scores: kRows rows per pass over K and V.
+void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, int64_t b, int64_t n, int64_t s0, int64_t s1) {
   const int64_t H = a.H, Hv = a.Hv, T = a.P + a.L, ld = std::max<int64_t>((T + 15) / 16 * 16, 16);
   const bool transposed = a.S >= kTransposeRows, bias = HasBias(a);
-  const bool fused = fused_scores && transposed && !a.qk && a.softcap <= 0.0f;
-  const bool q_direct = fused && !a.fp16 && !a.q.bias;  // the fused scores read float32 Q rows where they are
   const int64_t h = n / (a.N / a.Nkv);
   thread_local Buffers buf;
   buf.q.resize(kRows * H);
   buf.sc.resize(kRows * ld);
-  if (bias) buf.bias.resize((fused ? kRows : 1) * T);
+  if (bias) buf.bias.resize(T);
   int64_t ldk = ld;
   const float* kuse = GatherKeys(a, b, h, transposed, ld, buf, &ldk);
   const float* vuse = GatherValues(a, b, h, buf);
@@ -376,32 +431,20 @@ void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, ScoresProlo
   float* orow[kRows];
   for (int64_t r0 = s0; r0 < s1; r0 += kRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kRows, s1 - r0));
-    const float* q = buf.q.data();
-    int64_t lq = H;
-    if (q_direct) q = static_cast<const float*>(a.q.data) + b * a.q.sb + n * a.q.sn + r0 * a.q.sr, lq = a.q.sr;
     for (int r = 0; r < rows; ++r) {
-      if (!q_direct)
-        LoadRow(a.q.data, b * a.q.sb + n * a.q.sn + (r0 + r) * a.q.sr, a.fp16, H, a.q.bias ? a.q.bias + n * H : nullptr,
-                buf.q.data() + r * H);
+      LoadRow(a.q.data, b * a.q.sb + n * a.q.sn + (r0 + r) * a.q.sr, a.fp16, H, a.q.bias ? a.q.bias + n * H : nullptr,
+              buf.q.data() + r * H);
       orow[r] = a.fp16 ? buf.out.data() + r * Hv : static_cast<float*>(a.out) + b * a.ob + n * a.on + (r0 + r) * a.os;
     }
-    float maxes[kRows];
-    if (fused) {
-      for (int r = 0; r < rows && bias; ++r) BuildBias(a, b, n, r0 + r, buf.bias.data() + r * T);
-      fused_scores(q, lq, rows, kuse, ldk, T, H, a.scale, bias ? buf.bias.data() : nullptr, T, buf.sc.data(), ld,
-                   maxes);
-    } else if (transposed) {
+    if (transposed)
       ops.scores_t(buf.q.data(), rows, kuse, ldk, T, H, buf.sc.data(), ld);
-    } else {
+    else
       ops.scores(buf.q.data(), rows, kuse, T, H, buf.sc.data(), ld);
-    }
     for (int r = 0; r < rows; ++r) {
       float* row = buf.sc.data() + r * ld;
-      if (bias && !fused) BuildBias(a, b, n, r0 + r, buf.bias.data());
+      if (bias) BuildBias(a, b, n, r0 + r, buf.bias.data());
       const float* br = bias ? buf.bias.data() : nullptr;
-      const float m = fused  ? maxes[r]
-                      : a.qk ? StagedRow(a, row, T, br, stage)
-                             : prologue(row, T, a.scale, a.softcap, br);
+      const float m = a.qk ? StagedRow(a, row, T, br, stage) : prologue(row, T, a.scale, a.softcap, br);
       if (std::isnan(m) || std::isinf(m)) {  // every score -inf: zeros (ORT's rule); a NaN or +inf: NaN
         if (a.qk_mode == 3) SpecialProbabilities(row, T, stage);
         if (a.qk) StoreStage(a, stage, b, n, r0 + r);
@@ -420,6 +463,81 @@ void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, ScoresProlo
         FloatToHalfRow(orow[r], static_cast<uint16_t*>(a.out) + b * a.ob + n * a.on + (r0 + r) * a.os, Hv);
   }
 }
+
+#if NPU_EP_X86
+constexpr int64_t kBlockRows = 64;  // query rows per pass over K and V at most
+constexpr int64_t kScoresPass = int64_t{1} << 18;  // floats of scores per pass (1 MB: L2), from 16 rows up
+
+// Rows [s0, s1) of head (b, n) with the fused scores (AVX-512), K transposed in panels of kPanel keys: up to
+// kBlockRows rows per pass, whose 4-row groups take turns on each panel's scores and then on its P V terms, so a
+// panel of K or V is read from memory once per pass, not once per 4 rows, and from L1 by the groups after the
+// first. Every score, maximum, exp and P V sum is Task's operations in Task's order (P V's accumulators are stored
+// between panels; a maximum is the same whichever blocks it is taken over), so the bits are the 4-row passes'.
+void FusedTask(const SdpaArgs& a, const gqa::Ops& ops, ScoresPrologue fused_scores, int64_t b, int64_t n, int64_t s0,
+               int64_t s1) {
+  const int64_t H = a.H, Hv = a.Hv, T = a.P + a.L, ld = std::max<int64_t>((T + 15) / 16 * 16, 16);
+  const bool bias = HasBias(a), q_direct = !a.fp16 && !a.q.bias;  // float32 Q rows are read where they are
+  const int64_t h = n / (a.N / a.Nkv);
+  thread_local Buffers buf;
+  buf.q.resize(kBlockRows * H);
+  buf.sc.resize(kBlockRows * ld);
+  if (bias) buf.bias.resize(kBlockRows * T);
+  int64_t ldk = ld;
+  const float* kt = GatherKeys(a, b, h, true, ld, buf, &ldk, true);
+  const float* vuse = GatherValues(a, b, h, buf);
+  buf.acc.resize(kBlockRows * Hv);
+  if (a.fp16) buf.out.resize(kBlockRows * Hv);
+  float maxes[kBlockRows], sums[kBlockRows];
+  float* orow[kBlockRows];
+  const int64_t pass = std::min(kBlockRows, std::max<int64_t>(16, kScoresPass / ld / kRows * kRows));
+  for (int64_t r0 = s0; r0 < s1; r0 += pass) {
+    const int64_t rows = std::min(pass, s1 - r0);
+    const float* q = buf.q.data();
+    int64_t lq = H;
+    if (q_direct) q = static_cast<const float*>(a.q.data) + b * a.q.sb + n * a.q.sn + r0 * a.q.sr, lq = a.q.sr;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (!q_direct)
+        LoadRow(a.q.data, b * a.q.sb + n * a.q.sn + (r0 + r) * a.q.sr, a.fp16, H, a.q.bias ? a.q.bias + n * H : nullptr,
+                buf.q.data() + r * H);
+      if (bias) BuildBias(a, b, n, r0 + r, buf.bias.data() + r * T);
+      orow[r] = a.fp16 ? buf.out.data() + r * Hv : static_cast<float*>(a.out) + b * a.ob + n * a.on + (r0 + r) * a.os;
+      maxes[r] = -kInf;
+    }
+    for (int64_t j0 = 0; j0 < T; j0 += kPanel) {
+      const int64_t nk = std::min(kPanel, T - j0);
+      for (int64_t g = 0; g < rows; g += kRows) {
+        const int gr = static_cast<int>(std::min<int64_t>(kRows, rows - g));
+        float m[kRows];
+        fused_scores(q + g * lq, lq, gr, kt + j0 * H, ldk, kPanel * H, nk, H, a.scale,
+                     bias ? buf.bias.data() + g * T + j0 : nullptr, T, buf.sc.data() + g * ld + j0, ld, m);
+        for (int r = 0; r < gr; ++r) {
+          float& x = maxes[g + r];
+          x = std::isnan(x) || std::isnan(m[r]) ? std::numeric_limits<float>::quiet_NaN() : std::max(x, m[r]);
+        }
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = buf.sc.data() + r * ld;
+      const float m = maxes[r];
+      if (std::isnan(m) || std::isinf(m)) {  // every score -inf: zeros (ORT's rule); a NaN or +inf: NaN
+        std::fill(row, row + T, 0.0f);
+        sums[r] = m < 0.0f ? 1.0f : std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      sums[r] = ops.exp_sum(row, T, m);
+    }
+    for (int64_t j0 = 0; j0 < T; j0 += kPanel) {
+      const int64_t nk = std::min(kPanel, T - j0);
+      for (int64_t g = 0; g < rows; g += kRows)
+        PvPart512(buf.sc.data() + g * ld + j0, static_cast<int>(std::min<int64_t>(kRows, rows - g)), ld, vuse + j0 * Hv,
+                  nk, Hv, buf.acc.data() + g * Hv, Hv, j0 == 0, j0 + nk >= T, sums + g, orow + g);
+    }
+    if (a.fp16)
+      for (int64_t r = 0; r < rows; ++r)
+        FloatToHalfRow(orow[r], static_cast<uint16_t*>(a.out) + b * a.ob + n * a.on + (r0 + r) * a.os, Hv);
+  }
+}
+#endif
 
 // present[b, h] = the past's rows then the new rows (plus their bias, rounded to the storage dtype once).
 void WritePresent(const SdpaArgs& a, const SdpaView& x, const void* past, void* present, int64_t w, int64_t b,
@@ -472,6 +590,7 @@ void Sdpa(const SdpaArgs& a) {
   const gqa::Ops ops = gqa::SelectOps();
   const Prologue prologue = SelectPrologue();
   const ScoresPrologue fused_scores = SelectScoresPrologue();
+  [[maybe_unused]] const bool fused = fused_scores && a.S >= kTransposeRows && !a.qk && a.softcap <= 0.0f;
   const int used = ThreadsFor(a.threads, heads * a.S * T * (a.H + a.Hv));
   // A row's result does not depend on the task holding it, so the split may follow the thread count: whole heads
   // unless that leaves threads idle, then about two tasks per thread.
@@ -479,7 +598,11 @@ void Sdpa(const SdpaArgs& a) {
   const int64_t rows = (a.S + chunks - 1) / chunks;
   ParallelFor(used, heads * chunks, [&](int64_t t) {
     const int64_t head = t / chunks, s0 = (t % chunks) * rows;
-    if (s0 < a.S) Task(a, ops, prologue, fused_scores, head / a.N, head % a.N, s0, std::min(a.S, s0 + rows));
+    if (s0 >= a.S) return;
+#if NPU_EP_X86
+    if (fused) return FusedTask(a, ops, fused_scores, head / a.N, head % a.N, s0, std::min(a.S, s0 + rows));
+#endif
+    Task(a, ops, prologue, head / a.N, head % a.N, s0, std::min(a.S, s0 + rows));
   });
 }
 

@@ -65,13 +65,14 @@ struct SdpaArgs {
   int threads = 1;
 };
 
-// The scores of `rows` query rows (q[r * lq + i]) from K transposed (kt[i * ldk + j]) with the prologue in their
-// epilogue: sc[r * ld + j] = (q_r . k_j) * scale [+ bias[r * ldb + j]] for j < nk (two roundings), and max[r] the
-// row's maximum (NaN when it holds a NaN); one pass over the scores fewer than a scores kernel then a prologue. The
-// products are gqa_ops.cc's transposed-K multiply-adds in their order. Null on hosts below AVX-512.
-using ScoresPrologue = void (*)(const float* q, int64_t lq, int rows, const float* kt, int64_t ldk, int64_t nk,
-                                int64_t h, float scale, const float* bias, int64_t ldb, float* sc, int64_t ld,
-                                float* max);
+// The scores of `rows` query rows (q[r * lq + i]) from K transposed with the prologue in their epilogue:
+// sc[r * ld + j] = (q_r . k_j) * scale [+ bias[r * ldb + j]] for j < nk (two roundings), and max[r] the row's maximum
+// (NaN when it holds a NaN); one pass over the scores fewer than a scores kernel then a prologue. Key j's channel i
+// is kt[(j / 64) * kp + i * ldk + j % 64] (kp = 64: K^T rows of pitch ldk; kp = 64 * h with ldk = 64: panels of 64
+// keys). The products are gqa_ops.cc's transposed-K multiply-adds in their order. Null on hosts below AVX-512.
+using ScoresPrologue = void (*)(const float* q, int64_t lq, int rows, const float* kt, int64_t ldk, int64_t kp,
+                                int64_t nk, int64_t h, float scale, const float* bias, int64_t ldb, float* sc,
+                                int64_t ld, float* max);
 ScoresPrologue SelectScoresPrologue();
 
 #if NPU_EP_X86

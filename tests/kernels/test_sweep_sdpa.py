@@ -84,6 +84,39 @@ def test_transposed_keys_in_tiles(isa, dt):
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float16])
+def test_passes_over_key_panels(isa, dt):
+    """With the fused scores (AVX-512, from 16 query rows on) up to 64 query rows share a pass over K and V in
+    4-row groups (fewer rows when their scores would pass 1 MB), K is transposed in 64-key panels and P V is summed
+    panel by panel: query counts around the groups and passes, key counts around the panels, head dims with a
+    value-channel tail, a past across a panel, GQA, masks whose fully masked rows land in a later pass, and 4100
+    keys (60-row passes)."""
+    for h, hv in ((16, 16), (80, 40), (128, 128)):
+        for s, t in ((16, 63), (63, 64), (65, 65), (130, 129), (67, 200)):
+            _onnx(1, 2, 2, s, t, h, hv, dt, scale=1.0 / h)
+    _onnx(1, 4, 2, 66, 40, 64, 64, dt, past=50, n_out=3, is_causal=1)
+    _onnx(1, 2, 1, 70, 100, 32, 32, dt, rank=3, past=64, n_out=3)
+    keep = RNG.random((2, 1, 70, 150)) < 0.7
+    keep[0, 0, 5], keep[1, 0, 66] = False, False  # every key masked: zeros, in the first and the second pass
+    _onnx(2, 2, 2, 70, 150, 32, 32, dt, mask=keep)
+    _onnx(2, 2, 2, 70, 150, 32, 32, dt, mask=np.where(keep, _rand(keep.shape, dt), -np.inf).astype(dt))
+    _onnx(1, 1, 1, 130, 4100, 16, 16, dt)
+
+
+def test_specials_across_panels(isa):
+    """NaN and infinities past the first key panel and the first pass: the row maximum taken panel by panel keeps
+    a NaN (NaN row) and an infinite score (NaN row); a row whose every score is -inf gives zeros."""
+    b, n, s, t, h = 1, 2, 70, 200, 32
+    q, k, v = _rand((b, n, s, h)), _rand((b, n, t, h)), _rand((b, n, t, h))
+    q[0, 0, 66, 3], k[0, 1, 130, 0] = np.nan, np.inf
+    mask = _rand((s, t))
+    mask[20, 140], mask[40, 70], mask[50, :] = np.nan, np.inf, -np.inf
+    mask[67, 64:] = -np.inf  # only the first panel's keys count
+    inputs = [("q", q, False), ("k", k, False), ("v", v, False), ("m", mask, False)]
+    got = _check("Attention", inputs, np.float32)
+    assert np.isnan(got[0]).any() and not np.isnan(got[0]).all()
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16])
 def test_gqa_layouts_past_and_presents(isa, dt):
     for rank in (3, 4):
         _onnx(2, 6, 2, 5, 7, 16, 8, dt, rank=rank)
@@ -194,7 +227,7 @@ def _session_case(op: str, dt):
     ("ComAttention") with a mask and a causal or padding pattern."""
     f = TensorProto.FLOAT16 if dt == np.float16 else TensorProto.FLOAT
     if op == "Attention":
-        b, n, s, h = 1, 4, 24, 32
+        b, n, s, h = 1, 4, 80, 32  # two passes of query rows, two key panels
         node = helper.make_node("Attention", ["q", "k", "v", "m"], ["y"], name="the_op", is_causal=1)
         shapes = {"q": (b, n, s, h), "k": (b, n, s, h), "v": (b, n, s, h)}
         feeds = {name: _rand(shape, dt) for name, shape in shapes.items()} | {"m": RNG.random((s, s)) < 0.8}
