@@ -37,7 +37,7 @@ def _w(*shape, scale=0.25):
 
 
 def _model(resize_inputs, extra_nodes=(), extra_inits=None, c=16, hw=(56, 56), out_hw=(56, 56), stride=2,
-           deep=False, **attrs):
+           deep=False, opset=17, **attrs):
     """dw 3x3 (``stride``) -> Resize (``resize_inputs`` after the map ``a0``) -> pw c->c -> y; ``deep``: a dw 3x3 s2
     and a pw after it (the region's saving then exceeds its boundary, so auto takes it)."""
     inits = {"w0": _w(c, 1, 3, 3, scale=1.0), "b0": _w(c), "w1": _w(c, c, 1, 1), "w2": _w(c, 1, 3, 3, scale=1.0),
@@ -53,7 +53,7 @@ def _model(resize_inputs, extra_nodes=(), extra_inits=None, c=16, hw=(56, 56), o
                                    pads=[1, 1, 1, 1]),
                   helper.make_node("Conv", ["d", "w3"], ["y"])]
     return make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, c, *hw])],
-                      [helper.make_tensor_value_info("y", F32, [1, c, *out_hw])], inits)
+                      [helper.make_tensor_value_info("y", F32, [1, c, *out_hw])], inits, opset=opset)
 
 
 def _ops(model, how):
@@ -71,7 +71,7 @@ def _session(model, how):
     return sess, steps
 
 
-def _runs_in_the_region(model, how, xs, kernel):
+def _runs_in_the_region(model, how, xs, kernel, axes=(0, 3, 1, 2)):
     """The session matches the CPU EP for each input of ``xs`` on bound native steps; the Resize step reads the
     depthwise conv's NHWC output and feeds the pointwise conv (no Transpose between), and its kernel was ``kernel``
     (the native function the observing call ran)."""
@@ -82,7 +82,7 @@ def _runs_in_the_region(model, how, xs, kernel):
     producer = next(s for s in steps if resize.in_slots[0] in s.out_slots)
     reader = next(s for s in steps if resize.out_slots[0] in s.in_slots)
     assert producer.op == reader.op == "npu::ConvNhwc"
-    assert resize.prepared.attrs["axes"] == [0, 3, 1, 2]
+    assert resize.prepared.attrs["axes"] == list(axes)
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for x in xs:
         want = cpu.run(None, {"x": x})[0]
@@ -122,6 +122,17 @@ def test_other_modes_and_a_downsample_run_in_the_region(coord, mode):
     model = _model(["", "scales"], extra_inits={"scales": np.array([1, 1, 0.75, 1.5], np.float32)},
                    out_hw=(21, 42), mode=mode, coordinate_transformation_mode=coord)
     _runs_in_the_region(model, "nhwc", [_image((1, 16, 56, 56), mode == "nearest")], f"resize_{mode}_nhwc")
+
+
+@pytest.mark.parametrize("axes", [[2, 3], [-1, -2]])
+def test_the_axes_attribute_moves_to_the_nhwc_axes(axes):
+    """Opset 18's ``axes``: scales for the named NCHW axes only, read for their NHWC places."""
+    scales = np.array([2.0, 1.5] if axes == [2, 3] else [1.5, 2.0], np.float32)
+    model = _model(["", "scales"], extra_inits={"scales": scales}, out_hw=(56, 42), opset=18, axes=axes,
+                   mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+    steps = _runs_in_the_region(model, "nhwc", [_image((1, 16, 56, 56), specials=False)], "resize_linear_nhwc",
+                                axes=[1, 2] if axes == [2, 3] else [2, 1])
+    assert any(s.op == "Resize" for s in steps)
 
 
 def test_a_yolo_upsample_of_symbolic_size():
