@@ -175,10 +175,32 @@ struct PackGeom {
   }
 };
 
+#if NPU_EP_X86
+// InterleaveQuad on AVX-512: 16 pixels at a time, the last few by masked loads and stores (no scalar tail).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void InterleaveQuadAvx512(const uint8_t* const src[4], int64_t W,
+                                                                               uint8_t flip, uint8_t pad,
+                                                                               uint8_t* dst) {
+  const __m128i f = _mm_set1_epi8(static_cast<char>(flip)), pv = _mm_set1_epi8(static_cast<char>(pad));
+  for (int64_t w = 0; w < W; w += 16) {
+    const int64_t n = std::min<int64_t>(16, W - w);
+    const __mmask16 k = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
+    __m128i r[4];
+    for (int b = 0; b < 4; ++b) r[b] = src[b] ? _mm_xor_si128(_mm_maskz_loadu_epi8(k, src[b] + w), f) : pv;
+    const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
+    const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
+    const __m256i d01 = _mm256_set_m128i(_mm_unpackhi_epi16(lo01, lo23), _mm_unpacklo_epi16(lo01, lo23));
+    const __m256i d23 = _mm256_set_m128i(_mm_unpackhi_epi16(hi01, hi23), _mm_unpacklo_epi16(hi01, hi23));
+    const __mmask64 bytes = n == 16 ? ~0ull : (1ull << (4 * n)) - 1;
+    _mm512_mask_storeu_epi8(dst + w * 4, bytes, _mm512_inserti64x4(_mm512_castsi256_si512(d01), d23, 1));
+  }
+}
+#endif
+
 // Row w of 4 channel rows (src[b] null: a padding channel, which holds pad) as [W, 4] bytes, each byte ^ flip.
 void InterleaveQuad(const uint8_t* const src[4], int64_t W, uint8_t flip, uint8_t pad, uint8_t* dst) {
   int64_t w = 0;
 #if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx512) return InterleaveQuadAvx512(src, W, flip, pad, dst);
   if (src[0] && src[1] && src[2] && src[3]) {  // SSE2 (every x86-64): 16 pixels of 4 channels at a time
     const __m128i f = _mm_set1_epi8(static_cast<char>(flip));
     for (; w + 16 <= W; w += 16) {
@@ -277,6 +299,217 @@ __attribute__((target(NPU_CONV_VNNI))) void PackBlockVnni(const ConvShape& s, co
   }
   _mm512_storeu_si512(bsum, sum);
 }
+
+// Stride-1 dense convs with int8 weights whose zero points are all 0 (symmetric weights, what int8 QDQ models carry)
+// on VNNI: the GEMM reads B straight from the padded image, nothing is packed. The image is held in quad planes
+// [CC/4, Hp, Wp, 4] of unsigned bytes (int8 x + 128), so output pixel (oh, ow) taken at the image's pitch, p = oh *
+// Wp + ow, reads tap (i, j) of quad plane c at byte (c * Hp * Wp + i * dh * Wp + j * dw + p) * 4: 16 such pixels are
+// one 64-byte load. The columns ow >= OW of that flat index (Wp - OW of every Wp) are computed and dropped (masked
+// stores put each row's run of a block in place; the GEMM's columns never leave the registers). vpdpbusd takes the
+// pixels as its unsigned operand and the weights as signed, so with no weight zero point
+//   sum_k (x' - x_zp') w = dot(x', w) - x_zp' sum_k w
+// needs no sums over the pixels, only one per weight row.
+struct FlatConv {
+  const uint8_t* img;  // the group's first quad plane
+  const int64_t* off;  // [Kq / 4]: byte offset of quad k of a pixel (tap and plane)
+  int64_t nkq, Kq, Wp, OW, NF;  // NF = OH * Wp flat pixels
+  const int8_t* w;              // the group's weight rows, Kq apart
+  const int32_t* rterm;         // [Mg]: bias - x_zp' * sum_k w, wrapping
+  const float* mult;            // [Mg]
+  int32_t y_zp;
+  bool y_signed;
+  uint8_t* y;        // the image's and group's first output row, or null
+  int32_t* acc_out;  // or the sums' (ConvInteger)
+  int64_t P;         // OH * OW, the output rows' pitch
+};
+
+constexpr int kFlatVecs = 3;                      // vectors of 16 pixels per register tile
+constexpr int64_t kFlatCols = 16 * kFlatVecs;  // flat pixels per block: 8 rows x 48 pixels in 24 accumulators
+
+// The lanes of a block of kFlatCols flat pixels that are output pixels, as runs along output rows: lane l of run s
+// goes to output pixel pb + l + d[s].
+struct FlatRuns {
+  int n = 0;
+  uint64_t mask[kFlatCols + 2];
+  int64_t d[kFlatCols + 2];
+};
+
+FlatRuns RunsOf(const FlatConv& f, int64_t pb) {
+  FlatRuns u;
+  for (int64_t l = 0; l < kFlatCols && pb + l < f.NF;) {
+    const int64_t p = pb + l, oh = p / f.Wp, ow = p % f.Wp, end = std::min(kFlatCols, l + f.Wp - ow);
+    const int64_t valid = std::min(end - l, std::max<int64_t>(0, f.OW - ow));
+    if (valid > 0) {
+      u.mask[u.n] = ((uint64_t{1} << valid) - 1) << l;
+      u.d[u.n++] = -oh * (f.Wp - f.OW);
+    }
+    l = end;
+  }
+  return u;
+}
+
+template <typename T>
+T* At(T* base, int64_t i) {  // base + i for a masked store whose lane 0 may lie outside the array
+  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(i) * sizeof(T));
+}
+
+// R weight rows (the first `rows` real; a short tile repeats its last row) x kFlatCols flat pixels from pb.
+template <int R>
+__attribute__((target(NPU_CONV_VNNI))) void FlatTile(const FlatConv& f, int64_t m0, int rows, int64_t pb,
+                                                     const FlatRuns& u) {
+  constexpr int V = kFlatVecs;
+  const uint8_t* b = f.img + pb * 4;
+  const int8_t* a[R];
+  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) a[r] = f.w + (m0 + std::min(r, rows - 1)) * f.Kq;
+  __m512i acc[R][V];
+  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
+    _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_si512();
+  }
+  for (int64_t kq = 0; kq < f.nkq; ++kq) {
+    const uint8_t* bk = b + f.off[kq];
+    __m512i bv[V];
+    _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_si512(bk + 64 * v);
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
+      int32_t a4;
+      std::memcpy(&a4, a[r] + 4 * kq, 4);
+      const __m512i av = _mm512_set1_epi32(a4);
+      _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) acc[r][v] = DpbusdTied(acc[r][v], bv[v], av);
+    }
+  }
+  const float z = static_cast<float>(f.y_zp);
+  const __m512 lo = _mm512_set1_ps((f.y_signed ? -128.0f : 0.0f) - z);
+  const __m512 hi = _mm512_set1_ps((f.y_signed ? 127.0f : 255.0f) - z);
+  const __m512i zv = _mm512_set1_epi32(f.y_zp);
+  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    const int64_t m = m0 + r;
+    const __m512i t = _mm512_set1_epi32(f.rterm[m]);
+    __m512i sum[V];
+    _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) sum[v] = _mm512_add_epi32(acc[r][v], t);
+    if (f.acc_out != nullptr) {
+      int32_t* row = f.acc_out + m * f.P;
+      for (int s = 0; s < u.n; ++s) {
+        _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) _mm512_mask_storeu_epi32(
+            At(row, pb + u.d[s] + 16 * v), static_cast<__mmask16>(u.mask[s] >> (16 * v)), sum[v]);
+      }
+      continue;
+    }
+    // Requantize's steps (the clip leaves no NaN: max(NaN, lo) is lo, as MLAS), 16 bytes per vector
+    const __m512 mv = _mm512_set1_ps(f.mult[m]);
+    __m128i q[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+    _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) {
+      const __m512 x = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum[v]), mv), lo), hi);
+      q[v] = _mm512_cvtepi32_epi8(
+          _mm512_add_epi32(_mm512_cvt_roundps_epi32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zv));
+    }
+    const __m512i bytes =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q[1], q[0])), _mm256_set_m128i(q[3], q[2]), 1);
+    uint8_t* row = f.y + m * f.P;
+    for (int s = 0; s < u.n; ++s) _mm512_mask_storeu_epi8(At(row, pb + u.d[s]), u.mask[s], bytes);
+  }
+}
+
+// Row sums of int8 weights [M, Kq].
+__attribute__((target(NPU_CONV_VNNI))) void WeightSums(const int8_t* w, int64_t M, int64_t Kq, int32_t* sums) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t m = 0; m < M; ++m) {
+    __m512i s = _mm512_setzero_si512();
+    for (int64_t k = 0; k < Kq; k += 64) {
+      const __mmask64 mask = Kq - k >= 64 ? ~0ull : (1ull << (Kq - k)) - 1;
+      s = _mm512_dpbusd_epi32(s, ones, _mm512_maskz_loadu_epi8(mask, w + m * Kq + k));
+    }
+    sums[m] = _mm512_reduce_add_epi32(s);
+  }
+}
+
+// The output pixel index of flat pixel p (the first output pixel at or after it).
+int64_t FlatToOut(int64_t p, int64_t Wp, int64_t OW) { return p / Wp * OW + std::min(p % Wp, OW); }
+
+bool FlatApplies(const QConv& q) {
+  if (ActiveIsa() < Isa::kAvx512Vnni || !q.w_signed || q.s.sh != 1 || q.s.sw != 1) return false;
+  return std::all_of(q.w_zp, q.w_zp + q.s.M, [](int32_t z) { return z == 0; });
+}
+
+thread_local std::vector<uint8_t> t_flat_image;
+thread_local std::vector<int32_t> t_flat_rterm;
+thread_local std::vector<int64_t> t_flat_off;
+
+void DenseFlat(const QConv& q) {
+  const ConvShape& s = q.s;
+  const int64_t T = s.kh * s.kw, Cg = s.Cg(), Cg4 = (Cg + 3) / 4 * 4, Kq = T * Cg4, nkq = Kq / 4;
+  const int64_t P = s.P(), Mg = s.Mg(), CQ = s.group * Cg4 / 4;
+  const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, plane = Hp * Wp, NF = s.OH * Wp;
+  const int64_t slack = (s.kw - 1) * s.dw + kFlatCols;  // pixels a block's loads may read past the last plane
+  const uint8_t flip = q.x_signed ? 0x80 : 0x00;   // x' = x + 128 for int8 x: the sign bit flipped
+  const int32_t xzp = q.x_zp + (q.x_signed ? 128 : 0);
+  const uint8_t pad = static_cast<uint8_t>(xzp);
+  uint8_t* img = Grow(t_flat_image, (CQ * plane + slack) * 4);
+  int32_t* rterm = Grow(t_flat_rterm, s.M);
+  int64_t* off = Grow(t_flat_off, nkq);
+  const int8_t* w = reinterpret_cast<const int8_t*>(q.w);
+  WeightSums(w, s.M, Kq, rterm);
+  for (int64_t m = 0; m < s.M; ++m)
+    rterm[m] = static_cast<int32_t>((q.acc_out == nullptr && q.bias != nullptr ? static_cast<uint32_t>(q.bias[m]) : 0) -
+                                    static_cast<uint32_t>(xzp) * static_cast<uint32_t>(rterm[m]));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c4 = 0; c4 < Cg4 / 4; ++c4)
+      off[t * (Cg4 / 4) + c4] = (c4 * plane + (t / s.kw) * s.dh * Wp + (t % s.kw) * s.dw) * 4;
+  std::memset(img + CQ * plane * 4, pad, slack * 4);
+  const int64_t blocks = (NF + kFlatCols - 1) / kFlatCols;
+  const int64_t block_work = kFlatCols * Kq * Mg;
+  // tasks of about 4M multiply-adds (a few us: ORT's pool hands them out one by one, so a slow thread takes fewer)
+  const int64_t per_task = std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(block_work, 1), 1, blocks);
+  const int64_t tasks = (blocks + per_task - 1) / per_task;
+  const int threads = ThreadsFor(q.threads, blocks * block_work * s.group);
+  const FlatConv base{img, off, nkq, Kq, Wp, s.OW, NF, w, rterm, q.mult, q.y_zp, q.y_signed, q.y, q.acc_out, P};
+  for (int64_t n = 0; n < s.N; ++n) {
+    conv_detail::ParallelItems(threads, CQ * Hp, Wp * 4, [&](int64_t item) {
+      const int64_t cq = item / Hp, h = item % Hp;
+      uint8_t* row = img + (cq * plane + h * Wp) * 4;
+      const bool inside = h >= s.pt && h < s.pt + s.H;
+      if (!inside) return (void)std::memset(row, pad, Wp * 4);
+      std::memset(row, pad, s.pl * 4);
+      std::memset(row + (s.pl + s.W) * 4, pad, s.pr * 4);
+      const uint8_t* src[4];
+      for (int b = 0; b < 4; ++b) {
+        const int64_t cc = cq * 4 + b, g = cc / Cg4, c = cc % Cg4;  // group g's channel c, or its padding
+        src[b] = c < Cg ? q.x + ((n * s.C + g * Cg + c) * s.H + h - s.pt) * s.W : nullptr;
+      }
+      InterleaveQuad(src, s.W, flip, pad, row + s.pl * 4);
+    });
+    ParallelFor(threads, s.group * tasks, [&](int64_t task) {
+      const int64_t g = task / tasks, b0 = task % tasks * per_task, b1 = std::min(blocks, b0 + per_task);
+      FlatConv f = base;
+      f.img += g * (Cg4 / 4) * plane * 4;
+      f.w += g * Mg * Kq;
+      f.rterm += g * Mg;
+      f.mult += g * Mg;
+      if (q.acc_out != nullptr)
+        f.acc_out += (n * s.M + g * Mg) * P;
+      else
+        f.y += (n * s.M + g * Mg) * P;
+      for (int64_t b = b0; b < b1; ++b) {
+        const FlatRuns u = RunsOf(f, b * kFlatCols);
+        for (int64_t m0 = 0; m0 < Mg; m0 += 8) {
+          const int rows = static_cast<int>(std::min<int64_t>(8, Mg - m0));
+          if (rows > 4)
+            FlatTile<8>(f, m0, rows, b * kFlatCols, u);
+          else if (rows > 2)
+            FlatTile<4>(f, m0, rows, b * kFlatCols, u);
+          else if (rows == 2)
+            FlatTile<2>(f, m0, rows, b * kFlatCols, u);
+          else
+            FlatTile<1>(f, m0, rows, b * kFlatCols, u);
+        }
+      }
+      if (q.lut != nullptr && f.y != nullptr) {  // the fused output table over the task's output pixels
+        const int64_t o0 = FlatToOut(b0 * kFlatCols, Wp, s.OW);
+        const int64_t o1 = FlatToOut(std::min(NF, b1 * kFlatCols), Wp, s.OW);
+        for (int64_t m = 0; m < Mg; ++m) LutRow(f.y + m * P + o0, o1 - o0, q.lut, f.y + m * P + o0);
+      }
+    });
+  }
+}
 #endif
 
 // A pool thread's packed B block, its column sums and zero points, and the int32 sums, kept between calls (sized by
@@ -288,6 +521,9 @@ struct Scratch {
 thread_local Scratch t_scratch;
 
 void DenseInt(const QConv& q) {
+#if NPU_EP_X86
+  if (FlatApplies(q)) return DenseFlat(q);
+#endif
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, Cg = s.Cg(), Cg4 = (Cg + 3) / 4 * 4, Kq = T * Cg4;
   const int64_t kp = std::max<int64_t>(64, (Kq + 63) / 64 * 64), P = s.P(), Mg = s.Mg();
