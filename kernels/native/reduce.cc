@@ -528,8 +528,9 @@ py::array ReduceAxisPy(const py::array& x, int op, int64_t outer, int64_t n, int
 // of the extreme (the last with select_last_index). Over NaN, ORT keeps the first element and replaces it by each
 // later one that compares greater (less; or equal too with `last`), so a NaN first element wins and a later NaN
 // never does; a rank-1 input without select_last_index (`nan_first`) takes the first NaN instead (Eigen's
-// maxCoeff there). Rows: the extreme by the lane folds above, then the first (last) index holding it, or the scan
-// where the extreme is NaN; columns: the scan, a block of 256 columns at a time down the n rows.
+// maxCoeff there). Rows: float rows of 16 or more on AVX-512 in one pass (ArgRowAvx512), others the extreme by the
+// lane folds above, then the first (last) index holding it, or the scan where the extreme is NaN; columns: the scan,
+// a block of 256 columns at a time down the n rows.
 
 // ORT's scan over one row (the NaN rows).
 template <typename A>
@@ -557,6 +558,78 @@ int64_t ArgRow(const A* x, int64_t n, bool is_max, bool last, bool nan_first) {
   return 0;
 }
 
+#if NPU_EP_X86
+// ArgRow of a float32/float16 row of 16 <= n < 2^31 elements in one pass on AVX-512: two sets of 16 lanes (element j
+// in set (j / 16) % 2, lane j % 16), each lane keeping its extreme and the first index holding it (strict compare;
+// the last with `last`: or equal), then the row's extreme over the lanes and the least (greatest) index among the
+// lanes holding it. That is the first (last) index of an element equal to the extreme, ArgRow's answer (-0.0 and
+// +0.0 equal in both). false: the row holds a NaN, ArgRow's scan decides.
+template <bool IsMax, bool Last, typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) bool ArgRowAvx512(const T* x, int64_t n, int64_t* out) {
+  constexpr int kTake = IsMax ? (Last ? _CMP_GE_OQ : _CMP_GT_OQ) : (Last ? _CMP_LE_OQ : _CMP_LT_OQ);
+  constexpr __mmask16 kAll = 0xFFFF;
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i sixteen = _mm512_set1_epi32(16), step = _mm512_set1_epi32(32);
+  // Set 1's lanes past n start as copies of set 0's: a duplicate candidate changes no answer.
+  const auto k = static_cast<__mmask16>(n >= 32 ? kAll : (1u << (n - 16)) - 1);
+  __m512 b0 = Load16(x, kAll);
+  __m512 b1 = _mm512_mask_mov_ps(b0, k, Load16(x + 16, k));
+  __m512i i0 = iota, i1 = _mm512_mask_mov_epi32(iota, k, _mm512_add_epi32(iota, sixteen));
+  __mmask16 nan = _mm512_cmp_ps_mask(b0, b1, _CMP_UNORD_Q);
+  __m512i at = _mm512_add_epi32(iota, step);
+  int64_t j = 32;
+  for (; j + 32 <= n; j += 32, at = _mm512_add_epi32(at, step)) {
+    const __m512 a = Load16(x + j, kAll), b = Load16(x + j + 16, kAll);
+    nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+    const __mmask16 t0 = _mm512_cmp_ps_mask(a, b0, kTake), t1 = _mm512_cmp_ps_mask(b, b1, kTake);
+    b0 = _mm512_mask_mov_ps(b0, t0, a), i0 = _mm512_mask_mov_epi32(i0, t0, at);
+    b1 = _mm512_mask_mov_ps(b1, t1, b), i1 = _mm512_mask_mov_epi32(i1, t1, _mm512_add_epi32(at, sixteen));
+  }
+  if (const int64_t rem = n - j; rem > 0) {
+    const auto k0 = static_cast<__mmask16>(rem >= 16 ? kAll : (1u << rem) - 1);
+    const auto k1 = static_cast<__mmask16>(rem <= 16 ? 0 : (1u << (rem - 16)) - 1);
+    const __m512 a = Load16(x + j, k0), b = Load16(x + j + 16, k1);  // zero past n: no NaN there
+    nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+    const __mmask16 t0 = _mm512_mask_cmp_ps_mask(k0, a, b0, kTake), t1 = _mm512_mask_cmp_ps_mask(k1, b, b1, kTake);
+    b0 = _mm512_mask_mov_ps(b0, t0, a), i0 = _mm512_mask_mov_epi32(i0, t0, at);
+    b1 = _mm512_mask_mov_ps(b1, t1, b), i1 = _mm512_mask_mov_epi32(i1, t1, _mm512_add_epi32(at, sixteen));
+  }
+  if (nan) return false;
+  const float m = IsMax ? _mm512_reduce_max_ps(_mm512_max_ps(b0, b1)) : _mm512_reduce_min_ps(_mm512_min_ps(b0, b1));
+  const __m512 mv = _mm512_set1_ps(m);
+  const __mmask16 e0 = _mm512_cmp_ps_mask(b0, mv, _CMP_EQ_OQ), e1 = _mm512_cmp_ps_mask(b1, mv, _CMP_EQ_OQ);
+  if constexpr (Last) {
+    const __m512i none = _mm512_set1_epi32(-1);
+    *out = _mm512_reduce_max_epi32(
+        _mm512_max_epi32(_mm512_mask_mov_epi32(none, e0, i0), _mm512_mask_mov_epi32(none, e1, i1)));
+  } else {
+    const __m512i none = _mm512_set1_epi32(std::numeric_limits<int32_t>::max());
+    *out = _mm512_reduce_min_epi32(
+        _mm512_min_epi32(_mm512_mask_mov_epi32(none, e0, i0), _mm512_mask_mov_epi32(none, e1, i1)));
+  }
+  return true;
+}
+
+using ArgRowAvx512Fn = bool (*)(const void*, int64_t, int64_t*);
+
+template <bool IsMax, bool Last, typename T>
+bool ArgRowAvx512Of(const void* x, int64_t n, int64_t* out) {
+  return ArgRowAvx512<IsMax, Last>(static_cast<const T*>(x), n, out);
+}
+
+// The one-pass row kernel for T on this host and these rows, else nullptr.
+template <typename T>
+ArgRowAvx512Fn ArgRowKernel(int64_t n, bool is_max, bool last) {
+  if constexpr (std::is_same_v<Acc<T>, float>) {
+    if (n < 16 || n > std::numeric_limits<int32_t>::max() || ActiveIsa() < Isa::kAvx512) return nullptr;
+    static constexpr ArgRowAvx512Fn kRows[4] = {ArgRowAvx512Of<false, false, T>, ArgRowAvx512Of<false, true, T>,
+                                                ArgRowAvx512Of<true, false, T>, ArgRowAvx512Of<true, true, T>};
+    return kRows[(is_max ? 2 : 0) + (last ? 1 : 0)];
+  }
+  return nullptr;
+}
+#endif
+
 template <bool IsMax, bool Last, typename A>
 void ArgColumns(A* cur, int64_t* at, const A* v, int64_t r, int64_t len) {
   for (int64_t c = 0; c < len; ++c) {
@@ -576,10 +649,18 @@ void ArgView(const T* x, int64_t outer, int64_t n, int64_t inner, bool is_max, b
   const int use = ThreadsFor(threads, outer * n * inner);
   if (inner == 1) {
     const int64_t rows_per_task = std::max<int64_t>(1, kTaskElems / n);
+#if NPU_EP_X86
+    const ArgRowAvx512Fn one_pass = ArgRowKernel<T>(n, is_max, last);
+#endif
     ParallelFor(use, (outer + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
-      std::vector<A> buf(std::is_same_v<T, A> ? 0 : n);
-      for (int64_t r = t * rows_per_task; r < std::min(outer, (t + 1) * rows_per_task); ++r)
+      std::vector<A> buf;
+      for (int64_t r = t * rows_per_task; r < std::min(outer, (t + 1) * rows_per_task); ++r) {
+#if NPU_EP_X86
+        if (one_pass && one_pass(x + r * n, n, y + r)) continue;
+#endif
+        if (!std::is_same_v<T, A> && buf.empty()) buf.resize(n);
         y[r] = ArgRow(Widened(x + r * n, n, buf.data()), n, is_max, last, nan_first);
+      }
     });
     return;
   }

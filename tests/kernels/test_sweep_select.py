@@ -1,18 +1,19 @@
-"""Differential sweep of the native selection kernels (issue 40) against the reference model
-(kernels/ops/select.py), on every instruction-set level they dispatch to.
+"""Differential sweep of the native selection kernels (issue 40) against the reference model (kernels/ops/select.py), on
+every instruction-set level they dispatch to.
 
-ArgMax/ArgMin (kernels/native/reduce.cc's ``arg_extreme``): x viewed as [outer, n, inner]. Rows (inner 1): the
-extreme by reduce_axis's 32-lane folds (AVX-512, AVX2 and base builds), then the first (last) index holding it; a
-NaN extreme takes ORT's scan. Columns (inner > 1): the scan in blocks of 256 columns. So n crosses 32 and 64, inner
-crosses 256; ties (first index, last with select_last_index), -0.0 against +0.0, NaN first / later / rank 1,
-+-inf, the integer types' limits. Exact: the same index as the reference.
+ArgMax/ArgMin (kernels/native/reduce.cc's ``arg_extreme``): x viewed as [outer, n, inner]. Rows (inner 1): float rows of
+16 or more on AVX-512 in one pass (two sets of 16 lanes, each keeping its extreme and index; a NaN in the row hands it
+to the scan), other rows the extreme by reduce_axis's 32-lane folds (AVX2 and base builds), then the first (last) index
+holding it; a NaN extreme takes ORT's scan. Columns (inner > 1): the scan in blocks of 256 columns. So n crosses 16, 32,
+48 and 64, inner crosses 256; ties (first index, last with select_last_index), -0.0 against +0.0, NaN first / later /
+rank 1, +-inf, the integer types' limits. Exact: the same index as the reference.
 
 TopK (kernels/native/select.cc's ``topk``): each row (a column gathered into one when inner > 1) selected by a sorted
-insertion list up to k 32 (blocks of 16 compared with its last at once: one AVX-512 mask per block, a scalar one
-below; only the beaters inserted), a heap (partial_sort) above it, a full sort at k = n; rows in
-tasks of 32768 / n. So k crosses 0, 1, 32, n - 1, n, n crosses 16; inner 1 and > 1; many ties (lower index first),
-NaN (after every number, lower index first among NaN), -0.0 with +0.0, +-inf, the integer limits. Exact: the same
-values' bits and indices as the reference's stable argsort."""
+insertion list up to k 32 (blocks of 16 compared with its last at once: one AVX-512 mask per block, a scalar one below;
+only the beaters inserted), a heap (partial_sort) above it, a full sort at k = n; rows in tasks of 32768 / n. So k
+crosses 0, 1, 32, n - 1, n, n crosses 16; inner 1 and > 1; many ties (lower index first), NaN (after every number, lower
+index first among NaN), -0.0 with +0.0, +-inf, the integer limits. Exact: the same values' bits and indices as the
+reference's stable argsort."""
 
 from __future__ import annotations
 
@@ -59,6 +60,32 @@ def test_rows_around_the_lanes(isa, dtype):
     for n in around(32, 64):
         _args(_values((5, n), dtype), -1, threads=2)
     _args(_values((70, 1000), dtype), 1, threads=2)  # 32 rows per task: three tasks
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_one_pass_rows(isa, dtype):
+    """The one-pass rows: n around its sets of 16 lanes, the extreme (and its ties) in set 0, set 1 and the tail
+    lanes, a NaN first, in either set or in the tail, rows of one value, -0.0 against +0.0."""
+    for n in around(16, 32, 48, 64, 384, low=15):
+        rows = n + 6
+        x = (RNG.integers(-20, 21, (rows, n)) / 4).astype(dtype)
+        for r in range(min(rows, n)):  # the extreme at every position, tied with a later one in some rows
+            x[r, r] = 9.0
+            x[r, (r * 7 + 3) % n] = 9.0 if r % 3 == 0 else x[r, (r * 7 + 3) % n]
+            x[r, (r * 5 + 1) % n] = -9.0
+        x[-1] = 2.5
+        x[-2] = -0.0
+        x[-2, 1::5] = 0.0
+        x[-3, n - 1] = np.nan
+        x[-4, 0] = np.nan
+        x[-5, n // 2] = np.nan
+        x[-6, :] = -np.inf
+        x[-6, n - 1] = np.inf
+        _args(x, 1)
+        _args(x[: min(rows, n)].reshape(-1), 0)
+        for r in (-5, -4, -3):  # rank 1: the first NaN without select_last_index
+            _args(np.ascontiguousarray(x[r]), 0)
+    _args((RNG.standard_normal((128, 384)) * 100).astype(dtype), -1, threads=2)
 
 
 @pytest.mark.parametrize("dtype", ARG_DTYPES)
