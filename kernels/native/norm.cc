@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "as_array.h"
@@ -257,31 +258,152 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void RowsAvx512(const RowCa
 #endif
 
 #if NPU_EP_X86
-// RmsRow's float16 rows on AVX-512: x widened 16 halves at a time into the float32 row the sum of squares reads,
-// and y = (x * scale) * inv rounded to float16 in the lanes (RowsImpl's scratch y row and its separate rounding
-// pass left out): the same operations, so the same bits.
+// A row's 16 elements from j (mask m) as float32 (float16 widened), and a float32 vector stored as T (float16 rounded
+// to nearest even, as FloatToHalfRow).
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) inline __m512 Load16(const T* x, __mmask16 m) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x));
+  else
+    return _mm512_maskz_loadu_ps(m, x);
+}
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) inline void Store16(T* y, __mmask16 m, __m512 v) {
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __asm__("" : "+v"(h));  // keeps vcvtps2ph's register form: its store form is several times slower on Zen
+    _mm256_mask_storeu_epi16(y, m, h);
+  } else {
+    _mm512_mask_storeu_ps(y, m, v);
+  }
+}
+
+// LaneTotal of 16 lanes in a register: the same pairwise adds (lanes[k] + lanes[k + w], w = 8, 4, 2, 1).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline float LaneTotal16(__m512 v) {
+  const __m256 h =
+      _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(p, _mm_shuffle_ps(p, p, 1)));
+}
+
+constexpr int64_t kRmsBlock = 4;  // rows whose scalar steps (a dot call, a division and square root) overlap
+
+// RmsRow's float16 rows on AVX-512, kRmsBlock at a time: x widened 16 halves at a time into the float32 rows the
+// sums of squares read, y = (x * scale) * inv rounded to float16 in the lanes (RowsImpl's scratch y row and its
+// separate rounding pass left out): the same operations, so the same bits.
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void RmsHalfRowsAvx512(const RowCall& c, int64_t first,
                                                                                  int64_t last) {
-  const int64_t d = c.d;
-  float* in = Grow(t_scratch, d);
-  for (int64_t r = first; r < last; ++r) {
-    const uint16_t* x = static_cast<const uint16_t*>(c.x) + r * d;
-    uint16_t* y = static_cast<uint16_t*>(c.y) + r * d;
-    for (int64_t j = 0; j < d; j += 16) {
-      const __mmask16 m = static_cast<__mmask16>(d - j >= 16 ? 0xFFFF : (1u << (d - j)) - 1u);
-      _mm512_mask_storeu_ps(in + j, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + j)));
+  constexpr __mmask16 kAll = 0xFFFF;
+  const int64_t d = c.d, full = d & ~int64_t{15};
+  const auto tail = static_cast<__mmask16>((1u << (d - full)) - 1u);
+  float* in = Grow(t_scratch, kRmsBlock * d);
+  for (int64_t r0 = first; r0 < last; r0 += kRmsBlock) {
+    const int64_t n = std::min(kRmsBlock, last - r0);
+    for (int64_t k = 0; k < n; ++k) {
+      const uint16_t* x = static_cast<const uint16_t*>(c.x) + (r0 + k) * d;
+      float* w = in + k * d;
+      for (int64_t j = 0; j < full; j += 16) _mm512_storeu_ps(w + j, Load16(x + j, kAll));
+      if (tail) _mm512_mask_storeu_ps(w + full, tail, Load16(x + full, tail));
     }
-    const float squares = c.sdot != nullptr ? c.sdot(d, in, 1, in, 1) : SumSquares(in, d, 0.0f);
-    const double ms = static_cast<double>(squares) / static_cast<double>(d) + c.eps_d;
-    const float inv = static_cast<float>(1.0 / std::sqrt(ms));
-    const __m512 iv = _mm512_set1_ps(inv);
-    for (int64_t j = 0; j < d; j += 16) {
-      const __mmask16 m = static_cast<__mmask16>(d - j >= 16 ? 0xFFFF : (1u << (d - j)) - 1u);
-      const __m512 v =
-          _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, in + j), _mm512_maskz_loadu_ps(m, c.scale + j)), iv);
-      _mm256_mask_storeu_epi16(y + j, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    float inv[kRmsBlock];
+    for (int64_t k = 0; k < n; ++k) {
+      const float* w = in + k * d;
+      const float squares = c.sdot != nullptr ? c.sdot(d, w, 1, w, 1) : SumSquares(w, d, 0.0f);
+      const double ms = static_cast<double>(squares) / static_cast<double>(d) + c.eps_d;
+      inv[k] = static_cast<float>(1.0 / std::sqrt(ms));
     }
-    if (c.inv != nullptr) c.inv[r] = inv;
+    for (int64_t k = 0; k < n; ++k) {
+      const float* w = in + k * d;
+      uint16_t* y = static_cast<uint16_t*>(c.y) + (r0 + k) * d;
+      const __m512 iv = _mm512_set1_ps(inv[k]);
+      for (int64_t j = 0; j < full; j += 16)
+        Store16(y + j, kAll, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(w + j), _mm512_loadu_ps(c.scale + j)), iv));
+      if (tail)
+        Store16(
+            y + full, tail,
+            _mm512_mul_ps(
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, w + full), _mm512_maskz_loadu_ps(tail, c.scale + full)), iv));
+      if (c.inv != nullptr) c.inv[r0 + k] = inv[k];
+    }
+  }
+}
+#endif
+
+#if NPU_EP_X86
+constexpr int64_t kLayerBlock = 4;  // rows whose lane sums interleave
+
+// y[j, j + 16) of one LayerRow: ((x - mean) * inv) * scale (+ shift), rounded to T.
+template <typename T, bool kShift>
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) inline void LayerOut16(const RowCall& c, const T* x, T* y,
+                                                                                 int64_t j, __mmask16 m, __m512 mean,
+                                                                                 __m512 inv) {
+  __m512 v =
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(Load16(x + j, m), mean), inv), _mm512_maskz_loadu_ps(m, c.scale + j));
+  if constexpr (kShift) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c.shift + j));
+  Store16(y + j, m, v);
+}
+
+// LayerRow's rows on AVX-512, kLayerBlock at a time: each row's sums in its own 16 lanes in Sum's and SumSquares'
+// order, its y with LayerRow's operations, so LayerRow's bits; the rows' adds overlap instead of each waiting on the
+// previous add of its own row (one vector of lanes per row is a chain of d / 16 dependent adds). x widened in the
+// loads and y rounded in the lanes (float16), no scratch rows.
+template <typename T, bool kShift>
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void LayerRowsAvx512(const RowCall& c, int64_t first,
+                                                                               int64_t last) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  const int64_t d = c.d, full = d & ~int64_t{15};
+  const auto tail = static_cast<__mmask16>((1u << (d - full)) - 1u);
+  const float fd = static_cast<float>(d);
+  for (int64_t r0 = first; r0 < last; r0 += kLayerBlock) {
+    const int64_t n = std::min(kLayerBlock, last - r0);
+    const T* x0 = static_cast<const T*>(c.x) + r0 * d;  // rows past `last` read row r0 again, their results unused
+    const T* x1 = n > 1 ? x0 + d : x0;
+    const T* x2 = n > 2 ? x0 + 2 * d : x0;
+    const T* x3 = n > 3 ? x0 + 3 * d : x0;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t j = 0; j < full; j += 16) {
+      a0 = _mm512_add_ps(a0, Load16(x0 + j, kAll)), a1 = _mm512_add_ps(a1, Load16(x1 + j, kAll));
+      a2 = _mm512_add_ps(a2, Load16(x2 + j, kAll)), a3 = _mm512_add_ps(a3, Load16(x3 + j, kAll));
+    }
+    if (tail) {
+      a0 = _mm512_mask_add_ps(a0, tail, a0, Load16(x0 + full, tail));
+      a1 = _mm512_mask_add_ps(a1, tail, a1, Load16(x1 + full, tail));
+      a2 = _mm512_mask_add_ps(a2, tail, a2, Load16(x2 + full, tail));
+      a3 = _mm512_mask_add_ps(a3, tail, a3, Load16(x3 + full, tail));
+    }
+    const float mean[kLayerBlock] = {LaneTotal16(a0) / fd, LaneTotal16(a1) / fd, LaneTotal16(a2) / fd,
+                                     LaneTotal16(a3) / fd};
+    const __m512 m0 = _mm512_set1_ps(mean[0]), m1 = _mm512_set1_ps(mean[1]), m2 = _mm512_set1_ps(mean[2]),
+                 m3 = _mm512_set1_ps(mean[3]);
+    a0 = a1 = a2 = a3 = _mm512_setzero_ps();
+    __m512 t0, t1, t2, t3;
+    for (int64_t j = 0; j < full; j += 16) {
+      t0 = _mm512_sub_ps(Load16(x0 + j, kAll), m0), t1 = _mm512_sub_ps(Load16(x1 + j, kAll), m1);
+      t2 = _mm512_sub_ps(Load16(x2 + j, kAll), m2), t3 = _mm512_sub_ps(Load16(x3 + j, kAll), m3);
+      a0 = _mm512_add_ps(a0, _mm512_mul_ps(t0, t0)), a1 = _mm512_add_ps(a1, _mm512_mul_ps(t1, t1));
+      a2 = _mm512_add_ps(a2, _mm512_mul_ps(t2, t2)), a3 = _mm512_add_ps(a3, _mm512_mul_ps(t3, t3));
+    }
+    if (tail) {
+      t0 = _mm512_sub_ps(Load16(x0 + full, tail), m0), t1 = _mm512_sub_ps(Load16(x1 + full, tail), m1);
+      t2 = _mm512_sub_ps(Load16(x2 + full, tail), m2), t3 = _mm512_sub_ps(Load16(x3 + full, tail), m3);
+      a0 = _mm512_mask_add_ps(a0, tail, a0, _mm512_mul_ps(t0, t0));
+      a1 = _mm512_mask_add_ps(a1, tail, a1, _mm512_mul_ps(t1, t1));
+      a2 = _mm512_mask_add_ps(a2, tail, a2, _mm512_mul_ps(t2, t2));
+      a3 = _mm512_mask_add_ps(a3, tail, a3, _mm512_mul_ps(t3, t3));
+    }
+    const float squares[kLayerBlock] = {LaneTotal16(a0), LaneTotal16(a1), LaneTotal16(a2), LaneTotal16(a3)};
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t r = r0 + k;
+      const float inv = 1.0f / std::sqrt(squares[k] / fd + c.eps);
+      const __m512 mv = _mm512_set1_ps(mean[k]), iv = _mm512_set1_ps(inv);
+      const T* x = x0 + k * d;
+      T* y = static_cast<T*>(c.y) + r * d;
+      for (int64_t j = 0; j < full; j += 16) LayerOut16<T, kShift>(c, x, y, j, kAll, mv, iv);
+      if (tail) LayerOut16<T, kShift>(c, x, y, full, tail, mv, iv);
+      if (c.mean != nullptr) c.mean[r] = mean[k];
+      if (c.inv != nullptr) c.inv[r] = inv;
+    }
   }
 }
 #endif
@@ -291,6 +413,9 @@ void RunRows(const RowCall& c, int64_t first, int64_t last) {
 #if NPU_EP_X86
   const Isa isa = ActiveIsa();
   if (isa >= Isa::kAvx512 && c.half && c.kind == RowKind::kRms) return RmsHalfRowsAvx512(c, first, last);
+  if (isa >= Isa::kAvx512 && c.kind == RowKind::kLayer)
+    return c.half ? (c.shift ? LayerRowsAvx512<uint16_t, true> : LayerRowsAvx512<uint16_t, false>)(c, first, last)
+                  : (c.shift ? LayerRowsAvx512<float, true> : LayerRowsAvx512<float, false>)(c, first, last);
   if (isa >= Isa::kAvx512) return RowsAvx512(c, first, last);
   if (isa >= Isa::kAvx2) return RowsAvx2(c, first, last);
 #endif

@@ -4,7 +4,8 @@ RMSNormalization shares), SkipSimplifiedLayerNormalization and SkipLayerNormaliz
 optional output: row widths around the 16 lanes, row counts around the 16384-element task split, one thread and two (the
 same bits), any axis, a skip repeating over the batch, runtime parameters, special values (one per row: NaN, +-Inf, -0,
 a huge value whose square overflows, denormals), on every ISA level the host runs (SSE2, AVX2 and AVX-512 copies of the
-loops, F16C float16 rows at AVX2). SkipSimplified is bit for bit (its sum of squares is sequential, as ORT's); the
+loops, F16C float16 rows at AVX2; AVX-512 LayerNormalization rows and float16 RMS rows in blocks of four rows, checked
+byte for byte against the AVX2 rows). SkipSimplified is bit for bit (its sum of squares is sequential, as ORT's); the
 others differ from numpy's pairwise sums in summation order only: float32 within rtol 1e-5 / atol 1e-5 (the statistics
 too), float16 within 2e-3 (one float16 rounding apart). Sessions show NpuEP ran the node as its bound native step (no
 Python step), with the CPU EP's values."""
@@ -138,6 +139,33 @@ def test_float16_rms_rows_in_avx512_lanes_are_the_avx2_rows_bits():
                                                      threads, sdot)
                     got[isa, threads] = y.tobytes() + inv.tobytes()
             assert len(set(got.values())) == 1, f"d={d} sdot={sdot}: {sorted(k for k in got)} differ"
+
+
+@pytest.mark.skipif("avx512" not in host_isas(), reason="no AVX-512 on this host")
+@pytest.mark.parametrize("dt", [np.float32, np.float16], ids=lambda t: np.dtype(t).name)
+def test_layer_rows_in_avx512_blocks_are_the_avx2_rows_bits(dt):
+    """norm.cc's AVX-512 LayerNormalization rows (four rows' lane sums side by side, x widened and y rounded in the
+    lanes) give the bytes of the AVX2 copy's rows: y, mean and inv_std_var, row counts around the block of four,
+    widths around 16 and 32 lanes and their tails, one special value per row, with and without a shift, one thread
+    and two. The RMS rows of float16 (four rows a block, their BLAS dots or the kernel's lanes) likewise."""
+    from npu_ep.kernels import host_blas
+    nat = runtime.native_module()
+    for rows, d in [(r, w) for r in (1, 2, 3, 4, 5, 7, 8, 9) for w in (1, 7, *around(16, 32), 100)] + [(2731, 384)]:
+        x = _x((1, rows, d), dt, specials=True, rng=np.random.default_rng(rows * 1000 + d))
+        scale = RNG.uniform(0.5, 1.5, d).astype(np.float32)
+        shift = RNG.uniform(-0.5, 0.5, d).astype(np.float32)
+        calls = [(0, shift, 0), (0, None, 0)]
+        if dt == np.float16:
+            calls += [(1, None, host_blas.sdot_address() or 0), (1, None, 0)]
+        for kind, sh, sdot in calls:
+            got = {}
+            for isa in ("avx2", "avx512"):
+                for threads in (1, 2):
+                    for _ in cap_isa(isa):
+                        y, mean, inv, _ = nat.norm_rows(x, None, None, scale, sh, kind, d, 1e-5, kind == 0, True,
+                                                        False, None, threads, sdot)
+                    got[isa, threads] = y.tobytes() + inv.tobytes() + (mean.tobytes() if kind == 0 else b"")
+            assert len(set(got.values())) == 1, f"kind {kind} rows={rows} d={d} shift={sh is not None}: differ"
 
 
 @pytest.mark.parametrize("op", ["LayerNormalization", "SimplifiedLayerNormalization"])
