@@ -438,7 +438,11 @@ void DenseFlat(const QConv& q) {
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, Cg = s.Cg(), Cg4 = (Cg + 3) / 4 * 4, Kq = T * Cg4, nkq = Kq / 4;
   const int64_t P = s.P(), Mg = s.Mg(), CQ = s.group * Cg4 / 4;
-  const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + s.pl + s.pr, plane = Hp * Wp, NF = s.OH * Wp;
+  // a row's right pads are the next row's left pads (both hold x_zp'), so the pitch takes the wider side only
+  // (fewer dropped columns) where that still holds a whole output row
+  const bool shared = std::min(s.pl, s.pr) <= (s.kw - 1) * s.dw;
+  const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + (shared ? std::max(s.pl, s.pr) : s.pl + s.pr);
+  const int64_t plane = Hp * Wp, NF = s.OH * Wp;
   const int64_t slack = (s.kw - 1) * s.dw + kFlatCols;  // pixels a block's loads may read past the last plane
   const uint8_t flip = q.x_signed ? 0x80 : 0x00;   // x' = x + 128 for int8 x: the sign bit flipped
   const int32_t xzp = q.x_zp + (q.x_signed ? 128 : 0);
@@ -469,7 +473,7 @@ void DenseFlat(const QConv& q) {
       const bool inside = h >= s.pt && h < s.pt + s.H;
       if (!inside) return (void)std::memset(row, pad, Wp * 4);
       std::memset(row, pad, s.pl * 4);
-      std::memset(row + (s.pl + s.W) * 4, pad, s.pr * 4);
+      std::memset(row + (s.pl + s.W) * 4, pad, (Wp - s.pl - s.W) * 4);
       const uint8_t* src[4];
       for (int b = 0; b < 4; ++b) {
         const int64_t cc = cq * 4 + b, g = cc / Cg4, c = cc % Cg4;  // group g's channel c, or its padding

@@ -103,9 +103,12 @@ def test_flat_quads_rows_and_blocks_wide(isa, dtx):
     dict(kernel_shape=[1, 3], pads=[0, 1, 0, 1]),
     dict(kernel_shape=[3, 1], pads=[1, 0, 1, 0]), dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2]),
     dict(kernel_shape=[3, 3], dilations=[1, 3], pads=[0, 1, 2, 0]), dict(kernel_shape=[3, 3]),
-    dict(kernel_shape=[2, 2], pads=[1, 0, 0, 1])])
+    dict(kernel_shape=[2, 2], pads=[1, 0, 0, 1]), dict(kernel_shape=[3, 3], pads=[1, 2, 1, 0]),
+    dict(kernel_shape=[1, 1], pads=[1, 2, 1, 1]), dict(kernel_shape=[3, 3], pads=[0, 3, 1, 3])])
 @pytest.mark.parametrize("w", [7, 49, 50])
 def test_flat_taps_dilations_and_pads(isa, attrs, w):
+    """A row's right pads double as the next row's left ones where the kernel's span covers the narrower side (the
+    image's pitch is W + the wider pad), else the pitch holds both."""
     rng = np.random.default_rng(w)
     kh, kw = attrs["kernel_shape"]
     _qlinear((2, 6, 5, w), (11, 6, kh, kw), rng, **attrs)
