@@ -145,14 +145,10 @@ struct Chain {
   float* out = nullptr;  // [L0, L1, S, Hv]
 };
 
-// Rows [s0, s1) of head (b, n).
-void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, ScoresPrologue fused_scores, int64_t b, int64_t n,
-          int64_t s0, int64_t s1) {
+// Rows [s0, s1) of head (b, n) without the fused scores: kRows rows per pass over K and V.
+void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, int64_t b, int64_t n, int64_t s0, int64_t s1) {
   const int64_t H = c.H, T = c.T, Hv = c.Hv, ld = std::max<int64_t>((T + 15) / 16 * 16, 16);
   const bool transposed = c.S >= kTransposeRows;
-  // sdpa's scores with the multiply and the mask in their epilogue (a divide keeps the separate prologue)
-  const bool fused = fused_scores && transposed && c.scale_kind != 2 && (!c.has_mask || c.mask.strides[3] == 1);
-  const bool q_direct = fused && c.q.strides[3] == 1;  // the fused scores read Q rows where they are
   thread_local std::vector<float> qbuf, sc, kbuf, vbuf;
   qbuf.resize(kRows * H);
   sc.resize(kRows * ld);
@@ -204,26 +200,20 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, ScoresProlo
     for (int r = 0; r < rows; ++r) {
       orow[r] = c.out + (((b * c.L1 + n) * c.S) + r0 + r) * Hv;
       const float* qs = q0 + (r0 + r) * c.q.strides[2];
-      if (q_direct) continue;
       if (c.q.strides[3] == 1) {
         std::memcpy(qbuf.data() + r * H, qs, H * sizeof(float));  // a strided copy loop was ~0.3 us of 8 x 64
       } else {
         for (int64_t i = 0; i < H; ++i) qbuf[r * H + i] = qs[i * c.q.strides[3]];
       }
     }
-    float maxes[kRows];
-    if (fused)
-      fused_scores(q_direct ? q0 + r0 * c.q.strides[2] : qbuf.data(), q_direct ? c.q.strides[2] : H, rows, kuse, ldk,
-                   64, T, H, c.scale_kind == 1 ? c.scale : 1.0f, m0 ? m0 + r0 * c.mask.strides[2] : nullptr,
-                   c.mask.strides[2], sc.data(), ld, maxes);
-    else if (transposed)
+    if (transposed)
       ops.scores_t(qbuf.data(), rows, kuse, ldk, T, H, sc.data(), ld);
     else
       ops.scores(qbuf.data(), rows, kuse, T, H, sc.data(), ld);
     for (int r = 0; r < rows; ++r) {
       float* row = sc.data() + r * ld;
       const float* mr = m0 ? m0 + (r0 + r) * c.mask.strides[2] : nullptr;
-      const float m = fused ? maxes[r] : prologue(row, T, c.scale_kind, c.scale, mr, c.mask.strides[3]);
+      const float m = prologue(row, T, c.scale_kind, c.scale, mr, c.mask.strides[3]);
       if (std::isnan(m) || std::isinf(m)) {  // the chain's Softmax gives a NaN row: P V is NaN, or 0 P V guarded
         const bool zero = c.zero_nan_rows || (c.masked_rows_zero && m < 0.0f);
         std::fill(row, row + T, 0.0f);
@@ -235,6 +225,61 @@ void Task(const Chain& c, const gqa::Ops& ops, RowPrologue prologue, ScoresProlo
     ops.pv(sc.data(), rows, ld, vuse, T, Hv, sums, orow);
   }
 }
+
+#if NPU_EP_X86
+// Rows [s0, s1) of head (b, n) with the fused scores (AVX-512), K transposed in panels: sdpa's PanelPass over passes
+// of query rows (the same operations in the same order as Task's fused 4-row passes).
+void FusedTask(const Chain& c, const gqa::Ops& ops, ScoresPrologue fused_scores, int64_t b, int64_t n, int64_t s0,
+               int64_t s1) {
+  const int64_t H = c.H, T = c.T, Hv = c.Hv, ld = std::max<int64_t>((T + 15) / 16 * 16, 16), pass = PassRows(T);
+  const bool q_direct = c.q.strides[3] == 1;  // Q rows read where they are
+  thread_local std::vector<float> qbuf, sc, kbuf, vbuf, acc;
+  qbuf.resize(kPassRows * H);
+  sc.resize(kPassRows * ld);
+  acc.resize(kPassRows * Hv);
+  const float* k0 = c.kt.At(b, n);
+  const int64_t ki = c.kt.strides[2], kj = c.kt.strides[3];  // element (i, j) of K^T: k0[i * ki + j * kj]
+  kbuf.resize((T + kPanel - 1) / kPanel * kPanel * H);
+  const bool tiles = ki == 1 && H % 16 == 0;  // K rows: 16 x 16 register tiles
+  for (int64_t jb = 0; jb < T; jb += 16) {    // 16 keys at a time: short runs on both sides
+    float* col = kbuf.data() + jb / kPanel * kPanel * H + jb % kPanel;  // key jb's channel 0
+    if (tiles && jb + 16 <= T) {
+      TransposeKeys16x512(k0 + jb * kj, kj, H, col, kPanel);
+      continue;
+    }
+    for (int64_t i = 0; i < H; ++i)
+      for (int64_t j = jb; j < std::min(jb + 16, T); ++j) col[i * kPanel + j - jb] = k0[i * ki + j * kj];
+  }
+  const float* v0 = c.v.At(b, n);
+  PanelArgs p;
+  p.kt = kbuf.data();
+  p.v = v0;
+  if (c.v.strides[3] != 1 || c.v.strides[2] != Hv) {  // P V reads rows of Hv at a pitch of Hv
+    vbuf.resize(T * Hv);
+    for (int64_t j = 0; j < T; ++j)
+      for (int64_t i = 0; i < Hv; ++i) vbuf[j * Hv + i] = v0[j * c.v.strides[2] + i * c.v.strides[3]];
+    p.v = vbuf.data();
+  }
+  p.h = H, p.hv = Hv, p.t = T, p.scale = c.scale_kind == 1 ? c.scale : 1.0f;
+  p.ldb = c.mask.strides[2], p.nan_rows_zero = c.zero_nan_rows, p.masked_rows_zero = c.masked_rows_zero;
+  const float* q0 = c.q.At(b, n);
+  const float* m0 = c.has_mask ? c.mask.At(b, n) : nullptr;
+  float* orow[kPassRows];
+  p.out = orow;
+  for (int64_t r0 = s0; r0 < s1; r0 += pass) {
+    const int64_t rows = std::min(pass, s1 - r0);
+    p.q = q_direct ? q0 + r0 * c.q.strides[2] : qbuf.data(), p.lq = q_direct ? c.q.strides[2] : H;
+    for (int64_t r = 0; r < rows; ++r) {
+      orow[r] = c.out + (((b * c.L1 + n) * c.S) + r0 + r) * Hv;
+      const float* qs = q0 + (r0 + r) * c.q.strides[2];
+      if (!q_direct)
+        for (int64_t i = 0; i < H; ++i) qbuf[r * H + i] = qs[i * c.q.strides[3]];
+    }
+    p.bias = m0 ? m0 + r0 * c.mask.strides[2] : nullptr;
+    PanelPass(p, rows, fused_scores, ops, sc.data(), ld, acc.data());
+  }
+}
+#endif
 
 py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::array& v, const py::object& mask,
                            int scale_kind, float scale, int threads, bool zero_nan_rows, bool k_rows, int64_t k_group,
@@ -281,6 +326,9 @@ py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::ar
     const gqa::Ops ops = gqa::SelectOps();
     const RowPrologue prologue = SelectPrologue();
     const ScoresPrologue fused_scores = SelectScoresPrologue();
+    // sdpa's scores with the multiply and the mask in their epilogue (a divide keeps the separate prologue)
+    [[maybe_unused]] const bool fused =
+        fused_scores && c.S >= kTransposeRows && c.scale_kind != 2 && (!c.has_mask || c.mask.strides[3] == 1);
     const int used = ThreadsFor(threads, heads * c.S * c.T * (c.H + c.Hv));
     // Each row's result does not depend on the task holding it, so the split may follow the thread count: whole
     // heads (K transposed once per head) unless that leaves threads idle, then about two tasks per thread.
@@ -288,7 +336,11 @@ py::array AttentionChainPy(const py::array& q, const py::array& kt, const py::ar
     const int64_t rows = (c.S + chunks - 1) / chunks;
     ParallelFor(used, heads * chunks, [&](int64_t t) {
       const int64_t head = t / chunks, s0 = (t % chunks) * rows;
-      if (s0 < c.S) Task(c, ops, prologue, fused_scores, head / c.L1, head % c.L1, s0, std::min(c.S, s0 + rows));
+      if (s0 >= c.S) return;
+#if NPU_EP_X86
+      if (fused) return FusedTask(c, ops, fused_scores, head / c.L1, head % c.L1, s0, std::min(c.S, s0 + rows));
+#endif
+      Task(c, ops, prologue, head / c.L1, head % c.L1, s0, std::min(c.S, s0 + rows));
     });
   }
   return y.reshape(std::vector<py::ssize_t>(shape.begin() + (4 - rank), shape.end()));

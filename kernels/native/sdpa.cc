@@ -44,7 +44,6 @@ namespace {
 
 using gqa::kRows;
 constexpr int64_t kTransposeRows = 16;  // from this many query rows on, K is transposed once per task
-constexpr int64_t kPanel = 64;          // keys per panel of the fused scores' transposed K (its 64-key blocks)
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // n elements at `offset` of `base` (float, or half when fp16) as float32 into dst, plus bias[i] when given.
@@ -465,73 +464,39 @@ void Task(const SdpaArgs& a, const gqa::Ops& ops, Prologue prologue, int64_t b, 
 }
 
 #if NPU_EP_X86
-constexpr int64_t kBlockRows = 64;  // query rows per pass over K and V at most
-constexpr int64_t kScoresPass = int64_t{1} << 18;  // floats of scores per pass (1 MB: L2), from 16 rows up
-
-// Rows [s0, s1) of head (b, n) with the fused scores (AVX-512), K transposed in panels of kPanel keys: up to
-// kBlockRows rows per pass, whose 4-row groups take turns on each panel's scores and then on its P V terms, so a
-// panel of K or V is read from memory once per pass, not once per 4 rows, and from L1 by the groups after the
-// first. Every score, maximum, exp and P V sum is Task's operations in Task's order (P V's accumulators are stored
-// between panels; a maximum is the same whichever blocks it is taken over), so the bits are the 4-row passes'.
+// Rows [s0, s1) of head (b, n) with the fused scores (AVX-512), K transposed in panels: PanelPass over passes of
+// query rows.
 void FusedTask(const SdpaArgs& a, const gqa::Ops& ops, ScoresPrologue fused_scores, int64_t b, int64_t n, int64_t s0,
                int64_t s1) {
   const int64_t H = a.H, Hv = a.Hv, T = a.P + a.L, ld = std::max<int64_t>((T + 15) / 16 * 16, 16);
   const bool bias = HasBias(a), q_direct = !a.fp16 && !a.q.bias;  // float32 Q rows are read where they are
-  const int64_t h = n / (a.N / a.Nkv);
+  const int64_t h = n / (a.N / a.Nkv), pass = PassRows(T);
   thread_local Buffers buf;
-  buf.q.resize(kBlockRows * H);
-  buf.sc.resize(kBlockRows * ld);
-  if (bias) buf.bias.resize(kBlockRows * T);
+  buf.q.resize(kPassRows * H);
+  buf.sc.resize(kPassRows * ld);
+  if (bias) buf.bias.resize(kPassRows * T);
   int64_t ldk = ld;
-  const float* kt = GatherKeys(a, b, h, true, ld, buf, &ldk, true);
-  const float* vuse = GatherValues(a, b, h, buf);
-  buf.acc.resize(kBlockRows * Hv);
-  if (a.fp16) buf.out.resize(kBlockRows * Hv);
-  float maxes[kBlockRows], sums[kBlockRows];
-  float* orow[kBlockRows];
-  const int64_t pass = std::min(kBlockRows, std::max<int64_t>(16, kScoresPass / ld / kRows * kRows));
+  PanelArgs p;
+  p.kt = GatherKeys(a, b, h, true, ld, buf, &ldk, true);
+  p.v = GatherValues(a, b, h, buf);
+  p.h = H, p.hv = Hv, p.t = T, p.scale = a.scale, p.ldb = T, p.masked_rows_zero = true;
+  buf.acc.resize(kPassRows * Hv);
+  if (a.fp16) buf.out.resize(kPassRows * Hv);
+  float* orow[kPassRows];
+  p.out = orow;
   for (int64_t r0 = s0; r0 < s1; r0 += pass) {
     const int64_t rows = std::min(pass, s1 - r0);
-    const float* q = buf.q.data();
-    int64_t lq = H;
-    if (q_direct) q = static_cast<const float*>(a.q.data) + b * a.q.sb + n * a.q.sn + r0 * a.q.sr, lq = a.q.sr;
+    p.q = buf.q.data(), p.lq = H;
+    if (q_direct) p.q = static_cast<const float*>(a.q.data) + b * a.q.sb + n * a.q.sn + r0 * a.q.sr, p.lq = a.q.sr;
     for (int64_t r = 0; r < rows; ++r) {
       if (!q_direct)
         LoadRow(a.q.data, b * a.q.sb + n * a.q.sn + (r0 + r) * a.q.sr, a.fp16, H, a.q.bias ? a.q.bias + n * H : nullptr,
                 buf.q.data() + r * H);
       if (bias) BuildBias(a, b, n, r0 + r, buf.bias.data() + r * T);
       orow[r] = a.fp16 ? buf.out.data() + r * Hv : static_cast<float*>(a.out) + b * a.ob + n * a.on + (r0 + r) * a.os;
-      maxes[r] = -kInf;
     }
-    for (int64_t j0 = 0; j0 < T; j0 += kPanel) {
-      const int64_t nk = std::min(kPanel, T - j0);
-      for (int64_t g = 0; g < rows; g += kRows) {
-        const int gr = static_cast<int>(std::min<int64_t>(kRows, rows - g));
-        float m[kRows];
-        fused_scores(q + g * lq, lq, gr, kt + j0 * H, ldk, kPanel * H, nk, H, a.scale,
-                     bias ? buf.bias.data() + g * T + j0 : nullptr, T, buf.sc.data() + g * ld + j0, ld, m);
-        for (int r = 0; r < gr; ++r) {
-          float& x = maxes[g + r];
-          x = std::isnan(x) || std::isnan(m[r]) ? std::numeric_limits<float>::quiet_NaN() : std::max(x, m[r]);
-        }
-      }
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = buf.sc.data() + r * ld;
-      const float m = maxes[r];
-      if (std::isnan(m) || std::isinf(m)) {  // every score -inf: zeros (ORT's rule); a NaN or +inf: NaN
-        std::fill(row, row + T, 0.0f);
-        sums[r] = m < 0.0f ? 1.0f : std::numeric_limits<float>::quiet_NaN();
-        continue;
-      }
-      sums[r] = ops.exp_sum(row, T, m);
-    }
-    for (int64_t j0 = 0; j0 < T; j0 += kPanel) {
-      const int64_t nk = std::min(kPanel, T - j0);
-      for (int64_t g = 0; g < rows; g += kRows)
-        PvPart512(buf.sc.data() + g * ld + j0, static_cast<int>(std::min<int64_t>(kRows, rows - g)), ld, vuse + j0 * Hv,
-                  nk, Hv, buf.acc.data() + g * Hv, Hv, j0 == 0, j0 + nk >= T, sums + g, orow + g);
-    }
+    p.bias = bias ? buf.bias.data() : nullptr;
+    PanelPass(p, rows, fused_scores, ops, buf.sc.data(), ld, buf.acc.data());
     if (a.fp16)
       for (int64_t r = 0; r < rows; ++r)
         FloatToHalfRow(orow[r], static_cast<uint16_t*>(a.out) + b * a.ob + n * a.on + (r0 + r) * a.os, Hv);
@@ -573,6 +538,43 @@ ScoresPrologue SelectScoresPrologue() {
 #if NPU_EP_X86
 void TransposeKeys16x512(const float* src, int64_t ls, int64_t H, float* dst, int64_t ld) {
   Transpose16Rows512<false>(src, ls, H, dst, ld);
+}
+
+void PanelPass(const PanelArgs& p, int64_t rows, ScoresPrologue fused_scores, const gqa::Ops& ops, float* sc,
+               int64_t ld, float* acc) {
+  const int64_t T = p.t;
+  float maxes[kPassRows], sums[kPassRows];
+  std::fill(maxes, maxes + rows, -kInf);
+  for (int64_t j0 = 0; j0 < T; j0 += kPanel) {
+    const int64_t nk = std::min(kPanel, T - j0);
+    for (int64_t g = 0; g < rows; g += kRows) {
+      const int gr = static_cast<int>(std::min<int64_t>(kRows, rows - g));
+      float m[kRows];
+      fused_scores(p.q + g * p.lq, p.lq, gr, p.kt + j0 * p.h, kPanel, kPanel * p.h, nk, p.h, p.scale,
+                   p.bias ? p.bias + g * p.ldb + j0 : nullptr, p.ldb, sc + g * ld + j0, ld, m);
+      for (int r = 0; r < gr; ++r) {
+        float& x = maxes[g + r];
+        x = std::isnan(x) || std::isnan(m[r]) ? std::numeric_limits<float>::quiet_NaN() : std::max(x, m[r]);
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = sc + r * ld;
+    const float m = maxes[r];
+    if (std::isnan(m) || std::isinf(m)) {  // NaN or +inf: a NaN row; every score -inf: zeros where asked
+      const bool zero = p.nan_rows_zero || (p.masked_rows_zero && m < 0.0f);
+      std::fill(row, row + T, 0.0f);
+      sums[r] = zero ? 1.0f : std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    sums[r] = ops.exp_sum(row, T, m);
+  }
+  for (int64_t j0 = 0; j0 < T; j0 += kPanel) {
+    const int64_t nk = std::min(kPanel, T - j0);
+    for (int64_t g = 0; g < rows; g += kRows)
+      PvPart512(sc + g * ld + j0, static_cast<int>(std::min<int64_t>(kRows, rows - g)), ld, p.v + j0 * p.hv, nk, p.hv,
+                acc + g * p.hv, p.hv, j0 == 0, j0 + nk >= T, sums + g, p.out + g);
+  }
 }
 #endif
 

@@ -4,9 +4,11 @@
 // the three ops' masks are the reference.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cpu.h"
+#include "gqa_internal.h"
 
 namespace npu_ep::kern {
 
@@ -75,9 +77,43 @@ using ScoresPrologue = void (*)(const float* q, int64_t lq, int rows, const floa
                                 int64_t ld, float* max);
 ScoresPrologue SelectScoresPrologue();
 
+constexpr int64_t kPanel = 64;       // keys per panel of K transposed for PanelPass (the fused scores' blocks)
+constexpr int64_t kPassRows = 64;    // query rows per PanelPass at most
+constexpr int64_t kPassScores = int64_t{1} << 18;  // floats of scores per pass (1 MB: L2), from 16 rows up
+
+// The query rows of one pass over `t` keys: kPassRows, fewer when their scores would pass kPassScores.
+inline int64_t PassRows(int64_t t) {
+  const int64_t ld = (t + 15) / 16 * 16;
+  return t <= 0 ? kPassRows : std::min<int64_t>(kPassRows, std::max<int64_t>(16, kPassScores / ld / 4 * 4));
+}
+
+// One head's operands of a PanelPass.
+struct PanelArgs {
+  const float* q = nullptr;  // query row r's h channels at q + r * lq
+  int64_t lq = 0;
+  const float* kt = nullptr;  // K in panels: key j's channel i at (j / kPanel) * kPanel * h + i * kPanel + j % kPanel
+  const float* v = nullptr;  // value row j's hv channels at v + j * hv
+  int64_t h = 0, hv = 0, t = 0;
+  float scale = 1.0f;  // the scores' multiplier
+  const float* bias = nullptr;  // row r's additive terms at bias + r * ldb, or null
+  int64_t ldb = 0;
+  bool nan_rows_zero = false;  // a row whose maximum is NaN or infinite gives zeros (else: NaN, ...)
+  bool masked_rows_zero = false;  // ... except that one whose every score is -inf gives zeros
+  float* const* out = nullptr;  // row r's hv results
+};
+
 #if NPU_EP_X86
 // dst[i * ld + k] = src[k * ls + i] for 16 key rows k and H channels i (H a multiple of 16; AVX-512 hosts only).
 void TransposeKeys16x512(const float* src, int64_t ls, int64_t H, float* dst, int64_t ld);
+
+// softmax(scores) V of `rows` (<= kPassRows) query rows with the fused scores (AVX-512 hosts): the rows' 4-row
+// groups take turns on each K panel's scores and then on its P V terms, so a panel of K or V is read from memory
+// once per pass, not once per 4 rows, and from L1 by the groups after the first. Every score, maximum, exp and
+// P V sum is the 4-row passes' operations in their order (P V's accumulators are stored between panels; a maximum
+// is the same whichever blocks it is taken over): the bits of gqa's kernels on whole rows. sc: rows x ld floats
+// (ld >= t), acc: rows x hv.
+void PanelPass(const PanelArgs& p, int64_t rows, ScoresPrologue fused_scores, const gqa::Ops& ops, float* sc,
+               int64_t ld, float* acc);
 #endif
 
 // Runs the call. Each task does its rows in a fixed order, and whether K is transposed depends only on S, so the

@@ -113,3 +113,36 @@ def test_key_rows_in_register_tiles_give_the_same_bits(chain_isa):
                 _check(q, kt, v, mask, scale_kind=kind)
                 want = NAT.attention_chain(q, np.ascontiguousarray(kt), v, mask, kind, 0.3, 1, False)
                 assert NAT.attention_chain(q, kt, v, mask, kind, 0.3, 1, False).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("zero_nan_rows", [False, True])
+def test_passes_over_key_panels(chain_isa, zero_nan_rows):
+    """With the fused scores (AVX-512, 16+ query rows, no divide) up to 64 query rows share a pass over K and V in
+    4-row groups (fewer when their scores would pass 1 MB), K transposed in 64-key panels and P V summed panel by
+    panel: rows around the groups and passes, keys around the panels, head dims with a value tail, a mask broadcast
+    over the rows, special rows in a later pass with their cause past the first panel, 4100 keys (60-row passes);
+    the reference's values and the same bits at two threads, K as rows or as a contiguous K^T."""
+    for h, hv in ((16, 16), (80, 40), (128, 128)):
+        for s, t in ((16, 63), (63, 64), (65, 65), (130, 129), (67, 200)):
+            q, kt, v, mask = _operands(s, t, h, hv, mask=t % 2 == 1, k_view=True)
+            _check(q, kt, v, mask, scale_kind=(s + t) % 2, zero_nan_rows=zero_nan_rows)
+            want = NAT.attention_chain(q, kt, v, mask, 1, 0.3, 1, zero_nan_rows)
+            got = NAT.attention_chain(q, np.ascontiguousarray(kt), v, mask, 1, 0.3, 1, zero_nan_rows)
+            assert got.tobytes() == want.tobytes()
+    q, kt, v, _ = _operands(70, 150, 32, 32)
+    _check(q, kt, v, RNG.standard_normal((1, 1, 1, 150)).astype(np.float32), zero_nan_rows=zero_nan_rows)
+    mask = np.where(RNG.random((1, 1, 70, 150)) < 0.3, np.float32(LOWEST), np.float32(0))
+    mask[0, 0, 66] = -np.inf            # every key masked, in the second pass
+    mask[0, 0, 67, 140] = np.inf        # an infinite maximum in the third panel
+    mask[0, 0, 68, 64:] = -np.inf       # only the first panel's keys count
+    q[0, 1, 69, 0] = np.nan             # a NaN query in the second pass
+    _check(q, kt, v, mask, zero_nan_rows=zero_nan_rows)
+    q, kt, v, mask = _operands(130, 4100, 16, 16, k_view=True)
+    _check(q, kt, v, mask, zero_nan_rows=zero_nan_rows)
+    for masked_rows_zero in (False, True):  # ORT's masked-row rule: a row whose every score is -inf gives zeros
+        q, kt, v, _ = _operands(70, 100, 16, 16)
+        mask = np.zeros((1, 1, 70, 100), np.float32)
+        mask[0, 0, 66] = -np.inf
+        got = NAT.attention_chain(q, kt, v, mask, 1, 0.3, 1, False, False, 1, 1, masked_rows_zero)
+        assert (got[0, :, 66] == 0).all() if masked_rows_zero else np.isnan(got[0, :, 66]).all()
+        assert not np.isnan(got[0, :, 65]).any()
