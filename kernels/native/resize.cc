@@ -442,6 +442,25 @@ void NearestNhwc(const PlanNhwc& p, const T* x, const int64_t* rows, const int64
   }
 }
 
+// The float16 input rows a task of output rows reads, each widened once: two slots, so the two neighbour rows an
+// output row blends stay while the next output rows read them too (a task's rows advance through the input).
+struct WideRows {
+  int64_t key[2] = {-1, -1};  // the slot's input row (n * H + ih), -1: none
+  std::vector<float>* buf[2];
+
+  int Find(int64_t row) const { return key[0] == row ? 0 : key[1] == row ? 1 : -1; }
+  // The slot holding `row`, widened into the slot other than `keep` when no slot holds it.
+  int Get(const uint16_t* x, int64_t row, int64_t n, int keep) {
+    const int found = Find(row);
+    if (found >= 0) return found;
+    const int s = keep == 0 ? 1 : 0;
+    buf[s]->resize(static_cast<size_t>(n));
+    HalfToFloatRow(x + row * n, buf[s]->data(), n);
+    key[s] = row;
+    return s;
+  }
+};
+
 // Linear over every output row (n, oh); T is float or uint16_t (float16 bits: the rows read widened exactly, each
 // output row rounded once).
 template <typename T>
@@ -450,38 +469,45 @@ void LinearNhwc(const PlanNhwc& p, const T* x, const int64_t* h0, const int64_t*
   if (p.C == 1) return LinearPlanes(p.Planes(), x, h0, h1, hw, w0, w1, ww, y, threads);
   const Blends blend = BlendsFor();
   const int64_t in_row = p.W * p.C, out_row = p.OW * p.C;
-  conv_detail::ParallelItems(threads, p.N * p.OH, out_row * 3, [&](int64_t r) {
+  ParallelRanges(threads, p.N * p.OH, out_row * 3, [&](int64_t first, int64_t last) {
     thread_local std::vector<float> a, b, t, wide_out;
-    const int64_t n = r / p.OH, oh = r % p.OH;
-    const T* image = x + n * p.H * in_row;
-    T* dst = y + r * out_row;
-    auto row = [&](int64_t ih, std::vector<float>& buf) -> const float* {
+    WideRows wide{{-1, -1}, {&a, &b}};
+    for (int64_t r = first; r < last; ++r) {
+      const int64_t n = r / p.OH, oh = r % p.OH;
+      T* dst = y + r * out_row;
+      // input row ih of image n in float32 (`keep`: the slot the other row of this output row holds)
+      auto row = [&](int64_t ih, int keep, int* slot) -> const float* {
+        if constexpr (sizeof(T) == 2) {
+          *slot = wide.Get(x, n * p.H + ih, in_row, keep);
+          return wide.buf[*slot]->data();
+        } else {
+          return x + (n * p.H + ih) * in_row;
+        }
+      };
+      float* out;
       if constexpr (sizeof(T) == 2) {
-        buf.resize(static_cast<size_t>(in_row));
-        HalfToFloatRow(image + ih * in_row, buf.data(), in_row);
-        return buf.data();
+        wide_out.resize(static_cast<size_t>(out_row));
+        out = wide_out.data();
       } else {
-        return image + ih * in_row;
+        out = dst;
       }
-    };
-    float* out;
-    if constexpr (sizeof(T) == 2) {
-      wide_out.resize(static_cast<size_t>(out_row));
-      out = wide_out.data();
-    } else {
-      out = dst;
+      int lo_slot = -1, hi_slot = -1;
+      const float* src;
+      if (h0) {
+        float* blended = w0 ? (t.resize(static_cast<size_t>(in_row)), t.data()) : out;  // no W pass: straight out
+        const float* lo = row(h0[oh], wide.Find(n * p.H + h1[oh]), &lo_slot);
+        const float* hi = row(h1[oh], lo_slot, &hi_slot);
+        blend.rows(lo, hi, hw[oh], blended, in_row);
+        src = blended;
+      } else {
+        src = row(oh, -1, &lo_slot);
+      }
+      if (w0)
+        blend.pixels(src, w0, w1, ww, p.OW, p.C, out);
+      else if (src != out)
+        std::copy(src, src + out_row, out);
+      if constexpr (sizeof(T) == 2) FloatToHalfRow(out, dst, out_row);
     }
-    const float* src = h0 ? nullptr : row(oh, a);
-    if (h0) {
-      float* blended = w0 ? (t.resize(static_cast<size_t>(in_row)), t.data()) : out;  // no W pass: straight out
-      blend.rows(row(h0[oh], a), row(h1[oh], b), hw[oh], blended, in_row);
-      src = blended;
-    }
-    if (w0)
-      blend.pixels(src, w0, w1, ww, p.OW, p.C, out);
-    else if (src != out)
-      std::copy(src, src + out_row, out);
-    if constexpr (sizeof(T) == 2) FloatToHalfRow(out, dst, out_row);
   });
 }
 
