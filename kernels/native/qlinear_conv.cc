@@ -176,22 +176,30 @@ struct PackGeom {
 };
 
 #if NPU_EP_X86
-// InterleaveQuad on AVX-512: 16 pixels at a time, the last few by masked loads and stores (no scalar tail).
+// InterleaveQuad on AVX-512: 64 pixels at a time, the last few by masked loads and stores (no scalar tail). The
+// byte and word unpacks work within 128-bit lanes, so lane L of q[0..3] holds pixels 16 L + [0, 4), [4, 8), [8, 12),
+// [12, 16); two rounds of lane shuffles put them in order.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void InterleaveQuadAvx512(const uint8_t* const src[4], int64_t W,
                                                                                uint8_t flip, uint8_t pad,
                                                                                uint8_t* dst) {
-  const __m128i f = _mm_set1_epi8(static_cast<char>(flip)), pv = _mm_set1_epi8(static_cast<char>(pad));
-  for (int64_t w = 0; w < W; w += 16) {
-    const int64_t n = std::min<int64_t>(16, W - w);
-    const __mmask16 k = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
-    __m128i r[4];
-    for (int b = 0; b < 4; ++b) r[b] = src[b] ? _mm_xor_si128(_mm_maskz_loadu_epi8(k, src[b] + w), f) : pv;
-    const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
-    const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
-    const __m256i d01 = _mm256_set_m128i(_mm_unpackhi_epi16(lo01, lo23), _mm_unpacklo_epi16(lo01, lo23));
-    const __m256i d23 = _mm256_set_m128i(_mm_unpackhi_epi16(hi01, hi23), _mm_unpacklo_epi16(hi01, hi23));
-    const __mmask64 bytes = n == 16 ? ~0ull : (1ull << (4 * n)) - 1;
-    _mm512_mask_storeu_epi8(dst + w * 4, bytes, _mm512_inserti64x4(_mm512_castsi256_si512(d01), d23, 1));
+  const __m512i f = _mm512_set1_epi8(static_cast<char>(flip)), pv = _mm512_set1_epi8(static_cast<char>(pad));
+  for (int64_t w = 0; w < W; w += 64) {
+    const int64_t n = std::min<int64_t>(64, W - w);
+    const __mmask64 k = n == 64 ? ~0ull : (1ull << n) - 1;
+    __m512i r[4];
+    for (int b = 0; b < 4; ++b) r[b] = src[b] ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src[b] + w), f) : pv;
+    const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
+    const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
+    const __m512i q[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                          _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+    const __m512i t0 = _mm512_shuffle_i32x4(q[0], q[1], 0x44), t1 = _mm512_shuffle_i32x4(q[2], q[3], 0x44);
+    const __m512i t2 = _mm512_shuffle_i32x4(q[0], q[1], 0xEE), t3 = _mm512_shuffle_i32x4(q[2], q[3], 0xEE);
+    const __m512i out[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
+                            _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
+    for (int v = 0; v < 4 && 16 * v < n; ++v) {
+      const int64_t left = n - 16 * v;
+      _mm512_mask_storeu_epi8(dst + (w + 16 * v) * 4, left >= 16 ? ~0ull : (1ull << (4 * left)) - 1, out[v]);
+    }
   }
 }
 #endif
@@ -426,7 +434,7 @@ __attribute__((target(NPU_CONV_VNNI))) void WeightSums(const int8_t* w, int64_t 
 int64_t FlatToOut(int64_t p, int64_t Wp, int64_t OW) { return p / Wp * OW + std::min(p % Wp, OW); }
 
 bool FlatApplies(const QConv& q) {
-  if (ActiveIsa() < Isa::kAvx512Vnni || !q.w_signed || q.s.sh != 1 || q.s.sw != 1) return false;
+  if (ActiveIsa() < Isa::kAvx512Vnni || !q.w_signed || q.s.sw > 2) return false;
   return std::all_of(q.w_zp, q.w_zp + q.s.M, [](int32_t z) { return z == 0; });
 }
 
@@ -434,20 +442,38 @@ thread_local std::vector<uint8_t> t_flat_image;
 thread_local std::vector<int32_t> t_flat_rterm;
 thread_local std::vector<int64_t> t_flat_off;
 
+// Even and odd int32s of src [2 n (+ up to 30 readable)] into even[n] and odd[n].
+__attribute__((target("avx512f"))) void SplitPhases2(const int32_t* src, int64_t n, int32_t* even, int32_t* odd) {
+  const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+  for (int64_t x = 0; x < n; x += 16) {
+    const __mmask16 k = static_cast<__mmask16>(n - x >= 16 ? 0xFFFF : (1u << (n - x)) - 1);
+    const __m512i lo = _mm512_loadu_si512(src + 2 * x), hi = _mm512_loadu_si512(src + 2 * x + 16);
+    _mm512_mask_storeu_epi32(even + x, k, _mm512_permutex2var_epi32(lo, ie, hi));
+    _mm512_mask_storeu_epi32(odd + x, k, _mm512_permutex2var_epi32(lo, io, hi));
+  }
+}
+
+thread_local std::vector<int32_t> t_flat_row;
+
+// A strided conv reads its image as sh x sw phase planes (phase (a, b) holds the padded pixels (y sh + a, x sw + b) at
+// (y, x)), so output pixel (oh, ow) reads tap (i, j) at phase ((i dh) % sh, (j dw) % sw), pixel (oh + i dh / sh,
+// ow + j dw / sw): consecutive output pixels are consecutive again. A valid output never reads past its phase row.
 void DenseFlat(const QConv& q) {
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, Cg = s.Cg(), Cg4 = (Cg + 3) / 4 * 4, Kq = T * Cg4, nkq = Kq / 4;
   const int64_t P = s.P(), Mg = s.Mg(), CQ = s.group * Cg4 / 4;
-  // a row's right pads are the next row's left pads (both hold x_zp'), so the pitch takes the wider side only
-  // (fewer dropped columns) where that still holds a whole output row
-  const bool shared = std::min(s.pl, s.pr) <= (s.kw - 1) * s.dw;
+  // a row's right pads are the next row's left pads (both hold x_zp'), so at unit width stride the pitch takes the
+  // wider side only (fewer dropped columns) where that still holds a whole output row
+  const bool shared = s.sw == 1 && std::min(s.pl, s.pr) <= (s.kw - 1) * s.dw;
   const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + (shared ? std::max(s.pl, s.pr) : s.pl + s.pr);
-  const int64_t plane = Hp * Wp, NF = s.OH * Wp;
+  const int64_t Hph = (Hp + s.sh - 1) / s.sh, Wph = (Wp + s.sw - 1) / s.sw;  // a phase plane's rows and pitch
+  const int64_t phases = s.sh * s.sw, plane = Hph * Wph, NF = s.OH * Wph;
   const int64_t slack = (s.kw - 1) * s.dw + kFlatCols;  // pixels a block's loads may read past the last plane
-  const uint8_t flip = q.x_signed ? 0x80 : 0x00;   // x' = x + 128 for int8 x: the sign bit flipped
+  const uint8_t flip = q.x_signed ? 0x80 : 0x00;        // x' = x + 128 for int8 x: the sign bit flipped
   const int32_t xzp = q.x_zp + (q.x_signed ? 128 : 0);
   const uint8_t pad = static_cast<uint8_t>(xzp);
-  uint8_t* img = Grow(t_flat_image, (CQ * plane + slack) * 4);
+  uint8_t* img = Grow(t_flat_image, (CQ * phases * plane + slack) * 4);
   int32_t* rterm = Grow(t_flat_rterm, s.M);
   int64_t* off = Grow(t_flat_off, nkq);
   const int8_t* w = reinterpret_cast<const int8_t*>(q.w);
@@ -455,36 +481,48 @@ void DenseFlat(const QConv& q) {
   for (int64_t m = 0; m < s.M; ++m)
     rterm[m] = static_cast<int32_t>((q.acc_out == nullptr && q.bias != nullptr ? static_cast<uint32_t>(q.bias[m]) : 0) -
                                     static_cast<uint32_t>(xzp) * static_cast<uint32_t>(rterm[m]));
-  for (int64_t t = 0; t < T; ++t)
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t di = (t / s.kw) * s.dh, dj = (t % s.kw) * s.dw;
+    const int64_t phase = (di % s.sh) * s.sw + dj % s.sw;
     for (int64_t c4 = 0; c4 < Cg4 / 4; ++c4)
-      off[t * (Cg4 / 4) + c4] = (c4 * plane + (t / s.kw) * s.dh * Wp + (t % s.kw) * s.dw) * 4;
-  std::memset(img + CQ * plane * 4, pad, slack * 4);
+      off[t * (Cg4 / 4) + c4] = ((c4 * phases + phase) * plane + di / s.sh * Wph + dj / s.sw) * 4;
+  }
+  std::memset(img + CQ * phases * plane * 4, pad, slack * 4);
   const int64_t blocks = (NF + kFlatCols - 1) / kFlatCols;
   const int64_t block_work = kFlatCols * Kq * Mg;
   // tasks of about 4M multiply-adds (a few us: ORT's pool hands them out one by one, so a slow thread takes fewer)
   const int64_t per_task = std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(block_work, 1), 1, blocks);
   const int64_t tasks = (blocks + per_task - 1) / per_task;
   const int threads = ThreadsFor(q.threads, blocks * block_work * s.group);
-  const FlatConv base{img, off, nkq, Kq, Wp, s.OW, NF, w, rterm, q.mult, q.y_zp, q.y_signed, q.y, q.acc_out, P};
+  const FlatConv base{img, off, nkq, Kq, Wph, s.OW, NF, w, rterm, q.mult, q.y_zp, q.y_signed, q.y, q.acc_out, P};
   for (int64_t n = 0; n < s.N; ++n) {
-    conv_detail::ParallelItems(threads, CQ * Hp, Wp * 4, [&](int64_t item) {
-      const int64_t cq = item / Hp, h = item % Hp;
-      uint8_t* row = img + (cq * plane + h * Wp) * 4;
-      const bool inside = h >= s.pt && h < s.pt + s.H;
-      if (!inside) return (void)std::memset(row, pad, Wp * 4);
+    // phase row (y, a) of quad plane cq: padded row y sh + a, its sw column phases
+    const auto build_row = [&](int64_t item) {
+      const int64_t cq = item / (Hph * s.sh), a = item / Hph % s.sh, y = item % Hph, h = y * s.sh + a;
+      uint8_t* dst = img + ((cq * phases + a * s.sw) * plane + y * Wph) * 4;
+      if (h < s.pt || h >= s.pt + s.H) {
+        for (int64_t b = 0; b < s.sw; ++b) std::memset(dst + b * plane * 4, pad, Wph * 4);
+        return;
+      }
+      // the padded row itself (Wph sw pixels, readable 32 past them), then its column phases
+      uint8_t* row = s.sw == 1 ? dst : reinterpret_cast<uint8_t*>(Grow(t_flat_row, Wph * s.sw + 32));
       std::memset(row, pad, s.pl * 4);
-      std::memset(row + (s.pl + s.W) * 4, pad, (Wp - s.pl - s.W) * 4);
+      std::memset(row + (s.pl + s.W) * 4, pad, (Wph * s.sw + (s.sw == 1 ? 0 : 32) - s.pl - s.W) * 4);
       const uint8_t* src[4];
       for (int b = 0; b < 4; ++b) {
         const int64_t cc = cq * 4 + b, g = cc / Cg4, c = cc % Cg4;  // group g's channel c, or its padding
         src[b] = c < Cg ? q.x + ((n * s.C + g * Cg + c) * s.H + h - s.pt) * s.W : nullptr;
       }
       InterleaveQuad(src, s.W, flip, pad, row + s.pl * 4);
-    });
+      if (s.sw == 2)
+        SplitPhases2(reinterpret_cast<const int32_t*>(row), Wph, reinterpret_cast<int32_t*>(dst),
+                     reinterpret_cast<int32_t*>(dst + plane * 4));
+    };
+    for (int64_t item = 0; item < CQ * s.sh * Hph; ++item) build_row(item);
     ParallelFor(threads, s.group * tasks, [&](int64_t task) {
       const int64_t g = task / tasks, b0 = task % tasks * per_task, b1 = std::min(blocks, b0 + per_task);
       FlatConv f = base;
-      f.img += g * (Cg4 / 4) * plane * 4;
+      f.img += g * (Cg4 / 4) * phases * plane * 4;
       f.w += g * Mg * Kq;
       f.rterm += g * Mg;
       f.mult += g * Mg;
@@ -507,8 +545,8 @@ void DenseFlat(const QConv& q) {
         }
       }
       if (q.lut != nullptr && f.y != nullptr) {  // the fused output table over the task's output pixels
-        const int64_t o0 = FlatToOut(b0 * kFlatCols, Wp, s.OW);
-        const int64_t o1 = FlatToOut(std::min(NF, b1 * kFlatCols), Wp, s.OW);
+        const int64_t o0 = FlatToOut(b0 * kFlatCols, Wph, s.OW);
+        const int64_t o1 = FlatToOut(std::min(NF, b1 * kFlatCols), Wph, s.OW);
         for (int64_t m = 0; m < Mg; ++m) LutRow(f.y + m * P + o0, o1 - o0, q.lut, f.y + m * P + o0);
       }
     });

@@ -114,6 +114,23 @@ def test_flat_taps_dilations_and_pads(isa, attrs, w):
     _qlinear((2, 6, 5, w), (11, 6, kh, kw), rng, **attrs)
 
 
+# strided convs read sh x sw phase planes (sw <= 2; wider width strides take the packed path): heights and widths odd
+# and even around the 48-pixel block of the phase pitch, with dilations and asymmetric pads
+STRIDED = [dict(strides=[2, 2], pads=[1, 1, 1, 1]), dict(strides=[2, 2]), dict(strides=[2, 1], pads=[1, 1, 1, 1]),
+           dict(strides=[1, 2], pads=[0, 1, 2, 1]), dict(strides=[3, 2], pads=[1, 0, 1, 2]),
+           dict(strides=[2, 2], dilations=[2, 2], pads=[2, 2, 2, 2]), dict(strides=[3, 3], pads=[1, 1, 1, 1]),
+           dict(strides=[2, 2], pads=[1, 1, 1, 1], kernel_shape=[1, 1])]
+
+
+@pytest.mark.parametrize("attrs", STRIDED)
+@pytest.mark.parametrize("h,w", [(5, 7), (6, 94), (7, 97), (9, 98)])
+def test_flat_strided_phases(isa, attrs, h, w):
+    rng = np.random.default_rng(h * 100 + w)
+    kh, kw = attrs.get("kernel_shape", [3, 3])
+    _qlinear((1, 7, h, w), (9, 7, kh, kw), rng, **attrs)
+    _qlinear((2, 4, h, w), (16, 2, kh, kw), rng, np.int8, group=2, **attrs)
+
+
 @pytest.mark.parametrize("dtx,dty,xz,yz", [(np.uint8, np.uint8, 0, 0), (np.uint8, np.uint8, 255, 255),
                                            (np.uint8, np.int8, 128, -128), (np.int8, np.int8, -128, 127),
                                            (np.int8, np.int8, 127, -128), (np.int8, np.uint8, 0, 255)])
@@ -161,11 +178,11 @@ def test_flat_fused_output_table(isa, w, m, c):
         np.testing.assert_array_equal(fused, lut[plain])
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads,stride", [(1, 1), (2, 1), (2, 2)])
 @pytest.mark.parametrize("op,dtx", list(itertools.product(["QLinearConv", "ConvInteger"], [np.uint8, np.int8])))
-def test_flat_in_a_session_against_the_cpu_ep(threads, op, dtx):
+def test_flat_in_a_session_against_the_cpu_ep(threads, stride, op, dtx):
     """A 3x3 conv of 32 channels on a 30x30 map in a session: NpuEP runs it as a native step with the CPU EP's bits
-    (int8 weights, zero point 0: the path that reads B from the image)."""
+    (int8 weights, zero point 0: the path that reads B from the image; at stride 2 from its phase planes)."""
     from npu_ep.ep.sessions import tag_session_options
     from npu_ep.tools.bench.ops import python_steps
     from npu_testing import assignment, cpu_run, npu_session, session_options
@@ -182,7 +199,7 @@ def test_flat_in_a_session_against_the_cpu_ep(threads, op, dtx):
                   ("b", rng.integers(-5000, 5000, m).astype(np.int32), True)]
     else:
         inputs = [("x", x, False), ("w", w, True), ("xz", np.array(3, dtx), True), ("wz", np.array(0, np.int8), True)]
-    model = node_model(op, inputs, pads=[1, 1, 1, 1])
+    model = node_model(op, inputs, pads=[1, 1, 1, 1], strides=[stride, stride])
     model.graph.node[0].name = "conv"
     so = session_options()
     so.intra_op_num_threads = threads
