@@ -234,9 +234,9 @@ void FusedTask(const Chain& c, const gqa::Ops& ops, ScoresPrologue fused_scores,
   const int64_t H = c.H, T = c.T, Hv = c.Hv, ld = std::max<int64_t>((T + 15) / 16 * 16, 16), pass = PassRows(T);
   const bool q_direct = c.q.strides[3] == 1;  // Q rows read where they are
   thread_local std::vector<float> qbuf, sc, kbuf, vbuf, acc;
-  qbuf.resize(kPassRows * H);
-  sc.resize(kPassRows * ld);
-  acc.resize(kPassRows * Hv);
+  qbuf.resize(pass * H);
+  sc.resize(pass * ld);
+  acc.resize(pass * Hv);
   const float* k0 = c.kt.At(b, n);
   const int64_t ki = c.kt.strides[2], kj = c.kt.strides[3];  // element (i, j) of K^T: k0[i * ki + j * kj]
   kbuf.resize((T + kPanel - 1) / kPanel * kPanel * H);

@@ -472,16 +472,16 @@ void FusedTask(const SdpaArgs& a, const gqa::Ops& ops, ScoresPrologue fused_scor
   const bool bias = HasBias(a), q_direct = !a.fp16 && !a.q.bias;  // float32 Q rows are read where they are
   const int64_t h = n / (a.N / a.Nkv), pass = PassRows(T);
   thread_local Buffers buf;
-  buf.q.resize(kPassRows * H);
-  buf.sc.resize(kPassRows * ld);
-  if (bias) buf.bias.resize(kPassRows * T);
+  buf.q.resize(pass * H);
+  buf.sc.resize(pass * ld);
+  if (bias) buf.bias.resize(pass * T);
   int64_t ldk = ld;
   PanelArgs p;
   p.kt = GatherKeys(a, b, h, true, ld, buf, &ldk, true);
   p.v = GatherValues(a, b, h, buf);
   p.h = H, p.hv = Hv, p.t = T, p.scale = a.scale, p.ldb = T, p.masked_rows_zero = true;
-  buf.acc.resize(kPassRows * Hv);
-  if (a.fp16) buf.out.resize(kPassRows * Hv);
+  buf.acc.resize(pass * Hv);
+  if (a.fp16) buf.out.resize(pass * Hv);
   float* orow[kPassRows];
   p.out = orow;
   for (int64_t r0 = s0; r0 < s1; r0 += pass) {
