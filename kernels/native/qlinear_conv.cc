@@ -334,22 +334,24 @@ struct FlatConv {
 constexpr int kFlatVecs = 3;                      // vectors of 16 pixels per register tile
 constexpr int64_t kFlatCols = 16 * kFlatVecs;  // flat pixels per block: 8 rows x 48 pixels in 24 accumulators
 
-// The lanes of a block of kFlatCols flat pixels that are output pixels, as runs along output rows: lane l of run s
-// goes to output pixel pb + l + d[s].
+// The lanes of a block of flat pixels that are output pixels, as runs along output rows: lane l of run s goes to
+// output pixel pb + l + d[s].
 struct FlatRuns {
   int n = 0;
-  uint64_t mask[kFlatCols + 2];
-  int64_t d[kFlatCols + 2];
+  uint64_t mask[66];
+  int64_t d[66];
 };
 
-FlatRuns RunsOf(const FlatConv& f, int64_t pb) {
+// The runs of the `lanes` (<= 64) flat pixels from pb, pitch Wp, NF flat pixels of which the first OW a row are
+// output pixels.
+FlatRuns RunsOf(int64_t pb, int64_t lanes, int64_t NF, int64_t Wp, int64_t OW) {
   FlatRuns u;
-  for (int64_t l = 0; l < kFlatCols && pb + l < f.NF;) {
-    const int64_t p = pb + l, oh = p / f.Wp, ow = p % f.Wp, end = std::min(kFlatCols, l + f.Wp - ow);
-    const int64_t valid = std::min(end - l, std::max<int64_t>(0, f.OW - ow));
+  for (int64_t l = 0; l < lanes && pb + l < NF;) {
+    const int64_t p = pb + l, oh = p / Wp, ow = p % Wp, end = std::min(lanes, l + Wp - ow);
+    const int64_t valid = std::min(end - l, std::max<int64_t>(0, OW - ow));
     if (valid > 0) {
-      u.mask[u.n] = ((uint64_t{1} << valid) - 1) << l;
-      u.d[u.n++] = -oh * (f.Wp - f.OW);
+      u.mask[u.n] = (valid == 64 ? ~0ull : (uint64_t{1} << valid) - 1) << l;
+      u.d[u.n++] = -oh * (Wp - OW);
     }
     l = end;
   }
@@ -359,6 +361,21 @@ FlatRuns RunsOf(const FlatConv& f, int64_t pb) {
 template <typename T>
 T* At(T* base, int64_t i) {  // base + i for a masked store whose lane 0 may lie outside the array
   return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(i) * sizeof(T));
+}
+
+// V vectors of int32 sums requantized (Requantize's steps; the clip leaves no NaN: max(NaN, lo) is lo, as MLAS) to
+// the first 16 V bytes of a vector.
+#define NPU_CONV_512 "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"
+template <int V>
+__attribute__((target(NPU_CONV_512), always_inline)) inline __m512i RequantizeBytes(const __m512i* sum, __m512 mv,
+                                                                                    __m512 lo, __m512 hi, __m512i zv) {
+  __m128i q[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+  _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) {
+    const __m512 x = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum[v]), mv), lo), hi);
+    q[v] = _mm512_cvtepi32_epi8(
+        _mm512_add_epi32(_mm512_cvt_roundps_epi32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zv));
+  }
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q[1], q[0])), _mm256_set_m128i(q[3], q[2]), 1);
 }
 
 // R weight rows (the first `rows` real; a short tile repeats its last row) x kFlatCols flat pixels from pb.
@@ -402,16 +419,7 @@ __attribute__((target(NPU_CONV_VNNI))) void FlatTile(const FlatConv& f, int64_t 
       }
       continue;
     }
-    // Requantize's steps (the clip leaves no NaN: max(NaN, lo) is lo, as MLAS), 16 bytes per vector
-    const __m512 mv = _mm512_set1_ps(f.mult[m]);
-    __m128i q[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
-    _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) {
-      const __m512 x = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum[v]), mv), lo), hi);
-      q[v] = _mm512_cvtepi32_epi8(
-          _mm512_add_epi32(_mm512_cvt_roundps_epi32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zv));
-    }
-    const __m512i bytes =
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q[1], q[0])), _mm256_set_m128i(q[3], q[2]), 1);
+    const __m512i bytes = RequantizeBytes<V>(sum, _mm512_set1_ps(f.mult[m]), lo, hi, zv);
     uint8_t* row = f.y + m * f.P;
     for (int s = 0; s < u.n; ++s) _mm512_mask_storeu_epi8(At(row, pb + u.d[s]), u.mask[s], bytes);
   }
@@ -531,7 +539,7 @@ void DenseFlat(const QConv& q) {
       else
         f.y += (n * s.M + g * Mg) * P;
       for (int64_t b = b0; b < b1; ++b) {
-        const FlatRuns u = RunsOf(f, b * kFlatCols);
+        const FlatRuns u = RunsOf(b * kFlatCols, kFlatCols, NF, Wph, s.OW);
         for (int64_t m0 = 0; m0 < Mg; m0 += 8) {
           const int rows = static_cast<int>(std::min<int64_t>(8, Mg - m0));
           if (rows > 4)
@@ -551,6 +559,133 @@ void DenseFlat(const QConv& q) {
       }
     });
   }
+}
+
+// Depthwise convs on AVX-512 (width stride <= 2): each task's plane as x - x_zp in int32 phase planes (zeros in the
+// padding; DenseFlat's layout at pitch Wph), so every tap is one load per 16 consecutive output pixels; 64 pixels'
+// sums stay in registers over the taps (the reference's int32 products and wrapping adds, in any order the same).
+constexpr int kDwVecs = 4;
+constexpr int64_t kDwCols = 16 * kDwVecs;
+
+struct DwGeom {
+  int64_t Hph, Wph, phases, plane, NF, slack;
+};
+
+DwGeom DwGeometry(const ConvShape& s) {
+  const bool shared = s.sw == 1 && std::min(s.pl, s.pr) <= (s.kw - 1) * s.dw;  // zero pads: DenseFlat's rule
+  const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + (shared ? std::max(s.pl, s.pr) : s.pl + s.pr);
+  const int64_t Hph = (Hp + s.sh - 1) / s.sh, Wph = (Wp + s.sw - 1) / s.sw;
+  return {Hph, Wph, s.sh * s.sw, Hph * Wph, s.OH * Wph, (s.kw - 1) * s.dw + kDwCols};
+}
+
+// Plane nc of x as x - x_zp in int32 phase planes at dst (g.phases * g.plane + g.slack values, all written).
+__attribute__((target(NPU_CONV_512))) void DwConvert(const QConv& q, const DwGeom& g, int64_t nc, int32_t* dst) {
+  const ConvShape& s = q.s;
+  const __m512i zp = _mm512_set1_epi32(q.x_zp);
+  int32_t* tmp = s.sw == 1 ? nullptr : Grow(t_flat_row, g.Wph * s.sw + 32);
+  for (int64_t h = 0; h < g.Hph * s.sh; ++h) {
+    const int64_t a = h % s.sh, y = h / s.sh;
+    int32_t* out = dst + a * s.sw * g.plane + y * g.Wph;
+    if (h < s.pt || h >= s.pt + s.H) {
+      for (int64_t b = 0; b < s.sw; ++b) std::memset(out + b * g.plane, 0, g.Wph * 4);
+      continue;
+    }
+    int32_t* row = s.sw == 1 ? out : tmp;
+    std::memset(row, 0, s.pl * 4);
+    std::memset(row + s.pl + s.W, 0, (g.Wph * s.sw + (s.sw == 1 ? 0 : 32) - s.pl - s.W) * 4);
+    const uint8_t* src = q.x + (nc * s.H + h - s.pt) * s.W;
+    for (int64_t w = 0; w < s.W; w += 16) {
+      const __mmask16 k = static_cast<__mmask16>(s.W - w >= 16 ? 0xFFFF : (1u << (s.W - w)) - 1);
+      const __m128i v = _mm_maskz_loadu_epi8(k, src + w);
+      const __m512i x = q.x_signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+      _mm512_mask_storeu_epi32(row + s.pl + w, k, _mm512_sub_epi32(x, zp));
+    }
+    if (s.sw == 2) SplitPhases2(row, g.Wph, out, out + g.plane);
+  }
+  std::memset(dst + g.phases * g.plane, 0, g.slack * 4);
+}
+
+// Every chunk's runs (RunsOf), the same for every plane: chunk k's are [first[k], first[k + 1]).
+struct DwRuns {
+  std::vector<uint64_t> mask;
+  std::vector<int64_t> d;
+  std::vector<int64_t> first;
+};
+
+// Output channel m of image n (task n M + m) from its converted plane xp.
+__attribute__((target(NPU_CONV_512))) void DwPlane(const QConv& q, const DwGeom& g, const int64_t* toff,
+                                                   const DwRuns& runs, int64_t task, const int32_t* xp) {
+  const ConvShape& s = q.s;
+  const int64_t T = s.kh * s.kw, m = task % s.M, P = s.P();
+  int32_t wt[64];  // the taps' w - w_zp, T <= 64
+  for (int64_t t = 0; t < T; ++t)
+    wt[t] = (q.w_signed ? static_cast<int8_t>(q.w[m * T + t]) : static_cast<int32_t>(q.w[m * T + t])) - q.w_zp[m];
+  const float z = static_cast<float>(q.y_zp);
+  const __m512 lo = _mm512_set1_ps((q.y_signed ? -128.0f : 0.0f) - z);
+  const __m512 hi = _mm512_set1_ps((q.y_signed ? 127.0f : 255.0f) - z);
+  const __m512i zv = _mm512_set1_epi32(q.y_zp), bias = _mm512_set1_epi32(q.bias != nullptr ? q.bias[m] : 0);
+  const __m512 mv = _mm512_set1_ps(q.acc_out != nullptr ? 0.0f : q.mult[m]);
+  for (int64_t pb = 0; pb < g.NF; pb += kDwCols) {
+    __m512i acc[kDwVecs];
+    _Pragma("GCC unroll 4") for (int v = 0; v < kDwVecs; ++v) acc[v] = _mm512_setzero_si512();
+    for (int64_t t = 0; t < T; ++t) {
+      if (wt[t] == 0) continue;
+      const __m512i wv = _mm512_set1_epi32(wt[t]);
+      const int32_t* src = xp + toff[t] + pb;
+      _Pragma("GCC unroll 4") for (int v = 0; v < kDwVecs; ++v) acc[v] =
+          _mm512_add_epi32(acc[v], _mm512_mullo_epi32(_mm512_loadu_si512(src + 16 * v), wv));
+    }
+    const int64_t r0 = runs.first[pb / kDwCols], r1 = runs.first[pb / kDwCols + 1];
+    if (q.acc_out != nullptr) {
+      int32_t* out = q.acc_out + task * P;
+      for (int64_t r = r0; r < r1; ++r) {
+        _Pragma("GCC unroll 4") for (int v = 0; v < kDwVecs; ++v) _mm512_mask_storeu_epi32(
+            At(out, pb + runs.d[r] + 16 * v), static_cast<__mmask16>(runs.mask[r] >> (16 * v)), acc[v]);
+      }
+      continue;
+    }
+    _Pragma("GCC unroll 4") for (int v = 0; v < kDwVecs; ++v) acc[v] = _mm512_add_epi32(acc[v], bias);
+    const __m512i bytes = RequantizeBytes<kDwVecs>(acc, mv, lo, hi, zv);
+    uint8_t* y = q.y + task * P;
+    for (int64_t r = r0; r < r1; ++r) _mm512_mask_storeu_epi8(At(y, pb + runs.d[r]), runs.mask[r], bytes);
+  }
+  if (q.lut != nullptr && q.acc_out == nullptr) LutRow(q.y + task * P, P, q.lut, q.y + task * P);
+}
+
+bool DwFlatApplies(const QConv& q) { return ActiveIsa() >= Isa::kAvx512 && q.s.sw <= 2 && q.s.kh * q.s.kw <= 64; }
+
+thread_local std::vector<int32_t> t_dw_plane;
+
+void DepthwiseFlat(const QConv& q) {
+  const ConvShape& s = q.s;
+  const DwGeom g = DwGeometry(s);
+  const int64_t T = s.kh * s.kw, mult = s.M / s.C, P = s.P(), len = g.phases * g.plane + g.slack;
+  int64_t toff[64];
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t di = (t / s.kw) * s.dh, dj = (t % s.kw) * s.dw;
+    toff[t] = ((di % s.sh) * s.sw + dj % s.sw) * g.plane + di / s.sh * g.Wph + dj / s.sw;
+  }
+  DwRuns runs;
+  for (int64_t pb = 0; pb < g.NF; pb += kDwCols) {
+    const FlatRuns u = RunsOf(pb, kDwCols, g.NF, g.Wph, s.OW);
+    runs.first.push_back(static_cast<int64_t>(runs.mask.size()));
+    runs.mask.insert(runs.mask.end(), u.mask, u.mask + u.n);
+    runs.d.insert(runs.d.end(), u.d, u.d + u.n);
+  }
+  runs.first.push_back(static_cast<int64_t>(runs.mask.size()));
+  std::vector<int32_t> shared;  // a depth multiplier's planes, converted once
+  if (mult > 1) {
+    shared.resize(s.N * s.C * len);
+    conv_detail::ParallelItems(q.threads, s.N * s.C, s.H * s.W,
+                               [&](int64_t nc) { DwConvert(q, g, nc, shared.data() + nc * len); });
+  }
+  conv_detail::ParallelItems(q.threads, s.N * s.M, P * T, [&](int64_t task) {
+    const int64_t n = task / s.M, c = task % s.M / mult;
+    if (mult > 1) return DwPlane(q, g, toff, runs, task, shared.data() + (n * s.C + c) * len);
+    int32_t* own = Grow(t_dw_plane, len);
+    DwConvert(q, g, n * s.C + c, own);
+    DwPlane(q, g, toff, runs, task, own);
+  });
 }
 #endif
 
@@ -662,10 +797,14 @@ void DenseInt(const QConv& q) {
 
 void QLinearConv(const QConv& q) {
   if (q.s.N == 0) return;
-  if (q.depthwise)
+  if (q.depthwise) {
+#if NPU_EP_X86
+    if (DwFlatApplies(q)) return DepthwiseFlat(q);
+#endif
     DepthwiseInt(q);
-  else
+  } else {
     DenseInt(q);
+  }
 }
 
 }  // namespace npu_ep::kern

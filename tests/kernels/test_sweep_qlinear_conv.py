@@ -210,3 +210,100 @@ def test_flat_in_a_session_against_the_cpu_ep(threads, stride, op, dtx):
     assert assignment(sess)["conv"] == "NpuEP"
     assert [s for s in python_steps(sess) if s["op"] == op] == []
     np.testing.assert_array_equal(got, cpu_run(model, feeds)[0])
+
+
+# --- depthwise (DepthwiseFlat on AVX-512: int32 phase planes, 64 flat pixels of sums in registers) ---------------
+def _depthwise(xs, mult, rng, dtx=np.uint8, dtw=np.uint8, threads=1, op="QLinearConv", xz=None, **attrs):
+    c = xs[1]
+    kh, kw = attrs.pop("kernel_shape", [3, 3])
+    x, w = _ints(xs, dtx, rng), _ints((c * mult, 1, kh, kw), dtw, rng)
+    iw = np.iinfo(dtw)
+    wz = rng.integers(iw.min, iw.max + 1, c * mult).astype(dtw)  # per channel, the extremes planted by _ints' rule
+    wz[::3] = iw.min
+    wz[1::3] = iw.max
+    xz = np.array(np.iinfo(dtx).max if xz is None else xz, dtx)
+    if op == "ConvInteger":
+        inputs = [("x", x, False), ("w", w, True), ("xz", xz, True), ("wz", wz, True)]
+    else:
+        inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True), ("xz", xz, True), ("w", w, True),
+                  ("ws", rng.uniform(0.002, 0.01, c * mult).astype(np.float32), True), ("wz", wz, True),
+                  ("ys", np.array(0.5, np.float32), True), ("yz", np.array(3, dtx), True),
+                  ("b", rng.integers(-5000, 5000, c * mult).astype(np.int32), True)]
+    got, want = _native_and_reference(op, inputs, threads, group=c, kernel_shape=[kh, kw], **attrs)
+    assert_matches(got, want, exact=True, what=f"depthwise {op} x{xs} x{mult} {attrs}")
+    return got
+
+
+# padded widths around the 64-pixel chunk (several rows per chunk, one, part of one), strides (width phases <= 2;
+# 3 takes the old path), dilations, kernels 1x1 to 5x5, depth multipliers 1 and 2
+DW_ATTRS = [dict(pads=[1, 1, 1, 1]), dict(strides=[2, 2], pads=[1, 1, 1, 1]), dict(strides=[2, 1], pads=[0, 1, 2, 1]),
+            dict(strides=[1, 2]), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), dict(strides=[3, 3], pads=[1, 1, 1, 1]),
+            dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), dict(kernel_shape=[1, 1]),
+            dict(kernel_shape=[3, 3], pads=[0, 2, 1, 0], dilations=[1, 2])]
+
+
+@pytest.mark.parametrize("attrs", DW_ATTRS)
+@pytest.mark.parametrize("w", [5, *around(62, 64), 130])
+def test_depthwise_chunks_strides_and_taps(isa, attrs, w):
+    rng = np.random.default_rng(w)
+    for mult in (1, 2):
+        _depthwise((1, 3, 5, w), mult, rng, **dict(attrs))
+
+
+@pytest.mark.parametrize("dtx,dtw,xz", [(np.uint8, np.uint8, 0), (np.uint8, np.int8, 255), (np.int8, np.int8, -128),
+                                        (np.int8, np.uint8, 127)])
+@pytest.mark.parametrize("op", ["QLinearConv", "ConvInteger"])
+def test_depthwise_types_and_zero_points(isa, dtx, dtw, xz, op):
+    rng = np.random.default_rng(abs(xz))
+    _depthwise((2, 5, 7, 61), 1, rng, dtx, dtw, op=op, xz=xz, pads=[1, 1, 1, 1])
+    _depthwise((1, 4, 9, 33), 2, rng, dtx, dtw, op=op, xz=xz, strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("shape", [(1, 32, 56, 56), (2, 8, 30, 30)])
+def test_depthwise_bits_do_not_depend_on_threads(isa, shape):
+    outs = [_depthwise(shape, 1, np.random.default_rng(3), threads=t, pads=[1, 1, 1, 1]) for t in (1, 2, 3)]
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_fused_output_table(isa, stride):
+    nat = runtime.native_module()
+    rng = np.random.default_rng(stride)
+    c = 5
+    x = _ints((1, c, 9, 70), np.uint8, rng)
+    w = _ints((c, 9), np.uint8, rng)
+    wz = rng.integers(0, 256, c).astype(np.int32)
+    bias = rng.integers(-3000, 3000, c).astype(np.int32)
+    mult = rng.uniform(0.001, 0.01, c).astype(np.float32)
+    lut = rng.integers(0, 256, 256).astype(np.uint8)
+    geom = [c, c, 3, 3, stride, stride, 1, 1, 1, 1, 1, 1]
+    plain = nat.qlinear_conv(x, 7, w, wz, bias, mult, 9, False, geom, True, 2, None)
+    fused = nat.qlinear_conv(x, 7, w, wz, bias, mult, 9, False, geom, True, 2, lut)
+    np.testing.assert_array_equal(fused, lut[plain])
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_in_a_session_against_the_cpu_ep(stride):
+    from npu_ep.ep.sessions import tag_session_options
+    from npu_ep.tools.bench.ops import python_steps
+    from npu_testing import assignment, cpu_run, npu_session, session_options
+
+    rng = np.random.default_rng(stride)
+    c = 24
+    x = _ints((1, c, 30, 30), np.uint8, rng)
+    inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True), ("xz", np.array(100, np.uint8), True),
+              ("w", rng.integers(-100, 100, (c, 1, 3, 3)).astype(np.int8), True),
+              ("ws", rng.uniform(0.002, 0.01, c).astype(np.float32), True), ("wz", np.zeros(c, np.int8), True),
+              ("ys", np.array(0.05, np.float32), True), ("yz", np.array(5, np.uint8), True),
+              ("b", rng.integers(-5000, 5000, c).astype(np.int32), True)]
+    model = node_model("QLinearConv", inputs, group=c, pads=[1, 1, 1, 1], strides=[stride, stride])
+    model.graph.node[0].name = "conv"
+    so = session_options()
+    so.intra_op_num_threads = 2
+    tag_session_options(so)
+    sess = npu_session(model, so=so)
+    got = sess.run(None, {"x": x})[0]
+    assert assignment(sess)["conv"] == "NpuEP"
+    assert [s for s in python_steps(sess) if s["op"] == "QLinearConv"] == []
+    np.testing.assert_array_equal(got, cpu_run(model, {"x": x})[0])
