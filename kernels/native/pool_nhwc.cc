@@ -61,9 +61,10 @@ __attribute__((target("avx512f"))) inline __m512 MaxLanes(__m512 v, __m512 w) {
   return _mm512_mask_mov_ps(_mm512_max_ps(w, v), _mm512_cmp_ps_mask(w, w, _CMP_UNORD_Q), w);
 }
 
-// Channels [c0, c0 + 16 kB) of kP consecutive output pixels (the lanes past C masked; pixel q's taps at
-// cols[q kw + j], its divisor div[q]): PixelScalar's operations per lane, kP kB chains in flight.
-template <bool kSum, int kB, int kP = 1>
+// Channels [c0, c0 + 16 kB) of kP consecutive output pixels (pixel q's taps at cols[q kw + j], its divisor div[q]):
+// PixelScalar's operations per lane, kP kB chains in flight. kTail: the last vector's lanes past C are masked (the
+// others load and store whole: masked loads cost this host's pools 10-20%).
+template <bool kSum, int kB, int kP, bool kTail>
 __attribute__((target("avx512f"), always_inline)) inline void ChunkAvx512(const Grid& s, const float* const* rows,
                                                                           const int64_t* cols, __m512 padv,
                                                                           const float* div, int64_t c0, float* dst) {
@@ -83,7 +84,8 @@ __attribute__((target("avx512f"), always_inline)) inline void ChunkAvx512(const 
         const float* p = rows[i] && col >= 0 ? rows[i] + col + c0 : nullptr;
 #pragma GCC unroll 4
         for (int b = 0; b < kB; ++b) {
-          const __m512 v = p ? _mm512_maskz_loadu_ps(k[b], p + 16 * b) : padv;
+          const bool whole = !kTail || b + 1 < kB;
+          const __m512 v = !p ? padv : whole ? _mm512_loadu_ps(p + 16 * b) : _mm512_maskz_loadu_ps(k[b], p + 16 * b);
           if (kSum)
             row[q][b] = j == 0 ? v : _mm512_add_ps(row[q][b], v);
           else
@@ -101,9 +103,24 @@ __attribute__((target("avx512f"), always_inline)) inline void ChunkAvx512(const 
 #pragma GCC unroll 4
   for (int q = 0; q < kP; ++q)
 #pragma GCC unroll 4
-    for (int b = 0; b < kB; ++b)
-      _mm512_mask_storeu_ps(dst + q * s.C + c0 + 16 * b, k[b],
-                            kSum && div ? _mm512_div_ps(acc[q][b], _mm512_set1_ps(div[q])) : acc[q][b]);
+    for (int b = 0; b < kB; ++b) {
+      const __m512 y = kSum && div ? _mm512_div_ps(acc[q][b], _mm512_set1_ps(div[q])) : acc[q][b];
+      if (!kTail || b + 1 < kB)
+        _mm512_storeu_ps(dst + q * s.C + c0 + 16 * b, y);
+      else
+        _mm512_mask_storeu_ps(dst + q * s.C + c0 + 16 * b, k[b], y);
+    }
+}
+
+// ChunkAvx512 of the channels from c0 on, kB vectors of which the last holds the channel tail (whole or not).
+template <bool kSum, int kB, int kP = 1>
+__attribute__((target("avx512f"), always_inline)) inline void TailAvx512(const Grid& s, const float* const* rows,
+                                                                         const int64_t* cols, __m512 padv,
+                                                                         const float* div, int64_t c0, float* dst) {
+  if (s.C - c0 == 16 * kB)
+    ChunkAvx512<kSum, kB, kP, false>(s, rows, cols, padv, div, c0, dst);
+  else
+    ChunkAvx512<kSum, kB, kP, true>(s, rows, cols, padv, div, c0, dst);
 }
 
 template <bool kSum>
@@ -114,24 +131,24 @@ __attribute__((target("avx512f"))) void RowAvx512(const Grid& s, const float* co
   // up to 32 channels: pixels in pairs or fours, so four vectors' chains are in flight
   if (s.C <= 16)
     for (; ow + 4 <= s.OW; ow += 4)
-      ChunkAvx512<kSum, 1, 4>(s, rows, cols + ow * s.kw, padv, divisor ? divisor + ow : nullptr, 0, dst + ow * s.C);
+      TailAvx512<kSum, 1, 4>(s, rows, cols + ow * s.kw, padv, divisor ? divisor + ow : nullptr, 0, dst + ow * s.C);
   else if (s.C <= 32)
     for (; ow + 2 <= s.OW; ow += 2)
-      ChunkAvx512<kSum, 2, 2>(s, rows, cols + ow * s.kw, padv, divisor ? divisor + ow : nullptr, 0, dst + ow * s.C);
+      TailAvx512<kSum, 2, 2>(s, rows, cols + ow * s.kw, padv, divisor ? divisor + ow : nullptr, 0, dst + ow * s.C);
   for (dst += ow * s.C; ow < s.OW; ++ow, dst += s.C) {
     const int64_t* cj = cols + ow * s.kw;
     const float* div = divisor ? divisor + ow : nullptr;
     int64_t c0 = 0;
-    for (; c0 + 64 <= s.C; c0 += 64) ChunkAvx512<kSum, 4>(s, rows, cj, padv, div, c0, dst);
+    for (; c0 + 64 < s.C; c0 += 64) ChunkAvx512<kSum, 4, 1, false>(s, rows, cj, padv, div, c0, dst);
     const int64_t left = s.C - c0;
     if (left > 48)
-      ChunkAvx512<kSum, 4>(s, rows, cj, padv, div, c0, dst);
+      TailAvx512<kSum, 4>(s, rows, cj, padv, div, c0, dst);
     else if (left > 32)
-      ChunkAvx512<kSum, 3>(s, rows, cj, padv, div, c0, dst);
+      TailAvx512<kSum, 3>(s, rows, cj, padv, div, c0, dst);
     else if (left > 16)
-      ChunkAvx512<kSum, 2>(s, rows, cj, padv, div, c0, dst);
+      TailAvx512<kSum, 2>(s, rows, cj, padv, div, c0, dst);
     else if (left > 0)
-      ChunkAvx512<kSum, 1>(s, rows, cj, padv, div, c0, dst);
+      TailAvx512<kSum, 1>(s, rows, cj, padv, div, c0, dst);
   }
 }
 
@@ -145,7 +162,8 @@ __attribute__((target("avx2"))) inline __m256 MaxLanes8(__m256 v, __m256 w) {
   return _mm256_blendv_ps(_mm256_max_ps(w, v), w, _mm256_cmp_ps(w, w, _CMP_UNORD_Q));
 }
 
-template <bool kSum, int kB>
+// kTail: the lanes past C are masked (else whole vectors load and store).
+template <bool kSum, int kB, bool kTail = true>
 __attribute__((target("avx2"), always_inline)) inline void ChunkAvx2(const Grid& s, const float* const* rows,
                                                                      const int64_t* cols, __m256 padv, const float* div,
                                                                      int64_t c0, float* dst) {
@@ -161,7 +179,7 @@ __attribute__((target("avx2"), always_inline)) inline void ChunkAvx2(const Grid&
       const float* p = rows[i] && cols[j] >= 0 ? rows[i] + cols[j] + c0 : nullptr;
 #pragma GCC unroll 4
       for (int b = 0; b < kB; ++b) {
-        const __m256 v = p ? _mm256_maskload_ps(p + 8 * b, k[b]) : padv;
+        const __m256 v = !p ? padv : kTail ? _mm256_maskload_ps(p + 8 * b, k[b]) : _mm256_loadu_ps(p + 8 * b);
         if (kSum)
           row[b] = j == 0 ? v : _mm256_add_ps(row[b], v);
         else
@@ -174,8 +192,13 @@ __attribute__((target("avx2"), always_inline)) inline void ChunkAvx2(const Grid&
     }
   }
 #pragma GCC unroll 4
-  for (int b = 0; b < kB; ++b)
-    _mm256_maskstore_ps(dst + c0 + 8 * b, k[b], kSum && div ? _mm256_div_ps(acc[b], _mm256_set1_ps(*div)) : acc[b]);
+  for (int b = 0; b < kB; ++b) {
+    const __m256 y = kSum && div ? _mm256_div_ps(acc[b], _mm256_set1_ps(*div)) : acc[b];
+    if (kTail)
+      _mm256_maskstore_ps(dst + c0 + 8 * b, k[b], y);
+    else
+      _mm256_storeu_ps(dst + c0 + 8 * b, y);
+  }
 }
 
 template <bool kSum>
@@ -186,7 +209,7 @@ __attribute__((target("avx2"))) void RowAvx2(const Grid& s, const float* const* 
     const int64_t* cj = cols + ow * s.kw;
     const float* div = divisor ? divisor + ow : nullptr;
     int64_t c0 = 0;
-    for (; c0 + 32 <= s.C; c0 += 32) ChunkAvx2<kSum, 4>(s, rows, cj, padv, div, c0, dst);
+    for (; c0 + 32 <= s.C; c0 += 32) ChunkAvx2<kSum, 4, false>(s, rows, cj, padv, div, c0, dst);
     const int64_t left = s.C - c0;
     if (left > 24)
       ChunkAvx2<kSum, 4>(s, rows, cj, padv, div, c0, dst);
