@@ -561,9 +561,11 @@ void DenseFlat(const QConv& q) {
   }
 }
 
-// Depthwise convs on AVX-512 (width stride <= 2): each task's plane as x - x_zp in int32 phase planes (zeros in the
-// padding; DenseFlat's layout at pitch Wph), so every tap is one load per 16 consecutive output pixels; 64 pixels'
-// sums stay in registers over the taps (the reference's int32 products and wrapping adds, in any order the same).
+// Depthwise convs on AVX-512 (width stride <= 2): each task's plane as bytes in phase planes (x_zp in the padding;
+// DenseFlat's layout at pitch Wph), so every tap is one 16-byte load per 16 consecutive output pixels, widened to
+// int32; 64 pixels' sums stay in registers over the taps, and x_zp comes off once per channel:
+//   sum_t (x - x_zp) w_t = sum_t x w_t - x_zp sum_t w_t
+// (the reference's int32 products and wrapping adds: in any order the same).
 constexpr int kDwVecs = 4;
 constexpr int64_t kDwCols = 16 * kDwVecs;
 
@@ -572,37 +574,44 @@ struct DwGeom {
 };
 
 DwGeom DwGeometry(const ConvShape& s) {
-  const bool shared = s.sw == 1 && std::min(s.pl, s.pr) <= (s.kw - 1) * s.dw;  // zero pads: DenseFlat's rule
+  const bool shared = s.sw == 1 && std::min(s.pl, s.pr) <= (s.kw - 1) * s.dw;  // DenseFlat's rule
   const int64_t Hp = s.H + s.pt + s.pb, Wp = s.W + (shared ? std::max(s.pl, s.pr) : s.pl + s.pr);
   const int64_t Hph = (Hp + s.sh - 1) / s.sh, Wph = (Wp + s.sw - 1) / s.sw;
   return {Hph, Wph, s.sh * s.sw, Hph * Wph, s.OH * Wph, (s.kw - 1) * s.dw + kDwCols};
 }
 
-// Plane nc of x as x - x_zp in int32 phase planes at dst (g.phases * g.plane + g.slack values, all written).
-__attribute__((target(NPU_CONV_512))) void DwConvert(const QConv& q, const DwGeom& g, int64_t nc, int32_t* dst) {
+// Plane nc of x in byte phase planes at dst (g.phases * g.plane + g.slack bytes, all written). A data row is read
+// straight from x, 64 padded columns at a time with x_zp where they fall outside the row (a masked load); at width
+// stride 2 the low and high bytes of its words are the two column phases.
+__attribute__((target(NPU_CONV_512))) void DwConvert(const QConv& q, const DwGeom& g, int64_t nc, uint8_t* dst) {
   const ConvShape& s = q.s;
-  const __m512i zp = _mm512_set1_epi32(q.x_zp);
-  int32_t* tmp = s.sw == 1 ? nullptr : Grow(t_flat_row, g.Wph * s.sw + 32);
+  const uint8_t pad = static_cast<uint8_t>(q.x_zp);
+  const __m512i pv = _mm512_set1_epi8(static_cast<char>(pad));
+  const int64_t step = 64 / s.sw;
   for (int64_t h = 0; h < g.Hph * s.sh; ++h) {
     const int64_t a = h % s.sh, y = h / s.sh;
-    int32_t* out = dst + a * s.sw * g.plane + y * g.Wph;
+    uint8_t* out = dst + a * s.sw * g.plane + y * g.Wph;
     if (h < s.pt || h >= s.pt + s.H) {
-      for (int64_t b = 0; b < s.sw; ++b) std::memset(out + b * g.plane, 0, g.Wph * 4);
+      for (int64_t b = 0; b < s.sw; ++b) std::memset(out + b * g.plane, pad, g.Wph);
       continue;
     }
-    int32_t* row = s.sw == 1 ? out : tmp;
-    std::memset(row, 0, s.pl * 4);
-    std::memset(row + s.pl + s.W, 0, (g.Wph * s.sw + (s.sw == 1 ? 0 : 32) - s.pl - s.W) * 4);
     const uint8_t* src = q.x + (nc * s.H + h - s.pt) * s.W;
-    for (int64_t w = 0; w < s.W; w += 16) {
-      const __mmask16 k = static_cast<__mmask16>(s.W - w >= 16 ? 0xFFFF : (1u << (s.W - w)) - 1);
-      const __m128i v = _mm_maskz_loadu_epi8(k, src + w);
-      const __m512i x = q.x_signed ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
-      _mm512_mask_storeu_epi32(row + s.pl + w, k, _mm512_sub_epi32(x, zp));
+    for (int64_t x0 = 0; x0 < g.Wph; x0 += step) {
+      const int64_t c0 = x0 * s.sw - s.pl;  // the source column of lane 0
+      const int64_t lo = std::clamp<int64_t>(-c0, 0, 64), hi = std::clamp<int64_t>(s.W - c0, 0, 64);
+      const __mmask64 k = lo >= hi ? 0 : (hi == 64 ? ~0ull : (1ull << hi) - 1) & ~((1ull << lo) - 1);
+      const __m512i v = _mm512_mask_loadu_epi8(pv, k, At(src, c0));
+      const int64_t n = std::min(step, g.Wph - x0);
+      if (s.sw == 1) {
+        _mm512_mask_storeu_epi8(out + x0, n == 64 ? ~0ull : (1ull << n) - 1, v);
+      } else {
+        const __mmask32 kn = n == 32 ? 0xFFFFFFFFu : (1u << n) - 1;
+        _mm256_mask_storeu_epi8(out + x0, kn, _mm512_cvtepi16_epi8(v));
+        _mm256_mask_storeu_epi8(out + g.plane + x0, kn, _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 8)));
+      }
     }
-    if (s.sw == 2) SplitPhases2(row, g.Wph, out, out + g.plane);
   }
-  std::memset(dst + g.phases * g.plane, 0, g.slack * 4);
+  std::memset(dst + g.phases * g.plane, pad, g.slack);
 }
 
 // Every chunk's runs (RunsOf), the same for every plane: chunk k's are [first[k], first[k + 1]).
@@ -612,18 +621,23 @@ struct DwRuns {
   std::vector<int64_t> first;
 };
 
-// Output channel m of image n (task n M + m) from its converted plane xp.
+// Output channel m of image n (task n M + m) from its byte planes xp.
 __attribute__((target(NPU_CONV_512))) void DwPlane(const QConv& q, const DwGeom& g, const int64_t* toff,
-                                                   const DwRuns& runs, int64_t task, const int32_t* xp) {
+                                                   const DwRuns& runs, int64_t task, const uint8_t* xp) {
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, m = task % s.M, P = s.P();
   int32_t wt[64];  // the taps' w - w_zp, T <= 64
-  for (int64_t t = 0; t < T; ++t)
+  uint32_t wsum = 0;
+  for (int64_t t = 0; t < T; ++t) {
     wt[t] = (q.w_signed ? static_cast<int8_t>(q.w[m * T + t]) : static_cast<int32_t>(q.w[m * T + t])) - q.w_zp[m];
+    wsum += static_cast<uint32_t>(wt[t]);
+  }
+  const uint32_t b = q.acc_out == nullptr && q.bias != nullptr ? static_cast<uint32_t>(q.bias[m]) : 0;
+  const __m512i bias = _mm512_set1_epi32(static_cast<int32_t>(b - static_cast<uint32_t>(q.x_zp) * wsum));
   const float z = static_cast<float>(q.y_zp);
   const __m512 lo = _mm512_set1_ps((q.y_signed ? -128.0f : 0.0f) - z);
   const __m512 hi = _mm512_set1_ps((q.y_signed ? 127.0f : 255.0f) - z);
-  const __m512i zv = _mm512_set1_epi32(q.y_zp), bias = _mm512_set1_epi32(q.bias != nullptr ? q.bias[m] : 0);
+  const __m512i zv = _mm512_set1_epi32(q.y_zp);
   const __m512 mv = _mm512_set1_ps(q.acc_out != nullptr ? 0.0f : q.mult[m]);
   for (int64_t pb = 0; pb < g.NF; pb += kDwCols) {
     __m512i acc[kDwVecs];
@@ -631,10 +645,14 @@ __attribute__((target(NPU_CONV_512))) void DwPlane(const QConv& q, const DwGeom&
     for (int64_t t = 0; t < T; ++t) {
       if (wt[t] == 0) continue;
       const __m512i wv = _mm512_set1_epi32(wt[t]);
-      const int32_t* src = xp + toff[t] + pb;
-      _Pragma("GCC unroll 4") for (int v = 0; v < kDwVecs; ++v) acc[v] =
-          _mm512_add_epi32(acc[v], _mm512_mullo_epi32(_mm512_loadu_si512(src + 16 * v), wv));
+      const uint8_t* src = xp + toff[t] + pb;
+      _Pragma("GCC unroll 4") for (int v = 0; v < kDwVecs; ++v) {
+        const __m128i x8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * v));
+        const __m512i x = q.x_signed ? _mm512_cvtepi8_epi32(x8) : _mm512_cvtepu8_epi32(x8);
+        acc[v] = _mm512_add_epi32(acc[v], _mm512_mullo_epi32(x, wv));
+      }
     }
+    _Pragma("GCC unroll 4") for (int v = 0; v < kDwVecs; ++v) acc[v] = _mm512_add_epi32(acc[v], bias);
     const int64_t r0 = runs.first[pb / kDwCols], r1 = runs.first[pb / kDwCols + 1];
     if (q.acc_out != nullptr) {
       int32_t* out = q.acc_out + task * P;
@@ -644,7 +662,6 @@ __attribute__((target(NPU_CONV_512))) void DwPlane(const QConv& q, const DwGeom&
       }
       continue;
     }
-    _Pragma("GCC unroll 4") for (int v = 0; v < kDwVecs; ++v) acc[v] = _mm512_add_epi32(acc[v], bias);
     const __m512i bytes = RequantizeBytes<kDwVecs>(acc, mv, lo, hi, zv);
     uint8_t* y = q.y + task * P;
     for (int64_t r = r0; r < r1; ++r) _mm512_mask_storeu_epi8(At(y, pb + runs.d[r]), runs.mask[r], bytes);
@@ -654,7 +671,7 @@ __attribute__((target(NPU_CONV_512))) void DwPlane(const QConv& q, const DwGeom&
 
 bool DwFlatApplies(const QConv& q) { return ActiveIsa() >= Isa::kAvx512 && q.s.sw <= 2 && q.s.kh * q.s.kw <= 64; }
 
-thread_local std::vector<int32_t> t_dw_plane;
+thread_local std::vector<uint8_t> t_dw_plane;
 
 void DepthwiseFlat(const QConv& q) {
   const ConvShape& s = q.s;
@@ -673,7 +690,7 @@ void DepthwiseFlat(const QConv& q) {
     runs.d.insert(runs.d.end(), u.d, u.d + u.n);
   }
   runs.first.push_back(static_cast<int64_t>(runs.mask.size()));
-  std::vector<int32_t> shared;  // a depth multiplier's planes, converted once
+  std::vector<uint8_t> shared;  // a depth multiplier's planes, converted once
   if (mult > 1) {
     shared.resize(s.N * s.C * len);
     conv_detail::ParallelItems(q.threads, s.N * s.C, s.H * s.W,
@@ -682,7 +699,7 @@ void DepthwiseFlat(const QConv& q) {
   conv_detail::ParallelItems(q.threads, s.N * s.M, P * T, [&](int64_t task) {
     const int64_t n = task / s.M, c = task % s.M / mult;
     if (mult > 1) return DwPlane(q, g, toff, runs, task, shared.data() + (n * s.C + c) * len);
-    int32_t* own = Grow(t_dw_plane, len);
+    uint8_t* own = Grow(t_dw_plane, len);
     DwConvert(q, g, n * s.C + c, own);
     DwPlane(q, g, toff, runs, task, own);
   });
