@@ -1,6 +1,7 @@
 """The layout pass (kernels/layout.py): regions of float depthwise and pointwise convs run in NHWC as npu::ConvNhwc
 steps (a depthwise conv reading NCHW itself; else a Transpose to NHWC before it), with the element-wise ops, SE
-blocks' global pools and scale Muls, Concat / Split, nearest upsamples and same-size pools between them in NHWC;
+blocks' global pools and scale Muls, Concat / Split, nearest upsamples between them in NHWC (the pools:
+test_layout_pools.py);
 each tensor read outside the region, and each partition output, gets one Transpose back to NCHW.
 Sessions with the pass on (provider option ``conv_layout`` nhwc or auto) give the CPU EP's results within the conv
 tolerance with every node on NpuEP and no step on its Python kernel, and the programs show each step's layout;
@@ -444,54 +445,3 @@ def test_other_nearest_modes_run_in_the_region_too(coord, nearest):
     x = np.random.default_rng(16).standard_normal((1, 16, 20, 20)).astype(np.float32)
     steps = _matches_cpu(model, "nhwc", x)
     assert sum(s.op == "npu::ConvNhwc" for s in steps) == 4
-
-
-def _sppf_model(op="MaxPool", k=(5, 5), pads=(2, 2, 2, 2), batch="N", **attrs):
-    """YOLO's SPPF: pw -> pool -> pool -> Concat of the three -> pw, on a symbolic batch and image size."""
-    rng = np.random.default_rng(14)
-    c = 24
-    inits = {"w0": rng.standard_normal((c, 1, 3, 3)).astype(np.float32),
-             "w1": (rng.standard_normal((c, c, 1, 1)) / 4).astype(np.float32),
-             "w2": (rng.standard_normal((8, 3 * c, 1, 1)) / 6).astype(np.float32)}
-    pool = {"kernel_shape": list(k), "pads": list(pads), **attrs}
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["a0"], group=c, kernel_shape=[3, 3], strides=[2, 2],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["a0", "w1"], ["a1"]),
-             helper.make_node(op, ["a1"], ["p1"], **pool),
-             helper.make_node(op, ["p1"], ["p2"], **pool),
-             helper.make_node("Concat", ["a1", "p1", "p2"], ["cat"], axis=1),
-             helper.make_node("Conv", ["cat", "w2"], ["y"])]
-    return make_model(nodes, [helper.make_tensor_value_info("x", F32, [batch, c, "h", "w"])],
-                      [helper.make_tensor_value_info("y", F32, [batch, 8, None, None])], inits)
-
-
-@pytest.mark.parametrize("op,k,pads,attrs", [
-    ("MaxPool", (5, 5), (2, 2, 2, 2), {}),
-    ("MaxPool", (3, 4), (1, 1, 1, 2), {}),
-    ("AveragePool", (3, 3), (1, 1, 1, 1), {"count_include_pad": 0}),
-    ("AveragePool", (5, 2), (0, 1, 4, 0), {"count_include_pad": 1}),
-])
-def test_a_same_size_pool_runs_in_nhwc_on_a_dilated_view(op, k, pads, attrs):
-    model = _sppf_model(op, k, pads, **attrs)
-    ops = [op for op, _ in _ops(model, "nhwc")]
-    assert ops.count("Transpose") == 1 and ops.count(op) == 2
-    rng = np.random.default_rng(15)
-    for shape in ((1, 24, 20, 18), (2, 24, 9, 13)):
-        x = rng.standard_normal(shape).astype(np.float32)
-        x[0, 1, 2, 3], x[0, 4, 5, 6], x[-1, 7, 0, 0], x[0, 2, 1, 1] = np.nan, np.inf, -np.inf, 1e-40
-        steps = _matches_cpu(model, "nhwc", x)
-        assert sum(s.op == "npu::ConvNhwc" for s in steps) == 3
-
-
-def test_a_strided_pool_stays_outside_the_region():
-    rng = np.random.default_rng(16)
-    inits = {"w0": rng.standard_normal((16, 1, 3, 3)).astype(np.float32),
-             "w1": rng.standard_normal((16, 16, 1, 1)).astype(np.float32),
-             "w2": rng.standard_normal((16, 16, 1, 1)).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["a0"], group=16, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["a0", "w1"], ["a1"]),
-             helper.make_node("MaxPool", ["a1"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["p", "w2"], ["y"])]
-    model = make_model(nodes, [helper.make_tensor_value_info("x", F32, [1, 16, 16, 16])],
-                       [helper.make_tensor_value_info("y", F32, [1, 16, 8, 8])], inits)
-    assert [op for op, _ in _ops(model, "nhwc")] == ["ConvNhwc", "ConvNhwc", "Transpose", "MaxPool", "Conv"]
