@@ -134,3 +134,15 @@ def conv_lane_cycles(target: Target, kind: str, strides: tuple[int, int], layout
     if layout == "NCHW" and max(strides) == 1:
         return float(n * c * oh * math.ceil(ow / lanes) * kh * kw)
     return float(n * oh * ow * math.ceil(c / lanes) * kh * kw)
+
+
+def pool_lane_cycles(target: Target, strides: tuple[int, int], layout: str,
+                     dims: tuple[int, int, int, int, int, int]) -> float:
+    """Vector cycles of a 2-D MaxPool / AveragePool's taps, ``dims`` = (N, C, OH, OW, kh, kw), a partial lane block
+    costing a whole one: along the output rows in NCHW, a column-strided tap costing one more for the permute that
+    gathers its lanes (``kernels/native/pool.cc``); along the channels in NHWC (``pool_nhwc.cc``)."""
+    lanes = int(target.vector["lanes"])
+    n, c, oh, ow, kh, kw = dims
+    if layout == "NCHW":
+        return float(n * c * oh * math.ceil(ow / lanes) * kh * kw * (2 if strides[1] > 1 else 1))
+    return float(n * oh * ow * math.ceil(c / lanes) * kh * kw)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, shape_inference
 
 from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
@@ -180,3 +180,15 @@ def test_the_role_refuses_what_pool_nhwc_does_not_compute():
     ]
     for n in refused:
         assert not layout._window(n), n.describe()
+
+
+@pytest.mark.parametrize("c,hw,strides,cheaper", [(64, 56, 2, "NHWC"), (256, 14, 2, "NHWC"), (3, 224, 1, "NCHW")])
+def test_the_cost_model_credits_a_pool_where_nhwc_fills_more_lanes(c, hw, strides, cheaper):
+    """A strided pool of many channels fills its lanes in NHWC (and needs no permute per tap): a saving the region
+    counts; a pool of three channels on wide rows fills them in NCHW: a negative one."""
+    model = _dw_pool_pw(c=c, kernel_shape=[3, 3], strides=[strides, strides], pads=[1, 1, 1, 1])
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = hw
+    model.graph.input[0].type.tensor_type.shape.dim[3].dim_value = hw
+    nodes = fuse_partition(nodes_from_model(shape_inference.infer_shapes(model)), REF)
+    pool = next(n for n in nodes if n.op_type == "MaxPool")
+    assert (layout.pool_saving(pool, REF) > 0) == (cheaper == "NHWC")
