@@ -536,13 +536,126 @@ static bool VectorWindows() {
 #endif
 }
 
-// One float32 plane of MaxPool: the 2x2 register kernel, the AVX-512 window kernels, else rows then columns.
+namespace {
+
+#if NPU_EP_X86
+// The AVX2 float32 kernels (8 lanes; hosts below AVX-512): the same values and NaN rule as the scalar passes.
+
+// Lanes [0, n) of 8 (n clipped to [0, 8]), as a maskload / maskstore mask.
+__attribute__((target("avx2"))) inline __m256i Lanes8(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(n, 0, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// MaxLanes' rule in 8 lanes: vmaxps(w, v), a NaN in w put back.
+__attribute__((target("avx2"))) inline __m256 MaxLanes8(__m256 v, __m256 w) {
+  return _mm256_blendv_ps(_mm256_max_ps(w, v), w, _mm256_cmp_ps(w, w, _CMP_UNORD_Q));
+}
+
+// The even values of a:b (a0 a2 a4 a6 b0 b2 b4 b6), or the odd ones.
+template <bool kOdd>
+__attribute__((target("avx2"))) inline __m256 Deinterleave8(__m256 a, __m256 b) {
+  const __m256 e = kOdd ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)) : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+// 8 taps at stride kSw from p (p[l kSw], lane l): a load at stride 1, two loads and a shuffle at 2 (reading
+// p[0, 16): one value past the last tap), a gather at `idx` (l sw) for kSw 0 (any stride).
+template <int kSw>
+__attribute__((target("avx2"), always_inline)) inline __m256 StridedTaps8(const float* p, __m256i idx) {
+  if (kSw == 1) return _mm256_loadu_ps(p);
+  if (kSw == 2) return Deinterleave8<false>(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));
+  return _mm256_i32gather_ps(p, idx, 4);
+}
+
+// The kSw of StridedTaps8 for stride sw.
+inline int TapKind8(int64_t sw) { return sw == 1 || sw == 2 ? static_cast<int>(sw) : 0; }
+
+// The input columns StridedTaps8 reads past the last tap.
+inline int64_t OverRead8(int64_t sw) { return sw == 2 ? 1 : 0; }
+
+__attribute__((target("avx2"))) inline __m256i TapStrides8(int64_t sw) {
+  return _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int32_t>(sw)));
+}
+
+// acc[w] = Max(acc[w], row[w]) (RowMaxScalar), 8 at a time.
+__attribute__((target("avx2"))) void RowMaxAvx2(float* acc, const float* row, int64_t n) {
+  int64_t w = 0;
+  for (; w + 8 <= n; w += 8) _mm256_storeu_ps(acc + w, MaxLanes8(_mm256_loadu_ps(acc + w), _mm256_loadu_ps(row + w)));
+  if (w == n) return;
+  const __m256i k = Lanes8(n - w);
+  _mm256_maskstore_ps(acc + w, k, MaxLanes8(_mm256_maskload_ps(acc + w, k), _mm256_maskload_ps(row + w, k)));
+}
+
+// One output row of MaxPoolRows' column pass from the row maximum (columns outside the input holding `low`).
+template <int kSw>
+__attribute__((target("avx2"))) void MaxColumnsAvx2(const PoolShape& s, const float* rowmax, float* dst) {
+  const __m256i idx = TapStrides8(s.sw);
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t o = 0; o < s.OW; o += 8) {
+    const float* p = rowmax + o * s.sw - s.pl;
+    __m256 acc = ninf;
+    for (int64_t j = 0; j < s.kw; ++j) acc = MaxLanes8(acc, StridedTaps8<kSw>(p + j * s.dw, idx));
+    if (o + 8 <= s.OW)
+      _mm256_storeu_ps(dst + o, acc);
+    else
+      _mm256_maskstore_ps(dst + o, Lanes8(s.OW - o), acc);
+  }
+}
+
+// A max pool plane as MaxPoolRows (each output row's window rows folded into a row maximum, then each output the
+// maximum of its columns there), 8 outputs per step: the row maximum sits in a buffer whose columns outside the
+// input hold `low`, so every tap of the column pass is a plain load (StridedTaps8).
+__attribute__((target("avx2"))) void MaxPlaneAvx2(const PoolShape& s, const float* in, float low, float* out) {
+  thread_local std::vector<float> buf;
+  const int64_t ow8 = (s.OW + 7) / 8 * 8, left = std::max<int64_t>(s.pl, 0);
+  const int64_t reach = (ow8 - 1) * s.sw - s.pl + (s.kw - 1) * s.dw + 1 + OverRead8(s.sw);  // columns read
+  buf.assign(static_cast<size_t>(left + std::max(s.W + 8, reach)), low);
+  float* rowmax = buf.data() + left;  // input column iw at rowmax[iw]
+  const __m256 lowv = _mm256_set1_ps(low);
+  const int kind = TapKind8(s.sw);
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    bool first = true, padded_row = false;
+    for (int64_t i = 0; i < s.kh; ++i) {
+      const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+      if (ih < 0 || ih >= s.H)
+        padded_row = true;
+      else if (first)
+        std::copy(in + ih * s.W, in + (ih + 1) * s.W, rowmax), first = false;  // Max(-inf, v) is v
+      else
+        RowMaxAvx2(rowmax, in + ih * s.W, s.W);
+    }
+    if (first) std::fill(rowmax, rowmax + s.W, low);
+    else if (padded_row)
+      for (int64_t w = 0; w < s.W; w += 8) {
+        const __m256 v = MaxLanes8(_mm256_loadu_ps(rowmax + w), lowv);  // the buffer holds 8 columns past W
+        if (w + 8 <= s.W)
+          _mm256_storeu_ps(rowmax + w, v);
+        else
+          _mm256_maskstore_ps(rowmax + w, Lanes8(s.W - w), v);
+      }
+    float* dst = out + oh * s.OW;
+    if (kind == 1)
+      MaxColumnsAvx2<1>(s, rowmax, dst);
+    else if (kind == 2)
+      MaxColumnsAvx2<2>(s, rowmax, dst);
+    else
+      MaxColumnsAvx2<0>(s, rowmax, dst);
+  }
+}
+#endif
+
+}  // namespace
+
+// One float32 plane of MaxPool: the 2x2 register kernel, the AVX-512 window kernels, the AVX2
+// row-then-column pass, else its scalar form.
 static void MaxPlaneFloat(const PoolShape& s, const float* in, float low, float* out) {
   const float start = -std::numeric_limits<float>::infinity();
 #if NPU_EP_X86
   if (Pool2x2(s)) return Pool2x2Avx512(s, in, start, out);  // no padding
   if (VectorWindows() && s.sw == 1 && s.sh == 1) return SeparableMax(s, in, low, out);
   if (VectorWindows()) return PoolPlaneAvx512<false>(s, in, low, out);
+  if (ActiveIsa() >= Isa::kAvx2) return MaxPlaneAvx2(s, in, low, out);
 #endif
   MaxPoolRows<float>(
       s, in, start, low, out, [&](float* acc, const float* row) { RowMax(acc, row, s.W); },
@@ -607,13 +720,57 @@ conv_detail::Span InteriorColumns(const PoolShape& s) {
   return {lo, std::max(lo, std::min(first.hi, last.hi))};
 }
 
+#if NPU_EP_X86
+// RowSums' interior columns from lo on, 8 per step while every value read lies in the row (taps by StridedTaps8,
+// added from the first on: its operations); returns where it stopped.
+template <int kSw>
+__attribute__((target("avx2"))) int64_t RowSumsAvx2(const PoolShape& s, const float* row, int64_t lo, int64_t hi,
+                                                    float* sums) {
+  const __m256i idx = TapStrides8(s.sw);
+  const int64_t reach = (s.kw - 1) * s.dw + OverRead8(s.sw) - s.pl;  // the last column read is 7 sw past this
+  int64_t ow = lo;
+  for (; ow + 8 <= hi && (ow + 7) * s.sw + reach < s.W; ow += 8) {
+    const float* p = row + ow * s.sw - s.pl;
+    __m256 acc = StridedTaps8<kSw>(p, idx);
+    for (int64_t j = 1; j < s.kw; ++j) acc = _mm256_add_ps(acc, StridedTaps8<kSw>(p + j * s.dw, idx));
+    _mm256_storeu_ps(sums + ow, acc);
+  }
+  return ow;
+}
+
+// ColumnSums 8 outputs at a time (the tail masked).
+__attribute__((target("avx2"))) void ColumnSumsAvx2(const float* const* rows, int64_t kh, const float* divisor,
+                                                    int64_t n, float* out) {
+  for (int64_t o = 0; o < n; o += 8) {
+    if (o + 8 <= n) {
+      __m256 acc = _mm256_loadu_ps(rows[0] + o);
+      for (int64_t i = 1; i < kh; ++i) acc = _mm256_add_ps(acc, _mm256_loadu_ps(rows[i] + o));
+      _mm256_storeu_ps(out + o, _mm256_div_ps(acc, _mm256_loadu_ps(divisor + o)));
+      continue;
+    }
+    const __m256i k = Lanes8(n - o);
+    __m256 acc = _mm256_maskload_ps(rows[0] + o, k);
+    for (int64_t i = 1; i < kh; ++i) acc = _mm256_add_ps(acc, _mm256_maskload_ps(rows[i] + o, k));
+    const __m256 d = _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_maskload_ps(divisor + o, k), _mm256_castsi256_ps(k));
+    _mm256_maskstore_ps(out + o, k, _mm256_div_ps(acc, d));
+  }
+}
+#endif
+
 // The window-row sums of one input row for every output column (row null: a row outside the input); `inner`:
 // InteriorColumns(s).
 void RowSums(const PoolShape& s, const float* row, conv_detail::Span inner, float* sums) {
   const int64_t lo = row ? inner.lo : s.OW, hi = row ? inner.hi : s.OW;
   for (int64_t ow = 0; ow < lo; ++ow) sums[ow] = RowSumAt(s, row, ow);
   for (int64_t ow = hi; ow < s.OW; ++ow) sums[ow] = RowSumAt(s, row, ow);
-  for (int64_t ow = lo; ow < hi; ++ow) {
+  int64_t ow = lo;
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx2)
+    ow = s.sw == 1   ? RowSumsAvx2<1>(s, row, lo, hi, sums)
+         : s.sw == 2 ? RowSumsAvx2<2>(s, row, lo, hi, sums)
+                     : RowSumsAvx2<0>(s, row, lo, hi, sums);
+#endif
+  for (; ow < hi; ++ow) {
     const float* p = row + ow * s.sw - s.pl;
     float acc = p[0];
     for (int64_t j = 1; j < s.kw; ++j) acc += p[j * s.dw];
@@ -623,6 +780,9 @@ void RowSums(const PoolShape& s, const float* row, conv_detail::Span inner, floa
 
 // out[o] = the sum of rows[i][o] from the first row on, / divisor[o].
 void ColumnSums(const float* const* rows, int64_t kh, const float* divisor, int64_t n, float* out) {
+#if NPU_EP_X86
+  if (ActiveIsa() >= Isa::kAvx2) return ColumnSumsAvx2(rows, kh, divisor, n, out);
+#endif
   for (int64_t o = 0; o < n; ++o) {
     float acc = rows[0][o];
     for (int64_t i = 1; i < kh; ++i) acc += rows[i][o];
