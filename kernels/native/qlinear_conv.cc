@@ -308,21 +308,24 @@ __attribute__((target(NPU_CONV_VNNI))) void PackBlockVnni(const ConvShape& s, co
   _mm512_storeu_si512(bsum, sum);
 }
 
-// Stride-1 dense convs with int8 weights whose zero points are all 0 (symmetric weights, what int8 QDQ models carry)
-// on VNNI: the GEMM reads B straight from the padded image, nothing is packed. The image is held in quad planes
-// [CC/4, Hp, Wp, 4] of unsigned bytes (int8 x + 128), so output pixel (oh, ow) taken at the image's pitch, p = oh *
-// Wp + ow, reads tap (i, j) of quad plane c at byte (c * Hp * Wp + i * dh * Wp + j * dw + p) * 4: 16 such pixels are
-// one 64-byte load. The columns ow >= OW of that flat index (Wp - OW of every Wp) are computed and dropped (masked
-// stores put each row's run of a block in place; the GEMM's columns never leave the registers). vpdpbusd takes the
-// pixels as its unsigned operand and the weights as signed, so with no weight zero point
-//   sum_k (x' - x_zp') w = dot(x', w) - x_zp' sum_k w
-// needs no sums over the pixels, only one per weight row.
+// Dense convs on VNNI (width stride <= 2; strides: DenseFlat's phase planes): the GEMM reads B straight from the
+// padded image, nothing is packed. The image is held in quad planes [CC/4, Hp, Wp, 4] of unsigned bytes (int8 x +
+// 128), so output pixel (oh, ow) taken at the image's pitch, p = oh * Wp + ow, reads tap (i, j) of quad plane c at
+// byte (c * Hp * Wp + i * dh * Wp + j * dw + p) * 4: 16 such pixels are one 64-byte load. The columns ow >= OW of
+// that flat index (Wp - OW of every Wp) are computed and dropped (masked stores put each row's run of a block in
+// place; the GEMM's columns never leave the registers). vpdpbusd takes the pixels as its unsigned operand and the
+// weights (uint8 ones - 128) as signed:
+//   sum_k (x' - x_zp')(w - w_zp) = dot(x', w) - x_zp' sum_k w + K x_zp' w_zp - w_zp sum_k x'
+// so weights without a zero point (symmetric int8 weights, what int8 QDQ models carry) need no sums over the pixels,
+// only one per weight row; else each flat pixel's sum (PixelSums) times w_zp comes off in the epilogue.
 struct FlatConv {
   const uint8_t* img;  // the group's first quad plane
   const int64_t* off;  // [Kq / 4]: byte offset of quad k of a pixel (tap and plane)
   int64_t nkq, Kq, Wp, OW, NF;  // NF = OH * Wp flat pixels
   const int8_t* w;              // the group's weight rows, Kq apart
-  const int32_t* rterm;         // [Mg]: bias - x_zp' * sum_k w, wrapping
+  const int32_t* rterm;         // [Mg]: bias - x_zp' * sum_k w + Kq x_zp' w_zp, wrapping
+  const int32_t* wzp;           // [Mg]: the weights' zero points
+  const int32_t* psum;          // [blocks * kFlatCols]: sum_k x' of each flat pixel, or null (every w_zp 0)
   const float* mult;            // [Mg]
   int32_t y_zp;
   bool y_signed;
@@ -411,6 +414,11 @@ __attribute__((target(NPU_CONV_VNNI))) void FlatTile(const FlatConv& f, int64_t 
     const __m512i t = _mm512_set1_epi32(f.rterm[m]);
     __m512i sum[V];
     _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) sum[v] = _mm512_add_epi32(acc[r][v], t);
+    if (f.psum != nullptr && f.wzp[m] != 0) {  // - w_zp sum_k x'
+      const __m512i z = _mm512_set1_epi32(-f.wzp[m]);
+      _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) sum[v] =
+          _mm512_add_epi32(sum[v], _mm512_mullo_epi32(_mm512_loadu_si512(f.psum + pb + 16 * v), z));
+    }
     if (f.acc_out != nullptr) {
       int32_t* row = f.acc_out + m * f.P;
       for (int s = 0; s < u.n; ++s) {
@@ -422,6 +430,15 @@ __attribute__((target(NPU_CONV_VNNI))) void FlatTile(const FlatConv& f, int64_t 
     const __m512i bytes = RequantizeBytes<V>(sum, _mm512_set1_ps(f.mult[m]), lo, hi, zv);
     uint8_t* row = f.y + m * f.P;
     for (int s = 0; s < u.n; ++s) _mm512_mask_storeu_epi8(At(row, pb + u.d[s]), u.mask[s], bytes);
+  }
+}
+
+// y = x ^ 0x80 (uint8 x - 128 as int8) for n bytes.
+__attribute__((target(NPU_CONV_512))) void FlipSigns(const uint8_t* x, int64_t n, int8_t* y) {
+  const __m512i f = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t i = 0; i < n; i += 64) {
+    const __mmask64 k = n - i >= 64 ? ~0ull : (1ull << (n - i)) - 1;
+    _mm512_mask_storeu_epi8(y + i, k, _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, x + i), f));
   }
 }
 
@@ -441,14 +458,32 @@ __attribute__((target(NPU_CONV_VNNI))) void WeightSums(const int8_t* w, int64_t 
 // The output pixel index of flat pixel p (the first output pixel at or after it).
 int64_t FlatToOut(int64_t p, int64_t Wp, int64_t OW) { return p / Wp * OW + std::min(p % Wp, OW); }
 
-bool FlatApplies(const QConv& q) {
-  if (ActiveIsa() < Isa::kAvx512Vnni || !q.w_signed || q.s.sw > 2) return false;
-  return std::all_of(q.w_zp, q.w_zp + q.s.M, [](int32_t z) { return z == 0; });
+bool FlatApplies(const QConv& q) { return ActiveIsa() >= Isa::kAvx512Vnni && q.s.sw <= 2; }
+
+// Each flat pixel's sum_k x' over its taps and a group's quad planes: the quad sums of every position summed over
+// the planes (q), then over the taps (psum, [n] from flat pixel 0).
+__attribute__((target(NPU_CONV_VNNI))) void PixelSums(const uint8_t* img, int64_t planes, int64_t stride, int64_t len,
+                                                      const int64_t* off, int64_t T, int64_t per_tap, int32_t* q,
+                                                      int64_t n, int32_t* psum) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t i = 0; i < len; i += 16) {
+    __m512i v = _mm512_setzero_si512();
+    for (int64_t c = 0; c < planes; ++c)
+      v = _mm512_dpbusd_epi32(v, _mm512_loadu_si512(img + (c * stride + i) * 4), ones);
+    _mm512_storeu_si512(q + i, v);
+  }
+  for (int64_t p = 0; p < n; p += 16) {
+    __m512i v = _mm512_setzero_si512();
+    for (int64_t t = 0; t < T; ++t) v = _mm512_add_epi32(v, _mm512_loadu_si512(q + off[t * per_tap] / 4 + p));
+    _mm512_storeu_si512(psum + p, v);
+  }
 }
 
 thread_local std::vector<uint8_t> t_flat_image;
 thread_local std::vector<int32_t> t_flat_rterm;
 thread_local std::vector<int64_t> t_flat_off;
+thread_local std::vector<int8_t> t_flat_w;
+thread_local std::vector<int32_t> t_flat_wzp, t_flat_q, t_flat_psum;
 
 // Even and odd int32s of src [2 n (+ up to 30 readable)] into even[n] and odd[n].
 __attribute__((target("avx512f"))) void SplitPhases2(const int32_t* src, int64_t n, int32_t* even, int32_t* odd) {
@@ -481,28 +516,44 @@ void DenseFlat(const QConv& q) {
   const uint8_t flip = q.x_signed ? 0x80 : 0x00;        // x' = x + 128 for int8 x: the sign bit flipped
   const int32_t xzp = q.x_zp + (q.x_signed ? 128 : 0);
   const uint8_t pad = static_cast<uint8_t>(xzp);
-  uint8_t* img = Grow(t_flat_image, (CQ * phases * plane + slack) * 4);
+  uint8_t* img = Grow(t_flat_image, (CQ * phases * plane + slack + 16) * 4);  // + 16: the pixel sums' last vector
   int32_t* rterm = Grow(t_flat_rterm, s.M);
   int64_t* off = Grow(t_flat_off, nkq);
+  // vpdpbusd's signed operand: uint8 weights - 128 (the sign bit flipped), their zero points alike
   const int8_t* w = reinterpret_cast<const int8_t*>(q.w);
+  int32_t* wzp = Grow(t_flat_wzp, s.M);
+  for (int64_t m = 0; m < s.M; ++m) wzp[m] = q.w_zp[m] - (q.w_signed ? 0 : 128);
+  if (!q.w_signed) {
+    int8_t* flipped = Grow(t_flat_w, s.M * Kq);
+    FlipSigns(q.w, s.M * Kq, flipped);
+    w = flipped;
+  }
+  const bool sums = std::any_of(wzp, wzp + s.M, [](int32_t z) { return z != 0; });
   WeightSums(w, s.M, Kq, rterm);
   for (int64_t m = 0; m < s.M; ++m)
-    rterm[m] = static_cast<int32_t>((q.acc_out == nullptr && q.bias != nullptr ? static_cast<uint32_t>(q.bias[m]) : 0) -
-                                    static_cast<uint32_t>(xzp) * static_cast<uint32_t>(rterm[m]));
+    rterm[m] =
+        static_cast<int32_t>((q.acc_out == nullptr && q.bias != nullptr ? static_cast<uint32_t>(q.bias[m]) : 0) -
+                             static_cast<uint32_t>(xzp) * static_cast<uint32_t>(rterm[m]) +
+                             static_cast<uint32_t>(Kq) * static_cast<uint32_t>(xzp) * static_cast<uint32_t>(wzp[m]));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t di = (t / s.kw) * s.dh, dj = (t % s.kw) * s.dw;
     const int64_t phase = (di % s.sh) * s.sw + dj % s.sw;
     for (int64_t c4 = 0; c4 < Cg4 / 4; ++c4)
       off[t * (Cg4 / 4) + c4] = ((c4 * phases + phase) * plane + di / s.sh * Wph + dj / s.sw) * 4;
   }
-  std::memset(img + CQ * phases * plane * 4, pad, slack * 4);
+  std::memset(img + CQ * phases * plane * 4, pad, (slack + 16) * 4);
   const int64_t blocks = (NF + kFlatCols - 1) / kFlatCols;
   const int64_t block_work = kFlatCols * Kq * Mg;
   // tasks of about 4M multiply-adds (a few us: ORT's pool hands them out one by one, so a slow thread takes fewer)
   const int64_t per_task = std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(block_work, 1), 1, blocks);
   const int64_t tasks = (blocks + per_task - 1) / per_task;
   const int threads = ThreadsFor(q.threads, blocks * block_work * s.group);
-  const FlatConv base{img, off, nkq, Kq, Wph, s.OW, NF, w, rterm, q.mult, q.y_zp, q.y_signed, q.y, q.acc_out, P};
+  // pixel sums: a group's q over its planes' positions and past them (the blocks' last taps), psum per flat pixel
+  const int64_t qlen = (phases * plane + slack + 15) / 16 * 16, plen = blocks * kFlatCols;
+  int32_t* qs = sums ? Grow(t_flat_q, qlen) : nullptr;
+  int32_t* psum = sums ? Grow(t_flat_psum, s.group * plen) : nullptr;
+  const FlatConv base{img, off,  nkq,    Kq,     Wph,        s.OW, NF,        w, rterm,
+                      wzp, psum, q.mult, q.y_zp, q.y_signed, q.y,  q.acc_out, P};
   for (int64_t n = 0; n < s.N; ++n) {
     // phase row (y, a) of quad plane cq: padded row y sh + a, its sw column phases
     const auto build_row = [&](int64_t item) {
@@ -527,12 +578,17 @@ void DenseFlat(const QConv& q) {
                      reinterpret_cast<int32_t*>(dst + plane * 4));
     };
     for (int64_t item = 0; item < CQ * s.sh * Hph; ++item) build_row(item);
+    for (int64_t g = 0; sums && g < s.group; ++g)
+      PixelSums(img + g * (Cg4 / 4) * phases * plane * 4, Cg4 / 4, phases * plane, qlen, off, T, Cg4 / 4, qs, plen,
+                psum + g * plen);
     ParallelFor(threads, s.group * tasks, [&](int64_t task) {
       const int64_t g = task / tasks, b0 = task % tasks * per_task, b1 = std::min(blocks, b0 + per_task);
       FlatConv f = base;
       f.img += g * (Cg4 / 4) * phases * plane * 4;
       f.w += g * Mg * Kq;
       f.rterm += g * Mg;
+      f.wzp += g * Mg;
+      f.psum = sums ? psum + g * plen : nullptr;
       f.mult += g * Mg;
       if (q.acc_out != nullptr)
         f.acc_out += (n * s.M + g * Mg) * P;

@@ -191,14 +191,17 @@ def test_flat_in_a_session_against_the_cpu_ep(threads, stride, op, dtx):
     c, m = 32, 40
     x = _ints((1, c, 30, 30), dtx, rng)
     w = rng.integers(-64, 64, (m, c, 3, 3)).astype(np.int8)
+    wz = np.zeros(m, np.int8)
+    if stride == 2 and dtx == np.uint8:  # uint8 weights with zero points: the pixel sums
+        w, wz = (w.astype(np.int16) + 128).astype(np.uint8), rng.integers(100, 156, m).astype(np.uint8)
     if op == "QLinearConv":
         inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True),
                   ("xz", np.array(100 if dtx == np.uint8 else -20, dtx), True), ("w", w, True),
-                  ("ws", rng.uniform(0.002, 0.01, m).astype(np.float32), True), ("wz", np.zeros(m, np.int8), True),
+                  ("ws", rng.uniform(0.002, 0.01, m).astype(np.float32), True), ("wz", wz, True),
                   ("ys", np.array(0.3, np.float32), True), ("yz", np.array(5, dtx), True),
                   ("b", rng.integers(-5000, 5000, m).astype(np.int32), True)]
     else:
-        inputs = [("x", x, False), ("w", w, True), ("xz", np.array(3, dtx), True), ("wz", np.array(0, np.int8), True)]
+        inputs = [("x", x, False), ("w", w, True), ("xz", np.array(3, dtx), True), ("wz", wz[:1], True)]
     model = node_model(op, inputs, pads=[1, 1, 1, 1], strides=[stride, stride])
     model.graph.node[0].name = "conv"
     so = session_options()
@@ -210,6 +213,55 @@ def test_flat_in_a_session_against_the_cpu_ep(threads, stride, op, dtx):
     assert assignment(sess)["conv"] == "NpuEP"
     assert [s for s in python_steps(sess) if s["op"] == op] == []
     np.testing.assert_array_equal(got, cpu_run(model, feeds)[0])
+
+
+# --- weight zero points (uint8 weights, or int8 ones with a zero point): the flat path subtracts w_zp sum_k x' of
+# each flat pixel (PixelSums over a group's quad planes, then the taps) ---------------------------------------------
+def _qlinear_wzp(xs, ws, rng, dtx, dtw, wz, op="QLinearConv", threads=1, **attrs):
+    x, w = _ints(xs, dtx, rng), _ints(ws, dtw, rng)
+    m = ws[0]
+    xz = np.array(np.iinfo(dtx).min + 7, dtx)
+    if op == "ConvInteger":
+        inputs = [("x", x, False), ("w", w, True), ("xz", xz, True), ("wz", np.asarray(wz, dtw).reshape(-1)[:1], True)]
+    else:
+        inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True), ("xz", xz, True), ("w", w, True),
+                  ("ws", rng.uniform(0.002, 0.01, m).astype(np.float32), True), ("wz", np.asarray(wz, dtw), True),
+                  ("ys", np.array(0.05 * np.sqrt(ws[1] * 9), np.float32), True), ("yz", np.array(3, dtx), True),
+                  ("b", rng.integers(-5000, 5000, m).astype(np.int32), True)]
+    got, want = _native_and_reference(op, inputs, threads, **attrs)
+    assert_matches(got, want, exact=True, what=f"{op} w_zp x{xs} w{ws} {dtw.__name__} {attrs}")
+    return got
+
+
+@pytest.mark.parametrize("dtw", [np.uint8, np.int8])
+@pytest.mark.parametrize("cg,m,w,g", [(3, 9, 46, 1), (8, 17, 47, 2), (5, 8, 5, 1), (4, 1, 130, 1)])
+@pytest.mark.parametrize("attrs", [dict(pads=[1, 1, 1, 1]), dict(strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(strides=[1, 2], pads=[0, 2, 1, 1], dilations=[2, 1])])
+def test_flat_weight_zero_points(isa, dtw, cg, m, w, g, attrs):
+    rng = np.random.default_rng(cg * 1000 + m * 10 + w)
+    info = np.iinfo(dtw)
+    wz = rng.integers(info.min, info.max + 1, m * g).astype(dtw)
+    wz[::3], wz[1::3] = info.min, info.max
+    if m * g > 2:
+        wz[2] = 0  # rows without a zero point among rows with one
+    for dtx in (np.uint8, np.int8):
+        _qlinear_wzp((1, cg * g, 5, w), (m * g, cg, 3, 3), rng, dtx, dtw, wz, group=g, **attrs)
+
+
+@pytest.mark.parametrize("wz", [0, 128, 255, 119])
+@pytest.mark.parametrize("attrs", [dict(pads=[1, 1, 1, 1]), dict(strides=[2, 2], pads=[1, 1, 1, 1])])
+def test_flat_conv_integer_uint8_weights(isa, wz, attrs):
+    """The dynamically quantized CRNN's ConvInteger: uint8 weights with one zero point."""
+    rng = np.random.default_rng(wz)
+    _qlinear_wzp((1, 16, 8, 40), (24, 16, 3, 3), rng, np.uint8, np.uint8, [wz], op="ConvInteger", **attrs)
+
+
+def test_flat_weight_zero_points_threads(isa):
+    rng = np.random.default_rng(9)
+    wz = rng.integers(0, 256, 40).astype(np.uint8)
+    outs = [_qlinear_wzp((1, 32, 30, 30), (40, 32, 3, 3), np.random.default_rng(9), np.uint8, np.uint8, wz,
+                         threads=t, pads=[1, 1, 1, 1]) for t in (1, 2)]
+    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 # --- depthwise (DepthwiseFlat on AVX-512: int32 phase planes, 64 flat pixels of sums in registers) ---------------
