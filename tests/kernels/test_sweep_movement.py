@@ -189,6 +189,31 @@ def test_expand_and_tile_write_into_a_given_buffer():
         nat.expand(x, [2, 3, 5, 4], np.empty(119, np.float16))
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.float32, np.int64])
+def test_expand_from_16_mb_streams_byte_for_byte(isa, dtype):
+    """From 16 MB of output (movement.cc's kStreamBytes) and runs of 256 bytes, Expand writes with non-temporal
+    stores from the output's first 32-byte boundary, memcpy before and after: into ORT-like buffers at every offset
+    of the 32 bytes, runs off the 128-byte step, one long run in 64 KiB parts, just under 16 MB (memcpy), one and two
+    threads, numpy's bytes."""
+    nat = runtime.native_module()
+    item = np.dtype(dtype).itemsize
+    big = (1 << 24) // item
+    expands = [((1, big // 2 + 37), (2, big // 2 + 37)), ((3, 1, big // 48 + 5), (3, 16, big // 48 + 5)),
+               ((1, big // 2 - 1), (2, big // 2 - 1)), ((4, 1, 255 // item + 1), (4, big // 1000, 255 // item + 1))]
+    for x_shape, shape in expands:
+        x = _values(x_shape, dtype)
+        want = np.array(np.broadcast_to(x, shape), order="C")
+        n = want.size
+        buf = np.empty(n + 64, dtype)
+        lead = (-buf.ctypes.data % 32) // item
+        for threads in (1, 2):
+            for off in sorted({0, 1, 32 // item - 1}):
+                out = buf[lead + off:lead + off + n].reshape(shape)
+                out[...] = 0
+                what = f"expand {x_shape} -> {shape} threads={threads} offset {off * item} B"
+                _same_bytes(nat.expand(x, list(shape), out, threads), want, what)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.int64])
 def test_expand_and_tile_over_threads_from_1_mb_byte_for_byte(dtype):
     """From 1 MB of output and runs of 256 bytes the copy runs on the threads: runs in 64 KiB tasks (runs around
