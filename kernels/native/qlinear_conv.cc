@@ -577,7 +577,21 @@ void DenseFlat(const QConv& q) {
         SplitPhases2(reinterpret_cast<const int32_t*>(row), Wph, reinterpret_cast<int32_t*>(dst),
                      reinterpret_cast<int32_t*>(dst + plane * 4));
     };
-    for (int64_t item = 0; item < CQ * s.sh * Hph; ++item) build_row(item);
+    if (s.sh == 1 && s.sw == 1 && Wph == s.W) {  // no width padding: a plane's rows are contiguous in x and the image
+      for (int64_t cq = 0; cq < CQ; ++cq) {
+        uint8_t* dst = img + cq * plane * 4;
+        std::memset(dst, pad, s.pt * Wph * 4);
+        std::memset(dst + (s.pt + s.H) * Wph * 4, pad, (Hph - s.pt - s.H) * Wph * 4);
+        const uint8_t* src[4];
+        for (int b = 0; b < 4; ++b) {
+          const int64_t cc = cq * 4 + b, g = cc / Cg4, c = cc % Cg4;
+          src[b] = c < Cg ? q.x + (n * s.C + g * Cg + c) * s.H * s.W : nullptr;
+        }
+        InterleaveQuad(src, s.H * s.W, flip, pad, dst + s.pt * Wph * 4);
+      }
+    } else {
+      for (int64_t item = 0; item < CQ * s.sh * Hph; ++item) build_row(item);
+    }
     for (int64_t g = 0; sums && g < s.group; ++g)
       PixelSums(img + g * (Cg4 / 4) * phases * plane * 4, Cg4 / 4, phases * plane, qlen, off, T, Cg4 / 4, qs, plen,
                 psum + g * plen);
