@@ -10,6 +10,7 @@ from ..kernels.target import Target
 # The one place to bump: raise the cN suffix (c4 -> c5, and add a note) in the commit whose change to the compiler
 # (ep/compiler.py, kernels/fusion/) or to a kernel's prepared layout changes compiled programs. Cache entries and
 # EPContext models made by the previous version then miss or are refused instead of being loaded.
+# c24: the layout pass keeps pools (npu::PoolNhwc), Resizes (axes [0, 3, 1, 2]) and Shapes of its maps in NHWC;
 # c23: npu::AttentionChain takes K's Transpose (k_transpose; k_repeat / v_repeat);
 # c22: npu::QdqMatMul keeps W - w_zp as int16 panels (wp, colsum, chunk_pairs; K and N as attrs), not float64 w;
 # c21: GroupQueryAttention keeps its KV cache format (kv_format, the target's kv_cache_dtype; issue 41);
@@ -27,7 +28,7 @@ from ..kernels.target import Target
 # c7: QDQ lookup-table units folded into QLinearConv, QDQ byte units, fused conv tails; c6: MatMulGroup over
 # MatMulNBits keeps its members' weights (m{i}/nb_*), not one concatenation; c5: QLinearConv keeps integer weights
 # (qw); c4: pool attrs (auto_pad, 1-D); c3: packed MatMulNBits; c2: fusions
-COMPILER_VERSION = f"{__version__}+c23"
+COMPILER_VERSION = f"{__version__}+c24"
 
 
 def stamp(target: Target, key: str) -> ContainerMeta:
