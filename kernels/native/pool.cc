@@ -1,7 +1,9 @@
 // Native MaxPool and AveragePool: one task per (image, channel) plane. Float32 on AVX-512 (besides the 2x2 / 2
 // register kernel and MaxPool of unit strides, which runs separably: rows' window maxima, then columns of them): 16
 // outputs of a row per step, each window row's input span in registers (WindowBlocks), or tap
-// by tap where the span is wider than three registers. Elsewhere (bytes, hosts below AVX-512) per output row the
+// by tap where the span is wider than three registers. Float32 on AVX2: 8 outputs per step, the 2x2 / 2 kernel in
+// registers, MaxPool by rows then columns (the row maximum padded with `low`, so each column tap is a plain load),
+// AveragePool separably. Elsewhere (bytes, the portable level) per output row the
 // window's input rows are folded into a row maximum, then each output takes the maximum of its columns. A NaN
 // anywhere in the window wins, as numpy's max. A padded tap holds `low` (-FLT_MAX for float, as MLAS pads): a window
 // of -inf values gives -inf, or -FLT_MAX where it reaches the padding, as ORT and the reference model. AveragePool
@@ -512,20 +514,26 @@ void MaxPoolPlanes(const PoolShape& s, const T* x, T start, T low, T* y, int thr
 
 }  // namespace
 
-// 2-wide, stride-2 windows wholly inside each row, on a host with the AVX-512 column pass.
+// 2-wide, stride-2 windows wholly inside each row.
+static bool Pairs(const PoolShape& s) { return s.kw == 2 && s.sw == 2 && s.dw == 1 && s.pl == 0 && 2 * s.OW <= s.W; }
+
+// The same on a host with the AVX-512 column pass.
 static bool VectorPairs(const PoolShape& s) {
 #if NPU_EP_X86
-  return s.kw == 2 && s.sw == 2 && s.dw == 1 && s.pl == 0 && 2 * s.OW <= s.W && ActiveIsa() >= Isa::kAvx512;
+  return Pairs(s) && ActiveIsa() >= Isa::kAvx512;
 #else
   (void)s;
   return false;
 #endif
 }
 
-// The usual 2x2 window at stride 2, no pads, wholly inside the plane: the register kernels above.
-static bool Pool2x2(const PoolShape& s) {
-  return VectorPairs(s) && s.kh == 2 && s.sh == 2 && s.dh == 1 && s.pt == 0 && 2 * s.OH <= s.H;
+// The usual 2x2 window at stride 2, no pads, wholly inside the plane.
+static bool Window2x2(const PoolShape& s) {
+  return Pairs(s) && s.kh == 2 && s.sh == 2 && s.dh == 1 && s.pt == 0 && 2 * s.OH <= s.H;
 }
+
+// The same on AVX-512: the register kernels above.
+static bool Pool2x2(const PoolShape& s) { return VectorPairs(s) && Window2x2(s); }
 
 // Any window on a host with the AVX-512 window kernel (WindowPlaneAvx512).
 static bool VectorWindows() {
@@ -552,10 +560,16 @@ __attribute__((target("avx2"))) inline __m256 MaxLanes8(__m256 v, __m256 w) {
   return _mm256_blendv_ps(_mm256_max_ps(w, v), w, _mm256_cmp_ps(w, w, _CMP_UNORD_Q));
 }
 
+// The divisors of lanes k from d, 1.0 in the others (their quotients are not stored).
+__attribute__((target("avx2"))) inline __m256 DivisorTail8(const float* d, __m256i k) {
+  return _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_maskload_ps(d, k), _mm256_castsi256_ps(k));
+}
+
 // The even values of a:b (a0 a2 a4 a6 b0 b2 b4 b6), or the odd ones.
 template <bool kOdd>
 __attribute__((target("avx2"))) inline __m256 Deinterleave8(__m256 a, __m256 b) {
-  const __m256 e = kOdd ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)) : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m256 e =
+      kOdd ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)) : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
@@ -585,6 +599,41 @@ __attribute__((target("avx2"))) void RowMaxAvx2(float* acc, const float* row, in
   if (w == n) return;
   const __m256i k = Lanes8(n - w);
   _mm256_maskstore_ps(acc + w, k, MaxLanes8(_mm256_maskload_ps(acc + w, k), _mm256_maskload_ps(row + w, k)));
+}
+
+// The 2x2 window at stride 2 (Window2x2), 8 outputs per step from both input rows' 16 columns in registers, even and
+// odd columns split by shuffles: maxima (a NaN wins) or (kSum) (r0[2o] + r0[2o + 1]) + (r1[2o] + r1[2o + 1]) /
+// divisor, the separable pass's operations in its order.
+template <bool kSum>
+__attribute__((target("avx2"))) void Pool2x2Avx2(const PoolShape& s, const float* in, const float* divisor,
+                                                 float* out) {
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    const float* r0 = in + 2 * oh * s.W;
+    const float* r1 = r0 + s.W;
+    for (int64_t o = 0; o < s.OW; o += 8) {
+      const bool whole = o + 8 <= s.OW;
+      const __m256i k0 = Lanes8(2 * (s.OW - o)), k1 = Lanes8(2 * (s.OW - o) - 8), ko = Lanes8(s.OW - o);
+      const __m256 a0 = whole ? _mm256_loadu_ps(r0 + 2 * o) : _mm256_maskload_ps(r0 + 2 * o, k0);
+      const __m256 a1 = whole ? _mm256_loadu_ps(r0 + 2 * o + 8) : _mm256_maskload_ps(r0 + 2 * o + 8, k1);
+      const __m256 b0 = whole ? _mm256_loadu_ps(r1 + 2 * o) : _mm256_maskload_ps(r1 + 2 * o, k0);
+      const __m256 b1 = whole ? _mm256_loadu_ps(r1 + 2 * o + 8) : _mm256_maskload_ps(r1 + 2 * o + 8, k1);
+      __m256 v;
+      if (kSum) {
+        const __m256 ra = _mm256_add_ps(Deinterleave8<false>(a0, a1), Deinterleave8<true>(a0, a1));
+        const __m256 rb = _mm256_add_ps(Deinterleave8<false>(b0, b1), Deinterleave8<true>(b0, b1));
+        const float* d = divisor + oh * s.OW + o;
+        const __m256 dv = whole ? _mm256_loadu_ps(d) : DivisorTail8(d, ko);
+        v = _mm256_div_ps(_mm256_add_ps(ra, rb), dv);
+      } else {
+        const __m256 a = MaxLanes8(a0, b0), b = MaxLanes8(a1, b1);  // Max(-inf, x) is x
+        v = MaxLanes8(Deinterleave8<false>(a, b), Deinterleave8<true>(a, b));
+      }
+      if (whole)
+        _mm256_storeu_ps(out + oh * s.OW + o, v);
+      else
+        _mm256_maskstore_ps(out + oh * s.OW + o, ko, v);
+    }
+  }
 }
 
 // One output row of MaxPoolRows' column pass from the row maximum (columns outside the input holding `low`).
@@ -655,6 +704,7 @@ static void MaxPlaneFloat(const PoolShape& s, const float* in, float low, float*
   if (Pool2x2(s)) return Pool2x2Avx512(s, in, start, out);  // no padding
   if (VectorWindows() && s.sw == 1 && s.sh == 1) return SeparableMax(s, in, low, out);
   if (VectorWindows()) return PoolPlaneAvx512<false>(s, in, low, out);
+  if (ActiveIsa() >= Isa::kAvx2 && Window2x2(s)) return Pool2x2Avx2<false>(s, in, nullptr, out);
   if (ActiveIsa() >= Isa::kAvx2) return MaxPlaneAvx2(s, in, low, out);
 #endif
   MaxPoolRows<float>(
@@ -721,21 +771,44 @@ conv_detail::Span InteriorColumns(const PoolShape& s) {
 }
 
 #if NPU_EP_X86
-// RowSums' interior columns from lo on, 8 per step while every value read lies in the row (taps by StridedTaps8,
-// added from the first on: its operations); returns where it stopped.
+// Lanes l of 8 with column c + l sw inside [0, W), as a maskload / gather mask.
+__attribute__((target("avx2"))) inline __m256i InsideLanes8(int64_t c, int64_t W, __m256i steps) {
+  const __m256i col = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(c)), steps);
+  return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), col),
+                             _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(W)), col));
+}
+
+// StridedTaps8 from input column c of a row of W values, a tap outside the row 0.0 (masked loads and gathers: nothing
+// read outside the row).
 template <int kSw>
-__attribute__((target("avx2"))) int64_t RowSumsAvx2(const PoolShape& s, const float* row, int64_t lo, int64_t hi,
-                                                    float* sums) {
+__attribute__((target("avx2"), always_inline)) inline __m256 RowTaps8(const float* row, int64_t c, int64_t W,
+                                                                      __m256i idx) {
+  const __m256i ones = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  if (kSw == 1) return _mm256_maskload_ps(row + c, InsideLanes8(c, W, ones));
+  if (kSw == 2)
+    return Deinterleave8<false>(_mm256_maskload_ps(row + c, InsideLanes8(c, W, ones)),
+                                _mm256_maskload_ps(row + c + 8, InsideLanes8(c + 8, W, ones)));
+  return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), row + c, idx, _mm256_castsi256_ps(InsideLanes8(c, W, idx)), 4);
+}
+
+// RowSums of an input row for all OW outputs and up to 7 past them, 8 per step, each window row's taps added from the
+// first on (RowSumAt's operations): blocks whose reads lie inside the row by StridedTaps8, the others by RowTaps8.
+template <int kSw>
+__attribute__((target("avx2"))) void RowSumsAvx2(const PoolShape& s, const float* row, float* sums) {
   const __m256i idx = TapStrides8(s.sw);
-  const int64_t reach = (s.kw - 1) * s.dw + OverRead8(s.sw) - s.pl;  // the last column read is 7 sw past this
-  int64_t ow = lo;
-  for (; ow + 8 <= hi && (ow + 7) * s.sw + reach < s.W; ow += 8) {
-    const float* p = row + ow * s.sw - s.pl;
-    __m256 acc = StridedTaps8<kSw>(p, idx);
-    for (int64_t j = 1; j < s.kw; ++j) acc = _mm256_add_ps(acc, StridedTaps8<kSw>(p + j * s.dw, idx));
+  const int64_t span = 7 * s.sw + (s.kw - 1) * s.dw + 1 + OverRead8(s.sw);  // columns a block reads
+  for (int64_t ow = 0; ow < s.OW; ow += 8) {
+    const int64_t c = ow * s.sw - s.pl;
+    __m256 acc;
+    if (c >= 0 && c + span <= s.W) {
+      acc = StridedTaps8<kSw>(row + c, idx);
+      for (int64_t j = 1; j < s.kw; ++j) acc = _mm256_add_ps(acc, StridedTaps8<kSw>(row + c + j * s.dw, idx));
+    } else {
+      acc = RowTaps8<kSw>(row, c, s.W, idx);
+      for (int64_t j = 1; j < s.kw; ++j) acc = _mm256_add_ps(acc, RowTaps8<kSw>(row, c + j * s.dw, s.W, idx));
+    }
     _mm256_storeu_ps(sums + ow, acc);
   }
-  return ow;
 }
 
 // ColumnSums 8 outputs at a time (the tail masked).
@@ -751,26 +824,25 @@ __attribute__((target("avx2"))) void ColumnSumsAvx2(const float* const* rows, in
     const __m256i k = Lanes8(n - o);
     __m256 acc = _mm256_maskload_ps(rows[0] + o, k);
     for (int64_t i = 1; i < kh; ++i) acc = _mm256_add_ps(acc, _mm256_maskload_ps(rows[i] + o, k));
-    const __m256 d = _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_maskload_ps(divisor + o, k), _mm256_castsi256_ps(k));
-    _mm256_maskstore_ps(out + o, k, _mm256_div_ps(acc, d));
+    _mm256_maskstore_ps(out + o, k, _mm256_div_ps(acc, DivisorTail8(divisor + o, k)));
   }
 }
 #endif
 
 // The window-row sums of one input row for every output column (row null: a row outside the input); `inner`:
-// InteriorColumns(s).
+// InteriorColumns(s). On AVX2 sums[OW, OW rounded up to 8) are written too.
 void RowSums(const PoolShape& s, const float* row, conv_detail::Span inner, float* sums) {
+#if NPU_EP_X86
+  if (row && ActiveIsa() >= Isa::kAvx2) {
+    if (s.sw == 1) return RowSumsAvx2<1>(s, row, sums);
+    if (s.sw == 2) return RowSumsAvx2<2>(s, row, sums);
+    return RowSumsAvx2<0>(s, row, sums);
+  }
+#endif
   const int64_t lo = row ? inner.lo : s.OW, hi = row ? inner.hi : s.OW;
   for (int64_t ow = 0; ow < lo; ++ow) sums[ow] = RowSumAt(s, row, ow);
   for (int64_t ow = hi; ow < s.OW; ++ow) sums[ow] = RowSumAt(s, row, ow);
-  int64_t ow = lo;
-#if NPU_EP_X86
-  if (ActiveIsa() >= Isa::kAvx2)
-    ow = s.sw == 1   ? RowSumsAvx2<1>(s, row, lo, hi, sums)
-         : s.sw == 2 ? RowSumsAvx2<2>(s, row, lo, hi, sums)
-                     : RowSumsAvx2<0>(s, row, lo, hi, sums);
-#endif
-  for (; ow < hi; ++ow) {
+  for (int64_t ow = lo; ow < hi; ++ow) {
     const float* p = row + ow * s.sw - s.pl;
     float acc = p[0];
     for (int64_t j = 1; j < s.kw; ++j) acc += p[j * s.dw];
@@ -796,13 +868,14 @@ void ColumnSums(const float* const* rows, int64_t kh, const float* divisor, int6
 // once (a row serves up to kh output rows at stride 1), then per output row its window rows' sums added from the first
 // on and divided. Rows outside the input take the sums of 0.0 taps.
 static void AvgPlaneSeparable(const PoolShape& s, const float* in, const float* divisor, float* out) {
-  thread_local std::vector<float> sums;  // [H + 1, OW]: input row ih's sums, then those of a row outside
+  thread_local std::vector<float> sums;  // [H + 1, pitch]: input row ih's sums, then those of a row outside
   thread_local std::vector<char> done;
   thread_local std::vector<const float*> rows;
-  sums.resize(static_cast<size_t>((s.H + 1) * s.OW));
+  const int64_t pitch = (s.OW + 7) / 8 * 8;
+  sums.resize(static_cast<size_t>((s.H + 1) * pitch));
   done.assign(static_cast<size_t>(s.H), 0);
   rows.resize(static_cast<size_t>(s.kh));
-  float* outside = sums.data() + s.H * s.OW;
+  float* outside = sums.data() + s.H * pitch;
   const conv_detail::Span inner = InteriorColumns(s);
   RowSums(s, nullptr, inner, outside);
   for (int64_t oh = 0; oh < s.OH; ++oh) {
@@ -810,8 +883,8 @@ static void AvgPlaneSeparable(const PoolShape& s, const float* in, const float* 
       const int64_t ih = oh * s.sh - s.pt + i * s.dh;
       rows[i] = outside;
       if (ih >= 0 && ih < s.H) {
-        rows[i] = sums.data() + ih * s.OW;
-        if (!done[ih]) RowSums(s, in + ih * s.W, inner, sums.data() + ih * s.OW), done[ih] = 1;
+        rows[i] = sums.data() + ih * pitch;
+        if (!done[ih]) RowSums(s, in + ih * s.W, inner, sums.data() + ih * pitch), done[ih] = 1;
       }
     }
     ColumnSums(rows.data(), s.kh, divisor + oh * s.OW, s.OW, out + oh * s.OW);
@@ -853,6 +926,7 @@ static void AvgPlaneFloat(const PoolShape& s, const float* in, const float* divi
     PoolPlaneAvx512<true>(s, in, 0.0f, out);
     return DivideAvx512(out, divisor, s.OH * s.OW);
   }
+  if (ActiveIsa() >= Isa::kAvx2 && Window2x2(s)) return Pool2x2Avx2<true>(s, in, divisor, out);
 #endif
   AvgPlaneSeparable(s, in, divisor, out);
 }

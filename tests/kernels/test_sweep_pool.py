@@ -12,8 +12,12 @@ pool.cc's paths and their blocks:
   at most 48 input columns (15 sw + (kw - 1) dw + 1), that span in three registers per window row (masked loads:
   pads and ceil_mode's overhang hold the pad value), maxima folding the rows first, sums tap by tap; wider spans
   (strides >= 3, wide dilations) load each tap (a gather) and take the edge outputs scalar;
+- float32 on AVX2: the 2x2 / stride-2 kernel (8 outputs per step, MaxPool and AveragePool); MaxPool's row pass into a
+  buffer padded with -FLT_MAX, then 8 outputs' columns per step (a load at stride 1, two loads and a shuffle at 2, a
+  gather otherwise); AveragePool's separable pass with 8 row sums per step (masked loads or gathers at the row's
+  edges) and 8 column sums; so the 8-lane tails (1-7 lanes) are crossed as well as the 16-lane ones;
 - bytes: the column-pair pass (kw = 2, sw = 2, no left pad, AVX-512), the row pass (64 bytes per step), scalar
-  column passes; float32 below AVX-512: the row pass's scalar form, then scalar columns; AveragePool scalar.
+  column passes; float32 at the portable level: the row pass's scalar form, then scalar columns; AveragePool scalar.
 MaxPool is exact (a maximum rounds nothing: the same value, NaN where the reference has NaN); AveragePool is
 bit-exact too, by its contract (pool.h): the same float32 additions in the same order, then the same division."""
 
@@ -21,9 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from _isa import cap_isa, host_isas
 from _sweep import around, check, with_specials
+from npu_testing import assignment, cpu_run, make_model, npu_session
 from npu_ep.kernels import runtime
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
@@ -57,7 +63,7 @@ def _avg(x, threads=1, **attrs):
 
 # 2x2 / stride 2 register kernel: OW around 16 (float) and 32 (bytes) outputs per step; an odd W / H leaves a column /
 # row outside every window (2 * OW < W).
-TWO_BY_TWO_OW = around(16, 32)
+TWO_BY_TWO_OW = around(8, 16, 32)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.uint8, np.int8])
@@ -78,7 +84,7 @@ PAIR_ROWS = [dict(kernel_shape=[3, 2], strides=[1, 2]), dict(kernel_shape=[2, 2]
 @pytest.mark.parametrize("attrs", PAIR_ROWS)
 @pytest.mark.parametrize("dt", [np.float32, np.uint8, np.int8])
 def test_max_column_pairs(pool_isa, dt, attrs):
-    for ow in around(16, 32):
+    for ow in around(8, 16, 32):
         x = _image((1, 1, 5, 2 * ow + 1), dt)
         _max(x, **attrs)
 
@@ -93,7 +99,7 @@ SLIDE = [dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]), dict(kern
 @pytest.mark.parametrize("attrs", SLIDE)
 @pytest.mark.parametrize("dt", [np.float32, np.int8])
 def test_max_unit_stride(pool_isa, dt, attrs):
-    for w in around(16, 32):
+    for w in around(8, 16, 32):
         _max(_image((1, 2, 6, w), dt), **attrs)
 
 
@@ -108,7 +114,7 @@ SCALAR = [dict(kernel_shape=[3, 3], strides=[2, 3], pads=[1, 1, 1, 1], ceil_mode
 @pytest.mark.parametrize("attrs", SCALAR)
 @pytest.mark.parametrize("dt", [np.float32, np.uint8, np.int8])
 def test_max_scalar_geometries(pool_isa, dt, attrs):
-    for w in around(16, 64):
+    for w in around(8, 16, 64):
         _max(_image((1, 1, 7, w), dt), **attrs)
 
 
@@ -139,7 +145,7 @@ def test_separable_unit_stride(pool_isa, attrs):
     specials = (np.inf, -np.inf, -0.0, 0.0, 3.0e38, -3.0e38, 1.0e-45, -1.0e-38, float(np.finfo(np.float32).min))
     (kh, kw), (dh, dw) = attrs["kernel_shape"], attrs.get("dilations", [1, 1])
     pt, pl, pb, pr = attrs["pads"]
-    for w in sorted({*around(16, 32), 1, 10, 13}):
+    for w in sorted({*around(8, 16, 32), 1, 10, 13}):
         for h in (1, 6, 13):
             if h + pt + pb < (kh - 1) * dh + 1 or w + pl + pr < (kw - 1) * dw + 1:  # smaller than the window
                 continue
@@ -153,7 +159,7 @@ def test_separable_unit_stride(pool_isa, attrs):
 
 
 def test_max_1d_and_threads(pool_isa):
-    for w in around(16, 32):
+    for w in around(8, 16, 32):
         x = _image((2, 3, w), np.float32)
         _max(x, threads=2, kernel_shape=[2], strides=[2])
         _max(x, threads=2, kernel_shape=[3], pads=[1, 1])
@@ -168,7 +174,7 @@ AVG = [dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[3, 3], pads
 
 @pytest.mark.parametrize("attrs", AVG)
 def test_average(pool_isa, attrs):
-    for w in around(16, 32):
+    for w in around(8, 16, 32):
         _avg(_image((1, 2, 5, w), np.float32), threads=2, **attrs)
 
 
@@ -222,7 +228,7 @@ def _fits(attrs: dict, h: int, w: int) -> bool:
 
 @pytest.mark.parametrize("attrs", WINDOWS)
 def test_float_windows(pool_isa, attrs):
-    for w in sorted({*around(16, 32, 48), 3, 5, 9}):
+    for w in sorted({*around(8, 16, 32, 48), 3, 5}):
         for h in (3, 4, 5, 7):
             if not _fits(attrs, h, w):
                 continue
@@ -255,7 +261,7 @@ def test_max_wide_grid(pool_isa, dt):
                     if pad >= max(kh, kw):
                         continue
                     for ceil in (0, 1):
-                        for w in (15, 16, 17, 31, 33, 63, 65):
+                        for w in (7, 8, 9, 15, 16, 17, 31, 33, 63, 65):
                             x = _image((1, 1, 6, w), dt)
                             _max(x, kernel_shape=[kh, kw], strides=[s, s], pads=[0, pad, pad, 0] if pad < kh
                                  else [0, 0, 0, 0], ceil_mode=ceil)
@@ -267,7 +273,7 @@ def test_average_wide_grid(pool_isa):
         for kw in range(1, 4):
             for s in range(1, 3):
                 for include in (0, 1):
-                    for w in (15, 16, 17, 33):
+                    for w in (7, 9, 15, 16, 17, 33):
                         x = _image((1, 1, 6, w), np.float32)
                         _avg(x, kernel_shape=[kh, kw], strides=[s, s], pads=[kh // 2, kw // 2, kh // 2, kw // 2],
                              count_include_pad=include)
@@ -285,7 +291,7 @@ SEPARABLE = [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), dict(kernel_shape=[3,
 
 @pytest.mark.parametrize("attrs", SEPARABLE)
 def test_average_separable_rows(pool_isa, attrs):
-    for w in sorted({*around(16, 32), 2, 5}):
+    for w in sorted({*around(8, 16, 32), 2, 5}):
         for h in (1, 4, 7):
             if not _fits(attrs, h, w):
                 continue
@@ -303,3 +309,44 @@ def test_float32_global_average_pool(pixels):
         check("GlobalAveragePool", [("x", x, False)], "global_average_pool", exact=True, threads=2)
     zeros = np.full((1, 3, pixels), -0.0, np.float32)
     check("GlobalAveragePool", [("x", zeros, False)], "global_average_pool", exact=True)
+
+
+# Every output tail of the 8-lane (AVX2) and 16-lane blocks: OW 1-17 and 23-25 on the 2x2 / 2 kernel, the 3x3 / 2
+# stem pool (stride-2 taps: two loads and a shuffle), unit strides, stride 3 (gathers) and a column dilation, windows
+# reaching the padding on both sides.
+TAILS = [dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+         dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), dict(kernel_shape=[3, 2], strides=[3, 3], pads=[1, 1, 0, 1]),
+         dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[1, 2], pads=[0, 2, 1, 2], ceil_mode=1)]
+
+
+@pytest.mark.parametrize("attrs", TAILS)
+def test_every_lane_tail(pool_isa, attrs):
+    (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs.get("strides", [1, 1])
+    for ow in (*range(1, 18), 23, 24, 25):
+        w = max(sw * (ow - 1) + kw - sum(attrs.get("pads", [0] * 4)[1::2]), 1)
+        x = _image((1, 2, 2 * sh + kh, w), np.float32)
+        _max(x, **attrs)
+        _avg(x, **attrs)
+        _avg(x, count_include_pad=1, **attrs)
+
+
+@pytest.mark.parametrize("op,attrs", [("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+                                      ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+                                      ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+                                      ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+                                      ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))])
+def test_session_matches_cpu_ep(pool_isa, op, attrs):
+    """A session at each ISA level (the cap reaches the native step the session binds): NpuEP ran the node, its
+    output is the CPU EP's (MaxPool exactly)."""
+    node = helper.make_node(op, ["x"], ["y"], name="pool", **attrs)
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 23, 37])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], opset=17)
+    x = RNG.standard_normal((1, 8, 23, 37)).astype(np.float32)
+    sess = npu_session(model)
+    assert assignment(sess) == {"pool": "NpuEP"}
+    for _ in range(2):  # the observing call, then the bound native step
+        got, ref = sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0]
+        if op == "MaxPool":
+            np.testing.assert_array_equal(got, ref)
+        else:
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
