@@ -57,11 +57,10 @@ __attribute__((target("avx2"))) void StreamRun(char* dst, const char* src, size_
   std::memcpy(dst + i, src + i, n - i);
   _mm_sfence();
 }
-#endif
 
-// 16 MB of output (half this host's L3): from here StreamRun's copy took 0.7x the time of memcpy's on Expand
-// [1, 1500, 1536] -> [2, 1500, 1536] float32, also with a read of the output after; at 4 MB it took 1.1-1.9x.
+// Half a 32 MB L3: below it the next reader of the output finds much of it in the caches, which streaming forgoes.
 constexpr int64_t kStreamBytes = int64_t{1} << 24;
+#endif
 
 // A broadcast copy: output dims `out`, input strides `in_strides` (bytes; 0 on broadcast axes), output strides
 // `out_strides` (bytes); axes from `contiguous` on are one run of `run` bytes in both. `stream`: runs by StreamRun.
