@@ -868,16 +868,22 @@ void ColumnSums(const float* const* rows, int64_t kh, const float* divisor, int6
 // once (a row serves up to kh output rows at stride 1), then per output row its window rows' sums added from the first
 // on and divided. Rows outside the input take the sums of 0.0 taps.
 static void AvgPlaneSeparable(const PoolShape& s, const float* in, const float* divisor, float* out) {
-  thread_local std::vector<float> sums;  // [H + 1, pitch]: input row ih's sums, then those of a row outside
-  thread_local std::vector<char> done;
-  thread_local std::vector<const float*> rows;
+  struct Buffers {
+    std::vector<float> sums;  // [H + 1, pitch]: input row ih's sums, then those of a row outside
+    std::vector<char> done;
+    std::vector<const float*> rows;
+  };
+  thread_local Buffers buffers;
+  std::vector<float>& sums = buffers.sums;
+  std::vector<char>& done = buffers.done;
+  std::vector<const float*>& rows = buffers.rows;
   const int64_t pitch = (s.OW + 7) / 8 * 8;
   sums.resize(static_cast<size_t>((s.H + 1) * pitch));
   done.assign(static_cast<size_t>(s.H), 0);
   rows.resize(static_cast<size_t>(s.kh));
   float* outside = sums.data() + s.H * pitch;
   const conv_detail::Span inner = InteriorColumns(s);
-  RowSums(s, nullptr, inner, outside);
+  std::fill(outside, outside + s.OW, 0.0f);  // RowSums of a row outside: 0.0f + 0.0f + ... is +0.0f
   for (int64_t oh = 0; oh < s.OH; ++oh) {
     for (int64_t i = 0; i < s.kh; ++i) {
       const int64_t ih = oh * s.sh - s.pt + i * s.dh;
