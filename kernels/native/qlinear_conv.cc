@@ -381,11 +381,11 @@ __attribute__((target(NPU_CONV_512), always_inline)) inline __m512i RequantizeBy
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q[1], q[0])), _mm256_set_m128i(q[3], q[2]), 1);
 }
 
-// R weight rows (the first `rows` real; a short tile repeats its last row) x kFlatCols flat pixels from pb.
-template <int R>
+// R weight rows (the first `rows` real; a short tile repeats its last row) x 16 V flat pixels from pb (V <
+// kFlatVecs: the last block, when no more of its pixels are left).
+template <int R, int V>
 __attribute__((target(NPU_CONV_VNNI))) void FlatTile(const FlatConv& f, int64_t m0, int rows, int64_t pb,
                                                      const FlatRuns& u) {
-  constexpr int V = kFlatVecs;
   const uint8_t* b = f.img + pb * 4;
   const int8_t* a[R];
   _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) a[r] = f.w + (m0 + std::min(r, rows - 1)) * f.Kq;
@@ -440,6 +440,19 @@ __attribute__((target(NPU_CONV_512))) void FlipSigns(const uint8_t* x, int64_t n
     const __mmask64 k = n - i >= 64 ? ~0ull : (1ull << (n - i)) - 1;
     _mm512_mask_storeu_epi8(y + i, k, _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, x + i), f));
   }
+}
+
+// FlatTile with R the tile's rows rounded up to 8, 4, 2 or 1.
+template <int V>
+void TileRows(const FlatConv& f, int64_t m0, int rows, int64_t pb, const FlatRuns& u) {
+  if (rows > 4)
+    FlatTile<8, V>(f, m0, rows, pb, u);
+  else if (rows > 2)
+    FlatTile<4, V>(f, m0, rows, pb, u);
+  else if (rows == 2)
+    FlatTile<2, V>(f, m0, rows, pb, u);
+  else
+    FlatTile<1, V>(f, m0, rows, pb, u);
 }
 
 // Row sums of int8 weights [M, Kq].
@@ -529,12 +542,14 @@ void DenseFlat(const QConv& q) {
     w = flipped;
   }
   const bool sums = std::any_of(wzp, wzp + s.M, [](int32_t z) { return z != 0; });
-  WeightSums(w, s.M, Kq, rterm);
-  for (int64_t m = 0; m < s.M; ++m)
-    rterm[m] =
-        static_cast<int32_t>((q.acc_out == nullptr && q.bias != nullptr ? static_cast<uint32_t>(q.bias[m]) : 0) -
-                             static_cast<uint32_t>(xzp) * static_cast<uint32_t>(rterm[m]) +
-                             static_cast<uint32_t>(Kq) * static_cast<uint32_t>(xzp) * static_cast<uint32_t>(wzp[m]));
+  const auto row_terms = [&](int64_t m0, int64_t m1) {  // rterm of weight rows [m0, m1)
+    WeightSums(w + m0 * Kq, m1 - m0, Kq, rterm + m0);
+    for (int64_t m = m0; m < m1; ++m)
+      rterm[m] =
+          static_cast<int32_t>((q.acc_out == nullptr && q.bias != nullptr ? static_cast<uint32_t>(q.bias[m]) : 0) -
+                               static_cast<uint32_t>(xzp) * static_cast<uint32_t>(rterm[m]) +
+                               static_cast<uint32_t>(Kq) * static_cast<uint32_t>(xzp) * static_cast<uint32_t>(wzp[m]));
+  };
   for (int64_t t = 0; t < T; ++t) {
     const int64_t di = (t / s.kw) * s.dh, dj = (t % s.kw) * s.dw;
     const int64_t phase = (di % s.sh) * s.sw + dj % s.sw;
@@ -544,9 +559,20 @@ void DenseFlat(const QConv& q) {
   std::memset(img + CQ * phases * plane * 4, pad, (slack + 16) * 4);
   const int64_t blocks = (NF + kFlatCols - 1) / kFlatCols;
   const int64_t block_work = kFlatCols * Kq * Mg;
-  // tasks of about 4M multiply-adds (a few us: ORT's pool hands them out one by one, so a slow thread takes fewer)
-  const int64_t per_task = std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(block_work, 1), 1, blocks);
-  const int64_t tasks = (blocks + per_task - 1) / per_task;
+  // Tasks of about 4M multiply-adds (a few us: ORT's pool hands them out one by one, so a slow thread takes fewer):
+  // blocks of pixels with every weight row while the weights are the smaller operand (a block's B stays in L1 over
+  // the row tiles), else tiles of 8 weight rows with every block (a tile's weights stay in L1 over the blocks: small
+  // maps of many channels, whose weights would stream from memory once per block)
+  const int64_t tiles = (Mg + 7) / 8;
+  const bool rows_outer = Mg > blocks * kFlatCols;
+  const int64_t unit_work = rows_outer ? 8 * Kq * blocks * kFlatCols : block_work;
+  const int64_t per_task =
+      std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(unit_work, 1), 1, rows_outer ? tiles : blocks);
+  const int64_t tasks = ((rows_outer ? tiles : blocks) + per_task - 1) / per_task;
+  if (!rows_outer) row_terms(0, s.M);  // else each task its rows', while it reads them anyway
+  std::vector<FlatRuns> block_runs(rows_outer ? blocks : 0);
+  for (int64_t b = 0; b < static_cast<int64_t>(block_runs.size()); ++b)
+    block_runs[b] = RunsOf(b * kFlatCols, kFlatCols, NF, Wph, s.OW);
   const int threads = ThreadsFor(q.threads, blocks * block_work * s.group);
   // pixel sums: a group's q over its planes' positions and past them (the blocks' last taps), psum per flat pixel
   const int64_t qlen = (phases * plane + slack + 15) / 16 * 16, plen = blocks * kFlatCols;
@@ -596,7 +622,9 @@ void DenseFlat(const QConv& q) {
       PixelSums(img + g * (Cg4 / 4) * phases * plane * 4, Cg4 / 4, phases * plane, qlen, off, T, Cg4 / 4, qs, plen,
                 psum + g * plen);
     ParallelFor(threads, s.group * tasks, [&](int64_t task) {
-      const int64_t g = task / tasks, b0 = task % tasks * per_task, b1 = std::min(blocks, b0 + per_task);
+      const int64_t g = task / tasks, i0 = task % tasks * per_task;
+      const int64_t t0 = rows_outer ? i0 : 0, t1 = rows_outer ? std::min(tiles, i0 + per_task) : tiles;
+      const int64_t b0 = rows_outer ? 0 : i0, b1 = rows_outer ? blocks : std::min(blocks, i0 + per_task);
       FlatConv f = base;
       f.img += g * (Cg4 / 4) * phases * plane * 4;
       f.w += g * Mg * Kq;
@@ -608,24 +636,31 @@ void DenseFlat(const QConv& q) {
         f.acc_out += (n * s.M + g * Mg) * P;
       else
         f.y += (n * s.M + g * Mg) * P;
-      for (int64_t b = b0; b < b1; ++b) {
-        const FlatRuns u = RunsOf(b * kFlatCols, kFlatCols, NF, Wph, s.OW);
-        for (int64_t m0 = 0; m0 < Mg; m0 += 8) {
-          const int rows = static_cast<int>(std::min<int64_t>(8, Mg - m0));
-          if (rows > 4)
-            FlatTile<8>(f, m0, rows, b * kFlatCols, u);
-          else if (rows > 2)
-            FlatTile<4>(f, m0, rows, b * kFlatCols, u);
-          else if (rows == 2)
-            FlatTile<2>(f, m0, rows, b * kFlatCols, u);
-          else
-            FlatTile<1>(f, m0, rows, b * kFlatCols, u);
+      if (rows_outer) row_terms(g * Mg + 8 * t0, g * Mg + std::min(Mg, 8 * t1));
+      const auto tile = [&](int64_t t, int64_t b, const FlatRuns& u) {
+        const int rows = static_cast<int>(std::min<int64_t>(8, Mg - 8 * t));
+        const int64_t left = NF - b * kFlatCols;
+        if (left <= 16)
+          TileRows<1>(f, 8 * t, rows, b * kFlatCols, u);
+        else if (left <= 32)
+          TileRows<2>(f, 8 * t, rows, b * kFlatCols, u);
+        else
+          TileRows<kFlatVecs>(f, 8 * t, rows, b * kFlatCols, u);
+      };
+      if (rows_outer) {
+        for (int64_t t = t0; t < t1; ++t)
+          for (int64_t b = b0; b < b1; ++b) tile(t, b, block_runs[b]);
+      } else {
+        for (int64_t b = b0; b < b1; ++b) {
+          const FlatRuns u = RunsOf(b * kFlatCols, kFlatCols, NF, Wph, s.OW);
+          for (int64_t t = t0; t < t1; ++t) tile(t, b, u);
         }
       }
-      if (q.lut != nullptr && f.y != nullptr) {  // the fused output table over the task's output pixels
+      if (q.lut != nullptr && f.y != nullptr) {  // the fused output table over the task's rows and output pixels
         const int64_t o0 = FlatToOut(b0 * kFlatCols, Wph, s.OW);
         const int64_t o1 = FlatToOut(std::min(NF, b1 * kFlatCols), Wph, s.OW);
-        for (int64_t m = 0; m < Mg; ++m) LutRow(f.y + m * P + o0, o1 - o0, q.lut, f.y + m * P + o0);
+        for (int64_t m = 8 * t0; m < std::min(Mg, 8 * t1); ++m)
+          LutRow(f.y + m * P + o0, o1 - o0, q.lut, f.y + m * P + o0);
       }
     });
   }

@@ -215,6 +215,38 @@ def test_flat_in_a_session_against_the_cpu_ep(threads, stride, op, dtx):
     np.testing.assert_array_equal(got, cpu_run(model, feeds)[0])
 
 
+# small maps of many output channels run in tasks of weight-row tiles over every block (each task sums its rows'
+# weights): a 5x5 map (one 48-pixel block) with 200 rows (25 tiles, two tasks), a 3x3 one with 41, a 7x7 one (a
+# 16-pixel last block) with 100; the last block's 1, 2 or 3 vectors; uint8 weights with zero points; threads
+@pytest.mark.parametrize("c,m,hw", [(64, 200, 5), (16, 41, 3), (24, 100, 7), (8, 60, 4)])
+@pytest.mark.parametrize("dtw", [np.int8, np.uint8])
+def test_flat_row_tasks_on_small_maps(isa, c, m, hw, dtw):
+    rng = np.random.default_rng(c + m + hw)
+    info = np.iinfo(dtw)
+    wz = np.zeros(m, dtw) if dtw == np.int8 else rng.integers(info.min, info.max + 1, m).astype(dtw)
+    outs = [_qlinear_wzp((1, c, hw, hw), (m, c, 3, 3), np.random.default_rng(1), np.uint8, dtw, wz, threads=t,
+                         pads=[1, 1, 1, 1]) for t in (1, 2)]
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("c,m,hw", [(64, 200, 5), (24, 100, 7)])
+def test_flat_row_tasks_fused_output_table(isa, c, m, hw):
+    nat = runtime.native_module()
+    rng = np.random.default_rng(m)
+    x = _ints((1, c, hw, hw), np.uint8, rng)
+    qw = np.zeros((m, 3, 3, -(-c // 4) * 4), np.int8)
+    qw[..., :c] = _ints((m, c, 3, 3), np.int8, rng).transpose(0, 2, 3, 1)
+    qw = qw.reshape(m, -1)
+    bias = rng.integers(-3000, 3000, m).astype(np.int32)
+    mult = rng.uniform(0.001, 0.01, m).astype(np.float32)
+    lut = rng.integers(0, 256, 256).astype(np.uint8)
+    geom = [m, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1]
+    for threads in (1, 2):
+        plain = nat.qlinear_conv(x, 7, qw, np.zeros(m, np.int32), bias, mult, 9, False, geom, False, threads, None)
+        fused = nat.qlinear_conv(x, 7, qw, np.zeros(m, np.int32), bias, mult, 9, False, geom, False, threads, lut)
+        np.testing.assert_array_equal(fused, lut[plain])
+
+
 # --- weight zero points (uint8 weights, or int8 ones with a zero point): the flat path subtracts w_zp sum_k x' of
 # each flat pixel (PixelSums over a group's quad planes, then the taps) ---------------------------------------------
 def _qlinear_wzp(xs, ws, rng, dtx, dtw, wz, op="QLinearConv", threads=1, **attrs):
