@@ -636,6 +636,33 @@ __attribute__((target("avx2"))) void Pool2x2Avx2(const PoolShape& s, const float
   }
 }
 
+// Lanes l of 8 with column c + l sw inside [0, W), as a maskload / gather mask.
+__attribute__((target("avx2"))) inline __m256i InsideLanes8(int64_t c, int64_t W, __m256i steps) {
+  const __m256i col = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(c)), steps);
+  return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), col),
+                             _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(W)), col));
+}
+
+// StridedTaps8 from input column c of a row of W values, a tap outside the row 0.0 (masked loads and gathers: nothing
+// read outside the row).
+template <int kSw>
+__attribute__((target("avx2"), always_inline)) inline __m256 RowTaps8(const float* row, int64_t c, int64_t W,
+                                                                      __m256i idx) {
+  const __m256i ones = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  if (kSw == 1) return _mm256_maskload_ps(row + c, InsideLanes8(c, W, ones));
+  if (kSw == 2)
+    return Deinterleave8<false>(_mm256_maskload_ps(row + c, InsideLanes8(c, W, ones)),
+                                _mm256_maskload_ps(row + c + 8, InsideLanes8(c + 8, W, ones)));
+  return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), row + c, idx, _mm256_castsi256_ps(InsideLanes8(c, W, idx)), 4);
+}
+
+// 8 consecutive taps from input column c of a row of W values, a tap outside the row `padv`.
+__attribute__((target("avx2"), always_inline)) inline __m256 PaddedTaps8(const float* row, int64_t c, int64_t W,
+                                                                         __m256 padv) {
+  const __m256i k = InsideLanes8(c, W, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_blendv_ps(padv, _mm256_maskload_ps(row + c, k), _mm256_castsi256_ps(k));
+}
+
 // One output row of MaxPoolRows' column pass from the row maximum (columns outside the input holding `low`).
 template <int kSw>
 __attribute__((target("avx2"))) void MaxColumnsAvx2(const PoolShape& s, const float* rowmax, float* dst) {
@@ -692,6 +719,48 @@ __attribute__((target("avx2"))) void MaxPlaneAvx2(const PoolShape& s, const floa
       MaxColumnsAvx2<0>(s, rowmax, dst);
   }
 }
+
+// A max pool of unit strides separably (as SeparableMaxAvx512): each input row's window-row maxima, 8 per step (a tap
+// outside the row `low`), into a buffer of H rows, then each output the maximum of its window's rows there (`low`
+// once where the window leaves the input).
+__attribute__((target("avx2"))) void SeparableMaxAvx2(const PoolShape& s, const float* in, float low, float* out) {
+  thread_local std::vector<float> buffer;
+  const int64_t pitch = (s.OW + 7) / 8 * 8, span = 8 + (s.kw - 1) * s.dw;  // columns a block reads
+  buffer.resize(static_cast<size_t>(s.H * pitch));
+  float* rows = buffer.data();
+  const __m256 lowv = _mm256_set1_ps(low);
+  for (int64_t ih = 0; ih < s.H; ++ih) {
+    const float* row = in + ih * s.W;
+    for (int64_t o = 0; o < s.OW; o += 8) {
+      const int64_t c = o - s.pl;
+      __m256 acc;
+      if (c >= 0 && c + span <= s.W) {
+        acc = _mm256_loadu_ps(row + c);
+        for (int64_t j = 1; j < s.kw; ++j) acc = MaxLanes8(acc, _mm256_loadu_ps(row + c + j * s.dw));
+      } else {
+        acc = PaddedTaps8(row, c, s.W, lowv);
+        for (int64_t j = 1; j < s.kw; ++j) acc = MaxLanes8(acc, PaddedTaps8(row, c + j * s.dw, s.W, lowv));
+      }
+      _mm256_storeu_ps(rows + ih * pitch + o, acc);
+    }
+  }
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    int64_t lo = 0, hi = s.kh;  // the window rows i in [lo, hi) lie inside the input
+    while (lo < hi && oh - s.pt + lo * s.dh < 0) ++lo;
+    while (hi > lo && oh - s.pt + (hi - 1) * s.dh >= s.H) --hi;
+    const bool padded = lo > 0 || hi < s.kh;
+    const float* first = rows + (oh - s.pt + lo * s.dh) * pitch;
+    for (int64_t o = 0; o < s.OW; o += 8) {
+      __m256 acc = padded ? lowv : _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+      for (int64_t i = 0; i < hi - lo; ++i) acc = MaxLanes8(acc, _mm256_loadu_ps(first + i * s.dh * pitch + o));
+      if (o + 8 <= s.OW)
+        _mm256_storeu_ps(out + oh * s.OW + o, acc);
+      else
+        _mm256_maskstore_ps(out + oh * s.OW + o, Lanes8(s.OW - o), acc);
+    }
+  }
+  if (buffer.size() > kKeptBuffer) std::vector<float>().swap(buffer);  // a huge plane's rows are not kept
+}
 #endif
 
 }  // namespace
@@ -705,6 +774,7 @@ static void MaxPlaneFloat(const PoolShape& s, const float* in, float low, float*
   if (VectorWindows() && s.sw == 1 && s.sh == 1) return SeparableMax(s, in, low, out);
   if (VectorWindows()) return PoolPlaneAvx512<false>(s, in, low, out);
   if (ActiveIsa() >= Isa::kAvx2 && Window2x2(s)) return Pool2x2Avx2<false>(s, in, nullptr, out);
+  if (ActiveIsa() >= Isa::kAvx2 && s.sw == 1 && s.sh == 1) return SeparableMaxAvx2(s, in, low, out);
   if (ActiveIsa() >= Isa::kAvx2) return MaxPlaneAvx2(s, in, low, out);
 #endif
   MaxPoolRows<float>(
@@ -771,26 +841,6 @@ conv_detail::Span InteriorColumns(const PoolShape& s) {
 }
 
 #if NPU_EP_X86
-// Lanes l of 8 with column c + l sw inside [0, W), as a maskload / gather mask.
-__attribute__((target("avx2"))) inline __m256i InsideLanes8(int64_t c, int64_t W, __m256i steps) {
-  const __m256i col = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(c)), steps);
-  return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), col),
-                             _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(W)), col));
-}
-
-// StridedTaps8 from input column c of a row of W values, a tap outside the row 0.0 (masked loads and gathers: nothing
-// read outside the row).
-template <int kSw>
-__attribute__((target("avx2"), always_inline)) inline __m256 RowTaps8(const float* row, int64_t c, int64_t W,
-                                                                      __m256i idx) {
-  const __m256i ones = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  if (kSw == 1) return _mm256_maskload_ps(row + c, InsideLanes8(c, W, ones));
-  if (kSw == 2)
-    return Deinterleave8<false>(_mm256_maskload_ps(row + c, InsideLanes8(c, W, ones)),
-                                _mm256_maskload_ps(row + c + 8, InsideLanes8(c + 8, W, ones)));
-  return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), row + c, idx, _mm256_castsi256_ps(InsideLanes8(c, W, idx)), 4);
-}
-
 // RowSums of an input row for all OW outputs and up to 7 past them, 8 per step, each window row's taps added from the
 // first on (RowSumAt's operations): blocks whose reads lie inside the row by StridedTaps8, the others by RowTaps8.
 template <int kSw>
