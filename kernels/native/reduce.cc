@@ -610,18 +610,94 @@ __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) bool ArgRowAvx512(cons
   return true;
 }
 
+#define NPU_EP_ARG_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+// An int32 (int64) row's values and their indices in 16 (8) lanes of one width.
+template <typename T>
+struct IntLanes;
+#define NPU_EP_INT_LANES(T, N, M, W)                                                                              \
+  template <>                                                                                                     \
+  struct IntLanes<T> {                                                                                            \
+    static constexpr int kN = N;                                                                                  \
+    using Mask = M;                                                                                               \
+    NPU_EP_ARG_TARGET static __m512i Load(const T* p, M m) { return _mm512_maskz_loadu_epi##W(m, p); }            \
+    template <int P>                                                                                              \
+    NPU_EP_ARG_TARGET static M Cmp(M k, __m512i a, __m512i b) {                                                   \
+      return _mm512_mask_cmp_epi##W##_mask(k, a, b, P);                                                           \
+    }                                                                                                             \
+    NPU_EP_ARG_TARGET static __m512i Blend(__m512i a, M m, __m512i b) { return _mm512_mask_mov_epi##W(a, m, b); } \
+    NPU_EP_ARG_TARGET static __m512i Set(int64_t v) { return _mm512_set1_epi##W(static_cast<T>(v)); }             \
+    NPU_EP_ARG_TARGET static __m512i Add(__m512i a, __m512i b) { return _mm512_add_epi##W(a, b); }                \
+    NPU_EP_ARG_TARGET static __m512i Max(__m512i a, __m512i b) { return _mm512_max_epi##W(a, b); }                \
+    NPU_EP_ARG_TARGET static __m512i Min(__m512i a, __m512i b) { return _mm512_min_epi##W(a, b); }                \
+    NPU_EP_ARG_TARGET static int64_t MaxOf(__m512i v) { return _mm512_reduce_max_epi##W(v); }                     \
+    NPU_EP_ARG_TARGET static int64_t MinOf(__m512i v) { return _mm512_reduce_min_epi##W(v); }                     \
+    NPU_EP_ARG_TARGET static M Eq(__m512i a, __m512i b) { return _mm512_cmpeq_epi##W##_mask(a, b); }              \
+  };
+NPU_EP_INT_LANES(int32_t, 16, __mmask16, 32)
+NPU_EP_INT_LANES(int64_t, 8, __mmask8, 64)
+#undef NPU_EP_INT_LANES
+
+// ArgRowAvx512 of an int32 (int64) row of 16 (8) <= n < 2^31 elements: two sets of 16 (8) lanes, the indices in
+// lanes of the values' width; no NaN, so always an answer.
+template <bool IsMax, bool Last, typename T>
+NPU_EP_ARG_TARGET bool ArgRowIntAvx512(const T* x, int64_t n, int64_t* out) {
+  using L = IntLanes<T>;
+  using M = typename L::Mask;
+  constexpr int kN = L::kN;
+  constexpr int kTake = IsMax ? (Last ? _MM_CMPINT_NLT : _MM_CMPINT_NLE) : (Last ? _MM_CMPINT_LE : _MM_CMPINT_LT);
+  constexpr auto kAll = static_cast<M>((1u << kN) - 1);
+  __m512i iota = L::Set(0);
+  for (int l = 1; l < kN; ++l) iota = L::Blend(iota, static_cast<M>(1u << l), L::Set(l));
+  const __m512i lanes = L::Set(kN), step = L::Set(2 * kN);
+  const auto k = static_cast<M>(n >= 2 * kN ? kAll : (1u << (n - kN)) - 1);  // set 1's lanes past n copy set 0's
+  __m512i b0 = L::Load(x, kAll), b1 = L::Blend(b0, k, L::Load(x + kN, k));
+  __m512i i0 = iota, i1 = L::Blend(iota, k, L::Add(iota, lanes)), at = L::Add(iota, step);
+  int64_t j = 2 * kN;
+  for (; j + 2 * kN <= n; j += 2 * kN, at = L::Add(at, step)) {
+    const __m512i a = L::Load(x + j, kAll), b = L::Load(x + j + kN, kAll);
+    const M t0 = L::template Cmp<kTake>(kAll, a, b0), t1 = L::template Cmp<kTake>(kAll, b, b1);
+    b0 = L::Blend(b0, t0, a), i0 = L::Blend(i0, t0, at);
+    b1 = L::Blend(b1, t1, b), i1 = L::Blend(i1, t1, L::Add(at, lanes));
+  }
+  if (const int64_t rem = n - j; rem > 0) {
+    const auto k0 = static_cast<M>(rem >= kN ? kAll : (1u << rem) - 1);
+    const auto k1 = static_cast<M>(rem <= kN ? 0 : (1u << (rem - kN)) - 1);
+    const __m512i a = L::Load(x + j, k0), b = L::Load(x + j + kN, k1);
+    const M t0 = L::template Cmp<kTake>(k0, a, b0), t1 = L::template Cmp<kTake>(k1, b, b1);
+    b0 = L::Blend(b0, t0, a), i0 = L::Blend(i0, t0, at);
+    b1 = L::Blend(b1, t1, b), i1 = L::Blend(i1, t1, L::Add(at, lanes));
+  }
+  const __m512i m = L::Set(IsMax ? L::MaxOf(L::Max(b0, b1)) : L::MinOf(L::Min(b0, b1)));
+  const M e0 = L::Eq(b0, m), e1 = L::Eq(b1, m);
+  if constexpr (Last) {
+    const __m512i none = L::Set(-1);
+    *out = L::MaxOf(L::Max(L::Blend(none, e0, i0), L::Blend(none, e1, i1)));
+  } else {
+    const __m512i none = L::Set(std::numeric_limits<int32_t>::max());
+    *out = L::MinOf(L::Min(L::Blend(none, e0, i0), L::Blend(none, e1, i1)));
+  }
+  return true;
+}
+#undef NPU_EP_ARG_TARGET
+
 using ArgRowAvx512Fn = bool (*)(const void*, int64_t, int64_t*);
 
 template <bool IsMax, bool Last, typename T>
 bool ArgRowAvx512Of(const void* x, int64_t n, int64_t* out) {
-  return ArgRowAvx512<IsMax, Last>(static_cast<const T*>(x), n, out);
+  if constexpr (std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>)
+    return ArgRowIntAvx512<IsMax, Last>(static_cast<const T*>(x), n, out);
+  else
+    return ArgRowAvx512<IsMax, Last>(static_cast<const T*>(x), n, out);
 }
 
 // The one-pass row kernel for T on this host and these rows, else nullptr.
 template <typename T>
 ArgRowAvx512Fn ArgRowKernel(int64_t n, bool is_max, bool last) {
-  if constexpr (std::is_same_v<Acc<T>, float>) {
-    if (n < 16 || n > std::numeric_limits<int32_t>::max() || ActiveIsa() < Isa::kAvx512) return nullptr;
+  constexpr bool kFloat = std::is_same_v<Acc<T>, float>,
+                 kInt = std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
+  if constexpr (kFloat || kInt) {
+    const int64_t lanes = std::is_same_v<T, int64_t> ? 8 : 16;
+    if (n < lanes || n > std::numeric_limits<int32_t>::max() || ActiveIsa() < Isa::kAvx512) return nullptr;
     static constexpr ArgRowAvx512Fn kRows[4] = {ArgRowAvx512Of<false, false, T>, ArgRowAvx512Of<false, true, T>,
                                                 ArgRowAvx512Of<true, false, T>, ArgRowAvx512Of<true, true, T>};
     return kRows[(is_max ? 2 : 0) + (last ? 1 : 0)];

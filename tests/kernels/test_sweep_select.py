@@ -1,12 +1,13 @@
 """Differential sweep of the native selection kernels (issue 40) against the reference model (kernels/ops/select.py), on
 every instruction-set level they dispatch to.
 
-ArgMax/ArgMin (kernels/native/reduce.cc's ``arg_extreme``): x viewed as [outer, n, inner]. Rows (inner 1): float rows of
-16 or more on AVX-512 in one pass (two sets of 16 lanes, each keeping its extreme and index; a NaN in the row hands it
-to the scan), other rows the extreme by reduce_axis's 32-lane folds (AVX2 and base builds), then the first (last) index
-holding it; a NaN extreme takes ORT's scan. Columns (inner > 1): the scan in blocks of 256 columns. So n crosses 16, 32,
-48 and 64, inner crosses 256; ties (first index, last with select_last_index), -0.0 against +0.0, NaN first / later /
-rank 1, +-inf, the integer types' limits. Exact: the same index as the reference.
+ArgMax/ArgMin (kernels/native/reduce.cc's ``arg_extreme``): x viewed as [outer, n, inner]. Rows (inner 1): float and
+int32 rows of 16 or more and int64 rows of 8 or more on AVX-512 in one pass (two sets of 16 or 8 lanes, each keeping its
+extreme and index; a NaN in the row hands it to the scan), other rows the extreme by reduce_axis's 32-lane folds (AVX2
+and base builds), then the first (last) index holding it; a NaN extreme takes ORT's scan. Columns (inner > 1): the scan
+in blocks of 256 columns. So n crosses 16, 32, 48 and 64, inner crosses 256; ties (first index, last with
+select_last_index), -0.0 against +0.0, NaN first / later / rank 1, +-inf, the integer types' limits. Exact: the same
+index as the reference.
 
 TopK (kernels/native/select.cc's ``topk``): each row (a column gathered into one when inner > 1) selected by a sorted
 insertion list up to k 32 (blocks of 16 compared with its last at once: one AVX-512 mask per block, a scalar one below;
@@ -86,6 +87,26 @@ def test_one_pass_rows(isa, dtype):
         for r in (-5, -4, -3):  # rank 1: the first NaN without select_last_index
             _args(np.ascontiguousarray(x[r]), 0)
     _args((RNG.standard_normal((128, 384)) * 100).astype(dtype), -1, threads=2)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_one_pass_integer_rows(isa, dtype):
+    """The one-pass rows of int32 (two sets of 16 lanes) and int64 (two sets of 8): n around the lanes and sets, the
+    extreme (and its ties) at every position, the type's limits, rows of one value."""
+    info = np.iinfo(dtype)
+    for n in around(8, 16, 24, 32, 48, 64, 384, low=7):
+        rows = n + 4
+        x = RNG.integers(-20, 21, (rows, n)).astype(dtype)
+        for r in range(min(rows, n)):
+            x[r, r] = info.max if r % 2 else 50
+            x[r, (r * 7 + 3) % n] = x[r, r] if r % 3 == 0 else x[r, (r * 7 + 3) % n]
+            x[r, (r * 5 + 1) % n] = info.min if r % 2 else -50
+        x[-1] = 7
+        x[-2] = info.min
+        x[-3] = info.max
+        x[-4, ::2] = info.min
+        _args(x, 1)
+    _args(RNG.integers(info.min, info.max, (128, 384), dtype=dtype, endpoint=True), -1, threads=2)
 
 
 @pytest.mark.parametrize("dtype", ARG_DTYPES)
