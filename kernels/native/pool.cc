@@ -355,6 +355,14 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 MaxOf(__m512 acc
 // operations per 16 outputs instead of the register kernel's kh spans and kw permutes.
 constexpr size_t kKeptBuffer = size_t{1} << 20;  // floats of row results a thread keeps between calls
 
+// The window rows i of output row oh (unit row stride) that lie inside the input: [lo, hi).
+inline conv_detail::Span InsideRows(const PoolShape& s, int64_t oh) {
+  int64_t lo = 0, hi = s.kh;
+  while (lo < hi && oh - s.pt + lo * s.dh < 0) ++lo;
+  while (hi > lo && oh - s.pt + (hi - 1) * s.dh >= s.H) --hi;
+  return {lo, hi};
+}
+
 // The separable pools' per-thread row buffer (H rows of the output width rounded up to 16) and per-tap column masks
 // ([block][j]: the lanes of tap j's 16 columns inside the row); a huge plane's buffer is not kept past the call.
 class SeparableRows {
@@ -401,9 +409,8 @@ __attribute__((target("avx512f"))) void SeparableMaxAvx512(const PoolShape& s, c
     }
   }
   for (int64_t oh = 0; oh < s.OH; ++oh) {
-    int64_t lo = 0, hi = s.kh;  // the window rows i in [lo, hi) lie inside the input
-    while (lo < hi && oh - s.pt + lo * s.dh < 0) ++lo;
-    while (hi > lo && oh - s.pt + (hi - 1) * s.dh >= s.H) --hi;
+    const conv_detail::Span inside = InsideRows(s, oh);  // window rows i in [lo, hi) lie inside the input
+    const int64_t lo = inside.lo, hi = inside.hi;
     const bool padded = lo > 0 || hi < s.kh;
     const float* first = rows + (oh - s.pt + lo * s.dh) * stride;
     for (int64_t o = 0; o < s.OW; o += 16) {
@@ -745,9 +752,8 @@ __attribute__((target("avx2"))) void SeparableMaxAvx2(const PoolShape& s, const 
     }
   }
   for (int64_t oh = 0; oh < s.OH; ++oh) {
-    int64_t lo = 0, hi = s.kh;  // the window rows i in [lo, hi) lie inside the input
-    while (lo < hi && oh - s.pt + lo * s.dh < 0) ++lo;
-    while (hi > lo && oh - s.pt + (hi - 1) * s.dh >= s.H) --hi;
+    const conv_detail::Span inside = InsideRows(s, oh);  // window rows i in [lo, hi) lie inside the input
+    const int64_t lo = inside.lo, hi = inside.hi;
     const bool padded = lo > 0 || hi < s.kh;
     const float* first = rows + (oh - s.pt + lo * s.dh) * pitch;
     for (int64_t o = 0; o < s.OW; o += 8) {
