@@ -954,6 +954,39 @@ static void AvgPlaneSeparable(const PoolShape& s, const float* in, const float* 
 }
 
 #if NPU_EP_X86
+// AvgPlaneSeparable on AVX2 where windows leave no input row unread (sh <= kh): every input row's window-row sums
+// (RowSumsAvx2), then per output its window's row sums from the first row on (a row outside the input sums to
+// +0.0f), divided.
+template <int kSw>
+__attribute__((target("avx2"))) void SeparableAvgAvx2(const PoolShape& s, const float* in, const float* divisor,
+                                                      float* out) {
+  thread_local std::vector<float> buffer;
+  const int64_t pitch = (s.OW + 7) / 8 * 8;
+  buffer.resize(static_cast<size_t>(s.H * pitch));
+  float* rows = buffer.data();
+  for (int64_t ih = 0; ih < s.H; ++ih) RowSumsAvx2<kSw>(s, in + ih * s.W, rows + ih * pitch);
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    const float* d = divisor + oh * s.OW;
+    float* dst = out + oh * s.OW;
+    for (int64_t o = 0; o < s.OW; o += 8) {
+      __m256 acc = zero;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+        const __m256 r = ih >= 0 && ih < s.H ? _mm256_loadu_ps(rows + ih * pitch + o) : zero;
+        acc = i == 0 ? r : _mm256_add_ps(acc, r);
+      }
+      if (o + 8 <= s.OW) {
+        _mm256_storeu_ps(dst + o, _mm256_div_ps(acc, _mm256_loadu_ps(d + o)));
+      } else {
+        const __m256i k = Lanes8(s.OW - o);
+        _mm256_maskstore_ps(dst + o, k, _mm256_div_ps(acc, DivisorTail8(d + o, k)));
+      }
+    }
+  }
+  if (buffer.size() > kKeptBuffer) std::vector<float>().swap(buffer);  // a huge plane's rows are not kept
+}
+
 // AveragePool's 2x2 window at stride 2, no pads (Pool2x2): 16 outputs per step from both input rows in registers,
 // each row's even and odd columns split by permutes; (r0[2o] + r0[2o + 1]) + (r1[2o] + r1[2o + 1]), / divisor: the
 // separable pass's operations in its order, so its bits.
@@ -989,6 +1022,11 @@ static void AvgPlaneFloat(const PoolShape& s, const float* in, const float* divi
     return DivideAvx512(out, divisor, s.OH * s.OW);
   }
   if (ActiveIsa() >= Isa::kAvx2 && Window2x2(s)) return Pool2x2Avx2<true>(s, in, divisor, out);
+  if (ActiveIsa() >= Isa::kAvx2 && s.sh <= s.kh) {
+    if (s.sw == 1) return SeparableAvgAvx2<1>(s, in, divisor, out);
+    if (s.sw == 2) return SeparableAvgAvx2<2>(s, in, divisor, out);
+    return SeparableAvgAvx2<0>(s, in, divisor, out);
+  }
 #endif
   AvgPlaneSeparable(s, in, divisor, out);
 }
