@@ -498,19 +498,42 @@ thread_local std::vector<int64_t> t_flat_off;
 thread_local std::vector<int8_t> t_flat_w;
 thread_local std::vector<int32_t> t_flat_wzp, t_flat_q, t_flat_psum;
 
-// Even and odd int32s of src [2 n (+ up to 30 readable)] into even[n] and odd[n].
-__attribute__((target("avx512f"))) void SplitPhases2(const int32_t* src, int64_t n, int32_t* even, int32_t* odd) {
+// InterleaveQuadAvx512 into the two column phases of a padded row (pixel w at padded column pl + w: phase
+// (pl + w) % 2, index (pl + w) / 2), each 32 pixels' quads split into even and odd ones in registers; the rows
+// first filled with pad (their padding columns).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void InterleaveQuadPhases2(const uint8_t* const src[4], int64_t W,
+                                                                                uint8_t flip, uint8_t pad, int64_t pl,
+                                                                                int64_t Wph, uint8_t* phase0,
+                                                                                uint8_t* phase1) {
+  std::memset(phase0, pad, Wph * 4);
+  std::memset(phase1, pad, Wph * 4);
+  uint8_t* const dst[2] = {phase0, phase1};
+  const __m512i f = _mm512_set1_epi8(static_cast<char>(flip)), pv = _mm512_set1_epi8(static_cast<char>(pad));
   const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
-  for (int64_t x = 0; x < n; x += 16) {
-    const __mmask16 k = static_cast<__mmask16>(n - x >= 16 ? 0xFFFF : (1u << (n - x)) - 1);
-    const __m512i lo = _mm512_loadu_si512(src + 2 * x), hi = _mm512_loadu_si512(src + 2 * x + 16);
-    _mm512_mask_storeu_epi32(even + x, k, _mm512_permutex2var_epi32(lo, ie, hi));
-    _mm512_mask_storeu_epi32(odd + x, k, _mm512_permutex2var_epi32(lo, io, hi));
+  for (int64_t w = 0; w < W; w += 64) {
+    const int64_t n = std::min<int64_t>(64, W - w);
+    const __mmask64 k = n == 64 ? ~0ull : (1ull << n) - 1;
+    __m512i r[4];
+    for (int b = 0; b < 4; ++b) r[b] = src[b] ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src[b] + w), f) : pv;
+    const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
+    const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
+    const __m512i q[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                          _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+    const __m512i t0 = _mm512_shuffle_i32x4(q[0], q[1], 0x44), t1 = _mm512_shuffle_i32x4(q[2], q[3], 0x44);
+    const __m512i t2 = _mm512_shuffle_i32x4(q[0], q[1], 0xEE), t3 = _mm512_shuffle_i32x4(q[2], q[3], 0xEE);
+    const __m512i out[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
+                            _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
+    for (int v = 0; v < 2 && 32 * v < n; ++v) {
+      const int64_t nv = std::min<int64_t>(32, n - 32 * v), cb = pl + w + 32 * v;  // padded column of its first
+      const int64_t ne = (nv + 1) / 2, no = nv / 2;
+      const __m512i e = _mm512_permutex2var_epi32(out[2 * v], ie, out[2 * v + 1]);
+      const __m512i o = _mm512_permutex2var_epi32(out[2 * v], io, out[2 * v + 1]);
+      _mm512_mask_storeu_epi32(dst[cb % 2] + cb / 2 * 4, static_cast<__mmask16>((1u << ne) - 1), e);
+      _mm512_mask_storeu_epi32(dst[(cb + 1) % 2] + (cb + 1) / 2 * 4, static_cast<__mmask16>((1u << no) - 1), o);
+    }
   }
 }
-
-thread_local std::vector<int32_t> t_flat_row;
 
 // A strided conv reads its image as sh x sw phase planes (phase (a, b) holds the padded pixels (y sh + a, x sw + b) at
 // (y, x)), so output pixel (oh, ow) reads tap (i, j) at phase ((i dh) % sh, (j dw) % sw), pixel (oh + i dh / sh,
@@ -589,19 +612,15 @@ void DenseFlat(const QConv& q) {
         for (int64_t b = 0; b < s.sw; ++b) std::memset(dst + b * plane * 4, pad, Wph * 4);
         return;
       }
-      // the padded row itself (Wph sw pixels, readable 32 past them), then its column phases
-      uint8_t* row = s.sw == 1 ? dst : reinterpret_cast<uint8_t*>(Grow(t_flat_row, Wph * s.sw + 32));
-      std::memset(row, pad, s.pl * 4);
-      std::memset(row + (s.pl + s.W) * 4, pad, (Wph * s.sw + (s.sw == 1 ? 0 : 32) - s.pl - s.W) * 4);
       const uint8_t* src[4];
       for (int b = 0; b < 4; ++b) {
         const int64_t cc = cq * 4 + b, g = cc / Cg4, c = cc % Cg4;  // group g's channel c, or its padding
         src[b] = c < Cg ? q.x + ((n * s.C + g * Cg + c) * s.H + h - s.pt) * s.W : nullptr;
       }
-      InterleaveQuad(src, s.W, flip, pad, row + s.pl * 4);
-      if (s.sw == 2)
-        SplitPhases2(reinterpret_cast<const int32_t*>(row), Wph, reinterpret_cast<int32_t*>(dst),
-                     reinterpret_cast<int32_t*>(dst + plane * 4));
+      if (s.sw == 2) return InterleaveQuadPhases2(src, s.W, flip, pad, s.pl, Wph, dst, dst + plane * 4);
+      std::memset(dst, pad, s.pl * 4);
+      std::memset(dst + (s.pl + s.W) * 4, pad, (Wph - s.pl - s.W) * 4);
+      InterleaveQuad(src, s.W, flip, pad, dst + s.pl * 4);
     };
     if (s.sh == 1 && s.sw == 1 && Wph == s.W) {  // no width padding: a plane's rows are contiguous in x and the image
       for (int64_t cq = 0; cq < CQ; ++cq) {
