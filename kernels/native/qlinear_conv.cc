@@ -937,7 +937,7 @@ void DenseInt(const QConv& q) {
 }  // namespace
 
 void QLinearConv(const QConv& q) {
-  if (q.s.N == 0) return;
+  if (q.s.N == 0 || q.s.M == 0 || q.s.P() == 0) return;  // nothing to write
   if (q.depthwise) {
 #if NPU_EP_X86
     if (DwFlatApplies(q)) return DepthwiseFlat(q);
