@@ -2,8 +2,8 @@
 // register kernel and MaxPool of unit strides, which runs separably: rows' window maxima, then columns of them): 16
 // outputs of a row per step, each window row's input span in registers (WindowBlocks), or tap
 // by tap where the span is wider than three registers. Float32 on AVX2: 8 outputs per step, the 2x2 / 2 kernel in
-// registers, MaxPool by rows then columns (the row maximum padded with `low`, so each column tap is a plain load),
-// AveragePool separably. Elsewhere (bytes, the portable level) per output row the
+// registers, MaxPool of unit strides and AveragePool separably, other MaxPools by rows then columns (the row maximum
+// padded with `low`, so each column tap is a plain load). Elsewhere (bytes, the portable level) per output row the
 // window's input rows are folded into a row maximum, then each output takes the maximum of its columns. A NaN
 // anywhere in the window wins, as numpy's max. A padded tap holds `low` (-FLT_MAX for float, as MLAS pads): a window
 // of -inf values gives -inf, or -FLT_MAX where it reaches the padding, as ORT and the reference model. AveragePool

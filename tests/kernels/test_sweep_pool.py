@@ -12,10 +12,12 @@ pool.cc's paths and their blocks:
   at most 48 input columns (15 sw + (kw - 1) dw + 1), that span in three registers per window row (masked loads:
   pads and ceil_mode's overhang hold the pad value), maxima folding the rows first, sums tap by tap; wider spans
   (strides >= 3, wide dilations) load each tap (a gather) and take the edge outputs scalar;
-- float32 on AVX2: the 2x2 / stride-2 kernel (8 outputs per step, MaxPool and AveragePool); MaxPool's row pass into a
-  buffer padded with -FLT_MAX, then 8 outputs' columns per step (a load at stride 1, two loads and a shuffle at 2, a
-  gather otherwise); AveragePool's separable pass with 8 row sums per step (masked loads or gathers at the row's
-  edges) and 8 column sums; so the 8-lane tails (1-7 lanes) are crossed as well as the 16-lane ones;
+- float32 on AVX2: the 2x2 / stride-2 kernel (8 outputs per step, MaxPool and AveragePool); MaxPool of unit strides
+  separably (masked loads padded with -FLT_MAX at the rows' edges); other MaxPools' row pass into a buffer padded
+  with -FLT_MAX, then 8 outputs' columns per step (a load at stride 1, two loads and a shuffle at 2, a gather
+  otherwise); AveragePool's separable pass with 8 row sums per step (masked loads or gathers at the row's edges) and
+  8 column sums, every input row's sums first where sh <= kh, else each row's when first needed; so the 8-lane tails
+  (1-7 lanes) are crossed as well as the 16-lane ones;
 - bytes: the column-pair pass (kw = 2, sw = 2, no left pad, AVX-512), the row pass (64 bytes per step), scalar
   column passes; float32 at the portable level: the row pass's scalar form, then scalar columns; AveragePool scalar.
 MaxPool is exact (a maximum rounds nothing: the same value, NaN where the reference has NaN); AveragePool is
