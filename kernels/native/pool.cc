@@ -572,21 +572,30 @@ __attribute__((target("avx2"))) inline __m256 DivisorTail8(const float* d, __m25
   return _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_maskload_ps(d, k), _mm256_castsi256_ps(k));
 }
 
-// The even values of a:b (a0 a2 a4 a6 b0 b2 b4 b6), or the odd ones.
+// The even values of a:b, or the odd ones, in one shuffle: a0 a2 b0 b2 a4 a6 b4 b6 (lanes 0 1 4 5 2 3 6 7 of the
+// deinterleaved row). Lanewise operations do not care; InOrder8 puts the result in order once.
 template <bool kOdd>
-__attribute__((target("avx2"))) inline __m256 Deinterleave8(__m256 a, __m256 b) {
-  const __m256 e =
-      kOdd ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)) : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+__attribute__((target("avx2"))) inline __m256 EvenOdd8(__m256 a, __m256 b) {
+  return kOdd ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)) : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+}
+
+__attribute__((target("avx2"))) inline __m256 InOrder8(__m256 v) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
 // 8 taps at stride kSw from p (p[l kSw], lane l): a load at stride 1, two loads and a shuffle at 2 (reading
-// p[0, 16): one value past the last tap), a gather at `idx` (l sw) for kSw 0 (any stride).
+// p[0, 16): one value past the last tap; lanes in EvenOdd8's order), a gather at `idx` (l sw) for kSw 0 (any stride).
 template <int kSw>
 __attribute__((target("avx2"), always_inline)) inline __m256 StridedTaps8(const float* p, __m256i idx) {
   if (kSw == 1) return _mm256_loadu_ps(p);
-  if (kSw == 2) return Deinterleave8<false>(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));
+  if (kSw == 2) return EvenOdd8<false>(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));
   return _mm256_i32gather_ps(p, idx, 4);
+}
+
+// StridedTaps8's lanes (or a lanewise result of them) in order.
+template <int kSw>
+__attribute__((target("avx2"), always_inline)) inline __m256 TapsInOrder8(__m256 v) {
+  return kSw == 2 ? InOrder8(v) : v;
 }
 
 // The kSw of StridedTaps8 for stride sw.
@@ -626,14 +635,14 @@ __attribute__((target("avx2"))) void Pool2x2Avx2(const PoolShape& s, const float
       const __m256 b1 = whole ? _mm256_loadu_ps(r1 + 2 * o + 8) : _mm256_maskload_ps(r1 + 2 * o + 8, k1);
       __m256 v;
       if (kSum) {
-        const __m256 ra = _mm256_add_ps(Deinterleave8<false>(a0, a1), Deinterleave8<true>(a0, a1));
-        const __m256 rb = _mm256_add_ps(Deinterleave8<false>(b0, b1), Deinterleave8<true>(b0, b1));
+        const __m256 ra = _mm256_add_ps(EvenOdd8<false>(a0, a1), EvenOdd8<true>(a0, a1));
+        const __m256 rb = _mm256_add_ps(EvenOdd8<false>(b0, b1), EvenOdd8<true>(b0, b1));
         const float* d = divisor + oh * s.OW + o;
         const __m256 dv = whole ? _mm256_loadu_ps(d) : DivisorTail8(d, ko);
-        v = _mm256_div_ps(_mm256_add_ps(ra, rb), dv);
+        v = _mm256_div_ps(InOrder8(_mm256_add_ps(ra, rb)), dv);
       } else {
         const __m256 a = MaxLanes8(a0, b0), b = MaxLanes8(a1, b1);  // Max(-inf, x) is x
-        v = MaxLanes8(Deinterleave8<false>(a, b), Deinterleave8<true>(a, b));
+        v = InOrder8(MaxLanes8(EvenOdd8<false>(a, b), EvenOdd8<true>(a, b)));
       }
       if (whole)
         _mm256_storeu_ps(out + oh * s.OW + o, v);
@@ -658,8 +667,8 @@ __attribute__((target("avx2"), always_inline)) inline __m256 RowTaps8(const floa
   const __m256i ones = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   if (kSw == 1) return _mm256_maskload_ps(row + c, InsideLanes8(c, W, ones));
   if (kSw == 2)
-    return Deinterleave8<false>(_mm256_maskload_ps(row + c, InsideLanes8(c, W, ones)),
-                                _mm256_maskload_ps(row + c + 8, InsideLanes8(c + 8, W, ones)));
+    return EvenOdd8<false>(_mm256_maskload_ps(row + c, InsideLanes8(c, W, ones)),
+                           _mm256_maskload_ps(row + c + 8, InsideLanes8(c + 8, W, ones)));
   return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), row + c, idx, _mm256_castsi256_ps(InsideLanes8(c, W, idx)), 4);
 }
 
@@ -679,6 +688,7 @@ __attribute__((target("avx2"))) void MaxColumnsAvx2(const PoolShape& s, const fl
     const float* p = rowmax + o * s.sw - s.pl;
     __m256 acc = ninf;
     for (int64_t j = 0; j < s.kw; ++j) acc = MaxLanes8(acc, StridedTaps8<kSw>(p + j * s.dw, idx));
+    acc = TapsInOrder8<kSw>(acc);
     if (o + 8 <= s.OW)
       _mm256_storeu_ps(dst + o, acc);
     else
@@ -863,6 +873,7 @@ __attribute__((target("avx2"))) void RowSumsAvx2(const PoolShape& s, const float
       acc = RowTaps8<kSw>(row, c, s.W, idx);
       for (int64_t j = 1; j < s.kw; ++j) acc = _mm256_add_ps(acc, RowTaps8<kSw>(row, c + j * s.dw, s.W, idx));
     }
+    acc = TapsInOrder8<kSw>(acc);
     _mm256_storeu_ps(sums + ow, acc);
   }
 }
