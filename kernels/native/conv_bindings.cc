@@ -237,10 +237,11 @@ QConv IntConvArgs(const py::array& x, int x_zp, const py::array& w, const Arr<in
   return q;
 }
 
+// QLinearConv into `out` (ORT's buffer, when a bound step writes a partition output) or a new array.
 py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
                         const std::optional<Arr<int32_t>>& bias, const Arr<float>& mult, int y_zp, bool y_signed,
                         const std::vector<int64_t>& geom, bool depthwise, int threads,
-                        const std::optional<py::array>& lut) {
+                        const std::optional<py::array>& lut, const py::object& out) {
   const char* op = "qlinear_conv";
   QConv q = IntConvArgs(x, x_zp, w, w_zp, geom, depthwise, threads, op);
   const ConvShape& s = q.s;
@@ -256,8 +257,18 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
       throw std::invalid_argument("qlinear_conv: lut must be 256 contiguous bytes");
     q.lut = static_cast<const uint8_t*>(lut->data());
   }
-  py::array y = y_signed ? py::array(py::array_t<int8_t>({s.N, s.M, s.OH, s.OW}))
-                         : py::array(py::array_t<uint8_t>({s.N, s.M, s.OH, s.OW}));
+  const int64_t n_out = s.N * s.M * s.OH * s.OW;
+  py::array y = NullArray();
+  if (out.is_none()) {
+    y = y_signed ? py::array(py::array_t<int8_t>({s.N, s.M, s.OH, s.OW}))
+                 : py::array(py::array_t<uint8_t>({s.N, s.M, s.OH, s.OW}));
+  } else {
+    const bool typed = y_signed ? py::isinstance<py::array_t<int8_t>>(out) : py::isinstance<py::array_t<uint8_t>>(out);
+    if (typed) y = py::reinterpret_borrow<py::array>(out);
+    if (!y || y.size() != n_out || !(y.flags() & py::array::c_style) || !y.writeable())
+      throw std::invalid_argument(std::string("qlinear_conv: out must be a writeable C-order ") +
+                                  (y_signed ? "int8" : "uint8") + " array of " + std::to_string(n_out) + " elements");
+  }
   q.y = static_cast<uint8_t*>(y.mutable_data());
   {
     py::gil_scoped_release release;
@@ -394,9 +405,10 @@ void BindConv(py::module_& m) {
         "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order; float16 x widened and rounded once");
   m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
         py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"), py::arg("y_signed"), py::arg("geometry"),
-        py::arg("depthwise"), py::arg("threads") = 1, py::arg("lut") = py::none(),
+        py::arg("depthwise"), py::arg("threads") = 1, py::arg("lut") = py::none(), py::arg("out") = py::none(),
         "QLinearConv, exact int32 sums and MLAS requantization; w [M, kh, kw, C/group rounded up to 4] "
-        "(depthwise: [M, kh*kw]); lut: a fused 256-entry output table applied to each requantized row");
+        "(depthwise: [M, kh*kw]); lut: a fused 256-entry output table applied to each requantized row; into out "
+        "(ORT's buffer, of y's byte type) or a new array");
   m.def("conv_integer", &ConvIntegerPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
         py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "ConvInteger: int32 sums of (x - x_zp) * (w - w_zp[m]); w laid out as qlinear_conv's; x_zero_point an int "

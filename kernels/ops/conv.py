@@ -495,8 +495,11 @@ def _bind(p: Prepared, inputs, outs) -> Any:
         fn, args = call[2], call[3]
     shape4 = x4.shape if x.ndim == 3 else None
     into = []
-    where = p.runtime.partition_outputs  # a float conv writes a partition output into ORT's buffer
-    if not q and x.ndim == 4 and where and 0 in where:
+    where = p.runtime.partition_outputs  # a conv computing a partition output writes it into ORT's buffer
+    if q and where and 0 in where:
+        args = (*args, None)
+        into = [(len(args), where[0], list(outs[0].shape))]
+    elif not q and x.ndim == 4 and where and 0 in where:
         args = (*args, *(None, None, None, -1)[len(args) - _TAIL_AT[fn.__name__]:], None)
         into = [(len(args), where[0], list(outs[0].shape))]
     return runtime.call_step(p, fn, (None, *args), [(0, 0, x.dtype, x.shape, shape4)],
