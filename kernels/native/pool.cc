@@ -718,7 +718,8 @@ __attribute__((target("avx2"))) void MaxPlaneAvx2(const PoolShape& s, const floa
       else
         RowMaxAvx2(rowmax, in + ih * s.W, s.W);
     }
-    if (first) std::fill(rowmax, rowmax + s.W, low);
+    if (first)
+      std::fill(rowmax, rowmax + s.W, low);
     else if (padded_row)
       for (int64_t w = 0; w < s.W; w += 8) {
         const __m256 v = MaxLanes8(_mm256_loadu_ps(rowmax + w), lowv);  // the buffer holds 8 columns past W
