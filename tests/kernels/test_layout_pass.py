@@ -17,17 +17,16 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from npu_ep.ep.compile_cache import subgraph_key
-from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.options import OptionError, parse
-from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import layout, runtime
 from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.target import Target
 from npu_ep.models.corpus import by_name
 from npu_ep.tools.bench.ops import python_steps
 from _isa import cap_isa
-from npu_testing import assignment, make_model, npu_session, session_options
+from _layout_sessions import layout_nodes, layout_session, matches_cpu
+from npu_testing import make_model
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
@@ -62,8 +61,7 @@ def _separable_model(c=16, hw=56, side=False):
 
 
 def _ops(model, how):
-    nodes = fuse_partition(nodes_from_model(model), REF)
-    return [(n.op_type, n.attr("layout_kind")) for n in layout.assign_layouts(nodes, REF, how)]
+    return [(n.op_type, n.attr("layout_kind")) for n in layout_nodes(model, how)]
 
 
 def test_the_chain_runs_in_nhwc_up_to_one_transpose_back():
@@ -109,20 +107,10 @@ def test_the_cost_model_takes_a_chain_only_where_it_pays():
     assert [op for op, _ in _ops(_separable_model(), "auto")] == ["Conv"] * 4
 
 
-def _session(model, how="nhwc"):
-    LIVE_SESSIONS.clear()
-    so = session_options()
-    tag_session_options(so)  # so the bench's python_steps finds the session's programs
-    sess = npu_session(model, {"conv_layout": how}, so=so)
-    assert set(assignment(sess).values()) == {"NpuEP"}
-    steps = [s for ep in LIVE_SESSIONS for prog in ep.programs.values() for s in prog.steps]
-    return sess, steps
-
-
 @pytest.mark.parametrize("side", [False, True])
 def test_session_matches_the_cpu_ep_with_the_pass_on(side):
     model = _separable_model(side=side)
-    sess, steps = _session(model)
+    sess, steps = layout_session(model)
     convs = [s for s in steps if s.op == "npu::ConvNhwc"]
     assert len(convs) == 4 and all(s.prepared.attrs["layout"] == "NHWC" for s in convs)
     x = np.random.default_rng(2).standard_normal((1, 16, 56, 56)).astype(np.float32)
@@ -134,7 +122,7 @@ def test_session_matches_the_cpu_ep_with_the_pass_on(side):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     assert python_steps(sess) == []
     # off: the same model keeps its NCHW convs
-    _, steps = _session(model, "nchw")
+    _, steps = layout_session(model, "nchw")
     assert not any(s.op == "npu::ConvNhwc" for s in steps)
 
 
@@ -146,7 +134,7 @@ def test_pp_lcnet_matches_the_cpu_ep_with_the_pass_on(how):
     import onnx
 
     model = onnx.load(str(path))
-    sess, steps = _session(model, how)
+    sess, steps = layout_session(model, how)
     # one region from the first depthwise conv to the last pool, SE blocks included: no Transpose anywhere; auto
     # leaves the first depthwise conv (16 channels on 112-wide rows: a quarter of the lanes in NHWC) in NCHW and
     # starts at the pointwise conv after it
@@ -266,24 +254,12 @@ def test_broadcast_constants_are_permuted_at_compile_time():
     assert consts["lo"].shape == ()  # a scalar as it is
 
 
-def _matches_cpu(model, how, x, tol=1e-4):
-    sess, steps = _session(model, how)
-    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = cpu.run(None, {"x": x})
-    for _ in range(3):  # observed, then on the bound native steps
-        got = sess.run(None, {"x": x})
-        for g, w in zip(got, want):
-            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
-    assert python_steps(sess) == []
-    return steps
-
-
 @pytest.mark.parametrize("how", ["nhwc", "auto"])
 @pytest.mark.parametrize("side,mid_output", [(False, False), (True, False), (False, True), (True, True)])
 def test_se_model_session_matches_the_cpu_ep(how, side, mid_output):
     x = np.random.default_rng(5).standard_normal((1, 16, 28, 28)).astype(np.float32)
     model = _se_model(side=side, mid_output=mid_output)
-    steps = _matches_cpu(model, how, x)
+    steps = matches_cpu(model, how, x)
     ops = [s.op for s in steps]
     # auto: the 5x5 depthwise conv on 14-wide rows fills more lanes in NHWC, so the region pays
     assert [op for op, _ in _ops(model, how)].count("ConvNhwc") == ops.count("npu::ConvNhwc") == 5
@@ -295,7 +271,7 @@ def test_specials_pass_through_the_region_as_in_nchw():
     x = np.random.default_rng(6).standard_normal((1, 16, 28, 28)).astype(np.float32)
     x[0, 3, 5, 5], x[0, 7, 0, 0], x[0, 9, 27, 27], x[0, 1, 10, 11] = np.nan, np.inf, -np.inf, -0.0
     x[0, 2, 4:8, 4:8] = 1e-40
-    _matches_cpu(_se_model(side=True), "nhwc", x)
+    matches_cpu(_se_model(side=True), "nhwc", x)
 
 
 def test_auto_takes_no_region_where_nothing_pays():
@@ -345,7 +321,7 @@ def test_split_and_concat_stay_in_the_region(axis):
     assert {n.op_type: n.attr("axis") for n in nodes if n.op_type in ("Split", "Concat")} == \
         dict.fromkeys(("Split", "Concat"), [0, 3, 1, 2][axis])
     x = np.random.default_rng(8).standard_normal((1, 16, 20, 20)).astype(np.float32)
-    steps = _matches_cpu(model, "nhwc", x)
+    steps = matches_cpu(model, "nhwc", x)
     assert sum(s.op == "npu::ConvNhwc" for s in steps) == 4
 
 
@@ -396,7 +372,7 @@ def test_a_concat_reads_its_nchw_parts_through_a_transpose():
     assert [op for op, _ in _ops(model, "nhwc")] == ["ConvNhwc", "ConvNhwc", "MaxPool", "Transpose", "Concat",
                                                      "ConvNhwc", "Transpose"]
     x = np.random.default_rng(11).standard_normal((1, 16, 24, 24)).astype(np.float32)
-    steps = _matches_cpu(model, "nhwc", x)
+    steps = matches_cpu(model, "nhwc", x)
     assert sum(s.op == "npu::ConvNhwc" for s in steps) == 3
 
 
@@ -433,7 +409,7 @@ def test_a_nearest_upsample_runs_in_nhwc_as_one_native_resize(sizes, scale):
     assert ops.count("Transpose") == 1 and ops.count("Resize") == 1
     x = np.random.default_rng(13).standard_normal((1, 16, 20, 20)).astype(np.float32)
     x[0, 2, 3, 4], x[0, 5, 0, 0] = np.nan, -np.inf
-    steps = _matches_cpu(model, "nhwc", x)
+    steps = matches_cpu(model, "nhwc", x)
     assert sum(s.op == "npu::ConvNhwc" for s in steps) == 4
 
 
@@ -443,5 +419,5 @@ def test_other_nearest_modes_run_in_the_region_too(coord, nearest):
     ops = [op for op, _ in _ops(model, "nhwc")]
     assert ops.count("Resize") == 1 and ops.count("Transpose") == 1
     x = np.random.default_rng(16).standard_normal((1, 16, 20, 20)).astype(np.float32)
-    steps = _matches_cpu(model, "nhwc", x)
+    steps = matches_cpu(model, "nhwc", x)
     assert sum(s.op == "npu::ConvNhwc" for s in steps) == 4

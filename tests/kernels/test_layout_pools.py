@@ -7,18 +7,15 @@ results, every node on NpuEP and no step on its Python kernel."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, shape_inference
 
-from npu_ep.ep.entry_points import LIVE_SESSIONS
 from npu_ep.ep.onnx_graph import nodes_from_model
-from npu_ep.ep.sessions import tag_session_options
 from npu_ep.kernels import layout, runtime
 from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.target import Target
-from npu_ep.tools.bench.ops import python_steps
-from npu_testing import assignment, make_model, npu_session, session_options
+from _layout_sessions import layout_nodes, matches_cpu
+from npu_testing import make_model
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
@@ -27,8 +24,7 @@ F32 = TensorProto.FLOAT
 
 
 def _ops(model, how="nhwc"):
-    nodes = fuse_partition(nodes_from_model(model), REF)
-    return [n.op_type for n in layout.assign_layouts(nodes, REF, how)]
+    return [n.op_type for n in layout_nodes(model, how)]
 
 
 def _dw_pool_pw(op="MaxPool", c=24, batch=1, **pool):
@@ -41,24 +37,6 @@ def _dw_pool_pw(op="MaxPool", c=24, batch=1, **pool):
              helper.make_node("Conv", ["p", "w1"], ["y"])]
     return make_model(nodes, [helper.make_tensor_value_info("x", F32, [batch, c, "h", "w"])],
                       [helper.make_tensor_value_info("y", F32, [batch, 16, None, None])], inits)
-
-
-def _matches_cpu(model, how, x, tol=1e-4):
-    """The session's outputs (observed, then on the bound native steps) are the CPU EP's; its steps."""
-    LIVE_SESSIONS.clear()
-    so = session_options()
-    tag_session_options(so)
-    sess = npu_session(model, {"conv_layout": how}, so=so)
-    assert set(assignment(sess).values()) == {"NpuEP"}
-    steps = [s for ep in LIVE_SESSIONS for prog in ep.programs.values() for s in prog.steps]
-    cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = cpu.run(None, {"x": x})
-    for _ in range(3):
-        got = sess.run(None, {"x": x})
-        for g, w in zip(got, want):
-            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
-    assert python_steps(sess) == []
-    return steps
 
 
 def _image(shape, seed, nan=True):
@@ -90,7 +68,7 @@ def test_a_pool_stays_in_the_region_as_a_native_nhwc_step(op, attrs):
     model = _dw_pool_pw(op, **attrs)
     assert _ops(model) == ["ConvNhwc", "PoolNhwc", "ConvNhwc", "Transpose"]  # one Transpose: the output's
     for shape, seed in (((1, 24, 20, 18), 61), ((1, 24, 9, 13), 62)):
-        steps = _matches_cpu(model, "nhwc", _image(shape, seed, nan=op == "AveragePool"))
+        steps = matches_cpu(model, "nhwc", _image(shape, seed, nan=op == "AveragePool"))
         assert [s.op for s in steps].count("npu::PoolNhwc") == 1
         assert "MaxPool" not in [s.op for s in steps] and "AveragePool" not in [s.op for s in steps]
 
@@ -100,7 +78,7 @@ def test_auto_matches_the_cpu_ep(op, attrs):
     """``auto`` takes the region where the cost model says it pays (and below AVX-512 none): the CPU EP's results
     either way."""
     model = _dw_pool_pw(op, c=32, batch=2, **attrs)
-    _matches_cpu(model, "auto", _image((2, 32, 28, 28), 63, nan=op == "AveragePool"))
+    matches_cpu(model, "auto", _image((2, 32, 28, 28), 63, nan=op == "AveragePool"))
 
 
 def _sppf_model(op, k, pads, **attrs):
@@ -137,7 +115,7 @@ def test_sppf_pools_run_as_nhwc_steps(op, k, pads, attrs):
     for shape in ((1, 24, 20, 18), (2, 24, 9, 13)):
         x = rng.standard_normal(shape).astype(np.float32)
         x[0, 1, 2, 3], x[0, 4, 5, 6], x[-1, 7, 0, 0], x[0, 2, 1, 1] = np.nan, np.inf, -np.inf, 1e-40
-        steps = _matches_cpu(model, "nhwc", x)
+        steps = matches_cpu(model, "nhwc", x)
         assert sum(s.op == "npu::ConvNhwc" for s in steps) == 3
         assert sum(s.op == "npu::PoolNhwc" for s in steps) == 2
 

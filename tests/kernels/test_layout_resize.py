@@ -16,13 +16,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from _sweep import native_calls
-from npu_ep.ep.entry_points import LIVE_SESSIONS
-from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.ep.sessions import tag_session_options
-from npu_ep.kernels import layout, runtime
-from npu_ep.kernels.fusion import fuse_partition
+from npu_ep.kernels import runtime
 from npu_ep.kernels.target import Target
 from npu_ep.tools.bench.ops import python_steps
+from _layout_sessions import layout_nodes, layout_session
 from npu_testing import assignment, make_model, npu_session, session_options
 
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
@@ -57,25 +55,14 @@ def _model(resize_inputs, extra_nodes=(), extra_inits=None, c=16, hw=(56, 56), o
 
 
 def _ops(model, how):
-    nodes = fuse_partition(nodes_from_model(model), REF)
-    return [n.op_type for n in layout.assign_layouts(nodes, REF, how)]
-
-
-def _session(model, how):
-    LIVE_SESSIONS.clear()
-    so = session_options()
-    tag_session_options(so)  # so the bench's python_steps finds the session's programs
-    sess = npu_session(model, {"conv_layout": how}, so=so)
-    assert set(assignment(sess).values()) == {"NpuEP"}
-    steps = [s for ep in LIVE_SESSIONS for prog in ep.programs.values() for s in prog.steps]
-    return sess, steps
+    return [n.op_type for n in layout_nodes(model, how)]
 
 
 def _runs_in_the_region(model, how, xs, kernel, axes=(0, 3, 1, 2)):
     """The session matches the CPU EP for each input of ``xs`` on bound native steps; the Resize step reads the
     depthwise conv's NHWC output and feeds the pointwise conv (no Transpose between), and its kernel was ``kernel``
     (the native function the observing call ran)."""
-    sess, steps = _session(model, how)
+    sess, steps = layout_session(model, how)
     ops = [s.op for s in steps]
     assert ops.count("Transpose") == 1 and ops[-1] == "Transpose", ops
     resize = next(s for s in steps if s.op == "Resize")
@@ -196,7 +183,7 @@ def test_sizes_from_the_shapes_of_region_maps(start):
     model = _fpn_model(start)
     ops = _ops(model, "nhwc")
     assert ops.count("Transpose") == 1 and ops.count("Gather") == 2 and ops.count("ConvNhwc") == 4, ops
-    sess, _ = _session(model, "nhwc")
+    sess, _ = layout_session(model, "nhwc")
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for shape in ((1, 16, 20, 20), (1, 16, 14, 22)):
         x = _image(shape)
@@ -215,7 +202,7 @@ def test_cubic_and_crop_and_resize_stay_outside(attrs):
     starts one."""
     model = _model(["", "scales"], extra_inits=SCALES2, deep=True, **attrs)
     assert _ops(model, "nhwc") == ["Conv", "Resize", "Transpose", "ConvNhwc", "ConvNhwc", "ConvNhwc", "Transpose"]
-    sess, steps = _session(model, "nhwc")
+    sess, steps = layout_session(model, "nhwc")
     resize = next(s for s in steps if s.op == "Resize")
     assert resize.prepared.attrs["axes"] is None
     x = _image((1, 16, 56, 56), specials=False)
