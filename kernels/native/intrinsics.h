@@ -3,6 +3,9 @@
 // and the one intrinsic GCC compiles badly in register tiles, as asm.
 #pragma once
 
+#include <cstdint>
+#include <type_traits>
+
 #include "cpu.h"
 
 #if NPU_EP_X86
@@ -84,5 +87,13 @@ __attribute__((target("avx2,fma,avx512f"))) inline __m512 ExpAvx512(__m512 x) {
   return _mm512_scalef_ps(y, fn);
 }
 
+// 16 float32 lanes from x (mask m): float32 elements as they are, float16 bits (uint16_t) widened exactly.
+template <typename T>
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) inline __m512 LoadFloats16(const T* x, __mmask16 m) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x));
+  else
+    return _mm512_maskz_loadu_ps(m, x);
+}
 }  // namespace npu_ep::kern
 #endif

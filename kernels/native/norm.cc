@@ -258,15 +258,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void RowsAvx512(const RowCa
 #endif
 
 #if NPU_EP_X86
-// A row's 16 elements from j (mask m) as float32 (float16 widened), and a float32 vector stored as T (float16 rounded
-// to nearest even, as FloatToHalfRow).
-template <typename T>
-__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) inline __m512 Load16(const T* x, __mmask16 m) {
-  if constexpr (std::is_same_v<T, uint16_t>)
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x));
-  else
-    return _mm512_maskz_loadu_ps(m, x);
-}
+// A float32 vector stored as T (float16 rounded to nearest even, as FloatToHalfRow); loads: LoadFloats16.
 template <typename T>
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) inline void Store16(T* y, __mmask16 m, __m512 v) {
   if constexpr (std::is_same_v<T, uint16_t>) {
@@ -303,8 +295,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void RmsHalfRowsAvx512
     for (int64_t k = 0; k < n; ++k) {
       const uint16_t* x = static_cast<const uint16_t*>(c.x) + (r0 + k) * d;
       float* w = in + k * d;
-      for (int64_t j = 0; j < full; j += 16) _mm512_storeu_ps(w + j, Load16(x + j, kAll));
-      if (tail) _mm512_mask_storeu_ps(w + full, tail, Load16(x + full, tail));
+      for (int64_t j = 0; j < full; j += 16) _mm512_storeu_ps(w + j, LoadFloats16(x + j, kAll));
+      if (tail) _mm512_mask_storeu_ps(w + full, tail, LoadFloats16(x + full, tail));
     }
     float inv[kRmsBlock];
     for (int64_t k = 0; k < n; ++k) {
@@ -338,8 +330,8 @@ template <typename T, bool kShift>
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) inline void LayerOut16(const RowCall& c, const T* x, T* y,
                                                                                  int64_t j, __mmask16 m, __m512 mean,
                                                                                  __m512 inv) {
-  __m512 v =
-      _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(Load16(x + j, m), mean), inv), _mm512_maskz_loadu_ps(m, c.scale + j));
+  __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(LoadFloats16(x + j, m), mean), inv),
+                           _mm512_maskz_loadu_ps(m, c.scale + j));
   if constexpr (kShift) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c.shift + j));
   Store16(y + j, m, v);
 }
@@ -363,14 +355,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void LayerRowsAvx512(c
     const T* x3 = n > 3 ? x0 + 3 * d : x0;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t j = 0; j < full; j += 16) {
-      a0 = _mm512_add_ps(a0, Load16(x0 + j, kAll)), a1 = _mm512_add_ps(a1, Load16(x1 + j, kAll));
-      a2 = _mm512_add_ps(a2, Load16(x2 + j, kAll)), a3 = _mm512_add_ps(a3, Load16(x3 + j, kAll));
+      a0 = _mm512_add_ps(a0, LoadFloats16(x0 + j, kAll)), a1 = _mm512_add_ps(a1, LoadFloats16(x1 + j, kAll));
+      a2 = _mm512_add_ps(a2, LoadFloats16(x2 + j, kAll)), a3 = _mm512_add_ps(a3, LoadFloats16(x3 + j, kAll));
     }
     if (tail) {
-      a0 = _mm512_mask_add_ps(a0, tail, a0, Load16(x0 + full, tail));
-      a1 = _mm512_mask_add_ps(a1, tail, a1, Load16(x1 + full, tail));
-      a2 = _mm512_mask_add_ps(a2, tail, a2, Load16(x2 + full, tail));
-      a3 = _mm512_mask_add_ps(a3, tail, a3, Load16(x3 + full, tail));
+      a0 = _mm512_mask_add_ps(a0, tail, a0, LoadFloats16(x0 + full, tail));
+      a1 = _mm512_mask_add_ps(a1, tail, a1, LoadFloats16(x1 + full, tail));
+      a2 = _mm512_mask_add_ps(a2, tail, a2, LoadFloats16(x2 + full, tail));
+      a3 = _mm512_mask_add_ps(a3, tail, a3, LoadFloats16(x3 + full, tail));
     }
     const float mean[kLayerBlock] = {LaneTotal16(a0) / fd, LaneTotal16(a1) / fd, LaneTotal16(a2) / fd,
                                      LaneTotal16(a3) / fd};
@@ -379,14 +371,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void LayerRowsAvx512(c
     a0 = a1 = a2 = a3 = _mm512_setzero_ps();
     __m512 t0, t1, t2, t3;
     for (int64_t j = 0; j < full; j += 16) {
-      t0 = _mm512_sub_ps(Load16(x0 + j, kAll), m0), t1 = _mm512_sub_ps(Load16(x1 + j, kAll), m1);
-      t2 = _mm512_sub_ps(Load16(x2 + j, kAll), m2), t3 = _mm512_sub_ps(Load16(x3 + j, kAll), m3);
+      t0 = _mm512_sub_ps(LoadFloats16(x0 + j, kAll), m0), t1 = _mm512_sub_ps(LoadFloats16(x1 + j, kAll), m1);
+      t2 = _mm512_sub_ps(LoadFloats16(x2 + j, kAll), m2), t3 = _mm512_sub_ps(LoadFloats16(x3 + j, kAll), m3);
       a0 = _mm512_add_ps(a0, _mm512_mul_ps(t0, t0)), a1 = _mm512_add_ps(a1, _mm512_mul_ps(t1, t1));
       a2 = _mm512_add_ps(a2, _mm512_mul_ps(t2, t2)), a3 = _mm512_add_ps(a3, _mm512_mul_ps(t3, t3));
     }
     if (tail) {
-      t0 = _mm512_sub_ps(Load16(x0 + full, tail), m0), t1 = _mm512_sub_ps(Load16(x1 + full, tail), m1);
-      t2 = _mm512_sub_ps(Load16(x2 + full, tail), m2), t3 = _mm512_sub_ps(Load16(x3 + full, tail), m3);
+      t0 = _mm512_sub_ps(LoadFloats16(x0 + full, tail), m0), t1 = _mm512_sub_ps(LoadFloats16(x1 + full, tail), m1);
+      t2 = _mm512_sub_ps(LoadFloats16(x2 + full, tail), m2), t3 = _mm512_sub_ps(LoadFloats16(x3 + full, tail), m3);
       a0 = _mm512_mask_add_ps(a0, tail, a0, _mm512_mul_ps(t0, t0));
       a1 = _mm512_mask_add_ps(a1, tail, a1, _mm512_mul_ps(t1, t1));
       a2 = _mm512_mask_add_ps(a2, tail, a2, _mm512_mul_ps(t2, t2));

@@ -362,14 +362,6 @@ void Store(Acc<T>* acc, int64_t len, int64_t count, T* y) {
 // of FoldRowBody in its order and with its operations (Combine(acc, v) for a sum is acc + v; for a maximum
 // v > acc ? v : acc, which vmaxps(v, acc) is), so the same bits. Maxima and minima note a NaN in a compare per load
 // and take FoldRowBody's row instead, where NaN's propagation decides.
-template <typename T>
-__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) inline __m512 Load16(const T* x, __mmask16 k) {
-  if constexpr (std::is_same_v<T, uint16_t>)
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, x));
-  else
-    return _mm512_maskz_loadu_ps(k, x);
-}
-
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 PreV(__m512 v) {
   if constexpr (R == kSumSquare || R == kL2) return _mm512_mul_ps(v, v);
@@ -398,19 +390,19 @@ template <int R, typename T>
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) bool FoldRow32Avx512(const T* x, int64_t n, float* out) {
   constexpr bool kExtreme = R == kMax || R == kMin;
   constexpr __mmask16 kAll = 0xFFFF;
-  __m512 a = Load16(x, kAll), b = Load16(x + 16, kAll);
+  __m512 a = LoadFloats16(x, kAll), b = LoadFloats16(x + 16, kAll);
   __mmask16 nan = kExtreme ? _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) : 0;
   __m512 l0 = PreV<R>(a), l1 = PreV<R>(b);
   int64_t j = kLanes;
   for (; j + kLanes <= n; j += kLanes) {
-    a = Load16(x + j, kAll), b = Load16(x + j + 16, kAll);
+    a = LoadFloats16(x + j, kAll), b = LoadFloats16(x + j + 16, kAll);
     if constexpr (kExtreme) nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
     l0 = CombineV<R>(l0, PreV<R>(a)), l1 = CombineV<R>(l1, PreV<R>(b));
   }
   if (const int64_t rem = n - j; rem > 0) {
     const auto k0 = static_cast<__mmask16>(rem >= 16 ? kAll : (1u << rem) - 1);
     const auto k1 = static_cast<__mmask16>(rem <= 16 ? 0 : (1u << (rem - 16)) - 1);
-    a = Load16(x + j, k0), b = Load16(x + j + 16, k1);
+    a = LoadFloats16(x + j, k0), b = LoadFloats16(x + j + 16, k1);
     if constexpr (kExtreme)
       nan |= _mm512_mask_cmp_ps_mask(k0, a, a, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(k1, b, b, _CMP_UNORD_Q);
     l0 = _mm512_mask_mov_ps(l0, k0, CombineV<R>(l0, PreV<R>(a)));
@@ -572,14 +564,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) bool ArgRowAvx512(cons
   const __m512i sixteen = _mm512_set1_epi32(16), step = _mm512_set1_epi32(32);
   // Set 1's lanes past n start as copies of set 0's: a duplicate candidate changes no answer.
   const auto k = static_cast<__mmask16>(n >= 32 ? kAll : (1u << (n - 16)) - 1);
-  __m512 b0 = Load16(x, kAll);
-  __m512 b1 = _mm512_mask_mov_ps(b0, k, Load16(x + 16, k));
+  __m512 b0 = LoadFloats16(x, kAll);
+  __m512 b1 = _mm512_mask_mov_ps(b0, k, LoadFloats16(x + 16, k));
   __m512i i0 = iota, i1 = _mm512_mask_mov_epi32(iota, k, _mm512_add_epi32(iota, sixteen));
   __mmask16 nan = _mm512_cmp_ps_mask(b0, b1, _CMP_UNORD_Q);
   __m512i at = _mm512_add_epi32(iota, step);
   int64_t j = 32;
   for (; j + 32 <= n; j += 32, at = _mm512_add_epi32(at, step)) {
-    const __m512 a = Load16(x + j, kAll), b = Load16(x + j + 16, kAll);
+    const __m512 a = LoadFloats16(x + j, kAll), b = LoadFloats16(x + j + 16, kAll);
     nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
     const __mmask16 t0 = _mm512_cmp_ps_mask(a, b0, kTake), t1 = _mm512_cmp_ps_mask(b, b1, kTake);
     b0 = _mm512_mask_mov_ps(b0, t0, a), i0 = _mm512_mask_mov_epi32(i0, t0, at);
@@ -588,7 +580,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) bool ArgRowAvx512(cons
   if (const int64_t rem = n - j; rem > 0) {
     const auto k0 = static_cast<__mmask16>(rem >= 16 ? kAll : (1u << rem) - 1);
     const auto k1 = static_cast<__mmask16>(rem <= 16 ? 0 : (1u << (rem - 16)) - 1);
-    const __m512 a = Load16(x + j, k0), b = Load16(x + j + 16, k1);  // zero past n: no NaN there
+    const __m512 a = LoadFloats16(x + j, k0), b = LoadFloats16(x + j + 16, k1);  // zero past n: no NaN there
     nan |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
     const __mmask16 t0 = _mm512_mask_cmp_ps_mask(k0, a, b0, kTake), t1 = _mm512_mask_cmp_ps_mask(k1, b, b1, kTake);
     b0 = _mm512_mask_mov_ps(b0, t0, a), i0 = _mm512_mask_mov_epi32(i0, t0, at);
