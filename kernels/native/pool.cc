@@ -3,13 +3,14 @@
 // outputs of a row per step, each window row's input span in registers (WindowBlocks), or tap
 // by tap where the span is wider than three registers. Float32 on AVX2: 8 outputs per step, the 2x2 / 2 kernel in
 // registers, MaxPool of unit strides and AveragePool separably, other MaxPools by rows then columns (the row maximum
-// padded with `low`, so each column tap is a plain load). Elsewhere (bytes, the portable level) per output row the
-// window's input rows are folded into a row maximum, then each output takes the maximum of its columns. A NaN
-// anywhere in the window wins, as numpy's max. A padded tap holds `low` (-FLT_MAX for float, as MLAS pads): a window
-// of -inf values gives -inf, or -FLT_MAX where it reaches the padding, as ORT and the reference model. AveragePool
-// adds the taps in the reference's order (pool.h): window-row sums, then their sum; below AVX-512 separably, each
-// input row's sums once. Float16 planes are widened to float32 (exact), pooled by the
-// float32 plane kernels and rounded once. The bits do not depend on the thread count.
+// padded with `low`, so each column tap is a plain load). Bytes from AVX2 on the same way, 32 per step (AVX-512: only
+// the 2x2 / 2 kernel). At the portable level per output row the window's input rows are folded into a row maximum,
+// then each output takes the maximum of its columns. A NaN anywhere in the window wins, as numpy's max. A padded tap
+// holds `low` (-FLT_MAX for float, as MLAS pads; the lowest value for bytes): a window of -inf values gives -inf, or
+// -FLT_MAX where it reaches the padding, as ORT and the reference model. AveragePool adds the taps in the reference's
+// order (pool.h): window-row sums, then their sum; below AVX-512 separably, each input row's sums once. Float16 planes
+// are widened to float32 (exact), pooled by the float32 plane kernels and rounded once. The bits do not depend on the
+// thread count.
 #include "pool.h"
 
 #include <algorithm>
@@ -85,18 +86,6 @@ void RowMaxBytesScalar(uint8_t* acc, const uint8_t* row, int64_t n, uint8_t flip
 }
 
 #if NPU_EP_X86
-__attribute__((target("avx512f,avx512bw"))) void RowMaxBytesAvx512(uint8_t* acc, const uint8_t* row, int64_t n,
-                                                                   uint8_t flip) {
-  const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
-  for (int64_t w = 0; w < n; w += 64) {
-    const __mmask64 k = n - w >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - w)) - 1;
-    const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, row + w), f);
-    _mm512_mask_storeu_epi8(acc + w, k, _mm512_max_epu8(_mm512_maskz_loadu_epi8(k, acc + w), v));
-  }
-}
-#endif
-
-#if NPU_EP_X86
 // The first n (<= 16) of 16 taps at stride sw from p (p[l * sw], lane l): a load at stride 1, two loads and a
 // permute at 2, a gather otherwise; lanes from n on are 0 and read nothing.
 __attribute__((target("avx512f"))) inline __m512 StridedTaps(const float* p, int64_t sw, int64_t n) {
@@ -113,19 +102,6 @@ __attribute__((target("avx512f"))) inline __m512 StridedTaps(const float* p, int
   return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, p, 4);
 }
 
-#endif
-
-#if NPU_EP_X86
-// The same for (flipped) bytes, 32 outputs per step: dst[o] = max(r[2o], r[2o + 1]) (the lowest value 0 drops out).
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void PairMaxBytesAvx512(uint8_t* dst, const uint8_t* r,
-                                                                             int64_t n) {
-  for (int64_t o = 0; o < n; o += 32) {
-    const int64_t left = 2 * (n - o);
-    const __mmask64 k = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
-    const __mmask32 ko = n - o >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n - o)) - 1;
-    _mm256_mask_storeu_epi8(dst + o, ko, PairMaxBytes(_mm512_maskz_loadu_epi8(k, r + 2 * o)));
-  }
-}
 #endif
 
 #if NPU_EP_X86
@@ -151,7 +127,7 @@ __attribute__((target("avx512f"))) void Pool2x2Avx512(const PoolShape& s, const 
 
 #if NPU_EP_X86
 // The same 2x2 window for (flipped) bytes, 32 outputs per step: both rows' bytes folded, then the column pairs
-// (the lowest value 0 drops out, as in the row-then-column pass).
+// (the lowest value 0 drops out, as in the row-then-column pass), flipped back as stored.
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void Pool2x2BytesAvx512(const PoolShape& s, const uint8_t* in,
                                                                              uint8_t flip, uint8_t* out) {
   const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
@@ -164,7 +140,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void Pool2x2BytesAvx512(con
       const __m512i v = _mm512_max_epu8(_mm512_xor_si512(_mm512_maskz_loadu_epi8(k, r0 + 2 * o), f),
                                         _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, r1 + 2 * o), f));
       const __mmask32 ko = s.OW - o >= 32 ? ~__mmask32{0} : (__mmask32{1} << (s.OW - o)) - 1;
-      _mm256_mask_storeu_epi8(out + oh * s.OW + o, ko, PairMaxBytes(v));
+      _mm256_mask_storeu_epi8(out + oh * s.OW + o, ko, _mm256_xor_si256(PairMaxBytes(v), _mm512_castsi512_si256(f)));
     }
   }
 }
@@ -780,6 +756,223 @@ __attribute__((target("avx2"))) void SeparableMaxAvx2(const PoolShape& s, const 
 }
 #endif
 
+#if NPU_EP_X86
+// The AVX2 byte kernels: 32 flipped bytes (x ^ flip, uint8 order) per step, max_epu8; results flipped back as stored.
+// Bytes have no masked loads or stores here: a row's last partial block redoes the last whole 32 (a maximum is
+// idempotent); rows under 32 take two overlapping blocks of 16 or 8, under 8 one by one (or a stack buffer).
+
+// dst[w] = the maximum of rows[i][w] over i in [0, count) (count >= 1), flipped (^ flip), for w in [0, n): int8
+// (kSigned) compared signed, flipped to uint8 order once. The rows are folded in registers, each block stored once
+// (folding into dst in memory reloads the overlapping tail's stores: a store-forwarding stall per block).
+template <bool kSigned>
+__attribute__((target("avx2"))) void RowsMaxBytesAvx2(uint8_t* dst, const uint8_t* const* rows, int64_t count,
+                                                      int64_t n) {
+  const uint8_t flip = kSigned ? 0x80 : 0x00;
+  if (n < 8) {
+    for (int64_t w = 0; w < n; ++w) {
+      uint8_t m = rows[0][w] ^ flip;
+      for (int64_t i = 1; i < count; ++i) m = std::max<uint8_t>(m, rows[i][w] ^ flip);
+      dst[w] = m;
+    }
+    return;
+  }
+  if (n < 16) {
+    const __m128i f = _mm_set1_epi8(static_cast<char>(flip));
+    for (const int64_t w : {int64_t{0}, n - 8}) {
+      __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows[0] + w));
+      for (int64_t i = 1; i < count; ++i) {
+        const __m128i r = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows[i] + w));
+        v = kSigned ? _mm_max_epi8(v, r) : _mm_max_epu8(v, r);
+      }
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + w), _mm_xor_si128(v, f));
+    }
+    return;
+  }
+  if (n < 32) {
+    const __m128i f = _mm_set1_epi8(static_cast<char>(flip));
+    for (const int64_t w : {int64_t{0}, n - 16}) {
+      __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[0] + w));
+      for (int64_t i = 1; i < count; ++i) {
+        const __m128i r = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + w));
+        v = kSigned ? _mm_max_epi8(v, r) : _mm_max_epu8(v, r);
+      }
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + w), _mm_xor_si128(v, f));
+    }
+    return;
+  }
+  const __m256i f = _mm256_set1_epi8(static_cast<char>(flip));
+  for (int64_t w = 0;; w += 32) {
+    w = std::min(w, n - 32);
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[0] + w));
+    for (int64_t i = 1; i < count; ++i) {
+      const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + w));
+      v = kSigned ? _mm256_max_epi8(v, r) : _mm256_max_epu8(v, r);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + w), _mm256_xor_si256(v, f));
+    if (w + 32 >= n) return;
+  }
+}
+
+// Out[l] = max(e[2l], o[2l + 1]) for the 64 bytes e0:e1 and o0:o1, l in [0, 32), in order: 16-bit lanes' low and
+// high bytes, packed back (per 128-bit half) and the halves' quarters put in order.
+__attribute__((target("avx2"))) inline __m256i EvenOddMaxBytes(__m256i e0, __m256i e1, __m256i o0, __m256i o1) {
+  const __m256i low = _mm256_set1_epi16(0x00FF);
+  const __m256i a = _mm256_max_epu16(_mm256_and_si256(e0, low), _mm256_srli_epi16(o0, 8));
+  const __m256i b = _mm256_max_epu16(_mm256_and_si256(e1, low), _mm256_srli_epi16(o1, 8));
+  return _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+__attribute__((target("avx2"))) inline __m256i LoadBytes(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// 32 outputs of the column pass from p (input column o sw - pl of a row maximum): the maximum of taps p[l kSw + j dw]
+// over j. At stride 2 the taps at even offsets are folded bytewise on loads from p + j dw, the odd ones on loads from
+// p + j dw - 1 (their taps then in the odd bytes), and the two split once; p[0, 64 + (kw - 1) dw) is read.
+template <int kSw>
+__attribute__((target("avx2"), always_inline)) inline __m256i ColumnBlockBytes(const PoolShape& s, const uint8_t* p) {
+  if (kSw == 1) {
+    __m256i acc = LoadBytes(p);
+    for (int64_t j = 1; j < s.kw; ++j) acc = _mm256_max_epu8(acc, LoadBytes(p + j * s.dw));
+    return acc;
+  }
+  __m256i e0 = _mm256_setzero_si256(), e1 = e0, o0 = e0, o1 = e0;  // 0: the lowest value drops out
+  for (int64_t j = 0; j < s.kw; ++j) {
+    const int64_t d = j * s.dw;
+    if (d % 2 == 0)
+      e0 = _mm256_max_epu8(e0, LoadBytes(p + d)), e1 = _mm256_max_epu8(e1, LoadBytes(p + d + 32));
+    else
+      o0 = _mm256_max_epu8(o0, LoadBytes(p + d - 1)), o1 = _mm256_max_epu8(o1, LoadBytes(p + d + 31));
+  }
+  return EvenOddMaxBytes(e0, e1, o0, o1);
+}
+
+// One output row of the column pass (strides 1 and 2; others one output at a time) from a row maximum whose columns
+// outside the input hold 0, every block's reads inside the buffer; stored flipped back.
+template <int kSw>
+__attribute__((target("avx2"))) void MaxColumnsBytesAvx2(const PoolShape& s, const uint8_t* rowmax, uint8_t flip,
+                                                         uint8_t* dst) {
+  if (kSw == 0) {
+    for (int64_t ow = 0; ow < s.OW; ++ow) {
+      const uint8_t* p = rowmax + ow * s.sw - s.pl;
+      uint8_t m = p[0];
+      for (int64_t j = 1; j < s.kw; ++j) m = std::max(m, p[j * s.dw]);
+      dst[ow] = m ^ flip;
+    }
+    return;
+  }
+  const __m256i f = _mm256_set1_epi8(static_cast<char>(flip));
+  if (s.OW < 32) {  // two overlapping 16 or 8 of the blocks' outputs, or one block through a stack buffer
+    const int64_t part = s.OW >= 16 ? 16 : s.OW >= 8 ? 8 : 0;
+    if (part == 0) {
+      alignas(32) uint8_t tmp[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), _mm256_xor_si256(ColumnBlockBytes<kSw>(s, rowmax - s.pl), f));
+      for (int64_t o = 0; o < s.OW; ++o) dst[o] = tmp[o];
+      return;
+    }
+    for (const int64_t o : {int64_t{0}, s.OW - part}) {
+      const __m128i v = _mm256_castsi256_si128(_mm256_xor_si256(ColumnBlockBytes<kSw>(s, rowmax + o * kSw - s.pl), f));
+      if (part == 16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + o), v);
+      else
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + o), v);
+    }
+    return;
+  }
+  for (int64_t o = 0;; o += 32) {
+    o = std::min(o, s.OW - 32);
+    const __m256i v = ColumnBlockBytes<kSw>(s, rowmax + o * kSw - s.pl);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + o), _mm256_xor_si256(v, f));
+    if (o + 32 >= s.OW) return;
+  }
+}
+
+// A byte max pool plane as MaxPoolRows (each output row's window rows folded into a row maximum, then each output the
+// maximum of its columns there), 32 outputs per step; the row maximum sits in a buffer whose columns outside the
+// input hold 0 (the padding's value, flipped), so every column tap is a plain load. A padded window row adds 0:
+// nothing.
+__attribute__((target("avx2"))) void MaxPlaneBytesAvx2(const PoolShape& s, const uint8_t* in, uint8_t flip,
+                                                       uint8_t* out) {
+  thread_local std::vector<uint8_t> buf;
+  const int64_t left = std::max<int64_t>(s.pl, 0), blocks = std::max<int64_t>(s.OW, 32);
+  const int64_t reach = (blocks - 1) * s.sw - s.pl + (s.kw - 1) * s.dw + 1 + (s.sw == 2 ? 1 : 0);  // columns read
+  buf.assign(static_cast<size_t>(left + std::max(s.W, reach)), 0);
+  uint8_t* rowmax = buf.data() + left;  // input column iw at rowmax[iw]
+  thread_local std::vector<const uint8_t*> rows;
+  rows.resize(static_cast<size_t>(s.kh));
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < s.kh; ++i) {
+      const int64_t ih = oh * s.sh - s.pt + i * s.dh;
+      if (ih >= 0 && ih < s.H) rows[count++] = in + ih * s.W;
+    }
+    if (count == 0)
+      std::fill(rowmax, rowmax + s.W, uint8_t{0});
+    else if (flip)
+      RowsMaxBytesAvx2<true>(rowmax, rows.data(), count, s.W);
+    else
+      RowsMaxBytesAvx2<false>(rowmax, rows.data(), count, s.W);
+    uint8_t* dst = out + oh * s.OW;
+    if (s.sw == 1)
+      MaxColumnsBytesAvx2<1>(s, rowmax, flip, dst);
+    else if (s.sw == 2)
+      MaxColumnsBytesAvx2<2>(s, rowmax, flip, dst);
+    else
+      MaxColumnsBytesAvx2<0>(s, rowmax, flip, dst);
+  }
+  if (buf.size() > kKeptBuffer) std::vector<uint8_t>().swap(buf);
+}
+
+// 32 outputs of the 2x2 / 2 window from 64 bytes of rows r0 and r1, flipped back.
+__attribute__((target("avx2"))) inline __m256i Block2x2Bytes(const uint8_t* r0, const uint8_t* r1, __m256i f) {
+  const __m256i a = _mm256_max_epu8(_mm256_xor_si256(LoadBytes(r0), f), _mm256_xor_si256(LoadBytes(r1), f));
+  const __m256i b = _mm256_max_epu8(_mm256_xor_si256(LoadBytes(r0 + 32), f), _mm256_xor_si256(LoadBytes(r1 + 32), f));
+  return _mm256_xor_si256(EvenOddMaxBytes(a, b, a, b), f);
+}
+
+// The 2x2 window at stride 2 (Window2x2) on bytes: both input rows' 64 bytes folded, then the column pairs, 32
+// outputs per step; rows under 32 outputs through a stack buffer.
+__attribute__((target("avx2"))) void Pool2x2BytesAvx2(const PoolShape& s, const uint8_t* in, uint8_t flip,
+                                                      uint8_t* out) {
+  const __m256i f = _mm256_set1_epi8(static_cast<char>(flip));
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    const uint8_t* r0 = in + 2 * oh * s.W;
+    const uint8_t* r1 = r0 + s.W;
+    uint8_t* dst = out + oh * s.OW;
+    if (s.OW < 32) {  // two overlapping blocks of 16 or 8 outputs (32 or 16 bytes of each row), else scalar
+      if (s.OW >= 16) {
+        for (const int64_t o : {int64_t{0}, s.OW - 16}) {
+          const __m256i a =
+              _mm256_max_epu8(_mm256_xor_si256(LoadBytes(r0 + 2 * o), f), _mm256_xor_si256(LoadBytes(r1 + 2 * o), f));
+          const __m128i v = _mm256_castsi256_si128(_mm256_xor_si256(EvenOddMaxBytes(a, a, a, a), f));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + o), v);
+        }
+      } else if (s.OW >= 8) {
+        const __m128i f8 = _mm256_castsi256_si128(f), low = _mm_set1_epi16(0x00FF);
+        for (const int64_t o : {int64_t{0}, s.OW - 8}) {
+          const __m128i a =
+              _mm_max_epu8(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + 2 * o)), f8),
+                           _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + 2 * o)), f8));
+          const __m128i w = _mm_max_epu16(_mm_and_si128(a, low), _mm_srli_epi16(a, 8));
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + o), _mm_xor_si128(_mm_packus_epi16(w, w), f8));
+        }
+      } else {
+        for (int64_t o = 0; o < s.OW; ++o)
+          dst[o] = std::max({static_cast<uint8_t>(r0[2 * o] ^ flip), static_cast<uint8_t>(r0[2 * o + 1] ^ flip),
+                             static_cast<uint8_t>(r1[2 * o] ^ flip), static_cast<uint8_t>(r1[2 * o + 1] ^ flip)}) ^
+                   flip;
+      }
+      continue;
+    }
+    for (int64_t o = 0;; o += 32) {
+      o = std::min(o, s.OW - 32);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + o), Block2x2Bytes(r0 + 2 * o, r1 + 2 * o, f));
+      if (o + 32 >= s.OW) break;
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 // One float32 plane of MaxPool: the 2x2 register kernel, the AVX-512 window kernels, the AVX2
@@ -806,31 +999,29 @@ void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int t
 }
 
 void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads) {
-  // computed on flipped bytes for int8 (x ^ 0x80 orders like x), flipped back at the end
+  // computed on flipped bytes for int8 (x ^ 0x80 orders like x), flipped back as stored (the scalar pass: at the end)
   const uint8_t flip = is_signed ? 0x80 : 0x00;
-  const bool pairs = VectorPairs(s);
-  if (Pool2x2(s)) {
 #if NPU_EP_X86
+  if (Pool2x2(s)) {  // the vector kernels flip back as they store
     conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * 4, [&](int64_t plane) {
       Pool2x2BytesAvx512(s, x + plane * s.H * s.W, flip, y + plane * s.OH * s.OW);
     });
-#endif
-  } else {
-    MaxPoolPlanes<uint8_t>(
-        s, x, 0, 0, y, threads,
-        [&](uint8_t* acc, const uint8_t* row) {
-#if NPU_EP_X86
-          if (ActiveIsa() >= Isa::kAvx512) return RowMaxBytesAvx512(acc, row, s.W, flip);
-#endif
-          RowMaxBytesScalar(acc, row, s.W, flip);
-        },
-        [&](uint8_t* dst, const uint8_t* rowmax) {
-#if NPU_EP_X86
-          if (pairs) PairMaxBytesAvx512(dst, rowmax, s.OW);
-#endif
-          return pairs;
-        });
+    return;
   }
+  if (ActiveIsa() >= Isa::kAvx2) {
+    const bool two = Window2x2(s);
+    conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
+      const uint8_t* in = x + plane * s.H * s.W;
+      uint8_t* out = y + plane * s.OH * s.OW;
+      if (two) return Pool2x2BytesAvx2(s, in, flip, out);
+      MaxPlaneBytesAvx2(s, in, flip, out);
+    });
+    return;
+  }
+#endif
+  MaxPoolPlanes<uint8_t>(
+      s, x, 0, 0, y, threads, [&](uint8_t* acc, const uint8_t* row) { RowMaxBytesScalar(acc, row, s.W, flip); },
+      [](uint8_t*, const uint8_t*) { return false; });
   if (flip)
     for (int64_t i = 0, n = s.N * s.C * s.OH * s.OW; i < n; ++i) y[i] ^= flip;
 }

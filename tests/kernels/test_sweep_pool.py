@@ -18,8 +18,11 @@ pool.cc's paths and their blocks:
   otherwise); AveragePool's separable pass with 8 row sums per step (masked loads or gathers at the row's edges) and
   8 column sums, every input row's sums first where sh <= kh, else each row's when first needed; so the 8-lane tails
   (1-7 lanes) are crossed as well as the 16-lane ones;
-- bytes: the column-pair pass (kw = 2, sw = 2, no left pad, AVX-512), the row pass (64 bytes per step), scalar
-  column passes; float32 at the portable level: the row pass's scalar form, then scalar columns; AveragePool scalar.
+- bytes from AVX2 on: the 2x2 / stride-2 kernel (32 outputs per step; AVX-512's with masks), every other window's
+  row pass (the window's rows folded in registers, 32 bytes per step) into a buffer padded with the lowest value,
+  then 32 outputs' columns per step (stride 1: loads; stride 2: even and odd bytes split once; others one by one);
+  partial blocks redo the last whole one, rows under 32 take overlapping 16s or 8s (test_byte_lane_tails);
+- the portable level: the row pass's scalar form, then scalar columns; AveragePool scalar.
 MaxPool is exact (a maximum rounds nothing: the same value, NaN where the reference has NaN); AveragePool is
 bit-exact too, by its contract (pool.h): the same float32 additions in the same order, then the same division."""
 
@@ -352,3 +355,55 @@ def test_session_matches_cpu_ep(pool_isa, op, attrs):
             np.testing.assert_array_equal(got, ref)
         else:
             np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+# The byte kernels below the 2x2 / 2 AVX-512 kernel (AVX2 and up): 32 outputs and 32 row bytes per step, a row's
+# partial last block redoing the last whole 32; rows and outputs under 32 as two overlapping blocks of 16 or 8, under
+# 8 one by one (or through a stack buffer). OW 1-17 and around 32 and 64 on the 2x2 / 2 kernel (an odd W: a column
+# no window reads), the stem's 3x3 / 2 pad 1, unit strides (SPPF's 5x5 pad 2), stride 3, stride 2 with a column
+# dilation (taps at odd and even offsets), ceil_mode past the right and bottom edges, a row dilation.
+BYTE_TAILS = [dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+              dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]),
+              dict(kernel_shape=[3, 2], strides=[3, 3], pads=[1, 1, 0, 1]),
+              dict(kernel_shape=[2, 3], strides=[2, 2], dilations=[2, 3], pads=[1, 2, 0, 3]),
+              dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), dict(kernel_shape=[3, 2], strides=[1, 2])]
+
+
+@pytest.mark.parametrize("attrs", BYTE_TAILS)
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_byte_lane_tails(pool_isa, dt, attrs):
+    (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs.get("strides", [1, 1])
+    dw, pads = attrs.get("dilations", [1, 1])[1], attrs.get("pads", [0] * 4)
+    for ow in (*range(1, 18), 31, 32, 33, 63, 64, 65):
+        w = max(sw * (ow - 1) + (kw - 1) * dw + 1 - pads[1] - pads[3], 1)
+        for width in (w, w + 1):
+            _max(_image((2, 2, 2 * sh + kh, width), dt), **attrs)
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_byte_windows_in_the_padding(pool_isa, dt):
+    """A window whose rows all lie in the padding (H = 1, a row dilation) takes the type's lowest value; the lowest
+    and highest values alone, and planes of one value."""
+    for w in (1, 7, 8, 9, 16, 31, 33, 64, 65):
+        _max(_image((1, 3, 1, w), dt), kernel_shape=[2, 3], dilations=[2, 1], pads=[1, 1, 1, 1])
+        info = np.iinfo(dt)
+        for fill in (info.min, info.max, 0):
+            _max(np.full((1, 1, 5, w), fill, dt), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 2], strides=[2, 2]),
+                                   dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])])
+def test_byte_session_matches_cpu_ep(pool_isa, dt, attrs):
+    """A uint8 / int8 MaxPool session at each ISA level: NpuEP ran the node, its output is the CPU EP's exactly."""
+    elem = TensorProto.INT8 if dt == np.int8 else TensorProto.UINT8
+    shape = [2, 8, 23, 70]
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool", **attrs)
+    model = make_model([node], [helper.make_tensor_value_info("x", elem, shape)],
+                       [helper.make_tensor_value_info("y", elem, [None] * 4)], opset=17)
+    x = _image(shape, dt)
+    sess = npu_session(model)
+    assert assignment(sess) == {"pool": "NpuEP"}
+    for _ in range(2):  # the observing call, then the bound native step
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], cpu_run(model, {"x": x})[0])
