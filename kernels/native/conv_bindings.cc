@@ -23,6 +23,10 @@
 namespace py = pybind11;
 
 namespace npu_ep::kern {
+
+// QLinearConv with the sums of w's rows made once for constant weights (qlinear_conv.cc; its place is conv.h).
+void QLinearConv(const QConv& q, const int32_t* w_sums);
+
 namespace {
 
 template <typename T>
@@ -241,7 +245,8 @@ QConv IntConvArgs(const py::array& x, int x_zp, const py::array& w, const Arr<in
 py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const Arr<int32_t>& w_zp,
                         const std::optional<Arr<int32_t>>& bias, const Arr<float>& mult, int y_zp, bool y_signed,
                         const std::vector<int64_t>& geom, bool depthwise, int threads,
-                        const std::optional<py::array>& lut, const py::object& out) {
+                        const std::optional<py::array>& lut, const std::optional<Arr<int32_t>>& w_sums,
+                        const py::object& out) {
   const char* op = "qlinear_conv";
   QConv q = IntConvArgs(x, x_zp, w, w_zp, geom, depthwise, threads, op);
   const ConvShape& s = q.s;
@@ -257,6 +262,8 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
       throw std::invalid_argument("qlinear_conv: lut must be 256 contiguous bytes");
     q.lut = static_cast<const uint8_t*>(lut->data());
   }
+  if (w_sums) ExpectSize(*w_sums, s.M, op, "w_sums");
+  const int32_t* sums = w_sums ? w_sums->data() : nullptr;
   const int64_t n_out = s.N * s.M * s.OH * s.OW;
   py::array y = NullArray();
   if (out.is_none()) {
@@ -272,7 +279,7 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
   q.y = static_cast<uint8_t*>(y.mutable_data());
   {
     py::gil_scoped_release release;
-    QLinearConv(q);
+    QLinearConv(q, sums);
   }
   return y;
 }
@@ -405,10 +412,12 @@ void BindConv(py::module_& m) {
         "float depthwise conv, w [C, kh*kw, M/C]; the reference's float32 order; float16 x widened and rounded once");
   m.def("qlinear_conv", &QLinearConvPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
         py::arg("bias"), py::arg("multiplier"), py::arg("y_zero_point"), py::arg("y_signed"), py::arg("geometry"),
-        py::arg("depthwise"), py::arg("threads") = 1, py::arg("lut") = py::none(), py::arg("out") = py::none(),
+        py::arg("depthwise"), py::arg("threads") = 1, py::arg("lut") = py::none(), py::arg("w_sums") = py::none(),
+        py::arg("out") = py::none(),
         "QLinearConv, exact int32 sums and MLAS requantization; w [M, kh, kw, C/group rounded up to 4] "
-        "(depthwise: [M, kh*kw]); lut: a fused 256-entry output table applied to each requantized row; into out "
-        "(ORT's buffer, of y's byte type) or a new array");
+        "(depthwise: [M, kh*kw]); lut: a fused 256-entry output table applied to each requantized row; w_sums: the "
+        "int32 sums of w's rows (the weights as their type, wrapping), made once for constant weights, else summed "
+        "per call; into out (ORT's buffer, of y's byte type) or a new array");
   m.def("conv_integer", &ConvIntegerPy, py::arg("x"), py::arg("x_zero_point"), py::arg("w"), py::arg("w_zero_point"),
         py::arg("geometry"), py::arg("depthwise"), py::arg("threads") = 1, py::arg("out") = py::none(),
         "ConvInteger: int32 sums of (x - x_zp) * (w - w_zp[m]); w laid out as qlinear_conv's; x_zero_point an int "

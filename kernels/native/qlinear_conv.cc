@@ -538,7 +538,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void InterleaveQuadPhases2(
 // A strided conv reads its image as sh x sw phase planes (phase (a, b) holds the padded pixels (y sh + a, x sw + b) at
 // (y, x)), so output pixel (oh, ow) reads tap (i, j) at phase ((i dh) % sh, (j dw) % sw), pixel (oh + i dh / sh,
 // ow + j dw / sw): consecutive output pixels are consecutive again. A valid output never reads past its phase row.
-void DenseFlat(const QConv& q) {
+void DenseFlat(const QConv& q, const int32_t* w_sums) {
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, Cg = s.Cg(), Cg4 = (Cg + 3) / 4 * 4, Kq = T * Cg4, nkq = Kq / 4;
   const int64_t P = s.P(), Mg = s.Mg(), CQ = s.group * Cg4 / 4;
@@ -566,7 +566,13 @@ void DenseFlat(const QConv& q) {
   }
   const bool sums = std::any_of(wzp, wzp + s.M, [](int32_t z) { return z != 0; });
   const auto row_terms = [&](int64_t m0, int64_t m1) {  // rterm of weight rows [m0, m1)
-    WeightSums(w + m0 * Kq, m1 - m0, Kq, rterm + m0);
+    if (w_sums != nullptr) {  // the given sums of q.w's rows, as those of the flipped rows
+      for (int64_t m = m0; m < m1; ++m)
+        rterm[m] = static_cast<int32_t>(static_cast<uint32_t>(w_sums[m]) -
+                                        (q.w_signed ? 0u : 128u * static_cast<uint32_t>(Kq)));
+    } else {
+      WeightSums(w + m0 * Kq, m1 - m0, Kq, rterm + m0);
+    }
     for (int64_t m = m0; m < m1; ++m)
       rterm[m] =
           static_cast<int32_t>((q.acc_out == nullptr && q.bias != nullptr ? static_cast<uint32_t>(q.bias[m]) : 0) -
@@ -592,7 +598,8 @@ void DenseFlat(const QConv& q) {
   const int64_t per_task =
       std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(unit_work, 1), 1, rows_outer ? tiles : blocks);
   const int64_t tasks = ((rows_outer ? tiles : blocks) + per_task - 1) / per_task;
-  if (!rows_outer) row_terms(0, s.M);  // else each task its rows', while it reads them anyway
+  const bool task_sums = rows_outer && w_sums == nullptr;  // each task its rows', while it reads them anyway
+  if (!task_sums) row_terms(0, s.M);
   std::vector<FlatRuns> block_runs(rows_outer ? blocks : 0);
   for (int64_t b = 0; b < static_cast<int64_t>(block_runs.size()); ++b)
     block_runs[b] = RunsOf(b * kFlatCols, kFlatCols, NF, Wph, s.OW);
@@ -655,7 +662,7 @@ void DenseFlat(const QConv& q) {
         f.acc_out += (n * s.M + g * Mg) * P;
       else
         f.y += (n * s.M + g * Mg) * P;
-      if (rows_outer) row_terms(g * Mg + 8 * t0, g * Mg + std::min(Mg, 8 * t1));
+      if (task_sums) row_terms(g * Mg + 8 * t0, g * Mg + std::min(Mg, 8 * t1));
       const auto tile = [&](int64_t t, int64_t b, const FlatRuns& u) {
         const int rows = static_cast<int>(std::min<int64_t>(8, Mg - 8 * t));
         const int64_t left = NF - b * kFlatCols;
@@ -838,9 +845,11 @@ struct Scratch {
 };
 thread_local Scratch t_scratch;
 
-void DenseInt(const QConv& q) {
+void DenseInt(const QConv& q, const int32_t* w_sums) {
 #if NPU_EP_X86
-  if (FlatApplies(q)) return DenseFlat(q);
+  if (FlatApplies(q)) return DenseFlat(q, w_sums);
+#else
+  (void)w_sums;
 #endif
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, Cg = s.Cg(), Cg4 = (Cg + 3) / 4 * 4, Kq = T * Cg4;
@@ -936,7 +945,9 @@ void DenseInt(const QConv& q) {
 
 }  // namespace
 
-void QLinearConv(const QConv& q) {
+// w_sums: the sums of q.w's rows (each row's weights as their type, wrapping int32), made where the weights are
+// constant, or null (the dense VNNI path sums them per call). Declared in conv_bindings.cc.
+void QLinearConv(const QConv& q, const int32_t* w_sums) {
   if (q.s.N == 0 || q.s.M == 0 || q.s.P() == 0) return;  // nothing to write
   if (q.depthwise) {
 #if NPU_EP_X86
@@ -944,8 +955,10 @@ void QLinearConv(const QConv& q) {
 #endif
     DepthwiseInt(q);
   } else {
-    DenseInt(q);
+    DenseInt(q, w_sums);
   }
 }
+
+void QLinearConv(const QConv& q) { QLinearConv(q, nullptr); }
 
 }  // namespace npu_ep::kern

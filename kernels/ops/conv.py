@@ -403,10 +403,23 @@ def _qlinear_call_made(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:
     bias = c.get("bias")
     lut = c.get("out_lut")
     y_signed = at["out"] == "int8"
+    depthwise = at["wdims"][1] == 1
     args = (int(c["xzp"]), c["qw"], c["wzp"], None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
-            int(c["yzp"]), y_signed, _geometry_list(p, x), at["wdims"][1] == 1, threads, lut)
+            int(c["yzp"]), y_signed, _geometry_list(p, x), depthwise, threads, lut,
+            None if depthwise else _weight_sums(p))
     view = None if lut is None or lut.dtype == (np.int8 if y_signed else np.uint8) else lut.dtype
     return nat.qlinear_conv, args, view
+
+
+def _weight_sums(p: Prepared) -> np.ndarray:
+    """The int32 sums of ``qw``'s rows (wrapping, as the kernel adds them): made once for the constant weights
+    instead of by a pass over them in every call; kept while ``qw`` is the conv's weights."""
+    qw = p.consts["qw"]
+    got = p.kernel_cache.get("w_sums")
+    if got is None or got[0] is not qw:
+        sums = qw.reshape(qw.shape[0], -1).sum(axis=1, dtype=np.int64).astype(np.int32)
+        got = p.kernel_cache["w_sums"] = (qw, sums)
+    return got[1]
 
 
 def _native_run(p: Prepared, nat, x: np.ndarray) -> tuple[np.ndarray | None, bool]:

@@ -84,7 +84,8 @@ def test_session_writes_orts_buffer_with_the_cpu_eps_bits(monkeypatch, dtx, grou
 
     def spy(*args, **kw):
         y = real(*args, **kw)
-        seen.append(len(args) > 12 and args[12] is not None and y is args[12])
+        out = args[13] if len(args) > 13 else kw.get("out")  # after x, its 11 arguments and w_sums
+        seen.append(out is not None and y is out)
         return y
 
     monkeypatch.setattr(NAT, "qlinear_conv", spy)
@@ -113,3 +114,35 @@ def test_session_writes_orts_buffer_with_the_cpu_eps_bits(monkeypatch, dtx, grou
     (program,) = session_of(sess).programs.values()
     assert program.native_step_counts[0] >= 2 and program.native_step_counts[1] == 0
     assert seen and seen[-1]
+
+
+def _row_sums(w) -> np.ndarray:
+    return w.reshape(w.shape[0], -1).sum(axis=1, dtype=np.int64).astype(np.int32)
+
+
+@pytest.mark.parametrize("dtw", [np.int8, np.uint8])
+@pytest.mark.parametrize("cg,m,hw", [(5, 8, (3, 3)), (8, 200, (3, 3)), (8, 41, (7, 7)), (5, 20, (30, 31)),
+                                     (16, 100, (9, 50))])
+@pytest.mark.parametrize("group", [1, 2])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("wzp", [False, True])
+def test_given_weight_sums_give_the_per_call_bits(dtw, cg, m, hw, group, stride, wzp):
+    """w_sums (made once for constant weights) give the bits of the sums each call makes, on every path: small
+    maps of many rows (tasks of weight-row tiles, which summed their own rows), large maps, groups, strides, uint8
+    weights (flipped), weight zero points, the fused table; and a wrong length is refused."""
+    rng = np.random.default_rng(cg * m + group + stride)
+    c, mm = cg * group, m * group
+    x = _ints((2, c, *hw), np.uint8, rng)
+    w = _ints((mm, 3, 3, -(-cg // 4) * 4), dtw, rng)
+    mid = 128 if dtw == np.uint8 else 0  # the weights' zero: no zero-point term
+    zp = rng.integers(-20, 20, mm) + mid if wzp else np.full(mm, mid)
+    args = (17, w, zp.astype(np.int32), rng.integers(-5000, 5000, mm).astype(np.int32),
+            rng.uniform(1e-5, 1e-3, mm).astype(np.float32), 9, False,
+            [mm, group, 3, 3, stride, stride, 1, 1, 1, 1, 1, 1], False, 2)
+    lut = _ints((256,), np.uint8, rng)
+    for table in (None, lut):
+        want = NAT.qlinear_conv(x, *args, table)
+        got = NAT.qlinear_conv(x, *args, table, _row_sums(w))
+        assert got.tobytes() == want.tobytes()
+    with pytest.raises(ValueError):
+        NAT.qlinear_conv(x, *args, None, _row_sums(w)[:-1])
