@@ -934,6 +934,20 @@ __attribute__((target("avx2"))) inline __m256i Block2x2Bytes(const uint8_t* r0, 
 // outputs per step; rows under 32 outputs through a stack buffer.
 __attribute__((target("avx2"))) void Pool2x2BytesAvx2(const PoolShape& s, const uint8_t* in, uint8_t flip,
                                                       uint8_t* out) {
+  if (s.OW < 8 && s.W == 2 * s.OW) {  // small rows: the row pairs' maxima end to end, then their column pairs at once
+    thread_local std::vector<uint8_t> buf;
+    PoolShape flat;
+    flat.OW = s.OH * s.OW, flat.kw = 2, flat.sw = 2;
+    buf.assign(static_cast<size_t>(2 * std::max<int64_t>(flat.OW, 32) + 2), 0);
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      const uint8_t* rows[2] = {in + 2 * oh * s.W, in + (2 * oh + 1) * s.W};
+      if (flip)
+        RowsMaxBytesAvx2<true>(buf.data() + oh * s.W, rows, 2, s.W);
+      else
+        RowsMaxBytesAvx2<false>(buf.data() + oh * s.W, rows, 2, s.W);
+    }
+    return MaxColumnsBytesAvx2<2>(flat, buf.data(), flip, out);
+  }
   const __m256i f = _mm256_set1_epi8(static_cast<char>(flip));
   for (int64_t oh = 0; oh < s.OH; ++oh) {
     const uint8_t* r0 = in + 2 * oh * s.W;

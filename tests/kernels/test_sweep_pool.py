@@ -381,6 +381,16 @@ def test_byte_lane_tails(pool_isa, dt, attrs):
 
 
 @pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_byte_2x2_small_planes(pool_isa, dt):
+    """The 2x2 / 2 kernel's rows under 8 outputs (W = 2 OW: the row pairs' maxima end to end, then their column pairs
+    over the whole plane): planes of OH OW outputs around 32 and 64, an odd H (a row no window reads)."""
+    for ow in range(1, 8):
+        for oh in sorted({1, *around(32 // ow, 64 // ow, low=1)}):
+            for h in (2 * oh, 2 * oh + 1):
+                _max(_image((2, 3, h, 2 * ow), dt), kernel_shape=[2, 2], strides=[2, 2])
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
 def test_byte_windows_in_the_padding(pool_isa, dt):
     """A window whose rows all lie in the padding (H = 1, a row dilation) takes the type's lowest value; the lowest
     and highest values alone, and planes of one value."""
