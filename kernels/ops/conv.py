@@ -404,21 +404,26 @@ def _qlinear_call_made(p: Prepared, nat, x: np.ndarray, threads: int) -> tuple:
     lut = c.get("out_lut")
     y_signed = at["out"] == "int8"
     depthwise = at["wdims"][1] == 1
-    args = (int(c["xzp"]), c["qw"], c["wzp"], None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
-            int(c["yzp"]), y_signed, _geometry_list(p, x), depthwise, threads, lut,
-            None if depthwise else _weight_sums(p))
+    w, wzp, sums = (c["qw"], c["wzp"], None) if depthwise else _dense_weights(p, nat)
+    args = (int(c["xzp"]), w, wzp, None if bias is None else np.ascontiguousarray(bias, np.int32), mult,
+            int(c["yzp"]), y_signed, _geometry_list(p, x), depthwise, threads, lut, sums)
     view = None if lut is None or lut.dtype == (np.int8 if y_signed else np.uint8) else lut.dtype
     return nat.qlinear_conv, args, view
 
 
-def _weight_sums(p: Prepared) -> np.ndarray:
-    """The int32 sums of ``qw``'s rows (wrapping, as the kernel adds them): made once for the constant weights
-    instead of by a pass over them in every call; kept while ``qw`` is the conv's weights."""
+def _dense_weights(p: Prepared, nat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A dense QLinearConv's weights, zero points and the int32 sums of the weights' rows as the native call takes
+    them, made once for the constant weights instead of by passes over them in every call; kept while ``qw`` is the
+    conv's weights. On the VNNI path (``DenseFlat``: width stride <= 2) uint8 weights go as int8 ``w - 128`` with
+    zero points ``z - 128`` (the same differences), which that path would otherwise make on each call."""
     qw = p.consts["qw"]
-    got = p.kernel_cache.get("w_sums")
+    got = p.kernel_cache.get("dense_w")
     if got is None or got[0] is not qw:
-        sums = qw.reshape(qw.shape[0], -1).sum(axis=1, dtype=np.int64).astype(np.int32)
-        got = p.kernel_cache["w_sums"] = (qw, sums)
+        w, wzp = qw, p.consts["wzp"]
+        if qw.dtype == np.uint8 and nat.isa() in ("avx512_vnni", "amx_int8") and p.attrs["geom"]["strides"][1] <= 2:
+            w, wzp = (qw ^ np.uint8(0x80)).view(np.int8), wzp - np.int32(128)
+        sums = w.reshape(w.shape[0], -1).sum(axis=1, dtype=np.int64).astype(np.int32)
+        got = p.kernel_cache["dense_w"] = (qw, (w, wzp, sums))
     return got[1]
 
 

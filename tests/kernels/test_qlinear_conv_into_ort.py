@@ -146,3 +146,34 @@ def test_given_weight_sums_give_the_per_call_bits(dtw, cg, m, hw, group, stride,
         assert got.tobytes() == want.tobytes()
     with pytest.raises(ValueError):
         NAT.qlinear_conv(x, *args, None, _row_sums(w)[:-1])
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+@pytest.mark.parametrize("cg", [3, 8])
+def test_uint8_weights_made_once_as_int8_keep_the_reference_bits(stride, cg):
+    """uint8 weights go to the VNNI path as int8 w - 128 with zero points z - 128, made once (kernel_cache): the
+    reference's bits, zero points at the type's ends; other paths keep the uint8 weights."""
+    from npu_ep.ep.onnx_graph import nodes_from_model
+    from npu_ep.kernels.registry import kernel_for
+    from npu_ep.kernels.target import Target
+
+    rng = np.random.default_rng(stride * cg)
+    m = 20
+    x = _ints((1, cg, 11, 13), np.uint8, rng)
+    wz = rng.integers(0, 256, m).astype(np.uint8)
+    wz[:2] = [0, 255]
+    inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True), ("xz", np.array(100, np.uint8), True),
+              ("w", _ints((m, cg, 3, 3), np.uint8, rng), True),
+              ("ws", rng.uniform(0.002, 0.01, m).astype(np.float32), True), ("wz", wz, True),
+              ("ys", np.array(0.5, np.float32), True), ("yz", np.array(5, np.uint8), True),
+              ("b", rng.integers(-5000, 5000, m).astype(np.int32), True)]
+    (node,) = nodes_from_model(node_model("QLinearConv", inputs, pads=[1, 1, 1, 1], strides=[stride, stride]))
+    k = kernel_for(node.domain, node.op_type)
+    p = k.prepare(node, Target.load("npu-ref"))
+    args = [x] + [None] * 8
+    runtime.configure([p], "native", 2)
+    got = k.run(p, args)[0]
+    flat = NAT.isa() in ("avx512_vnni", "amx_int8") and stride <= 2
+    assert p.kernel_cache["dense_w"][1][0].dtype == (np.int8 if flat else np.uint8)
+    runtime.configure([p], "reference", 1)
+    np.testing.assert_array_equal(got, k.run(p, args)[0])
