@@ -888,37 +888,46 @@ __attribute__((target("avx2"))) void MaxColumnsBytesAvx2(const PoolShape& s, con
 }
 
 // A byte max pool plane as MaxPoolRows (each output row's window rows folded into a row maximum, then each output the
-// maximum of its columns there), 32 outputs per step; the row maximum sits in a buffer whose columns outside the
+// maximum of its columns there), 32 outputs per step; the row maxima sit in a buffer whose columns outside the
 // input hold 0 (the padding's value, flipped), so every column tap is a plain load. A padded window row adds 0:
-// nothing.
+// nothing. Four output rows' maxima are written before their columns are read (a column load right after the row
+// pass's stores waits for them: it spans two).
 __attribute__((target("avx2"))) void MaxPlaneBytesAvx2(const PoolShape& s, const uint8_t* in, uint8_t flip,
                                                        uint8_t* out) {
+  constexpr int64_t kBatch = 4;
   thread_local std::vector<uint8_t> buf;
   const int64_t left = std::max<int64_t>(s.pl, 0), blocks = std::max<int64_t>(s.OW, 32);
   const int64_t reach = (blocks - 1) * s.sw - s.pl + (s.kw - 1) * s.dw + 1 + (s.sw == 2 ? 1 : 0);  // columns read
-  buf.assign(static_cast<size_t>(left + std::max(s.W, reach)), 0);
-  uint8_t* rowmax = buf.data() + left;  // input column iw at rowmax[iw]
+  const int64_t pitch = left + std::max(s.W, reach);
+  buf.assign(static_cast<size_t>(kBatch * pitch), 0);
   thread_local std::vector<const uint8_t*> rows;
   rows.resize(static_cast<size_t>(s.kh));
-  for (int64_t oh = 0; oh < s.OH; ++oh) {
-    int64_t count = 0;
-    for (int64_t i = 0; i < s.kh; ++i) {
-      const int64_t ih = oh * s.sh - s.pt + i * s.dh;
-      if (ih >= 0 && ih < s.H) rows[count++] = in + ih * s.W;
+  for (int64_t oh0 = 0; oh0 < s.OH; oh0 += kBatch) {
+    const int64_t n = std::min(kBatch, s.OH - oh0);
+    for (int64_t b = 0; b < n; ++b) {
+      uint8_t* rowmax = buf.data() + b * pitch + left;  // input column iw at rowmax[iw]
+      int64_t count = 0;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t ih = (oh0 + b) * s.sh - s.pt + i * s.dh;
+        if (ih >= 0 && ih < s.H) rows[count++] = in + ih * s.W;
+      }
+      if (count == 0)
+        std::fill(rowmax, rowmax + s.W, uint8_t{0});
+      else if (flip)
+        RowsMaxBytesAvx2<true>(rowmax, rows.data(), count, s.W);
+      else
+        RowsMaxBytesAvx2<false>(rowmax, rows.data(), count, s.W);
     }
-    if (count == 0)
-      std::fill(rowmax, rowmax + s.W, uint8_t{0});
-    else if (flip)
-      RowsMaxBytesAvx2<true>(rowmax, rows.data(), count, s.W);
-    else
-      RowsMaxBytesAvx2<false>(rowmax, rows.data(), count, s.W);
-    uint8_t* dst = out + oh * s.OW;
-    if (s.sw == 1)
-      MaxColumnsBytesAvx2<1>(s, rowmax, flip, dst);
-    else if (s.sw == 2)
-      MaxColumnsBytesAvx2<2>(s, rowmax, flip, dst);
-    else
-      MaxColumnsBytesAvx2<0>(s, rowmax, flip, dst);
+    for (int64_t b = 0; b < n; ++b) {
+      const uint8_t* rowmax = buf.data() + b * pitch + left;
+      uint8_t* dst = out + (oh0 + b) * s.OW;
+      if (s.sw == 1)
+        MaxColumnsBytesAvx2<1>(s, rowmax, flip, dst);
+      else if (s.sw == 2)
+        MaxColumnsBytesAvx2<2>(s, rowmax, flip, dst);
+      else
+        MaxColumnsBytesAvx2<0>(s, rowmax, flip, dst);
+    }
   }
   if (buf.size() > kKeptBuffer) std::vector<uint8_t>().swap(buf);
 }
