@@ -53,6 +53,9 @@ struct QConv {
   int threads = 1;
   const uint8_t* lut = nullptr;  // [256] or null: y = lut[y] after requantization (a fused npu::QdqLut)
   int32_t* acc_out = nullptr;  // [N, M, OH, OW] or null: the exact int32 sums instead of y (ConvInteger)
+  // [M] or null: the sums of w's rows (each row's weights as their type, wrapping int32), made once where the weights
+  // are constant; null: the dense VNNI path sums them per call
+  const int32_t* w_sums = nullptr;
 };
 void QLinearConv(const QConv& q);
 

@@ -24,9 +24,6 @@ namespace py = pybind11;
 
 namespace npu_ep::kern {
 
-// QLinearConv with the sums of w's rows made once for constant weights (qlinear_conv.cc; its place is conv.h).
-void QLinearConv(const QConv& q, const int32_t* w_sums);
-
 namespace {
 
 template <typename T>
@@ -262,8 +259,10 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
       throw std::invalid_argument("qlinear_conv: lut must be 256 contiguous bytes");
     q.lut = static_cast<const uint8_t*>(lut->data());
   }
-  if (w_sums) ExpectSize(*w_sums, s.M, op, "w_sums");
-  const int32_t* sums = w_sums ? w_sums->data() : nullptr;
+  if (w_sums) {
+    ExpectSize(*w_sums, s.M, op, "w_sums");
+    q.w_sums = w_sums->data();
+  }
   const int64_t n_out = s.N * s.M * s.OH * s.OW;
   py::array y = NullArray();
   if (out.is_none()) {
@@ -279,7 +278,7 @@ py::array QLinearConvPy(const py::array& x, int x_zp, const py::array& w, const 
   q.y = static_cast<uint8_t*>(y.mutable_data());
   {
     py::gil_scoped_release release;
-    QLinearConv(q, sums);
+    QLinearConv(q);
   }
   return y;
 }

@@ -176,9 +176,27 @@ struct PackGeom {
 };
 
 #if NPU_EP_X86
-// InterleaveQuad on AVX-512: 64 pixels at a time, the last few by masked loads and stores (no scalar tail). The
-// byte and word unpacks work within 128-bit lanes, so lane L of q[0..3] holds pixels 16 L + [0, 4), [4, 8), [8, 12),
-// [12, 16); two rounds of lane shuffles put them in order.
+// Pixels [w, w + 64) of 4 channel rows (mask k; src[b] null: a padding channel, pv), each byte ^ f, as [64, 4] bytes
+// in out[0..3], 16 pixels each. The byte and word unpacks work within 128-bit lanes, so lane L of q[0..3] holds
+// pixels 16 L + [0, 4), [4, 8), [8, 12), [12, 16); two rounds of lane shuffles put them in order.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void Quads64(const uint8_t* const src[4], int64_t w,
+                                                                         __mmask64 k, __m512i f, __m512i pv,
+                                                                         __m512i (&out)[4]) {
+  __m512i r[4];
+  for (int b = 0; b < 4; ++b) r[b] = src[b] ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src[b] + w), f) : pv;
+  const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
+  const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
+  const __m512i q[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                        _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+  const __m512i t0 = _mm512_shuffle_i32x4(q[0], q[1], 0x44), t1 = _mm512_shuffle_i32x4(q[2], q[3], 0x44);
+  const __m512i t2 = _mm512_shuffle_i32x4(q[0], q[1], 0xEE), t3 = _mm512_shuffle_i32x4(q[2], q[3], 0xEE);
+  out[0] = _mm512_shuffle_i32x4(t0, t1, 0x88);
+  out[1] = _mm512_shuffle_i32x4(t0, t1, 0xDD);
+  out[2] = _mm512_shuffle_i32x4(t2, t3, 0x88);
+  out[3] = _mm512_shuffle_i32x4(t2, t3, 0xDD);
+}
+
+// InterleaveQuad on AVX-512: 64 pixels at a time (Quads64), the last few by masked loads and stores (no scalar tail).
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void InterleaveQuadAvx512(const uint8_t* const src[4], int64_t W,
                                                                                uint8_t flip, uint8_t pad,
                                                                                uint8_t* dst) {
@@ -186,16 +204,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void InterleaveQuadAvx512(c
   for (int64_t w = 0; w < W; w += 64) {
     const int64_t n = std::min<int64_t>(64, W - w);
     const __mmask64 k = n == 64 ? ~0ull : (1ull << n) - 1;
-    __m512i r[4];
-    for (int b = 0; b < 4; ++b) r[b] = src[b] ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src[b] + w), f) : pv;
-    const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
-    const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
-    const __m512i q[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
-                          _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
-    const __m512i t0 = _mm512_shuffle_i32x4(q[0], q[1], 0x44), t1 = _mm512_shuffle_i32x4(q[2], q[3], 0x44);
-    const __m512i t2 = _mm512_shuffle_i32x4(q[0], q[1], 0xEE), t3 = _mm512_shuffle_i32x4(q[2], q[3], 0xEE);
-    const __m512i out[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
-                            _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
+    __m512i out[4];
+    Quads64(src, w, k, f, pv, out);
     for (int v = 0; v < 4 && 16 * v < n; ++v) {
       const int64_t left = n - 16 * v;
       _mm512_mask_storeu_epi8(dst + (w + 16 * v) * 4, left >= 16 ? ~0ull : (1ull << (4 * left)) - 1, out[v]);
@@ -514,16 +524,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void InterleaveQuadPhases2(
   for (int64_t w = 0; w < W; w += 64) {
     const int64_t n = std::min<int64_t>(64, W - w);
     const __mmask64 k = n == 64 ? ~0ull : (1ull << n) - 1;
-    __m512i r[4];
-    for (int b = 0; b < 4; ++b) r[b] = src[b] ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, src[b] + w), f) : pv;
-    const __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
-    const __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
-    const __m512i q[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
-                          _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
-    const __m512i t0 = _mm512_shuffle_i32x4(q[0], q[1], 0x44), t1 = _mm512_shuffle_i32x4(q[2], q[3], 0x44);
-    const __m512i t2 = _mm512_shuffle_i32x4(q[0], q[1], 0xEE), t3 = _mm512_shuffle_i32x4(q[2], q[3], 0xEE);
-    const __m512i out[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
-                            _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
+    __m512i out[4];
+    Quads64(src, w, k, f, pv, out);
     for (int v = 0; v < 2 && 32 * v < n; ++v) {
       const int64_t nv = std::min<int64_t>(32, n - 32 * v), cb = pl + w + 32 * v;  // padded column of its first
       const int64_t ne = (nv + 1) / 2, no = nv / 2;
@@ -538,7 +540,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void InterleaveQuadPhases2(
 // A strided conv reads its image as sh x sw phase planes (phase (a, b) holds the padded pixels (y sh + a, x sw + b) at
 // (y, x)), so output pixel (oh, ow) reads tap (i, j) at phase ((i dh) % sh, (j dw) % sw), pixel (oh + i dh / sh,
 // ow + j dw / sw): consecutive output pixels are consecutive again. A valid output never reads past its phase row.
-void DenseFlat(const QConv& q, const int32_t* w_sums) {
+void DenseFlat(const QConv& q) {
+  const int32_t* w_sums = q.w_sums;
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, Cg = s.Cg(), Cg4 = (Cg + 3) / 4 * 4, Kq = T * Cg4, nkq = Kq / 4;
   const int64_t P = s.P(), Mg = s.Mg(), CQ = s.group * Cg4 / 4;
@@ -845,11 +848,9 @@ struct Scratch {
 };
 thread_local Scratch t_scratch;
 
-void DenseInt(const QConv& q, const int32_t* w_sums) {
+void DenseInt(const QConv& q) {
 #if NPU_EP_X86
-  if (FlatApplies(q)) return DenseFlat(q, w_sums);
-#else
-  (void)w_sums;
+  if (FlatApplies(q)) return DenseFlat(q);
 #endif
   const ConvShape& s = q.s;
   const int64_t T = s.kh * s.kw, Cg = s.Cg(), Cg4 = (Cg + 3) / 4 * 4, Kq = T * Cg4;
@@ -945,9 +946,7 @@ void DenseInt(const QConv& q, const int32_t* w_sums) {
 
 }  // namespace
 
-// w_sums: the sums of q.w's rows (each row's weights as their type, wrapping int32), made where the weights are
-// constant, or null (the dense VNNI path sums them per call). Declared in conv_bindings.cc.
-void QLinearConv(const QConv& q, const int32_t* w_sums) {
+void QLinearConv(const QConv& q) {
   if (q.s.N == 0 || q.s.M == 0 || q.s.P() == 0) return;  // nothing to write
   if (q.depthwise) {
 #if NPU_EP_X86
@@ -955,10 +954,8 @@ void QLinearConv(const QConv& q, const int32_t* w_sums) {
 #endif
     DepthwiseInt(q);
   } else {
-    DenseInt(q, w_sums);
+    DenseInt(q);
   }
 }
-
-void QLinearConv(const QConv& q) { QLinearConv(q, nullptr); }
 
 }  // namespace npu_ep::kern
