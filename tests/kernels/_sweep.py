@@ -159,6 +159,16 @@ def with_specials(x: np.ndarray, rng: np.random.Generator, values=(np.nan, np.in
 
 
 
+def ints_with_extremes(shape, dt, rng: np.random.Generator) -> np.ndarray:
+    """Integers of ``dt`` over its whole range with the type's extremes planted (every 7th element its minimum, every
+    11th from the 4th its maximum): saturating products, zero points at the ends."""
+    info = np.iinfo(dt)
+    x = rng.integers(info.min, info.max + 1, shape).astype(dt)
+    x.reshape(-1)[::7] = info.min
+    x.reshape(-1)[3::11] = info.max
+    return x
+
+
 def bit_values(shape, dt, rng: np.random.Generator) -> np.ndarray:
     """Values of any plain dtype for kernels that move or select bits without computing (movement, indexing,
     Where): bool at random, integers over their whole range, floats with NaN, +-Inf, -0, a subnormal and a large

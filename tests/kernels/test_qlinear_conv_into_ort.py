@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _sweep import node_model
+from _sweep import ints_with_extremes, node_model
 from npu_ep.ep.sessions import session_of, tag_session_options
 from npu_ep.kernels import runtime
 from npu_ep.tools.bench.ops import python_steps
@@ -16,19 +16,11 @@ NAT = runtime.native_module()
 pytestmark = pytest.mark.skipif(NAT is None, reason="no native kernels")
 
 
-def _ints(shape, dt, rng) -> np.ndarray:
-    info = np.iinfo(dt)
-    x = rng.integers(info.min, info.max + 1, shape).astype(dt)
-    x.reshape(-1)[::7] = info.min
-    x.reshape(-1)[3::11] = info.max
-    return x
-
-
 def _call(x, depthwise, y_signed, rng, lut=None):
     """qlinear_conv's arguments after x for a 3x3 pad-1 conv of x's channels (M = 12, or C when depthwise)."""
     c = x.shape[1]
     m = c if depthwise else 12
-    w = _ints((m, 9) if depthwise else (m, 3, 3, -(-c // 4) * 4), np.int8, rng)
+    w = ints_with_extremes((m, 9) if depthwise else (m, 3, 3, -(-c // 4) * 4), np.int8, rng)
     wz = np.zeros(m, np.int32)
     bias = rng.integers(-5000, 5000, m).astype(np.int32)
     mult = rng.uniform(0.001, 0.01, m).astype(np.float32)
@@ -44,9 +36,9 @@ def _call(x, depthwise, y_signed, rng, lut=None):
 @pytest.mark.parametrize("with_lut", [False, True])
 def test_out_gets_the_bytes_of_a_new_array(dtx, y_signed, depthwise, hw, with_lut):
     rng = np.random.default_rng(hw[1] + 2 * depthwise + y_signed)
-    x = _ints((1, 8, *hw), dtx, rng)
+    x = ints_with_extremes((1, 8, *hw), dtx, rng)
     ydt = np.int8 if y_signed else np.uint8
-    lut = _ints((256,), ydt, rng) if with_lut else None
+    lut = ints_with_extremes((256,), ydt, rng) if with_lut else None
     args = _call(x, depthwise, y_signed, rng, lut)
     want = NAT.qlinear_conv(x, *args)
     assert want.dtype == ydt
@@ -61,7 +53,7 @@ def test_out_gets_the_bytes_of_a_new_array(dtx, y_signed, depthwise, hw, with_lu
 
 def test_a_wrong_buffer_is_refused():
     rng = np.random.default_rng(1)
-    x = _ints((1, 8, 6, 6), np.uint8, rng)
+    x = ints_with_extremes((1, 8, 6, 6), np.uint8, rng)
     args = _call(x, False, False, rng)
     for bad in (np.empty((1, 12, 6, 6), np.int8), np.empty((1, 12, 6, 6), np.int32), np.empty((1, 12, 6, 5), np.uint8),
                 np.empty((1, 12, 6, 12), np.uint8)[..., ::2], "buffer"):
@@ -92,7 +84,7 @@ def test_session_writes_orts_buffer_with_the_cpu_eps_bits(monkeypatch, dtx, grou
     rng = np.random.default_rng(group + one_d)
     c = m = 16
     spatial = (29,) if one_d else (9, 10)
-    x = _ints((1, c, *spatial), dtx, rng)
+    x = ints_with_extremes((1, c, *spatial), dtx, rng)
     inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True),
               ("xz", np.array(100 if dtx == np.uint8 else -20, dtx), True),
               ("w", rng.integers(-100, 100, (m, c // group, *(3,) * len(spatial))).astype(np.int8), True),
@@ -132,14 +124,14 @@ def test_given_weight_sums_give_the_per_call_bits(dtw, cg, m, hw, group, stride,
     weights (flipped), weight zero points, the fused table; and a wrong length is refused."""
     rng = np.random.default_rng(cg * m + group + stride)
     c, mm = cg * group, m * group
-    x = _ints((2, c, *hw), np.uint8, rng)
-    w = _ints((mm, 3, 3, -(-cg // 4) * 4), dtw, rng)
+    x = ints_with_extremes((2, c, *hw), np.uint8, rng)
+    w = ints_with_extremes((mm, 3, 3, -(-cg // 4) * 4), dtw, rng)
     mid = 128 if dtw == np.uint8 else 0  # the weights' zero: no zero-point term
     zp = rng.integers(-20, 20, mm) + mid if wzp else np.full(mm, mid)
     args = (17, w, zp.astype(np.int32), rng.integers(-5000, 5000, mm).astype(np.int32),
             rng.uniform(1e-5, 1e-3, mm).astype(np.float32), 9, False,
             [mm, group, 3, 3, stride, stride, 1, 1, 1, 1, 1, 1], False, 2)
-    lut = _ints((256,), np.uint8, rng)
+    lut = ints_with_extremes((256,), np.uint8, rng)
     for table in (None, lut):
         want = NAT.qlinear_conv(x, *args, table)
         got = NAT.qlinear_conv(x, *args, table, _row_sums(w))
@@ -159,11 +151,11 @@ def test_uint8_weights_made_once_as_int8_keep_the_reference_bits(stride, cg):
 
     rng = np.random.default_rng(stride * cg)
     m = 20
-    x = _ints((1, cg, 11, 13), np.uint8, rng)
+    x = ints_with_extremes((1, cg, 11, 13), np.uint8, rng)
     wz = rng.integers(0, 256, m).astype(np.uint8)
     wz[:2] = [0, 255]
     inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True), ("xz", np.array(100, np.uint8), True),
-              ("w", _ints((m, cg, 3, 3), np.uint8, rng), True),
+              ("w", ints_with_extremes((m, cg, 3, 3), np.uint8, rng), True),
               ("ws", rng.uniform(0.002, 0.01, m).astype(np.float32), True), ("wz", wz, True),
               ("ys", np.array(0.5, np.float32), True), ("yz", np.array(5, np.uint8), True),
               ("b", rng.integers(-5000, 5000, m).astype(np.int32), True)]

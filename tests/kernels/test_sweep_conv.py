@@ -44,7 +44,7 @@ import pytest
 
 from _isa import cap_isa, host_isas
 from _single_op import run_ort
-from _sweep import around, assert_matches, native_calls, node_model
+from _sweep import around, assert_matches, ints_with_extremes, native_calls, node_model
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels.tail_program import CODES
 from npu_ep.kernels import runtime
@@ -542,18 +542,9 @@ def test_float_conv_native_against_the_cpu_ep(float_isa, xs, ws, attrs):
 
 
 # --- QLinearConv / ConvInteger ------------------------------------------------------------------------------------
-def _ints(shape, dt, rng) -> np.ndarray:
-    """Integers of ``dt`` with the type's extremes planted (saturating products, zero points at the ends)."""
-    info = np.iinfo(dt)
-    x = rng.integers(info.min, info.max + 1, shape).astype(dt)
-    x.reshape(-1)[::7] = info.min
-    x.reshape(-1)[3::11] = info.max
-    return x
-
-
 def _qlinear(xs, ws, dtx, dtw, rng, y_scale=None, threads=1, **attrs):
     """QLinearConv native vs reference, bit-exact; per-channel weight scales and zero points."""
-    x, w = _ints(xs, dtx, rng), _ints(ws, dtw, rng)
+    x, w = ints_with_extremes(xs, dtx, rng), ints_with_extremes(ws, dtw, rng)
     m = ws[0]
     ix, iw = np.iinfo(dtx), np.iinfo(dtw)
     wz = rng.integers(iw.min, iw.max + 1, m).astype(dtw) if dtw == np.uint8 else np.zeros(m, dtw)
@@ -570,7 +561,7 @@ def _qlinear(xs, ws, dtx, dtw, rng, y_scale=None, threads=1, **attrs):
 
 
 def _conv_integer(xs, ws, rng, threads=1, **attrs):
-    x, w = _ints(xs, np.uint8, rng), _ints(ws, np.uint8, rng)
+    x, w = ints_with_extremes(xs, np.uint8, rng), ints_with_extremes(ws, np.uint8, rng)
     inputs = [("x", x, False), ("w", w, True), ("xz", np.array(rng.integers(0, 256), np.uint8), True),
               ("wz", np.array(255, np.uint8), True)]
     got, want = _native_and_reference("ConvInteger", inputs, "conv_integer", threads=threads, **attrs)
@@ -653,8 +644,8 @@ def test_qlinearconv_bias_wraps_in_int32(isa, bias):
     """A bias at the int32 ends: the sum wraps as int32 hardware (qlinear_conv.cc, as the reference's int32 add)."""
     rng = np.random.default_rng(8)
     m = 9
-    inputs = [("x", _ints((1, 5, 4, 17), np.uint8, rng), False), ("xs", np.array(0.02, np.float32), True),
-              ("xz", np.array(128, np.uint8), True), ("w", _ints((m, 5, 3, 3), np.int8, rng), True),
+    inputs = [("x", ints_with_extremes((1, 5, 4, 17), np.uint8, rng), False), ("xs", np.array(0.02, np.float32), True),
+              ("xz", np.array(128, np.uint8), True), ("w", ints_with_extremes((m, 5, 3, 3), np.int8, rng), True),
               ("ws", np.full(m, 0.004, np.float32), True), ("wz", np.zeros(m, np.int8), True),
               ("ys", np.array(1e-6, np.float32), True), ("yz", np.array(128, np.uint8), True),
               ("b", np.full(m, bias, np.int32), True)]
@@ -672,7 +663,7 @@ def test_qlinearconv_nan_requantization_gives_the_lowest_code_as_ort(isa, y_scal
     xs, ws = (1, 3, 6, 6), (8, 3, 3, 3)
     x = np.zeros(xs, np.int8)  # every sum is 0 (x_zp = 0): int8, whose lowest code is not a cast NaN's low byte
     inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True), ("xz", np.array(0, np.int8), True),
-              ("w", _ints(ws, np.int8, rng), True), ("ws", np.full(8, 0.01, np.float32), True),
+              ("w", ints_with_extremes(ws, np.int8, rng), True), ("ws", np.full(8, 0.01, np.float32), True),
               ("wz", np.zeros(8, np.int8), True), ("ys", np.array(y_scale, np.float32), True),
               ("yz", np.array(3, np.int8), True)]
     with np.errstate(all="ignore"):

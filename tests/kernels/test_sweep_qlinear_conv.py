@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 import pytest
 
-from _sweep import around, assert_matches, native_calls, node_model
+from _sweep import around, assert_matches, ints_with_extremes, native_calls, node_model
 from npu_ep.ep.onnx_graph import nodes_from_model
 from npu_ep.kernels import runtime
 from npu_ep.kernels.registry import kernel_for
@@ -25,15 +25,6 @@ from npu_ep.kernels.target import Target
 pytestmark = pytest.mark.skipif(runtime.native_module() is None, reason="native extension not built")
 
 REF = Target.load("npu-ref")
-
-
-def _ints(shape, dt, rng) -> np.ndarray:
-    """Integers of ``dt`` with the type's extremes planted."""
-    info = np.iinfo(dt)
-    x = rng.integers(info.min, info.max + 1, shape).astype(dt)
-    x.reshape(-1)[::7] = info.min
-    x.reshape(-1)[3::11] = info.max
-    return x
 
 
 def _native_and_reference(op: str, inputs, threads: int = 1, **attrs):
@@ -55,7 +46,7 @@ def _native_and_reference(op: str, inputs, threads: int = 1, **attrs):
 def _qlinear(xs, ws, rng, dtx=np.uint8, dty=None, xz=None, yz=3, threads=1, **attrs):
     """QLinearConv native vs reference, bit-exact; int8 weights with zero points 0, per-channel scales."""
     dty = dty or dtx
-    x, w = _ints(xs, dtx, rng), _ints(ws, np.int8, rng)
+    x, w = ints_with_extremes(xs, dtx, rng), ints_with_extremes(ws, np.int8, rng)
     m, k = ws[0], ws[1] * int(np.prod(ws[2:]))
     ix = np.iinfo(dtx)
     inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True),
@@ -151,7 +142,8 @@ def test_flat_bits_do_not_depend_on_threads(isa, shape):
 @pytest.mark.parametrize("cg,m,w", [(3, 9, 46), (8, 17, 48), (5, 1, 5)])
 def test_flat_conv_integer_sums(isa, dtx, xz, cg, m, w):
     rng = np.random.default_rng(cg * 100 + m + w)
-    inputs = [("x", _ints((1, cg, 4, w), dtx, rng), False), ("w", _ints((m, cg, 3, 3), np.int8, rng), True),
+    inputs = [("x", ints_with_extremes((1, cg, 4, w), dtx, rng), False),
+              ("w", ints_with_extremes((m, cg, 3, 3), np.int8, rng), True),
               ("xz", np.array(xz, dtx), True), ("wz", np.array(0, np.int8), True)]
     got, want = _native_and_reference("ConvInteger", inputs, pads=[1, 1, 1, 1])
     assert_matches(got, want, exact=True, what=f"ConvInteger {dtx.__name__} {cg} {m} {w}")
@@ -164,9 +156,9 @@ def test_flat_fused_output_table(isa, w, m, c):
     """The table applied over each task's output pixels (a block's runs cross rows and task ends)."""
     nat = runtime.native_module()
     rng = np.random.default_rng(w)
-    x = _ints((1, c, 5, w), np.uint8, rng)
+    x = ints_with_extremes((1, c, 5, w), np.uint8, rng)
     qw = np.zeros((m, 3, 3, -(-c // 4) * 4), np.int8)
-    qw[..., :c] = _ints((m, c, 3, 3), np.int8, rng).transpose(0, 2, 3, 1)
+    qw[..., :c] = ints_with_extremes((m, c, 3, 3), np.int8, rng).transpose(0, 2, 3, 1)
     qw = qw.reshape(m, -1)
     bias = rng.integers(-3000, 3000, m).astype(np.int32)
     mult = rng.uniform(0.001, 0.01, m).astype(np.float32)
@@ -189,7 +181,7 @@ def test_flat_in_a_session_against_the_cpu_ep(threads, stride, op, dtx):
 
     rng = np.random.default_rng(threads)
     c, m = 32, 40
-    x = _ints((1, c, 30, 30), dtx, rng)
+    x = ints_with_extremes((1, c, 30, 30), dtx, rng)
     w = rng.integers(-64, 64, (m, c, 3, 3)).astype(np.int8)
     wz = np.zeros(m, np.int8)
     if stride == 2 and dtx == np.uint8:  # uint8 weights with zero points: the pixel sums
@@ -233,9 +225,9 @@ def test_flat_row_tasks_on_small_maps(isa, c, m, hw, dtw):
 def test_flat_row_tasks_fused_output_table(isa, c, m, hw):
     nat = runtime.native_module()
     rng = np.random.default_rng(m)
-    x = _ints((1, c, hw, hw), np.uint8, rng)
+    x = ints_with_extremes((1, c, hw, hw), np.uint8, rng)
     qw = np.zeros((m, 3, 3, -(-c // 4) * 4), np.int8)
-    qw[..., :c] = _ints((m, c, 3, 3), np.int8, rng).transpose(0, 2, 3, 1)
+    qw[..., :c] = ints_with_extremes((m, c, 3, 3), np.int8, rng).transpose(0, 2, 3, 1)
     qw = qw.reshape(m, -1)
     bias = rng.integers(-3000, 3000, m).astype(np.int32)
     mult = rng.uniform(0.001, 0.01, m).astype(np.float32)
@@ -250,7 +242,7 @@ def test_flat_row_tasks_fused_output_table(isa, c, m, hw):
 # --- weight zero points (uint8 weights, or int8 ones with a zero point): the flat path subtracts w_zp sum_k x' of
 # each flat pixel (PixelSums over a group's quad planes, then the taps) ---------------------------------------------
 def _qlinear_wzp(xs, ws, rng, dtx, dtw, wz, op="QLinearConv", threads=1, **attrs):
-    x, w = _ints(xs, dtx, rng), _ints(ws, dtw, rng)
+    x, w = ints_with_extremes(xs, dtx, rng), ints_with_extremes(ws, dtw, rng)
     m = ws[0]
     xz = np.array(np.iinfo(dtx).min + 7, dtx)
     if op == "ConvInteger":
@@ -300,7 +292,7 @@ def test_flat_weight_zero_points_threads(isa):
 def _depthwise(xs, mult, rng, dtx=np.uint8, dtw=np.uint8, threads=1, op="QLinearConv", xz=None, **attrs):
     c = xs[1]
     kh, kw = attrs.pop("kernel_shape", [3, 3])
-    x, w = _ints(xs, dtx, rng), _ints((c * mult, 1, kh, kw), dtw, rng)
+    x, w = ints_with_extremes(xs, dtx, rng), ints_with_extremes((c * mult, 1, kh, kw), dtw, rng)
     iw = np.iinfo(dtw)
     wz = rng.integers(iw.min, iw.max + 1, c * mult).astype(dtw)  # per channel, the extremes planted by _ints' rule
     wz[::3] = iw.min
@@ -355,8 +347,8 @@ def test_depthwise_fused_output_table(isa, stride):
     nat = runtime.native_module()
     rng = np.random.default_rng(stride)
     c = 5
-    x = _ints((1, c, 9, 70), np.uint8, rng)
-    w = _ints((c, 9), np.uint8, rng)
+    x = ints_with_extremes((1, c, 9, 70), np.uint8, rng)
+    w = ints_with_extremes((c, 9), np.uint8, rng)
     wz = rng.integers(0, 256, c).astype(np.int32)
     bias = rng.integers(-3000, 3000, c).astype(np.int32)
     mult = rng.uniform(0.001, 0.01, c).astype(np.float32)
@@ -375,7 +367,7 @@ def test_depthwise_in_a_session_against_the_cpu_ep(stride):
 
     rng = np.random.default_rng(stride)
     c = 24
-    x = _ints((1, c, 30, 30), np.uint8, rng)
+    x = ints_with_extremes((1, c, 30, 30), np.uint8, rng)
     inputs = [("x", x, False), ("xs", np.array(0.02, np.float32), True), ("xz", np.array(100, np.uint8), True),
               ("w", rng.integers(-100, 100, (c, 1, 3, 3)).astype(np.int8), True),
               ("ws", rng.uniform(0.002, 0.01, c).astype(np.float32), True), ("wz", np.zeros(c, np.int8), True),
