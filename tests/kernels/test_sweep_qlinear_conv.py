@@ -149,14 +149,11 @@ def test_flat_conv_integer_sums(isa, dtx, xz, cg, m, w):
     assert_matches(got, want, exact=True, what=f"ConvInteger {dtx.__name__} {cg} {m} {w}")
 
 
-# (width, output channels, input channels): one task, or (64 channels, 80 outputs: 2M multiply-adds a block) a task
-# per block, whose ends fall on a padding column (width 47: the padded row is 49, block 1 starts on its column 48)
-@pytest.mark.parametrize("w,m,c", [(5, 3, 6), (46, 9, 6), (48, 8, 6), (130, 17, 6), (47, 80, 64), (21, 80, 64)])
-def test_flat_fused_output_table(isa, w, m, c):
-    """The table applied over each task's output pixels (a block's runs cross rows and task ends)."""
+def _fused_table_matches_the_plain_conv(x, m, rng):
+    """A uint8 3x3 conv of x to m channels with a fused output table gives the table of its plain output, on one and
+    two threads."""
     nat = runtime.native_module()
-    rng = np.random.default_rng(w)
-    x = ints_with_extremes((1, c, 5, w), np.uint8, rng)
+    c = x.shape[1]
     qw = np.zeros((m, 3, 3, -(-c // 4) * 4), np.int8)
     qw[..., :c] = ints_with_extremes((m, c, 3, 3), np.int8, rng).transpose(0, 2, 3, 1)
     qw = qw.reshape(m, -1)
@@ -168,6 +165,15 @@ def test_flat_fused_output_table(isa, w, m, c):
         plain = nat.qlinear_conv(x, 7, qw, np.zeros(m, np.int32), bias, mult, 9, False, geom, False, threads, None)
         fused = nat.qlinear_conv(x, 7, qw, np.zeros(m, np.int32), bias, mult, 9, False, geom, False, threads, lut)
         np.testing.assert_array_equal(fused, lut[plain])
+
+
+# (width, output channels, input channels): one task, or (64 channels, 80 outputs: 2M multiply-adds a block) a task
+# per block, whose ends fall on a padding column (width 47: the padded row is 49, block 1 starts on its column 48)
+@pytest.mark.parametrize("w,m,c", [(5, 3, 6), (46, 9, 6), (48, 8, 6), (130, 17, 6), (47, 80, 64), (21, 80, 64)])
+def test_flat_fused_output_table(isa, w, m, c):
+    """The table applied over each task's output pixels (a block's runs cross rows and task ends)."""
+    rng = np.random.default_rng(w)
+    _fused_table_matches_the_plain_conv(ints_with_extremes((1, c, 5, w), np.uint8, rng), m, rng)
 
 
 @pytest.mark.parametrize("threads,stride", [(1, 1), (2, 1), (2, 2)])
@@ -223,20 +229,8 @@ def test_flat_row_tasks_on_small_maps(isa, c, m, hw, dtw):
 
 @pytest.mark.parametrize("c,m,hw", [(64, 200, 5), (24, 100, 7)])
 def test_flat_row_tasks_fused_output_table(isa, c, m, hw):
-    nat = runtime.native_module()
     rng = np.random.default_rng(m)
-    x = ints_with_extremes((1, c, hw, hw), np.uint8, rng)
-    qw = np.zeros((m, 3, 3, -(-c // 4) * 4), np.int8)
-    qw[..., :c] = ints_with_extremes((m, c, 3, 3), np.int8, rng).transpose(0, 2, 3, 1)
-    qw = qw.reshape(m, -1)
-    bias = rng.integers(-3000, 3000, m).astype(np.int32)
-    mult = rng.uniform(0.001, 0.01, m).astype(np.float32)
-    lut = rng.integers(0, 256, 256).astype(np.uint8)
-    geom = [m, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1]
-    for threads in (1, 2):
-        plain = nat.qlinear_conv(x, 7, qw, np.zeros(m, np.int32), bias, mult, 9, False, geom, False, threads, None)
-        fused = nat.qlinear_conv(x, 7, qw, np.zeros(m, np.int32), bias, mult, 9, False, geom, False, threads, lut)
-        np.testing.assert_array_equal(fused, lut[plain])
+    _fused_table_matches_the_plain_conv(ints_with_extremes((1, c, hw, hw), np.uint8, rng), m, rng)
 
 
 # --- weight zero points (uint8 weights, or int8 ones with a zero point): the flat path subtracts w_zp sum_k x' of
