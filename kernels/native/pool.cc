@@ -1015,10 +1015,23 @@ static void MaxPlaneFloat(const PoolShape& s, const float* in, float low, float*
       [](float*, const float*) { return false; });
 }
 
-void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
-  conv_detail::ParallelItems(threads, s.N * s.C, s.OH * s.OW * s.kh * s.kw, [&](int64_t plane) {
-    MaxPlaneFloat(s, x + plane * s.H * s.W, low, y + plane * s.OH * s.OW);
+// A float32 pool's planes in tasks of about kFloatTaskWork window taps (ParallelItems' 2^20 per task kept a 128-plane
+// 56x56 2x2 pool, 400K taps, on one thread while ORT's CPU EP splits it); threads from 128K taps.
+constexpr int64_t kFloatTaskWork = int64_t{1} << 15;
+
+template <typename Fn>
+void ForFloatPlanes(const PoolShape& s, int threads, const Fn& plane_fn) {
+  const int64_t planes = s.N * s.C, work = planes * s.OH * s.OW * s.kh * s.kw;
+  if (planes <= 0) return;
+  const int64_t tasks = std::clamp<int64_t>(work / kFloatTaskWork, 1, planes), per = (planes + tasks - 1) / tasks;
+  ParallelFor(ThreadsFor(threads, work * 8), (planes + per - 1) / per, [&](int64_t t) {
+    for (int64_t plane = t * per; plane < std::min(planes, (t + 1) * per); ++plane) plane_fn(plane);
   });
+}
+
+void MaxPoolFloat(const PoolShape& s, const float* x, float low, float* y, int threads) {
+  ForFloatPlanes(s, threads,
+                 [&](int64_t plane) { MaxPlaneFloat(s, x + plane * s.H * s.W, low, y + plane * s.OH * s.OW); });
 }
 
 void MaxPoolBytes(const PoolShape& s, const uint8_t* x, bool is_signed, uint8_t* y, int threads) {
@@ -1257,18 +1270,9 @@ static void AvgPlaneFloat(const PoolShape& s, const float* in, const float* divi
   AvgPlaneSeparable(s, in, divisor, out);
 }
 
-// Planes in tasks of about kAvgTaskWork window taps (ParallelItems' 2^20 per task kept a 128-plane 56x56 2x2 pool,
-// 400K taps, on one thread while ORT's CPU EP splits it); threads from 128K taps.
-constexpr int64_t kAvgTaskWork = int64_t{1} << 15;
-
 void AvgPoolFloat(const PoolShape& s, const float* x, const float* divisor, float* y, int threads) {
-  const int64_t planes = s.N * s.C, work = planes * s.OH * s.OW * s.kh * s.kw;
-  if (planes <= 0) return;
-  const int64_t tasks = std::clamp<int64_t>(work / kAvgTaskWork, 1, planes), per = (planes + tasks - 1) / tasks;
-  ParallelFor(ThreadsFor(threads, work * 8), (planes + per - 1) / per, [&](int64_t t) {
-    for (int64_t plane = t * per; plane < std::min(planes, (t + 1) * per); ++plane)
-      AvgPlaneFloat(s, x + plane * s.H * s.W, divisor, y + plane * s.OH * s.OW);
-  });
+  ForFloatPlanes(s, threads,
+                 [&](int64_t plane) { AvgPlaneFloat(s, x + plane * s.H * s.W, divisor, y + plane * s.OH * s.OW); });
 }
 
 constexpr int64_t kHalfChunkElems = 2048;  // input values widened per step (in L1): small planes share one conversion
