@@ -146,3 +146,15 @@ def pool_lane_cycles(target: Target, strides: tuple[int, int], layout: str,
     if layout == "NCHW":
         return float(n * c * oh * math.ceil(ow / lanes) * kh * kw * (2 if strides[1] > 1 else 1))
     return float(n * oh * ow * math.ceil(c / lanes) * kh * kw)
+
+
+def resize_lane_cycles(target: Target, taps: int, layout: str, dims: tuple[int, int, int, int]) -> float:
+    """Vector cycles of a 2-D Resize's column pass, ``dims`` = (N, C, OH, OW), ``taps`` source columns per output
+    (1 nearest, 2 linear), a partial lane block costing a whole one: along the output columns in NCHW, each tap's
+    lanes gathered by a permute (``kernels/native/resize.cc``); along the channels in NHWC, whole pixels. The row
+    pass blends or copies whole rows in either layout."""
+    lanes = int(target.vector["lanes"])
+    n, c, oh, ow = dims
+    if layout == "NCHW":
+        return float(n * c * oh * math.ceil(ow / lanes) * taps * 2)
+    return float(n * oh * ow * math.ceil(c / lanes) * taps)

@@ -30,11 +30,12 @@ NCHW under its own name, so the rest of the partition is untouched.
 The cost model (``kernels/cost.py``) decides in ``auto``: a depthwise conv joins a region only where NHWC costs it
 no more (``conv_saving``: the reorders its NCHW kernel makes itself, a strided conv's transposes to channels in the
 lanes and back, ``conv_reorder_bytes``; the lane blocks its taps fill, along the rows in NCHW, along the channels
-in NHWC, ``conv_lane_cycles``) and its output size is known; a region is taken when its convs' and pools' savings
-(``pool_saving``: a pool's lane blocks, ``pool_lane_cycles``) exceed its boundary transposes (``reorder_cycles``; a
-depthwise conv gathering its NCHW input counts as one). The target's ``conv_layout`` (the provider option
-``conv_layout``) chooses: ``auto`` (the cost model; npu-ref's default; ``nchw`` on a host without AVX-512,
-``host_mode``), ``nhwc`` (every region of two or more convs), ``nchw`` (off).
+in NHWC, ``conv_lane_cycles``) and its output size is known; a region is taken when its convs', pools' and
+Resizes' savings (``pool_saving``, ``resize_saving``: their lane blocks, ``pool_lane_cycles``,
+``resize_lane_cycles``) exceed its boundary transposes (``reorder_cycles``; a depthwise conv gathering its NCHW input
+counts as one). The target's ``conv_layout`` (the provider option ``conv_layout``) chooses: ``auto`` (the cost
+model; npu-ref's default; ``nchw`` on a host without AVX-512, ``host_mode``), ``nhwc`` (every region of two or more
+convs), ``nchw`` (off).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import runtime
-from .cost import conv_lane_cycles, conv_reorder_bytes, pool_lane_cycles, reorder_cycles
+from .cost import conv_lane_cycles, conv_reorder_bytes, pool_lane_cycles, reorder_cycles, resize_lane_cycles
 from .node import NodeInfo, ValueInfo
 from .target import Target
 
@@ -263,6 +264,15 @@ def pool_saving(n: NodeInfo, target: Target) -> float:
     return pool_lane_cycles(target, strides, "NCHW", dims) - pool_lane_cycles(target, strides, "NHWC", dims)
 
 
+def resize_saving(n: NodeInfo, target: Target) -> float:
+    """Cycles a Resize of a region saves in NHWC: its column pass's lane blocks (``kernels/cost.py``)."""
+    y = _dims(n.outputs[0].shape)
+    if len(y) != 4:
+        return 0.0
+    taps = 2 if str(n.attr("mode", "nearest")) == "linear" else 1
+    return resize_lane_cycles(target, taps, "NCHW", tuple(y)) - resize_lane_cycles(target, taps, "NHWC", tuple(y))
+
+
 def _boundary(nodes: Sequence[NodeInfo], members: set[int]) -> tuple[list[ValueInfo], list[ValueInfo]]:
     """(NCHW tensors a conv of the region reads: a pointwise conv through a Transpose to NHWC, a depthwise one
     reordering it as it reads it; NHWC tensors of the region read outside it or partition outputs: each gets a
@@ -286,10 +296,11 @@ def _boundary(nodes: Sequence[NodeInfo], members: set[int]) -> tuple[list[ValueI
 
 
 def pays(nodes: Sequence[NodeInfo], region: Region, target: Target) -> bool:
-    """Whether NHWC over the region costs less: its NCHW convs' own reorders and its convs' and pools' lane blocks
-    against its boundary transposes."""
+    """Whether NHWC over the region costs less: its NCHW convs' own reorders and its convs', pools' and Resizes' lane
+    blocks against its boundary transposes."""
     saved = (sum(conv_saving(nodes[i], target) for i in region.convs)
-             + sum(pool_saving(nodes[i], target) for i in region.nodes if _window(nodes[i])))
+             + sum(pool_saving(nodes[i], target) for i in region.nodes if _window(nodes[i]))
+             + sum(resize_saving(nodes[i], target) for i in region.nodes if _resize(nodes[i])))
     entries, exits = _boundary(nodes, set(region.nodes))
     boundary = sum(reorder_cycles(target, (v.dtype.itemsize if v.dtype is not None else 4) * _elements(v.shape))
                    for v in (*entries, *exits))

@@ -13,11 +13,13 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, shape_inference
 
 from _sweep import native_calls
 from npu_ep.ep.sessions import tag_session_options
-from npu_ep.kernels import runtime
+from npu_ep.ep.onnx_graph import nodes_from_model
+from npu_ep.kernels import layout, runtime
+from npu_ep.kernels.fusion import fuse_partition
 from npu_ep.kernels.target import Target
 from npu_ep.tools.bench.ops import python_steps
 from _layout_sessions import layout_nodes, layout_session
@@ -233,3 +235,22 @@ def test_an_nhwc_model_resizes_natively(mode):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert f"resize_{mode}_nhwc" in calls
     assert python_steps(sess) == []
+
+
+def _resize_node(c, hw, **attrs):
+    """The fused Resize node of ``_model`` (a 2x Resize by scales of a c-channel hw x hw map)."""
+    model = _model(["", "scales"], extra_inits={"scales": np.array([1, 1, 2, 2], np.float32)}, c=c, hw=(hw, hw),
+                   out_hw=(hw, hw), **attrs)
+    nodes = fuse_partition(nodes_from_model(shape_inference.infer_shapes(model)), REF)
+    return next(n for n in nodes if n.op_type == "Resize")
+
+
+@pytest.mark.parametrize("c,hw,mode,cheaper", [(64, 40, "nearest", "NHWC"), (64, 40, "linear", "NHWC"),
+                                               (3, 224, "nearest", "NCHW")])
+def test_the_cost_model_credits_a_resize_where_nhwc_fills_more_lanes(c, hw, mode, cheaper):
+    """A 2x Resize of many channels copies or blends whole pixels in NHWC (no gather per tap): a saving the region
+    counts, a linear one more than a nearest one; one of three channels on wide rows fills its lanes in NCHW."""
+    saving = layout.resize_saving(_resize_node(c, hw, mode=mode), REF)
+    assert (saving > 0) == (cheaper == "NHWC")
+    if mode == "linear":
+        assert saving > layout.resize_saving(_resize_node(c, hw, mode="nearest"), REF)
