@@ -170,6 +170,17 @@ def test_max_1d_and_threads(pool_isa):
         _max(x, threads=2, kernel_shape=[3], pads=[1, 1])
 
 
+@pytest.mark.parametrize("shape,attrs", [
+    ((2, 70, 30, 34), {"kernel_shape": [2, 2], "strides": [2, 2]}),  # 142,800 taps: tasks of 2^15 taps
+    ((1, 67, 31, 29), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # a short last task
+    ((1, 9, 120, 122), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # few planes, each a task
+])
+def test_max_planes_split_over_two_threads(pool_isa, shape, attrs):
+    """Float32 MaxPool's planes in tasks of about 2^15 taps from 128K taps on (ForFloatPlanes): every plane in
+    exactly one task, the bits of one thread."""
+    _max(_image(shape, np.float32), threads=2, **attrs)
+
+
 AVG = [dict(kernel_shape=[2, 2], strides=[2, 2]), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
        dict(kernel_shape=[3, 2], strides=[2, 3], pads=[0, 1, 2, 0], ceil_mode=1),
